@@ -1,0 +1,1 @@
+# frontend: filled in by the frontend work

@@ -1,0 +1,203 @@
+/* Diagnostics: formats "file:line:col: error: msg", the source line and a
+ * caret into the context's message buffer. */
+#include "diag.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void oom_unwind(void *data) {
+  Ctx *c = data;
+  ctx_fatal(c, __FILE__, __LINE__, "out of memory");
+}
+
+void ctx_init(Ctx *c) {
+  memset(c, 0, sizeof *c);
+  arena_init(&c->arena);
+  c->arena.on_oom = oom_unwind;
+  c->arena.on_oom_data = c;
+  c->diag.max_errors = 20;
+}
+
+void ctx_free(Ctx *c) {
+  arena_free(&c->arena);
+  free(c->diag.text);
+  c->diag.text = NULL;
+}
+
+static _Thread_local Ctx *current;
+
+Ctx *ctx_current(void) { return current; }
+
+int ctx_guard(Ctx *c, int (*fn)(Ctx *c, void *data), void *data) {
+  jmp_buf here;
+  jmp_buf *outer = c->fatal;
+  Ctx *outer_current = current;
+  volatile int rc = -1;
+  c->fatal = &here;
+  current = c;
+  if (setjmp(here) == 0) rc = fn(c, data);
+  c->fatal = outer;
+  current = outer_current;
+  return rc;
+}
+
+/* Appending must not allocate from the arena (it may be what failed) and
+ * must not fail loudly: on malloc failure the message is dropped. */
+static void append(Diag *d, const char *s, size_t n) {
+  if (d->len + n + 1 > d->cap) {
+    size_t cap = d->cap ? d->cap : 256;
+    while (cap < d->len + n + 1) cap *= 2;
+    char *t = realloc(d->text, cap);
+    if (!t) return;
+    d->text = t;
+    d->cap = cap;
+  }
+  memcpy(d->text + d->len, s, n);
+  d->len += n;
+  d->text[d->len] = 0;
+}
+
+static void appendf(Diag *d, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void appendf(Diag *d, const char *fmt, ...) {
+  char buf[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(buf, sizeof buf, fmt, ap);
+  va_end(ap);
+  if (n < 0) return;
+  if ((size_t)n < sizeof buf) {
+    append(d, buf, (size_t)n);
+    return;
+  }
+  char *big = malloc((size_t)n + 1);
+  if (!big) return;
+  va_start(ap, fmt);
+  vsnprintf(big, (size_t)n + 1, fmt, ap);
+  va_end(ap);
+  append(d, big, (size_t)n);
+  free(big);
+}
+
+_Noreturn void ctx_fatal(Ctx *c, const char *file, int line, const char *fmt, ...) {
+  char buf[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(buf, sizeof buf, fmt, ap);
+  va_end(ap);
+  appendf(&c->diag, "dlcc: internal error: %s (%s:%d)\n", buf, file, line);
+  c->diag.errors++;
+  if (c->fatal) longjmp(*c->fatal, 1);
+  fputs(c->diag.text ? c->diag.text : "dlcc: internal error\n", stderr);
+  abort();
+}
+
+const SrcFile *ctx_add_file(Ctx *c, const char *name, const char *text, size_t len) {
+  SrcFile *f = ARENA_NEW(&c->arena, SrcFile);
+  f->name = arena_strdup(&c->arena, name);
+  f->text = text;
+  f->len = len;
+  return f;
+}
+
+static void append_source_line(Diag *d, SrcLoc loc) {
+  const SrcFile *f = loc.file;
+  if (!f || !f->text || loc.line < 1) return;
+  const char *p = f->text, *end = f->text + f->len;
+  for (int l = 1; l < loc.line && p < end; p++)
+    if (*p == '\n') l++;
+  if (p >= end && loc.line > 1) return;
+  const char *eol = memchr(p, '\n', (size_t)(end - p));
+  if (!eol) eol = end;
+  size_t n = (size_t)(eol - p);
+  if (n > 400) return; /* a binary blob or minified line: the position says enough */
+  append(d, "    ", 4);
+  /* Replace unprintable bytes so the caret line stays aligned and the
+   * terminal is not fed control codes from a file that is not text. */
+  for (size_t i = 0; i < n; i++) {
+    char ch = p[i];
+    if (ch == '\r') continue;
+    if (ch != '\t' && ((unsigned char)ch < 32 || ch == 127)) ch = '?';
+    append(d, &ch, 1);
+  }
+  append(d, "\n    ", 5);
+  for (int i = 1; i < loc.col && (size_t)(i - 1) < n; i++) append(d, p[i - 1] == '\t' ? "\t" : " ", 1);
+  append(d, "^\n", 2);
+}
+
+void diag_report(Ctx *c, DiagLevel level, SrcLoc loc, const char *fmt, ...) {
+  Diag *d = &c->diag;
+  if (level == DIAG_ERROR) {
+    d->errors++;
+    if (d->errors > d->max_errors) {
+      if (!d->truncated) {
+        appendf(d, "dlcc: too many errors, stopping\n");
+        d->truncated = true;
+      }
+      return;
+    }
+  } else if (level == DIAG_WARNING) {
+    d->warnings++;
+  } else if (d->truncated) {
+    return;
+  }
+  static const char *const level_names[] = {"error", "warning", "note"};
+  if (loc.file)
+    appendf(d, "%s:%d:%d: %s: ", loc.file->name, loc.line, loc.col, level_names[level]);
+  else
+    appendf(d, "dlcc: %s: ", level_names[level]);
+  char buf[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(buf, sizeof buf, fmt, ap);
+  va_end(ap);
+  appendf(d, "%s\n", buf);
+  append_source_line(d, loc);
+}
+
+bool diag_should_stop(const Ctx *c) { return c->diag.errors >= c->diag.max_errors; }
+
+const char *diag_text(const Ctx *c) { return c->diag.text ? c->diag.text : ""; }
+
+void diag_clear(Ctx *c) {
+  c->diag.len = 0;
+  if (c->diag.text) c->diag.text[0] = 0;
+  c->diag.errors = c->diag.warnings = 0;
+  c->diag.truncated = false;
+}
+
+static int edit_distance(const char *a, const char *b) {
+  size_t la = strlen(a), lb = strlen(b);
+  if (la > 64 || lb > 64) return 1000;
+  int row[65];
+  for (size_t j = 0; j <= lb; j++) row[j] = (int)j;
+  for (size_t i = 1; i <= la; i++) {
+    int diag = row[0];
+    row[0] = (int)i;
+    for (size_t j = 1; j <= lb; j++) {
+      int up = row[j];
+      int best = diag + (a[i - 1] != b[j - 1]);
+      if (up + 1 < best) best = up + 1;
+      if (row[j - 1] + 1 < best) best = row[j - 1] + 1;
+      row[j] = best;
+      diag = up;
+    }
+  }
+  return row[lb];
+}
+
+const char *diag_suggest(const char *name, const char *const *candidates, int n) {
+  const char *best = NULL;
+  int best_d = 1000;
+  int limit = (int)strlen(name) / 3 + 1;
+  if (limit > 3) limit = 3;
+  for (int i = 0; i < n; i++) {
+    int dist = edit_distance(name, candidates[i]);
+    if (dist < best_d) {
+      best_d = dist;
+      best = candidates[i];
+    }
+  }
+  return best_d <= limit ? best : NULL;
+}

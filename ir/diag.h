@@ -1,0 +1,73 @@
+/* Source locations, user-facing diagnostics and the compilation context.
+ * Messages are collected as text on the context (a library never prints);
+ * the CLI writes them to stderr.  Internal errors and allocation failure
+ * unwind with longjmp to the one handler set at the API boundary. */
+#ifndef DLCC_DIAG_H
+#define DLCC_DIAG_H
+
+#include <setjmp.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "arena.h"
+
+typedef struct SrcFile {
+  const char *name;
+  const char *text; /* NULL when only the name is known (IR loc comments) */
+  size_t len;
+} SrcFile;
+
+typedef struct SrcLoc {
+  const SrcFile *file; /* NULL: no location */
+  int line, col;       /* 1-based */
+} SrcLoc;
+
+typedef enum { DIAG_ERROR, DIAG_WARNING, DIAG_NOTE } DiagLevel;
+
+typedef struct Diag {
+  char *text; /* malloc'd, NUL-terminated, everything reported so far */
+  size_t len, cap;
+  int errors, warnings;
+  int max_errors; /* after this many, diag_error only counts */
+  bool truncated; /* "too many errors" was reported */
+} Diag;
+
+typedef struct Ctx {
+  Arena arena;
+  Diag diag;
+  jmp_buf *fatal; /* set by the API boundary (ctx_guard) */
+} Ctx;
+
+void ctx_init(Ctx *c);
+void ctx_free(Ctx *c);
+
+/* Runs fn(c, data) with the fatal handler armed.  Returns fn's result, or
+ * -1 when an internal error or allocation failure unwound out of it (the
+ * message is then in c->diag). */
+int ctx_guard(Ctx *c, int (*fn)(Ctx *c, void *data), void *data);
+/* The context whose guard is active on this thread, or NULL: lets code far
+ * from any Ctx (attribute getters) report a broken invariant. */
+Ctx *ctx_current(void);
+
+_Noreturn void ctx_fatal(Ctx *c, const char *file, int line, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+#define dl_internal(c, ...) ctx_fatal((c), __FILE__, __LINE__, __VA_ARGS__)
+#define dl_unreachable(c) ctx_fatal((c), __FILE__, __LINE__, "unreachable")
+
+const SrcFile *ctx_add_file(Ctx *c, const char *name, const char *text, size_t len);
+
+void diag_report(Ctx *c, DiagLevel level, SrcLoc loc, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+#define diag_error(c, loc, ...) diag_report((c), DIAG_ERROR, (loc), __VA_ARGS__)
+#define diag_warning(c, loc, ...) diag_report((c), DIAG_WARNING, (loc), __VA_ARGS__)
+#define diag_note(c, loc, ...) diag_report((c), DIAG_NOTE, (loc), __VA_ARGS__)
+/* True once max_errors have been reported: stop producing more. */
+bool diag_should_stop(const Ctx *c);
+const char *diag_text(const Ctx *c);
+void diag_clear(Ctx *c);
+
+/* Levenshtein-nearest candidate within a small distance, or NULL: for
+ * "did you mean" hints. */
+const char *diag_suggest(const char *name, const char *const *candidates, int n);
+
+#endif

@@ -1,0 +1,196 @@
+/* The graph IR: SSA values with tensor types, nodes drawn from ops.def,
+ * attributes, and the builder, verifier, printer, parser and DOT writer
+ * that every later stage uses.  All memory comes from the graph's Ctx
+ * arena. */
+#ifndef DLCC_IR_H
+#define DLCC_IR_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "arena.h"
+#include "diag.h"
+
+enum {
+  DL_MAX_RANK = 8,
+};
+/* Largest tensor we accept, in elements: far above any real model, far
+ * below where int64 byte counts could overflow. */
+#define DL_MAX_ELEMS ((int64_t)1 << 40)
+
+typedef enum { TY_F32, TY_F16, TY_BF16, TY_I8, TY_I32, TY_I64, TY_COUNT } DType;
+
+typedef struct TensorType {
+  DType dtype;
+  int rank;
+  int64_t dims[DL_MAX_RANK];
+} TensorType;
+
+typedef enum { K_SOURCE, K_ELEMWISE, K_REDUCE, K_MATMUL, K_WINDOW, K_MOVE, K_OPAQUE } OpClass;
+
+typedef enum {
+#define OP(id, ...) OP_##id,
+#include "ops.def"
+#undef OP
+  OP_COUNT
+} OpKind;
+
+typedef enum { AK_INT, AK_FLOAT, AK_INTS, AK_STR, AK_DTYPE } AttrKind;
+
+typedef struct Attr {
+  const char *name;
+  AttrKind kind;
+  union {
+    int64_t i;
+    double f;
+    struct {
+      int n;
+      int64_t *v;
+    } ints;
+    const char *s;
+    DType dt;
+  };
+} Attr;
+
+typedef struct Node Node;
+
+typedef struct Value {
+  TensorType type;
+  Node *def;
+  int index; /* which result of def */
+  int id;    /* numbering scratch for printers and passes */
+} Value;
+
+struct Node {
+  OpKind op;
+  int n_in;
+  Value **in;
+  int n_out;
+  Value *out;   /* n_out results */
+  int n_attrs;
+  Attr *attrs;  /* schema order; absent optional attributes not stored */
+  SrcLoc loc;
+  Node *prev, *next;
+  int id;       /* scratch */
+};
+
+typedef struct Graph {
+  Ctx *ctx;
+  const char *name;
+  Node *first, *last; /* topological order */
+  int n_nodes;
+  int n_outputs;
+  Value **outputs;
+  const char **output_names;
+} Graph;
+
+/* ---- the op table ---- */
+
+typedef bool (*ShapeFn)(const Node *n, TensorType *out, char *err, size_t errlen);
+
+typedef struct AttrSpec {
+  const char *name;
+  AttrKind kind;
+  const char *default_text; /* NULL: required; "?": optional */
+} AttrSpec;
+
+typedef struct OpInfo {
+  const char *name;
+  int min_in, max_in; /* max_in -1: variadic */
+  int n_out;
+  OpClass cls;
+  ShapeFn shape; /* NULL for declared types */
+  const AttrSpec *attrs;
+  int n_attrs;
+} OpInfo;
+
+extern const OpInfo ir_ops[OP_COUNT];
+
+#define OP(id, name, lo, hi, nout, cls, rule, attrs) \
+  bool shape_##rule(const Node *n, TensorType *out, char *err, size_t errlen);
+#include "ops.def"
+#undef OP
+
+/* Returns OP_COUNT when unknown. */
+OpKind ir_op_from_name(const char *name);
+const AttrSpec *ir_op_attr_spec(OpKind op, const char *name);
+
+/* ---- dtypes and types ---- */
+
+const char *ir_dtype_name(DType t);
+bool ir_dtype_from_name(const char *name, DType *out);
+int ir_dtype_size(DType t);
+bool ir_dtype_is_float(DType t);
+/* Product of the dims, or -1 when it exceeds DL_MAX_ELEMS. */
+int64_t ir_type_numel(const TensorType *t);
+bool ir_type_eq(const TensorType *a, const TensorType *b);
+/* "f32[8, 784]" into buf; returns buf. */
+char *ir_type_str(const TensorType *t, char *buf, size_t len);
+enum { IR_TYPE_STR_MAX = 8 + DL_MAX_RANK * 22 };
+TensorType ir_type_make(DType dt, int rank, const int64_t *dims);
+
+/* ---- attributes ---- */
+
+const Attr *ir_attr(const Node *n, const char *name);
+/* Typed getters: an internal error when the attribute is missing or of
+ * another kind (the verifier guarantees they are present). */
+int64_t ir_attr_int(const Node *n, const char *name);
+double ir_attr_float(const Node *n, const char *name);
+const int64_t *ir_attr_ints(const Node *n, const char *name, int *count);
+const char *ir_attr_str(const Node *n, const char *name);
+DType ir_attr_dtype(const Node *n, const char *name);
+
+void ir_set_int(Graph *g, Node *n, const char *name, int64_t v);
+void ir_set_float(Graph *g, Node *n, const char *name, double v);
+void ir_set_ints(Graph *g, Node *n, const char *name, int count, const int64_t *v);
+void ir_set_str(Graph *g, Node *n, const char *name, const char *v);
+void ir_set_dtype(Graph *g, Node *n, const char *name, DType v);
+/* Adds every missing non-optional attribute from the schema's default.
+ * Returns false (message in err) when a required one is missing. */
+bool ir_fill_defaults(Graph *g, Node *n, char *err, size_t errlen);
+
+/* Parses one attribute value in IR text syntax ("[1, 2]", "1e-05",
+ * "\"tanh\"", "f16").  Returns the number of characters consumed, or 0 on
+ * a syntax error or a value of the wrong kind. */
+size_t ir_parse_attr_value(Arena *a, const char *text, AttrKind kind, Attr *out);
+/* Writes an attribute value in the same syntax. */
+void ir_print_attr_value(FILE *f, const Attr *a);
+
+/* ---- graphs and nodes ---- */
+
+Graph *ir_graph_new(Ctx *c, const char *name);
+/* A detached node with n_in operands (copied) and the op's result count;
+ * result types are unset until ir_infer or ir_declare. */
+Node *ir_node_new(Graph *g, OpKind op, int n_in, Value *const *in, SrcLoc loc);
+/* Runs the op's shape rule to set the result types.  False with a message
+ * when the operands or attributes do not fit the op. */
+bool ir_infer(const Node *n, char *err, size_t errlen);
+void ir_declare(Node *n, const TensorType *t); /* for sources */
+void ir_append(Graph *g, Node *n);
+void ir_insert_before(Graph *g, Node *before, Node *n);
+void ir_remove(Graph *g, Node *n);
+/* Rewrites every use of `from` (operands and graph outputs) to `to`. */
+void ir_replace_uses(Graph *g, const Value *from, Value *to);
+void ir_set_outputs(Graph *g, int n, Value *const *values, const char *const *names);
+
+/* Builder: new node, attributes already set by the caller through the
+ * returned node is awkward for one-liners, so these take them up front. */
+Node *ir_source(Graph *g, OpKind op, const TensorType *t, const char *name, SrcLoc loc);
+Node *ir_const(Graph *g, double value, DType dt, SrcLoc loc);
+
+/* Numbers every value in order (Value.id) and every node (Node.id). */
+void ir_number(Graph *g);
+
+/* Checks structure, operand order, arities, attributes and that every
+ * result type equals what the shape rule infers.  Reports to g->ctx's
+ * diag and returns false on the first broken node's errors. */
+bool ir_verify(Graph *g);
+
+/* Text format (docs/ir.md): printed and parsed back to identical text. */
+void ir_print(FILE *f, Graph *g);
+Graph *ir_parse(Ctx *c, const SrcFile *file); /* NULL after reporting errors */
+/* Graphviz: ops as boxes, shapes on edges. */
+void ir_print_dot(FILE *f, Graph *g);
+
+#endif
