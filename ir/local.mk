@@ -1,4 +1,10 @@
 libdlcc_la_SOURCES += \
 	ir/arena.c ir/arena.h \
 	ir/diag.c ir/diag.h \
-	ir/ir.c ir/ir.h ir/ops.def
+	ir/ir.c ir/ir.h ir/ops.def \
+	ir/shape.c \
+	ir/verify.c \
+	ir/print.c \
+	ir/parse.c \
+	ir/dot.c \
+	ir/eval.c ir/eval.h

@@ -1,0 +1,8 @@
+%{
+/* placeholder grammar: being written */
+%}
+%define api.pure full
+%token DUMMY
+%%
+start: DUMMY ;
+%%
