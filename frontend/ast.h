@@ -31,7 +31,7 @@ typedef enum {
   EX_NAME,   /* s: a variable, constant, dtype name or block name */
   EX_LIST,   /* items: [a, b, c] */
   EX_UNARY,  /* op ('-', '!' for not), lhs */
-  EX_BINARY, /* op, lhs, rhs */
+  EX_BINARY, /* op ('+', '-', '*', '/', '%', '<', '>' or an OPX_*), lhs, rhs */
   EX_CALL,   /* s: callee; args (each an EX_ARG) */
   EX_ARG,    /* s: keyword or NULL for positional; lhs: the value */
   EX_AS,     /* lhs: the expression; scope: the name scope for its layers */
@@ -40,6 +40,7 @@ typedef enum {
 /* Binary operators beyond single characters. */
 enum {
   OPX_POW = 256, /* ** */
+  OPX_FLOORDIV,  /* // */
   OPX_EQ,        /* == */
   OPX_NE,        /* != */
   OPX_LE,        /* <= */

@@ -2,10 +2,12 @@
  * caret into the context's message buffer. */
 #include "diag.h"
 
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 static void oom_unwind(void *data) {
   Ctx *c = data;
@@ -99,6 +101,48 @@ const SrcFile *ctx_add_file(Ctx *c, const char *name, const char *text, size_t l
   f->text = text;
   f->len = len;
   return f;
+}
+
+const SrcFile *ctx_load_file(Ctx *c, const char *path) {
+  SrcLoc none = {0};
+  FILE *f = fopen(path, "rb");
+  if (!f) {
+    diag_error(c, none, "cannot read '%s': %s", path, strerror(errno));
+    return NULL;
+  }
+  struct stat st;
+  if (fstat(fileno(f), &st) == 0 && S_ISDIR(st.st_mode)) {
+    fclose(f);
+    diag_error(c, none, "cannot read '%s': it is a directory", path);
+    return NULL;
+  }
+  size_t cap = 1 << 16, len = 0;
+  char *buf = malloc(cap);
+  while (buf) {
+    size_t n = fread(buf + len, 1, cap - len - 1, f);
+    len += n;
+    if (n == 0) break;
+    if (len + 1 == cap) {
+      char *bigger = cap > ((size_t)1 << 30) ? NULL : realloc(buf, cap * 2);
+      if (!bigger) {
+        free(buf);
+        buf = NULL;
+        break;
+      }
+      buf = bigger;
+      cap *= 2;
+    }
+  }
+  bool failed = ferror(f);
+  fclose(f);
+  if (!buf || failed) {
+    free(buf);
+    diag_error(c, none, "cannot read '%s': %s", path, buf ? strerror(errno) : "file too large");
+    return NULL;
+  }
+  char *text = arena_strndup(&c->arena, buf, len);
+  free(buf);
+  return ctx_add_file(c, path, text, len);
 }
 
 static void append_source_line(Diag *d, SrcLoc loc) {

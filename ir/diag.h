@@ -55,6 +55,9 @@ _Noreturn void ctx_fatal(Ctx *c, const char *file, int line, const char *fmt, ..
 #define dl_unreachable(c) ctx_fatal((c), __FILE__, __LINE__, "unreachable")
 
 const SrcFile *ctx_add_file(Ctx *c, const char *name, const char *text, size_t len);
+/* Reads a whole file into the arena (NUL-terminated).  NULL after
+ * reporting "cannot read 'path': reason" when it cannot. */
+const SrcFile *ctx_load_file(Ctx *c, const char *path);
 
 void diag_report(Ctx *c, DiagLevel level, SrcLoc loc, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));

@@ -1,1 +1,92 @@
-/* placeholder */
+/* The reference interpreter: takes a graph and host tensors for its inputs
+ * and parameters, returns host tensors for its outputs.  It defines what
+ * every op means; optimized graphs and generated kernels are judged
+ * against it.  Also: random parameter initialization and exact
+ * conversions to and from the 16-bit float formats.
+ *
+ * Numerics.  Float ops compute each element in double and round once to
+ * the result dtype (round to nearest even); reductions, matmul, linear,
+ * conv and recurrent layers accumulate in double.  f16 and bf16 elements
+ * are uint16_t bit patterns.  Integer ops are exact in int64 and wrap to
+ * the result width (two's complement), as do int->int casts; integer
+ * division truncates toward zero and division by zero is an error.
+ * Float->int casts truncate toward zero and saturate, NaN -> 0.
+ * maximum/minimum and reduce_max/min propagate NaN; argmax counts NaN as
+ * the largest value (first one wins), as PyTorch does. */
+#ifndef DLCC_EVAL_H
+#define DLCC_EVAL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ir.h"
+
+/* Host memory, C order, elements in type.dtype. */
+typedef struct Tensor {
+  TensorType type;
+  void *data;
+} Tensor;
+
+/* names[i] names tensors[i].  Maps returned by ir_init_params and
+ * api_bind_weights own their names and data: free them with
+ * ir_tensor_map_free.  Maps a caller builds may point anywhere. */
+typedef struct TensorMap {
+  int n;
+  const char **names;
+  Tensor *tensors;
+} TensorMap;
+
+/* Evaluates g.  input and param nodes are looked up by their "name"
+ * attribute in inputs and params (either map may be NULL when empty); the
+ * tensor's type must equal the node's exactly.  outputs has g->n_outputs
+ * entries; each gets malloc'd data that the caller frees with
+ * ir_tensor_free.  Each node's result types are checked against its
+ * shape rule first.  Returns false with a message in err (a missing or
+ * mistyped input or param, integer division by zero, an index out of
+ * range, a graph out of order); outputs are then left empty. */
+bool ir_eval(Graph *g, const TensorMap *inputs, const TensorMap *params, Tensor *outputs,
+             char *err, size_t errlen);
+
+/* Zeroed storage for type; false when it is too large or malloc fails. */
+bool ir_tensor_alloc(Tensor *t, const TensorType *type);
+void ir_tensor_free(Tensor *t);
+size_t ir_tensor_nbytes(const TensorType *type);
+/* Element i (C order) as a double, and stored from a double with the
+ * rounding rules above. */
+double ir_tensor_get(const Tensor *t, int64_t i);
+void ir_tensor_set(Tensor *t, int64_t i, double v);
+
+const Tensor *ir_tensor_map_find(const TensorMap *m, const char *name);
+void ir_tensor_map_free(TensorMap *m);
+
+/* Exact conversions, round to nearest even; NaN stays NaN (quiet, sign
+ * kept), overflow gives infinity, subnormals are kept. */
+uint16_t ir_f16_from_double(double x);
+double ir_f16_to_double(uint16_t h);
+uint16_t ir_bf16_from_double(double x);
+double ir_bf16_to_double(uint16_t h);
+
+typedef enum {
+  /* Every float param random, so that nothing is trivially the identity:
+   * "ones" gives U(0.75, 1.25) and "zeros" U(-0.1, 0.1). */
+  IR_INIT_RANDOM,
+  /* "ones" and "zeros" exact, as a freshly built PyTorch model has them. */
+  IR_INIT_EXACT,
+} IrInitMode;
+
+/* Fills every param of g (out gets one entry per distinct param name, in
+ * graph order; free with ir_tensor_map_free).  Each param draws from its
+ * own generator, seeded from seed and a hash of its name, so values do not
+ * depend on the order or number of params.  The "init" attribute:
+ *   "uniform(b)" U(-b, b); "normal(s)" N(0, s^2); "fill(v)" exactly v;
+ *   "ones", "zeros" as IrInitMode says;
+ *   absent: U(-1/sqrt(fan_in), 1/sqrt(fan_in)), fan_in = product of
+ *   dims[1:] (1 below rank 2), PyTorch's default for linear and conv.
+ * Integer params get uniform integers in [-4, 4], except fill(v) (exact,
+ * saturated), "ones" and "zeros" (exact).  False with a message in err for
+ * an unknown init text or two params of one name with different types. */
+bool ir_init_params(Graph *g, uint64_t seed, IrInitMode mode, TensorMap *out, char *err,
+                    size_t errlen);
+
+#endif

@@ -1,1 +1,739 @@
-/* placeholder: being written */
+/* Shape rules: for each rule named in ops.def, the result types of a node
+ * from its operand types and attributes, or false with a message for the
+ * person who wrote the model.  The IR parser runs these on hand-written
+ * text, so attributes are checked for presence and kind here rather than
+ * trusted, and every sum or product of dims is checked for overflow. */
+#include "ir.h"
+
+#include <inttypes.h>
+#include <stdarg.h>
+#include <string.h>
+
+/* ---- messages ---- */
+
+__attribute__((format(printf, 3, 4))) static bool fail(char *err, size_t errlen, const char *fmt,
+                                                        ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(err, errlen, fmt, ap);
+  va_end(ap);
+  return false;
+}
+
+static const char *op_name(const Node *n) { return ir_ops[n->op].name; }
+
+/* Returned by value so several can sit in one printf: a struct temporary
+ * lives until the end of the full expression (C11 6.2.4p8). */
+typedef struct TypeText {
+  char s[IR_TYPE_STR_MAX];
+} TypeText;
+
+static TypeText ts(const TensorType *t) {
+  TypeText r;
+  ir_type_str(t, r.s, sizeof r.s);
+  return r;
+}
+
+typedef struct IntsText {
+  char s[160];
+} IntsText;
+
+static IntsText ints_text(const int64_t *v, int count) {
+  IntsText r;
+  size_t used = (size_t)snprintf(r.s, sizeof r.s, "[");
+  for (int i = 0; i < count; i++) {
+    if (used + 28 >= sizeof r.s) {
+      snprintf(r.s + used, sizeof r.s - used, ", ...");
+      used = strlen(r.s);
+      break;
+    }
+    used += (size_t)snprintf(r.s + used, sizeof r.s - used, "%s%" PRId64, i ? ", " : "", v[i]);
+  }
+  snprintf(r.s + used, sizeof r.s - used, "]");
+  return r;
+}
+
+/* ---- checked arithmetic on non-negative int64 ---- */
+
+static bool add_ok(int64_t a, int64_t b, int64_t *r) {
+  if (a > INT64_MAX - b) return false;
+  *r = a + b;
+  return true;
+}
+
+static bool mul_ok(int64_t a, int64_t b, int64_t *r) {
+  if (a != 0 && b > INT64_MAX / a) return false;
+  *r = a * b;
+  return true;
+}
+
+/* ---- operands and attributes ---- */
+
+/* Operand types come from declarations in hand-written IR too, so a rank
+ * or dim that would break the arithmetic below is caught first. */
+static bool operands_ok(const Node *n, char *err, size_t errlen) {
+  for (int i = 0; i < n->n_in; i++) {
+    const TensorType *t = &n->in[i]->type;
+    if (t->rank < 0 || t->rank > DL_MAX_RANK || (unsigned)t->dtype >= TY_COUNT)
+      return fail(err, errlen, "%s: operand %d has an invalid type (rank %d)", op_name(n), i + 1,
+                  t->rank);
+    for (int d = 0; d < t->rank; d++) {
+      if (t->dims[d] < 1)
+        return fail(err, errlen,
+                    "%s: operand %d has type %s: every dim must be >= 1 (empty tensors are not "
+                    "supported)",
+                    op_name(n), i + 1, ts(t).s);
+      if (t->dims[d] > DL_MAX_ELEMS)
+        return fail(err, errlen, "%s: operand %d has type %s, larger than %" PRId64 " elements",
+                    op_name(n), i + 1, ts(t).s, DL_MAX_ELEMS);
+    }
+  }
+  return true;
+}
+
+static const TensorType *in_type(const Node *n, int i) { return &n->in[i]->type; }
+
+static const Attr *get_attr(const Node *n, const char *name, AttrKind kind, const char *kind_name,
+                            char *err, size_t errlen) {
+  const Attr *a = ir_attr(n, name);
+  if (!a) {
+    fail(err, errlen, "%s needs attribute '%s'", op_name(n), name);
+    return NULL;
+  }
+  if (a->kind != kind) {
+    fail(err, errlen, "%s: attribute '%s' must be %s", op_name(n), name, kind_name);
+    return NULL;
+  }
+  return a;
+}
+
+static bool attr_int(const Node *n, const char *name, int64_t *v, char *err, size_t errlen) {
+  const Attr *a = get_attr(n, name, AK_INT, "an integer", err, errlen);
+  if (!a) return false;
+  *v = a->i;
+  return true;
+}
+
+static bool attr_flag(const Node *n, const char *name, bool *v, char *err, size_t errlen) {
+  int64_t i;
+  if (!attr_int(n, name, &i, err, errlen)) return false;
+  if (i != 0 && i != 1)
+    return fail(err, errlen, "%s: %s must be 0 or 1, got %" PRId64, op_name(n), name, i);
+  *v = i == 1;
+  return true;
+}
+
+/* An integer attribute that must be at least lo. */
+static bool attr_int_min(const Node *n, const char *name, int64_t lo, int64_t *v, char *err,
+                         size_t errlen) {
+  if (!attr_int(n, name, v, err, errlen)) return false;
+  if (*v < lo)
+    return fail(err, errlen, "%s: %s must be >= %" PRId64 ", got %" PRId64, op_name(n), name, lo,
+                *v);
+  return true;
+}
+
+/* A list attribute; want < 0 accepts any length. */
+static bool attr_ints(const Node *n, const char *name, int want, int *count, const int64_t **v,
+                      char *err, size_t errlen) {
+  const Attr *a = get_attr(n, name, AK_INTS, "a list of integers", err, errlen);
+  if (!a) return false;
+  if (want >= 0 && a->ints.n != want)
+    return fail(err, errlen, "%s: %s must have %d value%s, got %s", op_name(n), name, want,
+                want == 1 ? "" : "s", ints_text(a->ints.v, a->ints.n).s);
+  *count = a->ints.n;
+  *v = a->ints.v;
+  return true;
+}
+
+/* A list of exactly `want` values, each >= lo. */
+static bool attr_ints_min(const Node *n, const char *name, int want, int64_t lo,
+                          const int64_t **v, char *err, size_t errlen) {
+  int count;
+  if (!attr_ints(n, name, want, &count, v, err, errlen)) return false;
+  for (int i = 0; i < count; i++)
+    if ((*v)[i] < lo)
+      return fail(err, errlen, "%s: %s values must be >= %" PRId64 ", got %s", op_name(n), name,
+                  lo, ints_text(*v, count).s);
+  return true;
+}
+
+static bool attr_axis(const Node *n, const TensorType *t, int *axis, char *err, size_t errlen) {
+  int64_t a;
+  if (!attr_int(n, "axis", &a, err, errlen)) return false;
+  if (a < 0 || a >= t->rank)
+    return fail(err, errlen, "%s: axis %" PRId64 " is out of range for %s (rank %d)", op_name(n), a,
+                ts(t).s, t->rank);
+  *axis = (int)a;
+  return true;
+}
+
+static bool need_float(const Node *n, const TensorType *t, char *err, size_t errlen) {
+  if (!ir_dtype_is_float(t->dtype))
+    return fail(err, errlen, "%s needs a floating-point input, got %s", op_name(n), ts(t).s);
+  return true;
+}
+
+static bool same_dtype(const Node *n, const TensorType *a, const TensorType *b, char *err,
+                       size_t errlen) {
+  if (a->dtype != b->dtype)
+    return fail(err, errlen, "%s: dtype mismatch %s vs %s", op_name(n), ir_dtype_name(a->dtype),
+                ir_dtype_name(b->dtype));
+  return true;
+}
+
+static bool need_rank(const Node *n, const TensorType *t, int rank, const char *layout, char *err,
+                      size_t errlen) {
+  if (t->rank != rank)
+    return fail(err, errlen, "%s expects a %d-d input %s, got %s", op_name(n), rank, layout,
+                ts(t).s);
+  return true;
+}
+
+/* An operand that must have exactly type `want` (dims and dtype). */
+static bool need_type(const Node *n, int idx, const char *what, const TensorType *want,
+                      const char *why, char *err, size_t errlen) {
+  const TensorType *t = in_type(n, idx);
+  if (!ir_type_eq(t, want))
+    return fail(err, errlen, "%s: %s must be %s%s, got %s", op_name(n), what, ts(want).s, why,
+                ts(t).s);
+  return true;
+}
+
+/* NumPy broadcasting of two dim lists, right-aligned. */
+static bool broadcast(const int64_t *a, int ra, const int64_t *b, int rb, int64_t *out, int *rout) {
+  int r = ra > rb ? ra : rb;
+  for (int i = 0; i < r; i++) {
+    int64_t da = i < ra ? a[ra - 1 - i] : 1;
+    int64_t db = i < rb ? b[rb - 1 - i] : 1;
+    if (da != db && da != 1 && db != 1) return false;
+    out[r - 1 - i] = da == 1 ? db : da;
+  }
+  *rout = r;
+  return true;
+}
+
+/* ---- elementwise ---- */
+
+bool shape_unary(const Node *n, TensorType *out, char *err, size_t errlen) {
+  if (!operands_ok(n, err, errlen)) return false;
+  out[0] = *in_type(n, 0);
+  return true;
+}
+
+bool shape_unary_float(const Node *n, TensorType *out, char *err, size_t errlen) {
+  if (!operands_ok(n, err, errlen)) return false;
+  if (!need_float(n, in_type(n, 0), err, errlen)) return false;
+  out[0] = *in_type(n, 0);
+  return true;
+}
+
+bool shape_cast(const Node *n, TensorType *out, char *err, size_t errlen) {
+  if (!operands_ok(n, err, errlen)) return false;
+  const Attr *to = get_attr(n, "to", AK_DTYPE, "a dtype", err, errlen);
+  if (!to) return false;
+  if ((unsigned)to->dt >= TY_COUNT) return fail(err, errlen, "cast: invalid target dtype");
+  out[0] = *in_type(n, 0);
+  out[0].dtype = to->dt;
+  return true;
+}
+
+bool shape_binary(const Node *n, TensorType *out, char *err, size_t errlen) {
+  if (!operands_ok(n, err, errlen)) return false;
+  const TensorType *a = in_type(n, 0), *b = in_type(n, 1);
+  if (!same_dtype(n, a, b, err, errlen)) return false;
+  out[0].dtype = a->dtype;
+  if (!broadcast(a->dims, a->rank, b->dims, b->rank, out[0].dims, &out[0].rank))
+    return fail(err, errlen, "%s: cannot broadcast %s with %s", op_name(n), ts(a).s, ts(b).s);
+  return true;
+}
+
+/* ---- reductions and normalizations ---- */
+
+bool shape_reduce(const Node *n, TensorType *out, char *err, size_t errlen) {
+  if (!operands_ok(n, err, errlen)) return false;
+  const TensorType *x = in_type(n, 0);
+  int count;
+  const int64_t *axes;
+  bool keep;
+  if (!attr_ints(n, "axes", -1, &count, &axes, err, errlen)) return false;
+  if (!attr_flag(n, "keepdims", &keep, err, errlen)) return false;
+  if (count == 0) return fail(err, errlen, "%s: axes must not be empty", op_name(n));
+  bool reduced[DL_MAX_RANK] = {false};
+  for (int i = 0; i < count; i++) {
+    if (axes[i] < 0 || axes[i] >= x->rank)
+      return fail(err, errlen, "%s: axis %" PRId64 " is out of range for %s (rank %d)", op_name(n),
+                  axes[i], ts(x).s, x->rank);
+    if (i > 0 && axes[i] <= axes[i - 1])
+      return fail(err, errlen, "%s: axes must be strictly ascending, got %s", op_name(n),
+                  ints_text(axes, count).s);
+    reduced[axes[i]] = true;
+  }
+  out[0].dtype = x->dtype;
+  out[0].rank = 0;
+  for (int d = 0; d < x->rank; d++) {
+    if (!reduced[d])
+      out[0].dims[out[0].rank++] = x->dims[d];
+    else if (keep)
+      out[0].dims[out[0].rank++] = 1;
+  }
+  return true;
+}
+
+bool shape_argmax(const Node *n, TensorType *out, char *err, size_t errlen) {
+  if (!operands_ok(n, err, errlen)) return false;
+  const TensorType *x = in_type(n, 0);
+  int axis;
+  bool keep;
+  if (!attr_axis(n, x, &axis, err, errlen)) return false;
+  if (!attr_flag(n, "keepdims", &keep, err, errlen)) return false;
+  out[0].dtype = TY_I64;
+  out[0].rank = 0;
+  for (int d = 0; d < x->rank; d++) {
+    if (d != axis)
+      out[0].dims[out[0].rank++] = x->dims[d];
+    else if (keep)
+      out[0].dims[out[0].rank++] = 1;
+  }
+  return true;
+}
+
+bool shape_softmax(const Node *n, TensorType *out, char *err, size_t errlen) {
+  if (!operands_ok(n, err, errlen)) return false;
+  const TensorType *x = in_type(n, 0);
+  int axis;
+  if (!need_float(n, x, err, errlen)) return false;
+  if (!attr_axis(n, x, &axis, err, errlen)) return false;
+  out[0] = *x;
+  return true;
+}
+
+bool shape_layernorm(const Node *n, TensorType *out, char *err, size_t errlen) {
+  if (!operands_ok(n, err, errlen)) return false;
+  const TensorType *x = in_type(n, 0);
+  int axis;
+  if (!need_float(n, x, err, errlen)) return false;
+  if (!attr_axis(n, x, &axis, err, errlen)) return false;
+  TensorType want = ir_type_make(x->dtype, x->rank - axis, x->dims + axis);
+  char why[64];
+  snprintf(why, sizeof why, " (the dims of x from axis %d)", axis);
+  static const char *const names[] = {"x", "weight", "bias"};
+  for (int i = 1; i < n->n_in; i++)
+    if (!need_type(n, i, names[i], &want, why, err, errlen)) return false;
+  out[0] = *x;
+  return true;
+}
+
+bool shape_global_pool(const Node *n, TensorType *out, char *err, size_t errlen) {
+  if (!operands_ok(n, err, errlen)) return false;
+  const TensorType *x = in_type(n, 0);
+  if (!need_rank(n, x, 4, "[N, C, H, W]", err, errlen)) return false;
+  if (!need_float(n, x, err, errlen)) return false;
+  out[0] = *x;
+  out[0].dims[2] = out[0].dims[3] = 1;
+  return true;
+}
+
+bool shape_batchnorm(const Node *n, TensorType *out, char *err, size_t errlen) {
+  if (!operands_ok(n, err, errlen)) return false;
+  const TensorType *x = in_type(n, 0);
+  if (x->rank < 2)
+    return fail(err, errlen, "batchnorm expects an input [N, C, ...] of rank >= 2, got %s",
+                ts(x).s);
+  if (!need_float(n, x, err, errlen)) return false;
+  TensorType want = ir_type_make(x->dtype, 1, &x->dims[1]);
+  char why[IR_TYPE_STR_MAX + 32];
+  snprintf(why, sizeof why, " (one value per channel of %s)", ts(x).s);
+  static const char *const names[] = {"x", "weight", "bias", "running_mean", "running_var"};
+  for (int i = 1; i < n->n_in && i < 5; i++)
+    if (!need_type(n, i, names[i], &want, why, err, errlen)) return false;
+  out[0] = *x;
+  return true;
+}
+
+/* ---- matrix products ---- */
+
+bool shape_matmul(const Node *n, TensorType *out, char *err, size_t errlen) {
+  if (!operands_ok(n, err, errlen)) return false;
+  const TensorType *a = in_type(n, 0), *b = in_type(n, 1);
+  if (a->rank < 1 || b->rank < 1)
+    return fail(err, errlen, "matmul needs operands of rank >= 1, got %s @ %s", ts(a).s, ts(b).s);
+  if (!same_dtype(n, a, b, err, errlen)) return false;
+  /* A 1-d lhs acts as [1, K] and a 1-d rhs as [K, 1]; the 1 is dropped. */
+  int64_t ka = a->dims[a->rank - 1];
+  int64_t kb = b->rank >= 2 ? b->dims[b->rank - 2] : b->dims[0];
+  if (ka != kb)
+    return fail(err, errlen, "matmul: inner dimensions differ: %s @ %s (%" PRId64 " vs %" PRId64 ")",
+                ts(a).s, ts(b).s, ka, kb);
+  int ba = a->rank >= 2 ? a->rank - 2 : 0, bb = b->rank >= 2 ? b->rank - 2 : 0;
+  TensorType *r = &out[0];
+  r->dtype = a->dtype;
+  if (!broadcast(a->dims, ba, b->dims, bb, r->dims, &r->rank))
+    return fail(err, errlen, "matmul: cannot broadcast the batch dims of %s with %s", ts(a).s,
+                ts(b).s);
+  if (a->rank >= 2) r->dims[r->rank++] = a->dims[a->rank - 2];
+  if (b->rank >= 2) r->dims[r->rank++] = b->dims[b->rank - 1];
+  return true;
+}
+
+bool shape_linear(const Node *n, TensorType *out, char *err, size_t errlen) {
+  if (!operands_ok(n, err, errlen)) return false;
+  const TensorType *x = in_type(n, 0), *w = in_type(n, 1);
+  if (x->rank < 1) return fail(err, errlen, "linear expects an input [..., in], got %s", ts(x).s);
+  if (w->rank != 2)
+    return fail(err, errlen, "linear expects a 2-d weight [out, in], got %s", ts(w).s);
+  if (!same_dtype(n, x, w, err, errlen)) return false;
+  if (x->dims[x->rank - 1] != w->dims[1])
+    return fail(err, errlen,
+                "linear: input %s has %" PRId64 " features but weight %s expects %" PRId64,
+                ts(x).s, x->dims[x->rank - 1], ts(w).s, w->dims[1]);
+  if (n->n_in > 2) {
+    TensorType want = ir_type_make(x->dtype, 1, &w->dims[0]);
+    if (!need_type(n, 2, "bias", &want, " (one value per output feature)", err, errlen))
+      return false;
+  }
+  out[0] = *x;
+  out[0].dims[x->rank - 1] = w->dims[0];
+  return true;
+}
+
+/* Output length of a window sliding over `len` with pads lo/hi, or -1 when
+ * the padded input is shorter than the dilated window (or absurdly long). */
+static int64_t window_out(int64_t len, int64_t lo, int64_t hi, int64_t k, int64_t stride,
+                          int64_t dilation, bool ceil_mode) {
+  int64_t padded, span;
+  if (!add_ok(len, lo, &padded) || !add_ok(padded, hi, &padded)) return -1;
+  if (!mul_ok(dilation, k - 1, &span) || !add_ok(span, 1, &span)) return -1;
+  if (padded < span) return -1;
+  int64_t room = padded - span;
+  int64_t o = room / stride + (ceil_mode && room % stride != 0) + 1;
+  /* PyTorch: the last window must start inside the input or left pad. */
+  int64_t last;
+  if (ceil_mode && (!mul_ok(o - 1, stride, &last) || last >= len + lo)) o--;
+  return o;
+}
+
+bool shape_conv2d(const Node *n, TensorType *out, char *err, size_t errlen) {
+  if (!operands_ok(n, err, errlen)) return false;
+  const TensorType *x = in_type(n, 0), *w = in_type(n, 1);
+  if (!need_rank(n, x, 4, "[N, C, H, W]", err, errlen)) return false;
+  if (w->rank != 4)
+    return fail(err, errlen, "conv2d expects a 4-d weight [Cout, C/groups, kH, kW], got %s",
+                ts(w).s);
+  if (!same_dtype(n, x, w, err, errlen)) return false;
+  const int64_t *stride, *pad, *dil;
+  int64_t groups;
+  if (!attr_ints_min(n, "stride", 2, 1, &stride, err, errlen)) return false;
+  if (!attr_ints_min(n, "pad", 4, 0, &pad, err, errlen)) return false;
+  if (!attr_ints_min(n, "dilation", 2, 1, &dil, err, errlen)) return false;
+  if (!attr_int_min(n, "groups", 1, &groups, err, errlen)) return false;
+  int64_t c = x->dims[1], cout = w->dims[0];
+  if (c % groups != 0 || cout % groups != 0)
+    return fail(err, errlen,
+                "conv2d: groups=%" PRId64 " must divide the input channels (%" PRId64
+                ") and the output channels (%" PRId64 ")",
+                groups, c, cout);
+  if (w->dims[1] != c / groups)
+    return fail(err, errlen,
+                "conv2d: weight %s expects %" PRId64 " input channels per group, but input %s "
+                "has %" PRId64 " with groups=%" PRId64,
+                ts(w).s, w->dims[1], ts(x).s, c / groups, groups);
+  if (n->n_in > 2) {
+    TensorType want = ir_type_make(x->dtype, 1, &cout);
+    if (!need_type(n, 2, "bias", &want, " (one value per output channel)", err, errlen))
+      return false;
+  }
+  static const char *const side[] = {"height", "width"};
+  out[0] = *x;
+  out[0].dims[1] = cout;
+  for (int i = 0; i < 2; i++) {
+    int64_t o = window_out(x->dims[2 + i], pad[i], pad[2 + i], w->dims[2 + i], stride[i], dil[i],
+                           false);
+    if (o < 1)
+      return fail(err, errlen,
+                  "conv2d: kernel %s %" PRId64 " (dilation %" PRId64 ") does not fit the input "
+                  "%s %" PRId64 " with padding %" PRId64 "+%" PRId64
+                  ": the output would be empty (empty tensors are not supported)",
+                  side[i], w->dims[2 + i], dil[i], side[i], x->dims[2 + i], pad[i], pad[2 + i]);
+    out[0].dims[2 + i] = o;
+  }
+  return true;
+}
+
+bool shape_pool2d(const Node *n, TensorType *out, char *err, size_t errlen) {
+  if (!operands_ok(n, err, errlen)) return false;
+  const TensorType *x = in_type(n, 0);
+  if (!need_rank(n, x, 4, "[N, C, H, W]", err, errlen)) return false;
+  const int64_t *kernel, *stride, *pad, *dil;
+  bool ceil_mode, include_pad;
+  if (!attr_ints_min(n, "kernel", 2, 1, &kernel, err, errlen)) return false;
+  if (!attr_ints_min(n, "stride", 2, 1, &stride, err, errlen)) return false;
+  if (!attr_ints_min(n, "pad", 4, 0, &pad, err, errlen)) return false;
+  if (!attr_ints_min(n, "dilation", 2, 1, &dil, err, errlen)) return false;
+  if (!attr_flag(n, "ceil_mode", &ceil_mode, err, errlen)) return false;
+  if (n->op == OP_AVGPOOL2D && !attr_flag(n, "count_include_pad", &include_pad, err, errlen))
+    return false;
+  static const char *const side[] = {"height", "width"};
+  out[0] = *x;
+  for (int i = 0; i < 2; i++) {
+    /* PyTorch's rule: a window never lies entirely in the padding. */
+    if (pad[i] > kernel[i] / 2 || pad[2 + i] > kernel[i] / 2)
+      return fail(err, errlen,
+                  "%s: padding %s %" PRId64 "+%" PRId64 " is more than half the kernel %s %" PRId64,
+                  op_name(n), side[i], pad[i], pad[2 + i], side[i], kernel[i]);
+    int64_t o = window_out(x->dims[2 + i], pad[i], pad[2 + i], kernel[i], stride[i], dil[i],
+                           ceil_mode);
+    if (o < 1)
+      return fail(err, errlen,
+                  "%s: kernel %s %" PRId64 " (dilation %" PRId64 ") does not fit the input "
+                  "%s %" PRId64 " with padding %" PRId64 "+%" PRId64
+                  ": the output would be empty (empty tensors are not supported)",
+                  op_name(n), side[i], kernel[i], dil[i], side[i], x->dims[2 + i], pad[i],
+                  pad[2 + i]);
+    out[0].dims[2 + i] = o;
+  }
+  return true;
+}
+
+/* ---- data movement ---- */
+
+bool shape_reshape(const Node *n, TensorType *out, char *err, size_t errlen) {
+  if (!operands_ok(n, err, errlen)) return false;
+  const TensorType *x = in_type(n, 0);
+  int count;
+  const int64_t *shape;
+  if (!attr_ints(n, "shape", -1, &count, &shape, err, errlen)) return false;
+  if (count > DL_MAX_RANK)
+    return fail(err, errlen, "reshape: shape %s has rank %d, more than the supported %d",
+                ints_text(shape, count).s, count, (int)DL_MAX_RANK);
+  int64_t numel = 1;
+  bool too_big = false;
+  for (int i = 0; i < count; i++) {
+    if (shape[i] < 1)
+      return fail(err, errlen,
+                  "reshape: shape %s has a dim < 1 (empty tensors are not supported)",
+                  ints_text(shape, count).s);
+    if (!too_big && (!mul_ok(numel, shape[i], &numel) || numel > DL_MAX_ELEMS)) too_big = true;
+  }
+  int64_t have = ir_type_numel(x);
+  if (have < 0)
+    return fail(err, errlen, "reshape: input %s is larger than %" PRId64 " elements", ts(x).s,
+                DL_MAX_ELEMS);
+  if (too_big)
+    return fail(err, errlen,
+                "reshape: cannot reshape %s (%" PRId64 " elements) to %s (more than %" PRId64
+                " elements)",
+                ts(x).s, have, ints_text(shape, count).s, DL_MAX_ELEMS);
+  if (numel != have)
+    return fail(err, errlen,
+                "reshape: cannot reshape %s (%" PRId64 " elements) to %s (%" PRId64 " elements)",
+                ts(x).s, have, ints_text(shape, count).s, numel);
+  out[0] = ir_type_make(x->dtype, count, shape);
+  return true;
+}
+
+bool shape_transpose(const Node *n, TensorType *out, char *err, size_t errlen) {
+  if (!operands_ok(n, err, errlen)) return false;
+  const TensorType *x = in_type(n, 0);
+  int count;
+  const int64_t *perm;
+  if (!attr_ints(n, "perm", -1, &count, &perm, err, errlen)) return false;
+  bool seen[DL_MAX_RANK] = {false};
+  bool ok = count == x->rank;
+  for (int i = 0; ok && i < count; i++) {
+    ok = perm[i] >= 0 && perm[i] < x->rank && !seen[perm[i]];
+    if (ok) seen[perm[i]] = true;
+  }
+  if (!ok) {
+    if (x->rank == 0)
+      return fail(err, errlen, "transpose: perm %s must be [] for %s", ints_text(perm, count).s,
+                  ts(x).s);
+    return fail(err, errlen, "transpose: perm %s is not a permutation of 0..%d for %s",
+                ints_text(perm, count).s, x->rank - 1, ts(x).s);
+  }
+  out[0].dtype = x->dtype;
+  out[0].rank = x->rank;
+  for (int i = 0; i < count; i++) out[0].dims[i] = x->dims[perm[i]];
+  return true;
+}
+
+bool shape_expand(const Node *n, TensorType *out, char *err, size_t errlen) {
+  if (!operands_ok(n, err, errlen)) return false;
+  const TensorType *x = in_type(n, 0);
+  int count;
+  const int64_t *shape;
+  if (!attr_ints(n, "shape", -1, &count, &shape, err, errlen)) return false;
+  if (count > DL_MAX_RANK)
+    return fail(err, errlen, "expand: shape %s has rank %d, more than the supported %d",
+                ints_text(shape, count).s, count, (int)DL_MAX_RANK);
+  for (int i = 0; i < count; i++)
+    if (shape[i] < 1)
+      return fail(err, errlen, "expand: shape %s has a dim < 1 (empty tensors are not supported)",
+                  ints_text(shape, count).s);
+  bool ok = count >= x->rank;
+  for (int i = 0; ok && i < x->rank; i++) {
+    int64_t d = x->dims[x->rank - 1 - i];
+    ok = d == 1 || d == shape[count - 1 - i];
+  }
+  if (!ok)
+    return fail(err, errlen, "expand: cannot expand %s to %s", ts(x).s, ints_text(shape, count).s);
+  out[0] = ir_type_make(x->dtype, count, shape);
+  return true;
+}
+
+bool shape_concat(const Node *n, TensorType *out, char *err, size_t errlen) {
+  if (!operands_ok(n, err, errlen)) return false;
+  const TensorType *first = in_type(n, 0);
+  int axis;
+  if (!attr_axis(n, first, &axis, err, errlen)) return false;
+  out[0] = *first;
+  for (int i = 1; i < n->n_in; i++) {
+    const TensorType *t = in_type(n, i);
+    if (t->dtype != first->dtype)
+      return fail(err, errlen, "concat: dtype mismatch %s vs %s (operand %d)",
+                  ir_dtype_name(first->dtype), ir_dtype_name(t->dtype), i + 1);
+    if (t->rank != first->rank)
+      return fail(err, errlen, "concat: operand %d %s has rank %d, operand 1 %s has rank %d", i + 1,
+                  ts(t).s, t->rank, ts(first).s, first->rank);
+    for (int d = 0; d < t->rank; d++)
+      if (d != axis && t->dims[d] != first->dims[d])
+        return fail(err, errlen,
+                    "concat: operand %d %s differs from operand 1 %s in dim %d (only axis %d may "
+                    "differ)",
+                    i + 1, ts(t).s, ts(first).s, d, axis);
+    if (!add_ok(out[0].dims[axis], t->dims[axis], &out[0].dims[axis]))
+      return fail(err, errlen, "concat: the result is too large along axis %d", axis);
+  }
+  return true;
+}
+
+bool shape_slice(const Node *n, TensorType *out, char *err, size_t errlen) {
+  if (!operands_ok(n, err, errlen)) return false;
+  const TensorType *x = in_type(n, 0);
+  const int64_t *starts, *ends, *steps;
+  int count;
+  if (!attr_ints(n, "starts", x->rank, &count, &starts, err, errlen)) return false;
+  if (!attr_ints(n, "ends", x->rank, &count, &ends, err, errlen)) return false;
+  if (!attr_ints(n, "steps", x->rank, &count, &steps, err, errlen)) return false;
+  out[0] = *x;
+  for (int d = 0; d < x->rank; d++) {
+    int64_t s = starts[d], e = ends[d], dim = x->dims[d];
+    if (steps[d] < 1)
+      return fail(err, errlen, "slice: step %" PRId64 " in dim %d must be >= 1", steps[d], d);
+    if (s < 0 || e > dim || s > e)
+      return fail(err, errlen,
+                  "slice: range %" PRId64 ":%" PRId64 " is outside dim %d of %s (need 0 <= start "
+                  "<= end <= %" PRId64 ")",
+                  s, e, d, ts(x).s, dim);
+    if (s == e)
+      return fail(err, errlen,
+                  "slice: range %" PRId64 ":%" PRId64 " of dim %d is empty (empty tensors are "
+                  "not supported)",
+                  s, e, d);
+    out[0].dims[d] = (e - s - 1) / steps[d] + 1;
+  }
+  return true;
+}
+
+bool shape_pad(const Node *n, TensorType *out, char *err, size_t errlen) {
+  if (!operands_ok(n, err, errlen)) return false;
+  const TensorType *x = in_type(n, 0);
+  const int64_t *pads;
+  if (!attr_ints_min(n, "pads", 2 * x->rank, 0, &pads, err, errlen)) return false;
+  out[0] = *x;
+  for (int d = 0; d < x->rank; d++)
+    if (!add_ok(x->dims[d], pads[d], &out[0].dims[d]) ||
+        !add_ok(out[0].dims[d], pads[x->rank + d], &out[0].dims[d]))
+      return fail(err, errlen, "pad: dim %d of %s padded by %" PRId64 "+%" PRId64 " is too large",
+                  d, ts(x).s, pads[d], pads[x->rank + d]);
+  return true;
+}
+
+bool shape_gather(const Node *n, TensorType *out, char *err, size_t errlen) {
+  if (!operands_ok(n, err, errlen)) return false;
+  const TensorType *data = in_type(n, 0), *idx = in_type(n, 1);
+  if (data->rank < 1)
+    return fail(err, errlen, "gather needs data of rank >= 1, got %s", ts(data).s);
+  if (idx->dtype != TY_I32 && idx->dtype != TY_I64)
+    return fail(err, errlen, "gather needs i32 or i64 indices, got %s", ts(idx).s);
+  int axis;
+  if (!attr_axis(n, data, &axis, err, errlen)) return false;
+  int rank = data->rank - 1 + idx->rank;
+  if (rank > DL_MAX_RANK)
+    return fail(err, errlen, "gather: data %s with indices %s gives rank %d, more than the supported %d",
+                ts(data).s, ts(idx).s, rank, (int)DL_MAX_RANK);
+  TensorType *r = &out[0];
+  r->dtype = data->dtype;
+  r->rank = 0;
+  for (int d = 0; d < axis; d++) r->dims[r->rank++] = data->dims[d];
+  for (int d = 0; d < idx->rank; d++) r->dims[r->rank++] = idx->dims[d];
+  for (int d = axis + 1; d < data->rank; d++) r->dims[r->rank++] = data->dims[d];
+  return true;
+}
+
+/* ---- recurrent layers ---- */
+
+/* x, then for each layer and direction w_ih [G*H, I_l], w_hh [G*H, H] and
+ * with bias b_ih, b_hh [G*H]; names as in PyTorch's state_dict. */
+static bool shape_recurrent(const Node *n, int gates, TensorType *out, char *err, size_t errlen) {
+  if (!operands_ok(n, err, errlen)) return false;
+  const TensorType *x = in_type(n, 0);
+  if (!need_float(n, x, err, errlen)) return false;
+  int64_t hidden, layers;
+  bool bidir, batch_first, bias;
+  if (!attr_int_min(n, "hidden", 1, &hidden, err, errlen)) return false;
+  if (!attr_int_min(n, "layers", 1, &layers, err, errlen)) return false;
+  if (!attr_flag(n, "bidirectional", &bidir, err, errlen)) return false;
+  if (!attr_flag(n, "batch_first", &batch_first, err, errlen)) return false;
+  if (!attr_flag(n, "bias", &bias, err, errlen)) return false;
+  if (!need_rank(n, x, 3, batch_first ? "[N, T, I] (batch_first=1)" : "[T, N, I] (batch_first=0)",
+                 err, errlen))
+    return false;
+  int dirs = bidir ? 2 : 1, per = bias ? 4 : 2;
+  if (layers > DL_MAX_ELEMS)
+    return fail(err, errlen, "%s: layers=%" PRId64 " is too large", op_name(n), layers);
+  int64_t params = layers * dirs * per;
+  if (1 + params != n->n_in)
+    return fail(err, errlen,
+                "%s with layers=%" PRId64 ", bidirectional=%d, bias=%d takes %" PRId64
+                " operands (x and %" PRId64 " parameters), got %d",
+                op_name(n), layers, bidir, bias, 1 + params, params, n->n_in);
+  int64_t gh, hd;
+  if (!mul_ok(gates, hidden, &gh) || gh > DL_MAX_ELEMS || !mul_ok(hidden, dirs, &hd))
+    return fail(err, errlen, "%s: hidden=%" PRId64 " is too large", op_name(n), hidden);
+  int64_t batch = x->dims[batch_first ? 0 : 1], steps = x->dims[batch_first ? 1 : 0];
+  int k = 1;
+  for (int64_t l = 0; l < layers; l++) {
+    for (int d = 0; d < dirs; d++) {
+      char name[64];
+      const char *suffix = d ? "_reverse" : "";
+      int64_t w_ih[2] = {gh, l == 0 ? x->dims[2] : hd}, w_hh[2] = {gh, hidden};
+      TensorType want = ir_type_make(x->dtype, 2, w_ih);
+      snprintf(name, sizeof name, "weight_ih_l%" PRId64 "%s (operand %d)", l, suffix, k + 1);
+      if (!need_type(n, k++, name, &want, "", err, errlen)) return false;
+      want = ir_type_make(x->dtype, 2, w_hh);
+      snprintf(name, sizeof name, "weight_hh_l%" PRId64 "%s (operand %d)", l, suffix, k + 1);
+      if (!need_type(n, k++, name, &want, "", err, errlen)) return false;
+      if (!bias) continue;
+      want = ir_type_make(x->dtype, 1, &gh);
+      snprintf(name, sizeof name, "bias_ih_l%" PRId64 "%s (operand %d)", l, suffix, k + 1);
+      if (!need_type(n, k++, name, &want, "", err, errlen)) return false;
+      snprintf(name, sizeof name, "bias_hh_l%" PRId64 "%s (operand %d)", l, suffix, k + 1);
+      if (!need_type(n, k++, name, &want, "", err, errlen)) return false;
+    }
+  }
+  int64_t y[3] = {batch_first ? batch : steps, batch_first ? steps : batch, hd};
+  int64_t h[3] = {layers * dirs, batch, hidden};
+  out[0] = ir_type_make(x->dtype, 3, y);
+  out[1] = ir_type_make(x->dtype, 3, h);
+  if (gates == 4) out[2] = out[1];
+  return true;
+}
+
+bool shape_lstm(const Node *n, TensorType *out, char *err, size_t errlen) {
+  return shape_recurrent(n, 4, out, err, errlen);
+}
+
+bool shape_gru(const Node *n, TensorType *out, char *err, size_t errlen) {
+  return shape_recurrent(n, 3, out, err, errlen);
+}

@@ -7,3 +7,4 @@ include tests/shape.mk
 include tests/frontend.mk
 include tests/lower.mk
 include tests/eval.mk
+include tests/golden.mk
