@@ -145,8 +145,10 @@ static Attr *slot(Graph *g, Node *n, const char *name, AttrKind kind) {
     const AttrSpec *s = ir_op_attr_spec(n->op, n->attrs[i].name);
     if (s - info->attrs < spec) pos = i + 1;
   }
-  memcpy(attrs, n->attrs, sizeof(Attr) * (size_t)pos);
-  memcpy(attrs + pos + 1, n->attrs + pos, sizeof(Attr) * (size_t)(n->n_attrs - pos));
+  if (n->n_attrs > 0) { /* n->attrs is NULL before the first: memcpy from NULL is UB */
+    memcpy(attrs, n->attrs, sizeof(Attr) * (size_t)pos);
+    memcpy(attrs + pos + 1, n->attrs + pos, sizeof(Attr) * (size_t)(n->n_attrs - pos));
+  }
   n->attrs = attrs;
   n->n_attrs++;
   Attr *a = &attrs[pos];
