@@ -1,0 +1,70 @@
+/* A device behind one interface: the plan executor (model.c) runs every
+ * step through this table and does not know whether the kernels run on a
+ * GPU (cuda.c: driver API loaded with dlopen, NVRTC, cuBLAS) or on the CPU
+ * (emu.c: the same CUDA C compiled by the host compiler).
+ *
+ * Every function returns 0 on success or -1 with a message written into
+ * the device's error buffer (rt_device_error); none exits or aborts.  An
+ * error the device cannot recover from (on a GPU, 700 illegal address or
+ * 710 device assert leave the context unusable) sets `broken`, after which
+ * every call fails with that first message. */
+#ifndef DLCRT_DEVICE_H
+#define DLCRT_DEVICE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "plan.h"
+
+typedef struct RtDevice RtDevice;
+typedef struct RtModule RtModule; /* the plan's kernels, loaded */
+
+/* A device address.  On emu it is a host pointer. */
+typedef uint64_t RtDevPtr;
+
+typedef struct RtDeviceOps {
+  const char *name; /* "cuda" or "emu" */
+  void (*destroy)(RtDevice *d);
+  int (*alloc)(RtDevice *d, uint64_t nbytes, RtDevPtr *out);
+  int (*free)(RtDevice *d, RtDevPtr p);
+  int (*upload)(RtDevice *d, RtDevPtr dst, const void *src, uint64_t nbytes);
+  int (*download)(RtDevice *d, void *dst, RtDevPtr src, uint64_t nbytes);
+  int (*copy)(RtDevice *d, RtDevPtr dst, RtDevPtr src, uint64_t nbytes);
+  int (*memset0)(RtDevice *d, RtDevPtr dst, uint64_t nbytes);
+  /* Loads the plan's kernels: from a matching precompiled binary, else by
+   * compiling plan->source (NVRTC with the disk cache on cuda; the host
+   * compiler on emu). */
+  int (*load)(RtDevice *d, const RtPlan *plan, RtModule **out);
+  void (*unload)(RtDevice *d, RtModule *m);
+  /* args[i] already resolved: pointers are device addresses. */
+  int (*launch)(RtDevice *d, RtModule *m, const RtLaunch *l, const void *const *arg_values);
+  int (*gemm)(RtDevice *d, const RtGemm *g, RtDevPtr a, RtDevPtr b, RtDevPtr c);
+  int (*synchronize)(RtDevice *d);
+} RtDeviceOps;
+
+struct RtDevice {
+  const RtDeviceOps *ops;
+  bool broken;
+  char error[1024];
+};
+
+/* Opens a device: "cuda", "emu", or "auto" (cuda when a GPU answers,
+ * else emu; *chosen says which).  NULL with a message in err when it
+ * cannot (no driver, no GPU, no host compiler). */
+RtDevice *rt_device_open(const char *kind, const char **chosen, char *err, size_t errlen);
+RtDevice *rt_cuda_open(char *err, size_t errlen);
+RtDevice *rt_emu_open(char *err, size_t errlen);
+void rt_device_close(RtDevice *d);
+const char *rt_device_error(const RtDevice *d);
+/* Records a formatted message (first error wins while broken). */
+int rt_device_fail(RtDevice *d, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* The emu contract with codegen: for every kernel NAME in the source,
+ * codegen also emits, inside #ifdef DLCC_EMU,
+ *     extern "C" void NAME__emu(void **args);
+ * which unpacks args (the same void** array cuLaunchKernel takes) and
+ * calls the kernel.  The emu device sets the CUDA built-ins (threadIdx,
+ * blockIdx, blockDim, gridDim) before each call. */
+
+#endif

@@ -1,0 +1,136 @@
+/* The launch plan: everything the runtime needs to run a compiled model,
+ * and nothing of the compiler.  codegen/ builds one in memory (JIT) or
+ * writes it out as C initializers into model.so (AOT); runtime/ executes
+ * it on a device (cuda, or emu on the CPU).  Plain data only, so the same
+ * struct serves both: no pointers into compiler memory, strings and
+ * arrays owned by whoever built the plan.
+ *
+ * Memory.  A model has four spaces, each one flat byte range on the
+ * device: WEIGHTS (all parameters, loaded once), ARENA (every
+ * intermediate and scratch buffer at offsets fixed by the compiler),
+ * INPUT i and OUTPUT i (one buffer per model input/output).  A buffer is
+ * named by its space and byte offset (RtRef), so the plan is position
+ * independent and an aliasing bug in the offsets shows up as wrong
+ * numbers on every device. */
+#ifndef DLCRT_PLAN_H
+#define DLCRT_PLAN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define RT_PLAN_MAGIC 0x444c4350u /* "DLCP" */
+#define RT_PLAN_VERSION 1u
+#define RT_MAX_RANK 8
+
+typedef enum { RT_SPACE_WEIGHTS, RT_SPACE_ARENA, RT_SPACE_INPUT, RT_SPACE_OUTPUT } RtSpace;
+
+typedef struct RtRef {
+  uint32_t space; /* RtSpace */
+  uint32_t index; /* which input/output for those spaces; 0 otherwise */
+  uint64_t offset;
+} RtRef;
+
+/* Element types as the runtime and its files know them (same order as
+ * the compiler's DType for the first six). */
+typedef enum {
+  RT_DT_F32, RT_DT_F16, RT_DT_BF16, RT_DT_I8, RT_DT_I32, RT_DT_I64, RT_DT_COUNT
+} RtDTypeCode;
+
+typedef struct RtTensorDesc {
+  const char *name;
+  uint32_t dtype; /* RtDTypeCode */
+  uint32_t rank;
+  int64_t dims[RT_MAX_RANK];
+  uint64_t nbytes;
+  RtRef where; /* weights: offset in WEIGHTS; inputs/outputs: their own space */
+} RtTensorDesc;
+
+typedef enum { RT_ARG_PTR, RT_ARG_I32, RT_ARG_I64, RT_ARG_F32 } RtArgKind;
+
+/* One kernel argument, in the kernel's parameter order. */
+typedef struct RtArg {
+  uint32_t kind; /* RtArgKind */
+  RtRef ref;     /* RT_ARG_PTR: device address of ref */
+  int64_t i;     /* RT_ARG_I32 / RT_ARG_I64 */
+  float f;       /* RT_ARG_F32 */
+} RtArg;
+
+typedef struct RtLaunch {
+  uint32_t kernel; /* index into RtPlan.kernels */
+  uint32_t grid[3], block[3];
+  uint32_t dynamic_shared_bytes;
+  uint32_t n_args;
+  const RtArg *args;
+} RtLaunch;
+
+/* Row-major, strided-batched GEMM:
+ *   for b in [0, batch):
+ *     C_b[m x n] = alpha * op(A_b) @ op(B_b) + beta * C_b
+ * op(A) is A (stored m x k, leading dimension lda) or, with trans_a, the
+ * transpose of A stored k x m.  Likewise B (k x n, or n x k with
+ * trans_b).  X_b starts at X + b * stride_x elements.  Inputs in dtype,
+ * accumulation in f32 (TF32 off), C in dtype.  The cuda device turns this
+ * into the column-major cuBLAS call; emu runs it on the CPU. */
+typedef struct RtGemm {
+  uint32_t dtype; /* RtDTypeCode: F32, F16 or BF16 */
+  uint32_t trans_a, trans_b;
+  int64_t m, n, k;
+  int64_t lda, ldb, ldc;
+  int64_t batch, stride_a, stride_b, stride_c;
+  float alpha, beta;
+  RtRef a, b, c;
+} RtGemm;
+
+typedef struct RtCopy {
+  RtRef dst, src;
+  uint64_t nbytes;
+} RtCopy;
+
+typedef enum { RT_STEP_LAUNCH, RT_STEP_GEMM, RT_STEP_COPY } RtStepKind;
+
+typedef struct RtStep {
+  uint32_t kind;     /* RtStepKind */
+  const char *label; /* what it computes, for --emit=plan and profiles ("conv2d %12") */
+  RtLaunch launch;
+  RtGemm gemm;
+  RtCopy copy;
+} RtStep;
+
+typedef struct RtKernel {
+  const char *name; /* extern "C" __global__ name in source */
+  /* The emu device runs a block's threads one after another when the
+   * kernel never synchronizes; only kernels with barriers or warp
+   * shuffles need the fiber scheduler. */
+  uint32_t uses_barriers;
+  uint32_t static_shared_bytes;
+} RtKernel;
+
+/* Precompiled device code for one architecture (AOT). */
+typedef struct RtBinary {
+  const char *arch; /* "sm_90", or "compute_90" for PTX */
+  const void *data;
+  uint64_t size;
+} RtBinary;
+
+typedef struct RtPlan {
+  uint32_t magic;   /* RT_PLAN_MAGIC */
+  uint32_t version; /* RT_PLAN_VERSION: a model.so from another version is refused */
+  const char *model_name;
+  const char *source; /* CUDA C of every kernel, NUL-terminated */
+  uint32_t n_kernels;
+  const RtKernel *kernels;
+  uint32_t n_binaries;
+  const RtBinary *binaries; /* may be empty: compile source with NVRTC */
+  uint32_t n_steps;
+  const RtStep *steps;
+  uint64_t arena_bytes;
+  uint64_t weights_bytes;
+  uint32_t n_weights;
+  const RtTensorDesc *weights;
+  uint32_t n_inputs;
+  const RtTensorDesc *inputs;
+  uint32_t n_outputs;
+  const RtTensorDesc *outputs;
+} RtPlan;
+
+#endif
