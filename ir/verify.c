@@ -1,1 +1,283 @@
-/* placeholder: being written */
+/* The IR verifier: takes a graph, checks the invariants every pass relies
+ * on (list structure, operands defined before use, arities, attributes
+ * against the schema, declared and inferred types, unique source names,
+ * outputs), reports what is broken to the graph's diagnostics and returns
+ * whether all held.  It stops checking nodes after the first broken one,
+ * since what follows is usually its echo. */
+#include "ir.h"
+
+#include <inttypes.h>
+#include <stdarg.h>
+#include <string.h>
+
+/* Open addressing over pointers (defined values) or strings (names). */
+typedef struct PtrSet {
+  const void **slots;
+  size_t cap;
+} PtrSet;
+
+static uint64_t hash_ptr(const void *p) {
+  uint64_t h = (uint64_t)(uintptr_t)p;
+  h ^= h >> 33;
+  h *= 0xff51afd7ed558ccdu;
+  return h ^ (h >> 33);
+}
+
+static uint64_t hash_str(const char *s) {
+  uint64_t h = 1469598103934665603u;
+  for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211u;
+  return h;
+}
+
+static void set_init(Arena *a, PtrSet *s, size_t n) {
+  s->cap = 16;
+  while (s->cap < n * 2) s->cap *= 2;
+  s->slots = ARENA_ARRAY(a, const void *, s->cap);
+}
+
+/* Returns false when already present. */
+static bool set_add_ptr(PtrSet *s, const void *p) {
+  for (size_t i = hash_ptr(p) & (s->cap - 1);; i = (i + 1) & (s->cap - 1)) {
+    if (!s->slots[i]) {
+      s->slots[i] = p;
+      return true;
+    }
+    if (s->slots[i] == p) return false;
+  }
+}
+
+static bool set_has_ptr(const PtrSet *s, const void *p) {
+  for (size_t i = hash_ptr(p) & (s->cap - 1);; i = (i + 1) & (s->cap - 1)) {
+    if (!s->slots[i]) return false;
+    if (s->slots[i] == p) return true;
+  }
+}
+
+static bool set_add_str(PtrSet *s, const char *str) {
+  for (size_t i = hash_str(str) & (s->cap - 1);; i = (i + 1) & (s->cap - 1)) {
+    if (!s->slots[i]) {
+      s->slots[i] = str;
+      return true;
+    }
+    if (strcmp(s->slots[i], str) == 0) return false;
+  }
+}
+
+/* Only then is out[] as long as n_out says. */
+static int n_results(const Node *n) {
+  if ((unsigned)n->op >= OP_COUNT || !n->out || n->n_out != ir_ops[n->op].n_out) return 0;
+  return n->n_out;
+}
+
+typedef struct Verifier {
+  Graph *g;
+  bool node_ok, ok;
+} Verifier;
+
+static void fail(Verifier *v, const Node *n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void fail(Verifier *v, const Node *n, const char *fmt, ...) {
+  char buf[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(buf, sizeof buf, fmt, ap);
+  va_end(ap);
+  SrcLoc none = {0};
+  if (n) {
+    const char *op = (unsigned)n->op < OP_COUNT ? ir_ops[n->op].name : "?";
+    if (n_results(n) > 0)
+      diag_error(v->g->ctx, n->loc, "verifier: %s %%%d: %s", op, n->out[0].id, buf);
+    else
+      diag_error(v->g->ctx, n->loc, "verifier: %s: %s", op, buf);
+  } else {
+    diag_error(v->g->ctx, none, "verifier: graph '%s': %s", v->g->name ? v->g->name : "", buf);
+  }
+  v->node_ok = v->ok = false;
+}
+
+static const char *kind_name(AttrKind k) {
+  switch (k) {
+    case AK_INT: return "int";
+    case AK_FLOAT: return "float";
+    case AK_INTS: return "int list";
+    case AK_STR: return "string";
+    case AK_DTYPE: return "dtype";
+  }
+  return "unknown kind";
+}
+
+static void check_attrs(Verifier *v, const Node *n) {
+  const OpInfo *info = &ir_ops[n->op];
+  int last_spec = -1;
+  for (int i = 0; i < n->n_attrs; i++) {
+    const Attr *a = &n->attrs[i];
+    if (!a->name) {
+      fail(v, n, "attribute %d has no name", i);
+      continue;
+    }
+    const AttrSpec *s = ir_op_attr_spec(n->op, a->name);
+    if (!s) {
+      fail(v, n, "attribute '%s' is not in %s's schema", a->name, info->name);
+      continue;
+    }
+    if (a->kind != s->kind) fail(v, n, "attribute '%s' is a %s, should be a %s", a->name,
+                                 kind_name(a->kind), kind_name(s->kind));
+    else if (a->kind == AK_STR && !a->s)
+      fail(v, n, "attribute '%s' has no string", a->name);
+    else if (a->kind == AK_INTS && (a->ints.n < 0 || (a->ints.n > 0 && !a->ints.v)))
+      fail(v, n, "attribute '%s' has a broken list", a->name);
+    else if (a->kind == AK_DTYPE && (unsigned)a->dt >= TY_COUNT)
+      fail(v, n, "attribute '%s' has no valid dtype", a->name);
+    int spec = (int)(s - info->attrs);
+    if (spec == last_spec)
+      fail(v, n, "attribute '%s' appears twice", a->name);
+    else if (spec < last_spec)
+      fail(v, n, "attribute '%s' is out of schema order", a->name);
+    last_spec = spec;
+  }
+  for (int i = 0; i < info->n_attrs; i++) {
+    const AttrSpec *s = &info->attrs[i];
+    if (s->default_text && strcmp(s->default_text, "?") == 0) continue;
+    if (!ir_attr(n, s->name)) fail(v, n, "missing attribute '%s'", s->name);
+  }
+}
+
+static void check_declared(Verifier *v, const Node *n) {
+  const TensorType *t = &n->out[0].type;
+  char buf[IR_TYPE_STR_MAX];
+  if ((unsigned)t->dtype >= TY_COUNT) {
+    fail(v, n, "declared type has no valid dtype");
+    return;
+  }
+  if (t->rank < 0 || t->rank > DL_MAX_RANK) {
+    fail(v, n, "declared rank %d is outside 0..%d", t->rank, DL_MAX_RANK);
+    return;
+  }
+  for (int i = 0; i < t->rank; i++)
+    if (t->dims[i] < 1) {
+      fail(v, n, "declared type %s has a dimension below 1", ir_type_str(t, buf, sizeof buf));
+      return;
+    }
+  if (ir_type_numel(t) < 0)
+    fail(v, n, "declared type %s has more than %" PRId64 " elements", ir_type_str(t, buf, sizeof buf),
+         DL_MAX_ELEMS);
+}
+
+static void check_inferred(Verifier *v, const Node *n) {
+  /* Infer into a copy so the node keeps the types it has. */
+  Node copy = *n;
+  Value outs[8];
+  if (n->n_out > (int)ARRAY_LEN(outs)) {
+    fail(v, n, "%d results is more than the verifier handles", n->n_out);
+    return;
+  }
+  memcpy(outs, n->out, sizeof(Value) * (size_t)n->n_out);
+  copy.out = outs;
+  char err[256] = "";
+  if (!ir_infer(&copy, err, sizeof err)) {
+    fail(v, n, "%s", err[0] ? err : "the operands do not fit this op");
+    return;
+  }
+  for (int i = 0; i < n->n_out; i++)
+    if (!ir_type_eq(&outs[i].type, &n->out[i].type)) {
+      char has[IR_TYPE_STR_MAX], want[IR_TYPE_STR_MAX];
+      fail(v, n, "result %d has type %s but its operands give %s", i,
+           ir_type_str(&n->out[i].type, has, sizeof has), ir_type_str(&outs[i].type, want, sizeof want));
+    }
+}
+
+static void check_node(Verifier *v, const Node *n, const PtrSet *defined, PtrSet *inputs,
+                       PtrSet *params) {
+  if ((unsigned)n->op >= OP_COUNT) {
+    fail(v, n, "op number %d is not in ops.def", (int)n->op);
+    return;
+  }
+  const OpInfo *info = &ir_ops[n->op];
+  if (n->n_out != info->n_out || !n->out) {
+    fail(v, n, "has %d results, %s gives %d", n->n_out, info->name, info->n_out);
+    return;
+  }
+  for (int i = 0; i < n->n_out; i++)
+    if (n->out[i].def != n || n->out[i].index != i)
+      fail(v, n, "result %d does not point back at its node", i);
+  if ((n->n_in > 0 && !n->in) || n->n_in < 0 || (n->n_attrs > 0 && !n->attrs) || n->n_attrs < 0) {
+    fail(v, n, "has a broken operand or attribute array");
+    return;
+  }
+  if (n->n_in < info->min_in || (info->max_in >= 0 && n->n_in > info->max_in)) {
+    if (info->max_in < 0)
+      fail(v, n, "takes at least %d operands, has %d", info->min_in, n->n_in);
+    else if (info->min_in == info->max_in)
+      fail(v, n, "takes %d operand%s, has %d", info->min_in, info->min_in == 1 ? "" : "s", n->n_in);
+    else
+      fail(v, n, "takes %d to %d operands, has %d", info->min_in, info->max_in, n->n_in);
+  }
+  for (int i = 0; i < n->n_in; i++) {
+    const Value *in = n->in[i];
+    if (!in)
+      fail(v, n, "operand %d is null", i);
+    else if (!set_has_ptr(defined, in))
+      fail(v, n, "operand %d is not a result of an earlier node in this graph", i);
+  }
+  check_attrs(v, n);
+  if (!v->node_ok) return;
+  if (!info->shape) {
+    check_declared(v, n);
+    if (n->op == OP_INPUT || n->op == OP_PARAM) {
+      const char *name = ir_attr_str(n, "name");
+      bool is_input = n->op == OP_INPUT;
+      if (!set_add_str(is_input ? inputs : params, name))
+        fail(v, n, "%s name \"%s\" is used twice", is_input ? "input" : "param", name);
+    }
+  } else {
+    check_inferred(v, n);
+  }
+}
+
+bool ir_verify(Graph *g) {
+  Verifier v = {.g = g, .ok = true};
+  Arena *a = &g->ctx->arena;
+  /* Count along the list, bounded so a cycle cannot hang us. */
+  size_t n_values = 0;
+  int count = 0;
+  Node *prev = NULL;
+  for (Node *n = g->first; n; n = n->next) {
+    if (count > g->n_nodes) {
+      fail(&v, NULL, "the node list is longer than n_nodes (%d) or has a cycle", g->n_nodes);
+      return false;
+    }
+    n->id = count;
+    for (int i = 0; i < n_results(n); i++) n->out[i].id = (int)n_values + i;
+    if (n->prev != prev) fail(&v, n, "prev link does not point at the node before it");
+    n_values += (size_t)n_results(n);
+    prev = n;
+    count++;
+  }
+  if (count != g->n_nodes) fail(&v, NULL, "n_nodes is %d but the list has %d nodes", g->n_nodes, count);
+  if (g->last != prev) fail(&v, NULL, "last does not point at the final node");
+  if (!v.ok) return false;
+
+  PtrSet defined, inputs, params;
+  set_init(a, &defined, n_values);
+  set_init(a, &inputs, (size_t)count);
+  set_init(a, &params, (size_t)count);
+  bool stopped = false;
+  for (Node *n = g->first; n; n = n->next) {
+    v.node_ok = true;
+    if (!stopped) {
+      check_node(&v, n, &defined, &inputs, &params);
+      stopped = !v.node_ok;
+    }
+    for (int i = 0; i < n_results(n); i++) set_add_ptr(&defined, &n->out[i]);
+  }
+  v.node_ok = true;
+  if (g->n_outputs < 1) fail(&v, NULL, "has no outputs");
+  for (int i = 0; i < g->n_outputs; i++) {
+    const char *name = g->output_names ? g->output_names[i] : NULL;
+    if (!name) fail(&v, NULL, "output %d has no name", i);
+    if (!g->outputs || !g->outputs[i])
+      fail(&v, NULL, "output %d is null", i);
+    else if (!set_has_ptr(&defined, g->outputs[i]))
+      fail(&v, NULL, "output %d (\"%s\") is not a value of this graph", i, name ? name : "");
+  }
+  return v.ok;
+}
