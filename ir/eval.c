@@ -1,1 +1,1248 @@
-/* placeholder: being written */
+/* The reference interpreter: takes a graph and host tensors for its
+ * inputs and params, returns its outputs.  Each op is a plain loop over
+ * its definition (see eval.h for the numeric rules); nothing here is
+ * clever, because everything else is checked against it. */
+#include "eval.h"
+
+#include <inttypes.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- 16-bit floats ---- */
+
+/* Rounds x to the nearest value with ebits of exponent and mbits of
+ * mantissa (ties to even) and returns its bit pattern.  Scaling by a power
+ * of two is exact, so the only rounding is the one done by hand here. */
+static uint16_t narrow_float(double x, int ebits, int mbits) {
+  uint16_t sign = signbit(x) ? (uint16_t)(1u << (ebits + mbits)) : 0;
+  uint16_t expmask = (uint16_t)(((1u << ebits) - 1) << mbits);
+  if (isnan(x)) return sign | expmask | (uint16_t)(1u << (mbits - 1));
+  double a = fabs(x);
+  if (isinf(a)) return sign | expmask;
+  if (a == 0) return sign;
+  int bias = (1 << (ebits - 1)) - 1, emin = 1 - bias, emax = bias;
+  int e;
+  frexp(a, &e);
+  int E = e - 1; /* a in [2^E, 2^(E+1)) */
+  if (E > emax) return sign | expmask;
+  if (E < emin) E = emin; /* subnormal: the scale stays at emin */
+  double scaled = ldexp(a, mbits - E);
+  double fl = floor(scaled);
+  double frac = scaled - fl;
+  uint64_t q = (uint64_t)fl;
+  if (frac > 0.5 || (frac == 0.5 && (q & 1))) q++;
+  uint64_t one = (uint64_t)1 << mbits;
+  if (q >= 2 * one) {
+    q >>= 1;
+    E++;
+  }
+  if (q < one) return sign | (uint16_t)q; /* subnormal (E == emin) */
+  if (E > emax) return sign | expmask;
+  return sign | (uint16_t)((uint64_t)(E + bias) << mbits) | (uint16_t)(q - one);
+}
+
+static double widen_float(uint16_t h, int ebits, int mbits) {
+  int bias = (1 << (ebits - 1)) - 1;
+  unsigned ex = (h >> mbits) & ((1u << ebits) - 1);
+  unsigned man = h & ((1u << mbits) - 1);
+  double s = (h >> (ebits + mbits)) & 1 ? -1.0 : 1.0;
+  if (ex == (1u << ebits) - 1) return man ? copysign(NAN, s) : s * INFINITY;
+  if (ex == 0) return s * ldexp((double)man, 1 - bias - mbits);
+  return s * ldexp((double)(man + (1u << mbits)), (int)ex - bias - mbits);
+}
+
+uint16_t ir_f16_from_double(double x) { return narrow_float(x, 5, 10); }
+double ir_f16_to_double(uint16_t h) { return widen_float(h, 5, 10); }
+uint16_t ir_bf16_from_double(double x) { return narrow_float(x, 8, 7); }
+double ir_bf16_to_double(uint16_t h) { return widen_float(h, 8, 7); }
+
+/* ---- elements ---- */
+
+/* An int64 as a double rounded to odd: exact up to 2^53, and otherwise
+ * close enough that rounding it once more to a narrower float gives the
+ * correctly rounded result (no double-rounding error). */
+static double int_to_double(int64_t v) {
+  uint64_t m = v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v;
+  int s = 0;
+  while ((m >> s) >= ((uint64_t)1 << 53)) s++;
+  uint64_t top = m >> s;
+  if (s && (m & (((uint64_t)1 << s) - 1))) top |= 1;
+  double d = ldexp((double)top, s);
+  return v < 0 ? -d : d;
+}
+
+/* Float -> int: truncate toward zero, saturate, NaN -> 0. */
+static int64_t sat_int(double x, DType dt) {
+  if (isnan(x)) return 0;
+  int64_t lo = INT64_MIN, hi = INT64_MAX;
+  if (dt == TY_I8) lo = INT8_MIN, hi = INT8_MAX;
+  if (dt == TY_I32) lo = INT32_MIN, hi = INT32_MAX;
+  double t = trunc(x);
+  if (t <= (double)lo) return lo;
+  if (t >= (double)hi) return hi; /* (double)INT64_MAX is 2^63 */
+  return (int64_t)t;
+}
+
+static int64_t wadd(int64_t a, int64_t b) { return (int64_t)((uint64_t)a + (uint64_t)b); }
+static int64_t wsub(int64_t a, int64_t b) { return (int64_t)((uint64_t)a - (uint64_t)b); }
+static int64_t wmul(int64_t a, int64_t b) { return (int64_t)((uint64_t)a * (uint64_t)b); }
+
+double ir_tensor_get(const Tensor *t, int64_t i) {
+  switch (t->type.dtype) {
+    case TY_F32: return ((const float *)t->data)[i];
+    case TY_F16: return ir_f16_to_double(((const uint16_t *)t->data)[i]);
+    case TY_BF16: return ir_bf16_to_double(((const uint16_t *)t->data)[i]);
+    case TY_I8: return ((const int8_t *)t->data)[i];
+    case TY_I32: return ((const int32_t *)t->data)[i];
+    case TY_I64: return (double)((const int64_t *)t->data)[i];
+    case TY_COUNT: break;
+  }
+  return 0;
+}
+
+void ir_tensor_set(Tensor *t, int64_t i, double v) {
+  switch (t->type.dtype) {
+    case TY_F32: ((float *)t->data)[i] = (float)v; return;
+    case TY_F16: ((uint16_t *)t->data)[i] = ir_f16_from_double(v); return;
+    case TY_BF16: ((uint16_t *)t->data)[i] = ir_bf16_from_double(v); return;
+    case TY_I8: ((int8_t *)t->data)[i] = (int8_t)sat_int(v, TY_I8); return;
+    case TY_I32: ((int32_t *)t->data)[i] = (int32_t)sat_int(v, TY_I32); return;
+    case TY_I64: ((int64_t *)t->data)[i] = sat_int(v, TY_I64); return;
+    case TY_COUNT: return;
+  }
+}
+
+/* Integer view: exact for integer dtypes, a saturating cast for floats. */
+static int64_t get_i(const Tensor *t, int64_t i) {
+  switch (t->type.dtype) {
+    case TY_I8: return ((const int8_t *)t->data)[i];
+    case TY_I32: return ((const int32_t *)t->data)[i];
+    case TY_I64: return ((const int64_t *)t->data)[i];
+    default: return sat_int(ir_tensor_get(t, i), TY_I64);
+  }
+}
+
+/* Integers wrap to the result width; into a float they round once. */
+static void set_i(Tensor *t, int64_t i, int64_t v) {
+  switch (t->type.dtype) {
+    case TY_I8: ((int8_t *)t->data)[i] = (int8_t)(uint8_t)((uint64_t)v & 0xff); return;
+    case TY_I32: ((int32_t *)t->data)[i] = (int32_t)(uint32_t)((uint64_t)v & 0xffffffffu); return;
+    case TY_I64: ((int64_t *)t->data)[i] = v; return;
+    default: ir_tensor_set(t, i, int_to_double(v)); return;
+  }
+}
+
+static bool is_int(const Tensor *t) { return !ir_dtype_is_float(t->type.dtype); }
+
+static int64_t numel(const TensorType *t) { return ir_type_numel(t); }
+
+size_t ir_tensor_nbytes(const TensorType *type) {
+  int64_t n = ir_type_numel(type);
+  if (n < 0) return 0;
+  return (size_t)n * (size_t)ir_dtype_size(type->dtype);
+}
+
+bool ir_tensor_alloc(Tensor *t, const TensorType *type) {
+  t->type = *type;
+  t->data = NULL;
+  if (ir_type_numel(type) < 0 || (unsigned)type->dtype >= TY_COUNT) return false;
+  size_t nb = ir_tensor_nbytes(type);
+  t->data = calloc(nb ? nb : 1, 1);
+  return t->data != NULL;
+}
+
+void ir_tensor_free(Tensor *t) {
+  free(t->data);
+  t->data = NULL;
+}
+
+const Tensor *ir_tensor_map_find(const TensorMap *m, const char *name) {
+  if (!m) return NULL;
+  for (int i = 0; i < m->n; i++)
+    if (strcmp(m->names[i], name) == 0) return &m->tensors[i];
+  return NULL;
+}
+
+void ir_tensor_map_free(TensorMap *m) {
+  for (int i = 0; i < m->n; i++) {
+    free((char *)m->names[i]);
+    ir_tensor_free(&m->tensors[i]);
+  }
+  free(m->names);
+  free(m->tensors);
+  m->n = 0;
+  m->names = NULL;
+  m->tensors = NULL;
+}
+
+/* ---- indexing ---- */
+
+static void strides_of(const TensorType *t, int64_t *st) {
+  int64_t s = 1;
+  for (int i = t->rank - 1; i >= 0; i--) {
+    st[i] = s;
+    s *= t->dims[i];
+  }
+}
+
+static void unravel(int64_t lin, const TensorType *t, int64_t *idx) {
+  for (int i = t->rank - 1; i >= 0; i--) {
+    int64_t d = t->dims[i];
+    idx[i] = d ? lin % d : 0;
+    lin = d ? lin / d : 0;
+  }
+}
+
+/* Strides of `in` read at `out`'s multi-index under NumPy broadcasting:
+ * leading dims missing from `in`, and its size-1 dims, get stride 0. */
+static void bcast_strides(const TensorType *in, const TensorType *out, int64_t *st) {
+  int64_t own[DL_MAX_RANK];
+  strides_of(in, own);
+  int off = out->rank - in->rank;
+  for (int i = 0; i < out->rank; i++) {
+    int j = i - off;
+    st[i] = (j < 0 || in->dims[j] == 1) ? 0 : own[j];
+  }
+}
+
+static int64_t dot_idx(const int64_t *idx, const int64_t *st, int rank) {
+  int64_t o = 0;
+  for (int i = 0; i < rank; i++) o += idx[i] * st[i];
+  return o;
+}
+
+static void copy_elem(Tensor *dst, int64_t di, const Tensor *src, int64_t si) {
+  size_t es = (size_t)ir_dtype_size(src->type.dtype);
+  memcpy((char *)dst->data + (size_t)di * es, (const char *)src->data + (size_t)si * es, es);
+}
+
+static int norm_axis(int64_t axis, int rank) { return (int)(axis < 0 ? axis + rank : axis); }
+
+/* ---- the interpreter's state ---- */
+
+typedef struct Eval {
+  const Node *node; /* the node being evaluated, for messages */
+  char *err;
+  size_t errlen;
+} Eval;
+
+static bool fail(Eval *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static bool fail(Eval *e, const char *fmt, ...) {
+  size_t used = 0;
+  const Node *n = e->node;
+  if (n && n->loc.file)
+    used = (size_t)snprintf(e->err, e->errlen, "%s:%d:%d: ", n->loc.file->name, n->loc.line,
+                            n->loc.col);
+  if (n && used < e->errlen)
+    used += (size_t)snprintf(e->err + used, e->errlen - used, "%s: ", ir_ops[n->op].name);
+  if (used < e->errlen) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e->err + used, e->errlen - used, fmt, ap);
+    va_end(ap);
+  }
+  return false;
+}
+
+/* ---- elementwise ---- */
+
+static double sigmoid(double x) { return 1.0 / (1.0 + exp(-x)); }
+static double hardsigmoid(double x) { return fmin(fmax(x / 6.0 + 0.5, 0.0), 1.0); }
+
+static double unary_f(const Node *n, double x) {
+  switch (n->op) {
+    case OP_NEG: return -x;
+    case OP_ABS: return fabs(x);
+    case OP_RELU: return x > 0 ? x : (isnan(x) ? x : 0.0);
+    case OP_LEAKY_RELU: return x >= 0 ? x : x * ir_attr_float(n, "alpha");
+    case OP_CLIP: {
+      if (isnan(x)) return x;
+      double lo = ir_attr_float(n, "min"), hi = ir_attr_float(n, "max");
+      return x < lo ? lo : x > hi ? hi : x;
+    }
+    case OP_SIGMOID: return sigmoid(x);
+    case OP_TANH: return tanh(x);
+    case OP_GELU:
+      if (strcmp(ir_attr_str(n, "approximate"), "tanh") == 0)
+        return 0.5 * x * (1.0 + tanh(sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x)));
+      return 0.5 * x * (1.0 + erf(x / sqrt(2.0)));
+    case OP_SILU: return x * sigmoid(x);
+    case OP_HARDSIGMOID: return hardsigmoid(x);
+    case OP_HARDSWISH: return x * hardsigmoid(x);
+    case OP_EXP: return exp(x);
+    case OP_LOG: return log(x);
+    case OP_SQRT: return sqrt(x);
+    case OP_RSQRT: return 1.0 / sqrt(x);
+    case OP_ERF: return erf(x);
+    case OP_RECIPROCAL: return 1.0 / x;
+    case OP_SIN: return sin(x);
+    case OP_COS: return cos(x);
+    default: return x; /* OP_CAST */
+  }
+}
+
+static bool eval_unary(Eval *e, const Node *n, const Tensor *x, Tensor *out) {
+  int64_t count = numel(&out->type);
+  bool ints = is_int(x) && is_int(out);
+  if (n->op == OP_CAST) {
+    for (int64_t i = 0; i < count; i++) {
+      if (is_int(x))
+        set_i(out, i, get_i(x, i));
+      else
+        ir_tensor_set(out, i, ir_tensor_get(x, i)); /* f32 -> f16 etc. round once */
+    }
+    return true;
+  }
+  if (ints && (n->op == OP_NEG || n->op == OP_ABS || n->op == OP_RELU || n->op == OP_CLIP)) {
+    /* Clip keeps the integers inside [min, max]. */
+    double lo = 0, hi = 0;
+    if (n->op == OP_CLIP) lo = ceil(ir_attr_float(n, "min")), hi = floor(ir_attr_float(n, "max"));
+    for (int64_t i = 0; i < count; i++) {
+      int64_t v = get_i(x, i), r = v;
+      if (n->op == OP_NEG) r = wsub(0, v);
+      if (n->op == OP_ABS) r = v < 0 ? wsub(0, v) : v;
+      if (n->op == OP_RELU) r = v > 0 ? v : 0;
+      if (n->op == OP_CLIP) {
+        if ((double)v < lo) r = sat_int(lo, TY_I64);
+        if ((double)v > hi) r = sat_int(hi, TY_I64);
+      }
+      set_i(out, i, r);
+    }
+    return true;
+  }
+  for (int64_t i = 0; i < count; i++) ir_tensor_set(out, i, unary_f(n, ir_tensor_get(x, i)));
+  return true;
+}
+
+static double binary_f(OpKind op, double a, double b) {
+  switch (op) {
+    case OP_ADD: return a + b;
+    case OP_SUB: return a - b;
+    case OP_MUL: return a * b;
+    case OP_DIV: return a / b;
+    case OP_POW: return pow(a, b);
+    case OP_MAXIMUM: return isnan(a) || isnan(b) ? NAN : a > b ? a : b;
+    case OP_MINIMUM: return isnan(a) || isnan(b) ? NAN : a < b ? a : b;
+    default: return 0;
+  }
+}
+
+/* Integer a ** b: exact modulo 2^64 for b >= 0; b < 0 is 1 / a^-b. */
+static bool ipow(int64_t a, int64_t b, int64_t *r) {
+  if (b < 0) {
+    if (a == 0) return false;
+    *r = a == 1 ? 1 : a == -1 ? ((b & 1) ? -1 : 1) : 0;
+    return true;
+  }
+  int64_t acc = 1;
+  while (b) {
+    if (b & 1) acc = wmul(acc, a);
+    a = wmul(a, a);
+    b >>= 1;
+  }
+  *r = acc;
+  return true;
+}
+
+static bool eval_binary(Eval *e, const Node *n, const Tensor *a, const Tensor *b, Tensor *out) {
+  const TensorType *ot = &out->type;
+  int64_t sa[DL_MAX_RANK], sb[DL_MAX_RANK], idx[DL_MAX_RANK];
+  bcast_strides(&a->type, ot, sa);
+  bcast_strides(&b->type, ot, sb);
+  int64_t count = numel(ot);
+  bool ints = is_int(a) && is_int(b) && is_int(out);
+  for (int64_t i = 0; i < count; i++) {
+    unravel(i, ot, idx);
+    int64_t ia = dot_idx(idx, sa, ot->rank), ib = dot_idx(idx, sb, ot->rank);
+    if (!ints) {
+      ir_tensor_set(out, i, binary_f(n->op, ir_tensor_get(a, ia), ir_tensor_get(b, ib)));
+      continue;
+    }
+    int64_t x = get_i(a, ia), y = get_i(b, ib), r = 0;
+    switch (n->op) {
+      case OP_ADD: r = wadd(x, y); break;
+      case OP_SUB: r = wsub(x, y); break;
+      case OP_MUL: r = wmul(x, y); break;
+      case OP_DIV:
+        if (y == 0) return fail(e, "integer division by zero");
+        r = (y == -1) ? wsub(0, x) : x / y; /* INT64_MIN / -1 wraps */
+        break;
+      case OP_POW:
+        if (!ipow(x, y, &r)) return fail(e, "integer division by zero (0 to a negative power)");
+        break;
+      case OP_MAXIMUM: r = x > y ? x : y; break;
+      case OP_MINIMUM: r = x < y ? x : y; break;
+      default: break;
+    }
+    set_i(out, i, r);
+  }
+  return true;
+}
+
+/* ---- reductions ---- */
+
+static bool eval_reduce(Eval *e, const Node *n, const Tensor *x, Tensor *out) {
+  int n_axes;
+  const int64_t *axes = ir_attr_ints(n, "axes", &n_axes);
+  const TensorType *xt = &x->type;
+  bool reduced[DL_MAX_RANK] = {false};
+  int64_t group = 1;
+  for (int k = 0; k < n_axes; k++) {
+    int a = norm_axis(axes[k], xt->rank);
+    if (a < 0 || a >= xt->rank) return fail(e, "axis %" PRId64 " out of range", axes[k]);
+    if (!reduced[a]) group *= xt->dims[a];
+    reduced[a] = true;
+  }
+  /* Strides into the output indexed by x's dims: 0 on reduced dims. */
+  int64_t ost[DL_MAX_RANK], st[DL_MAX_RANK], idx[DL_MAX_RANK];
+  TensorType kept = *xt;
+  for (int i = 0; i < xt->rank; i++)
+    if (reduced[i]) kept.dims[i] = 1;
+  strides_of(&kept, st);
+  for (int i = 0; i < xt->rank; i++) ost[i] = reduced[i] ? 0 : st[i];
+  int64_t on = numel(&out->type), xn = numel(xt);
+  bool ints = is_int(x) && is_int(out);
+  bool is_max = n->op == OP_REDUCE_MAX, is_min = n->op == OP_REDUCE_MIN;
+  if ((is_max || is_min) && group == 0 && on > 0) return fail(e, "reduction over an empty axis");
+  if (n->op == OP_REDUCE_MEAN && ints && group == 0 && on > 0)
+    return fail(e, "integer division by zero (mean of no elements)");
+  double *accf = calloc((size_t)(on ? on : 1), sizeof(double));
+  int64_t *acci = calloc((size_t)(on ? on : 1), sizeof(int64_t));
+  bool *seen = calloc((size_t)(on ? on : 1), sizeof(bool));
+  if (!accf || !acci || !seen) {
+    free(accf), free(acci), free(seen);
+    return fail(e, "out of memory");
+  }
+  for (int64_t i = 0; i < xn; i++) {
+    unravel(i, xt, idx);
+    int64_t o = dot_idx(idx, ost, xt->rank);
+    if (ints) {
+      int64_t v = get_i(x, i);
+      if (is_max)
+        acci[o] = !seen[o] || v > acci[o] ? v : acci[o];
+      else if (is_min)
+        acci[o] = !seen[o] || v < acci[o] ? v : acci[o];
+      else
+        acci[o] = wadd(acci[o], v);
+    } else {
+      double v = ir_tensor_get(x, i);
+      if (!is_max && !is_min)
+        accf[o] += v;
+      else if (!seen[o])
+        accf[o] = v;
+      else if (isnan(accf[o]))
+        ; /* NaN sticks */
+      else if (isnan(v) || (is_max ? v > accf[o] : v < accf[o]))
+        accf[o] = v;
+    }
+    seen[o] = true;
+  }
+  for (int64_t o = 0; o < on; o++) {
+    if (ints) {
+      int64_t v = acci[o];
+      if (n->op == OP_REDUCE_MEAN) v = v / group;
+      set_i(out, o, v);
+    } else {
+      double v = accf[o];
+      if (n->op == OP_REDUCE_MEAN) v = v / (double)group;
+      ir_tensor_set(out, o, v);
+    }
+  }
+  free(accf), free(acci), free(seen);
+  return true;
+}
+
+/* Splits x's dims around axis: outer * len * inner. */
+static void split_axis(const TensorType *t, int axis, int64_t *outer, int64_t *len, int64_t *inner) {
+  *outer = *inner = 1;
+  for (int i = 0; i < axis; i++) *outer *= t->dims[i];
+  *len = t->dims[axis];
+  for (int i = axis + 1; i < t->rank; i++) *inner *= t->dims[i];
+}
+
+static bool eval_argmax(Eval *e, const Node *n, const Tensor *x, Tensor *out) {
+  int axis = norm_axis(ir_attr_int(n, "axis"), x->type.rank);
+  if (axis < 0 || axis >= x->type.rank) return fail(e, "axis out of range");
+  int64_t outer, len, inner;
+  split_axis(&x->type, axis, &outer, &len, &inner);
+  if (len == 0 && outer * inner > 0) return fail(e, "argmax over an empty axis");
+  for (int64_t o = 0; o < outer; o++)
+    for (int64_t in = 0; in < inner; in++) {
+      int64_t best = 0;
+      for (int64_t k = 1; k < len; k++) {
+        int64_t ib = (o * len + best) * inner + in, ik = (o * len + k) * inner + in;
+        if (is_int(x)) {
+          if (get_i(x, ik) > get_i(x, ib)) best = k;
+        } else {
+          double vb = ir_tensor_get(x, ib), vk = ir_tensor_get(x, ik);
+          if (!isnan(vb) && (isnan(vk) || vk > vb)) best = k;
+        }
+      }
+      set_i(out, o * inner + in, best);
+    }
+  return true;
+}
+
+static bool eval_softmax(Eval *e, const Node *n, const Tensor *x, Tensor *out) {
+  int axis = norm_axis(ir_attr_int(n, "axis"), x->type.rank);
+  if (axis < 0 || axis >= x->type.rank) return fail(e, "axis out of range");
+  int64_t outer, len, inner;
+  split_axis(&x->type, axis, &outer, &len, &inner);
+  for (int64_t o = 0; o < outer; o++)
+    for (int64_t in = 0; in < inner; in++) {
+      double mx = -INFINITY, sum = 0;
+      for (int64_t k = 0; k < len; k++) mx = fmax(mx, ir_tensor_get(x, (o * len + k) * inner + in));
+      for (int64_t k = 0; k < len; k++) sum += exp(ir_tensor_get(x, (o * len + k) * inner + in) - mx);
+      for (int64_t k = 0; k < len; k++) {
+        int64_t i = (o * len + k) * inner + in;
+        double v = ir_tensor_get(x, i) - mx;
+        ir_tensor_set(out, i, n->op == OP_SOFTMAX ? exp(v) / sum : v - log(sum));
+      }
+    }
+  return true;
+}
+
+static bool eval_layernorm(Eval *e, const Node *n, const Tensor *x, const Tensor *w,
+                           const Tensor *b, Tensor *out) {
+  int axis = norm_axis(ir_attr_int(n, "axis"), x->type.rank);
+  if (axis < 0 || axis > x->type.rank) return fail(e, "axis out of range");
+  double eps = ir_attr_float(n, "eps");
+  int64_t outer = 1, len = 1;
+  for (int i = 0; i < axis; i++) outer *= x->type.dims[i];
+  for (int i = axis; i < x->type.rank; i++) len *= x->type.dims[i];
+  if ((w && numel(&w->type) != len) || (b && numel(&b->type) != len))
+    return fail(e, "weight and bias must have the normalized dims' %" PRId64 " elements", len);
+  for (int64_t o = 0; o < outer; o++) {
+    double mean = 0, var = 0;
+    for (int64_t k = 0; k < len; k++) mean += ir_tensor_get(x, o * len + k);
+    mean /= (double)len;
+    for (int64_t k = 0; k < len; k++) {
+      double d = ir_tensor_get(x, o * len + k) - mean;
+      var += d * d;
+    }
+    var /= (double)len;
+    double inv = 1.0 / sqrt(var + eps);
+    for (int64_t k = 0; k < len; k++) {
+      double y = (ir_tensor_get(x, o * len + k) - mean) * inv;
+      if (w) y *= ir_tensor_get(w, k);
+      if (b) y += ir_tensor_get(b, k);
+      ir_tensor_set(out, o * len + k, y);
+    }
+  }
+  return true;
+}
+
+static bool eval_global_avgpool(Eval *e, const Tensor *x, Tensor *out) {
+  const TensorType *t = &x->type;
+  if (t->rank < 2) return fail(e, "needs [N, C, ...]");
+  int64_t outer = t->dims[0] * t->dims[1], len = 1;
+  for (int i = 2; i < t->rank; i++) len *= t->dims[i];
+  for (int64_t o = 0; o < outer; o++) {
+    double s = 0;
+    for (int64_t k = 0; k < len; k++) s += ir_tensor_get(x, o * len + k);
+    ir_tensor_set(out, o, s / (double)len);
+  }
+  return true;
+}
+
+static bool eval_batchnorm(Eval *e, const Node *n, Tensor *const *in, Tensor *out) {
+  const Tensor *x = in[0], *w = in[1], *b = in[2], *mean = in[3], *var = in[4];
+  const TensorType *t = &x->type;
+  if (t->rank < 2) return fail(e, "needs [N, C, ...]");
+  int64_t c = t->dims[1];
+  for (int k = 1; k < 5; k++)
+    if (numel(&in[k]->type) != c) return fail(e, "operand %d must have %" PRId64 " elements", k, c);
+  double eps = ir_attr_float(n, "eps");
+  int64_t inner = 1;
+  for (int i = 2; i < t->rank; i++) inner *= t->dims[i];
+  int64_t count = numel(t);
+  for (int64_t i = 0; i < count; i++) {
+    int64_t ch = (i / inner) % c;
+    double y = (ir_tensor_get(x, i) - ir_tensor_get(mean, ch)) /
+               sqrt(ir_tensor_get(var, ch) + eps);
+    ir_tensor_set(out, i, y * ir_tensor_get(w, ch) + ir_tensor_get(b, ch));
+  }
+  return true;
+}
+
+/* ---- matrix products ---- */
+
+/* One multiply-accumulate, exact for integers, in double for floats. */
+typedef struct Acc {
+  bool ints;
+  double f;
+  int64_t i;
+} Acc;
+
+static void acc_mac(Acc *a, const Tensor *x, int64_t ix, const Tensor *y, int64_t iy) {
+  if (a->ints)
+    a->i = wadd(a->i, wmul(get_i(x, ix), get_i(y, iy)));
+  else
+    a->f += ir_tensor_get(x, ix) * ir_tensor_get(y, iy);
+}
+
+static void acc_add(Acc *a, const Tensor *x, int64_t ix) {
+  if (a->ints)
+    a->i = wadd(a->i, get_i(x, ix));
+  else
+    a->f += ir_tensor_get(x, ix);
+}
+
+static void acc_store(const Acc *a, Tensor *out, int64_t i) {
+  if (a->ints)
+    set_i(out, i, a->i);
+  else
+    ir_tensor_set(out, i, a->f);
+}
+
+static bool eval_matmul(Eval *e, const Tensor *a, const Tensor *b, Tensor *out) {
+  /* NumPy: a 1-D operand becomes a matrix for the product, and the added
+   * dim is dropped from the result. */
+  TensorType at = a->type, bt = b->type;
+  if (at.rank < 1 || bt.rank < 1) return fail(e, "operands must have rank >= 1");
+  if (at.rank == 1) {
+    at.rank = 2;
+    at.dims[1] = at.dims[0];
+    at.dims[0] = 1;
+  }
+  if (bt.rank == 1) {
+    bt.rank = 2;
+    bt.dims[1] = 1;
+  }
+  int64_t m = at.dims[at.rank - 2], k = at.dims[at.rank - 1];
+  int64_t k2 = bt.dims[bt.rank - 2], nn = bt.dims[bt.rank - 1];
+  if (k != k2) return fail(e, "inner dims differ (%" PRId64 " vs %" PRId64 ")", k, k2);
+  /* Batch: broadcast of the leading dims. */
+  TensorType batch = {.dtype = out->type.dtype};
+  TensorType ab = at, bb = bt;
+  ab.rank -= 2;
+  bb.rank -= 2;
+  batch.rank = ab.rank > bb.rank ? ab.rank : bb.rank;
+  for (int i = 0; i < batch.rank; i++) {
+    int ia = i - (batch.rank - ab.rank), ib = i - (batch.rank - bb.rank);
+    int64_t da = ia >= 0 ? ab.dims[ia] : 1, db = ib >= 0 ? bb.dims[ib] : 1;
+    if (da != db && da != 1 && db != 1) return fail(e, "batch dims do not broadcast");
+    batch.dims[i] = da == 1 ? db : da;
+  }
+  int64_t nbatch = numel(&batch);
+  if (nbatch * m * nn != numel(&out->type)) return fail(e, "result type does not fit the operands");
+  int64_t sa[DL_MAX_RANK], sb[DL_MAX_RANK], idx[DL_MAX_RANK];
+  bcast_strides(&ab, &batch, sa);
+  bcast_strides(&bb, &batch, sb);
+  bool ints = is_int(a) && is_int(b) && is_int(out);
+  for (int64_t bi = 0; bi < nbatch; bi++) {
+    unravel(bi, &batch, idx);
+    /* ab's strides count matrices; scale them to elements. */
+    int64_t oa = dot_idx(idx, sa, batch.rank) * m * k, ob = dot_idx(idx, sb, batch.rank) * k * nn;
+    for (int64_t i = 0; i < m; i++)
+      for (int64_t j = 0; j < nn; j++) {
+        Acc acc = {.ints = ints};
+        for (int64_t p = 0; p < k; p++) acc_mac(&acc, a, oa + i * k + p, b, ob + p * nn + j);
+        acc_store(&acc, out, (bi * m + i) * nn + j);
+      }
+  }
+  return true;
+}
+
+static bool eval_linear(Eval *e, const Tensor *x, const Tensor *w, const Tensor *b, Tensor *out) {
+  if (x->type.rank < 1 || w->type.rank != 2) return fail(e, "needs x [..., in] and W [out, in]");
+  int64_t in = x->type.dims[x->type.rank - 1], outf = w->type.dims[0];
+  if (w->type.dims[1] != in) return fail(e, "W is not [out, %" PRId64 "]", in);
+  if (b && numel(&b->type) != outf) return fail(e, "bias must have %" PRId64 " elements", outf);
+  int64_t rows = in ? numel(&x->type) / in : numel(&out->type) / (outf ? outf : 1);
+  if (rows * outf != numel(&out->type)) return fail(e, "result type does not fit the operands");
+  bool ints = is_int(x) && is_int(w) && is_int(out);
+  for (int64_t r = 0; r < rows; r++)
+    for (int64_t o = 0; o < outf; o++) {
+      Acc acc = {.ints = ints};
+      for (int64_t p = 0; p < in; p++) acc_mac(&acc, x, r * in + p, w, o * in + p);
+      if (b) acc_add(&acc, b, o);
+      acc_store(&acc, out, r * outf + o);
+    }
+  return true;
+}
+
+/* The window attributes, each with the entry count the ops rely on. */
+static bool window_attrs(Eval *e, const Node *n, const int64_t **kern, const int64_t **stride,
+                         const int64_t **pad, const int64_t **dil) {
+  int nk = 2, ns, np, nd;
+  if (kern) *kern = ir_attr_ints(n, "kernel", &nk);
+  *stride = ir_attr_ints(n, "stride", &ns);
+  *pad = ir_attr_ints(n, "pad", &np);
+  *dil = ir_attr_ints(n, "dilation", &nd);
+  if (nk != 2 || ns != 2 || np != 4 || nd != 2)
+    return fail(e, "kernel, stride and dilation need 2 entries, pad 4");
+  for (int i = 0; i < 2; i++)
+    if ((*stride)[i] < 1 || (*dil)[i] < 1 || (kern && (*kern)[i] < 1))
+      return fail(e, "kernel, stride and dilation must be >= 1");
+  return true;
+}
+
+static bool eval_conv2d(Eval *e, const Node *n, const Tensor *x, const Tensor *w, const Tensor *b,
+                        Tensor *out) {
+  const int64_t *stride, *pad, *dil;
+  if (!window_attrs(e, n, NULL, &stride, &pad, &dil)) return false;
+  int64_t groups = ir_attr_int(n, "groups");
+  const TensorType *xt = &x->type, *wt = &w->type, *ot = &out->type;
+  if (xt->rank != 4 || wt->rank != 4 || ot->rank != 4) return fail(e, "needs rank-4 x and W");
+  int64_t N = xt->dims[0], C = xt->dims[1], H = xt->dims[2], W = xt->dims[3];
+  int64_t Co = wt->dims[0], Cg = wt->dims[1], KH = wt->dims[2], KW = wt->dims[3];
+  int64_t OH = ot->dims[2], OW = ot->dims[3];
+  if (groups < 1 || C % groups || Co % groups || Cg != C / groups || ot->dims[0] != N ||
+      ot->dims[1] != Co)
+    return fail(e, "channels do not fit groups");
+  if (b && numel(&b->type) != Co) return fail(e, "bias must have %" PRId64 " elements", Co);
+  int64_t cog = Co / groups;
+  bool ints = is_int(x) && is_int(w) && is_int(out);
+  for (int64_t nb = 0; nb < N; nb++)
+    for (int64_t co = 0; co < Co; co++) {
+      int64_t g = co / cog;
+      for (int64_t oh = 0; oh < OH; oh++)
+        for (int64_t ow = 0; ow < OW; ow++) {
+          Acc acc = {.ints = ints};
+          for (int64_t ci = 0; ci < Cg; ci++)
+            for (int64_t kh = 0; kh < KH; kh++)
+              for (int64_t kw = 0; kw < KW; kw++) {
+                int64_t ih = oh * stride[0] - pad[0] + kh * dil[0];
+                int64_t iw = ow * stride[1] - pad[1] + kw * dil[1];
+                if (ih < 0 || ih >= H || iw < 0 || iw >= W) continue;
+                int64_t xi = ((nb * C + g * Cg + ci) * H + ih) * W + iw;
+                int64_t wi = ((co * Cg + ci) * KH + kh) * KW + kw;
+                acc_mac(&acc, x, xi, w, wi);
+              }
+          if (b) acc_add(&acc, b, co);
+          acc_store(&acc, out, ((nb * Co + co) * OH + oh) * OW + ow);
+        }
+    }
+  return true;
+}
+
+static bool eval_pool2d(Eval *e, const Node *n, const Tensor *x, Tensor *out) {
+  const int64_t *kern, *stride, *pad, *dil;
+  if (!window_attrs(e, n, &kern, &stride, &pad, &dil)) return false;
+  bool is_max = n->op == OP_MAXPOOL2D;
+  bool include_pad = !is_max && ir_attr_int(n, "count_include_pad");
+  const TensorType *xt = &x->type, *ot = &out->type;
+  if (xt->rank != 4 || ot->rank != 4) return fail(e, "needs rank-4 x");
+  int64_t NC = xt->dims[0] * xt->dims[1], H = xt->dims[2], W = xt->dims[3];
+  int64_t OH = ot->dims[2], OW = ot->dims[3];
+  bool ints = is_int(x);
+  for (int64_t c = 0; c < NC; c++)
+    for (int64_t oh = 0; oh < OH; oh++)
+      for (int64_t ow = 0; ow < OW; ow++) {
+        double mf = -INFINITY, sf = 0;
+        int64_t mi = INT64_MIN, si = 0;
+        int64_t real = 0, padded = 0;
+        for (int64_t kh = 0; kh < kern[0]; kh++)
+          for (int64_t kw = 0; kw < kern[1]; kw++) {
+            int64_t ih = oh * stride[0] - pad[0] + kh * dil[0];
+            int64_t iw = ow * stride[1] - pad[1] + kw * dil[1];
+            /* Positions past the padded border (ceil_mode) are not in
+             * the window at all. */
+            if (ih >= -pad[0] && ih < H + pad[2] && iw >= -pad[1] && iw < W + pad[3]) padded++;
+            if (ih < 0 || ih >= H || iw < 0 || iw >= W) continue;
+            int64_t i = (c * H + ih) * W + iw;
+            real++;
+            if (ints) {
+              int64_t v = get_i(x, i);
+              mi = v > mi ? v : mi;
+              si = wadd(si, v);
+            } else {
+              double v = ir_tensor_get(x, i);
+              mf = (isnan(v) || v > mf) && !isnan(mf) ? v : mf;
+              sf += v;
+            }
+          }
+        int64_t o = (c * OH + oh) * OW + ow;
+        int64_t div = include_pad ? padded : real;
+        if (is_max) {
+          if (ints)
+            set_i(out, o, mi);
+          else
+            ir_tensor_set(out, o, mf);
+        } else if (ints) {
+          set_i(out, o, div ? si / div : 0);
+        } else {
+          ir_tensor_set(out, o, div ? sf / (double)div : 0.0);
+        }
+      }
+  return true;
+}
+
+/* ---- data movement ---- */
+
+static bool eval_transpose(Eval *e, const Node *n, const Tensor *x, Tensor *out) {
+  int np;
+  const int64_t *perm = ir_attr_ints(n, "perm", &np);
+  const TensorType *ot = &out->type;
+  if (np != x->type.rank || np != ot->rank) return fail(e, "perm does not match the rank");
+  int64_t xst[DL_MAX_RANK], st[DL_MAX_RANK], idx[DL_MAX_RANK];
+  strides_of(&x->type, xst);
+  for (int i = 0; i < np; i++) {
+    if (perm[i] < 0 || perm[i] >= np) return fail(e, "perm entry out of range");
+    st[i] = xst[perm[i]];
+  }
+  int64_t count = numel(ot);
+  for (int64_t i = 0; i < count; i++) {
+    unravel(i, ot, idx);
+    copy_elem(out, i, x, dot_idx(idx, st, np));
+  }
+  return true;
+}
+
+static bool eval_expand(Eval *e, const Tensor *x, Tensor *out) {
+  int64_t st[DL_MAX_RANK], idx[DL_MAX_RANK];
+  const TensorType *ot = &out->type;
+  if (x->type.rank > ot->rank) return fail(e, "result rank below the operand's");
+  bcast_strides(&x->type, ot, st);
+  int64_t count = numel(ot);
+  for (int64_t i = 0; i < count; i++) {
+    unravel(i, ot, idx);
+    copy_elem(out, i, x, dot_idx(idx, st, ot->rank));
+  }
+  return true;
+}
+
+static bool eval_concat(Eval *e, const Node *n, int n_in, Tensor *const *in, Tensor *out) {
+  const TensorType *ot = &out->type;
+  int axis = norm_axis(ir_attr_int(n, "axis"), ot->rank);
+  if (axis < 0 || axis >= ot->rank) return fail(e, "axis out of range");
+  int64_t ost[DL_MAX_RANK], idx[DL_MAX_RANK];
+  strides_of(ot, ost);
+  int64_t offset = 0;
+  for (int k = 0; k < n_in; k++) {
+    const TensorType *t = &in[k]->type;
+    if (t->rank != ot->rank) return fail(e, "operand %d has another rank", k);
+    int64_t count = numel(t);
+    for (int64_t i = 0; i < count; i++) {
+      unravel(i, t, idx);
+      idx[axis] += offset;
+      copy_elem(out, dot_idx(idx, ost, ot->rank), in[k], i);
+    }
+    offset += t->dims[axis];
+  }
+  if (offset != ot->dims[axis]) return fail(e, "result type does not fit the operands");
+  return true;
+}
+
+static bool eval_slice(Eval *e, const Node *n, const Tensor *x, Tensor *out) {
+  int ns, ne, nst;
+  const int64_t *starts = ir_attr_ints(n, "starts", &ns);
+  const int64_t *ends = ir_attr_ints(n, "ends", &ne);
+  const int64_t *steps = ir_attr_ints(n, "steps", &nst);
+  const TensorType *ot = &out->type;
+  int r = x->type.rank;
+  if (ns != r || ne != r || nst != r || ot->rank != r) return fail(e, "needs one entry per dim");
+  for (int i = 0; i < r; i++)
+    if (steps[i] < 1 || starts[i] < 0 ||
+        (ot->dims[i] > 0 && starts[i] + (ot->dims[i] - 1) * steps[i] >= x->type.dims[i]))
+      return fail(e, "dim %d: slice out of range", i);
+  (void)ends;
+  int64_t xst[DL_MAX_RANK], idx[DL_MAX_RANK];
+  strides_of(&x->type, xst);
+  int64_t count = numel(ot);
+  for (int64_t i = 0; i < count; i++) {
+    unravel(i, ot, idx);
+    int64_t src = 0;
+    for (int d = 0; d < r; d++) src += (starts[d] + idx[d] * steps[d]) * xst[d];
+    copy_elem(out, i, x, src);
+  }
+  return true;
+}
+
+static bool eval_pad(Eval *e, const Node *n, const Tensor *x, Tensor *out) {
+  int np;
+  const int64_t *pads = ir_attr_ints(n, "pads", &np);
+  const TensorType *ot = &out->type;
+  int r = x->type.rank;
+  if (np != 2 * r || ot->rank != r) return fail(e, "pads needs 2 entries per dim");
+  Tensor fill;
+  TensorType one = {.dtype = ot->dtype, .rank = 0};
+  if (!ir_tensor_alloc(&fill, &one)) return fail(e, "out of memory");
+  ir_tensor_set(&fill, 0, ir_attr_float(n, "value"));
+  int64_t xst[DL_MAX_RANK], idx[DL_MAX_RANK];
+  strides_of(&x->type, xst);
+  int64_t count = numel(ot);
+  for (int64_t i = 0; i < count; i++) {
+    unravel(i, ot, idx);
+    int64_t src = 0;
+    bool inside = true;
+    for (int d = 0; d < r; d++) {
+      int64_t s = idx[d] - pads[d];
+      if (s < 0 || s >= x->type.dims[d]) inside = false;
+      src += s * xst[d];
+    }
+    if (inside)
+      copy_elem(out, i, x, src);
+    else
+      copy_elem(out, i, &fill, 0);
+  }
+  ir_tensor_free(&fill);
+  return true;
+}
+
+static bool eval_gather(Eval *e, const Node *n, const Tensor *data, const Tensor *ind, Tensor *out) {
+  const TensorType *dt = &data->type, *it = &ind->type, *ot = &out->type;
+  int axis = norm_axis(ir_attr_int(n, "axis"), dt->rank);
+  if (axis < 0 || axis >= dt->rank) return fail(e, "axis out of range");
+  if (!is_int(ind)) return fail(e, "indices must be integers");
+  if (ot->rank != dt->rank - 1 + it->rank) return fail(e, "result type does not fit the operands");
+  int64_t dst[DL_MAX_RANK], ist[DL_MAX_RANK], idx[DL_MAX_RANK];
+  strides_of(dt, dst);
+  strides_of(it, ist);
+  int64_t dim = dt->dims[axis], count = numel(ot);
+  for (int64_t i = 0; i < count; i++) {
+    unravel(i, ot, idx);
+    int64_t ii = 0;
+    for (int d = 0; d < it->rank; d++) ii += idx[axis + d] * ist[d];
+    int64_t v = get_i(ind, ii), at = v < 0 ? v + dim : v;
+    if (at < 0 || at >= dim)
+      return fail(e, "index %" PRId64 " is out of range for axis %d of size %" PRId64, v, axis, dim);
+    int64_t src = at * dst[axis];
+    for (int d = 0; d < axis; d++) src += idx[d] * dst[d];
+    for (int d = axis + 1; d < dt->rank; d++) src += idx[d - 1 + it->rank] * dst[d];
+    copy_elem(out, i, data, src);
+  }
+  return true;
+}
+
+/* ---- recurrent layers ---- */
+
+/* acc[r] += sum_c W[r, c] * v[c] for a row-major W [rows, cols]. */
+static void gemv_add(double *acc, const Tensor *w, int64_t rows, int64_t cols, const double *v) {
+  for (int64_t r = 0; r < rows; r++) {
+    double s = 0;
+    for (int64_t c = 0; c < cols; c++) s += ir_tensor_get(w, r * cols + c) * v[c];
+    acc[r] += s;
+  }
+}
+
+/* PyTorch nn.LSTM / nn.GRU.  Each layer reads the previous one's output
+ * sequence, kept in double; only the results are rounded. */
+static bool eval_rnn(Eval *e, const Node *n, int n_in, Tensor *const *in, Tensor *outs) {
+  bool lstm = n->op == OP_LSTM;
+  int64_t H = ir_attr_int(n, "hidden"), layers = ir_attr_int(n, "layers");
+  int dirs = ir_attr_int(n, "bidirectional") ? 2 : 1;
+  bool bf = ir_attr_int(n, "batch_first") != 0, bias = ir_attr_int(n, "bias") != 0;
+  int64_t G = lstm ? 4 : 3; /* gates */
+  const Tensor *x = in[0];
+  if (x->type.rank != 3) return fail(e, "x must be rank 3");
+  int per = bias ? 4 : 2;
+  if (layers < 1 || H < 1 || n_in != 1 + layers * dirs * per)
+    return fail(e, "expected %" PRId64 " operands, got %d", 1 + layers * dirs * per, n_in);
+  int64_t N = bf ? x->type.dims[0] : x->type.dims[1], T = bf ? x->type.dims[1] : x->type.dims[0];
+  int64_t I = x->type.dims[2];
+  /* seq[t][b][f]: the current layer's input sequence. */
+  int64_t feat = I;
+  size_t maxfeat = (size_t)(I > dirs * H ? I : dirs * H);
+  double *seq = calloc((size_t)(T * N) * maxfeat + 1, sizeof(double));
+  double *next = calloc((size_t)(T * N * dirs * H) + 1, sizeof(double));
+  double *h = calloc((size_t)H, sizeof(double)), *c = calloc((size_t)H, sizeof(double));
+  double *gi = calloc((size_t)(G * H), sizeof(double)), *gh = calloc((size_t)(G * H), sizeof(double));
+  double *xv = calloc(maxfeat, sizeof(double));
+  bool ok = seq && next && h && c && gi && gh && xv;
+  if (!ok) fail(e, "out of memory");
+  for (int64_t t = 0; ok && t < T; t++)
+    for (int64_t b = 0; b < N; b++)
+      for (int64_t f = 0; f < I; f++)
+        seq[(t * N + b) * feat + f] = ir_tensor_get(x, (bf ? b * T + t : t * N + b) * I + f);
+  for (int64_t l = 0; ok && l < layers; l++) {
+    for (int d = 0; ok && d < dirs; d++) {
+      Tensor *const *wt = in + 1 + (l * dirs + d) * per;
+      const Tensor *wih = wt[0], *whh = wt[1], *bih = bias ? wt[2] : NULL, *bhh = bias ? wt[3] : NULL;
+      if (numel(&wih->type) != G * H * feat || numel(&whh->type) != G * H * H ||
+          (bias && (numel(&bih->type) != G * H || numel(&bhh->type) != G * H))) {
+        ok = fail(e, "layer %" PRId64 " direction %d: weights have the wrong size", l, d);
+        break;
+      }
+      for (int64_t b = 0; b < N; b++) {
+        memset(h, 0, sizeof(double) * (size_t)H);
+        memset(c, 0, sizeof(double) * (size_t)H);
+        for (int64_t s = 0; s < T; s++) {
+          int64_t t = d == 0 ? s : T - 1 - s;
+          for (int64_t f = 0; f < feat; f++) xv[f] = seq[(t * N + b) * feat + f];
+          for (int64_t r = 0; r < G * H; r++) {
+            gi[r] = bias ? ir_tensor_get(bih, r) : 0;
+            gh[r] = bias ? ir_tensor_get(bhh, r) : 0;
+          }
+          gemv_add(gi, wih, G * H, feat, xv);
+          gemv_add(gh, whh, G * H, H, h);
+          for (int64_t j = 0; j < H; j++) {
+            if (lstm) {
+              double ig = sigmoid(gi[j] + gh[j]);
+              double fg = sigmoid(gi[H + j] + gh[H + j]);
+              double gg = tanh(gi[2 * H + j] + gh[2 * H + j]);
+              double og = sigmoid(gi[3 * H + j] + gh[3 * H + j]);
+              c[j] = fg * c[j] + ig * gg;
+              gi[j] = og * tanh(c[j]); /* new h, kept aside until all j are done */
+            } else {
+              double r = sigmoid(gi[j] + gh[j]);
+              double z = sigmoid(gi[H + j] + gh[H + j]);
+              double nn = tanh(gi[2 * H + j] + r * gh[2 * H + j]);
+              gi[j] = (1 - z) * nn + z * h[j];
+            }
+          }
+          for (int64_t j = 0; j < H; j++) {
+            h[j] = gi[j];
+            next[(t * N + b) * dirs * H + d * H + j] = h[j];
+          }
+        }
+        for (int64_t j = 0; j < H; j++) {
+          int64_t o = ((l * dirs + d) * N + b) * H + j;
+          ir_tensor_set(&outs[1], o, h[j]);
+          if (lstm) ir_tensor_set(&outs[2], o, c[j]);
+        }
+      }
+    }
+    feat = dirs * H;
+    if (ok) memcpy(seq, next, sizeof(double) * (size_t)(T * N * feat));
+  }
+  for (int64_t t = 0; ok && t < T; t++)
+    for (int64_t b = 0; b < N; b++)
+      for (int64_t f = 0; f < feat; f++)
+        ir_tensor_set(&outs[0], (bf ? b * T + t : t * N + b) * feat + f, seq[(t * N + b) * feat + f]);
+  free(seq), free(next), free(h), free(c), free(gi), free(gh), free(xv);
+  return ok;
+}
+
+/* ---- sources ---- */
+
+static bool eval_source(Eval *e, const Node *n, const TensorMap *m, const char *what, Tensor *out) {
+  const char *name = ir_attr_str(n, "name");
+  const Tensor *t = ir_tensor_map_find(m, name);
+  char want[IR_TYPE_STR_MAX], got[IR_TYPE_STR_MAX];
+  ir_type_str(&n->out[0].type, want, sizeof want);
+  if (!t) return fail(e, "no %s named '%s' (%s) was given", what, name, want);
+  if (!ir_type_eq(&t->type, &n->out[0].type))
+    return fail(e, "%s '%s' is %s, the graph expects %s", what, name,
+                ir_type_str(&t->type, got, sizeof got), want);
+  if (!t->data && ir_tensor_nbytes(&t->type)) return fail(e, "%s '%s' has no data", what, name);
+  out->type = t->type;
+  out->data = t->data;
+  return true;
+}
+
+/* Runs one node: the results in out[] are allocated (except for sources,
+ * which point at the caller's data). */
+static bool eval_node(Eval *e, const Node *n, Tensor *const *in, Tensor *out,
+                      const TensorMap *inputs, const TensorMap *params) {
+  switch (n->op) {
+    case OP_INPUT: return eval_source(e, n, inputs, "input", out);
+    case OP_PARAM: return eval_source(e, n, params, "param", out);
+    case OP_CONST: {
+      int64_t count = numel(&out->type);
+      for (int64_t i = 0; i < count; i++) ir_tensor_set(out, i, ir_attr_float(n, "value"));
+      return true;
+    }
+    case OP_NEG:
+    case OP_ABS:
+    case OP_RELU:
+    case OP_LEAKY_RELU:
+    case OP_CLIP:
+    case OP_SIGMOID:
+    case OP_TANH:
+    case OP_GELU:
+    case OP_SILU:
+    case OP_HARDSIGMOID:
+    case OP_HARDSWISH:
+    case OP_EXP:
+    case OP_LOG:
+    case OP_SQRT:
+    case OP_RSQRT:
+    case OP_ERF:
+    case OP_RECIPROCAL:
+    case OP_SIN:
+    case OP_COS:
+    case OP_CAST: return eval_unary(e, n, in[0], out);
+    case OP_ADD:
+    case OP_SUB:
+    case OP_MUL:
+    case OP_DIV:
+    case OP_POW:
+    case OP_MAXIMUM:
+    case OP_MINIMUM: return eval_binary(e, n, in[0], in[1], out);
+    case OP_REDUCE_SUM:
+    case OP_REDUCE_MEAN:
+    case OP_REDUCE_MAX:
+    case OP_REDUCE_MIN: return eval_reduce(e, n, in[0], out);
+    case OP_ARGMAX: return eval_argmax(e, n, in[0], out);
+    case OP_SOFTMAX:
+    case OP_LOG_SOFTMAX: return eval_softmax(e, n, in[0], out);
+    case OP_LAYERNORM:
+      return eval_layernorm(e, n, in[0], n->n_in > 1 ? in[1] : NULL, n->n_in > 2 ? in[2] : NULL, out);
+    case OP_GLOBAL_AVGPOOL: return eval_global_avgpool(e, in[0], out);
+    case OP_BATCHNORM: return eval_batchnorm(e, n, in, out);
+    case OP_MATMUL: return eval_matmul(e, in[0], in[1], out);
+    case OP_LINEAR: return eval_linear(e, in[0], in[1], n->n_in > 2 ? in[2] : NULL, out);
+    case OP_CONV2D: return eval_conv2d(e, n, in[0], in[1], n->n_in > 2 ? in[2] : NULL, out);
+    case OP_MAXPOOL2D:
+    case OP_AVGPOOL2D: return eval_pool2d(e, n, in[0], out);
+    case OP_RESHAPE:
+      if (ir_tensor_nbytes(&in[0]->type) != ir_tensor_nbytes(&out->type))
+        return fail(e, "element counts differ");
+      memcpy(out->data, in[0]->data, ir_tensor_nbytes(&out->type));
+      return true;
+    case OP_TRANSPOSE: return eval_transpose(e, n, in[0], out);
+    case OP_EXPAND: return eval_expand(e, in[0], out);
+    case OP_CONCAT: return eval_concat(e, n, n->n_in, in, out);
+    case OP_SLICE: return eval_slice(e, n, in[0], out);
+    case OP_PAD: return eval_pad(e, n, in[0], out);
+    case OP_GATHER: return eval_gather(e, n, in[0], in[1], out);
+    case OP_LSTM:
+    case OP_GRU: return eval_rnn(e, n, n->n_in, in, out);
+    case OP_COUNT: break;
+  }
+  return fail(e, "unknown op %d", (int)n->op);
+}
+
+/* ---- the graph ---- */
+
+typedef struct Slot {
+  const Value *v;
+  Tensor t;
+  bool ready, owned;
+  int last_use; /* index of the last node reading it; -1: none */
+  bool is_output;
+} Slot;
+
+static void slot_release(Slot *s) {
+  if (s->owned) ir_tensor_free(&s->t);
+  s->t.data = NULL;
+  s->owned = false;
+}
+
+/* Checks what the op functions rely on: operand count, attributes of the
+ * right kinds, and result types equal to the shape rule's. */
+static bool check_node(Eval *e, const Node *n) {
+  const OpInfo *info = &ir_ops[n->op];
+  if (n->n_in < info->min_in || (info->max_in >= 0 && n->n_in > info->max_in))
+    return fail(e, "wrong number of operands (%d)", n->n_in);
+  for (int i = 0; i < info->n_attrs; i++) {
+    const AttrSpec *s = &info->attrs[i];
+    const Attr *a = ir_attr(n, s->name);
+    bool optional = s->default_text && strcmp(s->default_text, "?") == 0;
+    if ((!a && !optional) || (a && a->kind != s->kind))
+      return fail(e, "attribute '%s' is %s", s->name, a ? "of the wrong kind" : "missing");
+  }
+  for (int i = 0; i < n->n_out; i++) {
+    const TensorType *t = &n->out[i].type;
+    if ((unsigned)t->dtype >= TY_COUNT || t->rank < 0 || t->rank > DL_MAX_RANK ||
+        ir_type_numel(t) < 0)
+      return fail(e, "result %d has an invalid type", i);
+  }
+  if (!info->shape) return true;
+  TensorType want[8];
+  char msg[256];
+  memset(want, 0, sizeof want);
+  if (!info->shape(n, want, msg, sizeof msg)) return fail(e, "%s", msg);
+  for (int i = 0; i < n->n_out; i++)
+    if (!ir_type_eq(&want[i], &n->out[i].type)) {
+      char a[IR_TYPE_STR_MAX], b[IR_TYPE_STR_MAX];
+      return fail(e, "result %d is %s, its shape rule says %s", i,
+                  ir_type_str(&n->out[i].type, a, sizeof a), ir_type_str(&want[i], b, sizeof b));
+    }
+  return true;
+}
+
+bool ir_eval(Graph *g, const TensorMap *inputs, const TensorMap *params, Tensor *outputs,
+             char *err, size_t errlen) {
+  Eval e = {.err = err, .errlen = errlen};
+  if (errlen) err[0] = 0;
+  for (int i = 0; i < g->n_outputs; i++) outputs[i] = (Tensor){0};
+  ir_number(g);
+  int nvals = 0, nnodes = 0;
+  for (Node *n = g->first; n; n = n->next) nvals += n->n_out, nnodes++;
+  Slot *slots = calloc((size_t)nvals + 1, sizeof(Slot));
+  if (!slots) return fail(&e, "out of memory");
+  for (Node *n = g->first; n; n = n->next)
+    for (int i = 0; i < n->n_out; i++) {
+      slots[n->out[i].id].v = &n->out[i];
+      slots[n->out[i].id].last_use = -1;
+    }
+  bool ok = true;
+  /* Last uses, so intermediates die as soon as they can. */
+  int k = 0;
+  for (Node *n = g->first; n && ok; n = n->next, k++)
+    for (int i = 0; i < n->n_in; i++) {
+      const Value *v = n->in[i];
+      if (!v || v->id < 0 || v->id >= nvals || slots[v->id].v != v) {
+        e.node = n;
+        ok = fail(&e, "operand %d is not defined in the graph", i);
+        break;
+      }
+      slots[v->id].last_use = k;
+    }
+  for (int i = 0; i < g->n_outputs && ok; i++) {
+    const Value *v = g->outputs[i];
+    if (!v || v->id < 0 || v->id >= nvals || slots[v->id].v != v)
+      ok = fail(&e, "output '%s' is not defined in the graph", g->output_names[i]);
+    else
+      slots[v->id].is_output = true;
+  }
+  k = 0;
+  Tensor *in[64], **inp = in;
+  for (Node *n = g->first; n && ok; n = n->next, k++) {
+    e.node = n;
+    if (n->n_in > (int)ARRAY_LEN(in)) {
+      inp = malloc(sizeof(Tensor *) * (size_t)n->n_in);
+      if (!inp) {
+        ok = fail(&e, "out of memory");
+        break;
+      }
+    }
+    for (int i = 0; i < n->n_in && ok; i++) {
+      Slot *s = &slots[n->in[i]->id];
+      if (!s->ready) ok = fail(&e, "operand %d is used before it is computed", i);
+      inp[i] = &s->t;
+    }
+    if (ok) ok = check_node(&e, n);
+    if (ok && n->n_out > 8) ok = fail(&e, "too many results");
+    Tensor out[8];
+    int made = 0;
+    bool source = n->op == OP_INPUT || n->op == OP_PARAM;
+    for (; ok && !source && made < n->n_out; made++)
+      if (!ir_tensor_alloc(&out[made], &n->out[made].type)) {
+        char b[IR_TYPE_STR_MAX];
+        ok = fail(&e, "out of memory for %s", ir_type_str(&n->out[made].type, b, sizeof b));
+      }
+    if (ok) ok = eval_node(&e, n, inp, out, inputs, params);
+    if (inp != in) free(inp);
+    inp = in;
+    if (!ok) {
+      for (int i = 0; i < made; i++) ir_tensor_free(&out[i]);
+      break;
+    }
+    for (int i = 0; i < n->n_out; i++) {
+      Slot *s = &slots[n->out[i].id];
+      s->t = out[i];
+      s->ready = true;
+      s->owned = !source;
+      if (s->last_use < 0 && !s->is_output) slot_release(s);
+    }
+    for (int i = 0; i < n->n_in; i++) {
+      Slot *s = &slots[n->in[i]->id];
+      if (s->last_use == k && !s->is_output) slot_release(s);
+    }
+  }
+  e.node = NULL;
+  for (int i = 0; i < g->n_outputs && ok; i++) {
+    Slot *s = &slots[g->outputs[i]->id];
+    if (!s->ready) {
+      ok = fail(&e, "output '%s' was never computed", g->output_names[i]);
+      break;
+    }
+    if (!ir_tensor_alloc(&outputs[i], &s->t.type)) {
+      ok = fail(&e, "out of memory");
+      break;
+    }
+    memcpy(outputs[i].data, s->t.data, ir_tensor_nbytes(&s->t.type));
+  }
+  if (!ok)
+    for (int i = 0; i < g->n_outputs; i++) ir_tensor_free(&outputs[i]);
+  for (int i = 0; i < nvals; i++) slot_release(&slots[i]);
+  free(slots);
+  return ok;
+}

@@ -44,7 +44,8 @@ typedef struct TensorMap {
  * ir_tensor_free.  Each node's result types are checked against its
  * shape rule first.  Returns false with a message in err (a missing or
  * mistyped input or param, integer division by zero, an index out of
- * range, a graph out of order); outputs are then left empty. */
+ * range, a graph out of order); outputs are then left empty.  Renumbers
+ * g (ir_number) as scratch. */
 bool ir_eval(Graph *g, const TensorMap *inputs, const TensorMap *params, Tensor *outputs,
              char *err, size_t errlen);
 

@@ -8,3 +8,4 @@ libdlcc_la_SOURCES += \
 	ir/parse.c \
 	ir/dot.c \
 	ir/eval.c ir/eval.h
+libdlcc_la_SOURCES += ir/init.c

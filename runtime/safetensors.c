@@ -1,1 +1,357 @@
-/* placeholder: being written */
+/* safetensors files: takes a path, returns every tensor in it (or writes
+ * a set).  Layout: 8-byte little-endian header size N, N bytes of JSON
+ * {"name": {"dtype", "shape", "data_offsets": [b, e]}, "__metadata__"},
+ * then the data, offsets counted from its start.  The header is checked
+ * in full before any data is read; each tensor's bytes are then read once,
+ * straight into their own buffer. */
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "tensorio.h"
+
+enum { MAX_HEADER = 100 * 1000 * 1000 };
+
+static const char *const st_names[RT_DTYPE_COUNT] = {
+    [RT_F32] = "F32", [RT_F16] = "F16", [RT_BF16] = "BF16", [RT_I8] = "I8",    [RT_I32] = "I32",
+    [RT_I64] = "I64", [RT_F64] = "F64", [RT_U8] = "U8",     [RT_BOOL] = "BOOL",
+};
+
+static int fail(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int fail(char *err, size_t errlen, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(err, errlen, fmt, ap);
+  va_end(ap);
+  return -1;
+}
+
+const RtTensor *rt_tensor_set_find(const RtTensorSet *s, const char *name) {
+  for (int i = 0; i < s->n; i++)
+    if (strcmp(s->names[i], name) == 0) return &s->tensors[i];
+  return NULL;
+}
+
+void rt_tensor_set_free(RtTensorSet *s) {
+  for (int i = 0; i < s->n; i++) {
+    free(s->names[i]);
+    rt_tensor_free(&s->tensors[i]);
+  }
+  for (int i = 0; i < s->n_meta; i++) {
+    free(s->meta_keys[i]);
+    free(s->meta_values[i]);
+  }
+  free(s->names);
+  free(s->tensors);
+  free(s->meta_keys);
+  free(s->meta_values);
+  memset(s, 0, sizeof *s);
+}
+
+/* A JSON number that is a whole number in [0, 2^53). */
+static bool json_uint(const cJSON *j, int64_t *out) {
+  if (!cJSON_IsNumber(j)) return false;
+  double d = j->valuedouble;
+  if (!(d >= 0 && d < 9007199254740992.0) || d != floor(d)) return false;
+  *out = (int64_t)d;
+  return true;
+}
+
+typedef struct Entry {
+  const char *name;
+  int64_t begin, end;
+  int index; /* into the set */
+} Entry;
+
+static int by_begin(const void *a, const void *b) {
+  const Entry *x = a, *y = b;
+  if (x->begin != y->begin) return x->begin < y->begin ? -1 : 1;
+  return x->end < y->end ? -1 : x->end > y->end;
+}
+
+static void shape_str(const RtTensor *t, char *buf, size_t len) {
+  size_t used = (size_t)snprintf(buf, len, "%s[", st_names[t->dtype]);
+  for (int i = 0; i < t->rank && used < len; i++)
+    used += (size_t)snprintf(buf + used, len - used, "%s%" PRId64, i ? ", " : "", t->dims[i]);
+  if (used < len) snprintf(buf + used, len - used, "]");
+}
+
+/* One tensor's entry: dtype, shape and offsets, checked against each
+ * other and against the data's size. */
+static int parse_entry(const char *path, const cJSON *j, int64_t data_size, RtTensor *t, Entry *e,
+                       char *err, size_t errlen) {
+  const char *name = e->name;
+  if (!cJSON_IsObject(j))
+    return fail(err, errlen, "%s: tensor '%s': the entry is not a JSON object", path, name);
+  const cJSON *dt = cJSON_GetObjectItemCaseSensitive(j, "dtype");
+  const cJSON *shape = cJSON_GetObjectItemCaseSensitive(j, "shape");
+  const cJSON *offs = cJSON_GetObjectItemCaseSensitive(j, "data_offsets");
+  if (!dt || !shape || !offs)
+    return fail(err, errlen, "%s: tensor '%s': missing \"%s\"", path, name,
+                !dt ? "dtype" : !shape ? "shape" : "data_offsets");
+  if (!cJSON_IsString(dt))
+    return fail(err, errlen, "%s: tensor '%s': \"dtype\" is not a string", path, name);
+  int found = -1;
+  for (int k = 0; k < RT_DTYPE_COUNT; k++)
+    if (strcmp(dt->valuestring, st_names[k]) == 0) found = k;
+  if (found < 0)
+    return fail(err, errlen, "%s: tensor '%s': unsupported dtype \"%s\"", path, name, dt->valuestring);
+  t->dtype = (RtDType)found;
+  if (!cJSON_IsArray(shape))
+    return fail(err, errlen, "%s: tensor '%s': \"shape\" is not an array", path, name);
+  int rank = cJSON_GetArraySize(shape);
+  if (rank > RT_MAX_RANK)
+    return fail(err, errlen, "%s: tensor '%s': rank %d is more than %d", path, name, rank, RT_MAX_RANK);
+  t->rank = rank;
+  int i = 0;
+  for (const cJSON *d = shape->child; d; d = d->next, i++)
+    if (!json_uint(d, &t->dims[i]))
+      return fail(err, errlen, "%s: tensor '%s': \"shape\" must hold integers >= 0", path, name);
+  int64_t n = rt_numel(t);
+  if (n < 0) return fail(err, errlen, "%s: tensor '%s': shape is too large", path, name);
+  if (!cJSON_IsArray(offs) || cJSON_GetArraySize(offs) != 2 || !json_uint(offs->child, &e->begin) ||
+      !json_uint(offs->child->next, &e->end) || e->begin > e->end)
+    return fail(err, errlen, "%s: tensor '%s': \"data_offsets\" must be [begin, end] with 0 <= begin <= end",
+                path, name);
+  int64_t want = n * rt_dtype_size(t->dtype);
+  char ty[200];
+  shape_str(t, ty, sizeof ty);
+  if (e->end - e->begin != want)
+    return fail(err, errlen,
+                "%s: tensor '%s': data_offsets [%" PRId64 ", %" PRId64 "] hold %" PRId64
+                " bytes, %s needs %" PRId64,
+                path, name, e->begin, e->end, e->end - e->begin, ty, want);
+  if (e->end > data_size)
+    return fail(err, errlen,
+                "%s: tensor '%s': data_offsets [%" PRId64 ", %" PRId64
+                "] run past the end of the data (%" PRId64 " bytes)",
+                path, name, e->begin, e->end, data_size);
+  t->nbytes = (size_t)want;
+  return 0;
+}
+
+static int parse_metadata(const char *path, const cJSON *j, RtTensorSet *out, char *err, size_t errlen) {
+  if (!cJSON_IsObject(j)) return fail(err, errlen, "%s: \"__metadata__\" is not a JSON object", path);
+  int n = cJSON_GetArraySize(j);
+  out->meta_keys = calloc((size_t)n + 1, sizeof(char *));
+  out->meta_values = calloc((size_t)n + 1, sizeof(char *));
+  if (!out->meta_keys || !out->meta_values) return fail(err, errlen, "%s: out of memory", path);
+  for (const cJSON *m = j->child; m; m = m->next) {
+    if (!cJSON_IsString(m))
+      return fail(err, errlen, "%s: \"__metadata__\" entry '%s' is not a string", path, m->string);
+    out->meta_keys[out->n_meta] = strdup(m->string);
+    out->meta_values[out->n_meta] = strdup(m->valuestring);
+    out->n_meta++;
+    if (!out->meta_keys[out->n_meta - 1] || !out->meta_values[out->n_meta - 1])
+      return fail(err, errlen, "%s: out of memory", path);
+  }
+  return 0;
+}
+
+/* Checks the parsed header and fills out (names, dtypes, shapes); entries
+ * get each tensor's offsets. */
+static int parse_header(const char *path, const cJSON *root, int64_t data_size, RtTensorSet *out,
+                        Entry **entries, char *err, size_t errlen) {
+  if (!cJSON_IsObject(root)) return fail(err, errlen, "%s: the header is not a JSON object", path);
+  int total = cJSON_GetArraySize(root);
+  out->names = calloc((size_t)total + 1, sizeof(char *));
+  out->tensors = calloc((size_t)total + 1, sizeof(RtTensor));
+  Entry *es = *entries = calloc((size_t)total + 1, sizeof(Entry));
+  if (!out->names || !out->tensors || !es) return fail(err, errlen, "%s: out of memory", path);
+  bool seen_meta = false;
+  for (const cJSON *j = root->child; j; j = j->next) {
+    const char *name = j->string;
+    if (strcmp(name, "__metadata__") == 0) {
+      if (seen_meta) return fail(err, errlen, "%s: \"__metadata__\" appears twice", path);
+      seen_meta = true;
+      if (parse_metadata(path, j, out, err, errlen) < 0) return -1;
+      continue;
+    }
+    for (int i = 0; i < out->n; i++)
+      if (strcmp(out->names[i], name) == 0)
+        return fail(err, errlen, "%s: tensor '%s' appears twice in the header", path, name);
+    Entry *e = &es[out->n];
+    e->name = name;
+    e->index = out->n;
+    if (parse_entry(path, j, data_size, &out->tensors[out->n], e, err, errlen) < 0) return -1;
+    out->names[out->n] = strdup(name);
+    if (!out->names[out->n]) return fail(err, errlen, "%s: out of memory", path);
+    out->n++;
+  }
+  qsort(es, (size_t)out->n, sizeof *es, by_begin);
+  /* Empty tensors occupy nothing and overlap nothing. */
+  int prev = -1;
+  for (int i = 0; i < out->n; i++) {
+    if (es[i].begin == es[i].end) continue;
+    if (prev >= 0 && es[prev].end > es[i].begin)
+      return fail(err, errlen, "%s: tensors '%s' and '%s' overlap in the data", path, es[prev].name,
+                  es[i].name);
+    prev = i;
+  }
+  return 0;
+}
+
+int rt_safetensors_read(const char *path, RtTensorSet *out, char *err, size_t errlen) {
+  memset(out, 0, sizeof *out);
+  FILE *f = fopen(path, "rb");
+  if (!f) return fail(err, errlen, "%s: %s", path, strerror(errno));
+  int rc = -1;
+  char *text = NULL;
+  cJSON *root = NULL;
+  Entry *entries = NULL;
+  struct stat st;
+  unsigned char pre[8];
+  if (fstat(fileno(f), &st) != 0) {
+    fail(err, errlen, "%s: %s", path, strerror(errno));
+    goto done;
+  }
+  int64_t size = (int64_t)st.st_size;
+  if (size < 8 || fread(pre, 1, 8, f) != 8) {
+    fail(err, errlen, "%s: too short for a safetensors file (%" PRId64 " bytes)", path, size);
+    goto done;
+  }
+  uint64_t hsize = 0;
+  for (int i = 0; i < 8; i++) hsize |= (uint64_t)pre[i] << (8 * i);
+  if (hsize > (uint64_t)(size - 8)) {
+    fail(err, errlen, "%s: header size %" PRIu64 " is larger than the file (%" PRId64 " bytes)", path,
+         hsize, size);
+    goto done;
+  }
+  if (hsize > MAX_HEADER) {
+    fail(err, errlen, "%s: header size %" PRIu64 " is more than 100 MB", path, hsize);
+    goto done;
+  }
+  text = malloc((size_t)hsize + 1);
+  if (!text || fread(text, 1, (size_t)hsize, f) != (size_t)hsize) {
+    fail(err, errlen, "%s: %s", path, text ? "could not read the header" : "out of memory");
+    goto done;
+  }
+  text[hsize] = 0;
+  const char *end = NULL;
+  root = cJSON_ParseWithLengthOpts(text, (size_t)hsize, &end, 0);
+  /* Writers pad the header with spaces; anything else after it is junk. */
+  while (root && end < text + hsize && (*end == ' ' || *end == '\n' || *end == '\t' || *end == '\r'))
+    end++;
+  if (!root || end != text + hsize) {
+    fail(err, errlen, "%s: the header is not valid JSON", path);
+    goto done;
+  }
+  int64_t data_start = 8 + (int64_t)hsize, data_size = size - data_start;
+  if (parse_header(path, root, data_size, out, &entries, err, errlen) < 0) goto done;
+  /* In file order, so the reads run forward. */
+  for (int k = 0; k < out->n; k++) {
+    Entry *e = &entries[k];
+    RtTensor *t = &out->tensors[e->index];
+    t->data = malloc(t->nbytes ? t->nbytes : 1);
+    if (!t->data) {
+      fail(err, errlen, "%s: tensor '%s': out of memory for %zu bytes", path, e->name, t->nbytes);
+      goto done;
+    }
+    if (t->nbytes == 0) continue;
+    if (fseeko(f, (off_t)(data_start + e->begin), SEEK_SET) != 0 ||
+        fread(t->data, 1, t->nbytes, f) != t->nbytes) {
+      fail(err, errlen, "%s: tensor '%s': could not read its data", path, e->name);
+      goto done;
+    }
+  }
+  rc = 0;
+done:
+  fclose(f);
+  free(text);
+  cJSON_Delete(root);
+  free(entries);
+  if (rc < 0) rt_tensor_set_free(out);
+  return rc;
+}
+
+int rt_safetensors_write(const char *path, const RtTensorSet *set, char *err, size_t errlen) {
+  cJSON *root = cJSON_CreateObject();
+  char *json = NULL;
+  FILE *f = NULL;
+  int rc = -1;
+  if (!root) return fail(err, errlen, "%s: out of memory", path);
+  if (set->n_meta > 0) {
+    cJSON *meta = cJSON_AddObjectToObject(root, "__metadata__");
+    for (int i = 0; meta && i < set->n_meta; i++)
+      if (!cJSON_AddStringToObject(meta, set->meta_keys[i], set->meta_values[i])) meta = NULL;
+    if (!meta) {
+      fail(err, errlen, "%s: out of memory", path);
+      goto done;
+    }
+  }
+  int64_t offset = 0;
+  for (int i = 0; i < set->n; i++) {
+    const RtTensor *t = &set->tensors[i];
+    const char *name = set->names[i];
+    if (strcmp(name, "__metadata__") == 0) {
+      fail(err, errlen, "%s: a tensor cannot be named '__metadata__'", path);
+      goto done;
+    }
+    for (int k = 0; k < i; k++)
+      if (strcmp(set->names[k], name) == 0) {
+        fail(err, errlen, "%s: tensor '%s' is given twice", path, name);
+        goto done;
+      }
+    int64_t n = (unsigned)t->dtype < RT_DTYPE_COUNT && t->rank >= 0 && t->rank <= RT_MAX_RANK
+                    ? rt_numel(t)
+                    : -1;
+    if (n < 0 || (size_t)n * (size_t)rt_dtype_size(t->dtype) != t->nbytes) {
+      fail(err, errlen, "%s: tensor '%s': its dtype, shape and byte count do not agree", path, name);
+      goto done;
+    }
+    cJSON *e = cJSON_AddObjectToObject(root, name);
+    cJSON *shape = e ? cJSON_AddArrayToObject(e, "shape") : NULL;
+    cJSON *offs = shape ? cJSON_AddArrayToObject(e, "data_offsets") : NULL;
+    bool ok = offs && cJSON_AddStringToObject(e, "dtype", st_names[t->dtype]);
+    for (int d = 0; ok && d < t->rank; d++) {
+      cJSON *v = cJSON_CreateNumber((double)t->dims[d]);
+      ok = v && cJSON_AddItemToArray(shape, v);
+    }
+    cJSON *b = ok ? cJSON_CreateNumber((double)offset) : NULL;
+    ok = b && cJSON_AddItemToArray(offs, b);
+    offset += (int64_t)t->nbytes;
+    cJSON *en = ok ? cJSON_CreateNumber((double)offset) : NULL;
+    ok = en && cJSON_AddItemToArray(offs, en);
+    if (!ok) {
+      fail(err, errlen, "%s: out of memory", path);
+      goto done;
+    }
+  }
+  json = cJSON_PrintUnformatted(root);
+  if (!json) {
+    fail(err, errlen, "%s: out of memory", path);
+    goto done;
+  }
+  size_t len = strlen(json), padded = (len + 7) / 8 * 8;
+  f = fopen(path, "wb");
+  if (!f) {
+    fail(err, errlen, "%s: %s", path, strerror(errno));
+    goto done;
+  }
+  unsigned char pre[8];
+  for (int i = 0; i < 8; i++) pre[i] = (unsigned char)((uint64_t)padded >> (8 * i));
+  bool ok = fwrite(pre, 1, 8, f) == 8 && fwrite(json, 1, len, f) == len;
+  for (size_t i = len; ok && i < padded; i++) ok = fputc(' ', f) != EOF;
+  for (int i = 0; ok && i < set->n; i++)
+    ok = set->tensors[i].nbytes == 0 ||
+         fwrite(set->tensors[i].data, 1, set->tensors[i].nbytes, f) == set->tensors[i].nbytes;
+  int closed = fclose(f);
+  f = NULL;
+  if (!ok || closed != 0) {
+    fail(err, errlen, "%s: write failed: %s", path, strerror(errno));
+    goto done;
+  }
+  rc = 0;
+done:
+  if (f) fclose(f);
+  cJSON_free(json);
+  cJSON_Delete(root);
+  return rc;
+}

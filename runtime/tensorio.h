@@ -1,1 +1,69 @@
-/* placeholder */
+/* Tensor files: NumPy .npy and safetensors, read into and written from
+ * host memory.  Part of libdlcrt, so it knows nothing of the compiler.
+ * Every function returns 0, or -1 with a message naming the file (and the
+ * tensor) in err; none exits.  Data is little-endian, C order. */
+#ifndef DLCC_TENSORIO_H
+#define DLCC_TENSORIO_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum {
+  RT_F32,
+  RT_F16,
+  RT_BF16,
+  RT_I8,
+  RT_I32,
+  RT_I64,
+  /* Read only by the loaders; the compiler has no such dtype. */
+  RT_F64,
+  RT_U8,
+  RT_BOOL,
+  RT_DTYPE_COUNT
+} RtDType;
+
+enum { RT_MAX_RANK = 8 };
+
+typedef struct RtTensor {
+  RtDType dtype;
+  int rank;
+  int64_t dims[RT_MAX_RANK];
+  void *data; /* malloc'd by the readers; nbytes of it */
+  size_t nbytes;
+} RtTensor;
+
+int rt_dtype_size(RtDType t);
+const char *rt_dtype_name(RtDType t); /* "f32", "bf16", "bool", ... */
+/* Element count, or -1 when it overflows or a dim is negative. */
+int64_t rt_numel(const RtTensor *t);
+void rt_tensor_free(RtTensor *t);
+
+/* .npy: reads versions 1.0, 2.0 and 3.0 with descr <f4 <f2 |i1 <i4 <i8
+ * <f8 |u1 |b1 (bf16 has no NumPy descr); writes version 1.0 with the
+ * header padded to a multiple of 64 bytes. */
+int rt_npy_read(const char *path, RtTensor *out, char *err, size_t errlen);
+int rt_npy_write(const char *path, const RtTensor *t, char *err, size_t errlen);
+
+/* A safetensors file's contents.  The reader owns everything in a set it
+ * returns (free with rt_tensor_set_free); a set passed to the writer is
+ * only read. */
+typedef struct RtTensorSet {
+  int n;
+  char **names;
+  RtTensor *tensors;
+  int n_meta; /* "__metadata__": string keys and values */
+  char **meta_keys;
+  char **meta_values;
+} RtTensorSet;
+
+/* Reads the whole file once, validating the header: size, JSON, every
+ * entry's dtype, shape and offsets (exact size, inside the data, no
+ * overlaps), duplicate names.  Tensors keep the file's order. */
+int rt_safetensors_read(const char *path, RtTensorSet *out, char *err, size_t errlen);
+/* Writes tensors in the set's order, packed, the header padded with
+ * spaces to a multiple of 8 bytes. */
+int rt_safetensors_write(const char *path, const RtTensorSet *set, char *err, size_t errlen);
+const RtTensor *rt_tensor_set_find(const RtTensorSet *s, const char *name);
+void rt_tensor_set_free(RtTensorSet *s);
+
+#endif

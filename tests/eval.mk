@@ -1,1 +1,14 @@
-# eval tests
+# eval tests: the reference interpreter, parameter init, tensor files, weights
+if HAVE_CHECK
+check_PROGRAMS += tests/test_eval
+TESTS += tests/test_eval
+tests_test_eval_SOURCES = tests/test_eval.c
+tests_test_eval_CFLAGS = $(TEST_CFLAGS)
+tests_test_eval_LDADD = $(TEST_LIBS)
+
+check_PROGRAMS += tests/test_tensorio
+TESTS += tests/test_tensorio
+tests_test_tensorio_SOURCES = tests/test_tensorio.c
+tests_test_tensorio_CFLAGS = $(TEST_CFLAGS)
+tests_test_tensorio_LDADD = $(TEST_LIBS)
+endif

@@ -1,0 +1,1 @@
+libdlcc_la_SOURCES += api/weights.h api/weights.c

@@ -1,0 +1,143 @@
+/* Binds a safetensors file to a graph's params: takes the graph and the
+ * path, returns a TensorMap (the file's buffers, moved, not copied) or
+ * every mismatch found, one a line. */
+#include "api/weights.h"
+
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/tensorio.h"
+
+enum { MAX_ERRORS = 20 };
+
+typedef struct Report {
+  char *buf;
+  size_t len, cap;
+  int count;
+} Report;
+
+static void report(Report *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void report(Report *r, const char *fmt, ...) {
+  if (r->count++ >= MAX_ERRORS || r->len >= r->cap) return;
+  if (r->len) {
+    r->buf[r->len++] = '\n';
+    r->buf[r->len] = 0;
+    if (r->len >= r->cap) return;
+  }
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(r->buf + r->len, r->cap - r->len, fmt, ap);
+  va_end(ap);
+  if (n > 0) r->len += (size_t)n < r->cap - r->len ? (size_t)n : r->cap - r->len - 1;
+}
+
+static bool dtype_of(RtDType rt, DType *out) {
+  static const DType map[] = {[RT_F32] = TY_F32, [RT_F16] = TY_F16, [RT_BF16] = TY_BF16,
+                              [RT_I8] = TY_I8,   [RT_I32] = TY_I32, [RT_I64] = TY_I64};
+  if ((unsigned)rt > RT_I64) return false;
+  *out = map[rt];
+  return true;
+}
+
+static void dims_str(int rank, const int64_t *dims, char *buf, size_t len) {
+  size_t used = (size_t)snprintf(buf, len, "[");
+  for (int i = 0; i < rank && used < len; i++)
+    used += (size_t)snprintf(buf + used, len - used, "%s%" PRId64, i ? ", " : "", dims[i]);
+  if (used < len) snprintf(buf + used, len - used, "]");
+}
+
+static bool is_param(Graph *g, const char *name) {
+  for (Node *n = g->first; n; n = n->next)
+    if (n->op == OP_PARAM && strcmp(ir_attr_str(n, "name"), name) == 0) return true;
+  return false;
+}
+
+/* PyTorch batch-norm buffers the inference graph has no use for. */
+static bool is_ignorable(Graph *g, const char *name) {
+  static const char suffix[] = "num_batches_tracked";
+  size_t len = strlen(name), sl = sizeof suffix - 1;
+  if (len < sl || strcmp(name + len - sl, suffix) != 0) return false;
+  if (len > sl && name[len - sl - 1] != '.') return false;
+  char *mean = malloc(len + 16);
+  if (!mean) return false;
+  memcpy(mean, name, len - sl);
+  strcpy(mean + len - sl, "running_mean");
+  bool ok = is_param(g, mean);
+  free(mean);
+  return ok;
+}
+
+bool api_bind_weights(Graph *g, const char *path, TensorMap *out, char *err, size_t errlen) {
+  memset(out, 0, sizeof *out);
+  if (errlen) err[0] = 0;
+  RtTensorSet set;
+  if (rt_safetensors_read(path, &set, err, errlen) < 0) return false;
+  int cap = 0;
+  for (Node *n = g->first; n; n = n->next) cap += n->op == OP_PARAM;
+  out->names = calloc((size_t)cap + 1, sizeof(char *));
+  out->tensors = calloc((size_t)cap + 1, sizeof(Tensor));
+  bool *used = calloc((size_t)set.n + 1, sizeof(bool));
+  Report r = {err, 0, errlen, 0};
+  if (!out->names || !out->tensors || !used) {
+    report(&r, "%s: out of memory", path);
+    goto done;
+  }
+  for (Node *n = g->first; n; n = n->next) {
+    if (n->op != OP_PARAM) continue;
+    const char *name = ir_attr_str(n, "name");
+    const TensorType *want = &n->out[0].type;
+    if (ir_tensor_map_find(out, name)) continue; /* shared weights */
+    char wt[IR_TYPE_STR_MAX], ws[IR_TYPE_STR_MAX], gs[IR_TYPE_STR_MAX];
+    ir_type_str(want, wt, sizeof wt);
+    dims_str(want->rank, want->dims, ws, sizeof ws);
+    int k = -1;
+    for (int i = 0; i < set.n; i++)
+      if (strcmp(set.names[i], name) == 0) k = i;
+    if (k < 0) {
+      report(&r, "missing tensor '%s' (expected %s) in %s", name, wt, path);
+      continue;
+    }
+    used[k] = true;
+    RtTensor *t = &set.tensors[k];
+    DType dt;
+    bool dt_ok = dtype_of(t->dtype, &dt) && dt == want->dtype;
+    bool shape_ok = t->rank == want->rank;
+    for (int i = 0; shape_ok && i < t->rank; i++) shape_ok = t->dims[i] == want->dims[i];
+    dims_str(t->rank, t->dims, gs, sizeof gs);
+    if (!dt_ok && !shape_ok)
+      report(&r, "tensor '%s' is %s%s in %s, the model expects %s", name, rt_dtype_name(t->dtype),
+             gs, path, wt);
+    else if (!dt_ok)
+      report(&r, "tensor '%s' is %s in %s, the model expects %s", name, rt_dtype_name(t->dtype),
+             path, ir_dtype_name(want->dtype));
+    else if (!shape_ok)
+      report(&r, "tensor '%s' is %s in %s, the model expects %s", name, gs, path, ws);
+    if (!dt_ok || !shape_ok || r.count) continue;
+    char *copy = strdup(name);
+    if (!copy) {
+      report(&r, "%s: out of memory", path);
+      continue;
+    }
+    out->names[out->n] = copy;
+    out->tensors[out->n].type = *want;
+    out->tensors[out->n].data = t->data; /* moved */
+    t->data = NULL;
+    out->n++;
+  }
+  for (int i = 0; i < set.n; i++)
+    if (!used[i] && !is_ignorable(g, set.names[i]))
+      report(&r, "%s: unexpected tensor '%s' (the model has no such parameter)", path, set.names[i]);
+  if (r.count > MAX_ERRORS && r.len + 1 < r.cap)
+    snprintf(r.buf + r.len, r.cap - r.len, "\n(%d more not shown)", r.count - MAX_ERRORS);
+done:
+  free(used);
+  rt_tensor_set_free(&set);
+  if (r.count) {
+    ir_tensor_map_free(out);
+    return false;
+  }
+  return true;
+}

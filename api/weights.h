@@ -1,0 +1,20 @@
+/* Weights for a graph's params from a safetensors file (PyTorch
+ * state_dict names and layouts).  Used by the JIT API and `dlcc run
+ * --weights`. */
+#ifndef DLCC_API_WEIGHTS_H
+#define DLCC_API_WEIGHTS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "ir/eval.h"
+
+/* Reads path and binds one tensor to every param name of g: out gets
+ * them in graph order (free with ir_tensor_map_free).  Every tensor must
+ * match its param's dtype and shape exactly, every param must be present
+ * and no other tensor may be, except PyTorch's
+ * "<scope>.num_batches_tracked" where "<scope>.running_mean" is a param.
+ * Returns false with the problems in err, one a line, at most 20. */
+bool api_bind_weights(Graph *g, const char *path, TensorMap *out, char *err, size_t errlen);
+
+#endif
