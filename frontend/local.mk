@@ -1,7 +1,7 @@
 # The scanner and parser are generated; their code is not ours, so it is
 # compiled with the warnings it is known to trip turned off.
 noinst_LTLIBRARIES += libdlfe_gen.la
-libdlfe_gen_la_SOURCES = frontend/parser.y frontend/lexer.l
+libdlfe_gen_la_SOURCES = frontend/parser.y frontend/lexer.l frontend/parse_internal.h
 libdlfe_gen_la_CFLAGS = $(AM_CFLAGS) -Wno-unused-function -Wno-sign-compare -Wno-missing-prototypes -Wno-unused-but-set-variable
 BUILT_SOURCES += frontend/parser.h
 libdlcc_la_LIBADD += libdlfe_gen.la
