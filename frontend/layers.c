@@ -1,1 +1,1045 @@
-/* placeholder: being written */
+/* The builtin functions of the language: takes a Call whose arguments are
+ * bound to the builtin's parameters, checks their kinds and builds the
+ * graph nodes (and, for layers, the parameters named as in PyTorch's
+ * state_dict, with PyTorch's default init).  Returns the result value, or
+ * a poison value after reporting. */
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "frontend/lower.h"
+
+typedef struct TypeText {
+  char s[IR_TYPE_STR_MAX];
+} TypeText;
+
+static TypeText ts(const TensorType *t) {
+  TypeText r;
+  ir_type_str(t, r.s, sizeof r.s);
+  return r;
+}
+
+static Val poison(void) { return val_poison(); }
+
+static const char *bound_init(Lower *l, const char *kind, double b) {
+  char buf[40];
+  for (int prec = 1; prec <= 17; prec++) {
+    snprintf(buf, sizeof buf, "%.*g", prec, b);
+    double back;
+    if (sscanf(buf, "%lf", &back) == 1 && back == b) break;
+  }
+  return arena_printf(l->a, "%s(%s)", kind, buf);
+}
+
+static TensorType type1(DType dt, int64_t a) {
+  return (TensorType){.dtype = dt, .rank = 1, .dims = {a}};
+}
+static TensorType type2(DType dt, int64_t a, int64_t b) {
+  return (TensorType){.dtype = dt, .rank = 2, .dims = {a, b}};
+}
+
+static bool need_float(Lower *l, const Call *c, const Value *x) {
+  if (ir_dtype_is_float(x->type.dtype)) return true;
+  fe_error(l, c->loc, "%s expects a floating-point input, got %s", c->name, ts(&x->type).s);
+  return false;
+}
+
+/* ---- small graph builders; each passes a NULL operand through ---- */
+
+static Value *mk_linear(Lower *l, Value *x, Value *w, Value *b, SrcLoc loc) {
+  if (!x || !w) return NULL;
+  Value *in[3] = {x, w, b};
+  return fe_emit(l, fe_node(l, OP_LINEAR, b ? 3 : 2, in, loc));
+}
+
+static Value *mk_ints_op(Lower *l, OpKind op, const char *attr, Value *x, int n, const int64_t *v,
+                         SrcLoc loc) {
+  if (!x) return NULL;
+  Node *node = fe_node(l, op, 1, &x, loc);
+  ir_set_ints(l->g, node, attr, n, v);
+  return fe_emit(l, node);
+}
+
+static Value *mk_slice(Lower *l, Value *x, int axis, int64_t start, int64_t end, SrcLoc loc) {
+  if (!x) return NULL;
+  int r = x->type.rank;
+  int64_t s[DL_MAX_RANK], e[DL_MAX_RANK], st[DL_MAX_RANK];
+  for (int d = 0; d < r; d++) {
+    s[d] = 0;
+    e[d] = x->type.dims[d];
+    st[d] = 1;
+  }
+  s[axis] = start;
+  e[axis] = end;
+  Node *n = fe_node(l, OP_SLICE, 1, &x, loc);
+  ir_set_ints(l->g, n, "starts", r, s);
+  ir_set_ints(l->g, n, "ends", r, e);
+  ir_set_ints(l->g, n, "steps", r, st);
+  return fe_emit(l, n);
+}
+
+static Value *mk_binary(Lower *l, OpKind op, Value *a, Value *b, SrcLoc loc) {
+  if (!a || !b) return NULL;
+  Value *in[2] = {a, b};
+  return fe_emit(l, fe_node(l, op, 2, in, loc));
+}
+
+/* ---- layers ---- */
+
+static Val bi_linear(Lower *l, const Call *c) {
+  Value *x;
+  int64_t out;
+  bool bias;
+  bool ok = fe_arg_tensor(l, c, 0, &x);
+  ok &= fe_arg_pos_int(l, c, 1, 1, &out);
+  ok &= fe_arg_bool(l, c, 2, true, &bias);
+  if (!ok) return poison();
+  const TensorType *t = &x->type;
+  if (t->rank < 1) {
+    fe_error(l, c->loc, "linear expects an input [..., in], got %s", ts(t).s);
+    return poison();
+  }
+  if (!need_float(l, c, x)) return poison();
+  int64_t in = t->dims[t->rank - 1];
+  const char *scope = fe_layer_scope(l, c, "linear");
+  const char *init = bound_init(l, "uniform", 1 / sqrt((double)in));
+  TensorType wt = type2(t->dtype, out, in), bt = type1(t->dtype, out);
+  Value *w = fe_param(l, scope, "weight", &wt, init, c->loc);
+  Value *b = w && bias ? fe_param(l, scope, "bias", &bt, init, c->loc) : NULL;
+  if (!w || (bias && !b)) return poison();
+  return val_tensor(mk_linear(l, x, w, b, c->loc));
+}
+
+/* An int or a list of 2 ints, each >= lo, into v[2]. */
+static bool arg_pair(Lower *l, const Call *c, int i, int64_t def, int64_t lo, int64_t v[2]) {
+  int64_t raw[2];
+  int n;
+  const char *what = lo >= 1 ? "a positive int or a list of 2 positive ints"
+                             : "a non-negative int or a list of 2 non-negative ints";
+  if (!fe_arg_ints(l, c, i, 2, what, &n, raw)) return false;
+  if (n == 0) {
+    v[0] = v[1] = def;
+    return true;
+  }
+  v[0] = raw[0];
+  v[1] = n == 2 ? raw[1] : raw[0];
+  if (v[0] < lo || v[1] < lo) {
+    fe_arg_error(l, c, i, what);
+    return false;
+  }
+  return true;
+}
+
+/* pad: an int, [h, w] or [top, left, bottom, right], into OP_CONV2D's
+ * [top, left, bottom, right]. */
+static bool arg_pads(Lower *l, const Call *c, int i, int64_t pads[4]) {
+  const char *what = "a non-negative int or a list of 2 or 4 of them";
+  int64_t raw[4];
+  int n;
+  if (!fe_arg_ints(l, c, i, 4, what, &n, raw)) return false;
+  if (n == 3) {
+    fe_arg_error(l, c, i, what);
+    return false;
+  }
+  for (int k = 0; k < 4; k++) pads[k] = n == 0 ? 0 : n == 1 ? raw[0] : n == 2 ? raw[k % 2] : raw[k];
+  for (int k = 0; k < 4; k++)
+    if (pads[k] < 0) {
+      fe_arg_error(l, c, i, what);
+      return false;
+    }
+  return true;
+}
+
+static Val bi_conv2d(Lower *l, const Call *c) {
+  Value *x;
+  int64_t out, groups, kernel[2], stride[2], dil[2], pads[4] = {0, 0, 0, 0};
+  bool bias, same = false;
+  bool ok = fe_arg_tensor(l, c, 0, &x);
+  ok &= fe_arg_pos_int(l, c, 1, 1, &out);
+  ok &= arg_pair(l, c, 2, 1, 1, kernel);
+  ok &= arg_pair(l, c, 3, 1, 1, stride);
+  if (c->args[4].kind == V_STR) {
+    same = strcmp(c->args[4].s, "same") == 0;
+    if (!same) fe_arg_error(l, c, 4, "an int, a list of 2 or 4 ints, or \"same\"");
+    ok &= same;
+  } else {
+    ok &= arg_pads(l, c, 4, pads);
+  }
+  ok &= arg_pair(l, c, 5, 1, 1, dil);
+  ok &= fe_arg_pos_int(l, c, 6, 1, &groups);
+  ok &= fe_arg_bool(l, c, 7, true, &bias);
+  if (!ok) return poison();
+  const TensorType *t = &x->type;
+  if (t->rank != 4) {
+    fe_error(l, c->loc, "conv2d expects a 4-d input [N, C, H, W], got %s", ts(t).s);
+    return poison();
+  }
+  if (!need_float(l, c, x)) return poison();
+  int64_t cin = t->dims[1];
+  if (cin % groups != 0 || out % groups != 0) {
+    fe_error(l, c->locs[6],
+             "conv2d: groups=%" PRId64 " must divide the input channels (%" PRId64
+             ") and the output channels (%" PRId64 ")",
+             groups, cin, out);
+    return poison();
+  }
+  if (same) {
+    if (stride[0] != 1 || stride[1] != 1) {
+      fe_error(l, c->locs[4], "conv2d: pad=\"same\" needs stride 1");
+      return poison();
+    }
+    /* As PyTorch: any odd unit of padding goes to the bottom/right. */
+    for (int k = 0; k < 2; k++) {
+      int64_t total = dil[k] * (kernel[k] - 1);
+      pads[k] = total / 2;
+      pads[k + 2] = total - total / 2;
+    }
+  }
+  int64_t per = cin / groups;
+  const char *scope = fe_layer_scope(l, c, "conv2d");
+  double fan_in = (double)per * (double)kernel[0] * (double)kernel[1];
+  const char *init = bound_init(l, "uniform", 1 / sqrt(fan_in));
+  TensorType wt = {.dtype = t->dtype, .rank = 4, .dims = {out, per, kernel[0], kernel[1]}};
+  TensorType bt = type1(t->dtype, out);
+  Value *w = fe_param(l, scope, "weight", &wt, init, c->loc);
+  Value *b = w && bias ? fe_param(l, scope, "bias", &bt, init, c->loc) : NULL;
+  if (!w || (bias && !b)) return poison();
+  Value *in[3] = {x, w, b};
+  Node *n = fe_node(l, OP_CONV2D, bias ? 3 : 2, in, c->loc);
+  ir_set_ints(l->g, n, "stride", 2, stride);
+  ir_set_ints(l->g, n, "pad", 4, pads);
+  ir_set_ints(l->g, n, "dilation", 2, dil);
+  ir_set_int(l->g, n, "groups", groups);
+  return val_tensor(fe_emit(l, n));
+}
+
+static Val bi_batchnorm(Lower *l, const Call *c) {
+  Value *x;
+  double eps;
+  bool ok = fe_arg_tensor(l, c, 0, &x);
+  ok &= fe_arg_float(l, c, 1, 1e-5, &eps);
+  if (!ok) return poison();
+  const TensorType *t = &x->type;
+  if (t->rank < 2) {
+    fe_error(l, c->loc, "batchnorm expects an input [N, C, ...], got %s", ts(t).s);
+    return poison();
+  }
+  if (!need_float(l, c, x)) return poison();
+  const char *scope = fe_layer_scope(l, c, "batchnorm");
+  TensorType pt = type1(t->dtype, t->dims[1]);
+  static const char *const names[] = {"weight", "bias", "running_mean", "running_var"};
+  static const char *const inits[] = {"ones", "zeros", "zeros", "ones"};
+  Value *in[5] = {x};
+  for (int i = 0; i < 4; i++)
+    if (!(in[i + 1] = fe_param(l, scope, names[i], &pt, inits[i], c->loc))) return poison();
+  Node *n = fe_node(l, OP_BATCHNORM, 5, in, c->loc);
+  ir_set_float(l->g, n, "eps", eps);
+  return val_tensor(fe_emit(l, n));
+}
+
+static Val bi_layernorm(Lower *l, const Call *c) {
+  Value *x;
+  double eps;
+  bool ok = fe_arg_tensor(l, c, 0, &x);
+  ok &= fe_arg_float(l, c, 1, 1e-5, &eps);
+  if (!ok) return poison();
+  const TensorType *t = &x->type;
+  if (t->rank < 1) {
+    fe_error(l, c->loc, "layernorm expects an input [..., D], got %s", ts(t).s);
+    return poison();
+  }
+  if (!need_float(l, c, x)) return poison();
+  const char *scope = fe_layer_scope(l, c, "layernorm");
+  TensorType pt = type1(t->dtype, t->dims[t->rank - 1]);
+  Value *in[3] = {x, fe_param(l, scope, "weight", &pt, "ones", c->loc),
+                  fe_param(l, scope, "bias", &pt, "zeros", c->loc)};
+  if (!in[1] || !in[2]) return poison();
+  Node *n = fe_node(l, OP_LAYERNORM, 3, in, c->loc);
+  ir_set_int(l->g, n, "axis", t->rank - 1);
+  ir_set_float(l->g, n, "eps", eps);
+  return val_tensor(fe_emit(l, n));
+}
+
+static Val bi_embedding(Lower *l, const Call *c) {
+  Value *idx;
+  int64_t num, dim;
+  bool ok = fe_arg_tensor(l, c, 0, &idx);
+  ok &= fe_arg_pos_int(l, c, 1, 1, &num);
+  ok &= fe_arg_pos_int(l, c, 2, 1, &dim);
+  if (!ok) return poison();
+  if (idx->type.dtype != TY_I32 && idx->type.dtype != TY_I64) {
+    fe_arg_error(l, c, 0, "an i32 or i64 tensor");
+    return poison();
+  }
+  const char *scope = fe_layer_scope(l, c, "embedding");
+  TensorType wt = type2(TY_F32, num, dim);
+  Value *w = fe_param(l, scope, "weight", &wt, "normal(1)", c->loc);
+  if (!w) return poison();
+  Value *in[2] = {w, idx};
+  Node *n = fe_node(l, OP_GATHER, 2, in, c->loc);
+  ir_set_int(l->g, n, "axis", 0);
+  return val_tensor(fe_emit(l, n));
+}
+
+/* lstm and gru: x, hidden | layers, bias, batch_first, bidirectional */
+static Val recurrent(Lower *l, const Call *c, OpKind op, int gates, const char *kind) {
+  Value *x;
+  int64_t hidden, layers;
+  bool bias, batch_first, bidir;
+  bool ok = fe_arg_tensor(l, c, 0, &x);
+  ok &= fe_arg_pos_int(l, c, 1, 1, &hidden);
+  ok &= fe_arg_pos_int(l, c, 2, 1, &layers);
+  ok &= fe_arg_bool(l, c, 3, true, &bias);
+  ok &= fe_arg_bool(l, c, 4, true, &batch_first);
+  ok &= fe_arg_bool(l, c, 5, false, &bidir);
+  if (!ok) return poison();
+  const TensorType *t = &x->type;
+  if (t->rank != 3) {
+    fe_error(l, c->loc, "%s expects a 3-d input %s, got %s", kind,
+             batch_first ? "[N, T, I] (batch_first=true)" : "[T, N, I] (batch_first=false)",
+             ts(t).s);
+    return poison();
+  }
+  if (!need_float(l, c, x)) return poison();
+  if (layers > 10000 || hidden > DL_MAX_ELEMS) {
+    fe_error(l, c->loc, "%s: %s=%" PRId64 " is too large", kind,
+             layers > 10000 ? "layers" : "hidden", layers > 10000 ? layers : hidden);
+    return poison();
+  }
+  int dirs = bidir ? 2 : 1, per = bias ? 4 : 2;
+  int n_in = 1 + (int)layers * dirs * per, k = 0;
+  Value **in = ARENA_ARRAY(l->a, Value *, n_in);
+  in[k++] = x;
+  const char *scope = fe_layer_scope(l, c, kind);
+  const char *init = bound_init(l, "uniform", 1 / sqrt((double)hidden));
+  int64_t gh = gates * hidden;
+  for (int64_t layer = 0; layer < layers; layer++)
+    for (int d = 0; d < dirs; d++) {
+      const char *sfx = d ? "_reverse" : "";
+      int64_t inl = layer == 0 ? t->dims[2] : hidden * dirs;
+      TensorType wih = type2(t->dtype, gh, inl), whh = type2(t->dtype, gh, hidden),
+                 b = type1(t->dtype, gh);
+      char name[64];
+      snprintf(name, sizeof name, "weight_ih_l%" PRId64 "%s", layer, sfx);
+      in[k++] = fe_param(l, scope, name, &wih, init, c->loc);
+      snprintf(name, sizeof name, "weight_hh_l%" PRId64 "%s", layer, sfx);
+      in[k++] = fe_param(l, scope, name, &whh, init, c->loc);
+      if (bias) {
+        snprintf(name, sizeof name, "bias_ih_l%" PRId64 "%s", layer, sfx);
+        in[k++] = fe_param(l, scope, name, &b, init, c->loc);
+        snprintf(name, sizeof name, "bias_hh_l%" PRId64 "%s", layer, sfx);
+        in[k++] = fe_param(l, scope, name, &b, init, c->loc);
+      }
+      for (int i = k - per; i < k; i++)
+        if (!in[i]) return poison();
+    }
+  Node *n = fe_node(l, op, n_in, in, c->loc);
+  ir_set_int(l->g, n, "hidden", hidden);
+  ir_set_int(l->g, n, "layers", layers);
+  ir_set_int(l->g, n, "bidirectional", bidir);
+  ir_set_int(l->g, n, "batch_first", batch_first);
+  ir_set_int(l->g, n, "bias", bias);
+  if (!fe_emit(l, n)) return poison();
+  Val r = {.kind = V_TUPLE};
+  r.list.n = n->n_out;
+  r.list.v = ARENA_ARRAY(l->a, Val, n->n_out);
+  for (int i = 0; i < n->n_out; i++) r.list.v[i] = val_tensor(&n->out[i]);
+  return r;
+}
+
+static Val bi_lstm(Lower *l, const Call *c) { return recurrent(l, c, OP_LSTM, 4, "lstm"); }
+static Val bi_gru(Lower *l, const Call *c) { return recurrent(l, c, OP_GRU, 3, "gru"); }
+
+/* [N, S, E] -> [N, h, S, E/h], or with kt [N, h, E/h, S] (k transposed). */
+static Value *split_heads(Lower *l, Value *x, int64_t heads, bool kt, SrcLoc loc) {
+  if (!x) return NULL;
+  const int64_t *d = x->type.dims;
+  int64_t shape[4] = {d[0], d[1], heads, d[2] / heads};
+  static const int64_t perm[4] = {0, 2, 1, 3}, perm_t[4] = {0, 2, 3, 1};
+  x = mk_ints_op(l, OP_RESHAPE, "shape", x, 4, shape, loc);
+  return mk_ints_op(l, OP_TRANSPOSE, "perm", x, 4, kt ? perm_t : perm, loc);
+}
+
+static Val bi_mha(Lower *l, const Call *c) {
+  Value *q, *k, *v;
+  int64_t heads;
+  bool bias;
+  bool ok = fe_arg_tensor(l, c, 0, &q);
+  ok &= fe_arg_tensor(l, c, 1, &k);
+  ok &= fe_arg_tensor(l, c, 2, &v);
+  ok &= fe_arg_pos_int(l, c, 3, 1, &heads);
+  ok &= fe_arg_bool(l, c, 4, true, &bias);
+  if (!ok) return poison();
+  Value *qkv[3] = {q, k, v};
+  for (int i = 0; i < 3; i++)
+    if (qkv[i]->type.rank != 3) {
+      fe_error(l, c->locs[i],
+               "multihead_attention expects %s of shape [N, S, E] (batch first), got %s",
+               c->pnames[i], ts(&qkv[i]->type).s);
+      return poison();
+    }
+  if (!need_float(l, c, q)) return poison();
+  const int64_t *qd = q->type.dims, *kd = k->type.dims, *vd = v->type.dims;
+  int64_t e = qd[2];
+  if (kd[2] != e || vd[2] != e || kd[0] != qd[0] || vd[0] != qd[0] || kd[1] != vd[1]) {
+    fe_error(l, c->loc,
+             "multihead_attention: k %s and v %s must be [%" PRId64 ", S, %" PRId64
+             "] to match q %s",
+             ts(&k->type).s, ts(&v->type).s, qd[0], e, ts(&q->type).s);
+    return poison();
+  }
+  if (e % heads != 0) {
+    fe_error(l, c->locs[3],
+             "multihead_attention: the embedding size %" PRId64
+             " is not divisible by heads=%" PRId64,
+             e, heads);
+    return poison();
+  }
+  DType dt = q->type.dtype;
+  SrcLoc loc = c->loc;
+  const char *scope = fe_layer_scope(l, c, "multihead_attention");
+  /* PyTorch: xavier_uniform_ for the packed projection, zero biases. */
+  TensorType wt = type2(dt, 3 * e, e), bt = type1(dt, 3 * e), ot = type2(dt, e, e),
+             obt = type1(dt, e);
+  Value *w = fe_param(l, scope, "in_proj_weight", &wt,
+                      bound_init(l, "uniform", sqrt(6.0 / (4.0 * (double)e))), loc);
+  Value *b = bias ? fe_param(l, scope, "in_proj_bias", &bt, "zeros", loc) : NULL;
+  Value *wo = fe_param(l, scope, "out_proj.weight", &ot,
+                       bound_init(l, "uniform", 1 / sqrt((double)e)), loc);
+  Value *bo = bias ? fe_param(l, scope, "out_proj.bias", &obt, "zeros", loc) : NULL;
+  if (!w || !wo || (bias && (!b || !bo))) return poison();
+  Value *pq, *pk, *pv;
+  if (q == k && k == v) {
+    /* Self-attention: one product with the packed weight. */
+    Value *all = mk_linear(l, q, w, b, loc);
+    pq = mk_slice(l, all, 2, 0, e, loc);
+    pk = mk_slice(l, all, 2, e, 2 * e, loc);
+    pv = mk_slice(l, all, 2, 2 * e, 3 * e, loc);
+  } else {
+    Value *part[3];
+    for (int i = 0; i < 3; i++) {
+      Value *wi = mk_slice(l, w, 0, i * e, (i + 1) * e, loc);
+      Value *bi = b ? mk_slice(l, b, 0, i * e, (i + 1) * e, loc) : NULL;
+      if (b && !bi) return poison();
+      part[i] = mk_linear(l, qkv[i], wi, bi, loc);
+    }
+    pq = part[0], pk = part[1], pv = part[2];
+  }
+  Value *qh = split_heads(l, pq, heads, false, loc);
+  Value *kh = split_heads(l, pk, heads, true, loc);
+  Value *vh = split_heads(l, pv, heads, false, loc);
+  Value *s = mk_binary(l, OP_MATMUL, qh, kh, loc);
+  Value *scale = s ? fe_const(l, 1 / sqrt((double)(e / heads)), dt, loc) : NULL;
+  s = mk_binary(l, OP_MUL, s, scale, loc);
+  if (s) {
+    Node *sm = fe_node(l, OP_SOFTMAX, 1, &s, loc);
+    ir_set_int(l->g, sm, "axis", 3);
+    s = fe_emit(l, sm);
+  }
+  Value *o = mk_binary(l, OP_MATMUL, s, vh, loc);
+  static const int64_t back[4] = {0, 2, 1, 3};
+  o = mk_ints_op(l, OP_TRANSPOSE, "perm", o, 4, back, loc);
+  int64_t shape[3] = {qd[0], qd[1], e};
+  o = mk_ints_op(l, OP_RESHAPE, "shape", o, 3, shape, loc);
+  return val_tensor(mk_linear(l, o, wo, bo, loc));
+}
+
+static Val bi_dropout(Lower *l, const Call *c) {
+  Value *x;
+  double p;
+  bool ok = fe_arg_tensor(l, c, 0, &x);
+  ok &= fe_arg_float(l, c, 1, 0.5, &p);
+  if (ok && (p < 0 || p > 1)) {
+    fe_arg_error(l, c, 1, "a probability between 0 and 1");
+    ok = false;
+  }
+  return ok ? val_tensor(x) : poison();
+}
+
+/* ---- elementwise ---- */
+
+static Val bi_unary(Lower *l, const Call *c) {
+  Value *x;
+  if (!fe_arg_tensor(l, c, 0, &x)) return poison();
+  OpKind op = ir_op_from_name(c->name);
+  if (op == OP_COUNT) dl_internal(l->c, "builtin '%s' has no op", c->name);
+  return val_tensor(fe_unary(l, op, x, c->loc));
+}
+
+static Val clip(Lower *l, const Call *c, Value *x, double lo, double hi) {
+  Node *n = fe_node(l, OP_CLIP, 1, &x, c->loc);
+  ir_set_float(l->g, n, "min", lo);
+  ir_set_float(l->g, n, "max", hi);
+  return val_tensor(fe_emit(l, n));
+}
+
+static Val bi_relu6(Lower *l, const Call *c) {
+  Value *x;
+  if (!fe_arg_tensor(l, c, 0, &x)) return poison();
+  return clip(l, c, x, 0, 6);
+}
+
+static Val bi_clip(Lower *l, const Call *c) {
+  Value *x;
+  double lo, hi;
+  bool ok = fe_arg_tensor(l, c, 0, &x);
+  ok &= fe_arg_float(l, c, 1, 0, &lo);
+  ok &= fe_arg_float(l, c, 2, 0, &hi);
+  if (!ok) return poison();
+  if (lo > hi) {
+    fe_error(l, c->loc, "clip: min %g is greater than max %g", lo, hi);
+    return poison();
+  }
+  return clip(l, c, x, lo, hi);
+}
+
+static Val bi_leaky_relu(Lower *l, const Call *c) {
+  Value *x;
+  double alpha;
+  bool ok = fe_arg_tensor(l, c, 0, &x);
+  ok &= fe_arg_float(l, c, 1, 0.01, &alpha);
+  if (!ok) return poison();
+  Node *n = fe_node(l, OP_LEAKY_RELU, 1, &x, c->loc);
+  ir_set_float(l->g, n, "alpha", alpha);
+  return val_tensor(fe_emit(l, n));
+}
+
+static Val bi_gelu(Lower *l, const Call *c) {
+  Value *x;
+  const char *approx;
+  bool ok = fe_arg_tensor(l, c, 0, &x);
+  ok &= fe_arg_str(l, c, 1, "none", &approx);
+  if (ok && strcmp(approx, "none") != 0 && strcmp(approx, "tanh") != 0) {
+    fe_error(l, c->locs[1], "gelu: 'approximate' must be \"none\" or \"tanh\", got \"%s\"", approx);
+    ok = false;
+  }
+  if (!ok) return poison();
+  Node *n = fe_node(l, OP_GELU, 1, &x, c->loc);
+  ir_set_str(l->g, n, "approximate", approx);
+  return val_tensor(fe_emit(l, n));
+}
+
+/* maximum, minimum, pow: tensors or numbers, at least one tensor. */
+static Val bi_binary(Lower *l, const Call *c) {
+  for (int i = 0; i < 2; i++)
+    if (c->args[i].kind != V_TENSOR && !val_is_num(&c->args[i])) {
+      fe_arg_error(l, c, i, "a tensor or a number");
+      return poison();
+    }
+  if (c->args[0].kind != V_TENSOR && c->args[1].kind != V_TENSOR) {
+    fe_error(l, c->loc, "%s: at least one of 'a' and 'b' must be a tensor", c->name);
+    return poison();
+  }
+  return fe_tensor_binary(l, ir_op_from_name(c->name), c->args[0], c->args[1], c->loc);
+}
+
+/* ---- reductions ---- */
+
+static Val bi_softmax(Lower *l, const Call *c) {
+  Value *x;
+  int64_t axis;
+  int a;
+  bool ok = fe_arg_tensor(l, c, 0, &x);
+  ok &= fe_arg_int(l, c, 1, -1, &axis);
+  if (!ok || !fe_axis(l, c, 1, axis, x->type.rank, &a)) return poison();
+  Node *n =
+      fe_node(l, strcmp(c->name, "softmax") == 0 ? OP_SOFTMAX : OP_LOG_SOFTMAX, 1, &x, c->loc);
+  ir_set_int(l->g, n, "axis", a);
+  return val_tensor(fe_emit(l, n));
+}
+
+static Val bi_reduce(Lower *l, const Call *c) {
+  static const struct {
+    const char *name;
+    OpKind op;
+  } ops[] = {{"sum", OP_REDUCE_SUM},
+             {"mean", OP_REDUCE_MEAN},
+             {"max", OP_REDUCE_MAX},
+             {"min", OP_REDUCE_MIN}};
+  OpKind op = OP_REDUCE_SUM;
+  for (size_t i = 0; i < ARRAY_LEN(ops); i++)
+    if (strcmp(ops[i].name, c->name) == 0) op = ops[i].op;
+  Value *x;
+  int64_t raw[DL_MAX_RANK];
+  int n;
+  bool keep;
+  bool ok = fe_arg_tensor(l, c, 0, &x);
+  ok &= fe_arg_ints(l, c, 1, DL_MAX_RANK, "an int or a list of ints", &n, raw);
+  ok &= fe_arg_bool(l, c, 2, false, &keep);
+  if (!ok) return poison();
+  int rank = x->type.rank;
+  bool on[DL_MAX_RANK] = {false};
+  for (int i = 0; i < n; i++) {
+    int a;
+    if (!fe_axis(l, c, 1, raw[i], rank, &a)) return poison();
+    if (on[a]) {
+      fe_error(l, c->locs[1], "%s: axis %d is given twice", c->name, a);
+      return poison();
+    }
+    on[a] = true;
+  }
+  int64_t axes[DL_MAX_RANK];
+  int count = 0;
+  for (int d = 0; d < rank; d++)
+    if (n == 0 || on[d]) axes[count++] = d;
+  if (count == 0) return val_tensor(x); /* a scalar: nothing to reduce */
+  Node *node = fe_node(l, op, 1, &x, c->loc);
+  ir_set_ints(l->g, node, "axes", count, axes);
+  ir_set_int(l->g, node, "keepdims", keep);
+  return val_tensor(fe_emit(l, node));
+}
+
+static Val bi_argmax(Lower *l, const Call *c) {
+  Value *x;
+  int64_t axis;
+  bool keep;
+  int a;
+  bool ok = fe_arg_tensor(l, c, 0, &x);
+  ok &= fe_arg_int(l, c, 1, 0, &axis);
+  ok &= fe_arg_bool(l, c, 2, false, &keep);
+  if (!ok || !fe_axis(l, c, 1, axis, x->type.rank, &a)) return poison();
+  Node *n = fe_node(l, OP_ARGMAX, 1, &x, c->loc);
+  ir_set_int(l->g, n, "axis", a);
+  ir_set_int(l->g, n, "keepdims", keep);
+  return val_tensor(fe_emit(l, n));
+}
+
+/* ---- matrix products and data movement ---- */
+
+static Val bi_matmul(Lower *l, const Call *c) {
+  Value *a, *b;
+  bool ok = fe_arg_tensor(l, c, 0, &a);
+  ok &= fe_arg_tensor(l, c, 1, &b);
+  return ok ? val_tensor(mk_binary(l, OP_MATMUL, a, b, c->loc)) : poison();
+}
+
+static Val bi_transpose(Lower *l, const Call *c) {
+  Value *x;
+  int64_t perm[DL_MAX_RANK];
+  int n;
+  bool ok = fe_arg_tensor(l, c, 0, &x);
+  ok &= fe_arg_ints(l, c, 1, DL_MAX_RANK, "a list of ints", &n, perm);
+  if (!ok) return poison();
+  int rank = x->type.rank;
+  if (n == 0) {
+    if (rank < 2) {
+      fe_error(l, c->loc, "transpose: %s has no last two dims to swap; give perm", ts(&x->type).s);
+      return poison();
+    }
+    for (int d = 0; d < rank; d++) perm[d] = d;
+    perm[rank - 1] = rank - 2;
+    perm[rank - 2] = rank - 1;
+    n = rank;
+  } else {
+    for (int i = 0; i < n; i++)
+      if (perm[i] < 0) perm[i] += rank;
+  }
+  return val_tensor(mk_ints_op(l, OP_TRANSPOSE, "perm", x, n, perm, c->loc));
+}
+
+static const char *ints_text(Lower *l, const int64_t *v, int n) {
+  char *s = "[";
+  for (int i = 0; i < n; i++) s = arena_printf(l->a, "%s%s%" PRId64, s, i ? ", " : "", v[i]);
+  return arena_printf(l->a, "%s]", s);
+}
+
+static Val bi_reshape(Lower *l, const Call *c) {
+  Value *x;
+  int64_t shape[DL_MAX_RANK];
+  int n;
+  bool ok = fe_arg_tensor(l, c, 0, &x);
+  ok &= fe_arg_ints(l, c, 1, DL_MAX_RANK, "a list of ints", &n, shape);
+  if (!ok) return poison();
+  int infer = -1;
+  int64_t known = 1, have = ir_type_numel(&x->type);
+  for (int i = 0; i < n; i++) {
+    if (shape[i] == -1 && infer < 0) {
+      infer = i;
+      continue;
+    }
+    if (shape[i] < 1) {
+      fe_error(l, c->locs[1], "reshape: the dims of %s must be positive, with at most one -1",
+               ints_text(l, shape, n));
+      return poison();
+    }
+    if (known <= have) known = known > have / shape[i] + 1 ? have + 1 : known * shape[i];
+  }
+  if (infer >= 0) {
+    if (known > have || have % known != 0) {
+      fe_error(l, c->loc, "reshape: cannot reshape %s (%" PRId64 " elements) to %s", ts(&x->type).s,
+               have, ints_text(l, shape, n));
+      return poison();
+    }
+    shape[infer] = have / known;
+  }
+  return val_tensor(mk_ints_op(l, OP_RESHAPE, "shape", x, n, shape, c->loc));
+}
+
+static Val bi_flatten(Lower *l, const Call *c) {
+  Value *x;
+  int64_t start, end;
+  int s, e;
+  bool ok = fe_arg_tensor(l, c, 0, &x);
+  ok &= fe_arg_int(l, c, 1, 1, &start);
+  ok &= fe_arg_int(l, c, 2, -1, &end);
+  if (!ok) return poison();
+  int rank = x->type.rank;
+  if (!fe_axis(l, c, 1, start, rank, &s) || !fe_axis(l, c, 2, end, rank, &e)) return poison();
+  if (s > e) {
+    fe_error(l, c->loc, "flatten: start %d comes after end %d for %s", s, e, ts(&x->type).s);
+    return poison();
+  }
+  if (s == e) return val_tensor(x);
+  int64_t shape[DL_MAX_RANK];
+  int n = 0;
+  for (int d = 0; d < s; d++) shape[n++] = x->type.dims[d];
+  shape[n] = 1;
+  for (int d = s; d <= e; d++) shape[n] *= x->type.dims[d];
+  n++;
+  for (int d = e + 1; d < rank; d++) shape[n++] = x->type.dims[d];
+  return val_tensor(mk_ints_op(l, OP_RESHAPE, "shape", x, n, shape, c->loc));
+}
+
+static Val bi_concat(Lower *l, const Call *c) {
+  int n = c->n_rest;
+  const Val *items = c->rest;
+  if (n == 1 && items[0].kind == V_LIST) {
+    n = items[0].list.n;
+    items = items[0].list.v;
+  }
+  if (n == 0) {
+    fe_error(l, c->loc, "concat needs at least one tensor");
+    return poison();
+  }
+  Value **in = ARENA_ARRAY(l->a, Value *, n);
+  char buf[IR_TYPE_STR_MAX + 32];
+  for (int i = 0; i < n; i++) {
+    if (items[i].kind != V_TENSOR) {
+      SrcLoc loc = c->n_rest == n ? c->rest_locs[i] : c->loc;
+      fe_error(l, loc, "concat: operand %d must be a tensor, got %s", i + 1,
+               items[i].kind == V_STR ? "a string" : fe_describe(&items[i], buf, sizeof buf));
+      return poison();
+    }
+    in[i] = items[i].t;
+  }
+  int64_t axis;
+  int a;
+  if (!fe_arg_int(l, c, 0, 0, &axis) || !fe_axis(l, c, 0, axis, in[0]->type.rank, &a))
+    return poison();
+  if (n == 1) return val_tensor(in[0]);
+  Node *node = fe_node(l, OP_CONCAT, n, in, c->loc);
+  ir_set_int(l->g, node, "axis", a);
+  return val_tensor(fe_emit(l, node));
+}
+
+static Val bi_slice(Lower *l, const Call *c) {
+  Value *x;
+  int64_t axis, start, end, step;
+  int a;
+  bool ok = fe_arg_tensor(l, c, 0, &x);
+  ok &= fe_arg_int(l, c, 1, 0, &axis);
+  ok &= fe_arg_int(l, c, 2, 0, &start);
+  ok &= fe_arg_int(l, c, 3, INT64_MAX, &end);
+  ok &= fe_arg_pos_int(l, c, 4, 1, &step);
+  if (!ok || !fe_axis(l, c, 1, axis, x->type.rank, &a)) return poison();
+  int64_t dim = x->type.dims[a];
+  /* Python's rules: negative counts from the end, out of range clamps. */
+  int64_t s = start < 0 ? start + dim : start, e = end < 0 ? end + dim : end;
+  s = s < 0 ? 0 : s > dim ? dim : s;
+  e = e < 0 ? 0 : e > dim ? dim : e;
+  if (s >= e) {
+    fe_error(l, c->loc, "slice: %" PRId64 ":%" PRId64 " of axis %d of %s is empty", start,
+             end == INT64_MAX ? dim : end, a, ts(&x->type).s);
+    return poison();
+  }
+  int r = x->type.rank;
+  int64_t ss[DL_MAX_RANK], es[DL_MAX_RANK], st[DL_MAX_RANK];
+  for (int d = 0; d < r; d++) {
+    ss[d] = 0;
+    es[d] = x->type.dims[d];
+    st[d] = 1;
+  }
+  ss[a] = s;
+  es[a] = e;
+  st[a] = step;
+  Node *n = fe_node(l, OP_SLICE, 1, &x, c->loc);
+  ir_set_ints(l->g, n, "starts", r, ss);
+  ir_set_ints(l->g, n, "ends", r, es);
+  ir_set_ints(l->g, n, "steps", r, st);
+  return val_tensor(fe_emit(l, n));
+}
+
+static Val bi_pad(Lower *l, const Call *c) {
+  Value *x;
+  int64_t raw[2 * DL_MAX_RANK];
+  int n;
+  double value;
+  bool ok = fe_arg_tensor(l, c, 0, &x);
+  ok &= fe_arg_ints(l, c, 1, 2 * DL_MAX_RANK, "a list of non-negative ints", &n, raw);
+  ok &= fe_arg_float(l, c, 2, 0, &value);
+  if (!ok) return poison();
+  int r = x->type.rank;
+  if (n % 2 != 0 || n > 2 * r) {
+    fe_error(l, c->locs[1],
+             "pad: 'pads' needs pairs (before, after) for at most %d dims of %s, got %d values", r,
+             ts(&x->type).s, n);
+    return poison();
+  }
+  int64_t pads[2 * DL_MAX_RANK] = {0};
+  /* PyTorch's F.pad order: the last dim first. */
+  for (int i = 0; i < n / 2; i++) {
+    if (raw[2 * i] < 0 || raw[2 * i + 1] < 0) {
+      fe_arg_error(l, c, 1, "a list of non-negative ints");
+      return poison();
+    }
+    pads[r - 1 - i] = raw[2 * i];
+    pads[r + r - 1 - i] = raw[2 * i + 1];
+  }
+  Node *node = fe_node(l, OP_PAD, 1, &x, c->loc);
+  ir_set_ints(l->g, node, "pads", 2 * r, pads);
+  ir_set_float(l->g, node, "value", value);
+  return val_tensor(fe_emit(l, node));
+}
+
+static Val bi_cast(Lower *l, const Call *c) {
+  Value *x;
+  if (!fe_arg_tensor(l, c, 0, &x)) return poison();
+  DType dt;
+  const Val *d = &c->args[1];
+  if (d->kind == V_DTYPE) {
+    dt = d->dt;
+  } else if (d->kind == V_STR && ir_dtype_from_name(d->s, &dt)) {
+  } else {
+    fe_arg_error(l, c, 1, "a dtype (f32, f16, bf16, i8, i32, i64)");
+    return poison();
+  }
+  if (dt == x->type.dtype) return val_tensor(x);
+  Node *n = fe_node(l, OP_CAST, 1, &x, c->loc);
+  ir_set_dtype(l->g, n, "to", dt);
+  return val_tensor(fe_emit(l, n));
+}
+
+static Val pool(Lower *l, const Call *c, OpKind op, int dil_arg, int ceil_arg, int incl_arg) {
+  Value *x;
+  int64_t kernel[2], stride[2], pads[4], dil[2] = {1, 1};
+  bool ceil_mode, incl = true;
+  bool ok = fe_arg_tensor(l, c, 0, &x);
+  ok &= arg_pair(l, c, 1, 1, 1, kernel);
+  ok &= arg_pair(l, c, 2, 0, 1, stride);
+  ok &= arg_pads(l, c, 3, pads);
+  if (dil_arg >= 0) ok &= arg_pair(l, c, dil_arg, 1, 1, dil);
+  ok &= fe_arg_bool(l, c, ceil_arg, false, &ceil_mode);
+  if (incl_arg >= 0) ok &= fe_arg_bool(l, c, incl_arg, true, &incl);
+  if (!ok) return poison();
+  if (c->args[2].kind == V_NONE) stride[0] = kernel[0], stride[1] = kernel[1];
+  if (x->type.rank != 4) {
+    fe_error(l, c->loc, "%s expects a 4-d input [N, C, H, W], got %s", c->name, ts(&x->type).s);
+    return poison();
+  }
+  Node *n = fe_node(l, op, 1, &x, c->loc);
+  ir_set_ints(l->g, n, "kernel", 2, kernel);
+  ir_set_ints(l->g, n, "stride", 2, stride);
+  ir_set_ints(l->g, n, "pad", 4, pads);
+  ir_set_ints(l->g, n, "dilation", 2, dil);
+  ir_set_int(l->g, n, "ceil_mode", ceil_mode);
+  if (op == OP_AVGPOOL2D) ir_set_int(l->g, n, "count_include_pad", incl);
+  return val_tensor(fe_emit(l, n));
+}
+
+static Val bi_maxpool(Lower *l, const Call *c) { return pool(l, c, OP_MAXPOOL2D, 4, 5, -1); }
+static Val bi_avgpool(Lower *l, const Call *c) { return pool(l, c, OP_AVGPOOL2D, -1, 4, 5); }
+
+static Val bi_global_avgpool(Lower *l, const Call *c) {
+  Value *x;
+  if (!fe_arg_tensor(l, c, 0, &x)) return poison();
+  if (x->type.rank != 4) {
+    fe_error(l, c->loc, "global_avgpool expects a 4-d input [N, C, H, W], got %s", ts(&x->type).s);
+    return poison();
+  }
+  return val_tensor(fe_unary(l, OP_GLOBAL_AVGPOOL, x, c->loc));
+}
+
+static Val bi_expand(Lower *l, const Call *c) {
+  Value *x;
+  int64_t shape[DL_MAX_RANK];
+  int n;
+  bool ok = fe_arg_tensor(l, c, 0, &x);
+  ok &= fe_arg_ints(l, c, 1, DL_MAX_RANK, "a list of ints", &n, shape);
+  if (!ok) return poison();
+  int r = x->type.rank;
+  /* -1 keeps the dim, as torch.expand; dims align at the right. */
+  for (int i = 0; i < n; i++) {
+    int d = i - (n - r);
+    if (shape[i] == -1 && d >= 0) shape[i] = x->type.dims[d];
+  }
+  return val_tensor(mk_ints_op(l, OP_EXPAND, "shape", x, n, shape, c->loc));
+}
+
+/* ---- compile-time queries ---- */
+
+static Val bi_dim(Lower *l, const Call *c) {
+  Value *x;
+  int64_t axis;
+  int a;
+  bool ok = fe_arg_tensor(l, c, 0, &x);
+  ok &= fe_arg_int(l, c, 1, 0, &axis);
+  if (!ok || !fe_axis(l, c, 1, axis, x->type.rank, &a)) return poison();
+  return val_int(x->type.dims[a]);
+}
+
+static Val bi_len(Lower *l, const Call *c) {
+  const Val *v = &c->args[0];
+  if (v->kind == V_LIST || v->kind == V_TUPLE) return val_int(v->list.n);
+  if (v->kind == V_STR) return val_int((int64_t)strlen(v->s));
+  fe_arg_error(l, c, 0, "a list or a string");
+  return poison();
+}
+
+static const Builtin builtins[] = {
+    {"linear", bi_linear, "x,out|bias", false},
+    {"conv2d", bi_conv2d, "x,out,kernel|stride,pad,dilation,groups,bias", false},
+    {"batchnorm", bi_batchnorm, "x|eps", false},
+    {"layernorm", bi_layernorm, "x|eps", false},
+    {"embedding", bi_embedding, "indices,num,dim", false},
+    {"lstm", bi_lstm, "x,hidden|layers,bias,batch_first,bidirectional", false},
+    {"gru", bi_gru, "x,hidden|layers,bias,batch_first,bidirectional", false},
+    {"multihead_attention", bi_mha, "q,k,v,heads|bias", false},
+    {"dropout", bi_dropout, "x|p", false},
+    {"relu", bi_unary, "x", false},
+    {"sigmoid", bi_unary, "x", false},
+    {"tanh", bi_unary, "x", false},
+    {"silu", bi_unary, "x", false},
+    {"hardswish", bi_unary, "x", false},
+    {"hardsigmoid", bi_unary, "x", false},
+    {"exp", bi_unary, "x", false},
+    {"log", bi_unary, "x", false},
+    {"sqrt", bi_unary, "x", false},
+    {"rsqrt", bi_unary, "x", false},
+    {"erf", bi_unary, "x", false},
+    {"abs", bi_unary, "x", false},
+    {"sin", bi_unary, "x", false},
+    {"cos", bi_unary, "x", false},
+    {"reciprocal", bi_unary, "x", false},
+    {"relu6", bi_relu6, "x", false},
+    {"leaky_relu", bi_leaky_relu, "x|alpha", false},
+    {"gelu", bi_gelu, "x|approximate", false},
+    {"clip", bi_clip, "x,min,max", false},
+    {"maximum", bi_binary, "a,b", false},
+    {"minimum", bi_binary, "a,b", false},
+    {"pow", bi_binary, "a,b", false},
+    {"softmax", bi_softmax, "x|axis", false},
+    {"log_softmax", bi_softmax, "x|axis", false},
+    {"sum", bi_reduce, "x|axis,keepdims", false},
+    {"mean", bi_reduce, "x|axis,keepdims", false},
+    {"max", bi_reduce, "x|axis,keepdims", false},
+    {"min", bi_reduce, "x|axis,keepdims", false},
+    {"argmax", bi_argmax, "x,axis|keepdims", false},
+    {"matmul", bi_matmul, "a,b", false},
+    {"transpose", bi_transpose, "x|perm", false},
+    {"reshape", bi_reshape, "x,shape", false},
+    {"flatten", bi_flatten, "x|start,end", false},
+    {"concat", bi_concat, "|axis", true},
+    {"slice", bi_slice, "x,axis,start|end,step", false},
+    {"pad", bi_pad, "x,pads|value", false},
+    {"cast", bi_cast, "x,dtype", false},
+    {"maxpool2d", bi_maxpool, "x,kernel|stride,pad,dilation,ceil_mode", false},
+    {"avgpool2d", bi_avgpool, "x,kernel|stride,pad,ceil_mode,count_include_pad", false},
+    {"global_avgpool", bi_global_avgpool, "x", false},
+    {"expand", bi_expand, "x,shape", false},
+    {"dim", bi_dim, "x,axis", false},
+    {"len", bi_len, "x", false},
+};
+
+const Builtin *fe_builtin(const char *name) {
+  for (size_t i = 0; i < ARRAY_LEN(builtins); i++)
+    if (strcmp(builtins[i].name, name) == 0) return &builtins[i];
+  return NULL;
+}
+
+static const char *const scalar_only[] = {"int", "float"};
+
+int fe_builtin_names(const char **out, int max) {
+  int n = 0;
+  for (size_t i = 0; i < ARRAY_LEN(builtins); i++)
+    if (n < max) out[n++] = builtins[i].name;
+  for (size_t i = 0; i < ARRAY_LEN(scalar_only); i++)
+    if (n < max) out[n++] = scalar_only[i];
+  return out ? n : (int)(ARRAY_LEN(builtins) + ARRAY_LEN(scalar_only));
+}
+
+/* ---- scalar functions ---- */
+
+bool fe_is_scalar_fn(const char *name) {
+  static const char *const names[] = {"sqrt", "exp", "log", "abs", "min", "max", "int", "float"};
+  for (size_t i = 0; i < ARRAY_LEN(names); i++)
+    if (strcmp(names[i], name) == 0) return true;
+  return false;
+}
+
+Val fe_scalar_call(Lower *l, const char *name, int n, const Val *args, const SrcLoc *locs,
+                   SrcLoc loc) {
+  char buf[IR_TYPE_STR_MAX + 32];
+  bool minmax = strcmp(name, "min") == 0 || strcmp(name, "max") == 0;
+  if (minmax ? n < 1 : n != 1) {
+    fe_error(l, loc, "%s takes %s, got %d", name, minmax ? "at least 1 argument" : "1 argument", n);
+    return val_poison();
+  }
+  for (int i = 0; i < n; i++) {
+    bool fits = val_is_num(&args[i]) || (!minmax && args[i].kind == V_BOOL &&
+                                         (strcmp(name, "int") == 0 || strcmp(name, "float") == 0));
+    if (!fits) {
+      fe_error(l, locs[i], "%s expects a number here, got %s", name,
+               args[i].kind == V_STR ? "a string" : fe_describe(&args[i], buf, sizeof buf));
+      return val_poison();
+    }
+  }
+  const Val *a = &args[0];
+  double x = a->kind == V_BOOL ? (double)a->b : val_num(a);
+  if (minmax) {
+    bool want_max = name[1] == 'a';
+    const Val *best = &args[0];
+    for (int i = 1; i < n; i++) {
+      double v = val_num(&args[i]), b = val_num(best);
+      bool better = args[i].kind == V_INT && best->kind == V_INT
+                        ? (want_max ? args[i].i > best->i : args[i].i < best->i)
+                        : (want_max ? v > b : v < b);
+      if (better) best = &args[i];
+    }
+    return *best;
+  }
+  if (strcmp(name, "int") == 0) {
+    if (a->kind == V_INT) return *a;
+    if (!(x > -9223372036854775808.0 && x < 9223372036854775808.0)) {
+      fe_error(l, locs[0], "int: %s does not fit in an int", fe_describe(a, buf, sizeof buf));
+      return val_poison();
+    }
+    return val_int((int64_t)x);
+  }
+  if (strcmp(name, "float") == 0) return val_float(x);
+  if (strcmp(name, "abs") == 0) {
+    if (a->kind == V_INT) {
+      if (a->i == INT64_MIN) {
+        fe_error(l, locs[0], "integer overflow: abs(%" PRId64 ")", a->i);
+        return val_poison();
+      }
+      return val_int(a->i < 0 ? -a->i : a->i);
+    }
+    return val_float(fabs(x));
+  }
+  if (strcmp(name, "sqrt") == 0) {
+    if (x < 0) {
+      fe_error(l, locs[0], "sqrt of the negative number %s", fe_describe(a, buf, sizeof buf));
+      return val_poison();
+    }
+    return val_float(sqrt(x));
+  }
+  if (strcmp(name, "log") == 0) {
+    if (x <= 0) {
+      fe_error(l, locs[0], "log of the non-positive number %s", fe_describe(a, buf, sizeof buf));
+      return val_poison();
+    }
+    return val_float(log(x));
+  }
+  return val_float(exp(x));
+}
