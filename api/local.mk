@@ -1,1 +1,3 @@
 libdlcc_la_SOURCES += api/weights.h api/weights.c
+libdlcc_la_SOURCES += api/dlcc.c
+include_HEADERS += include/dlcc.h

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "driver/driver.h"
 #include "frontend/ast.h"
 #include "ir/ir.h"
 
@@ -25,6 +26,7 @@ typedef struct Options {
 
 static const char usage[] =
     "usage: dlcc [options] FILE\n"
+    "       dlcc run FILE [options]     compile and run once (dlcc run --help)\n"
     "\n"
     "Compiles a network written in the dlcc language (FILE.dl) or in dlcc's IR\n"
     "text (FILE.ir).  Without --emit or -o it checks the model and prints a\n"
@@ -46,7 +48,7 @@ static bool has_suffix(const char *s, const char *suffix) {
   return n >= k && strcmp(s + n - k, suffix) == 0;
 }
 
-static bool parse_define(const char *text, Define *d) {
+bool driver_parse_define(const char *text, Define *d) {
   const char *eq = strchr(text, '=');
   if (!eq || eq == text) return false;
   char *end;
@@ -86,7 +88,7 @@ static int parse_args(int argc, char **argv, Options *o) {
     } else if (strncmp(a, "-D", 2) == 0) {
       const char *def = a[2] ? a + 2 : (++i < argc ? argv[i] : NULL);
       if (!def || o->n_defines == (int)ARRAY_LEN(o->defines) ||
-          !parse_define(def, &o->defines[o->n_defines])) {
+          !driver_parse_define(def, &o->defines[o->n_defines])) {
         fprintf(stderr, "dlcc: error: -D expects NAME=INTEGER, got '%s'\n", def ? def : "");
         return 1;
       }
@@ -166,6 +168,7 @@ static int compile(Ctx *c, void *data) {
 }
 
 int main(int argc, char **argv) {
+  if (argc > 1 && strcmp(argv[1], "run") == 0) return driver_run(argc - 2, argv + 2);
   Options opt = {0};
   int rc = parse_args(argc, argv, &opt);
   if (rc) return rc == 2 ? 0 : 1;

@@ -1,0 +1,365 @@
+/* The compiler API (include/dlcc.h): compiles text to a verified graph,
+ * binds weights and inputs, and runs it on the chosen backend.  Each
+ * entry point runs under ctx_guard, so an internal error anywhere below
+ * comes back as a status and a message, never as an exit. */
+#include "dlcc.h"
+
+#include <assert.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "api/weights.h"
+#include "frontend/ast.h"
+#include "ir/eval.h"
+#include "ir/ir.h"
+
+static_assert((int)DLC_F32 == (int)TY_F32 && (int)DLC_BF16 == (int)TY_BF16 &&
+                  (int)DLC_I64 == (int)TY_I64,
+              "dlc_dtype follows DType");
+static_assert((int)DLC_MAX_RANK == (int)DL_MAX_RANK, "one rank limit");
+
+struct dlc_model {
+  Ctx ctx;
+  Graph *g;
+  int n_inputs;
+  Node **inputs; /* input nodes in graph order */
+  TensorMap params;
+  bool have_params;
+  Tensor *input_data; /* n_inputs; data NULL until set */
+  Tensor *outputs;    /* g->n_outputs; valid after a run */
+  bool have_outputs;
+  char *error; /* malloc'd; the last failing call's message */
+};
+
+static dlc_status fail(dlc_model *m, dlc_status st, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static dlc_status fail(dlc_model *m, dlc_status st, const char *fmt, ...) {
+  free(m->error);
+  m->error = NULL;
+  va_list ap;
+  va_start(ap, fmt);
+  if (vasprintf(&m->error, fmt, ap) < 0) m->error = NULL;
+  va_end(ap);
+  return st;
+}
+
+static void clear_error(dlc_model *m) {
+  free(m->error);
+  m->error = NULL;
+}
+
+const char *dlc_error(const dlc_model *m) {
+  if (!m) return "dlcc: out of memory\n";
+  return m->error ? m->error : "";
+}
+
+const char *dlc_dtype_name(dlc_dtype t) { return ir_dtype_name((DType)t); }
+size_t dlc_dtype_size(dlc_dtype t) { return (size_t)ir_dtype_size((DType)t); }
+
+typedef struct CompileJob {
+  const char *path;
+  const char *name, *text; /* compile_string */
+  const dlc_options *opt;
+  dlc_model *m;
+} CompileJob;
+
+static bool has_suffix(const char *s, const char *suffix) {
+  size_t n = strlen(s), k = strlen(suffix);
+  return n >= k && strcmp(s + n - k, suffix) == 0;
+}
+
+static int compile_job(Ctx *c, void *data) {
+  CompileJob *job = data;
+  const SrcFile *f;
+  if (job->path) {
+    f = ctx_load_file(c, job->path);
+    if (!f) return 1;
+  } else {
+    f = ctx_add_file(c, job->name, arena_strdup(&c->arena, job->text), strlen(job->text));
+  }
+  Graph *g;
+  if (has_suffix(f->name, ".ir")) {
+    g = ir_parse(c, f);
+  } else {
+    Program *p = fe_parse(c, f);
+    if (!p) return 1;
+    /* dlc_define and Define have the same layout by construction, but the
+     * public header must not depend on the frontend's: copy. */
+    int nd = job->opt ? job->opt->n_defines : 0;
+    Define *defs = ARENA_ARRAY(&c->arena, Define, nd > 0 ? nd : 1);
+    for (int i = 0; i < nd; i++) {
+      defs[i].name = arena_strdup(&c->arena, job->opt->defines[i].name);
+      defs[i].value = job->opt->defines[i].value;
+    }
+    LowerOptions lo = {.model = job->opt ? job->opt->model : NULL, .n_defines = nd, .defines = defs};
+    g = fe_lower(c, p, &lo);
+  }
+  if (!g || !ir_verify(g)) return 1;
+  job->m->g = g;
+  return 0;
+}
+
+static void index_inputs(dlc_model *m) {
+  int n = 0;
+  for (Node *node = m->g->first; node; node = node->next) n += node->op == OP_INPUT;
+  m->n_inputs = n;
+  m->inputs = ARENA_ARRAY(&m->ctx.arena, Node *, n > 0 ? n : 1);
+  m->input_data = calloc((size_t)(n > 0 ? n : 1), sizeof(Tensor));
+  m->outputs = calloc((size_t)(m->g->n_outputs > 0 ? m->g->n_outputs : 1), sizeof(Tensor));
+  n = 0;
+  for (Node *node = m->g->first; node; node = node->next)
+    if (node->op == OP_INPUT) m->inputs[n++] = node;
+}
+
+static dlc_status compile(CompileJob *job, dlc_model **out) {
+  *out = NULL;
+  if (job->opt && job->opt->backend && strcmp(job->opt->backend, "ref") != 0) {
+    /* Known later backends are refused by name, so a typo is not mistaken for one. */
+    dlc_model *m = calloc(1, sizeof *m);
+    if (!m) return DLC_ERR_NOMEM;
+    ctx_init(&m->ctx);
+    *out = m;
+    return fail(m, DLC_ERR_ARGUMENT, "dlcc: error: unknown backend '%s' (this build has: ref)\n",
+                job->opt->backend);
+  }
+  dlc_model *m = calloc(1, sizeof *m);
+  if (!m) return DLC_ERR_NOMEM;
+  ctx_init(&m->ctx);
+  *out = m;
+  job->m = m;
+  int rc = ctx_guard(&m->ctx, compile_job, job);
+  if (rc != 0 || m->ctx.diag.errors) {
+    m->g = NULL;
+    return fail(m, rc < 0 ? DLC_ERR_INTERNAL : DLC_ERR_COMPILE, "%s", diag_text(&m->ctx));
+  }
+  index_inputs(m);
+  if (!m->input_data || !m->outputs) return fail(m, DLC_ERR_NOMEM, "dlcc: out of memory\n");
+  /* Warnings (an unused -D, say) travel with a successful compile. */
+  if (m->ctx.diag.len) fail(m, DLC_OK, "%s", diag_text(&m->ctx));
+  return DLC_OK;
+}
+
+dlc_status dlc_compile_file(const char *path, const dlc_options *opt, dlc_model **out) {
+  if (!out) return DLC_ERR_ARGUMENT;
+  if (!path) {
+    *out = NULL;
+    return DLC_ERR_ARGUMENT;
+  }
+  CompileJob job = {.path = path, .opt = opt};
+  return compile(&job, out);
+}
+
+dlc_status dlc_compile_string(const char *name, const char *text, const dlc_options *opt,
+                              dlc_model **out) {
+  if (!out) return DLC_ERR_ARGUMENT;
+  *out = NULL;
+  if (!text) return DLC_ERR_ARGUMENT;
+  CompileJob job = {.name = name ? name : "<string>", .text = text, .opt = opt};
+  return compile(&job, out);
+}
+
+static void free_outputs(dlc_model *m) {
+  if (!m->outputs || !m->g) return;
+  for (int i = 0; i < m->g->n_outputs; i++) ir_tensor_free(&m->outputs[i]);
+  m->have_outputs = false;
+}
+
+void dlc_free(dlc_model *m) {
+  if (!m) return;
+  free_outputs(m);
+  for (int i = 0; m->input_data && i < m->n_inputs; i++) ir_tensor_free(&m->input_data[i]);
+  free(m->input_data);
+  free(m->outputs);
+  if (m->have_params) ir_tensor_map_free(&m->params);
+  free(m->error);
+  ctx_free(&m->ctx);
+  free(m);
+}
+
+int dlc_num_inputs(const dlc_model *m) { return m && m->g ? m->n_inputs : 0; }
+int dlc_num_outputs(const dlc_model *m) { return m && m->g ? m->g->n_outputs : 0; }
+
+static void fill_info(dlc_tensor_info *out, const char *name, const TensorType *t) {
+  memset(out, 0, sizeof *out);
+  out->name = name;
+  out->dtype = (dlc_dtype)t->dtype;
+  out->rank = t->rank;
+  for (int i = 0; i < t->rank; i++) out->dims[i] = t->dims[i];
+  out->nbytes = ir_tensor_nbytes(t);
+}
+
+/* The smallest extent any gather indexes with this value. */
+static int64_t index_bound(const Graph *g, const Value *v) {
+  int64_t bound = 0;
+  for (Node *n = g->first; n; n = n->next) {
+    if (n->op != OP_GATHER || n->in[1] != v) continue;
+    int64_t axis = ir_attr_int(n, "axis");
+    int64_t extent = n->in[0]->type.dims[axis];
+    if (bound == 0 || extent < bound) bound = extent;
+  }
+  return bound;
+}
+
+dlc_status dlc_input_info(const dlc_model *m, int index, dlc_tensor_info *out) {
+  if (!m || !m->g || !out || index < 0 || index >= m->n_inputs) return DLC_ERR_ARGUMENT;
+  Node *n = m->inputs[index];
+  fill_info(out, ir_attr(n, "name")->s, &n->out[0].type);
+  out->index_bound = index_bound(m->g, &n->out[0]);
+  return DLC_OK;
+}
+
+dlc_status dlc_output_info(const dlc_model *m, int index, dlc_tensor_info *out) {
+  if (!m || !m->g || !out || index < 0 || index >= m->g->n_outputs) return DLC_ERR_ARGUMENT;
+  fill_info(out, m->g->output_names[index], &m->g->outputs[index]->type);
+  return DLC_OK;
+}
+
+int dlc_input_index(const dlc_model *m, const char *name) {
+  if (!m || !m->g || !name) return -1;
+  for (int i = 0; i < m->n_inputs; i++)
+    if (strcmp(ir_attr(m->inputs[i], "name")->s, name) == 0) return i;
+  return -1;
+}
+
+static dlc_status no_model(dlc_model *m) {
+  return fail(m, DLC_ERR_ARGUMENT, "dlcc: error: the model did not compile\n");
+}
+
+static void set_params(dlc_model *m, TensorMap *params) {
+  if (m->have_params) ir_tensor_map_free(&m->params);
+  m->params = *params;
+  m->have_params = true;
+}
+
+typedef struct WeightsJob {
+  dlc_model *m;
+  const char *path;
+  uint64_t seed;
+  TensorMap map;
+  char err[8192];
+  bool ok;
+} WeightsJob;
+
+static int bind_job(Ctx *c, void *data) {
+  WeightsJob *job = data;
+  job->ok = job->path ? api_bind_weights(job->m->g, job->path, &job->map, job->err, sizeof job->err)
+                      : ir_init_params(job->m->g, job->seed, IR_INIT_RANDOM, &job->map, job->err,
+                                       sizeof job->err);
+  return 0;
+}
+
+static dlc_status weights(dlc_model *m, const char *path, uint64_t seed) {
+  if (!m) return DLC_ERR_ARGUMENT;
+  if (!m->g) return no_model(m);
+  WeightsJob *job = calloc(1, sizeof *job);
+  if (!job) return fail(m, DLC_ERR_NOMEM, "dlcc: out of memory\n");
+  job->m = m;
+  job->path = path;
+  job->seed = seed;
+  diag_clear(&m->ctx);
+  dlc_status st = DLC_OK;
+  if (ctx_guard(&m->ctx, bind_job, job) < 0)
+    st = fail(m, DLC_ERR_INTERNAL, "%s", diag_text(&m->ctx));
+  else if (!job->ok)
+    st = fail(m, path ? DLC_ERR_WEIGHTS : DLC_ERR_INTERNAL, "dlcc: error: %s\n", job->err);
+  else {
+    set_params(m, &job->map);
+    clear_error(m);
+  }
+  free(job);
+  return st;
+}
+
+dlc_status dlc_load_weights(dlc_model *m, const char *path) {
+  if (!path) return m ? fail(m, DLC_ERR_ARGUMENT, "dlcc: error: no weights file given\n") : DLC_ERR_ARGUMENT;
+  return weights(m, path, 0);
+}
+
+dlc_status dlc_init_weights(dlc_model *m, uint64_t seed) { return weights(m, NULL, seed); }
+
+dlc_status dlc_set_input(dlc_model *m, const char *name, const void *data, size_t nbytes) {
+  if (!m) return DLC_ERR_ARGUMENT;
+  if (!m->g) return no_model(m);
+  int i = dlc_input_index(m, name);
+  if (i < 0) return fail(m, DLC_ERR_ARGUMENT, "dlcc: error: the model has no input '%s'\n", name ? name : "(null)");
+  const TensorType *t = &m->inputs[i]->out[0].type;
+  size_t want = ir_tensor_nbytes(t);
+  if (!data || nbytes != want) {
+    char buf[IR_TYPE_STR_MAX];
+    return fail(m, DLC_ERR_ARGUMENT, "dlcc: error: input '%s' is %s (%zu bytes), got %zu bytes\n", name,
+                ir_type_str(t, buf, sizeof buf), want, data ? nbytes : 0);
+  }
+  Tensor *slot = &m->input_data[i];
+  if (!slot->data && !ir_tensor_alloc(slot, t)) return fail(m, DLC_ERR_NOMEM, "dlcc: out of memory\n");
+  memcpy(slot->data, data, nbytes);
+  clear_error(m);
+  return DLC_OK;
+}
+
+typedef struct RunJob {
+  dlc_model *m;
+  TensorMap inputs;
+  char err[4096];
+  bool ok;
+} RunJob;
+
+static int run_job(Ctx *c, void *data) {
+  RunJob *job = data;
+  dlc_model *m = job->m;
+  job->ok = ir_eval(m->g, &job->inputs, &m->params, m->outputs, job->err, sizeof job->err);
+  return 0;
+}
+
+dlc_status dlc_run(dlc_model *m) {
+  if (!m) return DLC_ERR_ARGUMENT;
+  if (!m->g) return no_model(m);
+  for (int i = 0; i < m->n_inputs; i++)
+    if (!m->input_data[i].data)
+      return fail(m, DLC_ERR_INPUT, "dlcc: error: input '%s' was not set\n", ir_attr(m->inputs[i], "name")->s);
+  if (!m->have_params) {
+    int n_params = 0;
+    for (Node *n = m->g->first; n; n = n->next) n_params += n->op == OP_PARAM;
+    if (n_params)
+      return fail(m, DLC_ERR_WEIGHTS,
+                  "dlcc: error: the model has %d parameters and no weights: load a file or "
+                  "initialize them\n",
+                  n_params);
+  }
+  free_outputs(m);
+  RunJob *job = calloc(1, sizeof *job);
+  const char **names = calloc((size_t)(m->n_inputs > 0 ? m->n_inputs : 1), sizeof *names);
+  if (!job || !names) {
+    free(job);
+    free(names);
+    return fail(m, DLC_ERR_NOMEM, "dlcc: out of memory\n");
+  }
+  for (int i = 0; i < m->n_inputs; i++) names[i] = ir_attr(m->inputs[i], "name")->s;
+  job->m = m;
+  job->inputs = (TensorMap){m->n_inputs, names, m->input_data};
+  diag_clear(&m->ctx);
+  dlc_status st = DLC_OK;
+  if (ctx_guard(&m->ctx, run_job, job) < 0)
+    st = fail(m, DLC_ERR_INTERNAL, "%s", diag_text(&m->ctx));
+  else if (!job->ok)
+    st = fail(m, DLC_ERR_RUN, "dlcc: error: %s\n", job->err);
+  else {
+    m->have_outputs = true;
+    clear_error(m);
+  }
+  free(names);
+  free(job);
+  return st;
+}
+
+dlc_status dlc_get_output(dlc_model *m, int index, const void **data, size_t *nbytes) {
+  if (!m || !data || !nbytes) return DLC_ERR_ARGUMENT;
+  if (!m->g) return no_model(m);
+  if (index < 0 || index >= m->g->n_outputs)
+    return fail(m, DLC_ERR_ARGUMENT, "dlcc: error: the model has no output %d\n", index);
+  if (!m->have_outputs) return fail(m, DLC_ERR_ARGUMENT, "dlcc: error: the model has not run yet\n");
+  *data = m->outputs[index].data;
+  *nbytes = ir_tensor_nbytes(&m->outputs[index].type);
+  return DLC_OK;
+}

@@ -1,0 +1,287 @@
+/* `dlcc run`: compiles a model through the public API (include/dlcc.h),
+ * binds weights (a safetensors file, or random with a seed) and inputs
+ * (.npy files, or random), runs it, prints a summary of each output and
+ * writes them as .npy. */
+#include "config.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "driver/driver.h"
+#include "dlcc.h"
+#include "ir/eval.h"
+#include "runtime/tensorio.h"
+
+typedef struct InputArg {
+  const char *name, *path;
+} InputArg;
+
+typedef struct RunOptions {
+  const char *model_path;
+  const char *weights;
+  const char *output_dir;
+  const char *backend;
+  uint64_t seed;
+  int n_inputs;
+  InputArg inputs[64];
+  dlc_options api;
+  dlc_define defines[64];
+} RunOptions;
+
+static const char run_usage[] =
+    "usage: dlcc run MODEL [options]\n"
+    "\n"
+    "Compiles MODEL (.dl or .ir), runs it once and prints each output's name,\n"
+    "type and a summary (min, max, mean, first values).\n"
+    "\n"
+    "options:\n"
+    "  --weights=FILE      parameters from a safetensors file (PyTorch state_dict names);\n"
+    "                      without it they are random (see --seed)\n"
+    "  --init=random       random parameters (the default when no --weights)\n"
+    "  --input NAME=FILE   an input from a .npy file; inputs not given are random\n"
+    "  --seed=S            seed for random parameters and inputs (default 0)\n"
+    "  --output-dir=DIR    write each output to DIR/NAME.npy\n"
+    "  --backend=ref       where to run it: ref, the reference interpreter\n"
+    "  -D NAME=VALUE       as for dlcc\n"
+    "  --model=NAME        as for dlcc\n";
+
+/* "--flag=value" or "--flag value". */
+static const char *flag_value(int argc, char **argv, int *i, const char *flag) {
+  size_t n = strlen(flag);
+  if (strncmp(argv[*i], flag, n) != 0) return NULL;
+  if (argv[*i][n] == '=') return argv[*i] + n + 1;
+  if (argv[*i][n] == 0 && *i + 1 < argc) return argv[++*i];
+  return NULL;
+}
+
+static int parse_run_args(int argc, char **argv, RunOptions *o) {
+  for (int i = 0; i < argc; i++) {
+    const char *a = argv[i], *v;
+    if (strcmp(a, "--help") == 0) {
+      fputs(run_usage, stdout);
+      return 2;
+    } else if ((v = flag_value(argc, argv, &i, "--weights"))) {
+      o->weights = v;
+    } else if ((v = flag_value(argc, argv, &i, "--output-dir"))) {
+      o->output_dir = v;
+    } else if ((v = flag_value(argc, argv, &i, "--backend"))) {
+      o->backend = v;
+    } else if ((v = flag_value(argc, argv, &i, "--init"))) {
+      if (strcmp(v, "random") != 0) {
+        fprintf(stderr, "dlcc: error: unknown --init '%s' (expected random)\n", v);
+        return 1;
+      }
+    } else if ((v = flag_value(argc, argv, &i, "--seed"))) {
+      char *end;
+      errno = 0;
+      unsigned long long s = strtoull(v, &end, 10);
+      if (*end || end == v || errno) {
+        fprintf(stderr, "dlcc: error: --seed expects a non-negative integer, got '%s'\n", v);
+        return 1;
+      }
+      o->seed = s;
+    } else if ((v = flag_value(argc, argv, &i, "--input"))) {
+      const char *eq = strchr(v, '=');
+      if (!eq || eq == v || !eq[1] || o->n_inputs == (int)ARRAY_LEN(o->inputs)) {
+        fprintf(stderr, "dlcc: error: --input expects NAME=FILE.npy, got '%s'\n", v);
+        return 1;
+      }
+      InputArg *in = &o->inputs[o->n_inputs++];
+      in->name = strndup(v, (size_t)(eq - v));
+      in->path = eq + 1;
+    } else if ((v = flag_value(argc, argv, &i, "--model"))) {
+      o->api.model = v;
+    } else if (strncmp(a, "-D", 2) == 0) {
+      const char *def = a[2] ? a + 2 : (++i < argc ? argv[i] : NULL);
+      Define d;
+      if (!def || o->api.n_defines == (int)ARRAY_LEN(o->defines) || !driver_parse_define(def, &d)) {
+        fprintf(stderr, "dlcc: error: -D expects NAME=INTEGER, got '%s'\n", def ? def : "");
+        return 1;
+      }
+      o->defines[o->api.n_defines++] = (dlc_define){d.name, d.value};
+    } else if (a[0] == '-') {
+      fprintf(stderr, "dlcc: error: unknown option '%s' for run (see dlcc run --help)\n", a);
+      return 1;
+    } else if (o->model_path) {
+      fprintf(stderr, "dlcc: error: more than one model ('%s' and '%s')\n", o->model_path, a);
+      return 1;
+    } else {
+      o->model_path = a;
+    }
+  }
+  if (!o->model_path) {
+    fputs("dlcc: error: run needs a model file (see dlcc run --help)\n", stderr);
+    return 1;
+  }
+  o->api.defines = o->defines;
+  o->api.backend = o->backend;
+  return 0;
+}
+
+static uint64_t splitmix64(uint64_t *state) {
+  uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+static uint64_t hash_name(const char *s) {
+  uint64_t h = 1469598103934665603ull;
+  for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
+  return h;
+}
+
+/* Floats U(-1, 1); integers in [0, index_bound) for indices, else [0, 10). */
+static bool random_input(const dlc_tensor_info *info, uint64_t seed, Tensor *t) {
+  TensorType type = ir_type_make((DType)info->dtype, info->rank, info->dims);
+  if (!ir_tensor_alloc(t, &type)) return false;
+  uint64_t state = seed ^ hash_name(info->name);
+  int64_t n = ir_type_numel(&type);
+  int64_t bound = info->index_bound > 0 ? info->index_bound : 10;
+  for (int64_t i = 0; i < n; i++) {
+    uint64_t r = splitmix64(&state);
+    double v = ir_dtype_is_float(type.dtype) ? (double)(r >> 11) * 0x1.0p-53 * 2.0 - 1.0
+                                             : (double)(r % (uint64_t)bound);
+    ir_tensor_set(t, i, v);
+  }
+  return true;
+}
+
+static void type_text(const dlc_tensor_info *info, char *buf, size_t len) {
+  TensorType t = ir_type_make((DType)info->dtype, info->rank, info->dims);
+  ir_type_str(&t, buf, len);
+}
+
+static bool load_input(const InputArg *in, const dlc_tensor_info *info, RtTensor *rt) {
+  char err[512];
+  if (rt_npy_read(in->path, rt, err, sizeof err) != 0) {
+    fprintf(stderr, "dlcc: error: %s\n", err);
+    return false;
+  }
+  bool same = (int)rt->dtype == (int)info->dtype && rt->rank == info->rank;
+  for (int i = 0; same && i < rt->rank; i++) same = rt->dims[i] == info->dims[i];
+  if (!same) {
+    char want[IR_TYPE_STR_MAX], got[IR_TYPE_STR_MAX] = "?";
+    type_text(info, want, sizeof want);
+    if (rt->dtype <= RT_I64) {
+      dlc_tensor_info file = {.dtype = (dlc_dtype)rt->dtype, .rank = rt->rank};
+      memcpy(file.dims, rt->dims, sizeof file.dims);
+      type_text(&file, got, sizeof got);
+    } else {
+      snprintf(got, sizeof got, "%s data", rt_dtype_name(rt->dtype));
+    }
+    fprintf(stderr, "dlcc: error: input '%s': %s holds %s, the model expects %s\n", in->name,
+            in->path, got, want);
+    return false;
+  }
+  return true;
+}
+
+static void print_summary(const dlc_tensor_info *info, const void *data) {
+  char type[IR_TYPE_STR_MAX];
+  type_text(info, type, sizeof type);
+  Tensor t = {ir_type_make((DType)info->dtype, info->rank, info->dims), (void *)data};
+  int64_t n = ir_type_numel(&t.type);
+  double lo = INFINITY, hi = -INFINITY, sum = 0;
+  for (int64_t i = 0; i < n; i++) {
+    double v = ir_tensor_get(&t, i);
+    if (v < lo) lo = v;
+    if (v > hi) hi = v;
+    sum += v;
+  }
+  printf("%s: %s  min %.6g  max %.6g  mean %.6g  [", info->name, type, lo, hi, n ? sum / (double)n : 0.0);
+  for (int64_t i = 0; i < n && i < 6; i++) printf("%s%.6g", i ? ", " : "", ir_tensor_get(&t, i));
+  printf("%s]\n", n > 6 ? ", ..." : "");
+}
+
+static bool write_output(const char *dir, const dlc_tensor_info *info, const void *data, size_t nbytes) {
+  char *path = NULL;
+  if (asprintf(&path, "%s/%s.npy", dir, info->name) < 0) return false;
+  RtTensor rt = {.dtype = (RtDType)info->dtype, .rank = info->rank, .data = (void *)data, .nbytes = nbytes};
+  memcpy(rt.dims, info->dims, sizeof rt.dims);
+  char err[512];
+  bool ok = rt_npy_write(path, &rt, err, sizeof err) == 0;
+  if (!ok) fprintf(stderr, "dlcc: error: %s\n", err);
+  free(path);
+  return ok;
+}
+
+static int run_model(RunOptions *o) {
+  dlc_model *m;
+  if (dlc_compile_file(o->model_path, &o->api, &m) != DLC_OK) {
+    fputs(dlc_error(m), stderr);
+    dlc_free(m);
+    return 1;
+  }
+  fputs(dlc_error(m), stderr); /* warnings */
+  int rc = 1;
+  if ((o->weights ? dlc_load_weights(m, o->weights) : dlc_init_weights(m, o->seed)) != DLC_OK) {
+    fputs(dlc_error(m), stderr);
+    goto done;
+  }
+  for (int i = 0; i < o->n_inputs; i++)
+    if (dlc_input_index(m, o->inputs[i].name) < 0) {
+      fprintf(stderr, "dlcc: error: --input %s: the model has no input '%s'\n", o->inputs[i].path,
+              o->inputs[i].name);
+      goto done;
+    }
+  for (int i = 0; i < dlc_num_inputs(m); i++) {
+    dlc_tensor_info info;
+    dlc_input_info(m, i, &info);
+    const InputArg *given = NULL;
+    for (int k = 0; k < o->n_inputs; k++)
+      if (strcmp(o->inputs[k].name, info.name) == 0) given = &o->inputs[k];
+    bool ok;
+    if (given) {
+      RtTensor rt = {0};
+      ok = load_input(given, &info, &rt) && dlc_set_input(m, info.name, rt.data, rt.nbytes) == DLC_OK;
+      rt_tensor_free(&rt);
+    } else {
+      Tensor t = {0};
+      ok = random_input(&info, o->seed, &t) && dlc_set_input(m, info.name, t.data, info.nbytes) == DLC_OK;
+      ir_tensor_free(&t);
+    }
+    if (!ok) {
+      fputs(dlc_error(m), stderr);
+      goto done;
+    }
+  }
+  if (dlc_run(m) != DLC_OK) {
+    fputs(dlc_error(m), stderr);
+    goto done;
+  }
+  if (o->output_dir && mkdir(o->output_dir, 0777) != 0 && errno != EEXIST) {
+    fprintf(stderr, "dlcc: error: cannot create '%s': %s\n", o->output_dir, strerror(errno));
+    goto done;
+  }
+  rc = 0;
+  for (int i = 0; i < dlc_num_outputs(m); i++) {
+    dlc_tensor_info info;
+    const void *data;
+    size_t nbytes;
+    dlc_output_info(m, i, &info);
+    dlc_get_output(m, i, &data, &nbytes);
+    print_summary(&info, data);
+    if (o->output_dir && !write_output(o->output_dir, &info, data, nbytes)) rc = 1;
+  }
+done:
+  dlc_free(m);
+  return rc;
+}
+
+int driver_run(int argc, char **argv) {
+  RunOptions *o = calloc(1, sizeof *o);
+  if (!o) return 1;
+  int rc = parse_run_args(argc, argv, o);
+  if (rc == 0) rc = run_model(o);
+  else rc = rc == 2 ? 0 : 1;
+  for (int i = 0; i < o->n_inputs; i++) free((char *)o->inputs[i].name);
+  for (int i = 0; i < o->api.n_defines; i++) free((char *)o->defines[i].name);
+  free(o);
+  return rc;
+}

@@ -1,0 +1,106 @@
+/* dlcc's compiler API: compile a model from a host program and run it.
+ *
+ *     dlc_model *m;
+ *     if (dlc_compile_file("mlp.dl", NULL, &m) != DLC_OK) {
+ *       fprintf(stderr, "%s", dlc_error(m));
+ *       dlc_free(m);
+ *       return 1;
+ *     }
+ *     dlc_load_weights(m, "mlp.safetensors");   // or dlc_init_weights(m, seed)
+ *     dlc_set_input(m, "x", x, sizeof x);
+ *     dlc_run(m);
+ *     const void *y; size_t n;
+ *     dlc_get_output(m, 0, &y, &n);
+ *     dlc_free(m);
+ *
+ * Every call returns a status; on failure the message (file:line:col for
+ * errors in the model's text) is kept on the model and dlc_error returns
+ * it.  Nothing here prints, exits or aborts.  A model is used by one
+ * thread at a time; different models are independent. */
+#ifndef DLCC_H
+#define DLCC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct dlc_model dlc_model;
+
+typedef enum {
+  DLC_OK = 0,
+  DLC_ERR_ARGUMENT, /* a NULL, an index or name that does not exist, a size that does not fit */
+  DLC_ERR_COMPILE,  /* the model's text has errors */
+  DLC_ERR_WEIGHTS,  /* a weights file is missing, malformed, or does not match the model */
+  DLC_ERR_INPUT,    /* an input was not set */
+  DLC_ERR_RUN,      /* the computation failed (e.g. an index out of range) */
+  DLC_ERR_NOMEM,
+  DLC_ERR_INTERNAL,
+} dlc_status;
+
+/* Same order as the IR's dtypes. */
+typedef enum { DLC_F32, DLC_F16, DLC_BF16, DLC_I8, DLC_I32, DLC_I64 } dlc_dtype;
+
+enum { DLC_MAX_RANK = 8 };
+
+typedef struct dlc_tensor_info {
+  const char *name;
+  dlc_dtype dtype;
+  int rank;
+  int64_t dims[DLC_MAX_RANK];
+  size_t nbytes;
+  /* Integer inputs used as indices (token ids into an embedding): the
+   * exclusive upper bound of valid values; 0 when not an index. */
+  int64_t index_bound;
+} dlc_tensor_info;
+
+typedef struct dlc_define {
+  const char *name;
+  int64_t value;
+} dlc_define;
+
+typedef struct dlc_options {
+  const char *model; /* which model of the file; NULL: the last one */
+  int n_defines;     /* -D NAME=VALUE */
+  const dlc_define *defines;
+  const char *backend; /* "ref" (the reference interpreter); NULL = "ref" */
+} dlc_options;
+
+/* Compiles a .dl source or .ir text file (by its suffix).  *out is set
+ * even on failure (so dlc_error can tell why), except when memory ran out
+ * before a model existed: then *out is NULL and dlc_error(NULL) says so. */
+dlc_status dlc_compile_file(const char *path, const dlc_options *opt, dlc_model **out);
+/* The same for text in memory; name is used in messages. */
+dlc_status dlc_compile_string(const char *name, const char *text, const dlc_options *opt,
+                              dlc_model **out);
+void dlc_free(dlc_model *m);
+const char *dlc_error(const dlc_model *m);
+
+int dlc_num_inputs(const dlc_model *m);
+int dlc_num_outputs(const dlc_model *m);
+dlc_status dlc_input_info(const dlc_model *m, int index, dlc_tensor_info *out);
+dlc_status dlc_output_info(const dlc_model *m, int index, dlc_tensor_info *out);
+/* -1 when there is no such input. */
+int dlc_input_index(const dlc_model *m, const char *name);
+
+/* Parameters: from a safetensors file with PyTorch state_dict names, or
+ * reproducibly random (sane scales; the same seed gives the same values). */
+dlc_status dlc_load_weights(dlc_model *m, const char *safetensors_path);
+dlc_status dlc_init_weights(dlc_model *m, uint64_t seed);
+
+/* Copies nbytes (exactly the input's size) of C-order data. */
+dlc_status dlc_set_input(dlc_model *m, const char *name, const void *data, size_t nbytes);
+dlc_status dlc_run(dlc_model *m);
+/* The output's data stays valid until the next dlc_run or dlc_free. */
+dlc_status dlc_get_output(dlc_model *m, int index, const void **data, size_t *nbytes);
+
+const char *dlc_dtype_name(dlc_dtype t);
+size_t dlc_dtype_size(dlc_dtype t);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
