@@ -160,6 +160,11 @@ typedef struct LowerOptions {
   const char *model; /* which model to lower; NULL: the file's only (or last) model */
   int n_defines;
   const Define *defines; /* -D NAME=VALUE: overrides let, binds free shape names */
+  /* Budgets that keep any input from hanging or exhausting memory; 0
+   * takes the defaults (FE_MAX_NODES operations, FE_MAX_STEPS statements
+   * and loop iterations).  The fuzzer sets them low. */
+  int max_ops;
+  long max_steps;
 } LowerOptions;
 
 /* Evaluates the program's compile-time structure (lets, blocks, loops,

@@ -126,8 +126,9 @@ static Val val_list(Lower *l, ValKind kind, int n, const Val *items) {
 /* ---- building the graph ---- */
 
 static bool budget_ok(Lower *l, SrcLoc loc) {
-  if (l->g->n_nodes < FE_MAX_NODES) return true;
-  if (!l->halt) fe_error(l, loc, "model too large: more than %d operations", FE_MAX_NODES);
+  int max_ops = l->opt->max_ops > 0 ? l->opt->max_ops : FE_MAX_NODES;
+  if (l->g->n_nodes < max_ops) return true;
+  if (!l->halt) fe_error(l, loc, "model too large: more than %d operations", max_ops);
   l->halt = true;
   return false;
 }
@@ -978,10 +979,11 @@ static bool eval_type(Lower *l, Frame *f, const TypeExpr *te, TensorType *out) {
 /* ---- statements ---- */
 
 static bool step(Lower *l, SrcLoc loc) {
-  if (++l->steps <= FE_MAX_STEPS) return true;
+  long max_steps = l->opt->max_steps > 0 ? l->opt->max_steps : FE_MAX_STEPS;
+  if (++l->steps <= max_steps) return true;
   if (!l->halt)
     fe_error(l, loc, "model too large: compile-time evaluation takes more than %ld steps",
-             FE_MAX_STEPS);
+             max_steps);
   l->halt = true;
   return false;
 }
