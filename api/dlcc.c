@@ -11,6 +11,8 @@
 #include <string.h>
 
 #include "api/weights.h"
+#include "codegen/codegen.h"
+#include "dlcrt.h"
 #include "frontend/ast.h"
 #include "ir/eval.h"
 #include "ir/ir.h"
@@ -31,6 +33,10 @@ struct dlc_model {
   Tensor *outputs;    /* g->n_outputs; valid after a run */
   bool have_outputs;
   char *error; /* malloc'd; the last failing call's message */
+  /* Backends other than "ref" run the generated code through libdlcrt. */
+  bool use_runtime;
+  CgResult cg;
+  DlrtModel *rt;
 };
 
 static dlc_status fail(dlc_model *m, dlc_status st, const char *fmt, ...)
@@ -98,6 +104,7 @@ static int compile_job(Ctx *c, void *data) {
   }
   if (!g || !ir_verify(g)) return 1;
   job->m->g = g;
+  if (job->m->use_runtime && !cg_compile(g, &job->m->cg)) return 1;
   return 0;
 }
 
@@ -115,19 +122,17 @@ static void index_inputs(dlc_model *m) {
 
 static dlc_status compile(CompileJob *job, dlc_model **out) {
   *out = NULL;
-  if (job->opt && job->opt->backend && strcmp(job->opt->backend, "ref") != 0) {
-    /* Known later backends are refused by name, so a typo is not mistaken for one. */
-    dlc_model *m = calloc(1, sizeof *m);
-    if (!m) return DLC_ERR_NOMEM;
-    ctx_init(&m->ctx);
-    *out = m;
-    return fail(m, DLC_ERR_ARGUMENT, "dlcc: error: unknown backend '%s' (this build has: ref)\n",
-                job->opt->backend);
-  }
   dlc_model *m = calloc(1, sizeof *m);
   if (!m) return DLC_ERR_NOMEM;
   ctx_init(&m->ctx);
   *out = m;
+  const char *backend = job->opt && job->opt->backend ? job->opt->backend : "auto";
+  if (strcmp(backend, "ref") != 0) {
+    if (strcmp(backend, "auto") != 0 && strcmp(backend, "emu") != 0 && strcmp(backend, "cuda") != 0)
+      return fail(m, DLC_ERR_ARGUMENT,
+                  "dlcc: error: unknown backend '%s' (expected auto, cuda, emu or ref)\n", backend);
+    m->use_runtime = true;
+  }
   job->m = m;
   int rc = ctx_guard(&m->ctx, compile_job, job);
   if (rc != 0 || m->ctx.diag.errors) {
@@ -136,6 +141,11 @@ static dlc_status compile(CompileJob *job, dlc_model **out) {
   }
   index_inputs(m);
   if (!m->input_data || !m->outputs) return fail(m, DLC_ERR_NOMEM, "dlcc: out of memory\n");
+  if (m->use_runtime && dlrt_open(m->cg.plan, backend, &m->rt) != DLRT_OK) {
+    dlc_status st = fail(m, DLC_ERR_COMPILE, "dlcc: error: %s\n", dlrt_error(m->rt));
+    m->g = NULL;
+    return st;
+  }
   /* Warnings (an unused -D, say) travel with a successful compile. */
   if (m->ctx.diag.len) fail(m, DLC_OK, "%s", diag_text(&m->ctx));
   return DLC_OK;
@@ -174,8 +184,14 @@ void dlc_free(dlc_model *m) {
   free(m->outputs);
   if (m->have_params) ir_tensor_map_free(&m->params);
   free(m->error);
+  dlrt_close(m->rt);
   ctx_free(&m->ctx);
   free(m);
+}
+
+const char *dlc_backend(const dlc_model *m) {
+  if (!m || !m->g) return "";
+  return m->use_runtime ? dlrt_backend(m->rt) : "ref";
 }
 
 int dlc_num_inputs(const dlc_model *m) { return m && m->g ? m->n_inputs : 0; }
@@ -265,8 +281,17 @@ static dlc_status weights(dlc_model *m, const char *path, uint64_t seed) {
   else if (!job->ok)
     st = fail(m, path ? DLC_ERR_WEIGHTS : DLC_ERR_INTERNAL, "dlcc: error: %s\n", job->err);
   else {
-    set_params(m, &job->map);
-    clear_error(m);
+    for (int i = 0; m->use_runtime && st == DLC_OK && i < job->map.n; i++) {
+      const Tensor *t = &job->map.tensors[i];
+      if (dlrt_set_weight(m->rt, job->map.names[i], t->data, ir_tensor_nbytes(&t->type)) != DLRT_OK)
+        st = fail(m, DLC_ERR_WEIGHTS, "dlcc: error: %s\n", dlrt_error(m->rt));
+    }
+    if (st == DLC_OK) {
+      set_params(m, &job->map);
+      clear_error(m);
+    } else {
+      ir_tensor_map_free(&job->map);
+    }
   }
   free(job);
   return st;
@@ -312,6 +337,30 @@ static int run_job(Ctx *c, void *data) {
   return 0;
 }
 
+static dlc_status run_on_runtime(dlc_model *m) {
+  for (int i = 0; i < m->n_inputs; i++) {
+    const Tensor *t = &m->input_data[i];
+    if (dlrt_set_input_by_name(m->rt, ir_attr(m->inputs[i], "name")->s, t->data,
+                               ir_tensor_nbytes(&t->type)) != DLRT_OK)
+      return fail(m, DLC_ERR_RUN, "dlcc: error: %s\n", dlrt_error(m->rt));
+  }
+  if (dlrt_run(m->rt) != DLRT_OK) return fail(m, DLC_ERR_RUN, "dlcc: error: %s\n", dlrt_error(m->rt));
+  for (int i = 0; i < m->g->n_outputs; i++) {
+    Tensor *t = &m->outputs[i];
+    if (!ir_tensor_alloc(t, &m->g->outputs[i]->type)) {
+      free_outputs(m);
+      return fail(m, DLC_ERR_NOMEM, "dlcc: out of memory\n");
+    }
+    if (dlrt_get_output(m->rt, i, t->data, ir_tensor_nbytes(&t->type)) != DLRT_OK) {
+      free_outputs(m);
+      return fail(m, DLC_ERR_RUN, "dlcc: error: %s\n", dlrt_error(m->rt));
+    }
+  }
+  m->have_outputs = true;
+  clear_error(m);
+  return DLC_OK;
+}
+
 dlc_status dlc_run(dlc_model *m) {
   if (!m) return DLC_ERR_ARGUMENT;
   if (!m->g) return no_model(m);
@@ -328,6 +377,7 @@ dlc_status dlc_run(dlc_model *m) {
                   n_params);
   }
   free_outputs(m);
+  if (m->use_runtime) return run_on_runtime(m);
   RunJob *job = calloc(1, sizeof *job);
   const char **names = calloc((size_t)(m->n_inputs > 0 ? m->n_inputs : 1), sizeof *names);
   if (!job || !names) {

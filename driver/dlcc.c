@@ -9,11 +9,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "codegen/codegen.h"
 #include "driver/driver.h"
 #include "frontend/ast.h"
 #include "ir/ir.h"
 
-typedef enum { EMIT_NONE, EMIT_AST, EMIT_IR, EMIT_DOT } Emit;
+typedef enum { EMIT_NONE, EMIT_AST, EMIT_IR, EMIT_DOT, EMIT_CUDA, EMIT_PLAN } Emit;
 
 typedef struct Options {
   const char *input;
@@ -35,6 +36,8 @@ static const char usage[] =
     "options:\n"
     "  --emit=ir          print the graph IR (docs/ir.md); it reads back with dlcc FILE.ir\n"
     "  --emit=dot         print the graph in Graphviz DOT (dlcc m.dl --emit=dot | dot -Tsvg)\n"
+    "  --emit=cuda        print the generated CUDA C of every kernel\n"
+    "  --emit=plan        print the launch plan: buffers, kernels, cuBLAS calls, offsets\n"
     "  --emit=ast         print the syntax tree (for debugging the frontend)\n"
     "  -o FILE            write the output to FILE instead of standard output\n"
     "  -D NAME=VALUE      set an integer constant: overrides 'let NAME' or binds a\n"
@@ -75,8 +78,10 @@ static int parse_args(int argc, char **argv, Options *o) {
       if (strcmp(what, "ir") == 0) o->emit = EMIT_IR;
       else if (strcmp(what, "dot") == 0) o->emit = EMIT_DOT;
       else if (strcmp(what, "ast") == 0) o->emit = EMIT_AST;
+      else if (strcmp(what, "cuda") == 0) o->emit = EMIT_CUDA;
+      else if (strcmp(what, "plan") == 0) o->emit = EMIT_PLAN;
       else {
-        fprintf(stderr, "dlcc: error: unknown --emit kind '%s' (expected ir, dot or ast)\n", what);
+        fprintf(stderr, "dlcc: error: unknown --emit kind '%s' (expected ir, dot, cuda, plan or ast)\n", what);
         return 1;
       }
     } else if (strcmp(a, "-o") == 0) {
@@ -159,6 +164,16 @@ static int compile(Ctx *c, void *data) {
   switch (o->emit) {
     case EMIT_IR: ir_print(job->out, g); break;
     case EMIT_DOT: ir_print_dot(job->out, g); break;
+    case EMIT_CUDA:
+    case EMIT_PLAN: {
+      CgResult cg;
+      if (!cg_compile(g, &cg)) return 1;
+      if (o->emit == EMIT_CUDA)
+        fputs(cg.source, job->out);
+      else
+        cg_print_plan(job->out, cg.plan);
+      break;
+    }
     case EMIT_AST:
       diag_error(c, (SrcLoc){0}, "--emit=ast needs a .dl file");
       return 1;
@@ -173,7 +188,7 @@ int main(int argc, char **argv) {
   int rc = parse_args(argc, argv, &opt);
   if (rc) return rc == 2 ? 0 : 1;
   if (opt.output && opt.emit == EMIT_NONE) {
-    fputs("dlcc: error: -o needs --emit=ir, --emit=dot or --emit=ast for now: "
+    fputs("dlcc: error: -o needs an --emit kind for now: "
           "code generation to model.so is not built yet\n",
           stderr);
     return 1;

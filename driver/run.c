@@ -46,7 +46,9 @@ static const char run_usage[] =
     "  --input NAME=FILE   an input from a .npy file; inputs not given are random\n"
     "  --seed=S            seed for random parameters and inputs (default 0)\n"
     "  --output-dir=DIR    write each output to DIR/NAME.npy\n"
-    "  --backend=ref       where to run it: ref, the reference interpreter\n"
+    "  --backend=B         where to run it: auto (default: cuda when a GPU answers,\n"
+    "                      else emu), cuda, emu (the generated CUDA C on the CPU) or\n"
+    "                      ref (the reference interpreter)\n"
     "  -D NAME=VALUE       as for dlcc\n"
     "  --model=NAME        as for dlcc\n";
 
@@ -219,6 +221,7 @@ static int run_model(RunOptions *o) {
     return 1;
   }
   fputs(dlc_error(m), stderr); /* warnings */
+  if (!o->backend || strcmp(o->backend, "auto") == 0) fprintf(stderr, "dlcc: running on %s\n", dlc_backend(m));
   int rc = 1;
   if ((o->weights ? dlc_load_weights(m, o->weights) : dlc_init_weights(m, o->seed)) != DLC_OK) {
     fputs(dlc_error(m), stderr);

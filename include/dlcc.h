@@ -65,7 +65,10 @@ typedef struct dlc_options {
   const char *model; /* which model of the file; NULL: the last one */
   int n_defines;     /* -D NAME=VALUE */
   const dlc_define *defines;
-  const char *backend; /* "ref" (the reference interpreter); NULL = "ref" */
+  /* Where dlc_run computes: "cuda" (the generated kernels on a GPU), "emu"
+   * (the same kernels on the CPU), "auto" (cuda when a GPU answers, else
+   * emu; the default when NULL), or "ref" (the reference interpreter). */
+  const char *backend;
 } dlc_options;
 
 /* Compiles a .dl source or .ir text file (by its suffix).  *out is set
@@ -77,6 +80,9 @@ dlc_status dlc_compile_string(const char *name, const char *text, const dlc_opti
                               dlc_model **out);
 void dlc_free(dlc_model *m);
 const char *dlc_error(const dlc_model *m);
+/* The backend a compiled model runs on ("cuda", "emu" or "ref"): what
+ * "auto" chose.  "" when it did not compile. */
+const char *dlc_backend(const dlc_model *m);
 
 int dlc_num_inputs(const dlc_model *m);
 int dlc_num_outputs(const dlc_model *m);

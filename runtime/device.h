@@ -55,6 +55,11 @@ struct RtDevice {
 RtDevice *rt_device_open(const char *kind, const char **chosen, char *err, size_t errlen);
 RtDevice *rt_cuda_open(char *err, size_t errlen);
 RtDevice *rt_emu_open(char *err, size_t errlen);
+/* Host compiler runs this emu device has made (a test asserts the kernel
+ * cache hit: 0 on a second load); 0 for any other device. */
+unsigned rt_emu_compile_count(const RtDevice *d);
+/* emu's cuBLAS: g on host pointers (emu_gemm.c). */
+int rt_emu_gemm(const RtGemm *g, const void *a, const void *b, void *c, char *err, size_t errlen);
 void rt_device_close(RtDevice *d);
 const char *rt_device_error(const RtDevice *d);
 /* Records a formatted message (first error wins while broken). */

@@ -6,3 +6,28 @@ libdlcrt_la_SOURCES = \
 	runtime/safetensors.c
 libdlcrt_la_CPPFLAGS = $(AM_CPPFLAGS) $(CJSON_CFLAGS)
 libdlcrt_la_LIBADD = $(CJSON_LIBS) -lm
+
+# The executor, plan validation, device selection, the cuda device (driver
+# API by dlopen, cuBLAS) and NVRTC with its kernel cache.
+libdlcrt_la_SOURCES += \
+	runtime/plan.h \
+	runtime/device.h \
+	runtime/runtime.h \
+	runtime/plan.c \
+	runtime/model.c \
+	runtime/device.c \
+	runtime/cuda.c \
+	runtime/nvrtc.c
+libdlcrt_la_CPPFLAGS += $(CUDA_CPPFLAGS)
+libdlcrt_la_LIBADD += $(CUDA_LIBS) -ldl -lpthread
+include_HEADERS += include/dlcrt.h
+
+# The emu device: kernels compiled by the host C++ compiler with
+# dlcc_emu.h (installed to pkgdatadir; a build-tree library finds the
+# source tree's), fibers for barriers, a CPU GEMM for RtGemm.
+libdlcrt_la_SOURCES += \
+	runtime/emu.c \
+	runtime/emu_gemm.c
+libdlcrt_la_CPPFLAGS += -DDLCC_EMU_INSTALLED_HEADER='"$(pkgdatadir)/dlcc_emu.h"' \
+	-DDLCC_EMU_SRC_HEADER='"$(abs_top_srcdir)/runtime/emu/dlcc_emu.h"'
+dist_pkgdata_DATA = runtime/emu/dlcc_emu.h

@@ -131,6 +131,10 @@ typedef struct RtPlan {
   const RtTensorDesc *inputs;
   uint32_t n_outputs;
   const RtTensorDesc *outputs;
+  /* weights_bytes of data, laid out as weights[] says (embedded in a
+   * model.so, or the JIT's blob); NULL: the host supplies them after
+   * open (dlrt_set_weights, dlrt_load_weights). */
+  const void *weights_data;
 } RtPlan;
 
 #endif

@@ -22,7 +22,10 @@ typedef enum {
   RT_DTYPE_COUNT
 } RtDType;
 
-enum { RT_MAX_RANK = 8 };
+/* Shared with plan.h, which defines the same limit. */
+#ifndef RT_MAX_RANK
+#define RT_MAX_RANK 8
+#endif
 
 typedef struct RtTensor {
   RtDType dtype;

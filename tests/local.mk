@@ -8,3 +8,7 @@ include tests/frontend.mk
 include tests/lower.mk
 include tests/eval.mk
 include tests/golden.mk
+include tests/codegen.mk
+include tests/emu.mk
+include tests/runtime.mk
+include tests/models.mk

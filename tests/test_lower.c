@@ -504,7 +504,7 @@ END_TEST
 START_TEST(defines) {
   const char *text = "let N = 8\nmodel m(x: f32[N, B]) -> f32[N, B] { return x }\n";
   Define d[3] = {{"N", 3}, {"B", 5}, {"Z", 1}};
-  LowerOptions opt = {NULL, 3, d};
+  LowerOptions opt = {.model = NULL, .n_defines = 3, .defines = d};
   Lowered r;
   lower_named(&r, "t.dl", text, &opt);
   ck_assert_msg(r.g != NULL, "%s", diags(&r));
@@ -522,7 +522,7 @@ START_TEST(model_selection) {
   lower_text(&r, text);
   ck_assert_str_eq(r.g->name, "b");
   done(&r);
-  LowerOptions opt = {"a", 0, NULL};
+  LowerOptions opt = {.model = "a", .n_defines = 0, .defines = NULL};
   lower_named(&r, "t.dl", text, &opt);
   ck_assert_str_eq(r.g->name, "a");
   done(&r);

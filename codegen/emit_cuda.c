@@ -1,0 +1,465 @@
+/* The CUDA C emitter: takes finished kernels (kernel.h), returns their
+ * text.  It decides nothing: every loop, index and operation is already in
+ * the kernel IR, and this file only spells it in standard CUDA C, which
+ * the emu device also compiles with the host compiler (runtime/emu). */
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernel.h"
+
+/* Helpers every kernel may call.  Integer arithmetic goes through
+ * unsigned so that it wraps as eval.c's does, with no undefined overflow;
+ * float <-> int conversions saturate as the cast op says. */
+/* clang-format off */
+static const char helpers[] =
+    "__device__ __forceinline__ float dl_inf(void) {\n"
+    "  union { unsigned u; float f; } v;\n"
+    "  v.u = 0x7f800000u;\n"
+    "  return v.f;\n"
+    "}\n"
+    "__device__ __forceinline__ float dl_nan(void) {\n"
+    "  union { unsigned u; float f; } v;\n"
+    "  v.u = 0x7fc00000u;\n"
+    "  return v.f;\n"
+    "}\n"
+    "__device__ __forceinline__ float dl_relu(float x) { return x > 0.0f || x != x ? x : 0.0f; }\n"
+    "__device__ __forceinline__ float dl_leaky_relu(float x, float a) { return x >= 0.0f ? x : x * a; }\n"
+    "__device__ __forceinline__ float dl_clip(float x, float lo, float hi) {\n"
+    "  return x != x ? x : x < lo ? lo : x > hi ? hi : x;\n"
+    "}\n"
+    "__device__ __forceinline__ float dl_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }\n"
+    "__device__ __forceinline__ float dl_silu(float x) { return x / (1.0f + expf(-x)); }\n"
+    "/* erfc, not 1 + erf: no cancellation for negative x. */\n"
+    "__device__ __forceinline__ float dl_gelu(float x) {\n"
+    "  return 0.5f * x * erfcf(-x * 0.70710678118654752f);\n"
+    "}\n"
+    "/* 0.5 x (1 + tanh u) written as x sigmoid(2u), for the same reason. */\n"
+    "__device__ __forceinline__ float dl_gelu_tanh(float x) {\n"
+    "  float u = 0.79788456080286536f * (x + 0.044715f * x * x * x);\n"
+    "  return x / (1.0f + expf(-2.0f * u));\n"
+    "}\n"
+    "__device__ __forceinline__ float dl_hardsigmoid(float x) {\n"
+    "  return fminf(fmaxf((x + 3.0f) / 6.0f, 0.0f), 1.0f);\n"
+    "}\n"
+    "__device__ __forceinline__ float dl_hardswish(float x) { return x * dl_hardsigmoid(x); }\n"
+    "__device__ __forceinline__ float dl_max(float a, float b) {\n"
+    "  return a != a || b != b ? a + b : a > b ? a : b;\n"
+    "}\n"
+    "__device__ __forceinline__ float dl_min(float a, float b) {\n"
+    "  return a != a || b != b ? a + b : a < b ? a : b;\n"
+    "}\n"
+    "__device__ __forceinline__ int dl_max(int a, int b) { return a > b ? a : b; }\n"
+    "__device__ __forceinline__ int dl_min(int a, int b) { return a < b ? a : b; }\n"
+    "__device__ __forceinline__ long long dl_max(long long a, long long b) { return a > b ? a : b; }\n"
+    "__device__ __forceinline__ long long dl_min(long long a, long long b) { return a < b ? a : b; }\n"
+    "__device__ __forceinline__ int dl_add(int a, int b) { return (int)((unsigned)a + (unsigned)b); }\n"
+    "__device__ __forceinline__ int dl_sub(int a, int b) { return (int)((unsigned)a - (unsigned)b); }\n"
+    "__device__ __forceinline__ int dl_mul(int a, int b) { return (int)((unsigned)a * (unsigned)b); }\n"
+    "__device__ __forceinline__ int dl_neg(int a) { return (int)(0u - (unsigned)a); }\n"
+    "__device__ __forceinline__ int dl_abs(int a) { return a < 0 ? dl_neg(a) : a; }\n"
+    "__device__ __forceinline__ int dl_relu(int a) { return a > 0 ? a : 0; }\n"
+    "__device__ __forceinline__ long long dl_add(long long a, long long b) {\n"
+    "  return (long long)((unsigned long long)a + (unsigned long long)b);\n"
+    "}\n"
+    "__device__ __forceinline__ long long dl_sub(long long a, long long b) {\n"
+    "  return (long long)((unsigned long long)a - (unsigned long long)b);\n"
+    "}\n"
+    "__device__ __forceinline__ long long dl_mul(long long a, long long b) {\n"
+    "  return (long long)((unsigned long long)a * (unsigned long long)b);\n"
+    "}\n"
+    "__device__ __forceinline__ long long dl_neg(long long a) {\n"
+    "  return (long long)(0ull - (unsigned long long)a);\n"
+    "}\n"
+    "__device__ __forceinline__ long long dl_abs(long long a) { return a < 0 ? dl_neg(a) : a; }\n"
+    "__device__ __forceinline__ long long dl_relu(long long a) { return a > 0 ? a : 0; }\n"
+    "__device__ __forceinline__ long long dl_clip(long long x, long long lo, long long hi) {\n"
+    "  return x < lo ? lo : x > hi ? hi : x;\n"
+    "}\n"
+    "__device__ __forceinline__ signed char dl_f2i8(float x) {\n"
+    "  return x != x ? 0 : x <= -128.0f ? -128 : x >= 127.0f ? 127 : (signed char)(int)x;\n"
+    "}\n"
+    "__device__ __forceinline__ int dl_f2i32(float x) {\n"
+    "  return x != x ? 0 : x <= -2147483648.0f ? (-2147483647 - 1)\n"
+    "         : x >= 2147483648.0f ? 2147483647 : (int)x;\n"
+    "}\n"
+    "__device__ __forceinline__ long long dl_f2i64(float x) {\n"
+    "  return x != x ? 0 : x <= -9223372036854775808.0f ? (-9223372036854775807LL - 1)\n"
+    "         : x >= 9223372036854775808.0f ? 9223372036854775807LL : (long long)x;\n"
+    "}\n";
+/* clang-format on */
+
+const char *cg_cuda_prelude(Ctx *c, bool needs_fp16, bool needs_bf16) {
+  return arena_printf(&c->arena,
+                      "// Generated by dlcc.  One extern \"C\" kernel per step of the plan; each\n"
+                      "// names the graph op it computes.  Standard CUDA C: the emu device\n"
+                      "// compiles the same text with the host compiler (DLCC_EMU defined).\n"
+                      "#ifndef DLCC_EMU\n%s%s#endif\n\n%s",
+                      needs_fp16 ? "#include <cuda_fp16.h>\n" : "",
+                      needs_bf16 ? "#include <cuda_bf16.h>\n" : "", helpers);
+}
+
+typedef struct Out {
+  FILE *f;
+  const Kernel *k;
+  int depth;
+} Out;
+
+static const char *ctype(const Kernel *k, DType dt) {
+  switch (dt) {
+    case TY_F32: return "float";
+    case TY_F16: return "__half";
+    case TY_BF16: return "__nv_bfloat16";
+    case TY_I8: return "signed char";
+    case TY_I32: return "int";
+    case TY_I64: return "long long";
+    case TY_COUNT: return k->index == TY_I64 ? "long long" : "int"; /* KT_INDEX */
+  }
+  return "int";
+}
+
+static bool is_wide(const Kernel *k, DType dt) {
+  return dt == TY_I64 || (dt == KT_INDEX && k->index == TY_I64);
+}
+
+static void indent(Out *o) {
+  for (int i = 0; i < o->depth; i++) fputs("  ", o->f);
+}
+
+static void print_float(Out *o, double v) {
+  if (isnan(v)) {
+    fputs("dl_nan()", o->f);
+    return;
+  }
+  if (isinf(v)) {
+    fputs(v < 0 ? "(-dl_inf())" : "dl_inf()", o->f);
+    return;
+  }
+  char buf[64];
+  snprintf(buf, sizeof buf, "%.9g", v);
+  if (!strpbrk(buf, ".e")) strcat(buf, ".0");
+  fprintf(o->f, v < 0 ? "(%sf)" : "%sf", buf);
+}
+
+static void expr(Out *o, const KExpr *e);
+
+static void call1(Out *o, const char *fn, const KExpr *a) {
+  fprintf(o->f, "%s(", fn);
+  expr(o, a);
+  fputc(')', o->f);
+}
+
+static void call2(Out *o, const char *fn, const KExpr *a, const KExpr *b) {
+  fprintf(o->f, "%s(", fn);
+  expr(o, a);
+  fputs(", ", o->f);
+  expr(o, b);
+  fputc(')', o->f);
+}
+
+static void infix(Out *o, const char *op, const KExpr *a, const KExpr *b) {
+  fputc('(', o->f);
+  expr(o, a);
+  fprintf(o->f, " %s ", op);
+  expr(o, b);
+  fputc(')', o->f);
+}
+
+static void op_int(Out *o, const KExpr *e) {
+  const KExpr *a = e->a[0], *b = e->a[1];
+  switch (e->op) {
+    case OP_NEG: call1(o, "dl_neg", a); return;
+    case OP_ABS: call1(o, "dl_abs", a); return;
+    case OP_RELU: call1(o, "dl_relu", a); return;
+    case OP_ADD: call2(o, "dl_add", a, b); return;
+    case OP_SUB: call2(o, "dl_sub", a, b); return;
+    case OP_MUL: call2(o, "dl_mul", a, b); return;
+    case OP_MAXIMUM: call2(o, "dl_max", a, b); return;
+    case OP_MINIMUM: call2(o, "dl_min", a, b); return;
+    case OP_CLIP: {
+      /* The integers inside [min, max], as eval.c. */
+      double lo = ceil(e->f), hi = floor(e->f2);
+      long long l = lo <= -9.2e18 ? INT64_MIN : lo >= 9.2e18 ? INT64_MAX : (long long)lo;
+      long long h = hi <= -9.2e18 ? INT64_MIN : hi >= 9.2e18 ? INT64_MAX : (long long)hi;
+      fprintf(o->f, "dl_clip((long long)");
+      expr(o, a);
+      fprintf(o->f, ", %lldLL, %lldLL)", l, h);
+      return;
+    }
+    default: dl_internal(o->k->ctx, "integer %s reached the CUDA emitter", ir_ops[e->op].name);
+  }
+}
+
+static void op_float(Out *o, const KExpr *e) {
+  const KExpr *a = e->a[0], *b = e->a[1];
+  switch (e->op) {
+    case OP_NEG: fputs("(-", o->f), expr(o, a), fputc(')', o->f); return;
+    case OP_ABS: call1(o, "fabsf", a); return;
+    case OP_RELU: call1(o, "dl_relu", a); return;
+    case OP_LEAKY_RELU:
+      fputs("dl_leaky_relu(", o->f), expr(o, a), fputs(", ", o->f), print_float(o, e->f);
+      fputc(')', o->f);
+      return;
+    case OP_CLIP:
+      fputs("dl_clip(", o->f), expr(o, a), fputs(", ", o->f), print_float(o, e->f);
+      fputs(", ", o->f), print_float(o, e->f2), fputc(')', o->f);
+      return;
+    case OP_SIGMOID: call1(o, "dl_sigmoid", a); return;
+    case OP_TANH: call1(o, "tanhf", a); return;
+    case OP_GELU: call1(o, e->flag ? "dl_gelu_tanh" : "dl_gelu", a); return;
+    case OP_SILU: call1(o, "dl_silu", a); return;
+    case OP_HARDSIGMOID: call1(o, "dl_hardsigmoid", a); return;
+    case OP_HARDSWISH: call1(o, "dl_hardswish", a); return;
+    case OP_EXP: call1(o, "expf", a); return;
+    case OP_LOG: call1(o, "logf", a); return;
+    case OP_SQRT: call1(o, "sqrtf", a); return;
+    case OP_RSQRT: fputs("(1.0f / sqrtf(", o->f), expr(o, a), fputs("))", o->f); return;
+    case OP_ERF: call1(o, "erff", a); return;
+    case OP_RECIPROCAL: fputs("(1.0f / ", o->f), expr(o, a), fputc(')', o->f); return;
+    case OP_SIN: call1(o, "sinf", a); return;
+    case OP_COS: call1(o, "cosf", a); return;
+    case OP_ADD: infix(o, "+", a, b); return;
+    case OP_SUB: infix(o, "-", a, b); return;
+    case OP_MUL: infix(o, "*", a, b); return;
+    case OP_DIV: infix(o, "/", a, b); return;
+    case OP_POW: call2(o, "powf", a, b); return;
+    case OP_MAXIMUM: call2(o, "dl_max", a, b); return;
+    case OP_MINIMUM: call2(o, "dl_min", a, b); return;
+    default: dl_internal(o->k->ctx, "%s is not a scalar op", ir_ops[e->op].name);
+  }
+}
+
+static void cast(Out *o, const KExpr *e) {
+  DType from = e->a[0]->dtype, to = e->dtype;
+  const Kernel *k = o->k;
+  if (ir_dtype_is_float(from) && from != KT_INDEX && !ir_dtype_is_float(to)) {
+    DType t = to == KT_INDEX ? k->index : to;
+    call1(o, t == TY_I8 ? "dl_f2i8" : t == TY_I32 ? "dl_f2i32" : "dl_f2i64", e->a[0]);
+    return;
+  }
+  fprintf(o->f, "(%s)", ctype(k, to));
+  expr(o, e->a[0]);
+}
+
+static void expr(Out *o, const KExpr *e) {
+  static const char *const idx_ops[] = {"+", "-", "*", "/", "%"};
+  static const char *const cmp_ops[] = {"<", "<=", ">", ">=", "==", "!="};
+  switch (e->kind) {
+    case KE_INT:
+      if (is_wide(o->k, e->dtype) || e->i > INT32_MAX || e->i < INT32_MIN)
+        fprintf(o->f, e->i < 0 ? "(%" PRId64 "LL)" : "%" PRId64 "LL", e->i);
+      else
+        fprintf(o->f, e->i < 0 ? "(%" PRId64 ")" : "%" PRId64, e->i);
+      return;
+    case KE_FLOAT: print_float(o, e->f); return;
+    case KE_VAR: fputs(e->var->name, o->f); return;
+    case KE_IDX:
+      if (e->sub == KI_MIN || e->sub == KI_MAX)
+        call2(o, e->sub == KI_MIN ? "dl_min" : "dl_max", e->a[0], e->a[1]);
+      else
+        infix(o, idx_ops[e->sub], e->a[0], e->a[1]);
+      return;
+    case KE_CMP: infix(o, cmp_ops[e->sub], e->a[0], e->a[1]); return;
+    case KE_AND: infix(o, "&&", e->a[0], e->a[1]); return;
+    case KE_OR: infix(o, "||", e->a[0], e->a[1]); return;
+    case KE_NOT: fputs("!", o->f), expr(o, e->a[0]); return;
+    case KE_SELECT:
+      fputc('(', o->f);
+      expr(o, e->a[0]);
+      fputs(" ? ", o->f);
+      expr(o, e->a[1]);
+      fputs(" : ", o->f);
+      expr(o, e->a[2]);
+      fputc(')', o->f);
+      return;
+    case KE_LOAD:
+      fprintf(o->f, "%s[", e->buf->name);
+      expr(o, e->a[0]);
+      fputc(']', o->f);
+      return;
+    case KE_OP:
+      if (ir_dtype_is_float(e->dtype))
+        op_float(o, e);
+      else
+        op_int(o, e);
+      return;
+    case KE_CAST: cast(o, e); return;
+  }
+}
+
+static void block(Out *o, const KBlock *b);
+
+static void loop_head(Out *o, const KVar *v, const KExpr *extent, KMap map) {
+  const Kernel *k = o->k;
+  const char *it = ctype(k, v->dtype);
+  static const char *const axis[] = {"x", "y", "z"};
+  switch (map) {
+    case KM_UNROLL:
+      indent(o);
+      fputs("#pragma unroll\n", o->f);
+      /* fall through */
+    case KM_SERIAL:
+      indent(o);
+      fprintf(o->f, "for (%s %s = 0; %s < ", it, v->name, v->name);
+      expr(o, extent);
+      fprintf(o->f, "; %s++) {\n", v->name);
+      return;
+    case KM_GRID_STRIDE:
+      indent(o);
+      fprintf(o->f, "for (%s %s = (%s)blockIdx.x * blockDim.x + threadIdx.x; %s < ", it, v->name,
+              it, v->name);
+      expr(o, extent);
+      fprintf(o->f, "; %s += (%s)blockDim.x * gridDim.x) {\n", v->name, it);
+      return;
+    case KM_GRID_X:
+    case KM_GRID_Y:
+    case KM_GRID_Z:
+    case KM_BLOCK_X:
+    case KM_BLOCK_Y:
+    case KM_BLOCK_Z: {
+      bool grid = map <= KM_GRID_Z;
+      int ax = grid ? (int)(map - KM_GRID_X) : (int)(map - KM_BLOCK_X);
+      indent(o);
+      fprintf(o->f, "for (%s %s = %s.%s; %s < ", it, v->name, grid ? "blockIdx" : "threadIdx",
+              axis[ax], v->name);
+      expr(o, extent);
+      fprintf(o->f, "; %s += %s.%s) {\n", v->name, grid ? "gridDim" : "blockDim", axis[ax]);
+      return;
+    }
+    case KM_VEC2:
+    case KM_VEC4:
+    case KM_VEC8: dl_internal(k->ctx, "vectorized loops are not emitted yet");
+  }
+}
+
+static void stmt(Out *o, const KStmt *s) {
+  const Kernel *k = o->k;
+  switch (s->kind) {
+    case KS_LOOP:
+      loop_head(o, s->var, s->extent, s->map);
+      o->depth++;
+      block(o, &s->body);
+      o->depth--;
+      indent(o);
+      fputs("}\n", o->f);
+      return;
+    case KS_REDUCE: {
+      indent(o);
+      fprintf(o->f, "%s %s = ", ctype(k, s->var->dtype), s->var->name);
+      expr(o, s->init);
+      fputs(";\n", o->f);
+      loop_head(o, s->rvar, s->extent, s->map);
+      o->depth++;
+      block(o, &s->body);
+      KExpr acc = {.kind = KE_VAR, .dtype = s->var->dtype, .var = s->var};
+      KExpr comb = {.kind = KE_OP, .dtype = s->var->dtype, .op = s->combine, .a = {&acc, s->value}};
+      indent(o);
+      fprintf(o->f, "%s = ", s->var->name);
+      expr(o, &comb);
+      fputs(";\n", o->f);
+      o->depth--;
+      indent(o);
+      fputs("}\n", o->f);
+      return;
+    }
+    case KS_LET:
+      indent(o);
+      fprintf(o->f, "%s %s = ", ctype(k, s->var->dtype), s->var->name);
+      expr(o, s->value);
+      fputs(";\n", o->f);
+      return;
+    case KS_SET:
+      indent(o);
+      fprintf(o->f, "%s = ", s->var->name);
+      expr(o, s->value);
+      fputs(";\n", o->f);
+      return;
+    case KS_STORE:
+      indent(o);
+      fprintf(o->f, "%s[", s->buf->name);
+      expr(o, s->index);
+      fputs("] = ", o->f);
+      expr(o, s->value);
+      fputs(";\n", o->f);
+      return;
+    case KS_IF:
+      indent(o);
+      fputs("if (", o->f);
+      expr(o, s->cond);
+      fputs(") {\n", o->f);
+      o->depth++;
+      block(o, &s->body);
+      o->depth--;
+      indent(o);
+      if (s->orelse.first) {
+        fputs("} else {\n", o->f);
+        o->depth++;
+        block(o, &s->orelse);
+        o->depth--;
+        indent(o);
+      }
+      fputs("}\n", o->f);
+      return;
+    case KS_BARRIER:
+      indent(o);
+      fputs("__syncthreads();\n", o->f);
+      return;
+  }
+}
+
+static void block(Out *o, const KBlock *b) {
+  for (const KStmt *s = b->first; s; s = s->next) stmt(o, s);
+}
+
+static void param_type(Out *o, const KParam *p) {
+  if (p->var)
+    fprintf(o->f, "%s", ctype(o->k, p->var->dtype));
+  else
+    fprintf(o->f, "%s%s *", p->buf->written ? "" : "const ", ctype(o->k, p->buf->dtype));
+}
+
+char *cg_emit_kernel(Ctx *c, const Kernel *k, const char *name, bool with_comment) {
+  if (!k->finished) dl_internal(c, "kernel %s emitted before it was finished", k->hint);
+  char *text = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&text, &len);
+  if (!f) dl_internal(c, "open_memstream failed");
+  Out o = {.f = f, .k = k, .depth = 1};
+  if (with_comment && k->node) {
+    const Node *n = k->node;
+    fprintf(f, "// %s", cg_label(c, n, k->what));
+    if (n->loc.file) fprintf(f, "  (%s:%d:%d)", n->loc.file->name, n->loc.line, n->loc.col);
+    fputc('\n', f);
+  }
+  fprintf(f, "extern \"C\" __global__ void %s(", name);
+  for (int i = 0; i < k->n_params; i++) {
+    const KParam *p = &k->params[i];
+    if (i) fputs(", ", f);
+    param_type(&o, p);
+    fprintf(f, p->var ? " %s" : "__restrict__ %s", p->var ? p->var->name : p->buf->name);
+  }
+  fputs(") {\n", f);
+  for (int i = 0; i < k->n_locals; i++) {
+    const KBuf *b = k->locals[i];
+    fprintf(f, "  %s%s %s[%" PRId64 "];\n", b->space == KSP_SHARED ? "__shared__ " : "",
+            ctype(k, b->dtype), b->name, b->numel);
+  }
+  block(&o, &k->body);
+  fputs("}\n", f);
+  fprintf(f, "#ifdef DLCC_EMU\nextern \"C\" void %s__emu(void **args) {\n  %s(", name, name);
+  for (int i = 0; i < k->n_params; i++) {
+    const KParam *p = &k->params[i];
+    if (i) fputs(", ", f);
+    if (p->var)
+      fprintf(f, "*(%s *)args[%d]", ctype(k, p->var->dtype), i);
+    else
+      fprintf(f, "*(%s **)args[%d]", ctype(k, p->buf->dtype), i);
+  }
+  fputs(");\n}\n#endif\n", f);
+  fclose(f);
+  char *r = arena_strndup(&c->arena, text, len);
+  free(text);
+  return r;
+}

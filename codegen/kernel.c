@@ -1,0 +1,377 @@
+/* Builders for the kernel IR (kernel.h): take a kernel and pieces, return
+ * new nodes carved from the compilation arena.  Index arithmetic is folded
+ * as it is built, so lowering can write the general formula (x * 1 + 0)
+ * and still print readable code. */
+#include "kernel.h"
+
+#include <math.h>
+#include <string.h>
+
+static KExpr *new_expr(Kernel *k, KExprKind kind, DType dt) {
+  KExpr *e = ARENA_NEW(&k->ctx->arena, KExpr);
+  e->kind = kind;
+  e->dtype = dt;
+  return e;
+}
+
+static void note_size(Kernel *k, int64_t v) {
+  if (v < 0) v = -v;
+  if (v > k->largest) k->largest = v;
+}
+
+Kernel *cg_kernel_new(Ctx *c, const Node *n, const char *hint, const char *what) {
+  Kernel *k = ARENA_NEW(&c->arena, Kernel);
+  k->ctx = c;
+  k->node = n;
+  k->hint = hint;
+  k->what = what;
+  k->index = TY_I32;
+  for (int i = 0; i < 3; i++) k->grid[i] = k->block[i] = 1;
+  return k;
+}
+
+static KParam *add_param(Kernel *k) {
+  if (k->n_params == k->cap_params) {
+    int cap = k->cap_params ? 2 * k->cap_params : 8;
+    k->params = arena_realloc(&k->ctx->arena, k->params, sizeof(KParam) * (size_t)k->cap_params,
+                              sizeof(KParam) * (size_t)cap);
+    k->cap_params = cap;
+  }
+  KParam *p = &k->params[k->n_params++];
+  memset(p, 0, sizeof *p);
+  return p;
+}
+
+static bool same_ref(RtRef a, RtRef b) {
+  return a.space == b.space && a.index == b.index && a.offset == b.offset;
+}
+
+KBuf *cg_kglobal(Kernel *k, const char *name, DType dt, int64_t numel, RtRef ref) {
+  for (int i = 0; i < k->n_params; i++) {
+    KParam *p = &k->params[i];
+    if (p->buf && p->buf->dtype == dt && same_ref(p->arg.ref, ref)) {
+      if (numel > p->buf->numel) p->buf->numel = numel;
+      note_size(k, numel);
+      return p->buf;
+    }
+  }
+  KParam *p = add_param(k);
+  p->buf = ARENA_NEW(&k->ctx->arena, KBuf);
+  /* Names must be distinct C identifiers within the kernel; locals end in
+   * a bare number, so "_N" cannot collide with them. */
+  const char *unique = name;
+  for (int n = 1;; n++) {
+    bool taken = false;
+    for (int i = 0; i < k->n_params - 1; i++) {
+      const char *pn = k->params[i].buf ? k->params[i].buf->name : k->params[i].var->name;
+      if (strcmp(pn, unique) == 0) taken = true;
+    }
+    if (!taken) break;
+    unique = arena_printf(&k->ctx->arena, "%s_%d", name, n);
+  }
+  p->buf->name = unique;
+  p->buf->dtype = dt;
+  p->buf->space = KSP_GLOBAL;
+  p->buf->numel = numel;
+  p->arg.kind = RT_ARG_PTR;
+  p->arg.ref = ref;
+  note_size(k, numel);
+  return p->buf;
+}
+
+KVar *cg_kparam(Kernel *k, const char *name, DType dt, int64_t ival, float fval) {
+  KParam *p = add_param(k);
+  p->var = ARENA_NEW(&k->ctx->arena, KVar);
+  p->var->name = name;
+  p->var->dtype = dt;
+  p->arg.kind = dt == TY_F32 ? RT_ARG_F32 : dt == TY_I32 ? RT_ARG_I32 : RT_ARG_I64;
+  p->arg.i = ival;
+  p->arg.f = fval;
+  if (dt == KT_INDEX) note_size(k, ival);
+  return p->var;
+}
+
+KBuf *cg_klocal(Kernel *k, const char *stem, DType dt, int64_t numel, KSpace space) {
+  if (k->n_locals == k->cap_locals) {
+    int cap = k->cap_locals ? 2 * k->cap_locals : 4;
+    k->locals = arena_realloc(&k->ctx->arena, k->locals, sizeof(KBuf *) * (size_t)k->cap_locals,
+                              sizeof(KBuf *) * (size_t)cap);
+    k->cap_locals = cap;
+  }
+  KBuf *b = ARENA_NEW(&k->ctx->arena, KBuf);
+  b->name = arena_printf(&k->ctx->arena, "%s%d", stem, k->n_vars++);
+  b->dtype = dt;
+  b->space = space;
+  b->numel = numel;
+  k->locals[k->n_locals++] = b;
+  if (space == KSP_SHARED) k->shared_bytes += (uint32_t)(numel * ir_dtype_size(dt));
+  note_size(k, numel);
+  return b;
+}
+
+KVar *cg_kvar(Kernel *k, const char *stem, DType dt) {
+  KVar *v = ARENA_NEW(&k->ctx->arena, KVar);
+  v->name = arena_printf(&k->ctx->arena, "%s%d", stem, k->n_vars++);
+  v->dtype = dt;
+  return v;
+}
+
+/* Read-only buffers, then written ones, then scalars: the order a reader
+ * expects (inputs, outputs, sizes). */
+static int param_rank(const KParam *p) {
+  if (p->var) return 2;
+  return p->buf->written ? 1 : 0;
+}
+
+void cg_kernel_finish(Kernel *k) {
+  if (k->finished) return;
+  k->finished = true;
+  /* Twice the size, so that i + stride in a grid-stride loop stays in range. */
+  k->index = k->largest >= ((int64_t)1 << 30) ? TY_I64 : TY_I32;
+  KParam *sorted = ARENA_ARRAY(&k->ctx->arena, KParam, k->n_params > 0 ? k->n_params : 1);
+  int m = 0;
+  for (int r = 0; r < 3; r++)
+    for (int i = 0; i < k->n_params; i++)
+      if (param_rank(&k->params[i]) == r) sorted[m++] = k->params[i];
+  k->params = sorted;
+  k->cap_params = k->n_params;
+  for (int i = 0; i < k->n_params; i++) {
+    KParam *p = &k->params[i];
+    if (p->var && p->var->dtype == KT_INDEX)
+      p->arg.kind = k->index == TY_I64 ? RT_ARG_I64 : RT_ARG_I32;
+  }
+}
+
+void cg_kernel_grid_1d(Kernel *k, int64_t total) {
+  /* 8192 blocks of 256 fill an H200 (132 SMs x 2048 threads) eight times
+   * over; beyond that the grid-stride loop takes the rest. */
+  int64_t blocks = (total + 255) / 256;
+  if (blocks < 1) blocks = 1;
+  if (blocks > 8192) blocks = 8192;
+  k->block[0] = total < 256 ? (uint32_t)(total < 1 ? 1 : (total + 31) / 32 * 32) : 256;
+  k->grid[0] = (uint32_t)blocks;
+}
+
+/* ---- expressions ---- */
+
+KExpr *cg_kint(Kernel *k, int64_t v) {
+  KExpr *e = new_expr(k, KE_INT, KT_INDEX);
+  e->i = v;
+  note_size(k, v);
+  return e;
+}
+
+/* As eval.c stores a double into an integer dtype: truncated toward
+ * zero, saturated to the dtype, NaN -> 0. */
+static int64_t saturate(double v, DType dt) {
+  double lo = dt == TY_I8 ? -128.0 : dt == TY_I32 ? -2147483648.0 : -9223372036854775808.0;
+  double hi = dt == TY_I8 ? 127.0 : dt == TY_I32 ? 2147483647.0 : 9223372036854775807.0;
+  if (isnan(v)) return 0;
+  v = trunc(v);
+  if (v <= lo) return dt == TY_I8 ? INT8_MIN : dt == TY_I32 ? INT32_MIN : INT64_MIN;
+  if (v >= hi) return dt == TY_I8 ? INT8_MAX : dt == TY_I32 ? INT32_MAX : INT64_MAX;
+  return (int64_t)v;
+}
+
+KExpr *cg_kimm(Kernel *k, double v, DType dt) {
+  if (!ir_dtype_is_float(dt)) {
+    KExpr *e = new_expr(k, KE_INT, dt);
+    e->i = saturate(v, dt);
+    return e;
+  }
+  KExpr *e = new_expr(k, KE_FLOAT, dt);
+  e->f = v;
+  return e;
+}
+
+KExpr *cg_kv(Kernel *k, KVar *v) {
+  KExpr *e = new_expr(k, KE_VAR, v->dtype);
+  e->var = v;
+  return e;
+}
+
+static bool is_int_imm(const KExpr *e, int64_t v) { return e->kind == KE_INT && e->i == v; }
+
+KExpr *cg_kidx(Kernel *k, KIdxOp op, KExpr *a, KExpr *b) {
+  if (a->kind == KE_INT && b->kind == KE_INT) {
+    int64_t x = a->i, y = b->i;
+    switch (op) {
+      case KI_ADD: return cg_kint(k, x + y);
+      case KI_SUB: return cg_kint(k, x - y);
+      case KI_MUL: return cg_kint(k, x * y);
+      case KI_DIV:
+        if (y) return cg_kint(k, x / y);
+        break;
+      case KI_MOD:
+        if (y) return cg_kint(k, x % y);
+        break;
+      case KI_MIN: return cg_kint(k, x < y ? x : y);
+      case KI_MAX: return cg_kint(k, x > y ? x : y);
+    }
+  }
+  switch (op) {
+    case KI_ADD:
+      if (is_int_imm(a, 0)) return b;
+      if (is_int_imm(b, 0)) return a;
+      break;
+    case KI_SUB:
+      if (is_int_imm(b, 0)) return a;
+      break;
+    case KI_MUL:
+      if (is_int_imm(a, 0) || is_int_imm(b, 0)) return cg_kint(k, 0);
+      if (is_int_imm(a, 1)) return b;
+      if (is_int_imm(b, 1)) return a;
+      break;
+    case KI_DIV:
+      if (is_int_imm(b, 1)) return a;
+      break;
+    case KI_MOD:
+      if (is_int_imm(b, 1)) return cg_kint(k, 0);
+      break;
+    case KI_MIN:
+    case KI_MAX: break;
+  }
+  KExpr *e = new_expr(k, KE_IDX, a->dtype == KT_INDEX ? b->dtype : a->dtype);
+  e->sub = op;
+  e->a[0] = a;
+  e->a[1] = b;
+  return e;
+}
+
+KExpr *cg_kadd(Kernel *k, KExpr *a, KExpr *b) { return cg_kidx(k, KI_ADD, a, b); }
+KExpr *cg_kmul(Kernel *k, KExpr *a, KExpr *b) { return cg_kidx(k, KI_MUL, a, b); }
+
+KExpr *cg_kcmp(Kernel *k, KCmpOp op, KExpr *a, KExpr *b) {
+  KExpr *e = new_expr(k, KE_CMP, TY_I32);
+  e->sub = op;
+  e->a[0] = a;
+  e->a[1] = b;
+  return e;
+}
+
+KExpr *cg_kand(Kernel *k, KExpr *a, KExpr *b) {
+  if (!a) return b;
+  if (!b) return a;
+  KExpr *e = new_expr(k, KE_AND, TY_I32);
+  e->a[0] = a;
+  e->a[1] = b;
+  return e;
+}
+
+KExpr *cg_kor(Kernel *k, KExpr *a, KExpr *b) {
+  if (!a) return b;
+  if (!b) return a;
+  KExpr *e = new_expr(k, KE_OR, TY_I32);
+  e->a[0] = a;
+  e->a[1] = b;
+  return e;
+}
+
+KExpr *cg_knot(Kernel *k, KExpr *a) {
+  KExpr *e = new_expr(k, KE_NOT, TY_I32);
+  e->a[0] = a;
+  return e;
+}
+
+KExpr *cg_ksel(Kernel *k, KExpr *c, KExpr *a, KExpr *b) {
+  KExpr *e = new_expr(k, KE_SELECT, a->dtype);
+  e->a[0] = c;
+  e->a[1] = a;
+  e->a[2] = b;
+  return e;
+}
+
+KExpr *cg_kload(Kernel *k, KBuf *b, KExpr *index) {
+  KExpr *e = new_expr(k, KE_LOAD, b->dtype);
+  b->read = true;
+  e->buf = b;
+  e->a[0] = index;
+  return e;
+}
+
+KExpr *cg_kop1(Kernel *k, OpKind op, KExpr *a) {
+  KExpr *e = new_expr(k, KE_OP, a->dtype);
+  e->op = op;
+  e->a[0] = a;
+  return e;
+}
+
+KExpr *cg_kop2(Kernel *k, OpKind op, KExpr *a, KExpr *b) {
+  KExpr *e = new_expr(k, KE_OP, a->dtype);
+  e->op = op;
+  e->a[0] = a;
+  e->a[1] = b;
+  return e;
+}
+
+KExpr *cg_kcast(Kernel *k, KExpr *a, DType to) {
+  if (a->dtype == to) return a;
+  KExpr *e = new_expr(k, KE_CAST, to);
+  e->a[0] = a;
+  return e;
+}
+
+/* ---- statements ---- */
+
+static KStmt *append(Kernel *k, KBlock *in, KStmtKind kind) {
+  KStmt *s = ARENA_NEW(&k->ctx->arena, KStmt);
+  s->kind = kind;
+  if (in->last)
+    in->last->next = s;
+  else
+    in->first = s;
+  in->last = s;
+  return s;
+}
+
+KStmt *cg_kloop(Kernel *k, KBlock *in, KVar *var, KExpr *extent, KMap map) {
+  KStmt *s = append(k, in, KS_LOOP);
+  s->var = var;
+  s->extent = extent;
+  s->map = map;
+  return s;
+}
+
+KStmt *cg_kreduce(Kernel *k, KBlock *in, KVar *acc, KExpr *init, OpKind combine, KVar *rvar,
+                  KExpr *extent) {
+  KStmt *s = append(k, in, KS_REDUCE);
+  s->var = acc;
+  s->init = init;
+  s->combine = combine;
+  s->rvar = rvar;
+  s->extent = extent;
+  s->map = KM_SERIAL;
+  return s;
+}
+
+KVar *cg_klet(Kernel *k, KBlock *in, const char *stem, DType dt, KExpr *value) {
+  KStmt *s = append(k, in, KS_LET);
+  s->var = cg_kvar(k, stem, dt);
+  s->value = value;
+  return s->var;
+}
+
+void cg_kset(Kernel *k, KBlock *in, KVar *var, KExpr *value) {
+  KStmt *s = append(k, in, KS_SET);
+  s->var = var;
+  s->value = value;
+}
+
+void cg_kstore(Kernel *k, KBlock *in, KBuf *b, KExpr *index, KExpr *value) {
+  KStmt *s = append(k, in, KS_STORE);
+  b->written = true;
+  s->buf = b;
+  s->index = index;
+  s->value = value;
+}
+
+KStmt *cg_kif(Kernel *k, KBlock *in, KExpr *cond) {
+  KStmt *s = append(k, in, KS_IF);
+  s->cond = cond;
+  return s;
+}
+
+void cg_kbarrier(Kernel *k, KBlock *in) {
+  append(k, in, KS_BARRIER);
+  k->uses_barriers = true;
+}

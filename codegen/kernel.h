@@ -1,0 +1,237 @@
+/* The kernel IR: what codegen lowers a graph node (later, a fused group)
+ * to before any text exists.  A kernel is a small loop nest over
+ * buffers: loops with a trip count and a mapping onto the GPU, loads and
+ * stores with index expressions, scalar arithmetic drawn from the op
+ * table, reductions and barriers.  Passes rewrite these nests (fusion,
+ * unrolling, vectorization); emit_cuda.c only prints them.
+ *
+ * Also, at the end: the small interface through which lowering
+ * (lower_kernels.c) asks the plan builder (plan_build.c) for buffers and
+ * appends steps.  Everything here is internal to codegen/. */
+#ifndef DLCC_CODEGEN_KERNEL_H
+#define DLCC_CODEGEN_KERNEL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "ir/ir.h"
+#include "runtime/plan.h"
+
+/* The kernel's index type as a dtype: int, or long long when some size in
+ * the kernel needs it.  Decided by cg_kernel_finish, printed by the
+ * emitter; builders just say "an index". */
+#define KT_INDEX TY_COUNT
+
+typedef enum {
+  KSP_GLOBAL,   /* a kernel parameter: device memory */
+  KSP_SHARED,   /* __shared__ array of numel elements */
+  KSP_REGISTER, /* per-thread array of numel elements */
+} KSpace;
+
+/* How a loop's iterations are spread over the GPU. */
+typedef enum {
+  KM_SERIAL,      /* one thread runs them all, in order */
+  KM_UNROLL,      /* serial, fully unrolled (constant trip count) */
+  KM_GRID_STRIDE, /* every thread of a 1-D grid, grid-stride loop */
+  KM_GRID_X,      /* iteration = blockIdx.x (guarded by the trip count) */
+  KM_GRID_Y,
+  KM_GRID_Z,
+  KM_BLOCK_X, /* iteration = threadIdx.x (guarded) */
+  KM_BLOCK_Y,
+  KM_BLOCK_Z,
+  KM_VEC2, /* innermost, vector loads and stores of 2/4/8 (not emitted yet) */
+  KM_VEC4,
+  KM_VEC8,
+} KMap;
+
+typedef struct KBuf {
+  const char *name;
+  DType dtype;
+  KSpace space;
+  int64_t numel;
+  bool read, written;
+} KBuf;
+
+/* A scalar: loop variable, local register, or scalar kernel parameter. */
+typedef struct KVar {
+  const char *name;
+  DType dtype; /* KT_INDEX for loop variables and sizes */
+} KVar;
+
+typedef enum {
+  KE_INT,    /* integer immediate i (index or integer dtype) */
+  KE_FLOAT,  /* immediate f in dtype (inf and nan allowed) */
+  KE_VAR,    /* var */
+  KE_IDX,    /* index arithmetic: a[0] sub a[1], C semantics on the index type */
+  KE_CMP,    /* a[0] sub a[1], a bool (dtype TY_I32) */
+  KE_AND,    /* a[0] && a[1] */
+  KE_OR,     /* a[0] || a[1] */
+  KE_NOT,    /* !a[0] */
+  KE_SELECT, /* a[0] ? a[1] : a[2]; only the chosen arm is evaluated (a guarded load is safe) */
+  KE_LOAD,   /* buf[a[0]] */
+  KE_OP,     /* an elementwise op of the table on a[0] (and a[1]), with its semantics in eval.c */
+  KE_CAST,   /* a[0] converted to dtype with the cast op's rules */
+} KExprKind;
+
+typedef enum { KI_ADD, KI_SUB, KI_MUL, KI_DIV, KI_MOD, KI_MIN, KI_MAX } KIdxOp;
+typedef enum { KC_LT, KC_LE, KC_GT, KC_GE, KC_EQ, KC_NE } KCmpOp;
+
+typedef struct KExpr KExpr;
+struct KExpr {
+  KExprKind kind;
+  DType dtype;
+  int sub;   /* KIdxOp or KCmpOp */
+  OpKind op; /* KE_OP */
+  int64_t i; /* KE_INT */
+  double f;  /* KE_FLOAT; KE_OP: leaky_relu alpha, clip min */
+  double f2; /* KE_OP: clip max */
+  bool flag; /* KE_OP: gelu with the tanh approximation */
+  KVar *var;
+  KBuf *buf;
+  KExpr *a[3];
+};
+
+typedef enum {
+  KS_LOOP,    /* for var in [0, extent) mapped by map: body */
+  KS_REDUCE,  /* var = init; for rvar in [0, extent): body; var = combine(var, value) */
+  KS_LET,     /* declares var = value */
+  KS_SET,     /* var = value */
+  KS_STORE,   /* buf[index] = value */
+  KS_IF,      /* if (cond) body else orelse */
+  KS_BARRIER, /* __syncthreads() */
+} KStmtKind;
+
+typedef struct KStmt KStmt;
+typedef struct KBlock {
+  KStmt *first, *last;
+} KBlock;
+
+struct KStmt {
+  KStmtKind kind;
+  KStmt *next;
+  KVar *var;
+  KVar *rvar;
+  KExpr *extent;
+  KMap map;
+  OpKind combine; /* KS_REDUCE: OP_ADD, OP_MUL, OP_MAXIMUM or OP_MINIMUM */
+  KExpr *init;
+  KExpr *value;
+  KExpr *cond;
+  KBuf *buf;
+  KExpr *index;
+  KBlock body, orelse;
+};
+
+/* A parameter: a global buffer or a scalar, with what it is bound to in
+ * the plan (arg.ref for buffers, arg.i / arg.f for scalars). */
+typedef struct KParam {
+  KBuf *buf;
+  KVar *var;
+  RtArg arg;
+} KParam;
+
+typedef struct Kernel {
+  Ctx *ctx;
+  const char *hint; /* name stem: "relu", "conv2d_im2col" */
+  const Node *node; /* the graph node it computes (the comment) */
+  const char *what; /* which part of node, or NULL for all of it */
+  DType index;      /* TY_I32 or TY_I64 once finished */
+  int n_params, cap_params;
+  KParam *params;
+  int n_locals, cap_locals;
+  KBuf **locals;   /* shared and register arrays, declared at the top */
+  int n_vars;      /* for fresh names */
+  int64_t largest; /* largest size seen by the builders (picks index) */
+  KBlock body;
+  uint32_t grid[3], block[3];
+  bool uses_barriers;
+  uint32_t shared_bytes;
+  bool finished;
+} Kernel;
+
+/* ---- builders (kernel.c) ---- */
+
+Kernel *cg_kernel_new(Ctx *c, const Node *n, const char *hint, const char *what);
+/* A global buffer parameter bound to ref.  Asking twice for the same ref
+ * and dtype gives the same buffer (read/written accumulate). */
+KBuf *cg_kglobal(Kernel *k, const char *name, DType dt, int64_t numel, RtRef ref);
+/* A scalar parameter; dtype KT_INDEX (an index), TY_I32, TY_I64 or TY_F32. */
+KVar *cg_kparam(Kernel *k, const char *name, DType dt, int64_t ival, float fval);
+/* A __shared__ (KSP_SHARED) or per-thread (KSP_REGISTER) array. */
+KBuf *cg_klocal(Kernel *k, const char *stem, DType dt, int64_t numel, KSpace space);
+/* A __shared__ (KSP_SHARED) or per-thread (KSP_REGISTER) array. */
+KBuf *cg_klocal(Kernel *k, const char *stem, DType dt, int64_t numel, KSpace space);
+/* A fresh local: name is a stem ("acc" -> "acc3" when taken). */
+KVar *cg_kvar(Kernel *k, const char *stem, DType dt);
+/* Picks the index type and orders the parameters (read-only buffers,
+ * written buffers, scalars).  Idempotent. */
+void cg_kernel_finish(Kernel *k);
+/* 1-D launch for total threads: block 256, grid capped (grid-stride loops
+ * cover the rest). */
+void cg_kernel_grid_1d(Kernel *k, int64_t total);
+
+KExpr *cg_kint(Kernel *k, int64_t v);
+KExpr *cg_kimm(Kernel *k, double v, DType dt); /* a value immediate (KE_INT for integer dtypes) */
+KExpr *cg_kv(Kernel *k, KVar *v);
+/* Index arithmetic, folded where both sides are immediates and
+ * simplified for 0 and 1. */
+KExpr *cg_kidx(Kernel *k, KIdxOp op, KExpr *a, KExpr *b);
+KExpr *cg_kadd(Kernel *k, KExpr *a, KExpr *b);
+KExpr *cg_kmul(Kernel *k, KExpr *a, KExpr *b);
+KExpr *cg_kcmp(Kernel *k, KCmpOp op, KExpr *a, KExpr *b);
+KExpr *cg_kand(Kernel *k, KExpr *a, KExpr *b); /* NULL a: just b */
+KExpr *cg_kor(Kernel *k, KExpr *a, KExpr *b);
+KExpr *cg_knot(Kernel *k, KExpr *a);
+KExpr *cg_ksel(Kernel *k, KExpr *c, KExpr *a, KExpr *b);
+KExpr *cg_kload(Kernel *k, KBuf *b, KExpr *index);
+KExpr *cg_kop1(Kernel *k, OpKind op, KExpr *a);
+KExpr *cg_kop2(Kernel *k, OpKind op, KExpr *a, KExpr *b);
+KExpr *cg_kcast(Kernel *k, KExpr *a, DType to);
+
+KStmt *cg_kloop(Kernel *k, KBlock *in, KVar *var, KExpr *extent, KMap map); /* fill ->body */
+KStmt *cg_kreduce(Kernel *k, KBlock *in, KVar *acc, KExpr *init, OpKind combine, KVar *rvar,
+                  KExpr *extent); /* fill ->body, then set ->value */
+KVar *cg_klet(Kernel *k, KBlock *in, const char *stem, DType dt, KExpr *value);
+void cg_kset(Kernel *k, KBlock *in, KVar *var, KExpr *value);
+void cg_kstore(Kernel *k, KBlock *in, KBuf *b, KExpr *index, KExpr *value);
+KStmt *cg_kif(Kernel *k, KBlock *in, KExpr *cond); /* fill ->body (and ->orelse) */
+void cg_kbarrier(Kernel *k, KBlock *in);
+
+/* ---- CUDA text (emit_cuda.c) ---- */
+
+/* The shared prelude: includes and device helper functions. */
+const char *cg_cuda_prelude(Ctx *c, bool needs_fp16, bool needs_bf16);
+/* One kernel as CUDA C: its comment (when with_comment), the extern "C"
+ * __global__ function named name, and its emu launcher. */
+char *cg_emit_kernel(Ctx *c, const Kernel *k, const char *name, bool with_comment);
+
+/* ---- what lowering asks of the plan builder (plan_build.c) ---- */
+
+typedef struct CgBuild CgBuild;
+
+Ctx *cg_build_ctx(CgBuild *b);
+/* The bytes holding v; a folded const gets a buffer and a fill now. */
+RtRef cg_ref(CgBuild *b, const Value *v);
+/* True when v is a splat const that kernels take as an immediate. */
+bool cg_const_of(CgBuild *b, const Value *v, double *value);
+/* True when v already has bytes (an output, an input, a computed value). */
+bool cg_has_ref(CgBuild *b, const Value *v);
+/* Makes v live in r's bytes (a reshape that needs no copy). */
+void cg_alias(CgBuild *b, const Value *v, RtRef r);
+/* A fresh scratch range in the arena. */
+RtRef cg_scratch(CgBuild *b, const Node *n, uint64_t nbytes);
+RtRef cg_ref_at(RtRef r, uint64_t byte_offset);
+/* Appends a launch of k (finished here; identical text shares one kernel). */
+void cg_launch(CgBuild *b, Kernel *k);
+void cg_gemm(CgBuild *b, const Node *n, const char *what, const RtGemm *g);
+void cg_copy(CgBuild *b, const Node *n, const char *what, RtRef dst, RtRef src, uint64_t nbytes);
+/* "relu %12", or "conv2d %3 im2col" with what. */
+const char *cg_label(Ctx *c, const Node *n, const char *what);
+
+/* lower_kernels.c: appends n's steps; false after reporting an error. */
+bool cg_lower_node(CgBuild *b, const Node *n);
+/* A kernel that fills count elements of dtype at ref with value. */
+void cg_fill(CgBuild *b, const Node *n, const char *what, RtRef ref, DType dt, int64_t count,
+             double value);
+
+#endif

@@ -1,0 +1,1124 @@
+/* Lowering of graph nodes to kernels and GEMM steps: takes one node of a
+ * verified graph, appends what computes it to the plan being built
+ * (kernel.h's CgBuild interface).  No fusion yet: each node becomes its
+ * own kernels.  The meaning of every op is eval.c's; the comments here
+ * only say how the loop nest reaches it. */
+#include <inttypes.h>
+#include <math.h>
+#include <string.h>
+
+#include "kernel.h"
+
+static int64_t numel(const TensorType *t) { return ir_type_numel(t); }
+
+static uint64_t nbytes(const TensorType *t) {
+  return (uint64_t)numel(t) * (uint64_t)ir_dtype_size(t->dtype);
+}
+
+static void strides_of(const TensorType *t, int64_t *st) {
+  int64_t s = 1;
+  for (int i = t->rank - 1; i >= 0; i--) {
+    st[i] = s;
+    s *= t->dims[i];
+  }
+}
+
+/* in's strides read at out's multi-index under NumPy broadcasting. */
+static void bcast_strides(const TensorType *in, const TensorType *out, int64_t *st) {
+  int64_t own[DL_MAX_RANK];
+  strides_of(in, own);
+  int off = out->rank - in->rank;
+  for (int i = 0; i < out->rank; i++) {
+    int j = i - off;
+    st[i] = (j < 0 || in->dims[j] == 1) ? 0 : own[j];
+  }
+}
+
+static bool unsupported(CgBuild *b, const Node *n, DType dt) {
+  diag_error(cg_build_ctx(b), n->loc, "codegen does not support %s on %s yet", ir_ops[n->op].name,
+             ir_dtype_name(dt));
+  return false;
+}
+
+/* Every operand and result f32, or (ints_ok) an integer dtype. */
+static bool check_dtypes(CgBuild *b, const Node *n, bool ints_ok) {
+  for (int i = 0; i < n->n_in + n->n_out; i++) {
+    DType dt = i < n->n_in ? n->in[i]->type.dtype : n->out[i - n->n_in].type.dtype;
+    bool ok = dt == TY_F32 || (ints_ok && (dt == TY_I8 || dt == TY_I32 || dt == TY_I64));
+    if (!ok) return unsupported(b, n, dt);
+  }
+  return true;
+}
+
+static Kernel *new_kernel(CgBuild *b, const Node *n, const char *suffix, const char *what) {
+  const char *hint =
+      suffix ? arena_printf(&cg_build_ctx(b)->arena, "%s_%s", ir_ops[n->op].name, suffix)
+             : ir_ops[n->op].name;
+  return cg_kernel_new(cg_build_ctx(b), n, hint, what);
+}
+
+static KBuf *global_of(CgBuild *b, Kernel *k, const Value *v, const char *name) {
+  return cg_kglobal(k, name, v->type.dtype, numel(&v->type), cg_ref(b, v));
+}
+
+/* v[index], or v's value when it is a folded const. */
+static KExpr *load_of(CgBuild *b, Kernel *k, const Value *v, const char *name, KExpr *index) {
+  double c;
+  if (cg_const_of(b, v, &c)) return cg_kimm(k, c, v->type.dtype);
+  return cg_kload(k, global_of(b, k, v, name), index);
+}
+
+/* ---- map kernels: one thread per element of an iteration space ---- */
+
+/* The element's coordinates are decoded from the linear index only when
+ * asked for, into locals at the top of the loop body. */
+typedef struct Map {
+  Kernel *k;
+  KStmt *loop;
+  KBlock pro, main;
+  KExpr *i;
+  TensorType t;
+  int64_t st[DL_MAX_RANK];
+  KExpr *coord[DL_MAX_RANK];
+} Map;
+
+static void map_begin(Map *m, Kernel *k, const TensorType *space) {
+  memset(m, 0, sizeof *m);
+  m->k = k;
+  m->t = *space;
+  strides_of(space, m->st);
+  int64_t total = numel(space);
+  KVar *n = cg_kparam(k, "n", KT_INDEX, total, 0);
+  KVar *i = cg_kvar(k, "i", KT_INDEX);
+  m->loop = cg_kloop(k, &k->body, i, cg_kv(k, n), KM_GRID_STRIDE);
+  m->i = cg_kv(k, i);
+  cg_kernel_grid_1d(k, total);
+}
+
+static void map_end(Map *m) {
+  KBlock *body = &m->loop->body;
+  *body = m->pro;
+  if (m->main.first) {
+    if (body->last)
+      body->last->next = m->main.first;
+    else
+      body->first = m->main.first;
+    body->last = m->main.last;
+  }
+}
+
+static KExpr *map_coord(Map *m, int d) {
+  Kernel *k = m->k;
+  if (m->t.dims[d] == 1) return cg_kint(k, 0);
+  if (!m->coord[d]) {
+    KExpr *e = cg_kidx(k, KI_DIV, m->i, cg_kint(k, m->st[d]));
+    /* The outermost coordinate needs no modulo: i < numel. */
+    bool outer = true;
+    for (int j = 0; j < d; j++)
+      if (m->t.dims[j] != 1) outer = false;
+    if (!outer) e = cg_kidx(k, KI_MOD, e, cg_kint(k, m->t.dims[d]));
+    m->coord[d] = cg_kv(k, cg_klet(k, &m->pro, "c", KT_INDEX, e));
+  }
+  return m->coord[d];
+}
+
+/* sum over d of coord(d) * st[d]: the linear index itself when st is
+ * the space's own layout. */
+static KExpr *map_index(Map *m, const int64_t *st) {
+  Kernel *k = m->k;
+  bool own = true;
+  for (int d = 0; d < m->t.rank; d++)
+    if (m->t.dims[d] != 1 && st[d] != m->st[d]) own = false;
+  if (own) return m->i;
+  KExpr *e = cg_kint(k, 0);
+  for (int d = 0; d < m->t.rank; d++)
+    if (st[d] && m->t.dims[d] != 1)
+      e = cg_kadd(k, e, cg_kmul(k, map_coord(m, d), cg_kint(k, st[d])));
+  return e;
+}
+
+static KExpr *map_operand(CgBuild *b, Map *m, const Value *v, const char *name, const int64_t *st) {
+  double c;
+  if (cg_const_of(b, v, &c)) return cg_kimm(m->k, c, v->type.dtype);
+  if (numel(&v->type) == 1) return cg_kload(m->k, global_of(b, m->k, v, name), cg_kint(m->k, 0));
+  return cg_kload(m->k, global_of(b, m->k, v, name), map_index(m, st));
+}
+
+static void map_store(CgBuild *b, Map *m, const Value *out, KExpr *value) {
+  KBuf *o = global_of(b, m->k, out, "out");
+  cg_kstore(m->k, &m->main, o, m->i, cg_kcast(m->k, value, out->type.dtype));
+}
+
+static TensorType flat(DType dt, int64_t count) { return ir_type_make(dt, 1, &count); }
+
+void cg_fill(CgBuild *b, const Node *n, const char *what, RtRef ref, DType dt, int64_t count,
+             double value) {
+  if (count == 0) return;
+  Kernel *k = cg_kernel_new(cg_build_ctx(b), n, "fill", what ? what : "fill");
+  TensorType t = flat(dt, count);
+  Map m;
+  map_begin(&m, k, &t);
+  KBuf *o = cg_kglobal(k, "out", dt, count, ref);
+  cg_kstore(k, &m.main, o, m.i, cg_kimm(k, value, dt));
+  map_end(&m);
+  cg_launch(b, k);
+}
+
+/* ---- elementwise ---- */
+
+static bool int_elementwise_ok(OpKind op) {
+  switch (op) {
+    case OP_NEG:
+    case OP_ABS:
+    case OP_RELU:
+    case OP_CLIP:
+    case OP_CAST:
+    case OP_ADD:
+    case OP_SUB:
+    case OP_MUL:
+    case OP_MAXIMUM:
+    case OP_MINIMUM: return true;
+    default: return false;
+  }
+}
+
+static bool lower_elementwise(CgBuild *b, const Node *n) {
+  const Value *out = &n->out[0];
+  bool ints = !ir_dtype_is_float(n->in[0]->type.dtype) || !ir_dtype_is_float(out->type.dtype);
+  if (!check_dtypes(b, n, int_elementwise_ok(n->op))) return false;
+  if (ints && !int_elementwise_ok(n->op)) return unsupported(b, n, n->in[0]->type.dtype);
+  if (numel(&out->type) == 0) return true;
+  Kernel *k = new_kernel(b, n, NULL, NULL);
+  Map m;
+  map_begin(&m, k, &out->type);
+  int64_t st[DL_MAX_RANK];
+  bcast_strides(&n->in[0]->type, &out->type, st);
+  KExpr *x = map_operand(b, &m, n->in[0], n->n_in == 1 ? "x" : "a", st), *r;
+  if (n->n_in == 2) {
+    bcast_strides(&n->in[1]->type, &out->type, st);
+    r = cg_kop2(k, n->op, x, map_operand(b, &m, n->in[1], "b", st));
+  } else if (n->op == OP_CAST) {
+    r = cg_kcast(k, x, out->type.dtype);
+  } else {
+    r = cg_kop1(k, n->op, x);
+    if (n->op == OP_LEAKY_RELU) r->f = ir_attr_float(n, "alpha");
+    if (n->op == OP_CLIP) r->f = ir_attr_float(n, "min"), r->f2 = ir_attr_float(n, "max");
+    if (n->op == OP_GELU) r->flag = strcmp(ir_attr_str(n, "approximate"), "tanh") == 0;
+  }
+  map_store(b, &m, out, r);
+  map_end(&m);
+  cg_launch(b, k);
+  return true;
+}
+
+static bool lower_batchnorm(CgBuild *b, const Node *n) {
+  if (!check_dtypes(b, n, false)) return false;
+  const Value *x = n->in[0], *out = &n->out[0];
+  const TensorType *t = &x->type;
+  if (numel(t) == 0) return true;
+  int64_t inner = 1;
+  for (int i = 2; i < t->rank; i++) inner *= t->dims[i];
+  Kernel *k = new_kernel(b, n, NULL, NULL);
+  Map m;
+  map_begin(&m, k, t);
+  int64_t st[DL_MAX_RANK];
+  strides_of(t, st);
+  KExpr *ch =
+      cg_kidx(k, KI_MOD, cg_kidx(k, KI_DIV, m.i, cg_kint(k, inner)), cg_kint(k, t->dims[1]));
+  KVar *c = cg_klet(k, &m.main, "ch", KT_INDEX, ch);
+  KExpr *xv = map_operand(b, &m, x, "x", st);
+  KExpr *w = load_of(b, k, n->in[1], "weight", cg_kv(k, c));
+  KExpr *bias = load_of(b, k, n->in[2], "bias", cg_kv(k, c));
+  KExpr *mean = load_of(b, k, n->in[3], "mean", cg_kv(k, c));
+  KExpr *var = load_of(b, k, n->in[4], "var", cg_kv(k, c));
+  KExpr *den =
+      cg_kop1(k, OP_SQRT, cg_kop2(k, OP_ADD, var, cg_kimm(k, ir_attr_float(n, "eps"), TY_F32)));
+  KExpr *y = cg_kop2(k, OP_DIV, cg_kop2(k, OP_SUB, xv, mean), den);
+  map_store(b, &m, out, cg_kop2(k, OP_ADD, cg_kop2(k, OP_MUL, y, w), bias));
+  map_end(&m);
+  cg_launch(b, k);
+  return true;
+}
+
+/* ---- reductions: one thread per output row, a serial loop in f32 ---- */
+
+static bool lower_reduce(CgBuild *b, const Node *n) {
+  if (!check_dtypes(b, n, false)) return false;
+  const Value *x = n->in[0], *out = &n->out[0];
+  const TensorType *xt = &x->type;
+  if (numel(&out->type) == 0) return true;
+  int n_axes;
+  const int64_t *axes = ir_attr_ints(n, "axes", &n_axes);
+  bool reduced[DL_MAX_RANK] = {false};
+  for (int i = 0; i < n_axes; i++) reduced[axes[i] < 0 ? axes[i] + xt->rank : axes[i]] = true;
+  /* Iterate over x's shape with the reduced dims set to 1: the same order
+   * as the result, keepdims or not. */
+  TensorType kept = *xt;
+  int64_t group = 1, xst[DL_MAX_RANK], base_st[DL_MAX_RANK];
+  strides_of(xt, xst);
+  for (int d = 0; d < xt->rank; d++) {
+    base_st[d] = reduced[d] ? 0 : xst[d];
+    if (reduced[d]) group *= xt->dims[d], kept.dims[d] = 1;
+  }
+  Kernel *k = new_kernel(b, n, NULL, NULL);
+  Map m;
+  map_begin(&m, k, &kept);
+  KVar *base = cg_klet(k, &m.main, "base", KT_INDEX, map_index(&m, base_st));
+  OpKind comb = n->op == OP_REDUCE_MAX ? OP_MAXIMUM : n->op == OP_REDUCE_MIN ? OP_MINIMUM : OP_ADD;
+  double init = n->op == OP_REDUCE_MAX ? -INFINITY : n->op == OP_REDUCE_MIN ? INFINITY : 0.0;
+  KVar *acc = cg_kvar(k, "acc", TY_F32), *r = cg_kvar(k, "r", KT_INDEX);
+  KStmt *red = cg_kreduce(k, &m.main, acc, cg_kimm(k, init, TY_F32), comb, r, cg_kint(k, group));
+  /* The element's offset from the row's base: r itself when the reduced
+   * dims are the trailing ones, else r decoded over the reduced dims. */
+  int first = -1;
+  bool trailing = true;
+  for (int d = 0; d < xt->rank; d++)
+    if (reduced[d] && xt->dims[d] != 1) {
+      if (first < 0) first = d;
+    } else if (first >= 0 && xt->dims[d] != 1) {
+      trailing = false;
+    }
+  KExpr *off = cg_kint(k, 0);
+  if (trailing) {
+    off = cg_kv(k, r);
+  } else {
+    int64_t rs = 1;
+    for (int d = xt->rank - 1; d >= 0; d--) {
+      if (!reduced[d] || xt->dims[d] == 1) continue;
+      KExpr *c = cg_kidx(k, KI_DIV, cg_kv(k, r), cg_kint(k, rs));
+      if (d != first) c = cg_kidx(k, KI_MOD, c, cg_kint(k, xt->dims[d]));
+      off = cg_kadd(k, off, cg_kmul(k, c, cg_kint(k, xst[d])));
+      rs *= xt->dims[d];
+    }
+  }
+  red->value = load_of(b, k, x, "x", cg_kadd(k, cg_kv(k, base), off));
+  KExpr *res = cg_kv(k, acc);
+  if (n->op == OP_REDUCE_MEAN) res = cg_kop2(k, OP_DIV, res, cg_kimm(k, (double)group, TY_F32));
+  map_store(b, &m, out, res);
+  map_end(&m);
+  cg_launch(b, k);
+  return true;
+}
+
+static void split_axis(const TensorType *t, int axis, int64_t *outer, int64_t *len,
+                       int64_t *inner) {
+  *outer = *inner = 1;
+  for (int i = 0; i < axis; i++) *outer *= t->dims[i];
+  *len = t->dims[axis];
+  for (int i = axis + 1; i < t->rank; i++) *inner *= t->dims[i];
+}
+
+/* A row of len elements spaced by inner, for the thread's output row o:
+ * returns the base index (o / inner) * len * inner + o % inner. */
+static KVar *row_base(Kernel *k, KBlock *in, KExpr *o, int64_t len, int64_t inner) {
+  KExpr *base = cg_kmul(k, cg_kidx(k, KI_DIV, o, cg_kint(k, inner)), cg_kint(k, len * inner));
+  base = cg_kadd(k, base, cg_kidx(k, KI_MOD, o, cg_kint(k, inner)));
+  return cg_klet(k, in, "base", KT_INDEX, base);
+}
+
+static KExpr *row_at(Kernel *k, KVar *base, KExpr *kk, int64_t inner) {
+  return cg_kadd(k, cg_kv(k, base), cg_kmul(k, kk, cg_kint(k, inner)));
+}
+
+static bool lower_argmax(CgBuild *b, const Node *n) {
+  const Value *x = n->in[0], *out = &n->out[0];
+  if (!check_dtypes(b, n, true)) return false;
+  int axis = (int)ir_attr_int(n, "axis");
+  if (axis < 0) axis += x->type.rank;
+  int64_t outer, len, inner;
+  split_axis(&x->type, axis, &outer, &len, &inner);
+  if (outer * inner == 0) return true;
+  if (len == 0) {
+    diag_error(cg_build_ctx(b), n->loc, "argmax over an empty axis");
+    return false;
+  }
+  Kernel *k = new_kernel(b, n, NULL, NULL);
+  TensorType rows = flat(TY_I64, outer * inner);
+  Map m;
+  map_begin(&m, k, &rows);
+  KVar *base = row_base(k, &m.main, m.i, len, inner);
+  DType dt = x->type.dtype;
+  KVar *best = cg_klet(k, &m.main, "best", TY_I64, cg_kimm(k, 0, TY_I64));
+  KVar *bv = cg_klet(k, &m.main, "bv", dt, load_of(b, k, x, "x", cg_kv(k, base)));
+  KVar *j = cg_kvar(k, "j", KT_INDEX);
+  KStmt *loop = cg_kloop(k, &m.main, j, cg_kint(k, len - 1), KM_SERIAL);
+  KExpr *kk = cg_kadd(k, cg_kv(k, j), cg_kint(k, 1));
+  KVar *v = cg_klet(k, &loop->body, "v", dt, load_of(b, k, x, "x", row_at(k, base, kk, inner)));
+  KExpr *better = cg_kcmp(k, KC_GT, cg_kv(k, v), cg_kv(k, bv));
+  if (ir_dtype_is_float(dt)) /* NaN is the largest value; the first one wins */
+    better = cg_kand(k, cg_kcmp(k, KC_EQ, cg_kv(k, bv), cg_kv(k, bv)),
+                     cg_kor(k, cg_kcmp(k, KC_NE, cg_kv(k, v), cg_kv(k, v)), better));
+  KStmt *iff = cg_kif(k, &loop->body, better);
+  cg_kset(k, &iff->body, best, cg_kcast(k, kk, TY_I64));
+  cg_kset(k, &iff->body, bv, cg_kv(k, v));
+  map_store(b, &m, out, cg_kv(k, best));
+  map_end(&m);
+  cg_launch(b, k);
+  return true;
+}
+
+static bool lower_softmax(CgBuild *b, const Node *n) {
+  if (!check_dtypes(b, n, false)) return false;
+  const Value *x = n->in[0], *out = &n->out[0];
+  int axis = (int)ir_attr_int(n, "axis");
+  if (axis < 0) axis += x->type.rank;
+  int64_t outer, len, inner;
+  split_axis(&x->type, axis, &outer, &len, &inner);
+  if (numel(&x->type) == 0) return true;
+  Kernel *k = new_kernel(b, n, NULL, NULL);
+  TensorType rows = flat(TY_F32, outer * inner);
+  Map m;
+  map_begin(&m, k, &rows);
+  KVar *base = row_base(k, &m.main, m.i, len, inner);
+  KVar *mx = cg_kvar(k, "mx", TY_F32), *r = cg_kvar(k, "r", KT_INDEX);
+  KStmt *red =
+      cg_kreduce(k, &m.main, mx, cg_kimm(k, -INFINITY, TY_F32), OP_MAXIMUM, r, cg_kint(k, len));
+  red->value = load_of(b, k, x, "x", row_at(k, base, cg_kv(k, r), inner));
+  KVar *sum = cg_kvar(k, "sum", TY_F32), *r2 = cg_kvar(k, "r", KT_INDEX);
+  red = cg_kreduce(k, &m.main, sum, cg_kimm(k, 0, TY_F32), OP_ADD, r2, cg_kint(k, len));
+  red->value =
+      cg_kop1(k, OP_EXP,
+              cg_kop2(k, OP_SUB, load_of(b, k, x, "x", row_at(k, base, cg_kv(k, r2), inner)),
+                      cg_kv(k, mx)));
+  KExpr *scale = n->op == OP_LOG_SOFTMAX ? cg_kop1(k, OP_LOG, cg_kv(k, sum)) : NULL;
+  KVar *lsum = scale ? cg_klet(k, &m.main, "lsum", TY_F32, scale) : NULL;
+  KVar *j = cg_kvar(k, "j", KT_INDEX);
+  KStmt *loop = cg_kloop(k, &m.main, j, cg_kint(k, len), KM_SERIAL);
+  KExpr *at = row_at(k, base, cg_kv(k, j), inner);
+  KExpr *v = cg_kop2(k, OP_SUB, load_of(b, k, x, "x", at), cg_kv(k, mx));
+  KExpr *y = lsum ? cg_kop2(k, OP_SUB, v, cg_kv(k, lsum))
+                  : cg_kop2(k, OP_DIV, cg_kop1(k, OP_EXP, v), cg_kv(k, sum));
+  cg_kstore(k, &loop->body, global_of(b, k, out, "out"), at, y);
+  map_end(&m);
+  cg_launch(b, k);
+  return true;
+}
+
+static bool lower_layernorm(CgBuild *b, const Node *n) {
+  if (!check_dtypes(b, n, false)) return false;
+  const Value *x = n->in[0], *out = &n->out[0];
+  int axis = (int)ir_attr_int(n, "axis");
+  if (axis < 0) axis += x->type.rank;
+  int64_t outer = 1, len = 1;
+  for (int i = 0; i < axis; i++) outer *= x->type.dims[i];
+  for (int i = axis; i < x->type.rank; i++) len *= x->type.dims[i];
+  if (numel(&x->type) == 0) return true;
+  Kernel *k = new_kernel(b, n, NULL, NULL);
+  TensorType rows = flat(TY_F32, outer);
+  Map m;
+  map_begin(&m, k, &rows);
+  KVar *base = cg_klet(k, &m.main, "base", KT_INDEX, cg_kmul(k, m.i, cg_kint(k, len)));
+  KExpr *flen = cg_kimm(k, (double)len, TY_F32);
+  KVar *s = cg_kvar(k, "sum", TY_F32), *r = cg_kvar(k, "r", KT_INDEX);
+  KStmt *red = cg_kreduce(k, &m.main, s, cg_kimm(k, 0, TY_F32), OP_ADD, r, cg_kint(k, len));
+  red->value = load_of(b, k, x, "x", cg_kadd(k, cg_kv(k, base), cg_kv(k, r)));
+  KVar *mean = cg_klet(k, &m.main, "mean", TY_F32, cg_kop2(k, OP_DIV, cg_kv(k, s), flen));
+  KVar *sq = cg_kvar(k, "sq", TY_F32), *r2 = cg_kvar(k, "r", KT_INDEX);
+  red = cg_kreduce(k, &m.main, sq, cg_kimm(k, 0, TY_F32), OP_ADD, r2, cg_kint(k, len));
+  KVar *dv =
+      cg_klet(k, &red->body, "d", TY_F32,
+              cg_kop2(k, OP_SUB, load_of(b, k, x, "x", cg_kadd(k, cg_kv(k, base), cg_kv(k, r2))),
+                      cg_kv(k, mean)));
+  red->value = cg_kop2(k, OP_MUL, cg_kv(k, dv), cg_kv(k, dv));
+  KExpr *var = cg_kop2(k, OP_DIV, cg_kv(k, sq), flen);
+  KExpr *den =
+      cg_kop1(k, OP_SQRT, cg_kop2(k, OP_ADD, var, cg_kimm(k, ir_attr_float(n, "eps"), TY_F32)));
+  KVar *inv = cg_klet(k, &m.main, "inv", TY_F32, cg_kop2(k, OP_DIV, cg_kimm(k, 1, TY_F32), den));
+  KVar *j = cg_kvar(k, "j", KT_INDEX);
+  KStmt *loop = cg_kloop(k, &m.main, j, cg_kint(k, len), KM_SERIAL);
+  KExpr *at = cg_kadd(k, cg_kv(k, base), cg_kv(k, j));
+  KExpr *y = cg_kop2(k, OP_MUL, cg_kop2(k, OP_SUB, load_of(b, k, x, "x", at), cg_kv(k, mean)),
+                     cg_kv(k, inv));
+  if (n->n_in > 1) y = cg_kop2(k, OP_MUL, y, load_of(b, k, n->in[1], "weight", cg_kv(k, j)));
+  if (n->n_in > 2) y = cg_kop2(k, OP_ADD, y, load_of(b, k, n->in[2], "bias", cg_kv(k, j)));
+  cg_kstore(k, &loop->body, global_of(b, k, out, "out"), at, y);
+  map_end(&m);
+  cg_launch(b, k);
+  return true;
+}
+
+static bool lower_global_avgpool(CgBuild *b, const Node *n) {
+  if (!check_dtypes(b, n, false)) return false;
+  const Value *x = n->in[0], *out = &n->out[0];
+  const TensorType *t = &x->type;
+  int64_t rows = t->dims[0] * t->dims[1], len = 1;
+  for (int i = 2; i < t->rank; i++) len *= t->dims[i];
+  if (rows == 0) return true;
+  Kernel *k = new_kernel(b, n, NULL, NULL);
+  TensorType rt = flat(TY_F32, rows);
+  Map m;
+  map_begin(&m, k, &rt);
+  KVar *s = cg_kvar(k, "sum", TY_F32), *r = cg_kvar(k, "r", KT_INDEX);
+  KStmt *red = cg_kreduce(k, &m.main, s, cg_kimm(k, 0, TY_F32), OP_ADD, r, cg_kint(k, len));
+  red->value = load_of(b, k, x, "x", cg_kadd(k, cg_kmul(k, m.i, cg_kint(k, len)), cg_kv(k, r)));
+  map_store(b, &m, out, cg_kop2(k, OP_DIV, cg_kv(k, s), cg_kimm(k, (double)len, TY_F32)));
+  map_end(&m);
+  cg_launch(b, k);
+  return true;
+}
+
+/* ---- matrix products ---- */
+
+static const uint64_t F32_BYTES = 4;
+
+static RtGemm gemm_f32(int64_t m, int64_t nn, int64_t k) {
+  RtGemm g = {.dtype = RT_DT_F32,
+              .m = m,
+              .n = nn,
+              .k = k,
+              .lda = k,
+              .ldb = nn,
+              .ldc = nn,
+              .batch = 1,
+              .alpha = 1.0f,
+              .beta = 0.0f};
+  return g;
+}
+
+/* Appends g, or nothing when C is empty, or zeros when k is 0 (C is
+ * always contiguous here). */
+static void emit_gemm(CgBuild *b, const Node *n, const char *what, const RtGemm *g) {
+  if (g->m == 0 || g->n == 0 || g->batch == 0) return;
+  if (g->k == 0) {
+    cg_fill(b, n, what, g->c, TY_F32, g->batch * g->m * g->n, 0.0);
+    return;
+  }
+  cg_gemm(b, n, what, g);
+}
+
+/* out[i] += bias[(i / inner) % channels], in place. */
+static void bias_add(CgBuild *b, const Node *n, RtRef out, int64_t total, int64_t inner,
+                     int64_t channels, const Value *bias) {
+  if (total == 0) return;
+  Kernel *k = new_kernel(b, n, "bias", "bias");
+  TensorType t = flat(TY_F32, total);
+  Map m;
+  map_begin(&m, k, &t);
+  KBuf *o = cg_kglobal(k, "out", TY_F32, total, out);
+  KExpr *ch = cg_kidx(k, KI_MOD, cg_kidx(k, KI_DIV, m.i, cg_kint(k, inner)), cg_kint(k, channels));
+  KExpr *v = cg_kop2(k, OP_ADD, cg_kload(k, o, m.i), load_of(b, k, bias, "bias", ch));
+  cg_kstore(k, &m.main, o, m.i, v);
+  map_end(&m);
+  cg_launch(b, k);
+}
+
+static bool lower_matmul(CgBuild *b, const Node *n) {
+  if (!check_dtypes(b, n, false)) return false;
+  TensorType at = n->in[0]->type, bt = n->in[1]->type;
+  if (at.rank == 1) at = ir_type_make(at.dtype, 2, (int64_t[]){1, at.dims[0]});
+  if (bt.rank == 1) bt = ir_type_make(bt.dtype, 2, (int64_t[]){bt.dims[0], 1});
+  int64_t m = at.dims[at.rank - 2], k = at.dims[at.rank - 1], nn = bt.dims[bt.rank - 1];
+  TensorType ab = at, bb = bt, batch = {.dtype = at.dtype};
+  ab.rank -= 2;
+  bb.rank -= 2;
+  batch.rank = ab.rank > bb.rank ? ab.rank : bb.rank;
+  for (int i = 0; i < batch.rank; i++) {
+    int ia = i - (batch.rank - ab.rank), ib = i - (batch.rank - bb.rank);
+    int64_t da = ia >= 0 ? ab.dims[ia] : 1, db = ib >= 0 ? bb.dims[ib] : 1;
+    batch.dims[i] = da == 1 ? db : da;
+  }
+  int64_t nbatch = numel(&batch), na = numel(&ab), nb = numel(&bb);
+  if (nbatch * m * nn == 0) return true;
+  RtRef ra = cg_ref(b, n->in[0]), rb = cg_ref(b, n->in[1]), rc = cg_ref(b, &n->out[0]);
+  RtGemm g = gemm_f32(m, nn, k);
+  g.a = ra, g.b = rb, g.c = rc;
+  if (nb == 1 && na == nbatch) {
+    /* One shared B: the batch folds into the rows of one product. */
+    g.m = nbatch * m;
+    emit_gemm(b, n, NULL, &g);
+  } else if ((na == nbatch || na == 1) && (nb == nbatch || nb == 1)) {
+    g.batch = nbatch;
+    g.stride_a = na == 1 ? 0 : m * k;
+    g.stride_b = nb == 1 ? 0 : k * nn;
+    g.stride_c = m * nn;
+    emit_gemm(b, n, NULL, &g);
+  } else {
+    /* Broadcasting that one stride per operand cannot express: a GEMM per
+     * batch index. */
+    int64_t sa[DL_MAX_RANK], sb[DL_MAX_RANK], bst[DL_MAX_RANK];
+    bcast_strides(&ab, &batch, sa);
+    bcast_strides(&bb, &batch, sb);
+    strides_of(&batch, bst);
+    for (int64_t bi = 0; bi < nbatch; bi++) {
+      int64_t oa = 0, ob = 0;
+      for (int d = 0; d < batch.rank; d++) {
+        int64_t idx = bi / bst[d] % batch.dims[d];
+        oa += idx * sa[d];
+        ob += idx * sb[d];
+      }
+      RtGemm one = g;
+      one.a = cg_ref_at(ra, (uint64_t)(oa * m * k) * F32_BYTES);
+      one.b = cg_ref_at(rb, (uint64_t)(ob * k * nn) * F32_BYTES);
+      one.c = cg_ref_at(rc, (uint64_t)(bi * m * nn) * F32_BYTES);
+      emit_gemm(b, n, arena_printf(&cg_build_ctx(b)->arena, "batch %" PRId64, bi), &one);
+    }
+  }
+  return true;
+}
+
+static bool lower_linear(CgBuild *b, const Node *n) {
+  if (!check_dtypes(b, n, false)) return false;
+  const Value *x = n->in[0], *w = n->in[1], *out = &n->out[0];
+  int64_t in = x->type.dims[x->type.rank - 1], outf = w->type.dims[0];
+  int64_t total = numel(&out->type), rows = outf ? total / outf : 0;
+  if (total == 0) return true;
+  RtRef rc = cg_ref(b, out);
+  RtGemm g = gemm_f32(rows, outf, in);
+  g.trans_b = 1;
+  g.ldb = in;
+  g.a = cg_ref(b, x), g.b = cg_ref(b, w), g.c = rc;
+  emit_gemm(b, n, NULL, &g);
+  if (n->n_in > 2) bias_add(b, n, rc, total, 1, outf, n->in[2]);
+  return true;
+}
+
+static KExpr *window_pos(Kernel *k, KExpr *o, int64_t stride, int64_t pad, KExpr *kk, int64_t dil) {
+  return cg_kadd(k, cg_kidx(k, KI_SUB, cg_kmul(k, o, cg_kint(k, stride)), cg_kint(k, pad)),
+                 cg_kmul(k, kk, cg_kint(k, dil)));
+}
+
+/* lo <= p < hi, leaving out a bound the window can never cross. */
+static KExpr *in_range(Kernel *k, KExpr *p, int64_t lo, int64_t hi, int64_t pmin, int64_t pmax) {
+  KExpr *c = NULL;
+  if (pmin < lo) c = cg_kcmp(k, KC_GE, p, cg_kint(k, lo));
+  if (pmax >= hi) c = cg_kand(k, c, cg_kcmp(k, KC_LT, p, cg_kint(k, hi)));
+  return c;
+}
+
+static bool lower_conv2d(CgBuild *b, const Node *n) {
+  if (!check_dtypes(b, n, false)) return false;
+  int cnt;
+  const int64_t *stride = ir_attr_ints(n, "stride", &cnt), *pad = ir_attr_ints(n, "pad", &cnt);
+  const int64_t *dil = ir_attr_ints(n, "dilation", &cnt);
+  int64_t groups = ir_attr_int(n, "groups");
+  const Value *x = n->in[0], *w = n->in[1], *out = &n->out[0];
+  const int64_t *xd = x->type.dims, *wd = w->type.dims, *od = out->type.dims;
+  int64_t N = xd[0], C = xd[1], H = xd[2], W = xd[3];
+  int64_t Co = wd[0], Cg = wd[1], KH = wd[2], KW = wd[3], OH = od[2], OW = od[3];
+  int64_t OHW = OH * OW, total = numel(&out->type);
+  if (total == 0) return true;
+  RtRef rc = cg_ref(b, out);
+  /* The extreme input positions a window touches, to drop bound checks. */
+  int64_t ihmin = -pad[0], ihmax = (OH - 1) * stride[0] - pad[0] + (KH - 1) * dil[0];
+  int64_t iwmin = -pad[1], iwmax = (OW - 1) * stride[1] - pad[1] + (KW - 1) * dil[1];
+  if (groups == 1) {
+    int64_t CKK = C * KH * KW;
+    RtGemm g = gemm_f32(Co, OHW, CKK);
+    g.a = cg_ref(b, w), g.c = rc;
+    g.batch = N, g.stride_a = 0, g.stride_b = CKK * OHW, g.stride_c = Co * OHW;
+    bool direct = KH == 1 && KW == 1 && stride[0] == 1 && stride[1] == 1 && pad[0] == 0 &&
+                  pad[1] == 0 && pad[2] == 0 && pad[3] == 0;
+    if (direct) {
+      g.b = cg_ref(b, x); /* x[n] is already the [C, H*W] matrix */
+    } else {
+      /* cols[n][(c*KH + kh)*KW + kw][oh*OW + ow] = x[n][c][ih][iw], or 0 in the padding. */
+      g.b = cg_scratch(b, n, (uint64_t)(N * CKK * OHW) * F32_BYTES);
+      Kernel *k = new_kernel(b, n, "im2col", "im2col");
+      TensorType space = ir_type_make(TY_F32, 6, (int64_t[]){N, C, KH, KW, OH, OW});
+      Map m;
+      map_begin(&m, k, &space);
+      KVar *ih =
+          cg_klet(k, &m.main, "ih", KT_INDEX,
+                  window_pos(k, map_coord(&m, 4), stride[0], pad[0], map_coord(&m, 2), dil[0]));
+      KVar *iw =
+          cg_klet(k, &m.main, "iw", KT_INDEX,
+                  window_pos(k, map_coord(&m, 5), stride[1], pad[1], map_coord(&m, 3), dil[1]));
+      KExpr *cond = cg_kand(k, in_range(k, cg_kv(k, ih), 0, H, ihmin, ihmax),
+                            in_range(k, cg_kv(k, iw), 0, W, iwmin, iwmax));
+      KExpr *plane = cg_kadd(k, cg_kmul(k, map_coord(&m, 0), cg_kint(k, C)), map_coord(&m, 1));
+      KExpr *xi = cg_kadd(
+          k, cg_kmul(k, cg_kadd(k, cg_kmul(k, plane, cg_kint(k, H)), cg_kv(k, ih)), cg_kint(k, W)),
+          cg_kv(k, iw));
+      KExpr *v = load_of(b, k, x, "x", xi);
+      if (cond) v = cg_ksel(k, cond, v, cg_kimm(k, 0, TY_F32));
+      cg_kstore(k, &m.main, cg_kglobal(k, "cols", TY_F32, N * CKK * OHW, g.b), m.i, v);
+      map_end(&m);
+      cg_launch(b, k);
+    }
+    if (N == 1) g.batch = 1;
+    emit_gemm(b, n, "gemm", &g);
+    if (n->n_in > 2) bias_add(b, n, rc, total, OHW, Co, n->in[2]);
+    return true;
+  }
+  /* Grouped (depthwise): a direct loop per output element. */
+  int64_t cog = Co / groups;
+  Kernel *k = new_kernel(b, n, NULL, NULL);
+  Map m;
+  map_begin(&m, k, &out->type);
+  KExpr *co = map_coord(&m, 1);
+  KVar *cin0 = cg_klet(k, &m.main, "cin", KT_INDEX,
+                       cg_kmul(k, cg_kidx(k, KI_DIV, co, cg_kint(k, cog)), cg_kint(k, Cg)));
+  KVar *acc = cg_klet(k, &m.main, "acc", TY_F32, cg_kimm(k, 0, TY_F32));
+  KVar *ci = cg_kvar(k, "ci", KT_INDEX), *kh = cg_kvar(k, "kh", KT_INDEX),
+       *kw = cg_kvar(k, "kw", KT_INDEX);
+  KStmt *l1 = cg_kloop(k, &m.main, ci, cg_kint(k, Cg), KM_SERIAL);
+  KStmt *l2 = cg_kloop(k, &l1->body, kh, cg_kint(k, KH), KM_SERIAL);
+  KVar *ih = cg_klet(k, &l2->body, "ih", KT_INDEX,
+                     window_pos(k, map_coord(&m, 2), stride[0], pad[0], cg_kv(k, kh), dil[0]));
+  KStmt *l3 = cg_kloop(k, &l2->body, kw, cg_kint(k, KW), KM_SERIAL);
+  KVar *iw = cg_klet(k, &l3->body, "iw", KT_INDEX,
+                     window_pos(k, map_coord(&m, 3), stride[1], pad[1], cg_kv(k, kw), dil[1]));
+  KExpr *cond = cg_kand(k, in_range(k, cg_kv(k, ih), 0, H, ihmin, ihmax),
+                        in_range(k, cg_kv(k, iw), 0, W, iwmin, iwmax));
+  KExpr *plane = cg_kadd(k, cg_kmul(k, map_coord(&m, 0), cg_kint(k, C)),
+                         cg_kadd(k, cg_kv(k, cin0), cg_kv(k, ci)));
+  KExpr *xi = cg_kadd(
+      k, cg_kmul(k, cg_kadd(k, cg_kmul(k, plane, cg_kint(k, H)), cg_kv(k, ih)), cg_kint(k, W)),
+      cg_kv(k, iw));
+  KExpr *wi =
+      cg_kadd(k,
+              cg_kmul(k,
+                      cg_kadd(k,
+                              cg_kmul(k, cg_kadd(k, cg_kmul(k, co, cg_kint(k, Cg)), cg_kv(k, ci)),
+                                      cg_kint(k, KH)),
+                              cg_kv(k, kh)),
+                      cg_kint(k, KW)),
+              cg_kv(k, kw));
+  KBlock *at = &l3->body;
+  if (cond) at = &cg_kif(k, at, cond)->body;
+  KExpr *prod = cg_kop2(k, OP_MUL, load_of(b, k, x, "x", xi), load_of(b, k, w, "w", wi));
+  cg_kset(k, at, acc, cg_kop2(k, OP_ADD, cg_kv(k, acc), prod));
+  KExpr *res = cg_kv(k, acc);
+  if (n->n_in > 2) res = cg_kop2(k, OP_ADD, res, load_of(b, k, n->in[2], "bias", co));
+  map_store(b, &m, out, res);
+  map_end(&m);
+  cg_launch(b, k);
+  return true;
+}
+
+/* ---- windows ---- */
+
+static bool lower_pool2d(CgBuild *b, const Node *n) {
+  if (!check_dtypes(b, n, false)) return false;
+  int cnt;
+  const int64_t *kern = ir_attr_ints(n, "kernel", &cnt), *stride = ir_attr_ints(n, "stride", &cnt);
+  const int64_t *pad = ir_attr_ints(n, "pad", &cnt), *dil = ir_attr_ints(n, "dilation", &cnt);
+  bool is_max = n->op == OP_MAXPOOL2D;
+  bool include_pad = !is_max && ir_attr_int(n, "count_include_pad");
+  const Value *x = n->in[0], *out = &n->out[0];
+  int64_t H = x->type.dims[2], W = x->type.dims[3], OH = out->type.dims[2], OW = out->type.dims[3];
+  if (numel(&out->type) == 0) return true;
+  int64_t ihmin = -pad[0], ihmax = (OH - 1) * stride[0] - pad[0] + (kern[0] - 1) * dil[0];
+  int64_t iwmin = -pad[1], iwmax = (OW - 1) * stride[1] - pad[1] + (kern[1] - 1) * dil[1];
+  Kernel *k = new_kernel(b, n, NULL, NULL);
+  Map m;
+  map_begin(&m, k, &out->type);
+  /* The (n, c) plane: every output plane has OH*OW elements. */
+  KVar *plane =
+      cg_klet(k, &m.main, "plane", KT_INDEX, cg_kidx(k, KI_DIV, m.i, cg_kint(k, OH * OW)));
+  KVar *acc = cg_klet(k, &m.main, "acc", TY_F32, cg_kimm(k, is_max ? -INFINITY : 0.0, TY_F32));
+  KVar *count = is_max ? NULL : cg_klet(k, &m.main, "count", KT_INDEX, cg_kint(k, 0));
+  KVar *kh = cg_kvar(k, "kh", KT_INDEX), *kw = cg_kvar(k, "kw", KT_INDEX);
+  KStmt *l1 = cg_kloop(k, &m.main, kh, cg_kint(k, kern[0]), KM_SERIAL);
+  KVar *ih = cg_klet(k, &l1->body, "ih", KT_INDEX,
+                     window_pos(k, map_coord(&m, 2), stride[0], pad[0], cg_kv(k, kh), dil[0]));
+  KStmt *l2 = cg_kloop(k, &l1->body, kw, cg_kint(k, kern[1]), KM_SERIAL);
+  KVar *iw = cg_klet(k, &l2->body, "iw", KT_INDEX,
+                     window_pos(k, map_coord(&m, 3), stride[1], pad[1], cg_kv(k, kw), dil[1]));
+  KExpr *inc = count ? cg_kadd(k, cg_kv(k, count), cg_kint(k, 1)) : NULL;
+  if (include_pad) {
+    /* Positions past the padded border (ceil_mode) do not count. */
+    KExpr *padded = cg_kand(k, in_range(k, cg_kv(k, ih), -pad[0], H + pad[2], ihmin, ihmax),
+                            in_range(k, cg_kv(k, iw), -pad[1], W + pad[3], iwmin, iwmax));
+    if (padded)
+      cg_kset(k, &cg_kif(k, &l2->body, padded)->body, count, inc);
+    else
+      cg_kset(k, &l2->body, count, inc);
+  }
+  KExpr *inside = cg_kand(k, in_range(k, cg_kv(k, ih), 0, H, ihmin, ihmax),
+                          in_range(k, cg_kv(k, iw), 0, W, iwmin, iwmax));
+  KBlock *at = inside ? &cg_kif(k, &l2->body, inside)->body : &l2->body;
+  KExpr *xi =
+      cg_kadd(k,
+              cg_kmul(k, cg_kadd(k, cg_kmul(k, cg_kv(k, plane), cg_kint(k, H)), cg_kv(k, ih)),
+                      cg_kint(k, W)),
+              cg_kv(k, iw));
+  KExpr *v = load_of(b, k, x, "x", xi);
+  cg_kset(k, at, acc, cg_kop2(k, is_max ? OP_MAXIMUM : OP_ADD, cg_kv(k, acc), v));
+  if (count && !include_pad) cg_kset(k, at, count, inc);
+  KExpr *res = cg_kv(k, acc);
+  if (!is_max)
+    res = cg_ksel(k, cg_kcmp(k, KC_NE, cg_kv(k, count), cg_kint(k, 0)),
+                  cg_kop2(k, OP_DIV, res, cg_kcast(k, cg_kv(k, count), TY_F32)),
+                  cg_kimm(k, 0, TY_F32));
+  map_store(b, &m, out, res);
+  map_end(&m);
+  cg_launch(b, k);
+  return true;
+}
+
+/* ---- data movement ---- */
+
+static bool lower_reshape(CgBuild *b, const Node *n) {
+  const Value *x = n->in[0], *y = &n->out[0];
+  double c;
+  if (cg_has_ref(b, y)) {
+    /* A graph output has bytes of its own in its OUTPUT space. */
+    if (cg_const_of(b, x, &c))
+      cg_fill(b, n, NULL, cg_ref(b, y), y->type.dtype, numel(&y->type), c);
+    else if (nbytes(&y->type))
+      cg_copy(b, n, NULL, cg_ref(b, y), cg_ref(b, x), nbytes(&y->type));
+  } else if (!cg_const_of(b, x, &c)) {
+    cg_alias(b, y, cg_ref(b, x));
+  }
+  return true;
+}
+
+/* A kernel out[i] = x[src(i)] built by a caller-provided index. */
+static bool move_dtypes(CgBuild *b, const Node *n) {
+  for (int i = 0; i < n->n_in; i++) {
+    DType dt = n->in[i]->type.dtype;
+    if (dt == TY_F16 || dt == TY_BF16) return unsupported(b, n, dt);
+  }
+  return true;
+}
+
+static bool lower_transpose_expand_slice(CgBuild *b, const Node *n) {
+  if (!move_dtypes(b, n)) return false;
+  const Value *x = n->in[0], *out = &n->out[0];
+  if (numel(&out->type) == 0) return true;
+  int64_t xst[DL_MAX_RANK], st[DL_MAX_RANK], off = 0;
+  strides_of(&x->type, xst);
+  int r = out->type.rank, cnt;
+  if (n->op == OP_TRANSPOSE) {
+    const int64_t *perm = ir_attr_ints(n, "perm", &cnt);
+    for (int d = 0; d < r; d++) st[d] = xst[perm[d]];
+  } else if (n->op == OP_EXPAND) {
+    bcast_strides(&x->type, &out->type, st);
+  } else {
+    const int64_t *starts = ir_attr_ints(n, "starts", &cnt),
+                  *steps = ir_attr_ints(n, "steps", &cnt);
+    for (int d = 0; d < r; d++) {
+      st[d] = steps[d] * xst[d];
+      off += starts[d] * xst[d];
+    }
+  }
+  Kernel *k = new_kernel(b, n, NULL, NULL);
+  Map m;
+  map_begin(&m, k, &out->type);
+  double c;
+  KExpr *v;
+  if (cg_const_of(b, x, &c))
+    v = cg_kimm(k, c, x->type.dtype);
+  else
+    v = cg_kload(k, global_of(b, k, x, "x"), cg_kadd(k, cg_kint(k, off), map_index(&m, st)));
+  map_store(b, &m, out, v);
+  map_end(&m);
+  cg_launch(b, k);
+  return true;
+}
+
+static bool lower_pad(CgBuild *b, const Node *n) {
+  if (!move_dtypes(b, n)) return false;
+  const Value *x = n->in[0], *out = &n->out[0];
+  if (numel(&out->type) == 0) return true;
+  int cnt, r = x->type.rank;
+  const int64_t *pads = ir_attr_ints(n, "pads", &cnt);
+  int64_t xst[DL_MAX_RANK];
+  strides_of(&x->type, xst);
+  Kernel *k = new_kernel(b, n, NULL, NULL);
+  Map m;
+  map_begin(&m, k, &out->type);
+  KExpr *cond = NULL, *src = cg_kint(k, 0);
+  for (int d = 0; d < r; d++) {
+    int64_t pb = pads[d], pe = pads[r + d];
+    if (out->type.dims[d] == 1 && x->type.dims[d] == 1 && pb == 0) continue;
+    KExpr *s = cg_kidx(k, KI_SUB, map_coord(&m, d), cg_kint(k, pb));
+    if (pb > 0) cond = cg_kand(k, cond, cg_kcmp(k, KC_GE, s, cg_kint(k, 0)));
+    if (pe > 0) cond = cg_kand(k, cond, cg_kcmp(k, KC_LT, s, cg_kint(k, x->type.dims[d])));
+    src = cg_kadd(k, src, cg_kmul(k, s, cg_kint(k, xst[d])));
+  }
+  KExpr *fill = cg_kimm(k, ir_attr_float(n, "value"), out->type.dtype);
+  KExpr *v = numel(&x->type) ? load_of(b, k, x, "x", src) : fill;
+  if (cond) v = cg_ksel(k, cond, v, fill);
+  map_store(b, &m, out, v);
+  map_end(&m);
+  cg_launch(b, k);
+  return true;
+}
+
+static bool lower_concat(CgBuild *b, const Node *n) {
+  if (!move_dtypes(b, n)) return false;
+  const Value *out = &n->out[0];
+  const TensorType *ot = &out->type;
+  if (numel(ot) == 0) return true;
+  int axis = (int)ir_attr_int(n, "axis");
+  if (axis < 0) axis += ot->rank;
+  Kernel *k = new_kernel(b, n, NULL, NULL);
+  Map m;
+  map_begin(&m, k, ot);
+  KExpr *a = map_coord(&m, axis);
+  /* Operand by operand from the last: a < end_k ? x_k[...] : (the rest).
+   * Only the chosen arm is read. */
+  int64_t *ends = ARENA_ARRAY(&cg_build_ctx(b)->arena, int64_t, n->n_in), offset = 0;
+  int last = -1;
+  for (int i = 0; i < n->n_in; i++) {
+    offset += n->in[i]->type.dims[axis];
+    ends[i] = offset;
+    if (numel(&n->in[i]->type)) last = i;
+  }
+  KExpr *v = NULL;
+  for (int i = last; i >= 0; i--) {
+    const Value *x = n->in[i];
+    if (numel(&x->type) == 0) continue;
+    int64_t start = ends[i] - x->type.dims[axis], xst[DL_MAX_RANK];
+    strides_of(&x->type, xst);
+    KExpr *src = cg_kint(k, 0);
+    for (int d = 0; d < ot->rank; d++) {
+      if (x->type.dims[d] == 1) continue;
+      KExpr *c = map_coord(&m, d);
+      if (d == axis) c = cg_kidx(k, KI_SUB, c, cg_kint(k, start));
+      src = cg_kadd(k, src, cg_kmul(k, c, cg_kint(k, xst[d])));
+    }
+    const char *name = arena_printf(&cg_build_ctx(b)->arena, "x%d", i);
+    KExpr *xv = load_of(b, k, x, name, src);
+    v = v ? cg_ksel(k, cg_kcmp(k, KC_LT, a, cg_kint(k, ends[i])), xv, v) : xv;
+  }
+  map_store(b, &m, out, v);
+  map_end(&m);
+  cg_launch(b, k);
+  return true;
+}
+
+/* An index outside [-dim, dim) is an error in eval.c; a kernel cannot
+ * report one, so it is clamped into the axis: the result is wrong but
+ * nothing is read out of bounds. */
+static bool lower_gather(CgBuild *b, const Node *n) {
+  if (!move_dtypes(b, n)) return false;
+  const Value *data = n->in[0], *ind = n->in[1], *out = &n->out[0];
+  const TensorType *dt = &data->type, *it = &ind->type, *ot = &out->type;
+  if (numel(ot) == 0) return true;
+  int axis = (int)ir_attr_int(n, "axis");
+  if (axis < 0) axis += dt->rank;
+  int64_t dim = dt->dims[axis];
+  if (dim == 0) {
+    diag_error(cg_build_ctx(b), n->loc, "gather from an empty axis");
+    return false;
+  }
+  int64_t dst[DL_MAX_RANK], ist[DL_MAX_RANK];
+  strides_of(dt, dst);
+  strides_of(it, ist);
+  Kernel *k = new_kernel(b, n, NULL, NULL);
+  Map m;
+  map_begin(&m, k, ot);
+  KExpr *ii = cg_kint(k, 0);
+  for (int d = 0; d < it->rank; d++)
+    if (it->dims[d] != 1)
+      ii = cg_kadd(k, ii, cg_kmul(k, map_coord(&m, axis + d), cg_kint(k, ist[d])));
+  KVar *v =
+      cg_klet(k, &m.main, "idx", TY_I64, cg_kcast(k, load_of(b, k, ind, "indices", ii), TY_I64));
+  KExpr *at =
+      cg_ksel(k, cg_kcmp(k, KC_LT, cg_kv(k, v), cg_kimm(k, 0, TY_I64)),
+              cg_kop2(k, OP_ADD, cg_kv(k, v), cg_kimm(k, (double)dim, TY_I64)), cg_kv(k, v));
+  at = cg_kop2(k, OP_MINIMUM, cg_kop2(k, OP_MAXIMUM, at, cg_kimm(k, 0, TY_I64)),
+               cg_kimm(k, (double)(dim - 1), TY_I64));
+  KVar *atv = cg_klet(k, &m.main, "at", KT_INDEX, cg_kcast(k, at, KT_INDEX));
+  KExpr *src = cg_kmul(k, cg_kv(k, atv), cg_kint(k, dst[axis]));
+  for (int d = 0; d < axis; d++)
+    if (dt->dims[d] != 1) src = cg_kadd(k, src, cg_kmul(k, map_coord(&m, d), cg_kint(k, dst[d])));
+  for (int d = axis + 1; d < dt->rank; d++)
+    if (dt->dims[d] != 1)
+      src = cg_kadd(k, src, cg_kmul(k, map_coord(&m, d - 1 + it->rank), cg_kint(k, dst[d])));
+  map_store(b, &m, out, load_of(b, k, data, "data", src));
+  map_end(&m);
+  cg_launch(b, k);
+  return true;
+}
+
+/* ---- recurrent layers ---- */
+
+typedef struct Rnn {
+  bool lstm, bf, bias;
+  int64_t N, T, H, G, dirs;
+} Rnn;
+
+/* One timestep of one layer and direction, after the two projections:
+ * thread (b, j) combines the gates, updates h (and c) in place and
+ * writes y.  t is a parameter so every timestep shares the text. */
+static void rnn_cell(CgBuild *b, const Node *n, const Rnn *r, const char *what, int64_t t,
+                     RtRef xproj, RtRef hproj, const Value *bih, const Value *bhh, RtRef h, RtRef c,
+                     RtRef y) {
+  int64_t N = r->N, T = r->T, H = r->H, GH = r->G * r->H;
+  Kernel *k = new_kernel(b, n, "cell", what);
+  TensorType space = ir_type_make(TY_F32, 2, (int64_t[]){N, H});
+  Map m;
+  map_begin(&m, k, &space);
+  KVar *tv = cg_kparam(k, "t", KT_INDEX, t, 0);
+  KExpr *bi = map_coord(&m, 0), *j = map_coord(&m, 1);
+  KExpr *row = r->bf ? cg_kadd(k, cg_kmul(k, bi, cg_kint(k, T)), cg_kv(k, tv))
+                     : cg_kadd(k, cg_kmul(k, cg_kv(k, tv), cg_kint(k, N)), bi);
+  KVar *rowv = cg_klet(k, &m.main, "row", KT_INDEX, row);
+  KBuf *xp = cg_kglobal(k, "xproj", TY_F32, T * N * GH, xproj);
+  KBuf *hp = cg_kglobal(k, "hproj", TY_F32, N * GH, hproj);
+  KBuf *hb = cg_kglobal(k, "h", TY_F32, N * H, h);
+  KBuf *yb = cg_kglobal(k, "y", TY_F32, T * N * r->dirs * H, y);
+  KExpr *gi[4], *gh[4];
+  for (int q = 0; q < r->G; q++) {
+    KExpr *col = cg_kadd(k, cg_kint(k, q * H), j);
+    gi[q] = cg_kload(k, xp, cg_kadd(k, cg_kmul(k, cg_kv(k, rowv), cg_kint(k, GH)), col));
+    gh[q] = cg_kload(k, hp, cg_kadd(k, cg_kmul(k, bi, cg_kint(k, GH)), col));
+    if (r->bias) {
+      gi[q] = cg_kop2(k, OP_ADD, gi[q], load_of(b, k, bih, "b_ih", col));
+      gh[q] = cg_kop2(k, OP_ADD, gh[q], load_of(b, k, bhh, "b_hh", col));
+    }
+  }
+  KVar *hn;
+  if (r->lstm) {
+    KBuf *cb = cg_kglobal(k, "c", TY_F32, N * H, c);
+    KVar *ig =
+        cg_klet(k, &m.main, "ig", TY_F32, cg_kop1(k, OP_SIGMOID, cg_kop2(k, OP_ADD, gi[0], gh[0])));
+    KVar *fg =
+        cg_klet(k, &m.main, "fg", TY_F32, cg_kop1(k, OP_SIGMOID, cg_kop2(k, OP_ADD, gi[1], gh[1])));
+    KVar *gg =
+        cg_klet(k, &m.main, "gg", TY_F32, cg_kop1(k, OP_TANH, cg_kop2(k, OP_ADD, gi[2], gh[2])));
+    KVar *og =
+        cg_klet(k, &m.main, "og", TY_F32, cg_kop1(k, OP_SIGMOID, cg_kop2(k, OP_ADD, gi[3], gh[3])));
+    KExpr *cn = cg_kop2(k, OP_ADD, cg_kop2(k, OP_MUL, cg_kv(k, fg), cg_kload(k, cb, m.i)),
+                        cg_kop2(k, OP_MUL, cg_kv(k, ig), cg_kv(k, gg)));
+    KVar *cv = cg_klet(k, &m.main, "cn", TY_F32, cn);
+    cg_kstore(k, &m.main, cb, m.i, cg_kv(k, cv));
+    hn = cg_klet(k, &m.main, "hn", TY_F32,
+                 cg_kop2(k, OP_MUL, cg_kv(k, og), cg_kop1(k, OP_TANH, cg_kv(k, cv))));
+  } else {
+    KVar *rg =
+        cg_klet(k, &m.main, "rg", TY_F32, cg_kop1(k, OP_SIGMOID, cg_kop2(k, OP_ADD, gi[0], gh[0])));
+    KVar *zg =
+        cg_klet(k, &m.main, "zg", TY_F32, cg_kop1(k, OP_SIGMOID, cg_kop2(k, OP_ADD, gi[1], gh[1])));
+    KVar *ng = cg_klet(
+        k, &m.main, "ng", TY_F32,
+        cg_kop1(k, OP_TANH, cg_kop2(k, OP_ADD, gi[2], cg_kop2(k, OP_MUL, cg_kv(k, rg), gh[2]))));
+    KExpr *keep = cg_kop2(k, OP_MUL, cg_kv(k, zg), cg_kload(k, hb, m.i));
+    KExpr *upd =
+        cg_kop2(k, OP_MUL, cg_kop2(k, OP_SUB, cg_kimm(k, 1, TY_F32), cg_kv(k, zg)), cg_kv(k, ng));
+    hn = cg_klet(k, &m.main, "hn", TY_F32, cg_kop2(k, OP_ADD, upd, keep));
+  }
+  cg_kstore(k, &m.main, hb, m.i, cg_kv(k, hn));
+  cg_kstore(k, &m.main, yb, cg_kadd(k, cg_kmul(k, cg_kv(k, rowv), cg_kint(k, r->dirs * H)), j),
+            cg_kv(k, hn));
+  map_end(&m);
+  cg_launch(b, k);
+}
+
+/* Per layer and direction: one GEMM projects every timestep's input
+ * (x @ W_ih^T); then per timestep a GEMM h @ W_hh^T and the cell kernel.
+ * h and c live in the h_n / c_n results themselves, so the last state
+ * needs no copy.  Every layer's sequence has the caller's layout. */
+static bool lower_rnn(CgBuild *b, const Node *n) {
+  if (!check_dtypes(b, n, false)) return false;
+  Arena *ar = &cg_build_ctx(b)->arena;
+  Rnn r = {.lstm = n->op == OP_LSTM,
+           .bf = ir_attr_int(n, "batch_first") != 0,
+           .bias = ir_attr_int(n, "bias") != 0,
+           .H = ir_attr_int(n, "hidden"),
+           .dirs = ir_attr_int(n, "bidirectional") ? 2 : 1};
+  r.G = r.lstm ? 4 : 3;
+  int64_t layers = ir_attr_int(n, "layers");
+  const Value *x = n->in[0];
+  r.N = r.bf ? x->type.dims[0] : x->type.dims[1];
+  r.T = r.bf ? x->type.dims[1] : x->type.dims[0];
+  int64_t N = r.N, T = r.T, H = r.H, GH = r.G * r.H, rows = T * N;
+  int per = r.bias ? 4 : 2;
+  RtRef hn = cg_ref(b, &n->out[1]), cn = r.lstm ? cg_ref(b, &n->out[2]) : hn;
+  RtRef in = cg_ref(b, x), yfinal = cg_ref(b, &n->out[0]);
+  int64_t feat = x->type.dims[2];
+  for (int64_t l = 0; l < layers; l++) {
+    RtRef seq =
+        l == layers - 1 ? yfinal : cg_scratch(b, n, (uint64_t)(rows * r.dirs * H) * F32_BYTES);
+    for (int64_t d = 0; d < r.dirs; d++) {
+      const Value *const *wt = (const Value *const *)n->in + 1 + (l * r.dirs + d) * per;
+      const char *ld = arena_printf(ar, "l%" PRId64 " d%" PRId64, l, d);
+      uint64_t state = (uint64_t)((l * r.dirs + d) * N * H) * F32_BYTES;
+      RtRef h = cg_ref_at(hn, state), c = cg_ref_at(cn, state);
+      cg_fill(b, n, arena_printf(ar, "%s h0", ld), h, TY_F32, N * H, 0.0);
+      if (r.lstm) cg_fill(b, n, arena_printf(ar, "%s c0", ld), c, TY_F32, N * H, 0.0);
+      if (rows == 0) continue;
+      RtRef xproj = cg_scratch(b, n, (uint64_t)(rows * GH) * F32_BYTES);
+      RtRef hproj = cg_scratch(b, n, (uint64_t)(N * GH) * F32_BYTES);
+      RtGemm g = gemm_f32(rows, GH, feat);
+      g.trans_b = 1, g.ldb = feat;
+      g.a = in, g.b = cg_ref(b, wt[0]), g.c = xproj;
+      emit_gemm(b, n, arena_printf(ar, "%s input", ld), &g);
+      for (int64_t s = 0; s < T; s++) {
+        int64_t t = d == 0 ? s : T - 1 - s;
+        RtGemm gh = gemm_f32(N, GH, H);
+        gh.trans_b = 1, gh.ldb = H;
+        gh.a = h, gh.b = cg_ref(b, wt[1]), gh.c = hproj;
+        emit_gemm(b, n, arena_printf(ar, "%s t%" PRId64 " hidden", ld, t), &gh);
+        rnn_cell(b, n, &r, arena_printf(ar, "%s t%" PRId64 " cell", ld, t), t, xproj, hproj,
+                 r.bias ? wt[2] : NULL, r.bias ? wt[3] : NULL, h, c,
+                 cg_ref_at(seq, (uint64_t)(d * H) * F32_BYTES));
+      }
+    }
+    in = seq;
+    feat = r.dirs * H;
+  }
+  return true;
+}
+
+/* ---- dispatch ---- */
+
+bool cg_lower_node(CgBuild *b, const Node *n) {
+  switch (n->op) {
+    case OP_INPUT:
+    case OP_PARAM: return true;
+    case OP_CONST:
+      /* Folded into consumers; an output gets its bytes filled. */
+      if (cg_has_ref(b, &n->out[0]))
+        cg_fill(b, n, NULL, cg_ref(b, &n->out[0]), n->out[0].type.dtype, numel(&n->out[0].type),
+                ir_attr_float(n, "value"));
+      return true;
+    case OP_NEG:
+    case OP_ABS:
+    case OP_RELU:
+    case OP_LEAKY_RELU:
+    case OP_CLIP:
+    case OP_SIGMOID:
+    case OP_TANH:
+    case OP_GELU:
+    case OP_SILU:
+    case OP_HARDSIGMOID:
+    case OP_HARDSWISH:
+    case OP_EXP:
+    case OP_LOG:
+    case OP_SQRT:
+    case OP_RSQRT:
+    case OP_ERF:
+    case OP_RECIPROCAL:
+    case OP_SIN:
+    case OP_COS:
+    case OP_CAST:
+    case OP_ADD:
+    case OP_SUB:
+    case OP_MUL:
+    case OP_DIV:
+    case OP_POW:
+    case OP_MAXIMUM:
+    case OP_MINIMUM: return lower_elementwise(b, n);
+    case OP_REDUCE_SUM:
+    case OP_REDUCE_MEAN:
+    case OP_REDUCE_MAX:
+    case OP_REDUCE_MIN: return lower_reduce(b, n);
+    case OP_ARGMAX: return lower_argmax(b, n);
+    case OP_SOFTMAX:
+    case OP_LOG_SOFTMAX: return lower_softmax(b, n);
+    case OP_LAYERNORM: return lower_layernorm(b, n);
+    case OP_GLOBAL_AVGPOOL: return lower_global_avgpool(b, n);
+    case OP_BATCHNORM: return lower_batchnorm(b, n);
+    case OP_MATMUL: return lower_matmul(b, n);
+    case OP_LINEAR: return lower_linear(b, n);
+    case OP_CONV2D: return lower_conv2d(b, n);
+    case OP_MAXPOOL2D:
+    case OP_AVGPOOL2D: return lower_pool2d(b, n);
+    case OP_RESHAPE: return lower_reshape(b, n);
+    case OP_TRANSPOSE:
+    case OP_EXPAND:
+    case OP_SLICE: return lower_transpose_expand_slice(b, n);
+    case OP_CONCAT: return lower_concat(b, n);
+    case OP_PAD: return lower_pad(b, n);
+    case OP_GATHER: return lower_gather(b, n);
+    case OP_LSTM:
+    case OP_GRU: return lower_rnn(b, n);
+    case OP_COUNT: break;
+  }
+  dl_unreachable(cg_build_ctx(b));
+}

@@ -1,0 +1,101 @@
+/* The plan as text (--emit=plan): takes an RtPlan, writes its spaces,
+ * tensors, kernels and steps one a line, in the order the runtime runs
+ * them.  Deterministic, so tests can diff it. */
+#include <inttypes.h>
+
+#include "codegen.h"
+
+static const char *dtype_name(uint32_t dt) {
+  static const char *const names[] = {"f32", "f16", "bf16", "i8", "i32", "i64"};
+  return dt < RT_DT_COUNT ? names[dt] : "?";
+}
+
+void cg_print_ref(FILE *f, RtRef r) {
+  switch (r.space) {
+    case RT_SPACE_WEIGHTS: fprintf(f, "weights+%" PRIu64, r.offset); return;
+    case RT_SPACE_ARENA: fprintf(f, "arena+%" PRIu64, r.offset); return;
+    case RT_SPACE_INPUT: fprintf(f, "in%" PRIu32 "+%" PRIu64, r.index, r.offset); return;
+    case RT_SPACE_OUTPUT: fprintf(f, "out%" PRIu32 "+%" PRIu64, r.index, r.offset); return;
+  }
+  fprintf(f, "?%" PRIu32 "+%" PRIu64, r.space, r.offset);
+}
+
+static void print_desc(FILE *f, const char *what, uint32_t i, const RtTensorDesc *d) {
+  fprintf(f, "  %s%" PRIu32 " \"%s\" %s[", what, i, d->name, dtype_name(d->dtype));
+  for (uint32_t k = 0; k < d->rank; k++) fprintf(f, "%s%" PRId64, k ? ", " : "", d->dims[k]);
+  fprintf(f, "] %" PRIu64 " bytes at ", d->nbytes);
+  cg_print_ref(f, d->where);
+  fputc('\n', f);
+}
+
+static void print_gemm(FILE *f, const RtGemm *g) {
+  fprintf(f, "gemm %s m=%" PRId64 " n=%" PRId64 " k=%" PRId64 " trans=%s%s", dtype_name(g->dtype),
+          g->m, g->n, g->k, g->trans_a ? "T" : "N", g->trans_b ? "T" : "N");
+  fprintf(f, " ld=%" PRId64 ",%" PRId64 ",%" PRId64, g->lda, g->ldb, g->ldc);
+  if (g->batch != 1)
+    fprintf(f, " batch=%" PRId64 " strides=%" PRId64 ",%" PRId64 ",%" PRId64, g->batch, g->stride_a,
+            g->stride_b, g->stride_c);
+  if (g->alpha != 1.0f || g->beta != 0.0f) fprintf(f, " alpha=%g beta=%g", g->alpha, g->beta);
+  fputs(" a=", f);
+  cg_print_ref(f, g->a);
+  fputs(" b=", f);
+  cg_print_ref(f, g->b);
+  fputs(" c=", f);
+  cg_print_ref(f, g->c);
+}
+
+void cg_print_plan(FILE *f, const RtPlan *p) {
+  fprintf(f, "plan \"%s\" version %" PRIu32 "\n", p->model_name ? p->model_name : "", p->version);
+  fprintf(f, "weights %" PRIu64 " bytes, arena %" PRIu64 " bytes\n", p->weights_bytes,
+          p->arena_bytes);
+  for (uint32_t i = 0; i < p->n_inputs; i++) print_desc(f, "input ", i, &p->inputs[i]);
+  for (uint32_t i = 0; i < p->n_outputs; i++) print_desc(f, "output ", i, &p->outputs[i]);
+  for (uint32_t i = 0; i < p->n_weights; i++) print_desc(f, "weight ", i, &p->weights[i]);
+  for (uint32_t i = 0; i < p->n_kernels; i++) {
+    const RtKernel *k = &p->kernels[i];
+    fprintf(f, "  kernel %" PRIu32 " %s", i, k->name);
+    if (k->uses_barriers) fputs(" barriers", f);
+    if (k->static_shared_bytes) fprintf(f, " shared=%" PRIu32, k->static_shared_bytes);
+    fputc('\n', f);
+  }
+  fprintf(f, "steps %" PRIu32 "\n", p->n_steps);
+  for (uint32_t i = 0; i < p->n_steps; i++) {
+    const RtStep *s = &p->steps[i];
+    fprintf(f, "  %3" PRIu32 "  ", i);
+    switch (s->kind) {
+      case RT_STEP_LAUNCH: {
+        const RtLaunch *l = &s->launch;
+        fprintf(f,
+                "launch %s grid=%" PRIu32 ",%" PRIu32 ",%" PRIu32 " block=%" PRIu32 ",%" PRIu32
+                ",%" PRIu32,
+                l->kernel < p->n_kernels ? p->kernels[l->kernel].name : "?", l->grid[0], l->grid[1],
+                l->grid[2], l->block[0], l->block[1], l->block[2]);
+        if (l->dynamic_shared_bytes) fprintf(f, " shared=%" PRIu32, l->dynamic_shared_bytes);
+        fputs(" (", f);
+        for (uint32_t a = 0; a < l->n_args; a++) {
+          const RtArg *arg = &l->args[a];
+          if (a) fputs(", ", f);
+          switch (arg->kind) {
+            case RT_ARG_PTR: cg_print_ref(f, arg->ref); break;
+            case RT_ARG_I32: fprintf(f, "i32 %" PRId64, arg->i); break;
+            case RT_ARG_I64: fprintf(f, "i64 %" PRId64, arg->i); break;
+            case RT_ARG_F32: fprintf(f, "f32 %.9g", (double)arg->f); break;
+            default: fputs("?", f);
+          }
+        }
+        fputc(')', f);
+        break;
+      }
+      case RT_STEP_GEMM: print_gemm(f, &s->gemm); break;
+      case RT_STEP_COPY:
+        fputs("copy ", f);
+        cg_print_ref(f, s->copy.dst);
+        fputs(" <- ", f);
+        cg_print_ref(f, s->copy.src);
+        fprintf(f, " %" PRIu64 " bytes", s->copy.nbytes);
+        break;
+      default: fprintf(f, "step kind %" PRIu32, s->kind);
+    }
+    fprintf(f, "  ; %s\n", s->label ? s->label : "");
+  }
+}

@@ -1,0 +1,109 @@
+/* dlcrt: the runtime that runs a model compiled by dlcc, on a GPU
+ * (backend "cuda") or on the CPU ("emu"), from a host C program or from
+ * the code inside a model.so.  Takes a launch plan (struct RtPlan, built
+ * by dlcc: in memory for JIT, as data inside model.so for AOT), returns
+ * the model's outputs.
+ *
+ * Every function returns a DlrtStatus; on anything but DLRT_OK the
+ * message is kept on the model (dlrt_error).  Nothing here exits or
+ * aborts.  A model is used by one thread at a time.
+ *
+ *     DlrtModel *m;
+ *     if (dlrt_open_file("model.so", "auto", &m) != DLRT_OK) {
+ *       fprintf(stderr, "%s\n", dlrt_error(m)); dlrt_close(m); return 1;
+ *     }
+ *     dlrt_set_input(m, 0, x, sizeof x);
+ *     dlrt_run(m);
+ *     dlrt_get_output(m, 0, y, sizeof y);
+ *     dlrt_close(m); */
+#ifndef DLCRT_H
+#define DLCRT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct RtPlan;
+typedef struct DlrtModel DlrtModel;
+
+typedef enum DlrtStatus {
+  DLRT_OK = 0,
+  DLRT_E_ARG,       /* bad argument: NULL, index or name unknown, size mismatch */
+  DLRT_E_PLAN,      /* not a dlcc model, another version, or a corrupt plan */
+  DLRT_E_NO_DEVICE, /* the backend cannot be opened (no driver, no GPU) */
+  DLRT_E_COMPILE,   /* the kernels could not be compiled or loaded */
+  DLRT_E_DEVICE,    /* a device call failed (out of device memory, a launch) */
+  DLRT_E_BROKEN,    /* the device is unusable (illegal address, assert): close the model */
+  DLRT_E_STATE,     /* the model failed to open, or an input was never set */
+  DLRT_E_IO,        /* a file could not be read (model.so, weights) */
+  DLRT_E_NOMEM      /* out of host memory */
+} DlrtStatus;
+
+/* Same order as dlcc's dtypes. */
+typedef enum DlrtDType { DLRT_F32, DLRT_F16, DLRT_BF16, DLRT_I8, DLRT_I32, DLRT_I64 } DlrtDType;
+
+#define DLRT_MAX_RANK 8
+
+typedef struct DlrtTensorInfo {
+  const char *name; /* owned by the plan */
+  DlrtDType dtype;
+  int rank;
+  int64_t dims[DLRT_MAX_RANK];
+  size_t nbytes;
+} DlrtTensorInfo;
+
+/* The function every dlcc model.so exports. */
+#define DLRT_PLAN_SYMBOL "dlrt_model_plan"
+typedef const struct RtPlan *(*DlrtPlanFn)(void);
+
+/* Validates the plan, opens the backend ("auto": cuda when a GPU
+ * answers, else emu; "cuda"; "emu"; NULL means "auto"), allocates the
+ * device memory once, uploads the weights (plan's own, when it has
+ * them), loads the kernels.  *out is always set, even on failure, so
+ * that dlrt_error(*out) gives the reason: close it either way (it is
+ * NULL only when host memory ran out).  The plan must outlive the
+ * model. */
+DlrtStatus dlrt_open(const struct RtPlan *plan, const char *backend, DlrtModel **out);
+/* dlopen-s a model.so and opens its plan; the library stays loaded
+ * until dlrt_close. */
+DlrtStatus dlrt_open_file(const char *so_path, const char *backend, DlrtModel **out);
+void dlrt_close(DlrtModel *m);
+
+/* The message of the last failed call; "" when none.  Also for NULL. */
+const char *dlrt_error(const DlrtModel *m);
+const char *dlrt_status_name(DlrtStatus s); /* "DLRT_E_PLAN" */
+const char *dlrt_backend(const DlrtModel *m); /* "cuda" or "emu"; "" before open succeeded */
+
+/* The whole weights blob (the plan's weights_bytes), or one weight by
+ * name, or every weight from a safetensors file (names, dtypes and
+ * shapes must match the plan's). */
+DlrtStatus dlrt_set_weights(DlrtModel *m, const void *data, size_t nbytes);
+DlrtStatus dlrt_set_weight(DlrtModel *m, const char *name, const void *data, size_t nbytes);
+DlrtStatus dlrt_load_weights(DlrtModel *m, const char *safetensors_path);
+
+int dlrt_num_inputs(const DlrtModel *m);
+int dlrt_num_outputs(const DlrtModel *m);
+/* Index of the input/output with this name, or -1. */
+int dlrt_find_input(const DlrtModel *m, const char *name);
+int dlrt_find_output(const DlrtModel *m, const char *name);
+DlrtStatus dlrt_input_info(const DlrtModel *m, int index, DlrtTensorInfo *out);
+DlrtStatus dlrt_output_info(const DlrtModel *m, int index, DlrtTensorInfo *out);
+
+/* Copies nbytes (exactly the input's size) to the device; the value
+ * stays there for every later run until set again. */
+DlrtStatus dlrt_set_input(DlrtModel *m, int index, const void *data, size_t nbytes);
+DlrtStatus dlrt_set_input_by_name(DlrtModel *m, const char *name, const void *data, size_t nbytes);
+/* Runs every step and waits for the device. */
+DlrtStatus dlrt_run(DlrtModel *m);
+/* Copies output index (nbytes: exactly its size) from the last run. */
+DlrtStatus dlrt_get_output(DlrtModel *m, int index, void *data, size_t nbytes);
+DlrtStatus dlrt_get_output_by_name(DlrtModel *m, const char *name, void *data, size_t nbytes);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

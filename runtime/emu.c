@@ -1,0 +1,946 @@
+/* The emu device: runs a plan's CUDA C on the CPU.  Takes the plan's
+ * source, compiles it with the host C++ compiler and emu/dlcc_emu.h into
+ * a shared object (cached on disk by a hash of everything that goes into
+ * it), dlopens it and calls each kernel's NAME__emu launcher once per
+ * thread.  Device memory is host memory, so RtDevPtr is a host pointer.
+ *
+ * Threads of a block run one after another when the plan says the kernel
+ * has no barriers.  Otherwise each thread is a fiber (ucontext) that runs
+ * until it reaches __syncthreads or a warp operation, where it yields to
+ * the scheduler; a barrier releases its threads once all it waits for
+ * have arrived.  What CUDA leaves undefined and a GPU would hang or
+ * silently get wrong (a thread exiting while others wait, threads waiting
+ * at different barriers, a barrier in a kernel the plan calls
+ * barrier-free) is reported as an error naming the kernel, block and
+ * thread. */
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <setjmp.h>
+#include <spawn.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <ucontext.h>
+#include <unistd.h>
+
+#include "device.h"
+#include "emu/dlcc_emu.h"
+
+#if defined(__SANITIZE_ADDRESS__)
+#define EMU_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define EMU_ASAN 1
+#endif
+#endif
+#ifdef EMU_ASAN
+#include <sanitizer/asan_interface.h>
+#include <sanitizer/common_interface_defs.h>
+#endif
+
+extern char **environ;
+
+enum {
+  FIBER_STACK = 64 * 1024,
+  MAX_BLOCK_THREADS = 1024,
+  MAX_CXX_WORDS = 32,
+  DIR_MAX = PATH_MAX - 256,    /* the cache directory; file names under it fit in PATH_MAX */
+  MAX_DYN_SHARED = 227 * 1024, /* the most shared memory a block can have (sm_90) */
+  MAX_DYN_NAMES = 16,
+};
+
+/* The compiler line after the compiler itself; the output and input
+ * files follow.  Part of the cache key. */
+static const char *const cxx_flags[] = {
+    "-x", "c++", "-std=c++17", "-O1", "-fPIC", "-shared", "-fno-strict-aliasing", "-DDLCC_EMU",
+};
+
+typedef enum { F_READY, F_WAIT_BLOCK, F_WAIT_WARP, F_DONE } FiberState;
+
+typedef struct Fiber {
+  ucontext_t ctx;
+  char *map; /* guard page, then the stack */
+  DlccEmuDim3 tid;
+  unsigned linear;
+  FiberState state;
+  unsigned wait_mask; /* lanes the warp operation it waits at needs */
+  /* The warp operation it waits at; the releasing thread computes every
+   * participant's result, so no value can be overwritten before it is read. */
+  int xkind, xsrc;
+  uint64_t xval, xres;
+} Fiber;
+
+typedef struct EmuDevice EmuDevice;
+
+typedef struct Sched {
+  EmuDevice *dev;
+  Fiber *fibers;
+  unsigned cap, n; /* fibers allocated; threads in the block */
+  unsigned cur, n_done, n_block_wait, first_done;
+  bool fibered, failed, dirty;
+  ucontext_t main_ctx;
+  jmp_buf fast_exit;
+  DlccEmuEnv env;
+  void (*launcher)(void **);
+  void **args;
+  const char *kernel;
+#ifdef EMU_ASAN
+  const void *main_bottom;
+  size_t main_size;
+  void *main_fake;
+#endif
+} Sched;
+
+struct EmuDevice {
+  RtDevice base;
+  char *cxx_text, *extra_text;    /* what the words below point into */
+  char *cxx_words[MAX_CXX_WORDS]; /* the compiler: DLCC_EMU_CXX split at blanks */
+  int n_cxx_words;
+  char *extra_words[MAX_CXX_WORDS]; /* DLCC_EMU_CXXFLAGS: e.g. -fsanitize=address */
+  int n_extra_words;
+  char cxx_path[PATH_MAX]; /* cxx_words[0] found on PATH */
+  char header[PATH_MAX];
+  char *header_text;
+  unsigned compiles;
+  Sched sched;
+};
+
+typedef struct EmuKernel {
+  char *name;
+  void (*launcher)(void **);
+  bool uses_barriers;
+} EmuKernel;
+
+struct RtModule {
+  void *dl;
+  void (*set_env)(DlccEmuEnv *);
+  uint32_t n;
+  EmuKernel *kernels;
+};
+
+static const RtDeviceOps emu_ops;
+
+/* ---- the scheduler ---------------------------------------------------- */
+
+static _Thread_local Sched *emu_running;
+
+static unsigned warp_lanes(const Sched *s, unsigned linear) {
+  unsigned base = linear & ~31u, count = s->n - base;
+  return count >= 32 ? 0xffffffffu : (1u << count) - 1u;
+}
+
+static void fiber_yield(Sched *s, Fiber *f, bool exiting) {
+#ifdef EMU_ASAN
+  __sanitizer_start_switch_fiber(exiting ? NULL : &s->main_fake, s->main_bottom, s->main_size);
+#else
+  (void)exiting;
+#endif
+  swapcontext(&f->ctx, &s->main_ctx);
+#ifdef EMU_ASAN
+  __sanitizer_finish_switch_fiber(s->main_fake, &s->main_bottom, &s->main_size);
+#endif
+}
+
+/* Ends the launch from inside a thread: records the message and never
+ * comes back (the scheduler abandons the block's fibers). */
+static void thread_fail(Sched *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void thread_fail(Sched *s, const char *fmt, ...) {
+  Fiber *f = &s->fibers[s->cur];
+  char what[600];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(what, sizeof what, fmt, ap);
+  va_end(ap);
+  if (!s->failed) {
+    const DlccEmuDim3 *b = &s->env.block_idx, *t = &s->env.thread_idx;
+    rt_device_fail(&s->dev->base, "emu: kernel %s, block (%u,%u,%u), thread (%u,%u,%u): %s", s->kernel, b->x, b->y,
+                   b->z, t->x, t->y, t->z, what);
+  }
+  s->failed = true;
+  if (!s->fibered) longjmp(s->fast_exit, 1);
+  s->dirty = true;
+  fiber_yield(s, f, false);
+}
+
+static void tid_text(const Fiber *f, char *buf, size_t len) {
+  snprintf(buf, len, "(%u,%u,%u)", f->tid.x, f->tid.y, f->tid.z);
+}
+
+/* Called by the last thread to arrive: computes the result of every
+ * thread of the warp operation and makes them runnable. */
+static void warp_release(Sched *s, unsigned base, unsigned waiting) {
+  for (unsigned l = 0; l < 32; l++) {
+    if (!(waiting >> l & 1u)) continue;
+    Fiber *g = &s->fibers[base + l];
+    uint64_t r = g->xval;
+    if (g->xkind == DLCC_EMU_WARP_SHFL) {
+      if (g->xsrc >= 0 && g->xsrc < 32 && (waiting >> g->xsrc & 1u)) r = s->fibers[base + (unsigned)g->xsrc].xval;
+    } else if (g->xkind == DLCC_EMU_WARP_BALLOT || g->xkind == DLCC_EMU_WARP_ALL) {
+      uint64_t ballot = 0;
+      for (unsigned k = 0; k < 32; k++)
+        if ((waiting >> k & 1u) && s->fibers[base + k].xval) ballot |= 1u << k;
+      r = g->xkind == DLCC_EMU_WARP_BALLOT ? ballot : ballot == waiting;
+    }
+    g->xres = r;
+    g->state = F_READY;
+  }
+}
+
+/* The warp barrier under every shuffle, vote and __syncwarp: waits for
+ * the lanes of its mask (those that exist) and of every other waiting
+ * lane's mask. */
+static void warp_wait(Sched *s, unsigned mask) {
+  Fiber *f = &s->fibers[s->cur];
+  unsigned base = f->linear & ~31u, exist = warp_lanes(s, f->linear);
+  f->state = F_WAIT_WARP;
+  f->wait_mask = (mask | 1u << (f->linear & 31u)) & exist;
+  unsigned needed = 0, waiting = 0;
+  for (unsigned l = 0; l < 32; l++) {
+    if (!(exist >> l & 1u)) continue;
+    Fiber *g = &s->fibers[base + l];
+    if (g->state == F_WAIT_WARP) needed |= g->wait_mask, waiting |= 1u << l;
+  }
+  for (unsigned l = 0; l < 32; l++) {
+    if ((needed >> l & 1u) && s->fibers[base + l].state == F_DONE) {
+      char t[48];
+      tid_text(&s->fibers[base + l], t, sizeof t);
+      thread_fail(s, "waits at a warp shuffle or __syncwarp for thread %s of its warp, which has exited", t);
+    }
+  }
+  if (!(needed & ~waiting)) warp_release(s, base, waiting);
+  fiber_yield(s, f, false);
+}
+
+static void hook_syncthreads(DlccEmuEnv *e) {
+  Sched *s = e->sched;
+  Fiber *f = &s->fibers[s->cur];
+  if (s->n_done) {
+    char t[48];
+    tid_text(&s->fibers[s->first_done], t, sizeof t);
+    thread_fail(s, "thread %s exited while others wait at __syncthreads (undefined in CUDA)", t);
+  }
+  f->state = F_WAIT_BLOCK;
+  if (++s->n_block_wait == s->n) {
+    for (unsigned i = 0; i < s->n; i++) s->fibers[i].state = F_READY;
+    s->n_block_wait = 0;
+  }
+  fiber_yield(s, f, false);
+}
+
+static void hook_syncwarp(DlccEmuEnv *e, unsigned mask) {
+  Sched *s = e->sched;
+  Fiber *f = &s->fibers[s->cur];
+  f->xkind = -1, f->xsrc = -1, f->xval = 0;
+  warp_wait(s, mask);
+}
+
+static uint64_t hook_warp_exchange(DlccEmuEnv *e, unsigned mask, uint64_t value, int src, int kind) {
+  Sched *s = e->sched;
+  Fiber *f = &s->fibers[s->cur];
+  f->xkind = kind, f->xsrc = src, f->xval = value;
+  warp_wait(s, mask);
+  return s->fibers[s->cur].xres;
+}
+
+static void hook_trap(DlccEmuEnv *e, const char *what) { thread_fail(e->sched, "%s", what); }
+
+/* The hooks of a kernel the plan calls barrier-free: running its threads
+ * one after another would make every barrier wrong, so say so. */
+static void nobar_syncthreads(DlccEmuEnv *e) {
+  Sched *s = e->sched;
+  thread_fail(s, "kernel %s uses __syncthreads but the plan says it has no barriers", s->kernel);
+}
+
+static void nobar_syncwarp(DlccEmuEnv *e, unsigned mask) {
+  Sched *s = e->sched;
+  thread_fail(s, "kernel %s uses __syncwarp but the plan says it has no barriers", s->kernel);
+}
+
+static uint64_t nobar_warp_exchange(DlccEmuEnv *e, unsigned mask, uint64_t value, int src, int kind) {
+  Sched *s = e->sched;
+  thread_fail(s, "kernel %s uses a warp shuffle or vote but the plan says it has no barriers", s->kernel);
+  return value;
+}
+
+static void fiber_entry(void) {
+  Sched *s = emu_running;
+#ifdef EMU_ASAN
+  __sanitizer_finish_switch_fiber(NULL, &s->main_bottom, &s->main_size);
+#endif
+  s->launcher(s->args);
+  Fiber *f = &s->fibers[s->cur];
+  f->state = F_DONE;
+  if (!s->n_done++) s->first_done = f->linear;
+  if (s->n_block_wait) thread_fail(s, "exited while others wait at __syncthreads (undefined in CUDA)");
+  unsigned base = f->linear & ~31u, exist = warp_lanes(s, f->linear);
+  for (unsigned l = 0; l < 32; l++) {
+    Fiber *g = &s->fibers[base + l];
+    if ((exist >> l & 1u) && g->state == F_WAIT_WARP && (g->wait_mask >> (f->linear & 31u) & 1u))
+      thread_fail(s, "exited while others of its warp wait for it at a warp shuffle or __syncwarp");
+  }
+  fiber_yield(s, f, true);
+}
+
+static int grow_fibers(Sched *s, unsigned n) {
+  if (n <= s->cap) return 0;
+  Fiber *nf = realloc(s->fibers, sizeof *nf * n);
+  if (!nf) return rt_device_fail(&s->dev->base, "emu: out of host memory for %u fibers", n);
+  s->fibers = nf;
+  size_t page = (size_t)sysconf(_SC_PAGESIZE);
+  for (unsigned i = s->cap; i < n; i++) {
+    Fiber *f = &s->fibers[i];
+    memset(f, 0, sizeof *f);
+    /* Stacks are reserved, not committed: a block of 1024 threads touches
+     * a few pages of each.  The guard page turns an overflow into a crash
+     * at the right place instead of a corrupted neighbour. */
+    f->map = mmap(NULL, FIBER_STACK + page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (f->map == MAP_FAILED || mprotect(f->map, page, PROT_NONE) || getcontext(&f->ctx)) {
+      if (f->map != MAP_FAILED) munmap(f->map, FIBER_STACK + page);
+      s->cap = i;
+      return rt_device_fail(&s->dev->base, "emu: cannot map fiber stacks: %s", strerror(errno));
+    }
+    s->cap = i + 1;
+  }
+  return 0;
+}
+
+static int run_block_fibered(Sched *s) {
+  size_t page = (size_t)sysconf(_SC_PAGESIZE);
+  for (unsigned i = 0; i < s->n; i++) {
+    Fiber *f = &s->fibers[i];
+#ifdef EMU_ASAN
+    /* A fiber abandoned mid-kernel left its frames' redzones poisoned. */
+    if (s->dirty) __asan_unpoison_memory_region(f->map + page, FIBER_STACK);
+#endif
+    f->ctx.uc_stack.ss_sp = f->map + page;
+    f->ctx.uc_stack.ss_size = FIBER_STACK;
+    f->ctx.uc_link = &s->main_ctx;
+    makecontext(&f->ctx, fiber_entry, 0);
+    f->state = F_READY;
+  }
+  s->dirty = false;
+  s->n_done = s->n_block_wait = 0;
+  unsigned next = 0;
+  while (s->n_done < s->n) {
+    unsigned i = 0, tries;
+    for (tries = 0; tries < s->n; tries++) {
+      i = (next + tries) % s->n;
+      if (s->fibers[i].state == F_READY) break;
+    }
+    if (tries == s->n) {
+      unsigned at_block = 0, at_warp = 0;
+      for (unsigned k = 0; k < s->n; k++) {
+        at_block += s->fibers[k].state == F_WAIT_BLOCK;
+        at_warp += s->fibers[k].state == F_WAIT_WARP;
+      }
+      const DlccEmuDim3 *b = &s->env.block_idx;
+      s->dirty = true;
+      return rt_device_fail(&s->dev->base,
+                            "emu: kernel %s, block (%u,%u,%u): deadlock: %u threads wait at __syncthreads, %u at warp "
+                            "operations, %u have exited",
+                            s->kernel, b->x, b->y, b->z, at_block, at_warp, s->n_done);
+    }
+    Fiber *f = &s->fibers[i];
+    s->cur = i;
+    s->env.thread_idx = f->tid;
+    s->env.lane = f->linear & 31u;
+    s->env.warp_lanes = warp_lanes(s, f->linear);
+#ifdef EMU_ASAN
+    __sanitizer_start_switch_fiber(&s->main_fake, f->map + page, FIBER_STACK);
+#endif
+    swapcontext(&s->main_ctx, &f->ctx);
+#ifdef EMU_ASAN
+    __sanitizer_finish_switch_fiber(s->main_fake, NULL, NULL);
+#endif
+    if (s->failed) return -1;
+    next = i + 1;
+  }
+  return 0;
+}
+
+/* The fast path: threads one after another, each to completion. */
+static int run_grid_serial(Sched *s, const uint32_t grid[3]) {
+  if (setjmp(s->fast_exit)) return -1;
+  DlccEmuEnv *e = &s->env;
+  for (unsigned bz = 0; bz < grid[2]; bz++)
+    for (unsigned by = 0; by < grid[1]; by++)
+      for (unsigned bx = 0; bx < grid[0]; bx++) {
+        e->block_idx = (DlccEmuDim3){bx, by, bz};
+        unsigned linear = 0;
+        for (unsigned tz = 0; tz < e->block_dim.z; tz++)
+          for (unsigned ty = 0; ty < e->block_dim.y; ty++)
+            for (unsigned tx = 0; tx < e->block_dim.x; tx++, linear++) {
+              e->thread_idx = (DlccEmuDim3){tx, ty, tz};
+              e->lane = linear & 31u;
+              e->warp_lanes = warp_lanes(s, linear);
+              s->launcher(s->args);
+            }
+      }
+  return 0;
+}
+
+static int run_grid_fibered(Sched *s, const uint32_t grid[3]) {
+  if (grow_fibers(s, s->n)) return -1;
+  unsigned linear = 0;
+  for (unsigned tz = 0; tz < s->env.block_dim.z; tz++)
+    for (unsigned ty = 0; ty < s->env.block_dim.y; ty++)
+      for (unsigned tx = 0; tx < s->env.block_dim.x; tx++, linear++) {
+        s->fibers[linear].tid = (DlccEmuDim3){tx, ty, tz};
+        s->fibers[linear].linear = linear;
+      }
+  for (unsigned bz = 0; bz < grid[2]; bz++)
+    for (unsigned by = 0; by < grid[1]; by++)
+      for (unsigned bx = 0; bx < grid[0]; bx++) {
+        s->env.block_idx = (DlccEmuDim3){bx, by, bz};
+        if (run_block_fibered(s)) return -1;
+      }
+  return 0;
+}
+
+static int emu_launch(RtDevice *d, RtModule *m, const RtLaunch *l, const void *const *arg_values) {
+  EmuDevice *e = (EmuDevice *)d;
+  Sched *s = &e->sched;
+  if (d->broken) return -1;
+  if (!m || !l) return rt_device_fail(d, "emu: launch without a module or launch");
+  if (l->kernel >= m->n) return rt_device_fail(d, "emu: launch of kernel %u, but the module has %u", l->kernel, m->n);
+  const EmuKernel *k = &m->kernels[l->kernel];
+  const uint32_t *g = l->grid, *b = l->block;
+  uint64_t threads = (uint64_t)b[0] * b[1] * b[2];
+  /* The GPU's limits, so a launch emu accepts also launches on the GPU. */
+  if (!b[0] || !b[1] || !b[2] || b[0] > 1024 || b[1] > 1024 || b[2] > 64 || threads > MAX_BLOCK_THREADS)
+    return rt_device_fail(d, "emu: kernel %s: block (%u,%u,%u) is not a valid CUDA block (1..1024 threads, z <= 64)",
+                          k->name, b[0], b[1], b[2]);
+  if (!g[0] || !g[1] || !g[2] || g[0] > 0x7fffffffu || g[1] > 65535 || g[2] > 65535)
+    return rt_device_fail(d, "emu: kernel %s: grid (%u,%u,%u) is not a valid CUDA grid", k->name, g[0], g[1], g[2]);
+  if (l->dynamic_shared_bytes > MAX_DYN_SHARED)
+    return rt_device_fail(d, "emu: kernel %s: %u bytes of dynamic shared memory, more than a block can have (%u)",
+                          k->name, l->dynamic_shared_bytes, (unsigned)MAX_DYN_SHARED);
+  s->env = (DlccEmuEnv){
+      .block_dim = {b[0], b[1], b[2]},
+      .grid_dim = {g[0], g[1], g[2]},
+      .syncthreads = k->uses_barriers ? hook_syncthreads : nobar_syncthreads,
+      .syncwarp = k->uses_barriers ? hook_syncwarp : nobar_syncwarp,
+      .warp_exchange = k->uses_barriers ? hook_warp_exchange : nobar_warp_exchange,
+      .trap = hook_trap,
+      .sched = s,
+  };
+  s->n = (unsigned)threads;
+  s->launcher = k->launcher;
+  s->args = (void **)arg_values;
+  s->kernel = k->name;
+  s->failed = false;
+  s->fibered = k->uses_barriers;
+  Sched *outer = emu_running;
+  emu_running = s;
+  m->set_env(&s->env);
+  int rc = s->fibered ? run_grid_fibered(s, g) : run_grid_serial(s, g);
+  emu_running = outer;
+  return rc;
+}
+
+/* ---- memory ----------------------------------------------------------- */
+
+static int emu_alloc(RtDevice *d, uint64_t nbytes, RtDevPtr *out) {
+  if (d->broken) return -1;
+  /* cudaMalloc's 256-byte alignment, so vector loads codegen relies on
+   * are aligned here too; 0 bytes still gives a distinct pointer. */
+  uint64_t rounded = (nbytes + 255u) & ~(uint64_t)255u;
+  void *p = NULL;
+  if (nbytes > SIZE_MAX - 256 || posix_memalign(&p, 256, rounded ? rounded : 256))
+    return rt_device_fail(d, "emu: out of memory allocating %llu bytes", (unsigned long long)nbytes);
+  *out = (RtDevPtr)(uintptr_t)p;
+  return 0;
+}
+
+static int emu_free(RtDevice *d, RtDevPtr p) {
+  free((void *)(uintptr_t)p);
+  return 0;
+}
+
+static int emu_upload(RtDevice *d, RtDevPtr dst, const void *src, uint64_t nbytes) {
+  if (d->broken) return -1;
+  if (nbytes) memcpy((void *)(uintptr_t)dst, src, nbytes);
+  return 0;
+}
+
+static int emu_download(RtDevice *d, void *dst, RtDevPtr src, uint64_t nbytes) {
+  if (d->broken) return -1;
+  if (nbytes) memcpy(dst, (const void *)(uintptr_t)src, nbytes);
+  return 0;
+}
+
+static int emu_copy(RtDevice *d, RtDevPtr dst, RtDevPtr src, uint64_t nbytes) {
+  if (d->broken) return -1;
+  if (nbytes) memmove((void *)(uintptr_t)dst, (const void *)(uintptr_t)src, nbytes);
+  return 0;
+}
+
+static int emu_memset0(RtDevice *d, RtDevPtr dst, uint64_t nbytes) {
+  if (d->broken) return -1;
+  if (nbytes) memset((void *)(uintptr_t)dst, 0, nbytes);
+  return 0;
+}
+
+static int emu_gemm(RtDevice *d, const RtGemm *g, RtDevPtr a, RtDevPtr b, RtDevPtr c) {
+  if (d->broken) return -1;
+  char err[512];
+  if (rt_emu_gemm(g, (const void *)(uintptr_t)a, (const void *)(uintptr_t)b, (void *)(uintptr_t)c, err, sizeof err))
+    return rt_device_fail(d, "%s", err);
+  return 0;
+}
+
+static int emu_synchronize(RtDevice *d) { return d->broken ? -1 : 0; }
+
+/* ---- compiling and loading -------------------------------------------- */
+
+typedef struct Hash {
+  uint64_t a, b;
+} Hash;
+
+/* Two independent 64-bit FNV-style hashes, length-prefixed per part, so
+ * moving text from one part to the next changes the key. */
+static void hash_part(Hash *h, const void *p, size_t n) {
+  const unsigned char *c = p;
+  uint64_t len = n;
+  for (int i = 0; i < 8; i++) {
+    h->a = (h->a ^ (len >> (8 * i) & 0xff)) * 0x100000001b3ull;
+    h->b = (h->b ^ (len >> (8 * i) & 0xff)) * 0xff51afd7ed558ccdull;
+  }
+  for (size_t i = 0; i < n; i++) {
+    h->a = (h->a ^ c[i]) * 0x100000001b3ull;
+    h->b = (h->b ^ c[i]) * 0xff51afd7ed558ccdull;
+    h->b ^= h->b >> 29;
+  }
+}
+
+static void hash_str(Hash *h, const char *s) { hash_part(h, s, strlen(s)); }
+
+static int mkdir_p(char *path) {
+  for (char *p = path + 1; *p; p++) {
+    if (*p != '/') continue;
+    *p = 0;
+    int rc = mkdir(path, 0755);
+    *p = '/';
+    if (rc && errno != EEXIST) return -1;
+  }
+  return mkdir(path, 0755) && errno != EEXIST ? -1 : 0;
+}
+
+/* $DLCC_CACHE_DIR, else $XDG_CACHE_HOME/dlcc, else ~/.cache/dlcc (the
+ * NVRTC cache's), then emu/. */
+static int cache_dir(RtDevice *d, char *out, size_t len) {
+  const char *dir = getenv("DLCC_CACHE_DIR"), *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+  int n;
+  if (dir && *dir)
+    n = snprintf(out, len, "%s/emu", dir);
+  else if (xdg && *xdg)
+    n = snprintf(out, len, "%s/dlcc/emu", xdg);
+  else if (home && *home)
+    n = snprintf(out, len, "%s/.cache/dlcc/emu", home);
+  else
+    return rt_device_fail(d, "emu: no kernel cache directory: set DLCC_CACHE_DIR (HOME is not set)");
+  if (n < 0 || (size_t)n >= len) return rt_device_fail(d, "emu: kernel cache path too long");
+  if (mkdir_p(out))
+    return rt_device_fail(d, "emu: cannot create the kernel cache %s: %s (set DLCC_CACHE_DIR)", out, strerror(errno));
+  return 0;
+}
+
+static int write_file(const char *path, const char *text) {
+  FILE *f = fopen(path, "w");
+  if (!f) return -1;
+  size_t n = strlen(text);
+  int rc = fwrite(text, 1, n, f) == n ? 0 : -1;
+  if (fclose(f)) rc = -1;
+  return rc;
+}
+
+static char *read_file(const char *path, size_t max) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return NULL;
+  char *buf = malloc(max + 1);
+  size_t n = buf ? fread(buf, 1, max, f) : 0;
+  fclose(f);
+  if (buf) buf[n] = 0;
+  return buf;
+}
+
+static void remove_tree(const char *dir) {
+  static const char *const names[] = {"kernels.cu", "dynamic_shared.cu", "kernels.so", "compiler.log"};
+  char p[PATH_MAX];
+  for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
+    snprintf(p, sizeof p, "%s/%s", dir, names[i]);
+    unlink(p);
+  }
+  rmdir(dir);
+}
+
+/* Copies the compiler's log into the error, without the temp directory
+ * in front of every file name, truncated to what the buffer holds. */
+static void log_excerpt(const char *log, const char *tmpdir, char *out, size_t len) {
+  size_t dl = strlen(tmpdir), o = 0;
+  for (const char *p = log; *p && o + 1 < len;) {
+    if (!strncmp(p, tmpdir, dl) && p[dl] == '/') {
+      p += dl + 1;
+      continue;
+    }
+    out[o++] = *p++;
+  }
+  while (o && out[o - 1] == '\n') o--;
+  out[o] = 0;
+}
+
+static bool is_ident(char c) {
+  return c == '_' || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
+}
+
+/* Dynamic shared memory, `extern __shared__ T name[];`, is a declaration
+ * with no definition on the host.  Variable names are not mangled with
+ * their type, so a second translation unit defines each such name as a
+ * block's worth of bytes.  Returns that unit's text ("" when there is no
+ * such declaration), malloc'd. */
+static char *dynamic_shared_unit(const char *src) {
+  char names[MAX_DYN_NAMES][128];
+  int n = 0;
+  for (const char *p = strstr(src, "extern"); p; p = strstr(p + 6, "extern")) {
+    if (p > src && is_ident(p[-1])) continue;
+    const char *q = p + 6;
+    while (*q == ' ' || *q == '\t' || *q == '\n') q++;
+    if (strncmp(q, "__shared__", 10) || is_ident(q[10])) continue;
+    const char *end = strchr(q, ';'), *br = NULL;
+    for (const char *r = q; end && r < end; r++)
+      if (*r == '[') br = r;
+    if (!br) continue;
+    const char *nend = br;
+    while (nend > q && (nend[-1] == ' ' || nend[-1] == '\t')) nend--;
+    const char *nbeg = nend;
+    while (nbeg > q && is_ident(nbeg[-1])) nbeg--;
+    size_t len = (size_t)(nend - nbeg);
+    if (!len || len >= sizeof names[0] || n == MAX_DYN_NAMES) continue;
+    bool seen = false;
+    for (int i = 0; i < n; i++) seen |= strlen(names[i]) == len && !strncmp(names[i], nbeg, len);
+    if (seen) continue;
+    memcpy(names[n], nbeg, len);
+    names[n++][len] = 0;
+  }
+  size_t cap = 64 + (size_t)n * 200, o = 0;
+  char *text = malloc(cap);
+  if (!text) return NULL;
+  text[0] = 0;
+  for (int i = 0; i < n; i++)
+    o += (size_t)snprintf(text + o, cap - o, "thread_local __attribute__((aligned(16))) unsigned char %s[%u];\n",
+                          names[i], (unsigned)MAX_DYN_SHARED);
+  return text;
+}
+
+static int compile(EmuDevice *e, const RtPlan *plan, const char *dyn_unit, const char *dir, const char *so_path) {
+  RtDevice *d = &e->base;
+  char tmp[DIR_MAX + 16], src[PATH_MAX], src2[PATH_MAX], out[PATH_MAX], logp[PATH_MAX];
+  snprintf(tmp, sizeof tmp, "%s/tmp-XXXXXX", dir);
+  if (!mkdtemp(tmp)) return rt_device_fail(d, "emu: cannot create a build directory in %s: %s", dir, strerror(errno));
+  snprintf(src, sizeof src, "%s/kernels.cu", tmp);
+  snprintf(src2, sizeof src2, "%s/dynamic_shared.cu", tmp);
+  snprintf(out, sizeof out, "%s/kernels.so", tmp);
+  snprintf(logp, sizeof logp, "%s/compiler.log", tmp);
+  if (write_file(src, plan->source) || (*dyn_unit && write_file(src2, dyn_unit))) {
+    remove_tree(tmp);
+    return rt_device_fail(d, "emu: cannot write %s: %s", src, strerror(errno));
+  }
+  const char *argv[2 * MAX_CXX_WORDS + 16];
+  int argc = 0;
+  argv[argc++] = e->cxx_path;
+  for (int i = 1; i < e->n_cxx_words; i++) argv[argc++] = e->cxx_words[i];
+  for (size_t i = 0; i < sizeof cxx_flags / sizeof *cxx_flags; i++) argv[argc++] = cxx_flags[i];
+  argv[argc++] = "-include";
+  argv[argc++] = e->header;
+  for (int i = 0; i < e->n_extra_words; i++) argv[argc++] = e->extra_words[i];
+  argv[argc++] = "-o";
+  argv[argc++] = out;
+  argv[argc++] = src;
+  if (*dyn_unit) argv[argc++] = src2;
+  argv[argc] = NULL;
+
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_addopen(&fa, 1, logp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_adddup2(&fa, 1, 2);
+  pid_t pid;
+  int rc = posix_spawn(&pid, e->cxx_path, &fa, NULL, (char *const *)argv, environ);
+  posix_spawn_file_actions_destroy(&fa);
+  if (rc) {
+    remove_tree(tmp);
+    return rt_device_fail(d, "emu: cannot run the host compiler %s: %s", e->cxx_path, strerror(rc));
+  }
+  e->compiles++;
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    char *log = read_file(logp, 64 * 1024);
+    char excerpt[sizeof d->error];
+    log_excerpt(log ? log : "", tmp, excerpt, 700);
+    free(log);
+    /* Keep the source and the full log where the message says. */
+    char kept[DIR_MAX + 16];
+    snprintf(kept, sizeof kept, "%s/failed", dir);
+    remove_tree(kept);
+    const char *where = rename(tmp, kept) ? tmp : kept;
+    return rt_device_fail(d, "emu: the host compiler failed on the kernels of model %s (source and log in %s):\n%s",
+                          plan->model_name ? plan->model_name : "?", where, excerpt);
+  }
+  rc = rename(out, so_path);
+  int saved = errno;
+  remove_tree(tmp);
+  if (rc) return rt_device_fail(d, "emu: cannot store %s: %s", so_path, strerror(saved));
+  return 0;
+}
+
+static void module_free(RtModule *m) {
+  if (!m) return;
+  for (uint32_t i = 0; i < m->n; i++) free(m->kernels[i].name);
+  free(m->kernels);
+  if (m->dl) dlclose(m->dl);
+  free(m);
+}
+
+/* dlopens so and binds every kernel's launcher.  Returns 0, 1 when the
+ * file is not a module of this ABI (a corrupted or stale cache entry:
+ * rebuild it), -1 on any other error. */
+static int bind_module(EmuDevice *e, const RtPlan *plan, const char *so, RtModule **out) {
+  RtDevice *d = &e->base;
+  void *dl = dlopen(so, RTLD_NOW | RTLD_LOCAL);
+  if (!dl) {
+    rt_device_fail(d, "emu: cannot load the compiled kernels %s: %s", so, dlerror());
+    return 1;
+  }
+  unsigned (*abi)(void) = (unsigned (*)(void))dlsym(dl, "dlcc_emu_abi");
+  void (*set_env)(DlccEmuEnv *) = (void (*)(DlccEmuEnv *))dlsym(dl, "dlcc_emu_set_env");
+  if (!abi || !set_env || abi() != DLCC_EMU_ABI) {
+    dlclose(dl);
+    rt_device_fail(d, "emu: %s was not built with this runtime's dlcc_emu.h (ABI %u)", so, DLCC_EMU_ABI);
+    return 1;
+  }
+  RtModule *m = calloc(1, sizeof *m);
+  if (!m || !(m->kernels = calloc(plan->n_kernels + 1, sizeof *m->kernels))) {
+    free(m);
+    dlclose(dl);
+    rt_device_fail(d, "emu: out of host memory");
+    return -1;
+  }
+  m->dl = dl;
+  m->set_env = set_env;
+  for (uint32_t i = 0; i < plan->n_kernels; i++) {
+    const RtKernel *k = &plan->kernels[i];
+    EmuKernel *ek = &m->kernels[i];
+    char sym[512];
+    if (!k->name || snprintf(sym, sizeof sym, "%s__emu", k->name) >= (int)sizeof sym) {
+      module_free(m);
+      rt_device_fail(d, "emu: kernel %u has no name, or one too long", i);
+      return -1;
+    }
+    ek->name = strdup(k->name);
+    ek->uses_barriers = k->uses_barriers != 0;
+    ek->launcher = (void (*)(void **))dlsym(dl, sym);
+    m->n = i + 1;
+    if (!ek->name || !ek->launcher) {
+      module_free(m);
+      rt_device_fail(d, "emu: kernel %s has no launcher %s in the source (codegen emits it under #ifdef DLCC_EMU)",
+                     k->name, sym);
+      return -1;
+    }
+  }
+  *out = m;
+  return 0;
+}
+
+static int emu_load(RtDevice *d, const RtPlan *plan, RtModule **out) {
+  EmuDevice *e = (EmuDevice *)d;
+  if (d->broken) return -1;
+  if (!plan || !out) return rt_device_fail(d, "emu: load without a plan");
+  if (!plan->source) return rt_device_fail(d, "emu: the plan has no kernel source");
+  if (plan->n_kernels && !plan->kernels)
+    return rt_device_fail(d, "emu: the plan lists %u kernels but none", plan->n_kernels);
+  char dir[DIR_MAX], so[PATH_MAX];
+  if (cache_dir(d, dir, sizeof dir)) return -1;
+
+  Hash h = {0xcbf29ce484222325ull, 0x84222325cbf29ce4ull};
+  char abi[16];
+  snprintf(abi, sizeof abi, "abi %u", DLCC_EMU_ABI);
+  hash_str(&h, abi);
+  hash_str(&h, e->cxx_path);
+  struct stat st;
+  if (!stat(e->cxx_path, &st)) { /* a compiler upgrade rebuilds */
+    long long id[2] = {(long long)st.st_size, (long long)st.st_mtime};
+    hash_part(&h, id, sizeof id);
+  }
+  for (int i = 1; i < e->n_cxx_words; i++) hash_str(&h, e->cxx_words[i]);
+  for (size_t i = 0; i < sizeof cxx_flags / sizeof *cxx_flags; i++) hash_str(&h, cxx_flags[i]);
+  for (int i = 0; i < e->n_extra_words; i++) hash_str(&h, e->extra_words[i]);
+  hash_str(&h, e->header_text);
+  hash_str(&h, plan->source);
+  char *dyn_unit = dynamic_shared_unit(plan->source);
+  if (!dyn_unit) return rt_device_fail(d, "emu: out of host memory");
+  hash_str(&h, dyn_unit);
+  snprintf(so, sizeof so, "%s/%016llx%016llx.so", dir, (unsigned long long)h.a, (unsigned long long)h.b);
+
+  int rc = 1;
+  if (!access(so, F_OK)) {
+    rc = bind_module(e, plan, so, out);
+    if (rc > 0) unlink(so); /* corrupted or stale: build it again */
+  }
+  if (rc > 0) rc = compile(e, plan, dyn_unit, dir, so) ? -1 : bind_module(e, plan, so, out) ? -1 : 0;
+  free(dyn_unit);
+  return rc;
+}
+
+static void emu_unload(RtDevice *d, RtModule *m) { module_free(m); }
+
+/* ---- opening ---------------------------------------------------------- */
+
+static bool find_in_path(const char *name, char *out, size_t len) {
+  if (strchr(name, '/')) {
+    snprintf(out, len, "%s", name);
+    return access(out, X_OK) == 0;
+  }
+  const char *path = getenv("PATH");
+  if (!path || !*path) path = "/usr/local/bin:/usr/bin:/bin";
+  while (*path) {
+    const char *colon = strchr(path, ':');
+    size_t n = colon ? (size_t)(colon - path) : strlen(path);
+    if (n && snprintf(out, len, "%.*s/%s", (int)n, path, name) < (int)len && access(out, X_OK) == 0) return true;
+    path += n + (colon != NULL);
+  }
+  return false;
+}
+
+static int split_words(char *text, char **words, int max) {
+  int n = 0;
+  for (char *p = strtok(text, " \t\n"); p; p = strtok(NULL, " \t\n")) {
+    if (n == max) return -1;
+    words[n++] = p;
+  }
+  return n;
+}
+
+static void emu_destroy(RtDevice *d) {
+  EmuDevice *e = (EmuDevice *)d;
+  size_t page = (size_t)sysconf(_SC_PAGESIZE);
+  for (unsigned i = 0; i < e->sched.cap; i++) munmap(e->sched.fibers[i].map, FIBER_STACK + page);
+  free(e->sched.fibers);
+  free(e->cxx_text);
+  free(e->extra_text);
+  free(e->header_text);
+  free(e);
+}
+
+static int open_fail(EmuDevice *e, char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static int open_fail(EmuDevice *e, char *err, size_t errlen, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  if (err && errlen) vsnprintf(err, errlen, fmt, ap);
+  va_end(ap);
+  emu_destroy(&e->base);
+  return -1;
+}
+
+/* The header: $DLCC_EMU_HEADER, else the source tree's (a build-tree
+ * library), else the installed one. */
+static bool find_header(char *out, size_t len) {
+  const char *env = getenv("DLCC_EMU_HEADER");
+  if (env && *env) {
+    snprintf(out, len, "%s", env);
+    return true;
+  }
+#ifdef DLCC_EMU_SRC_HEADER
+  if (!access(DLCC_EMU_SRC_HEADER, R_OK)) {
+    snprintf(out, len, "%s", DLCC_EMU_SRC_HEADER);
+    return true;
+  }
+#endif
+#ifdef DLCC_EMU_INSTALLED_HEADER
+  snprintf(out, len, "%s", DLCC_EMU_INSTALLED_HEADER);
+  return true;
+#else
+  return false;
+#endif
+}
+
+RtDevice *rt_emu_open(char *err, size_t errlen) {
+  EmuDevice *e = calloc(1, sizeof *e);
+  if (!e) {
+    if (err && errlen) snprintf(err, errlen, "emu: out of host memory");
+    return NULL;
+  }
+  e->base.ops = &emu_ops;
+  e->sched.dev = e;
+
+  const char *cxx = getenv("DLCC_EMU_CXX");
+  if (cxx && *cxx) {
+    e->cxx_text = strdup(cxx);
+    e->n_cxx_words = e->cxx_text ? split_words(e->cxx_text, e->cxx_words, MAX_CXX_WORDS) : 0;
+    if (e->n_cxx_words <= 0) {
+      open_fail(e, err, errlen, "emu: DLCC_EMU_CXX='%s' is not a compiler command", cxx);
+      return NULL;
+    }
+    if (!find_in_path(e->cxx_words[0], e->cxx_path, sizeof e->cxx_path)) {
+      open_fail(e, err, errlen, "emu: DLCC_EMU_CXX: %s is not an executable on PATH", cxx);
+      return NULL;
+    }
+  } else {
+    static const char *const names[] = {"c++", "g++", "clang++"};
+    for (size_t i = 0; i < sizeof names / sizeof *names && !e->n_cxx_words; i++) {
+      if (!find_in_path(names[i], e->cxx_path, sizeof e->cxx_path)) continue;
+      e->cxx_words[0] = (char *)names[i];
+      e->n_cxx_words = 1;
+    }
+    if (!e->n_cxx_words) {
+      open_fail(e, err, errlen,
+                "emu: no host C++ compiler (looked for c++, g++, clang++ on PATH): install g++ or set DLCC_EMU_CXX");
+      return NULL;
+    }
+  }
+  const char *extra = getenv("DLCC_EMU_CXXFLAGS");
+  if (extra && *extra) {
+    e->extra_text = strdup(extra);
+    e->n_extra_words = e->extra_text ? split_words(e->extra_text, e->extra_words, MAX_CXX_WORDS) : 0;
+    if (e->n_extra_words < 0) e->n_extra_words = 0;
+  }
+  if (!find_header(e->header, sizeof e->header)) {
+    open_fail(e, err, errlen, "emu: dlcc_emu.h not found: set DLCC_EMU_HEADER");
+    return NULL;
+  }
+  e->header_text = read_file(e->header, 1 << 20);
+  if (!e->header_text) {
+    open_fail(e, err, errlen, "emu: cannot read the emulation header %s: %s (set DLCC_EMU_HEADER)", e->header,
+              strerror(errno));
+    return NULL;
+  }
+  return &e->base;
+}
+
+unsigned rt_emu_compile_count(const RtDevice *d) {
+  return d && d->ops == &emu_ops ? ((const EmuDevice *)d)->compiles : 0;
+}
+
+static const RtDeviceOps emu_ops = {
+    .name = "emu",
+    .destroy = emu_destroy,
+    .alloc = emu_alloc,
+    .free = emu_free,
+    .upload = emu_upload,
+    .download = emu_download,
+    .copy = emu_copy,
+    .memset0 = emu_memset0,
+    .load = emu_load,
+    .unload = emu_unload,
+    .launch = emu_launch,
+    .gemm = emu_gemm,
+    .synchronize = emu_synchronize,
+};

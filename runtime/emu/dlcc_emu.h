@@ -1,0 +1,530 @@
+/* CUDA's built-ins for the host compiler: the emu device compiles a plan's
+ * CUDA C text with `c++ -x c++ -DDLCC_EMU -include dlcc_emu.h`, so the very
+ * same kernels the GPU runs become a shared object the CPU can call.
+ *
+ * Two parts.  The C part (the ABI below) is also read by runtime/emu.c and
+ * runtime/emu_gemm.c: the environment the scheduler fills before each
+ * thread runs, and the bit-exact float <-> f16/bf16 conversions.  The C++
+ * part gives kernels threadIdx and friends, __shared__, barriers, warp
+ * shuffles, atomics, math and the half types.
+ *
+ * How CUDA maps here.  A block's threads run one after another on one OS
+ * thread (as fibers when the kernel synchronizes), blocks one at a time.
+ * So __shared__ is `thread_local`: every thread of the block (all fibers of
+ * one OS thread) sees one copy, and two OS threads launching at once do not
+ * share it.  Atomics are plain read-modify-writes: fibers only switch at
+ * barriers.  Dynamic shared memory, `extern __shared__ T name[];`, is
+ * defined by the runtime in a second translation unit (227 KiB, the most
+ * a block can have). */
+#ifndef DLCC_EMU_H
+#define DLCC_EMU_H
+
+#include <stdint.h>
+#include <string.h>
+
+/* ---- ABI with the runtime (plain C) ---------------------------------- */
+
+/* Bumped whenever DlccEmuEnv or the exported entry points change: a
+ * module compiled against another header is refused, not misread. */
+#define DLCC_EMU_ABI 1
+
+typedef struct DlccEmuDim3 {
+  unsigned int x, y, z;
+} DlccEmuDim3;
+
+enum { DLCC_EMU_WARP_SHFL, DLCC_EMU_WARP_BALLOT, DLCC_EMU_WARP_ALL };
+
+typedef struct DlccEmuEnv DlccEmuEnv;
+struct DlccEmuEnv {
+  DlccEmuDim3 thread_idx, block_idx, block_dim, grid_dim;
+  unsigned int lane;       /* linear thread index % 32 */
+  unsigned int warp_lanes; /* bit i: lane i of this thread's warp exists */
+  void (*syncthreads)(DlccEmuEnv *e);
+  void (*syncwarp)(DlccEmuEnv *e, unsigned int mask);
+  /* Every lane of `mask` passes `value`.  SHFL: returns the value lane
+   * `src` passed, or `value` itself when src < 0 or that lane took no
+   * part.  BALLOT: bit i set when lane i passed nonzero.  ALL: 1 when
+   * every taking part passed nonzero. */
+  uint64_t (*warp_exchange)(DlccEmuEnv *e, unsigned int mask, uint64_t value, int src, int kind);
+  /* __trap(), a failed assert: ends the launch with `what`; never returns. */
+  void (*trap)(DlccEmuEnv *e, const char *what);
+  void *sched; /* the runtime's */
+};
+
+/* Round to nearest even, overflow to inf, NaN to CUDA's canonical 0x7fff:
+ * the same bits cvt.rn.f16.f32 gives on the GPU. */
+static inline uint16_t dlcc_emu_f32_to_f16(float f) {
+  uint32_t x, ax, sign, r, rem;
+  memcpy(&x, &f, 4);
+  sign = (x >> 16) & 0x8000u;
+  ax = x & 0x7fffffffu;
+  if (ax > 0x7f800000u) return 0x7fffu;
+  if (ax >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u); /* >= 65520 */
+  if (ax < 0x38800000u) {                                   /* below 2^-14: subnormal */
+    uint32_t m, shift, half;
+    if (ax <= 0x33000000u) return (uint16_t)sign; /* <= 2^-25 ties to 0 */
+    m = (ax & 0x7fffffu) | 0x800000u;
+    shift = 126u - (ax >> 23); /* 14..24 */
+    r = m >> shift;
+    rem = m & ((1u << shift) - 1u);
+    half = 1u << (shift - 1u);
+    if (rem > half || (rem == half && (r & 1u))) r++;
+    return (uint16_t)(sign | r);
+  }
+  r = (ax >> 13) - (112u << 10);
+  rem = ax & 0x1fffu;
+  if (rem > 0x1000u || (rem == 0x1000u && (r & 1u))) r++;
+  return (uint16_t)(sign | r);
+}
+
+static inline float dlcc_emu_f16_to_f32(uint16_t h) {
+  uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu, x;
+  float f;
+  if (e == 0x1fu) {
+    x = sign | 0x7f800000u | (m << 13);
+  } else if (e == 0) {
+    f = (float)m * 5.9604644775390625e-8f; /* m * 2^-24, exact */
+    return sign ? -f : f;
+  } else {
+    x = sign | ((e + 112u) << 23) | (m << 13);
+  }
+  memcpy(&f, &x, 4);
+  return f;
+}
+
+static inline uint16_t dlcc_emu_f32_to_bf16(float f) {
+  uint32_t x;
+  memcpy(&x, &f, 4);
+  if ((x & 0x7fffffffu) > 0x7f800000u) return 0x7fffu;
+  x += 0x7fffu + ((x >> 16) & 1u);
+  return (uint16_t)(x >> 16);
+}
+
+static inline float dlcc_emu_bf16_to_f32(uint16_t b) {
+  uint32_t x = (uint32_t)b << 16;
+  float f;
+  memcpy(&f, &x, 4);
+  return f;
+}
+
+/* double -> float rounding to odd: rounding that once more to f16 or bf16
+ * (at most 22 bits) gives the correctly rounded result, which double ->
+ * float -> half with two nearest-even roundings does not. */
+static inline float dlcc_emu_f64_to_f32_odd(double d) {
+  float f = (float)d;
+  if ((double)f != d && d == d) {
+    uint32_t u;
+    double ad = d < 0 ? -d : d, af = f < 0 ? -(double)f : (double)f;
+    memcpy(&u, &f, 4);
+    if (!(u & 1u)) {
+      u = ad > af ? u + 1u : u - 1u;
+      memcpy(&f, &u, 4);
+    }
+  }
+  return f;
+}
+
+static inline uint16_t dlcc_emu_f64_to_f16(double d) {
+  return dlcc_emu_f32_to_f16(dlcc_emu_f64_to_f32_odd(d));
+}
+
+static inline uint16_t dlcc_emu_f64_to_bf16(double d) {
+  return dlcc_emu_f32_to_bf16(dlcc_emu_f64_to_f32_odd(d));
+}
+
+#ifdef __cplusplus
+/* ---- the CUDA dialect (C++ only) -------------------------------------- */
+
+#include <float.h>
+#include <limits.h>
+#include <math.h> /* C++'s: float overloads of exp, sqrt... in the global namespace */
+#include <stdio.h>
+
+#define __global__
+#define __device__
+#define __host__
+#define __constant__
+#define __forceinline__ inline __attribute__((always_inline))
+#define __noinline__ __attribute__((noinline))
+#define __align__(n) __attribute__((aligned(n)))
+#define __launch_bounds__(...)
+#define __shared__ thread_local
+
+static thread_local DlccEmuEnv *__dlcc_env;
+
+extern "C" __attribute__((visibility("default"), used, weak)) unsigned dlcc_emu_abi(void) {
+  return DLCC_EMU_ABI;
+}
+extern "C" __attribute__((visibility("default"), used, weak)) void dlcc_emu_set_env(DlccEmuEnv *e) {
+  __dlcc_env = e;
+}
+
+/* ---- built-in variables and vector types ---- */
+
+typedef DlccEmuDim3 uint3;
+struct dim3 {
+  unsigned int x, y, z;
+  constexpr dim3(unsigned int vx = 1, unsigned int vy = 1, unsigned int vz = 1) : x(vx), y(vy), z(vz) {}
+  constexpr dim3(uint3 v) : x(v.x), y(v.y), z(v.z) {}
+  constexpr operator uint3() const { return uint3{x, y, z}; }
+};
+
+#define threadIdx (__dlcc_env->thread_idx)
+#define blockIdx (__dlcc_env->block_idx)
+#define blockDim (__dlcc_env->block_dim)
+#define gridDim (__dlcc_env->grid_dim)
+constexpr int warpSize = 32;
+
+#define DLCC_EMU_VEC2(T, N, A) \
+  struct __attribute__((aligned(A))) N { T x, y; }; \
+  static inline N make_##N(T x, T y) { return N{x, y}; }
+#define DLCC_EMU_VEC3(T, N) \
+  struct N { T x, y, z; }; \
+  static inline N make_##N(T x, T y, T z) { return N{x, y, z}; }
+#define DLCC_EMU_VEC4(T, N, A) \
+  struct __attribute__((aligned(A))) N { T x, y, z, w; }; \
+  static inline N make_##N(T x, T y, T z, T w) { return N{x, y, z, w}; }
+DLCC_EMU_VEC2(float, float2, 8)
+DLCC_EMU_VEC3(float, float3)
+DLCC_EMU_VEC4(float, float4, 16)
+DLCC_EMU_VEC2(double, double2, 16)
+DLCC_EMU_VEC2(int, int2, 8)
+DLCC_EMU_VEC3(int, int3)
+DLCC_EMU_VEC4(int, int4, 16)
+DLCC_EMU_VEC2(unsigned int, uint2, 8)
+DLCC_EMU_VEC4(unsigned int, uint4, 16)
+DLCC_EMU_VEC2(short, short2, 4)
+DLCC_EMU_VEC2(unsigned short, ushort2, 4)
+DLCC_EMU_VEC4(signed char, char4, 4)
+DLCC_EMU_VEC4(unsigned char, uchar4, 4)
+DLCC_EMU_VEC2(long long, longlong2, 16)
+static inline uint3 make_uint3(unsigned int x, unsigned int y, unsigned int z) { return uint3{x, y, z}; }
+
+/* ---- synchronization ---- */
+
+static inline void __syncthreads(void) { __dlcc_env->syncthreads(__dlcc_env); }
+static inline void __syncwarp(unsigned int mask = 0xffffffffu) { __dlcc_env->syncwarp(__dlcc_env, mask); }
+static inline void __threadfence(void) {}
+static inline void __threadfence_block(void) {}
+static inline void __threadfence_system(void) {}
+static inline unsigned int __activemask(void) { return __dlcc_env->warp_lanes; }
+static inline void __trap(void) { __dlcc_env->trap(__dlcc_env, "__trap() called"); }
+#define DLCC_EMU_STR2(x) #x
+#define DLCC_EMU_STR(x) DLCC_EMU_STR2(x)
+#undef assert
+#define assert(e) \
+  ((e) ? (void)0 : __dlcc_env->trap(__dlcc_env, __FILE__ ":" DLCC_EMU_STR(__LINE__) ": assertion failed: " #e))
+
+template <class T> static inline T __dlcc_warp(unsigned int mask, T v, int src) {
+  static_assert(sizeof(T) <= 8, "warp shuffles move at most 8 bytes");
+  uint64_t u = 0;
+  memcpy(&u, &v, sizeof v);
+  u = __dlcc_env->warp_exchange(__dlcc_env, mask, u, src, DLCC_EMU_WARP_SHFL);
+  T r;
+  memcpy(&r, &u, sizeof r);
+  return r;
+}
+
+/* Lane arithmetic as the CUDA programming guide gives it for width < 32. */
+template <class T> static inline T __shfl_sync(unsigned int mask, T var, int srcLane, int width = warpSize) {
+  int lane = (int)__dlcc_env->lane;
+  return __dlcc_warp(mask, var, (lane & ~(width - 1)) + (srcLane & (width - 1)));
+}
+template <class T> static inline T __shfl_up_sync(unsigned int mask, T var, unsigned int delta, int width = warpSize) {
+  int lane = (int)__dlcc_env->lane;
+  int src = (unsigned int)(lane & (width - 1)) < delta ? -1 : lane - (int)delta;
+  return __dlcc_warp(mask, var, src);
+}
+template <class T> static inline T __shfl_down_sync(unsigned int mask, T var, unsigned int delta, int width = warpSize) {
+  int lane = (int)__dlcc_env->lane;
+  int src = (unsigned int)(lane & (width - 1)) + delta >= (unsigned int)width ? -1 : lane + (int)delta;
+  return __dlcc_warp(mask, var, src);
+}
+template <class T> static inline T __shfl_xor_sync(unsigned int mask, T var, int laneMask, int width = warpSize) {
+  int lane = (int)__dlcc_env->lane;
+  int src = lane ^ laneMask;
+  if (src >= (lane & ~(width - 1)) + width) src = -1;
+  return __dlcc_warp(mask, var, src);
+}
+static inline unsigned int __ballot_sync(unsigned int mask, int pred) {
+  return (unsigned int)__dlcc_env->warp_exchange(__dlcc_env, mask, pred != 0, -1, DLCC_EMU_WARP_BALLOT);
+}
+static inline int __any_sync(unsigned int mask, int pred) { return __ballot_sync(mask, pred) != 0; }
+static inline int __all_sync(unsigned int mask, int pred) {
+  return (int)__dlcc_env->warp_exchange(__dlcc_env, mask, pred != 0, -1, DLCC_EMU_WARP_ALL);
+}
+
+/* ---- atomics: fibers never switch inside one, so plain RMW is atomic ---- */
+
+#define DLCC_EMU_ATOMIC(NAME, T, EXPR) \
+  static inline T NAME(T *p, T v) { \
+    T old = *p; \
+    *p = (EXPR); \
+    return old; \
+  }
+DLCC_EMU_ATOMIC(atomicAdd, int, old + v)
+DLCC_EMU_ATOMIC(atomicAdd, unsigned int, old + v)
+DLCC_EMU_ATOMIC(atomicAdd, unsigned long long, old + v)
+DLCC_EMU_ATOMIC(atomicAdd, float, old + v)
+DLCC_EMU_ATOMIC(atomicAdd, double, old + v)
+DLCC_EMU_ATOMIC(atomicSub, int, old - v)
+DLCC_EMU_ATOMIC(atomicSub, unsigned int, old - v)
+DLCC_EMU_ATOMIC(atomicExch, int, v)
+DLCC_EMU_ATOMIC(atomicExch, unsigned int, v)
+DLCC_EMU_ATOMIC(atomicExch, unsigned long long, v)
+DLCC_EMU_ATOMIC(atomicExch, float, v)
+DLCC_EMU_ATOMIC(atomicMax, int, old > v ? old : v)
+DLCC_EMU_ATOMIC(atomicMax, unsigned int, old > v ? old : v)
+DLCC_EMU_ATOMIC(atomicMax, long long, old > v ? old : v)
+DLCC_EMU_ATOMIC(atomicMax, unsigned long long, old > v ? old : v)
+DLCC_EMU_ATOMIC(atomicMin, int, old < v ? old : v)
+DLCC_EMU_ATOMIC(atomicMin, unsigned int, old < v ? old : v)
+DLCC_EMU_ATOMIC(atomicMin, long long, old < v ? old : v)
+DLCC_EMU_ATOMIC(atomicMin, unsigned long long, old < v ? old : v)
+DLCC_EMU_ATOMIC(atomicAnd, int, old & v)
+DLCC_EMU_ATOMIC(atomicAnd, unsigned int, old & v)
+DLCC_EMU_ATOMIC(atomicOr, int, old | v)
+DLCC_EMU_ATOMIC(atomicOr, unsigned int, old | v)
+DLCC_EMU_ATOMIC(atomicXor, int, old ^ v)
+DLCC_EMU_ATOMIC(atomicXor, unsigned int, old ^ v)
+DLCC_EMU_ATOMIC(atomicInc, unsigned int, old >= v ? 0u : old + 1u)
+DLCC_EMU_ATOMIC(atomicDec, unsigned int, (old == 0u || old > v) ? v : old - 1u)
+#define DLCC_EMU_ATOMIC_CAS(T) \
+  static inline T atomicCAS(T *p, T compare, T val) { \
+    T old = *p; \
+    if (old == compare) *p = val; \
+    return old; \
+  }
+DLCC_EMU_ATOMIC_CAS(int)
+DLCC_EMU_ATOMIC_CAS(unsigned int)
+DLCC_EMU_ATOMIC_CAS(unsigned long long)
+DLCC_EMU_ATOMIC_CAS(unsigned short)
+
+template <class T> static inline T __ldg(const T *p) { return *p; }
+
+/* ---- math ---- */
+
+#define DLCC_EMU_MINMAX(T) \
+  static inline T min(T a, T b) { return a < b ? a : b; } \
+  static inline T max(T a, T b) { return a > b ? a : b; }
+DLCC_EMU_MINMAX(int)
+DLCC_EMU_MINMAX(unsigned int)
+DLCC_EMU_MINMAX(long)
+DLCC_EMU_MINMAX(unsigned long)
+DLCC_EMU_MINMAX(long long)
+DLCC_EMU_MINMAX(unsigned long long)
+static inline float min(float a, float b) { return fminf(a, b); }
+static inline float max(float a, float b) { return fmaxf(a, b); }
+static inline double min(double a, double b) { return fmin(a, b); }
+static inline double max(double a, double b) { return fmax(a, b); }
+
+static inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
+static inline double rsqrt(double x) { return 1.0 / sqrt(x); }
+static inline float rcbrtf(float x) { return 1.0f / cbrtf(x); }
+/* glibc declares these very names for its own use: macros, not functions. */
+#define __expf(x) expf(x)
+#define __exp10f(x) powf(10.0f, (x))
+#define __logf(x) logf(x)
+#define __log2f(x) log2f(x)
+#define __log10f(x) log10f(x)
+#define __powf(x, y) powf((x), (y))
+#define __sinf(x) sinf(x)
+#define __cosf(x) cosf(x)
+#define __tanf(x) tanf(x)
+#define __tanhf(x) tanhf(x)
+#define __sincosf(x, s, c) (*(s) = sinf(x), *(c) = cosf(x), (void)0)
+static inline float __fdividef(float a, float b) { return a / b; }
+static inline float fdividef(float a, float b) { return a / b; }
+static inline float __frcp_rn(float x) { return 1.0f / x; }
+static inline float __fsqrt_rn(float x) { return sqrtf(x); }
+static inline float __fadd_rn(float a, float b) { return a + b; }
+static inline float __fsub_rn(float a, float b) { return a - b; }
+static inline float __fmul_rn(float a, float b) { return a * b; }
+static inline float __fdiv_rn(float a, float b) { return a / b; }
+static inline float __fmaf_rn(float a, float b, float c) { return fmaf(a, b, c); }
+static inline float __saturatef(float x) { return x > 0.0f ? (x < 1.0f ? x : 1.0f) : 0.0f; } /* NaN -> 0 */
+static inline int __float2int_rn(float x) { return (int)rintf(x); }
+static inline int __float2int_rz(float x) { return (int)x; }
+static inline int __float2int_rd(float x) { return (int)floorf(x); }
+static inline int __float2int_ru(float x) { return (int)ceilf(x); }
+static inline float __int2float_rn(int x) { return (float)x; }
+static inline float __int_as_float(int x) { float f; memcpy(&f, &x, 4); return f; }
+static inline int __float_as_int(float f) { int x; memcpy(&x, &f, 4); return x; }
+static inline float __uint_as_float(unsigned int x) { float f; memcpy(&f, &x, 4); return f; }
+static inline unsigned int __float_as_uint(float f) { unsigned int x; memcpy(&x, &f, 4); return x; }
+static inline double __longlong_as_double(long long x) { double d; memcpy(&d, &x, 8); return d; }
+static inline long long __double_as_longlong(double d) { long long x; memcpy(&x, &d, 8); return x; }
+static inline int __popc(unsigned int x) { return __builtin_popcount(x); }
+static inline int __popcll(unsigned long long x) { return __builtin_popcountll(x); }
+static inline int __clz(int x) { return x ? __builtin_clz((unsigned int)x) : 32; }
+static inline int __ffs(int x) { return __builtin_ffs(x); }
+static inline unsigned int __umulhi(unsigned int a, unsigned int b) { return (unsigned int)(((unsigned long long)a * b) >> 32); }
+static inline int __mulhi(int a, int b) { return (int)(((long long)a * b) >> 32); }
+
+/* ---- __half and __nv_bfloat16: storage types, arithmetic through float
+ * (exact: float has more than twice their precision), operators and
+ * intrinsics named as in cuda_fp16.h / cuda_bf16.h. ---- */
+
+typedef struct __half_raw { unsigned short x; } __half_raw;
+typedef struct __nv_bfloat16_raw { unsigned short x; } __nv_bfloat16_raw;
+
+#define DLCC_EMU_HALF_TYPE(H, RAW, TO_BITS, FROM_BITS, D_TO_BITS) \
+  struct H { \
+    unsigned short __x; \
+    H() = default; \
+    constexpr H(const RAW &r) : __x(r.x) {} \
+    H(float f) : __x(TO_BITS(f)) {} \
+    H(double d) : __x(D_TO_BITS(d)) {} \
+    H(int i) : __x(D_TO_BITS((double)i)) {} \
+    H(unsigned int i) : __x(D_TO_BITS((double)i)) {} \
+    H(long i) : __x(D_TO_BITS((double)i)) {} \
+    H(unsigned long i) : __x(D_TO_BITS((double)i)) {} \
+    H(long long i) : __x(D_TO_BITS((double)i)) {} \
+    H(unsigned long long i) : __x(D_TO_BITS((double)i)) {} \
+    H(short i) : __x(TO_BITS((float)i)) {} \
+    H(unsigned short i) : __x(TO_BITS((float)i)) {} \
+    operator float() const { return FROM_BITS(__x); } \
+    operator RAW() const { return RAW{__x}; } \
+    H &operator+=(const H &o) { return *this = H(float(*this) + float(o)); } \
+    H &operator-=(const H &o) { return *this = H(float(*this) - float(o)); } \
+    H &operator*=(const H &o) { return *this = H(float(*this) * float(o)); } \
+    H &operator/=(const H &o) { return *this = H(float(*this) / float(o)); } \
+    H &operator++() { return *this += H(1.0f); } \
+    H &operator--() { return *this -= H(1.0f); } \
+    H operator++(int) { H t = *this; ++*this; return t; } \
+    H operator--(int) { H t = *this; --*this; return t; } \
+  }; \
+  static inline H operator+(const H &a, const H &b) { return H(float(a) + float(b)); } \
+  static inline H operator-(const H &a, const H &b) { return H(float(a) - float(b)); } \
+  static inline H operator*(const H &a, const H &b) { return H(float(a) * float(b)); } \
+  static inline H operator/(const H &a, const H &b) { return H(float(a) / float(b)); } \
+  static inline H operator-(const H &a) { H r; r.__x = a.__x ^ 0x8000u; return r; } \
+  static inline H operator+(const H &a) { return a; } \
+  static inline bool operator==(const H &a, const H &b) { return float(a) == float(b); } \
+  static inline bool operator!=(const H &a, const H &b) { return float(a) != float(b); } \
+  static inline bool operator<(const H &a, const H &b) { return float(a) < float(b); } \
+  static inline bool operator<=(const H &a, const H &b) { return float(a) <= float(b); } \
+  static inline bool operator>(const H &a, const H &b) { return float(a) > float(b); } \
+  static inline bool operator>=(const H &a, const H &b) { return float(a) >= float(b); } \
+  static inline H __hadd(H a, H b) { return a + b; } \
+  static inline H __hsub(H a, H b) { return a - b; } \
+  static inline H __hmul(H a, H b) { return a * b; } \
+  static inline H __hdiv(H a, H b) { return a / b; } \
+  static inline H __hfma(H a, H b, H c) { return H(fma((double)float(a), (double)float(b), (double)float(c))); } \
+  static inline H __hneg(H a) { return -a; } \
+  static inline H __habs(H a) { H r; r.__x = a.__x & 0x7fffu; return r; } \
+  static inline H __hmax(H a, H b) { return H(fmaxf(float(a), float(b))); } \
+  static inline H __hmin(H a, H b) { return H(fminf(float(a), float(b))); } \
+  static inline H __hmax_nan(H a, H b) { return isnan(float(a)) || isnan(float(b)) ? H(NAN) : __hmax(a, b); } \
+  static inline H __hmin_nan(H a, H b) { return isnan(float(a)) || isnan(float(b)) ? H(NAN) : __hmin(a, b); } \
+  static inline bool __heq(H a, H b) { return a == b; } \
+  static inline bool __hne(H a, H b) { return a != b; } \
+  static inline bool __hlt(H a, H b) { return a < b; } \
+  static inline bool __hle(H a, H b) { return a <= b; } \
+  static inline bool __hgt(H a, H b) { return a > b; } \
+  static inline bool __hge(H a, H b) { return a >= b; } \
+  static inline bool __hisnan(H a) { return isnan(float(a)); } \
+  static inline int __hisinf(H a) { float f = float(a); return isinf(f) ? (f < 0 ? -1 : 1) : 0; } \
+  static inline H hexp(H a) { return H(expf(float(a))); } \
+  static inline H hexp2(H a) { return H(exp2f(float(a))); } \
+  static inline H hlog(H a) { return H(logf(float(a))); } \
+  static inline H hlog2(H a) { return H(log2f(float(a))); } \
+  static inline H hsqrt(H a) { return H(sqrtf(float(a))); } \
+  static inline H hrsqrt(H a) { return H(1.0f / sqrtf(float(a))); } \
+  static inline H hrcp(H a) { return H(1.0f / float(a)); } \
+  static inline H hsin(H a) { return H(sinf(float(a))); } \
+  static inline H hcos(H a) { return H(cosf(float(a))); } \
+  static inline H htanh(H a) { return H(tanhf(float(a))); } \
+  static inline H hfloor(H a) { return H(floorf(float(a))); } \
+  static inline H hceil(H a) { return H(ceilf(float(a))); } \
+  static inline H htrunc(H a) { return H(truncf(float(a))); } \
+  static inline H hrint(H a) { return H(rintf(float(a))); } \
+  static inline H atomicAdd(H *p, H v) { H old = *p; *p = old + v; return old; }
+
+DLCC_EMU_HALF_TYPE(__half, __half_raw, dlcc_emu_f32_to_f16, dlcc_emu_f16_to_f32, dlcc_emu_f64_to_f16)
+DLCC_EMU_HALF_TYPE(__nv_bfloat16, __nv_bfloat16_raw, dlcc_emu_f32_to_bf16, dlcc_emu_bf16_to_f32,
+                   dlcc_emu_f64_to_bf16)
+
+#define DLCC_EMU_HALF2_TYPE(H2, H) \
+  struct __attribute__((aligned(4))) H2 { \
+    H x, y; \
+    H2() = default; \
+    constexpr H2(H a, H b) : x(a), y(b) {} \
+  }; \
+  static inline H2 operator+(const H2 &a, const H2 &b) { return H2(a.x + b.x, a.y + b.y); } \
+  static inline H2 operator-(const H2 &a, const H2 &b) { return H2(a.x - b.x, a.y - b.y); } \
+  static inline H2 operator*(const H2 &a, const H2 &b) { return H2(a.x * b.x, a.y * b.y); } \
+  static inline H2 operator/(const H2 &a, const H2 &b) { return H2(a.x / b.x, a.y / b.y); } \
+  static inline H2 operator-(const H2 &a) { return H2(-a.x, -a.y); } \
+  static inline H2 __hadd2(H2 a, H2 b) { return a + b; } \
+  static inline H2 __hsub2(H2 a, H2 b) { return a - b; } \
+  static inline H2 __hmul2(H2 a, H2 b) { return a * b; } \
+  static inline H2 __h2div(H2 a, H2 b) { return a / b; } \
+  static inline H2 __hfma2(H2 a, H2 b, H2 c) { return H2(__hfma(a.x, b.x, c.x), __hfma(a.y, b.y, c.y)); } \
+  static inline H2 __hneg2(H2 a) { return -a; } \
+  static inline H2 __habs2(H2 a) { return H2(__habs(a.x), __habs(a.y)); } \
+  static inline H2 __hmax2(H2 a, H2 b) { return H2(__hmax(a.x, b.x), __hmax(a.y, b.y)); } \
+  static inline H2 __hmin2(H2 a, H2 b) { return H2(__hmin(a.x, b.x), __hmin(a.y, b.y)); } \
+  static inline H2 h2exp(H2 a) { return H2(hexp(a.x), hexp(a.y)); } \
+  static inline H2 h2sqrt(H2 a) { return H2(hsqrt(a.x), hsqrt(a.y)); }
+
+DLCC_EMU_HALF2_TYPE(__half2, __half)
+DLCC_EMU_HALF2_TYPE(__nv_bfloat162, __nv_bfloat16)
+
+typedef __half half;
+typedef __half2 half2;
+typedef __nv_bfloat16 nv_bfloat16;
+typedef __nv_bfloat162 nv_bfloat162;
+
+static inline __half __float2half(float f) { return __half(f); }
+static inline __half __float2half_rn(float f) { return __half(f); }
+static inline __half __double2half(double d) { return __half(d); }
+static inline float __half2float(__half h) { return float(h); }
+static inline __half __int2half_rn(int i) { return __half(i); }
+static inline __half __uint2half_rn(unsigned int i) { return __half(i); }
+static inline int __half2int_rn(__half h) { return (int)rintf(float(h)); }
+static inline int __half2int_rz(__half h) { return (int)float(h); }
+static inline unsigned short __half_as_ushort(__half h) { return h.__x; }
+static inline short __half_as_short(__half h) { return (short)h.__x; }
+static inline __half __ushort_as_half(unsigned short x) { return __half(__half_raw{x}); }
+static inline __half __short_as_half(short x) { return __half(__half_raw{(unsigned short)x}); }
+static inline __half2 __float2half2_rn(float f) { return __half2(__half(f), __half(f)); }
+static inline __half2 __floats2half2_rn(float a, float b) { return __half2(__half(a), __half(b)); }
+static inline __half2 __float22half2_rn(float2 v) { return __half2(__half(v.x), __half(v.y)); }
+static inline float2 __half22float2(__half2 h) { return make_float2(float(h.x), float(h.y)); }
+static inline float __low2float(__half2 h) { return float(h.x); }
+static inline float __high2float(__half2 h) { return float(h.y); }
+static inline __half __low2half(__half2 h) { return h.x; }
+static inline __half __high2half(__half2 h) { return h.y; }
+static inline __half2 __halves2half2(__half a, __half b) { return __half2(a, b); }
+static inline __half2 __half2half2(__half a) { return __half2(a, a); }
+
+static inline __nv_bfloat16 __float2bfloat16(float f) { return __nv_bfloat16(f); }
+static inline __nv_bfloat16 __float2bfloat16_rn(float f) { return __nv_bfloat16(f); }
+static inline __nv_bfloat16 __double2bfloat16(double d) { return __nv_bfloat16(d); }
+static inline float __bfloat162float(__nv_bfloat16 h) { return float(h); }
+static inline __nv_bfloat16 __int2bfloat16_rn(int i) { return __nv_bfloat16(i); }
+static inline int __bfloat162int_rz(__nv_bfloat16 h) { return (int)float(h); }
+static inline unsigned short __bfloat16_as_ushort(__nv_bfloat16 h) { return h.__x; }
+static inline short __bfloat16_as_short(__nv_bfloat16 h) { return (short)h.__x; }
+static inline __nv_bfloat16 __ushort_as_bfloat16(unsigned short x) { return __nv_bfloat16(__nv_bfloat16_raw{x}); }
+static inline __nv_bfloat16 __short_as_bfloat16(short x) {
+  return __nv_bfloat16(__nv_bfloat16_raw{(unsigned short)x});
+}
+static inline __nv_bfloat162 __float2bfloat162_rn(float f) { return __nv_bfloat162(__nv_bfloat16(f), __nv_bfloat16(f)); }
+static inline __nv_bfloat162 __floats2bfloat162_rn(float a, float b) {
+  return __nv_bfloat162(__nv_bfloat16(a), __nv_bfloat16(b));
+}
+static inline __nv_bfloat162 __float22bfloat162_rn(float2 v) {
+  return __nv_bfloat162(__nv_bfloat16(v.x), __nv_bfloat16(v.y));
+}
+static inline float2 __bfloat1622float2(__nv_bfloat162 h) { return make_float2(float(h.x), float(h.y)); }
+static inline float __low2float(__nv_bfloat162 h) { return float(h.x); }
+static inline float __high2float(__nv_bfloat162 h) { return float(h.y); }
+static inline __nv_bfloat16 __low2bfloat16(__nv_bfloat162 h) { return h.x; }
+static inline __nv_bfloat16 __high2bfloat16(__nv_bfloat162 h) { return h.y; }
+static inline __nv_bfloat162 __halves2bfloat162(__nv_bfloat16 a, __nv_bfloat16 b) { return __nv_bfloat162(a, b); }
+static inline __nv_bfloat162 __bfloat162bfloat162(__nv_bfloat16 a) { return __nv_bfloat162(a, a); }
+
+#endif /* __cplusplus */
+#endif

@@ -1,0 +1,120 @@
+/* The emu device's stand-in for cuBLAS: one RtGemm (row-major,
+ * strided-batched, optional transposes) computed on host memory.  Inputs
+ * are widened exactly to double, products accumulate in double (at least
+ * as accurate as the GPU's f32 accumulation), and C is rounded once, to
+ * nearest even, into its dtype.  Returns 0, or -1 with a message. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "device.h"
+#include "emu/dlcc_emu.h"
+
+/* A KB x NB panel of B (256 KiB of doubles) stays in L2 while every row of
+ * A streams past it; the NB accumulators of one row stay in L1. */
+enum { KB = 128, NB = 256 };
+
+static double load_elem(uint32_t dtype, const void *base, int64_t i) {
+  switch (dtype) {
+  case RT_DT_F16: return dlcc_emu_f16_to_f32(((const uint16_t *)base)[i]);
+  case RT_DT_BF16: return dlcc_emu_bf16_to_f32(((const uint16_t *)base)[i]);
+  default: return ((const float *)base)[i];
+  }
+}
+
+static void store_elem(uint32_t dtype, void *base, int64_t i, double v) {
+  switch (dtype) {
+  case RT_DT_F16: ((uint16_t *)base)[i] = dlcc_emu_f64_to_f16(v); break;
+  case RT_DT_BF16: ((uint16_t *)base)[i] = dlcc_emu_f64_to_bf16(v); break;
+  default: ((float *)base)[i] = (float)v; break;
+  }
+}
+
+static size_t elem_size(uint32_t dtype) { return dtype == RT_DT_F32 ? 4 : 2; }
+
+/* op(X) as a dense rows x cols row-major double matrix. */
+static void pack(double *dst, uint32_t dtype, const void *x, int64_t ld, int trans, int64_t rows, int64_t cols) {
+  for (int64_t r = 0; r < rows; r++)
+    for (int64_t c = 0; c < cols; c++) dst[r * cols + c] = load_elem(dtype, x, trans ? c * ld + r : r * ld + c);
+}
+
+static int check_args(const RtGemm *g, char *err, size_t errlen) {
+  if (g->dtype != RT_DT_F32 && g->dtype != RT_DT_F16 && g->dtype != RT_DT_BF16) {
+    snprintf(err, errlen, "emu gemm: dtype %u is not f32, f16 or bf16", g->dtype);
+    return -1;
+  }
+  if (g->m < 0 || g->n < 0 || g->k < 0 || g->batch < 0) {
+    snprintf(err, errlen, "emu gemm: negative size (m %lld, n %lld, k %lld, batch %lld)", (long long)g->m,
+             (long long)g->n, (long long)g->k, (long long)g->batch);
+    return -1;
+  }
+  int64_t min_lda = g->trans_a ? g->m : g->k, min_ldb = g->trans_b ? g->k : g->n;
+  if (g->lda < (min_lda > 1 ? min_lda : 1) || g->ldb < (min_ldb > 1 ? min_ldb : 1) || g->ldc < (g->n > 1 ? g->n : 1)) {
+    snprintf(
+        err, errlen, "emu gemm: leading dimension too small (lda %lld, ldb %lld, ldc %lld for m %lld n %lld k %lld)",
+        (long long)g->lda, (long long)g->ldb, (long long)g->ldc, (long long)g->m, (long long)g->n, (long long)g->k);
+    return -1;
+  }
+  if (g->stride_a < 0 || g->stride_b < 0 || g->stride_c < 0) {
+    snprintf(err, errlen, "emu gemm: negative batch stride");
+    return -1;
+  }
+  /* Sizes of the double scratch: refuse what would overflow size_t. */
+  const double limit = (double)(SIZE_MAX / 16);
+  if ((double)g->m * (double)g->k > limit || (double)g->k * (double)g->n > limit ||
+      (double)g->m * (double)g->n > limit) {
+    snprintf(err, errlen, "emu gemm: %lld x %lld x %lld is too large", (long long)g->m, (long long)g->n,
+             (long long)g->k);
+    return -1;
+  }
+  return 0;
+}
+
+int rt_emu_gemm(const RtGemm *g, const void *a, const void *b, void *c, char *err, size_t errlen) {
+  if (check_args(g, err, errlen)) return -1;
+  int64_t m = g->m, n = g->n, k = g->k;
+  if (g->batch == 0 || m == 0 || n == 0) return 0;
+  size_t es = elem_size(g->dtype);
+  double *ad = malloc(sizeof(double) * (size_t)(m * k + 1));
+  double *bd = malloc(sizeof(double) * (size_t)(k * n + 1));
+  double *acc = malloc(sizeof(double) * (size_t)(m * n));
+  if (!ad || !bd || !acc) {
+    free(ad), free(bd), free(acc);
+    snprintf(err, errlen, "emu gemm: out of host memory for %lld x %lld x %lld", (long long)m, (long long)n,
+             (long long)k);
+    return -1;
+  }
+  for (int64_t bi = 0; bi < g->batch; bi++) {
+    const char *ab = (const char *)a + (size_t)(bi * g->stride_a) * es;
+    const char *bb = (const char *)b + (size_t)(bi * g->stride_b) * es;
+    char *cb = (char *)c + (size_t)(bi * g->stride_c) * es;
+    /* A batch stride of 0 broadcasts one operand: pack it once. */
+    if (bi == 0 || g->stride_a) pack(ad, g->dtype, ab, g->lda, g->trans_a, m, k);
+    if (bi == 0 || g->stride_b) pack(bd, g->dtype, bb, g->ldb, g->trans_b, k, n);
+    memset(acc, 0, sizeof(double) * (size_t)(m * n));
+    for (int64_t j0 = 0; j0 < n; j0 += NB) {
+      int64_t j1 = j0 + NB < n ? j0 + NB : n;
+      for (int64_t p0 = 0; p0 < k; p0 += KB) {
+        int64_t p1 = p0 + KB < k ? p0 + KB : k;
+        for (int64_t i = 0; i < m; i++) {
+          double *restrict row = acc + i * n;
+          const double *arow = ad + i * k;
+          for (int64_t p = p0; p < p1; p++) {
+            double av = arow[p];
+            const double *restrict brow = bd + p * n;
+            for (int64_t j = j0; j < j1; j++) row[j] += av * brow[j];
+          }
+        }
+      }
+    }
+    /* beta == 0 never reads C, as cuBLAS: C may hold NaN garbage. */
+    for (int64_t i = 0; i < m; i++)
+      for (int64_t j = 0; j < n; j++) {
+        double v = (double)g->alpha * acc[i * n + j];
+        if (g->beta != 0.0f) v += (double)g->beta * load_elem(g->dtype, cb, i * g->ldc + j);
+        store_elem(g->dtype, cb, i * g->ldc + j, v);
+      }
+  }
+  free(ad), free(bd), free(acc);
+  return 0;
+}

@@ -1,0 +1,270 @@
+/* Plan validation: takes an RtPlan from anywhere (the JIT, a model.so of
+ * unknown origin), returns 0 when every reference in it stays inside the
+ * memory it names, or -1 with one message saying what is wrong and
+ * where.  The executor trusts a validated plan, so a corrupt or foreign
+ * model.so is refused here instead of writing over device memory. */
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "runtime.h"
+
+/* Far beyond any real model, far below where products of three of them
+ * overflow 64 bits after multiplying by an element size. */
+#define MAX_DIM ((int64_t)1 << 40)
+
+static const int dtype_bytes[RT_DT_COUNT] = {
+    [RT_DT_F32] = 4, [RT_DT_F16] = 2, [RT_DT_BF16] = 2,
+    [RT_DT_I8] = 1,  [RT_DT_I32] = 4, [RT_DT_I64] = 8,
+};
+
+int rt_dtype_bytes(uint32_t dtype) { return dtype < RT_DT_COUNT ? dtype_bytes[dtype] : 0; }
+
+const char *rt_space_name(uint32_t space) {
+  switch (space) {
+  case RT_SPACE_WEIGHTS: return "WEIGHTS";
+  case RT_SPACE_ARENA: return "ARENA";
+  case RT_SPACE_INPUT: return "INPUT";
+  case RT_SPACE_OUTPUT: return "OUTPUT";
+  }
+  return "?";
+}
+
+typedef struct Check {
+  const RtPlan *p;
+  char *err;
+  size_t errlen;
+  char where[160]; /* "step 3 (conv2d %12): " */
+} Check;
+
+static int fail(Check *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int fail(Check *c, const char *fmt, ...) {
+  char msg[768];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  snprintf(c->err, c->errlen, "plan: %s%s", c->where, msg);
+  return -1;
+}
+
+/* Size of the space ref names, or -1 when it names none. */
+static int64_t space_size(const RtPlan *p, RtRef r) {
+  switch (r.space) {
+  case RT_SPACE_WEIGHTS: return r.index == 0 ? (int64_t)p->weights_bytes : -1;
+  case RT_SPACE_ARENA: return r.index == 0 ? (int64_t)p->arena_bytes : -1;
+  case RT_SPACE_INPUT: return r.index < p->n_inputs ? (int64_t)p->inputs[r.index].nbytes : -1;
+  case RT_SPACE_OUTPUT: return r.index < p->n_outputs ? (int64_t)p->outputs[r.index].nbytes : -1;
+  }
+  return -1;
+}
+
+/* ref names nbytes inside one space. */
+static int check_ref(Check *c, const char *what, RtRef r, uint64_t nbytes) {
+  if (r.space > RT_SPACE_OUTPUT) return fail(c, "%s: unknown memory space %" PRIu32, what, r.space);
+  int64_t size = space_size(c->p, r);
+  if (size < 0) {
+    uint32_t n = r.space == RT_SPACE_INPUT ? c->p->n_inputs : c->p->n_outputs;
+    if (r.space == RT_SPACE_INPUT || r.space == RT_SPACE_OUTPUT)
+      return fail(c, "%s: %s %" PRIu32 " does not exist (the model has %" PRIu32 ")", what,
+                  rt_space_name(r.space), r.index, n);
+    return fail(c, "%s: %s has no index %" PRIu32 " (only 0)", what, rt_space_name(r.space), r.index);
+  }
+  uint64_t end;
+  if (__builtin_add_overflow(r.offset, nbytes, &end) || end > (uint64_t)size) {
+    char sp[32];
+    if (r.space == RT_SPACE_INPUT || r.space == RT_SPACE_OUTPUT)
+      snprintf(sp, sizeof sp, "%s %" PRIu32, rt_space_name(r.space), r.index);
+    else
+      snprintf(sp, sizeof sp, "%s", rt_space_name(r.space));
+    return fail(c,
+                "%s: offset %" PRIu64 " + %" PRIu64 " bytes is outside %s (%" PRId64 " bytes)",
+                what, r.offset, nbytes, sp, size);
+  }
+  return 0;
+}
+
+static int check_writable(Check *c, const char *what, RtRef r) {
+  if (r.space == RT_SPACE_WEIGHTS || r.space == RT_SPACE_INPUT)
+    return fail(c, "%s: writes into %s, which the model only reads", what, rt_space_name(r.space));
+  return 0;
+}
+
+static int check_desc(Check *c, const char *kind, uint32_t i, const RtTensorDesc *t,
+                      uint32_t want_space) {
+  char what[96];
+  snprintf(what, sizeof what, "%s %" PRIu32, kind, i);
+  if (!t->name || !*t->name) return fail(c, "%s has no name", what);
+  snprintf(what, sizeof what, "%s %" PRIu32 " '%.60s'", kind, i, t->name);
+  int esize = rt_dtype_bytes(t->dtype);
+  if (!esize) return fail(c, "%s: unknown dtype %" PRIu32, what, t->dtype);
+  if (t->rank > RT_MAX_RANK)
+    return fail(c, "%s: rank %" PRIu32 " exceeds %d", what, t->rank, RT_MAX_RANK);
+  uint64_t n = (uint64_t)esize;
+  for (uint32_t d = 0; d < t->rank; d++) {
+    if (t->dims[d] < 0 || t->dims[d] > MAX_DIM)
+      return fail(c, "%s: dimension %" PRIu32 " is %" PRId64, what, d, t->dims[d]);
+    if (__builtin_mul_overflow(n, (uint64_t)t->dims[d], &n))
+      return fail(c, "%s: size overflows", what);
+  }
+  if (n != t->nbytes)
+    return fail(c, "%s: nbytes %" PRIu64 " but dtype and shape make %" PRIu64, what, t->nbytes, n);
+  if (t->where.space != want_space)
+    return fail(c, "%s: lives in %s, expected %s", what, rt_space_name(t->where.space),
+                rt_space_name(want_space));
+  if (want_space != RT_SPACE_WEIGHTS && (t->where.index != i || t->where.offset != 0))
+    return fail(c, "%s: must be %s %" PRIu32 " at offset 0", what, rt_space_name(want_space), i);
+  return check_ref(c, what, t->where, t->nbytes);
+}
+
+static int check_launch(Check *c, const RtLaunch *l) {
+  const RtPlan *p = c->p;
+  if (l->kernel >= p->n_kernels)
+    return fail(c, "kernel index %" PRIu32 " out of range (the plan has %" PRIu32 " kernels)",
+                l->kernel, p->n_kernels);
+  uint64_t threads = 1;
+  for (int a = 0; a < 3; a++) {
+    if (l->grid[a] == 0 || l->block[a] == 0)
+      return fail(c, "kernel '%s': grid and block sizes must be at least 1", p->kernels[l->kernel].name);
+    threads *= l->block[a];
+  }
+  if (threads > 1024)
+    return fail(c, "kernel '%s': block of %" PRIu64 " threads exceeds 1024",
+                p->kernels[l->kernel].name, threads);
+  if (l->n_args > 4096) return fail(c, "%" PRIu32 " kernel arguments", l->n_args);
+  if (l->n_args && !l->args) return fail(c, "%" PRIu32 " arguments but no argument table", l->n_args);
+  for (uint32_t i = 0; i < l->n_args; i++) {
+    const RtArg *a = &l->args[i];
+    char what[48];
+    snprintf(what, sizeof what, "argument %" PRIu32, i);
+    switch (a->kind) {
+    case RT_ARG_PTR:
+      /* The kernel's extent is unknown here; the start at least must be
+       * inside (a pointer one past the end is allowed for empty tensors). */
+      if (check_ref(c, what, a->ref, 0)) return -1;
+      break;
+    case RT_ARG_I32:
+      if (a->i < INT32_MIN || a->i > INT32_MAX)
+        return fail(c, "%s: %" PRId64 " does not fit an i32", what, a->i);
+      break;
+    case RT_ARG_I64:
+    case RT_ARG_F32: break;
+    default: return fail(c, "%s: unknown kind %" PRIu32, what, a->kind);
+    }
+  }
+  return 0;
+}
+
+/* Bytes spanned by a batched row-major matrix of rows x cols. */
+static bool matrix_extent(int64_t rows, int64_t cols, int64_t ld, int64_t batch, int64_t stride,
+                          int esize, uint64_t *out) {
+  uint64_t last, e;
+  if (__builtin_mul_overflow((uint64_t)(batch - 1), (uint64_t)stride, &last)) return false;
+  if (__builtin_mul_overflow((uint64_t)(rows - 1), (uint64_t)ld, &e)) return false;
+  if (__builtin_add_overflow(e, last, &e) || __builtin_add_overflow(e, (uint64_t)cols, &e))
+    return false;
+  return !__builtin_mul_overflow(e, (uint64_t)esize, out);
+}
+
+static int check_gemm(Check *c, const RtGemm *g) {
+  if (g->dtype != RT_DT_F32 && g->dtype != RT_DT_F16 && g->dtype != RT_DT_BF16)
+    return fail(c, "gemm: dtype %" PRIu32 " (only f32, f16, bf16)", g->dtype);
+  if (g->trans_a > 1 || g->trans_b > 1) return fail(c, "gemm: trans_a/trans_b must be 0 or 1");
+  const struct {
+    const char *name;
+    int64_t v, lo;
+  } pos[] = {{"m", g->m, 1},   {"n", g->n, 1},   {"k", g->k, 1},   {"batch", g->batch, 1},
+             {"lda", g->lda, 1}, {"ldb", g->ldb, 1}, {"ldc", g->ldc, 1}, {"stride_a", g->stride_a, 0},
+             {"stride_b", g->stride_b, 0}, {"stride_c", g->stride_c, 0}};
+  for (size_t i = 0; i < sizeof pos / sizeof pos[0]; i++)
+    if (pos[i].v < pos[i].lo || pos[i].v > MAX_DIM)
+      return fail(c, "gemm: %s = %" PRId64 " out of range", pos[i].name, pos[i].v);
+  int64_t ra = g->trans_a ? g->k : g->m, ca = g->trans_a ? g->m : g->k;
+  int64_t rb = g->trans_b ? g->n : g->k, cb = g->trans_b ? g->k : g->n;
+  if (g->lda < ca)
+    return fail(c, "gemm: lda %" PRId64 " < %" PRId64 " columns of A", g->lda, ca);
+  if (g->ldb < cb)
+    return fail(c, "gemm: ldb %" PRId64 " < %" PRId64 " columns of B", g->ldb, cb);
+  if (g->ldc < g->n)
+    return fail(c, "gemm: ldc %" PRId64 " < %" PRId64 " columns of C", g->ldc, g->n);
+  if (g->batch > 1 && g->stride_c < g->m * g->ldc - (g->ldc - g->n))
+    return fail(c, "gemm: stride_c %" PRId64 " makes the batches of C overlap", g->stride_c);
+  int es = rt_dtype_bytes(g->dtype);
+  uint64_t ea, eb, ec;
+  if (!matrix_extent(ra, ca, g->lda, g->batch, g->stride_a, es, &ea) ||
+      !matrix_extent(rb, cb, g->ldb, g->batch, g->stride_b, es, &eb) ||
+      !matrix_extent(g->m, g->n, g->ldc, g->batch, g->stride_c, es, &ec))
+    return fail(c, "gemm: extent overflows");
+  if (check_ref(c, "gemm a", g->a, ea) || check_ref(c, "gemm b", g->b, eb) ||
+      check_ref(c, "gemm c", g->c, ec) || check_writable(c, "gemm c", g->c))
+    return -1;
+  return 0;
+}
+
+static bool overlaps(RtRef a, RtRef b, uint64_t n) {
+  if (a.space != b.space || a.index != b.index) return false;
+  return a.offset < b.offset + n && b.offset < a.offset + n;
+}
+
+static int check_copy(Check *c, const RtCopy *k) {
+  if (check_ref(c, "copy dst", k->dst, k->nbytes) || check_ref(c, "copy src", k->src, k->nbytes) ||
+      check_writable(c, "copy dst", k->dst))
+    return -1;
+  if (overlaps(k->dst, k->src, k->nbytes)) return fail(c, "copy: source and destination overlap");
+  return 0;
+}
+
+int rt_plan_validate(const RtPlan *p, char *err, size_t errlen) {
+  Check c = {.p = p, .err = err, .errlen = errlen};
+  if (!p) return fail(&c, "no plan (NULL)");
+  if (p->magic != RT_PLAN_MAGIC)
+    return fail(&c, "bad magic 0x%08" PRIx32 " (expected 0x%08x \"DLCP\"): not a dlcc model", p->magic,
+                RT_PLAN_MAGIC);
+  if (p->version != RT_PLAN_VERSION)
+    return fail(&c,
+                "version %" PRIu32 ", this runtime reads version %u: rebuild the model with this "
+                "dlcc",
+                p->version, RT_PLAN_VERSION);
+  const struct {
+    const char *name;
+    uint32_t n;
+    const void *table;
+  } tables[] = {{"kernels", p->n_kernels, p->kernels},   {"binaries", p->n_binaries, p->binaries},
+                {"steps", p->n_steps, p->steps},         {"weights", p->n_weights, p->weights},
+                {"inputs", p->n_inputs, p->inputs},      {"outputs", p->n_outputs, p->outputs}};
+  for (size_t i = 0; i < sizeof tables / sizeof tables[0]; i++)
+    if (tables[i].n && !tables[i].table)
+      return fail(&c, "%" PRIu32 " %s but no table", tables[i].n, tables[i].name);
+  if (p->n_kernels && !p->source && !p->n_binaries)
+    return fail(&c, "%" PRIu32 " kernels but neither source nor binaries", p->n_kernels);
+  for (uint32_t i = 0; i < p->n_kernels; i++)
+    if (!p->kernels[i].name || !*p->kernels[i].name)
+      return fail(&c, "kernel %" PRIu32 " has no name", i);
+  for (uint32_t i = 0; i < p->n_binaries; i++) {
+    const RtBinary *b = &p->binaries[i];
+    if (!b->arch || !b->data || !b->size)
+      return fail(&c, "binary %" PRIu32 " is empty or has no arch", i);
+  }
+  for (uint32_t i = 0; i < p->n_weights; i++)
+    if (check_desc(&c, "weight", i, &p->weights[i], RT_SPACE_WEIGHTS)) return -1;
+  for (uint32_t i = 0; i < p->n_inputs; i++)
+    if (check_desc(&c, "input", i, &p->inputs[i], RT_SPACE_INPUT)) return -1;
+  for (uint32_t i = 0; i < p->n_outputs; i++)
+    if (check_desc(&c, "output", i, &p->outputs[i], RT_SPACE_OUTPUT)) return -1;
+  for (uint32_t i = 0; i < p->n_steps; i++) {
+    const RtStep *s = &p->steps[i];
+    snprintf(c.where, sizeof c.where, "step %" PRIu32 "%s%.100s%s: ", i, s->label ? " (" : "",
+             s->label ? s->label : "", s->label ? ")" : "");
+    int rc;
+    switch (s->kind) {
+    case RT_STEP_LAUNCH: rc = check_launch(&c, &s->launch); break;
+    case RT_STEP_GEMM: rc = check_gemm(&c, &s->gemm); break;
+    case RT_STEP_COPY: rc = check_copy(&c, &s->copy); break;
+    default: rc = fail(&c, "unknown step kind %" PRIu32, s->kind);
+    }
+    if (rc) return -1;
+  }
+  return 0;
+}

@@ -1,0 +1,57 @@
+/* libdlcrt's internal interfaces between its files: plan validation, the
+ * executor on an already opened device (tests pass a fake one), NVRTC
+ * with its disk cache, SHA-256.  Public API: include/dlcrt.h. */
+#ifndef DLCRT_RUNTIME_H
+#define DLCRT_RUNTIME_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "device.h"
+#include "plan.h"
+
+struct DlrtModel;
+
+/* 0 when the plan is safe to execute: magic and version, every table
+ * present, every RtRef inside its space, kernel indices, argument kinds,
+ * GEMM and copy extents within their buffers.  -1 and one message in err
+ * ("plan: step 3 (conv2d %12): gemm c: ...") otherwise. */
+int rt_plan_validate(const RtPlan *plan, char *err, size_t errlen);
+const char *rt_space_name(uint32_t space);
+int rt_dtype_bytes(uint32_t dtype); /* RtDTypeCode; 0 when unknown */
+
+/* dlrt_open on a device the caller opened.  The model takes ownership of
+ * dev (closed by dlrt_close, or here on failure).  Same status and
+ * *out contract as dlrt_open. */
+int rt_model_open_device(const RtPlan *plan, RtDevice *dev, struct DlrtModel **out);
+
+/* SHA-256 (FIPS 180-4). */
+void rt_sha256(const void *data, size_t n, uint8_t out[32]);
+
+/* Compiles plan->source with NVRTC for arch ("sm_90": a cubin;
+ * "compute_90": PTX, NUL included).  Looks in the in-process memo, then
+ * the disk cache (DLCC_CACHE_DIR, else $XDG_CACHE_HOME/dlcc, else
+ * ~/.cache/dlcc; DLCC_CACHE_DIR=off disables it), then compiles and
+ * stores.  *bin is malloc'd, the caller frees it.  On a compile error the
+ * message names the kernel around the first error line, then NVRTC's log. */
+int rt_nvrtc_compile(const RtPlan *plan, const char *arch, void **bin, size_t *size, char *err,
+                     size_t errlen);
+
+typedef struct RtNvrtcStats {
+  uint64_t compiles;      /* nvrtcCompileProgram calls */
+  uint64_t memo_hits;     /* served from this process's memo */
+  uint64_t cache_hits;    /* served from the disk cache */
+  uint64_t cache_writes;  /* entries written */
+  uint64_t cache_corrupt; /* entries refused (and recompiled) */
+} RtNvrtcStats;
+void rt_nvrtc_stats(RtNvrtcStats *out);
+/* Forgets the memo and zeroes the counters: a test's "new process". */
+void rt_nvrtc_reset(void);
+/* The last note the cache wrote to stderr (a refused entry, a cache that
+ * cannot be written), or "". */
+const char *rt_nvrtc_last_note(void);
+/* The NVRTC options used for arch, for messages and tests ("--gpu-
+ * architecture=sm_90 -I/usr/local/cuda/include ..."), in buf. */
+void rt_nvrtc_options_text(const char *arch, char *buf, size_t len);
+
+#endif

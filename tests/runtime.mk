@@ -1,0 +1,16 @@
+# runtime tests: plan validation, the missing driver, NVRTC and its cache,
+# the executor on a fake device, cuda.c over a fake libcuda.so.1.
+if HAVE_CHECK
+check_PROGRAMS += tests/test_runtime
+TESTS += tests/test_runtime
+tests_test_runtime_SOURCES = tests/test_runtime.c
+tests_test_runtime_CFLAGS = $(TEST_CFLAGS)
+tests_test_runtime_LDADD = $(TEST_LIBS) -ldl
+if HAVE_CUDA
+# Built as a real shared object (-rpath) for cuda.c to dlopen.
+check_LTLIBRARIES += tests/libfakecuda.la
+tests_libfakecuda_la_SOURCES = tests/fake_cuda.c
+tests_libfakecuda_la_CPPFLAGS = $(AM_CPPFLAGS) $(CUDA_CPPFLAGS)
+tests_libfakecuda_la_LDFLAGS = -module -avoid-version -shared -rpath $(abs_builddir)/tests
+endif
+endif
