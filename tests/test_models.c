@@ -79,14 +79,19 @@ static dlc_model *compile_text(const char *name, const char *text, int n_defines
   return m;
 }
 
-static dlc_model *compile_example(const char *file, int n_defines, const dlc_define *defines) {
+static dlc_model *compile_example_on(const char *file, int n_defines, const dlc_define *defines,
+                                     const char *backend) {
   char path[512];
   snprintf(path, sizeof path, "%s/examples/%s", srcdir(), file);
-  dlc_options opt = {NULL, n_defines, defines, NULL};
+  dlc_options opt = {NULL, n_defines, defines, backend};
   dlc_model *m = NULL;
   dlc_status st = dlc_compile_file(path, &opt, &m);
   ck_assert_msg(st == DLC_OK, "%s does not compile: %s", path, dlc_error(m));
   return m;
+}
+
+static dlc_model *compile_example(const char *file, int n_defines, const dlc_define *defines) {
+  return compile_example_on(file, n_defines, defines, NULL);
 }
 
 /* Random data for every input: floats in [-1, 1), indices in [0, bound). */
@@ -118,10 +123,10 @@ static void set_random_inputs(dlc_model *m, uint64_t seed) {
 
 /* ---- every example runs ---- */
 
-/* How each example is shrunk to keep the suite fast on the interpreter.
- * The image models hard-code 224x224 in their input type, so their text is
- * compiled with the input resized (from -> to); 64x64 still leaves 2x2
- * before the global pooling.  out: the output's shape after shrinking. */
+/* How each example is shrunk (-D) to keep the suite fast; 64x64 images
+ * still leave 2x2 before the global pooling.  from/to, when set, rewrite
+ * the text first for what -D cannot reach.  out: the output's shape after
+ * shrinking. */
 typedef struct Example {
   const char *file;
   int n_defines;
@@ -136,9 +141,9 @@ static const Example examples[] = {
     {"lenet.dl", 1, {{"N", 2}}, NULL, NULL, 2, {2, 10}},
     {"lstm.dl", 5, {{"N", 2}, {"T", 6}, {"V", 500}, {"E", 32}, {"H", 48}}, NULL, NULL, 3, {2, 6, 500}},
     {"transformer.dl", 3, {{"N", 2}, {"S", 7}, {"D", 64}}, NULL, NULL, 3, {2, 7, 64}},
-    {"resnet18.dl", 1, {{"N", 1}}, "224, 224]", "64, 64]", 2, {1, 1000}},
-    {"resnet50.dl", 1, {{"N", 1}}, "224, 224]", "64, 64]", 2, {1, 1000}},
-    {"mobilenetv2.dl", 1, {{"N", 2}}, "224, 224]", "64, 64]", 2, {2, 1000}},
+    {"resnet18.dl", 2, {{"N", 1}, {"HW", 64}}, NULL, NULL, 2, {1, 1000}},
+    {"resnet50.dl", 2, {{"N", 1}, {"HW", 64}}, NULL, NULL, 2, {1, 1000}},
+    {"mobilenetv2.dl", 2, {{"N", 2}, {"HW", 64}}, NULL, NULL, 2, {2, 1000}},
 };
 enum { N_EXAMPLES = sizeof examples / sizeof examples[0] };
 
@@ -223,6 +228,48 @@ START_TEST(example_runs_with_random_weights) {
   dlc_free(m);
   clock_gettime(CLOCK_MONOTONIC, &t1);
   printf("%s: %.2f s\n", ex->file, (double)(t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) * 1e-9);
+}
+END_TEST
+
+/* The generated CUDA C, run by the emu device with the planned arena,
+ * against the reference interpreter: same weights, same inputs, every
+ * output within 1e-5 of the reference, relative to the output's scale. */
+START_TEST(example_on_emu_matches_reference) {
+  const Example *ex = &examples[_i];
+  if (ex->from) return; /* rewritten text: covered by the run above */
+  dlc_model *emu = compile_example_on(ex->file, ex->n_defines, ex->defines, "emu");
+  dlc_model *ref = compile_example_on(ex->file, ex->n_defines, ex->defines, "ref");
+  dlc_model *both[2] = {emu, ref};
+  for (int b = 0; b < 2; b++) {
+    ck_assert_msg(dlc_init_weights(both[b], 5) == DLC_OK, "%s", dlc_error(both[b]));
+    set_random_inputs(both[b], 13);
+    ck_assert_msg(dlc_run(both[b]) == DLC_OK, "%s on %s: %s", ex->file, b ? "ref" : "emu",
+                  dlc_error(both[b]));
+  }
+  for (int k = 0; k < dlc_num_outputs(ref); k++) {
+    dlc_tensor_info info;
+    ck_assert_int_eq(dlc_output_info(ref, k, &info), DLC_OK);
+    const void *got, *want;
+    size_t n1, n2;
+    ck_assert_int_eq(dlc_get_output(emu, k, &got, &n1), DLC_OK);
+    ck_assert_int_eq(dlc_get_output(ref, k, &want, &n2), DLC_OK);
+    ck_assert_uint_eq(n1, n2);
+    if (info.dtype != DLC_F32) {
+      ck_assert_msg(memcmp(got, want, n1) == 0, "%s: output '%s' differs", ex->file, info.name);
+      continue;
+    }
+    const float *a = got, *w = want;
+    size_t n = n1 / sizeof(float);
+    double scale = 0, worst = 0;
+    for (size_t i = 0; i < n; i++) scale = fmax(scale, fabs(w[i]));
+    for (size_t i = 0; i < n; i++) worst = fmax(worst, fabs((double)a[i] - w[i]) / fmax(scale, 1e-6));
+    printf("%s: output '%s' on emu: max error %.3g relative to its scale %.3g\n", ex->file, info.name,
+           worst, scale);
+    ck_assert_msg(worst <= 1e-5, "%s: output '%s' on emu differs from ref by %.3g (relative)", ex->file,
+                  info.name, worst);
+  }
+  dlc_free(emu);
+  dlc_free(ref);
 }
 END_TEST
 
@@ -647,6 +694,7 @@ static Suite *models_suite(void) {
   tcase_set_timeout(tc, 120); /* the interpreter on ResNet-50 */
   tcase_add_test(tc, every_example_is_listed);
   tcase_add_loop_test(tc, example_runs_with_random_weights, 0, N_EXAMPLES);
+  tcase_add_loop_test(tc, example_on_emu_matches_reference, 0, N_EXAMPLES);
   tcase_add_test(tc, random_weights_follow_the_seed);
   suite_add_tcase(s, tc);
 
