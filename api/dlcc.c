@@ -14,8 +14,10 @@
 #include "codegen/codegen.h"
 #include "dlcrt.h"
 #include "frontend/ast.h"
+#include "frontend/onnx.h"
 #include "ir/eval.h"
 #include "ir/ir.h"
+#include "passes/pass.h"
 
 static_assert((int)DLC_F32 == (int)TY_F32 && (int)DLC_BF16 == (int)TY_BF16 &&
                   (int)DLC_I64 == (int)TY_I64,
@@ -76,8 +78,39 @@ static bool has_suffix(const char *s, const char *suffix) {
   return n >= k && strcmp(s + n - k, suffix) == 0;
 }
 
+/* dlc_define and Define have the same layout by construction, but the
+ * public header must not depend on the frontend's: copy. */
+static Define *copy_defines(Ctx *c, const dlc_options *opt, int *n) {
+  int nd = opt ? opt->n_defines : 0;
+  Define *defs = ARENA_ARRAY(&c->arena, Define, nd > 0 ? nd : 1);
+  for (int i = 0; i < nd; i++) {
+    defs[i].name = arena_strdup(&c->arena, opt->defines[i].name);
+    defs[i].value = opt->defines[i].value;
+  }
+  *n = nd;
+  return defs;
+}
+
+/* An ONNX model brings its weights: they are bound at once. */
+static Graph *import_onnx(Ctx *c, CompileJob *job) {
+  OnnxOptions oo = {0};
+  oo.defines = copy_defines(c, job->opt, &oo.n_defines);
+  TensorMap params;
+  Graph *g = fe_onnx_import(c, job->path, &oo, &params);
+  if (g) {
+    job->m->params = params;
+    job->m->have_params = true;
+  }
+  return g;
+}
+
 static int compile_job(Ctx *c, void *data) {
   CompileJob *job = data;
+  Graph *g;
+  if (job->path && has_suffix(job->path, ".onnx")) {
+    g = import_onnx(c, job);
+    goto have_graph;
+  }
   const SrcFile *f;
   if (job->path) {
     f = ctx_load_file(c, job->path);
@@ -85,24 +118,21 @@ static int compile_job(Ctx *c, void *data) {
   } else {
     f = ctx_add_file(c, job->name, arena_strdup(&c->arena, job->text), strlen(job->text));
   }
-  Graph *g;
   if (has_suffix(f->name, ".ir")) {
     g = ir_parse(c, f);
   } else {
     Program *p = fe_parse(c, f);
     if (!p) return 1;
-    /* dlc_define and Define have the same layout by construction, but the
-     * public header must not depend on the frontend's: copy. */
-    int nd = job->opt ? job->opt->n_defines : 0;
-    Define *defs = ARENA_ARRAY(&c->arena, Define, nd > 0 ? nd : 1);
-    for (int i = 0; i < nd; i++) {
-      defs[i].name = arena_strdup(&c->arena, job->opt->defines[i].name);
-      defs[i].value = job->opt->defines[i].value;
-    }
+    int nd;
+    Define *defs = copy_defines(c, job->opt, &nd);
     LowerOptions lo = {.model = job->opt ? job->opt->model : NULL, .n_defines = nd, .defines = defs};
     g = fe_lower(c, p, &lo);
   }
+have_graph:
   if (!g || !ir_verify(g)) return 1;
+  int level = job->opt ? job->opt->opt_level : 0;
+  PassOptions po = {.opt_level = level == DLC_O0 ? 0 : level == 0 ? 2 : level};
+  if (!pass_run_pipeline(g, &po, NULL)) return 1;
   job->m->g = g;
   if (job->m->use_runtime && !cg_compile(g, &job->m->cg)) return 1;
   return 0;
@@ -118,6 +148,23 @@ static void index_inputs(dlc_model *m) {
   n = 0;
   for (Node *node = m->g->first; node; node = node->next)
     if (node->op == OP_INPUT) m->inputs[n++] = node;
+}
+
+/* Weights that came with the model (ONNX initializers) to the runtime;
+ * those the optimizer removed are not in the plan. */
+static dlc_status push_bound_params(dlc_model *m) {
+  for (int i = 0; i < m->params.n; i++) {
+    bool used = false;
+    for (Node *n = m->g->first; n && !used; n = n->next)
+      used = n->op == OP_PARAM && strcmp(ir_attr_str(n, "name"), m->params.names[i]) == 0;
+    const Tensor *t = &m->params.tensors[i];
+    if (used && dlrt_set_weight(m->rt, m->params.names[i], t->data, ir_tensor_nbytes(&t->type)) != DLRT_OK) {
+      dlc_status st = fail(m, DLC_ERR_WEIGHTS, "dlcc: error: %s\n", dlrt_error(m->rt));
+      m->g = NULL;
+      return st;
+    }
+  }
+  return DLC_OK;
 }
 
 static dlc_status compile(CompileJob *job, dlc_model **out) {
@@ -145,6 +192,10 @@ static dlc_status compile(CompileJob *job, dlc_model **out) {
     dlc_status st = fail(m, DLC_ERR_COMPILE, "dlcc: error: %s\n", dlrt_error(m->rt));
     m->g = NULL;
     return st;
+  }
+  if (m->use_runtime && m->have_params) {
+    dlc_status st = push_bound_params(m);
+    if (st != DLC_OK) return st;
   }
   /* Warnings (an unused -D, say) travel with a successful compile. */
   if (m->ctx.diag.len) fail(m, DLC_OK, "%s", diag_text(&m->ctx));
@@ -303,6 +354,8 @@ dlc_status dlc_load_weights(dlc_model *m, const char *path) {
 }
 
 dlc_status dlc_init_weights(dlc_model *m, uint64_t seed) { return weights(m, NULL, seed); }
+
+int dlc_weights_bound(const dlc_model *m) { return m && m->g && m->have_params; }
 
 dlc_status dlc_set_input(dlc_model *m, const char *name, const void *data, size_t nbytes) {
   if (!m) return DLC_ERR_ARGUMENT;

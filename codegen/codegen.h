@@ -12,11 +12,13 @@
 #include "runtime/plan.h"
 
 /* One range of the arena the plan uses: a value ("%12") or scratch
- * ("scratch conv2d %3").  For checks and for a memory planner. */
+ * ("scratch conv2d %3"), at the offset the memory planner gave it. */
 typedef struct CgBuffer {
   const char *what;
   RtRef ref;
   uint64_t nbytes;
+  int lower, upper; /* live over steps [lower, upper); empty: no step uses it */
+  int inplace_of;   /* the buffer whose bytes it takes over at step lower, or -1 */
 } CgBuffer;
 
 typedef struct CgResult {
@@ -24,6 +26,13 @@ typedef struct CgResult {
   RtPlan *plan;
   int n_buffers;
   const CgBuffer *buffers; /* every arena allocation, in order */
+  /* The memory plan, for --stats: plan->arena_bytes against the sum of
+   * every buffer a step uses (no reuse) and the most bytes live at one
+   * step (no plan does better); sizes rounded up to the 256-byte
+   * alignment. */
+  uint64_t naive_bytes, lower_bound;
+  const char *memplan; /* the heuristic that won ("size/best-fit") */
+  int n_inplace;       /* outputs written over an input that died there */
 } CgResult;
 
 /* Lowers g (already verified).  False after reporting errors to g->ctx's
@@ -31,10 +40,62 @@ typedef struct CgResult {
  * through the context's guard. */
 bool cg_compile(Graph *g, CgResult *out);
 
+/* The kernel-IR passes' switches; a zeroed struct is the default. */
+typedef struct CgOptions {
+  int unroll;        /* --unroll=N: largest constant trip count unrolled (0: 8) */
+  bool no_unroll;    /* --no-unroll: no loop is unrolled, not even by a schedule */
+  bool no_vectorize; /* --no-vectorize: scalar loads and stores only */
+} CgOptions;
+
+/* cg_compile with options (NULL: the defaults). */
+bool cg_compile_opts(Graph *g, const CgOptions *o, CgResult *out);
+
+/* The memory plan's checker: no two buffers live at a common step share
+ * a byte (but for one written in place over the other at that step),
+ * every buffer inside the arena, and every arena ref of a step inside a
+ * buffer live at that step.  False with the first fault in err.
+ * cg_compile runs it on every plan. */
+bool cg_check_memory(const CgResult *r, char *err, size_t len);
+
 /* The plan as text, for --emit=plan: spaces, tensors, kernels, steps. */
 void cg_print_plan(FILE *f, const RtPlan *p);
 
 /* Where a ref points, as the plan text writes it: "arena+256", "in0+0". */
 void cg_print_ref(FILE *f, RtRef r);
+
+/* ---- ahead of time (aot.c, docs/aot.md) ---- */
+
+struct TensorMap;
+
+/* Besides DLRT_PLAN_SYMBOL, every model.so exports
+ *   const char *dlrt_model_weights_path(void): an --external-weights
+ *     model's safetensors file (the path recorded at build time, or
+ *     $DLCC_WEIGHTS); NULL when the weights are embedded;
+ *   int64_t dlrt_model_index_bound(int input): for an integer input used
+ *     as gather indices, the exclusive bound of valid values; else 0. */
+#define CG_AOT_WEIGHTS_PATH_SYMBOL "dlrt_model_weights_path"
+#define CG_AOT_INDEX_BOUND_SYMBOL "dlrt_model_index_bound"
+
+typedef struct CgAotOptions {
+  const char *output;      /* the shared object: "model.so" */
+  const char *header;      /* NULL: output with ".so" replaced by ".h" */
+  const char *source_name; /* for the generated comments: "examples/mlp.dl" */
+  /* Every weight by name (api_bind_weights, ir_init_params).  With
+   * external_weights they are only read to write NAME.safetensors beside
+   * model.so when weights_path is NULL. */
+  const struct TensorMap *params;
+  bool external_weights;   /* the plan carries no weights; the host loads them at open */
+  const char *weights_path; /* external_weights: the safetensors file model.so records */
+  int n_archs;             /* a cubin and PTX each: "sm_80", "sm_90" */
+  const char *const *archs;
+  bool keep_temps;         /* keep the generated C and blobs; a note says where */
+} CgAotOptions;
+
+/* Writes o->output (linked against libdlcrt by $CC, else cc) and its
+ * header.  False after reporting to g->ctx's diag; then nothing is left
+ * behind.  libdlcrt and plan.h are found through $DLCC_LIBDIR and
+ * $DLCC_INCLUDEDIR, else beside the running binary (a build tree), else
+ * where they were installed. */
+bool cg_aot_build(Graph *g, const CgResult *cg, const CgAotOptions *o);
 
 #endif

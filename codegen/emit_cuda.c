@@ -286,6 +286,7 @@ static void expr(Out *o, const KExpr *e) {
         op_int(o, e);
       return;
     case KE_CAST: cast(o, e); return;
+    case KE_LANE: fprintf(o->f, "%s.%c", e->var->name, "xyzw"[e->i & 3]); return;
   }
 }
 
@@ -405,6 +406,24 @@ static void stmt(Out *o, const KStmt *s) {
     case KS_BARRIER:
       indent(o);
       fputs("__syncthreads();\n", o->f);
+      return;
+    case KS_VLOAD:
+      indent(o);
+      fprintf(o->f, "%s4 %s = *(const %s4 *)&%s[", ctype(k, s->var->dtype), s->var->name,
+              ctype(k, s->var->dtype), s->buf->name);
+      expr(o, s->index);
+      fputs("];\n", o->f);
+      return;
+    case KS_VSTORE:
+      indent(o);
+      fprintf(o->f, "*(%s4 *)&%s[", ctype(k, s->buf->dtype), s->buf->name);
+      expr(o, s->index);
+      fprintf(o->f, "] = make_%s4(", ctype(k, s->buf->dtype));
+      for (int i = 0; i < 4; i++) {
+        if (i) fputs(", ", o->f);
+        expr(o, s->lanes[i]);
+      }
+      fputs(");\n", o->f);
       return;
   }
 }

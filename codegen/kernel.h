@@ -71,6 +71,7 @@ typedef enum {
   KE_LOAD,   /* buf[a[0]] */
   KE_OP,     /* an elementwise op of the table on a[0] (and a[1]), with its semantics in eval.c */
   KE_CAST,   /* a[0] converted to dtype with the cast op's rules */
+  KE_LANE,   /* lane i (0..3) of the vector var (a KS_VLOAD's) */
 } KExprKind;
 
 typedef enum { KI_ADD, KI_SUB, KI_MUL, KI_DIV, KI_MOD, KI_MIN, KI_MAX } KIdxOp;
@@ -99,6 +100,8 @@ typedef enum {
   KS_STORE,   /* buf[index] = value */
   KS_IF,      /* if (cond) body else orelse */
   KS_BARRIER, /* __syncthreads() */
+  KS_VLOAD,   /* declares the 4-lane vector var = buf[index .. index+3] (16-byte aligned) */
+  KS_VSTORE,  /* buf[index .. index+3] = lanes[0..3] (16-byte aligned) */
 } KStmtKind;
 
 typedef struct KStmt KStmt;
@@ -120,6 +123,7 @@ struct KStmt {
   KBuf *buf;
   KExpr *index;
   KBlock body, orelse;
+  KExpr *lanes[4]; /* KS_VSTORE */
 };
 
 /* A parameter: a global buffer or a scalar, with what it is bound to in
@@ -197,6 +201,17 @@ void cg_kstore(Kernel *k, KBlock *in, KBuf *b, KExpr *index, KExpr *value);
 KStmt *cg_kif(Kernel *k, KBlock *in, KExpr *cond); /* fill ->body (and ->orelse) */
 void cg_kbarrier(Kernel *k, KBlock *in);
 
+/* ---- kernel-IR passes (unroll.c) ---- */
+
+/* Loops with a constant trip count of at most max_trip become KM_UNROLL;
+ * max_trip 0 turns every KM_UNROLL back into KM_SERIAL (--no-unroll). */
+void cg_unroll(Kernel *k, int max_trip);
+/* A contiguous elementwise map (one grid-stride loop of lets and stores
+ * at its index) becomes a loop over float4 loads and stores plus a
+ * scalar tail.  Returns whether it did; every f32 buffer it vectorizes
+ * must start 16-byte aligned (refs are checked). */
+bool cg_vectorize(Kernel *k);
+
 /* ---- CUDA text (emit_cuda.c) ---- */
 
 /* The shared prelude: includes and device helper functions. */
@@ -227,6 +242,45 @@ void cg_gemm(CgBuild *b, const Node *n, const char *what, const RtGemm *g);
 void cg_copy(CgBuild *b, const Node *n, const char *what, RtRef dst, RtRef src, uint64_t nbytes);
 /* "relu %12", or "conv2d %3 im2col" with what. */
 const char *cg_label(Ctx *c, const Node *n, const char *what);
+
+/* ---- fusion groups (fuse_lower.c) ---- */
+
+/* The nodes of one Node.group: the root (last, the only value stored),
+ * the anchor (the one reduction, window or convolution, or NULL) and
+ * every member in graph order. */
+typedef struct CgGroup {
+  int id;
+  const Node *root, *anchor;
+  int n;
+  const Node **members;
+  /* An attention, matmul(softmax(f(matmul(Q, K))), V): its two matmuls,
+   * computed inside the kernel (the anchor is the softmax); else NULL. */
+  const Node *attention, *scores;
+} CgGroup;
+
+/* By node id: the group a node is the root of, or NULL. */
+CgGroup **cg_find_groups(Ctx *c, Graph *g);
+/* The group being lowered, or NULL (plan_build.c). */
+const CgGroup *cg_group(CgBuild *b);
+void cg_set_group(CgBuild *b, const CgGroup *grp);
+/* Appends the group's GEMMs and its one kernel; false after reporting. */
+bool cg_lower_group(CgBuild *b, const CgGroup *grp);
+/* v[index] when v is computed inside the group being lowered (its
+ * expression, lets into blk, or a pure expression when blk is NULL);
+ * NULL when v is stored. */
+KExpr *cg_fused_load(CgBuild *b, Kernel *k, KBlock *blk, const Value *v, KExpr *index);
+/* When out is the anchor of the group being lowered and members follow
+ * it: stores the root's element at index computed from value (the
+ * anchor's element) and returns true; else false and nothing happens. */
+bool cg_fused_store(CgBuild *b, Kernel *k, KBlock *blk, const Value *out, KExpr *index,
+                    KExpr *value);
+/* "conv2d_batchnorm_relu" for kernel names. */
+const char *cg_group_hint(Ctx *c, const CgGroup *grp);
+/* A convolution (groups 1) as one tiled implicit-GEMM kernel. */
+bool cg_lower_conv_igemm(CgBuild *b, const Node *n);
+
+/* The options of this compilation (codegen.h). */
+const struct CgOptions *cg_options(CgBuild *b);
 
 /* lower_kernels.c: appends n's steps; false after reporting an error. */
 bool cg_lower_node(CgBuild *b, const Node *n);

@@ -3,6 +3,19 @@ libdlcc_la_SOURCES += \
 	codegen/codegen.h \
 	codegen/kernel.h codegen/kernel.c \
 	codegen/lower_kernels.c \
+	codegen/fuse_lower.c \
+	codegen/unroll.c \
 	codegen/emit_cuda.c \
 	codegen/plan_build.c \
 	codegen/plan_print.c
+
+# The AOT emitter (dlcc m.dl -o m.so): its own convenience library, so
+# that only it is told where libdlcrt and plan.h live, in the build tree
+# and once installed.
+noinst_LTLIBRARIES += libdlaot.la
+libdlaot_la_SOURCES = codegen/aot.c
+libdlaot_la_CPPFLAGS = $(AM_CPPFLAGS) \
+	-DDLCC_AOT_LIBDIR='"$(libdir)"' \
+	-DDLCC_AOT_INCLUDEDIR='"$(includedir)/dlcrt"' \
+	-DDLCC_AOT_SRC_INCLUDEDIR='"$(abs_top_srcdir)/runtime"'
+libdlcc_la_LIBADD += libdlaot.la

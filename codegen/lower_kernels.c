@@ -51,21 +51,39 @@ static bool check_dtypes(CgBuild *b, const Node *n, bool ints_ok) {
 }
 
 static Kernel *new_kernel(CgBuild *b, const Node *n, const char *suffix, const char *what) {
-  const char *hint =
-      suffix ? arena_printf(&cg_build_ctx(b)->arena, "%s_%s", ir_ops[n->op].name, suffix)
-             : ir_ops[n->op].name;
-  return cg_kernel_new(cg_build_ctx(b), n, hint, what);
+  Ctx *c = cg_build_ctx(b);
+  const CgGroup *grp = cg_group(b);
+  const char *hint = grp && grp->anchor == n && grp->n > 1 ? cg_group_hint(c, grp) : ir_ops[n->op].name;
+  if (suffix) hint = arena_printf(&c->arena, "%s_%s", hint, suffix);
+  if (grp && grp->anchor == n && !what) what = arena_printf(&c->arena, "#k%d", grp->id);
+  return cg_kernel_new(c, n, hint, what);
 }
 
 static KBuf *global_of(CgBuild *b, Kernel *k, const Value *v, const char *name) {
   return cg_kglobal(k, name, v->type.dtype, numel(&v->type), cg_ref(b, v));
 }
 
-/* v[index], or v's value when it is a folded const. */
-static KExpr *load_of(CgBuild *b, Kernel *k, const Value *v, const char *name, KExpr *index) {
+/* v[index], v's value when it is a folded const, or its expression
+ * when the fusion group being lowered computes it (lets into blk; pure
+ * when blk is NULL). */
+static KExpr *load_in(CgBuild *b, Kernel *k, KBlock *blk, const Value *v, const char *name,
+                      KExpr *index) {
+  KExpr *f = cg_fused_load(b, k, blk, v, index);
+  if (f) return f;
   double c;
   if (cg_const_of(b, v, &c)) return cg_kimm(k, c, v->type.dtype);
   return cg_kload(k, global_of(b, k, v, name), index);
+}
+
+static KExpr *load_of(CgBuild *b, Kernel *k, const Value *v, const char *name, KExpr *index) {
+  return load_in(b, k, NULL, v, name, index);
+}
+
+/* out[index] = value, or the fusion group's epilogue from there. */
+static void store_at(CgBuild *b, Kernel *k, KBlock *blk, const Value *out, KExpr *index,
+                     KExpr *value) {
+  if (cg_fused_store(b, k, blk, out, index, value)) return;
+  cg_kstore(k, blk, global_of(b, k, out, "out"), index, cg_kcast(k, value, out->type.dtype));
 }
 
 /* ---- map kernels: one thread per element of an iteration space ---- */
@@ -145,6 +163,7 @@ static KExpr *map_operand(CgBuild *b, Map *m, const Value *v, const char *name, 
 }
 
 static void map_store(CgBuild *b, Map *m, const Value *out, KExpr *value) {
+  if (cg_fused_store(b, m->k, &m->main, out, m->i, value)) return;
   KBuf *o = global_of(b, m->k, out, "out");
   cg_kstore(m->k, &m->main, o, m->i, cg_kcast(m->k, value, out->type.dtype));
 }
@@ -291,7 +310,7 @@ static bool lower_reduce(CgBuild *b, const Node *n) {
       rs *= xt->dims[d];
     }
   }
-  red->value = load_of(b, k, x, "x", cg_kadd(k, cg_kv(k, base), off));
+  red->value = load_in(b, k, &red->body, x, "x", cg_kadd(k, cg_kv(k, base), off));
   KExpr *res = cg_kv(k, acc);
   if (n->op == OP_REDUCE_MEAN) res = cg_kop2(k, OP_DIV, res, cg_kimm(k, (double)group, TY_F32));
   map_store(b, &m, out, res);
@@ -373,22 +392,22 @@ static bool lower_softmax(CgBuild *b, const Node *n) {
   KVar *mx = cg_kvar(k, "mx", TY_F32), *r = cg_kvar(k, "r", KT_INDEX);
   KStmt *red =
       cg_kreduce(k, &m.main, mx, cg_kimm(k, -INFINITY, TY_F32), OP_MAXIMUM, r, cg_kint(k, len));
-  red->value = load_of(b, k, x, "x", row_at(k, base, cg_kv(k, r), inner));
+  red->value = load_in(b, k, &red->body, x, "x", row_at(k, base, cg_kv(k, r), inner));
   KVar *sum = cg_kvar(k, "sum", TY_F32), *r2 = cg_kvar(k, "r", KT_INDEX);
   red = cg_kreduce(k, &m.main, sum, cg_kimm(k, 0, TY_F32), OP_ADD, r2, cg_kint(k, len));
   red->value =
       cg_kop1(k, OP_EXP,
-              cg_kop2(k, OP_SUB, load_of(b, k, x, "x", row_at(k, base, cg_kv(k, r2), inner)),
+              cg_kop2(k, OP_SUB, load_in(b, k, &red->body, x, "x", row_at(k, base, cg_kv(k, r2), inner)),
                       cg_kv(k, mx)));
   KExpr *scale = n->op == OP_LOG_SOFTMAX ? cg_kop1(k, OP_LOG, cg_kv(k, sum)) : NULL;
   KVar *lsum = scale ? cg_klet(k, &m.main, "lsum", TY_F32, scale) : NULL;
   KVar *j = cg_kvar(k, "j", KT_INDEX);
   KStmt *loop = cg_kloop(k, &m.main, j, cg_kint(k, len), KM_SERIAL);
   KExpr *at = row_at(k, base, cg_kv(k, j), inner);
-  KExpr *v = cg_kop2(k, OP_SUB, load_of(b, k, x, "x", at), cg_kv(k, mx));
+  KExpr *v = cg_kop2(k, OP_SUB, load_in(b, k, &loop->body, x, "x", at), cg_kv(k, mx));
   KExpr *y = lsum ? cg_kop2(k, OP_SUB, v, cg_kv(k, lsum))
                   : cg_kop2(k, OP_DIV, cg_kop1(k, OP_EXP, v), cg_kv(k, sum));
-  cg_kstore(k, &loop->body, global_of(b, k, out, "out"), at, y);
+  store_at(b, k, &loop->body, out, at, y);
   map_end(&m);
   cg_launch(b, k);
   return true;
@@ -411,13 +430,14 @@ static bool lower_layernorm(CgBuild *b, const Node *n) {
   KExpr *flen = cg_kimm(k, (double)len, TY_F32);
   KVar *s = cg_kvar(k, "sum", TY_F32), *r = cg_kvar(k, "r", KT_INDEX);
   KStmt *red = cg_kreduce(k, &m.main, s, cg_kimm(k, 0, TY_F32), OP_ADD, r, cg_kint(k, len));
-  red->value = load_of(b, k, x, "x", cg_kadd(k, cg_kv(k, base), cg_kv(k, r)));
+  red->value = load_in(b, k, &red->body, x, "x", cg_kadd(k, cg_kv(k, base), cg_kv(k, r)));
   KVar *mean = cg_klet(k, &m.main, "mean", TY_F32, cg_kop2(k, OP_DIV, cg_kv(k, s), flen));
   KVar *sq = cg_kvar(k, "sq", TY_F32), *r2 = cg_kvar(k, "r", KT_INDEX);
   red = cg_kreduce(k, &m.main, sq, cg_kimm(k, 0, TY_F32), OP_ADD, r2, cg_kint(k, len));
   KVar *dv =
       cg_klet(k, &red->body, "d", TY_F32,
-              cg_kop2(k, OP_SUB, load_of(b, k, x, "x", cg_kadd(k, cg_kv(k, base), cg_kv(k, r2))),
+              cg_kop2(k, OP_SUB,
+                      load_in(b, k, &red->body, x, "x", cg_kadd(k, cg_kv(k, base), cg_kv(k, r2))),
                       cg_kv(k, mean)));
   red->value = cg_kop2(k, OP_MUL, cg_kv(k, dv), cg_kv(k, dv));
   KExpr *var = cg_kop2(k, OP_DIV, cg_kv(k, sq), flen);
@@ -427,11 +447,12 @@ static bool lower_layernorm(CgBuild *b, const Node *n) {
   KVar *j = cg_kvar(k, "j", KT_INDEX);
   KStmt *loop = cg_kloop(k, &m.main, j, cg_kint(k, len), KM_SERIAL);
   KExpr *at = cg_kadd(k, cg_kv(k, base), cg_kv(k, j));
-  KExpr *y = cg_kop2(k, OP_MUL, cg_kop2(k, OP_SUB, load_of(b, k, x, "x", at), cg_kv(k, mean)),
-                     cg_kv(k, inv));
+  KExpr *y =
+      cg_kop2(k, OP_MUL, cg_kop2(k, OP_SUB, load_in(b, k, &loop->body, x, "x", at), cg_kv(k, mean)),
+              cg_kv(k, inv));
   if (n->n_in > 1) y = cg_kop2(k, OP_MUL, y, load_of(b, k, n->in[1], "weight", cg_kv(k, j)));
   if (n->n_in > 2) y = cg_kop2(k, OP_ADD, y, load_of(b, k, n->in[2], "bias", cg_kv(k, j)));
-  cg_kstore(k, &loop->body, global_of(b, k, out, "out"), at, y);
+  store_at(b, k, &loop->body, out, at, y);
   map_end(&m);
   cg_launch(b, k);
   return true;
@@ -450,7 +471,8 @@ static bool lower_global_avgpool(CgBuild *b, const Node *n) {
   map_begin(&m, k, &rt);
   KVar *s = cg_kvar(k, "sum", TY_F32), *r = cg_kvar(k, "r", KT_INDEX);
   KStmt *red = cg_kreduce(k, &m.main, s, cg_kimm(k, 0, TY_F32), OP_ADD, r, cg_kint(k, len));
-  red->value = load_of(b, k, x, "x", cg_kadd(k, cg_kmul(k, m.i, cg_kint(k, len)), cg_kv(k, r)));
+  red->value =
+      load_in(b, k, &red->body, x, "x", cg_kadd(k, cg_kmul(k, m.i, cg_kint(k, len)), cg_kv(k, r)));
   map_store(b, &m, out, cg_kop2(k, OP_DIV, cg_kv(k, s), cg_kimm(k, (double)len, TY_F32)));
   map_end(&m);
   cg_launch(b, k);
@@ -568,7 +590,8 @@ static bool lower_linear(CgBuild *b, const Node *n) {
   g.ldb = in;
   g.a = cg_ref(b, x), g.b = cg_ref(b, w), g.c = rc;
   emit_gemm(b, n, NULL, &g);
-  if (n->n_in > 2) bias_add(b, n, rc, total, 1, outf, n->in[2]);
+  /* In a fusion group the group's kernel adds the bias where it reads. */
+  if (n->n_in > 2 && n->group < 0) bias_add(b, n, rc, total, 1, outf, n->in[2]);
   return true;
 }
 
@@ -597,6 +620,7 @@ static bool lower_conv2d(CgBuild *b, const Node *n) {
   int64_t Co = wd[0], Cg = wd[1], KH = wd[2], KW = wd[3], OH = od[2], OW = od[3];
   int64_t OHW = OH * OW, total = numel(&out->type);
   if (total == 0) return true;
+  if (groups == 1 && n->group >= 0) return cg_lower_conv_igemm(b, n);
   RtRef rc = cg_ref(b, out);
   /* The extreme input positions a window touches, to drop bound checks. */
   int64_t ihmin = -pad[0], ihmax = (OH - 1) * stride[0] - pad[0] + (KH - 1) * dil[0];
@@ -676,7 +700,7 @@ static bool lower_conv2d(CgBuild *b, const Node *n) {
               cg_kv(k, kw));
   KBlock *at = &l3->body;
   if (cond) at = &cg_kif(k, at, cond)->body;
-  KExpr *prod = cg_kop2(k, OP_MUL, load_of(b, k, x, "x", xi), load_of(b, k, w, "w", wi));
+  KExpr *prod = cg_kop2(k, OP_MUL, load_in(b, k, at, x, "x", xi), load_in(b, k, at, w, "w", wi));
   cg_kset(k, at, acc, cg_kop2(k, OP_ADD, cg_kv(k, acc), prod));
   KExpr *res = cg_kv(k, acc);
   if (n->n_in > 2) res = cg_kop2(k, OP_ADD, res, load_of(b, k, n->in[2], "bias", co));
@@ -733,7 +757,7 @@ static bool lower_pool2d(CgBuild *b, const Node *n) {
               cg_kmul(k, cg_kadd(k, cg_kmul(k, cg_kv(k, plane), cg_kint(k, H)), cg_kv(k, ih)),
                       cg_kint(k, W)),
               cg_kv(k, iw));
-  KExpr *v = load_of(b, k, x, "x", xi);
+  KExpr *v = load_in(b, k, at, x, "x", xi);
   cg_kset(k, at, acc, cg_kop2(k, is_max ? OP_MAXIMUM : OP_ADD, cg_kv(k, acc), v));
   if (count && !include_pad) cg_kset(k, at, count, inc);
   KExpr *res = cg_kv(k, acc);

@@ -9,12 +9,15 @@
 
 #include "codegen.h"
 #include "kernel.h"
+#include "passes/memplan.h"
 
 enum { ALIGN = 256 };
 
 struct CgBuild {
   Ctx *ctx;
   Graph *g;
+  const CgGroup *group; /* the fusion group being lowered */
+  CgOptions opts;
   int n_values;
   RtRef *home;
   bool *has_home;
@@ -34,6 +37,13 @@ struct CgBuild {
 
   CgBuffer *buffers;
   int n_buffers, cap_buffers;
+
+  /* memory planning (plan_memory) */
+  struct InplaceHint *hints;
+  int n_hints, cap_hints;
+  uint64_t naive_bytes, lower_bound;
+  const char *memplan;
+  int n_inplace;
 };
 
 static uint64_t align_up(uint64_t v) { return (v + ALIGN - 1) / ALIGN * ALIGN; }
@@ -53,16 +63,22 @@ static RtTensorDesc desc_of(const char *name, const Value *v, RtRef where) {
   return d;
 }
 
+/* Until plan_memory, buffer k lives in its own slot of a virtual arena
+ * at (k + 1) << SLOT_SHIFT, so every arena ref names its buffer. */
+enum { SLOT_SHIFT = 36 };
+
 static RtRef place(CgBuild *b, uint64_t nbytes, const char *what) {
-  RtRef r = {.space = RT_SPACE_ARENA, .offset = align_up(b->arena_top)};
-  b->arena_top = r.offset + nbytes;
+  if (nbytes >> SLOT_SHIFT)
+    dl_internal(b->ctx, "%s: %" PRIu64 " bytes is more than one arena buffer may hold", what, nbytes);
+  RtRef r = {.space = RT_SPACE_ARENA, .offset = (uint64_t)(b->n_buffers + 1) << SLOT_SHIFT};
   if (b->n_buffers == b->cap_buffers) {
     int old = b->cap_buffers, cap = old ? 2 * old : 64;
     b->buffers = arena_realloc(&b->ctx->arena, b->buffers, sizeof(CgBuffer) * (size_t)old,
                                sizeof(CgBuffer) * (size_t)cap);
     b->cap_buffers = cap;
   }
-  b->buffers[b->n_buffers++] = (CgBuffer){.what = what, .ref = r, .nbytes = nbytes};
+  b->buffers[b->n_buffers++] =
+      (CgBuffer){.what = what, .ref = r, .nbytes = nbytes, .inplace_of = -1};
   return r;
 }
 
@@ -75,11 +91,12 @@ static void set_home(CgBuild *b, const Value *v, RtRef r) {
   b->has_home[v->id] = true;
 }
 
-/* The one place that decides where values live.  Naive: every value and
- * every scratch range its own arena bytes, nothing reused; the memory
- * planner replaces this (and place) later.  Consts and reshapes get
- * bytes while lowering: a const only when something needs it in memory,
- * a reshape the bytes of its operand. */
+/* The one place that decides where values live: weights, inputs and
+ * outputs in their spaces, every other value and every scratch range a
+ * slot of the arena (place), laid out by plan_memory once the steps are
+ * known.  Consts and reshapes get bytes while lowering: a const only
+ * when something needs it in memory, a reshape the bytes of its
+ * operand. */
 static bool plan_storage(CgBuild *b) {
   Graph *g = b->g;
   int n_in = 0, n_par = 0;
@@ -129,9 +146,353 @@ static bool plan_storage(CgBuild *b) {
   return ok;
 }
 
+/* ---- memory planning ---- */
+
+/* A launch whose kernel may write out over in: it reads in[i] only at
+ * the index i where it then stores out[i], before that store. */
+typedef struct InplaceHint {
+  int step;
+  RtRef in, out;
+} InplaceHint;
+
+typedef struct InplaceScan {
+  const KBuf *in, *out;
+  const KVar *i; /* the grid-stride variable */
+  int stores;
+  bool stored, ok;
+} InplaceScan;
+
+static void scan_expr(InplaceScan *sc, const KExpr *e) {
+  if (!e || !sc->ok) return;
+  if (e->kind == KE_LOAD) {
+    if (e->buf == sc->out) sc->ok = false;
+    if (e->buf == sc->in &&
+        (sc->stored || !e->a[0] || e->a[0]->kind != KE_VAR || e->a[0]->var != sc->i))
+      sc->ok = false;
+  }
+  for (int k = 0; k < 3; k++) scan_expr(sc, e->a[k]);
+}
+
+/* nested: inside a loop or reduction within the grid-stride loop */
+static void scan_block(InplaceScan *sc, const KBlock *blk, bool nested) {
+  for (const KStmt *st = blk->first; st && sc->ok; st = st->next) {
+    switch (st->kind) {
+      case KS_LOOP:
+        scan_expr(sc, st->extent);
+        scan_block(sc, &st->body, true);
+        break;
+      case KS_REDUCE:
+        scan_expr(sc, st->init);
+        scan_expr(sc, st->extent);
+        scan_block(sc, &st->body, true);
+        scan_expr(sc, st->value);
+        break;
+      case KS_LET:
+      case KS_SET: scan_expr(sc, st->value); break;
+      case KS_STORE:
+        scan_expr(sc, st->index);
+        scan_expr(sc, st->value);
+        if (st->buf == sc->in) sc->ok = false;
+        if (st->buf == sc->out) {
+          sc->stores++;
+          sc->stored = true;
+          if (nested || st->index->kind != KE_VAR || st->index->var != sc->i) sc->ok = false;
+        }
+        break;
+      case KS_IF:
+        scan_expr(sc, st->cond);
+        scan_block(sc, &st->body, nested);
+        scan_block(sc, &st->orelse, nested);
+        break;
+      case KS_BARRIER:
+      case KS_VLOAD:
+      case KS_VSTORE: sc->ok = false; break;
+    }
+  }
+}
+
+/* Pure elementwise only: the body is one grid-stride loop (each i to one
+ * thread), out is stored once per i at i, and in is read at i alone. */
+static bool may_write_over(const Kernel *k, const KBuf *in, const KBuf *out) {
+  const KStmt *loop = k->body.first;
+  if (!loop || loop->next || loop->kind != KS_LOOP || loop->map != KM_GRID_STRIDE) return false;
+  if (in->space != KSP_GLOBAL || out->space != KSP_GLOBAL || in->written || !out->written)
+    return false;
+  if (in->numel != out->numel || ir_dtype_size(in->dtype) != ir_dtype_size(out->dtype))
+    return false;
+  InplaceScan sc = {.in = in, .out = out, .i = loop->var, .ok = true};
+  scan_block(&sc, &loop->body, false);
+  return sc.ok && sc.stores == 1;
+}
+
+static void note_inplace(CgBuild *b, const Kernel *k, int step) {
+  for (int o = 0; o < k->n_params; o++) {
+    const KParam *po = &k->params[o];
+    if (!po->buf || po->arg.ref.space != RT_SPACE_ARENA) continue;
+    for (int i = 0; i < k->n_params; i++) {
+      const KParam *pi = &k->params[i];
+      if (i == o || !pi->buf || pi->arg.ref.space != RT_SPACE_ARENA) continue;
+      if (!may_write_over(k, pi->buf, po->buf)) continue;
+      if (b->n_hints == b->cap_hints) {
+        int old = b->cap_hints, cap = old ? 2 * old : 64;
+        b->hints = arena_realloc(&b->ctx->arena, b->hints, sizeof(InplaceHint) * (size_t)old,
+                                 sizeof(InplaceHint) * (size_t)cap);
+        b->cap_hints = cap;
+      }
+      b->hints[b->n_hints++] = (InplaceHint){step, pi->arg.ref, po->arg.ref};
+    }
+  }
+}
+
+/* Every arena ref the steps hold, with its step.  A new kind of step or
+ * a new ref in one must be added here (the plan validator would refuse
+ * the unplanned offset). */
+typedef struct StepRef {
+  RtRef *ref;
+  int step;
+} StepRef;
+
+static int step_refs(CgBuild *b, StepRef *out) {
+  int n = 0;
+#define ADD(r)                                                \
+  do {                                                        \
+    if ((r).space == RT_SPACE_ARENA) {                        \
+      if (out) out[n] = (StepRef){&(r), s};                   \
+      n++;                                                    \
+    }                                                         \
+  } while (0)
+  for (int s = 0; s < b->n_steps; s++) {
+    RtStep *st = &b->steps[s];
+    switch (st->kind) {
+      case RT_STEP_LAUNCH: {
+        RtArg *args = (RtArg *)st->launch.args; /* ours, from cg_launch */
+        for (uint32_t a = 0; a < st->launch.n_args; a++)
+          if (args[a].kind == RT_ARG_PTR) ADD(args[a].ref);
+        break;
+      }
+      case RT_STEP_GEMM:
+        ADD(st->gemm.a);
+        ADD(st->gemm.b);
+        ADD(st->gemm.c);
+        break;
+      case RT_STEP_COPY:
+        ADD(st->copy.src);
+        ADD(st->copy.dst);
+        break;
+    }
+  }
+#undef ADD
+  return n;
+}
+
+static int slot_of(CgBuild *b, RtRef r) {
+  uint64_t k = (r.offset >> SLOT_SHIFT) - 1;
+  if ((r.offset >> SLOT_SHIFT) == 0 || k >= (uint64_t)b->n_buffers)
+    dl_internal(b->ctx, "arena ref +%" PRIu64 " names no buffer", r.offset);
+  return (int)k;
+}
+
+static uint64_t slot_inner(RtRef r) { return r.offset & (((uint64_t)1 << SLOT_SHIFT) - 1); }
+
+static int find_root(int *parent, int k) {
+  while (parent[k] != k) k = parent[k] = parent[parent[k]];
+  return k;
+}
+
+/* Takes a hint when its input's bytes die at that very launch and its
+ * output is born there, both whole buffers of one size that the launch
+ * names once each: then the two become one buffer. */
+static bool take_inplace(CgBuild *b, const InplaceHint *h, const StepRef *refs, int n_refs,
+                         const int *first_ref, int *parent, int64_t *gu) {
+  int ki = slot_of(b, h->in), ko = slot_of(b, h->out);
+  if (ki == ko || slot_inner(h->in) || slot_inner(h->out)) return false;
+  CgBuffer *bi = &b->buffers[ki], *bo = &b->buffers[ko];
+  if (bi->nbytes != bo->nbytes || !bi->nbytes) return false;
+  int ri = find_root(parent, ki);
+  if (gu[ri] != h->step + 1 || bi->upper != h->step + 1) return false;
+  if (parent[ko] != ko || bo->lower != h->step) return false;
+  int seen_i = 0, seen_o = 0;
+  for (int r = first_ref[h->step]; r < n_refs && refs[r].step == h->step; r++) {
+    int k = slot_of(b, *refs[r].ref);
+    seen_i += k == ki, seen_o += k == ko;
+  }
+  if (seen_i != 1 || seen_o != 1) return false;
+  parent[ko] = ri;
+  if (gu[ko] > gu[ri]) gu[ri] = gu[ko];
+  bo->inplace_of = ki;
+  return true;
+}
+
+/* Liveness over the final steps, in-place merges, then the solver;
+ * rewrites every arena ref from its slot to its planned offset. */
+static void plan_memory(CgBuild *b) {
+  Arena *a = &b->ctx->arena;
+  int nb = b->n_buffers;
+  int n_refs = step_refs(b, NULL);
+  StepRef *refs = ARENA_ARRAY(a, StepRef, n_refs + 1);
+  step_refs(b, refs);
+  int *first_ref = ARENA_ARRAY(a, int, b->n_steps + 1);
+  for (int s = 0, r = 0; s <= b->n_steps; s++) {
+    while (r < n_refs && refs[r].step < s) r++;
+    first_ref[s] = r;
+  }
+  for (int k = 0; k < nb; k++) b->buffers[k].lower = b->buffers[k].upper = 0;
+  bool *used = ARENA_ARRAY(a, bool, nb + 1);
+  for (int r = 0; r < n_refs; r++) {
+    int k = slot_of(b, *refs[r].ref), s = refs[r].step;
+    CgBuffer *buf = &b->buffers[k];
+    if (!used[k]) buf->lower = s, used[k] = true;
+    buf->upper = s + 1;
+  }
+  int *parent = ARENA_ARRAY(a, int, nb + 1);
+  int64_t *gu = ARENA_ARRAY(a, int64_t, nb + 1); /* a merged group's end, at its root */
+  for (int k = 0; k < nb; k++) {
+    parent[k] = k, gu[k] = b->buffers[k].upper;
+    if (used[k] && b->buffers[k].nbytes) b->naive_bytes += align_up(b->buffers[k].nbytes);
+  }
+  for (int h = 0; h < b->n_hints; h++)
+    b->n_inplace += take_inplace(b, &b->hints[h], refs, n_refs, first_ref, parent, gu);
+
+  MemBuf *mb = ARENA_ARRAY(a, MemBuf, nb + 1);
+  for (int k = 0; k < nb; k++) {
+    int r = find_root(parent, k);
+    if (r != k || !used[k]) continue;
+    /* the root is the group's first buffer: its lower is the group's */
+    mb[k] = (MemBuf){.id = k, .lower = b->buffers[k].lower, .upper = gu[k], .size = b->buffers[k].nbytes,
+                     .align = ALIGN};
+  }
+  /* the search's work grows with the graph, so compile time stays linear */
+  MemPlanOptions mo = {.budget = 200000 + 20000 * (int64_t)nb};
+  MemPlanResult res;
+  pass_memplan_solve(a, mb, nb, &mo, &res);
+  b->lower_bound = res.lower_bound;
+  b->memplan = res.heuristic;
+  b->arena_top = res.arena;
+  for (int k = 0; k < nb; k++) {
+    CgBuffer *buf = &b->buffers[k];
+    buf->ref.offset = used[k] ? mb[find_root(parent, k)].offset : 0;
+  }
+  for (int r = 0; r < n_refs; r++) {
+    RtRef *ref = refs[r].ref;
+    ref->offset = b->buffers[slot_of(b, *ref)].ref.offset + slot_inner(*ref);
+  }
+}
+
+/* ---- the memory plan's checker ---- */
+
+typedef struct ShareCheck {
+  const CgBuffer *bufs;
+} ShareCheck;
+
+/* Only a buffer written in place over another, at the one step where
+ * the other dies. */
+static bool may_share(void *data, int i, int j) {
+  const CgBuffer *bufs = ((ShareCheck *)data)->bufs;
+  for (int t = 0; t < 2; t++, i ^= j, j ^= i, i ^= j) {
+    const CgBuffer *x = &bufs[i], *y = &bufs[j];
+    if (y->inplace_of == i && y->lower == x->upper - 1 && y->ref.offset == x->ref.offset &&
+        y->nbytes == x->nbytes)
+      return true;
+  }
+  return false;
+}
+
+typedef struct LiveAt {
+  uint64_t off, end;
+  int k;
+} LiveAt;
+
+bool cg_check_memory(const CgResult *r, char *err, size_t len) {
+  const RtPlan *p = r->plan;
+  int nb = r->n_buffers;
+  Arena a;
+  arena_init(&a);
+  bool ok = true;
+  MemBuf *mb = ARENA_ARRAY(&a, MemBuf, nb + 1);
+  uint64_t top = 0;
+  for (int k = 0; k < nb; k++) {
+    const CgBuffer *x = &r->buffers[k];
+    mb[k] = (MemBuf){.id = k, .lower = x->lower, .upper = x->upper, .size = x->nbytes,
+                     .align = ALIGN, .offset = x->ref.offset};
+    if (x->lower < x->upper && x->ref.offset + x->nbytes > top) top = x->ref.offset + x->nbytes;
+  }
+  int bi, bj;
+  ShareCheck sc = {r->buffers};
+  if (top > p->arena_bytes) {
+    snprintf(err, len, "buffers reach byte %" PRIu64 " of an arena of %" PRIu64, top,
+             p->arena_bytes);
+    ok = false;
+  } else if (!pass_memplan_check(&a, mb, nb, may_share, &sc, &bi, &bj)) {
+    const CgBuffer *x = &r->buffers[bi];
+    if (bj < 0)
+      snprintf(err, len, "%s at +%" PRIu64 " is not aligned", x->what, x->ref.offset);
+    else
+      snprintf(err, len,
+               "%s (+%" PRIu64 ", %" PRIu64 " bytes, steps %d..%d) and %s (+%" PRIu64
+               ", %" PRIu64 " bytes, steps %d..%d) share bytes while both live",
+               x->what, x->ref.offset, x->nbytes, x->lower, x->upper - 1, r->buffers[bj].what,
+               r->buffers[bj].ref.offset, r->buffers[bj].nbytes, r->buffers[bj].lower,
+               r->buffers[bj].upper - 1);
+    ok = false;
+  }
+  /* Every arena ref of step s inside a buffer live at s: a sweep over
+   * the steps with the live buffers sorted by offset. */
+  LiveAt *live = ARENA_ARRAY(&a, LiveAt, nb + 1);
+  int n_live = 0;
+  for (uint32_t s = 0; s < p->n_steps && ok; s++) {
+    int k2 = 0;
+    for (int q = 0; q < n_live; q++)
+      if (r->buffers[live[q].k].upper > (int)s) live[k2++] = live[q];
+    n_live = k2;
+    for (int k = 0; k < nb; k++) {
+      const CgBuffer *x = &r->buffers[k];
+      if (x->lower != (int)s || x->upper <= x->lower) continue;
+      int at = n_live++;
+      while (at > 0 && live[at - 1].off > x->ref.offset) live[at] = live[at - 1], at--;
+      live[at] = (LiveAt){x->ref.offset, x->ref.offset + x->nbytes, k};
+    }
+    const RtStep *st = &p->steps[s];
+    RtRef refs[3];
+    int nr = 0;
+    const RtArg *args = st->kind == RT_STEP_LAUNCH ? st->launch.args : NULL;
+    uint32_t n_args = st->kind == RT_STEP_LAUNCH ? st->launch.n_args : 0;
+    if (st->kind == RT_STEP_GEMM) refs[0] = st->gemm.a, refs[1] = st->gemm.b, refs[2] = st->gemm.c, nr = 3;
+    if (st->kind == RT_STEP_COPY) refs[0] = st->copy.src, refs[1] = st->copy.dst, nr = 2;
+    for (uint32_t q = 0; q < n_args + (uint32_t)nr && ok; q++) {
+      RtRef ref;
+      if (q < n_args) {
+        if (args[q].kind != RT_ARG_PTR) continue;
+        ref = args[q].ref;
+      } else {
+        ref = refs[q - n_args];
+      }
+      if (ref.space != RT_SPACE_ARENA) continue;
+      int l = 0, h = n_live;
+      while (l < h) {
+        int mid = (l + h) / 2;
+        if (live[mid].off <= ref.offset) l = mid + 1;
+        else h = mid;
+      }
+      bool inside = false;
+      for (int q2 = l - 1; q2 >= 0 && !inside; q2--) inside = ref.offset <= live[q2].end;
+      if (!inside) {
+        snprintf(err, len, "step %u (%s) uses arena+%" PRIu64 ", in no buffer live then", s,
+                 st->label, ref.offset);
+        ok = false;
+      }
+    }
+  }
+  arena_free(&a);
+  return ok;
+}
+
 /* ---- what lowering asks for ---- */
 
 Ctx *cg_build_ctx(CgBuild *b) { return b->ctx; }
+
+const CgGroup *cg_group(CgBuild *b) { return b->group; }
+const CgOptions *cg_options(CgBuild *b) { return &b->opts; }
+void cg_set_group(CgBuild *b, const CgGroup *grp) { b->group = grp; }
 
 bool cg_has_ref(CgBuild *b, const Value *v) { return b->has_home[v->id]; }
 
@@ -223,6 +584,12 @@ static uint32_t intern_kernel(CgBuild *b, const Kernel *k) {
 }
 
 void cg_launch(CgBuild *b, Kernel *k) {
+  /* Read in place on the scalar nest (the step about to be added): a
+   * vectorized map is just as safe, but its two loops are harder to read. */
+  note_inplace(b, k, b->n_steps);
+  /* The kernel-IR passes, before the text exists. */
+  if (!b->opts.no_vectorize) cg_vectorize(k);
+  cg_unroll(k, b->opts.no_unroll ? 0 : b->opts.unroll > 0 ? b->opts.unroll : 8);
   cg_kernel_finish(k);
   uint32_t idx = intern_kernel(b, k);
   RtStep *s = add_step(b, RT_STEP_LAUNCH, k->node, k->what);
@@ -279,7 +646,9 @@ static const char *join_source(CgBuild *b) {
   return s;
 }
 
-bool cg_compile(Graph *g, CgResult *out) {
+bool cg_compile(Graph *g, CgResult *out) { return cg_compile_opts(g, NULL, out); }
+
+bool cg_compile_opts(Graph *g, const CgOptions *o, CgResult *out) {
   Ctx *c = g->ctx;
   memset(out, 0, sizeof *out);
   int errors = c->diag.errors;
@@ -287,13 +656,25 @@ bool cg_compile(Graph *g, CgResult *out) {
   CgBuild *b = ARENA_NEW(&c->arena, CgBuild);
   b->ctx = c;
   b->g = g;
+  if (o) b->opts = *o;
   for (Node *n = g->first; n; n = n->next) b->n_values += n->n_out;
   b->home = ARENA_ARRAY(&c->arena, RtRef, b->n_values + 1);
   b->has_home = ARENA_ARRAY(&c->arena, bool, b->n_values + 1);
   if (!plan_storage(b)) return false;
-  for (Node *n = g->first; n && !diag_should_stop(c); n = n->next) cg_lower_node(b, n);
+  /* One node at a time, or a whole fusion group at its root. */
+  CgGroup **groups = cg_find_groups(c, g);
+  for (Node *n = g->first; n && !diag_should_stop(c); n = n->next) {
+    if (n->group < 0) {
+      cg_lower_node(b, n);
+    } else if (groups[n->id]) {
+      b->group = groups[n->id];
+      cg_lower_group(b, groups[n->id]);
+      b->group = NULL;
+    }
+  }
   if (c->diag.errors > errors) return false;
   emit_output_copies(b);
+  plan_memory(b);
 
   RtPlan *p = ARENA_NEW(&c->arena, RtPlan);
   p->magic = RT_PLAN_MAGIC;
@@ -316,5 +697,11 @@ bool cg_compile(Graph *g, CgResult *out) {
   out->source = p->source;
   out->n_buffers = b->n_buffers;
   out->buffers = b->buffers;
+  out->naive_bytes = b->naive_bytes;
+  out->lower_bound = b->lower_bound;
+  out->memplan = b->memplan;
+  out->n_inplace = b->n_inplace;
+  char err[512];
+  if (!cg_check_memory(out, err, sizeof err)) dl_internal(c, "memory plan: %s", err);
   return true;
 }

@@ -5,14 +5,19 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "api/weights.h"
 #include "codegen/codegen.h"
 #include "driver/driver.h"
 #include "frontend/ast.h"
+#include "frontend/onnx.h"
+#include "ir/eval.h"
 #include "ir/ir.h"
+#include "passes/pass.h"
 
 typedef enum { EMIT_NONE, EMIT_AST, EMIT_IR, EMIT_DOT, EMIT_CUDA, EMIT_PLAN } Emit;
 
@@ -23,15 +28,23 @@ typedef struct Options {
   const char *model;
   int n_defines;
   Define defines[64];
+  /* -o FILE.so: the model library (codegen/aot.c) */
+  const char *weights;
+  uint64_t seed;
+  bool external_weights, keep_temps;
+  int n_archs;
+  const char *archs[16];
+  PassOptions passes; /* -O, --passes, --print-after, ... */
 } Options;
 
 static const char usage[] =
     "usage: dlcc [options] FILE\n"
     "       dlcc run FILE [options]     compile and run once (dlcc run --help)\n"
+    "       dlcc memplan FILE.csv       solve an allocation problem with the memory planner\n"
     "\n"
     "Compiles a network written in the dlcc language (FILE.dl) or in dlcc's IR\n"
-    "text (FILE.ir).  Without --emit or -o it checks the model and prints a\n"
-    "one-line summary.\n"
+    "text (FILE.ir), or an ONNX model (FILE.onnx, weights included).  Without\n"
+    "--emit or -o it checks the model and prints a one-line summary.\n"
     "\n"
     "options:\n"
     "  --emit=ir          print the graph IR (docs/ir.md); it reads back with dlcc FILE.ir\n"
@@ -43,6 +56,32 @@ static const char usage[] =
     "  -D NAME=VALUE      set an integer constant: overrides 'let NAME' or binds a\n"
     "                     dimension the model leaves free\n"
     "  --model=NAME       which model of the file to compile (default: the last)\n"
+    "\n"
+    "  -O0, -O1, -O2      graph optimization: none, cheap cleanups, everything (default)\n"
+    "  --passes=a,b,c     run exactly these passes instead (listed below)\n"
+    "  --print-before=P   print the IR before each run of pass P (to stderr)\n"
+    "  --print-after=P    print the IR after each run of pass P\n"
+    "  --print-after-all  print the IR after every pass\n"
+    "  --dump-dir=D       write the IR after every pass to D/NNN_PASS.ir\n"
+    "  --time-passes      a table of the time each pass took (to stderr)\n"
+    "  --verify-each      check the graph after every pass\n"
+    "  --stats            what the passes did, ops before and after (to stderr)\n"
+    "  --unroll=N         unroll loops of at most N constant trips (default 8)\n"
+    "  --no-unroll        unroll no loop at all\n"
+    "  --no-vectorize     no float4 loads and stores in elementwise kernels\n"
+    "\n"
+    "  -o FILE.so         build the model as a shared library with a C ABI (libdlcrt\n"
+    "                     runs it: dlcc run FILE.so, or a host program with FILE.h)\n"
+    "  --weights=FILE     its weights from a safetensors file (PyTorch names); without\n"
+    "                     it they are random (see --seed)\n"
+    "  --seed=S           seed for random weights (default 0, as dlcc run)\n"
+    "  --external-weights keep the weights out of FILE.so: it reads the --weights file\n"
+    "                     (or FILE.safetensors, written beside it) at open; the\n"
+    "                     environment variable DLCC_WEIGHTS names another\n"
+    "  --arch=sm_80,sm_90 precompile the kernels for these GPUs, cubin and PTX each\n"
+    "                     (default sm_90; none: only the CUDA source)\n"
+    "  --save-temps       keep the generated C and its blobs\n"
+    "  --onnx-support     list the ONNX ops that import, with their limits\n"
     "  --help             show this text\n"
     "  --version          show the version\n";
 
@@ -63,12 +102,86 @@ bool driver_parse_define(const char *text, Define *d) {
   return d->name != NULL;
 }
 
+/* 1 when arg is a pass manager flag (stored in po), 0 when it is not, -1
+ * after printing why it is malformed.  Names of passes are checked when
+ * the pipeline starts, with a suggestion. */
+int driver_pass_option(const char *arg, PassOptions *po) {
+  static const struct {
+    const char *flag;
+    size_t off;
+  } strs[] = {
+      {"--passes=", offsetof(PassOptions, passes)},
+      {"--print-before=", offsetof(PassOptions, print_before)},
+      {"--print-after=", offsetof(PassOptions, print_after)},
+      {"--dump-dir=", offsetof(PassOptions, dump_dir)},
+  };
+  static const struct {
+    const char *flag;
+    size_t off;
+  } bools[] = {
+      {"--print-after-all", offsetof(PassOptions, print_after_all)},
+      {"--time-passes", offsetof(PassOptions, time_passes)},
+      {"--verify-each", offsetof(PassOptions, verify_each)},
+      {"--stats", offsetof(PassOptions, stats)},
+      {"--no-unroll", offsetof(PassOptions, no_unroll)},
+      {"--no-vectorize", offsetof(PassOptions, no_vectorize)},
+  };
+  if (strncmp(arg, "--unroll=", 9) == 0) {
+    char *end;
+    errno = 0;
+    long v = strtol(arg + 9, &end, 10);
+    if (*end || end == arg + 9 || errno || v < 1 || v > 4096) {
+      fprintf(stderr, "dlcc: error: --unroll expects a trip count from 1 to 4096, got '%s'\n", arg + 9);
+      return -1;
+    }
+    po->unroll = (int)v;
+    return 1;
+  }
+  if (arg[0] == '-' && arg[1] == 'O' && arg[2] && !arg[3]) {
+    if (arg[2] < '0' || arg[2] > '2') {
+      fprintf(stderr, "dlcc: error: unknown optimization level '%s' (expected -O0, -O1 or -O2)\n", arg);
+      return -1;
+    }
+    po->opt_level = arg[2] - '0';
+    return 1;
+  }
+  for (size_t i = 0; i < ARRAY_LEN(strs); i++) {
+    size_t n = strlen(strs[i].flag);
+    if (strncmp(arg, strs[i].flag, n) != 0) continue;
+    if (!arg[n]) {
+      fprintf(stderr, "dlcc: error: %.*s needs a value\n", (int)n - 1, strs[i].flag);
+      return -1;
+    }
+    *(const char **)((char *)po + strs[i].off) = arg + n;
+    return 1;
+  }
+  for (size_t i = 0; i < ARRAY_LEN(bools); i++)
+    if (strcmp(arg, bools[i].flag) == 0) {
+      *(bool *)((char *)po + bools[i].off) = true;
+      return 1;
+    }
+  return 0;
+}
+
+CgOptions driver_cg_options(const PassOptions *po) {
+  return (CgOptions){.unroll = po->unroll, .no_unroll = po->no_unroll, .no_vectorize = po->no_vectorize};
+}
+
 /* Returns 0 to go on, 1 on a usage error, 2 for --help/--version. */
 static int parse_args(int argc, char **argv, Options *o) {
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
+    int pass_flag = driver_pass_option(a, &o->passes);
+    if (pass_flag < 0) return 1;
+    if (pass_flag > 0) continue;
     if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
       fputs(usage, stdout);
+      fputs("\npasses:\n", stdout);
+      for (int k = 0; k < pass_count(); k++)
+        printf("  %-18s %s\n", pass_at(k)->name, pass_at(k)->summary);
+      return 2;
+    } else if (strcmp(a, "--onnx-support") == 0) {
+      fe_onnx_print_support(stdout);
       return 2;
     } else if (strcmp(a, "--version") == 0) {
       printf("dlcc %s\n", PACKAGE_VERSION);
@@ -100,6 +213,38 @@ static int parse_args(int argc, char **argv, Options *o) {
       o->n_defines++;
     } else if (strncmp(a, "--model=", 8) == 0) {
       o->model = a + 8;
+    } else if (strncmp(a, "--weights=", 10) == 0 || strcmp(a, "--weights") == 0) {
+      o->weights = a[9] ? a + 10 : (++i < argc ? argv[i] : NULL);
+      if (!o->weights || !*o->weights) {
+        fputs("dlcc: error: --weights needs a file name\n", stderr);
+        return 1;
+      }
+    } else if (strncmp(a, "--seed=", 7) == 0) {
+      char *end;
+      errno = 0;
+      o->seed = strtoull(a + 7, &end, 10);
+      if (*end || end == a + 7 || errno || a[7] == '-') {
+        fprintf(stderr, "dlcc: error: --seed expects a non-negative integer, got '%s'\n", a + 7);
+        return 1;
+      }
+    } else if (strcmp(a, "--external-weights") == 0) {
+      o->external_weights = true;
+    } else if (strcmp(a, "--save-temps") == 0) {
+      o->keep_temps = true;
+    } else if (strncmp(a, "--arch=", 7) == 0) {
+      o->n_archs = 0;
+      if (strcmp(a + 7, "none") != 0) {
+        for (const char *p = a + 7;; p++) {
+          size_t n = strcspn(p, ",");
+          if (!n || o->n_archs == (int)ARRAY_LEN(o->archs)) {
+            fprintf(stderr, "dlcc: error: --arch expects a list like sm_80,sm_90, got '%s'\n", a + 7);
+            return 1;
+          }
+          o->archs[o->n_archs++] = strndup(p, n);
+          p += n;
+          if (!*p) break;
+        }
+      }
     } else if (a[0] == '-' && a[1]) {
       fprintf(stderr, "dlcc: error: unknown option '%s' (see dlcc --help)\n", a);
       return 1;
@@ -135,19 +280,71 @@ static void print_summary(FILE *f, const char *path, Graph *g) {
           g->n_outputs == 1 ? "" : "s");
 }
 
+/* What codegen made of the optimized graph, after the passes' stats. */
+static void print_plan_stats(FILE *f, const CgResult *cg) {
+  const RtPlan *p = cg->plan;
+  uint32_t launches = 0;
+  for (uint32_t i = 0; i < p->n_steps; i++) launches += p->steps[i].kind == RT_STEP_LAUNCH;
+  fprintf(f, "%10u plan: kernels\n", p->n_kernels);
+  fprintf(f, "%10u plan: kernel launches\n", launches);
+  fprintf(f, "%10u plan: steps (launches, GEMMs, copies)\n", p->n_steps);
+  fprintf(f, "%10" PRIu64 " plan: arena bytes\n", p->arena_bytes);
+  /* the memory planner against no reuse and against the bound */
+  double lb = cg->lower_bound ? (double)cg->lower_bound : 1;
+  fprintf(f, "%10" PRIu64 " memplan: naive bytes (every buffer its own)\n", cg->naive_bytes);
+  fprintf(f, "%10" PRIu64 " memplan: lower bound bytes (most live at one step)\n", cg->lower_bound);
+  fprintf(f, "%10.3f memplan: arena / lower bound\n", (double)p->arena_bytes / lb);
+  fprintf(f, "%10.3f memplan: naive / arena\n",
+          p->arena_bytes ? (double)cg->naive_bytes / (double)p->arena_bytes : 1.0);
+  fprintf(f, "%10d memplan: outputs written in place\n", cg->n_inplace);
+  fprintf(f, "%10s memplan: heuristic %s\n", "", cg->memplan ? cg->memplan : "none");
+}
+
 typedef struct Job {
   const Options *opt;
   FILE *out;
+  TensorMap onnx_params; /* an .onnx file's weights */
 } Job;
+
+/* -o FILE.so: weights bound (or drawn) as dlcc run does, then aot.c. */
+static int build_library(Ctx *c, const Options *o, Graph *g, const TensorMap *bound) {
+  CgResult cg;
+  CgOptions cg_opts = driver_cg_options(&o->passes);
+  if (!cg_compile_opts(g, &cg_opts, &cg)) return 1;
+  TensorMap params = {0};
+  char err[8192];
+  /* An .onnx file's own weights, unless --weights replaces them. */
+  bool own = o->weights || !bound || !bound->n;
+  bool have = !own || (o->weights ? api_bind_weights(g, o->weights, &params, err, sizeof err)
+                                  : ir_init_params(g, o->seed, IR_INIT_RANDOM, &params, err, sizeof err));
+  if (!have) {
+    diag_error(c, (SrcLoc){0}, "%s", err);
+    return 1;
+  }
+  CgAotOptions aot = {.output = o->output,
+                      .source_name = o->input,
+                      .params = own ? &params : bound,
+                      .external_weights = o->external_weights,
+                      .weights_path = o->external_weights ? o->weights : NULL,
+                      .n_archs = o->n_archs,
+                      .archs = o->archs,
+                      .keep_temps = o->keep_temps};
+  bool ok = cg_aot_build(g, &cg, &aot);
+  ir_tensor_map_free(&params);
+  return ok ? 0 : 1;
+}
 
 static int compile(Ctx *c, void *data) {
   Job *job = data;
   const Options *o = job->opt;
-  const SrcFile *file = ctx_load_file(c, o->input);
-  if (!file) return 1;
-
+  const SrcFile *file;
   Graph *g;
-  if (has_suffix(o->input, ".ir")) {
+  if (has_suffix(o->input, ".onnx")) {
+    OnnxOptions oo = {.n_defines = o->n_defines, .defines = o->defines};
+    g = fe_onnx_import(c, o->input, &oo, &job->onnx_params);
+  } else if (!(file = ctx_load_file(c, o->input))) {
+    return 1;
+  } else if (has_suffix(o->input, ".ir")) {
     g = ir_parse(c, file);
   } else {
     Program *p = fe_parse(c, file);
@@ -160,6 +357,7 @@ static int compile(Ctx *c, void *data) {
     g = fe_lower(c, p, &lo);
   }
   if (!g || !ir_verify(g)) return 1;
+  if (!pass_run_pipeline(g, &o->passes, stderr)) return 1;
 
   switch (o->emit) {
     case EMIT_IR: ir_print(job->out, g); break;
@@ -167,7 +365,9 @@ static int compile(Ctx *c, void *data) {
     case EMIT_CUDA:
     case EMIT_PLAN: {
       CgResult cg;
-      if (!cg_compile(g, &cg)) return 1;
+      CgOptions cg_opts = driver_cg_options(&o->passes);
+      if (!cg_compile_opts(g, &cg_opts, &cg)) return 1;
+      if (o->passes.stats) print_plan_stats(stderr, &cg);
       if (o->emit == EMIT_CUDA)
         fputs(cg.source, job->out);
       else
@@ -177,36 +377,55 @@ static int compile(Ctx *c, void *data) {
     case EMIT_AST:
       diag_error(c, (SrcLoc){0}, "--emit=ast needs a .dl file");
       return 1;
-    case EMIT_NONE: print_summary(stdout, o->input, g); break;
+    case EMIT_NONE:
+      if (o->output) return build_library(c, o, g, &job->onnx_params);
+      print_summary(stdout, o->input, g);
+      break;
   }
   return 0;
 }
 
 int main(int argc, char **argv) {
   if (argc > 1 && strcmp(argv[1], "run") == 0) return driver_run(argc - 2, argv + 2);
-  Options opt = {0};
+  if (argc > 1 && strcmp(argv[1], "memplan") == 0) return driver_memplan(argc - 2, argv + 2);
+  Options opt = {.n_archs = -1, .passes = {.opt_level = 2}}; /* -1: --arch not given */
   int rc = parse_args(argc, argv, &opt);
   if (rc) return rc == 2 ? 0 : 1;
-  if (opt.output && opt.emit == EMIT_NONE) {
-    fputs("dlcc: error: -o needs an --emit kind for now: "
-          "code generation to model.so is not built yet\n",
+  bool library = opt.output && opt.emit == EMIT_NONE;
+  if (library && !has_suffix(opt.output, ".so")) {
+    fprintf(stderr, "dlcc: error: -o %s: name a shared library (FILE.so), or choose an --emit kind\n",
+            opt.output);
+    return 1;
+  }
+  if (!library && (opt.weights || opt.external_weights || opt.keep_temps)) {
+    fputs("dlcc: error: --weights, --external-weights and --save-temps are for building a library (-o FILE.so)\n",
           stderr);
     return 1;
   }
+#ifndef HAVE_CUDA
+  /* No NVRTC: the library carries the CUDA source only. */
+  if (library && opt.n_archs < 0) opt.n_archs = 0;
+#endif
+  if (opt.n_archs < 0) {
+    opt.archs[0] = strdup("sm_90");
+    opt.n_archs = 1;
+  }
 
   FILE *out = stdout;
-  if (opt.output && !(out = fopen(opt.output, "w"))) {
+  if (opt.output && !library && !(out = fopen(opt.output, "w"))) {
     fprintf(stderr, "dlcc: error: cannot write '%s': %s\n", opt.output, strerror(errno));
     return 1;
   }
   Ctx c;
   ctx_init(&c);
-  Job job = {&opt, out};
+  Job job = {.opt = &opt, .out = out};
   rc = ctx_guard(&c, compile, &job);
+  ir_tensor_map_free(&job.onnx_params);
   fputs(diag_text(&c), stderr);
   if (c.diag.errors && rc == 0) rc = 1;
   ctx_free(&c);
   for (int i = 0; i < opt.n_defines; i++) free((char *)opt.defines[i].name);
+  for (int i = 0; i < opt.n_archs; i++) free((char *)opt.archs[i]);
   if (out != stdout && fclose(out) != 0 && rc == 0) {
     fprintf(stderr, "dlcc: error: cannot write '%s': %s\n", opt.output, strerror(errno));
     rc = 1;

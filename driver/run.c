@@ -4,6 +4,7 @@
  * writes them as .npy. */
 #include "config.h"
 
+#include <dlfcn.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
@@ -11,9 +12,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 
+#include "codegen/codegen.h"
 #include "driver/driver.h"
 #include "dlcc.h"
+#include "dlcrt.h"
 #include "ir/eval.h"
 #include "runtime/tensorio.h"
 
@@ -24,9 +28,11 @@ typedef struct InputArg {
 typedef struct RunOptions {
   const char *model_path;
   const char *weights;
+  bool init_random; /* --init=random: also over an .onnx file's own weights */
   const char *output_dir;
   const char *backend;
   uint64_t seed;
+  int bench; /* --bench=N: time N more runs */
   int n_inputs;
   InputArg inputs[64];
   dlc_options api;
@@ -36,21 +42,27 @@ typedef struct RunOptions {
 static const char run_usage[] =
     "usage: dlcc run MODEL [options]\n"
     "\n"
-    "Compiles MODEL (.dl or .ir), runs it once and prints each output's name,\n"
-    "type and a summary (min, max, mean, first values).\n"
+    "Compiles MODEL (.dl, .ir or .onnx), or opens a library built by dlcc -o MODEL.so,\n"
+    "runs it once and prints each output's name, type and a summary (min, max,\n"
+    "mean, first values).  A MODEL.so has its weights inside (--weights replaces\n"
+    "them) or reads its external weights file at open.\n"
     "\n"
     "options:\n"
     "  --weights=FILE      parameters from a safetensors file (PyTorch state_dict names);\n"
     "                      without it they are random (see --seed)\n"
-    "  --init=random       random parameters (the default when no --weights)\n"
+    "  --init=random       random parameters (the default when no --weights, except\n"
+    "                      for an .onnx model, which brings its own)\n"
     "  --input NAME=FILE   an input from a .npy file; inputs not given are random\n"
     "  --seed=S            seed for random parameters and inputs (default 0)\n"
     "  --output-dir=DIR    write each output to DIR/NAME.npy\n"
+    "  --bench=N           after the first run, time N more (inputs in, outputs out)\n"
+    "                      and print their mean and minimum in ms\n"
     "  --backend=B         where to run it: auto (default: cuda when a GPU answers,\n"
     "                      else emu), cuda, emu (the generated CUDA C on the CPU) or\n"
     "                      ref (the reference interpreter)\n"
     "  -D NAME=VALUE       as for dlcc\n"
-    "  --model=NAME        as for dlcc\n";
+    "  --model=NAME        as for dlcc\n"
+    "  -O0, -O1, -O2       graph optimization, as for dlcc (default -O2)\n";
 
 /* "--flag=value" or "--flag value". */
 static const char *flag_value(int argc, char **argv, int *i, const char *flag) {
@@ -71,6 +83,14 @@ static int parse_run_args(int argc, char **argv, RunOptions *o) {
       o->weights = v;
     } else if ((v = flag_value(argc, argv, &i, "--output-dir"))) {
       o->output_dir = v;
+    } else if ((v = flag_value(argc, argv, &i, "--bench"))) {
+      char *end;
+      long b = strtol(v, &end, 10);
+      if (*end || end == v || b < 1 || b > 100000) {
+        fprintf(stderr, "dlcc: error: --bench expects a number of runs (1 to 100000), got '%s'\n", v);
+        return 1;
+      }
+      o->bench = (int)b;
     } else if ((v = flag_value(argc, argv, &i, "--backend"))) {
       o->backend = v;
     } else if ((v = flag_value(argc, argv, &i, "--init"))) {
@@ -78,6 +98,7 @@ static int parse_run_args(int argc, char **argv, RunOptions *o) {
         fprintf(stderr, "dlcc: error: unknown --init '%s' (expected random)\n", v);
         return 1;
       }
+      o->init_random = true;
     } else if ((v = flag_value(argc, argv, &i, "--seed"))) {
       char *end;
       errno = 0;
@@ -106,6 +127,12 @@ static int parse_run_args(int argc, char **argv, RunOptions *o) {
         return 1;
       }
       o->defines[o->api.n_defines++] = (dlc_define){d.name, d.value};
+    } else if (a[0] == '-' && a[1] == 'O' && a[2] && !a[3]) {
+      if (a[2] < '0' || a[2] > '2') {
+        fprintf(stderr, "dlcc: error: unknown optimization level '%s' (expected -O0, -O1 or -O2)\n", a);
+        return 1;
+      }
+      o->api.opt_level = a[2] == '0' ? DLC_O0 : a[2] - '0';
     } else if (a[0] == '-') {
       fprintf(stderr, "dlcc: error: unknown option '%s' for run (see dlcc run --help)\n", a);
       return 1;
@@ -213,7 +240,141 @@ static bool write_output(const char *dir, const dlc_tensor_info *info, const voi
   return ok;
 }
 
+static bool has_suffix(const char *s, const char *suffix) {
+  size_t n = strlen(s), k = strlen(suffix);
+  return n >= k && strcmp(s + n - k, suffix) == 0;
+}
+
+/* A model.so's input as the compiler API describes one. */
+static void library_info(const DlrtTensorInfo *t, int64_t bound, dlc_tensor_info *out) {
+  memset(out, 0, sizeof *out);
+  out->name = t->name;
+  out->dtype = (dlc_dtype)t->dtype;
+  out->rank = t->rank;
+  memcpy(out->dims, t->dims, sizeof out->dims);
+  out->nbytes = t->nbytes;
+  out->index_bound = bound;
+}
+
+/* `dlcc run model.so`: the same inputs, output and messages as for the
+ * model's .dl, through libdlcrt alone. */
+static int run_library(RunOptions *o) {
+  if (o->api.n_defines || o->api.model) {
+    fputs("dlcc: error: -D and --model change how a model compiles; a .so is compiled already\n", stderr);
+    return 1;
+  }
+  if (o->backend && strcmp(o->backend, "ref") == 0) {
+    fprintf(stderr, "dlcc: error: %s: the reference interpreter needs the model's .dl or .ir; "
+                    "a .so runs on auto, cuda or emu\n", o->model_path);
+    return 1;
+  }
+  /* dlopen searches the library path for a name without a slash. */
+  char path[4096];
+  snprintf(path, sizeof path, "%s%s", strchr(o->model_path, '/') ? "" : "./", o->model_path);
+  DlrtModel *m;
+  if (dlrt_open_file(path, o->backend, &m) != DLRT_OK) {
+    fprintf(stderr, "dlcc: error: %s\n", dlrt_error(m));
+    dlrt_close(m);
+    return 1;
+  }
+  if (!o->backend || strcmp(o->backend, "auto") == 0) fprintf(stderr, "dlcc: running on %s\n", dlrt_backend(m));
+  /* The library is loaded already; this only finds its other exports. */
+  void *so = dlopen(path, RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD);
+  const char *(*weights_path)(void) = so ? (const char *(*)(void))dlsym(so, CG_AOT_WEIGHTS_PATH_SYMBOL) : NULL;
+  int64_t (*index_bound)(int) = so ? (int64_t(*)(int))dlsym(so, CG_AOT_INDEX_BOUND_SYMBOL) : NULL;
+  int rc = 1;
+  const char *w = o->weights ? o->weights : weights_path ? weights_path() : NULL;
+  if (w && dlrt_load_weights(m, w) != DLRT_OK) {
+    fprintf(stderr, "dlcc: error: %s\n", dlrt_error(m));
+    goto done;
+  }
+  for (int i = 0; i < o->n_inputs; i++)
+    if (dlrt_find_input(m, o->inputs[i].name) < 0) {
+      fprintf(stderr, "dlcc: error: --input %s: the model has no input '%s'\n", o->inputs[i].path,
+              o->inputs[i].name);
+      goto done;
+    }
+  for (int i = 0; i < dlrt_num_inputs(m); i++) {
+    DlrtTensorInfo ti;
+    dlc_tensor_info info;
+    dlrt_input_info(m, i, &ti);
+    library_info(&ti, index_bound ? index_bound(i) : 0, &info);
+    const InputArg *given = NULL;
+    for (int k = 0; k < o->n_inputs; k++)
+      if (strcmp(o->inputs[k].name, info.name) == 0) given = &o->inputs[k];
+    bool ok;
+    if (given) {
+      RtTensor rt = {0};
+      ok = load_input(given, &info, &rt);
+      if (ok && dlrt_set_input(m, i, rt.data, rt.nbytes) != DLRT_OK) {
+        fprintf(stderr, "dlcc: error: %s\n", dlrt_error(m));
+        ok = false;
+      }
+      rt_tensor_free(&rt);
+    } else {
+      Tensor t = {0};
+      ok = random_input(&info, o->seed, &t);
+      if (!ok) fputs("dlcc: out of memory\n", stderr);
+      else if (dlrt_set_input(m, i, t.data, info.nbytes) != DLRT_OK) {
+        fprintf(stderr, "dlcc: error: %s\n", dlrt_error(m));
+        ok = false;
+      }
+      ir_tensor_free(&t);
+    }
+    if (!ok) goto done;
+  }
+  if (dlrt_run(m) != DLRT_OK) {
+    fprintf(stderr, "dlcc: error: %s\n", dlrt_error(m));
+    goto done;
+  }
+  if (o->output_dir && mkdir(o->output_dir, 0777) != 0 && errno != EEXIST) {
+    fprintf(stderr, "dlcc: error: cannot create '%s': %s\n", o->output_dir, strerror(errno));
+    goto done;
+  }
+  rc = 0;
+  for (int i = 0; i < dlrt_num_outputs(m) && rc == 0; i++) {
+    DlrtTensorInfo ti;
+    dlc_tensor_info info;
+    dlrt_output_info(m, i, &ti);
+    library_info(&ti, 0, &info);
+    void *data = malloc(info.nbytes ? info.nbytes : 1);
+    if (!data || dlrt_get_output(m, i, data, info.nbytes) != DLRT_OK) {
+      fprintf(stderr, "dlcc: error: %s\n", data ? dlrt_error(m) : "out of memory");
+      rc = 1;
+    } else {
+      print_summary(&info, data);
+      if (o->output_dir && !write_output(o->output_dir, &info, data, info.nbytes)) rc = 1;
+    }
+    free(data);
+  }
+done:
+  if (so) dlclose(so);
+  dlrt_close(m);
+  return rc;
+}
+
+/* --bench=N: wall time of N more dlc_run calls, after the first has
+ * compiled, loaded and warmed everything up. */
+static bool bench_runs(dlc_model *m, int n) {
+  double total = 0, best = INFINITY;
+  for (int i = 0; i < n; i++) {
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    if (dlc_run(m) != DLC_OK) {
+      fputs(dlc_error(m), stderr);
+      return false;
+    }
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double ms = (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6;
+    total += ms;
+    if (ms < best) best = ms;
+  }
+  fprintf(stderr, "dlcc: bench: %d runs on %s: mean %.3f ms, min %.3f ms\n", n, dlc_backend(m), total / n, best);
+  return true;
+}
+
 static int run_model(RunOptions *o) {
+  if (has_suffix(o->model_path, ".so")) return run_library(o);
   dlc_model *m;
   if (dlc_compile_file(o->model_path, &o->api, &m) != DLC_OK) {
     fputs(dlc_error(m), stderr);
@@ -223,7 +384,9 @@ static int run_model(RunOptions *o) {
   fputs(dlc_error(m), stderr); /* warnings */
   if (!o->backend || strcmp(o->backend, "auto") == 0) fprintf(stderr, "dlcc: running on %s\n", dlc_backend(m));
   int rc = 1;
-  if ((o->weights ? dlc_load_weights(m, o->weights) : dlc_init_weights(m, o->seed)) != DLC_OK) {
+  /* An .onnx model brings its own weights. */
+  bool keep = !o->weights && !o->init_random && dlc_weights_bound(m);
+  if (!keep && (o->weights ? dlc_load_weights(m, o->weights) : dlc_init_weights(m, o->seed)) != DLC_OK) {
     fputs(dlc_error(m), stderr);
     goto done;
   }
@@ -258,6 +421,7 @@ static int run_model(RunOptions *o) {
     fputs(dlc_error(m), stderr);
     goto done;
   }
+  if (o->bench && !bench_runs(m, o->bench)) goto done;
   if (o->output_dir && mkdir(o->output_dir, 0777) != 0 && errno != EEXIST) {
     fprintf(stderr, "dlcc: error: cannot create '%s': %s\n", o->output_dir, strerror(errno));
     goto done;

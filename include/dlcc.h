@@ -69,9 +69,15 @@ typedef struct dlc_options {
    * (the same kernels on the CPU), "auto" (cuda when a GPU answers, else
    * emu; the default when NULL), or "ref" (the reference interpreter). */
   const char *backend;
+  /* Graph optimization, as dlcc's -O: 1 (cheap cleanups) or 2 (all of
+   * it).  0, as in a zeroed struct, is the default, 2; DLC_O0 turns the
+   * optimizer off. */
+  int opt_level;
 } dlc_options;
 
-/* Compiles a .dl source or .ir text file (by its suffix).  *out is set
+enum { DLC_O0 = -1 };
+
+/* Compiles a .dl source, .ir text or .onnx model file (by its suffix).  *out is set
  * even on failure (so dlc_error can tell why), except when memory ran out
  * before a model existed: then *out is NULL and dlc_error(NULL) says so. */
 dlc_status dlc_compile_file(const char *path, const dlc_options *opt, dlc_model **out);
@@ -95,6 +101,9 @@ int dlc_input_index(const dlc_model *m, const char *name);
  * reproducibly random (sane scales; the same seed gives the same values). */
 dlc_status dlc_load_weights(dlc_model *m, const char *safetensors_path);
 dlc_status dlc_init_weights(dlc_model *m, uint64_t seed);
+/* 1 when the parameters are bound: loaded, initialized, or brought by the
+ * model itself (an .onnx file's initializers are bound at compile). */
+int dlc_weights_bound(const dlc_model *m);
 
 /* Copies nbytes (exactly the input's size) of C-order data. */
 dlc_status dlc_set_input(dlc_model *m, const char *name, const void *data, size_t nbytes);

@@ -342,6 +342,7 @@ Node *ir_node_new(Graph *g, OpKind op, int n_in, Value *const *in, SrcLoc loc) {
   Node *n = ARENA_NEW(a, Node);
   n->op = op;
   n->loc = loc;
+  n->group = -1;
   n->n_in = n_in;
   n->in = ARENA_ARRAY(a, Value *, n_in > 0 ? n_in : 1);
   for (int i = 0; i < n_in; i++) n->in[i] = in[i];

@@ -73,6 +73,9 @@ struct Node {
   SrcLoc loc;
   Node *prev, *next;
   int id;       /* scratch */
+  /* Fusion group (passes/fuse.c): nodes with the same group >= 0 become
+   * one kernel; -1 = none.  Printed as a trailing "#kN" (docs/ir.md). */
+  int group;
 };
 
 typedef struct Graph {

@@ -514,6 +514,22 @@ static void parse_node(Parser *p) {
     if (p->line[p->pos] != ',') break;
     p->pos++;
   }
+  skip_ws(p);
+  if (p->line[p->pos] == '#') {
+    /* "#kN": the node's fusion group. */
+    size_t at = p->pos++;
+    int digits = 0;
+    long long g = 0;
+    if (p->line[p->pos] == 'k')
+      for (p->pos++; isdigit((unsigned char)p->line[p->pos]) && digits < 10; p->pos++, digits++)
+        g = g * 10 + (p->line[p->pos] - '0');
+    if (digits == 0 || g > INT32_MAX || isdigit((unsigned char)p->line[p->pos]) ||
+        is_name_char(p->line[p->pos])) {
+      error_at(p, at, "expected a fusion group '#kN' after the types");
+      goto fail;
+    }
+    n->group = (int)g;
+  }
   if (!at_end(p)) {
     error_at(p, p->pos, "expected ',' or the end of the line after the type, found %s", found(p));
     goto fail;

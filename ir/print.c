@@ -60,6 +60,7 @@ static void print_node_body(FILE *f, const Node *n) {
     fputs(i ? ", " : " ", f);
     print_type(f, &n->out[i].type);
   }
+  if (n->group >= 0) fprintf(f, " #k%d", n->group);
 }
 
 static void print_node(FILE *f, const Node *n) {

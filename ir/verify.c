@@ -233,6 +233,53 @@ static void check_node(Verifier *v, const Node *n, const PtrSet *defined, PtrSet
   }
 }
 
+static const void *group_key(int group) { return (const void *)(uintptr_t)((unsigned)group + 1u); }
+
+/* Fusion groups (Node.group): every member but the last in list order
+ * (the root) is used only inside its group and is no graph output, so
+ * the group computes one value; sources and recurrent layers stay
+ * outside; at most one reduction, window or convolution (the loop nest
+ * the rest is fused around; matmul and linear are GEMMs that write their
+ * own bytes, the group's kernel reads them).  A path that leaves a group and
+ * comes back would need a non-root member used outside, so groups are
+ * convex and emitting each at its root keeps the graph's order. */
+static void check_groups(Verifier *v, int count) {
+  Graph *g = v->g;
+  Arena *a = &g->ctx->arena;
+  bool *is_root = ARENA_ARRAY(a, bool, count + 1);
+  PtrSet seen, anchored;
+  set_init(a, &seen, (size_t)count);
+  set_init(a, &anchored, (size_t)count);
+  bool any = false;
+  for (Node *n = g->last; n; n = n->prev) {
+    if (n->group < 0) {
+      if (n->group != -1) fail(v, n, "fusion group %d is not -1 or a group number", n->group);
+      continue;
+    }
+    any = true;
+    OpClass cls = ir_ops[n->op].cls;
+    if (cls == K_SOURCE || cls == K_OPAQUE)
+      fail(v, n, "a %s cannot be in a fusion group", ir_ops[n->op].name);
+    bool anchor = cls == K_REDUCE || cls == K_WINDOW || n->op == OP_CONV2D;
+    if (anchor && !set_add_ptr(&anchored, group_key(n->group)))
+      fail(v, n, "fusion group k%d holds two reductions, windows or convolutions", n->group);
+    is_root[n->id] = set_add_ptr(&seen, group_key(n->group));
+  }
+  if (!any) return;
+  for (Node *n = g->first; n; n = n->next)
+    for (int i = 0; i < n->n_in; i++) {
+      const Node *d = n->in[i]->def;
+      if (d->group >= 0 && !is_root[d->id] && d->group != n->group)
+        fail(v, n, "operand %d is inside fusion group k%d, not its root", i, d->group);
+    }
+  for (int i = 0; i < g->n_outputs; i++) {
+    const Node *d = g->outputs[i]->def;
+    if (d->group >= 0 && !is_root[d->id])
+      fail(v, d, "graph output \"%s\" is inside fusion group k%d, not its root", g->output_names[i],
+           d->group);
+  }
+}
+
 bool ir_verify(Graph *g) {
   Verifier v = {.g = g, .ok = true};
   Arena *a = &g->ctx->arena;
@@ -279,5 +326,6 @@ bool ir_verify(Graph *g) {
     else if (!set_has_ptr(&defined, g->outputs[i]))
       fail(&v, NULL, "output %d (\"%s\") is not a value of this graph", i, name ? name : "");
   }
+  if (v.ok) check_groups(&v, count);
   return v.ok;
 }

@@ -3,7 +3,18 @@
  * a machine without a driver and says so.  Kernels come from the plan's
  * cubin for this arch, else its PTX, else NVRTC (nvrtc.c, with the disk
  * cache); matrix products go to cuBLAS.  Every CUresult and cublasStatus
- * is checked and turned into "cuda: <call>(<what>): <NAME> (<text>)". */
+ * is checked and turned into "cuda: <call>(<what>): <NAME> (<text>)".
+ *
+ * Ordering.  Everything the plan runs (kernels, cuBLAS, device copies,
+ * memsets) goes to one stream created with CU_STREAM_DEFAULT, a blocking
+ * stream.  Uploads and downloads use the synchronous cuMemcpyHtoD/DtoH,
+ * which run on the legacy default stream: that stream waits for all
+ * earlier work of blocking streams and they wait for it, so an upload
+ * never overtakes a kernel still reading the buffer, and a download sees
+ * every step before it.  DtoH returns when the bytes are in host memory;
+ * HtoD from pageable memory returns once the bytes are staged, which is
+ * enough because later work is ordered after the copy (the driver API's
+ * "API synchronization behavior" page). */
 #include "config.h"
 
 #include <stdarg.h>
@@ -13,6 +24,47 @@
 #include <string.h>
 
 #include "runtime.h"
+
+/* Row-major C = op(A) op(B) (m x n) as column-major cuBLAS.  A row-major
+ * matrix with leading dimension ld, read column-major with the same ld,
+ * is its transpose; so cuBLAS, reading C's bytes, sees C^T (n x m, ldc),
+ * and C^T = op(B)^T op(A)^T.  Reading B's bytes it sees B^T, which is
+ * op(B)^T when B is not transposed (op N) and whose transpose it is when
+ * it is (op T); the same for A.  So: cuBLAS's A is our B (ldb, stride_b,
+ * trans_b), its B is our A, its m is our n and its n our m; k stays.
+ *
+ * Worked example: A 2x3 (lda 3), B 3x4 (ldb 4), no transposes, C 2x4
+ * (ldc 4).  cuBLAS gets (N, N, m=4, n=2, k=3, A=B lda=4, B=A ldb=3, C
+ * ldc=4): its A is 4x3 with ld 4, element (i, l) at B + i + 4l, which is
+ * our B[l][i]; its B is 3x2 with ld 3, element (l, j) at A + l + 3j, our
+ * A[j][l]; it writes (i, j) at C + i + 4j, our C[j][i] = sum_l A[j][l]
+ * B[l][i].  cuBLAS's bounds hold too: its lda >= its m (ldb >= n) for op
+ * N, >= k for op T (B stored n x k).  Batch strides pass through; a
+ * stride of 0 reuses one operand for every batch. */
+static bool fits_int(int64_t v) { return v >= 0 && v <= 0x7fffffff; }
+
+int rt_gemm_to_blas(const RtGemm *g, RtBlasGemm *o, char *err, size_t errlen) {
+  if (!fits_int(g->m) || !fits_int(g->n) || !fits_int(g->k) || !fits_int(g->lda) || !fits_int(g->ldb) ||
+      !fits_int(g->ldc) || !fits_int(g->batch)) {
+    snprintf(err, errlen, "cublas: gemm %lldx%lldx%lld (batch %lld, ld %lld,%lld,%lld) exceeds cuBLAS's int range",
+             (long long)g->m, (long long)g->n, (long long)g->k, (long long)g->batch, (long long)g->lda,
+             (long long)g->ldb, (long long)g->ldc);
+    return -1;
+  }
+  *o = (RtBlasGemm){.trans_a = g->trans_b != 0,
+                    .trans_b = g->trans_a != 0,
+                    .m = (int)g->n,
+                    .n = (int)g->m,
+                    .k = (int)g->k,
+                    .lda = (int)g->ldb,
+                    .ldb = (int)g->lda,
+                    .ldc = (int)g->ldc,
+                    .stride_a = g->stride_b,
+                    .stride_b = g->stride_a,
+                    .stride_c = g->stride_c,
+                    .batch = (int)g->batch};
+  return 0;
+}
 
 #ifndef HAVE_CUDA
 
@@ -25,6 +77,7 @@ RtDevice *rt_cuda_open(char *err, size_t errlen) {
 
 #include <cublas_v2.h>
 #include <cuda.h>
+#include <nvrtc.h>
 #include <dlfcn.h>
 
 /* The driver entry points we use.  cuda.h maps several names to their
@@ -39,10 +92,12 @@ RtDevice *rt_cuda_open(char *err, size_t errlen) {
   X(cuDeviceGetAttribute)                                                                          \
   X(cuDevicePrimaryCtxRetain)                                                                      \
   X(cuDevicePrimaryCtxRelease)                                                                     \
+  X(cuDevicePrimaryCtxReset)                                                                       \
   X(cuCtxSetCurrent)                                                                               \
-  X(cuModuleLoadData)                                                                              \
+  X(cuModuleLoadDataEx)                                                                            \
   X(cuModuleUnload)                                                                                \
   X(cuModuleGetFunction)                                                                           \
+  X(cuFuncGetAttribute)                                                                            \
   X(cuFuncSetAttribute)                                                                            \
   X(cuLaunchKernel)                                                                                \
   X(cuMemAlloc)                                                                                    \
@@ -74,28 +129,43 @@ typedef struct CudaDevice {
   CUcontext ctx; /* the primary context, shared with cuBLAS */
   CUstream stream;
   cublasHandle_t blas;
+  int math_mode; /* last cublasSetMathMode, -1 before the first */
   int cc_major, cc_minor;
-  char arch[16]; /* "sm_90" */
+  int driver_version; /* 13000 for CUDA 13.0 */
+  int max_block[3], max_grid[3];
+  int shared_optin; /* most shared memory a block may opt in to */
+  char arch[16];    /* "sm_90": what the plan's cubin must be built for */
 } CudaDevice;
 
 struct RtModule {
   CUmodule mod;
   uint32_t n;
   CUfunction *fns;
+  const char *const *names; /* the plan's kernel names, for messages */
 };
 
 static const RtDeviceOps cuda_ops;
 
+/* Errors after which the context is unusable: the driver's cuda.h says
+ * so for each ("the context cannot be used anymore", "any further CUDA
+ * work will return the same error"); the numbers, so that an older
+ * cuda.h without the newer names still builds. */
 static bool is_sticky(CUresult r) {
-  switch (r) {
-  case CUDA_ERROR_ILLEGAL_ADDRESS:
-  case CUDA_ERROR_ASSERT:
-  case CUDA_ERROR_HARDWARE_STACK_ERROR:
-  case CUDA_ERROR_ILLEGAL_INSTRUCTION:
-  case CUDA_ERROR_MISALIGNED_ADDRESS:
-  case CUDA_ERROR_INVALID_ADDRESS_SPACE:
-  case CUDA_ERROR_INVALID_PC:
-  case CUDA_ERROR_LAUNCH_FAILED: return true;
+  switch ((int)r) {
+  case 214: /* ECC_UNCORRECTABLE */
+  case 226: /* CONTAINED */
+  case 700: /* ILLEGAL_ADDRESS */
+  case 702: /* LAUNCH_TIMEOUT */
+  case 710: /* ASSERT */
+  case 714: /* HARDWARE_STACK_ERROR */
+  case 715: /* ILLEGAL_INSTRUCTION */
+  case 716: /* MISALIGNED_ADDRESS */
+  case 717: /* INVALID_ADDRESS_SPACE */
+  case 718: /* INVALID_PC */
+  case 719: /* LAUNCH_FAILED */
+  case 721: /* TENSOR_MEMORY_LEAK */
+  case 810: /* MPS_CLIENT_TERMINATED */
+  case 911: /* EXTERNAL_DEVICE */ return true;
   default: return false;
   }
 }
@@ -104,7 +174,7 @@ static bool is_sticky(CUresult r) {
 static int check(CudaDevice *d, CUresult r, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static int check(CudaDevice *d, CUresult r, const char *fmt, ...) {
   if (r == CUDA_SUCCESS) return 0;
-  char what[512];
+  char what[640];
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(what, sizeof what, fmt, ap);
@@ -114,8 +184,12 @@ static int check(CudaDevice *d, CUresult r, const char *fmt, ...) {
   if (!d->api.cuGetErrorString || d->api.cuGetErrorString(r, &text) != CUDA_SUCCESS) text = NULL;
   char code[32];
   snprintf(code, sizeof code, "CUDA error %d", (int)r);
+  /* Kernels run asynchronously: the call that reports a fault is often
+   * not the one that caused it. */
   rt_device_fail(&d->base, "cuda: %s: %s (%s)%s", what, name ? name : code, text ? text : "no description",
-                 is_sticky(r) ? "; the GPU context is unusable now, close the model" : "");
+                 is_sticky(r) ? "; the GPU context is unusable now, close the model (the fault may lie in an earlier "
+                                "step: CUDA_LAUNCH_BLOCKING=1 names it)"
+                              : "");
   if (is_sticky(r)) d->base.broken = true;
   return -1;
 }
@@ -138,7 +212,17 @@ static void cuda_destroy(RtDevice *base) {
   if (d->ctx) d->api.cuCtxSetCurrent(d->ctx);
   if (d->blas) cublasDestroy(d->blas);
   if (d->stream) d->api.cuStreamDestroy(d->stream);
-  if (d->ctx) d->api.cuDevicePrimaryCtxRelease(d->dev);
+  /* The last release resets the primary context (its memory and modules
+   * go with it); it stays current on this thread, unlike after
+   * cuCtxDestroy, so unset it.  cudart (under cuBLAS) holds its own
+   * reference until the process ends, so a context a fault broke would
+   * outlive us and fail every later model: reset it.  Whoever else used
+   * it (another model, a framework) shares the broken context already. */
+  if (d->ctx) {
+    d->api.cuDevicePrimaryCtxRelease(d->dev);
+    if (d->base.broken) d->api.cuDevicePrimaryCtxReset(d->dev);
+    d->api.cuCtxSetCurrent(NULL);
+  }
   if (d->lib) dlclose(d->lib);
   free(d);
 }
@@ -163,8 +247,6 @@ static int cuda_free(RtDevice *base, RtDevPtr p) {
 static int cuda_upload(RtDevice *base, RtDevPtr dst, const void *src, uint64_t nbytes) {
   CudaDevice *d = (CudaDevice *)base;
   if (enter(d)) return -1;
-  /* The synchronous copy runs on the legacy stream, which waits for our
-   * (blocking) stream: no earlier kernel still reads dst. */
   return check(d, d->api.cuMemcpyHtoD((CUdeviceptr)dst, src, nbytes), "cuMemcpyHtoD(%llu bytes)",
                (unsigned long long)nbytes);
 }
@@ -197,24 +279,50 @@ static const RtBinary *find_binary(const RtPlan *p, const char *arch) {
   return NULL;
 }
 
-static CUresult load_image(CudaDevice *d, const RtBinary *b, CUmodule *mod) {
+/* cuModuleLoadDataEx with the JIT's error log, which says why PTX (or a
+ * cubin for another arch) was refused; the log lands in log. */
+static CUresult load_data(CudaDevice *d, const void *image, CUmodule *mod, char *log, size_t loglen) {
+  log[0] = 0;
+  CUjit_option opt[2] = {CU_JIT_ERROR_LOG_BUFFER, CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES};
+  void *val[2] = {log, (void *)(uintptr_t)loglen};
+  CUresult r = d->api.cuModuleLoadDataEx(mod, image, 2, opt, val);
+  log[loglen - 1] = 0;
+  return r;
+}
+
+static CUresult load_image(CudaDevice *d, const RtBinary *b, CUmodule *mod, char *log, size_t loglen) {
   /* PTX must end in NUL; the plan's size may or may not count it. */
-  if (!strncmp(b->arch, "compute_", 8) && ((const char *)b->data)[b->size - 1] != 0) {
+  if (!strncmp(b->arch, "compute_", 8) && b->size && ((const char *)b->data)[b->size - 1] != 0) {
     char *s = malloc(b->size + 1);
     if (!s) return CUDA_ERROR_OUT_OF_MEMORY;
     memcpy(s, b->data, b->size);
     s[b->size] = 0;
-    CUresult r = d->api.cuModuleLoadData(mod, s);
+    CUresult r = load_data(d, s, mod, log, loglen);
     free(s);
     return r;
   }
-  return d->api.cuModuleLoadData(mod, b->data);
+  return load_data(d, b->data, mod, log, loglen);
 }
 
+/* A failed load: the call, the driver's words, its JIT log, and the
+ * versions, since a driver older than the toolkit refuses newer code. */
+static int load_failed(CudaDevice *d, CUresult r, const char *what, const char *log) {
+  int major = 0, minor = 0;
+  nvrtcVersion(&major, &minor);
+  return check(d, r, "cuModuleLoadDataEx(%s; driver for CUDA %d.%d, NVRTC %d.%d)%s%.300s", what,
+               d->driver_version / 1000, d->driver_version % 1000 / 10, major, minor, *log ? ": " : "", log);
+}
+
+/* A matching cubin, else the newest PTX this GPU can JIT, else NVRTC;
+ * the last refusal is reported when nothing else is left to try. */
 static int load_module(CudaDevice *d, const RtPlan *p, CUmodule *mod) {
+  char log[2048] = "", tried[64] = "";
+  CUresult r = CUDA_SUCCESS;
   const RtBinary *cubin = find_binary(p, d->arch);
-  if (cubin && load_image(d, cubin, mod) == CUDA_SUCCESS) return 0;
-  /* The newest PTX this GPU can JIT. */
+  if (cubin) {
+    if ((r = load_image(d, cubin, mod, log, sizeof log)) == CUDA_SUCCESS) return 0;
+    snprintf(tried, sizeof tried, "%s cubin", d->arch);
+  }
   const RtBinary *ptx = NULL;
   int best = -1, cc = d->cc_major * 10 + d->cc_minor;
   for (uint32_t i = 0; i < p->n_binaries; i++) {
@@ -223,22 +331,80 @@ static int load_module(CudaDevice *d, const RtPlan *p, CUmodule *mod) {
       best = v, ptx = &p->binaries[i];
   }
   if (ptx) {
-    CUresult r = load_image(d, ptx, mod);
-    if (r == CUDA_SUCCESS) return 0;
-    if (!p->source) return check(d, r, "cuModuleLoadData(%s PTX)", ptx->arch);
+    if ((r = load_image(d, ptx, mod, log, sizeof log)) == CUDA_SUCCESS) return 0;
+    snprintf(tried, sizeof tried, "%.20s PTX", ptx->arch);
   }
+  if (!p->source) {
+    if (tried[0]) return load_failed(d, r, tried, log);
+    return rt_device_fail(&d->base, "cuda: the model has no code for this GPU (%s): no %s cubin, no PTX at or "
+                                    "below compute_%d, no source to compile",
+                          d->arch, d->arch, cc);
+  }
+  char target[16];
+  if (rt_nvrtc_target(cc, target, sizeof target, d->base.error, sizeof d->base.error)) return -1;
   void *bin;
   size_t size;
-  if (rt_nvrtc_compile(p, d->arch, &bin, &size, d->base.error, sizeof d->base.error)) return -1;
-  CUresult r = d->api.cuModuleLoadData(mod, bin);
+  if (rt_nvrtc_compile(p, target, &bin, &size, d->base.error, sizeof d->base.error)) return -1;
+  r = load_data(d, bin, mod, log, sizeof log);
   free(bin);
-  return check(d, r, "cuModuleLoadData(%s cubin from NVRTC, %zu bytes)", d->arch, size);
+  if (r == CUDA_SUCCESS) return 0;
+  char what[96];
+  snprintf(what, sizeof what, "%s %s from NVRTC, %zu bytes", target, strncmp(target, "sm_", 3) ? "PTX" : "cubin",
+           size);
+  return load_failed(d, r, what, log);
 }
 
 static bool has_gemm(const RtPlan *p) {
   for (uint32_t i = 0; i < p->n_steps; i++)
     if (p->steps[i].kind == RT_STEP_GEMM) return true;
   return false;
+}
+
+/* Grid and block within what this GPU launches (gridDim.y and .z stop
+ * at 65535, blockDim.z at 64): said here, at open, with the kernel's
+ * name, rather than as a bare CUDA_ERROR_INVALID_VALUE at run. */
+static int check_launch_dims(CudaDevice *d, const RtPlan *p) {
+  static const char axis[] = "xyz";
+  for (uint32_t s = 0; s < p->n_steps; s++) {
+    if (p->steps[s].kind != RT_STEP_LAUNCH) continue;
+    const RtLaunch *l = &p->steps[s].launch;
+    for (int a = 0; a < 3; a++) {
+      if (l->grid[a] > (uint32_t)d->max_grid[a] || l->block[a] > (uint32_t)d->max_block[a])
+        return rt_device_fail(&d->base,
+                              "cuda: step %u launches '%s' with grid %ux%ux%u, block %ux%ux%u: %s.%c exceeds this "
+                              "GPU's %d",
+                              s, p->kernels[l->kernel].name, l->grid[0], l->grid[1], l->grid[2], l->block[0],
+                              l->block[1], l->block[2], l->grid[a] > (uint32_t)d->max_grid[a] ? "gridDim" : "blockDim",
+                              axis[a], l->grid[a] > (uint32_t)d->max_grid[a] ? d->max_grid[a] : d->max_block[a]);
+    }
+  }
+  return 0;
+}
+
+/* Static plus dynamic shared memory above 48 KiB needs the kernel's
+ * opt-in (CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, whose sum with
+ * the static size may not exceed MAX_SHARED_MEMORY_PER_BLOCK_OPTIN). */
+static int opt_in_shared(CudaDevice *d, const RtPlan *p, uint32_t k, CUfunction fn) {
+  uint32_t dyn = 0;
+  for (uint32_t s = 0; s < p->n_steps; s++)
+    if (p->steps[s].kind == RT_STEP_LAUNCH && p->steps[s].launch.kernel == k &&
+        p->steps[s].launch.dynamic_shared_bytes > dyn)
+      dyn = p->steps[s].launch.dynamic_shared_bytes;
+  if (!dyn) return 0;
+  const char *name = p->kernels[k].name;
+  int stat = 0;
+  if (check(d, d->api.cuFuncGetAttribute(&stat, CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, fn),
+            "cuFuncGetAttribute('%s', static shared memory)", name))
+    return -1;
+  uint64_t total = (uint64_t)dyn + (uint64_t)stat;
+  if (total <= 48 * 1024) return 0;
+  if (total > (uint64_t)d->shared_optin)
+    return rt_device_fail(&d->base,
+                          "cuda: kernel '%s' needs %u bytes of dynamic and %d of static shared memory; a block on "
+                          "this GPU may have %d",
+                          name, dyn, stat, d->shared_optin);
+  return check(d, d->api.cuFuncSetAttribute(fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)dyn),
+               "cuFuncSetAttribute('%s', %u bytes of dynamic shared memory)", name, dyn);
 }
 
 static void cuda_unload(RtDevice *base, RtModule *m) {
@@ -249,38 +415,41 @@ static void cuda_unload(RtDevice *base, RtModule *m) {
     d->api.cuModuleUnload(m->mod);
   }
   free(m->fns);
+  free((void *)m->names);
   free(m);
+}
+
+/* cuBLAS works in whichever context is current when it is created (our
+ * primary one), on our stream; alpha and beta are host floats. */
+static int blas_setup(CudaDevice *d) {
+  if (check_blas(d, cublasCreate(&d->blas), "cublasCreate")) return -1;
+  if (check_blas(d, cublasSetStream(d->blas, (cudaStream_t)d->stream), "cublasSetStream") ||
+      check_blas(d, cublasSetPointerMode(d->blas, CUBLAS_POINTER_MODE_HOST), "cublasSetPointerMode"))
+    return -1;
+  d->math_mode = -1;
+  return 0;
 }
 
 static int cuda_load(RtDevice *base, const RtPlan *p, RtModule **out) {
   CudaDevice *d = (CudaDevice *)base;
-  if (enter(d)) return -1;
-  if (has_gemm(p) && !d->blas) {
-    if (check_blas(d, cublasCreate(&d->blas), "cublasCreate")) return -1;
-    if (check_blas(d, cublasSetStream(d->blas, (cudaStream_t)d->stream), "cublasSetStream")) return -1;
-  }
+  if (enter(d) || check_launch_dims(d, p)) return -1;
   RtModule *m = calloc(1, sizeof *m);
-  if (!m || !(m->fns = calloc(p->n_kernels ? p->n_kernels : 1, sizeof *m->fns))) {
+  uint32_t nk = p->n_kernels ? p->n_kernels : 1;
+  if (!m || !(m->fns = calloc(nk, sizeof *m->fns)) || !(m->names = calloc(nk, sizeof *m->names))) {
+    if (m) free(m->fns);
     free(m);
     return rt_device_fail(base, "cuda: out of host memory loading the kernels");
   }
   m->n = p->n_kernels;
+  const char **names = (const char **)m->names;
   if (p->n_kernels && load_module(d, p, &m->mod)) goto fail;
   for (uint32_t i = 0; i < p->n_kernels; i++) {
-    const char *name = p->kernels[i].name;
-    if (check(d, d->api.cuModuleGetFunction(&m->fns[i], m->mod, name), "cuModuleGetFunction('%s')", name))
-      goto fail;
-    /* Above 48 KiB of dynamic shared memory a kernel must opt in. */
-    uint32_t dyn = 0;
-    for (uint32_t s = 0; s < p->n_steps; s++)
-      if (p->steps[s].kind == RT_STEP_LAUNCH && p->steps[s].launch.kernel == i &&
-          p->steps[s].launch.dynamic_shared_bytes > dyn)
-        dyn = p->steps[s].launch.dynamic_shared_bytes;
-    if (dyn > 48 * 1024 &&
-        check(d, d->api.cuFuncSetAttribute(m->fns[i], CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)dyn),
-              "cuFuncSetAttribute('%s', %u bytes of dynamic shared memory)", name, dyn))
+    const char *name = names[i] = p->kernels[i].name;
+    if (check(d, d->api.cuModuleGetFunction(&m->fns[i], m->mod, name), "cuModuleGetFunction('%s')", name) ||
+        opt_in_shared(d, p, i, m->fns[i]))
       goto fail;
   }
+  if (has_gemm(p) && !d->blas && blas_setup(d)) goto fail;
   *out = m;
   return 0;
 fail:
@@ -288,6 +457,9 @@ fail:
   return -1;
 }
 
+/* args[i] points at the value of parameter i, with the parameter's exact
+ * size (an int is 4 bytes, a long long or pointer 8): the driver copies
+ * each from there at the call, so they need not outlive it. */
 static int cuda_launch(RtDevice *base, RtModule *m, const RtLaunch *l, const void *const *args) {
   CudaDevice *d = (CudaDevice *)base;
   if (enter(d)) return -1;
@@ -296,34 +468,34 @@ static int cuda_launch(RtDevice *base, RtModule *m, const RtLaunch *l, const voi
                d->api.cuLaunchKernel(m->fns[l->kernel], l->grid[0], l->grid[1], l->grid[2], l->block[0],
                                      l->block[1], l->block[2], l->dynamic_shared_bytes, d->stream,
                                      (void **)args, NULL),
-               "cuLaunchKernel(grid %ux%ux%u, block %ux%ux%u)", l->grid[0], l->grid[1], l->grid[2],
-               l->block[0], l->block[1], l->block[2]);
+               "cuLaunchKernel('%s', grid %ux%ux%u, block %ux%ux%u, %u bytes of dynamic shared memory)",
+               m->names[l->kernel], l->grid[0], l->grid[1], l->grid[2], l->block[0], l->block[1], l->block[2],
+               l->dynamic_shared_bytes);
 }
 
-static bool fits_int(int64_t v) { return v >= 0 && v <= 0x7fffffff; }
-
-/* Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T, and a
- * row-major matrix read as column-major is its transpose: so cuBLAS gets
- * B as its first operand, A as its second, m and n swapped. */
 static int cuda_gemm(RtDevice *base, const RtGemm *g, RtDevPtr a, RtDevPtr b, RtDevPtr c) {
   CudaDevice *d = (CudaDevice *)base;
   if (enter(d)) return -1;
   if (!d->blas) return rt_device_fail(base, "cuda: gemm before cuBLAS was set up (plan loaded?)");
-  if (!fits_int(g->m) || !fits_int(g->n) || !fits_int(g->k) || !fits_int(g->lda) || !fits_int(g->ldb) ||
-      !fits_int(g->ldc) || !fits_int(g->batch))
-    return rt_device_fail(base, "cublas: gemm %lldx%lldx%lld (batch %lld) exceeds cuBLAS's int range",
-                          (long long)g->m, (long long)g->n, (long long)g->k, (long long)g->batch);
+  RtBlasGemm x;
+  if (rt_gemm_to_blas(g, &x, d->base.error, sizeof d->base.error)) return -1;
   cudaDataType t = g->dtype == RT_DT_F16 ? CUDA_R_16F : g->dtype == RT_DT_BF16 ? CUDA_R_16BF : CUDA_R_32F;
-  /* f32 must stay f32 all the way (no TF32) to meet 1e-5; half types
-   * may use tensor cores, accumulating in f32 either way. */
-  cublasMath_t mode = g->dtype == RT_DT_F32 ? CUBLAS_PEDANTIC_MATH : CUBLAS_DEFAULT_MATH;
-  if (check_blas(d, cublasSetMathMode(d->blas, mode), "cublasSetMathMode")) return -1;
+  /* CUBLAS_COMPUTE_32F with the default math mode keeps "at least the
+   * same precision and range" (cublas_api.h): no TF32, which would need
+   * CUBLAS_COMPUTE_32F_FAST_TF32 or CUBLAS_TF32_TENSOR_OP_MATH, so f32
+   * meets 1e-5.  f16/bf16 inputs use tensor cores and accumulate in f32;
+   * the flag keeps split-K partial sums in f32 too rather than in the
+   * half output type. */
+  int mode = CUBLAS_DEFAULT_MATH | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION;
+  if (mode != d->math_mode) {
+    if (check_blas(d, cublasSetMathMode(d->blas, (cublasMath_t)mode), "cublasSetMathMode")) return -1;
+    d->math_mode = mode;
+  }
   float alpha = g->alpha, beta = g->beta;
   cublasStatus_t s = cublasGemmStridedBatchedEx(
-      d->blas, g->trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, g->trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, (int)g->n,
-      (int)g->m, (int)g->k, &alpha, (const void *)(uintptr_t)b, t, (int)g->ldb, g->stride_b,
-      (const void *)(uintptr_t)a, t, (int)g->lda, g->stride_a, &beta, (void *)(uintptr_t)c, t, (int)g->ldc,
-      g->stride_c, (int)g->batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+      d->blas, x.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, x.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, x.m, x.n, x.k, &alpha,
+      (const void *)(uintptr_t)b, t, x.lda, x.stride_a, (const void *)(uintptr_t)a, t, x.ldb, x.stride_b, &beta,
+      (void *)(uintptr_t)c, t, x.ldc, x.stride_c, x.batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
   char what[160];
   snprintf(what, sizeof what, "cublasGemmStridedBatchedEx(m=%lld n=%lld k=%lld batch=%lld)", (long long)g->m,
            (long long)g->n, (long long)g->k, (long long)g->batch);
@@ -352,6 +524,10 @@ static const RtDeviceOps cuda_ops = {
     .synchronize = cuda_synchronize,
 };
 
+static int attribute(CudaDevice *d, int *v, CUdevice_attribute a, const char *what) {
+  return check(d, d->api.cuDeviceGetAttribute(v, a, d->dev), "cuDeviceGetAttribute(%s)", what);
+}
+
 RtDevice *rt_cuda_open(char *err, size_t errlen) {
   CudaDevice *d = calloc(1, sizeof *d);
   if (!d) {
@@ -377,19 +553,25 @@ RtDevice *rt_cuda_open(char *err, size_t errlen) {
   }
   CUDA_FNS(LOAD)
 #undef LOAD
-  int count = 0, version = 0;
-  if (check(d, d->api.cuInit(0), "cuInit") || check(d, d->api.cuDriverGetVersion(&version), "cuDriverGetVersion") ||
+  int count = 0;
+  if (check(d, d->api.cuInit(0), "cuInit") ||
+      check(d, d->api.cuDriverGetVersion(&d->driver_version), "cuDriverGetVersion") ||
       check(d, d->api.cuDeviceGetCount(&count), "cuDeviceGetCount"))
     goto fail;
   if (count == 0) {
-    rt_device_fail(&d->base, "cuda: the driver (version %d) sees no GPU", version);
+    rt_device_fail(&d->base, "cuda: the driver (version %d) sees no GPU", d->driver_version);
     goto fail;
   }
   if (check(d, d->api.cuDeviceGet(&d->dev, 0), "cuDeviceGet(0)") ||
-      check(d, d->api.cuDeviceGetAttribute(&d->cc_major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, d->dev),
-            "cuDeviceGetAttribute(compute capability)") ||
-      check(d, d->api.cuDeviceGetAttribute(&d->cc_minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, d->dev),
-            "cuDeviceGetAttribute(compute capability)"))
+      attribute(d, &d->cc_major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, "compute capability") ||
+      attribute(d, &d->cc_minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, "compute capability") ||
+      attribute(d, &d->max_block[0], CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X, "max block x") ||
+      attribute(d, &d->max_block[1], CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y, "max block y") ||
+      attribute(d, &d->max_block[2], CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z, "max block z") ||
+      attribute(d, &d->max_grid[0], CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X, "max grid x") ||
+      attribute(d, &d->max_grid[1], CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y, "max grid y") ||
+      attribute(d, &d->max_grid[2], CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z, "max grid z") ||
+      attribute(d, &d->shared_optin, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, "shared memory opt-in"))
     goto fail;
   snprintf(d->arch, sizeof d->arch, "sm_%d%d", d->cc_major, d->cc_minor);
   if (check(d, d->api.cuDevicePrimaryCtxRetain(&d->ctx, d->dev), "cuDevicePrimaryCtxRetain")) goto fail;

@@ -31,6 +31,7 @@
 
 #include "device.h"
 #include "emu/dlcc_emu.h"
+#include "runtime.h"
 
 #if defined(__SANITIZE_ADDRESS__)
 #define EMU_ASAN 1
@@ -714,6 +715,11 @@ static void module_free(RtModule *m) {
  * rebuild it), -1 on any other error. */
 static int bind_module(EmuDevice *e, const RtPlan *plan, const char *so, RtModule **out) {
   RtDevice *d = &e->base;
+  char why_not[256];
+  if (rt_elf_check(so, why_not, sizeof why_not)) {
+    rt_device_fail(d, "emu: cannot load the compiled kernels %s: %s", so, why_not);
+    return 1;
+  }
   void *dl = dlopen(so, RTLD_NOW | RTLD_LOCAL);
   if (!dl) {
     rt_device_fail(d, "emu: cannot load the compiled kernels %s: %s", so, dlerror());

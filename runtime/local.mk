@@ -17,7 +17,8 @@ libdlcrt_la_SOURCES += \
 	runtime/model.c \
 	runtime/device.c \
 	runtime/cuda.c \
-	runtime/nvrtc.c
+	runtime/nvrtc.c \
+	runtime/elf.c
 libdlcrt_la_CPPFLAGS += $(CUDA_CPPFLAGS)
 libdlcrt_la_LIBADD += $(CUDA_LIBS) -ldl -lpthread
 include_HEADERS += include/dlcrt.h
@@ -31,3 +32,8 @@ libdlcrt_la_SOURCES += \
 libdlcrt_la_CPPFLAGS += -DDLCC_EMU_INSTALLED_HEADER='"$(pkgdatadir)/dlcc_emu.h"' \
 	-DDLCC_EMU_SRC_HEADER='"$(abs_top_srcdir)/runtime/emu/dlcc_emu.h"'
 dist_pkgdata_DATA = runtime/emu/dlcc_emu.h
+
+# plan.h is what a model.so's generated C is compiled against (dlcc
+# passes -I$(includedir)/dlcrt); host programs need only dlcrt.h.
+dlcrtplandir = $(includedir)/dlcrt
+dlcrtplan_HEADERS = runtime/plan.h

@@ -223,6 +223,11 @@ DlrtStatus dlrt_open_file(const char *so_path, const char *backend, DlrtModel **
     DlrtModel *m = *out = calloc(1, sizeof *m);
     return m ? set_error(m, DLRT_E_ARG, "dlrt_open_file: no path") : DLRT_E_NOMEM;
   }
+  char why_not[256];
+  if (strchr(so_path, '/') && rt_elf_check(so_path, why_not, sizeof why_not)) {
+    DlrtModel *m = *out = calloc(1, sizeof *m);
+    return m ? set_error(m, DLRT_E_IO, "cannot load %s: %s", so_path, why_not) : DLRT_E_NOMEM;
+  }
   void *so = dlopen(so_path, RTLD_NOW | RTLD_LOCAL);
   if (!so) {
     DlrtModel *m = *out = calloc(1, sizeof *m);

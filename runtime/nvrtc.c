@@ -204,18 +204,25 @@ static const char *cuda_dir(void) {
 #endif
 }
 
-enum { N_OPTS = 3 };
+enum { N_OPTS = 4 };
 
+/* sm_XX gives a cubin, compute_XX PTX (nvrtcGetCUBINSize is 0 then).
+ * cuda_fp16.h is not among NVRTC's built-in headers: the toolkit's
+ * include folder.  Line info costs no speed and lets compute-sanitizer
+ * name the line of model.cu that faulted. */
 static void make_options(const char *arch, char opts[N_OPTS][600]) {
   snprintf(opts[0], sizeof opts[0], "--gpu-architecture=%s", arch);
   snprintf(opts[1], sizeof opts[1], "-I%s/include", cuda_dir());
   snprintf(opts[2], sizeof opts[2], "-std=c++17");
+  snprintf(opts[3], sizeof opts[3], "--generate-line-info");
 }
 
 void rt_nvrtc_options_text(const char *arch, char *buf, size_t len) {
   char opts[N_OPTS][600];
   make_options(arch, opts);
-  snprintf(buf, len, "%s %s %s", opts[0], opts[1], opts[2]);
+  size_t at = 0;
+  buf[0] = 0;
+  for (int i = 0; i < N_OPTS && at < len; i++) at += (size_t)snprintf(buf + at, len - at, "%s%s", i ? " " : "", opts[i]);
 }
 
 /* ---- the disk cache ---- */
@@ -461,6 +468,41 @@ static int compile(const RtPlan *plan, const char *arch, char opts[N_OPTS][600],
 static void nvrtc_version(int *major, int *minor) {
   if (nvrtcVersion(major, minor) != NVRTC_SUCCESS) *major = *minor = -1;
 }
+
+/* A cubin runs only on its own arch (sm_90 on 9.0), so a GPU newer than
+ * this NVRTC gets PTX of an older virtual arch, which the driver JITs:
+ * slower to load, still correct.  "sm_90a" (wgmma, setmaxnreg) is never
+ * chosen here: its cubins run on 9.0 alone and the kernels need none of
+ * it yet. */
+int rt_nvrtc_target(int cc, char *arch, size_t len, char *err, size_t errlen) {
+  int n = 0;
+  int *archs = NULL;
+  if (nvrtcGetNumSupportedArchs(&n) != NVRTC_SUCCESS || n <= 0 || !(archs = malloc(sizeof *archs * (size_t)n)) ||
+      nvrtcGetSupportedArchs(archs) != NVRTC_SUCCESS) {
+    free(archs);
+    snprintf(err, errlen, "nvrtc: cannot list the architectures this NVRTC supports");
+    return -1;
+  }
+  int best = -1, lo = archs[0];
+  bool exact = false;
+  for (int i = 0; i < n; i++) {
+    if (archs[i] == cc) exact = true;
+    if (archs[i] <= cc && archs[i] > best) best = archs[i];
+    if (archs[i] < lo) lo = archs[i];
+  }
+  free(archs);
+  if (exact) {
+    snprintf(arch, len, "sm_%d", cc);
+    return 0;
+  }
+  if (best < 0) {
+    snprintf(err, errlen, "nvrtc: this NVRTC targets compute capability %d.%d and newer; the GPU is %d.%d", lo / 10,
+             lo % 10, cc / 10, cc % 10);
+    return -1;
+  }
+  snprintf(arch, len, "compute_%d", best);
+  return 0;
+}
 #else
 static int compile(const RtPlan *plan, const char *arch, char opts[N_OPTS][600], void **bin,
                    size_t *size, char *err, size_t errlen) {
@@ -469,6 +511,11 @@ static int compile(const RtPlan *plan, const char *arch, char opts[N_OPTS][600],
 }
 
 static void nvrtc_version(int *major, int *minor) { *major = *minor = -1; }
+
+int rt_nvrtc_target(int cc, char *arch, size_t len, char *err, size_t errlen) {
+  snprintf(err, errlen, "nvrtc: this libdlcrt was built without the CUDA toolkit");
+  return -1;
+}
 #endif
 
 int rt_nvrtc_compile(const RtPlan *plan, const char *arch, void **bin, size_t *size, char *err,

@@ -53,5 +53,29 @@ const char *rt_nvrtc_last_note(void);
 /* The NVRTC options used for arch, for messages and tests ("--gpu-
  * architecture=sm_90 -I/usr/local/cuda/include ..."), in buf. */
 void rt_nvrtc_options_text(const char *arch, char *buf, size_t len);
+/* What to ask NVRTC for on a GPU of compute capability cc (90 for 9.0):
+ * "sm_90" (a cubin) when this NVRTC knows the arch, else "compute_NN"
+ * (PTX for the driver to JIT) for the newest arch it knows below cc.
+ * 0, or -1 with a message when it knows none at or below cc. */
+int rt_nvrtc_target(int cc, char *arch, size_t len, char *err, size_t errlen);
+
+/* One RtGemm (row-major) as the column-major cuBLAS call that computes
+ * it: cuBLAS's A is the plan's b and its B the plan's a (cuda.c says
+ * why).  trans_*: 1 for CUBLAS_OP_T.  Pure, so that a test checks it
+ * against rt_emu_gemm on the CPU. */
+typedef struct RtBlasGemm {
+  int trans_a, trans_b;
+  int m, n, k;
+  int lda, ldb, ldc;
+  long long stride_a, stride_b, stride_c;
+  int batch;
+} RtBlasGemm;
+/* 0, or -1 with a message when a size does not fit cuBLAS's int. */
+int rt_gemm_to_blas(const RtGemm *g, RtBlasGemm *out, char *err, size_t errlen);
+
+/* 0 when path may be dlopen-ed safely: a 64-bit ELF file whose tables
+ * and segments lie inside it (a truncated one would SIGBUS when touched),
+ * or a file dlopen rejects by itself.  -1 and why in err otherwise. */
+int rt_elf_check(const char *path, char *err, size_t errlen);
 
 #endif

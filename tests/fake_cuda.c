@@ -1,10 +1,16 @@
 /* A stand-in for libcuda.so.1 so that runtime/cuda.c runs on machines
- * without a GPU: the driver entry points cuda.c loads, over host memory.
- * Kernels do not run (launches are counted); copies and memsets are
- * real.  Failures on demand through the environment:
- *   FAKECUDA_MEM_LIMIT=N   cuMemAlloc beyond N bytes in total: out of memory
- *   FAKECUDA_SYNC_ERROR=E  cuStreamSynchronize returns CUresult E */
+ * without a GPU: the driver entry points cuda.c loads, over host memory,
+ * with an H200's limits (compute capability 9.0, 227 KiB of opt-in
+ * shared memory per block, gridDim.y/z up to 65535).  Kernels do not run
+ * (launches are counted); copies and memsets are real.  Failures and
+ * kernel properties on demand through the environment:
+ *   FAKECUDA_MEM_LIMIT=N      cuMemAlloc beyond N bytes in total: out of memory
+ *   FAKECUDA_SYNC_ERROR=E     cuStreamSynchronize returns CUresult E
+ *   FAKECUDA_STATIC_SHARED=N  every kernel has N bytes of static shared memory */
 #include <cuda.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -27,10 +33,17 @@ static struct CUstream_st stream;
 static struct CUfunc_st func;
 static size_t allocated;
 static int launches;
+static int max_dynamic_shared = -1;
+static int resets;
 
-/* For the tests: how many kernels were launched. */
+/* For the tests: how many kernels were launched; the last opt-in to
+ * dynamic shared memory (-1: none). */
 int fakecuda_launches(void);
 int fakecuda_launches(void) { return launches; }
+int fakecuda_max_dynamic_shared(void);
+int fakecuda_max_dynamic_shared(void) { return max_dynamic_shared; }
+int fakecuda_resets(void);
+int fakecuda_resets(void) { return resets; }
 
 CUresult CUDAAPI cuInit(unsigned int flags) { return CUDA_SUCCESS; }
 CUresult CUDAAPI cuDriverGetVersion(int *v) {
@@ -50,7 +63,17 @@ CUresult CUDAAPI cuDeviceGetName(char *name, int len, CUdevice d) {
   return CUDA_SUCCESS;
 }
 CUresult CUDAAPI cuDeviceGetAttribute(int *v, CUdevice_attribute a, CUdevice d) {
-  *v = a == CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR ? 9 : 0;
+  switch (a) {
+  case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: *v = 9; break;
+  case CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X:
+  case CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y: *v = 1024; break;
+  case CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z: *v = 64; break;
+  case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X: *v = 0x7fffffff; break;
+  case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y:
+  case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z: *v = 65535; break;
+  case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN: *v = 232448; break;
+  default: *v = 0; break;
+  }
   return CUDA_SUCCESS;
 }
 CUresult CUDAAPI cuDevicePrimaryCtxRetain(CUcontext *c, CUdevice d) {
@@ -58,11 +81,30 @@ CUresult CUDAAPI cuDevicePrimaryCtxRetain(CUcontext *c, CUdevice d) {
   return CUDA_SUCCESS;
 }
 CUresult CUDAAPI cuDevicePrimaryCtxRelease(CUdevice d) { return CUDA_SUCCESS; }
+CUresult CUDAAPI cuDevicePrimaryCtxReset(CUdevice d) {
+  resets++;
+  return CUDA_SUCCESS;
+}
 CUresult CUDAAPI cuCtxSetCurrent(CUcontext c) { return CUDA_SUCCESS; }
 
-CUresult CUDAAPI cuModuleLoadData(CUmodule *m, const void *image) {
+/* Honours the error log options as the driver does: the log, and its
+ * length written back into the size option's slot. */
+CUresult CUDAAPI cuModuleLoadDataEx(CUmodule *m, const void *image, unsigned n, CUjit_option *opt, void **val) {
   /* A cubin is an ELF file; PTX is text starting with a comment or .version. */
-  if (memcmp(image, "\x7f" "ELF", 4) && !strstr(image, ".version")) return CUDA_ERROR_INVALID_IMAGE;
+  if (memcmp(image, "\x7f" "ELF", 4) && !strstr(image, ".version")) {
+    char *log = NULL;
+    size_t cap = 0;
+    for (unsigned i = 0; i < n; i++) {
+      if (opt[i] == CU_JIT_ERROR_LOG_BUFFER) log = val[i];
+      if (opt[i] == CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES) cap = (size_t)(uintptr_t)val[i];
+    }
+    if (log && cap) {
+      snprintf(log, cap, "fake: the image is neither ELF nor PTX");
+      for (unsigned i = 0; i < n; i++)
+        if (opt[i] == CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES) val[i] = (void *)(uintptr_t)(strlen(log) + 1);
+    }
+    return CUDA_ERROR_INVALID_IMAGE;
+  }
   struct CUmod_st *mod = calloc(1, sizeof *mod);
   /* The image's size: PTX up to its NUL, an ELF file up to the end of
    * its last section or of the section table. */
@@ -96,12 +138,26 @@ CUresult CUDAAPI cuModuleUnload(CUmodule m) {
   free(m);
   return CUDA_SUCCESS;
 }
+/* A cubin's symbol table holds "name\0"; PTX declares ".entry name(". */
 CUresult CUDAAPI cuModuleGetFunction(CUfunction *f, CUmodule m, const char *name) {
-  if (!memmem(m->image, m->size, name, strlen(name) + 1)) return CUDA_ERROR_NOT_FOUND;
+  char entry[512];
+  snprintf(entry, sizeof entry, ".entry %s(", name);
+  bool elf = !memcmp(m->image, "\x7f" "ELF", 4);
+  if (elf ? !memmem(m->image, m->size, name, strlen(name) + 1) : !strstr(m->image, entry)) return CUDA_ERROR_NOT_FOUND;
   *f = &func;
   return CUDA_SUCCESS;
 }
-CUresult CUDAAPI cuFuncSetAttribute(CUfunction f, CUfunction_attribute a, int v) { return CUDA_SUCCESS; }
+CUresult CUDAAPI cuFuncGetAttribute(int *v, CUfunction_attribute a, CUfunction f) {
+  const char *e = getenv("FAKECUDA_STATIC_SHARED");
+  if (a != CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES) return CUDA_ERROR_NOT_SUPPORTED;
+  *v = e ? atoi(e) : 0;
+  return CUDA_SUCCESS;
+}
+CUresult CUDAAPI cuFuncSetAttribute(CUfunction f, CUfunction_attribute a, int v) {
+  if (a != CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES) return CUDA_ERROR_NOT_SUPPORTED;
+  max_dynamic_shared = v;
+  return CUDA_SUCCESS;
+}
 CUresult CUDAAPI cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
                                 unsigned bz, unsigned shared, CUstream s, void **params, void **extra) {
   launches++;
@@ -158,6 +214,7 @@ CUresult CUDAAPI cuGetErrorName(CUresult r, const char **s) {
   case CUDA_ERROR_OUT_OF_MEMORY: *s = "CUDA_ERROR_OUT_OF_MEMORY"; return CUDA_SUCCESS;
   case CUDA_ERROR_ILLEGAL_ADDRESS: *s = "CUDA_ERROR_ILLEGAL_ADDRESS"; return CUDA_SUCCESS;
   case CUDA_ERROR_NOT_FOUND: *s = "CUDA_ERROR_NOT_FOUND"; return CUDA_SUCCESS;
+  case CUDA_ERROR_INVALID_IMAGE: *s = "CUDA_ERROR_INVALID_IMAGE"; return CUDA_SUCCESS;
   default: *s = NULL; return CUDA_ERROR_INVALID_VALUE;
   }
 }
@@ -166,6 +223,7 @@ CUresult CUDAAPI cuGetErrorString(CUresult r, const char **s) {
   case CUDA_ERROR_OUT_OF_MEMORY: *s = "out of memory"; return CUDA_SUCCESS;
   case CUDA_ERROR_ILLEGAL_ADDRESS: *s = "an illegal memory access was encountered"; return CUDA_SUCCESS;
   case CUDA_ERROR_NOT_FOUND: *s = "named symbol not found"; return CUDA_SUCCESS;
+  case CUDA_ERROR_INVALID_IMAGE: *s = "device kernel image is invalid"; return CUDA_SUCCESS;
   default: *s = NULL; return CUDA_ERROR_INVALID_VALUE;
   }
 }

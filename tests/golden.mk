@@ -12,6 +12,6 @@ GOLDEN_EXAMPLES = mlp lenet resnet18 resnet50 mobilenetv2 lstm transformer
 # Rewrites the golden IR from the current compiler: review the diff after.
 update-golden: dlcc$(EXEEXT)
 	cd $(srcdir) && for e in $(GOLDEN_EXAMPLES); do \
-	  $(abs_builddir)/dlcc$(EXEEXT) examples/$$e.dl --emit=ir -o tests/golden/$$e.ir || exit 1; \
+	  $(abs_builddir)/dlcc$(EXEEXT) examples/$$e.dl -O0 --emit=ir -o tests/golden/$$e.ir || exit 1; \
 	done
 .PHONY: update-golden

@@ -12,3 +12,8 @@ include tests/codegen.mk
 include tests/emu.mk
 include tests/runtime.mk
 include tests/models.mk
+include tests/memplan.mk
+include tests/passes.mk
+include tests/onnx.mk
+include tests/aot.mk
+include tests/fuse.mk

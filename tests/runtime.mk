@@ -14,3 +14,13 @@ tests_libfakecuda_la_CPPFLAGS = $(AM_CPPFLAGS) $(CUDA_CPPFLAGS)
 tests_libfakecuda_la_LDFLAGS = -module -avoid-version -shared -rpath $(abs_builddir)/tests
 endif
 endif
+
+# libdlcrt on hand-built plans (cuBLAS in every dtype and layout, kernel
+# argument sizes, big dynamic shared memory, a faulting kernel).  Needs
+# no Check: tests/gpu/check.sh builds and runs it on the GPU machine
+# (`make tests/gpu/rt_check`); here it checks itself on emu.
+check_PROGRAMS += tests/gpu/rt_check
+TESTS += tests/gpu/rt_check.sh
+EXTRA_DIST += tests/gpu/rt_check.sh
+tests_gpu_rt_check_SOURCES = tests/gpu/rt_check.c
+tests_gpu_rt_check_LDADD = libdlcrt.la -lm

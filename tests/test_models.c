@@ -72,7 +72,7 @@ static double rng_uniform(double lo, double hi) {
 
 static dlc_model *compile_text(const char *name, const char *text, int n_defines,
                                const dlc_define *defines) {
-  dlc_options opt = {NULL, n_defines, defines, NULL};
+  dlc_options opt = {.n_defines = n_defines, .defines = defines};
   dlc_model *m = NULL;
   dlc_status st = dlc_compile_string(name, text, &opt, &m);
   ck_assert_msg(st == DLC_OK, "%s does not compile: %s", name, dlc_error(m));
@@ -83,7 +83,7 @@ static dlc_model *compile_example_on(const char *file, int n_defines, const dlc_
                                      const char *backend) {
   char path[512];
   snprintf(path, sizeof path, "%s/examples/%s", srcdir(), file);
-  dlc_options opt = {NULL, n_defines, defines, backend};
+  dlc_options opt = {.n_defines = n_defines, .defines = defines, .backend = backend};
   dlc_model *m = NULL;
   dlc_status st = dlc_compile_file(path, &opt, &m);
   ck_assert_msg(st == DLC_OK, "%s does not compile: %s", path, dlc_error(m));

@@ -524,6 +524,104 @@ START_TEST(exec_on_emu) {
 }
 END_TEST
 
+/* ---- the row-major -> column-major cuBLAS conversion, on the CPU ---- */
+
+/* C = alpha op(A) op(B) + beta C as BLAS defines it: column-major,
+ * element (i, j) of X at X[i + j * ldx]. */
+static void blas_gemm_ref(const RtBlasGemm *x, float alpha, const float *a, const float *b, float beta, float *c) {
+  for (int bi = 0; bi < x->batch; bi++) {
+    const float *ab = a + bi * x->stride_a, *bb = b + bi * x->stride_b;
+    float *cb = c + bi * x->stride_c;
+    for (int j = 0; j < x->n; j++)
+      for (int i = 0; i < x->m; i++) {
+        double sum = 0;
+        for (int l = 0; l < x->k; l++)
+          sum += (double)(x->trans_a ? ab[l + (size_t)i * x->lda] : ab[i + (size_t)l * x->lda]) *
+                 (x->trans_b ? bb[j + (size_t)l * x->ldb] : bb[l + (size_t)j * x->ldb]);
+        double v = alpha * sum;
+        if (beta != 0) v += beta * cb[i + (size_t)j * x->ldc];
+        cb[i + (size_t)j * x->ldc] = (float)v;
+      }
+  }
+}
+
+static uint64_t lcg_state;
+static int lcg(int n) {
+  lcg_state = lcg_state * 6364136223846793005ull + 1442695040888963407ull;
+  return (int)((lcg_state >> 33) % (uint64_t)n);
+}
+
+static float *random_floats(size_t n) {
+  float *p = malloc((n ? n : 1) * sizeof *p);
+  for (size_t i = 0; i < n; i++) p[i] = (float)(lcg(7) - 3);
+  return p;
+}
+
+/* Small integers, so both sides are exact and must agree bit for bit,
+ * padding included (neither may write it). */
+START_TEST(gemm_to_blas_matches_emu) {
+  lcg_state = 12345;
+  for (int iter = 0; iter < 400; iter++) {
+    RtGemm g = {.dtype = RT_DT_F32, .trans_a = (uint32_t)lcg(2), .trans_b = (uint32_t)lcg(2)};
+    g.m = 1 + lcg(7), g.n = 1 + lcg(7), g.k = lcg(8), g.batch = 1 + lcg(3);
+    g.lda = (g.trans_a ? g.m : g.k) + lcg(3);
+    g.ldb = (g.trans_b ? g.k : g.n) + lcg(3);
+    g.ldc = g.n + lcg(3);
+    if (g.lda < 1) g.lda = 1;
+    if (g.ldb < 1) g.ldb = 1;
+    int64_t rows_a = g.trans_a ? g.k : g.m, rows_b = g.trans_b ? g.n : g.k;
+    /* A stride of 0 broadcasts one operand over the batch, as cuBLAS allows. */
+    g.stride_a = lcg(3) == 0 ? 0 : rows_a * g.lda + lcg(3);
+    g.stride_b = lcg(3) == 0 ? 0 : rows_b * g.ldb + lcg(3);
+    g.stride_c = g.m * g.ldc + lcg(3);
+    g.alpha = lcg(2) ? 1.0f : 2.0f;
+    g.beta = lcg(2) ? 0.0f : 0.5f;
+    size_t na = (size_t)((g.batch - 1) * g.stride_a + rows_a * g.lda);
+    size_t nb = (size_t)((g.batch - 1) * g.stride_b + rows_b * g.ldb);
+    size_t nc = (size_t)((g.batch - 1) * g.stride_c + g.m * g.ldc);
+    float *a = random_floats(na), *b = random_floats(nb), *c_emu = random_floats(nc);
+    float *c_blas = malloc(nc * sizeof *c_blas);
+    memcpy(c_blas, c_emu, nc * sizeof *c_blas);
+    RtBlasGemm x;
+    ck_assert_msg(rt_gemm_to_blas(&g, &x, err, sizeof err) == 0, "%s", err);
+    ck_assert_msg(rt_emu_gemm(&g, a, b, c_emu, err, sizeof err) == 0, "%s", err);
+    blas_gemm_ref(&x, g.alpha, b, a, g.beta, c_blas); /* cuBLAS's A is the plan's b */
+    for (size_t i = 0; i < nc; i++)
+      ck_assert_msg(c_emu[i] == c_blas[i],
+                    "iter %d: m %lld n %lld k %lld trans %u%u ld %lld,%lld,%lld batch %lld strides %lld,%lld,%lld: "
+                    "C[%zu] emu %g, cuBLAS call %g",
+                    iter, (long long)g.m, (long long)g.n, (long long)g.k, g.trans_a, g.trans_b, (long long)g.lda,
+                    (long long)g.ldb, (long long)g.ldc, (long long)g.batch, (long long)g.stride_a,
+                    (long long)g.stride_b, (long long)g.stride_c, i, c_emu[i], c_blas[i]);
+    free(a), free(b), free(c_emu), free(c_blas);
+  }
+}
+END_TEST
+
+START_TEST(gemm_to_blas_swaps_operands) {
+  /* The worked example in runtime/cuda.c, plus transposes and strides. */
+  RtGemm g = {.dtype = RT_DT_F32, .trans_a = 1, .m = 2, .n = 4, .k = 3, .lda = 2, .ldb = 4, .ldc = 5,
+              .batch = 6, .stride_a = 0, .stride_b = 12, .stride_c = 10};
+  RtBlasGemm x;
+  ck_assert_int_eq(rt_gemm_to_blas(&g, &x, err, sizeof err), 0);
+  ck_assert_int_eq(x.trans_a, 0);
+  ck_assert_int_eq(x.trans_b, 1);
+  ck_assert_int_eq(x.m, 4);
+  ck_assert_int_eq(x.n, 2);
+  ck_assert_int_eq(x.k, 3);
+  ck_assert_int_eq(x.lda, 4);
+  ck_assert_int_eq(x.ldb, 2);
+  ck_assert_int_eq(x.ldc, 5);
+  ck_assert_int_eq(x.stride_a, 12);
+  ck_assert_int_eq(x.stride_b, 0);
+  ck_assert_int_eq(x.stride_c, 10);
+  ck_assert_int_eq(x.batch, 6);
+  g.m = (int64_t)1 << 31;
+  ck_assert_int_eq(rt_gemm_to_blas(&g, &x, err, sizeof err), -1);
+  ck_assert_str_eq(err, "cublas: gemm 2147483648x4x3 (batch 6, ld 2,4,5) exceeds cuBLAS's int range");
+}
+END_TEST
+
 #ifdef HAVE_CUDA
 /* ---- NVRTC and the kernel cache ---- */
 
@@ -673,6 +771,13 @@ static bool have_real_driver(void) {
   return lib != NULL;
 }
 
+/* The fake's own counters, through the handle cuda.c also holds. */
+static void *fake_lib(void) {
+  void *lib = dlopen(getenv("DLCC_LIBCUDA"), RTLD_NOW | RTLD_LOCAL);
+  ck_assert_ptr_nonnull(lib);
+  return lib;
+}
+
 static void fake_cuda_setup(void) {
   const char *b = getenv("top_builddir");
   char path[4096];
@@ -730,7 +835,8 @@ START_TEST(cuda_fake_sticky_error) {
   setenv("FAKECUDA_SYNC_ERROR", "700", 1);
   ck_assert_int_eq(dlrt_run(m), DLRT_E_BROKEN);
   const char *why = "cuda: cuStreamSynchronize (a kernel or copy failed): CUDA_ERROR_ILLEGAL_ADDRESS (an illegal "
-                    "memory access was encountered); the GPU context is unusable now, close the model";
+                    "memory access was encountered); the GPU context is unusable now, close the model (the fault "
+                    "may lie in an earlier step: CUDA_LAUNCH_BLOCKING=1 names it)";
   char want[512];
   snprintf(want, sizeof want, "run: %s", why);
   ck_assert_str_eq(dlrt_error(m), want);
@@ -738,7 +844,18 @@ START_TEST(cuda_fake_sticky_error) {
   float h[6];
   ck_assert_int_eq(dlrt_get_output(m, 1, h, sizeof h), DLRT_E_BROKEN);
   ck_assert_str_eq(dlrt_error(m), why);
+  /* Closing a broken model resets the primary context, so that the
+   * next model in this process starts on a sound one. */
+  void *lib = fake_lib();
+  int (*resets)(void) = (int (*)(void))dlsym(lib, "fakecuda_resets");
+  ck_assert_ptr_nonnull(resets);
+  int before = resets();
   dlrt_close(m);
+  ck_assert_int_eq(resets(), before + 1);
+  ck_assert_msg(dlrt_open(&plan, "cuda", &m) == DLRT_OK, "%s", dlrt_error(m));
+  dlrt_close(m);
+  ck_assert_int_eq(resets(), before + 1);
+  dlclose(lib);
 }
 END_TEST
 
@@ -762,6 +879,112 @@ START_TEST(cuda_fake_cublas_without_gpu) {
   ck_assert_msg(strstr(dlrt_error(m), "open: loading the kernels of 't': cublas: cublasCreate: CUBLAS_STATUS_"),
                 "%s", dlrt_error(m));
   dlrt_close(m);
+}
+END_TEST
+
+
+START_TEST(cuda_fake_dynamic_shared_opt_in) {
+  void *lib = fake_lib();
+  int (*opt_in)(void) = (int (*)(void))dlsym(lib, "fakecuda_max_dynamic_shared");
+  ck_assert_ptr_nonnull(opt_in);
+  steps[0].launch.dynamic_shared_bytes = 40 * 1024;
+  DlrtModel *m = NULL;
+  ck_assert_msg(dlrt_open(&plan, "cuda", &m) == DLRT_OK, "%s", dlrt_error(m));
+  ck_assert_int_eq(opt_in(), -1); /* 40 KiB alone is under the 48 KiB default */
+  dlrt_close(m);
+  /* With 16 KiB of static shared memory the sum passes 48 KiB. */
+  setenv("FAKECUDA_STATIC_SHARED", "16384", 1);
+  ck_assert_msg(dlrt_open(&plan, "cuda", &m) == DLRT_OK, "%s", dlrt_error(m));
+  ck_assert_int_eq(opt_in(), 40 * 1024);
+  dlrt_close(m);
+  steps[0].launch.dynamic_shared_bytes = 300 * 1024;
+  ck_assert_int_eq(dlrt_open(&plan, "cuda", &m), DLRT_E_COMPILE);
+  ck_assert_str_eq(dlrt_error(m), "open: loading the kernels of 't': cuda: kernel 'add_bias' needs 307200 bytes of "
+                                  "dynamic and 16384 of static shared memory; a block on this GPU may have 232448");
+  dlrt_close(m);
+  unsetenv("FAKECUDA_STATIC_SHARED");
+  dlclose(lib);
+}
+END_TEST
+
+START_TEST(cuda_fake_grid_limit) {
+  steps[0].launch.grid[1] = 70000;
+  DlrtModel *m = NULL;
+  ck_assert_int_eq(dlrt_open(&plan, "cuda", &m), DLRT_E_COMPILE);
+  ck_assert_str_eq(dlrt_error(m), "open: loading the kernels of 't': cuda: step 0 launches 'add_bias' with grid "
+                                  "2x70000x1, block 4x1x1: gridDim.y exceeds this GPU's 65535");
+  dlrt_close(m);
+}
+END_TEST
+
+/* A plan's own cubin for this arch is loaded as is: no NVRTC. */
+START_TEST(cuda_fake_prefers_plan_cubin) {
+  void *cubin, *ptx;
+  size_t cubin_size, ptx_size;
+  ck_assert_msg(rt_nvrtc_compile(&plan, "sm_90", &cubin, &cubin_size, err, sizeof err) == 0, "%s", err);
+  ck_assert_msg(rt_nvrtc_compile(&plan, "compute_90", &ptx, &ptx_size, err, sizeof err) == 0, "%s", err);
+  RtBinary bins[2] = {{.arch = "compute_90", .data = ptx, .size = ptx_size},
+                      {.arch = "sm_90", .data = cubin, .size = cubin_size}};
+  plan.binaries = bins;
+  plan.n_binaries = 2;
+  plan.source = NULL;
+  rt_nvrtc_reset();
+  DlrtModel *m = NULL;
+  ck_assert_msg(dlrt_open(&plan, "cuda", &m) == DLRT_OK, "%s", dlrt_error(m));
+  RtNvrtcStats st;
+  rt_nvrtc_stats(&st);
+  ck_assert_int_eq(st.compiles + st.memo_hits + st.cache_hits, 0);
+  dlrt_close(m);
+  /* PTX alone (the driver JITs it) does as well. */
+  plan.binaries = bins;
+  plan.n_binaries = 1;
+  ck_assert_msg(dlrt_open(&plan, "cuda", &m) == DLRT_OK, "%s", dlrt_error(m));
+  dlrt_close(m);
+  /* PTX for a newer GPU is no use on 9.0. */
+  bins[0].arch = "compute_100";
+  ck_assert_int_eq(dlrt_open(&plan, "cuda", &m), DLRT_E_COMPILE);
+  ck_assert_str_eq(dlrt_error(m), "open: loading the kernels of 't': cuda: the model has no code for this GPU "
+                                  "(sm_90): no sm_90 cubin, no PTX at or below compute_90, no source to compile");
+  dlrt_close(m);
+  free(cubin);
+  free(ptx);
+}
+END_TEST
+
+/* A cubin the driver refuses: NVRTC when there is source, else the
+ * driver's words and its JIT log. */
+START_TEST(cuda_fake_bad_cubin) {
+  static const char junk[] = "not a cubin";
+  RtBinary bins[1] = {{.arch = "sm_90", .data = junk, .size = sizeof junk}};
+  plan.binaries = bins;
+  plan.n_binaries = 1;
+  DlrtModel *m = NULL;
+  ck_assert_msg(dlrt_open(&plan, "cuda", &m) == DLRT_OK, "%s", dlrt_error(m));
+  RtNvrtcStats st;
+  rt_nvrtc_stats(&st);
+  ck_assert_int_eq(st.compiles, 1);
+  dlrt_close(m);
+  plan.source = NULL;
+  ck_assert_int_eq(dlrt_open(&plan, "cuda", &m), DLRT_E_COMPILE);
+  const char *e = dlrt_error(m);
+  ck_assert_msg(!strncmp(e, "open: loading the kernels of 't': cuda: cuModuleLoadDataEx(sm_90 cubin; driver for "
+                            "CUDA 13.0, NVRTC ", 100), "%s", e);
+  ck_assert_msg(strstr(e, "): fake: the image is neither ELF nor PTX: CUDA_ERROR_INVALID_IMAGE (device kernel image "
+                          "is invalid)"), "%s", e);
+  dlrt_close(m);
+}
+END_TEST
+
+START_TEST(nvrtc_target_arch) {
+  char arch[16];
+  ck_assert_msg(rt_nvrtc_target(90, arch, sizeof arch, err, sizeof err) == 0, "%s", err);
+  ck_assert_str_eq(arch, "sm_90");
+  /* A GPU this NVRTC does not know: PTX of the newest arch below it. */
+  ck_assert_msg(rt_nvrtc_target(91, arch, sizeof arch, err, sizeof err) == 0, "%s", err);
+  ck_assert_str_eq(arch, "compute_90");
+  ck_assert_int_eq(rt_nvrtc_target(10, arch, sizeof arch, err, sizeof err), -1);
+  ck_assert_msg(!strncmp(err, "nvrtc: this NVRTC targets compute capability ", 45), "%s", err);
+  ck_assert_msg(strstr(err, "and newer; the GPU is 1.0"), "%s", err);
 }
 END_TEST
 #endif
@@ -800,6 +1023,8 @@ static Suite *runtime_suite(void) {
   tcase_add_test(tc, exec_broken_device);
   tcase_add_test(tc, exec_weights_from_safetensors);
   tcase_add_test(tc, exec_on_emu);
+  tcase_add_test(tc, gemm_to_blas_matches_emu);
+  tcase_add_test(tc, gemm_to_blas_swaps_operands);
   tcase_set_timeout(tc, 60);
   suite_add_tcase(s, tc);
 
@@ -810,6 +1035,7 @@ static Suite *runtime_suite(void) {
   tcase_add_test(tc, nvrtc_cubin_sm90);
   tcase_add_test(tc, nvrtc_cache_hit_and_corruption);
   tcase_add_test(tc, nvrtc_syntax_error_names_kernel);
+  tcase_add_test(tc, nvrtc_target_arch);
   suite_add_tcase(s, tc);
 
   tc = tcase_create("fake_driver");
@@ -820,6 +1046,10 @@ static Suite *runtime_suite(void) {
   tcase_add_test(tc, cuda_fake_sticky_error);
   tcase_add_test(tc, cuda_fake_missing_kernel);
   tcase_add_test(tc, cuda_fake_cublas_without_gpu);
+  tcase_add_test(tc, cuda_fake_dynamic_shared_opt_in);
+  tcase_add_test(tc, cuda_fake_grid_limit);
+  tcase_add_test(tc, cuda_fake_prefers_plan_cubin);
+  tcase_add_test(tc, cuda_fake_bad_cubin);
   suite_add_tcase(s, tc);
 #endif
   return s;

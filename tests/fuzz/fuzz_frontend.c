@@ -1,13 +1,16 @@
-/* libFuzzer target for everything that reads model text: the .dl
- * frontend (scanner, parser, lowering) and, for inputs that start with
- * "; dlcc IR", the IR text parser; whatever is accepted must also pass
- * the verifier and print.  Built by tests/fuzz/build.sh. */
+/* libFuzzer target for everything that reads models: the .dl frontend
+ * (scanner, parser, lowering), for inputs that start with "; dlcc IR" the
+ * IR text parser, and for inputs that start like a serialized ONNX
+ * ModelProto (byte 0x08: field 1, ir_version) the ONNX importer; whatever
+ * is accepted must also pass the verifier and print.  Built by
+ * tests/fuzz/build.sh. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "frontend/ast.h"
+#include "frontend/onnx.h"
 #include "ir/ir.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -21,8 +24,15 @@ static int compile(Ctx *c, void *data) {
   Input *in = data;
   bool is_ir = in->len >= 9 && memcmp(in->text, "; dlcc IR", 9) == 0;
   const SrcFile *f = ctx_add_file(c, is_ir ? "fuzz.ir" : "fuzz.dl", in->text, in->len);
+  bool is_onnx = in->len >= 1 && (unsigned char)in->text[0] == 0x08;
   Graph *g;
-  if (is_ir) {
+  if (is_onnx) {
+    /* Folding at import evaluates ops: keep what it may compute small. */
+    OnnxOptions oo = {.max_fold_elems = 1 << 16};
+    TensorMap params;
+    g = fe_onnx_import_bytes(c, "fuzz.onnx", in->text, in->len, &oo, &params);
+    ir_tensor_map_free(&params);
+  } else if (is_ir) {
     g = ir_parse(c, f);
   } else {
     Program *p = fe_parse(c, f);

@@ -1,71 +1,231 @@
-#!/bin/sh
-# The one GPU check, for the lent GPU machine (nvcc and python3 there; no
-# flex, bison, autotools, Check or network).  From the repository root:
+#!/bin/bash
+# The one GPU check, for the lent GPU machine (nvcc, gcc, make, python3
+# with numpy; no flex, bison, autotools, Check or network; maybe no
+# libcjson).  Takes a `make dist` tarball and, optionally, a folder of
+# Debian packages for what the machine lacks; builds dlcc from the tarball
+# and prints a table, one line per model:
 #
-#   tests/gpu/check.sh dlcc-X.Y.Z.tar.gz [DEPS_DIR]
+#   bash tests/gpu/check.sh TARBALL [DEPS_DIR]
 #
-# TARBALL is a `make dist` tarball built on a development machine;
-# DEPS_DIR may hold Debian packages the GPU machine lacks (libcjson1,
-# libcjson-dev: `apt-get download libcjson1 libcjson-dev`), unpacked into
-# a private prefix.  It builds dlcc, then for every example runs the model
-# on the cuda backend and on the reference interpreter from the same
-# random weights and inputs, and prints one table line per model: the max
-# relative error and the cuda latency.  Exits non-zero when any model
-# fails or differs by more than its tolerance.
+# What it runs (tests/gpu/README.md says how to prepare and read it):
+#   1. the machine: GPU, driver, toolkit, compilers;
+#   2. the build: configure --with-cuda, make -j16, tests/gpu/rt_check;
+#   3. rt_check on cuda: cuBLAS in f32/f16/bf16 against the CPU GEMM,
+#      kernel argument sizes, >48 KiB dynamic shared memory, and (its own
+#      process) a faulting kernel and the recovery after it;
+#   4. every example on --backend=cuda against --backend=ref (same seed,
+#      the image models at -D HW=64, then resnet18 at full size), with the
+#      warm latency of 20 more runs (dlcc run --bench=20);
+#   5. an AOT model.so on cuda against the same .so on emu;
+#   6. compute-sanitizer memcheck on mlp and on rt_check's kernels.
+# Nothing stops at the first failure; each command has a timeout.  The
+# whole log goes to $OUT/check.log when OUT is set (the device tool brings
+# $OUT back), else to $TMPDIR/dlcc-gpu/check.log; the table also to
+# summary.txt beside it.  Exits 1 when anything failed.
 set -u
-tarball=${1:?usage: tests/gpu/check.sh TARBALL [DEPS_DIR]}
+tarball=${1:?usage: bash tests/gpu/check.sh TARBALL [DEPS_DIR]}
 deps=${2:-}
+case $tarball in /*) ;; *) tarball=$PWD/$tarball ;; esac
+case $deps in /* | "") ;; *) deps=$PWD/$deps ;; esac
 work=${TMPDIR:-/tmp}/dlcc-gpu
-rm -rf "$work" && mkdir -p "$work" || exit 1
-tar -C "$work" -xzf "$tarball" || exit 1
-src=$(ls -d "$work"/dlcc-*/ | head -1)
+logdir=${OUT:-$work}
+rm -rf "$work" && mkdir -p "$work" "$logdir" || exit 1
+log=$logdir/check.log
+summary=$logdir/summary.txt
+: >"$summary"
+status=0
+started=$(date +%s)
 
-lib=
+note() { printf '%s\n' "$*" | tee -a "$summary"; }
+fail() { note "FAIL $*"; status=1; }
+# run LIMIT NAME CMD...: CMD under timeout, output in $work/NAME.out (and
+# in the log); its exit status.
+run() {
+  local limit=$1 name=$2
+  shift 2
+  echo "\$ $*" >"$work/$name.out"
+  timeout "$limit" "$@" >>"$work/$name.out" 2>&1
+  local rc=$?
+  [ $rc = 124 ] && echo "(timed out after ${limit}s)" >>"$work/$name.out"
+  sed "s/^/  [$name] /" "$work/$name.out"
+  return $rc
+}
+
+main() {
+echo "== machine"
+date
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv 2>&1 | head -3
+command -v nvcc >/dev/null && nvcc --version | tail -2
+gcc --version | head -1
+python3 -c 'import numpy; print("numpy", numpy.__version__)' || fail "python3 with numpy is missing"
+
+# The toolkit: headers and the NVRTC/cuBLAS libraries configure wants.
+cuda=
+nvcc_root=$(dirname "$(dirname "$(command -v nvcc 2>/dev/null || echo /none/bin/nvcc)")")
+for d in "${CUDA_HOME:-}" "${CUDA_PATH:-}" /usr/local/cuda "$nvcc_root"; do
+  if [ -n "$d" ] && [ -f "$d/include/cuda.h" ] && [ -f "$d/include/nvrtc.h" ] && [ -f "$d/include/cublas_v2.h" ]; then
+    cuda=$d
+    break
+  fi
+done
+echo "CUDA toolkit: ${cuda:-none found}"
+if [ -n "$cuda" ] && ! ls "$cuda"/lib64/libnvrtc.so "$cuda"/lib64/libcublas.so >/dev/null 2>&1; then
+  # Only versioned libraries (a runtime-only install, or pip's wheels):
+  # a folder of links that looks like a toolkit to configure.
+  shim=$work/cuda
+  mkdir -p "$shim/include" "$shim/lib64"
+  site=$(python3 -c 'import nvidia, os; print(" ".join(nvidia.__path__))' 2>/dev/null)
+  for inc in "$cuda/include" $(for s in $site; do ls -d "$s"/*/include 2>/dev/null; done); do
+    for f in "$inc"/*; do [ -e "$shim/include/${f##*/}" ] || ln -s "$f" "$shim/include/"; done
+  done
+  for l in nvrtc nvrtc-builtins cublas cublasLt cudart; do
+    f=$(ls "$cuda"/lib64/lib$l.so* "$cuda"/targets/*/lib/lib$l.so* $(for s in $site; do ls "$s"/*/lib/lib$l.so* 2>/dev/null; done) 2>/dev/null | head -1)
+    [ -n "$f" ] && ln -sf "$f" "$shim/lib64/lib$l.so"
+  done
+  echo "CUDA toolkit: linked into $shim"
+  cuda=$shim
+fi
+
+echo "== build"
+tar -C "$work" -xzf "$tarball" || { fail "cannot unpack $tarball"; exit 1; }
+src=$(ls -d "$work"/dlcc-*/ | head -1)
+cjson=()
 if [ -n "$deps" ] && ls "$deps"/*.deb >/dev/null 2>&1; then
   mkdir -p "$work/prefix"
   for d in "$deps"/*.deb; do dpkg -x "$d" "$work/prefix"; done
   lib=$(dirname "$(find "$work/prefix" -name 'libcjson.so*' | head -1)")
+  cjson=("CJSON_CFLAGS=-I$work/prefix/usr/include" "CJSON_LIBS=-L$lib -Wl,-rpath,$lib -lcjson")
+  echo "libcjson from $deps: $lib"
 fi
-configure() {
-  if [ -n "$lib" ]; then
-    ./configure -q "CJSON_CFLAGS=-I$work/prefix/usr/include" "CJSON_LIBS=-L$lib -Wl,-rpath,$lib -lcjson"
-  else
-    ./configure -q
-  fi
-}
 cd "$src" || exit 1
-echo "== build"
-if ! { configure >"$work/configure.log" 2>&1 && make -j16 >"$work/make.log" 2>&1; }; then
-  tail -30 "$work/configure.log" "$work/make.log"
+export DLCC_CACHE_DIR=$work/kernel-cache
+if ! run 300 configure ./configure -q ${cuda:+--with-cuda="$cuda"} "${cjson[@]}"; then
+  fail "configure (see check.log; libcjson missing? pass a DEPS_DIR)"
   exit 1
+fi
+if ! timeout 600 make -j16 >"$logdir/make.log" 2>&1 || ! timeout 300 make -j16 tests/gpu/rt_check >>"$logdir/make.log" 2>&1; then
+  tail -40 "$logdir/make.log"
+  fail "make (see make.log)"
+  exit 1
+fi
+echo "built in $(($(date +%s) - started)) s"
+grep -q "define HAVE_CUDA 1" config.h || fail "configure found no CUDA toolkit: the cuda backend is missing"
+
+echo "== rt_check: cuBLAS, kernel arguments, dynamic shared memory, a fault"
+if run 300 rt_check ./tests/gpu/rt_check cuda all; then
+  note "rt_check cuda: $(grep -c '^ok' "$work/rt_check.out") checks ok"
+else
+  fail "rt_check cuda: $(grep -c '^FAIL' "$work/rt_check.out") failed: $(grep -m1 '^FAIL' "$work/rt_check.out" | cut -c1-200)"
+fi
+if run 120 rt_fault ./tests/gpu/rt_check cuda fault; then
+  note "rt_check fault: $(grep -c '^ok' "$work/rt_fault.out") checks ok"
+else
+  fail "rt_check fault: $(grep -m1 '^FAIL' "$work/rt_fault.out" | cut -c1-200)"
 fi
 
 echo "== models: cuda against the reference interpreter"
-status=0
-printf '%-14s %-8s %-12s %s\n' model result max_rel_err cuda_ms
-for m in mlp lenet resnet18 lstm transformer; do
-  ref="$work/out-$m-ref" gpu="$work/out-$m-cuda"
-  if ! ./dlcc run "examples/$m.dl" --backend=ref --seed 1 --output-dir "$ref" >/dev/null 2>"$work/$m.ref.err"; then
-    printf '%-14s %-8s %s\n' "$m" FAIL "ref: $(head -1 "$work/$m.ref.err")"; status=1; continue
-  fi
-  start=$(date +%s%N)
-  if ! ./dlcc run "examples/$m.dl" --backend=cuda --seed 1 --output-dir "$gpu" >/dev/null 2>"$work/$m.cuda.err"; then
-    printf '%-14s %-8s %s\n' "$m" FAIL "cuda: $(head -1 "$work/$m.cuda.err")"; status=1; continue
-  fi
-  ms=$(( ($(date +%s%N) - start) / 1000000 ))
-  err=$(python3 - "$ref" "$gpu" <<'PY'
-import sys, os, numpy as np
+# compare REF_DIR CUDA_DIR: the worst over outputs of max|a - b| / max|a|.
+compare() {
+  python3 - "$1" "$2" <<'PY'
+import os, sys
+import numpy as np
 ref, gpu = sys.argv[1], sys.argv[2]
 worst = 0.0
 for f in sorted(os.listdir(ref)):
     a = np.load(os.path.join(ref, f)).astype(np.float64)
     b = np.load(os.path.join(gpu, f)).astype(np.float64)
-    worst = max(worst, float(np.max(np.abs(a - b)) / max(float(np.max(np.abs(a))), 1e-3)))
+    if a.shape != b.shape:
+        print("shape"); sys.exit()
+    if not np.all(np.isfinite(b)) and np.all(np.isfinite(a)):
+        print("nan"); sys.exit()
+    worst = max(worst, float(np.max(np.abs(a - b), initial=0.0)) / max(float(np.max(np.abs(a), initial=0.0)), 1e-30))
 print(f"{worst:.3g}")
 PY
-)
-  ok=$(python3 -c "print('ok' if float('$err') <= 1e-5 else 'DIFF')")
+}
+table=$work/table
+printf '%-22s %-6s %-11s %-22s %s\n' model result max_rel_err "cuda warm ms mean/min" "cuda cold s" >"$table"
+row() { printf '%-22s %-6s %-11s %-22s %s\n' "$@" >>"$table"; }
+seed=1
+for spec in "mlp" "lenet" "lstm" "transformer" "resnet18 -D HW=64" "mobilenetv2 -D HW=64" "resnet50 -D HW=64" \
+            "resnet18"; do
+  read -r m defs <<<"$spec"
+  name=$m${defs:+-${defs##*=}}
+  # shellcheck disable=SC2086
+  if ! run 120 "$name.ref" ./dlcc run "examples/$m.dl" $defs --backend=ref --seed $seed --output-dir "$work/$name.ref"; then
+    row "$name" FAIL - - "ref: $(tail -1 "$work/$name.ref.out" | cut -c1-80)"
+    status=1
+    continue
+  fi
+  t0=$(date +%s.%N)
+  # shellcheck disable=SC2086
+  if ! run 120 "$name.cuda" ./dlcc run "examples/$m.dl" $defs --backend=cuda --seed $seed --bench=20 \
+      --output-dir "$work/$name.cuda"; then
+    row "$name" FAIL - - "cuda: $(grep -m1 'error' "$work/$name.cuda.out" | cut -c1-120)"
+    status=1
+    continue
+  fi
+  cold=$(python3 -c "import time; print(f'{time.time() - $t0:.1f}')")
+  warm=$(sed -n 's/.*bench: .* mean \([0-9.]*\) ms, min \([0-9.]*\) ms.*/\1\/\2/p' "$work/$name.cuda.out")
+  err=$(compare "$work/$name.ref" "$work/$name.cuda")
+  ok=$(python3 -c "import sys; e = sys.argv[1]; print('ok' if e not in ('shape', 'nan', '') and float(e) <= 1e-5 else 'DIFF')" "$err")
   [ "$ok" = ok ] || status=1
-  printf '%-14s %-8s %-12s %s\n' "$m" "$ok" "$err" "$ms (whole run, incl. compile)"
+  row "$name" "$ok" "$err" "${warm:--}" "$cold"
 done
+
+echo "== AOT: a model.so on cuda against the same .so on emu"
+if run 300 aot.build ./dlcc examples/mlp.dl -o "$work/mlp.so"; then
+  if run 120 aot.cuda ./dlcc run "$work/mlp.so" --backend=cuda --seed $seed --output-dir "$work/aot.cuda" &&
+     run 300 aot.emu ./dlcc run "$work/mlp.so" --backend=emu --seed $seed --output-dir "$work/aot.emu"; then
+    err=$(compare "$work/aot.emu" "$work/aot.cuda")
+    ok=$(python3 -c "import sys; e = sys.argv[1]; print('ok' if e not in ('shape', 'nan', '') and float(e) <= 1e-5 else 'DIFF')" "$err")
+    [ "$ok" = ok ] || status=1
+    row "mlp.so (AOT, vs emu)" "$ok" "$err" - -
+  else
+    row "mlp.so (AOT)" FAIL - - "$(grep -h -m1 error "$work/aot.cuda.out" "$work/aot.emu.out" 2>/dev/null | head -1 | cut -c1-120)"
+    status=1
+  fi
+else
+  row "mlp.so (AOT)" n/a - - "dlcc -o failed: $(tail -1 "$work/aot.build.out" | cut -c1-100)"
+fi
+
+echo "== compute-sanitizer memcheck"
+# sanitize NAME CMD...: ok, FAIL (errors found), or n/a (the tool cannot
+# run here: gVisor machines refuse it).
+sanitize() {
+  local name=$1
+  shift
+  if ! command -v compute-sanitizer >/dev/null; then
+    note "memcheck $name: n/a (no compute-sanitizer)"
+    return
+  fi
+  run 300 "memcheck.$name" compute-sanitizer --tool memcheck --error-exitcode 9 "$@"
+  local rc=$? summ
+  summ=$(grep -m1 'ERROR SUMMARY' "$work/memcheck.$name.out")
+  if [ $rc = 0 ] && [ -n "$summ" ]; then
+    note "memcheck $name: ok ($summ)"
+  elif grep -q 'Device not supported\|Unable to find injection library\|Target application terminated before first instrumented' "$work/memcheck.$name.out"; then
+    note "memcheck $name: n/a (compute-sanitizer cannot run on this machine)"
+  else
+    fail "memcheck $name: rc $rc: ${summ:-$(grep -m1 -i 'error' "$work/memcheck.$name.out" | cut -c1-160)}"
+  fi
+}
+sanitize mlp ./dlcc run examples/mlp.dl --backend=cuda --seed $seed
+sanitize rt_check ./tests/gpu/rt_check cuda args
+
+echo "== kernel cache"
+note "kernel cache: $(ls "$DLCC_CACHE_DIR" 2>/dev/null | grep -c .) entries in $DLCC_CACHE_DIR"
+
+echo
+echo "== summary ($(($(date +%s) - started)) s)"
+cat "$table" | tee -a "$summary"
+echo "max_rel_err: max |cuda - ref| / max |ref| over each output (f32: ok at 1e-5);"
+echo "warm: mean/min of 20 dlc_run calls after the first (inputs in, every step, outputs out);"
+echo "cold: the whole first dlcc run process (compile, NVRTC or the kernel cache, load, 21 runs)."
+[ $status = 0 ] && note "ALL OK" || note "SOME CHECKS FAILED"
 exit $status
+}
+
+# Everything on the terminal and in the log; the pipe ends only when tee
+# has written it all, so $OUT holds the whole log when the script returns.
+main 2>&1 | tee "$log"
+exit "${PIPESTATUS[0]}"

@@ -1,0 +1,770 @@
+/* The ahead-of-time emitter: takes a graph, its compiled plan and its
+ * weights, returns model.so and model.h on disk.  It writes the plan as C
+ * initializers into a temporary model.c whose large blobs (the weights,
+ * the CUDA source, a cubin and PTX per --arch) enter through `.incbin` in
+ * a top-level asm block, so a 100 MB model compiles as fast as a small
+ * one; then it runs the host C compiler ($CC, else cc) to link it against
+ * libdlcrt.  docs/aot.md describes what a model.so holds. */
+#include "config.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "codegen.h"
+#include "ir/eval.h"
+#include "runtime/runtime.h"
+#include "runtime/tensorio.h"
+
+#ifndef DLCC_AOT_LIBDIR
+#define DLCC_AOT_LIBDIR "/usr/local/lib"
+#endif
+#ifndef DLCC_AOT_INCLUDEDIR
+#define DLCC_AOT_INCLUDEDIR "/usr/local/include/dlcrt"
+#endif
+#ifndef DLCC_AOT_SRC_INCLUDEDIR
+#define DLCC_AOT_SRC_INCLUDEDIR ""
+#endif
+
+typedef struct Aot {
+  Ctx *ctx;
+  const RtPlan *plan;
+  const CgAotOptions *o;
+  char dir[PATH_MAX]; /* the temporary folder */
+  FILE *c;            /* model.c */
+  int n_blobs;
+} Aot;
+
+static bool fail(Aot *a, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static bool fail(Aot *a, const char *fmt, ...) {
+  char buf[4096];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(buf, sizeof buf, fmt, ap);
+  va_end(ap);
+  diag_error(a->ctx, (SrcLoc){0}, "%s", buf);
+  return false;
+}
+
+static char *path_in(Aot *a, const char *name) {
+  size_t n = strlen(a->dir) + strlen(name) + 2;
+  char *p = arena_alloc(&a->ctx->arena, n);
+  snprintf(p, n, "%s/%s", a->dir, name);
+  return p;
+}
+
+/* ---- C text ---- */
+
+static void put_str(FILE *f, const char *s) {
+  if (!s) {
+    fputs("NULL", f);
+    return;
+  }
+  fputc('"', f);
+  for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+    if (*p == '"' || *p == '\\') fprintf(f, "\\%c", *p);
+    else if (*p == '\n') fputs("\\n", f);
+    else if (*p == '?') fputs("\\?", f); /* no trigraphs */
+    else if (*p < 0x20 || *p >= 0x7f) fprintf(f, "\\%03o", *p);
+    else fputc(*p, f);
+  }
+  fputc('"', f);
+}
+
+static void put_i64(FILE *f, int64_t v) {
+  if (v == INT64_MIN) fputs("(-9223372036854775807LL - 1)", f);
+  else fprintf(f, "%" PRId64 "LL", v);
+}
+
+/* Exact: hex floats round trip. */
+static void put_f32(FILE *f, float v) {
+  if (isnan(v)) fputs(signbit(v) ? "(-NAN)" : "NAN", f);
+  else if (isinf(v)) fputs(v < 0 ? "(-HUGE_VALF)" : "HUGE_VALF", f);
+  else fprintf(f, "%af", (double)v);
+}
+
+static void put_ref(FILE *f, RtRef r) {
+  fprintf(f, "{%" PRIu32 "u, %" PRIu32 "u, %" PRIu64 "ull}", r.space, r.index, r.offset);
+}
+
+static void put_desc(FILE *f, const RtTensorDesc *t) {
+  fputs("  {", f);
+  put_str(f, t->name);
+  fprintf(f, ", %" PRIu32 "u, %" PRIu32 "u, {", t->dtype, t->rank);
+  for (uint32_t d = 0; d < t->rank && d < RT_MAX_RANK; d++) {
+    if (d) fputs(", ", f);
+    put_i64(f, t->dims[d]);
+  }
+  fprintf(f, "}, %" PRIu64 "ull, ", t->nbytes);
+  put_ref(f, t->where);
+  fputs("},\n", f);
+}
+
+static void put_descs(FILE *f, const char *name, const RtTensorDesc *t, uint32_t n) {
+  if (!n) return;
+  fprintf(f, "static const RtTensorDesc %s[%" PRIu32 "] = {\n", name, n);
+  for (uint32_t i = 0; i < n; i++) put_desc(f, &t[i]);
+  fputs("};\n\n", f);
+}
+
+/* A path inside an assembler string inside a C string. */
+static void put_asm_path(FILE *f, const char *path) {
+  char buf[2 * PATH_MAX + 3];
+  size_t n = 0;
+  buf[n++] = '"';
+  for (const char *p = path; *p && n < sizeof buf - 3; p++) {
+    if (*p == '"' || *p == '\\') buf[n++] = '\\';
+    buf[n++] = *p;
+  }
+  buf[n++] = '"';
+  buf[n] = 0;
+  put_str(f, buf);
+}
+
+/* Declares blob NAME (hidden: two models in one process do not clash)
+ * and includes the file at path; the caller knows its size. */
+static void put_blob(FILE *f, const char *name, const char *path) {
+  fprintf(f, "extern const unsigned char %s[] __attribute__((visibility(\"hidden\")));\n", name);
+  fprintf(f, "__asm__(\"\\t.section .rodata.dlcc_aot,\\\"a\\\"\\n\"\n");
+  fprintf(f, "        \"\\t.balign 256\\n\"\n");
+  fprintf(f, "        \"\\t.globl %s\\n\\t.hidden %s\\n%s:\\n\"\n", name, name, name);
+  fprintf(f, "        \"\\t.incbin \" ");
+  put_asm_path(f, path);
+  fprintf(f, " \"\\n\"\n        \"\\t.byte 0\\n\\t.previous\\n\");\n\n");
+}
+
+/* ---- blobs ---- */
+
+static bool write_file(Aot *a, const char *path, const void *data, size_t n) {
+  FILE *f = fopen(path, "wb");
+  if (!f || (n && fwrite(data, 1, n, f) != n) || fclose(f) != 0) {
+    if (f) fclose(f);
+    return fail(a, "cannot write '%s': %s", path, strerror(errno));
+  }
+  return true;
+}
+
+/* The WEIGHTS space as the plan lays it out, written in place: the
+ * gaps between tensors stay zero. */
+static bool write_weights(Aot *a, const char *path) {
+  const RtPlan *p = a->plan;
+  const TensorMap *map = a->o->params;
+  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) return fail(a, "cannot write '%s': %s", path, strerror(errno));
+  bool ok = ftruncate(fd, (off_t)p->weights_bytes) == 0;
+  if (!ok) fail(a, "cannot write '%s': %s", path, strerror(errno));
+  for (uint32_t i = 0; ok && i < p->n_weights; i++) {
+    const RtTensorDesc *w = &p->weights[i];
+    const Tensor *t = map ? ir_tensor_map_find(map, w->name) : NULL;
+    if (!t) {
+      ok = fail(a, "no value for weight '%s'", w->name);
+      break;
+    }
+    if (ir_tensor_nbytes(&t->type) != w->nbytes || (uint32_t)t->type.dtype != w->dtype) {
+      ok = fail(a, "weight '%s': the value does not match the plan's %" PRIu64 " bytes", w->name, w->nbytes);
+      break;
+    }
+    const char *src = t->data;
+    for (uint64_t done = 0; done < w->nbytes;) {
+      ssize_t k = pwrite(fd, src + done, (size_t)(w->nbytes - done), (off_t)(w->where.offset + done));
+      if (k <= 0) {
+        ok = fail(a, "cannot write '%s': %s", path, strerror(errno));
+        break;
+      }
+      done += (uint64_t)k;
+    }
+  }
+  if (close(fd) != 0 && ok) ok = fail(a, "cannot write '%s': %s", path, strerror(errno));
+  return ok;
+}
+
+/* The params as a safetensors file, in the plan's weight order. */
+static bool write_safetensors(Aot *a, const char *path) {
+  const RtPlan *p = a->plan;
+  const TensorMap *map = a->o->params;
+  RtTensorSet set = {.n = (int)p->n_weights};
+  set.names = ARENA_ARRAY(&a->ctx->arena, char *, p->n_weights + 1);
+  set.tensors = ARENA_ARRAY(&a->ctx->arena, RtTensor, p->n_weights + 1);
+  for (uint32_t i = 0; i < p->n_weights; i++) {
+    const RtTensorDesc *w = &p->weights[i];
+    const Tensor *t = map ? ir_tensor_map_find(map, w->name) : NULL;
+    if (!t) return fail(a, "no value for weight '%s'", w->name);
+    set.names[i] = (char *)w->name;
+    RtTensor *r = &set.tensors[i];
+    r->dtype = (RtDType)w->dtype;
+    r->rank = (int)w->rank;
+    memcpy(r->dims, w->dims, sizeof r->dims);
+    r->data = t->data;
+    r->nbytes = (size_t)w->nbytes;
+  }
+  char err[1024];
+  if (rt_safetensors_write(path, &set, err, sizeof err)) return fail(a, "%s", err);
+  return true;
+}
+
+static bool valid_arch(const char *arch) {
+  const char *d = arch + 3;
+  if (strncmp(arch, "sm_", 3) != 0 || !(*d >= '0' && *d <= '9')) return false;
+  while (*d >= '0' && *d <= '9') d++;
+  return *d == 0 || ((*d == 'a' || *d == 'f') && d[1] == 0);
+}
+
+/* A cubin (sm_XX) and PTX (compute_XX) per arch, through the runtime's
+ * NVRTC and its cache.  Fills bins[] (arch, size) and writes binN.  */
+static bool compile_binaries(Aot *a, RtBinary *bins, int *n_bins) {
+  *n_bins = 0;
+  for (int i = 0; i < a->o->n_archs; i++) {
+    const char *arch = a->o->archs[i];
+    if (!valid_arch(arch)) return fail(a, "--arch: '%s' is not an architecture like sm_90", arch);
+    for (int ptx = 0; ptx < 2; ptx++) {
+      size_t n = strlen(arch) + 8;
+      char *name = arena_alloc(&a->ctx->arena, n);
+      snprintf(name, n, "%s%s", ptx ? "compute_" : "sm_", arch + 3);
+      void *bin;
+      size_t size;
+      char err[8192];
+      if (rt_nvrtc_compile(a->plan, name, &bin, &size, err, sizeof err))
+        return fail(a, "compiling the kernels for %s: %s", name, err);
+      char file[32];
+      snprintf(file, sizeof file, "bin%d", *n_bins);
+      bool ok = write_file(a, path_in(a, file), bin, size);
+      free(bin);
+      if (!ok) return false;
+      bins[*n_bins].arch = name;
+      bins[*n_bins].size = size;
+      ++*n_bins;
+    }
+  }
+  return true;
+}
+
+/* ---- model.c ---- */
+
+static void put_kernels(FILE *f, const RtPlan *p) {
+  if (!p->n_kernels) return;
+  fprintf(f, "static const RtKernel kernels[%" PRIu32 "] = {\n", p->n_kernels);
+  for (uint32_t i = 0; i < p->n_kernels; i++) {
+    const RtKernel *k = &p->kernels[i];
+    fputs("  {", f);
+    put_str(f, k->name);
+    fprintf(f, ", %" PRIu32 "u, %" PRIu32 "u},\n", k->uses_barriers, k->static_shared_bytes);
+  }
+  fputs("};\n\n", f);
+}
+
+static uint32_t count_args(const RtPlan *p) {
+  uint32_t n = 0;
+  for (uint32_t i = 0; i < p->n_steps; i++)
+    if (p->steps[i].kind == RT_STEP_LAUNCH) n += p->steps[i].launch.n_args;
+  return n;
+}
+
+static void put_args(FILE *f, const RtPlan *p) {
+  uint32_t n = count_args(p);
+  if (!n) return;
+  fprintf(f, "static const RtArg args[%" PRIu32 "] = {\n", n);
+  for (uint32_t i = 0; i < p->n_steps; i++) {
+    const RtStep *s = &p->steps[i];
+    if (s->kind != RT_STEP_LAUNCH) continue;
+    for (uint32_t j = 0; j < s->launch.n_args; j++) {
+      const RtArg *g = &s->launch.args[j];
+      fprintf(f, "  {%" PRIu32 "u, ", g->kind);
+      put_ref(f, g->ref);
+      fputs(", ", f);
+      put_i64(f, g->i);
+      fputs(", ", f);
+      put_f32(f, g->f);
+      fprintf(f, "}, /* step %" PRIu32 " arg %" PRIu32 " */\n", i, j);
+    }
+  }
+  fputs("};\n\n", f);
+}
+
+static void put_step(FILE *f, const RtStep *s, uint32_t *arg_at) {
+  fprintf(f, "  {.kind = %" PRIu32 "u, .label = ", s->kind);
+  put_str(f, s->label);
+  if (s->kind == RT_STEP_LAUNCH) {
+    const RtLaunch *l = &s->launch;
+    fprintf(f,
+            ",\n   .launch = {%" PRIu32 "u, {%" PRIu32 "u, %" PRIu32 "u, %" PRIu32 "u}, {%" PRIu32 "u, %" PRIu32
+            "u, %" PRIu32 "u}, %" PRIu32 "u, %" PRIu32 "u, ",
+            l->kernel, l->grid[0], l->grid[1], l->grid[2], l->block[0], l->block[1], l->block[2],
+            l->dynamic_shared_bytes, l->n_args);
+    if (l->n_args) fprintf(f, "&args[%" PRIu32 "]}},\n", *arg_at);
+    else fputs("NULL}},\n", f);
+    *arg_at += l->n_args;
+  } else if (s->kind == RT_STEP_GEMM) {
+    const RtGemm *g = &s->gemm;
+    fprintf(f, ",\n   .gemm = {%" PRIu32 "u, %" PRIu32 "u, %" PRIu32 "u, ", g->dtype, g->trans_a, g->trans_b);
+    const int64_t ints[] = {g->m,     g->n,     g->k,        g->lda,      g->ldb,
+                            g->ldc,   g->batch, g->stride_a, g->stride_b, g->stride_c};
+    for (size_t i = 0; i < sizeof ints / sizeof *ints; i++) {
+      put_i64(f, ints[i]);
+      fputs(", ", f);
+    }
+    put_f32(f, g->alpha);
+    fputs(", ", f);
+    put_f32(f, g->beta);
+    fputs(",\n            ", f);
+    put_ref(f, g->a);
+    fputs(", ", f);
+    put_ref(f, g->b);
+    fputs(", ", f);
+    put_ref(f, g->c);
+    fputs("}},\n", f);
+  } else {
+    fputs(",\n   .copy = {", f);
+    put_ref(f, s->copy.dst);
+    fputs(", ", f);
+    put_ref(f, s->copy.src);
+    fprintf(f, ", %" PRIu64 "ull}},\n", s->copy.nbytes);
+  }
+}
+
+static void put_steps(FILE *f, const RtPlan *p) {
+  if (!p->n_steps) return;
+  fprintf(f, "static const RtStep steps[%" PRIu32 "] = {\n", p->n_steps);
+  uint32_t at = 0;
+  for (uint32_t i = 0; i < p->n_steps; i++) put_step(f, &p->steps[i], &at);
+  fputs("};\n\n", f);
+}
+
+/* The smallest extent any gather indexes input v with: 0 when none.
+ * `dlcc run model.so` draws random indices below it, as it does for a
+ * .dl, so that both give the same inputs. */
+static int64_t index_bound(const Graph *g, const char *input) {
+  const Value *v = NULL;
+  for (Node *n = g->first; n && !v; n = n->next)
+    if (n->op == OP_INPUT && !strcmp(ir_attr_str(n, "name"), input)) v = &n->out[0];
+  int64_t bound = 0;
+  for (Node *n = g->first; v && n; n = n->next) {
+    if (n->op != OP_GATHER || n->in[1] != v) continue;
+    int64_t extent = n->in[0]->type.dims[ir_attr_int(n, "axis")];
+    if (bound == 0 || extent < bound) bound = extent;
+  }
+  return bound;
+}
+
+static bool write_model_c(Aot *a, Graph *g, const RtBinary *bins, int n_bins, const char *weights_path) {
+  const RtPlan *p = a->plan;
+  const CgAotOptions *o = a->o;
+  FILE *f = a->c;
+  fprintf(f, "/* The launch plan of model '%s' for libdlcrt, generated by dlcc %s from %s.\n"
+             " * Blobs (weights, CUDA source, cubins, PTX) come in through .incbin. */\n",
+          p->model_name, PACKAGE_VERSION, o->source_name ? o->source_name : "?");
+  fputs("#include <math.h>\n#include <stddef.h>\n#include <stdint.h>\n#include <stdlib.h>\n\n#include \"plan.h\"\n\n", f);
+  fprintf(f, "#if RT_PLAN_VERSION != %uu\n#error \"dlcc %s writes launch plans of version %u; this plan.h is another\"\n#endif\n\n",
+          RT_PLAN_VERSION, PACKAGE_VERSION, RT_PLAN_VERSION);
+  put_blob(f, "dlcc_aot_source", path_in(a, "source.cu"));
+  if (p->weights_bytes && !o->external_weights) put_blob(f, "dlcc_aot_weights", path_in(a, "weights.bin"));
+  for (int i = 0; i < n_bins; i++) {
+    char name[32], file[32];
+    snprintf(name, sizeof name, "dlcc_aot_bin%d", i);
+    snprintf(file, sizeof file, "bin%d", i);
+    put_blob(f, name, path_in(a, file));
+  }
+  put_kernels(f, p);
+  put_args(f, p);
+  put_steps(f, p);
+  put_descs(f, "weights", p->weights, p->n_weights);
+  put_descs(f, "inputs", p->inputs, p->n_inputs);
+  put_descs(f, "outputs", p->outputs, p->n_outputs);
+  if (n_bins) {
+    fprintf(f, "static const RtBinary binaries[%d] = {\n", n_bins);
+    for (int i = 0; i < n_bins; i++) {
+      fputs("  {", f);
+      put_str(f, bins[i].arch);
+      fprintf(f, ", dlcc_aot_bin%d, %" PRIu64 "ull},\n", i, bins[i].size);
+    }
+    fputs("};\n\n", f);
+  }
+  fputs("static const RtPlan plan = {\n", f);
+  fprintf(f, "  .magic = 0x%08xu,\n  .version = %uu,\n  .model_name = ", RT_PLAN_MAGIC, RT_PLAN_VERSION);
+  put_str(f, p->model_name);
+  fputs(",\n  .source = (const char *)dlcc_aot_source,\n", f);
+  fprintf(f, "  .n_kernels = %" PRIu32 "u, .kernels = %s,\n", p->n_kernels, p->n_kernels ? "kernels" : "NULL");
+  fprintf(f, "  .n_binaries = %du, .binaries = %s,\n", n_bins, n_bins ? "binaries" : "NULL");
+  fprintf(f, "  .n_steps = %" PRIu32 "u, .steps = %s,\n", p->n_steps, p->n_steps ? "steps" : "NULL");
+  fprintf(f, "  .arena_bytes = %" PRIu64 "ull,\n  .weights_bytes = %" PRIu64 "ull,\n", p->arena_bytes,
+          p->weights_bytes);
+  fprintf(f, "  .n_weights = %" PRIu32 "u, .weights = %s,\n", p->n_weights, p->n_weights ? "weights" : "NULL");
+  fprintf(f, "  .n_inputs = %" PRIu32 "u, .inputs = %s,\n", p->n_inputs, p->n_inputs ? "inputs" : "NULL");
+  fprintf(f, "  .n_outputs = %" PRIu32 "u, .outputs = %s,\n", p->n_outputs, p->n_outputs ? "outputs" : "NULL");
+  fprintf(f, "  .weights_data = %s,\n};\n\n",
+          p->weights_bytes && !o->external_weights ? "dlcc_aot_weights" : "NULL");
+  fputs("const RtPlan *dlrt_model_plan(void);\nconst RtPlan *dlrt_model_plan(void) { return &plan; }\n\n", f);
+
+  fprintf(f, "/* External weights: the file recorded when the model was built; DLCC_WEIGHTS\n"
+             " * overrides it.  NULL when the weights are inside this file. */\n"
+             "const char *%s(void);\nconst char *%s(void) {\n",
+          CG_AOT_WEIGHTS_PATH_SYMBOL, CG_AOT_WEIGHTS_PATH_SYMBOL);
+  if (o->external_weights) {
+    fputs("  const char *env = getenv(\"DLCC_WEIGHTS\");\n  return env && *env ? env : ", f);
+    put_str(f, weights_path);
+    fputs(";\n}\n\n", f);
+  } else {
+    fputs("  return NULL;\n}\n\n", f);
+  }
+  fprintf(f, "/* Integer inputs used as gather indices: the exclusive bound of valid values. */\n"
+             "int64_t %s(int input);\nint64_t %s(int input) {\n",
+          CG_AOT_INDEX_BOUND_SYMBOL, CG_AOT_INDEX_BOUND_SYMBOL);
+  if (p->n_inputs) {
+    fprintf(f, "  static const int64_t bound[%" PRIu32 "] = {", p->n_inputs);
+    for (uint32_t i = 0; i < p->n_inputs; i++) {
+      if (i) fputs(", ", f);
+      put_i64(f, index_bound(g, p->inputs[i].name));
+    }
+    fprintf(f, "};\n  return input >= 0 && input < %" PRIu32 " ? bound[input] : 0;\n}\n", p->n_inputs);
+  } else {
+    fputs("  return 0;\n}\n", f);
+  }
+  return true;
+}
+
+/* ---- model.h ---- */
+
+static const char *c_type(uint32_t dtype) {
+  static const char *const t[] = {"float", "uint16_t", "uint16_t", "int8_t", "int32_t", "int64_t"};
+  return dtype < sizeof t / sizeof *t ? t[dtype] : "void";
+}
+
+static const char *dtype_macro(uint32_t dtype) {
+  static const char *const t[] = {"DLRT_F32", "DLRT_F16", "DLRT_BF16", "DLRT_I8", "DLRT_I32", "DLRT_I64"};
+  return dtype < sizeof t / sizeof *t ? t[dtype] : "DLRT_F32";
+}
+
+/* text as a C identifier: [A-Za-z0-9_], not starting with a digit. */
+static char *ident(Aot *a, const char *prefix, const char *text, bool upper) {
+  size_t n = strlen(prefix) + strlen(text) + 2;
+  char *s = arena_alloc(&a->ctx->arena, n), *q = s;
+  for (const char *p = prefix; *p; p++) *q++ = *p;
+  if (!*prefix && (*text >= '0' && *text <= '9')) *q++ = '_';
+  for (const char *p = text; *p; p++) {
+    char c = *p;
+    bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
+    c = ok ? c : '_';
+    if (upper && c >= 'a' && c <= 'z') c = (char)(c - 'a' + 'A');
+    *q++ = c;
+  }
+  *q = 0;
+  return s;
+}
+
+static void type_comment(FILE *f, const RtTensorDesc *t) {
+  static const char *const names[] = {"f32", "f16", "bf16", "i8", "i32", "i64"};
+  fprintf(f, "%s[", t->dtype < 6 ? names[t->dtype] : "?");
+  for (uint32_t d = 0; d < t->rank; d++) fprintf(f, "%s%" PRId64, d ? ", " : "", t->dims[d]);
+  fputc(']', f);
+}
+
+static void put_tensor_macros(FILE *f, const char *up, const char *kind, uint32_t i, const RtTensorDesc *t,
+                              int64_t bound) {
+  fprintf(f, "/* %s %" PRIu32 ": %s: ", kind, i, t->name);
+  type_comment(f, t);
+  fprintf(f, " */\n#define %s_%s%" PRIu32 "_NAME ", up, kind, i);
+  put_str(f, t->name);
+  fprintf(f, "\n#define %s_%s%" PRIu32 "_DTYPE %s\n", up, kind, i, dtype_macro(t->dtype));
+  fprintf(f, "#define %s_%s%" PRIu32 "_RANK %" PRIu32 "\n", up, kind, i, t->rank);
+  fprintf(f, "#define %s_%s%" PRIu32 "_DIMS {", up, kind, i);
+  int64_t numel = 1;
+  for (uint32_t d = 0; d < t->rank; d++) {
+    fprintf(f, "%s%" PRId64, d ? ", " : "", t->dims[d]);
+    numel *= t->dims[d];
+  }
+  fprintf(f, "}\n#define %s_%s%" PRIu32 "_NUMEL %" PRId64 "\n", up, kind, i, numel);
+  fprintf(f, "#define %s_%s%" PRIu32 "_NBYTES %" PRIu64 "\n", up, kind, i, t->nbytes);
+  if (bound) fprintf(f, "#define %s_%s%" PRIu32 "_INDEX_BOUND %" PRId64 "\n", up, kind, i, bound);
+  fputc('\n', f);
+}
+
+/* Parameter names of the run wrapper: in_NAME / out_NAME, with the index
+ * appended where two names would collide. */
+static const char **param_names(Aot *a) {
+  const RtPlan *p = a->plan;
+  uint32_t n = p->n_inputs + p->n_outputs;
+  const char **names = ARENA_ARRAY(&a->ctx->arena, const char *, n + 1);
+  for (uint32_t i = 0; i < n; i++) {
+    bool in = i < p->n_inputs;
+    names[i] = ident(a, in ? "in_" : "out_", in ? p->inputs[i].name : p->outputs[i - p->n_inputs].name, false);
+  }
+  for (uint32_t i = 0; i < n; i++)
+    for (uint32_t j = 0; j < i; j++)
+      if (!strcmp(names[i], names[j])) {
+        char idx[16];
+        snprintf(idx, sizeof idx, "%" PRIu32, i);
+        names[i] = ident(a, names[i], idx, false);
+        break;
+      }
+  return names;
+}
+
+static bool write_model_h(Aot *a, Graph *g, const char *path, const char *so_name) {
+  const RtPlan *p = a->plan;
+  const CgAotOptions *o = a->o;
+  FILE *f = fopen(path, "w");
+  if (!f) return fail(a, "cannot write '%s': %s", path, strerror(errno));
+  const char *base = strrchr(so_name, '/') ? strrchr(so_name, '/') + 1 : so_name;
+  size_t stem_len = strcspn(base, ".");
+  char *stem = arena_strndup(&a->ctx->arena, base, stem_len ? stem_len : strlen(base));
+  const char *low = ident(a, "", stem, false), *up = ident(a, "", stem, true);
+  fprintf(f, "/* %s: the C interface of %s (model '%s'), generated by dlcc %s from %s.\n"
+             " *\n"
+             " *     cc host.c %s $(pkg-config --cflags --libs dlcrt) -Wl,-rpath,'$ORIGIN'\n"
+             " *\n"
+             " *     DlrtModel *m;\n"
+             " *     if (%s_open(\"auto\", &m) != DLRT_OK) { puts(dlrt_error(m)); ... }\n"
+             " *     %s_run(m, ...inputs..., ...outputs...);\n"
+             " *     dlrt_close(m);\n"
+             " *\n",
+          strrchr(path, '/') ? strrchr(path, '/') + 1 : path, base, p->model_name, PACKAGE_VERSION,
+          o->source_name ? o->source_name : "?", base, low, low);
+  for (uint32_t i = 0; i < p->n_inputs; i++) {
+    fprintf(f, " * input  %s: ", p->inputs[i].name);
+    type_comment(f, &p->inputs[i]);
+    fputc('\n', f);
+  }
+  for (uint32_t i = 0; i < p->n_outputs; i++) {
+    fprintf(f, " * output %s: ", p->outputs[i].name);
+    type_comment(f, &p->outputs[i]);
+    fputc('\n', f);
+  }
+  fprintf(f, " * weights: %" PRIu64 " bytes, %s */\n", p->weights_bytes,
+          o->external_weights ? "read at open from the safetensors file dlrt_model_weights_path() names"
+                              : "inside the library");
+  fprintf(f, "#ifndef DLCC_MODEL_%s_H\n#define DLCC_MODEL_%s_H\n\n#include <stdint.h>\n\n#include <dlcrt.h>\n\n", up,
+          up);
+  fprintf(f, "#ifdef __cplusplus\nextern \"C\" {\n#endif\n\n"
+             "/* Exported by %s. */\n"
+             "const struct RtPlan *dlrt_model_plan(void);\n"
+             "const char *%s(void); /* external weights' file (env DLCC_WEIGHTS overrides); NULL: embedded */\n"
+             "int64_t %s(int input);  /* gather indices: exclusive bound; 0: not an index */\n\n",
+          base, CG_AOT_WEIGHTS_PATH_SYMBOL, CG_AOT_INDEX_BOUND_SYMBOL);
+  fprintf(f, "#define %s_MODEL_NAME ", up);
+  put_str(f, p->model_name);
+  fprintf(f, "\n#define %s_EXTERNAL_WEIGHTS %d\n#define %s_WEIGHTS_BYTES %" PRIu64 "\n", up,
+          o->external_weights ? 1 : 0, up, p->weights_bytes);
+  fprintf(f, "#define %s_NUM_INPUTS %" PRIu32 "\n#define %s_NUM_OUTPUTS %" PRIu32 "\n\n", up, p->n_inputs, up,
+          p->n_outputs);
+  for (uint32_t i = 0; i < p->n_inputs; i++)
+    put_tensor_macros(f, up, "INPUT", i, &p->inputs[i], index_bound(g, p->inputs[i].name));
+  for (uint32_t i = 0; i < p->n_outputs; i++) put_tensor_macros(f, up, "OUTPUT", i, &p->outputs[i], 0);
+
+  fprintf(f, "/* Opens the model on backend (\"auto\", \"cuda\", \"emu\"; NULL: auto)%s.\n"
+             " * *out is set even on failure: dlrt_error(*out) says why; close it either way. */\n"
+             "static inline DlrtStatus %s_open(const char *backend, DlrtModel **out) {\n"
+             "  DlrtStatus s = dlrt_open(dlrt_model_plan(), backend, out);\n",
+          o->external_weights ? " and loads its weights" : "", low);
+  if (o->external_weights)
+    fprintf(f, "  if (s == DLRT_OK) s = dlrt_load_weights(*out, %s());\n", CG_AOT_WEIGHTS_PATH_SYMBOL);
+  fputs("  return s;\n}\n\n", f);
+
+  const char **names = param_names(a);
+  fprintf(f, "/* Sets every input, runs, copies every output out. */\nstatic inline DlrtStatus %s_run(DlrtModel *m", low);
+  for (uint32_t i = 0; i < p->n_inputs; i++)
+    fprintf(f, ", const %s *%s", c_type(p->inputs[i].dtype), names[i]);
+  for (uint32_t i = 0; i < p->n_outputs; i++)
+    fprintf(f, ", %s *%s", c_type(p->outputs[i].dtype), names[p->n_inputs + i]);
+  fputs(") {\n  DlrtStatus s;\n", f);
+  for (uint32_t i = 0; i < p->n_inputs; i++)
+    fprintf(f, "  if ((s = dlrt_set_input(m, %" PRIu32 ", %s, %s_INPUT%" PRIu32 "_NBYTES))) return s;\n", i, names[i],
+            up, i);
+  fputs("  if ((s = dlrt_run(m))) return s;\n", f);
+  for (uint32_t i = 0; i < p->n_outputs; i++)
+    fprintf(f, "  if ((s = dlrt_get_output(m, %" PRIu32 ", %s, %s_OUTPUT%" PRIu32 "_NBYTES))) return s;\n", i,
+            names[p->n_inputs + i], up, i);
+  fputs("  return DLRT_OK;\n}\n\n#ifdef __cplusplus\n}\n#endif\n\n#endif\n", f);
+  if (fclose(f) != 0) return fail(a, "cannot write '%s': %s", path, strerror(errno));
+  return true;
+}
+
+/* ---- the host compiler ---- */
+
+static bool is_file(const char *path) {
+  struct stat st;
+  return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+static bool build_tree_dir(char *out, size_t len) {
+  char exe[PATH_MAX];
+  ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+  if (n <= 0) return false;
+  exe[n] = 0;
+  char *slash = strrchr(exe, '/');
+  if (!slash) return false;
+  *slash = 0;
+  char lib[PATH_MAX + 32];
+  snprintf(lib, sizeof lib, "%s/libdlcrt.so", exe);
+  if (!is_file(lib)) return false;
+  snprintf(out, len, "%s", exe);
+  return true;
+}
+
+/* Where libdlcrt.so and plan.h are: $DLCC_LIBDIR / $DLCC_INCLUDEDIR;
+ * else, for a dlcc run from its build tree (libdlcrt.so beside the
+ * binary, as libtool leaves them in .libs), that library and the source
+ * tree's runtime/plan.h; else the installed $(libdir) and
+ * $(includedir)/dlcrt. */
+static void locate_runtime(char *libdir, char *incdir, size_t len) {
+  const char *env_lib = getenv("DLCC_LIBDIR"), *env_inc = getenv("DLCC_INCLUDEDIR");
+  bool build_tree = false;
+  if (env_lib && *env_lib) {
+    snprintf(libdir, len, "%s", env_lib);
+    build_tree = strcmp(env_lib, DLCC_AOT_LIBDIR) != 0;
+  } else if (build_tree_dir(libdir, len)) {
+    build_tree = true;
+  } else {
+    snprintf(libdir, len, "%s", DLCC_AOT_LIBDIR);
+  }
+  char src_plan[PATH_MAX];
+  snprintf(src_plan, sizeof src_plan, "%s/plan.h", DLCC_AOT_SRC_INCLUDEDIR);
+  if (env_inc && *env_inc) snprintf(incdir, len, "%s", env_inc);
+  else if (build_tree && DLCC_AOT_SRC_INCLUDEDIR[0] && is_file(src_plan))
+    snprintf(incdir, len, "%s", DLCC_AOT_SRC_INCLUDEDIR);
+  else snprintf(incdir, len, "%s", DLCC_AOT_INCLUDEDIR);
+}
+
+/* 'text' for sh, with every ' closed, escaped and reopened. */
+static void put_quoted(FILE *f, const char *s) {
+  fputc('\'', f);
+  for (; *s; s++)
+    if (*s == '\'') fputs("'\\''", f);
+    else fputc(*s, f);
+  fputc('\'', f);
+}
+
+static bool run_cc(Aot *a, const char *c_path, const char *output) {
+  char libdir[PATH_MAX], incdir[PATH_MAX];
+  locate_runtime(libdir, incdir, sizeof libdir);
+  const char *cc = getenv("CC");
+  if (!cc || !*cc) cc = "cc";
+  char *log = path_in(a, "cc.log");
+  char *cmd = NULL;
+  size_t cmd_len = 0;
+  FILE *f = open_memstream(&cmd, &cmd_len);
+  if (!f) return fail(a, "out of memory");
+  /* CC unquoted: it may be "ccache gcc" or carry flags. */
+  fprintf(f, "%s -shared -fPIC -O0 -o ", cc);
+  put_quoted(f, output);
+  fputc(' ', f);
+  put_quoted(f, c_path);
+  fputs(" -I", f);
+  put_quoted(f, incdir);
+  fputs(" -L", f);
+  put_quoted(f, libdir);
+  fputs(" -Wl,-rpath,", f);
+  put_quoted(f, libdir);
+  /* A host linked against it then records "model.so", found by rpath. */
+  const char *base = strrchr(output, '/') ? strrchr(output, '/') + 1 : output;
+  fputs(" -Wl,-soname,", f);
+  put_quoted(f, base);
+  fputs(" -Wl,--no-as-needed -ldlcrt >", f);
+  put_quoted(f, log);
+  fputs(" 2>&1", f);
+  fclose(f);
+  int rc = system(cmd);
+  bool ok = rc != -1 && WIFEXITED(rc) && WEXITSTATUS(rc) == 0;
+  if (!ok) {
+    char text[2048] = "";
+    FILE *l = fopen(log, "r");
+    if (l) {
+      size_t n = fread(text, 1, sizeof text - 1, l);
+      text[n] = 0;
+      fclose(l);
+    }
+    fail(a, "the host C compiler failed building %s (libdlcrt in %s, plan.h in %s):\n  %s\n%s", output, libdir,
+         incdir, cmd, text);
+  }
+  free(cmd);
+  return ok;
+}
+
+static void remove_dir(const char *dir) {
+  char *cmd = NULL;
+  size_t n = 0;
+  FILE *f = open_memstream(&cmd, &n);
+  if (!f) return;
+  fputs("rm -rf ", f);
+  put_quoted(f, dir);
+  fclose(f);
+  if (system(cmd) != 0) { /* a leftover temp folder is not worth an error */
+  }
+  free(cmd);
+}
+
+static char *header_path(Aot *a) {
+  if (a->o->header) return arena_strdup(&a->ctx->arena, a->o->header);
+  const char *out = a->o->output;
+  size_t n = strlen(out);
+  bool so = n > 3 && !strcmp(out + n - 3, ".so");
+  char *h = arena_alloc(&a->ctx->arena, n + 3);
+  snprintf(h, n + 3, "%.*s.h", (int)(so ? n - 3 : n), out);
+  return h;
+}
+
+static char *absolute(Aot *a, const char *path) {
+  char buf[PATH_MAX];
+  if (realpath(path, buf)) return arena_strdup(&a->ctx->arena, buf);
+  return arena_strdup(&a->ctx->arena, path);
+}
+
+static bool build(Aot *a, Graph *g) {
+  const RtPlan *p = a->plan;
+  const CgAotOptions *o = a->o;
+  if (!write_file(a, path_in(a, "source.cu"), p->source ? p->source : "", p->source ? strlen(p->source) : 0))
+    return false;
+  const char *weights_path = NULL;
+  if (o->external_weights) {
+    if (o->weights_path) {
+      weights_path = absolute(a, o->weights_path);
+    } else {
+      /* Random weights still need a file: beside the model. */
+      char *st = header_path(a);
+      size_t n = strlen(st);
+      char *path = arena_alloc(&a->ctx->arena, n + 16);
+      snprintf(path, n + 16, "%.*s.safetensors", (int)(n - 2), st);
+      if (!write_safetensors(a, path)) return false;
+      weights_path = absolute(a, path);
+    }
+  } else if (p->weights_bytes && !write_weights(a, path_in(a, "weights.bin"))) {
+    return false;
+  }
+  RtBinary *bins = ARENA_ARRAY(&a->ctx->arena, RtBinary, 2 * o->n_archs + 1);
+  int n_bins;
+  if (!compile_binaries(a, bins, &n_bins)) return false;
+  char *c_path = path_in(a, "model.c");
+  if (!(a->c = fopen(c_path, "w"))) return fail(a, "cannot write '%s': %s", c_path, strerror(errno));
+  bool ok = write_model_c(a, g, bins, n_bins, weights_path);
+  if (fclose(a->c) != 0 && ok) ok = fail(a, "cannot write '%s': %s", c_path, strerror(errno));
+  a->c = NULL;
+  if (!ok || !run_cc(a, c_path, o->output)) return false;
+  char *h = header_path(a);
+  if (!write_model_h(a, g, h, o->output)) {
+    remove(h);
+    return false;
+  }
+  return true;
+}
+
+bool cg_aot_build(Graph *g, const CgResult *cg, const CgAotOptions *o) {
+  Aot a = {.ctx = g->ctx, .plan = cg->plan, .o = o};
+  if (!o->output) return fail(&a, "no output file for the model library");
+  if (!o->external_weights && cg->plan->n_weights && !o->params)
+    return fail(&a, "the model has %" PRIu32 " weights and none were given", cg->plan->n_weights);
+  const char *tmp = getenv("TMPDIR");
+  snprintf(a.dir, sizeof a.dir, "%s/dlcc-aot-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+  if (!mkdtemp(a.dir)) return fail(&a, "cannot create a temporary folder %s: %s", a.dir, strerror(errno));
+  bool ok = build(&a, g);
+  if (!ok) remove(o->output);
+  if (o->keep_temps) diag_note(a.ctx, (SrcLoc){0}, "the generated C and its blobs are in %s", a.dir);
+  else remove_dir(a.dir);
+  return ok;
+}

@@ -1,0 +1,615 @@
+/* Lowering of fusion groups (passes/fuse.c, Node.group): takes a group of
+ * a verified graph, appends the steps that compute its root: the GEMMs of
+ * its matmul/linear leaves, then ONE kernel.  That kernel is
+ *   - a map over the root's elements when the group has no anchor: the
+ *     body is the expression tree of the group;
+ *   - otherwise the anchor's own loop nest (lower_kernels.c, or the
+ *     implicit-GEMM convolution below), whose input loads evaluate the
+ *     members feeding it (cg_fused_load) and whose store evaluates the
+ *     members after it (cg_fused_store).
+ * Values inside a group have no bytes of their own: a member is
+ * evaluated at the element being computed, as eval.c defines it. */
+#include <inttypes.h>
+#include <math.h>
+#include <string.h>
+
+#include "kernel.h"
+
+/* ---- finding groups ---- */
+
+static bool is_member(const CgGroup *grp, const Node *n) { return grp && n->group == grp->id; }
+
+/* The attention pattern of passes/fuse.c, found again from the members. */
+static void find_attention(CgGroup *grp) {
+  const Node *sm = grp->anchor;
+  if (!sm || sm->op != OP_SOFTMAX) return;
+  const Node *m2 = NULL;
+  for (int i = 0; i < grp->n; i++)
+    if (grp->members[i]->op == OP_MATMUL && grp->members[i]->in[0] == &sm->out[0]) m2 = grp->members[i];
+  if (!m2) return;
+  const Node *at = sm->in[0]->def;
+  while (is_member(grp, at) && ir_ops[at->op].cls == K_ELEMWISE && at->op != OP_BATCHNORM) {
+    const Node *next = NULL;
+    for (int i = 0; i < at->n_in; i++)
+      if (is_member(grp, at->in[i]->def)) {
+        if (next) return;
+        next = at->in[i]->def;
+      }
+    if (!next) return;
+    at = next;
+  }
+  if (!is_member(grp, at) || at->op != OP_MATMUL) return;
+  int r = m2->out[0].type.rank;
+  const TensorType *q = &at->in[0]->type, *k = &at->in[1]->type, *v = &m2->in[1]->type;
+  if (r < 2 || q->rank != r || k->rank != r || v->rank != r) return;
+  for (int d = 0; d < r - 2; d++)
+    if (q->dims[d] != m2->out[0].type.dims[d] || k->dims[d] != q->dims[d] || v->dims[d] != q->dims[d])
+      return;
+  int axis = (int)ir_attr_int(sm, "axis");
+  if (axis != r - 1 && axis != -1) return;
+  grp->attention = m2;
+  grp->scores = at;
+}
+
+CgGroup **cg_find_groups(Ctx *c, Graph *g) {
+  ir_number(g);
+  int n_nodes = 0;
+  for (Node *n = g->first; n; n = n->next) n_nodes++;
+  CgGroup **root_of = ARENA_ARRAY(&c->arena, CgGroup *, n_nodes + 1);
+  /* Open addressing from group id to its group, filled backwards so the
+   * first node met is the root. */
+  int cap = 16;
+  while (cap < 2 * n_nodes) cap *= 2;
+  CgGroup **slots = ARENA_ARRAY(&c->arena, CgGroup *, cap);
+  for (Node *n = g->last; n; n = n->prev) {
+    if (n->group < 0) continue;
+    unsigned h = ((unsigned)n->group * 2654435761u) & (unsigned)(cap - 1);
+    while (slots[h] && slots[h]->id != n->group) h = (h + 1) & (unsigned)(cap - 1);
+    CgGroup *grp = slots[h];
+    if (!grp) {
+      grp = slots[h] = ARENA_NEW(&c->arena, CgGroup);
+      grp->id = n->group;
+      grp->root = n;
+      root_of[n->id] = grp;
+    }
+    grp->n++;
+    if (ir_ops[n->op].cls != K_ELEMWISE && n->op != OP_MATMUL && n->op != OP_LINEAR &&
+        ir_ops[n->op].cls != K_MOVE)
+      grp->anchor = n;
+  }
+  for (int i = 0; i < cap; i++)
+    if (slots[i]) slots[i]->members = ARENA_ARRAY(&c->arena, const Node *, slots[i]->n), slots[i]->n = 0;
+  for (Node *n = g->first; n; n = n->next) {
+    if (n->group < 0) continue;
+    unsigned h = ((unsigned)n->group * 2654435761u) & (unsigned)(cap - 1);
+    while (slots[h]->id != n->group) h = (h + 1) & (unsigned)(cap - 1);
+    slots[h]->members[slots[h]->n++] = n;
+  }
+  for (int i = 0; i < cap; i++)
+    if (slots[i]) find_attention(slots[i]);
+  return root_of;
+}
+
+/* A matmul/linear whose GEMM writes its own bytes for the kernel to read. */
+static bool is_leaf(const CgGroup *grp, const Node *n) {
+  return (n->op == OP_MATMUL || n->op == OP_LINEAR) && n != grp->attention && n != grp->scores;
+}
+
+/* ---- evaluating a member at an element ---- */
+
+static void strides_of(const TensorType *t, int64_t *st) {
+  int64_t s = 1;
+  for (int i = t->rank - 1; i >= 0; i--) {
+    st[i] = s;
+    s *= t->dims[i];
+  }
+}
+
+/* An element of a space: its linear index, and its coordinates decoded
+ * from it when asked (or given by whoever knows them). */
+typedef struct Site {
+  TensorType t;
+  int64_t st[DL_MAX_RANK];
+  KExpr *lin;
+  KExpr *coord[DL_MAX_RANK];
+} Site;
+
+typedef struct Memo {
+  const Value *v;
+  const Site *s;
+  KExpr *e;
+} Memo;
+
+typedef struct Eval {
+  CgBuild *b;
+  Kernel *k;
+  KBlock *blk; /* where lets go; NULL: pure expressions (inside a guard) */
+  const CgGroup *grp;
+  const Value *bound; /* the anchor's result ... */
+  KExpr *bound_e;     /* ... is this expression at the root's site */
+  Memo *memo;
+  int n_memo, cap_memo;
+} Eval;
+
+static Site *site_new(Eval *E, const TensorType *t, KExpr *lin) {
+  Site *s = ARENA_NEW(&E->k->ctx->arena, Site);
+  s->t = *t;
+  strides_of(t, s->st);
+  s->lin = lin;
+  return s;
+}
+
+static KExpr *let(Eval *E, const char *stem, DType dt, KExpr *e) {
+  if (!E->blk || e->kind == KE_VAR || e->kind == KE_INT || e->kind == KE_FLOAT) return e;
+  return cg_kv(E->k, cg_klet(E->k, E->blk, stem, dt, e));
+}
+
+static KExpr *site_coord(Eval *E, Site *s, int d) {
+  Kernel *k = E->k;
+  if (s->t.dims[d] == 1) return cg_kint(k, 0);
+  if (!s->coord[d]) {
+    KExpr *e = cg_kidx(k, KI_DIV, s->lin, cg_kint(k, s->st[d]));
+    bool outer = true;
+    for (int j = 0; j < d; j++)
+      if (s->t.dims[j] != 1) outer = false;
+    if (!outer) e = cg_kidx(k, KI_MOD, e, cg_kint(k, s->t.dims[d]));
+    s->coord[d] = let(E, "c", KT_INDEX, e);
+  }
+  return s->coord[d];
+}
+
+/* The coordinate of v (broadcast into s's space) along v's dim j. */
+static KExpr *value_coord(Eval *E, Site *s, const TensorType *vt, int j) {
+  if (vt->dims[j] == 1) return cg_kint(E->k, 0);
+  return site_coord(E, s, j + s->t.rank - vt->rank);
+}
+
+static bool same_dims(const TensorType *a, const TensorType *b) {
+  if (a->rank != b->rank) return false;
+  for (int i = 0; i < a->rank; i++)
+    if (a->dims[i] != b->dims[i]) return false;
+  return true;
+}
+
+/* v's linear index at s, v broadcast into s's space by NumPy's rules. */
+static KExpr *index_in(Eval *E, Site *s, const TensorType *vt) {
+  if (same_dims(vt, &s->t)) return s->lin;
+  int64_t st[DL_MAX_RANK];
+  strides_of(vt, st);
+  KExpr *e = cg_kint(E->k, 0);
+  for (int j = 0; j < vt->rank; j++)
+    if (vt->dims[j] != 1) e = cg_kadd(E->k, e, cg_kmul(E->k, value_coord(E, s, vt, j), cg_kint(E->k, st[j])));
+  return e;
+}
+
+static KExpr *eval(Eval *E, const Value *v, Site *s);
+static KExpr *attention(Eval *E, const Node *m2, Site *s);
+
+static KExpr *load_stored(Eval *E, const Value *v, KExpr *index) {
+  double c;
+  if (cg_const_of(E->b, v, &c)) return cg_kimm(E->k, c, v->type.dtype);
+  KBuf *buf = cg_kglobal(E->k, "x", v->type.dtype, ir_type_numel(&v->type), cg_ref(E->b, v));
+  if (ir_type_numel(&v->type) == 1) index = cg_kint(E->k, 0);
+  return cg_kload(E->k, buf, index);
+}
+
+static KExpr *elementwise(Eval *E, const Node *n, Site *s) {
+  Kernel *k = E->k;
+  if (n->op == OP_BATCHNORM) {
+    const TensorType *t = &n->out[0].type;
+    KExpr *x = eval(E, n->in[0], s);
+    KExpr *ch = t->rank > 1 ? value_coord(E, s, t, 1) : cg_kint(k, 0);
+    TensorType ct = n->in[1]->type;
+    Site *cs = site_new(E, &ct, ch);
+    KExpr *w = eval(E, n->in[1], cs), *bias = eval(E, n->in[2], cs);
+    KExpr *mean = eval(E, n->in[3], cs), *var = eval(E, n->in[4], cs);
+    KExpr *den = cg_kop1(k, OP_SQRT, cg_kop2(k, OP_ADD, var, cg_kimm(k, ir_attr_float(n, "eps"), TY_F32)));
+    KExpr *y = cg_kop2(k, OP_DIV, cg_kop2(k, OP_SUB, x, mean), den);
+    return cg_kop2(k, OP_ADD, cg_kop2(k, OP_MUL, y, w), bias);
+  }
+  KExpr *x = eval(E, n->in[0], s);
+  if (n->n_in == 2) return cg_kop2(k, n->op, x, eval(E, n->in[1], s));
+  if (n->op == OP_CAST) return cg_kcast(k, x, n->out[0].type.dtype);
+  KExpr *r = cg_kop1(k, n->op, x);
+  if (n->op == OP_LEAKY_RELU) r->f = ir_attr_float(n, "alpha");
+  if (n->op == OP_CLIP) r->f = ir_attr_float(n, "min"), r->f2 = ir_attr_float(n, "max");
+  if (n->op == OP_GELU) r->flag = strcmp(ir_attr_str(n, "approximate"), "tanh") == 0;
+  return r;
+}
+
+/* A data movement: the operand's element this element reads. */
+static KExpr *move(Eval *E, const Node *n, Site *s) {
+  Kernel *k = E->k;
+  const Value *x = n->in[0];
+  const TensorType *vt = &n->out[0].type, *xt = &x->type;
+  int64_t xst[DL_MAX_RANK];
+  strides_of(xt, xst);
+  KExpr *idx = cg_kint(k, 0);
+  int cnt;
+  switch (n->op) {
+    case OP_RESHAPE: idx = index_in(E, s, vt); break;
+    case OP_TRANSPOSE: {
+      const int64_t *perm = ir_attr_ints(n, "perm", &cnt);
+      for (int d = 0; d < vt->rank; d++)
+        if (vt->dims[d] != 1)
+          idx = cg_kadd(k, idx, cg_kmul(k, value_coord(E, s, vt, d), cg_kint(k, xst[perm[d]])));
+      break;
+    }
+    case OP_SLICE: {
+      const int64_t *starts = ir_attr_ints(n, "starts", &cnt), *steps = ir_attr_ints(n, "steps", &cnt);
+      for (int d = 0; d < vt->rank; d++) {
+        KExpr *c = cg_kadd(k, cg_kint(k, starts[d]), cg_kmul(k, value_coord(E, s, vt, d), cg_kint(k, steps[d])));
+        idx = cg_kadd(k, idx, cg_kmul(k, c, cg_kint(k, xst[d])));
+      }
+      break;
+    }
+    case OP_EXPAND: {
+      int off = vt->rank - xt->rank;
+      for (int j = 0; j < xt->rank; j++)
+        if (xt->dims[j] != 1)
+          idx = cg_kadd(k, idx, cg_kmul(k, value_coord(E, s, vt, j + off), cg_kint(k, xst[j])));
+      break;
+    }
+    default: dl_internal(k->ctx, "%s is not an index move", ir_ops[n->op].name);
+  }
+  return eval(E, x, site_new(E, xt, let(E, "at", KT_INDEX, idx)));
+}
+
+/* A matmul/linear leaf: what its GEMM wrote, plus linear's bias. */
+static KExpr *leaf(Eval *E, const Node *n, Site *s) {
+  const Value *v = &n->out[0];
+  KExpr *idx = index_in(E, s, &v->type);
+  KBuf *buf = cg_kglobal(E->k, "gemm", v->type.dtype, ir_type_numel(&v->type), cg_ref(E->b, v));
+  KExpr *r = cg_kload(E->k, buf, idx);
+  if (n->op == OP_LINEAR && n->n_in > 2) {
+    int64_t outf = v->type.dims[v->type.rank - 1];
+    TensorType bt = n->in[2]->type;
+    KExpr *col = cg_kidx(E->k, KI_MOD, idx, cg_kint(E->k, outf));
+    r = cg_kop2(E->k, OP_ADD, r, eval(E, n->in[2], site_new(E, &bt, col)));
+  }
+  return r;
+}
+
+/* One element (b..., i, j) of softmax(f(Q K)) V: a pass for the row's
+ * largest score, then a pass summing exp(score - max) and its product
+ * with V's column.  Scores are recomputed in both passes, never stored. */
+static KExpr *score(Eval *E, KBlock *blk, KExpr *bl, KExpr *row, KExpr *t) {
+  Kernel *k = E->k;
+  const Node *m1 = E->grp->scores, *sm = E->grp->anchor;
+  const TensorType *qt = &m1->in[0]->type, *kt = &m1->in[1]->type, *st = &m1->out[0].type;
+  int r = qt->rank;
+  int64_t S = qt->dims[r - 2], De = qt->dims[r - 1], T = kt->dims[r - 1];
+  KVar *sc = cg_kvar(k, "sc", TY_F32), *e = cg_kvar(k, "e", KT_INDEX);
+  KStmt *red = cg_kreduce(k, blk, sc, cg_kimm(k, 0, TY_F32), OP_ADD, e, cg_kint(k, De));
+  Eval in = {.b = E->b, .k = k, .blk = &red->body, .grp = E->grp};
+  KExpr *qi = cg_kadd(k, cg_kmul(k, cg_kadd(k, cg_kmul(k, bl, cg_kint(k, S)), row), cg_kint(k, De)), cg_kv(k, e));
+  KExpr *ki = cg_kadd(k, cg_kmul(k, cg_kadd(k, cg_kmul(k, bl, cg_kint(k, De)), cg_kv(k, e)), cg_kint(k, T)), t);
+  KExpr *q = eval(&in, m1->in[0], site_new(&in, qt, let(&in, "qi", KT_INDEX, qi)));
+  KExpr *kk = eval(&in, m1->in[1], site_new(&in, kt, let(&in, "ki", KT_INDEX, ki)));
+  red->value = cg_kop2(k, OP_MUL, q, kk);
+  Eval f = {.b = E->b, .k = k, .blk = blk, .grp = E->grp, .bound = &m1->out[0], .bound_e = cg_kv(k, sc)};
+  KExpr *si = cg_kadd(k, cg_kmul(k, cg_kadd(k, cg_kmul(k, bl, cg_kint(k, S)), row), cg_kint(k, T)), t);
+  return let(&f, "x", TY_F32, eval(&f, sm->in[0], site_new(&f, st, let(&f, "si", KT_INDEX, si))));
+}
+
+static KExpr *attention(Eval *E, const Node *m2, Site *s) {
+  Kernel *k = E->k;
+  if (!E->blk) dl_internal(k->ctx, "an attention evaluated inside a guard");
+  const TensorType *ot = &m2->out[0].type, *vt = &m2->in[1]->type;
+  int r = ot->rank;
+  int64_t T = vt->dims[r - 2], D = vt->dims[r - 1];
+  KExpr *bl = cg_kint(k, 0);
+  for (int d = 0; d < r - 2; d++)
+    bl = cg_kadd(k, cg_kmul(k, bl, cg_kint(k, ot->dims[d])), value_coord(E, s, ot, d));
+  bl = let(E, "b", KT_INDEX, bl);
+  KExpr *row = value_coord(E, s, ot, r - 2), *col = value_coord(E, s, ot, r - 1);
+  KVar *mx = cg_kvar(k, "mx", TY_F32), *t1 = cg_kvar(k, "t", KT_INDEX);
+  KStmt *pass1 = cg_kreduce(k, E->blk, mx, cg_kimm(k, -INFINITY, TY_F32), OP_MAXIMUM, t1, cg_kint(k, T));
+  pass1->value = score(E, &pass1->body, bl, row, cg_kv(k, t1));
+  KVar *l = cg_klet(k, E->blk, "l", TY_F32, cg_kimm(k, 0, TY_F32));
+  KVar *acc = cg_klet(k, E->blk, "acc", TY_F32, cg_kimm(k, 0, TY_F32));
+  KVar *t2 = cg_kvar(k, "t", KT_INDEX);
+  KStmt *pass2 = cg_kloop(k, E->blk, t2, cg_kint(k, T), KM_SERIAL);
+  KExpr *x = score(E, &pass2->body, bl, row, cg_kv(k, t2));
+  KVar *p = cg_klet(k, &pass2->body, "p", TY_F32, cg_kop1(k, OP_EXP, cg_kop2(k, OP_SUB, x, cg_kv(k, mx))));
+  cg_kset(k, &pass2->body, l, cg_kop2(k, OP_ADD, cg_kv(k, l), cg_kv(k, p)));
+  Eval in = {.b = E->b, .k = k, .blk = &pass2->body, .grp = E->grp};
+  KExpr *vi = cg_kadd(k, cg_kmul(k, cg_kadd(k, cg_kmul(k, bl, cg_kint(k, T)), cg_kv(k, t2)), cg_kint(k, D)), col);
+  KExpr *vv = eval(&in, m2->in[1], site_new(&in, vt, let(&in, "vi", KT_INDEX, vi)));
+  cg_kset(k, &pass2->body, acc, cg_kop2(k, OP_ADD, cg_kv(k, acc), cg_kop2(k, OP_MUL, cg_kv(k, p), vv)));
+  return cg_kop2(k, OP_DIV, cg_kv(k, acc), cg_kv(k, l));
+}
+
+static KExpr *eval(Eval *E, const Value *v, Site *s) {
+  if (v == E->bound) return E->bound_e;
+  for (int i = 0; i < E->n_memo; i++)
+    if (E->memo[i].v == v && E->memo[i].s == s) return E->memo[i].e;
+  const Node *n = v->def;
+  KExpr *e;
+  if (!is_member(E->grp, n) || n == E->grp->anchor) {
+    if (n == E->grp->anchor && E->grp->anchor != E->grp->root)
+      dl_internal(E->k->ctx, "fusion group k%d reads its anchor outside the epilogue", E->grp->id);
+    return load_stored(E, v, index_in(E, s, &v->type));
+  } else if (n == E->grp->attention) {
+    e = attention(E, n, s);
+  } else if (is_leaf(E->grp, n)) {
+    e = leaf(E, n, s);
+  } else if (ir_ops[n->op].cls == K_MOVE) {
+    e = move(E, n, s);
+  } else {
+    e = let(E, "f", v->type.dtype, elementwise(E, n, s));
+  }
+  if (E->n_memo == E->cap_memo) {
+    int cap = E->cap_memo ? 2 * E->cap_memo : 16;
+    E->memo = arena_realloc(&E->k->ctx->arena, E->memo, sizeof(Memo) * (size_t)E->cap_memo,
+                            sizeof(Memo) * (size_t)cap);
+    E->cap_memo = cap;
+  }
+  E->memo[E->n_memo++] = (Memo){v, s, e};
+  return e;
+}
+
+/* ---- the hooks the anchors' lowerings call ---- */
+
+KExpr *cg_fused_load(CgBuild *b, Kernel *k, KBlock *blk, const Value *v, KExpr *index) {
+  const CgGroup *grp = cg_group(b);
+  if (!grp || !is_member(grp, v->def) || v->def == grp->anchor) return NULL;
+  Eval E = {.b = b, .k = k, .blk = blk, .grp = grp};
+  return eval(&E, v, site_new(&E, &v->type, index));
+}
+
+bool cg_fused_store(CgBuild *b, Kernel *k, KBlock *blk, const Value *out, KExpr *index,
+                    KExpr *value) {
+  const CgGroup *grp = cg_group(b);
+  if (!grp || !grp->anchor || out->def != grp->anchor || grp->anchor == grp->root) return false;
+  const Value *root = &grp->root->out[0];
+  Eval E = {.b = b, .k = k, .blk = blk, .grp = grp, .bound = out, .bound_e = value};
+  E.bound_e = let(&E, "y", out->type.dtype, value);
+  KExpr *r = eval(&E, root, site_new(&E, &root->type, index));
+  KBuf *o = cg_kglobal(k, "out", root->type.dtype, ir_type_numel(&root->type), cg_ref(b, root));
+  cg_kstore(k, blk, o, index, cg_kcast(k, r, root->type.dtype));
+  return true;
+}
+
+/* "conv2d_batchnorm_relu": the first few distinct ops of the group. */
+const char *cg_group_hint(Ctx *c, const CgGroup *grp) {
+  const char *hint = NULL;
+  int shown = 0;
+  for (int i = 0; i < grp->n && shown < 3; i++) {
+    const char *name = ir_ops[grp->members[i]->op].name;
+    if (hint && strstr(hint, name)) continue;
+    hint = hint ? arena_printf(&c->arena, "%s_%s", hint, name) : name;
+    shown++;
+  }
+  return hint ? hint : "fused";
+}
+
+/* ---- checks: what this lowering can do with a hand-written group ---- */
+
+static bool group_lowerable(CgBuild *b, const CgGroup *grp) {
+  Ctx *c = cg_build_ctx(b);
+  const Node *root = grp->root, *anchor = grp->anchor;
+  for (int i = 0; i < grp->n; i++) {
+    const Node *n = grp->members[i];
+    bool ok = n->n_out == 1;
+    for (int j = 0; j < n->n_in && ok; j++) ok = n->in[j]->type.dtype == TY_F32;
+    ok = ok && n->out[0].type.dtype == TY_F32 && ir_type_numel(&n->out[0].type) > 0;
+    if (ir_ops[n->op].cls == K_MOVE && n->op != OP_RESHAPE && n->op != OP_TRANSPOSE &&
+        n->op != OP_SLICE && n->op != OP_EXPAND)
+      ok = false;
+    if (n->op == OP_RESHAPE && n == root) ok = false;
+    /* A GEMM reads its matrices from memory. */
+    if (is_leaf(grp, n) && (is_member(grp, n->in[0]->def) || is_member(grp, n->in[1]->def))) ok = false;
+    if (!ok) {
+      diag_error(c, n->loc, "codegen cannot lower %s in fusion group k%d (f32 elementwise, "
+                 "index moves, matmul/linear leaves and one anchor only)", ir_ops[n->op].name, grp->id);
+      return false;
+    }
+  }
+  if (anchor && anchor != root && !grp->attention) {
+    /* Members after the anchor run at its store, element for element. */
+    bool *dep = ARENA_ARRAY(&c->arena, bool, grp->n);
+    for (int i = 0; i < grp->n; i++) {
+      const Node *n = grp->members[i];
+      if (n == anchor) {
+        dep[i] = true;
+        continue;
+      }
+      for (int j = 0; j < n->n_in; j++)
+        for (int q = 0; q < i; q++)
+          if (dep[q] && n->in[j] == &grp->members[q]->out[0]) dep[i] = true;
+      if (dep[i] && (ir_ops[n->op].cls != K_ELEMWISE ||
+                     !same_dims(&n->out[0].type, &anchor->out[0].type))) {
+        diag_error(c, n->loc, "codegen cannot lower fusion group k%d: %s after its %s is not "
+                   "elementwise of the same shape", grp->id, ir_ops[n->op].name, ir_ops[anchor->op].name);
+        return false;
+      }
+    }
+  }
+  return true;
+}
+
+/* ---- groups without an anchor: one map over the root ---- */
+
+static void lower_map(CgBuild *b, const CgGroup *grp) {
+  Ctx *c = cg_build_ctx(b);
+  const Value *root = &grp->root->out[0];
+  int64_t total = ir_type_numel(&root->type);
+  Kernel *k = cg_kernel_new(c, grp->root, cg_group_hint(c, grp), arena_printf(&c->arena, "#k%d", grp->id));
+  KVar *nv = cg_kparam(k, "n", KT_INDEX, total, 0);
+  KVar *i = cg_kvar(k, "i", KT_INDEX);
+  KStmt *loop = cg_kloop(k, &k->body, i, cg_kv(k, nv), KM_GRID_STRIDE);
+  cg_kernel_grid_1d(k, total);
+  Eval E = {.b = b, .k = k, .blk = &loop->body, .grp = grp};
+  KExpr *r = eval(&E, root, site_new(&E, &root->type, cg_kv(k, i)));
+  KBuf *o = cg_kglobal(k, "out", root->type.dtype, total, cg_ref(b, root));
+  cg_kstore(k, &loop->body, o, cg_kv(k, i), r);
+  cg_launch(b, k);
+}
+
+bool cg_lower_group(CgBuild *b, const CgGroup *grp) {
+  if (!group_lowerable(b, grp)) return false;
+  /* The leaves' GEMMs first: they read memory only. */
+  for (int i = 0; i < grp->n; i++)
+    if (is_leaf(grp, grp->members[i]) && !cg_lower_node(b, grp->members[i])) return false;
+  if (!grp->anchor || grp->attention) {
+    lower_map(b, grp);
+    return true;
+  }
+  return cg_lower_node(b, grp->anchor);
+}
+
+/* ---- convolution as an implicit GEMM ----
+ * C[Co][N*OH*OW] = W[Co][C*KH*KW] x cols, where cols is never stored: a
+ * block computes a 64x64 tile of C with 256 threads of 4x4 results each,
+ * staging 16-deep slices of W and of the im2col matrix in shared memory;
+ * the im2col indexing sits in the loads and the bias and the group's
+ * epilogue in the stores. */
+enum { TM = 64, TN = 64, TK = 16, RT = 4, THREADS = 256 };
+
+static KExpr *kv(Kernel *k, KVar *v) { return cg_kv(k, v); }
+static KExpr *ki(Kernel *k, int64_t v) { return cg_kint(k, v); }
+static KExpr *kdiv(Kernel *k, KExpr *a, int64_t d) { return cg_kidx(k, KI_DIV, a, ki(k, d)); }
+static KExpr *kmod(Kernel *k, KExpr *a, int64_t d) { return cg_kidx(k, KI_MOD, a, ki(k, d)); }
+static KExpr *klt(Kernel *k, KExpr *a, int64_t v) { return cg_kcmp(k, KC_LT, a, ki(k, v)); }
+
+static KExpr *operand_load(CgBuild *b, Kernel *k, KBlock *blk, const Value *v, const char *name,
+                           KExpr *index) {
+  KExpr *f = cg_fused_load(b, k, blk, v, index);
+  if (f) return f;
+  double c;
+  if (cg_const_of(b, v, &c)) return cg_kimm(k, c, v->type.dtype);
+  return cg_kload(k, cg_kglobal(k, name, v->type.dtype, ir_type_numel(&v->type), cg_ref(b, v)), index);
+}
+
+/* dst[at] = cond ? load : 0, as an if so that a fused load's lets stay
+ * inside the guard. */
+static void guarded_fill(CgBuild *b, Kernel *k, KBlock *in, KExpr *cond, KBuf *dst, KExpr *at,
+                         const Value *v, const char *name, KExpr *index) {
+  KStmt *s = cg_kif(k, in, cond);
+  cg_kstore(k, &s->body, dst, at, operand_load(b, k, &s->body, v, name, index));
+  cg_kstore(k, &s->orelse, dst, at, cg_kimm(k, 0, TY_F32));
+}
+
+bool cg_lower_conv_igemm(CgBuild *b, const Node *n) {
+  Ctx *c = cg_build_ctx(b);
+  int cnt;
+  const int64_t *stride = ir_attr_ints(n, "stride", &cnt), *pad = ir_attr_ints(n, "pad", &cnt);
+  const int64_t *dil = ir_attr_ints(n, "dilation", &cnt);
+  const Value *x = n->in[0], *w = n->in[1], *out = &n->out[0];
+  const int64_t *xd = x->type.dims, *wd = w->type.dims, *od = out->type.dims;
+  int64_t N = xd[0], C = xd[1], H = xd[2], W = xd[3];
+  int64_t Co = wd[0], KH = wd[2], KW = wd[3], OH = od[2], OW = od[3];
+  int64_t OHW = OH * OW, KK = KH * KW, K = C * KK, NC = N * OHW;
+  if (ir_type_numel(&out->type) == 0) return true;
+  const CgGroup *grp = cg_group(b);
+  const char *hint = grp && grp->n > 1 ? cg_group_hint(c, grp) : "conv2d";
+  const char *what = grp ? arena_printf(&c->arena, "#k%d implicit gemm", grp->id) : "implicit gemm";
+  Kernel *k = cg_kernel_new(c, n, arena_printf(&c->arena, "%s_igemm", hint), what);
+  int64_t mt = (Co + TM - 1) / TM, nt = (NC + TN - 1) / TN, kt_n = (K + TK - 1) / TK;
+  KBuf *As = cg_klocal(k, "As", TY_F32, TK * TM, KSP_SHARED);
+  KBuf *Bs = cg_klocal(k, "Bs", TY_F32, TK * TN, KSP_SHARED);
+  KBuf *acc = cg_klocal(k, "acc", TY_F32, RT * RT, KSP_REGISTER);
+  KVar *bn = cg_kvar(k, "bn", KT_INDEX), *bm = cg_kvar(k, "bm", KT_INDEX), *t = cg_kvar(k, "t", KT_INDEX);
+  KStmt *lx = cg_kloop(k, &k->body, bn, ki(k, nt), KM_GRID_X);
+  KStmt *ly = cg_kloop(k, &lx->body, bm, ki(k, mt), KM_GRID_Y);
+  KStmt *lt = cg_kloop(k, &ly->body, t, ki(k, THREADS), KM_BLOCK_X);
+  KBlock *body = &lt->body;
+  KVar *tx = cg_klet(k, body, "tx", KT_INDEX, kmod(k, kv(k, t), TN / RT));
+  KVar *ty = cg_klet(k, body, "ty", KT_INDEX, kdiv(k, kv(k, t), TN / RT));
+  KVar *z = cg_kvar(k, "z", KT_INDEX);
+  KStmt *lz = cg_kloop(k, body, z, ki(k, RT * RT), KM_UNROLL);
+  cg_kstore(k, &lz->body, acc, kv(k, z), cg_kimm(k, 0, TY_F32));
+
+  KVar *kt = cg_kvar(k, "kt", KT_INDEX);
+  KStmt *lk = cg_kloop(k, body, kt, ki(k, kt_n), KM_SERIAL);
+  /* W tile: consecutive threads read consecutive k of one row. */
+  KVar *la = cg_kvar(k, "l", KT_INDEX);
+  KStmt *lla = cg_kloop(k, &lk->body, la, ki(k, TM * TK / THREADS), KM_UNROLL);
+  KVar *ea = cg_klet(k, &lla->body, "e", KT_INDEX, cg_kadd(k, kv(k, t), cg_kmul(k, kv(k, la), ki(k, THREADS))));
+  KVar *am = cg_klet(k, &lla->body, "am", KT_INDEX,
+                     cg_kadd(k, cg_kmul(k, kv(k, bm), ki(k, TM)), kdiv(k, kv(k, ea), TK)));
+  KVar *ak = cg_klet(k, &lla->body, "ak", KT_INDEX,
+                     cg_kadd(k, cg_kmul(k, kv(k, kt), ki(k, TK)), kmod(k, kv(k, ea), TK)));
+  KExpr *a_at = cg_kadd(k, cg_kmul(k, kmod(k, kv(k, ea), TK), ki(k, TM)), kdiv(k, kv(k, ea), TK));
+  KExpr *a_ok = cg_kand(k, Co % TM ? klt(k, kv(k, am), Co) : NULL, K % TK ? klt(k, kv(k, ak), K) : NULL);
+  KExpr *w_at = cg_kadd(k, cg_kmul(k, kv(k, am), ki(k, K)), kv(k, ak));
+  if (a_ok)
+    guarded_fill(b, k, &lla->body, a_ok, As, a_at, w, "w", w_at);
+  else
+    cg_kstore(k, &lla->body, As, a_at, operand_load(b, k, &lla->body, w, "w", w_at));
+  /* im2col tile: consecutive threads read consecutive output pixels. */
+  KVar *lb = cg_kvar(k, "l", KT_INDEX);
+  KStmt *llb = cg_kloop(k, &lk->body, lb, ki(k, TN * TK / THREADS), KM_UNROLL);
+  KBlock *bb = &llb->body;
+  KVar *eb = cg_klet(k, bb, "e", KT_INDEX, cg_kadd(k, kv(k, t), cg_kmul(k, kv(k, lb), ki(k, THREADS))));
+  KVar *col = cg_klet(k, bb, "col", KT_INDEX,
+                      cg_kadd(k, cg_kmul(k, kv(k, bn), ki(k, TN)), kmod(k, kv(k, eb), TN)));
+  KVar *bk = cg_klet(k, bb, "bk", KT_INDEX,
+                     cg_kadd(k, cg_kmul(k, kv(k, kt), ki(k, TK)), kdiv(k, kv(k, eb), TN)));
+  KVar *img = cg_klet(k, bb, "img", KT_INDEX, kdiv(k, kv(k, col), OHW));
+  KVar *p = cg_klet(k, bb, "p", KT_INDEX, kmod(k, kv(k, col), OHW));
+  KVar *ci = cg_klet(k, bb, "ci", KT_INDEX, kdiv(k, kv(k, bk), KK));
+  KVar *r = cg_klet(k, bb, "r", KT_INDEX, kmod(k, kv(k, bk), KK));
+  KExpr *ih = cg_kadd(k, cg_kidx(k, KI_SUB, cg_kmul(k, kdiv(k, kv(k, p), OW), ki(k, stride[0])), ki(k, pad[0])),
+                      cg_kmul(k, kdiv(k, kv(k, r), KW), ki(k, dil[0])));
+  KExpr *iw = cg_kadd(k, cg_kidx(k, KI_SUB, cg_kmul(k, kmod(k, kv(k, p), OW), ki(k, stride[1])), ki(k, pad[1])),
+                      cg_kmul(k, kmod(k, kv(k, r), KW), ki(k, dil[1])));
+  KVar *ihv = cg_klet(k, bb, "ih", KT_INDEX, ih), *iwv = cg_klet(k, bb, "iw", KT_INDEX, iw);
+  KExpr *b_ok = cg_kand(k, NC % TN ? klt(k, kv(k, col), NC) : NULL, K % TK ? klt(k, kv(k, bk), K) : NULL);
+  bool padded = pad[0] || pad[1] || pad[2] || pad[3] ||
+                (OH - 1) * stride[0] + (KH - 1) * dil[0] >= H || (OW - 1) * stride[1] + (KW - 1) * dil[1] >= W;
+  if (padded) {
+    b_ok = cg_kand(k, b_ok, cg_kcmp(k, KC_GE, kv(k, ihv), ki(k, 0)));
+    b_ok = cg_kand(k, b_ok, klt(k, kv(k, ihv), H));
+    b_ok = cg_kand(k, b_ok, cg_kcmp(k, KC_GE, kv(k, iwv), ki(k, 0)));
+    b_ok = cg_kand(k, b_ok, klt(k, kv(k, iwv), W));
+  }
+  KExpr *x_at = cg_kadd(
+      k, cg_kmul(k, cg_kadd(k, cg_kmul(k, cg_kadd(k, cg_kmul(k, kv(k, img), ki(k, C)), kv(k, ci)), ki(k, H)), kv(k, ihv)),
+                 ki(k, W)),
+      kv(k, iwv));
+  KExpr *b_at = cg_kadd(k, cg_kmul(k, kdiv(k, kv(k, eb), TN), ki(k, TN)), kmod(k, kv(k, eb), TN));
+  if (b_ok)
+    guarded_fill(b, k, bb, b_ok, Bs, b_at, x, "x", x_at);
+  else
+    cg_kstore(k, bb, Bs, b_at, operand_load(b, k, bb, x, "x", x_at));
+  cg_kbarrier(k, &lk->body);
+  /* The 4x4 register tile. */
+  KVar *kk = cg_kvar(k, "kk", KT_INDEX), *i = cg_kvar(k, "i", KT_INDEX), *j = cg_kvar(k, "j", KT_INDEX);
+  KStmt *lkk = cg_kloop(k, &lk->body, kk, ki(k, TK), KM_UNROLL);
+  KStmt *li = cg_kloop(k, &lkk->body, i, ki(k, RT), KM_UNROLL);
+  KVar *av = cg_klet(k, &li->body, "a", TY_F32,
+                     cg_kload(k, As, cg_kadd(k, cg_kmul(k, kv(k, kk), ki(k, TM)),
+                                             cg_kadd(k, cg_kmul(k, kv(k, ty), ki(k, RT)), kv(k, i)))));
+  KStmt *lj = cg_kloop(k, &li->body, j, ki(k, RT), KM_UNROLL);
+  KExpr *bv = cg_kload(k, Bs, cg_kadd(k, cg_kmul(k, kv(k, kk), ki(k, TN)), cg_kadd(k, cg_kmul(k, kv(k, tx), ki(k, RT)), kv(k, j))));
+  KExpr *slot = cg_kadd(k, cg_kmul(k, kv(k, i), ki(k, RT)), kv(k, j));
+  cg_kstore(k, &lj->body, acc, slot, cg_kop2(k, OP_ADD, cg_kload(k, acc, slot), cg_kop2(k, OP_MUL, kv(k, av), bv)));
+  cg_kbarrier(k, &lk->body);
+  /* Stores, with the bias and the epilogue. */
+  KVar *i2 = cg_kvar(k, "i", KT_INDEX), *j2 = cg_kvar(k, "j", KT_INDEX);
+  KStmt *si = cg_kloop(k, body, i2, ki(k, RT), KM_UNROLL);
+  KStmt *sj = cg_kloop(k, &si->body, j2, ki(k, RT), KM_UNROLL);
+  KBlock *sb = &sj->body;
+  KVar *m = cg_klet(k, sb, "m", KT_INDEX,
+                    cg_kadd(k, cg_kmul(k, kv(k, bm), ki(k, TM)), cg_kadd(k, cg_kmul(k, kv(k, ty), ki(k, RT)), kv(k, i2))));
+  KVar *oc = cg_klet(k, sb, "oc", KT_INDEX,
+                     cg_kadd(k, cg_kmul(k, kv(k, bn), ki(k, TN)), cg_kadd(k, cg_kmul(k, kv(k, tx), ki(k, RT)), kv(k, j2))));
+  KExpr *ok = cg_kand(k, Co % TM ? klt(k, kv(k, m), Co) : NULL, NC % TN ? klt(k, kv(k, oc), NC) : NULL);
+  if (ok) sb = &cg_kif(k, sb, ok)->body;
+  KExpr *oidx = cg_kadd(k, cg_kmul(k, cg_kadd(k, cg_kmul(k, kdiv(k, kv(k, oc), OHW), ki(k, Co)), kv(k, m)), ki(k, OHW)),
+                        kmod(k, kv(k, oc), OHW));
+  KVar *oi = cg_klet(k, sb, "o", KT_INDEX, oidx);
+  KExpr *val = cg_kload(k, acc, cg_kadd(k, cg_kmul(k, kv(k, i2), ki(k, RT)), kv(k, j2)));
+  if (n->n_in > 2) val = cg_kop2(k, OP_ADD, val, operand_load(b, k, sb, n->in[2], "bias", kv(k, m)));
+  if (!cg_fused_store(b, k, sb, out, kv(k, oi), val)) {
+    KBuf *o = cg_kglobal(k, "out", TY_F32, ir_type_numel(&out->type), cg_ref(b, out));
+    cg_kstore(k, sb, o, kv(k, oi), val);
+  }
+  k->grid[0] = (uint32_t)(nt < 65535 ? nt : 65535);
+  k->grid[1] = (uint32_t)(mt < 65535 ? mt : 65535);
+  k->block[0] = THREADS;
+  cg_launch(b, k);
+  return true;
+}

@@ -1,0 +1,2422 @@
+/* ONNX import: takes a serialized ModelProto (decoded by protobuf-c from
+ * the onnx.proto of the installed onnx package) and returns a verified
+ * graph plus the data of its params.  Each ONNX node is mapped onto the
+ * op table, decomposed where ONNX has no single equivalent (Gemm with
+ * alpha/beta, Elu, Split, Tile, ...).  Every value whose contents are
+ * known at import (initializers, Constant, Shape of a static shape and
+ * everything computed from those) is carried as host data and each IR node
+ * whose operands are all known is evaluated at once by the reference
+ * interpreter, so Shape -> Gather -> Concat -> Reshape chains and gate
+ * reordering of constant LSTM weights leave no trace in the graph.  Known
+ * values that reach a runtime op become params named after the ONNX value
+ * (or splat consts). */
+#include "config.h"
+
+#include "frontend/onnx.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#if HAVE_ONNX
+
+#include "frontend/onnx.pb-c.h"
+
+/* Folding evaluates nodes on the host: past this many elements a node
+ * stays in the graph (OnnxOptions.max_fold_elems overrides it). */
+#define FOLD_MAX_ELEMS ((int64_t)1 << 26)
+/* A model file larger than this is refused before reading (protobuf
+ * itself stops at 2 GiB). */
+#define MAX_MODEL_BYTES ((size_t)1 << 31)
+
+/* ---- ONNX dtypes ---- */
+
+static const char *const onnx_type_names[] = {
+    "UNDEFINED", "FLOAT",  "UINT8",  "INT8",   "UINT16",    "INT16",      "INT32",   "INT64", "STRING",
+    "BOOL",      "FLOAT16", "DOUBLE", "UINT32", "UINT64", "COMPLEX64", "COMPLEX128", "BFLOAT16",
+};
+
+static const char *onnx_type_name(int32_t t) {
+  return t >= 0 && t < (int32_t)ARRAY_LEN(onnx_type_names) ? onnx_type_names[t] : "an unknown dtype";
+}
+
+static bool dtype_from_onnx(int32_t t, DType *out) {
+  switch (t) {
+    case ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT: *out = TY_F32; return true;
+    case ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT16: *out = TY_F16; return true;
+    case ONNX__TENSOR_PROTO__DATA_TYPE__BFLOAT16: *out = TY_BF16; return true;
+    case ONNX__TENSOR_PROTO__DATA_TYPE__INT8: *out = TY_I8; return true;
+    case ONNX__TENSOR_PROTO__DATA_TYPE__INT32: *out = TY_I32; return true;
+    case ONNX__TENSOR_PROTO__DATA_TYPE__INT64: *out = TY_I64; return true;
+    default: return false;
+  }
+}
+
+static const char dtypes_we_have[] = "dlcc has FLOAT, FLOAT16, BFLOAT16, INT8, INT32 and INT64";
+
+__attribute__((format(printf, 3, 4))) static bool efail(char *err, size_t errlen, const char *fmt,
+                                                         ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(err, errlen, fmt, ap);
+  va_end(ap);
+  return false;
+}
+
+/* ---- files ---- */
+
+/* Whole file into malloc'd memory. */
+static void *read_whole(const char *path, size_t *len, char *err, size_t errlen) {
+  FILE *f = fopen(path, "rb");
+  if (!f) {
+    efail(err, errlen, "cannot read '%s': %s", path, strerror(errno));
+    return NULL;
+  }
+  size_t cap = 1 << 16, n = 0;
+  unsigned char *buf = malloc(cap);
+  while (buf) {
+    size_t got = fread(buf + n, 1, cap - n, f);
+    n += got;
+    if (got == 0) break;
+    if (n == cap) {
+      unsigned char *bigger = cap >= MAX_MODEL_BYTES ? NULL : realloc(buf, cap * 2);
+      if (!bigger) {
+        free(buf);
+        buf = NULL;
+        fclose(f);
+        efail(err, errlen, "cannot read '%s': larger than %zu bytes", path, MAX_MODEL_BYTES);
+        return NULL;
+      }
+      buf = bigger;
+      cap *= 2;
+    }
+  }
+  bool failed = ferror(f);
+  fclose(f);
+  if (!buf || failed) {
+    free(buf);
+    efail(err, errlen, "cannot read '%s': %s", path, buf ? strerror(errno) : "out of memory");
+    return NULL;
+  }
+  *len = n;
+  return buf;
+}
+
+static char *dir_of(Arena *a, const char *path) {
+  const char *slash = strrchr(path, '/');
+  return slash ? arena_strndup(a, path, (size_t)(slash - path)) : arena_strdup(a, ".");
+}
+
+/* The raw bytes of a tensor stored outside the model (external_data:
+ * location, offset, length), read into dst. */
+static bool read_external(const Onnx__TensorProto *t, const char *dir, void *dst, size_t nbytes,
+                          char *err, size_t errlen) {
+  const char *location = NULL;
+  long long offset = 0, length = -1;
+  for (size_t i = 0; i < t->n_external_data; i++) {
+    const Onnx__StringStringEntryProto *kv = t->external_data[i];
+    if (!kv->key || !kv->value) continue;
+    char *end;
+    if (strcmp(kv->key, "location") == 0) {
+      location = kv->value;
+    } else if (strcmp(kv->key, "offset") == 0 || strcmp(kv->key, "length") == 0) {
+      errno = 0;
+      long long v = strtoll(kv->value, &end, 10);
+      if (*end || end == kv->value || errno || v < 0)
+        return efail(err, errlen, "external data %s '%s' is not a byte count", kv->key, kv->value);
+      if (kv->key[0] == 'o')
+        offset = v;
+      else
+        length = v;
+    }
+  }
+  if (!location || !*location)
+    return efail(err, errlen, "external data without a 'location'");
+  /* Only files next to the model: a model from elsewhere must not read
+   * arbitrary paths. */
+  if (location[0] == '/' || strstr(location, "..") != NULL)
+    return efail(err, errlen, "external data location '%s' must be a relative path below the model's directory",
+                 location);
+  if (length >= 0 && (unsigned long long)length != (unsigned long long)nbytes)
+    return efail(err, errlen, "external data '%s' has length %lld, the tensor needs %zu bytes",
+                 location, length, nbytes);
+  char *path = NULL;
+  if (asprintf(&path, "%s/%s", dir, location) < 0) return efail(err, errlen, "out of memory");
+  FILE *f = fopen(path, "rb");
+  if (!f) {
+    efail(err, errlen, "cannot read external data '%s': %s", path, strerror(errno));
+    free(path);
+    return false;
+  }
+  bool ok = fseeko(f, (off_t)offset, SEEK_SET) == 0 && fread(dst, 1, nbytes, f) == nbytes;
+  fclose(f);
+  if (!ok)
+    efail(err, errlen, "external data '%s' is too short: %zu bytes at offset %lld", path, nbytes,
+          offset);
+  free(path);
+  return ok;
+}
+
+/* A TensorProto's contents as a host tensor (malloc'd data). */
+static bool tensor_from_proto(const Onnx__TensorProto *t, const char *dir, Tensor *out, char *err,
+                              size_t errlen) {
+  *out = (Tensor){0};
+  DType dt;
+  if (!t->has_data_type || !dtype_from_onnx(t->data_type, &dt))
+    return efail(err, errlen, "dtype %s is not supported (%s)", onnx_type_name(t->data_type),
+                 dtypes_we_have);
+  if (t->n_dims > DL_MAX_RANK)
+    return efail(err, errlen, "rank %zu is not supported (at most %d)", t->n_dims, (int)DL_MAX_RANK);
+  TensorType type = {.dtype = dt, .rank = (int)t->n_dims};
+  for (size_t i = 0; i < t->n_dims; i++) {
+    if (t->dims[i] < 0) return efail(err, errlen, "dim %zu is negative (%" PRId64 ")", i, t->dims[i]);
+    if (t->dims[i] == 0) return efail(err, errlen, "dim %zu is 0: empty tensors are not supported", i);
+    if (t->dims[i] > DL_MAX_ELEMS)
+      return efail(err, errlen, "dim %zu (%" PRId64 ") is too large", i, t->dims[i]);
+    type.dims[i] = t->dims[i];
+  }
+  int64_t n = ir_type_numel(&type);
+  char ts[IR_TYPE_STR_MAX];
+  ir_type_str(&type, ts, sizeof ts);
+  if (n < 0) return efail(err, errlen, "shape %s is larger than %" PRId64 " elements", ts, DL_MAX_ELEMS);
+  if (t->segment) return efail(err, errlen, "segmented tensors are not supported");
+  size_t nbytes = ir_tensor_nbytes(&type);
+  bool external = (t->has_data_location && t->data_location == ONNX__TENSOR_PROTO__DATA_LOCATION__EXTERNAL) ||
+                  t->n_external_data > 0;
+  size_t given;
+  const char *field;
+  if (external) {
+    given = nbytes, field = "external";
+  } else if (t->has_raw_data) {
+    given = t->raw_data.len, field = "raw_data bytes";
+  } else if (dt == TY_F32) {
+    given = t->n_float_data, field = "float_data values";
+  } else if (dt == TY_I64) {
+    given = t->n_int64_data, field = "int64_data values";
+  } else {
+    given = t->n_int32_data, field = "int32_data values";
+  }
+  size_t want = external || t->has_raw_data ? nbytes : (size_t)n;
+  if (given != want)
+    return efail(err, errlen, "%s %s needs %zu %s, the file has %zu", ts,
+                 onnx_type_name(t->data_type), want, field, given);
+  if (!ir_tensor_alloc(out, &type)) return efail(err, errlen, "out of memory for %s", ts);
+  if (external) {
+    if (!read_external(t, dir, out->data, nbytes, err, errlen)) {
+      ir_tensor_free(out);
+      return false;
+    }
+  } else if (t->has_raw_data) {
+    memcpy(out->data, t->raw_data.data, nbytes); /* little-endian, as the host */
+  } else if (dt == TY_F32) {
+    memcpy(out->data, t->float_data, nbytes);
+  } else if (dt == TY_I64) {
+    memcpy(out->data, t->int64_data, nbytes);
+  } else {
+    for (int64_t i = 0; i < n; i++) {
+      int32_t v = t->int32_data[i];
+      switch (dt) {
+        case TY_F16:
+        case TY_BF16: ((uint16_t *)out->data)[i] = (uint16_t)v; break;
+        case TY_I8: ((int8_t *)out->data)[i] = (int8_t)v; break;
+        default: ((int32_t *)out->data)[i] = v; break;
+      }
+    }
+  }
+  return true;
+}
+
+bool fe_onnx_read_tensor(const char *path, Tensor *out, char **name, char *err, size_t errlen) {
+  *out = (Tensor){0};
+  if (name) *name = NULL;
+  size_t len;
+  void *buf = read_whole(path, &len, err, errlen);
+  if (!buf) return false;
+  Onnx__TensorProto *t = onnx__tensor_proto__unpack(NULL, len, buf);
+  free(buf);
+  if (!t) return efail(err, errlen, "'%s' is not a serialized ONNX TensorProto", path);
+  char msg[512];
+  Arena a;
+  arena_init(&a);
+  bool ok = tensor_from_proto(t, dir_of(&a, path), out, msg, sizeof msg);
+  arena_free(&a);
+  if (ok && name && !(*name = strdup(t->name ? t->name : ""))) {
+    ir_tensor_free(out);
+    ok = false;
+    snprintf(msg, sizeof msg, "out of memory");
+  }
+  onnx__tensor_proto__free_unpacked(t, NULL);
+  if (!ok) efail(err, errlen, "'%s': %s", path, msg);
+  return ok;
+}
+
+/* ---- the importer ---- */
+
+/* What the importer knows about one ONNX value. */
+typedef struct Val {
+  const char *name; /* ONNX name; NULL for temporaries */
+  TensorType type;
+  Value *v;           /* in the graph; NULL until a runtime op needs it */
+  Tensor *k;          /* contents known at import, or NULL */
+  const Tensor *hint; /* OnnxOptions.known's value for a graph input */
+} Val;
+
+typedef struct Entry {
+  const char *name;
+  Val *val;
+  int producer; /* node index; -1 for graph inputs and initializers */
+  struct Entry *next;
+} Entry;
+
+enum { N_BUCKETS = 4096 };
+
+typedef struct Imp {
+  Ctx *c;
+  Graph *g;
+  const char *file; /* for messages */
+  const char *dir;  /* external data */
+  const SrcFile *src;
+  const OnnxOptions *opt;
+  bool *define_used;
+  int64_t opset;
+  Entry **buckets;
+  /* Every known tensor (malloc'd), freed at the end unless a param took it. */
+  Tensor **owned;
+  int n_owned, cap_owned;
+  /* Params in graph order; each is a Val whose k is its data. */
+  Val **params;
+  int n_params, cap_params;
+  int n_temps;
+  /* The node being imported. */
+  const Onnx__NodeProto *np;
+  int node_index;
+  bool *attr_used;
+  SrcLoc loc;
+  int64_t fold_max;
+} Imp;
+
+static uint32_t hash_str(const char *s) {
+  uint32_t h = 2166136261u;
+  for (; *s; s++) h = (h ^ (unsigned char)*s) * 16777619u;
+  return h;
+}
+
+static Entry *find_entry(Imp *im, const char *name) {
+  for (Entry *e = im->buckets[hash_str(name) % N_BUCKETS]; e; e = e->next)
+    if (strcmp(e->name, name) == 0) return e;
+  return NULL;
+}
+
+static Entry *add_entry(Imp *im, const char *name, int producer) {
+  Entry *e = ARENA_NEW(&im->c->arena, Entry);
+  e->name = arena_strdup(&im->c->arena, name);
+  e->producer = producer;
+  uint32_t b = hash_str(name) % N_BUCKETS;
+  e->next = im->buckets[b];
+  im->buckets[b] = e;
+  return e;
+}
+
+__attribute__((format(printf, 2, 3))) static bool bad(Imp *im, const char *fmt, ...) {
+  char msg[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  const Onnx__NodeProto *np = im->np;
+  if (np) {
+    const char *name = np->name && *np->name ? np->name : NULL;
+    diag_error(im->c, (SrcLoc){0}, "%s: node %d%s%s%s (%s): %s", im->file, im->node_index,
+               name ? " '" : "", name ? name : "", name ? "'" : "", np->op_type ? np->op_type : "?",
+               msg);
+  } else {
+    diag_error(im->c, (SrcLoc){0}, "%s: %s", im->file, msg);
+  }
+  return false;
+}
+
+static void *grow(Imp *im, void *p, int *cap, size_t elem) {
+  int n = *cap ? *cap * 2 : 64;
+  void *q = realloc(p, (size_t)n * elem);
+  if (!q) dl_internal(im->c, "out of memory");
+  *cap = n;
+  return q;
+}
+
+/* Takes ownership of t's data. */
+static Tensor *own(Imp *im, Tensor t) {
+  Tensor *k = malloc(sizeof *k);
+  if (!k) {
+    ir_tensor_free(&t);
+    dl_internal(im->c, "out of memory");
+  }
+  *k = t;
+  if (im->n_owned == im->cap_owned)
+    im->owned = grow(im, im->owned, &im->cap_owned, sizeof *im->owned);
+  im->owned[im->n_owned++] = k;
+  return k;
+}
+
+static Val *new_val(Imp *im, const TensorType *t) {
+  Val *v = ARENA_NEW(&im->c->arena, Val);
+  v->type = *t;
+  return v;
+}
+
+static Val *known(Imp *im, Tensor t) {
+  Tensor *k = own(im, t);
+  Val *v = new_val(im, &k->type);
+  v->k = k;
+  return v;
+}
+
+/* A fresh known tensor of type t for the caller to fill. */
+static Val *known_new(Imp *im, const TensorType *t) {
+  Tensor d;
+  if (!ir_tensor_alloc(&d, t)) dl_internal(im->c, "out of memory");
+  return known(im, d);
+}
+
+static Val *scalar(Imp *im, double x, DType dt) {
+  TensorType t = {.dtype = dt, .rank = 0};
+  Val *v = known_new(im, &t);
+  ir_tensor_set(v->k, 0, x);
+  return v;
+}
+
+static Val *ints_val(Imp *im, int n, const int64_t *x) {
+  int64_t dim = n;
+  TensorType t = ir_type_make(TY_I64, 1, &dim);
+  Val *v = known_new(im, &t);
+  memcpy(v->k->data, x, sizeof(int64_t) * (size_t)n);
+  return v;
+}
+
+static bool is_splat(const Tensor *t, double *value) {
+  int64_t n = ir_type_numel(&t->type);
+  double first = ir_tensor_get(t, 0);
+  if (isnan(first) || (!ir_dtype_is_float(t->type.dtype) && fabs(first) > 9007199254740992.0))
+    return false;
+  for (int64_t i = 1; i < n; i++)
+    if (ir_tensor_get(t, i) != first) return false;
+  *value = first;
+  return true;
+}
+
+/* The value in the graph, made on first use: a known value becomes a
+ * splat const or a param holding its data. */
+static Value *use(Imp *im, Val *v) {
+  if (v->v) return v->v;
+  if (!v->k) dl_internal(im->c, "ONNX value without a definition");
+  double splat;
+  if (is_splat(v->k, &splat)) {
+    Node *n = ir_node_new(im->g, OP_CONST, 0, NULL, im->loc);
+    ir_set_float(im->g, n, "value", splat);
+    ir_declare(n, &v->type);
+    ir_append(im->g, n);
+    return v->v = &n->out[0];
+  }
+  const char *name = v->name;
+  if (!name) {
+    const char *base = im->np && im->np->n_output && im->np->output[0] && *im->np->output[0]
+                           ? im->np->output[0]
+                           : "const";
+    name = arena_printf(&im->c->arena, "%s.%d", base, im->n_temps++);
+  }
+  /* Param names are one namespace: a temporary may not take an ONNX name. */
+  while (find_entry(im, name) && find_entry(im, name)->val != v)
+    name = arena_printf(&im->c->arena, "%s.%d", name, im->n_temps++);
+  if (!v->name) add_entry(im, name, -1)->val = v;
+  Node *n = ir_source(im->g, OP_PARAM, &v->type, name, im->loc);
+  if (im->n_params == im->cap_params)
+    im->params = grow(im, im->params, &im->cap_params, sizeof *im->params);
+  im->params[im->n_params++] = v;
+  v->name = name;
+  return v->v = &n->out[0];
+}
+
+static Val *val_of(Imp *im, Value *x) {
+  Val *v = new_val(im, &x->type);
+  v->v = x;
+  return v;
+}
+
+/* ---- building nodes, folded when every operand is known ---- */
+
+typedef struct Emit {
+  Node *n;
+  Graph *fold; /* non-NULL: evaluated at once */
+  int n_in;
+  Val **in;
+} Emit;
+
+static Node *begin_in(Imp *im, Emit *e, OpKind op, int n_in, Val *const *in, bool may_fold) {
+  bool all_known = may_fold && n_in > 0;
+  int64_t total = 0;
+  for (int i = 0; i < n_in; i++) {
+    if (!in[i]->k) all_known = false;
+    else total += ir_type_numel(&in[i]->type);
+  }
+  e->fold = all_known && total <= im->fold_max ? ir_graph_new(im->c, "fold") : NULL;
+  e->n_in = n_in;
+  e->in = ARENA_ARRAY(&im->c->arena, Val *, n_in > 0 ? n_in : 1);
+  Value **ops = ARENA_ARRAY(&im->c->arena, Value *, n_in > 0 ? n_in : 1);
+  for (int i = 0; i < n_in; i++) {
+    e->in[i] = in[i];
+    if (e->fold) {
+      const char *name = arena_printf(&im->c->arena, "k%d", i);
+      ops[i] = &ir_source(e->fold, OP_PARAM, &in[i]->type, name, im->loc)->out[0];
+    } else {
+      ops[i] = use(im, in[i]);
+    }
+  }
+  e->n = ir_node_new(e->fold ? e->fold : im->g, op, n_in, ops, im->loc);
+  return e->n;
+}
+
+static Node *begin(Imp *im, Emit *e, OpKind op, int n_in, Val *const *in) {
+  return begin_in(im, e, op, n_in, in, true);
+}
+
+/* Results into out[0..n_out). */
+static bool finish(Imp *im, Emit *e, Val **out) {
+  char err[1024];
+  Node *n = e->n;
+  if (!ir_fill_defaults(im->g, n, err, sizeof err) || !ir_infer(n, err, sizeof err))
+    return bad(im, "%s", err);
+  if (!e->fold) {
+    ir_append(im->g, n);
+    for (int i = 0; i < n->n_out; i++) out[i] = val_of(im, &n->out[i]);
+    return true;
+  }
+  for (int i = 0; i < n->n_out; i++)
+    if (ir_type_numel(&n->out[i].type) > im->fold_max) {
+      /* Too large to fold after all: rebuild it in the graph. */
+      Emit e2;
+      begin_in(im, &e2, n->op, e->n_in, e->in, false);
+      for (int a = 0; a < n->n_attrs; a++) {
+        const Attr *at = &n->attrs[a];
+        switch (at->kind) {
+          case AK_INT: ir_set_int(im->g, e2.n, at->name, at->i); break;
+          case AK_FLOAT: ir_set_float(im->g, e2.n, at->name, at->f); break;
+          case AK_INTS: ir_set_ints(im->g, e2.n, at->name, at->ints.n, at->ints.v); break;
+          case AK_STR: ir_set_str(im->g, e2.n, at->name, at->s); break;
+          case AK_DTYPE: ir_set_dtype(im->g, e2.n, at->name, at->dt); break;
+        }
+      }
+      return finish(im, &e2, out);
+    }
+  ir_append(e->fold, n);
+  Value *outs[8];
+  const char *names[8];
+  const char **pnames = ARENA_ARRAY(&im->c->arena, const char *, e->n_in);
+  Tensor *pt = ARENA_ARRAY(&im->c->arena, Tensor, e->n_in);
+  if (n->n_out > 8) dl_internal(im->c, "too many results to fold");
+  for (int i = 0; i < n->n_out; i++) outs[i] = &n->out[i], names[i] = "r";
+  ir_set_outputs(e->fold, n->n_out, outs, names);
+  for (int i = 0; i < e->n_in; i++) {
+    pnames[i] = ir_attr_str(n->in[i]->def, "name");
+    pt[i] = *e->in[i]->k;
+  }
+  TensorMap pm = {e->n_in, pnames, pt};
+  Tensor res[8];
+  if (!ir_eval(e->fold, NULL, &pm, res, err, sizeof err))
+    return bad(im, "evaluating %s on constant operands: %s", ir_ops[n->op].name, err);
+  for (int i = 0; i < n->n_out; i++) out[i] = known(im, res[i]);
+  return true;
+}
+
+static Val *emit1(Imp *im, Emit *e) {
+  Val *out[8];
+  return finish(im, e, out) ? out[0] : NULL;
+}
+
+static Val *op1(Imp *im, OpKind op, Val *x) {
+  if (!x) return NULL;
+  Emit e;
+  begin(im, &e, op, 1, &x);
+  return emit1(im, &e);
+}
+
+static Val *op2(Imp *im, OpKind op, Val *a, Val *b) {
+  if (!a || !b) return NULL;
+  Val *in[2] = {a, b};
+  Emit e;
+  begin(im, &e, op, 2, in);
+  return emit1(im, &e);
+}
+
+static Val *op2s(Imp *im, OpKind op, Val *a, double s) {
+  return a ? op2(im, op, a, scalar(im, s, a->type.dtype)) : NULL;
+}
+
+static Val *op1f(Imp *im, OpKind op, Val *x, const char *attr, double v) {
+  if (!x) return NULL;
+  Emit e;
+  Node *n = begin(im, &e, op, 1, &x);
+  ir_set_float(im->g, n, attr, v);
+  return emit1(im, &e);
+}
+
+static bool same_dims(const TensorType *t, int rank, const int64_t *dims) {
+  if (t->rank != rank) return false;
+  for (int i = 0; i < rank; i++)
+    if (t->dims[i] != dims[i]) return false;
+  return true;
+}
+
+static Val *reshape(Imp *im, Val *x, int rank, const int64_t *dims) {
+  if (!x) return NULL;
+  if (same_dims(&x->type, rank, dims)) return x;
+  Emit e;
+  Node *n = begin(im, &e, OP_RESHAPE, 1, &x);
+  ir_set_ints(im->g, n, "shape", rank, dims);
+  return emit1(im, &e);
+}
+
+static Val *transpose(Imp *im, Val *x, const int64_t *perm) {
+  if (!x) return NULL;
+  bool identity = true;
+  for (int i = 0; i < x->type.rank; i++) identity &= perm[i] == i;
+  if (identity) return x;
+  Emit e;
+  Node *n = begin(im, &e, OP_TRANSPOSE, 1, &x);
+  ir_set_ints(im->g, n, "perm", x->type.rank, perm);
+  return emit1(im, &e);
+}
+
+static Val *cast(Imp *im, Val *x, DType dt) {
+  if (!x || x->type.dtype == dt) return x;
+  Emit e;
+  Node *n = begin(im, &e, OP_CAST, 1, &x);
+  ir_set_dtype(im->g, n, "to", dt);
+  return emit1(im, &e);
+}
+
+/* x[start:end:step] along one axis (0 <= start < end <= dim, step >= 1). */
+static Val *slice_axis(Imp *im, Val *x, int axis, int64_t start, int64_t end, int64_t step) {
+  if (!x) return NULL;
+  int r = x->type.rank;
+  if (start == 0 && end == x->type.dims[axis] && step == 1) return x;
+  int64_t s[DL_MAX_RANK], en[DL_MAX_RANK], st[DL_MAX_RANK];
+  for (int d = 0; d < r; d++) s[d] = 0, en[d] = x->type.dims[d], st[d] = 1;
+  s[axis] = start, en[axis] = end, st[axis] = step;
+  Emit e;
+  Node *n = begin(im, &e, OP_SLICE, 1, &x);
+  ir_set_ints(im->g, n, "starts", r, s);
+  ir_set_ints(im->g, n, "ends", r, en);
+  ir_set_ints(im->g, n, "steps", r, st);
+  return emit1(im, &e);
+}
+
+static Val *concat(Imp *im, int n_in, Val **in, int axis) {
+  for (int i = 0; i < n_in; i++)
+    if (!in[i]) return NULL;
+  if (n_in == 1) return in[0];
+  Emit e;
+  Node *n = begin(im, &e, OP_CONCAT, n_in, in);
+  ir_set_int(im->g, n, "axis", axis);
+  return emit1(im, &e);
+}
+
+static Val *reduce(Imp *im, OpKind op, Val *x, int n_axes, const int64_t *axes, bool keep) {
+  if (!x) return NULL;
+  Emit e;
+  Node *n = begin(im, &e, op, 1, &x);
+  ir_set_ints(im->g, n, "axes", n_axes, axes);
+  ir_set_int(im->g, n, "keepdims", keep);
+  return emit1(im, &e);
+}
+
+static Val *gather(Imp *im, Val *data, Val *idx, int axis) {
+  if (!data || !idx) return NULL;
+  Val *in[2] = {data, idx};
+  Emit e;
+  Node *n = begin(im, &e, OP_GATHER, 2, in);
+  ir_set_int(im->g, n, "axis", axis);
+  return emit1(im, &e);
+}
+
+/* x reversed along axis: a gather of dim-1 .. 0. */
+static Val *reverse_axis(Imp *im, Val *x, int axis) {
+  if (!x) return NULL;
+  int64_t T = x->type.dims[axis];
+  if (T > im->fold_max) {
+    bad(im, "reversing an axis of %" PRId64 " elements is not supported", T);
+    return NULL;
+  }
+  TensorType it = ir_type_make(TY_I64, 1, &T);
+  Val *idx = known_new(im, &it);
+  for (int64_t i = 0; i < T; i++) ((int64_t *)idx->k->data)[i] = T - 1 - i;
+  return gather(im, x, idx, axis);
+}
+
+/* ---- attributes ---- */
+
+static const Onnx__AttributeProto *find_attr(Imp *im, const char *name) {
+  const Onnx__NodeProto *np = im->np;
+  for (size_t i = 0; i < np->n_attribute; i++)
+    if (np->attribute[i]->name && strcmp(np->attribute[i]->name, name) == 0) {
+      im->attr_used[i] = true;
+      return np->attribute[i];
+    }
+  return NULL;
+}
+
+static bool attr_kind(Imp *im, const Onnx__AttributeProto *a, Onnx__AttributeProto__AttributeType want,
+                      const char *what) {
+  /* Old exporters leave type unset; then the filled field decides. */
+  if (a->has_type && a->type != want)
+    return bad(im, "attribute '%s' must be %s", a->name, what);
+  return true;
+}
+
+static bool attr_int(Imp *im, const char *name, int64_t def, int64_t *out) {
+  const Onnx__AttributeProto *a = find_attr(im, name);
+  *out = def;
+  if (!a) return true;
+  if (!attr_kind(im, a, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INT, "an integer")) return false;
+  *out = a->i;
+  return true;
+}
+
+static bool attr_float(Imp *im, const char *name, double def, double *out) {
+  const Onnx__AttributeProto *a = find_attr(im, name);
+  *out = def;
+  if (!a) return true;
+  if (!attr_kind(im, a, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__FLOAT, "a float")) return false;
+  *out = a->f;
+  return true;
+}
+
+/* *out NULL when absent. */
+static bool attr_str(Imp *im, const char *name, const char *def, const char **out) {
+  const Onnx__AttributeProto *a = find_attr(im, name);
+  *out = def;
+  if (!a) return true;
+  if (!attr_kind(im, a, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__STRING, "a string")) return false;
+  *out = arena_strndup(&im->c->arena, (const char *)a->s.data, a->s.len);
+  return true;
+}
+
+/* *n = -1 when absent. */
+static bool attr_ints(Imp *im, const char *name, int *n, const int64_t **v) {
+  const Onnx__AttributeProto *a = find_attr(im, name);
+  *n = -1;
+  *v = NULL;
+  if (!a) return true;
+  if (!attr_kind(im, a, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INTS, "a list of integers")) return false;
+  if (a->n_ints > 64) return bad(im, "attribute '%s' has %zu values, more than dlcc takes", name, a->n_ints);
+  *n = (int)a->n_ints;
+  *v = a->ints;
+  return true;
+}
+
+/* A flag attribute that dlcc supports only at one value. */
+static bool attr_only(Imp *im, const char *name, int64_t def, int64_t allowed) {
+  int64_t v;
+  if (!attr_int(im, name, def, &v)) return false;
+  if (v != allowed)
+    return bad(im, "attribute %s=%" PRId64 " is not supported (only %" PRId64 ")", name, v, allowed);
+  return true;
+}
+
+/* ---- operands ---- */
+
+typedef struct ONode {
+  int n_in;
+  Val **in; /* NULL where the name is empty */
+  int n_out;
+  Val **out;
+  const bool *want; /* output named (used) */
+} ONode;
+
+static Val *in_opt(const ONode *n, int i) { return i < n->n_in ? n->in[i] : NULL; }
+
+static Val *in_req(Imp *im, const ONode *n, int i) {
+  Val *v = in_opt(n, i);
+  if (!v) bad(im, "input %d is missing", i + 1);
+  return v;
+}
+
+static const Tensor *need_const(Imp *im, Val *v, const char *what) {
+  if (v->k) return v->k;
+  if (v->hint) return v->hint;
+  bad(im, "%s computed at run time is not supported: it must be an initializer, a Constant or "
+          "follow from static shapes",
+      what);
+  return NULL;
+}
+
+/* Up to 64 integers from a known 0-d or 1-d integer tensor. */
+static bool const_ints(Imp *im, Val *v, const char *what, int *n, int64_t *out) {
+  const Tensor *t = need_const(im, v, what);
+  if (!t) return false;
+  if (ir_dtype_is_float(t->type.dtype) || t->type.rank > 1)
+    return bad(im, "%s must be a 0-d or 1-d integer tensor", what);
+  int64_t count = ir_type_numel(&t->type);
+  if (count > 64) return bad(im, "%s has %" PRId64 " values, more than dlcc takes", what, count);
+  for (int64_t i = 0; i < count; i++) out[i] = (int64_t)ir_tensor_get(t, i);
+  if (t->type.dtype == TY_I64)
+    for (int64_t i = 0; i < count; i++) out[i] = ((const int64_t *)t->data)[i];
+  *n = (int)count;
+  return true;
+}
+
+static bool const_scalar(Imp *im, Val *v, const char *what, double *out) {
+  const Tensor *t = need_const(im, v, what);
+  if (!t) return false;
+  if (ir_type_numel(&t->type) != 1) return bad(im, "%s must hold one value", what);
+  *out = ir_tensor_get(t, 0);
+  return true;
+}
+
+static bool norm_axis(Imp *im, int64_t a, int rank, int *out) {
+  *out = 0;
+  if (a < -rank || a >= rank)
+    return bad(im, "axis %" PRId64 " is out of range for rank %d", a, rank);
+  *out = (int)(a < 0 ? a + rank : a);
+  return true;
+}
+
+/* Axes normalized, sorted, without duplicates. */
+static bool norm_axes(Imp *im, int n, const int64_t *in, int rank, int *n_out, int64_t *out) {
+  bool seen[DL_MAX_RANK] = {false};
+  for (int i = 0; i < n; i++) {
+    int a;
+    if (!norm_axis(im, in[i], rank, &a)) return false;
+    seen[a] = true;
+  }
+  *n_out = 0;
+  for (int d = 0; d < rank; d++)
+    if (seen[d]) out[(*n_out)++] = d;
+  return true;
+}
+
+static bool need_float_in(Imp *im, Val *x) {
+  if (!ir_dtype_is_float(x->type.dtype))
+    return bad(im, "input of dtype %s is not supported (a float type is needed)",
+               ir_dtype_name(x->type.dtype));
+  return true;
+}
+
+/* ---- elementwise ---- */
+
+typedef struct UnaryMap {
+  const char *onnx;
+  OpKind op;
+} UnaryMap;
+
+static const UnaryMap unary_ops[] = {
+    {"Abs", OP_ABS},   {"Neg", OP_NEG},   {"Relu", OP_RELU},       {"Sigmoid", OP_SIGMOID},
+    {"Tanh", OP_TANH}, {"Exp", OP_EXP},   {"Log", OP_LOG},         {"Sqrt", OP_SQRT},
+    {"Erf", OP_ERF},   {"Sin", OP_SIN},   {"Cos", OP_COS},         {"Reciprocal", OP_RECIPROCAL},
+    {"HardSwish", OP_HARDSWISH},
+};
+
+static bool op_unary(Imp *im, ONode *n) {
+  Val *x = in_req(im, n, 0);
+  if (!x) return false;
+  for (size_t i = 0; i < ARRAY_LEN(unary_ops); i++)
+    if (strcmp(im->np->op_type, unary_ops[i].onnx) == 0) return (n->out[0] = op1(im, unary_ops[i].op, x));
+  dl_unreachable(im->c);
+}
+
+static bool op_leaky_relu(Imp *im, ONode *n) {
+  double alpha;
+  Val *x = in_req(im, n, 0);
+  if (!x || !attr_float(im, "alpha", 0.01, &alpha)) return false;
+  return (n->out[0] = op1f(im, OP_LEAKY_RELU, x, "alpha", alpha));
+}
+
+static bool op_gelu(Imp *im, ONode *n) {
+  const char *approx;
+  Val *x = in_req(im, n, 0);
+  if (!x || !attr_str(im, "approximate", "none", &approx)) return false;
+  if (strcmp(approx, "none") != 0 && strcmp(approx, "tanh") != 0)
+    return bad(im, "approximate='%s' is not supported (none or tanh)", approx);
+  Emit e;
+  Node *g = begin(im, &e, OP_GELU, 1, &x);
+  ir_set_str(im->g, g, "approximate", approx);
+  return (n->out[0] = emit1(im, &e));
+}
+
+/* alpha * (exp(min(x, 0) / scale) - 1): the negative side of Elu and Celu. */
+static Val *neg_exp_side(Imp *im, Val *x, double alpha, double scale) {
+  Val *m = op2s(im, OP_MINIMUM, x, 0.0);
+  if (scale != 1.0) m = op2s(im, OP_DIV, m, scale);
+  return op2s(im, OP_MUL, op2s(im, OP_SUB, op1(im, OP_EXP, m), 1.0), alpha);
+}
+
+static bool op_elu_family(Imp *im, ONode *n) {
+  const char *t = im->np->op_type;
+  Val *x = in_req(im, n, 0);
+  if (!x || !need_float_in(im, x)) return false;
+  double alpha, gamma = 1.0;
+  bool selu = strcmp(t, "Selu") == 0, celu = strcmp(t, "Celu") == 0;
+  if (!attr_float(im, "alpha", selu ? 1.67326319217681884765625 : 1.0, &alpha)) return false;
+  if (selu && !attr_float(im, "gamma", 1.05070102214813232421875, &gamma)) return false;
+  Val *y = op2(im, OP_ADD, op1(im, OP_RELU, x), neg_exp_side(im, x, alpha, celu ? alpha : 1.0));
+  if (selu) y = op2s(im, OP_MUL, y, gamma);
+  return (n->out[0] = y);
+}
+
+static bool op_hardsigmoid(Imp *im, ONode *n) {
+  double alpha, beta;
+  Val *x = in_req(im, n, 0);
+  if (!x || !attr_float(im, "alpha", 0.2, &alpha) || !attr_float(im, "beta", 0.5, &beta)) return false;
+  if (fabs(alpha - 1.0 / 6.0) < 1e-7 && beta == 0.5) return (n->out[0] = op1(im, OP_HARDSIGMOID, x));
+  Val *y = op2s(im, OP_ADD, op2s(im, OP_MUL, x, alpha), beta);
+  if (!y) return false;
+  Emit e;
+  Node *c = begin(im, &e, OP_CLIP, 1, &y);
+  ir_set_float(im->g, c, "min", 0.0);
+  ir_set_float(im->g, c, "max", 1.0);
+  return (n->out[0] = emit1(im, &e));
+}
+
+static bool op_softplus(Imp *im, ONode *n) {
+  Val *x = in_req(im, n, 0);
+  if (!x) return false;
+  return (n->out[0] = op1(im, OP_LOG, op2s(im, OP_ADD, op1(im, OP_EXP, x), 1.0)));
+}
+
+static bool op_softsign(Imp *im, ONode *n) {
+  Val *x = in_req(im, n, 0);
+  if (!x) return false;
+  return (n->out[0] = op2(im, OP_DIV, x, op2s(im, OP_ADD, op1(im, OP_ABS, x), 1.0)));
+}
+
+static bool op_prelu(Imp *im, ONode *n) {
+  Val *x = in_req(im, n, 0), *slope = in_req(im, n, 1);
+  if (!x || !slope) return false;
+  return (n->out[0] = op2(im, OP_ADD, op1(im, OP_RELU, x),
+                          op2(im, OP_MUL, slope, op2s(im, OP_MINIMUM, x, 0.0))));
+}
+
+static bool op_clip(Imp *im, ONode *n) {
+  Val *x = in_req(im, n, 0);
+  if (!x) return false;
+  double lo = -INFINITY, hi = INFINITY;
+  if (im->opset < 11) {
+    if (!attr_float(im, "min", -INFINITY, &lo) || !attr_float(im, "max", INFINITY, &hi)) return false;
+  } else {
+    if (in_opt(n, 1) && !const_scalar(im, n->in[1], "Clip's min", &lo)) return false;
+    if (in_opt(n, 2) && !const_scalar(im, n->in[2], "Clip's max", &hi)) return false;
+  }
+  Val *y = x;
+  if (isfinite(lo) && isfinite(hi)) {
+    Emit e;
+    Node *c = begin(im, &e, OP_CLIP, 1, &x);
+    ir_set_float(im->g, c, "min", lo);
+    ir_set_float(im->g, c, "max", hi);
+    y = emit1(im, &e);
+  } else {
+    if (isfinite(lo)) y = op2s(im, OP_MAXIMUM, y, lo);
+    if (isfinite(hi)) y = op2s(im, OP_MINIMUM, y, hi);
+  }
+  return (n->out[0] = y);
+}
+
+static bool op_binary(Imp *im, ONode *n) {
+  const char *t = im->np->op_type;
+  Val *a = in_req(im, n, 0), *b = in_req(im, n, 1);
+  if (!a || !b) return false;
+  OpKind op = strcmp(t, "Add") == 0   ? OP_ADD
+              : strcmp(t, "Sub") == 0 ? OP_SUB
+              : strcmp(t, "Mul") == 0 ? OP_MUL
+              : strcmp(t, "Div") == 0 ? OP_DIV
+                                      : OP_POW;
+  /* Pow alone lets the exponent have its own dtype. */
+  if (op == OP_POW) b = cast(im, b, a->type.dtype);
+  return (n->out[0] = op2(im, op, a, b));
+}
+
+/* Max, Min, Sum, Mean: any number of operands, broadcast together. */
+static bool op_variadic(Imp *im, ONode *n) {
+  const char *t = im->np->op_type;
+  OpKind op = strcmp(t, "Max") == 0 ? OP_MAXIMUM : strcmp(t, "Min") == 0 ? OP_MINIMUM : OP_ADD;
+  if (n->n_in < 1) return bad(im, "needs at least one input");
+  Val *y = in_req(im, n, 0);
+  for (int i = 1; y && i < n->n_in; i++) {
+    Val *b = in_req(im, n, i);
+    y = b ? op2(im, op, y, b) : NULL;
+  }
+  if (y && strcmp(t, "Mean") == 0 && n->n_in > 1) y = op2s(im, OP_DIV, y, n->n_in);
+  return (n->out[0] = y);
+}
+
+static bool op_identity(Imp *im, ONode *n) {
+  Val *x = in_req(im, n, 0);
+  return (n->out[0] = x);
+}
+
+static bool op_dropout(Imp *im, ONode *n) {
+  double ratio;
+  int64_t seed;
+  Val *x = in_req(im, n, 0);
+  if (!x || !attr_float(im, "ratio", 0.5, &ratio) || !attr_int(im, "seed", 0, &seed) ||
+      !attr_only(im, "is_test", 1, 1))
+    return false;
+  if (in_opt(n, 2)) {
+    double training;
+    if (!const_scalar(im, n->in[2], "Dropout's training_mode", &training)) return false;
+    if (training != 0) return bad(im, "training_mode=true is not supported (inference only)");
+  }
+  if (n->n_out > 1 && n->want[1]) return bad(im, "the mask output is not supported");
+  return (n->out[0] = x);
+}
+
+static bool op_cast(Imp *im, ONode *n) {
+  Val *x = in_req(im, n, 0);
+  if (!x) return false;
+  DType to;
+  if (strcmp(im->np->op_type, "CastLike") == 0) {
+    Val *like = in_req(im, n, 1);
+    if (!like) return false;
+    to = like->type.dtype;
+  } else {
+    int64_t code, sat;
+    if (!attr_int(im, "to", 0, &code) || !attr_int(im, "saturate", 1, &sat)) return false;
+    if (!dtype_from_onnx((int32_t)code, &to))
+      return bad(im, "cast to %s is not supported (%s)", onnx_type_name((int32_t)code), dtypes_we_have);
+  }
+  return (n->out[0] = cast(im, x, to));
+}
+
+/* ---- matrix products ---- */
+
+static bool op_matmul(Imp *im, ONode *n) {
+  Val *a = in_req(im, n, 0), *b = in_req(im, n, 1);
+  if (!a || !b) return false;
+  return (n->out[0] = op2(im, OP_MATMUL, a, b));
+}
+
+static bool op_gemm(Imp *im, ONode *n) {
+  Val *a = in_req(im, n, 0), *b = in_req(im, n, 1), *c = in_opt(n, 2);
+  int64_t ta, tb;
+  double alpha, beta;
+  if (!a || !b || !attr_int(im, "transA", 0, &ta) || !attr_int(im, "transB", 0, &tb) ||
+      !attr_float(im, "alpha", 1.0, &alpha) || !attr_float(im, "beta", 1.0, &beta))
+    return false;
+  if (a->type.rank != 2 || b->type.rank != 2)
+    return bad(im, "A and B must be 2-d, got ranks %d and %d", a->type.rank, b->type.rank);
+  if (beta == 0) c = NULL;
+  static const int64_t swap[2] = {1, 0};
+  /* PyTorch's nn.Linear exports as Gemm(transB=1): keep it one op. */
+  if (!ta && tb && alpha == 1 &&
+      (!c || (beta == 1 && c->type.rank == 1 && c->type.dims[0] == b->type.dims[0]))) {
+    Val *in[3] = {a, b, c};
+    Emit e;
+    begin(im, &e, OP_LINEAR, c ? 3 : 2, in);
+    return (n->out[0] = emit1(im, &e));
+  }
+  if (ta) a = transpose(im, a, swap);
+  if (tb) b = transpose(im, b, swap);
+  Val *y = op2(im, OP_MATMUL, a, b);
+  if (alpha != 1) y = op2s(im, OP_MUL, y, alpha);
+  if (c) y = op2(im, OP_ADD, y, beta != 1 ? op2s(im, OP_MUL, c, beta) : c);
+  return (n->out[0] = y);
+}
+
+/* ---- convolution and pooling ---- */
+
+typedef struct Window {
+  int spatial;                      /* 1 or 2 */
+  int64_t kernel[2], stride[2], dil[2];
+  int64_t pad[4];                   /* top, left, bottom, right */
+} Window;
+
+/* kernel_shape, strides, dilations, pads and auto_pad for a window over
+ * x's trailing dims (kernel from the weight when kernel_shape is absent). */
+static bool window_attrs(Imp *im, const Val *x, const int64_t *wkernel, Window *w) {
+  int r = x->type.rank;
+  if (r != 3 && r != 4)
+    return bad(im, "%d spatial dims are not supported (1-d and 2-d are)", r - 2 > 0 ? r - 2 : 0);
+  int s = r - 2;
+  w->spatial = s;
+  int nk, ns, nd, np;
+  const int64_t *k, *st, *dl, *pd;
+  const char *auto_pad;
+  if (!attr_ints(im, "kernel_shape", &nk, &k) || !attr_ints(im, "strides", &ns, &st) ||
+      !attr_ints(im, "dilations", &nd, &dl) || !attr_ints(im, "pads", &np, &pd) ||
+      !attr_str(im, "auto_pad", "NOTSET", &auto_pad))
+    return false;
+  if (nk < 0 && !wkernel) return bad(im, "attribute 'kernel_shape' is missing");
+  if ((nk >= 0 && nk != s) || (ns >= 0 && ns != s) || (nd >= 0 && nd != s) || (np >= 0 && np != 2 * s))
+    return bad(im, "kernel_shape, strides and dilations need %d values and pads %d", s, 2 * s);
+  int64_t lo[2] = {0, 0}, hi[2] = {0, 0}, kk[2], ss[2], dd[2];
+  for (int i = 0; i < s; i++) {
+    kk[i] = nk >= 0 ? k[i] : wkernel[i];
+    if (wkernel && kk[i] != wkernel[i])
+      return bad(im, "kernel_shape %" PRId64 " differs from the weight's %" PRId64, kk[i], wkernel[i]);
+    ss[i] = ns >= 0 ? st[i] : 1;
+    dd[i] = nd >= 0 ? dl[i] : 1;
+    if (kk[i] < 1 || ss[i] < 1 || dd[i] < 1)
+      return bad(im, "kernel, strides and dilations must be >= 1");
+    int64_t in = x->type.dims[2 + i];
+    if (strcmp(auto_pad, "NOTSET") == 0) {
+      lo[i] = np >= 0 ? pd[i] : 0;
+      hi[i] = np >= 0 ? pd[s + i] : 0;
+      if (lo[i] < 0 || hi[i] < 0) return bad(im, "negative pads are not supported");
+    } else if (strcmp(auto_pad, "SAME_UPPER") == 0 || strcmp(auto_pad, "SAME_LOWER") == 0) {
+      int64_t out = (in + ss[i] - 1) / ss[i];
+      int64_t total = (out - 1) * ss[i] + (kk[i] - 1) * dd[i] + 1 - in;
+      if (total < 0) total = 0;
+      bool upper = auto_pad[5] == 'U';
+      lo[i] = upper ? total / 2 : total - total / 2;
+      hi[i] = total - lo[i];
+    } else if (strcmp(auto_pad, "VALID") != 0) {
+      return bad(im, "auto_pad='%s' is not supported", auto_pad);
+    }
+  }
+  /* A 1-d window is a 2-d one of height 1. */
+  int o = s == 1 ? 1 : 0;
+  w->kernel[0] = 1, w->stride[0] = 1, w->dil[0] = 1;
+  for (int i = 0; i < s; i++) {
+    w->kernel[o + i] = kk[i], w->stride[o + i] = ss[i], w->dil[o + i] = dd[i];
+  }
+  w->pad[0] = o ? 0 : lo[0], w->pad[1] = lo[s - 1];
+  w->pad[2] = o ? 0 : hi[0], w->pad[3] = hi[s - 1];
+  return true;
+}
+
+/* [N, C, L] -> [N, C, 1, L] for 1-d windows. */
+static Val *to_2d(Imp *im, Val *x) {
+  if (!x || x->type.rank != 3) return x;
+  int64_t d[4] = {x->type.dims[0], x->type.dims[1], 1, x->type.dims[2]};
+  return reshape(im, x, 4, d);
+}
+
+static Val *from_2d(Imp *im, Val *y, int spatial) {
+  if (!y || spatial != 1) return y;
+  int64_t d[3] = {y->type.dims[0], y->type.dims[1], y->type.dims[3]};
+  return reshape(im, y, 3, d);
+}
+
+static bool op_conv(Imp *im, ONode *n) {
+  Val *x = in_req(im, n, 0), *w = in_req(im, n, 1), *b = in_opt(n, 2);
+  int64_t group;
+  if (!x || !w || !attr_int(im, "group", 1, &group)) return false;
+  if (w->type.rank != x->type.rank)
+    return bad(im, "weight rank %d differs from input rank %d", w->type.rank, x->type.rank);
+  Window win;
+  if (!window_attrs(im, x, w->type.dims + 2, &win)) return false;
+  Val *in[3] = {to_2d(im, x), to_2d(im, w), b};
+  if (!in[0] || !in[1]) return false;
+  Emit e;
+  Node *c = begin(im, &e, OP_CONV2D, b ? 3 : 2, in);
+  ir_set_ints(im->g, c, "stride", 2, win.stride);
+  ir_set_ints(im->g, c, "pad", 4, win.pad);
+  ir_set_ints(im->g, c, "dilation", 2, win.dil);
+  ir_set_int(im->g, c, "groups", group);
+  return (n->out[0] = from_2d(im, emit1(im, &e), win.spatial));
+}
+
+static bool op_pool(Imp *im, ONode *n) {
+  bool is_max = strcmp(im->np->op_type, "MaxPool") == 0;
+  Val *x = in_req(im, n, 0);
+  int64_t ceil_mode, include_pad = 0;
+  if (!x || !attr_int(im, "ceil_mode", 0, &ceil_mode)) return false;
+  if (is_max && !attr_only(im, "storage_order", 0, 0)) return false;
+  if (!is_max && !attr_int(im, "count_include_pad", 0, &include_pad)) return false;
+  if (is_max && n->n_out > 1 && n->want[1]) return bad(im, "the Indices output is not supported");
+  Window win;
+  if (!window_attrs(im, x, NULL, &win)) return false;
+  for (int i = 0; i < 2; i++)
+    if (win.pad[i] > win.kernel[i] / 2 || win.pad[2 + i] > win.kernel[i] / 2)
+      return bad(im, "padding larger than half the kernel is not supported");
+  Val *x2 = to_2d(im, x);
+  if (!x2) return false;
+  Emit e;
+  Node *p = begin(im, &e, is_max ? OP_MAXPOOL2D : OP_AVGPOOL2D, 1, &x2);
+  ir_set_ints(im->g, p, "kernel", 2, win.kernel);
+  ir_set_ints(im->g, p, "stride", 2, win.stride);
+  ir_set_ints(im->g, p, "pad", 4, win.pad);
+  ir_set_ints(im->g, p, "dilation", 2, win.dil);
+  ir_set_int(im->g, p, "ceil_mode", ceil_mode != 0);
+  if (!is_max) ir_set_int(im->g, p, "count_include_pad", include_pad != 0);
+  return (n->out[0] = from_2d(im, emit1(im, &e), win.spatial));
+}
+
+static bool op_global_pool(Imp *im, ONode *n) {
+  Val *x = in_req(im, n, 0);
+  if (!x) return false;
+  if (x->type.rank < 3) return bad(im, "needs an input [N, C, ...] of rank >= 3");
+  bool is_max = strcmp(im->np->op_type, "GlobalMaxPool") == 0;
+  if (!is_max && x->type.rank == 4) return (n->out[0] = op1(im, OP_GLOBAL_AVGPOOL, x));
+  int64_t axes[DL_MAX_RANK];
+  int k = 0;
+  for (int d = 2; d < x->type.rank; d++) axes[k++] = d;
+  return (n->out[0] = reduce(im, is_max ? OP_REDUCE_MAX : OP_REDUCE_MEAN, x, k, axes, true));
+}
+
+/* ---- normalizations ---- */
+
+static bool op_batchnorm(Imp *im, ONode *n) {
+  double eps, momentum;
+  if (!attr_float(im, "epsilon", 1e-5, &eps) || !attr_float(im, "momentum", 0.9, &momentum) ||
+      !attr_only(im, "training_mode", 0, 0) || !attr_only(im, "spatial", 1, 1) ||
+      !attr_only(im, "is_test", 1, 1))
+    return false;
+  for (int i = 1; i < n->n_out; i++)
+    if (n->want[i]) return bad(im, "output %d (training statistics) is not supported", i + 1);
+  Val *in[5];
+  for (int i = 0; i < 5; i++)
+    if (!(in[i] = in_req(im, n, i))) return false;
+  Emit e;
+  Node *b = begin(im, &e, OP_BATCHNORM, 5, in);
+  ir_set_float(im->g, b, "eps", eps);
+  return (n->out[0] = emit1(im, &e));
+}
+
+/* mean and 1/sqrt(var + eps) over axes, kept as size-1 dims. */
+static void moments(Imp *im, Val *x, int k, const int64_t *axes, double eps, Val **mean, Val **inv) {
+  *mean = reduce(im, OP_REDUCE_MEAN, x, k, axes, true);
+  Val *d = op2(im, OP_SUB, x, *mean);
+  Val *var = reduce(im, OP_REDUCE_MEAN, op2(im, OP_MUL, d, d), k, axes, true);
+  *inv = op1(im, OP_RSQRT, op2s(im, OP_ADD, var, eps));
+}
+
+static bool op_layernorm(Imp *im, ONode *n) {
+  int64_t axis_attr;
+  double eps;
+  Val *x = in_req(im, n, 0), *scale = in_opt(n, 1), *bias = in_opt(n, 2);
+  if (!x || !attr_int(im, "axis", -1, &axis_attr) || !attr_float(im, "epsilon", 1e-5, &eps) ||
+      !attr_only(im, "stash_type", 1, 1) || !need_float_in(im, x))
+    return false;
+  int axis;
+  if (!norm_axis(im, axis_attr, x->type.rank, &axis)) return false;
+  int r = x->type.rank;
+  const int64_t *tail = x->type.dims + axis;
+  bool exact_scale = !scale || same_dims(&scale->type, r - axis, tail);
+  bool exact_bias = !bias || same_dims(&bias->type, r - axis, tail);
+  Val *in[3] = {x, NULL, NULL};
+  int k = 1;
+  if (exact_scale && exact_bias && scale) in[k++] = scale;
+  if (exact_scale && exact_bias && scale && bias) in[k++] = bias;
+  Emit e;
+  Node *ln = begin(im, &e, OP_LAYERNORM, k, in);
+  ir_set_int(im->g, ln, "axis", axis);
+  ir_set_float(im->g, ln, "eps", eps);
+  Val *y = emit1(im, &e);
+  if (scale && !(exact_scale && exact_bias)) y = op2(im, OP_MUL, y, scale);
+  if (bias && (!exact_scale || !exact_bias || !scale)) y = op2(im, OP_ADD, y, bias);
+  n->out[0] = y;
+  if ((n->n_out > 1 && n->want[1]) || (n->n_out > 2 && n->want[2])) {
+    int64_t axes[DL_MAX_RANK];
+    for (int d = axis; d < r; d++) axes[d - axis] = d;
+    moments(im, x, r - axis, axes, eps, &n->out[1], &n->out[2]);
+  }
+  return y != NULL;
+}
+
+static bool op_instancenorm(Imp *im, ONode *n) {
+  double eps;
+  Val *x = in_req(im, n, 0), *scale = in_req(im, n, 1), *bias = in_req(im, n, 2);
+  if (!x || !scale || !bias || !attr_float(im, "epsilon", 1e-5, &eps) || !need_float_in(im, x))
+    return false;
+  int r = x->type.rank;
+  if (r < 3) return bad(im, "needs an input [N, C, ...] of rank >= 3");
+  int64_t axes[DL_MAX_RANK], cshape[DL_MAX_RANK];
+  for (int d = 2; d < r; d++) axes[d - 2] = d;
+  for (int d = 0; d < r; d++) cshape[d] = d == 1 ? x->type.dims[1] : 1;
+  Val *mean, *inv;
+  moments(im, x, r - 2, axes, eps, &mean, &inv);
+  Val *y = op2(im, OP_MUL, op2(im, OP_SUB, x, mean), inv);
+  y = op2(im, OP_MUL, y, reshape(im, scale, r, cshape));
+  return (n->out[0] = op2(im, OP_ADD, y, reshape(im, bias, r, cshape)));
+}
+
+static bool op_softmax(Imp *im, ONode *n) {
+  bool log_sm = strcmp(im->np->op_type, "LogSoftmax") == 0;
+  int64_t axis_attr;
+  Val *x = in_req(im, n, 0);
+  if (!x || !attr_int(im, "axis", im->opset >= 13 ? -1 : 1, &axis_attr)) return false;
+  int r = x->type.rank, axis;
+  if (r == 0) return bad(im, "a 0-d input is not supported");
+  if (!norm_axis(im, axis_attr, r, &axis)) return false;
+  Val *x2 = x;
+  /* Before opset 13 the input is seen as 2-d [outer, inner] around axis. */
+  if (im->opset < 13 && axis != r - 1) {
+    int64_t d[2] = {1, 1};
+    for (int i = 0; i < r; i++) d[i >= axis] *= x->type.dims[i];
+    x2 = reshape(im, x, 2, d);
+    axis = 1;
+  }
+  if (!x2) return false;
+  Emit e;
+  Node *s = begin(im, &e, log_sm ? OP_LOG_SOFTMAX : OP_SOFTMAX, 1, &x2);
+  ir_set_int(im->g, s, "axis", axis);
+  return (n->out[0] = reshape(im, emit1(im, &e), r, x->type.dims));
+}
+
+/* ---- reductions ---- */
+
+static bool op_reduce(Imp *im, ONode *n) {
+  const char *t = im->np->op_type + strlen("Reduce");
+  Val *x = in_req(im, n, 0);
+  int64_t keep, noop;
+  if (!x || !attr_int(im, "keepdims", 1, &keep) || !attr_int(im, "noop_with_empty_axes", 0, &noop))
+    return false;
+  /* Axes moved from an attribute to an input: ReduceSum at 13, the rest at 18. */
+  bool from_input = im->opset >= (strcmp(t, "Sum") == 0 ? 13 : 18);
+  int64_t given[64];
+  int n_given = 0;
+  bool have_axes = false;
+  if (from_input) {
+    if (in_opt(n, 1)) {
+      if (!const_ints(im, n->in[1], "the axes", &n_given, given)) return false;
+      have_axes = true;
+    }
+  } else {
+    int na;
+    const int64_t *a;
+    if (!attr_ints(im, "axes", &na, &a)) return false;
+    if (na >= 0) {
+      if (na > 64) return bad(im, "too many axes");
+      memcpy(given, a, sizeof(int64_t) * (size_t)na);
+      n_given = na;
+      have_axes = true;
+    }
+  }
+  int r = x->type.rank, k = 0;
+  int64_t axes[DL_MAX_RANK];
+  if (have_axes && n_given > 0) {
+    if (!norm_axes(im, n_given, given, r, &k, axes)) return false;
+  } else if (!noop) {
+    for (int d = 0; d < r; d++) axes[k++] = d;
+  }
+  Val *y = x;
+  bool sumsq = strcmp(t, "SumSquare") == 0, l1 = strcmp(t, "L1") == 0, l2 = strcmp(t, "L2") == 0;
+  bool logsum = strcmp(t, "LogSum") == 0, lse = strcmp(t, "LogSumExp") == 0;
+  if (sumsq || l2) y = op2(im, OP_MUL, x, x);
+  if (l1) y = op1(im, OP_ABS, x);
+  OpKind op = strcmp(t, "Mean") == 0 ? OP_REDUCE_MEAN
+              : strcmp(t, "Max") == 0 ? OP_REDUCE_MAX
+              : strcmp(t, "Min") == 0 ? OP_REDUCE_MIN
+                                      : OP_REDUCE_SUM;
+  if (k == 0) {
+    /* Nothing to reduce: the input (after the elementwise part). */
+    if (l2) y = op1(im, OP_SQRT, y);
+    if (logsum) y = op1(im, OP_LOG, y);
+    return (n->out[0] = y);
+  }
+  if (lse) {
+    /* log(sum(exp(x - max))) + max: no overflow for large x. */
+    Val *m = reduce(im, OP_REDUCE_MAX, x, k, axes, true);
+    Val *s = reduce(im, OP_REDUCE_SUM, op1(im, OP_EXP, op2(im, OP_SUB, x, m)), k, axes, keep);
+    Val *mk = keep ? m : reduce(im, OP_REDUCE_MAX, x, k, axes, false);
+    return (n->out[0] = op2(im, OP_ADD, op1(im, OP_LOG, s), mk));
+  }
+  y = reduce(im, op, y, k, axes, keep);
+  if (l2) y = op1(im, OP_SQRT, y);
+  if (logsum) y = op1(im, OP_LOG, y);
+  return (n->out[0] = y);
+}
+
+static bool op_argmax(Imp *im, ONode *n) {
+  bool is_min = strcmp(im->np->op_type, "ArgMin") == 0;
+  int64_t axis_attr, keep;
+  Val *x = in_req(im, n, 0);
+  int64_t last;
+  if (!x || !attr_int(im, "axis", 0, &axis_attr) || !attr_int(im, "keepdims", 1, &keep) ||
+      !attr_int(im, "select_last_index", 0, &last))
+    return false;
+  int axis;
+  if (!norm_axis(im, axis_attr, x->type.rank, &axis)) return false;
+  Val *src = is_min ? op1(im, OP_NEG, x) : x;
+  /* The last maximum is the first one of the reversed axis. */
+  if (last) src = reverse_axis(im, src, axis);
+  if (!src) return false;
+  Emit e;
+  Node *a = begin(im, &e, OP_ARGMAX, 1, &src);
+  ir_set_int(im->g, a, "axis", axis);
+  ir_set_int(im->g, a, "keepdims", keep != 0);
+  Val *y = emit1(im, &e);
+  if (last && y) y = op2(im, OP_SUB, scalar(im, (double)(x->type.dims[axis] - 1), TY_I64), y);
+  return (n->out[0] = y);
+}
+
+/* ---- shapes and data movement ---- */
+
+static bool op_reshape(Imp *im, ONode *n) {
+  Val *x = in_req(im, n, 0), *s = in_req(im, n, 1);
+  int64_t allowzero;
+  int64_t shape[64];
+  int k;
+  if (!x || !s || !attr_int(im, "allowzero", 0, &allowzero)) return false;
+  if (!const_ints(im, s, "the target shape", &k, shape)) return false;
+  if (k > DL_MAX_RANK) return bad(im, "rank %d is not supported (at most %d)", k, (int)DL_MAX_RANK);
+  int infer = -1;
+  int64_t have = ir_type_numel(&x->type), prod = 1;
+  for (int i = 0; i < k; i++) {
+    if (shape[i] == 0 && !allowzero) {
+      if (i >= x->type.rank) return bad(im, "shape entry %d is 0 but the input has rank %d", i, x->type.rank);
+      shape[i] = x->type.dims[i];
+    }
+    if (shape[i] == -1) {
+      if (infer >= 0) return bad(im, "the shape has more than one -1");
+      infer = i;
+      continue;
+    }
+    if (shape[i] == 0) return bad(im, "a 0 dim (allowzero=1): empty tensors are not supported");
+    if (shape[i] < 0) return bad(im, "shape entry %" PRId64 " is invalid", shape[i]);
+    if (shape[i] > DL_MAX_ELEMS || prod > DL_MAX_ELEMS / shape[i])
+      return bad(im, "the target shape is too large");
+    prod *= shape[i];
+  }
+  if (infer >= 0) {
+    if (have % prod != 0)
+      return bad(im, "cannot reshape %" PRId64 " elements with a -1 next to %" PRId64, have, prod);
+    shape[infer] = have / prod;
+  }
+  return (n->out[0] = reshape(im, x, k, shape));
+}
+
+static bool op_flatten(Imp *im, ONode *n) {
+  Val *x = in_req(im, n, 0);
+  int64_t axis;
+  if (!x || !attr_int(im, "axis", 1, &axis)) return false;
+  int r = x->type.rank;
+  if (axis < -r || axis > r) return bad(im, "axis %" PRId64 " is out of range for rank %d", axis, r);
+  if (axis < 0) axis += r;
+  int64_t d[2] = {1, 1};
+  for (int i = 0; i < r; i++) d[i >= axis] *= x->type.dims[i];
+  return (n->out[0] = reshape(im, x, 2, d));
+}
+
+/* Axes of Squeeze/Unsqueeze: an attribute before opset 13, an input after. */
+static bool squeeze_axes(Imp *im, ONode *n, int *k, int64_t *axes, bool *given) {
+  *given = false;
+  *k = 0;
+  if (im->opset < 13) {
+    int na;
+    const int64_t *a;
+    if (!attr_ints(im, "axes", &na, &a)) return false;
+    if (na >= 0) {
+      memcpy(axes, a, sizeof(int64_t) * (size_t)na);
+      *k = na, *given = true;
+    }
+    return true;
+  }
+  if (!in_opt(n, 1)) return true;
+  *given = true;
+  return const_ints(im, n->in[1], "the axes", k, axes);
+}
+
+static bool op_squeeze(Imp *im, ONode *n) {
+  Val *x = in_req(im, n, 0);
+  int k;
+  int64_t axes[64];
+  bool given;
+  if (!x || !squeeze_axes(im, n, &k, axes, &given)) return false;
+  int r = x->type.rank;
+  bool drop[DL_MAX_RANK] = {false};
+  for (int i = 0; i < k; i++) {
+    int a;
+    if (!norm_axis(im, axes[i], r, &a)) return false;
+    if (x->type.dims[a] != 1)
+      return bad(im, "cannot squeeze axis %d of size %" PRId64, a, x->type.dims[a]);
+    drop[a] = true;
+  }
+  int64_t d[DL_MAX_RANK];
+  int m = 0;
+  for (int i = 0; i < r; i++)
+    if (!(given ? drop[i] : x->type.dims[i] == 1)) d[m++] = x->type.dims[i];
+  return (n->out[0] = reshape(im, x, m, d));
+}
+
+static bool op_unsqueeze(Imp *im, ONode *n) {
+  Val *x = in_req(im, n, 0);
+  int k;
+  int64_t axes[64];
+  bool given;
+  if (!x || !squeeze_axes(im, n, &k, axes, &given)) return false;
+  if (!given) return bad(im, "the axes are missing");
+  int r = x->type.rank + k;
+  if (r > DL_MAX_RANK) return bad(im, "rank %d is not supported (at most %d)", r, (int)DL_MAX_RANK);
+  bool ins[DL_MAX_RANK] = {false};
+  for (int i = 0; i < k; i++) {
+    int a;
+    if (!norm_axis(im, axes[i], r, &a)) return false;
+    if (ins[a]) return bad(im, "axis %d is given twice", a);
+    ins[a] = true;
+  }
+  int64_t d[DL_MAX_RANK];
+  for (int i = 0, j = 0; i < r; i++) d[i] = ins[i] ? 1 : x->type.dims[j++];
+  return (n->out[0] = reshape(im, x, r, d));
+}
+
+static bool op_transpose(Imp *im, ONode *n) {
+  Val *x = in_req(im, n, 0);
+  int np;
+  const int64_t *p;
+  if (!x || !attr_ints(im, "perm", &np, &p)) return false;
+  int r = x->type.rank;
+  int64_t perm[DL_MAX_RANK];
+  if (np >= 0 && np != r) return bad(im, "perm has %d entries for rank %d", np, r);
+  for (int i = 0; i < r; i++) perm[i] = np >= 0 ? p[i] : r - 1 - i;
+  if (r == 0) return (n->out[0] = x);
+  Emit e;
+  Node *t = begin(im, &e, OP_TRANSPOSE, 1, &x);
+  ir_set_ints(im->g, t, "perm", r, perm);
+  return (n->out[0] = emit1(im, &e));
+}
+
+static bool op_concat(Imp *im, ONode *n) {
+  int64_t axis_attr;
+  if (n->n_in < 1) return bad(im, "needs at least one input");
+  if (!attr_int(im, "axis", INT64_MIN, &axis_attr)) return false;
+  if (axis_attr == INT64_MIN) return bad(im, "attribute 'axis' is missing");
+  for (int i = 0; i < n->n_in; i++)
+    if (!in_req(im, n, i)) return false;
+  int axis;
+  if (!norm_axis(im, axis_attr, n->in[0]->type.rank, &axis)) return false;
+  return (n->out[0] = concat(im, n->n_in, n->in, axis));
+}
+
+static bool op_split(Imp *im, ONode *n) {
+  Val *x = in_req(im, n, 0);
+  int64_t axis_attr, num;
+  if (!x || !attr_int(im, "axis", 0, &axis_attr) || !attr_int(im, "num_outputs", 0, &num)) return false;
+  int axis;
+  if (!norm_axis(im, axis_attr, x->type.rank, &axis)) return false;
+  int64_t sizes[64];
+  int k = -1;
+  if (im->opset < 13) {
+    const int64_t *s;
+    if (!attr_ints(im, "split", &k, &s)) return false;
+    if (k > 0) memcpy(sizes, s, sizeof(int64_t) * (size_t)k);
+  } else if (in_opt(n, 1)) {
+    if (!const_ints(im, n->in[1], "the split sizes", &k, sizes)) return false;
+  }
+  int64_t dim = x->type.dims[axis];
+  if (k < 0) {
+    k = n->n_out;
+    if (k < 1 || k > 64) return bad(im, "cannot split into %d outputs", k);
+    int64_t part = (dim + k - 1) / k;
+    if (im->opset < 18 && dim % k != 0)
+      return bad(im, "dim %" PRId64 " does not split into %d equal parts", dim, k);
+    for (int i = 0; i < k; i++) sizes[i] = i < k - 1 ? part : dim - part * (k - 1);
+  }
+  if (k != n->n_out) return bad(im, "%d split sizes for %d outputs", k, n->n_out);
+  int64_t at = 0;
+  for (int i = 0; i < k; i++) {
+    if (sizes[i] < 1) return bad(im, "split size %" PRId64 ": empty tensors are not supported", sizes[i]);
+    if (at + sizes[i] > dim) return bad(im, "the split sizes exceed dim %" PRId64, dim);
+    if (n->want[i] && !(n->out[i] = slice_axis(im, x, axis, at, at + sizes[i], 1))) return false;
+    at += sizes[i];
+  }
+  if (at != dim) return bad(im, "the split sizes add up to %" PRId64 ", not %" PRId64, at, dim);
+  return true;
+}
+
+static bool op_slice(Imp *im, ONode *n) {
+  Val *x = in_req(im, n, 0);
+  if (!x) return false;
+  int64_t starts[64], ends[64], axes[64], steps[64];
+  int ks, ke, ka = -1, kt = -1;
+  if (im->opset < 10) {
+    const int64_t *s, *e, *a;
+    if (!attr_ints(im, "starts", &ks, &s) || !attr_ints(im, "ends", &ke, &e) ||
+        !attr_ints(im, "axes", &ka, &a))
+      return false;
+    if (ks < 0 || ke < 0) return bad(im, "attributes 'starts' and 'ends' are required");
+    memcpy(starts, s, sizeof(int64_t) * (size_t)ks);
+    memcpy(ends, e, sizeof(int64_t) * (size_t)ke);
+    if (ka > 0) memcpy(axes, a, sizeof(int64_t) * (size_t)ka);
+  } else {
+    Val *vs = in_req(im, n, 1), *ve = in_req(im, n, 2);
+    if (!vs || !ve || !const_ints(im, vs, "the starts", &ks, starts) ||
+        !const_ints(im, ve, "the ends", &ke, ends))
+      return false;
+    if (in_opt(n, 3) && !const_ints(im, n->in[3], "the axes", &ka, axes)) return false;
+    if (in_opt(n, 4) && !const_ints(im, n->in[4], "the steps", &kt, steps)) return false;
+  }
+  int r = x->type.rank;
+  if (ke != ks || (ka >= 0 && ka != ks) || (kt >= 0 && kt != ks))
+    return bad(im, "starts, ends, axes and steps differ in length");
+  int64_t s[DL_MAX_RANK], e[DL_MAX_RANK], st[DL_MAX_RANK];
+  bool seen[DL_MAX_RANK] = {false};
+  for (int d = 0; d < r; d++) s[d] = 0, e[d] = x->type.dims[d], st[d] = 1;
+  for (int i = 0; i < ks; i++) {
+    int a;
+    if (!norm_axis(im, ka >= 0 ? axes[i] : i, r, &a)) return false;
+    if (seen[a]) return bad(im, "axis %d is sliced twice", a);
+    seen[a] = true;
+    int64_t dim = x->type.dims[a], step = kt >= 0 ? steps[i] : 1;
+    if (step == 0) return bad(im, "a step of 0 is invalid");
+    int64_t b = starts[i], en = ends[i];
+    if (b < 0) b += dim;
+    if (en < 0) en += dim;
+    int64_t hi = step > 0 ? dim : dim - 1, en_lo = step > 0 ? 0 : -1;
+    b = b < 0 ? 0 : b > hi ? hi : b;
+    en = en < en_lo ? en_lo : en > hi ? hi : en;
+    s[a] = b, e[a] = en, st[a] = step;
+    if ((step > 0 && b >= en) || (step < 0 && b <= en))
+      return bad(im, "the slice of axis %d is empty: empty tensors are not supported", a);
+  }
+  /* Negative steps: a gather of the chosen indices. */
+  Val *y = x;
+  bool any_pos = false;
+  for (int d = 0; d < r; d++) {
+    if (st[d] > 0) {
+      any_pos |= s[d] != 0 || e[d] != x->type.dims[d] || st[d] != 1;
+      continue;
+    }
+    int64_t count = (s[d] - e[d] - 1) / -st[d] + 1;
+    int64_t dim = count;
+    if (count > im->fold_max) return bad(im, "a negative-step slice of %" PRId64 " elements is not supported", count);
+    TensorType it = ir_type_make(TY_I64, 1, &dim);
+    Val *idx = known_new(im, &it);
+    for (int64_t i = 0; i < count; i++) ((int64_t *)idx->k->data)[i] = s[d] + i * st[d];
+    y = gather(im, y, idx, d);
+    s[d] = 0, e[d] = count, st[d] = 1;
+  }
+  if (any_pos && y) {
+    Emit em;
+    Node *sl = begin(im, &em, OP_SLICE, 1, &y);
+    ir_set_ints(im->g, sl, "starts", r, s);
+    ir_set_ints(im->g, sl, "ends", r, e);
+    ir_set_ints(im->g, sl, "steps", r, st);
+    y = emit1(im, &em);
+  }
+  return (n->out[0] = y);
+}
+
+static bool op_gather(Imp *im, ONode *n) {
+  Val *data = in_req(im, n, 0), *idx = in_req(im, n, 1);
+  int64_t axis_attr;
+  if (!data || !idx || !attr_int(im, "axis", 0, &axis_attr)) return false;
+  int axis;
+  if (!norm_axis(im, axis_attr, data->type.rank, &axis)) return false;
+  if (idx->k) {
+    int64_t dim = data->type.dims[axis], count = ir_type_numel(&idx->type);
+    for (int64_t i = 0; i < count; i++) {
+      double v = ir_tensor_get(idx->k, i);
+      if (v < (double)-dim || v >= (double)dim)
+        return bad(im, "index %.0f is out of range for axis %d of size %" PRId64, v, axis, dim);
+    }
+  }
+  return (n->out[0] = gather(im, data, idx, axis));
+}
+
+/* Broadcast of two shapes, right-aligned (Expand's rule). */
+static bool broadcast_dims(const int64_t *a, int ra, const int64_t *b, int rb, int64_t *out, int *r) {
+  *r = ra > rb ? ra : rb;
+  for (int i = 0; i < *r; i++) {
+    int64_t da = i < ra ? a[ra - 1 - i] : 1, db = i < rb ? b[rb - 1 - i] : 1;
+    if (da != db && da != 1 && db != 1) return false;
+    out[*r - 1 - i] = da == 1 ? db : da;
+  }
+  return true;
+}
+
+static bool op_expand(Imp *im, ONode *n) {
+  Val *x = in_req(im, n, 0), *s = in_req(im, n, 1);
+  int64_t shape[64], out[DL_MAX_RANK];
+  int k, r;
+  if (!x || !s || !const_ints(im, s, "the shape", &k, shape)) return false;
+  if (k > DL_MAX_RANK) return bad(im, "rank %d is not supported (at most %d)", k, (int)DL_MAX_RANK);
+  for (int i = 0; i < k; i++)
+    if (shape[i] < 1) return bad(im, "shape entry %" PRId64 " is not supported (dims must be >= 1)", shape[i]);
+  if (!broadcast_dims(x->type.dims, x->type.rank, shape, k, out, &r))
+    return bad(im, "the input does not broadcast to the shape");
+  if (same_dims(&x->type, r, out)) return (n->out[0] = x);
+  Emit e;
+  Node *ex = begin(im, &e, OP_EXPAND, 1, &x);
+  ir_set_ints(im->g, ex, "shape", r, out);
+  return (n->out[0] = emit1(im, &e));
+}
+
+static bool op_tile(Imp *im, ONode *n) {
+  Val *x = in_req(im, n, 0), *rv = in_req(im, n, 1);
+  int64_t reps[64];
+  int k;
+  if (!x || !rv || !const_ints(im, rv, "the repeats", &k, reps)) return false;
+  int r = x->type.rank;
+  if (k != r) return bad(im, "%d repeats for rank %d", k, r);
+  Val *y = x;
+  for (int a = 0; a < r && y; a++) {
+    if (reps[a] < 1) return bad(im, "repeat %" PRId64 " is not supported (empty tensors)", reps[a]);
+    if (reps[a] == 1) continue;
+    if (r + 1 > DL_MAX_RANK) return bad(im, "rank %d is too large to tile", r);
+    /* [.., d, ..] -> [.., 1, d, ..] -> expand [.., reps, d, ..] -> [.., reps*d, ..] */
+    int64_t d1[DL_MAX_RANK], d2[DL_MAX_RANK], d3[DL_MAX_RANK];
+    for (int i = 0, j = 0; i < r + 1; i++) {
+      d1[i] = i == a ? 1 : y->type.dims[j];
+      d2[i] = i == a ? reps[a] : y->type.dims[j];
+      if (i != a) j++;
+    }
+    for (int i = 0; i < r; i++) d3[i] = i == a ? reps[a] * y->type.dims[a] : y->type.dims[i];
+    Val *u = reshape(im, y, r + 1, d1);
+    if (!u) return false;
+    Emit e;
+    Node *ex = begin(im, &e, OP_EXPAND, 1, &u);
+    ir_set_ints(im->g, ex, "shape", r + 1, d2);
+    y = reshape(im, emit1(im, &e), r, d3);
+  }
+  return (n->out[0] = y);
+}
+
+static bool op_pad(Imp *im, ONode *n) {
+  Val *x = in_req(im, n, 0);
+  const char *mode;
+  if (!x || !attr_str(im, "mode", "constant", &mode)) return false;
+  if (strcmp(mode, "constant") != 0) return bad(im, "mode='%s' is not supported (only constant)", mode);
+  int r = x->type.rank, k;
+  int64_t pads[64], axes[64];
+  double value = 0;
+  int ka = -1;
+  if (im->opset < 11) {
+    const int64_t *p;
+    if (!attr_ints(im, "pads", &k, &p) || !attr_float(im, "value", 0.0, &value)) return false;
+    if (k < 0) return bad(im, "attribute 'pads' is missing");
+    memcpy(pads, p, sizeof(int64_t) * (size_t)k);
+  } else {
+    Val *pv = in_req(im, n, 1);
+    if (!pv || !const_ints(im, pv, "the pads", &k, pads)) return false;
+    if (in_opt(n, 2) && !const_scalar(im, n->in[2], "the constant value", &value)) return false;
+    if (in_opt(n, 3) && !const_ints(im, n->in[3], "the axes", &ka, axes)) return false;
+  }
+  int na = ka >= 0 ? ka : r;
+  if (k != 2 * na) return bad(im, "%d pads for %d axes", k, na);
+  int64_t full[2 * DL_MAX_RANK] = {0};
+  for (int i = 0; i < na; i++) {
+    int a;
+    if (!norm_axis(im, ka >= 0 ? axes[i] : i, r, &a)) return false;
+    full[a] = pads[i];
+    full[r + a] = pads[na + i];
+  }
+  /* Negative pads crop. */
+  Val *y = x;
+  bool any = false;
+  for (int d = 0; d < r && y; d++) {
+    int64_t lo = full[d] < 0 ? -full[d] : 0, hi = full[r + d] < 0 ? -full[r + d] : 0;
+    if (lo + hi >= y->type.dims[d]) return bad(im, "the pads crop axis %d to nothing", d);
+    if (lo || hi) y = slice_axis(im, y, d, lo, y->type.dims[d] - hi, 1);
+    if (full[d] < 0) full[d] = 0;
+    if (full[r + d] < 0) full[r + d] = 0;
+    any |= full[d] || full[r + d];
+  }
+  if (!y || !any) return (n->out[0] = y);
+  Emit e;
+  Node *p = begin(im, &e, OP_PAD, 1, &y);
+  ir_set_ints(im->g, p, "pads", 2 * r, full);
+  ir_set_float(im->g, p, "value", value);
+  return (n->out[0] = emit1(im, &e));
+}
+
+static bool op_depth_space(Imp *im, ONode *n) {
+  bool to_space = strcmp(im->np->op_type, "DepthToSpace") == 0;
+  Val *x = in_req(im, n, 0);
+  int64_t b;
+  const char *mode = "DCR";
+  if (!x || !attr_int(im, "blocksize", 0, &b)) return false;
+  if (to_space && !attr_str(im, "mode", "DCR", &mode)) return false;
+  if (x->type.rank != 4) return bad(im, "needs a 4-d input [N, C, H, W]");
+  if (b < 1) return bad(im, "blocksize must be >= 1");
+  int64_t N = x->type.dims[0], C = x->type.dims[1], H = x->type.dims[2], W = x->type.dims[3];
+  if (to_space) {
+    if (C % (b * b)) return bad(im, "channels %" PRId64 " are not a multiple of blocksize^2", C);
+    bool dcr = strcmp(mode, "DCR") == 0;
+    if (!dcr && strcmp(mode, "CRD") != 0) return bad(im, "mode='%s' is not supported", mode);
+    int64_t c = C / (b * b);
+    int64_t d6[6] = {N, b, b, c, H, W}, c6[6] = {N, c, b, b, H, W};
+    static const int64_t pd[6] = {0, 3, 4, 1, 5, 2}, pc[6] = {0, 1, 4, 2, 5, 3};
+    int64_t out[4] = {N, c, H * b, W * b};
+    return (n->out[0] = reshape(im, transpose(im, reshape(im, x, 6, dcr ? d6 : c6), dcr ? pd : pc), 4, out));
+  }
+  if (H % b || W % b) return bad(im, "H and W must be multiples of the blocksize");
+  int64_t d6[6] = {N, C, H / b, b, W / b, b}, out[4] = {N, C * b * b, H / b, W / b};
+  static const int64_t p[6] = {0, 3, 5, 1, 2, 4};
+  return (n->out[0] = reshape(im, transpose(im, reshape(im, x, 6, d6), p), 4, out));
+}
+
+/* ---- values known at import ---- */
+
+static bool op_constant(Imp *im, ONode *n) {
+  const Onnx__NodeProto *np = im->np;
+  if (np->n_attribute != 1) return bad(im, "needs exactly one value attribute");
+  const Onnx__AttributeProto *a = np->attribute[0];
+  im->attr_used[0] = true;
+  const char *name = a->name ? a->name : "";
+  if (strcmp(name, "value") == 0 && a->t) {
+    Tensor t;
+    char err[512];
+    if (!tensor_from_proto(a->t, im->dir, &t, err, sizeof err)) return bad(im, "value: %s", err);
+    return (n->out[0] = known(im, t));
+  }
+  if (strcmp(name, "value_float") == 0) return (n->out[0] = scalar(im, a->f, TY_F32));
+  if (strcmp(name, "value_int") == 0) return (n->out[0] = reshape(im, ints_val(im, 1, &a->i), 0, NULL));
+  if (strcmp(name, "value_ints") == 0) {
+    if (a->n_ints < 1 || a->n_ints > 1 << 20) return bad(im, "value_ints: empty tensors are not supported");
+    return (n->out[0] = ints_val(im, (int)a->n_ints, a->ints));
+  }
+  if (strcmp(name, "value_floats") == 0) {
+    if (a->n_floats < 1 || a->n_floats > 1 << 20) return bad(im, "value_floats: empty tensors are not supported");
+    int64_t dim = (int64_t)a->n_floats;
+    TensorType t = ir_type_make(TY_F32, 1, &dim);
+    Val *v = known_new(im, &t);
+    memcpy(v->k->data, a->floats, sizeof(float) * a->n_floats);
+    return (n->out[0] = v);
+  }
+  return bad(im, "a Constant given by '%s' is not supported", name);
+}
+
+static bool op_constant_of_shape(Imp *im, ONode *n) {
+  Val *s = in_req(im, n, 0);
+  int64_t shape[64];
+  int k;
+  if (!s || !const_ints(im, s, "the shape", &k, shape)) return false;
+  if (k > DL_MAX_RANK) return bad(im, "rank %d is not supported", k);
+  double value = 0;
+  DType dt = TY_F32;
+  const Onnx__AttributeProto *a = find_attr(im, "value");
+  if (a) {
+    Tensor t;
+    char err[512];
+    if (!a->t) return bad(im, "attribute 'value' must be a tensor");
+    if (!tensor_from_proto(a->t, im->dir, &t, err, sizeof err)) return bad(im, "value: %s", err);
+    if (ir_type_numel(&t.type) != 1) {
+      ir_tensor_free(&t);
+      return bad(im, "value must hold one element");
+    }
+    value = ir_tensor_get(&t, 0);
+    dt = t.type.dtype;
+    ir_tensor_free(&t);
+  }
+  for (int i = 0; i < k; i++)
+    if (shape[i] < 1) return bad(im, "shape entry %" PRId64 ": empty tensors are not supported", shape[i]);
+  TensorType t = ir_type_make(dt, k, shape);
+  if (ir_type_numel(&t) < 0 || ir_type_numel(&t) > im->fold_max) return bad(im, "the shape is too large");
+  Val *v = known_new(im, &t);
+  for (int64_t i = 0, c = ir_type_numel(&t); i < c; i++) ir_tensor_set(v->k, i, value);
+  return (n->out[0] = v);
+}
+
+static bool op_shape(Imp *im, ONode *n) {
+  Val *x = in_req(im, n, 0);
+  int64_t start, end;
+  if (!x || !attr_int(im, "start", 0, &start) || !attr_int(im, "end", INT64_MAX, &end)) return false;
+  int r = x->type.rank;
+  if (start < 0) start += r;
+  if (end < 0) end += r;
+  start = start < 0 ? 0 : start > r ? r : start;
+  end = end < 0 ? 0 : end > r ? r : end;
+  if (end <= start) return bad(im, "the shape is empty: empty tensors are not supported");
+  return (n->out[0] = ints_val(im, (int)(end - start), x->type.dims + start));
+}
+
+static bool op_size(Imp *im, ONode *n) {
+  Val *x = in_req(im, n, 0);
+  if (!x) return false;
+  int64_t count = ir_type_numel(&x->type);
+  return (n->out[0] = reshape(im, ints_val(im, 1, &count), 0, NULL));
+}
+
+static bool op_range(Imp *im, ONode *n) {
+  Val *vs = in_req(im, n, 0), *vl = in_req(im, n, 1), *vd = in_req(im, n, 2);
+  double s, l, d;
+  if (!vs || !vl || !vd || !const_scalar(im, vs, "start", &s) || !const_scalar(im, vl, "limit", &l) ||
+      !const_scalar(im, vd, "delta", &d))
+    return false;
+  if (d == 0) return bad(im, "delta is 0");
+  double count = ceil((l - s) / d);
+  if (!(count >= 1)) return bad(im, "the range is empty: empty tensors are not supported");
+  if (count > (double)im->fold_max) return bad(im, "the range is too long");
+  int64_t c = (int64_t)count;
+  TensorType t = ir_type_make(vs->type.dtype, 1, &c);
+  Val *v = known_new(im, &t);
+  for (int64_t i = 0; i < c; i++) ir_tensor_set(v->k, i, s + (double)i * d);
+  return (n->out[0] = v);
+}
+
+/* ---- recurrent layers ---- */
+
+/* Rows [g*H, (g+1)*H) of w (axis 0) in the order given: ONNX's gate order
+ * to PyTorch's. */
+static Val *reorder_gates(Imp *im, Val *w, int64_t H, int n_gates, const int *order) {
+  Val *parts[4];
+  for (int i = 0; i < n_gates; i++) parts[i] = slice_axis(im, w, 0, order[i] * H, (order[i] + 1) * H, 1);
+  return concat(im, n_gates, parts, 0);
+}
+
+
+/* An initial state: only zeros (the state our recurrent ops start from). */
+static bool zero_state(Imp *im, Val *v, const char *what) {
+  if (!v) return true;
+  const Tensor *t = v->k ? v->k : v->hint;
+  if (!t) return bad(im, "%s from a runtime value is not supported (only zeros)", what);
+  for (int64_t i = 0, c = ir_type_numel(&t->type); i < c; i++)
+    if (ir_tensor_get(t, i) != 0) return bad(im, "a nonzero %s is not supported", what);
+  return true;
+}
+
+static bool op_rnn(Imp *im, ONode *n) {
+  bool lstm = strcmp(im->np->op_type, "LSTM") == 0;
+  int G = lstm ? 4 : 3;
+  Val *x = in_req(im, n, 0), *W = in_req(im, n, 1), *R = in_req(im, n, 2), *B = in_opt(n, 3);
+  Val *seq = in_opt(n, 4), *h0 = in_opt(n, 5), *c0 = lstm ? in_opt(n, 6) : NULL;
+  if (!x || !W || !R) return false;
+  if (lstm && in_opt(n, 7)) return bad(im, "peepholes (input P) are not supported");
+  const char *direction;
+  int64_t hidden, layout, lbr;
+  double clip;
+  int nacts;
+  const int64_t *unused;
+  if (!attr_str(im, "direction", "forward", &direction) || !attr_int(im, "hidden_size", 0, &hidden) ||
+      !attr_int(im, "layout", 0, &layout) || !attr_float(im, "clip", 0, &clip) ||
+      !attr_ints(im, "activation_alpha", &nacts, &unused) || !attr_ints(im, "activation_beta", &nacts, &unused))
+    return false;
+  if (lstm && !attr_only(im, "input_forget", 0, 0)) return false;
+  if (!lstm) {
+    if (!attr_int(im, "linear_before_reset", 0, &lbr)) return false;
+    if (lbr != 1)
+      return bad(im, "linear_before_reset=0 is not supported (dlcc's GRU is PyTorch's, "
+                     "linear_before_reset=1)");
+  }
+  if (find_attr(im, "clip")) return bad(im, "attribute 'clip' is not supported");
+  const Onnx__AttributeProto *acts = find_attr(im, "activations");
+  if (acts) {
+    static const char *const want[] = {"Sigmoid", "Tanh", "Tanh"};
+    for (size_t i = 0; i < acts->n_strings; i++) {
+      const ProtobufCBinaryData *s = &acts->strings[i];
+      const char *w = want[i % (size_t)(lstm ? 3 : 2)];
+      if (s->len != strlen(w) || strncasecmp((const char *)s->data, w, s->len) != 0)
+        return bad(im, "activations other than the defaults (Sigmoid, Tanh%s) are not supported",
+                   lstm ? ", Tanh" : "");
+    }
+  }
+  bool bidir = strcmp(direction, "bidirectional") == 0, reverse = strcmp(direction, "reverse") == 0;
+  if (!bidir && !reverse && strcmp(direction, "forward") != 0)
+    return bad(im, "direction='%s' is not supported", direction);
+  if (layout != 0 && layout != 1) return bad(im, "layout=%" PRId64 " is invalid", layout);
+  int dirs = bidir ? 2 : 1;
+  if (x->type.rank != 3 || W->type.rank != 3 || R->type.rank != 3)
+    return bad(im, "X, W and R must be 3-d");
+  int64_t H = R->type.dims[2];
+  if (hidden && hidden != H) return bad(im, "hidden_size %" PRId64 " differs from R's %" PRId64, hidden, H);
+  if (W->type.dims[0] != dirs || R->type.dims[0] != dirs || W->type.dims[1] != G * H ||
+      R->type.dims[1] != G * H)
+    return bad(im, "W and R must be [%d, %" PRId64 ", ...] for %s with hidden size %" PRId64, dirs,
+               G * H, direction, H);
+  if (B && (B->type.rank != 2 || B->type.dims[0] != dirs || B->type.dims[1] != 2 * G * H))
+    return bad(im, "B must be [%d, %" PRId64 "]", dirs, 2 * G * H);
+  int time_axis = layout ? 1 : 0;
+  int64_t T = x->type.dims[time_axis];
+  if (seq) {
+    const Tensor *t = seq->k ? seq->k : seq->hint;
+    if (!t) return bad(im, "sequence_lens from a runtime value is not supported");
+    for (int64_t i = 0, c = ir_type_numel(&t->type); i < c; i++)
+      if ((int64_t)ir_tensor_get(t, i) != T)
+        return bad(im, "sequence_lens other than the full length %" PRId64 " are not supported", T);
+  }
+  if (!zero_state(im, h0, "initial_h") || !zero_state(im, c0, "initial_c")) return false;
+  /* ONNX gate order i, o, f, c -> PyTorch i, f, g, o; GRU z, r, h -> r, z, n. */
+  static const int lstm_order[4] = {0, 2, 3, 1}, gru_order[3] = {1, 0, 2};
+  const int *order = lstm ? lstm_order : gru_order;
+  Val *ops[1 + 8];
+  int k = 0;
+  ops[k++] = reverse ? reverse_axis(im, x, time_axis) : x;
+  for (int d = 0; d < dirs; d++) {
+    Val *w = slice_axis(im, W, 0, d, d + 1, 1), *r = slice_axis(im, R, 0, d, d + 1, 1);
+    int64_t wd[2] = {G * H, W->type.dims[2]}, rd[2] = {G * H, H};
+    ops[k++] = reorder_gates(im, reshape(im, w, 2, wd), H, G, order);
+    ops[k++] = reorder_gates(im, reshape(im, r, 2, rd), H, G, order);
+    if (B) {
+      int64_t bd[1] = {2 * G * H};
+      Val *b = reshape(im, slice_axis(im, B, 0, d, d + 1, 1), 1, bd);
+      ops[k++] = reorder_gates(im, slice_axis(im, b, 0, 0, G * H, 1), H, G, order);
+      ops[k++] = reorder_gates(im, slice_axis(im, b, 0, G * H, 2 * G * H, 1), H, G, order);
+    }
+  }
+  for (int i = 0; i < k; i++)
+    if (!ops[i]) return false;
+  Emit e;
+  Node *rn = begin(im, &e, lstm ? OP_LSTM : OP_GRU, k, ops);
+  ir_set_int(im->g, rn, "hidden", H);
+  ir_set_int(im->g, rn, "layers", 1);
+  ir_set_int(im->g, rn, "bidirectional", bidir);
+  ir_set_int(im->g, rn, "batch_first", layout == 1);
+  ir_set_int(im->g, rn, "bias", B != NULL);
+  Val *res[3];
+  if (!finish(im, &e, res)) return false;
+  Val *y = res[0];
+  if (reverse) y = reverse_axis(im, y, time_axis);
+  /* Ours: y [T, N, dirs*H] (or [N, T, dirs*H]); ONNX: [T, dirs, N, H] (or [N, T, dirs, H]). */
+  int64_t N = x->type.dims[layout ? 0 : 1];
+  if (n->want[0]) {
+    if (layout) {
+      int64_t d4[4] = {N, T, dirs, H};
+      n->out[0] = reshape(im, y, 4, d4);
+    } else {
+      int64_t d4[4] = {T, N, dirs, H};
+      static const int64_t p[4] = {0, 2, 1, 3};
+      n->out[0] = transpose(im, reshape(im, y, 4, d4), p);
+    }
+    if (!n->out[0]) return false;
+  }
+  static const int64_t swap01[3] = {1, 0, 2};
+  for (int i = 1; i < (lstm ? 3 : 2) && i < n->n_out; i++)
+    if (n->want[i] && !(n->out[i] = layout ? transpose(im, res[i], swap01) : res[i])) return false;
+  return true;
+}
+
+/* ---- the op table ---- */
+
+typedef bool (*OpFn)(Imp *im, ONode *n);
+
+typedef struct OpEntry {
+  const char *name;
+  OpFn fn;
+  const char *note; /* limits, for --onnx-support */
+} OpEntry;
+
+static const OpEntry onnx_ops[] = {
+    {"Abs", op_unary, NULL},
+    {"Add", op_binary, "NumPy broadcasting"},
+    {"ArgMax", op_argmax, NULL},
+    {"ArgMin", op_argmax, NULL},
+    {"AveragePool", op_pool, "1-d and 2-d; pads at most half the kernel"},
+    {"BatchNormalization", op_batchnorm, "inference (training_mode=0, one output)"},
+    {"Cast", op_cast, "to FLOAT, FLOAT16, BFLOAT16, INT8, INT32, INT64"},
+    {"CastLike", op_cast, NULL},
+    {"Celu", op_elu_family, NULL},
+    {"Clip", op_clip, "min and max constant"},
+    {"Concat", op_concat, NULL},
+    {"Constant", op_constant, "value, value_float(s), value_int(s)"},
+    {"ConstantOfShape", op_constant_of_shape, "constant shape"},
+    {"Conv", op_conv, "1-d and 2-d, any auto_pad, pads, strides, dilations, group"},
+    {"Cos", op_unary, NULL},
+    {"DepthToSpace", op_depth_space, "DCR and CRD"},
+    {"Div", op_binary, NULL},
+    {"Dropout", op_dropout, "inference: the identity; no mask output"},
+    {"Elu", op_elu_family, NULL},
+    {"Erf", op_unary, NULL},
+    {"Exp", op_unary, NULL},
+    {"Expand", op_expand, "constant shape"},
+    {"Flatten", op_flatten, NULL},
+    {"Gather", op_gather, "constant or runtime indices"},
+    {"Gelu", op_gelu, "approximate none or tanh"},
+    {"Gemm", op_gemm, "transA, transB, alpha, beta"},
+    {"GlobalAveragePool", op_global_pool, NULL},
+    {"GlobalMaxPool", op_global_pool, NULL},
+    {"GRU", op_rnn, "linear_before_reset=1, forward/reverse/bidirectional, zero initial state"},
+    {"HardSigmoid", op_hardsigmoid, NULL},
+    {"HardSwish", op_unary, NULL},
+    {"Identity", op_identity, NULL},
+    {"InstanceNormalization", op_instancenorm, NULL},
+    {"LayerNormalization", op_layernorm, "stash_type=1; Mean and InvStdDev outputs too"},
+    {"LeakyRelu", op_leaky_relu, NULL},
+    {"Log", op_unary, NULL},
+    {"LogSoftmax", op_softmax, NULL},
+    {"LSTM", op_rnn, "forward/reverse/bidirectional, layout 0/1, zero initial state, no peepholes"},
+    {"MatMul", op_matmul, NULL},
+    {"Max", op_variadic, NULL},
+    {"MaxPool", op_pool, "1-d and 2-d; no Indices output; pads at most half the kernel"},
+    {"Mean", op_variadic, NULL},
+    {"Min", op_variadic, NULL},
+    {"Mul", op_binary, NULL},
+    {"Neg", op_unary, NULL},
+    {"Pad", op_pad, "mode constant, constant pads"},
+    {"Pow", op_binary, NULL},
+    {"PRelu", op_prelu, NULL},
+    {"Range", op_range, "constant inputs"},
+    {"Reciprocal", op_unary, NULL},
+    {"ReduceL1", op_reduce, NULL},
+    {"ReduceL2", op_reduce, NULL},
+    {"ReduceLogSum", op_reduce, NULL},
+    {"ReduceLogSumExp", op_reduce, NULL},
+    {"ReduceMax", op_reduce, "axes as attribute or constant input, per opset"},
+    {"ReduceMean", op_reduce, "axes as attribute or constant input, per opset"},
+    {"ReduceMin", op_reduce, NULL},
+    {"ReduceSum", op_reduce, "axes as attribute or constant input, per opset"},
+    {"ReduceSumSquare", op_reduce, NULL},
+    {"Relu", op_unary, NULL},
+    {"Reshape", op_reshape, "constant shape (0 and -1 rules)"},
+    {"Selu", op_elu_family, NULL},
+    {"Shape", op_shape, "folded at import"},
+    {"Sigmoid", op_unary, NULL},
+    {"Sin", op_unary, NULL},
+    {"Size", op_size, "folded at import"},
+    {"Slice", op_slice, "constant starts/ends/axes/steps, negative steps too"},
+    {"Softmax", op_softmax, "per-axis from opset 13, 2-d coercion before"},
+    {"Softplus", op_softplus, NULL},
+    {"Softsign", op_softsign, NULL},
+    {"SpaceToDepth", op_depth_space, NULL},
+    {"Split", op_split, NULL},
+    {"Sqrt", op_unary, NULL},
+    {"Squeeze", op_squeeze, NULL},
+    {"Sub", op_binary, NULL},
+    {"Sum", op_variadic, NULL},
+    {"Tanh", op_unary, NULL},
+    {"Tile", op_tile, "constant repeats"},
+    {"Transpose", op_transpose, NULL},
+    {"Unsqueeze", op_unsqueeze, NULL},
+};
+
+/* The newest opset whose changes to these ops are handled. */
+enum { ONNX_OPSET_KNOWN = 21 };
+
+static const OpEntry *find_op(const char *name) {
+  for (size_t i = 0; i < ARRAY_LEN(onnx_ops); i++)
+    if (strcmp(onnx_ops[i].name, name) == 0) return &onnx_ops[i];
+  return NULL;
+}
+
+bool fe_onnx_enabled(void) { return true; }
+
+void fe_onnx_print_support(FILE *f) {
+  fprintf(f,
+          "ONNX import (opsets up to %d; 13 and later are the target, older ones where an op's\n"
+          "meaning is handled).  Data types: FLOAT, "
+          "FLOAT16, BFLOAT16, INT8, INT32, INT64; static shapes, a symbolic dim bound with "
+          "-D NAME=VALUE; initializers (also external data) become params.\n\nops:\n",
+          ONNX_OPSET_KNOWN);
+  for (size_t i = 0; i < ARRAY_LEN(onnx_ops); i++)
+    fprintf(f, "  %-22s%s\n", onnx_ops[i].name, onnx_ops[i].note ? onnx_ops[i].note : "");
+}
+
+/* ---- graphs ---- */
+
+static bool type_of_info(Imp *im, const Onnx__ValueInfoProto *vi, const char *what, TensorType *out) {
+  const char *name = vi->name ? vi->name : "";
+  const Onnx__TypeProto *tp = vi->type;
+  if (!tp || tp->value_case != ONNX__TYPE_PROTO__VALUE_TENSOR_TYPE || !tp->tensor_type)
+    return bad(im, "%s '%s' is not a tensor (sequences, maps and optionals are not supported)", what, name);
+  const Onnx__TypeProto__Tensor *tt = tp->tensor_type;
+  DType dt;
+  if (!dtype_from_onnx(tt->elem_type, &dt))
+    return bad(im, "%s '%s' has dtype %s, which is not supported (%s)", what, name,
+               onnx_type_name(tt->elem_type), dtypes_we_have);
+  if (!tt->shape) return bad(im, "%s '%s' has no shape: dlcc needs static shapes", what, name);
+  if (tt->shape->n_dim > DL_MAX_RANK)
+    return bad(im, "%s '%s' has rank %zu, more than the supported %d", what, name, tt->shape->n_dim,
+               (int)DL_MAX_RANK);
+  *out = (TensorType){.dtype = dt, .rank = (int)tt->shape->n_dim};
+  for (size_t i = 0; i < tt->shape->n_dim; i++) {
+    const Onnx__TensorShapeProto__Dimension *d = tt->shape->dim[i];
+    int64_t v;
+    if (d->value_case == ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_VALUE) {
+      v = d->dim_value;
+    } else if (d->value_case == ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_PARAM && d->dim_param &&
+               *d->dim_param) {
+      int k = -1;
+      for (int j = 0; im->opt && j < im->opt->n_defines; j++)
+        if (strcmp(im->opt->defines[j].name, d->dim_param) == 0) k = j;
+      if (k < 0)
+        return bad(im, "dim %zu of %s '%s' is the symbolic '%s': bind it with -D %s=VALUE", i, what,
+                   name, d->dim_param, d->dim_param);
+      im->define_used[k] = true;
+      v = im->opt->defines[k].value;
+    } else {
+      return bad(im, "dim %zu of %s '%s' is unknown: dlcc needs static shapes", i, what, name);
+    }
+    if (v == 0) return bad(im, "dim %zu of %s '%s' is 0: empty tensors are not supported", i, what, name);
+    if (v < 0 || v > DL_MAX_ELEMS)
+      return bad(im, "dim %zu of %s '%s' is %" PRId64 ", out of range (1 to %" PRId64 ")", i, what,
+                 name, v, DL_MAX_ELEMS);
+    out->dims[i] = v;
+  }
+  if (ir_type_numel(out) < 0)
+    return bad(im, "%s '%s' is larger than %" PRId64 " elements", what, name, DL_MAX_ELEMS);
+  return true;
+}
+
+/* Kahn's algorithm over the nodes; order[] gets them so that every value
+ * is produced before it is used. */
+static bool topo_order(Imp *im, const Onnx__GraphProto *gp, int *order) {
+  int n = (int)gp->n_node;
+  Arena *a = &im->c->arena;
+  int *indeg = ARENA_ARRAY(a, int, n + 1), *start = ARENA_ARRAY(a, int, n + 2);
+  int total = 0;
+  for (int i = 0; i < n; i++) total += (int)gp->node[i]->n_input;
+  int *edges = ARENA_ARRAY(a, int, total + 1), *fill = ARENA_ARRAY(a, int, n + 1);
+  for (int i = 0; i < n; i++)
+    for (size_t j = 0; j < gp->node[i]->n_input; j++) {
+      const char *in = gp->node[i]->input[j];
+      Entry *e = in && *in ? find_entry(im, in) : NULL;
+      if (e && e->producer >= 0) start[e->producer + 1]++, indeg[i]++;
+    }
+  for (int i = 0; i < n; i++) start[i + 1] += start[i];
+  for (int i = 0; i < n; i++)
+    for (size_t j = 0; j < gp->node[i]->n_input; j++) {
+      const char *in = gp->node[i]->input[j];
+      Entry *e = in && *in ? find_entry(im, in) : NULL;
+      if (e && e->producer >= 0) edges[start[e->producer] + fill[e->producer]++] = i;
+    }
+  int head = 0, tail = 0;
+  for (int i = 0; i < n; i++)
+    if (indeg[i] == 0) order[tail++] = i;
+  while (head < tail) {
+    int i = order[head++];
+    for (int k = start[i]; k < start[i + 1]; k++)
+      if (--indeg[edges[k]] == 0) order[tail++] = edges[k];
+  }
+  if (tail == n) return true;
+  for (int i = 0; i < n; i++)
+    if (indeg[i] > 0) {
+      im->np = gp->node[i];
+      im->node_index = i;
+      return bad(im, "the graph has a cycle through this node");
+    }
+  return bad(im, "the graph has a cycle");
+}
+
+static bool import_node(Imp *im, const Onnx__GraphProto *gp, int idx) {
+  const Onnx__NodeProto *np = gp->node[idx];
+  im->np = np;
+  im->node_index = idx;
+  im->loc = (SrcLoc){im->src, idx + 1, 1};
+  im->attr_used = ARENA_ARRAY(&im->c->arena, bool, np->n_attribute + 1);
+  if (!np->op_type || !*np->op_type) return bad(im, "the node has no op_type");
+  if (np->domain && *np->domain && strcmp(np->domain, "ai.onnx") != 0)
+    return bad(im, "ops of domain '%s' are not supported", np->domain);
+  const OpEntry *op = find_op(np->op_type);
+  if (!op) return bad(im, "op %s is not supported (dlcc --onnx-support lists the ones that are)", np->op_type);
+  for (size_t i = 0; i < np->n_attribute; i++)
+    if (!np->attribute[i]->name) return bad(im, "an attribute has no name");
+  ONode on = {.n_in = (int)np->n_input, .n_out = (int)np->n_output};
+  on.in = ARENA_ARRAY(&im->c->arena, Val *, on.n_in + 1);
+  on.out = ARENA_ARRAY(&im->c->arena, Val *, on.n_out + 1);
+  bool *want = ARENA_ARRAY(&im->c->arena, bool, on.n_out + 1);
+  on.want = want;
+  for (int i = 0; i < on.n_in; i++) {
+    const char *in = np->input[i];
+    if (in && *in) on.in[i] = find_entry(im, in)->val;
+  }
+  for (int i = 0; i < on.n_out; i++) want[i] = np->output[i] && *np->output[i];
+  int errors = im->c->diag.errors;
+  if (!op->fn(im, &on)) {
+    if (im->c->diag.errors == errors) bad(im, "cannot import this node");
+    return false;
+  }
+  for (size_t i = 0; i < np->n_attribute; i++)
+    if (!im->attr_used[i]) return bad(im, "attribute '%s' is not supported", np->attribute[i]->name);
+  for (int i = 0; i < on.n_out; i++) {
+    if (!want[i]) continue;
+    if (!on.out[i]) return bad(im, "output %d is not supported", i + 1);
+    Entry *e = find_entry(im, np->output[i]);
+    e->val = on.out[i];
+    if (!on.out[i]->name) on.out[i]->name = e->name;
+  }
+  return true;
+}
+
+static bool import_graph(Imp *im, const Onnx__ModelProto *m) {
+  Arena *a = &im->c->arena;
+  if (!m->has_ir_version) return bad(im, "not an ONNX model: no ir_version");
+  im->opset = -1;
+  for (size_t i = 0; i < m->n_opset_import; i++) {
+    const Onnx__OperatorSetIdProto *o = m->opset_import[i];
+    if (!o->domain || !*o->domain || strcmp(o->domain, "ai.onnx") == 0) im->opset = o->version;
+  }
+  if (im->opset < 0) {
+    const char *other = m->n_opset_import && m->opset_import[0]->domain ? m->opset_import[0]->domain : NULL;
+    if (other) return bad(im, "opset domain '%s' is not supported (only the ONNX opset)", other);
+    return bad(im, "the model imports no ONNX opset");
+  }
+  if (im->opset < 1) return bad(im, "opset %" PRId64 " is invalid", im->opset);
+  if (im->opset > ONNX_OPSET_KNOWN)
+    diag_warning(im->c, (SrcLoc){0}, "%s: opset %" PRId64 " is newer than dlcc knows (%d)", im->file,
+                 im->opset, (int)ONNX_OPSET_KNOWN);
+  const Onnx__GraphProto *gp = m->graph;
+  if (!gp) return bad(im, "the model has no graph");
+  im->g = ir_graph_new(im->c, gp->name && *gp->name ? gp->name : "onnx");
+  im->loc = (SrcLoc){0};
+  if (gp->n_sparse_initializer) return bad(im, "sparse initializers are not supported");
+  for (size_t i = 0; i < gp->n_initializer; i++) {
+    const Onnx__TensorProto *t = gp->initializer[i];
+    if (!t->name || !*t->name) return bad(im, "initializer %zu has no name", i);
+    if (find_entry(im, t->name)) return bad(im, "initializer '%s' is defined twice", t->name);
+    Tensor data;
+    char err[512];
+    if (!tensor_from_proto(t, im->dir, &data, err, sizeof err))
+      return bad(im, "initializer '%s': %s", t->name, err);
+    Entry *e = add_entry(im, t->name, -1);
+    e->val = known(im, data);
+    e->val->name = e->name;
+  }
+  for (size_t i = 0; i < gp->n_input; i++) {
+    const Onnx__ValueInfoProto *vi = gp->input[i];
+    if (!vi->name || !*vi->name) return bad(im, "graph input %zu has no name", i);
+    Entry *e = find_entry(im, vi->name);
+    if (e && e->val->k) continue; /* an initializer's default: a param */
+    if (e) return bad(im, "graph input '%s' is declared twice", vi->name);
+    TensorType t;
+    if (!type_of_info(im, vi, "graph input", &t)) return false;
+    e = add_entry(im, vi->name, -1);
+    e->val = val_of(im, &ir_source(im->g, OP_INPUT, &t, vi->name, im->loc)->out[0]);
+    e->val->name = e->name;
+    const Tensor *hint = im->opt && im->opt->known ? ir_tensor_map_find(im->opt->known, vi->name) : NULL;
+    if (hint && ir_type_eq(&hint->type, &t)) e->val->hint = hint;
+  }
+  for (size_t i = 0; i < gp->n_node; i++) {
+    const Onnx__NodeProto *np = gp->node[i];
+    for (size_t j = 0; j < np->n_output; j++) {
+      const char *out = np->output[j];
+      if (!out || !*out) continue;
+      Entry *e = find_entry(im, out);
+      if (e) {
+        im->np = np;
+        im->node_index = (int)i;
+        return bad(im, "value '%s' is defined twice (also %s)", out,
+                   e->producer < 0 ? "as a graph input or initializer" : "by an earlier node");
+      }
+      add_entry(im, out, (int)i);
+    }
+  }
+  for (size_t i = 0; i < gp->n_node; i++) {
+    const Onnx__NodeProto *np = gp->node[i];
+    for (size_t j = 0; j < np->n_input; j++) {
+      const char *in = np->input[j];
+      if (in && *in && !find_entry(im, in)) {
+        im->np = np;
+        im->node_index = (int)i;
+        return bad(im, "input '%s' is not defined: no graph input, initializer or node produces it", in);
+      }
+    }
+  }
+  int *order = ARENA_ARRAY(a, int, gp->n_node + 1);
+  if (!topo_order(im, gp, order)) return false;
+  for (size_t i = 0; i < gp->n_node; i++) {
+    if (!import_node(im, gp, order[i])) return false;
+    if (diag_should_stop(im->c)) return false;
+  }
+  im->np = NULL;
+  im->loc = (SrcLoc){0};
+  if (gp->n_output == 0) return bad(im, "the graph has no outputs");
+  int n_out = (int)gp->n_output;
+  Value **outs = ARENA_ARRAY(a, Value *, n_out);
+  const char **names = ARENA_ARRAY(a, const char *, n_out);
+  for (int i = 0; i < n_out; i++) {
+    const Onnx__ValueInfoProto *vi = gp->output[i];
+    Entry *e = vi->name && *vi->name ? find_entry(im, vi->name) : NULL;
+    if (!e || !e->val) return bad(im, "graph output '%s' is not computed by any node", vi->name ? vi->name : "");
+    outs[i] = use(im, e->val);
+    names[i] = e->name;
+    /* A declared output type must agree with what the graph computes. */
+    const Onnx__TypeProto *tp = vi->type;
+    if (tp && tp->value_case == ONNX__TYPE_PROTO__VALUE_TENSOR_TYPE && tp->tensor_type) {
+      const Onnx__TypeProto__Tensor *tt = tp->tensor_type;
+      DType dt;
+      bool mismatch = tt->has_elem_type && tt->elem_type && (!dtype_from_onnx(tt->elem_type, &dt) || dt != outs[i]->type.dtype);
+      if (tt->shape) {
+        mismatch |= (int)tt->shape->n_dim != outs[i]->type.rank;
+        for (size_t d = 0; !mismatch && d < tt->shape->n_dim; d++)
+          if (tt->shape->dim[d]->value_case == ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_VALUE)
+            mismatch |= tt->shape->dim[d]->dim_value != outs[i]->type.dims[d];
+      }
+      if (mismatch) {
+        char buf[IR_TYPE_STR_MAX];
+        return bad(im, "graph output '%s' computes %s, which differs from its declared type", e->name,
+                   ir_type_str(&outs[i]->type, buf, sizeof buf));
+      }
+    }
+  }
+  ir_set_outputs(im->g, n_out, outs, names);
+  for (int j = 0; im->opt && j < im->opt->n_defines; j++)
+    if (!im->define_used[j])
+      diag_warning(im->c, (SrcLoc){0}, "-D %s: the model has no symbolic dim of that name",
+                   im->opt->defines[j].name);
+  return true;
+}
+
+/* Moves each param's data into out (the params map). */
+static void take_params(Imp *im, TensorMap *out) {
+  out->n = im->n_params;
+  out->names = calloc((size_t)(im->n_params + 1), sizeof *out->names);
+  out->tensors = calloc((size_t)(im->n_params + 1), sizeof *out->tensors);
+  if (!out->names || !out->tensors) dl_internal(im->c, "out of memory");
+  for (int i = 0; i < im->n_params; i++) {
+    Val *v = im->params[i];
+    out->names[i] = strdup(v->name);
+    if (!out->names[i]) dl_internal(im->c, "out of memory");
+    out->tensors[i] = *v->k;
+    v->k->data = NULL; /* now the map's */
+  }
+}
+
+static void free_owned(Imp *im) {
+  for (int i = 0; i < im->n_owned; i++) {
+    ir_tensor_free(im->owned[i]);
+    free(im->owned[i]);
+  }
+  free(im->owned);
+  free(im->params);
+  im->owned = NULL;
+  im->params = NULL;
+  im->n_owned = im->n_params = 0;
+}
+
+Graph *fe_onnx_import_bytes(Ctx *c, const char *name, const void *data, size_t len,
+                            const OnnxOptions *opt, TensorMap *params) {
+  *params = (TensorMap){0};
+  Imp im = {.c = c, .file = name, .opt = opt, .fold_max = FOLD_MAX_ELEMS};
+  if (opt && opt->max_fold_elems > 0) im.fold_max = opt->max_fold_elems;
+  im.dir = dir_of(&c->arena, name);
+  im.src = ctx_add_file(c, name, NULL, 0);
+  im.buckets = ARENA_ARRAY(&c->arena, Entry *, N_BUCKETS);
+  im.define_used = ARENA_ARRAY(&c->arena, bool, (opt ? opt->n_defines : 0) + 1);
+  Onnx__ModelProto *m = onnx__model_proto__unpack(NULL, len, data);
+  if (!m) {
+    bad(&im, "not an ONNX model: the file does not decode as a ModelProto (truncated, or not "
+             "protobuf)");
+    return NULL;
+  }
+  bool ok = import_graph(&im, m);
+  onnx__model_proto__free_unpacked(m, NULL);
+  if (ok) ok = ir_verify(im.g);
+  if (ok) take_params(&im, params);
+  free_owned(&im);
+  return ok ? im.g : NULL;
+}
+
+Graph *fe_onnx_import(Ctx *c, const char *path, const OnnxOptions *opt, TensorMap *params) {
+  *params = (TensorMap){0};
+  char err[512];
+  size_t len;
+  void *buf = read_whole(path, &len, err, sizeof err);
+  if (!buf) {
+    diag_error(c, (SrcLoc){0}, "%s", err);
+    return NULL;
+  }
+  Graph *g = fe_onnx_import_bytes(c, path, buf, len, opt, params);
+  free(buf);
+  return g;
+}
+
+#else /* !HAVE_ONNX */
+
+static const char no_onnx[] =
+    "this dlcc was built without ONNX support (it needs libprotobuf-c: install "
+    "libprotobuf-c-dev and reconfigure)";
+
+bool fe_onnx_enabled(void) { return false; }
+
+Graph *fe_onnx_import_bytes(Ctx *c, const char *name, const void *data, size_t len,
+                            const OnnxOptions *opt, TensorMap *params) {
+  *params = (TensorMap){0};
+  diag_error(c, (SrcLoc){0}, "%s: %s", name, no_onnx);
+  return NULL;
+}
+
+Graph *fe_onnx_import(Ctx *c, const char *path, const OnnxOptions *opt, TensorMap *params) {
+  return fe_onnx_import_bytes(c, path, NULL, 0, opt, params);
+}
+
+bool fe_onnx_read_tensor(const char *path, Tensor *out, char **name, char *err, size_t errlen) {
+  *out = (Tensor){0};
+  if (name) *name = NULL;
+  snprintf(err, errlen, "%s", no_onnx);
+  return false;
+}
+
+void fe_onnx_print_support(FILE *f) { fprintf(f, "%s\n", no_onnx); }
+
+#endif

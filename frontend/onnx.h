@@ -1,0 +1,51 @@
+/* ONNX import: takes an ONNX ModelProto (a .onnx file, read with
+ * protobuf-c) and returns a checked graph whose initializers are params,
+ * together with those params' data, so a model carries its own weights.
+ * Built only when configure found libprotobuf-c (HAVE_ONNX); otherwise
+ * every entry point reports that ONNX support is missing. */
+#ifndef DLCC_FRONTEND_ONNX_H
+#define DLCC_FRONTEND_ONNX_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdio.h>
+
+#include "frontend/ast.h"
+#include "ir/eval.h"
+#include "ir/ir.h"
+
+typedef struct OnnxOptions {
+  int n_defines; /* -D NAME=VALUE binds a symbolic dim (dim_param) */
+  const Define *defines;
+  /* Values of graph inputs, consulted only where an op needs a
+   * compile-time operand (Reshape's shape, Slice's starts, ...): the ONNX
+   * backend tests pass such operands as inputs.  The input stays an
+   * input.  May be NULL. */
+  const TensorMap *known;
+  /* Largest tensor, in elements, computed at import (folding, Range,
+   * ConstantOfShape); 0: 1 << 26.  The fuzzer sets it low. */
+  int64_t max_fold_elems;
+} OnnxOptions;
+
+/* True when this build can read ONNX files. */
+bool fe_onnx_enabled(void);
+
+/* Imports path.  On success returns the graph (verified) and fills params
+ * with one entry per param of the graph (free with ir_tensor_map_free).
+ * External data files are resolved against path's directory.  NULL after
+ * reporting errors to c's diag; params is then empty. */
+Graph *fe_onnx_import(Ctx *c, const char *path, const OnnxOptions *opt, TensorMap *params);
+/* The same for a model in memory; name is used in messages and for the
+ * directory of external data. */
+Graph *fe_onnx_import_bytes(Ctx *c, const char *name, const void *data, size_t len,
+                            const OnnxOptions *opt, TensorMap *params);
+
+/* Reads a serialized TensorProto (the backend tests' input_0.pb) into out
+ * (malloc'd data: ir_tensor_free) and, when name is not NULL, its name
+ * into *name (malloc'd, "" when unnamed).  False with a message in err. */
+bool fe_onnx_read_tensor(const char *path, Tensor *out, char **name, char *err, size_t errlen);
+
+/* `dlcc --onnx-support`: the ONNX ops that import, with their limits. */
+void fe_onnx_print_support(FILE *f);
+
+#endif

@@ -1,0 +1,373 @@
+/* Fusion: takes a verified graph, returns it with Node.group set so that
+ * each group becomes one kernel in codegen (codegen/fuse_lower.c).  The
+ * graph itself is not rewritten; `--print-after=fuse` shows the groups as
+ * "#kN" after each member's types.
+ *
+ * A group has one root (its last node, the only one whose value is
+ * stored) and at most one anchor: a reduction (softmax, layernorm,
+ * reduce_*, global_avgpool), a window (pooling) or a convolution, the
+ * loop nest the rest is fused into.
+ *   - elementwise ops (broadcasting operands, batchnorm as a per-channel
+ *     map, consts as immediates) and data movement (reshape, transpose,
+ *     slice, expand: an index remapping) are evaluated at the element
+ *     being computed;
+ *   - producers of an anchor's input are evaluated inside its loads
+ *     (prologue); elementwise consumers of the anchor with its shape are
+ *     evaluated at its store (epilogue);
+ *   - matmul and linear stay cuBLAS GEMMs that write their own buffer: in
+ *     a group they are leaves read by the kernel, and linear's bias is
+ *     added where the kernel reads it, so GEMM + bias + activation +
+ *     residual add is one GEMM and one kernel.
+ *
+ * What is never done: a value with a use outside the group, or a graph
+ * output, is never inside a group, so nothing is computed by two
+ * kernels.  Inside one kernel cheap work may repeat: an elementwise
+ * member broadcast to a larger root is evaluated per element of the
+ * root, and a prologue member once per load (three times per element in
+ * softmax and layernorm, once per window tap in pooling and convolution).
+ * That is elementwise arithmetic on values loaded anyway, never a GEMM,
+ * a reduction or a window.
+ *
+ * Greedy, from the last node back: each node not yet in a group roots
+ * one and absorbs producers in decreasing order, so every consumer of a
+ * candidate has been decided when the candidate is. */
+#include <string.h>
+
+#include "passes/pass.h"
+
+enum { MAX_MEMBERS = 64 };
+
+typedef enum { ROLE_EPI = 1, ROLE_PRO = 2 } Role;
+
+typedef struct Fuser {
+  Graph *g;
+  Node **node_of;   /* by Node.id */
+  int *use_start;   /* CSR over value ids: consumers' node ids */
+  int *uses;
+  bool *is_output;  /* by value id */
+  int *mark;        /* by node id: the group being built when a member */
+  int *role;        /* by node id: Role bits of a candidate's uses */
+  int *heap, n_heap;
+  bool *attention;  /* by node id: a matmul of an attention (its operands are fused) */
+} Fuser;
+
+static bool is_f32(const TensorType *t) { return t->dtype == TY_F32; }
+
+/* f32 throughout and not empty: what the fused lowering handles. */
+static bool types_ok(const Node *n) {
+  for (int i = 0; i < n->n_in; i++)
+    if (!is_f32(&n->in[i]->type)) return false;
+  for (int i = 0; i < n->n_out; i++)
+    if (!is_f32(&n->out[i].type) || ir_type_numel(&n->out[i].type) <= 0) return false;
+  return true;
+}
+
+static bool is_anchor_op(OpKind op) {
+  switch (op) {
+    case OP_REDUCE_SUM:
+    case OP_REDUCE_MEAN:
+    case OP_REDUCE_MAX:
+    case OP_REDUCE_MIN:
+    case OP_SOFTMAX:
+    case OP_LOG_SOFTMAX:
+    case OP_LAYERNORM:
+    case OP_GLOBAL_AVGPOOL:
+    case OP_MAXPOOL2D:
+    case OP_AVGPOOL2D:
+    case OP_CONV2D: return true;
+    default: return false;
+  }
+}
+
+static bool is_leaf_op(OpKind op) { return op == OP_MATMUL || op == OP_LINEAR; }
+
+static bool is_index_move(OpKind op) {
+  return op == OP_RESHAPE || op == OP_TRANSPOSE || op == OP_SLICE || op == OP_EXPAND;
+}
+
+/* Which operands of a member its kernel reads through the fused
+ * evaluation (the others are read from memory by a GEMM, or are params
+ * an anchor indexes itself). */
+static bool operand_fusible(const Fuser *f, const Node *m, int i) {
+  if (m->op == OP_LINEAR) return i == 2;
+  if (m->op == OP_MATMUL) return f->attention[m->id];
+  if (m->op == OP_CONV2D) return true;
+  if (is_anchor_op(m->op)) return i == 0;
+  return true;
+}
+
+static void heap_push(Fuser *f, int id) {
+  int i = f->n_heap++;
+  f->heap[i] = id;
+  while (i > 0 && f->heap[(i - 1) / 2] < f->heap[i]) {
+    int p = (i - 1) / 2, t = f->heap[p];
+    f->heap[p] = f->heap[i];
+    f->heap[i] = t;
+    i = p;
+  }
+}
+
+static int heap_pop(Fuser *f) {
+  int top = f->heap[0];
+  f->heap[0] = f->heap[--f->n_heap];
+  for (int i = 0;;) {
+    int l = 2 * i + 1, r = l + 1, m = i;
+    if (l < f->n_heap && f->heap[l] > f->heap[m]) m = l;
+    if (r < f->n_heap && f->heap[r] > f->heap[m]) m = r;
+    if (m == i) break;
+    int t = f->heap[m];
+    f->heap[m] = f->heap[i];
+    f->heap[i] = t;
+    i = m;
+  }
+  return top;
+}
+
+/* Every use of n's results is a member of group gid that evaluates it in
+ * the kernel (not a GEMM reading memory), none is an output. */
+static bool uses_inside(const Fuser *f, const Node *n, int gid) {
+  for (int r = 0; r < n->n_out; r++) {
+    const Value *val = &n->out[r];
+    int v = val->id;
+    if (f->is_output[v]) return false;
+    for (int u = f->use_start[v]; u < f->use_start[v + 1]; u++) {
+      const Node *user = f->node_of[f->uses[u]];
+      if (f->mark[user->id] != gid) return false;
+      for (int i = 0; i < user->n_in; i++)
+        if (user->in[i] == val && !operand_fusible(f, user, i)) return false;
+    }
+  }
+  return true;
+}
+
+static void push_operands(Fuser *f, const Node *m, int gid, int role) {
+  for (int i = 0; i < m->n_in; i++) {
+    if (!operand_fusible(f, m, i)) continue;
+    const Node *d = m->in[i]->def;
+    if (d->group >= 0 || f->mark[d->id] == gid) continue;
+    int r = is_anchor_op(m->op) ? ROLE_PRO : role;
+    if (!f->role[d->id]) heap_push(f, d->id);
+    f->role[d->id] |= r;
+  }
+}
+
+static bool same_dims(const TensorType *a, const TensorType *b) {
+  if (a->rank != b->rank) return false;
+  for (int i = 0; i < a->rank; i++)
+    if (a->dims[i] != b->dims[i]) return false;
+  return true;
+}
+
+static bool single_use(const Fuser *f, const Value *v) {
+  return !f->is_output[v->id] && f->use_start[v->id + 1] - f->use_start[v->id] == 1;
+}
+
+/* p, an elementwise producer of some anchor's input, sits on a chain of
+ * single-use elementwise ops of its shape over another anchor: then it
+ * is better that anchor's epilogue (computed once per element) than this
+ * one's prologue (computed once per load). */
+static bool better_as_epilogue(const Fuser *f, const Node *p, int depth) {
+  if (depth > 16) return false;
+  for (int i = 0; i < p->n_in; i++) {
+    const Node *d = p->in[i]->def;
+    if (d->group >= 0 || d->n_out != 1 || !single_use(f, &d->out[0]) || !types_ok(d) ||
+        !same_dims(&d->out[0].type, &p->out[0].type))
+      continue;
+    if (is_anchor_op(d->op)) return true;
+    if (ir_ops[d->op].cls == K_ELEMWISE && better_as_epilogue(f, d, depth + 1)) return true;
+  }
+  return false;
+}
+
+static bool can_root(const Node *n) {
+  if (n->n_out != 1 || !types_ok(n)) return false;
+  OpClass cls = ir_ops[n->op].cls;
+  if (cls == K_ELEMWISE || is_anchor_op(n->op) || is_leaf_op(n->op)) return true;
+  /* A reshape of a computed value is free (it aliases the bytes), so a
+   * group never ends in one. */
+  return is_index_move(n->op) && n->op != OP_RESHAPE;
+}
+
+/* Attention: matmul(softmax(f(matmul(Q, K))), V) over the last axis, f a
+ * chain of elementwise ops (a scale, a mask), every link used once and
+ * the batch dims equal.  The group's kernel computes each output element
+ * with a max pass and a sum pass over the scores, so the scores and the
+ * probabilities are never stored.  Returns the nodes from the softmax
+ * down to the first matmul (chain[0] = softmax), or 0. */
+static int attention_chain(const Fuser *f, const Node *m2, Node **chain, int cap) {
+  if (m2->op != OP_MATMUL || m2->out[0].type.rank < 2) return 0;
+  const Node *sm = m2->in[0]->def;
+  if (sm->op != OP_SOFTMAX || sm->group >= 0 || !types_ok(sm)) return 0;
+  int rank = sm->out[0].type.rank;
+  if (ir_attr_int(sm, "axis") != rank - 1 && ir_attr_int(sm, "axis") != -1) return 0;
+  int n = 0;
+  const Node *at = sm;
+  for (;;) {
+    const Value *v = &at->out[0];
+    int id = v->id;
+    if (f->is_output[id] || f->use_start[id + 1] - f->use_start[id] != 1) return 0;
+    if (n == cap) return 0;
+    chain[n++] = (Node *)at;
+    if (at != sm && at->op == OP_MATMUL) break;
+    /* Down the one operand that is computed (not a const, param or input). */
+    const Node *next = NULL;
+    for (int i = 0; i < at->n_in; i++) {
+      const Node *d = at->in[i]->def;
+      if (ir_ops[d->op].cls == K_SOURCE) continue;
+      if (next) return 0;
+      next = d;
+    }
+    if (!next || next->group >= 0 || !types_ok(next)) return 0;
+    if (next->op != OP_MATMUL && (ir_ops[next->op].cls != K_ELEMWISE || next->op == OP_BATCHNORM))
+      return 0;
+    if (next->op != OP_MATMUL && !same_dims(&next->out[0].type, &sm->out[0].type)) return 0;
+    at = next;
+  }
+  const Node *m1 = chain[n - 1];
+  const TensorType *q = &m1->in[0]->type, *k = &m1->in[1]->type, *vv = &m2->in[1]->type;
+  const TensorType *s = &m1->out[0].type, *o = &m2->out[0].type;
+  if (q->rank != rank || k->rank != rank || vv->rank != rank || s->rank != rank) return 0;
+  for (int d = 0; d < rank - 2; d++)
+    if (q->dims[d] != o->dims[d] || k->dims[d] != o->dims[d] || vv->dims[d] != o->dims[d]) return 0;
+  return n;
+}
+
+static void push_value(Fuser *f, const Value *v, int gid) {
+  const Node *d = v->def;
+  if (d->group >= 0 || f->mark[d->id] == gid) return;
+  if (!f->role[d->id]) heap_push(f, d->id);
+  f->role[d->id] |= ROLE_EPI;
+}
+
+/* When p is the second matmul of an attention, takes the chain into the
+ * group and returns the softmax (the group's anchor); else NULL. */
+static Node *absorb_attention(Fuser *f, Node *p, int gid, Node **members, int *n) {
+  Node *chain[16];
+  int len = attention_chain(f, p, chain, (int)ARRAY_LEN(chain));
+  if (!len || *n + len > MAX_MEMBERS) return NULL;
+  for (int i = 0; i < len; i++) {
+    members[(*n)++] = chain[i];
+    f->mark[chain[i]->id] = gid;
+  }
+  f->attention[p->id] = f->attention[chain[len - 1]->id] = true;
+  /* Q, K, V and the chain's other operands are read by the kernel. */
+  for (int i = 0; i < len; i++)
+    for (int j = 0; j < chain[i]->n_in; j++) push_value(f, chain[i]->in[j], gid);
+  push_value(f, p->in[1], gid);
+  return chain[0];
+}
+
+/* Grows a group from root; returns its size (members get group gid). */
+static int grow(Fuser *f, Node *root, int gid) {
+  Node *members[MAX_MEMBERS];
+  int n = 0;
+  members[n++] = root;
+  f->mark[root->id] = gid;
+  Node *anchor = is_anchor_op(root->op) ? root : NULL;
+  f->n_heap = 0;
+  push_operands(f, root, gid, ROLE_EPI);
+  if (!anchor) anchor = absorb_attention(f, root, gid, members, &n);
+  while (f->n_heap > 0) {
+    Node *p = f->node_of[heap_pop(f)];
+    int role = f->role[p->id];
+    f->role[p->id] = 0;
+    if (n == MAX_MEMBERS || p->group >= 0 || f->mark[p->id] == gid) continue;
+    if (p->n_out != 1 || !types_ok(p) || !uses_inside(f, p, gid)) continue;
+    OpClass cls = ir_ops[p->op].cls;
+    bool take = cls == K_ELEMWISE || is_index_move(p->op) || is_leaf_op(p->op);
+    if (take && (role & ROLE_PRO) && cls == K_ELEMWISE && better_as_epilogue(f, p, 0)) take = false;
+    if (!take && is_anchor_op(p->op) && !anchor && role == ROLE_EPI &&
+        same_dims(&p->out[0].type, &root->out[0].type)) {
+      /* The epilogue runs at the anchor's store, element for element:
+       * only elementwise members of its shape may lie between. */
+      take = true;
+      for (int i = 0; i < n && take; i++)
+        take = ir_ops[members[i]->op].cls == K_ELEMWISE &&
+               same_dims(&members[i]->out[0].type, &p->out[0].type);
+      if (take) anchor = p;
+    }
+    if (!take) continue;
+    members[n++] = p;
+    f->mark[p->id] = gid;
+    push_operands(f, p, gid, role);
+    if (!anchor) anchor = absorb_attention(f, p, gid, members, &n);
+  }
+  /* Clear the roles of candidates left in the heap. */
+  while (f->n_heap > 0) f->role[heap_pop(f)] = 0;
+  /* A convolution alone is still its own kernel (an implicit GEMM
+   * instead of im2col + GEMM), so it keeps a group of one. */
+  bool keep = n > 1 || (root->op == OP_CONV2D);
+  for (int i = 0; i < n; i++) {
+    if (keep)
+      members[i]->group = gid;
+    else
+      f->mark[members[i]->id] = -1;
+  }
+  return keep ? n : 0;
+}
+
+bool pass_fuse(Graph *g, PassCtx *pc) {
+  Arena *a = &g->ctx->arena;
+  ir_number(g);
+  int n_nodes = 0, n_values = 0;
+  for (Node *n = g->first; n; n = n->next) {
+    n_nodes++;
+    n_values += n->n_out;
+  }
+  Fuser f = {.g = g};
+  f.node_of = ARENA_ARRAY(a, Node *, n_nodes + 1);
+  f.use_start = ARENA_ARRAY(a, int, n_values + 2);
+  f.is_output = ARENA_ARRAY(a, bool, n_values + 1);
+  f.mark = ARENA_ARRAY(a, int, n_nodes + 1);
+  f.role = ARENA_ARRAY(a, int, n_nodes + 1);
+  f.heap = ARENA_ARRAY(a, int, n_nodes * 4 + 8);
+  f.attention = ARENA_ARRAY(a, bool, n_nodes + 1);
+  int *old = ARENA_ARRAY(a, int, n_nodes + 1);
+  int n_uses = 0;
+  for (Node *n = g->first; n; n = n->next) {
+    f.node_of[n->id] = n;
+    old[n->id] = n->group;
+    n->group = -1;
+    f.mark[n->id] = -1;
+    for (int i = 0; i < n->n_in; i++) f.use_start[n->in[i]->id + 1]++;
+    n_uses += n->n_in;
+  }
+  for (int v = 0; v < n_values; v++) f.use_start[v + 1] += f.use_start[v];
+  f.uses = ARENA_ARRAY(a, int, n_uses + 1);
+  int *fill = ARENA_ARRAY(a, int, n_values + 1);
+  for (Node *n = g->first; n; n = n->next)
+    for (int i = 0; i < n->n_in; i++) {
+      int v = n->in[i]->id;
+      f.uses[f.use_start[v] + fill[v]++] = n->id;
+    }
+  for (int i = 0; i < g->n_outputs; i++) f.is_output[g->outputs[i]->id] = true;
+
+  /* Build with provisional ids counting down, then number groups in the
+   * order of their roots. */
+  int provisional = 0, fused = 0;
+  for (Node *n = g->last; n; n = n->prev)
+    if (n->group < 0 && can_root(n)) {
+      int size = grow(&f, n, provisional);
+      if (size) {
+        provisional++;
+        fused += size;
+      }
+    }
+  int *final = ARENA_ARRAY(a, int, provisional + 1);
+  int next = 0;
+  for (int i = 0; i < provisional; i++) final[i] = -1;
+  /* Roots come last in their group, so walking backwards meets each root
+   * first; ids then count from the front. */
+  for (Node *n = g->last; n; n = n->prev)
+    if (n->group >= 0 && final[n->group] < 0) final[n->group] = provisional - 1 - next++;
+  bool changed = false;
+  for (Node *n = g->first; n; n = n->next) {
+    if (n->group >= 0) n->group = final[n->group];
+    if (n->group != old[n->id]) changed = true;
+  }
+  if (pc) {
+    pass_stat(pc, "fusion groups", provisional);
+    pass_stat(pc, "fused ops", fused);
+  }
+  return changed;
+}

@@ -1,0 +1,12 @@
+# passes: the pass manager and one file per graph pass.
+libdlcc_la_SOURCES += \
+	passes/pass.h passes/passes.def \
+	passes/pipeline.c \
+	passes/rewrite.c \
+	passes/fold.c \
+	passes/simplify.c \
+	passes/cse.c \
+	passes/dce.c \
+	passes/bnfold.c \
+	passes/fuse.c \
+	passes/memplan.c passes/memplan.h

@@ -1,0 +1,117 @@
+/* The pass manager's contract.  A pass takes a verified graph and rewrites
+ * it in place; it returns whether it changed anything.  Passes are listed
+ * once in passes.def; pipelines (-O0/-O1/-O2, --passes=a,b,c) are lists of
+ * their names.  The verifier runs after every pass under --verify-each
+ * and in every test. */
+#ifndef DLCC_PASS_H
+#define DLCC_PASS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "ir/ir.h"
+
+/* Counters a pass may bump for --stats ("fused ops", "folded", ...). */
+typedef struct PassStat {
+  const char *name;
+  int64_t value;
+} PassStat;
+
+typedef struct PassCtx {
+  Ctx *ctx;
+  /* Options that passes read; 0 means the default. */
+  int unroll;      /* --unroll=N: largest trip count to unroll */
+  bool no_unroll;  /* --no-unroll */
+  /* The options the pipeline runs under (NULL when a pass runs alone). */
+  const struct PassOptions *options;
+  /* Statistics, appended through pass_stat. */
+  int n_stats, cap_stats;
+  PassStat *stats;
+} PassCtx;
+
+typedef struct Pass {
+  const char *name;
+  const char *summary; /* one line for --help and docs/passes.md */
+  bool (*run)(Graph *g, PassCtx *pc);
+} Pass;
+
+/* Declarations of every pass function, from the table. */
+#define PASS(name, summary, fn) bool fn(Graph *g, PassCtx *pc);
+#include "passes.def"
+#undef PASS
+
+/* Adds delta to the named counter (created at 0). */
+void pass_stat(PassCtx *pc, const char *name, int64_t delta);
+
+/* ---- the pass manager (pipeline.c) ---- */
+
+/* What the command line (or the API) asks of the pipeline.  A zeroed
+ * struct runs -O0 quietly. */
+typedef struct PassOptions {
+  int opt_level;            /* 0: nothing; 1: cheap cleanups; 2: everything */
+  const char *passes;       /* --passes=a,b,c: run exactly these instead; NULL: by opt_level */
+  const char *print_before; /* --print-before=NAME */
+  const char *print_after;  /* --print-after=NAME */
+  bool print_after_all;
+  const char *dump_dir;     /* --dump-dir=D: D/NNN_name.ir after each pass */
+  bool time_passes;         /* a timing table to the dump stream */
+  bool verify_each;         /* ir_verify after every pass */
+  bool stats;               /* counters and graph facts to the dump stream */
+  int unroll;               /* copied into PassCtx */
+  bool no_unroll;
+  bool no_vectorize;        /* --no-vectorize: codegen's float4 pass off */
+} PassOptions;
+
+/* The pass of that name, or NULL. */
+const Pass *pass_find(const char *name);
+/* Every pass, in passes.def order. */
+int pass_count(void);
+const Pass *pass_at(int i);
+/* Checks the pass names the options mention (--passes, --print-before,
+ * --print-after): false after reporting "unknown pass 'fsue'; did you
+ * mean 'fuse'?" to c. */
+bool pass_check_options(Ctx *c, const PassOptions *o);
+/* Runs the pipeline on g in place.  Dumps (--print-*), the timing table
+ * and statistics go to dump (stderr for the CLI; NULL: none).  False
+ * after reporting errors: a bad option, a pass that broke the verifier
+ * under verify_each, an unwritable --dump-dir. */
+bool pass_run_pipeline(Graph *g, const PassOptions *o, FILE *dump);
+/* Ops in g: nodes other than input, param and const. */
+int pass_count_ops(const Graph *g);
+
+/* ---- rewriting helpers (rewrite.c) ----
+ * Passes walk the graph once in order and replace values as they go.
+ * Rewriting every use at once (ir_replace_uses) is linear per call and so
+ * quadratic per pass; instead a PassRewrite remembers "from -> to" and
+ * each node's operands are resolved when the walk reaches it, which is
+ * linear since uses follow definitions. */
+typedef struct PassRewrite PassRewrite;
+PassRewrite *pass_rewrite_new(Graph *g);
+/* Records that every later use of from reads to instead. */
+void pass_rewrite_replace(PassRewrite *rw, const Value *from, Value *to);
+/* Where v now reads from (v itself when it was not replaced). */
+Value *pass_rewrite_resolve(PassRewrite *rw, Value *v);
+/* Resolves n's operands; call on each node before looking at it. */
+void pass_rewrite_operands(PassRewrite *rw, Node *n);
+/* Resolves the graph outputs; call once after the walk. */
+void pass_rewrite_finish(PassRewrite *rw);
+
+/* Use counts (operands plus graph outputs) of every value, computed once;
+ * values made later count 0 unless bumped. */
+typedef struct PassUses PassUses;
+PassUses *pass_uses_new(Graph *g);
+int pass_uses(const PassUses *u, const Value *v);
+void pass_uses_add(PassUses *u, const Value *v, int delta);
+
+/* A new node of op over in (n_in operands) with attrs copied from like (or
+ * none when like is NULL), inserted before `before`, types inferred; an
+ * internal error when inference fails (the caller built a bad node). */
+Node *pass_new_node(Graph *g, Node *before, OpKind op, int n_in, Value *const *in,
+                    const Node *like, SrcLoc loc);
+/* A const splat of value with type t, inserted before `before`. */
+Value *pass_new_const(Graph *g, Node *before, double value, const TensorType *t, SrcLoc loc);
+/* True when v is a const splat; its value (rounded to v's dtype) in *value. */
+bool pass_is_const(const Value *v, double *value);
+
+#endif

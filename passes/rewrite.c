@@ -1,0 +1,163 @@
+/* Helpers every graph pass uses: takes a graph, gives deferred value
+ * replacement (PassRewrite), use counts (PassUses) and builders for new
+ * nodes and const splats.  Maps are open-addressed hash tables keyed by
+ * pointer, in the graph's arena. */
+#include <stdint.h>
+#include <string.h>
+
+#include "ir/eval.h"
+#include "passes/pass.h"
+
+typedef struct PtrMap {
+  const void **keys;
+  void **vals;
+  size_t cap, len; /* cap a power of two */
+} PtrMap;
+
+static size_t ptr_hash(const void *p) {
+  uint64_t x = (uint64_t)(uintptr_t)p;
+  x ^= x >> 33;
+  x *= 0xff51afd7ed558ccdULL;
+  x ^= x >> 33;
+  return (size_t)x;
+}
+
+static void map_init(Arena *a, PtrMap *m, size_t want) {
+  size_t cap = 16;
+  while (cap < want * 2) cap *= 2;
+  m->keys = ARENA_ARRAY(a, const void *, cap);
+  m->vals = ARENA_ARRAY(a, void *, cap);
+  m->cap = cap;
+  m->len = 0;
+}
+
+static void **map_slot(Arena *a, PtrMap *m, const void *key, bool insert);
+
+static void map_grow(Arena *a, PtrMap *m) {
+  PtrMap old = *m;
+  map_init(a, m, old.cap);
+  for (size_t i = 0; i < old.cap; i++)
+    if (old.keys[i]) *map_slot(a, m, old.keys[i], true) = old.vals[i];
+}
+
+/* The value slot of key; NULL when absent and not inserting. */
+static void **map_slot(Arena *a, PtrMap *m, const void *key, bool insert) {
+  size_t mask = m->cap - 1;
+  for (size_t i = ptr_hash(key) & mask;; i = (i + 1) & mask) {
+    if (m->keys[i] == key) return &m->vals[i];
+    if (!m->keys[i]) {
+      if (!insert) return NULL;
+      if (2 * (m->len + 1) > m->cap) {
+        map_grow(a, m);
+        return map_slot(a, m, key, true);
+      }
+      m->keys[i] = key;
+      m->len++;
+      return &m->vals[i];
+    }
+  }
+}
+
+/* ---- deferred replacement ---- */
+
+struct PassRewrite {
+  Graph *g;
+  PtrMap to;
+};
+
+PassRewrite *pass_rewrite_new(Graph *g) {
+  PassRewrite *rw = ARENA_NEW(&g->ctx->arena, PassRewrite);
+  rw->g = g;
+  map_init(&g->ctx->arena, &rw->to, 64);
+  return rw;
+}
+
+void pass_rewrite_replace(PassRewrite *rw, const Value *from, Value *to) {
+  if (from == to) return;
+  *map_slot(&rw->g->ctx->arena, &rw->to, from, true) = to;
+}
+
+Value *pass_rewrite_resolve(PassRewrite *rw, Value *v) {
+  Value *end = v;
+  for (void **s; (s = map_slot(NULL, &rw->to, end, false));) end = *s;
+  /* Path compression keeps chains of replacements short. */
+  while (v != end) {
+    void **s = map_slot(NULL, &rw->to, v, false);
+    Value *next = *s;
+    *s = end;
+    v = next;
+  }
+  return end;
+}
+
+void pass_rewrite_operands(PassRewrite *rw, Node *n) {
+  if (rw->to.len == 0) return;
+  for (int i = 0; i < n->n_in; i++) n->in[i] = pass_rewrite_resolve(rw, n->in[i]);
+}
+
+void pass_rewrite_finish(PassRewrite *rw) {
+  Graph *g = rw->g;
+  for (int i = 0; i < g->n_outputs; i++) g->outputs[i] = pass_rewrite_resolve(rw, g->outputs[i]);
+}
+
+/* ---- use counts ---- */
+
+struct PassUses {
+  Graph *g;
+  PtrMap count; /* Value* -> count stored in the pointer */
+};
+
+PassUses *pass_uses_new(Graph *g) {
+  PassUses *u = ARENA_NEW(&g->ctx->arena, PassUses);
+  u->g = g;
+  map_init(&g->ctx->arena, &u->count, (size_t)g->n_nodes + 16);
+  for (Node *n = g->first; n; n = n->next)
+    for (int i = 0; i < n->n_in; i++) pass_uses_add(u, n->in[i], 1);
+  for (int i = 0; i < g->n_outputs; i++) pass_uses_add(u, g->outputs[i], 1);
+  return u;
+}
+
+int pass_uses(const PassUses *u, const Value *v) {
+  void **s = map_slot(NULL, (PtrMap *)&u->count, v, false);
+  return s ? (int)(intptr_t)*s : 0;
+}
+
+void pass_uses_add(PassUses *u, const Value *v, int delta) {
+  void **s = map_slot(&u->g->ctx->arena, &u->count, v, true);
+  *s = (void *)((intptr_t)*s + delta);
+}
+
+/* ---- builders ---- */
+
+Node *pass_new_node(Graph *g, Node *before, OpKind op, int n_in, Value *const *in,
+                    const Node *like, SrcLoc loc) {
+  Node *n = ir_node_new(g, op, n_in, in, loc);
+  if (like && like->n_attrs) {
+    n->n_attrs = like->n_attrs;
+    n->attrs = ARENA_ARRAY(&g->ctx->arena, Attr, like->n_attrs);
+    memcpy(n->attrs, like->attrs, sizeof(Attr) * (size_t)like->n_attrs);
+  }
+  char err[256];
+  if (!ir_fill_defaults(g, n, err, sizeof err) || !ir_infer(n, err, sizeof err))
+    dl_internal(g->ctx, "a pass built a bad %s: %s", ir_ops[op].name, err);
+  ir_insert_before(g, before, n);
+  return n;
+}
+
+Value *pass_new_const(Graph *g, Node *before, double value, const TensorType *t, SrcLoc loc) {
+  Node *n = ir_node_new(g, OP_CONST, 0, NULL, loc);
+  ir_set_float(g, n, "value", value);
+  ir_declare(n, t);
+  ir_insert_before(g, before, n);
+  return &n->out[0];
+}
+
+bool pass_is_const(const Value *v, double *value) {
+  if (v->def->op != OP_CONST) return false;
+  /* What the interpreter stores: the attribute rounded to the dtype. */
+  uint64_t buf = 0;
+  Tensor t = {.type = {.dtype = v->type.dtype, .rank = 0}, .data = &buf};
+  ir_tensor_set(&t, 0, ir_attr_float(v->def, "value"));
+  *value = ir_tensor_get(&t, 0);
+  return true;
+}

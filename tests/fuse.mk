@@ -1,0 +1,14 @@
+# Fusion and the kernel-IR passes: groups, their IR text and verifier
+# rules, fused kernels through NVRTC and on emu against ir_eval, unrolling
+# and float4, the launch targets of the examples.  `make bench` prints the
+# launch counts of every example (tests/bench/launches.sh).
+if HAVE_CHECK
+check_PROGRAMS += tests/test_fuse
+TESTS += tests/test_fuse
+tests_test_fuse_SOURCES = tests/test_fuse.c
+tests_test_fuse_CPPFLAGS = $(AM_CPPFLAGS) $(CUDA_CPPFLAGS)
+tests_test_fuse_CFLAGS = $(TEST_CFLAGS)
+tests_test_fuse_LDADD = $(TEST_LIBS) $(CUDA_LIBS)
+endif
+BENCHES += tests/bench/launches.sh
+EXTRA_DIST += tests/bench/launches.sh

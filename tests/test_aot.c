@@ -1,0 +1,695 @@
+/* Check suite for the ahead-of-time path (codegen/aot.c): a model.so is
+ * built with cg_aot_build, dlopen-ed through dlrt_open_file, run on emu
+ * and compared with ir_eval (f32: 1e-5 relative); its plan is compared
+ * with the in-memory one field by field; the second load compiles
+ * nothing (emu and, over the fake libcuda, NVRTC); external weights; a
+ * garbage, truncated or other-version model.so; corrupted cache
+ * entries.  Every test works in its own DLCC_CACHE_DIR. */
+#include <check.h>
+#include <dlfcn.h>
+#include <glob.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "codegen/codegen.h"
+#include "config.h"
+#include "dlcrt.h"
+#include "frontend/ast.h"
+#include "ir/eval.h"
+#include "ir/ir.h"
+#include "runtime/device.h"
+#include "runtime/runtime.h"
+#include "runtime/tensorio.h"
+
+static Ctx ctx;
+static char tmp[64];
+static char path_buf[1024];
+
+/* A file in this test's folder. */
+static const char *at(const char *name) {
+  snprintf(path_buf, sizeof path_buf, "%s/%s", tmp, name);
+  return path_buf;
+}
+
+static void setup(void) {
+  ctx_init(&ctx);
+  snprintf(tmp, sizeof tmp, "/tmp/dlcc-aot-test-XXXXXX");
+  ck_assert_ptr_nonnull(mkdtemp(tmp));
+  char cache[128];
+  snprintf(cache, sizeof cache, "%s/cache", tmp);
+  setenv("DLCC_CACHE_DIR", cache, 1);
+  unsetenv("DLCC_WEIGHTS");
+  unsetenv("DLCC_LIBCUDA");
+  const char *top = getenv("top_srcdir");
+  if (top && !getenv("DLCC_EMU_HEADER")) {
+    char h[4096];
+    snprintf(h, sizeof h, "%s/runtime/emu/dlcc_emu.h", top);
+    setenv("DLCC_EMU_HEADER", h, 1);
+  }
+  rt_nvrtc_reset();
+}
+
+static void teardown(void) {
+  char cmd[128];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp);
+  ck_assert_int_eq(system(cmd), 0);
+  ctx_free(&ctx);
+}
+
+static const char *example(const char *name) {
+  static char p[4096];
+  const char *top = getenv("top_srcdir");
+  snprintf(p, sizeof p, "%s/examples/%s", top ? top : ".", name);
+  return p;
+}
+
+/* ---- building a model.so ---- */
+
+typedef struct Build {
+  const char *path, *text; /* a file, or text */
+  CgAotOptions o;
+  uint64_t seed;
+  Graph *g;
+  CgResult cg;
+  TensorMap params;
+  bool ok;
+} Build;
+
+static int build_job(Ctx *c, void *data) {
+  Build *b = data;
+  const SrcFile *f = b->path ? ctx_load_file(c, b->path) : ctx_add_file(c, "t.dl", b->text, strlen(b->text));
+  if (!f) return 0;
+  Program *p = fe_parse(c, f);
+  if (!p) return 0;
+  LowerOptions lo = {0};
+  b->g = fe_lower(c, p, &lo);
+  if (!b->g || !ir_verify(b->g) || !cg_compile(b->g, &b->cg)) return 0;
+  char err[1024];
+  if (!ir_init_params(b->g, b->seed, IR_INIT_RANDOM, &b->params, err, sizeof err)) {
+    diag_error(c, (SrcLoc){0}, "%s", err);
+    return 0;
+  }
+  b->o.params = &b->params;
+  b->o.source_name = b->path ? b->path : "t.dl";
+  b->ok = cg_aot_build(b->g, &b->cg, &b->o);
+  return 0;
+}
+
+static const char *sm90[] = {"sm_90"};
+
+/* Builds into tmp/so_name with default options (sm_90 where NVRTC is
+ * there); fails the test on an error. */
+static void build_ok(Build *b, const char *so_name) {
+  static char so[1024];
+  snprintf(so, sizeof so, "%s/%s", tmp, so_name);
+  b->o.output = so;
+#ifdef HAVE_CUDA
+  if (!b->o.n_archs && !b->o.archs) {
+    b->o.n_archs = 1;
+    b->o.archs = sm90;
+  }
+#endif
+  ck_assert_int_eq(ctx_guard(&ctx, build_job, b), 0);
+  ck_assert_msg(b->ok, "build failed:\n%s", diag_text(&ctx));
+}
+
+static const char *tiny_text =
+    "model tiny(tokens: i64[2, 3], x: f32[2, 3, 4]) -> f32[2, 3, 4] {\n"
+    "  e = embedding(tokens, 7, 4) as embed\n"
+    "  return relu(linear(e + x, 4) as fc)\n"
+    "}\n";
+
+/* ---- running and comparing ---- */
+
+static uint64_t lcg = 1;
+static double rnd(void) {
+  lcg = lcg * 6364136223846793005ull + 1442695040888963407ull;
+  return (double)(lcg >> 11) * 0x1.0p-53;
+}
+
+/* Random inputs for b's graph, in plan order: floats U(-1, 1), integers
+ * below the model.so's own index bound. */
+static void make_inputs(Build *b, int64_t (*bound)(int), TensorMap *in) {
+  const RtPlan *p = b->cg.plan;
+  in->n = (int)p->n_inputs;
+  in->names = calloc(p->n_inputs + 1, sizeof *in->names);
+  in->tensors = calloc(p->n_inputs + 1, sizeof *in->tensors);
+  int i = 0;
+  for (Node *n = b->g->first; n; n = n->next) {
+    if (n->op != OP_INPUT) continue;
+    ck_assert_str_eq(ir_attr_str(n, "name"), p->inputs[i].name);
+    in->names[i] = p->inputs[i].name;
+    Tensor *t = &in->tensors[i];
+    ck_assert(ir_tensor_alloc(t, &n->out[0].type));
+    int64_t lim = bound ? bound(i) : 0;
+    for (int64_t k = 0; k < ir_type_numel(&t->type); k++)
+      ir_tensor_set(t, k, ir_dtype_is_float(t->type.dtype) ? 2 * rnd() - 1 : floor(rnd() * (double)(lim ? lim : 5)));
+    i++;
+  }
+}
+
+static void free_map(TensorMap *m) {
+  for (int i = 0; i < m->n; i++) ir_tensor_free(&m->tensors[i]);
+  free(m->names);
+  free(m->tensors);
+}
+
+/* Runs m on in, compares every output with ir_eval(b->g) at 1e-5. */
+static void check_against_ref(Build *b, DlrtModel *m, const TensorMap *in) {
+  for (int i = 0; i < in->n; i++)
+    ck_assert_msg(dlrt_set_input(m, i, in->tensors[i].data, ir_tensor_nbytes(&in->tensors[i].type)) == DLRT_OK,
+                  "%s", dlrt_error(m));
+  ck_assert_msg(dlrt_run(m) == DLRT_OK, "%s", dlrt_error(m));
+  Tensor *ref = calloc((size_t)b->g->n_outputs, sizeof *ref);
+  char err[1024];
+  ck_assert_msg(ir_eval(b->g, in, &b->params, ref, err, sizeof err), "%s", err);
+  for (int o = 0; o < b->g->n_outputs; o++) {
+    size_t n = ir_tensor_nbytes(&ref[o].type);
+    float *got = malloc(n);
+    ck_assert_int_eq(dlrt_get_output(m, o, got, n), DLRT_OK);
+    const float *want = ref[o].data;
+    double scale = 0;
+    for (size_t k = 0; k < n / 4; k++) scale = fmax(scale, fabs(want[k]));
+    ck_assert(scale > 0); /* a test on zeros proves nothing */
+    for (size_t k = 0; k < n / 4; k++)
+      ck_assert_msg(fabs(got[k] - want[k]) <= 1e-5 * fmax(fabs(want[k]), 1e-3 * scale),
+                    "output %d [%zu]: %.9g, reference %.9g", o, k, got[k], want[k]);
+    free(got);
+    ir_tensor_free(&ref[o]);
+  }
+  free(ref);
+}
+
+static const RtPlan *plan_of(void *so) {
+  DlrtPlanFn fn = (DlrtPlanFn)dlsym(so, DLRT_PLAN_SYMBOL);
+  ck_assert_ptr_nonnull(fn);
+  return fn();
+}
+
+/* ---- the library's contents ---- */
+
+static void same_ref(RtRef a, RtRef b) {
+  ck_assert_uint_eq(a.space, b.space);
+  ck_assert_uint_eq(a.index, b.index);
+  ck_assert_uint_eq(a.offset, b.offset);
+}
+
+static void same_desc(const RtTensorDesc *a, const RtTensorDesc *b) {
+  ck_assert_str_eq(a->name, b->name);
+  ck_assert_uint_eq(a->dtype, b->dtype);
+  ck_assert_uint_eq(a->rank, b->rank);
+  for (uint32_t d = 0; d < a->rank; d++) ck_assert_int_eq(a->dims[d], b->dims[d]);
+  ck_assert_uint_eq(a->nbytes, b->nbytes);
+  same_ref(a->where, b->where);
+}
+
+static void same_step(const RtStep *a, const RtStep *b) {
+  ck_assert_uint_eq(a->kind, b->kind);
+  ck_assert_str_eq(a->label, b->label);
+  if (a->kind == RT_STEP_LAUNCH) {
+    const RtLaunch *x = &a->launch, *y = &b->launch;
+    ck_assert_uint_eq(x->kernel, y->kernel);
+    for (int i = 0; i < 3; i++) {
+      ck_assert_uint_eq(x->grid[i], y->grid[i]);
+      ck_assert_uint_eq(x->block[i], y->block[i]);
+    }
+    ck_assert_uint_eq(x->dynamic_shared_bytes, y->dynamic_shared_bytes);
+    ck_assert_uint_eq(x->n_args, y->n_args);
+    for (uint32_t i = 0; i < x->n_args; i++) {
+      ck_assert_uint_eq(x->args[i].kind, y->args[i].kind);
+      same_ref(x->args[i].ref, y->args[i].ref);
+      ck_assert_int_eq(x->args[i].i, y->args[i].i);
+      ck_assert(memcmp(&x->args[i].f, &y->args[i].f, sizeof(float)) == 0); /* bit for bit */
+    }
+  } else if (a->kind == RT_STEP_GEMM) {
+    const RtGemm *x = &a->gemm, *y = &b->gemm;
+    ck_assert_uint_eq(x->dtype, y->dtype);
+    ck_assert_uint_eq(x->trans_a, y->trans_a);
+    ck_assert_uint_eq(x->trans_b, y->trans_b);
+    const int64_t xi[] = {x->m, x->n, x->k, x->lda, x->ldb, x->ldc, x->batch, x->stride_a, x->stride_b, x->stride_c};
+    const int64_t yi[] = {y->m, y->n, y->k, y->lda, y->ldb, y->ldc, y->batch, y->stride_a, y->stride_b, y->stride_c};
+    for (int i = 0; i < 10; i++) ck_assert_int_eq(xi[i], yi[i]);
+    ck_assert(x->alpha == y->alpha && x->beta == y->beta);
+    same_ref(x->a, y->a);
+    same_ref(x->b, y->b);
+    same_ref(x->c, y->c);
+  } else {
+    same_ref(a->copy.dst, b->copy.dst);
+    same_ref(a->copy.src, b->copy.src);
+    ck_assert_uint_eq(a->copy.nbytes, b->copy.nbytes);
+  }
+}
+
+/* The plan inside model.so is the plan codegen built, its weights are
+ * the params at the plan's offsets, its source is the same text. */
+START_TEST(plan_round_trips) {
+  Build b = {.path = example("mlp.dl"), .seed = 7};
+  build_ok(&b, "mlp.so");
+  void *so = dlopen(at("mlp.so"), RTLD_NOW | RTLD_LOCAL);
+  ck_assert_msg(so != NULL, "%s", dlerror());
+  const RtPlan *p = plan_of(so), *q = b.cg.plan;
+  char err[512];
+  ck_assert_msg(rt_plan_validate(p, err, sizeof err) == 0, "%s", err);
+  ck_assert_uint_eq(p->magic, RT_PLAN_MAGIC);
+  ck_assert_uint_eq(p->version, RT_PLAN_VERSION);
+  ck_assert_str_eq(p->model_name, "mlp");
+  ck_assert_str_eq(p->source, q->source);
+  ck_assert_uint_eq(p->n_kernels, q->n_kernels);
+  for (uint32_t i = 0; i < p->n_kernels; i++) {
+    ck_assert_str_eq(p->kernels[i].name, q->kernels[i].name);
+    ck_assert_uint_eq(p->kernels[i].uses_barriers, q->kernels[i].uses_barriers);
+    ck_assert_uint_eq(p->kernels[i].static_shared_bytes, q->kernels[i].static_shared_bytes);
+  }
+  ck_assert_uint_eq(p->n_steps, q->n_steps);
+  for (uint32_t i = 0; i < p->n_steps; i++) same_step(&p->steps[i], &q->steps[i]);
+  ck_assert_uint_eq(p->arena_bytes, q->arena_bytes);
+  ck_assert_uint_eq(p->weights_bytes, q->weights_bytes);
+  ck_assert_uint_eq(p->n_weights, q->n_weights);
+  ck_assert_uint_eq(p->n_inputs, q->n_inputs);
+  ck_assert_uint_eq(p->n_outputs, q->n_outputs);
+  for (uint32_t i = 0; i < p->n_weights; i++) same_desc(&p->weights[i], &q->weights[i]);
+  for (uint32_t i = 0; i < p->n_inputs; i++) same_desc(&p->inputs[i], &q->inputs[i]);
+  for (uint32_t i = 0; i < p->n_outputs; i++) same_desc(&p->outputs[i], &q->outputs[i]);
+  ck_assert_ptr_nonnull(p->weights_data);
+  ck_assert_uint_eq((uintptr_t)p->weights_data % 256, 0);
+  for (uint32_t i = 0; i < p->n_weights; i++) {
+    const Tensor *t = ir_tensor_map_find(&b.params, p->weights[i].name);
+    ck_assert_ptr_nonnull(t);
+    ck_assert_msg(!memcmp((const char *)p->weights_data + p->weights[i].where.offset, t->data, p->weights[i].nbytes),
+                  "weight %s differs", p->weights[i].name);
+  }
+#ifdef HAVE_CUDA
+  ck_assert_uint_eq(p->n_binaries, 2);
+  ck_assert_str_eq(p->binaries[0].arch, "sm_90");
+  ck_assert_int_eq(memcmp(p->binaries[0].data, "\x7f" "ELF", 4), 0);
+  ck_assert_str_eq(p->binaries[1].arch, "compute_90");
+  ck_assert_ptr_nonnull(strstr(p->binaries[1].data, ".version"));
+  ck_assert_uint_eq(((const char *)p->binaries[1].data)[p->binaries[1].size - 1], 0);
+#endif
+  const char *(*wpath)(void) = (const char *(*)(void))dlsym(so, CG_AOT_WEIGHTS_PATH_SYMBOL);
+  ck_assert_ptr_nonnull(wpath);
+  ck_assert_ptr_null(wpath());
+  dlclose(so);
+  ir_tensor_map_free(&b.params);
+}
+END_TEST
+
+/* model.h: the entry points and every tensor's name, dtype and shape. */
+START_TEST(header_describes_model) {
+  Build b = {.text = tiny_text};
+  build_ok(&b, "tiny.so");
+  FILE *f = fopen(at("tiny.h"), "r");
+  ck_assert_ptr_nonnull(f);
+  char text[16384];
+  size_t n = fread(text, 1, sizeof text - 1, f);
+  text[n] = 0;
+  fclose(f);
+  const char *want[] = {
+      "#define TINY_MODEL_NAME \"tiny\"\n",
+      "#define TINY_NUM_INPUTS 2\n",
+      "#define TINY_INPUT0_NAME \"tokens\"\n",
+      "#define TINY_INPUT0_DTYPE DLRT_I64\n",
+      "#define TINY_INPUT0_DIMS {2, 3}\n",
+      "#define TINY_INPUT0_INDEX_BOUND 7\n",
+      "#define TINY_INPUT1_DIMS {2, 3, 4}\n",
+      "#define TINY_INPUT1_NBYTES 96\n",
+      "#define TINY_OUTPUT0_NAME \"output\"\n",
+      "#define TINY_EXTERNAL_WEIGHTS 0\n",
+      "static inline DlrtStatus tiny_open(const char *backend, DlrtModel **out) {\n",
+      "static inline DlrtStatus tiny_run(DlrtModel *m, const int64_t *in_tokens, const float *in_x, float "
+      "*out_output) {\n",
+  };
+  for (size_t i = 0; i < sizeof want / sizeof *want; i++)
+    ck_assert_msg(strstr(text, want[i]), "tiny.h lacks '%s':\n%s", want[i], text);
+  ir_tensor_map_free(&b.params);
+}
+END_TEST
+
+/* dlopen-ed, run on emu, compared with the reference interpreter; the
+ * index bound the library exports keeps gather in range. */
+START_TEST(runs_on_emu_like_reference) {
+  const char *names[] = {"mlp.dl", NULL};
+  for (int k = 0; k < 2; k++) {
+    Build b = {.path = names[k] ? example(names[k]) : NULL, .text = names[k] ? NULL : tiny_text, .seed = 3};
+    build_ok(&b, names[k] ? "mlp.so" : "tiny.so");
+    DlrtModel *m = NULL;
+    ck_assert_msg(dlrt_open_file(at(names[k] ? "mlp.so" : "tiny.so"), "emu", &m) == DLRT_OK, "%s", dlrt_error(m));
+    ck_assert_str_eq(dlrt_backend(m), "emu");
+    void *so = dlopen(at(names[k] ? "mlp.so" : "tiny.so"), RTLD_NOW | RTLD_NOLOAD);
+    ck_assert_ptr_nonnull(so);
+    int64_t (*bound)(int) = (int64_t(*)(int))dlsym(so, CG_AOT_INDEX_BOUND_SYMBOL);
+    ck_assert_ptr_nonnull(bound);
+    ck_assert_int_eq(bound(0), names[k] ? 0 : 7);
+    ck_assert_int_eq(bound(1), 0);
+    ck_assert_int_eq(bound(-1), 0);
+    TensorMap in;
+    make_inputs(&b, bound, &in);
+    check_against_ref(&b, m, &in);
+    free_map(&in);
+    dlclose(so);
+    dlrt_close(m);
+    ir_tensor_map_free(&b.params);
+  }
+}
+END_TEST
+
+/* The second load of the same model.so compiles nothing on emu; a
+ * corrupted entry in emu's cache is rebuilt and the model still runs. */
+START_TEST(emu_cache_hit_and_corruption) {
+  Build b = {.path = example("mlp.dl"), .seed = 1};
+  build_ok(&b, "mlp.so");
+  void *so = dlopen(at("mlp.so"), RTLD_NOW | RTLD_LOCAL);
+  ck_assert_ptr_nonnull(so);
+  const RtPlan *p = plan_of(so);
+  /* Rounds: cold, warm, garbage over the cached kernels, the entry cut
+   * in half (dlopen would map it and die of SIGBUS). */
+  unsigned want_compiles[] = {1, 0, 1, 1};
+  for (int round = 0; round < 4; round++) {
+    if (round >= 2) {
+      glob_t gl;
+      char pat[256];
+      snprintf(pat, sizeof pat, "%s/cache/emu/*.so", tmp);
+      ck_assert_int_eq(glob(pat, 0, NULL, &gl), 0);
+      ck_assert_uint_eq(gl.gl_pathc, 1);
+      if (round == 2) {
+        FILE *f = fopen(gl.gl_pathv[0], "wb");
+        fputs("not a shared object", f);
+        fclose(f);
+      } else {
+        struct stat st;
+        ck_assert_int_eq(stat(gl.gl_pathv[0], &st), 0);
+        ck_assert_int_eq(truncate(gl.gl_pathv[0], st.st_size / 2), 0);
+      }
+      globfree(&gl);
+    }
+    char err[1024];
+    const char *chosen;
+    RtDevice *dev = rt_device_open("emu", &chosen, err, sizeof err);
+    ck_assert_msg(dev != NULL, "%s", err);
+    DlrtModel *m = NULL;
+    ck_assert_msg(rt_model_open_device(p, dev, &m) == DLRT_OK, "%s", dlrt_error(m));
+    ck_assert_uint_eq(rt_emu_compile_count(dev), want_compiles[round]);
+    TensorMap in;
+    make_inputs(&b, NULL, &in);
+    check_against_ref(&b, m, &in);
+    free_map(&in);
+    dlrt_close(m);
+  }
+  dlclose(so);
+  ir_tensor_map_free(&b.params);
+}
+END_TEST
+
+/* --external-weights: no blob inside, the recorded file (or
+ * DLCC_WEIGHTS) is read at open by the host. */
+START_TEST(external_weights) {
+  Build b = {.path = example("mlp.dl"), .seed = 5, .o = {.external_weights = true}};
+  build_ok(&b, "mlp.so");
+  /* Without a weights file the library writes its own beside it. */
+  ck_assert_int_eq(access(at("mlp.safetensors"), R_OK), 0);
+  void *so = dlopen(at("mlp.so"), RTLD_NOW | RTLD_LOCAL);
+  ck_assert_ptr_nonnull(so);
+  const RtPlan *p = plan_of(so);
+  ck_assert_ptr_null(p->weights_data);
+  const char *(*wpath)(void) = (const char *(*)(void))dlsym(so, CG_AOT_WEIGHTS_PATH_SYMBOL);
+  char real[4096];
+  ck_assert_ptr_nonnull(realpath(at("mlp.safetensors"), real));
+  ck_assert_str_eq(wpath(), real);
+  setenv("DLCC_WEIGHTS", "/elsewhere/w.safetensors", 1);
+  ck_assert_str_eq(wpath(), "/elsewhere/w.safetensors");
+  unsetenv("DLCC_WEIGHTS");
+
+  /* The library is small: the weights are not in it. */
+  struct stat st;
+  ck_assert_int_eq(stat(at("mlp.so"), &st), 0);
+  ck_assert_int_lt(st.st_size, (off_t)p->weights_bytes);
+
+  DlrtModel *m = NULL;
+  ck_assert_msg(dlrt_open_file(at("mlp.so"), "emu", &m) == DLRT_OK, "%s", dlrt_error(m));
+  float x[8 * 784] = {0};
+  ck_assert_int_eq(dlrt_set_input(m, 0, x, sizeof x), DLRT_OK);
+  ck_assert_int_eq(dlrt_run(m), DLRT_E_STATE);
+  ck_assert_str_eq(dlrt_error(m), "run: the weights were never loaded (dlrt_set_weights, dlrt_load_weights)");
+  ck_assert_msg(dlrt_load_weights(m, wpath()) == DLRT_OK, "%s", dlrt_error(m));
+  TensorMap in;
+  make_inputs(&b, NULL, &in);
+  check_against_ref(&b, m, &in);
+  free_map(&in);
+  dlrt_close(m);
+  dlclose(so);
+  ir_tensor_map_free(&b.params);
+}
+END_TEST
+
+/* A given weights file is recorded by its absolute path, not copied. */
+START_TEST(external_weights_given_file) {
+  Build b = {.path = example("mlp.dl"), .seed = 5, .o = {.external_weights = true}};
+  build_ok(&b, "first.so"); /* writes first.safetensors */
+  char w[1024];
+  snprintf(w, sizeof w, "%s", at("first.safetensors"));
+  Build b2 = {.path = example("mlp.dl"), .seed = 5, .o = {.external_weights = true, .weights_path = w}};
+  build_ok(&b2, "second.so");
+  ck_assert_int_ne(access(at("second.safetensors"), F_OK), 0);
+  void *so = dlopen(at("second.so"), RTLD_NOW | RTLD_LOCAL);
+  const char *(*wpath)(void) = (const char *(*)(void))dlsym(so, CG_AOT_WEIGHTS_PATH_SYMBOL);
+  char real[4096];
+  ck_assert_ptr_nonnull(realpath(w, real));
+  ck_assert_str_eq(wpath(), real);
+  dlclose(so);
+  ir_tensor_map_free(&b.params);
+  ir_tensor_map_free(&b2.params);
+}
+END_TEST
+
+/* ---- bad libraries ---- */
+
+START_TEST(garbage_and_truncated_library) {
+  FILE *f = fopen(at("garbage.so"), "wb");
+  for (int i = 0; i < 4096; i++) fputc((i * 131) & 0xff, f);
+  fclose(f);
+  DlrtModel *m = NULL;
+  ck_assert_int_eq(dlrt_open_file(at("garbage.so"), "emu", &m), DLRT_E_IO);
+  char want[1200];
+  snprintf(want, sizeof want, "cannot load %s: ", at("garbage.so"));
+  ck_assert_msg(!strncmp(dlrt_error(m), want, strlen(want)), "%s", dlrt_error(m));
+  dlrt_close(m);
+
+  Build b = {.path = example("mlp.dl")};
+  build_ok(&b, "mlp.so");
+  struct stat st;
+  ck_assert_int_eq(stat(at("mlp.so"), &st), 0);
+  char cmd[2048];
+  snprintf(cmd, sizeof cmd, "head -c %lld '%s/mlp.so' > '%s/cut.so'", (long long)st.st_size / 3, tmp, tmp);
+  ck_assert_int_eq(system(cmd), 0);
+  ck_assert_int_eq(dlrt_open_file(at("cut.so"), "emu", &m), DLRT_E_IO);
+  snprintf(want, sizeof want, "cannot load %s: the file is truncated", at("cut.so"));
+  ck_assert_msg(!strncmp(dlrt_error(m), want, strlen(want)), "%s", dlrt_error(m));
+  dlrt_close(m);
+  ir_tensor_map_free(&b.params);
+}
+END_TEST
+
+/* Compiles tmp/name.c into tmp/name.so against the source's plan.h. */
+static void compile_so(const char *name) {
+  const char *top = getenv("top_srcdir");
+  char cmd[4096];
+  snprintf(cmd, sizeof cmd, "${CC:-cc} -shared -fPIC -o '%s/%s.so' '%s/%s.c' -I'%s/runtime'", tmp, name, tmp, name,
+           top ? top : ".");
+  ck_assert_int_eq(system(cmd), 0);
+}
+
+/* The generated C with the version bumped, as a model.so from another
+ * dlcc would be; and a library whose plan has no magic. */
+START_TEST(library_of_another_version) {
+  Build b = {.path = example("mlp.dl"), .o = {.keep_temps = true}};
+  build_ok(&b, "mlp.so");
+  const char *note = strstr(diag_text(&ctx), "are in ");
+  ck_assert_ptr_nonnull(note);
+  char dir[1024];
+  snprintf(dir, sizeof dir, "%.*s", (int)strcspn(note + 7, "\n"), note + 7);
+  char cmd[4096];
+  snprintf(cmd, sizeof cmd,
+           "sed -e 's/^  .version = %uu,$/  .version = %uu,/' '%s/model.c' > '%s/v2.c' && grep -q '.version = %uu,' "
+           "'%s/v2.c'",
+           RT_PLAN_VERSION, RT_PLAN_VERSION + 1, dir, tmp, RT_PLAN_VERSION + 1, tmp);
+  ck_assert_int_eq(system(cmd), 0);
+  compile_so("v2"); /* its .incbin lines name the kept blobs */
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+  ck_assert_int_eq(system(cmd), 0);
+  DlrtModel *m = NULL;
+  ck_assert_int_eq(dlrt_open_file(at("v2.so"), "emu", &m), DLRT_E_PLAN);
+  char want[1400];
+  snprintf(want, sizeof want, "%s: plan: version %u, this runtime reads version %u: rebuild the model", at("v2.so"),
+           RT_PLAN_VERSION + 1, RT_PLAN_VERSION);
+  ck_assert_msg(!strncmp(dlrt_error(m), want, strlen(want)), "%s", dlrt_error(m));
+  dlrt_close(m);
+
+  FILE *f = fopen(at("nomagic.c"), "w");
+  fputs("#include \"plan.h\"\nstatic const RtPlan p = {.magic = 0x12345678u, .version = RT_PLAN_VERSION};\n"
+        "const RtPlan *dlrt_model_plan(void);\nconst RtPlan *dlrt_model_plan(void) { return &p; }\n",
+        f);
+  fclose(f);
+  compile_so("nomagic");
+  ck_assert_int_eq(dlrt_open_file(at("nomagic.so"), "emu", &m), DLRT_E_PLAN);
+  ck_assert_msg(strstr(dlrt_error(m), "bad magic 0x12345678") && strstr(dlrt_error(m), "not a dlcc model"), "%s",
+                dlrt_error(m));
+  dlrt_close(m);
+  ir_tensor_map_free(&b.params);
+}
+END_TEST
+
+/* Build errors: a bad --arch, a failing host compiler.  Nothing is left. */
+START_TEST(build_errors) {
+  static const char *bad[] = {"sm90"};
+  Build b = {.path = example("mlp.dl"), .o = {.n_archs = 1, .archs = bad}};
+  b.o.output = at("bad.so");
+  ck_assert_int_eq(ctx_guard(&ctx, build_job, &b), 0);
+  ck_assert(!b.ok);
+  ck_assert_msg(strstr(diag_text(&ctx), "--arch: 'sm90' is not an architecture like sm_90"), "%s", diag_text(&ctx));
+  ck_assert_int_ne(access(at("bad.so"), F_OK), 0);
+  ir_tensor_map_free(&b.params);
+
+  ctx_free(&ctx);
+  ctx_init(&ctx);
+  setenv("CC", "false", 1);
+  Build c = {.path = example("mlp.dl"), .o = {.n_archs = 0, .archs = bad}};
+  c.o.output = at("cc.so");
+  ck_assert_int_eq(ctx_guard(&ctx, build_job, &c), 0);
+  unsetenv("CC");
+  ck_assert(!c.ok);
+  ck_assert_msg(strstr(diag_text(&ctx), "the host C compiler failed building"), "%s", diag_text(&ctx));
+  ck_assert_int_ne(access(at("cc.so"), F_OK), 0);
+  ck_assert_int_ne(access(at("cc.h"), F_OK), 0);
+  ir_tensor_map_free(&c.params);
+}
+END_TEST
+
+#ifdef HAVE_CUDA
+/* The cuda backend (over tests/fake_cuda.c, a GPU of compute capability
+ * 9.0) loads the embedded sm_90 cubin: no NVRTC work, no cache lookup. */
+START_TEST(cuda_uses_embedded_cubin) {
+  const char *b_dir = getenv("top_builddir");
+  char fake[4096];
+  snprintf(fake, sizeof fake, "%s/tests/.libs/libfakecuda.so", b_dir ? b_dir : ".");
+  ck_assert_msg(access(fake, R_OK) == 0, "%s is missing", fake);
+  /* No GEMM: cuBLAS needs a real driver. */
+  Build b = {.text = "model ew(x: f32[4, 8]) -> f32[4, 8] {\n  return tanh(relu(x) * 0.5)\n}\n"};
+  build_ok(&b, "ew.so");
+  setenv("DLCC_LIBCUDA", fake, 1);
+  rt_nvrtc_reset();
+  DlrtModel *m = NULL;
+  ck_assert_msg(dlrt_open_file(at("ew.so"), "cuda", &m) == DLRT_OK, "%s", dlrt_error(m));
+  ck_assert_str_eq(dlrt_backend(m), "cuda");
+  RtNvrtcStats st;
+  rt_nvrtc_stats(&st);
+  ck_assert_int_eq(st.compiles, 0);
+  ck_assert_int_eq(st.cache_hits, 0);
+  ck_assert_int_eq(st.memo_hits, 0);
+  dlrt_close(m);
+  ir_tensor_map_free(&b.params);
+
+  /* Without binaries (--arch=none): NVRTC on the first load only; the
+   * second load (a "new process": memo forgotten) is a disk cache hit. */
+  Build nb = {.text = "model ew(x: f32[4, 8]) -> f32[4, 8] {\n  return tanh(relu(x) * 0.25)\n}\n",
+              .o = {.n_archs = 0, .archs = sm90 + 1}};
+  build_ok(&nb, "none.so");
+  for (int load = 0; load < 2; load++) {
+    rt_nvrtc_reset();
+    ck_assert_msg(dlrt_open_file(at("none.so"), "cuda", &m) == DLRT_OK, "%s", dlrt_error(m));
+    rt_nvrtc_stats(&st);
+    ck_assert_int_eq(st.compiles, load == 0 ? 1 : 0);
+    ck_assert_int_eq(st.cache_hits, load == 0 ? 0 : 1);
+    dlrt_close(m);
+  }
+  unsetenv("DLCC_LIBCUDA");
+  ir_tensor_map_free(&nb.params);
+}
+END_TEST
+
+/* Building twice: the second build's NVRTC work comes from the disk
+ * cache; a corrupted cubin entry is refused, recompiled, and the library
+ * gets the same bytes. */
+START_TEST(nvrtc_cache_across_builds) {
+  Build b = {.path = example("mlp.dl")};
+  build_ok(&b, "one.so");
+  RtNvrtcStats st;
+  rt_nvrtc_stats(&st);
+  ck_assert_int_eq(st.compiles, 2); /* cubin and PTX */
+  ck_assert_int_eq(st.cache_writes, 2);
+  ir_tensor_map_free(&b.params);
+
+  rt_nvrtc_reset();
+  Build b2 = {.path = example("mlp.dl")};
+  build_ok(&b2, "two.so");
+  rt_nvrtc_stats(&st);
+  ck_assert_int_eq(st.compiles, 0);
+  ck_assert_int_eq(st.cache_hits, 2);
+  ir_tensor_map_free(&b2.params);
+
+  glob_t gl;
+  char pat[256];
+  snprintf(pat, sizeof pat, "%s/cache/*.cubin", tmp);
+  ck_assert_int_eq(glob(pat, 0, NULL, &gl), 0);
+  ck_assert_uint_eq(gl.gl_pathc, 1);
+  FILE *f = fopen(gl.gl_pathv[0], "r+b");
+  fseek(f, 300, SEEK_SET);
+  int c = fgetc(f);
+  fseek(f, 300, SEEK_SET);
+  fputc(c ^ 0x20, f);
+  fclose(f);
+  globfree(&gl);
+  rt_nvrtc_reset();
+  Build b3 = {.path = example("mlp.dl")};
+  build_ok(&b3, "three.so");
+  rt_nvrtc_stats(&st);
+  ck_assert_int_eq(st.cache_corrupt, 1);
+  ck_assert_int_eq(st.compiles, 1);
+  ck_assert_int_eq(st.cache_hits, 1); /* the PTX */
+  ir_tensor_map_free(&b3.params);
+
+  void *one = dlopen(at("one.so"), RTLD_NOW | RTLD_LOCAL), *three = dlopen(at("three.so"), RTLD_NOW | RTLD_LOCAL);
+  ck_assert_ptr_nonnull(one);
+  ck_assert_ptr_nonnull(three);
+  const RtPlan *p1 = plan_of(one), *p3 = plan_of(three);
+  ck_assert_uint_eq(p1->binaries[0].size, p3->binaries[0].size);
+  ck_assert_int_eq(memcmp(p1->binaries[0].data, p3->binaries[0].data, p1->binaries[0].size), 0);
+  dlclose(one);
+  dlclose(three);
+}
+END_TEST
+#endif
+
+static Suite *aot_suite(void) {
+  Suite *s = suite_create("aot");
+  TCase *tc = tcase_create("library");
+  tcase_add_checked_fixture(tc, setup, teardown);
+  tcase_set_timeout(tc, 120);
+  tcase_add_test(tc, plan_round_trips);
+  tcase_add_test(tc, header_describes_model);
+  tcase_add_test(tc, runs_on_emu_like_reference);
+  tcase_add_test(tc, emu_cache_hit_and_corruption);
+  tcase_add_test(tc, external_weights);
+  tcase_add_test(tc, external_weights_given_file);
+  tcase_add_test(tc, garbage_and_truncated_library);
+  tcase_add_test(tc, library_of_another_version);
+  tcase_add_test(tc, build_errors);
+#ifdef HAVE_CUDA
+  tcase_add_test(tc, cuda_uses_embedded_cubin);
+  tcase_add_test(tc, nvrtc_cache_across_builds);
+#endif
+  suite_add_tcase(s, tc);
+  return s;
+}
+
+int main(void) {
+  SRunner *sr = srunner_create(aot_suite());
+  srunner_run_all(sr, CK_NORMAL);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

@@ -1,0 +1,689 @@
+/* Check suite for fusion: passes/fuse.c's groups on hand-written graphs,
+ * their IR text ("#kN") and the verifier's rules for them, the fused
+ * lowering (codegen/fuse_lower.c: one kernel per group, GEMM leaves,
+ * the implicit-GEMM convolution, attention) compiled by NVRTC for sm_90
+ * and run on emu against ir_eval (f32, 1e-5), the kernel-IR passes
+ * (codegen/unroll.c) and the launch counts of the example models. */
+#include <check.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "codegen/codegen.h"
+#include "codegen/kernel.h"
+#include "config.h"
+#include "dlcrt.h"
+#include "frontend/ast.h"
+#include "ir/eval.h"
+#include "ir/ir.h"
+#include "passes/pass.h"
+#include "runtime/device.h"
+
+#ifdef HAVE_CUDA
+#include <nvrtc.h>
+#endif
+
+static Ctx ctx;
+
+static void setup(void) { ctx_init(&ctx); }
+static void teardown(void) { ctx_free(&ctx); }
+
+/* ---- parsing, fusing, compiling ---- */
+
+typedef struct Job {
+  const char *text;
+  bool fuse;
+  CgOptions opts;
+  Graph *g;
+  CgResult r;
+  bool parsed, verified, ok;
+} Job;
+
+static int run_job(Ctx *c, void *data) {
+  Job *j = data;
+  const SrcFile *f = ctx_add_file(c, "test.ir", j->text, strlen(j->text));
+  j->g = ir_parse(c, f);
+  if (!j->g) return 0;
+  j->parsed = true;
+  if (!ir_verify(j->g)) return 0;
+  if (j->fuse) {
+    PassCtx pc = {.ctx = c};
+    pass_fuse(j->g, &pc);
+    if (!ir_verify(j->g)) return 0;
+  }
+  j->verified = true;
+  j->ok = cg_compile_opts(j->g, &j->opts, &j->r);
+  return 0;
+}
+
+static Job compile_with(const char *text, bool fuse, CgOptions opts) {
+  Job j = {.text = text, .fuse = fuse, .opts = opts};
+  int rc = ctx_guard(&ctx, run_job, &j);
+  ck_assert_msg(rc == 0 && j.ok, "compile failed:\n%s", diag_text(&ctx));
+  return j;
+}
+
+static Job fused(const char *text) { return compile_with(text, true, (CgOptions){0}); }
+
+/* The group of the node defining the value printed as %id. */
+static int group_of(Graph *g, int id) {
+  ir_number(g);
+  for (Node *n = g->first; n; n = n->next)
+    for (int i = 0; i < n->n_out; i++)
+      if (n->out[i].id == id) return n->group;
+  ck_abort_msg("no value %%%d", id);
+  return -2;
+}
+
+static int count_steps(const RtPlan *p, RtStepKind kind) {
+  int n = 0;
+  for (uint32_t i = 0; i < p->n_steps; i++) n += p->steps[i].kind == (uint32_t)kind;
+  return n;
+}
+
+static void check_nvrtc(const char *source) {
+#ifdef HAVE_CUDA
+  nvrtcProgram prog;
+  ck_assert_int_eq(nvrtcCreateProgram(&prog, source, "dlcc.cu", 0, NULL, NULL), NVRTC_SUCCESS);
+  const char *opts[] = {"--gpu-architecture=sm_90", "-I" DLCC_CUDA_DIR "/include"};
+  nvrtcResult rc = nvrtcCompileProgram(prog, 2, opts);
+  if (rc != NVRTC_SUCCESS) {
+    size_t n = 0;
+    nvrtcGetProgramLogSize(prog, &n);
+    char *log = calloc(n + 1, 1);
+    nvrtcGetProgramLog(prog, log);
+    fprintf(stderr, "%s\n--- NVRTC log ---\n%s\n", source, log);
+    free(log);
+  }
+  ck_assert_msg(rc == NVRTC_SUCCESS, "NVRTC: %s", nvrtcGetErrorString(rc));
+  nvrtcDestroyProgram(&prog);
+#else
+  (void)source;
+#endif
+}
+
+static uint64_t rng = 0x2545f4914f6cdd1dull;
+static double uniform(double lo, double hi) {
+  rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+  return lo + (hi - lo) * (double)(rng >> 11) / 9007199254740992.0;
+}
+
+/* The plan on emu with random inputs in [lo, hi) against ir_eval; skips
+ * quietly where the emu device cannot start. */
+static void check_numbers(Job *j, double lo, double hi) {
+  char why[512];
+  RtDevice *d = rt_emu_open(why, sizeof why);
+  if (!d) return;
+  rt_device_close(d);
+  Graph *g = j->g;
+  const RtPlan *p = j->r.plan;
+  char err[512];
+  TensorMap params;
+  ck_assert_msg(ir_init_params(g, 11, IR_INIT_RANDOM, &params, err, sizeof err), "%s", err);
+  TensorMap inputs = {.n = (int)p->n_inputs};
+  inputs.names = calloc(p->n_inputs + 1, sizeof(char *));
+  inputs.tensors = calloc(p->n_inputs + 1, sizeof(Tensor));
+  for (uint32_t i = 0; i < p->n_inputs; i++) {
+    const RtTensorDesc *in = &p->inputs[i];
+    TensorType t = ir_type_make((DType)in->dtype, (int)in->rank, in->dims);
+    inputs.names[i] = in->name;
+    ck_assert(ir_tensor_alloc(&inputs.tensors[i], &t));
+    for (int64_t e = 0; e < ir_type_numel(&t); e++) ir_tensor_set(&inputs.tensors[i], e, uniform(lo, hi));
+  }
+  Tensor *want = calloc((size_t)g->n_outputs + 1, sizeof(Tensor));
+  ck_assert_msg(ir_eval(g, &inputs, &params, want, err, sizeof err), "ir_eval: %s", err);
+  DlrtModel *m;
+  ck_assert_msg(dlrt_open(p, "emu", &m) == DLRT_OK, "dlrt_open: %s", dlrt_error(m));
+  unsigned char *blob = calloc(p->weights_bytes + 1, 1);
+  for (uint32_t i = 0; i < p->n_weights; i++) {
+    const Tensor *t = ir_tensor_map_find(&params, p->weights[i].name);
+    ck_assert_ptr_nonnull(t);
+    memcpy(blob + p->weights[i].where.offset, t->data, p->weights[i].nbytes);
+  }
+  ck_assert_msg(dlrt_set_weights(m, blob, p->weights_bytes) == DLRT_OK, "%s", dlrt_error(m));
+  for (uint32_t i = 0; i < p->n_inputs; i++)
+    ck_assert_msg(dlrt_set_input(m, (int)i, inputs.tensors[i].data, p->inputs[i].nbytes) == DLRT_OK,
+                  "%s", dlrt_error(m));
+  ck_assert_msg(dlrt_run(m) == DLRT_OK, "dlrt_run: %s", dlrt_error(m));
+  for (uint32_t o = 0; o < p->n_outputs; o++) {
+    const RtTensorDesc *od = &p->outputs[o];
+    TensorType t = ir_type_make((DType)od->dtype, (int)od->rank, od->dims);
+    Tensor got;
+    ck_assert(ir_tensor_alloc(&got, &t));
+    ck_assert(dlrt_get_output(m, (int)o, got.data, od->nbytes) == DLRT_OK);
+    for (int64_t e = 0; e < ir_type_numel(&t); e++) {
+      double w = ir_tensor_get(&want[o], e), v = ir_tensor_get(&got, e);
+      if (isnan(w) && isnan(v)) continue;
+      double rel = fabs(v - w) / (fabs(w) + 1e-1);
+      ck_assert_msg(rel <= 1e-5, "output '%s'[%" PRId64 "]: %.9g, eval says %.9g", od->name, e, v, w);
+    }
+    ir_tensor_free(&got);
+    ir_tensor_free(&want[o]);
+  }
+  dlrt_close(m);
+  free(blob);
+  free(want);
+  for (uint32_t i = 0; i < p->n_inputs; i++) ir_tensor_free(&inputs.tensors[i]);
+  free(inputs.names);
+  free(inputs.tensors);
+  ir_tensor_map_free(&params);
+}
+
+static Job check_fused(const char *text) {
+  Job j = fused(text);
+  check_nvrtc(j.r.source);
+  check_numbers(&j, -2, 2);
+  return j;
+}
+
+/* ---- which ops go together ---- */
+
+START_TEST(elementwise_chain_is_one_kernel) {
+  Job j = check_fused(
+      "graph chain {\n"
+      "  %x = input {name=\"x\"} : f32[4, 33]\n"
+      "  %y = input {name=\"y\"} : f32[33]\n"
+      "  %k = const {value=0.5} : f32[]\n"
+      "  %0 = relu %x : f32[4, 33]\n"
+      "  %1 = mul %0, %k : f32[4, 33]\n"
+      "  %2 = add %1, %y : f32[4, 33]\n"
+      "  %3 = tanh %2 : f32[4, 33]\n"
+      "  return %3 as \"out\"\n"
+      "}\n");
+  int k = group_of(j.g, 3);
+  ck_assert_int_ge(k, 0);
+  ck_assert_int_eq(group_of(j.g, 4), k);
+  ck_assert_int_eq(group_of(j.g, 5), k);
+  ck_assert_int_eq(group_of(j.g, 6), k);
+  ck_assert_int_eq(group_of(j.g, 0), -1); /* inputs and consts stay out */
+  ck_assert_int_eq(group_of(j.g, 2), -1);
+  ck_assert_int_eq(j.r.plan->n_steps, 1);
+  ck_assert_ptr_nonnull(strstr(j.r.source, "0.5f")); /* the const is an immediate */
+}
+END_TEST
+
+START_TEST(shared_values_and_outputs_are_stored) {
+  Job j = check_fused(
+      "graph shared {\n"
+      "  %x = input {name=\"x\"} : f32[64]\n"
+      "  %0 = exp %x : f32[64]\n"
+      "  %1 = neg %0 : f32[64]\n"
+      "  %2 = sigmoid %0 : f32[64]\n"
+      "  %3 = add %1, %2 : f32[64]\n"
+      "  %4 = abs %3 : f32[64]\n"
+      "  %5 = relu %4 : f32[64]\n"
+      "  return %5 as \"out\", %4 as \"mid\"\n"
+      "}\n");
+  /* %0 has two users, both in %3's group: it joins them (no duplicate:
+   * one let).  %4 is an output, so it roots its own group and %5 is a
+   * kernel of one node (no group). */
+  int k = group_of(j.g, 4);
+  ck_assert_int_ge(k, 0);
+  ck_assert_int_eq(group_of(j.g, 1), k);
+  ck_assert_int_eq(group_of(j.g, 2), k);
+  ck_assert_int_eq(group_of(j.g, 3), k);
+  ck_assert_int_eq(group_of(j.g, 5), k);
+  ck_assert_int_eq(group_of(j.g, 6), -1);
+  ck_assert_int_eq(j.r.plan->n_steps, 2);
+  int exps = 0;
+  for (const char *at = j.r.source; (at = strstr(at, "expf(x[")); at++) exps++;
+  ck_assert_int_eq(exps, 1); /* one let, read by both users */
+}
+END_TEST
+
+START_TEST(value_used_by_two_groups_is_not_duplicated) {
+  Job j = check_fused(
+      "graph fanout {\n"
+      "  %x = input {name=\"x\"} : f32[8, 16]\n"
+      "  %w = param {name=\"w\"} : f32[16, 16]\n"
+      "  %0 = exp %x : f32[8, 16]\n"
+      "  %1 = matmul %0, %w : f32[8, 16]\n"
+      "  %2 = relu %0 : f32[8, 16]\n"
+      "  %3 = add %1, %2 : f32[8, 16]\n"
+      "  return %3 as \"out\"\n"
+      "}\n");
+  /* %0 feeds a GEMM, which reads memory: it is stored, computed once. */
+  ck_assert_int_eq(group_of(j.g, 2), -1);
+  ck_assert_int_eq(group_of(j.g, 3), group_of(j.g, 5));
+  ck_assert_int_eq(group_of(j.g, 4), group_of(j.g, 5));
+  ck_assert_int_eq(count_steps(j.r.plan, RT_STEP_GEMM), 1);
+  ck_assert_int_eq(count_steps(j.r.plan, RT_STEP_LAUNCH), 2);
+}
+END_TEST
+
+START_TEST(gemm_epilogue_is_one_kernel) {
+  Job j = check_fused(
+      "graph epilogue {\n"
+      "  %x = input {name=\"x\"} : f32[6, 40]\n"
+      "  %r = input {name=\"r\"} : f32[6, 24]\n"
+      "  %w = param {name=\"fc.weight\"} : f32[24, 40]\n"
+      "  %b = param {name=\"fc.bias\"} : f32[24]\n"
+      "  %0 = linear %x, %w, %b : f32[6, 24]\n"
+      "  %1 = relu %0 : f32[6, 24]\n"
+      "  %2 = add %1, %r : f32[6, 24]\n"
+      "  return %2 as \"out\"\n"
+      "}\n");
+  /* GEMM, then bias + relu + add in one kernel: no bias kernel. */
+  ck_assert_int_eq(count_steps(j.r.plan, RT_STEP_GEMM), 1);
+  ck_assert_int_eq(count_steps(j.r.plan, RT_STEP_LAUNCH), 1);
+  Job o0 = compile_with(j.text, false, (CgOptions){0});
+  ck_assert_int_eq(count_steps(o0.r.plan, RT_STEP_LAUNCH), 3);
+}
+END_TEST
+
+START_TEST(reduction_prologue_and_epilogue) {
+  Job j = check_fused(
+      "graph reduce {\n"
+      "  %x = input {name=\"x\"} : f32[3, 8, 10]\n"
+      "  %m = input {name=\"m\"} : f32[10]\n"
+      "  %k = const {value=0.25} : f32[]\n"
+      "  %0 = mul %x, %k : f32[3, 8, 10]\n"
+      "  %1 = add %0, %m : f32[3, 8, 10]\n"
+      "  %2 = softmax %1 {axis=2} : f32[3, 8, 10]\n"
+      "  %3 = sqrt %2 : f32[3, 8, 10]\n"
+      "  %4 = reduce_mean %3 {axes=[1]} : f32[3, 10]\n"
+      "  %5 = exp %4 : f32[3, 10]\n"
+      "  %6 = layernorm %x {axis=2} : f32[3, 8, 10]\n"
+      "  %7 = relu %6 : f32[3, 8, 10]\n"
+      "  return %5 as \"mean\", %7 as \"ln\"\n"
+      "}\n");
+  /* The mean takes sqrt in its loads and exp at its store; softmax,
+   * a second reduction, is a kernel of its own with the scale and the
+   * mask in its loads; layernorm takes relu at its store. */
+  int s = group_of(j.g, 5), m = group_of(j.g, 7);
+  ck_assert_int_ge(s, 0);
+  ck_assert_int_ge(m, 0);
+  ck_assert_int_ne(s, m);
+  ck_assert_int_eq(group_of(j.g, 3), s);
+  ck_assert_int_eq(group_of(j.g, 4), s);
+  ck_assert_int_eq(group_of(j.g, 6), m);
+  ck_assert_int_eq(group_of(j.g, 8), m);
+  ck_assert_int_eq(group_of(j.g, 9), group_of(j.g, 10));
+  ck_assert_int_eq(j.r.plan->n_steps, 3);
+}
+END_TEST
+
+START_TEST(pooling_takes_its_producers) {
+  Job j = check_fused(
+      "graph pool {\n"
+      "  %x = input {name=\"x\"} : f32[2, 3, 9, 9]\n"
+      "  %g = param {name=\"bn.weight\"} : f32[3]\n"
+      "  %b = param {name=\"bn.bias\"} : f32[3]\n"
+      "  %mu = param {name=\"bn.running_mean\"} : f32[3]\n"
+      "  %v = param {name=\"bn.running_var\", init=\"ones\"} : f32[3]\n"
+      "  %0 = batchnorm %x, %g, %b, %mu, %v : f32[2, 3, 9, 9]\n"
+      "  %1 = relu %0 : f32[2, 3, 9, 9]\n"
+      "  %2 = maxpool2d %1 {kernel=[3, 3], stride=[2, 2], pad=[1, 1, 1, 1]} : f32[2, 3, 5, 5]\n"
+      "  %3 = global_avgpool %2 : f32[2, 3, 1, 1]\n"
+      "  return %3 as \"out\"\n"
+      "}\n");
+  ck_assert_int_eq(group_of(j.g, 5), group_of(j.g, 7));
+  ck_assert_int_eq(group_of(j.g, 6), group_of(j.g, 7));
+  ck_assert_int_eq(j.r.plan->n_steps, 2);
+}
+END_TEST
+
+START_TEST(conv_is_one_implicit_gemm_kernel) {
+  /* conv + bias + bn + residual add + relu, with padding, stride and
+   * sizes that are not multiples of the 64x64x16 tiles. */
+  Job j = check_fused(
+      "graph conv {\n"
+      "  %x = input {name=\"x\"} : f32[2, 5, 11, 9]\n"
+      "  %s = input {name=\"s\"} : f32[2, 7, 6, 5]\n"
+      "  %w = param {name=\"conv.weight\"} : f32[7, 5, 3, 3]\n"
+      "  %cb = param {name=\"conv.bias\"} : f32[7]\n"
+      "  %g = param {name=\"bn.weight\"} : f32[7]\n"
+      "  %b = param {name=\"bn.bias\"} : f32[7]\n"
+      "  %mu = param {name=\"bn.running_mean\"} : f32[7]\n"
+      "  %v = param {name=\"bn.running_var\", init=\"ones\"} : f32[7]\n"
+      "  %0 = conv2d %x, %w, %cb {stride=[2, 2], pad=[1, 1, 1, 1]} : f32[2, 7, 6, 5]\n"
+      "  %1 = batchnorm %0, %g, %b, %mu, %v : f32[2, 7, 6, 5]\n"
+      "  %2 = add %1, %s : f32[2, 7, 6, 5]\n"
+      "  %3 = relu %2 : f32[2, 7, 6, 5]\n"
+      "  %w2 = param {name=\"conv2.weight\"} : f32[3, 7, 3, 3]\n"
+      "  %4 = conv2d %3, %w2 {dilation=[2, 2]} : f32[2, 3, 2, 1]\n"
+      "  return %3 as \"block\", %4 as \"lone\"\n"
+      "}\n");
+  ck_assert_int_eq(j.r.plan->n_steps, 2);
+  ck_assert_int_eq(count_steps(j.r.plan, RT_STEP_GEMM), 0);
+  ck_assert_ptr_nonnull(strstr(j.r.source, "__shared__ float As"));
+  ck_assert_ptr_nonnull(strstr(j.r.source, "__syncthreads()"));
+}
+END_TEST
+
+START_TEST(conv_takes_folded_weights) {
+  /* bn-fold's shape: the conv's weight and bias are small graphs over
+   * params; they are evaluated in the conv's loads, not by kernels. */
+  Job j = check_fused(
+      "graph folded {\n"
+      "  %x = input {name=\"x\"} : f32[1, 4, 8, 8]\n"
+      "  %w = param {name=\"w\"} : f32[70, 4, 1, 1]\n"
+      "  %g = param {name=\"g\"} : f32[70]\n"
+      "  %e = const {value=1e-05} : f32[]\n"
+      "  %a = abs %g : f32[70]\n"
+      "  %0 = add %a, %e : f32[70]\n"
+      "  %1 = rsqrt %0 : f32[70]\n"
+      "  %2 = reshape %1 {shape=[70, 1, 1, 1]} : f32[70, 1, 1, 1]\n"
+      "  %3 = mul %w, %2 : f32[70, 4, 1, 1]\n"
+      "  %4 = mul %g, %1 : f32[70]\n"
+      "  %5 = conv2d %x, %3, %4 : f32[1, 70, 8, 8]\n"
+      "  %6 = relu %5 : f32[1, 70, 8, 8]\n"
+      "  return %6 as \"out\"\n"
+      "}\n");
+  ck_assert_int_eq(j.r.plan->n_steps, 1);
+}
+END_TEST
+
+START_TEST(depthwise_conv_epilogue) {
+  Job j = check_fused(
+      "graph dw {\n"
+      "  %x = input {name=\"x\"} : f32[1, 6, 7, 7]\n"
+      "  %w = param {name=\"w\"} : f32[6, 1, 3, 3]\n"
+      "  %0 = conv2d %x, %w {pad=[1, 1, 1, 1], groups=6} : f32[1, 6, 7, 7]\n"
+      "  %1 = clip %0 {min=0, max=6} : f32[1, 6, 7, 7]\n"
+      "  return %1 as \"out\"\n"
+      "}\n");
+  ck_assert_int_eq(j.r.plan->n_steps, 1);
+}
+END_TEST
+
+START_TEST(moves_are_index_maps) {
+  Job j = check_fused(
+      "graph moves {\n"
+      "  %x = input {name=\"x\"} : f32[2, 6, 4]\n"
+      "  %y = input {name=\"y\"} : f32[4, 3]\n"
+      "  %0 = slice %x {starts=[0, 1, 0], ends=[2, 6, 4], steps=[1, 2, 1]} : f32[2, 3, 4]\n"
+      "  %1 = transpose %0 {perm=[0, 2, 1]} : f32[2, 4, 3]\n"
+      "  %2 = expand %y {shape=[2, 4, 3]} : f32[2, 4, 3]\n"
+      "  %3 = mul %1, %2 : f32[2, 4, 3]\n"
+      "  %4 = reshape %3 {shape=[8, 3]} : f32[8, 3]\n"
+      "  %5 = transpose %4 {perm=[1, 0]} : f32[3, 8]\n"
+      "  return %5 as \"out\"\n"
+      "}\n");
+  ck_assert_int_eq(j.r.plan->n_steps, 1);
+}
+END_TEST
+
+START_TEST(attention_is_one_kernel) {
+  /* q, k, v out of one projection, as nn.MultiheadAttention: the GEMM,
+   * then one kernel from its output (and bias) to the heads merged back. */
+  Job j = check_fused(
+      "graph attn {\n"
+      "  %x = input {name=\"x\"} : f32[2, 5, 8]\n"
+      "  %w = param {name=\"in.weight\"} : f32[24, 8]\n"
+      "  %b = param {name=\"in.bias\"} : f32[24]\n"
+      "  %mask = input {name=\"mask\"} : f32[5, 5]\n"
+      "  %0 = linear %x, %w, %b : f32[2, 5, 24]\n"
+      "  %1 = slice %0 {starts=[0, 0, 0], ends=[2, 5, 8], steps=[1, 1, 1]} : f32[2, 5, 8]\n"
+      "  %2 = slice %0 {starts=[0, 0, 8], ends=[2, 5, 16], steps=[1, 1, 1]} : f32[2, 5, 8]\n"
+      "  %3 = slice %0 {starts=[0, 0, 16], ends=[2, 5, 24], steps=[1, 1, 1]} : f32[2, 5, 8]\n"
+      "  %4 = reshape %1 {shape=[2, 5, 2, 4]} : f32[2, 5, 2, 4]\n"
+      "  %5 = transpose %4 {perm=[0, 2, 1, 3]} : f32[2, 2, 5, 4]\n"
+      "  %6 = reshape %2 {shape=[2, 5, 2, 4]} : f32[2, 5, 2, 4]\n"
+      "  %7 = transpose %6 {perm=[0, 2, 3, 1]} : f32[2, 2, 4, 5]\n"
+      "  %8 = reshape %3 {shape=[2, 5, 2, 4]} : f32[2, 5, 2, 4]\n"
+      "  %9 = transpose %8 {perm=[0, 2, 1, 3]} : f32[2, 2, 5, 4]\n"
+      "  %10 = matmul %5, %7 : f32[2, 2, 5, 5]\n"
+      "  %k = const {value=0.5} : f32[]\n"
+      "  %11 = mul %10, %k : f32[2, 2, 5, 5]\n"
+      "  %12 = add %11, %mask : f32[2, 2, 5, 5]\n"
+      "  %13 = softmax %12 {axis=3} : f32[2, 2, 5, 5]\n"
+      "  %14 = matmul %13, %9 : f32[2, 2, 5, 4]\n"
+      "  %15 = transpose %14 {perm=[0, 2, 1, 3]} : f32[2, 5, 2, 4]\n"
+      "  %16 = reshape %15 {shape=[2, 5, 8]} : f32[2, 5, 8]\n"
+      "  return %16 as \"out\"\n"
+      "}\n");
+  ck_assert_int_eq(count_steps(j.r.plan, RT_STEP_GEMM), 1);
+  ck_assert_int_eq(count_steps(j.r.plan, RT_STEP_LAUNCH), 1);
+}
+END_TEST
+
+/* ---- the IR text and the verifier ---- */
+
+static const char group_text[] =
+    "; dlcc IR\n"
+    "graph g {\n"
+    "  %0 = input {name=\"x\"} : f32[4]\n"
+    "  %1 = relu %0 : f32[4] #k0\n"
+    "  %2 = neg %1 : f32[4] #k0\n"
+    "  %3 = exp %2 : f32[4] #k12\n"
+    "  return %3 as \"out\"\n"
+    "}\n";
+
+static char *print_to_string(Graph *g) {
+  char *buf = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&buf, &len);
+  ir_print(f, g);
+  fclose(f);
+  return buf;
+}
+
+START_TEST(groups_round_trip_in_the_text) {
+  const SrcFile *f = ctx_add_file(&ctx, "g.ir", group_text, strlen(group_text));
+  Graph *g = ir_parse(&ctx, f);
+  ck_assert_msg(g != NULL, "%s", diag_text(&ctx));
+  ck_assert(ir_verify(g));
+  ck_assert_int_eq(g->first->group, -1);
+  ck_assert_int_eq(g->first->next->group, 0);
+  ck_assert_int_eq(g->last->group, 12);
+  char *text = print_to_string(g);
+  ck_assert_str_eq(text, group_text);
+  free(text);
+}
+END_TEST
+
+START_TEST(print_after_fuse_shows_groups) {
+  Job j = fused(
+      "graph p {\n"
+      "  %x = input {name=\"x\"} : f32[4]\n"
+      "  %0 = relu %x : f32[4]\n"
+      "  %1 = exp %0 : f32[4]\n"
+      "  return %1 as \"out\"\n"
+      "}\n");
+  char *text = print_to_string(j.g);
+  ck_assert_ptr_nonnull(strstr(text, "%1 = relu %0 : f32[4] #k0\n"));
+  ck_assert_ptr_nonnull(strstr(text, "%2 = exp %1 : f32[4] #k0\n"));
+  /* Fusing again changes nothing. */
+  PassCtx pc = {.ctx = &ctx};
+  ck_assert(!pass_fuse(j.g, &pc));
+  free(text);
+}
+END_TEST
+
+static void expect_error(const char *text, const char *msg) {
+  Job j = {.text = text};
+  ctx_guard(&ctx, run_job, &j);
+  ck_assert_msg(!j.verified, "accepted:\n%s", text);
+  ck_assert_msg(strstr(diag_text(&ctx), msg), "expected '%s' in:\n%s", msg, diag_text(&ctx));
+}
+
+START_TEST(bad_group_syntax) {
+  expect_error("graph g {\n  %x = input {name=\"x\"} : f32[4]\n  %0 = relu %x : f32[4] #3\n  return %0 as \"o\"\n}\n",
+               "expected a fusion group '#kN'");
+  expect_error("graph g {\n  %x = input {name=\"x\"} : f32[4]\n  %0 = relu %x : f32[4] #kx\n  return %0 as \"o\"\n}\n",
+               "expected a fusion group '#kN'");
+}
+END_TEST
+
+START_TEST(verifier_checks_groups) {
+  /* A member used outside its group. */
+  expect_error("graph g {\n  %x = input {name=\"x\"} : f32[4]\n  %0 = relu %x : f32[4] #k1\n"
+               "  %1 = neg %0 : f32[4] #k1\n  %2 = exp %0 : f32[4]\n  return %1 as \"o\", %2 as \"p\"\n}\n",
+               "operand 0 is inside fusion group k1, not its root");
+  /* A graph output inside. */
+  expect_error("graph g {\n  %x = input {name=\"x\"} : f32[4]\n  %0 = relu %x : f32[4] #k1\n"
+               "  %1 = neg %0 : f32[4] #k1\n  return %1 as \"o\", %0 as \"p\"\n}\n",
+               "graph output \"p\" is inside fusion group k1");
+  /* Two anchors. */
+  expect_error("graph g {\n  %x = input {name=\"x\"} : f32[4, 4]\n  %0 = softmax %x {axis=1} : f32[4, 4] #k0\n"
+               "  %1 = softmax %0 {axis=1} : f32[4, 4] #k0\n  return %1 as \"o\"\n}\n",
+               "holds two reductions");
+  /* A source. */
+  expect_error("graph g {\n  %x = input {name=\"x\"} : f32[4] #k0\n  %0 = relu %x : f32[4] #k0\n"
+               "  return %0 as \"o\"\n}\n",
+               "a input cannot be in a fusion group");
+}
+END_TEST
+
+START_TEST(hand_written_group_codegen_cannot_lower) {
+  Job j = {.text = "graph g {\n  %x = input {name=\"x\"} : f32[4]\n  %0 = relu %x : f32[4] #k0\n"
+                   "  %1 = pad %0 {pads=[1, 1]} : f32[6] #k0\n  return %1 as \"o\"\n}\n"};
+  ctx_guard(&ctx, run_job, &j);
+  ck_assert(j.verified);
+  ck_assert(!j.ok);
+  ck_assert_ptr_nonnull(strstr(diag_text(&ctx), "codegen cannot lower pad in fusion group k0"));
+}
+END_TEST
+
+START_TEST(hand_written_groups_are_lowered) {
+  /* Groups from the text, not from the pass. */
+  Job j = compile_with("graph g {\n  %x = input {name=\"x\"} : f32[5, 7]\n"
+                       "  %0 = sigmoid %x : f32[5, 7] #k4\n  %1 = mul %0, %x : f32[5, 7] #k4\n"
+                       "  %2 = reduce_sum %1 {axes=[1]} : f32[5] #k4\n  return %2 as \"o\"\n}\n",
+                       false, (CgOptions){0});
+  ck_assert_int_eq(j.r.plan->n_steps, 1);
+  check_nvrtc(j.r.source);
+  check_numbers(&j, -2, 2);
+}
+END_TEST
+
+/* ---- kernel-IR passes ---- */
+
+static const char pool_text[] =
+    "graph pool {\n"
+    "  %x = input {name=\"x\"} : f32[1, 2, 8, 8]\n"
+    "  %0 = avgpool2d %x {kernel=[3, 3], stride=[1, 1], pad=[1, 1, 1, 1]} : f32[1, 2, 8, 8]\n"
+    "  return %0 as \"out\"\n"
+    "}\n";
+
+START_TEST(small_loops_are_unrolled) {
+  Job j = compile_with(pool_text, false, (CgOptions){0});
+  ck_assert_ptr_nonnull(strstr(j.r.source, "#pragma unroll\n"));
+  check_nvrtc(j.r.source);
+  check_numbers(&j, -2, 2);
+  Job off = compile_with(pool_text, false, (CgOptions){.no_unroll = true});
+  ck_assert_ptr_null(strstr(off.r.source, "#pragma unroll"));
+  /* --unroll=2 leaves the 3-tap loops alone. */
+  Job two = compile_with(pool_text, false, (CgOptions){.unroll = 2});
+  ck_assert_ptr_null(strstr(two.r.source, "#pragma unroll"));
+  check_numbers(&off, -2, 2);
+}
+END_TEST
+
+static const char vec_text[] =
+    "graph vec {\n"
+    "  %x = input {name=\"x\"} : f32[3, 343]\n"
+    "  %y = input {name=\"y\"} : f32[343]\n"
+    "  %0 = mul %x, %y : f32[3, 343]\n"
+    "  %1 = exp %0 : f32[3, 343]\n"
+    "  %2 = sub %1, %x : f32[3, 343]\n"
+    "  return %2 as \"out\"\n"
+    "}\n";
+
+START_TEST(contiguous_maps_are_vectorized) {
+  /* 1029 elements: 257 float4 and a tail of one. */
+  Job j = check_fused(vec_text);
+  ck_assert_ptr_nonnull(strstr(j.r.source, "float4 v"));
+  ck_assert_ptr_nonnull(strstr(j.r.source, "make_float4("));
+  ck_assert_ptr_nonnull(strstr(j.r.source, "(n - ((n / 4) * 4))"));
+  Job off = compile_with(vec_text, true, (CgOptions){.no_vectorize = true});
+  ck_assert_ptr_null(strstr(off.r.source, "float4"));
+  check_numbers(&off, -2, 2);
+}
+END_TEST
+
+START_TEST(small_maps_stay_scalar) {
+  Job j = fused("graph s {\n  %x = input {name=\"x\"} : f32[16]\n  %0 = relu %x : f32[16]\n"
+                "  %1 = neg %0 : f32[16]\n  return %1 as \"o\"\n}\n");
+  ck_assert_ptr_null(strstr(j.r.source, "float4"));
+}
+END_TEST
+
+/* ---- the examples: launches at -O0 and -O2 ---- */
+
+typedef struct ModelJob {
+  const char *path;
+  int level;
+  int steps;
+} ModelJob;
+
+static int model_job(Ctx *c, void *data) {
+  ModelJob *j = data;
+  const SrcFile *f = ctx_load_file(c, j->path);
+  if (!f) return 1;
+  Program *p = fe_parse(c, f);
+  if (!p) return 1;
+  LowerOptions lo = {0};
+  Graph *g = fe_lower(c, p, &lo);
+  if (!g || !ir_verify(g)) return 1;
+  PassOptions po = {.opt_level = j->level, .verify_each = true};
+  if (!pass_run_pipeline(g, &po, NULL)) return 1;
+  CgResult r;
+  if (!cg_compile(g, &r)) return 1;
+  j->steps = (int)r.plan->n_steps;
+  return 0;
+}
+
+static int model_steps(const char *name, int level) {
+  const char *top = getenv("top_srcdir");
+  char path[4096];
+  snprintf(path, sizeof path, "%s/examples/%s", top ? top : ".", name);
+  Ctx c;
+  ctx_init(&c);
+  ModelJob j = {.path = path, .level = level};
+  int rc = ctx_guard(&c, model_job, &j);
+  ck_assert_msg(rc == 0, "%s at -O%d: %s", name, level, diag_text(&c));
+  ctx_free(&c);
+  return j.steps;
+}
+
+START_TEST(launch_targets) {
+  int r50 = model_steps("resnet50.dl", 2);
+  ck_assert_msg(r50 <= 57, "resnet50: %d steps at -O2", r50);
+  int r18_0 = model_steps("resnet18.dl", 0), r18 = model_steps("resnet18.dl", 2);
+  ck_assert_msg(2 * r18 <= r18_0, "resnet18: %d steps at -O2, %d at -O0", r18, r18_0);
+  int t0 = model_steps("transformer.dl", 0), t2 = model_steps("transformer.dl", 2);
+  ck_assert_msg(2 * t2 <= t0, "transformer: %d steps at -O2, %d at -O0", t2, t0);
+}
+END_TEST
+
+static Suite *fuse_suite(void) {
+  Suite *s = suite_create("fuse");
+  TCase *t = tcase_create("groups");
+  tcase_add_checked_fixture(t, setup, teardown);
+  tcase_set_timeout(t, 120);
+  tcase_add_test(t, elementwise_chain_is_one_kernel);
+  tcase_add_test(t, shared_values_and_outputs_are_stored);
+  tcase_add_test(t, value_used_by_two_groups_is_not_duplicated);
+  tcase_add_test(t, gemm_epilogue_is_one_kernel);
+  tcase_add_test(t, reduction_prologue_and_epilogue);
+  tcase_add_test(t, pooling_takes_its_producers);
+  tcase_add_test(t, conv_is_one_implicit_gemm_kernel);
+  tcase_add_test(t, conv_takes_folded_weights);
+  tcase_add_test(t, depthwise_conv_epilogue);
+  tcase_add_test(t, moves_are_index_maps);
+  tcase_add_test(t, attention_is_one_kernel);
+  tcase_add_test(t, groups_round_trip_in_the_text);
+  tcase_add_test(t, print_after_fuse_shows_groups);
+  tcase_add_test(t, bad_group_syntax);
+  tcase_add_test(t, verifier_checks_groups);
+  tcase_add_test(t, hand_written_group_codegen_cannot_lower);
+  tcase_add_test(t, hand_written_groups_are_lowered);
+  tcase_add_test(t, small_loops_are_unrolled);
+  tcase_add_test(t, contiguous_maps_are_vectorized);
+  tcase_add_test(t, small_maps_stay_scalar);
+  tcase_add_test(t, launch_targets);
+  suite_add_tcase(s, t);
+  return s;
+}
+
+int main(void) {
+  SRunner *r = srunner_create(fuse_suite());
+  srunner_run_all(r, CK_NORMAL);
+  int failed = srunner_ntests_failed(r);
+  srunner_free(r);
+  return failed ? 1 : 0;
+}

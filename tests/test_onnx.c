@@ -1,0 +1,736 @@
+/* The ONNX importer: takes models built here with protobuf-c (no Python
+ * needed) and checks the graphs, the params' data, the values computed by
+ * the reference interpreter, folding at import, and the messages for bad
+ * or unsupported input; then an .onnx file through the JIT API. */
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "dlcc.h"
+#include "frontend/onnx.h"
+#include "frontend/onnx.pb-c.h"
+#include "ir/eval.h"
+
+/* ---- building models (memory from a pool freed after each test) ---- */
+
+static void *pool[4096];
+static int n_pool;
+
+static void *mem(size_t n) {
+  void *p = calloc(1, n);
+  ck_assert_ptr_nonnull(p);
+  ck_assert_int_lt(n_pool, (int)(sizeof pool / sizeof *pool));
+  pool[n_pool++] = p;
+  return p;
+}
+
+static char *str(const char *s) {
+  char *p = mem(strlen(s) + 1);
+  strcpy(p, s);
+  return p;
+}
+
+static void pool_free(void) {
+  while (n_pool) free(pool[--n_pool]);
+}
+
+typedef struct Model {
+  Onnx__ModelProto m;
+  Onnx__GraphProto g;
+  Onnx__OperatorSetIdProto opset;
+  Onnx__OperatorSetIdProto *opsets[1];
+  Onnx__NodeProto *nodes[32];
+  Onnx__TensorProto *inits[16];
+  Onnx__ValueInfoProto *ins[8], *outs[8];
+} Model;
+
+static Model *model_new(int opset) {
+  Model *b = mem(sizeof *b);
+  onnx__model_proto__init(&b->m);
+  onnx__graph_proto__init(&b->g);
+  onnx__operator_set_id_proto__init(&b->opset);
+  b->m.has_ir_version = 1;
+  b->m.ir_version = 8;
+  b->opset.domain = str("");
+  b->opset.has_version = 1;
+  b->opset.version = opset;
+  b->opsets[0] = &b->opset;
+  b->m.n_opset_import = 1;
+  b->m.opset_import = b->opsets;
+  b->g.name = str("test");
+  b->g.node = b->nodes;
+  b->g.initializer = b->inits;
+  b->g.input = b->ins;
+  b->g.output = b->outs;
+  b->m.graph = &b->g;
+  return b;
+}
+
+/* dims: > 0 a value; 0 with sym[i] a dim_param. */
+static Onnx__ValueInfoProto *value_info(const char *name, int32_t elem, int rank, const int64_t *dims,
+                                        const char *const *sym) {
+  Onnx__ValueInfoProto *vi = mem(sizeof *vi);
+  onnx__value_info_proto__init(vi);
+  vi->name = str(name);
+  Onnx__TypeProto *tp = mem(sizeof *tp);
+  onnx__type_proto__init(tp);
+  Onnx__TypeProto__Tensor *tt = mem(sizeof *tt);
+  onnx__type_proto__tensor__init(tt);
+  tt->has_elem_type = 1;
+  tt->elem_type = elem;
+  Onnx__TensorShapeProto *sh = mem(sizeof *sh);
+  onnx__tensor_shape_proto__init(sh);
+  sh->n_dim = (size_t)rank;
+  sh->dim = mem(sizeof *sh->dim * (size_t)(rank + 1));
+  for (int i = 0; i < rank; i++) {
+    Onnx__TensorShapeProto__Dimension *d = mem(sizeof *d);
+    onnx__tensor_shape_proto__dimension__init(d);
+    if (sym && sym[i]) {
+      d->value_case = ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_PARAM;
+      d->dim_param = str(sym[i]);
+    } else {
+      d->value_case = ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_VALUE;
+      d->dim_value = dims[i];
+    }
+    sh->dim[i] = d;
+  }
+  tt->shape = sh;
+  tp->value_case = ONNX__TYPE_PROTO__VALUE_TENSOR_TYPE;
+  tp->tensor_type = tt;
+  vi->type = tp;
+  return vi;
+}
+
+static void add_input(Model *b, const char *name, int rank, const int64_t *dims) {
+  b->ins[b->g.n_input++] = value_info(name, ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT, rank, dims, NULL);
+}
+
+static void add_output(Model *b, const char *name) {
+  Onnx__ValueInfoProto *vi = mem(sizeof *vi);
+  onnx__value_info_proto__init(vi);
+  vi->name = str(name);
+  b->outs[b->g.n_output++] = vi;
+}
+
+static Onnx__TensorProto *tensor(const char *name, int32_t dtype, int rank, const int64_t *dims) {
+  Onnx__TensorProto *t = mem(sizeof *t);
+  onnx__tensor_proto__init(t);
+  t->name = str(name);
+  t->has_data_type = 1;
+  t->data_type = dtype;
+  t->n_dims = (size_t)rank;
+  t->dims = mem(sizeof(int64_t) * (size_t)(rank + 1));
+  memcpy(t->dims, dims, sizeof(int64_t) * (size_t)rank);
+  return t;
+}
+
+static Onnx__TensorProto *add_init_f32(Model *b, const char *name, int rank, const int64_t *dims,
+                                       int n, const float *data) {
+  Onnx__TensorProto *t = tensor(name, ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT, rank, dims);
+  t->n_float_data = (size_t)n;
+  t->float_data = mem(sizeof(float) * (size_t)(n + 1));
+  memcpy(t->float_data, data, sizeof(float) * (size_t)n);
+  b->inits[b->g.n_initializer++] = t;
+  return t;
+}
+
+static void add_init_i64(Model *b, const char *name, int n, const int64_t *data) {
+  int64_t dim = n;
+  Onnx__TensorProto *t = tensor(name, ONNX__TENSOR_PROTO__DATA_TYPE__INT64, 1, &dim);
+  t->has_raw_data = 1;
+  t->raw_data.len = sizeof(int64_t) * (size_t)n;
+  t->raw_data.data = mem(t->raw_data.len);
+  memcpy(t->raw_data.data, data, t->raw_data.len);
+  b->inits[b->g.n_initializer++] = t;
+}
+
+/* ins and outs: names separated by commas ("" entries allowed). */
+static char **names(const char *list, size_t *n) {
+  *n = 0;
+  if (!*list) return NULL;
+  char **v = mem(sizeof(char *) * 16);
+  for (const char *p = list;; p++) {
+    size_t k = strcspn(p, ",");
+    char *s = mem(k + 1);
+    memcpy(s, p, k);
+    v[(*n)++] = s;
+    p += k;
+    if (!*p) break;
+  }
+  return v;
+}
+
+static Onnx__NodeProto *add_node(Model *b, const char *op, const char *ins, const char *outs) {
+  Onnx__NodeProto *n = mem(sizeof *n);
+  onnx__node_proto__init(n);
+  n->op_type = str(op);
+  char nm[32];
+  snprintf(nm, sizeof nm, "n%zu", b->g.n_node);
+  n->name = str(nm);
+  n->input = names(ins, &n->n_input);
+  n->output = names(outs, &n->n_output);
+  n->attribute = mem(sizeof *n->attribute * 16);
+  b->nodes[b->g.n_node++] = n;
+  return n;
+}
+
+static Onnx__AttributeProto *attr(Onnx__NodeProto *n, const char *name,
+                                  Onnx__AttributeProto__AttributeType type) {
+  Onnx__AttributeProto *a = mem(sizeof *a);
+  onnx__attribute_proto__init(a);
+  a->name = str(name);
+  a->has_type = 1;
+  a->type = type;
+  n->attribute[n->n_attribute++] = a;
+  return a;
+}
+
+static void attr_i(Onnx__NodeProto *n, const char *name, int64_t v) {
+  Onnx__AttributeProto *a = attr(n, name, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INT);
+  a->has_i = 1;
+  a->i = v;
+}
+
+static void attr_f(Onnx__NodeProto *n, const char *name, float v) {
+  Onnx__AttributeProto *a = attr(n, name, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__FLOAT);
+  a->has_f = 1;
+  a->f = v;
+}
+
+static void attr_s(Onnx__NodeProto *n, const char *name, const char *v) {
+  Onnx__AttributeProto *a = attr(n, name, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__STRING);
+  a->has_s = 1;
+  a->s.data = (uint8_t *)str(v);
+  a->s.len = strlen(v);
+}
+
+static void attr_is(Onnx__NodeProto *n, const char *name, int k, const int64_t *v) {
+  Onnx__AttributeProto *a = attr(n, name, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INTS);
+  a->n_ints = (size_t)k;
+  a->ints = mem(sizeof(int64_t) * (size_t)(k + 1));
+  memcpy(a->ints, v, sizeof(int64_t) * (size_t)k);
+}
+
+static uint8_t *pack(Model *b, size_t *len) {
+  *len = onnx__model_proto__get_packed_size(&b->m);
+  uint8_t *buf = mem(*len + 1);
+  onnx__model_proto__pack(&b->m, buf);
+  return buf;
+}
+
+/* ---- importing ---- */
+
+static Ctx ctx;
+static TensorMap params;
+
+static void setup(void) {
+  ctx_init(&ctx);
+  params = (TensorMap){0};
+}
+
+static void teardown(void) {
+  ir_tensor_map_free(&params);
+  ctx_free(&ctx);
+  pool_free();
+}
+
+static Graph *import_opt(Model *b, const OnnxOptions *o) {
+  size_t len;
+  uint8_t *buf = pack(b, &len);
+  return fe_onnx_import_bytes(&ctx, "/tmp/model.onnx", buf, len, o, &params);
+}
+
+static Graph *import(Model *b) { return import_opt(b, NULL); }
+
+/* The import fails and the messages contain want. */
+static void expect_error(Graph *g, const char *want) {
+  ck_assert_msg(g == NULL, "imported, expected an error with '%s'", want);
+  ck_assert_int_gt(ctx.diag.errors, 0);
+  ck_assert_msg(strstr(diag_text(&ctx), want), "messages lack '%s':\n%s", want, diag_text(&ctx));
+}
+
+static Graph *must_import(Model *b) {
+  Graph *g = import(b);
+  ck_assert_msg(g != NULL, "import failed:\n%s", diag_text(&ctx));
+  return g;
+}
+
+static int count_op(Graph *g, OpKind op) {
+  int k = 0;
+  for (Node *n = g->first; n; n = n->next) k += n->op == op;
+  return k;
+}
+
+static Node *first_op(Graph *g, OpKind op) {
+  for (Node *n = g->first; n; n = n->next)
+    if (n->op == op) return n;
+  return NULL;
+}
+
+/* Runs g with one float input named x. */
+static Tensor run1(Graph *g, const char *name, int rank, const int64_t *dims, const float *x) {
+  Tensor in = {ir_type_make(TY_F32, rank, dims), (void *)x};
+  const char *nm[1] = {name};
+  TensorMap inputs = {1, nm, &in};
+  Tensor out[4];
+  char err[512];
+  ck_assert_msg(ir_eval(g, &inputs, &params, out, err, sizeof err), "eval: %s", err);
+  for (int i = 1; i < g->n_outputs; i++) ir_tensor_free(&out[i]);
+  return out[0];
+}
+
+static const float xdata[6] = {1, -2, 3, 0.5f, -1, 2};
+static const float wdata[12] = {0.1f, 0.2f, 0.3f, -0.4f, 0.5f, 0.6f, 0.7f, -0.8f, 0.9f, 1, 1.1f, -1.2f};
+static const float bdata[4] = {0.5f, -0.25f, 0, 1};
+
+START_TEST(test_gemm_initializers_are_params) {
+  Model *b = model_new(13);
+  int64_t xd[2] = {2, 3}, wd[2] = {4, 3}, bd[1] = {4};
+  add_input(b, "x", 2, xd);
+  add_init_f32(b, "fc.weight", 2, wd, 12, wdata);
+  add_init_f32(b, "fc.bias", 1, bd, 4, bdata);
+  attr_i(add_node(b, "Gemm", "x,fc.weight,fc.bias", "h"), "transB", 1);
+  add_node(b, "Relu", "h", "y");
+  add_output(b, "y");
+  Graph *g = must_import(b);
+  /* nn.Linear's export stays one linear op over the two params. */
+  ck_assert_int_eq(count_op(g, OP_LINEAR), 1);
+  ck_assert_int_eq(count_op(g, OP_PARAM), 2);
+  ck_assert_int_eq(params.n, 2);
+  const Tensor *w = ir_tensor_map_find(&params, "fc.weight");
+  ck_assert_ptr_nonnull(w);
+  ck_assert_int_eq(w->type.dims[0], 4);
+  ck_assert(memcmp(w->data, wdata, sizeof wdata) == 0);
+  ck_assert_str_eq(g->output_names[0], "y");
+  Tensor y = run1(g, "x", 2, xd, xdata);
+  for (int i = 0; i < 2; i++)
+    for (int j = 0; j < 4; j++) {
+      double s = bdata[j];
+      for (int k = 0; k < 3; k++) s += xdata[i * 3 + k] * wdata[j * 3 + k];
+      ck_assert_double_eq_tol(ir_tensor_get(&y, i * 4 + j), s > 0 ? s : 0, 1e-6);
+    }
+  ir_tensor_free(&y);
+}
+END_TEST
+
+START_TEST(test_gemm_trans_alpha_beta) {
+  Model *b = model_new(13);
+  int64_t ad[2] = {3, 2}, wd[2] = {3, 4}, cd[1] = {4};
+  add_input(b, "a", 2, ad);
+  add_init_f32(b, "B", 2, wd, 12, wdata);
+  add_init_f32(b, "C", 1, cd, 4, bdata);
+  Onnx__NodeProto *n = add_node(b, "Gemm", "a,B,C", "y");
+  attr_i(n, "transA", 1);
+  attr_f(n, "alpha", 2.0f);
+  attr_f(n, "beta", 0.5f);
+  add_output(b, "y");
+  Graph *g = must_import(b);
+  ck_assert_int_eq(count_op(g, OP_TRANSPOSE), 1);
+  Tensor y = run1(g, "a", 2, ad, xdata);
+  ck_assert_int_eq(y.type.dims[0], 2);
+  ck_assert_int_eq(y.type.dims[1], 4);
+  for (int i = 0; i < 2; i++)
+    for (int j = 0; j < 4; j++) {
+      double s = 0;
+      for (int k = 0; k < 3; k++) s += xdata[k * 2 + i] * wdata[k * 4 + j];
+      ck_assert_double_eq_tol(ir_tensor_get(&y, i * 4 + j), 2 * s + 0.5 * bdata[j], 1e-5);
+    }
+  ir_tensor_free(&y);
+}
+END_TEST
+
+START_TEST(test_symbolic_batch_needs_define) {
+  Model *b = model_new(13);
+  const char *sym[2] = {"N", NULL};
+  int64_t d[2] = {0, 3};
+  b->ins[b->g.n_input++] = value_info("x", ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT, 2, d, sym);
+  add_node(b, "Relu", "x", "y");
+  add_output(b, "y");
+  expect_error(import(b), "dim 0 of graph input 'x' is the symbolic 'N': bind it with -D N=VALUE");
+  diag_clear(&ctx);
+  Define def = {"N", 5};
+  OnnxOptions o = {.n_defines = 1, .defines = &def};
+  Graph *g = import_opt(b, &o);
+  ck_assert_msg(g, "%s", diag_text(&ctx));
+  ck_assert_int_eq(g->first->out[0].type.dims[0], 5);
+  ck_assert_int_eq(g->outputs[0]->type.dims[0], 5);
+}
+END_TEST
+
+START_TEST(test_shape_chain_folds) {
+  /* y = Reshape(x, Concat(Unsqueeze(Gather(Shape(x), 0)), [-1])) */
+  Model *b = model_new(13);
+  int64_t xd[3] = {2, 3, 4}, zero = 0, minus1 = -1;
+  add_input(b, "x", 3, xd);
+  Onnx__TensorProto *z = tensor("zero", ONNX__TENSOR_PROTO__DATA_TYPE__INT64, 0, NULL);
+  z->n_int64_data = 1;
+  z->int64_data = mem(sizeof(int64_t));
+  z->int64_data[0] = zero;
+  b->inits[b->g.n_initializer++] = z;
+  add_init_i64(b, "axes0", 1, &zero);
+  add_init_i64(b, "rest", 1, &minus1);
+  add_node(b, "Shape", "x", "s");
+  add_node(b, "Gather", "s,zero", "n");
+  add_node(b, "Unsqueeze", "n,axes0", "n1");
+  attr_i(add_node(b, "Concat", "n1,rest", "shape"), "axis", 0);
+  add_node(b, "Reshape", "x,shape", "y");
+  add_output(b, "y");
+  Graph *g = must_import(b);
+  /* Nothing of the shape arithmetic is left: the input and one reshape. */
+  ck_assert_int_eq(g->n_nodes, 2);
+  ck_assert_int_eq(count_op(g, OP_RESHAPE), 1);
+  ck_assert_int_eq(params.n, 0);
+  ck_assert_int_eq(g->outputs[0]->type.rank, 2);
+  ck_assert_int_eq(g->outputs[0]->type.dims[0], 2);
+  ck_assert_int_eq(g->outputs[0]->type.dims[1], 12);
+}
+END_TEST
+
+START_TEST(test_lstm_gates_reordered_at_import) {
+  /* hidden 1, input 1: W rows are the gates i, o, f, c. */
+  Model *b = model_new(14);
+  int64_t xd[3] = {2, 1, 1}, wd[3] = {1, 4, 1}, bd[2] = {1, 8};
+  add_input(b, "x", 3, xd);
+  const float w[4] = {1, 2, 3, 4}, r[4] = {10, 20, 30, 40};
+  const float bias[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+  add_init_f32(b, "W", 3, wd, 4, w);
+  add_init_f32(b, "R", 3, wd, 4, r);
+  add_init_f32(b, "B", 2, bd, 8, bias);
+  attr_i(add_node(b, "LSTM", "x,W,R,B", "Y,Y_h"), "hidden_size", 1);
+  add_output(b, "Y");
+  add_output(b, "Y_h");
+  Graph *g = must_import(b);
+  Node *l = first_op(g, OP_LSTM);
+  ck_assert_ptr_nonnull(l);
+  ck_assert_int_eq(l->n_in, 5);
+  /* PyTorch order i, f, g, o = ONNX rows 0, 2, 3, 1, folded into params. */
+  const float want_w[4] = {1, 3, 4, 2}, want_r[4] = {10, 30, 40, 20};
+  const float want_bih[4] = {1, 3, 4, 2}, want_bhh[4] = {5, 7, 8, 6};
+  const float *want[4] = {want_w, want_r, want_bih, want_bhh};
+  for (int k = 0; k < 4; k++) {
+    ck_assert_int_eq(l->in[1 + k]->def->op, OP_PARAM);
+    const Tensor *t = ir_tensor_map_find(&params, ir_attr_str(l->in[1 + k]->def, "name"));
+    ck_assert_ptr_nonnull(t);
+    for (int i = 0; i < 4; i++) ck_assert_float_eq(((const float *)t->data)[i], want[k][i]);
+  }
+  /* ONNX's Y is [T, dirs, N, H]. */
+  ck_assert_int_eq(g->outputs[0]->type.rank, 4);
+  ck_assert_int_eq(g->outputs[0]->type.dims[1], 1);
+  /* One step by hand: x=0.5 then 0.25, h0=c0=0. */
+  const float x[2] = {0.5f, 0.25f};
+  Tensor y = run1(g, "x", 3, xd, x);
+  double h = 0, c = 0;
+  for (int t = 0; t < 2; t++) {
+    double gi = 1 * x[t] + 10 * h + 1 + 5, go = 2 * x[t] + 20 * h + 2 + 6;
+    double gf = 3 * x[t] + 30 * h + 3 + 7, gc = 4 * x[t] + 40 * h + 4 + 8;
+    double sg_i = 1 / (1 + exp(-gi)), sg_o = 1 / (1 + exp(-go)), sg_f = 1 / (1 + exp(-gf));
+    c = sg_f * c + sg_i * tanh(gc);
+    h = sg_o * tanh(c);
+    ck_assert_double_eq_tol(ir_tensor_get(&y, t), h, 1e-6);
+  }
+  ir_tensor_free(&y);
+}
+END_TEST
+
+START_TEST(test_conv_auto_pad_same) {
+  Model *b = model_new(13);
+  int64_t xd[4] = {1, 1, 6, 6}, wd[4] = {1, 1, 3, 3};
+  float w[9] = {1, 1, 1, 1, 1, 1, 1, 1, 1};
+  add_input(b, "x", 4, xd);
+  add_init_f32(b, "w", 4, wd, 9, w);
+  int64_t s2[2] = {2, 2};
+  Onnx__NodeProto *n = add_node(b, "Conv", "x,w", "y");
+  attr_s(n, "auto_pad", "SAME_LOWER");
+  attr_is(n, "strides", 2, s2);
+  add_output(b, "y");
+  Graph *g = must_import(b);
+  Node *c = first_op(g, OP_CONV2D);
+  int count;
+  const int64_t *pad = ir_attr_ints(c, "pad", &count);
+  /* out 3, total padding 1: SAME_LOWER puts it before. */
+  ck_assert_int_eq(count, 4);
+  ck_assert_int_eq(pad[0], 1);
+  ck_assert_int_eq(pad[1], 1);
+  ck_assert_int_eq(pad[2], 0);
+  ck_assert_int_eq(pad[3], 0);
+  ck_assert_int_eq(g->outputs[0]->type.dims[2], 3);
+}
+END_TEST
+
+START_TEST(test_slice_negative_step) {
+  Model *b = model_new(13);
+  int64_t xd[2] = {2, 3};
+  add_input(b, "x", 2, xd);
+  int64_t st = -1, en = INT64_MIN, ax = 1, step = -1;
+  add_init_i64(b, "st", 1, &st);
+  add_init_i64(b, "en", 1, &en);
+  add_init_i64(b, "ax", 1, &ax);
+  add_init_i64(b, "sp", 1, &step);
+  add_node(b, "Slice", "x,st,en,ax,sp", "y");
+  add_output(b, "y");
+  Graph *g = must_import(b);
+  Tensor y = run1(g, "x", 2, xd, xdata);
+  const float want[6] = {3, -2, 1, 2, -1, 0.5f};
+  for (int i = 0; i < 6; i++) ck_assert_double_eq(ir_tensor_get(&y, i), want[i]);
+  ir_tensor_free(&y);
+}
+END_TEST
+
+/* ---- bad input ---- */
+
+static Model *relu_model(void) {
+  Model *b = model_new(13);
+  int64_t xd[2] = {2, 3};
+  add_input(b, "x", 2, xd);
+  add_node(b, "Relu", "x", "y");
+  add_output(b, "y");
+  return b;
+}
+
+START_TEST(test_not_protobuf) {
+  const char text[] = "graph mlp { this is not protobuf }\n";
+  Graph *g = fe_onnx_import_bytes(&ctx, "text.onnx", text, sizeof text - 1, NULL, &params);
+  ck_assert_ptr_null(g);
+  ck_assert_msg(strstr(diag_text(&ctx), "text.onnx: not an ONNX model"), "%s", diag_text(&ctx));
+}
+END_TEST
+
+START_TEST(test_truncated) {
+  Model *b = relu_model();
+  size_t len;
+  uint8_t *buf = pack(b, &len);
+  /* Every prefix is refused with a message, none crashes. */
+  for (size_t cut = 0; cut < len; cut++) {
+    diag_clear(&ctx);
+    Graph *g = fe_onnx_import_bytes(&ctx, "cut.onnx", buf, cut, NULL, &params);
+    ck_assert_msg(g == NULL, "a %zu-byte prefix of %zu imported", cut, len);
+    ck_assert_msg(strstr(diag_text(&ctx), "cut.onnx:"), "no message for a %zu-byte prefix", cut);
+  }
+  diag_clear(&ctx);
+  ck_assert_ptr_nonnull(fe_onnx_import_bytes(&ctx, "whole.onnx", buf, len, NULL, &params));
+}
+END_TEST
+
+START_TEST(test_missing_file) {
+  TensorMap p;
+  ck_assert_ptr_null(fe_onnx_import(&ctx, "/nonexistent/m.onnx", NULL, &p));
+  ck_assert_ptr_nonnull(strstr(diag_text(&ctx), "cannot read '/nonexistent/m.onnx'"));
+}
+END_TEST
+
+START_TEST(test_cycle) {
+  Model *b = model_new(13);
+  int64_t xd[1] = {3};
+  add_input(b, "x", 1, xd);
+  add_node(b, "Add", "x,b", "a");
+  add_node(b, "Relu", "a", "b");
+  add_output(b, "b");
+  expect_error(import(b), "the graph has a cycle");
+}
+END_TEST
+
+START_TEST(test_dangling_input) {
+  Model *b = relu_model();
+  add_node(b, "Add", "y,nope", "z");
+  b->outs[0]->name = str("z");
+  expect_error(import(b), "node 1 'n1' (Add): input 'nope' is not defined");
+}
+END_TEST
+
+START_TEST(test_huge_dimension) {
+  Model *b = model_new(13);
+  int64_t xd[2] = {(int64_t)1 << 50, 3};
+  add_input(b, "x", 2, xd);
+  add_node(b, "Relu", "x", "y");
+  add_output(b, "y");
+  expect_error(import(b), "dim 0 of graph input 'x' is 1125899906842624, out of range");
+  diag_clear(&ctx);
+  int64_t big[2] = {(int64_t)1 << 30, (int64_t)1 << 30};
+  b->ins[0] = value_info("x", ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT, 2, big, NULL);
+  expect_error(import(b), "graph input 'x' is larger than");
+}
+END_TEST
+
+START_TEST(test_initializer_size_mismatch) {
+  Model *b = relu_model();
+  int64_t wd[2] = {4, 3};
+  add_init_f32(b, "w", 2, wd, 10, wdata);
+  expect_error(import(b), "initializer 'w': f32[4, 3] FLOAT needs 12 float_data values, the file has 10");
+}
+END_TEST
+
+START_TEST(test_unsupported_op_attr_dtype) {
+  Model *b = relu_model();
+  b->nodes[0]->op_type = str("Frobnicate");
+  expect_error(import(b), "/tmp/model.onnx: node 0 'n0' (Frobnicate): op Frobnicate is not supported");
+  diag_clear(&ctx);
+  b = relu_model();
+  attr_i(b->nodes[0], "bogus", 1);
+  expect_error(import(b), "node 0 'n0' (Relu): attribute 'bogus' is not supported");
+  diag_clear(&ctx);
+  b = relu_model();
+  int64_t d[2] = {2, 3};
+  b->ins[0] = value_info("x", ONNX__TENSOR_PROTO__DATA_TYPE__DOUBLE, 2, d, NULL);
+  expect_error(import(b), "graph input 'x' has dtype DOUBLE, which is not supported");
+  diag_clear(&ctx);
+  b = relu_model();
+  attr_s(add_node(b, "MaxPool", "y", "z"), "auto_pad", "WEIRD");
+  attr_is(b->nodes[1], "kernel_shape", 1, (int64_t[]){2});
+  b->outs[0]->name = str("z");
+  int64_t x3[3] = {1, 2, 3};
+  b->ins[0] = value_info("x", ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT, 3, x3, NULL);
+  expect_error(import(b), "(MaxPool): auto_pad='WEIRD' is not supported");
+}
+END_TEST
+
+START_TEST(test_runtime_shape_refused) {
+  Model *b = model_new(13);
+  int64_t xd[2] = {2, 3}, sd[1] = {2};
+  add_input(b, "x", 2, xd);
+  b->ins[b->g.n_input++] = value_info("shape", ONNX__TENSOR_PROTO__DATA_TYPE__INT64, 1, sd, NULL);
+  add_node(b, "Reshape", "x,shape", "y");
+  add_output(b, "y");
+  expect_error(import(b), "(Reshape): the target shape computed at run time is not supported");
+  /* The backend tests' way: the input's value is known at import. */
+  diag_clear(&ctx);
+  int64_t sh[2] = {3, -1};
+  Tensor t = {ir_type_make(TY_I64, 1, sd), sh};
+  const char *nm[1] = {"shape"};
+  TensorMap known = {1, nm, &t};
+  OnnxOptions o = {.known = &known};
+  Graph *g = import_opt(b, &o);
+  ck_assert_msg(g, "%s", diag_text(&ctx));
+  ck_assert_int_eq(g->outputs[0]->type.dims[0], 3);
+  ck_assert_int_eq(g->outputs[0]->type.dims[1], 2);
+}
+END_TEST
+
+START_TEST(test_external_data) {
+  char dir[] = "/tmp/dlcc-onnx-XXXXXX";
+  ck_assert_ptr_nonnull(mkdtemp(dir));
+  char path[256];
+  snprintf(path, sizeof path, "%s/w.bin", dir);
+  FILE *f = fopen(path, "wb");
+  ck_assert_ptr_nonnull(f);
+  fwrite("12345678", 1, 8, f);
+  fwrite(wdata, sizeof(float), 12, f);
+  fclose(f);
+  Model *b = relu_model();
+  int64_t wd[2] = {4, 3};
+  Onnx__TensorProto *t = tensor("w", ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT, 2, wd);
+  t->has_data_location = 1;
+  t->data_location = ONNX__TENSOR_PROTO__DATA_LOCATION__EXTERNAL;
+  const char *kv[3][2] = {{"location", "w.bin"}, {"offset", "8"}, {"length", "48"}};
+  t->n_external_data = 3;
+  t->external_data = mem(sizeof *t->external_data * 3);
+  for (int i = 0; i < 3; i++) {
+    Onnx__StringStringEntryProto *e = mem(sizeof *e);
+    onnx__string_string_entry_proto__init(e);
+    e->key = str(kv[i][0]);
+    e->value = str(kv[i][1]);
+    t->external_data[i] = e;
+  }
+  b->inits[b->g.n_initializer++] = t;
+  /* w is used, so it becomes a param with the file's data. */
+  b->nodes[0]->op_type = str("Gemm");
+  b->nodes[0]->input = names("x,w", &b->nodes[0]->n_input);
+  attr_i(b->nodes[0], "transB", 1);
+  size_t len;
+  uint8_t *buf = pack(b, &len);
+  char model[256];
+  snprintf(model, sizeof model, "%s/model.onnx", dir);
+  Graph *g = fe_onnx_import_bytes(&ctx, model, buf, len, NULL, &params);
+  ck_assert_msg(g, "%s", diag_text(&ctx));
+  const Tensor *w = ir_tensor_map_find(&params, "w");
+  ck_assert_ptr_nonnull(w);
+  ck_assert(memcmp(w->data, wdata, sizeof wdata) == 0);
+  ir_tensor_map_free(&params);
+  /* Outside the model's directory: refused. */
+  t->external_data[0]->value = str("../etc/passwd");
+  diag_clear(&ctx);
+  buf = pack(b, &len);
+  expect_error(fe_onnx_import_bytes(&ctx, model, buf, len, NULL, &params),
+               "must be a relative path below the model's directory");
+  /* Too short. */
+  t->external_data[0]->value = str("w.bin");
+  t->external_data[1]->value = str("16");
+  diag_clear(&ctx);
+  buf = pack(b, &len);
+  expect_error(fe_onnx_import_bytes(&ctx, model, buf, len, NULL, &params), "is too short");
+  unlink(path);
+  rmdir(dir);
+}
+END_TEST
+
+/* ---- through the API ---- */
+
+START_TEST(test_api_runs_without_weights_file) {
+  Model *b = model_new(13);
+  int64_t xd[2] = {2, 3}, wd[2] = {4, 3}, bd[1] = {4};
+  add_input(b, "x", 2, xd);
+  add_init_f32(b, "fc.weight", 2, wd, 12, wdata);
+  add_init_f32(b, "fc.bias", 1, bd, 4, bdata);
+  attr_i(add_node(b, "Gemm", "x,fc.weight,fc.bias", "y"), "transB", 1);
+  add_output(b, "y");
+  char path[] = "/tmp/dlcc-onnx-api-XXXXXX.onnx";
+  int fd = mkstemps(path, 5);
+  ck_assert_int_ge(fd, 0);
+  size_t len;
+  uint8_t *buf = pack(b, &len);
+  ck_assert_int_eq(write(fd, buf, len), (ssize_t)len);
+  close(fd);
+  dlc_options opt = {.backend = "ref"};
+  dlc_model *m;
+  ck_assert_msg(dlc_compile_file(path, &opt, &m) == DLC_OK, "%s", dlc_error(m));
+  ck_assert_int_eq(dlc_weights_bound(m), 1);
+  ck_assert_int_eq(dlc_num_inputs(m), 1);
+  ck_assert_int_eq(dlc_set_input(m, "x", xdata, sizeof xdata), DLC_OK);
+  ck_assert_msg(dlc_run(m) == DLC_OK, "%s", dlc_error(m));
+  const void *y;
+  size_t n;
+  ck_assert_int_eq(dlc_get_output(m, 0, &y, &n), DLC_OK);
+  ck_assert_int_eq(n, 8 * sizeof(float));
+  double s = bdata[1];
+  for (int k = 0; k < 3; k++) s += xdata[k] * wdata[3 + k];
+  ck_assert_double_eq_tol(((const float *)y)[1], s, 1e-6);
+  dlc_free(m);
+  unlink(path);
+}
+END_TEST
+
+static Suite *onnx_suite(void) {
+  Suite *s = suite_create("onnx");
+  TCase *tc = tcase_create("import");
+  tcase_add_checked_fixture(tc, setup, teardown);
+  tcase_add_test(tc, test_gemm_initializers_are_params);
+  tcase_add_test(tc, test_gemm_trans_alpha_beta);
+  tcase_add_test(tc, test_symbolic_batch_needs_define);
+  tcase_add_test(tc, test_shape_chain_folds);
+  tcase_add_test(tc, test_lstm_gates_reordered_at_import);
+  tcase_add_test(tc, test_conv_auto_pad_same);
+  tcase_add_test(tc, test_slice_negative_step);
+  tcase_add_test(tc, test_not_protobuf);
+  tcase_add_test(tc, test_truncated);
+  tcase_add_test(tc, test_missing_file);
+  tcase_add_test(tc, test_cycle);
+  tcase_add_test(tc, test_dangling_input);
+  tcase_add_test(tc, test_huge_dimension);
+  tcase_add_test(tc, test_initializer_size_mismatch);
+  tcase_add_test(tc, test_unsupported_op_attr_dtype);
+  tcase_add_test(tc, test_runtime_shape_refused);
+  tcase_add_test(tc, test_external_data);
+  tcase_add_test(tc, test_api_runs_without_weights_file);
+  suite_add_tcase(s, tc);
+  return s;
+}
+
+int main(void) {
+  SRunner *r = srunner_create(onnx_suite());
+  srunner_run_all(r, CK_NORMAL);
+  int failed = srunner_ntests_failed(r);
+  srunner_free(r);
+  return failed ? 1 : 0;
+}

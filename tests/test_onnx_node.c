@@ -1,0 +1,310 @@
+/* The ONNX backend node tests: takes the test directories of
+ * libonnx-testdata (model.onnx, test_data_set_0/input_N.pb, output_N.pb),
+ * imports each model, runs it on the reference interpreter (and a subset
+ * on emu, the generated kernels on the CPU) and compares with the expected
+ * outputs at ONNX's default tolerance (rtol 1e-3, atol 1e-7).  Prints
+ * passed / failed / unsupported and returns 1 when any supported model
+ * gives a wrong answer, 77 when the data is not installed.
+ *
+ *   tests/test_onnx_node [-v] [NAME_SUBSTRING...]
+ *   ONNX_NODE_DIR   the tests (default /usr/share/libonnx-testdata/data/node)
+ *   ONNX_NODE_EMU   tests also run on emu: "all", "none", or a comma list
+ *                   (default: a small fixed set) */
+#include "config.h"
+
+#include <dirent.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "codegen/codegen.h"
+#include "dlcrt.h"
+#include "frontend/onnx.h"
+#include "ir/eval.h"
+
+/* A test whose data files are larger than this is skipped: the reference
+ * interpreter is slow on big convolutions. */
+#define MAX_TEST_BYTES (2 * 1024 * 1024)
+
+static const char *const default_emu[] = {
+    "test_add_bcast", "test_relu", "test_gemm_default_matrix_bias", "test_matmul_3d",
+    "test_conv_with_strides_padding", "test_maxpool_2d_pads", "test_averagepool_2d_strides",
+    "test_softmax_axis_1", "test_layer_normalization_4d_axis1", "test_reduce_mean_keepdims_random",
+    "test_transpose_all_permutations_3", "test_concat_2d_axis_1", "test_slice", "test_gather_1",
+    "test_lstm_defaults", "test_lstm_batchwise", "test_batchnorm_example", "test_flatten_axis2",
+    "test_reshape_negative_dim", "test_erf", "test_tanh", "test_globalaveragepool",
+};
+
+typedef struct Stats {
+  int passed, failed, unsupported, skipped, emu_passed, emu_failed, emu_unsupported;
+} Stats;
+
+static bool verbose;
+
+typedef struct Data {
+  int n;
+  char *names[16];
+  Tensor t[16];
+} Data;
+
+static void data_free(Data *d) {
+  for (int i = 0; i < d->n; i++) {
+    free(d->names[i]);
+    ir_tensor_free(&d->t[i]);
+  }
+  d->n = 0;
+}
+
+static long file_size(const char *path) {
+  struct stat st;
+  return stat(path, &st) == 0 ? (long)st.st_size : -1;
+}
+
+/* Reads prefix_0.pb, prefix_1.pb, ...  False (with why) when one exists
+ * but cannot be read (a sequence, an unsupported dtype). */
+static bool read_data(const char *dir, const char *prefix, Data *d, long *bytes, char *why, size_t len) {
+  d->n = 0;
+  for (int i = 0; i < 16; i++) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/test_data_set_0/%s_%d.pb", dir, prefix, i);
+    long sz = file_size(path);
+    if (sz < 0) return true;
+    *bytes += sz;
+    if (!fe_onnx_read_tensor(path, &d->t[i], &d->names[i], why, len)) return false;
+    d->n = i + 1;
+  }
+  return true;
+}
+
+static bool close_enough(const Tensor *got, const Tensor *want, char *why, size_t len) {
+  char a[IR_TYPE_STR_MAX], b[IR_TYPE_STR_MAX];
+  if (!ir_type_eq(&got->type, &want->type)) {
+    snprintf(why, len, "result is %s, expected %s", ir_type_str(&got->type, a, sizeof a),
+             ir_type_str(&want->type, b, sizeof b));
+    return false;
+  }
+  int64_t n = ir_type_numel(&got->type);
+  bool is_float = ir_dtype_is_float(got->type.dtype);
+  for (int64_t i = 0; i < n; i++) {
+    double x = ir_tensor_get(got, i), y = ir_tensor_get(want, i);
+    if (isnan(x) && isnan(y)) continue;
+    if (isinf(y) && x == y) continue;
+    bool ok = is_float ? fabs(x - y) <= 1e-7 + 1e-3 * fabs(y) : x == y;
+    if (!ok) {
+      snprintf(why, len, "element %lld is %.9g, expected %.9g", (long long)i, x, y);
+      return false;
+    }
+  }
+  return true;
+}
+
+static bool on_emu_list(const char *name) {
+  const char *env = getenv("ONNX_NODE_EMU");
+  if (!env) {
+    for (size_t i = 0; i < sizeof default_emu / sizeof *default_emu; i++)
+      if (strcmp(default_emu[i], name) == 0) return true;
+    return false;
+  }
+  if (strcmp(env, "all") == 0) return true;
+  size_t k = strlen(name);
+  for (const char *p = env; (p = strstr(p, name)); p += k)
+    if ((p == env || p[-1] == ',') && (p[k] == 0 || p[k] == ',')) return true;
+  return false;
+}
+
+typedef enum { EMU_PASS, EMU_FAIL, EMU_UNSUPPORTED } EmuResult;
+
+/* The generated kernels on the CPU; why says what went wrong. */
+static EmuResult run_emu(Graph *g, const TensorMap *params, const TensorMap *inputs, const Data *want,
+                         char *why, size_t len) {
+  CgResult cg;
+  if (!cg_compile(g, &cg)) {
+    snprintf(why, len, "codegen: %s", diag_text(g->ctx));
+    return strstr(why, "not support") ? EMU_UNSUPPORTED : EMU_FAIL;
+  }
+  DlrtModel *rt = NULL;
+  bool ok = dlrt_open(cg.plan, "emu", &rt) == DLRT_OK;
+  for (int i = 0; ok && i < params->n; i++)
+    ok = dlrt_set_weight(rt, params->names[i], params->tensors[i].data,
+                         ir_tensor_nbytes(&params->tensors[i].type)) == DLRT_OK;
+  for (int i = 0; ok && i < dlrt_num_inputs(rt); i++) {
+    DlrtTensorInfo info;
+    dlrt_input_info(rt, i, &info);
+    const Tensor *t = ir_tensor_map_find(inputs, info.name);
+    ok = t && dlrt_set_input(rt, i, t->data, ir_tensor_nbytes(&t->type)) == DLRT_OK;
+  }
+  if (ok) ok = dlrt_run(rt) == DLRT_OK;
+  if (!ok) snprintf(why, len, "emu: %s", dlrt_error(rt));
+  for (int i = 0; ok && i < g->n_outputs; i++) {
+    Tensor got;
+    if (!ir_tensor_alloc(&got, &g->outputs[i]->type)) {
+      snprintf(why, len, "out of memory");
+      ok = false;
+      break;
+    }
+    ok = dlrt_get_output(rt, i, got.data, ir_tensor_nbytes(&got.type)) == DLRT_OK;
+    if (!ok) snprintf(why, len, "emu: %s", dlrt_error(rt));
+    char msg[256];
+    if (ok && !close_enough(&got, &want->t[i], msg, sizeof msg)) {
+      snprintf(why, len, "emu: output %d: %s", i, msg);
+      ok = false;
+    }
+    ir_tensor_free(&got);
+  }
+  dlrt_close(rt);
+  return ok ? EMU_PASS : EMU_FAIL;
+}
+
+static void first_line(const char *text, char *out, size_t len) {
+  size_t n = strcspn(text, "\n");
+  if (n >= len) n = len - 1;
+  memcpy(out, text, n);
+  out[n] = 0;
+}
+
+static void run_test(const char *root, const char *name, Stats *st) {
+  char dir[4096], model[4200], why[2048] = "";
+  snprintf(dir, sizeof dir, "%s/%s", root, name);
+  snprintf(model, sizeof model, "%s/model.onnx", dir);
+  Data in = {0}, want = {0};
+  long bytes = 0;
+  bool readable = read_data(dir, "input", &in, &bytes, why, sizeof why) &&
+                  read_data(dir, "output", &want, &bytes, why, sizeof why);
+  if (bytes > MAX_TEST_BYTES) {
+    st->skipped++;
+    if (verbose) printf("SKIP %s: %ld bytes of data (the limit is %d)\n", name, bytes, MAX_TEST_BYTES);
+    data_free(&in), data_free(&want);
+    return;
+  }
+  Ctx c;
+  ctx_init(&c);
+  TensorMap known = {in.n, (const char **)in.names, in.t};
+  OnnxOptions opt = {.known = &known};
+  TensorMap params = {0};
+  Graph *g = fe_onnx_import(&c, model, &opt, &params);
+  const char *text = diag_text(&c);
+  if (!g) {
+    bool unsupported = strstr(text, "not supported") != NULL;
+    first_line(text, why, sizeof why);
+    if (unsupported) {
+      st->unsupported++;
+      if (verbose) printf("UNSUPPORTED %s: %s\n", name, why);
+    } else {
+      st->failed++;
+      printf("FAIL %s: import: %s\n", name, why);
+    }
+    goto done;
+  }
+  if (!readable) {
+    /* The model imports but its data does not read: a dtype we lack. */
+    st->unsupported++;
+    if (verbose) printf("UNSUPPORTED %s: data: %s\n", name, why);
+    goto done;
+  }
+  /* Unnamed data follows the graph inputs in order. */
+  int k = 0;
+  for (Node *n = g->first; n && k < in.n; n = n->next)
+    if (n->op == OP_INPUT) {
+      if (!in.names[k][0]) {
+        free(in.names[k]);
+        in.names[k] = strdup(ir_attr_str(n, "name"));
+      }
+      k++;
+    }
+  if (g->n_outputs != want.n) {
+    st->failed++;
+    printf("FAIL %s: %d outputs, the test expects %d\n", name, g->n_outputs, want.n);
+    goto done;
+  }
+  Tensor got[16];
+  if (!ir_eval(g, &known, &params, got, why, sizeof why)) {
+    st->failed++;
+    printf("FAIL %s: eval: %s\n", name, why);
+    goto done;
+  }
+  bool ok = true;
+  for (int i = 0; i < g->n_outputs; i++) {
+    char msg[512];
+    if (ok && !close_enough(&got[i], &want.t[i], msg, sizeof msg)) {
+      printf("FAIL %s: output %d '%s': %s\n", name, i, g->output_names[i], msg);
+      ok = false;
+    }
+    ir_tensor_free(&got[i]);
+  }
+  if (!ok) {
+    st->failed++;
+    goto done;
+  }
+  st->passed++;
+  if (verbose) printf("PASS %s\n", name);
+  if (on_emu_list(name)) {
+    EmuResult r = run_emu(g, &params, &known, &want, why, sizeof why);
+    if (r == EMU_PASS) {
+      st->emu_passed++;
+    } else if (r == EMU_UNSUPPORTED) {
+      st->emu_unsupported++;
+      if (verbose) printf("UNSUPPORTED %s (emu): %s", name, why);
+    } else {
+      st->emu_failed++;
+      printf("FAIL %s (emu): %s\n", name, why);
+    }
+  }
+done:
+  ir_tensor_map_free(&params);
+  ctx_free(&c);
+  data_free(&in), data_free(&want);
+}
+
+static double now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static int by_name(const void *a, const void *b) {
+  return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+int main(int argc, char **argv) {
+  const char *root = getenv("ONNX_NODE_DIR");
+  if (!root) root = "/usr/share/libonnx-testdata/data/node";
+  int first_filter = 1;
+  if (argc > 1 && strcmp(argv[1], "-v") == 0) verbose = true, first_filter = 2;
+  DIR *d = opendir(root);
+  if (!d) {
+    printf("SKIP: no ONNX node tests at %s (apt-get install libonnx-testdata, or set ONNX_NODE_DIR)\n", root);
+    return 77;
+  }
+  char **names = NULL;
+  int n = 0, cap = 0;
+  for (struct dirent *e; (e = readdir(d));) {
+    if (strncmp(e->d_name, "test_", 5) != 0) continue;
+    bool pick = first_filter >= argc;
+    for (int i = first_filter; i < argc; i++) pick |= strstr(e->d_name, argv[i]) != NULL;
+    if (!pick) continue;
+    if (n == cap) {
+      cap = cap ? cap * 2 : 1024;
+      char **bigger = realloc(names, sizeof *names * (size_t)cap);
+      if (!bigger) return 1;
+      names = bigger;
+    }
+    names[n++] = strdup(e->d_name);
+  }
+  closedir(d);
+  qsort(names, (size_t)n, sizeof *names, by_name);
+  Stats st = {0};
+  double t0 = now();
+  for (int i = 0; i < n; i++) {
+    run_test(root, names[i], &st);
+    free(names[i]);
+  }
+  free(names);
+  printf("onnx node tests (%s): %d passed, %d failed, %d unsupported, %d skipped (large) of %d; "
+         "emu: %d passed, %d failed, %d unsupported by codegen; %.1f s\n",
+         root, st.passed, st.failed, st.unsupported, st.skipped, n, st.emu_passed, st.emu_failed,
+         st.emu_unsupported, now() - t0);
+  return st.failed || st.emu_failed ? 1 : 0;
+}
