@@ -77,8 +77,15 @@ RtDevice *rt_cuda_open(char *err, size_t errlen) {
 
 #include <cublas_v2.h>
 #include <cuda.h>
-#include <nvrtc.h>
 #include <dlfcn.h>
+#include <nvrtc.h>
+#include <pthread.h>
+
+/* The ordering argument at the top holds for the legacy default stream
+ * only: the per-thread one does not wait for our stream. */
+#ifdef CUDA_API_PER_THREAD_DEFAULT_STREAM
+#error "runtime/cuda.c relies on the legacy default stream; build it without CUDA_API_PER_THREAD_DEFAULT_STREAM"
+#endif
 
 /* The driver entry points we use.  cuda.h maps several names to their
  * current versions (cuMemAlloc -> cuMemAlloc_v2), so the field names and
@@ -145,6 +152,10 @@ struct RtModule {
 };
 
 static const RtDeviceOps cuda_ops;
+
+/* cuda devices open in this process, all on the one primary context. */
+static pthread_mutex_t open_lock = PTHREAD_MUTEX_INITIALIZER;
+static int open_devices;
 
 /* Errors after which the context is unusable: the driver's cuda.h says
  * so for each ("the context cannot be used anymore", "any further CUDA
@@ -216,11 +227,15 @@ static void cuda_destroy(RtDevice *base) {
    * go with it); it stays current on this thread, unlike after
    * cuCtxDestroy, so unset it.  cudart (under cuBLAS) holds its own
    * reference until the process ends, so a context a fault broke would
-   * outlive us and fail every later model: reset it.  Whoever else used
-   * it (another model, a framework) shares the broken context already. */
+   * outlive us and fail every later model: reset it, once no other model
+   * of ours has pointers into it (they would dangle silently).  A
+   * framework in the same process shares the broken context already. */
   if (d->ctx) {
+    pthread_mutex_lock(&open_lock);
+    bool last = --open_devices == 0;
+    pthread_mutex_unlock(&open_lock);
     d->api.cuDevicePrimaryCtxRelease(d->dev);
-    if (d->base.broken) d->api.cuDevicePrimaryCtxReset(d->dev);
+    if (d->base.broken && last) d->api.cuDevicePrimaryCtxReset(d->dev);
     d->api.cuCtxSetCurrent(NULL);
   }
   if (d->lib) dlclose(d->lib);
@@ -272,11 +287,27 @@ static int cuda_memset0(RtDevice *base, RtDevPtr dst, uint64_t nbytes) {
                "cuMemsetD8Async(%llu bytes)", (unsigned long long)nbytes);
 }
 
-/* The plan's binary for arch, or NULL. */
-static const RtBinary *find_binary(const RtPlan *p, const char *arch) {
-  for (uint32_t i = 0; i < p->n_binaries; i++)
-    if (!strcmp(p->binaries[i].arch, arch)) return &p->binaries[i];
-  return NULL;
+/* The version in "sm_90", "compute_90a": 90, its suffix ('a', 'f' or
+ * 0) in *suffix; -1 when arch does not start with prefix. */
+static int arch_version(const char *arch, const char *prefix, char *suffix) {
+  size_t n = strlen(prefix);
+  int v, used = 0;
+  if (strncmp(arch, prefix, n) || sscanf(arch + n, "%d%n", &v, &used) != 1) return -1;
+  *suffix = arch[n + (size_t)used];
+  return v;
+}
+
+/* The plan's cubin for this GPU: sm_90, else sm_90a (arch-specific
+ * features; runs on 9.0 alone), or NULL. */
+static const RtBinary *find_cubin(const RtPlan *p, int cc) {
+  const RtBinary *found = NULL;
+  for (uint32_t i = 0; i < p->n_binaries; i++) {
+    char suffix;
+    if (arch_version(p->binaries[i].arch, "sm_", &suffix) != cc) continue;
+    if (!suffix) return &p->binaries[i];
+    if (suffix == 'a') found = &p->binaries[i];
+  }
+  return found;
 }
 
 /* cuModuleLoadDataEx with the JIT's error log, which says why PTX (or a
@@ -318,17 +349,20 @@ static int load_failed(CudaDevice *d, CUresult r, const char *what, const char *
 static int load_module(CudaDevice *d, const RtPlan *p, CUmodule *mod) {
   char log[2048] = "", tried[64] = "";
   CUresult r = CUDA_SUCCESS;
-  const RtBinary *cubin = find_binary(p, d->arch);
+  int cc = d->cc_major * 10 + d->cc_minor;
+  const RtBinary *cubin = find_cubin(p, cc);
   if (cubin) {
     if ((r = load_image(d, cubin, mod, log, sizeof log)) == CUDA_SUCCESS) return 0;
-    snprintf(tried, sizeof tried, "%s cubin", d->arch);
+    snprintf(tried, sizeof tried, "%.20s cubin", cubin->arch);
   }
+  /* PTX JITs forward to newer GPUs, except arch-specific PTX
+   * (compute_90a), which is for its own arch alone. */
   const RtBinary *ptx = NULL;
-  int best = -1, cc = d->cc_major * 10 + d->cc_minor;
+  int best = -1;
   for (uint32_t i = 0; i < p->n_binaries; i++) {
-    int v;
-    if (sscanf(p->binaries[i].arch, "compute_%d", &v) == 1 && v <= cc && v > best)
-      best = v, ptx = &p->binaries[i];
+    char suffix;
+    int v = arch_version(p->binaries[i].arch, "compute_", &suffix);
+    if (v >= 0 && (suffix ? v == cc : v <= cc) && v > best) best = v, ptx = &p->binaries[i];
   }
   if (ptx) {
     if ((r = load_image(d, ptx, mod, log, sizeof log)) == CUDA_SUCCESS) return 0;
@@ -407,6 +441,30 @@ static int opt_in_shared(CudaDevice *d, const RtPlan *p, uint32_t k, CUfunction 
                "cuFuncSetAttribute('%s', %u bytes of dynamic shared memory)", name, dyn);
 }
 
+/* A kernel's registers bound its block (65536 per SM): the compiled
+ * limit, against every launch of it, before a launch fails with
+ * CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES. */
+static int check_block_limit(CudaDevice *d, const RtPlan *p, uint32_t k, CUfunction fn) {
+  int most = 0, regs = 0;
+  const char *name = p->kernels[k].name;
+  if (check(d, d->api.cuFuncGetAttribute(&most, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, fn),
+            "cuFuncGetAttribute('%s', max threads per block)", name))
+    return -1;
+  for (uint32_t s = 0; s < p->n_steps; s++) {
+    const RtLaunch *l = &p->steps[s].launch;
+    if (p->steps[s].kind != RT_STEP_LAUNCH || l->kernel != k) continue;
+    uint64_t threads = (uint64_t)l->block[0] * l->block[1] * l->block[2];
+    if (threads > (uint64_t)most) {
+      d->api.cuFuncGetAttribute(&regs, CU_FUNC_ATTRIBUTE_NUM_REGS, fn);
+      return rt_device_fail(&d->base,
+                            "cuda: step %u launches '%s' with %llu threads a block; compiled with %d registers a "
+                            "thread, it may have %d",
+                            s, name, (unsigned long long)threads, regs, most);
+    }
+  }
+  return 0;
+}
+
 static void cuda_unload(RtDevice *base, RtModule *m) {
   CudaDevice *d = (CudaDevice *)base;
   if (!m) return;
@@ -446,7 +504,7 @@ static int cuda_load(RtDevice *base, const RtPlan *p, RtModule **out) {
   for (uint32_t i = 0; i < p->n_kernels; i++) {
     const char *name = names[i] = p->kernels[i].name;
     if (check(d, d->api.cuModuleGetFunction(&m->fns[i], m->mod, name), "cuModuleGetFunction('%s')", name) ||
-        opt_in_shared(d, p, i, m->fns[i]))
+        check_block_limit(d, p, i, m->fns[i]) || opt_in_shared(d, p, i, m->fns[i]))
       goto fail;
   }
   if (has_gemm(p) && !d->blas && blas_setup(d)) goto fail;
@@ -575,6 +633,9 @@ RtDevice *rt_cuda_open(char *err, size_t errlen) {
     goto fail;
   snprintf(d->arch, sizeof d->arch, "sm_%d%d", d->cc_major, d->cc_minor);
   if (check(d, d->api.cuDevicePrimaryCtxRetain(&d->ctx, d->dev), "cuDevicePrimaryCtxRetain")) goto fail;
+  pthread_mutex_lock(&open_lock);
+  open_devices++;
+  pthread_mutex_unlock(&open_lock);
   if (check(d, d->api.cuCtxSetCurrent(d->ctx), "cuCtxSetCurrent") ||
       check(d, d->api.cuStreamCreate(&d->stream, CU_STREAM_DEFAULT), "cuStreamCreate"))
     goto fail;

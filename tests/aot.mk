@@ -3,6 +3,8 @@
 # line on .so files (aot.sh); the host examples (host_examples.sh).
 # DLCC_LIBDIR: a test binary is not beside libdlcrt.so as dlcc is.
 AM_TESTS_ENVIRONMENT += DLCC_LIBDIR='$(abs_top_builddir)/.libs'; export DLCC_LIBDIR;
+# A host program linked against a sanitized libdlcrt must be sanitized too.
+AM_TESTS_ENVIRONMENT += DLCC_HOST_CFLAGS='$(SAN_CFLAGS)'; export DLCC_HOST_CFLAGS;
 if HAVE_CHECK
 check_PROGRAMS += tests/test_aot
 TESTS += tests/test_aot

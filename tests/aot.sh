@@ -76,7 +76,7 @@ same_npy "$tmp/mlp.ref/output.npy" "$tmp/ext.out/output.npy" && ok || fail "exte
 mv "$tmp/mlp_ext.safetensors" "$tmp/moved.safetensors"
 "$dlcc" run "$tmp/mlp_ext.so" --backend=emu >"$tmp/out" 2>"$tmp/err"
 [ $? -eq 1 ] && grep -q "^dlcc: error: .*mlp_ext.safetensors" "$tmp/err" && ok || fail "missing weights: $(cat "$tmp/err")"
-DLCC_WEIGHTS="$tmp/moved.safetensors" expect 0 "" "$dlcc" run "$tmp/mlp_ext.so" --backend=emu
+expect 0 "" env DLCC_WEIGHTS="$tmp/moved.safetensors" "$dlcc" run "$tmp/mlp_ext.so" --backend=emu
 expect 0 "" "$dlcc" run "$tmp/mlp_ext.so" --backend=emu --weights "$tmp/moved.safetensors"
 # Built from a given file: recorded, not copied.
 expect 0 "" "$dlcc" "$s/examples/mlp.dl" --weights "$tmp/moved.safetensors" --external-weights -o "$tmp/given.so"
@@ -104,7 +104,7 @@ expect 1 "dlcc: error: -o $tmp/m.txt: name a shared library (FILE.so), or choose
 expect 1 "dlcc: error: --arch: 'sm90' is not an architecture like sm_90" \
   "$dlcc" "$s/examples/mlp.dl" --arch=sm90 -o "$tmp/bad.so"
 [ ! -f "$tmp/bad.so" ] && [ ! -f "$tmp/bad.h" ] && ok || fail "a failed build left files"
-CC=false expect 1 "" "$dlcc" "$s/examples/mlp.dl" --arch=none -o "$tmp/bad.so"
+expect 1 "" env CC=false "$dlcc" "$s/examples/mlp.dl" --arch=none -o "$tmp/bad.so"
 grep -q "the host C compiler failed building" "$tmp/err" && ok || fail "CC=false: $(cat "$tmp/err")"
 
 echo "$passes passed, $fails failed"

@@ -6,7 +6,9 @@
  * kernel properties on demand through the environment:
  *   FAKECUDA_MEM_LIMIT=N      cuMemAlloc beyond N bytes in total: out of memory
  *   FAKECUDA_SYNC_ERROR=E     cuStreamSynchronize returns CUresult E
- *   FAKECUDA_STATIC_SHARED=N  every kernel has N bytes of static shared memory */
+ *   FAKECUDA_STATIC_SHARED=N  every kernel has N bytes of static shared memory
+ *   FAKECUDA_MAX_THREADS=N    ... and launches at most N threads a block (1024)
+ *   FAKECUDA_NUM_REGS=N       ... using N registers a thread (32) */
 #include <cuda.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -148,10 +150,15 @@ CUresult CUDAAPI cuModuleGetFunction(CUfunction *f, CUmodule m, const char *name
   return CUDA_SUCCESS;
 }
 CUresult CUDAAPI cuFuncGetAttribute(int *v, CUfunction_attribute a, CUfunction f) {
-  const char *e = getenv("FAKECUDA_STATIC_SHARED");
-  if (a != CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES) return CUDA_ERROR_NOT_SUPPORTED;
-  *v = e ? atoi(e) : 0;
-  return CUDA_SUCCESS;
+  const char *e = getenv(a == CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES ? "FAKECUDA_STATIC_SHARED"
+                         : a == CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK ? "FAKECUDA_MAX_THREADS"
+                         : "FAKECUDA_NUM_REGS");
+  switch (a) {
+  case CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES: *v = e ? atoi(e) : 0; return CUDA_SUCCESS;
+  case CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK: *v = e ? atoi(e) : 1024; return CUDA_SUCCESS;
+  case CU_FUNC_ATTRIBUTE_NUM_REGS: *v = e ? atoi(e) : 32; return CUDA_SUCCESS;
+  default: return CUDA_ERROR_NOT_SUPPORTED;
+  }
 }
 CUresult CUDAAPI cuFuncSetAttribute(CUfunction f, CUfunction_attribute a, int v) {
   if (a != CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES) return CUDA_ERROR_NOT_SUPPORTED;

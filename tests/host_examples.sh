@@ -42,7 +42,8 @@ close() {
 [ -f "$tmp/mlp.h" ] || fail "dlcc wrote no mlp.h"
 # In the build tree: dlcrt.h from the source, libdlcrt from .libs; an
 # installed dlcc would use $(pkg-config --cflags --libs dlcrt).
-${CC:-cc} -std=c11 -Wall -Wextra -Werror -I"$tmp" -I"$s/include" "$s/examples/host_aot.c" "$tmp/mlp.so" \
+# shellcheck disable=SC2086 # DLCC_HOST_CFLAGS: words (the sanitizers of the build)
+${CC:-cc} -std=c11 -Wall -Wextra -Werror ${DLCC_HOST_CFLAGS:-} -I"$tmp" -I"$s/include" "$s/examples/host_aot.c" "$tmp/mlp.so" \
   -L"$b/.libs" -ldlcrt -Wl,-rpath,"$b/.libs" -Wl,-rpath,'$ORIGIN' -o "$tmp/host_aot" || fail "compiling host_aot.c"
 
 mkdir "$tmp/in"

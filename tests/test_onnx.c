@@ -479,6 +479,24 @@ START_TEST(test_slice_negative_step) {
 }
 END_TEST
 
+START_TEST(test_gelu_opset20) {
+  Model *b = model_new(20);
+  int64_t xd[2] = {2, 3};
+  add_input(b, "x", 2, xd);
+  attr_s(add_node(b, "Gelu", "x", "y"), "approximate", "tanh");
+  add_output(b, "y");
+  Graph *g = must_import(b);
+  Node *n = first_op(g, OP_GELU);
+  ck_assert_ptr_nonnull(n);
+  ck_assert_str_eq(ir_attr_str(n, "approximate"), "tanh");
+  Tensor y = run1(g, "x", 2, xd, xdata);
+  double x = xdata[2];
+  ck_assert_double_eq_tol(ir_tensor_get(&y, 2),
+                          0.5 * x * (1 + tanh(sqrt(2 / M_PI) * (x + 0.044715 * x * x * x))), 1e-6);
+  ir_tensor_free(&y);
+}
+END_TEST
+
 /* ---- bad input ---- */
 
 static Model *relu_model(void) {
@@ -712,6 +730,7 @@ static Suite *onnx_suite(void) {
   tcase_add_test(tc, test_lstm_gates_reordered_at_import);
   tcase_add_test(tc, test_conv_auto_pad_same);
   tcase_add_test(tc, test_slice_negative_step);
+  tcase_add_test(tc, test_gelu_opset20);
   tcase_add_test(tc, test_not_protobuf);
   tcase_add_test(tc, test_truncated);
   tcase_add_test(tc, test_missing_file);

@@ -787,6 +787,9 @@ static void fake_cuda_setup(void) {
   setenv("DLCC_LIBCUDA", path, 1);
   unsetenv("FAKECUDA_MEM_LIMIT");
   unsetenv("FAKECUDA_SYNC_ERROR");
+  unsetenv("FAKECUDA_STATIC_SHARED");
+  unsetenv("FAKECUDA_MAX_THREADS");
+  unsetenv("FAKECUDA_NUM_REGS");
   plan.source = add_bias_src;
   plan.kernels = kernels;
   /* cuBLAS needs a real driver: the gemm becomes a copy of the input. */
@@ -844,12 +847,23 @@ START_TEST(cuda_fake_sticky_error) {
   float h[6];
   ck_assert_int_eq(dlrt_get_output(m, 1, h, sizeof h), DLRT_E_BROKEN);
   ck_assert_str_eq(dlrt_error(m), why);
-  /* Closing a broken model resets the primary context, so that the
-   * next model in this process starts on a sound one. */
+  /* Closing the last broken model resets the primary context, so that
+   * the next model in this process starts on a sound one; not while
+   * another model still has memory in it. */
   void *lib = fake_lib();
   int (*resets)(void) = (int (*)(void))dlsym(lib, "fakecuda_resets");
   ck_assert_ptr_nonnull(resets);
   int before = resets();
+  DlrtModel *other = NULL;
+  ck_assert_msg(dlrt_open(&plan, "cuda", &other) == DLRT_OK, "%s", dlrt_error(other));
+  dlrt_close(m);
+  ck_assert_int_eq(resets(), before);
+  ck_assert_msg(dlrt_open(&plan, "cuda", &m) == DLRT_OK, "%s", dlrt_error(m));
+  ck_assert_int_eq(dlrt_set_input(m, 0, x_in, sizeof x_in), DLRT_OK);
+  setenv("FAKECUDA_SYNC_ERROR", "700", 1);
+  ck_assert_int_eq(dlrt_run(m), DLRT_E_BROKEN);
+  unsetenv("FAKECUDA_SYNC_ERROR");
+  dlrt_close(other);
   dlrt_close(m);
   ck_assert_int_eq(resets(), before + 1);
   ck_assert_msg(dlrt_open(&plan, "cuda", &m) == DLRT_OK, "%s", dlrt_error(m));
@@ -914,6 +928,16 @@ START_TEST(cuda_fake_grid_limit) {
   ck_assert_str_eq(dlrt_error(m), "open: loading the kernels of 't': cuda: step 0 launches 'add_bias' with grid "
                                   "2x70000x1, block 4x1x1: gridDim.y exceeds this GPU's 65535");
   dlrt_close(m);
+  /* A kernel whose registers allow fewer threads than the block has. */
+  steps[0].launch.grid[1] = 1;
+  setenv("FAKECUDA_MAX_THREADS", "2", 1);
+  setenv("FAKECUDA_NUM_REGS", "255", 1);
+  ck_assert_int_eq(dlrt_open(&plan, "cuda", &m), DLRT_E_COMPILE);
+  ck_assert_str_eq(dlrt_error(m), "open: loading the kernels of 't': cuda: step 0 launches 'add_bias' with 4 threads "
+                                  "a block; compiled with 255 registers a thread, it may have 2");
+  dlrt_close(m);
+  unsetenv("FAKECUDA_MAX_THREADS");
+  unsetenv("FAKECUDA_NUM_REGS");
 }
 END_TEST
 
@@ -940,8 +964,25 @@ START_TEST(cuda_fake_prefers_plan_cubin) {
   plan.n_binaries = 1;
   ck_assert_msg(dlrt_open(&plan, "cuda", &m) == DLRT_OK, "%s", dlrt_error(m));
   dlrt_close(m);
-  /* PTX for a newer GPU is no use on 9.0. */
+  /* An arch-specific cubin of this arch serves. */
+  bins[0].arch = "sm_90a";
+  bins[0].data = cubin;
+  bins[0].size = cubin_size;
+  ck_assert_msg(dlrt_open(&plan, "cuda", &m) == DLRT_OK, "%s", dlrt_error(m));
+  dlrt_close(m);
+  /* PTX for a newer GPU, or arch-specific PTX of an older one, or a cubin
+   * of another arch, is no use on 9.0. */
   bins[0].arch = "compute_100";
+  bins[0].data = ptx;
+  bins[0].size = ptx_size;
+  ck_assert_int_eq(dlrt_open(&plan, "cuda", &m), DLRT_E_COMPILE);
+  dlrt_close(m);
+  bins[0].arch = "compute_89a";
+  ck_assert_int_eq(dlrt_open(&plan, "cuda", &m), DLRT_E_COMPILE);
+  dlrt_close(m);
+  bins[0].arch = "sm_89";
+  bins[0].data = cubin;
+  bins[0].size = cubin_size;
   ck_assert_int_eq(dlrt_open(&plan, "cuda", &m), DLRT_E_COMPILE);
   ck_assert_str_eq(dlrt_error(m), "open: loading the kernels of 't': cuda: the model has no code for this GPU "
                                   "(sm_90): no sm_90 cubin, no PTX at or below compute_90, no source to compile");

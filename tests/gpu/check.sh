@@ -1,6 +1,6 @@
 #!/bin/bash
-# The one GPU check, for the lent GPU machine (nvcc, gcc, make, python3
-# with numpy; no flex, bison, autotools, Check or network; maybe no
+# The one GPU check, for the lent GPU machine (nvcc, gcc, make, python3;
+# no flex, bison, autotools, Check or network; maybe no
 # libcjson).  Takes a `make dist` tarball and, optionally, a folder of
 # Debian packages for what the machine lacks; builds dlcc from the tarball
 # and prints a table, one line per model:
@@ -57,7 +57,7 @@ date
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv 2>&1 | head -3
 command -v nvcc >/dev/null && nvcc --version | tail -2
 gcc --version | head -1
-python3 -c 'import numpy; print("numpy", numpy.__version__)' || fail "python3 with numpy is missing"
+python3 --version || fail "python3 is missing"
 
 # The toolkit: headers and the NVRTC/cuBLAS libraries configure wants.
 cuda=
@@ -124,23 +124,39 @@ else
 fi
 
 echo "== models: cuda against the reference interpreter"
-# compare REF_DIR CUDA_DIR: the worst over outputs of max|a - b| / max|a|.
+# compare REF_DIR CUDA_DIR: the worst over outputs of max|a - b| / max|a|
+# (plain Python, so it needs no numpy): a number, "shape" or "nan".
 compare() {
   python3 - "$1" "$2" <<'PY'
-import os, sys
-import numpy as np
+import ast, math, os, struct, sys
+def npy(path):
+    with open(path, "rb") as f:
+        data = f.read()
+    assert data[:6] == b"\x93NUMPY", path
+    n = struct.unpack("<H" if data[6] == 1 else "<I", data[8:10] if data[6] == 1 else data[8:12])[0]
+    start = 10 if data[6] == 1 else 12
+    h = ast.literal_eval(data[start:start + n].decode("latin1"))
+    code = h["descr"].lstrip("<|=")
+    fmt = {"f4": "f", "f8": "d", "f2": "e", "i1": "b", "u1": "B", "b1": "?", "i4": "i", "i8": "q"}[code]
+    body = data[start + n:]
+    count = len(body) // struct.calcsize(fmt)
+    return tuple(h["shape"]), struct.unpack("<%d%s" % (count, fmt), body)
 ref, gpu = sys.argv[1], sys.argv[2]
 worst = 0.0
 for f in sorted(os.listdir(ref)):
-    a = np.load(os.path.join(ref, f)).astype(np.float64)
-    b = np.load(os.path.join(gpu, f)).astype(np.float64)
-    if a.shape != b.shape:
+    (sa, a), (sb, b) = npy(os.path.join(ref, f)), npy(os.path.join(gpu, f))
+    if sa != sb:
         print("shape"); sys.exit()
-    if not np.all(np.isfinite(b)) and np.all(np.isfinite(a)):
+    if any(math.isnan(y) and not math.isnan(x) for x, y in zip(a, b)):
         print("nan"); sys.exit()
-    worst = max(worst, float(np.max(np.abs(a - b), initial=0.0)) / max(float(np.max(np.abs(a), initial=0.0)), 1e-30))
-print(f"{worst:.3g}")
+    scale = max((abs(x) for x in a), default=0.0) or 1e-30
+    worst = max(worst, max((abs(x - y) for x, y in zip(a, b)), default=0.0) / scale)
+print("%.3g" % worst)
 PY
+}
+# verdict ERR: ok up to 1e-5 (f32), else DIFF.
+verdict() {
+  python3 -c "import sys; e = sys.argv[1]; print('ok' if e not in ('shape', 'nan', '') and float(e) <= 1e-5 else 'DIFF')" "$1"
 }
 table=$work/table
 printf '%-22s %-6s %-11s %-22s %s\n' model result max_rel_err "cuda warm ms mean/min" "cuda cold s" >"$table"
@@ -160,14 +176,14 @@ for spec in "mlp" "lenet" "lstm" "transformer" "resnet18 -D HW=64" "mobilenetv2 
   # shellcheck disable=SC2086
   if ! run 120 "$name.cuda" ./dlcc run "examples/$m.dl" $defs --backend=cuda --seed $seed --bench=20 \
       --output-dir "$work/$name.cuda"; then
-    row "$name" FAIL - - "cuda: $(grep -m1 'error' "$work/$name.cuda.out" | cut -c1-120)"
+    row "$name" FAIL - - "cuda: $(grep -m1 'error' "$work/$name.cuda.out" | sed 's/^dlcc: error: //' | cut -c1-160)"
     status=1
     continue
   fi
   cold=$(python3 -c "import time; print(f'{time.time() - $t0:.1f}')")
   warm=$(sed -n 's/.*bench: .* mean \([0-9.]*\) ms, min \([0-9.]*\) ms.*/\1\/\2/p' "$work/$name.cuda.out")
   err=$(compare "$work/$name.ref" "$work/$name.cuda")
-  ok=$(python3 -c "import sys; e = sys.argv[1]; print('ok' if e not in ('shape', 'nan', '') and float(e) <= 1e-5 else 'DIFF')" "$err")
+  ok=$(verdict "$err")
   [ "$ok" = ok ] || status=1
   row "$name" "$ok" "$err" "${warm:--}" "$cold"
 done
@@ -177,7 +193,7 @@ if run 300 aot.build ./dlcc examples/mlp.dl -o "$work/mlp.so"; then
   if run 120 aot.cuda ./dlcc run "$work/mlp.so" --backend=cuda --seed $seed --output-dir "$work/aot.cuda" &&
      run 300 aot.emu ./dlcc run "$work/mlp.so" --backend=emu --seed $seed --output-dir "$work/aot.emu"; then
     err=$(compare "$work/aot.emu" "$work/aot.cuda")
-    ok=$(python3 -c "import sys; e = sys.argv[1]; print('ok' if e not in ('shape', 'nan', '') and float(e) <= 1e-5 else 'DIFF')" "$err")
+    ok=$(verdict "$err")
     [ "$ok" = ok ] || status=1
     row "mlp.so (AOT, vs emu)" "$ok" "$err" - -
   else
