@@ -457,7 +457,7 @@ char *cg_emit_kernel(Ctx *c, const Kernel *k, const char *name, bool with_commen
     const KParam *p = &k->params[i];
     if (i) fputs(", ", f);
     param_type(&o, p);
-    fprintf(f, p->var ? " %s" : "__restrict__ %s", p->var ? p->var->name : p->buf->name);
+    fprintf(f, p->var || p->may_alias ? " %s" : "__restrict__ %s", p->var ? p->var->name : p->buf->name);
   }
   fputs(") {\n", f);
   for (int i = 0; i < k->n_locals; i++) {

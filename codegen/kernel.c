@@ -84,7 +84,17 @@ KVar *cg_kparam(Kernel *k, const char *name, DType dt, int64_t ival, float fval)
   p->var = ARENA_NEW(&k->ctx->arena, KVar);
   p->var->name = name;
   p->var->dtype = dt;
-  p->arg.kind = dt == TY_F32 ? RT_ARG_F32 : dt == TY_I32 ? RT_ARG_I32 : RT_ARG_I64;
+  /* The launch passes exactly the kernel parameter's size, so only the
+   * three argument kinds the plan knows may appear here. */
+  if (dt == TY_F32)
+    p->arg.kind = RT_ARG_F32;
+  else if (dt == TY_I32)
+    p->arg.kind = RT_ARG_I32;
+  else if (dt == TY_I64 || dt == KT_INDEX)
+    p->arg.kind = RT_ARG_I64;
+  else
+    dl_internal(k->ctx, "kernel scalar '%s' of dtype %s has no launch argument kind", name,
+                ir_dtype_name(dt));
   p->arg.i = ival;
   p->arg.f = fval;
   if (dt == KT_INDEX) note_size(k, ival);

@@ -132,6 +132,9 @@ typedef struct KParam {
   KBuf *buf;
   KVar *var;
   RtArg arg;
+  /* The memory planner may give this buffer the bytes of another of the
+   * kernel's buffers (in-place reuse), so it must not be __restrict__. */
+  bool may_alias;
 } KParam;
 
 typedef struct Kernel {

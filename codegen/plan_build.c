@@ -225,14 +225,17 @@ static bool may_write_over(const Kernel *k, const KBuf *in, const KBuf *out) {
   return sc.ok && sc.stores == 1;
 }
 
-static void note_inplace(CgBuild *b, const Kernel *k, int step) {
+static void note_inplace(CgBuild *b, Kernel *k, int step) {
   for (int o = 0; o < k->n_params; o++) {
-    const KParam *po = &k->params[o];
+    KParam *po = &k->params[o];
     if (!po->buf || po->arg.ref.space != RT_SPACE_ARENA) continue;
     for (int i = 0; i < k->n_params; i++) {
-      const KParam *pi = &k->params[i];
+      KParam *pi = &k->params[i];
       if (i == o || !pi->buf || pi->arg.ref.space != RT_SPACE_ARENA) continue;
       if (!may_write_over(k, pi->buf, po->buf)) continue;
+      /* Decided before the planner runs, so both lose __restrict__
+       * whether or not the planner then shares their bytes. */
+      pi->may_alias = po->may_alias = true;
       if (b->n_hints == b->cap_hints) {
         int old = b->cap_hints, cap = old ? 2 * old : 64;
         b->hints = arena_realloc(&b->ctx->arena, b->hints, sizeof(InplaceHint) * (size_t)old,
