@@ -17,7 +17,8 @@
 #      the image models at -D HW=64, then resnet18 at full size), with the
 #      warm latency of 20 more runs (dlcc run --bench=20);
 #   5. an AOT model.so on cuda against the same .so on emu;
-#   6. compute-sanitizer memcheck on mlp and on rt_check's kernels.
+#   6. compute-sanitizer: memcheck on mlp, resnet18 (HW=64) and
+#      rt_check's kernels, racecheck on lenet's shared-memory kernels.
 # Nothing stops at the first failure; each command has a timeout.  The
 # whole log goes to $OUT/check.log when OUT is set (the device tool brings
 # $OUT back), else to $TMPDIR/dlcc-gpu/check.log; the table also to
@@ -69,6 +70,8 @@ for d in "${CUDA_HOME:-}" "${CUDA_PATH:-}" /usr/local/cuda "$nvcc_root"; do
   fi
 done
 echo "CUDA toolkit: ${cuda:-none found}"
+# compute-sanitizer lives in the toolkit, not always on PATH.
+[ -n "$cuda" ] && PATH=$PATH:$cuda/bin:$cuda/compute-sanitizer
 if [ -n "$cuda" ] && ! ls "$cuda"/lib64/libnvrtc.so "$cuda"/lib64/libcublas.so >/dev/null 2>&1; then
   # Only versioned libraries (a runtime-only install, or pip's wheels):
   # a folder of links that looks like a toolkit to configure.
@@ -204,29 +207,35 @@ else
   row "mlp.so (AOT)" n/a - - "dlcc -o failed: $(tail -1 "$work/aot.build.out" | cut -c1-100)"
 fi
 
-echo "== compute-sanitizer memcheck"
-# sanitize NAME CMD...: ok, FAIL (errors found), or n/a (the tool cannot
-# run here: gVisor machines refuse it).
+echo "== compute-sanitizer"
+# sanitize TOOL NAME CMD...: ok, FAIL (hazards found), or n/a (the tool
+# cannot run here: gVisor machines refuse it).
 sanitize() {
-  local name=$1
-  shift
+  local tool=$1 name=$2
+  shift 2
   if ! command -v compute-sanitizer >/dev/null; then
-    note "memcheck $name: n/a (no compute-sanitizer)"
+    note "$tool $name: n/a (no compute-sanitizer)"
     return
   fi
-  run 300 "memcheck.$name" compute-sanitizer --tool memcheck --error-exitcode 9 "$@"
+  run 300 "$tool.$name" compute-sanitizer --tool "$tool" --error-exitcode 9 "$@"
   local rc=$? summ
-  summ=$(grep -m1 'ERROR SUMMARY' "$work/memcheck.$name.out")
+  summ=$(grep -m1 'ERROR SUMMARY\|RACECHECK SUMMARY' "$work/$tool.$name.out")
   if [ $rc = 0 ] && [ -n "$summ" ]; then
-    note "memcheck $name: ok ($summ)"
-  elif grep -q 'Device not supported\|Unable to find injection library\|Target application terminated before first instrumented' "$work/memcheck.$name.out"; then
-    note "memcheck $name: n/a (compute-sanitizer cannot run on this machine)"
+    note "$tool $name: ok ($summ)"
+  elif grep -q 'Device not supported\|Unable to find injection library\|Target application terminated before first instrumented' "$work/$tool.$name.out"; then
+    note "$tool $name: n/a (compute-sanitizer cannot run on this machine)"
   else
-    fail "memcheck $name: rc $rc: ${summ:-$(grep -m1 -i 'error' "$work/memcheck.$name.out" | cut -c1-160)}"
+    fail "$tool $name: rc $rc: ${summ:-$(grep -m1 -i 'error' "$work/$tool.$name.out" | cut -c1-160)}"
   fi
 }
-sanitize mlp ./dlcc run examples/mlp.dl --backend=cuda --seed $seed
-sanitize rt_check ./tests/gpu/rt_check cuda args
+# Out-of-bounds and misaligned accesses: a plain model, one with the
+# shared-memory implicit-GEMM convolutions and 2-D grids, rt_check's own
+# kernels (mixed arguments, 80000 bytes of dynamic shared memory).
+sanitize memcheck mlp ./dlcc run examples/mlp.dl --backend=cuda --seed $seed
+sanitize memcheck resnet18-64 ./dlcc run examples/resnet18.dl -D HW=64 --backend=cuda --seed $seed
+sanitize memcheck rt_check ./tests/gpu/rt_check cuda args
+# Shared-memory races (a missing __syncthreads) in the tiled convolutions.
+sanitize racecheck lenet ./dlcc run examples/lenet.dl --backend=cuda --seed $seed
 
 echo "== kernel cache"
 note "kernel cache: $(ls "$DLCC_CACHE_DIR" 2>/dev/null | grep -c .) entries in $DLCC_CACHE_DIR"
