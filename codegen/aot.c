@@ -4,7 +4,9 @@
  * the CUDA source, a cubin and PTX per --arch) enter through `.incbin` in
  * a top-level asm block, so a 100 MB model compiles as fast as a small
  * one; then it runs the host C compiler ($CC, else cc) to link it against
- * libdlcrt.  docs/aot.md describes what a model.so holds. */
+ * libdlcrt.  Every initializer is designated, so that a field added to
+ * plan.h cannot shift the others.  docs/aot.md describes what a model.so
+ * holds. */
 #include "config.h"
 
 #include <errno.h>
@@ -12,6 +14,7 @@
 #include <inttypes.h>
 #include <limits.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -93,18 +96,18 @@ static void put_f32(FILE *f, float v) {
 }
 
 static void put_ref(FILE *f, RtRef r) {
-  fprintf(f, "{%" PRIu32 "u, %" PRIu32 "u, %" PRIu64 "ull}", r.space, r.index, r.offset);
+  fprintf(f, "{.space = %" PRIu32 "u, .index = %" PRIu32 "u, .offset = %" PRIu64 "ull}", r.space, r.index, r.offset);
 }
 
 static void put_desc(FILE *f, const RtTensorDesc *t) {
-  fputs("  {", f);
+  fputs("  {.name = ", f);
   put_str(f, t->name);
-  fprintf(f, ", %" PRIu32 "u, %" PRIu32 "u, {", t->dtype, t->rank);
+  fprintf(f, ", .dtype = %" PRIu32 "u, .rank = %" PRIu32 "u, .dims = {", t->dtype, t->rank);
   for (uint32_t d = 0; d < t->rank && d < RT_MAX_RANK; d++) {
     if (d) fputs(", ", f);
     put_i64(f, t->dims[d]);
   }
-  fprintf(f, "}, %" PRIu64 "ull, ", t->nbytes);
+  fprintf(f, "}, .nbytes = %" PRIu64 "ull,\n   .where = ", t->nbytes);
   put_ref(f, t->where);
   fputs("},\n", f);
 }
@@ -218,33 +221,82 @@ static bool valid_arch(const char *arch) {
   return *d == 0 || ((*d == 'a' || *d == 'f') && d[1] == 0);
 }
 
+/* One NVRTC target, compiled on a worker thread: only the runtime's
+ * rt_nvrtc_compile (thread safe) runs there, nothing of the Ctx. */
+typedef struct NvrtcJob {
+  const RtPlan *plan;
+  const char *arch;
+  void *bin;
+  size_t size;
+  int rc;
+  char err[8192];
+} NvrtcJob;
+
+typedef struct NvrtcPool {
+  NvrtcJob *jobs;
+  int n, next;
+  pthread_mutex_t lock;
+} NvrtcPool;
+
+static void *nvrtc_worker(void *data) {
+  NvrtcPool *pool = data;
+  for (;;) {
+    pthread_mutex_lock(&pool->lock);
+    int i = pool->next++;
+    pthread_mutex_unlock(&pool->lock);
+    if (i >= pool->n) return NULL;
+    NvrtcJob *j = &pool->jobs[i];
+    j->rc = rt_nvrtc_compile(j->plan, j->arch, &j->bin, &j->size, j->err, sizeof j->err);
+  }
+}
+
 /* A cubin (sm_XX) and PTX (compute_XX) per arch, through the runtime's
- * NVRTC and its cache.  Fills bins[] (arch, size) and writes binN.  */
+ * NVRTC and its cache, one thread per target up to the CPUs there are
+ * (a cold ResNet-50 is seconds of NVRTC per target).  Fills bins[]
+ * (arch, size) and writes binN. */
 static bool compile_binaries(Aot *a, RtBinary *bins, int *n_bins) {
   *n_bins = 0;
+  int n = 2 * a->o->n_archs;
+  if (!n) return true;
+  NvrtcPool pool = {.n = n};
+  if (!(pool.jobs = calloc((size_t)n, sizeof *pool.jobs))) return fail(a, "out of memory");
   for (int i = 0; i < a->o->n_archs; i++) {
     const char *arch = a->o->archs[i];
-    if (!valid_arch(arch)) return fail(a, "--arch: '%s' is not an architecture like sm_90", arch);
+    if (!valid_arch(arch)) {
+      free(pool.jobs);
+      return fail(a, "--arch: '%s' is not an architecture like sm_90", arch);
+    }
     for (int ptx = 0; ptx < 2; ptx++) {
-      size_t n = strlen(arch) + 8;
-      char *name = arena_alloc(&a->ctx->arena, n);
-      snprintf(name, n, "%s%s", ptx ? "compute_" : "sm_", arch + 3);
-      void *bin;
-      size_t size;
-      char err[8192];
-      if (rt_nvrtc_compile(a->plan, name, &bin, &size, err, sizeof err))
-        return fail(a, "compiling the kernels for %s: %s", name, err);
-      char file[32];
-      snprintf(file, sizeof file, "bin%d", *n_bins);
-      bool ok = write_file(a, path_in(a, file), bin, size);
-      free(bin);
-      if (!ok) return false;
-      bins[*n_bins].arch = name;
-      bins[*n_bins].size = size;
-      ++*n_bins;
+      size_t len = strlen(arch) + 8;
+      char *name = arena_alloc(&a->ctx->arena, len);
+      snprintf(name, len, "%s%s", ptx ? "compute_" : "sm_", arch + 3);
+      pool.jobs[2 * i + ptx] = (NvrtcJob){.plan = a->plan, .arch = name};
     }
   }
-  return true;
+  pthread_mutex_init(&pool.lock, NULL);
+  long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+  int extra = (int)(cpus > n ? n : cpus > 1 ? cpus : 1) - 1, started = 0;
+  pthread_t threads[64];
+  if (extra > (int)(sizeof threads / sizeof *threads)) extra = (int)(sizeof threads / sizeof *threads);
+  while (started < extra && pthread_create(&threads[started], NULL, nvrtc_worker, &pool) == 0) started++;
+  nvrtc_worker(&pool); /* this thread works too; fewer threads only make it slower */
+  for (int i = 0; i < started; i++) pthread_join(threads[i], NULL);
+  pthread_mutex_destroy(&pool.lock);
+  bool ok = true;
+  for (int i = 0; i < n; i++) {
+    NvrtcJob *j = &pool.jobs[i];
+    if (ok && j->rc) ok = fail(a, "compiling the kernels for %s: %s", j->arch, j->err);
+    if (ok) {
+      char file[32];
+      snprintf(file, sizeof file, "bin%d", i);
+      ok = write_file(a, path_in(a, file), j->bin, j->size);
+      bins[i] = (RtBinary){.arch = j->arch, .size = j->size};
+      *n_bins = i + 1;
+    }
+    free(j->bin);
+  }
+  free(pool.jobs);
+  return ok;
 }
 
 /* ---- model.c ---- */
@@ -254,9 +306,10 @@ static void put_kernels(FILE *f, const RtPlan *p) {
   fprintf(f, "static const RtKernel kernels[%" PRIu32 "] = {\n", p->n_kernels);
   for (uint32_t i = 0; i < p->n_kernels; i++) {
     const RtKernel *k = &p->kernels[i];
-    fputs("  {", f);
+    fputs("  {.name = ", f);
     put_str(f, k->name);
-    fprintf(f, ", %" PRIu32 "u, %" PRIu32 "u},\n", k->uses_barriers, k->static_shared_bytes);
+    fprintf(f, ", .uses_barriers = %" PRIu32 "u, .static_shared_bytes = %" PRIu32 "u},\n", k->uses_barriers,
+            k->static_shared_bytes);
   }
   fputs("};\n\n", f);
 }
@@ -277,11 +330,11 @@ static void put_args(FILE *f, const RtPlan *p) {
     if (s->kind != RT_STEP_LAUNCH) continue;
     for (uint32_t j = 0; j < s->launch.n_args; j++) {
       const RtArg *g = &s->launch.args[j];
-      fprintf(f, "  {%" PRIu32 "u, ", g->kind);
+      fprintf(f, "  {.kind = %" PRIu32 "u, .ref = ", g->kind);
       put_ref(f, g->ref);
-      fputs(", ", f);
+      fputs(", .i = ", f);
       put_i64(f, g->i);
-      fputs(", ", f);
+      fputs(", .f = ", f);
       put_f32(f, g->f);
       fprintf(f, "}, /* step %" PRIu32 " arg %" PRIu32 " */\n", i, j);
     }
@@ -295,8 +348,9 @@ static void put_step(FILE *f, const RtStep *s, uint32_t *arg_at) {
   if (s->kind == RT_STEP_LAUNCH) {
     const RtLaunch *l = &s->launch;
     fprintf(f,
-            ",\n   .launch = {%" PRIu32 "u, {%" PRIu32 "u, %" PRIu32 "u, %" PRIu32 "u}, {%" PRIu32 "u, %" PRIu32
-            "u, %" PRIu32 "u}, %" PRIu32 "u, %" PRIu32 "u, ",
+            ",\n   .launch = {.kernel = %" PRIu32 "u, .grid = {%" PRIu32 "u, %" PRIu32 "u, %" PRIu32
+            "u}, .block = {%" PRIu32 "u, %" PRIu32 "u, %" PRIu32 "u},\n              .dynamic_shared_bytes = %" PRIu32
+            "u, .n_args = %" PRIu32 "u, .args = ",
             l->kernel, l->grid[0], l->grid[1], l->grid[2], l->block[0], l->block[1], l->block[2],
             l->dynamic_shared_bytes, l->n_args);
     if (l->n_args) fprintf(f, "&args[%" PRIu32 "]}},\n", *arg_at);
@@ -304,29 +358,32 @@ static void put_step(FILE *f, const RtStep *s, uint32_t *arg_at) {
     *arg_at += l->n_args;
   } else if (s->kind == RT_STEP_GEMM) {
     const RtGemm *g = &s->gemm;
-    fprintf(f, ",\n   .gemm = {%" PRIu32 "u, %" PRIu32 "u, %" PRIu32 "u, ", g->dtype, g->trans_a, g->trans_b);
+    fprintf(f, ",\n   .gemm = {.dtype = %" PRIu32 "u, .trans_a = %" PRIu32 "u, .trans_b = %" PRIu32 "u", g->dtype,
+            g->trans_a, g->trans_b);
+    const char *names[] = {"m", "n", "k", "lda", "ldb", "ldc", "batch", "stride_a", "stride_b", "stride_c"};
     const int64_t ints[] = {g->m,     g->n,     g->k,        g->lda,      g->ldb,
                             g->ldc,   g->batch, g->stride_a, g->stride_b, g->stride_c};
     for (size_t i = 0; i < sizeof ints / sizeof *ints; i++) {
+      fprintf(f, ", .%s = ", names[i]);
       put_i64(f, ints[i]);
-      fputs(", ", f);
     }
+    fputs(",\n            .alpha = ", f);
     put_f32(f, g->alpha);
-    fputs(", ", f);
+    fputs(", .beta = ", f);
     put_f32(f, g->beta);
-    fputs(",\n            ", f);
+    fputs(",\n            .a = ", f);
     put_ref(f, g->a);
-    fputs(", ", f);
+    fputs(",\n            .b = ", f);
     put_ref(f, g->b);
-    fputs(", ", f);
+    fputs(",\n            .c = ", f);
     put_ref(f, g->c);
     fputs("}},\n", f);
   } else {
-    fputs(",\n   .copy = {", f);
+    fputs(",\n   .copy = {.dst = ", f);
     put_ref(f, s->copy.dst);
-    fputs(", ", f);
+    fputs(", .src = ", f);
     put_ref(f, s->copy.src);
-    fprintf(f, ", %" PRIu64 "ull}},\n", s->copy.nbytes);
+    fprintf(f, ", .nbytes = %" PRIu64 "ull}},\n", s->copy.nbytes);
   }
 }
 
@@ -381,9 +438,9 @@ static bool write_model_c(Aot *a, Graph *g, const RtBinary *bins, int n_bins, co
   if (n_bins) {
     fprintf(f, "static const RtBinary binaries[%d] = {\n", n_bins);
     for (int i = 0; i < n_bins; i++) {
-      fputs("  {", f);
+      fputs("  {.arch = ", f);
       put_str(f, bins[i].arch);
-      fprintf(f, ", dlcc_aot_bin%d, %" PRIu64 "ull},\n", i, bins[i].size);
+      fprintf(f, ", .data = dlcc_aot_bin%d, .size = %" PRIu64 "ull},\n", i, bins[i].size);
     }
     fputs("};\n\n", f);
   }
