@@ -45,6 +45,7 @@ typedef struct Aot {
   char dir[PATH_MAX]; /* the temporary folder */
   FILE *c;            /* model.c */
   int n_blobs;
+  double started; /* ctx_now() at the start, for --time-stages */
 } Aot;
 
 static bool fail(Aot *a, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -794,15 +795,19 @@ static bool build(Aot *a, Graph *g) {
   } else if (p->weights_bytes && !write_weights(a, path_in(a, "weights.bin"))) {
     return false;
   }
+  double t = ctx_stage(a->ctx, "aot: weights and source", a->started);
   RtBinary *bins = ARENA_ARRAY(&a->ctx->arena, RtBinary, 2 * o->n_archs + 1);
   int n_bins;
   if (!compile_binaries(a, bins, &n_bins)) return false;
+  t = ctx_stage(a->ctx, "aot: nvrtc (or cache)", t);
   char *c_path = path_in(a, "model.c");
   if (!(a->c = fopen(c_path, "w"))) return fail(a, "cannot write '%s': %s", c_path, strerror(errno));
   bool ok = write_model_c(a, g, bins, n_bins, weights_path);
   if (fclose(a->c) != 0 && ok) ok = fail(a, "cannot write '%s': %s", c_path, strerror(errno));
   a->c = NULL;
+  t = ctx_stage(a->ctx, "aot: write model.c", t);
   if (!ok || !run_cc(a, c_path, o->output)) return false;
+  ctx_stage(a->ctx, "aot: cc", t);
   char *h = header_path(a);
   if (!write_model_h(a, g, h, o->output)) {
     remove(h);
@@ -812,7 +817,7 @@ static bool build(Aot *a, Graph *g) {
 }
 
 bool cg_aot_build(Graph *g, const CgResult *cg, const CgAotOptions *o) {
-  Aot a = {.ctx = g->ctx, .plan = cg->plan, .o = o};
+  Aot a = {.ctx = g->ctx, .plan = cg->plan, .o = o, .started = ctx_now()};
   if (!o->output) return fail(&a, "no output file for the model library");
   if (!o->external_weights && cg->plan->n_weights && !o->params)
     return fail(&a, "the model has %" PRIu32 " weights and none were given", cg->plan->n_weights);

@@ -32,6 +32,7 @@ typedef struct Options {
   const char *weights;
   uint64_t seed;
   bool external_weights, keep_temps;
+  bool time_stages;
   int n_archs;
   const char *archs[16];
   PassOptions passes; /* -O, --passes, --print-after, ... */
@@ -64,6 +65,8 @@ static const char usage[] =
     "  --print-after-all  print the IR after every pass\n"
     "  --dump-dir=D       write the IR after every pass to D/NNN_PASS.ir\n"
     "  --time-passes      a table of the time each pass took (to stderr)\n"
+    "  --time-stages      a table of the time each stage took: parse, lower, passes,\n"
+    "                     codegen, and for -o FILE.so nvrtc and cc (to stderr)\n"
     "  --verify-each      check the graph after every pass\n"
     "  --stats            what the passes did, ops before and after (to stderr)\n"
     "  --unroll=N         unroll loops of at most N constant trips (default 8)\n"
@@ -227,6 +230,8 @@ static int parse_args(int argc, char **argv, Options *o) {
         fprintf(stderr, "dlcc: error: --seed expects a non-negative integer, got '%s'\n", a + 7);
         return 1;
       }
+    } else if (strcmp(a, "--time-stages") == 0) {
+      o->time_stages = true;
     } else if (strcmp(a, "--external-weights") == 0) {
       o->external_weights = true;
     } else if (strcmp(a, "--save-temps") == 0) {
@@ -307,10 +312,19 @@ typedef struct Job {
 } Job;
 
 /* -o FILE.so: weights bound (or drawn) as dlcc run does, then aot.c. */
+static void print_stages(FILE *f, const Ctx *c, double total) {
+  fprintf(f, "stage                         seconds\n");
+  for (int i = 0; i < c->n_stages; i++)
+    fprintf(f, "  %-26s %9.4f\n", c->stages[i].name, c->stages[i].seconds);
+  fprintf(f, "  %-26s %9.4f\n", "total", total);
+}
+
 static int build_library(Ctx *c, const Options *o, Graph *g, const TensorMap *bound) {
   CgResult cg;
   CgOptions cg_opts = driver_cg_options(&o->passes);
+  double t = ctx_now();
   if (!cg_compile_opts(g, &cg_opts, &cg)) return 1;
+  t = ctx_stage(c, "codegen", t);
   TensorMap params = {0};
   char err[8192];
   /* An .onnx file's own weights, unless --weights replaces them. */
@@ -321,6 +335,7 @@ static int build_library(Ctx *c, const Options *o, Graph *g, const TensorMap *bo
     diag_error(c, (SrcLoc){0}, "%s", err);
     return 1;
   }
+  ctx_stage(c, "weights", t);
   CgAotOptions aot = {.output = o->output,
                       .source_name = o->input,
                       .params = own ? &params : bound,
@@ -339,15 +354,19 @@ static int compile(Ctx *c, void *data) {
   const Options *o = job->opt;
   const SrcFile *file;
   Graph *g;
+  double t = ctx_now();
   if (has_suffix(o->input, ".onnx")) {
     OnnxOptions oo = {.n_defines = o->n_defines, .defines = o->defines};
     g = fe_onnx_import(c, o->input, &oo, &job->onnx_params);
+    t = ctx_stage(c, "import onnx", t);
   } else if (!(file = ctx_load_file(c, o->input))) {
     return 1;
   } else if (has_suffix(o->input, ".ir")) {
     g = ir_parse(c, file);
+    t = ctx_stage(c, "parse ir", t);
   } else {
     Program *p = fe_parse(c, file);
+    t = ctx_stage(c, "parse", t);
     if (!p) return 1;
     if (o->emit == EMIT_AST) {
       fe_dump_ast(job->out, p);
@@ -355,9 +374,12 @@ static int compile(Ctx *c, void *data) {
     }
     LowerOptions lo = {.model = o->model, .n_defines = o->n_defines, .defines = o->defines};
     g = fe_lower(c, p, &lo);
+    t = ctx_stage(c, "lower", t);
   }
   if (!g || !ir_verify(g)) return 1;
+  t = ctx_stage(c, "verify", t);
   if (!pass_run_pipeline(g, &o->passes, stderr)) return 1;
+  t = ctx_stage(c, "passes", t);
 
   switch (o->emit) {
     case EMIT_IR: ir_print(job->out, g); break;
@@ -367,6 +389,7 @@ static int compile(Ctx *c, void *data) {
       CgResult cg;
       CgOptions cg_opts = driver_cg_options(&o->passes);
       if (!cg_compile_opts(g, &cg_opts, &cg)) return 1;
+      ctx_stage(c, "codegen", t);
       if (o->passes.stats) print_plan_stats(stderr, &cg);
       if (o->emit == EMIT_CUDA)
         fputs(cg.source, job->out);
@@ -419,7 +442,9 @@ int main(int argc, char **argv) {
   Ctx c;
   ctx_init(&c);
   Job job = {.opt = &opt, .out = out};
+  double started = ctx_now();
   rc = ctx_guard(&c, compile, &job);
+  if (opt.time_stages) print_stages(stderr, &c, ctx_now() - started);
   ir_tensor_map_free(&job.onnx_params);
   fputs(diag_text(&c), stderr);
   if (c.diag.errors && rc == 0) rc = 1;

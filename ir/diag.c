@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 
 static void oom_unwind(void *data) {
   Ctx *c = data;
@@ -93,6 +94,24 @@ _Noreturn void ctx_fatal(Ctx *c, const char *file, int line, const char *fmt, ..
   if (c->fatal) longjmp(*c->fatal, 1);
   fputs(c->diag.text ? c->diag.text : "dlcc: internal error\n", stderr);
   abort();
+}
+
+double ctx_now(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+double ctx_stage(Ctx *c, const char *name, double since) {
+  double now = ctx_now();
+  int i = 0;
+  while (i < c->n_stages && strcmp(c->stages[i].name, name) != 0) i++;
+  if (i == c->n_stages) {
+    if (i == CTX_MAX_STAGES) return now;
+    c->stages[c->n_stages++] = (StageTime){name, 0};
+  }
+  c->stages[i].seconds += now - since;
+  return now;
 }
 
 const SrcFile *ctx_add_file(Ctx *c, const char *name, const char *text, size_t len) {

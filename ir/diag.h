@@ -32,10 +32,20 @@ typedef struct Diag {
   bool truncated; /* "too many errors" was reported */
 } Diag;
 
+/* Wall time spent per compilation stage, for --time-stages. */
+typedef struct StageTime {
+  const char *name;
+  double seconds;
+} StageTime;
+
+enum { CTX_MAX_STAGES = 16 };
+
 typedef struct Ctx {
   Arena arena;
   Diag diag;
   jmp_buf *fatal; /* set by the API boundary (ctx_guard) */
+  int n_stages;
+  StageTime stages[CTX_MAX_STAGES];
 } Ctx;
 
 void ctx_init(Ctx *c);
@@ -53,6 +63,12 @@ _Noreturn void ctx_fatal(Ctx *c, const char *file, int line, const char *fmt, ..
     __attribute__((format(printf, 4, 5)));
 #define dl_internal(c, ...) ctx_fatal((c), __FILE__, __LINE__, __VA_ARGS__)
 #define dl_unreachable(c) ctx_fatal((c), __FILE__, __LINE__, "unreachable")
+
+/* Seconds on a monotonic clock. */
+double ctx_now(void);
+/* Adds the time since `since` (a ctx_now value) to the named stage and
+ * returns ctx_now(), so stages chain: t = ctx_stage(c, "parse", t). */
+double ctx_stage(Ctx *c, const char *name, double since);
 
 const SrcFile *ctx_add_file(Ctx *c, const char *name, const char *text, size_t len);
 /* Reads a whole file into the arena (NUL-terminated).  NULL after

@@ -17,3 +17,4 @@ include tests/passes.mk
 include tests/onnx.mk
 include tests/aot.mk
 include tests/fuse.mk
+include tests/bench.mk

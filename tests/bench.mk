@@ -1,0 +1,2 @@
+BENCHES += tests/bench/compile.sh
+EXTRA_DIST += tests/bench/compile.sh
