@@ -123,7 +123,7 @@ static Onnx__TensorProto *tensor(const char *name, int32_t dtype, int rank, cons
   t->data_type = dtype;
   t->n_dims = (size_t)rank;
   t->dims = mem(sizeof(int64_t) * (size_t)(rank + 1));
-  memcpy(t->dims, dims, sizeof(int64_t) * (size_t)rank);
+  if (rank > 0) memcpy(t->dims, dims, sizeof(int64_t) * (size_t)rank);
   return t;
 }
 
