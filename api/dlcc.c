@@ -53,6 +53,25 @@ static dlc_status fail(dlc_model *m, dlc_status st, const char *fmt, ...) {
   return st;
 }
 
+/* One "dlcc: error: " per line of a report of several mismatches. */
+static dlc_status fail_lines(dlc_model *m, dlc_status st, const char *text) {
+  size_t lines = 1;
+  for (const char *c = text; *c; c++) lines += *c == '\n';
+  char *out = malloc(strlen(text) + lines * 16 + 2);
+  if (!out) return fail(m, st, "dlcc: error: %s\n", text);
+  char *o = out;
+  for (const char *line = text;;) {
+    const char *eol = strchr(line, '\n');
+    size_t n = eol ? (size_t)(eol - line) : strlen(line);
+    o += sprintf(o, "dlcc: error: %.*s\n", (int)n, line);
+    if (!eol) break;
+    line = eol + 1;
+  }
+  st = fail(m, st, "%s", out);
+  free(out);
+  return st;
+}
+
 static void clear_error(dlc_model *m) {
   free(m->error);
   m->error = NULL;
@@ -132,6 +151,12 @@ have_graph:
   if (!g || !ir_verify(g)) return 1;
   int level = job->opt ? job->opt->opt_level : 0;
   PassOptions po = {.opt_level = level == DLC_O0 ? 0 : level == 0 ? 2 : level};
+  const char *prec = job->opt ? job->opt->precision : NULL;
+  if (prec && (!ir_dtype_from_name(prec, &po.precision) ||
+               (po.precision != TY_F32 && po.precision != TY_F16 && po.precision != TY_BF16))) {
+    diag_error(c, (SrcLoc){0}, "unknown precision '%s' (expected f32, f16 or bf16)", prec);
+    return 1;
+  }
   if (!pass_run_pipeline(g, &po, NULL)) return 1;
   job->m->g = g;
   if (job->m->use_runtime && !cg_compile(g, &job->m->cg)) return 1;
@@ -330,7 +355,7 @@ static dlc_status weights(dlc_model *m, const char *path, uint64_t seed) {
   if (ctx_guard(&m->ctx, bind_job, job) < 0)
     st = fail(m, DLC_ERR_INTERNAL, "%s", diag_text(&m->ctx));
   else if (!job->ok)
-    st = fail(m, path ? DLC_ERR_WEIGHTS : DLC_ERR_INTERNAL, "dlcc: error: %s\n", job->err);
+    st = fail_lines(m, path ? DLC_ERR_WEIGHTS : DLC_ERR_INTERNAL, job->err);
   else {
     for (int i = 0; m->use_runtime && st == DLC_OK && i < job->map.n; i++) {
       const Tensor *t = &job->map.tensors[i];

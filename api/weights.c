@@ -97,7 +97,22 @@ bool api_bind_weights(Graph *g, const char *path, TensorMap *out, char *err, siz
     for (int i = 0; i < set.n; i++)
       if (strcmp(set.names[i], name) == 0) k = i;
     if (k < 0) {
-      report(&r, "missing tensor '%s' (expected %s) in %s", name, wt, path);
+      /* nn.DataParallel saves "module.fc.weight"; a backbone saved alone
+       * lacks the model's "backbone." prefix: name the near miss. */
+      size_t nl = strlen(name);
+      const char *near = NULL;
+      for (int i = 0; i < set.n && !near; i++) {
+        size_t sl = strlen(set.names[i]);
+        if (sl > nl + 1 && strcmp(set.names[i] + sl - nl, name) == 0 && set.names[i][sl - nl - 1] == '.')
+          near = set.names[i];
+        else if (nl > sl + 1 && strcmp(name + nl - sl, set.names[i]) == 0 && name[nl - sl - 1] == '.')
+          near = set.names[i];
+      }
+      if (near)
+        report(&r, "missing tensor '%s' (expected %s) in %s; it has '%s': are the names prefixed "
+                   "differently?", name, wt, path, near);
+      else
+        report(&r, "missing tensor '%s' (expected %s) in %s", name, wt, path);
       continue;
     }
     used[k] = true;

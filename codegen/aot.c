@@ -315,29 +315,34 @@ static void put_kernels(FILE *f, const RtPlan *p) {
   fputs("};\n\n", f);
 }
 
-static uint32_t count_args(const RtPlan *p) {
+static uint32_t count_args(const RtStep *steps, uint32_t n_steps) {
   uint32_t n = 0;
-  for (uint32_t i = 0; i < p->n_steps; i++)
-    if (p->steps[i].kind == RT_STEP_LAUNCH) n += p->steps[i].launch.n_args;
+  for (uint32_t i = 0; i < n_steps; i++)
+    if (steps[i].kind == RT_STEP_LAUNCH) n += steps[i].launch.n_args;
   return n;
 }
 
+/* One table of arguments: the init steps' first, then a run's. */
 static void put_args(FILE *f, const RtPlan *p) {
-  uint32_t n = count_args(p);
+  uint32_t n = count_args(p->init_steps, p->n_init_steps) + count_args(p->steps, p->n_steps);
   if (!n) return;
   fprintf(f, "static const RtArg args[%" PRIu32 "] = {\n", n);
-  for (uint32_t i = 0; i < p->n_steps; i++) {
-    const RtStep *s = &p->steps[i];
-    if (s->kind != RT_STEP_LAUNCH) continue;
-    for (uint32_t j = 0; j < s->launch.n_args; j++) {
-      const RtArg *g = &s->launch.args[j];
-      fprintf(f, "  {.kind = %" PRIu32 "u, .ref = ", g->kind);
-      put_ref(f, g->ref);
-      fputs(", .i = ", f);
-      put_i64(f, g->i);
-      fputs(", .f = ", f);
-      put_f32(f, g->f);
-      fprintf(f, "}, /* step %" PRIu32 " arg %" PRIu32 " */\n", i, j);
+  for (int init = 1; init >= 0; init--) {
+    const RtStep *steps = init ? p->init_steps : p->steps;
+    uint32_t n_steps = init ? p->n_init_steps : p->n_steps;
+    for (uint32_t i = 0; i < n_steps; i++) {
+      const RtStep *s = &steps[i];
+      if (s->kind != RT_STEP_LAUNCH) continue;
+      for (uint32_t j = 0; j < s->launch.n_args; j++) {
+        const RtArg *g = &s->launch.args[j];
+        fprintf(f, "  {.kind = %" PRIu32 "u, .ref = ", g->kind);
+        put_ref(f, g->ref);
+        fputs(", .i = ", f);
+        put_i64(f, g->i);
+        fputs(", .f = ", f);
+        put_f32(f, g->f);
+        fprintf(f, "}, /* %sstep %" PRIu32 " arg %" PRIu32 " */\n", init ? "init " : "", i, j);
+      }
     }
   }
   fputs("};\n\n", f);
@@ -388,11 +393,11 @@ static void put_step(FILE *f, const RtStep *s, uint32_t *arg_at) {
   }
 }
 
-static void put_steps(FILE *f, const RtPlan *p) {
-  if (!p->n_steps) return;
-  fprintf(f, "static const RtStep steps[%" PRIu32 "] = {\n", p->n_steps);
-  uint32_t at = 0;
-  for (uint32_t i = 0; i < p->n_steps; i++) put_step(f, &p->steps[i], &at);
+/* *arg_at: the first of these steps' arguments in args[]. */
+static void put_steps(FILE *f, const char *name, const RtStep *steps, uint32_t n, uint32_t *arg_at) {
+  if (!n) return;
+  fprintf(f, "static const RtStep %s[%" PRIu32 "] = {\n", name, n);
+  for (uint32_t i = 0; i < n; i++) put_step(f, &steps[i], arg_at);
   fputs("};\n\n", f);
 }
 
@@ -432,7 +437,9 @@ static bool write_model_c(Aot *a, Graph *g, const RtBinary *bins, int n_bins, co
   }
   put_kernels(f, p);
   put_args(f, p);
-  put_steps(f, p);
+  uint32_t arg_at = 0;
+  put_steps(f, "init_steps", p->init_steps, p->n_init_steps, &arg_at);
+  put_steps(f, "steps", p->steps, p->n_steps, &arg_at);
   put_descs(f, "weights", p->weights, p->n_weights);
   put_descs(f, "inputs", p->inputs, p->n_inputs);
   put_descs(f, "outputs", p->outputs, p->n_outputs);
@@ -452,6 +459,9 @@ static bool write_model_c(Aot *a, Graph *g, const RtBinary *bins, int n_bins, co
   fprintf(f, "  .n_kernels = %" PRIu32 "u, .kernels = %s,\n", p->n_kernels, p->n_kernels ? "kernels" : "NULL");
   fprintf(f, "  .n_binaries = %du, .binaries = %s,\n", n_bins, n_bins ? "binaries" : "NULL");
   fprintf(f, "  .n_steps = %" PRIu32 "u, .steps = %s,\n", p->n_steps, p->n_steps ? "steps" : "NULL");
+  fprintf(f, "  .n_init_steps = %" PRIu32 "u, .init_steps = %s,\n", p->n_init_steps,
+          p->n_init_steps ? "init_steps" : "NULL");
+  fprintf(f, "  .derived_bytes = %" PRIu64 "ull,\n", p->derived_bytes);
   fprintf(f, "  .arena_bytes = %" PRIu64 "ull,\n  .weights_bytes = %" PRIu64 "ull,\n", p->arena_bytes,
           p->weights_bytes);
   fprintf(f, "  .n_weights = %" PRIu32 "u, .weights = %s,\n", p->n_weights, p->n_weights ? "weights" : "NULL");

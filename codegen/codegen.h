@@ -17,7 +17,9 @@ typedef struct CgBuffer {
   const char *what;
   RtRef ref;
   uint64_t nbytes;
-  int lower, upper; /* live over steps [lower, upper); empty: no step uses it */
+  /* live over steps [lower, upper), numbered the plan's init steps first,
+   * then a run's steps; empty: no step uses it */
+  int lower, upper;
   int inplace_of;   /* the buffer whose bytes it takes over at step lower, or -1 */
 } CgBuffer;
 
@@ -53,7 +55,9 @@ bool cg_compile_opts(Graph *g, const CgOptions *o, CgResult *out);
 /* The memory plan's checker: no two buffers live at a common step share
  * a byte (but for one written in place over the other at that step),
  * every buffer inside the arena, and every arena ref of a step inside a
- * buffer live at that step.  False with the first fault in err.
+ * buffer live at that step, and none live from an init step into a
+ * run's steps (init runs once per weight change, a run many times).
+ * False with the first fault in err.
  * cg_compile runs it on every plan. */
 bool cg_check_memory(const CgResult *r, char *err, size_t len);
 

@@ -24,8 +24,14 @@ static void find_attention(CgGroup *grp) {
   const Node *sm = grp->anchor;
   if (!sm || sm->op != OP_SOFTMAX) return;
   const Node *m2 = NULL;
-  for (int i = 0; i < grp->n; i++)
-    if (grp->members[i]->op == OP_MATMUL && grp->members[i]->in[0] == &sm->out[0]) m2 = grp->members[i];
+  for (int i = 0; i < grp->n; i++) {
+    const Node *m = grp->members[i];
+    if (m->op != OP_MATMUL) continue;
+    const Node *d = m->in[0]->def;
+    /* Mixed precision: a cast of the probabilities between. */
+    if (d->op == OP_CAST && is_member(grp, d)) d = d->in[0]->def;
+    if (d == sm) m2 = m;
+  }
   if (!m2) return;
   const Node *at = sm->in[0]->def;
   while (is_member(grp, at) && ir_ops[at->op].cls == K_ELEMWISE && at->op != OP_BATCHNORM) {
@@ -140,6 +146,9 @@ static Site *site_new(Eval *E, const TensorType *t, KExpr *lin) {
 }
 
 static KExpr *let(Eval *E, const char *stem, DType dt, KExpr *e) {
+  /* A value of a half type is rounded to it, whether or not it gets a
+   * local of its own. */
+  if (ir_dtype_is_float(dt) && dt != KT_INDEX) e = cg_kcast(E->k, e, dt);
   if (!E->blk || e->kind == KE_VAR || e->kind == KE_INT || e->kind == KE_FLOAT) return e;
   return cg_kv(E->k, cg_klet(E->k, E->blk, stem, dt, e));
 }
@@ -196,16 +205,17 @@ static KExpr *load_stored(Eval *E, const Value *v, KExpr *index) {
 static KExpr *elementwise(Eval *E, const Node *n, Site *s) {
   Kernel *k = E->k;
   if (n->op == OP_BATCHNORM) {
+    /* One op in eval.c: computed in f32, rounded once to its type. */
     const TensorType *t = &n->out[0].type;
-    KExpr *x = eval(E, n->in[0], s);
+    KExpr *x = cg_kcast(k, eval(E, n->in[0], s), TY_F32);
     KExpr *ch = t->rank > 1 ? value_coord(E, s, t, 1) : cg_kint(k, 0);
     TensorType ct = n->in[1]->type;
     Site *cs = site_new(E, &ct, ch);
-    KExpr *w = eval(E, n->in[1], cs), *bias = eval(E, n->in[2], cs);
-    KExpr *mean = eval(E, n->in[3], cs), *var = eval(E, n->in[4], cs);
+    KExpr *w = cg_kcast(k, eval(E, n->in[1], cs), TY_F32), *bias = cg_kcast(k, eval(E, n->in[2], cs), TY_F32);
+    KExpr *mean = cg_kcast(k, eval(E, n->in[3], cs), TY_F32), *var = cg_kcast(k, eval(E, n->in[4], cs), TY_F32);
     KExpr *den = cg_kop1(k, OP_SQRT, cg_kop2(k, OP_ADD, var, cg_kimm(k, ir_attr_float(n, "eps"), TY_F32)));
     KExpr *y = cg_kop2(k, OP_DIV, cg_kop2(k, OP_SUB, x, mean), den);
-    return cg_kop2(k, OP_ADD, cg_kop2(k, OP_MUL, y, w), bias);
+    return cg_kcast(k, cg_kop2(k, OP_ADD, cg_kop2(k, OP_MUL, y, w), bias), t->dtype);
   }
   KExpr *x = eval(E, n->in[0], s);
   if (n->n_in == 2) return cg_kop2(k, n->op, x, eval(E, n->in[1], s));
@@ -286,8 +296,10 @@ static KExpr *score(Eval *E, KBlock *blk, KExpr *bl, KExpr *row, KExpr *t) {
   KExpr *ki = cg_kadd(k, cg_kmul(k, cg_kadd(k, cg_kmul(k, bl, cg_kint(k, De)), cg_kv(k, e)), cg_kint(k, T)), t);
   KExpr *q = eval(&in, m1->in[0], site_new(&in, qt, let(&in, "qi", KT_INDEX, qi)));
   KExpr *kk = eval(&in, m1->in[1], site_new(&in, kt, let(&in, "ki", KT_INDEX, ki)));
-  red->value = cg_kop2(k, OP_MUL, q, kk);
-  Eval f = {.b = E->b, .k = k, .blk = blk, .grp = E->grp, .bound = &m1->out[0], .bound_e = cg_kv(k, sc)};
+  red->value = cg_kop2(k, OP_MUL, cg_kcast(k, q, TY_F32), cg_kcast(k, kk, TY_F32));
+  /* The scores are the first matmul's result: rounded to its type. */
+  Eval f = {.b = E->b, .k = k, .blk = blk, .grp = E->grp, .bound = &m1->out[0],
+            .bound_e = cg_kcast(k, cg_kv(k, sc), m1->out[0].type.dtype)};
   KExpr *si = cg_kadd(k, cg_kmul(k, cg_kadd(k, cg_kmul(k, bl, cg_kint(k, S)), row), cg_kint(k, T)), t);
   return let(&f, "x", TY_F32, eval(&f, sm->in[0], site_new(&f, st, let(&f, "si", KT_INDEX, si))));
 }
@@ -316,8 +328,9 @@ static KExpr *attention(Eval *E, const Node *m2, Site *s) {
   Eval in = {.b = E->b, .k = k, .blk = &pass2->body, .grp = E->grp};
   KExpr *vi = cg_kadd(k, cg_kmul(k, cg_kadd(k, cg_kmul(k, bl, cg_kint(k, T)), cg_kv(k, t2)), cg_kint(k, D)), col);
   KExpr *vv = eval(&in, m2->in[1], site_new(&in, vt, let(&in, "vi", KT_INDEX, vi)));
-  cg_kset(k, &pass2->body, acc, cg_kop2(k, OP_ADD, cg_kv(k, acc), cg_kop2(k, OP_MUL, cg_kv(k, p), vv)));
-  return cg_kop2(k, OP_DIV, cg_kv(k, acc), cg_kv(k, l));
+  cg_kset(k, &pass2->body, acc,
+          cg_kop2(k, OP_ADD, cg_kv(k, acc), cg_kop2(k, OP_MUL, cg_kv(k, p), cg_kcast(k, vv, TY_F32))));
+  return cg_kcast(k, cg_kop2(k, OP_DIV, cg_kv(k, acc), cg_kv(k, l)), ot->dtype);
 }
 
 static KExpr *eval(Eval *E, const Value *v, Site *s) {
@@ -392,8 +405,8 @@ static bool group_lowerable(CgBuild *b, const CgGroup *grp) {
   for (int i = 0; i < grp->n; i++) {
     const Node *n = grp->members[i];
     bool ok = n->n_out == 1;
-    for (int j = 0; j < n->n_in && ok; j++) ok = n->in[j]->type.dtype == TY_F32;
-    ok = ok && n->out[0].type.dtype == TY_F32 && ir_type_numel(&n->out[0].type) > 0;
+    for (int j = 0; j < n->n_in && ok; j++) ok = ir_dtype_is_float(n->in[j]->type.dtype);
+    ok = ok && ir_dtype_is_float(n->out[0].type.dtype) && ir_type_numel(&n->out[0].type) > 0;
     if (ir_ops[n->op].cls == K_MOVE && n->op != OP_RESHAPE && n->op != OP_TRANSPOSE &&
         n->op != OP_SLICE && n->op != OP_EXPAND)
       ok = false;
@@ -401,7 +414,7 @@ static bool group_lowerable(CgBuild *b, const CgGroup *grp) {
     /* A GEMM reads its matrices from memory. */
     if (is_leaf(grp, n) && (is_member(grp, n->in[0]->def) || is_member(grp, n->in[1]->def))) ok = false;
     if (!ok) {
-      diag_error(c, n->loc, "codegen cannot lower %s in fusion group k%d (f32 elementwise, "
+      diag_error(c, n->loc, "codegen cannot lower %s in fusion group k%d (float elementwise, "
                  "index moves, matmul/linear leaves and one anchor only)", ir_ops[n->op].name, grp->id);
       return false;
     }
@@ -488,7 +501,7 @@ static void guarded_fill(CgBuild *b, Kernel *k, KBlock *in, KExpr *cond, KBuf *d
                          const Value *v, const char *name, KExpr *index) {
   KStmt *s = cg_kif(k, in, cond);
   cg_kstore(k, &s->body, dst, at, operand_load(b, k, &s->body, v, name, index));
-  cg_kstore(k, &s->orelse, dst, at, cg_kimm(k, 0, TY_F32));
+  cg_kstore(k, &s->orelse, dst, at, cg_kimm(k, 0, dst->dtype));
 }
 
 bool cg_lower_conv_igemm(CgBuild *b, const Node *n) {
@@ -507,8 +520,11 @@ bool cg_lower_conv_igemm(CgBuild *b, const Node *n) {
   const char *what = grp ? arena_printf(&c->arena, "#k%d implicit gemm", grp->id) : "implicit gemm";
   Kernel *k = cg_kernel_new(c, n, arena_printf(&c->arena, "%s_igemm", hint), what);
   int64_t mt = (Co + TM - 1) / TM, nt = (NC + TN - 1) / TN, kt_n = (K + TK - 1) / TK;
-  KBuf *As = cg_klocal(k, "As", TY_F32, TK * TM, KSP_SHARED);
-  KBuf *Bs = cg_klocal(k, "Bs", TY_F32, TK * TN, KSP_SHARED);
+  /* Tiles in the operands' type when both are one half type (half the
+   * shared memory), else f32; products accumulate in f32 either way. */
+  DType tile = x->type.dtype == w->type.dtype ? x->type.dtype : TY_F32;
+  KBuf *As = cg_klocal(k, "As", tile, TK * TM, KSP_SHARED);
+  KBuf *Bs = cg_klocal(k, "Bs", tile, TK * TN, KSP_SHARED);
   KBuf *acc = cg_klocal(k, "acc", TY_F32, RT * RT, KSP_REGISTER);
   KVar *bn = cg_kvar(k, "bn", KT_INDEX), *bm = cg_kvar(k, "bm", KT_INDEX), *t = cg_kvar(k, "t", KT_INDEX);
   KStmt *lx = cg_kloop(k, &k->body, bn, ki(k, nt), KM_GRID_X);
@@ -585,7 +601,8 @@ bool cg_lower_conv_igemm(CgBuild *b, const Node *n) {
   KStmt *lj = cg_kloop(k, &li->body, j, ki(k, RT), KM_UNROLL);
   KExpr *bv = cg_kload(k, Bs, cg_kadd(k, cg_kmul(k, kv(k, kk), ki(k, TN)), cg_kadd(k, cg_kmul(k, kv(k, tx), ki(k, RT)), kv(k, j))));
   KExpr *slot = cg_kadd(k, cg_kmul(k, kv(k, i), ki(k, RT)), kv(k, j));
-  cg_kstore(k, &lj->body, acc, slot, cg_kop2(k, OP_ADD, cg_kload(k, acc, slot), cg_kop2(k, OP_MUL, kv(k, av), bv)));
+  cg_kstore(k, &lj->body, acc, slot,
+            cg_kop2(k, OP_ADD, cg_kload(k, acc, slot), cg_kop2(k, OP_MUL, kv(k, av), cg_kcast(k, bv, TY_F32))));
   cg_kbarrier(k, &lk->body);
   /* Stores, with the bias and the epilogue. */
   KVar *i2 = cg_kvar(k, "i", KT_INDEX), *j2 = cg_kvar(k, "j", KT_INDEX);
@@ -602,10 +619,11 @@ bool cg_lower_conv_igemm(CgBuild *b, const Node *n) {
                         kmod(k, kv(k, oc), OHW));
   KVar *oi = cg_klet(k, sb, "o", KT_INDEX, oidx);
   KExpr *val = cg_kload(k, acc, cg_kadd(k, cg_kmul(k, kv(k, i2), ki(k, RT)), kv(k, j2)));
-  if (n->n_in > 2) val = cg_kop2(k, OP_ADD, val, operand_load(b, k, sb, n->in[2], "bias", kv(k, m)));
+  if (n->n_in > 2)
+    val = cg_kop2(k, OP_ADD, val, cg_kcast(k, operand_load(b, k, sb, n->in[2], "bias", kv(k, m)), TY_F32));
   if (!cg_fused_store(b, k, sb, out, kv(k, oi), val)) {
-    KBuf *o = cg_kglobal(k, "out", TY_F32, ir_type_numel(&out->type), cg_ref(b, out));
-    cg_kstore(k, sb, o, kv(k, oi), val);
+    KBuf *o = cg_kglobal(k, "out", out->type.dtype, ir_type_numel(&out->type), cg_ref(b, out));
+    cg_kstore(k, sb, o, kv(k, oi), cg_kcast(k, val, out->type.dtype));
   }
   k->grid[0] = (uint32_t)(nt < 65535 ? nt : 65535);
   k->grid[1] = (uint32_t)(mt < 65535 ? mt : 65535);

@@ -282,6 +282,18 @@ const char *cg_group_hint(Ctx *c, const CgGroup *grp);
 /* A convolution (groups 1) as one tiled implicit-GEMM kernel. */
 bool cg_lower_conv_igemm(CgBuild *b, const Node *n);
 
+/* ---- the init graph (initgraph.c) ---- */
+
+/* What is a function of the weights alone (docs/passes.md). */
+typedef struct CgInit {
+  bool *node; /* by node id: lowered into the init steps */
+  bool *need; /* by value id: computed by the init steps and read by a run */
+  int n_nodes; /* how many nodes are init */
+} CgInit;
+
+/* Splits g (numbered here) given its groups (cg_find_groups). */
+CgInit cg_split_init(Ctx *c, Graph *g, CgGroup *const *groups);
+
 /* The options of this compilation (codegen.h). */
 const struct CgOptions *cg_options(CgBuild *b);
 

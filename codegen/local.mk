@@ -4,6 +4,7 @@ libdlcc_la_SOURCES += \
 	codegen/kernel.h codegen/kernel.c \
 	codegen/lower_kernels.c \
 	codegen/fuse_lower.c \
+	codegen/initgraph.c \
 	codegen/unroll.c \
 	codegen/emit_cuda.c \
 	codegen/plan_build.c \

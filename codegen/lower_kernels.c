@@ -40,11 +40,13 @@ static bool unsupported(CgBuild *b, const Node *n, DType dt) {
   return false;
 }
 
-/* Every operand and result f32, or (ints_ok) an integer dtype. */
+/* Every operand and result a float (f32, f16, bf16: halves are loaded,
+ * computed on in f32 and rounded when stored), or (ints_ok) an integer
+ * dtype. */
 static bool check_dtypes(CgBuild *b, const Node *n, bool ints_ok) {
   for (int i = 0; i < n->n_in + n->n_out; i++) {
     DType dt = i < n->n_in ? n->in[i]->type.dtype : n->out[i - n->n_in].type.dtype;
-    bool ok = dt == TY_F32 || (ints_ok && (dt == TY_I8 || dt == TY_I32 || dt == TY_I64));
+    bool ok = ir_dtype_is_float(dt) || (ints_ok && (dt == TY_I8 || dt == TY_I32 || dt == TY_I64));
     if (!ok) return unsupported(b, n, dt);
   }
   return true;
@@ -77,6 +79,13 @@ static KExpr *load_in(CgBuild *b, Kernel *k, KBlock *blk, const Value *v, const 
 
 static KExpr *load_of(CgBuild *b, Kernel *k, const Value *v, const char *name, KExpr *index) {
   return load_in(b, k, NULL, v, name, index);
+}
+
+/* The same as an f32 value: what arithmetic inside an op (sums,
+ * normalizations, windows) works on, whatever v is stored in. */
+static KExpr *load_f32(CgBuild *b, Kernel *k, KBlock *blk, const Value *v, const char *name,
+                       KExpr *index) {
+  return cg_kcast(k, load_in(b, k, blk, v, name, index), TY_F32);
 }
 
 /* out[index] = value, or the fusion group's epilogue from there. */
@@ -245,11 +254,11 @@ static bool lower_batchnorm(CgBuild *b, const Node *n) {
   KExpr *ch =
       cg_kidx(k, KI_MOD, cg_kidx(k, KI_DIV, m.i, cg_kint(k, inner)), cg_kint(k, t->dims[1]));
   KVar *c = cg_klet(k, &m.main, "ch", KT_INDEX, ch);
-  KExpr *xv = map_operand(b, &m, x, "x", st);
-  KExpr *w = load_of(b, k, n->in[1], "weight", cg_kv(k, c));
-  KExpr *bias = load_of(b, k, n->in[2], "bias", cg_kv(k, c));
-  KExpr *mean = load_of(b, k, n->in[3], "mean", cg_kv(k, c));
-  KExpr *var = load_of(b, k, n->in[4], "var", cg_kv(k, c));
+  KExpr *xv = cg_kcast(k, map_operand(b, &m, x, "x", st), TY_F32);
+  KExpr *w = load_f32(b, k, NULL, n->in[1], "weight", cg_kv(k, c));
+  KExpr *bias = load_f32(b, k, NULL, n->in[2], "bias", cg_kv(k, c));
+  KExpr *mean = load_f32(b, k, NULL, n->in[3], "mean", cg_kv(k, c));
+  KExpr *var = load_f32(b, k, NULL, n->in[4], "var", cg_kv(k, c));
   KExpr *den =
       cg_kop1(k, OP_SQRT, cg_kop2(k, OP_ADD, var, cg_kimm(k, ir_attr_float(n, "eps"), TY_F32)));
   KExpr *y = cg_kop2(k, OP_DIV, cg_kop2(k, OP_SUB, xv, mean), den);
@@ -310,7 +319,7 @@ static bool lower_reduce(CgBuild *b, const Node *n) {
       rs *= xt->dims[d];
     }
   }
-  red->value = load_in(b, k, &red->body, x, "x", cg_kadd(k, cg_kv(k, base), off));
+  red->value = load_f32(b, k, &red->body, x, "x", cg_kadd(k, cg_kv(k, base), off));
   KExpr *res = cg_kv(k, acc);
   if (n->op == OP_REDUCE_MEAN) res = cg_kop2(k, OP_DIV, res, cg_kimm(k, (double)group, TY_F32));
   map_store(b, &m, out, res);
@@ -392,19 +401,19 @@ static bool lower_softmax(CgBuild *b, const Node *n) {
   KVar *mx = cg_kvar(k, "mx", TY_F32), *r = cg_kvar(k, "r", KT_INDEX);
   KStmt *red =
       cg_kreduce(k, &m.main, mx, cg_kimm(k, -INFINITY, TY_F32), OP_MAXIMUM, r, cg_kint(k, len));
-  red->value = load_in(b, k, &red->body, x, "x", row_at(k, base, cg_kv(k, r), inner));
+  red->value = load_f32(b, k, &red->body, x, "x", row_at(k, base, cg_kv(k, r), inner));
   KVar *sum = cg_kvar(k, "sum", TY_F32), *r2 = cg_kvar(k, "r", KT_INDEX);
   red = cg_kreduce(k, &m.main, sum, cg_kimm(k, 0, TY_F32), OP_ADD, r2, cg_kint(k, len));
   red->value =
       cg_kop1(k, OP_EXP,
-              cg_kop2(k, OP_SUB, load_in(b, k, &red->body, x, "x", row_at(k, base, cg_kv(k, r2), inner)),
+              cg_kop2(k, OP_SUB, load_f32(b, k, &red->body, x, "x", row_at(k, base, cg_kv(k, r2), inner)),
                       cg_kv(k, mx)));
   KExpr *scale = n->op == OP_LOG_SOFTMAX ? cg_kop1(k, OP_LOG, cg_kv(k, sum)) : NULL;
   KVar *lsum = scale ? cg_klet(k, &m.main, "lsum", TY_F32, scale) : NULL;
   KVar *j = cg_kvar(k, "j", KT_INDEX);
   KStmt *loop = cg_kloop(k, &m.main, j, cg_kint(k, len), KM_SERIAL);
   KExpr *at = row_at(k, base, cg_kv(k, j), inner);
-  KExpr *v = cg_kop2(k, OP_SUB, load_in(b, k, &loop->body, x, "x", at), cg_kv(k, mx));
+  KExpr *v = cg_kop2(k, OP_SUB, load_f32(b, k, &loop->body, x, "x", at), cg_kv(k, mx));
   KExpr *y = lsum ? cg_kop2(k, OP_SUB, v, cg_kv(k, lsum))
                   : cg_kop2(k, OP_DIV, cg_kop1(k, OP_EXP, v), cg_kv(k, sum));
   store_at(b, k, &loop->body, out, at, y);
@@ -430,14 +439,14 @@ static bool lower_layernorm(CgBuild *b, const Node *n) {
   KExpr *flen = cg_kimm(k, (double)len, TY_F32);
   KVar *s = cg_kvar(k, "sum", TY_F32), *r = cg_kvar(k, "r", KT_INDEX);
   KStmt *red = cg_kreduce(k, &m.main, s, cg_kimm(k, 0, TY_F32), OP_ADD, r, cg_kint(k, len));
-  red->value = load_in(b, k, &red->body, x, "x", cg_kadd(k, cg_kv(k, base), cg_kv(k, r)));
+  red->value = load_f32(b, k, &red->body, x, "x", cg_kadd(k, cg_kv(k, base), cg_kv(k, r)));
   KVar *mean = cg_klet(k, &m.main, "mean", TY_F32, cg_kop2(k, OP_DIV, cg_kv(k, s), flen));
   KVar *sq = cg_kvar(k, "sq", TY_F32), *r2 = cg_kvar(k, "r", KT_INDEX);
   red = cg_kreduce(k, &m.main, sq, cg_kimm(k, 0, TY_F32), OP_ADD, r2, cg_kint(k, len));
   KVar *dv =
       cg_klet(k, &red->body, "d", TY_F32,
               cg_kop2(k, OP_SUB,
-                      load_in(b, k, &red->body, x, "x", cg_kadd(k, cg_kv(k, base), cg_kv(k, r2))),
+                      load_f32(b, k, &red->body, x, "x", cg_kadd(k, cg_kv(k, base), cg_kv(k, r2))),
                       cg_kv(k, mean)));
   red->value = cg_kop2(k, OP_MUL, cg_kv(k, dv), cg_kv(k, dv));
   KExpr *var = cg_kop2(k, OP_DIV, cg_kv(k, sq), flen);
@@ -448,10 +457,10 @@ static bool lower_layernorm(CgBuild *b, const Node *n) {
   KStmt *loop = cg_kloop(k, &m.main, j, cg_kint(k, len), KM_SERIAL);
   KExpr *at = cg_kadd(k, cg_kv(k, base), cg_kv(k, j));
   KExpr *y =
-      cg_kop2(k, OP_MUL, cg_kop2(k, OP_SUB, load_in(b, k, &loop->body, x, "x", at), cg_kv(k, mean)),
+      cg_kop2(k, OP_MUL, cg_kop2(k, OP_SUB, load_f32(b, k, &loop->body, x, "x", at), cg_kv(k, mean)),
               cg_kv(k, inv));
-  if (n->n_in > 1) y = cg_kop2(k, OP_MUL, y, load_of(b, k, n->in[1], "weight", cg_kv(k, j)));
-  if (n->n_in > 2) y = cg_kop2(k, OP_ADD, y, load_of(b, k, n->in[2], "bias", cg_kv(k, j)));
+  if (n->n_in > 1) y = cg_kop2(k, OP_MUL, y, load_f32(b, k, NULL, n->in[1], "weight", cg_kv(k, j)));
+  if (n->n_in > 2) y = cg_kop2(k, OP_ADD, y, load_f32(b, k, NULL, n->in[2], "bias", cg_kv(k, j)));
   store_at(b, k, &loop->body, out, at, y);
   map_end(&m);
   cg_launch(b, k);
@@ -472,7 +481,7 @@ static bool lower_global_avgpool(CgBuild *b, const Node *n) {
   KVar *s = cg_kvar(k, "sum", TY_F32), *r = cg_kvar(k, "r", KT_INDEX);
   KStmt *red = cg_kreduce(k, &m.main, s, cg_kimm(k, 0, TY_F32), OP_ADD, r, cg_kint(k, len));
   red->value =
-      load_in(b, k, &red->body, x, "x", cg_kadd(k, cg_kmul(k, m.i, cg_kint(k, len)), cg_kv(k, r)));
+      load_f32(b, k, &red->body, x, "x", cg_kadd(k, cg_kmul(k, m.i, cg_kint(k, len)), cg_kv(k, r)));
   map_store(b, &m, out, cg_kop2(k, OP_DIV, cg_kv(k, s), cg_kimm(k, (double)len, TY_F32)));
   map_end(&m);
   cg_launch(b, k);
@@ -483,8 +492,10 @@ static bool lower_global_avgpool(CgBuild *b, const Node *n) {
 
 static const uint64_t F32_BYTES = 4;
 
-static RtGemm gemm_f32(int64_t m, int64_t nn, int64_t k) {
-  RtGemm g = {.dtype = RT_DT_F32,
+/* f32, f16 or bf16 inputs and result (the same dtype codes), f32
+ * accumulation. */
+static RtGemm gemm_of(DType dt, int64_t m, int64_t nn, int64_t k) {
+  RtGemm g = {.dtype = (uint32_t)dt,
               .m = m,
               .n = nn,
               .k = k,
@@ -497,12 +508,14 @@ static RtGemm gemm_f32(int64_t m, int64_t nn, int64_t k) {
   return g;
 }
 
+static RtGemm gemm_f32(int64_t m, int64_t nn, int64_t k) { return gemm_of(TY_F32, m, nn, k); }
+
 /* Appends g, or nothing when C is empty, or zeros when k is 0 (C is
  * always contiguous here). */
 static void emit_gemm(CgBuild *b, const Node *n, const char *what, const RtGemm *g) {
   if (g->m == 0 || g->n == 0 || g->batch == 0) return;
   if (g->k == 0) {
-    cg_fill(b, n, what, g->c, TY_F32, g->batch * g->m * g->n, 0.0);
+    cg_fill(b, n, what, g->c, (DType)g->dtype, g->batch * g->m * g->n, 0.0);
     return;
   }
   cg_gemm(b, n, what, g);
@@ -513,10 +526,11 @@ static void bias_add(CgBuild *b, const Node *n, RtRef out, int64_t total, int64_
                      int64_t channels, const Value *bias) {
   if (total == 0) return;
   Kernel *k = new_kernel(b, n, "bias", "bias");
-  TensorType t = flat(TY_F32, total);
+  DType dt = n->out[0].type.dtype;
+  TensorType t = flat(dt, total);
   Map m;
   map_begin(&m, k, &t);
-  KBuf *o = cg_kglobal(k, "out", TY_F32, total, out);
+  KBuf *o = cg_kglobal(k, "out", dt, total, out);
   KExpr *ch = cg_kidx(k, KI_MOD, cg_kidx(k, KI_DIV, m.i, cg_kint(k, inner)), cg_kint(k, channels));
   KExpr *v = cg_kop2(k, OP_ADD, cg_kload(k, o, m.i), load_of(b, k, bias, "bias", ch));
   cg_kstore(k, &m.main, o, m.i, v);
@@ -542,7 +556,9 @@ static bool lower_matmul(CgBuild *b, const Node *n) {
   int64_t nbatch = numel(&batch), na = numel(&ab), nb = numel(&bb);
   if (nbatch * m * nn == 0) return true;
   RtRef ra = cg_ref(b, n->in[0]), rb = cg_ref(b, n->in[1]), rc = cg_ref(b, &n->out[0]);
-  RtGemm g = gemm_f32(m, nn, k);
+  DType dt = n->out[0].type.dtype;
+  uint64_t es = (uint64_t)ir_dtype_size(dt);
+  RtGemm g = gemm_of(dt, m, nn, k);
   g.a = ra, g.b = rb, g.c = rc;
   if (nb == 1 && na == nbatch) {
     /* One shared B: the batch folds into the rows of one product. */
@@ -569,9 +585,9 @@ static bool lower_matmul(CgBuild *b, const Node *n) {
         ob += idx * sb[d];
       }
       RtGemm one = g;
-      one.a = cg_ref_at(ra, (uint64_t)(oa * m * k) * F32_BYTES);
-      one.b = cg_ref_at(rb, (uint64_t)(ob * k * nn) * F32_BYTES);
-      one.c = cg_ref_at(rc, (uint64_t)(bi * m * nn) * F32_BYTES);
+      one.a = cg_ref_at(ra, (uint64_t)(oa * m * k) * es);
+      one.b = cg_ref_at(rb, (uint64_t)(ob * k * nn) * es);
+      one.c = cg_ref_at(rc, (uint64_t)(bi * m * nn) * es);
       emit_gemm(b, n, arena_printf(&cg_build_ctx(b)->arena, "batch %" PRId64, bi), &one);
     }
   }
@@ -585,7 +601,7 @@ static bool lower_linear(CgBuild *b, const Node *n) {
   int64_t total = numel(&out->type), rows = outf ? total / outf : 0;
   if (total == 0) return true;
   RtRef rc = cg_ref(b, out);
-  RtGemm g = gemm_f32(rows, outf, in);
+  RtGemm g = gemm_of(out->type.dtype, rows, outf, in);
   g.trans_b = 1;
   g.ldb = in;
   g.a = cg_ref(b, x), g.b = cg_ref(b, w), g.c = rc;
@@ -627,7 +643,8 @@ static bool lower_conv2d(CgBuild *b, const Node *n) {
   int64_t iwmin = -pad[1], iwmax = (OW - 1) * stride[1] - pad[1] + (KW - 1) * dil[1];
   if (groups == 1) {
     int64_t CKK = C * KH * KW;
-    RtGemm g = gemm_f32(Co, OHW, CKK);
+    DType dt = out->type.dtype;
+    RtGemm g = gemm_of(dt, Co, OHW, CKK);
     g.a = cg_ref(b, w), g.c = rc;
     g.batch = N, g.stride_a = 0, g.stride_b = CKK * OHW, g.stride_c = Co * OHW;
     bool direct = KH == 1 && KW == 1 && stride[0] == 1 && stride[1] == 1 && pad[0] == 0 &&
@@ -636,9 +653,9 @@ static bool lower_conv2d(CgBuild *b, const Node *n) {
       g.b = cg_ref(b, x); /* x[n] is already the [C, H*W] matrix */
     } else {
       /* cols[n][(c*KH + kh)*KW + kw][oh*OW + ow] = x[n][c][ih][iw], or 0 in the padding. */
-      g.b = cg_scratch(b, n, (uint64_t)(N * CKK * OHW) * F32_BYTES);
+      g.b = cg_scratch(b, n, (uint64_t)(N * CKK * OHW) * (uint64_t)ir_dtype_size(dt));
       Kernel *k = new_kernel(b, n, "im2col", "im2col");
-      TensorType space = ir_type_make(TY_F32, 6, (int64_t[]){N, C, KH, KW, OH, OW});
+      TensorType space = ir_type_make(dt, 6, (int64_t[]){N, C, KH, KW, OH, OW});
       Map m;
       map_begin(&m, k, &space);
       KVar *ih =
@@ -654,8 +671,8 @@ static bool lower_conv2d(CgBuild *b, const Node *n) {
           k, cg_kmul(k, cg_kadd(k, cg_kmul(k, plane, cg_kint(k, H)), cg_kv(k, ih)), cg_kint(k, W)),
           cg_kv(k, iw));
       KExpr *v = load_of(b, k, x, "x", xi);
-      if (cond) v = cg_ksel(k, cond, v, cg_kimm(k, 0, TY_F32));
-      cg_kstore(k, &m.main, cg_kglobal(k, "cols", TY_F32, N * CKK * OHW, g.b), m.i, v);
+      if (cond) v = cg_ksel(k, cond, v, cg_kimm(k, 0, dt));
+      cg_kstore(k, &m.main, cg_kglobal(k, "cols", dt, N * CKK * OHW, g.b), m.i, v);
       map_end(&m);
       cg_launch(b, k);
     }
@@ -700,10 +717,10 @@ static bool lower_conv2d(CgBuild *b, const Node *n) {
               cg_kv(k, kw));
   KBlock *at = &l3->body;
   if (cond) at = &cg_kif(k, at, cond)->body;
-  KExpr *prod = cg_kop2(k, OP_MUL, load_in(b, k, at, x, "x", xi), load_in(b, k, at, w, "w", wi));
+  KExpr *prod = cg_kop2(k, OP_MUL, load_f32(b, k, at, x, "x", xi), load_f32(b, k, at, w, "w", wi));
   cg_kset(k, at, acc, cg_kop2(k, OP_ADD, cg_kv(k, acc), prod));
   KExpr *res = cg_kv(k, acc);
-  if (n->n_in > 2) res = cg_kop2(k, OP_ADD, res, load_of(b, k, n->in[2], "bias", co));
+  if (n->n_in > 2) res = cg_kop2(k, OP_ADD, res, load_f32(b, k, NULL, n->in[2], "bias", co));
   map_store(b, &m, out, res);
   map_end(&m);
   cg_launch(b, k);
@@ -757,7 +774,7 @@ static bool lower_pool2d(CgBuild *b, const Node *n) {
               cg_kmul(k, cg_kadd(k, cg_kmul(k, cg_kv(k, plane), cg_kint(k, H)), cg_kv(k, ih)),
                       cg_kint(k, W)),
               cg_kv(k, iw));
-  KExpr *v = load_in(b, k, at, x, "x", xi);
+  KExpr *v = load_f32(b, k, at, x, "x", xi);
   cg_kset(k, at, acc, cg_kop2(k, is_max ? OP_MAXIMUM : OP_ADD, cg_kv(k, acc), v));
   if (count && !include_pad) cg_kset(k, at, count, inc);
   KExpr *res = cg_kv(k, acc);
@@ -788,14 +805,9 @@ static bool lower_reshape(CgBuild *b, const Node *n) {
   return true;
 }
 
-/* A kernel out[i] = x[src(i)] built by a caller-provided index. */
-static bool move_dtypes(CgBuild *b, const Node *n) {
-  for (int i = 0; i < n->n_in; i++) {
-    DType dt = n->in[i]->type.dtype;
-    if (dt == TY_F16 || dt == TY_BF16) return unsupported(b, n, dt);
-  }
-  return true;
-}
+/* A kernel out[i] = x[src(i)] built by a caller-provided index: any
+ * dtype, the bytes move as they are. */
+static bool move_dtypes(CgBuild *b, const Node *n) { return true; }
 
 static bool lower_transpose_expand_slice(CgBuild *b, const Node *n) {
   if (!move_dtypes(b, n)) return false;
@@ -1028,7 +1040,9 @@ static void rnn_cell(CgBuild *b, const Node *n, const Rnn *r, const char *what, 
  * h and c live in the h_n / c_n results themselves, so the last state
  * needs no copy.  Every layer's sequence has the caller's layout. */
 static bool lower_rnn(CgBuild *b, const Node *n) {
-  if (!check_dtypes(b, n, false)) return false;
+  /* f32 only: the precision pass keeps recurrent layers in f32. */
+  for (int i = 0; i < n->n_in; i++)
+    if (n->in[i]->type.dtype != TY_F32) return unsupported(b, n, n->in[i]->type.dtype);
   Arena *ar = &cg_build_ctx(b)->arena;
   Rnn r = {.lstm = n->op == OP_LSTM,
            .bf = ir_attr_int(n, "batch_first") != 0,

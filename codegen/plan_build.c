@@ -1,8 +1,9 @@
 /* The plan builder: takes a verified graph, returns an RtPlan and the CUDA
  * source it launches.  It decides where every value lives (weights in
  * graph order, inputs and outputs in their own spaces, everything else in
- * the arena), lowers node after node through lower_kernels.c, and keeps
- * one kernel per distinct text. */
+ * the arena, derived weights after the weights), lowers the init graph
+ * (initgraph.c) into the init steps and then the rest node after node
+ * through lower_kernels.c, and keeps one kernel per distinct text. */
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,9 +23,15 @@ struct CgBuild {
   RtRef *home;
   bool *has_home;
   uint64_t arena_top, weights_top;
+  uint64_t derived_top; /* from weights_bytes: the derived region */
+  CgInit init;
 
+  /* The init steps, then a run's: one list, so that liveness and the
+   * planner see init as the first steps of a run (its scratch is free
+   * once a run starts). */
   RtStep *steps;
   int n_steps, cap_steps;
+  int n_init_steps;
 
   RtKernel *kernels;
   const char **keys; /* each kernel's text under a neutral name: the dedupe key */
@@ -92,11 +99,12 @@ static void set_home(CgBuild *b, const Value *v, RtRef r) {
 }
 
 /* The one place that decides where values live: weights, inputs and
- * outputs in their spaces, every other value and every scratch range a
- * slot of the arena (place), laid out by plan_memory once the steps are
- * known.  Consts and reshapes get bytes while lowering: a const only
- * when something needs it in memory, a reshape the bytes of its
- * operand. */
+ * outputs in their spaces, values of the init graph that a run reads in
+ * the derived region after the weights, every other value and every
+ * scratch range a slot of the arena (place), laid out by plan_memory
+ * once the steps are known.  Consts and reshapes get bytes while
+ * lowering: a const only when something needs it in memory, a reshape
+ * the bytes of its operand. */
 static bool plan_storage(CgBuild *b) {
   Graph *g = b->g;
   int n_in = 0, n_par = 0;
@@ -129,10 +137,22 @@ static bool plan_storage(CgBuild *b) {
       set_home(b, &n->out[0], b->weights[w].where);
     }
   }
+  uint64_t weights_bytes = align_up(b->weights_top);
+  for (Node *n = g->first; n; n = n->next) {
+    if (!b->init.node[n->id] || n->op == OP_RESHAPE) continue;
+    for (int i = 0; i < n->n_out; i++) {
+      if (!b->init.need[n->out[i].id]) continue;
+      RtRef r = {.space = RT_SPACE_WEIGHTS, .offset = weights_bytes + align_up(b->derived_top)};
+      b->derived_top = r.offset - weights_bytes + value_bytes(&n->out[i]);
+      set_home(b, &n->out[i], r);
+    }
+  }
   for (int i = 0; i < g->n_outputs; i++) {
     const Value *v = g->outputs[i];
     RtRef r = {.space = RT_SPACE_OUTPUT, .index = (uint32_t)i};
     b->outputs[i] = desc_of(g->output_names[i], v, r);
+    /* Init steps never write OUTPUT: a run copies the derived value. */
+    if (b->init.node[v->def->id]) continue;
     /* Computed straight into the output, unless it already lives
      * elsewhere: then a copy at the end (emit_output_copies). */
     if (!b->has_home[v->id]) set_home(b, v, r);
@@ -421,7 +441,16 @@ bool cg_check_memory(const CgResult *r, char *err, size_t len) {
   }
   int bi, bj;
   ShareCheck sc = {r->buffers};
-  if (top > p->arena_bytes) {
+  /* Buffers are live over steps numbered init steps first. */
+  int n_init = (int)p->n_init_steps;
+  int across = -1;
+  for (int k = 0; k < nb && across < 0; k++)
+    if (r->buffers[k].lower < n_init && r->buffers[k].upper > n_init) across = k;
+  if (across >= 0) {
+    snprintf(err, len, "%s is in the arena from init step %d to step %d: it does not last between runs",
+             r->buffers[across].what, r->buffers[across].lower, r->buffers[across].upper - 1 - n_init);
+    ok = false;
+  } else if (top > p->arena_bytes) {
     snprintf(err, len, "buffers reach byte %" PRIu64 " of an arena of %" PRIu64, top,
              p->arena_bytes);
     ok = false;
@@ -442,7 +471,7 @@ bool cg_check_memory(const CgResult *r, char *err, size_t len) {
    * the steps with the live buffers sorted by offset. */
   LiveAt *live = ARENA_ARRAY(&a, LiveAt, nb + 1);
   int n_live = 0;
-  for (uint32_t s = 0; s < p->n_steps && ok; s++) {
+  for (uint32_t s = 0; s < p->n_init_steps + p->n_steps && ok; s++) {
     int k2 = 0;
     for (int q = 0; q < n_live; q++)
       if (r->buffers[live[q].k].upper > (int)s) live[k2++] = live[q];
@@ -454,7 +483,7 @@ bool cg_check_memory(const CgResult *r, char *err, size_t len) {
       while (at > 0 && live[at - 1].off > x->ref.offset) live[at] = live[at - 1], at--;
       live[at] = (LiveAt){x->ref.offset, x->ref.offset + x->nbytes, k};
     }
-    const RtStep *st = &p->steps[s];
+    const RtStep *st = s < p->n_init_steps ? &p->init_steps[s] : &p->steps[s - p->n_init_steps];
     RtRef refs[3];
     int nr = 0;
     const RtArg *args = st->kind == RT_STEP_LAUNCH ? st->launch.args : NULL;
@@ -479,8 +508,9 @@ bool cg_check_memory(const CgResult *r, char *err, size_t len) {
       bool inside = false;
       for (int q2 = l - 1; q2 >= 0 && !inside; q2--) inside = ref.offset <= live[q2].end;
       if (!inside) {
-        snprintf(err, len, "step %u (%s) uses arena+%" PRIu64 ", in no buffer live then", s,
-                 st->label, ref.offset);
+        snprintf(err, len, "%sstep %u (%s) uses arena+%" PRIu64 ", in no buffer live then",
+                 s < p->n_init_steps ? "init " : "",
+                 s < p->n_init_steps ? s : s - p->n_init_steps, st->label, ref.offset);
         ok = false;
       }
     }
@@ -578,11 +608,10 @@ static uint32_t intern_kernel(CgBuild *b, const Kernel *k) {
       .name = name, .uses_barriers = k->uses_barriers, .static_shared_bytes = k->shared_bytes};
   b->keys[i] = key;
   b->texts[i] = cg_emit_kernel(b->ctx, k, name, true);
-  for (int p = 0; p < k->n_params; p++)
-    if (k->params[p].buf) {
-      b->needs_fp16 |= k->params[p].buf->dtype == TY_F16;
-      b->needs_bf16 |= k->params[p].buf->dtype == TY_BF16;
-    }
+  /* Half values may live in a kernel's expressions only (a cast, an
+   * immediate), so the text says which header it needs. */
+  b->needs_fp16 |= strstr(b->texts[i], "__half") != NULL;
+  b->needs_bf16 |= strstr(b->texts[i], "bfloat16") != NULL;
   return (uint32_t)i;
 }
 
@@ -649,6 +678,46 @@ static const char *join_source(CgBuild *b) {
   return s;
 }
 
+/* One node at a time, or a whole fusion group at its root: those of the
+ * init graph (init) or the others. */
+static void lower_nodes(CgBuild *b, CgGroup **groups, bool init) {
+  for (Node *n = b->g->first; n && !diag_should_stop(b->ctx); n = n->next) {
+    if (b->init.node[n->id] != init) continue;
+    if (n->group < 0) {
+      cg_lower_node(b, n);
+    } else if (groups[n->id]) {
+      b->group = groups[n->id];
+      cg_lower_group(b, groups[n->id]);
+      b->group = NULL;
+    }
+  }
+}
+
+/* Init steps see the weights, the derived region and arena values of
+ * their own: a const they need in memory is filled into the arena by an
+ * init step, and nothing in the arena lasts from init into a run (init
+ * runs once, the run many times), so a run gets homes of its own. */
+static void begin_init(CgBuild *b, RtRef *run_home, bool *run_has_home) {
+  memcpy(run_home, b->home, sizeof *run_home * (size_t)b->n_values);
+  memcpy(run_has_home, b->has_home, sizeof *run_has_home * (size_t)b->n_values);
+  for (int v = 0; v < b->n_values; v++)
+    if (b->has_home[v] && b->home[v].space == RT_SPACE_OUTPUT) b->has_home[v] = false;
+}
+
+/* Back to a run's homes, keeping those the init graph's values got (an
+ * alias of a param or of the derived region). */
+static void end_init(CgBuild *b, const RtRef *run_home, const bool *run_has_home) {
+  b->n_init_steps = b->n_steps;
+  for (Node *n = b->g->first; n; n = n->next) {
+    if (b->init.node[n->id]) continue;
+    for (int i = 0; i < n->n_out; i++) {
+      int v = n->out[i].id;
+      b->home[v] = run_home[v];
+      b->has_home[v] = run_has_home[v];
+    }
+  }
+}
+
 bool cg_compile(Graph *g, CgResult *out) { return cg_compile_opts(g, NULL, out); }
 
 bool cg_compile_opts(Graph *g, const CgOptions *o, CgResult *out) {
@@ -663,18 +732,16 @@ bool cg_compile_opts(Graph *g, const CgOptions *o, CgResult *out) {
   for (Node *n = g->first; n; n = n->next) b->n_values += n->n_out;
   b->home = ARENA_ARRAY(&c->arena, RtRef, b->n_values + 1);
   b->has_home = ARENA_ARRAY(&c->arena, bool, b->n_values + 1);
-  if (!plan_storage(b)) return false;
-  /* One node at a time, or a whole fusion group at its root. */
   CgGroup **groups = cg_find_groups(c, g);
-  for (Node *n = g->first; n && !diag_should_stop(c); n = n->next) {
-    if (n->group < 0) {
-      cg_lower_node(b, n);
-    } else if (groups[n->id]) {
-      b->group = groups[n->id];
-      cg_lower_group(b, groups[n->id]);
-      b->group = NULL;
-    }
-  }
+  b->init = cg_split_init(c, g, groups);
+  if (!plan_storage(b)) return false;
+  /* The init graph first, into the init steps; then a run's. */
+  RtRef *run_home = ARENA_ARRAY(&c->arena, RtRef, b->n_values + 1);
+  bool *run_has_home = ARENA_ARRAY(&c->arena, bool, b->n_values + 1);
+  begin_init(b, run_home, run_has_home);
+  lower_nodes(b, groups, true);
+  end_init(b, run_home, run_has_home);
+  lower_nodes(b, groups, false);
   if (c->diag.errors > errors) return false;
   emit_output_copies(b);
   plan_memory(b);
@@ -686,10 +753,13 @@ bool cg_compile_opts(Graph *g, const CgOptions *o, CgResult *out) {
   p->source = join_source(b);
   p->n_kernels = (uint32_t)b->n_kernels;
   p->kernels = b->kernels;
-  p->n_steps = (uint32_t)b->n_steps;
-  p->steps = b->steps;
+  p->n_init_steps = (uint32_t)b->n_init_steps;
+  p->init_steps = b->n_init_steps ? b->steps : NULL;
+  p->n_steps = (uint32_t)(b->n_steps - b->n_init_steps);
+  p->steps = b->steps ? b->steps + b->n_init_steps : NULL;
   p->arena_bytes = align_up(b->arena_top);
   p->weights_bytes = align_up(b->weights_top);
+  p->derived_bytes = align_up(b->derived_top);
   p->n_weights = (uint32_t)b->n_weights;
   p->weights = b->weights;
   p->n_inputs = (uint32_t)b->n_inputs;

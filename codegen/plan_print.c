@@ -1,6 +1,6 @@
 /* The plan as text (--emit=plan): takes an RtPlan, writes its spaces,
- * tensors, kernels and steps one a line, in the order the runtime runs
- * them.  Deterministic, so tests can diff it. */
+ * tensors, kernels, init steps and steps one a line, in the order the
+ * runtime runs them.  Deterministic, so tests can diff it. */
 #include <inttypes.h>
 
 #include "codegen.h"
@@ -44,10 +44,50 @@ static void print_gemm(FILE *f, const RtGemm *g) {
   cg_print_ref(f, g->c);
 }
 
+static void print_step(FILE *f, const RtPlan *p, const RtStep *s) {
+  switch (s->kind) {
+    case RT_STEP_LAUNCH: {
+      const RtLaunch *l = &s->launch;
+      fprintf(f,
+              "launch %s grid=%" PRIu32 ",%" PRIu32 ",%" PRIu32 " block=%" PRIu32 ",%" PRIu32
+              ",%" PRIu32,
+              l->kernel < p->n_kernels ? p->kernels[l->kernel].name : "?", l->grid[0], l->grid[1],
+              l->grid[2], l->block[0], l->block[1], l->block[2]);
+      if (l->dynamic_shared_bytes) fprintf(f, " shared=%" PRIu32, l->dynamic_shared_bytes);
+      fputs(" (", f);
+      for (uint32_t a = 0; a < l->n_args; a++) {
+        const RtArg *arg = &l->args[a];
+        if (a) fputs(", ", f);
+        switch (arg->kind) {
+          case RT_ARG_PTR: cg_print_ref(f, arg->ref); break;
+          case RT_ARG_I32: fprintf(f, "i32 %" PRId64, arg->i); break;
+          case RT_ARG_I64: fprintf(f, "i64 %" PRId64, arg->i); break;
+          case RT_ARG_F32: fprintf(f, "f32 %.9g", (double)arg->f); break;
+          default: fputs("?", f);
+        }
+      }
+      fputc(')', f);
+      break;
+    }
+    case RT_STEP_GEMM: print_gemm(f, &s->gemm); break;
+    case RT_STEP_COPY:
+      fputs("copy ", f);
+      cg_print_ref(f, s->copy.dst);
+      fputs(" <- ", f);
+      cg_print_ref(f, s->copy.src);
+      fprintf(f, " %" PRIu64 " bytes", s->copy.nbytes);
+      break;
+    default: fprintf(f, "step kind %" PRIu32, s->kind);
+  }
+  fprintf(f, "  ; %s\n", s->label ? s->label : "");
+}
+
 void cg_print_plan(FILE *f, const RtPlan *p) {
   fprintf(f, "plan \"%s\" version %" PRIu32 "\n", p->model_name ? p->model_name : "", p->version);
-  fprintf(f, "weights %" PRIu64 " bytes, arena %" PRIu64 " bytes\n", p->weights_bytes,
-          p->arena_bytes);
+  fprintf(f, "weights %" PRIu64 " bytes, ", p->weights_bytes);
+  if (p->derived_bytes) fprintf(f, "derived %" PRIu64 " bytes at weights+%" PRIu64 ", ", p->derived_bytes,
+                                p->weights_bytes);
+  fprintf(f, "arena %" PRIu64 " bytes\n", p->arena_bytes);
   for (uint32_t i = 0; i < p->n_inputs; i++) print_desc(f, "input ", i, &p->inputs[i]);
   for (uint32_t i = 0; i < p->n_outputs; i++) print_desc(f, "output ", i, &p->outputs[i]);
   for (uint32_t i = 0; i < p->n_weights; i++) print_desc(f, "weight ", i, &p->weights[i]);
@@ -58,44 +98,18 @@ void cg_print_plan(FILE *f, const RtPlan *p) {
     if (k->static_shared_bytes) fprintf(f, " shared=%" PRIu32, k->static_shared_bytes);
     fputc('\n', f);
   }
+  /* Apart from a run's steps ("  12  launch ..."), so that counting a
+   * run's launches in this text does not count them. */
+  if (p->n_init_steps) {
+    fprintf(f, "init steps %" PRIu32 " (once per change of the weights)\n", p->n_init_steps);
+    for (uint32_t i = 0; i < p->n_init_steps; i++) {
+      fprintf(f, "  init %3" PRIu32 "  ", i);
+      print_step(f, p, &p->init_steps[i]);
+    }
+  }
   fprintf(f, "steps %" PRIu32 "\n", p->n_steps);
   for (uint32_t i = 0; i < p->n_steps; i++) {
-    const RtStep *s = &p->steps[i];
     fprintf(f, "  %3" PRIu32 "  ", i);
-    switch (s->kind) {
-      case RT_STEP_LAUNCH: {
-        const RtLaunch *l = &s->launch;
-        fprintf(f,
-                "launch %s grid=%" PRIu32 ",%" PRIu32 ",%" PRIu32 " block=%" PRIu32 ",%" PRIu32
-                ",%" PRIu32,
-                l->kernel < p->n_kernels ? p->kernels[l->kernel].name : "?", l->grid[0], l->grid[1],
-                l->grid[2], l->block[0], l->block[1], l->block[2]);
-        if (l->dynamic_shared_bytes) fprintf(f, " shared=%" PRIu32, l->dynamic_shared_bytes);
-        fputs(" (", f);
-        for (uint32_t a = 0; a < l->n_args; a++) {
-          const RtArg *arg = &l->args[a];
-          if (a) fputs(", ", f);
-          switch (arg->kind) {
-            case RT_ARG_PTR: cg_print_ref(f, arg->ref); break;
-            case RT_ARG_I32: fprintf(f, "i32 %" PRId64, arg->i); break;
-            case RT_ARG_I64: fprintf(f, "i64 %" PRId64, arg->i); break;
-            case RT_ARG_F32: fprintf(f, "f32 %.9g", (double)arg->f); break;
-            default: fputs("?", f);
-          }
-        }
-        fputc(')', f);
-        break;
-      }
-      case RT_STEP_GEMM: print_gemm(f, &s->gemm); break;
-      case RT_STEP_COPY:
-        fputs("copy ", f);
-        cg_print_ref(f, s->copy.dst);
-        fputs(" <- ", f);
-        cg_print_ref(f, s->copy.src);
-        fprintf(f, " %" PRIu64 " bytes", s->copy.nbytes);
-        break;
-      default: fprintf(f, "step kind %" PRIu32, s->kind);
-    }
-    fprintf(f, "  ; %s\n", s->label ? s->label : "");
+    print_step(f, p, &p->steps[i]);
   }
 }

@@ -2,7 +2,8 @@
  * nest in place.  cg_unroll marks small constant loops (window taps, short
  * reductions, a thread's tile) for full unrolling, which the emitter
  * prints as `#pragma unroll`; cg_vectorize turns a contiguous elementwise
- * map into 16-byte float4 loads and stores with a scalar tail. */
+ * map into 16-byte float4 loads and stores (8-byte uint2 of four f16 or
+ * bf16) with a scalar tail. */
 #include <string.h>
 
 #include "kernel.h"
@@ -50,9 +51,15 @@ static const KParam *param_of_buf(const Kernel *k, const KBuf *b) {
   return NULL;
 }
 
+/* Four lanes: a float4 (16 bytes) of f32, or a uint2 (8 bytes) of f16 or
+ * bf16, which the emitter unpacks lane by lane; the arithmetic stays in
+ * f32 either way (these maps are bound by memory, not by math). */
 static bool aligned(const Kernel *k, const KBuf *b) {
   const KParam *p = param_of_buf(k, b);
-  return p && b->space == KSP_GLOBAL && b->dtype == TY_F32 && p->arg.ref.offset % 16 == 0;
+  if (!p || b->space != KSP_GLOBAL) return false;
+  if (b->dtype == TY_F32) return p->arg.ref.offset % 16 == 0;
+  if (b->dtype == TY_F16 || b->dtype == TY_BF16) return p->arg.ref.offset % 8 == 0;
+  return false;
 }
 
 /* Every load in e is of a global buffer; those at exactly i must be
@@ -149,7 +156,7 @@ bool cg_vectorize(Kernel *k) {
   KExpr *base = cg_kmul(k, cg_kv(k, i4), cg_kint(k, LANES));
   for (int j = 0; j < v.n_bufs; j++) {
     KStmt *s = new_stmt(k, &loop->body, KS_VLOAD);
-    s->var = v.vars[j] = cg_kvar(k, "v", TY_F32);
+    s->var = v.vars[j] = cg_kvar(k, "v", v.bufs[j]->dtype);
     s->buf = v.bufs[j];
     s->index = base;
   }

@@ -72,6 +72,8 @@ static const char usage[] =
     "  --unroll=N         unroll loops of at most N constant trips (default 8)\n"
     "  --no-unroll        unroll no loop at all\n"
     "  --no-vectorize     no float4 loads and stores in elementwise kernels\n"
+    "  --precision=P      f32 (default), f16 or bf16: activations and weights in P,\n"
+    "                     sensitive ops in f32, f32 accumulation (docs/passes.md)\n"
     "\n"
     "  -o FILE.so         build the model as a shared library with a C ABI (libdlcrt\n"
     "                     runs it: dlcc run FILE.so, or a host program with FILE.h)\n"
@@ -129,6 +131,15 @@ int driver_pass_option(const char *arg, PassOptions *po) {
       {"--no-unroll", offsetof(PassOptions, no_unroll)},
       {"--no-vectorize", offsetof(PassOptions, no_vectorize)},
   };
+  if (strncmp(arg, "--precision=", 12) == 0) {
+    DType t;
+    if (!ir_dtype_from_name(arg + 12, &t) || (t != TY_F32 && t != TY_F16 && t != TY_BF16)) {
+      fprintf(stderr, "dlcc: error: --precision expects f32, f16 or bf16, got '%s'\n", arg + 12);
+      return -1;
+    }
+    po->precision = t;
+    return 1;
+  }
   if (strncmp(arg, "--unroll=", 9) == 0) {
     char *end;
     errno = 0;
@@ -293,6 +304,8 @@ static void print_plan_stats(FILE *f, const CgResult *cg) {
   fprintf(f, "%10u plan: kernels\n", p->n_kernels);
   fprintf(f, "%10u plan: kernel launches\n", launches);
   fprintf(f, "%10u plan: steps (launches, GEMMs, copies)\n", p->n_steps);
+  fprintf(f, "%10u plan: init steps (once per change of the weights)\n", p->n_init_steps);
+  fprintf(f, "%10" PRIu64 " plan: derived weight bytes\n", p->derived_bytes);
   fprintf(f, "%10" PRIu64 " plan: arena bytes\n", p->arena_bytes);
   /* the memory planner against no reuse and against the bound */
   double lb = cg->lower_bound ? (double)cg->lower_bound : 1;

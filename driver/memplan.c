@@ -47,7 +47,11 @@ typedef struct Problem {
   MemBuf *bufs;
   const char **ids;
   int errors;
+  uint64_t total; /* sum of sizes padded to their alignment */
 } Problem;
+
+/* No arena is larger: offsets and sums stay far from overflowing. */
+#define MAX_TOTAL_BYTES ((uint64_t)1 << 62)
 
 static void line_error(Problem *p, FILE *err, const char *path, int line, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
@@ -181,6 +185,13 @@ static void read_problem(Arena *a, FILE *f, const char *path, Problem *p, FILE *
       line_error(p, err, path, lineno, "alignment %" PRId64 " is not a power of two", align);
       continue;
     }
+    uint64_t padded = (uint64_t)size + (uint64_t)align - 1;
+    if ((uint64_t)size >= MAX_TOTAL_BYTES || (uint64_t)align >= MAX_TOTAL_BYTES ||
+        padded > MAX_TOTAL_BYTES - p->total) {
+      line_error(p, err, path, lineno, "the sizes add up to more than 2^62 bytes, more than any arena");
+      continue;
+    }
+    p->total += padded;
     if (p->n == p->cap) {
       int old = p->cap, c = old ? 2 * old : 1024;
       p->bufs = arena_realloc(a, p->bufs, sizeof(MemBuf) * (size_t)old, sizeof(MemBuf) * (size_t)c);

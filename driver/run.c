@@ -62,7 +62,8 @@ static const char run_usage[] =
     "                      ref (the reference interpreter)\n"
     "  -D NAME=VALUE       as for dlcc\n"
     "  --model=NAME        as for dlcc\n"
-    "  -O0, -O1, -O2       graph optimization, as for dlcc (default -O2)\n";
+    "  -O0, -O1, -O2       graph optimization, as for dlcc (default -O2)\n"
+    "  --precision=P       f32 (default), f16 or bf16, as for dlcc\n";
 
 /* "--flag=value" or "--flag value". */
 static const char *flag_value(int argc, char **argv, int *i, const char *flag) {
@@ -117,6 +118,8 @@ static int parse_run_args(int argc, char **argv, RunOptions *o) {
       InputArg *in = &o->inputs[o->n_inputs++];
       in->name = strndup(v, (size_t)(eq - v));
       in->path = eq + 1;
+    } else if ((v = flag_value(argc, argv, &i, "--precision"))) {
+      o->api.precision = v;
     } else if ((v = flag_value(argc, argv, &i, "--model"))) {
       o->api.model = v;
     } else if (strncmp(a, "-D", 2) == 0) {
@@ -204,8 +207,12 @@ static bool load_input(const InputArg *in, const dlc_tensor_info *info, RtTensor
     } else {
       snprintf(got, sizeof got, "%s data", rt_dtype_name(rt->dtype));
     }
-    fprintf(stderr, "dlcc: error: input '%s': %s holds %s, the model expects %s\n", in->name,
-            in->path, got, want);
+    /* NumPy makes float64 and int64 unless told otherwise. */
+    static const char *const np_names[] = {"float32", "float16", NULL, "int8", "int32", "int64"};
+    const char *np = (int)rt->dtype != (int)info->dtype && (unsigned)info->dtype <= DLC_I64
+                         ? np_names[info->dtype] : NULL;
+    fprintf(stderr, "dlcc: error: input '%s': %s holds %s, the model expects %s%s%s%s\n", in->name,
+            in->path, got, want, np ? " (save it with x.astype(np." : "", np ? np : "", np ? "))" : "");
     return false;
   }
   return true;
@@ -392,8 +399,14 @@ static int run_model(RunOptions *o) {
   }
   for (int i = 0; i < o->n_inputs; i++)
     if (dlc_input_index(m, o->inputs[i].name) < 0) {
-      fprintf(stderr, "dlcc: error: --input %s: the model has no input '%s'\n", o->inputs[i].path,
-              o->inputs[i].name);
+      fprintf(stderr, "dlcc: error: --input %s=%s: the model has no input '%s'; its inputs:",
+              o->inputs[i].name, o->inputs[i].path, o->inputs[i].name);
+      for (int k = 0; k < dlc_num_inputs(m); k++) {
+        dlc_tensor_info info;
+        dlc_input_info(m, k, &info);
+        fprintf(stderr, "%s %s", k ? "," : "", info.name);
+      }
+      fputc('\n', stderr);
       goto done;
     }
   for (int i = 0; i < dlc_num_inputs(m); i++) {

@@ -109,6 +109,19 @@ Program *fe_parse(Ctx *c, const SrcFile *file) {
   const char *text = file->text ? file->text : "";
   size_t len = file->text ? file->len : 0;
   const char *nul = memchr(text, 0, len);
+  /* The files a user has beside a model, given in its place. */
+  const char *what = NULL;
+  if (len >= 6 && memcmp(text, "\x93NUMPY", 6) == 0)
+    what = "a NumPy array (.npy), not a model: give it to 'dlcc run' as --input NAME=FILE";
+  else if (len >= 10 && memcmp(text + 8, "{\"", 2) == 0)
+    what = "a safetensors file, not a model: give it as --weights FILE";
+  else if (len >= 4 && (memcmp(text, "PK\x03\x04", 4) == 0 || (unsigned char)text[0] == 0x80))
+    what = "a PyTorch checkpoint (zip or pickle), not a model: write the network in a .dl file "
+           "and save its state_dict with safetensors";
+  if (nul && what) {
+    diag_error(c, (SrcLoc){0}, "%s is %s", file->name, what);
+    return NULL;
+  }
   if (nul) {
     diag_error(c, loc_of_offset(file, (size_t)(nul - text)), "not a text file (NUL byte)");
     return NULL;
@@ -185,7 +198,7 @@ static void dump_float(FILE *f, double v) {
 
 static void dump_scope(FILE *f, const Scope *s) {
   for (int i = 0; i < s->n; i++) {
-    if (i) fputc('.', f);
+    if (i && !s->parts[i].glue) fputc('.', f);
     if (s->parts[i].expr) {
       fputc('{', f);
       dump_expr(f, s->parts[i].expr);
@@ -232,6 +245,12 @@ static void dump_expr(FILE *f, const Expr *e) {
   case EX_ARG:
     if (e->s) fprintf(f, "%s=", e->s);
     dump_expr(f, e->lhs);
+    break;
+  case EX_INDEX:
+    dump_expr(f, e->lhs);
+    fputc('[', f);
+    dump_expr(f, e->rhs);
+    fputc(']', f);
     break;
   case EX_AS:
     fputc('(', f);

@@ -35,6 +35,7 @@ typedef enum {
   EX_CALL,   /* s: callee; args (each an EX_ARG) */
   EX_ARG,    /* s: keyword or NULL for positional; lhs: the value */
   EX_AS,     /* lhs: the expression; scope: the name scope for its layers */
+  EX_INDEX,  /* lhs[rhs]: an element of a compile-time list, tuple or string */
 } ExprKind;
 
 /* Binary operators beyond single characters. */
@@ -55,6 +56,7 @@ typedef struct ScopePart {
   const char *text; /* NULL when expr is set */
   Expr *expr;
   SrcLoc loc;
+  bool glue; /* joined to the part before it without a '.': denselayer{i} */
 } ScopePart;
 
 typedef struct Scope {

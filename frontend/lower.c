@@ -49,12 +49,12 @@ MapEntry *fe_map(Lower *l, StrMap *m, const char *key, bool insert) {
 
 /* ---- errors ---- */
 
-bool fe_error(Lower *l, SrcLoc loc, const char *fmt, ...) {
+/* The error, an optional note of its own (note_msg), then the block calls
+ * it happened in. */
+static bool error_v(Lower *l, SrcLoc loc, SrcLoc note_loc, const char *note_msg, const char *fmt,
+                    va_list ap) {
   char msg[1024], key[1200];
-  va_list ap;
-  va_start(ap, fmt);
   vsnprintf(msg, sizeof msg, fmt, ap);
-  va_end(ap);
   snprintf(key, sizeof key, "%p:%d:%d:%s", (const void *)loc.file, loc.line, loc.col, msg);
   if (fe_map(l, &l->reported, key, false)) {
     /* The same mistake in every iteration of a long loop: after enough
@@ -64,7 +64,37 @@ bool fe_error(Lower *l, SrcLoc loc, const char *fmt, ...) {
   }
   fe_map(l, &l->reported, key, true);
   diag_error(l->c, loc, "%s", msg);
+  if (note_msg) diag_note(l->c, note_loc, "%s", note_msg);
+  /* An error inside a block says which call it came from, innermost
+   * first: the same block is called from many places, often in loops. */
+  enum { MAX_CHAIN = 8 };
+  for (int i = l->depth - 1, shown = 0; i >= 0; i--, shown++) {
+    if (shown == MAX_CHAIN) {
+      diag_note(l->c, (SrcLoc){0}, "... and %d more enclosing block call%s", i + 1, i ? "s" : "");
+      break;
+    }
+    diag_note(l->c, l->call_locs[i], "in block '%s', called from here", l->stack[i]->name);
+  }
   return true;
+}
+
+bool fe_error(Lower *l, SrcLoc loc, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  bool r = error_v(l, loc, (SrcLoc){0}, NULL, fmt, ap);
+  va_end(ap);
+  return r;
+}
+
+static bool error_noted(Lower *l, SrcLoc loc, SrcLoc note_loc, const char *note_msg,
+                        const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+static bool error_noted(Lower *l, SrcLoc loc, SrcLoc note_loc, const char *note_msg,
+                        const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  bool r = error_v(l, loc, note_loc, note_msg, fmt, ap);
+  va_end(ap);
+  return r;
 }
 
 /* ---- values ---- */
@@ -169,8 +199,8 @@ Value *fe_param(Lower *l, const char *scope, const char *name, const TensorType 
   char tb[IR_TYPE_STR_MAX];
   MapEntry *e = fe_map(l, &l->params, full, false);
   if (e) {
-    if (fe_error(l, loc, "parameter '%s' is defined twice", full))
-      diag_note(l->c, e->loc, "'%s' was first defined here", full);
+    error_noted(l, loc, e->loc, arena_printf(l->a, "'%s' was first defined here", full),
+                "parameter '%s' is defined twice", full);
     return NULL;
   }
   if (ir_type_numel(t) < 0) {
@@ -672,7 +702,7 @@ static const char *eval_scope(Lower *l, Frame *f, const Scope *s) {
         continue;
       }
     }
-    out = i ? arena_printf(l->a, "%s.%s", out, text) : arena_strdup(l->a, text);
+    out = i ? arena_printf(l->a, p->glue ? "%s%s" : "%s.%s", out, text) : arena_strdup(l->a, text);
   }
   return ok ? out : NULL;
 }
@@ -841,19 +871,21 @@ static Val call_block(Lower *l, int idx, const Expr *e, const char *scope, Args 
       given[j] = true;
     }
   }
+  /* Before entering the block, so the error is not also "in" it. */
+  for (int i = 0; ok && i < b->n_params; i++) {
+    if (given[i] || b->params[i].default_val) continue;
+    fe_error(l, e->loc, "block '%s': missing argument '%s'", b->name, b->params[i].name);
+    ok = false;
+  }
   if (!ok || a->poison) return val_poison();
   const char *saved = l->prefix;
   if (scope) l->prefix = scope;
+  l->call_locs[l->depth] = e->loc;
   l->stack[l->depth++] = b;
   /* Defaults are evaluated in the callee, so one may use the parameters
    * before it: block f(x, c, hidden=c * 4). */
   for (int i = 0; ok && i < b->n_params; i++) {
     if (given[i]) continue;
-    if (!b->params[i].default_val) {
-      fe_error(l, e->loc, "block '%s': missing argument '%s'", b->name, b->params[i].name);
-      ok = false;
-      break;
-    }
     frame_set(l, nf, b->params[i].name, eval(l, nf, b->params[i].default_val));
   }
   if (ok) exec_stmts(l, nf, &b->body);
@@ -868,10 +900,49 @@ static Val call_block(Lower *l, int idx, const Expr *e, const char *scope, Args 
   return nf->ret;
 }
 
+/* precision="f32", accepted by every layer, op and block call (unless a
+ * block declares a parameter of that name): takes it out of a's keyword
+ * arguments.  Returns false after reporting a bad value. */
+static bool take_precision(Lower *l, const Expr *e, Args *a, bool *keep) {
+  for (int k = 0; k < a->n_kw; k++) {
+    if (strcmp(a->kw_names[k], "precision") != 0) continue;
+    Val v = a->kw[k];
+    bool ok = v.kind == V_POISON || (v.kind == V_STR && strcmp(v.s, "f32") == 0);
+    if (!ok) {
+      char buf[128];
+      fe_error(l, a->kw_locs[k], "%s: precision must be \"f32\" (keeps the call in f32 under "
+               "--precision=f16 or bf16), got %s", e->s, fe_describe(&v, buf, sizeof buf));
+    }
+    *keep = v.kind == V_STR;
+    for (int j = k + 1; j < a->n_kw; j++) {
+      a->kw_names[j - 1] = a->kw_names[j];
+      a->kw_locs[j - 1] = a->kw_locs[j];
+      a->kw[j - 1] = a->kw[j];
+    }
+    a->n_kw--;
+    return ok;
+  }
+  return true;
+}
+
+static bool block_has_param(const Lower *l, int idx, const char *name) {
+  const Item *b = l->p->items[idx];
+  for (int i = 0; i < b->n_params; i++)
+    if (strcmp(b->params[i].name, name) == 0) return true;
+  return false;
+}
+
+static Val call_pinned(Lower *l, Frame *f, const Expr *e, const char *scope, Args *a);
+
 static Val eval_call(Lower *l, Frame *f, const Expr *e, const char *scope) {
   Args a;
   eval_args(l, f, e, &a);
   MapEntry *be = fe_map(l, &l->blocks, e->s, false);
+  if (!be || !block_has_param(l, (int)be->n, "precision")) {
+    bool keep = false;
+    if (!take_precision(l, e, &a, &keep)) a.poison = true;
+    if (keep) return call_pinned(l, f, e, scope, &a);
+  }
   if (be) return call_block(l, (int)be->n, e, scope, &a);
   if (fe_is_scalar_fn(e->s)) {
     bool nums = a.n_kw == 0 && a.n_pos >= 1;
@@ -898,6 +969,54 @@ static Val eval_call(Lower *l, Frame *f, const Expr *e, const char *scope) {
     return val_poison();
   }
   return call_builtin(l, b, e, scope, &a);
+}
+
+/* The call with every node it adds marked #f32 (Node.keep_f32). */
+static Val call_pinned(Lower *l, Frame *f, const Expr *e, const char *scope, Args *a) {
+  Node *before = l->g->last;
+  MapEntry *be = fe_map(l, &l->blocks, e->s, false);
+  Val r;
+  const Builtin *b = be ? NULL : fe_builtin(e->s);
+  if (be)
+    r = call_block(l, (int)be->n, e, scope, a);
+  else if (b)
+    r = call_builtin(l, b, e, scope, a);
+  else {
+    fe_error(l, e->loc, "%s: precision applies to layers, ops and blocks", e->s);
+    return val_poison();
+  }
+  for (Node *n = before ? before->next : l->g->first; n; n = n->next)
+    if (ir_ops[n->op].cls != K_SOURCE) n->keep_f32 = true;
+  return r;
+}
+
+/* list[i], tuple[i], string[i]: Python's rules, negative i from the end. */
+static Val eval_index(Lower *l, Frame *f, const Expr *e) {
+  Val a = eval(l, f, e->lhs), i = eval(l, f, e->rhs);
+  if (a.kind == V_POISON || i.kind == V_POISON) return val_poison();
+  char buf[IR_TYPE_STR_MAX + 32];
+  int64_t n;
+  if (a.kind == V_LIST || a.kind == V_TUPLE) {
+    n = a.list.n;
+  } else if (a.kind == V_STR) {
+    n = (int64_t)strlen(a.s);
+  } else {
+    fe_error(l, e->loc, "cannot index %s%s", fe_describe(&a, buf, sizeof buf),
+             a.kind == V_TENSOR ? " (take a part of a tensor with slice(x, axis, start, end))" : "");
+    return val_poison();
+  }
+  if (i.kind != V_INT) {
+    fe_error(l, e->rhs->loc, "an index must be an int, got %s", fe_describe(&i, buf, sizeof buf));
+    return val_poison();
+  }
+  int64_t k = i.i < 0 ? i.i + n : i.i;
+  if (k < 0 || k >= n) {
+    fe_error(l, e->rhs->loc, "index %" PRId64 " is out of range for a %s of length %" PRId64, i.i,
+             a.kind == V_STR ? "string" : a.kind == V_LIST ? "list" : "tuple", n);
+    return val_poison();
+  }
+  if (a.kind == V_STR) return val_str(arena_strndup(l->a, a.s + k, 1));
+  return a.list.v[k];
 }
 
 static Val eval(Lower *l, Frame *f, const Expr *e) {
@@ -932,6 +1051,7 @@ static Val eval(Lower *l, Frame *f, const Expr *e) {
       return v;
     }
     case EX_ARG: return eval(l, f, e->lhs);
+    case EX_INDEX: return eval_index(l, f, e);
   }
   dl_unreachable(l->c);
 }
@@ -1257,6 +1377,15 @@ static void lower_model(Lower *l, const Item *m) {
     const char *rn = m->results[i].name;
     names[i] = rn ? rn : n == 1 ? "output" : arena_printf(l->a, "output%d", i);
   }
+  /* Outputs are found by name (dlc_get_output, --output-dir NAME.npy). */
+  for (int i = 0; ok && i < n; i++)
+    for (int j = 0; j < i; j++)
+      if (strcmp(names[i], names[j]) == 0) {
+        fe_error(l, m->results[i].loc, "model result '%s' is named twice%s", names[i],
+                 m->results[i].name && m->results[j].name ? "" : " (unnamed results are output0, output1, ...)");
+        ok = false;
+        break;
+      }
   if (ok) ir_set_outputs(l->g, n, outs, names);
 }
 
@@ -1353,6 +1482,7 @@ Graph *fe_lower(Ctx *c, const Program *p, const LowerOptions *opt) {
   l->prefix = "";
   l->globals = frame_new(l);
   l->stack = ARENA_ARRAY(l->a, const Item *, FE_MAX_DEPTH);
+  l->call_locs = ARENA_ARRAY(l->a, SrcLoc, FE_MAX_DEPTH);
   for (int i = 0; i < p->n_items; i++) {
     const Item *it = p->items[i];
     if (it->kind != IT_BLOCK) continue;

@@ -82,6 +82,7 @@ typedef struct Lower {
   StrMap blocks;      /* block name -> index into p->items */
   StrMap reported;    /* one-time messages already given */
   const Item **stack; /* blocks being called, outermost first */
+  SrcLoc *call_locs;  /* where each of them was called */
   int depth;
   long steps;
   long n_dup;   /* errors suppressed as repeats */

@@ -55,6 +55,12 @@ typedef struct Parser {
   int pending_kind;
   Tok pending_val;
   SrcLoc pending_loc;
+  /* Inside an `as` scope at nesting depth scope_depth, and where the last
+   * token started: a '{' right after a name part (denselayer{i}) glues. */
+  bool in_scope;
+  int scope_depth;
+  SrcLoc last_loc;
+  Tok prev_val; /* the value of the token before the lookahead */
   /* The lookahead bison holds, for yyreport_syntax_error. */
   Tok la_val;
   TermWhy la_term;

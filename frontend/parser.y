@@ -38,6 +38,7 @@ static Scope *scope_add(Parser *ps, Scope *s, int kind, Tok t, Expr *e, SrcLoc l
 static TypeExpr *new_type(Parser *ps, Tok name, SrcLoc loc, ExprList *dims);
 static Item *new_item(Parser *ps, ItemKind k, Tok name, SrcLoc loc);
 static ExprList *expr_list(Parser *ps, ExprList *l, Expr *e);
+static void discard_brace(Parser *ps);
 #define C (ps->c)
 }
 
@@ -76,6 +77,9 @@ static ExprList *expr_list(Parser *ps, ExprList *l, Expr *e);
 %token TK_AND "keyword 'and'" TK_OR "keyword 'or'" TK_NOT "keyword 'not'"
 %token TK_POW "'**'" TK_FLOORDIV "'//'" TK_EQ "'=='" TK_NE "'!='" TK_LE "'<='" TK_GE "'>='"
 %token TK_DOTDOT "'..'" TK_ARROW "'->'"
+/* A '{' after a scope part, glued to it: denselayer{i}.  i is 1 when a space
+ * came between them (an error, reported with a hint, not a stray body). */
+%token <tok> TK_GLUE "'{'"
 %token TERM "newline"
 %token TK_NEWLINE "raw newline" /* only between scanner and filter */
 
@@ -102,6 +106,10 @@ static ExprList *expr_list(Parser *ps, ExprList *l, Expr *e);
 %type <result> result
 %type <results> results result_list
 
+/* Error recovery that throws away a '{' must also throw away its '}', or
+ * that '}' closes the enclosing body and every later line is misread. */
+%token <tok> '{'
+%destructor { discard_brace(ps); } '{' TK_GLUE
 %%
 
 program:
@@ -213,9 +221,9 @@ dims:
   ;
 
 body:
-    '{' stmts '}'           { $$ = $2; }
+    '{' stmts '}'           { (void)$1; $$ = $2; }
     /* Resynchronise at the end of the body when its last statement broke. */
-  | '{' stmts error '}'     { $$ = $2; }
+  | '{' stmts error '}'     { (void)$1; $$ = $2; }
   ;
 
 stmts:
@@ -325,6 +333,7 @@ primary:
     }
   | '[' list_items ']'      { $$ = fe_ast_expr(C, EX_LIST, @1); $$->items = *$2; }
   | '(' expr ')'            { $$ = $2; }
+  | primary '[' expr ']'    { $$ = fe_ast_binary(C, '[', @2, $1, $3); $$->kind = EX_INDEX; }
   ;
 
 call_args:
@@ -351,11 +360,17 @@ scope:
     TK_IDENT                { $$ = scope_add(ps, NULL, TK_IDENT, $1, NULL, @1); }
   | TK_INT                  { $$ = scope_add(ps, NULL, TK_INT, $1, NULL, @1); }
   | TK_FLOAT                { $$ = scope_add(ps, NULL, TK_FLOAT, $1, NULL, @1); }
-  | '{' expr '}'            { $$ = scope_add(ps, NULL, '{', (Tok){0}, $2, @1); }
+  | '{' expr '}'            { (void)$1; $$ = scope_add(ps, NULL, '{', (Tok){0}, $2, @1); }
   | scope '.' TK_IDENT      { $$ = scope_add(ps, $1, TK_IDENT, $3, NULL, @3); }
   | scope '.' TK_INT        { $$ = scope_add(ps, $1, TK_INT, $3, NULL, @3); }
   | scope '.' TK_FLOAT      { $$ = scope_add(ps, $1, TK_FLOAT, $3, NULL, @3); }
-  | scope '.' '{' expr '}'  { $$ = scope_add(ps, $1, '{', (Tok){0}, $4, @3); }
+  | scope '.' '{' expr '}'  { (void)$3; $$ = scope_add(ps, $1, '{', (Tok){0}, $4, @3); }
+  | scope TK_GLUE expr '}'  {
+      if ($2.i)
+        diag_error(C, @2, "no space may come before '{' in a scope: write name{expr} (one part, "
+                          "as in denselayer{i}) or name.{expr} (two parts)");
+      $$ = scope_add(ps, $1, TK_GLUE, (Tok){0}, $3, @2);
+    }
   ;
 
 %%
@@ -396,8 +411,9 @@ static Item *new_item(Parser *ps, ItemKind k, Tok name, SrcLoc loc) {
  * tell apart from a number: "conv.0.1" scans as conv . 0.1. */
 static Scope *scope_add(Parser *ps, Scope *s, int kind, Tok t, Expr *e, SrcLoc loc) {
   if (!s) s = ARENA_NEW(&ps->c->arena, Scope);
-  if (kind == '{') {
+  if (kind == '{' || kind == TK_GLUE) {
     fe_ast_push_part(ps->c, s, NULL, e, loc);
+    s->parts[s->n - 1].glue = kind == TK_GLUE;
   } else if (kind == TK_FLOAT) {
     size_t a = strspn(t.text, "0123456789");
     size_t b = t.text[a] == '.' ? strspn(t.text + a + 1, "0123456789") : 0;
@@ -457,12 +473,36 @@ static void unread(Parser *ps, int t, const FE_YYSTYPE *lval, const FE_YYLTYPE *
 static int emit(Parser *ps, int t, const FE_YYSTYPE *lval, TermWhy why) {
   ps->prev = ps->last;
   ps->last = t;
+  ps->prev_val = ps->la_val;
   ps->la_val = lval->tok;
   ps->la_term = why;
+  if (t == TK_AS) {
+    ps->in_scope = true;
+    ps->scope_depth = ps->depth;
+  } else if (ps->in_scope && ps->depth <= ps->scope_depth && t != TK_IDENT && t != TK_INT &&
+             t != TK_FLOAT && t != '.' && t != '}') {
+    ps->in_scope = false;
+  }
   return t;
 }
 
-static int top(const Parser *ps) { return ps->depth ? ps->nest[ps->depth - 1] : BR_BODY; }
+/* A bracket whose '{' the grammar discarded while recovering from an error:
+ * the filter then swallows its '}'. */
+enum { BR_DISCARDED = 0x80 };
+
+static int top(const Parser *ps) {
+  return ps->depth ? ps->nest[ps->depth - 1] & ~BR_DISCARDED : BR_BODY;
+}
+
+static void discard_brace(Parser *ps) {
+  for (int i = ps->depth - 1; i >= 0; i--) {
+    int b = ps->nest[i] & ~BR_DISCARDED;
+    if ((b == BR_BODY || b == BR_INTERP) && !(ps->nest[i] & BR_DISCARDED)) {
+      ps->nest[i] |= BR_DISCARDED;
+      return;
+    }
+  }
+}
 
 static bool push(Parser *ps, Bracket b, SrcLoc loc) {
   if (ps->depth == FE_MAX_NEST) {
@@ -503,9 +543,23 @@ static int yylex(FE_YYSTYPE *lval, FE_YYLTYPE *lloc, Parser *ps) {
     case '[':
       if (!push(ps, BR_BRACKET, *lloc)) continue;
       break;
-    case '{':
-      if (!push(ps, ps->last == TK_AS || ps->last == '.' ? BR_INTERP : BR_BODY, *lloc)) continue;
+    case '{': {
+      /* In a scope, a '{' after a part glues to it; with a space between
+       * them it is still taken as one (and reported), since as a body it
+       * would unbalance every brace after it. */
+      bool glue = ps->in_scope && ps->depth == ps->scope_depth &&
+                  (ps->last == TK_IDENT || ps->last == TK_INT || ps->last == '}');
+      int end = ps->last_loc.col + (ps->last == '}' ? 1 : ps->la_val.text ? (int)strlen(ps->la_val.text) : 0);
+      bool spaced = lloc->line != ps->last_loc.line || lloc->col != end;
+      if (!push(ps, ps->last == TK_AS || ps->last == '.' || glue ? BR_INTERP : BR_BODY, *lloc))
+        continue;
+      if (glue) {
+        ps->last_loc = *lloc;
+        lval->tok = (Tok){.i = spaced};
+        return emit(ps, TK_GLUE, lval, TERM_NEWLINE);
+      }
       break;
+    }
     case ')':
       if (top(ps) == BR_PAREN && ps->depth) ps->depth--;
       break;
@@ -519,7 +573,7 @@ static int yylex(FE_YYSTYPE *lval, FE_YYLTYPE *lloc, Parser *ps) {
          * signal.  Close everything up to it; the grammar reports the
          * missing ')' or ']'. */
         while (ps->depth && (top(ps) == BR_PAREN || top(ps) == BR_BRACKET)) ps->depth--;
-        if (ps->depth) ps->depth--;
+        if (ps->depth && (ps->nest[--ps->depth] & BR_DISCARDED)) continue;
         break;
       }
       if (top(ps) == BR_BODY && can_end(ps->last)) {
@@ -527,7 +581,7 @@ static int yylex(FE_YYSTYPE *lval, FE_YYLTYPE *lloc, Parser *ps) {
         lval->tok = (Tok){0};
         return emit(ps, TERM, lval, TERM_BEFORE_BRACE);
       }
-      ps->depth--;
+      if (ps->nest[--ps->depth] & BR_DISCARDED) continue;
       break;
     case 0:
       if (top(ps) == BR_BODY && can_end(ps->last)) {
@@ -539,6 +593,7 @@ static int yylex(FE_YYSTYPE *lval, FE_YYLTYPE *lloc, Parser *ps) {
     default:
       break;
     }
+    ps->last_loc = *lloc;
     return emit(ps, t, lval, TERM_NEWLINE);
   }
 }
@@ -626,6 +681,7 @@ static int yyreport_syntax_error(const yypcontext_t *yyctx, Parser *ps) {
   int n = yypcontext_expected_tokens(yyctx, exp, YYNTOKENS);
   bool set[YYNTOKENS] = {false};
   for (int i = 0; i < n; i++) set[exp[i]] = true;
+  set[YYSYMBOL_TK_GLUE] = false; /* a '{' after a scope part: never the likely fix */
 
   const char *names[YYNTOKENS + 3];
   int m = 0;
@@ -644,6 +700,14 @@ static int yyreport_syntax_error(const yypcontext_t *yyctx, Parser *ps) {
   bool others = false;
   for (int k = 0; k < YYNTOKENS; k++)
     if (set[k] && !is_operator((yysymbol_kind_t)k) && k != YYSYMBOL_YYEOF) others = true;
+  /* '[' after an expression would index it: name it only where it is all
+   * that can come (the dims of a type, f32[...]). */
+  if (set[CH('[')]) {
+    bool alone = !want_expr && !want_stmt && !want_item;
+    for (int k = 0; alone && k < YYNTOKENS; k++)
+      if (set[k] && k != CH('[') && !is_operator((yysymbol_kind_t)k) && k != YYSYMBOL_YYEOF) alone = false;
+    if (!alone) set[CH('[')] = false;
+  }
   if (others || want_expr || want_stmt || want_item) set[YYSYMBOL_YYEOF] = false;
 
   if (want_expr) names[m++] = "an expression";
@@ -665,6 +729,18 @@ static int yyreport_syntax_error(const yypcontext_t *yyctx, Parser *ps) {
   for (int i = 0; i < m; i++) {
     if (i > 0) strcat(list, i == m - 1 ? " or " : ", ");
     strncat(list, names[i], sizeof list - strlen(list) - 8);
+  }
+  /* A misspelt keyword: "modle m(...)" at the top, "retrun x" in a body. */
+  static const char *const items[] = {"let", "block", "model"};
+  static const char *const stmts[] = {"return", "param", "let", "for", "if", "else"};
+  const char *kw = NULL;
+  if (want_item && la == YYSYMBOL_TK_IDENT && ps->la_val.text)
+    kw = diag_suggest(ps->la_val.text, items, (int)ARRAY_LEN(items));
+  else if (set[CH('=')] && ps->prev == TK_IDENT && ps->prev_val.text)
+    kw = diag_suggest(ps->prev_val.text, stmts, (int)ARRAY_LEN(stmts));
+  if (kw) {
+    diag_error(ps->c, loc, "unexpected %s, expected %s (did you mean the keyword '%s'?)", found, list, kw);
+    return 0;
   }
   diag_error(ps->c, loc, "unexpected %s, expected %s", found, list);
   return 0;

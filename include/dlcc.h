@@ -73,6 +73,11 @@ typedef struct dlc_options {
    * it).  0, as in a zeroed struct, is the default, 2; DLC_O0 turns the
    * optimizer off. */
   int opt_level;
+  /* Mixed precision, as dlcc's --precision: "f16" or "bf16" stores
+   * activations and weights in that type (sensitive ops in f32, f32
+   * accumulation); NULL or "f32" keeps everything f32.  Inputs and
+   * outputs keep their declared types either way. */
+  const char *precision;
 } dlc_options;
 
 enum { DLC_O0 = -1 };

@@ -79,7 +79,9 @@ const char *dlrt_backend(const DlrtModel *m); /* "cuda" or "emu"; "" before open
 
 /* The whole weights blob (the plan's weights_bytes), or one weight by
  * name, or every weight from a safetensors file (names, dtypes and
- * shapes must match the plan's). */
+ * shapes must match the plan's).  What the model computes from the
+ * weights alone (folded batch norms, ...) is computed again at the next
+ * dlrt_run, once. */
 DlrtStatus dlrt_set_weights(DlrtModel *m, const void *data, size_t nbytes);
 DlrtStatus dlrt_set_weight(DlrtModel *m, const char *name, const void *data, size_t nbytes);
 DlrtStatus dlrt_load_weights(DlrtModel *m, const char *safetensors_path);
@@ -96,7 +98,8 @@ DlrtStatus dlrt_output_info(const DlrtModel *m, int index, DlrtTensorInfo *out);
  * stays there for every later run until set again. */
 DlrtStatus dlrt_set_input(DlrtModel *m, int index, const void *data, size_t nbytes);
 DlrtStatus dlrt_set_input_by_name(DlrtModel *m, const char *name, const void *data, size_t nbytes);
-/* Runs every step and waits for the device. */
+/* Runs every step and waits for the device; first the plan's init steps
+ * when the weights changed since they last ran (and at the first run). */
 DlrtStatus dlrt_run(DlrtModel *m);
 /* Copies output index (nbytes: exactly its size) from the last run. */
 DlrtStatus dlrt_get_output(DlrtModel *m, int index, void *data, size_t nbytes);

@@ -76,6 +76,10 @@ struct Node {
   /* Fusion group (passes/fuse.c): nodes with the same group >= 0 become
    * one kernel; -1 = none.  Printed as a trailing "#kN" (docs/ir.md). */
   int group;
+  /* Per-op precision override (the language's precision="f32", printed
+   * "#f32"): passes that lower precision (passes/precision.c, later
+   * quantization) leave this node in f32. */
+  bool keep_f32;
 };
 
 typedef struct Graph {

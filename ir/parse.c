@@ -515,6 +515,12 @@ static void parse_node(Parser *p) {
     p->pos++;
   }
   skip_ws(p);
+  /* "#f32": the per-op precision override. */
+  if (strncmp(p->line + p->pos, "#f32", 4) == 0 && !is_name_char(p->line[p->pos + 4])) {
+    n->keep_f32 = true;
+    p->pos += 4;
+    skip_ws(p);
+  }
   if (p->line[p->pos] == '#') {
     /* "#kN": the node's fusion group. */
     size_t at = p->pos++;
@@ -617,8 +623,15 @@ static void parse_return(Parser *p, size_t at) {
       error_at(p, p->pos, "expected 'as' and the output's name, found %s", found(p));
       return;
     }
+    skip_ws(p);
+    size_t oat = p->pos;
     const char *out = string_lit(p, "the output's name");
     if (!out) return;
+    for (int i = 0; i < n; i++)
+      if (strcmp(names[i], out) == 0) {
+        error_at(p, oat, "output name \"%s\" is used twice", out);
+        return;
+      }
     if (n == cap) {
       int bigger = cap ? cap * 2 : 4;
       vals = arena_realloc(a, vals, sizeof *vals * (size_t)cap, sizeof *vals * (size_t)bigger);

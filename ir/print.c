@@ -60,6 +60,7 @@ static void print_node_body(FILE *f, const Node *n) {
     fputs(i ? ", " : " ", f);
     print_type(f, &n->out[i].type);
   }
+  if (n->keep_f32) fputs(" #f32", f);
   if (n->group >= 0) fprintf(f, " #k%d", n->group);
 }
 

@@ -308,8 +308,17 @@ bool shape_softmax(const Node *n, TensorType *out, char *err, size_t errlen) {
   return true;
 }
 
+/* A negative eps can make the variance plus eps zero or negative: inf and
+ * nan on every element, with nothing to say why. */
+static bool eps_ok(const Node *n, char *err, size_t errlen) {
+  double eps = ir_attr_float(n, "eps");
+  if (eps >= 0 && eps <= 1e30) return true;
+  return fail(err, errlen, "%s: eps must be a finite number >= 0, got %g", ir_ops[n->op].name, eps);
+}
+
 bool shape_layernorm(const Node *n, TensorType *out, char *err, size_t errlen) {
   if (!operands_ok(n, err, errlen)) return false;
+  if (!eps_ok(n, err, errlen)) return false;
   const TensorType *x = in_type(n, 0);
   int axis;
   if (!need_float(n, x, err, errlen)) return false;
@@ -336,6 +345,7 @@ bool shape_global_pool(const Node *n, TensorType *out, char *err, size_t errlen)
 
 bool shape_batchnorm(const Node *n, TensorType *out, char *err, size_t errlen) {
   if (!operands_ok(n, err, errlen)) return false;
+  if (!eps_ok(n, err, errlen)) return false;
   const TensorType *x = in_type(n, 0);
   if (x->rank < 2)
     return fail(err, errlen, "batchnorm expects an input [N, C, ...] of rank >= 2, got %s",

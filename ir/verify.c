@@ -325,6 +325,11 @@ bool ir_verify(Graph *g) {
       fail(&v, NULL, "output %d is null", i);
     else if (!set_has_ptr(&defined, g->outputs[i]))
       fail(&v, NULL, "output %d (\"%s\") is not a value of this graph", i, name ? name : "");
+    for (int j = 0; name && j < i; j++)
+      if (g->output_names[j] && strcmp(g->output_names[j], name) == 0) {
+        fail(&v, NULL, "output name \"%s\" is used twice", name);
+        break;
+      }
   }
   if (v.ok) check_groups(&v, count);
   return v.ok;

@@ -21,7 +21,10 @@
  *
  * What is never done: a value with a use outside the group, or a graph
  * output, is never inside a group, so nothing is computed by two
- * kernels.  Inside one kernel cheap work may repeat: an elementwise
+ * kernels.  A function of the weights alone (params and consts, never an
+ * input) is never inside a group whose root is not one: codegen computes
+ * those once after the weights are set (codegen/initgraph.c), and a
+ * run's kernel loads the result instead of recomputing it.  Inside one kernel cheap work may repeat: an elementwise
  * member broadcast to a larger root is evaluated per element of the
  * root, and a prologue member once per load (three times per element in
  * softmax and layernorm, once per window tap in pooling and convolution).
@@ -49,16 +52,21 @@ typedef struct Fuser {
   int *role;        /* by node id: Role bits of a candidate's uses */
   int *heap, n_heap;
   bool *attention;  /* by node id: a matmul of an attention (its operands are fused) */
+  bool *weight_only; /* by node id: computed from params and consts alone */
 } Fuser;
 
-static bool is_f32(const TensorType *t) { return t->dtype == TY_F32; }
+/* The float types the fused lowering computes in (f16 and bf16 values
+ * are loaded, computed on in f32 and rounded where they are stored). */
+static bool is_float_type(const TensorType *t) {
+  return t->dtype == TY_F32 || t->dtype == TY_F16 || t->dtype == TY_BF16;
+}
 
-/* f32 throughout and not empty: what the fused lowering handles. */
+/* Floats throughout and not empty: what the fused lowering handles. */
 static bool types_ok(const Node *n) {
   for (int i = 0; i < n->n_in; i++)
-    if (!is_f32(&n->in[i]->type)) return false;
+    if (!is_float_type(&n->in[i]->type)) return false;
   for (int i = 0; i < n->n_out; i++)
-    if (!is_f32(&n->out[i].type) || ir_type_numel(&n->out[i].type) <= 0) return false;
+    if (!is_float_type(&n->out[i].type) || ir_type_numel(&n->out[i].type) <= 0) return false;
   return true;
 }
 
@@ -193,10 +201,18 @@ static bool can_root(const Node *n) {
  * the batch dims equal.  The group's kernel computes each output element
  * with a max pass and a sum pass over the scores, so the scores and the
  * probabilities are never stored.  Returns the nodes from the softmax
- * down to the first matmul (chain[0] = softmax), or 0. */
+ * down to the first matmul (chain[0] = softmax), then the cast after the
+ * softmax if there is one, or 0. */
 static int attention_chain(const Fuser *f, const Node *m2, Node **chain, int cap) {
   if (m2->op != OP_MATMUL || m2->out[0].type.rank < 2) return 0;
   const Node *sm = m2->in[0]->def;
+  /* Mixed precision puts a cast between the f32 softmax and the f16
+   * product: it comes along as the chain's last node. */
+  const Node *cast = NULL;
+  if (sm->op == OP_CAST && sm->group < 0 && single_use(f, &sm->out[0]) && types_ok(sm)) {
+    cast = sm;
+    sm = sm->in[0]->def;
+  }
   if (sm->op != OP_SOFTMAX || sm->group >= 0 || !types_ok(sm)) return 0;
   int rank = sm->out[0].type.rank;
   if (ir_attr_int(sm, "axis") != rank - 1 && ir_attr_int(sm, "axis") != -1) return 0;
@@ -229,6 +245,10 @@ static int attention_chain(const Fuser *f, const Node *m2, Node **chain, int cap
   if (q->rank != rank || k->rank != rank || vv->rank != rank || s->rank != rank) return 0;
   for (int d = 0; d < rank - 2; d++)
     if (q->dims[d] != o->dims[d] || k->dims[d] != o->dims[d] || vv->dims[d] != o->dims[d]) return 0;
+  if (cast) {
+    if (n == cap) return 0;
+    chain[n++] = (Node *)cast;
+  }
   return n;
 }
 
@@ -245,11 +265,14 @@ static Node *absorb_attention(Fuser *f, Node *p, int gid, Node **members, int *n
   Node *chain[16];
   int len = attention_chain(f, p, chain, (int)ARRAY_LEN(chain));
   if (!len || *n + len > MAX_MEMBERS) return NULL;
+  for (int i = 0; i < len; i++)
+    if (f->weight_only[chain[i]->id] != f->weight_only[p->id]) return NULL;
   for (int i = 0; i < len; i++) {
     members[(*n)++] = chain[i];
     f->mark[chain[i]->id] = gid;
   }
-  f->attention[p->id] = f->attention[chain[len - 1]->id] = true;
+  const Node *m1 = chain[len - 1]->op == OP_CAST ? chain[len - 2] : chain[len - 1];
+  f->attention[p->id] = f->attention[m1->id] = true;
   /* Q, K, V and the chain's other operands are read by the kernel. */
   for (int i = 0; i < len; i++)
     for (int j = 0; j < chain[i]->n_in; j++) push_value(f, chain[i]->in[j], gid);
@@ -273,6 +296,7 @@ static int grow(Fuser *f, Node *root, int gid) {
     f->role[p->id] = 0;
     if (n == MAX_MEMBERS || p->group >= 0 || f->mark[p->id] == gid) continue;
     if (p->n_out != 1 || !types_ok(p) || !uses_inside(f, p, gid)) continue;
+    if (f->weight_only[p->id] && !f->weight_only[root->id]) continue;
     OpClass cls = ir_ops[p->op].cls;
     bool take = cls == K_ELEMWISE || is_index_move(p->op) || is_leaf_op(p->op);
     if (take && (role & ROLE_PRO) && cls == K_ELEMWISE && better_as_epilogue(f, p, 0)) take = false;
@@ -322,10 +346,17 @@ bool pass_fuse(Graph *g, PassCtx *pc) {
   f.role = ARENA_ARRAY(a, int, n_nodes + 1);
   f.heap = ARENA_ARRAY(a, int, n_nodes * 4 + 8);
   f.attention = ARENA_ARRAY(a, bool, n_nodes + 1);
+  f.weight_only = ARENA_ARRAY(a, bool, n_nodes + 1);
   int *old = ARENA_ARRAY(a, int, n_nodes + 1);
   int n_uses = 0;
   for (Node *n = g->first; n; n = n->next) {
     f.node_of[n->id] = n;
+    bool w = n->op == OP_PARAM || n->op == OP_CONST;
+    if (n->op != OP_INPUT && n->n_in > 0) {
+      w = true;
+      for (int i = 0; i < n->n_in && w; i++) w = f.weight_only[n->in[i]->def->id];
+    }
+    f.weight_only[n->id] = w;
     old[n->id] = n->group;
     n->group = -1;
     f.mark[n->id] = -1;

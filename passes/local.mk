@@ -8,5 +8,6 @@ libdlcc_la_SOURCES += \
 	passes/cse.c \
 	passes/dce.c \
 	passes/bnfold.c \
+	passes/precision.c \
 	passes/fuse.c \
 	passes/memplan.c passes/memplan.h

@@ -61,6 +61,9 @@ typedef struct PassOptions {
   int unroll;               /* copied into PassCtx */
   bool no_unroll;
   bool no_vectorize;        /* --no-vectorize: codegen's float4 pass off */
+  /* --precision=f16|bf16: the precision pass runs first (TY_F32, the
+   * zero, leaves the graph in f32). */
+  DType precision;
 } PassOptions;
 
 /* The pass of that name, or NULL. */
@@ -79,6 +82,11 @@ bool pass_check_options(Ctx *c, const PassOptions *o);
 bool pass_run_pipeline(Graph *g, const PassOptions *o, FILE *dump);
 /* Ops in g: nodes other than input, param and const. */
 int pass_count_ops(const Graph *g);
+/* After fusion (precision.c): kernels that only convert (a cast, or a
+ * group of casts and reshapes over a GEMM's result), split into those
+ * over weights only (params and consts: work a load-time step can do
+ * once) and the rest. */
+void pass_count_cast_kernels(Graph *g, int *standalone, int *over_weights);
 
 /* ---- rewriting helpers (rewrite.c) ----
  * Passes walk the graph once in order and replace values as they go.

@@ -72,14 +72,13 @@ static const Stage pipeline_o1[] = {
     {"simplify", 1, false}, {"fold", 1, false}, {"cse", 1, false}, {"dce", 1, false},
 };
 
-/* bn-fold is not here yet: the folded weights it builds are subgraphs
- * over the params, and until codegen computes those once at load they
- * would be recomputed on every run (371 extra ops on ResNet-50).  Fusion
- * alone already puts each batchnorm in its conv's epilogue.  Run it with
- * --passes=...,bn-fold,... meanwhile. */
+/* bn-fold's folded weights are subgraphs over the params: codegen
+ * computes them in the plan's init steps, once after the weights are
+ * set (codegen/initgraph.c), so a run's convolution loads W' and adds b'
+ * where it used to normalize every element. */
 static const Stage pipeline_o2[] = {
     {"simplify", 1, false}, {"fold", 1, false},     {"cse", 1, false},
-    {"dce", 1, false},      {"scale-shift", 0, false},
+    {"dce", 1, false},      {"bn-fold", 0, false},  {"scale-shift", 0, false},
     {"simplify", 2, false}, {"fold", 2, false},     {"cse", 2, false},
     {"dce", 2, false},      {"fuse", 0, true},
 };
@@ -221,6 +220,13 @@ static const char **split_passes(Ctx *c, const char *list, int *count) {
   return ok ? names : NULL;
 }
 
+static bool list_has(const char *list, const char *name) {
+  size_t n = strlen(name);
+  for (const char *p = list; p; p = strchr(p, ',') ? strchr(p, ',') + 1 : NULL)
+    if (strncmp(p, name, n) == 0 && (p[n] == ',' || !p[n])) return true;
+  return false;
+}
+
 bool pass_check_options(Ctx *c, const PassOptions *o) {
   bool ok = true;
   if (o->passes) {
@@ -229,6 +235,10 @@ bool pass_check_options(Ctx *c, const PassOptions *o) {
   }
   if (o->print_before) ok &= check_name(c, o->print_before, "--print-before");
   if (o->print_after) ok &= check_name(c, o->print_after, "--print-after");
+  if (o->precision != TY_F32 && o->precision != TY_F16 && o->precision != TY_BF16) {
+    diag_error(c, (SrcLoc){0}, "unknown precision %s (expected f32, f16 or bf16)", ir_dtype_name(o->precision));
+    ok = false;
+  }
   if (o->opt_level < 0 || o->opt_level > 2) {
     diag_error(c, (SrcLoc){0}, "unknown optimization level %d (expected 0, 1 or 2)", o->opt_level);
     ok = false;
@@ -280,6 +290,10 @@ static void print_stats(Runner *r, int ops_before, int nodes_before) {
   fprintf(f, "%10d graph: nodes before\n", nodes_before);
   fprintf(f, "%10d graph: nodes after\n", r->g->n_nodes);
   fprintf(f, "%10d graph: passes run\n", r->n_run);
+  int casts, weight_casts;
+  pass_count_cast_kernels(r->g, &casts, &weight_casts);
+  fprintf(f, "%10d graph: cast kernels\n", casts);
+  fprintf(f, "%10d graph: cast kernels over weights only\n", weight_casts);
   for (int i = 0; i < r->pc.n_stats; i++)
     fprintf(f, "%10" PRId64 " %s\n", r->pc.stats[i].value, r->pc.stats[i].name);
 }
@@ -302,6 +316,10 @@ bool pass_run_pipeline(Graph *g, const PassOptions *o, FILE *dump) {
   r->pc.no_unroll = o->no_unroll;
   int ops_before = pass_count_ops(g), nodes_before = g->n_nodes;
   double t0 = now();
+  /* --precision rewrites the graph before any optimization, at every
+   * level, unless --passes places the pass itself. */
+  if (o->precision != TY_F32 && !(o->passes && list_has(o->passes, "precision")))
+    run_one(r, pass_find("precision"));
   if (o->passes) {
     int n;
     const char **names = split_passes(c, o->passes, &n);

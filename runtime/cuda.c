@@ -388,9 +388,16 @@ static int load_module(CudaDevice *d, const RtPlan *p, CUmodule *mod) {
   return load_failed(d, r, what, log);
 }
 
+/* Every step the model runs: the init steps (numbered first), then a
+ * run's steps; what is checked at open holds for both lists. */
+static uint32_t all_steps(const RtPlan *p) { return p->n_init_steps + p->n_steps; }
+static const RtStep *step_at(const RtPlan *p, uint32_t s) {
+  return s < p->n_init_steps ? &p->init_steps[s] : &p->steps[s - p->n_init_steps];
+}
+
 static bool has_gemm(const RtPlan *p) {
-  for (uint32_t i = 0; i < p->n_steps; i++)
-    if (p->steps[i].kind == RT_STEP_GEMM) return true;
+  for (uint32_t i = 0; i < all_steps(p); i++)
+    if (step_at(p, i)->kind == RT_STEP_GEMM) return true;
   return false;
 }
 
@@ -399,9 +406,9 @@ static bool has_gemm(const RtPlan *p) {
  * name, rather than as a bare CUDA_ERROR_INVALID_VALUE at run. */
 static int check_launch_dims(CudaDevice *d, const RtPlan *p) {
   static const char axis[] = "xyz";
-  for (uint32_t s = 0; s < p->n_steps; s++) {
-    if (p->steps[s].kind != RT_STEP_LAUNCH) continue;
-    const RtLaunch *l = &p->steps[s].launch;
+  for (uint32_t s = 0; s < all_steps(p); s++) {
+    if (step_at(p, s)->kind != RT_STEP_LAUNCH) continue;
+    const RtLaunch *l = &step_at(p, s)->launch;
     for (int a = 0; a < 3; a++) {
       if (l->grid[a] > (uint32_t)d->max_grid[a] || l->block[a] > (uint32_t)d->max_block[a])
         return rt_device_fail(&d->base,
@@ -420,10 +427,10 @@ static int check_launch_dims(CudaDevice *d, const RtPlan *p) {
  * the static size may not exceed MAX_SHARED_MEMORY_PER_BLOCK_OPTIN). */
 static int opt_in_shared(CudaDevice *d, const RtPlan *p, uint32_t k, CUfunction fn) {
   uint32_t dyn = 0;
-  for (uint32_t s = 0; s < p->n_steps; s++)
-    if (p->steps[s].kind == RT_STEP_LAUNCH && p->steps[s].launch.kernel == k &&
-        p->steps[s].launch.dynamic_shared_bytes > dyn)
-      dyn = p->steps[s].launch.dynamic_shared_bytes;
+  for (uint32_t s = 0; s < all_steps(p); s++)
+    if (step_at(p, s)->kind == RT_STEP_LAUNCH && step_at(p, s)->launch.kernel == k &&
+        step_at(p, s)->launch.dynamic_shared_bytes > dyn)
+      dyn = step_at(p, s)->launch.dynamic_shared_bytes;
   if (!dyn) return 0;
   const char *name = p->kernels[k].name;
   int stat = 0;
@@ -450,9 +457,9 @@ static int check_block_limit(CudaDevice *d, const RtPlan *p, uint32_t k, CUfunct
   if (check(d, d->api.cuFuncGetAttribute(&most, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, fn),
             "cuFuncGetAttribute('%s', max threads per block)", name))
     return -1;
-  for (uint32_t s = 0; s < p->n_steps; s++) {
-    const RtLaunch *l = &p->steps[s].launch;
-    if (p->steps[s].kind != RT_STEP_LAUNCH || l->kernel != k) continue;
+  for (uint32_t s = 0; s < all_steps(p); s++) {
+    const RtLaunch *l = &step_at(p, s)->launch;
+    if (step_at(p, s)->kind != RT_STEP_LAUNCH || l->kernel != k) continue;
     uint64_t threads = (uint64_t)l->block[0] * l->block[1] * l->block[2];
     if (threads > (uint64_t)most) {
       d->api.cuFuncGetAttribute(&regs, CU_FUNC_ATTRIBUTE_NUM_REGS, fn);

@@ -2,8 +2,10 @@
  * an opened device, allocates the model's memory once (weights, the
  * activation arena, one buffer per input and output), uploads the
  * weights, loads the kernels, resolves every argument to a device
- * address, then runs the steps through RtDeviceOps on each dlrt_run.  It
- * knows nothing of the device behind the ops table. */
+ * address, then runs the steps through RtDeviceOps on each dlrt_run,
+ * preceded by the init steps (the derived weights) when the weights
+ * changed since they last ran.  It knows nothing of the device behind
+ * the ops table. */
 #include <dlfcn.h>
 #include <inttypes.h>
 #include <stdarg.h>
@@ -25,6 +27,13 @@ typedef union ArgValue {
   float f32;
 } ArgValue;
 
+/* The launch arguments of one step list, resolved at open. */
+typedef struct StepArgs {
+  ArgValue *argv;      /* every launch's arguments, step after step */
+  const void **argp;   /* argp[i] == &argv[i] */
+  uint32_t *start;     /* per step: its first argument in argv */
+} StepArgs;
+
 struct DlrtModel {
   const RtPlan *plan; /* NULL until validated */
   RtDevice *dev;
@@ -35,9 +44,11 @@ struct DlrtModel {
   RtDevPtr *inputs, *outputs;
   bool *input_set, *weight_set;
   bool all_weights;
-  ArgValue *argv;       /* every launch's arguments, step after step */
-  const void **argp;    /* argp[i] == &argv[i] */
-  uint32_t *arg_start;  /* per step: its first argument in argv */
+  /* The derived weights are stale: the init steps run before the next
+   * run's steps.  Set at open and by every weight upload. */
+  bool init_dirty;
+  uint64_t init_runs; /* times the init steps ran (rt_model_init_runs) */
+  StepArgs args, init_args;
   char error[1024];
 };
 
@@ -96,10 +107,13 @@ static void release(DlrtModel *m) {
   m->mod = NULL;
   m->weights = m->arena = 0;
   free(m->inputs), free(m->outputs), free(m->input_set), free(m->weight_set);
-  free(m->argv), free(m->argp), free(m->arg_start);
+  StepArgs *lists[2] = {&m->args, &m->init_args};
+  for (int l = 0; l < 2; l++) {
+    free(lists[l]->argv), free(lists[l]->argp), free(lists[l]->start);
+    *lists[l] = (StepArgs){0};
+  }
   m->inputs = m->outputs = NULL;
   m->input_set = m->weight_set = NULL;
-  m->argv = NULL, m->argp = NULL, m->arg_start = NULL;
   m->ready = false;
 }
 
@@ -114,31 +128,30 @@ static DlrtStatus alloc_space(DlrtModel *m, uint64_t nbytes, RtDevPtr *out, cons
   return DLRT_OK;
 }
 
-static DlrtStatus build_args(DlrtModel *m) {
-  const RtPlan *p = m->plan;
+static DlrtStatus build_args(DlrtModel *m, const RtStep *steps, uint32_t n, StepArgs *out) {
   uint32_t total = 0;
-  for (uint32_t i = 0; i < p->n_steps; i++)
-    if (p->steps[i].kind == RT_STEP_LAUNCH) total += p->steps[i].launch.n_args;
-  m->arg_start = calloc(p->n_steps ? p->n_steps : 1, sizeof *m->arg_start);
-  m->argv = calloc(total ? total : 1, sizeof *m->argv);
-  m->argp = calloc(total ? total : 1, sizeof *m->argp);
-  if (!m->arg_start || !m->argv || !m->argp)
+  for (uint32_t i = 0; i < n; i++)
+    if (steps[i].kind == RT_STEP_LAUNCH) total += steps[i].launch.n_args;
+  out->start = calloc(n ? n : 1, sizeof *out->start);
+  out->argv = calloc(total ? total : 1, sizeof *out->argv);
+  out->argp = calloc(total ? total : 1, sizeof *out->argp);
+  if (!out->start || !out->argv || !out->argp)
     return set_error(m, DLRT_E_NOMEM, "open: out of host memory");
   uint32_t at = 0;
-  for (uint32_t i = 0; i < p->n_steps; i++) {
-    m->arg_start[i] = at;
-    if (p->steps[i].kind != RT_STEP_LAUNCH) continue;
-    const RtLaunch *l = &p->steps[i].launch;
+  for (uint32_t i = 0; i < n; i++) {
+    out->start[i] = at;
+    if (steps[i].kind != RT_STEP_LAUNCH) continue;
+    const RtLaunch *l = &steps[i].launch;
     for (uint32_t j = 0; j < l->n_args; j++, at++) {
       const RtArg *a = &l->args[j];
-      ArgValue *v = &m->argv[at];
+      ArgValue *v = &out->argv[at];
       switch (a->kind) {
       case RT_ARG_PTR: v->ptr = resolve(m, a->ref); break;
       case RT_ARG_I32: v->i32 = (int32_t)a->i; break;
       case RT_ARG_I64: v->i64 = a->i; break;
       default: v->f32 = a->f; break;
       }
-      m->argp[at] = v;
+      out->argp[at] = v;
     }
   }
   return DLRT_OK;
@@ -160,7 +173,8 @@ static DlrtStatus open_on_device(DlrtModel *m, const RtPlan *plan, RtDevice *dev
     s = set_error(m, DLRT_E_NOMEM, "open: out of host memory");
     goto fail;
   }
-  if ((s = alloc_space(m, plan->weights_bytes, &m->weights, "the weights")) ||
+  /* The derived region follows the weights in the same allocation. */
+  if ((s = alloc_space(m, plan->weights_bytes + plan->derived_bytes, &m->weights, "the weights")) ||
       (s = alloc_space(m, plan->arena_bytes, &m->arena, "the activation arena")))
     goto fail;
   for (uint32_t i = 0; i < plan->n_inputs; i++) {
@@ -187,7 +201,10 @@ static DlrtStatus open_on_device(DlrtModel *m, const RtPlan *plan, RtDevice *dev
                   plan->model_name ? plan->model_name : "model", rt_device_error(dev));
     goto fail;
   }
-  if ((s = build_args(m))) goto fail;
+  if ((s = build_args(m, plan->steps, plan->n_steps, &m->args)) ||
+      (s = build_args(m, plan->init_steps, plan->n_init_steps, &m->init_args)))
+    goto fail;
+  m->init_dirty = true;
   m->ready = true;
   return DLRT_OK;
 fail:
@@ -290,6 +307,7 @@ DlrtStatus dlrt_set_weights(DlrtModel *m, const void *data, size_t nbytes) {
     return device_error(m, "set_weights");
   for (uint32_t i = 0; i < m->plan->n_weights; i++) m->weight_set[i] = true;
   m->all_weights = true;
+  m->init_dirty = true;
   return DLRT_OK;
 }
 
@@ -302,6 +320,7 @@ static int find_desc(const RtTensorDesc *t, uint32_t n, const char *name) {
 
 static void note_weight_set(DlrtModel *m, uint32_t i) {
   m->weight_set[i] = true;
+  m->init_dirty = true;
   if (m->all_weights) return;
   bool all = true;
   for (uint32_t j = 0; j < m->plan->n_weights && all; j++) all = m->weight_set[j];
@@ -418,22 +437,15 @@ DlrtStatus dlrt_set_input_by_name(DlrtModel *m, const char *name, const void *da
   return dlrt_set_input(m, i, data, nbytes);
 }
 
-DlrtStatus dlrt_run(DlrtModel *m) {
-  DlrtStatus s = usable(m);
-  if (s) return s;
-  const RtPlan *p = m->plan;
+static DlrtStatus run_steps(DlrtModel *m, const RtStep *steps, uint32_t n, const StepArgs *args,
+                            const char *what) {
   RtDevice *d = m->dev;
-  if (!m->all_weights)
-    return set_error(m, DLRT_E_STATE, "run: the weights were never loaded (dlrt_set_weights, dlrt_load_weights)");
-  for (uint32_t i = 0; i < p->n_inputs; i++)
-    if (!m->input_set[i])
-      return set_error(m, DLRT_E_STATE, "run: input '%s' was never set", p->inputs[i].name);
-  for (uint32_t i = 0; i < p->n_steps; i++) {
-    const RtStep *st = &p->steps[i];
+  for (uint32_t i = 0; i < n; i++) {
+    const RtStep *st = &steps[i];
     int rc;
     switch (st->kind) {
     case RT_STEP_LAUNCH:
-      rc = d->ops->launch(d, m->mod, &st->launch, m->argp + m->arg_start[i]);
+      rc = d->ops->launch(d, m->mod, &st->launch, args->argp + args->start[i]);
       break;
     case RT_STEP_GEMM:
       rc = d->ops->gemm(d, &st->gemm, resolve(m, st->gemm.a), resolve(m, st->gemm.b), resolve(m, st->gemm.c));
@@ -445,13 +457,35 @@ DlrtStatus dlrt_run(DlrtModel *m) {
     }
     if (rc) {
       char ctx[200];
-      snprintf(ctx, sizeof ctx, "run: step %" PRIu32 " (%.120s)", i, st->label ? st->label : "unlabelled");
+      snprintf(ctx, sizeof ctx, "%s %" PRIu32 " (%.120s)", what, i, st->label ? st->label : "unlabelled");
       return device_error(m, ctx);
     }
   }
+  return DLRT_OK;
+}
+
+DlrtStatus dlrt_run(DlrtModel *m) {
+  DlrtStatus s = usable(m);
+  if (s) return s;
+  const RtPlan *p = m->plan;
+  RtDevice *d = m->dev;
+  if (!m->all_weights)
+    return set_error(m, DLRT_E_STATE, "run: the weights were never loaded (dlrt_set_weights, dlrt_load_weights)");
+  for (uint32_t i = 0; i < p->n_inputs; i++)
+    if (!m->input_set[i])
+      return set_error(m, DLRT_E_STATE, "run: input '%s' was never set", p->inputs[i].name);
+  if (m->init_dirty && p->n_init_steps) {
+    /* Stays dirty when a step fails: the next run tries again. */
+    if ((s = run_steps(m, p->init_steps, p->n_init_steps, &m->init_args, "run: init step"))) return s;
+    m->init_runs++;
+  }
+  m->init_dirty = false;
+  if ((s = run_steps(m, p->steps, p->n_steps, &m->args, "run: step"))) return s;
   if (d->ops->synchronize(d)) return device_error(m, "run");
   return DLRT_OK;
 }
+
+uint64_t rt_model_init_runs(const DlrtModel *m) { return m ? m->init_runs : 0; }
 
 DlrtStatus dlrt_get_output(DlrtModel *m, int index, void *data, size_t nbytes) {
   DlrtStatus s = usable(m);

@@ -278,7 +278,7 @@ static int fail(char *err, size_t errlen, const char *fmt, ...) {
 }
 
 /* Checks the header's dict and fills out's dtype and shape. */
-static int parse_header(const char *path, const char *text, size_t len, RtTensor *out, char *err,
+static int parse_header(const char *path, const char *text, size_t len, RtTensor *out, bool *fortran, char *err,
                         size_t errlen) {
   Parser ps = {text, text + len, NULL};
   Header h;
@@ -313,7 +313,7 @@ static int parse_header(const char *path, const char *text, size_t len, RtTensor
   RtDType dt = npy_types[found].dt;
   if (order == '>' && rt_dtype_size(dt) > 1)
     return fail(err, errlen, "%s: big-endian data ('%s') is not supported", path, d);
-  if (h.order.b) return fail(err, errlen, "%s: Fortran-order arrays are not supported", path);
+  *fortran = h.order.b;
   if (h.shape.n > RT_MAX_RANK)
     return fail(err, errlen, "%s: rank %d is more than %d", path, h.shape.n, RT_MAX_RANK);
   if (h.shape.too_big)
@@ -329,6 +329,25 @@ static int parse_header(const char *path, const char *text, size_t len, RtTensor
   if (rt_numel(out) < 0)
     return fail(err, errlen, "%s: shape is too large (more than 2^40 elements)", path);
   return 0;
+}
+
+/* Reorders a Fortran-order array's data into C order, in a new buffer. */
+static bool to_c_order(RtTensor *t) {
+  size_t es = (size_t)rt_dtype_size(t->dtype), n = (size_t)rt_numel(t);
+  unsigned char *c = malloc(t->nbytes ? t->nbytes : 1);
+  if (!c) return false;
+  int64_t idx[RT_MAX_RANK] = {0}, stride[RT_MAX_RANK];
+  for (int k = 0; k < t->rank; k++) stride[k] = k ? stride[k - 1] * t->dims[k - 1] : 1;
+  const unsigned char *f = t->data;
+  for (size_t i = 0; i < n; i++) {
+    int64_t off = 0;
+    for (int k = 0; k < t->rank; k++) off += idx[k] * stride[k];
+    memcpy(c + i * es, f + (size_t)off * es, es);
+    for (int k = t->rank - 1; k >= 0 && ++idx[k] == t->dims[k]; k--) idx[k] = 0;
+  }
+  free(t->data);
+  t->data = c;
+  return true;
 }
 
 int rt_npy_read(const char *path, RtTensor *out, char *err, size_t errlen) {
@@ -368,7 +387,8 @@ int rt_npy_read(const char *path, RtTensor *out, char *err, size_t errlen) {
     goto done;
   }
   header[hlen] = 0;
-  if (parse_header(path, header, hlen, out, err, errlen) < 0) goto done;
+  bool fortran = false;
+  if (parse_header(path, header, hlen, out, &fortran, err, errlen) < 0) goto done;
   out->nbytes = (size_t)rt_numel(out) * (size_t)rt_dtype_size(out->dtype);
   out->data = malloc(out->nbytes ? out->nbytes : 1);
   if (!out->data) {
@@ -383,6 +403,11 @@ int rt_npy_read(const char *path, RtTensor *out, char *err, size_t errlen) {
   }
   if (fgetc(f) != EOF) {
     fail(err, errlen, "%s: extra data after the array's %zu bytes", path, out->nbytes);
+    goto done;
+  }
+  /* np.save(x.T) writes Fortran order: the first index varies fastest. */
+  if (fortran && out->rank > 1 && !to_c_order(out)) {
+    fail(err, errlen, "%s: out of memory for %zu bytes", path, out->nbytes);
     goto done;
   }
   rc = 0;

@@ -34,6 +34,7 @@ const char *rt_space_name(uint32_t space) {
 
 typedef struct Check {
   const RtPlan *p;
+  bool init; /* checking init steps: they write only the derived region */
   char *err;
   size_t errlen;
   char where[160]; /* "step 3 (conv2d %12): " */
@@ -53,7 +54,7 @@ static int fail(Check *c, const char *fmt, ...) {
 /* Size of the space ref names, or -1 when it names none. */
 static int64_t space_size(const RtPlan *p, RtRef r) {
   switch (r.space) {
-  case RT_SPACE_WEIGHTS: return r.index == 0 ? (int64_t)p->weights_bytes : -1;
+  case RT_SPACE_WEIGHTS: return r.index == 0 ? (int64_t)(p->weights_bytes + p->derived_bytes) : -1;
   case RT_SPACE_ARENA: return r.index == 0 ? (int64_t)p->arena_bytes : -1;
   case RT_SPACE_INPUT: return r.index < p->n_inputs ? (int64_t)p->inputs[r.index].nbytes : -1;
   case RT_SPACE_OUTPUT: return r.index < p->n_outputs ? (int64_t)p->outputs[r.index].nbytes : -1;
@@ -64,6 +65,8 @@ static int64_t space_size(const RtPlan *p, RtRef r) {
 /* ref names nbytes inside one space. */
 static int check_ref(Check *c, const char *what, RtRef r, uint64_t nbytes) {
   if (r.space > RT_SPACE_OUTPUT) return fail(c, "%s: unknown memory space %" PRIu32, what, r.space);
+  if (c->init && (r.space == RT_SPACE_INPUT || r.space == RT_SPACE_OUTPUT))
+    return fail(c, "%s: uses %s, but init steps run on the weights alone", what, rt_space_name(r.space));
   int64_t size = space_size(c->p, r);
   if (size < 0) {
     uint32_t n = r.space == RT_SPACE_INPUT ? c->p->n_inputs : c->p->n_outputs;
@@ -87,6 +90,14 @@ static int check_ref(Check *c, const char *what, RtRef r, uint64_t nbytes) {
 }
 
 static int check_writable(Check *c, const char *what, RtRef r) {
+  bool derived = r.space == RT_SPACE_WEIGHTS && r.offset >= c->p->weights_bytes && c->p->derived_bytes;
+  if (c->init && r.space == RT_SPACE_WEIGHTS && !derived)
+    return fail(c, "%s: writes WEIGHTS at offset %" PRIu64 ", outside the derived region at %" PRIu64
+                ": init steps may not change the weights", what, r.offset, c->p->weights_bytes);
+  if (c->init && derived) return 0;
+  if (derived)
+    return fail(c, "%s: writes the derived region of WEIGHTS (offset %" PRIu64
+                "), which only init steps compute", what, r.offset);
   if (r.space == RT_SPACE_WEIGHTS || r.space == RT_SPACE_INPUT)
     return fail(c, "%s: writes into %s, which the model only reads", what, rt_space_name(r.space));
   return 0;
@@ -116,6 +127,11 @@ static int check_desc(Check *c, const char *kind, uint32_t i, const RtTensorDesc
                 rt_space_name(want_space));
   if (want_space != RT_SPACE_WEIGHTS && (t->where.index != i || t->where.offset != 0))
     return fail(c, "%s: must be %s %" PRIu32 " at offset 0", what, rt_space_name(want_space), i);
+  /* The host sets weights; the derived region past them is the init steps'. */
+  if (want_space == RT_SPACE_WEIGHTS &&
+      (t->where.offset > c->p->weights_bytes || t->nbytes > c->p->weights_bytes - t->where.offset))
+    return fail(c, "%s: offset %" PRIu64 " + %" PRIu64 " bytes is outside the %" PRIu64
+                " bytes of weights", what, t->where.offset, t->nbytes, c->p->weights_bytes);
   return check_ref(c, what, t->where, t->nbytes);
 }
 
@@ -232,11 +248,14 @@ int rt_plan_validate(const RtPlan *p, char *err, size_t errlen) {
     uint32_t n;
     const void *table;
   } tables[] = {{"kernels", p->n_kernels, p->kernels},   {"binaries", p->n_binaries, p->binaries},
-                {"steps", p->n_steps, p->steps},         {"weights", p->n_weights, p->weights},
+                {"steps", p->n_steps, p->steps},         {"init steps", p->n_init_steps, p->init_steps},
+                {"weights", p->n_weights, p->weights},
                 {"inputs", p->n_inputs, p->inputs},      {"outputs", p->n_outputs, p->outputs}};
   for (size_t i = 0; i < sizeof tables / sizeof tables[0]; i++)
     if (tables[i].n && !tables[i].table)
       return fail(&c, "%" PRIu32 " %s but no table", tables[i].n, tables[i].name);
+  if (p->weights_bytes + p->derived_bytes < p->weights_bytes)
+    return fail(&c, "weights_bytes + derived_bytes overflows");
   if (p->n_kernels && !p->source && !p->n_binaries)
     return fail(&c, "%" PRIu32 " kernels but neither source nor binaries", p->n_kernels);
   for (uint32_t i = 0; i < p->n_kernels; i++)
@@ -253,18 +272,22 @@ int rt_plan_validate(const RtPlan *p, char *err, size_t errlen) {
     if (check_desc(&c, "input", i, &p->inputs[i], RT_SPACE_INPUT)) return -1;
   for (uint32_t i = 0; i < p->n_outputs; i++)
     if (check_desc(&c, "output", i, &p->outputs[i], RT_SPACE_OUTPUT)) return -1;
-  for (uint32_t i = 0; i < p->n_steps; i++) {
-    const RtStep *s = &p->steps[i];
-    snprintf(c.where, sizeof c.where, "step %" PRIu32 "%s%.100s%s: ", i, s->label ? " (" : "",
-             s->label ? s->label : "", s->label ? ")" : "");
-    int rc;
-    switch (s->kind) {
-    case RT_STEP_LAUNCH: rc = check_launch(&c, &s->launch); break;
-    case RT_STEP_GEMM: rc = check_gemm(&c, &s->gemm); break;
-    case RT_STEP_COPY: rc = check_copy(&c, &s->copy); break;
-    default: rc = fail(&c, "unknown step kind %" PRIu32, s->kind);
+  for (int init = 1; init >= 0; init--) {
+    c.init = init;
+    uint32_t n = init ? p->n_init_steps : p->n_steps;
+    for (uint32_t i = 0; i < n; i++) {
+      const RtStep *s = init ? &p->init_steps[i] : &p->steps[i];
+      snprintf(c.where, sizeof c.where, "%sstep %" PRIu32 "%s%.100s%s: ", init ? "init " : "", i,
+               s->label ? " (" : "", s->label ? s->label : "", s->label ? ")" : "");
+      int rc;
+      switch (s->kind) {
+      case RT_STEP_LAUNCH: rc = check_launch(&c, &s->launch); break;
+      case RT_STEP_GEMM: rc = check_gemm(&c, &s->gemm); break;
+      case RT_STEP_COPY: rc = check_copy(&c, &s->copy); break;
+      default: rc = fail(&c, "unknown step kind %" PRIu32, s->kind);
+      }
+      if (rc) return -1;
     }
-    if (rc) return -1;
   }
   return 0;
 }

@@ -8,7 +8,11 @@
  * Memory.  A model has four spaces, each one flat byte range on the
  * device: WEIGHTS (all parameters, loaded once), ARENA (every
  * intermediate and scratch buffer at offsets fixed by the compiler),
- * INPUT i and OUTPUT i (one buffer per model input/output).  A buffer is
+ * INPUT i and OUTPUT i (one buffer per model input/output).  WEIGHTS
+ * ends with the derived region, [weights_bytes, weights_bytes +
+ * derived_bytes): values computed from the weights alone (bn-fold's
+ * folded weights, weight casts), written by the init steps once after
+ * the weights change and only read by the steps of a run.  A buffer is
  * named by its space and byte offset (RtRef), so the plan is position
  * independent and an aliasing bug in the offsets shows up as wrong
  * numbers on every device. */
@@ -19,7 +23,7 @@
 #include <stdint.h>
 
 #define RT_PLAN_MAGIC 0x444c4350u /* "DLCP" */
-#define RT_PLAN_VERSION 1u
+#define RT_PLAN_VERSION 2u
 #define RT_MAX_RANK 8
 
 typedef enum { RT_SPACE_WEIGHTS, RT_SPACE_ARENA, RT_SPACE_INPUT, RT_SPACE_OUTPUT } RtSpace;
@@ -135,6 +139,15 @@ typedef struct RtPlan {
    * model.so, or the JIT's blob); NULL: the host supplies them after
    * open (dlrt_set_weights, dlrt_load_weights). */
   const void *weights_data;
+  /* Version 2: the init steps compute the derived region from the
+   * weights.  The runtime runs them before the first run and again
+   * before the next run after any weight is set, never on every run.
+   * They may write only the derived region and ARENA (scratch: nothing
+   * in the arena lives from init to a run), and never touch INPUT or
+   * OUTPUT; the steps of a run may not write WEIGHTS at all. */
+  uint32_t n_init_steps;
+  const RtStep *init_steps;
+  uint64_t derived_bytes; /* WEIGHTS holds weights_bytes + derived_bytes */
 } RtPlan;
 
 #endif

@@ -14,8 +14,10 @@ struct DlrtModel;
 
 /* 0 when the plan is safe to execute: magic and version, every table
  * present, every RtRef inside its space, kernel indices, argument kinds,
- * GEMM and copy extents within their buffers.  -1 and one message in err
- * ("plan: step 3 (conv2d %12): gemm c: ...") otherwise. */
+ * GEMM and copy extents within their buffers, no step of a run writing
+ * WEIGHTS, init steps writing WEIGHTS only in the derived region and
+ * touching no INPUT or OUTPUT.  -1 and one message in err ("plan: step 3
+ * (conv2d %12): gemm c: ...", "plan: init step 0 (...): ...") otherwise. */
 int rt_plan_validate(const RtPlan *plan, char *err, size_t errlen);
 const char *rt_space_name(uint32_t space);
 int rt_dtype_bytes(uint32_t dtype); /* RtDTypeCode; 0 when unknown */
@@ -24,6 +26,11 @@ int rt_dtype_bytes(uint32_t dtype); /* RtDTypeCode; 0 when unknown */
  * dev (closed by dlrt_close, or here on failure).  Same status and
  * *out contract as dlrt_open. */
 int rt_model_open_device(const RtPlan *plan, RtDevice *dev, struct DlrtModel **out);
+
+/* How many times the model's init steps (RtPlan.init_steps: the derived
+ * weights) have run: once before the first dlrt_run and once before the
+ * first run after each change of the weights, never per run.  For tests. */
+uint64_t rt_model_init_runs(const struct DlrtModel *m);
 
 /* SHA-256 (FIPS 180-4). */
 void rt_sha256(const void *data, size_t n, uint8_t out[32]);

@@ -17,4 +17,7 @@ include tests/passes.mk
 include tests/onnx.mk
 include tests/aot.mk
 include tests/fuse.mk
+include tests/initgraph.mk
+include tests/precision.mk
 include tests/bench.mk
+include tests/usermodels.mk

@@ -66,7 +66,7 @@ expect 1 "dlcc: error: $tmp/extra.safetensors: unexpected tensor 'fc.scale' (the
 # An input of the wrong shape: output.npy above is f32[2, 4], x is f32[2, 3].
 expect 1 "dlcc: error: input 'x': $tmp/o/output.npy holds f32[2, 4], the model expects f32[2, 3]" \
   "$dlcc" run "$tmp/tiny.dl" --input "x=$tmp/o/output.npy"
-expect 1 "dlcc: error: --input $tmp/o/output.npy: the model has no input 'y'" \
+expect 1 "dlcc: error: --input y=$tmp/o/output.npy: the model has no input 'y'; its inputs: x" \
   "$dlcc" run "$tmp/tiny.dl" --input "y=$tmp/o/output.npy"
 
 echo "$passes passed, $fails failed"

@@ -826,7 +826,7 @@ START_TEST(plan_text) {
   fclose(f);
   ck_assert_str_eq(
       text,
-      "plan \"printed\" version 1\n"
+      "plan \"printed\" version 2\n"
       "weights 512 bytes, arena 0 bytes\n"
       "  input 0 \"x\" f32[2, 4] 32 bytes at in0+0\n"
       "  output 0 \"y\" f32[2, 3] 24 bytes at out0+0\n"
@@ -844,13 +844,15 @@ END_TEST
 START_TEST(unsupported_dtype_is_reported) {
   Job j = {.text =
                "graph half {\n"
-               "  %x = input {name=\"x\"} : f16[4]\n"
-               "  %0 = relu %x : f16[4]\n"
-               "  return %0 as \"y\"\n"
+               "  %x = input {name=\"x\"} : f16[2, 3, 4]\n"
+               "  %wi = param {name=\"rnn.weight_ih_l0\"} : f16[6, 4]\n"
+               "  %wh = param {name=\"rnn.weight_hh_l0\"} : f16[6, 2]\n"
+               "  %y, %h = gru %x, %wi, %wh {hidden=2, bias=0} : f16[2, 3, 2], f16[1, 2, 2]\n"
+               "  return %y as \"y\"\n"
                "}\n"};
   ck_assert_int_eq(ctx_guard(&ctx, compile_job, &j), 0);
   ck_assert(!j.ok);
-  ck_assert_ptr_nonnull(strstr(diag_text(&ctx), "codegen does not support relu on f16 yet"));
+  ck_assert_ptr_nonnull(strstr(diag_text(&ctx), "codegen does not support gru on f16 yet"));
 }
 END_TEST
 

@@ -542,6 +542,11 @@ START_TEST(error_values) {
                      "t.ir:3:10: error: %1 is not defined\n"
                      "      return %1 as \"y\"\n"
                      "             ^\n");
+  /* Outputs are looked up by name: two of one name would hide one. */
+  assert_parse_error("graph g {\n  %0 = input {name=\"x\"} : f32[2]\n  return %0 as \"y\", %0 as \"y\"\n}\n",
+                     "t.ir:3:27: error: output name \"y\" is used twice\n"
+                     "      return %0 as \"y\", %0 as \"y\"\n"
+                     "                              ^\n");
 }
 END_TEST
 

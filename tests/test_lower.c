@@ -362,7 +362,21 @@ static const ErrorCase error_cases[] = {
      "             ^\n"
      "tests/errors/duplicate_param.dl:2:12: note: 'fc.weight' was first defined here\n"
      "      h = relu(linear(x, 64) as fc)\n"
-     "               ^\n"},
+     "               ^\n"
+     "tests/errors/duplicate_param.dl:7:10: note: in block 'mlp', called from here\n"
+     "      return mlp(x)\n"
+     "             ^\n"},
+    {"error_in_nested_block",
+     "tests/errors/error_in_nested_block.dl:6:17: error: add: cannot broadcast f32[1, 16, 8, 8] "
+     "with f32[1, 8, 16, 16]\n"
+     "      return relu(y + x)\n"
+     "                    ^\n"
+     "tests/errors/error_in_nested_block.dl:10:7: note: in block 'basic', called from here\n"
+     "      x = basic(x, cout, stride) as 0\n"
+     "          ^\n"
+     "tests/errors/error_in_nested_block.dl:17:7: note: in block 'stage', called from here\n"
+     "      y = stage(y, 16, 2, 2) as layer2\n"
+     "          ^\n"},
     {"tensor_condition",
      "tests/errors/tensor_condition.dl:2:6: error: condition must be known at compile time, got a "
      "tensor f32[8]\n"
@@ -497,6 +511,51 @@ START_TEST(nested_scopes_and_interpolation) {
   check_param(r.g, "layers.0.sub.fc.weight", "f32[8, 8]");
   check_param(r.g, "layers.2.sub.fc.bias", "f32[8]");
   ck_assert_int_eq(count_op(r.g, OP_PARAM), 6);
+  done(&r);
+}
+END_TEST
+
+/* torchvision's denseblock1.denselayer2, layer3: a '{' right after a part
+ * joins the value to it; a '{' after a space is an error, not a body. */
+START_TEST(glued_scope_parts) {
+  Lowered r;
+  LOWER_OK(r,
+           "block unit(x, c) { return relu(linear(x, c) as fc) }\n"
+           "model m(x: f32[2, 8]) -> f32[2, 8] {\n"
+           "  for i in 1..3 { x = unit(x, 8) as denseblock1.denselayer{i}.{i}{\"x\"}.p{i * 10} }\n"
+           "  return x\n"
+           "}\n");
+  check_param(r.g, "denseblock1.denselayer1.1x.p10.fc.weight", "f32[8, 8]");
+  check_param(r.g, "denseblock1.denselayer2.2x.p20.fc.bias", "f32[8]");
+  ck_assert_int_eq(count_op(r.g, OP_PARAM), 4);
+  done(&r);
+  lower_text(&r, "model m(x: f32[2, 8]) -> f32[2, 8] {\n"
+                 "  for i in 1..3 { x = linear(x, 8) as layer {i} }\n"
+                 "  return x\n"
+                 "}\n");
+  ck_assert_ptr_null(r.g);
+  ck_assert_str_eq(diags(&r), "t.dl:2:45: error: no space may come before '{' in a scope: write "
+                              "name{expr} (one part, as in denselayer{i}) or name.{expr} (two parts)\n"
+                              "      for i in 1..3 { x = linear(x, 8) as layer {i} }\n"
+                              "                                                ^\n");
+  done(&r);
+}
+END_TEST
+
+/* VGG's cfg lists: list[i], tuple[i] and string[i], negative from the end. */
+START_TEST(indexing) {
+  Lowered r;
+  LOWER_OK(r,
+           "let CFG = [4, 0, 6]\n"
+           "model m(x: f32[1, 3, 8, 8]) -> f32[1, 6, 4, 4] {\n"
+           "  for i in 0..len(CFG) {\n"
+           "    if CFG[i] == 0 { x = maxpool2d(x, 2) } else { x = conv2d(x, CFG[i], 3, pad=1) as f.{i} }\n"
+           "  }\n"
+           "  t = [[1, 2], [3, 5]]\n"
+           "  return x + t[-1][1] + len(\"abc\"[-1])\n"
+           "}\n");
+  check_param(r.g, "f.0.weight", "f32[4, 3, 3, 3]");
+  check_param(r.g, "f.2.weight", "f32[6, 4, 3, 3]");
   done(&r);
 }
 END_TEST
@@ -692,6 +751,21 @@ START_TEST(errors_in_snippets) {
        "t.dl:1:47: error: gelu: 'approximate' must be \"none\" or \"tanh\", got \"fast\"\n"},
       {"model m(x: f32[0]) -> f32[4] { return x }\n",
        "t.dl:1:16: error: a dimension must be a positive int, got 0\n"},
+      {"model m(x: f32[2, 4]) -> (a: f32[2, 4], a: f32[2, 4]) { return x, x }\n",
+       "t.dl:1:41: error: model result 'a' is named twice\n"},
+      {"model m(x: f32[2, 4]) -> (output1: f32[2, 4], f32[2, 4]) { return x, x }\n",
+       "t.dl:1:47: error: model result 'output1' is named twice (unnamed results are output0, "
+       "output1, ...)\n"},
+      {"model m(x: f32[2, 4]) -> f32[2, 4] { return layernorm(x, eps=-1e-5) }\n",
+       "t.dl:1:45: error: layernorm: eps must be a finite number >= 0, got -1e-05\n"},
+      {"model m(x: f32[2, 4, 3, 3]) -> f32[2, 4, 3, 3] { return batchnorm(x, eps=-1) }\n",
+       "t.dl:1:57: error: batchnorm: eps must be a finite number >= 0, got -1\n"},
+      {"model m(x: f32[4]) -> f32[4] { l = [1, 2]\n y = l[2]\n z = l[-3]\n w = l[0.5]\n v = x[0]\n return x }\n",
+       "t.dl:2:8: error: index 2 is out of range for a list of length 2\n"
+       "t.dl:3:8: error: index -3 is out of range for a list of length 2\n"
+       "t.dl:4:8: error: an index must be an int, got 0.5\n"
+       "t.dl:5:7: error: cannot index a tensor f32[4] (take a part of a tensor with slice(x, axis, "
+       "start, end))\n"},
       {"model m(x: i64[4]) -> f32[4, 3] { return embedding(cast(x, f16), 10, 3) }\n",
        "t.dl:1:52: error: embedding: 'indices' must be an i32 or i64 tensor, got a tensor "
        "f16[4]\n"},
@@ -788,6 +862,8 @@ static Suite *lower_suite(void) {
   tcase_add_test(sem, conditions_and_loops);
   tcase_add_test(sem, auto_names);
   tcase_add_test(sem, nested_scopes_and_interpolation);
+  tcase_add_test(sem, glued_scope_parts);
+  tcase_add_test(sem, indexing);
   tcase_add_test(sem, defines);
   tcase_add_test(sem, model_selection);
   tcase_add_test(sem, outputs_and_tuples);

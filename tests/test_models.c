@@ -605,9 +605,22 @@ START_TEST(every_mismatch_is_reported) {
   const char *p = tiny_weights("all.safetensors", RT_F32, (int64_t[]){4, 4}, RT_F32, 0, "fc.scale");
   snprintf(msg, sizeof msg,
            "dlcc: error: tensor 'fc.weight' is [4, 4] in %s, the model expects [4, 3]\n"
-           "missing tensor 'fc.bias' (expected f32[4]) in %s\n"
-           "%s: unexpected tensor 'fc.scale' (the model has no such parameter)\n",
+           "dlcc: error: missing tensor 'fc.bias' (expected f32[4]) in %s\n"
+           "dlcc: error: %s: unexpected tensor 'fc.scale' (the model has no such parameter)\n",
            p, p, p);
+  assert_load_fails(p, msg);
+}
+END_TEST
+
+/* nn.DataParallel's "module." prefix: the message names the near miss. */
+START_TEST(prefixed_names_are_named) {
+  const char *p = tiny_weights("prefixed.safetensors", RT_F32, (int64_t[]){4, 3}, RT_F32, 0,
+                               "module.fc.bias");
+  snprintf(msg, sizeof msg,
+           "dlcc: error: missing tensor 'fc.bias' (expected f32[4]) in %s; it has 'module.fc.bias': "
+           "are the names prefixed differently?\n"
+           "dlcc: error: %s: unexpected tensor 'module.fc.bias' (the model has no such parameter)\n",
+           p, p);
   assert_load_fails(p, msg);
 }
 END_TEST
@@ -714,6 +727,7 @@ static Suite *models_suite(void) {
   tcase_add_test(tc, wrong_dtype);
   tcase_add_test(tc, wrong_dtype_and_shape);
   tcase_add_test(tc, every_mismatch_is_reported);
+  tcase_add_test(tc, prefixed_names_are_named);
   tcase_add_test(tc, truncated_data);
   tcase_add_test(tc, truncated_header);
   tcase_add_test(tc, no_such_file);

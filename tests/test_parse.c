@@ -493,6 +493,19 @@ START_TEST(test_error_nul_byte) {
   ck_assert_str_eq(r.errors, "t.dl:2:6: error: not a text file (NUL byte)\n");
   ck_assert_int_eq(r.c.diag.errors, 1);
   done(&r);
+  /* A data file given as the model is named for what it is, without its
+   * bytes echoed as a source line. */
+  parse_bytes(&r, "\x93NUMPY\x01\x00v\x00{'descr': '<f4'", 26);
+  ck_assert_str_eq(r.errors, "dlcc: error: t.dl is a NumPy array (.npy), not a model: give it to "
+                             "'dlcc run' as --input NAME=FILE\n");
+  done(&r);
+  parse_bytes(&r, "\x10\x00\x00\x00\x00\x00\x00\x00{\"a\":{}}    ", 24);
+  ck_assert_str_eq(r.errors, "dlcc: error: t.dl is a safetensors file, not a model: give it as "
+                             "--weights FILE\n");
+  done(&r);
+  parse_bytes(&r, "PK\x03\x04\x00\x00", 6);
+  ck_assert_ptr_nonnull(strstr(r.errors, "t.dl is a PyTorch checkpoint (zip or pickle), not a model"));
+  done(&r);
 }
 END_TEST
 
@@ -537,6 +550,23 @@ START_TEST(test_two_errors) {
   check_errors("block b(x y) {\n  return x\n}\nmodel m(x: f32[N]) -> f32[N] {\n  return x +\n}\n",
                "t.dl:1:11: error: unexpected identifier 'y', expected ')' or ','\n"
                "t.dl:6:1: error: unexpected '}', expected an expression\n");
+  /* Misspelt keywords are named. */
+  check_errors("modle m(x: f32[2]) -> f32[2] {\n  return x\n}\n",
+               "t.dl:1:1: error: unexpected identifier 'modle', expected 'let', 'block' or 'model' "
+               "(did you mean the keyword 'model'?)\n");
+  check_errors("block b(x) {\n  retrun relu(x)\n}\n",
+               "t.dl:2:10: error: unexpected identifier 'relu', expected '=' or ',' (did you mean the "
+               "keyword 'return'?)\n");
+  /* A '{' thrown away by the recovery takes its '}' with it: no bogus
+   * "expected 'let', 'block' or 'model'" for the lines after it. */
+  check_errors("model m(x: f32[2]) -> f32[2] {\n  if true { x = relu(x) } els { x = x }\n  y = (x\n"
+               "  return y\n}\nblock b(x) { for i in 0..2 { x = f(x)) }\n return x }\n"
+               "model q(x: f32[2]) -> f32[2] {\n  for i in 0..2 { x = relu(x) as a {i} }\n  return x\n}\n",
+               "t.dl:2:27: error: unexpected identifier 'els', expected keyword 'else' or newline\n"
+               "t.dl:4:3: error: unexpected keyword 'return', expected ')'\n"
+               "t.dl:6:38: error: unexpected ')', expected newline\n"
+               "t.dl:9:36: error: no space may come before '{' in a scope: write name{expr} (one "
+               "part, as in denselayer{i}) or name.{expr} (two parts)\n");
 }
 END_TEST
 

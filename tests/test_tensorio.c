@@ -247,8 +247,24 @@ START_TEST(test_npy_errors) {
   expect_npy_error(h, v, 16, "unsupported dtype '<c8'");
   expect_npy_error("{'descr': [('a', '<f4')], 'fortran_order': False, 'shape': (4,)}", v, 16,
                    "unsupported dtype (a structured array)");
-  expect_npy_error("{'descr': '<f4', 'fortran_order': True, 'shape': (2, 2), }", v, 16,
-                   "Fortran-order arrays are not supported");
+  /* np.save(x.T) writes Fortran order; it reads back in C order. */
+  {
+    const float fo[6] = {0, 3, 1, 4, 2, 5}; /* [[0, 1, 2], [3, 4, 5]], columns first */
+    p = make_npy("f.npy", 1, 0, "{'descr': '<f4', 'fortran_order': True, 'shape': (2, 3), }", fo,
+                 sizeof fo);
+    ck_assert_msg(rt_npy_read(p, &t, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(t.rank, 2);
+    ck_assert_int_eq(t.dims[0], 2);
+    ck_assert_int_eq(t.dims[1], 3);
+    for (int i = 0; i < 6; i++) ck_assert_float_eq(((const float *)t.data)[i], (float)i);
+    rt_tensor_free(&t);
+    const int32_t f3[8] = {0, 4, 2, 6, 1, 5, 3, 7}; /* arange(8).reshape(2, 2, 2) */
+    p = make_npy("f3.npy", 1, 0, "{'descr': '<i4', 'fortran_order': True, 'shape': (2, 2, 2), }", f3,
+                 sizeof f3);
+    ck_assert_msg(rt_npy_read(p, &t, err, sizeof err) == 0, "%s", err);
+    for (int i = 0; i < 8; i++) ck_assert_int_eq(((const int32_t *)t.data)[i], i);
+    rt_tensor_free(&t);
+  }
   /* data size */
   snprintf(h, sizeof h, "{'descr': '<f4', %s", good_tail);
   expect_npy_error(h, v, 12, "truncated data: the header promises 16 bytes, the file has 12");

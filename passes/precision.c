@@ -1,0 +1,275 @@
+/* Mixed precision: takes a verified f32 graph and the precision asked for
+ * (PassOptions.precision: f16 or bf16), returns it rewritten so that
+ * activations and weights flow in that type, with `cast` nodes where a
+ * value changes type.  The first of the precision passes; int8
+ * quantization is meant to sit beside it with the same shape: a mode per
+ * op, conversions on operands, the signature restored at the outputs.
+ *
+ * Each op gets one of three modes:
+ *   low     computes in the low type: every float operand is converted
+ *           to it (elementwise math, matmul, linear, conv2d, pooling,
+ *           reduce_max/min);
+ *   f32     numerically sensitive, computes in f32 and returns f32:
+ *           softmax, log_softmax, layernorm, batchnorm, reduce_sum,
+ *           reduce_mean, global_avgpool (sums), exp, log, pow,
+ *           reciprocal, rsqrt (range: f16 overflows at 65504), lstm
+ *           and gru (state carried over time); also every node marked
+ *           #f32 (the language's precision="f32"), and a matrix product
+ *           whose operand comes from a graph input or from an op no
+ *           kernel can fuse a conversion into (an lstm, a gather, a
+ *           concat, a pad): converting there would take a kernel of its
+ *           own, and cuBLAS reads its operands from memory;
+ *   follow  data movement, casts and argmax keep the type of their
+ *           operands (concat of mixed types takes the lowest).
+ * Params and inputs stay f32 (the weights file and the signature do not
+ * change); a use in the low type reads a cast of them, one per value and
+ * type.  Consts are remade in the type they are used in.  A conversion
+ * asked of a reshape's result is made on its operand instead (a reshape
+ * is free, and the cast then fuses with whatever produced the operand).
+ * Graph outputs are cast back to their declared types.
+ *
+ * Accumulation: matrix products and convolutions accumulate in f32 in
+ * every kernel and in cuBLAS; the f32 ops above receive their operands
+ * converted up, so reductions sum in f32.  Casts are elementwise, so the
+ * fuse pass puts them in the kernels next to them; a cast of a param is
+ * work over the weights only (see --stats: precision: cast kernels). */
+#include <string.h>
+
+#include "passes/pass.h"
+
+typedef enum { MODE_NONE, MODE_LOW, MODE_F32, MODE_FOLLOW } Mode;
+
+static bool is_float(DType t) { return t == TY_F32 || t == TY_F16 || t == TY_BF16; }
+
+/* Values already converted: (value, dtype) -> the converted value. */
+typedef struct Memo {
+  const Value *from;
+  DType to;
+  Value *value;
+} Memo;
+
+typedef struct Prec {
+  Graph *g;
+  DType low;
+  Memo *memo;
+  size_t cap, used;
+  int casts, consts, kept;
+} Prec;
+
+static size_t memo_hash(const Value *v, DType t, size_t cap) {
+  uintptr_t h = (uintptr_t)v * 0x9e3779b97f4a7c15ull;
+  return (size_t)((h >> 17) ^ (uintptr_t)t) & (cap - 1);
+}
+
+static Memo *memo_slot(Prec *p, const Value *v, DType t) {
+  if (2 * (p->used + 1) > p->cap) {
+    Memo *old = p->memo;
+    size_t oc = p->cap;
+    p->cap = oc ? 2 * oc : 64;
+    p->memo = ARENA_ARRAY(&p->g->ctx->arena, Memo, p->cap);
+    for (size_t i = 0; i < oc; i++)
+      if (old[i].from) *memo_slot(p, old[i].from, old[i].to) = old[i];
+  }
+  size_t h = memo_hash(v, t, p->cap);
+  while (p->memo[h].from && (p->memo[h].from != v || p->memo[h].to != t)) h = (h + 1) & (p->cap - 1);
+  return &p->memo[h];
+}
+
+static Node *cast_node(Graph *g, Node *before, Value *x, DType to, SrcLoc loc) {
+  Node *c = ir_node_new(g, OP_CAST, 1, &x, loc);
+  ir_set_dtype(g, c, "to", to);
+  char err[256];
+  if (!ir_infer(c, err, sizeof err)) dl_internal(g->ctx, "precision: bad cast: %s", err);
+  ir_insert_before(g, before, c);
+  return c;
+}
+
+/* v in dtype `to`, with nodes inserted before `before`. */
+static Value *convert(Prec *p, Value *v, DType to, Node *before) {
+  if (v->type.dtype == to || !is_float(v->type.dtype)) return v;
+  Memo *m = memo_slot(p, v, to);
+  if (m->from) return m->value;
+  Graph *g = p->g;
+  Node *d = v->def;
+  Value *r;
+  if (d->op == OP_CONST) {
+    TensorType t = v->type;
+    t.dtype = to;
+    r = pass_new_const(g, before, ir_attr_float(d, "value"), &t, d->loc);
+    p->consts++;
+  } else if (d->op == OP_RESHAPE) {
+    Value *x = convert(p, d->in[0], to, before);
+    r = &pass_new_node(g, before, OP_RESHAPE, 1, &x, d, d->loc)->out[0];
+  } else {
+    r = &cast_node(g, before, v, to, d->loc)->out[0];
+    p->casts++;
+  }
+  /* The slot may have moved while converting the operand. */
+  m = memo_slot(p, v, to);
+  if (!m->from) p->used++;
+  *m = (Memo){v, to, r};
+  return r;
+}
+
+/* The op a matrix product's operand really comes from, past reshapes
+ * (which alias their operand's bytes). */
+static const Node *producer(const Value *v) {
+  const Node *d = v->def;
+  while (d->op == OP_RESHAPE) d = d->in[0]->def;
+  return d;
+}
+
+/* Whether a conversion of what d computes can be fused into d's kernel:
+ * not for a graph input (no kernel), an opaque op, or the moves the fuse
+ * pass leaves alone. */
+static bool absorbs_cast(const Node *d) {
+  switch (d->op) {
+    case OP_INPUT:
+    case OP_LSTM:
+    case OP_GRU:
+    case OP_GATHER:
+    case OP_CONCAT:
+    case OP_PAD: return false;
+    default: return true;
+  }
+}
+
+static Mode mode_of(const Prec *p, const Node *n) {
+  bool any_float = false;
+  for (int i = 0; i < n->n_in; i++) any_float |= is_float(n->in[i]->type.dtype);
+  if (!any_float) return MODE_NONE;
+  if (n->keep_f32) return MODE_F32;
+  switch (n->op) {
+    case OP_SOFTMAX:
+    case OP_LOG_SOFTMAX:
+    case OP_LAYERNORM:
+    case OP_BATCHNORM:
+    case OP_REDUCE_SUM:
+    case OP_REDUCE_MEAN:
+    case OP_GLOBAL_AVGPOOL:
+    case OP_EXP:
+    case OP_LOG:
+    case OP_POW:
+    case OP_RECIPROCAL:
+    case OP_RSQRT:
+    case OP_LSTM:
+    case OP_GRU: return MODE_F32;
+    case OP_MATMUL:
+    case OP_LINEAR:
+      for (int i = 0; i < 2; i++)
+        if (n->in[i]->type.dtype != p->low && !absorbs_cast(producer(n->in[i]))) return MODE_F32;
+      return MODE_LOW;
+    case OP_CAST:
+    case OP_ARGMAX: return MODE_FOLLOW;
+    default: break;
+  }
+  if (ir_ops[n->op].cls == K_MOVE) return MODE_FOLLOW;
+  return MODE_LOW;
+}
+
+/* Rewrites n's operands for its mode and infers its types again. */
+static void convert_node(Prec *p, Node *n, Mode mode) {
+  DType want = mode == MODE_LOW ? p->low : TY_F32;
+  if (mode == MODE_FOLLOW) {
+    want = TY_COUNT;
+    for (int i = 0; i < n->n_in; i++) {
+      DType t = n->in[i]->type.dtype;
+      if (is_float(t) && (want == TY_COUNT || t != TY_F32)) want = t;
+    }
+    if (want == TY_COUNT) return;
+  }
+  /* Gather's indices and every other integer operand keep their type. */
+  for (int i = 0; i < n->n_in; i++)
+    if (is_float(n->in[i]->type.dtype)) n->in[i] = convert(p, n->in[i], want, n);
+  char err[256];
+  if (!ir_infer(n, err, sizeof err)) dl_internal(p->g->ctx, "precision: %s: %s", ir_ops[n->op].name, err);
+  if (mode == MODE_F32) p->kept++;
+}
+
+bool pass_precision(Graph *g, PassCtx *pc) {
+  DType low = pc && pc->options ? pc->options->precision : TY_F32;
+  if (low != TY_F16 && low != TY_BF16) return false;
+  Prec p = {.g = g, .low = low};
+  DType *declared = ARENA_ARRAY(&g->ctx->arena, DType, g->n_outputs + 1);
+  for (int i = 0; i < g->n_outputs; i++) declared[i] = g->outputs[i]->type.dtype;
+  /* Only the nodes there now: those inserted are conversions, already
+   * in their final types. */
+  Node *last = g->last;
+  for (Node *n = g->first, *next; n; n = next) {
+    next = n == last ? NULL : n->next;
+    if (ir_ops[n->op].cls == K_SOURCE) continue;
+    Mode mode = mode_of(&p, n);
+    if (mode != MODE_NONE) convert_node(&p, n, mode);
+  }
+  for (int i = 0; i < g->n_outputs; i++) {
+    Value *v = g->outputs[i];
+    if (v->type.dtype == declared[i] || !is_float(declared[i])) continue;
+    /* Appended: after every use of v. */
+    g->outputs[i] = convert(&p, v, declared[i], NULL);
+  }
+  if (pc) {
+    pass_stat(pc, "precision: casts inserted", p.casts);
+    pass_stat(pc, "precision: consts retyped", p.consts);
+    pass_stat(pc, "precision: ops kept in f32", p.kept);
+  }
+  return p.casts + p.consts > 0;
+}
+
+/* ---- what --stats reports after fusion ---- */
+
+/* A node that only converts or aliases: a cast, a reshape. */
+static bool converts_only(const Node *n) { return n->op == OP_CAST || n->op == OP_RESHAPE; }
+
+/* True when v is, transitively, a function of params and consts only. */
+static bool weight_only(const Value *v, int depth) {
+  const Node *d = v->def;
+  if (d->op == OP_PARAM || d->op == OP_CONST) return true;
+  if (d->op == OP_INPUT || depth > 64 || d->n_in == 0) return false;
+  for (int i = 0; i < d->n_in; i++)
+    if (!weight_only(d->in[i], depth + 1)) return false;
+  return true;
+}
+
+void pass_count_cast_kernels(Graph *g, int *standalone, int *over_weights) {
+  *standalone = *over_weights = 0;
+  ir_number(g);
+  int n_nodes = 0;
+  for (Node *n = g->first; n; n = n->next) n_nodes++;
+  /* Per group id: whether some member does more than convert.  A matmul
+   * or linear leaf is its own GEMM; linear's bias is added by the
+   * group's kernel, which is work. */
+  int max_group = -1;
+  for (Node *n = g->first; n; n = n->next)
+    if (n->group > max_group) max_group = n->group;
+  bool *works = ARENA_ARRAY(&g->ctx->arena, bool, max_group + 2);
+  bool *has_cast = ARENA_ARRAY(&g->ctx->arena, bool, max_group + 2);
+  bool *weights = ARENA_ARRAY(&g->ctx->arena, bool, max_group + 2);
+  for (int i = 0; i <= max_group; i++) weights[i] = true;
+  for (Node *n = g->first; n; n = n->next) {
+    if (n->group < 0) {
+      if (n->op != OP_CAST) continue;
+      if (weight_only(n->in[0], 0))
+        ++*over_weights;
+      else
+        ++*standalone;
+      continue;
+    }
+    int k = n->group;
+    if (n->op == OP_CAST) {
+      has_cast[k] = true;
+      weights[k] = weights[k] && weight_only(n->in[0], 0);
+    } else if ((n->op == OP_MATMUL || (n->op == OP_LINEAR && n->n_in < 3))) {
+      weights[k] = false;
+    } else if (!converts_only(n)) {
+      works[k] = true;
+    }
+  }
+  for (int k = 0; k <= max_group; k++)
+    if (has_cast[k] && !works[k]) {
+      if (weights[k])
+        ++*over_weights;
+      else
+        ++*standalone;
+    }
+  (void)n_nodes;
+}
