@@ -144,8 +144,9 @@ Program *fe_parse(Ctx *c, const SrcFile *file) {
 
 static void dump_expr(FILE *f, const Expr *e);
 
-static const char *op_text(int op) {
+const char *fe_op_text(int op) {
   switch (op) {
+  case '!': return "not";
   case OPX_POW: return "**";
   case OPX_FLOORDIV: return "//";
   case OPX_EQ: return "==";
@@ -233,7 +234,7 @@ static void dump_expr(FILE *f, const Expr *e) {
   case EX_BINARY:
     fputc('(', f);
     dump_expr(f, e->lhs);
-    fprintf(f, " %s ", op_text(e->op));
+    fprintf(f, " %s ", fe_op_text(e->op));
     dump_expr(f, e->rhs);
     fputc(')', f);
     break;

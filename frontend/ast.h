@@ -150,6 +150,9 @@ typedef struct Program {
  * (all of them are in ctx's diag). */
 Program *fe_parse(Ctx *c, const SrcFile *file);
 
+/* An operator as it is written in the source ("**", "and", "not", "+"). */
+const char *fe_op_text(int op);
+
 /* Prints the tree back as source-like text (for parser tests). */
 void fe_dump_ast(FILE *f, const Program *p);
 

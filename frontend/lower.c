@@ -404,24 +404,6 @@ static Binding *lookup(Lower *l, Frame *f, const char *name) {
 static Val eval(Lower *l, Frame *f, const Expr *e);
 static void exec_stmts(Lower *l, Frame *f, const StmtList *body);
 
-static const char *op_text(int op) {
-  static char one[2];
-  switch (op) {
-    case OPX_POW: return "**";
-    case OPX_FLOORDIV: return "//";
-    case OPX_EQ: return "==";
-    case OPX_NE: return "!=";
-    case OPX_LE: return "<=";
-    case OPX_GE: return ">=";
-    case OPX_AND: return "and";
-    case OPX_OR: return "or";
-    case '!': return "not";
-  }
-  one[0] = (char)op;
-  one[1] = 0;
-  return one;
-}
-
 static bool is_comparison(int op) {
   return op == '<' || op == '>' || op == OPX_EQ || op == OPX_NE || op == OPX_LE || op == OPX_GE;
 }
@@ -479,7 +461,7 @@ static bool truth(Lower *l, const Val *v, SrcLoc loc, const char *what, bool *ok
 }
 
 static Val overflow(Lower *l, SrcLoc loc, int64_t a, int op, int64_t b) {
-  fe_error(l, loc, "integer overflow: %" PRId64 " %s %" PRId64, a, op_text(op), b);
+  fe_error(l, loc, "integer overflow: %" PRId64 " %s %" PRId64, a, fe_op_text(op), b);
   return val_poison();
 }
 
@@ -579,7 +561,7 @@ static Val compare(Lower *l, int op, const Val *a, const Val *b, SrcLoc loc) {
     cmp = a->kind == V_BOOL ? (a->b != b->b) : (a->dt != b->dt);
   } else {
     fe_error(l, loc, "cannot compare %s and %s with '%s'", kind_name(a->kind), kind_name(b->kind),
-             op_text(op));
+             fe_op_text(op));
     return val_poison();
   }
   switch (op) {
@@ -624,16 +606,16 @@ static Val eval_binary(Lower *l, Frame *f, const Expr *e) {
     if (is_comparison(op)) {
       fe_error(l, e->loc,
                "comparison '%s' of tensors is not supported (only compile-time values compare)",
-               op_text(op));
+               fe_op_text(op));
       return val_poison();
     }
     OpKind k = tensor_op(op);
     if (k == OP_COUNT) {
-      fe_error(l, e->loc, "operator '%s' is not supported on tensors", op_text(op));
+      fe_error(l, e->loc, "operator '%s' is not supported on tensors", fe_op_text(op));
       return val_poison();
     }
     if ((a.kind != V_TENSOR && !val_is_num(&a)) || (b.kind != V_TENSOR && !val_is_num(&b))) {
-      fe_error(l, e->loc, "cannot apply '%s' to %s and %s", op_text(op),
+      fe_error(l, e->loc, "cannot apply '%s' to %s and %s", fe_op_text(op),
                fe_describe(&a, ba, sizeof ba), fe_describe(&b, bb, sizeof bb));
       return val_poison();
     }
@@ -648,7 +630,7 @@ static Val eval_binary(Lower *l, Frame *f, const Expr *e) {
     return r;
   }
   if (!val_is_num(&a) || !val_is_num(&b)) {
-    fe_error(l, e->loc, "cannot apply '%s' to %s and %s", op_text(op), kind_name(a.kind),
+    fe_error(l, e->loc, "cannot apply '%s' to %s and %s", fe_op_text(op), kind_name(a.kind),
              kind_name(b.kind));
     return val_poison();
   }
