@@ -250,6 +250,20 @@ static void finfix(Out *o, const char *op, const KExpr *a, const KExpr *b) {
   fputc(')', o->f);
 }
 
+/* A comparison as the 1/0 mask of e's dtype: a typed int keeps integer
+ * overloads unambiguous, a float keeps float arithmetic. */
+static void cmp_int(Out *o, const KExpr *e, const char *op) {
+  fprintf(o->f, "((%s)", ctype(o->k, e->dtype));
+  infix(o, op, e->a[0], e->a[1]);
+  fputc(')', o->f);
+}
+
+static void cmp_float(Out *o, const KExpr *e, const char *op) {
+  fputc('(', o->f);
+  finfix(o, op, e->a[0], e->a[1]);
+  fputs(" ? 1.0f : 0.0f)", o->f);
+}
+
 static void op_int(Out *o, const KExpr *e) {
   const KExpr *a = e->a[0], *b = e->a[1];
   switch (e->op) {
@@ -261,6 +275,12 @@ static void op_int(Out *o, const KExpr *e) {
     case OP_MUL: call2(o, "dl_mul", a, b); return;
     case OP_MAXIMUM: call2(o, "dl_max", a, b); return;
     case OP_MINIMUM: call2(o, "dl_min", a, b); return;
+    case OP_EQ: cmp_int(o, e, "=="); return;
+    case OP_NE: cmp_int(o, e, "!="); return;
+    case OP_LT: cmp_int(o, e, "<"); return;
+    case OP_LE: cmp_int(o, e, "<="); return;
+    case OP_GT: cmp_int(o, e, ">"); return;
+    case OP_GE: cmp_int(o, e, ">="); return;
     case OP_CLIP: {
       /* The integers inside [min, max], as eval.c. */
       double lo = ceil(e->f), hi = floor(e->f2);
@@ -310,6 +330,12 @@ static void op_float(Out *o, const KExpr *e) {
     case OP_POW: fcall2(o, "powf", a, b); return;
     case OP_MAXIMUM: fcall2(o, "dl_max", a, b); return;
     case OP_MINIMUM: fcall2(o, "dl_min", a, b); return;
+    case OP_EQ: cmp_float(o, e, "=="); return;
+    case OP_NE: cmp_float(o, e, "!="); return;
+    case OP_LT: cmp_float(o, e, "<"); return;
+    case OP_LE: cmp_float(o, e, "<="); return;
+    case OP_GT: cmp_float(o, e, ">"); return;
+    case OP_GE: cmp_float(o, e, ">="); return;
     default: dl_internal(o->k->ctx, "%s is not a scalar op", ir_ops[e->op].name);
   }
 }

@@ -205,7 +205,13 @@ static bool int_elementwise_ok(OpKind op) {
     case OP_SUB:
     case OP_MUL:
     case OP_MAXIMUM:
-    case OP_MINIMUM: return true;
+    case OP_MINIMUM:
+    case OP_EQ:
+    case OP_NE:
+    case OP_LT:
+    case OP_LE:
+    case OP_GT:
+    case OP_GE: return true;
     default: return false;
   }
 }
@@ -727,6 +733,160 @@ static bool lower_conv2d(CgBuild *b, const Node *n) {
   return true;
 }
 
+/* A direct gather per output element: input row ih reaches output row
+ * oh through tap kh when oh + pad - kh * dil == ih * stride.  The offset
+ * (a multiple of the stride) keeps the dividend non-negative, so the
+ * divisibility test and the quotient never depend on how division
+ * rounds negative numbers. */
+static KExpr *transposed_pos(Kernel *k, KExpr *o, int64_t pad, KExpr *kk, int64_t dil,
+                             int64_t off) {
+  return cg_kidx(k, KI_SUB, cg_kadd(k, o, cg_kint(k, pad + off)), cg_kmul(k, kk, cg_kint(k, dil)));
+}
+
+static KExpr *transposed_hit(Kernel *k, KExpr *t, int64_t stride, int64_t off, int64_t len) {
+  KExpr *c = NULL;
+  if (stride > 1)
+    c = cg_kcmp(k, KC_EQ, cg_kidx(k, KI_MOD, t, cg_kint(k, stride)), cg_kint(k, 0));
+  c = cg_kand(k, c, cg_kcmp(k, KC_GE, t, cg_kint(k, off)));
+  return cg_kand(k, c, cg_kcmp(k, KC_LT, t, cg_kint(k, off + len * stride)));
+}
+
+static bool lower_conv_transpose2d(CgBuild *b, const Node *n) {
+  if (!check_dtypes(b, n, false)) return false;
+  int cnt;
+  const int64_t *stride = ir_attr_ints(n, "stride", &cnt), *pad = ir_attr_ints(n, "pad", &cnt);
+  const int64_t *dil = ir_attr_ints(n, "dilation", &cnt);
+  int64_t groups = ir_attr_int(n, "groups");
+  const Value *x = n->in[0], *w = n->in[1], *out = &n->out[0];
+  const int64_t *xd = x->type.dims, *wd = w->type.dims;
+  int64_t C = xd[1], H = xd[2], W = xd[3];
+  int64_t Cog = wd[1], KH = wd[2], KW = wd[3], cig = C / groups;
+  if (numel(&out->type) == 0) return true;
+  int64_t offh = stride[0] * (((KH - 1) * dil[0] + stride[0] - 1) / stride[0]);
+  int64_t offw = stride[1] * (((KW - 1) * dil[1] + stride[1] - 1) / stride[1]);
+  Kernel *k = new_kernel(b, n, NULL, NULL);
+  Map m;
+  map_begin(&m, k, &out->type);
+  KExpr *co = map_coord(&m, 1);
+  KVar *cin0 = cg_klet(k, &m.main, "cin", KT_INDEX,
+                       cg_kmul(k, cg_kidx(k, KI_DIV, co, cg_kint(k, Cog)), cg_kint(k, cig)));
+  KVar *cw = cg_klet(k, &m.main, "cw", KT_INDEX, cg_kidx(k, KI_MOD, co, cg_kint(k, Cog)));
+  KVar *acc = cg_klet(k, &m.main, "acc", TY_F32, cg_kimm(k, 0, TY_F32));
+  KVar *ci = cg_kvar(k, "ci", KT_INDEX), *kh = cg_kvar(k, "kh", KT_INDEX),
+       *kw = cg_kvar(k, "kw", KT_INDEX);
+  KStmt *l1 = cg_kloop(k, &m.main, ci, cg_kint(k, cig), KM_SERIAL);
+  KStmt *l2 = cg_kloop(k, &l1->body, kh, cg_kint(k, KH), KM_SERIAL);
+  KVar *th = cg_klet(k, &l2->body, "th", KT_INDEX,
+                     transposed_pos(k, map_coord(&m, 2), pad[0], cg_kv(k, kh), dil[0], offh));
+  KStmt *ifh = cg_kif(k, &l2->body, transposed_hit(k, cg_kv(k, th), stride[0], offh, H));
+  KVar *ih = cg_klet(k, &ifh->body, "ih", KT_INDEX,
+                     cg_kidx(k, KI_SUB, cg_kidx(k, KI_DIV, cg_kv(k, th), cg_kint(k, stride[0])),
+                             cg_kint(k, offh / stride[0])));
+  KStmt *l3 = cg_kloop(k, &ifh->body, kw, cg_kint(k, KW), KM_SERIAL);
+  KVar *tw = cg_klet(k, &l3->body, "tw", KT_INDEX,
+                     transposed_pos(k, map_coord(&m, 3), pad[1], cg_kv(k, kw), dil[1], offw));
+  KStmt *ifw = cg_kif(k, &l3->body, transposed_hit(k, cg_kv(k, tw), stride[1], offw, W));
+  KBlock *at = &ifw->body;
+  KVar *iw = cg_klet(k, at, "iw", KT_INDEX,
+                     cg_kidx(k, KI_SUB, cg_kidx(k, KI_DIV, cg_kv(k, tw), cg_kint(k, stride[1])),
+                             cg_kint(k, offw / stride[1])));
+  KExpr *plane = cg_kadd(k, cg_kmul(k, map_coord(&m, 0), cg_kint(k, C)),
+                         cg_kadd(k, cg_kv(k, cin0), cg_kv(k, ci)));
+  KExpr *xi = cg_kadd(
+      k, cg_kmul(k, cg_kadd(k, cg_kmul(k, plane, cg_kint(k, H)), cg_kv(k, ih)), cg_kint(k, W)),
+      cg_kv(k, iw));
+  KExpr *wrow = cg_kadd(k, cg_kmul(k, cg_kadd(k, cg_kv(k, cin0), cg_kv(k, ci)), cg_kint(k, Cog)),
+                        cg_kv(k, cw));
+  KExpr *wi = cg_kadd(
+      k, cg_kmul(k, cg_kadd(k, cg_kmul(k, wrow, cg_kint(k, KH)), cg_kv(k, kh)), cg_kint(k, KW)),
+      cg_kv(k, kw));
+  KExpr *prod = cg_kop2(k, OP_MUL, load_f32(b, k, at, x, "x", xi), load_f32(b, k, at, w, "w", wi));
+  cg_kset(k, at, acc, cg_kop2(k, OP_ADD, cg_kv(k, acc), prod));
+  KExpr *res = cg_kv(k, acc);
+  if (n->n_in > 2) res = cg_kop2(k, OP_ADD, res, load_f32(b, k, NULL, n->in[2], "bias", co));
+  map_store(b, &m, out, res);
+  map_end(&m);
+  cg_launch(b, k);
+  return true;
+}
+
+/* The source coordinates of resize in exact integer arithmetic: src =
+ * num / den with num = (2 * dst + 1) * in - out, den = 2 * out (half
+ * pixel, clamped at 0) or num = dst * (in - 1), den = out - 1 (corners).
+ * Sets *lo to the lower neighbour and returns the f32 weight of the upper. */
+static KExpr *resize_axis(Kernel *k, KBlock *at, KExpr *d, int64_t in, int64_t out, bool align,
+                          KVar **lo) {
+  KExpr *num;
+  int64_t den;
+  if (align) {
+    den = out > 1 ? out - 1 : 1;
+    num = cg_kmul(k, d, cg_kint(k, out > 1 ? in - 1 : 0));
+  } else {
+    den = 2 * out;
+    num = cg_kidx(k, KI_MAX,
+                  cg_kidx(k, KI_SUB, cg_kmul(k, cg_kadd(k, cg_kmul(k, d, cg_kint(k, 2)), cg_kint(k, 1)),
+                                             cg_kint(k, in)),
+                          cg_kint(k, out)),
+                  cg_kint(k, 0));
+  }
+  KVar *nv = cg_klet(k, at, "num", KT_INDEX, num);
+  *lo = cg_klet(k, at, "lo", KT_INDEX, cg_kidx(k, KI_DIV, cg_kv(k, nv), cg_kint(k, den)));
+  KExpr *rem = cg_kidx(k, KI_MOD, cg_kv(k, nv), cg_kint(k, den));
+  return cg_kop2(k, OP_DIV, cg_kcast(k, rem, TY_F32), cg_kimm(k, (double)den, TY_F32));
+}
+
+static bool lower_resize(CgBuild *b, const Node *n) {
+  bool linear = strcmp(ir_attr_str(n, "mode"), "bilinear") == 0;
+  if (!check_dtypes(b, n, !linear)) return false;
+  bool align = ir_attr_int(n, "align_corners") != 0;
+  const Value *x = n->in[0], *out = &n->out[0];
+  int64_t H = x->type.dims[2], W = x->type.dims[3];
+  int64_t OH = out->type.dims[2], OW = out->type.dims[3];
+  if (numel(&out->type) == 0) return true;
+  Kernel *k = new_kernel(b, n, NULL, NULL);
+  Map m;
+  map_begin(&m, k, &out->type);
+  KExpr *plane = cg_kadd(k, cg_kmul(k, map_coord(&m, 0), cg_kint(k, x->type.dims[1])),
+                         map_coord(&m, 1));
+  KVar *base = cg_klet(k, &m.main, "base", KT_INDEX, cg_kmul(k, plane, cg_kint(k, H * W)));
+  if (!linear) {
+    KExpr *ih = cg_kidx(k, KI_DIV, cg_kmul(k, map_coord(&m, 2), cg_kint(k, H)), cg_kint(k, OH));
+    KExpr *iw = cg_kidx(k, KI_DIV, cg_kmul(k, map_coord(&m, 3), cg_kint(k, W)), cg_kint(k, OW));
+    KExpr *xi = cg_kadd(k, cg_kv(k, base), cg_kadd(k, cg_kmul(k, ih, cg_kint(k, W)), iw));
+    map_store(b, &m, out, load_of(b, k, x, "x", xi));
+    map_end(&m);
+    cg_launch(b, k);
+    return true;
+  }
+  KVar *h0, *w0;
+  KVar *lh = cg_klet(k, &m.main, "lh", TY_F32,
+                     resize_axis(k, &m.main, map_coord(&m, 2), H, OH, align, &h0));
+  KVar *lw = cg_klet(k, &m.main, "lw", TY_F32,
+                     resize_axis(k, &m.main, map_coord(&m, 3), W, OW, align, &w0));
+  KExpr *h1 = cg_kidx(k, KI_MIN, cg_kadd(k, cg_kv(k, h0), cg_kint(k, 1)), cg_kint(k, H - 1));
+  KExpr *w1 = cg_kidx(k, KI_MIN, cg_kadd(k, cg_kv(k, w0), cg_kint(k, 1)), cg_kint(k, W - 1));
+  KExpr *rows[2] = {cg_kmul(k, cg_kv(k, h0), cg_kint(k, W)), cg_kmul(k, h1, cg_kint(k, W))};
+  KExpr *cols[2] = {cg_kv(k, w0), w1};
+  KExpr *one = cg_kimm(k, 1, TY_F32);
+  KExpr *wh[2] = {cg_kop2(k, OP_SUB, one, cg_kv(k, lh)), cg_kv(k, lh)};
+  KExpr *ww[2] = {cg_kop2(k, OP_SUB, one, cg_kv(k, lw)), cg_kv(k, lw)};
+  KExpr *v = NULL;
+  for (int r = 0; r < 2; r++) {
+    KExpr *row = NULL;
+    for (int c = 0; c < 2; c++) {
+      KExpr *xi = cg_kadd(k, cg_kv(k, base), cg_kadd(k, rows[r], cols[c]));
+      KExpr *t = cg_kop2(k, OP_MUL, ww[c], load_f32(b, k, &m.main, x, "x", xi));
+      row = row ? cg_kop2(k, OP_ADD, row, t) : t;
+    }
+    KExpr *t = cg_kop2(k, OP_MUL, wh[r], row);
+    v = v ? cg_kop2(k, OP_ADD, v, t) : t;
+  }
+  map_store(b, &m, out, v);
+  map_end(&m);
+  cg_launch(b, k);
+  return true;
+}
+
 /* ---- windows ---- */
 
 static bool lower_pool2d(CgBuild *b, const Node *n) {
@@ -1131,7 +1291,13 @@ bool cg_lower_node(CgBuild *b, const Node *n) {
     case OP_DIV:
     case OP_POW:
     case OP_MAXIMUM:
-    case OP_MINIMUM: return lower_elementwise(b, n);
+    case OP_MINIMUM:
+    case OP_EQ:
+    case OP_NE:
+    case OP_LT:
+    case OP_LE:
+    case OP_GT:
+    case OP_GE: return lower_elementwise(b, n);
     case OP_REDUCE_SUM:
     case OP_REDUCE_MEAN:
     case OP_REDUCE_MAX:
@@ -1145,6 +1311,8 @@ bool cg_lower_node(CgBuild *b, const Node *n) {
     case OP_MATMUL: return lower_matmul(b, n);
     case OP_LINEAR: return lower_linear(b, n);
     case OP_CONV2D: return lower_conv2d(b, n);
+    case OP_CONV_TRANSPOSE2D: return lower_conv_transpose2d(b, n);
+    case OP_RESIZE: return lower_resize(b, n);
     case OP_MAXPOOL2D:
     case OP_AVGPOOL2D: return lower_pool2d(b, n);
     case OP_RESHAPE: return lower_reshape(b, n);

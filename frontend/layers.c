@@ -151,6 +151,63 @@ static bool arg_pads(Lower *l, const Call *c, int i, int64_t pads[4]) {
   return true;
 }
 
+/* PyTorch's ConvTranspose2d: weight [Cin, out/groups, kH, kW]; the fan-in
+ * PyTorch's init uses is weight.size(1) * kH * kW. */
+static Val bi_conv_transpose2d(Lower *l, const Call *c) {
+  Value *x;
+  int64_t out, groups, kernel[2], stride[2], opad[2], dil[2], pads[4];
+  bool bias;
+  bool ok = fe_arg_tensor(l, c, 0, &x);
+  ok &= fe_arg_pos_int(l, c, 1, 1, &out);
+  ok &= arg_pair(l, c, 2, 1, 1, kernel);
+  ok &= arg_pair(l, c, 3, 1, 1, stride);
+  ok &= arg_pads(l, c, 4, pads);
+  ok &= arg_pair(l, c, 5, 0, 0, opad);
+  ok &= arg_pair(l, c, 6, 1, 1, dil);
+  ok &= fe_arg_pos_int(l, c, 7, 1, &groups);
+  ok &= fe_arg_bool(l, c, 8, true, &bias);
+  if (!ok) return poison();
+  const TensorType *t = &x->type;
+  if (t->rank != 4) {
+    fe_error(l, c->loc, "conv_transpose2d expects a 4-d input [N, C, H, W], got %s", ts(t).s);
+    return poison();
+  }
+  if (!need_float(l, c, x)) return poison();
+  int64_t cin = t->dims[1];
+  if (cin % groups != 0 || out % groups != 0) {
+    fe_error(l, c->locs[7],
+             "conv_transpose2d: groups=%" PRId64 " must divide the input channels (%" PRId64
+             ") and the output channels (%" PRId64 ")",
+             groups, cin, out);
+    return poison();
+  }
+  for (int k = 0; k < 2; k++)
+    if (opad[k] >= stride[k] && opad[k] >= dil[k]) {
+      fe_error(l, c->locs[5],
+               "conv_transpose2d: output_pad %" PRId64 " must be smaller than the stride (%" PRId64
+               ") or the dilation (%" PRId64 ")",
+               opad[k], stride[k], dil[k]);
+      return poison();
+    }
+  int64_t per = out / groups;
+  const char *scope = fe_layer_scope(l, c, "conv_transpose2d");
+  double fan_in = (double)per * (double)kernel[0] * (double)kernel[1];
+  const char *init = bound_init(l, "uniform", 1 / sqrt(fan_in));
+  TensorType wt = {.dtype = t->dtype, .rank = 4, .dims = {cin, per, kernel[0], kernel[1]}};
+  TensorType bt = type1(t->dtype, out);
+  Value *w = fe_param(l, scope, "weight", &wt, init, c->loc);
+  Value *b = w && bias ? fe_param(l, scope, "bias", &bt, init, c->loc) : NULL;
+  if (!w || (bias && !b)) return poison();
+  Value *in[3] = {x, w, b};
+  Node *n = fe_node(l, OP_CONV_TRANSPOSE2D, bias ? 3 : 2, in, c->loc);
+  ir_set_ints(l->g, n, "stride", 2, stride);
+  ir_set_ints(l->g, n, "pad", 4, pads);
+  ir_set_ints(l->g, n, "output_pad", 2, opad);
+  ir_set_ints(l->g, n, "dilation", 2, dil);
+  ir_set_int(l->g, n, "groups", groups);
+  return val_tensor(fe_emit(l, n));
+}
+
 static Val bi_conv2d(Lower *l, const Call *c) {
   Value *x;
   int64_t out, groups, kernel[2], stride[2], dil[2], pads[4] = {0, 0, 0, 0};
@@ -517,6 +574,55 @@ static Val bi_gelu(Lower *l, const Call *c) {
   if (!ok) return poison();
   Node *n = fe_node(l, OP_GELU, 1, &x, c->loc);
   ir_set_str(l->g, n, "approximate", approx);
+  return val_tensor(fe_emit(l, n));
+}
+
+/* F.interpolate on NCHW: an integer scale (or [h, w]) or an explicit
+ * size; with an integer scale PyTorch's coordinates equal those of the
+ * size it gives, so the IR op only carries the size. */
+static Val bi_upsample(Lower *l, const Call *c) {
+  Value *x;
+  int64_t scale[2], raw[2];
+  const char *mode;
+  bool align;
+  int nsize;
+  bool ok = fe_arg_tensor(l, c, 0, &x);
+  ok &= arg_pair(l, c, 1, 2, 1, scale);
+  ok &= fe_arg_str(l, c, 2, "nearest", &mode);
+  ok &= fe_arg_bool(l, c, 3, false, &align);
+  ok &= fe_arg_ints(l, c, 4, 2, "a list of 2 positive ints", &nsize, raw);
+  if (!ok) return poison();
+  if (strcmp(mode, "nearest") != 0 && strcmp(mode, "bilinear") != 0) {
+    fe_error(l, c->locs[2], "upsample: mode must be \"nearest\" or \"bilinear\", got \"%s\"",
+             mode);
+    return poison();
+  }
+  if (align && strcmp(mode, "bilinear") != 0) {
+    fe_error(l, c->locs[3], "upsample: align_corners needs mode=\"bilinear\"");
+    return poison();
+  }
+  if (nsize != 0 && (nsize != 2 || raw[0] < 1 || raw[1] < 1)) {
+    fe_arg_error(l, c, 4, "a list of 2 positive ints");
+    return poison();
+  }
+  const TensorType *t = &x->type;
+  if (t->rank != 4) {
+    fe_error(l, c->loc, "upsample expects a 4-d input [N, C, H, W], got %s", ts(t).s);
+    return poison();
+  }
+  if (!need_float(l, c, x)) return poison();
+  int64_t size[2];
+  for (int k = 0; k < 2; k++) {
+    size[k] = nsize ? raw[k] : t->dims[2 + k] * scale[k];
+    if (size[k] > DL_MAX_ELEMS) {
+      fe_error(l, c->loc, "upsample: the output of %s is too large", ts(t).s);
+      return poison();
+    }
+  }
+  Node *n = fe_node(l, OP_RESIZE, 1, &x, c->loc);
+  ir_set_ints(l->g, n, "size", 2, size);
+  ir_set_str(l->g, n, "mode", mode);
+  ir_set_int(l->g, n, "align_corners", align);
   return val_tensor(fe_emit(l, n));
 }
 
@@ -899,6 +1005,8 @@ static Val bi_len(Lower *l, const Call *c) {
 static const Builtin builtins[] = {
     {"linear", bi_linear, "x,out|bias", false},
     {"conv2d", bi_conv2d, "x,out,kernel|stride,pad,dilation,groups,bias", false},
+    {"conv_transpose2d", bi_conv_transpose2d,
+     "x,out,kernel|stride,pad,output_pad,dilation,groups,bias", false},
     {"batchnorm", bi_batchnorm, "x|eps", false},
     {"layernorm", bi_layernorm, "x|eps", false},
     {"embedding", bi_embedding, "indices,num,dim", false},
@@ -906,6 +1014,7 @@ static const Builtin builtins[] = {
     {"gru", bi_gru, "x,hidden|layers,bias,batch_first,bidirectional", false},
     {"multihead_attention", bi_mha, "q,k,v,heads|bias", false},
     {"dropout", bi_dropout, "x|p", false},
+    {"upsample", bi_upsample, "x|scale,mode,align_corners,size", false},
     {"relu", bi_unary, "x", false},
     {"sigmoid", bi_unary, "x", false},
     {"tanh", bi_unary, "x", false},

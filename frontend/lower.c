@@ -581,6 +581,12 @@ static OpKind tensor_op(int op) {
     case '*': return OP_MUL;
     case '/': return OP_DIV;
     case OPX_POW: return OP_POW;
+    case '<': return OP_LT;
+    case '>': return OP_GT;
+    case OPX_LE: return OP_LE;
+    case OPX_GE: return OP_GE;
+    case OPX_EQ: return OP_EQ;
+    case OPX_NE: return OP_NE;
   }
   return OP_COUNT;
 }
@@ -603,12 +609,6 @@ static Val eval_binary(Lower *l, Frame *f, const Expr *e) {
   if (a.kind == V_POISON || b.kind == V_POISON) return val_poison();
   char ba[IR_TYPE_STR_MAX + 32], bb[IR_TYPE_STR_MAX + 32];
   if (a.kind == V_TENSOR || b.kind == V_TENSOR) {
-    if (is_comparison(op)) {
-      fe_error(l, e->loc,
-               "comparison '%s' of tensors is not supported (only compile-time values compare)",
-               fe_op_text(op));
-      return val_poison();
-    }
     OpKind k = tensor_op(op);
     if (k == OP_COUNT) {
       fe_error(l, e->loc, "operator '%s' is not supported on tensors", fe_op_text(op));

@@ -1116,6 +1116,153 @@ static bool op_conv(Imp *im, ONode *n) {
   return (n->out[0] = from_2d(im, emit1(im, &e), win.spatial));
 }
 
+/* The window attributes read as Conv's.  SAME auto_pad and output_shape
+ * ask for an output size instead: the pads follow from it as ONNX says
+ * (the odd unit at the end for SAME_UPPER, else at the start), and an
+ * output larger than the full one becomes output padding. */
+static bool op_conv_transpose(Imp *im, ONode *n) {
+  Val *x = in_req(im, n, 0), *w = in_req(im, n, 1), *b = in_opt(n, 2);
+  int64_t group;
+  const char *auto_pad;
+  int nos, nop;
+  const int64_t *os, *op;
+  if (!x || !w || !attr_int(im, "group", 1, &group) ||
+      !attr_str(im, "auto_pad", "NOTSET", &auto_pad) || !attr_ints(im, "output_shape", &nos, &os) ||
+      !attr_ints(im, "output_padding", &nop, &op))
+    return false;
+  bool same = strncmp(auto_pad, "SAME_", 5) == 0;
+  if (w->type.rank != x->type.rank)
+    return bad(im, "weight rank %d differs from input rank %d", w->type.rank, x->type.rank);
+  Window win;
+  if (!window_attrs(im, x, w->type.dims + 2, &win)) return false;
+  int sp = win.spatial, o = sp == 1 ? 1 : 0;
+  if (nop >= 0 && nop != sp) return bad(im, "output_padding needs %d values", sp);
+  if (nos >= 0 && nos != sp) return bad(im, "output_shape needs %d values", sp);
+  int64_t opad[2] = {0, 0};
+  for (int i = 0; i < nop; i++) opad[o + i] = op[i];
+  if (same || nos >= 0) {
+    bool upper = strcmp(auto_pad, "SAME_UPPER") == 0;
+    for (int i = 0; i < sp; i++) {
+      int64_t in = x->type.dims[2 + i], want = nos >= 0 ? os[i] : in * win.stride[o + i];
+      int64_t full = win.stride[o + i] * (in - 1) + opad[o + i] +
+                     (win.kernel[o + i] - 1) * win.dil[o + i] + 1;
+      int64_t total = full - want, lo = 0, hi = 0;
+      if (want < 1) return bad(im, "output_shape %" PRId64 " is not positive", want);
+      if (total >= 0) {
+        lo = upper ? total / 2 : total - total / 2;
+        hi = total - lo;
+      } else {
+        opad[o + i] -= total; /* the shape rule checks it stays below the stride */
+      }
+      win.pad[o + i] = lo, win.pad[2 + o + i] = hi;
+    }
+  }
+  Val *in[3] = {to_2d(im, x), to_2d(im, w), b};
+  if (!in[0] || !in[1]) return false;
+  Emit e;
+  Node *c = begin(im, &e, OP_CONV_TRANSPOSE2D, b ? 3 : 2, in);
+  ir_set_ints(im->g, c, "stride", 2, win.stride);
+  ir_set_ints(im->g, c, "pad", 4, win.pad);
+  ir_set_ints(im->g, c, "output_pad", 2, opad);
+  ir_set_ints(im->g, c, "dilation", 2, win.dil);
+  ir_set_int(im->g, c, "groups", group);
+  return (n->out[0] = from_2d(im, emit1(im, &e), win.spatial));
+}
+
+/* Resize (and the older Upsample) onto the resize op, whose coordinates
+ * are in/out ratios: ONNX's scales must give whole output sizes, and a
+ * coordinate mode maps only where it lands on the same source pixels. */
+static bool op_resize(Imp *im, ONode *n) {
+  bool upsample = strcmp(im->np->op_type, "Upsample") == 0;
+  Val *x = in_req(im, n, 0);
+  if (!x) return false;
+  const char *mode, *coord, *nearest;
+  int64_t antialias;
+  int nax;
+  const int64_t *axes;
+  if (!attr_str(im, "mode", "nearest", &mode) ||
+      !attr_str(im, "coordinate_transformation_mode", upsample || im->opset < 11 ? "asymmetric" :
+                "half_pixel", &coord) ||
+      !attr_str(im, "nearest_mode", upsample || im->opset < 11 ? "floor" : "round_prefer_floor",
+                &nearest) ||
+      !attr_int(im, "antialias", 0, &antialias) || !attr_ints(im, "axes", &nax, &axes))
+    return false;
+  if (x->type.rank != 4) return bad(im, "only 4-d [N, C, H, W] inputs are supported");
+  if (antialias) return bad(im, "antialias=1 is not supported");
+  if (nax >= 0) return bad(im, "attribute 'axes' is not supported");
+  /* The scales: an attribute (Upsample-7), input 1 (Upsample-9, Resize-10)
+   * or input 2 (Resize-11+), else the sizes in input 3. */
+  double scale[4] = {1, 1, 1, 1};
+  int64_t size[4];
+  bool have_scale = false;
+  Val *sv = upsample || im->opset < 11 ? in_opt(n, 1) : in_opt(n, 2);
+  Val *zv = upsample || im->opset < 11 ? NULL : in_opt(n, 3);
+  int nsa;
+  if (sv) {
+    const Tensor *t = need_const(im, sv, "the scales");
+    if (!t) return false;
+    int64_t cnt = ir_type_numel(&t->type);
+    if (cnt != 0 && cnt != 4) return bad(im, "the scales need 4 values");
+    for (int64_t i = 0; i < cnt; i++) scale[i] = ir_tensor_get(t, i);
+    have_scale = cnt == 4;
+  } else if (upsample) {
+    const Onnx__AttributeProto *a = find_attr(im, "scales");
+    nsa = a ? (int)a->n_floats : 0;
+    if (nsa != 4) return bad(im, "the scales need 4 values");
+    for (int i = 0; i < 4; i++) scale[i] = a->floats[i];
+    have_scale = true;
+  }
+  if (have_scale) {
+    for (int i = 0; i < 4; i++) {
+      double want = (double)x->type.dims[i] * scale[i];
+      size[i] = (int64_t)floor(want);
+      if (!(scale[i] > 0) || fabs(want - (double)size[i]) > 1e-6 * fmax(1, want) || size[i] < 1)
+        return bad(im, "scale %g on dim %d of %" PRId64 " does not give a whole output size "
+                       "(not supported)", scale[i], i, x->type.dims[i]);
+    }
+  } else if (zv) {
+    int k;
+    if (!const_ints(im, zv, "the sizes", &k, size)) return false;
+    if (k != 4) return bad(im, "the sizes need 4 values");
+  } else {
+    return bad(im, "neither scales nor sizes are given");
+  }
+  if (size[0] != x->type.dims[0] || size[1] != x->type.dims[1])
+    return bad(im, "resizing the batch or channel dim is not supported");
+  if (size[2] < 1 || size[3] < 1) return bad(im, "the output size must be positive");
+  bool align = false;
+  const char *m;
+  if (strcmp(mode, "nearest") == 0) {
+    m = "nearest";
+    /* Whole upscales put half_pixel's rounded source on floor(dst * in / out). */
+    bool whole = size[2] % x->type.dims[2] == 0 && size[3] % x->type.dims[3] == 0;
+    bool ok = (strcmp(coord, "asymmetric") == 0 && strcmp(nearest, "floor") == 0) ||
+              (whole && (strcmp(coord, "half_pixel") == 0 ||
+                         strcmp(coord, "pytorch_half_pixel") == 0) &&
+               strncmp(nearest, "round_prefer_", 13) == 0);
+    if (!ok)
+      return bad(im, "nearest with coordinate_transformation_mode='%s' and nearest_mode='%s' is "
+                     "not supported (asymmetric with floor is, and half_pixel for whole upscales)",
+                 coord, nearest);
+  } else if (strcmp(mode, "linear") == 0) {
+    m = "bilinear";
+    bool pt = strcmp(coord, "pytorch_half_pixel") == 0;
+    align = strcmp(coord, "align_corners") == 0;
+    if (!align && strcmp(coord, "half_pixel") != 0 && !(pt && size[2] > 1 && size[3] > 1))
+      return bad(im, "linear with coordinate_transformation_mode='%s' is not supported "
+                     "(half_pixel, pytorch_half_pixel and align_corners are)", coord);
+  } else {
+    return bad(im, "mode='%s' is not supported (nearest and linear are)", mode);
+  }
+  if (strcmp(m, "bilinear") == 0 && !need_float_in(im, x)) return false;
+  Emit e;
+  Node *r = begin(im, &e, OP_RESIZE, 1, &x);
+  ir_set_ints(im->g, r, "size", 2, size + 2);
+  ir_set_str(im->g, r, "mode", m);
+  ir_set_int(im->g, r, "align_corners", align);
+  return (n->out[0] = emit1(im, &e));
+}
+
 static bool op_pool(Imp *im, ONode *n) {
   bool is_max = strcmp(im->np->op_type, "MaxPool") == 0;
   Val *x = in_req(im, n, 0);
@@ -1992,6 +2139,9 @@ static const OpEntry onnx_ops[] = {
     {"Constant", op_constant, "value, value_float(s), value_int(s)"},
     {"ConstantOfShape", op_constant_of_shape, "constant shape"},
     {"Conv", op_conv, "1-d and 2-d, any auto_pad, pads, strides, dilations, group"},
+    {"ConvTranspose", op_conv_transpose,
+     "1-d and 2-d, any auto_pad, pads or output_shape, strides, dilations, group, "
+     "output_padding"},
     {"Cos", op_unary, NULL},
     {"DepthToSpace", op_depth_space, "DCR and CRD"},
     {"Div", op_binary, NULL},
@@ -2039,6 +2189,9 @@ static const OpEntry onnx_ops[] = {
     {"ReduceSumSquare", op_reduce, NULL},
     {"Relu", op_unary, NULL},
     {"Reshape", op_reshape, "constant shape (0 and -1 rules)"},
+    {"Resize", op_resize,
+     "4-d, constant scales (whole output sizes) or sizes; nearest (asymmetric+floor, or "
+     "half_pixel for whole upscales), linear (half_pixel, pytorch_half_pixel, align_corners)"},
     {"Selu", op_elu_family, NULL},
     {"Shape", op_shape, "folded at import"},
     {"Sigmoid", op_unary, NULL},
@@ -2058,6 +2211,7 @@ static const OpEntry onnx_ops[] = {
     {"Tile", op_tile, "constant repeats"},
     {"Transpose", op_transpose, NULL},
     {"Unsqueeze", op_unsqueeze, NULL},
+    {"Upsample", op_resize, "as Resize, asymmetric: nearest only"},
 };
 
 /* The newest opset whose changes to these ops are handled. */

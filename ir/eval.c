@@ -326,6 +326,12 @@ static double binary_f(OpKind op, double a, double b) {
     case OP_POW: return pow(a, b);
     case OP_MAXIMUM: return isnan(a) || isnan(b) ? NAN : a > b ? a : b;
     case OP_MINIMUM: return isnan(a) || isnan(b) ? NAN : a < b ? a : b;
+    case OP_EQ: return a == b;
+    case OP_NE: return a != b;
+    case OP_LT: return a < b;
+    case OP_LE: return a <= b;
+    case OP_GT: return a > b;
+    case OP_GE: return a >= b;
     default: return 0;
   }
 }
@@ -375,6 +381,12 @@ static bool eval_binary(Eval *e, const Node *n, const Tensor *a, const Tensor *b
         break;
       case OP_MAXIMUM: r = x > y ? x : y; break;
       case OP_MINIMUM: r = x < y ? x : y; break;
+      case OP_EQ: r = x == y; break;
+      case OP_NE: r = x != y; break;
+      case OP_LT: r = x < y; break;
+      case OP_LE: r = x <= y; break;
+      case OP_GT: r = x > y; break;
+      case OP_GE: r = x >= y; break;
       default: break;
     }
     set_i(out, i, r);
@@ -717,6 +729,91 @@ static bool eval_conv2d(Eval *e, const Node *n, const Tensor *x, const Tensor *w
           acc_store(&acc, out, ((nb * Co + co) * OH + oh) * OW + ow);
         }
     }
+  return true;
+}
+
+/* Each output element gathers the inputs whose conv2d window covers it:
+ * oh = ih * stride - pad + kh * dil, solved for ih. */
+static bool eval_conv_transpose2d(Eval *e, const Node *n, const Tensor *x, const Tensor *w,
+                                  const Tensor *b, Tensor *out) {
+  const int64_t *stride, *pad, *dil;
+  if (!window_attrs(e, n, NULL, &stride, &pad, &dil)) return false;
+  int64_t groups = ir_attr_int(n, "groups");
+  const TensorType *xt = &x->type, *wt = &w->type, *ot = &out->type;
+  if (xt->rank != 4 || wt->rank != 4 || ot->rank != 4) return fail(e, "needs rank-4 x and W");
+  int64_t N = xt->dims[0], C = xt->dims[1], H = xt->dims[2], W = xt->dims[3];
+  int64_t Cog = wt->dims[1], KH = wt->dims[2], KW = wt->dims[3];
+  int64_t Co = ot->dims[1], OH = ot->dims[2], OW = ot->dims[3];
+  if (groups < 1 || C % groups || wt->dims[0] != C || Co != Cog * groups || ot->dims[0] != N)
+    return fail(e, "channels do not fit groups");
+  if (b && numel(&b->type) != Co) return fail(e, "bias must have %" PRId64 " elements", Co);
+  int64_t cig = C / groups;
+  bool ints = is_int(x) && is_int(w) && is_int(out);
+  for (int64_t nb = 0; nb < N; nb++)
+    for (int64_t co = 0; co < Co; co++) {
+      int64_t g = co / Cog, cw = co % Cog;
+      for (int64_t oh = 0; oh < OH; oh++)
+        for (int64_t ow = 0; ow < OW; ow++) {
+          Acc acc = {.ints = ints};
+          for (int64_t ci = g * cig; ci < (g + 1) * cig; ci++)
+            for (int64_t kh = 0; kh < KH; kh++) {
+              int64_t th = oh + pad[0] - kh * dil[0];
+              if (th < 0 || th % stride[0] || th / stride[0] >= H) continue;
+              for (int64_t kw = 0; kw < KW; kw++) {
+                int64_t tw = ow + pad[1] - kw * dil[1];
+                if (tw < 0 || tw % stride[1] || tw / stride[1] >= W) continue;
+                int64_t xi = ((nb * C + ci) * H + th / stride[0]) * W + tw / stride[1];
+                int64_t wi = ((ci * Cog + cw) * KH + kh) * KW + kw;
+                acc_mac(&acc, x, xi, w, wi);
+              }
+            }
+          if (b) acc_add(&acc, b, co);
+          acc_store(&acc, out, ((nb * Co + co) * OH + oh) * OW + ow);
+        }
+    }
+  return true;
+}
+
+/* PyTorch's source coordinate for output position d of out along an axis
+ * of in, as upsample_bilinear2d's area_pixel_compute_source_index. */
+static double resize_src(int64_t d, int64_t in, int64_t out, bool align) {
+  if (align) return out > 1 ? (double)d * (double)(in - 1) / (double)(out - 1) : 0;
+  double s = ((double)d + 0.5) * (double)in / (double)out - 0.5;
+  return s < 0 ? 0 : s;
+}
+
+static bool eval_resize(Eval *e, const Node *n, const Tensor *x, Tensor *out) {
+  const TensorType *xt = &x->type, *ot = &out->type;
+  if (xt->rank != 4 || ot->rank != 4) return fail(e, "needs rank-4 x");
+  bool linear = strcmp(ir_attr_str(n, "mode"), "bilinear") == 0;
+  bool align = ir_attr_int(n, "align_corners") != 0;
+  int64_t NC = xt->dims[0] * xt->dims[1], H = xt->dims[2], W = xt->dims[3];
+  int64_t OH = ot->dims[2], OW = ot->dims[3];
+  for (int64_t c = 0; c < NC; c++)
+    for (int64_t oh = 0; oh < OH; oh++)
+      for (int64_t ow = 0; ow < OW; ow++) {
+        const int64_t base = c * H * W, o = (c * OH + oh) * OW + ow;
+        if (!linear) {
+          /* A copy: integers through int64 so that i64 stays exact. */
+          int64_t xi = base + (oh * H / OH) * W + ow * W / OW;
+          if (is_int(x))
+            set_i(out, o, get_i(x, xi));
+          else
+            ir_tensor_set(out, o, ir_tensor_get(x, xi));
+          continue;
+        }
+        double sh = resize_src(oh, H, OH, align), sw = resize_src(ow, W, OW, align);
+        int64_t h0 = (int64_t)sh, w0 = (int64_t)sw;
+        if (h0 > H - 1) h0 = H - 1;
+        if (w0 > W - 1) w0 = W - 1;
+        int64_t h1 = h0 < H - 1 ? h0 + 1 : h0, w1 = w0 < W - 1 ? w0 + 1 : w0;
+        double lh = sh - (double)h0, lw = sw - (double)w0;
+        double v = (1 - lh) * ((1 - lw) * ir_tensor_get(x, base + h0 * W + w0) +
+                               lw * ir_tensor_get(x, base + h0 * W + w1)) +
+                   lh * ((1 - lw) * ir_tensor_get(x, base + h1 * W + w0) +
+                         lw * ir_tensor_get(x, base + h1 * W + w1));
+        ir_tensor_set(out, o, v);
+      }
   return true;
 }
 
@@ -1063,7 +1160,13 @@ static bool eval_node(Eval *e, const Node *n, Tensor *const *in, Tensor *out,
     case OP_DIV:
     case OP_POW:
     case OP_MAXIMUM:
-    case OP_MINIMUM: return eval_binary(e, n, in[0], in[1], out);
+    case OP_MINIMUM:
+    case OP_EQ:
+    case OP_NE:
+    case OP_LT:
+    case OP_LE:
+    case OP_GT:
+    case OP_GE: return eval_binary(e, n, in[0], in[1], out);
     case OP_REDUCE_SUM:
     case OP_REDUCE_MEAN:
     case OP_REDUCE_MAX:
@@ -1078,6 +1181,9 @@ static bool eval_node(Eval *e, const Node *n, Tensor *const *in, Tensor *out,
     case OP_MATMUL: return eval_matmul(e, in[0], in[1], out);
     case OP_LINEAR: return eval_linear(e, in[0], in[1], n->n_in > 2 ? in[2] : NULL, out);
     case OP_CONV2D: return eval_conv2d(e, n, in[0], in[1], n->n_in > 2 ? in[2] : NULL, out);
+    case OP_RESIZE: return eval_resize(e, n, in[0], out);
+    case OP_CONV_TRANSPOSE2D:
+      return eval_conv_transpose2d(e, n, in[0], in[1], n->n_in > 2 ? in[2] : NULL, out);
     case OP_MAXPOOL2D:
     case OP_AVGPOOL2D: return eval_pool2d(e, n, in[0], out);
     case OP_RESHAPE:

@@ -470,6 +470,92 @@ bool shape_conv2d(const Node *n, TensorType *out, char *err, size_t errlen) {
   return true;
 }
 
+/* out = (in - 1) * stride - pad_lo - pad_hi + dilation * (k - 1) + output_pad + 1,
+ * as PyTorch's ConvTranspose2d; output_pad must stay below stride or
+ * dilation so that it only re-adds rows a strided conv2d would drop. */
+bool shape_conv_transpose2d(const Node *n, TensorType *out, char *err, size_t errlen) {
+  if (!operands_ok(n, err, errlen)) return false;
+  const TensorType *x = in_type(n, 0), *w = in_type(n, 1);
+  if (!need_rank(n, x, 4, "[N, C, H, W]", err, errlen)) return false;
+  if (w->rank != 4)
+    return fail(err, errlen,
+                "conv_transpose2d expects a 4-d weight [Cin, Cout/groups, kH, kW], got %s",
+                ts(w).s);
+  if (!same_dtype(n, x, w, err, errlen)) return false;
+  const int64_t *stride, *pad, *opad, *dil;
+  int64_t groups;
+  if (!attr_ints_min(n, "stride", 2, 1, &stride, err, errlen)) return false;
+  if (!attr_ints_min(n, "pad", 4, 0, &pad, err, errlen)) return false;
+  if (!attr_ints_min(n, "output_pad", 2, 0, &opad, err, errlen)) return false;
+  if (!attr_ints_min(n, "dilation", 2, 1, &dil, err, errlen)) return false;
+  if (!attr_int_min(n, "groups", 1, &groups, err, errlen)) return false;
+  int64_t c = x->dims[1];
+  if (w->dims[0] != c)
+    return fail(err, errlen,
+                "conv_transpose2d: weight %s expects %" PRId64 " input channels, but input %s "
+                "has %" PRId64,
+                ts(w).s, w->dims[0], ts(x).s, c);
+  int64_t cout;
+  if (c % groups != 0 || !mul_ok(w->dims[1], groups, &cout))
+    return fail(err, errlen,
+                "conv_transpose2d: groups=%" PRId64 " must divide the input channels (%" PRId64 ")",
+                groups, c);
+  if (n->n_in > 2) {
+    TensorType want = ir_type_make(x->dtype, 1, &cout);
+    if (!need_type(n, 2, "bias", &want, " (one value per output channel)", err, errlen))
+      return false;
+  }
+  static const char *const side[] = {"height", "width"};
+  out[0] = *x;
+  out[0].dims[1] = cout;
+  for (int i = 0; i < 2; i++) {
+    if (opad[i] >= stride[i] && opad[i] >= dil[i])
+      return fail(err, errlen,
+                  "conv_transpose2d: output_pad %s %" PRId64 " must be smaller than the stride (%" PRId64
+                  ") or the dilation (%" PRId64 ")",
+                  side[i], opad[i], stride[i], dil[i]);
+    int64_t full, span;
+    if (!mul_ok(x->dims[2 + i] - 1, stride[i], &full) ||
+        !mul_ok(dil[i], w->dims[2 + i] - 1, &span) || !add_ok(full, span, &full) ||
+        !add_ok(full, opad[i] + 1, &full))
+      return fail(err, errlen, "conv_transpose2d: the output %s overflows", side[i]);
+    int64_t o = full - pad[i] - pad[2 + i];
+    if (o < 1)
+      return fail(err, errlen,
+                  "conv_transpose2d: padding %s %" PRId64 "+%" PRId64 " leaves no output of the "
+                  "full %s %" PRId64 " (empty tensors are not supported)",
+                  side[i], pad[i], pad[2 + i], side[i], full);
+    out[0].dims[2 + i] = o;
+  }
+  return true;
+}
+
+bool shape_resize(const Node *n, TensorType *out, char *err, size_t errlen) {
+  if (!operands_ok(n, err, errlen)) return false;
+  const TensorType *x = in_type(n, 0);
+  if (!need_rank(n, x, 4, "[N, C, H, W]", err, errlen)) return false;
+  const int64_t *size;
+  bool align;
+  if (!attr_ints_min(n, "size", 2, 1, &size, err, errlen)) return false;
+  if (!attr_flag(n, "align_corners", &align, err, errlen)) return false;
+  const Attr *mode = get_attr(n, "mode", AK_STR, "a string", err, errlen);
+  if (!mode) return false;
+  bool linear = strcmp(mode->s, "bilinear") == 0;
+  if (!linear && strcmp(mode->s, "nearest") != 0)
+    return fail(err, errlen, "resize: mode must be \"nearest\" or \"bilinear\", got \"%s\"",
+                mode->s);
+  if (!linear && align)
+    return fail(err, errlen, "resize: align_corners applies only to mode \"bilinear\"");
+  if (linear && !need_float(n, x, err, errlen)) return false;
+  out[0] = *x;
+  out[0].dims[2] = size[0];
+  out[0].dims[3] = size[1];
+  int64_t count = ir_type_numel(&out[0]);
+  if (count < 0 || count > DL_MAX_ELEMS)
+    return fail(err, errlen, "resize: the output %s is too large", ts(&out[0]).s);
+  return true;
+}
+
 bool shape_pool2d(const Node *n, TensorType *out, char *err, size_t errlen) {
   if (!operands_ok(n, err, errlen)) return false;
   const TensorType *x = in_type(n, 0);

@@ -531,6 +531,58 @@ START_TEST(conv2d_grouped) {
 }
 END_TEST
 
+START_TEST(conv_transpose2d_direct) {
+  check_graph(
+      "graph deconv {\n"
+      "  %x = input {name=\"x\"} : f32[2, 4, 3, 3]\n"
+      "  %w = param {name=\"up.weight\"} : f32[4, 3, 3, 3]\n"
+      "  %b = param {name=\"up.bias\"} : f32[3]\n"
+      "  %0 = conv_transpose2d %x, %w, %b {stride=[2, 2], pad=[1, 1, 1, 1], output_pad=[1, 1]} : "
+      "f32[2, 3, 6, 6]\n"
+      "  %g = param {name=\"g.weight\"} : f32[4, 2, 2, 2]\n"
+      "  %1 = conv_transpose2d %x, %g {stride=[2, 2], dilation=[1, 2], groups=2} : f32[2, 4, 6, 7]\n"
+      "  %2 = conv_transpose2d %x, %w {pad=[0, 1, 2, 0]} : f32[2, 3, 3, 4]\n"
+      "  return %0 as \"strided\", %1 as \"grouped\", %2 as \"cropped\"\n"
+      "}\n");
+}
+END_TEST
+
+START_TEST(comparisons) {
+  check_graph(
+      "graph cmp {\n"
+      "  %x = input {name=\"x\"} : f32[3, 37]\n"
+      "  %y = input {name=\"y\"} : f32[37]\n"
+      "  %0 = lt %x, %y : f32[3, 37]\n"
+      "  %1 = le %x, %x : f32[3, 37]\n"
+      "  %2 = gt %x, %y : f32[3, 37]\n"
+      "  %3 = ge %y, %x : f32[3, 37]\n"
+      "  %4 = eq %x, %x : f32[3, 37]\n"
+      "  %5 = ne %x, %y : f32[3, 37]\n"
+      "  %6 = mul %0, %x : f32[3, 37]\n"
+      "  %h = cast %x {to=f16} : f16[3, 37]\n"
+      "  %7 = gt %h, %h : f16[3, 37]\n"
+      "  %i = cast %x {to=i32} : i32[3, 37]\n"
+      "  %z = const {value=0} : i32[]\n"
+      "  %8 = ne %i, %z : i32[3, 37]\n"
+      "  return %6 as \"lt\", %1 as \"le\", %2 as \"gt\", %3 as \"ge\", %4 as \"eq\", %5 as "
+      "\"ne\", %7 as \"gt16\", %8 as \"ne32\"\n"
+      "}\n");
+}
+END_TEST
+
+START_TEST(resize_modes) {
+  check_graph(
+      "graph resize {\n"
+      "  %x = input {name=\"x\"} : f32[2, 3, 5, 4]\n"
+      "  %0 = resize %x {size=[10, 12]} : f32[2, 3, 10, 12]\n"
+      "  %1 = resize %x {size=[7, 9], mode=\"bilinear\"} : f32[2, 3, 7, 9]\n"
+      "  %2 = resize %x {size=[3, 8], mode=\"bilinear\", align_corners=1} : f32[2, 3, 3, 8]\n"
+      "  %3 = resize %x {size=[1, 1], mode=\"bilinear\", align_corners=1} : f32[2, 3, 1, 1]\n"
+      "  return %0 as \"nearest\", %1 as \"half_pixel\", %2 as \"corners\", %3 as \"one\"\n"
+      "}\n");
+}
+END_TEST
+
 START_TEST(pooling) {
   check_graph(
       "graph pool {\n"
@@ -872,6 +924,9 @@ static Suite *codegen_suite(void) {
   tcase_add_test(tc, linear_with_and_without_bias);
   tcase_add_test(tc, conv2d_im2col);
   tcase_add_test(tc, conv2d_grouped);
+  tcase_add_test(tc, conv_transpose2d_direct);
+  tcase_add_test(tc, resize_modes);
+  tcase_add_test(tc, comparisons);
   tcase_add_test(tc, pooling);
   tcase_add_test(tc, data_movement);
   tcase_add_test(tc, gather_clamps_and_wraps);

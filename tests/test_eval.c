@@ -394,6 +394,28 @@ START_TEST(test_binary_scalar_and_minmax) {
 }
 END_TEST
 
+/* Comparisons give 1/0 in the operands' dtype; NaN is unequal to all. */
+START_TEST(test_comparisons) {
+  double a[] = {1, 2, NAN, -1}, b[] = {2, 2, NAN, -3};
+  Value *x = input_vals(ty(TY_F32, 1, 4), a), *y = input_vals(ty(TY_F32, 1, 4), b);
+  double eq[] = {0, 1, 0, 0}, ne[] = {1, 0, 1, 1}, lt[] = {1, 0, 0, 0}, le[] = {1, 1, 0, 0},
+         gt[] = {0, 0, 0, 1}, ge[] = {0, 1, 0, 1};
+  check_run(bin(OP_EQ, x, y), 4, eq, 0);
+  check_run(bin(OP_NE, x, y), 4, ne, 0);
+  check_run(bin(OP_LT, x, y), 4, lt, 0);
+  check_run(bin(OP_LE, x, y), 4, le, 0);
+  check_run(bin(OP_GT, x, y), 4, gt, 0);
+  check_run(bin(OP_GE, x, y), 4, ge, 0);
+  /* Integers exactly, broadcast [2, 1] against [3]. */
+  double ci[] = {5, -7}, ri[] = {-7, 5, 6};
+  Value *c = input_vals(ty(TY_I64, 2, 2, 1), ci), *r = input_vals(ty(TY_I64, 1, 3), ri);
+  Value *m = bin(OP_GE, c, r);
+  ck_assert_int_eq(m->type.dtype, TY_I64);
+  double gei[] = {1, 1, 0, 1, 0, 0};
+  check_run(m, 6, gei, 0);
+}
+END_TEST
+
 START_TEST(test_binary_int) {
   double a[] = {-7, 7, 100, 2, -1, 0}, b[] = {2, -2, 100, 10, -3, 5};
   Value *x = input_vals(ty(TY_I8, 1, 6), a), *y = input_vals(ty(TY_I8, 1, 6), b);
@@ -748,6 +770,172 @@ START_TEST(test_conv2d_by_hand) {
   /* Padded top and left: out[i][j] = x[i-1][j-1] - x[i][j]. */
   double want[] = {-1, -2, -3, -4, -4, -4, -7, -4, -4};
   check_run(fin(n), 9, want, 0);
+}
+END_TEST
+
+/* conv_transpose2d is conv2d's adjoint with the same weight:
+ * <conv2d(x), u> == <x, conv_transpose2d(u)>, output_pad restoring the
+ * rows a strided conv2d drops. */
+static void conv_t_case(int N, int C, int H, int W, int Co, int KH, int KW, int sh, int sw, int pt,
+                        int pl, int pb, int pr, int dh, int dw, int groups) {
+  teardown();
+  setup();
+  Value *x = input_rand(ty(TY_F32, 4, N, C, H, W));
+  Value *w = input_rand(ty(TY_F32, 4, Co, C / groups, KH, KW));
+  Node *n = mk(OP_CONV2D, 2, x, w);
+  set_ints(n, "stride", 2, sh, sw);
+  set_ints(n, "pad", 4, pt, pl, pb, pr);
+  set_ints(n, "dilation", 2, dh, dw);
+  ir_set_int(g, n, "groups", groups);
+  Value *y = fin(n);
+  Value *u = input_rand(y->type);
+  Node *t = mk(OP_CONV_TRANSPOSE2D, 2, u, w);
+  set_ints(t, "stride", 2, sh, sw);
+  set_ints(t, "pad", 4, pt, pl, pb, pr);
+  set_ints(t, "output_pad", 2, (H + pt + pb - dh * (KH - 1) - 1) % sh,
+           (W + pl + pr - dw * (KW - 1) - 1) % sw);
+  set_ints(t, "dilation", 2, dh, dw);
+  ir_set_int(g, t, "groups", groups);
+  Value *z = fin(t);
+  ck_assert(ir_type_eq(&z->type, &x->type));
+  Value *vs[2] = {y, z};
+  Tensor out[2];
+  ck_assert_msg(try_run(2, vs, out), "%s", err);
+  const Tensor *X = input_tensor(x), *U = input_tensor(u);
+  double lhs = 0, rhs = 0, scale = 0;
+  for (int64_t i = 0; i < ir_type_numel(&y->type); i++) {
+    lhs += at(&out[0], i) * at(U, i);
+    scale += fabs(at(&out[0], i) * at(U, i));
+  }
+  for (int64_t i = 0; i < ir_type_numel(&x->type); i++) rhs += at(X, i) * at(&out[1], i);
+  ck_assert_msg(fabs(lhs - rhs) <= 1e-5 * (1 + scale), "<conv x, u> = %.9g, <x, convT u> = %.9g",
+                lhs, rhs);
+  ir_tensor_free(&out[0]);
+  ir_tensor_free(&out[1]);
+}
+
+START_TEST(test_conv_transpose2d_adjoint) {
+  conv_t_case(1, 1, 3, 3, 1, 2, 2, 1, 1, 0, 0, 0, 0, 1, 1, 1);
+  conv_t_case(2, 3, 7, 5, 4, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1);
+  conv_t_case(1, 2, 9, 8, 3, 3, 2, 2, 3, 1, 0, 2, 1, 1, 1, 1);  /* strides, asymmetric pad */
+  conv_t_case(1, 2, 10, 9, 2, 3, 3, 2, 2, 1, 1, 1, 1, 1, 1, 1); /* output_pad 1 */
+  conv_t_case(1, 2, 9, 9, 2, 3, 3, 1, 2, 2, 2, 2, 2, 2, 3, 1);  /* dilation */
+  conv_t_case(2, 4, 6, 6, 6, 3, 3, 2, 1, 1, 1, 1, 1, 1, 1, 2);  /* groups */
+  conv_t_case(1, 3, 5, 7, 3, 3, 3, 2, 2, 1, 1, 1, 1, 1, 1, 3);  /* depthwise */
+}
+END_TEST
+
+START_TEST(test_conv_transpose2d_by_hand) {
+  double x[] = {1, 2, 3, 4}, w[] = {1, 10, 100, 1000}, bias[] = {0.5};
+  Value *a = input_vals(ty(TY_F32, 4, 1, 1, 2, 2), x), *b = input_vals(ty(TY_F32, 4, 1, 1, 2, 2), w);
+  /* Stride 1: each input scatters the kernel times itself. */
+  double full[] = {1, 12, 20, 103, 1234, 2040, 300, 3400, 4000};
+  check_run(fin(mk(OP_CONV_TRANSPOSE2D, 2, a, b)), 9, full, 0);
+  /* Stride 2 tiles the 4x4 of x[i][j] * w; output_pad adds a zero row and
+   * column, pad 1 cuts one from each side: the middle 3x3, plus bias. */
+  Value *c = input_vals(ty(TY_F32, 1, 1), bias);
+  Node *n = mk(OP_CONV_TRANSPOSE2D, 3, a, b, c);
+  set_ints(n, "stride", 2, 2, 2);
+  set_ints(n, "pad", 4, 1, 1, 1, 1);
+  set_ints(n, "output_pad", 2, 1, 1);
+  double strided[] = {1000.5, 200.5, 2000.5, 30.5, 4.5, 40.5, 3000.5, 400.5, 4000.5};
+  check_run(fin(n), 9, strided, 0);
+}
+END_TEST
+
+START_TEST(test_conv_transpose2d_rejects) {
+  Value *a = input_rand(ty(TY_F32, 4, 1, 2, 3, 3)), *b = input_rand(ty(TY_F32, 4, 2, 1, 2, 2));
+  char msg[256];
+  Node *n = mk(OP_CONV_TRANSPOSE2D, 2, a, b);
+  ck_assert(ir_fill_defaults(g, n, msg, sizeof msg));
+  set_ints(n, "output_pad", 2, 1, 0);
+  ck_assert(!ir_infer(n, msg, sizeof msg));
+  ck_assert_msg(strstr(msg, "output_pad height 1 must be smaller than the stride"), "%s", msg);
+  Value *w3 = input_rand(ty(TY_F32, 4, 3, 1, 2, 2));
+  Node *m = mk(OP_CONV_TRANSPOSE2D, 2, a, w3);
+  ck_assert(ir_fill_defaults(g, m, msg, sizeof msg));
+  ck_assert(!ir_infer(m, msg, sizeof msg));
+  ck_assert_msg(strstr(msg, "expects 3 input channels"), "%s", msg);
+}
+END_TEST
+
+/* ---- resize ---- */
+
+static Node *resize(Value *x, int oh, int ow, const char *mode, int align) {
+  Node *n = mk(OP_RESIZE, 1, x);
+  set_ints(n, "size", 2, oh, ow);
+  ir_set_str(g, n, "mode", mode);
+  ir_set_int(g, n, "align_corners", align);
+  return n;
+}
+
+START_TEST(test_resize_nearest_integer_scale) {
+  /* An integer scale repeats each pixel s times: out[i][j] = x[i / s][j / s]. */
+  Value *x = input_rand(ty(TY_F32, 4, 2, 3, 4, 5));
+  Tensor t = run1(fin(resize(x, 8, 15, "nearest", 0)));
+  const Tensor *X = input_tensor(x);
+  for (int c = 0; c < 6; c++)
+    for (int i = 0; i < 8; i++)
+      for (int j = 0; j < 15; j++)
+        ck_assert_double_eq(at(&t, (c * 8 + i) * 15 + j), at(X, (c * 4 + i / 2) * 5 + j / 3));
+  ir_tensor_free(&t);
+}
+END_TEST
+
+START_TEST(test_resize_bilinear_by_hand) {
+  /* PyTorch: F.interpolate(x, scale_factor=2, mode="bilinear", align_corners=...). */
+  double x[] = {1, 2, 3, 4};
+  Value *a = input_vals(ty(TY_F32, 4, 1, 1, 2, 2), x);
+  double half[] = {1,   1.25, 1.75, 2,   1.5, 1.75, 2.25, 2.5,
+                   2.5, 2.75, 3.25, 3.5, 3,   3.25, 3.75, 4};
+  check_run(fin(resize(a, 4, 4, "bilinear", 0)), 16, half, 1e-7);
+  double t = 1.0 / 3, u = 2.0 / 3;
+  double corners[] = {1,     1 + t, 1 + u, 2,     1 + u, 2,     2 + t, 2 + u,
+                      2 + t, 2 + u, 3,     3 + t, 3,     3 + t, 3 + u, 4};
+  check_run(fin(resize(a, 4, 4, "bilinear", 1)), 16, corners, 1e-7);
+}
+END_TEST
+
+/* Bilinear interpolation reproduces a plane a*h + b*w + c exactly at the
+ * source coordinate, clamped to the image: up and down, both modes. */
+static void plane_case(int H, int W, int OH, int OW, int align) {
+  teardown();
+  setup();
+  double *v = calloc((size_t)(H * W), sizeof(double));
+  for (int h = 0; h < H; h++)
+    for (int w = 0; w < W; w++) v[h * W + w] = 0.75 * h - 0.5 * w + 2;
+  Value *x = input_vals(ty(TY_F32, 4, 1, 1, H, W), v);
+  free(v);
+  Tensor t = run1(fin(resize(x, OH, OW, "bilinear", align)));
+  for (int i = 0; i < OH; i++)
+    for (int j = 0; j < OW; j++) {
+      double sh = align ? (OH > 1 ? i * (H - 1.0) / (OH - 1) : 0) : (i + 0.5) * H / OH - 0.5;
+      double sw = align ? (OW > 1 ? j * (W - 1.0) / (OW - 1) : 0) : (j + 0.5) * W / OW - 0.5;
+      sh = fmin(fmax(sh, 0), H - 1), sw = fmin(fmax(sw, 0), W - 1);
+      ck_assert_double_eq_tol(at(&t, i * OW + j), 0.75 * sh - 0.5 * sw + 2, 1e-5);
+    }
+  ir_tensor_free(&t);
+}
+
+START_TEST(test_resize_bilinear_plane) {
+  for (int align = 0; align < 2; align++) {
+    plane_case(3, 4, 7, 9, align);
+    plane_case(8, 9, 3, 5, align); /* downsampling */
+    plane_case(5, 1, 5, 4, align); /* one column */
+    plane_case(4, 4, 1, 1, align); /* one output pixel */
+  }
+}
+END_TEST
+
+START_TEST(test_resize_rejects) {
+  Value *x = input_rand(ty(TY_F32, 4, 1, 1, 2, 2));
+  char msg[256];
+  Node *n = resize(x, 4, 4, "bicubic", 0);
+  ck_assert(!ir_infer(n, msg, sizeof msg));
+  ck_assert_msg(strstr(msg, "mode must be \"nearest\" or \"bilinear\""), "%s", msg);
+  Node *m = resize(x, 4, 4, "nearest", 1);
+  ck_assert(!ir_infer(m, msg, sizeof msg));
+  ck_assert_msg(strstr(msg, "align_corners applies only"), "%s", msg);
 }
 END_TEST
 
@@ -1317,6 +1505,14 @@ static Suite *eval_suite(void) {
   tcase_add_test(t, test_linear_int);
   tcase_add_test(t, test_conv2d_im2col);
   tcase_add_test(t, test_conv2d_by_hand);
+  tcase_add_test(t, test_conv_transpose2d_adjoint);
+  tcase_add_test(t, test_conv_transpose2d_by_hand);
+  tcase_add_test(t, test_conv_transpose2d_rejects);
+  tcase_add_test(t, test_comparisons);
+  tcase_add_test(t, test_resize_nearest_integer_scale);
+  tcase_add_test(t, test_resize_bilinear_by_hand);
+  tcase_add_test(t, test_resize_bilinear_plane);
+  tcase_add_test(t, test_resize_rejects);
   tcase_add_test(t, test_maxpool);
   tcase_add_test(t, test_maxpool_dilation);
   tcase_add_test(t, test_avgpool_pad);

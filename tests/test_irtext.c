@@ -191,7 +191,8 @@ static Graph *build_every_op(Ctx *c, bool *covered) {
   last = &add(g, n)->out[0];
   n->loc = (SrcLoc){f, 12, 3};
 
-  static const OpKind binary[] = {OP_ADD, OP_SUB, OP_MUL, OP_DIV, OP_POW, OP_MAXIMUM, OP_MINIMUM};
+  static const OpKind binary[] = {OP_ADD, OP_SUB, OP_MUL, OP_DIV, OP_POW, OP_MAXIMUM, OP_MINIMUM,
+                                  OP_EQ,  OP_NE,  OP_LT,  OP_LE,  OP_GT,  OP_GE};
   for (size_t i = 0; i < ARRAY_LEN(binary); i++) last = &add(g, NODE(g, binary[i], last, row))->out[0];
   last = &add(g, NODE(g, OP_MUL, last, k))->out[0];
 
@@ -240,6 +241,16 @@ static Graph *build_every_op(Ctx *c, bool *covered) {
   ir_set_ints(g, n, "pad", INTS(1, 1, 1, 1));
   Value *conv = &add(g, n)->out[0];
   add(g, NODE(g, OP_CONV2D, img, cw));
+  n = NODE(g, OP_CONV_TRANSPOSE2D, conv, cw);
+  ir_set_ints(g, n, "stride", INTS(2, 2));
+  ir_set_ints(g, n, "pad", INTS(1, 1, 1, 1));
+  ir_set_ints(g, n, "output_pad", INTS(1, 0));
+  add(g, n);
+  n = NODE(g, OP_RESIZE, img);
+  ir_set_ints(g, n, "size", INTS(5, 7));
+  ir_set_str(g, n, "mode", "bilinear");
+  ir_set_int(g, n, "align_corners", 1);
+  add(g, n);
   Value *bn[4];
   for (int i = 0; i < 4; i++) {
     char name[16];
@@ -710,12 +721,13 @@ END_TEST
 START_TEST(error_stops_after_max_errors) {
   char *text = arena_alloc(&C.arena, 64 * 40 + 100);
   strcpy(text, "graph g {\n");
-  for (int i = 0; i < 40; i++) strcat(text, "  %1 = nope : f32[1]\n");
+  /* (not "nope": that now suggests 'ne') */
+  for (int i = 0; i < 40; i++) strcat(text, "  %1 = xyzw : f32[1]\n");
   strcat(text, "}\n");
   Graph *g = parse_str(&C, text);
   ck_assert_ptr_null(g);
   ck_assert_int_eq(C.diag.errors, 20);
-  ck_assert_ptr_nonnull(strstr(diag_text(&C), "t.ir:2:8: error: unknown op 'nope'\n"));
+  ck_assert_ptr_nonnull(strstr(diag_text(&C), "t.ir:2:8: error: unknown op 'xyzw'\n"));
   ck_assert_ptr_nonnull(strstr(diag_text(&C), "t.ir:21:3: error: %1 is already defined on line 2\n"));
   ck_assert_ptr_null(strstr(diag_text(&C), "t.ir:22:"));
 }

@@ -697,6 +697,48 @@ START_TEST(conv_padding_and_groups) {
 }
 END_TEST
 
+START_TEST(conv_transpose_and_upsample) {
+  Lowered r;
+  LOWER_OK(r,
+           "model m(x: f32[1, 4, 5, 5]) -> f32[1, 6, 20, 22] {\n"
+           "  y = conv_transpose2d(x, 6, kernel=[3, 4], stride=2, pad=1, output_pad=1, groups=2) as up\n"
+           "  return upsample(y, [2, 2], mode=\"bilinear\", align_corners=true)\n"
+           "}\n");
+  /* PyTorch's layout [Cin, out/groups, kh, kw] and its fan-in out/groups*kh*kw. */
+  check_param(r.g, "up.weight", "f32[4, 3, 3, 4]");
+  check_param(r.g, "up.bias", "f32[6]");
+  ck_assert_str_eq(param_init(r.g, "up.weight"), "uniform(0.16666666666666666)");
+  const Node *rs = r.g->outputs[0]->def;
+  ck_assert_int_eq(rs->op, OP_RESIZE);
+  ck_assert_str_eq(ir_attr_str(rs, "mode"), "bilinear");
+  ck_assert_int_eq(ir_attr_int(rs, "align_corners"), 1);
+  const Node *ct = rs->in[0]->def;
+  ck_assert_int_eq(ct->op, OP_CONV_TRANSPOSE2D);
+  int n;
+  const int64_t *opad = ir_attr_ints(ct, "output_pad", &n);
+  ck_assert_int_eq(n, 2);
+  ck_assert_int_eq(opad[0], 1);
+  ck_assert_int_eq(opad[1], 1);
+  done(&r);
+}
+END_TEST
+
+START_TEST(tensor_comparisons) {
+  Lowered r;
+  LOWER_OK(r,
+           "model m(x: f32[2, 4], y: f32[4]) -> f32[2, 4] {\n"
+           "  return (x < 0.5) + (x <= y) + (x > y) + (x >= 1) + (x == y) + (x != y)\n"
+           "}\n");
+  ck_assert_int_eq(count_op(r.g, OP_LT), 1);
+  ck_assert_int_eq(count_op(r.g, OP_LE), 1);
+  ck_assert_int_eq(count_op(r.g, OP_GT), 1);
+  ck_assert_int_eq(count_op(r.g, OP_GE), 1);
+  ck_assert_int_eq(count_op(r.g, OP_EQ), 1);
+  ck_assert_int_eq(count_op(r.g, OP_NE), 1);
+  done(&r);
+}
+END_TEST
+
 START_TEST(attention_with_separate_inputs) {
   Lowered r;
   LOWER_OK(r,
@@ -732,9 +774,8 @@ START_TEST(errors_in_snippets) {
   static const struct {
     const char *text, *want;
   } cases[] = {
-      {"model m(x: f32[4]) -> f32[4] { return x < 1 }\n",
-       "t.dl:1:41: error: comparison '<' of tensors is not supported (only compile-time values "
-       "compare)\n"},
+      {"model m(x: f32[4]) -> f32[4] { if x < 1 { x = relu(x) }\n return x }\n",
+       NULL},
       {"model m(x: f32[4]) -> f32[4] { y = x\n}\n",
        "t.dl:1:7: error: model 'm' ends without 'return'\n"},
       {"model m(x: f32[4]) -> f32[4] { return x }\nmodel m(x: f32[4]) -> f32[4] { return x }\n",
@@ -769,6 +810,14 @@ START_TEST(errors_in_snippets) {
       {"model m(x: i64[4]) -> f32[4, 3] { return embedding(cast(x, f16), 10, 3) }\n",
        "t.dl:1:52: error: embedding: 'indices' must be an i32 or i64 tensor, got a tensor "
        "f16[4]\n"},
+      {"model m(x: f32[1, 4, 3, 3]) -> f32[1, 4, 6, 6] { return conv_transpose2d(x, 4, kernel=2, "
+       "stride=2, output_pad=2) }\n",
+       "t.dl:1:100: error: conv_transpose2d: output_pad 2 must be smaller than the stride (2) or "
+       "the dilation (1)\n"},
+      {"model m(x: f32[1, 4, 3, 3]) -> f32[1, 4, 6, 6] { return upsample(x, mode=\"bicubic\") }\n",
+       "t.dl:1:69: error: upsample: mode must be \"nearest\" or \"bilinear\", got \"bicubic\"\n"},
+      {"model m(x: f32[1, 4, 3, 3]) -> f32[1, 4, 6, 6] { return upsample(x, align_corners=true) }\n",
+       "t.dl:1:69: error: upsample: align_corners needs mode=\"bilinear\"\n"},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     Lowered r;
@@ -872,6 +921,8 @@ static Suite *lower_suite(void) {
   tcase_add_test(sem, data_movement);
   tcase_add_test(sem, conv_padding_and_groups);
   tcase_add_test(sem, attention_with_separate_inputs);
+  tcase_add_test(sem, conv_transpose_and_upsample);
+  tcase_add_test(sem, tensor_comparisons);
   tcase_add_test(sem, param_statement);
   suite_add_tcase(s, sem);
   return s;

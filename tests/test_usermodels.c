@@ -19,6 +19,7 @@ static const char *const models[] = {
     "vgg11",       "unet",        "squeezenet", "densenet", "mobilenetv1", "resnext",
     "vit",         "gpt",         "gru_classifier", "seq2seq", "autoencoder", "multi_dtype",
     "embed_i32",   "reductions",  "broadcast",  "odd_sizes", "pools",      "movement",
+    "generator",   "segment",     "masking",
 };
 
 static const char *srcdir(void) {

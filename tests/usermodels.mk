@@ -15,4 +15,5 @@ EXTRA_DIST += tests/usermodels/npcheck.sh tests/usermodels/npcheck.py \
 	tests/usermodels/vit.dl tests/usermodels/gpt.dl tests/usermodels/gru_classifier.dl \
 	tests/usermodels/seq2seq.dl tests/usermodels/autoencoder.dl tests/usermodels/multi_dtype.dl \
 	tests/usermodels/embed_i32.dl tests/usermodels/reductions.dl tests/usermodels/broadcast.dl \
-	tests/usermodels/odd_sizes.dl tests/usermodels/pools.dl tests/usermodels/movement.dl
+	tests/usermodels/odd_sizes.dl tests/usermodels/pools.dl tests/usermodels/movement.dl \
+	tests/usermodels/generator.dl tests/usermodels/segment.dl tests/usermodels/masking.dl
