@@ -5,7 +5,7 @@
 if HAVE_CHECK
 check_PROGRAMS += tests/test_fuse
 TESTS += tests/test_fuse
-tests_test_fuse_SOURCES = tests/test_fuse.c tests/randgraph.c tests/randgraph.h
+tests_test_fuse_SOURCES = tests/test_fuse.c tests/testutil.c tests/testutil.h tests/randgraph.c tests/randgraph.h
 tests_test_fuse_CPPFLAGS = $(AM_CPPFLAGS) $(CUDA_CPPFLAGS)
 tests_test_fuse_CFLAGS = $(TEST_CFLAGS)
 tests_test_fuse_LDADD = $(TEST_LIBS) $(CUDA_LIBS)

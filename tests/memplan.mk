@@ -4,7 +4,7 @@
 if HAVE_CHECK
 check_PROGRAMS += tests/test_memplan
 TESTS += tests/test_memplan
-tests_test_memplan_SOURCES = tests/test_memplan.c tests/bench/memplan.h driver/memplan.c
+tests_test_memplan_SOURCES = tests/test_memplan.c tests/testutil.c tests/testutil.h tests/bench/memplan.h driver/memplan.c
 tests_test_memplan_CFLAGS = $(TEST_CFLAGS)
 tests_test_memplan_LDADD = $(TEST_LIBS)
 endif

@@ -4,7 +4,7 @@
 if HAVE_CHECK
 check_PROGRAMS += tests/test_precision
 TESTS += tests/test_precision
-tests_test_precision_SOURCES = tests/test_precision.c
+tests_test_precision_SOURCES = tests/test_precision.c tests/testutil.c tests/testutil.h
 tests_test_precision_CPPFLAGS = $(AM_CPPFLAGS) $(CUDA_CPPFLAGS)
 tests_test_precision_CFLAGS = $(TEST_CFLAGS)
 tests_test_precision_LDADD = $(TEST_LIBS) $(CUDA_LIBS)

@@ -17,6 +17,7 @@
 #include "frontend/ast.h"
 #include "ir/eval.h"
 #include "ir/ir.h"
+#include "tests/testutil.h"
 #include "passes/memplan.h"
 #include "passes/pass.h"
 #include "runtime/device.h"
@@ -240,25 +241,11 @@ static void check_numbers(Graph *g, const RtPlan *p) {
   }
   Tensor *want = calloc((size_t)g->n_outputs + 1, sizeof(Tensor));
   ck_assert_msg(ir_eval(g, &inputs, &params, want, err, sizeof err), "ir_eval: %s", err);
-  DlrtModel *m;
-  ck_assert_msg(dlrt_open(p, "emu", &m) == DLRT_OK, "dlrt_open: %s", dlrt_error(m));
-  unsigned char *blob = calloc(p->weights_bytes + 1, 1);
-  for (uint32_t i = 0; i < p->n_weights; i++) {
-    const Tensor *t = ir_tensor_map_find(&params, p->weights[i].name);
-    ck_assert_ptr_nonnull(t);
-    memcpy(blob + p->weights[i].where.offset, t->data, p->weights[i].nbytes);
-  }
-  ck_assert_msg(dlrt_set_weights(m, blob, p->weights_bytes) == DLRT_OK, "%s", dlrt_error(m));
-  for (uint32_t i = 0; i < p->n_inputs; i++)
-    ck_assert_msg(dlrt_set_input(m, (int)i, inputs.tensors[i].data, p->inputs[i].nbytes) == DLRT_OK,
-                  "%s", dlrt_error(m));
-  ck_assert_msg(dlrt_run(m) == DLRT_OK, "dlrt_run: %s", dlrt_error(m));
+  Tensor *outs = test_run_emu(p, &params, &inputs);
   for (uint32_t o = 0; o < p->n_outputs; o++) {
     const RtTensorDesc *d = &p->outputs[o];
-    Tensor got;
-    TensorType t = ir_type_make((DType)d->dtype, (int)d->rank, d->dims);
-    ck_assert(ir_tensor_alloc(&got, &t));
-    ck_assert_msg(dlrt_get_output(m, (int)o, got.data, d->nbytes) == DLRT_OK, "%s", dlrt_error(m));
+    Tensor got = outs[o];
+    TensorType t = got.type;
     double scale = 1e-6, worst = 0;
     for (int64_t e = 0; e < ir_type_numel(&t); e++)
       scale = fmax(scale, fabs(ir_tensor_get(&want[o], e)));
@@ -272,8 +259,7 @@ static void check_numbers(Graph *g, const RtPlan *p) {
     ir_tensor_free(&got);
     ir_tensor_free(&want[o]);
   }
-  dlrt_close(m);
-  free(blob);
+  free(outs);
   free(want);
   for (uint32_t i = 0; i < p->n_inputs; i++) ir_tensor_free(&inputs.tensors[i]);
   free(inputs.names);

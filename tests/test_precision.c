@@ -22,6 +22,7 @@
 #include "include/dlcc.h"
 #include "ir/eval.h"
 #include "ir/ir.h"
+#include "tests/testutil.h"
 #include "passes/pass.h"
 
 #ifdef HAVE_CUDA
@@ -143,32 +144,7 @@ static void free_outputs(Tensor *t, int n) {
 
 /* g's plan run on emu. */
 static Tensor *run_emu(const CgResult *cg, const Data *d) {
-  const RtPlan *p = cg->plan;
-  DlrtModel *m;
-  ck_assert_msg(dlrt_open(p, "emu", &m) == DLRT_OK, "dlrt_open: %s", dlrt_error(m));
-  unsigned char *blob = calloc(p->weights_bytes + 1, 1);
-  for (uint32_t i = 0; i < p->n_weights; i++) {
-    const Tensor *t = ir_tensor_map_find(&d->params, p->weights[i].name);
-    ck_assert_ptr_nonnull(t);
-    memcpy(blob + p->weights[i].where.offset, t->data, p->weights[i].nbytes);
-  }
-  ck_assert_msg(dlrt_set_weights(m, blob, p->weights_bytes) == DLRT_OK, "%s", dlrt_error(m));
-  for (uint32_t i = 0; i < p->n_inputs; i++) {
-    const Tensor *t = ir_tensor_map_find(&d->inputs, p->inputs[i].name);
-    ck_assert_ptr_nonnull(t);
-    ck_assert_msg(dlrt_set_input(m, (int)i, t->data, p->inputs[i].nbytes) == DLRT_OK, "%s", dlrt_error(m));
-  }
-  ck_assert_msg(dlrt_run(m) == DLRT_OK, "dlrt_run: %s", dlrt_error(m));
-  Tensor *out = calloc(p->n_outputs + 1, sizeof *out);
-  for (uint32_t o = 0; o < p->n_outputs; o++) {
-    const RtTensorDesc *desc = &p->outputs[o];
-    TensorType t = ir_type_make((DType)desc->dtype, (int)desc->rank, desc->dims);
-    ck_assert(ir_tensor_alloc(&out[o], &t));
-    ck_assert_msg(dlrt_get_output(m, (int)o, out[o].data, desc->nbytes) == DLRT_OK, "%s", dlrt_error(m));
-  }
-  dlrt_close(m);
-  free(blob);
-  return out;
+  return test_run_emu(cg->plan, &d->params, &d->inputs);
 }
 
 /* Largest |a - b| over b's largest magnitude (as test_models). */

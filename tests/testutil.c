@@ -1,0 +1,36 @@
+/* Helpers several Check suites share (tests/testutil.h). */
+#include "tests/testutil.h"
+
+#include <check.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dlcrt.h"
+
+Tensor *test_run_emu(const RtPlan *p, const TensorMap *params, const TensorMap *inputs) {
+  DlrtModel *m;
+  ck_assert_msg(dlrt_open(p, "emu", &m) == DLRT_OK, "dlrt_open: %s", dlrt_error(m));
+  unsigned char *blob = calloc(p->weights_bytes + 1, 1);
+  for (uint32_t i = 0; i < p->n_weights; i++) {
+    const Tensor *t = ir_tensor_map_find(params, p->weights[i].name);
+    ck_assert_msg(t != NULL, "no weight '%s'", p->weights[i].name);
+    memcpy(blob + p->weights[i].where.offset, t->data, p->weights[i].nbytes);
+  }
+  ck_assert_msg(dlrt_set_weights(m, blob, p->weights_bytes) == DLRT_OK, "%s", dlrt_error(m));
+  for (uint32_t i = 0; i < p->n_inputs; i++) {
+    const Tensor *t = ir_tensor_map_find(inputs, p->inputs[i].name);
+    ck_assert_msg(t != NULL, "no input '%s'", p->inputs[i].name);
+    ck_assert_msg(dlrt_set_input(m, (int)i, t->data, p->inputs[i].nbytes) == DLRT_OK, "%s", dlrt_error(m));
+  }
+  ck_assert_msg(dlrt_run(m) == DLRT_OK, "dlrt_run: %s", dlrt_error(m));
+  Tensor *out = calloc(p->n_outputs + 1, sizeof *out);
+  for (uint32_t o = 0; o < p->n_outputs; o++) {
+    const RtTensorDesc *d = &p->outputs[o];
+    TensorType t = ir_type_make((DType)d->dtype, (int)d->rank, d->dims);
+    ck_assert(ir_tensor_alloc(&out[o], &t));
+    ck_assert_msg(dlrt_get_output(m, (int)o, out[o].data, d->nbytes) == DLRT_OK, "%s", dlrt_error(m));
+  }
+  dlrt_close(m);
+  free(blob);
+  return out;
+}
