@@ -1324,6 +1324,8 @@ bool cg_lower_node(CgBuild *b, const Node *n) {
     case OP_GATHER: return lower_gather(b, n);
     case OP_LSTM:
     case OP_GRU: return lower_rnn(b, n);
+    case OP_QUANTIZE:
+    case OP_DEQUANTIZE: return unsupported(b, n, n->in[0]->type.dtype);
     case OP_COUNT: break;
   }
   dl_unreachable(cg_build_ctx(b));

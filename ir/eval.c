@@ -317,6 +317,38 @@ static bool eval_unary(Eval *e, const Node *n, const Tensor *x, Tensor *out) {
   return true;
 }
 
+/* The scale of element i of the result: the attribute, or the scale
+ * operand broadcast into the result's shape (st: its strides there). */
+static float quant_scale(const Node *n, const Tensor *scale, const int64_t *st, const TensorType *t,
+                         int64_t i) {
+  if (!scale) return (float)ir_attr_float(n, "scale");
+  int64_t idx[DL_MAX_RANK];
+  unravel(i, t, idx);
+  return ((const float *)scale->data)[dot_idx(idx, st, t->rank)];
+}
+
+/* In f32 throughout, as the kernels compute it: one rounding for the
+ * division, then to nearest even, so that both agree bit for bit. */
+static int8_t quantize_one(float x, float s) {
+  float q = x / s;
+  if (isnan(q)) return 0;
+  q = nearbyintf(q);
+  return (int8_t)(q < -127.0f ? -127 : q > 127.0f ? 127 : (int)q);
+}
+
+static bool eval_quant(const Node *n, const Tensor *x, const Tensor *scale, Tensor *out) {
+  int64_t count = numel(&out->type), st[DL_MAX_RANK] = {0};
+  if (scale) bcast_strides(&scale->type, &out->type, st);
+  for (int64_t i = 0; i < count; i++) {
+    float s = quant_scale(n, scale, st, &out->type, i);
+    if (n->op == OP_QUANTIZE)
+      ((int8_t *)out->data)[i] = quantize_one((float)ir_tensor_get(x, i), s);
+    else
+      ((float *)out->data)[i] = (float)get_i(x, i) * s;
+  }
+  return true;
+}
+
 static double binary_f(OpKind op, double a, double b) {
   switch (op) {
     case OP_ADD: return a + b;
@@ -1154,6 +1186,8 @@ static bool eval_node(Eval *e, const Node *n, Tensor *const *in, Tensor *out,
     case OP_SIN:
     case OP_COS:
     case OP_CAST: return eval_unary(e, n, in[0], out);
+    case OP_QUANTIZE:
+    case OP_DEQUANTIZE: return eval_quant(n, in[0], n->n_in > 1 ? in[1] : NULL, out);
     case OP_ADD:
     case OP_SUB:
     case OP_MUL:
@@ -1255,6 +1289,11 @@ static bool check_node(Eval *e, const Node *n) {
 
 bool ir_eval(Graph *g, const TensorMap *inputs, const TensorMap *params, Tensor *outputs,
              char *err, size_t errlen) {
+  return ir_eval_observe(g, inputs, params, outputs, NULL, NULL, err, errlen);
+}
+
+bool ir_eval_observe(Graph *g, const TensorMap *inputs, const TensorMap *params, Tensor *outputs,
+                     IrEvalObserver observe, void *ud, char *err, size_t errlen) {
   Eval e = {.err = err, .errlen = errlen};
   if (errlen) err[0] = 0;
   for (int i = 0; i < g->n_outputs; i++) outputs[i] = (Tensor){0};
@@ -1326,6 +1365,7 @@ bool ir_eval(Graph *g, const TensorMap *inputs, const TensorMap *params, Tensor 
       s->t = out[i];
       s->ready = true;
       s->owned = !source;
+      if (observe) observe(ud, &n->out[i], &s->t);
       if (s->last_use < 0 && !s->is_output) slot_release(s);
     }
     for (int i = 0; i < n->n_in; i++) {

@@ -49,6 +49,13 @@ typedef struct TensorMap {
 bool ir_eval(Graph *g, const TensorMap *inputs, const TensorMap *params, Tensor *outputs,
              char *err, size_t errlen);
 
+/* ir_eval that also shows every node's results, as each is computed, to
+ * observe (calibration records activation ranges this way).  v is the
+ * value in g, t its data: valid only during the call. */
+typedef void (*IrEvalObserver)(void *ud, const Value *v, const Tensor *t);
+bool ir_eval_observe(Graph *g, const TensorMap *inputs, const TensorMap *params, Tensor *outputs,
+                     IrEvalObserver observe, void *ud, char *err, size_t errlen);
+
 /* Zeroed storage for type; false when it is too large or malloc fails. */
 bool ir_tensor_alloc(Tensor *t, const TensorType *type);
 void ir_tensor_free(Tensor *t);

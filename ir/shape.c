@@ -6,6 +6,7 @@
 #include "ir.h"
 
 #include <inttypes.h>
+#include <math.h>
 #include <stdarg.h>
 #include <string.h>
 
@@ -182,6 +183,10 @@ static bool same_dtype(const Node *n, const TensorType *a, const TensorType *b, 
   return true;
 }
 
+/* The result dtype of a product of operands in dt: int8 accumulates in
+ * int32, everything else stays in its own type. */
+static DType product_dtype(DType dt) { return dt == TY_I8 ? TY_I32 : dt; }
+
 static bool need_rank(const Node *n, const TensorType *t, int rank, const char *layout, char *err,
                       size_t errlen) {
   if (t->rank != rank)
@@ -235,6 +240,49 @@ bool shape_cast(const Node *n, TensorType *out, char *err, size_t errlen) {
   if ((unsigned)to->dt >= TY_COUNT) return fail(err, errlen, "cast: invalid target dtype");
   out[0] = *in_type(n, 0);
   out[0].dtype = to->dt;
+  return true;
+}
+
+/* x and either the scale attribute or a scale operand (f32) that
+ * broadcasts into x without growing it. */
+static bool quant_operands(const Node *n, char *err, size_t errlen) {
+  if (!operands_ok(n, err, errlen)) return false;
+  const Attr *a = ir_attr(n, "scale");
+  if (n->n_in == 1) {
+    if (!a) return fail(err, errlen, "%s needs a scale: the scale attribute or a scale operand", op_name(n));
+    if (a->kind != AK_FLOAT) return fail(err, errlen, "%s: scale must be a number", op_name(n));
+    float s = (float)a->f;
+    if (!(s > 0) || isinf(s))
+      return fail(err, errlen, "%s: scale must be a positive finite f32, got %g", op_name(n), a->f);
+    return true;
+  }
+  if (a) return fail(err, errlen, "%s: give the scale as the attribute or as an operand, not both", op_name(n));
+  const TensorType *x = in_type(n, 0), *s = in_type(n, 1);
+  if (s->dtype != TY_F32)
+    return fail(err, errlen, "%s: the scale operand must be f32, got %s", op_name(n), ts(s).s);
+  int64_t dims[DL_MAX_RANK];
+  int rank;
+  if (!broadcast(x->dims, x->rank, s->dims, s->rank, dims, &rank) || rank != x->rank ||
+      memcmp(dims, x->dims, sizeof(int64_t) * (size_t)rank) != 0)
+    return fail(err, errlen, "%s: scale %s does not broadcast into %s", op_name(n), ts(s).s, ts(x).s);
+  return true;
+}
+
+bool shape_quantize(const Node *n, TensorType *out, char *err, size_t errlen) {
+  if (!quant_operands(n, err, errlen)) return false;
+  if (!need_float(n, in_type(n, 0), err, errlen)) return false;
+  out[0] = *in_type(n, 0);
+  out[0].dtype = TY_I8;
+  return true;
+}
+
+bool shape_dequantize(const Node *n, TensorType *out, char *err, size_t errlen) {
+  if (!quant_operands(n, err, errlen)) return false;
+  const TensorType *q = in_type(n, 0);
+  if (q->dtype != TY_I8 && q->dtype != TY_I32)
+    return fail(err, errlen, "dequantize expects i8 or i32, got %s", ts(q).s);
+  out[0] = *q;
+  out[0].dtype = TY_F32;
   return true;
 }
 
@@ -377,7 +425,7 @@ bool shape_matmul(const Node *n, TensorType *out, char *err, size_t errlen) {
                 ts(a).s, ts(b).s, ka, kb);
   int ba = a->rank >= 2 ? a->rank - 2 : 0, bb = b->rank >= 2 ? b->rank - 2 : 0;
   TensorType *r = &out[0];
-  r->dtype = a->dtype;
+  r->dtype = product_dtype(a->dtype);
   if (!broadcast(a->dims, ba, b->dims, bb, r->dims, &r->rank))
     return fail(err, errlen, "matmul: cannot broadcast the batch dims of %s with %s", ts(a).s,
                 ts(b).s);
@@ -397,12 +445,14 @@ bool shape_linear(const Node *n, TensorType *out, char *err, size_t errlen) {
     return fail(err, errlen,
                 "linear: input %s has %" PRId64 " features but weight %s expects %" PRId64,
                 ts(x).s, x->dims[x->rank - 1], ts(w).s, w->dims[1]);
+  DType acc = product_dtype(x->dtype);
   if (n->n_in > 2) {
-    TensorType want = ir_type_make(x->dtype, 1, &w->dims[0]);
+    TensorType want = ir_type_make(acc, 1, &w->dims[0]);
     if (!need_type(n, 2, "bias", &want, " (one value per output feature)", err, errlen))
       return false;
   }
   out[0] = *x;
+  out[0].dtype = acc;
   out[0].dims[x->rank - 1] = w->dims[0];
   return true;
 }
@@ -448,13 +498,15 @@ bool shape_conv2d(const Node *n, TensorType *out, char *err, size_t errlen) {
                 "conv2d: weight %s expects %" PRId64 " input channels per group, but input %s "
                 "has %" PRId64 " with groups=%" PRId64,
                 ts(w).s, w->dims[1], ts(x).s, c / groups, groups);
+  DType acc = product_dtype(x->dtype);
   if (n->n_in > 2) {
-    TensorType want = ir_type_make(x->dtype, 1, &cout);
+    TensorType want = ir_type_make(acc, 1, &cout);
     if (!need_type(n, 2, "bias", &want, " (one value per output channel)", err, errlen))
       return false;
   }
   static const char *const side[] = {"height", "width"};
   out[0] = *x;
+  out[0].dtype = acc;
   out[0].dims[1] = cout;
   for (int i = 0; i < 2; i++) {
     int64_t o = window_out(x->dims[2 + i], pad[i], pad[2 + i], w->dims[2 + i], stride[i], dil[i],

@@ -46,6 +46,34 @@ void pass_stat(PassCtx *pc, const char *name, int64_t delta);
 
 /* ---- the pass manager (pipeline.c) ---- */
 
+/* ---- int8 quantization (quantize.c) ----
+ * The quantize pass asks a calibrator for the range of every activation
+ * it quantizes.  g is the graph as the pass received it (f32, verified,
+ * numbered with ir_number); the calibrator may evaluate it (ir/eval.h's
+ * ir_eval_observe) but must not change it.  It writes amax[i] >= 0, the
+ * absolute range chosen for values[i] (by min/max, a percentile or
+ * entropy: the calibrator's business), and returns true; or it reports
+ * why it cannot (an empty folder, a shape mismatch, NaN in an input) to
+ * g->ctx's diagnostics and returns false, which fails the pipeline. */
+typedef bool (*PassCalibrateFn)(void *ud, Graph *g, int n, const Value *const *values,
+                                double *amax);
+
+/* One quantized product, for reports (dlcc quant-report). */
+typedef struct QuantLayer {
+  const char *label;  /* "conv2d %12 layer1.0.conv1.weight" */
+  SrcLoc loc;         /* the product's source position */
+  int orig_value_id;  /* its f32 result's Value.id in the graph the pass received */
+  Value *result;      /* the f32 value (after dequantize and bias) standing in for it now */
+  double amax;        /* the calibrated range of its activation operand */
+  double scale;       /* that operand's quantization scale, amax / 127 */
+} QuantLayer;
+
+typedef struct QuantSummary {
+  int n_layers;
+  QuantLayer *layers; /* in graph order, in the graph's arena */
+  int n_kept_f32;     /* products left in f32 (#f32, no weight operand, ...) */
+} QuantSummary;
+
 /* What the command line (or the API) asks of the pipeline.  A zeroed
  * struct runs -O0 quietly. */
 typedef struct PassOptions {
@@ -64,6 +92,14 @@ typedef struct PassOptions {
   /* --precision=f16|bf16: the precision pass runs first (TY_F32, the
    * zero, leaves the graph in f32). */
   DType precision;
+  /* --quantize=int8: the quantize pass runs (at -O2 after the cleanups,
+   * before fuse; at -O0/-O1 after everything else) and calls calibrate,
+   * which must then be set.  summary, when not NULL, receives what it
+   * quantized. */
+  bool quantize_int8;
+  PassCalibrateFn calibrate;
+  void *calibrate_ud;
+  QuantSummary *quant_summary;
 } PassOptions;
 
 /* The pass of that name, or NULL. */
