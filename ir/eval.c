@@ -329,22 +329,31 @@ static float quant_scale(const Node *n, const Tensor *scale, const int64_t *st, 
 
 /* In f32 throughout, as the kernels compute it: one rounding for the
  * division, then to nearest even, so that both agree bit for bit. */
-static int8_t quantize_one(float x, float s) {
+static int8_t quantize_one(float x, float s, int zp) {
   float q = x / s;
-  if (isnan(q)) return 0;
+  if (isnan(q)) return (int8_t)zp;
+  /* Clamped before the zero point is added, so no float is ever
+   * converted out of int's range. */
   q = nearbyintf(q);
-  return (int8_t)(q < -127.0f ? -127 : q > 127.0f ? 127 : (int)q);
+  float lo = zp ? -128.0f - (float)zp : -127.0f, hi = 127.0f - (float)zp;
+  return (int8_t)((int)(q < lo ? lo : q > hi ? hi : q) + zp);
+}
+
+static int zero_point(const Node *n) {
+  const Attr *z = ir_attr(n, "zero_point");
+  return z ? (int)z->i : 0;
 }
 
 static bool eval_quant(const Node *n, const Tensor *x, const Tensor *scale, Tensor *out) {
   int64_t count = numel(&out->type), st[DL_MAX_RANK] = {0};
   if (scale) bcast_strides(&scale->type, &out->type, st);
+  int zp = zero_point(n);
   for (int64_t i = 0; i < count; i++) {
     float s = quant_scale(n, scale, st, &out->type, i);
     if (n->op == OP_QUANTIZE)
-      ((int8_t *)out->data)[i] = quantize_one((float)ir_tensor_get(x, i), s);
+      ((int8_t *)out->data)[i] = quantize_one((float)ir_tensor_get(x, i), s, zp);
     else
-      ((float *)out->data)[i] = (float)get_i(x, i) * s;
+      ((float *)out->data)[i] = (float)(get_i(x, i) - zp) * s;
   }
   return true;
 }
@@ -741,6 +750,9 @@ static bool eval_conv2d(Eval *e, const Node *n, const Tensor *x, const Tensor *w
   if (b && numel(&b->type) != Co) return fail(e, "bias must have %" PRId64 " elements", Co);
   int64_t cog = Co / groups;
   bool ints = is_int(x) && is_int(w) && is_int(out);
+  /* int8 with a zero point: the padding reads it (a real 0). */
+  const Attr *zpa = ir_attr(n, "zero_point");
+  int64_t zp = zpa ? zpa->i : 0;
   for (int64_t nb = 0; nb < N; nb++)
     for (int64_t co = 0; co < Co; co++) {
       int64_t g = co / cog;
@@ -752,9 +764,12 @@ static bool eval_conv2d(Eval *e, const Node *n, const Tensor *x, const Tensor *w
               for (int64_t kw = 0; kw < KW; kw++) {
                 int64_t ih = oh * stride[0] - pad[0] + kh * dil[0];
                 int64_t iw = ow * stride[1] - pad[1] + kw * dil[1];
-                if (ih < 0 || ih >= H || iw < 0 || iw >= W) continue;
-                int64_t xi = ((nb * C + g * Cg + ci) * H + ih) * W + iw;
                 int64_t wi = ((co * Cg + ci) * KH + kh) * KW + kw;
+                if (ih < 0 || ih >= H || iw < 0 || iw >= W) {
+                  if (zp) acc.i = wadd(acc.i, wmul(zp, get_i(w, wi)));
+                  continue;
+                }
+                int64_t xi = ((nb * C + g * Cg + ci) * H + ih) * W + iw;
                 acc_mac(&acc, x, xi, w, wi);
               }
           if (b) acc_add(&acc, b, co);

@@ -245,8 +245,19 @@ bool shape_cast(const Node *n, TensorType *out, char *err, size_t errlen) {
 
 /* x and either the scale attribute or a scale operand (f32) that
  * broadcasts into x without growing it. */
+/* An optional zero_point attribute, which must fit int8. */
+static bool zero_point_ok(const Node *n, char *err, size_t errlen) {
+  const Attr *z = ir_attr(n, "zero_point");
+  if (!z) return true;
+  if (z->kind != AK_INT) return fail(err, errlen, "%s: zero_point must be an integer", op_name(n));
+  if (z->i < -128 || z->i > 127)
+    return fail(err, errlen, "%s: zero_point %" PRId64 " is outside int8's [-128, 127]", op_name(n), z->i);
+  return true;
+}
+
 static bool quant_operands(const Node *n, char *err, size_t errlen) {
   if (!operands_ok(n, err, errlen)) return false;
+  if (!zero_point_ok(n, err, errlen)) return false;
   const Attr *a = ir_attr(n, "scale");
   if (n->n_in == 1) {
     if (!a) return fail(err, errlen, "%s needs a scale: the scale attribute or a scale operand", op_name(n));
@@ -498,6 +509,9 @@ bool shape_conv2d(const Node *n, TensorType *out, char *err, size_t errlen) {
                 "conv2d: weight %s expects %" PRId64 " input channels per group, but input %s "
                 "has %" PRId64 " with groups=%" PRId64,
                 ts(w).s, w->dims[1], ts(x).s, c / groups, groups);
+  if (!zero_point_ok(n, err, errlen)) return false;
+  if (ir_attr(n, "zero_point") && x->dtype != TY_I8)
+    return fail(err, errlen, "conv2d: zero_point is for int8 operands, not %s", ir_dtype_name(x->dtype));
   DType acc = product_dtype(x->dtype);
   if (n->n_in > 2) {
     TensorType want = ir_type_make(acc, 1, &cout);

@@ -9,5 +9,6 @@ libdlcc_la_SOURCES += \
 	passes/dce.c \
 	passes/bnfold.c \
 	passes/precision.c \
+	passes/quantize.c \
 	passes/fuse.c \
 	passes/memplan.c passes/memplan.h

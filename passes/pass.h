@@ -65,7 +65,9 @@ typedef struct QuantLayer {
   int orig_value_id;  /* its f32 result's Value.id in the graph the pass received */
   Value *result;      /* the f32 value (after dequantize and bias) standing in for it now */
   double amax;        /* the calibrated range of its activation operand */
-  double scale;       /* that operand's quantization scale, amax / 127 */
+  double scale;       /* that operand's scale: amax / 127, or (amax - lo) / 255 with a zero point */
+  int zero_point;     /* 0 (symmetric), or where a real 0 lands when the graph bounds the
+                       * activation below by lo > -amax (-128 for a relu's) */
 } QuantLayer;
 
 typedef struct QuantSummary {

@@ -83,6 +83,17 @@ static const Stage pipeline_o2[] = {
     {"dce", 2, false},      {"fuse", 0, true},
 };
 
+/* With --quantize=int8: the same, and the products go to int8 once the
+ * graph is clean (bn-fold has put the batch norms into the weights that
+ * get quantized), then the cleanups again for what quantize built. */
+static const Stage pipeline_o2_int8[] = {
+    {"simplify", 1, false}, {"fold", 1, false},     {"cse", 1, false},
+    {"dce", 1, false},      {"bn-fold", 0, false},  {"scale-shift", 0, false},
+    {"simplify", 2, false}, {"fold", 2, false},     {"cse", 2, false},
+    {"dce", 2, false},      {"quantize", 0, false}, {"fold", 3, false},
+    {"cse", 3, false},      {"dce", 3, false},      {"fuse", 0, true},
+};
+
 /* ---- running ---- */
 
 typedef struct Timing {
@@ -239,6 +250,11 @@ bool pass_check_options(Ctx *c, const PassOptions *o) {
     diag_error(c, (SrcLoc){0}, "unknown precision %s (expected f32, f16 or bf16)", ir_dtype_name(o->precision));
     ok = false;
   }
+  if (o->quantize_int8 && o->precision != TY_F32) {
+    diag_error(c, (SrcLoc){0}, "int8 quantization and --precision=%s do not combine: choose one",
+               ir_dtype_name(o->precision));
+    ok = false;
+  }
   if (o->opt_level < 0 || o->opt_level > 2) {
     diag_error(c, (SrcLoc){0}, "unknown optimization level %d (expected 0, 1 or 2)", o->opt_level);
     ok = false;
@@ -326,9 +342,16 @@ bool pass_run_pipeline(Graph *g, const PassOptions *o, FILE *dump) {
     for (int i = 0; names && i < n && !r->failed; i++) run_one(r, pass_find(names[i]));
   } else if (o->opt_level == 1) {
     run_stages(r, pipeline_o1, (int)ARRAY_LEN(pipeline_o1));
+  } else if (o->opt_level == 2 && o->quantize_int8) {
+    run_stages(r, pipeline_o2_int8, (int)ARRAY_LEN(pipeline_o2_int8));
   } else if (o->opt_level == 2) {
     run_stages(r, pipeline_o2, (int)ARRAY_LEN(pipeline_o2));
   }
+  /* Below -O2 the products are quantized last, unless --passes places
+   * the pass itself. */
+  if (o->quantize_int8 && !r->failed && !(o->passes && list_has(o->passes, "quantize")) &&
+      (o->passes || o->opt_level < 2))
+    run_one(r, pass_find("quantize"));
   double total = now() - t0;
   if (dump && o->time_passes) print_timings(r, total);
   if (dump && o->stats) print_stats(r, ops_before, nodes_before);

@@ -19,5 +19,6 @@ include tests/aot.mk
 include tests/fuse.mk
 include tests/initgraph.mk
 include tests/precision.mk
+include tests/quantize.mk
 include tests/bench.mk
 include tests/usermodels.mk

@@ -1,0 +1,469 @@
+/* int8 quantization (passes/quantize.c) on the reference interpreter:
+ * what the pass builds (int8 products, per-channel weight scales over the
+ * params, the activation scale in the IR, the text round trip), what it
+ * leaves in f32, and how close the int8 graph stays to the f32 one:
+ * top-1 agreement of at least 99% on 256 random inputs for MLP, LeNet and
+ * ResNet-18 with deterministic random weights, calibrated by min/max on
+ * other inputs drawn the same way.  The calibrator here is the smallest
+ * one that satisfies the pass's contract; api/calibrate.c's methods and
+ * folder handling have their own suite.  DLCC_TEST_VERBOSE=1 prints the
+ * per-layer figures. */
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "frontend/ast.h"
+#include "ir/eval.h"
+#include "ir/ir.h"
+#include "passes/pass.h"
+
+static const char *srcdir(void) {
+  const char *s = getenv("top_srcdir");
+  return s ? s : ".";
+}
+
+static bool verbose(void) { return getenv("DLCC_TEST_VERBOSE") != NULL; }
+
+static uint64_t rng_state;
+static double uniform01(void) {
+  uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  z ^= z >> 31;
+  return ((double)(z >> 11) + 0.5) / 9007199254740992.0;
+}
+static double gaussian(void) { return sqrt(-2.0 * log(uniform01())) * cos(6.283185307179586 * uniform01()); }
+
+/* ---- graphs ---- */
+
+static Graph *lower_file(Ctx *c, const char *file, int n_defines, const Define *defines) {
+  char path[512];
+  snprintf(path, sizeof path, "%s/examples/%s", srcdir(), file);
+  const SrcFile *f = ctx_load_file(c, path);
+  ck_assert_msg(f != NULL, "%s", diag_text(c));
+  Program *p = fe_parse(c, f);
+  ck_assert_msg(p != NULL, "%s", diag_text(c));
+  LowerOptions lo = {.n_defines = n_defines, .defines = defines};
+  Graph *g = fe_lower(c, p, &lo);
+  ck_assert_msg(g && ir_verify(g), "%s", diag_text(c));
+  return g;
+}
+
+static Graph *parse_text(Ctx *c, const char *name, const char *text) {
+  Graph *g = ir_parse(c, ctx_add_file(c, name, text, strlen(text)));
+  ck_assert_msg(g && ir_verify(g), "%s", diag_text(c));
+  return g;
+}
+
+static char *print_text(Graph *g) {
+  char *buf = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&buf, &len);
+  ir_print(f, g);
+  fclose(f);
+  return buf;
+}
+
+/* A copy through the text format: the same values in the same order, so
+ * Value.id (after ir_number) names the same value in both. */
+static Graph *clone(Graph *g) {
+  char *text = print_text(g);
+  Graph *copy = parse_text(g->ctx, "clone.ir", text);
+  free(text);
+  return copy;
+}
+
+/* ---- inputs ---- */
+
+typedef struct Batch {
+  TensorMap map;
+  const char *names[4];
+  Tensor tensors[4];
+} Batch;
+
+/* Every input of g filled with N(0, 1) draws. */
+static void batch_random(Batch *b, Graph *g) {
+  memset(b, 0, sizeof *b);
+  b->map.names = b->names;
+  b->map.tensors = b->tensors;
+  for (Node *n = g->first; n; n = n->next) {
+    if (n->op != OP_INPUT) continue;
+    ck_assert_int_lt(b->map.n, 4);
+    Tensor *t = &b->tensors[b->map.n];
+    ck_assert(ir_tensor_alloc(t, &n->out[0].type));
+    int64_t count = ir_type_numel(&n->out[0].type);
+    bool unif = getenv("UNIF") != NULL;
+    for (int64_t i = 0; i < count; i++) ir_tensor_set(t, i, unif ? uniform01() : gaussian());
+    b->names[b->map.n++] = ir_attr_str(n, "name");
+  }
+}
+
+static void batch_free(Batch *b) {
+  for (int i = 0; i < b->map.n; i++) ir_tensor_free(&b->tensors[i]);
+}
+
+/* ---- the calibrator: largest |x| over a few random batches ---- */
+
+typedef struct Calib {
+  const TensorMap *params;
+  int batches;
+  int n;
+  const Value *const *values;
+  double *amax;
+  int calls;
+} Calib;
+
+static void observe_max(void *ud, const Value *v, const Tensor *t) {
+  Calib *c = ud;
+  for (int i = 0; i < c->n; i++) {
+    if (c->values[i] != v) continue;
+    int64_t count = ir_type_numel(&t->type);
+    for (int64_t j = 0; j < count; j++) c->amax[i] = fmax(c->amax[i], fabs(ir_tensor_get(t, j)));
+  }
+}
+
+static bool calibrate_minmax(void *ud, Graph *g, int n, const Value *const *values, double *amax) {
+  Calib *c = ud;
+  c->calls++;
+  c->n = n;
+  c->values = values;
+  c->amax = amax;
+  for (int i = 0; i < n; i++) amax[i] = 0;
+  Tensor *out = calloc((size_t)g->n_outputs, sizeof *out);
+  double clipf = getenv("CLIP") ? atof(getenv("CLIP")) : 1.0;
+  for (int k = 0; k < c->batches; k++) {
+    Batch b;
+    batch_random(&b, g);
+    char err[512];
+    ck_assert_msg(ir_eval_observe(g, &b.map, c->params, out, observe_max, c, err, sizeof err), "%s", err);
+    for (int i = 0; i < g->n_outputs; i++) ir_tensor_free(&out[i]);
+    batch_free(&b);
+  }
+  free(out);
+  for (int i = 0; i < n; i++) amax[i] *= clipf;
+  return true;
+}
+
+static bool calibrate_fails(void *ud, Graph *g, int n, const Value *const *values, double *amax) {
+  (void)ud, (void)n, (void)values, (void)amax;
+  diag_error(g->ctx, (SrcLoc){0}, "calibration folder 'nowhere' does not exist");
+  return false;
+}
+
+static int count_ops(const Graph *g, OpKind op) {
+  int k = 0;
+  for (const Node *n = g->first; n; n = n->next) k += n->op == op;
+  return k;
+}
+
+static void quantize(Graph *g, int level, Calib *calib, QuantSummary *summary) {
+  PassOptions po = {.opt_level = level,
+                    .verify_each = true,
+                    .quantize_int8 = true,
+                    .calibrate = calibrate_minmax,
+                    .calibrate_ud = calib,
+                    .quant_summary = summary};
+  ck_assert_msg(pass_run_pipeline(g, &po, NULL), "%s", diag_text(g->ctx));
+  ck_assert_msg(ir_verify(g), "%s", diag_text(g->ctx));
+}
+
+/* ---- structure ---- */
+
+static const char *mlp_text =
+    "graph mlp {\n"
+    "  %0 = input {name=\"x\"} : f32[4, 16]\n"
+    "  %1 = param {name=\"fc1.weight\"} : f32[8, 16]\n"
+    "  %2 = param {name=\"fc1.bias\"} : f32[8]\n"
+    "  %3 = linear %0, %1, %2 : f32[4, 8]\n"
+    "  %4 = relu %3 : f32[4, 8]\n"
+    "  %5 = param {name=\"fc2.weight\"} : f32[3, 8]\n"
+    "  %6 = linear %4, %5 : f32[4, 3]\n"
+    "  %7 = reshape %4 {shape=[8, 4]} : f32[8, 4]\n"
+    "  %8 = matmul %4, %7 : f32[4, 4]\n"
+    "  return %6 as \"y\", %8 as \"z\"\n"
+    "}\n";
+
+START_TEST(test_products_become_int8) {
+  Ctx c;
+  ctx_init(&c);
+  Graph *g = parse_text(&c, "mlp.ir", mlp_text);
+  TensorMap params;
+  char err[256];
+  ck_assert_msg(ir_init_params(g, 7, IR_INIT_RANDOM, &params, err, sizeof err), "%s", err);
+  Calib calib = {.params = &params, .batches = 2};
+  QuantSummary s;
+  quantize(g, 0, &calib, &s);
+  ck_assert_int_eq(calib.calls, 1);
+  ck_assert_int_eq(s.n_layers, 2);
+  ck_assert_int_eq(s.n_kept_f32, 1); /* the matmul of two activations */
+  ck_assert_int_eq(count_ops(g, OP_QUANTIZE), 4); /* two activations, two weights */
+  ck_assert_int_eq(count_ops(g, OP_DEQUANTIZE), 2);
+  int int8_products = 0;
+  for (Node *n = g->first; n; n = n->next)
+    if (n->op == OP_LINEAR) {
+      ck_assert_int_eq(n->in[0]->type.dtype, TY_I8);
+      ck_assert_int_eq(n->in[1]->type.dtype, TY_I8);
+      ck_assert_int_eq(n->out[0].type.dtype, TY_I32);
+      ck_assert_int_eq(n->n_in, 2); /* the bias is added after dequantize */
+      int8_products++;
+    }
+  ck_assert_int_eq(int8_products, 2);
+  /* The activation scale is the calibrated range over 127, in the IR. */
+  for (int i = 0; i < s.n_layers; i++) {
+    ck_assert(s.layers[i].amax > 0);
+    ck_assert_float_eq_tol(s.layers[i].scale, (float)(s.layers[i].amax / (s.layers[i].zero_point ? 255 : 127)), 1e-12);
+    ck_assert(s.layers[i].result->type.dtype == TY_F32);
+  }
+  /* fc1 reads the input (signed); fc2 a relu (unsigned: zero point -128). */
+  ck_assert_int_eq(s.layers[0].zero_point, 0);
+  ck_assert_int_eq(s.layers[1].zero_point, -128);
+  ck_assert_str_eq(s.layers[0].label, "linear %3 fc1.weight");
+  ck_assert_str_eq(s.layers[1].label, "linear %6 fc2.weight");
+  bool found = false;
+  for (Node *n = g->first; n; n = n->next)
+    if (n->op == OP_QUANTIZE && n->n_in == 1) found |= fabs(ir_attr_float(n, "scale") - s.layers[0].scale) == 0;
+  ck_assert(found);
+  /* Per-channel weight scales: one per output feature, over the params
+   * alone. */
+  for (Node *n = g->first; n; n = n->next)
+    if (n->op == OP_QUANTIZE && n->n_in == 2) {
+      ck_assert_int_eq(n->in[0]->def->op, OP_PARAM);
+      ck_assert_int_eq(n->in[1]->type.rank, 2);
+      ck_assert_int_eq(n->in[1]->type.dims[0], n->in[0]->type.dims[0]);
+      ck_assert_int_eq(n->in[1]->type.dims[1], 1);
+    }
+  /* Text round trip. */
+  char *a = print_text(g);
+  Graph *back = parse_text(&c, "back.ir", a);
+  char *b = print_text(back);
+  ck_assert_str_eq(a, b);
+  free(a);
+  free(b);
+  ir_tensor_map_free(&params);
+  ctx_free(&c);
+}
+END_TEST
+
+START_TEST(test_calibration_failure_fails_the_pipeline) {
+  Ctx c;
+  ctx_init(&c);
+  Graph *g = parse_text(&c, "mlp.ir", mlp_text);
+  PassOptions po = {.quantize_int8 = true, .calibrate = calibrate_fails};
+  ck_assert(!pass_run_pipeline(g, &po, NULL));
+  ck_assert_ptr_nonnull(strstr(diag_text(&c), "calibration folder 'nowhere' does not exist"));
+  ctx_free(&c);
+}
+END_TEST
+
+START_TEST(test_quantize_needs_a_calibrator_and_f32) {
+  Ctx c;
+  ctx_init(&c);
+  Graph *g = parse_text(&c, "mlp.ir", mlp_text);
+  PassOptions po = {.quantize_int8 = true};
+  ck_assert(!pass_run_pipeline(g, &po, NULL));
+  ck_assert_ptr_nonnull(strstr(diag_text(&c), "needs calibration data"));
+  ctx_free(&c);
+  ctx_init(&c);
+  g = parse_text(&c, "mlp.ir", mlp_text);
+  po = (PassOptions){.quantize_int8 = true, .calibrate = calibrate_fails, .precision = TY_F16};
+  ck_assert(!pass_run_pipeline(g, &po, NULL));
+  ck_assert_ptr_nonnull(strstr(diag_text(&c), "do not combine"));
+  ctx_free(&c);
+}
+END_TEST
+
+/* #f32 products and those of two weights stay as they are. */
+START_TEST(test_kept_in_f32) {
+  static const char *text =
+      "graph k {\n"
+      "  %0 = input {name=\"x\"} : f32[2, 4]\n"
+      "  %1 = param {name=\"w\"} : f32[4, 4]\n"
+      "  %2 = linear %0, %1 : f32[2, 4] #f32\n"
+      "  %3 = matmul %1, %1 : f32[4, 4]\n"
+      "  %4 = matmul %2, %3 : f32[2, 4]\n"
+      "  return %4 as \"y\"\n"
+      "}\n";
+  Ctx c;
+  ctx_init(&c);
+  Graph *g = parse_text(&c, "k.ir", text);
+  TensorMap params;
+  char err[256];
+  ck_assert_msg(ir_init_params(g, 1, IR_INIT_RANDOM, &params, err, sizeof err), "%s", err);
+  Calib calib = {.params = &params, .batches = 1};
+  QuantSummary s;
+  quantize(g, 0, &calib, &s);
+  /* Only the last matmul (activation @ weight-only) is int8. */
+  ck_assert_int_eq(s.n_layers, 1);
+  ck_assert_int_eq(s.n_kept_f32, 1);
+  ck_assert_int_eq(count_ops(g, OP_DEQUANTIZE), 1);
+  for (Node *n = g->first; n; n = n->next)
+    if (n->op == OP_LINEAR) ck_assert_int_eq(n->out[0].type.dtype, TY_F32);
+  ir_tensor_map_free(&params);
+  ctx_free(&c);
+}
+END_TEST
+
+/* ---- accuracy against f32 ---- */
+
+typedef struct Model {
+  const char *file;
+  int n_defines;
+  Define defines[3];
+  int batch; /* inputs per evaluation */
+} Model;
+
+static int argmax_row(const Tensor *t, int64_t row, int64_t cols) {
+  int best = 0;
+  for (int64_t j = 1; j < cols; j++)
+    if (ir_tensor_get(t, row * cols + j) > ir_tensor_get(t, row * cols + best)) best = (int)j;
+  return best;
+}
+
+/* Per-layer: RMS error of each quantized product's result over the RMS
+ * of the f32 value it stands for, on one batch. */
+typedef struct LayerErr {
+  const QuantSummary *s;
+  bool quant; /* which graph is running */
+  double *ref_sq, *err_sq;
+  Tensor *ref_vals;
+} LayerErr;
+
+static void observe_layers(void *ud, const Value *v, const Tensor *t) {
+  LayerErr *le = ud;
+  for (int i = 0; i < le->s->n_layers; i++) {
+    const QuantLayer *l = &le->s->layers[i];
+    if (!le->quant && v->id == l->orig_value_id) {
+      ck_assert(ir_tensor_alloc(&le->ref_vals[i], &t->type));
+      memcpy(le->ref_vals[i].data, t->data, ir_tensor_nbytes(&t->type));
+    }
+    if (le->quant && v == l->result) {
+      int64_t count = ir_type_numel(&t->type);
+      for (int64_t j = 0; j < count; j++) {
+        double r = ir_tensor_get(&le->ref_vals[i], j), d = ir_tensor_get(t, j) - r;
+        le->ref_sq[i] += r * r;
+        le->err_sq[i] += d * d;
+      }
+    }
+  }
+}
+
+static void print_layer_errors(Graph *ref, Graph *q, const TensorMap *params, const QuantSummary *s) {
+  LayerErr le = {.s = s};
+  le.ref_sq = calloc((size_t)s->n_layers, sizeof(double));
+  le.err_sq = calloc((size_t)s->n_layers, sizeof(double));
+  le.ref_vals = calloc((size_t)s->n_layers, sizeof(Tensor));
+  Batch b;
+  batch_random(&b, ref);
+  Tensor out[1];
+  char err[512];
+  ck_assert_msg(ir_eval_observe(ref, &b.map, params, out, observe_layers, &le, err, sizeof err), "%s", err);
+  ir_tensor_free(&out[0]);
+  le.quant = true;
+  ck_assert_msg(ir_eval_observe(q, &b.map, params, out, observe_layers, &le, err, sizeof err), "%s", err);
+  ir_tensor_free(&out[0]);
+  for (int i = 0; i < s->n_layers; i++) {
+    printf("  %-40s zp %4d rel rms error %.3e\n", s->layers[i].label, s->layers[i].zero_point,
+           sqrt(le.err_sq[i] / le.ref_sq[i]));
+    ir_tensor_free(&le.ref_vals[i]);
+  }
+  batch_free(&b);
+  free(le.ref_sq);
+  free(le.err_sq);
+  free(le.ref_vals);
+}
+
+/* Runs both graphs on `total` random inputs; returns the top-1
+ * agreement and the largest error relative to the f32 output's scale. */
+static double agreement(Graph *ref, Graph *q, const TensorMap *params, int total, double *rel,
+                        const QuantSummary *s) {
+  int agree = 0, rows = 0;
+  double max_err = 0, max_ref = 0;
+  Tensor out_r[1], out_q[1];
+  ck_assert_int_eq(ref->n_outputs, 1);
+  int batch = (int)ref->outputs[0]->type.dims[0];
+  int64_t cols = ref->outputs[0]->type.dims[ref->outputs[0]->type.rank - 1];
+  (void)s;
+  for (int done = 0; done < total; done += batch) {
+    Batch b;
+    batch_random(&b, ref);
+    char err[512];
+    ck_assert_msg(ir_eval(ref, &b.map, params, out_r, err, sizeof err), "%s", err);
+    ck_assert_msg(ir_eval(q, &b.map, params, out_q, err, sizeof err), "%s", err);
+    int64_t count = ir_type_numel(&out_r[0].type);
+    for (int64_t i = 0; i < count; i++) {
+      max_err = fmax(max_err, fabs(ir_tensor_get(&out_r[0], i) - ir_tensor_get(&out_q[0], i)));
+      max_ref = fmax(max_ref, fabs(ir_tensor_get(&out_r[0], i)));
+    }
+    for (int r = 0; r < batch; r++, rows++) {
+      int ar = argmax_row(&out_r[0], r, cols), aq = argmax_row(&out_q[0], r, cols);
+      agree += ar == aq;
+      if (ar != aq && getenv("FLIPS")) {
+        double top = ir_tensor_get(&out_r[0], r * cols + ar), second = ir_tensor_get(&out_r[0], r * cols + aq);
+        double lo = 1e30, hi = -1e30;
+        for (int64_t j = 0; j < cols; j++) { double v = ir_tensor_get(&out_r[0], r * cols + j); lo = fmin(lo, v); hi = fmax(hi, v); }
+        printf("  flip: margin %.3e, row range %.3e\n", top - second, hi - lo);
+      }
+    }
+    ir_tensor_free(&out_r[0]);
+    ir_tensor_free(&out_q[0]);
+    batch_free(&b);
+  }
+  *rel = max_ref > 0 ? max_err / max_ref : max_err;
+  return (double)agree / rows;
+}
+
+static const Model models[] = {
+    {"mlp.dl", 1, {{"N", 32}}, 32},
+    {"lenet.dl", 1, {{"N", 32}}, 32},
+    {"resnet18.dl", 2, {{"N", 16}, {"HW", 16}}, 16},
+};
+
+START_TEST(test_top1_agreement) {
+  const Model *m = &models[_i];
+  Ctx c;
+  ctx_init(&c);
+  Graph *g = lower_file(&c, m->file, m->n_defines, m->defines);
+  TensorMap params;
+  char err[256];
+  uint64_t seed = getenv("SEED") ? strtoull(getenv("SEED"), NULL, 10) : 42;
+  ck_assert_msg(ir_init_params(g, seed, IR_INIT_RANDOM, &params, err, sizeof err), "%s", err);
+  Graph *ref = clone(g);
+  if (getenv("KEEP_LAST")) { Node *last = NULL; for (Node *n = g->first; n; n = n->next) if (n->op == OP_LINEAR) last = n; last->keep_f32 = true; }
+  if (getenv("KEEP_FIRST")) { for (Node *n = g->first; n; n = n->next) if (n->op == OP_LINEAR || n->op == OP_CONV2D) { n->keep_f32 = true; break; } }
+  rng_state = 1000 + seed;
+  Calib calib = {.params = &params, .batches = 4};
+  QuantSummary s;
+  quantize(g, 2, &calib, &s);
+  ck_assert_int_gt(s.n_layers, 0);
+  rng_state = 2000 + seed; /* test inputs: the same distribution, other draws */
+  double rel;
+  double top1 = agreement(ref, g, &params, 256, &rel, &s);
+  printf("int8 %-12s %2d products in int8, %d in f32: top-1 agreement %.4f on 256 inputs, max error %.2e of the output's scale\n",
+         m->file, s.n_layers, s.n_kept_f32, top1, rel);
+  if (verbose()) print_layer_errors(ref, g, &params, &s);
+  ck_assert_msg(top1 >= 0.99, "%s: top-1 agreement %.4f < 0.99", m->file, top1);
+  ir_tensor_map_free(&params);
+  ctx_free(&c);
+}
+END_TEST
+
+int main(void) {
+  Suite *s = suite_create("quantize");
+  TCase *t = tcase_create("pass");
+  tcase_add_test(t, test_products_become_int8);
+  tcase_add_test(t, test_calibration_failure_fails_the_pipeline);
+  tcase_add_test(t, test_quantize_needs_a_calibrator_and_f32);
+  tcase_add_test(t, test_kept_in_f32);
+  suite_add_tcase(s, t);
+  TCase *a = tcase_create("accuracy");
+  tcase_set_timeout(a, 600);
+  tcase_add_loop_test(a, test_top1_agreement, 0, (int)(sizeof models / sizeof models[0]));
+  suite_add_tcase(s, a);
+  SRunner *r = srunner_create(s);
+  srunner_run_all(r, CK_NORMAL);
+  int failed = srunner_ntests_failed(r);
+  srunner_free(r);
+  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
