@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "api/calibrate.h"
 #include "api/weights.h"
 #include "codegen/codegen.h"
 #include "dlcrt.h"
@@ -90,6 +91,8 @@ typedef struct CompileJob {
   const char *name, *text; /* compile_string */
   const dlc_options *opt;
   dlc_model *m;
+  CalibMethod calib_method; /* checked before the compile starts */
+  bool weights_failed;      /* options.weights did not bind */
 } CompileJob;
 
 static bool has_suffix(const char *s, const char *suffix) {
@@ -123,6 +126,62 @@ static Graph *import_onnx(Ctx *c, CompileJob *job) {
   return g;
 }
 
+static bool wants_int8(const dlc_options *opt) {
+  return opt && opt->quantize && strcmp(opt->quantize, "int8") == 0;
+}
+
+/* Each line of a multi-line message as an error of its own. */
+static void report_lines(Ctx *c, const char *text) {
+  for (const char *line = text; *line;) {
+    size_t n = strcspn(line, "\n");
+    diag_error(c, (SrcLoc){0}, "%.*s", (int)n, line);
+    line += n + (line[n] == '\n');
+  }
+}
+
+/* options.weights, bound to the graph as it compiled (before the passes,
+ * which may drop params a full state_dict still names); they replace an
+ * .onnx file's own. */
+static bool bind_at_compile(Ctx *c, CompileJob *job, Graph *g) {
+  TensorMap map;
+  char err[8192];
+  if (!api_bind_weights(g, job->opt->weights, &map, err, sizeof err)) {
+    report_lines(c, err);
+    job->weights_failed = true;
+    return false;
+  }
+  if (job->m->have_params) ir_tensor_map_free(&job->m->params);
+  job->m->params = map;
+  job->m->have_params = true;
+  return true;
+}
+
+/* The pipeline, with a calibrator over the bound weights (or random ones
+ * from calibrate_seed) when int8 is asked for. */
+static bool run_passes(Ctx *c, CompileJob *job, Graph *g, PassOptions *po) {
+  if (!wants_int8(job->opt)) return pass_run_pipeline(g, po, NULL);
+  TensorMap random = {0};
+  const TensorMap *params = &job->m->params;
+  if (!job->m->have_params) {
+    char err[8192];
+    if (!ir_init_params(g, job->opt->calibrate_seed, IR_INIT_RANDOM, &random, err, sizeof err)) {
+      report_lines(c, err);
+      return false;
+    }
+    params = &random;
+  }
+  ApiCalibration cal = {.dir = job->opt->calibrate_dir,
+                        .method = job->calib_method,
+                        .params = params,
+                        .max_samples = job->opt->calib_samples};
+  po->quantize_int8 = true;
+  po->calibrate = api_calibrate;
+  po->calibrate_ud = &cal;
+  bool ok = pass_run_pipeline(g, po, NULL);
+  ir_tensor_map_free(&random);
+  return ok;
+}
+
 static int compile_job(Ctx *c, void *data) {
   CompileJob *job = data;
   Graph *g;
@@ -149,6 +208,7 @@ static int compile_job(Ctx *c, void *data) {
   }
 have_graph:
   if (!g || !ir_verify(g)) return 1;
+  if (job->opt && job->opt->weights && !bind_at_compile(c, job, g)) return 1;
   int level = job->opt ? job->opt->opt_level : 0;
   PassOptions po = {.opt_level = level == DLC_O0 ? 0 : level == 0 ? 2 : level};
   const char *prec = job->opt ? job->opt->precision : NULL;
@@ -157,7 +217,7 @@ have_graph:
     diag_error(c, (SrcLoc){0}, "unknown precision '%s' (expected f32, f16 or bf16)", prec);
     return 1;
   }
-  if (!pass_run_pipeline(g, &po, NULL)) return 1;
+  if (!run_passes(c, job, g, &po)) return 1;
   job->m->g = g;
   if (job->m->use_runtime && !cg_compile(g, &job->m->cg)) return 1;
   return 0;
@@ -192,6 +252,37 @@ static dlc_status push_bound_params(dlc_model *m) {
   return DLC_OK;
 }
 
+/* quantize, calibrate_dir, calib_method and calib_samples, together. */
+static dlc_status check_quant_options(dlc_model *m, CompileJob *job) {
+  const dlc_options *opt = job->opt;
+  job->calib_method = api_calib_default_method();
+  if (!opt) return DLC_OK;
+  if (opt->quantize && strcmp(opt->quantize, "int8") != 0 && strcmp(opt->quantize, "none") != 0)
+    return fail(m, DLC_ERR_ARGUMENT, "dlcc: error: unknown quantize '%s' (expected int8 or none)\n",
+                opt->quantize);
+  if (!wants_int8(opt)) {
+    if (opt->calibrate_dir || opt->calib_method || opt->calib_samples)
+      return fail(m, DLC_ERR_ARGUMENT,
+                  "dlcc: error: calibrate_dir, calib_method and calib_samples are for quantize \"int8\"\n");
+    return DLC_OK;
+  }
+  if (!opt->calibrate_dir)
+    return fail(m, DLC_ERR_ARGUMENT,
+                "dlcc: error: quantize \"int8\" needs calibrate_dir, a folder of sample inputs (.npy) to "
+                "measure the activations' ranges on\n");
+  if (opt->precision && (strcmp(opt->precision, "f16") == 0 || strcmp(opt->precision, "bf16") == 0))
+    return fail(m, DLC_ERR_ARGUMENT,
+                "dlcc: error: quantize \"int8\" and precision \"%s\" do not combine: choose one\n",
+                opt->precision);
+  if (opt->calib_samples < 0)
+    return fail(m, DLC_ERR_ARGUMENT, "dlcc: error: calib_samples is %d; it counts samples (0: all)\n",
+                opt->calib_samples);
+  char err[256];
+  if (opt->calib_method && !api_calib_parse_method(opt->calib_method, &job->calib_method, err, sizeof err))
+    return fail(m, DLC_ERR_ARGUMENT, "dlcc: error: calib_method: %s\n", err);
+  return DLC_OK;
+}
+
 static dlc_status compile(CompileJob *job, dlc_model **out) {
   *out = NULL;
   dlc_model *m = calloc(1, sizeof *m);
@@ -205,11 +296,13 @@ static dlc_status compile(CompileJob *job, dlc_model **out) {
                   "dlcc: error: unknown backend '%s' (expected auto, cuda, emu or ref)\n", backend);
     m->use_runtime = true;
   }
+  if (check_quant_options(m, job) != DLC_OK) return DLC_ERR_ARGUMENT;
   job->m = m;
   int rc = ctx_guard(&m->ctx, compile_job, job);
   if (rc != 0 || m->ctx.diag.errors) {
     m->g = NULL;
-    return fail(m, rc < 0 ? DLC_ERR_INTERNAL : DLC_ERR_COMPILE, "%s", diag_text(&m->ctx));
+    return fail(m, rc < 0 ? DLC_ERR_INTERNAL : job->weights_failed ? DLC_ERR_WEIGHTS : DLC_ERR_COMPILE, "%s",
+                diag_text(&m->ctx));
   }
   index_inputs(m);
   if (!m->input_data || !m->outputs) return fail(m, DLC_ERR_NOMEM, "dlcc: out of memory\n");

@@ -89,6 +89,18 @@ static const char helpers[] =
     "__device__ __forceinline__ long long dl_f2i64(float x) {\n"
     "  return x != x ? 0 : x <= -9223372036854775808.0f ? (-9223372036854775807LL - 1)\n"
     "         : x >= 9223372036854775808.0f ? 9223372036854775807LL : (long long)x;\n"
+    "}\n"
+    "/* int8, as eval.c: one f32 division (IEEE whatever the flags), rounded\n"
+    " * half to even, plus the zero point zp, saturated to [-127, 127] when zp\n"
+    " * is 0 (symmetric), else to [-128, 127]; NaN -> zp.  And back with one\n"
+    " * f32 product that no later add may contract into an fma. */\n"
+    "__device__ __forceinline__ signed char dl_quantize(float x, float s, int zp) {\n"
+    "  float q = rintf(__fdiv_rn(x, s));\n"
+    "  float lo = zp ? -128.0f - (float)zp : -127.0f, hi = 127.0f - (float)zp;\n"
+    "  return q != q ? (signed char)zp : (signed char)((int)(q < lo ? lo : q > hi ? hi : q) + zp);\n"
+    "}\n"
+    "__device__ __forceinline__ float dl_dequantize(int q, float s, int zp) {\n"
+    "  return __fmul_rn((float)((long long)q - zp), s);\n"
     "}\n";
 /* clang-format on */
 
@@ -264,6 +276,19 @@ static void cmp_float(Out *o, const KExpr *e, const char *op) {
   fputs(" ? 1.0f : 0.0f)", o->f);
 }
 
+/* x's float value (halves widened exactly) by the f32 scale. */
+static void op_quant(Out *o, const KExpr *e) {
+  bool q = e->op == OP_QUANTIZE;
+  fputs(q ? "dl_quantize(" : "dl_dequantize(", o->f);
+  if (q)
+    fexpr(o, e->a[0]);
+  else
+    expr(o, e->a[0]);
+  fputs(", ", o->f);
+  expr(o, e->a[1]);
+  fprintf(o->f, ", %d)", (int)e->i);
+}
+
 static void op_int(Out *o, const KExpr *e) {
   const KExpr *a = e->a[0], *b = e->a[1];
   switch (e->op) {
@@ -413,7 +438,9 @@ static void expr(Out *o, const KExpr *e) {
       fputc(']', o->f);
       return;
     case KE_OP:
-      if (is_half(e->dtype)) {
+      if (e->op == OP_QUANTIZE || e->op == OP_DEQUANTIZE) {
+        op_quant(o, e);
+      } else if (is_half(e->dtype)) {
         fputs(e->dtype == TY_F16 ? "__float2half_rn(" : "__float2bfloat16_rn(", o->f);
         op_float(o, e);
         fputc(')', o->f);
@@ -424,6 +451,20 @@ static void expr(Out *o, const KExpr *e) {
       }
       return;
     case KE_CAST: cast(o, e); return;
+    case KE_PACK4:
+      fprintf(o->f, "(*(const int *)&%s[", e->buf->name);
+      expr(o, e->a[0]);
+      fputs("])", o->f);
+      return;
+    case KE_DP4A:
+      fputs("__dp4a(", o->f);
+      expr(o, e->a[0]);
+      fputs(", ", o->f);
+      expr(o, e->a[1]);
+      fputs(", ", o->f);
+      expr(o, e->a[2]);
+      fputc(')', o->f);
+      return;
     case KE_LANE:
       if (is_half(e->dtype))
         fprintf(o->f, "%s(%s, %d)", e->dtype == TY_F16 ? "dl_h_lane" : "dl_b_lane", e->var->name, (int)(e->i & 3));
@@ -623,8 +664,11 @@ char *cg_emit_kernel(Ctx *c, const Kernel *k, const char *name, bool with_commen
   fputs(") {\n", f);
   for (int i = 0; i < k->n_locals; i++) {
     const KBuf *b = k->locals[i];
-    fprintf(f, "  %s%s %s[%" PRId64 "];\n", b->space == KSP_SHARED ? "__shared__ " : "",
-            ctype(k, b->dtype), b->name, b->numel);
+    /* i8 tiles are read four bytes at a time (KE_PACK4) */
+    const char *space = b->space != KSP_SHARED ? ""
+                        : b->dtype == TY_I8  ? "__shared__ __align__(16) "
+                                             : "__shared__ ";
+    fprintf(f, "  %s%s %s[%" PRId64 "];\n", space, ctype(k, b->dtype), b->name, b->numel);
   }
   block(&o, &k->body);
   fputs("}\n", f);

@@ -45,6 +45,8 @@ static void find_attention(CgGroup *grp) {
     at = next;
   }
   if (!is_member(grp, at) || at->op != OP_MATMUL) return;
+  /* Scores are summed in f32: exact integer products stay GEMM leaves. */
+  if (!ir_dtype_is_float(at->out[0].type.dtype) || !ir_dtype_is_float(m2->out[0].type.dtype)) return;
   int r = m2->out[0].type.rank;
   const TensorType *q = &at->in[0]->type, *k = &at->in[1]->type, *v = &m2->in[1]->type;
   if (r < 2 || q->rank != r || k->rank != r || v->rank != r) return;
@@ -218,6 +220,8 @@ static KExpr *elementwise(Eval *E, const Node *n, Site *s) {
     return cg_kcast(k, cg_kop2(k, OP_ADD, cg_kop2(k, OP_MUL, y, w), bias), t->dtype);
   }
   KExpr *x = eval(E, n->in[0], s);
+  if (n->op == OP_QUANTIZE || n->op == OP_DEQUANTIZE)
+    return cg_kquant(k, n, x, n->n_in == 2 ? eval(E, n->in[1], s) : NULL);
   if (n->n_in == 2) return cg_kop2(k, n->op, x, eval(E, n->in[1], s));
   if (n->op == OP_CAST) return cg_kcast(k, x, n->out[0].type.dtype);
   KExpr *r = cg_kop1(k, n->op, x);
@@ -399,14 +403,32 @@ const char *cg_group_hint(Ctx *c, const CgGroup *grp) {
 
 /* ---- checks: what this lowering can do with a hand-written group ---- */
 
+/* Floats throughout, or int8 where this lowering computes it: quantize
+ * (float to i8), dequantize (i8 or i32 to f32), an int8 product (i8
+ * operands, an i32 result and bias) and index moves of i8. */
+static bool member_types_ok(const Node *n) {
+  DType out = n->out[0].type.dtype, in0 = n->in[0]->type.dtype;
+  bool floats = ir_dtype_is_float(out);
+  for (int j = 0; j < n->n_in; j++) floats = floats && ir_dtype_is_float(n->in[j]->type.dtype);
+  if (floats) return true;
+  switch (n->op) {
+    case OP_QUANTIZE: return true;
+    case OP_DEQUANTIZE: return in0 == TY_I8 || in0 == TY_I32;
+    case OP_CONV2D:
+    case OP_MATMUL:
+    case OP_LINEAR:
+      return in0 == TY_I8 && n->in[1]->type.dtype == TY_I8 && out == TY_I32 &&
+             (n->n_in < 3 || n->in[2]->type.dtype == TY_I32);
+    default: return ir_ops[n->op].cls == K_MOVE && in0 == TY_I8 && out == TY_I8;
+  }
+}
+
 static bool group_lowerable(CgBuild *b, const CgGroup *grp) {
   Ctx *c = cg_build_ctx(b);
   const Node *root = grp->root, *anchor = grp->anchor;
   for (int i = 0; i < grp->n; i++) {
     const Node *n = grp->members[i];
-    bool ok = n->n_out == 1;
-    for (int j = 0; j < n->n_in && ok; j++) ok = ir_dtype_is_float(n->in[j]->type.dtype);
-    ok = ok && ir_dtype_is_float(n->out[0].type.dtype) && ir_type_numel(&n->out[0].type) > 0;
+    bool ok = n->n_out == 1 && member_types_ok(n) && ir_type_numel(&n->out[0].type) > 0;
     if (ir_ops[n->op].cls == K_MOVE && n->op != OP_RESHAPE && n->op != OP_TRANSPOSE &&
         n->op != OP_SLICE && n->op != OP_EXPAND)
       ok = false;
@@ -415,7 +437,8 @@ static bool group_lowerable(CgBuild *b, const CgGroup *grp) {
     if (is_leaf(grp, n) && (is_member(grp, n->in[0]->def) || is_member(grp, n->in[1]->def))) ok = false;
     if (!ok) {
       diag_error(c, n->loc, "codegen cannot lower %s in fusion group k%d (float elementwise, "
-                 "index moves, matmul/linear leaves and one anchor only)", ir_ops[n->op].name, grp->id);
+                 "quantize/dequantize, index moves, matmul/linear leaves and one anchor only)",
+                 ir_ops[n->op].name, grp->id);
       return false;
     }
   }
@@ -495,13 +518,22 @@ static KExpr *operand_load(CgBuild *b, Kernel *k, KBlock *blk, const Value *v, c
   return cg_kload(k, cg_kglobal(k, name, v->type.dtype, ir_type_numel(&v->type), cg_ref(b, v)), index);
 }
 
-/* dst[at] = cond ? load : 0, as an if so that a fused load's lets stay
- * inside the guard. */
+/* dst[at] = cond ? load : fill, as an if so that a fused load's lets
+ * stay inside the guard. */
 static void guarded_fill(CgBuild *b, Kernel *k, KBlock *in, KExpr *cond, KBuf *dst, KExpr *at,
-                         const Value *v, const char *name, KExpr *index) {
+                         const Value *v, const char *name, KExpr *index, int64_t fill) {
   KStmt *s = cg_kif(k, in, cond);
   cg_kstore(k, &s->body, dst, at, operand_load(b, k, &s->body, v, name, index));
-  cg_kstore(k, &s->orelse, dst, at, cg_kimm(k, 0, dst->dtype));
+  cg_kstore(k, &s->orelse, dst, at, cg_kimm(k, (double)fill, dst->dtype));
+}
+
+/* Where element (kk, col) of a TK x width tile lives: row after row, or
+ * (packed, for int8) with four consecutive kk of one col in one 32-bit
+ * word, [TK/4][width][4], so that __dp4a reads them at once. */
+static KExpr *tile_at(Kernel *k, KExpr *kk, KExpr *col, int64_t width, bool packed) {
+  if (!packed) return cg_kadd(k, cg_kmul(k, kk, ki(k, width)), col);
+  KExpr *word = cg_kadd(k, cg_kmul(k, kdiv(k, kk, 4), ki(k, width)), col);
+  return cg_kadd(k, cg_kmul(k, word, ki(k, 4)), kmod(k, kk, 4));
 }
 
 bool cg_lower_conv_igemm(CgBuild *b, const Node *n) {
@@ -521,11 +553,14 @@ bool cg_lower_conv_igemm(CgBuild *b, const Node *n) {
   Kernel *k = cg_kernel_new(c, n, arena_printf(&c->arena, "%s_igemm", hint), what);
   int64_t mt = (Co + TM - 1) / TM, nt = (NC + TN - 1) / TN, kt_n = (K + TK - 1) / TK;
   /* Tiles in the operands' type when both are one half type (half the
-   * shared memory), else f32; products accumulate in f32 either way. */
+   * shared memory), else f32; products accumulate in f32 either way.  An
+   * int8 product keeps i8 tiles and sums exactly in int32. */
   DType tile = x->type.dtype == w->type.dtype ? x->type.dtype : TY_F32;
+  DType at_t = out->type.dtype == TY_I32 ? TY_I32 : TY_F32;
+  bool packed = at_t == TY_I32; /* tiles laid out for __dp4a (tile_at) */
   KBuf *As = cg_klocal(k, "As", tile, TK * TM, KSP_SHARED);
   KBuf *Bs = cg_klocal(k, "Bs", tile, TK * TN, KSP_SHARED);
-  KBuf *acc = cg_klocal(k, "acc", TY_F32, RT * RT, KSP_REGISTER);
+  KBuf *acc = cg_klocal(k, "acc", at_t, RT * RT, KSP_REGISTER);
   KVar *bn = cg_kvar(k, "bn", KT_INDEX), *bm = cg_kvar(k, "bm", KT_INDEX), *t = cg_kvar(k, "t", KT_INDEX);
   KStmt *lx = cg_kloop(k, &k->body, bn, ki(k, nt), KM_GRID_X);
   KStmt *ly = cg_kloop(k, &lx->body, bm, ki(k, mt), KM_GRID_Y);
@@ -535,7 +570,7 @@ bool cg_lower_conv_igemm(CgBuild *b, const Node *n) {
   KVar *ty = cg_klet(k, body, "ty", KT_INDEX, kdiv(k, kv(k, t), TN / RT));
   KVar *z = cg_kvar(k, "z", KT_INDEX);
   KStmt *lz = cg_kloop(k, body, z, ki(k, RT * RT), KM_UNROLL);
-  cg_kstore(k, &lz->body, acc, kv(k, z), cg_kimm(k, 0, TY_F32));
+  cg_kstore(k, &lz->body, acc, kv(k, z), cg_kimm(k, 0, at_t));
 
   KVar *kt = cg_kvar(k, "kt", KT_INDEX);
   KStmt *lk = cg_kloop(k, body, kt, ki(k, kt_n), KM_SERIAL);
@@ -547,11 +582,11 @@ bool cg_lower_conv_igemm(CgBuild *b, const Node *n) {
                      cg_kadd(k, cg_kmul(k, kv(k, bm), ki(k, TM)), kdiv(k, kv(k, ea), TK)));
   KVar *ak = cg_klet(k, &lla->body, "ak", KT_INDEX,
                      cg_kadd(k, cg_kmul(k, kv(k, kt), ki(k, TK)), kmod(k, kv(k, ea), TK)));
-  KExpr *a_at = cg_kadd(k, cg_kmul(k, kmod(k, kv(k, ea), TK), ki(k, TM)), kdiv(k, kv(k, ea), TK));
+  KExpr *a_at = tile_at(k, kmod(k, kv(k, ea), TK), kdiv(k, kv(k, ea), TK), TM, packed);
   KExpr *a_ok = cg_kand(k, Co % TM ? klt(k, kv(k, am), Co) : NULL, K % TK ? klt(k, kv(k, ak), K) : NULL);
   KExpr *w_at = cg_kadd(k, cg_kmul(k, kv(k, am), ki(k, K)), kv(k, ak));
   if (a_ok)
-    guarded_fill(b, k, &lla->body, a_ok, As, a_at, w, "w", w_at);
+    guarded_fill(b, k, &lla->body, a_ok, As, a_at, w, "w", w_at, 0);
   else
     cg_kstore(k, &lla->body, As, a_at, operand_load(b, k, &lla->body, w, "w", w_at));
   /* im2col tile: consecutive threads read consecutive output pixels. */
@@ -585,24 +620,32 @@ bool cg_lower_conv_igemm(CgBuild *b, const Node *n) {
       k, cg_kmul(k, cg_kadd(k, cg_kmul(k, cg_kadd(k, cg_kmul(k, kv(k, img), ki(k, C)), kv(k, ci)), ki(k, H)), kv(k, ihv)),
                  ki(k, W)),
       kv(k, iwv));
-  KExpr *b_at = cg_kadd(k, cg_kmul(k, kdiv(k, kv(k, eb), TN), ki(k, TN)), kmod(k, kv(k, eb), TN));
+  KExpr *b_at = tile_at(k, kdiv(k, kv(k, eb), TN), kmod(k, kv(k, eb), TN), TN, packed);
+  /* int8 padding reads the zero point (a real 0); past K or NC the fill
+   * meets a zero of W or is never stored, so it may be the same. */
   if (b_ok)
-    guarded_fill(b, k, bb, b_ok, Bs, b_at, x, "x", x_at);
+    guarded_fill(b, k, bb, b_ok, Bs, b_at, x, "x", x_at, cg_zero_point(n));
   else
     cg_kstore(k, bb, Bs, b_at, operand_load(b, k, bb, x, "x", x_at));
   cg_kbarrier(k, &lk->body);
   /* The 4x4 register tile. */
   KVar *kk = cg_kvar(k, "kk", KT_INDEX), *i = cg_kvar(k, "i", KT_INDEX), *j = cg_kvar(k, "j", KT_INDEX);
-  KStmt *lkk = cg_kloop(k, &lk->body, kk, ki(k, TK), KM_UNROLL);
+  /* int8: four k at a time, one __dp4a each */
+  KStmt *lkk = cg_kloop(k, &lk->body, kk, ki(k, packed ? TK / 4 : TK), KM_UNROLL);
   KStmt *li = cg_kloop(k, &lkk->body, i, ki(k, RT), KM_UNROLL);
-  KVar *av = cg_klet(k, &li->body, "a", TY_F32,
-                     cg_kload(k, As, cg_kadd(k, cg_kmul(k, kv(k, kk), ki(k, TM)),
-                                             cg_kadd(k, cg_kmul(k, kv(k, ty), ki(k, RT)), kv(k, i)))));
+  KExpr *a_in = cg_kadd(k, cg_kmul(k, kv(k, kk), ki(k, TM)), cg_kadd(k, cg_kmul(k, kv(k, ty), ki(k, RT)), kv(k, i)));
+  KVar *av = cg_klet(k, &li->body, "a", at_t,
+                     packed ? cg_kpack4(k, As, cg_kmul(k, a_in, ki(k, 4))) : cg_kload(k, As, a_in));
   KStmt *lj = cg_kloop(k, &li->body, j, ki(k, RT), KM_UNROLL);
-  KExpr *bv = cg_kload(k, Bs, cg_kadd(k, cg_kmul(k, kv(k, kk), ki(k, TN)), cg_kadd(k, cg_kmul(k, kv(k, tx), ki(k, RT)), kv(k, j))));
+  KExpr *b_in = cg_kadd(k, cg_kmul(k, kv(k, kk), ki(k, TN)), cg_kadd(k, cg_kmul(k, kv(k, tx), ki(k, RT)), kv(k, j)));
   KExpr *slot = cg_kadd(k, cg_kmul(k, kv(k, i), ki(k, RT)), kv(k, j));
-  cg_kstore(k, &lj->body, acc, slot,
-            cg_kop2(k, OP_ADD, cg_kload(k, acc, slot), cg_kop2(k, OP_MUL, kv(k, av), cg_kcast(k, bv, TY_F32))));
+  KExpr *sum;
+  if (packed)
+    sum = cg_kdp4a(k, kv(k, av), cg_kpack4(k, Bs, cg_kmul(k, b_in, ki(k, 4))), cg_kload(k, acc, slot));
+  else
+    sum = cg_kop2(k, OP_ADD, cg_kload(k, acc, slot),
+                  cg_kop2(k, OP_MUL, kv(k, av), cg_kcast(k, cg_kload(k, Bs, b_in), at_t)));
+  cg_kstore(k, &lj->body, acc, slot, sum);
   cg_kbarrier(k, &lk->body);
   /* Stores, with the bias and the epilogue. */
   KVar *i2 = cg_kvar(k, "i", KT_INDEX), *j2 = cg_kvar(k, "j", KT_INDEX);
@@ -620,7 +663,7 @@ bool cg_lower_conv_igemm(CgBuild *b, const Node *n) {
   KVar *oi = cg_klet(k, sb, "o", KT_INDEX, oidx);
   KExpr *val = cg_kload(k, acc, cg_kadd(k, cg_kmul(k, kv(k, i2), ki(k, RT)), kv(k, j2)));
   if (n->n_in > 2)
-    val = cg_kop2(k, OP_ADD, val, cg_kcast(k, operand_load(b, k, sb, n->in[2], "bias", kv(k, m)), TY_F32));
+    val = cg_kop2(k, OP_ADD, val, cg_kcast(k, operand_load(b, k, sb, n->in[2], "bias", kv(k, m)), at_t));
   if (!cg_fused_store(b, k, sb, out, kv(k, oi), val)) {
     KBuf *o = cg_kglobal(k, "out", out->type.dtype, ir_type_numel(&out->type), cg_ref(b, out));
     cg_kstore(k, sb, o, kv(k, oi), cg_kcast(k, val, out->type.dtype));

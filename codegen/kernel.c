@@ -314,10 +314,45 @@ KExpr *cg_kop2(Kernel *k, OpKind op, KExpr *a, KExpr *b) {
   return e;
 }
 
+int64_t cg_zero_point(const Node *n) {
+  const Attr *z = ir_attr(n, "zero_point");
+  return z ? z->i : 0;
+}
+
+KExpr *cg_kquant(Kernel *k, const Node *n, KExpr *x, KExpr *scale) {
+  /* eval.c reads the attribute as an f32: that float, printed exactly. */
+  if (!scale) scale = cg_kimm(k, (double)(float)ir_attr_float(n, "scale"), TY_F32);
+  if ((n->op != OP_QUANTIZE && n->op != OP_DEQUANTIZE) || scale->dtype != TY_F32)
+    dl_internal(k->ctx, "cg_kquant: %s with a %s scale", ir_ops[n->op].name, ir_dtype_name(scale->dtype));
+  KExpr *e = new_expr(k, KE_OP, n->op == OP_QUANTIZE ? TY_I8 : TY_F32);
+  e->op = n->op;
+  e->a[0] = x;
+  e->a[1] = scale;
+  e->i = cg_zero_point(n);
+  return e;
+}
+
 KExpr *cg_kcast(Kernel *k, KExpr *a, DType to) {
   if (a->dtype == to) return a;
   KExpr *e = new_expr(k, KE_CAST, to);
   e->a[0] = a;
+  return e;
+}
+
+KExpr *cg_kpack4(Kernel *k, KBuf *b, KExpr *index) {
+  if (b->dtype != TY_I8) dl_internal(k->ctx, "cg_kpack4 on a %s buffer", ir_dtype_name(b->dtype));
+  KExpr *e = new_expr(k, KE_PACK4, TY_I32);
+  b->read = true;
+  e->buf = b;
+  e->a[0] = index;
+  return e;
+}
+
+KExpr *cg_kdp4a(Kernel *k, KExpr *a, KExpr *b, KExpr *c) {
+  KExpr *e = new_expr(k, KE_DP4A, TY_I32);
+  e->a[0] = a;
+  e->a[1] = b;
+  e->a[2] = c;
   return e;
 }
 

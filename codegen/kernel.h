@@ -69,9 +69,11 @@ typedef enum {
   KE_NOT,    /* !a[0] */
   KE_SELECT, /* a[0] ? a[1] : a[2]; only the chosen arm is evaluated (a guarded load is safe) */
   KE_LOAD,   /* buf[a[0]] */
-  KE_OP,     /* an elementwise op of the table on a[0] (and a[1]), with its semantics in eval.c */
+  KE_OP,     /* an elementwise op of the table on a[0] (and a[1]: quantize's scale too), as eval.c */
   KE_CAST,   /* a[0] converted to dtype with the cast op's rules */
   KE_LANE,   /* lane i (0..3) of the vector var (a KS_VLOAD's) */
+  KE_PACK4,  /* the four i8 of buf[a[0] .. a[0]+3] as one int (a[0] a multiple of 4) */
+  KE_DP4A,   /* a[2] + the four products of a[0]'s and a[1]'s signed bytes (CUDA's __dp4a) */
 } KExprKind;
 
 typedef enum { KI_ADD, KI_SUB, KI_MUL, KI_DIV, KI_MOD, KI_MIN, KI_MAX } KIdxOp;
@@ -83,7 +85,7 @@ struct KExpr {
   DType dtype;
   int sub;   /* KIdxOp or KCmpOp */
   OpKind op; /* KE_OP */
-  int64_t i; /* KE_INT */
+  int64_t i; /* KE_INT; KE_OP quantize/dequantize: the zero point */
   double f;  /* KE_FLOAT; KE_OP: leaky_relu alpha, clip min */
   double f2; /* KE_OP: clip max */
   bool flag; /* KE_OP: gelu with the tanh approximation */
@@ -166,8 +168,6 @@ KBuf *cg_kglobal(Kernel *k, const char *name, DType dt, int64_t numel, RtRef ref
 KVar *cg_kparam(Kernel *k, const char *name, DType dt, int64_t ival, float fval);
 /* A __shared__ (KSP_SHARED) or per-thread (KSP_REGISTER) array. */
 KBuf *cg_klocal(Kernel *k, const char *stem, DType dt, int64_t numel, KSpace space);
-/* A __shared__ (KSP_SHARED) or per-thread (KSP_REGISTER) array. */
-KBuf *cg_klocal(Kernel *k, const char *stem, DType dt, int64_t numel, KSpace space);
 /* A fresh local: name is a stem ("acc" -> "acc3" when taken). */
 KVar *cg_kvar(Kernel *k, const char *stem, DType dt);
 /* Picks the index type and orders the parameters (read-only buffers,
@@ -194,6 +194,17 @@ KExpr *cg_kload(Kernel *k, KBuf *b, KExpr *index);
 KExpr *cg_kop1(Kernel *k, OpKind op, KExpr *a);
 KExpr *cg_kop2(Kernel *k, OpKind op, KExpr *a, KExpr *b);
 KExpr *cg_kcast(Kernel *k, KExpr *a, DType to);
+/* Four packed int8 (an i8 buffer, index a multiple of 4) and their dot
+ * product with another four, added to c: exact in int32 (wrapping). */
+KExpr *cg_kpack4(Kernel *k, KBuf *b, KExpr *index);
+KExpr *cg_kdp4a(Kernel *k, KExpr *a, KExpr *b, KExpr *c);
+/* n's quantize (an i8 result) or dequantize (f32) of x by the f32 scale
+ * (NULL: n's scale attribute) and n's zero point, as eval.c computes them
+ * (emit_cuda.c's dl_quantize and dl_dequantize). */
+KExpr *cg_kquant(Kernel *k, const Node *n, KExpr *x, KExpr *scale);
+/* n's zero_point attribute (quantize, dequantize, an int8 conv2d's
+ * padding), 0 when absent. */
+int64_t cg_zero_point(const Node *n);
 
 KStmt *cg_kloop(Kernel *k, KBlock *in, KVar *var, KExpr *extent, KMap map); /* fill ->body */
 KStmt *cg_kreduce(Kernel *k, KBlock *in, KVar *acc, KExpr *init, OpKind combine, KVar *rvar,

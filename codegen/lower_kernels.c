@@ -216,19 +216,30 @@ static bool int_elementwise_ok(OpKind op) {
   }
 }
 
+static bool is_quant(OpKind op) { return op == OP_QUANTIZE || op == OP_DEQUANTIZE; }
+
 static bool lower_elementwise(CgBuild *b, const Node *n) {
   const Value *out = &n->out[0];
+  /* quantize and dequantize cross between f32 and the integers by design. */
+  bool quant = is_quant(n->op), int_ok = quant || int_elementwise_ok(n->op);
   bool ints = !ir_dtype_is_float(n->in[0]->type.dtype) || !ir_dtype_is_float(out->type.dtype);
-  if (!check_dtypes(b, n, int_elementwise_ok(n->op))) return false;
-  if (ints && !int_elementwise_ok(n->op)) return unsupported(b, n, n->in[0]->type.dtype);
+  if (!check_dtypes(b, n, int_ok)) return false;
+  if (ints && !int_ok) return unsupported(b, n, n->in[0]->type.dtype);
   if (numel(&out->type) == 0) return true;
   Kernel *k = new_kernel(b, n, NULL, NULL);
   Map m;
   map_begin(&m, k, &out->type);
   int64_t st[DL_MAX_RANK];
   bcast_strides(&n->in[0]->type, &out->type, st);
-  KExpr *x = map_operand(b, &m, n->in[0], n->n_in == 1 ? "x" : "a", st), *r;
-  if (n->n_in == 2) {
+  KExpr *x = map_operand(b, &m, n->in[0], n->n_in == 1 || quant ? "x" : "a", st), *r;
+  if (quant) {
+    KExpr *scale = NULL;
+    if (n->n_in == 2) {
+      bcast_strides(&n->in[1]->type, &out->type, st);
+      scale = map_operand(b, &m, n->in[1], "scale", st);
+    }
+    r = cg_kquant(k, n, x, scale);
+  } else if (n->n_in == 2) {
     bcast_strides(&n->in[1]->type, &out->type, st);
     r = cg_kop2(k, n->op, x, map_operand(b, &m, n->in[1], "b", st));
   } else if (n->op == OP_CAST) {
@@ -498,8 +509,21 @@ static bool lower_global_avgpool(CgBuild *b, const Node *n) {
 
 static const uint64_t F32_BYTES = 4;
 
-/* f32, f16 or bf16 inputs and result (the same dtype codes), f32
- * accumulation. */
+/* Floats throughout, or int8 operands with an int32 result and bias:
+ * eval.c's exact integer product. */
+static bool is_int8_product(const Node *n) {
+  if (n->in[0]->type.dtype != TY_I8 || n->in[1]->type.dtype != TY_I8 || n->out[0].type.dtype != TY_I32)
+    return false;
+  return n->n_in < 3 || n->in[2]->type.dtype == TY_I32;
+}
+
+static bool product_dtypes(CgBuild *b, const Node *n) {
+  return is_int8_product(n) || check_dtypes(b, n, false);
+}
+
+/* dt the operands' dtype: f32, f16 or bf16 inputs and result (the same
+ * dtype codes), f32 accumulation; or i8 (RT_DT_I8): i8 inputs, an i32
+ * result, exact int32 accumulation. */
 static RtGemm gemm_of(DType dt, int64_t m, int64_t nn, int64_t k) {
   RtGemm g = {.dtype = (uint32_t)dt,
               .m = m,
@@ -516,12 +540,63 @@ static RtGemm gemm_of(DType dt, int64_t m, int64_t nn, int64_t k) {
 
 static RtGemm gemm_f32(int64_t m, int64_t nn, int64_t k) { return gemm_of(TY_F32, m, nn, k); }
 
+static DType gemm_c_dtype(const RtGemm *g) { return g->dtype == RT_DT_I8 ? TY_I32 : (DType)g->dtype; }
+
+/* cuBLAS's int8 GEMM (cublasGemmEx with CUDA_R_8I A and B, CUDA_R_32I C,
+ * CUBLAS_COMPUTE_32I) takes alpha and beta of 0 or 1 only, A and B 32-bit
+ * aligned and lda, ldb multiples of 4 (the cuBLAS guide on cublasGemmEx);
+ * in a strided batch every matrix must start aligned.  Every space starts
+ * 256-byte aligned, so the refs' offsets decide, here at compile time. */
+static bool blas_takes_int8(const RtGemm *g) {
+  bool ok = g->lda % 4 == 0 && g->ldb % 4 == 0 && g->a.offset % 4 == 0 && g->b.offset % 4 == 0;
+  if (g->batch > 1) ok = ok && g->stride_a % 4 == 0 && g->stride_b % 4 == 0;
+  return ok && (g->alpha == 0.0f || g->alpha == 1.0f) && (g->beta == 0.0f || g->beta == 1.0f);
+}
+
+/* An int8 GEMM cuBLAS would refuse, as a kernel: one thread per element
+ * of C, its k products summed in int32 (wrapping, as eval.c). */
+static void gemm_i8_kernel(CgBuild *b, const Node *n, const char *what, const RtGemm *g) {
+  if (g->alpha != 1.0f || g->beta != 0.0f)
+    dl_internal(cg_build_ctx(b), "int8 gemm with alpha %g, beta %g", (double)g->alpha, (double)g->beta);
+  Kernel *k = new_kernel(b, n, "gemm_i8", what ? what : "gemm");
+  TensorType space = ir_type_make(TY_I32, 3, (int64_t[]){g->batch, g->m, g->n});
+  Map m;
+  map_begin(&m, k, &space);
+  KExpr *bi = map_coord(&m, 0), *i = map_coord(&m, 1), *j = map_coord(&m, 2);
+  int64_t last = g->batch - 1;
+  int64_t na = last * g->stride_a + (g->trans_a ? g->k : g->m) * g->lda;
+  int64_t nb = last * g->stride_b + (g->trans_b ? g->n : g->k) * g->ldb;
+  KBuf *A = cg_kglobal(k, "a", TY_I8, na, g->a), *B = cg_kglobal(k, "b", TY_I8, nb, g->b);
+  KBuf *C = cg_kglobal(k, "c", TY_I32, last * g->stride_c + g->m * g->ldc, g->c);
+  KVar *acc = cg_kvar(k, "acc", TY_I32), *p = cg_kvar(k, "p", KT_INDEX);
+  KStmt *red = cg_kreduce(k, &m.main, acc, cg_kimm(k, 0, TY_I32), OP_ADD, p, cg_kint(k, g->k));
+  KExpr *pv = cg_kv(k, p);
+  KExpr *ai = g->trans_a ? cg_kadd(k, cg_kmul(k, pv, cg_kint(k, g->lda)), i)
+                         : cg_kadd(k, cg_kmul(k, i, cg_kint(k, g->lda)), pv);
+  KExpr *bj = g->trans_b ? cg_kadd(k, cg_kmul(k, j, cg_kint(k, g->ldb)), pv)
+                         : cg_kadd(k, cg_kmul(k, pv, cg_kint(k, g->ldb)), j);
+  ai = cg_kadd(k, cg_kmul(k, bi, cg_kint(k, g->stride_a)), ai);
+  bj = cg_kadd(k, cg_kmul(k, bi, cg_kint(k, g->stride_b)), bj);
+  red->value =
+      cg_kop2(k, OP_MUL, cg_kcast(k, cg_kload(k, A, ai), TY_I32), cg_kcast(k, cg_kload(k, B, bj), TY_I32));
+  KExpr *ci = cg_kadd(k, cg_kmul(k, bi, cg_kint(k, g->stride_c)),
+                      cg_kadd(k, cg_kmul(k, i, cg_kint(k, g->ldc)), j));
+  cg_kstore(k, &m.main, C, ci, cg_kv(k, acc));
+  map_end(&m);
+  cg_launch(b, k);
+}
+
 /* Appends g, or nothing when C is empty, or zeros when k is 0 (C is
- * always contiguous here). */
+ * always contiguous here); an int8 g that cuBLAS cannot run becomes a
+ * kernel of ours. */
 static void emit_gemm(CgBuild *b, const Node *n, const char *what, const RtGemm *g) {
   if (g->m == 0 || g->n == 0 || g->batch == 0) return;
   if (g->k == 0) {
-    cg_fill(b, n, what, g->c, (DType)g->dtype, g->batch * g->m * g->n, 0.0);
+    cg_fill(b, n, what, g->c, gemm_c_dtype(g), g->batch * g->m * g->n, 0.0);
+    return;
+  }
+  if (g->dtype == RT_DT_I8 && !blas_takes_int8(g)) {
+    gemm_i8_kernel(b, n, what, g);
     return;
   }
   cg_gemm(b, n, what, g);
@@ -545,7 +620,7 @@ static void bias_add(CgBuild *b, const Node *n, RtRef out, int64_t total, int64_
 }
 
 static bool lower_matmul(CgBuild *b, const Node *n) {
-  if (!check_dtypes(b, n, false)) return false;
+  if (!product_dtypes(b, n)) return false;
   TensorType at = n->in[0]->type, bt = n->in[1]->type;
   if (at.rank == 1) at = ir_type_make(at.dtype, 2, (int64_t[]){1, at.dims[0]});
   if (bt.rank == 1) bt = ir_type_make(bt.dtype, 2, (int64_t[]){bt.dims[0], 1});
@@ -562,8 +637,9 @@ static bool lower_matmul(CgBuild *b, const Node *n) {
   int64_t nbatch = numel(&batch), na = numel(&ab), nb = numel(&bb);
   if (nbatch * m * nn == 0) return true;
   RtRef ra = cg_ref(b, n->in[0]), rb = cg_ref(b, n->in[1]), rc = cg_ref(b, &n->out[0]);
-  DType dt = n->out[0].type.dtype;
-  uint64_t es = (uint64_t)ir_dtype_size(dt);
+  DType dt = n->in[0]->type.dtype;
+  /* int8 operands, an int32 C: the sizes differ */
+  uint64_t es = (uint64_t)ir_dtype_size(dt), esc = (uint64_t)ir_dtype_size(n->out[0].type.dtype);
   RtGemm g = gemm_of(dt, m, nn, k);
   g.a = ra, g.b = rb, g.c = rc;
   if (nb == 1 && na == nbatch) {
@@ -593,7 +669,7 @@ static bool lower_matmul(CgBuild *b, const Node *n) {
       RtGemm one = g;
       one.a = cg_ref_at(ra, (uint64_t)(oa * m * k) * es);
       one.b = cg_ref_at(rb, (uint64_t)(ob * k * nn) * es);
-      one.c = cg_ref_at(rc, (uint64_t)(bi * m * nn) * es);
+      one.c = cg_ref_at(rc, (uint64_t)(bi * m * nn) * esc);
       emit_gemm(b, n, arena_printf(&cg_build_ctx(b)->arena, "batch %" PRId64, bi), &one);
     }
   }
@@ -601,13 +677,13 @@ static bool lower_matmul(CgBuild *b, const Node *n) {
 }
 
 static bool lower_linear(CgBuild *b, const Node *n) {
-  if (!check_dtypes(b, n, false)) return false;
+  if (!product_dtypes(b, n)) return false;
   const Value *x = n->in[0], *w = n->in[1], *out = &n->out[0];
   int64_t in = x->type.dims[x->type.rank - 1], outf = w->type.dims[0];
   int64_t total = numel(&out->type), rows = outf ? total / outf : 0;
   if (total == 0) return true;
   RtRef rc = cg_ref(b, out);
-  RtGemm g = gemm_of(out->type.dtype, rows, outf, in);
+  RtGemm g = gemm_of(x->type.dtype, rows, outf, in);
   g.trans_b = 1;
   g.ldb = in;
   g.a = cg_ref(b, x), g.b = cg_ref(b, w), g.c = rc;
@@ -631,7 +707,7 @@ static KExpr *in_range(Kernel *k, KExpr *p, int64_t lo, int64_t hi, int64_t pmin
 }
 
 static bool lower_conv2d(CgBuild *b, const Node *n) {
-  if (!check_dtypes(b, n, false)) return false;
+  if (!product_dtypes(b, n)) return false;
   int cnt;
   const int64_t *stride = ir_attr_ints(n, "stride", &cnt), *pad = ir_attr_ints(n, "pad", &cnt);
   const int64_t *dil = ir_attr_ints(n, "dilation", &cnt);
@@ -649,7 +725,7 @@ static bool lower_conv2d(CgBuild *b, const Node *n) {
   int64_t iwmin = -pad[1], iwmax = (OW - 1) * stride[1] - pad[1] + (KW - 1) * dil[1];
   if (groups == 1) {
     int64_t CKK = C * KH * KW;
-    DType dt = out->type.dtype;
+    DType dt = x->type.dtype; /* the columns' type: i8 for an int32 result */
     RtGemm g = gemm_of(dt, Co, OHW, CKK);
     g.a = cg_ref(b, w), g.c = rc;
     g.batch = N, g.stride_a = 0, g.stride_b = CKK * OHW, g.stride_c = Co * OHW;
@@ -677,7 +753,8 @@ static bool lower_conv2d(CgBuild *b, const Node *n) {
           k, cg_kmul(k, cg_kadd(k, cg_kmul(k, plane, cg_kint(k, H)), cg_kv(k, ih)), cg_kint(k, W)),
           cg_kv(k, iw));
       KExpr *v = load_of(b, k, x, "x", xi);
-      if (cond) v = cg_ksel(k, cond, v, cg_kimm(k, 0, dt));
+      /* The padding reads int8's zero point: a real 0. */
+      if (cond) v = cg_ksel(k, cond, v, cg_kimm(k, (double)cg_zero_point(n), dt));
       cg_kstore(k, &m.main, cg_kglobal(k, "cols", dt, N * CKK * OHW, g.b), m.i, v);
       map_end(&m);
       cg_launch(b, k);
@@ -687,15 +764,17 @@ static bool lower_conv2d(CgBuild *b, const Node *n) {
     if (n->n_in > 2) bias_add(b, n, rc, total, OHW, Co, n->in[2]);
     return true;
   }
-  /* Grouped (depthwise): a direct loop per output element. */
+  /* Grouped (depthwise): a direct loop per output element, summing in
+   * f32, or exactly in int32 for int8. */
   int64_t cog = Co / groups;
+  DType at_t = out->type.dtype == TY_I32 ? TY_I32 : TY_F32;
   Kernel *k = new_kernel(b, n, NULL, NULL);
   Map m;
   map_begin(&m, k, &out->type);
   KExpr *co = map_coord(&m, 1);
   KVar *cin0 = cg_klet(k, &m.main, "cin", KT_INDEX,
                        cg_kmul(k, cg_kidx(k, KI_DIV, co, cg_kint(k, cog)), cg_kint(k, Cg)));
-  KVar *acc = cg_klet(k, &m.main, "acc", TY_F32, cg_kimm(k, 0, TY_F32));
+  KVar *acc = cg_klet(k, &m.main, "acc", at_t, cg_kimm(k, 0, at_t));
   KVar *ci = cg_kvar(k, "ci", KT_INDEX), *kh = cg_kvar(k, "kh", KT_INDEX),
        *kw = cg_kvar(k, "kw", KT_INDEX);
   KStmt *l1 = cg_kloop(k, &m.main, ci, cg_kint(k, Cg), KM_SERIAL);
@@ -722,11 +801,21 @@ static bool lower_conv2d(CgBuild *b, const Node *n) {
                       cg_kint(k, KW)),
               cg_kv(k, kw));
   KBlock *at = &l3->body;
-  if (cond) at = &cg_kif(k, at, cond)->body;
-  KExpr *prod = cg_kop2(k, OP_MUL, load_f32(b, k, at, x, "x", xi), load_f32(b, k, at, w, "w", wi));
+  int64_t zp = cg_zero_point(n);
+  KStmt *guard = cond ? cg_kif(k, at, cond) : NULL;
+  if (guard) at = &guard->body;
+  KExpr *prod = cg_kop2(k, OP_MUL, cg_kcast(k, load_in(b, k, at, x, "x", xi), at_t),
+                        cg_kcast(k, load_in(b, k, at, w, "w", wi), at_t));
   cg_kset(k, at, acc, cg_kop2(k, OP_ADD, cg_kv(k, acc), prod));
+  if (guard && zp) {
+    /* int8 padding reads the zero point (a real 0) */
+    KExpr *pad_prod = cg_kop2(k, OP_MUL, cg_kimm(k, (double)zp, at_t),
+                              cg_kcast(k, load_in(b, k, &guard->orelse, w, "w", wi), at_t));
+    cg_kset(k, &guard->orelse, acc, cg_kop2(k, OP_ADD, cg_kv(k, acc), pad_prod));
+  }
   KExpr *res = cg_kv(k, acc);
-  if (n->n_in > 2) res = cg_kop2(k, OP_ADD, res, load_f32(b, k, NULL, n->in[2], "bias", co));
+  if (n->n_in > 2)
+    res = cg_kop2(k, OP_ADD, res, cg_kcast(k, load_in(b, k, NULL, n->in[2], "bias", co), at_t));
   map_store(b, &m, out, res);
   map_end(&m);
   cg_launch(b, k);
@@ -1285,6 +1374,8 @@ bool cg_lower_node(CgBuild *b, const Node *n) {
     case OP_SIN:
     case OP_COS:
     case OP_CAST:
+    case OP_QUANTIZE:
+    case OP_DEQUANTIZE:
     case OP_ADD:
     case OP_SUB:
     case OP_MUL:
@@ -1324,8 +1415,6 @@ bool cg_lower_node(CgBuild *b, const Node *n) {
     case OP_GATHER: return lower_gather(b, n);
     case OP_LSTM:
     case OP_GRU: return lower_rnn(b, n);
-    case OP_QUANTIZE:
-    case OP_DEQUANTIZE: return unsupported(b, n, n->in[0]->type.dtype);
     case OP_COUNT: break;
   }
   dl_unreachable(cg_build_ctx(b));

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "api/calibrate.h"
 #include "api/weights.h"
 #include "codegen/codegen.h"
 #include "driver/driver.h"
@@ -36,12 +37,19 @@ typedef struct Options {
   int n_archs;
   const char *archs[16];
   PassOptions passes; /* -O, --passes, --print-after, ... */
+  DriverQuant quant;  /* --quantize=int8, --calibrate=DIR, ... */
+  bool quant_report;  /* dlcc quant-report */
+  const char *test_dir; /* its --test=DIR */
+  int test_samples;     /* its --test-samples=N */
 } Options;
 
 static const char usage[] =
     "usage: dlcc [options] FILE\n"
     "       dlcc run FILE [options]     compile and run once (dlcc run --help)\n"
     "       dlcc memplan FILE.csv       solve an allocation problem with the memory planner\n"
+    "       dlcc quant-report FILE --calibrate=DIR [--test=DIR] [--test-samples=N]\n"
+    "                                   int8 against f32: per-layer and per-output errors,\n"
+    "                                   top-1 agreement (docs/quantization.md)\n"
     "\n"
     "Compiles a network written in the dlcc language (FILE.dl) or in dlcc's IR\n"
     "text (FILE.ir), or an ONNX model (FILE.onnx, weights included).  Without\n"
@@ -73,13 +81,18 @@ static const char usage[] =
     "  --no-unroll        unroll no loop at all\n"
     "  --no-vectorize     no float4 loads and stores in elementwise kernels\n"
     "  --precision=P      f32 (default), f16 or bf16: activations and weights in P,\n"
-    "                     sensitive ops in f32, f32 accumulation (docs/passes.md)\n"
+    "                     sensitive ops in f32, f32 accumulation (docs/passes.md)\n";
+
+/* After driver_quant_usage. */
+static const char usage_library[] =
     "\n"
     "  -o FILE.so         build the model as a shared library with a C ABI (libdlcrt\n"
     "                     runs it: dlcc run FILE.so, or a host program with FILE.h)\n"
     "  --weights=FILE     its weights from a safetensors file (PyTorch names); without\n"
-    "                     it they are random (see --seed)\n"
-    "  --seed=S           seed for random weights (default 0, as dlcc run)\n"
+    "                     it they are random (see --seed); with --quantize=int8 also\n"
+    "                     the weights calibration runs with\n"
+    "  --seed=S           seed for random weights, in the library and in calibration\n"
+    "                     (default 0, as dlcc run)\n"
     "  --external-weights keep the weights out of FILE.so: it reads the --weights file\n"
     "                     (or FILE.safetensors, written beside it) at open; the\n"
     "                     environment variable DLCC_WEIGHTS names another\n"
@@ -181,15 +194,104 @@ CgOptions driver_cg_options(const PassOptions *po) {
   return (CgOptions){.unroll = po->unroll, .no_unroll = po->no_unroll, .no_vectorize = po->no_vectorize};
 }
 
+const char driver_quant_usage[] =
+    "  --quantize=int8    convolutions, linear layers and matmuls with a weight in int8:\n"
+    "                     per-channel weight scales, activation scales calibrated on\n"
+    "                     --calibrate's samples (docs/quantization.md); none: off\n"
+    "  --calibrate=DIR    sample inputs for calibration: DIR/*.npy for a model with one\n"
+    "                     input, DIR/<input name>/*.npy for several (matched by name order)\n"
+    "  --calib-method=M   how a range is chosen from what the samples showed: minmax,\n"
+    "                     percentile[=P] (the default, P 99.99) or entropy (TensorRT's)\n"
+    "  --calib-samples=N  calibrate on the first N samples by name (default: all)\n";
+
+/* "--flag=value": the value, or NULL when arg is another flag. */
+static const char *eq_value(const char *arg, const char *flag) {
+  size_t n = strlen(flag);
+  return strncmp(arg, flag, n) == 0 && arg[n] == '=' ? arg + n + 1 : NULL;
+}
+
+int driver_quant_option(const char *arg, DriverQuant *q) {
+  static const char *const bare[] = {"--quantize", "--calibrate", "--calib-method", "--calib-samples"};
+  for (size_t i = 0; i < ARRAY_LEN(bare); i++)
+    if (strcmp(arg, bare[i]) == 0) {
+      fprintf(stderr, "dlcc: error: %s takes its value after '=': %s=%s\n", arg, arg,
+              i == 0 ? "int8" : i == 1 ? "DIR" : i == 2 ? "METHOD" : "N");
+      return -1;
+    }
+  const char *v;
+  if ((v = eq_value(arg, "--quantize"))) {
+    if (strcmp(v, "int8") != 0 && strcmp(v, "none") != 0) {
+      fprintf(stderr, "dlcc: error: --quantize expects int8 or none, got '%s'\n", v);
+      return -1;
+    }
+    q->int8 = strcmp(v, "int8") == 0;
+    return 1;
+  }
+  bool calib = false;
+  if ((v = eq_value(arg, "--calibrate"))) {
+    if (!*v) {
+      fputs("dlcc: error: --calibrate needs a folder of sample inputs\n", stderr);
+      return -1;
+    }
+    q->calibrate = v;
+    calib = true;
+  } else if ((v = eq_value(arg, "--calib-method"))) {
+    char err[256];
+    if (!api_calib_parse_method(v, &q->parsed, err, sizeof err)) {
+      fprintf(stderr, "dlcc: error: --calib-method: %s\n", err);
+      return -1;
+    }
+    q->method = v;
+    calib = true;
+  } else if ((v = eq_value(arg, "--calib-samples"))) {
+    char *end;
+    errno = 0;
+    long n = strtol(v, &end, 10);
+    if (*end || end == v || errno || n < 1 || n > 1000000000) {
+      fprintf(stderr, "dlcc: error: --calib-samples expects a number of samples (1 or more), got '%s'\n", v);
+      return -1;
+    }
+    q->max_samples = (int)n;
+    calib = true;
+  }
+  if (calib && !q->first_calib_flag) q->first_calib_flag = arg;
+  return calib;
+}
+
+bool driver_quant_check(const DriverQuant *q, DType precision) {
+  if (!q->int8) {
+    if (q->first_calib_flag) {
+      fprintf(stderr, "dlcc: error: %s is for --quantize=int8\n", q->first_calib_flag);
+      return false;
+    }
+    return true;
+  }
+  if (!q->calibrate) {
+    fputs("dlcc: error: --quantize=int8 needs --calibrate=DIR, a folder of sample inputs (.npy) "
+          "to measure the activations' ranges on\n",
+          stderr);
+    return false;
+  }
+  if (precision != TY_F32) {
+    fprintf(stderr, "dlcc: error: --quantize=int8 and --precision=%s do not combine: choose one\n",
+            ir_dtype_name(precision));
+    return false;
+  }
+  return true;
+}
+
 /* Returns 0 to go on, 1 on a usage error, 2 for --help/--version. */
 static int parse_args(int argc, char **argv, Options *o) {
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     int pass_flag = driver_pass_option(a, &o->passes);
+    if (pass_flag == 0) pass_flag = driver_quant_option(a, &o->quant);
     if (pass_flag < 0) return 1;
     if (pass_flag > 0) continue;
     if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
       fputs(usage, stdout);
+      fputs(driver_quant_usage, stdout);
+      fputs(usage_library, stdout);
       fputs("\npasses:\n", stdout);
       for (int k = 0; k < pass_count(); k++)
         printf("  %-18s %s\n", pass_at(k)->name, pass_at(k)->summary);
@@ -241,6 +343,17 @@ static int parse_args(int argc, char **argv, Options *o) {
         fprintf(stderr, "dlcc: error: --seed expects a non-negative integer, got '%s'\n", a + 7);
         return 1;
       }
+    } else if (o->quant_report && strncmp(a, "--test=", 7) == 0 && a[7]) {
+      o->test_dir = a + 7;
+    } else if (o->quant_report && strncmp(a, "--test-samples=", 15) == 0) {
+      char *end;
+      errno = 0;
+      long n = strtol(a + 15, &end, 10);
+      if (*end || end == a + 15 || errno || n < 1 || n > 1000000000) {
+        fprintf(stderr, "dlcc: error: --test-samples expects a number of samples (1 or more), got '%s'\n", a + 15);
+        return 1;
+      }
+      o->test_samples = (int)n;
     } else if (strcmp(a, "--time-stages") == 0) {
       o->time_stages = true;
     } else if (strcmp(a, "--external-weights") == 0) {
@@ -362,6 +475,62 @@ static int build_library(Ctx *c, const Options *o, Graph *g, const TensorMap *bo
   return ok ? 0 : 1;
 }
 
+/* The weights calibration evaluates with, as build_library and dlcc run
+ * bind them: --weights, else an .onnx file's own, else random from
+ * --seed.  *own says whether out must be freed. */
+static bool calibration_params(Ctx *c, Job *job, Graph *g, TensorMap *out, bool *own) {
+  const Options *o = job->opt;
+  *own = o->weights || !job->onnx_params.n;
+  if (!*own) {
+    *out = job->onnx_params;
+    return true;
+  }
+  char err[8192];
+  if (api_calib_params(g, o->weights, o->seed, out, err, sizeof err)) return true;
+  /* One problem a line: each its own error. */
+  for (const char *line = err; *line;) {
+    size_t n = strcspn(line, "\n");
+    diag_error(c, (SrcLoc){0}, "%.*s", (int)n, line);
+    line += n + (line[n] == '\n');
+  }
+  return false;
+}
+
+static void print_calibration(FILE *f, const ApiCalibration *cal) {
+  fprintf(f, "%10d calibrate: samples\n", cal->n_samples);
+  fprintf(f, "%10.3f calibrate: seconds\n", cal->seconds);
+  fprintf(f, "%10.3f calibrate: ms per sample\n", cal->n_samples ? cal->seconds * 1e3 / cal->n_samples : 0.0);
+}
+
+/* The pipeline, with a calibrator when --quantize=int8 asks for one. */
+static bool run_passes(Ctx *c, Job *job, Graph *g) {
+  const Options *o = job->opt;
+  if (!o->quant.int8) return pass_run_pipeline(g, &o->passes, stderr);
+  TensorMap params;
+  bool own;
+  if (!calibration_params(c, job, g, &params, &own)) return false;
+  ApiCalibration cal = {.dir = o->quant.calibrate,
+                        .method = o->quant.method ? o->quant.parsed : api_calib_default_method(),
+                        .params = &params,
+                        .max_samples = o->quant.max_samples};
+  PassOptions po = o->passes;
+  po.quantize_int8 = true;
+  po.calibrate = api_calibrate;
+  po.calibrate_ud = &cal;
+  DriverReport report = {.calibration = &cal, .test_dir = o->test_dir, .max_samples = o->test_samples};
+  if (o->quant_report) {
+    report.copy = (QuantCopyCalibrator){.inner = api_calibrate, .inner_ud = &cal};
+    po.calibrate = api_quant_copy_calibrate;
+    po.calibrate_ud = &report.copy;
+    po.quant_summary = &report.summary;
+  }
+  bool ok = pass_run_pipeline(g, &po, stderr);
+  if (ok && o->passes.stats && cal.n_samples) print_calibration(stderr, &cal);
+  if (ok && o->quant_report) ok = driver_quant_report(job->out, &report, g, &params);
+  if (own) ir_tensor_map_free(&params);
+  return ok;
+}
+
 static int compile(Ctx *c, void *data) {
   Job *job = data;
   const Options *o = job->opt;
@@ -391,8 +560,9 @@ static int compile(Ctx *c, void *data) {
   }
   if (!g || !ir_verify(g)) return 1;
   t = ctx_stage(c, "verify", t);
-  if (!pass_run_pipeline(g, &o->passes, stderr)) return 1;
+  if (!run_passes(c, job, g)) return 1;
   t = ctx_stage(c, "passes", t);
+  if (o->quant_report) return 0;
 
   switch (o->emit) {
     case EMIT_IR: ir_print(job->out, g); break;
@@ -425,6 +595,12 @@ int main(int argc, char **argv) {
   if (argc > 1 && strcmp(argv[1], "run") == 0) return driver_run(argc - 2, argv + 2);
   if (argc > 1 && strcmp(argv[1], "memplan") == 0) return driver_memplan(argc - 2, argv + 2);
   Options opt = {.n_archs = -1, .passes = {.opt_level = 2}}; /* -1: --arch not given */
+  if (argc > 1 && strcmp(argv[1], "quant-report") == 0) {
+    /* The compile flow with int8 on, stopping after the passes to compare
+     * the two graphs; parse_args skips argv[0], here "quant-report". */
+    opt.quant_report = opt.quant.int8 = true;
+    argc--, argv++;
+  }
   int rc = parse_args(argc, argv, &opt);
   if (rc) return rc == 2 ? 0 : 1;
   bool library = opt.output && opt.emit == EMIT_NONE;
@@ -433,8 +609,10 @@ int main(int argc, char **argv) {
             opt.output);
     return 1;
   }
-  if (!library && (opt.weights || opt.external_weights || opt.keep_temps)) {
-    fputs("dlcc: error: --weights, --external-weights and --save-temps are for building a library (-o FILE.so)\n",
+  if (!driver_quant_check(&opt.quant, opt.passes.precision)) return 1;
+  if (!library && (opt.external_weights || opt.keep_temps || (opt.weights && !opt.quant.int8))) {
+    fputs("dlcc: error: --weights, --external-weights and --save-temps are for building a library (-o FILE.so)"
+          "; --weights also for calibration (--quantize=int8)\n",
           stderr);
     return 1;
   }

@@ -5,6 +5,8 @@
 #include <stdbool.h>
 #include <stdio.h>
 
+#include "api/calibrate.h"
+#include "api/quantreport.h"
 #include "codegen/codegen.h"
 #include "frontend/ast.h"
 #include "passes/pass.h"
@@ -17,6 +19,37 @@ int driver_pass_option(const char *arg, PassOptions *po);
 /* The kernel-IR passes' switches (--unroll=N, --no-unroll,
  * --no-vectorize) for cg_compile_opts. */
 CgOptions driver_cg_options(const PassOptions *po);
+/* The int8 flags dlcc and dlcc run share (docs/quantization.md). */
+typedef struct DriverQuant {
+  bool int8;              /* --quantize=int8 (--quantize=none: false) */
+  const char *calibrate;  /* --calibrate=DIR */
+  const char *method;     /* --calib-method=M as given; parsed into `parsed` */
+  CalibMethod parsed;
+  int max_samples;        /* --calib-samples=N; 0: all */
+  const char *first_calib_flag; /* the first of --calibrate, --calib-*, for messages */
+} DriverQuant;
+/* --quantize=, --calibrate=, --calib-method=, --calib-samples= into q:
+ * 1 when arg is one of them, 0 when not, -1 after printing an error. */
+int driver_quant_option(const char *arg, DriverQuant *q);
+/* The flags together: int8 needs a folder, the folder needs int8, and
+ * int8 does not combine with --precision=f16/bf16.  False after printing
+ * why. */
+bool driver_quant_check(const DriverQuant *q, DType precision);
+/* The --help lines for those flags. */
+extern const char driver_quant_usage[];
+/* dlcc quant-report (quant_report.c): the pipeline runs with
+ * api_quant_copy_calibrate around api_calibrate (copy), then
+ * driver_quant_report runs the f32 copy and the int8 graph over the test
+ * folder (the calibration folder when NULL) and prints the tables. */
+typedef struct DriverReport {
+  ApiCalibration *calibration;
+  const char *test_dir;
+  int max_samples; /* the first N test samples; 0: all */
+  QuantCopyCalibrator copy;
+  QuantSummary summary;
+} DriverReport;
+bool driver_quant_report(FILE *out, DriverReport *r, Graph *q, const TensorMap *params);
+
 /* `dlcc run ARGS`: argv holds what follows "run". */
 int driver_run(int argc, char **argv);
 /* `dlcc memplan FILE.csv [options]` (memplan.c): argv holds what follows

@@ -35,6 +35,7 @@ typedef struct RunOptions {
   int bench; /* --bench=N: time N more runs */
   int n_inputs;
   InputArg inputs[64];
+  DriverQuant quant;
   dlc_options api;
   dlc_define defines[64];
 } RunOptions;
@@ -63,7 +64,15 @@ static const char run_usage[] =
     "  -D NAME=VALUE       as for dlcc\n"
     "  --model=NAME        as for dlcc\n"
     "  -O0, -O1, -O2       graph optimization, as for dlcc (default -O2)\n"
-    "  --precision=P       f32 (default), f16 or bf16, as for dlcc\n";
+    "  --precision=P       f32 (default), f16 or bf16, as for dlcc\n"
+    "\n"
+    "int8, as for dlcc (calibration uses the weights the run binds: --weights, an\n"
+    ".onnx model's own, or the random ones from --seed):\n";
+
+static bool has_suffix(const char *s, const char *suffix) {
+  size_t n = strlen(s), k = strlen(suffix);
+  return n >= k && strcmp(s + n - k, suffix) == 0;
+}
 
 /* "--flag=value" or "--flag value". */
 static const char *flag_value(int argc, char **argv, int *i, const char *flag) {
@@ -74,11 +83,36 @@ static const char *flag_value(int argc, char **argv, int *i, const char *flag) {
   return NULL;
 }
 
+/* The int8 flags into the API's options; calibration binds the weights
+ * this run would: --weights, or the model's own, or random from --seed. */
+static bool set_quant_options(RunOptions *o) {
+  DType precision = TY_F32;
+  if (o->api.precision && !ir_dtype_from_name(o->api.precision, &precision)) precision = TY_F32;
+  if (!driver_quant_check(&o->quant, precision)) return false;
+  if (!o->quant.int8) return true;
+  if (o->init_random && has_suffix(o->model_path, ".onnx")) {
+    fprintf(stderr, "dlcc: error: --init=random with --quantize=int8: calibration would see %s's own "
+                    "weights and the run random ones; give --weights instead\n", o->model_path);
+    return false;
+  }
+  o->api.quantize = "int8";
+  o->api.calibrate_dir = o->quant.calibrate;
+  o->api.calib_method = o->quant.method;
+  o->api.calib_samples = o->quant.max_samples;
+  o->api.calibrate_seed = o->seed;
+  o->api.weights = o->weights;
+  return true;
+}
+
 static int parse_run_args(int argc, char **argv, RunOptions *o) {
   for (int i = 0; i < argc; i++) {
     const char *a = argv[i], *v;
+    int quant_flag = driver_quant_option(a, &o->quant);
+    if (quant_flag < 0) return 1;
+    if (quant_flag > 0) continue;
     if (strcmp(a, "--help") == 0) {
       fputs(run_usage, stdout);
+      fputs(driver_quant_usage, stdout);
       return 2;
     } else if ((v = flag_value(argc, argv, &i, "--weights"))) {
       o->weights = v;
@@ -152,7 +186,7 @@ static int parse_run_args(int argc, char **argv, RunOptions *o) {
   }
   o->api.defines = o->defines;
   o->api.backend = o->backend;
-  return 0;
+  return set_quant_options(o) ? 0 : 1;
 }
 
 static uint64_t splitmix64(uint64_t *state) {
@@ -247,11 +281,6 @@ static bool write_output(const char *dir, const dlc_tensor_info *info, const voi
   return ok;
 }
 
-static bool has_suffix(const char *s, const char *suffix) {
-  size_t n = strlen(s), k = strlen(suffix);
-  return n >= k && strcmp(s + n - k, suffix) == 0;
-}
-
 /* A model.so's input as the compiler API describes one. */
 static void library_info(const DlrtTensorInfo *t, int64_t bound, dlc_tensor_info *out) {
   memset(out, 0, sizeof *out);
@@ -268,6 +297,11 @@ static void library_info(const DlrtTensorInfo *t, int64_t bound, dlc_tensor_info
 static int run_library(RunOptions *o) {
   if (o->api.n_defines || o->api.model) {
     fputs("dlcc: error: -D and --model change how a model compiles; a .so is compiled already\n", stderr);
+    return 1;
+  }
+  if (o->quant.int8) {
+    fprintf(stderr, "dlcc: error: %s is compiled already: quantize it when you build it (dlcc MODEL "
+                    "--quantize=int8 --calibrate=DIR -o %s)\n", o->model_path, o->model_path);
     return 1;
   }
   if (o->backend && strcmp(o->backend, "ref") == 0) {
@@ -392,7 +426,7 @@ static int run_model(RunOptions *o) {
   if (!o->backend || strcmp(o->backend, "auto") == 0) fprintf(stderr, "dlcc: running on %s\n", dlc_backend(m));
   int rc = 1;
   /* An .onnx model brings its own weights. */
-  bool keep = !o->weights && !o->init_random && dlc_weights_bound(m);
+  bool keep = (!o->weights && !o->init_random && dlc_weights_bound(m)) || o->api.weights;
   if (!keep && (o->weights ? dlc_load_weights(m, o->weights) : dlc_init_weights(m, o->seed)) != DLC_OK) {
     fputs(dlc_error(m), stderr);
     goto done;

@@ -78,6 +78,31 @@ typedef struct dlc_options {
    * accumulation); NULL or "f32" keeps everything f32.  Inputs and
    * outputs keep their declared types either way. */
   const char *precision;
+  /* Weights bound at compile, as dlc_load_weights would bind them: a
+   * safetensors file with PyTorch state_dict names.  NULL: none (an .onnx
+   * model still brings its own). */
+  const char *weights;
+  /* int8 quantization, as dlcc's --quantize (docs/quantization.md):
+   * "int8" runs each convolution, linear layer and matmul that has a
+   * weight operand in int8; NULL or "none" keeps f32.  It needs
+   * calibrate_dir, a folder of sample inputs as .npy files (one file per
+   * sample for a model with one input; for several, a subfolder per input
+   * name with one file per sample in each), and does not combine with
+   * precision "f16" or "bf16".
+   *
+   * The activation scales come from running the model on those samples,
+   * with `weights` when given, else the model's own (.onnx), else the
+   * values dlc_init_weights(m, calibrate_seed) gives.  They are fixed at
+   * compile: weights loaded later get new per-channel weight scales (they
+   * are recomputed from whatever weights are loaded) but keep the
+   * activation scales, so calibrate with the weights you will run. */
+  const char *quantize;
+  const char *calibrate_dir;
+  /* "minmax", "percentile", "percentile=P" or "entropy"; NULL: the
+   * default, percentile=99.99. */
+  const char *calib_method;
+  int calib_samples;       /* calibrate on the first N samples by name; 0: all */
+  uint64_t calibrate_seed; /* see quantize; 0 in a zeroed struct */
 } dlc_options;
 
 enum { DLC_O0 = -1 };

@@ -17,7 +17,11 @@
  *   - matmul and linear stay cuBLAS GEMMs that write their own buffer: in
  *     a group they are leaves read by the kernel, and linear's bias is
  *     added where the kernel reads it, so GEMM + bias + activation +
- *     residual add is one GEMM and one kernel.
+ *     residual add is one GEMM and one kernel;
+ *   - int8 (passes/quantize.c): quantize and dequantize are elementwise
+ *     members, an int8 conv2d (i8 operands, i32 result) an anchor and
+ *     int8 linear/matmul leaves, so quantize + conv + dequantize + bias +
+ *     relu + requantize is one kernel that stores i8.
  *
  * What is never done: a value with a use outside the group, or a graph
  * output, is never inside a group, so nothing is computed by two
@@ -61,15 +65,6 @@ static bool is_float_type(const TensorType *t) {
   return t->dtype == TY_F32 || t->dtype == TY_F16 || t->dtype == TY_BF16;
 }
 
-/* Floats throughout and not empty: what the fused lowering handles. */
-static bool types_ok(const Node *n) {
-  for (int i = 0; i < n->n_in; i++)
-    if (!is_float_type(&n->in[i]->type)) return false;
-  for (int i = 0; i < n->n_out; i++)
-    if (!is_float_type(&n->out[i].type) || ir_type_numel(&n->out[i].type) <= 0) return false;
-  return true;
-}
-
 static bool is_anchor_op(OpKind op) {
   switch (op) {
     case OP_REDUCE_SUM:
@@ -91,6 +86,36 @@ static bool is_leaf_op(OpKind op) { return op == OP_MATMUL || op == OP_LINEAR; }
 
 static bool is_index_move(OpKind op) {
   return op == OP_RESHAPE || op == OP_TRANSPOSE || op == OP_SLICE || op == OP_EXPAND;
+}
+
+/* The int8 members the fused lowering handles: quantize (float to i8),
+ * dequantize (i8 or i32 to f32), int8 products (i8 operands, an i32
+ * result and bias) and index moves of i8. */
+static bool int8_types_ok(const Node *n) {
+  DType in0 = n->in[0]->type.dtype, out = n->out[0].type.dtype;
+  switch (n->op) {
+    case OP_QUANTIZE: return is_float_type(&n->in[0]->type);
+    case OP_DEQUANTIZE: return in0 == TY_I8 || in0 == TY_I32;
+    case OP_CONV2D:
+    case OP_MATMUL:
+    case OP_LINEAR:
+      return in0 == TY_I8 && n->in[1]->type.dtype == TY_I8 && out == TY_I32 &&
+             (n->n_in < 3 || n->in[2]->type.dtype == TY_I32);
+    default: return is_index_move(n->op) && in0 == TY_I8 && out == TY_I8;
+  }
+}
+
+/* Floats throughout (or int8 as above) and not empty: what the fused
+ * lowering handles. */
+static bool types_ok(const Node *n) {
+  for (int i = 0; i < n->n_out; i++)
+    if (ir_type_numel(&n->out[i].type) <= 0) return false;
+  bool floats = true;
+  for (int i = 0; i < n->n_in; i++)
+    if (!is_float_type(&n->in[i]->type)) floats = false;
+  for (int i = 0; i < n->n_out; i++)
+    if (!is_float_type(&n->out[i].type)) floats = false;
+  return floats || (n->n_in > 0 && n->n_out == 1 && int8_types_ok(n));
 }
 
 /* Which operands of a member its kernel reads through the fused
@@ -205,6 +230,8 @@ static bool can_root(const Node *n) {
  * softmax if there is one, or 0. */
 static int attention_chain(const Fuser *f, const Node *m2, Node **chain, int cap) {
   if (m2->op != OP_MATMUL || m2->out[0].type.rank < 2) return 0;
+  /* The kernel sums the scores in f32: int8 products stay GEMMs. */
+  if (!is_float_type(&m2->out[0].type)) return 0;
   const Node *sm = m2->in[0]->def;
   /* Mixed precision puts a cast between the f32 softmax and the f16
    * product: it comes along as the chain's last node. */
@@ -240,6 +267,7 @@ static int attention_chain(const Fuser *f, const Node *m2, Node **chain, int cap
     at = next;
   }
   const Node *m1 = chain[n - 1];
+  if (!is_float_type(&m1->out[0].type)) return 0;
   const TensorType *q = &m1->in[0]->type, *k = &m1->in[1]->type, *vv = &m2->in[1]->type;
   const TensorType *s = &m1->out[0].type, *o = &m2->out[0].type;
   if (q->rank != rank || k->rank != rank || vv->rank != rank || s->rank != rank) return 0;

@@ -538,12 +538,41 @@ static int cuda_launch(RtDevice *base, RtModule *m, const RtLaunch *l, const voi
                l->dynamic_shared_bytes);
 }
 
+/* int8: i8 A and B, i32 C, exact int32 sums (CUBLAS_COMPUTE_32I, int32
+ * alpha and beta).  cuBLAS takes this only with alpha and beta 0 or 1, A
+ * and B 32-bit aligned and lda, ldb multiples of 4 (the cuBLAS guide on
+ * cublasGemmEx); codegen gives every other shape a kernel of its own, so
+ * a GEMM here that breaks them is a bad plan, said before cuBLAS would
+ * answer NOT_SUPPORTED.  x is in cuBLAS's terms: its A is our B. */
+static int cuda_gemm_i8(CudaDevice *d, const RtGemm *g, const RtBlasGemm *x, RtDevPtr a, RtDevPtr b,
+                        RtDevPtr c) {
+  bool strides_ok = x->batch <= 1 || (x->stride_a % 4 == 0 && x->stride_b % 4 == 0);
+  if (x->lda % 4 || x->ldb % 4 || a % 4 || b % 4 || !strides_ok || g->alpha != 1.0f || g->beta != 0.0f)
+    return rt_device_fail(&d->base,
+                          "cublas: int8 gemm m=%lld n=%lld k=%lld (ld %lld,%lld, batch strides %lld,%lld) breaks "
+                          "cuBLAS's int8 rules: lda, ldb and strides multiples of 4, A and B 4-byte aligned, "
+                          "alpha 1, beta 0",
+                          (long long)g->m, (long long)g->n, (long long)g->k, (long long)g->lda, (long long)g->ldb,
+                          (long long)g->stride_a, (long long)g->stride_b);
+  int32_t alpha = 1, beta = 0;
+  cublasStatus_t s = cublasGemmStridedBatchedEx(
+      d->blas, x->trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, x->trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, x->m, x->n, x->k,
+      &alpha, (const void *)(uintptr_t)b, CUDA_R_8I, x->lda, x->stride_a, (const void *)(uintptr_t)a, CUDA_R_8I,
+      x->ldb, x->stride_b, &beta, (void *)(uintptr_t)c, CUDA_R_32I, x->ldc, x->stride_c, x->batch,
+      CUBLAS_COMPUTE_32I, CUBLAS_GEMM_DEFAULT);
+  char what[160];
+  snprintf(what, sizeof what, "cublasGemmStridedBatchedEx(int8, m=%lld n=%lld k=%lld batch=%lld)", (long long)g->m,
+           (long long)g->n, (long long)g->k, (long long)g->batch);
+  return check_blas(d, s, what);
+}
+
 static int cuda_gemm(RtDevice *base, const RtGemm *g, RtDevPtr a, RtDevPtr b, RtDevPtr c) {
   CudaDevice *d = (CudaDevice *)base;
   if (enter(d)) return -1;
   if (!d->blas) return rt_device_fail(base, "cuda: gemm before cuBLAS was set up (plan loaded?)");
   RtBlasGemm x;
   if (rt_gemm_to_blas(g, &x, d->base.error, sizeof d->base.error)) return -1;
+  if (g->dtype == RT_DT_I8) return cuda_gemm_i8(d, g, &x, a, b, c);
   cudaDataType t = g->dtype == RT_DT_F16 ? CUDA_R_16F : g->dtype == RT_DT_BF16 ? CUDA_R_16BF : CUDA_R_32F;
   /* CUBLAS_COMPUTE_32F with the default math mode keeps "at least the
    * same precision and range" (cublas_api.h): no TF32, which would need

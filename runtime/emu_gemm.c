@@ -2,7 +2,9 @@
  * strided-batched, optional transposes) computed on host memory.  Inputs
  * are widened exactly to double, products accumulate in double (at least
  * as accurate as the GPU's f32 accumulation), and C is rounded once, to
- * nearest even, into its dtype.  Returns 0, or -1 with a message. */
+ * nearest even, into its dtype.  int8 (RT_DT_I8: i8 A and B, i32 C) is
+ * summed exactly in int32, wrapping as eval.c's integers do.  Returns 0,
+ * or -1 with a message. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,8 +41,13 @@ static void pack(double *dst, uint32_t dtype, const void *x, int64_t ld, int tra
 }
 
 static int check_args(const RtGemm *g, char *err, size_t errlen) {
-  if (g->dtype != RT_DT_F32 && g->dtype != RT_DT_F16 && g->dtype != RT_DT_BF16) {
-    snprintf(err, errlen, "emu gemm: dtype %u is not f32, f16 or bf16", g->dtype);
+  if (g->dtype != RT_DT_F32 && g->dtype != RT_DT_F16 && g->dtype != RT_DT_BF16 && g->dtype != RT_DT_I8) {
+    snprintf(err, errlen, "emu gemm: dtype %u is not f32, f16, bf16 or i8", g->dtype);
+    return -1;
+  }
+  if (g->dtype == RT_DT_I8 && (g->alpha != 1.0f || g->beta != 0.0f)) {
+    snprintf(err, errlen, "emu gemm: an int8 gemm takes alpha 1 and beta 0, not %g and %g", (double)g->alpha,
+             (double)g->beta);
     return -1;
   }
   if (g->m < 0 || g->n < 0 || g->k < 0 || g->batch < 0) {
@@ -70,10 +77,35 @@ static int check_args(const RtGemm *g, char *err, size_t errlen) {
   return 0;
 }
 
+/* op(X)[r][c] of an int8 matrix. */
+static int32_t i8_at(const int8_t *x, int64_t ld, int trans, int64_t r, int64_t c) {
+  return trans ? x[c * ld + r] : x[r * ld + c];
+}
+
+/* C = op(A) op(B) in int32, unsigned so that a sum past 2^31 wraps as it
+ * does on the GPU and in eval.c, with no undefined overflow. */
+static void gemm_i8(const RtGemm *g, const int8_t *a, const int8_t *b, int32_t *c) {
+  for (int64_t bi = 0; bi < g->batch; bi++) {
+    const int8_t *ab = a + bi * g->stride_a, *bb = b + bi * g->stride_b;
+    int32_t *cb = c + bi * g->stride_c;
+    for (int64_t i = 0; i < g->m; i++)
+      for (int64_t j = 0; j < g->n; j++) {
+        uint32_t acc = 0;
+        for (int64_t p = 0; p < g->k; p++)
+          acc += (uint32_t)(i8_at(ab, g->lda, g->trans_a, i, p) * i8_at(bb, g->ldb, g->trans_b, p, j));
+        cb[i * g->ldc + j] = (int32_t)acc;
+      }
+  }
+}
+
 int rt_emu_gemm(const RtGemm *g, const void *a, const void *b, void *c, char *err, size_t errlen) {
   if (check_args(g, err, errlen)) return -1;
   int64_t m = g->m, n = g->n, k = g->k;
   if (g->batch == 0 || m == 0 || n == 0) return 0;
+  if (g->dtype == RT_DT_I8) {
+    gemm_i8(g, a, b, c);
+    return 0;
+  }
   size_t es = elem_size(g->dtype);
   double *ad = malloc(sizeof(double) * (size_t)(m * k + 1));
   double *bd = malloc(sizeof(double) * (size_t)(k * n + 1));

@@ -185,8 +185,10 @@ static bool matrix_extent(int64_t rows, int64_t cols, int64_t ld, int64_t batch,
 }
 
 static int check_gemm(Check *c, const RtGemm *g) {
-  if (g->dtype != RT_DT_F32 && g->dtype != RT_DT_F16 && g->dtype != RT_DT_BF16)
-    return fail(c, "gemm: dtype %" PRIu32 " (only f32, f16, bf16)", g->dtype);
+  if (g->dtype != RT_DT_F32 && g->dtype != RT_DT_F16 && g->dtype != RT_DT_BF16 && g->dtype != RT_DT_I8)
+    return fail(c, "gemm: dtype %" PRIu32 " (only f32, f16, bf16, i8)", g->dtype);
+  if (g->dtype == RT_DT_I8 && (g->alpha != 1.0f || g->beta != 0.0f))
+    return fail(c, "gemm: an i8 gemm takes alpha 1 and beta 0");
   if (g->trans_a > 1 || g->trans_b > 1) return fail(c, "gemm: trans_a/trans_b must be 0 or 1");
   const struct {
     const char *name;
@@ -207,11 +209,11 @@ static int check_gemm(Check *c, const RtGemm *g) {
     return fail(c, "gemm: ldc %" PRId64 " < %" PRId64 " columns of C", g->ldc, g->n);
   if (g->batch > 1 && g->stride_c < g->m * g->ldc - (g->ldc - g->n))
     return fail(c, "gemm: stride_c %" PRId64 " makes the batches of C overlap", g->stride_c);
-  int es = rt_dtype_bytes(g->dtype);
+  int es = rt_dtype_bytes(g->dtype), esc = g->dtype == RT_DT_I8 ? rt_dtype_bytes(RT_DT_I32) : es;
   uint64_t ea, eb, ec;
   if (!matrix_extent(ra, ca, g->lda, g->batch, g->stride_a, es, &ea) ||
       !matrix_extent(rb, cb, g->ldb, g->batch, g->stride_b, es, &eb) ||
-      !matrix_extent(g->m, g->n, g->ldc, g->batch, g->stride_c, es, &ec))
+      !matrix_extent(g->m, g->n, g->ldc, g->batch, g->stride_c, esc, &ec))
     return fail(c, "gemm: extent overflows");
   if (check_ref(c, "gemm a", g->a, ea) || check_ref(c, "gemm b", g->b, eb) ||
       check_ref(c, "gemm c", g->c, ec) || check_writable(c, "gemm c", g->c))

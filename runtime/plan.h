@@ -74,9 +74,14 @@ typedef struct RtLaunch {
  * transpose of A stored k x m.  Likewise B (k x n, or n x k with
  * trans_b).  X_b starts at X + b * stride_x elements.  Inputs in dtype,
  * accumulation in f32 (TF32 off), C in dtype.  The cuda device turns this
- * into the column-major cuBLAS call; emu runs it on the CPU. */
+ * into the column-major cuBLAS call; emu runs it on the CPU.
+ *
+ * dtype I8 is the int8 product: A and B i8, C i32, the sums exact in
+ * int32 (wrapping past 2^31), alpha 1 and beta 0.  cuBLAS runs it only
+ * with lda, ldb (and batch strides) multiples of 4 and A, B 4-byte
+ * aligned; codegen gives any other shape a kernel of its own instead. */
 typedef struct RtGemm {
-  uint32_t dtype; /* RtDTypeCode: F32, F16 or BF16 */
+  uint32_t dtype; /* RtDTypeCode: F32, F16, BF16, or I8 (C in I32) */
   uint32_t trans_a, trans_b;
   int64_t m, n, k;
   int64_t lda, ldb, ldc;

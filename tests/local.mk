@@ -19,6 +19,8 @@ include tests/aot.mk
 include tests/fuse.mk
 include tests/initgraph.mk
 include tests/precision.mk
+include tests/int8.mk
 include tests/quantize.mk
 include tests/bench.mk
 include tests/usermodels.mk
+include tests/calibrate.mk

@@ -5,5 +5,6 @@ check_PROGRAMS += tests/test_quantize
 TESTS += tests/test_quantize
 tests_test_quantize_SOURCES = tests/test_quantize.c
 tests_test_quantize_CFLAGS = $(TEST_CFLAGS)
+tests_test_quantize_CPPFLAGS = $(AM_CPPFLAGS) $(CJSON_CFLAGS)
 tests_test_quantize_LDADD = $(TEST_LIBS)
 endif

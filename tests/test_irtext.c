@@ -204,6 +204,14 @@ static Graph *build_every_op(Ctx *c, bool *covered) {
     cast = &add(g, n)->out[0];
   }
 
+  /* int8: a per-tensor scale with a zero point, a scale operand. */
+  n = NODE(g, OP_QUANTIZE, cast);
+  ir_set_float(g, n, "scale", 0.0234375);
+  ir_set_int(g, n, "zero_point", -128);
+  Value *q8 = &add(g, n)->out[0];
+  n = NODE(g, OP_DEQUANTIZE, q8, row);
+  add(g, n);
+
   static const OpKind reduce[] = {OP_REDUCE_SUM, OP_REDUCE_MEAN, OP_REDUCE_MAX, OP_REDUCE_MIN};
   Value *sums[4];
   for (size_t i = 0; i < ARRAY_LEN(reduce); i++) {
@@ -338,6 +346,7 @@ START_TEST(round_trip_every_op) {
   const char *text = print_str(g);
   /* Spot checks of attribute spellings. */
   ck_assert_ptr_nonnull(strstr(text, " {alpha=-0.25} : f32[2, 3]"));
+  ck_assert_ptr_nonnull(strstr(text, " {scale=0.0234375, zero_point=-128} : i8[2, 3]"));
   ck_assert_ptr_nonnull(strstr(text, " {min=-1e-05, max=6} : f32[2, 3]"));
   ck_assert_ptr_nonnull(strstr(text, "{axis=1, eps=0.1} : f32[2, 3]"));
   ck_assert_ptr_nonnull(strstr(text, "{axis=1, eps=1e-05} : f32[2, 3]"));

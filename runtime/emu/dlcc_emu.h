@@ -354,6 +354,12 @@ static inline float __uint_as_float(unsigned int x) { float f; memcpy(&f, &x, 4)
 static inline unsigned int __float_as_uint(float f) { unsigned int x; memcpy(&x, &f, 4); return x; }
 static inline double __longlong_as_double(long long x) { double d; memcpy(&d, &x, 8); return d; }
 static inline long long __double_as_longlong(double d) { long long x; memcpy(&x, &d, 8); return x; }
+/* c + the four products of a's and b's signed bytes, wrapping in 32 bits as the GPU does. */
+static inline int __dp4a(int a, int b, int c) {
+  unsigned int s = (unsigned int)c;
+  for (int i = 0; i < 32; i += 8) s += (unsigned int)((int)(signed char)(a >> i) * (int)(signed char)(b >> i));
+  return (int)s;
+}
 static inline int __popc(unsigned int x) { return __builtin_popcount(x); }
 static inline int __popcll(unsigned long long x) { return __builtin_popcountll(x); }
 static inline int __clz(int x) { return x ? __builtin_clz((unsigned int)x) : 32; }
