@@ -1,10 +1,11 @@
 # int8 quantization on the reference interpreter: the pass's rewrite and
-# its accuracy (top-1 agreement with f32 on MLP, LeNet, ResNet-18).
+# its accuracy (top-1 agreement with f32 on MLP, LeNet, ResNet-18), and
+# LeNet and ResNet-18 compiled, on emu byte for byte against ir_eval.
 if HAVE_CHECK
 check_PROGRAMS += tests/test_quantize
 TESTS += tests/test_quantize
-tests_test_quantize_SOURCES = tests/test_quantize.c
+tests_test_quantize_SOURCES = tests/test_quantize.c tests/testutil.c tests/testutil.h
 tests_test_quantize_CFLAGS = $(TEST_CFLAGS)
-tests_test_quantize_CPPFLAGS = $(AM_CPPFLAGS) $(CJSON_CFLAGS)
-tests_test_quantize_LDADD = $(TEST_LIBS)
+tests_test_quantize_CPPFLAGS = $(AM_CPPFLAGS) $(CJSON_CFLAGS) $(CUDA_CPPFLAGS)
+tests_test_quantize_LDADD = $(TEST_LIBS) $(CUDA_LIBS)
 endif

@@ -16,8 +16,11 @@
 #   4. every example on --backend=cuda against --backend=ref (same seed,
 #      the image models at -D HW=64, then resnet18 at full size), with the
 #      warm latency of 20 more runs (dlcc run --bench=20);
-#   5. an AOT model.so on cuda against the same .so on emu;
-#   6. compute-sanitizer: memcheck on mlp, resnet18 (HW=64) and
+#   5. resnet18 (224x224) and the transformer layer in f32, f16, bf16 and
+#      int8 (calibrated on 4 random samples): cuda against the reference,
+#      with the warm latency of each;
+#   6. an AOT model.so on cuda against the same .so on emu;
+#   7. compute-sanitizer: memcheck on mlp, resnet18 (HW=64) and
 #      rt_check's kernels, racecheck on lenet's shared-memory kernels.
 # Nothing stops at the first failure; each command has a timeout.  The
 # whole log goes to $OUT/check.log when OUT is set (the device tool brings
@@ -191,6 +194,59 @@ for spec in "mlp" "lenet" "lstm" "transformer" "resnet18 -D HW=64" "mobilenetv2 
   row "$name" "$ok" "$err" "${warm:--}" "$cold"
 done
 
+echo "== precision: f32, f16, bf16 and int8 latency"
+# npy PATH D0 D1 ...: a float32 .npy of uniform [-1, 1) draws (plain
+# Python: the machine may lack numpy), a calibration sample.
+npy() {
+  python3 - "$@" <<'PY'
+import random, struct, sys
+path, dims = sys.argv[1], [int(d) for d in sys.argv[2:]]
+n = 1
+for d in dims: n *= d
+header = "{'descr': '<f4', 'fortran_order': False, 'shape': (%s), }" % "".join("%d, " % d for d in dims)
+header += " " * (63 - (len(header) + 10) % 64) + "\n"
+rng = random.Random(len(path))
+with open(path, "wb") as f:
+    f.write(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(header)) + header.encode())
+    f.write(struct.pack("<%df" % n, *(rng.uniform(-1, 1) for _ in range(n))))
+PY
+}
+ptable=$work/ptable
+printf '%-14s %-6s %-8s %-11s %s\n' model mode result max_rel_err "cuda warm ms mean/min" >"$ptable"
+for spec in "resnet18 1 3 224 224" "transformer 2 16 512"; do
+  read -r m dims <<<"$spec"
+  mkdir -p "$work/calib-$m"
+  # shellcheck disable=SC2086
+  for i in 0 1 2 3; do npy "$work/calib-$m/$i.npy" $dims; done
+  for mode in f32 f16 bf16 int8; do
+    flags=()
+    case $mode in
+      f16 | bf16) flags=(--precision=$mode) ;;
+      int8) flags=(--quantize=int8 "--calibrate=$work/calib-$m") ;;
+    esac
+    name=$m.$mode
+    # int8 against the reference interpreter on the same int8 graph; the
+    # half types against the f32 reference (their own rounding included).
+    ref=$work/$m.ref
+    [ $mode = int8 ] && ref=$work/$name.ref
+    [ -d "$ref" ] || run 900 "$name.refrun" ./dlcc run "examples/$m.dl" "${flags[@]}" --backend=ref --seed $seed \
+        --output-dir "$ref" >/dev/null
+    if ! run 300 "$name" ./dlcc run "examples/$m.dl" "${flags[@]}" --backend=cuda --seed $seed --bench=20 \
+        --output-dir "$work/$name.cuda"; then
+      printf '%-14s %-6s %-8s %-11s %s\n' "$m" $mode FAIL - "$(grep -m1 error "$work/$name.out" | cut -c1-120)" >>"$ptable"
+      status=1
+      continue
+    fi
+    warm=$(sed -n 's/.*bench: .* mean \([0-9.]*\) ms, min \([0-9.]*\) ms.*/\1\/\2/p' "$work/$name.out")
+    err=$(compare "$ref" "$work/$name.cuda")
+    limit=1e-5
+    case $mode in f16) limit=1e-2 ;; bf16) limit=2e-2 ;; int8) limit=2e-2 ;; esac
+    ok=$(python3 -c "import sys; e = sys.argv[1]; print('ok' if e not in ('shape', 'nan', '') and float(e) <= $limit else 'DIFF')" "$err")
+    [ "$ok" = ok ] || status=1
+    printf '%-14s %-6s %-8s %-11s %s\n' "$m" $mode "$ok" "$err" "${warm:--}" >>"$ptable"
+  done
+done
+
 echo "== AOT: a model.so on cuda against the same .so on emu"
 if run 300 aot.build ./dlcc examples/mlp.dl -o "$work/mlp.so"; then
   if run 120 aot.cuda ./dlcc run "$work/mlp.so" --backend=cuda --seed $seed --output-dir "$work/aot.cuda" &&
@@ -243,9 +299,13 @@ note "kernel cache: $(ls "$DLCC_CACHE_DIR" 2>/dev/null | grep -c .) entries in $
 echo
 echo "== summary ($(($(date +%s) - started)) s)"
 cat "$table" | tee -a "$summary"
+echo
+cat "$ptable" | tee -a "$summary"
 echo "max_rel_err: max |cuda - ref| / max |ref| over each output (f32: ok at 1e-5);"
 echo "warm: mean/min of 20 dlc_run calls after the first (inputs in, every step, outputs out);"
 echo "cold: the whole first dlcc run process (compile, NVRTC or the kernel cache, load, 21 runs)."
+echo "precision table: f16/bf16 against the f32 reference (limits 1e-2/2e-2), int8 against the"
+echo "reference interpreter on the same int8 graph (2e-2: an ulp in f32 can move one rounding step)."
 [ $status = 0 ] && note "ALL OK" || note "SOME CHECKS FAILED"
 exit $status
 }
