@@ -5,8 +5,9 @@ if HAVE_CHECK
 check_PROGRAMS += tests/test_memplan
 TESTS += tests/test_memplan
 tests_test_memplan_SOURCES = tests/test_memplan.c tests/testutil.c tests/testutil.h tests/bench/memplan.h driver/memplan.c
+tests_test_memplan_CPPFLAGS = $(AM_CPPFLAGS) $(CUDA_CPPFLAGS)
 tests_test_memplan_CFLAGS = $(TEST_CFLAGS)
-tests_test_memplan_LDADD = $(TEST_LIBS)
+tests_test_memplan_LDADD = $(TEST_LIBS) $(CUDA_LIBS)
 endif
 EXTRA_PROGRAMS += tests/bench/memplan_bench
 tests_bench_memplan_bench_SOURCES = tests/bench/memplan.c tests/bench/memplan.h

@@ -60,27 +60,6 @@ static Job compile_text(const char *text) {
 
 /* ---- NVRTC ---- */
 
-static void check_nvrtc(const char *source) {
-#ifdef HAVE_CUDA
-  nvrtcProgram prog;
-  ck_assert_int_eq(nvrtcCreateProgram(&prog, source, "dlcc.cu", 0, NULL, NULL), NVRTC_SUCCESS);
-  const char *opts[] = {"--gpu-architecture=sm_90", "-I" DLCC_CUDA_DIR "/include"};
-  nvrtcResult rc = nvrtcCompileProgram(prog, 2, opts);
-  size_t log_size = 0;
-  nvrtcGetProgramLogSize(prog, &log_size);
-  char *log = calloc(log_size + 1, 1);
-  nvrtcGetProgramLog(prog, log);
-  if (rc != NVRTC_SUCCESS) fprintf(stderr, "%s\n--- NVRTC log ---\n%s\n", source, log);
-  ck_assert_msg(rc == NVRTC_SUCCESS, "NVRTC: %s", nvrtcGetErrorString(rc));
-  size_t cubin = 0;
-  ck_assert_int_eq(nvrtcGetCUBINSize(prog, &cubin), NVRTC_SUCCESS);
-  ck_assert_uint_gt(cubin, 0);
-  free(log);
-  nvrtcDestroyProgram(&prog);
-#else
-  (void)source;
-#endif
-}
 
 /* ---- plan checks ---- */
 
@@ -268,7 +247,7 @@ static void check_numbers(Job *j, double lo, double hi) {
 static Job check_graph_range(const char *text, double lo, double hi) {
   Job j = compile_text(text);
   check_plan(&j.r);
-  check_nvrtc(j.r.source);
+  test_nvrtc(j.r.source, "sm_90");
   check_numbers(&j, lo, hi);
   return j;
 }
@@ -765,7 +744,7 @@ START_TEST(huge_tensors_index_in_64_bits) {
       "  return %0 as \"y\"\n"
       "}\n");
   check_plan(&j.r);
-  check_nvrtc(j.r.source);
+  test_nvrtc(j.r.source, "sm_90");
   ck_assert_ptr_nonnull(strstr(j.r.source, "long long n) {"));
   ck_assert_ptr_nonnull(strstr(j.r.source, "% 1073741824LL)"));
   ck_assert_int_eq(j.r.plan->steps[0].launch.args[3].kind, RT_ARG_I64);
@@ -812,7 +791,7 @@ START_TEST(shared_memory_and_barriers) {
   ck_assert_ptr_nonnull(strstr(text, "for (int t3 = threadIdx.x; t3 < 1; t3 += blockDim.x) {"));
   const char *source =
       arena_printf(&ctx.arena, "%s\n%s", cg_cuda_prelude(&ctx, false, false), text);
-  check_nvrtc(source);
+  test_nvrtc(source, "sm_90");
 
   char why[512];
   if (!emu_available(why, sizeof why)) return;

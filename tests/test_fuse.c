@@ -85,26 +85,6 @@ static int count_steps(const RtPlan *p, RtStepKind kind) {
   return n;
 }
 
-static void check_nvrtc(const char *source) {
-#ifdef HAVE_CUDA
-  nvrtcProgram prog;
-  ck_assert_int_eq(nvrtcCreateProgram(&prog, source, "dlcc.cu", 0, NULL, NULL), NVRTC_SUCCESS);
-  const char *opts[] = {"--gpu-architecture=sm_90", "-I" DLCC_CUDA_DIR "/include"};
-  nvrtcResult rc = nvrtcCompileProgram(prog, 2, opts);
-  if (rc != NVRTC_SUCCESS) {
-    size_t n = 0;
-    nvrtcGetProgramLogSize(prog, &n);
-    char *log = calloc(n + 1, 1);
-    nvrtcGetProgramLog(prog, log);
-    fprintf(stderr, "%s\n--- NVRTC log ---\n%s\n", source, log);
-    free(log);
-  }
-  ck_assert_msg(rc == NVRTC_SUCCESS, "NVRTC: %s", nvrtcGetErrorString(rc));
-  nvrtcDestroyProgram(&prog);
-#else
-  (void)source;
-#endif
-}
 
 static uint64_t rng = 0x2545f4914f6cdd1dull;
 static double uniform(double lo, double hi) {
@@ -160,7 +140,7 @@ static void check_numbers(Job *j, double lo, double hi) {
 
 static Job check_fused(const char *text) {
   Job j = fused(text);
-  check_nvrtc(j.r.source);
+  test_nvrtc(j.r.source, "sm_90");
   check_numbers(&j, -2, 2);
   return j;
 }
@@ -533,7 +513,7 @@ START_TEST(hand_written_groups_are_lowered) {
                        "  %2 = reduce_sum %1 {axes=[1]} : f32[5] #k4\n  return %2 as \"o\"\n}\n",
                        false, (CgOptions){0});
   ck_assert_int_eq(j.r.plan->n_steps, 1);
-  check_nvrtc(j.r.source);
+  test_nvrtc(j.r.source, "sm_90");
   check_numbers(&j, -2, 2);
 }
 END_TEST
@@ -550,7 +530,7 @@ static const char pool_text[] =
 START_TEST(small_loops_are_unrolled) {
   Job j = compile_with(pool_text, false, (CgOptions){0});
   ck_assert_ptr_nonnull(strstr(j.r.source, "#pragma unroll\n"));
-  check_nvrtc(j.r.source);
+  test_nvrtc(j.r.source, "sm_90");
   check_numbers(&j, -2, 2);
   Job off = compile_with(pool_text, false, (CgOptions){.no_unroll = true});
   ck_assert_ptr_null(strstr(off.r.source, "#pragma unroll"));
@@ -627,7 +607,7 @@ START_TEST(random_graphs_fused_on_emu) {
     if (rj.j.ok) {
       compiled++;
       fused_nodes += rj.groups;
-      check_nvrtc(rj.j.r.source);
+      test_nvrtc(rj.j.r.source, "sm_90");
       check_numbers(&rj.j, -2, 2);
     } else {
       ck_assert_msg(strstr(diag_text(&c), "does not support"), "seed %" PRIu64 ": %s", rj.seed,

@@ -107,35 +107,10 @@ static void free_outputs(Tensor *t, int n) {
 
 /* ---- NVRTC ---- */
 
-static void check_nvrtc_arch(const char *source, const char *arch) {
-#ifdef HAVE_CUDA
-  nvrtcProgram prog;
-  ck_assert_int_eq(nvrtcCreateProgram(&prog, source, "dlcc.cu", 0, NULL, NULL), NVRTC_SUCCESS);
-  char a[64];
-  snprintf(a, sizeof a, "--gpu-architecture=%s", arch);
-  const char *opts[] = {a, "-I" DLCC_CUDA_DIR "/include"};
-  nvrtcResult rc = nvrtcCompileProgram(prog, 2, opts);
-  if (rc != NVRTC_SUCCESS) {
-    size_t n = 0;
-    nvrtcGetProgramLogSize(prog, &n);
-    char *log = calloc(n + 1, 1);
-    nvrtcGetProgramLog(prog, log);
-    fprintf(stderr, "%s\n--- NVRTC log (%s) ---\n%s\n", source, arch, log);
-    free(log);
-  }
-  ck_assert_msg(rc == NVRTC_SUCCESS, "NVRTC %s: %s", arch, nvrtcGetErrorString(rc));
-  size_t cubin = 0;
-  ck_assert_int_eq(nvrtcGetCUBINSize(prog, &cubin), NVRTC_SUCCESS);
-  ck_assert_uint_gt(cubin, 0);
-  nvrtcDestroyProgram(&prog);
-#else
-  (void)source, (void)arch;
-#endif
-}
 
 static void check_nvrtc(const char *source) {
-  check_nvrtc_arch(source, "sm_80");
-  check_nvrtc_arch(source, "sm_90");
+  test_nvrtc(source, "sm_80");
+  test_nvrtc(source, "sm_90");
 }
 
 /* ---- one graph: parse, optimize, compile ---- */

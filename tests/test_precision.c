@@ -173,31 +173,6 @@ static CgResult compile(Graph *g) {
 
 /* ---- NVRTC ---- */
 
-static void check_nvrtc(const char *source, const char *arch) {
-#ifdef HAVE_CUDA
-  nvrtcProgram prog;
-  ck_assert_int_eq(nvrtcCreateProgram(&prog, source, "dlcc.cu", 0, NULL, NULL), NVRTC_SUCCESS);
-  char a[64];
-  snprintf(a, sizeof a, "--gpu-architecture=%s", arch);
-  const char *opts[] = {a, "-I" DLCC_CUDA_DIR "/include"};
-  nvrtcResult rc = nvrtcCompileProgram(prog, 2, opts);
-  if (rc != NVRTC_SUCCESS) {
-    size_t log_size = 0;
-    nvrtcGetProgramLogSize(prog, &log_size);
-    char *log = calloc(log_size + 1, 1);
-    nvrtcGetProgramLog(prog, log);
-    fprintf(stderr, "--- NVRTC log (%s) ---\n%s\n", arch, log);
-    free(log);
-  }
-  ck_assert_msg(rc == NVRTC_SUCCESS, "NVRTC %s: %s", arch, nvrtcGetErrorString(rc));
-  size_t cubin = 0;
-  ck_assert_int_eq(nvrtcGetCUBINSize(prog, &cubin), NVRTC_SUCCESS);
-  ck_assert_uint_gt(cubin, 0);
-  nvrtcDestroyProgram(&prog);
-#else
-  (void)source, (void)arch;
-#endif
-}
 
 static int gemms_of(const RtPlan *p, DType dt) {
   int n = 0;
@@ -287,8 +262,8 @@ START_TEST(example_kernels_compile_for_sm80_and_sm90) {
     ck_assert_ptr_nonnull(strstr(cg.source, low == TY_F16 ? "#include <cuda_fp16.h>" : "#include <cuda_bf16.h>"));
   struct timespec t0, t1;
   clock_gettime(CLOCK_MONOTONIC, &t0);
-  check_nvrtc(cg.source, "sm_80");
-  check_nvrtc(cg.source, "sm_90");
+  test_nvrtc(cg.source, "sm_80");
+  test_nvrtc(cg.source, "sm_90");
   clock_gettime(CLOCK_MONOTONIC, &t1);
   if (getenv("DLCC_TEST_VERBOSE"))
     fprintf(stderr, "%s %s: NVRTC sm_80 + sm_90 in %.1f s\n", ex->file, ir_dtype_name(low),
@@ -329,8 +304,8 @@ static void check_ops(const char *text, double lo, double hi) {
       make_data(g, 5, lo, hi, &d);
       Tensor *want = eval(g, &d);
       CgResult cg = compile(g);
-      check_nvrtc(cg.source, "sm_80");
-      check_nvrtc(cg.source, "sm_90");
+      test_nvrtc(cg.source, "sm_80");
+      test_nvrtc(cg.source, "sm_90");
       Tensor *got = run_emu(&cg, &d);
       /* 4 units in the last place of the value's scale. */
       double tol = lows[t] == TY_F16 ? 4 * 0x1p-11 : 4 * 0x1p-8;
@@ -464,7 +439,7 @@ START_TEST(half_maps_are_vectorized) {
     CgResult cg = compile(g);
     ck_assert_ptr_nonnull(strstr(cg.source, "uint2 v"));
     ck_assert_ptr_nonnull(strstr(cg.source, lows[t] == TY_F16 ? "dl_h_pack(" : "dl_b_pack("));
-    check_nvrtc(cg.source, "sm_80");
+    test_nvrtc(cg.source, "sm_80");
     Data d;
     make_data(g, 3, -4, 4, &d);
     Tensor *want = eval(g, &d), *got = run_emu(&cg, &d);

@@ -2,10 +2,16 @@
 #include "tests/testutil.h"
 
 #include <check.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "config.h"
 #include "dlcrt.h"
+
+#ifdef HAVE_CUDA
+#include <nvrtc.h>
+#endif
 
 Tensor *test_run_emu(const RtPlan *p, const TensorMap *params, const TensorMap *inputs) {
   DlrtModel *m;
@@ -33,4 +39,32 @@ Tensor *test_run_emu(const RtPlan *p, const TensorMap *params, const TensorMap *
   dlrt_close(m);
   free(blob);
   return out;
+}
+
+void test_nvrtc(const char *source, const char *arch) {
+#ifdef HAVE_CUDA
+  nvrtcProgram prog;
+  ck_assert_int_eq(nvrtcCreateProgram(&prog, source, "dlcc.cu", 0, NULL, NULL), NVRTC_SUCCESS);
+  char a[64];
+  snprintf(a, sizeof a, "--gpu-architecture=%s", arch);
+  const char *opts[] = {a, "-I" DLCC_CUDA_DIR "/include"};
+  nvrtcResult rc = nvrtcCompileProgram(prog, 2, opts);
+  if (rc != NVRTC_SUCCESS) {
+    size_t n = 0;
+    nvrtcGetProgramLogSize(prog, &n);
+    char *log = calloc(n + 1, 1);
+    nvrtcGetProgramLog(prog, log);
+    /* A whole model's source is too long to be of use in a log. */
+    if (strlen(source) < 20000) fprintf(stderr, "%s\n", source);
+    fprintf(stderr, "--- NVRTC log (%s) ---\n%s\n", arch, log);
+    free(log);
+  }
+  ck_assert_msg(rc == NVRTC_SUCCESS, "NVRTC %s: %s", arch, nvrtcGetErrorString(rc));
+  size_t cubin = 0;
+  ck_assert_int_eq(nvrtcGetCUBINSize(prog, &cubin), NVRTC_SUCCESS);
+  ck_assert_uint_gt(cubin, 0);
+  nvrtcDestroyProgram(&prog);
+#else
+  (void)source, (void)arch;
+#endif
 }

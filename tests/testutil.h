@@ -11,4 +11,9 @@
  * Any failure fails the calling test. */
 Tensor *test_run_emu(const RtPlan *p, const TensorMap *params, const TensorMap *inputs);
 
+/* Compiles CUDA source with NVRTC for arch ("sm_90"): fails the calling
+ * test with NVRTC's log when it does not compile to a non-empty cubin.
+ * Nothing when configure found no NVRTC. */
+void test_nvrtc(const char *source, const char *arch);
+
 #endif
