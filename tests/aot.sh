@@ -5,38 +5,12 @@
 # written, external weights are found (recorded path, DLCC_WEIGHTS,
 # --weights), and bad libraries and flags give one clear line.
 set -u
+. "${top_srcdir:-.}/tests/clilib.sh"
 b=${top_builddir:-.}
 s=${top_srcdir:-.}
 dlcc="$b/dlcc"
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
 export DLCC_CACHE_DIR="$tmp/cache"
 [ -n "${DLCC_EMU_HEADER:-}" ] || DLCC_EMU_HEADER="$s/runtime/emu/dlcc_emu.h" && export DLCC_EMU_HEADER
-fails=0
-passes=0
-ok() { passes=$((passes + 1)); }
-fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
-
-# expect STATUS "exact stderr line" command...
-expect() {
-  want_rc=$1 want_err=$2
-  shift 2
-  "$@" >"$tmp/out" 2>"$tmp/err"
-  rc=$?
-  if [ "$rc" -ne "$want_rc" ]; then
-    fail "$* exited $rc, expected $want_rc"; cat "$tmp/err"; return
-  fi
-  if [ -n "$want_err" ] && ! grep -qxF -- "$want_err" "$tmp/err"; then
-    fail "$*: stderr lacks the line '$want_err':"; cat "$tmp/err"; return
-  fi
-  ok
-}
-
-# f32 values of an .npy, one a line.
-npy_values() {
-  hl=$(od -An -t u2 -j 8 -N 2 "$1" | tr -d ' ')
-  od -An -v -t f4 -j $((10 + hl)) "$1" | tr -s ' ' '\n' | sed '/^$/d'
-}
 
 # same_npy A B: equal length, values within 1e-5 relative.
 same_npy() {
@@ -107,5 +81,4 @@ expect 1 "dlcc: error: --arch: 'sm90' is not an architecture like sm_90" \
 expect 1 "" env CC=false "$dlcc" "$s/examples/mlp.dl" --arch=none -o "$tmp/bad.so"
 grep -q "the host C compiler failed building" "$tmp/err" && ok || fail "CC=false: $(cat "$tmp/err")"
 
-echo "$passes passed, $fails failed"
-[ "$fails" -eq 0 ]
+finish

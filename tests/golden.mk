@@ -6,7 +6,7 @@ tests_test_golden_CFLAGS = $(TEST_CFLAGS)
 tests_test_golden_LDADD = $(TEST_LIBS)
 endif
 TESTS += tests/cli.sh
-EXTRA_DIST += tests/cli.sh
+EXTRA_DIST += tests/cli.sh tests/clilib.sh
 
 GOLDEN_EXAMPLES = mlp lenet resnet18 resnet50 mobilenetv2 lstm transformer
 # Rewrites the golden IR from the current compiler: review the diff after.

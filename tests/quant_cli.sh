@@ -5,39 +5,14 @@
 # scales in the IR that each method picks, dlcc run on ref and emu and
 # the model.so giving the same output, --weights used for calibration.
 set -u
+. "${top_srcdir:-.}/tests/clilib.sh"
 b=${top_builddir:-.}
 s=${top_srcdir:-.}
 dlcc="$b/dlcc"
 mlp="$s/examples/mlp.dl"
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
 export DLCC_CACHE_DIR="$tmp/cache"
 [ -n "${DLCC_EMU_HEADER:-}" ] || DLCC_EMU_HEADER="$s/runtime/emu/dlcc_emu.h" && export DLCC_EMU_HEADER
-fails=0
-passes=0
-ok() { passes=$((passes + 1)); }
-fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
 
-# expect STATUS "exact stderr line" command...
-expect() {
-  want_rc=$1 want_err=$2
-  shift 2
-  "$@" >"$tmp/out" 2>"$tmp/err"
-  rc=$?
-  if [ "$rc" -ne "$want_rc" ]; then
-    fail "$* exited $rc, expected $want_rc"; cat "$tmp/err"; return
-  fi
-  if [ -n "$want_err" ] && ! grep -qxF -- "$want_err" "$tmp/err"; then
-    fail "$*: stderr lacks the line '$want_err':"; cat "$tmp/err"; return
-  fi
-  ok
-}
-
-# f32 values of an .npy, one a line.
-npy_values() {
-  hl=$(od -An -t u2 -j 8 -N 2 "$1" | tr -d ' ')
-  od -An -v -t f4 -j $((10 + hl)) "$1" | tr -s ' ' '\n' | sed '/^$/d'
-}
 # The largest |a - b| over two .npy files of f32.
 max_diff() {
   npy_values "$1" >"$tmp/a.txt"
@@ -162,5 +137,4 @@ cmp -s "$tmp/wfile" "$tmp/default" && fail "dlcc --weights calibrates with seed 
 expect 1 "" "$dlcc" "$mlp" $q --weights="$tmp/none.safetensors"
 grep -q "none.safetensors" "$tmp/err" || { fail "a missing --weights file is not named:"; cat "$tmp/err"; }
 
-echo "quant cli: $passes passed, $fails failed"
-[ "$fails" -eq 0 ]
+finish "quant cli"

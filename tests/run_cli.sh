@@ -3,29 +3,8 @@
 # message.  The weights file is written byte by byte here (printf), so the
 # test needs nothing but a shell.
 set -u
+. "${top_srcdir:-.}/tests/clilib.sh"
 dlcc="${top_builddir:-.}/dlcc"
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fails=0
-passes=0
-
-ok() { passes=$((passes + 1)); }
-fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
-
-# expect STATUS "exact stderr line" command...
-expect() {
-  want_rc=$1 want_err=$2
-  shift 2
-  "$@" >"$tmp/out" 2>"$tmp/err"
-  rc=$?
-  if [ "$rc" -ne "$want_rc" ]; then
-    fail "$* exited $rc, expected $want_rc"; cat "$tmp/err"; return
-  fi
-  if [ -n "$want_err" ] && ! grep -qxF -- "$want_err" "$tmp/err"; then
-    fail "$*: stderr lacks the line '$want_err':"; cat "$tmp/err"; return
-  fi
-  ok
-}
 
 # safetensors FILE HEADER_JSON DATA_BYTES: the header padded to 8 bytes,
 # its length as a little-endian u64 (headers here stay under 256 bytes),
@@ -69,5 +48,4 @@ expect 1 "dlcc: error: input 'x': $tmp/o/output.npy holds f32[2, 4], the model e
 expect 1 "dlcc: error: --input y=$tmp/o/output.npy: the model has no input 'y'; its inputs: x" \
   "$dlcc" run "$tmp/tiny.dl" --input "y=$tmp/o/output.npy"
 
-echo "$passes passed, $fails failed"
-[ "$fails" -eq 0 ]
+finish
