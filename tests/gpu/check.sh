@@ -10,7 +10,7 @@
 # What it runs (tests/gpu/README.md says how to prepare and read it):
 #   1. the machine: GPU, driver, toolkit, compilers;
 #   2. the build: configure --with-cuda, make -j16, tests/gpu/rt_check;
-#   3. rt_check on cuda: cuBLAS in f32/f16/bf16 against the CPU GEMM,
+#   3. rt_check on cuda: cuBLAS in f32/f16/bf16 and int8 (i32 sums, exact) against the CPU GEMM,
 #      kernel argument sizes, >48 KiB dynamic shared memory, and (its own
 #      process) a faulting kernel and the recovery after it;
 #   4. every example on --backend=cuda against --backend=ref (same seed,

@@ -4,7 +4,8 @@
  *   gemm   cuBLAS in f32, f16 and bf16, every transpose, batch strides
  *          (0 broadcasts one operand), beta, sizes that pick tensor-core
  *          and split-K kernels; against rt_emu_gemm (double accumulation).
- *          f32 must meet 1e-5, which TF32 would not.
+ *          f32 must meet 1e-5, which TF32 would not.  int8 (i8 x i8 ->
+ *          i32, CUBLAS_COMPUTE_32I) must match exactly.
  *   args   kernel arguments of 4 and 8 bytes mixed, and more than 48 KiB
  *          of dynamic shared memory (the opt-in).
  *   fault  (cuda only) a kernel that faults: the model must report a
@@ -185,7 +186,74 @@ done:
   free(a), free(b), free(c0), free(want), free(got);
 }
 
+/* int8: i8 A and B, i32 C, exact.  Leading dimensions and batch strides
+ * are multiples of 4 and the operands 4-byte aligned, as codegen gives
+ * cuBLAS's int8 path (it lowers other shapes to its own kernel). */
+static void gemm_i8_case(const char *backend, uint32_t ta, uint32_t tb, int64_t m, int64_t n, int64_t k,
+                         int64_t batch) {
+  RtGemm g = {.dtype = RT_DT_I8, .trans_a = ta, .trans_b = tb, .m = m, .n = n, .k = k, .batch = batch,
+              .alpha = 1.0f, .beta = 0.0f};
+  int64_t ra = ta ? k : m, rb = tb ? n : k;
+  g.lda = ((ta ? m : k) + 3) / 4 * 4 + 4;
+  g.ldb = ((tb ? k : n) + 3) / 4 * 4;
+  g.ldc = n + 1;
+  g.stride_a = ra * g.lda;
+  g.stride_b = rb * g.ldb + 8;
+  g.stride_c = m * g.ldc;
+  size_t na = (size_t)((batch - 1) * g.stride_a + ra * g.lda), nb = (size_t)((batch - 1) * g.stride_b + rb * g.ldb);
+  size_t nc = (size_t)((batch - 1) * g.stride_c + m * g.ldc);
+  int8_t *a = malloc(na), *b = malloc(nb);
+  int32_t *want = calloc(nc, 4), *got = calloc(nc, 4);
+  for (size_t i = 0; i < na; i++) a[i] = (int8_t)lround(uniform() * 127);
+  for (size_t i = 0; i < nb; i++) b[i] = (int8_t)lround(uniform() * 127);
+  char err[512], what[160];
+  snprintf(what, sizeof what, "gemm i8->i32 %s%s m=%lld n=%lld k=%lld batch=%lld", ta ? "T" : "N", tb ? "T" : "N",
+           (long long)m, (long long)n, (long long)k, (long long)batch);
+  if (rt_emu_gemm(&g, a, b, want, err, sizeof err)) {
+    report(false, "%s: emu: %s", what, err);
+    goto done;
+  }
+  RtTensorDesc in[2] = {flat("a", RT_DT_I8, na, RT_SPACE_INPUT, 0), flat("b", RT_DT_I8, nb, RT_SPACE_INPUT, 1)};
+  RtTensorDesc out[1] = {flat("c", RT_DT_I32, nc, RT_SPACE_OUTPUT, 0)};
+  g.a = (RtRef){RT_SPACE_INPUT, 0, 0};
+  g.b = (RtRef){RT_SPACE_INPUT, 1, 0};
+  g.c = (RtRef){RT_SPACE_OUTPUT, 0, 0};
+  RtStep steps[1] = {{.kind = RT_STEP_GEMM, .label = "gemm i8", .gemm = g}};
+  RtPlan plan = {.magic = RT_PLAN_MAGIC, .version = RT_PLAN_VERSION, .model_name = "rt_check", .source = kernel_src,
+                 .n_kernels = 3, .kernels = kernels, .n_steps = 1, .steps = steps, .n_inputs = 2, .inputs = in,
+                 .n_outputs = 1, .outputs = out};
+  DlrtModel *mod = open_plan(&plan, backend, what);
+  if (!mod) goto done;
+  /* C's padding (ldc > n) is never written: compare the matrix only. */
+  if (dlrt_set_input(mod, 0, a, na) || dlrt_set_input(mod, 1, b, nb) || dlrt_run(mod) ||
+      dlrt_get_output(mod, 0, got, nc * 4)) {
+    report(false, "%s: %s", what, dlrt_error(mod));
+    dlrt_close(mod);
+    goto done;
+  }
+  dlrt_close(mod);
+  int64_t wrong = 0, first = -1;
+  for (int64_t bi = 0; bi < batch; bi++)
+    for (int64_t i = 0; i < m; i++)
+      for (int64_t j = 0; j < n; j++) {
+        int64_t at = bi * g.stride_c + i * g.ldc + j;
+        if (got[at] != want[at]) wrong++, first = first < 0 ? at : first;
+      }
+  report(wrong == 0, "%s: %lld elements differ (first at %lld)", what, (long long)wrong, (long long)first);
+done:
+  free(a), free(b), free(want), free(got);
+}
+
 static void gemm_checks(const char *backend, bool big) {
+  for (uint32_t t = 0; t < 4; t++) {
+    gemm_i8_case(backend, t & 1, t >> 1, 5, 7, 3, 1);
+    gemm_i8_case(backend, t & 1, t >> 1, 33, 17, 40, 3);
+  }
+  if (big) {
+    gemm_i8_case(backend, 0, 0, 64, 12544, 148, 1); /* a conv's GEMM */
+    gemm_i8_case(backend, 0, 1, 8, 512, 784, 1);    /* a linear layer */
+    gemm_i8_case(backend, 0, 1, 64, 64, 65536, 1);  /* long sums: int32 stays exact */
+  }
   for (uint32_t dt = RT_DT_F32; dt <= RT_DT_BF16; dt++) {
     for (uint32_t t = 0; t < 4; t++) {
       Case c = {dt, t & 1, t >> 1, 5, 7, 3, 1, 0, 0.0f};
