@@ -703,6 +703,54 @@ START_TEST(test_linear_int) {
 }
 END_TEST
 
+/* quantize then dequantize gives back every value a code stands for,
+ * exactly (x = (float)(q - zp) * s), for scales that are not powers of
+ * two; beyond the range it saturates at +-127 (symmetric) or at -128 and
+ * 127 (with a zero point). */
+static void quant_round_trip(double scale, int zp) {
+  teardown();
+  setup();
+  float s = (float)scale;
+  int lo = zp ? -128 : -127;
+  int n = 127 - lo + 1 + 4;
+  double *x = calloc((size_t)n, sizeof *x);
+  for (int q = lo; q <= 127; q++) x[q - lo] = (float)(q - zp) * s;
+  x[n - 4] = (float)(400 - zp) * s, x[n - 3] = (float)(-400 - zp) * s;
+  x[n - 2] = INFINITY, x[n - 1] = NAN;
+  Value *in = input_vals(ty(TY_F32, 1, n), x);
+  Node *qn = mk(OP_QUANTIZE, 1, in);
+  ir_set_float(g, qn, "scale", scale);
+  if (zp) ir_set_int(g, qn, "zero_point", zp);
+  Value *qv = fin(qn);
+  Node *dn = mk(OP_DEQUANTIZE, 1, qv);
+  ir_set_float(g, dn, "scale", scale);
+  if (zp) ir_set_int(g, dn, "zero_point", zp);
+  Value *vs[2] = {qv, fin(dn)};
+  Tensor out[2];
+  ck_assert_msg(try_run(2, vs, out), "%s", err);
+  for (int q = lo; q <= 127; q++) {
+    ck_assert_int_eq((int)at(&out[0], q - lo), q);
+    ck_assert_msg(((float *)out[1].data)[q - lo] == (float)x[q - lo], "scale %g zp %d: code %d", scale, zp, q);
+  }
+  ck_assert_int_eq((int)at(&out[0], n - 4), 127);
+  ck_assert_int_eq((int)at(&out[0], n - 3), lo);
+  ck_assert_int_eq((int)at(&out[0], n - 2), 127);
+  ck_assert_int_eq((int)at(&out[0], n - 1), zp);
+  ir_tensor_free(&out[0]);
+  ir_tensor_free(&out[1]);
+  free(x);
+}
+
+START_TEST(test_quantize_round_trip) {
+  static const double scales[] = {0.0123, 1.0 / 3.0, 0.25, 7.5e-5, 3.0};
+  for (size_t i = 0; i < sizeof scales / sizeof scales[0]; i++) {
+    quant_round_trip(scales[i], 0);
+    quant_round_trip(scales[i], -128);
+    quant_round_trip(scales[i], -100);
+  }
+}
+END_TEST
+
 /* conv2d against im2col + matmul written out here. */
 static void conv_case(int N, int C, int H, int W, int Co, int KH, int KW, int sh, int sw, int pt,
                       int pl, int pb, int pr, int dh, int dw, int groups, bool bias) {
@@ -1503,6 +1551,7 @@ static Suite *eval_suite(void) {
   tcase_add_test(t, test_matmul_batch_broadcast);
   tcase_add_test(t, test_linear);
   tcase_add_test(t, test_linear_int);
+  tcase_add_test(t, test_quantize_round_trip);
   tcase_add_test(t, test_conv2d_im2col);
   tcase_add_test(t, test_conv2d_by_hand);
   tcase_add_test(t, test_conv_transpose2d_adjoint);
