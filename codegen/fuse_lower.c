@@ -404,16 +404,17 @@ const char *cg_group_hint(Ctx *c, const CgGroup *grp) {
 /* ---- checks: what this lowering can do with a hand-written group ---- */
 
 /* Floats throughout, or int8 where this lowering computes it: quantize
- * (float to i8), dequantize (i8 or i32 to f32), an int8 product (i8
+ * (float to i8), dequantize and cast (i8 or i32 to float), an int8 product (i8
  * operands, an i32 result and bias) and index moves of i8. */
 static bool member_types_ok(const Node *n) {
   DType out = n->out[0].type.dtype, in0 = n->in[0]->type.dtype;
-  bool floats = ir_dtype_is_float(out);
+  bool floats_out = ir_dtype_is_float(out), floats = floats_out;
   for (int j = 0; j < n->n_in; j++) floats = floats && ir_dtype_is_float(n->in[j]->type.dtype);
   if (floats) return true;
   switch (n->op) {
     case OP_QUANTIZE: return true;
     case OP_DEQUANTIZE: return in0 == TY_I8 || in0 == TY_I32;
+    case OP_CAST: return (in0 == TY_I8 || in0 == TY_I32) && floats_out;
     case OP_CONV2D:
     case OP_MATMUL:
     case OP_LINEAR:

@@ -6,29 +6,21 @@
  * bytes in the derived region of WEIGHTS, which the memory planner never
  * shares with activations (docs/passes.md, "Weight-only subgraphs"). */
 #include "kernel.h"
+#include "passes/pass.h"
 
 static bool is_source(const Node *n) { return n->op == OP_PARAM || n->op == OP_CONST; }
 
 CgInit cg_split_init(Ctx *c, Graph *g, CgGroup *const *groups) {
-  ir_number(g);
+  bool *weight_only = pass_weight_only(g);
   int n_nodes = 0, n_values = 0;
   for (Node *n = g->first; n; n = n->next) {
     n_nodes++;
     n_values += n->n_out;
   }
   CgInit in = {0};
-  bool *weight_only = ARENA_ARRAY(&c->arena, bool, n_nodes + 1);
   in.node = ARENA_ARRAY(&c->arena, bool, n_nodes + 1);
   in.need = ARENA_ARRAY(&c->arena, bool, n_values + 1);
-  for (Node *n = g->first; n; n = n->next) {
-    bool w = is_source(n);
-    if (n->op != OP_INPUT && n->n_in > 0) {
-      w = true;
-      for (int i = 0; i < n->n_in && w; i++) w = weight_only[n->in[i]->def->id];
-    }
-    weight_only[n->id] = w;
-    in.node[n->id] = w && !is_source(n);
-  }
+  for (Node *n = g->first; n; n = n->next) in.node[n->id] = weight_only[n->id] && !is_source(n);
   /* A group is lowered whole at its root: into the init steps only when
    * the root is weight-only (then so is every member, whose uses are all
    * inside).  A weight-only member of a run's group stays in its kernel,

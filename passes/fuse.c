@@ -89,13 +89,15 @@ static bool is_index_move(OpKind op) {
 }
 
 /* The int8 members the fused lowering handles: quantize (float to i8),
- * dequantize (i8 or i32 to f32), int8 products (i8 operands, an i32
+ * dequantize and cast (i8 or i32 to float), int8 products (i8 operands, an i32
  * result and bias) and index moves of i8. */
 static bool int8_types_ok(const Node *n) {
   DType in0 = n->in[0]->type.dtype, out = n->out[0].type.dtype;
   switch (n->op) {
     case OP_QUANTIZE: return is_float_type(&n->in[0]->type);
     case OP_DEQUANTIZE: return in0 == TY_I8 || in0 == TY_I32;
+    /* The correction term's sum of int8 weights reads them as floats. */
+    case OP_CAST: return (in0 == TY_I8 || in0 == TY_I32) && is_float_type(&n->out[0].type);
     case OP_CONV2D:
     case OP_MATMUL:
     case OP_LINEAR:
@@ -374,17 +376,11 @@ bool pass_fuse(Graph *g, PassCtx *pc) {
   f.role = ARENA_ARRAY(a, int, n_nodes + 1);
   f.heap = ARENA_ARRAY(a, int, n_nodes * 4 + 8);
   f.attention = ARENA_ARRAY(a, bool, n_nodes + 1);
-  f.weight_only = ARENA_ARRAY(a, bool, n_nodes + 1);
+  f.weight_only = pass_weight_only(g);
   int *old = ARENA_ARRAY(a, int, n_nodes + 1);
   int n_uses = 0;
   for (Node *n = g->first; n; n = n->next) {
     f.node_of[n->id] = n;
-    bool w = n->op == OP_PARAM || n->op == OP_CONST;
-    if (n->op != OP_INPUT && n->n_in > 0) {
-      w = true;
-      for (int i = 0; i < n->n_in && w; i++) w = f.weight_only[n->in[i]->def->id];
-    }
-    f.weight_only[n->id] = w;
     old[n->id] = n->group;
     n->group = -1;
     f.mark[n->id] = -1;

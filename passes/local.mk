@@ -10,5 +10,6 @@ libdlcc_la_SOURCES += \
 	passes/bnfold.c \
 	passes/precision.c \
 	passes/quantize.c \
+	passes/remat.c \
 	passes/fuse.c \
 	passes/memplan.c passes/memplan.h

@@ -143,6 +143,11 @@ void pass_rewrite_operands(PassRewrite *rw, Node *n);
 /* Resolves the graph outputs; call once after the walk. */
 void pass_rewrite_finish(PassRewrite *rw);
 
+/* Which nodes compute functions of the weights alone: by Node.id after
+ * the ir_number this calls, true for params, consts and every node whose
+ * operands all are (never an input).  In g's arena. */
+bool *pass_weight_only(Graph *g);
+
 /* Use counts (operands plus graph outputs) of every value, computed once;
  * values made later count 0 unless bumped. */
 typedef struct PassUses PassUses;

@@ -80,7 +80,7 @@ static const Stage pipeline_o2[] = {
     {"simplify", 1, false}, {"fold", 1, false},     {"cse", 1, false},
     {"dce", 1, false},      {"bn-fold", 0, false},  {"scale-shift", 0, false},
     {"simplify", 2, false}, {"fold", 2, false},     {"cse", 2, false},
-    {"dce", 2, false},      {"fuse", 0, true},
+    {"dce", 2, false},      {"remat", 0, false}, {"fuse", 0, true},
 };
 
 /* With --quantize=int8: the same, and the products go to int8 once the
@@ -91,7 +91,8 @@ static const Stage pipeline_o2_int8[] = {
     {"dce", 1, false},      {"bn-fold", 0, false},  {"scale-shift", 0, false},
     {"simplify", 2, false}, {"fold", 2, false},     {"cse", 2, false},
     {"dce", 2, false},      {"quantize", 0, false}, {"fold", 3, false},
-    {"cse", 3, false},      {"dce", 3, false},      {"fuse", 0, true},
+    {"cse", 3, false},      {"dce", 3, false},      {"remat", 0, false},
+    {"fuse", 0, true},
 };
 
 /* ---- running ---- */
@@ -280,18 +281,9 @@ static void print_timings(Runner *r, double total) {
 /* Ops whose operands are, transitively, only params and consts: work on
  * the weights that a load-time prologue could do once. */
 static int count_weight_only_ops(Graph *g) {
-  ir_number(g);
-  bool *weight = ARENA_ARRAY(&g->ctx->arena, bool, g->n_nodes + 1);
+  bool *weight = pass_weight_only(g);
   int ops = 0;
-  for (Node *n = g->first; n; n = n->next) {
-    bool w = n->op == OP_PARAM || n->op == OP_CONST;
-    if (n->op != OP_INPUT && n->n_in > 0) {
-      w = true;
-      for (int i = 0; i < n->n_in && w; i++) w = weight[n->in[i]->def->id];
-      ops += w;
-    }
-    weight[n->id] = w;
-  }
+  for (Node *n = g->first; n; n = n->next) ops += weight[n->id] && n->n_in > 0;
   return ops;
 }
 

@@ -107,6 +107,20 @@ struct PassUses {
   PtrMap count; /* Value* -> count stored in the pointer */
 };
 
+bool *pass_weight_only(Graph *g) {
+  ir_number(g);
+  bool *w = ARENA_ARRAY(&g->ctx->arena, bool, g->n_nodes + 1);
+  for (Node *n = g->first; n; n = n->next) {
+    bool only = n->op == OP_PARAM || n->op == OP_CONST;
+    if (n->op != OP_INPUT && n->n_in > 0) {
+      only = true;
+      for (int i = 0; i < n->n_in && only; i++) only = w[n->in[i]->def->id];
+    }
+    w[n->id] = only;
+  }
+  return w;
+}
+
 PassUses *pass_uses_new(Graph *g) {
   PassUses *u = ARENA_NEW(&g->ctx->arena, PassUses);
   u->g = g;

@@ -53,10 +53,18 @@ static const char *lbn_text =
 typedef struct Job {
   const char *text;
   int level;
+  const char *passes; /* instead of the level's pipeline when set */
+  bool int8;          /* --quantize=int8, every activation's range 1 */
   Graph *g;
   CgResult cg;
   bool ok;
 } Job;
+
+static bool calibrate_unit(void *ud, Graph *g, int n, const Value *const *values, double *amax) {
+  (void)ud, (void)g, (void)values;
+  for (int i = 0; i < n; i++) amax[i] = 1;
+  return true;
+}
 
 static int compile_job(Ctx *c, void *data) {
   Job *j = data;
@@ -66,7 +74,10 @@ static int compile_job(Ctx *c, void *data) {
   LowerOptions lo = {0};
   j->g = fe_lower(c, p, &lo);
   if (!j->g || !ir_verify(j->g)) return 0;
-  PassOptions po = {.opt_level = j->level};
+  PassOptions po = {.opt_level = j->level,
+                    .passes = j->passes,
+                    .quantize_int8 = j->int8,
+                    .calibrate = calibrate_unit};
   if (!pass_run_pipeline(j->g, &po, NULL) || !ir_verify(j->g)) return 0;
   j->ok = cg_compile(j->g, &j->cg);
   return 0;
@@ -160,8 +171,10 @@ START_TEST(bn_fold_weights_are_init_steps) {
   Job j = compile(&c, cbr_text, 2);
   const RtPlan *p = j.cg.plan;
   ck_assert_int_eq(p->version, 2);
-  /* s, W' and b' once; a run is the one convolution with bias and relu. */
-  ck_assert_uint_eq(p->n_init_steps, 3);
+  /* W' and b' once, each computing s = gamma * rsqrt(var + eps) where it
+   * reads it (passes/remat.c); a run is the one convolution with bias and
+   * relu. */
+  ck_assert_uint_eq(p->n_init_steps, 2);
   ck_assert_uint_eq(p->n_steps, 1);
   ck_assert_uint_eq(p->steps[0].kind, RT_STEP_LAUNCH);
   /* W' (4*3*3*3 floats) and b' (4), each 256-aligned. */
@@ -182,7 +195,7 @@ START_TEST(bn_fold_weights_are_init_steps) {
   FILE *f = open_memstream(&text, &len);
   cg_print_plan(f, p);
   fclose(f);
-  ck_assert_msg(strstr(text, "derived 768 bytes at weights+") && strstr(text, "init steps 3 (") &&
+  ck_assert_msg(strstr(text, "derived 768 bytes at weights+") && strstr(text, "init steps 2 (") &&
                     strstr(text, "\n  init   0  launch ") && strstr(text, "\nsteps 1\n    0  launch conv2d"),
                 "%s", text);
   free(text);
@@ -225,7 +238,7 @@ START_TEST(fusion_keeps_weight_only_out_of_run_kernels) {
     if (root) weight_groups += w[a->id], run_groups += !w[a->id];
   }
   ck_assert_int_eq(run_groups, 1);
-  ck_assert_int_eq(weight_groups, 3);
+  ck_assert_int_eq(weight_groups, 2);
   free(w);
   ctx_free(&c);
 }
@@ -234,7 +247,11 @@ END_TEST
 START_TEST(memory_check_refuses_arena_from_init_into_a_run) {
   Ctx c;
   ctx_init(&c);
-  Job j = compile(&c, cbr_text, 2);
+  /* Without remat, s = gamma * rsqrt(var + eps) is stored for W' and b':
+   * an arena buffer of the init steps alone. */
+  Job j = {.text = cbr_text, .level = 2, .passes = "simplify,fold,cse,dce,bn-fold,fuse"};
+  ck_assert_int_eq(ctx_guard(&c, compile_job, &j), 0);
+  ck_assert_msg(j.ok, "does not compile:\n%s", diag_text(&c));
   ck_assert(cg_check_memory(&j.cg, err, sizeof err));
   CgResult r = j.cg;
   CgBuffer *bufs = malloc(sizeof *bufs * (size_t)r.n_buffers);
@@ -247,6 +264,37 @@ START_TEST(memory_check_refuses_arena_from_init_into_a_run) {
   ck_assert(!cg_check_memory(&r, err, sizeof err));
   ck_assert_msg(strstr(err, "does not last between runs"), "%s", err);
   free(bufs);
+  ctx_free(&c);
+}
+END_TEST
+
+/* The largest arena buffer that only init steps use. */
+static uint64_t init_scratch_bytes(const Job *j) {
+  uint64_t most = 0;
+  for (int k = 0; k < j->cg.n_buffers; k++) {
+    const CgBuffer *b = &j->cg.buffers[k];
+    if (b->lower < b->upper && b->upper <= (int)j->cg.plan->n_init_steps && b->nbytes > most) most = b->nbytes;
+  }
+  return most;
+}
+
+/* int8: the folded weight W' = W * s feeds its per-channel scale's
+ * reduce_max and its quantize.  remat gives each its own W * s, so
+ * neither stores W' (4*3*3*3 floats) in the arena; without remat one
+ * buffer holds it while the init steps run. */
+START_TEST(int8_folded_weight_is_not_stored) {
+  Ctx c;
+  ctx_init(&c);
+  Job j = {.text = cbr_text, .level = 2, .int8 = true};
+  ck_assert_int_eq(ctx_guard(&c, compile_job, &j), 0);
+  ck_assert_msg(j.ok, "does not compile:\n%s", diag_text(&c));
+  ck_assert_uint_lt(init_scratch_bytes(&j), 4 * 3 * 3 * 3 * 4);
+  ck_assert(cg_check_memory(&j.cg, err, sizeof err));
+  Job kept = {.text = cbr_text, .level = 2, .int8 = true,
+              .passes = "simplify,fold,cse,dce,bn-fold,quantize,fold,cse,dce,fuse"};
+  ck_assert_int_eq(ctx_guard(&c, compile_job, &kept), 0);
+  ck_assert_msg(kept.ok, "does not compile:\n%s", diag_text(&c));
+  ck_assert_uint_ge(init_scratch_bytes(&kept), 4 * 3 * 3 * 3 * 4);
   ctx_free(&c);
 }
 END_TEST
@@ -599,6 +647,7 @@ static Suite *initgraph_suite(void) {
   tcase_add_test(tc, bn_fold_weights_are_init_steps);
   tcase_add_test(tc, fusion_keeps_weight_only_out_of_run_kernels);
   tcase_add_test(tc, memory_check_refuses_arena_from_init_into_a_run);
+  tcase_add_test(tc, int8_folded_weight_is_not_stored);
   suite_add_tcase(s, tc);
   tc = tcase_create("validate");
   tcase_add_test(tc, validate_accepts_init_writing_derived);
