@@ -1,5 +1,5 @@
-libdlcc_la_SOURCES += api/weights.h api/weights.c
-libdlcc_la_SOURCES += api/calibrate.h api/calibrate.c
-libdlcc_la_SOURCES += api/quantreport.h api/quantreport.c
-libdlcc_la_SOURCES += api/dlcc.c
+libdlcc_core_la_SOURCES += api/weights.h api/weights.c
+libdlcc_core_la_SOURCES += api/calibrate.h api/calibrate.c
+libdlcc_core_la_SOURCES += api/quantreport.h api/quantreport.c
+libdlcc_core_la_SOURCES += api/dlcc.c
 include_HEADERS += include/dlcc.h

@@ -1,5 +1,5 @@
 # codegen: graph -> kernel IR -> CUDA C text and the launch plan.
-libdlcc_la_SOURCES += \
+libdlcc_core_la_SOURCES += \
 	codegen/codegen.h \
 	codegen/kernel.h codegen/kernel.c \
 	codegen/lower_kernels.c \
@@ -19,4 +19,4 @@ libdlaot_la_CPPFLAGS = $(AM_CPPFLAGS) \
 	-DDLCC_AOT_LIBDIR='"$(libdir)"' \
 	-DDLCC_AOT_INCLUDEDIR='"$(includedir)/dlcrt"' \
 	-DDLCC_AOT_SRC_INCLUDEDIR='"$(abs_top_srcdir)/runtime"'
-libdlcc_la_LIBADD += libdlaot.la
+libdlcc_core_la_LIBADD += libdlaot.la

@@ -4,7 +4,7 @@ noinst_LTLIBRARIES += libdlfe_gen.la
 libdlfe_gen_la_SOURCES = frontend/parser.y frontend/lexer.l frontend/parse_internal.h
 libdlfe_gen_la_CFLAGS = $(AM_CFLAGS) -Wno-unused-function -Wno-sign-compare -Wno-missing-prototypes -Wno-unused-but-set-variable
 BUILT_SOURCES += frontend/parser.h
-libdlcc_la_LIBADD += libdlfe_gen.la
-libdlcc_la_SOURCES += \
+libdlcc_core_la_LIBADD += libdlfe_gen.la
+libdlcc_core_la_SOURCES += \
 	frontend/ast.h frontend/ast.c \
 	frontend/lower.c frontend/layers.c frontend/lower.h

@@ -4,12 +4,12 @@
 # Without it (configure says so) frontend/onnx.c is a stub that refuses
 # .onnx files.
 AM_CPPFLAGS += $(PROTOBUF_C_CFLAGS)
-libdlcc_la_SOURCES += frontend/onnx.c frontend/onnx.h
+libdlcc_core_la_SOURCES += frontend/onnx.c frontend/onnx.h
 if HAVE_ONNX
 noinst_LTLIBRARIES += libdlonnx_gen.la
 libdlonnx_gen_la_SOURCES = frontend/onnx.pb-c.c frontend/onnx.pb-c.h
 BUILT_SOURCES += frontend/onnx.pb-c.c frontend/onnx.pb-c.h
-libdlcc_la_LIBADD += libdlonnx_gen.la $(PROTOBUF_C_LIBS)
+libdlcc_core_la_LIBADD += libdlonnx_gen.la $(PROTOBUF_C_LIBS)
 MAINTAINERCLEANFILES = frontend/onnx.pb-c.c frontend/onnx.pb-c.h
 endif
 if ONNX_REGEN

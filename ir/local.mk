@@ -1,4 +1,4 @@
-libdlcc_la_SOURCES += \
+libdlcc_core_la_SOURCES += \
 	ir/arena.c ir/arena.h \
 	ir/diag.c ir/diag.h \
 	ir/ir.c ir/ir.h ir/ops.def \
@@ -8,4 +8,4 @@ libdlcc_la_SOURCES += \
 	ir/parse.c \
 	ir/dot.c \
 	ir/eval.c ir/eval.h
-libdlcc_la_SOURCES += ir/init.c
+libdlcc_core_la_SOURCES += ir/init.c

@@ -1,5 +1,5 @@
 # passes: the pass manager and one file per graph pass.
-libdlcc_la_SOURCES += \
+libdlcc_core_la_SOURCES += \
 	passes/pass.h passes/passes.def \
 	passes/pipeline.c \
 	passes/rewrite.c \

@@ -18,6 +18,6 @@ endif
 # builds, as a user would.
 check_PROGRAMS += examples/host_jit
 examples_host_jit_SOURCES = examples/host_jit.c
-examples_host_jit_LDADD = libdlcc.la libdlcrt.la $(CJSON_LIBS) -lm
+examples_host_jit_LDADD = libdlcc.la
 TESTS += tests/aot.sh tests/host_examples.sh
 EXTRA_DIST += tests/aot.sh tests/host_examples.sh

@@ -1,7 +1,7 @@
 #!/bin/sh
-# The host examples, as a user builds them: examples/host_jit (the
-# compiler API, linked by make) and examples/host_aot.c compiled here
-# against the mlp.so and mlp.h that dlcc writes.  Both run mlp on emu and
+# The host examples, as a user builds them: examples/host_jit.c against
+# dlcc.h and libdlcc (the compiler API) and examples/host_aot.c against
+# the mlp.so and mlp.h that dlcc writes.  Both run mlp on emu and
 # must agree with `dlcc run --backend=ref` on the same input (f32: 1e-5
 # relative).
 set -u
@@ -46,8 +46,19 @@ close() {
 ${CC:-cc} -std=c11 -Wall -Wextra -Werror ${DLCC_HOST_CFLAGS:-} -I"$tmp" -I"$s/include" "$s/examples/host_aot.c" "$tmp/mlp.so" \
   -L"$b/.libs" -ldlcrt -Wl,-rpath,"$b/.libs" -Wl,-rpath,'$ORIGIN' -o "$tmp/host_aot" || fail "compiling host_aot.c"
 
+# host_jit.c as a user builds it against an installed dlcc ($(pkg-config
+# --cflags --libs dlcc)): dlcc.h and libdlcc alone, which exports the
+# dlc_* functions and nothing else.
+# shellcheck disable=SC2086
+${CC:-cc} -std=c11 -Wall -Wextra -Werror ${DLCC_HOST_CFLAGS:-} -I"$s/include" "$s/examples/host_jit.c" \
+  -L"$b/.libs" -ldlcc -Wl,-rpath,"$b/.libs" -o "$tmp/host_jit" || fail "compiling host_jit.c against libdlcc"
+exported=$(nm -D --defined-only "$b/.libs/libdlcc.so" | awk '$2 == "T" && $3 !~ /^dlc_/ { print $3 }' | head -3)
+[ -z "$exported" ] || fail "libdlcc exports more than dlc_*: $exported"
+
 mkdir "$tmp/in"
-"$b/examples/host_jit" "$s/examples/mlp.dl" emu "$tmp/in" >"$tmp/jit.txt" || fail "host_jit"
+# libdlcrt, which libdlcc needs, is in the same uninstalled folder.
+LD_LIBRARY_PATH="$b/.libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$tmp/host_jit" "$s/examples/mlp.dl" emu "$tmp/in" \
+  >"$tmp/jit.txt" || fail "host_jit"
 "$tmp/host_aot" emu >"$tmp/aot.txt" || fail "host_aot"
 [ -f "$tmp/in/x.npy" ] || fail "host_jit wrote no x.npy"
 "$dlcc" run "$s/examples/mlp.dl" --backend=ref --input "x=$tmp/in/x.npy" --output-dir "$tmp/ref" >/dev/null ||

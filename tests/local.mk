@@ -1,6 +1,6 @@
 # Check suites; each area keeps its own fragment.
 TEST_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
-TEST_LIBS = libdlcc.la libdlcrt.la $(CHECK_LIBS) $(CJSON_LIBS) -lm
+TEST_LIBS = libdlcc_core.la libdlcrt.la $(CHECK_LIBS) $(CJSON_LIBS) -lm
 AM_TESTS_ENVIRONMENT = top_srcdir='$(abs_top_srcdir)' top_builddir='$(abs_top_builddir)'; export top_srcdir top_builddir;
 include tests/ir.mk
 include tests/shape.mk

@@ -11,7 +11,7 @@ tests_test_memplan_LDADD = $(TEST_LIBS) $(CUDA_LIBS)
 endif
 EXTRA_PROGRAMS += tests/bench/memplan_bench
 tests_bench_memplan_bench_SOURCES = tests/bench/memplan.c tests/bench/memplan.h
-tests_bench_memplan_bench_LDADD = libdlcc.la $(CJSON_LIBS) -lm
+tests_bench_memplan_bench_LDADD = libdlcc_core.la $(CJSON_LIBS) -lm
 BENCH_DEPS += tests/bench/memplan_bench dlcc
 BENCHES += tests/bench/memplan.sh
 CLEANFILES += tests/bench/memplan_bench

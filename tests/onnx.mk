@@ -15,7 +15,7 @@ endif
 check_PROGRAMS += tests/test_onnx_node
 TESTS += tests/test_onnx_node
 tests_test_onnx_node_SOURCES = tests/test_onnx_node.c
-tests_test_onnx_node_LDADD = libdlcc.la libdlcrt.la $(CJSON_LIBS) -lm
+tests_test_onnx_node_LDADD = libdlcc_core.la libdlcrt.la $(CJSON_LIBS) -lm
 TESTS += tests/onnx_cli.sh tests/onnx_models.sh
 endif
 EXTRA_DIST += tests/onnx_cli.sh tests/onnx_models.sh tests/onnx/models.py
