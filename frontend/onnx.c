@@ -890,9 +890,43 @@ static bool op_softsign(Imp *im, ONode *n) {
   return (n->out[0] = op2(im, OP_DIV, x, op2s(im, OP_ADD, op1(im, OP_ABS, x), 1.0)));
 }
 
+/* Before opset 7 a binary op broadcasts only with broadcast=1, and then B
+ * lines up with A's dims from `axis` on (default: A's last dims): B is
+ * given 1s around it so that NumPy broadcasting means the same.  From
+ * opset 7 the attributes are gone and NumPy's rules hold. */
+static Val *legacy_broadcast(Imp *im, Val *a, Val *b) {
+  if (im->opset >= 7) return b;
+  int64_t on, axis;
+  int ra = a->type.rank, rb = b->type.rank;
+  if (!attr_int(im, "broadcast", 0, &on) || !attr_int(im, "axis", ra - rb, &axis)) return NULL;
+  if (!on || rb == ra) return b;
+  if (axis < 0) axis += ra;
+  if (axis < 0 || axis + rb > ra) {
+    bad(im, "broadcast axis %" PRId64 " does not fit B's %d dims in A's %d", axis, rb, ra);
+    return NULL;
+  }
+  int64_t dims[DL_MAX_RANK];
+  for (int i = 0; i < ra; i++) dims[i] = i >= axis && i < axis + rb ? b->type.dims[i - axis] : 1;
+  for (int i = 0; i < rb; i++)
+    if (b->type.dims[i] != 1 && b->type.dims[i] != a->type.dims[axis + i]) {
+      bad(im, "broadcast axis %" PRId64 ": B's dim %d is %" PRId64 ", A's dim %d is %" PRId64, axis, i,
+          b->type.dims[i], (int)axis + i, a->type.dims[axis + i]);
+      return NULL;
+    }
+  return reshape(im, b, ra, dims);
+}
+
 static bool op_prelu(Imp *im, ONode *n) {
   Val *x = in_req(im, n, 0), *slope = in_req(im, n, 1);
   if (!x || !slope) return false;
+  /* PRelu-6's slope is one per channel (dim 1), not NumPy-aligned. */
+  int r = x->type.rank;
+  if (im->opset < 7 && slope->type.rank == 1 && r >= 2 && slope->type.dims[0] == x->type.dims[1] &&
+      slope->type.dims[0] != 1) {
+    int64_t dims[DL_MAX_RANK];
+    for (int i = 0; i < r - 1; i++) dims[i] = i == 0 ? slope->type.dims[0] : 1;
+    slope = reshape(im, slope, r - 1, dims);
+  }
   return (n->out[0] = op2(im, OP_ADD, op1(im, OP_RELU, x),
                           op2(im, OP_MUL, slope, op2s(im, OP_MINIMUM, x, 0.0))));
 }
@@ -930,6 +964,7 @@ static bool op_binary(Imp *im, ONode *n) {
               : strcmp(t, "Mul") == 0 ? OP_MUL
               : strcmp(t, "Div") == 0 ? OP_DIV
                                       : OP_POW;
+  if (!(b = legacy_broadcast(im, a, b))) return false;
   /* Pow alone lets the exponent have its own dtype. */
   if (op == OP_POW) b = cast(im, b, a->type.dtype);
   return (n->out[0] = op2(im, op, a, b));
@@ -1005,6 +1040,9 @@ static bool op_gemm(Imp *im, ONode *n) {
   if (a->type.rank != 2 || b->type.rank != 2)
     return bad(im, "A and B must be 2-d, got ranks %d and %d", a->type.rank, b->type.rank);
   if (beta == 0) c = NULL;
+  /* Gemm before opset 7: broadcast=1 lets C broadcast, as it always may now. */
+  int64_t legacy;
+  if (im->opset < 7 && !attr_int(im, "broadcast", 0, &legacy)) return false;
   static const int64_t swap[2] = {1, 0};
   /* PyTorch's nn.Linear exports as Gemm(transB=1): keep it one op. */
   if (!ta && tb && alpha == 1 &&
@@ -1810,11 +1848,47 @@ static bool op_tile(Imp *im, ONode *n) {
   return (n->out[0] = y);
 }
 
+/* Where element i of an axis of n padded by mode reads from, for i in
+ * [-lo, n + hi): reflect mirrors about the first and last element (as
+ * often as the pads need), edge repeats them, wrap goes around. */
+static int64_t pad_source(const char *mode, int64_t i, int64_t n) {
+  if (i >= 0 && i < n) return i;
+  if (strcmp(mode, "edge") == 0) return i < 0 ? 0 : n - 1;
+  if (strcmp(mode, "wrap") == 0) return ((i % n) + n) % n;
+  if (n == 1) return 0;
+  int64_t period = 2 * (n - 1), m = ((i % period) + period) % period;
+  return m < n ? m : period - m;
+}
+
+/* The non-constant pads: one gather per padded axis, of indices known at
+ * import. */
+static Val *pad_by_gather(Imp *im, Val *x, const char *mode, const int64_t *full) {
+  int r = x->type.rank;
+  Val *y = x;
+  for (int d = 0; d < r && y; d++) {
+    int64_t lo = full[d], hi = full[r + d], n = y->type.dims[d], count = n + lo + hi;
+    if (!lo && !hi) continue;
+    if (count > im->fold_max) {
+      bad(im, "a %s pad to %" PRId64 " elements is not supported", mode, count);
+      return NULL;
+    }
+    TensorType it = ir_type_make(TY_I64, 1, &count);
+    Val *idx = known_new(im, &it);
+    for (int64_t i = 0; i < count; i++) ((int64_t *)idx->k->data)[i] = pad_source(mode, i - lo, n);
+    y = gather(im, y, idx, d);
+  }
+  return y;
+}
+
 static bool op_pad(Imp *im, ONode *n) {
   Val *x = in_req(im, n, 0);
   const char *mode;
   if (!x || !attr_str(im, "mode", "constant", &mode)) return false;
-  if (strcmp(mode, "constant") != 0) return bad(im, "mode='%s' is not supported (only constant)", mode);
+  bool constant = strcmp(mode, "constant") == 0;
+  if (!constant && strcmp(mode, "reflect") != 0 && strcmp(mode, "edge") != 0 &&
+      (strcmp(mode, "wrap") != 0 || im->opset < 19))
+    return bad(im, "mode='%s' is not supported (constant, reflect, edge%s are)", mode,
+               im->opset >= 19 ? " and wrap" : "");
   int r = x->type.rank, k;
   int64_t pads[64], axes[64];
   double value = 0;
@@ -1851,6 +1925,7 @@ static bool op_pad(Imp *im, ONode *n) {
     any |= full[d] || full[r + d];
   }
   if (!y || !any) return (n->out[0] = y);
+  if (!constant) return (n->out[0] = pad_by_gather(im, y, mode, full));
   Emit e;
   Node *p = begin(im, &e, OP_PAD, 1, &y);
   ir_set_ints(im->g, p, "pads", 2 * r, full);
@@ -2173,7 +2248,7 @@ static const OpEntry onnx_ops[] = {
     {"Min", op_variadic, NULL},
     {"Mul", op_binary, NULL},
     {"Neg", op_unary, NULL},
-    {"Pad", op_pad, "mode constant, constant pads"},
+    {"Pad", op_pad, "modes constant, reflect, edge (and wrap from opset 19); constant pads"},
     {"Pow", op_binary, NULL},
     {"PRelu", op_prelu, NULL},
     {"Range", op_range, "constant inputs"},

@@ -497,6 +497,81 @@ START_TEST(test_gelu_opset20) {
 }
 END_TEST
 
+/* Pad's reflect, edge and (opset 19) wrap modes, as gathers: x's rows
+ * [1, -2, 3] and [0.5, -1, 2] padded by 2 before and 1 after on axis 1. */
+static void expect_pad(int opset, const char *mode, const float *want) {
+  Model *b = model_new(opset);
+  int64_t xd[2] = {2, 3};
+  add_input(b, "x", 2, xd);
+  int64_t pads[4] = {0, 2, 0, 1};
+  add_init_i64(b, "pads", 4, pads);
+  attr_s(add_node(b, "Pad", "x,pads", "y"), "mode", mode);
+  add_output(b, "y");
+  Graph *g = must_import(b);
+  ck_assert_ptr_nonnull(first_op(g, OP_GATHER));
+  Tensor y = run1(g, "x", 2, xd, xdata);
+  ck_assert_int_eq(ir_type_numel(&y.type), 12);
+  for (int i = 0; i < 12; i++) ck_assert_msg(ir_tensor_get(&y, i) == want[i], "%s element %d", mode, i);
+  ir_tensor_free(&y);
+}
+
+START_TEST(test_pad_modes) {
+  expect_pad(13, "reflect", (const float[]){3, -2, 1, -2, 3, -2, 2, -1, 0.5f, -1, 2, -1});
+  expect_pad(13, "edge", (const float[]){1, 1, 1, -2, 3, 3, 0.5f, 0.5f, 0.5f, -1, 2, 2});
+  expect_pad(19, "wrap", (const float[]){-2, 3, 1, -2, 3, 1, -1, 2, 0.5f, -1, 2, 0.5f});
+  Model *b = model_new(13);
+  int64_t xd[2] = {2, 3};
+  add_input(b, "x", 2, xd);
+  add_init_i64(b, "pads", 4, (const int64_t[]){0, 1, 0, 1});
+  attr_s(add_node(b, "Pad", "x,pads", "y"), "mode", "wrap");
+  add_output(b, "y");
+  expect_error(import(b), "(Pad): mode='wrap' is not supported (constant, reflect, edge are)");
+}
+END_TEST
+
+/* Before opset 7: broadcast=1 with an axis, and PRelu's per-channel
+ * slope. */
+START_TEST(test_legacy_broadcast) {
+  Model *b = model_new(6);
+  int64_t xd[2] = {2, 3}, bd = 2;
+  add_input(b, "x", 2, xd);
+  add_init_f32(b, "c", 1, &bd, 2, (const float[]){10, 20});
+  Onnx__NodeProto *add = add_node(b, "Add", "x,c", "y");
+  attr_i(add, "broadcast", 1);
+  attr_i(add, "axis", 0);
+  add_output(b, "y");
+  Graph *g = must_import(b);
+  Tensor y = run1(g, "x", 2, xd, xdata);
+  for (int i = 0; i < 6; i++) ck_assert_double_eq(ir_tensor_get(&y, i), xdata[i] + (i < 3 ? 10 : 20));
+  ir_tensor_free(&y);
+  b = model_new(6);
+  add_input(b, "x", 2, xd);
+  add_init_f32(b, "c", 1, &bd, 2, (const float[]){10, 20});
+  add = add_node(b, "Add", "x,c", "y");
+  attr_i(add, "broadcast", 1);
+  attr_i(add, "axis", 1);
+  add_output(b, "y");
+  expect_error(import(b), "(Add): broadcast axis 1: B's dim 0 is 2, A's dim 1 is 3");
+  diag_clear(&ctx);
+  b->nodes[0]->attribute[1]->i = 2;
+  expect_error(import(b), "(Add): broadcast axis 2 does not fit B's 1 dims in A's 2");
+  diag_clear(&ctx);
+  b = model_new(6);
+  int64_t x3[3] = {1, 2, 3};
+  add_input(b, "x", 3, x3);
+  add_init_f32(b, "slope", 1, &bd, 2, (const float[]){0.5f, 0.25f});
+  add_node(b, "PRelu", "x,slope", "y");
+  add_output(b, "y");
+  g = must_import(b);
+  y = run1(g, "x", 3, x3, xdata);
+  for (int i = 0; i < 6; i++) {
+    double x = xdata[i];
+    ck_assert_double_eq(ir_tensor_get(&y, i), x > 0 ? x : x * (i < 3 ? 0.5 : 0.25));
+  }
+  ir_tensor_free(&y);
+}
+END_TEST
+
 /* ---- bad input ---- */
 
 static Model *relu_model(void) {
@@ -731,6 +806,8 @@ static Suite *onnx_suite(void) {
   tcase_add_test(tc, test_conv_auto_pad_same);
   tcase_add_test(tc, test_slice_negative_step);
   tcase_add_test(tc, test_gelu_opset20);
+  tcase_add_test(tc, test_pad_modes);
+  tcase_add_test(tc, test_legacy_broadcast);
   tcase_add_test(tc, test_not_protobuf);
   tcase_add_test(tc, test_truncated);
   tcase_add_test(tc, test_missing_file);

@@ -7,7 +7,9 @@
  * gives a wrong answer, 77 when the data is not installed.
  *
  *   tests/test_onnx_node [-v] [NAME_SUBSTRING...]
- *   ONNX_NODE_DIR   the tests (default /usr/share/libonnx-testdata/data/node)
+ *   ONNX_NODE_DIR   the folders of tests, separated by ':' (default: the
+ *                   package's node, pytorch-converted and pytorch-operator
+ *                   folders; its simple ones need sequences and strings)
  *   ONNX_NODE_EMU   tests also run on emu: "all", "none", or a comma list
  *                   (default: a small fixed set) */
 #include "config.h"
@@ -36,6 +38,8 @@ static const char *const default_emu[] = {
     "test_transpose_all_permutations_3", "test_concat_2d_axis_1", "test_slice", "test_gather_1",
     "test_lstm_defaults", "test_lstm_batchwise", "test_batchnorm_example", "test_flatten_axis2",
     "test_reshape_negative_dim", "test_erf", "test_tanh", "test_globalaveragepool",
+    /* pads as gathers, opset 6's per-channel PRelu and broadcast=1 */
+    "test_reflect_pad", "test_edge_pad", "test_PReLU_2d_multiparam", "test_Softsign",
 };
 
 typedef struct Stats {
@@ -268,43 +272,63 @@ static int by_name(const void *a, const void *b) {
   return strcmp(*(const char *const *)a, *(const char *const *)b);
 }
 
-int main(int argc, char **argv) {
-  const char *root = getenv("ONNX_NODE_DIR");
-  if (!root) root = "/usr/share/libonnx-testdata/data/node";
-  int first_filter = 1;
-  if (argc > 1 && strcmp(argv[1], "-v") == 0) verbose = true, first_filter = 2;
+/* Runs the tests of one folder whose names contain a filter (all when
+ * there is none); false when the folder cannot be read. */
+static bool run_folder(const char *root, int n_filters, char **filters, Stats *st) {
   DIR *d = opendir(root);
-  if (!d) {
-    printf("SKIP: no ONNX node tests at %s (apt-get install libonnx-testdata, or set ONNX_NODE_DIR)\n", root);
-    return 77;
-  }
+  if (!d) return false;
   char **names = NULL;
   int n = 0, cap = 0;
   for (struct dirent *e; (e = readdir(d));) {
     if (strncmp(e->d_name, "test_", 5) != 0) continue;
-    bool pick = first_filter >= argc;
-    for (int i = first_filter; i < argc; i++) pick |= strstr(e->d_name, argv[i]) != NULL;
+    bool pick = n_filters == 0;
+    for (int i = 0; i < n_filters; i++) pick |= strstr(e->d_name, filters[i]) != NULL;
     if (!pick) continue;
     if (n == cap) {
       cap = cap ? cap * 2 : 1024;
       char **bigger = realloc(names, sizeof *names * (size_t)cap);
-      if (!bigger) return 1;
+      if (!bigger) break;
       names = bigger;
     }
     names[n++] = strdup(e->d_name);
   }
   closedir(d);
   qsort(names, (size_t)n, sizeof *names, by_name);
-  Stats st = {0};
+  Stats here = {0};
   double t0 = now();
   for (int i = 0; i < n; i++) {
-    run_test(root, names[i], &st);
+    run_test(root, names[i], &here);
     free(names[i]);
   }
   free(names);
   printf("onnx node tests (%s): %d passed, %d failed, %d unsupported, %d skipped (large) of %d; "
          "emu: %d passed, %d failed, %d unsupported by codegen; %.1f s\n",
-         root, st.passed, st.failed, st.unsupported, st.skipped, n, st.emu_passed, st.emu_failed,
-         st.emu_unsupported, now() - t0);
+         root, here.passed, here.failed, here.unsupported, here.skipped, n, here.emu_passed, here.emu_failed,
+         here.emu_unsupported, now() - t0);
+  st->failed += here.failed;
+  st->emu_failed += here.emu_failed;
+  return true;
+}
+
+int main(int argc, char **argv) {
+  const char *roots = getenv("ONNX_NODE_DIR");
+  if (!roots)
+    roots = "/usr/share/libonnx-testdata/data/node:/usr/share/libonnx-testdata/data/pytorch-converted:"
+            "/usr/share/libonnx-testdata/data/pytorch-operator";
+  int first_filter = 1;
+  if (argc > 1 && strcmp(argv[1], "-v") == 0) verbose = true, first_filter = 2;
+  Stats st = {0};
+  int folders = 0;
+  char *list = strdup(roots);
+  for (char *save = NULL, *root = strtok_r(list, ":", &save); root; root = strtok_r(NULL, ":", &save))
+    if (run_folder(root, argc - first_filter, argv + first_filter, &st))
+      folders++;
+    else
+      printf("no ONNX node tests at %s\n", root);
+  free(list);
+  if (!folders) {
+    printf("SKIP: no ONNX node tests at %s (apt-get install libonnx-testdata, or set ONNX_NODE_DIR)\n", roots);
+    return 77;
+  }
   return st.failed || st.emu_failed ? 1 : 0;
 }
