@@ -1,5 +1,6 @@
 /* int8 calibration (calibrate.h): lists the sample folder, checks every
- * sample against its input, evaluates the graph on each with an observer
+ * sample against its input, evaluates the graph on each (the reference
+ * interpreter, or the compiled copy of calib_device.h) with an observer
  * that feeds one |x| histogram per requested value, then lets the method
  * pick each value's range from its histogram.  Samples are read one at a
  * time, so a folder may hold more than fits in memory at once. */
@@ -14,6 +15,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "api/calib_device.h"
 #include "api/weights.h"
 #include "ir/ir.h"
 #include "runtime/tensorio.h"
@@ -51,6 +53,20 @@ bool api_calib_parse_method(const char *text, CalibMethod *out, char *err, size_
   }
   snprintf(err, errlen,
            "unknown calibration method '%s' (expected minmax, percentile, percentile=P or entropy)", text);
+  return false;
+}
+
+bool api_calib_parse_backend(const char *text, CalibBackend *out, char *err, size_t errlen) {
+  static const struct {
+    const char *name;
+    CalibBackend backend;
+  } names[] = {{"ref", CALIB_ON_REF}, {"auto", CALIB_ON_AUTO}, {"emu", CALIB_ON_EMU}, {"cuda", CALIB_ON_CUDA}};
+  for (size_t i = 0; i < sizeof names / sizeof *names; i++)
+    if (strcmp(text, names[i].name) == 0) {
+      *out = names[i].backend;
+      return true;
+    }
+  snprintf(err, errlen, "unknown calibration backend '%s' (expected auto, cuda, emu or ref)", text);
   return false;
 }
 
@@ -333,6 +349,16 @@ static SampleSet *find_samples(Ctx *c, Graph *g, const char *dir, int *n_sets) {
 
 /* ---- one sample ---- */
 
+/* The samples of a folder, one loaded at a time. */
+struct ApiSamples {
+  Ctx *c;
+  int n_sets, n;
+  SampleSet *sets;
+  const char **names;
+  Tensor *tensors;
+  RtTensor *raw;
+};
+
 static void rt_type_text(const RtTensor *t, char *buf, size_t len) {
   size_t used = (size_t)snprintf(buf, len, "%s[", rt_dtype_name(t->dtype));
   for (int i = 0; i < t->rank && used < len; i++)
@@ -414,33 +440,44 @@ static const char *sample_name(Arena *a, const SampleSet *sets, int n_sets, int 
   return s;
 }
 
-/* Evaluates g on sample k, feeding the histograms. */
-static bool run_sample(Ctx *c, Graph *g, const ApiCalibration *cal, const SampleSet *sets, int n_sets,
-                       int k, Observer *o) {
-  const char **names = ARENA_ARRAY(&c->arena, const char *, n_sets + 1);
-  Tensor *tensors = ARENA_ARRAY(&c->arena, Tensor, n_sets + 1);
-  RtTensor *raw = ARENA_ARRAY(&c->arena, RtTensor, n_sets + 1);
-  Tensor *outputs = ARENA_ARRAY(&c->arena, Tensor, g->n_outputs + 1);
-  bool ok = true;
-  for (int i = 0; i < n_sets && ok; i++) {
-    names[i] = sets[i].input;
-    ok = load_sample(c, sets[i].files[k], &sets[i], &raw[i], &tensors[i]);
+/* The interpreter on one sample, its observer feeding the histograms. */
+static bool eval_sample(Graph *g, const ApiCalibration *cal, const TensorMap *inputs, Observer *o, char *err,
+                        size_t errlen) {
+  Tensor *outputs = ARENA_ARRAY(&g->ctx->arena, Tensor, g->n_outputs + 1);
+  if (!ir_eval_observe(g, inputs, cal->params, outputs, observe, o, err, errlen)) return false;
+  for (int i = 0; i < g->n_outputs; i++) ir_tensor_free(&outputs[i]);
+  return true;
+}
+
+/* The compiled copy on one sample; its outputs go through the observer
+ * in graph order, as the interpreter would show them. */
+static bool device_sample(CalibDevice *d, const TensorMap *inputs, Observer *o, char *err, size_t errlen) {
+  if (!api_calib_device_run(d, inputs, err, errlen)) return false;
+  for (int j = 0; j < api_calib_device_count(d) && !o->bad; j++) {
+    Tensor t;
+    const Value *v = api_calib_device_result(d, j, &t);
+    observe(o, v, &t);
   }
-  if (ok) {
-    char err[4096];
-    TensorMap inputs = {n_sets, names, tensors};
-    ok = ir_eval_observe(g, &inputs, cal->params, outputs, observe, o, err, sizeof err);
-    if (!ok) diag_error(c, (SrcLoc){0}, "calibration on %s: %s", sample_name(&c->arena, sets, n_sets, k), err);
-    for (int i = 0; ok && i < g->n_outputs; i++) ir_tensor_free(&outputs[i]);
-  }
-  for (int i = 0; i < n_sets; i++) rt_tensor_free(&raw[i]);
+  return true;
+}
+
+/* Runs sample k on the device, or the interpreter when d is NULL. */
+static bool run_sample(Graph *g, const ApiCalibration *cal, ApiSamples *s, int k, CalibDevice *d, Observer *o) {
+  Ctx *c = g->ctx;
+  TensorMap inputs;
+  if (!api_samples_load(s, k, &inputs)) return false;
+  char err[4096];
+  bool ok = d ? device_sample(d, &inputs, o, err, sizeof err) : eval_sample(g, cal, &inputs, o, err, sizeof err);
+  api_samples_release(s);
+  if (!ok)
+    diag_error(c, (SrcLoc){0}, "calibration on %s: %s", sample_name(&c->arena, s->sets, s->n_sets, k), err);
   if (ok && o->bad) {
     const Value *v = o->bad;
     diag_error(c, v->def->loc,
                "calibration on %s: %%%d (%s) computes %s at element %" PRId64
                ": calibration needs finite activations",
-               sample_name(&c->arena, sets, n_sets, k), v->id, ir_ops[v->def->op].name,
-               isnan(o->bad_x) ? "NaN" : o->bad_x > 0 ? "Inf" : "-Inf", o->bad_elem);
+               sample_name(&c->arena, s->sets, s->n_sets, k), v->id, ir_ops[v->def->op].name, isnan(o->bad_x) ? "NaN" : o->bad_x > 0 ? "Inf" : "-Inf",
+               o->bad_elem);
     ok = false;
   }
   return ok;
@@ -461,14 +498,18 @@ bool api_calibrate(void *ud, Graph *g, int n, const Value *const *values, double
   ApiCalibration *cal = ud;
   Ctx *c = g->ctx;
   double t0 = ctx_now();
-  int n_sets;
-  SampleSet *sets = find_samples(c, g, trim_slashes(&c->arena, cal->dir), &n_sets);
-  if (!sets) return false;
-  int n_samples = n_sets ? sets[0].n : 1;
+  ApiSamples *s = api_samples_open(g, cal->dir);
+  if (!s) return false;
+  int n_samples = s->n;
   if (cal->max_samples > 0 && n_samples > cal->max_samples) n_samples = cal->max_samples;
   Observer o = new_observer(c, g, n, values);
-  for (int k = 0; k < n_samples; k++)
-    if (!run_sample(c, g, cal, sets, n_sets, k, &o)) return false;
+  CalibDevice *d = NULL;
+  if (cal->backend != CALIB_ON_REF && !api_calib_device_open(g, n, values, cal, &d)) return false;
+  cal->ran_on = d ? api_calib_device_name(d) : "ref";
+  bool ok = true;
+  for (int k = 0; k < n_samples && ok; k++) ok = run_sample(g, cal, s, k, d, &o);
+  api_calib_device_close(d);
+  if (!ok) return false;
   for (int k = 0; k < n; k++) {
     int first = o.slot_of[values[k]->id];
     if (o.hists[first].total == 0 && ir_type_numel(&values[k]->type) > 0)
@@ -482,15 +523,6 @@ bool api_calibrate(void *ud, Graph *g, int n, const Value *const *values, double
 }
 
 /* ---- samples for other readers (dlcc quant-report's test folder) ---- */
-
-struct ApiSamples {
-  Ctx *c;
-  int n_sets, n;
-  SampleSet *sets;
-  const char **names;
-  Tensor *tensors;
-  RtTensor *raw;
-};
 
 ApiSamples *api_samples_open(Graph *g, const char *dir) {
   Ctx *c = g->ctx;

@@ -51,6 +51,19 @@ int64_t api_calib_hist_add(CalibHist *h, const Tensor *t);
 /* The range method m picks, in [0, h->max]; 0 for a histogram of zeros. */
 double api_calib_hist_amax(const CalibHist *h, const CalibMethod *m);
 
+/* Where the f32 model runs on the samples.  REF, the zero, is the
+ * reference interpreter; the others compile a copy of the graph with the
+ * requested values as outputs and run its kernels (calib_device.h): on
+ * a GPU (CUDA), on the CPU emulator (EMU), or on a GPU when one answers
+ * and else the interpreter (AUTO: on the CPU the interpreter is the
+ * faster of the two for most models, docs/quantization.md). */
+typedef enum { CALIB_ON_REF, CALIB_ON_AUTO, CALIB_ON_EMU, CALIB_ON_CUDA } CalibBackend;
+
+/* "ref", "auto", "emu" or "cuda".  False with the reason in err. */
+bool api_calib_parse_backend(const char *text, CalibBackend *out, char *err, size_t errlen);
+
+struct PassOptions;
+
 /* What a calibration reads: the folder of samples, and the weights to
  * evaluate the graph with. */
 typedef struct ApiCalibration {
@@ -58,9 +71,15 @@ typedef struct ApiCalibration {
   CalibMethod method;
   const TensorMap *params;
   int max_samples; /* the first N samples by name; 0: all */
+  CalibBackend backend;
+  /* The pipeline the model compiles with: a device backend compiles its
+   * copy at the same level (NULL: -O0).  Dumps and statistics are not
+   * repeated for the copy. */
+  const struct PassOptions *passes;
   /* Filled in by api_calibrate, for reports. */
   int n_samples;
   double seconds;
+  const char *ran_on; /* "ref", "emu" or "cuda" */
 } ApiCalibration;
 
 /* A PassCalibrateFn; ud is an ApiCalibration.  For a model with one

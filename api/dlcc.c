@@ -92,6 +92,7 @@ typedef struct CompileJob {
   const dlc_options *opt;
   dlc_model *m;
   CalibMethod calib_method; /* checked before the compile starts */
+  CalibBackend calib_backend;
   bool weights_failed;      /* options.weights did not bind */
 } CompileJob;
 
@@ -173,7 +174,9 @@ static bool run_passes(Ctx *c, CompileJob *job, Graph *g, PassOptions *po) {
   ApiCalibration cal = {.dir = job->opt->calibrate_dir,
                         .method = job->calib_method,
                         .params = params,
-                        .max_samples = job->opt->calib_samples};
+                        .max_samples = job->opt->calib_samples,
+                        .backend = job->calib_backend,
+                        .passes = po};
   po->quantize_int8 = true;
   po->calibrate = api_calibrate;
   po->calibrate_ud = &cal;
@@ -252,10 +255,12 @@ static dlc_status push_bound_params(dlc_model *m) {
   return DLC_OK;
 }
 
-/* quantize, calibrate_dir, calib_method and calib_samples, together. */
+/* quantize, calibrate_dir, calib_method, calib_samples and
+ * calib_backend, together. */
 static dlc_status check_quant_options(dlc_model *m, CompileJob *job) {
   const dlc_options *opt = job->opt;
   job->calib_method = api_calib_default_method();
+  job->calib_backend = CALIB_ON_AUTO;
   if (!opt) return DLC_OK;
   if (opt->quantize && strcmp(opt->quantize, "int8") != 0 && strcmp(opt->quantize, "none") != 0)
     return fail(m, DLC_ERR_ARGUMENT, "dlcc: error: unknown quantize '%s' (expected int8 or none)\n",
@@ -264,6 +269,8 @@ static dlc_status check_quant_options(dlc_model *m, CompileJob *job) {
     if (opt->calibrate_dir || opt->calib_method || opt->calib_samples)
       return fail(m, DLC_ERR_ARGUMENT,
                   "dlcc: error: calibrate_dir, calib_method and calib_samples are for quantize \"int8\"\n");
+    if (opt->calib_backend)
+      return fail(m, DLC_ERR_ARGUMENT, "dlcc: error: calib_backend is for quantize \"int8\"\n");
     return DLC_OK;
   }
   if (!opt->calibrate_dir)
@@ -280,6 +287,8 @@ static dlc_status check_quant_options(dlc_model *m, CompileJob *job) {
   char err[256];
   if (opt->calib_method && !api_calib_parse_method(opt->calib_method, &job->calib_method, err, sizeof err))
     return fail(m, DLC_ERR_ARGUMENT, "dlcc: error: calib_method: %s\n", err);
+  if (opt->calib_backend && !api_calib_parse_backend(opt->calib_backend, &job->calib_backend, err, sizeof err))
+    return fail(m, DLC_ERR_ARGUMENT, "dlcc: error: calib_backend: %s\n", err);
   return DLC_OK;
 }
 

@@ -7,24 +7,10 @@
 #include <string.h>
 
 /* The graph through the text format: the same values in the same order. */
-static Graph *copy_graph(Graph *g) {
-  char *text = NULL;
-  size_t len = 0;
-  FILE *f = open_memstream(&text, &len);
-  if (!f) return NULL;
-  ir_print(f, g);
-  if (fclose(f) != 0) {
-    free(text);
-    return NULL;
-  }
-  Graph *copy = ir_parse(g->ctx, ctx_add_file(g->ctx, "<f32 copy>", text, len));
-  free(text);
-  return copy;
-}
 
 bool api_quant_copy_calibrate(void *ud, Graph *g, int n, const Value *const *values, double *amax) {
   QuantCopyCalibrator *q = ud;
-  if (!(q->f32 = copy_graph(g))) {
+  if (!(q->f32 = ir_copy(g, "<f32 copy>"))) {
     diag_error(g->ctx, (SrcLoc){0}, "could not copy the f32 graph for the report");
     return false;
   }

@@ -202,7 +202,10 @@ const char driver_quant_usage[] =
     "                     input, DIR/<input name>/*.npy for several (matched by name order)\n"
     "  --calib-method=M   how a range is chosen from what the samples showed: minmax,\n"
     "                     percentile[=P] (the default, P 99.99) or entropy (TensorRT's)\n"
-    "  --calib-samples=N  calibrate on the first N samples by name (default: all)\n";
+    "  --calib-samples=N  calibrate on the first N samples by name (default: all)\n"
+    "  --calib-backend=B  where calibration runs the f32 model: auto (default: cuda when\n"
+    "                     a GPU answers, else ref), cuda, emu (the kernels on the CPU)\n"
+    "                     or ref (the reference interpreter)\n";
 
 /* "--flag=value": the value, or NULL when arg is another flag. */
 static const char *eq_value(const char *arg, const char *flag) {
@@ -211,11 +214,12 @@ static const char *eq_value(const char *arg, const char *flag) {
 }
 
 int driver_quant_option(const char *arg, DriverQuant *q) {
-  static const char *const bare[] = {"--quantize", "--calibrate", "--calib-method", "--calib-samples"};
+  static const char *const bare[] = {"--quantize", "--calibrate", "--calib-method", "--calib-samples",
+                                     "--calib-backend"};
   for (size_t i = 0; i < ARRAY_LEN(bare); i++)
     if (strcmp(arg, bare[i]) == 0) {
       fprintf(stderr, "dlcc: error: %s takes its value after '=': %s=%s\n", arg, arg,
-              i == 0 ? "int8" : i == 1 ? "DIR" : i == 2 ? "METHOD" : "N");
+              i == 0 ? "int8" : i == 1 ? "DIR" : i == 2 ? "METHOD" : i == 3 ? "N" : "BACKEND");
       return -1;
     }
   const char *v;
@@ -252,6 +256,14 @@ int driver_quant_option(const char *arg, DriverQuant *q) {
       return -1;
     }
     q->max_samples = (int)n;
+    calib = true;
+  } else if ((v = eq_value(arg, "--calib-backend"))) {
+    char err[256];
+    if (!api_calib_parse_backend(v, &q->on, err, sizeof err)) {
+      fprintf(stderr, "dlcc: error: --calib-backend: %s\n", err);
+      return -1;
+    }
+    q->backend = v;
     calib = true;
   }
   if (calib && !q->first_calib_flag) q->first_calib_flag = arg;
@@ -500,6 +512,7 @@ static void print_calibration(FILE *f, const ApiCalibration *cal) {
   fprintf(f, "%10d calibrate: samples\n", cal->n_samples);
   fprintf(f, "%10.3f calibrate: seconds\n", cal->seconds);
   fprintf(f, "%10.3f calibrate: ms per sample\n", cal->n_samples ? cal->seconds * 1e3 / cal->n_samples : 0.0);
+  fprintf(f, "%10s calibrate: backend\n", cal->ran_on);
 }
 
 /* The pipeline, with a calibrator when --quantize=int8 asks for one. */
@@ -512,7 +525,9 @@ static bool run_passes(Ctx *c, Job *job, Graph *g) {
   ApiCalibration cal = {.dir = o->quant.calibrate,
                         .method = o->quant.method ? o->quant.parsed : api_calib_default_method(),
                         .params = &params,
-                        .max_samples = o->quant.max_samples};
+                        .max_samples = o->quant.max_samples,
+                        .backend = o->quant.backend ? o->quant.on : CALIB_ON_AUTO,
+                        .passes = &o->passes};
   PassOptions po = o->passes;
   po.quantize_int8 = true;
   po.calibrate = api_calibrate;

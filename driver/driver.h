@@ -26,9 +26,12 @@ typedef struct DriverQuant {
   const char *method;     /* --calib-method=M as given; parsed into `parsed` */
   CalibMethod parsed;
   int max_samples;        /* --calib-samples=N; 0: all */
+  const char *backend;    /* --calib-backend=B as given; parsed into `on` */
+  CalibBackend on;
   const char *first_calib_flag; /* the first of --calibrate, --calib-*, for messages */
 } DriverQuant;
-/* --quantize=, --calibrate=, --calib-method=, --calib-samples= into q:
+/* --quantize=, --calibrate=, --calib-method=, --calib-samples=,
+ * --calib-backend= into q:
  * 1 when arg is one of them, 0 when not, -1 after printing an error. */
 int driver_quant_option(const char *arg, DriverQuant *q);
 /* The flags together: int8 needs a folder, the folder needs int8, and

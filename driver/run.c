@@ -99,6 +99,7 @@ static bool set_quant_options(RunOptions *o) {
   o->api.calibrate_dir = o->quant.calibrate;
   o->api.calib_method = o->quant.method;
   o->api.calib_samples = o->quant.max_samples;
+  o->api.calib_backend = o->quant.backend;
   o->api.calibrate_seed = o->seed;
   o->api.weights = o->weights;
   return true;

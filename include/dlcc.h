@@ -103,6 +103,12 @@ typedef struct dlc_options {
   const char *calib_method;
   int calib_samples;       /* calibrate on the first N samples by name; 0: all */
   uint64_t calibrate_seed; /* see quantize; 0 in a zeroed struct */
+  /* Where calibration runs the f32 model on the samples: "ref" (the
+   * reference interpreter), "cuda" (the generated kernels on a GPU),
+   * "emu" (the same kernels on the CPU emulator) or "auto" (cuda when a
+   * GPU answers, else ref; the default when NULL, so without a GPU a
+   * zeroed struct calibrates as it always did). */
+  const char *calib_backend;
 } dlc_options;
 
 enum { DLC_O0 = -1 };

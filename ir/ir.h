@@ -197,6 +197,11 @@ bool ir_verify(Graph *g);
 /* Text format (docs/ir.md): printed and parsed back to identical text. */
 void ir_print(FILE *f, Graph *g);
 Graph *ir_parse(Ctx *c, const SrcFile *file); /* NULL after reporting errors */
+/* A copy of g in g's context through the text format, so the k-th value
+ * of g is the k-th of the copy; `name` is the file name its locations
+ * get.  NULL after reporting errors (none for a verified g) or when out
+ * of memory. */
+Graph *ir_copy(Graph *g, const char *name);
 /* Graphviz: ops as boxes, shapes on edges. */
 void ir_print_dot(FILE *f, Graph *g);
 

@@ -13,6 +13,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -750,4 +751,19 @@ Graph *ir_parse(Ctx *c, const SrcFile *file) {
   if (!p.seen_close) diag_error(c, eof, "missing '}' at the end of graph '%s'", p.g->name);
   if (c->diag.errors != errors_before) return NULL;
   return p.g;
+}
+
+Graph *ir_copy(Graph *g, const char *name) {
+  char *text = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&text, &len);
+  if (!f) return NULL;
+  ir_print(f, g);
+  if (fclose(f) != 0) {
+    free(text);
+    return NULL;
+  }
+  Graph *copy = ir_parse(g->ctx, ctx_add_file(g->ctx, name, text, len));
+  free(text);
+  return copy;
 }

@@ -2,8 +2,9 @@
 # int8 from the command line (docs/quantization.md): the quantization
 # flags of dlcc and dlcc run and their errors, the calibration folder's
 # errors, and with the quantize pass a whole flow on examples/mlp.dl:
-# scales in the IR that each method picks, dlcc run on ref and emu and
-# the model.so giving the same output, --weights used for calibration.
+# scales in the IR that each method picks, on the interpreter and on the
+# compiled model (--calib-backend), dlcc run on ref and emu and the
+# model.so giving the same output, --weights used for calibration.
 set -u
 . "${top_srcdir:-.}/tests/clilib.sh"
 b=${top_builddir:-.}
@@ -42,6 +43,11 @@ for cmd in "" run; do
     "$dlcc" $cmd "$mlp" --calib-samples=0
   expect 1 "dlcc: error: --calibrate needs a folder of sample inputs" "$dlcc" $cmd "$mlp" --calibrate=
   expect 1 "dlcc: error: --quantize takes its value after '=': --quantize=int8" "$dlcc" $cmd "$mlp" --quantize int8
+  expect 1 "dlcc: error: --calib-backend: unknown calibration backend 'gpu' (expected auto, cuda, emu or ref)" \
+    "$dlcc" $cmd "$mlp" --quantize=int8 --calibrate="$tmp" --calib-backend=gpu
+  expect 1 "dlcc: error: --calib-backend=emu is for --quantize=int8" "$dlcc" $cmd "$mlp" --calib-backend=emu
+  expect 1 "dlcc: error: --calib-backend takes its value after '=': --calib-backend=BACKEND" \
+    "$dlcc" $cmd "$mlp" --quantize=int8 --calibrate="$tmp" --calib-backend emu
   # ---- the folder ----
   expect 1 "dlcc: error: calibration folder $tmp/none does not exist" \
     "$dlcc" $cmd "$mlp" --quantize=int8 --calibrate="$tmp/none"
@@ -51,6 +57,9 @@ for cmd in "" run; do
   mkdir -p "$tmp/empty"
   expect 1 "dlcc: error: calibration folder $tmp/empty has no .npy files" \
     "$dlcc" $cmd "$mlp" --quantize=int8 --calibrate="$tmp/empty/"
+  # The folder is checked before any backend starts.
+  expect 1 "dlcc: error: calibration folder $tmp/none does not exist" \
+    "$dlcc" $cmd "$mlp" --quantize=int8 --calibrate="$tmp/none" --calib-backend=emu
 done
 expect 1 "dlcc: error: --weights, --external-weights and --save-temps are for building a library (-o FILE.so); --weights also for calibration (--quantize=int8)" \
   "$dlcc" "$mlp" --weights=w.safetensors
@@ -58,6 +67,7 @@ expect 1 "dlcc: error: --weights, --external-weights and --save-temps are for bu
 grep -q "^  --calibrate=DIR " "$tmp/out" || fail "dlcc --help does not list --calibrate"
 "$dlcc" run --help >"$tmp/out" 2>&1 || fail "dlcc run --help exited $?"
 grep -q "^  --calib-method=M " "$tmp/out" || fail "dlcc run --help does not list --calib-method"
+grep -q "^  --calib-backend=B " "$tmp/out" || fail "dlcc run --help does not list --calib-backend"
 
 "$dlcc" --help | grep -q "^  quantize " && ok || fail "dlcc --help lists no quantize pass"
 
@@ -96,6 +106,44 @@ awk -v s="$x_scale" 'BEGIN { exit !(s > 0.99 / 127 && s <= 1.0 / 127) }' || fail
 # Fewer samples, another range for the hidden layers.
 scales --calib-method=minmax --calib-samples=1 >"$tmp/one"
 cmp -s "$tmp/one" "$tmp/minmax" && fail "--calib-samples=1 changes nothing"
+
+# Calibrated on the compiled model (emu): the interpreter's scales, f32
+# rounding apart, zero points the same.
+alike() {
+  [ "$(wc -l <"$1")" -eq "$(wc -l <"$2")" ] || return 1
+  paste -d ' ' "$1" "$2" | awk '{ n = NF / 2; d = $1 - $(n + 1); if (d < 0) d = -d;
+    m = $1 < 0 ? -$1 : $1; if (d > 1e-6 * m) bad = 1;
+    for (i = 2; i <= n; i++) if ($i != $(n + i)) bad = 1 } END { exit bad }'
+}
+for m in minmax entropy percentile=99.9; do
+  scales --calib-method=$m --calib-backend=ref >"$tmp/on_ref"
+  scales --calib-method=$m --calib-backend=emu >"$tmp/on_emu"
+  alike "$tmp/on_ref" "$tmp/on_emu" && ok ||
+    { fail "--calib-method=$m: emu's scales are not ref's:"; paste "$tmp/on_ref" "$tmp/on_emu"; }
+done
+# auto: the interpreter without a GPU; --stats says where it ran.
+no_gpu="env DLCC_LIBCUDA=/nonexistent/libcuda.so.1"
+stats_backend() { "$@" --stats 2>&1 >/dev/null | awk '$2 == "calibrate:" && $3 == "backend" { print $1 }'; }
+[ "$(stats_backend $no_gpu "$dlcc" "$mlp" --quantize=int8 --calibrate="$tmp/calib")" = ref ] && ok ||
+  fail "--calib-backend=auto does not calibrate on ref without a GPU"
+[ "$(stats_backend "$dlcc" "$mlp" --quantize=int8 --calibrate="$tmp/calib" --calib-backend=emu)" = emu ] && ok ||
+  fail "--calib-backend=emu does not calibrate on emu"
+expect_sub 1 "dlcc: error: calibration cannot run on cuda: cannot load /nonexistent/libcuda.so.1 (no NVIDIA driver on this machine)" \
+  $no_gpu "$dlcc" "$mlp" --quantize=int8 --calibrate="$tmp/calib" --calib-backend=cuda
+# A sample of the wrong shape: the same message on emu.
+expect 1 "dlcc: error: $tmp/bad/2.npy: f32[2, 784] does not match input 'x' f32[8, 784]" \
+  "$dlcc" "$mlp" --quantize=int8 --calibrate="$tmp/bad" --calib-backend=emu
+# An activation that is not finite: its source line, on either backend.
+printf 'model logs(x: f32[8, 784]) -> f32[8, 10] {\n  return linear(log(x), 10) as fc\n}\n' >"$tmp/logs.dl"
+for b in ref emu; do
+  expect_sub 1 "calibration needs finite activations" \
+    "$dlcc" "$tmp/logs.dl" --quantize=int8 --calibrate="$tmp/calib" --calib-backend=$b
+  cp "$tmp/err" "$tmp/logs_$b.err"
+done
+grep -q "^$tmp/logs.dl:2:.*: error: calibration on $tmp/calib/1.npy: %[0-9]* (log) computes NaN at element" "$tmp/logs_ref.err" &&
+  ok || { fail "log of a negative sample is not named by its source line:"; cat "$tmp/logs_ref.err"; }
+cmp -s "$tmp/logs_ref.err" "$tmp/logs_emu.err" && ok ||
+  { fail "a NaN activation is reported otherwise on emu:"; cat "$tmp/logs_ref.err" "$tmp/logs_emu.err"; }
 
 # dlcc run on ref and emu, and the model.so, agree exactly.
 q="--quantize=int8 --calibrate=$tmp/calib"

@@ -4,6 +4,9 @@
  * histogram, the method names, and api_calibrate on small IR graphs over
  * sample folders: one input, several inputs matched by name order, the
  * sample cap, and every folder and sample error with its exact message.
+ * The same folders, errors and ranges on the compiled model (emu; cuda
+ * over tests/fake_cuda.c for the choice auto makes), and LeNet and the
+ * MLP calibrated on emu against the interpreter, method by method.
  * Then the compiler API's options: their errors, calibration with the
  * weights named at compile or the random ones of calibrate_seed. */
 #include <check.h>
@@ -15,6 +18,8 @@
 #include <unistd.h>
 
 #include "api/calibrate.h"
+#include "codegen/codegen.h"
+#include "config.h"
 #include "dlcc.h"
 #include "frontend/ast.h"
 #include "ir/eval.h"
@@ -466,11 +471,15 @@ static void expect_error(Fixture *f, ApiCalibration *cal, int id, const char *wa
   ck_assert_str_eq(diag_text(&f->ctx), want);
 }
 
+/* The backends every folder and sample test runs on: the messages do
+ * not depend on where the model runs. */
+static const CalibBackend backends[] = {CALIB_ON_REF, CALIB_ON_EMU};
+
 START_TEST(folder_errors) {
   Fixture f;
   fixture(&f, one_input);
   char want[512], path[128];
-  ApiCalibration cal = {.method = {CALIB_MINMAX, 0}};
+  ApiCalibration cal = {.method = {CALIB_MINMAX, 0}, .backend = backends[_i]};
 
   snprintf(path, sizeof path, "%s/nope", f.dir);
   cal.dir = path;
@@ -498,7 +507,7 @@ START_TEST(sample_errors) {
   Fixture f;
   fixture(&f, one_input);
   char want[512];
-  ApiCalibration cal = {.method = {CALIB_MINMAX, 0}};
+  ApiCalibration cal = {.method = {CALIB_MINMAX, 0}, .backend = backends[_i]};
   const float good[] = {1, 2, 3, 4, 5, 6};
   write_f32(in_dir(&f, "0.npy"), 2, dims23, good);
 
@@ -556,7 +565,7 @@ START_TEST(several_input_errors) {
   Tensor wt = f32_tensor(3, w);
   const char *names[] = {"w"};
   TensorMap params = {1, names, &wt};
-  ApiCalibration cal = {.method = {CALIB_MINMAX, 0}, .params = &params};
+  ApiCalibration cal = {.method = {CALIB_MINMAX, 0}, .params = &params, .backend = backends[_i]};
 
   /* Files at the top are not enough for two inputs. */
   write3(&f, "0.npy", 1, 2, 3);
@@ -580,13 +589,17 @@ START_TEST(several_input_errors) {
            f.dir, f.dir, f.dir);
   expect_error(&f, &cal, 3, want);
 
-  /* Evaluation fails without the weights: the sample and the reason. */
+  /* Evaluation fails without the weights: the sample and the reason;
+   * the compiled model needs them before the first sample. */
   write3(&f, "b/1.npy", 1, 2, 3);
   cal.params = NULL;
   double amax[1];
   diag_clear(&f.ctx);
   ck_assert(!calibrate(&f, &cal, 1, (int[]){3}, amax));
-  snprintf(want, sizeof want, "dlcc: error: calibration on %s/a/0.npy, %s/b/0.npy: ", f.dir, f.dir);
+  if (cal.backend == CALIB_ON_REF)
+    snprintf(want, sizeof want, "dlcc: error: calibration on %s/a/0.npy, %s/b/0.npy: ", f.dir, f.dir);
+  else
+    snprintf(want, sizeof want, "dlcc: error: calibration on emu: no weights for 'w'\n");
   ck_assert_msg(strncmp(diag_text(&f.ctx), want, strlen(want)) == 0, "%s", diag_text(&f.ctx));
   ck_assert_msg(strstr(diag_text(&f.ctx), "'w'") != NULL, "%s", diag_text(&f.ctx));
   fixture_free(&f);
@@ -606,7 +619,7 @@ START_TEST(activation_not_finite) {
   fixture(&f, logs);
   const float x[] = {1, 2, 0, 4};
   write_f32(in_dir(&f, "s.npy"), 1, (int64_t[]){4}, x);
-  ApiCalibration cal = {.method = {CALIB_MINMAX, 0}};
+  ApiCalibration cal = {.method = {CALIB_MINMAX, 0}, .backend = backends[_i]};
   double amax[1];
   ck_assert(!calibrate(&f, &cal, 1, (int[]){1}, amax));
   char want[512];
@@ -615,6 +628,251 @@ START_TEST(activation_not_finite) {
            "finite activations\n",
            f.dir);
   ck_assert_str_eq(diag_text(&f.ctx), want);
+  fixture_free(&f);
+}
+END_TEST
+
+
+/* ---- on the compiled model ---- */
+
+/* The folder tests' ranges on emu, compiled at -O2 (x * 2 and relu(x)
+ * fuse; both must be stored), and the ranges of zeros. */
+START_TEST(device_ranges_on_ir) {
+  Fixture f;
+  fixture(&f, one_input);
+  const float a[] = {1, -2, 0.5f, 0, 0, 0}, b[] = {-0.25f, 3, -7, 1, 1, 1}, c[] = {9, 9, 9, 9, 9, -9};
+  write_f32(in_dir(&f, "a.npy"), 2, dims23, a);
+  write_f32(in_dir(&f, "b.npy"), 2, dims23, b);
+  write_f32(in_dir(&f, "c.npy"), 2, dims23, c);
+  PassOptions o2 = {.opt_level = 2};
+  ApiCalibration cal = {.method = {CALIB_MINMAX, 0}, .backend = CALIB_ON_EMU, .passes = &o2};
+  double amax[3];
+  ck_assert_msg(calibrate(&f, &cal, 3, (int[]){0, 2, 3}, amax), "%s", diag_text(&f.ctx));
+  ck_assert_str_eq(cal.ran_on, "emu");
+  ck_assert_msg(amax[0] == 9 && amax[1] == 18 && amax[2] == 9, "%g %g %g", amax[0], amax[1], amax[2]);
+  ck_assert_int_eq(cal.n_samples, 3);
+  /* The cap, and a value asked for twice, out of graph order. */
+  cal = (ApiCalibration){.method = {CALIB_MINMAX, 0}, .max_samples = 2, .backend = CALIB_ON_EMU};
+  ck_assert_msg(calibrate(&f, &cal, 3, (int[]){3, 2, 3}, amax), "%s", diag_text(&f.ctx));
+  ck_assert(amax[0] == 3 && amax[1] == 14 && amax[2] == 3);
+  fixture_free(&f);
+
+  fixture(&f, one_input);
+  const float neg[] = {-1, -2, -0.5f, 0, -3, -1};
+  write_f32(in_dir(&f, "0.npy"), 2, dims23, neg);
+  for (int m = CALIB_MINMAX; m <= CALIB_ENTROPY; m++) {
+    double ref[2], emu[2];
+    cal = (ApiCalibration){.method = {(CalibMethodKind)m, 99.99}};
+    ck_assert_msg(calibrate(&f, &cal, 2, (int[]){3, 0}, ref), "%s", diag_text(&f.ctx));
+    cal.backend = CALIB_ON_EMU;
+    ck_assert_msg(calibrate(&f, &cal, 2, (int[]){3, 0}, emu), "%s", diag_text(&f.ctx));
+    ck_assert(emu[0] == 0 && ref[0] == 0);
+    ck_assert_msg(emu[1] == ref[1], "method %d: emu %g, ref %g", m, emu[1], ref[1]);
+  }
+  fixture_free(&f);
+}
+END_TEST
+
+/* auto: the interpreter without a GPU; cuda when one answers (here the
+ * fake driver, whose kernels do not run: only the input, which the plan
+ * copies, is asked for).  cuda without a GPU is an error. */
+START_TEST(auto_and_cuda) {
+  Fixture f;
+  fixture(&f, one_input);
+  const float c[] = {9, 9, 9, 9, 9, -9};
+  write_f32(in_dir(&f, "c.npy"), 2, dims23, c);
+  setenv("DLCC_LIBCUDA", "/nonexistent/libcuda.so.1", 1);
+  ApiCalibration cal = {.method = {CALIB_MINMAX, 0}, .backend = CALIB_ON_AUTO};
+  double amax[1];
+  ck_assert_msg(calibrate(&f, &cal, 1, (int[]){2}, amax), "%s", diag_text(&f.ctx));
+  ck_assert_str_eq(cal.ran_on, "ref");
+  ck_assert(amax[0] == 18);
+  cal.backend = CALIB_ON_CUDA;
+  diag_clear(&f.ctx);
+  ck_assert(!calibrate(&f, &cal, 1, (int[]){2}, amax));
+  const char *want = "dlcc: error: calibration cannot run on cuda: cannot load /nonexistent/libcuda.so.1 (no "
+                     "NVIDIA driver on this machine)";
+  ck_assert_msg(strncmp(diag_text(&f.ctx), want, strlen(want)) == 0, "%s", diag_text(&f.ctx));
+  ck_assert_msg(strstr(diag_text(&f.ctx), "; the ref backend (--calib-backend=ref) calibrates on the reference "
+                                          "interpreter\n"),
+                "%s", diag_text(&f.ctx));
+#ifdef HAVE_CUDA
+  const char *b_dir = getenv("top_builddir");
+  char fake[4096];
+  snprintf(fake, sizeof fake, "%s/tests/.libs/libfakecuda.so", b_dir ? b_dir : ".");
+  if (access(fake, R_OK) == 0) {
+    setenv("DLCC_LIBCUDA", fake, 1);
+    cal.backend = CALIB_ON_AUTO;
+    diag_clear(&f.ctx);
+    ck_assert_msg(calibrate(&f, &cal, 1, (int[]){0}, amax), "%s", diag_text(&f.ctx));
+    ck_assert_str_eq(cal.ran_on, "cuda");
+    ck_assert(amax[0] == 9);
+  }
+#endif
+  unsetenv("DLCC_LIBCUDA");
+  fixture_free(&f);
+}
+END_TEST
+
+static const char *srcdir(void) {
+  const char *s = getenv("top_srcdir");
+  return s ? s : ".";
+}
+
+/* examples/NAME lowered to its f32 graph in c. */
+static Graph *load_example(Ctx *c, const char *name) {
+  char path[512];
+  snprintf(path, sizeof path, "%s/examples/%s", srcdir(), name);
+  const SrcFile *file = ctx_load_file(c, path);
+  ck_assert_msg(file != NULL, "%s", diag_text(c));
+  Program *p = fe_parse(c, file);
+  ck_assert_msg(p != NULL, "%s", diag_text(c));
+  LowerOptions lo = {0};
+  Graph *g = fe_lower(c, p, &lo);
+  ck_assert_msg(g && ir_verify(g), "%s", diag_text(c));
+  return g;
+}
+
+/* Runs the model's -O2 int8 pipeline with calibrate and prints the
+ * quantized graph (malloc'd). */
+static char *quantized_ir(const char *name, PassCalibrateFn calibrate_fn, ApiCalibration *cal, void *ud) {
+  Ctx c;
+  ctx_init(&c);
+  Graph *g = load_example(&c, name);
+  PassOptions po = {.opt_level = 2, .quantize_int8 = true, .calibrate = calibrate_fn, .calibrate_ud = ud};
+  cal->passes = &po;
+  ck_assert_msg(pass_run_pipeline(g, &po, NULL), "%s", diag_text(&c));
+  char *text = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&text, &len);
+  ir_print(f, g);
+  fclose(f);
+  cal->passes = NULL;
+  ctx_free(&c);
+  return text;
+}
+
+/* The ranges every method picks, on the interpreter and on emu, for the
+ * same samples: f32 rounding apart (the interpreter accumulates in
+ * double).  Answers with the interpreter's default ranges. */
+typedef struct BothBackends {
+  ApiCalibration *ref, *emu;
+  double worst; /* largest relative difference of an amax */
+  int ranges;   /* amax values compared */
+} BothBackends;
+
+static double rel_diff(double a, double b) {
+  double m = fmax(fabs(a), fabs(b));
+  return m > 0 ? fabs(a - b) / m : 0;
+}
+
+static bool calibrate_both(void *ud, Graph *g, int n, const Value *const *values, double *amax) {
+  BothBackends *both = ud;
+  static const CalibMethod methods[] = {
+      {CALIB_MINMAX, 0}, {CALIB_PERCENTILE, 99.99}, {CALIB_PERCENTILE, 99.9}, {CALIB_ENTROPY, 0}};
+  double *emu = calloc((size_t)n, sizeof *emu);
+  for (size_t m = 0; m < sizeof methods / sizeof *methods; m++) {
+    both->ref->method = both->emu->method = methods[m];
+    ck_assert_msg(api_calibrate(both->ref, g, n, values, amax), "%s", diag_text(g->ctx));
+    ck_assert_msg(api_calibrate(both->emu, g, n, values, emu), "%s", diag_text(g->ctx));
+    ck_assert_str_eq(both->ref->ran_on, "ref");
+    ck_assert_str_eq(both->emu->ran_on, "emu");
+    for (int k = 0; k < n; k++) {
+      double d = rel_diff(amax[k], emu[k]);
+      ck_assert_msg(d <= 1e-6, "method %zu, %%%d: ref %.9g, emu %.9g", m, values[k]->id, amax[k], emu[k]);
+      ck_assert(amax[k] > 0);
+      both->worst = fmax(both->worst, d);
+      both->ranges++;
+    }
+  }
+  free(emu);
+  both->ref->method = api_calib_default_method();
+  return api_calibrate(both->ref, g, n, values, amax);
+}
+
+/* a and b alike but for numbers that differ by at most rel, and the
+ * spaces that align the comments after them. */
+static void expect_alike(const char *a, const char *b, double rel) {
+  size_t i = 0, j = 0, numbers = 0;
+  while (a[i] && b[j]) {
+    if (a[i] == b[j]) {
+      i++, j++;
+      continue;
+    }
+    size_t back = 0; /* to the start of the number they differ in */
+    while (back < i && strchr("0123456789.eE+-", a[i - back - 1])) back++;
+    char *end_a, *end_b;
+    double x = strtod(a + i - back, &end_a), y = strtod(b + j - back, &end_b);
+    if (end_a >= a + i && end_b >= b + j && (end_a > a + i || end_b > b + j)) {
+      ck_assert_msg(rel_diff(x, y) <= rel, "%.17g and %.17g differ by more than %g at:\n%.80s", x, y, rel,
+                    a + i - back);
+      i = (size_t)(end_a - a), j = (size_t)(end_b - b);
+      numbers++;
+      continue;
+    }
+    ck_assert_msg(a[i] == ' ' || b[j] == ' ', "the int8 graphs differ other than in a number at:\n%.80s\n%.80s",
+                  a + i, b + j);
+    while (a[i] == ' ') i++;
+    while (b[j] == ' ') j++;
+  }
+  ck_assert_msg(!a[i] && !b[j], "one int8 graph is longer");
+  if (getenv("DLCC_TEST_VERBOSE")) printf("int8 graphs: %zu numbers differ\n", numbers);
+}
+
+typedef struct ExampleCase {
+  const char *file;
+  int samples;
+} ExampleCase;
+static const ExampleCase example_cases[] = {{"lenet.dl", 8}, {"mlp.dl", 4}};
+enum { N_EXAMPLES = (int)(sizeof example_cases / sizeof *example_cases) };
+
+/* LeNet and the MLP, random weights, U(-1, 1) samples: every method's
+ * ranges on emu are the interpreter's within f32 rounding, and the int8
+ * graphs the two calibrate are the same but for scales within 1e-6. */
+START_TEST(examples_match_ref) {
+  const ExampleCase *ex = &example_cases[_i];
+  Fixture f;
+  fixture(&f, one_input); /* for its folder */
+  Ctx c;
+  ctx_init(&c);
+  Graph *g = load_example(&c, ex->file);
+  TensorMap params;
+  char err[512];
+  ck_assert_msg(ir_init_params(g, 1, IR_INIT_RANDOM, &params, err, sizeof err), "%s", err);
+  const TensorType *x = NULL;
+  for (Node *n = g->first; n && !x; n = n->next)
+    if (n->op == OP_INPUT) x = &n->out[0].type;
+  int64_t numel = ir_type_numel(x);
+  float *data = malloc(sizeof(float) * (size_t)numel);
+  rng_state = 5;
+  for (int k = 0; k < ex->samples; k++) {
+    for (int64_t i = 0; i < numel; i++) data[i] = (float)(2 * uniform01() - 1);
+    char name[32];
+    snprintf(name, sizeof name, "%02d.npy", k);
+    write_f32(in_dir(&f, name), x->rank, x->dims, data);
+  }
+  free(data);
+  ctx_free(&c);
+
+  ApiCalibration ref = {.dir = f.dir, .params = &params, .backend = CALIB_ON_REF};
+  ApiCalibration emu = {.dir = f.dir, .params = &params, .backend = CALIB_ON_EMU};
+  BothBackends both = {.ref = &ref, .emu = &emu};
+  char *checked = quantized_ir(ex->file, calibrate_both, &emu, &both);
+  ck_assert_int_eq(both.ranges % 4, 0);
+  ck_assert_int_ge(both.ranges, 4 * 3);
+  if (getenv("DLCC_TEST_VERBOSE"))
+    printf("%s: %d ranges, emu off the interpreter by %.3g at most\n", ex->file, both.ranges, both.worst);
+
+  ref.method = emu.method = api_calib_default_method();
+  char *on_ref = quantized_ir(ex->file, api_calibrate, &ref, &ref);
+  char *on_emu = quantized_ir(ex->file, api_calibrate, &emu, &emu);
+  ck_assert_str_eq(checked, on_ref);
+  ck_assert(strstr(on_ref, "quantize") != NULL);
+  expect_alike(on_ref, on_emu, 1e-6);
+  free(checked);
+  free(on_ref);
+  free(on_emu);
+  ir_tensor_map_free(&params);
   fixture_free(&f);
 }
 END_TEST
@@ -657,6 +915,12 @@ START_TEST(api_option_errors) {
   expect_options_error(&(dlc_options){.quantize = "int8", .calibrate_dir = "/tmp", .calib_samples = -1},
                        DLC_ERR_ARGUMENT, "dlcc: error: calib_samples is -1; it counts samples (0: all)\n");
   expect_options_error(&(dlc_options){.weights = "/nonexistent/w.safetensors"}, DLC_ERR_WEIGHTS, NULL);
+  expect_options_error(&(dlc_options){.calib_backend = "emu"}, DLC_ERR_ARGUMENT,
+                       "dlcc: error: calib_backend is for quantize \"int8\"\n");
+  expect_options_error(&(dlc_options){.quantize = "int8", .calibrate_dir = "/tmp", .calib_backend = "gpu"},
+                       DLC_ERR_ARGUMENT,
+                       "dlcc: error: calib_backend: unknown calibration backend 'gpu' (expected auto, cuda, emu "
+                       "or ref)\n");
 }
 END_TEST
 
@@ -739,6 +1003,18 @@ START_TEST(api_quantize) {
   ck_assert(memcmp(y8, yfile, sizeof y8) == 0);
   /* Seed 0's weights calibrate other ranges. */
   ck_assert(memcmp(y8, y0, sizeof y8) != 0);
+  /* Calibrated on emu: the same int8 model but for f32 rounding in the
+   * scales; the interpreter runs both. */
+  float yemu[8], yref[8];
+  run_small(&(dlc_options){.quantize = "int8", .calibrate_dir = f.dir, .calibrate_seed = 3, .calib_backend = "emu"},
+            3, x, yemu);
+  run_small(&(dlc_options){.quantize = "int8", .calibrate_dir = f.dir, .calibrate_seed = 3, .calib_backend = "ref"},
+            3, x, yref);
+  ck_assert(memcmp(y8, yref, sizeof y8) == 0);
+  double emu_err = 0;
+  for (int i = 0; i < 8; i++) emu_err = fmax(emu_err, fabs(yemu[i] - y8[i]));
+  if (getenv("DLCC_TEST_VERBOSE")) printf("api: calibrated on emu, off ref-calibrated by %g\n", emu_err);
+  ck_assert_msg(emu_err <= 1e-5 * scale, "calibrated on emu, off by %g", emu_err);
   /* A calibration error comes back as a compile error with its message. */
   dlc_model *m;
   char want[256];
@@ -772,10 +1048,17 @@ static Suite *calibrate_suite(void) {
   tcase_add_test(t, one_input_subfolder);
   tcase_add_test(t, zero_activation);
   tcase_add_test(t, several_inputs);
-  tcase_add_test(t, folder_errors);
-  tcase_add_test(t, sample_errors);
-  tcase_add_test(t, several_input_errors);
-  tcase_add_test(t, activation_not_finite);
+  int n_backends = (int)(sizeof backends / sizeof *backends);
+  tcase_add_loop_test(t, folder_errors, 0, n_backends);
+  tcase_add_loop_test(t, sample_errors, 0, n_backends);
+  tcase_add_loop_test(t, several_input_errors, 0, n_backends);
+  tcase_add_loop_test(t, activation_not_finite, 0, n_backends);
+  suite_add_tcase(s, t);
+  t = tcase_create("compiled");
+  tcase_set_timeout(t, 120);
+  tcase_add_test(t, device_ranges_on_ir);
+  tcase_add_test(t, auto_and_cuda);
+  tcase_add_loop_test(t, examples_match_ref, 0, N_EXAMPLES);
   suite_add_tcase(s, t);
   t = tcase_create("api");
   tcase_add_test(t, api_option_errors);
