@@ -572,6 +572,56 @@ START_TEST(test_legacy_broadcast) {
 }
 END_TEST
 
+/* A plain RNN, hidden 1 and input 1 (W = 2, R = 0.5, no bias): h_t =
+ * act(2 x_t + 0.5 h_{t-1}), imported step by step. */
+static Model *rnn_model(int64_t T, const char *activation) {
+  Model *b = model_new(14);
+  int64_t xd[3] = {T, 1, 1}, wd[3] = {1, 1, 1};
+  add_input(b, "x", 3, xd);
+  add_init_f32(b, "W", 3, wd, 1, (const float[]){2});
+  add_init_f32(b, "R", 3, wd, 1, (const float[]){0.5f});
+  Onnx__NodeProto *n = add_node(b, "RNN", "x,W,R", "Y");
+  attr_i(n, "hidden_size", 1);
+  if (activation) {
+    Onnx__AttributeProto *a = attr(n, "activations", ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__STRINGS);
+    a->n_strings = 1;
+    a->strings = mem(sizeof *a->strings);
+    a->strings[0].data = (uint8_t *)str(activation);
+    a->strings[0].len = strlen(activation);
+  }
+  add_output(b, "Y");
+  return b;
+}
+
+START_TEST(test_rnn_unrolled) {
+  int64_t xd[3] = {3, 1, 1};
+  const float x[3] = {0.5f, -1, 0.25f};
+  const char *acts[2] = {NULL, "Relu"};
+  for (int k = 0; k < 2; k++) {
+    Graph *g = must_import(rnn_model(3, acts[k]));
+    ck_assert_ptr_null(first_op(g, OP_LSTM));
+    ck_assert_ptr_null(first_op(g, OP_GRU));
+    Tensor y = run1(g, "x", 3, xd, x);
+    double h = 0;
+    for (int t = 0; t < 3; t++) {
+      double pre = 2 * x[t] + 0.5 * h;
+      h = k ? fmax(pre, 0) : tanh(pre);
+      ck_assert_double_eq_tol(ir_tensor_get(&y, t), h, 1e-6);
+    }
+    ir_tensor_free(&y);
+  }
+  expect_error(import(rnn_model(3, "Frobnicate")), "(RNN): activation 'Frobnicate' is not supported");
+  diag_clear(&ctx);
+  expect_error(import(rnn_model(1100, NULL)), "(RNN): unrolled, this is 1100 steps, more than dlcc unrolls (1024)");
+  diag_clear(&ctx);
+  Model *b = rnn_model(3, NULL);
+  add_init_i64(b, "lens", 1, (const int64_t[]){4});
+  b->nodes[0]->input = names("x,W,R,,lens", &b->nodes[0]->n_input);
+  expect_error(import(b), "(RNN): sequence_lens entry 0 is 4, not in [1, 3]");
+  diag_clear(&ctx);
+}
+END_TEST
+
 /* ---- bad input ---- */
 
 static Model *relu_model(void) {
@@ -808,6 +858,7 @@ static Suite *onnx_suite(void) {
   tcase_add_test(tc, test_gelu_opset20);
   tcase_add_test(tc, test_pad_modes);
   tcase_add_test(tc, test_legacy_broadcast);
+  tcase_add_test(tc, test_rnn_unrolled);
   tcase_add_test(tc, test_not_protobuf);
   tcase_add_test(tc, test_truncated);
   tcase_add_test(tc, test_missing_file);

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Whole models through ONNX: builds a ResNet-18-like CNN, a stacked LSTM/GRU
-and a transformer encoder layer with onnx.helper (random weights as
+"""Whole models through ONNX: builds a ResNet-18-like CNN, a stacked LSTM/GRU,
+the recurrent variants dlcc unrolls and a transformer encoder layer with onnx.helper (random weights as
 initializers), runs each with onnxruntime and with `dlcc run` (reference
 interpreter and emu), and compares the outputs (rtol 1e-4, atol 1e-4 of the
 output's largest magnitude).  Exits 77 when onnx, onnxruntime or numpy is
@@ -125,6 +125,40 @@ def recurrent():
     return m, {"seq": rng.standard_normal((T, N, I)).astype(np.float32)}, []
 
 
+def unrolled():
+    """The recurrent nodes dlcc imports step by step (frontend/onnx.c,
+    unroll_rnn): a bidirectional GRU with linear_before_reset=0, a runtime
+    initial state and sequence lengths; a reverse LSTM with peepholes, clip,
+    HardSigmoid gates and nonzero initial states; a bidirectional RNN with
+    Relu one way and Tanh the other."""
+    b = Builder()
+    T, N, I, H = 5, 3, 4, 6
+    lens = b.init("lens", np.array([5, 2, 4], dtype=np.int32))
+    g, _ = b.op("GRU", ["seq", b.weight("gru.W", 2, 3 * H, I), b.weight("gru.R", 2, 3 * H, H),
+                        b.weight("gru.B", 2, 6 * H), lens, "h0"],
+                outs=[b.name("gru"), "gru_h"], hidden_size=H, direction="bidirectional")
+    g = b.op("Transpose", [g], perm=[0, 2, 1, 3])  # [T, N, 2, H]
+    g = b.op("Reshape", [g, b.init("shape", np.array([0, 0, -1], dtype=np.int64))])
+    state = lambda name: b.init(name, rng.uniform(-0.5, 0.5, (1, N, H)).astype(np.float32))
+    b.op("LSTM", [g, b.weight("lstm.W", 1, 4 * H, 2 * H), b.weight("lstm.R", 1, 4 * H, H),
+                  b.weight("lstm.B", 1, 8 * H), "", state("lstm.h0"), state("lstm.c0"),
+                  b.weight("lstm.P", 1, 3 * H, scale=0.5)],
+         outs=["lstm_y", "", "lstm_c"], hidden_size=H, direction="reverse", clip=0.1,
+         activations=["HardSigmoid", "Tanh", "Tanh"], activation_alpha=[0.3], activation_beta=[0.45])
+    y = b.op("Squeeze", ["lstm_y", b.init("axes", np.array([1], dtype=np.int64))])
+    b.op("RNN", [y, b.weight("rnn.W", 2, H, H), b.weight("rnn.R", 2, H, H), b.weight("rnn.B", 2, 2 * H)],
+         outs=["rnn_y", "rnn_h"], hidden_size=H, direction="bidirectional", activations=["Relu", "Tanh"])
+    f = TensorProto.FLOAT
+    m = b.model("unrolled", [helper.make_tensor_value_info("seq", f, [T, N, I]),
+                             helper.make_tensor_value_info("h0", f, [2, N, H])],
+                [helper.make_tensor_value_info("gru_h", f, [2, N, H]),
+                 helper.make_tensor_value_info("lstm_c", f, [1, N, H]),
+                 helper.make_tensor_value_info("rnn_y", f, [T, 2, N, H]),
+                 helper.make_tensor_value_info("rnn_h", f, [2, N, H])])
+    return m, {"seq": rng.standard_normal((T, N, I)).astype(np.float32),
+               "h0": rng.uniform(-0.5, 0.5, (2, N, H)).astype(np.float32)}, []
+
+
 def encoder():
     """Token embedding plus positions, then one post-norm transformer
     encoder layer as PyTorch exports it: the head split is a Reshape whose
@@ -180,7 +214,7 @@ def main():
     tmp = args.keep or tempfile.mkdtemp(prefix="dlcc-onnx-models-")
     os.makedirs(tmp, exist_ok=True)
     failures = 0
-    for build in (resnet, recurrent, encoder):
+    for build in (resnet, recurrent, unrolled, encoder):
         model, feeds, extra = build()
         path = os.path.join(tmp, model.graph.name + ".onnx")
         onnx.save(model, path)
