@@ -21,7 +21,7 @@
 #include "passes/pass.h"
 
 static_assert((int)DLC_F32 == (int)TY_F32 && (int)DLC_BF16 == (int)TY_BF16 &&
-                  (int)DLC_I64 == (int)TY_I64,
+                  (int)DLC_I64 == (int)TY_I64 && (int)DLC_BOOL == (int)TY_BOOL,
               "dlc_dtype follows DType");
 static_assert((int)DLC_MAX_RANK == (int)DL_MAX_RANK, "one rank limit");
 

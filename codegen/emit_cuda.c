@@ -27,6 +27,8 @@ static const char helpers[] =
     "  return v.f;\n"
     "}\n"
     "__device__ __forceinline__ float dl_relu(float x) { return x > 0.0f || x != x ? x : 0.0f; }\n"
+    "__device__ __forceinline__ bool dl_isnan(float x) { return x != x; }\n"
+    "__device__ __forceinline__ bool dl_isinf(float x) { return fabsf(x) == dl_inf(); }\n"
     "__device__ __forceinline__ float dl_leaky_relu(float x, float a) { return x >= 0.0f ? x : x * a; }\n"
     "__device__ __forceinline__ float dl_clip(float x, float lo, float hi) {\n"
     "  return x != x ? x : x < lo ? lo : x > hi ? hi : x;\n"
@@ -149,6 +151,7 @@ static const char *ctype(const Kernel *k, DType dt) {
     case TY_I8: return "signed char";
     case TY_I32: return "int";
     case TY_I64: return "long long";
+    case TY_BOOL: return "bool";
     case TY_COUNT: return k->index == TY_I64 ? "long long" : "int"; /* KT_INDEX */
   }
   return "int";
@@ -365,9 +368,36 @@ static void op_float(Out *o, const KExpr *e) {
   }
 }
 
+/* The tests and logic, as C++ bools; halves compare as floats, which is
+ * exact. */
+static void op_logic(Out *o, const KExpr *e) {
+  const KExpr *a = e->a[0], *b = e->a[1];
+  switch (e->op) {
+    case OP_EQUAL: finfix(o, "==", a, b); return;
+    case OP_NOT_EQUAL: finfix(o, "!=", a, b); return;
+    case OP_LESS: finfix(o, "<", a, b); return;
+    case OP_LESS_EQUAL: finfix(o, "<=", a, b); return;
+    case OP_GREATER: finfix(o, ">", a, b); return;
+    case OP_GREATER_EQUAL: finfix(o, ">=", a, b); return;
+    case OP_ISNAN: fcall1(o, "dl_isnan", a); return;
+    case OP_ISINF: fcall1(o, "dl_isinf", a); return;
+    case OP_LOGICAL_NOT: fputs("(!", o->f), expr(o, a), fputc(')', o->f); return;
+    case OP_LOGICAL_AND: infix(o, "&&", a, b); return;
+    case OP_LOGICAL_OR: infix(o, "||", a, b); return;
+    case OP_LOGICAL_XOR: infix(o, "!=", a, b); return;
+    default: dl_internal(o->k->ctx, "%s is not a logic op", ir_ops[e->op].name);
+  }
+}
+
 static void cast(Out *o, const KExpr *e) {
   DType from = e->a[0]->dtype, to = e->dtype;
   const Kernel *k = o->k;
+  if (to == TY_BOOL) { /* nonzero, NaN too, is true */
+    fputc('(', o->f);
+    fexpr(o, e->a[0]);
+    fputs(" != 0)", o->f);
+    return;
+  }
   if (ir_dtype_is_float(from) && from != KT_INDEX && !ir_dtype_is_float(to)) {
     DType t = to == KT_INDEX ? k->index : to;
     fcall1(o, t == TY_I8 ? "dl_f2i8" : t == TY_I32 ? "dl_f2i32" : "dl_f2i64", e->a[0]);
@@ -440,6 +470,8 @@ static void expr(Out *o, const KExpr *e) {
     case KE_OP:
       if (e->op == OP_QUANTIZE || e->op == OP_DEQUANTIZE) {
         op_quant(o, e);
+      } else if (cg_is_logic_op(e->op)) {
+        op_logic(o, e);
       } else if (is_half(e->dtype)) {
         fputs(e->dtype == TY_F16 ? "__float2half_rn(" : "__float2bfloat16_rn(", o->f);
         op_float(o, e);

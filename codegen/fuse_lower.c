@@ -219,6 +219,11 @@ static KExpr *elementwise(Eval *E, const Node *n, Site *s) {
     KExpr *y = cg_kop2(k, OP_DIV, cg_kop2(k, OP_SUB, x, mean), den);
     return cg_kcast(k, cg_kop2(k, OP_ADD, cg_kop2(k, OP_MUL, y, w), bias), t->dtype);
   }
+  if (cg_is_logic_op(n->op)) {
+    KExpr *in[3];
+    for (int i = 0; i < n->n_in; i++) in[i] = eval(E, n->in[i], s);
+    return cg_klogic(k, n, in);
+  }
   KExpr *x = eval(E, n->in[0], s);
   if (n->op == OP_QUANTIZE || n->op == OP_DEQUANTIZE)
     return cg_kquant(k, n, x, n->n_in == 2 ? eval(E, n->in[1], s) : NULL);
@@ -411,6 +416,10 @@ static bool member_types_ok(const Node *n) {
   bool floats_out = ir_dtype_is_float(out), floats = floats_out;
   for (int j = 0; j < n->n_in; j++) floats = floats && ir_dtype_is_float(n->in[j]->type.dtype);
   if (floats) return true;
+  /* bools: the tests, logic and where on any dtype, casts to and from
+   * bool, index moves of bools */
+  if (cg_is_logic_op(n->op) || (n->op == OP_CAST && (in0 == TY_BOOL || out == TY_BOOL))) return true;
+  if (ir_ops[n->op].cls == K_MOVE && in0 == TY_BOOL) return true;
   switch (n->op) {
     case OP_QUANTIZE: return true;
     case OP_DEQUANTIZE: return in0 == TY_I8 || in0 == TY_I32;

@@ -186,7 +186,7 @@ static int64_t saturate(double v, DType dt) {
 KExpr *cg_kimm(Kernel *k, double v, DType dt) {
   if (!ir_dtype_is_float(dt)) {
     KExpr *e = new_expr(k, KE_INT, dt);
-    e->i = saturate(v, dt);
+    e->i = dt == TY_BOOL ? v != 0 : saturate(v, dt); /* a bool is 1 for any nonzero, NaN too */
     return e;
   }
   KExpr *e = new_expr(k, KE_FLOAT, dt);
@@ -311,6 +311,34 @@ KExpr *cg_kop2(Kernel *k, OpKind op, KExpr *a, KExpr *b) {
   e->op = op;
   e->a[0] = a;
   e->a[1] = b;
+  return e;
+}
+
+bool cg_is_logic_op(OpKind op) {
+  switch (op) {
+    case OP_EQUAL:
+    case OP_NOT_EQUAL:
+    case OP_LESS:
+    case OP_LESS_EQUAL:
+    case OP_GREATER:
+    case OP_GREATER_EQUAL:
+    case OP_ISNAN:
+    case OP_ISINF:
+    case OP_LOGICAL_NOT:
+    case OP_LOGICAL_AND:
+    case OP_LOGICAL_OR:
+    case OP_LOGICAL_XOR:
+    case OP_WHERE: return true;
+    default: return false;
+  }
+}
+
+KExpr *cg_klogic(Kernel *k, const Node *n, KExpr *const *in) {
+  if (!cg_is_logic_op(n->op)) dl_internal(k->ctx, "cg_klogic on %s", ir_ops[n->op].name);
+  if (n->op == OP_WHERE) return cg_ksel(k, in[0], in[1], in[2]);
+  KExpr *e = new_expr(k, KE_OP, TY_BOOL);
+  e->op = n->op;
+  for (int i = 0; i < n->n_in && i < 2; i++) e->a[i] = in[i];
   return e;
 }
 

@@ -194,6 +194,12 @@ KExpr *cg_kload(Kernel *k, KBuf *b, KExpr *index);
 KExpr *cg_kop1(Kernel *k, OpKind op, KExpr *a);
 KExpr *cg_kop2(Kernel *k, OpKind op, KExpr *a, KExpr *b);
 KExpr *cg_kcast(Kernel *k, KExpr *a, DType to);
+/* The ops with a bool result (the comparisons equal .. greater_equal,
+ * isnan, isinf, the logical ops) and where. */
+bool cg_is_logic_op(OpKind op);
+/* n's element (n one of those) from its operands' elements in[0 ..
+ * n_in): a bool for the tests and logic, a select for where. */
+KExpr *cg_klogic(Kernel *k, const Node *n, KExpr *const *in);
 /* Four packed int8 (an i8 buffer, index a multiple of 4) and their dot
  * product with another four, added to c: exact in int32 (wrapping). */
 KExpr *cg_kpack4(Kernel *k, KBuf *b, KExpr *index);

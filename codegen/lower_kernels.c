@@ -42,11 +42,12 @@ static bool unsupported(CgBuild *b, const Node *n, DType dt) {
 
 /* Every operand and result a float (f32, f16, bf16: halves are loaded,
  * computed on in f32 and rounded when stored), or (ints_ok) an integer
- * dtype. */
+ * dtype or bool. */
 static bool check_dtypes(CgBuild *b, const Node *n, bool ints_ok) {
   for (int i = 0; i < n->n_in + n->n_out; i++) {
     DType dt = i < n->n_in ? n->in[i]->type.dtype : n->out[i - n->n_in].type.dtype;
-    bool ok = ir_dtype_is_float(dt) || (ints_ok && (dt == TY_I8 || dt == TY_I32 || dt == TY_I64));
+    bool ok = ir_dtype_is_float(dt) ||
+              (ints_ok && (dt == TY_I8 || dt == TY_I32 || dt == TY_I64 || dt == TY_BOOL));
     if (!ok) return unsupported(b, n, dt);
   }
   return true;
@@ -218,10 +219,20 @@ static bool int_elementwise_ok(OpKind op) {
 
 static bool is_quant(OpKind op) { return op == OP_QUANTIZE || op == OP_DEQUANTIZE; }
 
+/* Operand names in the kernel's text. */
+static const char *operand_name(const Node *n, int i) {
+  static const char *const where[] = {"cond", "a", "b"};
+  if (n->op == OP_WHERE) return where[i];
+  if (n->n_in == 1 || is_quant(n->op)) return i == 0 ? "x" : "scale";
+  return i == 0 ? "a" : "b";
+}
+
 static bool lower_elementwise(CgBuild *b, const Node *n) {
   const Value *out = &n->out[0];
-  /* quantize and dequantize cross between f32 and the integers by design. */
-  bool quant = is_quant(n->op), int_ok = quant || int_elementwise_ok(n->op);
+  /* quantize and dequantize cross between f32 and the integers by design;
+   * the tests and logic take any dtype and give bool. */
+  bool quant = is_quant(n->op), logic = cg_is_logic_op(n->op);
+  bool int_ok = quant || logic || int_elementwise_ok(n->op);
   bool ints = !ir_dtype_is_float(n->in[0]->type.dtype) || !ir_dtype_is_float(out->type.dtype);
   if (!check_dtypes(b, n, int_ok)) return false;
   if (ints && !int_ok) return unsupported(b, n, n->in[0]->type.dtype);
@@ -231,8 +242,15 @@ static bool lower_elementwise(CgBuild *b, const Node *n) {
   map_begin(&m, k, &out->type);
   int64_t st[DL_MAX_RANK];
   bcast_strides(&n->in[0]->type, &out->type, st);
-  KExpr *x = map_operand(b, &m, n->in[0], n->n_in == 1 || quant ? "x" : "a", st), *r;
-  if (quant) {
+  KExpr *x = map_operand(b, &m, n->in[0], operand_name(n, 0), st), *r;
+  if (logic) {
+    KExpr *ops[3] = {x};
+    for (int i = 1; i < n->n_in; i++) {
+      bcast_strides(&n->in[i]->type, &out->type, st);
+      ops[i] = map_operand(b, &m, n->in[i], operand_name(n, i), st);
+    }
+    r = cg_klogic(k, n, ops);
+  } else if (quant) {
     KExpr *scale = NULL;
     if (n->n_in == 2) {
       bcast_strides(&n->in[1]->type, &out->type, st);
@@ -1388,7 +1406,20 @@ bool cg_lower_node(CgBuild *b, const Node *n) {
     case OP_LT:
     case OP_LE:
     case OP_GT:
-    case OP_GE: return lower_elementwise(b, n);
+    case OP_GE:
+    case OP_EQUAL:
+    case OP_NOT_EQUAL:
+    case OP_LESS:
+    case OP_LESS_EQUAL:
+    case OP_GREATER:
+    case OP_GREATER_EQUAL:
+    case OP_ISNAN:
+    case OP_ISINF:
+    case OP_LOGICAL_NOT:
+    case OP_LOGICAL_AND:
+    case OP_LOGICAL_OR:
+    case OP_LOGICAL_XOR:
+    case OP_WHERE: return lower_elementwise(b, n);
     case OP_REDUCE_SUM:
     case OP_REDUCE_MEAN:
     case OP_REDUCE_MAX:

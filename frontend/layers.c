@@ -626,7 +626,8 @@ static Val bi_upsample(Lower *l, const Call *c) {
   return val_tensor(fe_emit(l, n));
 }
 
-/* maximum, minimum, pow: tensors or numbers, at least one tensor. */
+/* maximum, minimum, pow, the comparisons and the binary logic: tensors
+ * or numbers, at least one tensor. */
 static Val bi_binary(Lower *l, const Call *c) {
   for (int i = 0; i < 2; i++)
     if (c->args[i].kind != V_TENSOR && !val_is_num(&c->args[i])) {
@@ -638,6 +639,40 @@ static Val bi_binary(Lower *l, const Call *c) {
     return poison();
   }
   return fe_tensor_binary(l, ir_op_from_name(c->name), c->args[0], c->args[1], c->loc);
+}
+
+/* where(cond, a, b): cond a bool tensor, a and b tensors or numbers (at
+ * least one a tensor, whose dtype a number takes). */
+static Val bi_where(Lower *l, const Call *c) {
+  const Val *cond = &c->args[0];
+  if (cond->kind != V_TENSOR || cond->t->type.dtype != TY_BOOL) {
+    fe_arg_error(l, c, 0, "a bool tensor (greater(x, 0) gives one; x > 0 gives a mask in x's dtype)");
+    return poison();
+  }
+  for (int i = 1; i < 3; i++)
+    if (c->args[i].kind != V_TENSOR && !val_is_num(&c->args[i])) {
+      fe_arg_error(l, c, i, "a tensor or a number");
+      return poison();
+    }
+  const Value *t = c->args[1].kind == V_TENSOR ? c->args[1].t : c->args[2].kind == V_TENSOR ? c->args[2].t : NULL;
+  if (!t) {
+    fe_error(l, c->loc, "where: at least one of 'a' and 'b' must be a tensor");
+    return poison();
+  }
+  Value *in[3] = {cond->t};
+  for (int i = 1; i < 3; i++) {
+    const Val *v = &c->args[i];
+    if (v->kind == V_TENSOR) {
+      in[i] = v->t;
+      continue;
+    }
+    if (v->kind == V_FLOAT && !ir_dtype_is_float(t->type.dtype)) {
+      fe_arg_error(l, c, i, arena_printf(l->a, "a tensor or an integer (the other is %s)", ts(&t->type).s));
+      return poison();
+    }
+    if (!(in[i] = fe_const(l, val_num(v), t->type.dtype, c->locs[i]))) return poison();
+  }
+  return val_tensor(fe_emit(l, fe_node(l, OP_WHERE, 3, in, c->loc)));
 }
 
 /* ---- reductions ---- */
@@ -917,7 +952,7 @@ static Val bi_cast(Lower *l, const Call *c) {
     dt = d->dt;
   } else if (d->kind == V_STR && ir_dtype_from_name(d->s, &dt)) {
   } else {
-    fe_arg_error(l, c, 1, "a dtype (f32, f16, bf16, i8, i32, i64)");
+    fe_arg_error(l, c, 1, "a dtype (f32, f16, bf16, i8, i32, i64, bool)");
     return poison();
   }
   if (dt == x->type.dtype) return val_tensor(x);
@@ -1037,6 +1072,19 @@ static const Builtin builtins[] = {
     {"maximum", bi_binary, "a,b", false},
     {"minimum", bi_binary, "a,b", false},
     {"pow", bi_binary, "a,b", false},
+    {"equal", bi_binary, "a,b", false},
+    {"not_equal", bi_binary, "a,b", false},
+    {"less", bi_binary, "a,b", false},
+    {"less_equal", bi_binary, "a,b", false},
+    {"greater", bi_binary, "a,b", false},
+    {"greater_equal", bi_binary, "a,b", false},
+    {"isnan", bi_unary, "x", false},
+    {"isinf", bi_unary, "x", false},
+    {"logical_not", bi_unary, "x", false},
+    {"logical_and", bi_binary, "a,b", false},
+    {"logical_or", bi_binary, "a,b", false},
+    {"logical_xor", bi_binary, "a,b", false},
+    {"where", bi_where, "cond,a,b", false},
     {"softmax", bi_softmax, "x|axis", false},
     {"log_softmax", bi_softmax, "x|axis", false},
     {"sum", bi_reduce, "x|axis,keepdims", false},

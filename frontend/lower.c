@@ -619,6 +619,10 @@ static Val eval_binary(Lower *l, Frame *f, const Expr *e) {
                fe_describe(&a, ba, sizeof ba), fe_describe(&b, bb, sizeof bb));
       return val_poison();
     }
+    /* A mask in bools' dtype is a bool: == and != of bool tensors. */
+    bool bools = (a.kind == V_TENSOR && a.t->type.dtype == TY_BOOL) ||
+                 (b.kind == V_TENSOR && b.t->type.dtype == TY_BOOL);
+    if (bools && (k == OP_EQ || k == OP_NE)) k = k == OP_EQ ? OP_EQUAL : OP_NOT_EQUAL;
     return fe_tensor_binary(l, k, a, b, e->loc);
   }
   if (is_comparison(op)) return compare(l, op, &a, &b, e->loc);
@@ -1044,7 +1048,7 @@ static bool eval_type(Lower *l, Frame *f, const TypeExpr *te, TensorType *out) {
   bool ok = true;
   memset(out, 0, sizeof *out);
   if (!ir_dtype_from_name(te->dtype, &out->dtype)) {
-    fe_error(l, te->dtype_loc, "unknown dtype '%s'; expected one of f32, f16, bf16, i8, i32, i64",
+    fe_error(l, te->dtype_loc, "unknown dtype '%s'; expected one of f32, f16, bf16, i8, i32, i64, bool",
              te->dtype);
     ok = false;
   }

@@ -51,11 +51,12 @@ static bool dtype_from_onnx(int32_t t, DType *out) {
     case ONNX__TENSOR_PROTO__DATA_TYPE__INT8: *out = TY_I8; return true;
     case ONNX__TENSOR_PROTO__DATA_TYPE__INT32: *out = TY_I32; return true;
     case ONNX__TENSOR_PROTO__DATA_TYPE__INT64: *out = TY_I64; return true;
+    case ONNX__TENSOR_PROTO__DATA_TYPE__BOOL: *out = TY_BOOL; return true;
     default: return false;
   }
 }
 
-static const char dtypes_we_have[] = "dlcc has FLOAT, FLOAT16, BFLOAT16, INT8, INT32 and INT64";
+static const char dtypes_we_have[] = "dlcc has FLOAT, FLOAT16, BFLOAT16, INT8, INT32, INT64 and BOOL";
 
 __attribute__((format(printf, 3, 4))) static bool efail(char *err, size_t errlen, const char *fmt,
                                                          ...) {
@@ -222,6 +223,7 @@ static bool tensor_from_proto(const Onnx__TensorProto *t, const char *dir, Tenso
         case TY_F16:
         case TY_BF16: ((uint16_t *)out->data)[i] = (uint16_t)v; break;
         case TY_I8: ((int8_t *)out->data)[i] = (int8_t)v; break;
+        case TY_BOOL: ((uint8_t *)out->data)[i] = v != 0; break;
         default: ((int32_t *)out->data)[i] = v; break;
       }
     }
@@ -988,6 +990,104 @@ static bool op_variadic(Imp *im, ONode *n) {
   }
   if (y && strcmp(t, "Mean") == 0 && n->n_in > 1) y = op2s(im, OP_DIV, y, n->n_in);
   return (n->out[0] = y);
+}
+
+/* ---- comparisons, logic, where ---- */
+
+typedef struct OpMap {
+  const char *onnx;
+  OpKind op;
+} OpMap;
+
+static const OpMap logic_ops[] = {
+    {"Equal", OP_EQUAL},       {"Less", OP_LESS},  {"LessOrEqual", OP_LESS_EQUAL},
+    {"Greater", OP_GREATER},   {"GreaterOrEqual", OP_GREATER_EQUAL},
+    {"And", OP_LOGICAL_AND},   {"Or", OP_LOGICAL_OR}, {"Xor", OP_LOGICAL_XOR},
+    {"Not", OP_LOGICAL_NOT},   {"IsNaN", OP_ISNAN},
+};
+
+static bool op_logic(Imp *im, ONode *n) {
+  OpKind op = OP_COUNT;
+  for (size_t i = 0; i < ARRAY_LEN(logic_ops); i++)
+    if (strcmp(im->np->op_type, logic_ops[i].onnx) == 0) op = logic_ops[i].op;
+  if (op == OP_COUNT) dl_unreachable(im->c);
+  Val *a = in_req(im, n, 0);
+  if (!a) return false;
+  if (ir_ops[op].min_in == 1) return (n->out[0] = op1(im, op, a));
+  Val *b = in_req(im, n, 1);
+  return b && (n->out[0] = op2(im, op, a, b));
+}
+
+/* A bool tensor of t's shape, every element v. */
+static Val *bool_splat(Imp *im, const TensorType *t, bool v) {
+  TensorType bt = *t;
+  bt.dtype = TY_BOOL;
+  Val *r = known_new(im, &bt);
+  if (v) memset(r->k->data, 1, ir_tensor_nbytes(&bt));
+  return r;
+}
+
+static bool op_isinf(Imp *im, ONode *n) {
+  int64_t neg, pos;
+  Val *x = in_req(im, n, 0);
+  if (!x || !attr_int(im, "detect_negative", 1, &neg) || !attr_int(im, "detect_positive", 1, &pos))
+    return false;
+  if (!neg && !pos) return (n->out[0] = bool_splat(im, &x->type, false));
+  Val *y = op1(im, OP_ISINF, x);
+  if (!neg || !pos) y = op2(im, OP_LOGICAL_AND, y, op2s(im, pos ? OP_GREATER : OP_LESS, x, 0.0));
+  return (n->out[0] = y);
+}
+
+static Val *where(Imp *im, Val *cond, Val *a, Val *b) {
+  if (!cond || !a || !b) return NULL;
+  Val *in[3] = {cond, a, b};
+  Emit e;
+  begin(im, &e, OP_WHERE, 3, in);
+  return emit1(im, &e);
+}
+
+static bool op_where(Imp *im, ONode *n) {
+  Val *c = in_req(im, n, 0), *a = in_req(im, n, 1), *b = in_req(im, n, 2);
+  return c && a && b && (n->out[0] = where(im, c, a, b));
+}
+
+/* x where x > alpha, else 0. */
+static bool op_thresholded_relu(Imp *im, ONode *n) {
+  double alpha;
+  Val *x = in_req(im, n, 0);
+  if (!x || !attr_float(im, "alpha", 1.0, &alpha)) return false;
+  return (n->out[0] = where(im, op2s(im, OP_GREATER, x, alpha), x, scalar(im, 0, x->type.dtype)));
+}
+
+/* x + bias below -lambd, x - bias above lambd, 0 between. */
+static bool op_shrink(Imp *im, ONode *n) {
+  double lambd, bias;
+  Val *x = in_req(im, n, 0);
+  if (!x || !attr_float(im, "lambd", 0.5, &lambd) || !attr_float(im, "bias", 0.0, &bias)) return false;
+  Val *zero = scalar(im, 0, x->type.dtype);
+  Val *above = where(im, op2s(im, OP_GREATER, x, lambd), op2s(im, OP_SUB, x, bias), zero);
+  return (n->out[0] = where(im, op2s(im, OP_LESS, x, -lambd), op2s(im, OP_ADD, x, bias), above));
+}
+
+/* The upper (j - i >= k) or lower (j - i <= k) triangle of the last two
+ * dims: a constant mask of those two dims, broadcast by where. */
+static bool op_trilu(Imp *im, ONode *n) {
+  int64_t upper, k = 0;
+  Val *x = in_req(im, n, 0);
+  if (!x || !attr_int(im, "upper", 1, &upper)) return false;
+  if (x->type.rank < 2) return bad(im, "the input must have at least 2 dims, got rank %d", x->type.rank);
+  double kv;
+  if (in_opt(n, 1)) {
+    if (!const_scalar(im, n->in[1], "Trilu's k", &kv)) return false;
+    k = (int64_t)kv;
+  }
+  const int64_t *d = x->type.dims + x->type.rank - 2;
+  TensorType mt = ir_type_make(TY_BOOL, 2, d);
+  Val *mask = known_new(im, &mt);
+  uint8_t *m = mask->k->data;
+  for (int64_t i = 0; i < d[0]; i++)
+    for (int64_t j = 0; j < d[1]; j++) m[i * d[1] + j] = upper ? j - i >= k : j - i <= k;
+  return (n->out[0] = where(im, mask, x, scalar(im, 0, x->type.dtype)));
 }
 
 static bool op_identity(Imp *im, ONode *n) {
@@ -2088,7 +2188,7 @@ static bool known_zero(const Val *v) {
 /* The activation functions of ONNX's RNN, GRU and LSTM. */
 typedef enum {
   ACT_SIGMOID, ACT_TANH, ACT_RELU, ACT_AFFINE, ACT_LEAKY_RELU, ACT_SCALED_TANH,
-  ACT_HARD_SIGMOID, ACT_ELU, ACT_SOFTSIGN, ACT_SOFTPLUS,
+  ACT_HARD_SIGMOID, ACT_ELU, ACT_SOFTSIGN, ACT_SOFTPLUS, ACT_THRESHOLDED_RELU,
 } ActKind;
 
 typedef struct Act {
@@ -2107,6 +2207,7 @@ static const struct {
     {"LeakyRelu", ACT_LEAKY_RELU, 1, 0.01, 0},  {"ScaledTanh", ACT_SCALED_TANH, 2, 1.0, 1.0},
     {"HardSigmoid", ACT_HARD_SIGMOID, 2, 0.2, 0.5}, {"Elu", ACT_ELU, 1, 1.0, 0},
     {"Softsign", ACT_SOFTSIGN, 0, 0, 0},        {"Softplus", ACT_SOFTPLUS, 0, 0, 0},
+    {"ThresholdedRelu", ACT_THRESHOLDED_RELU, 1, 1.0, 0},
 };
 
 static Val *apply_act(Imp *im, const Act *a, Val *x) {
@@ -2121,6 +2222,8 @@ static Val *apply_act(Imp *im, const Act *a, Val *x) {
     case ACT_ELU: return op2(im, OP_ADD, op1(im, OP_RELU, x), neg_exp_side(im, x, a->alpha, 1.0));
     case ACT_SOFTSIGN: return softsign_of(im, x);
     case ACT_SOFTPLUS: return softplus_of(im, x);
+    case ACT_THRESHOLDED_RELU:
+      return x ? where(im, op2s(im, OP_GREATER, x, a->alpha), x, scalar(im, 0, x->type.dtype)) : NULL;
   }
   dl_unreachable(im->c);
 }
@@ -2150,7 +2253,7 @@ static bool rnn_acts(Imp *im, int per_dir, int dirs, const ActKind *defaults, Ac
           at = (int)t;
       if (at < 0)
         return bad(im, "activation '%.*s' is not supported (Sigmoid, Tanh, Relu, Affine, LeakyRelu, ScaledTanh, "
-                       "HardSigmoid, Elu, Softsign and Softplus are)",
+                       "HardSigmoid, Elu, Softsign, Softplus and ThresholdedRelu are)",
                    (int)sn->len, (const char *)sn->data);
     }
     a->kind = act_table[at].kind;
@@ -2475,11 +2578,12 @@ typedef struct OpEntry {
 static const OpEntry onnx_ops[] = {
     {"Abs", op_unary, NULL},
     {"Add", op_binary, "NumPy broadcasting"},
+    {"And", op_logic, NULL},
     {"ArgMax", op_argmax, NULL},
     {"ArgMin", op_argmax, NULL},
     {"AveragePool", op_pool, "1-d and 2-d; pads at most half the kernel"},
     {"BatchNormalization", op_batchnorm, "inference (training_mode=0, one output)"},
-    {"Cast", op_cast, "to FLOAT, FLOAT16, BFLOAT16, INT8, INT32, INT64"},
+    {"Cast", op_cast, "to FLOAT, FLOAT16, BFLOAT16, INT8, INT32, INT64, BOOL (nonzero is true)"},
     {"CastLike", op_cast, NULL},
     {"Celu", op_elu_family, NULL},
     {"Clip", op_clip, "min and max constant"},
@@ -2495,6 +2599,7 @@ static const OpEntry onnx_ops[] = {
     {"Div", op_binary, NULL},
     {"Dropout", op_dropout, "inference: the identity; no mask output"},
     {"Elu", op_elu_family, NULL},
+    {"Equal", op_logic, NULL},
     {"Erf", op_unary, NULL},
     {"Exp", op_unary, NULL},
     {"Expand", op_expand, "constant shape"},
@@ -2504,14 +2609,20 @@ static const OpEntry onnx_ops[] = {
     {"Gemm", op_gemm, "transA, transB, alpha, beta"},
     {"GlobalAveragePool", op_global_pool, NULL},
     {"GlobalMaxPool", op_global_pool, NULL},
+    {"Greater", op_logic, NULL},
+    {"GreaterOrEqual", op_logic, NULL},
     {"GRU", op_rnn, "forward/reverse/bidirectional, layout 0/1; unrolled (up to 1024 steps) for "
                     "linear_before_reset=0, clip, other activations, initial state, sequence_lens"},
     {"HardSigmoid", op_hardsigmoid, NULL},
     {"HardSwish", op_unary, NULL},
     {"Identity", op_identity, NULL},
     {"InstanceNormalization", op_instancenorm, NULL},
+    {"IsInf", op_isinf, "detect_negative, detect_positive"},
+    {"IsNaN", op_logic, NULL},
     {"LayerNormalization", op_layernorm, "stash_type=1; Mean and InvStdDev outputs too"},
     {"LeakyRelu", op_leaky_relu, NULL},
+    {"Less", op_logic, NULL},
+    {"LessOrEqual", op_logic, NULL},
     {"Log", op_unary, NULL},
     {"LogSoftmax", op_softmax, NULL},
     {"LSTM", op_rnn, "forward/reverse/bidirectional, layout 0/1; unrolled (up to 1024 steps) for "
@@ -2523,6 +2634,8 @@ static const OpEntry onnx_ops[] = {
     {"Min", op_variadic, NULL},
     {"Mul", op_binary, NULL},
     {"Neg", op_unary, NULL},
+    {"Not", op_logic, NULL},
+    {"Or", op_logic, NULL},
     {"Pad", op_pad, "modes constant, reflect, edge (and wrap from opset 19); constant pads"},
     {"Pow", op_binary, NULL},
     {"PRelu", op_prelu, NULL},
@@ -2544,6 +2657,7 @@ static const OpEntry onnx_ops[] = {
      "4-d, constant scales (whole output sizes) or sizes; nearest (asymmetric+floor, or "
      "half_pixel for whole upscales), linear (half_pixel, pytorch_half_pixel, align_corners)"},
     {"Selu", op_elu_family, NULL},
+    {"Shrink", op_shrink, NULL},
     {"Shape", op_shape, "folded at import"},
     {"Sigmoid", op_unary, NULL},
     {"Sin", op_unary, NULL},
@@ -2559,10 +2673,14 @@ static const OpEntry onnx_ops[] = {
     {"Sub", op_binary, NULL},
     {"Sum", op_variadic, NULL},
     {"Tanh", op_unary, NULL},
+    {"ThresholdedRelu", op_thresholded_relu, NULL},
     {"Tile", op_tile, "constant repeats"},
     {"Transpose", op_transpose, NULL},
+    {"Trilu", op_trilu, "constant k"},
     {"Unsqueeze", op_unsqueeze, NULL},
     {"Upsample", op_resize, "as Resize, asymmetric: nearest only"},
+    {"Where", op_where, "NumPy broadcasting of all three"},
+    {"Xor", op_logic, NULL},
 };
 
 /* The newest opset whose changes to these ops are handled. */
@@ -2580,7 +2698,7 @@ void fe_onnx_print_support(FILE *f) {
   fprintf(f,
           "ONNX import (opsets up to %d; 13 and later are the target, older ones where an op's\n"
           "meaning is handled).  Data types: FLOAT, "
-          "FLOAT16, BFLOAT16, INT8, INT32, INT64; static shapes, a symbolic dim bound with "
+          "FLOAT16, BFLOAT16, INT8, INT32, INT64, BOOL; static shapes, a symbolic dim bound with "
           "-D NAME=VALUE; initializers (also external data) become params.\n\nops:\n",
           ONNX_OPSET_KNOWN);
   for (size_t i = 0; i < ARRAY_LEN(onnx_ops); i++)

@@ -42,8 +42,8 @@ typedef enum DlrtStatus {
   DLRT_E_NOMEM      /* out of host memory */
 } DlrtStatus;
 
-/* Same order as dlcc's dtypes. */
-typedef enum DlrtDType { DLRT_F32, DLRT_F16, DLRT_BF16, DLRT_I8, DLRT_I32, DLRT_I64 } DlrtDType;
+/* Same order as dlcc's dtypes; BOOL is one byte, 0 or 1. */
+typedef enum DlrtDType { DLRT_F32, DLRT_F16, DLRT_BF16, DLRT_I8, DLRT_I32, DLRT_I64, DLRT_BOOL } DlrtDType;
 
 #define DLRT_MAX_RANK 8
 

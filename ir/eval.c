@@ -98,6 +98,7 @@ double ir_tensor_get(const Tensor *t, int64_t i) {
     case TY_I8: return ((const int8_t *)t->data)[i];
     case TY_I32: return ((const int32_t *)t->data)[i];
     case TY_I64: return (double)((const int64_t *)t->data)[i];
+    case TY_BOOL: return ((const uint8_t *)t->data)[i] != 0;
     case TY_COUNT: break;
   }
   return 0;
@@ -111,6 +112,7 @@ void ir_tensor_set(Tensor *t, int64_t i, double v) {
     case TY_I8: ((int8_t *)t->data)[i] = (int8_t)sat_int(v, TY_I8); return;
     case TY_I32: ((int32_t *)t->data)[i] = (int32_t)sat_int(v, TY_I32); return;
     case TY_I64: ((int64_t *)t->data)[i] = sat_int(v, TY_I64); return;
+    case TY_BOOL: ((uint8_t *)t->data)[i] = v != 0; return; /* NaN too, as a cast to bool */
     case TY_COUNT: return;
   }
 }
@@ -431,6 +433,85 @@ static bool eval_binary(Eval *e, const Node *n, const Tensor *a, const Tensor *b
       default: break;
     }
     set_i(out, i, r);
+  }
+  return true;
+}
+
+/* ---- bool results ---- */
+
+/* In double for floats (exact for every float dtype), in int64 for the
+ * integers and bools: IEEE's rules, so a NaN is unequal to everything. */
+static bool compare(OpKind op, const Tensor *a, int64_t ia, const Tensor *b, int64_t ib) {
+  if (!is_int(a)) {
+    double x = ir_tensor_get(a, ia), y = ir_tensor_get(b, ib);
+    switch (op) {
+      case OP_EQUAL: return x == y;
+      case OP_NOT_EQUAL: return x != y;
+      case OP_LESS: return x < y;
+      case OP_LESS_EQUAL: return x <= y;
+      case OP_GREATER: return x > y;
+      default: return x >= y;
+    }
+  }
+  int64_t x = get_i(a, ia), y = get_i(b, ib);
+  switch (op) {
+    case OP_EQUAL: return x == y;
+    case OP_NOT_EQUAL: return x != y;
+    case OP_LESS: return x < y;
+    case OP_LESS_EQUAL: return x <= y;
+    case OP_GREATER: return x > y;
+    default: return x >= y;
+  }
+}
+
+static bool logic(OpKind op, bool x, bool y) {
+  switch (op) {
+    case OP_LOGICAL_AND: return x && y;
+    case OP_LOGICAL_OR: return x || y;
+    default: return x != y; /* OP_LOGICAL_XOR */
+  }
+}
+
+/* The comparisons and binary logic, operands broadcast into out. */
+static bool eval_bool_binary(const Node *n, const Tensor *a, const Tensor *b, Tensor *out) {
+  const TensorType *ot = &out->type;
+  int64_t sa[DL_MAX_RANK], sb[DL_MAX_RANK], idx[DL_MAX_RANK];
+  bcast_strides(&a->type, ot, sa);
+  bcast_strides(&b->type, ot, sb);
+  bool logical = n->op == OP_LOGICAL_AND || n->op == OP_LOGICAL_OR || n->op == OP_LOGICAL_XOR;
+  uint8_t *r = out->data;
+  for (int64_t i = 0, count = numel(ot); i < count; i++) {
+    unravel(i, ot, idx);
+    int64_t ia = dot_idx(idx, sa, ot->rank), ib = dot_idx(idx, sb, ot->rank);
+    r[i] = logical ? logic(n->op, get_i(a, ia) != 0, get_i(b, ib) != 0) : compare(n->op, a, ia, b, ib);
+  }
+  return true;
+}
+
+/* logical_not, isnan, isinf: one operand of out's shape. */
+static bool eval_bool_unary(const Node *n, const Tensor *x, Tensor *out) {
+  uint8_t *r = out->data;
+  for (int64_t i = 0, count = numel(&out->type); i < count; i++) {
+    double v = ir_tensor_get(x, i);
+    r[i] = n->op == OP_LOGICAL_NOT ? v == 0 : n->op == OP_ISNAN ? isnan(v) != 0 : isinf(v) != 0;
+  }
+  return true;
+}
+
+/* Each element copied from a or b as cond says, all three broadcast. */
+static bool eval_where(const Tensor *cond, const Tensor *a, const Tensor *b, Tensor *out) {
+  const TensorType *ot = &out->type;
+  int64_t sc[DL_MAX_RANK], sa[DL_MAX_RANK], sb[DL_MAX_RANK], idx[DL_MAX_RANK];
+  bcast_strides(&cond->type, ot, sc);
+  bcast_strides(&a->type, ot, sa);
+  bcast_strides(&b->type, ot, sb);
+  for (int64_t i = 0, count = numel(ot); i < count; i++) {
+    unravel(i, ot, idx);
+    bool pick_a = ((const uint8_t *)cond->data)[dot_idx(idx, sc, ot->rank)] != 0;
+    if (pick_a)
+      copy_elem(out, i, a, dot_idx(idx, sa, ot->rank));
+    else
+      copy_elem(out, i, b, dot_idx(idx, sb, ot->rank));
   }
   return true;
 }
@@ -1216,6 +1297,19 @@ static bool eval_node(Eval *e, const Node *n, Tensor *const *in, Tensor *out,
     case OP_LE:
     case OP_GT:
     case OP_GE: return eval_binary(e, n, in[0], in[1], out);
+    case OP_EQUAL:
+    case OP_NOT_EQUAL:
+    case OP_LESS:
+    case OP_LESS_EQUAL:
+    case OP_GREATER:
+    case OP_GREATER_EQUAL:
+    case OP_LOGICAL_AND:
+    case OP_LOGICAL_OR:
+    case OP_LOGICAL_XOR: return eval_bool_binary(n, in[0], in[1], out);
+    case OP_ISNAN:
+    case OP_ISINF:
+    case OP_LOGICAL_NOT: return eval_bool_unary(n, in[0], out);
+    case OP_WHERE: return eval_where(in[0], in[1], in[2], out);
     case OP_REDUCE_SUM:
     case OP_REDUCE_MEAN:
     case OP_REDUCE_MAX:

@@ -12,7 +12,10 @@
  * division truncates toward zero and division by zero is an error.
  * Float->int casts truncate toward zero and saturate, NaN -> 0.
  * maximum/minimum and reduce_max/min propagate NaN; argmax counts NaN as
- * the largest value (first one wins), as PyTorch does. */
+ * the largest value (first one wins), as PyTorch does.  A bool element
+ * is a byte, 0 or 1: storing a value gives 1 when it is nonzero (NaN
+ * too), which is what a cast to bool does; read as a number it is 0 or
+ * 1.  Comparisons follow IEEE (NaN is unequal to everything). */
 #ifndef DLCC_EVAL_H
 #define DLCC_EVAL_H
 

@@ -50,6 +50,7 @@ static const struct {
 } dtype_info[TY_COUNT] = {
     [TY_F32] = {"f32", 4, true},  [TY_F16] = {"f16", 2, true}, [TY_BF16] = {"bf16", 2, true},
     [TY_I8] = {"i8", 1, false},   [TY_I32] = {"i32", 4, false}, [TY_I64] = {"i64", 8, false},
+    [TY_BOOL] = {"bool", 1, false},
 };
 
 const char *ir_dtype_name(DType t) { return (unsigned)t < TY_COUNT ? dtype_info[t].name : "?"; }

@@ -19,7 +19,9 @@ enum {
  * below where int64 byte counts could overflow. */
 #define DL_MAX_ELEMS ((int64_t)1 << 40)
 
-typedef enum { TY_F32, TY_F16, TY_BF16, TY_I8, TY_I32, TY_I64, TY_COUNT } DType;
+/* TY_BOOL is one byte holding 0 or 1: the result of comparisons and
+ * logic, the condition of where. */
+typedef enum { TY_F32, TY_F16, TY_BF16, TY_I8, TY_I32, TY_I64, TY_BOOL, TY_COUNT } DType;
 
 typedef struct TensorType {
   DType dtype;

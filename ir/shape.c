@@ -175,6 +175,15 @@ static bool need_float(const Node *n, const TensorType *t, char *err, size_t err
   return true;
 }
 
+/* bool is a truth value, not a number: arithmetic on one needs a cast. */
+static bool need_numbers(const Node *n, char *err, size_t errlen) {
+  for (int i = 0; i < n->n_in; i++)
+    if (in_type(n, i)->dtype == TY_BOOL)
+      return fail(err, errlen, "%s: operand %d is %s, and bool is not a number (cast it first)",
+                  op_name(n), i + 1, ts(in_type(n, i)).s);
+  return true;
+}
+
 static bool same_dtype(const Node *n, const TensorType *a, const TensorType *b, char *err,
                        size_t errlen) {
   if (a->dtype != b->dtype)
@@ -222,6 +231,7 @@ static bool broadcast(const int64_t *a, int ra, const int64_t *b, int rb, int64_
 
 bool shape_unary(const Node *n, TensorType *out, char *err, size_t errlen) {
   if (!operands_ok(n, err, errlen)) return false;
+  if (!need_numbers(n, err, errlen)) return false;
   out[0] = *in_type(n, 0);
   return true;
 }
@@ -299,6 +309,7 @@ bool shape_dequantize(const Node *n, TensorType *out, char *err, size_t errlen) 
 
 bool shape_binary(const Node *n, TensorType *out, char *err, size_t errlen) {
   if (!operands_ok(n, err, errlen)) return false;
+  if (!need_numbers(n, err, errlen)) return false;
   const TensorType *a = in_type(n, 0), *b = in_type(n, 1);
   if (!same_dtype(n, a, b, err, errlen)) return false;
   out[0].dtype = a->dtype;
@@ -307,10 +318,74 @@ bool shape_binary(const Node *n, TensorType *out, char *err, size_t errlen) {
   return true;
 }
 
+/* ---- bool results: comparisons, tests, logic, where ---- */
+
+bool shape_compare(const Node *n, TensorType *out, char *err, size_t errlen) {
+  if (!operands_ok(n, err, errlen)) return false;
+  const TensorType *a = in_type(n, 0), *b = in_type(n, 1);
+  if (!same_dtype(n, a, b, err, errlen)) return false;
+  if (a->dtype == TY_BOOL && n->op != OP_EQUAL && n->op != OP_NOT_EQUAL)
+    return fail(err, errlen, "%s: bool operands have no order (equal and not_equal take them)",
+                op_name(n));
+  out[0].dtype = TY_BOOL;
+  if (!broadcast(a->dims, a->rank, b->dims, b->rank, out[0].dims, &out[0].rank))
+    return fail(err, errlen, "%s: cannot broadcast %s with %s", op_name(n), ts(a).s, ts(b).s);
+  return true;
+}
+
+bool shape_float_test(const Node *n, TensorType *out, char *err, size_t errlen) {
+  if (!operands_ok(n, err, errlen)) return false;
+  if (!need_float(n, in_type(n, 0), err, errlen)) return false;
+  out[0] = *in_type(n, 0);
+  out[0].dtype = TY_BOOL;
+  return true;
+}
+
+static bool need_bool(const Node *n, int i, const char *what, char *err, size_t errlen) {
+  const TensorType *t = in_type(n, i);
+  if (t->dtype != TY_BOOL)
+    return fail(err, errlen, "%s: %s must be bool, got %s (a comparison such as greater gives one)",
+                op_name(n), what, ts(t).s);
+  return true;
+}
+
+bool shape_logical(const Node *n, TensorType *out, char *err, size_t errlen) {
+  if (!operands_ok(n, err, errlen)) return false;
+  for (int i = 0; i < n->n_in; i++) {
+    char what[24];
+    snprintf(what, sizeof what, n->n_in == 1 ? "the operand" : "operand %d", i + 1);
+    if (!need_bool(n, i, what, err, errlen)) return false;
+  }
+  const TensorType *a = in_type(n, 0);
+  out[0] = *a;
+  if (n->n_in == 2) {
+    const TensorType *b = in_type(n, 1);
+    if (!broadcast(a->dims, a->rank, b->dims, b->rank, out[0].dims, &out[0].rank))
+      return fail(err, errlen, "%s: cannot broadcast %s with %s", op_name(n), ts(a).s, ts(b).s);
+  }
+  return true;
+}
+
+bool shape_where(const Node *n, TensorType *out, char *err, size_t errlen) {
+  if (!operands_ok(n, err, errlen)) return false;
+  if (!need_bool(n, 0, "the condition (operand 1)", err, errlen)) return false;
+  const TensorType *c = in_type(n, 0), *a = in_type(n, 1), *b = in_type(n, 2);
+  if (!same_dtype(n, a, b, err, errlen)) return false;
+  int64_t ab[DL_MAX_RANK];
+  int rab;
+  if (!broadcast(a->dims, a->rank, b->dims, b->rank, ab, &rab) ||
+      !broadcast(c->dims, c->rank, ab, rab, out[0].dims, &out[0].rank))
+    return fail(err, errlen, "%s: cannot broadcast %s, %s and %s together", op_name(n), ts(c).s, ts(a).s,
+                ts(b).s);
+  out[0].dtype = a->dtype;
+  return true;
+}
+
 /* ---- reductions and normalizations ---- */
 
 bool shape_reduce(const Node *n, TensorType *out, char *err, size_t errlen) {
   if (!operands_ok(n, err, errlen)) return false;
+  if (!need_numbers(n, err, errlen)) return false;
   const TensorType *x = in_type(n, 0);
   int count;
   const int64_t *axes;
@@ -341,6 +416,7 @@ bool shape_reduce(const Node *n, TensorType *out, char *err, size_t errlen) {
 
 bool shape_argmax(const Node *n, TensorType *out, char *err, size_t errlen) {
   if (!operands_ok(n, err, errlen)) return false;
+  if (!need_numbers(n, err, errlen)) return false;
   const TensorType *x = in_type(n, 0);
   int axis;
   bool keep;
@@ -424,6 +500,7 @@ bool shape_batchnorm(const Node *n, TensorType *out, char *err, size_t errlen) {
 
 bool shape_matmul(const Node *n, TensorType *out, char *err, size_t errlen) {
   if (!operands_ok(n, err, errlen)) return false;
+  if (!need_numbers(n, err, errlen)) return false;
   const TensorType *a = in_type(n, 0), *b = in_type(n, 1);
   if (a->rank < 1 || b->rank < 1)
     return fail(err, errlen, "matmul needs operands of rank >= 1, got %s @ %s", ts(a).s, ts(b).s);
@@ -447,6 +524,7 @@ bool shape_matmul(const Node *n, TensorType *out, char *err, size_t errlen) {
 
 bool shape_linear(const Node *n, TensorType *out, char *err, size_t errlen) {
   if (!operands_ok(n, err, errlen)) return false;
+  if (!need_numbers(n, err, errlen)) return false;
   const TensorType *x = in_type(n, 0), *w = in_type(n, 1);
   if (x->rank < 1) return fail(err, errlen, "linear expects an input [..., in], got %s", ts(x).s);
   if (w->rank != 2)
@@ -486,6 +564,7 @@ static int64_t window_out(int64_t len, int64_t lo, int64_t hi, int64_t k, int64_
 
 bool shape_conv2d(const Node *n, TensorType *out, char *err, size_t errlen) {
   if (!operands_ok(n, err, errlen)) return false;
+  if (!need_numbers(n, err, errlen)) return false;
   const TensorType *x = in_type(n, 0), *w = in_type(n, 1);
   if (!need_rank(n, x, 4, "[N, C, H, W]", err, errlen)) return false;
   if (w->rank != 4)
@@ -541,6 +620,7 @@ bool shape_conv2d(const Node *n, TensorType *out, char *err, size_t errlen) {
  * dilation so that it only re-adds rows a strided conv2d would drop. */
 bool shape_conv_transpose2d(const Node *n, TensorType *out, char *err, size_t errlen) {
   if (!operands_ok(n, err, errlen)) return false;
+  if (!need_numbers(n, err, errlen)) return false;
   const TensorType *x = in_type(n, 0), *w = in_type(n, 1);
   if (!need_rank(n, x, 4, "[N, C, H, W]", err, errlen)) return false;
   if (w->rank != 4)
@@ -624,6 +704,7 @@ bool shape_resize(const Node *n, TensorType *out, char *err, size_t errlen) {
 
 bool shape_pool2d(const Node *n, TensorType *out, char *err, size_t errlen) {
   if (!operands_ok(n, err, errlen)) return false;
+  if (!need_numbers(n, err, errlen)) return false;
   const TensorType *x = in_type(n, 0);
   if (!need_rank(n, x, 4, "[N, C, H, W]", err, errlen)) return false;
   const int64_t *kernel, *stride, *pad, *dil;

@@ -107,8 +107,32 @@ static bool int8_types_ok(const Node *n) {
   }
 }
 
-/* Floats throughout (or int8 as above) and not empty: what the fused
- * lowering handles. */
+/* The bool members the fused lowering handles: the tests, logic and
+ * where (ops.def) on any dtype, casts to and from bool, index moves of
+ * bools. */
+static bool bool_types_ok(const Node *n) {
+  DType in0 = n->in[0]->type.dtype, out = n->out[0].type.dtype;
+  switch (n->op) {
+    case OP_EQUAL:
+    case OP_NOT_EQUAL:
+    case OP_LESS:
+    case OP_LESS_EQUAL:
+    case OP_GREATER:
+    case OP_GREATER_EQUAL:
+    case OP_ISNAN:
+    case OP_ISINF:
+    case OP_LOGICAL_NOT:
+    case OP_LOGICAL_AND:
+    case OP_LOGICAL_OR:
+    case OP_LOGICAL_XOR:
+    case OP_WHERE: return true;
+    case OP_CAST: return in0 == TY_BOOL || out == TY_BOOL;
+    default: return is_index_move(n->op) && in0 == TY_BOOL;
+  }
+}
+
+/* Floats throughout (or int8 or bools as above) and not empty: what the
+ * fused lowering handles. */
 static bool types_ok(const Node *n) {
   for (int i = 0; i < n->n_out; i++)
     if (ir_type_numel(&n->out[i].type) <= 0) return false;
@@ -117,7 +141,7 @@ static bool types_ok(const Node *n) {
     if (!is_float_type(&n->in[i]->type)) floats = false;
   for (int i = 0; i < n->n_out; i++)
     if (!is_float_type(&n->out[i].type)) floats = false;
-  return floats || (n->n_in > 0 && n->n_out == 1 && int8_types_ok(n));
+  return floats || (n->n_in > 0 && n->n_out == 1 && (int8_types_ok(n) || bool_types_ok(n)));
 }
 
 /* Which operands of a member its kernel reads through the fused

@@ -12,7 +12,7 @@
  *   f32     numerically sensitive, computes in f32 and returns f32:
  *           softmax, log_softmax, layernorm, batchnorm, reduce_sum,
  *           reduce_mean, global_avgpool (sums), exp, log, pow,
- *           reciprocal, rsqrt (range: f16 overflows at 65504), lstm
+ *           reciprocal, rsqrt, isinf (range: f16 overflows at 65504), lstm
  *           and gru (state carried over time); also every node marked
  *           #f32 (the language's precision="f32"), and a matrix product
  *           whose operand comes from a graph input or from an op no
@@ -152,6 +152,7 @@ static Mode mode_of(const Prec *p, const Node *n) {
     case OP_POW:
     case OP_RECIPROCAL:
     case OP_RSQRT:
+    case OP_ISINF: /* a finite f32 above 65504 is no inf */
     case OP_LSTM:
     case OP_GRU: return MODE_F32;
     case OP_MATMUL:

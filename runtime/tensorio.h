@@ -8,6 +8,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* The first seven in the order of plan.h's RtDTypeCode (and the
+ * compiler's DType), so a plan's dtype code names the same type here. */
 typedef enum {
   RT_F32,
   RT_F16,
@@ -15,10 +17,10 @@ typedef enum {
   RT_I8,
   RT_I32,
   RT_I64,
+  RT_BOOL, /* one byte, 0 or 1 (NumPy's |b1, safetensors' BOOL) */
   /* Read only by the loaders; the compiler has no such dtype. */
   RT_F64,
   RT_U8,
-  RT_BOOL,
   RT_DTYPE_COUNT
 } RtDType;
 

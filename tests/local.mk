@@ -20,6 +20,7 @@ include tests/fuse.mk
 include tests/initgraph.mk
 include tests/precision.mk
 include tests/int8.mk
+include tests/bool.mk
 include tests/quantize.mk
 include tests/bench.mk
 include tests/usermodels.mk

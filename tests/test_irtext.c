@@ -204,6 +204,21 @@ static Graph *build_every_op(Ctx *c, bool *covered) {
     cast = &add(g, n)->out[0];
   }
 
+  /* bools: the tests, logic, where, and casts to and from bool. */
+  static const OpKind tests[] = {OP_EQUAL, OP_NOT_EQUAL, OP_LESS, OP_LESS_EQUAL, OP_GREATER, OP_GREATER_EQUAL};
+  Value *mask = op1(g, OP_ISNAN, last);
+  for (size_t i = 0; i < ARRAY_LEN(tests); i++) {
+    Value *t = &add(g, NODE(g, tests[i], last, row))->out[0];
+    mask = &add(g, NODE(g, i % 2 ? OP_LOGICAL_AND : OP_LOGICAL_OR, mask, t))->out[0];
+  }
+  mask = op1(g, OP_LOGICAL_NOT, &add(g, NODE(g, OP_LOGICAL_XOR, mask, op1(g, OP_ISINF, last)))->out[0]);
+  Value *picked = &add(g, NODE(g, OP_WHERE, mask, last, row))->out[0];
+  n = NODE(g, OP_CAST, picked);
+  ir_set_dtype(g, n, "to", TY_BOOL);
+  n = NODE(g, OP_CAST, &add(g, n)->out[0]);
+  ir_set_dtype(g, n, "to", TY_F32);
+  add(g, n);
+
   /* int8: a per-tensor scale with a zero point, a scale operand. */
   n = NODE(g, OP_QUANTIZE, cast);
   ir_set_float(g, n, "scale", 0.0234375);
@@ -519,7 +534,7 @@ START_TEST(error_attributes) {
                      "      %1 = reduce_sum %0 {axes=1} : f32[8]\n"
                      "                               ^\n");
   assert_parse_error(HEAD "  %1 = cast %0 {to=f64} : f32[8, 12]\n" TAIL,
-                     "t.ir:3:20: error: attribute 'to' of cast needs a dtype (f32, f16, bf16, i8, i32, i64), found 'f64'\n"
+                     "t.ir:3:20: error: attribute 'to' of cast needs a dtype (f32, f16, bf16, i8, i32, i64, bool), found 'f64'\n"
                      "      %1 = cast %0 {to=f64} : f32[8, 12]\n"
                      "                       ^\n");
   assert_parse_error(HEAD "  %1 = softmax %0 {axis=1, axis=1} : f32[8, 12]\n" TAIL,
@@ -634,7 +649,7 @@ END_TEST
 
 START_TEST(error_types) {
   assert_parse_error("graph g {\n  %0 = input {name=\"x\"} : f64[2]\n" TAIL,
-                     "t.ir:2:27: error: unknown dtype 'f64' (f32, f16, bf16, i8, i32, i64)\n"
+                     "t.ir:2:27: error: unknown dtype 'f64' (f32, f16, bf16, i8, i32, i64, bool)\n"
                      "      %0 = input {name=\"x\"} : f64[2]\n"
                      "                              ^\n");
   assert_parse_error("graph g {\n  %0 = input {name=\"x\"} : f32[2, 0]\n" TAIL,

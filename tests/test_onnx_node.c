@@ -38,6 +38,9 @@ static const char *const default_emu[] = {
     "test_transpose_all_permutations_3", "test_concat_2d_axis_1", "test_slice", "test_gather_1",
     "test_lstm_defaults", "test_lstm_batchwise", "test_batchnorm_example", "test_flatten_axis2",
     "test_reshape_negative_dim", "test_erf", "test_tanh", "test_globalaveragepool",
+    /* bool: comparisons, logic, where and what is built of them */
+    "test_less_equal_bcast", "test_xor_bcast4v3d", "test_isinf_negative", "test_where_long_example",
+    "test_shrink_soft", "test_triu_neg",
     /* pads as gathers, opset 6's per-channel PRelu and broadcast=1 */
     "test_reflect_pad", "test_edge_pad", "test_PReLU_2d_multiparam", "test_Softsign",
 };

@@ -130,7 +130,7 @@ def unrolled():
     unroll_rnn): a bidirectional GRU with linear_before_reset=0, a runtime
     initial state and sequence lengths; a reverse LSTM with peepholes, clip,
     HardSigmoid gates and nonzero initial states; a bidirectional RNN with
-    Relu one way and Tanh the other."""
+    ThresholdedRelu one way and Tanh the other."""
     b = Builder()
     T, N, I, H = 5, 3, 4, 6
     lens = b.init("lens", np.array([5, 2, 4], dtype=np.int32))
@@ -147,7 +147,8 @@ def unrolled():
          activations=["HardSigmoid", "Tanh", "Tanh"], activation_alpha=[0.3], activation_beta=[0.45])
     y = b.op("Squeeze", ["lstm_y", b.init("axes", np.array([1], dtype=np.int64))])
     b.op("RNN", [y, b.weight("rnn.W", 2, H, H), b.weight("rnn.R", 2, H, H), b.weight("rnn.B", 2, 2 * H)],
-         outs=["rnn_y", "rnn_h"], hidden_size=H, direction="bidirectional", activations=["Relu", "Tanh"])
+         outs=["rnn_y", "rnn_h"], hidden_size=H, direction="bidirectional",
+         activations=["ThresholdedRelu", "Tanh"], activation_alpha=[0.05])
     f = TensorProto.FLOAT
     m = b.model("unrolled", [helper.make_tensor_value_info("seq", f, [T, N, I]),
                              helper.make_tensor_value_info("h0", f, [2, N, H])],
