@@ -6,6 +6,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "tests/testutil.h"
+
 typedef struct Gen {
   Graph *g;
   uint64_t rng;
@@ -14,12 +16,7 @@ typedef struct Gen {
   int n_inputs, n_params;
 } Gen;
 
-static uint64_t next(Gen *r) {
-  uint64_t z = (r->rng += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
+static uint64_t next(Gen *r) { return test_splitmix64(&r->rng); }
 
 static int pick(Gen *r, int n) { return n > 0 ? (int)(next(r) % (uint64_t)n) : 0; }
 static bool chance(Gen *r, int percent) { return pick(r, 100) < percent; }

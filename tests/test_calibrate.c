@@ -26,13 +26,11 @@
 #include "ir/ir.h"
 #include "passes/pass.h"
 #include "runtime/tensorio.h"
+#include "tests/testutil.h"
 
 static uint64_t rng_state;
 static double uniform01(void) {
-  uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  z ^= z >> 31;
+  uint64_t z = test_splitmix64(&rng_state);
   return ((double)(z >> 11) + 0.5) / 9007199254740992.0;
 }
 

@@ -16,6 +16,7 @@
 
 #include "include/dlcc.h"
 #include "runtime/tensorio.h"
+#include "tests/testutil.h"
 
 static char dir[64];
 static char err[4096];
@@ -60,12 +61,7 @@ static char *slurp(const char *path) {
 
 /* splitmix64: the test's own numbers, independent of ir/init.c. */
 static uint64_t rng_state;
-static uint64_t rng_next(void) {
-  uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
+static uint64_t rng_next(void) { return test_splitmix64(&rng_state); }
 static double rng_uniform(double lo, double hi) {
   return lo + (hi - lo) * (double)(rng_next() >> 11) / 9007199254740992.0;
 }

@@ -20,6 +20,7 @@
 #include "ir/ir.h"
 #include "passes/pass.h"
 #include "tests/randgraph.h"
+#include "tests/testutil.h"
 
 static const char *srcdir(void) {
   const char *s = getenv("top_srcdir");
@@ -29,12 +30,7 @@ static const char *srcdir(void) {
 /* ---- evaluating a graph on seeded random data ---- */
 
 static uint64_t rng_state;
-static uint64_t rng_next(void) {
-  uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
+static uint64_t rng_next(void) { return test_splitmix64(&rng_state); }
 
 /* Upper bound of the indices a gather takes from v; 0 when none. */
 static int64_t index_bound(Graph *g, const Value *v) {

@@ -36,10 +36,7 @@ static const char *srcdir(void) {
 
 static uint64_t rng_state;
 static double uniform(double lo, double hi) {
-  uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  z ^= z >> 31;
+  uint64_t z = test_splitmix64(&rng_state);
   return lo + (hi - lo) * (double)(z >> 11) / 9007199254740992.0;
 }
 

@@ -2,8 +2,19 @@
 #ifndef DLCC_TESTUTIL_H
 #define DLCC_TESTUTIL_H
 
+#include <stdint.h>
+
 #include "ir/eval.h"
 #include "runtime/plan.h"
+
+/* splitmix64: the tests' own random numbers, independent of ir/init.c,
+ * the same on every machine.  Advances *state. */
+static inline uint64_t test_splitmix64(uint64_t *state) {
+  uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
 
 /* Runs plan p once on the emu device: weights from params by the plan's
  * weight names, inputs by the plan's input names.  Returns the outputs in
