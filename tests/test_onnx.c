@@ -240,6 +240,8 @@ static void teardown(void) {
 static Graph *import_opt(Model *b, const OnnxOptions *o) {
   size_t len;
   uint8_t *buf = pack(b, &len);
+  /* A test may import several models: the last one's params are kept. */
+  ir_tensor_map_free(&params);
   return fe_onnx_import_bytes(&ctx, "/tmp/model.onnx", buf, len, o, &params);
 }
 
