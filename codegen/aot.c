@@ -501,12 +501,13 @@ static bool write_model_c(Aot *a, Graph *g, const RtBinary *bins, int n_bins, co
 /* ---- model.h ---- */
 
 static const char *c_type(uint32_t dtype) {
-  static const char *const t[] = {"float", "uint16_t", "uint16_t", "int8_t", "int32_t", "int64_t", "uint8_t"};
+  static const char *const t[] = {"float", "uint16_t", "uint16_t", "int8_t", "int32_t", "int64_t", "uint8_t", "uint8_t"};
   return dtype < sizeof t / sizeof *t ? t[dtype] : "void";
 }
 
 static const char *dtype_macro(uint32_t dtype) {
-  static const char *const t[] = {"DLRT_F32", "DLRT_F16", "DLRT_BF16", "DLRT_I8", "DLRT_I32", "DLRT_I64", "DLRT_BOOL"};
+  static const char *const t[] = {"DLRT_F32", "DLRT_F16", "DLRT_BF16", "DLRT_I8",
+                                  "DLRT_I32", "DLRT_I64", "DLRT_BOOL", "DLRT_U8"};
   return dtype < sizeof t / sizeof *t ? t[dtype] : "DLRT_F32";
 }
 
@@ -528,7 +529,7 @@ static char *ident(Aot *a, const char *prefix, const char *text, bool upper) {
 }
 
 static void type_comment(FILE *f, const RtTensorDesc *t) {
-  static const char *const names[] = {"f32", "f16", "bf16", "i8", "i32", "i64", "bool"};
+  static const char *const names[] = {"f32", "f16", "bf16", "i8", "i32", "i64", "bool", "u8"};
   fprintf(f, "%s[", t->dtype < ARRAY_LEN(names) ? names[t->dtype] : "?");
   for (uint32_t d = 0; d < t->rank; d++) fprintf(f, "%s%" PRId64, d ? ", " : "", t->dims[d]);
   fputc(']', f);

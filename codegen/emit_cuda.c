@@ -81,6 +81,47 @@ static const char helpers[] =
     "__device__ __forceinline__ long long dl_clip(long long x, long long lo, long long hi) {\n"
     "  return x < lo ? lo : x > hi ? hi : x;\n"
     "}\n"
+    "__device__ __forceinline__ float dl_sign(float x) { return x > 0.0f ? 1.0f : x < 0.0f ? -1.0f : x; }\n"
+    "__device__ __forceinline__ int dl_sign(int a) { return a > 0 ? 1 : a < 0 ? -1 : 0; }\n"
+    "__device__ __forceinline__ long long dl_sign(long long a) { return a > 0 ? 1 : a < 0 ? -1 : 0; }\n"
+    "/* Python's %: fmod moved into b's sign, a zero taking b's sign. */\n"
+    "__device__ __forceinline__ float dl_mod(float a, float b) {\n"
+    "  float r = fmodf(a, b);\n"
+    "  return r != 0.0f ? ((r < 0.0f) != (b < 0.0f) ? r + b : r) : copysignf(0.0f, b);\n"
+    "}\n"
+    "/* Integer / and % cannot report a zero divisor: they give 0 (eval.c\n"
+    " * stops with an error); a divisor of -1 wraps instead of trapping. */\n"
+    "__device__ __forceinline__ int dl_div(int a, int b) { return b == 0 ? 0 : b == -1 ? dl_neg(a) : a / b; }\n"
+    "__device__ __forceinline__ long long dl_div(long long a, long long b) {\n"
+    "  return b == 0 ? 0 : b == -1 ? dl_neg(a) : a / b;\n"
+    "}\n"
+    "__device__ __forceinline__ int dl_fmod(int a, int b) { return b == 0 || b == -1 ? 0 : a % b; }\n"
+    "__device__ __forceinline__ long long dl_fmod(long long a, long long b) {\n"
+    "  return b == 0 || b == -1 ? 0 : a % b;\n"
+    "}\n"
+    "__device__ __forceinline__ int dl_mod(int a, int b) {\n"
+    "  int r = dl_fmod(a, b);\n"
+    "  return r != 0 && (r < 0) != (b < 0) ? r + b : r;\n"
+    "}\n"
+    "__device__ __forceinline__ long long dl_mod(long long a, long long b) {\n"
+    "  long long r = dl_fmod(a, b);\n"
+    "  return r != 0 && (r < 0) != (b < 0) ? r + b : r;\n"
+    "}\n"
+    "/* a ** b by squaring, wrapping as eval.c; b < 0 is 1 / a^-b (0 for a 0). */\n"
+    "__device__ __forceinline__ int dl_pow(int a, int b) {\n"
+    "  if (b < 0) return a == 1 ? 1 : a == -1 ? (b & 1 ? -1 : 1) : 0;\n"
+    "  unsigned r = 1u, x = (unsigned)a;\n"
+    "  for (; b; b >>= 1, x *= x)\n"
+    "    if (b & 1) r *= x;\n"
+    "  return (int)r;\n"
+    "}\n"
+    "__device__ __forceinline__ long long dl_pow(long long a, long long b) {\n"
+    "  if (b < 0) return a == 1 ? 1 : a == -1 ? (b & 1 ? -1 : 1) : 0;\n"
+    "  unsigned long long r = 1ull, x = (unsigned long long)a;\n"
+    "  for (; b; b >>= 1, x *= x)\n"
+    "    if (b & 1) r *= x;\n"
+    "  return (long long)r;\n"
+    "}\n"
     "__device__ __forceinline__ signed char dl_f2i8(float x) {\n"
     "  return x != x ? 0 : x <= -128.0f ? -128 : x >= 127.0f ? 127 : (signed char)(int)x;\n"
     "}\n"
@@ -92,14 +133,19 @@ static const char helpers[] =
     "  return x != x ? 0 : x <= -9223372036854775808.0f ? (-9223372036854775807LL - 1)\n"
     "         : x >= 9223372036854775808.0f ? 9223372036854775807LL : (long long)x;\n"
     "}\n"
+    "/* As eval.c's cast to u8 (onnxruntime's): truncated through int32,\n"
+    " * modulo 256; NaN and |x| >= 2^31 give 0. */\n"
+    "__device__ __forceinline__ unsigned char dl_f2u8(float x) {\n"
+    "  return fabsf(x) < 2147483648.0f ? (unsigned char)(int)x : (unsigned char)0;\n"
+    "}\n"
     "/* int8, as eval.c: one f32 division (IEEE whatever the flags), rounded\n"
-    " * half to even, plus the zero point zp, saturated to [-127, 127] when zp\n"
-    " * is 0 (symmetric), else to [-128, 127]; NaN -> zp.  And back with one\n"
-    " * f32 product that no later add may contract into an fma. */\n"
-    "__device__ __forceinline__ signed char dl_quantize(float x, float s, int zp) {\n"
+    " * half to even, plus the zero point zp, saturated to the codes [lo, hi]\n"
+    " * (ir_quant_range); NaN -> zp.  And back with one f32 product that no\n"
+    " * later add may contract into an fma. */\n"
+    "__device__ __forceinline__ int dl_quantize(float x, float s, int zp, int lo, int hi) {\n"
     "  float q = rintf(__fdiv_rn(x, s));\n"
-    "  float lo = zp ? -128.0f - (float)zp : -127.0f, hi = 127.0f - (float)zp;\n"
-    "  return q != q ? (signed char)zp : (signed char)((int)(q < lo ? lo : q > hi ? hi : q) + zp);\n"
+    "  float l = (float)(lo - zp), h = (float)(hi - zp);\n"
+    "  return q != q ? zp : (int)(q < l ? l : q > h ? h : q) + zp;\n"
     "}\n"
     "__device__ __forceinline__ float dl_dequantize(int q, float s, int zp) {\n"
     "  return __fmul_rn((float)((long long)q - zp), s);\n"
@@ -152,6 +198,7 @@ static const char *ctype(const Kernel *k, DType dt) {
     case TY_I32: return "int";
     case TY_I64: return "long long";
     case TY_BOOL: return "bool";
+    case TY_U8: return "unsigned char";
     case TY_COUNT: return k->index == TY_I64 ? "long long" : "int"; /* KT_INDEX */
   }
   return "int";
@@ -279,17 +326,20 @@ static void cmp_float(Out *o, const KExpr *e, const char *op) {
   fputs(" ? 1.0f : 0.0f)", o->f);
 }
 
-/* x's float value (halves widened exactly) by the f32 scale. */
+/* x's float value (halves widened exactly) by the f32 scale; a
+ * quantize's code range is e->f .. e->f2. */
 static void op_quant(Out *o, const KExpr *e) {
   bool q = e->op == OP_QUANTIZE;
-  fputs(q ? "dl_quantize(" : "dl_dequantize(", o->f);
   if (q)
-    fexpr(o, e->a[0]);
+    fprintf(o->f, "((%s)dl_quantize(", ctype(o->k, e->dtype)), fexpr(o, e->a[0]);
   else
-    expr(o, e->a[0]);
+    fputs("dl_dequantize(", o->f), expr(o, e->a[0]);
   fputs(", ", o->f);
   expr(o, e->a[1]);
-  fprintf(o->f, ", %d)", (int)e->i);
+  if (q)
+    fprintf(o->f, ", %d, %d, %d))", (int)e->i, (int)e->f, (int)e->f2);
+  else
+    fprintf(o->f, ", %d)", (int)e->i);
 }
 
 static void op_int(Out *o, const KExpr *e) {
@@ -301,6 +351,10 @@ static void op_int(Out *o, const KExpr *e) {
     case OP_ADD: call2(o, "dl_add", a, b); return;
     case OP_SUB: call2(o, "dl_sub", a, b); return;
     case OP_MUL: call2(o, "dl_mul", a, b); return;
+    case OP_DIV: call2(o, "dl_div", a, b); return;
+    case OP_MOD: call2(o, e->flag ? "dl_fmod" : "dl_mod", a, b); return;
+    case OP_POW: call2(o, "dl_pow", a, b); return;
+    case OP_SIGN: call1(o, "dl_sign", a); return;
     case OP_MAXIMUM: call2(o, "dl_max", a, b); return;
     case OP_MINIMUM: call2(o, "dl_min", a, b); return;
     case OP_EQ: cmp_int(o, e, "=="); return;
@@ -351,11 +405,25 @@ static void op_float(Out *o, const KExpr *e) {
     case OP_RECIPROCAL: fputs("(1.0f / ", o->f), fexpr(o, a), fputc(')', o->f); return;
     case OP_SIN: fcall1(o, "sinf", a); return;
     case OP_COS: fcall1(o, "cosf", a); return;
+    case OP_ROUND: fcall1(o, "rintf", a); return; /* half to even in the default mode */
+    case OP_FLOOR: fcall1(o, "floorf", a); return;
+    case OP_CEIL: fcall1(o, "ceilf", a); return;
+    case OP_SIGN: fcall1(o, "dl_sign", a); return;
+    case OP_TAN: fcall1(o, "tanf", a); return;
+    case OP_ASIN: fcall1(o, "asinf", a); return;
+    case OP_ACOS: fcall1(o, "acosf", a); return;
+    case OP_ATAN: fcall1(o, "atanf", a); return;
+    case OP_SINH: fcall1(o, "sinhf", a); return;
+    case OP_COSH: fcall1(o, "coshf", a); return;
+    case OP_ASINH: fcall1(o, "asinhf", a); return;
+    case OP_ACOSH: fcall1(o, "acoshf", a); return;
+    case OP_ATANH: fcall1(o, "atanhf", a); return;
     case OP_ADD: finfix(o, "+", a, b); return;
     case OP_SUB: finfix(o, "-", a, b); return;
     case OP_MUL: finfix(o, "*", a, b); return;
     case OP_DIV: finfix(o, "/", a, b); return;
     case OP_POW: fcall2(o, "powf", a, b); return;
+    case OP_MOD: fcall2(o, e->flag ? "fmodf" : "dl_mod", a, b); return;
     case OP_MAXIMUM: fcall2(o, "dl_max", a, b); return;
     case OP_MINIMUM: fcall2(o, "dl_min", a, b); return;
     case OP_EQ: cmp_float(o, e, "=="); return;
@@ -400,7 +468,7 @@ static void cast(Out *o, const KExpr *e) {
   }
   if (ir_dtype_is_float(from) && from != KT_INDEX && !ir_dtype_is_float(to)) {
     DType t = to == KT_INDEX ? k->index : to;
-    fcall1(o, t == TY_I8 ? "dl_f2i8" : t == TY_I32 ? "dl_f2i32" : "dl_f2i64", e->a[0]);
+    fcall1(o, t == TY_I8 ? "dl_f2i8" : t == TY_U8 ? "dl_f2u8" : t == TY_I32 ? "dl_f2i32" : "dl_f2i64", e->a[0]);
     return;
   }
   if (is_half(to)) {

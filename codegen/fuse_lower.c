@@ -227,7 +227,11 @@ static KExpr *elementwise(Eval *E, const Node *n, Site *s) {
   KExpr *x = eval(E, n->in[0], s);
   if (n->op == OP_QUANTIZE || n->op == OP_DEQUANTIZE)
     return cg_kquant(k, n, x, n->n_in == 2 ? eval(E, n->in[1], s) : NULL);
-  if (n->n_in == 2) return cg_kop2(k, n->op, x, eval(E, n->in[1], s));
+  if (n->n_in == 2) {
+    KExpr *r = cg_kop2(k, n->op, x, eval(E, n->in[1], s));
+    if (n->op == OP_MOD) r->flag = ir_attr_int(n, "fmod") != 0;
+    return r;
+  }
   if (n->op == OP_CAST) return cg_kcast(k, x, n->out[0].type.dtype);
   KExpr *r = cg_kop1(k, n->op, x);
   if (n->op == OP_LEAKY_RELU) r->f = ir_attr_float(n, "alpha");
@@ -408,9 +412,31 @@ const char *cg_group_hint(Ctx *c, const CgGroup *grp) {
 
 /* ---- checks: what this lowering can do with a hand-written group ---- */
 
+/* Wrapping integer arithmetic of one dtype, i8, u8 or i32 (as
+ * passes/fuse.c fuses it: an int8 product's zero-point corrections). */
+static bool is_int_arith(const Node *n) {
+  switch (n->op) {
+    case OP_NEG:
+    case OP_ABS:
+    case OP_RELU:
+    case OP_CLIP:
+    case OP_ADD:
+    case OP_SUB:
+    case OP_MUL:
+    case OP_MAXIMUM:
+    case OP_MINIMUM: break;
+    default: return false;
+  }
+  DType dt = n->out[0].type.dtype;
+  for (int i = 0; i < n->n_in; i++)
+    if (n->in[i]->type.dtype != dt) return false;
+  return dt == TY_I8 || dt == TY_U8 || dt == TY_I32;
+}
+
 /* Floats throughout, or int8 where this lowering computes it: quantize
- * (float to i8), dequantize and cast (i8 or i32 to float), an int8 product (i8
- * operands, an i32 result and bias) and index moves of i8. */
+ * (float to i8 or u8), dequantize and cast (i8, u8 or i32 to float), an int8
+ * product (i8 operands, an i32 result and bias), integer arithmetic and
+ * index moves of i8 and u8. */
 static bool member_types_ok(const Node *n) {
   DType out = n->out[0].type.dtype, in0 = n->in[0]->type.dtype;
   bool floats_out = ir_dtype_is_float(out), floats = floats_out;
@@ -420,16 +446,17 @@ static bool member_types_ok(const Node *n) {
    * bool, index moves of bools */
   if (cg_is_logic_op(n->op) || (n->op == OP_CAST && (in0 == TY_BOOL || out == TY_BOOL))) return true;
   if (ir_ops[n->op].cls == K_MOVE && in0 == TY_BOOL) return true;
+  if (is_int_arith(n)) return true;
   switch (n->op) {
     case OP_QUANTIZE: return true;
-    case OP_DEQUANTIZE: return in0 == TY_I8 || in0 == TY_I32;
-    case OP_CAST: return (in0 == TY_I8 || in0 == TY_I32) && floats_out;
+    case OP_DEQUANTIZE: return in0 == TY_I8 || in0 == TY_U8 || in0 == TY_I32;
+    case OP_CAST: return (in0 == TY_I8 || in0 == TY_U8 || in0 == TY_I32) && floats_out;
     case OP_CONV2D:
     case OP_MATMUL:
     case OP_LINEAR:
       return in0 == TY_I8 && n->in[1]->type.dtype == TY_I8 && out == TY_I32 &&
              (n->n_in < 3 || n->in[2]->type.dtype == TY_I32);
-    default: return ir_ops[n->op].cls == K_MOVE && in0 == TY_I8 && out == TY_I8;
+    default: return ir_ops[n->op].cls == K_MOVE && (in0 == TY_I8 || in0 == TY_U8) && out == in0;
   }
 }
 

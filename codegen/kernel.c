@@ -172,8 +172,10 @@ KExpr *cg_kint(Kernel *k, int64_t v) {
 }
 
 /* As eval.c stores a double into an integer dtype: truncated toward
- * zero, saturated to the dtype, NaN -> 0. */
+ * zero, saturated to the dtype, NaN -> 0; u8 wraps as onnxruntime's cast
+ * (through int32, modulo 256). */
 static int64_t saturate(double v, DType dt) {
+  if (dt == TY_U8) return fabs(v) < 2147483648.0 ? (int64_t)((uint64_t)(int64_t)trunc(v) & 0xffu) : 0;
   double lo = dt == TY_I8 ? -128.0 : dt == TY_I32 ? -2147483648.0 : -9223372036854775808.0;
   double hi = dt == TY_I8 ? 127.0 : dt == TY_I32 ? 2147483647.0 : 9223372036854775807.0;
   if (isnan(v)) return 0;
@@ -352,11 +354,16 @@ KExpr *cg_kquant(Kernel *k, const Node *n, KExpr *x, KExpr *scale) {
   if (!scale) scale = cg_kimm(k, (double)(float)ir_attr_float(n, "scale"), TY_F32);
   if ((n->op != OP_QUANTIZE && n->op != OP_DEQUANTIZE) || scale->dtype != TY_F32)
     dl_internal(k->ctx, "cg_kquant: %s with a %s scale", ir_ops[n->op].name, ir_dtype_name(scale->dtype));
-  KExpr *e = new_expr(k, KE_OP, n->op == OP_QUANTIZE ? TY_I8 : TY_F32);
+  KExpr *e = new_expr(k, KE_OP, n->out[0].type.dtype);
   e->op = n->op;
   e->a[0] = x;
   e->a[1] = scale;
   e->i = cg_zero_point(n);
+  if (n->op == OP_QUANTIZE) {
+    int lo, hi;
+    ir_quant_range(n, &lo, &hi);
+    e->f = lo, e->f2 = hi;
+  }
   return e;
 }
 

@@ -86,9 +86,9 @@ struct KExpr {
   int sub;   /* KIdxOp or KCmpOp */
   OpKind op; /* KE_OP */
   int64_t i; /* KE_INT; KE_OP quantize/dequantize: the zero point */
-  double f;  /* KE_FLOAT; KE_OP: leaky_relu alpha, clip min */
-  double f2; /* KE_OP: clip max */
-  bool flag; /* KE_OP: gelu with the tanh approximation */
+  double f;  /* KE_FLOAT; KE_OP: leaky_relu alpha, clip min, quantize's lowest code */
+  double f2; /* KE_OP: clip max, quantize's highest code */
+  bool flag; /* KE_OP: gelu with the tanh approximation; mod with fmod=1 (C's sign) */
   KVar *var;
   KBuf *buf;
   KExpr *a[3];

@@ -47,7 +47,7 @@ static bool check_dtypes(CgBuild *b, const Node *n, bool ints_ok) {
   for (int i = 0; i < n->n_in + n->n_out; i++) {
     DType dt = i < n->n_in ? n->in[i]->type.dtype : n->out[i - n->n_in].type.dtype;
     bool ok = ir_dtype_is_float(dt) ||
-              (ints_ok && (dt == TY_I8 || dt == TY_I32 || dt == TY_I64 || dt == TY_BOOL));
+              (ints_ok && (dt == TY_I8 || dt == TY_U8 || dt == TY_I32 || dt == TY_I64 || dt == TY_BOOL));
     if (!ok) return unsupported(b, n, dt);
   }
   return true;
@@ -205,6 +205,10 @@ static bool int_elementwise_ok(OpKind op) {
     case OP_ADD:
     case OP_SUB:
     case OP_MUL:
+    case OP_DIV:
+    case OP_POW:
+    case OP_MOD:
+    case OP_SIGN:
     case OP_MAXIMUM:
     case OP_MINIMUM:
     case OP_EQ:
@@ -260,6 +264,7 @@ static bool lower_elementwise(CgBuild *b, const Node *n) {
   } else if (n->n_in == 2) {
     bcast_strides(&n->in[1]->type, &out->type, st);
     r = cg_kop2(k, n->op, x, map_operand(b, &m, n->in[1], "b", st));
+    if (n->op == OP_MOD) r->flag = ir_attr_int(n, "fmod") != 0;
   } else if (n->op == OP_CAST) {
     r = cg_kcast(k, x, out->type.dtype);
   } else {
@@ -327,8 +332,10 @@ static bool lower_reduce(CgBuild *b, const Node *n) {
   Map m;
   map_begin(&m, k, &kept);
   KVar *base = cg_klet(k, &m.main, "base", KT_INDEX, map_index(&m, base_st));
-  OpKind comb = n->op == OP_REDUCE_MAX ? OP_MAXIMUM : n->op == OP_REDUCE_MIN ? OP_MINIMUM : OP_ADD;
-  double init = n->op == OP_REDUCE_MAX ? -INFINITY : n->op == OP_REDUCE_MIN ? INFINITY : 0.0;
+  OpKind comb = n->op == OP_REDUCE_MAX ? OP_MAXIMUM : n->op == OP_REDUCE_MIN ? OP_MINIMUM
+                : n->op == OP_REDUCE_PROD ? OP_MUL : OP_ADD;
+  double init = n->op == OP_REDUCE_MAX ? -INFINITY : n->op == OP_REDUCE_MIN ? INFINITY
+                : n->op == OP_REDUCE_PROD ? 1.0 : 0.0;
   KVar *acc = cg_kvar(k, "acc", TY_F32), *r = cg_kvar(k, "r", KT_INDEX);
   KStmt *red = cg_kreduce(k, &m.main, acc, cg_kimm(k, init, TY_F32), comb, r, cg_kint(k, group));
   /* The element's offset from the row's base: r itself when the reduced
@@ -1228,6 +1235,219 @@ static bool lower_gather(CgBuild *b, const Node *n) {
   return true;
 }
 
+/* ---- indexing by data: gather_elements, gather_nd, the scatters, topk ---- */
+
+/* An index read as i64, counted from the end of its axis when negative. */
+static KExpr *from_end(Kernel *k, KBlock *blk, KExpr *raw, int64_t dim) {
+  KVar *v = cg_klet(k, blk, "idx", TY_I64, cg_kcast(k, raw, TY_I64));
+  return cg_ksel(k, cg_kcmp(k, KC_LT, cg_kv(k, v), cg_kimm(k, 0, TY_I64)),
+                 cg_kop2(k, OP_ADD, cg_kv(k, v), cg_kimm(k, (double)dim, TY_I64)), cg_kv(k, v));
+}
+
+/* As gather's: an index out of range (an error in eval.c) is clamped
+ * into the axis, so that nothing is read out of bounds. */
+static KExpr *clamped_index(Kernel *k, KBlock *blk, KExpr *raw, int64_t dim) {
+  KExpr *at = cg_kop2(k, OP_MAXIMUM, from_end(k, blk, raw, dim), cg_kimm(k, 0, TY_I64));
+  at = cg_kop2(k, OP_MINIMUM, at, cg_kimm(k, (double)(dim - 1), TY_I64));
+  return cg_kv(k, cg_klet(k, blk, "at", KT_INDEX, cg_kcast(k, at, KT_INDEX)));
+}
+
+/* One thread per output element (indices' shape): data at the element's
+ * coordinates with the axis one read from indices. */
+static bool lower_gather_elements(CgBuild *b, const Node *n) {
+  const Value *data = n->in[0], *ind = n->in[1], *out = &n->out[0];
+  const TensorType *dt = &data->type, *ot = &out->type;
+  int axis = (int)ir_attr_int(n, "axis");
+  int64_t dst[DL_MAX_RANK];
+  strides_of(dt, dst);
+  Kernel *k = new_kernel(b, n, NULL, NULL);
+  Map m;
+  map_begin(&m, k, ot);
+  KExpr *at = clamped_index(k, &m.main, load_of(b, k, ind, "indices", m.i), dt->dims[axis]);
+  KExpr *src = cg_kmul(k, at, cg_kint(k, dst[axis]));
+  for (int d = 0; d < dt->rank; d++)
+    if (d != axis && ot->dims[d] != 1)
+      src = cg_kadd(k, src, cg_kmul(k, map_coord(&m, d), cg_kint(k, dst[d])));
+  map_store(b, &m, out, load_of(b, k, data, "data", src));
+  map_end(&m);
+  cg_launch(b, k);
+  return true;
+}
+
+/* One thread per output element: its index row (the leading coordinates)
+ * names the point of data, the trailing ones the element of its slice. */
+static bool lower_gather_nd(CgBuild *b, const Node *n) {
+  const Value *data = n->in[0], *ind = n->in[1], *out = &n->out[0];
+  const TensorType *dt = &data->type, *it = &ind->type, *ot = &out->type;
+  int bd = (int)ir_attr_int(n, "batch_dims"), rows = it->rank - 1, q = (int)it->dims[rows];
+  int64_t dst[DL_MAX_RANK], ist[DL_MAX_RANK];
+  strides_of(dt, dst);
+  strides_of(it, ist);
+  Kernel *k = new_kernel(b, n, NULL, NULL);
+  Map m;
+  map_begin(&m, k, ot);
+  KExpr *row = cg_kint(k, 0), *src = cg_kint(k, 0);
+  for (int d = 0; d < rows; d++) row = cg_kadd(k, row, cg_kmul(k, map_coord(&m, d), cg_kint(k, ist[d])));
+  KVar *rv = cg_klet(k, &m.main, "row", KT_INDEX, row);
+  for (int d = 0; d < bd; d++) src = cg_kadd(k, src, cg_kmul(k, map_coord(&m, d), cg_kint(k, dst[d])));
+  for (int j = 0; j < q; j++) {
+    KExpr *raw = load_of(b, k, ind, "indices", cg_kadd(k, cg_kv(k, rv), cg_kint(k, j)));
+    KExpr *at = clamped_index(k, &m.main, raw, dt->dims[bd + j]);
+    src = cg_kadd(k, src, cg_kmul(k, at, cg_kint(k, dst[bd + j])));
+  }
+  for (int d = bd + q; d < dt->rank; d++)
+    src = cg_kadd(k, src, cg_kmul(k, map_coord(&m, rows + d - bd - q), cg_kint(k, dst[d])));
+  map_store(b, &m, out, load_of(b, k, data, "data", src));
+  map_end(&m);
+  cg_launch(b, k);
+  return true;
+}
+
+/* What a scatter's update does to the element there. */
+static KExpr *scatter_combine(Kernel *k, const char *reduction, KExpr *cur, KExpr *upd) {
+  if (strcmp(reduction, "add") == 0) return cg_kop2(k, OP_ADD, cur, upd);
+  if (strcmp(reduction, "mul") == 0) return cg_kop2(k, OP_MUL, cur, upd);
+  if (strcmp(reduction, "max") == 0) return cg_kop2(k, OP_MAXIMUM, cur, upd);
+  if (strcmp(reduction, "min") == 0) return cg_kop2(k, OP_MINIMUM, cur, upd);
+  return upd;
+}
+
+/* The scatters run one thread per element of the result, which goes
+ * through every update that could address it, in order: no atomics, and
+ * the same sequence of combinations as eval.c (the last "none" update
+ * wins), so results are exact and deterministic.  An index out of range
+ * addresses nothing.  The cost is the element count times the updates
+ * per element's row (scatter_elements) or times all index rows
+ * (scatter_nd). */
+static bool lower_scatter_elements(CgBuild *b, const Node *n) {
+  if (!check_dtypes(b, n, true)) return false;
+  const Value *data = n->in[0], *ind = n->in[1], *upd = n->in[2], *out = &n->out[0];
+  const TensorType *dt = &data->type, *it = &ind->type;
+  int axis = (int)ir_attr_int(n, "axis");
+  int64_t ist[DL_MAX_RANK];
+  strides_of(it, ist);
+  Kernel *k = new_kernel(b, n, NULL, NULL);
+  Map m;
+  map_begin(&m, k, dt);
+  KVar *v = cg_klet(k, &m.main, "v", dt->dtype, load_of(b, k, data, "data", m.i));
+  /* Only the indices of the element's own line along axis can hit it. */
+  KExpr *inside = NULL, *base = cg_kint(k, 0);
+  for (int d = 0; d < dt->rank; d++) {
+    if (d == axis) continue;
+    if (it->dims[d] < dt->dims[d])
+      inside = cg_kand(k, inside, cg_kcmp(k, KC_LT, map_coord(&m, d), cg_kint(k, it->dims[d])));
+    if (it->dims[d] != 1) base = cg_kadd(k, base, cg_kmul(k, map_coord(&m, d), cg_kint(k, ist[d])));
+  }
+  KBlock *blk = inside ? &cg_kif(k, &m.main, inside)->body : &m.main;
+  KVar *bv = cg_klet(k, blk, "line", KT_INDEX, base);
+  KVar *t = cg_kvar(k, "t", KT_INDEX);
+  KStmt *loop = cg_kloop(k, blk, t, cg_kint(k, it->dims[axis]), KM_SERIAL);
+  KVar *u = cg_klet(k, &loop->body, "u", KT_INDEX,
+                    cg_kadd(k, cg_kv(k, bv), cg_kmul(k, cg_kv(k, t), cg_kint(k, ist[axis]))));
+  KExpr *idx = from_end(k, &loop->body, load_of(b, k, ind, "indices", cg_kv(k, u)), dt->dims[axis]);
+  KStmt *hit = cg_kif(k, &loop->body, cg_kcmp(k, KC_EQ, idx, cg_kcast(k, map_coord(&m, axis), TY_I64)));
+  KExpr *uv = load_of(b, k, upd, "updates", cg_kv(k, u));
+  cg_kset(k, &hit->body, v, scatter_combine(k, ir_attr_str(n, "reduction"), cg_kv(k, v), uv));
+  map_store(b, &m, out, cg_kv(k, v));
+  map_end(&m);
+  cg_launch(b, k);
+  return true;
+}
+
+static bool lower_scatter_nd(CgBuild *b, const Node *n) {
+  if (!check_dtypes(b, n, true)) return false;
+  const Value *data = n->in[0], *ind = n->in[1], *upd = n->in[2], *out = &n->out[0];
+  const TensorType *dt = &data->type, *it = &ind->type;
+  int q = (int)it->dims[it->rank - 1];
+  int64_t rows = numel(it) / q, slice = 1, dst[DL_MAX_RANK];
+  for (int d = q; d < dt->rank; d++) slice *= dt->dims[d];
+  strides_of(dt, dst);
+  Kernel *k = new_kernel(b, n, NULL, NULL);
+  Map m;
+  map_begin(&m, k, dt);
+  KVar *v = cg_klet(k, &m.main, "v", dt->dtype, load_of(b, k, data, "data", m.i));
+  /* The element is slice element s of the point at offset p. */
+  KVar *s = cg_klet(k, &m.main, "s", KT_INDEX, cg_kidx(k, KI_MOD, m.i, cg_kint(k, slice)));
+  KVar *p = cg_klet(k, &m.main, "p", KT_INDEX, cg_kidx(k, KI_SUB, m.i, cg_kv(k, s)));
+  KVar *r = cg_kvar(k, "r", KT_INDEX);
+  KStmt *loop = cg_kloop(k, &m.main, r, cg_kint(k, rows), KM_SERIAL);
+  KExpr *ok = NULL, *target = cg_kint(k, 0);
+  for (int j = 0; j < q; j++) {
+    KExpr *at = cg_kadd(k, cg_kmul(k, cg_kv(k, r), cg_kint(k, q)), cg_kint(k, j));
+    KExpr *raw = load_of(b, k, ind, "indices", at);
+    KVar *a = cg_klet(k, &loop->body, "a", TY_I64, from_end(k, &loop->body, raw, dt->dims[j]));
+    ok = cg_kand(k, ok, cg_kcmp(k, KC_GE, cg_kv(k, a), cg_kimm(k, 0, TY_I64)));
+    ok = cg_kand(k, ok, cg_kcmp(k, KC_LT, cg_kv(k, a), cg_kimm(k, (double)dt->dims[j], TY_I64)));
+    target = cg_kadd(k, target, cg_kmul(k, cg_kcast(k, cg_kv(k, a), KT_INDEX), cg_kint(k, dst[j])));
+  }
+  /* && short-circuits: an index out of range never meets the offset. */
+  KStmt *hit = cg_kif(k, &loop->body, cg_kand(k, ok, cg_kcmp(k, KC_EQ, target, cg_kv(k, p))));
+  KExpr *ui = cg_kadd(k, cg_kmul(k, cg_kv(k, r), cg_kint(k, slice)), cg_kv(k, s));
+  KExpr *uv = load_of(b, k, upd, "updates", ui);
+  cg_kset(k, &hit->body, v, scatter_combine(k, ir_attr_str(n, "reduction"), cg_kv(k, v), uv));
+  map_store(b, &m, out, cg_kv(k, v));
+  map_end(&m);
+  cg_launch(b, k);
+  return true;
+}
+
+/* a (at position ia) comes before b (at ib) in topk's order: larger
+ * (smaller) first, NaN above every number, ties to the lower position. */
+static KExpr *topk_before(Kernel *k, bool largest, bool floats, KExpr *a, KExpr *ia, KExpr *b, KExpr *ib) {
+  KExpr *first = cg_kcmp(k, largest ? KC_GT : KC_LT, a, b);
+  KExpr *same = cg_kcmp(k, KC_EQ, a, b);
+  if (floats) {
+    KExpr *a_nan = cg_kcmp(k, KC_NE, a, a), *b_nan = cg_kcmp(k, KC_NE, b, b);
+    KExpr *nan_first = largest ? cg_kand(k, a_nan, cg_knot(k, b_nan)) : cg_kand(k, b_nan, cg_knot(k, a_nan));
+    first = cg_kor(k, first, nan_first);
+    same = cg_kor(k, same, cg_kand(k, a_nan, b_nan));
+  }
+  return cg_kor(k, first, cg_kand(k, same, cg_kcmp(k, KC_LT, ia, ib)));
+}
+
+/* One thread per row, by selection as eval.c: the j-th result is the
+ * first element after the (j-1)-th, k passes over the row. */
+static bool lower_topk(CgBuild *b, const Node *n) {
+  if (!check_dtypes(b, n, true)) return false;
+  const Value *x = n->in[0], *vals = &n->out[0], *inds = &n->out[1];
+  int axis = (int)ir_attr_int(n, "axis");
+  int64_t kk = ir_attr_int(n, "k"), outer, len, inner;
+  bool largest = ir_attr_int(n, "largest") != 0;
+  split_axis(&x->type, axis, &outer, &len, &inner);
+  DType dt = x->type.dtype;
+  bool floats = ir_dtype_is_float(dt);
+  Kernel *k = new_kernel(b, n, NULL, NULL);
+  TensorType rows = flat(TY_I64, outer * inner);
+  Map m;
+  map_begin(&m, k, &rows);
+  KVar *base = row_base(k, &m.main, m.i, len, inner), *obase = row_base(k, &m.main, m.i, kk, inner);
+  KVar *prev = cg_klet(k, &m.main, "prev", KT_INDEX, cg_kint(k, -1));
+  KVar *pv = cg_klet(k, &m.main, "pv", dt, load_of(b, k, x, "x", cg_kv(k, base)));
+  KVar *j = cg_kvar(k, "j", KT_INDEX), *t = cg_kvar(k, "t", KT_INDEX);
+  KStmt *lj = cg_kloop(k, &m.main, j, cg_kint(k, kk), KM_SERIAL);
+  KVar *best = cg_klet(k, &lj->body, "best", KT_INDEX, cg_kint(k, -1));
+  KVar *bv = cg_klet(k, &lj->body, "bv", dt, cg_kv(k, pv));
+  KStmt *lt = cg_kloop(k, &lj->body, t, cg_kint(k, len), KM_SERIAL);
+  KVar *v = cg_klet(k, &lt->body, "v", dt, load_of(b, k, x, "x", row_at(k, base, cg_kv(k, t), inner)));
+  KExpr *v_e = cg_kv(k, v), *t_e = cg_kv(k, t), *prev_e = cg_kv(k, prev), *best_e = cg_kv(k, best);
+  KExpr *after = cg_kor(k, cg_kcmp(k, KC_LT, prev_e, cg_kint(k, 0)),
+                        topk_before(k, largest, floats, cg_kv(k, pv), prev_e, v_e, t_e));
+  KExpr *better = cg_kor(k, cg_kcmp(k, KC_LT, best_e, cg_kint(k, 0)),
+                         topk_before(k, largest, floats, v_e, t_e, cg_kv(k, bv), best_e));
+  KStmt *pick = cg_kif(k, &lt->body, cg_kand(k, after, better));
+  cg_kset(k, &pick->body, best, cg_kv(k, t));
+  cg_kset(k, &pick->body, bv, cg_kv(k, v));
+  KVar *at = cg_klet(k, &lj->body, "o", KT_INDEX, row_at(k, obase, cg_kv(k, j), inner));
+  cg_kstore(k, &lj->body, global_of(b, k, vals, "values"), cg_kv(k, at), cg_kv(k, bv));
+  cg_kstore(k, &lj->body, global_of(b, k, inds, "indices"), cg_kv(k, at),
+            cg_kcast(k, cg_kv(k, best), TY_I64));
+  cg_kset(k, &lj->body, prev, cg_kv(k, best));
+  cg_kset(k, &lj->body, pv, cg_kv(k, bv));
+  map_end(&m);
+  cg_launch(b, k);
+  return true;
+}
+
 /* ---- recurrent layers ---- */
 
 typedef struct Rnn {
@@ -1391,6 +1611,19 @@ bool cg_lower_node(CgBuild *b, const Node *n) {
     case OP_RECIPROCAL:
     case OP_SIN:
     case OP_COS:
+    case OP_ROUND:
+    case OP_FLOOR:
+    case OP_CEIL:
+    case OP_SIGN:
+    case OP_TAN:
+    case OP_ASIN:
+    case OP_ACOS:
+    case OP_ATAN:
+    case OP_SINH:
+    case OP_COSH:
+    case OP_ASINH:
+    case OP_ACOSH:
+    case OP_ATANH:
     case OP_CAST:
     case OP_QUANTIZE:
     case OP_DEQUANTIZE:
@@ -1401,6 +1634,7 @@ bool cg_lower_node(CgBuild *b, const Node *n) {
     case OP_POW:
     case OP_MAXIMUM:
     case OP_MINIMUM:
+    case OP_MOD:
     case OP_EQ:
     case OP_NE:
     case OP_LT:
@@ -1423,7 +1657,8 @@ bool cg_lower_node(CgBuild *b, const Node *n) {
     case OP_REDUCE_SUM:
     case OP_REDUCE_MEAN:
     case OP_REDUCE_MAX:
-    case OP_REDUCE_MIN: return lower_reduce(b, n);
+    case OP_REDUCE_MIN:
+    case OP_REDUCE_PROD: return lower_reduce(b, n);
     case OP_ARGMAX: return lower_argmax(b, n);
     case OP_SOFTMAX:
     case OP_LOG_SOFTMAX: return lower_softmax(b, n);
@@ -1444,6 +1679,11 @@ bool cg_lower_node(CgBuild *b, const Node *n) {
     case OP_CONCAT: return lower_concat(b, n);
     case OP_PAD: return lower_pad(b, n);
     case OP_GATHER: return lower_gather(b, n);
+    case OP_GATHER_ELEMENTS: return lower_gather_elements(b, n);
+    case OP_GATHER_ND: return lower_gather_nd(b, n);
+    case OP_SCATTER_ELEMENTS: return lower_scatter_elements(b, n);
+    case OP_SCATTER_ND: return lower_scatter_nd(b, n);
+    case OP_TOPK: return lower_topk(b, n);
     case OP_LSTM:
     case OP_GRU: return lower_rnn(b, n);
     case OP_COUNT: break;

@@ -6,7 +6,7 @@
 #include "codegen.h"
 
 static const char *dtype_name(uint32_t dt) {
-  static const char *const names[RT_DT_COUNT] = {"f32", "f16", "bf16", "i8", "i32", "i64", "bool"};
+  static const char *const names[RT_DT_COUNT] = {"f32", "f16", "bf16", "i8", "i32", "i64", "bool", "u8"};
   return dt < RT_DT_COUNT ? names[dt] : "?";
 }
 

@@ -641,6 +641,17 @@ static Val bi_binary(Lower *l, const Call *c) {
   return fe_tensor_binary(l, ir_op_from_name(c->name), c->args[0], c->args[1], c->loc);
 }
 
+/* mod(a, b, fmod=false): the remainder with the divisor's sign, Python's
+ * % (which a % b on tensors is too), or with fmod=true the dividend's,
+ * C's. */
+static Val bi_mod(Lower *l, const Call *c) {
+  bool c_fmod;
+  if (!fe_arg_bool(l, c, 2, false, &c_fmod)) return poison();
+  Val r = bi_binary(l, c);
+  if (c_fmod && r.kind == V_TENSOR) ir_set_int(l->g, r.t->def, "fmod", 1);
+  return r;
+}
+
 /* where(cond, a, b): cond a bool tensor, a and b tensors or numbers (at
  * least one a tensor, whose dtype a number takes). */
 static Val bi_where(Lower *l, const Call *c) {
@@ -673,6 +684,22 @@ static Val bi_where(Lower *l, const Call *c) {
     if (!(in[i] = fe_const(l, val_num(v), t->type.dtype, c->locs[i]))) return poison();
   }
   return val_tensor(fe_emit(l, fe_node(l, OP_WHERE, 3, in, c->loc)));
+}
+
+/* gather_elements(x, indices, axis=0): torch.gather, x read at indices
+ * along axis and at the element's own coordinates elsewhere. */
+static Val bi_gather_elements(Lower *l, const Call *c) {
+  Value *x, *idx;
+  int64_t axis;
+  int a;
+  bool ok = fe_arg_tensor(l, c, 0, &x);
+  ok &= fe_arg_tensor(l, c, 1, &idx);
+  ok &= fe_arg_int(l, c, 2, 0, &axis);
+  if (!ok || !fe_axis(l, c, 2, axis, x->type.rank, &a)) return poison();
+  Value *in[2] = {x, idx};
+  Node *n = fe_node(l, OP_GATHER_ELEMENTS, 2, in, c->loc);
+  ir_set_int(l->g, n, "axis", a);
+  return val_tensor(fe_emit(l, n));
 }
 
 /* ---- reductions ---- */
@@ -1065,6 +1092,19 @@ static const Builtin builtins[] = {
     {"sin", bi_unary, "x", false},
     {"cos", bi_unary, "x", false},
     {"reciprocal", bi_unary, "x", false},
+    {"round", bi_unary, "x", false},
+    {"floor", bi_unary, "x", false},
+    {"ceil", bi_unary, "x", false},
+    {"sign", bi_unary, "x", false},
+    {"tan", bi_unary, "x", false},
+    {"asin", bi_unary, "x", false},
+    {"acos", bi_unary, "x", false},
+    {"atan", bi_unary, "x", false},
+    {"sinh", bi_unary, "x", false},
+    {"cosh", bi_unary, "x", false},
+    {"asinh", bi_unary, "x", false},
+    {"acosh", bi_unary, "x", false},
+    {"atanh", bi_unary, "x", false},
     {"relu6", bi_relu6, "x", false},
     {"leaky_relu", bi_leaky_relu, "x|alpha", false},
     {"gelu", bi_gelu, "x|approximate", false},
@@ -1072,6 +1112,7 @@ static const Builtin builtins[] = {
     {"maximum", bi_binary, "a,b", false},
     {"minimum", bi_binary, "a,b", false},
     {"pow", bi_binary, "a,b", false},
+    {"mod", bi_mod, "a,b|fmod", false},
     {"equal", bi_binary, "a,b", false},
     {"not_equal", bi_binary, "a,b", false},
     {"less", bi_binary, "a,b", false},
@@ -1104,6 +1145,7 @@ static const Builtin builtins[] = {
     {"avgpool2d", bi_avgpool, "x,kernel|stride,pad,ceil_mode,count_include_pad", false},
     {"global_avgpool", bi_global_avgpool, "x", false},
     {"expand", bi_expand, "x,shape", false},
+    {"gather_elements", bi_gather_elements, "x,indices|axis", false},
     {"dim", bi_dim, "x,axis", false},
     {"len", bi_len, "x", false},
 };

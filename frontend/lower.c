@@ -580,6 +580,7 @@ static OpKind tensor_op(int op) {
     case '-': return OP_SUB;
     case '*': return OP_MUL;
     case '/': return OP_DIV;
+    case '%': return OP_MOD; /* fmod=0: the divisor's sign, as % on numbers */
     case OPX_POW: return OP_POW;
     case '<': return OP_LT;
     case '>': return OP_GT;

@@ -52,11 +52,12 @@ static bool dtype_from_onnx(int32_t t, DType *out) {
     case ONNX__TENSOR_PROTO__DATA_TYPE__INT32: *out = TY_I32; return true;
     case ONNX__TENSOR_PROTO__DATA_TYPE__INT64: *out = TY_I64; return true;
     case ONNX__TENSOR_PROTO__DATA_TYPE__BOOL: *out = TY_BOOL; return true;
+    case ONNX__TENSOR_PROTO__DATA_TYPE__UINT8: *out = TY_U8; return true;
     default: return false;
   }
 }
 
-static const char dtypes_we_have[] = "dlcc has FLOAT, FLOAT16, BFLOAT16, INT8, INT32, INT64 and BOOL";
+static const char dtypes_we_have[] = "dlcc has FLOAT, FLOAT16, BFLOAT16, INT8, UINT8, INT32, INT64 and BOOL";
 
 __attribute__((format(printf, 3, 4))) static bool efail(char *err, size_t errlen, const char *fmt,
                                                          ...) {
@@ -223,6 +224,7 @@ static bool tensor_from_proto(const Onnx__TensorProto *t, const char *dir, Tenso
         case TY_F16:
         case TY_BF16: ((uint16_t *)out->data)[i] = (uint16_t)v; break;
         case TY_I8: ((int8_t *)out->data)[i] = (int8_t)v; break;
+        case TY_U8: ((uint8_t *)out->data)[i] = (uint8_t)v; break;
         case TY_BOOL: ((uint8_t *)out->data)[i] = v != 0; break;
         default: ((int32_t *)out->data)[i] = v; break;
       }
@@ -264,6 +266,9 @@ typedef struct Val {
   Value *v;           /* in the graph; NULL until a runtime op needs it */
   Tensor *k;          /* contents known at import, or NULL */
   const Tensor *hint; /* OnnxOptions.known's value for a graph input */
+  /* DequantizeLinear's codes and scales when it made this value, or the
+   * accumulator of an int8 product this value dequantizes (QDQ). */
+  const struct Quant *dq;
 } Val;
 
 typedef struct Entry {
@@ -656,6 +661,16 @@ static Val *reverse_axis(Imp *im, Val *x, int axis) {
   return gather(im, x, idx, axis);
 }
 
+/* 0, 1, .., len-1 along axis of a rank-r i64 tensor (1 in the other dims). */
+static Val *iota_along(Imp *im, int r, int axis, int64_t len) {
+  int64_t dims[DL_MAX_RANK];
+  for (int d = 0; d < r; d++) dims[d] = d == axis ? len : 1;
+  TensorType t = ir_type_make(TY_I64, r, dims);
+  Val *v = known_new(im, &t);
+  for (int64_t i = 0; i < len; i++) ((int64_t *)v->k->data)[i] = i;
+  return v;
+}
+
 /* ---- attributes ---- */
 
 static const Onnx__AttributeProto *find_attr(Imp *im, const char *name) {
@@ -817,6 +832,10 @@ static const UnaryMap unary_ops[] = {
     {"Tanh", OP_TANH}, {"Exp", OP_EXP},   {"Log", OP_LOG},         {"Sqrt", OP_SQRT},
     {"Erf", OP_ERF},   {"Sin", OP_SIN},   {"Cos", OP_COS},         {"Reciprocal", OP_RECIPROCAL},
     {"HardSwish", OP_HARDSWISH},
+    {"Round", OP_ROUND}, {"Floor", OP_FLOOR}, {"Ceil", OP_CEIL},   {"Sign", OP_SIGN},
+    {"Tan", OP_TAN},     {"Asin", OP_ASIN},   {"Acos", OP_ACOS},   {"Atan", OP_ATAN},
+    {"Sinh", OP_SINH},   {"Cosh", OP_COSH},   {"Asinh", OP_ASINH}, {"Acosh", OP_ACOSH},
+    {"Atanh", OP_ATANH},
 };
 
 static bool op_unary(Imp *im, ONode *n) {
@@ -976,6 +995,19 @@ static bool op_binary(Imp *im, ONode *n) {
   /* Pow alone lets the exponent have its own dtype. */
   if (op == OP_POW) b = cast(im, b, a->type.dtype);
   return (n->out[0] = op2(im, op, a, b));
+}
+
+/* fmod=0 is the sign of the divisor (ONNX asks fmod=1 of floats; dlcc
+ * gives them Python's % instead of refusing), fmod=1 C's fmod. */
+static bool op_mod(Imp *im, ONode *n) {
+  Val *a = in_req(im, n, 0), *b = in_req(im, n, 1);
+  int64_t fmod_attr;
+  if (!a || !b || !attr_int(im, "fmod", 0, &fmod_attr)) return false;
+  if (fmod_attr != 0 && fmod_attr != 1) return bad(im, "fmod must be 0 or 1, got %" PRId64, fmod_attr);
+  Emit e;
+  Node *m = begin(im, &e, OP_MOD, 2, (Val *[]){a, b});
+  ir_set_int(im->g, m, "fmod", fmod_attr);
+  return (n->out[0] = emit1(im, &e));
 }
 
 /* Max, Min, Sum, Mean: any number of operands, broadcast together. */
@@ -1505,6 +1537,38 @@ static bool op_layernorm(Imp *im, ONode *n) {
   return y != NULL;
 }
 
+/* x / (bias + alpha / size * sum of x^2 over the size channels around
+ * each one)^beta: the window sum is an avgpool2d (which divides by size)
+ * over [N, 1, C, H*W...] with a size x 1 kernel, zero-padded. */
+static bool op_lrn(Imp *im, ONode *n) {
+  Val *x = in_req(im, n, 0);
+  double alpha, beta, bias;
+  int64_t size;
+  if (!x || !attr_float(im, "alpha", 1e-4, &alpha) || !attr_float(im, "beta", 0.75, &beta) ||
+      !attr_float(im, "bias", 1.0, &bias) || !attr_int(im, "size", 0, &size) || !need_float_in(im, x))
+    return false;
+  int r = x->type.rank;
+  if (r < 2) return bad(im, "the input must be [N, C, ...], got rank %d", r);
+  /* Past 2C+1 the window only adds padding. */
+  if (size < 1 || size > 2 * x->type.dims[1] + 1)
+    return bad(im, "size %" PRId64 " must be between 1 and 2C+1 = %" PRId64 " (the attribute is required)", size,
+               2 * x->type.dims[1] + 1);
+  int64_t rest = 1;
+  for (int d = 2; d < r; d++) rest *= x->type.dims[d];
+  int64_t lo = (size - 1) / 2, hi = size - 1 - lo;
+  Val *sq = reshape(im, op2(im, OP_MUL, x, x), 4, (int64_t[]){x->type.dims[0], 1, x->type.dims[1], rest});
+  if (!sq) return false;
+  Emit e;
+  Node *p = begin(im, &e, OP_AVGPOOL2D, 1, &sq);
+  ir_set_ints(im->g, p, "kernel", 2, (int64_t[]){size, 1});
+  ir_set_ints(im->g, p, "stride", 2, (int64_t[]){1, 1});
+  ir_set_ints(im->g, p, "pad", 4, (int64_t[]){lo, 0, hi, 0});
+  ir_set_int(im->g, p, "count_include_pad", 1);
+  Val *avg = reshape(im, emit1(im, &e), r, x->type.dims);
+  Val *den = op2s(im, OP_POW, op2s(im, OP_ADD, op2s(im, OP_MUL, avg, alpha), bias), beta);
+  return (n->out[0] = op2(im, OP_DIV, x, den));
+}
+
 static bool op_instancenorm(Imp *im, ONode *n) {
   double eps;
   Val *x = in_req(im, n, 0), *scale = in_req(im, n, 1), *bias = in_req(im, n, 2);
@@ -1543,6 +1607,90 @@ static bool op_softmax(Imp *im, ONode *n) {
   Node *s = begin(im, &e, log_sm ? OP_LOG_SOFTMAX : OP_SOFTMAX, 1, &x2);
   ir_set_int(im->g, s, "axis", axis);
   return (n->out[0] = reshape(im, emit1(im, &e), r, x->type.dims));
+}
+
+/* ---- losses ---- */
+
+/* NegativeLogLikelihoodLoss of logp [N, C, d...] at target [N, d...]:
+ * -logp[n, target, d...] (a gather_elements along C), 0 where the
+ * target is ignore_index, times weight[target]; reduction "none", "sum"
+ * or "mean" (the sum over the weights' sum when there are weights or an
+ * ignore_index, else over the count), as ONNX's reference computes it. */
+static Val *nll_loss(Imp *im, Val *logp, Val *target, Val *weight, const char *reduction, bool has_ignore,
+                     int64_t ignore) {
+  int r = logp->type.rank;
+  if (r < 2) {
+    bad(im, "the input must be [N, C, ...], got rank %d", r);
+    return NULL;
+  }
+  if (target->type.rank != r - 1 || ir_dtype_is_float(target->type.dtype) || target->type.dtype == TY_BOOL) {
+    bad(im, "the target must be integer [N, d...] for an input of rank %d", r);
+    return NULL;
+  }
+  if (strcmp(reduction, "none") != 0 && strcmp(reduction, "sum") != 0 && strcmp(reduction, "mean") != 0) {
+    bad(im, "reduction='%s' is not supported (none, sum, mean)", reduction);
+    return NULL;
+  }
+  DType dt = logp->type.dtype;
+  Val *t = cast(im, target, TY_I64), *ignored = NULL;
+  if (has_ignore) {
+    ignored = op2s(im, OP_EQUAL, t, (double)ignore);
+    t = where(im, ignored, scalar(im, 0, TY_I64), t);
+  }
+  int64_t dims[DL_MAX_RANK];
+  for (int d = 0; d < r; d++) dims[d] = d == 1 ? 1 : logp->type.dims[d];
+  Emit e;
+  Node *g = begin(im, &e, OP_GATHER_ELEMENTS, 2, (Val *[]){logp, reshape(im, t, r, dims)});
+  ir_set_int(im->g, g, "axis", 1);
+  Val *loss = op1(im, OP_NEG, reshape(im, emit1(im, &e), r - 1, target->type.dims));
+  Val *w = NULL;
+  if (weight) w = gather(im, weight, t, 0);
+  if (ignored) {
+    Val *zero = scalar(im, 0, dt);
+    loss = where(im, ignored, zero, loss);
+    w = where(im, ignored, zero, w ? w : scalar(im, 1, dt));
+  }
+  if (w) loss = op2(im, OP_MUL, loss, w);
+  if (strcmp(reduction, "none") == 0 || !loss) return loss;
+  int64_t all[DL_MAX_RANK];
+  for (int d = 0; d < r - 1; d++) all[d] = d;
+  Val *sum = reduce(im, OP_REDUCE_SUM, loss, r - 1, all, false);
+  if (strcmp(reduction, "sum") == 0) return sum;
+  if (!w) return reduce(im, OP_REDUCE_MEAN, loss, r - 1, all, false);
+  return op2(im, OP_DIV, sum, reduce(im, OP_REDUCE_SUM, w, r - 1, all, false));
+}
+
+static bool loss_attrs(Imp *im, const char **reduction, bool *has_ignore, int64_t *ignore) {
+  if (!attr_str(im, "reduction", "mean", reduction)) return false;
+  *has_ignore = find_attr(im, "ignore_index") != NULL;
+  return attr_int(im, "ignore_index", 0, ignore);
+}
+
+static bool op_nll_loss(Imp *im, ONode *n) {
+  Val *x = in_req(im, n, 0), *t = in_req(im, n, 1), *w = in_opt(n, 2);
+  const char *red;
+  bool has_ignore;
+  int64_t ignore;
+  if (!x || !t || !loss_attrs(im, &red, &has_ignore, &ignore) || !need_float_in(im, x)) return false;
+  return (n->out[0] = nll_loss(im, x, t, w, red, has_ignore, ignore));
+}
+
+/* log_softmax over the classes, then NegativeLogLikelihoodLoss; the
+ * second output is the log_softmax. */
+static bool op_softmax_ce_loss(Imp *im, ONode *n) {
+  Val *x = in_req(im, n, 0), *t = in_req(im, n, 1), *w = in_opt(n, 2);
+  const char *red;
+  bool has_ignore;
+  int64_t ignore;
+  if (!x || !t || !loss_attrs(im, &red, &has_ignore, &ignore) || !need_float_in(im, x)) return false;
+  if (x->type.rank < 2) return bad(im, "the scores must be [N, C, ...], got rank %d", x->type.rank);
+  Emit e;
+  Node *sm = begin(im, &e, OP_LOG_SOFTMAX, 1, &x);
+  ir_set_int(im->g, sm, "axis", 1);
+  Val *logp = emit1(im, &e);
+  if (!logp) return false;
+  if (n->n_out > 1) n->out[1] = logp;
+  return (n->out[0] = nll_loss(im, logp, t, w, red, has_ignore, ignore));
 }
 
 /* ---- reductions ---- */
@@ -1586,10 +1734,11 @@ static bool op_reduce(Imp *im, ONode *n) {
   bool logsum = strcmp(t, "LogSum") == 0, lse = strcmp(t, "LogSumExp") == 0;
   if (sumsq || l2) y = op2(im, OP_MUL, x, x);
   if (l1) y = op1(im, OP_ABS, x);
-  OpKind op = strcmp(t, "Mean") == 0 ? OP_REDUCE_MEAN
-              : strcmp(t, "Max") == 0 ? OP_REDUCE_MAX
-              : strcmp(t, "Min") == 0 ? OP_REDUCE_MIN
-                                      : OP_REDUCE_SUM;
+  OpKind op = strcmp(t, "Mean") == 0   ? OP_REDUCE_MEAN
+              : strcmp(t, "Max") == 0  ? OP_REDUCE_MAX
+              : strcmp(t, "Min") == 0  ? OP_REDUCE_MIN
+              : strcmp(t, "Prod") == 0 ? OP_REDUCE_PROD
+                                       : OP_REDUCE_SUM;
   if (k == 0) {
     /* Nothing to reduce: the input (after the elementwise part). */
     if (l2) y = op1(im, OP_SQRT, y);
@@ -1630,6 +1779,32 @@ static bool op_argmax(Imp *im, ONode *n) {
   Val *y = emit1(im, &e);
   if (last && y) y = op2(im, OP_SUB, scalar(im, (double)(x->type.dims[axis] - 1), TY_I64), y);
   return (n->out[0] = y);
+}
+
+/* 1 where the row's first maximum is, 0 elsewhere: argmax, then equal
+ * to an iota along the axis.  Before opset 13 the input is seen as 2-d
+ * around axis (default 1), as Softmax. */
+static bool op_hardmax(Imp *im, ONode *n) {
+  Val *x = in_req(im, n, 0);
+  int64_t axis_attr;
+  if (!x || !attr_int(im, "axis", im->opset >= 13 ? -1 : 1, &axis_attr)) return false;
+  int r = x->type.rank, axis;
+  if (r == 0) return bad(im, "a 0-d input is not supported");
+  if (!norm_axis(im, axis_attr, r, &axis)) return false;
+  Val *x2 = x;
+  if (im->opset < 13) {
+    int64_t d[2] = {1, 1};
+    for (int i = 0; i < r; i++) d[i >= axis] *= x->type.dims[i];
+    x2 = reshape(im, x, 2, d);
+    axis = 1;
+  }
+  if (!x2) return false;
+  Emit e;
+  Node *a = begin(im, &e, OP_ARGMAX, 1, &x2);
+  ir_set_int(im->g, a, "axis", axis);
+  ir_set_int(im->g, a, "keepdims", 1);
+  Val *hot = op2(im, OP_EQUAL, emit1(im, &e), iota_along(im, x2->type.rank, axis, x2->type.dims[axis]));
+  return (n->out[0] = reshape(im, cast(im, hot, x->type.dtype), r, x->type.dims));
 }
 
 /* ---- shapes and data movement ---- */
@@ -1894,6 +2069,166 @@ static bool op_gather(Imp *im, ONode *n) {
     }
   }
   return (n->out[0] = gather(im, data, idx, axis));
+}
+
+/* ---- indexing by data, top-k, one-hot ---- */
+
+/* Indices known at import must be in range: the kernels would clamp or
+ * skip them where eval.c stops.  Index i of idx goes into data's dim
+ * dims[i % q] (q 1: every index into dims[0]). */
+static bool known_indices_ok(Imp *im, const Val *idx, const int64_t *dims, int q, int first_axis) {
+  if (!idx->k) return true;
+  for (int64_t i = 0, count = ir_type_numel(&idx->type); i < count; i++) {
+    double v = ir_tensor_get(idx->k, i), dim = (double)dims[i % q];
+    if (v < -dim || v >= dim)
+      return bad(im, "index %.0f is out of range for axis %d of size %.0f", v, first_axis + (int)(i % q), dim);
+  }
+  return true;
+}
+
+static bool op_gather_elements(Imp *im, ONode *n) {
+  Val *data = in_req(im, n, 0), *idx = in_req(im, n, 1);
+  int64_t axis_attr;
+  int axis;
+  if (!data || !idx || !attr_int(im, "axis", 0, &axis_attr) || !norm_axis(im, axis_attr, data->type.rank, &axis))
+    return false;
+  if (!known_indices_ok(im, idx, data->type.dims + axis, 1, axis)) return false;
+  Emit e;
+  Node *g = begin(im, &e, OP_GATHER_ELEMENTS, 2, (Val *[]){data, idx});
+  ir_set_int(im->g, g, "axis", axis);
+  return (n->out[0] = emit1(im, &e));
+}
+
+static bool op_gather_nd(Imp *im, ONode *n) {
+  Val *data = in_req(im, n, 0), *idx = in_req(im, n, 1);
+  int64_t batch;
+  if (!data || !idx || !attr_int(im, "batch_dims", 0, &batch)) return false;
+  if (batch < 0 || batch >= data->type.rank || idx->type.rank < 1)
+    return bad(im, "batch_dims %" PRId64 " does not fit data of rank %d", batch, data->type.rank);
+  int q = (int)idx->type.dims[idx->type.rank - 1];
+  if (q > data->type.rank - batch) return bad(im, "index rows of %d values are longer than data's dims", q);
+  if (!known_indices_ok(im, idx, data->type.dims + batch, q, (int)batch)) return false;
+  Emit e;
+  Node *g = begin(im, &e, OP_GATHER_ND, 2, (Val *[]){data, idx});
+  ir_set_int(im->g, g, "batch_dims", batch);
+  return (n->out[0] = emit1(im, &e));
+}
+
+/* reduction: "none" before opset 16; add and mul from 16, max and min
+ * from 18. */
+static bool scatter_reduction(Imp *im, const char **out) {
+  if (!attr_str(im, "reduction", "none", out)) return false;
+  static const char *const known[] = {"none", "add", "mul", "max", "min"};
+  for (size_t i = 0; i < ARRAY_LEN(known); i++)
+    if (strcmp(*out, known[i]) == 0) return true;
+  return bad(im, "reduction='%s' is not supported (none, add, mul, max, min)", *out);
+}
+
+/* ScatterElements, and Scatter (opset 9-10) which is the same without
+ * a reduction. */
+static bool op_scatter_elements(Imp *im, ONode *n) {
+  Val *data = in_req(im, n, 0), *idx = in_req(im, n, 1), *upd = in_req(im, n, 2);
+  int64_t axis_attr;
+  int axis;
+  const char *red = "none";
+  if (!data || !idx || !upd || !attr_int(im, "axis", 0, &axis_attr) || !norm_axis(im, axis_attr, data->type.rank, &axis))
+    return false;
+  if (strcmp(im->np->op_type, "Scatter") != 0 && !scatter_reduction(im, &red)) return false;
+  if (!known_indices_ok(im, idx, data->type.dims + axis, 1, axis)) return false;
+  Emit e;
+  Node *sc = begin(im, &e, OP_SCATTER_ELEMENTS, 3, (Val *[]){data, idx, upd});
+  ir_set_int(im->g, sc, "axis", axis);
+  ir_set_str(im->g, sc, "reduction", red);
+  return (n->out[0] = emit1(im, &e));
+}
+
+static bool op_scatter_nd(Imp *im, ONode *n) {
+  Val *data = in_req(im, n, 0), *idx = in_req(im, n, 1), *upd = in_req(im, n, 2);
+  const char *red;
+  if (!data || !idx || !upd || !scatter_reduction(im, &red)) return false;
+  if (idx->type.rank < 1) return bad(im, "the indices must have rank >= 1");
+  int q = (int)idx->type.dims[idx->type.rank - 1];
+  if (q > data->type.rank) return bad(im, "index rows of %d values are longer than data's %d dims", q, data->type.rank);
+  if (!known_indices_ok(im, idx, data->type.dims, q, 0)) return false;
+  Emit e;
+  Node *sc = begin(im, &e, OP_SCATTER_ND, 3, (Val *[]){data, idx, upd});
+  ir_set_str(im->g, sc, "reduction", red);
+  return (n->out[0] = emit1(im, &e));
+}
+
+/* k an attribute before opset 10, a constant input after.  sorted=0
+ * leaves the order to the implementation: dlcc's is sorted anyway. */
+static bool op_topk(Imp *im, ONode *n) {
+  Val *x = in_req(im, n, 0);
+  int64_t axis_attr, largest, sorted, k = 0;
+  if (!x || !attr_int(im, "axis", -1, &axis_attr) || !attr_int(im, "largest", 1, &largest) ||
+      !attr_int(im, "sorted", 1, &sorted))
+    return false;
+  if (im->opset < 10) {
+    if (!attr_int(im, "k", 0, &k)) return false;
+  } else {
+    Val *kv = in_req(im, n, 1);
+    double d;
+    if (!kv || !const_scalar(im, kv, "TopK's K", &d)) return false;
+    k = (int64_t)d;
+  }
+  int axis;
+  if (!norm_axis(im, axis_attr, x->type.rank, &axis)) return false;
+  if (k < 1) return bad(im, "K=%" PRId64 ": empty tensors are not supported", k);
+  Emit e;
+  Node *t = begin(im, &e, OP_TOPK, 1, &x);
+  ir_set_int(im->g, t, "k", k);
+  ir_set_int(im->g, t, "axis", axis);
+  ir_set_int(im->g, t, "largest", largest != 0);
+  Val *out[8];
+  if (!finish(im, &e, out)) return false;
+  n->out[0] = out[0];
+  if (n->n_out > 1) n->out[1] = out[1];
+  return true;
+}
+
+/* indices (any number type, truncated), depth and values [off, on]:
+ * equal(unsqueezed indices counted from the end, iota) picks on or off;
+ * an index outside [-depth, depth) matches nothing. */
+static bool op_one_hot(Imp *im, ONode *n) {
+  Val *idx = in_req(im, n, 0), *vd = in_req(im, n, 1), *vals = in_req(im, n, 2);
+  int64_t axis_attr;
+  double depth_d;
+  if (!idx || !vd || !vals || !attr_int(im, "axis", -1, &axis_attr) || !const_scalar(im, vd, "OneHot's depth", &depth_d))
+    return false;
+  int r = idx->type.rank;
+  if (r + 1 > DL_MAX_RANK) return bad(im, "the result would have rank %d (at most %d)", r + 1, (int)DL_MAX_RANK);
+  if (axis_attr < -(r + 1) || axis_attr > r) return bad(im, "axis %" PRId64 " is out of range for rank %d", axis_attr, r + 1);
+  int axis = (int)(axis_attr < 0 ? axis_attr + r + 1 : axis_attr);
+  int64_t depth = (int64_t)depth_d;
+  if (depth < 1 || depth > im->fold_max) return bad(im, "depth %.0f is not supported", depth_d);
+  if (ir_type_numel(&vals->type) != 2) return bad(im, "values must hold 2 elements [off, on]");
+  int64_t dims[DL_MAX_RANK];
+  for (int d = 0, j = 0; d <= r; d++) dims[d] = d == axis ? 1 : idx->type.dims[j++];
+  Val *i64 = cast(im, idx, TY_I64);
+  Val *wrapped = where(im, op2s(im, OP_LESS, i64, 0), op2s(im, OP_ADD, i64, (double)depth), i64);
+  Val *hot = op2(im, OP_EQUAL, reshape(im, wrapped, r + 1, dims), iota_along(im, r + 1, axis, depth));
+  Val *flat2 = reshape(im, vals, 1, (int64_t[]){2});
+  Val *off = reshape(im, slice_axis(im, flat2, 0, 0, 1, 1), 0, NULL);
+  Val *on = reshape(im, slice_axis(im, flat2, 0, 1, 2, 1), 0, NULL);
+  return (n->out[0] = where(im, hot, on, off));
+}
+
+/* Ones where column - row == k: a constant of the input's shape. */
+static bool op_eye_like(Imp *im, ONode *n) {
+  Val *x = in_req(im, n, 0);
+  int64_t code, k;
+  if (!x || !attr_int(im, "dtype", -1, &code) || !attr_int(im, "k", 0, &k)) return false;
+  if (x->type.rank != 2) return bad(im, "the input must be 2-d, got rank %d", x->type.rank);
+  DType dt = x->type.dtype;
+  if (code >= 0 && !dtype_from_onnx((int32_t)code, &dt))
+    return bad(im, "dtype %s is not supported (%s)", onnx_type_name((int32_t)code), dtypes_we_have);
+  TensorType t = x->type;
+  t.dtype = dt;
+  Val *y = known_new(im, &t);
+  for (int64_t i = 0; i < t.dims[0]; i++)
+    for (int64_t j = 0; j < t.dims[1]; j++) ir_tensor_set(y->k, i * t.dims[1] + j, j - i == k);
+  return (n->out[0] = y);
 }
 
 /* Broadcast of two shapes, right-aligned (Expand's rule). */
@@ -2565,6 +2900,606 @@ static bool op_rnn(Imp *im, ONode *n) {
   return true;
 }
 
+/* ---- quantized models: QDQ and QOperator ---- */
+
+/* ONNX's two int8 formats (docs/quantization.md, "Importing quantized
+ * ONNX models"):
+ *  - QuantizeLinear and DequantizeLinear are the IR's quantize (to=u8 for
+ *    UINT8) and dequantize, per tensor or per axis;
+ *  - ConvInteger, MatMulInteger, QLinearConv and QLinearMatMul are int8
+ *    products.  A u8 operand with zero point z is the i8 operand c - 128
+ *    with zero point z - 128, which leaves every difference c - z as it
+ *    was; zero points that do not vanish are corrected with sums of the
+ *    operands; QLinear* requantize the i32 accumulator as onnxruntime
+ *    does, sat(rint(acc * m) + z_y) with m = s_a * s_b / s_y in f32;
+ *  - Conv, MatMul and Gemm whose operands come from DequantizeLinear (the
+ *    QDQ format) are the same int8 products, and a QuantizeLinear of such
+ *    a product's result requantizes the accumulator directly: what
+ *    onnxruntime runs for DQ -> Conv -> Q (its QLinearConv). */
+
+/* A tensor's quantization: the codes q (i8 or u8; for a product's
+ * result, its i32 accumulator), one scale and zero point per tensor
+ * (axis -1) or per slice of q along axis. */
+typedef struct Quant {
+  Val *q;
+  bool acc; /* q is an int8 product's accumulator */
+  int axis;
+  int64_t n;
+  float *scale;
+  int32_t *zp;
+} Quant;
+
+static bool zp_uniform(const Quant *p) {
+  for (int64_t c = 1; c < p->n; c++)
+    if (p->zp[c] != p->zp[0]) return false;
+  return true;
+}
+
+static bool zp_zero(const Quant *p) { return zp_uniform(p) && p->zp[0] == 0; }
+
+/* n values as a known tensor of dtype dt that broadcasts along axis of a
+ * rank-r tensor ([n, 1, ..., 1]); a scalar when n is 1. */
+static Val *along_axis(Imp *im, DType dt, int64_t n, const double *v, int axis, int r) {
+  int64_t dims[DL_MAX_RANK] = {0};
+  int rank = n == 1 ? 0 : r - axis;
+  for (int d = 0; d < rank; d++) dims[d] = d == 0 ? n : 1;
+  TensorType tt = ir_type_make(dt, rank, dims);
+  Val *t = known_new(im, &tt);
+  for (int64_t i = 0; i < n; i++) ir_tensor_set(t->k, i, v[i]);
+  return t;
+}
+
+static Val *scales_along(Imp *im, const Quant *p, int r) {
+  double *v = ARENA_ARRAY(&im->c->arena, double, p->n);
+  for (int64_t i = 0; i < p->n; i++) v[i] = p->scale[i];
+  return along_axis(im, TY_F32, p->n, v, p->axis, r);
+}
+
+static Val *zps_along(Imp *im, const Quant *p, int r) {
+  double *v = ARENA_ARRAY(&im->c->arena, double, p->n);
+  for (int64_t i = 0; i < p->n; i++) v[i] = p->zp[i];
+  return along_axis(im, TY_I32, p->n, v, p->axis, r);
+}
+
+/* The scale and zero point operands of a quantized tensor x of a
+ * (De)QuantizeLinear or a QLinear op: known, one value, or one per slice
+ * of x along axis (axis -1: one value only).  scale NULL: all 1 (the
+ * Integer ops); zp NULL: 0.  *zdt: the zero point's dtype (TY_COUNT when
+ * there is none). */
+static bool quant_params(Imp *im, const TensorType *x, Val *scale, Val *zp, int64_t axis,
+                         const char *what, Quant *out, DType *zdt) {
+  const Tensor *s = scale ? need_const(im, scale, arena_printf(&im->c->arena, "%s's scale", what)) : NULL;
+  const Tensor *z = zp ? need_const(im, zp, arena_printf(&im->c->arena, "%s's zero point", what)) : NULL;
+  if ((scale && !s) || (zp && !z)) return false;
+  const Tensor *shape = s ? s : z;
+  int64_t n = shape ? ir_type_numel(&shape->type) : 1;
+  *out = (Quant){.axis = -1, .n = n};
+  if (n > 1 || (shape && shape->type.rank > 1)) {
+    char ts[IR_TYPE_STR_MAX];
+    if (axis < 0 || shape->type.rank != 1)
+      return bad(im, "%s: a %s scale or zero point is not supported (one value%s)", what,
+                 ir_type_str(&shape->type, ts, sizeof ts),
+                 axis < 0 ? "" : ", or one per slice along an axis");
+    int a;
+    if (!norm_axis(im, axis, x->rank, &a)) return false;
+    if (x->dims[a] != n)
+      return bad(im, "%s: %" PRId64 " scales or zero points, but %" PRId64 " slices along axis %d", what,
+                 n, x->dims[a], a);
+    out->axis = a;
+  }
+  if (s && z && ir_type_numel(&z->type) != n)
+    return bad(im, "%s: %" PRId64 " scales but %" PRId64 " zero points", what, n, ir_type_numel(&z->type));
+  if (s && !ir_dtype_is_float(s->type.dtype)) return bad(im, "%s: the scale must be a float", what);
+  out->scale = ARENA_ARRAY(&im->c->arena, float, n);
+  out->zp = ARENA_ARRAY(&im->c->arena, int32_t, n);
+  for (int64_t i = 0; i < n; i++) {
+    out->scale[i] = s ? (float)ir_tensor_get(s, i) : 1.0f;
+    if (!(out->scale[i] > 0) || isinf(out->scale[i]))
+      return bad(im, "%s: scale %g is not a positive finite f32", what, (double)out->scale[i]);
+    out->zp[i] = z ? (int32_t)ir_tensor_get(z, i) : 0;
+  }
+  *zdt = z ? z->type.dtype : TY_COUNT;
+  if (z && z->type.dtype != TY_I8 && z->type.dtype != TY_U8 && z->type.dtype != TY_I32)
+    return bad(im, "%s: a zero point of dtype %s is not supported (INT8, UINT8, INT32)", what,
+               ir_dtype_name(z->type.dtype));
+  return true;
+}
+
+/* quantize x by p's scales and zero points into dtype `to`.  The zero
+ * point is always given, so that the codes saturate to the dtype's whole
+ * range as ONNX says (the IR's quantize without one stays symmetric).
+ * Zero points that differ along the axis: one quantize per slice. */
+static Val *emit_quantize(Imp *im, Val *x, const Quant *p, DType to) {
+  if (!zp_uniform(p)) {
+    Val **parts = ARENA_ARRAY(&im->c->arena, Val *, p->n);
+    for (int64_t c = 0; c < p->n; c++) {
+      Quant one = {.axis = -1, .n = 1, .scale = &p->scale[c], .zp = &p->zp[c]};
+      parts[c] = emit_quantize(im, slice_axis(im, x, p->axis, c, c + 1, 1), &one, to);
+    }
+    return concat(im, (int)p->n, parts, p->axis);
+  }
+  Val *in[2] = {x, p->axis >= 0 ? scales_along(im, p, x->type.rank) : NULL};
+  Emit e;
+  Node *n = begin(im, &e, OP_QUANTIZE, in[1] ? 2 : 1, in);
+  if (!in[1]) ir_set_float(im->g, n, "scale", p->scale[0]);
+  ir_set_int(im->g, n, "zero_point", p->zp[0]);
+  if (to == TY_U8) ir_set_dtype(im->g, n, "to", TY_U8);
+  return emit1(im, &e);
+}
+
+/* (q - zp) * scale in f32.  Zero points that differ along the axis are
+ * subtracted in i32 first, which is exact. */
+static Val *emit_dequantize(Imp *im, Val *q, const Quant *p) {
+  int32_t zp = p->zp[0];
+  if (!zp_uniform(p)) {
+    q = op2(im, OP_SUB, cast(im, q, TY_I32), zps_along(im, p, q->type.rank));
+    zp = 0;
+  }
+  if (!q) return NULL;
+  Val *in[2] = {q, p->axis >= 0 ? scales_along(im, p, q->type.rank) : NULL};
+  Emit e;
+  Node *n = begin(im, &e, OP_DEQUANTIZE, in[1] ? 2 : 1, in);
+  if (!in[1]) ir_set_float(im->g, n, "scale", p->scale[0]);
+  if (zp) ir_set_int(im->g, n, "zero_point", zp);
+  return emit1(im, &e);
+}
+
+/* sat(rint(acc * m) + zy) into `to`: onnxruntime's requantization of an
+ * int8 product, as one f32 product (dequantize by m) and a quantize by 1,
+ * which is exact.  m: one value or one per slice of acc along an axis. */
+static Val *requantize(Imp *im, Val *acc, const Quant *m, int32_t zy, DType to) {
+  Quant mq = *m;
+  mq.zp = ARENA_ARRAY(&im->c->arena, int32_t, m->n); /* zeros */
+  float one = 1.0f;
+  Quant out = {.axis = -1, .n = 1, .scale = &one, .zp = &zy};
+  return emit_quantize(im, emit_dequantize(im, acc, &mq), &out, to);
+}
+
+/* ---- int8 products ---- */
+
+/* An operand of an integer product in i8, with its zero points in i8's
+ * terms (one, or one per slice along axis); `zero`: all of them 0, so
+ * the product needs no correction for them. */
+typedef struct Int8 {
+  Val *v;
+  int axis;
+  int64_t n;
+  int32_t *zp;
+  bool zero;
+} Int8;
+
+/* A u8 code c as the i8 code c - 128: dequantize by 1 around 128, then
+ * quantize by 1 (both exact), so that it fuses with its neighbours. */
+static Val *u8_to_i8(Imp *im, Val *q) {
+  float one = 1.0f;
+  int32_t mid = 128, zero = 0;
+  Quant around = {.axis = -1, .n = 1, .scale = &one, .zp = &mid};
+  Quant id = {.axis = -1, .n = 1, .scale = &one, .zp = &zero};
+  Val *f = emit_dequantize(im, q, &around);
+  return f ? emit_quantize(im, f, &id, TY_I8) : NULL;
+}
+
+/* Which slice along axis element i of t falls in. */
+static int64_t slice_of(const TensorType *t, int axis, int64_t i) {
+  if (axis < 0) return 0;
+  int64_t inner = 1;
+  for (int d = axis + 1; d < t->rank; d++) inner *= t->dims[d];
+  return (i / inner) % t->dims[axis];
+}
+
+/* A known q whose every q - zp fits i8, as those differences. */
+static Val *known_differences(Imp *im, const Val *q, const Quant *p) {
+  int64_t count = ir_type_numel(&q->type);
+  for (int64_t i = 0; i < count; i++) {
+    double d = ir_tensor_get(q->k, i) - p->zp[slice_of(&q->type, p->axis, i)];
+    if (d < -128 || d > 127) return NULL;
+  }
+  TensorType t = q->type;
+  t.dtype = TY_I8;
+  Val *v = known_new(im, &t);
+  for (int64_t i = 0; i < count; i++)
+    ((int8_t *)v->k->data)[i] = (int8_t)(ir_tensor_get(q->k, i) - p->zp[slice_of(&q->type, p->axis, i)]);
+  return v;
+}
+
+static bool to_int8(Imp *im, Val *q, const Quant *p, const char *what, Int8 *out) {
+  DType dt = q->type.dtype;
+  if (dt != TY_I8 && dt != TY_U8)
+    return bad(im, "%s of dtype %s is not supported (INT8 or UINT8)", what, ir_dtype_name(dt));
+  *out = (Int8){.v = q, .axis = p->axis, .n = p->n, .zp = ARENA_ARRAY(&im->c->arena, int32_t, p->n)};
+  if (q->k && !(dt == TY_I8 && zp_zero(p)) && (out->v = known_differences(im, q, p))) {
+    out->zero = true;
+    return true;
+  }
+  out->v = dt == TY_U8 ? u8_to_i8(im, q) : q;
+  bool zero = true;
+  for (int64_t c = 0; c < p->n; c++) {
+    out->zp[c] = p->zp[c] - (dt == TY_U8 ? 128 : 0);
+    zero &= out->zp[c] == 0;
+  }
+  out->zero = zero;
+  return out->v != NULL;
+}
+
+static Val *zp8_along(Imp *im, const Int8 *x, int axis, int r) {
+  double *v = ARENA_ARRAY(&im->c->arena, double, x->n);
+  for (int64_t i = 0; i < x->n; i++) v[i] = x->zp[i];
+  return along_axis(im, TY_I32, x->n, v, axis, r);
+}
+
+/* Sums of i8 codes in i32, as int8 products with ones (which codegen
+ * runs as its int8 GEMMs): each row of v [..., K] as [..., 1], each
+ * column of v [..., K, N] as [..., 1, N]. */
+static Val *ones_i8(Imp *im, int64_t rows, int64_t cols) {
+  int64_t dims[2] = {rows, cols};
+  TensorType t = ir_type_make(TY_I8, 2, dims);
+  Val *v = known_new(im, &t);
+  memset(v->k->data, 1, (size_t)(rows * cols));
+  return v;
+}
+
+static Val *row_sums(Imp *im, Val *v) {
+  return v ? op2(im, OP_MATMUL, v, ones_i8(im, v->type.dims[v->type.rank - 1], 1)) : NULL;
+}
+
+static Val *col_sums(Imp *im, Val *v) {
+  return v ? op2(im, OP_MATMUL, ones_i8(im, 1, v->type.dims[v->type.rank - 2]), v) : NULL;
+}
+
+/* Each output channel's sum of w [C, ...] as [C]. */
+static Val *channel_sums(Imp *im, Val *w) {
+  int64_t c = w->type.dims[0], flat[2] = {c, ir_type_numel(&w->type) / c};
+  return reshape(im, row_sums(im, reshape(im, w, 2, flat)), 1, &c);
+}
+
+/* a - b * c, with c a scalar or an axis-shaped tensor. */
+static Val *minus_product(Imp *im, Val *a, Val *b, Val *c) {
+  return op2(im, OP_SUB, a, op2(im, OP_MUL, b, c));
+}
+
+static Val *conv_node(Imp *im, Val *x, Val *w, Val *b, const Window *win, int64_t group, int32_t zp) {
+  if (!x || !w) return NULL;
+  Val *in[3] = {x, w, b};
+  Emit e;
+  Node *c = begin(im, &e, OP_CONV2D, b ? 3 : 2, in);
+  ir_set_ints(im->g, c, "stride", 2, win->stride);
+  ir_set_ints(im->g, c, "pad", 4, win->pad);
+  ir_set_ints(im->g, c, "dilation", 2, win->dil);
+  ir_set_int(im->g, c, "groups", group);
+  if (zp) ir_set_int(im->g, c, "zero_point", zp);
+  return emit1(im, &e);
+}
+
+/* sum (x - zx)(w - zw) of a 2-d convolution, in i32.  The conv2d of the
+ * i8 codes reads zx where it pads, so padding adds nothing; then
+ *   sum (x - zx)(w - zw) = sum x w - zx sum w - zw sum x + K zx zw
+ * over each window's K taps: the zx terms are per output channel and go
+ * into the i32 bias, the zw term needs the windows' sums of x (a conv2d
+ * with ones) and is there only when a weight zero point is not 0. */
+static Val *int_conv(Imp *im, const Int8 *x, const Int8 *w, Val *bias, const Window *win, int64_t group) {
+  const TensorType *wt = &w->v->type;
+  int64_t K = wt->dims[1] * wt->dims[2] * wt->dims[3];
+  int32_t zx = x->zp[0];
+  Val *b = bias;
+  if (zx) {
+    Val *t = op2s(im, OP_MUL, channel_sums(im, w->v), -zx);
+    if (!w->zero) t = op2(im, OP_ADD, t, op2s(im, OP_MUL, zp8_along(im, w, 0, 1), (double)K * zx));
+    b = b ? op2(im, OP_ADD, b, t) : t;
+  }
+  Val *acc = conv_node(im, x->v, w->v, b, win, group, zx);
+  if (w->zero || !acc) return acc;
+  Val *ones = known_new(im, wt);
+  for (int64_t i = 0; i < ir_type_numel(wt); i++) ((int8_t *)ones->k->data)[i] = 1;
+  Val *sums = conv_node(im, x->v, ones, NULL, win, group, zx);
+  return minus_product(im, acc, sums, zp8_along(im, w, 0, 3));
+}
+
+/* sum_k (a - za)(b - zb) of a matmul, in i32: the matmul of the i8 codes,
+ * less za times b's column sums and zb times a's row sums, plus K za zb.
+ * za: one, or one per row of a; zb: one, or one per column of b. */
+static Val *int_matmul(Imp *im, const Int8 *a, const Int8 *b) {
+  int64_t K = a->v->type.dims[a->v->type.rank - 1];
+  Val *acc = op2(im, OP_MATMUL, a->v, b->v);
+  Val *za = a->zero ? NULL : zp8_along(im, a, 0, 2), *zb = b->zero ? NULL : zp8_along(im, b, 0, 1);
+  if (za) acc = minus_product(im, acc, col_sums(im, b->v), za);
+  if (zb) acc = minus_product(im, acc, row_sums(im, a->v), zb);
+  if (za && zb) acc = op2(im, OP_ADD, acc, op2s(im, OP_MUL, op2(im, OP_MUL, za, zb), (double)K));
+  return acc;
+}
+
+/* The same for x [..., K] times a known w [N, K] as a linear layer: the
+ * za term folds into the i32 bias, so that it costs nothing at run time.
+ * x's zero point is one value. */
+static Val *int_linear(Imp *im, const Int8 *x, const Int8 *w, Val *bias) {
+  int64_t K = w->v->type.dims[1];
+  int32_t zx = x->zp[0];
+  Val *b = bias;
+  if (zx) {
+    Val *t = op2s(im, OP_MUL, channel_sums(im, w->v), -zx);
+    if (!w->zero) t = op2(im, OP_ADD, t, op2s(im, OP_MUL, zp8_along(im, w, 0, 1), (double)K * zx));
+    b = b ? op2(im, OP_ADD, b, t) : t;
+  }
+  Val *in[3] = {x->v, w->v, b};
+  Emit e;
+  begin(im, &e, OP_LINEAR, b ? 3 : 2, in);
+  Val *acc = emit1(im, &e);
+  if (w->zero || !acc) return acc;
+  return minus_product(im, acc, row_sums(im, x->v), zp8_along(im, w, 0, 1));
+}
+
+/* b [K, N] per column as w [N, K] per row. */
+static Int8 transposed(Imp *im, Int8 b) {
+  static const int64_t swap[2] = {1, 0};
+  b.v = transpose(im, b.v, swap);
+  if (b.axis >= 0) b.axis = 1 - b.axis;
+  return b;
+}
+
+/* a @ b: the linear form when b is a known matrix and a's zero point one
+ * value (weights), else the matmul form. */
+static Val *int_product(Imp *im, const Int8 *a, const Int8 *b) {
+  if (b->v->k && b->v->type.rank == 2 && a->n == 1 && (b->axis < 0 || b->axis == 1)) {
+    Int8 w = transposed(im, *b);
+    return int_linear(im, a, &w, NULL);
+  }
+  return int_matmul(im, a, b);
+}
+
+/* The scales of a product of per-tensor a and b (per output channel),
+ * s_a * s_b in f32, as onnxruntime computes them; divided by s_y when
+ * given (> 0). */
+static Quant product_scales(Imp *im, const Quant *a, const Quant *b, int axis, float sy) {
+  Quant s = {.axis = b->n > 1 ? axis : -1, .n = b->n};
+  s.scale = ARENA_ARRAY(&im->c->arena, float, b->n);
+  s.zp = ARENA_ARRAY(&im->c->arena, int32_t, b->n);
+  for (int64_t c = 0; c < b->n; c++) {
+    float p = a->scale[0] * b->scale[c]; /* rounded to f32 before the division */
+    s.scale[c] = sy > 0 ? p / sy : p;
+  }
+  return s;
+}
+
+static DType quantized_dtype_of(DType zdt) { return zdt == TY_I8 ? TY_I8 : TY_U8; }
+
+/* ---- the ops ---- */
+
+static bool op_quantize_linear(Imp *im, ONode *n) {
+  Val *x = in_req(im, n, 0), *s = in_req(im, n, 1), *z = in_opt(n, 2);
+  int64_t axis, sat, block, out_dt;
+  if (!x || !s || !attr_int(im, "axis", 1, &axis) || !attr_int(im, "saturate", 1, &sat) ||
+      !attr_int(im, "block_size", 0, &block) || !attr_int(im, "output_dtype", 0, &out_dt))
+    return false;
+  if (block) return bad(im, "blocked quantization (block_size=%" PRId64 ") is not supported", block);
+  Quant p;
+  DType zdt, to = TY_U8;
+  if (!quant_params(im, &x->type, s, z, axis, "y", &p, &zdt)) return false;
+  if (zdt != TY_COUNT) {
+    to = zdt;
+  } else if (out_dt && !dtype_from_onnx((int32_t)out_dt, &to)) {
+    return bad(im, "output_dtype %s is not supported", onnx_type_name((int32_t)out_dt));
+  }
+  if (to != TY_U8 && to != TY_I8)
+    return bad(im, "quantizing to %s is not supported (INT8 or UINT8)", ir_dtype_name(to));
+  /* The result of an int8 product: requantize its accumulator. */
+  const Quant *d = x->dq;
+  if (d && d->acc && p.axis < 0) {
+    Quant m = *d;
+    m.scale = ARENA_ARRAY(&im->c->arena, float, d->n);
+    for (int64_t c = 0; c < d->n; c++) m.scale[c] = d->scale[c] / p.scale[0];
+    return (n->out[0] = requantize(im, d->q, &m, p.zp[0], to));
+  }
+  if (x->type.dtype == TY_I32) x = cast(im, x, TY_F32);
+  if (!need_float_in(im, x)) return false;
+  return (n->out[0] = emit_quantize(im, x, &p, to));
+}
+
+static bool op_dequantize_linear(Imp *im, ONode *n) {
+  Val *x = in_req(im, n, 0), *s = in_req(im, n, 1), *z = in_opt(n, 2);
+  int64_t axis, block;
+  if (!x || !s || !attr_int(im, "axis", 1, &axis) || !attr_int(im, "block_size", 0, &block))
+    return false;
+  if (block) return bad(im, "blocked quantization (block_size=%" PRId64 ") is not supported", block);
+  DType qt = x->type.dtype, zdt;
+  if (qt != TY_I8 && qt != TY_U8 && qt != TY_I32)
+    return bad(im, "x of dtype %s is not supported (INT8, UINT8 or INT32)", ir_dtype_name(qt));
+  Quant *p = ARENA_NEW(&im->c->arena, Quant);
+  if (!quant_params(im, &x->type, s, z, axis, "x", p, &zdt)) return false;
+  if (zdt != TY_COUNT && zdt != qt)
+    return bad(im, "x_zero_point is %s but x is %s", ir_dtype_name(zdt), ir_dtype_name(qt));
+  p->q = x;
+  Val *y = emit_dequantize(im, x, p);
+  if (!y) return false;
+  y->dq = p;
+  DType sdt = s->k ? s->k->type.dtype : s->hint ? s->hint->type.dtype : TY_F32;
+  return (n->out[0] = sdt == TY_F32 ? y : cast(im, y, sdt)); /* opset 19: y has the scale's dtype */
+}
+
+/* x, w and their zero points (ConvInteger) or all of QLinearConv's. */
+static bool conv_operands(Imp *im, ONode *n, bool qlinear, Int8 *xi, Int8 *wi, Quant *xq, Quant *wq,
+                          Window *win, int64_t *group) {
+  Val *x = in_req(im, n, 0), *w = in_req(im, n, qlinear ? 3 : 1);
+  if (!x || !w || !attr_int(im, "group", 1, group)) return false;
+  if (w->type.rank != x->type.rank)
+    return bad(im, "weight rank %d differs from input rank %d", w->type.rank, x->type.rank);
+  if (!window_attrs(im, x, w->type.dims + 2, win)) return false;
+  DType zdt;
+  Val *xs = qlinear ? in_req(im, n, 1) : NULL, *ws = qlinear ? in_req(im, n, 4) : NULL;
+  if (qlinear && (!xs || !ws)) return false;
+  if (!quant_params(im, &x->type, xs, in_opt(n, 2), -1, "x", xq, &zdt) ||
+      !quant_params(im, &w->type, ws, in_opt(n, qlinear ? 5 : 3), 0, "w", wq, &zdt))
+    return false;
+  return to_int8(im, to_2d(im, x), xq, "x", xi) && to_int8(im, to_2d(im, w), wq, "w", wi);
+}
+
+static bool op_conv_integer(Imp *im, ONode *n) {
+  Int8 x, w;
+  Quant xq, wq;
+  Window win;
+  int64_t group;
+  if (!conv_operands(im, n, false, &x, &w, &xq, &wq, &win, &group)) return false;
+  return (n->out[0] = from_2d(im, int_conv(im, &x, &w, NULL, &win, group), win.spatial));
+}
+
+/* An i32 bias [C]: QLinearConv's B, or a QDQ bias whose scale is the
+ * product's (so its codes add to the accumulator as they are). */
+static Val *i32_bias(Imp *im, Val *b, int64_t channels) {
+  if (!b) return NULL;
+  if (b->type.dtype != TY_I32 || b->type.rank != 1 || b->type.dims[0] != channels) {
+    bad(im, "the bias must be INT32 [%" PRId64 "]", channels);
+    return NULL;
+  }
+  return b;
+}
+
+static bool op_qlinear_conv(Imp *im, ONode *n) {
+  Int8 x, w;
+  Quant xq, wq, yq;
+  Window win;
+  int64_t group;
+  DType zdt;
+  Val *ys = in_req(im, n, 6), *b = in_opt(n, 8);
+  if (!ys || !conv_operands(im, n, true, &x, &w, &xq, &wq, &win, &group) ||
+      !quant_params(im, &x.v->type, ys, in_opt(n, 7), -1, "y", &yq, &zdt))
+    return false;
+  int64_t cout = w.v->type.dims[0];
+  if (b && !(b = i32_bias(im, b, cout))) return false;
+  Val *acc = int_conv(im, &x, &w, b, &win, group);
+  Quant m = product_scales(im, &xq, &wq, 1, yq.scale[0]);
+  DType to = quantized_dtype_of(zdt != TY_COUNT ? zdt : in_req(im, n, 0)->type.dtype);
+  return (n->out[0] = from_2d(im, acc ? requantize(im, acc, &m, yq.zp[0], to) : NULL, win.spatial));
+}
+
+/* a, b and their zero points (MatMulInteger: per row of a, per column
+ * of b) or all of QLinearMatMul's (a per tensor, b per column). */
+static bool matmul_operands(Imp *im, ONode *n, bool qlinear, Int8 *ai, Int8 *bi, Quant *aq, Quant *bq) {
+  Val *a = in_req(im, n, 0), *b = in_req(im, n, qlinear ? 3 : 1);
+  if (!a || !b) return false;
+  if (a->type.rank < 2 || b->type.rank < 2)
+    return bad(im, "A and B must have at least 2 dims, got ranks %d and %d", a->type.rank, b->type.rank);
+  Val *as = qlinear ? in_req(im, n, 1) : NULL, *bs = qlinear ? in_req(im, n, 4) : NULL;
+  if (qlinear && (!as || !bs)) return false;
+  DType zdt;
+  if (!quant_params(im, &a->type, as, in_opt(n, 2), qlinear ? -1 : a->type.rank - 2, "a", aq, &zdt) ||
+      !quant_params(im, &b->type, bs, in_opt(n, qlinear ? 5 : 3), b->type.rank - 1, "b", bq, &zdt))
+    return false;
+  return to_int8(im, a, aq, "A", ai) && to_int8(im, b, bq, "B", bi);
+}
+
+static bool op_matmul_integer(Imp *im, ONode *n) {
+  Int8 a, b;
+  Quant aq, bq;
+  if (!matmul_operands(im, n, false, &a, &b, &aq, &bq)) return false;
+  return (n->out[0] = int_product(im, &a, &b));
+}
+
+static bool op_qlinear_matmul(Imp *im, ONode *n) {
+  Int8 a, b;
+  Quant aq, bq, yq;
+  DType zdt;
+  Val *ys = in_req(im, n, 6);
+  if (!ys || !matmul_operands(im, n, true, &a, &b, &aq, &bq)) return false;
+  Val *acc = int_product(im, &a, &b);
+  if (!acc || !quant_params(im, &acc->type, ys, in_opt(n, 7), -1, "y", &yq, &zdt)) return false;
+  Quant m = product_scales(im, &aq, &bq, acc->type.rank - 1, yq.scale[0]);
+  DType to = quantized_dtype_of(zdt != TY_COUNT ? zdt : a.v->type.dtype);
+  return (n->out[0] = requantize(im, acc, &m, yq.zp[0], to));
+}
+
+/* ---- QDQ: products of dequantized operands ---- */
+
+/* x's quantization when it is DequantizeLinear's result of i8 or u8
+ * codes, one value per tensor (per slice along `axis` allowed when axis
+ * >= 0). */
+static const Quant *dq_of(const Val *x, int axis) {
+  const Quant *d = x ? x->dq : NULL;
+  if (!d || d->acc || (d->q->type.dtype != TY_I8 && d->q->type.dtype != TY_U8)) return NULL;
+  if (d->axis >= 0 && (axis < 0 || d->axis != axis)) return NULL;
+  return d;
+}
+
+/* A QDQ bias: INT32 codes dequantized by exactly the product's scales
+ * with zero point 0, as onnxruntime's quantizer writes it. */
+static Val *qdq_bias(Val *b, const Quant *s) {
+  const Quant *d = b ? b->dq : NULL;
+  if (!d || d->q->type.dtype != TY_I32 || !zp_zero(d) || d->q->type.rank != 1) return NULL;
+  int64_t c = d->q->type.dims[0];
+  if (c != s->n && !(s->n == 1 && d->n == 1)) return NULL;
+  for (int64_t i = 0; i < c; i++)
+    if (d->scale[d->n == 1 ? 0 : i] != s->scale[s->n == 1 ? 0 : i]) return NULL;
+  return d->q;
+}
+
+/* y = dequantize(acc) by the product's scales (+ a float bias), noting
+ * acc so that a following QuantizeLinear requantizes it. */
+static Val *qdq_result(Imp *im, Val *acc, const Quant *s, Val *float_bias, int64_t bias_axis_rank) {
+  Quant *p = ARENA_NEW(&im->c->arena, Quant);
+  *p = *s;
+  p->q = acc;
+  p->acc = true;
+  Val *y = acc ? emit_dequantize(im, acc, p) : NULL;
+  if (!y) return NULL;
+  if (!float_bias) {
+    y->dq = p;
+    return y;
+  }
+  int64_t dims[DL_MAX_RANK];
+  for (int d = 0; d < bias_axis_rank; d++) dims[d] = d == 0 ? float_bias->type.dims[0] : 1;
+  return op2(im, OP_ADD, y, reshape(im, float_bias, (int)bias_axis_rank, dims));
+}
+
+/* Conv of DequantizeLinear's x (per tensor) and w (per tensor or per
+ * output channel): an int8 conv2d, else Conv as it is. */
+static bool op_conv_qdq(Imp *im, ONode *n) {
+  Val *x = in_opt(n, 0), *w = in_opt(n, 1), *b = in_opt(n, 2);
+  const Quant *xq = dq_of(x, -1), *wq = dq_of(w, 0);
+  if (!xq || !wq || x->type.rank != w->type.rank) return op_conv(im, n);
+  int64_t group;
+  Window win;
+  Int8 xi, wi;
+  if (!attr_int(im, "group", 1, &group) || !window_attrs(im, x, w->type.dims + 2, &win) ||
+      !to_int8(im, to_2d(im, xq->q), xq, "x", &xi) || !to_int8(im, to_2d(im, wq->q), wq, "w", &wi))
+    return false;
+  Quant s = product_scales(im, xq, wq, 1, 0);
+  Val *bq = qdq_bias(b, &s);
+  Val *acc = int_conv(im, &xi, &wi, bq, &win, group);
+  return (n->out[0] = from_2d(im, qdq_result(im, acc, &s, bq ? NULL : b, 3), win.spatial));
+}
+
+/* MatMul of DequantizeLinear's a (per tensor) and b (per tensor or per
+ * column). */
+static bool op_matmul_qdq(Imp *im, ONode *n) {
+  Val *a = in_opt(n, 0), *b = in_opt(n, 1);
+  const Quant *aq = dq_of(a, -1), *bq = b ? dq_of(b, b->type.rank - 1) : NULL;
+  if (!aq || !bq || a->type.rank < 2 || b->type.rank < 2) return op_matmul(im, n);
+  Int8 ai, bi;
+  if (!to_int8(im, aq->q, aq, "A", &ai) || !to_int8(im, bq->q, bq, "B", &bi)) return false;
+  Val *acc = int_product(im, &ai, &bi);
+  if (!acc) return false;
+  Quant s = product_scales(im, aq, bq, acc->type.rank - 1, 0);
+  return (n->out[0] = qdq_result(im, acc, &s, NULL, 1));
+}
+
+/* Gemm (transA 0, alpha and beta 1) of DequantizeLinear's A and B: an
+ * int8 linear layer with the bias C in i32 when it is the QDQ bias. */
+static bool op_gemm_qdq(Imp *im, ONode *n) {
+  Val *a = in_opt(n, 0), *b = in_opt(n, 1), *c = in_opt(n, 2);
+  int64_t ta, tb;
+  double alpha, beta;
+  if (!attr_int(im, "transA", 0, &ta) || !attr_int(im, "transB", 0, &tb) ||
+      !attr_float(im, "alpha", 1.0, &alpha) || !attr_float(im, "beta", 1.0, &beta))
+    return false;
+  const Quant *aq = dq_of(a, -1), *bq = b ? dq_of(b, tb ? 0 : 1) : NULL;
+  if (!aq || !bq || ta || alpha != 1 || beta != 1 || a->type.rank != 2 || b->type.rank != 2 ||
+      (c && (c->type.rank != 1 || c->type.dims[0] != b->type.dims[tb ? 0 : 1])) || im->opset < 7)
+    return op_gemm(im, n);
+  Int8 ai, bi;
+  if (!to_int8(im, aq->q, aq, "A", &ai) || !to_int8(im, bq->q, bq, "B", &bi)) return false;
+  if (!tb) bi = transposed(im, bi);
+  Quant s = product_scales(im, aq, bq, 1, 0);
+  Val *cq = qdq_bias(c, &s);
+  return (n->out[0] = qdq_result(im, int_linear(im, &ai, &bi, cq), &s, cq ? NULL : c, 1));
+}
+
 /* ---- the op table ---- */
 
 typedef bool (*OpFn)(Imp *im, ONode *n);
@@ -2577,25 +3512,37 @@ typedef struct OpEntry {
 
 static const OpEntry onnx_ops[] = {
     {"Abs", op_unary, NULL},
+    {"Acos", op_unary, NULL},
+    {"Acosh", op_unary, NULL},
     {"Add", op_binary, "NumPy broadcasting"},
     {"And", op_logic, NULL},
     {"ArgMax", op_argmax, NULL},
     {"ArgMin", op_argmax, NULL},
+    {"Asin", op_unary, NULL},
+    {"Asinh", op_unary, NULL},
+    {"Atan", op_unary, NULL},
+    {"Atanh", op_unary, NULL},
     {"AveragePool", op_pool, "1-d and 2-d; pads at most half the kernel"},
     {"BatchNormalization", op_batchnorm, "inference (training_mode=0, one output)"},
-    {"Cast", op_cast, "to FLOAT, FLOAT16, BFLOAT16, INT8, INT32, INT64, BOOL (nonzero is true)"},
+    {"Cast", op_cast, "to FLOAT, FLOAT16, BFLOAT16, INT8, UINT8, INT32, INT64, BOOL (nonzero is true; "
+                      "a float to UINT8 truncates and wraps, as onnxruntime)"},
     {"CastLike", op_cast, NULL},
+    {"Ceil", op_unary, NULL},
     {"Celu", op_elu_family, NULL},
     {"Clip", op_clip, "min and max constant"},
     {"Concat", op_concat, NULL},
     {"Constant", op_constant, "value, value_float(s), value_int(s)"},
     {"ConstantOfShape", op_constant_of_shape, "constant shape"},
-    {"Conv", op_conv, "1-d and 2-d, any auto_pad, pads, strides, dilations, group"},
+    {"Conv", op_conv_qdq, "1-d and 2-d, any auto_pad, pads, strides, dilations, group; of "
+                          "DequantizeLinear's x and w: an int8 convolution"},
+    {"ConvInteger", op_conv_integer, "UINT8/INT8, zero points per tensor (w: or per channel)"},
     {"ConvTranspose", op_conv_transpose,
      "1-d and 2-d, any auto_pad, pads or output_shape, strides, dilations, group, "
      "output_padding"},
     {"Cos", op_unary, NULL},
+    {"Cosh", op_unary, NULL},
     {"DepthToSpace", op_depth_space, "DCR and CRD"},
+    {"DequantizeLinear", op_dequantize_linear, "UINT8, INT8, INT32; per tensor or per axis"},
     {"Div", op_binary, NULL},
     {"Dropout", op_dropout, "inference: the identity; no mask output"},
     {"Elu", op_elu_family, NULL},
@@ -2603,16 +3550,22 @@ static const OpEntry onnx_ops[] = {
     {"Erf", op_unary, NULL},
     {"Exp", op_unary, NULL},
     {"Expand", op_expand, "constant shape"},
+    {"EyeLike", op_eye_like, "folded at import"},
     {"Flatten", op_flatten, NULL},
+    {"Floor", op_unary, NULL},
     {"Gather", op_gather, "constant or runtime indices"},
+    {"GatherElements", op_gather_elements, "constant or runtime indices"},
+    {"GatherND", op_gather_nd, "batch_dims"},
     {"Gelu", op_gelu, "approximate none or tanh"},
-    {"Gemm", op_gemm, "transA, transB, alpha, beta"},
+    {"Gemm", op_gemm_qdq, "transA, transB, alpha, beta; of DequantizeLinear's A and B: an int8 "
+                          "linear layer"},
     {"GlobalAveragePool", op_global_pool, NULL},
     {"GlobalMaxPool", op_global_pool, NULL},
     {"Greater", op_logic, NULL},
     {"GreaterOrEqual", op_logic, NULL},
     {"GRU", op_rnn, "forward/reverse/bidirectional, layout 0/1; unrolled (up to 1024 steps) for "
                     "linear_before_reset=0, clip, other activations, initial state, sequence_lens"},
+    {"Hardmax", op_hardmax, "argmax and an equal to an iota"},
     {"HardSigmoid", op_hardsigmoid, NULL},
     {"HardSwish", op_unary, NULL},
     {"Identity", op_identity, NULL},
@@ -2625,20 +3578,29 @@ static const OpEntry onnx_ops[] = {
     {"LessOrEqual", op_logic, NULL},
     {"Log", op_unary, NULL},
     {"LogSoftmax", op_softmax, NULL},
+    {"LRN", op_lrn, "as x^2, an avgpool2d over channels, pow and div"},
     {"LSTM", op_rnn, "forward/reverse/bidirectional, layout 0/1; unrolled (up to 1024 steps) for "
                      "peepholes, clip, input_forget, other activations, initial state, sequence_lens"},
-    {"MatMul", op_matmul, NULL},
+    {"MatMul", op_matmul_qdq, "of DequantizeLinear's A and B: an int8 matmul"},
+    {"MatMulInteger", op_matmul_integer, "UINT8/INT8, zero points per tensor, per row of A, per column of B"},
     {"Max", op_variadic, NULL},
     {"MaxPool", op_pool, "1-d and 2-d; no Indices output; pads at most half the kernel"},
     {"Mean", op_variadic, NULL},
     {"Min", op_variadic, NULL},
+    {"Mod", op_mod, "fmod 0 and 1, integers and floats"},
     {"Mul", op_binary, NULL},
     {"Neg", op_unary, NULL},
+    {"NegativeLogLikelihoodLoss", op_nll_loss, "reduction none/sum/mean, weight, ignore_index"},
     {"Not", op_logic, NULL},
+    {"OneHot", op_one_hot, "constant depth; equal to an iota and a where"},
     {"Or", op_logic, NULL},
     {"Pad", op_pad, "modes constant, reflect, edge (and wrap from opset 19); constant pads"},
     {"Pow", op_binary, NULL},
     {"PRelu", op_prelu, NULL},
+    {"QLinearConv", op_qlinear_conv, "UINT8/INT8; w scales and zero points per tensor or per channel"},
+    {"QLinearMatMul", op_qlinear_matmul, "UINT8/INT8; a per tensor, b per tensor or per column"},
+    {"QuantizeLinear", op_quantize_linear, "to UINT8 or INT8, per tensor or per axis (saturating, "
+                                           "round half to even)"},
     {"Range", op_range, "constant inputs"},
     {"Reciprocal", op_unary, NULL},
     {"ReduceL1", op_reduce, NULL},
@@ -2648,10 +3610,15 @@ static const OpEntry onnx_ops[] = {
     {"ReduceMax", op_reduce, "axes as attribute or constant input, per opset"},
     {"ReduceMean", op_reduce, "axes as attribute or constant input, per opset"},
     {"ReduceMin", op_reduce, NULL},
+    {"ReduceProd", op_reduce, NULL},
     {"ReduceSum", op_reduce, "axes as attribute or constant input, per opset"},
     {"ReduceSumSquare", op_reduce, NULL},
     {"RNN", op_rnn, "unrolled (up to 1024 steps); the activations, clip, initial state, sequence_lens"},
     {"Relu", op_unary, NULL},
+    {"Round", op_unary, "half to even"},
+    {"Scatter", op_scatter_elements, "opset 9-10: ScatterElements without reduction"},
+    {"ScatterElements", op_scatter_elements, "reduction none, add, mul, max, min"},
+    {"ScatterND", op_scatter_nd, "reduction none, add, mul, max, min"},
     {"Reshape", op_reshape, "constant shape (0 and -1 rules)"},
     {"Resize", op_resize,
      "4-d, constant scales (whole output sizes) or sizes; nearest (asymmetric+floor, or "
@@ -2660,10 +3627,13 @@ static const OpEntry onnx_ops[] = {
     {"Shrink", op_shrink, NULL},
     {"Shape", op_shape, "folded at import"},
     {"Sigmoid", op_unary, NULL},
+    {"Sign", op_unary, NULL},
     {"Sin", op_unary, NULL},
+    {"Sinh", op_unary, NULL},
     {"Size", op_size, "folded at import"},
     {"Slice", op_slice, "constant starts/ends/axes/steps, negative steps too"},
     {"Softmax", op_softmax, "per-axis from opset 13, 2-d coercion before"},
+    {"SoftmaxCrossEntropyLoss", op_softmax_ce_loss, "as log_softmax and NegativeLogLikelihoodLoss"},
     {"Softplus", op_softplus, NULL},
     {"Softsign", op_softsign, NULL},
     {"SpaceToDepth", op_depth_space, NULL},
@@ -2672,9 +3642,11 @@ static const OpEntry onnx_ops[] = {
     {"Squeeze", op_squeeze, NULL},
     {"Sub", op_binary, NULL},
     {"Sum", op_variadic, NULL},
+    {"Tan", op_unary, NULL},
     {"Tanh", op_unary, NULL},
     {"ThresholdedRelu", op_thresholded_relu, NULL},
     {"Tile", op_tile, "constant repeats"},
+    {"TopK", op_topk, "constant K; sorted results"},
     {"Transpose", op_transpose, NULL},
     {"Trilu", op_trilu, "constant k"},
     {"Unsqueeze", op_unsqueeze, NULL},
@@ -2698,7 +3670,7 @@ void fe_onnx_print_support(FILE *f) {
   fprintf(f,
           "ONNX import (opsets up to %d; 13 and later are the target, older ones where an op's\n"
           "meaning is handled).  Data types: FLOAT, "
-          "FLOAT16, BFLOAT16, INT8, INT32, INT64, BOOL; static shapes, a symbolic dim bound with "
+          "FLOAT16, BFLOAT16, INT8, UINT8, INT32, INT64, BOOL; static shapes, a symbolic dim bound with "
           "-D NAME=VALUE; initializers (also external data) become params.\n\nops:\n",
           ONNX_OPSET_KNOWN);
   for (size_t i = 0; i < ARRAY_LEN(onnx_ops); i++)

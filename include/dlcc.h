@@ -41,7 +41,7 @@ typedef enum {
 } dlc_status;
 
 /* Same order as the IR's dtypes. */
-typedef enum { DLC_F32, DLC_F16, DLC_BF16, DLC_I8, DLC_I32, DLC_I64, DLC_BOOL } dlc_dtype;
+typedef enum { DLC_F32, DLC_F16, DLC_BF16, DLC_I8, DLC_I32, DLC_I64, DLC_BOOL, DLC_U8 } dlc_dtype;
 
 enum { DLC_MAX_RANK = 8 };
 

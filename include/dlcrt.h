@@ -42,8 +42,10 @@ typedef enum DlrtStatus {
   DLRT_E_NOMEM      /* out of host memory */
 } DlrtStatus;
 
-/* Same order as dlcc's dtypes; BOOL is one byte, 0 or 1. */
-typedef enum DlrtDType { DLRT_F32, DLRT_F16, DLRT_BF16, DLRT_I8, DLRT_I32, DLRT_I64, DLRT_BOOL } DlrtDType;
+/* Same order as dlcc's dtypes; BOOL is one byte, 0 or 1; U8 an unsigned byte. */
+typedef enum DlrtDType {
+  DLRT_F32, DLRT_F16, DLRT_BF16, DLRT_I8, DLRT_I32, DLRT_I64, DLRT_BOOL, DLRT_U8
+} DlrtDType;
 
 #define DLRT_MAX_RANK 8
 

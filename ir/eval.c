@@ -86,6 +86,14 @@ static int64_t sat_int(double x, DType dt) {
   return (int64_t)t;
 }
 
+/* Float -> u8 as onnxruntime's Cast does it (and NumPy's astype on x86):
+ * truncated toward zero through int32, then modulo 256; NaN, the
+ * infinities and |x| >= 2^31 give 0 (what that int32 step gives). */
+static uint8_t wrap_u8(double x) {
+  if (!(fabs(x) < 2147483648.0)) return 0;
+  return (uint8_t)((uint64_t)(int64_t)trunc(x) & 0xffu);
+}
+
 static int64_t wadd(int64_t a, int64_t b) { return (int64_t)((uint64_t)a + (uint64_t)b); }
 static int64_t wsub(int64_t a, int64_t b) { return (int64_t)((uint64_t)a - (uint64_t)b); }
 static int64_t wmul(int64_t a, int64_t b) { return (int64_t)((uint64_t)a * (uint64_t)b); }
@@ -99,6 +107,7 @@ double ir_tensor_get(const Tensor *t, int64_t i) {
     case TY_I32: return ((const int32_t *)t->data)[i];
     case TY_I64: return (double)((const int64_t *)t->data)[i];
     case TY_BOOL: return ((const uint8_t *)t->data)[i] != 0;
+    case TY_U8: return ((const uint8_t *)t->data)[i];
     case TY_COUNT: break;
   }
   return 0;
@@ -113,6 +122,7 @@ void ir_tensor_set(Tensor *t, int64_t i, double v) {
     case TY_I32: ((int32_t *)t->data)[i] = (int32_t)sat_int(v, TY_I32); return;
     case TY_I64: ((int64_t *)t->data)[i] = sat_int(v, TY_I64); return;
     case TY_BOOL: ((uint8_t *)t->data)[i] = v != 0; return; /* NaN too, as a cast to bool */
+    case TY_U8: ((uint8_t *)t->data)[i] = wrap_u8(v); return;
     case TY_COUNT: return;
   }
 }
@@ -123,6 +133,7 @@ static int64_t get_i(const Tensor *t, int64_t i) {
     case TY_I8: return ((const int8_t *)t->data)[i];
     case TY_I32: return ((const int32_t *)t->data)[i];
     case TY_I64: return ((const int64_t *)t->data)[i];
+    case TY_U8: return ((const uint8_t *)t->data)[i];
     default: return sat_int(ir_tensor_get(t, i), TY_I64);
   }
 }
@@ -133,6 +144,7 @@ static void set_i(Tensor *t, int64_t i, int64_t v) {
     case TY_I8: ((int8_t *)t->data)[i] = (int8_t)(uint8_t)((uint64_t)v & 0xff); return;
     case TY_I32: ((int32_t *)t->data)[i] = (int32_t)(uint32_t)((uint64_t)v & 0xffffffffu); return;
     case TY_I64: ((int64_t *)t->data)[i] = v; return;
+    case TY_U8: ((uint8_t *)t->data)[i] = (uint8_t)((uint64_t)v & 0xffu); return;
     default: ir_tensor_set(t, i, int_to_double(v)); return;
   }
 }
@@ -282,6 +294,19 @@ static double unary_f(const Node *n, double x) {
     case OP_RECIPROCAL: return 1.0 / x;
     case OP_SIN: return sin(x);
     case OP_COS: return cos(x);
+    case OP_ROUND: return nearbyint(x); /* the default rounding mode: half to even */
+    case OP_FLOOR: return floor(x);
+    case OP_CEIL: return ceil(x);
+    case OP_SIGN: return x > 0 ? 1.0 : x < 0 ? -1.0 : x;
+    case OP_TAN: return tan(x);
+    case OP_ASIN: return asin(x);
+    case OP_ACOS: return acos(x);
+    case OP_ATAN: return atan(x);
+    case OP_SINH: return sinh(x);
+    case OP_COSH: return cosh(x);
+    case OP_ASINH: return asinh(x);
+    case OP_ACOSH: return acosh(x);
+    case OP_ATANH: return atanh(x);
     default: return x; /* OP_CAST */
   }
 }
@@ -298,7 +323,8 @@ static bool eval_unary(Eval *e, const Node *n, const Tensor *x, Tensor *out) {
     }
     return true;
   }
-  if (ints && (n->op == OP_NEG || n->op == OP_ABS || n->op == OP_RELU || n->op == OP_CLIP)) {
+  if (ints && (n->op == OP_NEG || n->op == OP_ABS || n->op == OP_RELU || n->op == OP_CLIP ||
+               n->op == OP_SIGN)) {
     /* Clip keeps the integers inside [min, max]. */
     double lo = 0, hi = 0;
     if (n->op == OP_CLIP) lo = ceil(ir_attr_float(n, "min")), hi = floor(ir_attr_float(n, "max"));
@@ -307,6 +333,7 @@ static bool eval_unary(Eval *e, const Node *n, const Tensor *x, Tensor *out) {
       if (n->op == OP_NEG) r = wsub(0, v);
       if (n->op == OP_ABS) r = v < 0 ? wsub(0, v) : v;
       if (n->op == OP_RELU) r = v > 0 ? v : 0;
+      if (n->op == OP_SIGN) r = v > 0 ? 1 : v < 0 ? -1 : 0;
       if (n->op == OP_CLIP) {
         if ((double)v < lo) r = sat_int(lo, TY_I64);
         if ((double)v > hi) r = sat_int(hi, TY_I64);
@@ -330,15 +357,16 @@ static float quant_scale(const Node *n, const Tensor *scale, const int64_t *st, 
 }
 
 /* In f32 throughout, as the kernels compute it: one rounding for the
- * division, then to nearest even, so that both agree bit for bit. */
-static int8_t quantize_one(float x, float s, int zp) {
+ * division, then to nearest even, so that both agree bit for bit.  The
+ * code is saturated to [lo, hi] (ir_quant_range). */
+static int quantize_one(float x, float s, int zp, int lo, int hi) {
   float q = x / s;
-  if (isnan(q)) return (int8_t)zp;
+  if (isnan(q)) return zp;
   /* Clamped before the zero point is added, so no float is ever
    * converted out of int's range. */
   q = nearbyintf(q);
-  float lo = zp ? -128.0f - (float)zp : -127.0f, hi = 127.0f - (float)zp;
-  return (int8_t)((int)(q < lo ? lo : q > hi ? hi : q) + zp);
+  float l = (float)(lo - zp), h = (float)(hi - zp);
+  return (int)(q < l ? l : q > h ? h : q) + zp;
 }
 
 static int zero_point(const Node *n) {
@@ -349,11 +377,12 @@ static int zero_point(const Node *n) {
 static bool eval_quant(const Node *n, const Tensor *x, const Tensor *scale, Tensor *out) {
   int64_t count = numel(&out->type), st[DL_MAX_RANK] = {0};
   if (scale) bcast_strides(&scale->type, &out->type, st);
-  int zp = zero_point(n);
+  int zp = zero_point(n), lo = 0, hi = 0;
+  if (n->op == OP_QUANTIZE) ir_quant_range(n, &lo, &hi);
   for (int64_t i = 0; i < count; i++) {
     float s = quant_scale(n, scale, st, &out->type, i);
     if (n->op == OP_QUANTIZE)
-      ((int8_t *)out->data)[i] = quantize_one((float)ir_tensor_get(x, i), s, zp);
+      set_i(out, i, quantize_one((float)ir_tensor_get(x, i), s, zp, lo, hi));
     else
       ((float *)out->data)[i] = (float)(get_i(x, i) - zp) * s;
   }
@@ -377,6 +406,21 @@ static double binary_f(OpKind op, double a, double b) {
     case OP_GE: return a >= b;
     default: return 0;
   }
+}
+
+/* Python's float %: fmod, moved into b's sign (a zero takes b's sign). */
+static double float_mod(double a, double b, bool c_fmod) {
+  double r = fmod(a, b);
+  if (c_fmod) return r;
+  if (r != 0) return (r < 0) != (b < 0) ? r + b : r;
+  return copysign(0.0, b);
+}
+
+/* The integer remainder, b != 0: a's sign (C's %) or b's (Python's). */
+static int64_t int_mod(int64_t a, int64_t b, bool c_fmod) {
+  int64_t r = b == -1 ? 0 : a % b; /* INT64_MIN % -1 overflows in C */
+  if (!c_fmod && r != 0 && (r < 0) != (b < 0)) r += b;
+  return r;
 }
 
 /* Integer a ** b: exact modulo 2^64 for b >= 0; b < 0 is 1 / a^-b. */
@@ -403,11 +447,13 @@ static bool eval_binary(Eval *e, const Node *n, const Tensor *a, const Tensor *b
   bcast_strides(&b->type, ot, sb);
   int64_t count = numel(ot);
   bool ints = is_int(a) && is_int(b) && is_int(out);
+  bool c_fmod = n->op == OP_MOD && ir_attr_int(n, "fmod");
   for (int64_t i = 0; i < count; i++) {
     unravel(i, ot, idx);
     int64_t ia = dot_idx(idx, sa, ot->rank), ib = dot_idx(idx, sb, ot->rank);
     if (!ints) {
-      ir_tensor_set(out, i, binary_f(n->op, ir_tensor_get(a, ia), ir_tensor_get(b, ib)));
+      double x = ir_tensor_get(a, ia), y = ir_tensor_get(b, ib);
+      ir_tensor_set(out, i, n->op == OP_MOD ? float_mod(x, y, c_fmod) : binary_f(n->op, x, y));
       continue;
     }
     int64_t x = get_i(a, ia), y = get_i(b, ib), r = 0;
@@ -421,6 +467,10 @@ static bool eval_binary(Eval *e, const Node *n, const Tensor *a, const Tensor *b
         break;
       case OP_POW:
         if (!ipow(x, y, &r)) return fail(e, "integer division by zero (0 to a negative power)");
+        break;
+      case OP_MOD:
+        if (y == 0) return fail(e, "integer division by zero (a remainder of division by 0)");
+        r = int_mod(x, y, c_fmod);
         break;
       case OP_MAXIMUM: r = x > y ? x : y; break;
       case OP_MINIMUM: r = x < y ? x : y; break;
@@ -539,7 +589,7 @@ static bool eval_reduce(Eval *e, const Node *n, const Tensor *x, Tensor *out) {
   for (int i = 0; i < xt->rank; i++) ost[i] = reduced[i] ? 0 : st[i];
   int64_t on = numel(&out->type), xn = numel(xt);
   bool ints = is_int(x) && is_int(out);
-  bool is_max = n->op == OP_REDUCE_MAX, is_min = n->op == OP_REDUCE_MIN;
+  bool is_max = n->op == OP_REDUCE_MAX, is_min = n->op == OP_REDUCE_MIN, is_prod = n->op == OP_REDUCE_PROD;
   if ((is_max || is_min) && group == 0 && on > 0) return fail(e, "reduction over an empty axis");
   if (n->op == OP_REDUCE_MEAN && ints && group == 0 && on > 0)
     return fail(e, "integer division by zero (mean of no elements)");
@@ -559,11 +609,15 @@ static bool eval_reduce(Eval *e, const Node *n, const Tensor *x, Tensor *out) {
         acci[o] = !seen[o] || v > acci[o] ? v : acci[o];
       else if (is_min)
         acci[o] = !seen[o] || v < acci[o] ? v : acci[o];
+      else if (is_prod)
+        acci[o] = seen[o] ? wmul(acci[o], v) : v;
       else
         acci[o] = wadd(acci[o], v);
     } else {
       double v = ir_tensor_get(x, i);
-      if (!is_max && !is_min)
+      if (is_prod)
+        accf[o] = seen[o] ? accf[o] * v : v;
+      else if (!is_max && !is_min)
         accf[o] += v;
       else if (!seen[o])
         accf[o] = v;
@@ -576,11 +630,11 @@ static bool eval_reduce(Eval *e, const Node *n, const Tensor *x, Tensor *out) {
   }
   for (int64_t o = 0; o < on; o++) {
     if (ints) {
-      int64_t v = acci[o];
+      int64_t v = is_prod && !seen[o] ? 1 : acci[o]; /* the empty product */
       if (n->op == OP_REDUCE_MEAN) v = v / group;
       set_i(out, o, v);
     } else {
-      double v = accf[o];
+      double v = is_prod && !seen[o] ? 1 : accf[o];
       if (n->op == OP_REDUCE_MEAN) v = v / (double)group;
       ir_tensor_set(out, o, v);
     }
@@ -1134,6 +1188,183 @@ static bool eval_gather(Eval *e, const Node *n, const Tensor *data, const Tensor
   return true;
 }
 
+/* ---- indexing by data ---- */
+
+/* Index v into an axis of size dim, negative from the end. */
+static bool index_at(Eval *e, int64_t v, int64_t dim, int axis, int64_t *at) {
+  *at = v < 0 ? v + dim : v;
+  if (*at < 0 || *at >= dim)
+    return fail(e, "index %" PRId64 " is out of range for axis %d of size %" PRId64, v, axis, dim);
+  return true;
+}
+
+static bool eval_gather_elements(Eval *e, const Node *n, const Tensor *data, const Tensor *ind, Tensor *out) {
+  const TensorType *dt = &data->type, *it = &ind->type;
+  int axis = norm_axis(ir_attr_int(n, "axis"), dt->rank);
+  if (axis < 0 || axis >= dt->rank || it->rank != dt->rank || !is_int(ind))
+    return fail(e, "indices %s do not fit data", ir_dtype_name(it->dtype));
+  int64_t dst[DL_MAX_RANK], idx[DL_MAX_RANK];
+  strides_of(dt, dst);
+  for (int64_t i = 0, count = numel(it); i < count; i++) {
+    unravel(i, it, idx);
+    if (!index_at(e, get_i(ind, i), dt->dims[axis], axis, &idx[axis])) return false;
+    copy_elem(out, i, data, dot_idx(idx, dst, dt->rank));
+  }
+  return true;
+}
+
+static bool eval_gather_nd(Eval *e, const Node *n, const Tensor *data, const Tensor *ind, Tensor *out) {
+  const TensorType *dt = &data->type, *it = &ind->type, *ot = &out->type;
+  int b = (int)ir_attr_int(n, "batch_dims"), rows = it->rank - 1;
+  int q = rows >= 0 ? (int)it->dims[rows] : 0;
+  if (!is_int(ind) || rows < b || b + q > dt->rank) return fail(e, "indices do not fit data");
+  /* out's coordinates: the index row's (batch dims first), then the
+   * slice of data after the indexed dims. */
+  TensorType row_t = *it;
+  row_t.rank = rows;
+  int64_t dst[DL_MAX_RANK], rst[DL_MAX_RANK], idx[DL_MAX_RANK];
+  strides_of(dt, dst);
+  strides_of(&row_t, rst);
+  for (int64_t i = 0, count = numel(ot); i < count; i++) {
+    unravel(i, ot, idx);
+    int64_t row = dot_idx(idx, rst, rows) * q, src = 0;
+    for (int d = 0; d < b; d++) src += idx[d] * dst[d];
+    for (int j = 0; j < q; j++) {
+      int64_t at;
+      if (!index_at(e, get_i(ind, row + j), dt->dims[b + j], b + j, &at)) return false;
+      src += at * dst[b + j];
+    }
+    for (int d = b + q; d < dt->rank; d++) src += idx[rows + d - b - q] * dst[d];
+    copy_elem(out, i, data, src);
+  }
+  return true;
+}
+
+typedef enum { RED_NONE, RED_ADD, RED_MUL, RED_MAX, RED_MIN } Reduction;
+
+static Reduction reduction_of(const Node *n) {
+  const char *r = ir_attr_str(n, "reduction");
+  return strcmp(r, "add") == 0   ? RED_ADD
+         : strcmp(r, "mul") == 0 ? RED_MUL
+         : strcmp(r, "max") == 0 ? RED_MAX
+         : strcmp(r, "min") == 0 ? RED_MIN
+                                 : RED_NONE;
+}
+
+/* out[o] combined with upd[u]: each combination rounded to out's dtype,
+ * as a kernel applying the updates one by one computes it. */
+static void scatter_one(Reduction red, Tensor *out, int64_t o, const Tensor *upd, int64_t u) {
+  if (red == RED_NONE) {
+    copy_elem(out, o, upd, u);
+    return;
+  }
+  static const OpKind ops[] = {[RED_ADD] = OP_ADD, [RED_MUL] = OP_MUL, [RED_MAX] = OP_MAXIMUM,
+                               [RED_MIN] = OP_MINIMUM};
+  if (is_int(out)) {
+    int64_t a = get_i(out, o), b = get_i(upd, u);
+    int64_t r = red == RED_ADD   ? wadd(a, b)
+                : red == RED_MUL ? wmul(a, b)
+                : red == RED_MAX ? (a > b ? a : b)
+                                 : (a < b ? a : b);
+    set_i(out, o, r);
+    return;
+  }
+  ir_tensor_set(out, o, binary_f(ops[red], ir_tensor_get(out, o), ir_tensor_get(upd, u)));
+}
+
+static bool eval_scatter_elements(Eval *e, const Node *n, Tensor *const *in, Tensor *out) {
+  const Tensor *data = in[0], *ind = in[1], *upd = in[2];
+  const TensorType *dt = &data->type, *it = &ind->type;
+  int axis = norm_axis(ir_attr_int(n, "axis"), dt->rank);
+  if (axis < 0 || axis >= dt->rank || it->rank != dt->rank || !is_int(ind) || numel(&upd->type) != numel(it))
+    return fail(e, "indices and updates do not fit data");
+  memcpy(out->data, data->data, ir_tensor_nbytes(dt));
+  Reduction red = reduction_of(n);
+  int64_t dst[DL_MAX_RANK], idx[DL_MAX_RANK];
+  strides_of(dt, dst);
+  for (int64_t i = 0, count = numel(it); i < count; i++) {
+    unravel(i, it, idx);
+    if (!index_at(e, get_i(ind, i), dt->dims[axis], axis, &idx[axis])) return false;
+    scatter_one(red, out, dot_idx(idx, dst, dt->rank), upd, i);
+  }
+  return true;
+}
+
+static bool eval_scatter_nd(Eval *e, const Node *n, Tensor *const *in, Tensor *out) {
+  const Tensor *data = in[0], *ind = in[1], *upd = in[2];
+  const TensorType *dt = &data->type, *it = &ind->type;
+  int q = it->rank ? (int)it->dims[it->rank - 1] : 0;
+  if (!is_int(ind) || q < 1 || q > dt->rank) return fail(e, "indices do not fit data");
+  int64_t dst[DL_MAX_RANK], slice = 1;
+  strides_of(dt, dst);
+  for (int d = q; d < dt->rank; d++) slice *= dt->dims[d];
+  int64_t rows = numel(it) / q;
+  if (numel(&upd->type) != rows * slice) return fail(e, "updates do not fit the indices");
+  memcpy(out->data, data->data, ir_tensor_nbytes(dt));
+  Reduction red = reduction_of(n);
+  for (int64_t r = 0; r < rows; r++) {
+    int64_t base = 0;
+    for (int j = 0; j < q; j++) {
+      int64_t at;
+      if (!index_at(e, get_i(ind, r * q + j), dt->dims[j], j, &at)) return false;
+      base += at * dst[j];
+    }
+    for (int64_t s = 0; s < slice; s++) scatter_one(red, out, base + s, upd, r * slice + s);
+  }
+  return true;
+}
+
+/* x[i] against x[j] as numbers (-1, 0, 1), NaN above every number. */
+static int compare_elems(const Tensor *x, int64_t i, int64_t j) {
+  if (is_int(x)) {
+    int64_t a = get_i(x, i), b = get_i(x, j);
+    return (a > b) - (a < b);
+  }
+  double a = ir_tensor_get(x, i), b = ir_tensor_get(x, j);
+  if (isnan(a) || isnan(b)) return (isnan(a) != 0) - (isnan(b) != 0);
+  return (a > b) - (a < b);
+}
+
+/* The k first of each row in topk's order, by selection: the j-th is the
+ * first of the elements that come after the (j-1)-th, so nothing needs
+ * sorting or marking (the kernel does the same). */
+static bool eval_topk(Eval *e, const Node *n, const Tensor *x, Tensor *outs) {
+  int axis = norm_axis(ir_attr_int(n, "axis"), x->type.rank);
+  int64_t k = ir_attr_int(n, "k");
+  bool largest = ir_attr_int(n, "largest") != 0;
+  if (axis < 0 || axis >= x->type.rank || k < 1 || k > x->type.dims[axis])
+    return fail(e, "k does not fit axis");
+  int64_t outer, len, inner;
+  split_axis(&x->type, axis, &outer, &len, &inner);
+  for (int64_t o = 0; o < outer; o++)
+    for (int64_t in = 0; in < inner; in++) {
+      int64_t base = o * len * inner + in, prev = -1;
+      for (int64_t j = 0; j < k; j++) {
+        int64_t best = -1;
+        for (int64_t t = 0; t < len; t++) {
+          /* t comes before u: a larger (smaller) value, or an equal one
+           * at a lower index. */
+          bool after_prev = prev < 0;
+          if (!after_prev) {
+            int c = compare_elems(x, base + prev * inner, base + t * inner);
+            after_prev = (largest ? c > 0 : c < 0) || (c == 0 && prev < t);
+          }
+          if (!after_prev) continue;
+          if (best >= 0) {
+            int c = compare_elems(x, base + t * inner, base + best * inner);
+            if (!((largest ? c > 0 : c < 0) || (c == 0 && t < best))) continue;
+          }
+          best = t;
+        }
+        int64_t dst = (o * k + j) * inner + in;
+        copy_elem(&outs[0], dst, x, base + best * inner);
+        set_i(&outs[1], dst, best);
+        prev = best;
+      }
+    }
+  return true;
+}
+
 /* ---- recurrent layers ---- */
 
 /* acc[r] += sum_c W[r, c] * v[c] for a row-major W [rows, cols]. */
@@ -1281,6 +1512,19 @@ static bool eval_node(Eval *e, const Node *n, Tensor *const *in, Tensor *out,
     case OP_RECIPROCAL:
     case OP_SIN:
     case OP_COS:
+    case OP_ROUND:
+    case OP_FLOOR:
+    case OP_CEIL:
+    case OP_SIGN:
+    case OP_TAN:
+    case OP_ASIN:
+    case OP_ACOS:
+    case OP_ATAN:
+    case OP_SINH:
+    case OP_COSH:
+    case OP_ASINH:
+    case OP_ACOSH:
+    case OP_ATANH:
     case OP_CAST: return eval_unary(e, n, in[0], out);
     case OP_QUANTIZE:
     case OP_DEQUANTIZE: return eval_quant(n, in[0], n->n_in > 1 ? in[1] : NULL, out);
@@ -1291,6 +1535,7 @@ static bool eval_node(Eval *e, const Node *n, Tensor *const *in, Tensor *out,
     case OP_POW:
     case OP_MAXIMUM:
     case OP_MINIMUM:
+    case OP_MOD:
     case OP_EQ:
     case OP_NE:
     case OP_LT:
@@ -1313,7 +1558,8 @@ static bool eval_node(Eval *e, const Node *n, Tensor *const *in, Tensor *out,
     case OP_REDUCE_SUM:
     case OP_REDUCE_MEAN:
     case OP_REDUCE_MAX:
-    case OP_REDUCE_MIN: return eval_reduce(e, n, in[0], out);
+    case OP_REDUCE_MIN:
+    case OP_REDUCE_PROD: return eval_reduce(e, n, in[0], out);
     case OP_ARGMAX: return eval_argmax(e, n, in[0], out);
     case OP_SOFTMAX:
     case OP_LOG_SOFTMAX: return eval_softmax(e, n, in[0], out);
@@ -1340,6 +1586,11 @@ static bool eval_node(Eval *e, const Node *n, Tensor *const *in, Tensor *out,
     case OP_SLICE: return eval_slice(e, n, in[0], out);
     case OP_PAD: return eval_pad(e, n, in[0], out);
     case OP_GATHER: return eval_gather(e, n, in[0], in[1], out);
+    case OP_GATHER_ELEMENTS: return eval_gather_elements(e, n, in[0], in[1], out);
+    case OP_GATHER_ND: return eval_gather_nd(e, n, in[0], in[1], out);
+    case OP_SCATTER_ELEMENTS: return eval_scatter_elements(e, n, in, out);
+    case OP_SCATTER_ND: return eval_scatter_nd(e, n, in, out);
+    case OP_TOPK: return eval_topk(e, n, in[0], out);
     case OP_LSTM:
     case OP_GRU: return eval_rnn(e, n, n->n_in, in, out);
     case OP_COUNT: break;

@@ -50,7 +50,7 @@ static const struct {
 } dtype_info[TY_COUNT] = {
     [TY_F32] = {"f32", 4, true},  [TY_F16] = {"f16", 2, true}, [TY_BF16] = {"bf16", 2, true},
     [TY_I8] = {"i8", 1, false},   [TY_I32] = {"i32", 4, false}, [TY_I64] = {"i64", 8, false},
-    [TY_BOOL] = {"bool", 1, false},
+    [TY_BOOL] = {"bool", 1, false}, [TY_U8] = {"u8", 1, false},
 };
 
 const char *ir_dtype_name(DType t) { return (unsigned)t < TY_COUNT ? dtype_info[t].name : "?"; }
@@ -170,6 +170,16 @@ void ir_set_ints(Graph *g, Node *n, const char *name, int count, const int64_t *
   a->ints.n = count;
   a->ints.v = ARENA_ARRAY(&g->ctx->arena, int64_t, count > 0 ? count : 1);
   if (count > 0) memcpy(a->ints.v, v, sizeof(int64_t) * (size_t)count);
+}
+
+void ir_quant_range(const Node *n, int *lo, int *hi) {
+  const Attr *to = ir_attr(n, "to");
+  if (to && to->kind == AK_DTYPE && to->dt == TY_U8) {
+    *lo = 0, *hi = 255;
+    return;
+  }
+  *lo = ir_attr(n, "zero_point") ? -128 : -127;
+  *hi = 127;
 }
 
 bool ir_fill_defaults(Graph *g, Node *n, char *err, size_t errlen) {

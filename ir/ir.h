@@ -20,8 +20,9 @@ enum {
 #define DL_MAX_ELEMS ((int64_t)1 << 40)
 
 /* TY_BOOL is one byte holding 0 or 1: the result of comparisons and
- * logic, the condition of where. */
-typedef enum { TY_F32, TY_F16, TY_BF16, TY_I8, TY_I32, TY_I64, TY_BOOL, TY_COUNT } DType;
+ * logic, the condition of where.  TY_U8 is an unsigned byte (ONNX's
+ * UINT8: quantized activations, images); it wraps like i8. */
+typedef enum { TY_F32, TY_F16, TY_BF16, TY_I8, TY_I32, TY_I64, TY_BOOL, TY_U8, TY_COUNT } DType;
 
 typedef struct TensorType {
   DType dtype;
@@ -158,6 +159,11 @@ void ir_set_dtype(Graph *g, Node *n, const char *name, DType v);
 /* Adds every missing non-optional attribute from the schema's default.
  * Returns false (message in err) when a required one is missing. */
 bool ir_fill_defaults(Graph *g, Node *n, char *err, size_t errlen);
+
+/* The codes a quantize node gives (docs/ir.md): [0, 255] with to=u8;
+ * else [-128, 127] with a zero_point attribute (even 0) and [-127, 127]
+ * without one, so that a symmetric quantize maps -x to -q. */
+void ir_quant_range(const Node *n, int *lo, int *hi);
 
 /* Parses one attribute value in IR text syntax ("[1, 2]", "1e-05",
  * "\"tanh\"", "f16").  Returns the number of characters consumed, or 0 on

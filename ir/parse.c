@@ -193,7 +193,7 @@ static bool parse_type(Parser *p, TensorType *t) {
   }
   memset(t, 0, sizeof *t);
   if (!ir_dtype_from_name(dt, &t->dtype)) {
-    error_at(p, start, "unknown dtype '%s' (f32, f16, bf16, i8, i32, i64, bool)", dt);
+    error_at(p, start, "unknown dtype '%s' (f32, f16, bf16, i8, i32, i64, bool, u8)", dt);
     return false;
   }
   if (p->line[p->pos] != '[') {
@@ -252,7 +252,7 @@ static const char *kind_text(AttrKind k) {
     case AK_FLOAT: return "a number";
     case AK_INTS: return "a list of integers such as [1, 2]";
     case AK_STR: return "a string in double quotes";
-    case AK_DTYPE: return "a dtype (f32, f16, bf16, i8, i32, i64, bool)";
+    case AK_DTYPE: return "a dtype (f32, f16, bf16, i8, i32, i64, bool, u8)";
   }
   return "a value";
 }

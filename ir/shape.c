@@ -255,19 +255,35 @@ bool shape_cast(const Node *n, TensorType *out, char *err, size_t errlen) {
 
 /* x and either the scale attribute or a scale operand (f32) that
  * broadcasts into x without growing it. */
-/* An optional zero_point attribute, which must fit int8. */
-static bool zero_point_ok(const Node *n, char *err, size_t errlen) {
+/* An optional zero_point attribute, which must fit the quantized dtype
+ * (u8, else int8). */
+static bool zero_point_ok(const Node *n, DType q, char *err, size_t errlen) {
   const Attr *z = ir_attr(n, "zero_point");
   if (!z) return true;
   if (z->kind != AK_INT) return fail(err, errlen, "%s: zero_point must be an integer", op_name(n));
-  if (z->i < -128 || z->i > 127)
+  if (q == TY_U8 && (z->i < 0 || z->i > 255))
+    return fail(err, errlen, "%s: zero_point %" PRId64 " is outside u8's [0, 255]", op_name(n), z->i);
+  if (q != TY_U8 && (z->i < -128 || z->i > 127))
     return fail(err, errlen, "%s: zero_point %" PRId64 " is outside int8's [-128, 127]", op_name(n), z->i);
   return true;
 }
 
-static bool quant_operands(const Node *n, char *err, size_t errlen) {
+/* The dtype quantize gives: i8, or u8 with to=u8. */
+static bool quantized_dtype(const Node *n, DType *q, char *err, size_t errlen) {
+  const Attr *to = ir_attr(n, "to");
+  *q = TY_I8;
+  if (!to) return true;
+  if (to->kind != AK_DTYPE || (to->dt != TY_I8 && to->dt != TY_U8))
+    return fail(err, errlen, "quantize: to must be i8 or u8, got %s",
+                to->kind == AK_DTYPE ? ir_dtype_name(to->dt) : "no dtype");
+  *q = to->dt;
+  return true;
+}
+
+/* q: the quantized side's dtype, for the zero point's range. */
+static bool quant_operands(const Node *n, DType q, char *err, size_t errlen) {
   if (!operands_ok(n, err, errlen)) return false;
-  if (!zero_point_ok(n, err, errlen)) return false;
+  if (!zero_point_ok(n, q, err, errlen)) return false;
   const Attr *a = ir_attr(n, "scale");
   if (n->n_in == 1) {
     if (!a) return fail(err, errlen, "%s needs a scale: the scale attribute or a scale operand", op_name(n));
@@ -290,18 +306,20 @@ static bool quant_operands(const Node *n, char *err, size_t errlen) {
 }
 
 bool shape_quantize(const Node *n, TensorType *out, char *err, size_t errlen) {
-  if (!quant_operands(n, err, errlen)) return false;
+  DType q;
+  if (!quantized_dtype(n, &q, err, errlen)) return false;
+  if (!quant_operands(n, q, err, errlen)) return false;
   if (!need_float(n, in_type(n, 0), err, errlen)) return false;
   out[0] = *in_type(n, 0);
-  out[0].dtype = TY_I8;
+  out[0].dtype = q;
   return true;
 }
 
 bool shape_dequantize(const Node *n, TensorType *out, char *err, size_t errlen) {
-  if (!quant_operands(n, err, errlen)) return false;
-  const TensorType *q = in_type(n, 0);
-  if (q->dtype != TY_I8 && q->dtype != TY_I32)
-    return fail(err, errlen, "dequantize expects i8 or i32, got %s", ts(q).s);
+  const TensorType *q = in_type(n, 0); /* the arity is the verifier's */
+  if (!quant_operands(n, q->dtype, err, errlen)) return false;
+  if (q->dtype != TY_I8 && q->dtype != TY_U8 && q->dtype != TY_I32)
+    return fail(err, errlen, "dequantize expects i8, u8 or i32, got %s", ts(q).s);
   out[0] = *q;
   out[0].dtype = TY_F32;
   return true;
@@ -316,6 +334,12 @@ bool shape_binary(const Node *n, TensorType *out, char *err, size_t errlen) {
   if (!broadcast(a->dims, a->rank, b->dims, b->rank, out[0].dims, &out[0].rank))
     return fail(err, errlen, "%s: cannot broadcast %s with %s", op_name(n), ts(a).s, ts(b).s);
   return true;
+}
+
+bool shape_mod(const Node *n, TensorType *out, char *err, size_t errlen) {
+  bool fmod_flag;
+  if (!attr_flag(n, "fmod", &fmod_flag, err, errlen)) return false;
+  return shape_binary(n, out, err, errlen);
 }
 
 /* ---- bool results: comparisons, tests, logic, where ---- */
@@ -588,7 +612,7 @@ bool shape_conv2d(const Node *n, TensorType *out, char *err, size_t errlen) {
                 "conv2d: weight %s expects %" PRId64 " input channels per group, but input %s "
                 "has %" PRId64 " with groups=%" PRId64,
                 ts(w).s, w->dims[1], ts(x).s, c / groups, groups);
-  if (!zero_point_ok(n, err, errlen)) return false;
+  if (!zero_point_ok(n, TY_I8, err, errlen)) return false;
   if (ir_attr(n, "zero_point") && x->dtype != TY_I8)
     return fail(err, errlen, "conv2d: zero_point is for int8 operands, not %s", ir_dtype_name(x->dtype));
   DType acc = product_dtype(x->dtype);
@@ -911,6 +935,148 @@ bool shape_gather(const Node *n, TensorType *out, char *err, size_t errlen) {
   for (int d = 0; d < axis; d++) r->dims[r->rank++] = data->dims[d];
   for (int d = 0; d < idx->rank; d++) r->dims[r->rank++] = idx->dims[d];
   for (int d = axis + 1; d < data->rank; d++) r->dims[r->rank++] = data->dims[d];
+  return true;
+}
+
+static bool need_indices(const Node *n, const TensorType *idx, char *err, size_t errlen) {
+  if (idx->dtype != TY_I32 && idx->dtype != TY_I64)
+    return fail(err, errlen, "%s needs i32 or i64 indices, got %s", op_name(n), ts(idx).s);
+  return true;
+}
+
+/* gather_elements' and scatter_elements' indices: data's rank, no larger
+ * than data in the dims other than axis. */
+static bool element_indices(const Node *n, const TensorType *data, const TensorType *idx, int *axis,
+                            char *err, size_t errlen) {
+  if (!need_indices(n, idx, err, errlen)) return false;
+  if (data->rank < 1)
+    return fail(err, errlen, "%s needs data of rank >= 1, got %s", op_name(n), ts(data).s);
+  if (!attr_axis(n, data, axis, err, errlen)) return false;
+  if (idx->rank != data->rank)
+    return fail(err, errlen, "%s: indices %s must have the rank of data %s", op_name(n), ts(idx).s,
+                ts(data).s);
+  for (int d = 0; d < data->rank; d++)
+    if (d != *axis && idx->dims[d] > data->dims[d])
+      return fail(err, errlen, "%s: indices %s are larger than data %s in dim %d (only axis %d may be)",
+                  op_name(n), ts(idx).s, ts(data).s, d, *axis);
+  return true;
+}
+
+bool shape_gather_elements(const Node *n, TensorType *out, char *err, size_t errlen) {
+  if (!operands_ok(n, err, errlen)) return false;
+  const TensorType *data = in_type(n, 0), *idx = in_type(n, 1);
+  int axis;
+  if (!element_indices(n, data, idx, &axis, err, errlen)) return false;
+  out[0] = *idx;
+  out[0].dtype = data->dtype;
+  return true;
+}
+
+/* The reduction of a scatter: how an update meets what is there. */
+static bool scatter_reduction(const Node *n, const TensorType *data, char *err, size_t errlen) {
+  const Attr *r = get_attr(n, "reduction", AK_STR, "a string", err, errlen);
+  if (!r) return false;
+  static const char *const known[] = {"none", "add", "mul", "max", "min"};
+  bool ok = false;
+  for (size_t i = 0; i < ARRAY_LEN(known); i++) ok |= strcmp(r->s, known[i]) == 0;
+  if (!ok)
+    return fail(err, errlen,
+                "%s: reduction must be \"none\", \"add\", \"mul\", \"max\" or \"min\", got \"%s\"",
+                op_name(n), r->s);
+  if (strcmp(r->s, "none") != 0 && data->dtype == TY_BOOL)
+    return fail(err, errlen, "%s: reduction \"%s\" needs numbers, got %s", op_name(n), r->s, ts(data).s);
+  return true;
+}
+
+bool shape_scatter_elements(const Node *n, TensorType *out, char *err, size_t errlen) {
+  if (!operands_ok(n, err, errlen)) return false;
+  const TensorType *data = in_type(n, 0), *idx = in_type(n, 1), *upd = in_type(n, 2);
+  int axis;
+  if (!element_indices(n, data, idx, &axis, err, errlen)) return false;
+  if (!scatter_reduction(n, data, err, errlen)) return false;
+  TensorType want = *idx;
+  want.dtype = data->dtype;
+  if (!need_type(n, 2, "updates", &want, " (the indices' shape, data's dtype)", err, errlen)) return false;
+  (void)upd;
+  out[0] = *data;
+  return true;
+}
+
+/* gather_nd's and scatter_nd's indices [..., q]: q of data's dims after
+ * batch batch dims, every index row a point there. */
+static bool nd_indices(const Node *n, const TensorType *data, const TensorType *idx, int batch, int *q,
+                       char *err, size_t errlen) {
+  if (!need_indices(n, idx, err, errlen)) return false;
+  if (idx->rank < 1)
+    return fail(err, errlen, "%s needs indices of rank >= 1, got %s", op_name(n), ts(idx).s);
+  if (batch >= idx->rank || batch >= data->rank)
+    return fail(err, errlen, "%s: batch_dims %d must be below the ranks of data %s and indices %s",
+                op_name(n), batch, ts(data).s, ts(idx).s);
+  for (int d = 0; d < batch; d++)
+    if (idx->dims[d] != data->dims[d])
+      return fail(err, errlen, "%s: dim %d (a batch dim) of indices %s and data %s differ", op_name(n),
+                  d, ts(idx).s, ts(data).s);
+  int64_t last = idx->dims[idx->rank - 1];
+  if (last < 1 || last > data->rank - batch)
+    return fail(err, errlen, "%s: index rows of %" PRId64 " values do not fit data %s after %d batch dims",
+                op_name(n), last, ts(data).s, batch);
+  *q = (int)last;
+  return true;
+}
+
+bool shape_gather_nd(const Node *n, TensorType *out, char *err, size_t errlen) {
+  if (!operands_ok(n, err, errlen)) return false;
+  const TensorType *data = in_type(n, 0), *idx = in_type(n, 1);
+  int64_t batch;
+  int q;
+  if (!attr_int_min(n, "batch_dims", 0, &batch, err, errlen)) return false;
+  if (batch > DL_MAX_RANK) batch = DL_MAX_RANK;
+  if (!nd_indices(n, data, idx, (int)batch, &q, err, errlen)) return false;
+  TensorType *r = &out[0];
+  r->dtype = data->dtype;
+  r->rank = 0;
+  for (int d = 0; d < idx->rank - 1; d++) r->dims[r->rank++] = idx->dims[d];
+  if (r->rank + data->rank - (int)batch - q > DL_MAX_RANK)
+    return fail(err, errlen, "gather_nd: data %s with indices %s gives a rank above the supported %d",
+                ts(data).s, ts(idx).s, (int)DL_MAX_RANK);
+  for (int d = (int)batch + q; d < data->rank; d++) r->dims[r->rank++] = data->dims[d];
+  return true;
+}
+
+bool shape_scatter_nd(const Node *n, TensorType *out, char *err, size_t errlen) {
+  if (!operands_ok(n, err, errlen)) return false;
+  const TensorType *data = in_type(n, 0), *idx = in_type(n, 1);
+  int q;
+  if (!nd_indices(n, data, idx, 0, &q, err, errlen)) return false;
+  if (!scatter_reduction(n, data, err, errlen)) return false;
+  TensorType want = {.dtype = data->dtype};
+  for (int d = 0; d < idx->rank - 1; d++) want.dims[want.rank++] = idx->dims[d];
+  if (want.rank + data->rank - q > DL_MAX_RANK)
+    return fail(err, errlen, "scatter_nd: updates for data %s and indices %s would have a rank above %d",
+                ts(data).s, ts(idx).s, (int)DL_MAX_RANK);
+  for (int d = q; d < data->rank; d++) want.dims[want.rank++] = data->dims[d];
+  if (!need_type(n, 2, "updates", &want, " (indices.shape[:-1] + data.shape[q:])", err, errlen)) return false;
+  out[0] = *data;
+  return true;
+}
+
+bool shape_topk(const Node *n, TensorType *out, char *err, size_t errlen) {
+  if (!operands_ok(n, err, errlen)) return false;
+  if (!need_numbers(n, err, errlen)) return false;
+  const TensorType *x = in_type(n, 0);
+  int axis;
+  int64_t k;
+  bool largest;
+  if (!attr_axis(n, x, &axis, err, errlen)) return false;
+  if (!attr_int_min(n, "k", 1, &k, err, errlen)) return false;
+  if (!attr_flag(n, "largest", &largest, err, errlen)) return false;
+  if (k > x->dims[axis])
+    return fail(err, errlen, "topk: k=%" PRId64 " is more than the %" PRId64 " elements of axis %d of %s", k,
+                x->dims[axis], axis, ts(x).s);
+  out[0] = *x;
+  out[0].dims[axis] = k;
+  out[1] = out[0];
+  out[1].dtype = TY_I64;
   return true;
 }
 

@@ -88,22 +88,45 @@ static bool is_index_move(OpKind op) {
   return op == OP_RESHAPE || op == OP_TRANSPOSE || op == OP_SLICE || op == OP_EXPAND;
 }
 
-/* The int8 members the fused lowering handles: quantize (float to i8),
- * dequantize and cast (i8 or i32 to float), int8 products (i8 operands, an i32
- * result and bias) and index moves of i8. */
+/* Wrapping integer arithmetic on i8, u8 and i32 (an int8 product's
+ * zero-point corrections between its accumulator and its requantize). */
+static bool is_int_arith(const Node *n) {
+  switch (n->op) {
+    case OP_NEG:
+    case OP_ABS:
+    case OP_RELU:
+    case OP_CLIP:
+    case OP_ADD:
+    case OP_SUB:
+    case OP_MUL:
+    case OP_MAXIMUM:
+    case OP_MINIMUM: break;
+    default: return false;
+  }
+  DType dt = n->out[0].type.dtype;
+  for (int i = 0; i < n->n_in; i++)
+    if (n->in[i]->type.dtype != dt) return false;
+  return dt == TY_I8 || dt == TY_U8 || dt == TY_I32;
+}
+
+/* The int8 members the fused lowering handles: quantize (float to i8 or
+ * u8), dequantize and cast (i8, u8 or i32 to float), int8 products (i8
+ * operands, an i32 result and bias), integer arithmetic and index moves
+ * of i8 and u8. */
 static bool int8_types_ok(const Node *n) {
   DType in0 = n->in[0]->type.dtype, out = n->out[0].type.dtype;
+  if (is_int_arith(n)) return true;
   switch (n->op) {
     case OP_QUANTIZE: return is_float_type(&n->in[0]->type);
-    case OP_DEQUANTIZE: return in0 == TY_I8 || in0 == TY_I32;
+    case OP_DEQUANTIZE: return in0 == TY_I8 || in0 == TY_U8 || in0 == TY_I32;
     /* The correction term's sum of int8 weights reads them as floats. */
-    case OP_CAST: return (in0 == TY_I8 || in0 == TY_I32) && is_float_type(&n->out[0].type);
+    case OP_CAST: return (in0 == TY_I8 || in0 == TY_U8 || in0 == TY_I32) && is_float_type(&n->out[0].type);
     case OP_CONV2D:
     case OP_MATMUL:
     case OP_LINEAR:
       return in0 == TY_I8 && n->in[1]->type.dtype == TY_I8 && out == TY_I32 &&
              (n->n_in < 3 || n->in[2]->type.dtype == TY_I32);
-    default: return is_index_move(n->op) && in0 == TY_I8 && out == TY_I8;
+    default: return is_index_move(n->op) && (in0 == TY_I8 || in0 == TY_U8) && out == in0;
   }
 }
 

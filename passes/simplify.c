@@ -25,7 +25,8 @@ static bool cast_is_exact(DType a, DType b) {
   if (a == b) return true;
   switch (a) {
     case TY_BOOL: return true; /* 0 and 1 */
-    case TY_I8: return b != TY_I8 && b != TY_BOOL;
+    case TY_I8: return b != TY_I8 && b != TY_BOOL && b != TY_U8;
+    case TY_U8: return b != TY_I8 && b != TY_BOOL; /* 0..255: exact in bf16 too */
     case TY_I32: return b == TY_I64;
     case TY_F16:
     case TY_BF16: return b == TY_F32;

@@ -8,7 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* The first seven in the order of plan.h's RtDTypeCode (and the
+/* The first eight in the order of plan.h's RtDTypeCode (and the
  * compiler's DType), so a plan's dtype code names the same type here. */
 typedef enum {
   RT_F32,
@@ -18,9 +18,9 @@ typedef enum {
   RT_I32,
   RT_I64,
   RT_BOOL, /* one byte, 0 or 1 (NumPy's |b1, safetensors' BOOL) */
+  RT_U8,   /* NumPy's |u1, safetensors' U8 */
   /* Read only by the loaders; the compiler has no such dtype. */
   RT_F64,
-  RT_U8,
   RT_DTYPE_COUNT
 } RtDType;
 

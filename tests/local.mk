@@ -21,7 +21,9 @@ include tests/initgraph.mk
 include tests/precision.mk
 include tests/int8.mk
 include tests/bool.mk
+include tests/ops2.mk
 include tests/quantize.mk
 include tests/bench.mk
 include tests/usermodels.mk
 include tests/calibrate.mk
+include tests/qdq.mk

@@ -8,7 +8,7 @@ if HAVE_ONNX
 if HAVE_CHECK
 check_PROGRAMS += tests/test_onnx
 TESTS += tests/test_onnx
-tests_test_onnx_SOURCES = tests/test_onnx.c
+tests_test_onnx_SOURCES = tests/test_onnx.c tests/onnxbuild.c tests/onnxbuild.h
 tests_test_onnx_CFLAGS = $(TEST_CFLAGS)
 tests_test_onnx_LDADD = $(TEST_LIBS)
 endif

@@ -331,6 +331,32 @@ static Graph *build_every_op(Ctx *c, bool *covered) {
   Value *idx = input(g, "idx", TY(TY_I64, 2, 3));
   add(g, NODE(g, OP_GATHER, table, idx));
 
+  /* Math, indexing by data and top-k (tests/test_ops2.c has the rest). */
+  static const OpKind math[] = {OP_ROUND, OP_FLOOR, OP_CEIL, OP_SIGN, OP_TAN, OP_ASIN, OP_ACOS,
+                                OP_ATAN, OP_SINH, OP_COSH, OP_ASINH, OP_ACOSH, OP_ATANH};
+  Value *mv = x;
+  for (size_t i = 0; i < ARRAY_LEN(math); i++) mv = op1(g, math[i], mv);
+  n = NODE(g, OP_MOD, mv, row);
+  ir_set_int(g, n, "fmod", 1);
+  add(g, n);
+  n = NODE(g, OP_REDUCE_PROD, mv);
+  ir_set_ints(g, n, "axes", INTS(1));
+  add(g, n);
+  Value *ie = input(g, "ie", TY(TY_I64, 2, 3));
+  n = NODE(g, OP_GATHER_ELEMENTS, x, ie);
+  ir_set_int(g, n, "axis", 1);
+  add(g, n);
+  n = NODE(g, OP_SCATTER_ELEMENTS, x, ie, x);
+  ir_set_str(g, n, "reduction", "add");
+  add(g, n);
+  Value *nd = input(g, "nd", TY(TY_I64, 2, 1));
+  add(g, NODE(g, OP_GATHER_ND, x, nd));
+  add(g, NODE(g, OP_SCATTER_ND, x, nd, x));
+  n = NODE(g, OP_TOPK, x);
+  ir_set_int(g, n, "k", 2);
+  ir_set_int(g, n, "axis", 1);
+  add(g, n);
+
   Value *seq = input(g, "seq", TY(TY_F32, 4, 5, 6));
   Value *lwi = param(g, "lstm.w_ih", TY(TY_F32, 28, 6)), *lwh = param(g, "lstm.w_hh", TY(TY_F32, 28, 7));
   Value *lbi = param(g, "lstm.b_ih", TY(TY_F32, 28)), *lbh = param(g, "lstm.b_hh", TY(TY_F32, 28));
@@ -534,7 +560,7 @@ START_TEST(error_attributes) {
                      "      %1 = reduce_sum %0 {axes=1} : f32[8]\n"
                      "                               ^\n");
   assert_parse_error(HEAD "  %1 = cast %0 {to=f64} : f32[8, 12]\n" TAIL,
-                     "t.ir:3:20: error: attribute 'to' of cast needs a dtype (f32, f16, bf16, i8, i32, i64, bool), found 'f64'\n"
+                     "t.ir:3:20: error: attribute 'to' of cast needs a dtype (f32, f16, bf16, i8, i32, i64, bool, u8), found 'f64'\n"
                      "      %1 = cast %0 {to=f64} : f32[8, 12]\n"
                      "                       ^\n");
   assert_parse_error(HEAD "  %1 = softmax %0 {axis=1, axis=1} : f32[8, 12]\n" TAIL,
@@ -649,7 +675,7 @@ END_TEST
 
 START_TEST(error_types) {
   assert_parse_error("graph g {\n  %0 = input {name=\"x\"} : f64[2]\n" TAIL,
-                     "t.ir:2:27: error: unknown dtype 'f64' (f32, f16, bf16, i8, i32, i64, bool)\n"
+                     "t.ir:2:27: error: unknown dtype 'f64' (f32, f16, bf16, i8, i32, i64, bool, u8)\n"
                      "      %0 = input {name=\"x\"} : f64[2]\n"
                      "                              ^\n");
   assert_parse_error("graph g {\n  %0 = input {name=\"x\"} : f32[2, 0]\n" TAIL,

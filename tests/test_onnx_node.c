@@ -43,6 +43,13 @@ static const char *const default_emu[] = {
     "test_shrink_soft", "test_triu_neg",
     /* pads as gathers, opset 6's per-channel PRelu and broadcast=1 */
     "test_reflect_pad", "test_edge_pad", "test_PReLU_2d_multiparam", "test_Softsign",
+    /* math, indexing by data, top-k, one-hot and the losses */
+    "test_round", "test_sign", "test_atanh", "test_mod_mixed_sign_int64", "test_pow_types_int64_int64",
+    "test_reduce_prod_keepdims_random", "test_gather_elements_negative_indices",
+    "test_scatter_elements_with_duplicate_indices", "test_gathernd_example_int32_batch_dim1",
+    "test_scatternd_multiply", "test_top_k_smallest", "test_hardmax_axis_0", "test_onehot_negative_indices",
+    "test_eyelike_populate_off_main_diagonal", "test_lrn", "test_sce_mean_weight_ii_4d",
+    "test_nllloss_NCd1d2_with_weight_reduction_mean",
 };
 
 typedef struct Stats {

@@ -3,8 +3,10 @@
 the recurrent variants dlcc unrolls and a transformer encoder layer with onnx.helper (random weights as
 initializers), runs each with onnxruntime and with `dlcc run` (reference
 interpreter and emu), and compares the outputs (rtol 1e-4, atol 1e-4 of the
-output's largest magnitude).  Exits 77 when onnx, onnxruntime or numpy is
-missing.
+output's largest magnitude).  The int8 QDQ form of the CNN (onnxruntime's
+quantize_static where it imports, else the same format made here) must
+agree within one quantization step of its output.  Exits 77 when onnx,
+onnxruntime or numpy is missing.
 
     models.py --dlcc BUILD/dlcc [--backends ref,emu] [--keep DIR]
 """
@@ -59,38 +61,44 @@ class Builder:
         return m
 
 
-def conv_bn(b, x, cin, cout, k, stride, relu=True):
-    w = b.weight("conv.weight", cout, cin, k, k)
-    y = b.op("Conv", [x, w], kernel_shape=[k, k], strides=[stride, stride], pads=[k // 2] * 4)
-    bn = [b.init("bn.weight", rng.uniform(0.5, 1.5, cout).astype(np.float32)),
-          b.init("bn.bias", rng.uniform(-0.2, 0.2, cout).astype(np.float32)),
-          b.init("bn.running_mean", rng.uniform(-0.2, 0.2, cout).astype(np.float32)),
-          b.init("bn.running_var", rng.uniform(0.5, 1.5, cout).astype(np.float32))]
-    y = b.op("BatchNormalization", [y] + bn, epsilon=1e-5)
+def conv_bn(b, x, cin, cout, k, stride, relu=True, fold=False):
+    w = (rng.uniform(-1, 1, (cout, cin, k, k)) / np.sqrt(cin * k * k)).astype(np.float32)
+    g, beta = rng.uniform(0.5, 1.5, cout).astype(np.float32), rng.uniform(-0.2, 0.2, cout).astype(np.float32)
+    mean, var = rng.uniform(-0.2, 0.2, cout).astype(np.float32), rng.uniform(0.5, 1.5, cout).astype(np.float32)
+    attrs = dict(kernel_shape=[k, k], strides=[stride, stride], pads=[k // 2] * 4)
+    if fold:  # as onnxruntime's quant_pre_process folds it before quantizing
+        s = (g / np.sqrt(var + 1e-5)).astype(np.float32)
+        y = b.op("Conv", [x, b.init("conv.weight", w * s[:, None, None, None]),
+                          b.init("conv.bias", ((0 - mean) * s + beta).astype(np.float32))], **attrs)
+    else:
+        y = b.op("Conv", [x, b.init("conv.weight", w)], **attrs)
+        bn = [b.init(n, a) for n, a in (("bn.weight", g), ("bn.bias", beta), ("bn.running_mean", mean),
+                                        ("bn.running_var", var))]
+        y = b.op("BatchNormalization", [y] + bn, epsilon=1e-5)
     return b.op("Relu", [y]) if relu else y
 
 
-def basic_block(b, x, cin, cout, stride):
-    y = conv_bn(b, x, cin, cout, 3, stride)
-    y = conv_bn(b, y, cout, cout, 3, 1, relu=False)
-    skip = conv_bn(b, x, cin, cout, 1, stride, relu=False) if stride != 1 or cin != cout else x
+def basic_block(b, x, cin, cout, stride, fold=False):
+    y = conv_bn(b, x, cin, cout, 3, stride, fold=fold)
+    y = conv_bn(b, y, cout, cout, 3, 1, relu=False, fold=fold)
+    skip = conv_bn(b, x, cin, cout, 1, stride, relu=False, fold=fold) if stride != 1 or cin != cout else x
     return b.op("Relu", [b.op("Add", [y, skip])])
 
 
-def resnet():
+def resnet(fold=False, name="resnet_small"):
     """ResNet-18's shape at a small scale: stem, max pool, four stages of
     two basic blocks, global average pool, Flatten, Gemm."""
     b = Builder()
-    y = conv_bn(b, "image", 3, 16, 3, 1)
+    y = conv_bn(b, "image", 3, 16, 3, 1, fold=fold)
     y = b.op("MaxPool", [y], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
     c = 16
     for i, cout in enumerate([16, 32, 64, 64]):
         for j in range(2):
-            y = basic_block(b, y, c, cout, 2 if j == 0 and i > 0 else 1)
+            y = basic_block(b, y, c, cout, 2 if j == 0 and i > 0 else 1, fold=fold)
             c = cout
     y = b.op("Flatten", [b.op("GlobalAveragePool", [y])], axis=1)
     b.op("Gemm", [y, b.weight("fc.weight", 10, c), b.weight("fc.bias", 10)], outs=["logits"], transB=1)
-    m = b.model("resnet_small", [helper.make_tensor_value_info("image", TensorProto.FLOAT, [2, 3, 32, 32])],
+    m = b.model(name, [helper.make_tensor_value_info("image", TensorProto.FLOAT, [2, 3, 32, 32])],
                 [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [2, 10])])
     return m, {"image": rng.standard_normal((2, 3, 32, 32)).astype(np.float32)}, []
 
@@ -206,6 +214,118 @@ def encoder():
     return m, {"tokens": rng.integers(0, V, (2, S)).astype(np.int64)}, ["-D", "batch=2"]
 
 
+def calibration(m, n=4):
+    """Each activation's range over n random images (onnxruntime, every
+    node's output made a graph output)."""
+    probe = onnx.ModelProto()
+    probe.CopyFrom(m)
+    names = [o for node in probe.graph.node for o in node.output]
+    probe.graph.output.extend(helper.make_empty_tensor_value_info(o) for o in names if o != "logits")
+    sess = ort.InferenceSession(probe.SerializeToString(), providers=["CPUExecutionProvider"])
+    outs = [o.name for o in sess.get_outputs()]
+    lo, hi = {}, {}
+    for i in range(n):
+        feed = {"image": np.random.default_rng(100 + i).standard_normal((2, 3, 32, 32)).astype(np.float32)}
+        for name, v in [("image", feed["image"])] + list(zip(outs, sess.run(None, feed))):
+            lo[name] = min(lo.get(name, 0.0), float(v.min()))
+            hi[name] = max(hi.get(name, 0.0), float(v.max()))
+    return lo, hi
+
+
+def qdq_by_hand(m):
+    """quantize_static's QDQ format, made here where onnxruntime's
+    quantization tool does not import: every activation u8 through
+    QuantizeLinear -> DequantizeLinear (range from calibration), Conv and
+    Gemm weights i8 per output channel and biases i32 at s_x * s_w, each
+    through DequantizeLinear."""
+    lo, hi = calibration(m)
+    inits = {t.name: numpy_helper.to_array(t) for t in m.graph.initializer}
+    g = helper.make_graph([], m.graph.name + "_qdq", m.graph.input, m.graph.output)
+    scale = {}
+
+    def qparams(name):
+        s = np.float32((hi[name] - lo[name]) / 255 or 1.0)
+        return s, np.uint8(np.clip(np.round(-lo[name] / s), 0, 255))
+
+    def init(name, array):
+        g.initializer.append(numpy_helper.from_array(np.asarray(array), name))
+        return name
+
+    def qdq_act(name, out=None):
+        s, z = qparams(name)
+        scale[name] = s
+        init(name + "_scale", s), init(name + "_zp", z)
+        g.node.append(helper.make_node("QuantizeLinear", [name, name + "_scale", name + "_zp"], [name + "_q"]))
+        g.node.append(helper.make_node("DequantizeLinear", [name + "_q", name + "_scale", name + "_zp"],
+                                       [out or name + "_dq"]))
+        return out or name + "_dq"
+
+    renamed = {"image": qdq_act("image")}
+    for node in m.graph.node:
+        ins = list(node.input)
+        if node.op_type in ("Conv", "Gemm"):
+            x, w = renamed[ins[0]], inits[ins[1]]
+            sw = (np.abs(w.reshape(w.shape[0], -1)).max(axis=1) / 127).astype(np.float32)
+            wq = np.clip(np.round(w / sw.reshape(-1, *[1] * (w.ndim - 1))), -127, 127).astype(np.int8)
+            init(ins[1] + "_q", wq), init(ins[1] + "_s", sw), init(ins[1] + "_z", np.zeros(w.shape[0], np.int8))
+            g.node.append(helper.make_node("DequantizeLinear", [ins[1] + "_q", ins[1] + "_s", ins[1] + "_z"],
+                                           [ins[1] + "_dq"], axis=0))
+            ins = [x, ins[1] + "_dq"] + ins[2:]
+            if len(ins) > 2:
+                sb = (scale[node.input[0]] * sw).astype(np.float32)
+                init(node.input[2] + "_q", np.round(inits[node.input[2]] / sb).astype(np.int32))
+                init(node.input[2] + "_s", sb), init(node.input[2] + "_z", np.zeros(sb.shape, np.int32))
+                g.node.append(helper.make_node("DequantizeLinear", [node.input[2] + "_q", node.input[2] + "_s",
+                                                                    node.input[2] + "_z"], [node.input[2] + "_dq"], axis=0))
+                ins[2] = node.input[2] + "_dq"
+        else:
+            ins = [renamed.get(i, i) for i in ins]
+        outs = [o + "_f" if o == "logits" else o for o in node.output]
+        g.node.append(helper.make_node(node.op_type, ins, outs, **{a.name: helper.get_attribute_value(a)
+                                                                   for a in node.attribute}))
+        for o, f in zip(node.output, outs):
+            lo[f], hi[f] = lo.get(o, 0.0), hi.get(o, 0.0)
+            renamed[o] = qdq_act(f, "logits" if o == "logits" else None)
+    q = helper.make_model(g, opset_imports=m.opset_import)
+    q.ir_version = m.ir_version
+    onnx.checker.check_model(q)
+    return q
+
+
+def resnet_qdq():
+    """The CNN with BatchNormalization folded, in onnxruntime's int8 QDQ
+    format: u8 activations, i8 weights per channel, i32 biases.  dlcc runs
+    its convolutions and the Gemm as int8 products and requantizes as
+    onnxruntime's QLinearConv does; the output's quantization step is the
+    tolerance."""
+    m, feeds, extra = resnet(fold=True, name="resnet_qdq")
+    try:
+        from onnxruntime.quantization import (CalibrationDataReader, QuantFormat, QuantType,
+                                              quantize_static)
+
+        class Reader(CalibrationDataReader):
+            def __init__(self):
+                self.i = 0
+
+            def get_next(self):
+                self.i += 1
+                return None if self.i > 4 else {
+                    "image": np.random.default_rng(100 + self.i).standard_normal((2, 3, 32, 32)).astype(np.float32)}
+
+        with tempfile.TemporaryDirectory() as d:
+            onnx.save(m, os.path.join(d, "f.onnx"))
+            quantize_static(os.path.join(d, "f.onnx"), os.path.join(d, "q.onnx"), Reader(),
+                            quant_format=QuantFormat.QDQ, per_channel=True,
+                            activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)
+            q, how = onnx.load(os.path.join(d, "q.onnx")), "onnxruntime.quantization"
+    except ImportError:  # the tool needs ml_dtypes and onnx >= 1.13
+        q, how = qdq_by_hand(m), "tests/onnx/models.py"
+    q.graph.name = "resnet_qdq"
+    inits = {t.name: numpy_helper.to_array(t) for t in q.graph.initializer}
+    last = next(n for n in q.graph.node if n.output[0] == "logits")
+    return q, feeds, extra, {"step": float(inits[last.input[1]]), "by": how}
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--dlcc", required=True)
@@ -215,8 +335,8 @@ def main():
     tmp = args.keep or tempfile.mkdtemp(prefix="dlcc-onnx-models-")
     os.makedirs(tmp, exist_ok=True)
     failures = 0
-    for build in (resnet, recurrent, unrolled, encoder):
-        model, feeds, extra = build()
+    for build in (resnet, recurrent, unrolled, encoder, resnet_qdq):
+        model, feeds, extra, *quant = build()
         path = os.path.join(tmp, model.graph.name + ".onnx")
         onnx.save(model, path)
         sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
@@ -240,9 +360,16 @@ def main():
                 ref = want[name]
                 scale = float(np.max(np.abs(ref))) or 1.0
                 err = float(np.max(np.abs(got.astype(np.float64) - ref))) if got.shape == ref.shape else float("inf")
-                ok = got.shape == ref.shape and np.allclose(got, ref, rtol=1e-4, atol=1e-4 * scale)
+                if quant:  # int8: within one step of the output's quantization, and say how many differ
+                    step = quant[0]["step"]
+                    ok = err <= step * 1.001
+                    differ = int(np.sum(got != ref)) if got.shape == ref.shape else ref.size
+                    tol = f"step {step:.3g}: {differ} of {ref.size} differ; QDQ by {quant[0]['by']}"
+                else:
+                    ok = got.shape == ref.shape and np.allclose(got, ref, rtol=1e-4, atol=1e-4 * scale)
+                    tol = f"scale {scale:.3g}"
                 print(f"{'ok  ' if ok else 'FAIL'} {model.graph.name:13s} {backend:4s} {name:8s} "
-                      f"{str(got.shape):16s} max |dlcc - onnxruntime| = {err:.3g} (scale {scale:.3g})")
+                      f"{str(got.shape):16s} max |dlcc - onnxruntime| = {err:.3g} ({tol})")
                 failures += not ok
     print(f"onnx models: {'all match' if not failures else f'{failures} mismatches'} "
           f"(onnxruntime {ort.__version__}, onnx {onnx.__version__})")
