@@ -21,7 +21,8 @@
 #include "passes/pass.h"
 
 static_assert((int)DLC_F32 == (int)TY_F32 && (int)DLC_BF16 == (int)TY_BF16 &&
-                  (int)DLC_I64 == (int)TY_I64 && (int)DLC_BOOL == (int)TY_BOOL,
+                  (int)DLC_I64 == (int)TY_I64 && (int)DLC_BOOL == (int)TY_BOOL &&
+                  (int)DLC_U8 == (int)TY_U8,
               "dlc_dtype follows DType");
 static_assert((int)DLC_MAX_RANK == (int)DL_MAX_RANK, "one rank limit");
 
@@ -385,22 +386,11 @@ static void fill_info(dlc_tensor_info *out, const char *name, const TensorType *
 }
 
 /* The smallest extent any gather indexes with this value. */
-static int64_t index_bound(const Graph *g, const Value *v) {
-  int64_t bound = 0;
-  for (Node *n = g->first; n; n = n->next) {
-    if (n->op != OP_GATHER || n->in[1] != v) continue;
-    int64_t axis = ir_attr_int(n, "axis");
-    int64_t extent = n->in[0]->type.dims[axis];
-    if (bound == 0 || extent < bound) bound = extent;
-  }
-  return bound;
-}
-
 dlc_status dlc_input_info(const dlc_model *m, int index, dlc_tensor_info *out) {
   if (!m || !m->g || !out || index < 0 || index >= m->n_inputs) return DLC_ERR_ARGUMENT;
   Node *n = m->inputs[index];
   fill_info(out, ir_attr(n, "name")->s, &n->out[0].type);
-  out->index_bound = index_bound(m->g, &n->out[0]);
+  out->index_bound = ir_index_bound(m->g, &n->out[0]);
   return DLC_OK;
 }
 

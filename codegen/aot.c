@@ -401,20 +401,13 @@ static void put_steps(FILE *f, const char *name, const RtStep *steps, uint32_t n
   fputs("};\n\n", f);
 }
 
-/* The smallest extent any gather indexes input v with: 0 when none.
- * `dlcc run model.so` draws random indices below it, as it does for a
- * .dl, so that both give the same inputs. */
+/* ir_index_bound of the input of that name: `dlcc run model.so` draws
+ * random indices below it, as it does for a .dl, so that both give the
+ * same inputs. */
 static int64_t index_bound(const Graph *g, const char *input) {
-  const Value *v = NULL;
-  for (Node *n = g->first; n && !v; n = n->next)
-    if (n->op == OP_INPUT && !strcmp(ir_attr_str(n, "name"), input)) v = &n->out[0];
-  int64_t bound = 0;
-  for (Node *n = g->first; v && n; n = n->next) {
-    if (n->op != OP_GATHER || n->in[1] != v) continue;
-    int64_t extent = n->in[0]->type.dims[ir_attr_int(n, "axis")];
-    if (bound == 0 || extent < bound) bound = extent;
-  }
-  return bound;
+  for (Node *n = g->first; n; n = n->next)
+    if (n->op == OP_INPUT && !strcmp(ir_attr_str(n, "name"), input)) return ir_index_bound(g, &n->out[0]);
+  return 0;
 }
 
 static bool write_model_c(Aot *a, Graph *g, const RtBinary *bins, int n_bins, const char *weights_path) {

@@ -203,13 +203,14 @@ static uint64_t hash_name(const char *s) {
   return h;
 }
 
-/* Floats U(-1, 1); integers in [0, index_bound) for indices, else [0, 10). */
+/* Floats U(-1, 1); integers in [0, index_bound) for indices, else [0, 10);
+ * bools true or false, half and half. */
 static bool random_input(const dlc_tensor_info *info, uint64_t seed, Tensor *t) {
   TensorType type = ir_type_make((DType)info->dtype, info->rank, info->dims);
   if (!ir_tensor_alloc(t, &type)) return false;
   uint64_t state = seed ^ hash_name(info->name);
   int64_t n = ir_type_numel(&type);
-  int64_t bound = info->index_bound > 0 ? info->index_bound : 10;
+  int64_t bound = info->index_bound > 0 ? info->index_bound : type.dtype == TY_BOOL ? 2 : 10;
   for (int64_t i = 0; i < n; i++) {
     uint64_t r = splitmix64(&state);
     double v = ir_dtype_is_float(type.dtype) ? (double)(r >> 11) * 0x1.0p-53 * 2.0 - 1.0
@@ -235,7 +236,7 @@ static bool load_input(const InputArg *in, const dlc_tensor_info *info, RtTensor
   if (!same) {
     char want[IR_TYPE_STR_MAX], got[IR_TYPE_STR_MAX] = "?";
     type_text(info, want, sizeof want);
-    if (rt->dtype <= RT_I64) {
+    if (rt->dtype <= RT_U8) { /* a dtype dlcc has */
       dlc_tensor_info file = {.dtype = (dlc_dtype)rt->dtype, .rank = rt->rank};
       memcpy(file.dims, rt->dims, sizeof file.dims);
       type_text(&file, got, sizeof got);
@@ -243,8 +244,9 @@ static bool load_input(const InputArg *in, const dlc_tensor_info *info, RtTensor
       snprintf(got, sizeof got, "%s data", rt_dtype_name(rt->dtype));
     }
     /* NumPy makes float64 and int64 unless told otherwise. */
-    static const char *const np_names[] = {"float32", "float16", NULL, "int8", "int32", "int64"};
-    const char *np = (int)rt->dtype != (int)info->dtype && (unsigned)info->dtype <= DLC_I64
+    static const char *const np_names[] = {"float32", "float16", NULL, "int8", "int32", "int64", "bool_",
+                                           "uint8"};
+    const char *np = (int)rt->dtype != (int)info->dtype && (unsigned)info->dtype < ARRAY_LEN(np_names)
                          ? np_names[info->dtype] : NULL;
     fprintf(stderr, "dlcc: error: input '%s': %s holds %s, the model expects %s%s%s%s\n", in->name,
             in->path, got, want, np ? " (save it with x.astype(np." : "", np ? np : "", np ? "))" : "");

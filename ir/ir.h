@@ -210,6 +210,12 @@ Graph *ir_parse(Ctx *c, const SrcFile *file); /* NULL after reporting errors */
  * get.  NULL after reporting errors (none for a verified g) or when out
  * of memory. */
 Graph *ir_copy(Graph *g, const char *name);
+
+/* For an integer value read as indices (gather, gather_elements,
+ * gather_nd, scatter_elements, scatter_nd, through reshapes, transposes,
+ * expands, slices and casts): the smallest extent any of those reads
+ * it against, so [0, bound) is valid everywhere; 0 when none does. */
+int64_t ir_index_bound(const Graph *g, const Value *v);
 /* Graphviz: ops as boxes, shapes on edges. */
 void ir_print_dot(FILE *f, Graph *g);
 

@@ -7,5 +7,6 @@ libdlcc_core_la_SOURCES += \
 	ir/print.c \
 	ir/parse.c \
 	ir/dot.c \
-	ir/eval.c ir/eval.h
+	ir/eval.c ir/eval.h \
+	ir/indices.c
 libdlcc_core_la_SOURCES += ir/init.c

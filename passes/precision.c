@@ -120,16 +120,15 @@ static const Node *producer(const Value *v) {
 }
 
 /* Whether a conversion of what d computes can be fused into d's kernel:
- * not for a graph input (no kernel), an opaque op, or the moves the fuse
- * pass leaves alone. */
+ * not for a graph input (no kernel), an opaque op (recurrent layers,
+ * scatters, topk), or the moves the fuse pass leaves alone (all but the
+ * index remappings: gathers, concat, pad). */
 static bool absorbs_cast(const Node *d) {
-  switch (d->op) {
-    case OP_INPUT:
-    case OP_LSTM:
-    case OP_GRU:
-    case OP_GATHER:
-    case OP_CONCAT:
-    case OP_PAD: return false;
+  if (d->op == OP_INPUT) return false;
+  switch (ir_ops[d->op].cls) {
+    case K_OPAQUE: return false;
+    case K_MOVE:
+      return d->op == OP_RESHAPE || d->op == OP_TRANSPOSE || d->op == OP_SLICE || d->op == OP_EXPAND;
     default: return true;
   }
 }

@@ -476,6 +476,38 @@ END_TEST
 /* ---- the text format and the shape rules ---- */
 
 /* The error the IR parser reports for one node line. */
+/* ir_index_bound: what a host may draw for each index input (dlcc run's
+ * random inputs, dlc_input_info, a model.so's bounds). */
+START_TEST(index_bounds) {
+  static const char text[] = "graph g {\n"
+                             "  %d = input {name=\"d\"} : f32[3, 4]\n"
+                             "  %i = input {name=\"i\"} : i64[8]\n"
+                             "  %ir = reshape %i {shape=[2, 4]} : i64[2, 4]\n"
+                             "  %ge = gather_elements %d, %ir {axis=1} : f32[2, 4]\n"
+                             "  %n = input {name=\"n\"} : i64[2, 2]\n"
+                             "  %gn = gather_nd %d, %n : f32[2]\n"
+                             "  %e = input {name=\"e\"} : i32[2]\n"
+                             "  %g = gather %d, %e : f32[2, 4]\n"
+                             "  %ge2 = gather_elements %d, %ir {axis=0} : f32[2, 4]\n"
+                             "  %u = input {name=\"u\"} : i64[2]\n"
+                             "  return %ge as \"ge\", %gn as \"gn\", %g as \"g\", %ge2 as \"ge2\"\n"
+                             "}\n";
+  Ctx c;
+  ctx_init(&c);
+  Job j = compile_at(&c, text, -1);
+  const char *names[] = {"d", "i", "n", "e", "u"};
+  /* i: read along axis 1 (4) and axis 0 (3) through a reshape; n: rows of
+   * two coordinates into [3, 4]; e: gather's axis 0. */
+  const int64_t want[] = {0, 3, 3, 3, 0};
+  for (int k = 0; k < 5; k++)
+    for (Node *n = j.g->first; n; n = n->next)
+      if (n->op == OP_INPUT && strcmp(ir_attr_str(n, "name"), names[k]) == 0)
+        ck_assert_msg(ir_index_bound(j.g, &n->out[0]) == want[k], "%s: %lld", names[k],
+                      (long long)ir_index_bound(j.g, &n->out[0]));
+  ctx_free(&c);
+}
+END_TEST
+
 static void expect_node_error(const char *line, const char *want) {
   char text[1024];
   snprintf(text, sizeof text,
@@ -866,6 +898,7 @@ static Suite *ops2_suite(void) {
   tcase_add_test(e, eval_gathers);
   tcase_add_test(e, eval_scatters);
   tcase_add_test(e, eval_topk_order);
+  tcase_add_test(e, index_bounds);
   tcase_add_test(e, shape_errors);
   tcase_add_test(e, text_round_trip);
   suite_add_tcase(s, e);

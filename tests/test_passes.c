@@ -32,17 +32,6 @@ static const char *srcdir(void) {
 static uint64_t rng_state;
 static uint64_t rng_next(void) { return test_splitmix64(&rng_state); }
 
-/* Upper bound of the indices a gather takes from v; 0 when none. */
-static int64_t index_bound(Graph *g, const Value *v) {
-  int64_t bound = 0;
-  for (Node *n = g->first; n; n = n->next)
-    if (n->op == OP_GATHER && n->in[1] == v) {
-      int64_t e = n->in[0]->type.dims[ir_attr_int(n, "axis")];
-      if (!bound || e < bound) bound = e;
-    }
-  return bound;
-}
-
 typedef struct Data {
   TensorMap inputs, params;
   const char *names[16];
@@ -59,7 +48,7 @@ static void make_data(Graph *g, uint64_t seed, Data *d) {
     ck_assert_int_lt(d->inputs.n, 16);
     Tensor *t = &d->tensors[d->inputs.n];
     ck_assert(ir_tensor_alloc(t, &n->out[0].type));
-    int64_t count = ir_type_numel(&t->type), bound = index_bound(g, &n->out[0]);
+    int64_t count = ir_type_numel(&t->type), bound = ir_index_bound(g, &n->out[0]);
     for (int64_t i = 0; i < count; i++) {
       double u = (double)(rng_next() >> 11) / 9007199254740992.0;
       ir_tensor_set(t, i, ir_dtype_is_float(t->type.dtype) ? 4 * u - 2 : (double)(int64_t)(u * (double)bound));

@@ -97,9 +97,8 @@ typedef struct Data {
 } Data;
 
 static int64_t index_bound(Graph *g, const Value *v) {
-  for (Node *n = g->first; n; n = n->next)
-    if (n->op == OP_GATHER && n->in[1] == v) return n->in[0]->type.dims[ir_attr_int(n, "axis")];
-  return 3;
+  int64_t bound = ir_index_bound(g, v);
+  return bound ? bound : 3;
 }
 
 /* Params by ir_init_params (f32 in every graph here: the precision pass
