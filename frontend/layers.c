@@ -979,7 +979,7 @@ static Val bi_cast(Lower *l, const Call *c) {
     dt = d->dt;
   } else if (d->kind == V_STR && ir_dtype_from_name(d->s, &dt)) {
   } else {
-    fe_arg_error(l, c, 1, "a dtype (f32, f16, bf16, i8, i32, i64, bool)");
+    fe_arg_error(l, c, 1, "a dtype (f32, f16, bf16, i8, i32, i64, bool, u8)");
     return poison();
   }
   if (dt == x->type.dtype) return val_tensor(x);

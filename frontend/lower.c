@@ -1049,7 +1049,7 @@ static bool eval_type(Lower *l, Frame *f, const TypeExpr *te, TensorType *out) {
   bool ok = true;
   memset(out, 0, sizeof *out);
   if (!ir_dtype_from_name(te->dtype, &out->dtype)) {
-    fe_error(l, te->dtype_loc, "unknown dtype '%s'; expected one of f32, f16, bf16, i8, i32, i64, bool",
+    fe_error(l, te->dtype_loc, "unknown dtype '%s'; expected one of f32, f16, bf16, i8, i32, i64, bool, u8",
              te->dtype);
     ok = false;
   }

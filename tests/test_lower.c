@@ -321,7 +321,7 @@ static const ErrorCase error_cases[] = {
      "      ^\n"},
     {"unknown_dtype",
      "tests/errors/unknown_dtype.dl:1:12: error: unknown dtype 'f31'; expected one of f32, f16, "
-     "bf16, i8, i32, i64, bool\n"
+     "bf16, i8, i32, i64, bool, u8\n"
      "    model m(x: f31[8, 784]) -> f32[8, 784] {\n"
      "               ^\n"},
     {"unknown_dimension",
