@@ -9,3 +9,6 @@ tests_test_quantize_CFLAGS = $(TEST_CFLAGS)
 tests_test_quantize_CPPFLAGS = $(AM_CPPFLAGS) $(CJSON_CFLAGS) $(CUDA_CPPFLAGS)
 tests_test_quantize_LDADD = $(TEST_LIBS) $(CUDA_LIBS)
 endif
+# make bench: top-1 of the int8 MLP and LeNet on 4096 inputs (tests/bench/int8_accuracy.sh).
+BENCHES += tests/bench/int8_accuracy.sh
+EXTRA_DIST += tests/bench/int8_accuracy.sh
