@@ -533,7 +533,8 @@ bool cg_lower_group(CgBuild *b, const CgGroup *grp) {
 }
 
 /* ---- convolution as an implicit GEMM ----
- * C[Co][N*OH*OW] = W[Co][C*KH*KW] x cols, where cols is never stored: a
+ * C[Co][N*OH*OW] = W[Co][C*KH*KW] x cols, where cols is never stored (a
+ * conv3d's the same with OD*OH*OW columns and C*KD*KH*KW rows): a
  * block computes a 64x64 tile of C with 256 threads of 4x4 results each,
  * staging 16-deep slices of W and of the im2col matrix in shared memory;
  * the im2col indexing sits in the loads and the bias and the group's
@@ -573,19 +574,31 @@ static KExpr *tile_at(Kernel *k, KExpr *kk, KExpr *col, int64_t width, bool pack
   return cg_kadd(k, cg_kmul(k, word, ki(k, 4)), kmod(k, kk, 4));
 }
 
+/* Coordinate d of a position p (linear over dims[0 .. count)): p
+ * divided by the dims inside d, modulo dims[d] but for the outermost. */
+static KExpr *coord_of(Kernel *k, KExpr *p, const int64_t *dims, int count, int d) {
+  int64_t inner = 1;
+  for (int j = d + 1; j < count; j++) inner *= dims[j];
+  KExpr *e = kdiv(k, p, inner);
+  return d > 0 ? kmod(k, e, dims[d]) : e;
+}
+
 bool cg_lower_conv_igemm(CgBuild *b, const Node *n) {
   Ctx *c = cg_build_ctx(b);
   int cnt;
   const int64_t *stride = ir_attr_ints(n, "stride", &cnt), *pad = ir_attr_ints(n, "pad", &cnt);
   const int64_t *dil = ir_attr_ints(n, "dilation", &cnt);
   const Value *x = n->in[0], *w = n->in[1], *out = &n->out[0];
-  const int64_t *xd = x->type.dims, *wd = w->type.dims, *od = out->type.dims;
-  int64_t N = xd[0], C = xd[1], H = xd[2], W = xd[3];
-  int64_t Co = wd[0], KH = wd[2], KW = wd[3], OH = od[2], OW = od[3];
-  int64_t OHW = OH * OW, KK = KH * KW, K = C * KK, NC = N * OHW;
+  /* 2 or 3 spatial dims: in, kern and od hold them, outermost first */
+  int nsp = x->type.rank - 2;
+  const int64_t *xd = x->type.dims, *wd = w->type.dims;
+  const int64_t *in = xd + 2, *kern = wd + 2, *od = out->type.dims + 2;
+  int64_t N = xd[0], C = xd[1], Co = wd[0], OHW = 1, KK = 1;
+  for (int d = 0; d < nsp; d++) OHW *= od[d], KK *= kern[d];
+  int64_t K = C * KK, NC = N * OHW;
   if (ir_type_numel(&out->type) == 0) return true;
   const CgGroup *grp = cg_group(b);
-  const char *hint = grp && grp->n > 1 ? cg_group_hint(c, grp) : "conv2d";
+  const char *hint = grp && grp->n > 1 ? cg_group_hint(c, grp) : ir_ops[n->op].name;
   const char *what = grp ? arena_printf(&c->arena, "#k%d implicit gemm", grp->id) : "implicit gemm";
   Kernel *k = cg_kernel_new(c, n, arena_printf(&c->arena, "%s_igemm", hint), what);
   int64_t mt = (Co + TM - 1) / TM, nt = (NC + TN - 1) / TN, kt_n = (K + TK - 1) / TK;
@@ -639,24 +652,23 @@ bool cg_lower_conv_igemm(CgBuild *b, const Node *n) {
   KVar *p = cg_klet(k, bb, "p", KT_INDEX, kmod(k, kv(k, col), OHW));
   KVar *ci = cg_klet(k, bb, "ci", KT_INDEX, kdiv(k, kv(k, bk), KK));
   KVar *r = cg_klet(k, bb, "r", KT_INDEX, kmod(k, kv(k, bk), KK));
-  KExpr *ih = cg_kadd(k, cg_kidx(k, KI_SUB, cg_kmul(k, kdiv(k, kv(k, p), OW), ki(k, stride[0])), ki(k, pad[0])),
-                      cg_kmul(k, kdiv(k, kv(k, r), KW), ki(k, dil[0])));
-  KExpr *iw = cg_kadd(k, cg_kidx(k, KI_SUB, cg_kmul(k, kmod(k, kv(k, p), OW), ki(k, stride[1])), ki(k, pad[1])),
-                      cg_kmul(k, kmod(k, kv(k, r), KW), ki(k, dil[1])));
-  KVar *ihv = cg_klet(k, bb, "ih", KT_INDEX, ih), *iwv = cg_klet(k, bb, "iw", KT_INDEX, iw);
-  KExpr *b_ok = cg_kand(k, NC % TN ? klt(k, kv(k, col), NC) : NULL, K % TK ? klt(k, kv(k, bk), K) : NULL);
-  bool padded = pad[0] || pad[1] || pad[2] || pad[3] ||
-                (OH - 1) * stride[0] + (KH - 1) * dil[0] >= H || (OW - 1) * stride[1] + (KW - 1) * dil[1] >= W;
-  if (padded) {
-    b_ok = cg_kand(k, b_ok, cg_kcmp(k, KC_GE, kv(k, ihv), ki(k, 0)));
-    b_ok = cg_kand(k, b_ok, klt(k, kv(k, ihv), H));
-    b_ok = cg_kand(k, b_ok, cg_kcmp(k, KC_GE, kv(k, iwv), ki(k, 0)));
-    b_ok = cg_kand(k, b_ok, klt(k, kv(k, iwv), W));
+  /* The input position of output pixel p at tap r, per spatial dim. */
+  static const char *const pos_names[] = {"id", "ih", "iw"};
+  KVar *pos[3] = {NULL};
+  bool padded = false;
+  for (int d = 0; d < nsp; d++) {
+    KExpr *e = cg_kadd(k, cg_kidx(k, KI_SUB, cg_kmul(k, coord_of(k, kv(k, p), od, nsp, d), ki(k, stride[d])), ki(k, pad[d])),
+                       cg_kmul(k, coord_of(k, kv(k, r), kern, nsp, d), ki(k, dil[d])));
+    pos[d] = cg_klet(k, bb, pos_names[3 - nsp + d], KT_INDEX, e);
+    padded = padded || pad[d] || pad[nsp + d] || (od[d] - 1) * stride[d] + (kern[d] - 1) * dil[d] >= in[d];
   }
-  KExpr *x_at = cg_kadd(
-      k, cg_kmul(k, cg_kadd(k, cg_kmul(k, cg_kadd(k, cg_kmul(k, kv(k, img), ki(k, C)), kv(k, ci)), ki(k, H)), kv(k, ihv)),
-                 ki(k, W)),
-      kv(k, iwv));
+  KExpr *b_ok = cg_kand(k, NC % TN ? klt(k, kv(k, col), NC) : NULL, K % TK ? klt(k, kv(k, bk), K) : NULL);
+  for (int d = 0; d < nsp && padded; d++) {
+    b_ok = cg_kand(k, b_ok, cg_kcmp(k, KC_GE, kv(k, pos[d]), ki(k, 0)));
+    b_ok = cg_kand(k, b_ok, klt(k, kv(k, pos[d]), in[d]));
+  }
+  KExpr *x_at = cg_kadd(k, cg_kmul(k, kv(k, img), ki(k, C)), kv(k, ci));
+  for (int d = 0; d < nsp; d++) x_at = cg_kadd(k, cg_kmul(k, x_at, ki(k, in[d])), kv(k, pos[d]));
   KExpr *b_at = tile_at(k, kdiv(k, kv(k, eb), TN), kmod(k, kv(k, eb), TN), TN, packed);
   /* int8 padding reads the zero point (a real 0); past K or NC the fill
    * meets a zero of W or is never stored, so it may be the same. */

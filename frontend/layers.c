@@ -111,165 +111,177 @@ static Val bi_linear(Lower *l, const Call *c) {
   return val_tensor(mk_linear(l, x, w, b, c->loc));
 }
 
-/* An int or a list of 2 ints, each >= lo, into v[2]. */
+/* conv2d, conv3d and their transposes: nsp spatial dims (2 or 3). */
+static const char *image_layout(int nsp) { return nsp == 3 ? "[N, C, D, H, W]" : "[N, C, H, W]"; }
+
+/* An int or a list of nsp ints, each >= lo, into v[nsp]. */
+static bool arg_tuple(Lower *l, const Call *c, int i, int nsp, int64_t def, int64_t lo, int64_t *v) {
+  int64_t raw[3];
+  int n;
+  const char *what = lo >= 1 ? (nsp == 3 ? "a positive int or a list of 3 positive ints"
+                                         : "a positive int or a list of 2 positive ints")
+                             : (nsp == 3 ? "a non-negative int or a list of 3 non-negative ints"
+                                         : "a non-negative int or a list of 2 non-negative ints");
+  if (!fe_arg_ints(l, c, i, nsp, what, &n, raw)) return false;
+  bool ok = n <= 1 || n == nsp;
+  for (int k = 0; k < nsp; k++) v[k] = n == 0 ? def : n == 1 ? raw[0] : raw[k];
+  for (int k = 0; k < nsp; k++) ok = ok && (n == 0 || v[k] >= lo);
+  if (!ok) fe_arg_error(l, c, i, what);
+  return ok;
+}
+
 static bool arg_pair(Lower *l, const Call *c, int i, int64_t def, int64_t lo, int64_t v[2]) {
-  int64_t raw[2];
-  int n;
-  const char *what = lo >= 1 ? "a positive int or a list of 2 positive ints"
-                             : "a non-negative int or a list of 2 non-negative ints";
-  if (!fe_arg_ints(l, c, i, 2, what, &n, raw)) return false;
-  if (n == 0) {
-    v[0] = v[1] = def;
-    return true;
-  }
-  v[0] = raw[0];
-  v[1] = n == 2 ? raw[1] : raw[0];
-  if (v[0] < lo || v[1] < lo) {
-    fe_arg_error(l, c, i, what);
-    return false;
-  }
-  return true;
+  return arg_tuple(l, c, i, 2, def, lo, v);
 }
 
-/* pad: an int, [h, w] or [top, left, bottom, right], into OP_CONV2D's
- * [top, left, bottom, right]. */
-static bool arg_pads(Lower *l, const Call *c, int i, int64_t pads[4]) {
-  const char *what = "a non-negative int or a list of 2 or 4 of them";
-  int64_t raw[4];
+/* pad: an int, one per spatial dim ([h, w]) or the starts then the ends
+ * ([top, left, bottom, right]), into the ops' 2 * nsp entries. */
+static bool arg_pads(Lower *l, const Call *c, int i, int nsp, int64_t *pads) {
+  const char *what = nsp == 3 ? "a non-negative int or a list of 3 or 6 of them"
+                              : "a non-negative int or a list of 2 or 4 of them";
+  int64_t raw[6];
   int n;
-  if (!fe_arg_ints(l, c, i, 4, what, &n, raw)) return false;
-  if (n == 3) {
-    fe_arg_error(l, c, i, what);
-    return false;
-  }
-  for (int k = 0; k < 4; k++) pads[k] = n == 0 ? 0 : n == 1 ? raw[0] : n == 2 ? raw[k % 2] : raw[k];
-  for (int k = 0; k < 4; k++)
-    if (pads[k] < 0) {
-      fe_arg_error(l, c, i, what);
-      return false;
-    }
-  return true;
+  if (!fe_arg_ints(l, c, i, 2 * nsp, what, &n, raw)) return false;
+  bool ok = n <= 1 || n == nsp || n == 2 * nsp;
+  for (int k = 0; k < 2 * nsp; k++)
+    pads[k] = n == 0 ? 0 : n == 1 ? raw[0] : n == nsp ? raw[k % nsp] : raw[k];
+  for (int k = 0; k < 2 * nsp; k++) ok = ok && pads[k] >= 0;
+  if (!ok) fe_arg_error(l, c, i, what);
+  return ok;
 }
 
-/* PyTorch's ConvTranspose2d: weight [Cin, out/groups, kH, kW]; the fan-in
- * PyTorch's init uses is weight.size(1) * kH * kW. */
-static Val bi_conv_transpose2d(Lower *l, const Call *c) {
+/* The input of a convolution layer: nsp spatial dims, floats. */
+static bool conv_input(Lower *l, const Call *c, const char *name, int nsp, const Value *x) {
+  if (x->type.rank != 2 + nsp) {
+    fe_error(l, c->loc, "%s expects a %d-d input %s, got %s", name, 2 + nsp, image_layout(nsp),
+             ts(&x->type).s);
+    return false;
+  }
+  return need_float(l, c, x);
+}
+
+/* The weight (PyTorch's layout: [a, b, k...]) and bias [out] of a
+ * convolution layer, with PyTorch's init for fan_in b * prod(k). */
+static bool conv_params(Lower *l, const Call *c, const char *name, const Value *x, int nsp,
+                        int64_t a, int64_t bdim, const int64_t *kernel, int64_t out, bool bias,
+                        Value **w, Value **b) {
+  const char *scope = fe_layer_scope(l, c, name);
+  double fan_in = (double)bdim;
+  for (int k = 0; k < nsp; k++) fan_in *= (double)kernel[k];
+  const char *init = bound_init(l, "uniform", 1 / sqrt(fan_in));
+  TensorType wt = {.dtype = x->type.dtype, .rank = 2 + nsp, .dims = {a, bdim}};
+  for (int k = 0; k < nsp; k++) wt.dims[2 + k] = kernel[k];
+  TensorType bt = type1(x->type.dtype, out);
+  *w = fe_param(l, scope, "weight", &wt, init, c->loc);
+  *b = *w && bias ? fe_param(l, scope, "bias", &bt, init, c->loc) : NULL;
+  return *w && (!bias || *b);
+}
+
+/* PyTorch's ConvTranspose2d/3d: weight [Cin, out/groups, k...]; the
+ * fan-in PyTorch's init uses is weight.size(1) * prod(k). */
+static Val conv_transpose_layer(Lower *l, const Call *c, int nsp) {
+  const char *name = nsp == 3 ? "conv_transpose3d" : "conv_transpose2d";
   Value *x;
-  int64_t out, groups, kernel[2], stride[2], opad[2], dil[2], pads[4];
+  int64_t out, groups, kernel[3], stride[3], opad[3], dil[3], pads[6];
   bool bias;
   bool ok = fe_arg_tensor(l, c, 0, &x);
   ok &= fe_arg_pos_int(l, c, 1, 1, &out);
-  ok &= arg_pair(l, c, 2, 1, 1, kernel);
-  ok &= arg_pair(l, c, 3, 1, 1, stride);
-  ok &= arg_pads(l, c, 4, pads);
-  ok &= arg_pair(l, c, 5, 0, 0, opad);
-  ok &= arg_pair(l, c, 6, 1, 1, dil);
+  ok &= arg_tuple(l, c, 2, nsp, 1, 1, kernel);
+  ok &= arg_tuple(l, c, 3, nsp, 1, 1, stride);
+  ok &= arg_pads(l, c, 4, nsp, pads);
+  ok &= arg_tuple(l, c, 5, nsp, 0, 0, opad);
+  ok &= arg_tuple(l, c, 6, nsp, 1, 1, dil);
   ok &= fe_arg_pos_int(l, c, 7, 1, &groups);
   ok &= fe_arg_bool(l, c, 8, true, &bias);
-  if (!ok) return poison();
-  const TensorType *t = &x->type;
-  if (t->rank != 4) {
-    fe_error(l, c->loc, "conv_transpose2d expects a 4-d input [N, C, H, W], got %s", ts(t).s);
-    return poison();
-  }
-  if (!need_float(l, c, x)) return poison();
-  int64_t cin = t->dims[1];
+  if (!ok || !conv_input(l, c, name, nsp, x)) return poison();
+  int64_t cin = x->type.dims[1];
   if (cin % groups != 0 || out % groups != 0) {
     fe_error(l, c->locs[7],
-             "conv_transpose2d: groups=%" PRId64 " must divide the input channels (%" PRId64
+             "%s: groups=%" PRId64 " must divide the input channels (%" PRId64
              ") and the output channels (%" PRId64 ")",
-             groups, cin, out);
+             name, groups, cin, out);
     return poison();
   }
-  for (int k = 0; k < 2; k++)
+  for (int k = 0; k < nsp; k++)
     if (opad[k] >= stride[k] && opad[k] >= dil[k]) {
       fe_error(l, c->locs[5],
-               "conv_transpose2d: output_pad %" PRId64 " must be smaller than the stride (%" PRId64
+               "%s: output_pad %" PRId64 " must be smaller than the stride (%" PRId64
                ") or the dilation (%" PRId64 ")",
-               opad[k], stride[k], dil[k]);
+               name, opad[k], stride[k], dil[k]);
       return poison();
     }
-  int64_t per = out / groups;
-  const char *scope = fe_layer_scope(l, c, "conv_transpose2d");
-  double fan_in = (double)per * (double)kernel[0] * (double)kernel[1];
-  const char *init = bound_init(l, "uniform", 1 / sqrt(fan_in));
-  TensorType wt = {.dtype = t->dtype, .rank = 4, .dims = {cin, per, kernel[0], kernel[1]}};
-  TensorType bt = type1(t->dtype, out);
-  Value *w = fe_param(l, scope, "weight", &wt, init, c->loc);
-  Value *b = w && bias ? fe_param(l, scope, "bias", &bt, init, c->loc) : NULL;
-  if (!w || (bias && !b)) return poison();
+  Value *w, *b;
+  if (!conv_params(l, c, name, x, nsp, cin, out / groups, kernel, out, bias, &w, &b)) return poison();
   Value *in[3] = {x, w, b};
-  Node *n = fe_node(l, OP_CONV_TRANSPOSE2D, bias ? 3 : 2, in, c->loc);
-  ir_set_ints(l->g, n, "stride", 2, stride);
-  ir_set_ints(l->g, n, "pad", 4, pads);
-  ir_set_ints(l->g, n, "output_pad", 2, opad);
-  ir_set_ints(l->g, n, "dilation", 2, dil);
+  Node *n = fe_node(l, nsp == 3 ? OP_CONV_TRANSPOSE3D : OP_CONV_TRANSPOSE2D, bias ? 3 : 2, in, c->loc);
+  ir_set_ints(l->g, n, "stride", nsp, stride);
+  ir_set_ints(l->g, n, "pad", 2 * nsp, pads);
+  ir_set_ints(l->g, n, "output_pad", nsp, opad);
+  ir_set_ints(l->g, n, "dilation", nsp, dil);
   ir_set_int(l->g, n, "groups", groups);
   return val_tensor(fe_emit(l, n));
 }
 
-static Val bi_conv2d(Lower *l, const Call *c) {
+static Val bi_conv_transpose2d(Lower *l, const Call *c) { return conv_transpose_layer(l, c, 2); }
+static Val bi_conv_transpose3d(Lower *l, const Call *c) { return conv_transpose_layer(l, c, 3); }
+
+/* PyTorch's Conv2d/3d: weight [out, C/groups, k...]. */
+static Val conv_layer(Lower *l, const Call *c, int nsp) {
+  const char *name = nsp == 3 ? "conv3d" : "conv2d";
   Value *x;
-  int64_t out, groups, kernel[2], stride[2], dil[2], pads[4] = {0, 0, 0, 0};
+  int64_t out, groups, kernel[3], stride[3], dil[3], pads[6] = {0, 0, 0, 0, 0, 0};
   bool bias, same = false;
   bool ok = fe_arg_tensor(l, c, 0, &x);
   ok &= fe_arg_pos_int(l, c, 1, 1, &out);
-  ok &= arg_pair(l, c, 2, 1, 1, kernel);
-  ok &= arg_pair(l, c, 3, 1, 1, stride);
+  ok &= arg_tuple(l, c, 2, nsp, 1, 1, kernel);
+  ok &= arg_tuple(l, c, 3, nsp, 1, 1, stride);
   if (c->args[4].kind == V_STR) {
     same = strcmp(c->args[4].s, "same") == 0;
-    if (!same) fe_arg_error(l, c, 4, "an int, a list of 2 or 4 ints, or \"same\"");
+    if (!same)
+      fe_arg_error(l, c, 4, nsp == 3 ? "an int, a list of 3 or 6 ints, or \"same\""
+                                     : "an int, a list of 2 or 4 ints, or \"same\"");
     ok &= same;
   } else {
-    ok &= arg_pads(l, c, 4, pads);
+    ok &= arg_pads(l, c, 4, nsp, pads);
   }
-  ok &= arg_pair(l, c, 5, 1, 1, dil);
+  ok &= arg_tuple(l, c, 5, nsp, 1, 1, dil);
   ok &= fe_arg_pos_int(l, c, 6, 1, &groups);
   ok &= fe_arg_bool(l, c, 7, true, &bias);
-  if (!ok) return poison();
-  const TensorType *t = &x->type;
-  if (t->rank != 4) {
-    fe_error(l, c->loc, "conv2d expects a 4-d input [N, C, H, W], got %s", ts(t).s);
-    return poison();
-  }
-  if (!need_float(l, c, x)) return poison();
-  int64_t cin = t->dims[1];
+  if (!ok || !conv_input(l, c, name, nsp, x)) return poison();
+  int64_t cin = x->type.dims[1];
   if (cin % groups != 0 || out % groups != 0) {
     fe_error(l, c->locs[6],
-             "conv2d: groups=%" PRId64 " must divide the input channels (%" PRId64
+             "%s: groups=%" PRId64 " must divide the input channels (%" PRId64
              ") and the output channels (%" PRId64 ")",
-             groups, cin, out);
+             name, groups, cin, out);
     return poison();
   }
   if (same) {
-    if (stride[0] != 1 || stride[1] != 1) {
-      fe_error(l, c->locs[4], "conv2d: pad=\"same\" needs stride 1");
-      return poison();
-    }
-    /* As PyTorch: any odd unit of padding goes to the bottom/right. */
-    for (int k = 0; k < 2; k++) {
+    for (int k = 0; k < nsp; k++)
+      if (stride[k] != 1) {
+        fe_error(l, c->locs[4], "%s: pad=\"same\" needs stride 1", name);
+        return poison();
+      }
+    /* As PyTorch: any odd unit of padding goes to the end (bottom/right). */
+    for (int k = 0; k < nsp; k++) {
       int64_t total = dil[k] * (kernel[k] - 1);
       pads[k] = total / 2;
-      pads[k + 2] = total - total / 2;
+      pads[k + nsp] = total - total / 2;
     }
   }
-  int64_t per = cin / groups;
-  const char *scope = fe_layer_scope(l, c, "conv2d");
-  double fan_in = (double)per * (double)kernel[0] * (double)kernel[1];
-  const char *init = bound_init(l, "uniform", 1 / sqrt(fan_in));
-  TensorType wt = {.dtype = t->dtype, .rank = 4, .dims = {out, per, kernel[0], kernel[1]}};
-  TensorType bt = type1(t->dtype, out);
-  Value *w = fe_param(l, scope, "weight", &wt, init, c->loc);
-  Value *b = w && bias ? fe_param(l, scope, "bias", &bt, init, c->loc) : NULL;
-  if (!w || (bias && !b)) return poison();
+  Value *w, *b;
+  if (!conv_params(l, c, name, x, nsp, out, cin / groups, kernel, out, bias, &w, &b)) return poison();
   Value *in[3] = {x, w, b};
-  Node *n = fe_node(l, OP_CONV2D, bias ? 3 : 2, in, c->loc);
-  ir_set_ints(l->g, n, "stride", 2, stride);
-  ir_set_ints(l->g, n, "pad", 4, pads);
-  ir_set_ints(l->g, n, "dilation", 2, dil);
+  Node *n = fe_node(l, nsp == 3 ? OP_CONV3D : OP_CONV2D, bias ? 3 : 2, in, c->loc);
+  ir_set_ints(l->g, n, "stride", nsp, stride);
+  ir_set_ints(l->g, n, "pad", 2 * nsp, pads);
+  ir_set_ints(l->g, n, "dilation", nsp, dil);
   ir_set_int(l->g, n, "groups", groups);
   return val_tensor(fe_emit(l, n));
 }
+
+static Val bi_conv2d(Lower *l, const Call *c) { return conv_layer(l, c, 2); }
+static Val bi_conv3d(Lower *l, const Call *c) { return conv_layer(l, c, 3); }
 
 static Val bi_batchnorm(Lower *l, const Call *c) {
   Value *x;
@@ -622,6 +634,36 @@ static Val bi_upsample(Lower *l, const Call *c) {
   Node *n = fe_node(l, OP_RESIZE, 1, &x, c->loc);
   ir_set_ints(l->g, n, "size", 2, size);
   ir_set_str(l->g, n, "mode", mode);
+  ir_set_int(l->g, n, "align_corners", align);
+  return val_tensor(fe_emit(l, n));
+}
+
+/* F.grid_sample: x [N, C, H, W] read at grid [N, Ho, Wo, 2] (the shape
+ * rule checks the shapes). */
+static Val bi_grid_sample(Lower *l, const Call *c) {
+  static const char *const modes[] = {"bilinear", "nearest", "bicubic"};
+  static const char *const pads[] = {"zeros", "border", "reflection"};
+  Value *in[2];
+  const char *mode, *pad;
+  bool align;
+  bool ok = fe_arg_tensor(l, c, 0, &in[0]);
+  ok &= fe_arg_tensor(l, c, 1, &in[1]);
+  ok &= fe_arg_str(l, c, 2, "bilinear", &mode);
+  ok &= fe_arg_str(l, c, 3, "zeros", &pad);
+  ok &= fe_arg_bool(l, c, 4, false, &align);
+  if (!ok) return poison();
+  bool mode_ok = false, pad_ok = false;
+  for (int i = 0; i < 3; i++) mode_ok |= strcmp(mode, modes[i]) == 0, pad_ok |= strcmp(pad, pads[i]) == 0;
+  if (!mode_ok)
+    fe_error(l, c->locs[2], "grid_sample: mode must be \"bilinear\", \"nearest\" or \"bicubic\", got \"%s\"",
+             mode);
+  if (!pad_ok)
+    fe_error(l, c->locs[3],
+             "grid_sample: padding_mode must be \"zeros\", \"border\" or \"reflection\", got \"%s\"", pad);
+  if (!mode_ok || !pad_ok) return poison();
+  Node *n = fe_node(l, OP_GRID_SAMPLE, 2, in, c->loc);
+  ir_set_str(l->g, n, "mode", mode);
+  ir_set_str(l->g, n, "padding_mode", pad);
   ir_set_int(l->g, n, "align_corners", align);
   return val_tensor(fe_emit(l, n));
 }
@@ -988,41 +1030,54 @@ static Val bi_cast(Lower *l, const Call *c) {
   return val_tensor(fe_emit(l, n));
 }
 
-static Val pool(Lower *l, const Call *c, OpKind op, int dil_arg, int ceil_arg, int incl_arg) {
+static Val pool(Lower *l, const Call *c, OpKind op, int nsp, int dil_arg, int ceil_arg, int incl_arg) {
   Value *x;
-  int64_t kernel[2], stride[2], pads[4], dil[2] = {1, 1};
+  int64_t kernel[3], stride[3], pads[6], dil[3] = {1, 1, 1};
   bool ceil_mode, incl = true;
   bool ok = fe_arg_tensor(l, c, 0, &x);
-  ok &= arg_pair(l, c, 1, 1, 1, kernel);
-  ok &= arg_pair(l, c, 2, 0, 1, stride);
-  ok &= arg_pads(l, c, 3, pads);
-  if (dil_arg >= 0) ok &= arg_pair(l, c, dil_arg, 1, 1, dil);
+  ok &= arg_tuple(l, c, 1, nsp, 1, 1, kernel);
+  ok &= arg_tuple(l, c, 2, nsp, 0, 1, stride);
+  ok &= arg_pads(l, c, 3, nsp, pads);
+  if (dil_arg >= 0) ok &= arg_tuple(l, c, dil_arg, nsp, 1, 1, dil);
   ok &= fe_arg_bool(l, c, ceil_arg, false, &ceil_mode);
   if (incl_arg >= 0) ok &= fe_arg_bool(l, c, incl_arg, true, &incl);
   if (!ok) return poison();
-  if (c->args[2].kind == V_NONE) stride[0] = kernel[0], stride[1] = kernel[1];
-  if (x->type.rank != 4) {
-    fe_error(l, c->loc, "%s expects a 4-d input [N, C, H, W], got %s", c->name, ts(&x->type).s);
+  if (c->args[2].kind == V_NONE)
+    for (int k = 0; k < nsp; k++) stride[k] = kernel[k];
+  if (x->type.rank != 2 + nsp) {
+    fe_error(l, c->loc, "%s expects a %d-d input %s, got %s", c->name, 2 + nsp, image_layout(nsp),
+             ts(&x->type).s);
     return poison();
   }
   Node *n = fe_node(l, op, 1, &x, c->loc);
-  ir_set_ints(l->g, n, "kernel", 2, kernel);
-  ir_set_ints(l->g, n, "stride", 2, stride);
-  ir_set_ints(l->g, n, "pad", 4, pads);
-  ir_set_ints(l->g, n, "dilation", 2, dil);
+  ir_set_ints(l->g, n, "kernel", nsp, kernel);
+  ir_set_ints(l->g, n, "stride", nsp, stride);
+  ir_set_ints(l->g, n, "pad", 2 * nsp, pads);
+  ir_set_ints(l->g, n, "dilation", nsp, dil);
   ir_set_int(l->g, n, "ceil_mode", ceil_mode);
-  if (op == OP_AVGPOOL2D) ir_set_int(l->g, n, "count_include_pad", incl);
+  if (op == OP_AVGPOOL2D || op == OP_AVGPOOL3D) ir_set_int(l->g, n, "count_include_pad", incl);
   return val_tensor(fe_emit(l, n));
 }
 
-static Val bi_maxpool(Lower *l, const Call *c) { return pool(l, c, OP_MAXPOOL2D, 4, 5, -1); }
-static Val bi_avgpool(Lower *l, const Call *c) { return pool(l, c, OP_AVGPOOL2D, -1, 4, 5); }
+static Val bi_maxpool(Lower *l, const Call *c) { return pool(l, c, OP_MAXPOOL2D, 2, 4, 5, -1); }
+static Val bi_avgpool(Lower *l, const Call *c) { return pool(l, c, OP_AVGPOOL2D, 2, -1, 4, 5); }
+static Val bi_maxpool3d(Lower *l, const Call *c) { return pool(l, c, OP_MAXPOOL3D, 3, 4, 5, -1); }
+static Val bi_avgpool3d(Lower *l, const Call *c) { return pool(l, c, OP_AVGPOOL3D, 3, -1, 4, 5); }
 
+/* [N, C, H, W] -> [N, C, 1, 1]; over a volume, the mean of the three
+ * spatial dims, kept as ones. */
 static Val bi_global_avgpool(Lower *l, const Call *c) {
   Value *x;
   if (!fe_arg_tensor(l, c, 0, &x)) return poison();
+  if (x->type.rank == 5) {
+    Node *n = fe_node(l, OP_REDUCE_MEAN, 1, &x, c->loc);
+    ir_set_ints(l->g, n, "axes", 3, (int64_t[]){2, 3, 4});
+    ir_set_int(l->g, n, "keepdims", 1);
+    return val_tensor(fe_emit(l, n));
+  }
   if (x->type.rank != 4) {
-    fe_error(l, c->loc, "global_avgpool expects a 4-d input [N, C, H, W], got %s", ts(&x->type).s);
+    fe_error(l, c->loc, "global_avgpool expects a 4-d input [N, C, H, W] or a 5-d input [N, C, D, H, W], got %s",
+             ts(&x->type).s);
     return poison();
   }
   return val_tensor(fe_unary(l, OP_GLOBAL_AVGPOOL, x, c->loc));
@@ -1069,6 +1124,9 @@ static const Builtin builtins[] = {
     {"conv2d", bi_conv2d, "x,out,kernel|stride,pad,dilation,groups,bias", false},
     {"conv_transpose2d", bi_conv_transpose2d,
      "x,out,kernel|stride,pad,output_pad,dilation,groups,bias", false},
+    {"conv3d", bi_conv3d, "x,out,kernel|stride,pad,dilation,groups,bias", false},
+    {"conv_transpose3d", bi_conv_transpose3d,
+     "x,out,kernel|stride,pad,output_pad,dilation,groups,bias", false},
     {"batchnorm", bi_batchnorm, "x|eps", false},
     {"layernorm", bi_layernorm, "x|eps", false},
     {"embedding", bi_embedding, "indices,num,dim", false},
@@ -1077,6 +1135,7 @@ static const Builtin builtins[] = {
     {"multihead_attention", bi_mha, "q,k,v,heads|bias", false},
     {"dropout", bi_dropout, "x|p", false},
     {"upsample", bi_upsample, "x|scale,mode,align_corners,size", false},
+    {"grid_sample", bi_grid_sample, "x,grid|mode,padding_mode,align_corners", false},
     {"relu", bi_unary, "x", false},
     {"sigmoid", bi_unary, "x", false},
     {"tanh", bi_unary, "x", false},
@@ -1143,6 +1202,8 @@ static const Builtin builtins[] = {
     {"cast", bi_cast, "x,dtype", false},
     {"maxpool2d", bi_maxpool, "x,kernel|stride,pad,dilation,ceil_mode", false},
     {"avgpool2d", bi_avgpool, "x,kernel|stride,pad,ceil_mode,count_include_pad", false},
+    {"maxpool3d", bi_maxpool3d, "x,kernel|stride,pad,dilation,ceil_mode", false},
+    {"avgpool3d", bi_avgpool3d, "x,kernel|stride,pad,ceil_mode,count_include_pad", false},
     {"global_avgpool", bi_global_avgpool, "x", false},
     {"expand", bi_expand, "x,shape", false},
     {"gather_elements", bi_gather_elements, "x,indices|axis", false},

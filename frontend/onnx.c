@@ -269,6 +269,10 @@ typedef struct Val {
   /* DequantizeLinear's codes and scales when it made this value, or the
    * accumulator of an int8 product this value dequantizes (QDQ). */
   const struct Quant *dq;
+  /* An empty tensor (a dim of 0): ONNX's way, besides an empty name, to
+   * leave out an optional operand (Resize's roi and scales).  dlcc has no
+   * empty tensors; only the ops that read one as not given take it. */
+  bool empty;
 } Val;
 
 typedef struct Entry {
@@ -385,6 +389,19 @@ static Val *known_new(Imp *im, const TensorType *t) {
   Tensor d;
   if (!ir_tensor_alloc(&d, t)) dl_internal(im->c, "out of memory");
   return known(im, d);
+}
+
+static bool proto_is_empty(const Onnx__TensorProto *t) {
+  for (size_t i = 0; i < t->n_dims; i++)
+    if (t->dims[i] == 0) return true;
+  return false;
+}
+
+static Val *empty_val(Imp *im) {
+  TensorType t = {.dtype = TY_F32, .rank = 1};
+  Val *v = new_val(im, &t);
+  v->empty = true;
+  return v;
 }
 
 static Val *scalar(Imp *im, double x, DType dt) {
@@ -1201,17 +1218,20 @@ static bool op_gemm(Imp *im, ONode *n) {
 /* ---- convolution and pooling ---- */
 
 typedef struct Window {
-  int spatial;                      /* 1 or 2 */
-  int64_t kernel[2], stride[2], dil[2];
-  int64_t pad[4];                   /* top, left, bottom, right */
+  int spatial;                      /* 1, 2 or 3: the ONNX node's */
+  int nsp;                          /* 2 or 3: the IR op's (1-d is 2-d of height 1) */
+  int64_t kernel[3], stride[3], dil[3];
+  int64_t pad[6];                   /* the nsp starts, then the ends: 2-d [top, left, bottom, right] */
 } Window;
 
 /* kernel_shape, strides, dilations, pads and auto_pad for a window over
- * x's trailing dims (kernel from the weight when kernel_shape is absent). */
-static bool window_attrs(Imp *im, const Val *x, const int64_t *wkernel, Window *w) {
+ * x's trailing dims (kernel from the weight when kernel_shape is absent),
+ * for up to max_spatial dims. */
+static bool spatial_window(Imp *im, const Val *x, const int64_t *wkernel, int max_spatial, Window *w) {
   int r = x->type.rank;
-  if (r != 3 && r != 4)
-    return bad(im, "%d spatial dims are not supported (1-d and 2-d are)", r - 2 > 0 ? r - 2 : 0);
+  if (r < 3 || r > 2 + max_spatial)
+    return bad(im, "%d spatial dims are not supported (%s are)", r - 2 > 0 ? r - 2 : 0,
+               max_spatial == 3 ? "1-d, 2-d and 3-d" : "1-d and 2-d");
   int s = r - 2;
   w->spatial = s;
   int nk, ns, nd, np;
@@ -1224,7 +1244,7 @@ static bool window_attrs(Imp *im, const Val *x, const int64_t *wkernel, Window *
   if (nk < 0 && !wkernel) return bad(im, "attribute 'kernel_shape' is missing");
   if ((nk >= 0 && nk != s) || (ns >= 0 && ns != s) || (nd >= 0 && nd != s) || (np >= 0 && np != 2 * s))
     return bad(im, "kernel_shape, strides and dilations need %d values and pads %d", s, 2 * s);
-  int64_t lo[2] = {0, 0}, hi[2] = {0, 0}, kk[2], ss[2], dd[2];
+  int64_t lo[3] = {0, 0, 0}, hi[3] = {0, 0, 0}, kk[3], ss[3], dd[3];
   for (int i = 0; i < s; i++) {
     kk[i] = nk >= 0 ? k[i] : wkernel[i];
     if (wkernel && kk[i] != wkernel[i])
@@ -1249,15 +1269,31 @@ static bool window_attrs(Imp *im, const Val *x, const int64_t *wkernel, Window *
       return bad(im, "auto_pad='%s' is not supported", auto_pad);
     }
   }
-  /* A 1-d window is a 2-d one of height 1. */
-  int o = s == 1 ? 1 : 0;
+  /* A 1-d window is a 2-d one of height 1: its dims go last, after a
+   * leading one of kernel 1 and no padding. */
+  int m = s == 1 ? 2 : s, o = m - s;
+  w->nsp = m;
   w->kernel[0] = 1, w->stride[0] = 1, w->dil[0] = 1;
+  w->pad[0] = w->pad[m] = 0;
   for (int i = 0; i < s; i++) {
     w->kernel[o + i] = kk[i], w->stride[o + i] = ss[i], w->dil[o + i] = dd[i];
+    w->pad[o + i] = lo[i], w->pad[m + o + i] = hi[i];
   }
-  w->pad[0] = o ? 0 : lo[0], w->pad[1] = lo[s - 1];
-  w->pad[2] = o ? 0 : hi[0], w->pad[3] = hi[s - 1];
   return true;
+}
+
+/* The windows of the int8 convolutions, which stay 2-d. */
+static bool window_attrs(Imp *im, const Val *x, const int64_t *wkernel, Window *w) {
+  return spatial_window(im, x, wkernel, 2, w);
+}
+
+/* The window's attributes on an IR conv or pool node. */
+static void set_window(Imp *im, Node *node, const Window *win, bool with_kernel) {
+  int m = win->nsp;
+  if (with_kernel) ir_set_ints(im->g, node, "kernel", m, win->kernel);
+  ir_set_ints(im->g, node, "stride", m, win->stride);
+  ir_set_ints(im->g, node, "pad", 2 * m, win->pad);
+  ir_set_ints(im->g, node, "dilation", m, win->dil);
 }
 
 /* [N, C, L] -> [N, C, 1, L] for 1-d windows. */
@@ -1280,14 +1316,12 @@ static bool op_conv(Imp *im, ONode *n) {
   if (w->type.rank != x->type.rank)
     return bad(im, "weight rank %d differs from input rank %d", w->type.rank, x->type.rank);
   Window win;
-  if (!window_attrs(im, x, w->type.dims + 2, &win)) return false;
+  if (!spatial_window(im, x, w->type.dims + 2, 3, &win)) return false;
   Val *in[3] = {to_2d(im, x), to_2d(im, w), b};
   if (!in[0] || !in[1]) return false;
   Emit e;
-  Node *c = begin(im, &e, OP_CONV2D, b ? 3 : 2, in);
-  ir_set_ints(im->g, c, "stride", 2, win.stride);
-  ir_set_ints(im->g, c, "pad", 4, win.pad);
-  ir_set_ints(im->g, c, "dilation", 2, win.dil);
+  Node *c = begin(im, &e, win.nsp == 3 ? OP_CONV3D : OP_CONV2D, b ? 3 : 2, in);
+  set_window(im, c, &win, false);
   ir_set_int(im->g, c, "groups", group);
   return (n->out[0] = from_2d(im, emit1(im, &e), win.spatial));
 }
@@ -1310,11 +1344,11 @@ static bool op_conv_transpose(Imp *im, ONode *n) {
   if (w->type.rank != x->type.rank)
     return bad(im, "weight rank %d differs from input rank %d", w->type.rank, x->type.rank);
   Window win;
-  if (!window_attrs(im, x, w->type.dims + 2, &win)) return false;
-  int sp = win.spatial, o = sp == 1 ? 1 : 0;
+  if (!spatial_window(im, x, w->type.dims + 2, 3, &win)) return false;
+  int sp = win.spatial, m = win.nsp, o = m - sp;
   if (nop >= 0 && nop != sp) return bad(im, "output_padding needs %d values", sp);
   if (nos >= 0 && nos != sp) return bad(im, "output_shape needs %d values", sp);
-  int64_t opad[2] = {0, 0};
+  int64_t opad[3] = {0, 0, 0};
   for (int i = 0; i < nop; i++) opad[o + i] = op[i];
   if (same || nos >= 0) {
     bool upper = strcmp(auto_pad, "SAME_UPPER") == 0;
@@ -1330,112 +1364,458 @@ static bool op_conv_transpose(Imp *im, ONode *n) {
       } else {
         opad[o + i] -= total; /* the shape rule checks it stays below the stride */
       }
-      win.pad[o + i] = lo, win.pad[2 + o + i] = hi;
+      win.pad[o + i] = lo, win.pad[m + o + i] = hi;
     }
   }
   Val *in[3] = {to_2d(im, x), to_2d(im, w), b};
   if (!in[0] || !in[1]) return false;
   Emit e;
-  Node *c = begin(im, &e, OP_CONV_TRANSPOSE2D, b ? 3 : 2, in);
-  ir_set_ints(im->g, c, "stride", 2, win.stride);
-  ir_set_ints(im->g, c, "pad", 4, win.pad);
-  ir_set_ints(im->g, c, "output_pad", 2, opad);
-  ir_set_ints(im->g, c, "dilation", 2, win.dil);
+  Node *c = begin(im, &e, m == 3 ? OP_CONV_TRANSPOSE3D : OP_CONV_TRANSPOSE2D, b ? 3 : 2, in);
+  set_window(im, c, &win, false);
+  ir_set_ints(im->g, c, "output_pad", m, opad);
   ir_set_int(im->g, c, "groups", group);
   return (n->out[0] = from_2d(im, emit1(im, &e), win.spatial));
 }
 
-/* Resize (and the older Upsample) onto the resize op, whose coordinates
- * are in/out ratios: ONNX's scales must give whole output sizes, and a
- * coordinate mode maps only where it lands on the same source pixels. */
-static bool op_resize(Imp *im, ONode *n) {
-  bool upsample = strcmp(im->np->op_type, "Upsample") == 0;
-  Val *x = in_req(im, n, 0);
-  if (!x) return false;
-  const char *mode, *coord, *nearest;
-  int64_t antialias;
-  int nax;
-  const int64_t *axes;
+/* ---- Resize and Upsample: separable, by tables known at import ----
+ *
+ * Shapes are static, so where every output element reads from along an
+ * axis is known here: each resized axis becomes a gather of source
+ * indices and, where an output blends several of them, a weighted sum of
+ * its k taps (the gather seen as [.., out, k, ..], times the weights,
+ * reduce_sum over k).  The tables follow ONNX's formulas in double
+ * precision, as its reference computes them, so every
+ * mode, coordinate transformation, nearest_mode, cubic_coeff_a,
+ * exclude_outside and antialias is the same few ops. */
+
+typedef enum { RZ_NEAREST, RZ_LINEAR, RZ_CUBIC } ResizeMode;
+
+typedef struct Resize {
+  ResizeMode mode;
+  const char *coord;   /* coordinate_transformation_mode */
+  const char *nearest; /* nearest_mode; NULL: Resize-10's and Upsample's rule */
+  double cubic_a, extrapolation;
+  bool exclude_outside, antialias;
+} Resize;
+
+/* One axis: its lengths, the scale ONNX's formulas divide by as num /
+ * den (the given one over 1, or a size over its input length, so that
+ * dividing by it rounds once), the resized length as those formulas see
+ * it (scale * in: a fraction when the scale gives one, as in ONNX's
+ * reference) and tf_crop_and_resize's region of interest. */
+typedef struct ResizeAxis {
+  int64_t in, out;
+  double num, den, scale, len, roi_lo, roi_hi;
+} ResizeAxis;
+
+/* Output o of an axis reads idx[o * k + t] with weight w[o * k + t]
+ * (t < k), or is the extrapolation value where outside[o]. */
+typedef struct ResizeTable {
+  int k;
+  int64_t *idx;
+  double *w;
+  bool *outside;
+  bool any_outside;
+} ResizeTable;
+
+static const char *const resize_coords[] = {
+    "half_pixel", "half_pixel_symmetric", "pytorch_half_pixel", "align_corners", "asymmetric",
+    "tf_half_pixel_for_nn", "tf_crop_and_resize"};
+static const char *const resize_nearest_modes[] = {"round_prefer_floor", "round_prefer_ceil", "floor",
+                                                   "ceil"};
+
+static bool one_of(const char *s, const char *const *names, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    if (strcmp(s, names[i]) == 0) return true;
+  return false;
+}
+
+/* Where output coordinate o lands in the input; *outside when
+ * tf_crop_and_resize puts it beyond the input's ends. */
+static double resize_source(const Resize *r, const ResizeAxis *a, int64_t o, bool *outside) {
+  double x = (double)o, in = (double)a->in, len = a->len;
+  double centre = (x + 0.5) * a->den / a->num; /* (x + 0.5) / scale */
+  const char *m = r->coord;
+  *outside = false;
+  if (strcmp(m, "asymmetric") == 0) return x * a->den / a->num;
+  if (strcmp(m, "align_corners") == 0) return len == 1 ? 0 : x * (in - 1) / (len - 1);
+  /* length_resized > 1 as ONNX's text and onnxruntime say (the reference
+   * takes -0.5 for one output, the same pixels but for cubic). */
+  if (strcmp(m, "pytorch_half_pixel") == 0) return a->out > 1 ? centre - 0.5 : 0;
+  if (strcmp(m, "tf_half_pixel_for_nn") == 0) return centre;
+  if (strcmp(m, "half_pixel_symmetric") == 0) return in / 2 * (1 - (double)a->out / len) + centre - 0.5;
+  if (strcmp(m, "tf_crop_and_resize") == 0) {
+    double span = a->roi_hi - a->roi_lo;
+    double src = a->roi_lo * (in - 1) + (len == 1 ? span * (in - 1) / 2 : x * span * (in - 1) / (len - 1));
+    *outside = src < 0 || src > in - 1;
+    return src;
+  }
+  return centre - 0.5; /* half_pixel */
+}
+
+/* The source nearest_mode picks for x: rounding with ties as the mode
+ * says, or floor / ceil.  Resize-10 and Upsample have no nearest_mode;
+ * onnxruntime floors upscaling axes and takes the ceiling downscaling. */
+static int64_t resize_nearest(const Resize *r, const ResizeAxis *a, double x) {
+  const char *m = r->nearest ? r->nearest : a->scale < 1 ? "ceil" : "floor";
+  double f = floor(x);
+  if (strcmp(m, "floor") == 0) return (int64_t)f;
+  if (strcmp(m, "ceil") == 0) return (int64_t)ceil(x);
+  if (x - f == 0.5) return (int64_t)(strcmp(m, "round_prefer_ceil") == 0 ? f + 1 : f);
+  return (int64_t)(x - f < 0.5 ? f : f + 1);
+}
+
+/* The interpolation kernel at distance t in input pixels: a tent, or
+ * Keys' cubic convolution with a = cubic_coeff_a. */
+static double resize_weight(const Resize *r, double t) {
+  t = fabs(t);
+  if (r->mode == RZ_LINEAR) return t < 1 ? 1 - t : 0;
+  double A = r->cubic_a;
+  if (t <= 1) return ((A + 2) * t - (A + 3)) * t * t + 1;
+  if (t < 2) return ((A * t - 5 * A) * t + 8 * A) * t - 4 * A;
+  return 0;
+}
+
+/* How wide the kernel is when antialias stretches it to 1 / scale. */
+static double resize_stretch(const Resize *r, const ResizeAxis *a) {
+  return r->antialias && a->scale < 1 ? a->scale : 1;
+}
+
+static double resize_taps(const Resize *r, const ResizeAxis *a) {
+  if (r->mode == RZ_NEAREST) return 1;
+  double half = r->mode == RZ_LINEAR ? 1 : 2, s = resize_stretch(r, a);
+  return s < 1 ? 2 - 2 * (floor(-half / s) + 1) : 2 * half;
+}
+
+static int64_t clamp_index(int64_t i, int64_t n) { return i < 0 ? 0 : i >= n ? n - 1 : i; }
+
+/* Row o of the table: ONNX takes the k taps nearest to x, the left ones
+ * first, so that x lies in (0, 1] past tap k/2 - 1; out-of-range taps read
+ * the edge (or, with exclude_outside, weigh nothing, the rest scaled back
+ * to a sum of 1, as antialias does always). */
+static void resize_row(const Resize *r, const ResizeAxis *a, double x, int k, int64_t *idx, double *w) {
+  if (r->mode == RZ_NEAREST) {
+    idx[0] = clamp_index(resize_nearest(r, a, x), a->in);
+    w[0] = 1;
+    return;
+  }
+  double base = floor(x), frac = x - base, s = resize_stretch(r, a), sum = 0;
+  if (frac == 0) base -= 1, frac = 1;
+  for (int t = 0; t < k; t++) {
+    int offset = 1 - k / 2 + t;
+    int64_t at = (int64_t)base + offset;
+    w[t] = resize_weight(r, s * ((double)offset - frac));
+    if (r->exclude_outside && (at < 0 || at >= a->in)) w[t] = 0;
+    idx[t] = clamp_index(at, a->in);
+    sum += w[t];
+  }
+  if ((r->antialias || r->exclude_outside) && sum != 0)
+    for (int t = 0; t < k; t++) w[t] /= sum;
+}
+
+/* Taps that weigh nothing are dropped where that leaves one of weight 1
+ * in every row: the axis is then a plain gather. */
+static void resize_compact(ResizeTable *t, int64_t out) {
+  int k = t->k;
+  int64_t *one = malloc(sizeof *one * (size_t)out);
+  if (!one) return;
+  for (int64_t o = 0; o < out; o++) {
+    int found = -1;
+    for (int j = 0; j < k; j++) {
+      double w = t->w[o * k + j];
+      if (w == 0) continue;
+      if (w != 1 || found >= 0) {
+        free(one);
+        return;
+      }
+      found = j;
+    }
+    if (found < 0) {
+      free(one);
+      return;
+    }
+    one[o] = t->idx[o * k + found];
+  }
+  for (int64_t o = 0; o < out; o++) t->idx[o] = one[o], t->w[o] = 1;
+  t->k = 1;
+  free(one);
+}
+
+static bool resize_table(Imp *im, const Resize *r, const ResizeAxis *a, ResizeTable *t) {
+  double taps = resize_taps(r, a);
+  if (taps * (double)a->out > (double)im->fold_max)
+    return bad(im, "a table of %" PRId64 " x %.0f taps is larger than dlcc takes", a->out, taps);
+  t->k = (int)taps;
+  size_t n = (size_t)a->out * (size_t)t->k;
+  t->idx = malloc(sizeof *t->idx * n);
+  t->w = malloc(sizeof *t->w * n);
+  t->outside = malloc(sizeof *t->outside * (size_t)a->out);
+  t->any_outside = false;
+  if (!t->idx || !t->w || !t->outside) return bad(im, "out of memory for a resize table");
+  for (int64_t o = 0; o < a->out; o++) {
+    double x = resize_source(r, a, o, &t->outside[o]);
+    if (!(fabs(x) < 1e15)) x = 0; /* a wild roi: outside anyway, and no overflow */
+    t->any_outside |= t->outside[o];
+    resize_row(r, a, x, t->k, t->idx + o * t->k, t->w + o * t->k);
+  }
+  if (t->k > 1) resize_compact(t, a->out);
+  return true;
+}
+
+static void resize_table_free(ResizeTable *t) {
+  free(t->idx);
+  free(t->w);
+  free(t->outside);
+}
+
+static bool resize_is_identity(const ResizeTable *t, const ResizeAxis *a) {
+  if (t->k != 1 || a->out != a->in || t->any_outside) return false;
+  for (int64_t o = 0; o < a->out; o++)
+    if (t->idx[o] != o) return false;
+  return true;
+}
+
+/* Axis d of y through table t: a gather of its sources; for k > 1 the
+ * gather seen as [before, out, k, after], times the weights [1, out, k,
+ * 1], summed over k; then the extrapolation value where outside. */
+static Val *resize_apply(Imp *im, Val *y, int d, const ResizeTable *t, int64_t out, double extrapolation) {
+  int r = y->type.rank;
+  int64_t before = 1, after = 1, n = out * t->k;
+  for (int i = 0; i < r; i++) {
+    if (i < d) before *= y->type.dims[i];
+    if (i > d) after *= y->type.dims[i];
+  }
+  TensorType it = ir_type_make(TY_I64, 1, &n);
+  Val *idx = known_new(im, &it);
+  memcpy(idx->k->data, t->idx, sizeof *t->idx * (size_t)n);
+  Val *g = gather(im, y, idx, d);
+  if (g && t->k > 1) {
+    int64_t view[4] = {before, out, t->k, after}, wd[4] = {1, out, t->k, 1}, sum_axis = 2;
+    TensorType wt = ir_type_make(y->type.dtype, 4, wd);
+    Val *w = known_new(im, &wt);
+    for (int64_t i = 0; i < n; i++) ir_tensor_set(w->k, i, t->w[i]);
+    int64_t dims[DL_MAX_RANK];
+    memcpy(dims, y->type.dims, sizeof dims);
+    dims[d] = out;
+    Val *blend = reduce(im, OP_REDUCE_SUM, op2(im, OP_MUL, reshape(im, g, 4, view), w), 1, &sum_axis, false);
+    g = reshape(im, blend, r, dims);
+  }
+  if (g && t->any_outside) {
+    int64_t md[DL_MAX_RANK];
+    for (int i = 0; i < r; i++) md[i] = i == d ? out : 1;
+    TensorType mt = ir_type_make(TY_BOOL, r, md);
+    Val *mask = known_new(im, &mt);
+    for (int64_t o = 0; o < out; o++) ir_tensor_set(mask->k, o, t->outside[o]);
+    g = where(im, mask, scalar(im, extrapolation, y->type.dtype), g);
+  }
+  return g;
+}
+
+/* A Val the importer may treat as not given: absent, or empty. */
+static Val *given(Val *v) { return v && !v->empty ? v : NULL; }
+
+static bool resize_attrs(Imp *im, bool v10, Resize *r) {
+  const char *mode, *nearest;
+  int64_t exclude, antialias;
   if (!attr_str(im, "mode", "nearest", &mode) ||
-      !attr_str(im, "coordinate_transformation_mode", upsample || im->opset < 11 ? "asymmetric" :
-                "half_pixel", &coord) ||
-      !attr_str(im, "nearest_mode", upsample || im->opset < 11 ? "floor" : "round_prefer_floor",
-                &nearest) ||
-      !attr_int(im, "antialias", 0, &antialias) || !attr_ints(im, "axes", &nax, &axes))
+      !attr_str(im, "coordinate_transformation_mode", v10 ? "asymmetric" : "half_pixel", &r->coord) ||
+      !attr_str(im, "nearest_mode", NULL, &nearest) || !attr_float(im, "cubic_coeff_a", -0.75, &r->cubic_a) ||
+      !attr_int(im, "exclude_outside", 0, &exclude) ||
+      !attr_float(im, "extrapolation_value", 0, &r->extrapolation) ||
+      !attr_int(im, "antialias", 0, &antialias))
     return false;
-  if (x->type.rank != 4) return bad(im, "only 4-d [N, C, H, W] inputs are supported");
-  if (antialias) return bad(im, "antialias=1 is not supported");
-  if (nax >= 0) return bad(im, "attribute 'axes' is not supported");
-  /* The scales: an attribute (Upsample-7), input 1 (Upsample-9, Resize-10)
-   * or input 2 (Resize-11+), else the sizes in input 3. */
-  double scale[4] = {1, 1, 1, 1};
-  int64_t size[4];
-  bool have_scale = false;
-  Val *sv = upsample || im->opset < 11 ? in_opt(n, 1) : in_opt(n, 2);
-  Val *zv = upsample || im->opset < 11 ? NULL : in_opt(n, 3);
-  int nsa;
+  if (strcmp(mode, "nearest") == 0)
+    r->mode = RZ_NEAREST;
+  else if (strcmp(mode, "linear") == 0 || strcmp(mode, "bilinear") == 0) /* Upsample-1's name */
+    r->mode = RZ_LINEAR;
+  else if (strcmp(mode, "cubic") == 0)
+    r->mode = RZ_CUBIC;
+  else
+    return bad(im, "mode='%s' is not one of ONNX's (nearest, linear, cubic)", mode);
+  if (!one_of(r->coord, resize_coords, ARRAY_LEN(resize_coords)))
+    return bad(im, "coordinate_transformation_mode='%s' is not one of ONNX's (half_pixel, "
+                   "half_pixel_symmetric, pytorch_half_pixel, align_corners, asymmetric, "
+                   "tf_half_pixel_for_nn, tf_crop_and_resize)",
+               r->coord);
+  if (nearest && !one_of(nearest, resize_nearest_modes, ARRAY_LEN(resize_nearest_modes)))
+    return bad(im, "nearest_mode='%s' is not one of ONNX's (round_prefer_floor, round_prefer_ceil, "
+                   "floor, ceil)",
+               nearest);
+  r->nearest = nearest ? nearest : v10 ? NULL : "round_prefer_floor";
+  r->exclude_outside = exclude != 0;
+  /* Nearest has no kernel to widen: antialias changes nothing there. */
+  r->antialias = antialias != 0 && r->mode != RZ_NEAREST;
+  return true;
+}
+
+/* Which axes the scales, sizes and roi name (opset 18's axes). */
+static bool resize_axis_list(Imp *im, int rank, int *k, int *axes) {
+  int n;
+  const int64_t *v;
+  if (!attr_ints(im, "axes", &n, &v)) return false;
+  if (n < 0) {
+    for (int i = 0; i < rank; i++) axes[i] = i;
+    *k = rank;
+    return true;
+  }
+  bool seen[DL_MAX_RANK] = {false};
+  if (n > rank) return bad(im, "'axes' names %d axes of a rank-%d input", n, rank);
+  for (int i = 0; i < n; i++) {
+    if (!norm_axis(im, v[i], rank, &axes[i])) return false;
+    if (seen[axes[i]]) return bad(im, "axis %" PRId64 " is named twice in 'axes'", v[i]);
+    seen[axes[i]] = true;
+  }
+  *k = n;
+  return true;
+}
+
+static bool resize_by_scales(Imp *im, const double *scale, int k, const int *axes, ResizeAxis *ax) {
+  for (int i = 0; i < k; i++) {
+    ResizeAxis *a = &ax[axes[i]];
+    double s = scale[i], len = s * (double)a->in;
+    if (!(s > 0) || !isfinite(s)) return bad(im, "scale %g on dim %d is not a positive number", s, axes[i]);
+    if (!(len < (double)DL_MAX_ELEMS))
+      return bad(im, "scale %g on dim %d gives too large an output", s, axes[i]);
+    a->num = s, a->den = 1, a->scale = s, a->len = len, a->out = (int64_t)floor(len);
+    if (a->out < 1)
+      return bad(im, "scale %g on dim %d of %" PRId64 " gives an empty output (dlcc has no empty tensors)", s,
+                 axes[i], a->in);
+  }
+  return true;
+}
+
+/* Sizes, stretched or (keep_aspect_ratio_policy) scaled alike on all the
+ * axes by the smallest or largest ratio, rounded half up. */
+static bool resize_by_sizes(Imp *im, const int64_t *size, int k, const int *axes, const char *policy,
+                            ResizeAxis *ax) {
+  bool stretch = strcmp(policy, "stretch") == 0, larger = strcmp(policy, "not_smaller") == 0;
+  if (!stretch && !larger && strcmp(policy, "not_larger") != 0)
+    return bad(im, "keep_aspect_ratio_policy='%s' is not one of ONNX's (stretch, not_larger, not_smaller)",
+               policy);
+  int pick = 0;
+  for (int i = 0; i < k; i++) {
+    if (size[i] < 1 || size[i] > DL_MAX_ELEMS)
+      return bad(im, "size %" PRId64 " on dim %d is not supported (dlcc has no empty tensors)", size[i],
+                 axes[i]);
+    /* size[i] / in[i] against size[pick] / in[pick], exactly */
+    double here = (double)size[i] * (double)ax[axes[pick]].in;
+    double there = (double)size[pick] * (double)ax[axes[i]].in;
+    if (larger ? here > there : here < there) pick = i;
+  }
+  for (int i = 0; i < k; i++) {
+    ResizeAxis *a = &ax[axes[i]];
+    int by = stretch ? i : pick;
+    a->num = (double)size[by], a->den = (double)ax[axes[by]].in, a->scale = a->num / a->den;
+    if (stretch) {
+      a->out = size[i], a->len = (double)size[i];
+      continue;
+    }
+    a->len = a->num * (double)a->in / a->den;
+    if (!(a->len < (double)DL_MAX_ELEMS))
+      return bad(im, "keep_aspect_ratio_policy gives dim %d too large an output", axes[i]);
+    a->out = (int64_t)(a->len + 0.5);
+    if (a->out < 1) return bad(im, "keep_aspect_ratio_policy gives dim %d an empty output", axes[i]);
+  }
+  return true;
+}
+
+/* Each axis's lengths, scale and roi from the scales or the sizes (an
+ * attribute for Upsample-7, input 1 for Upsample-9 and Resize-10, inputs
+ * 2 and 3 from Resize-11 on; an empty one counts as not given). */
+static bool resize_geometry(Imp *im, ONode *n, bool upsample, bool v10, const Resize *r, ResizeAxis *ax) {
+  const Val *x = n->in[0];
+  int rank = x->type.rank, k = 0, axes[DL_MAX_RANK];
+  const char *policy;
+  if (!resize_axis_list(im, rank, &k, axes) || !attr_str(im, "keep_aspect_ratio_policy", "stretch", &policy))
+    return false;
+  for (int d = 0; d < rank; d++)
+    ax[d] = (ResizeAxis){x->type.dims[d], x->type.dims[d], 1, 1, 1, (double)x->type.dims[d], 0, 1};
+  Val *roi = v10 ? NULL : given(in_opt(n, 1)), *sv = given(in_opt(n, v10 ? 1 : 2));
+  Val *zv = v10 ? NULL : given(in_opt(n, 3));
+  double scale[DL_MAX_RANK];
+  if (sv && zv) return bad(im, "both scales and sizes are given (ONNX allows one)");
   if (sv) {
     const Tensor *t = need_const(im, sv, "the scales");
     if (!t) return false;
-    int64_t cnt = ir_type_numel(&t->type);
-    if (cnt != 0 && cnt != 4) return bad(im, "the scales need 4 values");
-    for (int64_t i = 0; i < cnt; i++) scale[i] = ir_tensor_get(t, i);
-    have_scale = cnt == 4;
-  } else if (upsample) {
+    if (ir_type_numel(&t->type) != k) return bad(im, "the scales need %d values, one per axis", k);
+    for (int i = 0; i < k; i++) scale[i] = ir_tensor_get(t, i);
+  } else if (upsample && in_opt(n, 1) == NULL) {
     const Onnx__AttributeProto *a = find_attr(im, "scales");
-    nsa = a ? (int)a->n_floats : 0;
-    if (nsa != 4) return bad(im, "the scales need 4 values");
-    for (int i = 0; i < 4; i++) scale[i] = a->floats[i];
-    have_scale = true;
-  }
-  if (have_scale) {
-    for (int i = 0; i < 4; i++) {
-      double want = (double)x->type.dims[i] * scale[i];
-      size[i] = (int64_t)floor(want);
-      if (!(scale[i] > 0) || fabs(want - (double)size[i]) > 1e-6 * fmax(1, want) || size[i] < 1)
-        return bad(im, "scale %g on dim %d of %" PRId64 " does not give a whole output size "
-                       "(not supported)", scale[i], i, x->type.dims[i]);
-    }
+    if (!a || (int)a->n_floats != k) return bad(im, "the scales need %d values, one per axis", k);
+    for (int i = 0; i < k; i++) scale[i] = a->floats[i];
   } else if (zv) {
-    int k;
-    if (!const_ints(im, zv, "the sizes", &k, size)) return false;
-    if (k != 4) return bad(im, "the sizes need 4 values");
+    int64_t size[64];
+    int got;
+    if (!const_ints(im, zv, "the sizes", &got, size)) return false;
+    if (got != k) return bad(im, "the sizes need %d values, one per axis", k);
+    if (!resize_by_sizes(im, size, k, axes, policy, ax)) return false;
   } else {
     return bad(im, "neither scales nor sizes are given");
   }
-  if (size[0] != x->type.dims[0] || size[1] != x->type.dims[1])
-    return bad(im, "resizing the batch or channel dim is not supported");
-  if (size[2] < 1 || size[3] < 1) return bad(im, "the output size must be positive");
-  bool align = false;
-  const char *m;
-  if (strcmp(mode, "nearest") == 0) {
-    m = "nearest";
-    /* Whole upscales put half_pixel's rounded source on floor(dst * in / out). */
-    bool whole = size[2] % x->type.dims[2] == 0 && size[3] % x->type.dims[3] == 0;
-    bool ok = (strcmp(coord, "asymmetric") == 0 && strcmp(nearest, "floor") == 0) ||
-              (whole && (strcmp(coord, "half_pixel") == 0 ||
-                         strcmp(coord, "pytorch_half_pixel") == 0) &&
-               strncmp(nearest, "round_prefer_", 13) == 0);
-    if (!ok)
-      return bad(im, "nearest with coordinate_transformation_mode='%s' and nearest_mode='%s' is "
-                     "not supported (asymmetric with floor is, and half_pixel for whole upscales)",
-                 coord, nearest);
-  } else if (strcmp(mode, "linear") == 0) {
-    m = "bilinear";
-    bool pt = strcmp(coord, "pytorch_half_pixel") == 0;
-    align = strcmp(coord, "align_corners") == 0;
-    if (!align && strcmp(coord, "half_pixel") != 0 && !(pt && size[2] > 1 && size[3] > 1))
-      return bad(im, "linear with coordinate_transformation_mode='%s' is not supported "
-                     "(half_pixel, pytorch_half_pixel and align_corners are)", coord);
-  } else {
-    return bad(im, "mode='%s' is not supported (nearest and linear are)", mode);
+  if (!zv && !resize_by_scales(im, scale, k, axes, ax)) return false;
+  if (roi && strcmp(r->coord, "tf_crop_and_resize") == 0) {
+    const Tensor *t = need_const(im, roi, "the roi");
+    if (!t) return false;
+    if (ir_type_numel(&t->type) != 2 * k) return bad(im, "the roi needs %d values, starts then ends", 2 * k);
+    for (int i = 0; i < k; i++) {
+      ax[axes[i]].roi_lo = ir_tensor_get(t, i);
+      ax[axes[i]].roi_hi = ir_tensor_get(t, k + i);
+    }
   }
-  if (strcmp(m, "bilinear") == 0 && !need_float_in(im, x)) return false;
+  return true;
+}
+
+/* Linear and cubic blend in f32 for integer inputs, then saturate and
+ * truncate back (onnxruntime truncates). */
+static Val *resize_to_dtype(Imp *im, Val *y, DType dt) {
+  if (!y || y->type.dtype == dt) return y;
+  double lo = dt == TY_U8 ? 0 : dt == TY_I8 ? -128 : dt == TY_I32 ? -2147483648.0 : -9.2e18;
+  double hi = dt == TY_U8 ? 255 : dt == TY_I8 ? 127 : dt == TY_I32 ? 2147483647.0 : 9.2e18;
   Emit e;
-  Node *r = begin(im, &e, OP_RESIZE, 1, &x);
-  ir_set_ints(im->g, r, "size", 2, size + 2);
-  ir_set_str(im->g, r, "mode", m);
-  ir_set_int(im->g, r, "align_corners", align);
+  Node *c = begin(im, &e, OP_CLIP, 1, &y);
+  ir_set_float(im->g, c, "min", lo);
+  ir_set_float(im->g, c, "max", hi);
+  return cast(im, emit1(im, &e), dt);
+}
+
+static bool op_resize(Imp *im, ONode *n) {
+  bool upsample = strcmp(im->np->op_type, "Upsample") == 0, v10 = upsample || im->opset < 11;
+  Val *x = in_req(im, n, 0);
+  Resize r;
+  ResizeAxis ax[DL_MAX_RANK];
+  if (!x || !resize_attrs(im, v10, &r) || !resize_geometry(im, n, upsample, v10, &r, ax)) return false;
+  DType dt = x->type.dtype;
+  bool blend = r.mode != RZ_NEAREST;
+  if (blend && dt == TY_BOOL) return bad(im, "mode linear and cubic take no bool tensor (nearest does)");
+  Val *y = blend && !ir_dtype_is_float(dt) ? cast(im, x, TY_F32) : x;
+  for (int d = 0; d < x->type.rank && y; d++) {
+    ResizeTable t = {0};
+    bool ok = resize_table(im, &r, &ax[d], &t);
+    if (ok && !resize_is_identity(&t, &ax[d])) y = resize_apply(im, y, d, &t, ax[d].out, r.extrapolation);
+    resize_table_free(&t);
+    if (!ok) return false;
+  }
+  return (n->out[0] = resize_to_dtype(im, y, dt));
+}
+
+/* GridSample (opset 16; opset 20's names linear and cubic for 4-d) onto
+ * grid_sample. */
+static bool op_grid_sample(Imp *im, ONode *n) {
+  Val *in[2] = {in_req(im, n, 0), in_req(im, n, 1)};
+  const char *mode, *pad;
+  int64_t align;
+  if (!in[0] || !in[1] || !attr_str(im, "mode", im->opset >= 20 ? "linear" : "bilinear", &mode) ||
+      !attr_str(im, "padding_mode", "zeros", &pad) || !attr_int(im, "align_corners", 0, &align))
+    return false;
+  if (strcmp(mode, "linear") == 0) mode = "bilinear";
+  if (strcmp(mode, "cubic") == 0) mode = "bicubic";
+  if (in[0]->type.rank != 4) return bad(im, "only 4-d [N, C, H, W] inputs are supported");
+  if (!need_float_in(im, in[0]) || !need_float_in(im, in[1])) return false;
+  Emit e;
+  Node *g = begin(im, &e, OP_GRID_SAMPLE, 2, in);
+  ir_set_str(im->g, g, "mode", mode);
+  ir_set_str(im->g, g, "padding_mode", pad);
+  ir_set_int(im->g, g, "align_corners", align);
   return (n->out[0] = emit1(im, &e));
 }
 
@@ -1448,18 +1828,17 @@ static bool op_pool(Imp *im, ONode *n) {
   if (!is_max && !attr_int(im, "count_include_pad", 0, &include_pad)) return false;
   if (is_max && n->n_out > 1 && n->want[1]) return bad(im, "the Indices output is not supported");
   Window win;
-  if (!window_attrs(im, x, NULL, &win)) return false;
-  for (int i = 0; i < 2; i++)
-    if (win.pad[i] > win.kernel[i] / 2 || win.pad[2 + i] > win.kernel[i] / 2)
+  if (!spatial_window(im, x, NULL, 3, &win)) return false;
+  int m = win.nsp;
+  for (int i = 0; i < m; i++)
+    if (win.pad[i] > win.kernel[i] / 2 || win.pad[m + i] > win.kernel[i] / 2)
       return bad(im, "padding larger than half the kernel is not supported");
   Val *x2 = to_2d(im, x);
   if (!x2) return false;
   Emit e;
-  Node *p = begin(im, &e, is_max ? OP_MAXPOOL2D : OP_AVGPOOL2D, 1, &x2);
-  ir_set_ints(im->g, p, "kernel", 2, win.kernel);
-  ir_set_ints(im->g, p, "stride", 2, win.stride);
-  ir_set_ints(im->g, p, "pad", 4, win.pad);
-  ir_set_ints(im->g, p, "dilation", 2, win.dil);
+  OpKind op = is_max ? (m == 3 ? OP_MAXPOOL3D : OP_MAXPOOL2D) : (m == 3 ? OP_AVGPOOL3D : OP_AVGPOOL2D);
+  Node *p = begin(im, &e, op, 1, &x2);
+  set_window(im, p, &win, true);
   ir_set_int(im->g, p, "ceil_mode", ceil_mode != 0);
   if (!is_max) ir_set_int(im->g, p, "count_include_pad", include_pad != 0);
   return (n->out[0] = from_2d(im, emit1(im, &e), win.spatial));
@@ -2408,6 +2787,7 @@ static bool op_constant(Imp *im, ONode *n) {
   const Onnx__AttributeProto *a = np->attribute[0];
   im->attr_used[0] = true;
   const char *name = a->name ? a->name : "";
+  if (strcmp(name, "value") == 0 && a->t && proto_is_empty(a->t)) return (n->out[0] = empty_val(im));
   if (strcmp(name, "value") == 0 && a->t) {
     Tensor t;
     char err[512];
@@ -3452,7 +3832,8 @@ static Val *qdq_result(Imp *im, Val *acc, const Quant *s, Val *float_bias, int64
 static bool op_conv_qdq(Imp *im, ONode *n) {
   Val *x = in_opt(n, 0), *w = in_opt(n, 1), *b = in_opt(n, 2);
   const Quant *xq = dq_of(x, -1), *wq = dq_of(w, 0);
-  if (!xq || !wq || x->type.rank != w->type.rank) return op_conv(im, n);
+  /* int8 convolutions are 2-d: a 3-d one computes in f32 on the dequantized operands */
+  if (!xq || !wq || x->type.rank != w->type.rank || x->type.rank > 4) return op_conv(im, n);
   int64_t group;
   Window win;
   Int8 xi, wi;
@@ -3563,6 +3944,7 @@ static const OpEntry onnx_ops[] = {
     {"GlobalMaxPool", op_global_pool, NULL},
     {"Greater", op_logic, NULL},
     {"GreaterOrEqual", op_logic, NULL},
+    {"GridSample", op_grid_sample, "4-d; bilinear, nearest, bicubic; zeros, border, reflection padding"},
     {"GRU", op_rnn, "forward/reverse/bidirectional, layout 0/1; unrolled (up to 1024 steps) for "
                     "linear_before_reset=0, clip, other activations, initial state, sequence_lens"},
     {"Hardmax", op_hardmax, "argmax and an equal to an iota"},
@@ -3621,8 +4003,9 @@ static const OpEntry onnx_ops[] = {
     {"ScatterND", op_scatter_nd, "reduction none, add, mul, max, min"},
     {"Reshape", op_reshape, "constant shape (0 and -1 rules)"},
     {"Resize", op_resize,
-     "4-d, constant scales (whole output sizes) or sizes; nearest (asymmetric+floor, or "
-     "half_pixel for whole upscales), linear (half_pixel, pytorch_half_pixel, align_corners)"},
+     "constant scales or sizes (and roi); every mode, coordinate transformation and nearest_mode, "
+     "cubic_coeff_a, exclude_outside, extrapolation_value, antialias, axes, "
+     "keep_aspect_ratio_policy"},
     {"Selu", op_elu_family, NULL},
     {"Shrink", op_shrink, NULL},
     {"Shape", op_shape, "folded at import"},
@@ -3650,7 +4033,7 @@ static const OpEntry onnx_ops[] = {
     {"Transpose", op_transpose, NULL},
     {"Trilu", op_trilu, "constant k"},
     {"Unsqueeze", op_unsqueeze, NULL},
-    {"Upsample", op_resize, "as Resize, asymmetric: nearest only"},
+    {"Upsample", op_resize, "as Resize-10 (asymmetric)"},
     {"Where", op_where, "NumPy broadcasting of all three"},
     {"Xor", op_logic, NULL},
 };
@@ -3786,6 +4169,9 @@ static bool import_node(Imp *im, const Onnx__GraphProto *gp, int idx) {
     if (in && *in) on.in[i] = find_entry(im, in)->val;
   }
   for (int i = 0; i < on.n_out; i++) want[i] = np->output[i] && *np->output[i];
+  for (int i = 0; i < on.n_in; i++)
+    if (on.in[i] && on.in[i]->empty && (op->fn != op_resize || i == 0)) /* roi, scales, sizes */
+      return bad(im, "input %d ('%s') is an empty tensor: dlcc has no empty tensors", i + 1, np->input[i]);
   int errors = im->c->diag.errors;
   if (!op->fn(im, &on)) {
     if (im->c->diag.errors == errors) bad(im, "cannot import this node");
@@ -3831,9 +4217,16 @@ static bool import_graph(Imp *im, const Onnx__ModelProto *m) {
     if (find_entry(im, t->name)) return bad(im, "initializer '%s' is defined twice", t->name);
     Tensor data;
     char err[512];
+    Entry *e;
+    if (proto_is_empty(t)) {
+      e = add_entry(im, t->name, -1);
+      e->val = empty_val(im);
+      e->val->name = e->name;
+      continue;
+    }
     if (!tensor_from_proto(t, im->dir, &data, err, sizeof err))
       return bad(im, "initializer '%s': %s", t->name, err);
-    Entry *e = add_entry(im, t->name, -1);
+    e = add_entry(im, t->name, -1);
     e->val = known(im, data);
     e->val->name = e->name;
   }
@@ -3841,7 +4234,7 @@ static bool import_graph(Imp *im, const Onnx__ModelProto *m) {
     const Onnx__ValueInfoProto *vi = gp->input[i];
     if (!vi->name || !*vi->name) return bad(im, "graph input %zu has no name", i);
     Entry *e = find_entry(im, vi->name);
-    if (e && e->val->k) continue; /* an initializer's default: a param */
+    if (e && (e->val->k || e->val->empty)) continue; /* an initializer's default: a param */
     if (e) return bad(im, "graph input '%s' is declared twice", vi->name);
     TensorType t;
     if (!type_of_info(im, vi, "graph input", &t)) return false;
@@ -3893,6 +4286,8 @@ static bool import_graph(Imp *im, const Onnx__ModelProto *m) {
     const Onnx__ValueInfoProto *vi = gp->output[i];
     Entry *e = vi->name && *vi->name ? find_entry(im, vi->name) : NULL;
     if (!e || !e->val) return bad(im, "graph output '%s' is not computed by any node", vi->name ? vi->name : "");
+    if (e->val->empty)
+      return bad(im, "graph output '%s' is an empty tensor: dlcc has no empty tensors", e->name);
     outs[i] = use(im, e->val);
     names[i] = e->name;
     /* A declared output type must agree with what the graph computes. */

@@ -853,32 +853,103 @@ static bool eval_linear(Eval *e, const Tensor *x, const Tensor *w, const Tensor 
   return true;
 }
 
-/* The window attributes, each with the entry count the ops rely on. */
-static bool window_attrs(Eval *e, const Node *n, const int64_t **kern, const int64_t **stride,
-                         const int64_t **pad, const int64_t **dil) {
-  int nk = 2, ns, np, nd;
-  if (kern) *kern = ir_attr_ints(n, "kernel", &nk);
-  *stride = ir_attr_ints(n, "stride", &ns);
-  *pad = ir_attr_ints(n, "pad", &np);
-  *dil = ir_attr_ints(n, "dilation", &nd);
-  if (nk != 2 || ns != 2 || np != 4 || nd != 2)
-    return fail(e, "kernel, stride and dilation need 2 entries, pad 4");
-  for (int i = 0; i < 2; i++)
-    if ((*stride)[i] < 1 || (*dil)[i] < 1 || (kern && (*kern)[i] < 1))
+/* ---- windows: convolutions and pooling over 2 or 3 spatial dims ---- */
+
+enum { MAX_SPATIAL = 3 };
+
+/* The geometry every window op shares: nsp spatial dims of the input
+ * (in), the output (out) and the kernel (k), the stride, the pads before
+ * (lo) and after (hi) and the dilation, and the element counts of an
+ * input plane, an output plane and a kernel. */
+typedef struct Window {
+  int nsp;
+  int64_t in[MAX_SPATIAL], out[MAX_SPATIAL], k[MAX_SPATIAL];
+  int64_t stride[MAX_SPATIAL], lo[MAX_SPATIAL], hi[MAX_SPATIAL], dil[MAX_SPATIAL];
+  int64_t in_size, out_size, k_size;
+} Window;
+
+static int spatial_dims(OpKind op) {
+  switch (op) {
+    case OP_CONV3D:
+    case OP_CONV_TRANSPOSE3D:
+    case OP_MAXPOOL3D:
+    case OP_AVGPOOL3D: return 3;
+    default: return 2;
+  }
+}
+
+/* The window of n over x into out; the kernel's dims from the weight w
+ * (a convolution) or from the kernel attribute (w NULL: a pool). */
+static bool window_of(Eval *e, const Node *n, const TensorType *x, const TensorType *w,
+                      const TensorType *out, Window *win) {
+  int nsp = spatial_dims(n->op), nk = nsp, ns, np, nd;
+  const int64_t *kern = NULL;
+  if (x->rank != 2 + nsp || out->rank != 2 + nsp || (w && w->rank != 2 + nsp))
+    return fail(e, "needs rank-%d x%s", 2 + nsp, w ? " and W" : "");
+  if (!w) kern = ir_attr_ints(n, "kernel", &nk);
+  const int64_t *stride = ir_attr_ints(n, "stride", &ns), *pad = ir_attr_ints(n, "pad", &np);
+  const int64_t *dil = ir_attr_ints(n, "dilation", &nd);
+  if (nk != nsp || ns != nsp || np != 2 * nsp || nd != nsp)
+    return fail(e, "kernel, stride and dilation need %d entries, pad %d", nsp, 2 * nsp);
+  win->nsp = nsp;
+  win->in_size = win->out_size = win->k_size = 1;
+  for (int d = 0; d < nsp; d++) {
+    win->in[d] = x->dims[2 + d];
+    win->out[d] = out->dims[2 + d];
+    win->k[d] = w ? w->dims[2 + d] : kern[d];
+    win->stride[d] = stride[d], win->dil[d] = dil[d];
+    win->lo[d] = pad[d], win->hi[d] = pad[nsp + d];
+    if (win->stride[d] < 1 || win->dil[d] < 1 || win->k[d] < 1)
       return fail(e, "kernel, stride and dilation must be >= 1");
+    win->in_size *= win->in[d];
+    win->out_size *= win->out[d];
+    win->k_size *= win->k[d];
+  }
   return true;
 }
 
-static bool eval_conv2d(Eval *e, const Node *n, const Tensor *x, const Tensor *w, const Tensor *b,
-                        Tensor *out) {
-  const int64_t *stride, *pad, *dil;
-  if (!window_attrs(e, n, NULL, &stride, &pad, &dil)) return false;
+/* Output position o (linear over an output plane) as coordinates. */
+static void window_out_coords(const Window *w, int64_t o, int64_t *oc) {
+  for (int d = w->nsp - 1; d >= 0; d--) {
+    oc[d] = o % w->out[d];
+    o /= w->out[d];
+  }
+}
+
+/* The next kernel tap in row-major order (the last dim fastest). */
+static void window_next_tap(const Window *w, int64_t *kc) {
+  for (int d = w->nsp - 1; d >= 0; d--) {
+    if (++kc[d] < w->k[d]) return;
+    kc[d] = 0;
+  }
+}
+
+/* The input position that tap kc of output position oc reads: its index
+ * in an input plane, or -1 in the padding.  *padded (when asked) says
+ * whether it lies in the padded input at all: ceil_mode windows reach
+ * past it. */
+static int64_t window_tap(const Window *w, const int64_t *oc, const int64_t *kc, bool *padded) {
+  int64_t at = 0;
+  bool inside = true, in_pad = true;
+  for (int d = 0; d < w->nsp; d++) {
+    int64_t p = oc[d] * w->stride[d] - w->lo[d] + kc[d] * w->dil[d];
+    if (p < -w->lo[d] || p >= w->in[d] + w->hi[d]) in_pad = false;
+    if (p < 0 || p >= w->in[d]) inside = false;
+    at = at * w->in[d] + p;
+  }
+  if (padded) *padded = in_pad;
+  return inside ? at : -1;
+}
+
+/* conv2d and conv3d: each output element sums its window over the
+ * channels of its group, in the order (channel, then taps row-major). */
+static bool eval_conv(Eval *e, const Node *n, const Tensor *x, const Tensor *w, const Tensor *b,
+                      Tensor *out) {
+  Window win;
+  if (!window_of(e, n, &x->type, &w->type, &out->type, &win)) return false;
   int64_t groups = ir_attr_int(n, "groups");
   const TensorType *xt = &x->type, *wt = &w->type, *ot = &out->type;
-  if (xt->rank != 4 || wt->rank != 4 || ot->rank != 4) return fail(e, "needs rank-4 x and W");
-  int64_t N = xt->dims[0], C = xt->dims[1], H = xt->dims[2], W = xt->dims[3];
-  int64_t Co = wt->dims[0], Cg = wt->dims[1], KH = wt->dims[2], KW = wt->dims[3];
-  int64_t OH = ot->dims[2], OW = ot->dims[3];
+  int64_t N = xt->dims[0], C = xt->dims[1], Co = wt->dims[0], Cg = wt->dims[1];
   if (groups < 1 || C % groups || Co % groups || Cg != C / groups || ot->dims[0] != N ||
       ot->dims[1] != Co)
     return fail(e, "channels do not fit groups");
@@ -891,41 +962,50 @@ static bool eval_conv2d(Eval *e, const Node *n, const Tensor *x, const Tensor *w
   for (int64_t nb = 0; nb < N; nb++)
     for (int64_t co = 0; co < Co; co++) {
       int64_t g = co / cog;
-      for (int64_t oh = 0; oh < OH; oh++)
-        for (int64_t ow = 0; ow < OW; ow++) {
-          Acc acc = {.ints = ints};
-          for (int64_t ci = 0; ci < Cg; ci++)
-            for (int64_t kh = 0; kh < KH; kh++)
-              for (int64_t kw = 0; kw < KW; kw++) {
-                int64_t ih = oh * stride[0] - pad[0] + kh * dil[0];
-                int64_t iw = ow * stride[1] - pad[1] + kw * dil[1];
-                int64_t wi = ((co * Cg + ci) * KH + kh) * KW + kw;
-                if (ih < 0 || ih >= H || iw < 0 || iw >= W) {
-                  if (zp) acc.i = wadd(acc.i, wmul(zp, get_i(w, wi)));
-                  continue;
-                }
-                int64_t xi = ((nb * C + g * Cg + ci) * H + ih) * W + iw;
-                acc_mac(&acc, x, xi, w, wi);
-              }
-          if (b) acc_add(&acc, b, co);
-          acc_store(&acc, out, ((nb * Co + co) * OH + oh) * OW + ow);
+      for (int64_t o = 0; o < win.out_size; o++) {
+        int64_t oc[MAX_SPATIAL];
+        window_out_coords(&win, o, oc);
+        Acc acc = {.ints = ints};
+        for (int64_t ci = 0; ci < Cg; ci++) {
+          int64_t kc[MAX_SPATIAL] = {0, 0, 0};
+          for (int64_t t = 0; t < win.k_size; t++, window_next_tap(&win, kc)) {
+            int64_t wi = (co * Cg + ci) * win.k_size + t, at = window_tap(&win, oc, kc, NULL);
+            if (at < 0) {
+              if (zp) acc.i = wadd(acc.i, wmul(zp, get_i(w, wi)));
+              continue;
+            }
+            acc_mac(&acc, x, (nb * C + g * Cg + ci) * win.in_size + at, w, wi);
+          }
         }
+        if (b) acc_add(&acc, b, co);
+        acc_store(&acc, out, (nb * Co + co) * win.out_size + o);
+      }
     }
   return true;
 }
 
-/* Each output element gathers the inputs whose conv2d window covers it:
- * oh = ih * stride - pad + kh * dil, solved for ih. */
-static bool eval_conv_transpose2d(Eval *e, const Node *n, const Tensor *x, const Tensor *w,
-                                  const Tensor *b, Tensor *out) {
-  const int64_t *stride, *pad, *dil;
-  if (!window_attrs(e, n, NULL, &stride, &pad, &dil)) return false;
+/* The input position that tap kc reaches output position oc from
+ * through a transposed window (o = i * stride - pad + k * dil, solved for
+ * i), as an index in an input plane, or -1 when none does. */
+static int64_t transposed_tap(const Window *w, const int64_t *oc, const int64_t *kc) {
+  int64_t at = 0;
+  for (int d = 0; d < w->nsp; d++) {
+    int64_t t = oc[d] + w->lo[d] - kc[d] * w->dil[d];
+    if (t < 0 || t % w->stride[d] || t / w->stride[d] >= w->in[d]) return -1;
+    at = at * w->in[d] + t / w->stride[d];
+  }
+  return at;
+}
+
+/* Each output element gathers the inputs whose convolution window
+ * covers it. */
+static bool eval_conv_transpose(Eval *e, const Node *n, const Tensor *x, const Tensor *w,
+                                const Tensor *b, Tensor *out) {
+  Window win;
+  if (!window_of(e, n, &x->type, &w->type, &out->type, &win)) return false;
   int64_t groups = ir_attr_int(n, "groups");
   const TensorType *xt = &x->type, *wt = &w->type, *ot = &out->type;
-  if (xt->rank != 4 || wt->rank != 4 || ot->rank != 4) return fail(e, "needs rank-4 x and W");
-  int64_t N = xt->dims[0], C = xt->dims[1], H = xt->dims[2], W = xt->dims[3];
-  int64_t Cog = wt->dims[1], KH = wt->dims[2], KW = wt->dims[3];
-  int64_t Co = ot->dims[1], OH = ot->dims[2], OW = ot->dims[3];
+  int64_t N = xt->dims[0], C = xt->dims[1], Cog = wt->dims[1], Co = ot->dims[1];
   if (groups < 1 || C % groups || wt->dims[0] != C || Co != Cog * groups || ot->dims[0] != N)
     return fail(e, "channels do not fit groups");
   if (b && numel(&b->type) != Co) return fail(e, "bias must have %" PRId64 " elements", Co);
@@ -934,24 +1014,21 @@ static bool eval_conv_transpose2d(Eval *e, const Node *n, const Tensor *x, const
   for (int64_t nb = 0; nb < N; nb++)
     for (int64_t co = 0; co < Co; co++) {
       int64_t g = co / Cog, cw = co % Cog;
-      for (int64_t oh = 0; oh < OH; oh++)
-        for (int64_t ow = 0; ow < OW; ow++) {
-          Acc acc = {.ints = ints};
-          for (int64_t ci = g * cig; ci < (g + 1) * cig; ci++)
-            for (int64_t kh = 0; kh < KH; kh++) {
-              int64_t th = oh + pad[0] - kh * dil[0];
-              if (th < 0 || th % stride[0] || th / stride[0] >= H) continue;
-              for (int64_t kw = 0; kw < KW; kw++) {
-                int64_t tw = ow + pad[1] - kw * dil[1];
-                if (tw < 0 || tw % stride[1] || tw / stride[1] >= W) continue;
-                int64_t xi = ((nb * C + ci) * H + th / stride[0]) * W + tw / stride[1];
-                int64_t wi = ((ci * Cog + cw) * KH + kh) * KW + kw;
-                acc_mac(&acc, x, xi, w, wi);
-              }
-            }
-          if (b) acc_add(&acc, b, co);
-          acc_store(&acc, out, ((nb * Co + co) * OH + oh) * OW + ow);
+      for (int64_t o = 0; o < win.out_size; o++) {
+        int64_t oc[MAX_SPATIAL];
+        window_out_coords(&win, o, oc);
+        Acc acc = {.ints = ints};
+        for (int64_t ci = g * cig; ci < (g + 1) * cig; ci++) {
+          int64_t kc[MAX_SPATIAL] = {0, 0, 0};
+          for (int64_t t = 0; t < win.k_size; t++, window_next_tap(&win, kc)) {
+            int64_t at = transposed_tap(&win, oc, kc);
+            if (at >= 0)
+              acc_mac(&acc, x, (nb * C + ci) * win.in_size + at, w, (ci * Cog + cw) * win.k_size + t);
+          }
         }
+        if (b) acc_add(&acc, b, co);
+        acc_store(&acc, out, (nb * Co + co) * win.out_size + o);
+      }
     }
   return true;
 }
@@ -999,55 +1076,168 @@ static bool eval_resize(Eval *e, const Node *n, const Tensor *x, Tensor *out) {
   return true;
 }
 
-static bool eval_pool2d(Eval *e, const Node *n, const Tensor *x, Tensor *out) {
-  const int64_t *kern, *stride, *pad, *dil;
-  if (!window_attrs(e, n, &kern, &stride, &pad, &dil)) return false;
-  bool is_max = n->op == OP_MAXPOOL2D;
+/* ---- grid_sample: onnxruntime's (PyTorch's), in f32 ---- */
+
+typedef struct Sampler {
+  const Tensor *x;
+  int64_t plane, H, W; /* plane: the first element of x[n, c] */
+  bool align, border, reflection;
+} Sampler;
+
+/* v folded back into [lo, hi] by the nearer border, as often as needed. */
+static float gs_reflect(float v, float lo, float hi) {
+  float range = hi - lo;
+  if (!(range > 0)) return lo; /* one pixel with align_corners */
+  if (!(v < lo) && !(v > hi)) return v;
+  float dx = v < lo ? lo - v : v - hi;
+  float flips = floorf(dx / range), r = dx - flips * range;
+  bool even = flips - 2 * floorf(flips / 2) == 0;
+  return (v < lo) == even ? lo + r : hi - r;
+}
+
+/* v inside [0, len - 1]; a NaN stays one (and reads 0). */
+static float gs_clamp(float v, int64_t len) {
+  return v < 0 ? 0 : v > (float)len - 1 ? (float)len - 1 : v;
+}
+
+/* The borders beyond which a coordinate of an axis of len pixels is
+ * padded. */
+static void gs_borders(const Sampler *s, int64_t len, float *lo, float *hi) {
+  *lo = s->align ? 0 : -0.5f;
+  *hi = s->align ? (float)len - 1 : (float)len - 0.5f;
+}
+
+/* A whole-number tap coordinate through padding_mode; *inside false where
+ * zeros padding (or a NaN) reads 0. */
+static float gs_index(const Sampler *s, float i, int64_t len, bool *inside) {
+  float lo, hi;
+  gs_borders(s, len, &lo, &hi);
+  if (s->border) i = gs_clamp(i, len);
+  if (s->reflection) i = truncf(gs_reflect(i, lo, hi));
+  *inside = i >= 0 && i < (float)len;
+  return i;
+}
+
+static float gs_pixel(const Sampler *s, float row, float col) {
+  bool in_r, in_c;
+  row = gs_index(s, row, s->H, &in_r);
+  col = gs_index(s, col, s->W, &in_c);
+  if (!in_r || !in_c) return 0;
+  return (float)ir_tensor_get(s->x, s->plane + (int64_t)row * s->W + (int64_t)col);
+}
+
+/* The point a normalized grid coordinate g names along an axis of len
+ * pixels.  Only the taps read through padding_mode, not the point itself
+ * (onnxruntime's; PyTorch's bicubic too). */
+static float gs_source(const Sampler *s, float g, int64_t len, bool nearest) {
+  float v = s->align ? (g + 1) / 2 * ((float)len - 1) : ((g + 1) * (float)len - 1) / 2;
+  return nearest ? nearbyintf(v) : v;
+}
+
+/* Keys' cubic convolution weights (a = -0.75) of the taps at -1, 0, 1, 2
+ * for a point t in [0, 1) past tap 0. */
+static void gs_cubic(float t, float *c) {
+  const float A = -0.75f;
+  float t1 = t + 1, u = 1 - t, u1 = 2 - t;
+  c[0] = ((A * t1 - 5 * A) * t1 + 8 * A) * t1 - 4 * A;
+  c[1] = ((A + 2) * t - (A + 3)) * t * t + 1;
+  c[2] = ((A + 2) * u - (A + 3)) * u * u + 1;
+  c[3] = ((A * u1 - 5 * A) * u1 + 8 * A) * u1 - 4 * A;
+}
+
+static float gs_sample(const Sampler *s, const char *mode, float gx, float gy) {
+  bool nearest = strcmp(mode, "nearest") == 0;
+  float x = gs_source(s, gx, s->W, nearest), y = gs_source(s, gy, s->H, nearest);
+  if (nearest) return gs_pixel(s, truncf(y), truncf(x));
+  float x0 = floorf(x), y0 = floorf(y), wx[4], wy[4];
+  int taps = 2, first = 0;
+  if (strcmp(mode, "bicubic") == 0) {
+    taps = 4, first = -1;
+    gs_cubic(x - x0, wx);
+    gs_cubic(y - y0, wy);
+  } else {
+    wx[0] = 1 - (x - x0), wx[1] = x - x0;
+    wy[0] = 1 - (y - y0), wy[1] = y - y0;
+  }
+  /* Along each row first, then down the rows, as the reference. */
+  float v = 0;
+  for (int i = 0; i < taps; i++) {
+    float row = 0;
+    for (int j = 0; j < taps; j++)
+      row += wx[j] * gs_pixel(s, y0 + (float)(first + i), x0 + (float)(first + j));
+    v += wy[i] * row;
+  }
+  return v;
+}
+
+static bool eval_grid_sample(const Node *n, const Tensor *x, const Tensor *grid, Tensor *out) {
+  const char *mode = ir_attr_str(n, "mode"), *pad = ir_attr_str(n, "padding_mode");
+  Sampler s = {.x = x,
+               .H = x->type.dims[2],
+               .W = x->type.dims[3],
+               .align = ir_attr_int(n, "align_corners") != 0,
+               .border = strcmp(pad, "border") == 0,
+               .reflection = strcmp(pad, "reflection") == 0};
+  int64_t N = x->type.dims[0], C = x->type.dims[1];
+  int64_t points = out->type.dims[2] * out->type.dims[3];
+  for (int64_t b = 0; b < N; b++)
+    for (int64_t c = 0; c < C; c++) {
+      s.plane = (b * C + c) * s.H * s.W;
+      for (int64_t p = 0; p < points; p++) {
+        int64_t g = (b * points + p) * 2;
+        float gx = (float)ir_tensor_get(grid, g), gy = (float)ir_tensor_get(grid, g + 1);
+        ir_tensor_set(out, (b * C + c) * points + p, gs_sample(&s, mode, gx, gy));
+      }
+    }
+  return true;
+}
+
+static bool eval_pool(Eval *e, const Node *n, const Tensor *x, Tensor *out) {
+  Window win;
+  if (!window_of(e, n, &x->type, NULL, &out->type, &win)) return false;
+  bool is_max = n->op == OP_MAXPOOL2D || n->op == OP_MAXPOOL3D;
   bool include_pad = !is_max && ir_attr_int(n, "count_include_pad");
-  const TensorType *xt = &x->type, *ot = &out->type;
-  if (xt->rank != 4 || ot->rank != 4) return fail(e, "needs rank-4 x");
-  int64_t NC = xt->dims[0] * xt->dims[1], H = xt->dims[2], W = xt->dims[3];
-  int64_t OH = ot->dims[2], OW = ot->dims[3];
+  int64_t NC = x->type.dims[0] * x->type.dims[1];
   bool ints = is_int(x);
   for (int64_t c = 0; c < NC; c++)
-    for (int64_t oh = 0; oh < OH; oh++)
-      for (int64_t ow = 0; ow < OW; ow++) {
-        double mf = -INFINITY, sf = 0;
-        int64_t mi = INT64_MIN, si = 0;
-        int64_t real = 0, padded = 0;
-        for (int64_t kh = 0; kh < kern[0]; kh++)
-          for (int64_t kw = 0; kw < kern[1]; kw++) {
-            int64_t ih = oh * stride[0] - pad[0] + kh * dil[0];
-            int64_t iw = ow * stride[1] - pad[1] + kw * dil[1];
-            /* Positions past the padded border (ceil_mode) are not in
-             * the window at all. */
-            if (ih >= -pad[0] && ih < H + pad[2] && iw >= -pad[1] && iw < W + pad[3]) padded++;
-            if (ih < 0 || ih >= H || iw < 0 || iw >= W) continue;
-            int64_t i = (c * H + ih) * W + iw;
-            real++;
-            if (ints) {
-              int64_t v = get_i(x, i);
-              mi = v > mi ? v : mi;
-              si = wadd(si, v);
-            } else {
-              double v = ir_tensor_get(x, i);
-              mf = (isnan(v) || v > mf) && !isnan(mf) ? v : mf;
-              sf += v;
-            }
-          }
-        int64_t o = (c * OH + oh) * OW + ow;
-        int64_t div = include_pad ? padded : real;
-        if (is_max) {
-          if (ints)
-            set_i(out, o, mi);
-          else
-            ir_tensor_set(out, o, mf);
-        } else if (ints) {
-          set_i(out, o, div ? si / div : 0);
+    for (int64_t o = 0; o < win.out_size; o++) {
+      int64_t oc[MAX_SPATIAL], kc[MAX_SPATIAL] = {0, 0, 0};
+      window_out_coords(&win, o, oc);
+      double mf = -INFINITY, sf = 0;
+      int64_t mi = INT64_MIN, si = 0;
+      int64_t real = 0, padded = 0;
+      for (int64_t t = 0; t < win.k_size; t++, window_next_tap(&win, kc)) {
+        /* Positions past the padded border (ceil_mode) are not in the
+         * window at all. */
+        bool in_pad;
+        int64_t at = window_tap(&win, oc, kc, &in_pad);
+        padded += in_pad;
+        if (at < 0) continue;
+        int64_t i = c * win.in_size + at;
+        real++;
+        if (ints) {
+          int64_t v = get_i(x, i);
+          mi = v > mi ? v : mi;
+          si = wadd(si, v);
         } else {
-          ir_tensor_set(out, o, div ? sf / (double)div : 0.0);
+          double v = ir_tensor_get(x, i);
+          mf = (isnan(v) || v > mf) && !isnan(mf) ? v : mf;
+          sf += v;
         }
       }
+      int64_t at = c * win.out_size + o;
+      int64_t div = include_pad ? padded : real;
+      if (is_max) {
+        if (ints)
+          set_i(out, at, mi);
+        else
+          ir_tensor_set(out, at, mf);
+      } else if (ints) {
+        set_i(out, at, div ? si / div : 0);
+      } else {
+        ir_tensor_set(out, at, div ? sf / (double)div : 0.0);
+      }
+    }
   return true;
 }
 
@@ -1569,12 +1759,17 @@ static bool eval_node(Eval *e, const Node *n, Tensor *const *in, Tensor *out,
     case OP_BATCHNORM: return eval_batchnorm(e, n, in, out);
     case OP_MATMUL: return eval_matmul(e, in[0], in[1], out);
     case OP_LINEAR: return eval_linear(e, in[0], in[1], n->n_in > 2 ? in[2] : NULL, out);
-    case OP_CONV2D: return eval_conv2d(e, n, in[0], in[1], n->n_in > 2 ? in[2] : NULL, out);
+    case OP_CONV2D:
+    case OP_CONV3D: return eval_conv(e, n, in[0], in[1], n->n_in > 2 ? in[2] : NULL, out);
     case OP_RESIZE: return eval_resize(e, n, in[0], out);
+    case OP_GRID_SAMPLE: return eval_grid_sample(n, in[0], in[1], out);
     case OP_CONV_TRANSPOSE2D:
-      return eval_conv_transpose2d(e, n, in[0], in[1], n->n_in > 2 ? in[2] : NULL, out);
+    case OP_CONV_TRANSPOSE3D:
+      return eval_conv_transpose(e, n, in[0], in[1], n->n_in > 2 ? in[2] : NULL, out);
     case OP_MAXPOOL2D:
-    case OP_AVGPOOL2D: return eval_pool2d(e, n, in[0], out);
+    case OP_AVGPOOL2D:
+    case OP_MAXPOOL3D:
+    case OP_AVGPOOL3D: return eval_pool(e, n, in[0], out);
     case OP_RESHAPE:
       if (ir_tensor_nbytes(&in[0]->type) != ir_tensor_nbytes(&out->type))
         return fail(e, "element counts differ");

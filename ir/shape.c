@@ -586,118 +586,144 @@ static int64_t window_out(int64_t len, int64_t lo, int64_t hi, int64_t k, int64_
   return o;
 }
 
-bool shape_conv2d(const Node *n, TensorType *out, char *err, size_t errlen) {
+/* The 2-d ops and their 3-d twins share one rule each: nsp spatial dims,
+ * stride and dilation with nsp entries, pad with 2 * nsp (all the starts,
+ * then all the ends). */
+static const char *side_name(int nsp, int i) {
+  static const char *const names[] = {"depth", "height", "width"};
+  return names[3 - nsp + i];
+}
+
+static const char *image_layout(int nsp) { return nsp == 3 ? "[N, C, D, H, W]" : "[N, C, H, W]"; }
+static const char *kernel_dims(int nsp) { return nsp == 3 ? "kD, kH, kW" : "kH, kW"; }
+
+static bool conv_shape(const Node *n, int nsp, TensorType *out, char *err, size_t errlen) {
   if (!operands_ok(n, err, errlen)) return false;
   if (!need_numbers(n, err, errlen)) return false;
+  const char *name = op_name(n);
   const TensorType *x = in_type(n, 0), *w = in_type(n, 1);
-  if (!need_rank(n, x, 4, "[N, C, H, W]", err, errlen)) return false;
-  if (w->rank != 4)
-    return fail(err, errlen, "conv2d expects a 4-d weight [Cout, C/groups, kH, kW], got %s",
-                ts(w).s);
+  if (!need_rank(n, x, 2 + nsp, image_layout(nsp), err, errlen)) return false;
+  if (w->rank != 2 + nsp)
+    return fail(err, errlen, "%s expects a %d-d weight [Cout, C/groups, %s], got %s", name,
+                2 + nsp, kernel_dims(nsp), ts(w).s);
   if (!same_dtype(n, x, w, err, errlen)) return false;
   const int64_t *stride, *pad, *dil;
   int64_t groups;
-  if (!attr_ints_min(n, "stride", 2, 1, &stride, err, errlen)) return false;
-  if (!attr_ints_min(n, "pad", 4, 0, &pad, err, errlen)) return false;
-  if (!attr_ints_min(n, "dilation", 2, 1, &dil, err, errlen)) return false;
+  if (!attr_ints_min(n, "stride", nsp, 1, &stride, err, errlen)) return false;
+  if (!attr_ints_min(n, "pad", 2 * nsp, 0, &pad, err, errlen)) return false;
+  if (!attr_ints_min(n, "dilation", nsp, 1, &dil, err, errlen)) return false;
   if (!attr_int_min(n, "groups", 1, &groups, err, errlen)) return false;
   int64_t c = x->dims[1], cout = w->dims[0];
   if (c % groups != 0 || cout % groups != 0)
     return fail(err, errlen,
-                "conv2d: groups=%" PRId64 " must divide the input channels (%" PRId64
+                "%s: groups=%" PRId64 " must divide the input channels (%" PRId64
                 ") and the output channels (%" PRId64 ")",
-                groups, c, cout);
+                name, groups, c, cout);
   if (w->dims[1] != c / groups)
     return fail(err, errlen,
-                "conv2d: weight %s expects %" PRId64 " input channels per group, but input %s "
+                "%s: weight %s expects %" PRId64 " input channels per group, but input %s "
                 "has %" PRId64 " with groups=%" PRId64,
-                ts(w).s, w->dims[1], ts(x).s, c / groups, groups);
+                name, ts(w).s, w->dims[1], ts(x).s, c / groups, groups);
   if (!zero_point_ok(n, TY_I8, err, errlen)) return false;
   if (ir_attr(n, "zero_point") && x->dtype != TY_I8)
-    return fail(err, errlen, "conv2d: zero_point is for int8 operands, not %s", ir_dtype_name(x->dtype));
+    return fail(err, errlen, "%s: zero_point is for int8 operands, not %s", name, ir_dtype_name(x->dtype));
   DType acc = product_dtype(x->dtype);
   if (n->n_in > 2) {
     TensorType want = ir_type_make(acc, 1, &cout);
     if (!need_type(n, 2, "bias", &want, " (one value per output channel)", err, errlen))
       return false;
   }
-  static const char *const side[] = {"height", "width"};
   out[0] = *x;
   out[0].dtype = acc;
   out[0].dims[1] = cout;
-  for (int i = 0; i < 2; i++) {
-    int64_t o = window_out(x->dims[2 + i], pad[i], pad[2 + i], w->dims[2 + i], stride[i], dil[i],
+  for (int i = 0; i < nsp; i++) {
+    int64_t o = window_out(x->dims[2 + i], pad[i], pad[nsp + i], w->dims[2 + i], stride[i], dil[i],
                            false);
     if (o < 1)
       return fail(err, errlen,
-                  "conv2d: kernel %s %" PRId64 " (dilation %" PRId64 ") does not fit the input "
+                  "%s: kernel %s %" PRId64 " (dilation %" PRId64 ") does not fit the input "
                   "%s %" PRId64 " with padding %" PRId64 "+%" PRId64
                   ": the output would be empty (empty tensors are not supported)",
-                  side[i], w->dims[2 + i], dil[i], side[i], x->dims[2 + i], pad[i], pad[2 + i]);
+                  name, side_name(nsp, i), w->dims[2 + i], dil[i], side_name(nsp, i), x->dims[2 + i],
+                  pad[i], pad[nsp + i]);
     out[0].dims[2 + i] = o;
   }
   return true;
 }
 
+bool shape_conv2d(const Node *n, TensorType *out, char *err, size_t errlen) {
+  return conv_shape(n, 2, out, err, errlen);
+}
+
+bool shape_conv3d(const Node *n, TensorType *out, char *err, size_t errlen) {
+  return conv_shape(n, 3, out, err, errlen);
+}
+
 /* out = (in - 1) * stride - pad_lo - pad_hi + dilation * (k - 1) + output_pad + 1,
  * as PyTorch's ConvTranspose2d; output_pad must stay below stride or
  * dilation so that it only re-adds rows a strided conv2d would drop. */
-bool shape_conv_transpose2d(const Node *n, TensorType *out, char *err, size_t errlen) {
+static bool conv_transpose_shape(const Node *n, int nsp, TensorType *out, char *err, size_t errlen) {
   if (!operands_ok(n, err, errlen)) return false;
   if (!need_numbers(n, err, errlen)) return false;
+  const char *name = op_name(n);
   const TensorType *x = in_type(n, 0), *w = in_type(n, 1);
-  if (!need_rank(n, x, 4, "[N, C, H, W]", err, errlen)) return false;
-  if (w->rank != 4)
-    return fail(err, errlen,
-                "conv_transpose2d expects a 4-d weight [Cin, Cout/groups, kH, kW], got %s",
-                ts(w).s);
+  if (!need_rank(n, x, 2 + nsp, image_layout(nsp), err, errlen)) return false;
+  if (w->rank != 2 + nsp)
+    return fail(err, errlen, "%s expects a %d-d weight [Cin, Cout/groups, %s], got %s", name,
+                2 + nsp, kernel_dims(nsp), ts(w).s);
   if (!same_dtype(n, x, w, err, errlen)) return false;
   const int64_t *stride, *pad, *opad, *dil;
   int64_t groups;
-  if (!attr_ints_min(n, "stride", 2, 1, &stride, err, errlen)) return false;
-  if (!attr_ints_min(n, "pad", 4, 0, &pad, err, errlen)) return false;
-  if (!attr_ints_min(n, "output_pad", 2, 0, &opad, err, errlen)) return false;
-  if (!attr_ints_min(n, "dilation", 2, 1, &dil, err, errlen)) return false;
+  if (!attr_ints_min(n, "stride", nsp, 1, &stride, err, errlen)) return false;
+  if (!attr_ints_min(n, "pad", 2 * nsp, 0, &pad, err, errlen)) return false;
+  if (!attr_ints_min(n, "output_pad", nsp, 0, &opad, err, errlen)) return false;
+  if (!attr_ints_min(n, "dilation", nsp, 1, &dil, err, errlen)) return false;
   if (!attr_int_min(n, "groups", 1, &groups, err, errlen)) return false;
   int64_t c = x->dims[1];
   if (w->dims[0] != c)
     return fail(err, errlen,
-                "conv_transpose2d: weight %s expects %" PRId64 " input channels, but input %s "
-                "has %" PRId64,
-                ts(w).s, w->dims[0], ts(x).s, c);
+                "%s: weight %s expects %" PRId64 " input channels, but input %s has %" PRId64,
+                name, ts(w).s, w->dims[0], ts(x).s, c);
   int64_t cout;
   if (c % groups != 0 || !mul_ok(w->dims[1], groups, &cout))
-    return fail(err, errlen,
-                "conv_transpose2d: groups=%" PRId64 " must divide the input channels (%" PRId64 ")",
-                groups, c);
+    return fail(err, errlen, "%s: groups=%" PRId64 " must divide the input channels (%" PRId64 ")",
+                name, groups, c);
   if (n->n_in > 2) {
     TensorType want = ir_type_make(x->dtype, 1, &cout);
     if (!need_type(n, 2, "bias", &want, " (one value per output channel)", err, errlen))
       return false;
   }
-  static const char *const side[] = {"height", "width"};
   out[0] = *x;
   out[0].dims[1] = cout;
-  for (int i = 0; i < 2; i++) {
+  for (int i = 0; i < nsp; i++) {
+    const char *side = side_name(nsp, i);
     if (opad[i] >= stride[i] && opad[i] >= dil[i])
       return fail(err, errlen,
-                  "conv_transpose2d: output_pad %s %" PRId64 " must be smaller than the stride (%" PRId64
+                  "%s: output_pad %s %" PRId64 " must be smaller than the stride (%" PRId64
                   ") or the dilation (%" PRId64 ")",
-                  side[i], opad[i], stride[i], dil[i]);
+                  name, side, opad[i], stride[i], dil[i]);
     int64_t full, span;
     if (!mul_ok(x->dims[2 + i] - 1, stride[i], &full) ||
         !mul_ok(dil[i], w->dims[2 + i] - 1, &span) || !add_ok(full, span, &full) ||
         !add_ok(full, opad[i] + 1, &full))
-      return fail(err, errlen, "conv_transpose2d: the output %s overflows", side[i]);
-    int64_t o = full - pad[i] - pad[2 + i];
+      return fail(err, errlen, "%s: the output %s overflows", name, side);
+    int64_t o = full - pad[i] - pad[nsp + i];
     if (o < 1)
       return fail(err, errlen,
-                  "conv_transpose2d: padding %s %" PRId64 "+%" PRId64 " leaves no output of the "
+                  "%s: padding %s %" PRId64 "+%" PRId64 " leaves no output of the "
                   "full %s %" PRId64 " (empty tensors are not supported)",
-                  side[i], pad[i], pad[2 + i], side[i], full);
+                  name, side, pad[i], pad[nsp + i], side, full);
     out[0].dims[2 + i] = o;
   }
   return true;
+}
+
+bool shape_conv_transpose2d(const Node *n, TensorType *out, char *err, size_t errlen) {
+  return conv_transpose_shape(n, 2, out, err, errlen);
+}
+
+bool shape_conv_transpose3d(const Node *n, TensorType *out, char *err, size_t errlen) {
+  return conv_transpose_shape(n, 3, out, err, errlen);
 }
 
 bool shape_resize(const Node *n, TensorType *out, char *err, size_t errlen) {
@@ -726,40 +752,82 @@ bool shape_resize(const Node *n, TensorType *out, char *err, size_t errlen) {
   return true;
 }
 
-bool shape_pool2d(const Node *n, TensorType *out, char *err, size_t errlen) {
+/* One of the names a string attribute may take. */
+static bool attr_choice(const Node *n, const char *name, const char *const *choices, int count,
+                        char *err, size_t errlen) {
+  const Attr *a = get_attr(n, name, AK_STR, "a string", err, errlen);
+  if (!a) return false;
+  for (int i = 0; i < count; i++)
+    if (strcmp(a->s, choices[i]) == 0) return true;
+  return fail(err, errlen, "%s: %s must be \"%s\", \"%s\" or \"%s\", got \"%s\"", op_name(n), name,
+              choices[0], choices[1], choices[2], a->s);
+}
+
+bool shape_grid_sample(const Node *n, TensorType *out, char *err, size_t errlen) {
+  static const char *const modes[] = {"bilinear", "nearest", "bicubic"};
+  static const char *const pads[] = {"zeros", "border", "reflection"};
+  if (!operands_ok(n, err, errlen)) return false;
+  const TensorType *x = in_type(n, 0), *grid = in_type(n, 1);
+  bool align;
+  if (!need_rank(n, x, 4, "[N, C, H, W]", err, errlen) || !need_float(n, x, err, errlen) ||
+      !need_float(n, grid, err, errlen) || !attr_choice(n, "mode", modes, 3, err, errlen) ||
+      !attr_choice(n, "padding_mode", pads, 3, err, errlen) ||
+      !attr_flag(n, "align_corners", &align, err, errlen))
+    return false;
+  if (grid->rank != 4 || grid->dims[0] != x->dims[0] || grid->dims[3] != 2)
+    return fail(err, errlen, "grid_sample: grid must be [N, Ho, Wo, 2] with x's N = %" PRId64 ", got %s",
+                x->dims[0], ts(grid).s);
+  out[0] = *x;
+  out[0].dims[2] = grid->dims[1];
+  out[0].dims[3] = grid->dims[2];
+  int64_t count = ir_type_numel(&out[0]);
+  if (count < 0 || count > DL_MAX_ELEMS)
+    return fail(err, errlen, "grid_sample: the output %s is too large", ts(&out[0]).s);
+  return true;
+}
+
+static bool pool_shape(const Node *n, int nsp, TensorType *out, char *err, size_t errlen) {
   if (!operands_ok(n, err, errlen)) return false;
   if (!need_numbers(n, err, errlen)) return false;
   const TensorType *x = in_type(n, 0);
-  if (!need_rank(n, x, 4, "[N, C, H, W]", err, errlen)) return false;
+  if (!need_rank(n, x, 2 + nsp, image_layout(nsp), err, errlen)) return false;
   const int64_t *kernel, *stride, *pad, *dil;
   bool ceil_mode, include_pad;
-  if (!attr_ints_min(n, "kernel", 2, 1, &kernel, err, errlen)) return false;
-  if (!attr_ints_min(n, "stride", 2, 1, &stride, err, errlen)) return false;
-  if (!attr_ints_min(n, "pad", 4, 0, &pad, err, errlen)) return false;
-  if (!attr_ints_min(n, "dilation", 2, 1, &dil, err, errlen)) return false;
+  if (!attr_ints_min(n, "kernel", nsp, 1, &kernel, err, errlen)) return false;
+  if (!attr_ints_min(n, "stride", nsp, 1, &stride, err, errlen)) return false;
+  if (!attr_ints_min(n, "pad", 2 * nsp, 0, &pad, err, errlen)) return false;
+  if (!attr_ints_min(n, "dilation", nsp, 1, &dil, err, errlen)) return false;
   if (!attr_flag(n, "ceil_mode", &ceil_mode, err, errlen)) return false;
-  if (n->op == OP_AVGPOOL2D && !attr_flag(n, "count_include_pad", &include_pad, err, errlen))
+  if ((n->op == OP_AVGPOOL2D || n->op == OP_AVGPOOL3D) &&
+      !attr_flag(n, "count_include_pad", &include_pad, err, errlen))
     return false;
-  static const char *const side[] = {"height", "width"};
   out[0] = *x;
-  for (int i = 0; i < 2; i++) {
+  for (int i = 0; i < nsp; i++) {
+    const char *side = side_name(nsp, i);
     /* PyTorch's rule: a window never lies entirely in the padding. */
-    if (pad[i] > kernel[i] / 2 || pad[2 + i] > kernel[i] / 2)
+    if (pad[i] > kernel[i] / 2 || pad[nsp + i] > kernel[i] / 2)
       return fail(err, errlen,
                   "%s: padding %s %" PRId64 "+%" PRId64 " is more than half the kernel %s %" PRId64,
-                  op_name(n), side[i], pad[i], pad[2 + i], side[i], kernel[i]);
-    int64_t o = window_out(x->dims[2 + i], pad[i], pad[2 + i], kernel[i], stride[i], dil[i],
+                  op_name(n), side, pad[i], pad[nsp + i], side, kernel[i]);
+    int64_t o = window_out(x->dims[2 + i], pad[i], pad[nsp + i], kernel[i], stride[i], dil[i],
                            ceil_mode);
     if (o < 1)
       return fail(err, errlen,
                   "%s: kernel %s %" PRId64 " (dilation %" PRId64 ") does not fit the input "
                   "%s %" PRId64 " with padding %" PRId64 "+%" PRId64
                   ": the output would be empty (empty tensors are not supported)",
-                  op_name(n), side[i], kernel[i], dil[i], side[i], x->dims[2 + i], pad[i],
-                  pad[2 + i]);
+                  op_name(n), side, kernel[i], dil[i], side, x->dims[2 + i], pad[i], pad[nsp + i]);
     out[0].dims[2 + i] = o;
   }
   return true;
+}
+
+bool shape_pool2d(const Node *n, TensorType *out, char *err, size_t errlen) {
+  return pool_shape(n, 2, out, err, errlen);
+}
+
+bool shape_pool3d(const Node *n, TensorType *out, char *err, size_t errlen) {
+  return pool_shape(n, 3, out, err, errlen);
 }
 
 /* ---- data movement ---- */

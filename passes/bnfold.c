@@ -37,7 +37,7 @@ static Value *unop(Graph *g, Node *before, OpKind op, Value *a, SrcLoc loc) {
 static Node *fold_bn(Graph *g, Node *bn, const PassUses *uses) {
   Value *y = bn->in[0];
   Node *mm = y->def;
-  if (mm->op != OP_CONV2D && mm->op != OP_LINEAR) return NULL;
+  if (mm->op != OP_CONV2D && mm->op != OP_CONV3D && mm->op != OP_LINEAR) return NULL;
   if (mm->op == OP_LINEAR && y->type.rank != 2) return NULL; /* channel must be dim 1 */
   if (pass_uses(uses, y) != 1) return NULL;                   /* someone needs y unnormalized */
   const TensorType *t = &y->type;

@@ -77,7 +77,10 @@ static bool is_anchor_op(OpKind op) {
     case OP_GLOBAL_AVGPOOL:
     case OP_MAXPOOL2D:
     case OP_AVGPOOL2D:
-    case OP_CONV2D: return true;
+    case OP_MAXPOOL3D:
+    case OP_AVGPOOL3D:
+    case OP_CONV2D:
+    case OP_CONV3D: return true;
     default: return false;
   }
 }
@@ -173,7 +176,7 @@ static bool types_ok(const Node *n) {
 static bool operand_fusible(const Fuser *f, const Node *m, int i) {
   if (m->op == OP_LINEAR) return i == 2;
   if (m->op == OP_MATMUL) return f->attention[m->id];
-  if (m->op == OP_CONV2D) return true;
+  if (m->op == OP_CONV2D || m->op == OP_CONV3D) return true;
   if (is_anchor_op(m->op)) return i == 0;
   return true;
 }
@@ -397,7 +400,7 @@ static int grow(Fuser *f, Node *root, int gid) {
   while (f->n_heap > 0) f->role[heap_pop(f)] = 0;
   /* A convolution alone is still its own kernel (an implicit GEMM
    * instead of im2col + GEMM), so it keeps a group of one. */
-  bool keep = n > 1 || (root->op == OP_CONV2D);
+  bool keep = n > 1 || root->op == OP_CONV2D || root->op == OP_CONV3D;
   for (int i = 0; i < n; i++) {
     if (keep)
       members[i]->group = gid;

@@ -27,3 +27,5 @@ include tests/bench.mk
 include tests/usermodels.mk
 include tests/calibrate.mk
 include tests/qdq.mk
+include tests/conv3d.mk
+include tests/resize.mk

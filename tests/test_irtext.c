@@ -274,6 +274,10 @@ static Graph *build_every_op(Ctx *c, bool *covered) {
   ir_set_str(g, n, "mode", "bilinear");
   ir_set_int(g, n, "align_corners", 1);
   add(g, n);
+  n = NODE(g, OP_GRID_SAMPLE, img, input(g, "grid", TY(TY_F32, 1, 2, 3, 2)));
+  ir_set_str(g, n, "mode", "bicubic");
+  ir_set_str(g, n, "padding_mode", "reflection");
+  add(g, n);
   Value *bn[4];
   for (int i = 0; i < 4; i++) {
     char name[16];
@@ -293,6 +297,26 @@ static Graph *build_every_op(Ctx *c, bool *covered) {
   ir_set_ints(g, n, "stride", INTS(1, 1));
   ir_set_ints(g, n, "pad", INTS(1, 1, 1, 1));
   ir_set_int(g, n, "count_include_pad", 0);
+  add(g, n);
+  /* 3-d (tests/test_conv3d.c has the rest) */
+  Value *vol = input(g, "vol", TY(TY_F32, 1, 2, 3, 4, 5));
+  Value *vw = param(g, "conv3.weight", TY(TY_F32, 4, 2, 1, 3, 3));
+  n = NODE(g, OP_CONV3D, vol, vw);
+  ir_set_ints(g, n, "pad", INTS(0, 1, 1, 0, 1, 1));
+  Value *v3 = &add(g, n)->out[0];
+  n = NODE(g, OP_CONV_TRANSPOSE3D, v3, vw);
+  ir_set_ints(g, n, "stride", INTS(1, 2, 2));
+  ir_set_ints(g, n, "output_pad", INTS(0, 1, 0));
+  add(g, n);
+  n = NODE(g, OP_MAXPOOL3D, vol);
+  ir_set_ints(g, n, "kernel", INTS(1, 2, 2));
+  ir_set_ints(g, n, "stride", INTS(1, 2, 2));
+  add(g, n);
+  n = NODE(g, OP_AVGPOOL3D, vol);
+  ir_set_ints(g, n, "kernel", INTS(3, 3, 3));
+  ir_set_ints(g, n, "stride", INTS(1, 1, 1));
+  ir_set_ints(g, n, "pad", INTS(1, 1, 1, 1, 1, 1));
+  ir_set_int(g, n, "ceil_mode", 1);
   add(g, n);
 
   Value *m = param(g, "m", TY(TY_F32, 3, 4));

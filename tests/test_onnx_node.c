@@ -50,6 +50,12 @@ static const char *const default_emu[] = {
     "test_scatternd_multiply", "test_top_k_smallest", "test_hardmax_axis_0", "test_onehot_negative_indices",
     "test_eyelike_populate_off_main_diagonal", "test_lrn", "test_sce_mean_weight_ii_4d",
     "test_nllloss_NCd1d2_with_weight_reduction_mean",
+    /* Resize as gathers and weighted sums, GridSample */
+    "test_resize_upsample_sizes_cubic", "test_resize_downsample_scales_linear_align_corners",
+    "test_resize_tf_crop_and_resize", "test_resize_upsample_sizes_nearest_ceil_half_pixel",
+    "test_upsample_nearest", "test_gridsample_bicubic", "test_gridsample_reflection_padding",
+    /* 3-d: a padded strided conv3d (im2col + GEMM) and maxpool3d */
+    "test_Conv3d_stride_padding", "test_MaxPool3d_stride_padding",
 };
 
 typedef struct Stats {

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Whole models through ONNX: builds a ResNet-18-like CNN, a stacked LSTM/GRU,
-the recurrent variants dlcc unrolls and a transformer encoder layer with onnx.helper (random weights as
+the recurrent variants dlcc unrolls, a transformer encoder layer and Resize and
+GridSample nodes with onnx.helper (random weights as
 initializers), runs each with onnxruntime and with `dlcc run` (reference
 interpreter and emu), and compares the outputs (rtol 1e-4, atol 1e-4 of the
 output's largest magnitude).  The int8 QDQ form of the CNN (onnxruntime's
@@ -214,6 +215,63 @@ def encoder():
     return m, {"tokens": rng.integers(0, V, (2, S)).astype(np.int64)}, ["-D", "batch=2"]
 
 
+def video3d():
+    """A small C3D / 3-D U-Net: Conv3d + BatchNorm + Relu, a spatial-only
+    MaxPool3d, a strided grouped dilated Conv3d with asymmetric pads, a
+    ConvTranspose3d back up, concatenated with the skip, an AveragePool3d
+    with ceil_mode and padding, GlobalAveragePool, Flatten, Gemm."""
+    b = Builder()
+    w1 = b.weight("conv1.weight", 8, 3, 3, 3, 3)
+    y = b.op("Conv", ["clip", w1, b.weight("conv1.bias", 8)], kernel_shape=[3, 3, 3], pads=[1] * 6)
+    g, beta = rng.uniform(0.5, 1.5, 8).astype(np.float32), rng.uniform(-0.2, 0.2, 8).astype(np.float32)
+    mean, var = rng.uniform(-0.2, 0.2, 8).astype(np.float32), rng.uniform(0.5, 1.5, 8).astype(np.float32)
+    bn = [b.init(n, a) for n, a in (("bn1.weight", g), ("bn1.bias", beta), ("bn1.running_mean", mean),
+                                    ("bn1.running_var", var))]
+    skip = b.op("Relu", [b.op("BatchNormalization", [y] + bn, epsilon=1e-5)])
+    y = b.op("MaxPool", [skip], kernel_shape=[1, 2, 2], strides=[1, 2, 2])
+    y = b.op("Conv", [y, b.weight("conv2.weight", 16, 4, 3, 3, 3), b.weight("conv2.bias", 16)],
+             kernel_shape=[3, 3, 3], strides=[2, 1, 1], pads=[1, 2, 2, 1, 2, 0], dilations=[1, 2, 1], group=2)
+    y = b.op("Relu", [y])
+    y = b.op("ConvTranspose", [y, b.weight("up.weight", 16, 8, 2, 2, 2), b.weight("up.bias", 8)],
+             kernel_shape=[2, 2, 2], strides=[2, 2, 2])
+    y = b.op("Concat", [y, skip], axis=1)
+    y = b.op("AveragePool", [y], outs=["features"], kernel_shape=[3, 3, 3], strides=[2, 2, 2],
+             pads=[1, 1, 0, 0, 1, 1], ceil_mode=1, count_include_pad=1)
+    y = b.op("Flatten", [b.op("GlobalAveragePool", [y])], axis=1)
+    b.op("Gemm", [y, b.weight("fc.weight", 4, 16), b.weight("fc.bias", 4)], outs=["scores"], transB=1)
+    m = b.model("video3d", [helper.make_tensor_value_info("clip", TensorProto.FLOAT, [1, 3, 4, 8, 8])],
+                [helper.make_tensor_value_info("scores", TensorProto.FLOAT, [1, 4]),
+                 helper.make_tensor_value_info("features", TensorProto.FLOAT, [1, 16, 2, 5, 4])])
+    return m, {"clip": rng.standard_normal((1, 3, 4, 8, 8)).astype(np.float32)}, []
+
+
+def resize():
+    """Resize as dlcc imports it (gathers and weighted sums over tables
+    computed at import) and GridSample: a bilinear align_corners upsample
+    by 1.5, a cubic downsample to sizes, nearest with round_prefer_ceil,
+    a crop with extrapolation, and a bicubic border warp by a constant
+    grid."""
+    b = Builder()
+    f = TensorProto.FLOAT
+    floats = lambda name, v: b.init(name, np.array(v, dtype=np.float32))
+    sizes = lambda name, v: b.init(name, np.array(v, dtype=np.int64))
+    b.op("Resize", ["image", "", floats("up.scales", [1, 1, 1.5, 1.5])], outs=["up"], mode="linear",
+         coordinate_transformation_mode="align_corners")
+    b.op("Resize", ["image", "", "", sizes("down.sizes", [1, 2, 4, 5])], outs=["down"], mode="cubic")
+    b.op("Resize", ["image", "", "", sizes("near.sizes", [1, 2, 9, 11])], outs=["near"],
+         coordinate_transformation_mode="asymmetric", nearest_mode="round_prefer_ceil")
+    b.op("Resize", ["image", floats("crop.roi", [0, 0, 0.1, -0.1, 1, 1, 0.8, 0.9]), "",
+                    sizes("crop.sizes", [1, 2, 5, 7])], outs=["crop"], mode="linear",
+         coordinate_transformation_mode="tf_crop_and_resize", extrapolation_value=-1.0)
+    grid = b.init("warp.grid", rng.uniform(-1.2, 1.2, (1, 5, 7, 2)).astype(np.float32))
+    b.op("GridSample", ["image", grid], outs=["warp"], mode="bicubic", padding_mode="border")
+    outs = [("up", [1, 2, 9, 12]), ("down", [1, 2, 4, 5]), ("near", [1, 2, 9, 11]), ("crop", [1, 2, 5, 7]),
+            ("warp", [1, 2, 5, 7])]
+    m = b.model("resize", [helper.make_tensor_value_info("image", f, [1, 2, 6, 8])],
+                [helper.make_tensor_value_info(n, f, d) for n, d in outs], opset=16)
+    return m, {"image": rng.standard_normal((1, 2, 6, 8)).astype(np.float32)}, []
+
+
 def calibration(m, n=4):
     """Each activation's range over n random images (onnxruntime, every
     node's output made a graph output)."""
@@ -335,7 +393,7 @@ def main():
     tmp = args.keep or tempfile.mkdtemp(prefix="dlcc-onnx-models-")
     os.makedirs(tmp, exist_ok=True)
     failures = 0
-    for build in (resnet, recurrent, unrolled, encoder, resnet_qdq):
+    for build in (resnet, recurrent, unrolled, encoder, resnet_qdq, video3d, resize):
         model, feeds, extra, *quant = build()
         path = os.path.join(tmp, model.graph.name + ".onnx")
         onnx.save(model, path)
