@@ -178,9 +178,12 @@ static void convert_node(Prec *p, Node *n, Mode mode) {
     }
     if (want == TY_COUNT) return;
   }
-  /* Gather's indices and every other integer operand keep their type. */
+  /* Gather's indices and every other integer operand keep their type;
+   * grid_sample's grid stays f32: in f16 a position on a 1000-pixel axis
+   * would be off by up to half a pixel. */
   for (int i = 0; i < n->n_in; i++)
-    if (is_float(n->in[i]->type.dtype)) n->in[i] = convert(p, n->in[i], want, n);
+    if (is_float(n->in[i]->type.dtype))
+      n->in[i] = convert(p, n->in[i], n->op == OP_GRID_SAMPLE && i == 1 ? TY_F32 : want, n);
   char err[256];
   if (!ir_infer(n, err, sizeof err)) dl_internal(p->g->ctx, "precision: %s: %s", ir_ops[n->op].name, err);
   if (mode == MODE_F32) p->kept++;
