@@ -309,7 +309,7 @@ static bool run_folder(const char *root, int n_filters, char **filters, Stats *s
     names[n++] = strdup(e->d_name);
   }
   closedir(d);
-  qsort(names, (size_t)n, sizeof *names, by_name);
+  if (n > 1) qsort(names, (size_t)n, sizeof *names, by_name); /* names is NULL when none matched */
   Stats here = {0};
   double t0 = now();
   for (int i = 0; i < n; i++) {
