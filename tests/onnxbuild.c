@@ -117,7 +117,7 @@ Onnx__TensorProto *add_init_f32(Model *b, const char *name, int rank, const int6
   Onnx__TensorProto *t = tensor(name, ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT, rank, dims);
   t->n_float_data = (size_t)n;
   t->float_data = mem(sizeof(float) * (size_t)(n + 1));
-  memcpy(t->float_data, data, sizeof(float) * (size_t)n);
+  if (n > 0) memcpy(t->float_data, data, sizeof(float) * (size_t)n); /* an empty one may pass NULL */
   ck_assert_uint_lt(b->g.n_initializer, sizeof b->inits / sizeof *b->inits);
   b->inits[b->g.n_initializer++] = t;
   return t;
@@ -129,7 +129,7 @@ void add_init_i64(Model *b, const char *name, int n, const int64_t *data) {
   t->has_raw_data = 1;
   t->raw_data.len = sizeof(int64_t) * (size_t)n;
   t->raw_data.data = mem(t->raw_data.len);
-  memcpy(t->raw_data.data, data, t->raw_data.len);
+  if (n > 0) memcpy(t->raw_data.data, data, t->raw_data.len);
   ck_assert_uint_lt(b->g.n_initializer, sizeof b->inits / sizeof *b->inits);
   b->inits[b->g.n_initializer++] = t;
 }
@@ -197,7 +197,7 @@ void attr_is(Onnx__NodeProto *n, const char *name, int k, const int64_t *v) {
   Onnx__AttributeProto *a = attr(n, name, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INTS);
   a->n_ints = (size_t)k;
   a->ints = mem(sizeof(int64_t) * (size_t)(k + 1));
-  memcpy(a->ints, v, sizeof(int64_t) * (size_t)k);
+  if (k > 0) memcpy(a->ints, v, sizeof(int64_t) * (size_t)k);
 }
 
 uint8_t *pack_model(Model *b, size_t *len) {
@@ -214,7 +214,7 @@ Onnx__TensorProto *add_init_raw(Model *b, const char *name, int32_t dtype, int r
   t->has_raw_data = 1;
   t->raw_data.len = nbytes;
   t->raw_data.data = mem(nbytes + 1);
-  memcpy(t->raw_data.data, data, nbytes);
+  if (nbytes > 0) memcpy(t->raw_data.data, data, nbytes);
   ck_assert_uint_lt(b->g.n_initializer, sizeof b->inits / sizeof *b->inits);
   b->inits[b->g.n_initializer++] = t;
   return t;
