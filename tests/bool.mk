@@ -4,7 +4,7 @@
 if HAVE_CHECK
 check_PROGRAMS += tests/test_bool
 TESTS += tests/test_bool
-tests_test_bool_SOURCES = tests/test_bool.c tests/testutil.c tests/testutil.h
+tests_test_bool_SOURCES = tests/test_bool.c tests/irjob.c tests/irjob.h tests/testutil.c tests/testutil.h
 tests_test_bool_CPPFLAGS = $(AM_CPPFLAGS) $(CUDA_CPPFLAGS)
 tests_test_bool_CFLAGS = $(TEST_CFLAGS)
 tests_test_bool_LDADD = $(TEST_LIBS) $(CUDA_LIBS)

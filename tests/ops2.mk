@@ -5,7 +5,7 @@
 if HAVE_CHECK
 check_PROGRAMS += tests/test_ops2
 TESTS += tests/test_ops2
-tests_test_ops2_SOURCES = tests/test_ops2.c tests/testutil.c tests/testutil.h
+tests_test_ops2_SOURCES = tests/test_ops2.c tests/irjob.c tests/irjob.h tests/testutil.c tests/testutil.h
 tests_test_ops2_CPPFLAGS = $(AM_CPPFLAGS) $(CUDA_CPPFLAGS)
 tests_test_ops2_CFLAGS = $(TEST_CFLAGS)
 tests_test_ops2_LDADD = $(TEST_LIBS) $(CUDA_LIBS)
