@@ -58,7 +58,8 @@ static const char run_usage[] =
     "                      for an .onnx model, which brings its own)\n"
     "  --input NAME=FILE   an input from a .npy file; inputs not given are random\n"
     "  --seed=S            seed for random parameters and inputs (default 0)\n"
-    "  --output-dir=DIR    write each output to DIR/NAME.npy\n"
+    "  --output-dir=DIR    write each output to DIR/NAME.npy; a NAME that is not a plain\n"
+    "                      file name is encoded (../x: %2E.%2F..%2Fx.npy, docs/names.md)\n"
     "  --bench=N           after the first run, time N more (inputs in, outputs out)\n"
     "                      and print their mean and minimum in ms\n"
     "  --backend=B         where to run it: auto (default: cuda when a GPU answers,\n"
@@ -292,8 +293,8 @@ static void output_dir_close(OutputDir *d) {
   d->files = NULL;
 }
 
-/* names: the n outputs' names, in order. */
-static bool output_dir_open(OutputDir *d, const char *path, const char *const *names, int n) {
+/* name_of(model, i): output i's name, for the n outputs. */
+static bool output_dir_open(OutputDir *d, const char *path, int n, const char *(*name_of)(void *, int), void *model) {
   *d = (OutputDir){.path = path, .fd = -1};
   if (mkdir(path, 0777) != 0 && errno != EEXIST) {
     fprintf(stderr, "dlcc: error: cannot create '%s': %s\n", path, strerror(errno));
@@ -309,7 +310,7 @@ static bool output_dir_open(OutputDir *d, const char *path, const char *const *n
     output_dir_close(d);
     return false;
   }
-  for (int i = 0; i < n; i++) ir_name_file(names[i], &d->files[i]);
+  for (int i = 0; i < n; i++) ir_name_file(name_of(model, i), &d->files[i]);
   if (!ir_names_unique(d->files, n, '~', IR_FILE_STEM_MAX, true)) {
     fputs("dlcc: out of memory\n", stderr);
     output_dir_close(d);
@@ -347,6 +348,12 @@ static void library_info(const DlrtTensorInfo *t, int64_t bound, dlc_tensor_info
   memcpy(out->dims, t->dims, sizeof out->dims);
   out->nbytes = t->nbytes;
   out->index_bound = bound;
+}
+
+static const char *library_output_name(void *m, int i) {
+  DlrtTensorInfo ti;
+  dlrt_output_info(m, i, &ti);
+  return ti.name;
 }
 
 /* `dlcc run model.so`: the same inputs, output and messages as for the
@@ -427,19 +434,7 @@ static int run_library(RunOptions *o) {
     goto done;
   }
   int n_out = dlrt_num_outputs(m);
-  const char **names = calloc((size_t)n_out + 1, sizeof *names);
-  if (!names) {
-    fputs("dlcc: out of memory\n", stderr);
-    goto done;
-  }
-  for (int i = 0; i < n_out; i++) {
-    DlrtTensorInfo ti;
-    dlrt_output_info(m, i, &ti);
-    names[i] = ti.name;
-  }
-  bool dir_ok = !o->output_dir || output_dir_open(&out, o->output_dir, names, n_out);
-  free(names);
-  if (!dir_ok) goto done;
+  if (o->output_dir && !output_dir_open(&out, o->output_dir, n_out, library_output_name, m)) goto done;
   rc = 0;
   for (int i = 0; i < n_out && rc == 0; i++) {
     DlrtTensorInfo ti;
@@ -481,6 +476,12 @@ static bool bench_runs(dlc_model *m, int n) {
   }
   fprintf(stderr, "dlcc: bench: %d runs on %s: mean %.3f ms, min %.3f ms\n", n, dlc_backend(m), total / n, best);
   return true;
+}
+
+static const char *model_output_name(void *m, int i) {
+  dlc_tensor_info info;
+  dlc_output_info(m, i, &info);
+  return info.name;
 }
 
 static int run_model(RunOptions *o) {
@@ -540,19 +541,7 @@ static int run_model(RunOptions *o) {
   }
   if (o->bench && !bench_runs(m, o->bench)) goto done;
   int n_out = dlc_num_outputs(m);
-  const char **names = calloc((size_t)n_out + 1, sizeof *names);
-  if (!names) {
-    fputs("dlcc: out of memory\n", stderr);
-    goto done;
-  }
-  for (int i = 0; i < n_out; i++) {
-    dlc_tensor_info info;
-    dlc_output_info(m, i, &info);
-    names[i] = info.name;
-  }
-  bool dir_ok = !o->output_dir || output_dir_open(&out, o->output_dir, names, n_out);
-  free(names);
-  if (!dir_ok) goto done;
+  if (o->output_dir && !output_dir_open(&out, o->output_dir, n_out, model_output_name, m)) goto done;
   rc = 0;
   for (int i = 0; i < n_out; i++) {
     dlc_tensor_info info;

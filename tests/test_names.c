@@ -111,6 +111,17 @@ static bool exists(const char *path) {
   return lstat(path, &st) == 0;
 }
 
+/* Folder rel in this test's folder, and those above it. */
+static void make_dirs(const char *rel) {
+  char *p = strdup(at(rel));
+  for (char *slash = p + strlen(dir) + 1; (slash = strchr(slash, '/')); *slash++ = '/') {
+    *slash = 0;
+    ck_assert(mkdir(p, 0777) == 0 || exists(p));
+  }
+  ck_assert_int_eq(mkdir(p, 0777), 0);
+  free(p);
+}
+
 /* The entries of a folder, but . and .. */
 static int count_entries(const char *path) {
   DIR *d = opendir(path);
@@ -134,14 +145,29 @@ static void make_names(void) {
 
 /* ---- the escapes ---- */
 
+/* Text written to a FILE, in memory: mem_open, write, mem_text (free it). */
+typedef struct Mem {
+  char *buf;
+  size_t len;
+  FILE *f;
+} Mem;
+
+static FILE *mem_open(Mem *m) {
+  *m = (Mem){0};
+  m->f = open_memstream(&m->buf, &m->len);
+  ck_assert_ptr_nonnull(m->f);
+  return m->f;
+}
+
+static char *mem_text(Mem *m) {
+  ck_assert_int_eq(fclose(m->f), 0);
+  return m->buf;
+}
+
 static char *comment_text(const char *s) {
-  char *buf = NULL;
-  size_t len = 0;
-  FILE *m = open_memstream(&buf, &len);
-  ck_assert_ptr_nonnull(m);
-  ir_put_comment_text(m, s);
-  fclose(m);
-  return buf;
+  Mem m;
+  ir_put_comment_text(mem_open(&m), s);
+  return mem_text(&m);
 }
 
 START_TEST(comment_text_is_inert) {
@@ -278,13 +304,10 @@ START_TEST(file_names_are_plain_and_distinct) {
 END_TEST
 
 START_TEST(c_string_escapes) {
-  char *buf = NULL;
-  size_t len = 0;
-  FILE *m = open_memstream(&buf, &len);
-  ck_assert_ptr_nonnull(m);
-  ir_put_c_string(m, "q\"\\?\?/\n\x01\xff" "7");
-  ir_put_c_string(m, NULL);
-  fclose(m);
+  Mem m;
+  ir_put_c_string(mem_open(&m), "q\"\\?\?/\n\x01\xff" "7");
+  ir_put_c_string(m.f, NULL);
+  char *buf = mem_text(&m);
   ck_assert_str_eq(buf, "\"q\\\"\\\\\\?\\?/\\n\\001\\3777\"NULL");
   free(buf);
 }
@@ -301,13 +324,9 @@ static const char cr_ir[] = "graph g {\n"
                             "}\n";
 
 static char *print_ir(Graph *g) {
-  char *buf = NULL;
-  size_t len = 0;
-  FILE *m = open_memstream(&buf, &len);
-  ck_assert_ptr_nonnull(m);
-  ir_print(m, g);
-  fclose(m);
-  return buf;
+  Mem m;
+  ir_print(mem_open(&m), g);
+  return mem_text(&m);
 }
 
 START_TEST(ir_location_comments_escape_and_read_back) {
@@ -358,8 +377,7 @@ START_TEST(ir_output_names_stay_inside) {
                              "  return %1 as \"../../x\", %2 as \"\"\n"
                              "}\n";
   spit(at("t.ir"), text, sizeof text - 1);
-  ck_assert_int_eq(mkdir(at("out"), 0777), 0);
-  ck_assert_int_eq(mkdir(at("out/a"), 0777), 0);
+  make_dirs("out/a");
   SH_OK("'%s' run '%s' --backend=ref --output-dir='%s'", dlcc(), at("t.ir"), at("out/a/b"));
   ck_assert(!exists(at("x.npy")));
   ck_assert(!exists(at("out/x.npy")));
@@ -395,8 +413,8 @@ START_TEST(calibration_folders_stay_inside) {
                              "  return %4 as \"y\"\n"
                              "}\n";
   spit(at("t.ir"), text, sizeof text - 1);
-  ck_assert_int_eq(mkdir(at("calib"), 0777), 0);
-  ck_assert_int_eq(mkdir(at("up"), 0777), 0);
+  make_dirs("calib");
+  make_dirs("up");
   RtTensor t = {.dtype = RT_F32, .rank = 2, .dims = {2, 3}, .data = (float[6]){0}, .nbytes = 24};
   char err[512];
   ck_assert_msg(rt_npy_write(at("up/0.npy"), &t, err, sizeof err) == 0, "%s", err);
@@ -421,7 +439,7 @@ START_TEST(dl_paths_and_param_names) {
   static const char text[] = "model m(x: f32[2, 3]) -> f32[2, 4] {\n"
                              "  return linear(x, 4) as {\"*/\\n#error p?\?/\\\\\"}\n"
                              "}\n";
-  ck_assert_int_eq(mkdir(at("d*"), 0777), 0);
+  make_dirs("d*");
   spit(at("d*/m.dl"), text, sizeof text - 1);
   /* A relative source path, as the header records it. */
   SH_OK("cd '%s' && '%s' 'd*/m.dl' --emit=plan >'%s'", dir, dlcc(), at("plan.txt"));
@@ -564,8 +582,7 @@ START_TEST(onnx_names_cannot_inject_or_escape) {
   SH_OK("'%s' '%s' -o '%s'", dlcc(), at("m.onnx"), at("m.so"));
   /* Loading the library runs what it holds: --output-dir from the .so
    * on emu. */
-  ck_assert_int_eq(mkdir(at("so"), 0777), 0);
-  ck_assert_int_eq(mkdir(at("so/a"), 0777), 0);
+  make_dirs("so/a");
   int rc = sh("'%s' run '%s' --backend=emu --output-dir='%s'", dlcc(), at("m.so"), at("so/a/b"));
   ck_assert_msg(!exists(at("pwned")), "the graph name ran as code");
   ck_assert_msg(rc == 0, "%s", log_text());
@@ -597,9 +614,7 @@ START_TEST(onnx_names_cannot_inject_or_escape) {
 
   /* --output-dir from the .onnx on the reference interpreter; a symbolic
    * link planted at an output's file is replaced, not followed. */
-  ck_assert_int_eq(mkdir(at("ref"), 0777), 0);
-  ck_assert_int_eq(mkdir(at("ref/a"), 0777), 0);
-  ck_assert_int_eq(mkdir(at("ref/a/b"), 0777), 0);
+  make_dirs("ref/a/b");
   spit(at("victim"), "victim", 6);
   ck_assert_int_eq(symlink(at("victim"), at("ref/a/b/A.npy")), 0);
   SH_OK("'%s' run '%s' --backend=ref --output-dir='%s'", dlcc(), at("m.onnx"), at("ref/a/b"));
