@@ -39,150 +39,157 @@ typedef struct OpEntry {
 } OpEntry;
 
 static const OpEntry onnx_ops[] = {
-    {"Abs", op_unary, NULL},
-    {"Acos", op_unary, NULL},
-    {"Acosh", op_unary, NULL},
-    {"Add", op_binary, "NumPy broadcasting"},
-    {"And", op_logic, NULL},
-    {"ArgMax", op_argmax, NULL},
-    {"ArgMin", op_argmax, NULL},
-    {"Asin", op_unary, NULL},
-    {"Asinh", op_unary, NULL},
-    {"Atan", op_unary, NULL},
-    {"Atanh", op_unary, NULL},
-    {"AveragePool", op_pool, "1-d and 2-d; pads at most half the kernel"},
-    {"BatchNormalization", op_batchnorm, "inference (training_mode=0, one output)"},
-    {"Cast", op_cast, "to FLOAT, FLOAT16, BFLOAT16, INT8, UINT8, INT32, INT64, BOOL (nonzero is true; "
-                      "a float to UINT8 truncates and wraps, as onnxruntime)"},
-    {"CastLike", op_cast, NULL},
-    {"Ceil", op_unary, NULL},
-    {"Celu", op_elu_family, NULL},
-    {"Clip", op_clip, "min and max constant"},
-    {"Concat", op_concat, NULL},
-    {"Constant", op_constant, "value, value_float(s), value_int(s)"},
-    {"ConstantOfShape", op_constant_of_shape, "constant shape"},
-    {"Conv", op_conv_qdq, "1-d and 2-d, any auto_pad, pads, strides, dilations, group; of "
-                          "DequantizeLinear's x and w: an int8 convolution"},
-    {"ConvInteger", op_conv_integer, "UINT8/INT8, zero points per tensor (w: or per channel)"},
-    {"ConvTranspose", op_conv_transpose,
+    {"Abs", ox_op_unary, NULL},
+    {"Acos", ox_op_unary, NULL},
+    {"Acosh", ox_op_unary, NULL},
+    {"Add", ox_op_binary, "NumPy broadcasting"},
+    {"And", ox_op_logic, NULL},
+    {"ArgMax", ox_op_argmax, NULL},
+    {"ArgMin", ox_op_argmax, NULL},
+    {"Asin", ox_op_unary, NULL},
+    {"Asinh", ox_op_unary, NULL},
+    {"Atan", ox_op_unary, NULL},
+    {"Atanh", ox_op_unary, NULL},
+    {"AveragePool", ox_op_pool, "1-d and 2-d; pads at most half the kernel"},
+    {"BatchNormalization", ox_op_batchnorm, "inference (training_mode=0, one output)"},
+    {"Cast", ox_op_cast,
+     "to FLOAT, FLOAT16, BFLOAT16, INT8, UINT8, INT32, INT64, BOOL (nonzero is true; "
+     "a float to UINT8 truncates and wraps, as onnxruntime)"},
+    {"CastLike", ox_op_cast, NULL},
+    {"Ceil", ox_op_unary, NULL},
+    {"Celu", ox_op_elu_family, NULL},
+    {"Clip", ox_op_clip, "min and max constant"},
+    {"Concat", ox_op_concat, NULL},
+    {"Constant", ox_op_constant, "value, value_float(s), value_int(s)"},
+    {"ConstantOfShape", ox_op_constant_of_shape, "constant shape"},
+    {"Conv", ox_op_conv_qdq,
+     "1-d and 2-d, any auto_pad, pads, strides, dilations, group; of "
+     "DequantizeLinear's x and w: an int8 convolution"},
+    {"ConvInteger", ox_op_conv_integer, "UINT8/INT8, zero points per tensor (w: or per channel)"},
+    {"ConvTranspose", ox_op_conv_transpose,
      "1-d and 2-d, any auto_pad, pads or output_shape, strides, dilations, group, "
      "output_padding"},
-    {"Cos", op_unary, NULL},
-    {"Cosh", op_unary, NULL},
-    {"DepthToSpace", op_depth_space, "DCR and CRD"},
-    {"DequantizeLinear", op_dequantize_linear, "UINT8, INT8, INT32; per tensor or per axis"},
-    {"Div", op_binary, NULL},
-    {"Dropout", op_dropout, "inference: the identity; no mask output"},
-    {"Elu", op_elu_family, NULL},
-    {"Equal", op_logic, NULL},
-    {"Erf", op_unary, NULL},
-    {"Exp", op_unary, NULL},
-    {"Expand", op_expand, "constant shape"},
-    {"EyeLike", op_eye_like, "folded at import"},
-    {"Flatten", op_flatten, NULL},
-    {"Floor", op_unary, NULL},
-    {"Gather", op_gather, "constant or runtime indices"},
-    {"GatherElements", op_gather_elements, "constant or runtime indices"},
-    {"GatherND", op_gather_nd, "batch_dims"},
-    {"Gelu", op_gelu, "approximate none or tanh"},
-    {"Gemm", op_gemm_qdq, "transA, transB, alpha, beta; of DequantizeLinear's A and B: an int8 "
-                          "linear layer"},
-    {"GlobalAveragePool", op_global_pool, NULL},
-    {"GlobalMaxPool", op_global_pool, NULL},
-    {"Greater", op_logic, NULL},
-    {"GreaterOrEqual", op_logic, NULL},
-    {"GridSample", op_grid_sample, "4-d; bilinear, nearest, bicubic; zeros, border, reflection padding"},
-    {"GRU", op_rnn, "forward/reverse/bidirectional, layout 0/1; unrolled (up to 1024 steps) for "
-                    "linear_before_reset=0, clip, other activations, initial state, sequence_lens"},
-    {"Hardmax", op_hardmax, "argmax and an equal to an iota"},
-    {"HardSigmoid", op_hardsigmoid, NULL},
-    {"HardSwish", op_unary, NULL},
-    {"Identity", op_identity, NULL},
-    {"InstanceNormalization", op_instancenorm, NULL},
-    {"IsInf", op_isinf, "detect_negative, detect_positive"},
-    {"IsNaN", op_logic, NULL},
-    {"LayerNormalization", op_layernorm, "stash_type=1; Mean and InvStdDev outputs too"},
-    {"LeakyRelu", op_leaky_relu, NULL},
-    {"Less", op_logic, NULL},
-    {"LessOrEqual", op_logic, NULL},
-    {"Log", op_unary, NULL},
-    {"LogSoftmax", op_softmax, NULL},
-    {"LRN", op_lrn, "as x^2, an avgpool2d over channels, pow and div"},
-    {"LSTM", op_rnn, "forward/reverse/bidirectional, layout 0/1; unrolled (up to 1024 steps) for "
-                     "peepholes, clip, input_forget, other activations, initial state, sequence_lens"},
-    {"MatMul", op_matmul_qdq, "of DequantizeLinear's A and B: an int8 matmul"},
-    {"MatMulInteger", op_matmul_integer, "UINT8/INT8, zero points per tensor, per row of A, per column of B"},
-    {"Max", op_variadic, NULL},
-    {"MaxPool", op_pool, "1-d and 2-d; no Indices output; pads at most half the kernel"},
-    {"Mean", op_variadic, NULL},
-    {"Min", op_variadic, NULL},
-    {"Mod", op_mod, "fmod 0 and 1, integers and floats"},
-    {"Mul", op_binary, NULL},
-    {"Neg", op_unary, NULL},
-    {"NegativeLogLikelihoodLoss", op_nll_loss, "reduction none/sum/mean, weight, ignore_index"},
-    {"Not", op_logic, NULL},
-    {"OneHot", op_one_hot, "constant depth; equal to an iota and a where"},
-    {"Or", op_logic, NULL},
-    {"Pad", op_pad, "modes constant, reflect, edge (and wrap from opset 19); constant pads"},
-    {"Pow", op_binary, NULL},
-    {"PRelu", op_prelu, NULL},
-    {"QLinearConv", op_qlinear_conv, "UINT8/INT8; w scales and zero points per tensor or per channel"},
-    {"QLinearMatMul", op_qlinear_matmul, "UINT8/INT8; a per tensor, b per tensor or per column"},
-    {"QuantizeLinear", op_quantize_linear, "to UINT8 or INT8, per tensor or per axis (saturating, "
-                                           "round half to even)"},
-    {"Range", op_range, "constant inputs"},
-    {"Reciprocal", op_unary, NULL},
-    {"ReduceL1", op_reduce, NULL},
-    {"ReduceL2", op_reduce, NULL},
-    {"ReduceLogSum", op_reduce, NULL},
-    {"ReduceLogSumExp", op_reduce, NULL},
-    {"ReduceMax", op_reduce, "axes as attribute or constant input, per opset"},
-    {"ReduceMean", op_reduce, "axes as attribute or constant input, per opset"},
-    {"ReduceMin", op_reduce, NULL},
-    {"ReduceProd", op_reduce, NULL},
-    {"ReduceSum", op_reduce, "axes as attribute or constant input, per opset"},
-    {"ReduceSumSquare", op_reduce, NULL},
-    {"RNN", op_rnn, "unrolled (up to 1024 steps); the activations, clip, initial state, sequence_lens"},
-    {"Relu", op_unary, NULL},
-    {"Round", op_unary, "half to even"},
-    {"Scatter", op_scatter_elements, "opset 9-10: ScatterElements without reduction"},
-    {"ScatterElements", op_scatter_elements, "reduction none, add, mul, max, min"},
-    {"ScatterND", op_scatter_nd, "reduction none, add, mul, max, min"},
-    {"Reshape", op_reshape, "constant shape (0 and -1 rules)"},
-    {"Resize", op_resize,
+    {"Cos", ox_op_unary, NULL},
+    {"Cosh", ox_op_unary, NULL},
+    {"DepthToSpace", ox_op_depth_space, "DCR and CRD"},
+    {"DequantizeLinear", ox_op_dequantize_linear, "UINT8, INT8, INT32; per tensor or per axis"},
+    {"Div", ox_op_binary, NULL},
+    {"Dropout", ox_op_dropout, "inference: the identity; no mask output"},
+    {"Elu", ox_op_elu_family, NULL},
+    {"Equal", ox_op_logic, NULL},
+    {"Erf", ox_op_unary, NULL},
+    {"Exp", ox_op_unary, NULL},
+    {"Expand", ox_op_expand, "constant shape"},
+    {"EyeLike", ox_op_eye_like, "folded at import"},
+    {"Flatten", ox_op_flatten, NULL},
+    {"Floor", ox_op_unary, NULL},
+    {"Gather", ox_op_gather, "constant or runtime indices"},
+    {"GatherElements", ox_op_gather_elements, "constant or runtime indices"},
+    {"GatherND", ox_op_gather_nd, "batch_dims"},
+    {"Gelu", ox_op_gelu, "approximate none or tanh"},
+    {"Gemm", ox_op_gemm_qdq,
+     "transA, transB, alpha, beta; of DequantizeLinear's A and B: an int8 "
+     "linear layer"},
+    {"GlobalAveragePool", ox_op_global_pool, NULL},
+    {"GlobalMaxPool", ox_op_global_pool, NULL},
+    {"Greater", ox_op_logic, NULL},
+    {"GreaterOrEqual", ox_op_logic, NULL},
+    {"GridSample", ox_op_grid_sample, "4-d; bilinear, nearest, bicubic; zeros, border, reflection padding"},
+    {"GRU", ox_op_rnn,
+     "forward/reverse/bidirectional, layout 0/1; unrolled (up to 1024 steps) for "
+     "linear_before_reset=0, clip, other activations, initial state, sequence_lens"},
+    {"Hardmax", ox_op_hardmax, "argmax and an equal to an iota"},
+    {"HardSigmoid", ox_op_hardsigmoid, NULL},
+    {"HardSwish", ox_op_unary, NULL},
+    {"Identity", ox_op_identity, NULL},
+    {"InstanceNormalization", ox_op_instancenorm, NULL},
+    {"IsInf", ox_op_isinf, "detect_negative, detect_positive"},
+    {"IsNaN", ox_op_logic, NULL},
+    {"LayerNormalization", ox_op_layernorm, "stash_type=1; Mean and InvStdDev outputs too"},
+    {"LeakyRelu", ox_op_leaky_relu, NULL},
+    {"Less", ox_op_logic, NULL},
+    {"LessOrEqual", ox_op_logic, NULL},
+    {"Log", ox_op_unary, NULL},
+    {"LogSoftmax", ox_op_softmax, NULL},
+    {"LRN", ox_op_lrn, "as x^2, an avgpool2d over channels, pow and div"},
+    {"LSTM", ox_op_rnn,
+     "forward/reverse/bidirectional, layout 0/1; unrolled (up to 1024 steps) for "
+     "peepholes, clip, input_forget, other activations, initial state, sequence_lens"},
+    {"MatMul", ox_op_matmul_qdq, "of DequantizeLinear's A and B: an int8 matmul"},
+    {"MatMulInteger", ox_op_matmul_integer,
+     "UINT8/INT8, zero points per tensor, per row of A, per column of B"},
+    {"Max", ox_op_variadic, NULL},
+    {"MaxPool", ox_op_pool, "1-d and 2-d; no Indices output; pads at most half the kernel"},
+    {"Mean", ox_op_variadic, NULL},
+    {"Min", ox_op_variadic, NULL},
+    {"Mod", ox_op_mod, "fmod 0 and 1, integers and floats"},
+    {"Mul", ox_op_binary, NULL},
+    {"Neg", ox_op_unary, NULL},
+    {"NegativeLogLikelihoodLoss", ox_op_nll_loss, "reduction none/sum/mean, weight, ignore_index"},
+    {"Not", ox_op_logic, NULL},
+    {"OneHot", ox_op_one_hot, "constant depth; equal to an iota and a where"},
+    {"Or", ox_op_logic, NULL},
+    {"Pad", ox_op_pad, "modes constant, reflect, edge (and wrap from opset 19); constant pads"},
+    {"Pow", ox_op_binary, NULL},
+    {"PRelu", ox_op_prelu, NULL},
+    {"QLinearConv", ox_op_qlinear_conv, "UINT8/INT8; w scales and zero points per tensor or per channel"},
+    {"QLinearMatMul", ox_op_qlinear_matmul, "UINT8/INT8; a per tensor, b per tensor or per column"},
+    {"QuantizeLinear", ox_op_quantize_linear,
+     "to UINT8 or INT8, per tensor or per axis (saturating, "
+     "round half to even)"},
+    {"Range", ox_op_range, "constant inputs"},
+    {"Reciprocal", ox_op_unary, NULL},
+    {"ReduceL1", ox_op_reduce, NULL},
+    {"ReduceL2", ox_op_reduce, NULL},
+    {"ReduceLogSum", ox_op_reduce, NULL},
+    {"ReduceLogSumExp", ox_op_reduce, NULL},
+    {"ReduceMax", ox_op_reduce, "axes as attribute or constant input, per opset"},
+    {"ReduceMean", ox_op_reduce, "axes as attribute or constant input, per opset"},
+    {"ReduceMin", ox_op_reduce, NULL},
+    {"ReduceProd", ox_op_reduce, NULL},
+    {"ReduceSum", ox_op_reduce, "axes as attribute or constant input, per opset"},
+    {"ReduceSumSquare", ox_op_reduce, NULL},
+    {"RNN", ox_op_rnn, "unrolled (up to 1024 steps); the activations, clip, initial state, sequence_lens"},
+    {"Relu", ox_op_unary, NULL},
+    {"Round", ox_op_unary, "half to even"},
+    {"Scatter", ox_op_scatter_elements, "opset 9-10: ScatterElements without reduction"},
+    {"ScatterElements", ox_op_scatter_elements, "reduction none, add, mul, max, min"},
+    {"ScatterND", ox_op_scatter_nd, "reduction none, add, mul, max, min"},
+    {"Reshape", ox_op_reshape, "constant shape (0 and -1 rules)"},
+    {"Resize", ox_op_resize,
      "constant scales or sizes (and roi); every mode, coordinate transformation and nearest_mode, "
      "cubic_coeff_a, exclude_outside, extrapolation_value, antialias, axes, "
      "keep_aspect_ratio_policy"},
-    {"Selu", op_elu_family, NULL},
-    {"Shrink", op_shrink, NULL},
-    {"Shape", op_shape, "folded at import"},
-    {"Sigmoid", op_unary, NULL},
-    {"Sign", op_unary, NULL},
-    {"Sin", op_unary, NULL},
-    {"Sinh", op_unary, NULL},
-    {"Size", op_size, "folded at import"},
-    {"Slice", op_slice, "constant starts/ends/axes/steps, negative steps too"},
-    {"Softmax", op_softmax, "per-axis from opset 13, 2-d coercion before"},
-    {"SoftmaxCrossEntropyLoss", op_softmax_ce_loss, "as log_softmax and NegativeLogLikelihoodLoss"},
-    {"Softplus", op_softplus, NULL},
-    {"Softsign", op_softsign, NULL},
-    {"SpaceToDepth", op_depth_space, NULL},
-    {"Split", op_split, NULL},
-    {"Sqrt", op_unary, NULL},
-    {"Squeeze", op_squeeze, NULL},
-    {"Sub", op_binary, NULL},
-    {"Sum", op_variadic, NULL},
-    {"Tan", op_unary, NULL},
-    {"Tanh", op_unary, NULL},
-    {"ThresholdedRelu", op_thresholded_relu, NULL},
-    {"Tile", op_tile, "constant repeats"},
-    {"TopK", op_topk, "constant K; sorted results"},
-    {"Transpose", op_transpose, NULL},
-    {"Trilu", op_trilu, "constant k"},
-    {"Unsqueeze", op_unsqueeze, NULL},
-    {"Upsample", op_resize, "as Resize-10 (asymmetric)"},
-    {"Where", op_where, "NumPy broadcasting of all three"},
-    {"Xor", op_logic, NULL},
+    {"Selu", ox_op_elu_family, NULL},
+    {"Shrink", ox_op_shrink, NULL},
+    {"Shape", ox_op_shape, "folded at import"},
+    {"Sigmoid", ox_op_unary, NULL},
+    {"Sign", ox_op_unary, NULL},
+    {"Sin", ox_op_unary, NULL},
+    {"Sinh", ox_op_unary, NULL},
+    {"Size", ox_op_size, "folded at import"},
+    {"Slice", ox_op_slice, "constant starts/ends/axes/steps, negative steps too"},
+    {"Softmax", ox_op_softmax, "per-axis from opset 13, 2-d coercion before"},
+    {"SoftmaxCrossEntropyLoss", ox_op_softmax_ce_loss, "as log_softmax and NegativeLogLikelihoodLoss"},
+    {"Softplus", ox_op_softplus, NULL},
+    {"Softsign", ox_op_softsign, NULL},
+    {"SpaceToDepth", ox_op_depth_space, NULL},
+    {"Split", ox_op_split, NULL},
+    {"Sqrt", ox_op_unary, NULL},
+    {"Squeeze", ox_op_squeeze, NULL},
+    {"Sub", ox_op_binary, NULL},
+    {"Sum", ox_op_variadic, NULL},
+    {"Tan", ox_op_unary, NULL},
+    {"Tanh", ox_op_unary, NULL},
+    {"ThresholdedRelu", ox_op_thresholded_relu, NULL},
+    {"Tile", ox_op_tile, "constant repeats"},
+    {"TopK", ox_op_topk, "constant K; sorted results"},
+    {"Transpose", ox_op_transpose, NULL},
+    {"Trilu", ox_op_trilu, "constant k"},
+    {"Unsqueeze", ox_op_unsqueeze, NULL},
+    {"Upsample", ox_op_resize, "as Resize-10 (asymmetric)"},
+    {"Where", ox_op_where, "NumPy broadcasting of all three"},
+    {"Xor", ox_op_logic, NULL},
 };
 
 /* The newest opset whose changes to these ops are handled. */
@@ -213,16 +220,17 @@ static bool type_of_info(Imp *im, const Onnx__ValueInfoProto *vi, const char *wh
   const char *name = vi->name ? vi->name : "";
   const Onnx__TypeProto *tp = vi->type;
   if (!tp || tp->value_case != ONNX__TYPE_PROTO__VALUE_TENSOR_TYPE || !tp->tensor_type)
-    return bad(im, "%s '%s' is not a tensor (sequences, maps and optionals are not supported)", what, name);
+    return ox_bad(im, "%s '%s' is not a tensor (sequences, maps and optionals are not supported)", what,
+                  name);
   const Onnx__TypeProto__Tensor *tt = tp->tensor_type;
   DType dt;
-  if (!dtype_from_onnx(tt->elem_type, &dt))
-    return bad(im, "%s '%s' has dtype %s, which is not supported (%s)", what, name,
-               onnx_type_name(tt->elem_type), dtypes_we_have);
-  if (!tt->shape) return bad(im, "%s '%s' has no shape: dlcc needs static shapes", what, name);
+  if (!ox_dtype_from_onnx(tt->elem_type, &dt))
+    return ox_bad(im, "%s '%s' has dtype %s, which is not supported (%s)", what, name,
+                  ox_onnx_type_name(tt->elem_type), ox_dtypes_we_have);
+  if (!tt->shape) return ox_bad(im, "%s '%s' has no shape: dlcc needs static shapes", what, name);
   if (tt->shape->n_dim > DL_MAX_RANK)
-    return bad(im, "%s '%s' has rank %zu, more than the supported %d", what, name, tt->shape->n_dim,
-               (int)DL_MAX_RANK);
+    return ox_bad(im, "%s '%s' has rank %zu, more than the supported %d", what, name, tt->shape->n_dim,
+                  (int)DL_MAX_RANK);
   *out = (TensorType){.dtype = dt, .rank = (int)tt->shape->n_dim};
   for (size_t i = 0; i < tt->shape->n_dim; i++) {
     const Onnx__TensorShapeProto__Dimension *d = tt->shape->dim[i];
@@ -235,21 +243,21 @@ static bool type_of_info(Imp *im, const Onnx__ValueInfoProto *vi, const char *wh
       for (int j = 0; im->opt && j < im->opt->n_defines; j++)
         if (strcmp(im->opt->defines[j].name, d->dim_param) == 0) k = j;
       if (k < 0)
-        return bad(im, "dim %zu of %s '%s' is the symbolic '%s': bind it with -D %s=VALUE", i, what,
-                   name, d->dim_param, d->dim_param);
+        return ox_bad(im, "dim %zu of %s '%s' is the symbolic '%s': bind it with -D %s=VALUE", i, what, name,
+                      d->dim_param, d->dim_param);
       im->define_used[k] = true;
       v = im->opt->defines[k].value;
     } else {
-      return bad(im, "dim %zu of %s '%s' is unknown: dlcc needs static shapes", i, what, name);
+      return ox_bad(im, "dim %zu of %s '%s' is unknown: dlcc needs static shapes", i, what, name);
     }
-    if (v == 0) return bad(im, "dim %zu of %s '%s' is 0: empty tensors are not supported", i, what, name);
+    if (v == 0) return ox_bad(im, "dim %zu of %s '%s' is 0: empty tensors are not supported", i, what, name);
     if (v < 0 || v > DL_MAX_ELEMS)
-      return bad(im, "dim %zu of %s '%s' is %" PRId64 ", out of range (1 to %" PRId64 ")", i, what,
-                 name, v, DL_MAX_ELEMS);
+      return ox_bad(im, "dim %zu of %s '%s' is %" PRId64 ", out of range (1 to %" PRId64 ")", i, what, name,
+                    v, DL_MAX_ELEMS);
     out->dims[i] = v;
   }
   if (ir_type_numel(out) < 0)
-    return bad(im, "%s '%s' is larger than %" PRId64 " elements", what, name, DL_MAX_ELEMS);
+    return ox_bad(im, "%s '%s' is larger than %" PRId64 " elements", what, name, DL_MAX_ELEMS);
   return true;
 }
 
@@ -265,14 +273,14 @@ static bool topo_order(Imp *im, const Onnx__GraphProto *gp, int *order) {
   for (int i = 0; i < n; i++)
     for (size_t j = 0; j < gp->node[i]->n_input; j++) {
       const char *in = gp->node[i]->input[j];
-      Entry *e = in && *in ? find_entry(im, in) : NULL;
+      Entry *e = in && *in ? ox_find_entry(im, in) : NULL;
       if (e && e->producer >= 0) start[e->producer + 1]++, indeg[i]++;
     }
   for (int i = 0; i < n; i++) start[i + 1] += start[i];
   for (int i = 0; i < n; i++)
     for (size_t j = 0; j < gp->node[i]->n_input; j++) {
       const char *in = gp->node[i]->input[j];
-      Entry *e = in && *in ? find_entry(im, in) : NULL;
+      Entry *e = in && *in ? ox_find_entry(im, in) : NULL;
       if (e && e->producer >= 0) edges[start[e->producer] + fill[e->producer]++] = i;
     }
   int head = 0, tail = 0;
@@ -288,9 +296,9 @@ static bool topo_order(Imp *im, const Onnx__GraphProto *gp, int *order) {
     if (indeg[i] > 0) {
       im->np = gp->node[i];
       im->node_index = i;
-      return bad(im, "the graph has a cycle through this node");
+      return ox_bad(im, "the graph has a cycle through this node");
     }
-  return bad(im, "the graph has a cycle");
+  return ox_bad(im, "the graph has a cycle");
 }
 
 static bool import_node(Imp *im, const Onnx__GraphProto *gp, int idx) {
@@ -299,13 +307,14 @@ static bool import_node(Imp *im, const Onnx__GraphProto *gp, int idx) {
   im->node_index = idx;
   im->loc = (SrcLoc){im->src, idx + 1, 1};
   im->attr_used = ARENA_ARRAY(&im->c->arena, bool, np->n_attribute + 1);
-  if (!np->op_type || !*np->op_type) return bad(im, "the node has no op_type");
+  if (!np->op_type || !*np->op_type) return ox_bad(im, "the node has no op_type");
   if (np->domain && *np->domain && strcmp(np->domain, "ai.onnx") != 0)
-    return bad(im, "ops of domain '%s' are not supported", np->domain);
+    return ox_bad(im, "ops of domain '%s' are not supported", np->domain);
   const OpEntry *op = find_op(np->op_type);
-  if (!op) return bad(im, "op %s is not supported (dlcc --onnx-support lists the ones that are)", np->op_type);
+  if (!op)
+    return ox_bad(im, "op %s is not supported (dlcc --onnx-support lists the ones that are)", np->op_type);
   for (size_t i = 0; i < np->n_attribute; i++)
-    if (!np->attribute[i]->name) return bad(im, "an attribute has no name");
+    if (!np->attribute[i]->name) return ox_bad(im, "an attribute has no name");
   ONode on = {.n_in = (int)np->n_input, .n_out = (int)np->n_output};
   on.in = ARENA_ARRAY(&im->c->arena, Val *, on.n_in + 1);
   on.out = ARENA_ARRAY(&im->c->arena, Val *, on.n_out + 1);
@@ -313,23 +322,23 @@ static bool import_node(Imp *im, const Onnx__GraphProto *gp, int idx) {
   on.want = want;
   for (int i = 0; i < on.n_in; i++) {
     const char *in = np->input[i];
-    if (in && *in) on.in[i] = find_entry(im, in)->val;
+    if (in && *in) on.in[i] = ox_find_entry(im, in)->val;
   }
   for (int i = 0; i < on.n_out; i++) want[i] = np->output[i] && *np->output[i];
   for (int i = 0; i < on.n_in; i++)
-    if (on.in[i] && on.in[i]->empty && (op->fn != op_resize || i == 0)) /* roi, scales, sizes */
-      return bad(im, "input %d ('%s') is an empty tensor: dlcc has no empty tensors", i + 1, np->input[i]);
+    if (on.in[i] && on.in[i]->empty && (op->fn != ox_op_resize || i == 0)) /* roi, scales, sizes */
+      return ox_bad(im, "input %d ('%s') is an empty tensor: dlcc has no empty tensors", i + 1, np->input[i]);
   int errors = im->c->diag.errors;
   if (!op->fn(im, &on)) {
-    if (im->c->diag.errors == errors) bad(im, "cannot import this node");
+    if (im->c->diag.errors == errors) ox_bad(im, "cannot import this node");
     return false;
   }
   for (size_t i = 0; i < np->n_attribute; i++)
-    if (!im->attr_used[i]) return bad(im, "attribute '%s' is not supported", np->attribute[i]->name);
+    if (!im->attr_used[i]) return ox_bad(im, "attribute '%s' is not supported", np->attribute[i]->name);
   for (int i = 0; i < on.n_out; i++) {
     if (!want[i]) continue;
-    if (!on.out[i]) return bad(im, "output %d is not supported", i + 1);
-    Entry *e = find_entry(im, np->output[i]);
+    if (!on.out[i]) return ox_bad(im, "output %d is not supported", i + 1);
+    Entry *e = ox_find_entry(im, np->output[i]);
     e->val = on.out[i];
     if (!on.out[i]->name) on.out[i]->name = e->name;
   }
@@ -338,7 +347,7 @@ static bool import_node(Imp *im, const Onnx__GraphProto *gp, int idx) {
 
 static bool import_graph(Imp *im, const Onnx__ModelProto *m) {
   Arena *a = &im->c->arena;
-  if (!m->has_ir_version) return bad(im, "not an ONNX model: no ir_version");
+  if (!m->has_ir_version) return ox_bad(im, "not an ONNX model: no ir_version");
   im->opset = -1;
   for (size_t i = 0; i < m->n_opset_import; i++) {
     const Onnx__OperatorSetIdProto *o = m->opset_import[i];
@@ -346,47 +355,47 @@ static bool import_graph(Imp *im, const Onnx__ModelProto *m) {
   }
   if (im->opset < 0) {
     const char *other = m->n_opset_import && m->opset_import[0]->domain ? m->opset_import[0]->domain : NULL;
-    if (other) return bad(im, "opset domain '%s' is not supported (only the ONNX opset)", other);
-    return bad(im, "the model imports no ONNX opset");
+    if (other) return ox_bad(im, "opset domain '%s' is not supported (only the ONNX opset)", other);
+    return ox_bad(im, "the model imports no ONNX opset");
   }
-  if (im->opset < 1) return bad(im, "opset %" PRId64 " is invalid", im->opset);
+  if (im->opset < 1) return ox_bad(im, "opset %" PRId64 " is invalid", im->opset);
   if (im->opset > ONNX_OPSET_KNOWN)
     diag_warning(im->c, (SrcLoc){0}, "%s: opset %" PRId64 " is newer than dlcc knows (%d)", im->file,
                  im->opset, (int)ONNX_OPSET_KNOWN);
   const Onnx__GraphProto *gp = m->graph;
-  if (!gp) return bad(im, "the model has no graph");
+  if (!gp) return ox_bad(im, "the model has no graph");
   im->g = ir_graph_new(im->c, gp->name && *gp->name ? gp->name : "onnx");
   im->loc = (SrcLoc){0};
-  if (gp->n_sparse_initializer) return bad(im, "sparse initializers are not supported");
+  if (gp->n_sparse_initializer) return ox_bad(im, "sparse initializers are not supported");
   for (size_t i = 0; i < gp->n_initializer; i++) {
     const Onnx__TensorProto *t = gp->initializer[i];
-    if (!t->name || !*t->name) return bad(im, "initializer %zu has no name", i);
-    if (find_entry(im, t->name)) return bad(im, "initializer '%s' is defined twice", t->name);
+    if (!t->name || !*t->name) return ox_bad(im, "initializer %zu has no name", i);
+    if (ox_find_entry(im, t->name)) return ox_bad(im, "initializer '%s' is defined twice", t->name);
     Tensor data;
     char err[512];
     Entry *e;
-    if (proto_is_empty(t)) {
-      e = add_entry(im, t->name, -1);
-      e->val = empty_val(im);
+    if (ox_proto_is_empty(t)) {
+      e = ox_add_entry(im, t->name, -1);
+      e->val = ox_empty_val(im);
       e->val->name = e->name;
       continue;
     }
-    if (!tensor_from_proto(t, im->dir, &data, err, sizeof err))
-      return bad(im, "initializer '%s': %s", t->name, err);
-    e = add_entry(im, t->name, -1);
-    e->val = known(im, data);
+    if (!ox_tensor_from_proto(t, im->dir, &data, err, sizeof err))
+      return ox_bad(im, "initializer '%s': %s", t->name, err);
+    e = ox_add_entry(im, t->name, -1);
+    e->val = ox_known(im, data);
     e->val->name = e->name;
   }
   for (size_t i = 0; i < gp->n_input; i++) {
     const Onnx__ValueInfoProto *vi = gp->input[i];
-    if (!vi->name || !*vi->name) return bad(im, "graph input %zu has no name", i);
-    Entry *e = find_entry(im, vi->name);
+    if (!vi->name || !*vi->name) return ox_bad(im, "graph input %zu has no name", i);
+    Entry *e = ox_find_entry(im, vi->name);
     if (e && (e->val->k || e->val->empty)) continue; /* an initializer's default: a param */
-    if (e) return bad(im, "graph input '%s' is declared twice", vi->name);
+    if (e) return ox_bad(im, "graph input '%s' is declared twice", vi->name);
     TensorType t;
     if (!type_of_info(im, vi, "graph input", &t)) return false;
-    e = add_entry(im, vi->name, -1);
-    e->val = val_of(im, &ir_source(im->g, OP_INPUT, &t, vi->name, im->loc)->out[0]);
+    e = ox_add_entry(im, vi->name, -1);
+    e->val = ox_val_of(im, &ir_source(im->g, OP_INPUT, &t, vi->name, im->loc)->out[0]);
     e->val->name = e->name;
     const Tensor *hint = im->opt && im->opt->known ? ir_tensor_map_find(im->opt->known, vi->name) : NULL;
     if (hint && ir_type_eq(&hint->type, &t)) e->val->hint = hint;
@@ -396,24 +405,24 @@ static bool import_graph(Imp *im, const Onnx__ModelProto *m) {
     for (size_t j = 0; j < np->n_output; j++) {
       const char *out = np->output[j];
       if (!out || !*out) continue;
-      Entry *e = find_entry(im, out);
+      Entry *e = ox_find_entry(im, out);
       if (e) {
         im->np = np;
         im->node_index = (int)i;
-        return bad(im, "value '%s' is defined twice (also %s)", out,
-                   e->producer < 0 ? "as a graph input or initializer" : "by an earlier node");
+        return ox_bad(im, "value '%s' is defined twice (also %s)", out,
+                      e->producer < 0 ? "as a graph input or initializer" : "by an earlier node");
       }
-      add_entry(im, out, (int)i);
+      ox_add_entry(im, out, (int)i);
     }
   }
   for (size_t i = 0; i < gp->n_node; i++) {
     const Onnx__NodeProto *np = gp->node[i];
     for (size_t j = 0; j < np->n_input; j++) {
       const char *in = np->input[j];
-      if (in && *in && !find_entry(im, in)) {
+      if (in && *in && !ox_find_entry(im, in)) {
         im->np = np;
         im->node_index = (int)i;
-        return bad(im, "input '%s' is not defined: no graph input, initializer or node produces it", in);
+        return ox_bad(im, "input '%s' is not defined: no graph input, initializer or node produces it", in);
       }
     }
   }
@@ -425,24 +434,26 @@ static bool import_graph(Imp *im, const Onnx__ModelProto *m) {
   }
   im->np = NULL;
   im->loc = (SrcLoc){0};
-  if (gp->n_output == 0) return bad(im, "the graph has no outputs");
+  if (gp->n_output == 0) return ox_bad(im, "the graph has no outputs");
   int n_out = (int)gp->n_output;
   Value **outs = ARENA_ARRAY(a, Value *, n_out);
   const char **names = ARENA_ARRAY(a, const char *, n_out);
   for (int i = 0; i < n_out; i++) {
     const Onnx__ValueInfoProto *vi = gp->output[i];
-    Entry *e = vi->name && *vi->name ? find_entry(im, vi->name) : NULL;
-    if (!e || !e->val) return bad(im, "graph output '%s' is not computed by any node", vi->name ? vi->name : "");
+    Entry *e = vi->name && *vi->name ? ox_find_entry(im, vi->name) : NULL;
+    if (!e || !e->val)
+      return ox_bad(im, "graph output '%s' is not computed by any node", vi->name ? vi->name : "");
     if (e->val->empty)
-      return bad(im, "graph output '%s' is an empty tensor: dlcc has no empty tensors", e->name);
-    outs[i] = use(im, e->val);
+      return ox_bad(im, "graph output '%s' is an empty tensor: dlcc has no empty tensors", e->name);
+    outs[i] = ox_use(im, e->val);
     names[i] = e->name;
     /* A declared output type must agree with what the graph computes. */
     const Onnx__TypeProto *tp = vi->type;
     if (tp && tp->value_case == ONNX__TYPE_PROTO__VALUE_TENSOR_TYPE && tp->tensor_type) {
       const Onnx__TypeProto__Tensor *tt = tp->tensor_type;
       DType dt;
-      bool mismatch = tt->has_elem_type && tt->elem_type && (!dtype_from_onnx(tt->elem_type, &dt) || dt != outs[i]->type.dtype);
+      bool mismatch = tt->has_elem_type && tt->elem_type &&
+                      (!ox_dtype_from_onnx(tt->elem_type, &dt) || dt != outs[i]->type.dtype);
       if (tt->shape) {
         mismatch |= (int)tt->shape->n_dim != outs[i]->type.rank;
         for (size_t d = 0; !mismatch && d < tt->shape->n_dim; d++)
@@ -451,8 +462,8 @@ static bool import_graph(Imp *im, const Onnx__ModelProto *m) {
       }
       if (mismatch) {
         char buf[IR_TYPE_STR_MAX];
-        return bad(im, "graph output '%s' computes %s, which differs from its declared type", e->name,
-                   ir_type_str(&outs[i]->type, buf, sizeof buf));
+        return ox_bad(im, "graph output '%s' computes %s, which differs from its declared type", e->name,
+                      ir_type_str(&outs[i]->type, buf, sizeof buf));
       }
     }
   }
@@ -496,14 +507,15 @@ Graph *fe_onnx_import_bytes(Ctx *c, const char *name, const void *data, size_t l
   *params = (TensorMap){0};
   Imp im = {.c = c, .file = name, .opt = opt, .fold_max = FOLD_MAX_ELEMS};
   if (opt && opt->max_fold_elems > 0) im.fold_max = opt->max_fold_elems;
-  im.dir = dir_of(&c->arena, name);
+  im.dir = ox_dir_of(&c->arena, name);
   im.src = ctx_add_file(c, name, NULL, 0);
   im.buckets = ARENA_ARRAY(&c->arena, Entry *, N_BUCKETS);
   im.define_used = ARENA_ARRAY(&c->arena, bool, (opt ? opt->n_defines : 0) + 1);
   Onnx__ModelProto *m = onnx__model_proto__unpack(NULL, len, data);
   if (!m) {
-    bad(&im, "not an ONNX model: the file does not decode as a ModelProto (truncated, or not "
-             "protobuf)");
+    ox_bad(&im,
+           "not an ONNX model: the file does not decode as a ModelProto (truncated, or not "
+           "protobuf)");
     return NULL;
   }
   bool ok = import_graph(&im, m);
@@ -518,7 +530,7 @@ Graph *fe_onnx_import(Ctx *c, const char *path, const OnnxOptions *opt, TensorMa
   *params = (TensorMap){0};
   char err[512];
   size_t len;
-  void *buf = read_whole(path, &len, err, sizeof err);
+  void *buf = ox_read_whole(path, &len, err, sizeof err);
   if (!buf) {
     diag_error(c, (SrcLoc){0}, "%s", err);
     return NULL;

@@ -22,13 +22,13 @@ static uint32_t hash_str(const char *s) {
   return h;
 }
 
-Entry *find_entry(Imp *im, const char *name) {
+Entry *ox_find_entry(Imp *im, const char *name) {
   for (Entry *e = im->buckets[hash_str(name) % N_BUCKETS]; e; e = e->next)
     if (strcmp(e->name, name) == 0) return e;
   return NULL;
 }
 
-Entry *add_entry(Imp *im, const char *name, int producer) {
+Entry *ox_add_entry(Imp *im, const char *name, int producer) {
   Entry *e = ARENA_NEW(&im->c->arena, Entry);
   e->name = arena_strdup(&im->c->arena, name);
   e->producer = producer;
@@ -38,7 +38,7 @@ Entry *add_entry(Imp *im, const char *name, int producer) {
   return e;
 }
 
-__attribute__((format(printf, 2, 3))) bool bad(Imp *im, const char *fmt, ...) {
+__attribute__((format(printf, 2, 3))) bool ox_bad(Imp *im, const char *fmt, ...) {
   char msg[1024];
   va_list ap;
   va_start(ap, fmt);
@@ -84,7 +84,7 @@ static Val *new_val(Imp *im, const TensorType *t) {
   return v;
 }
 
-Val *known(Imp *im, Tensor t) {
+Val *ox_known(Imp *im, Tensor t) {
   Tensor *k = own(im, t);
   Val *v = new_val(im, &k->type);
   v->k = k;
@@ -92,36 +92,36 @@ Val *known(Imp *im, Tensor t) {
 }
 
 /* A fresh known tensor of type t for the caller to fill. */
-Val *known_new(Imp *im, const TensorType *t) {
+Val *ox_known_new(Imp *im, const TensorType *t) {
   Tensor d;
   if (!ir_tensor_alloc(&d, t)) dl_internal(im->c, "out of memory");
-  return known(im, d);
+  return ox_known(im, d);
 }
 
-bool proto_is_empty(const Onnx__TensorProto *t) {
+bool ox_proto_is_empty(const Onnx__TensorProto *t) {
   for (size_t i = 0; i < t->n_dims; i++)
     if (t->dims[i] == 0) return true;
   return false;
 }
 
-Val *empty_val(Imp *im) {
+Val *ox_empty_val(Imp *im) {
   TensorType t = {.dtype = TY_F32, .rank = 1};
   Val *v = new_val(im, &t);
   v->empty = true;
   return v;
 }
 
-Val *scalar(Imp *im, double x, DType dt) {
+Val *ox_scalar(Imp *im, double x, DType dt) {
   TensorType t = {.dtype = dt, .rank = 0};
-  Val *v = known_new(im, &t);
+  Val *v = ox_known_new(im, &t);
   ir_tensor_set(v->k, 0, x);
   return v;
 }
 
-Val *ints_val(Imp *im, int n, const int64_t *x) {
+Val *ox_ints_val(Imp *im, int n, const int64_t *x) {
   int64_t dim = n;
   TensorType t = ir_type_make(TY_I64, 1, &dim);
-  Val *v = known_new(im, &t);
+  Val *v = ox_known_new(im, &t);
   memcpy(v->k->data, x, sizeof(int64_t) * (size_t)n);
   return v;
 }
@@ -139,7 +139,7 @@ static bool is_splat(const Tensor *t, double *value) {
 
 /* The value in the graph, made on first use: a known value becomes a
  * splat const or a param holding its data. */
-Value *use(Imp *im, Val *v) {
+Value *ox_use(Imp *im, Val *v) {
   if (v->v) return v->v;
   if (!v->k) dl_internal(im->c, "ONNX value without a definition");
   double splat;
@@ -158,9 +158,9 @@ Value *use(Imp *im, Val *v) {
     name = arena_printf(&im->c->arena, "%s.%d", base, im->n_temps++);
   }
   /* Param names are one namespace: a temporary may not take an ONNX name. */
-  while (find_entry(im, name) && find_entry(im, name)->val != v)
+  while (ox_find_entry(im, name) && ox_find_entry(im, name)->val != v)
     name = arena_printf(&im->c->arena, "%s.%d", name, im->n_temps++);
-  if (!v->name) add_entry(im, name, -1)->val = v;
+  if (!v->name) ox_add_entry(im, name, -1)->val = v;
   Node *n = ir_source(im->g, OP_PARAM, &v->type, name, im->loc);
   if (im->n_params == im->cap_params)
     im->params = grow(im, im->params, &im->cap_params, sizeof *im->params);
@@ -169,7 +169,7 @@ Value *use(Imp *im, Val *v) {
   return v->v = &n->out[0];
 }
 
-Val *val_of(Imp *im, Value *x) {
+Val *ox_val_of(Imp *im, Value *x) {
   Val *v = new_val(im, &x->type);
   v->v = x;
   return v;
@@ -194,26 +194,26 @@ static Node *begin_in(Imp *im, Emit *e, OpKind op, int n_in, Val *const *in, boo
       const char *name = arena_printf(&im->c->arena, "k%d", i);
       ops[i] = &ir_source(e->fold, OP_PARAM, &in[i]->type, name, im->loc)->out[0];
     } else {
-      ops[i] = use(im, in[i]);
+      ops[i] = ox_use(im, in[i]);
     }
   }
   e->n = ir_node_new(e->fold ? e->fold : im->g, op, n_in, ops, im->loc);
   return e->n;
 }
 
-Node *begin(Imp *im, Emit *e, OpKind op, int n_in, Val *const *in) {
+Node *ox_begin(Imp *im, Emit *e, OpKind op, int n_in, Val *const *in) {
   return begin_in(im, e, op, n_in, in, true);
 }
 
 /* Results into out[0..n_out). */
-bool finish(Imp *im, Emit *e, Val **out) {
+bool ox_finish(Imp *im, Emit *e, Val **out) {
   char err[1024];
   Node *n = e->n;
   if (!ir_fill_defaults(im->g, n, err, sizeof err) || !ir_infer(n, err, sizeof err))
-    return bad(im, "%s", err);
+    return ox_bad(im, "%s", err);
   if (!e->fold) {
     ir_append(im->g, n);
-    for (int i = 0; i < n->n_out; i++) out[i] = val_of(im, &n->out[i]);
+    for (int i = 0; i < n->n_out; i++) out[i] = ox_val_of(im, &n->out[i]);
     return true;
   }
   for (int i = 0; i < n->n_out; i++)
@@ -231,7 +231,7 @@ bool finish(Imp *im, Emit *e, Val **out) {
           case AK_DTYPE: ir_set_dtype(im->g, e2.n, at->name, at->dt); break;
         }
       }
-      return finish(im, &e2, out);
+      return ox_finish(im, &e2, out);
     }
   ir_append(e->fold, n);
   Value *outs[8];
@@ -248,80 +248,80 @@ bool finish(Imp *im, Emit *e, Val **out) {
   TensorMap pm = {e->n_in, pnames, pt};
   Tensor res[8];
   if (!ir_eval(e->fold, NULL, &pm, res, err, sizeof err))
-    return bad(im, "evaluating %s on constant operands: %s", ir_ops[n->op].name, err);
-  for (int i = 0; i < n->n_out; i++) out[i] = known(im, res[i]);
+    return ox_bad(im, "evaluating %s on constant operands: %s", ir_ops[n->op].name, err);
+  for (int i = 0; i < n->n_out; i++) out[i] = ox_known(im, res[i]);
   return true;
 }
 
-Val *emit1(Imp *im, Emit *e) {
+Val *ox_emit1(Imp *im, Emit *e) {
   Val *out[8];
-  return finish(im, e, out) ? out[0] : NULL;
+  return ox_finish(im, e, out) ? out[0] : NULL;
 }
 
-Val *op1(Imp *im, OpKind op, Val *x) {
+Val *ox_op1(Imp *im, OpKind op, Val *x) {
   if (!x) return NULL;
   Emit e;
-  begin(im, &e, op, 1, &x);
-  return emit1(im, &e);
+  ox_begin(im, &e, op, 1, &x);
+  return ox_emit1(im, &e);
 }
 
-Val *op2(Imp *im, OpKind op, Val *a, Val *b) {
+Val *ox_op2(Imp *im, OpKind op, Val *a, Val *b) {
   if (!a || !b) return NULL;
   Val *in[2] = {a, b};
   Emit e;
-  begin(im, &e, op, 2, in);
-  return emit1(im, &e);
+  ox_begin(im, &e, op, 2, in);
+  return ox_emit1(im, &e);
 }
 
-Val *op2s(Imp *im, OpKind op, Val *a, double s) {
-  return a ? op2(im, op, a, scalar(im, s, a->type.dtype)) : NULL;
+Val *ox_op2s(Imp *im, OpKind op, Val *a, double s) {
+  return a ? ox_op2(im, op, a, ox_scalar(im, s, a->type.dtype)) : NULL;
 }
 
-Val *op1f(Imp *im, OpKind op, Val *x, const char *attr, double v) {
+Val *ox_op1f(Imp *im, OpKind op, Val *x, const char *attr, double v) {
   if (!x) return NULL;
   Emit e;
-  Node *n = begin(im, &e, op, 1, &x);
+  Node *n = ox_begin(im, &e, op, 1, &x);
   ir_set_float(im->g, n, attr, v);
-  return emit1(im, &e);
+  return ox_emit1(im, &e);
 }
 
-bool same_dims(const TensorType *t, int rank, const int64_t *dims) {
+bool ox_same_dims(const TensorType *t, int rank, const int64_t *dims) {
   if (t->rank != rank) return false;
   for (int i = 0; i < rank; i++)
     if (t->dims[i] != dims[i]) return false;
   return true;
 }
 
-Val *reshape(Imp *im, Val *x, int rank, const int64_t *dims) {
+Val *ox_reshape(Imp *im, Val *x, int rank, const int64_t *dims) {
   if (!x) return NULL;
-  if (same_dims(&x->type, rank, dims)) return x;
+  if (ox_same_dims(&x->type, rank, dims)) return x;
   Emit e;
-  Node *n = begin(im, &e, OP_RESHAPE, 1, &x);
+  Node *n = ox_begin(im, &e, OP_RESHAPE, 1, &x);
   ir_set_ints(im->g, n, "shape", rank, dims);
-  return emit1(im, &e);
+  return ox_emit1(im, &e);
 }
 
-Val *transpose(Imp *im, Val *x, const int64_t *perm) {
+Val *ox_transpose(Imp *im, Val *x, const int64_t *perm) {
   if (!x) return NULL;
   bool identity = true;
   for (int i = 0; i < x->type.rank; i++) identity &= perm[i] == i;
   if (identity) return x;
   Emit e;
-  Node *n = begin(im, &e, OP_TRANSPOSE, 1, &x);
+  Node *n = ox_begin(im, &e, OP_TRANSPOSE, 1, &x);
   ir_set_ints(im->g, n, "perm", x->type.rank, perm);
-  return emit1(im, &e);
+  return ox_emit1(im, &e);
 }
 
-Val *cast(Imp *im, Val *x, DType dt) {
+Val *ox_cast(Imp *im, Val *x, DType dt) {
   if (!x || x->type.dtype == dt) return x;
   Emit e;
-  Node *n = begin(im, &e, OP_CAST, 1, &x);
+  Node *n = ox_begin(im, &e, OP_CAST, 1, &x);
   ir_set_dtype(im->g, n, "to", dt);
-  return emit1(im, &e);
+  return ox_emit1(im, &e);
 }
 
 /* x[start:end:step] along one axis (0 <= start < end <= dim, step >= 1). */
-Val *slice_axis(Imp *im, Val *x, int axis, int64_t start, int64_t end, int64_t step) {
+Val *ox_slice_axis(Imp *im, Val *x, int axis, int64_t start, int64_t end, int64_t step) {
   if (!x) return NULL;
   int r = x->type.rank;
   if (start == 0 && end == x->type.dims[axis] && step == 1) return x;
@@ -329,68 +329,68 @@ Val *slice_axis(Imp *im, Val *x, int axis, int64_t start, int64_t end, int64_t s
   for (int d = 0; d < r; d++) s[d] = 0, en[d] = x->type.dims[d], st[d] = 1;
   s[axis] = start, en[axis] = end, st[axis] = step;
   Emit e;
-  Node *n = begin(im, &e, OP_SLICE, 1, &x);
+  Node *n = ox_begin(im, &e, OP_SLICE, 1, &x);
   ir_set_ints(im->g, n, "starts", r, s);
   ir_set_ints(im->g, n, "ends", r, en);
   ir_set_ints(im->g, n, "steps", r, st);
-  return emit1(im, &e);
+  return ox_emit1(im, &e);
 }
 
-Val *concat(Imp *im, int n_in, Val **in, int axis) {
+Val *ox_concat(Imp *im, int n_in, Val **in, int axis) {
   for (int i = 0; i < n_in; i++)
     if (!in[i]) return NULL;
   if (n_in == 1) return in[0];
   Emit e;
-  Node *n = begin(im, &e, OP_CONCAT, n_in, in);
+  Node *n = ox_begin(im, &e, OP_CONCAT, n_in, in);
   ir_set_int(im->g, n, "axis", axis);
-  return emit1(im, &e);
+  return ox_emit1(im, &e);
 }
 
-Val *reduce(Imp *im, OpKind op, Val *x, int n_axes, const int64_t *axes, bool keep) {
+Val *ox_reduce(Imp *im, OpKind op, Val *x, int n_axes, const int64_t *axes, bool keep) {
   if (!x) return NULL;
   Emit e;
-  Node *n = begin(im, &e, op, 1, &x);
+  Node *n = ox_begin(im, &e, op, 1, &x);
   ir_set_ints(im->g, n, "axes", n_axes, axes);
   ir_set_int(im->g, n, "keepdims", keep);
-  return emit1(im, &e);
+  return ox_emit1(im, &e);
 }
 
-Val *gather(Imp *im, Val *data, Val *idx, int axis) {
+Val *ox_gather(Imp *im, Val *data, Val *idx, int axis) {
   if (!data || !idx) return NULL;
   Val *in[2] = {data, idx};
   Emit e;
-  Node *n = begin(im, &e, OP_GATHER, 2, in);
+  Node *n = ox_begin(im, &e, OP_GATHER, 2, in);
   ir_set_int(im->g, n, "axis", axis);
-  return emit1(im, &e);
+  return ox_emit1(im, &e);
 }
 
 /* x reversed along axis: a gather of dim-1 .. 0. */
-Val *reverse_axis(Imp *im, Val *x, int axis) {
+Val *ox_reverse_axis(Imp *im, Val *x, int axis) {
   if (!x) return NULL;
   int64_t T = x->type.dims[axis];
   if (T > im->fold_max) {
-    bad(im, "reversing an axis of %" PRId64 " elements is not supported", T);
+    ox_bad(im, "reversing an axis of %" PRId64 " elements is not supported", T);
     return NULL;
   }
   TensorType it = ir_type_make(TY_I64, 1, &T);
-  Val *idx = known_new(im, &it);
+  Val *idx = ox_known_new(im, &it);
   for (int64_t i = 0; i < T; i++) ((int64_t *)idx->k->data)[i] = T - 1 - i;
-  return gather(im, x, idx, axis);
+  return ox_gather(im, x, idx, axis);
 }
 
 /* 0, 1, .., len-1 along axis of a rank-r i64 tensor (1 in the other dims). */
-Val *iota_along(Imp *im, int r, int axis, int64_t len) {
+Val *ox_iota_along(Imp *im, int r, int axis, int64_t len) {
   int64_t dims[DL_MAX_RANK];
   for (int d = 0; d < r; d++) dims[d] = d == axis ? len : 1;
   TensorType t = ir_type_make(TY_I64, r, dims);
-  Val *v = known_new(im, &t);
+  Val *v = ox_known_new(im, &t);
   for (int64_t i = 0; i < len; i++) ((int64_t *)v->k->data)[i] = i;
   return v;
 }
 
 /* ---- attributes ---- */
 
-const Onnx__AttributeProto *find_attr(Imp *im, const char *name) {
+const Onnx__AttributeProto *ox_find_attr(Imp *im, const char *name) {
   const Onnx__NodeProto *np = im->np;
   for (size_t i = 0; i < np->n_attribute; i++)
     if (np->attribute[i]->name && strcmp(np->attribute[i]->name, name) == 0) {
@@ -404,12 +404,12 @@ static bool attr_kind(Imp *im, const Onnx__AttributeProto *a, Onnx__AttributePro
                       const char *what) {
   /* Old exporters leave type unset; then the filled field decides. */
   if (a->has_type && a->type != want)
-    return bad(im, "attribute '%s' must be %s", a->name, what);
+    return ox_bad(im, "attribute '%s' must be %s", a->name, what);
   return true;
 }
 
-bool attr_int(Imp *im, const char *name, int64_t def, int64_t *out) {
-  const Onnx__AttributeProto *a = find_attr(im, name);
+bool ox_attr_int(Imp *im, const char *name, int64_t def, int64_t *out) {
+  const Onnx__AttributeProto *a = ox_find_attr(im, name);
   *out = def;
   if (!a) return true;
   if (!attr_kind(im, a, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INT, "an integer")) return false;
@@ -417,8 +417,8 @@ bool attr_int(Imp *im, const char *name, int64_t def, int64_t *out) {
   return true;
 }
 
-bool attr_float(Imp *im, const char *name, double def, double *out) {
-  const Onnx__AttributeProto *a = find_attr(im, name);
+bool ox_attr_float(Imp *im, const char *name, double def, double *out) {
+  const Onnx__AttributeProto *a = ox_find_attr(im, name);
   *out = def;
   if (!a) return true;
   if (!attr_kind(im, a, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__FLOAT, "a float")) return false;
@@ -427,8 +427,8 @@ bool attr_float(Imp *im, const char *name, double def, double *out) {
 }
 
 /* *out NULL when absent. */
-bool attr_str(Imp *im, const char *name, const char *def, const char **out) {
-  const Onnx__AttributeProto *a = find_attr(im, name);
+bool ox_attr_str(Imp *im, const char *name, const char *def, const char **out) {
+  const Onnx__AttributeProto *a = ox_find_attr(im, name);
   *out = def;
   if (!a) return true;
   if (!attr_kind(im, a, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__STRING, "a string")) return false;
@@ -437,54 +437,56 @@ bool attr_str(Imp *im, const char *name, const char *def, const char **out) {
 }
 
 /* *n = -1 when absent. */
-bool attr_ints(Imp *im, const char *name, int *n, const int64_t **v) {
-  const Onnx__AttributeProto *a = find_attr(im, name);
+bool ox_attr_ints(Imp *im, const char *name, int *n, const int64_t **v) {
+  const Onnx__AttributeProto *a = ox_find_attr(im, name);
   *n = -1;
   *v = NULL;
   if (!a) return true;
   if (!attr_kind(im, a, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INTS, "a list of integers")) return false;
-  if (a->n_ints > 64) return bad(im, "attribute '%s' has %zu values, more than dlcc takes", name, a->n_ints);
+  if (a->n_ints > 64)
+    return ox_bad(im, "attribute '%s' has %zu values, more than dlcc takes", name, a->n_ints);
   *n = (int)a->n_ints;
   *v = a->ints;
   return true;
 }
 
 /* A flag attribute that dlcc supports only at one value. */
-bool attr_only(Imp *im, const char *name, int64_t def, int64_t allowed) {
+bool ox_attr_only(Imp *im, const char *name, int64_t def, int64_t allowed) {
   int64_t v;
-  if (!attr_int(im, name, def, &v)) return false;
+  if (!ox_attr_int(im, name, def, &v)) return false;
   if (v != allowed)
-    return bad(im, "attribute %s=%" PRId64 " is not supported (only %" PRId64 ")", name, v, allowed);
+    return ox_bad(im, "attribute %s=%" PRId64 " is not supported (only %" PRId64 ")", name, v, allowed);
   return true;
 }
 
 /* ---- operands ---- */
 
-Val *in_opt(const ONode *n, int i) { return i < n->n_in ? n->in[i] : NULL; }
+Val *ox_in_opt(const ONode *n, int i) { return i < n->n_in ? n->in[i] : NULL; }
 
-Val *in_req(Imp *im, const ONode *n, int i) {
-  Val *v = in_opt(n, i);
-  if (!v) bad(im, "input %d is missing", i + 1);
+Val *ox_in_req(Imp *im, const ONode *n, int i) {
+  Val *v = ox_in_opt(n, i);
+  if (!v) ox_bad(im, "input %d is missing", i + 1);
   return v;
 }
 
-const Tensor *need_const(Imp *im, Val *v, const char *what) {
+const Tensor *ox_need_const(Imp *im, Val *v, const char *what) {
   if (v->k) return v->k;
   if (v->hint) return v->hint;
-  bad(im, "%s computed at run time is not supported: it must be an initializer, a Constant or "
-          "follow from static shapes",
-      what);
+  ox_bad(im,
+         "%s computed at run time is not supported: it must be an initializer, a Constant or "
+         "follow from static shapes",
+         what);
   return NULL;
 }
 
 /* Up to 64 integers from a known 0-d or 1-d integer tensor. */
-bool const_ints(Imp *im, Val *v, const char *what, int *n, int64_t *out) {
-  const Tensor *t = need_const(im, v, what);
+bool ox_const_ints(Imp *im, Val *v, const char *what, int *n, int64_t *out) {
+  const Tensor *t = ox_need_const(im, v, what);
   if (!t) return false;
   if (ir_dtype_is_float(t->type.dtype) || t->type.rank > 1)
-    return bad(im, "%s must be a 0-d or 1-d integer tensor", what);
+    return ox_bad(im, "%s must be a 0-d or 1-d integer tensor", what);
   int64_t count = ir_type_numel(&t->type);
-  if (count > 64) return bad(im, "%s has %" PRId64 " values, more than dlcc takes", what, count);
+  if (count > 64) return ox_bad(im, "%s has %" PRId64 " values, more than dlcc takes", what, count);
   for (int64_t i = 0; i < count; i++) out[i] = (int64_t)ir_tensor_get(t, i);
   if (t->type.dtype == TY_I64)
     for (int64_t i = 0; i < count; i++) out[i] = ((const int64_t *)t->data)[i];
@@ -492,28 +494,28 @@ bool const_ints(Imp *im, Val *v, const char *what, int *n, int64_t *out) {
   return true;
 }
 
-bool const_scalar(Imp *im, Val *v, const char *what, double *out) {
-  const Tensor *t = need_const(im, v, what);
+bool ox_const_scalar(Imp *im, Val *v, const char *what, double *out) {
+  const Tensor *t = ox_need_const(im, v, what);
   if (!t) return false;
-  if (ir_type_numel(&t->type) != 1) return bad(im, "%s must hold one value", what);
+  if (ir_type_numel(&t->type) != 1) return ox_bad(im, "%s must hold one value", what);
   *out = ir_tensor_get(t, 0);
   return true;
 }
 
-bool norm_axis(Imp *im, int64_t a, int rank, int *out) {
+bool ox_norm_axis(Imp *im, int64_t a, int rank, int *out) {
   *out = 0;
   if (a < -rank || a >= rank)
-    return bad(im, "axis %" PRId64 " is out of range for rank %d", a, rank);
+    return ox_bad(im, "axis %" PRId64 " is out of range for rank %d", a, rank);
   *out = (int)(a < 0 ? a + rank : a);
   return true;
 }
 
 /* Axes normalized, sorted, without duplicates. */
-bool norm_axes(Imp *im, int n, const int64_t *in, int rank, int *n_out, int64_t *out) {
+bool ox_norm_axes(Imp *im, int n, const int64_t *in, int rank, int *n_out, int64_t *out) {
   bool seen[DL_MAX_RANK] = {false};
   for (int i = 0; i < n; i++) {
     int a;
-    if (!norm_axis(im, in[i], rank, &a)) return false;
+    if (!ox_norm_axis(im, in[i], rank, &a)) return false;
     seen[a] = true;
   }
   *n_out = 0;
@@ -522,9 +524,9 @@ bool norm_axes(Imp *im, int n, const int64_t *in, int rank, int *n_out, int64_t 
   return true;
 }
 
-bool need_float_in(Imp *im, Val *x) {
+bool ox_need_float_in(Imp *im, Val *x) {
   if (!ir_dtype_is_float(x->type.dtype))
-    return bad(im, "input of dtype %s is not supported (a float type is needed)",
-               ir_dtype_name(x->type.dtype));
+    return ox_bad(im, "input of dtype %s is not supported (a float type is needed)",
+                  ir_dtype_name(x->type.dtype));
   return true;
 }

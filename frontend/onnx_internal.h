@@ -90,86 +90,88 @@ typedef struct Window {
 typedef bool OpFn(Imp *im, ONode *n);
 
 /* onnx_tensor.c: dtypes and files. */
-extern const char dtypes_we_have[];
-const char *onnx_type_name(int32_t t);
-bool dtype_from_onnx(int32_t t, DType *out);
-void *read_whole(const char *path, size_t *len, char *err, size_t errlen);
-char *dir_of(Arena *a, const char *path);
-bool tensor_from_proto(const Onnx__TensorProto *t, const char *dir, Tensor *out, char *err, size_t errlen);
+extern const char ox_dtypes_we_have[];
+const char *ox_onnx_type_name(int32_t t);
+bool ox_dtype_from_onnx(int32_t t, DType *out);
+void *ox_read_whole(const char *path, size_t *len, char *err, size_t errlen);
+char *ox_dir_of(Arena *a, const char *path);
+bool ox_tensor_from_proto(const Onnx__TensorProto *t, const char *dir, Tensor *out, char *err, size_t errlen);
 
 /* onnx_build.c: names, values, nodes, attributes and operands. */
-Entry *find_entry(Imp *im, const char *name);
-Entry *add_entry(Imp *im, const char *name, int producer);
-bool bad(Imp *im, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-Val *known(Imp *im, Tensor t);
-Val *known_new(Imp *im, const TensorType *t);
-bool proto_is_empty(const Onnx__TensorProto *t);
-Val *empty_val(Imp *im);
-Val *scalar(Imp *im, double x, DType dt);
-Val *ints_val(Imp *im, int n, const int64_t *x);
-Value *use(Imp *im, Val *v);
-Val *val_of(Imp *im, Value *x);
-Node *begin(Imp *im, Emit *e, OpKind op, int n_in, Val *const *in);
-bool finish(Imp *im, Emit *e, Val **out);
-Val *emit1(Imp *im, Emit *e);
-Val *op1(Imp *im, OpKind op, Val *x);
-Val *op2(Imp *im, OpKind op, Val *a, Val *b);
-Val *op2s(Imp *im, OpKind op, Val *a, double s);
-Val *op1f(Imp *im, OpKind op, Val *x, const char *attr, double v);
-bool same_dims(const TensorType *t, int rank, const int64_t *dims);
-Val *reshape(Imp *im, Val *x, int rank, const int64_t *dims);
-Val *transpose(Imp *im, Val *x, const int64_t *perm);
-Val *cast(Imp *im, Val *x, DType dt);
-Val *slice_axis(Imp *im, Val *x, int axis, int64_t start, int64_t end, int64_t step);
-Val *concat(Imp *im, int n_in, Val **in, int axis);
-Val *reduce(Imp *im, OpKind op, Val *x, int n_axes, const int64_t *axes, bool keep);
-Val *gather(Imp *im, Val *data, Val *idx, int axis);
-Val *reverse_axis(Imp *im, Val *x, int axis);
-Val *iota_along(Imp *im, int r, int axis, int64_t len);
-const Onnx__AttributeProto *find_attr(Imp *im, const char *name);
-bool attr_int(Imp *im, const char *name, int64_t def, int64_t *out);
-bool attr_float(Imp *im, const char *name, double def, double *out);
-bool attr_str(Imp *im, const char *name, const char *def, const char **out);
-bool attr_ints(Imp *im, const char *name, int *n, const int64_t **v);
-bool attr_only(Imp *im, const char *name, int64_t def, int64_t allowed);
-Val *in_opt(const ONode *n, int i);
-Val *in_req(Imp *im, const ONode *n, int i);
-const Tensor *need_const(Imp *im, Val *v, const char *what);
-bool const_ints(Imp *im, Val *v, const char *what, int *n, int64_t *out);
-bool const_scalar(Imp *im, Val *v, const char *what, double *out);
-bool norm_axis(Imp *im, int64_t a, int rank, int *out);
-bool norm_axes(Imp *im, int n, const int64_t *in, int rank, int *n_out, int64_t *out);
-bool need_float_in(Imp *im, Val *x);
+Entry *ox_find_entry(Imp *im, const char *name);
+Entry *ox_add_entry(Imp *im, const char *name, int producer);
+bool ox_bad(Imp *im, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+Val *ox_known(Imp *im, Tensor t);
+Val *ox_known_new(Imp *im, const TensorType *t);
+bool ox_proto_is_empty(const Onnx__TensorProto *t);
+Val *ox_empty_val(Imp *im);
+Val *ox_scalar(Imp *im, double x, DType dt);
+Val *ox_ints_val(Imp *im, int n, const int64_t *x);
+Value *ox_use(Imp *im, Val *v);
+Val *ox_val_of(Imp *im, Value *x);
+Node *ox_begin(Imp *im, Emit *e, OpKind op, int n_in, Val *const *in);
+bool ox_finish(Imp *im, Emit *e, Val **out);
+Val *ox_emit1(Imp *im, Emit *e);
+Val *ox_op1(Imp *im, OpKind op, Val *x);
+Val *ox_op2(Imp *im, OpKind op, Val *a, Val *b);
+Val *ox_op2s(Imp *im, OpKind op, Val *a, double s);
+Val *ox_op1f(Imp *im, OpKind op, Val *x, const char *attr, double v);
+bool ox_same_dims(const TensorType *t, int rank, const int64_t *dims);
+Val *ox_reshape(Imp *im, Val *x, int rank, const int64_t *dims);
+Val *ox_transpose(Imp *im, Val *x, const int64_t *perm);
+Val *ox_cast(Imp *im, Val *x, DType dt);
+Val *ox_slice_axis(Imp *im, Val *x, int axis, int64_t start, int64_t end, int64_t step);
+Val *ox_concat(Imp *im, int n_in, Val **in, int axis);
+Val *ox_reduce(Imp *im, OpKind op, Val *x, int n_axes, const int64_t *axes, bool keep);
+Val *ox_gather(Imp *im, Val *data, Val *idx, int axis);
+Val *ox_reverse_axis(Imp *im, Val *x, int axis);
+Val *ox_iota_along(Imp *im, int r, int axis, int64_t len);
+const Onnx__AttributeProto *ox_find_attr(Imp *im, const char *name);
+bool ox_attr_int(Imp *im, const char *name, int64_t def, int64_t *out);
+bool ox_attr_float(Imp *im, const char *name, double def, double *out);
+bool ox_attr_str(Imp *im, const char *name, const char *def, const char **out);
+bool ox_attr_ints(Imp *im, const char *name, int *n, const int64_t **v);
+bool ox_attr_only(Imp *im, const char *name, int64_t def, int64_t allowed);
+Val *ox_in_opt(const ONode *n, int i);
+Val *ox_in_req(Imp *im, const ONode *n, int i);
+const Tensor *ox_need_const(Imp *im, Val *v, const char *what);
+bool ox_const_ints(Imp *im, Val *v, const char *what, int *n, int64_t *out);
+bool ox_const_scalar(Imp *im, Val *v, const char *what, double *out);
+bool ox_norm_axis(Imp *im, int64_t a, int rank, int *out);
+bool ox_norm_axes(Imp *im, int n, const int64_t *in, int rank, int *n_out, int64_t *out);
+bool ox_need_float_in(Imp *im, Val *x);
 
 /* onnx_ops.c: elementwise, products, convolution, pooling,
  * normalization, losses, reductions. */
-OpFn op_unary, op_leaky_relu, op_gelu, op_elu_family, op_hardsigmoid, op_softplus, op_softsign, op_prelu,
-    op_clip, op_binary, op_mod, op_variadic, op_logic, op_isinf, op_where, op_thresholded_relu, op_shrink,
-    op_trilu, op_identity, op_dropout, op_cast, op_matmul, op_gemm, op_conv, op_conv_transpose, op_pool,
-    op_global_pool, op_batchnorm, op_layernorm, op_lrn, op_instancenorm, op_softmax, op_nll_loss,
-    op_softmax_ce_loss, op_reduce, op_argmax, op_hardmax;
-Val *neg_exp_side(Imp *im, Val *x, double alpha, double scale);
-Val *hardsigmoid_of(Imp *im, Val *x, double alpha, double beta);
-Val *softplus_of(Imp *im, Val *x);
-Val *softsign_of(Imp *im, Val *x);
-Val *where(Imp *im, Val *cond, Val *a, Val *b);
-bool window_attrs(Imp *im, const Val *x, const int64_t *wkernel, Window *w);
-Val *to_2d(Imp *im, Val *x);
-Val *from_2d(Imp *im, Val *y, int spatial);
+OpFn ox_op_unary, ox_op_leaky_relu, ox_op_gelu, ox_op_elu_family, ox_op_hardsigmoid, ox_op_softplus,
+    ox_op_softsign, ox_op_prelu, ox_op_clip, ox_op_binary, ox_op_mod, ox_op_variadic, ox_op_logic,
+    ox_op_isinf, ox_op_where, ox_op_thresholded_relu, ox_op_shrink, ox_op_trilu, ox_op_identity,
+    ox_op_dropout, ox_op_cast, ox_op_matmul, ox_op_gemm, ox_op_conv, ox_op_conv_transpose, ox_op_pool,
+    ox_op_global_pool, ox_op_batchnorm, ox_op_layernorm, ox_op_lrn, ox_op_instancenorm, ox_op_softmax,
+    ox_op_nll_loss, ox_op_softmax_ce_loss, ox_op_reduce, ox_op_argmax, ox_op_hardmax;
+Val *ox_neg_exp_side(Imp *im, Val *x, double alpha, double scale);
+Val *ox_hardsigmoid_of(Imp *im, Val *x, double alpha, double beta);
+Val *ox_softplus_of(Imp *im, Val *x);
+Val *ox_softsign_of(Imp *im, Val *x);
+Val *ox_where(Imp *im, Val *cond, Val *a, Val *b);
+bool ox_window_attrs(Imp *im, const Val *x, const int64_t *wkernel, Window *w);
+Val *ox_to_2d(Imp *im, Val *x);
+Val *ox_from_2d(Imp *im, Val *y, int spatial);
 
 /* onnx_shape.c: shapes, data movement, indexing, values known at import. */
-OpFn op_reshape, op_flatten, op_squeeze, op_unsqueeze, op_transpose, op_concat, op_split, op_slice, op_gather,
-    op_gather_elements, op_gather_nd, op_scatter_elements, op_scatter_nd, op_topk, op_one_hot, op_eye_like,
-    op_expand, op_tile, op_pad, op_depth_space, op_constant, op_constant_of_shape, op_shape, op_size, op_range;
+OpFn ox_op_reshape, ox_op_flatten, ox_op_squeeze, ox_op_unsqueeze, ox_op_transpose, ox_op_concat, ox_op_split,
+    ox_op_slice, ox_op_gather, ox_op_gather_elements, ox_op_gather_nd, ox_op_scatter_elements,
+    ox_op_scatter_nd, ox_op_topk, ox_op_one_hot, ox_op_eye_like, ox_op_expand, ox_op_tile, ox_op_pad,
+    ox_op_depth_space, ox_op_constant, ox_op_constant_of_shape, ox_op_shape, ox_op_size, ox_op_range;
 
 /* onnx_resize.c: Resize, Upsample and GridSample. */
-OpFn op_resize, op_grid_sample;
+OpFn ox_op_resize, ox_op_grid_sample;
 
 /* onnx_rnn.c: RNN, GRU and LSTM, unrolled. */
-OpFn op_rnn;
+OpFn ox_op_rnn;
 
 /* onnx_quant.c: QDQ and QOperator int8 models. */
-OpFn op_quantize_linear, op_dequantize_linear, op_conv_integer, op_qlinear_conv, op_matmul_integer,
-    op_qlinear_matmul, op_conv_qdq, op_matmul_qdq, op_gemm_qdq;
+OpFn ox_op_quantize_linear, ox_op_dequantize_linear, ox_op_conv_integer, ox_op_qlinear_conv,
+    ox_op_matmul_integer, ox_op_qlinear_matmul, ox_op_conv_qdq, ox_op_matmul_qdq, ox_op_gemm_qdq;
 
 #endif

@@ -58,7 +58,7 @@ static Val *along_axis(Imp *im, DType dt, int64_t n, const double *v, int axis, 
   int rank = n == 1 ? 0 : r - axis;
   for (int d = 0; d < rank; d++) dims[d] = d == 0 ? n : 1;
   TensorType tt = ir_type_make(dt, rank, dims);
-  Val *t = known_new(im, &tt);
+  Val *t = ox_known_new(im, &tt);
   for (int64_t i = 0; i < n; i++) ir_tensor_set(t->k, i, v[i]);
   return t;
 }
@@ -82,8 +82,8 @@ static Val *zps_along(Imp *im, const Quant *p, int r) {
  * there is none). */
 static bool quant_params(Imp *im, const TensorType *x, Val *scale, Val *zp, int64_t axis,
                          const char *what, Quant *out, DType *zdt) {
-  const Tensor *s = scale ? need_const(im, scale, arena_printf(&im->c->arena, "%s's scale", what)) : NULL;
-  const Tensor *z = zp ? need_const(im, zp, arena_printf(&im->c->arena, "%s's zero point", what)) : NULL;
+  const Tensor *s = scale ? ox_need_const(im, scale, arena_printf(&im->c->arena, "%s's scale", what)) : NULL;
+  const Tensor *z = zp ? ox_need_const(im, zp, arena_printf(&im->c->arena, "%s's zero point", what)) : NULL;
   if ((scale && !s) || (zp && !z)) return false;
   const Tensor *shape = s ? s : z;
   int64_t n = shape ? ir_type_numel(&shape->type) : 1;
@@ -91,31 +91,31 @@ static bool quant_params(Imp *im, const TensorType *x, Val *scale, Val *zp, int6
   if (n > 1 || (shape && shape->type.rank > 1)) {
     char ts[IR_TYPE_STR_MAX];
     if (axis < 0 || shape->type.rank != 1)
-      return bad(im, "%s: a %s scale or zero point is not supported (one value%s)", what,
-                 ir_type_str(&shape->type, ts, sizeof ts),
-                 axis < 0 ? "" : ", or one per slice along an axis");
+      return ox_bad(im, "%s: a %s scale or zero point is not supported (one value%s)", what,
+                    ir_type_str(&shape->type, ts, sizeof ts),
+                    axis < 0 ? "" : ", or one per slice along an axis");
     int a;
-    if (!norm_axis(im, axis, x->rank, &a)) return false;
+    if (!ox_norm_axis(im, axis, x->rank, &a)) return false;
     if (x->dims[a] != n)
-      return bad(im, "%s: %" PRId64 " scales or zero points, but %" PRId64 " slices along axis %d", what,
-                 n, x->dims[a], a);
+      return ox_bad(im, "%s: %" PRId64 " scales or zero points, but %" PRId64 " slices along axis %d", what,
+                    n, x->dims[a], a);
     out->axis = a;
   }
   if (s && z && ir_type_numel(&z->type) != n)
-    return bad(im, "%s: %" PRId64 " scales but %" PRId64 " zero points", what, n, ir_type_numel(&z->type));
-  if (s && !ir_dtype_is_float(s->type.dtype)) return bad(im, "%s: the scale must be a float", what);
+    return ox_bad(im, "%s: %" PRId64 " scales but %" PRId64 " zero points", what, n, ir_type_numel(&z->type));
+  if (s && !ir_dtype_is_float(s->type.dtype)) return ox_bad(im, "%s: the scale must be a float", what);
   out->scale = ARENA_ARRAY(&im->c->arena, float, n);
   out->zp = ARENA_ARRAY(&im->c->arena, int32_t, n);
   for (int64_t i = 0; i < n; i++) {
     out->scale[i] = s ? (float)ir_tensor_get(s, i) : 1.0f;
     if (!(out->scale[i] > 0) || isinf(out->scale[i]))
-      return bad(im, "%s: scale %g is not a positive finite f32", what, (double)out->scale[i]);
+      return ox_bad(im, "%s: scale %g is not a positive finite f32", what, (double)out->scale[i]);
     out->zp[i] = z ? (int32_t)ir_tensor_get(z, i) : 0;
   }
   *zdt = z ? z->type.dtype : TY_COUNT;
   if (z && z->type.dtype != TY_I8 && z->type.dtype != TY_U8 && z->type.dtype != TY_I32)
-    return bad(im, "%s: a zero point of dtype %s is not supported (INT8, UINT8, INT32)", what,
-               ir_dtype_name(z->type.dtype));
+    return ox_bad(im, "%s: a zero point of dtype %s is not supported (INT8, UINT8, INT32)", what,
+                  ir_dtype_name(z->type.dtype));
   return true;
 }
 
@@ -128,17 +128,17 @@ static Val *emit_quantize(Imp *im, Val *x, const Quant *p, DType to) {
     Val **parts = ARENA_ARRAY(&im->c->arena, Val *, p->n);
     for (int64_t c = 0; c < p->n; c++) {
       Quant one = {.axis = -1, .n = 1, .scale = &p->scale[c], .zp = &p->zp[c]};
-      parts[c] = emit_quantize(im, slice_axis(im, x, p->axis, c, c + 1, 1), &one, to);
+      parts[c] = emit_quantize(im, ox_slice_axis(im, x, p->axis, c, c + 1, 1), &one, to);
     }
-    return concat(im, (int)p->n, parts, p->axis);
+    return ox_concat(im, (int)p->n, parts, p->axis);
   }
   Val *in[2] = {x, p->axis >= 0 ? scales_along(im, p, x->type.rank) : NULL};
   Emit e;
-  Node *n = begin(im, &e, OP_QUANTIZE, in[1] ? 2 : 1, in);
+  Node *n = ox_begin(im, &e, OP_QUANTIZE, in[1] ? 2 : 1, in);
   if (!in[1]) ir_set_float(im->g, n, "scale", p->scale[0]);
   ir_set_int(im->g, n, "zero_point", p->zp[0]);
   if (to == TY_U8) ir_set_dtype(im->g, n, "to", TY_U8);
-  return emit1(im, &e);
+  return ox_emit1(im, &e);
 }
 
 /* (q - zp) * scale in f32.  Zero points that differ along the axis are
@@ -146,16 +146,16 @@ static Val *emit_quantize(Imp *im, Val *x, const Quant *p, DType to) {
 static Val *emit_dequantize(Imp *im, Val *q, const Quant *p) {
   int32_t zp = p->zp[0];
   if (!zp_uniform(p)) {
-    q = op2(im, OP_SUB, cast(im, q, TY_I32), zps_along(im, p, q->type.rank));
+    q = ox_op2(im, OP_SUB, ox_cast(im, q, TY_I32), zps_along(im, p, q->type.rank));
     zp = 0;
   }
   if (!q) return NULL;
   Val *in[2] = {q, p->axis >= 0 ? scales_along(im, p, q->type.rank) : NULL};
   Emit e;
-  Node *n = begin(im, &e, OP_DEQUANTIZE, in[1] ? 2 : 1, in);
+  Node *n = ox_begin(im, &e, OP_DEQUANTIZE, in[1] ? 2 : 1, in);
   if (!in[1]) ir_set_float(im->g, n, "scale", p->scale[0]);
   if (zp) ir_set_int(im->g, n, "zero_point", zp);
-  return emit1(im, &e);
+  return ox_emit1(im, &e);
 }
 
 /* sat(rint(acc * m) + zy) into `to`: onnxruntime's requantization of an
@@ -210,7 +210,7 @@ static Val *known_differences(Imp *im, const Val *q, const Quant *p) {
   }
   TensorType t = q->type;
   t.dtype = TY_I8;
-  Val *v = known_new(im, &t);
+  Val *v = ox_known_new(im, &t);
   for (int64_t i = 0; i < count; i++)
     ((int8_t *)v->k->data)[i] = (int8_t)(ir_tensor_get(q->k, i) - p->zp[slice_of(&q->type, p->axis, i)]);
   return v;
@@ -219,7 +219,7 @@ static Val *known_differences(Imp *im, const Val *q, const Quant *p) {
 static bool to_int8(Imp *im, Val *q, const Quant *p, const char *what, Int8 *out) {
   DType dt = q->type.dtype;
   if (dt != TY_I8 && dt != TY_U8)
-    return bad(im, "%s of dtype %s is not supported (INT8 or UINT8)", what, ir_dtype_name(dt));
+    return ox_bad(im, "%s of dtype %s is not supported (INT8 or UINT8)", what, ir_dtype_name(dt));
   *out = (Int8){.v = q, .axis = p->axis, .n = p->n, .zp = ARENA_ARRAY(&im->c->arena, int32_t, p->n)};
   if (q->k && !(dt == TY_I8 && zp_zero(p)) && (out->v = known_differences(im, q, p))) {
     out->zero = true;
@@ -247,41 +247,41 @@ static Val *zp8_along(Imp *im, const Int8 *x, int axis, int r) {
 static Val *ones_i8(Imp *im, int64_t rows, int64_t cols) {
   int64_t dims[2] = {rows, cols};
   TensorType t = ir_type_make(TY_I8, 2, dims);
-  Val *v = known_new(im, &t);
+  Val *v = ox_known_new(im, &t);
   memset(v->k->data, 1, (size_t)(rows * cols));
   return v;
 }
 
 static Val *row_sums(Imp *im, Val *v) {
-  return v ? op2(im, OP_MATMUL, v, ones_i8(im, v->type.dims[v->type.rank - 1], 1)) : NULL;
+  return v ? ox_op2(im, OP_MATMUL, v, ones_i8(im, v->type.dims[v->type.rank - 1], 1)) : NULL;
 }
 
 static Val *col_sums(Imp *im, Val *v) {
-  return v ? op2(im, OP_MATMUL, ones_i8(im, 1, v->type.dims[v->type.rank - 2]), v) : NULL;
+  return v ? ox_op2(im, OP_MATMUL, ones_i8(im, 1, v->type.dims[v->type.rank - 2]), v) : NULL;
 }
 
 /* Each output channel's sum of w [C, ...] as [C]. */
 static Val *channel_sums(Imp *im, Val *w) {
   int64_t c = w->type.dims[0], flat[2] = {c, ir_type_numel(&w->type) / c};
-  return reshape(im, row_sums(im, reshape(im, w, 2, flat)), 1, &c);
+  return ox_reshape(im, row_sums(im, ox_reshape(im, w, 2, flat)), 1, &c);
 }
 
 /* a - b * c, with c a scalar or an axis-shaped tensor. */
 static Val *minus_product(Imp *im, Val *a, Val *b, Val *c) {
-  return op2(im, OP_SUB, a, op2(im, OP_MUL, b, c));
+  return ox_op2(im, OP_SUB, a, ox_op2(im, OP_MUL, b, c));
 }
 
 static Val *conv_node(Imp *im, Val *x, Val *w, Val *b, const Window *win, int64_t group, int32_t zp) {
   if (!x || !w) return NULL;
   Val *in[3] = {x, w, b};
   Emit e;
-  Node *c = begin(im, &e, OP_CONV2D, b ? 3 : 2, in);
+  Node *c = ox_begin(im, &e, OP_CONV2D, b ? 3 : 2, in);
   ir_set_ints(im->g, c, "stride", 2, win->stride);
   ir_set_ints(im->g, c, "pad", 4, win->pad);
   ir_set_ints(im->g, c, "dilation", 2, win->dil);
   ir_set_int(im->g, c, "groups", group);
   if (zp) ir_set_int(im->g, c, "zero_point", zp);
-  return emit1(im, &e);
+  return ox_emit1(im, &e);
 }
 
 /* sum (x - zx)(w - zw) of a 2-d convolution, in i32.  The conv2d of the
@@ -296,13 +296,13 @@ static Val *int_conv(Imp *im, const Int8 *x, const Int8 *w, Val *bias, const Win
   int32_t zx = x->zp[0];
   Val *b = bias;
   if (zx) {
-    Val *t = op2s(im, OP_MUL, channel_sums(im, w->v), -zx);
-    if (!w->zero) t = op2(im, OP_ADD, t, op2s(im, OP_MUL, zp8_along(im, w, 0, 1), (double)K * zx));
-    b = b ? op2(im, OP_ADD, b, t) : t;
+    Val *t = ox_op2s(im, OP_MUL, channel_sums(im, w->v), -zx);
+    if (!w->zero) t = ox_op2(im, OP_ADD, t, ox_op2s(im, OP_MUL, zp8_along(im, w, 0, 1), (double)K * zx));
+    b = b ? ox_op2(im, OP_ADD, b, t) : t;
   }
   Val *acc = conv_node(im, x->v, w->v, b, win, group, zx);
   if (w->zero || !acc) return acc;
-  Val *ones = known_new(im, wt);
+  Val *ones = ox_known_new(im, wt);
   for (int64_t i = 0; i < ir_type_numel(wt); i++) ((int8_t *)ones->k->data)[i] = 1;
   Val *sums = conv_node(im, x->v, ones, NULL, win, group, zx);
   return minus_product(im, acc, sums, zp8_along(im, w, 0, 3));
@@ -313,11 +313,11 @@ static Val *int_conv(Imp *im, const Int8 *x, const Int8 *w, Val *bias, const Win
  * za: one, or one per row of a; zb: one, or one per column of b. */
 static Val *int_matmul(Imp *im, const Int8 *a, const Int8 *b) {
   int64_t K = a->v->type.dims[a->v->type.rank - 1];
-  Val *acc = op2(im, OP_MATMUL, a->v, b->v);
+  Val *acc = ox_op2(im, OP_MATMUL, a->v, b->v);
   Val *za = a->zero ? NULL : zp8_along(im, a, 0, 2), *zb = b->zero ? NULL : zp8_along(im, b, 0, 1);
   if (za) acc = minus_product(im, acc, col_sums(im, b->v), za);
   if (zb) acc = minus_product(im, acc, row_sums(im, a->v), zb);
-  if (za && zb) acc = op2(im, OP_ADD, acc, op2s(im, OP_MUL, op2(im, OP_MUL, za, zb), (double)K));
+  if (za && zb) acc = ox_op2(im, OP_ADD, acc, ox_op2s(im, OP_MUL, ox_op2(im, OP_MUL, za, zb), (double)K));
   return acc;
 }
 
@@ -329,14 +329,14 @@ static Val *int_linear(Imp *im, const Int8 *x, const Int8 *w, Val *bias) {
   int32_t zx = x->zp[0];
   Val *b = bias;
   if (zx) {
-    Val *t = op2s(im, OP_MUL, channel_sums(im, w->v), -zx);
-    if (!w->zero) t = op2(im, OP_ADD, t, op2s(im, OP_MUL, zp8_along(im, w, 0, 1), (double)K * zx));
-    b = b ? op2(im, OP_ADD, b, t) : t;
+    Val *t = ox_op2s(im, OP_MUL, channel_sums(im, w->v), -zx);
+    if (!w->zero) t = ox_op2(im, OP_ADD, t, ox_op2s(im, OP_MUL, zp8_along(im, w, 0, 1), (double)K * zx));
+    b = b ? ox_op2(im, OP_ADD, b, t) : t;
   }
   Val *in[3] = {x->v, w->v, b};
   Emit e;
-  begin(im, &e, OP_LINEAR, b ? 3 : 2, in);
-  Val *acc = emit1(im, &e);
+  ox_begin(im, &e, OP_LINEAR, b ? 3 : 2, in);
+  Val *acc = ox_emit1(im, &e);
   if (w->zero || !acc) return acc;
   return minus_product(im, acc, row_sums(im, x->v), zp8_along(im, w, 0, 1));
 }
@@ -344,7 +344,7 @@ static Val *int_linear(Imp *im, const Int8 *x, const Int8 *w, Val *bias) {
 /* b [K, N] per column as w [N, K] per row. */
 static Int8 transposed(Imp *im, Int8 b) {
   static const int64_t swap[2] = {1, 0};
-  b.v = transpose(im, b.v, swap);
+  b.v = ox_transpose(im, b.v, swap);
   if (b.axis >= 0) b.axis = 1 - b.axis;
   return b;
 }
@@ -377,23 +377,23 @@ static DType quantized_dtype_of(DType zdt) { return zdt == TY_I8 ? TY_I8 : TY_U8
 
 /* ---- the ops ---- */
 
-bool op_quantize_linear(Imp *im, ONode *n) {
-  Val *x = in_req(im, n, 0), *s = in_req(im, n, 1), *z = in_opt(n, 2);
+bool ox_op_quantize_linear(Imp *im, ONode *n) {
+  Val *x = ox_in_req(im, n, 0), *s = ox_in_req(im, n, 1), *z = ox_in_opt(n, 2);
   int64_t axis, sat, block, out_dt;
-  if (!x || !s || !attr_int(im, "axis", 1, &axis) || !attr_int(im, "saturate", 1, &sat) ||
-      !attr_int(im, "block_size", 0, &block) || !attr_int(im, "output_dtype", 0, &out_dt))
+  if (!x || !s || !ox_attr_int(im, "axis", 1, &axis) || !ox_attr_int(im, "saturate", 1, &sat) ||
+      !ox_attr_int(im, "block_size", 0, &block) || !ox_attr_int(im, "output_dtype", 0, &out_dt))
     return false;
-  if (block) return bad(im, "blocked quantization (block_size=%" PRId64 ") is not supported", block);
+  if (block) return ox_bad(im, "blocked quantization (block_size=%" PRId64 ") is not supported", block);
   Quant p;
   DType zdt, to = TY_U8;
   if (!quant_params(im, &x->type, s, z, axis, "y", &p, &zdt)) return false;
   if (zdt != TY_COUNT) {
     to = zdt;
-  } else if (out_dt && !dtype_from_onnx((int32_t)out_dt, &to)) {
-    return bad(im, "output_dtype %s is not supported", onnx_type_name((int32_t)out_dt));
+  } else if (out_dt && !ox_dtype_from_onnx((int32_t)out_dt, &to)) {
+    return ox_bad(im, "output_dtype %s is not supported", ox_onnx_type_name((int32_t)out_dt));
   }
   if (to != TY_U8 && to != TY_I8)
-    return bad(im, "quantizing to %s is not supported (INT8 or UINT8)", ir_dtype_name(to));
+    return ox_bad(im, "quantizing to %s is not supported (INT8 or UINT8)", ir_dtype_name(to));
   /* The result of an int8 product: requantize its accumulator. */
   const Quant *d = x->dq;
   if (d && d->acc && p.axis < 0) {
@@ -402,56 +402,56 @@ bool op_quantize_linear(Imp *im, ONode *n) {
     for (int64_t c = 0; c < d->n; c++) m.scale[c] = d->scale[c] / p.scale[0];
     return (n->out[0] = requantize(im, d->q, &m, p.zp[0], to));
   }
-  if (x->type.dtype == TY_I32) x = cast(im, x, TY_F32);
-  if (!need_float_in(im, x)) return false;
+  if (x->type.dtype == TY_I32) x = ox_cast(im, x, TY_F32);
+  if (!ox_need_float_in(im, x)) return false;
   return (n->out[0] = emit_quantize(im, x, &p, to));
 }
 
-bool op_dequantize_linear(Imp *im, ONode *n) {
-  Val *x = in_req(im, n, 0), *s = in_req(im, n, 1), *z = in_opt(n, 2);
+bool ox_op_dequantize_linear(Imp *im, ONode *n) {
+  Val *x = ox_in_req(im, n, 0), *s = ox_in_req(im, n, 1), *z = ox_in_opt(n, 2);
   int64_t axis, block;
-  if (!x || !s || !attr_int(im, "axis", 1, &axis) || !attr_int(im, "block_size", 0, &block))
+  if (!x || !s || !ox_attr_int(im, "axis", 1, &axis) || !ox_attr_int(im, "block_size", 0, &block))
     return false;
-  if (block) return bad(im, "blocked quantization (block_size=%" PRId64 ") is not supported", block);
+  if (block) return ox_bad(im, "blocked quantization (block_size=%" PRId64 ") is not supported", block);
   DType qt = x->type.dtype, zdt;
   if (qt != TY_I8 && qt != TY_U8 && qt != TY_I32)
-    return bad(im, "x of dtype %s is not supported (INT8, UINT8 or INT32)", ir_dtype_name(qt));
+    return ox_bad(im, "x of dtype %s is not supported (INT8, UINT8 or INT32)", ir_dtype_name(qt));
   Quant *p = ARENA_NEW(&im->c->arena, Quant);
   if (!quant_params(im, &x->type, s, z, axis, "x", p, &zdt)) return false;
   if (zdt != TY_COUNT && zdt != qt)
-    return bad(im, "x_zero_point is %s but x is %s", ir_dtype_name(zdt), ir_dtype_name(qt));
+    return ox_bad(im, "x_zero_point is %s but x is %s", ir_dtype_name(zdt), ir_dtype_name(qt));
   p->q = x;
   Val *y = emit_dequantize(im, x, p);
   if (!y) return false;
   y->dq = p;
   DType sdt = s->k ? s->k->type.dtype : s->hint ? s->hint->type.dtype : TY_F32;
-  return (n->out[0] = sdt == TY_F32 ? y : cast(im, y, sdt)); /* opset 19: y has the scale's dtype */
+  return (n->out[0] = sdt == TY_F32 ? y : ox_cast(im, y, sdt)); /* opset 19: y has the scale's dtype */
 }
 
 /* x, w and their zero points (ConvInteger) or all of QLinearConv's. */
 static bool conv_operands(Imp *im, ONode *n, bool qlinear, Int8 *xi, Int8 *wi, Quant *xq, Quant *wq,
                           Window *win, int64_t *group) {
-  Val *x = in_req(im, n, 0), *w = in_req(im, n, qlinear ? 3 : 1);
-  if (!x || !w || !attr_int(im, "group", 1, group)) return false;
+  Val *x = ox_in_req(im, n, 0), *w = ox_in_req(im, n, qlinear ? 3 : 1);
+  if (!x || !w || !ox_attr_int(im, "group", 1, group)) return false;
   if (w->type.rank != x->type.rank)
-    return bad(im, "weight rank %d differs from input rank %d", w->type.rank, x->type.rank);
-  if (!window_attrs(im, x, w->type.dims + 2, win)) return false;
+    return ox_bad(im, "weight rank %d differs from input rank %d", w->type.rank, x->type.rank);
+  if (!ox_window_attrs(im, x, w->type.dims + 2, win)) return false;
   DType zdt;
-  Val *xs = qlinear ? in_req(im, n, 1) : NULL, *ws = qlinear ? in_req(im, n, 4) : NULL;
+  Val *xs = qlinear ? ox_in_req(im, n, 1) : NULL, *ws = qlinear ? ox_in_req(im, n, 4) : NULL;
   if (qlinear && (!xs || !ws)) return false;
-  if (!quant_params(im, &x->type, xs, in_opt(n, 2), -1, "x", xq, &zdt) ||
-      !quant_params(im, &w->type, ws, in_opt(n, qlinear ? 5 : 3), 0, "w", wq, &zdt))
+  if (!quant_params(im, &x->type, xs, ox_in_opt(n, 2), -1, "x", xq, &zdt) ||
+      !quant_params(im, &w->type, ws, ox_in_opt(n, qlinear ? 5 : 3), 0, "w", wq, &zdt))
     return false;
-  return to_int8(im, to_2d(im, x), xq, "x", xi) && to_int8(im, to_2d(im, w), wq, "w", wi);
+  return to_int8(im, ox_to_2d(im, x), xq, "x", xi) && to_int8(im, ox_to_2d(im, w), wq, "w", wi);
 }
 
-bool op_conv_integer(Imp *im, ONode *n) {
+bool ox_op_conv_integer(Imp *im, ONode *n) {
   Int8 x, w;
   Quant xq, wq;
   Window win;
   int64_t group;
   if (!conv_operands(im, n, false, &x, &w, &xq, &wq, &win, &group)) return false;
-  return (n->out[0] = from_2d(im, int_conv(im, &x, &w, NULL, &win, group), win.spatial));
+  return (n->out[0] = ox_from_2d(im, int_conv(im, &x, &w, NULL, &win, group), win.spatial));
 }
 
 /* An i32 bias [C]: QLinearConv's B, or a QDQ bias whose scale is the
@@ -459,61 +459,61 @@ bool op_conv_integer(Imp *im, ONode *n) {
 static Val *i32_bias(Imp *im, Val *b, int64_t channels) {
   if (!b) return NULL;
   if (b->type.dtype != TY_I32 || b->type.rank != 1 || b->type.dims[0] != channels) {
-    bad(im, "the bias must be INT32 [%" PRId64 "]", channels);
+    ox_bad(im, "the bias must be INT32 [%" PRId64 "]", channels);
     return NULL;
   }
   return b;
 }
 
-bool op_qlinear_conv(Imp *im, ONode *n) {
+bool ox_op_qlinear_conv(Imp *im, ONode *n) {
   Int8 x, w;
   Quant xq, wq, yq;
   Window win;
   int64_t group;
   DType zdt;
-  Val *ys = in_req(im, n, 6), *b = in_opt(n, 8);
+  Val *ys = ox_in_req(im, n, 6), *b = ox_in_opt(n, 8);
   if (!ys || !conv_operands(im, n, true, &x, &w, &xq, &wq, &win, &group) ||
-      !quant_params(im, &x.v->type, ys, in_opt(n, 7), -1, "y", &yq, &zdt))
+      !quant_params(im, &x.v->type, ys, ox_in_opt(n, 7), -1, "y", &yq, &zdt))
     return false;
   int64_t cout = w.v->type.dims[0];
   if (b && !(b = i32_bias(im, b, cout))) return false;
   Val *acc = int_conv(im, &x, &w, b, &win, group);
   Quant m = product_scales(im, &xq, &wq, 1, yq.scale[0]);
-  DType to = quantized_dtype_of(zdt != TY_COUNT ? zdt : in_req(im, n, 0)->type.dtype);
-  return (n->out[0] = from_2d(im, acc ? requantize(im, acc, &m, yq.zp[0], to) : NULL, win.spatial));
+  DType to = quantized_dtype_of(zdt != TY_COUNT ? zdt : ox_in_req(im, n, 0)->type.dtype);
+  return (n->out[0] = ox_from_2d(im, acc ? requantize(im, acc, &m, yq.zp[0], to) : NULL, win.spatial));
 }
 
 /* a, b and their zero points (MatMulInteger: per row of a, per column
  * of b) or all of QLinearMatMul's (a per tensor, b per column). */
 static bool matmul_operands(Imp *im, ONode *n, bool qlinear, Int8 *ai, Int8 *bi, Quant *aq, Quant *bq) {
-  Val *a = in_req(im, n, 0), *b = in_req(im, n, qlinear ? 3 : 1);
+  Val *a = ox_in_req(im, n, 0), *b = ox_in_req(im, n, qlinear ? 3 : 1);
   if (!a || !b) return false;
   if (a->type.rank < 2 || b->type.rank < 2)
-    return bad(im, "A and B must have at least 2 dims, got ranks %d and %d", a->type.rank, b->type.rank);
-  Val *as = qlinear ? in_req(im, n, 1) : NULL, *bs = qlinear ? in_req(im, n, 4) : NULL;
+    return ox_bad(im, "A and B must have at least 2 dims, got ranks %d and %d", a->type.rank, b->type.rank);
+  Val *as = qlinear ? ox_in_req(im, n, 1) : NULL, *bs = qlinear ? ox_in_req(im, n, 4) : NULL;
   if (qlinear && (!as || !bs)) return false;
   DType zdt;
-  if (!quant_params(im, &a->type, as, in_opt(n, 2), qlinear ? -1 : a->type.rank - 2, "a", aq, &zdt) ||
-      !quant_params(im, &b->type, bs, in_opt(n, qlinear ? 5 : 3), b->type.rank - 1, "b", bq, &zdt))
+  if (!quant_params(im, &a->type, as, ox_in_opt(n, 2), qlinear ? -1 : a->type.rank - 2, "a", aq, &zdt) ||
+      !quant_params(im, &b->type, bs, ox_in_opt(n, qlinear ? 5 : 3), b->type.rank - 1, "b", bq, &zdt))
     return false;
   return to_int8(im, a, aq, "A", ai) && to_int8(im, b, bq, "B", bi);
 }
 
-bool op_matmul_integer(Imp *im, ONode *n) {
+bool ox_op_matmul_integer(Imp *im, ONode *n) {
   Int8 a, b;
   Quant aq, bq;
   if (!matmul_operands(im, n, false, &a, &b, &aq, &bq)) return false;
   return (n->out[0] = int_product(im, &a, &b));
 }
 
-bool op_qlinear_matmul(Imp *im, ONode *n) {
+bool ox_op_qlinear_matmul(Imp *im, ONode *n) {
   Int8 a, b;
   Quant aq, bq, yq;
   DType zdt;
-  Val *ys = in_req(im, n, 6);
+  Val *ys = ox_in_req(im, n, 6);
   if (!ys || !matmul_operands(im, n, true, &a, &b, &aq, &bq)) return false;
   Val *acc = int_product(im, &a, &b);
-  if (!acc || !quant_params(im, &acc->type, ys, in_opt(n, 7), -1, "y", &yq, &zdt)) return false;
+  if (!acc || !quant_params(im, &acc->type, ys, ox_in_opt(n, 7), -1, "y", &yq, &zdt)) return false;
   Quant m = product_scales(im, &aq, &bq, acc->type.rank - 1, yq.scale[0]);
   DType to = quantized_dtype_of(zdt != TY_COUNT ? zdt : a.v->type.dtype);
   return (n->out[0] = requantize(im, acc, &m, yq.zp[0], to));
@@ -558,34 +558,34 @@ static Val *qdq_result(Imp *im, Val *acc, const Quant *s, Val *float_bias, int64
   }
   int64_t dims[DL_MAX_RANK];
   for (int d = 0; d < bias_axis_rank; d++) dims[d] = d == 0 ? float_bias->type.dims[0] : 1;
-  return op2(im, OP_ADD, y, reshape(im, float_bias, (int)bias_axis_rank, dims));
+  return ox_op2(im, OP_ADD, y, ox_reshape(im, float_bias, (int)bias_axis_rank, dims));
 }
 
 /* Conv of DequantizeLinear's x (per tensor) and w (per tensor or per
  * output channel): an int8 conv2d, else Conv as it is. */
-bool op_conv_qdq(Imp *im, ONode *n) {
-  Val *x = in_opt(n, 0), *w = in_opt(n, 1), *b = in_opt(n, 2);
+bool ox_op_conv_qdq(Imp *im, ONode *n) {
+  Val *x = ox_in_opt(n, 0), *w = ox_in_opt(n, 1), *b = ox_in_opt(n, 2);
   const Quant *xq = dq_of(x, -1), *wq = dq_of(w, 0);
   /* int8 convolutions are 2-d: a 3-d one computes in f32 on the dequantized operands */
-  if (!xq || !wq || x->type.rank != w->type.rank || x->type.rank > 4) return op_conv(im, n);
+  if (!xq || !wq || x->type.rank != w->type.rank || x->type.rank > 4) return ox_op_conv(im, n);
   int64_t group;
   Window win;
   Int8 xi, wi;
-  if (!attr_int(im, "group", 1, &group) || !window_attrs(im, x, w->type.dims + 2, &win) ||
-      !to_int8(im, to_2d(im, xq->q), xq, "x", &xi) || !to_int8(im, to_2d(im, wq->q), wq, "w", &wi))
+  if (!ox_attr_int(im, "group", 1, &group) || !ox_window_attrs(im, x, w->type.dims + 2, &win) ||
+      !to_int8(im, ox_to_2d(im, xq->q), xq, "x", &xi) || !to_int8(im, ox_to_2d(im, wq->q), wq, "w", &wi))
     return false;
   Quant s = product_scales(im, xq, wq, 1, 0);
   Val *bq = qdq_bias(b, &s);
   Val *acc = int_conv(im, &xi, &wi, bq, &win, group);
-  return (n->out[0] = from_2d(im, qdq_result(im, acc, &s, bq ? NULL : b, 3), win.spatial));
+  return (n->out[0] = ox_from_2d(im, qdq_result(im, acc, &s, bq ? NULL : b, 3), win.spatial));
 }
 
 /* MatMul of DequantizeLinear's a (per tensor) and b (per tensor or per
  * column). */
-bool op_matmul_qdq(Imp *im, ONode *n) {
-  Val *a = in_opt(n, 0), *b = in_opt(n, 1);
+bool ox_op_matmul_qdq(Imp *im, ONode *n) {
+  Val *a = ox_in_opt(n, 0), *b = ox_in_opt(n, 1);
   const Quant *aq = dq_of(a, -1), *bq = b ? dq_of(b, b->type.rank - 1) : NULL;
-  if (!aq || !bq || a->type.rank < 2 || b->type.rank < 2) return op_matmul(im, n);
+  if (!aq || !bq || a->type.rank < 2 || b->type.rank < 2) return ox_op_matmul(im, n);
   Int8 ai, bi;
   if (!to_int8(im, aq->q, aq, "A", &ai) || !to_int8(im, bq->q, bq, "B", &bi)) return false;
   Val *acc = int_product(im, &ai, &bi);
@@ -596,17 +596,17 @@ bool op_matmul_qdq(Imp *im, ONode *n) {
 
 /* Gemm (transA 0, alpha and beta 1) of DequantizeLinear's A and B: an
  * int8 linear layer with the bias C in i32 when it is the QDQ bias. */
-bool op_gemm_qdq(Imp *im, ONode *n) {
-  Val *a = in_opt(n, 0), *b = in_opt(n, 1), *c = in_opt(n, 2);
+bool ox_op_gemm_qdq(Imp *im, ONode *n) {
+  Val *a = ox_in_opt(n, 0), *b = ox_in_opt(n, 1), *c = ox_in_opt(n, 2);
   int64_t ta, tb;
   double alpha, beta;
-  if (!attr_int(im, "transA", 0, &ta) || !attr_int(im, "transB", 0, &tb) ||
-      !attr_float(im, "alpha", 1.0, &alpha) || !attr_float(im, "beta", 1.0, &beta))
+  if (!ox_attr_int(im, "transA", 0, &ta) || !ox_attr_int(im, "transB", 0, &tb) ||
+      !ox_attr_float(im, "alpha", 1.0, &alpha) || !ox_attr_float(im, "beta", 1.0, &beta))
     return false;
   const Quant *aq = dq_of(a, -1), *bq = b ? dq_of(b, tb ? 0 : 1) : NULL;
   if (!aq || !bq || ta || alpha != 1 || beta != 1 || a->type.rank != 2 || b->type.rank != 2 ||
       (c && (c->type.rank != 1 || c->type.dims[0] != b->type.dims[tb ? 0 : 1])) || im->opset < 7)
-    return op_gemm(im, n);
+    return ox_op_gemm(im, n);
   Int8 ai, bi;
   if (!to_int8(im, aq->q, aq, "A", &ai) || !to_int8(im, bq->q, bq, "B", &bi)) return false;
   if (!tb) bi = transposed(im, bi);

@@ -179,14 +179,14 @@ static void resize_compact(ResizeTable *t, int64_t out) {
 static bool resize_table(Imp *im, const Resize *r, const ResizeAxis *a, ResizeTable *t) {
   double taps = resize_taps(r, a);
   if (taps * (double)a->out > (double)im->fold_max)
-    return bad(im, "a table of %" PRId64 " x %.0f taps is larger than dlcc takes", a->out, taps);
+    return ox_bad(im, "a table of %" PRId64 " x %.0f taps is larger than dlcc takes", a->out, taps);
   t->k = (int)taps;
   size_t n = (size_t)a->out * (size_t)t->k;
   t->idx = malloc(sizeof *t->idx * n);
   t->w = malloc(sizeof *t->w * n);
   t->outside = malloc(sizeof *t->outside * (size_t)a->out);
   t->any_outside = false;
-  if (!t->idx || !t->w || !t->outside) return bad(im, "out of memory for a resize table");
+  if (!t->idx || !t->w || !t->outside) return ox_bad(im, "out of memory for a resize table");
   for (int64_t o = 0; o < a->out; o++) {
     double x = resize_source(r, a, o, &t->outside[o]);
     if (!(fabs(x) < 1e15)) x = 0; /* a wild roi: outside anyway, and no overflow */
@@ -221,27 +221,28 @@ static Val *resize_apply(Imp *im, Val *y, int d, const ResizeTable *t, int64_t o
     if (i > d) after *= y->type.dims[i];
   }
   TensorType it = ir_type_make(TY_I64, 1, &n);
-  Val *idx = known_new(im, &it);
+  Val *idx = ox_known_new(im, &it);
   memcpy(idx->k->data, t->idx, sizeof *t->idx * (size_t)n);
-  Val *g = gather(im, y, idx, d);
+  Val *g = ox_gather(im, y, idx, d);
   if (g && t->k > 1) {
     int64_t view[4] = {before, out, t->k, after}, wd[4] = {1, out, t->k, 1}, sum_axis = 2;
     TensorType wt = ir_type_make(y->type.dtype, 4, wd);
-    Val *w = known_new(im, &wt);
+    Val *w = ox_known_new(im, &wt);
     for (int64_t i = 0; i < n; i++) ir_tensor_set(w->k, i, t->w[i]);
     int64_t dims[DL_MAX_RANK];
     memcpy(dims, y->type.dims, sizeof dims);
     dims[d] = out;
-    Val *blend = reduce(im, OP_REDUCE_SUM, op2(im, OP_MUL, reshape(im, g, 4, view), w), 1, &sum_axis, false);
-    g = reshape(im, blend, r, dims);
+    Val *blend =
+        ox_reduce(im, OP_REDUCE_SUM, ox_op2(im, OP_MUL, ox_reshape(im, g, 4, view), w), 1, &sum_axis, false);
+    g = ox_reshape(im, blend, r, dims);
   }
   if (g && t->any_outside) {
     int64_t md[DL_MAX_RANK];
     for (int i = 0; i < r; i++) md[i] = i == d ? out : 1;
     TensorType mt = ir_type_make(TY_BOOL, r, md);
-    Val *mask = known_new(im, &mt);
+    Val *mask = ox_known_new(im, &mt);
     for (int64_t o = 0; o < out; o++) ir_tensor_set(mask->k, o, t->outside[o]);
-    g = where(im, mask, scalar(im, extrapolation, y->type.dtype), g);
+    g = ox_where(im, mask, ox_scalar(im, extrapolation, y->type.dtype), g);
   }
   return g;
 }
@@ -252,12 +253,13 @@ static Val *given(Val *v) { return v && !v->empty ? v : NULL; }
 static bool resize_attrs(Imp *im, bool v10, Resize *r) {
   const char *mode, *nearest;
   int64_t exclude, antialias;
-  if (!attr_str(im, "mode", "nearest", &mode) ||
-      !attr_str(im, "coordinate_transformation_mode", v10 ? "asymmetric" : "half_pixel", &r->coord) ||
-      !attr_str(im, "nearest_mode", NULL, &nearest) || !attr_float(im, "cubic_coeff_a", -0.75, &r->cubic_a) ||
-      !attr_int(im, "exclude_outside", 0, &exclude) ||
-      !attr_float(im, "extrapolation_value", 0, &r->extrapolation) ||
-      !attr_int(im, "antialias", 0, &antialias))
+  if (!ox_attr_str(im, "mode", "nearest", &mode) ||
+      !ox_attr_str(im, "coordinate_transformation_mode", v10 ? "asymmetric" : "half_pixel", &r->coord) ||
+      !ox_attr_str(im, "nearest_mode", NULL, &nearest) ||
+      !ox_attr_float(im, "cubic_coeff_a", -0.75, &r->cubic_a) ||
+      !ox_attr_int(im, "exclude_outside", 0, &exclude) ||
+      !ox_attr_float(im, "extrapolation_value", 0, &r->extrapolation) ||
+      !ox_attr_int(im, "antialias", 0, &antialias))
     return false;
   if (strcmp(mode, "nearest") == 0)
     r->mode = RZ_NEAREST;
@@ -266,16 +268,18 @@ static bool resize_attrs(Imp *im, bool v10, Resize *r) {
   else if (strcmp(mode, "cubic") == 0)
     r->mode = RZ_CUBIC;
   else
-    return bad(im, "mode='%s' is not one of ONNX's (nearest, linear, cubic)", mode);
+    return ox_bad(im, "mode='%s' is not one of ONNX's (nearest, linear, cubic)", mode);
   if (!one_of(r->coord, resize_coords, ARRAY_LEN(resize_coords)))
-    return bad(im, "coordinate_transformation_mode='%s' is not one of ONNX's (half_pixel, "
-                   "half_pixel_symmetric, pytorch_half_pixel, align_corners, asymmetric, "
-                   "tf_half_pixel_for_nn, tf_crop_and_resize)",
-               r->coord);
+    return ox_bad(im,
+                  "coordinate_transformation_mode='%s' is not one of ONNX's (half_pixel, "
+                  "half_pixel_symmetric, pytorch_half_pixel, align_corners, asymmetric, "
+                  "tf_half_pixel_for_nn, tf_crop_and_resize)",
+                  r->coord);
   if (nearest && !one_of(nearest, resize_nearest_modes, ARRAY_LEN(resize_nearest_modes)))
-    return bad(im, "nearest_mode='%s' is not one of ONNX's (round_prefer_floor, round_prefer_ceil, "
-                   "floor, ceil)",
-               nearest);
+    return ox_bad(im,
+                  "nearest_mode='%s' is not one of ONNX's (round_prefer_floor, round_prefer_ceil, "
+                  "floor, ceil)",
+                  nearest);
   r->nearest = nearest ? nearest : v10 ? NULL : "round_prefer_floor";
   r->exclude_outside = exclude != 0;
   /* Nearest has no kernel to widen: antialias changes nothing there. */
@@ -287,17 +291,17 @@ static bool resize_attrs(Imp *im, bool v10, Resize *r) {
 static bool resize_axis_list(Imp *im, int rank, int *k, int *axes) {
   int n;
   const int64_t *v;
-  if (!attr_ints(im, "axes", &n, &v)) return false;
+  if (!ox_attr_ints(im, "axes", &n, &v)) return false;
   if (n < 0) {
     for (int i = 0; i < rank; i++) axes[i] = i;
     *k = rank;
     return true;
   }
   bool seen[DL_MAX_RANK] = {false};
-  if (n > rank) return bad(im, "'axes' names %d axes of a rank-%d input", n, rank);
+  if (n > rank) return ox_bad(im, "'axes' names %d axes of a rank-%d input", n, rank);
   for (int i = 0; i < n; i++) {
-    if (!norm_axis(im, v[i], rank, &axes[i])) return false;
-    if (seen[axes[i]]) return bad(im, "axis %" PRId64 " is named twice in 'axes'", v[i]);
+    if (!ox_norm_axis(im, v[i], rank, &axes[i])) return false;
+    if (seen[axes[i]]) return ox_bad(im, "axis %" PRId64 " is named twice in 'axes'", v[i]);
     seen[axes[i]] = true;
   }
   *k = n;
@@ -308,13 +312,14 @@ static bool resize_by_scales(Imp *im, const double *scale, int k, const int *axe
   for (int i = 0; i < k; i++) {
     ResizeAxis *a = &ax[axes[i]];
     double s = scale[i], len = s * (double)a->in;
-    if (!(s > 0) || !isfinite(s)) return bad(im, "scale %g on dim %d is not a positive number", s, axes[i]);
+    if (!(s > 0) || !isfinite(s))
+      return ox_bad(im, "scale %g on dim %d is not a positive number", s, axes[i]);
     if (!(len < (double)DL_MAX_ELEMS))
-      return bad(im, "scale %g on dim %d gives too large an output", s, axes[i]);
+      return ox_bad(im, "scale %g on dim %d gives too large an output", s, axes[i]);
     a->num = s, a->den = 1, a->scale = s, a->len = len, a->out = (int64_t)floor(len);
     if (a->out < 1)
-      return bad(im, "scale %g on dim %d of %" PRId64 " gives an empty output (dlcc has no empty tensors)", s,
-                 axes[i], a->in);
+      return ox_bad(im, "scale %g on dim %d of %" PRId64 " gives an empty output (dlcc has no empty tensors)",
+                    s, axes[i], a->in);
   }
   return true;
 }
@@ -325,13 +330,13 @@ static bool resize_by_sizes(Imp *im, const int64_t *size, int k, const int *axes
                             ResizeAxis *ax) {
   bool stretch = strcmp(policy, "stretch") == 0, larger = strcmp(policy, "not_smaller") == 0;
   if (!stretch && !larger && strcmp(policy, "not_larger") != 0)
-    return bad(im, "keep_aspect_ratio_policy='%s' is not one of ONNX's (stretch, not_larger, not_smaller)",
-               policy);
+    return ox_bad(im, "keep_aspect_ratio_policy='%s' is not one of ONNX's (stretch, not_larger, not_smaller)",
+                  policy);
   int pick = 0;
   for (int i = 0; i < k; i++) {
     if (size[i] < 1 || size[i] > DL_MAX_ELEMS)
-      return bad(im, "size %" PRId64 " on dim %d is not supported (dlcc has no empty tensors)", size[i],
-                 axes[i]);
+      return ox_bad(im, "size %" PRId64 " on dim %d is not supported (dlcc has no empty tensors)", size[i],
+                    axes[i]);
     /* size[i] / in[i] against size[pick] / in[pick], exactly */
     double here = (double)size[i] * (double)ax[axes[pick]].in;
     double there = (double)size[pick] * (double)ax[axes[i]].in;
@@ -347,9 +352,9 @@ static bool resize_by_sizes(Imp *im, const int64_t *size, int k, const int *axes
     }
     a->len = a->num * (double)a->in / a->den;
     if (!(a->len < (double)DL_MAX_ELEMS))
-      return bad(im, "keep_aspect_ratio_policy gives dim %d too large an output", axes[i]);
+      return ox_bad(im, "keep_aspect_ratio_policy gives dim %d too large an output", axes[i]);
     a->out = (int64_t)(a->len + 0.5);
-    if (a->out < 1) return bad(im, "keep_aspect_ratio_policy gives dim %d an empty output", axes[i]);
+    if (a->out < 1) return ox_bad(im, "keep_aspect_ratio_policy gives dim %d an empty output", axes[i]);
   }
   return true;
 }
@@ -361,37 +366,39 @@ static bool resize_geometry(Imp *im, ONode *n, bool upsample, bool v10, const Re
   const Val *x = n->in[0];
   int rank = x->type.rank, k = 0, axes[DL_MAX_RANK];
   const char *policy;
-  if (!resize_axis_list(im, rank, &k, axes) || !attr_str(im, "keep_aspect_ratio_policy", "stretch", &policy))
+  if (!resize_axis_list(im, rank, &k, axes) ||
+      !ox_attr_str(im, "keep_aspect_ratio_policy", "stretch", &policy))
     return false;
   for (int d = 0; d < rank; d++)
     ax[d] = (ResizeAxis){x->type.dims[d], x->type.dims[d], 1, 1, 1, (double)x->type.dims[d], 0, 1};
-  Val *roi = v10 ? NULL : given(in_opt(n, 1)), *sv = given(in_opt(n, v10 ? 1 : 2));
-  Val *zv = v10 ? NULL : given(in_opt(n, 3));
+  Val *roi = v10 ? NULL : given(ox_in_opt(n, 1)), *sv = given(ox_in_opt(n, v10 ? 1 : 2));
+  Val *zv = v10 ? NULL : given(ox_in_opt(n, 3));
   double scale[DL_MAX_RANK];
-  if (sv && zv) return bad(im, "both scales and sizes are given (ONNX allows one)");
+  if (sv && zv) return ox_bad(im, "both scales and sizes are given (ONNX allows one)");
   if (sv) {
-    const Tensor *t = need_const(im, sv, "the scales");
+    const Tensor *t = ox_need_const(im, sv, "the scales");
     if (!t) return false;
-    if (ir_type_numel(&t->type) != k) return bad(im, "the scales need %d values, one per axis", k);
+    if (ir_type_numel(&t->type) != k) return ox_bad(im, "the scales need %d values, one per axis", k);
     for (int i = 0; i < k; i++) scale[i] = ir_tensor_get(t, i);
-  } else if (upsample && in_opt(n, 1) == NULL) {
-    const Onnx__AttributeProto *a = find_attr(im, "scales");
-    if (!a || (int)a->n_floats != k) return bad(im, "the scales need %d values, one per axis", k);
+  } else if (upsample && ox_in_opt(n, 1) == NULL) {
+    const Onnx__AttributeProto *a = ox_find_attr(im, "scales");
+    if (!a || (int)a->n_floats != k) return ox_bad(im, "the scales need %d values, one per axis", k);
     for (int i = 0; i < k; i++) scale[i] = a->floats[i];
   } else if (zv) {
     int64_t size[64];
     int got;
-    if (!const_ints(im, zv, "the sizes", &got, size)) return false;
-    if (got != k) return bad(im, "the sizes need %d values, one per axis", k);
+    if (!ox_const_ints(im, zv, "the sizes", &got, size)) return false;
+    if (got != k) return ox_bad(im, "the sizes need %d values, one per axis", k);
     if (!resize_by_sizes(im, size, k, axes, policy, ax)) return false;
   } else {
-    return bad(im, "neither scales nor sizes are given");
+    return ox_bad(im, "neither scales nor sizes are given");
   }
   if (!zv && !resize_by_scales(im, scale, k, axes, ax)) return false;
   if (roi && strcmp(r->coord, "tf_crop_and_resize") == 0) {
-    const Tensor *t = need_const(im, roi, "the roi");
+    const Tensor *t = ox_need_const(im, roi, "the roi");
     if (!t) return false;
-    if (ir_type_numel(&t->type) != 2 * k) return bad(im, "the roi needs %d values, starts then ends", 2 * k);
+    if (ir_type_numel(&t->type) != 2 * k)
+      return ox_bad(im, "the roi needs %d values, starts then ends", 2 * k);
     for (int i = 0; i < k; i++) {
       ax[axes[i]].roi_lo = ir_tensor_get(t, i);
       ax[axes[i]].roi_hi = ir_tensor_get(t, k + i);
@@ -407,22 +414,22 @@ static Val *resize_to_dtype(Imp *im, Val *y, DType dt) {
   double lo = dt == TY_U8 ? 0 : dt == TY_I8 ? -128 : dt == TY_I32 ? -2147483648.0 : -9.2e18;
   double hi = dt == TY_U8 ? 255 : dt == TY_I8 ? 127 : dt == TY_I32 ? 2147483647.0 : 9.2e18;
   Emit e;
-  Node *c = begin(im, &e, OP_CLIP, 1, &y);
+  Node *c = ox_begin(im, &e, OP_CLIP, 1, &y);
   ir_set_float(im->g, c, "min", lo);
   ir_set_float(im->g, c, "max", hi);
-  return cast(im, emit1(im, &e), dt);
+  return ox_cast(im, ox_emit1(im, &e), dt);
 }
 
-bool op_resize(Imp *im, ONode *n) {
+bool ox_op_resize(Imp *im, ONode *n) {
   bool upsample = strcmp(im->np->op_type, "Upsample") == 0, v10 = upsample || im->opset < 11;
-  Val *x = in_req(im, n, 0);
+  Val *x = ox_in_req(im, n, 0);
   Resize r;
   ResizeAxis ax[DL_MAX_RANK];
   if (!x || !resize_attrs(im, v10, &r) || !resize_geometry(im, n, upsample, v10, &r, ax)) return false;
   DType dt = x->type.dtype;
   bool blend = r.mode != RZ_NEAREST;
-  if (blend && dt == TY_BOOL) return bad(im, "mode linear and cubic take no bool tensor (nearest does)");
-  Val *y = blend && !ir_dtype_is_float(dt) ? cast(im, x, TY_F32) : x;
+  if (blend && dt == TY_BOOL) return ox_bad(im, "mode linear and cubic take no bool tensor (nearest does)");
+  Val *y = blend && !ir_dtype_is_float(dt) ? ox_cast(im, x, TY_F32) : x;
   for (int d = 0; d < x->type.rank && y; d++) {
     ResizeTable t = {0};
     bool ok = resize_table(im, &r, &ax[d], &t);
@@ -435,21 +442,21 @@ bool op_resize(Imp *im, ONode *n) {
 
 /* GridSample (opset 16; opset 20's names linear and cubic for 4-d) onto
  * grid_sample. */
-bool op_grid_sample(Imp *im, ONode *n) {
-  Val *in[2] = {in_req(im, n, 0), in_req(im, n, 1)};
+bool ox_op_grid_sample(Imp *im, ONode *n) {
+  Val *in[2] = {ox_in_req(im, n, 0), ox_in_req(im, n, 1)};
   const char *mode, *pad;
   int64_t align;
-  if (!in[0] || !in[1] || !attr_str(im, "mode", im->opset >= 20 ? "linear" : "bilinear", &mode) ||
-      !attr_str(im, "padding_mode", "zeros", &pad) || !attr_int(im, "align_corners", 0, &align))
+  if (!in[0] || !in[1] || !ox_attr_str(im, "mode", im->opset >= 20 ? "linear" : "bilinear", &mode) ||
+      !ox_attr_str(im, "padding_mode", "zeros", &pad) || !ox_attr_int(im, "align_corners", 0, &align))
     return false;
   if (strcmp(mode, "linear") == 0) mode = "bilinear";
   if (strcmp(mode, "cubic") == 0) mode = "bicubic";
-  if (in[0]->type.rank != 4) return bad(im, "only 4-d [N, C, H, W] inputs are supported");
-  if (!need_float_in(im, in[0]) || !need_float_in(im, in[1])) return false;
+  if (in[0]->type.rank != 4) return ox_bad(im, "only 4-d [N, C, H, W] inputs are supported");
+  if (!ox_need_float_in(im, in[0]) || !ox_need_float_in(im, in[1])) return false;
   Emit e;
-  Node *g = begin(im, &e, OP_GRID_SAMPLE, 2, in);
+  Node *g = ox_begin(im, &e, OP_GRID_SAMPLE, 2, in);
   ir_set_str(im->g, g, "mode", mode);
   ir_set_str(im->g, g, "padding_mode", pad);
   ir_set_int(im->g, g, "align_corners", align);
-  return (n->out[0] = emit1(im, &e));
+  return (n->out[0] = ox_emit1(im, &e));
 }

@@ -23,11 +23,11 @@ static const char *const onnx_type_names[] = {
     "BOOL",      "FLOAT16", "DOUBLE", "UINT32", "UINT64", "COMPLEX64", "COMPLEX128", "BFLOAT16",
 };
 
-const char *onnx_type_name(int32_t t) {
+const char *ox_onnx_type_name(int32_t t) {
   return t >= 0 && t < (int32_t)ARRAY_LEN(onnx_type_names) ? onnx_type_names[t] : "an unknown dtype";
 }
 
-bool dtype_from_onnx(int32_t t, DType *out) {
+bool ox_dtype_from_onnx(int32_t t, DType *out) {
   switch (t) {
     case ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT: *out = TY_F32; return true;
     case ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT16: *out = TY_F16; return true;
@@ -41,7 +41,7 @@ bool dtype_from_onnx(int32_t t, DType *out) {
   }
 }
 
-const char dtypes_we_have[] = "dlcc has FLOAT, FLOAT16, BFLOAT16, INT8, UINT8, INT32, INT64 and BOOL";
+const char ox_dtypes_we_have[] = "dlcc has FLOAT, FLOAT16, BFLOAT16, INT8, UINT8, INT32, INT64 and BOOL";
 
 __attribute__((format(printf, 3, 4))) static bool efail(char *err, size_t errlen, const char *fmt,
                                                          ...) {
@@ -55,7 +55,7 @@ __attribute__((format(printf, 3, 4))) static bool efail(char *err, size_t errlen
 /* ---- files ---- */
 
 /* Whole file into malloc'd memory. */
-void *read_whole(const char *path, size_t *len, char *err, size_t errlen) {
+void *ox_read_whole(const char *path, size_t *len, char *err, size_t errlen) {
   FILE *f = fopen(path, "rb");
   if (!f) {
     efail(err, errlen, "cannot read '%s': %s", path, strerror(errno));
@@ -91,7 +91,7 @@ void *read_whole(const char *path, size_t *len, char *err, size_t errlen) {
   return buf;
 }
 
-char *dir_of(Arena *a, const char *path) {
+char *ox_dir_of(Arena *a, const char *path) {
   const char *slash = strrchr(path, '/');
   return slash ? arena_strndup(a, path, (size_t)(slash - path)) : arena_strdup(a, ".");
 }
@@ -124,8 +124,8 @@ static bool read_external(const Onnx__TensorProto *t, const char *dir, void *dst
   /* Only files next to the model: a model from elsewhere must not read
    * arbitrary paths. */
   if (location[0] == '/' || strstr(location, "..") != NULL)
-    return efail(err, errlen, "external data location '%s' must be a relative path below the model's directory",
-                 location);
+    return efail(err, errlen,
+                 "external data location '%s' must be a relative path below the model's directory", location);
   if (length >= 0 && (unsigned long long)length != (unsigned long long)nbytes)
     return efail(err, errlen, "external data '%s' has length %lld, the tensor needs %zu bytes",
                  location, length, nbytes);
@@ -147,13 +147,13 @@ static bool read_external(const Onnx__TensorProto *t, const char *dir, void *dst
 }
 
 /* A TensorProto's contents as a host tensor (malloc'd data). */
-bool tensor_from_proto(const Onnx__TensorProto *t, const char *dir, Tensor *out, char *err,
-                              size_t errlen) {
+bool ox_tensor_from_proto(const Onnx__TensorProto *t, const char *dir, Tensor *out, char *err,
+                          size_t errlen) {
   *out = (Tensor){0};
   DType dt;
-  if (!t->has_data_type || !dtype_from_onnx(t->data_type, &dt))
-    return efail(err, errlen, "dtype %s is not supported (%s)", onnx_type_name(t->data_type),
-                 dtypes_we_have);
+  if (!t->has_data_type || !ox_dtype_from_onnx(t->data_type, &dt))
+    return efail(err, errlen, "dtype %s is not supported (%s)", ox_onnx_type_name(t->data_type),
+                 ox_dtypes_we_have);
   if (t->n_dims > DL_MAX_RANK)
     return efail(err, errlen, "rank %zu is not supported (at most %d)", t->n_dims, (int)DL_MAX_RANK);
   TensorType type = {.dtype = dt, .rank = (int)t->n_dims};
@@ -188,7 +188,7 @@ bool tensor_from_proto(const Onnx__TensorProto *t, const char *dir, Tensor *out,
   size_t want = external || t->has_raw_data ? nbytes : (size_t)n;
   if (given != want)
     return efail(err, errlen, "%s %s needs %zu %s, the file has %zu", ts,
-                 onnx_type_name(t->data_type), want, field, given);
+                 ox_onnx_type_name(t->data_type), want, field, given);
   if (!ir_tensor_alloc(out, &type)) return efail(err, errlen, "out of memory for %s", ts);
   if (external) {
     if (!read_external(t, dir, out->data, nbytes, err, errlen)) {
@@ -221,7 +221,7 @@ bool fe_onnx_read_tensor(const char *path, Tensor *out, char **name, char *err, 
   *out = (Tensor){0};
   if (name) *name = NULL;
   size_t len;
-  void *buf = read_whole(path, &len, err, errlen);
+  void *buf = ox_read_whole(path, &len, err, errlen);
   if (!buf) return false;
   Onnx__TensorProto *t = onnx__tensor_proto__unpack(NULL, len, buf);
   free(buf);
@@ -229,7 +229,7 @@ bool fe_onnx_read_tensor(const char *path, Tensor *out, char **name, char *err, 
   char msg[512];
   Arena a;
   arena_init(&a);
-  bool ok = tensor_from_proto(t, dir_of(&a, path), out, msg, sizeof msg);
+  bool ok = ox_tensor_from_proto(t, ox_dir_of(&a, path), out, msg, sizeof msg);
   arena_free(&a);
   if (ok && name && !(*name = strdup(t->name ? t->name : ""))) {
     ir_tensor_free(out);
