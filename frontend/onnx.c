@@ -475,18 +475,20 @@ static bool import_graph(Imp *im, const Onnx__ModelProto *m) {
   return true;
 }
 
-/* Moves each param's data into out (the params map). */
+/* Moves each param's data into out (the params map); out->n counts the
+ * names taken so far, so that an allocation failure halfway leaves a map
+ * that ir_tensor_map_free frees (the tensors not moved stay owned). */
 static void take_params(Imp *im, TensorMap *out) {
-  out->n = im->n_params;
   out->names = calloc((size_t)(im->n_params + 1), sizeof *out->names);
   out->tensors = calloc((size_t)(im->n_params + 1), sizeof *out->tensors);
-  if (!out->names || !out->tensors) dl_internal(im->c, "out of memory");
+  if (!out->names || !out->tensors) ox_oom(im, "the params' names");
   for (int i = 0; i < im->n_params; i++) {
     Val *v = im->params[i];
     out->names[i] = strdup(v->name);
-    if (!out->names[i]) dl_internal(im->c, "out of memory");
+    if (!out->names[i]) ox_oom(im, "the params' names");
     out->tensors[i] = *v->k;
     v->k->data = NULL; /* now the map's */
+    out->n = i + 1;
   }
 }
 
@@ -502,26 +504,79 @@ static void free_owned(Imp *im) {
   im->n_owned = im->n_params = 0;
 }
 
+/* protobuf-c's allocations through malloc, noting a failure, so that a
+ * model too large to decode is not called malformed. */
+static void *pb_alloc(void *data, size_t size) {
+  void *p = malloc(size);
+  if (!p) ((Imp *)data)->pb_failed = true;
+  return p;
+}
+
+static void pb_free(void *data, void *p) {
+  (void)data;
+  free(p);
+}
+
+static bool import_model(Imp *im, const void *data, size_t len, TensorMap *params) {
+  Ctx *c = im->c;
+  im->dir = ox_dir_of(&c->arena, im->file);
+  im->src = ctx_add_file(c, im->file, NULL, 0);
+  im->define_used = ARENA_ARRAY(&c->arena, bool, (im->opt ? im->opt->n_defines : 0) + 1);
+  im->pb = (ProtobufCAllocator){pb_alloc, pb_free, im};
+  im->m = onnx__model_proto__unpack(&im->pb, len, data);
+  if (!im->m && im->pb_failed) return ox_bad(im, "out of memory decoding the model (%zu bytes)", len);
+  if (!im->m)
+    return ox_bad(im, "not an ONNX model: the file does not decode as a ModelProto (truncated, or not "
+                      "protobuf)");
+  if (!import_graph(im, im->m) || !ir_verify(im->g)) return false;
+  take_params(im, params);
+  return true;
+}
+
+static void arena_oom(void *data) { ox_oom(data, "the compilation's arena"); }
+
+/* The context's handlers as they were before the import. */
+typedef struct Handlers {
+  void (*on_oom)(void *);
+  void *on_oom_data;
+  jmp_buf *fatal;
+} Handlers;
+
+static void restore(Imp *im, const Handlers *h) {
+  im->c->arena.on_oom = h->on_oom;
+  im->c->arena.on_oom_data = h->on_oom_data;
+  im->c->fatal = h->fatal;
+  im->unwind = NULL;
+}
+
+/* The import with every allocation failure (the arena's, the importer's
+ * own) and every internal error unwinding back here, so that it ends as
+ * an error message and the caller frees what the import held. */
+static bool import_guarded(Imp *im, const void *data, size_t len, TensorMap *params) {
+  Ctx *c = im->c;
+  jmp_buf here;
+  const Handlers outer = {c->arena.on_oom, c->arena.on_oom_data, c->fatal};
+  if (setjmp(here) != 0) {
+    restore(im, &outer);
+    return false;
+  }
+  im->unwind = &here;
+  c->fatal = &here;
+  c->arena.on_oom = arena_oom;
+  c->arena.on_oom_data = im;
+  bool ok = import_model(im, data, len, params);
+  restore(im, &outer);
+  return ok;
+}
+
 Graph *fe_onnx_import_bytes(Ctx *c, const char *name, const void *data, size_t len,
                             const OnnxOptions *opt, TensorMap *params) {
   *params = (TensorMap){0};
   Imp im = {.c = c, .file = name, .opt = opt, .fold_max = FOLD_MAX_ELEMS};
   if (opt && opt->max_fold_elems > 0) im.fold_max = opt->max_fold_elems;
-  im.dir = ox_dir_of(&c->arena, name);
-  im.src = ctx_add_file(c, name, NULL, 0);
-  im.buckets = ARENA_ARRAY(&c->arena, Entry *, N_BUCKETS);
-  im.define_used = ARENA_ARRAY(&c->arena, bool, (opt ? opt->n_defines : 0) + 1);
-  Onnx__ModelProto *m = onnx__model_proto__unpack(NULL, len, data);
-  if (!m) {
-    ox_bad(&im,
-           "not an ONNX model: the file does not decode as a ModelProto (truncated, or not "
-           "protobuf)");
-    return NULL;
-  }
-  bool ok = import_graph(&im, m);
-  onnx__model_proto__free_unpacked(m, NULL);
-  if (ok) ok = ir_verify(im.g);
-  if (ok) take_params(&im, params);
+  bool ok = import_guarded(&im, data, len, params);
+  if (im.m) onnx__model_proto__free_unpacked(im.m, &im.pb);
+  if (!ok) ir_tensor_map_free(params);
   free_owned(&im);
   return ok ? im.g : NULL;
 }

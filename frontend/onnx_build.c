@@ -9,6 +9,7 @@
 #include <inttypes.h>
 #include <math.h>
 #include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -23,18 +24,38 @@ static uint32_t hash_str(const char *s) {
 }
 
 Entry *ox_find_entry(Imp *im, const char *name) {
-  for (Entry *e = im->buckets[hash_str(name) % N_BUCKETS]; e; e = e->next)
+  if (!im->n_buckets) return NULL;
+  for (Entry *e = im->buckets[hash_str(name) & (im->n_buckets - 1)]; e; e = e->next)
     if (strcmp(e->name, name) == 0) return e;
   return NULL;
 }
 
+static void link_entry(Imp *im, Entry *e) {
+  uint32_t b = hash_str(e->name) & (im->n_buckets - 1);
+  e->next = im->buckets[b];
+  im->buckets[b] = e;
+}
+
+/* Twice the buckets, relinked: chains stay short at every size. */
+static void rehash(Imp *im) {
+  uint32_t old = im->n_buckets;
+  Entry **was = im->buckets;
+  im->n_buckets = old ? old * 2 : 1024;
+  im->buckets = ARENA_ARRAY(&im->c->arena, Entry *, im->n_buckets);
+  for (uint32_t i = 0; i < old; i++)
+    for (Entry *e = was[i], *next; e; e = next) {
+      next = e->next;
+      link_entry(im, e);
+    }
+}
+
 Entry *ox_add_entry(Imp *im, const char *name, int producer) {
+  if (im->n_entries >= im->n_buckets) rehash(im);
   Entry *e = ARENA_NEW(&im->c->arena, Entry);
   e->name = arena_strdup(&im->c->arena, name);
   e->producer = producer;
-  uint32_t b = hash_str(name) % N_BUCKETS;
-  e->next = im->buckets[b];
-  im->buckets[b] = e;
+  link_entry(im, e);
+  im->n_entries++;
   return e;
 }
 
@@ -56,10 +77,16 @@ __attribute__((format(printf, 2, 3))) bool ox_bad(Imp *im, const char *fmt, ...)
   return false;
 }
 
+_Noreturn void ox_oom(Imp *im, const char *what) {
+  ox_bad(im, "out of memory for %s", what);
+  if (!im->unwind) dl_internal(im->c, "out of memory outside the import's guard");
+  longjmp(*im->unwind, 1);
+}
+
 static void *grow(Imp *im, void *p, int *cap, size_t elem) {
   int n = *cap ? *cap * 2 : 64;
   void *q = realloc(p, (size_t)n * elem);
-  if (!q) dl_internal(im->c, "out of memory");
+  if (!q) ox_oom(im, "the importer's tables");
   *cap = n;
   return q;
 }
@@ -69,7 +96,7 @@ static Tensor *own(Imp *im, Tensor t) {
   Tensor *k = malloc(sizeof *k);
   if (!k) {
     ir_tensor_free(&t);
-    dl_internal(im->c, "out of memory");
+    ox_oom(im, "the importer's tables");
   }
   *k = t;
   if (im->n_owned == im->cap_owned)
@@ -94,7 +121,12 @@ Val *ox_known(Imp *im, Tensor t) {
 /* A fresh known tensor of type t for the caller to fill. */
 Val *ox_known_new(Imp *im, const TensorType *t) {
   Tensor d;
-  if (!ir_tensor_alloc(&d, t)) dl_internal(im->c, "out of memory");
+  if (!ir_tensor_alloc(&d, t)) {
+    char ts[IR_TYPE_STR_MAX], what[IR_TYPE_STR_MAX + 64];
+    snprintf(what, sizeof what, "a tensor of %s (%zu bytes)", ir_type_str(t, ts, sizeof ts),
+             ir_tensor_nbytes(t));
+    ox_oom(im, what);
+  }
   return ox_known(im, d);
 }
 

@@ -8,6 +8,7 @@
 #ifndef DLCC_FRONTEND_ONNX_INTERNAL_H
 #define DLCC_FRONTEND_ONNX_INTERNAL_H
 
+#include <setjmp.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -38,8 +39,6 @@ typedef struct Entry {
   struct Entry *next;
 } Entry;
 
-enum { N_BUCKETS = 4096 };
-
 typedef struct Imp {
   Ctx *c;
   Graph *g;
@@ -49,7 +48,10 @@ typedef struct Imp {
   const OnnxOptions *opt;
   bool *define_used;
   int64_t opset;
+  /* Every ONNX name, hashed; the table doubles as it fills, so that a
+   * model's names are found in constant time however many there are. */
   Entry **buckets;
+  uint32_t n_buckets, n_entries;
   /* Every known tensor (malloc'd), freed at the end unless a param took it. */
   Tensor **owned;
   int n_owned, cap_owned;
@@ -63,6 +65,12 @@ typedef struct Imp {
   bool *attr_used;
   SrcLoc loc;
   int64_t fold_max;
+  /* The decoded model, its decoder's allocator (which notes a failure),
+   * and where an allocation failure unwinds to (onnx.c). */
+  Onnx__ModelProto *m;
+  ProtobufCAllocator pb;
+  bool pb_failed;
+  jmp_buf *unwind;
 } Imp;
 
 typedef struct Emit {
@@ -101,6 +109,9 @@ bool ox_tensor_from_proto(const Onnx__TensorProto *t, const char *dir, Tensor *o
 Entry *ox_find_entry(Imp *im, const char *name);
 Entry *ox_add_entry(Imp *im, const char *name, int producer);
 bool ox_bad(Imp *im, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Reports that an allocation of what failed and unwinds out of the
+ * import (it never returns). */
+_Noreturn void ox_oom(Imp *im, const char *what);
 Val *ox_known(Imp *im, Tensor t);
 Val *ox_known_new(Imp *im, const TensorType *t);
 bool ox_proto_is_empty(const Onnx__TensorProto *t);

@@ -1,16 +1,23 @@
 /* ONNX tensors and files: takes a TensorProto (inline data or external
  * data next to the model) or a path, returns host tensors (malloc'd data)
- * and whole files in memory; maps ONNX dtypes onto dlcc's. */
+ * and whole files in memory; maps ONNX dtypes onto dlcc's.  Files come
+ * from the model's author: only regular files are read (never a FIFO or
+ * a device), external data only from inside the model's folder, and
+ * every size the model states is checked against the file before
+ * anything is allocated for it. */
 #include "config.h"
 
 #include <errno.h>
 #include <inttypes.h>
-#include <math.h>
 #include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "frontend/onnx_internal.h"
+#include "runtime/tensorio.h"
 
 /* A model file larger than this is refused before reading (protobuf
  * itself stops at 2 GiB). */
@@ -54,41 +61,33 @@ __attribute__((format(printf, 3, 4))) static bool efail(char *err, size_t errlen
 
 /* ---- files ---- */
 
-/* Whole file into malloc'd memory. */
+/* Whole file into malloc'd memory, sized by the file before reading. */
 void *ox_read_whole(const char *path, size_t *len, char *err, size_t errlen) {
-  FILE *f = fopen(path, "rb");
-  if (!f) {
-    efail(err, errlen, "cannot read '%s': %s", path, strerror(errno));
+  char why[256];
+  int64_t size;
+  int fd = rt_open_regular(path, 0, &size, why, sizeof why);
+  if (fd < 0) {
+    efail(err, errlen, "cannot read '%s': %s", path, why);
     return NULL;
   }
-  size_t cap = 1 << 16, n = 0;
-  unsigned char *buf = malloc(cap);
-  while (buf) {
-    size_t got = fread(buf + n, 1, cap - n, f);
-    n += got;
-    if (got == 0) break;
-    if (n == cap) {
-      unsigned char *bigger = cap >= MAX_MODEL_BYTES ? NULL : realloc(buf, cap * 2);
-      if (!bigger) {
-        free(buf);
-        buf = NULL;
-        fclose(f);
-        efail(err, errlen, "cannot read '%s': larger than %zu bytes", path, MAX_MODEL_BYTES);
-        return NULL;
-      }
-      buf = bigger;
-      cap *= 2;
-    }
-  }
-  bool failed = ferror(f);
-  fclose(f);
-  if (!buf || failed) {
+  unsigned char *buf = NULL;
+  if ((uint64_t)size > MAX_MODEL_BYTES)
+    efail(err, errlen, "cannot read '%s': larger than %zu bytes", path, MAX_MODEL_BYTES);
+  else if (!(buf = malloc(size ? (size_t)size : 1)))
+    efail(err, errlen, "cannot read '%s': out of memory for %" PRId64 " bytes", path, size);
+  else if (rt_read_at(fd, buf, (size_t)size, 0) != 0) {
+    efail(err, errlen, "cannot read '%s': %s", path, errno ? strerror(errno) : "it shrank while read");
     free(buf);
-    efail(err, errlen, "cannot read '%s': %s", path, buf ? strerror(errno) : "out of memory");
-    return NULL;
+    buf = NULL;
   }
-  *len = n;
+  close(fd);
+  *len = buf ? (size_t)size : 0;
   return buf;
+}
+
+static char *dir_dup(const char *path) {
+  const char *slash = strrchr(path, '/');
+  return slash ? strndup(path, (size_t)(slash - path)) : strdup(".");
 }
 
 char *ox_dir_of(Arena *a, const char *path) {
@@ -96,54 +95,99 @@ char *ox_dir_of(Arena *a, const char *path) {
   return slash ? arena_strndup(a, path, (size_t)(slash - path)) : arena_strdup(a, ".");
 }
 
-/* The raw bytes of a tensor stored outside the model (external_data:
- * location, offset, length), read into dst. */
-static bool read_external(const Onnx__TensorProto *t, const char *dir, void *dst, size_t nbytes,
-                          char *err, size_t errlen) {
-  const char *location = NULL;
-  long long offset = 0, length = -1;
+/* External data: location, offset and length, checked. */
+typedef struct External {
+  const char *location;
+  long long offset, length; /* length -1: not given */
+} External;
+
+static bool external_fields(const Onnx__TensorProto *t, External *x, char *err, size_t errlen) {
+  *x = (External){NULL, 0, -1};
   for (size_t i = 0; i < t->n_external_data; i++) {
     const Onnx__StringStringEntryProto *kv = t->external_data[i];
     if (!kv->key || !kv->value) continue;
     char *end;
     if (strcmp(kv->key, "location") == 0) {
-      location = kv->value;
+      x->location = kv->value;
     } else if (strcmp(kv->key, "offset") == 0 || strcmp(kv->key, "length") == 0) {
       errno = 0;
       long long v = strtoll(kv->value, &end, 10);
       if (*end || end == kv->value || errno || v < 0)
         return efail(err, errlen, "external data %s '%s' is not a byte count", kv->key, kv->value);
       if (kv->key[0] == 'o')
-        offset = v;
+        x->offset = v;
       else
-        length = v;
+        x->length = v;
     }
   }
-  if (!location || !*location)
-    return efail(err, errlen, "external data without a 'location'");
+  if (!x->location || !*x->location) return efail(err, errlen, "external data without a 'location'");
   /* Only files next to the model: a model from elsewhere must not read
    * arbitrary paths. */
-  if (location[0] == '/' || strstr(location, "..") != NULL)
+  if (x->location[0] == '/' || strstr(x->location, "..") != NULL)
     return efail(err, errlen,
-                 "external data location '%s' must be a relative path below the model's directory", location);
-  if (length >= 0 && (unsigned long long)length != (unsigned long long)nbytes)
-    return efail(err, errlen, "external data '%s' has length %lld, the tensor needs %zu bytes",
-                 location, length, nbytes);
-  char *path = NULL;
-  if (asprintf(&path, "%s/%s", dir, location) < 0) return efail(err, errlen, "out of memory");
-  FILE *f = fopen(path, "rb");
-  if (!f) {
-    efail(err, errlen, "cannot read external data '%s': %s", path, strerror(errno));
-    free(path);
-    return false;
+                 "external data location '%s' must be a relative path below the model's directory",
+                 x->location);
+  return true;
+}
+
+/* True when the resolved path lies below the resolved folder. */
+static bool is_below(const char *rpath, const char *rdir) {
+  size_t n = strlen(rdir);
+  if (n == 1 && rdir[0] == '/') return true;
+  return strncmp(rpath, rdir, n) == 0 && rpath[n] == '/';
+}
+
+/* Opens dir/location for nbytes at x->offset: a regular file that is
+ * really inside the model's folder (no symlink as its last component, and
+ * no symlinked folder on the way that leads out), long enough.  -1 with a
+ * message. */
+static int open_external(const char *dir, const External *x, size_t nbytes, char *err, size_t errlen) {
+  char *path = NULL, *rdir = NULL, *rpath = NULL;
+  int fd = -1;
+  if (asprintf(&path, "%s/%s", dir, x->location) < 0) {
+    path = NULL;
+    efail(err, errlen, "out of memory");
+    goto done;
   }
-  bool ok = fseeko(f, (off_t)offset, SEEK_SET) == 0 && fread(dst, 1, nbytes, f) == nbytes;
-  fclose(f);
-  if (!ok)
-    efail(err, errlen, "external data '%s' is too short: %zu bytes at offset %lld", path, nbytes,
-          offset);
+  rdir = realpath(dir, NULL);
+  rpath = rdir ? realpath(path, NULL) : NULL;
+  if (!rpath) {
+    efail(err, errlen, "external data '%s': %s", path, strerror(errno));
+    goto done;
+  }
+  if (!is_below(rpath, rdir)) {
+    efail(err, errlen, "external data '%s' resolves to '%s', outside the model's folder '%s'", path, rpath,
+          rdir);
+    goto done;
+  }
+  char why[256];
+  int64_t size;
+  if ((fd = rt_open_regular(path, RT_NOFOLLOW, &size, why, sizeof why)) < 0) {
+    efail(err, errlen, "external data '%s': %s", path, why);
+    goto done;
+  }
+  /* What was opened must be the file resolved above, not one that a
+   * folder swapped in since then leads to. */
+  struct stat st, seen;
+  if (fstat(fd, &st) != 0 || stat(rpath, &seen) != 0 || seen.st_dev != st.st_dev ||
+      seen.st_ino != st.st_ino) {
+    efail(err, errlen, "external data '%s' changed while it was opened", path);
+    goto fail;
+  }
+  if (x->offset > size || (uint64_t)(size - x->offset) < (uint64_t)nbytes) {
+    efail(err, errlen, "external data '%s' is too short: %zu bytes at offset %lld, the file has %" PRId64,
+          path, nbytes, x->offset, size);
+    goto fail;
+  }
+  goto done;
+fail:
+  close(fd);
+  fd = -1;
+done:
   free(path);
-  return ok;
+  free(rdir);
+  free(rpath);
+  return fd;
 }
 
 /* A TensorProto's contents as a host tensor (malloc'd data). */
@@ -189,11 +233,28 @@ bool ox_tensor_from_proto(const Onnx__TensorProto *t, const char *dir, Tensor *o
   if (given != want)
     return efail(err, errlen, "%s %s needs %zu %s, the file has %zu", ts,
                  ox_onnx_type_name(t->data_type), want, field, given);
-  if (!ir_tensor_alloc(out, &type)) return efail(err, errlen, "out of memory for %s", ts);
+  /* External data is checked against its file before anything is
+   * allocated for it: the sizes come from the model. */
+  External x;
+  int fd = -1;
   if (external) {
-    if (!read_external(t, dir, out->data, nbytes, err, errlen)) {
+    if (!external_fields(t, &x, err, errlen)) return false;
+    if (x.length >= 0 && (unsigned long long)x.length != (unsigned long long)nbytes)
+      return efail(err, errlen, "external data '%s' has length %lld, the tensor needs %zu bytes", x.location,
+                   x.length, nbytes);
+    if ((fd = open_external(dir, &x, nbytes, err, errlen)) < 0) return false;
+  }
+  if (!ir_tensor_alloc(out, &type)) {
+    if (fd >= 0) close(fd);
+    return efail(err, errlen, "out of memory for %s (%zu bytes)", ts, nbytes);
+  }
+  if (external) {
+    bool ok = rt_read_at(fd, out->data, nbytes, x.offset) == 0;
+    close(fd);
+    if (!ok) {
       ir_tensor_free(out);
-      return false;
+      return efail(err, errlen, "cannot read external data '%s/%s': %s", dir, x.location,
+                   errno ? strerror(errno) : "it shrank while read");
     }
   } else if (t->has_raw_data) {
     memcpy(out->data, t->raw_data.data, nbytes); /* little-endian, as the host */
@@ -227,10 +288,10 @@ bool fe_onnx_read_tensor(const char *path, Tensor *out, char **name, char *err, 
   free(buf);
   if (!t) return efail(err, errlen, "'%s' is not a serialized ONNX TensorProto", path);
   char msg[512];
-  Arena a;
-  arena_init(&a);
-  bool ok = ox_tensor_from_proto(t, ox_dir_of(&a, path), out, msg, sizeof msg);
-  arena_free(&a);
+  char *dir = dir_dup(path);
+  bool ok = dir && ox_tensor_from_proto(t, dir, out, msg, sizeof msg);
+  if (!dir) snprintf(msg, sizeof msg, "out of memory");
+  free(dir);
   if (ok && name && !(*name = strdup(t->name ? t->name : ""))) {
     ir_tensor_free(out);
     ok = false;

@@ -1,10 +1,14 @@
-# Untrusted files (tests/test_files.c): .npy and safetensors that are not
-# what they claim, tables read in linear time; `make bench` has the
-# figures (tests/bench/files.c).
+# Untrusted files (tests/test_files.c): ONNX external data, .npy and
+# safetensors that are not what they claim, tables read in linear time
+# (`make bench` has the figures: tests/bench/files.c), the ONNX importer
+# under failing allocations.
 if HAVE_CHECK
 check_PROGRAMS += tests/test_files
 TESTS += tests/test_files
 tests_test_files_SOURCES = tests/test_files.c
+if HAVE_ONNX
+tests_test_files_SOURCES += tests/onnxbuild.c tests/onnxbuild.h
+endif
 tests_test_files_CFLAGS = $(TEST_CFLAGS)
 tests_test_files_LDADD = $(TEST_LIBS)
 endif

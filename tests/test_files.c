@@ -1,9 +1,12 @@
 /* Files are what they claim, whatever their author meant: the exact
- * inputs of the attacks that once worked, each now a clear error.  A
- * FIFO named *.npy, .npy headers that promise more than the file has; a
- * safetensors header of 200,000 entries read, and bound to a graph of as
- * many params, in linear time (the quadratic duplicate check took 32 s
- * for 100,000). */
+ * inputs of the attacks that once worked, each now a clear error.  ONNX
+ * external data through a symlink to /etc/passwd or a symlinked folder, a
+ * FIFO, sizes the file cannot hold (before anything is allocated); a FIFO
+ * named *.npy, .npy and safetensors headers that promise more than the
+ * file has; safetensors headers of 100,000 and 200,000 entries read, and
+ * bound to a graph of as many params, in linear time (the quadratic
+ * duplicate check took 32 s for the first); the ONNX importer under
+ * failing allocations at every step. */
 #include <check.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,9 +15,14 @@
 #include <unistd.h>
 
 #include "api/weights.h"
+#include "config.h"
 #include "ir/eval.h"
 #include "ir/ir.h"
 #include "runtime/tensorio.h"
+#if HAVE_ONNX
+#include "frontend/onnx.h"
+#include "onnxbuild.h"
+#endif
 
 static char dir[64];
 static char err[4096];
@@ -186,6 +194,159 @@ START_TEST(bind_large_tables) {
 }
 END_TEST
 
+#if HAVE_ONNX
+
+/* ---- ONNX external data ---- */
+
+static Ctx ctx;
+static TensorMap params;
+
+static void onnx_setup(void) {
+  setup();
+  ctx_init(&ctx);
+  params = (TensorMap){0};
+}
+
+static void onnx_teardown(void) {
+  ir_tensor_map_free(&params);
+  ctx_free(&ctx);
+  pool_free();
+  teardown();
+}
+
+/* dir/model.onnx: y = x + w, w (u8 of n) from external data at location. */
+static Graph *import_external(const char *location, int64_t n) {
+  Model *b = model_new(13);
+  int64_t d[1] = {n};
+  add_input_typed(b, "x", ONNX__TENSOR_PROTO__DATA_TYPE__UINT8, 1, d);
+  Onnx__TensorProto *t = tensor("w", ONNX__TENSOR_PROTO__DATA_TYPE__UINT8, 1, d);
+  t->has_data_location = 1;
+  t->data_location = ONNX__TENSOR_PROTO__DATA_LOCATION__EXTERNAL;
+  t->n_external_data = 1;
+  t->external_data = mem(sizeof *t->external_data);
+  Onnx__StringStringEntryProto *e = mem(sizeof *e);
+  onnx__string_string_entry_proto__init(e);
+  e->key = str("location");
+  e->value = str(location);
+  t->external_data[0] = e;
+  b->inits[b->g.n_initializer++] = t;
+  add_node(b, "Add", "x,w", "y");
+  add_output(b, "y");
+  size_t len;
+  uint8_t *buf = pack_model(b, &len);
+  diag_clear(&ctx);
+  ir_tensor_map_free(&params);
+  return fe_onnx_import_bytes(&ctx, in_dir("model.onnx"), buf, len, NULL, &params);
+}
+
+static void expect_import_error(Graph *g, const char *want) {
+  ck_assert_msg(g == NULL, "imported; wanted: %s", want);
+  ck_assert_msg(strstr(diag_text(&ctx), want), "messages lack '%s':\n%s", want, diag_text(&ctx));
+}
+
+/* The attack: data/weights.bin a symlink to /etc/passwd.  Its 16 bytes
+ * once became the tensor (and would have been embedded in a model.so). */
+START_TEST(external_symlink_out) {
+  ck_assert_int_eq(mkdir(in_dir("data"), 0700), 0);
+  ck_assert_int_eq(symlink("/etc/passwd", in_dir("data/weights.bin")), 0);
+  char *real = realpath(dir, NULL), want[1024];
+  snprintf(want, sizeof want,
+           "initializer 'w': external data '%s/data/weights.bin' resolves to '/etc/passwd', outside the "
+           "model's folder '%s'",
+           dir, real);
+  expect_import_error(import_external("data/weights.bin", 16), want);
+  /* A symlinked folder on the way must not lead out either. */
+  ck_assert_int_eq(symlink("/etc", in_dir("etc")), 0);
+  snprintf(want, sizeof want,
+           "initializer 'w': external data '%s/etc/passwd' resolves to '/etc/passwd', outside the model's "
+           "folder '%s'",
+           dir, real);
+  expect_import_error(import_external("etc/passwd", 16), want);
+  free(real);
+}
+END_TEST
+
+/* Inside the folder: a regular file reads; a symlink to it, a FIFO and a
+ * file too short for what the model states are refused, the last before
+ * its 1 TiB is allocated. */
+START_TEST(external_files) {
+  uint8_t bytes[16];
+  for (int i = 0; i < 16; i++) bytes[i] = (uint8_t)(i * 3);
+  write_file(in_dir("w.bin"), bytes, sizeof bytes, NULL, 0);
+  Graph *g = import_external("w.bin", 16);
+  ck_assert_msg(g, "%s", diag_text(&ctx));
+  const Tensor *w = ir_tensor_map_find(&params, "w");
+  ck_assert_ptr_nonnull(w);
+  ck_assert_mem_eq(w->data, bytes, sizeof bytes);
+  char want[1024];
+  ck_assert_int_eq(symlink("w.bin", in_dir("link.bin")), 0);
+  snprintf(want, sizeof want,
+           "initializer 'w': external data '%s/link.bin': is a symbolic link, which is not followed here",
+           dir);
+  expect_import_error(import_external("link.bin", 16), want);
+  ck_assert_int_eq(mkfifo(in_dir("fifo.bin"), 0600), 0);
+  snprintf(want, sizeof want, "initializer 'w': external data '%s/fifo.bin': is a FIFO, not a regular file",
+           dir);
+  expect_import_error(import_external("fifo.bin", 16), want);
+  snprintf(want, sizeof want,
+           "initializer 'w': external data '%s/w.bin' is too short: 1099511627776 bytes at offset 0, the "
+           "file has 16",
+           dir);
+  expect_import_error(import_external("w.bin", (int64_t)1 << 40), want);
+}
+END_TEST
+
+/* A model file that is a FIFO is refused, not waited on. */
+START_TEST(model_not_a_file) {
+  ck_assert_int_eq(mkfifo(in_dir("m.onnx"), 0600), 0);
+  ck_assert_ptr_null(fe_onnx_import(&ctx, in_dir("m.onnx"), NULL, &params));
+  char want[512];
+  snprintf(want, sizeof want, "cannot read '%s/m.onnx': is a FIFO, not a regular file", dir);
+  ck_assert_msg(strstr(diag_text(&ctx), want), "%s", diag_text(&ctx));
+}
+END_TEST
+
+/* The Nth arena allocation fails, for every N until the import passes:
+ * each failure is a message, never an abort (the arena used to have no
+ * handler outside an API guard), and under ASan nothing leaks. */
+START_TEST(import_out_of_memory) {
+  Model *b = model_new(13);
+  int64_t xd[2] = {2, 3}, wd[2] = {4, 3};
+  const float w[12] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};
+  const int64_t shape[2] = {4, 2};
+  add_input(b, "x", 2, xd);
+  add_init_f32(b, "w", 2, wd, 12, w);
+  add_init_i64(b, "shape", 2, shape);
+  attr_i(add_node(b, "Gemm", "x,w", "h"), "transB", 1);
+  add_node(b, "Shape", "h", "s");
+  add_node(b, "Reshape", "h,shape", "r");
+  add_node(b, "Relu", "r", "y");
+  add_output(b, "y");
+  size_t len;
+  uint8_t *buf = pack_model(b, &len);
+  int n = 1;
+  for (;; n++) {
+    Ctx c;
+    ctx_init(&c);
+    c.arena.fail_after = n;
+    TensorMap p;
+    Graph *g = fe_onnx_import_bytes(&c, "oom.onnx", buf, len, NULL, &p);
+    bool ok = g != NULL;
+    if (!ok)
+      ck_assert_msg(strstr(diag_text(&c), "oom.onnx: ") &&
+                        strstr(diag_text(&c), "out of memory for the compilation's arena"),
+                    "allocation %d: %s", n, diag_text(&c));
+    ck_assert_int_eq(p.n, ok ? 1 : 0);
+    ir_tensor_map_free(&p);
+    ctx_free(&c);
+    if (ok) break;
+  }
+  ck_assert_int_gt(n, 20); /* the sweep went through the whole import */
+}
+END_TEST
+
+#endif
+
 static Suite *files_suite(void) {
   Suite *s = suite_create("files");
   TCase *t = tcase_create("tensor files");
@@ -200,6 +361,15 @@ static Suite *files_suite(void) {
   tcase_add_test(t, safetensors_large_headers);
   tcase_add_test(t, bind_large_tables);
   suite_add_tcase(s, t);
+#if HAVE_ONNX
+  t = tcase_create("onnx");
+  tcase_add_checked_fixture(t, onnx_setup, onnx_teardown);
+  tcase_add_test(t, external_symlink_out);
+  tcase_add_test(t, external_files);
+  tcase_add_test(t, model_not_a_file);
+  tcase_add_test(t, import_out_of_memory);
+  suite_add_tcase(s, t);
+#endif
   return s;
 }
 
