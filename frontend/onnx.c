@@ -382,8 +382,9 @@ static bool import_graph(Imp *im, const Onnx__ModelProto *m) {
     }
     if (!ox_tensor_from_proto(t, im->dir, &data, err, sizeof err))
       return ox_bad(im, "initializer '%s': %s", t->name, err);
+    Val *v = ox_known(im, data); /* owned before the next allocation can fail */
     e = ox_add_entry(im, t->name, -1);
-    e->val = ox_known(im, data);
+    e->val = v;
     e->val->name = e->name;
   }
   for (size_t i = 0; i < gp->n_input; i++) {

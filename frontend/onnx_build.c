@@ -91,18 +91,31 @@ static void *grow(Imp *im, void *p, int *cap, size_t elem) {
   return q;
 }
 
-/* Takes ownership of t's data. */
-static Tensor *own(Imp *im, Tensor t) {
-  Tensor *k = malloc(sizeof *k);
-  if (!k) {
-    ir_tensor_free(&t);
-    ox_oom(im, "the importer's tables");
+/* Takes ownership of the data of ts[0..n) into out[0..n).  Every one is
+ * owned (freed with the import) or freed before an allocation failure
+ * unwinds: none leaks. */
+static void own_all(Imp *im, int n, Tensor *ts, Tensor **out) {
+  bool ok = true;
+  if (im->n_owned + n > im->cap_owned) {
+    int cap = im->cap_owned ? im->cap_owned : 64;
+    while (cap < im->n_owned + n) cap *= 2;
+    Tensor **q = realloc(im->owned, (size_t)cap * sizeof *q);
+    if (q)
+      im->owned = q, im->cap_owned = cap;
+    else
+      ok = false;
   }
-  *k = t;
-  if (im->n_owned == im->cap_owned)
-    im->owned = grow(im, im->owned, &im->cap_owned, sizeof *im->owned);
-  im->owned[im->n_owned++] = k;
-  return k;
+  for (int i = 0; i < n; i++) {
+    out[i] = ok ? malloc(sizeof **out) : NULL;
+    if (out[i]) {
+      *out[i] = ts[i];
+      im->owned[im->n_owned++] = out[i];
+    } else {
+      ir_tensor_free(&ts[i]);
+      ok = false;
+    }
+  }
+  if (!ok) ox_oom(im, "the importer's tables");
 }
 
 static Val *new_val(Imp *im, const TensorType *t) {
@@ -111,11 +124,16 @@ static Val *new_val(Imp *im, const TensorType *t) {
   return v;
 }
 
-Val *ox_known(Imp *im, Tensor t) {
-  Tensor *k = own(im, t);
+static Val *known_val(Imp *im, Tensor *k) {
   Val *v = new_val(im, &k->type);
   v->k = k;
   return v;
+}
+
+Val *ox_known(Imp *im, Tensor t) {
+  Tensor *k;
+  own_all(im, 1, &t, &k);
+  return known_val(im, k);
 }
 
 /* A fresh known tensor of type t for the caller to fill. */
@@ -281,7 +299,9 @@ bool ox_finish(Imp *im, Emit *e, Val **out) {
   Tensor res[8];
   if (!ir_eval(e->fold, NULL, &pm, res, err, sizeof err))
     return ox_bad(im, "evaluating %s on constant operands: %s", ir_ops[n->op].name, err);
-  for (int i = 0; i < n->n_out; i++) out[i] = ox_known(im, res[i]);
+  Tensor *ks[8];
+  own_all(im, n->n_out, res, ks);
+  for (int i = 0; i < n->n_out; i++) out[i] = known_val(im, ks[i]);
   return true;
 }
 
