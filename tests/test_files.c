@@ -3,10 +3,10 @@
  * external data through a symlink to /etc/passwd or a symlinked folder, a
  * FIFO, sizes the file cannot hold (before anything is allocated); a FIFO
  * named *.npy, .npy and safetensors headers that promise more than the
- * file has; safetensors headers of 100,000 and 200,000 entries read, and
- * bound to a graph of as many params, in linear time (the quadratic
- * duplicate check took 32 s for the first); the ONNX importer under
- * failing allocations at every step. */
+ * file has; a safetensors header of 200,000 entries read, and bound to a
+ * graph of as many params, in linear time (the quadratic duplicate check
+ * took 32 s for 100,000), and IR text of as many location comments; the
+ * ONNX importer under failing allocations at every step. */
 #include <check.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -193,6 +193,29 @@ START_TEST(bind_large_tables) {
 }
 END_TEST
 
+/* IR text whose every line gives its location in a file of its own: the
+ * names were searched one by one (40,000 lines: 6 s of CPU here). */
+START_TEST(ir_text_locations) {
+  enum { N = 200000 };
+  size_t cap = (size_t)N * 64 + 256, len = 0;
+  char *text = malloc(cap);
+  ck_assert_ptr_nonnull(text);
+  len += (size_t)snprintf(text, cap, "graph g {\n  %%0 = input {name=\"x\"} : f32[4]\n");
+  for (int i = 1; i <= N; i++)
+    len += (size_t)snprintf(text + len, cap - len, "  %%%d = relu %%%d : f32[4]    ; f%d.dl:%d:1\n", i, i - 1,
+                            i, i);
+  len += (size_t)snprintf(text + len, cap - len, "  return %%%d as \"y\"\n}\n", N);
+  Ctx c;
+  ctx_init(&c);
+  Graph *g = ir_parse(&c, ctx_add_file(&c, "locs.ir", text, len));
+  ck_assert_msg(g, "%s", diag_text(&c));
+  ck_assert_str_eq(g->outputs[0]->def->loc.file->name, "f200000.dl");
+  ck_assert_int_eq(g->outputs[0]->def->loc.line, N);
+  ctx_free(&c);
+  free(text);
+}
+END_TEST
+
 #if HAVE_ONNX
 
 /* ---- ONNX external data ---- */
@@ -363,6 +386,7 @@ static Suite *files_suite(void) {
   tcase_set_timeout(t, 120);
   tcase_add_test(t, safetensors_large_headers);
   tcase_add_test(t, bind_large_tables);
+  tcase_add_test(t, ir_text_locations);
   suite_add_tcase(s, t);
 #if HAVE_ONNX
   t = tcase_create("onnx");
