@@ -441,6 +441,7 @@ static void print_plan_stats(FILE *f, const CgResult *cg) {
           p->arena_bytes ? (double)cg->naive_bytes / (double)p->arena_bytes : 1.0);
   fprintf(f, "%10d memplan: outputs written in place\n", cg->n_inplace);
   fprintf(f, "%10s memplan: heuristic %s\n", "", cg->memplan ? cg->memplan : "none");
+  cg_print_cost_stats(f, cg, 5);
 }
 
 typedef struct Job {
@@ -592,7 +593,7 @@ static int compile(Ctx *c, void *data) {
       if (o->emit == EMIT_CUDA)
         fputs(cg.source, job->out);
       else
-        cg_print_plan(job->out, cg.plan);
+        cg_print_plan_costs(job->out, cg.plan, cg.step_costs);
       break;
     }
     case EMIT_AST:

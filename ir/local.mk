@@ -8,5 +8,6 @@ libdlcc_core_la_SOURCES += \
 	ir/parse.c \
 	ir/dot.c \
 	ir/eval.c ir/eval.h \
-	ir/indices.c
+	ir/indices.c \
+	ir/cost.c
 libdlcc_core_la_SOURCES += ir/init.c
