@@ -5,7 +5,6 @@
  * counts. */
 #include <inttypes.h>
 #include <math.h>
-#include <stdlib.h>
 
 #include "codegen.h"
 #include "kernel.h"
@@ -119,11 +118,7 @@ static double at_most(double v, double cap) { return v < cap ? v : cap; }
 CgStepNote cg_note_kernel(const Kernel *k) {
   CgStepNote note = {0};
   int np = k->n_params;
-  double *counts = calloc((size_t)(2 * np + 1), sizeof *counts);
-  if (!counts) {
-    note.bytes = NAN;
-    return note;
-  }
+  double *counts = ARENA_ARRAY(&k->ctx->arena, double, 2 * np + 1);
   Traffic t = {.k = k, .loads = counts, .stores = counts + np};
   walk_block(&t, &k->body, 1);
   for (int p = 0; p < np; p++) {
@@ -134,7 +129,6 @@ CgStepNote cg_note_kernel(const Kernel *k) {
     note.reads = note.reads || t.loads[p] > 0;
   }
   note.ops = t.ops;
-  free(counts);
   return note;
 }
 
@@ -222,6 +216,11 @@ static IrCost total(const IrCost *c, uint32_t n) {
   return t;
 }
 
+/* More FLOPs first, then the earlier step. */
+static bool ranks_before(const IrCost *c, int a, int b) {
+  return c[a].flops > c[b].flops || (c[a].flops == c[b].flops && a < b);
+}
+
 static double intensity(IrCost c) { return c.bytes > 0 ? c.flops / c.bytes : 0; }
 
 void cg_print_cost_stats(FILE *f, const CgResult *r, int top) {
@@ -235,20 +234,20 @@ void cg_print_cost_stats(FILE *f, const CgResult *r, int top) {
   fprintf(f, "%10.3f cost: FLOPs per byte per run (arithmetic intensity)\n", intensity(t));
   fprintf(f, "%10.0f cost: FLOPs at init (once per change of the weights)\n", ti.flops);
   fprintf(f, "%10.0f cost: minimum bytes at init\n", ti.bytes);
-  /* The top steps by a selection over the few asked for: ties keep plan
-   * order. */
-  bool *shown = calloc((size_t)p->n_steps + 1, sizeof *shown);
-  if (!shown) return;
+  /* The top steps by FLOPs, ties in plan order: each pick is the best
+   * of those that rank after the one before. */
+  int prev = -1;
   for (int rank = 1; rank <= top; rank++) {
     int best = -1;
-    for (uint32_t s = 0; s < p->n_steps; s++)
-      if (!shown[s] && run[s].flops > 0 && (best < 0 || run[s].flops > run[best].flops)) best = (int)s;
+    for (int s = 0; s < (int)p->n_steps; s++)
+      if (run[s].flops > 0 && (prev < 0 || ranks_before(run, prev, s)) &&
+          (best < 0 || ranks_before(run, s, best)))
+        best = s;
     if (best < 0) break;
-    shown[best] = true;
+    prev = best;
     fprintf(f, "%10d cost: top step %d: ", best, rank);
     cg_print_cost(f, run[best]);
     fprintf(f, ", %.1f FLOP/B, %.1f%% of the run's FLOPs (%s)\n", intensity(run[best]),
             t.flops > 0 ? 100 * run[best].flops / t.flops : 0.0, p->steps[best].label);
   }
-  free(shown);
 }

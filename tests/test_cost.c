@@ -119,7 +119,8 @@ START_TEST(elementwise_ops_count_per_element) {
     ir_append(g, n);
     double out = 15 * ir_dtype_size(n->out[0].type.dtype);
     double read = 0;
-    for (int i = 0; i < n_in; i++) read += (double)ir_type_numel(&in[i]->type) * ir_dtype_size(in[i]->type.dtype);
+    for (int i = 0; i < n_in; i++)
+      read += (double)ir_type_numel(&in[i]->type) * ir_dtype_size(in[i]->type.dtype);
     IrCost c = ir_cost(n);
     ck_assert_msg(c.flops == 15.0 * per && c.bytes == read + out, "%s: %g FLOPs %g bytes", ir_ops[op].name,
                   c.flops, c.bytes);
@@ -155,7 +156,8 @@ START_TEST(conv2d_with_stride_dilation_groups) {
                         "  %x = input {name=\"x\"} : f32[1, 4, 9, 10]\n"
                         "  %w = param {name=\"w\"} : f32[6, 2, 3, 3]\n"
                         "  %b = param {name=\"b\"} : f32[6]\n"
-                        "  %0 = conv2d %x, %w, %b {stride=[2, 1], pad=[1, 0, 2, 1], dilation=[1, 2], groups=2}"
+                        "  %0 = conv2d %x, %w, %b"
+                        " {stride=[2, 1], pad=[1, 0, 2, 1], dilation=[1, 2], groups=2}"
                         " : f32[1, 6, 5, 7]\n"
                         "  return %0 as \"y\"\n"
                         "}\n",
@@ -298,7 +300,8 @@ START_TEST(recurrent_layers) {
                         "  %x = input {name=\"x\"} : f32[3, 2, 4]\n"
                         "  %wi = param {name=\"wi\"} : f32[15, 4]\n"
                         "  %wh = param {name=\"wh\"} : f32[15, 5]\n"
-                        "  %y, %h = gru %x, %wi, %wh {hidden=5, batch_first=0, bias=0} : f32[3, 2, 5], f32[1, 2, 5]\n"
+                        "  %y, %h = gru %x, %wi, %wh {hidden=5, batch_first=0, bias=0}"
+                        " : f32[3, 2, 5], f32[1, 2, 5]\n"
                         "  return %y as \"y\"\n"
                         "}\n",
                         OP_GRU);
@@ -390,8 +393,10 @@ START_TEST(resize_and_grid_sample) {
                      "}\n";
   double bytes = 4 * (32 + 30 + 30);
   ASSERT_COST(op_cost_of(with(text, sizeof text, grid, "nearest"), OP_GRID_SAMPLE), 4 * 15, bytes);
-  ASSERT_COST(op_cost_of(with(text, sizeof text, grid, "bilinear"), OP_GRID_SAMPLE), 2 * 4 * 30 + 4 * 15, bytes);
-  ASSERT_COST(op_cost_of(with(text, sizeof text, grid, "bicubic"), OP_GRID_SAMPLE), 2 * 16 * 30 + 4 * 15, bytes);
+  ASSERT_COST(op_cost_of(with(text, sizeof text, grid, "bilinear"), OP_GRID_SAMPLE),
+              2 * 4 * 30 + 4 * 15, bytes);
+  ASSERT_COST(op_cost_of(with(text, sizeof text, grid, "bicubic"), OP_GRID_SAMPLE),
+              2 * 16 * 30 + 4 * 15, bytes);
 }
 END_TEST
 
@@ -551,7 +556,8 @@ START_TEST(attention_group_moves_no_scores) {
   const Node *members[32];
   for (Node *m = j.g->first; m; m = m->next)
     if (m->group == grp && grp >= 0) members[n++] = m;
-  ASSERT_COST(ir_cost_fused(members, n), c[0].flops + c[1].flops, 4 * (rows * 8 + 24 * 8 + 24 + 25 + rows * 8));
+  ASSERT_COST(ir_cost_fused(members, n), c[0].flops + c[1].flops,
+              4 * (rows * 8 + 24 * 8 + 24 + 25 + rows * 8));
 }
 END_TEST
 
@@ -640,7 +646,8 @@ START_TEST(recurrent_steps_add_up) {
                      "  %wh = param {name=\"wh\"} : f32[20, 5]\n"
                      "  %bi = param {name=\"bi\"} : f32[20]\n"
                      "  %bh = param {name=\"bh\"} : f32[20]\n"
-                     "  %y, %h, %c = lstm %x, %wi, %wh, %bi, %bh {hidden=5} : f32[2, 3, 5], f32[1, 2, 5], f32[1, 2, 5]\n"
+                     "  %y, %h, %c = lstm %x, %wi, %wh, %bi, %bh {hidden=5}"
+                     " : f32[2, 3, 5], f32[1, 2, 5], f32[1, 2, 5]\n"
                      "  return %y as \"y\", %h as \"h\", %c as \"c\"\n"
                      "}\n",
                      0);
@@ -763,7 +770,8 @@ START_TEST(plan_and_stats_text) {
   FILE *f = open_memstream(&text, &len);
   cg_print_plan_costs(f, j.cg.plan, j.cg.step_costs);
   fclose(f);
-  ck_assert_msg(strstr(text, "  ; linear %3  [48 FLOP 104 B]\n") && strstr(text, "  ; linear %3 bias  [6 FLOP 60 B]\n"),
+  ck_assert_msg(strstr(text, "  ; linear %3  [48 FLOP 104 B]\n") &&
+                    strstr(text, "  ; linear %3 bias  [6 FLOP 60 B]\n"),
                 "%s", text);
   free(text);
   f = open_memstream(&text, &len);
@@ -771,12 +779,15 @@ START_TEST(plan_and_stats_text) {
   fclose(f);
   ck_assert_str_eq(text,
                    "        54 cost: FLOPs per run\n"
-                   "       164 cost: minimum bytes per run (each step's operands read once, results written once)\n"
+                   "       164 cost: minimum bytes per run"
+                   " (each step's operands read once, results written once)\n"
                    "     0.329 cost: FLOPs per byte per run (arithmetic intensity)\n"
                    "         0 cost: FLOPs at init (once per change of the weights)\n"
                    "         0 cost: minimum bytes at init\n"
-                   "         0 cost: top step 1: 48 FLOP 104 B, 0.5 FLOP/B, 88.9% of the run's FLOPs (linear %3)\n"
-                   "         1 cost: top step 2: 6 FLOP 60 B, 0.1 FLOP/B, 11.1% of the run's FLOPs (linear %3 bias)\n");
+                   "         0 cost: top step 1: 48 FLOP 104 B, 0.5 FLOP/B,"
+                   " 88.9% of the run's FLOPs (linear %3)\n"
+                   "         1 cost: top step 2: 6 FLOP 60 B, 0.1 FLOP/B,"
+                   " 11.1% of the run's FLOPs (linear %3 bias)\n");
   free(text);
 }
 END_TEST
