@@ -5,7 +5,7 @@
 if HAVE_CHECK
 check_PROGRAMS += tests/test_cost
 TESTS += tests/test_cost
-tests_test_cost_SOURCES = tests/test_cost.c tests/irjob.c tests/irjob.h
+tests_test_cost_SOURCES = tests/test_cost.c tests/irjob.c tests/irjob.h tests/randgraph.c tests/randgraph.h
 tests_test_cost_CFLAGS = $(TEST_CFLAGS)
 tests_test_cost_LDADD = $(TEST_LIBS)
 endif

@@ -16,6 +16,7 @@
 #include "ir/ir.h"
 #include "passes/pass.h"
 #include "tests/irjob.h"
+#include "tests/randgraph.h"
 
 static Ctx ctx;
 
@@ -655,31 +656,41 @@ END_TEST
 
 /* ---- whole models ---- */
 
+/* An example by file name, or a random graph (tests/randgraph.c) by
+ * seed, through the -O`level` pipeline and codegen.  ok is false when
+ * codegen refused the graph (reported in the context). */
 typedef struct ModelJob {
   const char *name;
+  uint64_t seed;
   int level;
   Graph *g;
   CgResult r;
+  bool ok;
 } ModelJob;
 
 static int model_job(Ctx *c, void *data) {
   ModelJob *j = data;
-  const char *top = getenv("top_srcdir");
-  char path[4096];
-  snprintf(path, sizeof path, "%s/examples/%s", top ? top : ".", j->name);
-  const SrcFile *f = ctx_load_file(c, path);
-  Program *p = f ? fe_parse(c, f) : NULL;
-  LowerOptions lo = {0};
-  j->g = p ? fe_lower(c, p, &lo) : NULL;
+  if (j->name) {
+    const char *top = getenv("top_srcdir");
+    char path[4096];
+    snprintf(path, sizeof path, "%s/examples/%s", top ? top : ".", j->name);
+    const SrcFile *f = ctx_load_file(c, path);
+    Program *p = f ? fe_parse(c, f) : NULL;
+    LowerOptions lo = {0};
+    j->g = p ? fe_lower(c, p, &lo) : NULL;
+  } else {
+    j->g = rg_build(c, j->seed, 30);
+  }
   if (!j->g || !ir_verify(j->g)) return 1;
   PassOptions po = {.opt_level = j->level};
   if (!pass_run_pipeline(j->g, &po, NULL)) return 1;
-  return cg_compile(j->g, &j->r) ? 0 : 1;
+  j->ok = cg_compile(j->g, &j->r);
+  return 0;
 }
 
 static ModelJob model(const char *name, int level) {
   ModelJob j = {.name = name, .level = level};
-  ck_assert_msg(ctx_guard(&ctx, model_job, &j) == 0, "%s: %s", name, diag_text(&ctx));
+  ck_assert_msg(ctx_guard(&ctx, model_job, &j) == 0 && j.ok, "%s: %s", name, diag_text(&ctx));
   return j;
 }
 
@@ -718,6 +729,57 @@ START_TEST(plans_add_up_to_their_nodes) {
       ck_assert_msg(fabs(got - want) <= 1e-9 * want, "%s -O%d: plan %.17g FLOPs, nodes %.17g", names[i],
                     level, got, want);
     }
+}
+END_TEST
+
+/* The last node of its fusion group. */
+static bool is_root(const Node *n) {
+  for (const Node *x = n->next; x; x = x->next)
+    if (x->group == n->group) return false;
+  return true;
+}
+
+/* Random graphs at -O2 (elementwise chains, reductions, moves, casts,
+ * linear, conv2d with batchnorm): every step costs a finite, non-negative
+ * amount and moves bytes, the steps add up to the nodes' FLOPs, and no
+ * fusion group moves more than its members would apart. */
+START_TEST(random_plans_add_up) {
+  int compiled = 0, groups = 0;
+  for (uint64_t seed = 1; seed <= 40; seed++) {
+    Ctx c;
+    ctx_init(&c);
+    ModelJob m = {.seed = seed, .level = 2};
+    ck_assert_msg(ctx_guard(&c, model_job, &m) == 0, "seed %d: %s", (int)seed, diag_text(&c));
+    if (!m.ok) {
+      /* an op codegen refuses (an integer cast it lacks) */
+      ck_assert_msg(strstr(diag_text(&c), "does not support"), "seed %d: %s", (int)seed, diag_text(&c));
+      ctx_free(&c);
+      continue;
+    }
+    compiled++;
+    const RtPlan *p = m.r.plan;
+    for (uint32_t s = 0; s < p->n_init_steps + p->n_steps; s++) {
+      IrCost sc = m.r.step_costs[s];
+      ck_assert_msg(isfinite(sc.flops) && sc.flops >= 0 && isfinite(sc.bytes) && sc.bytes > 0,
+                    "seed %d step %u: %g FLOPs %g bytes", (int)seed, s, sc.flops, sc.bytes);
+    }
+    double want = graph_flops(m.g), got = plan_total(&m.r).flops;
+    ck_assert_msg(fabs(got - want) <= 1e-9 * want, "seed %d: plan %.17g FLOPs, nodes %.17g", (int)seed,
+                  got, want);
+    for (Node *root = m.g->first; root; root = root->next) {
+      if (root->group < 0 || !is_root(root)) continue;
+      const Node *members[64];
+      int n = 0;
+      double apart = 0;
+      for (Node *x = m.g->first; x; x = x->next)
+        if (x->group == root->group && n < 64) members[n++] = x, apart += ir_cost(x).bytes;
+      ck_assert_double_le(ir_cost_fused(members, n).bytes, apart);
+      groups++;
+    }
+    ctx_free(&c);
+  }
+  ck_assert_int_ge(compiled, 20);
+  ck_assert_int_ge(groups, 20);
 }
 END_TEST
 
@@ -811,6 +873,7 @@ static Suite *cost_suite(void) {
   tcase_add_test(t, recurrent_steps_add_up);
   tcase_add_test(t, resnets_against_published_counts);
   tcase_add_test(t, plans_add_up_to_their_nodes);
+  tcase_add_test(t, random_plans_add_up);
   tcase_add_test(t, cost_text);
   tcase_add_test(t, plan_and_stats_text);
   suite_add_tcase(s, t);
