@@ -7,6 +7,7 @@
 #include <math.h>
 
 #include "codegen.h"
+#include "ir/names.h"
 #include "kernel.h"
 
 /* ---- what a kernel touches ---- */
@@ -247,7 +248,10 @@ void cg_print_cost_stats(FILE *f, const CgResult *r, int top) {
     prev = best;
     fprintf(f, "%10d cost: top step %d: ", best, rank);
     cg_print_cost(f, run[best]);
-    fprintf(f, ", %.1f FLOP/B, %.1f%% of the run's FLOPs (%s)\n", intensity(run[best]),
-            t.flops > 0 ? 100 * run[best].flops / t.flops : 0.0, p->steps[best].label);
+    fprintf(f, ", %.1f FLOP/B, %.1f%% of the run's FLOPs (", intensity(run[best]),
+            t.flops > 0 ? 100 * run[best].flops / t.flops : 0.0);
+    /* a label may hold an output's name: data, kept on its line */
+    ir_put_comment_text(f, p->steps[best].label);
+    fputs(")\n", f);
   }
 }
