@@ -299,6 +299,36 @@ const char *cg_group_hint(Ctx *c, const CgGroup *grp);
 /* A convolution (groups 1) as one tiled implicit-GEMM kernel. */
 bool cg_lower_conv_igemm(CgBuild *b, const Node *n);
 
+/* ---- cost (plan_cost.c, docs/cost.md) ---- */
+
+/* What a launch's kernel touches, read from its loop nest: the bytes of
+ * each global buffer it loads or stores (no more than the buffer, no more
+ * than the accesses its loops make), the arithmetic it executes (only
+ * to share a node's FLOPs among its launches), and whether it reads
+ * anything at all (a fill does not). */
+typedef struct CgStepNote {
+  double bytes, ops;
+  bool reads;
+} CgStepNote;
+
+CgStepNote cg_note_kernel(const Kernel *k);
+
+/* What lower_nodes lowered at once: a node or a fusion group, into the
+ * steps [first, end). */
+typedef struct CgUnit {
+  const Node *node;
+  const CgGroup *group;
+  int first, end;
+} CgUnit;
+
+/* Each step's cost, init steps first: a unit lowered to one launch or
+ * one GEMM costs what its nodes do (ir_cost_fused); in a unit of several
+ * steps, GEMMs, copies and fills cost their own formulas, and the
+ * unit's other FLOPs go to its other launches, which move what their
+ * kernels touch. */
+IrCost *cg_plan_costs(Ctx *c, const RtStep *steps, const CgStepNote *notes, int n_steps,
+                      const CgUnit *units, int n_units);
+
 /* ---- the init graph (initgraph.c) ---- */
 
 /* What is a function of the weights alone (docs/passes.md). */

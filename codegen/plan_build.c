@@ -30,8 +30,11 @@ struct CgBuild {
    * planner see init as the first steps of a run (its scratch is free
    * once a run starts). */
   RtStep *steps;
+  CgStepNote *notes; /* beside steps: what each launch's kernel touches */
   int n_steps, cap_steps;
   int n_init_steps;
+  CgUnit *units; /* which steps each node or group became, for their cost */
+  int n_units, cap_units;
 
   RtKernel *kernels;
   const char **keys; /* each kernel's text under a neutral name: the dedupe key */
@@ -569,8 +572,11 @@ static RtStep *add_step(CgBuild *b, RtStepKind kind, const Node *n, const char *
     int cap = b->cap_steps ? 2 * b->cap_steps : 64;
     b->steps = arena_realloc(&b->ctx->arena, b->steps, sizeof(RtStep) * (size_t)b->cap_steps,
                              sizeof(RtStep) * (size_t)cap);
+    b->notes = arena_realloc(&b->ctx->arena, b->notes, sizeof(CgStepNote) * (size_t)b->cap_steps,
+                             sizeof(CgStepNote) * (size_t)cap);
     b->cap_steps = cap;
   }
+  b->notes[b->n_steps] = (CgStepNote){0};
   RtStep *s = &b->steps[b->n_steps++];
   memset(s, 0, sizeof *s);
   s->kind = kind;
@@ -619,12 +625,14 @@ void cg_launch(CgBuild *b, Kernel *k) {
   /* Read in place on the scalar nest (the step about to be added): a
    * vectorized map is just as safe, but its two loops are harder to read. */
   note_inplace(b, k, b->n_steps);
+  CgStepNote note = cg_note_kernel(k);
   /* The kernel-IR passes, before the text exists. */
   if (!b->opts.no_vectorize) cg_vectorize(k);
   cg_unroll(k, b->opts.no_unroll ? 0 : b->opts.unroll > 0 ? b->opts.unroll : 8);
   cg_kernel_finish(k);
   uint32_t idx = intern_kernel(b, k);
   RtStep *s = add_step(b, RT_STEP_LAUNCH, k->node, k->what);
+  b->notes[b->n_steps - 1] = note;
   RtLaunch *l = &s->launch;
   l->kernel = idx;
   memcpy(l->grid, k->grid, sizeof l->grid);
@@ -678,17 +686,31 @@ static const char *join_source(CgBuild *b) {
   return s;
 }
 
+static void note_unit(CgBuild *b, const Node *n, const CgGroup *grp, int first) {
+  if (b->n_steps == first) return;
+  if (b->n_units == b->cap_units) {
+    int old = b->cap_units, cap = old ? 2 * old : 64;
+    b->units = arena_realloc(&b->ctx->arena, b->units, sizeof(CgUnit) * (size_t)old,
+                             sizeof(CgUnit) * (size_t)cap);
+    b->cap_units = cap;
+  }
+  b->units[b->n_units++] = (CgUnit){.node = n, .group = grp, .first = first, .end = b->n_steps};
+}
+
 /* One node at a time, or a whole fusion group at its root: those of the
  * init graph (init) or the others. */
 static void lower_nodes(CgBuild *b, CgGroup **groups, bool init) {
   for (Node *n = b->g->first; n && !diag_should_stop(b->ctx); n = n->next) {
     if (b->init.node[n->id] != init) continue;
+    int first = b->n_steps;
     if (n->group < 0) {
       cg_lower_node(b, n);
+      note_unit(b, n, NULL, first);
     } else if (groups[n->id]) {
       b->group = groups[n->id];
       cg_lower_group(b, groups[n->id]);
       b->group = NULL;
+      note_unit(b, NULL, groups[n->id], first);
     }
   }
 }
@@ -774,6 +796,7 @@ bool cg_compile_opts(Graph *g, const CgOptions *o, CgResult *out) {
   out->lower_bound = b->lower_bound;
   out->memplan = b->memplan;
   out->n_inplace = b->n_inplace;
+  out->step_costs = cg_plan_costs(c, b->steps, b->notes, b->n_steps, b->units, b->n_units);
   char err[512];
   if (!cg_check_memory(out, err, sizeof err)) dl_internal(c, "memory plan: %s", err);
   return true;

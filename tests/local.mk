@@ -29,5 +29,6 @@ include tests/calibrate.mk
 include tests/qdq.mk
 include tests/conv3d.mk
 include tests/resize.mk
+include tests/cost.mk
 include tests/names.mk
 include tests/files.mk
