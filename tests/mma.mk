@@ -1,0 +1,10 @@
+# Tensor-core instructions: the emu's mma, ldmatrix and cp.async against a
+# plain GEMM, their errors, and the same kernels through NVRTC.
+if HAVE_CHECK
+check_PROGRAMS += tests/test_mma
+TESTS += tests/test_mma
+tests_test_mma_SOURCES = tests/test_mma.c tests/testutil.c tests/testutil.h
+tests_test_mma_CPPFLAGS = $(AM_CPPFLAGS) $(CUDA_CPPFLAGS)
+tests_test_mma_CFLAGS = $(TEST_CFLAGS)
+tests_test_mma_LDADD = $(TEST_LIBS) $(CUDA_LIBS)
+endif
