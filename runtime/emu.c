@@ -286,10 +286,11 @@ static void warp_wait(Sched *s, unsigned mask) {
   }
   char at[160], at2[160], t[48];
   for (unsigned l = 0; l < 32; l++) {
-    if (((needed | (coll ? exist : 0)) >> l & 1u) && s->fibers[base + l].state == F_DONE) {
-      tid_text(&s->fibers[base + l], t, sizeof t);
-      thread_fail(s, "waits at %s for thread %s of its warp, which has exited", waits_at(f, at, sizeof at), t);
-    }
+    if (s->fibers[base + l].state != F_DONE) continue;
+    const Fiber *who = needed >> l & 1u ? some_shfl : coll ? some_coll : NULL;
+    if (!who) continue;
+    tid_text(&s->fibers[base + l], t, sizeof t);
+    thread_fail_at(s, who, "waits at %s for thread %s of its warp, which has exited", waits_at(who, at, sizeof at), t);
   }
   /* A lane at another collective, or at a collective while a shuffle
    * waits for it: neither can ever move on. */

@@ -202,8 +202,10 @@ static const char KERNELS[] =
     "  } else if (how == 2) {\n"
     "    if (lane < 16) dl_mma_f16(d, a, b, c); // @beside_shfl\n"
     "    else d[0] = __shfl_sync(0xffffffffu, c[0], 0);\n"
-    "  } else {\n"
+    "  } else if (how == 3) {\n"
     "    dl_mma_bf16(d, a, b, c); // @whole\n"
+    "  } else {\n"
+    "    if (lane >= 16) dl_mma_f16(d, a, b, c); // @upper\n"
     "  }\n"
     "  out[threadIdx.x] = d[0];\n"
     "}\n"
@@ -688,6 +690,11 @@ START_TEST(divergent_warps_are_errors) {
   how = 2;
   expect_error(K_DIVERGE, 32, args, "thread (16,0,0): waits at a warp shuffle or __syncwarp while thread (0,0,0)",
                fmt("waits at dl_mma_f16 at line %d", line_of("@beside_shfl")), NULL);
+  how = 4;
+  expect_error(K_DIVERGE, 32, args,
+               fmt("thread (16,0,0): waits at dl_mma_f16 at line %d for thread (0,0,0) of its warp, which has exited",
+                   line_of("@upper")),
+               NULL);
   how = 3;
   launch_ok(K_DIVERGE, 32, args);
   ck_assert_float_eq(out[31], 0x1p-10f); /* 16 products of bf16 0x3c00 = 2^-7 */
