@@ -4,7 +4,8 @@
  * memory filled by cp.async, run on the emu device against a plain C GEMM
  * on random inputs; kernels with a wrong fragment mapping, reads before
  * cp.async completes, and divergent warps, which must fail; and the same
- * text through NVRTC for sm_80, sm_90 and sm_90a. */
+ * text through NVRTC for sm_80, sm_90 and sm_90a.  `test_mma --cubin ARCH
+ * FILE` writes the kernels' cubin instead (tests/tc_sass.sh). */
 #include <check.h>
 #include <float.h>
 #include <math.h>
@@ -17,6 +18,7 @@
 
 #include "codegen/kernel.h"
 #include "runtime/device.h"
+#include "runtime/runtime.h"
 #include "tests/testutil.h"
 
 /* The kernels, after the prelude.  Matrices are row-major; halves travel
@@ -801,7 +803,27 @@ static Suite *mma_suite(void) {
   return s;
 }
 
-int main(void) {
+/* tests/tc_sass.sh's half: the kernels compiled by the runtime's NVRTC
+ * for arch, the cubin written to path. */
+static int write_cubin(const char *arch, const char *path) {
+  setup();
+  RtPlan p = {.magic = RT_PLAN_MAGIC, .version = RT_PLAN_VERSION, .model_name = "test_mma", .source = source};
+  void *bin = NULL;
+  size_t size = 0;
+  char err[2048];
+  int rc = rt_nvrtc_compile(&p, arch, &bin, &size, err, sizeof err);
+  FILE *f = rc ? NULL : fopen(path, "wb");
+  if (rc || !f || fwrite(bin, 1, size, f) != size || fclose(f)) {
+    fprintf(stderr, "test_mma --cubin %s %s: %s\n", arch, path, rc ? err : "cannot write it");
+    rc = 1;
+  }
+  free(bin);
+  teardown();
+  return rc;
+}
+
+int main(int argc, char **argv) {
+  if (argc == 4 && !strcmp(argv[1], "--cubin")) return write_cubin(argv[2], argv[3]);
   /* The header from the source tree, and a private kernel cache shared by
    * this run's tests (the kernels compile once), gone afterwards. */
   const char *top = getenv("top_srcdir");
