@@ -768,38 +768,34 @@ START_TEST(same_text_compiles_with_nvrtc) {
 }
 END_TEST
 
+static TCase *add_tcase(Suite *s, const char *name) {
+  TCase *t = tcase_create(name);
+  tcase_add_checked_fixture(t, setup, teardown);
+  tcase_set_timeout(t, 300);
+  suite_add_tcase(s, t);
+  return t;
+}
+
 static Suite *mma_suite(void) {
   Suite *s = suite_create("mma");
-  TCase *m = tcase_create("mma");
-  tcase_add_checked_fixture(m, setup, teardown);
-  tcase_set_timeout(m, 300);
+  TCase *m = add_tcase(s, "mma");
   tcase_add_test(m, mma_f16_and_bf16_against_plain_gemm);
   tcase_add_test(m, wrong_fragment_mapping_gives_wrong_d);
   tcase_add_test(m, mma_s8_exact_and_wrapping);
   tcase_add_test(m, tf32_rounds_to_nearest_ties_away);
   tcase_add_test(m, mma_tf32_against_plain_gemm);
-  suite_add_tcase(s, m);
-  TCase *l = tcase_create("ldmatrix_cp_async");
-  tcase_add_checked_fixture(l, setup, teardown);
-  tcase_set_timeout(l, 300);
+  TCase *l = add_tcase(s, "ldmatrix_cp_async");
   tcase_add_test(l, ldmatrix_x1_and_trans_layouts);
   tcase_add_test(l, ldmatrix_and_cp_async_pipeline_against_plain_gemm);
   tcase_add_test(l, cp_async_completes_at_its_wait);
   tcase_add_test(l, cp_async_sizes_zero_fill_past_src_bytes);
   tcase_add_test(l, smem_addr_is_the_offset_in_shared_memory);
-  suite_add_tcase(s, l);
-  TCase *e = tcase_create("errors");
-  tcase_add_checked_fixture(e, setup, teardown);
-  tcase_set_timeout(e, 300);
+  TCase *e = add_tcase(s, "errors");
   tcase_add_test(e, divergent_warps_are_errors);
   tcase_add_test(e, bad_addresses_are_errors);
-  suite_add_tcase(s, e);
-  TCase *g = tcase_create("gpu");
-  tcase_add_checked_fixture(g, setup, teardown);
-  tcase_set_timeout(g, 300);
+  TCase *g = add_tcase(s, "gpu");
   tcase_add_test(g, prelude_only_when_asked);
   tcase_add_test(g, same_text_compiles_with_nvrtc);
-  suite_add_tcase(s, g);
   return s;
 }
 
