@@ -4,7 +4,7 @@
 if HAVE_CHECK
 check_PROGRAMS += tests/test_mma
 TESTS += tests/test_mma tests/tc_sass.sh
-tests_test_mma_SOURCES = tests/test_mma.c tests/testutil.c tests/testutil.h
+tests_test_mma_SOURCES = tests/test_mma.c tests/mma_kernels.h tests/testutil.c tests/testutil.h
 tests_test_mma_CPPFLAGS = $(AM_CPPFLAGS) $(CUDA_CPPFLAGS)
 tests_test_mma_CFLAGS = $(TEST_CFLAGS)
 tests_test_mma_LDADD = $(TEST_LIBS) $(CUDA_LIBS)
