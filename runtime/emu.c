@@ -390,11 +390,13 @@ static void hook_cp_async_wait(DlccEmuEnv *e, unsigned n) {
   unsigned last = q->groups - n, done = 0;
   for (; done < q->n && q->copies[done].group && q->copies[done].group <= last; done++) {
     const CpCopy *c = &q->copies[done];
-    memcpy(c->dst, c->src, c->src_bytes);
+    if (c->src_bytes) memcpy(c->dst, c->src, c->src_bytes); /* src may be NULL with 0 bytes */
     memset((char *)c->dst + c->src_bytes, 0, c->size - c->src_bytes);
   }
-  memmove(q->copies, q->copies + done, sizeof *q->copies * (q->n - done));
-  q->n -= done;
+  if (done) {
+    q->n -= done;
+    memmove(q->copies, q->copies + done, sizeof *q->copies * q->n);
+  }
 }
 
 /* The hooks of a kernel the plan calls barrier-free: running its threads

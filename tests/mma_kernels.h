@@ -139,6 +139,8 @@ static const char MMA_KERNELS[] =
     "  __shared__ __align__(16) unsigned s[3][32];\n"
     "  int t = threadIdx.x;\n"
     "  s[0][t] = s[1][t] = s[2][t] = 0xdeadbeefu;\n"
+    "  dl_cp_async_commit();\n" /* an empty group, trivially complete */
+    "  dl_cp_async_wait<0>();\n"
     "  __syncthreads();\n"
     "  dl_cp_async4(&s[0][t], &src[t], 4);\n"
     "  dl_cp_async_commit();\n"
@@ -173,9 +175,12 @@ static const char MMA_KERNELS[] =
     "  for (int i = 0; i < 8; i++) out[512 + 8 * t + i] = s8[8 * t + i];\n"
     "  for (int i = 0; i < 4; i++) out[768 + 4 * t + i] = s4[4 * t + i];\n"
     "}\n"
+    /* Offsets in static and dynamic shared memory (128 bytes of it). */
     "extern \"C\" __global__ void smem_addr(unsigned *out) {\n"
     "  __shared__ unsigned s[32];\n"
+    "  extern __shared__ unsigned dyn[];\n"
     "  out[threadIdx.x] = dl_smem_addr(&s[threadIdx.x]) - dl_smem_addr(&s[0]);\n"
+    "  out[32 + threadIdx.x] = dl_smem_addr(&dyn[threadIdx.x]) - dl_smem_addr(&dyn[0]);\n"
     "}\n"
     /* What must fail. */
     "extern \"C\" __global__ void diverge(const unsigned *in, float *out, int how) {\n"

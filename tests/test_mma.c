@@ -392,11 +392,12 @@ END_TEST
 
 START_TEST(smem_addr_is_the_offset_in_shared_memory) {
   open_emu(mma_kernels);
-  unsigned out[32];
+  unsigned out[64];
   RtDevPtr po = ptr(out);
   const void *args[] = {&po};
-  launch_ok(MK_SMEM_ADDR, 32, args);
-  for (unsigned l = 0; l < 32; l++) ck_assert_uint_eq(out[l], 4 * l);
+  RtLaunch l = {.kernel = MK_SMEM_ADDR, .grid = {1, 1, 1}, .block = {32, 1, 1}, .dynamic_shared_bytes = 128};
+  ck_assert_msg(dev->ops->launch(dev, mod, &l, args) == 0, "%s", dev->error);
+  for (unsigned i = 0; i < 64; i++) ck_assert_uint_eq(out[i], 4 * (i % 32));
   close_emu();
 }
 END_TEST
@@ -420,7 +421,7 @@ static void expect_error(uint32_t kernel, uint32_t block, const void *const *arg
   for (const char *needle; (needle = va_arg(ap, const char *));)
     ck_assert_msg(strstr(dev->error, needle), "error '%s' lacks '%s'", dev->error, needle);
   va_end(ap);
-  unsigned out[32];
+  unsigned out[64];
   RtDevPtr po = ptr(out);
   const void *ok[] = {&po};
   launch_ok(MK_SMEM_ADDR, 32, ok);
