@@ -909,6 +909,16 @@ static inline void dl_cp_async4(void *smem, const void *gmem, unsigned int src_b
                                 unsigned int line = __builtin_LINE()) {
   __dlcc_cp_async("dl_cp_async4", line, 4, smem, gmem, src_bytes);
 }
+/* "cp.async.commit_group": it "creates a new cp.async-group per thread and
+ * batches all prior cp.async instructions initiated by the executing
+ * thread but not committed to any cp.async-group into the new
+ * cp.async-group.  If there are no uncommitted cp.async instructions then
+ * cp.async.commit_group results in an empty cp.async-group."
+ * "cp.async.wait_group / cp.async.wait_all": it "will cause executing
+ * thread to wait till only N or fewer of the most recent cp.async-groups
+ * are pending and all the prior cp.async-groups committed by the executing
+ * threads are complete"; "an empty cp.async-group is considered to be
+ * trivially complete". */
 static inline void dl_cp_async_commit(void) { __dlcc_env->cp_async_commit(__dlcc_env); }
 template <int N> static inline void dl_cp_async_wait(void) {
   static_assert(N >= 0, "cp.async.wait_group takes a count of groups, 0 or more");
