@@ -234,8 +234,13 @@ bool cg_vectorize(Kernel *k);
 
 /* ---- CUDA text (emit_cuda.c) ---- */
 
-/* The shared prelude: includes and device helper functions. */
-const char *cg_cuda_prelude(Ctx *c, bool needs_fp16, bool needs_bf16);
+/* The shared prelude: includes and device helper functions; with
+ * needs_tc also the tensor-core instructions (mma, ldmatrix, cp.async:
+ * emit_tc.c, docs/tensorcores.md). */
+const char *cg_cuda_prelude(Ctx *c, bool needs_fp16, bool needs_bf16, bool needs_tc);
+/* The tensor-core instructions' CUDA text (emit_tc.c), under #ifndef
+ * DLCC_EMU: the emu header defines the same functions. */
+const char *cg_tc_prelude(void);
 /* One kernel as CUDA C: its comment (when with_comment), the extern "C"
  * __global__ function named name, and its emu launcher. */
 char *cg_emit_kernel(Ctx *c, const Kernel *k, const char *name, bool with_comment);

@@ -673,7 +673,7 @@ static void emit_output_copies(CgBuild *b) {
 }
 
 static const char *join_source(CgBuild *b) {
-  const char *prelude = cg_cuda_prelude(b->ctx, b->needs_fp16, b->needs_bf16);
+  const char *prelude = cg_cuda_prelude(b->ctx, b->needs_fp16, b->needs_bf16, false);
   size_t len = strlen(prelude);
   for (int i = 0; i < b->n_kernels; i++) len += strlen(b->texts[i]) + 1;
   char *s = arena_alloc(&b->ctx->arena, len + 1), *p = s;

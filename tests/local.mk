@@ -10,6 +10,7 @@ include tests/eval.mk
 include tests/golden.mk
 include tests/codegen.mk
 include tests/emu.mk
+include tests/mma.mk
 include tests/runtime.mk
 include tests/models.mk
 include tests/memplan.mk

@@ -790,7 +790,7 @@ START_TEST(shared_memory_and_barriers) {
   ck_assert_ptr_nonnull(strstr(text, "#pragma unroll\n"));
   ck_assert_ptr_nonnull(strstr(text, "for (int t3 = threadIdx.x; t3 < 1; t3 += blockDim.x) {"));
   const char *source =
-      arena_printf(&ctx.arena, "%s\n%s", cg_cuda_prelude(&ctx, false, false), text);
+      arena_printf(&ctx.arena, "%s\n%s", cg_cuda_prelude(&ctx, false, false, false), text);
   test_nvrtc(source, "sm_90");
 
   char why[512];
