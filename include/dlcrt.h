@@ -39,7 +39,9 @@ typedef enum DlrtStatus {
   DLRT_E_BROKEN,    /* the device is unusable (illegal address, assert): close the model */
   DLRT_E_STATE,     /* the model failed to open, or an input was never set */
   DLRT_E_IO,        /* a file could not be read (model.so, weights) */
-  DLRT_E_NOMEM      /* out of host memory */
+  DLRT_E_NOMEM,     /* out of host memory */
+  DLRT_E_INDEX      /* an index in the data is out of range (gather, scatter, embedding): the
+                     * message is the reference interpreter's, with the op's location */
 } DlrtStatus;
 
 /* Same order as dlcc's dtypes; BOOL is one byte, 0 or 1; U8 an unsigned byte. */
