@@ -1504,7 +1504,6 @@ static bool lower_gather_elements(CgBuild *b, const Node *n) {
   int axis = (int)ir_attr_int(n, "axis");
   int64_t dst[DL_MAX_RANK];
   strides_of(dt, dst);
-  if (axis < 0) axis += dt->rank;
   Kernel *k = new_kernel(b, n, NULL, NULL);
   Map m;
   map_begin(&m, k, ot);
@@ -1571,7 +1570,6 @@ static bool lower_scatter_elements(CgBuild *b, const Node *n) {
   const Value *data = n->in[0], *ind = n->in[1], *upd = n->in[2], *out = &n->out[0];
   const TensorType *dt = &data->type, *it = &ind->type;
   int axis = (int)ir_attr_int(n, "axis");
-  if (axis < 0) axis += dt->rank;
   int64_t ist[DL_MAX_RANK];
   strides_of(it, ist);
   Kernel *k = new_kernel(b, n, NULL, NULL);

@@ -163,9 +163,11 @@ static DlrtStatus build_args(DlrtModel *m, const RtStep *steps, uint32_t n, Step
   return DLRT_OK;
 }
 
-static DlrtStatus open_on_device(DlrtModel *m, const RtPlan *plan, RtDevice *dev) {
+/* validated: dlrt_open checked the plan already (a sealed plan's walk
+ * hashes every blob, the weights too: once is enough). */
+static DlrtStatus open_on_device(DlrtModel *m, const RtPlan *plan, RtDevice *dev, bool validated) {
   m->dev = dev;
-  if (rt_plan_validate(plan, m->error, sizeof m->error)) {
+  if (!validated && rt_plan_validate(plan, m->error, sizeof m->error)) {
     release(m);
     return DLRT_E_PLAN;
   }
@@ -229,7 +231,7 @@ int rt_model_open_device(const RtPlan *plan, RtDevice *dev, DlrtModel **out) {
     rt_device_close(dev);
     return DLRT_E_NOMEM;
   }
-  return open_on_device(m, plan, dev);
+  return open_on_device(m, plan, dev, false);
 }
 
 DlrtStatus dlrt_open(const RtPlan *plan, const char *backend, DlrtModel **out) {
@@ -241,7 +243,7 @@ DlrtStatus dlrt_open(const RtPlan *plan, const char *backend, DlrtModel **out) {
   const char *chosen;
   RtDevice *dev = rt_device_open(backend, &chosen, m->error, sizeof m->error);
   if (!dev) return DLRT_E_NO_DEVICE;
-  return open_on_device(m, plan, dev);
+  return open_on_device(m, plan, dev, true);
 }
 
 DlrtStatus dlrt_open_file(const char *so_path, const char *backend, DlrtModel **out) {

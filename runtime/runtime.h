@@ -36,8 +36,12 @@ uint64_t rt_hash64(const void *data, size_t n, uint64_t seed);
 /* The checksum of each part of a plan in trusted memory (the compiler's:
  * codegen/aot.c writes them into model.so as seal[]). */
 void rt_plan_seal(const RtPlan *plan, uint64_t out[RT_SEAL_COUNT]);
-/* 0 when every table, string and blob of plan lies inside regions (read
- * nothing that does not) and every part matches plan->seal; -1 and one
+/* rt_plan_seal of a plan of unknown health: 0 when every table, string
+ * and blob lies inside regions (nothing outside is read); -1 and a
+ * message naming the first one that does not. */
+int rt_plan_seal_in(const RtPlan *plan, const RtRegion *regions, int n_regions, uint64_t out[RT_SEAL_COUNT],
+                    char *err, size_t errlen);
+/* rt_plan_seal_in, then every part against plan->seal; -1 and one
  * message naming the table or part otherwise. */
 int rt_plan_check_seal(const RtPlan *plan, const RtRegion *regions, int n_regions, char *err, size_t errlen);
 /* The PT_LOAD segments of the loaded object (library or program) that

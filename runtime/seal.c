@@ -39,14 +39,23 @@ typedef struct Xxh {
 
 static uint64_t rotl(uint64_t x, int r) { return x << r | x >> (64 - r); }
 
+/* XXH64 reads little-endian words: one load on the hosts we build for. */
 static uint64_t read64(const unsigned char *p) {
-  uint64_t v = 0;
-  for (int i = 7; i >= 0; i--) v = v << 8 | p[i];
+  uint64_t v;
+  memcpy(&v, p, sizeof v);
+#if __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+  v = __builtin_bswap64(v);
+#endif
   return v;
 }
 
 static uint64_t read32(const unsigned char *p) {
-  return (uint64_t)p[0] | (uint64_t)p[1] << 8 | (uint64_t)p[2] << 16 | (uint64_t)p[3] << 24;
+  uint32_t v;
+  memcpy(&v, p, sizeof v);
+#if __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+  v = __builtin_bswap32(v);
+#endif
+  return v;
 }
 
 static uint64_t xround(uint64_t acc, uint64_t lane) { return rotl(acc + lane * P2, 31) * P1; }
@@ -55,8 +64,17 @@ static void xxh_init(Xxh *x, uint64_t seed) {
   *x = (Xxh){.v = {seed + P1 + P2, seed + P2, seed, seed - P1}};
 }
 
-static void stripe(Xxh *x, const unsigned char *p) {
-  for (int i = 0; i < 4; i++) x->v[i] = xround(x->v[i], read64(p + 8 * i));
+/* The lanes in locals: the bytes may alias *x as far as C knows. */
+static const unsigned char *stripes(Xxh *x, const unsigned char *p, size_t n) {
+  uint64_t v0 = x->v[0], v1 = x->v[1], v2 = x->v[2], v3 = x->v[3];
+  for (; n >= 32; p += 32, n -= 32) {
+    v0 = xround(v0, read64(p));
+    v1 = xround(v1, read64(p + 8));
+    v2 = xround(v2, read64(p + 16));
+    v3 = xround(v3, read64(p + 24));
+  }
+  x->v[0] = v0, x->v[1] = v1, x->v[2] = v2, x->v[3] = v3;
+  return p;
 }
 
 static void xxh_update(Xxh *x, const void *data, size_t n) {
@@ -67,10 +85,11 @@ static void xxh_update(Xxh *x, const void *data, size_t n) {
     memcpy(x->buf + x->used, p, take);
     x->used += take, p += take, n -= take;
     if (x->used < 32) return;
-    stripe(x, x->buf);
+    stripes(x, x->buf, 32);
     x->used = 0;
   }
-  for (; n >= 32; p += 32, n -= 32) stripe(x, p);
+  const unsigned char *end = stripes(x, p, n);
+  n -= (size_t)(end - p), p = end;
   memcpy(x->buf, p, n);
   x->used = n;
 }
@@ -133,14 +152,19 @@ static uintptr_t region_end(const Walk *w, const void *p) {
   return 0;
 }
 
-/* n elements of size bytes at p are readable. */
-static bool readable(Walk *w, const void *p, uint64_t n, size_t size) {
+/* n elements of size bytes at p are readable, and p is aligned for them
+ * (a corrupt pointer may be neither). */
+static bool readable_as(Walk *w, const void *p, uint64_t n, size_t size, size_t align) {
   if (w->failed) return false;
   if (!w->regions || !n) return true;
   uint64_t bytes;
   uintptr_t end = region_end(w, p);
-  return end && !__builtin_mul_overflow(n, (uint64_t)size, &bytes) && bytes <= end - (uintptr_t)p;
+  return end && (uintptr_t)p % align == 0 && !__builtin_mul_overflow(n, (uint64_t)size, &bytes) &&
+         bytes <= end - (uintptr_t)p;
 }
+
+/* A table of n elements of p's type. */
+#define readable(w, p, n) readable_as(w, p, n, sizeof *(p), _Alignof(__typeof__(*(p))))
 
 static void put(Walk *w, const void *p, size_t n) { xxh_update(w->h, p, n); }
 static void put_u32(Walk *w, uint32_t v) { put(w, &v, sizeof v); }
@@ -184,7 +208,7 @@ static void put_ref(Walk *w, RtRef r) {
 }
 
 static void walk_descs(Walk *w, const char *kind, const RtTensorDesc *t, uint32_t n) {
-  if (t && !readable(w, t, n, sizeof *t)) outside(w, "the table of %" PRIu32 " %ss", n, kind);
+  if (t && !readable(w, t, n)) outside(w, "the table of %" PRIu32 " %ss", n, kind);
   for (uint32_t i = 0; t && i < n && !w->failed; i++) {
     char what[64];
     snprintf(what, sizeof what, "the name of %s %" PRIu32, kind, i);
@@ -198,7 +222,7 @@ static void walk_descs(Walk *w, const char *kind, const RtTensorDesc *t, uint32_
 }
 
 static void walk_kernels(Walk *w, const RtPlan *p) {
-  if (p->kernels && !readable(w, p->kernels, p->n_kernels, sizeof *p->kernels))
+  if (p->kernels && !readable(w, p->kernels, p->n_kernels))
     outside(w, "the table of %" PRIu32 " kernels", p->n_kernels);
   for (uint32_t i = 0; p->kernels && i < p->n_kernels && !w->failed; i++) {
     const RtKernel *k = &p->kernels[i];
@@ -208,7 +232,7 @@ static void walk_kernels(Walk *w, const RtPlan *p) {
     put_u32(w, k->uses_barriers);
     put_u32(w, k->static_shared_bytes);
   }
-  if (p->contracts && !readable(w, p->contracts, p->n_contracts, sizeof *p->contracts))
+  if (p->contracts && !readable(w, p->contracts, p->n_contracts))
     outside(w, "the table of %" PRIu32 " contracts", p->n_contracts);
   for (uint32_t i = 0; p->contracts && i < p->n_contracts && !w->failed; i++) {
     const RtContract *c = &p->contracts[i];
@@ -216,7 +240,7 @@ static void walk_kernels(Walk *w, const RtPlan *p) {
     for (int a = 0; a < 3; a++) put_u32(w, c->grid[a]), put_u32(w, c->block[a]);
     put_u32(w, c->dynamic_shared_bytes);
     put_u32(w, c->n_params);
-    if (c->params && !readable(w, c->params, c->n_params, sizeof *c->params))
+    if (c->params && !readable(w, c->params, c->n_params))
       outside(w, "the %" PRIu32 " parameters of contract %" PRIu32, c->n_params, i);
     for (uint32_t j = 0; c->params && j < c->n_params && !w->failed; j++) {
       const RtParam *q = &c->params[j];
@@ -235,7 +259,7 @@ static void walk_launch(Walk *w, const RtLaunch *l, const char *where) {
   for (int a = 0; a < 3; a++) put_u32(w, l->grid[a]), put_u32(w, l->block[a]);
   put_u32(w, l->dynamic_shared_bytes);
   put_u32(w, l->n_args);
-  if (l->args && !readable(w, l->args, l->n_args, sizeof *l->args))
+  if (l->args && !readable(w, l->args, l->n_args))
     outside(w, "the %" PRIu32 " arguments of %s", l->n_args, where);
   for (uint32_t j = 0; l->args && j < l->n_args && !w->failed; j++) {
     put_u32(w, l->args[j].kind);
@@ -261,7 +285,7 @@ static void walk_gemm(Walk *w, const RtGemm *g) {
 /* Only the member of a step's kind: the others are unused. */
 static void walk_steps(Walk *w, const RtStep *steps, uint32_t n, bool init) {
   const char *kind = init ? "init step" : "step";
-  if (steps && !readable(w, steps, n, sizeof *steps)) outside(w, "the table of %" PRIu32 " %ss", n, kind);
+  if (steps && !readable(w, steps, n)) outside(w, "the table of %" PRIu32 " %ss", n, kind);
   for (uint32_t i = 0; steps && i < n && !w->failed; i++) {
     const RtStep *s = &steps[i];
     char where[64], what[96];
@@ -284,7 +308,7 @@ static void walk_steps(Walk *w, const RtStep *steps, uint32_t n, bool init) {
 }
 
 static void walk_binaries(Walk *w, const RtPlan *p) {
-  if (p->binaries && !readable(w, p->binaries, p->n_binaries, sizeof *p->binaries))
+  if (p->binaries && !readable(w, p->binaries, p->n_binaries))
     outside(w, "the table of %" PRIu32 " binaries", p->n_binaries);
   for (uint32_t i = 0; p->binaries && i < p->n_binaries && !w->failed; i++) {
     const RtBinary *b = &p->binaries[i];
@@ -292,7 +316,7 @@ static void walk_binaries(Walk *w, const RtPlan *p) {
     snprintf(what, sizeof what, "the arch of binary %" PRIu32, i);
     put_str(w, b->arch, what);
     put_u64(w, b->size);
-    if (b->data && !readable(w, b->data, b->size, 1))
+    if (b->data && !readable_as(w, b->data, b->size, 1, 1))
       outside(w, "binary %" PRIu32 " (%" PRIu64 " bytes)", i, b->size);
     else if (b->data && !w->failed)
       put(w, b->data, (size_t)b->size);
@@ -332,7 +356,7 @@ static bool walk(Walk *w, const RtPlan *p) {
   w->h = &w->part[RT_SEAL_SOURCE];
   put_str(w, p->source, "the CUDA source");
   w->h = &w->part[RT_SEAL_WEIGHTS];
-  if (p->weights_data && !readable(w, p->weights_data, p->weights_bytes, 1))
+  if (p->weights_data && !readable_as(w, p->weights_data, p->weights_bytes, 1, 1))
     outside(w, "the weights (%" PRIu64 " bytes)", p->weights_bytes);
   else if (p->weights_data && !w->failed)
     put(w, p->weights_data, (size_t)p->weights_bytes);
@@ -341,11 +365,19 @@ static bool walk(Walk *w, const RtPlan *p) {
   return !w->failed;
 }
 
-void rt_plan_seal(const RtPlan *p, uint64_t out[RT_SEAL_COUNT]) {
-  Walk w = {0};
-  walk(&w, p);
+int rt_plan_seal_in(const RtPlan *p, const RtRegion *regions, int n_regions, uint64_t out[RT_SEAL_COUNT], char *err,
+                    size_t errlen) {
+  Walk w = {.regions = regions, .n_regions = n_regions, .err = err, .errlen = errlen};
+  if (!readable(&w, p, 1)) {
+    snprintf(err, errlen, "plan: the plan lies outside the memory the model was loaded into");
+    return -1;
+  }
+  if (!walk(&w, p)) return -1;
   for (int i = 0; i < RT_SEAL_COUNT; i++) out[i] = xxh_digest(&w.part[i]);
+  return 0;
 }
+
+void rt_plan_seal(const RtPlan *p, uint64_t out[RT_SEAL_COUNT]) { rt_plan_seal_in(p, NULL, 0, out, NULL, 0); }
 
 static const char *const part_names[RT_SEAL_COUNT] = {
     [RT_SEAL_HEADER] = "the plan header",        [RT_SEAL_TENSORS] = "the tensor descriptions",
@@ -355,22 +387,16 @@ static const char *const part_names[RT_SEAL_COUNT] = {
 };
 
 int rt_plan_check_seal(const RtPlan *p, const RtRegion *regions, int n_regions, char *err, size_t errlen) {
-  Walk w = {.regions = regions, .n_regions = n_regions, .err = err, .errlen = errlen};
-  if (!readable(&w, p, 1, sizeof *p)) {
-    snprintf(err, errlen, "plan: the plan lies outside the memory the model was loaded into");
-    return -1;
-  }
-  if (!walk(&w, p)) return -1;
-  for (int i = 0; i < RT_SEAL_COUNT; i++) {
-    uint64_t got = xxh_digest(&w.part[i]);
-    if (got != p->seal[i]) {
+  uint64_t got[RT_SEAL_COUNT];
+  if (rt_plan_seal_in(p, regions, n_regions, got, err, errlen)) return -1;
+  for (int i = 0; i < RT_SEAL_COUNT; i++)
+    if (got[i] != p->seal[i]) {
       snprintf(err, errlen,
                "plan: %s do not match the model's checksum (stored %016" PRIx64 ", computed %016" PRIx64
                "): the model is corrupt",
-               part_names[i], p->seal[i], got);
+               part_names[i], p->seal[i], got[i]);
       return -1;
     }
-  }
   return 0;
 }
 
