@@ -43,7 +43,6 @@ static void expect_index_error(const char *text, const Fill *fills, const char *
   free_inputs(&d);
 }
 
-#define DATA(name, ...) FILL(name, __VA_ARGS__)
 
 static const char gather_text[] = "graph g {\n"
                                   "  %d = input {name=\"d\"} : f32[10, 4]\n"
@@ -53,7 +52,7 @@ static const char gather_text[] = "graph g {\n"
                                   "}\n";
 
 START_TEST(gather_past_the_end_and_before_the_start) {
-  const Fill d = DATA("d", 1, 2, 3, 4, 5, 6, 7);
+  const Fill d = FILL("d", 1, 2, 3, 4, 5, 6, 7);
   expect_index_error(gather_text, (const Fill[]){d, FILL("i", 1, 50, 2), {NULL, NULL, 0}},
                      "gather: index 50 is out of range for axis 0 of size 10");
   expect_index_error(gather_text, (const Fill[]){d, FILL("i", 1, -11, 2), {NULL, NULL, 0}},
@@ -61,7 +60,7 @@ START_TEST(gather_past_the_end_and_before_the_start) {
   /* An inner axis, i32 indices. */
   expect_index_error("graph g {\n  %x = input {name=\"x\"} : f32[2, 5, 3]\n  %j = input {name=\"j\"} : i32[4]\n"
                      "  %g = gather %x, %j {axis=1} : f32[2, 4, 3]\n  return %g as \"g\"\n}\n",
-                     (const Fill[]){DATA("x", 1, 2), FILL("j", 0, 4, -5, 5), {NULL, NULL, 0}},
+                     (const Fill[]){FILL("x", 1, 2), FILL("j", 0, 4, -5, 5), {NULL, NULL, 0}},
                      "gather: index 5 is out of range for axis 1 of size 5");
 }
 END_TEST
@@ -75,7 +74,7 @@ START_TEST(embedding_names_its_location) {
                      "  %0 = gather %w, %t : f32[2, 3, 4]   ; model.dl:4:7\n"
                      "  return %0 as \"e\"\n"
                      "}\n",
-                     (const Fill[]){FILL("tokens", 0, 6, 3, 7, 1, 2), DATA("w", 0.5, 1.5), {NULL, NULL, 0}},
+                     (const Fill[]){FILL("tokens", 0, 6, 3, 7, 1, 2), FILL("w", 0.5, 1.5), {NULL, NULL, 0}},
                      "model.dl:4:7: gather: index 7 is out of range for axis 0 of size 7");
 }
 END_TEST
@@ -83,7 +82,7 @@ END_TEST
 START_TEST(gather_elements_reports) {
   static const char text[] = "graph e {\n  %d = input {name=\"d\"} : f32[3, 4]\n  %i = input {name=\"i\"} : i64[2, 4]\n"
                              "  %g = gather_elements %d, %i {axis=1} : f32[2, 4]\n  return %g as \"g\"\n}\n";
-  const Fill d = DATA("d", 0, 1, 2, 3, 4, 5);
+  const Fill d = FILL("d", 0, 1, 2, 3, 4, 5);
   expect_index_error(text, (const Fill[]){d, FILL("i", 0, 1, 3, -4, 2, 4, 1, 0), {NULL, NULL, 0}},
                      "gather_elements: index 4 is out of range for axis 1 of size 4");
   expect_index_error(text, (const Fill[]){d, FILL("i", 0, 1, -5, 9, 2, 1, 1, 0), {NULL, NULL, 0}},
@@ -96,7 +95,7 @@ END_TEST
 START_TEST(gather_nd_reports_the_first) {
   static const char text[] = "graph n {\n  %d = input {name=\"d\"} : f32[3, 4]\n  %i = input {name=\"i\"} : i64[3, 2]\n"
                              "  %g = gather_nd %d, %i : f32[3]\n  return %g as \"g\"\n}\n";
-  const Fill d = DATA("d", 0, 1, 2, 3, 4, 5);
+  const Fill d = FILL("d", 0, 1, 2, 3, 4, 5);
   /* Element 0 is bad in its second index, element 1 in its first. */
   expect_index_error(text, (const Fill[]){d, FILL("i", 0, 4, 3, 0, 1, 1), {NULL, NULL, 0}},
                      "gather_nd: index 4 is out of range for axis 1 of size 4");
@@ -110,11 +109,12 @@ START_TEST(gather_nd_reports_the_first) {
 END_TEST
 
 START_TEST(scatters_report) {
-  static const char elements[] = "graph s {\n  %d = input {name=\"d\"} : f32[3, 4]\n  %i = input {name=\"i\"} : i64[2, 2]\n"
+  static const char elements[] = "graph s {\n  %d = input {name=\"d\"} : f32[3, 4]\n"
+                                 "  %i = input {name=\"i\"} : i64[2, 2]\n"
                                  "  %u = input {name=\"u\"} : f32[2, 2]\n"
                                  "  %s = scatter_elements %d, %i, %u {axis=1, reduction=\"add\"} : f32[3, 4]\n"
                                  "  return %s as \"s\"\n}\n";
-  const Fill d = DATA("d", 0, 1, 2, 3, 4, 5), u = DATA("u", 10, 20);
+  const Fill d = FILL("d", 0, 1, 2, 3, 4, 5), u = FILL("u", 10, 20);
   /* Two bad ones: index order decides, not the element a thread owns. */
   expect_index_error(elements, (const Fill[]){d, u, FILL("i", 0, 1, 7, 4), {NULL, NULL, 0}},
                      "scatter_elements: index 7 is out of range for axis 1 of size 4");
@@ -140,7 +140,7 @@ START_TEST(negative_indices_wrap_and_model_recovers) {
                              "  %e = gather %d, %n {axis=1} : f32[3, 2, 2]\n"
                              "  return %g as \"g\", %gn as \"gn\", %e as \"e\"\n}\n";
   Job j = compile_at(&ctx, text, 2);
-  const Fill good[] = {DATA("d", 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11), FILL("i", -1, 0, -3, 2, 1, -2, 0, -1),
+  const Fill good[] = {FILL("d", 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11), FILL("i", -1, 0, -3, 2, 1, -2, 0, -1),
                        FILL("n", -1, -4, 2, 3), {NULL, NULL, 0}};
   const Fill bad[] = {good[0], good[1], FILL("n", -1, -5, 2, 3), {NULL, NULL, 0}};
   DlrtModel *m;

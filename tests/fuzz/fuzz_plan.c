@@ -14,11 +14,13 @@
  *     kernels write index reports, so the STATUS reader runs too.
  * There is no dlopen: a model.so's plan is C data, and this is that data.
  *
+ * From the source tree (no configure needed; tests/fuzz/build.sh may
+ * build it beside fuzz_frontend):
  *   clang -std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer,address,undefined \
- *     -fno-sanitize-recover=undefined -I. -Iinclude -IBUILD tests/fuzz/fuzz_plan.c \
+ *     -fno-sanitize-recover=undefined -I. -Iinclude tests/fuzz/fuzz_plan.c \
  *     runtime/plan.c runtime/seal.c runtime/model.c runtime/device.c runtime/elf.c \
  *     runtime/safetensors.c runtime/npy.c runtime/emu_gemm.c -lcjson -lm -o fuzz_plan
- *   ./fuzz_plan -max_total_time=60 */
+ *   ./fuzz_plan -max_total_time=60 -rss_limit_mb=2048 -timeout=10 corpus/ */
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -86,19 +88,25 @@ static RtPlan *build(Image *im) {
                    {RT_ARG_I32, 0, 0, 24, 24}};
   RtParam sp[3] = {{RT_ARG_PTR, RT_ACCESS_READ, 96, 0, 0}, {RT_ARG_PTR, RT_ACCESS_WRITE, 96, 0, 0},
                    {RT_ARG_I64, 0, 0, 0, 5}};
-  RtContract c[2] = {{.kernel = 0, .grid = {1, 1, 1}, .block = {32, 1, 1}, .n_params = 5, .params = put(im, gp, sizeof gp)},
-                     {.kernel = 1, .grid = {2, 1, 1}, .block = {64, 1, 1}, .n_params = 3, .params = put(im, sp, sizeof sp)}};
+  RtContract c[2] = {
+      {.kernel = 0, .grid = {1, 1, 1}, .block = {32, 1, 1}, .n_params = 5, .params = put(im, gp, sizeof gp)},
+      {.kernel = 1, .grid = {2, 1, 1}, .block = {64, 1, 1}, .n_params = 3, .params = put(im, sp, sizeof sp)}};
   p->contracts = put(im, c, sizeof c), p->n_contracts = 2;
-  RtArg ga[5] = {{.kind = RT_ARG_PTR, .ref = {RT_SPACE_INPUT, 0, 0}},   {.kind = RT_ARG_PTR, .ref = {RT_SPACE_WEIGHTS, 0, 0}},
-                 {.kind = RT_ARG_PTR, .ref = {RT_SPACE_STATUS, 0, 0}},  {.kind = RT_ARG_PTR, .ref = {RT_SPACE_ARENA, 0, 0}},
+  RtArg ga[5] = {{.kind = RT_ARG_PTR, .ref = {RT_SPACE_INPUT, 0, 0}},
+                 {.kind = RT_ARG_PTR, .ref = {RT_SPACE_WEIGHTS, 0, 0}},
+                 {.kind = RT_ARG_PTR, .ref = {RT_SPACE_STATUS, 0, 0}},
+                 {.kind = RT_ARG_PTR, .ref = {RT_SPACE_ARENA, 0, 0}},
                  {.kind = RT_ARG_I32, .i = 24}};
-  RtArg sa[3] = {{.kind = RT_ARG_PTR, .ref = {RT_SPACE_ARENA, 0, 0}}, {.kind = RT_ARG_PTR, .ref = {RT_SPACE_OUTPUT, 0, 0}},
+  RtArg sa[3] = {{.kind = RT_ARG_PTR, .ref = {RT_SPACE_ARENA, 0, 0}},
+                 {.kind = RT_ARG_PTR, .ref = {RT_SPACE_OUTPUT, 0, 0}},
                  {.kind = RT_ARG_I64, .i = 3}};
   RtStep s[4] = {
       {.kind = RT_STEP_LAUNCH, .label = put_str(im, "gather %1"), .origin = put_str(im, "f.dl:1:2: gather"),
-       .launch = {.kernel = 0, .contract = 0, .grid = {1, 1, 1}, .block = {32, 1, 1}, .n_args = 5, .args = put(im, ga, sizeof ga)}},
+       .launch = {.kernel = 0, .contract = 0, .grid = {1, 1, 1}, .block = {32, 1, 1}, .n_args = 5,
+                  .args = put(im, ga, sizeof ga)}},
       {.kind = RT_STEP_LAUNCH, .label = put_str(im, "step %2"),
-       .launch = {.kernel = 1, .contract = 1, .grid = {2, 1, 1}, .block = {64, 1, 1}, .n_args = 3, .args = put(im, sa, sizeof sa)}},
+       .launch = {.kernel = 1, .contract = 1, .grid = {2, 1, 1}, .block = {64, 1, 1}, .n_args = 3,
+                  .args = put(im, sa, sizeof sa)}},
       {.kind = RT_STEP_GEMM, .label = put_str(im, "matmul %3"),
        .gemm = {.dtype = RT_DT_F32, .m = 2, .n = 2, .k = 2, .lda = 2, .ldb = 2, .ldc = 2, .batch = 1, .alpha = 1,
                 .a = {RT_SPACE_ARENA, 0, 0}, .b = {RT_SPACE_WEIGHTS, 0, 256}, .c = {RT_SPACE_ARENA, 0, 256}}},
@@ -215,8 +223,8 @@ static void f_unload(RtDevice *d, RtModule *m) {
 static int f_launch(RtDevice *d, RtModule *m, const RtLaunch *l, const void *const *args) {
   (void)d, (void)m;
   const RtContract *c = &dev.plan->contracts[l->contract];
-  if (c->kernel != l->kernel || memcmp(c->grid, l->grid, sizeof c->grid) || memcmp(c->block, l->block, sizeof c->block) ||
-      c->n_params != l->n_args)
+  if (c->kernel != l->kernel || memcmp(c->grid, l->grid, sizeof c->grid) ||
+      memcmp(c->block, l->block, sizeof c->block) || c->n_params != l->n_args)
     abort();
   for (uint32_t j = 0; j < c->n_params; j++) {
     const RtParam *q = &c->params[j];
