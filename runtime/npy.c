@@ -1,14 +1,17 @@
 /* NumPy .npy files: takes a path, returns one tensor (or writes one).
  * The header is a Python dict literal, parsed as such: any key order,
- * spaces, a trailing comma, () and (n,) shapes.  Also the dtype table the
- * tensor readers share. */
+ * spaces, a trailing comma, () and (n,) shapes.  Only a regular file is
+ * read, and the shape it states must match its size before the data is
+ * allocated.  Also the dtype table the tensor readers share. */
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "tensorio.h"
 
@@ -352,13 +355,14 @@ static bool to_c_order(RtTensor *t) {
 
 int rt_npy_read(const char *path, RtTensor *out, char *err, size_t errlen) {
   memset(out, 0, sizeof *out);
-  FILE *f = fopen(path, "rb");
-  if (!f) return fail(err, errlen, "%s: %s", path, strerror(errno));
+  char why[256];
+  int64_t size;
+  int fd = rt_open_regular(path, 0, &size, why, sizeof why);
+  if (fd < 0) return fail(err, errlen, "%s: %s", path, why);
   unsigned char pre[12];
   int rc = -1;
   char *header = NULL;
-  size_t got = fread(pre, 1, 8, f);
-  if (got < 8 || memcmp(pre, "\x93NUMPY", 6) != 0) {
+  if (size < 8 || rt_read_at(fd, pre, 8, 0) != 0 || memcmp(pre, "\x93NUMPY", 6) != 0) {
     fail(err, errlen, "%s: not a .npy file (bad magic)", path);
     goto done;
   }
@@ -368,7 +372,7 @@ int rt_npy_read(const char *path, RtTensor *out, char *err, size_t errlen) {
     goto done;
   }
   size_t lenbytes = major == 1 ? 2 : 4, hlen = 0;
-  if (fread(pre + 8, 1, lenbytes, f) != lenbytes) {
+  if (size < 8 + (int64_t)lenbytes || rt_read_at(fd, pre + 8, lenbytes, 8) != 0) {
     fail(err, errlen, "%s: truncated header", path);
     goto done;
   }
@@ -377,32 +381,44 @@ int rt_npy_read(const char *path, RtTensor *out, char *err, size_t errlen) {
     fail(err, errlen, "%s: malformed header: %zu bytes long", path, hlen);
     goto done;
   }
+  int64_t data_start = 8 + (int64_t)lenbytes + (int64_t)hlen;
+  if (size < data_start) {
+    fail(err, errlen, "%s: truncated header", path);
+    goto done;
+  }
   header = malloc(hlen + 1);
   if (!header) {
     fail(err, errlen, "%s: out of memory", path);
     goto done;
   }
-  if (fread(header, 1, hlen, f) != hlen) {
+  if (rt_read_at(fd, header, hlen, 8 + (int64_t)lenbytes) != 0) {
     fail(err, errlen, "%s: truncated header", path);
     goto done;
   }
   header[hlen] = 0;
   bool fortran = false;
   if (parse_header(path, header, hlen, out, &fortran, err, errlen) < 0) goto done;
+  /* The shape is the file's word only: the data must be there, exactly,
+   * before anything is allocated for it (at most 2^40 elements of 8
+   * bytes, so the product does not overflow). */
   out->nbytes = (size_t)rt_numel(out) * (size_t)rt_dtype_size(out->dtype);
+  uint64_t have = (uint64_t)(size - data_start);
+  if (have < out->nbytes) {
+    fail(err, errlen, "%s: truncated data: the header promises %zu bytes, the file has %" PRIu64, path,
+         out->nbytes, have);
+    goto done;
+  }
+  if (have > out->nbytes) {
+    fail(err, errlen, "%s: extra data after the array's %zu bytes", path, out->nbytes);
+    goto done;
+  }
   out->data = malloc(out->nbytes ? out->nbytes : 1);
   if (!out->data) {
     fail(err, errlen, "%s: out of memory for %zu bytes", path, out->nbytes);
     goto done;
   }
-  got = fread(out->data, 1, out->nbytes, f);
-  if (got != out->nbytes) {
-    fail(err, errlen, "%s: truncated data: the header promises %zu bytes, the file has %zu", path,
-         out->nbytes, got);
-    goto done;
-  }
-  if (fgetc(f) != EOF) {
-    fail(err, errlen, "%s: extra data after the array's %zu bytes", path, out->nbytes);
+  if (rt_read_at(fd, out->data, out->nbytes, data_start) != 0) {
+    fail(err, errlen, "%s: cannot read the data: %s", path, errno ? strerror(errno) : "the file shrank");
     goto done;
   }
   /* np.save(x.T) writes Fortran order: the first index varies fastest. */
@@ -413,26 +429,22 @@ int rt_npy_read(const char *path, RtTensor *out, char *err, size_t errlen) {
   rc = 0;
 done:
   free(header);
-  fclose(f);
+  close(fd);
   if (rc < 0) rt_tensor_free(out);
   return rc;
 }
 
-int rt_npy_write(const char *path, const RtTensor *t, char *err, size_t errlen) {
-  static const char *const descr[RT_DTYPE_COUNT] = {
-      [RT_F32] = "<f4", [RT_F16] = "<f2", [RT_I8] = "|i1", [RT_I32] = "<i4",
-      [RT_I64] = "<i8", [RT_F64] = "<f8", [RT_U8] = "|u1", [RT_BOOL] = "|b1",
-  };
-  if ((unsigned)t->dtype >= RT_DTYPE_COUNT || !descr[t->dtype])
-    return fail(err, errlen, "%s: .npy has no dtype for %s", path, rt_dtype_name(t->dtype));
-  if (t->rank < 0 || t->rank > RT_MAX_RANK) return fail(err, errlen, "%s: bad rank %d", path, t->rank);
-  int64_t n = rt_numel(t);
-  if (n < 0) return fail(err, errlen, "%s: bad shape", path);
-  size_t nbytes = (size_t)n * (size_t)rt_dtype_size(t->dtype);
-  if (t->nbytes != nbytes)
-    return fail(err, errlen, "%s: tensor has %zu bytes, its shape needs %zu", path, t->nbytes, nbytes);
+static const char *const write_descr[RT_DTYPE_COUNT] = {
+    [RT_F32] = "<f4", [RT_F16] = "<f2", [RT_I8] = "|i1", [RT_I32] = "<i4",
+    [RT_I64] = "<i8", [RT_F64] = "<f8", [RT_U8] = "|u1", [RT_BOOL] = "|b1",
+};
+
+/* Writes t (check_writable passed) to f, which it closes; path names the
+ * file in messages. */
+static int write_npy(FILE *f, const char *path, const RtTensor *t, char *err, size_t errlen) {
+  size_t nbytes = t->nbytes;
   char h[512];
-  int len = snprintf(h, sizeof h, "{'descr': '%s', 'fortran_order': False, 'shape': (", descr[t->dtype]);
+  int len = snprintf(h, sizeof h, "{'descr': '%s', 'fortran_order': False, 'shape': (", write_descr[t->dtype]);
   for (int i = 0; i < t->rank; i++)
     len += snprintf(h + len, sizeof h - (size_t)len, "%s%" PRId64, i ? ", " : "", t->dims[i]);
   len += snprintf(h + len, sizeof h - (size_t)len, "%s), }", t->rank == 1 ? "," : "");
@@ -444,11 +456,48 @@ int rt_npy_write(const char *path, const RtTensor *t, char *err, size_t errlen) 
   h[len++] = '\n';
   unsigned char pre[10] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0, (unsigned char)(len & 0xff),
                            (unsigned char)(len >> 8)};
-  FILE *f = fopen(path, "wb");
-  if (!f) return fail(err, errlen, "%s: %s", path, strerror(errno));
   bool ok = fwrite(pre, 1, 10, f) == 10 && fwrite(h, 1, (size_t)len, f) == (size_t)len &&
             (nbytes == 0 || fwrite(t->data, 1, nbytes, f) == nbytes);
   if (fclose(f) != 0) ok = false;
   if (!ok) return fail(err, errlen, "%s: write failed: %s", path, strerror(errno));
   return 0;
+}
+
+/* Whether .npy can hold t, before any file is touched. */
+static int check_writable(const char *path, const RtTensor *t, char *err, size_t errlen) {
+  if ((unsigned)t->dtype >= RT_DTYPE_COUNT || !write_descr[t->dtype])
+    return fail(err, errlen, "%s: .npy has no dtype for %s", path, rt_dtype_name(t->dtype));
+  if (t->rank < 0 || t->rank > RT_MAX_RANK) return fail(err, errlen, "%s: bad rank %d", path, t->rank);
+  int64_t n = rt_numel(t);
+  if (n < 0) return fail(err, errlen, "%s: bad shape", path);
+  size_t nbytes = (size_t)n * (size_t)rt_dtype_size(t->dtype);
+  if (t->nbytes != nbytes)
+    return fail(err, errlen, "%s: tensor has %zu bytes, its shape needs %zu", path, t->nbytes, nbytes);
+  return 0;
+}
+
+int rt_npy_write(const char *path, const RtTensor *t, char *err, size_t errlen) {
+  if (check_writable(path, t, err, errlen)) return -1;
+  FILE *f = fopen(path, "wb");
+  if (!f) return fail(err, errlen, "%s: %s", path, strerror(errno));
+  return write_npy(f, path, t, err, errlen);
+}
+
+int rt_npy_write_at(int dirfd, const char *name, const char *path, const RtTensor *t, char *err, size_t errlen) {
+  if (check_writable(path, t, err, errlen)) return -1;
+  if (!*name || strchr(name, '/') || !strcmp(name, ".") || !strcmp(name, ".."))
+    return fail(err, errlen, "%s: not a plain file name", path);
+  /* A new file, never one written through: a symbolic link or a hard
+   * link planted at the name would send the data elsewhere. */
+  if (unlinkat(dirfd, name, 0) != 0 && errno != ENOENT)
+    return fail(err, errlen, "%s: cannot replace it: %s", path, strerror(errno));
+  int fd = openat(dirfd, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+  if (fd < 0) return fail(err, errlen, "%s: %s", path, strerror(errno));
+  FILE *f = fdopen(fd, "wb");
+  if (!f) {
+    int e = errno;
+    close(fd);
+    return fail(err, errlen, "%s: %s", path, strerror(e));
+  }
+  return write_npy(f, path, t, err, errlen);
 }

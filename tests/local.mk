@@ -30,3 +30,5 @@ include tests/qdq.mk
 include tests/conv3d.mk
 include tests/resize.mk
 include tests/bounds.mk
+include tests/names.mk
+include tests/files.mk

@@ -4,7 +4,8 @@
  * with the in-memory one field by field; the second load compiles
  * nothing (emu and, over the fake libcuda, NVRTC); external weights; a
  * garbage, truncated or other-version model.so; bits and bytes flipped
- * across the plan and blobs of one; corrupted cache entries.  Every test works in its own DLCC_CACHE_DIR. */
+ * across the plan and blobs of one; corrupted cache entries.  Every
+ * test works in its own DLCC_CACHE_DIR. */
 #include <check.h>
 #include <dlfcn.h>
 #include <elf.h>
