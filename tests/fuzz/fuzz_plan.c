@@ -19,7 +19,7 @@
  *   clang -std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer,address,undefined \
  *     -fno-sanitize-recover=undefined -I. -Iinclude tests/fuzz/fuzz_plan.c \
  *     runtime/plan.c runtime/seal.c runtime/model.c runtime/device.c runtime/elf.c \
- *     runtime/safetensors.c runtime/npy.c runtime/emu_gemm.c -lcjson -lm -o fuzz_plan
+ *     runtime/safetensors.c runtime/npy.c runtime/fileio.c runtime/emu_gemm.c -lcjson -lm -o fuzz_plan
  *   ./fuzz_plan -max_total_time=60 -rss_limit_mb=2048 -timeout=10 corpus/ */
 #include <stdbool.h>
 #include <stdint.h>
