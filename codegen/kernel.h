@@ -137,6 +137,9 @@ typedef struct KParam {
   /* The memory planner may give this buffer the bytes of another of the
    * kernel's buffers (in-place reuse), so it must not be __restrict__. */
   bool may_alias;
+  /* A scalar: the values for which the kernel stays inside its buffers'
+   * numel (the plan's RtParam.lo, hi); a size has just its own value. */
+  int64_t lo, hi;
 } KParam;
 
 typedef struct Kernel {
@@ -164,8 +167,13 @@ Kernel *cg_kernel_new(Ctx *c, const Node *n, const char *hint, const char *what)
 /* A global buffer parameter bound to ref.  Asking twice for the same ref
  * and dtype gives the same buffer (read/written accumulate). */
 KBuf *cg_kglobal(Kernel *k, const char *name, DType dt, int64_t numel, RtRef ref);
-/* A scalar parameter; dtype KT_INDEX (an index), TY_I32, TY_I64 or TY_F32. */
+/* A scalar parameter; dtype KT_INDEX (an index), TY_I32, TY_I64 or TY_F32.
+ * An integer one is a size: the buffers' numel hold for ival alone. */
 KVar *cg_kparam(Kernel *k, const char *name, DType dt, int64_t ival, float fval);
+/* An integer parameter (a timestep) for which every value in [lo, hi]
+ * keeps the kernel inside its buffers, so launches that differ in it
+ * share one contract. */
+KVar *cg_kparam_range(Kernel *k, const char *name, DType dt, int64_t ival, int64_t lo, int64_t hi);
 /* A __shared__ (KSP_SHARED) or per-thread (KSP_REGISTER) array. */
 KBuf *cg_klocal(Kernel *k, const char *stem, DType dt, int64_t numel, KSpace space);
 /* A fresh local: name is a stem ("acc" -> "acc3" when taken). */
@@ -260,6 +268,9 @@ bool cg_has_ref(CgBuild *b, const Value *v);
 void cg_alias(CgBuild *b, const Value *v, RtRef r);
 /* A fresh scratch range in the arena. */
 RtRef cg_scratch(CgBuild *b, const Node *n, uint64_t nbytes);
+/* n_reports fresh index reports in STATUS (RT_STATUS_WORDS int64 each),
+ * for one launch's index checks. */
+RtRef cg_status(CgBuild *b, int n_reports);
 RtRef cg_ref_at(RtRef r, uint64_t byte_offset);
 /* Appends a launch of k (finished here; identical text shares one kernel). */
 void cg_launch(CgBuild *b, Kernel *k);

@@ -3,7 +3,8 @@
  * graph order, inputs and outputs in their own spaces, everything else in
  * the arena, derived weights after the weights), lowers the init graph
  * (initgraph.c) into the init steps and then the rest node after node
- * through lower_kernels.c, and keeps one kernel per distinct text. */
+ * through lower_kernels.c, and keeps one kernel per distinct text and
+ * one contract (plan.h) per distinct way a launch uses it. */
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,6 +42,9 @@ struct CgBuild {
   const char **texts;
   int n_kernels, cap_kernels;
   bool needs_fp16, needs_bf16;
+  RtContract *contracts;
+  int n_contracts, cap_contracts;
+  uint64_t status_top; /* STATUS: the index reports handed out */
 
   RtTensorDesc *weights, *inputs, *outputs;
   int n_weights, n_inputs;
@@ -581,6 +585,12 @@ static RtStep *add_step(CgBuild *b, RtStepKind kind, const Node *n, const char *
   memset(s, 0, sizeof *s);
   s->kind = kind;
   s->label = cg_label(b->ctx, n, what);
+  /* What eval.c's messages start with, for the runtime's index errors. */
+  if (n->loc.file)
+    s->origin = arena_printf(&b->ctx->arena, "%s:%d:%d: %s", n->loc.file->name, n->loc.line, n->loc.col,
+                             ir_ops[n->op].name);
+  else
+    s->origin = ir_ops[n->op].name;
   return s;
 }
 
@@ -621,6 +631,54 @@ static uint32_t intern_kernel(CgBuild *b, const Kernel *k) {
   return (uint32_t)i;
 }
 
+static bool same_contract(const RtContract *a, const RtContract *b) {
+  if (a->kernel != b->kernel || a->n_params != b->n_params || a->dynamic_shared_bytes != b->dynamic_shared_bytes ||
+      memcmp(a->grid, b->grid, sizeof a->grid) || memcmp(a->block, b->block, sizeof a->block))
+    return false;
+  for (uint32_t i = 0; i < a->n_params; i++) {
+    const RtParam *x = &a->params[i], *y = &b->params[i];
+    if (x->kind != y->kind || x->access != y->access || x->nbytes != y->nbytes || x->lo != y->lo || x->hi != y->hi)
+      return false;
+  }
+  return true;
+}
+
+/* The contract of launching k (kernel idx): what each parameter lets it
+ * touch, from the kernel IR's own buffer sizes and access flags. */
+static uint32_t intern_contract(CgBuild *b, const Kernel *k, uint32_t idx) {
+  Arena *a = &b->ctx->arena;
+  RtParam *params = ARENA_ARRAY(a, RtParam, k->n_params + 1);
+  for (int i = 0; i < k->n_params; i++) {
+    const KParam *p = &k->params[i];
+    RtParam *q = &params[i];
+    q->kind = p->arg.kind;
+    if (p->buf) {
+      q->access = (p->buf->written ? RT_ACCESS_WRITE : 0) | (p->buf->read || !p->buf->written ? RT_ACCESS_READ : 0);
+      q->nbytes = (uint64_t)p->buf->numel * (uint64_t)ir_dtype_size(p->buf->dtype);
+    } else if (q->kind != RT_ARG_F32) {
+      q->lo = p->lo, q->hi = p->hi;
+    }
+  }
+  RtContract c = {.kernel = idx, .n_params = (uint32_t)k->n_params, .params = params};
+  memcpy(c.grid, k->grid, sizeof c.grid);
+  memcpy(c.block, k->block, sizeof c.block);
+  for (int i = 0; i < b->n_contracts; i++)
+    if (same_contract(&b->contracts[i], &c)) return (uint32_t)i;
+  if (b->n_contracts == b->cap_contracts) {
+    int old = b->cap_contracts, cap = old ? 2 * old : 32;
+    b->contracts = arena_realloc(a, b->contracts, sizeof(RtContract) * (size_t)old, sizeof(RtContract) * (size_t)cap);
+    b->cap_contracts = cap;
+  }
+  b->contracts[b->n_contracts] = c;
+  return (uint32_t)b->n_contracts++;
+}
+
+RtRef cg_status(CgBuild *b, int n_reports) {
+  RtRef r = {.space = RT_SPACE_STATUS, .offset = b->status_top};
+  b->status_top += (uint64_t)n_reports * RT_STATUS_WORDS * 8;
+  return r;
+}
+
 void cg_launch(CgBuild *b, Kernel *k) {
   /* Read in place on the scalar nest (the step about to be added): a
    * vectorized map is just as safe, but its two loops are harder to read. */
@@ -635,6 +693,7 @@ void cg_launch(CgBuild *b, Kernel *k) {
   b->notes[b->n_steps - 1] = note;
   RtLaunch *l = &s->launch;
   l->kernel = idx;
+  l->contract = intern_contract(b, k, idx);
   memcpy(l->grid, k->grid, sizeof l->grid);
   memcpy(l->block, k->block, sizeof l->block);
   l->n_args = (uint32_t)k->n_params;
@@ -775,6 +834,9 @@ bool cg_compile_opts(Graph *g, const CgOptions *o, CgResult *out) {
   p->source = join_source(b);
   p->n_kernels = (uint32_t)b->n_kernels;
   p->kernels = b->kernels;
+  p->n_contracts = (uint32_t)b->n_contracts;
+  p->contracts = b->contracts;
+  p->status_bytes = b->status_top;
   p->n_init_steps = (uint32_t)b->n_init_steps;
   p->init_steps = b->n_init_steps ? b->steps : NULL;
   p->n_steps = (uint32_t)(b->n_steps - b->n_init_steps);

@@ -18,6 +18,7 @@ void cg_print_ref(FILE *f, RtRef r) {
     case RT_SPACE_ARENA: fprintf(f, "arena+%" PRIu64, r.offset); return;
     case RT_SPACE_INPUT: fprintf(f, "in%" PRIu32 "+%" PRIu64, r.index, r.offset); return;
     case RT_SPACE_OUTPUT: fprintf(f, "out%" PRIu32 "+%" PRIu64, r.index, r.offset); return;
+    case RT_SPACE_STATUS: fprintf(f, "status+%" PRIu64, r.offset); return;
   }
   fprintf(f, "?%" PRIu32 "+%" PRIu64, r.space, r.offset);
 }
@@ -103,7 +104,9 @@ void cg_print_plan_costs(FILE *f, const RtPlan *p, const IrCost *costs) {
   fprintf(f, "weights %" PRIu64 " bytes, ", p->weights_bytes);
   if (p->derived_bytes) fprintf(f, "derived %" PRIu64 " bytes at weights+%" PRIu64 ", ", p->derived_bytes,
                                 p->weights_bytes);
-  fprintf(f, "arena %" PRIu64 " bytes\n", p->arena_bytes);
+  fprintf(f, "arena %" PRIu64 " bytes", p->arena_bytes);
+  if (p->status_bytes) fprintf(f, ", index reports %" PRIu64 " bytes", p->status_bytes);
+  fputc('\n', f);
   for (uint32_t i = 0; i < p->n_inputs; i++) print_desc(f, "input ", i, &p->inputs[i]);
   for (uint32_t i = 0; i < p->n_outputs; i++) print_desc(f, "output ", i, &p->outputs[i]);
   for (uint32_t i = 0; i < p->n_weights; i++) print_desc(f, "weight ", i, &p->weights[i]);

@@ -31,5 +31,6 @@ include tests/qdq.mk
 include tests/conv3d.mk
 include tests/resize.mk
 include tests/cost.mk
+include tests/bounds.mk
 include tests/names.mk
 include tests/files.mk

@@ -115,6 +115,24 @@ enum { SHARED_FLOATS = 20000, THREADS = 256 }; /* 80000 bytes: above 48 KiB */
 
 static const RtKernel kernels[] = {{.name = "args_mix"}, {.name = "big_shared", .uses_barriers = 1}, {.name = "fault"}};
 
+/* What each kernel touches, as codegen would record it: args_mix's
+ * scalars are only stored, so any value is safe; fault's wild write is
+ * not its pointer's, which no plan check can see. */
+static const RtParam mix_params[] = {{.kind = RT_ARG_PTR, .access = RT_ACCESS_WRITE, .nbytes = 24},
+                                     {.kind = RT_ARG_I32, .lo = INT32_MIN, .hi = INT32_MAX},
+                                     {.kind = RT_ARG_I64, .lo = INT64_MIN, .hi = INT64_MAX},
+                                     {.kind = RT_ARG_F32},
+                                     {.kind = RT_ARG_I32, .lo = INT32_MIN, .hi = INT32_MAX},
+                                     {.kind = RT_ARG_I64, .lo = INT64_MIN, .hi = INT64_MAX}};
+static const RtParam shared_params[] = {{.kind = RT_ARG_PTR, .access = RT_ACCESS_WRITE, .nbytes = THREADS * 4},
+                                        {.kind = RT_ARG_I32, .lo = SHARED_FLOATS, .hi = SHARED_FLOATS}};
+static const RtParam fault_params[] = {{.kind = RT_ARG_PTR, .access = RT_ACCESS_READ, .nbytes = 4}};
+static const RtContract contracts[] = {
+    {.kernel = 0, .grid = {1, 1, 1}, .block = {32, 1, 1}, .n_params = 6, .params = mix_params},
+    {.kernel = 1, .grid = {1, 1, 1}, .block = {THREADS, 1, 1}, .dynamic_shared_bytes = SHARED_FLOATS * 4,
+     .n_params = 2, .params = shared_params},
+    {.kernel = 2, .grid = {1, 1, 1}, .block = {32, 1, 1}, .n_params = 1, .params = fault_params}};
+
 /* ---- gemm ---- */
 
 typedef struct Case {
@@ -167,7 +185,8 @@ static void gemm_case(const char *backend, const Case *c) {
       {.kind = RT_STEP_GEMM, .label = "gemm", .gemm = g}};
   /* The kernels ride along unused: emu wants source to load. */
   RtPlan plan = {.magic = RT_PLAN_MAGIC, .version = RT_PLAN_VERSION, .model_name = "rt_check", .source = kernel_src,
-                 .n_kernels = 3, .kernels = kernels, .n_steps = 2, .steps = steps, .n_inputs = 3, .inputs = in,
+                 .n_kernels = 3, .kernels = kernels, .n_contracts = 3, .contracts = contracts,
+                 .n_steps = 2, .steps = steps, .n_inputs = 3, .inputs = in,
                  .n_outputs = 1, .outputs = out};
   DlrtModel *m = open_plan(&plan, backend, what);
   if (!m) goto done;
@@ -226,7 +245,8 @@ static void gemm_i8_case(const char *backend, uint32_t ta, uint32_t tb, int64_t 
   g.c = (RtRef){RT_SPACE_OUTPUT, 0, 0};
   RtStep steps[1] = {{.kind = RT_STEP_GEMM, .label = "gemm i8", .gemm = g}};
   RtPlan plan = {.magic = RT_PLAN_MAGIC, .version = RT_PLAN_VERSION, .model_name = "rt_check", .source = kernel_src,
-                 .n_kernels = 3, .kernels = kernels, .n_steps = 1, .steps = steps, .n_inputs = 2, .inputs = in,
+                 .n_kernels = 3, .kernels = kernels, .n_contracts = 3, .contracts = contracts,
+                 .n_steps = 1, .steps = steps, .n_inputs = 2, .inputs = in,
                  .n_outputs = 1, .outputs = out};
   DlrtModel *mod = open_plan(&plan, backend, what);
   if (!mod) goto done;
@@ -291,12 +311,13 @@ static void kernel_checks(const char *backend) {
       {.kind = RT_STEP_LAUNCH, .label = "args_mix",
        .launch = {.kernel = 0, .grid = {1, 1, 1}, .block = {32, 1, 1}, .n_args = 6, .args = mix}},
       {.kind = RT_STEP_LAUNCH, .label = "big_shared",
-       .launch = {.kernel = 1, .grid = {1, 1, 1}, .block = {THREADS, 1, 1},
+       .launch = {.kernel = 1, .contract = 1, .grid = {1, 1, 1}, .block = {THREADS, 1, 1},
                   .dynamic_shared_bytes = SHARED_FLOATS * 4, .n_args = 2, .args = sh}}};
   RtTensorDesc out[2] = {flat("mix", RT_DT_F32, 6, RT_SPACE_OUTPUT, 0),
                          flat("shared", RT_DT_F32, THREADS, RT_SPACE_OUTPUT, 1)};
   RtPlan plan = {.magic = RT_PLAN_MAGIC, .version = RT_PLAN_VERSION, .model_name = "rt_check", .source = kernel_src,
-                 .n_kernels = 3, .kernels = kernels, .n_steps = 2, .steps = steps, .n_outputs = 2, .outputs = out};
+                 .n_kernels = 3, .kernels = kernels, .n_contracts = 3, .contracts = contracts,
+                 .n_steps = 2, .steps = steps, .n_outputs = 2, .outputs = out};
   DlrtModel *m = open_plan(&plan, backend, "kernels");
   if (!m) return;
   float got[6], sums[THREADS];
@@ -485,10 +506,13 @@ static void fault_check(const char *backend) {
               .a = {RT_SPACE_OUTPUT, 0, 0}, .b = {RT_SPACE_OUTPUT, 0, 0}, .c = {RT_SPACE_OUTPUT, 1, 0}};
   RtStep steps[2] = {{.kind = RT_STEP_GEMM, .label = "gemm", .gemm = g},
                      {.kind = RT_STEP_LAUNCH, .label = "fault",
-                      .launch = {.kernel = 2, .grid = {1, 1, 1}, .block = {32, 1, 1}, .n_args = 1, .args = fa}}};
-  RtTensorDesc out[2] = {flat("x", RT_DT_F32, 4, RT_SPACE_OUTPUT, 0), flat("y", RT_DT_F32, 4, RT_SPACE_OUTPUT, 1)};
+                      .launch = {.kernel = 2, .contract = 2, .grid = {1, 1, 1}, .block = {32, 1, 1}, .n_args = 1,
+                                 .args = fa}}};
+  /* x has room for what args_mix writes below. */
+  RtTensorDesc out[2] = {flat("x", RT_DT_F32, 6, RT_SPACE_OUTPUT, 0), flat("y", RT_DT_F32, 4, RT_SPACE_OUTPUT, 1)};
   RtPlan plan = {.magic = RT_PLAN_MAGIC, .version = RT_PLAN_VERSION, .model_name = "fault", .source = kernel_src,
-                 .n_kernels = 3, .kernels = kernels, .n_steps = 2, .steps = steps, .n_outputs = 2, .outputs = out};
+                 .n_kernels = 3, .kernels = kernels, .n_contracts = 3, .contracts = contracts,
+                 .n_steps = 2, .steps = steps, .n_outputs = 2, .outputs = out};
   DlrtModel *m = open_plan(&plan, backend, "fault");
   if (!m) return;
   DlrtStatus s = dlrt_run(m);
@@ -498,7 +522,7 @@ static void fault_check(const char *backend) {
   s = dlrt_get_output(m, 1, y, sizeof y);
   report(s == DLRT_E_BROKEN, "the broken model refuses further calls: %s", dlrt_status_name(s));
   dlrt_close(m);
-  steps[1].launch.kernel = 0; /* args_mix writes into x: a harmless kernel */
+  steps[1].launch.kernel = steps[1].launch.contract = 0; /* args_mix writes into x: a harmless kernel */
   RtArg mix[6] = {fa[0], {.kind = RT_ARG_I32}, {.kind = RT_ARG_I64}, {.kind = RT_ARG_F32}, {.kind = RT_ARG_I32},
                   {.kind = RT_ARG_I64}};
   steps[1].launch.args = mix;
