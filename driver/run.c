@@ -151,7 +151,10 @@ static int parse_run_args(int argc, char **argv, RunOptions *o) {
         return 1;
       }
       InputArg *in = &o->inputs[o->n_inputs++];
-      in->name = strndup(v, (size_t)(eq - v));
+      if (!(in->name = strndup(v, (size_t)(eq - v)))) {
+        fputs("dlcc: error: out of memory\n", stderr);
+        return 1;
+      }
       in->path = eq + 1;
     } else if ((v = flag_value(argc, argv, &i, "--precision"))) {
       o->api.precision = v;

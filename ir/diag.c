@@ -10,10 +10,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
-static void oom_unwind(void *data) {
-  Ctx *c = data;
-  ctx_fatal(c, __FILE__, __LINE__, "out of memory");
-}
+static void oom_unwind(void *data) { ctx_out_of_memory(data); }
 
 void ctx_init(Ctx *c) {
   memset(c, 0, sizeof *c);
@@ -53,7 +50,10 @@ static void append(Diag *d, const char *s, size_t n) {
     size_t cap = d->cap ? d->cap : 256;
     while (cap < d->len + n + 1) cap *= 2;
     char *t = realloc(d->text, cap);
-    if (!t) return;
+    if (!t) {
+      d->lost = true;
+      return;
+    }
     d->text = t;
     d->cap = cap;
   }
@@ -75,7 +75,10 @@ static void appendf(Diag *d, const char *fmt, ...) {
     return;
   }
   char *big = malloc((size_t)n + 1);
-  if (!big) return;
+  if (!big) {
+    d->lost = true;
+    return;
+  }
   va_start(ap, fmt);
   vsnprintf(big, (size_t)n + 1, fmt, ap);
   va_end(ap);
@@ -93,6 +96,15 @@ _Noreturn void ctx_fatal(Ctx *c, const char *file, int line, const char *fmt, ..
   c->diag.errors++;
   if (c->fatal) longjmp(*c->fatal, 1);
   fputs(c->diag.text ? c->diag.text : "dlcc: internal error\n", stderr);
+  abort();
+}
+
+_Noreturn void ctx_out_of_memory(Ctx *c) {
+  append(&c->diag, "dlcc: error: out of memory\n", 27);
+  c->diag.errors++;
+  c->oom = true;
+  if (c->fatal) longjmp(*c->fatal, 1);
+  fputs("dlcc: error: out of memory\n", stderr);
   abort();
 }
 
@@ -221,13 +233,18 @@ void diag_report(Ctx *c, DiagLevel level, SrcLoc loc, const char *fmt, ...) {
 
 bool diag_should_stop(const Ctx *c) { return c->diag.errors >= c->diag.max_errors; }
 
-const char *diag_text(const Ctx *c) { return c->diag.text ? c->diag.text : ""; }
+const char *diag_text(const Ctx *c) {
+  if (c->diag.lost && (!c->diag.text || !c->diag.text[0]))
+    return "dlcc: error: out of memory (the messages could not be kept)\n";
+  return c->diag.text ? c->diag.text : "";
+}
 
 void diag_clear(Ctx *c) {
   c->diag.len = 0;
   if (c->diag.text) c->diag.text[0] = 0;
   c->diag.errors = c->diag.warnings = 0;
-  c->diag.truncated = false;
+  c->diag.truncated = c->diag.lost = false;
+  c->oom = false;
 }
 
 static int edit_distance(const char *a, const char *b) {

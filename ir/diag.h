@@ -30,6 +30,7 @@ typedef struct Diag {
   int errors, warnings;
   int max_errors; /* after this many, diag_error only counts */
   bool truncated; /* "too many errors" was reported */
+  bool lost;      /* a message was dropped: no memory to keep it */
 } Diag;
 
 /* Wall time spent per compilation stage, for --time-stages. */
@@ -44,6 +45,7 @@ typedef struct Ctx {
   Arena arena;
   Diag diag;
   jmp_buf *fatal; /* set by the API boundary (ctx_guard) */
+  bool oom;       /* what unwound was an allocation failure */
   int n_stages;
   StageTime stages[CTX_MAX_STAGES];
 } Ctx;
@@ -61,6 +63,8 @@ Ctx *ctx_current(void);
 
 _Noreturn void ctx_fatal(Ctx *c, const char *file, int line, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
+/* Reports "out of memory" and unwinds like ctx_fatal, with c->oom set. */
+_Noreturn void ctx_out_of_memory(Ctx *c);
 #define dl_internal(c, ...) ctx_fatal((c), __FILE__, __LINE__, __VA_ARGS__)
 #define dl_unreachable(c) ctx_fatal((c), __FILE__, __LINE__, "unreachable")
 
@@ -82,6 +86,8 @@ void diag_report(Ctx *c, DiagLevel level, SrcLoc loc, const char *fmt, ...)
 #define diag_note(c, loc, ...) diag_report((c), DIAG_NOTE, (loc), __VA_ARGS__)
 /* True once max_errors have been reported: stop producing more. */
 bool diag_should_stop(const Ctx *c);
+/* Everything reported, or when memory ran out before any of it could be
+ * kept, a line that says so: never empty after a failure. */
 const char *diag_text(const Ctx *c);
 void diag_clear(Ctx *c);
 
