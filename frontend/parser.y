@@ -317,6 +317,7 @@ expr:
       $$ = fe_ast_expr(C, EX_AS, $3->parts[0].loc);
       $$->lhs = $1;
       $$->scope = *$3;
+      fe_ast_nest(C, $$);
     }
   ;
 
@@ -330,8 +331,9 @@ primary:
   | TK_IDENT '(' call_args ')' {
       $$ = lit(ps, EX_CALL, @1, $1);
       $$->items = *$3;
+      fe_ast_nest(C, $$);
     }
-  | '[' list_items ']'      { $$ = fe_ast_expr(C, EX_LIST, @1); $$->items = *$2; }
+  | '[' list_items ']'      { $$ = fe_ast_expr(C, EX_LIST, @1); $$->items = *$2; fe_ast_nest(C, $$); }
   | '(' expr ')'            { $$ = $2; }
   | primary '[' expr ']'    { $$ = fe_ast_binary(C, '[', @2, $1, $3); $$->kind = EX_INDEX; }
   ;
@@ -346,8 +348,8 @@ args:
   | args ',' arg            { $$ = expr_list(ps, $1, $3); }
   ;
 arg:
-    expr                    { $$ = fe_ast_expr(C, EX_ARG, $1->loc); $$->lhs = $1; }
-  | TK_IDENT '=' expr       { $$ = fe_ast_expr(C, EX_ARG, @1); $$->s = $1.text; $$->lhs = $3; }
+    expr                    { $$ = fe_ast_expr(C, EX_ARG, $1->loc); $$->lhs = $1; fe_ast_nest(C, $$); }
+  | TK_IDENT '=' expr       { $$ = fe_ast_expr(C, EX_ARG, @1); $$->s = $1.text; $$->lhs = $3; fe_ast_nest(C, $$); }
   ;
 
 list_items:
