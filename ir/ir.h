@@ -14,6 +14,14 @@
 
 enum {
   DL_MAX_RANK = 8,
+  /* Nodes in one graph, from any importer (IR text, the language, ONNX):
+   * far above any real model, and every pass is linear or close to it
+   * in this count. */
+  IR_MAX_NODES = 1000000,
+  /* Members of one fusion group: codegen evaluates a group by recursion
+   * over its members, so a hand-written group of a million would
+   * overflow the stack.  The fuse pass makes groups of at most 64. */
+  IR_MAX_GROUP = 256,
 };
 /* Largest tensor we accept, in elements: far above any real model, far
  * below where int64 byte counts could overflow. */
@@ -214,7 +222,8 @@ Graph *ir_copy(Graph *g, const char *name);
 /* For an integer value read as indices (gather, gather_elements,
  * gather_nd, scatter_elements, scatter_nd, through reshapes, transposes,
  * expands, slices and casts): the smallest extent any of those reads
- * it against, so [0, bound) is valid everywhere; 0 when none does. */
+ * it against, so [0, bound) is valid everywhere; 0 when none does.
+ * Moves are followed 8 deep and 64 in all. */
 int64_t ir_index_bound(const Graph *g, const Value *v);
 /* Graphviz: ops as boxes, shapes on edges. */
 void ir_print_dot(FILE *f, Graph *g);

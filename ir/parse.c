@@ -43,6 +43,7 @@ typedef struct Parser {
   bool seen_return, seen_close;
   int node_lines;
   int errors_before; /* the context's count when this parse began */
+  bool stop;         /* a limit was reached: read no further */
 } Parser;
 
 /* ---- names ---- */
@@ -682,10 +683,14 @@ static void parse_body_line(Parser *p) {
     else if (!p->seen_return)
       error_at(p, at, "graph '%s' has no 'return'", p->g->name);
   } else if (ch == '%') {
-    if (p->seen_return)
+    if (p->node_lines == IR_MAX_NODES) {
+      error_at(p, at, "graph too large: more than %d operations", IR_MAX_NODES);
+      p->stop = true;
+    } else if (p->seen_return) {
       error_at(p, at, "node after 'return'");
-    else
+    } else {
       parse_node(p);
+    }
     p->node_lines++;
   } else if (keyword(p, "return")) {
     parse_return(p, at);
@@ -707,7 +712,7 @@ Graph *ir_parse(Ctx *c, const SrcFile *file) {
   /* End-of-text errors point after the last line with something on it. */
   int last_line = 1;
   size_t last_len = 0;
-  for (const char *s = text; s < end && !diag_should_stop(c);) {
+  for (const char *s = text; s < end && !diag_should_stop(c) && !p.stop;) {
     const char *eol = memchr(s, '\n', (size_t)(end - s));
     if (!eol) eol = end;
     size_t n = (size_t)(eol - s);
@@ -742,7 +747,7 @@ Graph *ir_parse(Ctx *c, const SrcFile *file) {
     }
     parse_body_line(&p);
   }
-  if (diag_should_stop(c)) return NULL;
+  if (diag_should_stop(c) || p.stop) return NULL;
   SrcLoc eof = {file, last_line, (int)last_len + 1};
   if (!have_header) {
     diag_error(c, eof, "empty IR text: expected 'graph NAME {'");
@@ -763,7 +768,11 @@ Graph *ir_copy(Graph *g, const char *name) {
     free(text);
     return NULL;
   }
-  Graph *copy = ir_parse(g->ctx, ctx_add_file(g->ctx, name, text, len));
+  /* Into the arena before parsing: the file must outlive the messages
+   * that show its lines, and nothing malloc'd may be held when an
+   * allocation failure unwinds out of ir_parse. */
+  char *kept = text ? arena_strndup(&g->ctx->arena, text, len) : NULL;
   free(text);
-  return copy;
+  if (!kept) return NULL;
+  return ir_parse(g->ctx, ctx_add_file(g->ctx, name, kept, len));
 }
