@@ -1321,13 +1321,23 @@ static void collect_call(const Expr *e, void *data) {
   c->v[c->n++] = (CallEdge){(int)b->n, e};
 }
 
+/* "a -> b -> a"; a long cycle shows its first and last blocks (the
+ * message would be cut anyway, and joining names one at a time is
+ * quadratic). */
 static void report_cycle(Lower *l, const int *path, int n_path, const CallEdge *e) {
   const Item *const *items = (const Item *const *)l->p->items;
   int j = e->to, k = n_path - 1;
   while (k > 0 && path[k] != j) k--;
-  char *text = arena_strdup(l->a, items[j]->name);
-  for (int i = k + 1; i < n_path; i++) text = arena_printf(l->a, "%s -> %s", text, items[path[i]]->name);
-  text = arena_printf(l->a, "%s -> %s", text, items[j]->name);
+  char text[768]; /* at most 9 names of at most 64 bytes, and the arrows */
+  size_t len = (size_t)snprintf(text, sizeof text, "%.64s", items[j]->name);
+  for (int i = k + 1; i <= n_path; i++) {
+    if (i == k + 6 && n_path - i > 3) {
+      len += (size_t)snprintf(text + len, sizeof text - len, " -> ...");
+      i = n_path - 2;
+    }
+    const char *name = i < n_path ? items[path[i]]->name : items[j]->name;
+    len += (size_t)snprintf(text + len, sizeof text - len, " -> %.64s", name);
+  }
   fe_error(l, e->at->loc, "block '%s' calls itself: %s", items[j]->name, text);
 }
 
