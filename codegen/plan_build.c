@@ -430,6 +430,10 @@ bool cg_check_memory(const CgResult *r, char *err, size_t len) {
   int nb = r->n_buffers;
   Arena a;
   arena_init(&a);
+  /* Its failures unwind through the compilation's guard, which must
+   * free it then. */
+  Ctx *c = ctx_current();
+  if (c) ctx_hold_arena(c, &a);
   bool ok = true;
   MemBuf *mb = ARENA_ARRAY(&a, MemBuf, nb + 1);
   uint64_t top = 0;
@@ -515,6 +519,7 @@ bool cg_check_memory(const CgResult *r, char *err, size_t len) {
       }
     }
   }
+  if (c) ctx_release(c, &a);
   arena_free(&a);
   return ok;
 }

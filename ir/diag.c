@@ -34,13 +34,41 @@ int ctx_guard(Ctx *c, int (*fn)(Ctx *c, void *data), void *data) {
   jmp_buf here;
   jmp_buf *outer = c->fatal;
   Ctx *outer_current = current;
+  int held = c->n_held;
   volatile int rc = -1;
   c->fatal = &here;
   current = c;
   if (setjmp(here) == 0) rc = fn(c, data);
+  while (c->n_held > held) {
+    c->n_held--;
+    c->held[c->n_held].release(c->held[c->n_held].p);
+  }
   c->fatal = outer;
   current = outer_current;
   return rc;
+}
+
+static void hold(Ctx *c, void (*release)(void *), void *p) {
+  if (c->n_held == CTX_MAX_HELD) {
+    release(p);
+    ctx_fatal(c, __FILE__, __LINE__, "more than %d blocks held", CTX_MAX_HELD);
+  }
+  c->held[c->n_held].release = release;
+  c->held[c->n_held++].p = p;
+}
+
+void ctx_hold(Ctx *c, void *p) { hold(c, free, p); }
+
+static void free_arena(void *a) { arena_free(a); }
+
+void ctx_hold_arena(Ctx *c, Arena *a) { hold(c, free_arena, a); }
+
+void ctx_release(Ctx *c, void *p) {
+  for (int i = c->n_held - 1; i >= 0; i--)
+    if (c->held[i].p == p) {
+      c->held[i] = c->held[--c->n_held];
+      return;
+    }
 }
 
 /* Appending must not allocate from the arena (it may be what failed) and
@@ -149,6 +177,7 @@ const SrcFile *ctx_load_file(Ctx *c, const char *path) {
   }
   size_t cap = 1 << 16, len = 0;
   char *buf = malloc(cap);
+  const char *why = buf ? NULL : "out of memory";
   while (buf) {
     size_t n = fread(buf + len, 1, cap - len - 1, f);
     len += n;
@@ -156,6 +185,7 @@ const SrcFile *ctx_load_file(Ctx *c, const char *path) {
     if (len + 1 == cap) {
       char *bigger = cap > ((size_t)1 << 30) ? NULL : realloc(buf, cap * 2);
       if (!bigger) {
+        why = cap > ((size_t)1 << 30) ? "file too large" : "out of memory";
         free(buf);
         buf = NULL;
         break;
@@ -164,14 +194,17 @@ const SrcFile *ctx_load_file(Ctx *c, const char *path) {
       cap *= 2;
     }
   }
-  bool failed = ferror(f);
+  if (buf && ferror(f)) why = strerror(errno);
   fclose(f);
-  if (!buf || failed) {
+  if (why) {
     free(buf);
-    diag_error(c, none, "cannot read '%s': %s", path, buf ? strerror(errno) : "file too large");
+    diag_error(c, none, "cannot read '%s': %s", path, why);
     return NULL;
   }
+  /* Held while the arena copies it: an allocation failure unwinds. */
+  ctx_hold(c, buf);
   char *text = arena_strndup(&c->arena, buf, len);
+  ctx_release(c, buf);
   free(buf);
   return ctx_add_file(c, path, text, len);
 }

@@ -39,7 +39,7 @@ typedef struct StageTime {
   double seconds;
 } StageTime;
 
-enum { CTX_MAX_STAGES = 16 };
+enum { CTX_MAX_STAGES = 16, CTX_MAX_HELD = 16 };
 
 typedef struct Ctx {
   Arena arena;
@@ -48,6 +48,12 @@ typedef struct Ctx {
   bool oom;       /* what unwound was an allocation failure */
   int n_stages;
   StageTime stages[CTX_MAX_STAGES];
+  /* What the guard frees when it unwinds (ctx_hold). */
+  int n_held;
+  struct {
+    void (*release)(void *);
+    void *p;
+  } held[CTX_MAX_HELD];
 } Ctx;
 
 void ctx_init(Ctx *c);
@@ -57,6 +63,14 @@ void ctx_free(Ctx *c);
  * -1 when an internal error or allocation failure unwound out of it (the
  * message is then in c->diag). */
 int ctx_guard(Ctx *c, int (*fn)(Ctx *c, void *data), void *data);
+/* A malloc'd block held across calls that may unwind (arena allocations,
+ * internal errors): if the guard unwinds before ctx_release, it frees p.
+ * At most CTX_MAX_HELD at once. */
+void ctx_hold(Ctx *c, void *p);
+/* The same for a scratch arena of a function's own: arena_free on unwind. */
+void ctx_hold_arena(Ctx *c, Arena *a);
+/* p (a block or an arena) is the caller's again, to free or keep. */
+void ctx_release(Ctx *c, void *p);
 /* The context whose guard is active on this thread, or NULL: lets code far
  * from any Ctx (attribute getters) report a broken invariant. */
 Ctx *ctx_current(void);

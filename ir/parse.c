@@ -771,8 +771,10 @@ Graph *ir_copy(Graph *g, const char *name) {
   /* Into the arena before parsing: the file must outlive the messages
    * that show its lines, and nothing malloc'd may be held when an
    * allocation failure unwinds out of ir_parse. */
-  char *kept = text ? arena_strndup(&g->ctx->arena, text, len) : NULL;
+  if (!text) return NULL;
+  ctx_hold(g->ctx, text);
+  char *kept = arena_strndup(&g->ctx->arena, text, len);
+  ctx_release(g->ctx, text);
   free(text);
-  if (!kept) return NULL;
   return ir_parse(g->ctx, ctx_add_file(g->ctx, name, kept, len));
 }

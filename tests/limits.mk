@@ -1,0 +1,10 @@
+# Limits: deep and large inputs give located errors, never a stack
+# overflow (on a 1 MB thread), and the failing-allocator sweep: every
+# outcome of an allocation failure is a clean error or a success.
+if HAVE_CHECK
+check_PROGRAMS += tests/test_allocfail
+TESTS += tests/test_allocfail
+tests_test_allocfail_SOURCES = tests/test_allocfail.c tests/failalloc.c tests/failalloc.h
+tests_test_allocfail_CFLAGS = $(TEST_CFLAGS)
+tests_test_allocfail_LDADD = $(TEST_LIBS) -ldl
+endif
