@@ -1343,8 +1343,8 @@ static void report_cycle(Lower *l, const int *path, int n_path, const CallEdge *
 
 /* Depth first over the call graph with a stack of our own: a chain of
  * ten thousand blocks, each calling the next, is no cycle and no reason
- * to overflow the C stack. */
-static void find_cycles(Lower *l) {
+ * to overflow the C stack.  True when it reported a cycle. */
+static bool find_cycles(Lower *l) {
   const Program *p = l->p;
   int n = p->n_items;
   Callees *calls = ARENA_ARRAY(l->a, Callees, n + 1);
@@ -1352,6 +1352,7 @@ static void find_cycles(Lower *l) {
     calls[i].l = l;
     if (p->items[i]->kind == IT_BLOCK) walk_item(p->items[i], collect_call, &calls[i]);
   }
+  bool found = false;
   char *state = ARENA_ARRAY(l->a, char, n + 1); /* 0 unvisited, 1 on the path, 2 done */
   int *path = ARENA_ARRAY(l->a, int, n + 1), *next = ARENA_ARRAY(l->a, int, n + 1);
   for (int root = 0; root < n; root++) {
@@ -1372,9 +1373,11 @@ static void find_cycles(Lower *l) {
         path[n_path++] = e->to;
       } else if (state[e->to] == 1) {
         report_cycle(l, path, n_path, e);
+        found = true;
       }
     }
   }
+  return found;
 }
 
 typedef struct NameUse {
@@ -1564,7 +1567,8 @@ Graph *fe_lower(Ctx *c, const Program *p, const LowerOptions *opt) {
     e->n = i;
     e->loc = it->loc;
   }
-  find_cycles(l);
+  /* Lowering a cycle would only add "nested too deep" to it. */
+  if (find_cycles(l)) return NULL;
   const Item *m = pick_model(l);
   if (!m) return NULL;
   l->g = ir_graph_new(c, m->name);

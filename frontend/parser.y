@@ -47,7 +47,10 @@ static void discard_brace(Parser *ps);
 %define api.location.type {SrcLoc}
 %define parse.error custom
 %define parse.lac full
-%define parse.lac.es-capacity-initial {64}
+/* As deep as the main stack: LAC's stack then never moves to malloc'd
+ * memory, which an allocation failure unwinding out of an action would
+ * leak. */
+%define parse.lac.es-capacity-initial {2000}
 %locations
 %parse-param {Parser *ps}
 %lex-param {Parser *ps}

@@ -213,6 +213,8 @@ bool ir_verify(Graph *g);
 /* Text format (docs/ir.md): printed and parsed back to identical text. */
 void ir_print(FILE *f, Graph *g);
 Graph *ir_parse(Ctx *c, const SrcFile *file); /* NULL after reporting errors */
+/* ir_parse with a limit below IR_MAX_NODES, for tests and fuzzers. */
+Graph *ir_parse_max(Ctx *c, const SrcFile *file, int max_nodes);
 /* A copy of g in g's context through the text format, so the k-th value
  * of g is the k-th of the copy; `name` is the file name its locations
  * get.  NULL after reporting errors (none for a verified g) or when out

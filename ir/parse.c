@@ -43,7 +43,8 @@ typedef struct Parser {
   bool seen_return, seen_close;
   int node_lines;
   int errors_before; /* the context's count when this parse began */
-  bool stop;         /* a limit was reached: read no further */
+  int max_nodes;
+  bool stop; /* a limit was reached: read no further */
 } Parser;
 
 /* ---- names ---- */
@@ -683,8 +684,8 @@ static void parse_body_line(Parser *p) {
     else if (!p->seen_return)
       error_at(p, at, "graph '%s' has no 'return'", p->g->name);
   } else if (ch == '%') {
-    if (p->node_lines == IR_MAX_NODES) {
-      error_at(p, at, "graph too large: more than %d operations", IR_MAX_NODES);
+    if (p->node_lines == p->max_nodes) {
+      error_at(p, at, "graph too large: more than %d operations", p->max_nodes);
       p->stop = true;
     } else if (p->seen_return) {
       error_at(p, at, "node after 'return'");
@@ -699,8 +700,10 @@ static void parse_body_line(Parser *p) {
   }
 }
 
-Graph *ir_parse(Ctx *c, const SrcFile *file) {
-  Parser p = {.c = c, .file = file};
+Graph *ir_parse(Ctx *c, const SrcFile *file) { return ir_parse_max(c, file, IR_MAX_NODES); }
+
+Graph *ir_parse_max(Ctx *c, const SrcFile *file, int max_nodes) {
+  Parser p = {.c = c, .file = file, .max_nodes = max_nodes};
   if (!file || !file->text) {
     diag_error(c, ((SrcLoc){file, 0, 0}), "no IR text to parse");
     return NULL;

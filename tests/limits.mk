@@ -7,4 +7,10 @@ TESTS += tests/test_allocfail
 tests_test_allocfail_SOURCES = tests/test_allocfail.c tests/failalloc.c tests/failalloc.h
 tests_test_allocfail_CFLAGS = $(TEST_CFLAGS)
 tests_test_allocfail_LDADD = $(TEST_LIBS) -ldl
+check_PROGRAMS += tests/test_limits
+TESTS += tests/test_limits
+tests_test_limits_SOURCES = tests/test_limits.c tests/irjob.c tests/irjob.h tests/testutil.c tests/testutil.h
+tests_test_limits_CPPFLAGS = $(AM_CPPFLAGS) $(CUDA_CPPFLAGS)
+tests_test_limits_CFLAGS = $(TEST_CFLAGS)
+tests_test_limits_LDADD = $(TEST_LIBS) $(CUDA_LIBS) -lpthread
 endif
