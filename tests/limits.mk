@@ -14,3 +14,5 @@ tests_test_limits_CPPFLAGS = $(AM_CPPFLAGS) $(CUDA_CPPFLAGS)
 tests_test_limits_CFLAGS = $(TEST_CFLAGS)
 tests_test_limits_LDADD = $(TEST_LIBS) $(CUDA_LIBS) -lpthread
 endif
+TESTS += tests/limits_cli.sh
+EXTRA_DIST += tests/limits_cli.sh
