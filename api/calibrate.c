@@ -244,9 +244,14 @@ static int compare_names(const void *a, const void *b) {
 
 /* folder's .npy files, sorted by name.  False when it cannot be read
  * (errno says why). */
+static void close_dir(void *d) { closedir(d); }
+
 static bool list_npy(Arena *a, const char *folder, SampleSet *s) {
   DIR *d = opendir(folder);
   if (!d) return false;
+  /* The arena allocates while it is open: a failure unwinds past it. */
+  Ctx *c = ctx_current();
+  if (c) ctx_hold_with(c, close_dir, d);
   int cap = 16;
   s->n = 0;
   s->files = ARENA_ARRAY(a, char *, cap);
@@ -258,6 +263,7 @@ static bool list_npy(Arena *a, const char *folder, SampleSet *s) {
     }
     s->files[s->n++] = arena_strdup(a, e->d_name);
   }
+  if (c) ctx_release(c, d);
   closedir(d);
   qsort(s->files, (size_t)s->n, sizeof *s->files, compare_names);
   for (int i = 0; i < s->n; i++) s->files[i] = arena_printf(a, "%s/%s", folder, s->files[i]);
@@ -494,6 +500,9 @@ static Observer new_observer(Ctx *c, Graph *g, int n, const Value *const *values
   return o;
 }
 
+static void release_samples(void *s) { api_samples_release(s); }
+static void close_calib_device(void *d) { api_calib_device_close(d); }
+
 bool api_calibrate(void *ud, Graph *g, int n, const Value *const *values, double *amax) {
   ApiCalibration *cal = ud;
   Ctx *c = g->ctx;
@@ -506,8 +515,14 @@ bool api_calibrate(void *ud, Graph *g, int n, const Value *const *values, double
   CalibDevice *d = NULL;
   if (cal->backend != CALIB_ON_REF && !api_calib_device_open(g, n, values, cal, &d)) return false;
   cal->ran_on = d ? api_calib_device_name(d) : "ref";
+  /* A sample's data and the device outlive arena allocations that may
+   * fail and unwind. */
+  ctx_hold_with(c, release_samples, s);
+  if (d) ctx_hold_with(c, close_calib_device, d);
   bool ok = true;
   for (int k = 0; k < n_samples && ok; k++) ok = run_sample(g, cal, s, k, d, &o);
+  if (d) ctx_release(c, d);
+  ctx_release(c, s);
   api_calib_device_close(d);
   if (!ok) return false;
   for (int k = 0; k < n; k++) {

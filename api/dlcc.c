@@ -166,6 +166,8 @@ static bool bind_at_compile(Ctx *c, CompileJob *job, Graph *g) {
   return true;
 }
 
+static void free_map(void *map) { ir_tensor_map_free(map); }
+
 /* The pipeline, with a calibrator over the bound weights (or random ones
  * from calibrate_seed) when int8 is asked for. */
 static bool run_passes(Ctx *c, CompileJob *job, Graph *g, PassOptions *po) {
@@ -189,7 +191,10 @@ static bool run_passes(Ctx *c, CompileJob *job, Graph *g, PassOptions *po) {
   po->quantize_int8 = true;
   po->calibrate = api_calibrate;
   po->calibrate_ud = &cal;
+  /* The passes allocate from the arena: a failure unwinds past the map. */
+  ctx_hold_with(c, free_map, &random);
   bool ok = pass_run_pipeline(g, po, NULL);
+  ctx_release(c, &random);
   ir_tensor_map_free(&random);
   return ok;
 }

@@ -48,7 +48,7 @@ int ctx_guard(Ctx *c, int (*fn)(Ctx *c, void *data), void *data) {
   return rc;
 }
 
-static void hold(Ctx *c, void (*release)(void *), void *p) {
+void ctx_hold_with(Ctx *c, void (*release)(void *), void *p) {
   if (c->n_held == CTX_MAX_HELD) {
     release(p);
     ctx_fatal(c, __FILE__, __LINE__, "more than %d blocks held", CTX_MAX_HELD);
@@ -57,11 +57,11 @@ static void hold(Ctx *c, void (*release)(void *), void *p) {
   c->held[c->n_held++].p = p;
 }
 
-void ctx_hold(Ctx *c, void *p) { hold(c, free, p); }
+void ctx_hold(Ctx *c, void *p) { ctx_hold_with(c, free, p); }
 
 static void free_arena(void *a) { arena_free(a); }
 
-void ctx_hold_arena(Ctx *c, Arena *a) { hold(c, free_arena, a); }
+void ctx_hold_arena(Ctx *c, Arena *a) { ctx_hold_with(c, free_arena, a); }
 
 void ctx_release(Ctx *c, void *p) {
   for (int i = c->n_held - 1; i >= 0; i--)

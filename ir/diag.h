@@ -69,6 +69,8 @@ int ctx_guard(Ctx *c, int (*fn)(Ctx *c, void *data), void *data);
 void ctx_hold(Ctx *c, void *p);
 /* The same for a scratch arena of a function's own: arena_free on unwind. */
 void ctx_hold_arena(Ctx *c, Arena *a);
+/* The same for anything else: release(p) on unwind (a DIR, a map). */
+void ctx_hold_with(Ctx *c, void (*release)(void *), void *p);
 /* p (a block or an arena) is the caller's again, to free or keep. */
 void ctx_release(Ctx *c, void *p);
 /* The context whose guard is active on this thread, or NULL: lets code far

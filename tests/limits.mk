@@ -4,9 +4,10 @@
 if HAVE_CHECK
 check_PROGRAMS += tests/test_allocfail
 TESTS += tests/test_allocfail
-tests_test_allocfail_SOURCES = tests/test_allocfail.c tests/failalloc.c tests/failalloc.h
+tests_test_allocfail_SOURCES = tests/test_allocfail.c tests/failalloc.c tests/failalloc.h tests/testutil.c tests/testutil.h
+tests_test_allocfail_CPPFLAGS = $(AM_CPPFLAGS) $(CUDA_CPPFLAGS)
 tests_test_allocfail_CFLAGS = $(TEST_CFLAGS)
-tests_test_allocfail_LDADD = $(TEST_LIBS) -ldl
+tests_test_allocfail_LDADD = $(TEST_LIBS) $(CUDA_LIBS) -ldl
 check_PROGRAMS += tests/test_limits
 TESTS += tests/test_limits
 tests_test_limits_SOURCES = tests/test_limits.c tests/irjob.c tests/irjob.h tests/testutil.c tests/testutil.h

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "codegen/codegen.h"
@@ -21,6 +22,7 @@
 #include "passes/pass.h"
 #include "runtime/tensorio.h"
 #include "tests/failalloc.h"
+#include "tests/testutil.h"
 
 static const char *srcdir(void) {
   const char *s = getenv("top_srcdir");
@@ -166,9 +168,10 @@ static Outcome run_once(Run *r, long n) {
 }
 
 /* Every stride-th allocation of the run fails in turn, from the first. */
-static void sweep_jit(const Example *ex, const char *backend, const char *weights, long stride) {
-  Run r = {.ex = ex, .opt = {.backend = backend, .n_defines = ex->n_defines, .defines = ex->defines},
-           .weights = weights};
+static void sweep_run(Run *rp, long stride) {
+  Run r = *rp;
+  const Example *ex = r.ex;
+  const char *backend = r.opt.backend;
   Outcome base = run_once(&r, 0);
   ck_assert_msg(base.st == DLC_OK, "%s on %s: %s", ex->file, backend, "the undisturbed run failed");
   if (full_sweep()) stride = 1;
@@ -184,6 +187,12 @@ static void sweep_jit(const Example *ex, const char *backend, const char *weight
   for (int i = 0; i < r.n_out; i++) free(r.want[i]);
 }
 
+static void sweep_jit(const Example *ex, const char *backend, const char *weights, long stride) {
+  Run r = {.ex = ex, .opt = {.backend = backend, .n_defines = ex->n_defines, .defines = ex->defines},
+           .weights = weights};
+  sweep_run(&r, stride);
+}
+
 /* ---- the plan builder ---- */
 
 typedef struct PlanJob {
@@ -195,17 +204,10 @@ typedef struct PlanJob {
 
 static int plan_job(Ctx *c, void *data) {
   PlanJob *j = data;
-  char path[512];
-  snprintf(path, sizeof path, "%s/examples/%s", srcdir(), j->ex->file);
-  const SrcFile *f = ctx_load_file(c, path);
-  if (!f) return 1;
-  Program *p = fe_parse(c, f);
-  if (!p) return 1;
   Define defs[5];
   for (int i = 0; i < j->ex->n_defines; i++) defs[i] = (Define){j->ex->defines[i].name, j->ex->defines[i].value};
-  LowerOptions lo = {.n_defines = j->ex->n_defines, .defines = defs};
-  Graph *g = j->g = fe_lower(c, p, &lo);
-  if (!g || !ir_verify(g)) return 1;
+  Graph *g = j->g = test_lower_example(c, j->ex->file, j->ex->n_defines, defs);
+  if (!g) return 1;
   if (j->lower_only) return 0;
   PassOptions po = {.opt_level = 2};
   if (!pass_run_pipeline(g, &po, NULL)) return 1;
@@ -315,6 +317,37 @@ START_TEST(emu_stride) {
 }
 END_TEST
 
+/* int8: calibration on two samples, with the weights the compile binds. */
+START_TEST(int8_every) {
+  char dir[] = "/tmp/dlcc-allocfail-XXXXXX", path[64], err[256];
+  ck_assert_ptr_nonnull(mkdtemp(dir));
+  char *weights = write_weights(&mlp, dir);
+  snprintf(path, sizeof path, "%s/samples", dir);
+  ck_assert_int_eq(mkdir(path, 0700), 0);
+  float x[784];
+  for (int k = 0; k < 2; k++) {
+    for (int i = 0; i < 784; i++) x[i] = (float)((i * (k + 3)) % 17) / 16.0f;
+    RtTensor t = {.dtype = RT_F32, .rank = 2, .dims = {1, 784}, .data = x, .nbytes = sizeof x};
+    snprintf(path, sizeof path, "%s/samples/%d.npy", dir, k);
+    ck_assert_msg(rt_npy_write(path, &t, err, sizeof err) == 0, "%s", err);
+  }
+  snprintf(path, sizeof path, "%s/samples", dir);
+  Run r = {.ex = &mlp,
+           .opt = {.backend = "ref", .n_defines = mlp.n_defines, .defines = mlp.defines, .weights = weights,
+                   .quantize = "int8", .calibrate_dir = path, .calib_backend = "ref"}};
+  sweep_run(&r, 1);
+  for (int k = 0; k < 2; k++) {
+    snprintf(path, sizeof path, "%s/samples/%d.npy", dir, k);
+    remove(path);
+  }
+  snprintf(path, sizeof path, "%s/samples", dir);
+  rmdir(path);
+  remove(weights);
+  free(weights);
+  rmdir(dir);
+}
+END_TEST
+
 static Suite *allocfail_suite(void) {
   Suite *s = suite_create("allocfail");
   TCase *t = tcase_create("sweep");
@@ -328,7 +361,7 @@ static Suite *allocfail_suite(void) {
     const TTest *test;
   } tests[] = {{"ref_small_every", ref_small_every}, {"ref_big_stride", ref_big_stride},
                {"plan_every", plan_every},           {"plan_stride", plan_stride},
-               {"emu_stride", emu_stride}};
+               {"emu_stride", emu_stride},           {"int8_every", int8_every}};
   for (size_t i = 0; i < sizeof tests / sizeof tests[0]; i++)
     if (!only || strcmp(only, tests[i].name) == 0) tcase_add_test(t, tests[i].test);
   return s;

@@ -113,58 +113,51 @@ static void expect_error(const char *text, const char *want) {
   free(c.error);
 }
 
-static const char *const chain_hint =
-    " (each operator of a chain like a + b + c is a level: split it over several statements)";
+static const char *const model_head = "model m(x: f32[4]) -> f32[4] {\n  return x";
 
-/* The exact inputs that killed dlcc with SIGSEGV: 10,001 terms. */
-START_TEST(sum_of_10001_terms) {
+/* head, term n times, tail (malloc'd). */
+static char *repeat(const char *head, const char *term, int n, const char *tail) {
   Text t = {0};
-  add(&t, "let A = 1");
-  for (int i = 0; i < 10000; i++) add(&t, "+1");
-  add(&t, "\nmodel m(x: f32[4]) -> f32[4] {\n  return x\n}\n");
+  add(&t, "%s", head);
+  for (int i = 0; i < n; i++) add(&t, "%s", term);
+  add(&t, "%s", tail);
+  return t.s;
+}
+
+/* text (freed here) fails with "expression nests deeper than 200" at
+ * line:col. */
+static void expect_too_deep(char *text, int line, int col) {
   char want[256];
-  /* The 200th '+' is where the tree grows past 200 levels. */
-  snprintf(want, sizeof want, "t.dl:1:408: error: expression nests deeper than 200%s\n", chain_hint);
-  expect_error(t.s, want);
-  t.len = 0;
-  add(&t, "model m(x: f32[4]) -> f32[4] {\n  return x");
-  for (int i = 0; i < 10000; i++) add(&t, "+x");
-  add(&t, "\n}\n");
-  snprintf(want, sizeof want, "t.dl:2:409: error: expression nests deeper than 200%s\n", chain_hint);
-  expect_error(t.s, want);
-  free(t.s);
+  snprintf(want, sizeof want,
+           "t.dl:%d:%d: error: expression nests deeper than 200 (each operator of a chain like a + b + c is a "
+           "level: split it over several statements)\n",
+           line, col);
+  expect_error(text, want);
+  free(text);
+}
+
+/* The exact inputs that killed dlcc with SIGSEGV: 10,001 terms.  The
+ * 200th '+' is where the tree grows past 200 levels. */
+START_TEST(sum_of_10001_terms) {
+  expect_too_deep(repeat("let A = 1", "+1", 10000, "\nmodel m(x: f32[4]) -> f32[4] {\n  return x\n}\n"), 1, 408);
+  expect_too_deep(repeat(model_head, "+x", 10000, "\n}\n"), 2, 409);
 }
 END_TEST
 
 START_TEST(expression_depth_boundary) {
   /* 199 operators (200 levels) compile and compute; 200 do not. */
-  Text t = {0};
-  add(&t, "model m(x: f32[4]) -> f32[4] {\n  return x");
-  for (int i = 0; i < 199; i++) add(&t, "+x");
-  add(&t, "\n}\n");
-  Compile c = compile_small(t.s);
+  char *text = repeat(model_head, "+x", 199, "\n}\n");
+  Compile c = compile_small(text);
   ck_assert_msg(c.st == DLC_OK && c.ran, "%s", c.error);
   for (int i = 0; i < 4; i++) ck_assert_float_eq(c.out[i], 200.0f * (float)(i + 1));
   free(c.error);
-  t.len = 0;
-  add(&t, "model m(x: f32[4]) -> f32[4] {\n  return x");
-  for (int i = 0; i < 200; i++) add(&t, "+x");
-  add(&t, "\n}\n");
-  char want[256];
-  snprintf(want, sizeof want, "t.dl:2:409: error: expression nests deeper than 200%s\n", chain_hint);
-  expect_error(t.s, want);
-  /* Nesting of any kind counts: calls, negations, lists. */
-  t.len = 0;
-  add(&t, "let a = ");
-  for (int i = 0; i < 150; i++) add(&t, "abs(");
-  add(&t, "1");
-  for (int i = 0; i < 150; i++) add(&t, ")");
-  add(&t, "\nmodel m(x: f32[4]) -> f32[4] {\n  return x\n}\n");
-  /* A call and its argument are a level each: the 100th call from the
-   * inside, the 51st abs. */
-  snprintf(want, sizeof want, "t.dl:1:209: error: expression nests deeper than 200%s\n", chain_hint);
-  expect_error(t.s, want);
-  free(t.s);
+  free(text);
+  expect_too_deep(repeat(model_head, "+x", 200, "\n}\n"), 2, 409);
+  /* Nesting of any kind counts: a call and its argument are a level
+   * each, so the 100th call from the inside, the 51st abs, crosses. */
+  char *inner = repeat("let a = ", "abs(", 150, "1");
+  expect_too_deep(repeat(inner, ")", 150, "\nmodel m(x: f32[4]) -> f32[4] {\n  return x\n}\n"), 1, 209);
+  free(inner);
 }
 END_TEST
 
