@@ -787,8 +787,10 @@ char *cg_emit_kernel(Ctx *c, const Kernel *k, const char *name, bool with_commen
   fputs(");\n}\n#endif\n", f);
   /* A write that ran out of memory leaves the stream in error: the text
    * would be cut short. */
+  /* glibc's fclose can lose the buffer on a failed final realloc and
+   * still return 0: no text is out of memory too. */
   bool cut = ferror(f);
-  if (fclose(f) != 0 || cut) {
+  if (fclose(f) != 0 || cut || !text) {
     free(text);
     ctx_out_of_memory(c);
   }

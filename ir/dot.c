@@ -66,7 +66,7 @@ static char *attr_line(const Graph *g, const Node *n, size_t *len) {
     ir_print_attr_value(m, a);
   }
   bool cut = ferror(m);
-  if (fclose(m) != 0 || cut) {
+  if (fclose(m) != 0 || cut || !buf) {
     free(buf);
     ctx_out_of_memory(g->ctx);
   }

@@ -767,7 +767,8 @@ Graph *ir_copy(Graph *g, const char *name) {
   FILE *f = open_memstream(&text, &len);
   if (!f) return NULL;
   ir_print(f, g);
-  if (fclose(f) != 0) {
+  bool cut = ferror(f);
+  if (fclose(f) != 0 || cut) {
     free(text);
     return NULL;
   }
