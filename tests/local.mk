@@ -29,3 +29,4 @@ include tests/calibrate.mk
 include tests/qdq.mk
 include tests/conv3d.mk
 include tests/resize.mk
+include tests/fuzz.mk
