@@ -1,13 +1,13 @@
 /* libFuzzer target for everything after the readers: takes one flags
  * byte and then a .dl model (or IR text, when it starts with "; dlcc
  * IR"); an accepted graph goes through the pass pipeline and codegen to a
- * launch plan (no NVRTC: too slow per input).  The flags byte picks the
- * pipeline: its value mod 3 the -O level, /3 mod 4 f32, f16, bf16 or
- * int8 (a fixed calibration, no evaluation), bit 5 --no-unroll, bit 6
- * --no-vectorize, so printable seeds cover each.  The pipeline must not
- * fail on a verified graph and leaves one that verifies and round-trips;
- * codegen may refuse with a message, and a plan it gives must pass the
- * runtime's plan validation. */
+ * launch plan (no NVRTC: too slow per input).  The flags byte v picks the
+ * pipeline: v mod 3 the -O level; v/3 mod 4 f32, f16, bf16 or int8 (a
+ * fixed calibration, no evaluation); v/12 odd --no-unroll, v/24 odd
+ * --no-vectorize, so the printable characters cover every pipeline.  The
+ * pipeline must not fail on a verified graph and must leave one that
+ * verifies and round-trips; codegen may refuse with a message, and a plan
+ * it gives must pass the runtime's plan validation. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -54,8 +54,8 @@ static int run(Ctx *c, void *data) {
       .precision = precisions[mode],
       .quantize_int8 = mode == 3,
       .calibrate = calibrate,
-      .no_unroll = flags & 32,
-      .no_vectorize = flags & 64,
+      .no_unroll = flags / 12 % 2,
+      .no_vectorize = flags / 24 % 2,
   };
   if (!pass_run_pipeline(g, &po, NULL)) fuzz_fail("the pass pipeline failed on a verified graph:\n%s", diag_text(c));
   free(fuzz_check_graph(c, g, "the pass pipeline"));
