@@ -18,6 +18,7 @@
 #include "api/calib_device.h"
 #include "api/weights.h"
 #include "ir/ir.h"
+#include "ir/names.h"
 #include "runtime/tensorio.h"
 
 /* ---- methods ---- */
@@ -290,11 +291,19 @@ static bool list_or_report(Ctx *c, const char *folder, SampleSet *s) {
   return false;
 }
 
+/* dir/<input>: the input's name as a file name (docs/names.md), so that
+ * a model's name cannot lead outside dir. */
+static const char *input_folder(Ctx *c, const char *dir, const char *input) {
+  SafeName n;
+  ir_name_file(input, &n);
+  return arena_printf(&c->arena, "%s/%s", dir, n.s);
+}
+
 /* One input: dir's .npy files, or those of dir/<input> when dir has none. */
 static bool find_single(Ctx *c, const char *dir, SampleSet *s) {
   if (!list_or_report(c, dir, s)) return false;
   if (s->n) return true;
-  const char *sub = arena_printf(&c->arena, "%s/%s", dir, s->input);
+  const char *sub = input_folder(c, dir, s->input);
   if (path_kind(sub) == PATH_FOLDER) {
     if (!list_or_report(c, sub, s)) return false;
     if (s->n) return true;
@@ -306,12 +315,12 @@ static bool find_single(Ctx *c, const char *dir, SampleSet *s) {
 /* Several inputs: dir/<input>'s .npy files for each, as many in each. */
 static bool find_several(Ctx *c, const char *dir, int n, SampleSet *sets) {
   for (int i = 0; i < n; i++) {
-    const char *sub = arena_printf(&c->arena, "%s/%s", dir, sets[i].input);
+    const char *sub = input_folder(c, dir, sets[i].input);
     if (path_kind(sub) != PATH_FOLDER) {
       diag_error(c, (SrcLoc){0},
                  "calibration folder %s has no folder '%s' for input '%s' (a model with several "
                  "inputs reads DIR/<input name>/*.npy)",
-                 dir, sets[i].input, sets[i].input);
+                 dir, strrchr(sub, '/') + 1, sets[i].input);
       return false;
     }
     if (!list_or_report(c, sub, &sets[i])) return false;

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "ir/eval.h"
+#include "ir/names.h"
 #include "kernel.h"
 
 /* Helpers every kernel may call.  Integer arithmetic goes through
@@ -750,8 +751,13 @@ char *cg_emit_kernel(Ctx *c, const Kernel *k, const char *name, bool with_commen
   Out o = {.f = f, .k = k, .depth = 1};
   if (with_comment && k->node) {
     const Node *n = k->node;
-    fprintf(f, "// %s", cg_label(c, n, k->what));
-    if (n->loc.file) fprintf(f, "  (%s:%d:%d)", n->loc.file->name, n->loc.line, n->loc.col);
+    fputs("// ", f);
+    ir_put_comment_text(f, cg_label(c, n, k->what));
+    if (n->loc.file) {
+      fputs("  (", f);
+      ir_put_comment_text(f, n->loc.file->name); /* a path, or whatever an IR file's comment said */
+      fprintf(f, ":%d:%d)", n->loc.line, n->loc.col);
+    }
     fputc('\n', f);
   }
   fprintf(f, "extern \"C\" __global__ void %s(", name);

@@ -4,6 +4,7 @@
 #include <inttypes.h>
 
 #include "codegen.h"
+#include "ir/names.h"
 
 static const char *dtype_name(uint32_t dt) {
   static const char *const names[RT_DT_COUNT] = {"f32", "f16", "bf16", "i8", "i32", "i64", "bool", "u8"};
@@ -21,7 +22,9 @@ void cg_print_ref(FILE *f, RtRef r) {
 }
 
 static void print_desc(FILE *f, const char *what, uint32_t i, const RtTensorDesc *d) {
-  fprintf(f, "  %s%" PRIu32 " \"%s\" %s[", what, i, d->name, dtype_name(d->dtype));
+  fprintf(f, "  %s%" PRIu32 " ", what, i);
+  ir_put_c_string(f, d->name);
+  fprintf(f, " %s[", dtype_name(d->dtype));
   for (uint32_t k = 0; k < d->rank; k++) fprintf(f, "%s%" PRId64, k ? ", " : "", d->dims[k]);
   fprintf(f, "] %" PRIu64 " bytes at ", d->nbytes);
   cg_print_ref(f, d->where);
@@ -85,7 +88,9 @@ static void print_step(FILE *f, const RtPlan *p, const RtStep *s) {
 }
 
 void cg_print_plan(FILE *f, const RtPlan *p) {
-  fprintf(f, "plan \"%s\" version %" PRIu32 "\n", p->model_name ? p->model_name : "", p->version);
+  fputs("plan ", f);
+  ir_put_c_string(f, p->model_name ? p->model_name : "");
+  fprintf(f, " version %" PRIu32 "\n", p->version);
   fprintf(f, "weights %" PRIu64 " bytes, ", p->weights_bytes);
   if (p->derived_bytes) fprintf(f, "derived %" PRIu64 " bytes at weights+%" PRIu64 ", ", p->derived_bytes,
                                 p->weights_bytes);

@@ -6,6 +6,7 @@
 
 #include <dlfcn.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
@@ -13,12 +14,14 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "codegen/codegen.h"
 #include "driver/driver.h"
 #include "dlcc.h"
 #include "dlcrt.h"
 #include "ir/eval.h"
+#include "ir/names.h"
 #include "runtime/tensorio.h"
 
 typedef struct InputArg {
@@ -55,7 +58,8 @@ static const char run_usage[] =
     "                      for an .onnx model, which brings its own)\n"
     "  --input NAME=FILE   an input from a .npy file; inputs not given are random\n"
     "  --seed=S            seed for random parameters and inputs (default 0)\n"
-    "  --output-dir=DIR    write each output to DIR/NAME.npy\n"
+    "  --output-dir=DIR    write each output to DIR/NAME.npy; a NAME that is not a plain\n"
+    "                      file name is encoded (../x: %2E.%2F..%2Fx.npy, docs/names.md)\n"
     "  --bench=N           after the first run, time N more (inputs in, outputs out)\n"
     "                      and print their mean and minimum in ms\n"
     "  --backend=B         where to run it: auto (default: cuda when a GPU answers,\n"
@@ -267,19 +271,70 @@ static void print_summary(const dlc_tensor_info *info, const void *data) {
     if (v > hi) hi = v;
     sum += v;
   }
-  printf("%s: %s  min %.6g  max %.6g  mean %.6g  [", info->name, type, lo, hi, n ? sum / (double)n : 0.0);
+  ir_put_comment_text(stdout, info->name); /* a model's name is no terminal control sequence */
+  printf(": %s  min %.6g  max %.6g  mean %.6g  [", type, lo, hi, n ? sum / (double)n : 0.0);
   for (int64_t i = 0; i < n && i < 6; i++) printf("%s%.6g", i ? ", " : "", ir_tensor_get(&t, i));
   printf("%s]\n", n > 6 ? ", ..." : "");
 }
 
-static bool write_output(const char *dir, const dlc_tensor_info *info, const void *data, size_t nbytes) {
+/* --output-dir: the folder, opened once, and each output's file in it
+ * (docs/names.md): NAME.npy when NAME is a plain file name, else its
+ * encoding, always inside the folder and distinct. */
+typedef struct OutputDir {
+  const char *path;
+  int fd;
+  SafeName *files;
+} OutputDir;
+
+static void output_dir_close(OutputDir *d) {
+  if (d->fd >= 0) close(d->fd);
+  free(d->files);
+  d->fd = -1;
+  d->files = NULL;
+}
+
+/* name_of(model, i): output i's name, for the n outputs. */
+static bool output_dir_open(OutputDir *d, const char *path, int n, const char *(*name_of)(void *, int), void *model) {
+  *d = (OutputDir){.path = path, .fd = -1};
+  if (mkdir(path, 0777) != 0 && errno != EEXIST) {
+    fprintf(stderr, "dlcc: error: cannot create '%s': %s\n", path, strerror(errno));
+    return false;
+  }
+  if ((d->fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0) {
+    fprintf(stderr, "dlcc: error: cannot open the folder '%s': %s\n", path, strerror(errno));
+    return false;
+  }
+  d->files = calloc((size_t)n + 1, sizeof *d->files);
+  if (!d->files) {
+    fputs("dlcc: out of memory\n", stderr);
+    output_dir_close(d);
+    return false;
+  }
+  for (int i = 0; i < n; i++) ir_name_file(name_of(model, i), &d->files[i]);
+  if (!ir_names_unique(d->files, n, '~', IR_FILE_STEM_MAX, true)) {
+    fputs("dlcc: out of memory\n", stderr);
+    output_dir_close(d);
+    return false;
+  }
+  for (int i = 0; i < n; i++) strcat(d->files[i].s, ".npy");
+  return true;
+}
+
+static bool write_output(const OutputDir *d, int i, const dlc_tensor_info *info, const void *data, size_t nbytes) {
+  const char *file = d->files[i].s;
   char *path = NULL;
-  if (asprintf(&path, "%s/%s.npy", dir, info->name) < 0) return false;
+  if (asprintf(&path, "%s/%s", d->path, file) < 0) return false;
   RtTensor rt = {.dtype = (RtDType)info->dtype, .rank = info->rank, .data = (void *)data, .nbytes = nbytes};
   memcpy(rt.dims, info->dims, sizeof rt.dims);
   char err[512];
-  bool ok = rt_npy_write(path, &rt, err, sizeof err) == 0;
-  if (!ok) fprintf(stderr, "dlcc: error: %s\n", err);
+  bool ok = rt_npy_write_at(d->fd, file, path, &rt, err, sizeof err) == 0;
+  if (!ok) {
+    fprintf(stderr, "dlcc: error: %s\n", err);
+  } else if (strlen(file) != strlen(info->name) + 4 || strncmp(file, info->name, strlen(info->name)) != 0) {
+    fputs("dlcc: output '", stderr);
+    ir_put_comment_text(stderr, info->name);
+    fprintf(stderr, "' written to %s\n", path);
+  }
   free(path);
   return ok;
 }
@@ -293,6 +348,12 @@ static void library_info(const DlrtTensorInfo *t, int64_t bound, dlc_tensor_info
   memcpy(out->dims, t->dims, sizeof out->dims);
   out->nbytes = t->nbytes;
   out->index_bound = bound;
+}
+
+static const char *library_output_name(void *m, int i) {
+  DlrtTensorInfo ti;
+  dlrt_output_info(m, i, &ti);
+  return ti.name;
 }
 
 /* `dlcc run model.so`: the same inputs, output and messages as for the
@@ -327,6 +388,7 @@ static int run_library(RunOptions *o) {
   const char *(*weights_path)(void) = so ? (const char *(*)(void))dlsym(so, CG_AOT_WEIGHTS_PATH_SYMBOL) : NULL;
   int64_t (*index_bound)(int) = so ? (int64_t(*)(int))dlsym(so, CG_AOT_INDEX_BOUND_SYMBOL) : NULL;
   int rc = 1;
+  OutputDir out = {.fd = -1};
   const char *w = o->weights ? o->weights : weights_path ? weights_path() : NULL;
   if (w && dlrt_load_weights(m, w) != DLRT_OK) {
     fprintf(stderr, "dlcc: error: %s\n", dlrt_error(m));
@@ -371,12 +433,10 @@ static int run_library(RunOptions *o) {
     fprintf(stderr, "dlcc: error: %s\n", dlrt_error(m));
     goto done;
   }
-  if (o->output_dir && mkdir(o->output_dir, 0777) != 0 && errno != EEXIST) {
-    fprintf(stderr, "dlcc: error: cannot create '%s': %s\n", o->output_dir, strerror(errno));
-    goto done;
-  }
+  int n_out = dlrt_num_outputs(m);
+  if (o->output_dir && !output_dir_open(&out, o->output_dir, n_out, library_output_name, m)) goto done;
   rc = 0;
-  for (int i = 0; i < dlrt_num_outputs(m) && rc == 0; i++) {
+  for (int i = 0; i < n_out && rc == 0; i++) {
     DlrtTensorInfo ti;
     dlc_tensor_info info;
     dlrt_output_info(m, i, &ti);
@@ -387,11 +447,12 @@ static int run_library(RunOptions *o) {
       rc = 1;
     } else {
       print_summary(&info, data);
-      if (o->output_dir && !write_output(o->output_dir, &info, data, info.nbytes)) rc = 1;
+      if (o->output_dir && !write_output(&out, i, &info, data, info.nbytes)) rc = 1;
     }
     free(data);
   }
 done:
+  output_dir_close(&out);
   if (so) dlclose(so);
   dlrt_close(m);
   return rc;
@@ -417,6 +478,12 @@ static bool bench_runs(dlc_model *m, int n) {
   return true;
 }
 
+static const char *model_output_name(void *m, int i) {
+  dlc_tensor_info info;
+  dlc_output_info(m, i, &info);
+  return info.name;
+}
+
 static int run_model(RunOptions *o) {
   if (has_suffix(o->model_path, ".so")) return run_library(o);
   dlc_model *m;
@@ -428,6 +495,7 @@ static int run_model(RunOptions *o) {
   fputs(dlc_error(m), stderr); /* warnings */
   if (!o->backend || strcmp(o->backend, "auto") == 0) fprintf(stderr, "dlcc: running on %s\n", dlc_backend(m));
   int rc = 1;
+  OutputDir out = {.fd = -1};
   /* An .onnx model brings its own weights. */
   bool keep = (!o->weights && !o->init_random && dlc_weights_bound(m)) || o->api.weights;
   if (!keep && (o->weights ? dlc_load_weights(m, o->weights) : dlc_init_weights(m, o->seed)) != DLC_OK) {
@@ -472,21 +540,20 @@ static int run_model(RunOptions *o) {
     goto done;
   }
   if (o->bench && !bench_runs(m, o->bench)) goto done;
-  if (o->output_dir && mkdir(o->output_dir, 0777) != 0 && errno != EEXIST) {
-    fprintf(stderr, "dlcc: error: cannot create '%s': %s\n", o->output_dir, strerror(errno));
-    goto done;
-  }
+  int n_out = dlc_num_outputs(m);
+  if (o->output_dir && !output_dir_open(&out, o->output_dir, n_out, model_output_name, m)) goto done;
   rc = 0;
-  for (int i = 0; i < dlc_num_outputs(m); i++) {
+  for (int i = 0; i < n_out; i++) {
     dlc_tensor_info info;
     const void *data;
     size_t nbytes;
     dlc_output_info(m, i, &info);
     dlc_get_output(m, i, &data, &nbytes);
     print_summary(&info, data);
-    if (o->output_dir && !write_output(o->output_dir, &info, data, nbytes)) rc = 1;
+    if (o->output_dir && !write_output(&out, i, &info, data, nbytes)) rc = 1;
   }
 done:
+  output_dir_close(&out);
   dlc_free(m);
   return rc;
 }

@@ -7,6 +7,7 @@ libdlcc_core_la_SOURCES += \
 	ir/print.c \
 	ir/parse.c \
 	ir/dot.c \
+	ir/names.c ir/names.h \
 	ir/eval.c ir/eval.h \
 	ir/indices.c
 libdlcc_core_la_SOURCES += ir/init.c

@@ -8,6 +8,7 @@
  * that line only, which makes recovery trivial and keeps any lexing
  * routine from reading past the line. */
 #include "ir.h"
+#include "names.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -375,7 +376,10 @@ static void parse_loc_comment(Parser *p, SrcLoc *loc) {
   if (c1 <= b + 1) return;
   int col = parse_small_uint(s, c2, e), line = parse_small_uint(s, c1, c2 - 1);
   if (line < 0 || col < 0) return;
-  char *name = arena_strndup(&p->c->arena, s + b, c1 - 1 - b);
+  /* The printer escapes the name (ir_put_comment_text); a hand-written
+   * one that is no such escape stays as written. */
+  char *name = arena_alloc(&p->c->arena, c1 - b);
+  if (!ir_unescape_comment_text(s + b, c1 - 1 - b, name)) memcpy(name, s + b, c1 - 1 - b);
   *loc = (SrcLoc){loc_file(p, name), line, col};
 }
 

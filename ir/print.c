@@ -3,6 +3,7 @@
  * locations in trailing comments).  ir_parse reads it back to a graph that
  * prints identically. */
 #include "ir.h"
+#include "names.h"
 
 #include <ctype.h>
 #include <stdlib.h>
@@ -94,7 +95,9 @@ static void print_node(FILE *f, const Node *n) {
     fprintf(f, "%*s", (int)pad, "");
     free(buf);
   }
-  fprintf(f, "; %s:%d:%d\n", n->loc.file->name, n->loc.line, n->loc.col);
+  fputs("; ", f);
+  ir_put_comment_text(f, n->loc.file->name);
+  fprintf(f, ":%d:%d\n", n->loc.line, n->loc.col);
 }
 
 void ir_print(FILE *f, Graph *g) {

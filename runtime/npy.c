@@ -3,12 +3,14 @@
  * spaces, a trailing comma, () and (n,) shapes.  Also the dtype table the
  * tensor readers share. */
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "tensorio.h"
 
@@ -418,21 +420,17 @@ done:
   return rc;
 }
 
-int rt_npy_write(const char *path, const RtTensor *t, char *err, size_t errlen) {
-  static const char *const descr[RT_DTYPE_COUNT] = {
-      [RT_F32] = "<f4", [RT_F16] = "<f2", [RT_I8] = "|i1", [RT_I32] = "<i4",
-      [RT_I64] = "<i8", [RT_F64] = "<f8", [RT_U8] = "|u1", [RT_BOOL] = "|b1",
-  };
-  if ((unsigned)t->dtype >= RT_DTYPE_COUNT || !descr[t->dtype])
-    return fail(err, errlen, "%s: .npy has no dtype for %s", path, rt_dtype_name(t->dtype));
-  if (t->rank < 0 || t->rank > RT_MAX_RANK) return fail(err, errlen, "%s: bad rank %d", path, t->rank);
-  int64_t n = rt_numel(t);
-  if (n < 0) return fail(err, errlen, "%s: bad shape", path);
-  size_t nbytes = (size_t)n * (size_t)rt_dtype_size(t->dtype);
-  if (t->nbytes != nbytes)
-    return fail(err, errlen, "%s: tensor has %zu bytes, its shape needs %zu", path, t->nbytes, nbytes);
+static const char *const write_descr[RT_DTYPE_COUNT] = {
+    [RT_F32] = "<f4", [RT_F16] = "<f2", [RT_I8] = "|i1", [RT_I32] = "<i4",
+    [RT_I64] = "<i8", [RT_F64] = "<f8", [RT_U8] = "|u1", [RT_BOOL] = "|b1",
+};
+
+/* Writes t (check_writable passed) to f, which it closes; path names the
+ * file in messages. */
+static int write_npy(FILE *f, const char *path, const RtTensor *t, char *err, size_t errlen) {
+  size_t nbytes = t->nbytes;
   char h[512];
-  int len = snprintf(h, sizeof h, "{'descr': '%s', 'fortran_order': False, 'shape': (", descr[t->dtype]);
+  int len = snprintf(h, sizeof h, "{'descr': '%s', 'fortran_order': False, 'shape': (", write_descr[t->dtype]);
   for (int i = 0; i < t->rank; i++)
     len += snprintf(h + len, sizeof h - (size_t)len, "%s%" PRId64, i ? ", " : "", t->dims[i]);
   len += snprintf(h + len, sizeof h - (size_t)len, "%s), }", t->rank == 1 ? "," : "");
@@ -444,11 +442,48 @@ int rt_npy_write(const char *path, const RtTensor *t, char *err, size_t errlen) 
   h[len++] = '\n';
   unsigned char pre[10] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0, (unsigned char)(len & 0xff),
                            (unsigned char)(len >> 8)};
-  FILE *f = fopen(path, "wb");
-  if (!f) return fail(err, errlen, "%s: %s", path, strerror(errno));
   bool ok = fwrite(pre, 1, 10, f) == 10 && fwrite(h, 1, (size_t)len, f) == (size_t)len &&
             (nbytes == 0 || fwrite(t->data, 1, nbytes, f) == nbytes);
   if (fclose(f) != 0) ok = false;
   if (!ok) return fail(err, errlen, "%s: write failed: %s", path, strerror(errno));
   return 0;
+}
+
+/* Whether .npy can hold t, before any file is touched. */
+static int check_writable(const char *path, const RtTensor *t, char *err, size_t errlen) {
+  if ((unsigned)t->dtype >= RT_DTYPE_COUNT || !write_descr[t->dtype])
+    return fail(err, errlen, "%s: .npy has no dtype for %s", path, rt_dtype_name(t->dtype));
+  if (t->rank < 0 || t->rank > RT_MAX_RANK) return fail(err, errlen, "%s: bad rank %d", path, t->rank);
+  int64_t n = rt_numel(t);
+  if (n < 0) return fail(err, errlen, "%s: bad shape", path);
+  size_t nbytes = (size_t)n * (size_t)rt_dtype_size(t->dtype);
+  if (t->nbytes != nbytes)
+    return fail(err, errlen, "%s: tensor has %zu bytes, its shape needs %zu", path, t->nbytes, nbytes);
+  return 0;
+}
+
+int rt_npy_write(const char *path, const RtTensor *t, char *err, size_t errlen) {
+  if (check_writable(path, t, err, errlen)) return -1;
+  FILE *f = fopen(path, "wb");
+  if (!f) return fail(err, errlen, "%s: %s", path, strerror(errno));
+  return write_npy(f, path, t, err, errlen);
+}
+
+int rt_npy_write_at(int dirfd, const char *name, const char *path, const RtTensor *t, char *err, size_t errlen) {
+  if (check_writable(path, t, err, errlen)) return -1;
+  if (!*name || strchr(name, '/') || !strcmp(name, ".") || !strcmp(name, ".."))
+    return fail(err, errlen, "%s: not a plain file name", path);
+  /* A new file, never one written through: a symbolic link or a hard
+   * link planted at the name would send the data elsewhere. */
+  if (unlinkat(dirfd, name, 0) != 0 && errno != ENOENT)
+    return fail(err, errlen, "%s: cannot replace it: %s", path, strerror(errno));
+  int fd = openat(dirfd, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+  if (fd < 0) return fail(err, errlen, "%s: %s", path, strerror(errno));
+  FILE *f = fdopen(fd, "wb");
+  if (!f) {
+    int e = errno;
+    close(fd);
+    return fail(err, errlen, "%s: %s", path, strerror(e));
+  }
+  return write_npy(f, path, t, err, errlen);
 }

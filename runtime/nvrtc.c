@@ -411,9 +411,12 @@ static const char *failing_kernel(const RtPlan *plan, const char *prog, const ch
 #ifdef HAVE_CUDA
 static int compile(const RtPlan *plan, const char *arch, char opts[N_OPTS][600], void **bin,
                    size_t *size, char *err, size_t errlen) {
+  /* NVRTC writes the program's name into the PTX (.file "NAME"): a
+   * model's name is data and goes there only when it is plain. */
+  const char *stem = plan->model_name ? plan->model_name : "";
+  size_t plain = strspn(stem, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-");
   char prog_name[128];
-  snprintf(prog_name, sizeof prog_name, "%.100s.cu",
-           plan->model_name && *plan->model_name ? plan->model_name : "model");
+  snprintf(prog_name, sizeof prog_name, "%s.cu", plain && !stem[plain] && plain <= 100 ? stem : "model");
   const char *model = plan->model_name ? plan->model_name : "model";
   nvrtcProgram prog;
   nvrtcResult r = nvrtcCreateProgram(&prog, plan->source, prog_name, 0, NULL, NULL);

@@ -48,6 +48,11 @@ void rt_tensor_free(RtTensor *t);
  * header padded to a multiple of 64 bytes. */
 int rt_npy_read(const char *path, RtTensor *out, char *err, size_t errlen);
 int rt_npy_write(const char *path, const RtTensor *t, char *err, size_t errlen);
+/* Writes t as the file name (no '/') in the folder dirfd, made anew: an
+ * existing file of that name is replaced, not written through, so a
+ * symbolic or hard link planted there cannot send the data elsewhere.
+ * path names the file in messages. */
+int rt_npy_write_at(int dirfd, const char *name, const char *path, const RtTensor *t, char *err, size_t errlen);
 
 /* A safetensors file's contents.  The reader owns everything in a set it
  * returns (free with rt_tensor_set_free); a set passed to the writer is

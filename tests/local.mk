@@ -29,4 +29,5 @@ include tests/calibrate.mk
 include tests/qdq.mk
 include tests/conv3d.mk
 include tests/resize.mk
+include tests/names.mk
 include tests/fuzz.mk
