@@ -2,6 +2,7 @@
 lib_LTLIBRARIES += libdlcrt.la
 libdlcrt_la_SOURCES = \
 	runtime/tensorio.h \
+	runtime/fileio.c \
 	runtime/npy.c \
 	runtime/safetensors.c
 libdlcrt_la_CPPFLAGS = $(AM_CPPFLAGS) $(CJSON_CFLAGS)

@@ -30,4 +30,5 @@ include tests/qdq.mk
 include tests/conv3d.mk
 include tests/resize.mk
 include tests/names.mk
+include tests/files.mk
 include tests/fuzz.mk
