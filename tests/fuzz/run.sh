@@ -49,8 +49,8 @@ for t in $targets; do
     failed="$failed $t"
     continue
   fi
-  rm -rf "$work/seeds"
-  mkdir -p "$work/corpus" "$work/seeds"
+  rm -rf "$work/seeds" "$work/tmp"
+  mkdir -p "$work/corpus" "$work/seeds" "$work/tmp"
   dict=$t max_len=8192
   case $t in
     dl) seed "$src"/examples/*.dl "$src"/tests/errors/*.dl ;;
@@ -68,7 +68,9 @@ for t in $targets; do
   # New inputs go to the first folder; the seeds are only read.
   set -- "$@" ${FUZZ_ARGS:-} "$work/corpus" "$work/seeds"
   [ -d "$src/tests/fuzz/corpus/$t" ] && set -- "$@" "$src/tests/fuzz/corpus/$t"
-  if "$prog" "$@" >"$work/log" 2>&1; then
+  # The ONNX targets' scratch folder (fuzz.c): inside the build tree, as a
+  # crash leaves it behind.
+  if TMPDIR="$work/tmp" "$prog" "$@" >"$work/log" 2>&1; then
     runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$work/log")
     cov=$(grep -o 'cov: [0-9]* ft: [0-9]*' "$work/log" | tail -n 1)
     echo "fuzz_$t: ${seconds}s, ${runs:-?} inputs, $cov, corpus $(ls "$work/corpus" | wc -l) new"
