@@ -6,7 +6,7 @@
 # hand (tests/fuzz/run.sh).  These two lists are the one list of targets:
 # each NAME has tests/fuzz/fuzz_NAME.c, tests/fuzz/corpus/NAME/ and maybe
 # tests/fuzz/dict/NAME.dict.
-FUZZ_TARGETS_CORE = dl ir compile npy safetensors
+FUZZ_TARGETS_CORE = dl ir compile npy safetensors plan
 FUZZ_TARGETS_ONNX = onnx onnx_tensor
 FUZZ_TARGETS = $(FUZZ_TARGETS_CORE)
 if HAVE_ONNX

@@ -134,8 +134,8 @@ def clean():
         os.remove(f)
 
 
-def dlcc(build, *args):
-    return subprocess.run([os.path.join(build, "dlcc"), *args], check=True, capture_output=True).stdout
+def dlcc(build, *args, cwd=None):
+    return subprocess.run([os.path.join(build, "dlcc"), *args], check=True, capture_output=True, cwd=cwd).stdout
 
 
 def compile_flags():
@@ -170,9 +170,10 @@ def dl_and_ir_seeds(build, tmp):
         with open(path, "w") as f:
             f.write(text)
         base = name[:-3]
-        write("ir", base + "-O0.ir", dlcc(build, path, "--emit=ir", "-O0"))
-        write("ir", base + "-O2.ir", dlcc(build, path, "--emit=ir"))
-        write("ir", base + "-f16.ir", dlcc(build, path, "--emit=ir", "--precision=f16"))
+        # From the folder, so the location comments name the file alone.
+        write("ir", base + "-O0.ir", dlcc(build, name, "--emit=ir", "-O0", cwd=tmp))
+        write("ir", base + "-O2.ir", dlcc(build, name, "--emit=ir", cwd=tmp))
+        write("ir", base + "-f16.ir", dlcc(build, name, "--emit=ir", "--precision=f16", cwd=tmp))
 
 
 def npy_bytes(arr, version=(1, 0), fortran=False):
@@ -325,6 +326,15 @@ def onnx_seeds(build):
     write("onnx_tensor", "float16.pb", half.SerializeToString())
 
 
+def plan_seeds():
+    """fuzz_plan.c's input: byte 0 picks resealing (odd) and the fake
+    device's index reports; then (position lo, hi, XOR) triples."""
+    write("plan", "template", b"\x00")
+    write("plan", "resealed", b"\x01")
+    write("plan", "reports", b"\x06")
+    write("plan", "flips", b"\x01" + bytes([0x10, 0x00, 0x01, 0x48, 0x00, 0x80, 0x00, 0x01, 0xff]))
+
+
 def dictionaries():
     os.makedirs(DICT, exist_ok=True)
 
@@ -384,6 +394,7 @@ def main():
         dl_and_ir_seeds(build, tmp)
     npy_seeds()
     safetensors_seeds()
+    plan_seeds()
     onnx_seeds(build)
     dictionaries()
 

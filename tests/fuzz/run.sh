@@ -4,7 +4,7 @@
 # BUILD_DIR is a configured build; `make fuzz` there builds the targets
 # first (FUZZ_NO_BUILD=1 skips that).  SECONDS per target (default 60);
 # TARGETs default to every one the build has (dl, ir, compile, npy,
-# safetensors, onnx, onnx_tensor).  Each starts from its seeds
+# safetensors, plan, onnx, onnx_tensor).  Each starts from its seeds
 # (tests/fuzz/corpus/NAME and the examples, error files and golden IR
 # that suit it) and adds what it finds to BUILD_DIR/tests/fuzz/run/NAME/
 # corpus, which later runs continue from.  A crash, leak, timeout, UBSan
@@ -59,7 +59,7 @@ for t in $targets; do
     compile) dict=dl ;;
     onnx) max_len=65536 ;;
     onnx_tensor) dict=onnx max_len=4096 ;;
-    npy) max_len=4096 ;;
+    npy|plan) max_len=4096 ;;
   esac
   set -- -max_total_time="$seconds" -timeout="${FUZZ_TIMEOUT:-10}" -rss_limit_mb="${FUZZ_RSS_MB:-2048}" \
     -max_len="$max_len" -error_exitcode=1 -timeout_exitcode=1 -print_final_stats=1 \
