@@ -734,8 +734,12 @@ static Val *nll_loss(Imp *im, Val *logp, Val *target, Val *weight, const char *r
     ox_bad(im, "the input must be [N, C, ...], got rank %d", r);
     return NULL;
   }
-  if (target->type.rank != r - 1 || ir_dtype_is_float(target->type.dtype) || target->type.dtype == TY_BOOL) {
-    ox_bad(im, "the target must be integer [N, d...] for an input of rank %d", r);
+  bool dims_ok = target->type.rank == r - 1;
+  for (int d = 0; dims_ok && d < r - 1; d++) dims_ok = target->type.dims[d] == logp->type.dims[d ? d + 1 : 0];
+  if (!dims_ok || ir_dtype_is_float(target->type.dtype) || target->type.dtype == TY_BOOL) {
+    char ts[IR_TYPE_STR_MAX], xs[IR_TYPE_STR_MAX];
+    ox_bad(im, "the target must be integer [N, d...] for an input [N, C, d...]: got %s for %s",
+           ir_type_str(&target->type, ts, sizeof ts), ir_type_str(&logp->type, xs, sizeof xs));
     return NULL;
   }
   if (strcmp(reduction, "none") != 0 && strcmp(reduction, "sum") != 0 && strcmp(reduction, "mean") != 0) {
