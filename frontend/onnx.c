@@ -192,8 +192,10 @@ static const OpEntry onnx_ops[] = {
     {"Xor", ox_op_logic, NULL},
 };
 
-/* The newest opset whose changes to these ops are handled. */
-enum { ONNX_OPSET_KNOWN = 21 };
+/* The newest opset whose changes to these ops are handled (22 to 28
+ * added dtypes to most of them, attributes that are refused when given
+ * and an unknown value, and new ops). */
+enum { ONNX_OPSET_KNOWN = 28 };
 
 static const OpEntry *find_op(const char *name) {
   for (size_t i = 0; i < ARRAY_LEN(onnx_ops); i++)

@@ -372,6 +372,17 @@ Val *ox_cast(Imp *im, Val *x, DType dt) {
   return ox_emit1(im, &e);
 }
 
+/* f16 and bf16 widened to f32 (other dtypes as they are): an ONNX op
+ * that dlcc writes as several ops computes in f32 and is narrowed once
+ * at the end (ox_narrow), as the op itself rounds once; each IR op
+ * rounding in the half type would lose the difference of exp(x) - 1. */
+Val *ox_widen(Imp *im, Val *x) {
+  if (!x || (x->type.dtype != TY_F16 && x->type.dtype != TY_BF16)) return x;
+  return ox_cast(im, x, TY_F32);
+}
+
+Val *ox_narrow(Imp *im, Val *y, DType dt) { return ox_cast(im, y, dt); }
+
 /* x[start:end:step] along one axis (0 <= start < end <= dim, step >= 1). */
 Val *ox_slice_axis(Imp *im, Val *x, int axis, int64_t start, int64_t end, int64_t step) {
   if (!x) return NULL;

@@ -131,6 +131,8 @@ bool ox_same_dims(const TensorType *t, int rank, const int64_t *dims);
 Val *ox_reshape(Imp *im, Val *x, int rank, const int64_t *dims);
 Val *ox_transpose(Imp *im, Val *x, const int64_t *perm);
 Val *ox_cast(Imp *im, Val *x, DType dt);
+Val *ox_widen(Imp *im, Val *x);
+Val *ox_narrow(Imp *im, Val *y, DType dt);
 Val *ox_slice_axis(Imp *im, Val *x, int axis, int64_t start, int64_t end, int64_t step);
 Val *ox_concat(Imp *im, int n_in, Val **in, int axis);
 Val *ox_reduce(Imp *im, OpKind op, Val *x, int n_axes, const int64_t *axes, bool keep);

@@ -72,9 +72,10 @@ bool ox_op_elu_family(Imp *im, ONode *n) {
   bool selu = strcmp(t, "Selu") == 0, celu = strcmp(t, "Celu") == 0;
   if (!ox_attr_float(im, "alpha", selu ? 1.67326319217681884765625 : 1.0, &alpha)) return false;
   if (selu && !ox_attr_float(im, "gamma", 1.05070102214813232421875, &gamma)) return false;
-  Val *y = ox_op2(im, OP_ADD, ox_op1(im, OP_RELU, x), ox_neg_exp_side(im, x, alpha, celu ? alpha : 1.0));
+  Val *w = ox_widen(im, x);
+  Val *y = ox_op2(im, OP_ADD, ox_op1(im, OP_RELU, w), ox_neg_exp_side(im, w, alpha, celu ? alpha : 1.0));
   if (selu) y = ox_op2s(im, OP_MUL, y, gamma);
-  return (n->out[0] = y);
+  return (n->out[0] = ox_narrow(im, y, x->type.dtype));
 }
 
 Val *ox_hardsigmoid_of(Imp *im, Val *x, double alpha, double beta) {
@@ -100,17 +101,17 @@ bool ox_op_hardsigmoid(Imp *im, ONode *n) {
   double alpha, beta;
   Val *x = ox_in_req(im, n, 0);
   if (!x || !ox_attr_float(im, "alpha", 0.2, &alpha) || !ox_attr_float(im, "beta", 0.5, &beta)) return false;
-  return (n->out[0] = ox_hardsigmoid_of(im, x, alpha, beta));
+  return (n->out[0] = ox_narrow(im, ox_hardsigmoid_of(im, ox_widen(im, x), alpha, beta), x->type.dtype));
 }
 
 bool ox_op_softplus(Imp *im, ONode *n) {
   Val *x = ox_in_req(im, n, 0);
-  return x && (n->out[0] = ox_softplus_of(im, x));
+  return x && (n->out[0] = ox_narrow(im, ox_softplus_of(im, ox_widen(im, x)), x->type.dtype));
 }
 
 bool ox_op_softsign(Imp *im, ONode *n) {
   Val *x = ox_in_req(im, n, 0);
-  return x && (n->out[0] = ox_softsign_of(im, x));
+  return x && (n->out[0] = ox_narrow(im, ox_softsign_of(im, ox_widen(im, x)), x->type.dtype));
 }
 
 /* Before opset 7 a binary op broadcasts only with broadcast=1, and then B
@@ -164,6 +165,8 @@ bool ox_op_clip(Imp *im, ONode *n) {
     if (ox_in_opt(n, 1) && !ox_const_scalar(im, n->in[1], "Clip's min", &lo)) return false;
     if (ox_in_opt(n, 2) && !ox_const_scalar(im, n->in[2], "Clip's max", &hi)) return false;
   }
+  /* ONNX's Clip is min(max(x, min), max): with min > max, every element is max. */
+  if (lo > hi) lo = hi;
   Val *y = x;
   if (isfinite(lo) && isfinite(hi)) {
     Emit e;
@@ -863,6 +866,9 @@ bool ox_op_reduce(Imp *im, ONode *n) {
     Val *mk = keep ? m : ox_reduce(im, OP_REDUCE_MAX, x, k, axes, false);
     return (n->out[0] = ox_op2(im, OP_ADD, ox_op1(im, OP_LOG, s), mk));
   }
+  /* ReduceMax and ReduceMin of bools (opset 20): any and all, as u8. */
+  if (x->type.dtype == TY_BOOL && (op == OP_REDUCE_MAX || op == OP_REDUCE_MIN))
+    return (n->out[0] = ox_cast(im, ox_reduce(im, op, ox_cast(im, y, TY_U8), k, axes, keep), TY_BOOL));
   y = ox_reduce(im, op, y, k, axes, keep);
   if (l2) y = ox_op1(im, OP_SQRT, y);
   if (logsum) y = ox_op1(im, OP_LOG, y);

@@ -451,7 +451,8 @@ bool ox_op_grid_sample(Imp *im, ONode *n) {
     return false;
   if (strcmp(mode, "linear") == 0) mode = "bilinear";
   if (strcmp(mode, "cubic") == 0) mode = "bicubic";
-  if (in[0]->type.rank != 4) return ox_bad(im, "only 4-d [N, C, H, W] inputs are supported");
+  if (in[0]->type.rank != 4)
+    return ox_bad(im, "a %d-d input is not supported (4-d [N, C, H, W] is)", in[0]->type.rank);
   if (!ox_need_float_in(im, in[0]) || !ox_need_float_in(im, in[1])) return false;
   Emit e;
   Node *g = ox_begin(im, &e, OP_GRID_SAMPLE, 2, in);

@@ -293,6 +293,52 @@ START_TEST(test_gelu_opset20) {
 }
 END_TEST
 
+/* Clip with min > max is max everywhere (ONNX: min(max(x, min), max)). */
+START_TEST(test_clip_min_above_max) {
+  Model *b = model_new(13);
+  int64_t xd[1] = {3};
+  add_input(b, "x", 1, xd);
+  add_init_f32(b, "lo", 0, NULL, 1, (const float[]){2});
+  add_init_f32(b, "hi", 0, NULL, 1, (const float[]){1});
+  add_node(b, "Clip", "x,lo,hi", "y");
+  add_output(b, "y");
+  Tensor y = run1(must_import(b), "x", 1, xd, (const float[]){-2, 0, 6});
+  for (int i = 0; i < 3; i++) ck_assert_double_eq(ir_tensor_get(&y, i), 1);
+  ir_tensor_free(&y);
+}
+END_TEST
+
+/* Celu of bf16 is written as several ops; they compute in f32 and round
+ * to bf16 once, as the op does: exp(-0.25) - 1 in bf16 steps gives
+ * -0.4453125 at x = -0.5, where the correctly rounded result is
+ * -0.443359375 (ONNX's test_celu_bfloat16). */
+START_TEST(test_celu_bf16_rounds_once) {
+  Model *b = model_new(12);
+  int64_t xd[1] = {5};
+  add_input_typed(b, "x", ONNX__TENSOR_PROTO__DATA_TYPE__BFLOAT16, 1, xd);
+  attr_f(add_node(b, "Celu", "x", "y"), "alpha", 2.0f);
+  add_output(b, "y");
+  Graph *g = must_import(b);
+  static const double xs[5] = {-3, -0.5, 0, 0.5, 3};
+  uint16_t bits[5];
+  for (int i = 0; i < 5; i++) bits[i] = ir_bf16_from_double(xs[i]);
+  Tensor in = {ir_type_make(TY_BF16, 1, xd), bits};
+  const char *nm[1] = {"x"};
+  TensorMap inputs = {1, nm, &in};
+  Tensor y;
+  char err[512];
+  ck_assert_msg(ir_eval(g, &inputs, &params, &y, err, sizeof err), "eval: %s", err);
+  ck_assert_int_eq(y.type.dtype, TY_BF16);
+  for (int i = 0; i < 5; i++) {
+    double want = xs[i] > 0 ? xs[i] : 2 * expm1(xs[i] / 2);
+    ck_assert_msg(((uint16_t *)y.data)[i] == ir_bf16_from_double(want), "element %d: 0x%04x, want 0x%04x", i,
+                  ((uint16_t *)y.data)[i], ir_bf16_from_double(want));
+  }
+  ck_assert_double_eq(ir_tensor_get(&y, 1), -0.443359375);
+  ir_tensor_free(&y);
+}
+END_TEST
+
 /* Pad's reflect, edge and (opset 19) wrap modes, as gathers: x's rows
  * [1, -2, 3] and [0.5, -1, 2] padded by 2 before and 1 after on axis 1. */
 static void expect_pad(int opset, const char *mode, const float *want) {
@@ -652,6 +698,8 @@ static Suite *onnx_suite(void) {
   tcase_add_test(tc, test_conv_auto_pad_same);
   tcase_add_test(tc, test_slice_negative_step);
   tcase_add_test(tc, test_gelu_opset20);
+  tcase_add_test(tc, test_clip_min_above_max);
+  tcase_add_test(tc, test_celu_bf16_rounds_once);
   tcase_add_test(tc, test_pad_modes);
   tcase_add_test(tc, test_legacy_broadcast);
   tcase_add_test(tc, test_rnn_unrolled);
