@@ -209,8 +209,9 @@ void fe_onnx_print_support(FILE *f) {
   fprintf(f,
           "ONNX import (opsets up to %d; 13 and later are the target, older ones where an op's\n"
           "meaning is handled).  Data types: FLOAT, "
-          "FLOAT16, BFLOAT16, INT8, UINT8, INT32, INT64, BOOL; static shapes, a symbolic dim bound with "
-          "-D NAME=VALUE; initializers (also external data) become params.\n\nops:\n",
+          "FLOAT16, BFLOAT16, INT8, UINT8, INT32, INT64, BOOL; static shapes, an input's free dims bound by "
+          "-D NAME=VALUE (a symbol), -D INPUT:AXIS=VALUE or the given input's shape; initializers (also "
+          "external data) become params.\n\nops:\n",
           ONNX_OPSET_KNOWN);
   for (size_t i = 0; i < ARRAY_LEN(onnx_ops); i++)
     fprintf(f, "  %-22s%s\n", onnx_ops[i].name, onnx_ops[i].note ? onnx_ops[i].note : "");
@@ -218,48 +219,48 @@ void fe_onnx_print_support(FILE *f) {
 
 /* ---- graphs ---- */
 
-static bool type_of_info(Imp *im, const Onnx__ValueInfoProto *vi, const char *what, TensorType *out) {
+/* A graph input's type.  A dim that is not a dim_value >= 0 is free
+ * (a dim_param, "?", -1 or unset): -D or the input's given shape binds it
+ * (frontend/dims.c); "?" and an empty name are no symbol, so two such
+ * dims need not agree. */
+static bool input_type(Imp *im, const Onnx__ValueInfoProto *vi, TensorType *out) {
   const char *name = vi->name ? vi->name : "";
   const Onnx__TypeProto *tp = vi->type;
   if (!tp || tp->value_case != ONNX__TYPE_PROTO__VALUE_TENSOR_TYPE || !tp->tensor_type)
-    return ox_bad(im, "%s '%s' is not a tensor (sequences, maps and optionals are not supported)", what,
-                  name);
+    return ox_bad(im, "graph input '%s' is not a tensor (sequences, maps and optionals are not supported)", name);
   const Onnx__TypeProto__Tensor *tt = tp->tensor_type;
   DType dt;
   if (!ox_dtype_from_onnx(tt->elem_type, &dt))
-    return ox_bad(im, "%s '%s' has dtype %s, which is not supported (%s)", what, name,
+    return ox_bad(im, "graph input '%s' has dtype %s, which is not supported (%s)", name,
                   ox_onnx_type_name(tt->elem_type), ox_dtypes_we_have);
-  if (!tt->shape) return ox_bad(im, "%s '%s' has no shape: dlcc needs static shapes", what, name);
-  if (tt->shape->n_dim > DL_MAX_RANK)
-    return ox_bad(im, "%s '%s' has rank %zu, more than the supported %d", what, name, tt->shape->n_dim,
-                  (int)DL_MAX_RANK);
-  *out = (TensorType){.dtype = dt, .rank = (int)tt->shape->n_dim};
-  for (size_t i = 0; i < tt->shape->n_dim; i++) {
-    const Onnx__TensorShapeProto__Dimension *d = tt->shape->dim[i];
+  const InputShape *given = fe_dims_shape(&im->dims, name);
+  if (!tt->shape && !given) return ox_bad(im, "graph input '%s' has no shape: give the input to bind it", name);
+  int rank = tt->shape ? (int)tt->shape->n_dim : given->rank;
+  if ((tt->shape && tt->shape->n_dim > DL_MAX_RANK) || rank > DL_MAX_RANK)
+    return ox_bad(im, "graph input '%s' has rank %d, more than the supported %d", name,
+                  tt->shape ? (int)tt->shape->n_dim : rank, (int)DL_MAX_RANK);
+  *out = (TensorType){.dtype = dt, .rank = rank};
+  for (int i = 0; i < rank; i++) {
+    const Onnx__TensorShapeProto__Dimension *d = tt->shape ? tt->shape->dim[i] : NULL;
     int64_t v;
-    if (d->value_case == ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_VALUE) {
+    if (d && d->value_case == ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_VALUE && d->dim_value >= 0) {
       v = d->dim_value;
-    } else if (d->value_case == ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_PARAM && d->dim_param &&
-               *d->dim_param) {
-      int k = -1;
-      for (int j = 0; im->opt && j < im->opt->n_defines; j++)
-        if (strcmp(im->opt->defines[j].name, d->dim_param) == 0) k = j;
-      if (k < 0)
-        return ox_bad(im, "dim %zu of %s '%s' is the symbolic '%s': bind it with -D %s=VALUE", i, what, name,
-                      d->dim_param, d->dim_param);
-      im->define_used[k] = true;
-      v = im->opt->defines[k].value;
     } else {
-      return ox_bad(im, "dim %zu of %s '%s' is unknown: dlcc needs static shapes", i, what, name);
+      const char *sym = d && d->value_case == ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_PARAM &&
+                                d->dim_param && *d->dim_param && strcmp(d->dim_param, "?") != 0
+                            ? d->dim_param
+                            : NULL;
+      char err[768];
+      if (!fe_dims_bind(&im->dims, name, rank, i, sym, &v, err, sizeof err)) return ox_bad(im, "%s", err);
     }
-    if (v == 0) return ox_bad(im, "dim %zu of %s '%s' is 0: empty tensors are not supported", i, what, name);
+    if (v == 0) return ox_bad(im, "dim %d of graph input '%s' is 0: empty tensors are not supported", i, name);
     if (v < 0 || v > DL_MAX_ELEMS)
-      return ox_bad(im, "dim %zu of %s '%s' is %" PRId64 ", out of range (1 to %" PRId64 ")", i, what, name,
-                    v, DL_MAX_ELEMS);
+      return ox_bad(im, "dim %d of graph input '%s' is %" PRId64 ", out of range (0 to %" PRId64 ")", i, name, v,
+                    DL_MAX_ELEMS);
     out->dims[i] = v;
   }
   if (ir_type_numel(out) < 0)
-    return ox_bad(im, "%s '%s' is larger than %" PRId64 " elements", what, name, DL_MAX_ELEMS);
+    return ox_bad(im, "graph input '%s' is larger than %" PRId64 " elements", name, DL_MAX_ELEMS);
   return true;
 }
 
@@ -396,7 +397,7 @@ static bool import_graph(Imp *im, const Onnx__ModelProto *m) {
     if (e && (e->val->k || e->val->empty)) continue; /* an initializer's default: a param */
     if (e) return ox_bad(im, "graph input '%s' is declared twice", vi->name);
     TensorType t;
-    if (!type_of_info(im, vi, "graph input", &t)) return false;
+    if (!input_type(im, vi, &t)) return false;
     e = ox_add_entry(im, vi->name, -1);
     e->val = ox_val_of(im, &ir_source(im->g, OP_INPUT, &t, vi->name, im->loc)->out[0]);
     e->val->name = e->name;
@@ -457,10 +458,12 @@ static bool import_graph(Imp *im, const Onnx__ModelProto *m) {
       DType dt;
       bool mismatch = tt->has_elem_type && tt->elem_type &&
                       (!ox_dtype_from_onnx(tt->elem_type, &dt) || dt != outs[i]->type.dtype);
+      /* A symbolic, -1 or unset dim accepts what the graph computes. */
       if (tt->shape) {
         mismatch |= (int)tt->shape->n_dim != outs[i]->type.rank;
         for (size_t d = 0; !mismatch && d < tt->shape->n_dim; d++)
-          if (tt->shape->dim[d]->value_case == ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_VALUE)
+          if (tt->shape->dim[d]->value_case == ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_VALUE &&
+              tt->shape->dim[d]->dim_value >= 0)
             mismatch |= tt->shape->dim[d]->dim_value != outs[i]->type.dims[d];
       }
       if (mismatch) {
@@ -472,8 +475,8 @@ static bool import_graph(Imp *im, const Onnx__ModelProto *m) {
   }
   ir_set_outputs(im->g, n_out, outs, names);
   for (int j = 0; im->opt && j < im->opt->n_defines; j++)
-    if (!im->define_used[j])
-      diag_warning(im->c, (SrcLoc){0}, "-D %s: the model has no symbolic dim of that name",
+    if (!im->dims.define_used[j])
+      diag_warning(im->c, (SrcLoc){0}, "-D %s: the model has no free dim of that name",
                    im->opt->defines[j].name);
   return true;
 }
@@ -524,7 +527,9 @@ static bool import_model(Imp *im, const void *data, size_t len, TensorMap *param
   Ctx *c = im->c;
   im->dir = ox_dir_of(&c->arena, im->file);
   im->src = ctx_add_file(c, im->file, NULL, 0);
-  im->define_used = ARENA_ARRAY(&c->arena, bool, (im->opt ? im->opt->n_defines : 0) + 1);
+  int nd = im->opt ? im->opt->n_defines : 0;
+  fe_dims_init(&im->dims, &c->arena, nd, nd ? im->opt->defines : NULL, ARENA_ARRAY(&c->arena, bool, nd + 1),
+               im->opt ? im->opt->n_input_shapes : 0, im->opt ? im->opt->input_shapes : NULL);
   im->pb = (ProtobufCAllocator){pb_alloc, pb_free, im};
   im->m = onnx__model_proto__unpack(&im->pb, len, data);
   if (!im->m && im->pb_failed) return ox_bad(im, "out of memory decoding the model (%zu bytes)", len);

@@ -13,6 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "frontend/dims.h"
 #include "frontend/onnx.h"
 #include "frontend/onnx.pb-c.h"
 
@@ -46,7 +47,7 @@ typedef struct Imp {
   const char *dir;  /* external data */
   const SrcFile *src;
   const OnnxOptions *opt;
-  bool *define_used;
+  DimBinder dims; /* free input dims: -D and the given inputs' shapes */
   int64_t opset;
   /* Every ONNX name, hashed; the table doubles as it fills, so that a
    * model's names are found in constant time however many there are. */

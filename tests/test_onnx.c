@@ -60,6 +60,13 @@ static int count_op(Graph *g, OpKind op) {
   return k;
 }
 
+static bool same_dims(const TensorType *t, int rank, const int64_t *dims) {
+  if (t->rank != rank) return false;
+  for (int i = 0; i < rank; i++)
+    if (t->dims[i] != dims[i]) return false;
+  return true;
+}
+
 static Node *first_op(Graph *g, OpKind op) {
   for (Node *n = g->first; n; n = n->next)
     if (n->op == op) return n;
@@ -145,7 +152,7 @@ START_TEST(test_symbolic_batch_needs_define) {
   b->ins[b->g.n_input++] = value_info("x", ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT, 2, d, sym);
   add_node(b, "Relu", "x", "y");
   add_output(b, "y");
-  expect_error(import(b), "dim 0 of graph input 'x' is the symbolic 'N': bind it with -D N=VALUE");
+  expect_error(import(b), "dim 0 of input 'x' is the symbolic 'N': bind it with -D N=VALUE or give the input");
   diag_clear(&ctx);
   Define def = {"N", 5};
   OnnxOptions o = {.n_defines = 1, .defines = &def};
@@ -153,6 +160,63 @@ START_TEST(test_symbolic_batch_needs_define) {
   ck_assert_msg(g, "%s", diag_text(&ctx));
   ck_assert_int_eq(g->first->out[0].type.dims[0], 5);
   ck_assert_int_eq(g->outputs[0]->type.dims[0], 5);
+}
+END_TEST
+
+/* Free dims: -1, "?" and unset ones, bound from the given inputs'
+ * shapes or by -D INPUT:AXIS; a symbol two inputs share must agree; a
+ * declared output dim of -1 or a symbol takes what the graph computes. */
+static Model *free_dims_model(void) {
+  Model *b = model_new(17);
+  const char *xs[3] = {"?", "?", NULL}, *ys[3] = {"batch", NULL, NULL};
+  b->ins[b->g.n_input++] = value_info("x", ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT, 3, (int64_t[]){0, 0, 4}, xs);
+  b->ins[b->g.n_input++] = value_info("y", ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT, 3, (int64_t[]){0, -1, 0}, ys);
+  b->ins[1]->type->tensor_type->shape->dim[2]->value_case = ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE__NOT_SET;
+  add_node(b, "Add", "x,y", "z");
+  const char *zs[3] = {"N", NULL, NULL};
+  b->outs[b->g.n_output++] = value_info("z", ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT, 3, (int64_t[]){0, -1, 4}, zs);
+  return b;
+}
+
+START_TEST(test_free_dims_from_inputs) {
+  Model *b = free_dims_model();
+  const int64_t xd[3] = {2, 3, 4}, yd[3] = {2, 3, 4};
+  InputShape shapes[2] = {{"x", 3, xd}, {"y", 3, yd}};
+  OnnxOptions o = {.n_input_shapes = 2, .input_shapes = shapes};
+  Graph *g = import_opt(b, &o);
+  ck_assert_msg(g, "%s", diag_text(&ctx));
+  ck_assert(same_dims(&g->outputs[0]->type, 3, xd));
+  /* Each "?" is a dim of its own: x's two are 2 and 3. */
+  diag_clear(&ctx);
+  expect_error(import(b), "dim 0 of input 'x' is free: bind it with -D x:0=VALUE or give the input");
+  /* -D by input and axis, and by the symbol's name. */
+  diag_clear(&ctx);
+  Define defs[5] = {{"x:0", 2}, {"x:1", 3}, {"batch", 2}, {"y:1", 3}, {"y:2", 4}};
+  OnnxOptions od = {.n_defines = 5, .defines = defs};
+  g = import_opt(b, &od);
+  ck_assert_msg(g, "%s", diag_text(&ctx));
+  ck_assert(same_dims(&g->outputs[0]->type, 3, xd));
+  /* A -D and the given input disagree. */
+  diag_clear(&ctx);
+  OnnxOptions both = {.n_defines = 1, .defines = &(Define){"batch", 7}, .n_input_shapes = 2, .input_shapes = shapes};
+  expect_error(import_opt(b, &both), "dim 0 of input 'y' is 7 by -D batch=7, but the input given has 2");
+  /* The given input has another rank. */
+  diag_clear(&ctx);
+  InputShape flat[2] = {{"x", 2, xd}, {"y", 3, yd}};
+  OnnxOptions of = {.n_input_shapes = 2, .input_shapes = flat};
+  expect_error(import_opt(b, &of), "input 'x' is given with rank 2, the model declares rank 3");
+  /* Two inputs of one symbol must agree. */
+  Model *c = model_new(17);
+  const char *s2[2] = {"batch", NULL};
+  c->ins[c->g.n_input++] = value_info("a", ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT, 2, (int64_t[]){0, 4}, s2);
+  c->ins[c->g.n_input++] = value_info("b", ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT, 2, (int64_t[]){0, 4}, s2);
+  add_node(c, "Add", "a,b", "s");
+  add_output(c, "s");
+  diag_clear(&ctx);
+  InputShape two[2] = {{"a", 2, (const int64_t[]){2, 4}}, {"b", 2, (const int64_t[]){5, 4}}};
+  OnnxOptions ot = {.n_input_shapes = 2, .input_shapes = two};
+  expect_error(import_opt(c, &ot), "dim 0 of input 'b' is 'batch', which input 'a' gives as 2 (its dim 0), but "
+                                   "'b' is given with 5: the inputs disagree (-D batch=VALUE sets it for both)");
 }
 END_TEST
 
@@ -693,6 +757,7 @@ static Suite *onnx_suite(void) {
   tcase_add_test(tc, test_gemm_initializers_are_params);
   tcase_add_test(tc, test_gemm_trans_alpha_beta);
   tcase_add_test(tc, test_symbolic_batch_needs_define);
+  tcase_add_test(tc, test_free_dims_from_inputs);
   tcase_add_test(tc, test_shape_chain_folds);
   tcase_add_test(tc, test_lstm_gates_reordered_at_import);
   tcase_add_test(tc, test_conv_auto_pad_same);
