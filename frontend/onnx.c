@@ -253,7 +253,6 @@ static bool input_type(Imp *im, const Onnx__ValueInfoProto *vi, TensorType *out)
       char err[768];
       if (!fe_dims_bind(&im->dims, name, rank, i, sym, &v, err, sizeof err)) return ox_bad(im, "%s", err);
     }
-    if (v == 0) return ox_bad(im, "dim %d of graph input '%s' is 0: empty tensors are not supported", i, name);
     if (v < 0 || v > DL_MAX_ELEMS)
       return ox_bad(im, "dim %d of graph input '%s' is %" PRId64 ", out of range (0 to %" PRId64 ")", i, name, v,
                     DL_MAX_ELEMS);
@@ -328,9 +327,6 @@ static bool import_node(Imp *im, const Onnx__GraphProto *gp, int idx) {
     if (in && *in) on.in[i] = ox_find_entry(im, in)->val;
   }
   for (int i = 0; i < on.n_out; i++) want[i] = np->output[i] && *np->output[i];
-  for (int i = 0; i < on.n_in; i++)
-    if (on.in[i] && on.in[i]->empty && (op->fn != ox_op_resize || i == 0)) /* roi, scales, sizes */
-      return ox_bad(im, "input %d ('%s') is an empty tensor: dlcc has no empty tensors", i + 1, np->input[i]);
   int errors = im->c->diag.errors;
   if (!op->fn(im, &on)) {
     if (im->c->diag.errors == errors) ox_bad(im, "cannot import this node");
@@ -377,12 +373,6 @@ static bool import_graph(Imp *im, const Onnx__ModelProto *m) {
     Tensor data;
     char err[512];
     Entry *e;
-    if (ox_proto_is_empty(t)) {
-      e = ox_add_entry(im, t->name, -1);
-      e->val = ox_empty_val(im);
-      e->val->name = e->name;
-      continue;
-    }
     if (!ox_tensor_from_proto(t, im->dir, &data, err, sizeof err))
       return ox_bad(im, "initializer '%s': %s", t->name, err);
     Val *v = ox_known(im, data); /* owned before the next allocation can fail */
@@ -394,7 +384,7 @@ static bool import_graph(Imp *im, const Onnx__ModelProto *m) {
     const Onnx__ValueInfoProto *vi = gp->input[i];
     if (!vi->name || !*vi->name) return ox_bad(im, "graph input %zu has no name", i);
     Entry *e = ox_find_entry(im, vi->name);
-    if (e && (e->val->k || e->val->empty)) continue; /* an initializer's default: a param */
+    if (e && e->val->k) continue; /* an initializer's default: a param */
     if (e) return ox_bad(im, "graph input '%s' is declared twice", vi->name);
     TensorType t;
     if (!input_type(im, vi, &t)) return false;
@@ -447,8 +437,6 @@ static bool import_graph(Imp *im, const Onnx__ModelProto *m) {
     Entry *e = vi->name && *vi->name ? ox_find_entry(im, vi->name) : NULL;
     if (!e || !e->val)
       return ox_bad(im, "graph output '%s' is not computed by any node", vi->name ? vi->name : "");
-    if (e->val->empty)
-      return ox_bad(im, "graph output '%s' is an empty tensor: dlcc has no empty tensors", e->name);
     outs[i] = ox_use(im, e->val);
     names[i] = e->name;
     /* A declared output type must agree with what the graph computes. */

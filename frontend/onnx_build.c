@@ -148,18 +148,7 @@ Val *ox_known_new(Imp *im, const TensorType *t) {
   return ox_known(im, d);
 }
 
-bool ox_proto_is_empty(const Onnx__TensorProto *t) {
-  for (size_t i = 0; i < t->n_dims; i++)
-    if (t->dims[i] == 0) return true;
-  return false;
-}
-
-Val *ox_empty_val(Imp *im) {
-  TensorType t = {.dtype = TY_F32, .rank = 1};
-  Val *v = new_val(im, &t);
-  v->empty = true;
-  return v;
-}
+bool ox_is_empty(const Val *v) { return v && ir_type_numel(&v->type) == 0; }
 
 Val *ox_scalar(Imp *im, double x, DType dt) {
   TensorType t = {.dtype = dt, .rank = 0};
@@ -178,6 +167,8 @@ Val *ox_ints_val(Imp *im, int n, const int64_t *x) {
 
 static bool is_splat(const Tensor *t, double *value) {
   int64_t n = ir_type_numel(&t->type);
+  *value = 0;
+  if (n == 0) return true; /* an empty const: no data */
   double first = ir_tensor_get(t, 0);
   if (isnan(first) || (!ir_dtype_is_float(t->type.dtype) && fabs(first) > 9007199254740992.0))
     return false;
@@ -261,6 +252,13 @@ bool ox_finish(Imp *im, Emit *e, Val **out) {
   Node *n = e->n;
   if (!ir_fill_defaults(im->g, n, err, sizeof err) || !ir_infer(n, err, sizeof err))
     return ox_bad(im, "%s", err);
+  bool all_empty = true;
+  for (int i = 0; i < n->n_out; i++) all_empty &= ir_type_numel(&n->out[i].type) == 0;
+  if (!e->fold && all_empty) {
+    /* Nothing to compute: known results without data, whatever the operands. */
+    for (int i = 0; i < n->n_out; i++) out[i] = ox_known_new(im, &n->out[i].type);
+    return true;
+  }
   if (!e->fold) {
     ir_append(im->g, n);
     for (int i = 0; i < n->n_out; i++) out[i] = ox_val_of(im, &n->out[i]);

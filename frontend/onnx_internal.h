@@ -27,10 +27,6 @@ typedef struct Val {
   /* DequantizeLinear's codes and scales when it made this value, or the
    * accumulator of an int8 product this value dequantizes (QDQ). */
   const struct Quant *dq;
-  /* An empty tensor (a dim of 0): ONNX's way, besides an empty name, to
-   * leave out an optional operand (Resize's roi and scales).  dlcc has no
-   * empty tensors; only the ops that read one as not given take it. */
-  bool empty;
 } Val;
 
 typedef struct Entry {
@@ -115,8 +111,9 @@ bool ox_bad(Imp *im, const char *fmt, ...) __attribute__((format(printf, 2, 3)))
 _Noreturn void ox_oom(Imp *im, const char *what);
 Val *ox_known(Imp *im, Tensor t);
 Val *ox_known_new(Imp *im, const TensorType *t);
-bool ox_proto_is_empty(const Onnx__TensorProto *t);
-Val *ox_empty_val(Imp *im);
+/* A tensor with a dim of 0 (ONNX's way, besides an empty name, to leave
+ * out Resize's roi and scales). */
+bool ox_is_empty(const Val *v);
 Val *ox_scalar(Imp *im, double x, DType dt);
 Val *ox_ints_val(Imp *im, int n, const int64_t *x);
 Value *ox_use(Imp *im, Val *v);

@@ -248,7 +248,7 @@ static Val *resize_apply(Imp *im, Val *y, int d, const ResizeTable *t, int64_t o
 }
 
 /* A Val the importer may treat as not given: absent, or empty. */
-static Val *given(Val *v) { return v && !v->empty ? v : NULL; }
+static Val *given(Val *v) { return v && !ox_is_empty(v) ? v : NULL; }
 
 static bool resize_attrs(Imp *im, bool v10, Resize *r) {
   const char *mode, *nearest;

@@ -220,6 +220,61 @@ START_TEST(test_free_dims_from_inputs) {
 }
 END_TEST
 
+/* Empty tensors: shape arithmetic at import as TorchScript exports it
+ * (a slice of a shape past its end, ConstantOfShape of that empty shape:
+ * a scalar), and an empty input at run time, which is an ordinary input. */
+START_TEST(test_empty_tensors) {
+  Model *b = model_new(17);
+  const char *sym[2] = {"N", NULL};
+  b->ins[b->g.n_input++] = value_info("x", ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT, 2, (int64_t[]){0, 3}, sym);
+  add_init_i64(b, "two", 1, (const int64_t[]){2});
+  add_init_i64(b, "big", 1, (const int64_t[]){INT64_MAX});
+  add_init_i64(b, "ax", 1, (const int64_t[]){0});
+  add_node(b, "Shape", "x", "s");
+  add_node(b, "Slice", "s,two,big", "tail"); /* i64[0] */
+  Onnx__NodeProto *c = add_node(b, "ConstantOfShape", "tail", "one");
+  attr(c, "value", ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__TENSOR)->t =
+      tensor("v", ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT, 1, (const int64_t[]){1});
+  c->attribute[0]->t->n_float_data = 1;
+  c->attribute[0]->t->float_data = mem(sizeof(float));
+  c->attribute[0]->t->float_data[0] = 2;
+  add_node(b, "Concat", "tail,s", "s2");
+  attr_i(b->nodes[b->g.n_node - 1], "axis", 0);
+  add_node(b, "Reshape", "x,s2", "x2");
+  add_node(b, "Mul", "x2,one", "r");     /* f32[N, 3] */
+  add_node(b, "ReduceSum", "x,ax", "sum"); /* f32[1, 3]: zeros when N is 0 */
+  add_node(b, "ReduceMax", "x", "max");    /* f32[1, 1] */
+  add_output(b, "r");
+  add_output(b, "sum");
+  add_output(b, "max");
+  Define n0 = {"N", 0};
+  OnnxOptions o = {.n_defines = 1, .defines = &n0};
+  Graph *g = import_opt(b, &o);
+  ck_assert_msg(g, "%s", diag_text(&ctx));
+  ck_assert(same_dims(&g->outputs[0]->type, 2, (const int64_t[]){0, 3}));
+  ck_assert_int_eq(count_op(g, OP_MUL), 0); /* an empty result is known: no node */
+  Tensor in = {ir_type_make(TY_F32, 2, (const int64_t[]){0, 3}), NULL};
+  const char *nm[1] = {"x"};
+  TensorMap inputs = {1, nm, &in};
+  Tensor out[3];
+  char err[512];
+  ck_assert_msg(ir_eval(g, &inputs, &params, out, err, sizeof err), "eval: %s", err);
+  ck_assert_int_eq(ir_type_numel(&out[0].type), 0);
+  for (int i = 0; i < 3; i++) ck_assert_double_eq(ir_tensor_get(&out[1], i), 0);
+  ck_assert(isinf(ir_tensor_get(&out[2], 0)) && ir_tensor_get(&out[2], 0) < 0);
+  for (int i = 0; i < 3; i++) ir_tensor_free(&out[i]);
+  /* With rows, the scalar of the empty shape multiplies them. */
+  diag_clear(&ctx);
+  Define n2 = {"N", 2};
+  o.defines = &n2;
+  g = import_opt(b, &o);
+  ck_assert_msg(g, "%s", diag_text(&ctx));
+  Tensor y = run1(g, "x", 2, (const int64_t[]){2, 3}, xdata);
+  for (int i = 0; i < 6; i++) ck_assert_double_eq(ir_tensor_get(&y, i), 2 * xdata[i]);
+  ir_tensor_free(&y);
+}
+END_TEST
+
 START_TEST(test_shape_chain_folds) {
   /* y = Reshape(x, Concat(Unsqueeze(Gather(Shape(x), 0)), [-1])) */
   Model *b = model_new(13);
@@ -758,6 +813,7 @@ static Suite *onnx_suite(void) {
   tcase_add_test(tc, test_gemm_trans_alpha_beta);
   tcase_add_test(tc, test_symbolic_batch_needs_define);
   tcase_add_test(tc, test_free_dims_from_inputs);
+  tcase_add_test(tc, test_empty_tensors);
   tcase_add_test(tc, test_shape_chain_folds);
   tcase_add_test(tc, test_lstm_gates_reordered_at_import);
   tcase_add_test(tc, test_conv_auto_pad_same);
