@@ -45,6 +45,10 @@ static const OpEntry onnx_ops[] = {
     {"Add", ox_op_binary, "NumPy broadcasting"},
     {"And", ox_op_logic, NULL},
     {"ArgMax", ox_op_argmax, NULL},
+    {"Attention", ox_op_attention,
+     "opsets 23-25 as its unfused graph: 3-d and 4-d, scale, causal, bool and additive masks (shorter "
+     "ones padded), past key/value, grouped KV heads, softcap, softmax_precision, qk_matmul_output "
+     "modes, nonpad_kv_seqlen, sliding windows"},
     {"ArgMin", ox_op_argmax, NULL},
     {"Asin", ox_op_unary, NULL},
     {"Asinh", ox_op_unary, NULL},
@@ -102,6 +106,9 @@ static const OpEntry onnx_ops[] = {
     {"HardSigmoid", ox_op_hardsigmoid, NULL},
     {"HardSwish", ox_op_unary, NULL},
     {"Identity", ox_op_identity, NULL},
+    {"If", ox_op_if,
+     "a condition known at import imports the branch taken; else both branches are computed and where "
+     "selects (one type per output)"},
     {"InstanceNormalization", ox_op_instancenorm, NULL},
     {"IsInf", ox_op_isinf, "detect_negative, detect_positive"},
     {"IsNaN", ox_op_logic, NULL},
@@ -111,6 +118,7 @@ static const OpEntry onnx_ops[] = {
     {"LessOrEqual", ox_op_logic, NULL},
     {"Log", ox_op_unary, NULL},
     {"LogSoftmax", ox_op_softmax, NULL},
+    {"Loop", ox_op_loop, "unrolled (up to 1024 steps): trip count and condition known at import"},
     {"LRN", ox_op_lrn, "as x^2, an avgpool2d over channels, pow and div"},
     {"LSTM", ox_op_rnn,
      "forward/reverse/bidirectional, layout 0/1; unrolled (up to 1024 steps) for "
@@ -160,6 +168,7 @@ static const OpEntry onnx_ops[] = {
      "constant scales or sizes (and roi); every mode, coordinate transformation and nearest_mode, "
      "cubic_coeff_a, exclude_outside, extrapolation_value, antialias, axes, "
      "keep_aspect_ratio_policy"},
+    {"Scan", ox_op_scan, "opset 9 on; unrolled over the scan axis (up to 1024 steps)"},
     {"Selu", ox_op_elu_family, NULL},
     {"Shrink", ox_op_shrink, NULL},
     {"Shape", ox_op_shape, "folded at import"},
@@ -263,39 +272,63 @@ static bool input_type(Imp *im, const Onnx__ValueInfoProto *vi, TensorType *out)
   return true;
 }
 
+/* The names node np reads: its inputs, and those its subgraphs (If's
+ * branches, Loop's and Scan's bodies) read from outside, at any depth;
+ * f(ud, name) for each (a name local to a subgraph may come too: it is
+ * not found, or found in an outer scope, which costs only an edge). */
+static void node_reads(const Onnx__NodeProto *np, void (*f)(void *, const char *), void *ud) {
+  for (size_t j = 0; j < np->n_input; j++)
+    if (np->input[j] && *np->input[j]) f(ud, np->input[j]);
+  for (size_t a = 0; a < np->n_attribute; a++) {
+    const Onnx__AttributeProto *at = np->attribute[a];
+    const Onnx__GraphProto *gs[1] = {at->g};
+    size_t ng = at->g ? 1 : 0;
+    for (size_t k = 0; k < ng + at->n_graphs; k++) {
+      const Onnx__GraphProto *g = k < ng ? gs[k] : at->graphs[k - ng];
+      for (size_t i = 0; g && i < g->n_node; i++) node_reads(g->node[i], f, ud);
+    }
+  }
+}
+
+typedef struct Deps {
+  Imp *im;
+  int node, *indeg, *start, *fill, *edges;
+  bool counting;
+} Deps;
+
+static void add_dep(void *ud, const char *name) {
+  Deps *d = ud;
+  Entry *e = ox_find_entry(d->im, name);
+  if (!e || e->producer < 0 || e->scope != d->im->scope || e->producer == d->node) return;
+  if (d->counting)
+    d->start[e->producer + 1]++, d->indeg[d->node]++;
+  else
+    d->edges[d->start[e->producer] + d->fill[e->producer]++] = d->node;
+}
+
 /* Kahn's algorithm over the nodes; order[] gets them so that every value
  * is produced before it is used. */
 static bool topo_order(Imp *im, const Onnx__GraphProto *gp, int *order) {
   int n = (int)gp->n_node;
   Arena *a = &im->c->arena;
-  int *indeg = ARENA_ARRAY(a, int, n + 1), *start = ARENA_ARRAY(a, int, n + 2);
-  int total = 0;
-  for (int i = 0; i < n; i++) total += (int)gp->node[i]->n_input;
-  int *edges = ARENA_ARRAY(a, int, total + 1), *fill = ARENA_ARRAY(a, int, n + 1);
-  for (int i = 0; i < n; i++)
-    for (size_t j = 0; j < gp->node[i]->n_input; j++) {
-      const char *in = gp->node[i]->input[j];
-      Entry *e = in && *in ? ox_find_entry(im, in) : NULL;
-      if (e && e->producer >= 0) start[e->producer + 1]++, indeg[i]++;
-    }
-  for (int i = 0; i < n; i++) start[i + 1] += start[i];
-  for (int i = 0; i < n; i++)
-    for (size_t j = 0; j < gp->node[i]->n_input; j++) {
-      const char *in = gp->node[i]->input[j];
-      Entry *e = in && *in ? ox_find_entry(im, in) : NULL;
-      if (e && e->producer >= 0) edges[start[e->producer] + fill[e->producer]++] = i;
-    }
+  Deps d = {.im = im, .indeg = ARENA_ARRAY(a, int, n + 1), .start = ARENA_ARRAY(a, int, n + 2),
+            .fill = ARENA_ARRAY(a, int, n + 1), .counting = true};
+  for (d.node = 0; d.node < n; d.node++) node_reads(gp->node[d.node], add_dep, &d);
+  for (int i = 0; i < n; i++) d.start[i + 1] += d.start[i];
+  d.edges = ARENA_ARRAY(a, int, d.start[n] + 1);
+  d.counting = false;
+  for (d.node = 0; d.node < n; d.node++) node_reads(gp->node[d.node], add_dep, &d);
   int head = 0, tail = 0;
   for (int i = 0; i < n; i++)
-    if (indeg[i] == 0) order[tail++] = i;
+    if (d.indeg[i] == 0) order[tail++] = i;
   while (head < tail) {
     int i = order[head++];
-    for (int k = start[i]; k < start[i + 1]; k++)
-      if (--indeg[edges[k]] == 0) order[tail++] = edges[k];
+    for (int k = d.start[i]; k < d.start[i + 1]; k++)
+      if (--d.indeg[d.edges[k]] == 0) order[tail++] = d.edges[k];
   }
   if (tail == n) return true;
   for (int i = 0; i < n; i++)
-    if (indeg[i] > 0) {
+    if (d.indeg[i] > 0) {
       im->np = gp->node[i];
       im->node_index = i;
       return ox_bad(im, "the graph has a cycle through this node");
@@ -339,7 +372,48 @@ static bool import_node(Imp *im, const Onnx__GraphProto *gp, int idx) {
     if (!on.out[i]) return ox_bad(im, "output %d is not supported", i + 1);
     Entry *e = ox_find_entry(im, np->output[i]);
     e->val = on.out[i];
-    if (!on.out[i]->name) on.out[i]->name = e->name;
+    /* Inside a subgraph (imported once per branch or loop step) a value
+     * keeps no name, so a param made of it gets a fresh one. */
+    if (!on.out[i]->name && !im->scope) on.out[i]->name = e->name;
+  }
+  return true;
+}
+
+/* Registers the nodes' outputs in the current scope, checks that every
+ * input is defined (here or outside), and imports the nodes in
+ * dependency order. */
+bool ox_import_nodes(Imp *im, const Onnx__GraphProto *gp) {
+  for (size_t i = 0; i < gp->n_node; i++) {
+    const Onnx__NodeProto *np = gp->node[i];
+    for (size_t j = 0; j < np->n_output; j++) {
+      const char *out = np->output[j];
+      if (!out || !*out) continue;
+      Entry *e = ox_find_entry(im, out);
+      if (e && e->scope == im->scope) { /* a subgraph may shadow an outer name */
+        im->np = np;
+        im->node_index = (int)i;
+        return ox_bad(im, "value '%s' is defined twice (also %s)", out,
+                      e->producer < 0 ? "as a graph input or initializer" : "by an earlier node");
+      }
+      ox_add_entry(im, out, (int)i);
+    }
+  }
+  for (size_t i = 0; i < gp->n_node; i++) {
+    const Onnx__NodeProto *np = gp->node[i];
+    for (size_t j = 0; j < np->n_input; j++) {
+      const char *in = np->input[j];
+      if (in && *in && !ox_find_entry(im, in)) {
+        im->np = np;
+        im->node_index = (int)i;
+        return ox_bad(im, "input '%s' is not defined: no graph input, initializer or node produces it", in);
+      }
+    }
+  }
+  int *order = ARENA_ARRAY(&im->c->arena, int, gp->n_node + 1);
+  if (!topo_order(im, gp, order)) return false;
+  for (size_t i = 0; i < gp->n_node; i++) {
+    if (!import_node(im, gp, order[i])) return false;
+    if (diag_should_stop(im->c)) return false;
   }
   return true;
 }
@@ -394,38 +468,7 @@ static bool import_graph(Imp *im, const Onnx__ModelProto *m) {
     const Tensor *hint = im->opt && im->opt->known ? ir_tensor_map_find(im->opt->known, vi->name) : NULL;
     if (hint && ir_type_eq(&hint->type, &t)) e->val->hint = hint;
   }
-  for (size_t i = 0; i < gp->n_node; i++) {
-    const Onnx__NodeProto *np = gp->node[i];
-    for (size_t j = 0; j < np->n_output; j++) {
-      const char *out = np->output[j];
-      if (!out || !*out) continue;
-      Entry *e = ox_find_entry(im, out);
-      if (e) {
-        im->np = np;
-        im->node_index = (int)i;
-        return ox_bad(im, "value '%s' is defined twice (also %s)", out,
-                      e->producer < 0 ? "as a graph input or initializer" : "by an earlier node");
-      }
-      ox_add_entry(im, out, (int)i);
-    }
-  }
-  for (size_t i = 0; i < gp->n_node; i++) {
-    const Onnx__NodeProto *np = gp->node[i];
-    for (size_t j = 0; j < np->n_input; j++) {
-      const char *in = np->input[j];
-      if (in && *in && !ox_find_entry(im, in)) {
-        im->np = np;
-        im->node_index = (int)i;
-        return ox_bad(im, "input '%s' is not defined: no graph input, initializer or node produces it", in);
-      }
-    }
-  }
-  int *order = ARENA_ARRAY(a, int, gp->n_node + 1);
-  if (!topo_order(im, gp, order)) return false;
-  for (size_t i = 0; i < gp->n_node; i++) {
-    if (!import_node(im, gp, order[i])) return false;
-    if (diag_should_stop(im->c)) return false;
-  }
+  if (!ox_import_nodes(im, gp)) return false;
   im->np = NULL;
   im->loc = (SrcLoc){0};
   if (gp->n_output == 0) return ox_bad(im, "the graph has no outputs");

@@ -23,11 +23,13 @@ static uint32_t hash_str(const char *s) {
   return h;
 }
 
+/* The innermost scope's entry of that name. */
 Entry *ox_find_entry(Imp *im, const char *name) {
   if (!im->n_buckets) return NULL;
+  Entry *found = NULL;
   for (Entry *e = im->buckets[hash_str(name) & (im->n_buckets - 1)]; e; e = e->next)
-    if (strcmp(e->name, name) == 0) return e;
-  return NULL;
+    if (strcmp(e->name, name) == 0 && (!found || e->scope > found->scope)) found = e;
+  return found;
 }
 
 static void link_entry(Imp *im, Entry *e) {
@@ -54,9 +56,37 @@ Entry *ox_add_entry(Imp *im, const char *name, int producer) {
   Entry *e = ARENA_NEW(&im->c->arena, Entry);
   e->name = arena_strdup(&im->c->arena, name);
   e->producer = producer;
-  link_entry(im, e);
+  e->scope = im->scope;
+  link_entry(im, e); /* at the chain's head: it shadows an outer name */
   im->n_entries++;
+  if (im->scope) {
+    if (im->n_scoped == im->cap_scoped) {
+      int cap = im->cap_scoped ? 2 * im->cap_scoped : 256;
+      Entry **bigger = ARENA_ARRAY(&im->c->arena, Entry *, cap);
+      if (im->n_scoped) memcpy(bigger, im->scoped, sizeof *bigger * (size_t)im->n_scoped);
+      im->scoped = bigger, im->cap_scoped = cap;
+    }
+    im->scoped[im->n_scoped++] = e;
+  }
   return e;
+}
+
+int ox_scope_begin(Imp *im) {
+  im->scope++;
+  return im->n_scoped;
+}
+
+void ox_scope_end(Imp *im, int mark) {
+  while (im->n_scoped > mark) {
+    Entry *e = im->scoped[--im->n_scoped];
+    for (Entry **p = &im->buckets[hash_str(e->name) & (im->n_buckets - 1)]; *p; p = &(*p)->next)
+      if (*p == e) {
+        *p = e->next;
+        im->n_entries--;
+        break;
+      }
+  }
+  im->scope--;
 }
 
 __attribute__((format(printf, 2, 3))) bool ox_bad(Imp *im, const char *fmt, ...) {
@@ -534,8 +564,8 @@ const Tensor *ox_need_const(Imp *im, Val *v, const char *what) {
   if (v->k) return v->k;
   if (v->hint) return v->hint;
   ox_bad(im,
-         "%s computed at run time is not supported: it must be an initializer, a Constant or "
-         "follow from static shapes",
+         "%s computed at run time is not supported: it determines a shape or the ops built, so it must "
+         "be an initializer, a Constant or follow from static shapes",
          what);
   return NULL;
 }

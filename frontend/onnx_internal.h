@@ -33,6 +33,7 @@ typedef struct Entry {
   const char *name;
   Val *val;
   int producer; /* node index; -1 for graph inputs and initializers */
+  int scope;    /* 0: the model's graph; deeper: a subgraph being imported */
   struct Entry *next;
 } Entry;
 
@@ -68,6 +69,11 @@ typedef struct Imp {
   ProtobufCAllocator pb;
   bool pb_failed;
   jmp_buf *unwind;
+  /* Subgraphs (If, Loop, Scan): the depth being imported, and the names
+   * each scope added, removed when it ends. */
+  int scope;
+  Entry **scoped;
+  int n_scoped, cap_scoped;
 } Imp;
 
 typedef struct Emit {
@@ -105,6 +111,10 @@ bool ox_tensor_from_proto(const Onnx__TensorProto *t, const char *dir, Tensor *o
 /* onnx_build.c: names, values, nodes, attributes and operands. */
 Entry *ox_find_entry(Imp *im, const char *name);
 Entry *ox_add_entry(Imp *im, const char *name, int producer);
+/* A scope for a subgraph's names: ox_scope_end(im, mark) removes every
+ * name added since ox_scope_begin returned mark. */
+int ox_scope_begin(Imp *im);
+void ox_scope_end(Imp *im, int mark);
 bool ox_bad(Imp *im, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Reports that an allocation of what failed and unwinds out of the
  * import (it never returns). */
@@ -177,6 +187,15 @@ OpFn ox_op_reshape, ox_op_flatten, ox_op_squeeze, ox_op_unsqueeze, ox_op_transpo
 
 /* onnx_resize.c: Resize, Upsample and GridSample. */
 OpFn ox_op_resize, ox_op_grid_sample;
+
+/* onnx.c: a graph's nodes in the current scope. */
+bool ox_import_nodes(Imp *im, const Onnx__GraphProto *gp);
+
+/* onnx_control.c: If, Loop and Scan. */
+OpFn ox_op_if, ox_op_loop, ox_op_scan;
+
+/* onnx_attention.c: Attention as its unfused graph. */
+OpFn ox_op_attention;
 
 /* onnx_rnn.c: RNN, GRU and LSTM, unrolled. */
 OpFn ox_op_rnn;

@@ -155,6 +155,17 @@ bool ox_op_prelu(Imp *im, ONode *n) {
                              ox_op2(im, OP_MUL, slope, ox_op2s(im, OP_MINIMUM, x, 0.0))));
 }
 
+/* A bound computed at run time (openWakeWord's min = ReduceMax(x) - 80):
+ * min(maximum(x, min), max) with it as an operand, which is also max
+ * where min > max. */
+static Val *clip_by(Imp *im, Val *x, Val *bound, OpKind op) {
+  if (ir_type_numel(&bound->type) != 1) {
+    ox_bad(im, "Clip's %s must hold one value", op == OP_MAXIMUM ? "min" : "max");
+    return NULL;
+  }
+  return ox_op2(im, op, x, ox_cast(im, ox_reshape(im, bound, 0, NULL), x->type.dtype));
+}
+
 bool ox_op_clip(Imp *im, ONode *n) {
   Val *x = ox_in_req(im, n, 0);
   if (!x) return false;
@@ -162,8 +173,13 @@ bool ox_op_clip(Imp *im, ONode *n) {
   if (im->opset < 11) {
     if (!ox_attr_float(im, "min", -INFINITY, &lo) || !ox_attr_float(im, "max", INFINITY, &hi)) return false;
   } else {
-    if (ox_in_opt(n, 1) && !ox_const_scalar(im, n->in[1], "Clip's min", &lo)) return false;
-    if (ox_in_opt(n, 2) && !ox_const_scalar(im, n->in[2], "Clip's max", &hi)) return false;
+    Val *vlo = ox_in_opt(n, 1), *vhi = ox_in_opt(n, 2);
+    if ((vlo && !vlo->k && !vlo->hint) || (vhi && !vhi->k && !vhi->hint)) {
+      Val *y = vlo ? clip_by(im, x, vlo, OP_MAXIMUM) : x;
+      return (n->out[0] = y && vhi ? clip_by(im, y, vhi, OP_MINIMUM) : y);
+    }
+    if (vlo && !ox_const_scalar(im, vlo, "Clip's min", &lo)) return false;
+    if (vhi && !ox_const_scalar(im, vhi, "Clip's max", &hi)) return false;
   }
   /* ONNX's Clip is min(max(x, min), max): with min > max, every element is max. */
   if (lo > hi) lo = hi;
@@ -308,11 +324,23 @@ bool ox_op_trilu(Imp *im, ONode *n) {
   if (!x || !ox_attr_int(im, "upper", 1, &upper)) return false;
   if (x->type.rank < 2) return ox_bad(im, "the input must have at least 2 dims, got rank %d", x->type.rank);
   double kv;
-  if (ox_in_opt(n, 1)) {
-    if (!ox_const_scalar(im, n->in[1], "Trilu's k", &kv)) return false;
+  const int64_t *d = x->type.dims + x->type.rank - 2;
+  Val *vk = ox_in_opt(n, 1);
+  if (vk && !vk->k && !vk->hint) {
+    /* k at run time: j - i, known, compared with it. */
+    if (ir_type_numel(&vk->type) != 1) return ox_bad(im, "Trilu's k must hold one value");
+    TensorType dt = ir_type_make(TY_I64, 2, d);
+    Val *diff = ox_known_new(im, &dt);
+    for (int64_t i = 0; i < d[0]; i++)
+      for (int64_t j = 0; j < d[1]; j++) ((int64_t *)diff->k->data)[i * d[1] + j] = j - i;
+    Val *kk = ox_cast(im, ox_reshape(im, vk, 0, NULL), TY_I64);
+    Val *mask = ox_op2(im, upper ? OP_GREATER_EQUAL : OP_LESS_EQUAL, diff, kk);
+    return (n->out[0] = ox_where(im, mask, x, ox_scalar(im, 0, x->type.dtype)));
+  }
+  if (vk) {
+    if (!ox_const_scalar(im, vk, "Trilu's k", &kv)) return false;
     k = (int64_t)kv;
   }
-  const int64_t *d = x->type.dims + x->type.rank - 2;
   TensorType mt = ir_type_make(TY_BOOL, 2, d);
   Val *mask = ox_known_new(im, &mt);
   uint8_t *m = mask->k->data;
@@ -866,9 +894,10 @@ bool ox_op_reduce(Imp *im, ONode *n) {
     Val *mk = keep ? m : ox_reduce(im, OP_REDUCE_MAX, x, k, axes, false);
     return (n->out[0] = ox_op2(im, OP_ADD, ox_op1(im, OP_LOG, s), mk));
   }
-  /* ReduceMax and ReduceMin of bools (opset 20): any and all, as i32. */
+  /* ReduceMax and ReduceMin of bools (opset 20): any and all, as i32
+   * (over nothing the least and greatest i32: false and true). */
   if (x->type.dtype == TY_BOOL && (op == OP_REDUCE_MAX || op == OP_REDUCE_MIN))
-    return (n->out[0] = ox_cast(im, ox_reduce(im, op, ox_cast(im, y, TY_I32), k, axes, keep), TY_BOOL));
+    return (n->out[0] = ox_op2s(im, OP_GREATER, ox_reduce(im, op, ox_cast(im, y, TY_I32), k, axes, keep), 0));
   y = ox_reduce(im, op, y, k, axes, keep);
   if (l2) y = ox_op1(im, OP_SQRT, y);
   if (logsum) y = ox_op1(im, OP_LOG, y);

@@ -539,6 +539,15 @@ static Val *pad_by_gather(Imp *im, Val *x, const char *mode, const int64_t *full
   return y;
 }
 
+static Val *pad_constant(Imp *im, Val *x, const int64_t *full, double value) {
+  if (!x) return NULL;
+  Emit e;
+  Node *p = ox_begin(im, &e, OP_PAD, 1, &x);
+  ir_set_ints(im->g, p, "pads", 2 * x->type.rank, full);
+  ir_set_float(im->g, p, "value", value);
+  return ox_emit1(im, &e);
+}
+
 bool ox_op_pad(Imp *im, ONode *n) {
   Val *x = ox_in_req(im, n, 0);
   const char *mode;
@@ -551,6 +560,7 @@ bool ox_op_pad(Imp *im, ONode *n) {
   int r = x->type.rank, k;
   int64_t pads[64], axes[64];
   double value = 0;
+  Val *run_value = NULL; /* the constant value, computed at run time */
   int ka = -1;
   if (im->opset < 11) {
     const int64_t *p;
@@ -560,7 +570,13 @@ bool ox_op_pad(Imp *im, ONode *n) {
   } else {
     Val *pv = ox_in_req(im, n, 1);
     if (!pv || !ox_const_ints(im, pv, "the pads", &k, pads)) return false;
-    if (ox_in_opt(n, 2) && !ox_const_scalar(im, n->in[2], "the constant value", &value)) return false;
+    Val *cv = ox_in_opt(n, 2);
+    if (cv && !cv->k && !cv->hint) {
+      if (ir_type_numel(&cv->type) != 1) return ox_bad(im, "the constant value must hold one value");
+      run_value = ox_cast(im, ox_reshape(im, cv, 0, NULL), x->type.dtype);
+    } else if (cv && !ox_const_scalar(im, cv, "the constant value", &value)) {
+      return false;
+    }
     if (ox_in_opt(n, 3) && !ox_const_ints(im, n->in[3], "the axes", &ka, axes)) return false;
   }
   int na = ka >= 0 ? ka : r;
@@ -585,11 +601,16 @@ bool ox_op_pad(Imp *im, ONode *n) {
   }
   if (!y || !any) return (n->out[0] = y);
   if (!constant) return (n->out[0] = pad_by_gather(im, y, mode, full));
-  Emit e;
-  Node *p = ox_begin(im, &e, OP_PAD, 1, &y);
-  ir_set_ints(im->g, p, "pads", 2 * r, full);
-  ir_set_float(im->g, p, "value", value);
-  return (n->out[0] = ox_emit1(im, &e));
+  Val *padded = pad_constant(im, y, full, value);
+  if (run_value && padded) {
+    /* Where the padding is (a known mask: true inside), the value. */
+    TensorType bt = y->type;
+    bt.dtype = TY_BOOL;
+    Val *inside = ox_known_new(im, &bt);
+    memset(inside->k->data, 1, ir_tensor_nbytes(&bt));
+    padded = ox_where(im, pad_constant(im, inside, full, 0), padded, run_value);
+  }
+  return (n->out[0] = padded);
 }
 
 bool ox_op_depth_space(Imp *im, ONode *n) {

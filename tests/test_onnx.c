@@ -275,6 +275,159 @@ START_TEST(test_empty_tensors) {
 }
 END_TEST
 
+/* Attention (opset 23) as its unfused graph: 3-d Q [1, 3, 4 heads * 2]
+ * over K and V of 2 heads (grouped: query heads 0, 1 read KV head 0),
+ * causal, and a bool mask that hides key 1 from every query: against
+ * attention computed here. */
+START_TEST(test_attention_gqa_causal) {
+  enum { L = 3, QH = 4, KH = 2, E = 2 };
+  Model *b = model_new(23);
+  add_input(b, "q", 3, (const int64_t[]){1, L, QH * E});
+  add_input(b, "k", 3, (const int64_t[]){1, L, KH * E});
+  add_input(b, "v", 3, (const int64_t[]){1, L, KH * E});
+  add_init_raw(b, "m", ONNX__TENSOR_PROTO__DATA_TYPE__BOOL, 2, (const int64_t[]){L, L},
+               (const uint8_t[]){1, 0, 1, 1, 0, 1, 1, 0, 1}, 9);
+  Onnx__NodeProto *n = add_node(b, "Attention", "q,k,v,m", "y");
+  attr_i(n, "q_num_heads", QH);
+  attr_i(n, "kv_num_heads", KH);
+  attr_i(n, "is_causal", 1);
+  add_output(b, "y");
+  Graph *g = must_import(b);
+  float q[L * QH * E], k[L * KH * E], v[L * KH * E];
+  for (int i = 0; i < L * QH * E; i++) q[i] = (float)sin(i + 1.0);
+  for (int i = 0; i < L * KH * E; i++) k[i] = (float)cos(i * 0.7), v[i] = (float)(i % 5) - 2;
+  Tensor in[3] = {{ir_type_make(TY_F32, 3, (const int64_t[]){1, L, QH * E}), q},
+                  {ir_type_make(TY_F32, 3, (const int64_t[]){1, L, KH * E}), k},
+                  {ir_type_make(TY_F32, 3, (const int64_t[]){1, L, KH * E}), v}};
+  const char *nm[3] = {"q", "k", "v"};
+  TensorMap inputs = {3, nm, in};
+  Tensor y;
+  char err[512];
+  ck_assert_msg(ir_eval(g, &inputs, &params, &y, err, sizeof err), "eval: %s", err);
+  ck_assert(same_dims(&y.type, 3, (const int64_t[]){1, L, QH * E}));
+  for (int h = 0; h < QH; h++)
+    for (int i = 0; i < L; i++) {
+      int kvh = h / (QH / KH);
+      double w[L], sum = 0;
+      for (int j = 0; j < L; j++) {
+        double dot = 0;
+        for (int e = 0; e < E; e++) dot += q[i * QH * E + h * E + e] * k[j * KH * E + kvh * E + e];
+        bool ok = j <= i && j != 1;
+        w[j] = ok ? exp(dot / sqrt((double)E)) : 0;
+        sum += w[j];
+      }
+      for (int e = 0; e < E; e++) {
+        double want = 0;
+        for (int j = 0; j < L; j++) want += w[j] / sum * v[j * KH * E + kvh * E + e];
+        ck_assert_double_eq_tol(ir_tensor_get(&y, i * QH * E + h * E + e), want, 1e-6);
+      }
+    }
+  ir_tensor_free(&y);
+}
+END_TEST
+
+/* A subgraph for If, Loop and Scan: its inputs and outputs typed f32[3]
+ * (the graph names them; their types are the values bound to them). */
+static Model *subgraph(const char *ins, const char *outs) {
+  Model *g = model_new(17);
+  size_t ni, no;
+  char **in = names(ins, &ni), **out = names(outs, &no);
+  for (size_t i = 0; i < ni && *in[i]; i++) add_input(g, in[i], 1, (const int64_t[]){3});
+  for (size_t i = 0; i < no; i++) add_output(g, out[i]);
+  return g;
+}
+
+static void expect_values(Tensor *t, int n, const double *want, const char *what) {
+  ck_assert_int_eq(ir_type_numel(&t->type), n);
+  for (int i = 0; i < n; i++)
+    ck_assert_msg(fabs(ir_tensor_get(t, i) - want[i]) < 1e-6, "%s[%d] is %g, want %g", what, i,
+                  ir_tensor_get(t, i), want[i]);
+  ir_tensor_free(t);
+}
+
+/* If with a condition at run time (both branches and a where) and a
+ * constant one (the branch taken alone); the branches read x from
+ * outside. */
+START_TEST(test_if_branches) {
+  for (int constant = 0; constant < 2; constant++) {
+    Model *b = model_new(17);
+    add_input(b, "x", 1, (const int64_t[]){3});
+    if (constant)
+      add_init_raw(b, "c", ONNX__TENSOR_PROTO__DATA_TYPE__BOOL, 1, (const int64_t[]){1}, (const uint8_t[]){0}, 1);
+    else
+      add_input_typed(b, "c", ONNX__TENSOR_PROTO__DATA_TYPE__BOOL, 1, (const int64_t[]){1});
+    Model *t = subgraph("", "y1"), *e = subgraph("", "y2");
+    add_node(t, "Add", "x,x", "y1");
+    add_node(e, "Neg", "x", "y2");
+    Onnx__NodeProto *n = add_node(b, "If", "c", "y");
+    attr(n, "then_branch", ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__GRAPH)->g = &t->g;
+    attr(n, "else_branch", ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__GRAPH)->g = &e->g;
+    add_output(b, "y");
+    Graph *g = must_import(b);
+    ck_assert_int_eq(count_op(g, OP_WHERE), !constant);
+    const float x[3] = {1, -2, 4};
+    for (int c = 0; c < 2 - constant; c++) {
+      uint8_t cv = (uint8_t)c;
+      Tensor in[2] = {{ir_type_make(TY_F32, 1, (const int64_t[]){3}), (void *)x},
+                      {ir_type_make(TY_BOOL, 1, (const int64_t[]){1}), &cv}};
+      TensorMap inputs = {2 - constant, (const char *[]){"x", "c"}, in};
+      Tensor y;
+      char err[256];
+      ck_assert_msg(ir_eval(g, &inputs, &params, &y, err, sizeof err), "%s", err);
+      expect_values(&y, 3, c ? (const double[]){2, -4, 8} : (const double[]){-1, 2, -4}, "y");
+    }
+  }
+}
+END_TEST
+
+/* Loop of 3 steps: v += x, the scan output the v each step starts with.
+ * Scan backwards over the rows of [3, 3]: s += row, each s kept. */
+START_TEST(test_loop_scan_unrolled) {
+  Model *b = model_new(17);
+  add_input(b, "x", 1, (const int64_t[]){3});
+  add_init_i64(b, "M", 1, (const int64_t[]){3});
+  b->inits[b->g.n_initializer - 1]->n_dims = 0; /* a scalar trip count */
+  Model *body = subgraph("i,cond,v", "cond_out,v_out,v_scan");
+  body->ins[0] = value_info("i", ONNX__TENSOR_PROTO__DATA_TYPE__INT64, 0, NULL, NULL);
+  body->ins[1] = value_info("cond", ONNX__TENSOR_PROTO__DATA_TYPE__BOOL, 0, NULL, NULL);
+  add_node(body, "Identity", "cond", "cond_out");
+  add_node(body, "Add", "v,x", "v_out");
+  add_node(body, "Identity", "v", "v_scan");
+  attr(add_node(b, "Loop", "M,,x", "v_final,vs"), "body", ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__GRAPH)->g =
+      &body->g;
+  add_input(b, "rows", 2, (const int64_t[]){3, 3});
+  add_init_f32(b, "zero", 1, (const int64_t[]){3}, 3, (const float[]){0, 0, 0});
+  Model *sb = subgraph("s,r", "s_out,keep");
+  add_node(sb, "Add", "s,r", "s_out");
+  add_node(sb, "Identity", "s_out", "keep");
+  Onnx__NodeProto *sc = add_node(b, "Scan", "zero,rows", "sum,sums");
+  attr(sc, "body", ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__GRAPH)->g = &sb->g;
+  attr_i(sc, "num_scan_inputs", 1);
+  attr_is(sc, "scan_input_directions", 1, (const int64_t[]){1});
+  add_output(b, "v_final");
+  add_output(b, "vs");
+  add_output(b, "sum");
+  add_output(b, "sums");
+  Graph *g = must_import(b);
+  const float x[3] = {1, -2, 4}, rows[9] = {1, 2, 3, 10, 20, 30, 100, 200, 300};
+  Tensor in[2] = {{ir_type_make(TY_F32, 1, (const int64_t[]){3}), (void *)x},
+                  {ir_type_make(TY_F32, 2, (const int64_t[]){3, 3}), (void *)rows}};
+  TensorMap inputs = {2, (const char *[]){"x", "rows"}, in};
+  Tensor y[4];
+  char err[256];
+  ck_assert_msg(ir_eval(g, &inputs, &params, y, err, sizeof err), "%s", err);
+  expect_values(&y[0], 3, (const double[]){4, -8, 16}, "v_final");
+  ck_assert(same_dims(&y[1].type, 2, (const int64_t[]){3, 3}));
+  expect_values(&y[1], 9, (const double[]){1, -2, 4, 2, -4, 8, 3, -6, 12}, "vs");
+  expect_values(&y[2], 3, (const double[]){111, 222, 333}, "sum");
+  expect_values(&y[3], 9, (const double[]){100, 200, 300, 110, 220, 330, 111, 222, 333}, "sums");
+  /* A condition the body computes at run time cannot be unrolled. */
+  add_input_typed(b, "go", ONNX__TENSOR_PROTO__DATA_TYPE__BOOL, 0, NULL);
+  body->nodes[0]->input = names("go", &(size_t){0});
+  expect_error(import(b), "(Loop): the body computes its condition at run time: not supported");
+}
+END_TEST
+
 START_TEST(test_shape_chain_folds) {
   /* y = Reshape(x, Concat(Unsqueeze(Gather(Shape(x), 0)), [-1])) */
   Model *b = model_new(13);
@@ -814,6 +967,9 @@ static Suite *onnx_suite(void) {
   tcase_add_test(tc, test_symbolic_batch_needs_define);
   tcase_add_test(tc, test_free_dims_from_inputs);
   tcase_add_test(tc, test_empty_tensors);
+  tcase_add_test(tc, test_attention_gqa_causal);
+  tcase_add_test(tc, test_if_branches);
+  tcase_add_test(tc, test_loop_scan_unrolled);
   tcase_add_test(tc, test_shape_chain_folds);
   tcase_add_test(tc, test_lstm_gates_reordered_at_import);
   tcase_add_test(tc, test_conv_auto_pad_same);
