@@ -580,13 +580,31 @@ bool ox_op_conv_transpose(Imp *im, ONode *n) {
   return (n->out[0] = ox_from_2d(im, ox_emit1(im, &e), win.spatial));
 }
 
+/* |x|^p, and its p-th root: LpPool's two ends. */
+static Val *abs_pow(Imp *im, Val *x, double p) {
+  if (p == 2) return ox_op2(im, OP_MUL, x, x);
+  Val *a = ox_op1(im, OP_ABS, x);
+  return p == 1 ? a : ox_op2s(im, OP_POW, a, p);
+}
+
+static Val *root(Imp *im, Val *x, double p) {
+  return p == 1 ? x : p == 2 ? ox_op1(im, OP_SQRT, x) : ox_op2s(im, OP_POW, x, 1 / p);
+}
+
+/* MaxPool, AveragePool and LpPool (the window sum of |x|^p, an average
+ * counting the zero padding times the window's size, to the 1/p). */
 bool ox_op_pool(Imp *im, ONode *n) {
-  bool is_max = strcmp(im->np->op_type, "MaxPool") == 0;
+  bool is_max = strcmp(im->np->op_type, "MaxPool") == 0, is_lp = strcmp(im->np->op_type, "LpPool") == 0;
   Val *x = ox_in_req(im, n, 0);
-  int64_t ceil_mode, include_pad = 0;
+  int64_t ceil_mode, include_pad = 0, p = 2;
   if (!x || !ox_attr_int(im, "ceil_mode", 0, &ceil_mode)) return false;
   if (is_max && !ox_attr_only(im, "storage_order", 0, 0)) return false;
-  if (!is_max && !ox_attr_int(im, "count_include_pad", 0, &include_pad)) return false;
+  if (!is_max && !is_lp && !ox_attr_int(im, "count_include_pad", 0, &include_pad)) return false;
+  if (is_lp) {
+    if (!ox_attr_int(im, "p", 2, &p) || !ox_need_float_in(im, x)) return false;
+    if (p < 1) return ox_bad(im, "p=%" PRId64 " is not supported (1 or more)", p);
+    include_pad = 1;
+  }
   if (is_max && n->n_out > 1 && n->want[1]) return ox_bad(im, "the Indices output is not supported");
   Window win;
   if (!spatial_window(im, x, NULL, 3, &win)) return false;
@@ -594,15 +612,21 @@ bool ox_op_pool(Imp *im, ONode *n) {
   for (int i = 0; i < m; i++)
     if (win.pad[i] > win.kernel[i] / 2 || win.pad[m + i] > win.kernel[i] / 2)
       return ox_bad(im, "padding larger than half the kernel is not supported");
-  Val *x2 = ox_to_2d(im, x);
+  Val *x2 = ox_to_2d(im, is_lp ? abs_pow(im, ox_widen(im, x), (double)p) : x);
   if (!x2) return false;
   Emit e;
   OpKind op = is_max ? (m == 3 ? OP_MAXPOOL3D : OP_MAXPOOL2D) : (m == 3 ? OP_AVGPOOL3D : OP_AVGPOOL2D);
-  Node *p = ox_begin(im, &e, op, 1, &x2);
-  set_window(im, p, &win, true);
-  ir_set_int(im->g, p, "ceil_mode", ceil_mode != 0);
-  if (!is_max) ir_set_int(im->g, p, "count_include_pad", include_pad != 0);
-  return (n->out[0] = ox_from_2d(im, ox_emit1(im, &e), win.spatial));
+  Node *pn = ox_begin(im, &e, op, 1, &x2);
+  set_window(im, pn, &win, true);
+  ir_set_int(im->g, pn, "ceil_mode", ceil_mode != 0);
+  if (!is_max) ir_set_int(im->g, pn, "count_include_pad", include_pad != 0);
+  Val *y = ox_from_2d(im, ox_emit1(im, &e), win.spatial);
+  if (is_lp) {
+    double size = 1;
+    for (int i = 0; i < m; i++) size *= (double)win.kernel[i];
+    y = ox_narrow(im, root(im, ox_op2s(im, OP_MUL, y, size), (double)p), x->type.dtype);
+  }
+  return (n->out[0] = y);
 }
 
 bool ox_op_global_pool(Imp *im, ONode *n) {
@@ -610,6 +634,14 @@ bool ox_op_global_pool(Imp *im, ONode *n) {
   if (!x) return false;
   if (x->type.rank < 3) return ox_bad(im, "needs an input [N, C, ...] of rank >= 3");
   bool is_max = strcmp(im->np->op_type, "GlobalMaxPool") == 0;
+  if (strcmp(im->np->op_type, "GlobalLpPool") == 0) {
+    int64_t p, axes[DL_MAX_RANK];
+    if (!ox_attr_int(im, "p", 2, &p) || !ox_need_float_in(im, x)) return false;
+    if (p < 1) return ox_bad(im, "p=%" PRId64 " is not supported (1 or more)", p);
+    for (int d = 2; d < x->type.rank; d++) axes[d - 2] = d;
+    Val *s = ox_reduce(im, OP_REDUCE_SUM, abs_pow(im, ox_widen(im, x), (double)p), x->type.rank - 2, axes, true);
+    return (n->out[0] = ox_narrow(im, root(im, s, (double)p), x->type.dtype));
+  }
   if (!is_max && x->type.rank == 4) return (n->out[0] = ox_op1(im, OP_GLOBAL_AVGPOOL, x));
   int64_t axes[DL_MAX_RANK];
   int k = 0;

@@ -63,6 +63,10 @@ static const char *const default_emu[] = {
     /* Attention as its unfused graph, If, Loop and Scan unrolled */
     "test_attention_3d_gqa", "test_attention_4d_attn_mask_bool", "test_attention_4d_with_past_and_present",
     "test_if", "test_loop11", "test_scan9_sum",
+    /* newer ops by decomposition */
+    "test_mish", "test_swish", "test_mvn", "test_l2normalization_axis_1", "test_group_normalization_example",
+    "test_cumsum_2d_int32", "test_cumprod_1d_int32_exclusive", "test_lppool_2d_strides",
+    "test_center_crop_pad_crop_and_pad",
 };
 
 typedef struct Stats {
