@@ -926,10 +926,10 @@ bool ox_op_reduce(Imp *im, ONode *n) {
     Val *mk = keep ? m : ox_reduce(im, OP_REDUCE_MAX, x, k, axes, false);
     return (n->out[0] = ox_op2(im, OP_ADD, ox_op1(im, OP_LOG, s), mk));
   }
-  /* ReduceMax and ReduceMin of bools (opset 20): any and all, as i32
-   * (over nothing the least and greatest i32: false and true). */
+  /* ReduceMax and ReduceMin of bools (opset 20): any and all, in f32
+   * (over nothing -inf and +inf: false and true). */
   if (x->type.dtype == TY_BOOL && (op == OP_REDUCE_MAX || op == OP_REDUCE_MIN))
-    return (n->out[0] = ox_op2s(im, OP_GREATER, ox_reduce(im, op, ox_cast(im, y, TY_I32), k, axes, keep), 0));
+    return (n->out[0] = ox_op2s(im, OP_GREATER, ox_reduce(im, op, ox_cast(im, y, TY_F32), k, axes, keep), 0));
   y = ox_reduce(im, op, y, k, axes, keep);
   if (l2) y = ox_op1(im, OP_SQRT, y);
   if (logsum) y = ox_op1(im, OP_LOG, y);
