@@ -474,8 +474,21 @@ static void cast(Out *o, const KExpr *e) {
     return;
   }
   if (is_half(to)) {
+    /* An i32 or i64 goes straight to the half type, rounded once: through
+     * float it would round twice (2^24 + 2^16 + 1 is a bf16 tie in float,
+     * and ties to 2^24, where it lies above the tie). */
+    DType f = from == KT_INDEX ? k->index : from;
+    if (f == TY_I32 || f == TY_I64) {
+      bool h = to == TY_F16;
+      fputs(f == TY_I32 ? (h ? "__int2half_rn(" : "__int2bfloat16_rn(")
+                        : (h ? "__ll2half_rn((long long)" : "__ll2bfloat16_rn((long long)"),
+            o->f);
+      expr(o, e->a[0]);
+      fputc(')', o->f);
+      return;
+    }
     fputs(to == TY_F16 ? "__float2half_rn(" : "__float2bfloat16_rn(", o->f);
-    if (!ir_dtype_is_float(from) || from == KT_INDEX) fputs("(float)", o->f);
+    if (!ir_dtype_is_float(from)) fputs("(float)", o->f);
     fexpr(o, e->a[0]);
     fputc(')', o->f);
     return;
