@@ -623,6 +623,7 @@ Graph *fe_onnx_import_bytes(Ctx *c, const char *name, const void *data, size_t l
   *params = (TensorMap){0};
   Imp im = {.c = c, .file = name, .opt = opt, .fold_max = FOLD_MAX_ELEMS};
   if (opt && opt->max_fold_elems > 0) im.fold_max = opt->max_fold_elems;
+  im.max_nodes = opt && opt->max_nodes > 0 ? opt->max_nodes : IR_MAX_NODES;
   bool ok = import_guarded(&im, data, len, params);
   if (im.m) onnx__model_proto__free_unpacked(im.m, &im.pb);
   if (!ok) ir_tensor_map_free(params);

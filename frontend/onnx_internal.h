@@ -63,6 +63,7 @@ typedef struct Imp {
   bool *attr_used;
   SrcLoc loc;
   int64_t fold_max;
+  int max_nodes; /* OnnxOptions.max_nodes, or IR_MAX_NODES */
   /* The decoded model, its decoder's allocator (which notes a failure),
    * and where an allocation failure unwinds to (onnx.c). */
   Onnx__ModelProto *m;

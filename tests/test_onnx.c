@@ -728,6 +728,10 @@ START_TEST(test_rnn_unrolled) {
   diag_clear(&ctx);
   expect_error(import(rnn_model(1100, NULL)), "(RNN): unrolled, this is 1100 steps, more than dlcc unrolls (1024)");
   diag_clear(&ctx);
+  /* Unrolling multiplies one ONNX node: the graph's node bound holds. */
+  expect_error(import_opt(rnn_model(1000, NULL), &(OnnxOptions){.max_nodes = 500}),
+               "(RNN): model too large: more than 500 operations in the imported graph");
+  diag_clear(&ctx);
   Model *b = rnn_model(3, NULL);
   add_init_i64(b, "lens", 1, (const int64_t[]){4});
   b->nodes[0]->input = names("x,W,R,,lens", &b->nodes[0]->n_input);
