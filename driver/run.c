@@ -635,8 +635,11 @@ static int run_model(RunOptions *o) {
     dlc_tensor_info info;
     const void *data;
     size_t nbytes;
-    dlc_output_info(m, i, &info);
-    dlc_get_output(m, i, &data, &nbytes);
+    if (dlc_output_info(m, i, &info) != DLC_OK || dlc_get_output(m, i, &data, &nbytes) != DLC_OK) {
+      fputs(dlc_error(m), stderr);
+      rc = 1;
+      break;
+    }
     print_summary(&info, data);
     if (o->output_dir && !write_output(&out, i, &info, data, nbytes)) rc = 1;
   }
