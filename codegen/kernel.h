@@ -26,6 +26,10 @@ typedef enum {
   KSP_GLOBAL,   /* a kernel parameter: device memory */
   KSP_SHARED,   /* __shared__ array of numel elements */
   KSP_REGISTER, /* per-thread array of numel elements */
+  /* per-thread array of numel 32-bit registers holding matrix fragments
+   * as the tensor-core instructions take them (raw bits, `unsigned`);
+   * only the KS_MMA/KS_LDMATRIX/KS_TF32 statements touch them */
+  KSP_FRAGMENT,
 } KSpace;
 
 /* How a loop's iterations are spread over the GPU. */
@@ -50,6 +54,11 @@ typedef struct KBuf {
   KSpace space;
   int64_t numel;
   bool read, written;
+  /* KSP_SHARED carved from the launch's dynamic shared memory at this
+   * byte offset (cg_kdynshared), so buffers may overlap on purpose and
+   * the total may pass the 48 KiB a kernel may declare statically. */
+  bool dynamic;
+  uint32_t offset;
 } KBuf;
 
 /* A scalar: loop variable, local register, or scalar kernel parameter. */
@@ -76,7 +85,8 @@ typedef enum {
   KE_DP4A,   /* a[2] + the four products of a[0]'s and a[1]'s signed bytes (CUDA's __dp4a) */
 } KExprKind;
 
-typedef enum { KI_ADD, KI_SUB, KI_MUL, KI_DIV, KI_MOD, KI_MIN, KI_MAX } KIdxOp;
+/* KI_XOR on non-negative indices only (shared-memory swizzles). */
+typedef enum { KI_ADD, KI_SUB, KI_MUL, KI_DIV, KI_MOD, KI_MIN, KI_MAX, KI_XOR } KIdxOp;
 typedef enum { KC_LT, KC_LE, KC_GT, KC_GE, KC_EQ, KC_NE } KCmpOp;
 
 typedef struct KExpr KExpr;
@@ -104,7 +114,30 @@ typedef enum {
   KS_BARRIER, /* __syncthreads() */
   KS_VLOAD,   /* declares the 4-lane vector var = buf[index .. index+3] (16-byte aligned) */
   KS_VSTORE,  /* buf[index .. index+3] = lanes[0..3] (16-byte aligned) */
+  KS_CHUNK,   /* buf[index .. index+count) = chunk[0 .. count): one 8- or 16-byte store (so aligned) */
+  /* The tensor-core statements (docs/tensorcores.md).  The warp-collective
+   * ones (KS_MMA, KS_LDMATRIX) must be reached by all 32 lanes of a warp
+   * together.  Fragments are KSP_FRAGMENT buffers, accumulators f32 or
+   * i32 registers, each statement's operands `count` consecutive
+   * registers from its index. */
+  KS_MMA,       /* buf[index..+4] = src[src_at..+4] x src2[src2_at..+2] + buf[index..+4] (mma.sync by tc) */
+  KS_LDMATRIX,  /* buf[index..+count] = ldmatrix .x<count> (.trans) of the 8x8 b16 matrices whose
+                   rows this lane's address src[src_at] is one of (shared memory) */
+  KS_CP_ASYNC,  /* count bytes (4, 8, 16) from src[src_at] to shared buf[index], of which only
+                   value bytes are read and the rest zero-filled; done at the KS_CP_WAIT that
+                   retires its group */
+  KS_CP_COMMIT, /* closes this thread's group of KS_CP_ASYNC */
+  KS_CP_WAIT,   /* until at most count of this thread's committed groups are still pending */
+  KS_TF32,      /* fragment buf[index] = its f32 bits rounded to tf32 (cvt.rna) */
 } KStmtKind;
+
+/* Which mma.sync a KS_MMA is: operand types, shape and accumulator. */
+typedef enum {
+  KTC_F16,  /* m16n8k16, f16 x f16 + f32 */
+  KTC_BF16, /* m16n8k16, bf16 x bf16 + f32 */
+  KTC_S8,   /* m16n8k32, s8 x s8 + s32 (wrapping) */
+  KTC_TF32, /* m16n8k8, tf32 x tf32 + f32 */
+} KTcKind;
 
 typedef struct KStmt KStmt;
 typedef struct KBlock {
@@ -126,6 +159,13 @@ struct KStmt {
   KExpr *index;
   KBlock body, orelse;
   KExpr *lanes[4]; /* KS_VSTORE */
+  KExpr **chunk;   /* KS_CHUNK */
+  /* the tensor-core statements' operands (above) */
+  KBuf *src, *src2;
+  KExpr *src_at, *src2_at;
+  int count;
+  KTcKind tc;
+  bool trans;
 };
 
 /* A parameter: a global buffer or a scalar, with what it is bound to in
@@ -157,7 +197,9 @@ typedef struct Kernel {
   KBlock body;
   uint32_t grid[3], block[3];
   bool uses_barriers;
+  bool uses_tc; /* calls the tensor-core functions (their prelude) */
   uint32_t shared_bytes;
+  uint32_t dynamic_shared_bytes;
   bool finished;
 } Kernel;
 
@@ -176,6 +218,12 @@ KVar *cg_kparam(Kernel *k, const char *name, DType dt, int64_t ival, float fval)
 KVar *cg_kparam_range(Kernel *k, const char *name, DType dt, int64_t ival, int64_t lo, int64_t hi);
 /* A __shared__ (KSP_SHARED) or per-thread (KSP_REGISTER) array. */
 KBuf *cg_klocal(Kernel *k, const char *stem, DType dt, int64_t numel, KSpace space);
+/* numel elements of the launch's dynamic shared memory from byte offset
+ * (a multiple of 16); the launch gets as many bytes as the furthest one
+ * reaches. */
+KBuf *cg_kdynshared(Kernel *k, const char *stem, DType dt, int64_t numel, uint32_t offset);
+/* A fragment of numel 32-bit registers (KSP_FRAGMENT). */
+KBuf *cg_kfrag(Kernel *k, const char *stem, int64_t numel);
 /* A fresh local: name is a stem ("acc" -> "acc3" when taken). */
 KVar *cg_kvar(Kernel *k, const char *stem, DType dt);
 /* Picks the index type and orders the parameters (read-only buffers,
@@ -228,6 +276,20 @@ void cg_kset(Kernel *k, KBlock *in, KVar *var, KExpr *value);
 void cg_kstore(Kernel *k, KBlock *in, KBuf *b, KExpr *index, KExpr *value);
 KStmt *cg_kif(Kernel *k, KBlock *in, KExpr *cond); /* fill ->body (and ->orelse) */
 void cg_kbarrier(Kernel *k, KBlock *in);
+/* One store of count values of b's dtype, 8 or 16 bytes in all, at
+ * b[index] (aligned to its size). */
+void cg_kchunk(Kernel *k, KBlock *in, KBuf *b, KExpr *index, KExpr *const *values, int count);
+
+/* The tensor-core statements (KS_MMA ...). */
+void cg_kmma(Kernel *k, KBlock *in, KTcKind tc, KBuf *acc, KExpr *acc_at, KBuf *a, KExpr *a_at, KBuf *b,
+             KExpr *b_at);
+void cg_kldmatrix(Kernel *k, KBlock *in, KBuf *frag, KExpr *frag_at, int count, bool trans, KBuf *smem,
+                  KExpr *row_at);
+void cg_kcp_async(Kernel *k, KBlock *in, int bytes, KBuf *smem, KExpr *smem_at, KBuf *gmem, KExpr *gmem_at,
+                  KExpr *src_bytes);
+void cg_kcp_commit(Kernel *k, KBlock *in);
+void cg_kcp_wait(Kernel *k, KBlock *in, int pending);
+void cg_ktf32(Kernel *k, KBlock *in, KBuf *frag, KExpr *at);
 
 /* ---- kernel-IR passes (unroll.c) ---- */
 
