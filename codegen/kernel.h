@@ -363,6 +363,9 @@ const CgGroup *cg_group(CgBuild *b);
 void cg_set_group(CgBuild *b, const CgGroup *grp);
 /* Appends the group's GEMMs and its one kernel; false after reporting. */
 bool cg_lower_group(CgBuild *b, const CgGroup *grp);
+/* Whether v is computed inside the group being lowered (by the loads
+ * that read it: cg_fused_load) rather than stored. */
+bool cg_is_fused(CgBuild *b, const Value *v);
 /* v[index] when v is computed inside the group being lowered (its
  * expression, lets into blk, or a pure expression when blk is NULL);
  * NULL when v is stored. */
@@ -374,8 +377,63 @@ bool cg_fused_store(CgBuild *b, Kernel *k, KBlock *blk, const Value *out, KExpr 
                     KExpr *value);
 /* "conv2d_batchnorm_relu" for kernel names. */
 const char *cg_group_hint(Ctx *c, const CgGroup *grp);
-/* A convolution (groups 1) as one tiled implicit-GEMM kernel. */
+/* A convolution as one tiled implicit-GEMM kernel (conv_igemm.c): groups
+ * 1, or grouped where cg_conv_on_tc says the tensor cores take it. */
 bool cg_lower_conv_igemm(CgBuild *b, const Node *n);
+bool cg_conv_on_tc(CgBuild *b, const Node *n);
+
+/* ---- tensor-core GEMMs (tc_gemm.c, docs/tensorcores.md) ---- */
+
+/* One operand of a tensor-core GEMM, seen as rows of K elements (A: M
+ * rows, B: N rows; z is the batch index, e.g. a convolution's group).
+ * The callbacks add to the kernel k and return expressions. */
+typedef struct CgTcOperand {
+  int64_t rows;
+  /* consecutive k are adjacent in memory: threads walk along a row */
+  bool k_major;
+  /* The operand is a plain global array whose chunks of 16 bytes along K
+   * are contiguous and 16-byte aligned when K is a multiple of a chunk:
+   * its buffer, else NULL (then nothing may have been added to k). */
+  KBuf *(*async_buf)(void *ctx, Kernel *k);
+  /* With async_buf: the index in it of element (row, kk), kk a multiple
+   * of a chunk; *ok (or NULL) whether that chunk exists (else zeros). */
+  KExpr *(*chunk_at)(void *ctx, Kernel *k, KBlock *blk, KExpr *z, KExpr *row, KExpr *kk, KExpr **ok);
+  /* Otherwise element by element: what a row needs once (may be NULL),
+   * then element (row, kk) of the tile's dtype, statements into blk. */
+  void *(*row_begin)(void *ctx, Kernel *k, KBlock *blk, KExpr *z, KExpr *row);
+  KExpr *(*element)(void *ctx, void *row, Kernel *k, KBlock *blk, KExpr *z, KExpr *kk);
+} CgTcOperand;
+
+/* C[z][m][n] = sum over k < K of A[z][m][k] * B[z][n][k], for z < batch,
+ * in f32 (s32 for int8), each element handed to store. */
+typedef struct CgTcGemm {
+  const Node *node;
+  const char *hint, *what; /* the kernel's name stem and plan label */
+  KTcKind tc;
+  int64_t m, n, k, batch;
+  CgTcOperand a, b;
+  void *ctx; /* the callbacks' */
+  /* element (m, n) of batch z: acc is its sum (f32, or i32 for KTC_S8) */
+  void (*store)(void *ctx, Kernel *k, KBlock *blk, KExpr *z, KExpr *m, KExpr *n, KExpr *acc);
+} CgTcGemm;
+
+/* The tile a problem gets (docs/tensorcores.md's table and heuristic). */
+typedef struct CgTcTile {
+  int bm, bn;   /* the block's tile of C */
+  int wm, wn;   /* warps along M and N */
+  int stages;   /* K stages in flight */
+  int split;    /* slices of K added by a second kernel (1: none) */
+} CgTcTile;
+
+/* The SMs the tile choice fills: an H200's. */
+enum { CG_TC_TARGET_SMS = 132 };
+
+CgTcTile cg_tc_choose(int64_t m, int64_t n, int64_t k, int64_t batch, KTcKind tc);
+/* The tensor-core instruction for operands of dtype dt (f32 only with
+ * tf32); false when there is none. */
+bool cg_tc_kind(DType dt, bool tf32, KTcKind *tc);
+/* Appends g's kernel(s). */
+void cg_tc_gemm(CgBuild *b, const CgTcGemm *g);
 
 /* ---- cost (plan_cost.c, docs/cost.md) ---- */
 
