@@ -130,6 +130,7 @@ typedef struct Side {
   KBuf *stage;  /* ... these, a chunk per slot */
   int n_slots;
   KExpr *row[MAX_SLOTS], *chunk[MAX_SLOTS], *grow[MAX_SLOTS];
+  KExpr *soff[MAX_SLOTS]; /* the chunk's offset in a stage, swizzled */
   KExpr *slot_ok[MAX_SLOTS]; /* a chunk of the tile at all (NULL: always) */
   KExpr *row_ok[MAX_SLOTS];  /* a row of the operand (NULL: always) */
   void *data[MAX_SLOTS];
@@ -146,6 +147,8 @@ typedef struct Gen {
   DType tile, acc_t;
   Side side[2];
   KExpr *tid, *lane, *z, *kt_end, *wrow0, *wcol0;
+  /* ldmatrix: this lane's first row offset, chunk and swizzle, per side */
+  KExpr *a_row, *a_chunk, *a_swz, *b_row, *b_chunk, *b_swz;
   KBuf *acc, *af, *bf;
 } Gen;
 
@@ -163,7 +166,7 @@ static KStmt *unrolled(Kernel *k, KBlock *in, const char *stem, int64_t n, KVar 
   return cg_kloop(k, in, *var, ki(k, n), KM_UNROLL);
 }
 
-/* Element (row, logical chunk c) of stage st of a side, swizzled.  A
+/* What a row's logical chunks are XORed with in shared memory.  A stage
  * row is 64 bytes, four 16-byte chunks; logical chunk c of row r lives
  * at chunk c ^ (r / 2) % 4.  The 32 banks of 4 bytes make 8 groups of 16
  * bytes, and a warp's 16-byte accesses go in phases of 8 lanes, which
@@ -177,11 +180,12 @@ static KStmt *unrolled(Kernel *k, KBlock *in, const char *stem, int64_t n, KVar 
  *    chunks and the rows differ in parity.
  *  - staged stores walking down a column: rows r0 .. r0 + 7 of one
  *    chunk, as ldmatrix. */
-static KExpr *smem_at(Gen *G, int s, KExpr *st, KExpr *row, KExpr *chunk) {
+static KExpr *swizzle(Kernel *k, KExpr *row) { return kmod(k, kdiv(k, row, 2), CHUNKS); }
+
+/* Element off of stage st of side s. */
+static KExpr *stage_at(Gen *G, int s, KExpr *st, KExpr *off) {
   Kernel *k = G->k;
-  KExpr *phys = cg_kidx(k, KI_XOR, chunk, kmod(k, kdiv(k, row, 2), CHUNKS));
-  KExpr *e = cg_kadd(k, cg_kmul(k, row, ki(k, G->bk)), cg_kmul(k, phys, ki(k, G->epc)));
-  return cg_kadd(k, cg_kmul(k, st, ki(k, G->side[s].rows * G->bk)), e);
+  return cg_kadd(k, cg_kmul(k, st, ki(k, G->side[s].rows * G->bk)), off);
 }
 
 /* Which chunks thread tid moves: consecutive threads along a row when
@@ -198,6 +202,8 @@ static void setup_side(Gen *G, KBlock *body, int s, KExpr *tile0) {
     S->row[l] = ilet(k, body, "r", S->op->k_major ? kdiv(k, idx, CHUNKS) : kmod(k, idx, S->rows));
     S->chunk[l] = ilet(k, body, "c", S->op->k_major ? kmod(k, idx, CHUNKS) : kdiv(k, idx, S->rows));
     S->grow[l] = ilet(k, body, "g", cg_kadd(k, tile0, S->row[l]));
+    KExpr *phys = cg_kidx(k, KI_XOR, S->chunk[l], swizzle(k, S->row[l]));
+    S->soff[l] = ilet(k, body, "so", cg_kadd(k, cg_kmul(k, S->row[l], ki(k, G->bk)), cg_kmul(k, phys, ki(k, G->epc))));
     S->row_ok[l] = S->op->rows % S->rows ? klt(k, S->grow[l], ki(k, S->op->rows)) : NULL;
     S->data[l] = !S->gbuf && S->op->row_begin ? S->op->row_begin(G->g->ctx, k, body, G->z, S->grow[l]) : NULL;
   }
@@ -228,7 +234,7 @@ static void issue_async(Gen *G, KBlock *blk, int s, KExpr *kt, KExpr *st) {
     KExpr *inner = NULL;
     KExpr *idx = S->op->chunk_at(G->g->ctx, k, at, G->z, S->grow[l], kk, &inner);
     KExpr *ok = kv(k, cg_klet(k, at, "ok", TY_I32, cg_kand(k, cg_kand(k, S->row_ok[l], k_ok(G, kt, kk)), inner)));
-    cg_kcp_async(k, at, CHUNK, S->sm, smem_at(G, s, st, S->row[l], S->chunk[l]), S->gbuf,
+    cg_kcp_async(k, at, CHUNK, S->sm, stage_at(G, s, st, S->soff[l]), S->gbuf,
                  cg_ksel(k, ok, idx, ki(k, 0)), cg_ksel(k, ok, ki(k, CHUNK), ki(k, 0)));
   }
 }
@@ -260,30 +266,46 @@ static void put(Gen *G, KBlock *blk, int s, KExpr *st) {
     KBlock *at = S->slot_ok[l] ? &cg_kif(k, blk, S->slot_ok[l])->body : blk;
     KExpr *vals[16];
     for (int e = 0; e < G->epc; e++) vals[e] = cg_kload(k, S->stage, ki(k, l * G->epc + e));
-    cg_kchunk(k, at, S->sm, smem_at(G, s, st, S->row[l], S->chunk[l]), vals, G->epc);
+    cg_kchunk(k, at, S->sm, stage_at(G, s, st, S->soff[l]), vals, G->epc);
   }
 }
 
 static bool any_async(const Gen *G) { return G->side[0].gbuf || G->side[1].gbuf; }
 
+/* The rows this lane names to ldmatrix and their swizzle, which mi and
+ * nj do not change: a warp's rows start at a multiple of 16 and mi, nj
+ * step by 16, so (row / 2) % 4 is the lane's part of the row's alone. */
+static void lane_rows(Gen *G, KBlock *body) {
+  Kernel *k = G->k;
+  KExpr *ar = kmod(k, G->lane, 16), *br = cg_kadd(k, cg_kmul(k, kdiv(k, G->lane, 16), ki(k, 8)), kmod(k, G->lane, 8));
+  G->a_row = ilet(k, body, "ar", cg_kmul(k, cg_kadd(k, G->wrow0, ar), ki(k, G->bk)));
+  G->a_chunk = ilet(k, body, "ac", kdiv(k, G->lane, 16));
+  G->a_swz = ilet(k, body, "as", swizzle(k, ar));
+  G->b_row = ilet(k, body, "br", cg_kmul(k, cg_kadd(k, G->wcol0, br), ki(k, G->bk)));
+  G->b_chunk = ilet(k, body, "bc", kmod(k, kdiv(k, G->lane, 8), 2));
+  G->b_swz = ilet(k, body, "bs", swizzle(k, br));
+}
+
 /* The mma work on stage st: per k-step, the warp's A fragments (16 rows
  * each: ldmatrix.x4 of rows lane % 16 at chunk lane / 16 of the step's
  * two) and B fragments (two blocks of 8 columns per ldmatrix.x4: matrix
- * lane / 8 is block lane / 16, chunk lane / 8 % 2), then every product. */
+ * lane / 8 is block lane / 16, chunk lane / 8 % 2), then every product.
+ * The lane's rows and their swizzle are set once (lane_rows). */
 static void compute(Gen *G, KBlock *blk, KExpr *st) {
   Kernel *k = G->k;
   KVar *ks, *mi, *nj, *r, *mi2, *ni2;
   KBlock *step = &unrolled(k, blk, "ks", ROW_BYTES / KSTEP, &ks)->body;
   KExpr *c2 = cg_kmul(k, kv(k, ks), ki(k, KSTEP / CHUNK));
   KBlock *la = &unrolled(k, step, "mi", G->mi, &mi)->body;
-  KExpr *arow = cg_kadd(k, G->wrow0, cg_kadd(k, cg_kmul(k, kv(k, mi), ki(k, 16)), kmod(k, G->lane, 16)));
+  KExpr *arow = cg_kadd(k, G->a_row, cg_kmul(k, kv(k, mi), ki(k, 16 * G->bk)));
+  KExpr *achunk = cg_kidx(k, KI_XOR, cg_kadd(k, c2, G->a_chunk), G->a_swz);
   cg_kldmatrix(k, la, G->af, cg_kmul(k, kv(k, mi), ki(k, 4)), 4, false, G->side[0].sm,
-               smem_at(G, 0, st, arow, cg_kadd(k, c2, kdiv(k, G->lane, 16))));
+               stage_at(G, 0, st, cg_kadd(k, arow, cg_kmul(k, achunk, ki(k, G->epc)))));
   KBlock *lb = &unrolled(k, step, "nj", G->ni / 2, &nj)->body;
-  KExpr *brow = cg_kadd(k, G->wcol0, cg_kadd(k, cg_kmul(k, kv(k, nj), ki(k, 16)),
-                                             cg_kadd(k, cg_kmul(k, kdiv(k, G->lane, 16), ki(k, 8)), kmod(k, G->lane, 8))));
+  KExpr *brow = cg_kadd(k, G->b_row, cg_kmul(k, kv(k, nj), ki(k, 16 * G->bk)));
+  KExpr *bchunk = cg_kidx(k, KI_XOR, cg_kadd(k, c2, G->b_chunk), G->b_swz);
   cg_kldmatrix(k, lb, G->bf, cg_kmul(k, kv(k, nj), ki(k, 4)), 4, false, G->side[1].sm,
-               smem_at(G, 1, st, brow, cg_kadd(k, c2, kmod(k, kdiv(k, G->lane, 8), 2))));
+               stage_at(G, 1, st, cg_kadd(k, brow, cg_kmul(k, bchunk, ki(k, G->epc)))));
   if (G->g->tc == KTC_TF32) {
     /* ldmatrix moved the f32 bits; the mma takes tf32 */
     KBlock *ra = &unrolled(k, step, "r", G->mi * 4, &r)->body;
@@ -428,6 +450,7 @@ void cg_tc_gemm(CgBuild *b, const CgTcGemm *g) {
   cg_kstore(k, zb, G->acc, kv(k, z), cg_kimm(k, 0, G->acc_t));
   setup_side(G, body, 0, m0);
   setup_side(G, body, 1, n0);
+  lane_rows(G, body);
 
   /* Iteration j loads K tile j into stage j % stages and, from j =
    * stages - 1 on, computes tile j - (stages - 1): the first iterations
