@@ -314,7 +314,7 @@ END_TEST
 
 /* tf32 only when asked; then within TF32_TOLERANCE of ir_eval (measured
  * on emu: see docs/tensorcores.md), while the default stays exact. */
-enum { TF32_TOLERANCE_X1E4 = 20 };
+enum { TF32_TOLERANCE_X1E4 = 10 };
 
 START_TEST(f32_exact_unless_tf32) {
   Conv p = {"f32", "f32", 2, 2, 24, 40, 1, {9, 9}, {3, 3}, ONES3, {1, 1, 1, 1}, ONES3, .bias = true, .relu = true};
