@@ -444,10 +444,32 @@ static bool tc_run(const char *backend, const TcData *d, const char *source, uin
                     TC_STEP("pipe", MK_PIPE, 64, 1, pipe[1]),        TC_STEP("pipe", MK_PIPE, 64, 1, pipe[2]),
                     TC_STEP("pipe", MK_PIPE, 64, 1, pipe[3]),        TC_STEP("ldsm_x1", MK_LDSM_X1, 32, 1, x1),
                     TC_STEP("cp_groups", MK_CP_GROUPS, 32, 1, grp),  TC_STEP("cp_sizes", MK_CP_SIZES, 32, 1, sz)};
+  /* One contract per step, read off its arguments: each pointer may touch
+   * its whole tensor (inputs read, outputs written), each size is itself. */
+  enum { TC_STEPS = sizeof steps / sizeof *steps, TC_MAX_ARGS = 10 };
+  RtContract tc_contracts[TC_STEPS];
+  RtParam params[TC_STEPS][TC_MAX_ARGS];
+  for (uint32_t s = 0; s < TC_STEPS; s++) {
+    RtLaunch *l = &steps[s].launch;
+    for (uint32_t a = 0; a < l->n_args; a++) {
+      const RtArg *arg = &l->args[a];
+      RtParam *q = &params[s][a];
+      *q = (RtParam){.kind = arg->kind, .lo = arg->i, .hi = arg->i};
+      if (arg->kind == RT_ARG_PTR) {
+        bool written = arg->ref.space == RT_SPACE_OUTPUT;
+        q->access = written ? RT_ACCESS_WRITE : RT_ACCESS_READ;
+        q->nbytes = (written ? outs : in)[arg->ref.index].nbytes;
+      }
+    }
+    tc_contracts[s] = (RtContract){.kernel = l->kernel, .n_params = l->n_args, .params = params[s]};
+    memcpy(tc_contracts[s].grid, l->grid, sizeof l->grid);
+    memcpy(tc_contracts[s].block, l->block, sizeof l->block);
+    l->contract = s;
+  }
   RtPlan plan = {.magic = RT_PLAN_MAGIC, .version = RT_PLAN_VERSION, .model_name = "rt_check_tc", .source = source,
-                 .n_kernels = MK_COUNT, .kernels = mma_kernels, .n_steps = sizeof steps / sizeof *steps,
-                 .steps = steps, .n_inputs = sizeof in / sizeof *in, .inputs = in, .n_outputs = TC_OUTPUTS,
-                 .outputs = outs};
+                 .n_kernels = MK_COUNT, .kernels = mma_kernels, .n_contracts = TC_STEPS, .contracts = tc_contracts,
+                 .n_steps = TC_STEPS, .steps = steps, .n_inputs = sizeof in / sizeof *in, .inputs = in,
+                 .n_outputs = TC_OUTPUTS, .outputs = outs};
   char what[64];
   snprintf(what, sizeof what, "tensor cores on %s", backend);
   DlrtModel *m = open_plan(&plan, backend, what);
