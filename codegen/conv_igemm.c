@@ -27,21 +27,12 @@ static KExpr *kdiv(Kernel *k, KExpr *a, int64_t d) { return cg_kidx(k, KI_DIV, a
 static KExpr *kmod(Kernel *k, KExpr *a, int64_t d) { return cg_kidx(k, KI_MOD, a, ki(k, d)); }
 static KExpr *klt(Kernel *k, KExpr *a, int64_t v) { return cg_kcmp(k, KC_LT, a, ki(k, v)); }
 
-static KExpr *operand_load(CgBuild *b, Kernel *k, KBlock *blk, const Value *v, const char *name,
-                           KExpr *index) {
-  KExpr *f = cg_fused_load(b, k, blk, v, index);
-  if (f) return f;
-  double c;
-  if (cg_const_of(b, v, &c)) return cg_kimm(k, c, v->type.dtype);
-  return cg_kload(k, cg_kglobal(k, name, v->type.dtype, ir_type_numel(&v->type), cg_ref(b, v)), index);
-}
-
 /* dst[at] = cond ? load : fill, as an if so that a fused load's lets
  * stay inside the guard. */
 static void guarded_fill(CgBuild *b, Kernel *k, KBlock *in, KExpr *cond, KBuf *dst, KExpr *at,
                          const Value *v, const char *name, KExpr *index, int64_t fill) {
   KStmt *s = cg_kif(k, in, cond);
-  cg_kstore(k, &s->body, dst, at, operand_load(b, k, &s->body, v, name, index));
+  cg_kstore(k, &s->body, dst, at, cg_operand_load(b, k, &s->body, v, name, index));
   cg_kstore(k, &s->orelse, dst, at, cg_kimm(k, (double)fill, dst->dtype));
 }
 
@@ -118,7 +109,7 @@ static bool conv_fma(CgBuild *b, const Node *n) {
   if (a_ok)
     guarded_fill(b, k, &lla->body, a_ok, As, a_at, w, "w", w_at, 0);
   else
-    cg_kstore(k, &lla->body, As, a_at, operand_load(b, k, &lla->body, w, "w", w_at));
+    cg_kstore(k, &lla->body, As, a_at, cg_operand_load(b, k, &lla->body, w, "w", w_at));
   /* im2col tile: consecutive threads read consecutive output pixels. */
   KVar *lb = cg_kvar(k, "l", KT_INDEX);
   KStmt *llb = cg_kloop(k, &lk->body, lb, ki(k, TN * TK / THREADS), KM_UNROLL);
@@ -155,7 +146,7 @@ static bool conv_fma(CgBuild *b, const Node *n) {
   if (b_ok)
     guarded_fill(b, k, bb, b_ok, Bs, b_at, x, "x", x_at, cg_zero_point(n));
   else
-    cg_kstore(k, bb, Bs, b_at, operand_load(b, k, bb, x, "x", x_at));
+    cg_kstore(k, bb, Bs, b_at, cg_operand_load(b, k, bb, x, "x", x_at));
   cg_kbarrier(k, &lk->body);
   /* The 4x4 register tile. */
   KVar *kk = cg_kvar(k, "kk", KT_INDEX), *i = cg_kvar(k, "i", KT_INDEX), *j = cg_kvar(k, "j", KT_INDEX);
@@ -192,7 +183,7 @@ static bool conv_fma(CgBuild *b, const Node *n) {
   KVar *oi = cg_klet(k, sb, "o", KT_INDEX, oidx);
   KExpr *val = cg_kload(k, acc, cg_kadd(k, cg_kmul(k, kv(k, i2), ki(k, RT)), kv(k, j2)));
   if (n->n_in > 2)
-    val = cg_kop2(k, OP_ADD, val, cg_kcast(k, operand_load(b, k, sb, n->in[2], "bias", kv(k, m)), at_t));
+    val = cg_kop2(k, OP_ADD, val, cg_kcast(k, cg_operand_load(b, k, sb, n->in[2], "bias", kv(k, m)), at_t));
   if (!cg_fused_store(b, k, sb, out, kv(k, oi), val)) {
     KBuf *o = cg_kglobal(k, "out", out->type.dtype, ir_type_numel(&out->type), cg_ref(b, out));
     cg_kstore(k, sb, o, kv(k, oi), cg_kcast(k, val, out->type.dtype));
@@ -287,7 +278,7 @@ static void *w_row(void *ctx, Kernel *k, KBlock *blk, KExpr *z, KExpr *row) {
 
 static KExpr *w_element(void *ctx, void *row, Kernel *k, KBlock *blk, KExpr *z, KExpr *kk) {
   ConvTc *cv = ctx;
-  return operand_load(cv->b, k, blk, cv->w, "w", w_index(cv, k, z, row, kk));
+  return cg_operand_load(cv->b, k, blk, cv->w, "w", w_index(cv, k, z, row, kk));
 }
 
 static KExpr *let_index(Kernel *k, KBlock *blk, const char *stem, KExpr *e) {
@@ -320,11 +311,11 @@ static KExpr *x_element(void *ctx, void *row, Kernel *k, KBlock *blk, KExpr *z, 
     if (cv->padded)
       inside = cg_kand(k, inside, cg_kand(k, cg_kcmp(k, KC_GE, pos, ki(k, 0)), klt(k, pos, cv->in[d])));
   }
-  if (!inside) return operand_load(cv->b, k, blk, cv->x, "x", at);
+  if (!inside) return cg_operand_load(cv->b, k, blk, cv->x, "x", at);
   DType dt = cv->x->type.dtype;
   KVar *v = cg_klet(k, blk, "xv", dt, cg_kimm(k, (double)cg_zero_point(cv->n), dt));
   KStmt *s = cg_kif(k, blk, inside);
-  cg_kset(k, &s->body, v, operand_load(cv->b, k, &s->body, cv->x, "x", at));
+  cg_kset(k, &s->body, v, cg_operand_load(cv->b, k, &s->body, cv->x, "x", at));
   return kv(k, v);
 }
 
@@ -335,7 +326,7 @@ static void conv_store(void *ctx, Kernel *k, KBlock *blk, KExpr *z, KExpr *m, KE
                      kmod(k, n, cv->OHW));
   KExpr *oi = let_index(k, blk, "o", o), *val = acc;
   if (cv->n->n_in > 2)
-    val = cg_kop2(k, OP_ADD, val, cg_kcast(k, operand_load(cv->b, k, blk, cv->n->in[2], "bias", co), cv->acc_t));
+    val = cg_kop2(k, OP_ADD, val, cg_kcast(k, cg_operand_load(cv->b, k, blk, cv->n->in[2], "bias", co), cv->acc_t));
   if (!cg_fused_store(cv->b, k, blk, cv->out, oi, val)) {
     KBuf *ob = cg_kglobal(k, "out", cv->out->type.dtype, ir_type_numel(&cv->out->type), cg_ref(cv->b, cv->out));
     cg_kstore(k, blk, ob, oi, cg_kcast(k, val, cv->out->type.dtype));

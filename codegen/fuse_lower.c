@@ -389,6 +389,14 @@ KExpr *cg_fused_load(CgBuild *b, Kernel *k, KBlock *blk, const Value *v, KExpr *
   return eval(&E, v, site_new(&E, &v->type, index));
 }
 
+KExpr *cg_operand_load(CgBuild *b, Kernel *k, KBlock *blk, const Value *v, const char *name, KExpr *index) {
+  KExpr *f = cg_fused_load(b, k, blk, v, index);
+  if (f) return f;
+  double c;
+  if (cg_const_of(b, v, &c)) return cg_kimm(k, c, v->type.dtype);
+  return cg_kload(k, cg_kglobal(k, name, v->type.dtype, ir_type_numel(&v->type), cg_ref(b, v)), index);
+}
+
 bool cg_fused_store(CgBuild *b, Kernel *k, KBlock *blk, const Value *out, KExpr *index,
                     KExpr *value) {
   const CgGroup *grp = cg_group(b);

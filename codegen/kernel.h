@@ -370,6 +370,9 @@ bool cg_is_fused(CgBuild *b, const Value *v);
  * expression, lets into blk, or a pure expression when blk is NULL);
  * NULL when v is stored. */
 KExpr *cg_fused_load(CgBuild *b, Kernel *k, KBlock *blk, const Value *v, KExpr *index);
+/* v[index] as an operand: computed (cg_fused_load), a splat const's
+ * immediate, or loaded from v's bytes as a buffer called name. */
+KExpr *cg_operand_load(CgBuild *b, Kernel *k, KBlock *blk, const Value *v, const char *name, KExpr *index);
 /* When out is the anchor of the group being lowered and members follow
  * it: stores the root's element at index computed from value (the
  * anchor's element) and returns true; else false and nothing happens. */

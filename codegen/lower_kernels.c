@@ -72,11 +72,7 @@ static KBuf *global_of(CgBuild *b, Kernel *k, const Value *v, const char *name) 
  * when blk is NULL). */
 static KExpr *load_in(CgBuild *b, Kernel *k, KBlock *blk, const Value *v, const char *name,
                       KExpr *index) {
-  KExpr *f = cg_fused_load(b, k, blk, v, index);
-  if (f) return f;
-  double c;
-  if (cg_const_of(b, v, &c)) return cg_kimm(k, c, v->type.dtype);
-  return cg_kload(k, global_of(b, k, v, name), index);
+  return cg_operand_load(b, k, blk, v, name, index);
 }
 
 static KExpr *load_of(CgBuild *b, Kernel *k, const Value *v, const char *name, KExpr *index) {

@@ -753,6 +753,26 @@ START_TEST(huge_tensors_index_in_64_bits) {
 }
 END_TEST
 
+/* A plan of one launch of kern (in source), for the kernels these tests
+ * build by hand. */
+static RtPlan one_launch(const char *source, const RtKernel *kern, const RtContract *contract, const RtStep *step,
+                         int n_in, const RtTensorDesc *ins, const RtTensorDesc *out) {
+  return (RtPlan){.magic = RT_PLAN_MAGIC,
+                  .version = RT_PLAN_VERSION,
+                  .model_name = kern->name,
+                  .source = source,
+                  .n_kernels = 1,
+                  .kernels = kern,
+                  .n_contracts = 1,
+                  .contracts = contract,
+                  .n_steps = 1,
+                  .steps = step,
+                  .n_inputs = (uint32_t)n_in,
+                  .inputs = ins,
+                  .n_outputs = 1,
+                  .outputs = out};
+}
+
 /* The IR beyond what today's lowering uses: a block stages x in shared
  * memory, synchronizes, thread 0 sums it through an unrolled register
  * array.  Printed, compiled by NVRTC, run on emu (fibers at the barrier). */
@@ -806,20 +826,7 @@ START_TEST(shared_memory_and_barriers) {
   RtContract contract = {.grid = {1, 1, 1}, .block = {64, 1, 1}, .n_params = 2, .params = params};
   RtTensorDesc ind = {.name = "x", .rank = 1, .dims = {N}, .nbytes = N * 4, .where = in};
   RtTensorDesc outd = {.name = "y", .rank = 0, .nbytes = 4, .where = out};
-  RtPlan plan = {.magic = RT_PLAN_MAGIC,
-                 .version = RT_PLAN_VERSION,
-                 .model_name = "block_sum",
-                 .source = source,
-                 .n_kernels = 1,
-                 .kernels = &kern,
-                 .n_contracts = 1,
-                 .contracts = &contract,
-                 .n_steps = 1,
-                 .steps = &step,
-                 .n_inputs = 1,
-                 .inputs = &ind,
-                 .n_outputs = 1,
-                 .outputs = &outd};
+  RtPlan plan = one_launch(source, &kern, &contract, &step, 1, &ind, &outd);
   float xs[N], got = 0, want = 0;
   for (int i = 0; i < N; i++) xs[i] = (float)(i % 7) - 3.0f, want += xs[i];
   DlrtModel *m;
@@ -923,20 +930,7 @@ START_TEST(tensor_core_statements) {
   RtTensorDesc ins[2] = {{.name = "a", .dtype = RT_DT_F16, .rank = 2, .dims = {16, 16}, .nbytes = 512, .where = ra},
                          {.name = "b", .dtype = RT_DT_F16, .rank = 2, .dims = {8, 16}, .nbytes = 256, .where = rb}};
   RtTensorDesc outd = {.name = "d", .rank = 2, .dims = {16, 8}, .nbytes = 512, .where = rd};
-  RtPlan plan = {.magic = RT_PLAN_MAGIC,
-                 .version = RT_PLAN_VERSION,
-                 .model_name = "mma16x8",
-                 .source = source,
-                 .n_kernels = 1,
-                 .kernels = &kern,
-                 .n_contracts = 1,
-                 .contracts = &contract,
-                 .n_steps = 1,
-                 .steps = &step,
-                 .n_inputs = 2,
-                 .inputs = ins,
-                 .n_outputs = 1,
-                 .outputs = &outd};
+  RtPlan plan = one_launch(source, &kern, &contract, &step, 2, ins, &outd);
   uint16_t ah[256], bh[128];
   float av[256], bv[128], got[128];
   for (int i = 0; i < 256; i++) av[i] = (float)((i * 7) % 9 - 4), ah[i] = ir_f16_from_double(av[i]);

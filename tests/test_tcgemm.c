@@ -22,6 +22,7 @@
 #include "ir/eval.h"
 #include "ir/ir.h"
 #include "passes/pass.h"
+#include "tests/irjob.h"
 #include "tests/testutil.h"
 
 /* ---- graphs ---- */
@@ -84,43 +85,17 @@ static char *conv_text(const Conv *p) {
   return text;
 }
 
-/* ---- compile and run ---- */
+/* ---- run ---- */
 
-typedef struct Job {
-  const char *text;
-  CgOptions opts;
-  Graph *g;
-  CgResult cg;
-  bool ok;
-} Job;
-
-static int run_job(Ctx *c, void *data) {
-  Job *j = data;
-  const SrcFile *f = ctx_add_file(c, "test.ir", j->text, strlen(j->text));
-  j->g = ir_parse(c, f);
-  if (!j->g || !ir_verify(j->g)) return 0;
-  PassOptions po = {.opt_level = 2, .verify_each = true};
-  if (!pass_run_pipeline(j->g, &po, NULL) || !ir_verify(j->g)) return 0;
-  j->ok = cg_compile_opts(j->g, &j->opts, &j->cg);
-  return 0;
-}
-
-static Job compile(Ctx *c, const char *text, CgOptions opts) {
-  Job j = {.text = text, .opts = opts};
-  int rc = ctx_guard(c, run_job, &j);
-  ck_assert_msg(rc == 0 && j.ok, "compile failed:\n%s\n%s", diag_text(c), text);
-  return j;
-}
-
-typedef struct Data {
+typedef struct Feeds {
   TensorMap inputs;
   const char *names[8];
   Tensor t[8];
-} Data;
+} Feeds;
 
 /* Floats U(-1, 1) (rounded to their type), i8 and i32 uniform over
  * [-100, 100]: int8 sums stay far from wrapping. */
-static void make_inputs(Graph *g, uint64_t seed, Data *d) {
+static void random_inputs(Graph *g, uint64_t seed, Feeds *d) {
   memset(d, 0, sizeof *d);
   uint64_t s = seed;
   for (Node *n = g->first; n; n = n->next) {
@@ -138,12 +113,6 @@ static void make_inputs(Graph *g, uint64_t seed, Data *d) {
   d->inputs.tensors = d->t;
 }
 
-static void free_all(Tensor *t, int n, Data *d) {
-  for (int i = 0; i < n; i++) ir_tensor_free(&t[i]);
-  free(t);
-  if (d)
-    for (int i = 0; i < d->inputs.n; i++) ir_tensor_free(&d->t[i]);
-}
 
 /* Largest |got - want| over want's largest magnitude. */
 static double rel_error(const Tensor *got, const Tensor *want) {
@@ -167,8 +136,8 @@ static const char *step_with(const RtPlan *p, const char *s) {
 /* emu against ir_eval: the largest error over the output's scale (int8:
  * 0 when every byte agrees, else 1). */
 static double run_against_eval(Job *j, uint64_t seed) {
-  Data d;
-  make_inputs(j->g, seed, &d);
+  Feeds d;
+  random_inputs(j->g, seed, &d);
   Tensor *want = calloc(2, sizeof *want);
   char err[512];
   ck_assert_msg(ir_eval(j->g, &d.inputs, NULL, want, err, sizeof err), "ir_eval: %s", err);
@@ -177,8 +146,9 @@ static double run_against_eval(Job *j, uint64_t seed) {
   double e = ir_dtype_is_float(want[0].type.dtype)
                  ? rel_error(&got[0], &want[0])
                  : memcmp(got[0].data, want[0].data, (size_t)ir_type_numel(&want->type) * ir_dtype_size(want->type.dtype)) != 0;
-  free_all(want, 1, NULL);
-  free_all(got, 1, &d);
+  free_outputs(want, 1);
+  free_outputs(got, 1);
+  for (int i = 0; i < d.inputs.n; i++) ir_tensor_free(&d.t[i]);
   return e;
 }
 
@@ -197,7 +167,7 @@ static void check_conv(const Conv *p, int split, int async) {
   char *text = conv_text(p);
   Ctx c;
   ctx_init(&c);
-  Job j = compile(&c, text, (CgOptions){0});
+  Job j = compile_opts(&c, text, 2, (CgOptions){0});
   test_nvrtc(j.cg.source, "sm_90");
   static const char *const mma[] = {"f16", "bf16", "i8", "f32"};
   /* calls, not the prelude's definitions */
@@ -223,70 +193,56 @@ static void check_conv(const Conv *p, int split, int async) {
 
 #define ONES3 {1, 1, 1}
 
-START_TEST(f16_edges_and_register_staged_weights) {
-  /* M 20, N 2*9*11, K 13*9 = 117: no multiple of a tile, of a chunk (8)
-   * or of a stage (32): the weights are staged element by element */
-  Conv p = {"f16 3x3, K 117", "f16", 2, 2, 13, 20, 1, {9, 11}, {3, 3}, ONES3, {1, 1, 1, 1}, ONES3, .bias = true,
-            .relu = true};
-  check_conv(&p, SPLIT_NO, ASYNC_NO);
+typedef struct ConvCase {
+  Conv conv;
+  int split, async;
+} ConvCase;
+
+static const ConvCase conv_cases[] = {
+    /* M 20, N 2*9*11, K 13*9 = 117: no multiple of a tile, of a chunk (8)
+     * or of a stage (32): the weights are staged element by element */
+    {{"f16 3x3, K 117", "f16", 2, 2, 13, 20, 1, {9, 11}, {3, 3}, ONES3, {1, 1, 1, 1}, ONES3, .bias = true,
+      .relu = true},
+     SPLIT_NO, ASYNC_NO},
+    {{"f16 1x1, relu prologue", "f16", 2, 1, 64, 48, 1, {6, 7}, {1, 1}, ONES3, {0}, ONES3, .pro = "relu"},
+     SPLIT_NO, ASYNC_YES},
+    {{"bf16 stride 2, dilation 2, pad 1,2,2,1", "bf16", 2, 2, 16, 24, 1, {11, 10}, {3, 3}, {2, 2}, {1, 2, 2, 1},
+      {2, 2}, .bias = true},
+     SPLIT_NO, ASYNC_YES},
+    {{"bf16, cast of w in the group", "bf16", 2, 1, 16, 32, 1, {6, 6}, {3, 3}, ONES3, {1, 1, 1, 1}, ONES3,
+      .w_cast = true, .relu = true},
+     SPLIT_ANY, ASYNC_NO},
+    /* 64 x 9 outputs over K = 4608: one tile, so K is cut into slices
+     * added by a second kernel */
+    {{"f16 split-K", "f16", 2, 1, 512, 64, 1, {3, 3}, {3, 3}, ONES3, {1, 1, 1, 1}, ONES3, .bias = true,
+      .relu = true},
+     SPLIT_YES, ASYNC_YES},
+    {{"f16 3-d", "f16", 3, 1, 8, 24, 1, {5, 6, 7}, {3, 3, 3}, ONES3, {1, 1, 1, 1, 1, 1}, ONES3, .relu = true},
+     SPLIT_ANY, ASYNC_YES},
+    /* 4 groups of 16 output channels over K = 16*9 each: one GEMM per group */
+    {{"f16 groups 4", "f16", 2, 2, 64, 64, 4, {6, 6}, {3, 3}, ONES3, {1, 1, 1, 1}, ONES3, .bias = true},
+     SPLIT_ANY, ASYNC_YES},
+    /* K 5*9 = 45 (no multiple of 16: staged), padding reads the zero point */
+    {{"i8 K 45, zero point -3", "i8", 2, 2, 5, 16, 1, {7, 7}, {3, 3}, {2, 2}, {1, 2, 2, 1}, ONES3, .bias = true,
+      .zero_point = -3},
+     SPLIT_NO, ASYNC_NO},
+    {{"i8 split-K", "i8", 2, 1, 1024, 32, 1, {3, 3}, {3, 3}, ONES3, {1, 1, 1, 1}, ONES3, .bias = false},
+     SPLIT_YES, ASYNC_YES},
+};
+
+START_TEST(conv_on_tensor_cores) {
+  const ConvCase *c = &conv_cases[_i];
+  check_conv(&c->conv, c->split, c->async);
 }
 END_TEST
 
-START_TEST(f16_1x1_async_weights_and_prologue) {
-  Conv p = {"f16 1x1, relu prologue", "f16", 2, 1, 64, 48, 1, {6, 7}, {1, 1}, ONES3, {0}, ONES3, .pro = "relu"};
-  check_conv(&p, SPLIT_NO, ASYNC_YES);
+/* text at -O2, through NVRTC, with its products on s8 tensor cores. */
+static Job compile_s8(Ctx *c, const char *text) {
+  Job j = compile_opts(c, text, 2, (CgOptions){0});
+  test_nvrtc(j.cg.source, "sm_90");
+  ck_assert_ptr_nonnull(strstr(j.cg.source, "dl_mma_s8(&"));
+  return j;
 }
-END_TEST
-
-START_TEST(bf16_stride_dilation_asymmetric_pad) {
-  Conv p = {"bf16 stride 2, dilation 2, pad 1,2,2,1", "bf16", 2, 2, 16, 24, 1, {11, 10}, {3, 3}, {2, 2},
-            {1, 2, 2, 1}, {2, 2}, .bias = true};
-  check_conv(&p, SPLIT_NO, ASYNC_YES);
-}
-END_TEST
-
-START_TEST(bf16_weights_computed_on_load) {
-  Conv p = {"bf16, cast of w in the group", "bf16", 2, 1, 16, 32, 1, {6, 6}, {3, 3}, ONES3, {1, 1, 1, 1}, ONES3,
-            .w_cast = true, .relu = true};
-  check_conv(&p, SPLIT_ANY, ASYNC_NO);
-}
-END_TEST
-
-START_TEST(f16_split_k) {
-  /* 64 x 9 outputs over K = 4608: one tile, so K is cut into slices
-   * added by a second kernel */
-  Conv p = {"f16 split-K", "f16", 2, 1, 512, 64, 1, {3, 3}, {3, 3}, ONES3, {1, 1, 1, 1}, ONES3, .bias = true,
-            .relu = true};
-  check_conv(&p, SPLIT_YES, ASYNC_YES);
-}
-END_TEST
-
-START_TEST(f16_conv3d) {
-  Conv p = {"f16 3-d", "f16", 3, 1, 8, 24, 1, {5, 6, 7}, {3, 3, 3}, ONES3, {1, 1, 1, 1, 1, 1}, ONES3, .relu = true};
-  check_conv(&p, SPLIT_ANY, ASYNC_YES);
-}
-END_TEST
-
-START_TEST(f16_grouped) {
-  /* 4 groups of 16 output channels over K = 16*9 each: one GEMM per group */
-  Conv p = {"f16 groups 4", "f16", 2, 2, 64, 64, 4, {6, 6}, {3, 3}, ONES3, {1, 1, 1, 1}, ONES3, .bias = true};
-  check_conv(&p, SPLIT_ANY, ASYNC_YES);
-}
-END_TEST
-
-START_TEST(i8_zero_point_and_tail) {
-  /* K 5*9 = 45 (no multiple of 16: staged), padding reads the zero point */
-  Conv p = {"i8 K 45, zero point -3", "i8", 2, 2, 5, 16, 1, {7, 7}, {3, 3}, {2, 2}, {1, 2, 2, 1}, ONES3,
-            .bias = true, .zero_point = -3};
-  check_conv(&p, SPLIT_NO, ASYNC_NO);
-}
-END_TEST
-
-START_TEST(i8_async_split_k) {
-  Conv p = {"i8 split-K", "i8", 2, 1, 1024, 32, 1, {3, 3}, {3, 3}, ONES3, {1, 1, 1, 1}, ONES3, .bias = false};
-  check_conv(&p, SPLIT_YES, ASYNC_YES);
-}
-END_TEST
 
 /* A quantize before and a requantize after the int8 conv are the one
  * kernel's prologue and epilogue (as a QDQ model has them), exact. */
@@ -303,9 +259,7 @@ START_TEST(i8_fused_requantize_chain) {
                      "}\n";
   Ctx c;
   ctx_init(&c);
-  Job j = compile(&c, text, (CgOptions){0});
-  test_nvrtc(j.cg.source, "sm_90");
-  ck_assert_ptr_nonnull(strstr(j.cg.source, "dl_mma_s8(&"));
+  Job j = compile_s8(&c, text);
   ck_assert_int_eq(j.cg.plan->n_steps, 1);
   for (uint64_t seed = 1; seed <= 2; seed++) ck_assert(run_against_eval(&j, seed) == 0);
   ctx_free(&c);
@@ -322,7 +276,7 @@ START_TEST(f32_exact_unless_tf32) {
   for (int tf32 = 0; tf32 < 2; tf32++) {
     Ctx c;
     ctx_init(&c);
-    Job j = compile(&c, text, (CgOptions){.tf32 = tf32});
+    Job j = compile_opts(&c, text, 2, (CgOptions){.tf32 = tf32});
     ck_assert(!strstr(j.cg.source, "dl_mma_tf32(&") == !tf32);
     if (tf32) test_nvrtc(j.cg.source, "sm_90");
     double worst = 0;
@@ -347,7 +301,7 @@ START_TEST(fallbacks) {
       char *text = conv_text(cs[i]);
       Ctx c;
       ctx_init(&c);
-      Job j = compile(&c, text, (CgOptions){.no_tensor_cores = off});
+      Job j = compile_opts(&c, text, 2, (CgOptions){.no_tensor_cores = off});
       bool tc = strstr(j.cg.source, "dl_mma_f16(&") != NULL;
       ck_assert_msg(tc == (i == 1 && !off), "%s, --no-tensor-cores %d: tensor cores %d", cs[i]->what, off, tc);
       ck_assert(run_against_eval(&j, 3) <= tolerance("f16"));
@@ -368,10 +322,8 @@ START_TEST(i8_gemm_kernel) {
                      "}\n";
   Ctx c;
   ctx_init(&c);
-  Job j = compile(&c, text, (CgOptions){0});
-  test_nvrtc(j.cg.source, "sm_90");
+  Job j = compile_s8(&c, text);
   ck_assert_ptr_nonnull(strstr(j.cg.source, "_gemm_i8_tc_"));
-  ck_assert_ptr_nonnull(strstr(j.cg.source, "dl_mma_s8(&"));
   ck_assert(run_against_eval(&j, 5) == 0);
   ctx_free(&c);
 }
@@ -413,15 +365,7 @@ static Suite *tcgemm_suite(void) {
   Suite *s = suite_create("tcgemm");
   TCase *t = tcase_create("conv");
   tcase_set_timeout(t, 300);
-  tcase_add_test(t, f16_edges_and_register_staged_weights);
-  tcase_add_test(t, f16_1x1_async_weights_and_prologue);
-  tcase_add_test(t, bf16_stride_dilation_asymmetric_pad);
-  tcase_add_test(t, bf16_weights_computed_on_load);
-  tcase_add_test(t, f16_split_k);
-  tcase_add_test(t, f16_conv3d);
-  tcase_add_test(t, f16_grouped);
-  tcase_add_test(t, i8_zero_point_and_tail);
-  tcase_add_test(t, i8_async_split_k);
+  tcase_add_loop_test(t, conv_on_tensor_cores, 0, (int)ARRAY_LEN(conv_cases));
   tcase_add_test(t, i8_fused_requantize_chain);
   tcase_add_test(t, f32_exact_unless_tf32);
   tcase_add_test(t, fallbacks);
