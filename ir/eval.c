@@ -590,7 +590,6 @@ static bool eval_reduce(Eval *e, const Node *n, const Tensor *x, Tensor *out) {
   int64_t on = numel(&out->type), xn = numel(xt);
   bool ints = is_int(x) && is_int(out);
   bool is_max = n->op == OP_REDUCE_MAX, is_min = n->op == OP_REDUCE_MIN, is_prod = n->op == OP_REDUCE_PROD;
-  if ((is_max || is_min) && group == 0 && on > 0) return fail(e, "reduction over an empty axis");
   if (n->op == OP_REDUCE_MEAN && ints && group == 0 && on > 0)
     return fail(e, "integer division by zero (mean of no elements)");
   double *accf = calloc((size_t)(on ? on : 1), sizeof(double));
@@ -628,6 +627,14 @@ static bool eval_reduce(Eval *e, const Node *n, const Tensor *x, Tensor *out) {
     }
     seen[o] = true;
   }
+  /* Over no elements: max is -inf (the dtype's least integer), min +inf
+   * (its greatest), as ONNX's ReduceMax/ReduceMin of an empty set. */
+  int64_t ilo = INT64_MIN, ihi = INT64_MAX;
+  if (out->type.dtype == TY_I8) ilo = INT8_MIN, ihi = INT8_MAX;
+  if (out->type.dtype == TY_I32) ilo = INT32_MIN, ihi = INT32_MAX;
+  if (out->type.dtype == TY_U8 || out->type.dtype == TY_BOOL) ilo = 0, ihi = out->type.dtype == TY_U8 ? 255 : 1;
+  for (int64_t o = 0; o < on && (is_max || is_min); o++)
+    if (!seen[o]) acci[o] = is_max ? ilo : ihi, accf[o] = is_max ? -INFINITY : INFINITY;
   for (int64_t o = 0; o < on; o++) {
     if (ints) {
       int64_t v = is_prod && !seen[o] ? 1 : acci[o]; /* the empty product */
