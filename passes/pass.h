@@ -91,6 +91,8 @@ typedef struct PassOptions {
   int unroll;               /* copied into PassCtx */
   bool no_unroll;
   bool no_vectorize;        /* --no-vectorize: codegen's float4 pass off */
+  bool tf32;                /* --tf32: codegen's f32 convolutions on tensor cores */
+  bool no_tensor_cores;     /* --no-tensor-cores: codegen's convolutions on FMA only */
   /* --precision=f16|bf16: the precision pass runs first (TY_F32, the
    * zero, leaves the graph in f32). */
   DType precision;

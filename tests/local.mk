@@ -37,3 +37,4 @@ include tests/names.mk
 include tests/files.mk
 include tests/limits.mk
 include tests/fuzz.mk
+include tests/tcgemm.mk
