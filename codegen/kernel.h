@@ -296,6 +296,10 @@ bool cg_fused_store(CgBuild *b, Kernel *k, KBlock *blk, const Value *out, KExpr 
                     KExpr *value);
 /* "conv2d_batchnorm_relu" for kernel names. */
 const char *cg_group_hint(Ctx *c, const CgGroup *grp);
+/* A group that is linear(x, W, b) then relu or gelu(tanh) as one GEMM
+ * step with cuBLASLt's epilogue (lower_kernels.c); false, having done
+ * nothing, for any other group. */
+bool cg_lower_gemm_epilogue(CgBuild *b, const CgGroup *grp);
 /* A convolution (groups 1) as one tiled implicit-GEMM kernel. */
 bool cg_lower_conv_igemm(CgBuild *b, const Node *n);
 

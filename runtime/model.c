@@ -448,7 +448,8 @@ static DlrtStatus run_steps(DlrtModel *m, const RtStep *steps, uint32_t n, const
       rc = d->ops->launch(d, m->mod, &st->launch, args->argp + args->start[i]);
       break;
     case RT_STEP_GEMM:
-      rc = d->ops->gemm(d, &st->gemm, resolve(m, st->gemm.a), resolve(m, st->gemm.b), resolve(m, st->gemm.c));
+      rc = d->ops->gemm(d, &st->gemm, resolve(m, st->gemm.a), resolve(m, st->gemm.b), resolve(m, st->gemm.c),
+                        st->gemm.epilogue ? resolve(m, st->gemm.bias) : 0);
       break;
     default:
       rc = st->copy.nbytes ? d->ops->copy(d, resolve(m, st->copy.dst), resolve(m, st->copy.src), st->copy.nbytes)

@@ -362,19 +362,43 @@ START_TEST(reductions_and_normalizations) {
 }
 END_TEST
 
-START_TEST(matrix_products) {
-  check_ops("graph mm {\n"
-            "  %a = input {name=\"a\"} : @[2, 3, 5, 16]\n"
-            "  %b = input {name=\"b\"} : @[3, 16, 7]\n"
-            "  %c = matmul %a, %b : @[2, 3, 5, 7]\n"
-            "  %x = input {name=\"x\"} : @[6, 16]\n"
-            "  %w = param {name=\"fc.weight\"} : @[9, 16]\n"
-            "  %bb = param {name=\"fc.bias\"} : @[9]\n"
-            "  %y = linear %x, %w, %bb : @[6, 9]\n"
-            "  %z = relu %y : @[6, 9]\n"
-            "  return %c as \"c\", %z as \"z\"\n"
-            "}\n",
-            -1, 1);
+static const char matrix_text[] = "graph mm {\n"
+                                  "  %a = input {name=\"a\"} : @[2, 3, 5, 16]\n"
+                                  "  %b = input {name=\"b\"} : @[3, 16, 7]\n"
+                                  "  %c = matmul %a, %b : @[2, 3, 5, 7]\n"
+                                  "  %x = input {name=\"x\"} : @[6, 16]\n"
+                                  "  %w = param {name=\"fc.weight\"} : @[9, 16]\n"
+                                  "  %bb = param {name=\"fc.bias\"} : @[9]\n"
+                                  "  %y = linear %x, %w, %bb : @[6, 9]\n"
+                                  "  %z = relu %y : @[6, 9]\n"
+                                  "  %w2 = param {name=\"fc2.weight\"} : @[9, 16]\n"
+                                  "  %b2 = param {name=\"fc2.bias\"} : @[9]\n"
+                                  "  %g = linear %x, %w2, %b2 : @[6, 9]\n"
+                                  "  %h = gelu %g {approximate=\"tanh\"} : @[6, 9]\n"
+                                  "  return %c as \"c\", %z as \"z\", %h as \"h\"\n"
+                                  "}\n";
+
+START_TEST(matrix_products) { check_ops(matrix_text, -1, 1); }
+END_TEST
+
+/* At -O2 linear + bias + relu, and + gelu(tanh) in the half types, are a
+ * GEMM each with cuBLASLt's epilogue (emu's is the one matrix_products
+ * measures); no kernel. */
+START_TEST(linear_activations_in_the_epilogue) {
+  for (int t = 0; t < 2; t++) {
+    Ctx c;
+    ctx_init(&c);
+    char *src = with_dtype(matrix_text, lows[t]);
+    CgResult cg = compile(optimize(parse_ir(&c, src), TY_F32, 2));
+    uint32_t epilogues = 0;
+    for (uint32_t i = 0; i < cg.plan->n_steps; i++) {
+      ck_assert_uint_eq(cg.plan->steps[i].kind, RT_STEP_GEMM);
+      epilogues |= 1u << cg.plan->steps[i].gemm.epilogue;
+    }
+    ck_assert_uint_eq(epilogues, 1u << RT_EPILOGUE_NONE | 1u << RT_EPILOGUE_RELU_BIAS | 1u << RT_EPILOGUE_GELU_BIAS);
+    free(src);
+    ctx_free(&c);
+  }
 }
 END_TEST
 
@@ -622,6 +646,7 @@ static Suite *precision_suite(void) {
   tcase_add_test(tc, elementwise_ops);
   tcase_add_test(tc, reductions_and_normalizations);
   tcase_add_test(tc, matrix_products);
+  tcase_add_test(tc, linear_activations_in_the_epilogue);
   tcase_add_test(tc, convolutions_and_pools);
   tcase_add_test(tc, bn_folds_before_precision);
   tcase_add_test(tc, data_movement);

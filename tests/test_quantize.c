@@ -419,9 +419,15 @@ END_TEST
  * f32 (the quantizes fuse into the products' loads and epilogues; a
  * cuBLAS GEMM reads its i8 operand from memory, which can take a kernel
  * that only stores it). */
+/* Launches and GEMMs; a GEMM whose epilogue cuBLASLt applies (f32's
+ * linear + bias + relu) counts twice, for the kernel it spares: an int8
+ * product keeps that kernel, its dequantize. */
 static int count_launches(const RtPlan *p) {
   int n = 0;
-  for (uint32_t i = 0; i < p->n_steps; i++) n += p->steps[i].kind != RT_STEP_COPY;
+  for (uint32_t i = 0; i < p->n_steps; i++) {
+    const RtStep *s = &p->steps[i];
+    n += (s->kind != RT_STEP_COPY) + (s->kind == RT_STEP_GEMM && s->gemm.epilogue != RT_EPILOGUE_NONE);
+  }
   return n;
 }
 
