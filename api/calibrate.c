@@ -3,7 +3,9 @@
  * interpreter, or the compiled copy of calib_device.h) with an observer
  * that feeds one |x| histogram per requested value, then lets the method
  * pick each value's range from its histogram.  Samples are read one at a
- * time, so a folder may hold more than fits in memory at once. */
+ * time, so a folder may hold more than fits in memory at once.  A folder
+ * may come from anyone: each *.npy in it must be a regular file (or a
+ * symlink to one), else listing it is an error that names it. */
 #include "api/calibrate.h"
 
 #include <dirent.h>
@@ -14,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "api/calib_device.h"
 #include "api/weights.h"
@@ -231,28 +234,71 @@ static PathKind path_kind(const char *path) {
   return S_ISDIR(st.st_mode) ? PATH_FOLDER : PATH_FILE;
 }
 
-static bool is_npy_file(const char *folder, const char *name) {
+static bool has_npy_suffix(const char *name) {
   size_t n = strlen(name);
-  if (n < 5 || strcmp(name + n - 4, ".npy") != 0) return false;
-  char path[4096];
-  snprintf(path, sizeof path, "%s/%s", folder, name);
-  return path_kind(path) == PATH_FILE;
+  return n >= 5 && strcmp(name + n - 4, ".npy") == 0;
 }
 
 static int compare_names(const void *a, const void *b) {
   return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
+/* Whether the entry path, named *.npy, is a sample: a regular file, or a
+ * symlink to one (a warning when it leads out of the folder, whose
+ * resolved path is real; NULL when unknown).  Anything else is an error
+ * naming it: a FIFO would block the reader, a dangling link or a folder
+ * is no sample, and none of them may pass in silence. */
+static bool is_sample(Ctx *c, const char *path, const char *real) {
+  struct stat st;
+  if (lstat(path, &st) != 0) {
+    diag_error(c, (SrcLoc){0}, "cannot read calibration sample %s: %s", path, strerror(errno));
+    return false;
+  }
+  if (S_ISREG(st.st_mode)) return true;
+  if (!S_ISLNK(st.st_mode)) {
+    diag_error(c, (SrcLoc){0}, "calibration sample %s is %s, not a regular file", path,
+               rt_file_kind(st.st_mode));
+    return false;
+  }
+  char to[4096];
+  ssize_t n = readlink(path, to, sizeof to - 1);
+  to[n > 0 ? n : 0] = 0;
+  if (stat(path, &st) != 0) {
+    diag_error(c, (SrcLoc){0}, "calibration sample %s is a dangling symbolic link (to '%s')", path, to);
+    return false;
+  }
+  if (!S_ISREG(st.st_mode)) {
+    diag_error(c, (SrcLoc){0}, "calibration sample %s is a symbolic link to %s, not a regular file", path,
+               rt_file_kind(st.st_mode));
+    return false;
+  }
+  char *target = realpath(path, NULL);
+  size_t k = real ? strlen(real) : 0;
+  if (target && real && !(strncmp(target, real, k) == 0 && target[k] == '/'))
+    diag_warning(c, (SrcLoc){0}, "calibration sample %s is a symbolic link to %s, outside the folder", path,
+                 target);
+  free(target);
+  return true;
+}
+
 /* folder's .npy files, sorted by name.  False when it cannot be read
- * (errno says why). */
-static bool list_npy(Arena *a, const char *folder, SampleSet *s) {
+ * (errno says why, errors stays 0) or after reporting each entry that is
+ * not a sample (*errors of them). */
+static bool list_npy(Ctx *c, const char *folder, SampleSet *s, int *errors) {
+  Arena *a = &c->arena;
+  *errors = 0;
   DIR *d = opendir(folder);
   if (!d) return false;
+  char *real = realpath(folder, NULL);
   int cap = 16;
   s->n = 0;
   s->files = ARENA_ARRAY(a, char *, cap);
   for (struct dirent *e; (e = readdir(d));) {
-    if (!is_npy_file(folder, e->d_name)) continue;
+    if (!has_npy_suffix(e->d_name)) continue;
+    if (!is_sample(c, arena_printf(a, "%s/%s", folder, e->d_name), real)) {
+      ++*errors;
+      continue;
+    }
     if (s->n == cap) {
       s->files = arena_realloc(a, s->files, sizeof(char *) * (size_t)cap, sizeof(char *) * (size_t)cap * 2);
       cap *= 2;
@@ -260,6 +306,8 @@ static bool list_npy(Arena *a, const char *folder, SampleSet *s) {
     s->files[s->n++] = arena_strdup(a, e->d_name);
   }
   closedir(d);
+  free(real);
+  if (*errors) return false;
   qsort(s->files, (size_t)s->n, sizeof *s->files, compare_names);
   for (int i = 0; i < s->n; i++) s->files[i] = arena_printf(a, "%s/%s", folder, s->files[i]);
   s->folder = folder;
@@ -286,8 +334,9 @@ static bool check_folder(Ctx *c, const char *dir) {
 }
 
 static bool list_or_report(Ctx *c, const char *folder, SampleSet *s) {
-  if (list_npy(&c->arena, folder, s)) return true;
-  diag_error(c, (SrcLoc){0}, "cannot read calibration folder %s: %s", folder, strerror(errno));
+  int errors;
+  if (list_npy(c, folder, s, &errors)) return true;
+  if (!errors) diag_error(c, (SrcLoc){0}, "cannot read calibration folder %s: %s", folder, strerror(errno));
   return false;
 }
 

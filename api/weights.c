@@ -1,6 +1,7 @@
 /* Binds a safetensors file to a graph's params: takes the graph and the
  * path, returns a TensorMap (the file's buffers, moved, not copied) or
- * every mismatch found, one a line. */
+ * every mismatch found, one a line.  Names are matched through hash
+ * indexes, so the time grows linearly with the file's table. */
 #include "api/weights.h"
 
 #include <inttypes.h>
@@ -49,14 +50,53 @@ static void dims_str(int rank, const int64_t *dims, char *buf, size_t len) {
   if (used < len) snprintf(buf + used, len - used, "]");
 }
 
-static bool is_param(Graph *g, const char *name) {
+/* The graph's params by name: a file's table of any size is matched
+ * against them in linear time. */
+typedef struct Params {
+  const char **names;
+  int n;
+  RtNames index;
+} Params;
+
+static bool params_of(Graph *g, Params *p) {
+  int cap = 0;
+  for (Node *n = g->first; n; n = n->next) cap += n->op == OP_PARAM;
+  *p = (Params){.names = calloc((size_t)cap + 1, sizeof *p->names)};
+  if (!p->names || rt_names_init(&p->index, cap) < 0) return false;
   for (Node *n = g->first; n; n = n->next)
-    if (n->op == OP_PARAM && strcmp(ir_attr_str(n, "name"), name) == 0) return true;
-  return false;
+    if (n->op == OP_PARAM) {
+      p->names[p->n] = ir_attr_str(n, "name");
+      if (rt_names_add(&p->index, p->names, p->n) < 0) p->n++; /* shared weights: once */
+    }
+  return true;
+}
+
+static void params_free(Params *p) {
+  free(p->names);
+  rt_names_free(&p->index);
+}
+
+static bool is_param(const Params *p, const char *name) {
+  return rt_names_find(&p->index, p->names, name) >= 0;
+}
+
+/* The file's tensor named like a param with a prefix more or less
+ * (nn.DataParallel saves "module.fc.weight"; a backbone saved alone lacks
+ * the model's "backbone." prefix), or NULL. */
+static const char *near_miss(const RtTensorSet *set, const char *name) {
+  size_t nl = strlen(name);
+  for (int i = 0; i < set->n; i++) {
+    size_t sl = strlen(set->names[i]);
+    if (sl > nl + 1 && strcmp(set->names[i] + sl - nl, name) == 0 && set->names[i][sl - nl - 1] == '.')
+      return set->names[i];
+    if (nl > sl + 1 && strcmp(name + nl - sl, set->names[i]) == 0 && name[nl - sl - 1] == '.')
+      return set->names[i];
+  }
+  return NULL;
 }
 
 /* PyTorch batch-norm buffers the inference graph has no use for. */
-static bool is_ignorable(Graph *g, const char *name) {
+static bool is_ignorable(const Params *p, const char *name) {
   static const char suffix[] = "num_batches_tracked";
   size_t len = strlen(name), sl = sizeof suffix - 1;
   if (len < sl || strcmp(name + len - sl, suffix) != 0) return false;
@@ -65,7 +105,7 @@ static bool is_ignorable(Graph *g, const char *name) {
   if (!mean) return false;
   memcpy(mean, name, len - sl);
   strcpy(mean + len - sl, "running_mean");
-  bool ok = is_param(g, mean);
+  bool ok = is_param(p, mean);
   free(mean);
   return ok;
 }
@@ -75,13 +115,14 @@ bool api_bind_weights(Graph *g, const char *path, TensorMap *out, char *err, siz
   if (errlen) err[0] = 0;
   RtTensorSet set;
   if (rt_safetensors_read(path, &set, err, errlen) < 0) return false;
-  int cap = 0;
-  for (Node *n = g->first; n; n = n->next) cap += n->op == OP_PARAM;
-  out->names = calloc((size_t)cap + 1, sizeof(char *));
-  out->tensors = calloc((size_t)cap + 1, sizeof(Tensor));
+  Params params;
+  bool have_params = params_of(g, &params);
+  out->names = calloc((size_t)params.n + 1, sizeof(char *));
+  out->tensors = calloc((size_t)params.n + 1, sizeof(Tensor));
   bool *used = calloc((size_t)set.n + 1, sizeof(bool));
+  bool *seen = calloc((size_t)params.n + 1, sizeof(bool));
   Report r = {err, 0, errlen, 0};
-  if (!out->names || !out->tensors || !used) {
+  if (!have_params || !out->names || !out->tensors || !used || !seen) {
     report(&r, "%s: out of memory", path);
     goto done;
   }
@@ -89,25 +130,16 @@ bool api_bind_weights(Graph *g, const char *path, TensorMap *out, char *err, siz
     if (n->op != OP_PARAM) continue;
     const char *name = ir_attr_str(n, "name");
     const TensorType *want = &n->out[0].type;
-    if (ir_tensor_map_find(out, name)) continue; /* shared weights */
+    int p = rt_names_find(&params.index, params.names, name);
+    if (seen[p]) continue; /* shared weights: bound once */
+    seen[p] = true;
     char wt[IR_TYPE_STR_MAX], ws[IR_TYPE_STR_MAX], gs[IR_TYPE_STR_MAX];
     ir_type_str(want, wt, sizeof wt);
     dims_str(want->rank, want->dims, ws, sizeof ws);
-    int k = -1;
-    for (int i = 0; i < set.n; i++)
-      if (strcmp(set.names[i], name) == 0) k = i;
-    if (k < 0) {
-      /* nn.DataParallel saves "module.fc.weight"; a backbone saved alone
-       * lacks the model's "backbone." prefix: name the near miss. */
-      size_t nl = strlen(name);
-      const char *near = NULL;
-      for (int i = 0; i < set.n && !near; i++) {
-        size_t sl = strlen(set.names[i]);
-        if (sl > nl + 1 && strcmp(set.names[i] + sl - nl, name) == 0 && set.names[i][sl - nl - 1] == '.')
-          near = set.names[i];
-        else if (nl > sl + 1 && strcmp(name + nl - sl, set.names[i]) == 0 && name[nl - sl - 1] == '.')
-          near = set.names[i];
-      }
+    const RtTensor *found = rt_tensor_set_find(&set, name);
+    if (!found) {
+      /* Beyond the reported errors only the count matters: no search. */
+      const char *near = r.count < MAX_ERRORS ? near_miss(&set, name) : NULL;
       if (near)
         report(&r, "missing tensor '%s' (expected %s) in %s; it has '%s': are the names prefixed "
                    "differently?", name, wt, path, near);
@@ -115,6 +147,7 @@ bool api_bind_weights(Graph *g, const char *path, TensorMap *out, char *err, siz
         report(&r, "missing tensor '%s' (expected %s) in %s", name, wt, path);
       continue;
     }
+    int k = (int)(found - set.tensors);
     used[k] = true;
     RtTensor *t = &set.tensors[k];
     DType dt;
@@ -143,12 +176,14 @@ bool api_bind_weights(Graph *g, const char *path, TensorMap *out, char *err, siz
     out->n++;
   }
   for (int i = 0; i < set.n; i++)
-    if (!used[i] && !is_ignorable(g, set.names[i]))
+    if (!used[i] && !is_ignorable(&params, set.names[i]))
       report(&r, "%s: unexpected tensor '%s' (the model has no such parameter)", path, set.names[i]);
   if (r.count > MAX_ERRORS && r.len + 1 < r.cap)
     snprintf(r.buf + r.len, r.cap - r.len, "\n(%d more not shown)", r.count - MAX_ERRORS);
 done:
   free(used);
+  free(seen);
+  params_free(&params);
   rt_tensor_set_free(&set);
   if (r.count) {
     ir_tensor_map_free(out);

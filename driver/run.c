@@ -1,7 +1,9 @@
 /* `dlcc run`: compiles a model through the public API (include/dlcc.h),
  * binds weights (a safetensors file, or random with a seed) and inputs
  * (.npy files, or random), runs it, prints a summary of each output and
- * writes them as .npy. */
+ * writes them as .npy.  Every failure says why on stderr: an input too
+ * large for this machine is named with its size before anything is
+ * allocated for it. */
 #include "config.h"
 
 #include <dlfcn.h>
@@ -12,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -154,9 +157,13 @@ static int parse_run_args(int argc, char **argv, RunOptions *o) {
         fprintf(stderr, "dlcc: error: --input expects NAME=FILE.npy, got '%s'\n", v);
         return 1;
       }
-      InputArg *in = &o->inputs[o->n_inputs++];
-      in->name = strndup(v, (size_t)(eq - v));
+      InputArg *in = &o->inputs[o->n_inputs];
+      if (!(in->name = strndup(v, (size_t)(eq - v)))) {
+        fputs("dlcc: error: out of memory\n", stderr);
+        return 1;
+      }
       in->path = eq + 1;
+      o->n_inputs++;
     } else if ((v = flag_value(argc, argv, &i, "--precision"))) {
       o->api.precision = v;
     } else if ((v = flag_value(argc, argv, &i, "--model"))) {
@@ -207,11 +214,70 @@ static uint64_t hash_name(const char *s) {
   return h;
 }
 
-/* Floats U(-1, 1); integers in [0, index_bound) for indices, else [0, 10);
- * bools true or false, half and half. */
-static bool random_input(const dlc_tensor_info *info, uint64_t seed, Tensor *t) {
+/* bytes as "2.0 TiB", "512 bytes". */
+static const char *size_text(uint64_t bytes, char *buf, size_t len) {
+  static const char *const units[] = {"KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+  if (bytes < 1024) {
+    snprintf(buf, len, "%" PRIu64 " bytes", bytes);
+    return buf;
+  }
+  double v = (double)bytes / 1024;
+  int u = 0;
+  while (v >= 1024 && u + 1 < (int)ARRAY_LEN(units)) v /= 1024, u++;
+  snprintf(buf, len, "%.1f %s", v, units[u]);
+  return buf;
+}
+
+/* The most this process could allocate at once: the machine's memory, or
+ * less under ulimit -v or -d.  0 when unknown.  *why and *cap say which. */
+static uint64_t allocation_limit(const char **why, const char **cap) {
+  long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  uint64_t limit = pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page : 0;
+  *why = "this machine's memory";
+  *cap = "";
+  static const struct {
+    int resource;
+    const char *cap;
+  } caps[] = {{RLIMIT_AS, " under ulimit -v"}, {RLIMIT_DATA, " under ulimit -d"}};
+  for (size_t i = 0; i < ARRAY_LEN(caps); i++) {
+    struct rlimit rl;
+    if (getrlimit(caps[i].resource, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
+        (limit == 0 || (uint64_t)rl.rlim_cur < limit)) {
+      limit = (uint64_t)rl.rlim_cur;
+      *why = "this process may allocate";
+      *cap = caps[i].cap;
+    }
+  }
+  return limit;
+}
+
+/* Memory for an input, or false after saying why there is none: a size
+ * beyond what the process could ever allocate is named before trying. */
+static bool alloc_input(const dlc_tensor_info *info, Tensor *t) {
   TensorType type = ir_type_make((DType)info->dtype, info->rank, info->dims);
-  if (!ir_tensor_alloc(t, &type)) return false;
+  char ty[IR_TYPE_STR_MAX], sz[32], lim[32];
+  ir_type_str(&type, ty, sizeof ty);
+  size_text(info->nbytes, sz, sizeof sz);
+  const char *why, *cap;
+  uint64_t limit = allocation_limit(&why, &cap);
+  if (limit && info->nbytes > limit) {
+    fprintf(stderr, "dlcc: error: input '%s' is %s (%s): more than %s (%s%s)\n", info->name, sz, ty, why,
+            size_text(limit, lim, sizeof lim), cap);
+    return false;
+  }
+  if (!ir_tensor_alloc(t, &type)) {
+    fprintf(stderr, "dlcc: error: input '%s' is %s (%s): out of memory drawing it at random\n", info->name,
+            sz, ty);
+    return false;
+  }
+  return true;
+}
+
+/* Floats U(-1, 1); integers in [0, index_bound) for indices, else [0, 10);
+ * bools true or false, half and half.  False after a message. */
+static bool random_input(const dlc_tensor_info *info, uint64_t seed, Tensor *t) {
+  if (!alloc_input(info, t)) return false;
+  const TensorType type = t->type;
   uint64_t state = seed ^ hash_name(info->name);
   int64_t n = ir_type_numel(&type);
   int64_t bound = info->index_bound > 0 ? info->index_bound : type.dtype == TY_BOOL ? 2 : 10;
@@ -420,8 +486,7 @@ static int run_library(RunOptions *o) {
     } else {
       Tensor t = {0};
       ok = random_input(&info, o->seed, &t);
-      if (!ok) fputs("dlcc: out of memory\n", stderr);
-      else if (dlrt_set_input(m, i, t.data, info.nbytes) != DLRT_OK) {
+      if (ok && dlrt_set_input(m, i, t.data, info.nbytes) != DLRT_OK) {
         fprintf(stderr, "dlcc: error: %s\n", dlrt_error(m));
         ok = false;
       }
@@ -520,18 +585,21 @@ static int run_model(RunOptions *o) {
     const InputArg *given = NULL;
     for (int k = 0; k < o->n_inputs; k++)
       if (strcmp(o->inputs[k].name, info.name) == 0) given = &o->inputs[k];
-    bool ok;
+    /* The readers print their own message; dlc_set_input leaves one on m. */
+    bool read = true, ok = false;
     if (given) {
       RtTensor rt = {0};
-      ok = load_input(given, &info, &rt) && dlc_set_input(m, info.name, rt.data, rt.nbytes) == DLC_OK;
+      read = load_input(given, &info, &rt);
+      ok = read && dlc_set_input(m, info.name, rt.data, rt.nbytes) == DLC_OK;
       rt_tensor_free(&rt);
     } else {
       Tensor t = {0};
-      ok = random_input(&info, o->seed, &t) && dlc_set_input(m, info.name, t.data, info.nbytes) == DLC_OK;
+      read = random_input(&info, o->seed, &t);
+      ok = read && dlc_set_input(m, info.name, t.data, info.nbytes) == DLC_OK;
       ir_tensor_free(&t);
     }
     if (!ok) {
-      fputs(dlc_error(m), stderr);
+      if (read) fputs(dlc_error(m), stderr);
       goto done;
     }
   }
@@ -560,7 +628,10 @@ done:
 
 int driver_run(int argc, char **argv) {
   RunOptions *o = calloc(1, sizeof *o);
-  if (!o) return 1;
+  if (!o) {
+    fputs("dlcc: error: out of memory\n", stderr);
+    return 1;
+  }
   int rc = parse_run_args(argc, argv, o);
   if (rc == 0) rc = run_model(o);
   else rc = rc == 2 ? 0 : 1;

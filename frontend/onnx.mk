@@ -2,10 +2,13 @@
 # package's onnx.proto through protoc-c and ship in the dist tarball, as
 # the bison output does, so a tarball build needs only libprotobuf-c.
 # Without it (configure says so) frontend/onnx.c is a stub that refuses
-# .onnx files.
+# .onnx files and the importer's other files are not built.
 AM_CPPFLAGS += $(PROTOBUF_C_CFLAGS)
 libdlcc_core_la_SOURCES += frontend/onnx.c frontend/onnx.h
 if HAVE_ONNX
+libdlcc_core_la_SOURCES += frontend/onnx_internal.h frontend/onnx_tensor.c frontend/onnx_build.c \
+	frontend/onnx_ops.c frontend/onnx_shape.c frontend/onnx_resize.c frontend/onnx_rnn.c \
+	frontend/onnx_quant.c
 noinst_LTLIBRARIES += libdlonnx_gen.la
 libdlonnx_gen_la_SOURCES = frontend/onnx.pb-c.c frontend/onnx.pb-c.h
 BUILT_SOURCES += frontend/onnx.pb-c.c frontend/onnx.pb-c.h

@@ -9,5 +9,6 @@ libdlcc_core_la_SOURCES += \
 	ir/dot.c \
 	ir/names.c ir/names.h \
 	ir/eval.c ir/eval.h \
-	ir/indices.c
+	ir/indices.c \
+	ir/cost.c
 libdlcc_core_la_SOURCES += ir/init.c

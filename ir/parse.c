@@ -41,6 +41,7 @@ typedef struct Parser {
   NameMap values, inputs, params;
   const SrcFile **loc_files; /* distinct names seen in location comments */
   int n_loc_files, cap_loc_files;
+  NameMap loc_names; /* those names; an entry's line is its index in loc_files */
   bool seen_return, seen_close;
   int node_lines;
   int errors_before; /* the context's count when this parse began */
@@ -334,9 +335,10 @@ static bool parse_attrs(Parser *p, Node *n) {
 
 /* ---- location comments ---- */
 
+/* Hashed: a file may give every line a location in a file of its own. */
 static const SrcFile *loc_file(Parser *p, const char *name) {
-  for (int i = 0; i < p->n_loc_files; i++)
-    if (strcmp(p->loc_files[i]->name, name) == 0) return p->loc_files[i];
+  const ValEntry *e = map_find(&p->loc_names, name);
+  if (e) return p->loc_files[e->line];
   if (p->n_loc_files == p->cap_loc_files) {
     int cap = p->cap_loc_files ? p->cap_loc_files * 2 : 4;
     p->loc_files = arena_realloc(&p->c->arena, p->loc_files, sizeof *p->loc_files * (size_t)p->cap_loc_files,
@@ -344,6 +346,7 @@ static const SrcFile *loc_file(Parser *p, const char *name) {
     p->cap_loc_files = cap;
   }
   const SrcFile *f = ctx_add_file(p->c, name, NULL, 0);
+  map_put(&p->c->arena, &p->loc_names, f->name, NULL, p->n_loc_files);
   p->loc_files[p->n_loc_files++] = f;
   return f;
 }

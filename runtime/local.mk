@@ -2,6 +2,7 @@
 lib_LTLIBRARIES += libdlcrt.la
 libdlcrt_la_SOURCES = \
 	runtime/tensorio.h \
+	runtime/fileio.c \
 	runtime/npy.c \
 	runtime/safetensors.c
 libdlcrt_la_CPPFLAGS = $(AM_CPPFLAGS) $(CJSON_CFLAGS)
@@ -14,6 +15,7 @@ libdlcrt_la_SOURCES += \
 	runtime/device.h \
 	runtime/runtime.h \
 	runtime/plan.c \
+	runtime/seal.c \
 	runtime/model.c \
 	runtime/device.c \
 	runtime/cuda.c \

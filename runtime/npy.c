@@ -1,7 +1,8 @@
 /* NumPy .npy files: takes a path, returns one tensor (or writes one).
  * The header is a Python dict literal, parsed as such: any key order,
- * spaces, a trailing comma, () and (n,) shapes.  Also the dtype table the
- * tensor readers share. */
+ * spaces, a trailing comma, () and (n,) shapes.  Only a regular file is
+ * read, and the shape it states must match its size before the data is
+ * allocated.  Also the dtype table the tensor readers share. */
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -354,13 +355,14 @@ static bool to_c_order(RtTensor *t) {
 
 int rt_npy_read(const char *path, RtTensor *out, char *err, size_t errlen) {
   memset(out, 0, sizeof *out);
-  FILE *f = fopen(path, "rb");
-  if (!f) return fail(err, errlen, "%s: %s", path, strerror(errno));
+  char why[256];
+  int64_t size;
+  int fd = rt_open_regular(path, 0, &size, why, sizeof why);
+  if (fd < 0) return fail(err, errlen, "%s: %s", path, why);
   unsigned char pre[12];
   int rc = -1;
   char *header = NULL;
-  size_t got = fread(pre, 1, 8, f);
-  if (got < 8 || memcmp(pre, "\x93NUMPY", 6) != 0) {
+  if (size < 8 || rt_read_at(fd, pre, 8, 0) != 0 || memcmp(pre, "\x93NUMPY", 6) != 0) {
     fail(err, errlen, "%s: not a .npy file (bad magic)", path);
     goto done;
   }
@@ -370,7 +372,7 @@ int rt_npy_read(const char *path, RtTensor *out, char *err, size_t errlen) {
     goto done;
   }
   size_t lenbytes = major == 1 ? 2 : 4, hlen = 0;
-  if (fread(pre + 8, 1, lenbytes, f) != lenbytes) {
+  if (size < 8 + (int64_t)lenbytes || rt_read_at(fd, pre + 8, lenbytes, 8) != 0) {
     fail(err, errlen, "%s: truncated header", path);
     goto done;
   }
@@ -379,32 +381,44 @@ int rt_npy_read(const char *path, RtTensor *out, char *err, size_t errlen) {
     fail(err, errlen, "%s: malformed header: %zu bytes long", path, hlen);
     goto done;
   }
+  int64_t data_start = 8 + (int64_t)lenbytes + (int64_t)hlen;
+  if (size < data_start) {
+    fail(err, errlen, "%s: truncated header", path);
+    goto done;
+  }
   header = malloc(hlen + 1);
   if (!header) {
     fail(err, errlen, "%s: out of memory", path);
     goto done;
   }
-  if (fread(header, 1, hlen, f) != hlen) {
+  if (rt_read_at(fd, header, hlen, 8 + (int64_t)lenbytes) != 0) {
     fail(err, errlen, "%s: truncated header", path);
     goto done;
   }
   header[hlen] = 0;
   bool fortran = false;
   if (parse_header(path, header, hlen, out, &fortran, err, errlen) < 0) goto done;
+  /* The shape is the file's word only: the data must be there, exactly,
+   * before anything is allocated for it (at most 2^40 elements of 8
+   * bytes, so the product does not overflow). */
   out->nbytes = (size_t)rt_numel(out) * (size_t)rt_dtype_size(out->dtype);
+  uint64_t have = (uint64_t)(size - data_start);
+  if (have < out->nbytes) {
+    fail(err, errlen, "%s: truncated data: the header promises %zu bytes, the file has %" PRIu64, path,
+         out->nbytes, have);
+    goto done;
+  }
+  if (have > out->nbytes) {
+    fail(err, errlen, "%s: extra data after the array's %zu bytes", path, out->nbytes);
+    goto done;
+  }
   out->data = malloc(out->nbytes ? out->nbytes : 1);
   if (!out->data) {
     fail(err, errlen, "%s: out of memory for %zu bytes", path, out->nbytes);
     goto done;
   }
-  got = fread(out->data, 1, out->nbytes, f);
-  if (got != out->nbytes) {
-    fail(err, errlen, "%s: truncated data: the header promises %zu bytes, the file has %zu", path,
-         out->nbytes, got);
-    goto done;
-  }
-  if (fgetc(f) != EOF) {
-    fail(err, errlen, "%s: extra data after the array's %zu bytes", path, out->nbytes);
+  if (rt_read_at(fd, out->data, out->nbytes, data_start) != 0) {
+    fail(err, errlen, "%s: cannot read the data: %s", path, errno ? strerror(errno) : "the file shrank");
     goto done;
   }
   /* np.save(x.T) writes Fortran order: the first index varies fastest. */
@@ -415,7 +429,7 @@ int rt_npy_read(const char *path, RtTensor *out, char *err, size_t errlen) {
   rc = 0;
 done:
   free(header);
-  fclose(f);
+  close(fd);
   if (rc < 0) rt_tensor_free(out);
   return rc;
 }

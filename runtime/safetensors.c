@@ -2,18 +2,20 @@
  * a set).  Layout: 8-byte little-endian header size N, N bytes of JSON
  * {"name": {"dtype", "shape", "data_offsets": [b, e]}, "__metadata__"},
  * then the data, offsets counted from its start.  The header is checked
- * in full before any data is read; each tensor's bytes are then read once,
- * straight into their own buffer. */
+ * in full before any data is read (names found by a hash index, so its
+ * cost grows linearly with its size); each tensor's bytes are then read
+ * once, straight into their own buffer. */
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
+#include <unistd.h>
 
 #include "tensorio.h"
 
@@ -33,7 +35,51 @@ static int fail(char *err, size_t errlen, const char *fmt, ...) {
   return -1;
 }
 
+/* ---- the index of names: open addressing, linear probing ---- */
+
+static uint64_t hash_name(const char *s) {
+  uint64_t h = 1469598103934665603u;
+  for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211u;
+  return h;
+}
+
+int rt_names_init(RtNames *ix, int n) {
+  size_t cap = 16;
+  while (cap < 2 * (size_t)(n > 0 ? n : 0) + 2) cap *= 2;
+  ix->slots = cap <= INT_MAX ? calloc(cap, sizeof(int)) : NULL;
+  ix->n_slots = ix->slots ? (int)cap : 0;
+  return ix->slots ? 0 : -1;
+}
+
+/* The slot where name is, or the empty one where it would go. */
+static int *slot_of(const RtNames *ix, const char *const *names, const char *name) {
+  size_t mask = (size_t)ix->n_slots - 1;
+  for (size_t i = hash_name(name) & mask;; i = (i + 1) & mask)
+    if (!ix->slots[i] || strcmp(names[ix->slots[i] - 1], name) == 0) return &ix->slots[i];
+}
+
+int rt_names_add(RtNames *ix, const char *const *names, int i) {
+  int *slot = slot_of(ix, names, names[i]);
+  if (*slot) return *slot - 1;
+  *slot = i + 1;
+  return -1;
+}
+
+int rt_names_find(const RtNames *ix, const char *const *names, const char *name) {
+  return ix->n_slots ? *slot_of(ix, names, name) - 1 : -1;
+}
+
+void rt_names_free(RtNames *ix) {
+  free(ix->slots);
+  ix->slots = NULL;
+  ix->n_slots = 0;
+}
+
 const RtTensor *rt_tensor_set_find(const RtTensorSet *s, const char *name) {
+  if (s->index.n_slots) {
+    int k = rt_names_find(&s->index, (const char *const *)s->names, name);
+    return k >= 0 ? &s->tensors[k] : NULL;
+  }
   for (int i = 0; i < s->n; i++)
     if (strcmp(s->names[i], name) == 0) return &s->tensors[i];
   return NULL;
@@ -52,6 +98,7 @@ void rt_tensor_set_free(RtTensorSet *s) {
   free(s->tensors);
   free(s->meta_keys);
   free(s->meta_values);
+  rt_names_free(&s->index);
   memset(s, 0, sizeof *s);
 }
 
@@ -164,7 +211,8 @@ static int parse_header(const char *path, const cJSON *root, int64_t data_size, 
   out->names = calloc((size_t)total + 1, sizeof(char *));
   out->tensors = calloc((size_t)total + 1, sizeof(RtTensor));
   Entry *es = *entries = calloc((size_t)total + 1, sizeof(Entry));
-  if (!out->names || !out->tensors || !es) return fail(err, errlen, "%s: out of memory", path);
+  if (!out->names || !out->tensors || !es || rt_names_init(&out->index, total) < 0)
+    return fail(err, errlen, "%s: out of memory", path);
   bool seen_meta = false;
   for (const cJSON *j = root->child; j; j = j->next) {
     const char *name = j->string;
@@ -174,16 +222,15 @@ static int parse_header(const char *path, const cJSON *root, int64_t data_size, 
       if (parse_metadata(path, j, out, err, errlen) < 0) return -1;
       continue;
     }
-    for (int i = 0; i < out->n; i++)
-      if (strcmp(out->names[i], name) == 0)
-        return fail(err, errlen, "%s: tensor '%s' appears twice in the header", path, name);
+    if (rt_names_find(&out->index, (const char *const *)out->names, name) >= 0)
+      return fail(err, errlen, "%s: tensor '%s' appears twice in the header", path, name);
     Entry *e = &es[out->n];
     e->name = name;
     e->index = out->n;
     if (parse_entry(path, j, data_size, &out->tensors[out->n], e, err, errlen) < 0) return -1;
     out->names[out->n] = strdup(name);
     if (!out->names[out->n]) return fail(err, errlen, "%s: out of memory", path);
-    out->n++;
+    rt_names_add(&out->index, (const char *const *)out->names, out->n++);
   }
   qsort(es, (size_t)out->n, sizeof *es, by_begin);
   /* Empty tensors occupy nothing and overlap nothing. */
@@ -200,20 +247,16 @@ static int parse_header(const char *path, const cJSON *root, int64_t data_size, 
 
 int rt_safetensors_read(const char *path, RtTensorSet *out, char *err, size_t errlen) {
   memset(out, 0, sizeof *out);
-  FILE *f = fopen(path, "rb");
-  if (!f) return fail(err, errlen, "%s: %s", path, strerror(errno));
+  char why[256];
+  int64_t size;
+  int fd = rt_open_regular(path, 0, &size, why, sizeof why);
+  if (fd < 0) return fail(err, errlen, "%s: %s", path, why);
   int rc = -1;
   char *text = NULL;
   cJSON *root = NULL;
   Entry *entries = NULL;
-  struct stat st;
   unsigned char pre[8];
-  if (fstat(fileno(f), &st) != 0) {
-    fail(err, errlen, "%s: %s", path, strerror(errno));
-    goto done;
-  }
-  int64_t size = (int64_t)st.st_size;
-  if (size < 8 || fread(pre, 1, 8, f) != 8) {
+  if (size < 8 || rt_read_at(fd, pre, 8, 0) != 0) {
     fail(err, errlen, "%s: too short for a safetensors file (%" PRId64 " bytes)", path, size);
     goto done;
   }
@@ -229,7 +272,7 @@ int rt_safetensors_read(const char *path, RtTensorSet *out, char *err, size_t er
     goto done;
   }
   text = malloc((size_t)hsize + 1);
-  if (!text || fread(text, 1, (size_t)hsize, f) != (size_t)hsize) {
+  if (!text || rt_read_at(fd, text, (size_t)hsize, 8) != 0) {
     fail(err, errlen, "%s: %s", path, text ? "could not read the header" : "out of memory");
     goto done;
   }
@@ -245,7 +288,8 @@ int rt_safetensors_read(const char *path, RtTensorSet *out, char *err, size_t er
   }
   int64_t data_start = 8 + (int64_t)hsize, data_size = size - data_start;
   if (parse_header(path, root, data_size, out, &entries, err, errlen) < 0) goto done;
-  /* In file order, so the reads run forward. */
+  /* In file order, so the reads run forward.  Every entry lies inside the
+   * data (parse_entry), so nothing is allocated beyond the file's size. */
   for (int k = 0; k < out->n; k++) {
     Entry *e = &entries[k];
     RtTensor *t = &out->tensors[e->index];
@@ -254,16 +298,14 @@ int rt_safetensors_read(const char *path, RtTensorSet *out, char *err, size_t er
       fail(err, errlen, "%s: tensor '%s': out of memory for %zu bytes", path, e->name, t->nbytes);
       goto done;
     }
-    if (t->nbytes == 0) continue;
-    if (fseeko(f, (off_t)(data_start + e->begin), SEEK_SET) != 0 ||
-        fread(t->data, 1, t->nbytes, f) != t->nbytes) {
+    if (t->nbytes && rt_read_at(fd, t->data, t->nbytes, data_start + e->begin) != 0) {
       fail(err, errlen, "%s: tensor '%s': could not read its data", path, e->name);
       goto done;
     }
   }
   rc = 0;
 done:
-  fclose(f);
+  close(fd);
   free(text);
   cJSON_Delete(root);
   free(entries);
@@ -276,7 +318,11 @@ int rt_safetensors_write(const char *path, const RtTensorSet *set, char *err, si
   char *json = NULL;
   FILE *f = NULL;
   int rc = -1;
-  if (!root) return fail(err, errlen, "%s: out of memory", path);
+  RtNames seen;
+  if (!root || rt_names_init(&seen, set->n) < 0) {
+    cJSON_Delete(root);
+    return fail(err, errlen, "%s: out of memory", path);
+  }
   if (set->n_meta > 0) {
     cJSON *meta = cJSON_AddObjectToObject(root, "__metadata__");
     for (int i = 0; meta && i < set->n_meta; i++)
@@ -294,11 +340,10 @@ int rt_safetensors_write(const char *path, const RtTensorSet *set, char *err, si
       fail(err, errlen, "%s: a tensor cannot be named '__metadata__'", path);
       goto done;
     }
-    for (int k = 0; k < i; k++)
-      if (strcmp(set->names[k], name) == 0) {
-        fail(err, errlen, "%s: tensor '%s' is given twice", path, name);
-        goto done;
-      }
+    if (rt_names_add(&seen, (const char *const *)set->names, i) >= 0) {
+      fail(err, errlen, "%s: tensor '%s' is given twice", path, name);
+      goto done;
+    }
     int64_t n = (unsigned)t->dtype < RT_DTYPE_COUNT && t->rank >= 0 && t->rank <= RT_MAX_RANK
                     ? rt_numel(t)
                     : -1;
@@ -353,5 +398,6 @@ done:
   if (f) fclose(f);
   cJSON_free(json);
   cJSON_Delete(root);
+  rt_names_free(&seen);
   return rc;
 }

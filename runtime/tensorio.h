@@ -7,6 +7,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 /* The first eight in the order of plan.h's RtDTypeCode (and the
  * compiler's DType), so a plan's dtype code names the same type here. */
@@ -37,6 +38,19 @@ typedef struct RtTensor {
   size_t nbytes;
 } RtTensor;
 
+/* Files (fileio.c).  rt_open_regular opens path read-only as a regular
+ * file, without waiting on a FIFO or a device (those are refused, as is
+ * anything but a regular file; with RT_NOFOLLOW a symlink as the last
+ * component too).  Returns the descriptor and the file's size, or -1 with
+ * the reason alone in err ("is a FIFO, not a regular file", or
+ * strerror's text). */
+enum { RT_NOFOLLOW = 1 };
+int rt_open_regular(const char *path, int flags, int64_t *size, char *err, size_t errlen);
+/* n bytes at offset into dst: 0, or -1 (errno 0 when the file ended). */
+int rt_read_at(int fd, void *dst, size_t n, int64_t offset);
+/* "a FIFO", "a directory", ... for a file's st_mode. */
+const char *rt_file_kind(mode_t mode);
+
 int rt_dtype_size(RtDType t);
 const char *rt_dtype_name(RtDType t); /* "f32", "bf16", "bool", ... */
 /* Element count, or -1 when it overflows or a dim is negative. */
@@ -54,6 +68,23 @@ int rt_npy_write(const char *path, const RtTensor *t, char *err, size_t errlen);
  * path names the file in messages. */
 int rt_npy_write_at(int dirfd, const char *name, const char *path, const RtTensor *t, char *err, size_t errlen);
 
+/* An index of the names in a table (names[0..n), owned by the caller):
+ * a hash of positions, so that a table read from a file is searched in
+ * constant time per name whatever its size. */
+typedef struct RtNames {
+  int *slots; /* position + 1, or 0: empty */
+  int n_slots; /* a power of two, at least twice the names */
+} RtNames;
+
+/* Room for n names; -1 when out of memory. */
+int rt_names_init(RtNames *ix, int n);
+/* Indexes names[i]: -1, or the position of an equal name indexed before
+ * (then names[i] is not indexed). */
+int rt_names_add(RtNames *ix, const char *const *names, int i);
+/* name's position, or -1. */
+int rt_names_find(const RtNames *ix, const char *const *names, const char *name);
+void rt_names_free(RtNames *ix);
+
 /* A safetensors file's contents.  The reader owns everything in a set it
  * returns (free with rt_tensor_set_free); a set passed to the writer is
  * only read. */
@@ -64,11 +95,16 @@ typedef struct RtTensorSet {
   int n_meta; /* "__metadata__": string keys and values */
   char **meta_keys;
   char **meta_values;
+  /* The reader's index of names; empty in a set built by hand, where
+   * rt_tensor_set_find scans. */
+  RtNames index;
 } RtTensorSet;
 
 /* Reads the whole file once, validating the header: size, JSON, every
  * entry's dtype, shape and offsets (exact size, inside the data, no
- * overlaps), duplicate names.  Tensors keep the file's order. */
+ * overlaps), duplicate names, all in time linear in the header's size,
+ * before any tensor's data is allocated.  Only a regular file is read.
+ * Tensors keep the file's order. */
 int rt_safetensors_read(const char *path, RtTensorSet *out, char *err, size_t errlen);
 /* Writes tensors in the set's order, packed, the header padded with
  * spaces to a multiple of 8 bytes. */

@@ -3,7 +3,8 @@
  * threshold on a Gaussian, a uniform and an outlier), the range-doubling
  * histogram, the method names, and api_calibrate on small IR graphs over
  * sample folders: one input, several inputs matched by name order, the
- * sample cap, and every folder and sample error with its exact message.
+ * sample cap, and every folder and sample error with its exact message
+ * (a FIFO, a folder or a dangling link named *.npy among them).
  * The same folders, errors and ranges on the compiled model (emu; cuda
  * over tests/fake_cuda.c for the choice auto makes), and LeNet and the
  * MLP calibrated on emu against the interpreter, method by method.
@@ -361,11 +362,12 @@ START_TEST(one_input_minmax) {
   write_f32(in_dir(&f, "a.npy"), 2, dims23, a);
   write_f32(in_dir(&f, "b.npy"), 2, dims23, b);
   write_f32(in_dir(&f, "c.npy"), 2, dims23, c);
-  /* Not samples: other suffixes, and a folder named like one. */
+  /* Not samples: other suffixes (a folder named like one is an error:
+   * sample_kinds). */
   FILE *txt = fopen(in_dir(&f, "notes.txt"), "w");
   fputs("hello", txt);
   fclose(txt);
-  make_dir(in_dir(&f, "d.npy"));
+  make_dir(in_dir(&f, "d"));
   ApiCalibration cal = {.method = {CALIB_MINMAX, 0}};
   double amax[3];
   ck_assert_msg(calibrate(&f, &cal, 3, (int[]){0, 2, 3}, amax), "%s", diag_text(&f.ctx));
@@ -551,6 +553,59 @@ START_TEST(sample_errors) {
   snprintf(want, sizeof want, "dlcc: error: %s/3.npy: element 1 is -Inf: calibration needs finite inputs\n",
            f.dir);
   expect_error(&f, &cal, 2, want);
+  fixture_free(&f);
+}
+END_TEST
+
+/* Each *.npy of a folder must be a regular file.  A FIFO named x.npy
+ * once blocked dlcc forever and a dangling symlink was skipped without a
+ * word: both, and a folder named *.npy, are errors naming them.  A
+ * symlink out of the folder is read, with a warning. */
+START_TEST(sample_kinds) {
+  Fixture f;
+  fixture(&f, one_input);
+  char want[512];
+  ApiCalibration cal = {.method = {CALIB_MINMAX, 0}, .backend = CALIB_ON_REF};
+  const float good[] = {1, 2, 3, 4, 5, 6};
+  write_f32(in_dir(&f, "0.npy"), 2, dims23, good);
+
+  ck_assert_int_eq(mkfifo(in_dir(&f, "x.npy"), 0600), 0);
+  snprintf(want, sizeof want, "dlcc: error: calibration sample %s/x.npy is a FIFO, not a regular file\n",
+           f.dir);
+  expect_error(&f, &cal, 2, want);
+  ck_assert_int_eq(unlink(in_dir(&f, "x.npy")), 0);
+
+  ck_assert_int_eq(symlink("gone.npy", in_dir(&f, "y.npy")), 0);
+  snprintf(want, sizeof want,
+           "dlcc: error: calibration sample %s/y.npy is a dangling symbolic link (to 'gone.npy')\n", f.dir);
+  expect_error(&f, &cal, 2, want);
+  ck_assert_int_eq(unlink(in_dir(&f, "y.npy")), 0);
+
+  make_dir(in_dir(&f, "z.npy"));
+  snprintf(want, sizeof want, "dlcc: error: calibration sample %s/z.npy is a directory, not a regular file\n",
+           f.dir);
+  expect_error(&f, &cal, 2, want);
+  ck_assert_int_eq(rmdir(in_dir(&f, "z.npy")), 0);
+
+  /* samples/0.npy is a file, samples/1.npy a link to ../out.npy. */
+  make_dir(in_dir(&f, "samples"));
+  ck_assert_int_eq(rename(in_dir(&f, "0.npy"), in_dir(&f, "samples/0.npy")), 0);
+  const float big[] = {-8, 0, 0, 0, 0, 0};
+  write_f32(in_dir(&f, "out.npy"), 2, dims23, big);
+  ck_assert_int_eq(symlink("../out.npy", in_dir(&f, "samples/1.npy")), 0);
+  cal.dir = in_dir(&f, "samples");
+  int id = 3;
+  double amax;
+  diag_clear(&f.ctx);
+  ck_assert_msg(calibrate(&f, &cal, 1, &id, &amax), "%s", diag_text(&f.ctx));
+  char *real = realpath(in_dir(&f, "out.npy"), NULL);
+  snprintf(want, sizeof want,
+           "dlcc: warning: calibration sample %s/samples/1.npy is a symbolic link to %s, outside the "
+           "folder\n",
+           f.dir, real);
+  free(real);
+  ck_assert_str_eq(diag_text(&f.ctx), want);
+  ck_assert_double_eq(amax, 6); /* relu: both samples read */
   fixture_free(&f);
 }
 END_TEST
@@ -1049,6 +1104,7 @@ static Suite *calibrate_suite(void) {
   int n_backends = (int)(sizeof backends / sizeof *backends);
   tcase_add_loop_test(t, folder_errors, 0, n_backends);
   tcase_add_loop_test(t, sample_errors, 0, n_backends);
+  tcase_add_test(t, sample_kinds);
   tcase_add_loop_test(t, several_input_errors, 0, n_backends);
   tcase_add_loop_test(t, activation_not_finite, 0, n_backends);
   suite_add_tcase(s, t);

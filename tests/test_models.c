@@ -344,7 +344,7 @@ static void add_conv(Weights *w, const char *name, int64_t out, int64_t in, int6
 
 static const char *write_weights(const Weights *w, const char *file) {
   const char *p = path_for(file);
-  RtTensorSet set = {w->n, (char **)w->names, (RtTensor *)w->tensors, 0, NULL, NULL};
+  RtTensorSet set = {.n = w->n, .names = (char **)w->names, .tensors = (RtTensor *)w->tensors};
   ck_assert_msg(rt_safetensors_write(p, &set, err, sizeof err) == 0, "%s", err);
   return p;
 }

@@ -327,7 +327,8 @@ START_TEST(test_st_roundtrip) {
       {.dtype = RT_F16, .rank = 2, .dims = {0, 5}, .data = NULL, .nbytes = 0},
   };
   char *mk[] = {"format"}, *mv[] = {"pt"};
-  RtTensorSet set = {4, names, ts, 1, mk, mv};
+  RtTensorSet set = {
+      .n = 4, .names = names, .tensors = ts, .n_meta = 1, .meta_keys = mk, .meta_values = mv};
   const char *p = path_for("w.safetensors");
   ck_assert_msg(rt_safetensors_write(p, &set, err, sizeof err) == 0, "%s", err);
   FILE *f = fopen(p, "rb");
@@ -493,7 +494,7 @@ static const char *weights_file(int n, const char **names, const RtDType *dts, c
   blob = malloc(count * sizeof(float));
   for (size_t i = 0; i < count; i++) blob[i] = (float)i;
   for (int i = 0; i < n; i++) ts[i].data = blob + i;
-  RtTensorSet set = {n, (char **)names, ts, 0, NULL, NULL};
+  RtTensorSet set = {.n = n, .names = (char **)names, .tensors = ts};
   const char *p = path_for("w.safetensors");
   ck_assert_msg(rt_safetensors_write(p, &set, err, sizeof err) == 0, "%s", err);
   return p;

@@ -1,0 +1,584 @@
+/* The importer's builders: takes the importer's state and values, returns
+ * new values.  Names live in a hash table; a value known at import is
+ * host data, and each IR node whose operands are all known is evaluated at
+ * once by the reference interpreter instead of entering the graph.  Also
+ * node attributes and operands with their checks. */
+#include "config.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "frontend/onnx_internal.h"
+
+/* ---- the importer ---- */
+
+static uint32_t hash_str(const char *s) {
+  uint32_t h = 2166136261u;
+  for (; *s; s++) h = (h ^ (unsigned char)*s) * 16777619u;
+  return h;
+}
+
+Entry *ox_find_entry(Imp *im, const char *name) {
+  if (!im->n_buckets) return NULL;
+  for (Entry *e = im->buckets[hash_str(name) & (im->n_buckets - 1)]; e; e = e->next)
+    if (strcmp(e->name, name) == 0) return e;
+  return NULL;
+}
+
+static void link_entry(Imp *im, Entry *e) {
+  uint32_t b = hash_str(e->name) & (im->n_buckets - 1);
+  e->next = im->buckets[b];
+  im->buckets[b] = e;
+}
+
+/* Twice the buckets, relinked: chains stay short at every size. */
+static void rehash(Imp *im) {
+  uint32_t old = im->n_buckets;
+  Entry **was = im->buckets;
+  im->n_buckets = old ? old * 2 : 1024;
+  im->buckets = ARENA_ARRAY(&im->c->arena, Entry *, im->n_buckets);
+  for (uint32_t i = 0; i < old; i++)
+    for (Entry *e = was[i], *next; e; e = next) {
+      next = e->next;
+      link_entry(im, e);
+    }
+}
+
+Entry *ox_add_entry(Imp *im, const char *name, int producer) {
+  if (im->n_entries >= im->n_buckets) rehash(im);
+  Entry *e = ARENA_NEW(&im->c->arena, Entry);
+  e->name = arena_strdup(&im->c->arena, name);
+  e->producer = producer;
+  link_entry(im, e);
+  im->n_entries++;
+  return e;
+}
+
+__attribute__((format(printf, 2, 3))) bool ox_bad(Imp *im, const char *fmt, ...) {
+  char msg[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  const Onnx__NodeProto *np = im->np;
+  if (np) {
+    const char *name = np->name && *np->name ? np->name : NULL;
+    diag_error(im->c, (SrcLoc){0}, "%s: node %d%s%s%s (%s): %s", im->file, im->node_index,
+               name ? " '" : "", name ? name : "", name ? "'" : "", np->op_type ? np->op_type : "?",
+               msg);
+  } else {
+    diag_error(im->c, (SrcLoc){0}, "%s: %s", im->file, msg);
+  }
+  return false;
+}
+
+_Noreturn void ox_oom(Imp *im, const char *what) {
+  ox_bad(im, "out of memory for %s", what);
+  if (!im->unwind) dl_internal(im->c, "out of memory outside the import's guard");
+  longjmp(*im->unwind, 1);
+}
+
+static void *grow(Imp *im, void *p, int *cap, size_t elem) {
+  int n = *cap ? *cap * 2 : 64;
+  void *q = realloc(p, (size_t)n * elem);
+  if (!q) ox_oom(im, "the importer's tables");
+  *cap = n;
+  return q;
+}
+
+/* Takes ownership of the data of ts[0..n) into out[0..n).  Every one is
+ * owned (freed with the import) or freed before an allocation failure
+ * unwinds: none leaks. */
+static void own_all(Imp *im, int n, Tensor *ts, Tensor **out) {
+  bool ok = true;
+  if (im->n_owned + n > im->cap_owned) {
+    int cap = im->cap_owned ? im->cap_owned : 64;
+    while (cap < im->n_owned + n) cap *= 2;
+    Tensor **q = realloc(im->owned, (size_t)cap * sizeof *q);
+    if (q)
+      im->owned = q, im->cap_owned = cap;
+    else
+      ok = false;
+  }
+  for (int i = 0; i < n; i++) {
+    out[i] = ok ? malloc(sizeof **out) : NULL;
+    if (out[i]) {
+      *out[i] = ts[i];
+      im->owned[im->n_owned++] = out[i];
+    } else {
+      ir_tensor_free(&ts[i]);
+      ok = false;
+    }
+  }
+  if (!ok) ox_oom(im, "the importer's tables");
+}
+
+static Val *new_val(Imp *im, const TensorType *t) {
+  Val *v = ARENA_NEW(&im->c->arena, Val);
+  v->type = *t;
+  return v;
+}
+
+static Val *known_val(Imp *im, Tensor *k) {
+  Val *v = new_val(im, &k->type);
+  v->k = k;
+  return v;
+}
+
+Val *ox_known(Imp *im, Tensor t) {
+  Tensor *k;
+  own_all(im, 1, &t, &k);
+  return known_val(im, k);
+}
+
+/* A fresh known tensor of type t for the caller to fill. */
+Val *ox_known_new(Imp *im, const TensorType *t) {
+  Tensor d;
+  if (!ir_tensor_alloc(&d, t)) {
+    char ts[IR_TYPE_STR_MAX], what[IR_TYPE_STR_MAX + 64];
+    snprintf(what, sizeof what, "a tensor of %s (%zu bytes)", ir_type_str(t, ts, sizeof ts),
+             ir_tensor_nbytes(t));
+    ox_oom(im, what);
+  }
+  return ox_known(im, d);
+}
+
+bool ox_proto_is_empty(const Onnx__TensorProto *t) {
+  for (size_t i = 0; i < t->n_dims; i++)
+    if (t->dims[i] == 0) return true;
+  return false;
+}
+
+Val *ox_empty_val(Imp *im) {
+  TensorType t = {.dtype = TY_F32, .rank = 1};
+  Val *v = new_val(im, &t);
+  v->empty = true;
+  return v;
+}
+
+Val *ox_scalar(Imp *im, double x, DType dt) {
+  TensorType t = {.dtype = dt, .rank = 0};
+  Val *v = ox_known_new(im, &t);
+  ir_tensor_set(v->k, 0, x);
+  return v;
+}
+
+Val *ox_ints_val(Imp *im, int n, const int64_t *x) {
+  int64_t dim = n;
+  TensorType t = ir_type_make(TY_I64, 1, &dim);
+  Val *v = ox_known_new(im, &t);
+  memcpy(v->k->data, x, sizeof(int64_t) * (size_t)n);
+  return v;
+}
+
+static bool is_splat(const Tensor *t, double *value) {
+  int64_t n = ir_type_numel(&t->type);
+  double first = ir_tensor_get(t, 0);
+  if (isnan(first) || (!ir_dtype_is_float(t->type.dtype) && fabs(first) > 9007199254740992.0))
+    return false;
+  for (int64_t i = 1; i < n; i++)
+    if (ir_tensor_get(t, i) != first) return false;
+  *value = first;
+  return true;
+}
+
+/* The value in the graph, made on first use: a known value becomes a
+ * splat const or a param holding its data. */
+Value *ox_use(Imp *im, Val *v) {
+  if (v->v) return v->v;
+  if (!v->k) dl_internal(im->c, "ONNX value without a definition");
+  double splat;
+  if (is_splat(v->k, &splat)) {
+    Node *n = ir_node_new(im->g, OP_CONST, 0, NULL, im->loc);
+    ir_set_float(im->g, n, "value", splat);
+    ir_declare(n, &v->type);
+    ir_append(im->g, n);
+    return v->v = &n->out[0];
+  }
+  const char *name = v->name;
+  if (!name) {
+    const char *base = im->np && im->np->n_output && im->np->output[0] && *im->np->output[0]
+                           ? im->np->output[0]
+                           : "const";
+    name = arena_printf(&im->c->arena, "%s.%d", base, im->n_temps++);
+  }
+  /* Param names are one namespace: a temporary may not take an ONNX name. */
+  while (ox_find_entry(im, name) && ox_find_entry(im, name)->val != v)
+    name = arena_printf(&im->c->arena, "%s.%d", name, im->n_temps++);
+  if (!v->name) ox_add_entry(im, name, -1)->val = v;
+  Node *n = ir_source(im->g, OP_PARAM, &v->type, name, im->loc);
+  if (im->n_params == im->cap_params)
+    im->params = grow(im, im->params, &im->cap_params, sizeof *im->params);
+  im->params[im->n_params++] = v;
+  v->name = name;
+  return v->v = &n->out[0];
+}
+
+Val *ox_val_of(Imp *im, Value *x) {
+  Val *v = new_val(im, &x->type);
+  v->v = x;
+  return v;
+}
+
+/* ---- building nodes, folded when every operand is known ---- */
+
+static Node *begin_in(Imp *im, Emit *e, OpKind op, int n_in, Val *const *in, bool may_fold) {
+  bool all_known = may_fold && n_in > 0;
+  int64_t total = 0;
+  for (int i = 0; i < n_in; i++) {
+    if (!in[i]->k) all_known = false;
+    else total += ir_type_numel(&in[i]->type);
+  }
+  e->fold = all_known && total <= im->fold_max ? ir_graph_new(im->c, "fold") : NULL;
+  e->n_in = n_in;
+  e->in = ARENA_ARRAY(&im->c->arena, Val *, n_in > 0 ? n_in : 1);
+  Value **ops = ARENA_ARRAY(&im->c->arena, Value *, n_in > 0 ? n_in : 1);
+  for (int i = 0; i < n_in; i++) {
+    e->in[i] = in[i];
+    if (e->fold) {
+      const char *name = arena_printf(&im->c->arena, "k%d", i);
+      ops[i] = &ir_source(e->fold, OP_PARAM, &in[i]->type, name, im->loc)->out[0];
+    } else {
+      ops[i] = ox_use(im, in[i]);
+    }
+  }
+  e->n = ir_node_new(e->fold ? e->fold : im->g, op, n_in, ops, im->loc);
+  return e->n;
+}
+
+Node *ox_begin(Imp *im, Emit *e, OpKind op, int n_in, Val *const *in) {
+  return begin_in(im, e, op, n_in, in, true);
+}
+
+/* Results into out[0..n_out). */
+bool ox_finish(Imp *im, Emit *e, Val **out) {
+  char err[1024];
+  Node *n = e->n;
+  if (!ir_fill_defaults(im->g, n, err, sizeof err) || !ir_infer(n, err, sizeof err))
+    return ox_bad(im, "%s", err);
+  if (!e->fold) {
+    ir_append(im->g, n);
+    for (int i = 0; i < n->n_out; i++) out[i] = ox_val_of(im, &n->out[i]);
+    return true;
+  }
+  for (int i = 0; i < n->n_out; i++)
+    if (ir_type_numel(&n->out[i].type) > im->fold_max) {
+      /* Too large to fold after all: rebuild it in the graph. */
+      Emit e2;
+      begin_in(im, &e2, n->op, e->n_in, e->in, false);
+      for (int a = 0; a < n->n_attrs; a++) {
+        const Attr *at = &n->attrs[a];
+        switch (at->kind) {
+          case AK_INT: ir_set_int(im->g, e2.n, at->name, at->i); break;
+          case AK_FLOAT: ir_set_float(im->g, e2.n, at->name, at->f); break;
+          case AK_INTS: ir_set_ints(im->g, e2.n, at->name, at->ints.n, at->ints.v); break;
+          case AK_STR: ir_set_str(im->g, e2.n, at->name, at->s); break;
+          case AK_DTYPE: ir_set_dtype(im->g, e2.n, at->name, at->dt); break;
+        }
+      }
+      return ox_finish(im, &e2, out);
+    }
+  ir_append(e->fold, n);
+  Value *outs[8];
+  const char *names[8];
+  const char **pnames = ARENA_ARRAY(&im->c->arena, const char *, e->n_in);
+  Tensor *pt = ARENA_ARRAY(&im->c->arena, Tensor, e->n_in);
+  if (n->n_out > 8) dl_internal(im->c, "too many results to fold");
+  for (int i = 0; i < n->n_out; i++) outs[i] = &n->out[i], names[i] = "r";
+  ir_set_outputs(e->fold, n->n_out, outs, names);
+  for (int i = 0; i < e->n_in; i++) {
+    pnames[i] = ir_attr_str(n->in[i]->def, "name");
+    pt[i] = *e->in[i]->k;
+  }
+  TensorMap pm = {e->n_in, pnames, pt};
+  Tensor res[8];
+  if (!ir_eval(e->fold, NULL, &pm, res, err, sizeof err))
+    return ox_bad(im, "evaluating %s on constant operands: %s", ir_ops[n->op].name, err);
+  Tensor *ks[8];
+  own_all(im, n->n_out, res, ks);
+  for (int i = 0; i < n->n_out; i++) out[i] = known_val(im, ks[i]);
+  return true;
+}
+
+Val *ox_emit1(Imp *im, Emit *e) {
+  Val *out[8];
+  return ox_finish(im, e, out) ? out[0] : NULL;
+}
+
+Val *ox_op1(Imp *im, OpKind op, Val *x) {
+  if (!x) return NULL;
+  Emit e;
+  ox_begin(im, &e, op, 1, &x);
+  return ox_emit1(im, &e);
+}
+
+Val *ox_op2(Imp *im, OpKind op, Val *a, Val *b) {
+  if (!a || !b) return NULL;
+  Val *in[2] = {a, b};
+  Emit e;
+  ox_begin(im, &e, op, 2, in);
+  return ox_emit1(im, &e);
+}
+
+Val *ox_op2s(Imp *im, OpKind op, Val *a, double s) {
+  return a ? ox_op2(im, op, a, ox_scalar(im, s, a->type.dtype)) : NULL;
+}
+
+Val *ox_op1f(Imp *im, OpKind op, Val *x, const char *attr, double v) {
+  if (!x) return NULL;
+  Emit e;
+  Node *n = ox_begin(im, &e, op, 1, &x);
+  ir_set_float(im->g, n, attr, v);
+  return ox_emit1(im, &e);
+}
+
+bool ox_same_dims(const TensorType *t, int rank, const int64_t *dims) {
+  if (t->rank != rank) return false;
+  for (int i = 0; i < rank; i++)
+    if (t->dims[i] != dims[i]) return false;
+  return true;
+}
+
+Val *ox_reshape(Imp *im, Val *x, int rank, const int64_t *dims) {
+  if (!x) return NULL;
+  if (ox_same_dims(&x->type, rank, dims)) return x;
+  Emit e;
+  Node *n = ox_begin(im, &e, OP_RESHAPE, 1, &x);
+  ir_set_ints(im->g, n, "shape", rank, dims);
+  return ox_emit1(im, &e);
+}
+
+Val *ox_transpose(Imp *im, Val *x, const int64_t *perm) {
+  if (!x) return NULL;
+  bool identity = true;
+  for (int i = 0; i < x->type.rank; i++) identity &= perm[i] == i;
+  if (identity) return x;
+  Emit e;
+  Node *n = ox_begin(im, &e, OP_TRANSPOSE, 1, &x);
+  ir_set_ints(im->g, n, "perm", x->type.rank, perm);
+  return ox_emit1(im, &e);
+}
+
+Val *ox_cast(Imp *im, Val *x, DType dt) {
+  if (!x || x->type.dtype == dt) return x;
+  Emit e;
+  Node *n = ox_begin(im, &e, OP_CAST, 1, &x);
+  ir_set_dtype(im->g, n, "to", dt);
+  return ox_emit1(im, &e);
+}
+
+/* x[start:end:step] along one axis (0 <= start < end <= dim, step >= 1). */
+Val *ox_slice_axis(Imp *im, Val *x, int axis, int64_t start, int64_t end, int64_t step) {
+  if (!x) return NULL;
+  int r = x->type.rank;
+  if (start == 0 && end == x->type.dims[axis] && step == 1) return x;
+  int64_t s[DL_MAX_RANK], en[DL_MAX_RANK], st[DL_MAX_RANK];
+  for (int d = 0; d < r; d++) s[d] = 0, en[d] = x->type.dims[d], st[d] = 1;
+  s[axis] = start, en[axis] = end, st[axis] = step;
+  Emit e;
+  Node *n = ox_begin(im, &e, OP_SLICE, 1, &x);
+  ir_set_ints(im->g, n, "starts", r, s);
+  ir_set_ints(im->g, n, "ends", r, en);
+  ir_set_ints(im->g, n, "steps", r, st);
+  return ox_emit1(im, &e);
+}
+
+Val *ox_concat(Imp *im, int n_in, Val **in, int axis) {
+  for (int i = 0; i < n_in; i++)
+    if (!in[i]) return NULL;
+  if (n_in == 1) return in[0];
+  Emit e;
+  Node *n = ox_begin(im, &e, OP_CONCAT, n_in, in);
+  ir_set_int(im->g, n, "axis", axis);
+  return ox_emit1(im, &e);
+}
+
+Val *ox_reduce(Imp *im, OpKind op, Val *x, int n_axes, const int64_t *axes, bool keep) {
+  if (!x) return NULL;
+  Emit e;
+  Node *n = ox_begin(im, &e, op, 1, &x);
+  ir_set_ints(im->g, n, "axes", n_axes, axes);
+  ir_set_int(im->g, n, "keepdims", keep);
+  return ox_emit1(im, &e);
+}
+
+Val *ox_gather(Imp *im, Val *data, Val *idx, int axis) {
+  if (!data || !idx) return NULL;
+  Val *in[2] = {data, idx};
+  Emit e;
+  Node *n = ox_begin(im, &e, OP_GATHER, 2, in);
+  ir_set_int(im->g, n, "axis", axis);
+  return ox_emit1(im, &e);
+}
+
+/* x reversed along axis: a gather of dim-1 .. 0. */
+Val *ox_reverse_axis(Imp *im, Val *x, int axis) {
+  if (!x) return NULL;
+  int64_t T = x->type.dims[axis];
+  if (T > im->fold_max) {
+    ox_bad(im, "reversing an axis of %" PRId64 " elements is not supported", T);
+    return NULL;
+  }
+  TensorType it = ir_type_make(TY_I64, 1, &T);
+  Val *idx = ox_known_new(im, &it);
+  for (int64_t i = 0; i < T; i++) ((int64_t *)idx->k->data)[i] = T - 1 - i;
+  return ox_gather(im, x, idx, axis);
+}
+
+/* 0, 1, .., len-1 along axis of a rank-r i64 tensor (1 in the other dims). */
+Val *ox_iota_along(Imp *im, int r, int axis, int64_t len) {
+  int64_t dims[DL_MAX_RANK];
+  for (int d = 0; d < r; d++) dims[d] = d == axis ? len : 1;
+  TensorType t = ir_type_make(TY_I64, r, dims);
+  Val *v = ox_known_new(im, &t);
+  for (int64_t i = 0; i < len; i++) ((int64_t *)v->k->data)[i] = i;
+  return v;
+}
+
+/* ---- attributes ---- */
+
+const Onnx__AttributeProto *ox_find_attr(Imp *im, const char *name) {
+  const Onnx__NodeProto *np = im->np;
+  for (size_t i = 0; i < np->n_attribute; i++)
+    if (np->attribute[i]->name && strcmp(np->attribute[i]->name, name) == 0) {
+      im->attr_used[i] = true;
+      return np->attribute[i];
+    }
+  return NULL;
+}
+
+static bool attr_kind(Imp *im, const Onnx__AttributeProto *a, Onnx__AttributeProto__AttributeType want,
+                      const char *what) {
+  /* Old exporters leave type unset; then the filled field decides. */
+  if (a->has_type && a->type != want)
+    return ox_bad(im, "attribute '%s' must be %s", a->name, what);
+  return true;
+}
+
+bool ox_attr_int(Imp *im, const char *name, int64_t def, int64_t *out) {
+  const Onnx__AttributeProto *a = ox_find_attr(im, name);
+  *out = def;
+  if (!a) return true;
+  if (!attr_kind(im, a, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INT, "an integer")) return false;
+  *out = a->i;
+  return true;
+}
+
+bool ox_attr_float(Imp *im, const char *name, double def, double *out) {
+  const Onnx__AttributeProto *a = ox_find_attr(im, name);
+  *out = def;
+  if (!a) return true;
+  if (!attr_kind(im, a, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__FLOAT, "a float")) return false;
+  *out = a->f;
+  return true;
+}
+
+/* *out NULL when absent. */
+bool ox_attr_str(Imp *im, const char *name, const char *def, const char **out) {
+  const Onnx__AttributeProto *a = ox_find_attr(im, name);
+  *out = def;
+  if (!a) return true;
+  if (!attr_kind(im, a, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__STRING, "a string")) return false;
+  *out = arena_strndup(&im->c->arena, (const char *)a->s.data, a->s.len);
+  return true;
+}
+
+/* *n = -1 when absent. */
+bool ox_attr_ints(Imp *im, const char *name, int *n, const int64_t **v) {
+  const Onnx__AttributeProto *a = ox_find_attr(im, name);
+  *n = -1;
+  *v = NULL;
+  if (!a) return true;
+  if (!attr_kind(im, a, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INTS, "a list of integers")) return false;
+  if (a->n_ints > 64)
+    return ox_bad(im, "attribute '%s' has %zu values, more than dlcc takes", name, a->n_ints);
+  *n = (int)a->n_ints;
+  *v = a->ints;
+  return true;
+}
+
+/* A flag attribute that dlcc supports only at one value. */
+bool ox_attr_only(Imp *im, const char *name, int64_t def, int64_t allowed) {
+  int64_t v;
+  if (!ox_attr_int(im, name, def, &v)) return false;
+  if (v != allowed)
+    return ox_bad(im, "attribute %s=%" PRId64 " is not supported (only %" PRId64 ")", name, v, allowed);
+  return true;
+}
+
+/* ---- operands ---- */
+
+Val *ox_in_opt(const ONode *n, int i) { return i < n->n_in ? n->in[i] : NULL; }
+
+Val *ox_in_req(Imp *im, const ONode *n, int i) {
+  Val *v = ox_in_opt(n, i);
+  if (!v) ox_bad(im, "input %d is missing", i + 1);
+  return v;
+}
+
+const Tensor *ox_need_const(Imp *im, Val *v, const char *what) {
+  if (v->k) return v->k;
+  if (v->hint) return v->hint;
+  ox_bad(im,
+         "%s computed at run time is not supported: it must be an initializer, a Constant or "
+         "follow from static shapes",
+         what);
+  return NULL;
+}
+
+/* Up to 64 integers from a known 0-d or 1-d integer tensor. */
+bool ox_const_ints(Imp *im, Val *v, const char *what, int *n, int64_t *out) {
+  const Tensor *t = ox_need_const(im, v, what);
+  if (!t) return false;
+  if (ir_dtype_is_float(t->type.dtype) || t->type.rank > 1)
+    return ox_bad(im, "%s must be a 0-d or 1-d integer tensor", what);
+  int64_t count = ir_type_numel(&t->type);
+  if (count > 64) return ox_bad(im, "%s has %" PRId64 " values, more than dlcc takes", what, count);
+  for (int64_t i = 0; i < count; i++) out[i] = (int64_t)ir_tensor_get(t, i);
+  if (t->type.dtype == TY_I64)
+    for (int64_t i = 0; i < count; i++) out[i] = ((const int64_t *)t->data)[i];
+  *n = (int)count;
+  return true;
+}
+
+bool ox_const_scalar(Imp *im, Val *v, const char *what, double *out) {
+  const Tensor *t = ox_need_const(im, v, what);
+  if (!t) return false;
+  if (ir_type_numel(&t->type) != 1) return ox_bad(im, "%s must hold one value", what);
+  *out = ir_tensor_get(t, 0);
+  return true;
+}
+
+bool ox_norm_axis(Imp *im, int64_t a, int rank, int *out) {
+  *out = 0;
+  if (a < -rank || a >= rank)
+    return ox_bad(im, "axis %" PRId64 " is out of range for rank %d", a, rank);
+  *out = (int)(a < 0 ? a + rank : a);
+  return true;
+}
+
+/* Axes normalized, sorted, without duplicates. */
+bool ox_norm_axes(Imp *im, int n, const int64_t *in, int rank, int *n_out, int64_t *out) {
+  bool seen[DL_MAX_RANK] = {false};
+  for (int i = 0; i < n; i++) {
+    int a;
+    if (!ox_norm_axis(im, in[i], rank, &a)) return false;
+    seen[a] = true;
+  }
+  *n_out = 0;
+  for (int d = 0; d < rank; d++)
+    if (seen[d]) out[(*n_out)++] = d;
+  return true;
+}
+
+bool ox_need_float_in(Imp *im, Val *x) {
+  if (!ir_dtype_is_float(x->type.dtype))
+    return ox_bad(im, "input of dtype %s is not supported (a float type is needed)",
+                  ir_dtype_name(x->type.dtype));
+  return true;
+}

@@ -1,0 +1,188 @@
+/* Shared by the ONNX importer's files (frontend/onnx*.c; nothing else
+ * includes it): the importer's state, the values it tracks, and the
+ * builders every op's import uses.  onnx.c walks the graph and holds the
+ * op table; onnx_tensor.c reads TensorProtos and files; onnx_build.c
+ * makes values and nodes (folded when their operands are known);
+ * onnx_ops.c, onnx_shape.c, onnx_resize.c, onnx_rnn.c and onnx_quant.c
+ * import the ops. */
+#ifndef DLCC_FRONTEND_ONNX_INTERNAL_H
+#define DLCC_FRONTEND_ONNX_INTERNAL_H
+
+#include <setjmp.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "frontend/onnx.h"
+#include "frontend/onnx.pb-c.h"
+
+/* What the importer knows about one ONNX value. */
+typedef struct Val {
+  const char *name; /* ONNX name; NULL for temporaries */
+  TensorType type;
+  Value *v;           /* in the graph; NULL until a runtime op needs it */
+  Tensor *k;          /* contents known at import, or NULL */
+  const Tensor *hint; /* OnnxOptions.known's value for a graph input */
+  /* DequantizeLinear's codes and scales when it made this value, or the
+   * accumulator of an int8 product this value dequantizes (QDQ). */
+  const struct Quant *dq;
+  /* An empty tensor (a dim of 0): ONNX's way, besides an empty name, to
+   * leave out an optional operand (Resize's roi and scales).  dlcc has no
+   * empty tensors; only the ops that read one as not given take it. */
+  bool empty;
+} Val;
+
+typedef struct Entry {
+  const char *name;
+  Val *val;
+  int producer; /* node index; -1 for graph inputs and initializers */
+  struct Entry *next;
+} Entry;
+
+typedef struct Imp {
+  Ctx *c;
+  Graph *g;
+  const char *file; /* for messages */
+  const char *dir;  /* external data */
+  const SrcFile *src;
+  const OnnxOptions *opt;
+  bool *define_used;
+  int64_t opset;
+  /* Every ONNX name, hashed; the table doubles as it fills, so that a
+   * model's names are found in constant time however many there are. */
+  Entry **buckets;
+  uint32_t n_buckets, n_entries;
+  /* Every known tensor (malloc'd), freed at the end unless a param took it. */
+  Tensor **owned;
+  int n_owned, cap_owned;
+  /* Params in graph order; each is a Val whose k is its data. */
+  Val **params;
+  int n_params, cap_params;
+  int n_temps;
+  /* The node being imported. */
+  const Onnx__NodeProto *np;
+  int node_index;
+  bool *attr_used;
+  SrcLoc loc;
+  int64_t fold_max;
+  /* The decoded model, its decoder's allocator (which notes a failure),
+   * and where an allocation failure unwinds to (onnx.c). */
+  Onnx__ModelProto *m;
+  ProtobufCAllocator pb;
+  bool pb_failed;
+  jmp_buf *unwind;
+} Imp;
+
+typedef struct Emit {
+  Node *n;
+  Graph *fold; /* non-NULL: evaluated at once */
+  int n_in;
+  Val **in;
+} Emit;
+
+typedef struct ONode {
+  int n_in;
+  Val **in; /* NULL where the name is empty */
+  int n_out;
+  Val **out;
+  const bool *want; /* output named (used) */
+} ONode;
+
+typedef struct Window {
+  int spatial;                      /* 1, 2 or 3: the ONNX node's */
+  int nsp;                          /* 2 or 3: the IR op's (1-d is 2-d of height 1) */
+  int64_t kernel[3], stride[3], dil[3];
+  int64_t pad[6];                   /* the nsp starts, then the ends: 2-d [top, left, bottom, right] */
+} Window;
+/* Imports one ONNX node into n->out; false after reporting. */
+typedef bool OpFn(Imp *im, ONode *n);
+
+/* onnx_tensor.c: dtypes and files. */
+extern const char ox_dtypes_we_have[];
+const char *ox_onnx_type_name(int32_t t);
+bool ox_dtype_from_onnx(int32_t t, DType *out);
+void *ox_read_whole(const char *path, size_t *len, char *err, size_t errlen);
+char *ox_dir_of(Arena *a, const char *path);
+bool ox_tensor_from_proto(const Onnx__TensorProto *t, const char *dir, Tensor *out, char *err, size_t errlen);
+
+/* onnx_build.c: names, values, nodes, attributes and operands. */
+Entry *ox_find_entry(Imp *im, const char *name);
+Entry *ox_add_entry(Imp *im, const char *name, int producer);
+bool ox_bad(Imp *im, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Reports that an allocation of what failed and unwinds out of the
+ * import (it never returns). */
+_Noreturn void ox_oom(Imp *im, const char *what);
+Val *ox_known(Imp *im, Tensor t);
+Val *ox_known_new(Imp *im, const TensorType *t);
+bool ox_proto_is_empty(const Onnx__TensorProto *t);
+Val *ox_empty_val(Imp *im);
+Val *ox_scalar(Imp *im, double x, DType dt);
+Val *ox_ints_val(Imp *im, int n, const int64_t *x);
+Value *ox_use(Imp *im, Val *v);
+Val *ox_val_of(Imp *im, Value *x);
+Node *ox_begin(Imp *im, Emit *e, OpKind op, int n_in, Val *const *in);
+bool ox_finish(Imp *im, Emit *e, Val **out);
+Val *ox_emit1(Imp *im, Emit *e);
+Val *ox_op1(Imp *im, OpKind op, Val *x);
+Val *ox_op2(Imp *im, OpKind op, Val *a, Val *b);
+Val *ox_op2s(Imp *im, OpKind op, Val *a, double s);
+Val *ox_op1f(Imp *im, OpKind op, Val *x, const char *attr, double v);
+bool ox_same_dims(const TensorType *t, int rank, const int64_t *dims);
+Val *ox_reshape(Imp *im, Val *x, int rank, const int64_t *dims);
+Val *ox_transpose(Imp *im, Val *x, const int64_t *perm);
+Val *ox_cast(Imp *im, Val *x, DType dt);
+Val *ox_slice_axis(Imp *im, Val *x, int axis, int64_t start, int64_t end, int64_t step);
+Val *ox_concat(Imp *im, int n_in, Val **in, int axis);
+Val *ox_reduce(Imp *im, OpKind op, Val *x, int n_axes, const int64_t *axes, bool keep);
+Val *ox_gather(Imp *im, Val *data, Val *idx, int axis);
+Val *ox_reverse_axis(Imp *im, Val *x, int axis);
+Val *ox_iota_along(Imp *im, int r, int axis, int64_t len);
+const Onnx__AttributeProto *ox_find_attr(Imp *im, const char *name);
+bool ox_attr_int(Imp *im, const char *name, int64_t def, int64_t *out);
+bool ox_attr_float(Imp *im, const char *name, double def, double *out);
+bool ox_attr_str(Imp *im, const char *name, const char *def, const char **out);
+bool ox_attr_ints(Imp *im, const char *name, int *n, const int64_t **v);
+bool ox_attr_only(Imp *im, const char *name, int64_t def, int64_t allowed);
+Val *ox_in_opt(const ONode *n, int i);
+Val *ox_in_req(Imp *im, const ONode *n, int i);
+const Tensor *ox_need_const(Imp *im, Val *v, const char *what);
+bool ox_const_ints(Imp *im, Val *v, const char *what, int *n, int64_t *out);
+bool ox_const_scalar(Imp *im, Val *v, const char *what, double *out);
+bool ox_norm_axis(Imp *im, int64_t a, int rank, int *out);
+bool ox_norm_axes(Imp *im, int n, const int64_t *in, int rank, int *n_out, int64_t *out);
+bool ox_need_float_in(Imp *im, Val *x);
+
+/* onnx_ops.c: elementwise, products, convolution, pooling,
+ * normalization, losses, reductions. */
+OpFn ox_op_unary, ox_op_leaky_relu, ox_op_gelu, ox_op_elu_family, ox_op_hardsigmoid, ox_op_softplus,
+    ox_op_softsign, ox_op_prelu, ox_op_clip, ox_op_binary, ox_op_mod, ox_op_variadic, ox_op_logic,
+    ox_op_isinf, ox_op_where, ox_op_thresholded_relu, ox_op_shrink, ox_op_trilu, ox_op_identity,
+    ox_op_dropout, ox_op_cast, ox_op_matmul, ox_op_gemm, ox_op_conv, ox_op_conv_transpose, ox_op_pool,
+    ox_op_global_pool, ox_op_batchnorm, ox_op_layernorm, ox_op_lrn, ox_op_instancenorm, ox_op_softmax,
+    ox_op_nll_loss, ox_op_softmax_ce_loss, ox_op_reduce, ox_op_argmax, ox_op_hardmax;
+Val *ox_neg_exp_side(Imp *im, Val *x, double alpha, double scale);
+Val *ox_hardsigmoid_of(Imp *im, Val *x, double alpha, double beta);
+Val *ox_softplus_of(Imp *im, Val *x);
+Val *ox_softsign_of(Imp *im, Val *x);
+Val *ox_where(Imp *im, Val *cond, Val *a, Val *b);
+bool ox_window_attrs(Imp *im, const Val *x, const int64_t *wkernel, Window *w);
+Val *ox_to_2d(Imp *im, Val *x);
+Val *ox_from_2d(Imp *im, Val *y, int spatial);
+
+/* onnx_shape.c: shapes, data movement, indexing, values known at import. */
+OpFn ox_op_reshape, ox_op_flatten, ox_op_squeeze, ox_op_unsqueeze, ox_op_transpose, ox_op_concat, ox_op_split,
+    ox_op_slice, ox_op_gather, ox_op_gather_elements, ox_op_gather_nd, ox_op_scatter_elements,
+    ox_op_scatter_nd, ox_op_topk, ox_op_one_hot, ox_op_eye_like, ox_op_expand, ox_op_tile, ox_op_pad,
+    ox_op_depth_space, ox_op_constant, ox_op_constant_of_shape, ox_op_shape, ox_op_size, ox_op_range;
+
+/* onnx_resize.c: Resize, Upsample and GridSample. */
+OpFn ox_op_resize, ox_op_grid_sample;
+
+/* onnx_rnn.c: RNN, GRU and LSTM, unrolled. */
+OpFn ox_op_rnn;
+
+/* onnx_quant.c: QDQ and QOperator int8 models. */
+OpFn ox_op_quantize_linear, ox_op_dequantize_linear, ox_op_conv_integer, ox_op_qlinear_conv,
+    ox_op_matmul_integer, ox_op_qlinear_matmul, ox_op_conv_qdq, ox_op_matmul_qdq, ox_op_gemm_qdq;
+
+#endif

@@ -1,0 +1,462 @@
+/* ONNX Resize, Upsample and GridSample: takes the node's operands and
+ * attributes, returns gathers and weighted sums by tables computed at
+ * import (Resize), or the IR's grid_sample. */
+#include "config.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "frontend/onnx_internal.h"
+
+/* ---- Resize and Upsample: separable, by tables known at import ----
+ *
+ * Shapes are static, so where every output element reads from along an
+ * axis is known here: each resized axis becomes a gather of source
+ * indices and, where an output blends several of them, a weighted sum of
+ * its k taps (the gather seen as [.., out, k, ..], times the weights,
+ * reduce_sum over k).  The tables follow ONNX's formulas in double
+ * precision, as its reference computes them, so every
+ * mode, coordinate transformation, nearest_mode, cubic_coeff_a,
+ * exclude_outside and antialias is the same few ops. */
+
+typedef enum { RZ_NEAREST, RZ_LINEAR, RZ_CUBIC } ResizeMode;
+
+typedef struct Resize {
+  ResizeMode mode;
+  const char *coord;   /* coordinate_transformation_mode */
+  const char *nearest; /* nearest_mode; NULL: Resize-10's and Upsample's rule */
+  double cubic_a, extrapolation;
+  bool exclude_outside, antialias;
+} Resize;
+
+/* One axis: its lengths, the scale ONNX's formulas divide by as num /
+ * den (the given one over 1, or a size over its input length, so that
+ * dividing by it rounds once), the resized length as those formulas see
+ * it (scale * in: a fraction when the scale gives one, as in ONNX's
+ * reference) and tf_crop_and_resize's region of interest. */
+typedef struct ResizeAxis {
+  int64_t in, out;
+  double num, den, scale, len, roi_lo, roi_hi;
+} ResizeAxis;
+
+/* Output o of an axis reads idx[o * k + t] with weight w[o * k + t]
+ * (t < k), or is the extrapolation value where outside[o]. */
+typedef struct ResizeTable {
+  int k;
+  int64_t *idx;
+  double *w;
+  bool *outside;
+  bool any_outside;
+} ResizeTable;
+
+static const char *const resize_coords[] = {
+    "half_pixel", "half_pixel_symmetric", "pytorch_half_pixel", "align_corners", "asymmetric",
+    "tf_half_pixel_for_nn", "tf_crop_and_resize"};
+static const char *const resize_nearest_modes[] = {"round_prefer_floor", "round_prefer_ceil", "floor",
+                                                   "ceil"};
+
+static bool one_of(const char *s, const char *const *names, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    if (strcmp(s, names[i]) == 0) return true;
+  return false;
+}
+
+/* Where output coordinate o lands in the input; *outside when
+ * tf_crop_and_resize puts it beyond the input's ends. */
+static double resize_source(const Resize *r, const ResizeAxis *a, int64_t o, bool *outside) {
+  double x = (double)o, in = (double)a->in, len = a->len;
+  double centre = (x + 0.5) * a->den / a->num; /* (x + 0.5) / scale */
+  const char *m = r->coord;
+  *outside = false;
+  if (strcmp(m, "asymmetric") == 0) return x * a->den / a->num;
+  if (strcmp(m, "align_corners") == 0) return len == 1 ? 0 : x * (in - 1) / (len - 1);
+  /* length_resized > 1 as ONNX's text and onnxruntime say (the reference
+   * takes -0.5 for one output, the same pixels but for cubic). */
+  if (strcmp(m, "pytorch_half_pixel") == 0) return a->out > 1 ? centre - 0.5 : 0;
+  if (strcmp(m, "tf_half_pixel_for_nn") == 0) return centre;
+  if (strcmp(m, "half_pixel_symmetric") == 0) return in / 2 * (1 - (double)a->out / len) + centre - 0.5;
+  if (strcmp(m, "tf_crop_and_resize") == 0) {
+    double span = a->roi_hi - a->roi_lo;
+    double src = a->roi_lo * (in - 1) + (len == 1 ? span * (in - 1) / 2 : x * span * (in - 1) / (len - 1));
+    *outside = src < 0 || src > in - 1;
+    return src;
+  }
+  return centre - 0.5; /* half_pixel */
+}
+
+/* The source nearest_mode picks for x: rounding with ties as the mode
+ * says, or floor / ceil.  Resize-10 and Upsample have no nearest_mode;
+ * onnxruntime floors upscaling axes and takes the ceiling downscaling. */
+static int64_t resize_nearest(const Resize *r, const ResizeAxis *a, double x) {
+  const char *m = r->nearest ? r->nearest : a->scale < 1 ? "ceil" : "floor";
+  double f = floor(x);
+  if (strcmp(m, "floor") == 0) return (int64_t)f;
+  if (strcmp(m, "ceil") == 0) return (int64_t)ceil(x);
+  if (x - f == 0.5) return (int64_t)(strcmp(m, "round_prefer_ceil") == 0 ? f + 1 : f);
+  return (int64_t)(x - f < 0.5 ? f : f + 1);
+}
+
+/* The interpolation kernel at distance t in input pixels: a tent, or
+ * Keys' cubic convolution with a = cubic_coeff_a. */
+static double resize_weight(const Resize *r, double t) {
+  t = fabs(t);
+  if (r->mode == RZ_LINEAR) return t < 1 ? 1 - t : 0;
+  double A = r->cubic_a;
+  if (t <= 1) return ((A + 2) * t - (A + 3)) * t * t + 1;
+  if (t < 2) return ((A * t - 5 * A) * t + 8 * A) * t - 4 * A;
+  return 0;
+}
+
+/* How wide the kernel is when antialias stretches it to 1 / scale. */
+static double resize_stretch(const Resize *r, const ResizeAxis *a) {
+  return r->antialias && a->scale < 1 ? a->scale : 1;
+}
+
+static double resize_taps(const Resize *r, const ResizeAxis *a) {
+  if (r->mode == RZ_NEAREST) return 1;
+  double half = r->mode == RZ_LINEAR ? 1 : 2, s = resize_stretch(r, a);
+  return s < 1 ? 2 - 2 * (floor(-half / s) + 1) : 2 * half;
+}
+
+static int64_t clamp_index(int64_t i, int64_t n) { return i < 0 ? 0 : i >= n ? n - 1 : i; }
+
+/* Row o of the table: ONNX takes the k taps nearest to x, the left ones
+ * first, so that x lies in (0, 1] past tap k/2 - 1; out-of-range taps read
+ * the edge (or, with exclude_outside, weigh nothing, the rest scaled back
+ * to a sum of 1, as antialias does always). */
+static void resize_row(const Resize *r, const ResizeAxis *a, double x, int k, int64_t *idx, double *w) {
+  if (r->mode == RZ_NEAREST) {
+    idx[0] = clamp_index(resize_nearest(r, a, x), a->in);
+    w[0] = 1;
+    return;
+  }
+  double base = floor(x), frac = x - base, s = resize_stretch(r, a), sum = 0;
+  if (frac == 0) base -= 1, frac = 1;
+  for (int t = 0; t < k; t++) {
+    int offset = 1 - k / 2 + t;
+    int64_t at = (int64_t)base + offset;
+    w[t] = resize_weight(r, s * ((double)offset - frac));
+    if (r->exclude_outside && (at < 0 || at >= a->in)) w[t] = 0;
+    idx[t] = clamp_index(at, a->in);
+    sum += w[t];
+  }
+  if ((r->antialias || r->exclude_outside) && sum != 0)
+    for (int t = 0; t < k; t++) w[t] /= sum;
+}
+
+/* Taps that weigh nothing are dropped where that leaves one of weight 1
+ * in every row: the axis is then a plain gather. */
+static void resize_compact(ResizeTable *t, int64_t out) {
+  int k = t->k;
+  int64_t *one = malloc(sizeof *one * (size_t)out);
+  if (!one) return;
+  for (int64_t o = 0; o < out; o++) {
+    int found = -1;
+    for (int j = 0; j < k; j++) {
+      double w = t->w[o * k + j];
+      if (w == 0) continue;
+      if (w != 1 || found >= 0) {
+        free(one);
+        return;
+      }
+      found = j;
+    }
+    if (found < 0) {
+      free(one);
+      return;
+    }
+    one[o] = t->idx[o * k + found];
+  }
+  for (int64_t o = 0; o < out; o++) t->idx[o] = one[o], t->w[o] = 1;
+  t->k = 1;
+  free(one);
+}
+
+static bool resize_table(Imp *im, const Resize *r, const ResizeAxis *a, ResizeTable *t) {
+  double taps = resize_taps(r, a);
+  if (taps * (double)a->out > (double)im->fold_max)
+    return ox_bad(im, "a table of %" PRId64 " x %.0f taps is larger than dlcc takes", a->out, taps);
+  t->k = (int)taps;
+  size_t n = (size_t)a->out * (size_t)t->k;
+  t->idx = malloc(sizeof *t->idx * n);
+  t->w = malloc(sizeof *t->w * n);
+  t->outside = malloc(sizeof *t->outside * (size_t)a->out);
+  t->any_outside = false;
+  if (!t->idx || !t->w || !t->outside) return ox_bad(im, "out of memory for a resize table");
+  for (int64_t o = 0; o < a->out; o++) {
+    double x = resize_source(r, a, o, &t->outside[o]);
+    if (!(fabs(x) < 1e15)) x = 0; /* a wild roi: outside anyway, and no overflow */
+    t->any_outside |= t->outside[o];
+    resize_row(r, a, x, t->k, t->idx + o * t->k, t->w + o * t->k);
+  }
+  if (t->k > 1) resize_compact(t, a->out);
+  return true;
+}
+
+static void resize_table_free(ResizeTable *t) {
+  free(t->idx);
+  free(t->w);
+  free(t->outside);
+}
+
+static bool resize_is_identity(const ResizeTable *t, const ResizeAxis *a) {
+  if (t->k != 1 || a->out != a->in || t->any_outside) return false;
+  for (int64_t o = 0; o < a->out; o++)
+    if (t->idx[o] != o) return false;
+  return true;
+}
+
+/* Axis d of y through table t: a gather of its sources; for k > 1 the
+ * gather seen as [before, out, k, after], times the weights [1, out, k,
+ * 1], summed over k; then the extrapolation value where outside. */
+static Val *resize_apply(Imp *im, Val *y, int d, const ResizeTable *t, int64_t out, double extrapolation) {
+  int r = y->type.rank;
+  int64_t before = 1, after = 1, n = out * t->k;
+  for (int i = 0; i < r; i++) {
+    if (i < d) before *= y->type.dims[i];
+    if (i > d) after *= y->type.dims[i];
+  }
+  TensorType it = ir_type_make(TY_I64, 1, &n);
+  Val *idx = ox_known_new(im, &it);
+  memcpy(idx->k->data, t->idx, sizeof *t->idx * (size_t)n);
+  Val *g = ox_gather(im, y, idx, d);
+  if (g && t->k > 1) {
+    int64_t view[4] = {before, out, t->k, after}, wd[4] = {1, out, t->k, 1}, sum_axis = 2;
+    TensorType wt = ir_type_make(y->type.dtype, 4, wd);
+    Val *w = ox_known_new(im, &wt);
+    for (int64_t i = 0; i < n; i++) ir_tensor_set(w->k, i, t->w[i]);
+    int64_t dims[DL_MAX_RANK];
+    memcpy(dims, y->type.dims, sizeof dims);
+    dims[d] = out;
+    Val *blend =
+        ox_reduce(im, OP_REDUCE_SUM, ox_op2(im, OP_MUL, ox_reshape(im, g, 4, view), w), 1, &sum_axis, false);
+    g = ox_reshape(im, blend, r, dims);
+  }
+  if (g && t->any_outside) {
+    int64_t md[DL_MAX_RANK];
+    for (int i = 0; i < r; i++) md[i] = i == d ? out : 1;
+    TensorType mt = ir_type_make(TY_BOOL, r, md);
+    Val *mask = ox_known_new(im, &mt);
+    for (int64_t o = 0; o < out; o++) ir_tensor_set(mask->k, o, t->outside[o]);
+    g = ox_where(im, mask, ox_scalar(im, extrapolation, y->type.dtype), g);
+  }
+  return g;
+}
+
+/* A Val the importer may treat as not given: absent, or empty. */
+static Val *given(Val *v) { return v && !v->empty ? v : NULL; }
+
+static bool resize_attrs(Imp *im, bool v10, Resize *r) {
+  const char *mode, *nearest;
+  int64_t exclude, antialias;
+  if (!ox_attr_str(im, "mode", "nearest", &mode) ||
+      !ox_attr_str(im, "coordinate_transformation_mode", v10 ? "asymmetric" : "half_pixel", &r->coord) ||
+      !ox_attr_str(im, "nearest_mode", NULL, &nearest) ||
+      !ox_attr_float(im, "cubic_coeff_a", -0.75, &r->cubic_a) ||
+      !ox_attr_int(im, "exclude_outside", 0, &exclude) ||
+      !ox_attr_float(im, "extrapolation_value", 0, &r->extrapolation) ||
+      !ox_attr_int(im, "antialias", 0, &antialias))
+    return false;
+  if (strcmp(mode, "nearest") == 0)
+    r->mode = RZ_NEAREST;
+  else if (strcmp(mode, "linear") == 0 || strcmp(mode, "bilinear") == 0) /* Upsample-1's name */
+    r->mode = RZ_LINEAR;
+  else if (strcmp(mode, "cubic") == 0)
+    r->mode = RZ_CUBIC;
+  else
+    return ox_bad(im, "mode='%s' is not one of ONNX's (nearest, linear, cubic)", mode);
+  if (!one_of(r->coord, resize_coords, ARRAY_LEN(resize_coords)))
+    return ox_bad(im,
+                  "coordinate_transformation_mode='%s' is not one of ONNX's (half_pixel, "
+                  "half_pixel_symmetric, pytorch_half_pixel, align_corners, asymmetric, "
+                  "tf_half_pixel_for_nn, tf_crop_and_resize)",
+                  r->coord);
+  if (nearest && !one_of(nearest, resize_nearest_modes, ARRAY_LEN(resize_nearest_modes)))
+    return ox_bad(im,
+                  "nearest_mode='%s' is not one of ONNX's (round_prefer_floor, round_prefer_ceil, "
+                  "floor, ceil)",
+                  nearest);
+  r->nearest = nearest ? nearest : v10 ? NULL : "round_prefer_floor";
+  r->exclude_outside = exclude != 0;
+  /* Nearest has no kernel to widen: antialias changes nothing there. */
+  r->antialias = antialias != 0 && r->mode != RZ_NEAREST;
+  return true;
+}
+
+/* Which axes the scales, sizes and roi name (opset 18's axes). */
+static bool resize_axis_list(Imp *im, int rank, int *k, int *axes) {
+  int n;
+  const int64_t *v;
+  if (!ox_attr_ints(im, "axes", &n, &v)) return false;
+  if (n < 0) {
+    for (int i = 0; i < rank; i++) axes[i] = i;
+    *k = rank;
+    return true;
+  }
+  bool seen[DL_MAX_RANK] = {false};
+  if (n > rank) return ox_bad(im, "'axes' names %d axes of a rank-%d input", n, rank);
+  for (int i = 0; i < n; i++) {
+    if (!ox_norm_axis(im, v[i], rank, &axes[i])) return false;
+    if (seen[axes[i]]) return ox_bad(im, "axis %" PRId64 " is named twice in 'axes'", v[i]);
+    seen[axes[i]] = true;
+  }
+  *k = n;
+  return true;
+}
+
+static bool resize_by_scales(Imp *im, const double *scale, int k, const int *axes, ResizeAxis *ax) {
+  for (int i = 0; i < k; i++) {
+    ResizeAxis *a = &ax[axes[i]];
+    double s = scale[i], len = s * (double)a->in;
+    if (!(s > 0) || !isfinite(s))
+      return ox_bad(im, "scale %g on dim %d is not a positive number", s, axes[i]);
+    if (!(len < (double)DL_MAX_ELEMS))
+      return ox_bad(im, "scale %g on dim %d gives too large an output", s, axes[i]);
+    a->num = s, a->den = 1, a->scale = s, a->len = len, a->out = (int64_t)floor(len);
+    if (a->out < 1)
+      return ox_bad(im, "scale %g on dim %d of %" PRId64 " gives an empty output (dlcc has no empty tensors)",
+                    s, axes[i], a->in);
+  }
+  return true;
+}
+
+/* Sizes, stretched or (keep_aspect_ratio_policy) scaled alike on all the
+ * axes by the smallest or largest ratio, rounded half up. */
+static bool resize_by_sizes(Imp *im, const int64_t *size, int k, const int *axes, const char *policy,
+                            ResizeAxis *ax) {
+  bool stretch = strcmp(policy, "stretch") == 0, larger = strcmp(policy, "not_smaller") == 0;
+  if (!stretch && !larger && strcmp(policy, "not_larger") != 0)
+    return ox_bad(im, "keep_aspect_ratio_policy='%s' is not one of ONNX's (stretch, not_larger, not_smaller)",
+                  policy);
+  int pick = 0;
+  for (int i = 0; i < k; i++) {
+    if (size[i] < 1 || size[i] > DL_MAX_ELEMS)
+      return ox_bad(im, "size %" PRId64 " on dim %d is not supported (dlcc has no empty tensors)", size[i],
+                    axes[i]);
+    /* size[i] / in[i] against size[pick] / in[pick], exactly */
+    double here = (double)size[i] * (double)ax[axes[pick]].in;
+    double there = (double)size[pick] * (double)ax[axes[i]].in;
+    if (larger ? here > there : here < there) pick = i;
+  }
+  for (int i = 0; i < k; i++) {
+    ResizeAxis *a = &ax[axes[i]];
+    int by = stretch ? i : pick;
+    a->num = (double)size[by], a->den = (double)ax[axes[by]].in, a->scale = a->num / a->den;
+    if (stretch) {
+      a->out = size[i], a->len = (double)size[i];
+      continue;
+    }
+    a->len = a->num * (double)a->in / a->den;
+    if (!(a->len < (double)DL_MAX_ELEMS))
+      return ox_bad(im, "keep_aspect_ratio_policy gives dim %d too large an output", axes[i]);
+    a->out = (int64_t)(a->len + 0.5);
+    if (a->out < 1) return ox_bad(im, "keep_aspect_ratio_policy gives dim %d an empty output", axes[i]);
+  }
+  return true;
+}
+
+/* Each axis's lengths, scale and roi from the scales or the sizes (an
+ * attribute for Upsample-7, input 1 for Upsample-9 and Resize-10, inputs
+ * 2 and 3 from Resize-11 on; an empty one counts as not given). */
+static bool resize_geometry(Imp *im, ONode *n, bool upsample, bool v10, const Resize *r, ResizeAxis *ax) {
+  const Val *x = n->in[0];
+  int rank = x->type.rank, k = 0, axes[DL_MAX_RANK];
+  const char *policy;
+  if (!resize_axis_list(im, rank, &k, axes) ||
+      !ox_attr_str(im, "keep_aspect_ratio_policy", "stretch", &policy))
+    return false;
+  for (int d = 0; d < rank; d++)
+    ax[d] = (ResizeAxis){x->type.dims[d], x->type.dims[d], 1, 1, 1, (double)x->type.dims[d], 0, 1};
+  Val *roi = v10 ? NULL : given(ox_in_opt(n, 1)), *sv = given(ox_in_opt(n, v10 ? 1 : 2));
+  Val *zv = v10 ? NULL : given(ox_in_opt(n, 3));
+  double scale[DL_MAX_RANK];
+  if (sv && zv) return ox_bad(im, "both scales and sizes are given (ONNX allows one)");
+  if (sv) {
+    const Tensor *t = ox_need_const(im, sv, "the scales");
+    if (!t) return false;
+    if (ir_type_numel(&t->type) != k) return ox_bad(im, "the scales need %d values, one per axis", k);
+    for (int i = 0; i < k; i++) scale[i] = ir_tensor_get(t, i);
+  } else if (upsample && ox_in_opt(n, 1) == NULL) {
+    const Onnx__AttributeProto *a = ox_find_attr(im, "scales");
+    if (!a || (int)a->n_floats != k) return ox_bad(im, "the scales need %d values, one per axis", k);
+    for (int i = 0; i < k; i++) scale[i] = a->floats[i];
+  } else if (zv) {
+    int64_t size[64];
+    int got;
+    if (!ox_const_ints(im, zv, "the sizes", &got, size)) return false;
+    if (got != k) return ox_bad(im, "the sizes need %d values, one per axis", k);
+    if (!resize_by_sizes(im, size, k, axes, policy, ax)) return false;
+  } else {
+    return ox_bad(im, "neither scales nor sizes are given");
+  }
+  if (!zv && !resize_by_scales(im, scale, k, axes, ax)) return false;
+  if (roi && strcmp(r->coord, "tf_crop_and_resize") == 0) {
+    const Tensor *t = ox_need_const(im, roi, "the roi");
+    if (!t) return false;
+    if (ir_type_numel(&t->type) != 2 * k)
+      return ox_bad(im, "the roi needs %d values, starts then ends", 2 * k);
+    for (int i = 0; i < k; i++) {
+      ax[axes[i]].roi_lo = ir_tensor_get(t, i);
+      ax[axes[i]].roi_hi = ir_tensor_get(t, k + i);
+    }
+  }
+  return true;
+}
+
+/* Linear and cubic blend in f32 for integer inputs, then saturate and
+ * truncate back (onnxruntime truncates). */
+static Val *resize_to_dtype(Imp *im, Val *y, DType dt) {
+  if (!y || y->type.dtype == dt) return y;
+  double lo = dt == TY_U8 ? 0 : dt == TY_I8 ? -128 : dt == TY_I32 ? -2147483648.0 : -9.2e18;
+  double hi = dt == TY_U8 ? 255 : dt == TY_I8 ? 127 : dt == TY_I32 ? 2147483647.0 : 9.2e18;
+  Emit e;
+  Node *c = ox_begin(im, &e, OP_CLIP, 1, &y);
+  ir_set_float(im->g, c, "min", lo);
+  ir_set_float(im->g, c, "max", hi);
+  return ox_cast(im, ox_emit1(im, &e), dt);
+}
+
+bool ox_op_resize(Imp *im, ONode *n) {
+  bool upsample = strcmp(im->np->op_type, "Upsample") == 0, v10 = upsample || im->opset < 11;
+  Val *x = ox_in_req(im, n, 0);
+  Resize r;
+  ResizeAxis ax[DL_MAX_RANK];
+  if (!x || !resize_attrs(im, v10, &r) || !resize_geometry(im, n, upsample, v10, &r, ax)) return false;
+  DType dt = x->type.dtype;
+  bool blend = r.mode != RZ_NEAREST;
+  if (blend && dt == TY_BOOL) return ox_bad(im, "mode linear and cubic take no bool tensor (nearest does)");
+  Val *y = blend && !ir_dtype_is_float(dt) ? ox_cast(im, x, TY_F32) : x;
+  for (int d = 0; d < x->type.rank && y; d++) {
+    ResizeTable t = {0};
+    bool ok = resize_table(im, &r, &ax[d], &t);
+    if (ok && !resize_is_identity(&t, &ax[d])) y = resize_apply(im, y, d, &t, ax[d].out, r.extrapolation);
+    resize_table_free(&t);
+    if (!ok) return false;
+  }
+  return (n->out[0] = resize_to_dtype(im, y, dt));
+}
+
+/* GridSample (opset 16; opset 20's names linear and cubic for 4-d) onto
+ * grid_sample. */
+bool ox_op_grid_sample(Imp *im, ONode *n) {
+  Val *in[2] = {ox_in_req(im, n, 0), ox_in_req(im, n, 1)};
+  const char *mode, *pad;
+  int64_t align;
+  if (!in[0] || !in[1] || !ox_attr_str(im, "mode", im->opset >= 20 ? "linear" : "bilinear", &mode) ||
+      !ox_attr_str(im, "padding_mode", "zeros", &pad) || !ox_attr_int(im, "align_corners", 0, &align))
+    return false;
+  if (strcmp(mode, "linear") == 0) mode = "bilinear";
+  if (strcmp(mode, "cubic") == 0) mode = "bicubic";
+  if (in[0]->type.rank != 4) return ox_bad(im, "only 4-d [N, C, H, W] inputs are supported");
+  if (!ox_need_float_in(im, in[0]) || !ox_need_float_in(im, in[1])) return false;
+  Emit e;
+  Node *g = ox_begin(im, &e, OP_GRID_SAMPLE, 2, in);
+  ir_set_str(im->g, g, "mode", mode);
+  ir_set_str(im->g, g, "padding_mode", pad);
+  ir_set_int(im->g, g, "align_corners", align);
+  return (n->out[0] = ox_emit1(im, &e));
+}
