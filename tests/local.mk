@@ -34,3 +34,4 @@ include tests/cost.mk
 include tests/bounds.mk
 include tests/names.mk
 include tests/files.mk
+include tests/sass.mk
