@@ -550,6 +550,14 @@ DlrtStatus dlrt_run(DlrtModel *m) {
 
 uint64_t rt_model_init_runs(const DlrtModel *m) { return m ? m->init_runs : 0; }
 
+int rt_model_enqueue(DlrtModel *m) {
+  DlrtStatus s = usable(m);
+  if (s) return s;
+  if (m->init_dirty && m->plan->n_init_steps)
+    return set_error(m, DLRT_E_STATE, "enqueue: the init steps have not run (dlrt_run once first)");
+  return run_steps(m, m->plan->steps, m->plan->n_steps, &m->args, "enqueue: step");
+}
+
 DlrtStatus dlrt_get_output(DlrtModel *m, int index, void *data, size_t nbytes) {
   DlrtStatus s = usable(m);
   if (s) return s;

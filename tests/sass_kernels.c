@@ -11,52 +11,22 @@
  * carry, its largest block and dynamic shared memory over every launch,
  * TC 1 when its text calls the tensor-core instructions (dl_mma_*,
  * wgmma), MIN_BLOCKS its __launch_bounds__ blocks per SM (1 without).
- * int8 is calibrated with a fixed range for every activation: the ranges
- * are immediates in the kernels, which do not change their shape, and a
- * real calibration of ResNet-50 at batch 64 would take the interpreter
- * most of an hour.  Exits 1 with a message on any error. */
+ * int8 with tests/modelbuild's fixed ranges.  Exits 1 with a message on
+ * any error. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "codegen/codegen.h"
-#include "frontend/ast.h"
 #include "ir/ir.h"
-#include "passes/pass.h"
 #include "runtime/runtime.h"
+#include "tests/modelbuild.h"
 
 enum { MAX_DEFINES = 8 };
 
 typedef struct Job {
-  const char *path, *mode, *dir;
-  int n_defines;
-  Define defines[MAX_DEFINES];
-  CgResult cg;
+  const char *dir;
+  ModelBuild b;
 } Job;
-
-static bool fixed_ranges(void *ud, Graph *g, int n, const Value *const *values, double *amax) {
-  (void)ud, (void)g, (void)values;
-  for (int i = 0; i < n; i++) amax[i] = 4.0;
-  return true;
-}
-
-static int compile_job(Ctx *c, void *data) {
-  Job *j = data;
-  const SrcFile *f = ctx_load_file(c, j->path);
-  Program *p = f ? fe_parse(c, f) : NULL;
-  LowerOptions lo = {.n_defines = j->n_defines, .defines = j->defines};
-  Graph *g = p ? fe_lower(c, p, &lo) : NULL;
-  if (!g) return 1;
-  PassOptions po = {.opt_level = 2};
-  if (!strcmp(j->mode, "int8")) {
-    po.quantize_int8 = true;
-    po.calibrate = fixed_ranges;
-  } else if (!ir_dtype_from_name(j->mode, &po.precision)) {
-    diag_error(c, (SrcLoc){0}, "unknown precision '%s' (f32, f16, bf16 or int8)", j->mode);
-    return 1;
-  }
-  return pass_run_pipeline(g, &po, NULL) && cg_compile(g, &j->cg) ? 0 : 1;
-}
 
 /* The text of kernel name: its __global__ line to the emu launcher. */
 static const char *kernel_text(const char *src, const char *name, size_t *len) {
@@ -95,7 +65,7 @@ static const char *dtype_name(uint32_t dt) {
 }
 
 static int write_report(const Job *j, const char *arch) {
-  const RtPlan *p = j->cg.plan;
+  const RtPlan *p = j->b.cg.plan;
   char path[4096];
   snprintf(path, sizeof path, "%s/kernels.txt", j->dir);
   FILE *f = fopen(path, "w");
@@ -103,7 +73,7 @@ static int write_report(const Job *j, const char *arch) {
     perror(path);
     return 1;
   }
-  const IrCost *run = j->cg.step_costs ? j->cg.step_costs + p->n_init_steps : NULL;
+  const IrCost *run = j->b.cg.step_costs ? j->b.cg.step_costs + p->n_init_steps : NULL;
   double total = 0;
   for (uint32_t s = 0; run && s < p->n_steps; s++) total += run[s].flops;
   fprintf(f, "arch %s\nrun %s %.0f\n", arch, p->model_name, total);
@@ -139,28 +109,29 @@ int main(int argc, char **argv) {
     fprintf(stderr, "usage: sass_kernels MODEL f32|f16|bf16|int8 DIR [-D NAME=VALUE]...\n");
     return 2;
   }
-  Job j = {.path = argv[1], .mode = argv[2], .dir = argv[3]};
+  Define defines[MAX_DEFINES];
+  Job j = {.dir = argv[3], .b = {.path = argv[1], .mode = argv[2], .defines = defines}};
   for (int i = 4; i < argc; i++) {
     const char *d = !strcmp(argv[i], "-D") && i + 1 < argc ? argv[++i] : argv[i];
     const char *eq = strchr(d, '=');
-    if (!eq || j.n_defines == MAX_DEFINES) {
+    if (!eq || j.b.n_defines == MAX_DEFINES) {
       fprintf(stderr, "sass_kernels: bad define '%s'\n", d);
       return 2;
     }
-    j.defines[j.n_defines++] = (Define){strndup(d, (size_t)(eq - d)), strtoll(eq + 1, NULL, 10)};
+    defines[j.b.n_defines++] = (Define){strndup(d, (size_t)(eq - d)), strtoll(eq + 1, NULL, 10)};
   }
   Ctx c;
   ctx_init(&c);
-  if (ctx_guard(&c, compile_job, &j) != 0) {
-    fprintf(stderr, "sass_kernels: %s %s:\n%s", j.path, j.mode, diag_text(&c));
+  if (!test_build_model(&c, &j.b)) {
+    fprintf(stderr, "sass_kernels: %s %s:\n%s", j.b.path, j.b.mode, diag_text(&c));
     return 1;
   }
-  const char *arch = strstr(j.cg.source, "wgmma") ? "sm_90a" : "sm_90";
+  const char *arch = strstr(j.b.cg.source, "wgmma") ? "sm_90a" : "sm_90";
   void *bin = NULL;
   size_t size = 0;
   char err[4096], path[4096];
-  if (rt_nvrtc_compile(j.cg.plan, arch, &bin, &size, err, sizeof err)) {
-    fprintf(stderr, "sass_kernels: %s %s: %s\n", j.path, j.mode, err);
+  if (rt_nvrtc_compile(j.b.cg.plan, arch, &bin, &size, err, sizeof err)) {
+    fprintf(stderr, "sass_kernels: %s %s: %s\n", j.b.path, j.b.mode, err);
     return 1;
   }
   snprintf(path, sizeof path, "%s/model.cubin", j.dir);
@@ -173,7 +144,7 @@ int main(int argc, char **argv) {
     return 1;
   }
   rc = write_report(&j, arch);
-  for (int i = 0; i < j.n_defines; i++) free((void *)j.defines[i].name);
+  for (int i = 0; i < j.b.n_defines; i++) free((void *)defines[i].name);
   ctx_free(&c);
   return rc;
 }
