@@ -35,3 +35,4 @@ include tests/bounds.mk
 include tests/names.mk
 include tests/files.mk
 include tests/sass.mk
+include tests/gpubench.mk
