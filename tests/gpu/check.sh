@@ -304,7 +304,7 @@ else
 fi
 
 echo "== ResNet-50 whole: dlcc next to PyTorch (GPU time)"
-lim=$(slot 100)
+lim=$(slot 150)
 if [ "$lim" = 0 ]; then
   skipped "whole-model benchmark"
 else
@@ -312,7 +312,11 @@ else
     --jobs=8 2>&1 | tee "$work/model.out"
   rc=${PIPESTATUS[0]}
   grep '^model' "$work/model.out" >>"$summary"
-  [ $rc = 0 ] || fail "whole-model benchmark: rc $rc: $(grep -m1 'FAIL' "$work/model.out" | cut -c1-200)"
+  case $rc in
+    0) ;;
+    124) fail "whole-model benchmark: timed out after ${lim} s" ;;
+    *) fail "whole-model benchmark: rc $rc: $(grep -m1 'FAIL' "$work/model.out" | cut -c1-200)" ;;
+  esac
   lim=$(slot 240)
   if [ "$lim" -lt 60 ]; then
     skipped "PyTorch comparison"

@@ -433,6 +433,10 @@ int main(int argc, char **argv) {
     printf("ok   every cuBLAS and cuDNN function the benchmark calls resolves\n");
     return 0;
   }
+  if (cuda(&o) && !gpu_driver_loads(err, sizeof err)) {
+    printf("FAIL no GPU: %s\n", err);
+    return 1;
+  }
   static Layer layers[MAX_BATCHES][MAX_LAYERS];
   int n_layers[MAX_BATCHES];
   bool per_layer = !strcmp(o.cmd, "layers");

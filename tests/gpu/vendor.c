@@ -161,6 +161,12 @@ int gpu_check_symbols(char *err, size_t errlen) {
   return rc;
 }
 
+bool gpu_driver_loads(char *err, size_t errlen) {
+  void *h = open_lib("libcuda.so.1", err, errlen);
+  if (h) dlclose(h);
+  return h != NULL;
+}
+
 static int cu_check(Gpu *g, CUresult r, const char *what, char *err, size_t errlen) {
   if (r == CUDA_SUCCESS) return 0;
   const char *text = NULL;
@@ -424,13 +430,12 @@ double gpu_cudnn_us(Gpu *g, BenchType t, const ConvShape *s, char *err, size_t e
     snprintf(err, errlen, "int8 needs channels %% 4 == 0 (%d in, %d out)", s->c, s->k);
     return -1;
   }
-  double nhwc = dnn_layout(g, t, s, DNN_NHWC, err, errlen);
-  if (t == BT_I8) return nhwc;
-  char err2[512];
-  double nchw = dnn_layout(g, t, s, DNN_NCHW, err2, sizeof err2);
-  if (nhwc < 0 || (nchw >= 0 && nchw < nhwc)) {
-    if (nchw < 0) snprintf(err, errlen, "NHWC and NCHW: %s", err2);
-    return nchw;
+  char why_nhwc[512], why_nchw[512];
+  double nhwc = dnn_layout(g, t, s, DNN_NHWC, why_nhwc, sizeof why_nhwc);
+  double nchw = t == BT_I8 ? -1 : dnn_layout(g, t, s, DNN_NCHW, why_nchw, sizeof why_nchw);
+  if (nhwc < 0 && nchw < 0) {
+    if (t == BT_I8) snprintf(err, errlen, "%s", why_nhwc);
+    else snprintf(err, errlen, "NHWC: %s; NCHW: %s", why_nhwc, why_nchw);
   }
-  return nhwc;
+  return nhwc < 0 || (nchw >= 0 && nchw < nhwc) ? nchw : nhwc;
 }

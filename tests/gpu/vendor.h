@@ -23,6 +23,9 @@ typedef struct ConvShape {
 
 typedef struct Gpu Gpu;
 
+/* Whether libcuda.so.1 loads, without initializing it (a process may
+ * fork after); its message when not. */
+bool gpu_driver_loads(char *err, size_t errlen);
 /* The driver (required), cuBLAS and cuDNN (each optional: gpu_lib_error
  * says why one is missing).  NULL with a message without a driver. */
 Gpu *gpu_open(char *err, size_t errlen);
