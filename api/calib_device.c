@@ -143,6 +143,8 @@ static bool alloc_results(Ctx *c, CalibDevice *d) {
   return ok;
 }
 
+static void close_device(void *dev) { rt_device_close(dev); }
+
 bool api_calib_device_open(Graph *g, int n, const Value *const *values, const ApiCalibration *cal,
                            CalibDevice **out) {
   Ctx *c = g->ctx;
@@ -156,22 +158,29 @@ bool api_calib_device_open(Graph *g, int n, const Value *const *values, const Ap
     diag_error(c, (SrcLoc){0}, "calibration: out of memory");
     return false;
   }
+  /* Copying and compiling allocate from the arena: a failure there
+   * unwinds past both. */
+  ctx_hold_with(c, close_device, dev);
+  ctx_hold(c, d);
   d->name = dev->ops->name;
   distinct_values(&c->arena, n, values, d);
   Graph *copy = ir_copy(g, "<calibration copy>");
-  if (!copy) {
-    rt_device_close(dev);
-    diag_error(c, (SrcLoc){0}, "calibration on %s: could not copy the f32 graph", d->name);
-    free(d);
-    return false;
-  }
-  set_outputs(copy, d);
   CgResult cg;
-  if (!compile_copy(copy, cal, &cg)) {
+  bool compiled = false;
+  if (copy) {
+    set_outputs(copy, d);
+    compiled = compile_copy(copy, cal, &cg);
+  }
+  ctx_release(c, d);
+  ctx_release(c, dev);
+  if (!compiled) {
     rt_device_close(dev);
-    diag_error(c, (SrcLoc){0},
-               "calibration on %s: the f32 graph with its activations as outputs did not compile; %s",
-               d->name, REF_HINT);
+    if (!copy)
+      diag_error(c, (SrcLoc){0}, "calibration on %s: could not copy the f32 graph", d->name);
+    else
+      diag_error(c, (SrcLoc){0},
+                 "calibration on %s: the f32 graph with its activations as outputs did not compile; %s",
+                 d->name, REF_HINT);
     free(d);
     return false;
   }

@@ -383,7 +383,10 @@ static int parse_args(int argc, char **argv, Options *o) {
             fprintf(stderr, "dlcc: error: --arch expects a list like sm_80,sm_90, got '%s'\n", a + 7);
             return 1;
           }
-          o->archs[o->n_archs++] = strndup(p, n);
+          if (!(o->archs[o->n_archs++] = strndup(p, n))) {
+            fputs("dlcc: error: out of memory\n", stderr);
+            return 1;
+          }
           p += n;
           if (!*p) break;
         }
@@ -639,8 +642,11 @@ int main(int argc, char **argv) {
   if (library && opt.n_archs < 0) opt.n_archs = 0;
 #endif
   if (opt.n_archs < 0) {
-    opt.archs[0] = strdup("sm_90");
-    opt.n_archs = 1;
+    opt.n_archs = 0;
+    if (!(opt.archs[opt.n_archs++] = strdup("sm_90"))) {
+      fputs("dlcc: error: out of memory\n", stderr);
+      return 1;
+    }
   }
 
   FILE *out = stdout;

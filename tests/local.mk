@@ -34,5 +34,6 @@ include tests/cost.mk
 include tests/bounds.mk
 include tests/names.mk
 include tests/files.mk
+include tests/limits.mk
 include tests/sass.mk
 include tests/gpubench.mk

@@ -425,31 +425,7 @@ static void tc_fill(TcData *d) {
    .launch = {.kernel = k, .grid = {blocks, 1, 1}, .block = {threads, 1, 1}, \
               .n_args = sizeof list / sizeof *list, .args = list}}
 
-enum { TC_OUTPUTS = 12, TC_MAX_ARGS = 10 };
-
-/* Each launch its own contract, as codegen would record it: its grid and
- * block, its integers as passed, and the whole of each buffer it is
- * given, inputs read and outputs written (tests/mma_kernels.h says what
- * each kernel touches). */
-static void tc_contracts(RtStep *steps, int n, const RtTensorDesc *in, const RtTensorDesc *outs, RtContract *c,
-                         RtParam (*params)[TC_MAX_ARGS]) {
-  for (int s = 0; s < n; s++) {
-    RtLaunch *l = &steps[s].launch;
-    for (uint32_t a = 0; a < l->n_args; a++) {
-      const RtArg *arg = &l->args[a];
-      bool input = arg->ref.space == RT_SPACE_INPUT;
-      const RtTensorDesc *buf = input ? &in[arg->ref.index] : &outs[arg->ref.index];
-      params[s][a] = arg->kind == RT_ARG_PTR
-                         ? (RtParam){.kind = RT_ARG_PTR, .access = input ? RT_ACCESS_READ : RT_ACCESS_WRITE,
-                                     .nbytes = buf->nbytes}
-                         : (RtParam){.kind = arg->kind, .lo = arg->i, .hi = arg->i};
-    }
-    c[s] = (RtContract){.kernel = l->kernel, .n_params = l->n_args, .params = params[s]};
-    memcpy(c[s].grid, l->grid, sizeof c[s].grid);
-    memcpy(c[s].block, l->block, sizeof c[s].block);
-    l->contract = (uint32_t)s;
-  }
-}
+enum { TC_OUTPUTS = 12 };
 
 /* Runs every case on backend; the outputs, concatenated, in out. */
 static bool tc_run(const char *backend, const TcData *d, const char *source, uint8_t *out, const RtTensorDesc *outs) {
@@ -489,13 +465,31 @@ static bool tc_run(const char *backend, const TcData *d, const char *source, uin
                     TC_STEP("pipe", MK_PIPE, 64, 1, pipe[1]),        TC_STEP("pipe", MK_PIPE, 64, 1, pipe[2]),
                     TC_STEP("pipe", MK_PIPE, 64, 1, pipe[3]),        TC_STEP("ldsm_x1", MK_LDSM_X1, 32, 1, x1),
                     TC_STEP("cp_groups", MK_CP_GROUPS, 32, 1, grp),  TC_STEP("cp_sizes", MK_CP_SIZES, 32, 1, sz)};
-  enum { N_STEPS = sizeof steps / sizeof *steps };
-  RtContract tc_contract[N_STEPS];
-  RtParam params[N_STEPS][TC_MAX_ARGS];
-  tc_contracts(steps, N_STEPS, in, outs, tc_contract, params);
+  /* One contract per step, read off its arguments: each pointer may touch
+   * its whole tensor (inputs read, outputs written), each size is itself. */
+  enum { TC_STEPS = sizeof steps / sizeof *steps, TC_MAX_ARGS = 10 };
+  RtContract tc_contracts[TC_STEPS];
+  RtParam params[TC_STEPS][TC_MAX_ARGS];
+  for (uint32_t s = 0; s < TC_STEPS; s++) {
+    RtLaunch *l = &steps[s].launch;
+    for (uint32_t a = 0; a < l->n_args; a++) {
+      const RtArg *arg = &l->args[a];
+      RtParam *q = &params[s][a];
+      *q = (RtParam){.kind = arg->kind, .lo = arg->i, .hi = arg->i};
+      if (arg->kind == RT_ARG_PTR) {
+        bool written = arg->ref.space == RT_SPACE_OUTPUT;
+        q->access = written ? RT_ACCESS_WRITE : RT_ACCESS_READ;
+        q->nbytes = (written ? outs : in)[arg->ref.index].nbytes;
+      }
+    }
+    tc_contracts[s] = (RtContract){.kernel = l->kernel, .n_params = l->n_args, .params = params[s]};
+    memcpy(tc_contracts[s].grid, l->grid, sizeof l->grid);
+    memcpy(tc_contracts[s].block, l->block, sizeof l->block);
+    l->contract = s;
+  }
   RtPlan plan = {.magic = RT_PLAN_MAGIC, .version = RT_PLAN_VERSION, .model_name = "rt_check_tc", .source = source,
-                 .n_kernels = MK_COUNT, .kernels = mma_kernels, .n_contracts = N_STEPS, .contracts = tc_contract,
-                 .n_steps = N_STEPS, .steps = steps, .n_inputs = sizeof in / sizeof *in, .inputs = in,
+                 .n_kernels = MK_COUNT, .kernels = mma_kernels, .n_contracts = TC_STEPS, .contracts = tc_contracts,
+                 .n_steps = TC_STEPS, .steps = steps, .n_inputs = sizeof in / sizeof *in, .inputs = in,
                  .n_outputs = TC_OUTPUTS, .outputs = outs};
   char what[64];
   snprintf(what, sizeof what, "tensor cores on %s", backend);
