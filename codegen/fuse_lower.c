@@ -535,6 +535,7 @@ static void lower_map(CgBuild *b, const CgGroup *grp) {
 
 bool cg_lower_group(CgBuild *b, const CgGroup *grp) {
   if (!group_lowerable(b, grp)) return false;
+  if (cg_lower_gemm_epilogue(b, grp)) return true;
   /* The leaves' GEMMs first: they read memory only. */
   for (int i = 0; i < grp->n; i++)
     if (is_leaf(grp, grp->members[i]) && !cg_lower_node(b, grp->members[i])) return false;

@@ -380,6 +380,10 @@ bool cg_fused_store(CgBuild *b, Kernel *k, KBlock *blk, const Value *out, KExpr 
                     KExpr *value);
 /* "conv2d_batchnorm_relu" for kernel names. */
 const char *cg_group_hint(Ctx *c, const CgGroup *grp);
+/* A group that is linear(x, W, b) then relu or gelu(tanh) as one GEMM
+ * step with cuBLASLt's epilogue (lower_kernels.c); false, having done
+ * nothing, for any other group. */
+bool cg_lower_gemm_epilogue(CgBuild *b, const CgGroup *grp);
 /* A convolution as one tiled implicit-GEMM kernel (conv_igemm.c): groups
  * 1, or grouped where cg_conv_on_tc says the tensor cores take it. */
 bool cg_lower_conv_igemm(CgBuild *b, const Node *n);

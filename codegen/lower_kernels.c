@@ -802,20 +802,63 @@ static bool lower_matmul(CgBuild *b, const Node *n) {
   return true;
 }
 
-static bool lower_linear(CgBuild *b, const Node *n) {
-  if (!product_dtypes(b, n)) return false;
-  const Value *x = n->in[0], *w = n->in[1], *out = &n->out[0];
+/* linear's product x W^T (rows of x by the weight's out features) into c. */
+static RtGemm linear_gemm(CgBuild *b, const Node *n, RtRef c) {
+  const Value *x = n->in[0], *w = n->in[1];
   int64_t in = x->type.dims[x->type.rank - 1], outf = w->type.dims[0];
-  int64_t total = numel(&out->type), rows = outf ? total / outf : 0;
-  if (total == 0) return true;
-  RtRef rc = cg_ref(b, out);
+  int64_t total = numel(&n->out[0].type), rows = outf ? total / outf : 0;
   RtGemm g = gemm_of(x->type.dtype, rows, outf, in);
   g.trans_b = 1;
   g.ldb = in;
-  g.a = cg_ref(b, x), g.b = cg_ref(b, w), g.c = rc;
-  emit_gemm(b, n, NULL, &g);
+  g.a = cg_ref(b, x), g.b = cg_ref(b, w), g.c = c;
+  return g;
+}
+
+/* Whether cuBLASLt adds linear's bias (its BIAS epilogue): a float
+ * product with a bias, not empty (a sum over no features is the bias
+ * alone, which emit_gemm would not add to its zeros). */
+static bool bias_in_epilogue(const Node *n) {
+  const TensorType *x = &n->in[0]->type;
+  return n->n_in > 2 && ir_dtype_is_float(n->out[0].type.dtype) && x->dims[x->rank - 1] > 0 &&
+         numel(&n->out[0].type) > 0;
+}
+
+static bool lower_linear(CgBuild *b, const Node *n) {
+  if (!product_dtypes(b, n)) return false;
+  const Value *out = &n->out[0];
+  int64_t total = numel(&out->type), outf = n->in[1]->type.dims[0];
+  if (total == 0) return true;
+  RtRef rc = cg_ref(b, out);
+  RtGemm g = linear_gemm(b, n, rc);
   /* In a fusion group the group's kernel adds the bias where it reads. */
-  if (n->n_in > 2 && n->group < 0) bias_add(b, n, rc, total, 1, outf, n->in[2]);
+  if (n->group < 0 && bias_in_epilogue(n)) g.epilogue = RT_EPILOGUE_BIAS, g.bias = cg_ref(b, n->in[2]);
+  emit_gemm(b, n, NULL, &g);
+  if (n->n_in > 2 && n->group < 0 && !g.epilogue) bias_add(b, n, rc, total, 1, outf, n->in[2]);
+  return true;
+}
+
+/* The activation cuBLASLt applies after the bias: relu in every float
+ * type; gelu's tanh form in f16 and bf16 only, since cuBLASLt does not
+ * say how precise its gelu is, and f32 models are held to 1e-5. */
+static uint32_t activation_epilogue(const Node *act, DType dt) {
+  if (act->op == OP_RELU) return RT_EPILOGUE_RELU_BIAS;
+  if (act->op == OP_GELU && dt != TY_F32 && strcmp(ir_attr_str(act, "approximate"), "tanh") == 0)
+    return RT_EPILOGUE_GELU_BIAS;
+  return RT_EPILOGUE_NONE;
+}
+
+bool cg_lower_gemm_epilogue(CgBuild *b, const CgGroup *grp) {
+  const Node *act = grp->root, *lin = act->n_in == 1 ? act->in[0]->def : NULL;
+  if (grp->n != 2 || grp->attention || !lin || lin->op != OP_LINEAR || lin->group != grp->id ||
+      !bias_in_epilogue(lin))
+    return false;
+  DType dt = lin->out[0].type.dtype;
+  uint32_t e = act->out[0].type.dtype == dt ? activation_epilogue(act, dt) : RT_EPILOGUE_NONE;
+  if (!e) return false;
+  RtGemm g = linear_gemm(b, lin, cg_ref(b, &act->out[0]));
+  g.epilogue = e;
+  g.bias = cg_ref(b, lin->in[2]);
+  emit_gemm(b, act, arena_printf(&cg_build_ctx(b)->arena, "#k%d", grp->id), &g);
   return true;
 }
 

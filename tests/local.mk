@@ -38,3 +38,5 @@ include tests/files.mk
 include tests/limits.mk
 include tests/fuzz.mk
 include tests/tcgemm.mk
+include tests/sass.mk
+include tests/gpubench.mk

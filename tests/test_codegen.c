@@ -459,11 +459,15 @@ START_TEST(linear_with_and_without_bias) {
       "  %1 = linear %x, %w : f32[2, 3, 5]\n"
       "  return %0 as \"y\", %1 as \"nobias\"\n"
       "}\n");
+  /* Two GEMMs: the first adds the bias (cuBLASLt's epilogue), no kernel. */
   const RtPlan *p = j.r.plan;
+  ck_assert_int_eq(p->n_steps, 2);
   ck_assert_int_eq(p->steps[0].kind, RT_STEP_GEMM);
   ck_assert_int_eq(p->steps[0].gemm.trans_b, 1);
   ck_assert_int_eq(p->steps[0].gemm.m, 6);
-  ck_assert_str_eq(p->steps[1].label, "linear %3 bias");
+  ck_assert_uint_eq(p->steps[0].gemm.epilogue, RT_EPILOGUE_BIAS);
+  ck_assert_uint_eq(p->steps[0].gemm.bias.space, RT_SPACE_WEIGHTS);
+  ck_assert_uint_eq(p->steps[1].gemm.epilogue, RT_EPILOGUE_NONE);
 }
 END_TEST
 
@@ -958,7 +962,8 @@ START_TEST(plan_text) {
       "  %w = param {name=\"fc.weight\"} : f32[3, 4]\n"
       "  %b = param {name=\"fc.bias\"} : f32[3]\n"
       "  %0 = linear %x, %w, %b : f32[2, 3]\n"
-      "  return %0 as \"y\"\n"
+      "  %1 = relu %0 : f32[2, 3]\n"
+      "  return %1 as \"y\"\n"
       "}\n");
   char *text = NULL;
   size_t len = 0;
@@ -967,17 +972,17 @@ START_TEST(plan_text) {
   fclose(f);
   ck_assert_str_eq(
       text,
-      "plan \"printed\" version 3\n"
-      "weights 512 bytes, arena 0 bytes\n"
+      "plan \"printed\" version 4\n"
+      "weights 512 bytes, arena 256 bytes\n"
       "  input 0 \"x\" f32[2, 4] 32 bytes at in0+0\n"
       "  output 0 \"y\" f32[2, 3] 24 bytes at out0+0\n"
       "  weight 0 \"fc.weight\" f32[3, 4] 48 bytes at weights+0\n"
       "  weight 1 \"fc.bias\" f32[3] 12 bytes at weights+256\n"
-      "  kernel 0 linear_bias_3\n"
+      "  kernel 0 relu_4\n"
       "steps 2\n"
-      "    0  gemm f32 m=2 n=3 k=4 trans=NT ld=4,4,3 a=in0+0 b=weights+0 c=out0+0  ; linear %3\n"
-      "    1  launch linear_bias_3 grid=1,1,1 block=32,1,1 (weights+256, out0+0, i32 6)"
-      "  ; linear %3 bias\n");
+      "    0  gemm f32 m=2 n=3 k=4 trans=NT ld=4,4,3 a=in0+0 b=weights+0 c=arena+0 epilogue=bias "
+      "bias=weights+256  ; linear %3\n"
+      "    1  launch relu_4 grid=1,1,1 block=32,1,1 (arena+0, out0+0, i32 6)  ; relu %4\n");
   free(text);
 }
 END_TEST
