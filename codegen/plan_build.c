@@ -229,7 +229,8 @@ static void scan_block(InplaceScan *sc, const KBlock *blk, bool nested) {
         break;
       case KS_BARRIER:
       case KS_VLOAD:
-      case KS_VSTORE: sc->ok = false; break;
+      case KS_VSTORE:
+      case KS_ALLREDUCE: sc->ok = false; break;
     }
   }
 }
