@@ -373,6 +373,19 @@ const struct CgOptions *cg_options(CgBuild *b);
 
 /* lower_kernels.c: appends n's steps; false after reporting an error. */
 bool cg_lower_node(CgBuild *b, const Node *n);
+/* What the node lowerings share (lower_kernels.c): a kernel named for n
+ * (or its fusion group), the dtype check (floats, or with ints_ok any
+ * integer or bool too; false after reporting), v[index] (or its fused
+ * expression, or its folded value) with lets into blk, and the store of
+ * out's element (or the group's epilogue from there). */
+Kernel *cg_node_kernel(CgBuild *b, const Node *n, const char *suffix, const char *what);
+bool cg_check_dtypes(CgBuild *b, const Node *n, bool ints_ok);
+KExpr *cg_load_in(CgBuild *b, Kernel *k, KBlock *blk, const Value *v, const char *name, KExpr *index);
+void cg_store_at(CgBuild *b, Kernel *k, KBlock *blk, const Value *out, KExpr *index, KExpr *value);
+/* lower_rows.c: the reductions and normalizations (reduce ops, argmax,
+ * softmax, log_softmax, layernorm, rms_norm, group_norm,
+ * global_avgpool), one kernel each. */
+bool cg_lower_rows(CgBuild *b, const Node *n);
 /* A kernel that fills count elements of dtype at ref with value. */
 void cg_fill(CgBuild *b, const Node *n, const char *what, RtRef ref, DType dt, int64_t count,
              double value);

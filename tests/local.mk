@@ -33,3 +33,4 @@ include tests/resize.mk
 include tests/cost.mk
 include tests/names.mk
 include tests/files.mk
+include tests/reduce.mk
