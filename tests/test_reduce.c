@@ -329,6 +329,62 @@ START_TEST(grids_fill_the_sms) {
 }
 END_TEST
 
+/* ---- the language's builtins ---- */
+
+typedef struct Source {
+  const char *text;
+  Graph *g;
+} Source;
+
+static int lower_source(Ctx *c, void *data) {
+  Source *s = data;
+  Program *p = fe_parse(c, ctx_add_file(c, "t.dl", s->text, strlen(s->text)));
+  LowerOptions lo = {0};
+  if (p) s->g = fe_lower(c, p, &lo);
+  return 0;
+}
+
+static const Node *param_named(Graph *g, const char *name) {
+  for (Node *n = g->first; n; n = n->next)
+    if (n->op == OP_PARAM && strcmp(ir_attr_str(n, "name"), name) == 0) return n;
+  ck_abort_msg("no param '%s'", name);
+  return NULL;
+}
+
+/* PyTorch's names and shapes (nn.RMSNorm: weight [D]; nn.GroupNorm:
+ * weight and bias [C]) and defaults (eps: f32's epsilon, 1e-5). */
+START_TEST(language_builtins) {
+  Source s = {.text = "model m(x: f32[2, 6, 5, 5], t: f32[3, 40]) -> (a: f32[2, 6, 5, 5], b: f32[3, 40]) {\n"
+                      "  a = silu(group_norm(x, 3) as gn)\n"
+                      "  b = rms_norm(t) as norm\n"
+                      "  return a, rms_norm(b, eps=0.01) as out\n"
+                      "}\n"};
+  ctx_guard(&ctx, lower_source, &s);
+  ck_assert_msg(s.g && ir_verify(s.g), "%s", diag_text(&ctx));
+  const TensorType *w = &param_named(s.g, "norm.weight")->out[0].type;
+  ck_assert(w->rank == 1 && w->dims[0] == 40);
+  ck_assert_int_eq(param_named(s.g, "gn.weight")->out[0].type.dims[0], 6);
+  ck_assert_int_eq(param_named(s.g, "gn.bias")->out[0].type.dims[0], 6);
+  param_named(s.g, "out.weight");
+  int rms = 0, gn = 0;
+  for (Node *n = s.g->first; n; n = n->next) {
+    if (n->op == OP_RMS_NORM) ck_assert_double_eq(ir_attr_float(n, "eps"), rms++ ? 0.01 : 0x1p-23);
+    if (n->op == OP_GROUP_NORM) {
+      gn++;
+      ck_assert_int_eq(ir_attr_int(n, "groups"), 3);
+      ck_assert_double_eq(ir_attr_float(n, "eps"), 1e-5);
+    }
+  }
+  ck_assert_int_eq(rms, 2);
+  ck_assert_int_eq(gn, 1);
+  PassCtx pc = {.ctx = &ctx};
+  pass_fuse(s.g, &pc);
+  Job j = {.g = s.g};
+  ck_assert_msg(cg_compile(s.g, &j.r), "%s", diag_text(&ctx));
+  test_emu_matches_eval(s.g, j.r.plan, 9, -2, 2, 1e-5);
+}
+END_TEST
+
 static Suite *reduce_suite(void) {
   Suite *s = suite_create("reduce");
   TCase *t = tcase_create("rows");
@@ -350,6 +406,7 @@ static Suite *reduce_suite(void) {
   tcase_add_test(x, layernorm_text);
   tcase_add_test(x, elementwise_text);
   tcase_add_test(x, grids_fill_the_sms);
+  tcase_add_test(x, language_builtins);
   suite_add_tcase(s, x);
   return s;
 }
