@@ -633,7 +633,7 @@ static void loop_head(Out *o, const KVar *v, const KExpr *extent, KMap map) {
   static const char *const axis[] = {"x", "y", "z"};
   switch (map) {
     case KM_UNROLL:
-    case KM_LANES: /* lanes no vector access took: unrolled */
+    case KM_LANES: /* cg_unroll makes these KM_UNROLL or KM_SERIAL */
       indent(o);
       fputs("#pragma unroll\n", o->f);
       /* fall through */
@@ -710,9 +710,9 @@ static void combine_from(Out *o, const KStmt *s, const char *from) {
   fputs(";\n", o->f);
 }
 
+/* No #pragma unroll: --no-unroll holds here too, and nvcc unrolls
+ * these short constant loops by itself. */
 static void open_loop(Out *o, const char *head) {
-  indent(o);
-  fputs("#pragma unroll\n", o->f);
   indent(o);
   fprintf(o->f, "%s {\n", head);
   o->depth++;

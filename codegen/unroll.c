@@ -15,7 +15,9 @@ static void unroll_block(KBlock *b, int max_trip) {
   for (KStmt *s = b->first; s; s = s->next) {
     if (s->kind == KS_LOOP || s->kind == KS_REDUCE) {
       if (max_trip == 0) {
-        if (s->map == KM_UNROLL) s->map = KM_SERIAL;
+        if (s->map == KM_UNROLL || s->map == KM_LANES) s->map = KM_SERIAL;
+      } else if (s->map == KM_LANES) {
+        s->map = KM_UNROLL; /* lanes no vector access took */
       } else if (s->map == KM_SERIAL && s->extent->kind == KE_INT && s->extent->i >= 1 &&
                  s->extent->i <= max_trip) {
         s->map = KM_UNROLL;
