@@ -159,6 +159,8 @@ void cg_kernel_finish(Kernel *k) {
  * arithmetic; more blocks only add scheduling. */
 enum { GRID_SMS = 132, SM_THREADS = 2048, GRID_WAVES = 4 };
 
+int64_t cg_gpu_threads(void) { return (int64_t)GRID_SMS * SM_THREADS; }
+
 int64_t cg_grid_cap(int64_t threads_per_block) {
   if (threads_per_block < 1) threads_per_block = 1;
   int64_t per_sm = SM_THREADS / threads_per_block;

@@ -189,6 +189,8 @@ void cg_kernel_grid_1d(Kernel *k, int64_t total);
  * whole number of waves that fill every SM of the largest GPU we target
  * (docs/kernels.md). */
 int64_t cg_grid_cap(int64_t threads_per_block);
+/* The threads that GPU holds at once (132 SMs x 2048). */
+int64_t cg_gpu_threads(void);
 
 KExpr *cg_kint(Kernel *k, int64_t v);
 KExpr *cg_kimm(Kernel *k, double v, DType dt); /* a value immediate (KE_INT for integer dtypes) */

@@ -26,6 +26,7 @@ enum {
   MAX_LANES = 1024, /* threads per row */
   PER_LANE = 4,     /* vectors (or elements) a lane aims to read */
   CACHE = 32,       /* f32 registers a thread may keep of its row */
+  SPLIT_MIN = 1 << 16, /* elements below which rows are never cut into parts */
 };
 
 static int64_t pow2_ceil(int64_t v) {
@@ -107,6 +108,9 @@ typedef struct Rows {
   KVar *row, *base, *lane;  /* output index, x's offset of its element 0, the thread's place in it */
   KBuf *cache;              /* the thread's elements, as f32, when kept */
   DType cache_dt;
+  int64_t splits;           /* parts each row is cut into, one a tile (1: whole rows) */
+  KVar *split;              /* the tile's part, when splits > 1 */
+  KBuf *src;                /* x is this f32 buffer [rows * len] (partials), not a value */
 } Rows;
 
 /* An access of n lanes when the row is x's innermost elements and
@@ -120,9 +124,21 @@ static int row_lanes(const RowSpace *sp, DType dt) {
   return reduced_groups == 1 && n > 1 && sp->len % n == 0 ? n : 1;
 }
 
+/* Rows few and long leave most of the GPU idle: cut each into parts,
+ * one a tile, when the whole rows' threads would fill less than half of
+ * it, as long as every thread still makes PER_LANE accesses (and the
+ * input is large enough for a second launch to pay). */
+static int64_t split_count(const Rows *R, int64_t row_tiles, int64_t accesses) {
+  int64_t threads = row_tiles * R->width * R->per_block, gpu = cg_gpu_threads();
+  if (2 * threads >= gpu || R->sp->rows * R->sp->len < SPLIT_MIN) return 1;
+  return clamp(gpu / threads, 1, clamp(accesses / (R->width * PER_LANE), 1, 1024));
+}
+
 /* cache_dt: what a thread keeps of its elements between passes (TY_F32
- * or TY_I64), or TY_COUNT for nothing. */
-static void rows_begin(Rows *R, CgBuild *b, Kernel *k, const RowSpace *sp, DType dt, DType cache_dt) {
+ * or TY_I64), or TY_COUNT for nothing; may_split: the caller combines
+ * the parts of split rows (R->splits). */
+static void rows_begin(Rows *R, CgBuild *b, Kernel *k, const RowSpace *sp, DType dt, DType cache_dt,
+                       bool may_split) {
   memset(R, 0, sizeof *R);
   R->b = b, R->k = k, R->sp = sp;
   int64_t len = sp->len > 0 ? sp->len : 1, ntiles;
@@ -132,9 +148,10 @@ static void rows_begin(Rows *R, CgBuild *b, Kernel *k, const RowSpace *sp, DType
     int64_t vecs = (len + R->n - 1) / R->n;
     R->width = clamp(pow2_ceil((vecs + PER_LANE - 1) / PER_LANE), 1, MAX_LANES);
     R->per_block = R->width >= BLOCK ? 1 : BLOCK / R->width;
-    R->trips = (vecs + R->width - 1) / R->width;
-    k->block[0] = (uint32_t)R->width, k->block[1] = (uint32_t)R->per_block;
     ntiles = (sp->rows + R->per_block - 1) / R->per_block;
+    R->splits = may_split ? split_count(R, ntiles, vecs) : 1;
+    R->trips = ((vecs + R->splits - 1) / R->splits + R->width - 1) / R->width;
+    k->block[0] = (uint32_t)R->width, k->block[1] = (uint32_t)R->per_block;
     R->across = KM_BLOCK_X;
   } else {
     R->n = 1;
@@ -145,11 +162,14 @@ static void rows_begin(Rows *R, CgBuild *b, Kernel *k, const RowSpace *sp, DType
     int64_t x = clamp(pow2_ceil(R->inner), 1, BLOCK / y);
     if (x * y < 32) y = 32 / x;
     R->width = y, R->per_block = x;
-    R->trips = (len + y - 1) / y;
-    k->block[0] = (uint32_t)x, k->block[1] = (uint32_t)y;
     ntiles = sp->rows / R->inner * ((R->inner + x - 1) / x);
+    R->splits = may_split ? split_count(R, ntiles, len) : 1;
+    R->trips = ((len + R->splits - 1) / R->splits + y - 1) / y;
+    k->block[0] = (uint32_t)x, k->block[1] = (uint32_t)y;
     R->across = KM_BLOCK_Y;
   }
+  int64_t row_tiles = ntiles;
+  ntiles *= R->splits;
   int64_t cap = cg_grid_cap((int64_t)k->block[0] * k->block[1]);
   k->grid[0] = (uint32_t)(ntiles < 1 ? 1 : ntiles > cap ? cap : ntiles);
   KVar *tile = cg_kvar(k, "tile", KT_INDEX), *ty = cg_kvar(k, "ty", KT_INDEX), *tx = cg_kvar(k, "tx", KT_INDEX);
@@ -157,6 +177,10 @@ static void rows_begin(Rows *R, CgBuild *b, Kernel *k, const RowSpace *sp, DType
   KStmt *ly = cg_kloop(k, &lt->body, ty, cg_kint(k, k->block[1]), KM_BLOCK_Y);
   KStmt *lx = cg_kloop(k, &ly->body, tx, cg_kint(k, k->block[0]), KM_BLOCK_X);
   R->tile = &lx->body;
+  if (R->splits > 1) {
+    R->split = cg_klet(k, R->tile, "part", KT_INDEX, cg_kidx(k, KI_DIV, cg_kv(k, tile), cg_kint(k, row_tiles)));
+    tile = cg_klet(k, R->tile, "rows", KT_INDEX, cg_kidx(k, KI_MOD, cg_kv(k, tile), cg_kint(k, row_tiles)));
+  }
   KExpr *q, *base;
   if (!R->column) {
     R->lane = tx;
@@ -203,11 +227,12 @@ static Pass rows_pass(Rows *R, KBlock *in) {
   KVar *t = cg_kvar(k, "t", KT_INDEX);
   KStmt *lt = cg_kloop(k, in, t, cg_kint(k, R->trips), R->cache ? KM_UNROLL : KM_SERIAL);
   /* the access's first element: accesses of consecutive lanes are adjacent */
-  KExpr *first = cg_kmul(k, cg_kadd(k, cg_kmul(k, cg_kv(k, t), cg_kint(k, R->width)), cg_kv(k, R->lane)),
-                         cg_kint(k, R->n));
+  KExpr *access = cg_kadd(k, cg_kmul(k, cg_kv(k, t), cg_kint(k, R->width)), cg_kv(k, R->lane));
+  if (R->split) access = cg_kadd(k, cg_kmul(k, cg_kv(k, R->split), cg_kint(k, R->trips * R->width)), access);
+  KExpr *first = cg_kmul(k, access, cg_kint(k, R->n));
   KVar *e0 = cg_klet(k, &lt->body, "e", KT_INDEX, first);
   KBlock *at = &lt->body;
-  if (R->trips * R->width * R->n != sp->len) at = &cg_kif(k, at, cg_kcmp(k, KC_LT, cg_kv(k, e0), cg_kint(k, sp->len)))->body;
+  if (R->splits * R->trips * R->width * R->n != sp->len) at = &cg_kif(k, at, cg_kcmp(k, KC_LT, cg_kv(k, e0), cg_kint(k, sp->len)))->body;
   KExpr *e = cg_kv(k, e0), *slot = cg_kmul(k, cg_kv(k, t), cg_kint(k, R->n));
   if (R->n > 1) {
     KVar *v = cg_kvar(k, "v", KT_INDEX);
@@ -232,7 +257,7 @@ static Pass rows_pass(Rows *R, KBlock *in) {
 static KExpr *rows_value(Rows *R, const Pass *P, const Value *x, bool first, DType dt) {
   Kernel *k = R->k;
   if (R->cache && !first) return cg_kload(k, R->cache, P->slot);
-  KExpr *v = cg_kcast(k, cg_load_in(R->b, k, P->body, x, "x", P->at), dt);
+  KExpr *v = R->src ? cg_kload(k, R->src, P->at) : cg_kcast(k, cg_load_in(R->b, k, P->body, x, "x", P->at), dt);
   if (!R->cache) return v;
   cg_kstore(k, P->body, R->cache, P->slot, v);
   return cg_kload(k, R->cache, P->slot);
@@ -245,6 +270,11 @@ static KVar *rows_acc(Rows *R, const char *stem, DType dt, double init) {
 
 static void accumulate(Kernel *k, const Pass *P, KVar *acc, OpKind comb, KExpr *v) {
   cg_kset(k, P->body, acc, cg_kop2(k, comb, cg_kv(k, acc), v));
+}
+
+/* acc combined over the threads of its row (nothing to do for one). */
+static void rows_allreduce(Rows *R, KVar *acc, OpKind comb) {
+  if (R->width > 1) cg_kallreduce(R->k, R->tile, acc, comb, R->across);
 }
 
 static Kernel *rows_kernel(CgBuild *b, const Node *n) { return cg_node_kernel(b, n, NULL, NULL); }
@@ -281,15 +311,35 @@ static bool lower_reduce(CgBuild *b, const Node *n) {
                 : n->op == OP_REDUCE_PROD ? 1.0 : 0.0;
   Kernel *k = rows_kernel(b, n);
   Rows R;
-  rows_begin(&R, b, k, &sp, xt->dtype, TY_COUNT);
+  rows_begin(&R, b, k, &sp, xt->dtype, TY_COUNT, true);
   KVar *acc = rows_acc(&R, "acc", TY_F32, init);
   Pass P = rows_pass(&R, rows_guard(&R, NULL));
   accumulate(k, &P, acc, comb, rows_value(&R, &P, x, true, TY_F32));
-  cg_kallreduce(k, R.tile, acc, comb, R.across);
+  rows_allreduce(&R, acc, comb);
+  KBlock *st = rows_guard(&R, R.width > 1 ? cg_kcmp(k, KC_EQ, cg_kv(k, R.lane), cg_kint(k, 0)) : NULL);
+  if (R.splits > 1) {
+    /* Each part's value, then a second kernel combines the parts of each
+     * row in order: [splits, rows] reduced over its first axis. */
+    RtRef ref = cg_scratch(b, n, (uint64_t)(R.splits * sp.rows) * sizeof(float));
+    KBuf *parts = cg_kglobal(k, "part", TY_F32, R.splits * sp.rows, ref);
+    cg_kstore(k, st, parts, cg_kadd(k, cg_kmul(k, cg_kv(k, R.split), cg_kint(k, sp.rows)), cg_kv(k, R.row)),
+              cg_kv(k, acc));
+    cg_launch(b, k);
+    int64_t dims[2] = {R.splits, sp.rows};
+    bool over[2] = {true, false};
+    RowSpace ps = row_space(dims, 2, over);
+    k = cg_node_kernel(b, n, "parts", NULL);
+    rows_begin(&R, b, k, &ps, TY_F32, TY_COUNT, false);
+    R.src = cg_kglobal(k, "part", TY_F32, R.splits * sp.rows, ref);
+    acc = rows_acc(&R, "acc", TY_F32, init);
+    P = rows_pass(&R, rows_guard(&R, NULL));
+    accumulate(k, &P, acc, comb, rows_value(&R, &P, x, true, TY_F32));
+    rows_allreduce(&R, acc, comb);
+    st = rows_guard(&R, R.width > 1 ? cg_kcmp(k, KC_EQ, cg_kv(k, R.lane), cg_kint(k, 0)) : NULL);
+  }
   KExpr *res = cg_kv(k, acc);
   if (n->op == OP_REDUCE_MEAN || n->op == OP_GLOBAL_AVGPOOL)
     res = cg_kop2(k, OP_DIV, res, cg_kimm(k, (double)sp.len, TY_F32));
-  KBlock *st = rows_guard(&R, R.width > 1 ? cg_kcmp(k, KC_EQ, cg_kv(k, R.lane), cg_kint(k, 0)) : NULL);
   cg_store_at(b, k, st, out, cg_kv(k, R.row), res);
   cg_launch(b, k);
   return true;
@@ -314,11 +364,11 @@ static bool lower_argmax(CgBuild *b, const Node *n) {
   DType vt = floats ? TY_F32 : TY_I64;
   Kernel *k = rows_kernel(b, n);
   Rows R;
-  rows_begin(&R, b, k, &sp, xt->dtype, vt);
+  rows_begin(&R, b, k, &sp, xt->dtype, vt, false);
   KVar *mx = rows_acc(&R, "mx", vt, floats ? -INFINITY : (double)INT64_MIN);
   Pass P = rows_pass(&R, rows_guard(&R, NULL));
   accumulate(k, &P, mx, OP_MAXIMUM, rows_value(&R, &P, x, true, vt));
-  cg_kallreduce(k, R.tile, mx, OP_MAXIMUM, R.across);
+  rows_allreduce(&R, mx, OP_MAXIMUM);
   KVar *best = rows_acc(&R, "best", TY_I64, (double)sp.len);
   P = rows_pass(&R, rows_guard(&R, NULL));
   KVar *v = cg_klet(k, P.body, "xv", vt, rows_value(&R, &P, x, false, vt));
@@ -328,7 +378,7 @@ static bool lower_argmax(CgBuild *b, const Node *n) {
                                  cg_kcmp(k, KC_NE, cg_kv(k, v), cg_kv(k, v))));
   KExpr *idx = cg_ksel(k, hit, cg_kcast(k, P.e, TY_I64), cg_kimm(k, (double)sp.len, TY_I64));
   accumulate(k, &P, best, OP_MINIMUM, idx);
-  cg_kallreduce(k, R.tile, best, OP_MINIMUM, R.across);
+  rows_allreduce(&R, best, OP_MINIMUM);
   KBlock *st = rows_guard(&R, R.width > 1 ? cg_kcmp(k, KC_EQ, cg_kv(k, R.lane), cg_kint(k, 0)) : NULL);
   cg_store_at(b, k, st, out, cg_kv(k, R.row), cg_kv(k, best));
   cg_launch(b, k);
@@ -348,11 +398,11 @@ static bool lower_softmax(CgBuild *b, const Node *n) {
   RowSpace sp = row_space(xt->dims, xt->rank, reduced);
   Kernel *k = rows_kernel(b, n);
   Rows R;
-  rows_begin(&R, b, k, &sp, xt->dtype, TY_F32);
+  rows_begin(&R, b, k, &sp, xt->dtype, TY_F32, false);
   KVar *mx = rows_acc(&R, "mx", TY_F32, -INFINITY);
   Pass P = rows_pass(&R, rows_guard(&R, NULL));
   accumulate(k, &P, mx, OP_MAXIMUM, rows_value(&R, &P, x, true, TY_F32));
-  cg_kallreduce(k, R.tile, mx, OP_MAXIMUM, R.across);
+  rows_allreduce(&R, mx, OP_MAXIMUM);
   KVar *sum = rows_acc(&R, "sum", TY_F32, 0);
   P = rows_pass(&R, rows_guard(&R, NULL));
   KVar *ex = cg_klet(k, P.body, "ex", TY_F32,
@@ -360,7 +410,7 @@ static bool lower_softmax(CgBuild *b, const Node *n) {
   /* softmax keeps exp(x - max), log_softmax x itself */
   if (R.cache && !lsm) cg_kstore(k, P.body, R.cache, P.slot, cg_kv(k, ex));
   accumulate(k, &P, sum, OP_ADD, cg_kv(k, ex));
-  cg_kallreduce(k, R.tile, sum, OP_ADD, R.across);
+  rows_allreduce(&R, sum, OP_ADD);
   KBlock *in = rows_guard(&R, NULL);
   KVar *lsum = lsm ? cg_klet(k, in, "lsum", TY_F32, cg_kop1(k, OP_LOG, cg_kv(k, sum))) : NULL;
   P = rows_pass(&R, in);
@@ -399,13 +449,13 @@ static bool lower_norm(CgBuild *b, const Node *n) {
   double eps = ir_attr_float(n, "eps");
   Kernel *k = rows_kernel(b, n);
   Rows R;
-  rows_begin(&R, b, k, &sp, xt->dtype, TY_F32);
+  rows_begin(&R, b, k, &sp, xt->dtype, TY_F32, false);
   KExpr *flen = cg_kimm(k, (double)sp.len, TY_F32), *mean = NULL;
   if (!rms) {
     KVar *s = rows_acc(&R, "sum", TY_F32, 0);
     Pass P = rows_pass(&R, rows_guard(&R, NULL));
     accumulate(k, &P, s, OP_ADD, rows_value(&R, &P, x, true, TY_F32));
-    cg_kallreduce(k, R.tile, s, OP_ADD, R.across);
+    rows_allreduce(&R, s, OP_ADD);
     mean = cg_kv(k, cg_klet(k, R.tile, "mean", TY_F32, cg_kop2(k, OP_DIV, cg_kv(k, s), flen)));
   }
   KVar *sq = rows_acc(&R, "sq", TY_F32, 0);
@@ -413,7 +463,7 @@ static bool lower_norm(CgBuild *b, const Node *n) {
   KExpr *v = rows_value(&R, &P, x, rms, TY_F32);
   KVar *d = cg_klet(k, P.body, "d", TY_F32, rms ? v : cg_kop2(k, OP_SUB, v, mean));
   accumulate(k, &P, sq, OP_ADD, cg_kop2(k, OP_MUL, cg_kv(k, d), cg_kv(k, d)));
-  cg_kallreduce(k, R.tile, sq, OP_ADD, R.across);
+  rows_allreduce(&R, sq, OP_ADD);
   KBlock *in = rows_guard(&R, NULL);
   KExpr *var = cg_kop2(k, OP_DIV, cg_kv(k, sq), flen);
   KExpr *den = cg_kop1(k, OP_SQRT, cg_kop2(k, OP_ADD, var, cg_kimm(k, eps, TY_F32)));

@@ -72,6 +72,14 @@ static int launches(const RtPlan *p) {
   return n;
 }
 
+/* Launches of kernels whose name has what in it. */
+static int launches_of(const RtPlan *p, const char *what) {
+  int n = 0;
+  for (uint32_t i = 0; i < p->n_steps; i++)
+    n += p->steps[i].kind == RT_STEP_LAUNCH && strstr(p->kernels[p->steps[i].launch.kernel].name, what);
+  return n;
+}
+
 static int count(const char *text, const char *what) {
   int n = 0;
   for (const char *at = text; (at = strstr(at, what)); at++) n++;
@@ -118,9 +126,10 @@ END_TEST
 
 /* 3000 rows of 3 (many rows a warp), and single rows long enough that
  * a thread keeps none of its elements between passes (70000) or keeps
- * twenty (20000). */
+ * twenty (20000); reductions of a few long rows, cut into parts that a
+ * second kernel combines (a row of 70000, 40 columns of 6000). */
 START_TEST(short_rows_and_one_long_row) {
-  check("graph rows {\n"
+  Job j = check("graph rows {\n"
         "  %%x = input {name=\"x\"} : %1$s[3000, 3]\n"
         "  %%y = input {name=\"y\"} : %1$s[1, 70000]\n"
         "  %%z = input {name=\"z\"} : %1$s[1, 20000]\n"
@@ -130,9 +139,15 @@ START_TEST(short_rows_and_one_long_row) {
         "  %%3 = softmax %%y {axis=1} : %1$s[1, 70000]\n"
         "  %%4 = reduce_sum %%y {axes=[0, 1]} : %1$s[]\n"
         "  %%5 = layernorm %%z {axis=1} : %1$s[1, 20000]\n"
-        "  return %%0 as \"sm\", %%1 as \"mean\", %%2 as \"ln\", %%3 as \"smy\", %%4 as \"sum\", %%5 as \"lnz\"\n"
+        "  %%c = input {name=\"c\"} : %1$s[6000, 40]\n"
+        "  %%6 = reduce_mean %%c {axes=[0]} : %1$s[40]\n"
+        "  %%7 = reduce_max %%y {axes=[1], keepdims=1} : %1$s[1, 1]\n"
+        "  return %%0 as \"sm\", %%1 as \"mean\", %%2 as \"ln\", %%3 as \"smy\", %%4 as \"sum\", %%5 as \"lnz\", %%6 as \"cols\", %%7 as \"max\"\n"
         "}\n",
         dtypes[_i], false, -2, 2);
+  /* the three reductions in two kernels each */
+  ck_assert_int_eq(launches(j.r.plan), 11);
+  ck_assert_int_eq(launches_of(j.r.plan, "_parts_"), 3);
 }
 END_TEST
 
