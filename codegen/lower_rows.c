@@ -232,7 +232,8 @@ static Pass rows_pass(Rows *R, KBlock *in) {
   KExpr *first = cg_kmul(k, access, cg_kint(k, R->n));
   KVar *e0 = cg_klet(k, &lt->body, "e", KT_INDEX, first);
   KBlock *at = &lt->body;
-  if (R->splits * R->trips * R->width * R->n != sp->len) at = &cg_kif(k, at, cg_kcmp(k, KC_LT, cg_kv(k, e0), cg_kint(k, sp->len)))->body;
+  if (R->splits * R->trips * R->width * R->n != sp->len)
+    at = &cg_kif(k, at, cg_kcmp(k, KC_LT, cg_kv(k, e0), cg_kint(k, sp->len)))->body;
   KExpr *e = cg_kv(k, e0), *slot = cg_kmul(k, cg_kv(k, t), cg_kint(k, R->n));
   if (R->n > 1) {
     KVar *v = cg_kvar(k, "v", KT_INDEX);
@@ -478,8 +479,10 @@ static bool lower_norm(CgBuild *b, const Node *n) {
     at = cg_kadd(k, cg_kmul(k, g, cg_kint(k, sp.len / per_channel)),
                  cg_kidx(k, KI_DIV, P.e, cg_kint(k, per_channel)));
   }
-  if (n->n_in > 1) y = cg_kop2(k, OP_MUL, y, cg_kcast(k, cg_load_in(b, k, P.body, n->in[1], "weight", at), TY_F32));
-  if (n->n_in > 2) y = cg_kop2(k, OP_ADD, y, cg_kcast(k, cg_load_in(b, k, P.body, n->in[2], "bias", at), TY_F32));
+  if (n->n_in > 1)
+    y = cg_kop2(k, OP_MUL, y, cg_kcast(k, cg_load_in(b, k, P.body, n->in[1], "weight", at), TY_F32));
+  if (n->n_in > 2)
+    y = cg_kop2(k, OP_ADD, y, cg_kcast(k, cg_load_in(b, k, P.body, n->in[2], "bias", at), TY_F32));
   cg_store_at(b, k, P.body, out, P.at, y);
   cg_launch(b, k);
   return true;

@@ -115,7 +115,9 @@ static const char lengths_text[] =
     "  %%10 = rms_norm %%c {axis=1} : %1$s[37, 32]\n"
     "  %%11 = softmax %%f {axis=1} : %1$s[3, 4097]\n"
     "  %%12 = reduce_min %%a {axes=[1]} : %1$s[37]\n"
-    "  return %%0 as \"ln1\", %%1 as \"sm31\", %%2 as \"ln32\", %%3 as \"lsm33\", %%4 as \"ln1000\", %%5 as \"rms4097\", %%6 as \"sum31\", %%7 as \"max33\", %%8 as \"mean4097\", %%9 as \"sm1000\", %%10 as \"rms32\", %%11 as \"sm4097\", %%12 as \"min1\"\n"
+    "  return %%0 as \"ln1\", %%1 as \"sm31\", %%2 as \"ln32\", %%3 as \"lsm33\", %%4 as \"ln1000\", "
+    "%%5 as \"rms4097\", %%6 as \"sum31\", %%7 as \"max33\", %%8 as \"mean4097\", %%9 as \"sm1000\", "
+    "%%10 as \"rms32\", %%11 as \"sm4097\", %%12 as \"min1\"\n"
     "}\n";
 
 START_TEST(row_lengths) {
@@ -142,7 +144,8 @@ START_TEST(short_rows_and_one_long_row) {
         "  %%c = input {name=\"c\"} : %1$s[6000, 40]\n"
         "  %%6 = reduce_mean %%c {axes=[0]} : %1$s[40]\n"
         "  %%7 = reduce_max %%y {axes=[1], keepdims=1} : %1$s[1, 1]\n"
-        "  return %%0 as \"sm\", %%1 as \"mean\", %%2 as \"ln\", %%3 as \"smy\", %%4 as \"sum\", %%5 as \"lnz\", %%6 as \"cols\", %%7 as \"max\"\n"
+        "  return %%0 as \"sm\", %%1 as \"mean\", %%2 as \"ln\", %%3 as \"smy\", %%4 as \"sum\", "
+        "%%5 as \"lnz\", %%6 as \"cols\", %%7 as \"max\"\n"
         "}\n",
         dtypes[_i], false, -2, 2);
   /* the three reductions in two kernels each */
@@ -171,7 +174,8 @@ START_TEST(middle_and_several_axes) {
         "  %%8 = argmax %%x {axis=1} : i64[4, 50]\n"
         "  %%9 = argmax %%z {axis=3, keepdims=1} : i64[3, 4, 5, 1]\n"
         "  %%10 = reduce_sum %%z {axes=[0, 1, 2, 3]} : %1$s[]\n"
-        "  return %%0 as \"s1\", %%1 as \"m02\", %%2 as \"mx13\", %%3 as \"mn0\", %%4 as \"sm1\", %%5 as \"lsm1\", %%6 as \"gap\", %%7 as \"gapop\", %%8 as \"am1\", %%9 as \"am3\", %%10 as \"all\"\n"
+        "  return %%0 as \"s1\", %%1 as \"m02\", %%2 as \"mx13\", %%3 as \"mn0\", %%4 as \"sm1\", "
+        "%%5 as \"lsm1\", %%6 as \"gap\", %%7 as \"gapop\", %%8 as \"am1\", %%9 as \"am3\", %%10 as \"all\"\n"
         "}\n",
         dtypes[_i], false, -2, 2);
 }

@@ -269,12 +269,14 @@ static void bench(const Bench *b, int arch_cc, CUevent t0, CUevent t1, double co
   }
   bool good = true;
   for (int s = 0; s < sets && good; s++) {
-    good = ok(cu.cuMemAlloc(&args[s].base[RT_SPACE_WEIGHTS][0], p->weights_bytes + p->derived_bytes + 256), "cuMemAlloc") &&
+    uint64_t weights_space = p->weights_bytes + p->derived_bytes + 256;
+    good = ok(cu.cuMemAlloc(&args[s].base[RT_SPACE_WEIGHTS][0], weights_space), "cuMemAlloc") &&
            ok(cu.cuMemAlloc(&args[s].base[RT_SPACE_ARENA][0], p->arena_bytes + 256), "cuMemAlloc") &&
            ok(cu.cuMemcpyHtoD(args[s].base[RT_SPACE_WEIGHTS][0], weights, p->weights_bytes), "cuMemcpyHtoD");
     for (uint32_t i = 0; i < p->n_inputs && good; i++)
       good = ok(cu.cuMemAlloc(&args[s].base[RT_SPACE_INPUT][i], p->inputs[i].nbytes), "cuMemAlloc") &&
-             ok(cu.cuMemcpyHtoD(args[s].base[RT_SPACE_INPUT][i], host_in[i].data, p->inputs[i].nbytes), "cuMemcpyHtoD");
+             ok(cu.cuMemcpyHtoD(args[s].base[RT_SPACE_INPUT][i], host_in[i].data, p->inputs[i].nbytes),
+                "cuMemcpyHtoD");
     for (uint32_t i = 0; i < p->n_outputs && good; i++)
       good = ok(cu.cuMemAlloc(&args[s].base[RT_SPACE_OUTPUT][i], p->outputs[i].nbytes), "cuMemAlloc");
     if (good) bind(&args[s], &p->steps[0].launch);
