@@ -40,3 +40,4 @@ include tests/fuzz.mk
 include tests/tcgemm.mk
 include tests/sass.mk
 include tests/gpubench.mk
+include tests/reduce.mk
