@@ -101,7 +101,6 @@ static const OpEntry onnx_ops[] = {
     {"GlobalLpPool", ox_op_global_pool, "as a sum of |x|^p and its p-th root"},
     {"GlobalMaxPool", ox_op_global_pool, NULL},
     {"Greater", ox_op_logic, NULL},
-    {"GroupNormalization", ox_op_group_norm, "scale and bias per group (opset 18) or per channel (21)"},
     {"GreaterOrEqual", ox_op_logic, NULL},
     {"GridSample", ox_op_grid_sample, "4-d; bilinear, nearest, bicubic; zeros, border, reflection padding"},
     {"GroupNormalization", ox_op_group_norm, "stash_type=1; scale and bias per channel (opset 21) or per group (18)"},

@@ -190,7 +190,7 @@ OpFn ox_op_reshape, ox_op_flatten, ox_op_squeeze, ox_op_unsqueeze, ox_op_transpo
 OpFn ox_op_resize, ox_op_grid_sample;
 
 /* onnx_newer.c: newer opsets' ops by decomposition. */
-OpFn ox_op_mish, ox_op_swish, ox_op_mvn, ox_op_lp_norm, ox_op_group_norm, ox_op_cumulative, ox_op_center_crop_pad;
+OpFn ox_op_mish, ox_op_swish, ox_op_mvn, ox_op_lp_norm, ox_op_cumulative, ox_op_center_crop_pad;
 
 /* onnx.c: a graph's nodes in the current scope. */
 bool ox_import_nodes(Imp *im, const Onnx__GraphProto *gp);
