@@ -7,6 +7,7 @@ libdlcc_core_la_SOURCES += \
 	codegen/fuse_lower.c \
 	codegen/conv_igemm.c \
 	codegen/tc_gemm.c \
+	codegen/attention.c \
 	codegen/initgraph.c \
 	codegen/unroll.c \
 	codegen/emit_cuda.c \

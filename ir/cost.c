@@ -34,6 +34,7 @@ typedef enum {
   RULE_SCATTER,
   RULE_TOPK,
   RULE_RNN,
+  RULE_ATTENTION,
 } CostRule;
 
 typedef struct OpCost {
@@ -137,6 +138,7 @@ static const OpCost op_cost[] = {
     [OP_AVGPOOL2D] = {RULE_POOL, 1, 1},      /* an add per tap, a division */
     [OP_MAXPOOL3D] = {RULE_POOL, 1, 0},
     [OP_AVGPOOL3D] = {RULE_POOL, 1, 1},
+    [OP_ATTENTION] = {RULE_ATTENTION, 0, 0},
     [OP_RESIZE] = {RULE_RESIZE, 0, 0},
     [OP_GRID_SAMPLE] = {RULE_GRID_SAMPLE, 0, 0},
     [OP_RESHAPE] = {RULE_VIEW, 0, 0},
@@ -267,6 +269,12 @@ static double flops_of(const Node *n) {
       return nx * ceil(log2(k + 1));
     }
     case RULE_RNN: return rnn_flops(n);
+    case RULE_ATTENTION: {
+      /* the two products' multiply-adds, q k^T and p v: the softmax's
+       * few operations per score are left out, as FlashAttention counts */
+      const TensorType *k = &n->in[1]->type;
+      return 4 * nx * (double)k->dims[2];
+    }
   }
   return 0;
 }

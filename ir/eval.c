@@ -794,6 +794,55 @@ static bool eval_norm(Eval *e, const Node *n, const Tensor *x, const Tensor *w, 
   return true;
 }
 
+/* softmax(q k^T * scale + mask) v for each batch, head and query row,
+ * in double; a row with no key left gives zeros. */
+static bool eval_attention(const Node *n, Tensor *const *in, Tensor *out) {
+  const Tensor *q = in[0], *k = in[1], *v = in[2], *mask = n->n_in > 3 ? in[3] : NULL;
+  const int64_t *qd = q->type.dims;
+  int64_t B = qd[0], H = qd[1], Sq = qd[2], d = qd[3], Hkv = k->type.dims[1], Sk = k->type.dims[2];
+  double scale = ir_attr(n, "scale") ? ir_attr_float(n, "scale") : 1 / sqrt((double)d);
+  bool causal = ir_attr_int(n, "causal") != 0;
+  /* the mask's strides over [B, H, Sq, Sk], 0 where it broadcasts */
+  int64_t ms[4] = {0, 0, 0, 0};
+  if (mask) {
+    const TensorType *mt = &mask->type;
+    int64_t st = 1;
+    for (int i = mt->rank - 1; i >= 0; st *= mt->dims[i], i--) ms[4 - mt->rank + i] = mt->dims[i] == 1 ? 0 : st;
+  }
+  double *s = malloc(sizeof *s * (size_t)(Sk ? Sk : 1));
+  if (!s) return false;
+  for (int64_t b = 0; b < B; b++)
+    for (int64_t h = 0; h < H; h++) {
+      int64_t kv = (b * Hkv + h / (H / Hkv)) * Sk;
+      for (int64_t i = 0; i < Sq; i++) {
+        int64_t qi = ((b * H + h) * Sq + i) * d;
+        double mx = -INFINITY, sum = 0;
+        for (int64_t j = 0; j < Sk; j++) {
+          double dot = 0;
+          for (int64_t c = 0; c < d; c++) dot += ir_tensor_get(q, qi + c) * ir_tensor_get(k, (kv + j) * d + c);
+          s[j] = dot * scale;
+          if (mask) {
+            double m = ir_tensor_get(mask, b * ms[0] + h * ms[1] + i * ms[2] + j * ms[3]);
+            s[j] = mask->type.dtype == TY_BOOL ? (m != 0 ? s[j] : -INFINITY) : s[j] + m;
+          }
+          if (causal && j > i) s[j] = -INFINITY;
+          if (s[j] > mx) mx = s[j];
+        }
+        for (int64_t j = 0; j < Sk; j++) {
+          s[j] = mx == -INFINITY ? 0 : exp(s[j] - mx);
+          sum += s[j];
+        }
+        for (int64_t c = 0; c < d; c++) {
+          double o = 0;
+          for (int64_t j = 0; j < Sk; j++) o += s[j] * ir_tensor_get(v, (kv + j) * d + c);
+          ir_tensor_set(out, qi + c, sum > 0 ? o / sum : 0);
+        }
+      }
+    }
+  free(s);
+  return true;
+}
+
 static bool eval_global_avgpool(Eval *e, const Tensor *x, Tensor *out) {
   const TensorType *t = &x->type;
   if (t->rank < 2) return fail(e, "needs [N, C, ...]");
@@ -1829,6 +1878,7 @@ static bool eval_node(Eval *e, const Node *n, Tensor *const *in, Tensor *out,
     case OP_GROUP_NORM:
       return eval_norm(e, n, in[0], n->n_in > 1 ? in[1] : NULL, n->n_in > 2 ? in[2] : NULL, out);
     case OP_GLOBAL_AVGPOOL: return eval_global_avgpool(e, in[0], out);
+    case OP_ATTENTION: return eval_attention(n, in, out) || fail(e, "out of memory");
     case OP_BATCHNORM: return eval_batchnorm(e, n, in, out);
     case OP_MATMUL: return eval_matmul(e, in[0], in[1], out);
     case OP_LINEAR: return eval_linear(e, in[0], in[1], n->n_in > 2 ? in[2] : NULL, out);

@@ -509,6 +509,34 @@ bool shape_group_norm(const Node *n, TensorType *out, char *err, size_t errlen) 
   return true;
 }
 
+/* q [B, Hq, Sq, d], k and v [B, Hkv, Sk, d], Hkv dividing Hq, and a
+ * mask (bool or q's dtype) that broadcasts to [B, Hq, Sq, Sk]. */
+bool shape_attention(const Node *n, TensorType *out, char *err, size_t errlen) {
+  if (!operands_ok(n, err, errlen)) return false;
+  const TensorType *q = in_type(n, 0), *k = in_type(n, 1);
+  if (!need_rank(n, q, 4, "q [B, H, Sq, d]", err, errlen)) return false;
+  if (!need_float(n, q, err, errlen)) return false;
+  if (k->rank != 4 || k->dtype != q->dtype || k->dims[0] != q->dims[0] || k->dims[3] != q->dims[3])
+    return fail(err, errlen, "attention: k must be [%" PRId64 ", Hkv, Sk, %" PRId64 "] of %s's dtype, got %s",
+                q->dims[0], q->dims[3], ts(q).s, ts(k).s);
+  if (k->dims[1] < 1 || q->dims[1] % k->dims[1])
+    return fail(err, errlen, "attention: the %" PRId64 " key/value heads must divide the %" PRId64 " query heads",
+                k->dims[1], q->dims[1]);
+  if (!need_type(n, 2, "v", k, " (k's type)", err, errlen)) return false;
+  if (n->n_in > 3) {
+    const TensorType *m = in_type(n, 3);
+    int64_t full[4] = {q->dims[0], q->dims[1], q->dims[2], k->dims[2]}, dims[DL_MAX_RANK];
+    int rank;
+    if (m->dtype != TY_BOOL && m->dtype != q->dtype)
+      return fail(err, errlen, "attention: the mask must be bool or %s's dtype, got %s", ts(q).s, ts(m).s);
+    if (m->rank > 4 || !broadcast(full, 4, m->dims, m->rank, dims, &rank) || memcmp(dims, full, sizeof full))
+      return fail(err, errlen, "attention: the mask %s does not broadcast to [%" PRId64 ", %" PRId64 ", %" PRId64
+                  ", %" PRId64 "]", ts(m).s, full[0], full[1], full[2], full[3]);
+  }
+  out[0] = *q;
+  return true;
+}
+
 bool shape_global_pool(const Node *n, TensorType *out, char *err, size_t errlen) {
   if (!operands_ok(n, err, errlen)) return false;
   const TensorType *x = in_type(n, 0);

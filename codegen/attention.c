@@ -1,0 +1,416 @@
+/* The attention op as one kernel in the FlashAttention style: takes an
+ * attention node (ir/ops.def: q [B, Hq, Sq, d], k and v [B, Hkv, Sk, d],
+ * an optional mask, causal and scale), returns nothing but appends its
+ * launch to the plan.  No score matrix ever reaches global memory.
+ *
+ * One block per (batch, query head, BM query rows), 4 warps.  The block's
+ * Q rows sit in shared memory; K and V pass through it BN keys at a time,
+ * double-buffered: tile j + 1 is on its way (cp.async) while tile j is
+ * computed.  Per tile: S = Q K^T into a shared f32 tile; then one thread
+ * per query row applies scale, mask, causality and the key bound, and
+ * runs the online softmax (a running max m and sum l in its registers):
+ * P = exp(S - m_new), alpha = exp(m_old - m_new); then O = alpha O + P V
+ * in registers.  At the end O / l is stored (0 where l is 0: a row with
+ * every key masked).  Under causal, the tiles wholly above the diagonal
+ * are never loaded nor computed.
+ *
+ * f16 and bf16 take the tensor cores: both products are mma.sync
+ * m16n8k16 with f32 accumulators, fragments from ldmatrix (.trans for
+ * V, whose rows are the k dimension of P V), and P rounded to the
+ * operands' dtype in shared memory on its way from the one product to
+ * the other.  f32 is the same structure on FMA, exact to f32 rounding.
+ * docs/attention.md says why the softmax goes through shared memory
+ * rather than staying in the mma fragments. */
+#include <inttypes.h>
+#include <math.h>
+
+#include "codegen.h"
+#include "kernel.h"
+
+enum {
+  BM = 64,      /* query rows a block */
+  THREADS = 128,
+  CHUNK = 16,   /* bytes a cp.async moves */
+  MAX_D = 256,  /* O's registers grow with d */
+  SPAD = 4,     /* f32 elements padding a row of S (bank spread) */
+};
+
+typedef struct Attn {
+  CgBuild *b;
+  const Node *n;
+  Kernel *k;
+  bool tc;      /* mma.sync (f16, bf16) or FMA (f32) */
+  KTcKind kind;
+  DType dt;
+  int es, epc;  /* element bytes, elements a chunk */
+  int64_t B, H, Hkv, Sq, Sk, d, dp, ld, bn, kt;
+  KBuf *q, *kb, *vb, *out, *mask;
+  KBuf *qs, *ks, *vs, *ss, *ps, *rowv;
+  int64_t sld, pld; /* S's and P's row strides */
+  int64_t ms[4];    /* the mask's strides over [B, H, Sq, Sk] */
+  KExpr *tid, *lane, *warp, *bz, *hy, *q0, *qbase, *kvbase;
+} Attn;
+
+static KExpr *ki(Kernel *k, int64_t v) { return cg_kint(k, v); }
+static KExpr *kv(Kernel *k, KVar *v) { return cg_kv(k, v); }
+static KExpr *kdiv(Kernel *k, KExpr *a, int64_t d) { return cg_kidx(k, KI_DIV, a, ki(k, d)); }
+static KExpr *kmod(Kernel *k, KExpr *a, int64_t d) { return cg_kidx(k, KI_MOD, a, ki(k, d)); }
+static KExpr *klt(Kernel *k, KExpr *a, KExpr *b) { return cg_kcmp(k, KC_LT, a, b); }
+static KExpr *kmad(Kernel *k, KExpr *a, int64_t m, KExpr *b) { return cg_kadd(k, cg_kmul(k, a, ki(k, m)), b); }
+static KExpr *ilet(Kernel *k, KBlock *in, const char *stem, KExpr *e) {
+  return e->kind == KE_INT || e->kind == KE_VAR ? e : kv(k, cg_klet(k, in, stem, KT_INDEX, e));
+}
+static KBlock *loop(Kernel *k, KBlock *in, const char *stem, KExpr *n, KMap map, KExpr **var) {
+  KVar *v = cg_kvar(k, stem, KT_INDEX);
+  *var = kv(k, v);
+  return &cg_kloop(k, in, v, n, map)->body;
+}
+static KExpr *f32(Kernel *k, double v) { return cg_kimm(k, v, TY_F32); }
+
+static int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+static int64_t round_up(int64_t a, int64_t b) { return cdiv(a, b) * b; }
+
+/* Rows [row0, row0 + rows) of one head of a [.., S, d] tensor (its row 0
+ * at element base) into shared dst, dp columns a row (those past d, and
+ * rows past S, zero): by cp.async when rows are whole chunks, else
+ * element by element. */
+static void load_tile(Attn *A, KBlock *blk, KBuf *src, KExpr *base, KExpr *row0, int64_t rows, int64_t S,
+                      KBuf *dst, KExpr *dst0) {
+  Kernel *k = A->k;
+  int64_t cpr = A->dp / A->epc, chunks = rows * cpr;
+  bool async = A->d % A->epc == 0;
+  KExpr *l;
+  KBlock *lb = loop(k, blk, "l", ki(k, cdiv(chunks, THREADS)), KM_UNROLL, &l);
+  KExpr *e = ilet(k, lb, "e", kmad(k, l, THREADS, A->tid));
+  if (chunks % THREADS) lb = &cg_kif(k, lb, klt(k, e, ki(k, chunks)))->body;
+  KExpr *r = ilet(k, lb, "r", kdiv(k, e, cpr)), *c = ilet(k, lb, "c", cg_kmul(k, kmod(k, e, cpr), ki(k, A->epc)));
+  KExpr *grow = ilet(k, lb, "gr", cg_kadd(k, row0, r));
+  KExpr *at = cg_kadd(k, dst0, kmad(k, r, A->ld, c));
+  KExpr *src_at = cg_kadd(k, base, kmad(k, grow, A->d, c));
+  KExpr *row_ok = S % rows ? klt(k, grow, ki(k, S)) : NULL;
+  if (async) {
+    KExpr *ok = cg_kand(k, row_ok, A->dp != A->d ? klt(k, c, ki(k, A->d)) : NULL);
+    if (ok) {
+      KExpr *okv = kv(k, cg_klet(k, lb, "ok", TY_I32, ok));
+      src_at = cg_ksel(k, okv, src_at, ki(k, 0));
+      cg_kcp_async(k, lb, CHUNK, dst, at, src, src_at, cg_ksel(k, okv, ki(k, CHUNK), ki(k, 0)));
+    } else {
+      cg_kcp_async(k, lb, CHUNK, dst, at, src, src_at, ki(k, CHUNK));
+    }
+    return;
+  }
+  KExpr *u;
+  KBlock *ub = loop(k, lb, "u", ki(k, A->epc), KM_UNROLL, &u);
+  KExpr *col = ilet(k, ub, "col", cg_kadd(k, c, u));
+  KExpr *ok = cg_kand(k, row_ok, klt(k, col, ki(k, A->d)));
+  KExpr *x = cg_kload(k, src, cg_kadd(k, src_at, u));
+  cg_kstore(k, ub, dst, cg_kadd(k, at, u), cg_ksel(k, ok, x, cg_kimm(k, 0, A->dt)));
+}
+
+/* Element (row, col) of stage st of the K or V tiles. */
+static KExpr *kv_at(Attn *A, KExpr *st, KExpr *row, KExpr *col) {
+  Kernel *k = A->k;
+  return cg_kadd(k, cg_kmul(k, st, ki(k, A->bn * A->ld)), kmad(k, row, A->ld, col));
+}
+
+/* S = Q K^T of stage st into ss, on the tensor cores: warp w takes query
+ * rows 16w .. 16w + 15 and every key; per 16 of d, A from Q (ldmatrix.x4
+ * of rows lane % 16 at column 8 (lane / 16)) and two blocks of 8 keys of
+ * B from K (rows 8 (lane / 16) + lane % 8 at column 8 ((lane / 8) % 2)):
+ * docs/tensorcores.md's fragment layouts. */
+static void scores_tc(Attn *A, KBlock *blk, KExpr *st) {
+  Kernel *k = A->k;
+  int64_t nb = A->bn / 8;
+  KBuf *acc = cg_klocal(k, "sacc", TY_F32, nb * 4, KSP_REGISTER);
+  KBuf *af = cg_kfrag(k, "qf", 4), *bf = cg_kfrag(k, "kf", 4);
+  KExpr *z, *ks, *nj, *ni, *h;
+  KBlock *zb = loop(k, blk, "z", ki(k, nb * 4), KM_UNROLL, &z);
+  cg_kstore(k, zb, acc, z, f32(k, 0));
+  KBlock *kb = loop(k, blk, "ks", ki(k, A->dp / 16), KM_SERIAL, &ks);
+  KExpr *arow = cg_kadd(k, cg_kmul(k, A->warp, ki(k, 16)), kmod(k, A->lane, 16));
+  KExpr *acol = cg_kadd(k, cg_kmul(k, ks, ki(k, 16)), cg_kmul(k, kdiv(k, A->lane, 16), ki(k, 8)));
+  cg_kldmatrix(k, kb, af, ki(k, 0), 4, false, A->qs, kmad(k, arow, A->ld, acol));
+  KBlock *nbk = loop(k, kb, "nj", ki(k, nb / 2), KM_UNROLL, &nj);
+  KExpr *brow = cg_kadd(k, cg_kmul(k, nj, ki(k, 16)),
+                        cg_kadd(k, cg_kmul(k, kdiv(k, A->lane, 16), ki(k, 8)), kmod(k, A->lane, 8)));
+  KExpr *bcol = cg_kadd(k, cg_kmul(k, ks, ki(k, 16)), cg_kmul(k, kmod(k, kdiv(k, A->lane, 8), 2), ki(k, 8)));
+  cg_kldmatrix(k, nbk, bf, ki(k, 0), 4, false, A->ks, kv_at(A, st, brow, bcol));
+  cg_kmma(k, nbk, A->kind, acc, cg_kmul(k, nj, ki(k, 8)), af, ki(k, 0), bf, ki(k, 0));
+  cg_kmma(k, nbk, A->kind, acc, cg_kadd(k, cg_kmul(k, nj, ki(k, 8)), ki(k, 4)), af, ki(k, 0), bf, ki(k, 2));
+  /* the accumulators (rows g and g + 8, columns 2t, 2t + 1 of each block
+   * of 8) to S, a pair at a time */
+  KBlock *nbb = loop(k, blk, "ni", ki(k, nb), KM_UNROLL, &ni);
+  KBlock *hb = loop(k, nbb, "h", ki(k, 2), KM_UNROLL, &h);
+  KExpr *row = cg_kadd(k, cg_kmul(k, A->warp, ki(k, 16)), kmad(k, h, 8, kdiv(k, A->lane, 4)));
+  KExpr *col = kmad(k, ni, 8, cg_kmul(k, kmod(k, A->lane, 4), ki(k, 2)));
+  KExpr *slot = kmad(k, ni, 4, cg_kmul(k, h, ki(k, 2)));
+  KExpr *pair[2] = {cg_kload(k, acc, slot), cg_kload(k, acc, cg_kadd(k, slot, ki(k, 1)))};
+  cg_kchunk(k, hb, A->ss, kmad(k, row, A->sld, col), pair, 2);
+}
+
+/* The same on FMA: thread t takes row t % BM and half t / BM of the keys. */
+static void scores_fma(Attn *A, KBlock *blk, KExpr *st) {
+  Kernel *k = A->k;
+  int64_t half = A->bn / 2;
+  KExpr *r = ilet(k, blk, "r", kmod(k, A->tid, BM)), *c0 = ilet(k, blk, "c0", cg_kmul(k, kdiv(k, A->tid, BM), ki(k, half)));
+  KExpr *c, *i;
+  KBlock *cb = loop(k, blk, "c", ki(k, half), KM_SERIAL, &c);
+  KExpr *key = ilet(k, cb, "kc", cg_kadd(k, c0, c));
+  KVar *acc = cg_kvar(k, "dot", TY_F32), *iv = cg_kvar(k, "i", KT_INDEX);
+  KStmt *red = cg_kreduce(k, cb, acc, f32(k, 0), OP_ADD, iv, ki(k, A->dp));
+  i = kv(k, iv);
+  red->value = cg_kop2(k, OP_MUL, cg_kload(k, A->qs, kmad(k, r, A->ld, i)), cg_kload(k, A->ks, kv_at(A, st, key, i)));
+  cg_kstore(k, cb, A->ss, kmad(k, r, A->sld, key), kv(k, acc));
+}
+
+/* The online softmax of tile j, one thread per query row r: each score
+ * scaled, masked (to -inf), its row's new max m, P = exp(S - m) (0 when
+ * m is -inf: nothing of the row is left yet), the row's alpha = exp(m_old
+ * - m) to rowv[r] for O, and l = alpha l + sum P. */
+static void softmax_tile(Attn *A, KBlock *blk, KExpr *j, KVar *m, KVar *l) {
+  Kernel *k = A->k;
+  const Node *n = A->n;
+  KBlock *rb = &cg_kif(k, blk, klt(k, A->tid, ki(k, BM)))->body;
+  KExpr *r = A->tid, *qi = ilet(k, rb, "qi", cg_kadd(k, A->q0, r));
+  double scale = ir_attr(n, "scale") ? ir_attr_float(n, "scale") : 1 / sqrt((double)A->d);
+  KVar *mt = cg_kvar(k, "mt", TY_F32);
+  KStmt *red = cg_kreduce(k, rb, mt, f32(k, -INFINITY), OP_MAXIMUM, cg_kvar(k, "c", KT_INDEX), ki(k, A->bn));
+  KExpr *c = kv(k, red->rvar);
+  KBlock *cb = &red->body;
+  KExpr *key = ilet(k, cb, "key", kmad(k, j, A->bn, c));
+  KExpr *at = ilet(k, cb, "sa", kmad(k, r, A->sld, c));
+  KExpr *s = cg_kop2(k, OP_MUL, cg_kload(k, A->ss, at), f32(k, (float)scale));
+  KExpr *ok = A->Sk % A->bn ? klt(k, key, ki(k, A->Sk)) : NULL;
+  if (ir_attr_int(n, "causal")) ok = cg_kand(k, ok, cg_kcmp(k, KC_LE, key, qi));
+  if (A->mask) {
+    KExpr *in = cg_kand(k, klt(k, qi, ki(k, A->Sq)), klt(k, key, ki(k, A->Sk)));
+    KExpr *mat = cg_kadd(k, cg_kadd(k, cg_kmul(k, A->bz, ki(k, A->ms[0])), cg_kmul(k, A->hy, ki(k, A->ms[1]))),
+                         cg_kadd(k, cg_kmul(k, qi, ki(k, A->ms[2])), cg_kmul(k, key, ki(k, A->ms[3]))));
+    KExpr *mv = cg_ksel(k, in, cg_kcast(k, cg_kload(k, A->mask, mat), TY_F32), f32(k, 0));
+    if (A->mask->dtype == TY_BOOL)
+      ok = cg_kand(k, ok, cg_kcmp(k, KC_NE, kv(k, cg_klet(k, cb, "mk", TY_F32, mv)), f32(k, 0)));
+    else
+      s = cg_kop2(k, OP_ADD, s, mv);
+  }
+  KExpr *sv = kv(k, cg_klet(k, cb, "s", TY_F32, ok ? cg_ksel(k, ok, s, f32(k, -INFINITY)) : s));
+  cg_kstore(k, cb, A->ss, at, sv);
+  red->value = sv;
+  KExpr *mn = kv(k, cg_klet(k, rb, "mn", TY_F32, cg_kop2(k, OP_MAXIMUM, kv(k, m), kv(k, mt))));
+  KExpr *none = kv(k, cg_klet(k, rb, "none", TY_I32, cg_kcmp(k, KC_EQ, mn, f32(k, -INFINITY))));
+  KExpr *alpha = cg_ksel(k, none, f32(k, 1), cg_kop1(k, OP_EXP, cg_kop2(k, OP_SUB, kv(k, m), mn)));
+  KExpr *av = kv(k, cg_klet(k, rb, "alpha", TY_F32, alpha));
+  cg_kstore(k, rb, A->rowv, r, av);
+  KVar *sum = cg_kvar(k, "sum", TY_F32);
+  KStmt *red2 = cg_kreduce(k, rb, sum, f32(k, 0), OP_ADD, cg_kvar(k, "c", KT_INDEX), ki(k, A->bn));
+  KBlock *pb = &red2->body;
+  KExpr *c2 = kv(k, red2->rvar);
+  KExpr *p = cg_ksel(k, none, f32(k, 0), cg_kop1(k, OP_EXP, cg_kop2(k, OP_SUB, cg_kload(k, A->ss, kmad(k, r, A->sld, c2)), mn)));
+  KExpr *pv = kv(k, cg_klet(k, pb, "p", TY_F32, p));
+  if (A->tc)
+    cg_kstore(k, pb, A->ps, kmad(k, r, A->pld, c2), cg_kcast(k, pv, A->dt));
+  else
+    cg_kstore(k, pb, A->ss, kmad(k, r, A->sld, c2), pv);
+  red2->value = pv;
+  cg_kset(k, rb, l, cg_kop2(k, OP_ADD, cg_kop2(k, OP_MUL, kv(k, l), av), kv(k, sum)));
+  cg_kset(k, rb, m, mn);
+}
+
+/* O = alpha O + P V on the tensor cores: warp w's rows of O are its 16
+ * rows of P; A from P as in scores_tc, B from V by ldmatrix.x4.trans
+ * (keys are V's rows: matrices keys 0-7 and 8-15 of d columns 0-7, then
+ * of 8-15), two blocks of 8 columns of O each. */
+static void pv_tc(Attn *A, KBlock *blk, KExpr *st, KBuf *oacc) {
+  Kernel *k = A->k;
+  KBuf *pf = cg_kfrag(k, "pf", 4), *vf = cg_kfrag(k, "vf", 4);
+  KExpr *g = kdiv(k, A->lane, 4), *row = cg_kadd(k, cg_kmul(k, A->warp, ki(k, 16)), g);
+  KExpr *ag = kv(k, cg_klet(k, blk, "ag", TY_F32, cg_kload(k, A->rowv, row)));
+  KExpr *ag8 = kv(k, cg_klet(k, blk, "ag8", TY_F32, cg_kload(k, A->rowv, cg_kadd(k, row, ki(k, 8)))));
+  KExpr *z, *ks, *nj;
+  KBlock *zb = loop(k, blk, "z", ki(k, A->dp / 8 * 4), KM_UNROLL, &z);
+  KExpr *a = cg_ksel(k, klt(k, kmod(k, z, 4), ki(k, 2)), ag, ag8);
+  cg_kstore(k, zb, oacc, z, cg_kop2(k, OP_MUL, cg_kload(k, oacc, z), a));
+  KBlock *kb = loop(k, blk, "ks", ki(k, A->bn / 16), KM_UNROLL, &ks);
+  KExpr *prow = cg_kadd(k, cg_kmul(k, A->warp, ki(k, 16)), kmod(k, A->lane, 16));
+  KExpr *pcol = cg_kadd(k, cg_kmul(k, ks, ki(k, 16)), cg_kmul(k, kdiv(k, A->lane, 16), ki(k, 8)));
+  cg_kldmatrix(k, kb, pf, ki(k, 0), 4, false, A->ps, kmad(k, prow, A->pld, pcol));
+  KBlock *nb = loop(k, kb, "nj", ki(k, A->dp / 16), KM_UNROLL, &nj);
+  KExpr *vrow = cg_kadd(k, cg_kmul(k, ks, ki(k, 16)),
+                        cg_kadd(k, kmod(k, A->lane, 8), cg_kmul(k, kmod(k, kdiv(k, A->lane, 8), 2), ki(k, 8))));
+  KExpr *vcol = cg_kadd(k, cg_kmul(k, nj, ki(k, 16)), cg_kmul(k, kdiv(k, A->lane, 16), ki(k, 8)));
+  cg_kldmatrix(k, nb, vf, ki(k, 0), 4, true, A->vs, kv_at(A, st, vrow, vcol));
+  cg_kmma(k, nb, A->kind, oacc, cg_kmul(k, nj, ki(k, 8)), pf, ki(k, 0), vf, ki(k, 0));
+  cg_kmma(k, nb, A->kind, oacc, cg_kadd(k, cg_kmul(k, nj, ki(k, 8)), ki(k, 4)), pf, ki(k, 0), vf, ki(k, 2));
+}
+
+/* The same on FMA: thread t takes row t % BM and half t / BM of O's
+ * columns, P being in S's tile. */
+static void pv_fma(Attn *A, KBlock *blk, KExpr *st, KBuf *oacc) {
+  Kernel *k = A->k;
+  int64_t half = A->dp / 2;
+  KExpr *r = ilet(k, blk, "r", kmod(k, A->tid, BM)), *u0 = ilet(k, blk, "u0", cg_kmul(k, kdiv(k, A->tid, BM), ki(k, half)));
+  KExpr *a = kv(k, cg_klet(k, blk, "alpha", TY_F32, cg_kload(k, A->rowv, r)));
+  KExpr *u, *c, *u2;
+  KBlock *ub = loop(k, blk, "u", ki(k, half), KM_UNROLL, &u);
+  cg_kstore(k, ub, oacc, u, cg_kop2(k, OP_MUL, cg_kload(k, oacc, u), a));
+  KBlock *cb = loop(k, blk, "c", ki(k, A->bn), KM_SERIAL, &c);
+  KExpr *p = kv(k, cg_klet(k, cb, "p", TY_F32, cg_kload(k, A->ss, kmad(k, r, A->sld, c))));
+  KBlock *ub2 = loop(k, cb, "u", ki(k, half), KM_UNROLL, &u2);
+  KExpr *x = cg_kop2(k, OP_MUL, p, cg_kload(k, A->vs, kv_at(A, st, c, cg_kadd(k, u0, u2))));
+  cg_kstore(k, ub2, oacc, u2, cg_kop2(k, OP_ADD, cg_kload(k, oacc, u2), x));
+}
+
+/* O / l to the result: rowv holds 1 / l (0 for a row with no key). */
+static void store_out(Attn *A, KBlock *blk, KExpr *row, KExpr *col, KExpr *o) {
+  Kernel *k = A->k;
+  KExpr *qi = cg_kadd(k, A->q0, row);
+  KExpr *ok = cg_kand(k, A->Sq % BM ? klt(k, qi, ki(k, A->Sq)) : NULL, A->dp != A->d ? klt(k, col, ki(k, A->d)) : NULL);
+  KBlock *at = ok ? &cg_kif(k, blk, ok)->body : blk;
+  KExpr *y = cg_kop2(k, OP_MUL, o, cg_kload(k, A->rowv, row));
+  cg_kstore(k, at, A->out, cg_kadd(k, A->qbase, kmad(k, qi, A->d, col)), cg_kcast(k, y, A->dt));
+}
+
+static void store_all(Attn *A, KBlock *blk, KBuf *oacc) {
+  Kernel *k = A->k;
+  KExpr *nb, *e, *u;
+  if (A->tc) {
+    KBlock *bb = loop(k, blk, "nb", ki(k, A->dp / 8), KM_UNROLL, &nb);
+    KBlock *eb = loop(k, bb, "e", ki(k, 4), KM_UNROLL, &e);
+    KExpr *row = cg_kadd(k, cg_kmul(k, A->warp, ki(k, 16)), kmad(k, kdiv(k, e, 2), 8, kdiv(k, A->lane, 4)));
+    KExpr *col = kmad(k, nb, 8, kmad(k, kmod(k, A->lane, 4), 2, kmod(k, e, 2)));
+    store_out(A, eb, ilet(k, eb, "row", row), ilet(k, eb, "col", col), cg_kload(k, oacc, kmad(k, nb, 4, e)));
+    return;
+  }
+  KExpr *r = ilet(k, blk, "r", kmod(k, A->tid, BM)), *u0 = ilet(k, blk, "u0", cg_kmul(k, kdiv(k, A->tid, BM), ki(k, A->dp / 2)));
+  KBlock *ub = loop(k, blk, "u", ki(k, A->dp / 2), KM_UNROLL, &u);
+  store_out(A, ub, r, ilet(k, ub, "col", cg_kadd(k, u0, u)), cg_kload(k, oacc, u));
+}
+
+static KBuf *operand(Attn *A, int i, const char *name) {
+  const Value *v = A->n->in[i];
+  return cg_kglobal(A->k, name, v->type.dtype, ir_type_numel(&v->type), cg_ref(A->b, v));
+}
+
+bool cg_lower_attention(CgBuild *b, const Node *n) {
+  Ctx *c = cg_build_ctx(b);
+  const TensorType *qt = &n->in[0]->type, *kt = &n->in[1]->type;
+  Attn A0 = {.b = b, .n = n}, *A = &A0;
+  A->dt = qt->dtype;
+  A->B = qt->dims[0], A->H = qt->dims[1], A->Sq = qt->dims[2], A->d = qt->dims[3];
+  A->Hkv = kt->dims[1], A->Sk = kt->dims[2];
+  if (A->dt != TY_F32 && A->dt != TY_F16 && A->dt != TY_BF16) {
+    diag_error(c, n->loc, "codegen does not support attention on %s yet", ir_dtype_name(A->dt));
+    return false;
+  }
+  if (A->d > MAX_D) {
+    diag_error(c, n->loc, "attention: the fused kernel takes head dims up to %d, got %" PRId64, MAX_D, A->d);
+    return false;
+  }
+  A->tc = A->dt != TY_F32 && !cg_options(b)->no_tensor_cores && cg_tc_kind(A->dt, false, &A->kind);
+  A->es = ir_dtype_size(A->dt);
+  A->epc = CHUNK / A->es;
+  A->dp = round_up(A->d > 0 ? A->d : 1, 16);
+  A->ld = A->dp + A->epc;
+  A->bn = !A->tc && A->dp > 128 ? 32 : 64;
+  A->kt = cdiv(A->Sk, A->bn);
+  A->sld = A->bn + SPAD;
+  A->pld = A->bn + 8;
+  const char *what = arena_printf(&c->arena, "flash attention %s, %dx%" PRId64 " tiles, d %" PRId64,
+                                  A->tc ? (A->kind == KTC_F16 ? "mma f16" : "mma bf16") : "fma f32", BM, A->bn, A->d);
+  Kernel *k = A->k = cg_kernel_new(c, n, "attention", what);
+  A->q = operand(A, 0, "q");
+  A->kb = operand(A, 1, "k");
+  A->vb = operand(A, 2, "v");
+  if (n->n_in > 3) {
+    A->mask = operand(A, 3, "mask");
+    const TensorType *mt = &n->in[3]->type;
+    int64_t st = 1;
+    for (int i = mt->rank - 1; i >= 0; st *= mt->dims[i], i--) A->ms[4 - mt->rank + i] = mt->dims[i] == 1 ? 0 : st;
+  }
+  const Value *out = &n->out[0];
+  A->out = cg_kglobal(k, "out", A->dt, ir_type_numel(&out->type), cg_ref(b, out));
+  uint32_t off = 0, bytes;
+  A->qs = cg_kdynshared(k, "Qs", A->dt, BM * A->ld, off);
+  off += (uint32_t)(BM * A->ld * A->es);
+  A->ks = cg_kdynshared(k, "Ks", A->dt, 2 * A->bn * A->ld, off);
+  off += bytes = (uint32_t)(2 * A->bn * A->ld * A->es);
+  A->vs = cg_kdynshared(k, "Vs", A->dt, 2 * A->bn * A->ld, off);
+  off += bytes;
+  A->ss = cg_kdynshared(k, "Ss", TY_F32, BM * A->sld, off);
+  off += (uint32_t)(BM * A->sld * 4);
+  if (A->tc) {
+    A->ps = cg_kdynshared(k, "Ps", A->dt, BM * A->pld, off);
+    off += (uint32_t)(BM * A->pld * A->es);
+  }
+  A->rowv = cg_kdynshared(k, "rowv", TY_F32, BM, off);
+
+  KExpr *qx, *t;
+  int64_t gx = cdiv(A->Sq, BM);
+  KBlock *body = loop(k, &k->body, "qx", ki(k, gx), KM_GRID_X, &qx);
+  body = loop(k, body, "hy", ki(k, A->H), KM_GRID_Y, &A->hy);
+  body = loop(k, body, "bz", ki(k, A->B), KM_GRID_Z, &A->bz);
+  body = loop(k, body, "t", ki(k, THREADS), KM_BLOCK_X, &t);
+  A->tid = t;
+  A->lane = ilet(k, body, "lane", kmod(k, t, 32));
+  A->warp = ilet(k, body, "warp", kdiv(k, t, 32));
+  A->q0 = ilet(k, body, "q0", cg_kmul(k, qx, ki(k, BM)));
+  A->qbase = ilet(k, body, "qb", cg_kmul(k, kmad(k, A->bz, A->H, A->hy), ki(k, A->Sq * A->d)));
+  KExpr *kvh = kmad(k, A->bz, A->Hkv, kdiv(k, A->hy, A->H / A->Hkv));
+  A->kvbase = ilet(k, body, "kvb", cg_kmul(k, kvh, ki(k, A->Sk * A->d)));
+  KExpr *ntile = ki(k, A->kt);
+  if (ir_attr_int(n, "causal")) {
+    /* the last tile with a key j <= the block's last query row */
+    KExpr *last = kdiv(k, cg_kadd(k, A->q0, ki(k, BM - 1)), A->bn);
+    ntile = ilet(k, body, "nt", cg_kidx(k, KI_MIN, cg_kadd(k, last, ki(k, 1)), ki(k, A->kt)));
+  }
+  KVar *m = cg_klet(k, body, "m", TY_F32, f32(k, -INFINITY)), *l = cg_klet(k, body, "l", TY_F32, f32(k, 0));
+  int64_t n_acc = A->tc ? A->dp / 8 * 4 : A->dp / 2;
+  KBuf *oacc = cg_klocal(k, "o", TY_F32, n_acc, KSP_REGISTER);
+  KExpr *z;
+  KBlock *zb = loop(k, body, "z", ki(k, n_acc), KM_UNROLL, &z);
+  cg_kstore(k, zb, oacc, z, f32(k, 0));
+  bool async = A->d % A->epc == 0;
+  load_tile(A, body, A->q, A->qbase, A->q0, BM, A->Sq, A->qs, ki(k, 0));
+  load_tile(A, body, A->kb, A->kvbase, ki(k, 0), A->bn, A->Sk, A->ks, ki(k, 0));
+  load_tile(A, body, A->vb, A->kvbase, ki(k, 0), A->bn, A->Sk, A->vs, ki(k, 0));
+  if (async) cg_kcp_commit(k, body);
+
+  KExpr *j;
+  KBlock *lb = loop(k, body, "j", ntile, KM_SERIAL, &j);
+  if (async) cg_kcp_wait(k, lb, 0);
+  cg_kbarrier(k, lb);
+  /* tile j + 1 into the other stage, which tile j - 1 left before the
+   * barrier above, while tile j is computed */
+  KExpr *nj = ilet(k, lb, "jn", cg_kadd(k, j, ki(k, 1)));
+  KBlock *pre = &cg_kif(k, lb, klt(k, nj, ntile))->body;
+  KExpr *row0 = ilet(k, pre, "k0", cg_kmul(k, nj, ki(k, A->bn)));
+  KExpr *at = ilet(k, pre, "st0", cg_kmul(k, kmod(k, nj, 2), ki(k, A->bn * A->ld)));
+  load_tile(A, pre, A->kb, A->kvbase, row0, A->bn, A->Sk, A->ks, at);
+  load_tile(A, pre, A->vb, A->kvbase, row0, A->bn, A->Sk, A->vs, at);
+  if (async) cg_kcp_commit(k, lb);
+  KExpr *st = ilet(k, lb, "st", kmod(k, j, 2));
+  if (A->tc)
+    scores_tc(A, lb, st);
+  else
+    scores_fma(A, lb, st);
+  cg_kbarrier(k, lb);
+  softmax_tile(A, lb, j, m, l);
+  cg_kbarrier(k, lb);
+  if (A->tc)
+    pv_tc(A, lb, st, oacc);
+  else
+    pv_fma(A, lb, st, oacc);
+
+  cg_kbarrier(k, body);
+  KBlock *rb = &cg_kif(k, body, klt(k, A->tid, ki(k, BM)))->body;
+  KExpr *pos = cg_kcmp(k, KC_GT, kv(k, l), f32(k, 0));
+  cg_kstore(k, rb, A->rowv, A->tid, cg_ksel(k, pos, cg_kop2(k, OP_DIV, f32(k, 1), kv(k, l)), f32(k, 0)));
+  cg_kbarrier(k, body);
+  store_all(A, body, oacc);
+
+  k->grid[0] = (uint32_t)(gx < INT32_MAX ? gx : INT32_MAX);
+  k->grid[1] = (uint32_t)(A->H < 65535 ? A->H : 65535);
+  k->grid[2] = (uint32_t)(A->B < 65535 ? A->B : 65535);
+  k->block[0] = THREADS;
+  cg_launch(b, k);
+  return true;
+}
