@@ -393,6 +393,13 @@ static Graph *build_every_op(Ctx *c, bool *covered) {
   ir_set_int(g, n, "axis", 1);
   add(g, n);
 
+  Value *aq = input(g, "aq", TY(TY_F32, 1, 4, 3, 8)), *ak = input(g, "ak", TY(TY_F32, 1, 2, 5, 8));
+  Value *am_ = input(g, "amask", TY(TY_BOOL, 3, 5));
+  n = NODE(g, OP_ATTENTION, aq, ak, ak, am_);
+  ir_set_int(g, n, "causal", 1);
+  ir_set_float(g, n, "scale", 0.5);
+  add(g, n);
+
   Value *seq = input(g, "seq", TY(TY_F32, 4, 5, 6));
   Value *lwi = param(g, "lstm.w_ih", TY(TY_F32, 28, 6)), *lwh = param(g, "lstm.w_hh", TY(TY_F32, 28, 7));
   Value *lbi = param(g, "lstm.b_ih", TY(TY_F32, 28)), *lbh = param(g, "lstm.b_hh", TY(TY_F32, 28));
