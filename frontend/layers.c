@@ -485,15 +485,29 @@ static Value *split_heads(Lower *l, Value *x, int64_t heads, bool kt, SrcLoc loc
   return mk_ints_op(l, OP_TRANSPOSE, "perm", x, 4, kt ? perm_t : perm, loc);
 }
 
+/* The core of an attention over heads already split: q [N, h, S, dh],
+ * k and v [N, kv_heads, S', dh] -> [N, h, S, dh], one attention op
+ * (codegen/attention.c).  mask, when given, broadcasts to [N, h, S, S']
+ * in the op's convention: bool true where a query may attend, or added
+ * to the scores. */
+static Value *attention_core(Lower *l, Value *qh, Value *kh, Value *vh, Value *mask, bool causal, SrcLoc loc) {
+  if (!qh || !kh || !vh) return NULL;
+  Value *in[4] = {qh, kh, vh, mask};
+  Node *n = fe_node(l, OP_ATTENTION, mask ? 4 : 3, in, loc);
+  ir_set_int(l->g, n, "causal", causal);
+  return fe_emit(l, n);
+}
+
 static Val bi_mha(Lower *l, const Call *c) {
   Value *q, *k, *v;
-  int64_t heads;
+  int64_t heads, kv_heads;
   bool bias;
   bool ok = fe_arg_tensor(l, c, 0, &q);
   ok &= fe_arg_tensor(l, c, 1, &k);
   ok &= fe_arg_tensor(l, c, 2, &v);
   ok &= fe_arg_pos_int(l, c, 3, 1, &heads);
   ok &= fe_arg_bool(l, c, 4, true, &bias);
+  ok &= ok && fe_arg_pos_int(l, c, 5, heads, &kv_heads);
   if (!ok) return poison();
   Value *qkv[3] = {q, k, v};
   for (int i = 0; i < 3; i++)
@@ -520,14 +534,22 @@ static Val bi_mha(Lower *l, const Call *c) {
              e, heads);
     return poison();
   }
+  if (heads % kv_heads != 0) {
+    fe_error(l, c->locs[5], "multihead_attention: kv_heads=%" PRId64 " does not divide heads=%" PRId64, kv_heads,
+             heads);
+    return poison();
+  }
   DType dt = q->type.dtype;
   SrcLoc loc = c->loc;
   const char *scope = fe_layer_scope(l, c, "multihead_attention");
+  /* The packed projection's rows: q's e, then k's and v's ekv each
+   * (grouped-query attention: fewer key/value heads, e / heads wide). */
+  int64_t ekv = e / heads * kv_heads, at[4] = {0, e, e + ekv, e + 2 * ekv};
   /* PyTorch: xavier_uniform_ for the packed projection, zero biases. */
-  TensorType wt = type2(dt, 3 * e, e), bt = type1(dt, 3 * e), ot = type2(dt, e, e),
+  TensorType wt = type2(dt, at[3], e), bt = type1(dt, at[3]), ot = type2(dt, e, e),
              obt = type1(dt, e);
   Value *w = fe_param(l, scope, "in_proj_weight", &wt,
-                      bound_init(l, "uniform", sqrt(6.0 / (4.0 * (double)e))), loc);
+                      bound_init(l, "uniform", sqrt(6.0 / (double)(e + at[3]))), loc);
   Value *b = bias ? fe_param(l, scope, "in_proj_bias", &bt, "zeros", loc) : NULL;
   Value *wo = fe_param(l, scope, "out_proj.weight", &ot,
                        bound_init(l, "uniform", 1 / sqrt((double)e)), loc);
@@ -537,31 +559,23 @@ static Val bi_mha(Lower *l, const Call *c) {
   if (q == k && k == v) {
     /* Self-attention: one product with the packed weight. */
     Value *all = mk_linear(l, q, w, b, loc);
-    pq = mk_slice(l, all, 2, 0, e, loc);
-    pk = mk_slice(l, all, 2, e, 2 * e, loc);
-    pv = mk_slice(l, all, 2, 2 * e, 3 * e, loc);
+    pq = mk_slice(l, all, 2, at[0], at[1], loc);
+    pk = mk_slice(l, all, 2, at[1], at[2], loc);
+    pv = mk_slice(l, all, 2, at[2], at[3], loc);
   } else {
     Value *part[3];
     for (int i = 0; i < 3; i++) {
-      Value *wi = mk_slice(l, w, 0, i * e, (i + 1) * e, loc);
-      Value *bi = b ? mk_slice(l, b, 0, i * e, (i + 1) * e, loc) : NULL;
+      Value *wi = mk_slice(l, w, 0, at[i], at[i + 1], loc);
+      Value *bi = b ? mk_slice(l, b, 0, at[i], at[i + 1], loc) : NULL;
       if (b && !bi) return poison();
       part[i] = mk_linear(l, qkv[i], wi, bi, loc);
     }
     pq = part[0], pk = part[1], pv = part[2];
   }
   Value *qh = split_heads(l, pq, heads, false, loc);
-  Value *kh = split_heads(l, pk, heads, true, loc);
-  Value *vh = split_heads(l, pv, heads, false, loc);
-  Value *s = mk_binary(l, OP_MATMUL, qh, kh, loc);
-  Value *scale = s ? fe_const(l, 1 / sqrt((double)(e / heads)), dt, loc) : NULL;
-  s = mk_binary(l, OP_MUL, s, scale, loc);
-  if (s) {
-    Node *sm = fe_node(l, OP_SOFTMAX, 1, &s, loc);
-    ir_set_int(l->g, sm, "axis", 3);
-    s = fe_emit(l, sm);
-  }
-  Value *o = mk_binary(l, OP_MATMUL, s, vh, loc);
+  Value *kh = split_heads(l, pk, kv_heads, false, loc);
+  Value *vh = split_heads(l, pv, kv_heads, false, loc);
+  Value *o = attention_core(l, qh, kh, vh, NULL, false, loc);
   static const int64_t back[4] = {0, 2, 1, 3};
   o = mk_ints_op(l, OP_TRANSPOSE, "perm", o, 4, back, loc);
   int64_t shape[3] = {qd[0], qd[1], e};
@@ -1189,7 +1203,7 @@ static const Builtin builtins[] = {
     {"embedding", bi_embedding, "indices,num,dim", false},
     {"lstm", bi_lstm, "x,hidden|layers,bias,batch_first,bidirectional", false},
     {"gru", bi_gru, "x,hidden|layers,bias,batch_first,bidirectional", false},
-    {"multihead_attention", bi_mha, "q,k,v,heads|bias", false},
+    {"multihead_attention", bi_mha, "q,k,v,heads|bias,kv_heads", false},
     {"dropout", bi_dropout, "x|p", false},
     {"upsample", bi_upsample, "x|scale,mode,align_corners,size", false},
     {"grid_sample", bi_grid_sample, "x,grid|mode,padding_mode,align_corners", false},

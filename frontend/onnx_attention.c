@@ -2,8 +2,8 @@
  * past key and value and nonpad_kv_seqlen, returns Y, present_key,
  * present_value and qk_matmul_output, written as the op's unfused graph
  * (matmuls, scale, masks, softmax, matmul) as ONNX's reference computes
- * it.  attention_graph() is the whole decomposition, so that a fused
- * attention op can take its place in one spot. */
+ * it, or, where the node asks for nothing the attention op lacks, as
+ * that one op (codegen/attention.c: no score matrix in memory). */
 #include "config.h"
 
 #include <inttypes.h>
@@ -136,8 +136,34 @@ static Val *softmax_last(Imp *im, Val *x) {
   return ox_emit1(im, &e);
 }
 
+/* Whether the attention op computes what a asks: no soft cap, sliding
+ * window, per-batch key lengths, score output or softmax precision of
+ * its own; causal only without a past (the op's diagonal is top-left);
+ * a mask of the keys' full length (and, the caller checks, one head size
+ * for Q, K and V). */
+static bool fits_op(const Attn *a, const ONode *n, DType dt, int64_t S) {
+  bool qk_wanted = n->n_out > 3 && n->want[3];
+  if (a->softcap > 0 || a->left >= 0 || a->right >= 0 || a->nonpad || qk_wanted || a->softmax_dt != dt) return false;
+  if (a->causal && a->past_k) return false;
+  const TensorType *m = a->mask ? &a->mask->type : NULL;
+  return !m || (m->rank >= 1 && m->dims[m->rank - 1] == S && (m->dtype == TY_BOOL || ir_dtype_is_float(m->dtype)));
+}
+
+/* The attention op on q, k and v of one dtype, mask (bool or added) cast
+ * to it. */
+static Val *attention_op(Imp *im, const Attn *a, Val *q, Val *k, Val *v) {
+  Val *mask = a->mask;
+  if (mask && mask->type.dtype != TY_BOOL) mask = ox_cast(im, mask, q->type.dtype);
+  Val *in[4] = {q, k, v, mask};
+  Emit e;
+  Node *n = ox_begin(im, &e, OP_ATTENTION, mask ? 4 : 3, in);
+  ir_set_int(im->g, n, "causal", a->causal);
+  if (a->has_scale) ir_set_float(im->g, n, "scale", a->scale);
+  return ox_emit1(im, &e);
+}
+
 /* The whole of Attention as ops of the IR. */
-static bool attention_graph(Imp *im, const Attn *a, AttnOut *out) {
+static bool attention_graph(Imp *im, const Attn *a, const ONode *n, AttnOut *out) {
   bool three = a->q->type.rank == 3;
   Val *q = a->q, *k = a->k, *v = a->v;
   if (three) {
@@ -160,6 +186,15 @@ static bool attention_graph(Imp *im, const Attn *a, AttnOut *out) {
   if (kh < 1 || qh % kh != 0 || v->type.dims[1] != kh)
     return ox_bad(im, "%" PRId64 " query heads do not group over %" PRId64 " key and %" PRId64 " value heads", qh,
                   kh, v->type.dims[1]);
+  if (fits_op(a, n, dt, S) && v->type.dims[3] == H && k->type.dims[3] == H) {
+    Val *y = attention_op(im, a, q, k, v);
+    if (three && y) {
+      static const int64_t back[4] = {0, 2, 1, 3};
+      y = ox_reshape(im, ox_transpose(im, y, back), 3, (int64_t[]){B, L, qh * H});
+    }
+    out->y = y;
+    return y != NULL;
+  }
   /* Q and K each times sqrt(scale), as the reference and the function body. */
   double scale = a->has_scale ? a->scale : 1 / sqrt((double)H);
   Val *rs = ox_cast(im, ox_scalar(im, sqrt(scale), TY_F32), dt);
@@ -221,7 +256,7 @@ bool ox_op_attention(Imp *im, ONode *n) {
   if (!ir_dtype_is_float(a.softmax_dt)) return ox_bad(im, "softmax_precision must be a float type");
   if (a.mask && a.mask->type.rank > 4) return ox_bad(im, "attn_mask has rank %d, more than 4", a.mask->type.rank);
   AttnOut out = {0};
-  if (!attention_graph(im, &a, &out)) return false;
+  if (!attention_graph(im, &a, n, &out)) return false;
   Val *res[4] = {out.y, out.present_k, out.present_v, out.qk};
   for (int i = 0; i < n->n_out && i < 4; i++) n->out[i] = res[i];
   return true;
