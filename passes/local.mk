@@ -8,6 +8,7 @@ libdlcc_core_la_SOURCES += \
 	passes/cse.c \
 	passes/dce.c \
 	passes/bnfold.c \
+	passes/attention.c \
 	passes/precision.c \
 	passes/quantize.c \
 	passes/remat.c \

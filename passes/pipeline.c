@@ -83,7 +83,7 @@ static const Stage pipeline_o1[] = {
 static const Stage pipeline_o2[] = {
     {"simplify", 1, false}, {"fold", 1, false},      {"cse", 1, false},
     {"dce", 1, false},      {"bn-fold", 0, false},   {"scale-shift", 0, false},
-    {"precision", 0, false}, {"simplify", 2, false}, {"fold", 2, false},
+    {"attention", 0, false}, {"precision", 0, false}, {"simplify", 2, false}, {"fold", 2, false},
     {"cse", 2, false},      {"dce", 2, false},       {"remat", 0, false},
     {"fuse", 0, true},
 };
@@ -94,7 +94,7 @@ static const Stage pipeline_o2[] = {
 static const Stage pipeline_o2_int8[] = {
     {"simplify", 1, false}, {"fold", 1, false},     {"cse", 1, false},
     {"dce", 1, false},      {"bn-fold", 0, false},  {"scale-shift", 0, false},
-    {"simplify", 2, false}, {"fold", 2, false},     {"cse", 2, false},
+    {"attention", 0, false}, {"simplify", 2, false}, {"fold", 2, false},     {"cse", 2, false},
     {"dce", 2, false},      {"quantize", 0, false}, {"fold", 3, false},
     {"cse", 3, false},      {"dce", 3, false},      {"remat", 0, false},
     {"fuse", 0, true},

@@ -15,6 +15,7 @@
 #include "codegen/codegen.h"
 #include "codegen/kernel.h"
 #include "ir/ir.h"
+#include "passes/pass.h"
 #include "tests/testutil.h"
 
 typedef struct Job {
@@ -119,6 +120,162 @@ START_TEST(head_dims) {
 }
 END_TEST
 
+static int count_op(const Graph *g, OpKind op) {
+  int n = 0;
+  for (const Node *it = g->first; it; it = it->next) n += it->op == op;
+  return n;
+}
+
+/* ---- the kernel's text and cost ---- */
+
+/* f16 and bf16 take the tensor cores for both products (mma.sync through
+ * ldmatrix, .trans for V) and cp.async for K and V; f32 none of them.
+ * The cost report gives the step 4 B H Sq Sk d FLOPs and moves Q, K, V,
+ * the mask and O once. */
+START_TEST(text_and_cost) {
+  for (int i = 0; i < 3; i++) {
+    DType dt = dtypes[i];
+    Job j = compile_attention(dt, 2, 4, 2, 100, 90, 64, "{causal=1}", "bool[2, 1, 1, 90]");
+    const char *src = j.r.source;
+    bool tc = dt != TY_F32;
+    ck_assert_int_eq(strstr(src, dt == TY_BF16 ? "dl_mma_bf16(&" : "dl_mma_f16(&") != NULL, tc);
+    ck_assert_int_eq(strstr(src, "dl_ldmatrix_x4_trans(&") != NULL, tc);
+    ck_assert_ptr_nonnull(strstr(src, "dl_cp_async16(&"));
+    ck_assert_int_eq(j.r.plan->n_steps, 1);
+    const RtStep *st = &j.r.plan->steps[0];
+    ck_assert_int_eq(st->kind, RT_STEP_LAUNCH);
+    ck_assert_ptr_nonnull(strstr(j.r.plan->kernels[st->launch.kernel].name, "attention"));
+    IrCost c = j.r.step_costs[0];
+    double es = dt == TY_F32 ? 4 : 2;
+    ck_assert_double_eq(c.flops, 4.0 * 2 * 4 * 100 * 90 * 64);
+    ck_assert_double_eq(c.bytes, es * (2 * 4 * 100 * 64 * 2 + 2 * 2 * 2 * 90 * 64) + 2 * 90);
+  }
+}
+END_TEST
+
+/* Over 256, the kernel's registers for O would not fit: a clear error. */
+START_TEST(head_dim_limit) {
+  char *s = arena_printf(&ctx.arena, "graph big {\n"
+                                     "  %%q = input {name=\"q\"} : f16[1, 1, 8, 288]\n"
+                                     "  %%0 = attention %%q, %%q, %%q : f16[1, 1, 8, 288]\n"
+                                     "  return %%0 as \"o\"\n"
+                                     "}\n");
+  Job j = {.text = s};
+  ck_assert_int_eq(ctx_guard(&ctx, run_job, &j), 0);
+  ck_assert(!j.ok);
+  ck_assert_ptr_nonnull(strstr(diag_text(&ctx), "error: attention: the fused kernel takes head dims up to 256, got 288"));
+}
+END_TEST
+
+/* The shape rule's messages. */
+START_TEST(shape_errors) {
+  static const struct {
+    const char *k, *mask, *want;
+  } cases[] = {
+      {"f32[1, 3, 5, 8]", NULL, "the 3 key/value heads must divide the 4 query heads"},
+      {"f32[1, 2, 5, 7]", NULL, "k must be [1, Hkv, Sk, 8] of f32[1, 4, 6, 8]'s dtype, got f32[1, 2, 5, 7]"},
+      {"f32[1, 2, 5, 8]", "bool[6, 4]", "the mask bool[6, 4] does not broadcast to [1, 4, 6, 5]"},
+      {"f32[1, 2, 5, 8]", "i32[6, 5]", "the mask must be bool or f32[1, 4, 6, 8]'s dtype, got i32[6, 5]"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    char mask[96] = "";
+    if (cases[i].mask) snprintf(mask, sizeof mask, "  %%m = input {name=\"m\"} : %s\n", cases[i].mask);
+    char *s = arena_printf(&ctx.arena,
+                           "graph bad {\n  %%q = input {name=\"q\"} : f32[1, 4, 6, 8]\n"
+                           "  %%k = input {name=\"k\"} : %s\n%s"
+                           "  %%0 = attention %%q, %%k, %%k%s : f32[1, 4, 6, 8]\n  return %%0 as \"o\"\n}\n",
+                           cases[i].k, mask, cases[i].mask ? ", %m" : "");
+    Job j = {.text = s};
+    ck_assert_int_eq(ctx_guard(&ctx, run_job, &j), 0);
+    ck_assert(!j.ok);
+    ck_assert_msg(strstr(diag_text(&ctx), cases[i].want), "%s\nwant: %s", diag_text(&ctx), cases[i].want);
+    ctx_free(&ctx);
+    ctx_init(&ctx);
+  }
+}
+END_TEST
+
+/* ---- the attention pass ---- */
+
+/* The chain of an older export: K transposed by its own transpose, the
+ * scores divided by sqrt(d), an additive mask, a bool mask that hides
+ * keys (where(c, -inf, s), c computed), softmax, the product with V.  The
+ * pass makes it one attention op, and the fused plan on emu equals
+ * ir_eval of the unfused graph on the same inputs (in [-1, 1): the
+ * unfused graph rounds its scores to the half type, the kernel keeps
+ * them in f32). */
+static const char chain_text[] =
+    "graph chain {\n"
+    "  %%q = input {name=\"q\"} : %1$s[1, 2, 37, 64]\n"
+    "  %%k = input {name=\"k\"} : %1$s[1, 2, 70, 64]\n"
+    "  %%v = input {name=\"v\"} : %1$s[1, 2, 70, 64]\n"
+    "  %%a = input {name=\"a\"} : %1$s[37, 70]\n"
+    "  %%hf = input {name=\"hf\"} : %1$s[1, 1, 1, 70]\n"
+    "  %%z = const {value=0} : %1$s[]\n"
+    "  %%h = greater %%hf, %%z : bool[1, 1, 1, 70]\n"
+    "  %%kt = transpose %%k {perm=[0, 1, 3, 2]} : %1$s[1, 2, 64, 70]\n"
+    "  %%s = matmul %%q, %%kt : %1$s[1, 2, 37, 70]\n"
+    "  %%c = const {value=8} : %1$s[]\n"
+    "  %%d = div %%s, %%c : %1$s[1, 2, 37, 70]\n"
+    "  %%e = add %%a, %%d : %1$s[1, 2, 37, 70]\n"
+    "  %%i = const {value=-inf} : %1$s[]\n"
+    "  %%w = where %%h, %%i, %%e : %1$s[1, 2, 37, 70]\n"
+    "  %%p = softmax %%w {axis=3} : %1$s[1, 2, 37, 70]\n"
+    "  %%o = matmul %%p, %%v : %1$s[1, 2, 37, 64]\n"
+    "  return %%o as \"o\"\n"
+    "}\n";
+
+typedef struct PassJob {
+  const char *text;
+  Graph *unfused, *g;
+  CgResult r;
+  bool changed, ok;
+} PassJob;
+
+static int run_pass_job(Ctx *c, void *data) {
+  PassJob *j = data;
+  j->unfused = ir_parse(c, ctx_add_file(c, "chain.ir", j->text, strlen(j->text)));
+  if (!j->unfused || !ir_verify(j->unfused) || !(j->g = ir_copy(j->unfused, "chain.ir"))) return 0;
+  PassOptions po = {.opt_level = 2, .passes = "attention,dce", .verify_each = true};
+  j->changed = pass_run_pipeline(j->g, &po, NULL) && count_op(j->g, OP_ATTENTION) == 1;
+  j->ok = j->changed && cg_compile(j->g, &j->r);
+  return 0;
+}
+
+START_TEST(pass_equals_unfused) {
+  DType dt = dtypes[_i];
+  PassJob j = {.text = arena_printf(&ctx.arena, chain_text, ir_dtype_name(dt))};
+  ck_assert_int_eq(ctx_guard(&ctx, run_pass_job, &j), 0);
+  ck_assert_msg(j.ok, "%s", diag_text(&ctx));
+  ck_assert_int_eq(count_op(j.g, OP_SOFTMAX), 0);
+  ck_assert_int_eq(count_op(j.g, OP_MATMUL), 0);
+  ck_assert(test_emu_matches_eval(j.unfused, j.r.plan, 31, -1, 1, tolerance(dt)));
+}
+END_TEST
+
+/* What the pass leaves: a softmax over another axis, a scores matmul
+ * used twice, V with other heads than Q (broadcast). */
+START_TEST(pass_leaves) {
+  static const char *const texts[] = {
+      "graph a {\n  %q = input {name=\"q\"} : f32[1, 2, 4, 8]\n  %k = input {name=\"k\"} : f32[1, 2, 8, 4]\n"
+      "  %s = matmul %q, %k : f32[1, 2, 4, 4]\n  %p = softmax %s {axis=2} : f32[1, 2, 4, 4]\n"
+      "  %o = matmul %p, %q : f32[1, 2, 4, 8]\n  return %o as \"o\"\n}\n",
+      "graph b {\n  %q = input {name=\"q\"} : f32[1, 2, 4, 8]\n  %k = input {name=\"k\"} : f32[1, 2, 8, 4]\n"
+      "  %s = matmul %q, %k : f32[1, 2, 4, 4]\n  %p = softmax %s {axis=3} : f32[1, 2, 4, 4]\n"
+      "  %o = matmul %p, %q : f32[1, 2, 4, 8]\n  return %o as \"o\", %s as \"s\"\n}\n",
+      "graph c {\n  %q = input {name=\"q\"} : f32[1, 2, 4, 8]\n  %k = input {name=\"k\"} : f32[1, 2, 8, 4]\n"
+      "  %v = input {name=\"v\"} : f32[1, 1, 4, 8]\n"
+      "  %s = matmul %q, %k : f32[1, 2, 4, 4]\n  %p = softmax %s {axis=3} : f32[1, 2, 4, 4]\n"
+      "  %o = matmul %p, %v : f32[1, 2, 4, 8]\n  return %o as \"o\"\n}\n",
+  };
+  for (size_t i = 0; i < sizeof texts / sizeof texts[0]; i++) {
+    PassJob j = {.text = texts[i]};
+    ck_assert_int_eq(ctx_guard(&ctx, run_pass_job, &j), 0);
+    ck_assert_msg(!j.changed, "%s", texts[i]);
+  }
+}
+END_TEST
+
 static Suite *suite(void) {
   Suite *s = suite_create("attention");
   TCase *tc = tcase_create("emu");
@@ -128,6 +285,11 @@ static Suite *suite(void) {
   tcase_add_loop_test(tc, padding, 0, 3);
   tcase_add_loop_test(tc, lengths, 0, 3);
   tcase_add_loop_test(tc, head_dims, 0, 3);
+  tcase_add_loop_test(tc, pass_equals_unfused, 0, 3);
+  tcase_add_test(tc, pass_leaves);
+  tcase_add_test(tc, text_and_cost);
+  tcase_add_test(tc, head_dim_limit);
+  tcase_add_test(tc, shape_errors);
   suite_add_tcase(s, tc);
   return s;
 }

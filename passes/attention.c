@@ -1,0 +1,181 @@
+/* The attention pass: takes a graph, rewrites each chain
+ *     matmul(softmax(masks(scale(matmul(Q, Kt)))), V)
+ * over rank-4 [B, H, S, d] operands of one float dtype, the softmax over
+ * the last axis and every link used by nothing else, into one attention
+ * op (codegen/attention.c), so that the chains of older ONNX exports and
+ * graphs written by hand get the fused kernel.  scale is a mul or div by
+ * a const splat (or nothing: scale 1); masks are up to 8 layers of
+ * add(., M), where(C, ., -inf) and where(C, -inf, .), combined into the
+ * op's one mask (bool: attend where true; float: added).  K is Kt with
+ * its last two axes swapped (a transpose of a transpose becomes one).
+ *
+ * One difference: a row that every mask hides entirely is NaN from the
+ * unfused softmax and 0 from the op (PyTorch's behaviour since 2.5). */
+#include <math.h>
+#include <string.h>
+
+#include "passes/pass.h"
+
+/* A mask layer over the scores: add(., value), or where(value, ., -inf)
+ * (keep), or where(value, -inf, .) (!keep). */
+typedef enum { LAYER_ADD, LAYER_KEEP, LAYER_DROP } LayerKind;
+typedef struct Layer {
+  LayerKind kind;
+  Value *value;
+} Layer;
+
+enum { MAX_LAYERS = 8 };
+
+static bool is_neg_inf(const Value *v) {
+  double x;
+  return pass_is_const(v, &x) && x == -INFINITY;
+}
+
+static bool same_dims(const TensorType *a, const TensorType *b) {
+  return a->rank == b->rank && memcmp(a->dims, b->dims, sizeof(int64_t) * (size_t)a->rank) == 0;
+}
+
+/* Whether m broadcasts into t without growing it. */
+static bool fits_into(const TensorType *m, const TensorType *t) {
+  if (m->rank > t->rank) return false;
+  for (int i = 1; i <= m->rank; i++)
+    if (m->dims[m->rank - i] != 1 && m->dims[m->rank - i] != t->dims[t->rank - i]) return false;
+  return true;
+}
+
+/* The scores x under its mask layers and scale: the first matmul's
+ * result (layers and *scale filled), or NULL.  Every link is used once
+ * and keeps x's shape; an add's scores side is the one that leads to
+ * the matmul. */
+static Value *scores_of(Value *x, const PassUses *uses, Layer *layers, int *n_layers, double *scale) {
+  Node *n = x->def;
+  if (pass_uses(uses, x) != 1) return NULL;
+  if (n->op == OP_MATMUL) return x;
+  double c;
+  if ((n->op == OP_MUL || n->op == OP_DIV) && *scale == 1) {
+    int ci = n->op == OP_MUL && pass_is_const(n->in[0], &c) ? 0 : 1;
+    Value *s = n->in[1 - ci];
+    if (!pass_is_const(n->in[ci], &c) || c == 0 || !same_dims(&s->type, &x->type)) return NULL;
+    *scale = n->op == OP_MUL ? c : 1 / c;
+    /* the scale is the innermost link: a matmul must follow */
+    return s->def->op == OP_MATMUL && pass_uses(uses, s) == 1 ? s : NULL;
+  }
+  if (*n_layers == MAX_LAYERS) return NULL;
+  Layer *l = &layers[(*n_layers)++];
+  if (n->op == OP_ADD) {
+    for (int side = 0; side < 2; side++) {
+      Value *s = n->in[side], *mask = n->in[1 - side];
+      if (!same_dims(&s->type, &x->type) || !fits_into(&mask->type, &x->type)) continue;
+      int saved = *n_layers;
+      double saved_scale = *scale;
+      *l = (Layer){LAYER_ADD, mask};
+      Value *r = scores_of(s, uses, layers, n_layers, scale);
+      if (r) return r;
+      *n_layers = saved, *scale = saved_scale;
+    }
+  } else if (n->op == OP_WHERE && n->in[0]->type.dtype == TY_BOOL && fits_into(&n->in[0]->type, &x->type)) {
+    int arm = is_neg_inf(n->in[2]) ? 1 : is_neg_inf(n->in[1]) ? 2 : 0;
+    if (arm && same_dims(&n->in[arm]->type, &x->type)) {
+      *l = (Layer){arm == 1 ? LAYER_KEEP : LAYER_DROP, n->in[0]};
+      return scores_of(n->in[arm], uses, layers, n_layers, scale);
+    }
+  }
+  (*n_layers)--;
+  return NULL;
+}
+
+static Value *binop(Graph *g, Node *before, OpKind op, Value *a, Value *b) {
+  Value *in[2] = {a, b};
+  return &pass_new_node(g, before, op, 2, in, NULL, before->loc)->out[0];
+}
+
+/* The layers as the op's one mask (NULL: none): the bool ones and'ed,
+ * the added ones summed, and both together as a sum with where(keep, 0,
+ * -inf). */
+static Value *one_mask(Graph *g, Node *before, const Layer *layers, int n, DType dt) {
+  Value *add = NULL, *keep = NULL;
+  for (int i = 0; i < n; i++) {
+    Value *v = layers[i].value;
+    if (layers[i].kind == LAYER_ADD) {
+      add = add ? binop(g, before, OP_ADD, add, v) : v;
+      continue;
+    }
+    if (layers[i].kind == LAYER_DROP) v = &pass_new_node(g, before, OP_LOGICAL_NOT, 1, &v, NULL, before->loc)->out[0];
+    keep = keep ? binop(g, before, OP_LOGICAL_AND, keep, v) : v;
+  }
+  if (!keep || !add) return keep ? keep : add;
+  TensorType scalar = {.dtype = dt, .rank = 0};
+  Value *in[3] = {keep, pass_new_const(g, before, 0, &scalar, before->loc),
+                  pass_new_const(g, before, -INFINITY, &scalar, before->loc)};
+  return binop(g, before, OP_ADD, add, &pass_new_node(g, before, OP_WHERE, 3, in, NULL, before->loc)->out[0]);
+}
+
+static Value *transpose(Graph *g, Node *before, Value *x, const int64_t *perm) {
+  Node *t = ir_node_new(g, OP_TRANSPOSE, 1, &x, before->loc);
+  ir_set_ints(g, t, "perm", 4, perm);
+  char err[256];
+  if (!ir_infer(t, err, sizeof err)) dl_internal(g->ctx, "attention pass: %s", err);
+  ir_insert_before(g, before, t);
+  return &t->out[0];
+}
+
+/* Kt [B, H, d, S] as K [B, H, S, d]. */
+static Value *untranspose(Graph *g, Node *before, Value *kt) {
+  static const int64_t swap[4] = {0, 1, 3, 2};
+  if (kt->def->op != OP_TRANSPOSE) return transpose(g, before, kt, swap);
+  int count;
+  const int64_t *p = ir_attr_ints(kt->def, "perm", &count);
+  int64_t q[4];
+  bool identity = true;
+  for (int i = 0; i < 4; i++) identity &= (q[i] = p[swap[i]]) == i;
+  return identity ? kt->def->in[0] : transpose(g, before, kt->def->in[0], q);
+}
+
+/* The attention op for m2 = matmul(P, V) when the chain fits (built
+ * before m2), else NULL with nothing changed. */
+static Node *match(Graph *g, Node *m2, const PassUses *uses) {
+  Value *p = m2->in[0], *v = m2->in[1];
+  Node *sm = p->def;
+  const TensorType *pt = &p->type, *vt = &v->type;
+  if (sm->op != OP_SOFTMAX || pass_uses(uses, p) != 1 || pt->rank != 4 || vt->rank != 4) return NULL;
+  int64_t axis = ir_attr_int(sm, "axis");
+  if (axis != 3 && axis != -1) return NULL;
+  Layer layers[MAX_LAYERS];
+  int n_layers = 0;
+  double scale = 1;
+  Value *x = scores_of(sm->in[0], uses, layers, &n_layers, &scale);
+  if (!x || !same_dims(&x->type, pt)) return NULL;
+  Value *q = x->def->in[0], *kt = x->def->in[1];
+  const TensorType *qt = &q->type, *ktt = &kt->type;
+  DType dt = qt->dtype;
+  if (!ir_dtype_is_float(dt) || ktt->dtype != dt || vt->dtype != dt || qt->rank != 4 || ktt->rank != 4) return NULL;
+  /* one batch and head count everywhere (no broadcasting), V's width d */
+  if (qt->dims[0] != ktt->dims[0] || qt->dims[1] != ktt->dims[1] || vt->dims[0] != qt->dims[0] ||
+      vt->dims[1] != qt->dims[1] || ktt->dims[2] != qt->dims[3] || vt->dims[2] != ktt->dims[3] ||
+      vt->dims[3] != qt->dims[3])
+    return NULL;
+  for (int i = 0; i < n_layers; i++)
+    if (layers[i].kind == LAYER_ADD && layers[i].value->type.dtype != dt) return NULL;
+  Value *mask = one_mask(g, m2, layers, n_layers, dt);
+  Value *in[4] = {q, untranspose(g, m2, kt), v, mask};
+  Node *a = pass_new_node(g, m2, OP_ATTENTION, mask ? 4 : 3, in, NULL, m2->loc);
+  ir_set_float(g, a, "scale", scale);
+  return a;
+}
+
+bool pass_attention(Graph *g, PassCtx *pc) {
+  PassUses *uses = pass_uses_new(g);
+  PassRewrite *rw = pass_rewrite_new(g);
+  int fused = 0;
+  for (Node *n = g->first; n; n = n->next) {
+    pass_rewrite_operands(rw, n);
+    if (n->op != OP_MATMUL) continue;
+    Node *a = match(g, n, uses);
+    if (!a) continue;
+    pass_rewrite_replace(rw, &n->out[0], &a->out[0]);
+    fused++;
+  }
+  pass_rewrite_finish(rw);
+  if (pc && fused) pass_stat(pc, "attention chains fused", fused);
+  return fused > 0;
+}
