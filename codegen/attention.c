@@ -3,6 +3,9 @@
  * an optional mask, causal and scale), returns nothing but appends its
  * launch to the plan.  No score matrix ever reaches global memory.
  *
+ * q, k and v are [B, H, S, d] or (layout "bshd") [B, S, H, d]: only
+ * the rows' stride and a head's first row differ.
+ *
  * One block per (batch, query head, BM query rows), 4 warps.  The block's
  * Q rows sit in shared memory; K and V pass through it BN keys at a time,
  * double-buffered: tile j + 1 is on its way (cp.async) while tile j is
@@ -23,6 +26,7 @@
  * rather than staying in the mma fragments. */
 #include <inttypes.h>
 #include <math.h>
+#include <string.h>
 
 #include "codegen.h"
 #include "kernel.h"
@@ -44,6 +48,7 @@ typedef struct Attn {
   DType dt;
   int es, epc;  /* element bytes, elements a chunk */
   int64_t B, H, Hkv, Sq, Sk, d, dp, ld, bn, kt;
+  int64_t rsq, rskv; /* elements between rows of q (and the result), of k and v */
   KBuf *q, *kb, *vb, *out, *mask;
   KBuf *qs, *ks, *vs, *ss, *ps, *rowv;
   int64_t sld, pld; /* S's and P's row strides */
@@ -70,12 +75,12 @@ static KExpr *f32(Kernel *k, double v) { return cg_kimm(k, v, TY_F32); }
 static int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 static int64_t round_up(int64_t a, int64_t b) { return cdiv(a, b) * b; }
 
-/* Rows [row0, row0 + rows) of one head of a [.., S, d] tensor (its row 0
- * at element base) into shared dst, dp columns a row (those past d, and
- * rows past S, zero): by cp.async when rows are whole chunks, else
- * element by element. */
-static void load_tile(Attn *A, KBlock *blk, KBuf *src, KExpr *base, KExpr *row0, int64_t rows, int64_t S,
-                      KBuf *dst, KExpr *dst0) {
+/* Rows [row0, row0 + rows) of one head of q, k or v (its row 0 at
+ * element base, rows rstride apart) into shared dst, dp columns a row
+ * (those past d, and rows past S, zero): by cp.async when rows are whole
+ * chunks, else element by element. */
+static void load_tile(Attn *A, KBlock *blk, KBuf *src, KExpr *base, int64_t rstride, KExpr *row0, int64_t rows,
+                      int64_t S, KBuf *dst, KExpr *dst0) {
   Kernel *k = A->k;
   int64_t cpr = A->dp / A->epc, chunks = rows * cpr;
   bool async = A->d % A->epc == 0;
@@ -86,7 +91,7 @@ static void load_tile(Attn *A, KBlock *blk, KBuf *src, KExpr *base, KExpr *row0,
   KExpr *r = ilet(k, lb, "r", kdiv(k, e, cpr)), *c = ilet(k, lb, "c", cg_kmul(k, kmod(k, e, cpr), ki(k, A->epc)));
   KExpr *grow = ilet(k, lb, "gr", cg_kadd(k, row0, r));
   KExpr *at = cg_kadd(k, dst0, kmad(k, r, A->ld, c));
-  KExpr *src_at = cg_kadd(k, base, kmad(k, grow, A->d, c));
+  KExpr *src_at = cg_kadd(k, base, kmad(k, grow, rstride, c));
   KExpr *row_ok = S % rows ? klt(k, grow, ki(k, S)) : NULL;
   if (async) {
     KExpr *ok = cg_kand(k, row_ok, A->dp != A->d ? klt(k, c, ki(k, A->d)) : NULL);
@@ -266,7 +271,7 @@ static void store_out(Attn *A, KBlock *blk, KExpr *row, KExpr *col, KExpr *o) {
   KExpr *ok = cg_kand(k, A->Sq % BM ? klt(k, qi, ki(k, A->Sq)) : NULL, A->dp != A->d ? klt(k, col, ki(k, A->d)) : NULL);
   KBlock *at = ok ? &cg_kif(k, blk, ok)->body : blk;
   KExpr *y = cg_kop2(k, OP_MUL, o, cg_kload(k, A->rowv, row));
-  cg_kstore(k, at, A->out, cg_kadd(k, A->qbase, kmad(k, qi, A->d, col)), cg_kcast(k, y, A->dt));
+  cg_kstore(k, at, A->out, cg_kadd(k, A->qbase, kmad(k, qi, A->rsq, col)), cg_kcast(k, y, A->dt));
 }
 
 static void store_all(Attn *A, KBlock *blk, KBuf *oacc) {
@@ -294,9 +299,13 @@ bool cg_lower_attention(CgBuild *b, const Node *n) {
   Ctx *c = cg_build_ctx(b);
   const TensorType *qt = &n->in[0]->type, *kt = &n->in[1]->type;
   Attn A0 = {.b = b, .n = n}, *A = &A0;
+  bool bshd = strcmp(ir_attr_str(n, "layout"), "bshd") == 0;
+  int hx = bshd ? 2 : 1, sx = bshd ? 1 : 2;
   A->dt = qt->dtype;
-  A->B = qt->dims[0], A->H = qt->dims[1], A->Sq = qt->dims[2], A->d = qt->dims[3];
-  A->Hkv = kt->dims[1], A->Sk = kt->dims[2];
+  A->B = qt->dims[0], A->H = qt->dims[hx], A->Sq = qt->dims[sx], A->d = qt->dims[3];
+  A->Hkv = kt->dims[hx], A->Sk = kt->dims[sx];
+  A->rsq = bshd ? A->H * A->d : A->d;
+  A->rskv = bshd ? A->Hkv * A->d : A->d;
   if (A->dt != TY_F32 && A->dt != TY_F16 && A->dt != TY_BF16) {
     diag_error(c, n->loc, "codegen does not support attention on %s yet", ir_dtype_name(A->dt));
     return false;
@@ -353,9 +362,15 @@ bool cg_lower_attention(CgBuild *b, const Node *n) {
   A->lane = ilet(k, body, "lane", kmod(k, t, 32));
   A->warp = ilet(k, body, "warp", kdiv(k, t, 32));
   A->q0 = ilet(k, body, "q0", cg_kmul(k, qx, ki(k, BM)));
-  A->qbase = ilet(k, body, "qb", cg_kmul(k, kmad(k, A->bz, A->H, A->hy), ki(k, A->Sq * A->d)));
-  KExpr *kvh = kmad(k, A->bz, A->Hkv, kdiv(k, A->hy, A->H / A->Hkv));
-  A->kvbase = ilet(k, body, "kvb", cg_kmul(k, kvh, ki(k, A->Sk * A->d)));
+  /* a head's row 0: [B, H, S, d] (b H + h) S d, [B, S, H, d] (b S H + h) d */
+  KExpr *kvh = kdiv(k, A->hy, A->H / A->Hkv);
+  if (bshd) {
+    A->qbase = ilet(k, body, "qb", cg_kmul(k, kmad(k, A->bz, A->Sq * A->H, A->hy), ki(k, A->d)));
+    A->kvbase = ilet(k, body, "kvb", cg_kmul(k, kmad(k, A->bz, A->Sk * A->Hkv, kvh), ki(k, A->d)));
+  } else {
+    A->qbase = ilet(k, body, "qb", cg_kmul(k, kmad(k, A->bz, A->H, A->hy), ki(k, A->Sq * A->d)));
+    A->kvbase = ilet(k, body, "kvb", cg_kmul(k, kmad(k, A->bz, A->Hkv, kvh), ki(k, A->Sk * A->d)));
+  }
   KExpr *ntile = ki(k, A->kt);
   if (ir_attr_int(n, "causal")) {
     /* the last tile with a key j <= the block's last query row */
@@ -369,9 +384,9 @@ bool cg_lower_attention(CgBuild *b, const Node *n) {
   KBlock *zb = loop(k, body, "z", ki(k, n_acc), KM_UNROLL, &z);
   cg_kstore(k, zb, oacc, z, f32(k, 0));
   bool async = A->d % A->epc == 0;
-  load_tile(A, body, A->q, A->qbase, A->q0, BM, A->Sq, A->qs, ki(k, 0));
-  load_tile(A, body, A->kb, A->kvbase, ki(k, 0), A->bn, A->Sk, A->ks, ki(k, 0));
-  load_tile(A, body, A->vb, A->kvbase, ki(k, 0), A->bn, A->Sk, A->vs, ki(k, 0));
+  load_tile(A, body, A->q, A->qbase, A->rsq, A->q0, BM, A->Sq, A->qs, ki(k, 0));
+  load_tile(A, body, A->kb, A->kvbase, A->rskv, ki(k, 0), A->bn, A->Sk, A->ks, ki(k, 0));
+  load_tile(A, body, A->vb, A->kvbase, A->rskv, ki(k, 0), A->bn, A->Sk, A->vs, ki(k, 0));
   if (async) cg_kcp_commit(k, body);
 
   KExpr *j;
@@ -384,8 +399,8 @@ bool cg_lower_attention(CgBuild *b, const Node *n) {
   KBlock *pre = &cg_kif(k, lb, klt(k, nj, ntile))->body;
   KExpr *row0 = ilet(k, pre, "k0", cg_kmul(k, nj, ki(k, A->bn)));
   KExpr *at = ilet(k, pre, "st0", cg_kmul(k, kmod(k, nj, 2), ki(k, A->bn * A->ld)));
-  load_tile(A, pre, A->kb, A->kvbase, row0, A->bn, A->Sk, A->ks, at);
-  load_tile(A, pre, A->vb, A->kvbase, row0, A->bn, A->Sk, A->vs, at);
+  load_tile(A, pre, A->kb, A->kvbase, A->rskv, row0, A->bn, A->Sk, A->ks, at);
+  load_tile(A, pre, A->vb, A->kvbase, A->rskv, row0, A->bn, A->Sk, A->vs, at);
   if (async) cg_kcp_commit(k, lb);
   KExpr *st = ilet(k, lb, "st", kmod(k, j, 2));
   if (A->tc)

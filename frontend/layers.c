@@ -475,18 +475,9 @@ static Val recurrent(Lower *l, const Call *c, OpKind op, int gates, const char *
 static Val bi_lstm(Lower *l, const Call *c) { return recurrent(l, c, OP_LSTM, 4, "lstm"); }
 static Val bi_gru(Lower *l, const Call *c) { return recurrent(l, c, OP_GRU, 3, "gru"); }
 
-/* [N, S, E] -> [N, h, S, E/h], or with kt [N, h, E/h, S] (k transposed). */
-static Value *split_heads(Lower *l, Value *x, int64_t heads, bool kt, SrcLoc loc) {
-  if (!x) return NULL;
-  const int64_t *d = x->type.dims;
-  int64_t shape[4] = {d[0], d[1], heads, d[2] / heads};
-  static const int64_t perm[4] = {0, 2, 1, 3}, perm_t[4] = {0, 2, 3, 1};
-  x = mk_ints_op(l, OP_RESHAPE, "shape", x, 4, shape, loc);
-  return mk_ints_op(l, OP_TRANSPOSE, "perm", x, 4, kt ? perm_t : perm, loc);
-}
-
-/* The core of an attention over heads already split: q [N, h, S, dh],
- * k and v [N, kv_heads, S', dh] -> [N, h, S, dh], one attention op
+/* The core of an attention over heads in the projections' own layout:
+ * q [N, S, h, dh], k and v [N, S', kv_heads, dh] (a reshape of [N, S,
+ * E], no transpose) -> [N, S, h, dh], one attention op in layout "bshd"
  * (codegen/attention.c).  mask, when given, broadcasts to [N, h, S, S']
  * in the op's convention: bool true where a query may attend, or added
  * to the scores. */
@@ -495,7 +486,16 @@ static Value *attention_core(Lower *l, Value *qh, Value *kh, Value *vh, Value *m
   Value *in[4] = {qh, kh, vh, mask};
   Node *n = fe_node(l, OP_ATTENTION, mask ? 4 : 3, in, loc);
   ir_set_int(l->g, n, "causal", causal);
+  ir_set_str(l->g, n, "layout", "bshd");
   return fe_emit(l, n);
+}
+
+/* [N, S, heads * dh] -> [N, S, heads, dh]. */
+static Value *heads_of(Lower *l, Value *x, int64_t heads, SrcLoc loc) {
+  if (!x) return NULL;
+  const int64_t *d = x->type.dims;
+  int64_t shape[4] = {d[0], d[1], heads, d[2] / heads};
+  return mk_ints_op(l, OP_RESHAPE, "shape", x, 4, shape, loc);
 }
 
 static Val bi_mha(Lower *l, const Call *c) {
@@ -555,29 +555,18 @@ static Val bi_mha(Lower *l, const Call *c) {
                        bound_init(l, "uniform", 1 / sqrt((double)e)), loc);
   Value *bo = bias ? fe_param(l, scope, "out_proj.bias", &obt, "zeros", loc) : NULL;
   if (!w || !wo || (bias && (!b || !bo))) return poison();
-  Value *pq, *pk, *pv;
-  if (q == k && k == v) {
-    /* Self-attention: one product with the packed weight. */
-    Value *all = mk_linear(l, q, w, b, loc);
-    pq = mk_slice(l, all, 2, at[0], at[1], loc);
-    pk = mk_slice(l, all, 2, at[1], at[2], loc);
-    pv = mk_slice(l, all, 2, at[2], at[3], loc);
-  } else {
-    Value *part[3];
-    for (int i = 0; i < 3; i++) {
-      Value *wi = mk_slice(l, w, 0, at[i], at[i + 1], loc);
-      Value *bi = b ? mk_slice(l, b, 0, at[i], at[i + 1], loc) : NULL;
-      if (b && !bi) return poison();
-      part[i] = mk_linear(l, qkv[i], wi, bi, loc);
-    }
-    pq = part[0], pk = part[1], pv = part[2];
+  /* Three products with the weight's slices (computed once, at load),
+   * self-attention too: each result is the attention's operand as it
+   * is, where slicing one packed product would copy all three. */
+  Value *part[3];
+  for (int i = 0; i < 3; i++) {
+    Value *wi = mk_slice(l, w, 0, at[i], at[i + 1], loc);
+    Value *bi = b ? mk_slice(l, b, 0, at[i], at[i + 1], loc) : NULL;
+    if (b && !bi) return poison();
+    part[i] = mk_linear(l, qkv[i], wi, bi, loc);
   }
-  Value *qh = split_heads(l, pq, heads, false, loc);
-  Value *kh = split_heads(l, pk, kv_heads, false, loc);
-  Value *vh = split_heads(l, pv, kv_heads, false, loc);
-  Value *o = attention_core(l, qh, kh, vh, NULL, false, loc);
-  static const int64_t back[4] = {0, 2, 1, 3};
-  o = mk_ints_op(l, OP_TRANSPOSE, "perm", o, 4, back, loc);
+  Value *o = attention_core(l, heads_of(l, part[0], heads, loc), heads_of(l, part[1], kv_heads, loc),
+                            heads_of(l, part[2], kv_heads, loc), NULL, false, loc);
   int64_t shape[3] = {qd[0], qd[1], e};
   o = mk_ints_op(l, OP_RESHAPE, "shape", o, 3, shape, loc);
   return val_tensor(mk_linear(l, o, wo, bo, loc));

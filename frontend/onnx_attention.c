@@ -149,9 +149,9 @@ static bool fits_op(const Attn *a, const ONode *n, DType dt, int64_t S) {
   return !m || (m->rank >= 1 && m->dims[m->rank - 1] == S && (m->dtype == TY_BOOL || ir_dtype_is_float(m->dtype)));
 }
 
-/* The attention op on q, k and v of one dtype, mask (bool or added) cast
- * to it. */
-static Val *attention_op(Imp *im, const Attn *a, Val *q, Val *k, Val *v) {
+/* The attention op on q, k and v of one dtype ([B, H, S, d], or with
+ * bshd [B, S, H, d]), mask (bool or added) cast to it. */
+static Val *attention_op(Imp *im, const Attn *a, Val *q, Val *k, Val *v, bool bshd) {
   Val *mask = a->mask;
   if (mask && mask->type.dtype != TY_BOOL) mask = ox_cast(im, mask, q->type.dtype);
   Val *in[4] = {q, k, v, mask};
@@ -159,11 +159,32 @@ static Val *attention_op(Imp *im, const Attn *a, Val *q, Val *k, Val *v) {
   Node *n = ox_begin(im, &e, OP_ATTENTION, mask ? 4 : 3, in);
   ir_set_int(im->g, n, "causal", a->causal);
   if (a->has_scale) ir_set_float(im->g, n, "scale", a->scale);
+  if (bshd) ir_set_str(im->g, n, "layout", "bshd");
   return ox_emit1(im, &e);
+}
+
+/* 3-d Q, K and V [B, L, heads * H] without a past, nothing but Y
+ * wanted: the op in layout "bshd" over their reshapes, no transposes.
+ * False, with nothing built, when that does not fit. */
+static bool attention_3d(Imp *im, const Attn *a, const ONode *n, AttnOut *out) {
+  const int64_t *qd = a->q->type.dims, *kd = a->k->type.dims, *vd = a->v->type.dims;
+  int64_t qh = a->q_heads, kh = a->kv_heads;
+  bool presents = n->n_out > 1 && (n->want[1] || (n->n_out > 2 && n->want[2]));
+  if (a->q->type.rank != 3 || a->past_k || presents || qh % kh || qd[2] % qh || kd[2] % kh ||
+      qd[2] / qh != kd[2] / kh || vd[2] != kd[2] || !fits_op(a, n, a->q->type.dtype, kd[1]))
+    return false;
+  int64_t H = qd[2] / qh;
+  Val *q = ox_reshape(im, a->q, 4, (int64_t[]){qd[0], qd[1], qh, H});
+  Val *k = ox_reshape(im, a->k, 4, (int64_t[]){kd[0], kd[1], kh, H});
+  Val *v = ox_reshape(im, a->v, 4, (int64_t[]){vd[0], vd[1], kh, H});
+  Val *y = q && k && v ? attention_op(im, a, q, k, v, true) : NULL;
+  out->y = ox_reshape(im, y, 3, (int64_t[]){qd[0], qd[1], qd[2]});
+  return true;
 }
 
 /* The whole of Attention as ops of the IR. */
 static bool attention_graph(Imp *im, const Attn *a, const ONode *n, AttnOut *out) {
+  if (attention_3d(im, a, n, out)) return out->y != NULL;
   bool three = a->q->type.rank == 3;
   Val *q = a->q, *k = a->k, *v = a->v;
   if (three) {
@@ -187,7 +208,7 @@ static bool attention_graph(Imp *im, const Attn *a, const ONode *n, AttnOut *out
     return ox_bad(im, "%" PRId64 " query heads do not group over %" PRId64 " key and %" PRId64 " value heads", qh,
                   kh, v->type.dims[1]);
   if (fits_op(a, n, dt, S) && v->type.dims[3] == H && k->type.dims[3] == H) {
-    Val *y = attention_op(im, a, q, k, v);
+    Val *y = attention_op(im, a, q, k, v, false);
     if (three && y) {
       static const int64_t back[4] = {0, 2, 1, 3};
       y = ox_reshape(im, ox_transpose(im, y, back), 3, (int64_t[]){B, L, qh * H});

@@ -273,7 +273,7 @@ static double flops_of(const Node *n) {
       /* the two products' multiply-adds, q k^T and p v: the softmax's
        * few operations per score are left out, as FlashAttention counts */
       const TensorType *k = &n->in[1]->type;
-      return 4 * nx * (double)k->dims[2];
+      return 4 * nx * (double)k->dims[strcmp(ir_attr_str(n, "layout"), "bshd") == 0 ? 1 : 2];
     }
   }
   return 0;

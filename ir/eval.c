@@ -798,10 +798,14 @@ static bool eval_norm(Eval *e, const Node *n, const Tensor *x, const Tensor *w, 
  * in double; a row with no key left gives zeros. */
 static bool eval_attention(const Node *n, Tensor *const *in, Tensor *out) {
   const Tensor *q = in[0], *k = in[1], *v = in[2], *mask = n->n_in > 3 ? in[3] : NULL;
+  bool bshd = strcmp(ir_attr_str(n, "layout"), "bshd") == 0;
+  int hx = bshd ? 2 : 1, sx = bshd ? 1 : 2;
   const int64_t *qd = q->type.dims;
-  int64_t B = qd[0], H = qd[1], Sq = qd[2], d = qd[3], Hkv = k->type.dims[1], Sk = k->type.dims[2];
+  int64_t B = qd[0], H = qd[hx], Sq = qd[sx], d = qd[3], Hkv = k->type.dims[hx], Sk = k->type.dims[sx];
   double scale = ir_attr(n, "scale") ? ir_attr_float(n, "scale") : 1 / sqrt((double)d);
   bool causal = ir_attr_int(n, "causal") != 0;
+  /* rows (b, h, s) of q/out and of k/v as element offsets */
+#define ROW(b, h, s, heads, len) (bshd ? (((b) * (len) + (s)) * (heads) + (h)) * d : (((b) * (heads) + (h)) * (len) + (s)) * d)
   /* the mask's strides over [B, H, Sq, Sk], 0 where it broadcasts */
   int64_t ms[4] = {0, 0, 0, 0};
   if (mask) {
@@ -813,13 +817,14 @@ static bool eval_attention(const Node *n, Tensor *const *in, Tensor *out) {
   if (!s) return false;
   for (int64_t b = 0; b < B; b++)
     for (int64_t h = 0; h < H; h++) {
-      int64_t kv = (b * Hkv + h / (H / Hkv)) * Sk;
+      int64_t kh = h / (H / Hkv);
       for (int64_t i = 0; i < Sq; i++) {
-        int64_t qi = ((b * H + h) * Sq + i) * d;
+        int64_t qi = ROW(b, h, i, H, Sq);
         double mx = -INFINITY, sum = 0;
         for (int64_t j = 0; j < Sk; j++) {
+          int64_t kj = ROW(b, kh, j, Hkv, Sk);
           double dot = 0;
-          for (int64_t c = 0; c < d; c++) dot += ir_tensor_get(q, qi + c) * ir_tensor_get(k, (kv + j) * d + c);
+          for (int64_t c = 0; c < d; c++) dot += ir_tensor_get(q, qi + c) * ir_tensor_get(k, kj + c);
           s[j] = dot * scale;
           if (mask) {
             double m = ir_tensor_get(mask, b * ms[0] + h * ms[1] + i * ms[2] + j * ms[3]);
@@ -834,11 +839,12 @@ static bool eval_attention(const Node *n, Tensor *const *in, Tensor *out) {
         }
         for (int64_t c = 0; c < d; c++) {
           double o = 0;
-          for (int64_t j = 0; j < Sk; j++) o += s[j] * ir_tensor_get(v, (kv + j) * d + c);
+          for (int64_t j = 0; j < Sk; j++) o += s[j] * ir_tensor_get(v, ROW(b, kh, j, Hkv, Sk) + c);
           ir_tensor_set(out, qi + c, sum > 0 ? o / sum : 0);
         }
       }
     }
+#undef ROW
   free(s);
   return true;
 }

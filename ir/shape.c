@@ -509,23 +509,29 @@ bool shape_group_norm(const Node *n, TensorType *out, char *err, size_t errlen) 
   return true;
 }
 
-/* q [B, Hq, Sq, d], k and v [B, Hkv, Sk, d], Hkv dividing Hq, and a
- * mask (bool or q's dtype) that broadcasts to [B, Hq, Sq, Sk]. */
+/* q [B, Hq, Sq, d], k and v [B, Hkv, Sk, d] (layout "bshd": S before H),
+ * Hkv dividing Hq, and a mask (bool or q's dtype) that broadcasts to
+ * [B, Hq, Sq, Sk]. */
 bool shape_attention(const Node *n, TensorType *out, char *err, size_t errlen) {
   if (!operands_ok(n, err, errlen)) return false;
+  const char *layout = ir_attr_str(n, "layout");
+  bool bshd = strcmp(layout, "bshd") == 0;
+  if (!bshd && strcmp(layout, "bhsd") != 0)
+    return fail(err, errlen, "attention: layout must be \"bhsd\" or \"bshd\", got \"%s\"", layout);
+  int hx = bshd ? 2 : 1, sx = bshd ? 1 : 2;
   const TensorType *q = in_type(n, 0), *k = in_type(n, 1);
-  if (!need_rank(n, q, 4, "q [B, H, Sq, d]", err, errlen)) return false;
+  if (!need_rank(n, q, 4, bshd ? "q [B, Sq, H, d]" : "q [B, H, Sq, d]", err, errlen)) return false;
   if (!need_float(n, q, err, errlen)) return false;
   if (k->rank != 4 || k->dtype != q->dtype || k->dims[0] != q->dims[0] || k->dims[3] != q->dims[3])
-    return fail(err, errlen, "attention: k must be [%" PRId64 ", Hkv, Sk, %" PRId64 "] of %s's dtype, got %s",
-                q->dims[0], q->dims[3], ts(q).s, ts(k).s);
-  if (k->dims[1] < 1 || q->dims[1] % k->dims[1])
+    return fail(err, errlen, "attention: k must be [%" PRId64 ", %s, %" PRId64 "] of %s's dtype, got %s", q->dims[0],
+                bshd ? "Sk, Hkv" : "Hkv, Sk", q->dims[3], ts(q).s, ts(k).s);
+  if (k->dims[hx] < 1 || q->dims[hx] % k->dims[hx])
     return fail(err, errlen, "attention: the %" PRId64 " key/value heads must divide the %" PRId64 " query heads",
-                k->dims[1], q->dims[1]);
+                k->dims[hx], q->dims[hx]);
   if (!need_type(n, 2, "v", k, " (k's type)", err, errlen)) return false;
   if (n->n_in > 3) {
     const TensorType *m = in_type(n, 3);
-    int64_t full[4] = {q->dims[0], q->dims[1], q->dims[2], k->dims[2]}, dims[DL_MAX_RANK];
+    int64_t full[4] = {q->dims[0], q->dims[hx], q->dims[sx], k->dims[sx]}, dims[DL_MAX_RANK];
     int rank;
     if (m->dtype != TY_BOOL && m->dtype != q->dtype)
       return fail(err, errlen, "attention: the mask must be bool or %s's dtype, got %s", ts(q).s, ts(m).s);

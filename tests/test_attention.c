@@ -3,7 +3,8 @@
  * (1e-2) and bf16 (2e-2) for every mask (none, causal, additive, bool,
  * key padding, rows with every key masked), Sq != Sk, Sk = 1, lengths
  * that are no multiple of a tile, fewer key/value heads than query
- * heads, d = 64, 128 and 256; NVRTC compiles each for sm_90; the f16 and
+ * heads, d = 64, 128 and 256, both layouts; NVRTC compiles each for
+ * sm_90; the f16 and
  * bf16 kernels use mma.sync and ldmatrix; the cost report's FLOPs; the
  * shape rule's messages. */
 #include <check.h>
@@ -50,17 +51,22 @@ static Job compile_attention(DType dt, int64_t B, int64_t H, int64_t Hkv, int64_
     snprintf(mask, sizeof mask, mask_type, t);
     snprintf(mask_in, sizeof mask_in, "  %%m = input {name=\"m\"} : %s\n", mask);
   }
+  /* layout "bshd" in attrs: the operands [B, S, H, d] */
+  bool bshd = strstr(attrs, "bshd") != NULL;
+  const char *qt = arena_printf(&ctx.arena, "%s[%" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 "]", t, B,
+                                bshd ? Sq : H, bshd ? H : Sq, d);
+  const char *kt = arena_printf(&ctx.arena, "%s[%" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 "]", t, B,
+                                bshd ? Sk : Hkv, bshd ? Hkv : Sk, d);
   char *s = arena_printf(&ctx.arena,
                          "graph attn {\n"
-                         "  %%q = input {name=\"q\"} : %s[%" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 "]\n"
-                         "  %%k = input {name=\"k\"} : %s[%" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 "]\n"
-                         "  %%v = input {name=\"v\"} : %s[%" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 "]\n"
+                         "  %%q = input {name=\"q\"} : %s\n"
+                         "  %%k = input {name=\"k\"} : %s\n"
+                         "  %%v = input {name=\"v\"} : %s\n"
                          "%s"
-                         "  %%0 = attention %%q, %%k, %%v%s %s : %s[%" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 "]\n"
+                         "  %%0 = attention %%q, %%k, %%v%s %s : %s\n"
                          "  return %%0 as \"o\"\n"
                          "}\n",
-                         t, B, H, Sq, d, t, B, Hkv, Sk, d, t, B, Hkv, Sk, d, mask_in, mask_type ? ", %m" : "",
-                         attrs, t, B, H, Sq, d);
+                         qt, kt, kt, mask_in, mask_type ? ", %m" : "", attrs, qt);
   Job j = {.text = s};
   int rc = ctx_guard(&ctx, run_job, &j);
   ck_assert_msg(rc == 0 && j.ok, "compile failed:\n%s\n%s", s, diag_text(&ctx));
@@ -106,6 +112,16 @@ START_TEST(lengths) {
   check(dt, 1, 4, 2, 5, 70, 64, "{scale=0.3}", NULL);
   check(dt, 1, 2, 1, 70, 1, 64, "", NULL);
   check(dt, 1, 2, 1, 70, 3, 64, "{causal=1}", NULL);
+}
+END_TEST
+
+/* Layout "bshd" (q, k, v and the result [B, S, H, d]): grouped heads,
+ * causal with a key padding mask, d = 128 and one of no whole chunk. */
+START_TEST(layout_bshd) {
+  DType dt = dtypes[_i];
+  check(dt, 2, 4, 2, 70, 33, 64, "{causal=1, layout=\"bshd\"}", "bool[2, 1, 1, 33]");
+  check(dt, 1, 2, 1, 17, 70, 128, "{layout=\"bshd\"}", "%s[1, 2, 17, 70]");
+  check(dt, 1, 3, 3, 9, 9, 20, "{layout=\"bshd\"}", NULL);
 }
 END_TEST
 
@@ -285,6 +301,7 @@ static Suite *suite(void) {
   tcase_add_loop_test(tc, padding, 0, 3);
   tcase_add_loop_test(tc, lengths, 0, 3);
   tcase_add_loop_test(tc, head_dims, 0, 3);
+  tcase_add_loop_test(tc, layout_bshd, 0, 3);
   tcase_add_loop_test(tc, pass_equals_unfused, 0, 3);
   tcase_add_test(tc, pass_leaves);
   tcase_add_test(tc, text_and_cost);
