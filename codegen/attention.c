@@ -92,7 +92,7 @@ static void load_tile(Attn *A, KBlock *blk, KBuf *src, KExpr *base, int64_t rstr
   KExpr *grow = ilet(k, lb, "gr", cg_kadd(k, row0, r));
   KExpr *at = cg_kadd(k, dst0, kmad(k, r, A->ld, c));
   KExpr *src_at = cg_kadd(k, base, kmad(k, grow, rstride, c));
-  KExpr *row_ok = S % rows ? klt(k, grow, ki(k, S)) : NULL;
+  KExpr *row_ok = S % rows || !S ? klt(k, grow, ki(k, S)) : NULL;
   if (async) {
     KExpr *ok = cg_kand(k, row_ok, A->dp != A->d ? klt(k, c, ki(k, A->d)) : NULL);
     if (ok) {
@@ -314,6 +314,8 @@ bool cg_lower_attention(CgBuild *b, const Node *n) {
     diag_error(c, n->loc, "attention: the fused kernel takes head dims up to %d, got %" PRId64, MAX_D, A->d);
     return false;
   }
+  /* nothing to compute: an empty result */
+  if (!A->B || !A->H || !A->Sq || !A->d) return true;
   A->tc = A->dt != TY_F32 && !cg_options(b)->no_tensor_cores && cg_tc_kind(A->dt, false, &A->kind);
   A->es = ir_dtype_size(A->dt);
   A->epc = CHUNK / A->es;

@@ -106,12 +106,15 @@ START_TEST(padding) {
 END_TEST
 
 /* Sq != Sk both ways, Sk = 1, lengths no multiple of a tile, grouped
- * query heads (4 over 2), a scale of its own. */
+ * query heads (4 over 2), a scale of its own, Sk = 0 and Sq = 0. */
 START_TEST(lengths) {
   DType dt = dtypes[_i];
   check(dt, 1, 4, 2, 5, 70, 64, "{scale=0.3}", NULL);
   check(dt, 1, 2, 1, 70, 1, 64, "", NULL);
   check(dt, 1, 2, 1, 70, 3, 64, "{causal=1}", NULL);
+  /* no keys at all: every row zeros; no queries: nothing to launch */
+  check(dt, 1, 2, 1, 5, 0, 64, "", NULL);
+  check(dt, 1, 2, 1, 0, 5, 64, "", NULL);
 }
 END_TEST
 
