@@ -30,6 +30,7 @@
 
 #include "codegen.h"
 #include "kernel.h"
+#include "kshort.h"
 
 enum {
   BM = 64,      /* query rows a block */
@@ -56,15 +57,7 @@ typedef struct Attn {
   KExpr *tid, *lane, *warp, *bz, *hy, *q0, *qbase, *kvbase;
 } Attn;
 
-static KExpr *ki(Kernel *k, int64_t v) { return cg_kint(k, v); }
-static KExpr *kv(Kernel *k, KVar *v) { return cg_kv(k, v); }
-static KExpr *kdiv(Kernel *k, KExpr *a, int64_t d) { return cg_kidx(k, KI_DIV, a, ki(k, d)); }
-static KExpr *kmod(Kernel *k, KExpr *a, int64_t d) { return cg_kidx(k, KI_MOD, a, ki(k, d)); }
-static KExpr *klt(Kernel *k, KExpr *a, KExpr *b) { return cg_kcmp(k, KC_LT, a, b); }
 static KExpr *kmad(Kernel *k, KExpr *a, int64_t m, KExpr *b) { return cg_kadd(k, cg_kmul(k, a, ki(k, m)), b); }
-static KExpr *ilet(Kernel *k, KBlock *in, const char *stem, KExpr *e) {
-  return e->kind == KE_INT || e->kind == KE_VAR ? e : kv(k, cg_klet(k, in, stem, KT_INDEX, e));
-}
 static KBlock *loop(Kernel *k, KBlock *in, const char *stem, KExpr *n, KMap map, KExpr **var) {
   KVar *v = cg_kvar(k, stem, KT_INDEX);
   *var = kv(k, v);

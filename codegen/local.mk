@@ -1,7 +1,7 @@
 # codegen: graph -> kernel IR -> CUDA C text and the launch plan.
 libdlcc_core_la_SOURCES += \
 	codegen/codegen.h \
-	codegen/kernel.h codegen/kernel.c \
+	codegen/kernel.h codegen/kernel.c codegen/kshort.h \
 	codegen/lower_kernels.c \
 	codegen/lower_rows.c \
 	codegen/fuse_lower.c \

@@ -23,6 +23,7 @@
 #include <string.h>
 
 #include "kernel.h"
+#include "kshort.h"
 
 enum {
   ROW_BYTES = 64,  /* one stage of one row of an operand */
@@ -152,14 +153,6 @@ typedef struct Gen {
   KBuf *acc, *af, *bf;
 } Gen;
 
-static KExpr *ki(Kernel *k, int64_t v) { return cg_kint(k, v); }
-static KExpr *kv(Kernel *k, KVar *v) { return cg_kv(k, v); }
-static KExpr *kdiv(Kernel *k, KExpr *a, int64_t d) { return cg_kidx(k, KI_DIV, a, ki(k, d)); }
-static KExpr *kmod(Kernel *k, KExpr *a, int64_t d) { return cg_kidx(k, KI_MOD, a, ki(k, d)); }
-static KExpr *klt(Kernel *k, KExpr *a, KExpr *b) { return cg_kcmp(k, KC_LT, a, b); }
-static KExpr *ilet(Kernel *k, KBlock *in, const char *stem, KExpr *e) {
-  return e->kind == KE_INT || e->kind == KE_VAR ? e : kv(k, cg_klet(k, in, stem, KT_INDEX, e));
-}
 
 static KStmt *unrolled(Kernel *k, KBlock *in, const char *stem, int64_t n, KVar **var) {
   *var = cg_kvar(k, stem, KT_INDEX);
