@@ -4,9 +4,9 @@
  * key padding, rows with every key masked), Sq != Sk, Sk = 1, lengths
  * that are no multiple of a tile, fewer key/value heads than query
  * heads, d = 64, 128 and 256, both layouts; NVRTC compiles each for
- * sm_90; the f16 and
- * bf16 kernels use mma.sync and ldmatrix; the cost report's FLOPs; the
- * shape rule's messages. */
+ * sm_90; the f16 and bf16 kernels use mma.sync and ldmatrix; the cost
+ * report's FLOPs; the shape rule's messages; the attention pass (fused
+ * equals unfused); the language's multihead_attention with kv_heads. */
 #include <check.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -15,6 +15,7 @@
 
 #include "codegen/codegen.h"
 #include "codegen/kernel.h"
+#include "frontend/ast.h"
 #include "ir/ir.h"
 #include "passes/pass.h"
 #include "tests/testutil.h"
@@ -295,6 +296,64 @@ START_TEST(pass_leaves) {
 }
 END_TEST
 
+/* ---- the language's multihead_attention ---- */
+
+typedef struct Source {
+  const char *text;
+  Graph *g;
+} Source;
+
+static int lower_source(Ctx *c, void *data) {
+  Source *s = data;
+  Program *p = fe_parse(c, ctx_add_file(c, "t.dl", s->text, strlen(s->text)));
+  LowerOptions lo = {0};
+  if (p) s->g = fe_lower(c, p, &lo);
+  return 0;
+}
+
+/* kv_heads=2 of 4 heads: the packed projection's rows are q's 32, then
+ * k's and v's 16 each; the core is one attention op in layout "bshd"
+ * over [N, S, heads, 8] and [N, S, 2, 8], no transposes; on emu equal to
+ * ir_eval, a layernorm of more threads after it (the emu's fibers grow
+ * between the two). */
+START_TEST(language_kv_heads) {
+  Source s = {.text = "model m(x: f32[2, 70, 32]) -> f32[2, 70, 32] {\n"
+                      "  return layernorm(x + multihead_attention(x, x, x, 4, kv_heads=2) as attn) as norm\n"
+                      "}\n"};
+  ctx_guard(&ctx, lower_source, &s);
+  ck_assert_msg(s.g && ir_verify(s.g), "%s", diag_text(&ctx));
+  char ty[IR_TYPE_STR_MAX];
+  int found = 0;
+  for (Node *n = s.g->first; n; n = n->next) {
+    if (n->op == OP_PARAM && strcmp(ir_attr_str(n, "name"), "attn.in_proj_weight") == 0) {
+      ck_assert_str_eq(ir_type_str(&n->out[0].type, ty, sizeof ty), "f32[64, 32]");
+      found++;
+    }
+    if (n->op == OP_ATTENTION) {
+      ck_assert_str_eq(ir_attr_str(n, "layout"), "bshd");
+      ck_assert_str_eq(ir_type_str(&n->in[0]->type, ty, sizeof ty), "f32[2, 70, 4, 8]");
+      ck_assert_str_eq(ir_type_str(&n->in[1]->type, ty, sizeof ty), "f32[2, 70, 2, 8]");
+      found++;
+    }
+  }
+  ck_assert_int_eq(found, 2);
+  ck_assert_int_eq(count_op(s.g, OP_TRANSPOSE), 0);
+  CgResult r;
+  ck_assert_msg(cg_compile(s.g, &r), "%s", diag_text(&ctx));
+  ck_assert(test_emu_matches_eval(s.g, r.plan, 5, -1, 1, 1e-5));
+}
+END_TEST
+
+START_TEST(language_kv_heads_error) {
+  Source s = {.text = "model m(x: f32[2, 5, 32]) -> f32[2, 5, 32] {\n"
+                      "  return multihead_attention(x, x, x, 4, kv_heads=3)\n"
+                      "}\n"};
+  ctx_guard(&ctx, lower_source, &s);
+  ck_assert_ptr_nonnull(strstr(diag_text(&ctx), "t.dl:2:"));
+  ck_assert_ptr_nonnull(strstr(diag_text(&ctx), "error: multihead_attention: kv_heads=3 does not divide heads=4"));
+}
+END_TEST
+
 static Suite *suite(void) {
   Suite *s = suite_create("attention");
   TCase *tc = tcase_create("emu");
@@ -310,6 +369,8 @@ static Suite *suite(void) {
   tcase_add_test(tc, text_and_cost);
   tcase_add_test(tc, head_dim_limit);
   tcase_add_test(tc, shape_errors);
+  tcase_add_test(tc, language_kv_heads);
+  tcase_add_test(tc, language_kv_heads_error);
   suite_add_tcase(s, tc);
   return s;
 }
