@@ -353,6 +353,11 @@ static dlc_status compile(CompileJob *job, dlc_model **out) {
     m->g = NULL;
     return st;
   }
+  if (m->use_runtime && job->opt && job->opt->no_graphs && dlrt_set_graphs(m->rt, 0) != DLRT_OK) {
+    dlc_status st = fail(m, DLC_ERR_COMPILE, "dlcc: error: %s\n", dlrt_error(m->rt));
+    m->g = NULL;
+    return st;
+  }
   if (m->use_runtime && m->have_params) {
     dlc_status st = push_bound_params(m);
     if (st != DLC_OK) return st;
@@ -403,6 +408,11 @@ void dlc_free(dlc_model *m) {
 const char *dlc_backend(const dlc_model *m) {
   if (!m || !m->g) return "";
   return m->use_runtime ? dlrt_backend(m->rt) : "ref";
+}
+
+const char *dlc_engine_report(dlc_model *m) {
+  if (!m || !m->g) return "";
+  return m->use_runtime ? dlrt_engine_report(m->rt) : "the reference interpreter: no graphs, no staging";
 }
 
 int dlc_num_inputs(const dlc_model *m) { return m && m->g ? m->n_inputs : 0; }

@@ -41,6 +41,7 @@ typedef struct RunOptions {
   const char *backend;
   uint64_t seed;
   int bench; /* --bench=N: time N more runs */
+  bool verbose; /* --verbose: how the runtime ran it */
   int n_inputs;
   InputArg inputs[64];
   dlc_input_shape input_shapes[64];
@@ -69,6 +70,9 @@ static const char run_usage[] =
     "                      file name is encoded (../x: %2E.%2F..%2Fx.npy, docs/names.md)\n"
     "  --bench=N           after the first run, time N more (inputs in, outputs out)\n"
     "                      and print their mean and minimum in ms\n"
+    "  --no-graphs         launch every step on each run instead of replaying a\n"
+    "                      captured CUDA graph (as DLCC_NO_GRAPHS=1; for debugging)\n"
+    "  --verbose           say how the runtime ran it: graphs (or why not), staging\n"
     "  --backend=B         where to run it: auto (default: cuda when a GPU answers,\n"
     "                      else emu), cuda, emu (the generated CUDA C on the CPU) or\n"
     "                      ref (the reference interpreter)\n"
@@ -139,6 +143,10 @@ static int parse_run_args(int argc, char **argv, RunOptions *o) {
         return 1;
       }
       o->bench = (int)b;
+    } else if (strcmp(a, "--no-graphs") == 0) {
+      o->api.no_graphs = 1;
+    } else if (strcmp(a, "--verbose") == 0) {
+      o->verbose = true;
     } else if ((v = flag_value(argc, argv, &i, "--backend"))) {
       o->backend = v;
     } else if ((v = flag_value(argc, argv, &i, "--init"))) {
@@ -517,10 +525,11 @@ static int run_library(RunOptions *o) {
     }
     if (!ok) goto done;
   }
-  if (dlrt_run(m) != DLRT_OK) {
+  if ((o->api.no_graphs && dlrt_set_graphs(m, 0) != DLRT_OK) || dlrt_run(m) != DLRT_OK) {
     fprintf(stderr, "dlcc: error: %s\n", dlrt_error(m));
     goto done;
   }
+  if (o->verbose) fprintf(stderr, "dlcc: engine: %s\n", dlrt_engine_report(m));
   int n_out = dlrt_num_outputs(m);
   if (o->output_dir && !output_dir_open(&out, o->output_dir, n_out, library_output_name, m)) goto done;
   rc = 0;
@@ -631,6 +640,7 @@ static int run_model(RunOptions *o) {
     goto done;
   }
   if (o->bench && !bench_runs(m, o->bench)) goto done;
+  if (o->verbose) fprintf(stderr, "dlcc: engine: %s\n", dlc_engine_report(m));
   int n_out = dlc_num_outputs(m);
   if (o->output_dir && !output_dir_open(&out, o->output_dir, n_out, model_output_name, m)) goto done;
   rc = 0;

@@ -126,6 +126,10 @@ typedef struct dlc_options {
    * binds it (by its name, or as "input:axis").  NULL: none. */
   int n_input_shapes;
   const dlc_input_shape *input_shapes;
+  /* Nonzero, as dlcc run's --no-graphs: every step launched by itself on
+   * each run instead of replaying a captured CUDA graph (the emu's
+   * recording likewise); for debugging.  DLCC_NO_GRAPHS=1 does the same. */
+  int no_graphs;
 } dlc_options;
 
 enum { DLC_O0 = -1 };
@@ -142,6 +146,9 @@ const char *dlc_error(const dlc_model *m);
 /* The backend a compiled model runs on ("cuda", "emu" or "ref"): what
  * "auto" chose.  "" when it did not compile. */
 const char *dlc_backend(const dlc_model *m);
+/* How the runtime runs the model (dlrt_engine_report): CUDA graphs and
+ * why not, the staging of inputs and outputs. */
+const char *dlc_engine_report(dlc_model *m);
 
 int dlc_num_inputs(const dlc_model *m);
 int dlc_num_outputs(const dlc_model *m);
