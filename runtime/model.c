@@ -194,7 +194,7 @@ static DlrtStatus alloc_staging(DlrtModel *m, uint64_t nbytes, Staging *st) {
   if (rc < 0) return device_error(m, "open: allocating host staging");
   st->pinned = rc == 0;
   if (rc > 0 && !m->staging_note[0])
-    snprintf(m->staging_note, sizeof m->staging_note, "staging in pageable memory (pinning failed: %.200s)", why);
+    snprintf(m->staging_note, sizeof m->staging_note, "in pageable memory (pinning failed: %.200s)", why);
   memset(st->p, 0, nbytes);
   return DLRT_OK;
 }
