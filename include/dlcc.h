@@ -171,6 +171,17 @@ dlc_status dlc_run(dlc_model *m);
 /* The output's data stays valid until the next dlc_run or dlc_free. */
 dlc_status dlc_get_output(dlc_model *m, int index, const void **data, size_t *nbytes);
 
+/* A stream of batches with the copies overlapped (dlrt_run_batches in
+ * dlcrt.h, docs/runtime.md): feed fills inputs[i] (dlc_input_info's
+ * order, each its nbytes) of batch `batch` and returns 0, 1 when there is
+ * no such batch, -1 to stop; drain takes its outputs (dlc_output_info's
+ * order; valid during the call) and returns 0, or -1 to stop.  The cuda
+ * and emu backends only.  Does not touch dlc_set_input's inputs or
+ * dlc_get_output's outputs. */
+typedef int (*dlc_feed_fn)(void *user, long batch, void *const *inputs);
+typedef int (*dlc_drain_fn)(void *user, long batch, const void *const *outputs);
+dlc_status dlc_run_batches(dlc_model *m, dlc_feed_fn feed, dlc_drain_fn drain, void *user, long *n_batches);
+
 const char *dlc_dtype_name(dlc_dtype t);
 size_t dlc_dtype_size(dlc_dtype t);
 

@@ -157,6 +157,21 @@ DlrtStatus dlrt_wait(DlrtModel *m);
  * reads the device memory (a synchronous copy). */
 DlrtStatus dlrt_bind_input(DlrtModel *m, int index, uint64_t device_ptr);
 DlrtStatus dlrt_bind_output(DlrtModel *m, int index, uint64_t device_ptr);
+/* A stream of batches with copies overlapped: feed fills batch `batch`'s
+ * inputs (inputs[i]: host memory of input i's nbytes, pinned on cuda)
+ * and returns 0, or 1 when there is no such batch (the stream ends
+ * there), or -1 to stop with an error; drain gets batch `batch`'s
+ * outputs (valid during the call, batches in order) and returns 0, or
+ * -1 to stop.  While batch i computes, batch i+1's inputs go up and batch
+ * i-1's outputs come down on a second stream (double-buffered, ordered
+ * by events); feed(i+1) and drain(i-1) run on the host meanwhile.  An
+ * index out of range is reported after the last batch.  *n_batches: how
+ * many were drained (NULL allowed).  Inputs and outputs bound to device
+ * memory are refused; on a device without a second stream (emu has one
+ * that runs at once) it runs the batches one after another. */
+typedef int (*DlrtFeedFn)(void *user, long batch, void *const *inputs);
+typedef int (*DlrtDrainFn)(void *user, long batch, const void *const *outputs);
+DlrtStatus dlrt_run_batches(DlrtModel *m, DlrtFeedFn feed, DlrtDrainFn drain, void *user, long *n_batches);
 /* CUDA graphs on (the default, unless DLCC_NO_GRAPHS=1 was set at open)
  * or off (every step launched by itself: for debugging). */
 DlrtStatus dlrt_set_graphs(DlrtModel *m, int on);

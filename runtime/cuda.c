@@ -128,6 +128,7 @@ RtDevice *rt_cuda_open(char *err, size_t errlen) {
   X(cuEventDestroy)                                                                                \
   X(cuEventRecord)                                                                                 \
   X(cuStreamWaitEvent)                                                                             \
+  X(cuEventSynchronize)                                                                            \
   X(cuMemcpyDtoDAsync)                                                                             \
   X(cuMemsetD8Async)                                                                               \
   X(cuStreamCreate)                                                                                \
@@ -153,6 +154,8 @@ typedef struct CudaDevice {
   CUcontext ctx; /* the primary context, shared with cuBLAS */
   CUstream stream;      /* non-blocking: every call of the model goes here */
   CUevent joined, done; /* ordering with a caller's stream (cuda_wait_on, cuda_signal) */
+  CUstream copy;        /* lane 1 (dlrt_run_batches), made at first use */
+  CUevent marks[RT_EVENTS];
   cublasHandle_t blas; /* int8 products */
   cublasLtHandle_t lt;  /* float products */
   CUdeviceptr lt_workspace; /* cuBLASLt's and cuBLAS's: one stream, one call at a time */
@@ -262,6 +265,9 @@ static void cuda_destroy(RtDevice *base) {
   if (d->ctx) make_current(d);
   if (d->blas) cublasDestroy(d->blas);
   lt_release(d);
+  for (int i = 0; i < RT_EVENTS; i++)
+    if (d->marks[i]) d->api.cuEventDestroy(d->marks[i]);
+  if (d->copy) d->api.cuStreamDestroy(d->copy);
   if (d->joined) d->api.cuEventDestroy(d->joined);
   if (d->done) d->api.cuEventDestroy(d->done);
   if (d->stream) d->api.cuStreamDestroy(d->stream);
@@ -932,6 +938,47 @@ static int cuda_gemm(RtDevice *base, const RtGemm *g, RtDevPtr a, RtDevPtr b, Rt
   return check_lt(d, s, what);
 }
 
+/* Lane 1 and the events, made at the first overlapped run. */
+static int lanes(CudaDevice *d) {
+  if (enter(d)) return -1;
+  if (!d->copy && check(d, d->api.cuStreamCreate(&d->copy, CU_STREAM_NON_BLOCKING), "cuStreamCreate(copies)"))
+    return -1;
+  for (int i = 0; i < RT_EVENTS; i++)
+    if (!d->marks[i] && check(d, d->api.cuEventCreate(&d->marks[i], CU_EVENT_DISABLE_TIMING), "cuEventCreate"))
+      return -1;
+  return 0;
+}
+
+static CUstream lane_stream(CudaDevice *d, int lane) { return lane ? d->copy : d->stream; }
+
+static int cuda_lane_copy(RtDevice *base, bool up, void *host, RtDevPtr dev, uint64_t nbytes) {
+  CudaDevice *d = (CudaDevice *)base;
+  if (lanes(d)) return -1;
+  if (up)
+    return check(d, d->api.cuMemcpyHtoDAsync((CUdeviceptr)dev, host, nbytes, d->copy),
+                 "cuMemcpyHtoDAsync(%llu bytes, copy stream)", (unsigned long long)nbytes);
+  return check(d, d->api.cuMemcpyDtoHAsync(host, (CUdeviceptr)dev, nbytes, d->copy),
+               "cuMemcpyDtoHAsync(%llu bytes, copy stream)", (unsigned long long)nbytes);
+}
+
+static int cuda_mark(RtDevice *base, int e, int lane) {
+  CudaDevice *d = (CudaDevice *)base;
+  if (lanes(d)) return -1;
+  return check(d, d->api.cuEventRecord(d->marks[e], lane_stream(d, lane)), "cuEventRecord(event %d)", e);
+}
+
+static int cuda_wait_mark(RtDevice *base, int e, int lane) {
+  CudaDevice *d = (CudaDevice *)base;
+  if (lanes(d)) return -1;
+  return check(d, d->api.cuStreamWaitEvent(lane_stream(d, lane), d->marks[e], 0), "cuStreamWaitEvent(event %d)", e);
+}
+
+static int cuda_sync_mark(RtDevice *base, int e) {
+  CudaDevice *d = (CudaDevice *)base;
+  if (lanes(d)) return -1;
+  return check(d, d->api.cuEventSynchronize(d->marks[e]), "cuEventSynchronize(event %d: a kernel or copy failed)", e);
+}
+
 static const RtDeviceOps cuda_ops = {
     .name = "cuda",
     .destroy = cuda_destroy,
@@ -956,6 +1003,10 @@ static const RtDeviceOps cuda_ops = {
     .graph_destroy = cuda_graph_destroy,
     .wait_on = cuda_wait_on,
     .signal = cuda_signal,
+    .lane_copy = cuda_lane_copy,
+    .mark = cuda_mark,
+    .wait_mark = cuda_wait_mark,
+    .sync_mark = cuda_sync_mark,
 };
 
 static int attribute(CudaDevice *d, int *v, CUdevice_attribute a, const char *what) {

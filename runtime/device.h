@@ -72,7 +72,19 @@ typedef struct RtDeviceOps {
    * it waits for what the device's stream has queued so far (signal). */
   int (*wait_on)(RtDevice *d, void *stream);
   int (*signal)(RtDevice *d, void *stream);
+  /* A second lane for copies that overlap the steps (dlrt_run_batches):
+   * lane 0 is the device's stream, lane 1 a copy stream made at first
+   * use.  lane_copy queues a host<->device copy on lane 1; the events
+   * (RT_EVENTS of them, by number) order the lanes: mark records event e
+   * on lane, wait_mark makes lane wait for it, sync_mark makes the host
+   * wait for it. */
+  int (*lane_copy)(RtDevice *d, bool up, void *host, RtDevPtr dev, uint64_t nbytes);
+  int (*mark)(RtDevice *d, int e, int lane);
+  int (*wait_mark)(RtDevice *d, int e, int lane);
+  int (*sync_mark)(RtDevice *d, int e);
 } RtDeviceOps;
+
+enum { RT_EVENTS = 8 };
 
 struct RtDevice {
   const RtDeviceOps *ops;

@@ -793,8 +793,15 @@ static int emu_graph_launch(RtDevice *d, RtGraph *g) {
   return rc;
 }
 
-/* emu runs every call when it is made: a caller's stream has nothing
- * queued to order with. */
+/* emu runs every call when it is made: a copy on lane 1 is done when it
+ * returns, and events have nothing to order. */
+static int emu_lane_copy(RtDevice *d, bool up, void *host, RtDevPtr dev, uint64_t nbytes) {
+  return up ? emu_upload(d, dev, host, nbytes) : emu_download(d, host, dev, nbytes);
+}
+static int emu_mark(RtDevice *d, int e, int lane) { return d->broken ? -1 : 0; }
+static int emu_sync_mark(RtDevice *d, int e) { return d->broken ? -1 : 0; }
+
+/* A caller's stream has nothing queued to order with either. */
 static int emu_no_stream(RtDevice *d, void *stream) {
   return stream ? rt_device_fail(d, "emu: no CUDA streams on the CPU emulator (pass NULL)") : 0;
 }
@@ -1263,4 +1270,8 @@ static const RtDeviceOps emu_ops = {
     .graph_destroy = emu_graph_destroy,
     .wait_on = emu_no_stream,
     .signal = emu_no_stream,
+    .lane_copy = emu_lane_copy,
+    .mark = emu_mark,
+    .wait_mark = emu_mark,
+    .sync_mark = emu_sync_mark,
 };

@@ -38,6 +38,9 @@ typedef struct StepArgs {
   uint32_t *start;     /* per step: its first argument in argv */
 } StepArgs;
 
+/* The most inputs or outputs dlrt_run_batches hands its functions. */
+#define RT_MAX_BATCH_IO 256
+
 /* Host memory the device copies from and to: pinned when it could be. */
 typedef struct Staging {
   void *p;
@@ -83,6 +86,7 @@ struct DlrtModel {
   bool in_flight;     /* a run queued and not waited for (dlrt_run_async) */
   bool in_flight_init;
   char report[1024]; /* dlrt_engine_report's */
+  struct Slots *slots; /* dlrt_run_batches's, made at its first call */
   char error[1024];
 };
 
@@ -141,11 +145,14 @@ static void drop_graphs(DlrtModel *m) {
   m->n_pieces = 0;
 }
 
+static void free_slots(DlrtModel *m);
+
 /* Gives back every device resource; the model keeps its message. */
 static void release(DlrtModel *m) {
   if (m->dev) {
     RtDevice *d = m->dev;
     const RtPlan *p = m->plan;
+    free_slots(m);
     drop_graphs(m);
     if (m->mod) d->ops->unload(d, m->mod);
     if (m->weights) d->ops->free(d, m->weights);
@@ -879,4 +886,202 @@ const char *dlrt_engine_report(DlrtModel *m) {
   const char *staging = m->staging_note[0] ? m->staging_note : m->dev->ops->host_alloc ? "pinned" : "in host memory";
   snprintf(m->report, sizeof m->report, "graphs %s; staging %s", graphs, staging);
   return m->report;
+}
+
+/* ---- a stream of batches, copies overlapped with the steps ----
+ * Two slots, each with host staging and device buffers for every input
+ * and output.  Batch i uses slot i % 2: its inputs go up on lane 1 (the
+ * copy stream) while lane 0 still computes batch i - 1; lane 0 waits for
+ * them, copies them into the model's inputs (device to device), runs
+ * the steps (the graph) and copies the outputs into the slot; lane 1
+ * then brings them down, after the next batch's inputs went up.  The
+ * host waits only for the download of batch i - 2 before it reuses its
+ * slot for batch i.  The device-to-device hop keeps one graph for every
+ * batch (its addresses fixed); it costs little next to the host copies
+ * it lets overlap. */
+
+enum { IN_READY = 0, COMPUTED = 2, OUT_DONE = 4, QUIET = 6 };
+
+typedef struct Slots {
+  Staging *host[2];  /* inputs, then outputs */
+  RtDevPtr *dev[2];
+  uint32_t n;        /* n_inputs + n_outputs */
+} Slots;
+
+static void free_slots(DlrtModel *m) {
+  Slots *sl = m->slots;
+  if (!sl) return;
+  for (int s = 0; s < 2; s++) {
+    for (uint32_t i = 0; i < sl->n; i++) {
+      if (sl->host[s]) free_staging(m->dev, &sl->host[s][i]);
+      if (sl->dev[s] && sl->dev[s][i]) m->dev->ops->free(m->dev, sl->dev[s][i]);
+    }
+    free(sl->host[s]), free(sl->dev[s]);
+  }
+  free(sl);
+  m->slots = NULL;
+}
+
+static uint64_t slot_bytes(const RtPlan *p, uint32_t i) {
+  return i < p->n_inputs ? p->inputs[i].nbytes : p->outputs[i - p->n_inputs].nbytes;
+}
+
+static DlrtStatus make_slots(DlrtModel *m) {
+  const RtPlan *p = m->plan;
+  Slots *sl = m->slots = calloc(1, sizeof *sl);
+  if (!sl) return set_error(m, DLRT_E_NOMEM, "run_batches: out of host memory");
+  sl->n = p->n_inputs + p->n_outputs;
+  DlrtStatus s = DLRT_OK;
+  for (int k = 0; k < 2 && !s; k++) {
+    sl->host[k] = calloc(sl->n + 1, sizeof *sl->host[k]);
+    sl->dev[k] = calloc(sl->n + 1, sizeof *sl->dev[k]);
+    if (!sl->host[k] || !sl->dev[k]) s = set_error(m, DLRT_E_NOMEM, "run_batches: out of host memory");
+    for (uint32_t i = 0; i < sl->n && !s; i++)
+      if (!(s = alloc_staging(m, slot_bytes(p, i), &sl->host[k][i])))
+        s = alloc_space(m, slot_bytes(p, i), &sl->dev[k][i], "a batch slot");
+  }
+  if (s) free_slots(m);
+  return s;
+}
+
+/* Lane 1 after lane 0's batch j: its outputs down into its slot. */
+static int queue_download(DlrtModel *m, long j) {
+  RtDevice *d = m->dev;
+  const RtPlan *p = m->plan;
+  Slots *sl = m->slots;
+  int k = (int)(j & 1);
+  if (d->ops->wait_mark(d, COMPUTED + k, 1)) return -1;
+  for (uint32_t i = p->n_inputs; i < sl->n; i++)
+    if (slot_bytes(p, i) && d->ops->lane_copy(d, false, sl->host[k][i].p, sl->dev[k][i], slot_bytes(p, i))) return -1;
+  return d->ops->mark(d, OUT_DONE + k, 1);
+}
+
+/* Lane 0: batch j's inputs from its slot, the steps, its outputs into
+ * the slot. */
+static DlrtStatus queue_batch(DlrtModel *m, long j) {
+  RtDevice *d = m->dev;
+  const RtPlan *p = m->plan;
+  Slots *sl = m->slots;
+  int k = (int)(j & 1);
+  for (uint32_t i = 0; i < p->n_inputs; i++)
+    if (slot_bytes(p, i) && d->ops->lane_copy(d, true, sl->host[k][i].p, sl->dev[k][i], slot_bytes(p, i)))
+      return device_error(m, "run_batches: copying inputs up");
+  if (d->ops->mark(d, IN_READY + k, 1) || d->ops->wait_mark(d, IN_READY + k, 0))
+    return device_error(m, "run_batches: ordering the copy stream");
+  for (uint32_t i = 0; i < p->n_inputs; i++)
+    if (slot_bytes(p, i) && d->ops->copy(d, m->inputs[i], sl->dev[k][i], slot_bytes(p, i)))
+      return device_error(m, "run_batches: the inputs from their slot");
+  DlrtStatus s = queue_steps(m);
+  if (s) return s;
+  for (uint32_t i = p->n_inputs; i < sl->n; i++)
+    if (slot_bytes(p, i) && d->ops->copy(d, sl->dev[k][i], m->outputs[i - p->n_inputs], slot_bytes(p, i)))
+      return device_error(m, "run_batches: the outputs into their slot");
+  if (d->ops->mark(d, COMPUTED + k, 0)) return device_error(m, "run_batches: ordering the copy stream");
+  return DLRT_OK;
+}
+
+/* Batch j's outputs, once lane 1 brought them down, to the caller. */
+static DlrtStatus hand_over(DlrtModel *m, long j, DlrtDrainFn drain, void *user) {
+  Slots *sl = m->slots;
+  int k = (int)(j & 1);
+  if (m->dev->ops->sync_mark(m->dev, OUT_DONE + k)) return device_error(m, "run_batches");
+  m->warm = true;
+  const void *outs[RT_MAX_BATCH_IO];
+  for (uint32_t i = m->plan->n_inputs; i < sl->n; i++) outs[i - m->plan->n_inputs] = sl->host[k][i].p;
+  if (drain(user, j, outs))
+    return set_error(m, DLRT_E_STATE, "run_batches: the drain stopped at batch %ld", j);
+  return DLRT_OK;
+}
+
+static DlrtStatus pipelined(DlrtModel *m, DlrtFeedFn feed, DlrtDrainFn drain, void *user, long *done) {
+  const RtPlan *p = m->plan;
+  RtDevice *d = m->dev;
+  DlrtStatus s = DLRT_OK;
+  if (!m->slots && (s = make_slots(m))) return s;
+  Slots *sl = m->slots;
+  bool with_init = m->init_dirty && p->n_init_steps;
+  if (with_init) {
+    if ((s = run_steps(m, p->init_steps, 0, p->n_init_steps, &m->init_args, "run_batches: init step"))) return s;
+    m->init_runs++;
+  }
+  m->init_dirty = false;
+  long i = 0;
+  for (;; i++) {
+    int k = (int)(i & 1);
+    if (i >= 2 && (s = hand_over(m, i - 2, drain, user))) break;
+    void *ins[RT_MAX_BATCH_IO];
+    for (uint32_t j = 0; j < p->n_inputs; j++) ins[j] = sl->host[k][j].p;
+    int r = feed(user, i, ins);
+    if (r == 1) break;
+    if (r) {
+      s = set_error(m, DLRT_E_STATE, "run_batches: the feed stopped at batch %ld", i);
+      break;
+    }
+    if ((s = queue_batch(m, i))) break;
+    if (i >= 1 && queue_download(m, i - 1)) {
+      s = device_error(m, "run_batches: copying outputs down");
+      break;
+    }
+  }
+  /* The loop's last pass handed over batch i - 2 before feed said no. */
+  if (!s && i >= 1 && queue_download(m, i - 1)) s = device_error(m, "run_batches: copying outputs down");
+  if (!s && i >= 1) s = hand_over(m, i - 1, drain, user);
+  *done = s ? 0 : i;
+  if (s) {
+    /* Nothing of ours left running: both lanes drained. */
+    d->ops->mark(d, QUIET, 1);
+    d->ops->sync_mark(d, QUIET);
+    d->ops->synchronize(d);
+    return s;
+  }
+  if (p->status_bytes && d->ops->download(d, m->status_host.p, m->status, p->status_bytes))
+    return device_error(m, "run_batches: the index reports");
+  return index_reports(m, with_init);
+}
+
+/* Without a second lane: one run after another. */
+static DlrtStatus one_by_one(DlrtModel *m, DlrtFeedFn feed, DlrtDrainFn drain, void *user, long *done) {
+  const RtPlan *p = m->plan;
+  void *ins[RT_MAX_BATCH_IO];
+  const void *outs[RT_MAX_BATCH_IO];
+  for (uint32_t j = 0; j < p->n_inputs; j++) ins[j] = m->in_stage[j].p;
+  for (uint32_t j = 0; j < p->n_outputs; j++) outs[j] = m->out_stage[j].p;
+  for (long i = 0;; i++) {
+    int r = feed(user, i, ins);
+    if (r == 1) return DLRT_OK;
+    if (r) return set_error(m, DLRT_E_STATE, "run_batches: the feed stopped at batch %ld", i);
+    for (uint32_t j = 0; j < p->n_inputs; j++) {
+      m->input_dirty[j] = p->inputs[j].nbytes != 0;
+      m->input_set[j] = true;
+    }
+    DlrtStatus s = queue_run(m);
+    if (s || (s = finish_run(m))) return s;
+    if (drain(user, i, outs)) return set_error(m, DLRT_E_STATE, "run_batches: the drain stopped at batch %ld", i);
+    *done = i + 1;
+  }
+}
+
+DlrtStatus dlrt_run_batches(DlrtModel *m, DlrtFeedFn feed, DlrtDrainFn drain, void *user, long *n_batches) {
+  long done = 0;
+  DlrtStatus s = usable(m);
+  if (n_batches) *n_batches = 0;
+  if (s) return s;
+  const RtPlan *p = m->plan;
+  if (!feed || !drain) return set_error(m, DLRT_E_ARG, "run_batches: no feed or drain function");
+  if (p->n_inputs > RT_MAX_BATCH_IO || p->n_outputs > RT_MAX_BATCH_IO)
+    return set_error(m, DLRT_E_ARG, "run_batches: more than %d inputs or outputs", RT_MAX_BATCH_IO);
+  if (!m->all_weights)
+    return set_error(m, DLRT_E_STATE, "run_batches: the weights were never loaded (dlrt_set_weights, dlrt_load_weights)");
+  for (uint32_t i = 0; i < p->n_inputs; i++)
+    if (m->input_bound[i])
+      return set_error(m, DLRT_E_STATE, "run_batches: input '%s' is bound to device memory (unbind it)", p->inputs[i].name);
+  for (uint32_t i = 0; i < p->n_outputs; i++)
+    if (m->output_bound[i])
+      return set_error(m, DLRT_E_STATE, "run_batches: output '%s' is bound to device memory (unbind it)",
+                       p->outputs[i].name);
+  RtDevice *d = m->dev;
+  bool lanes = d->ops->lane_copy && d->ops->mark && d->ops->wait_mark && d->ops->sync_mark;
+  s = lanes ? pipelined(m, feed, drain, user, &done) : one_by_one(m, feed, drain, user, &done);
+  if (n_batches) *n_batches = done;
+  return s;
 }

@@ -60,7 +60,8 @@ static int graph_kernels;
 static const char *const counted[] = {"cuCtxSetCurrent",   "cuLaunchKernel",       "cuGraphLaunch",
                                       "cuStreamSynchronize", "cuMemcpyHtoDAsync",  "cuMemcpyDtoHAsync",
                                       "cuMemcpyDtoDAsync", "cuStreamBeginCapture", "cuGraphInstantiate",
-                                      "cuMemHostAlloc",    "cuStreamWaitEvent",    "cuEventRecord"};
+                                      "cuMemHostAlloc",    "cuStreamWaitEvent",    "cuEventRecord",
+                                      "cuEventSynchronize"};
 enum { N_COUNTED = sizeof counted / sizeof counted[0] };
 static int counts[N_COUNTED];
 static void count(const char *name) {
@@ -347,6 +348,10 @@ CUresult CUDAAPI cuEventCreate(CUevent *e, unsigned int flags) {
 CUresult CUDAAPI cuEventDestroy(CUevent e) { return CUDA_SUCCESS; }
 CUresult CUDAAPI cuEventRecord(CUevent e, CUstream s) {
   count("cuEventRecord");
+  return CUDA_SUCCESS;
+}
+CUresult CUDAAPI cuEventSynchronize(CUevent e) {
+  count("cuEventSynchronize");
   return CUDA_SUCCESS;
 }
 CUresult CUDAAPI cuStreamWaitEvent(CUstream s, CUevent e, unsigned int flags) {

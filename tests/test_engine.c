@@ -150,6 +150,58 @@ START_TEST(emu_bound_io_and_async) {
 }
 END_TEST
 
+/* A stream of batches: each fed its own random input, drained in order,
+ * each output the function of its own batch's input. */
+typedef struct Feed {
+  long n, fed, drained;
+  float x[16][32];
+  int bad;
+} Feed;
+
+static int feed_batch(void *user, long batch, void *const *inputs) {
+  Feed *f = user;
+  if (batch >= f->n) return 1;
+  ck_assert_int_eq(batch, f->fed++);
+  for (int i = 0; i < 32; i++) f->x[batch][i] = frand();
+  memcpy(inputs[0], f->x[batch], sizeof f->x[batch]);
+  return 0;
+}
+
+static int drain_batch(void *user, long batch, const void *const *outputs) {
+  Feed *f = user;
+  ck_assert_int_eq(batch, f->drained++);
+  ck_assert_int_le(f->fed, batch + 3); /* at most two batches ahead */
+  float want[32];
+  ew_expect(f->x[batch], want);
+  const float *y = outputs[0];
+  for (int i = 0; i < 32; i++) f->bad += fabsf(y[i] - want[i]) > 1e-6f;
+  return 0;
+}
+
+START_TEST(emu_batch_stream) {
+  Built bt;
+  build(&bt, ew_text);
+  DlrtModel *m = NULL;
+  ck_assert_msg(dlrt_open(bt.b.cg.plan, "emu", &m) == DLRT_OK, "%s", dlrt_error(m));
+  for (long n = 0; n < 6; n++) {
+    Feed f = {.n = n};
+    long done = -1;
+    ck_assert_msg(dlrt_run_batches(m, feed_batch, drain_batch, &f, &done) == DLRT_OK, "%s", dlrt_error(m));
+    ck_assert_int_eq(done, n);
+    ck_assert_int_eq(f.drained, n);
+    ck_assert_int_eq(f.bad, 0);
+  }
+  ck_assert_str_eq(dlrt_engine_report(m), "graphs on: 1 graph over 1 steps, every step captured; staging in host memory");
+  float x[32] = {0};
+  ck_assert_int_eq(dlrt_bind_input(m, 0, (uint64_t)(uintptr_t)x), DLRT_OK);
+  Feed f = {.n = 2};
+  ck_assert_int_eq(dlrt_run_batches(m, feed_batch, drain_batch, &f, NULL), DLRT_E_STATE);
+  ck_assert_str_eq(dlrt_error(m), "run_batches: input 'x' is bound to device memory (unbind it)");
+  dlrt_close(m);
+  ctx_free(&bt.c);
+}
+END_TEST
+
 #ifdef HAVE_CUDA
 static void *fake;
 static int (*calls)(const char *);
@@ -295,6 +347,30 @@ START_TEST(fake_pageable_staging_and_caller_stream) {
   ctx_free(&bt.c);
 }
 END_TEST
+
+/* Over the fake: a batch's copies on the copy stream, its steps one graph
+ * launch, the host waiting on events only (no stream synchronization). */
+START_TEST(fake_batch_stream_overlaps) {
+  Built bt;
+  build(&bt, ew_text);
+  DlrtModel *m = NULL;
+  ck_assert_msg(dlrt_open(bt.b.cg.plan, "cuda", &m) == DLRT_OK, "%s", dlrt_error(m));
+  Feed f = {.n = 3};
+  ck_assert_msg(dlrt_run_batches(m, feed_batch, drain_batch, &f, NULL) == DLRT_OK, "%s", dlrt_error(m));
+  const char *names[] = {"cuGraphLaunch", "cuLaunchKernel", "cuStreamSynchronize", "cuMemcpyHtoDAsync",
+                         "cuMemcpyDtoHAsync", "cuEventSynchronize", "cuMemcpyDtoDAsync"};
+  int before[7];
+  for (int i = 0; i < 7; i++) before[i] = calls(names[i]);
+  f = (Feed){.n = 10};
+  ck_assert_msg(dlrt_run_batches(m, feed_batch, drain_batch, &f, NULL) == DLRT_OK, "%s", dlrt_error(m));
+  /* Every batch: 1 graph, 1 copy up, 1 down, 1 event waited for, 2
+   * device copies (slot to input, output to slot); no synchronization. */
+  int want[7] = {10, 0, 0, 10, 10, 10, 20};
+  for (int i = 0; i < 7; i++) ck_assert_msg(calls(names[i]) - before[i] == want[i], "%s: %d", names[i], calls(names[i]) - before[i]);
+  dlrt_close(m);
+  ctx_free(&bt.c);
+}
+END_TEST
 #endif
 
 static Suite *engine_suite(void) {
@@ -303,6 +379,7 @@ static Suite *engine_suite(void) {
   tcase_set_timeout(tc, 120);
   tcase_add_test(tc, emu_replay_matches_reference);
   tcase_add_test(tc, emu_bound_io_and_async);
+  tcase_add_test(tc, emu_batch_stream);
   suite_add_tcase(s, tc);
 #ifdef HAVE_CUDA
   tc = tcase_create("fake_driver");
@@ -311,6 +388,7 @@ static Suite *engine_suite(void) {
   tcase_add_test(tc, fake_warm_resnet_is_one_graph_launch);
   tcase_add_test(tc, fake_capture_failure_falls_back);
   tcase_add_test(tc, fake_pageable_staging_and_caller_stream);
+  tcase_add_test(tc, fake_batch_stream_overlaps);
   suite_add_tcase(s, tc);
 #endif
   return s;
