@@ -389,6 +389,8 @@ DlrtStatus dlrt_open_file(const char *so_path, const char *backend, DlrtModel **
 
 void dlrt_close(DlrtModel *m) {
   if (!m) return;
+  /* Nothing of a run still in flight may touch what release frees. */
+  if (m->in_flight && m->dev) m->dev->ops->synchronize(m->dev);
   release(m);
   if (m->so) dlclose(m->so);
   free(m);
