@@ -790,12 +790,17 @@ DlrtStatus dlrt_wait(DlrtModel *m) {
 
 uint64_t rt_model_init_runs(const DlrtModel *m) { return m ? m->init_runs : 0; }
 
-int rt_model_enqueue(DlrtModel *m) {
+int rt_model_enqueue(DlrtModel *m, void *stream) {
   DlrtStatus s = usable(m);
   if (s) return s;
+  RtDevice *d = m->dev;
   if (m->init_dirty && m->plan->n_init_steps)
     return set_error(m, DLRT_E_STATE, "enqueue: the init steps have not run (dlrt_run once first)");
-  return queue_steps(m);
+  if (stream && (!d->ops->wait_on || d->ops->wait_on(d, stream)))
+    return d->ops->wait_on ? device_error(m, "enqueue") : set_error(m, DLRT_E_ARG, "enqueue: no streams here");
+  if ((s = queue_steps(m))) return s;
+  if (stream && d->ops->signal(d, stream)) return device_error(m, "enqueue");
+  return DLRT_OK;
 }
 
 DlrtStatus dlrt_get_output(DlrtModel *m, int index, void *data, size_t nbytes) {
