@@ -114,7 +114,8 @@ int dlrt_find_output(const DlrtModel *m, const char *name);
 DlrtStatus dlrt_input_info(const DlrtModel *m, int index, DlrtTensorInfo *out);
 DlrtStatus dlrt_output_info(const DlrtModel *m, int index, DlrtTensorInfo *out);
 
-/* Copies nbytes (exactly the input's size) to the device; the value
+/* Copies nbytes (exactly the input's size) into the model's host
+ * staging (pinned on cuda); the next run copies it to the device, and it
  * stays there for every later run until set again. */
 DlrtStatus dlrt_set_input(DlrtModel *m, int index, const void *data, size_t nbytes);
 DlrtStatus dlrt_set_input_by_name(DlrtModel *m, const char *name, const void *data, size_t nbytes);
