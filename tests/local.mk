@@ -41,3 +41,4 @@ include tests/tcgemm.mk
 include tests/sass.mk
 include tests/gpubench.mk
 include tests/reduce.mk
+include tests/engine.mk
