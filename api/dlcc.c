@@ -123,10 +123,25 @@ static Define *copy_defines(Ctx *c, const dlc_options *opt, int *n) {
   return defs;
 }
 
+/* dlc_input_shape and InputShape likewise. */
+static InputShape *copy_input_shapes(Ctx *c, const dlc_options *opt, int *n) {
+  int ns = opt ? opt->n_input_shapes : 0;
+  InputShape *shapes = ARENA_ARRAY(&c->arena, InputShape, ns > 0 ? ns : 1);
+  for (int i = 0; i < ns; i++) {
+    const dlc_input_shape *s = &opt->input_shapes[i];
+    int64_t *dims = ARENA_ARRAY(&c->arena, int64_t, s->rank > 0 ? s->rank : 1);
+    if (s->rank > 0) memcpy(dims, s->dims, sizeof *dims * (size_t)s->rank);
+    shapes[i] = (InputShape){arena_strdup(&c->arena, s->name), s->rank, dims};
+  }
+  *n = ns;
+  return shapes;
+}
+
 /* An ONNX model brings its weights: they are bound at once. */
 static Graph *import_onnx(Ctx *c, CompileJob *job) {
   OnnxOptions oo = {0};
   oo.defines = copy_defines(c, job->opt, &oo.n_defines);
+  oo.input_shapes = copy_input_shapes(c, job->opt, &oo.n_input_shapes);
   TensorMap params;
   Graph *g = fe_onnx_import(c, job->path, &oo, &params);
   if (g) {
@@ -233,6 +248,7 @@ static int compile_job(Ctx *c, void *data) {
     int nd;
     Define *defs = copy_defines(c, job->opt, &nd);
     LowerOptions lo = {.model = job->opt ? job->opt->model : NULL, .n_defines = nd, .defines = defs};
+    lo.input_shapes = copy_input_shapes(c, job->opt, &lo.n_input_shapes);
     g = fe_lower(c, p, &lo);
   }
 have_graph:

@@ -431,7 +431,10 @@ __attribute__((noinline)) static Val eval_name(Lower *l, Frame *f, const Expr *e
   if (b) return b->v;
   DType dt;
   if (ir_dtype_from_name(e->s, &dt)) return (Val){.kind = V_DTYPE, .dt = dt};
-  if (l->in_type) {
+  if (l->in_type && l->type_input) {
+    fe_error(l, e->loc, "unknown dimension '%s': define it with 'let %s = ...' or -D %s=..., or give the "
+             "input '%s' (its shape binds %s)", e->s, e->s, e->s, l->type_input, e->s);
+  } else if (l->in_type) {
     fe_error(l, e->loc, "unknown dimension '%s': define it with 'let %s = ...' or -D %s=...", e->s,
              e->s, e->s);
   } else if (fe_map(l, &l->blocks, e->s, false)) {
@@ -1120,6 +1123,92 @@ static bool eval_type(Lower *l, Frame *f, const TypeExpr *te, TensorType *out) {
   return ok;
 }
 
+/* ---- model inputs: free names bound by the given shapes ---- */
+
+/* How the name that a dim is got its value, for a message: "let N at
+ * m.dl:1:5" or "-D N=8"; NULL for a name bound otherwise. */
+static const char *dim_origin(Lower *l, const char *name) {
+  for (int d = l->opt->n_defines - 1; d >= 0; d--)
+    if (strcmp(l->opt->defines[d].name, name) == 0)
+      return arena_printf(l->a, "-D %s=%" PRId64, name, l->opt->defines[d].value);
+  for (int i = 0; i < l->p->n_items; i++) {
+    const Item *it = l->p->items[i];
+    if (it->kind == IT_LET && strcmp(it->name, name) == 0)
+      return arena_printf(l->a, "'let %s' at %s:%d:%d", name, it->loc.file ? it->loc.file->name : "?",
+                          it->loc.line, it->loc.col);
+  }
+  return NULL;
+}
+
+/* A model input's type.  A dim written as a name that nothing defines is
+ * free: -D INPUT:AXIS, or the shape the caller gives (frontend/dims.c)
+ * binds it, and the name keeps that value for the rest of the model.  A
+ * dim the given shape contradicts is an error that says which -D would
+ * make them agree. */
+static bool eval_input_type(Lower *l, Frame *f, const Param *pr, TensorType *out) {
+  const TypeExpr *te = pr->type;
+  const InputShape *given = fe_dims_shape(&l->dims, pr->name);
+  int rank = te->dims.n;
+  bool ok = true;
+  if (given && given->rank != rank && rank <= DL_MAX_RANK) {
+    fe_error(l, te->loc, "input '%s' is given with %d dim%s, but the model declares %d", pr->name, given->rank,
+             given->rank == 1 ? "" : "s", rank);
+    given = NULL;
+    ok = false;
+  }
+  for (int i = 0; i < rank && rank <= DL_MAX_RANK; i++) {
+    const Expr *d = te->dims.v[i];
+    DType dt;
+    if (d->kind != EX_NAME) continue;
+    /* Bound by an earlier input: the binder checks that this one agrees. */
+    bool bound = fe_map(l, &l->free_dims, d->s, false) != NULL;
+    if (!bound && (lookup(l, f, d->s) || ir_dtype_from_name(d->s, &dt))) continue;
+    int64_t v;
+    char err[768];
+    if (fe_dims_bind(&l->dims, pr->name, rank, i, d->s, &v, err, sizeof err)) {
+      if (v < 1) {
+        fe_error(l, d->loc, "dim %d of input '%s' is %s = %" PRId64 ", but a dimension must be positive", i,
+                 pr->name, d->s, v);
+        frame_set(l, l->globals, d->s, val_poison());
+        ok = false;
+        continue;
+      }
+      frame_set(l, l->globals, d->s, val_int(v));
+      fe_map(l, &l->free_dims, d->s, true);
+    } else if (given) {
+      fe_error(l, d->loc, "%s", err);
+      frame_set(l, l->globals, d->s, val_poison());
+      ok = false;
+    }
+    /* Else nothing binds it: eval_type says so, once. */
+  }
+  l->type_input = pr->name;
+  ok &= eval_type(l, f, te, out);
+  l->type_input = NULL;
+  for (int i = 0; i < rank && rank <= DL_MAX_RANK; i++) {
+    const Expr *d = te->dims.v[i];
+    if (d->kind == EX_NAME && !lookup(l, f, d->s)) {
+      DType dt;
+      if (!ir_dtype_from_name(d->s, &dt)) frame_set(l, l->globals, d->s, val_poison());
+    }
+  }
+  if (!ok || !given) return ok;
+  for (int i = 0; i < rank; i++) {
+    if (out->dims[i] == given->dims[i]) continue;
+    const Expr *d = te->dims.v[i];
+    const char *origin = d->kind == EX_NAME ? dim_origin(l, d->s) : NULL;
+    if (origin)
+      fe_error(l, d->loc, "dim %d of input '%s' is %s = %" PRId64 " (by %s), but the input given has %" PRId64
+               ": -D %s=%" PRId64 " would make them agree", i, pr->name, d->s, out->dims[i], origin,
+               given->dims[i], d->s, given->dims[i]);
+    else
+      fe_error(l, d->loc, "dim %d of input '%s' is %" PRId64 ", but the input given has %" PRId64, i, pr->name,
+               out->dims[i], given->dims[i]);
+    ok = false;
+  }
+  return ok;
+}
+
 /* ---- statements ---- */
 
 static bool step(Lower *l, SrcLoc loc) {
@@ -1401,7 +1490,7 @@ static void lower_model(Lower *l, const Item *m) {
     Value *v = NULL;
     if (frame_find(f, pr->name))
       fe_error(l, pr->loc, "model input '%s' is declared twice", pr->name);
-    else if (pr->type && eval_type(l, f, pr->type, &t))
+    else if (pr->type && eval_input_type(l, f, pr, &t))
       v = &ir_source(l->g, OP_INPUT, &t, pr->name, pr->loc)->out[0];
     else if (!pr->type)
       fe_error(l, pr->loc, "model input '%s' needs a type, like %s: f32[N, 784]", pr->name,
@@ -1467,6 +1556,10 @@ static void eval_globals(Lower *l) {
   bool *used = ARENA_ARRAY(l->a, bool, opt->n_defines + 1);
   /* A -D that no let defines binds a name that the types use freely. */
   for (int d = 0; d < opt->n_defines; d++) {
+    if (strchr(opt->defines[d].name, ':')) {
+      used[d] = true; /* INPUT:AXIS: the binder says whether it bound a dim */
+      continue;
+    }
     bool is_let = false;
     for (int i = 0; i < p->n_items; i++)
       if (p->items[i]->kind == IT_LET && strcmp(p->items[i]->name, opt->defines[d].name) == 0)
@@ -1572,7 +1665,14 @@ Graph *fe_lower(Ctx *c, const Program *p, const LowerOptions *opt) {
   const Item *m = pick_model(l);
   if (!m) return NULL;
   l->g = ir_graph_new(c, m->name);
+  bool *define_used = ARENA_ARRAY(l->a, bool, opt->n_defines + 1);
+  fe_dims_init(&l->dims, l->a, opt->n_defines, opt->defines, define_used, opt->n_input_shapes,
+               opt->input_shapes);
   eval_globals(l);
   lower_model(l, m);
+  for (int d = 0; d < opt->n_defines; d++)
+    if (strchr(opt->defines[d].name, ':') && !define_used[d] && c->diag.errors == errors0)
+      diag_warning(c, (SrcLoc){0}, "-D %s=%" PRId64 ": model '%s' has no free dim there (a dim written as a name "
+                   "that no 'let' or -D defines)", opt->defines[d].name, opt->defines[d].value, m->name);
   return c->diag.errors > errors0 ? NULL : l->g;
 }

@@ -5,6 +5,7 @@
 #define DLCC_LOWER_H
 
 #include "frontend/ast.h"
+#include "frontend/dims.h"
 #include "ir/ir.h"
 
 enum {
@@ -93,7 +94,10 @@ typedef struct Lower {
   long n_dup;   /* errors suppressed as repeats */
   bool halt;    /* a budget ran out: stop evaluating */
   bool in_type; /* evaluating the dims of a type */
+  const char *type_input; /* ... of this model input's type, or NULL */
   Frame *globals;
+  DimBinder dims;   /* free names of the inputs' types, from the given shapes */
+  StrMap free_dims; /* the names it bound */
 } Lower;
 
 /* A call to a builtin, its arguments bound to the builtin's parameters. */

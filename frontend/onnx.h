@@ -11,12 +11,19 @@
 #include <stdio.h>
 
 #include "frontend/ast.h"
+#include "frontend/dims.h"
 #include "ir/eval.h"
 #include "ir/ir.h"
 
 typedef struct OnnxOptions {
-  int n_defines; /* -D NAME=VALUE binds a symbolic dim (dim_param) */
+  /* -D NAME=VALUE binds a symbolic dim (dim_param) by its name, -D
+   * INPUT:AXIS=VALUE any free dim of a graph input (frontend/dims.h). */
+  int n_defines;
   const Define *defines;
+  /* The shapes of the inputs the caller will give: they bind the free
+   * dims -D leaves (symbolic, -1, "?" or unset). */
+  int n_input_shapes;
+  const InputShape *input_shapes;
   /* Values of graph inputs, consulted only where an op needs a
    * compile-time operand (Reshape's shape, Slice's starts, ...): the ONNX
    * backend tests pass such operands as inputs.  The input stays an

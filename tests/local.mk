@@ -35,3 +35,4 @@ include tests/bounds.mk
 include tests/names.mk
 include tests/files.mk
 include tests/limits.mk
+include tests/pytorch.mk

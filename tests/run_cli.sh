@@ -43,8 +43,19 @@ expect 1 "dlcc: error: $tmp/extra.safetensors: unexpected tensor 'fc.scale' (the
   "$dlcc" run "$tmp/tiny.dl" --weights "$tmp/extra.safetensors"
 
 # An input of the wrong shape: output.npy above is f32[2, 4], x is f32[2, 3].
-expect 1 "dlcc: error: input 'x': $tmp/o/output.npy holds f32[2, 4], the model expects f32[2, 3]" \
+# The .dl says where; the IR text (no source to point at) says what.
+expect 1 "$tmp/tiny.dl:1:22: error: dim 1 of input 'x' is 3, but the input given has 4" \
   "$dlcc" run "$tmp/tiny.dl" --input "x=$tmp/o/output.npy"
+"$dlcc" "$tmp/tiny.dl" --emit=ir -o "$tmp/tiny.ir" || fail "--emit=ir failed"
+expect 1 "dlcc: error: input 'x': $tmp/o/output.npy holds f32[2, 4], the model expects f32[2, 3]" \
+  "$dlcc" run "$tmp/tiny.ir" --input "x=$tmp/o/output.npy"
+
+# A batch left free takes the input's: N is 2 from output.npy's [2, 4].
+printf 'model free(x: f32[N, 4]) -> y: f32[N, 2] {\n  return linear(x, 2) as fc\n}\n' >"$tmp/free.dl"
+expect 0 "" "$dlcc" run "$tmp/free.dl" --input "x=$tmp/o/output.npy" --backend=ref
+grep -q "^y: f32\[2, 2\]  min" "$tmp/out" || fail "free N: $(cat "$tmp/out")"
+expect 1 "$tmp/free.dl:1:19: error: unknown dimension 'N': define it with 'let N = ...' or -D N=..., or give the input 'x' (its shape binds N)" \
+  "$dlcc" run "$tmp/free.dl"
 expect 1 "dlcc: error: --input y=$tmp/o/output.npy: the model has no input 'y'; its inputs: x" \
   "$dlcc" run "$tmp/tiny.dl" --input "y=$tmp/o/output.npy"
 
