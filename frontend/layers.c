@@ -3,9 +3,11 @@
  * graph nodes (and, for layers, the parameters named as in PyTorch's
  * state_dict, with PyTorch's default init).  Returns the result value, or
  * a poison value after reporting. */
+#include <ctype.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "frontend/lower.h"
@@ -1243,6 +1245,14 @@ Val fe_scalar_call(Lower *l, const char *name, int n, const Val *args, const Src
   bool minmax = strcmp(name, "min") == 0 || strcmp(name, "max") == 0;
   if (minmax ? n < 1 : n != 1) {
     fe_error(l, loc, "%s takes %s, got %d", name, minmax ? "at least 1 argument" : "1 argument", n);
+    return val_poison();
+  }
+  /* Python's float("inf"), float("-inf"), float("nan"): what a mask needs. */
+  if (strcmp(name, "float") == 0 && n == 1 && args[0].kind == V_STR) {
+    char *end;
+    double v = strtod(args[0].s, &end);
+    if (*args[0].s && !*end && !isspace((unsigned char)args[0].s[0])) return val_float(v);
+    fe_error(l, locs[0], "float: \"%s\" is not a number (\"inf\", \"-inf\" and \"nan\" are)", args[0].s);
     return val_poison();
   }
   for (int i = 0; i < n; i++) {

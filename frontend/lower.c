@@ -4,6 +4,7 @@
  * and shape checked, or NULL after reporting every error it found.  The
  * builtin functions and layers are in layers.c. */
 #include "frontend/lower.h"
+#include "frontend/pytorch.h"
 
 #include <inttypes.h>
 #include <math.h>
@@ -431,6 +432,16 @@ __attribute__((noinline)) static Val eval_name(Lower *l, Frame *f, const Expr *e
   if (b) return b->v;
   DType dt;
   if (ir_dtype_from_name(e->s, &dt)) return (Val){.kind = V_DTYPE, .dt = dt};
+  const PtSpelling *torch = l->in_type ? NULL : fe_torch_find(PT_NAME, e->s, NULL, NULL, 0);
+  if (torch && torch->alias) {
+    if (ir_dtype_from_name(torch->dlcc, &dt)) return (Val){.kind = V_DTYPE, .dt = dt};
+    return val_bool(strcmp(torch->dlcc, "true") == 0);
+  }
+  if (torch) {
+    char note[256];
+    fe_error(l, e->loc, "unknown name '%s'%s", e->s, fe_torch_note(torch, note, sizeof note));
+    return val_poison();
+  }
   if (l->in_type && l->type_input) {
     fe_error(l, e->loc, "unknown dimension '%s': define it with 'let %s = ...' or -D %s=..., or give the "
              "input '%s' (its shape binds %s)", e->s, e->s, e->s, l->type_input, e->s);
@@ -806,7 +817,21 @@ __attribute__((noinline)) static Val call_builtin(Lower *l, const Builtin *b, co
     int j = -1;
     for (int i = 0; i < call.n; i++)
       if (strcmp(call.pnames[i], a->kw_names[k]) == 0) j = i;
-    if (j < 0) {
+    const PtSpelling *torch = NULL;
+    if (j < 0) torch = fe_torch_find(PT_ARG, a->kw_names[k], b->name, call.pnames, call.n);
+    if (torch && torch->alias)
+      for (int i = 0; i < call.n; i++)
+        if (strcmp(call.pnames[i], torch->dlcc) == 0) j = i;
+    if (j < 0 && torch) {
+      char note[256];
+      if (torch->dlcc)
+        fe_error(l, a->kw_locs[k], "%s has no argument '%s'; did you mean '%s'?%s", b->name, a->kw_names[k],
+                 torch->dlcc, fe_torch_note(torch, note, sizeof note));
+      else
+        fe_error(l, a->kw_locs[k], "%s has no argument '%s'%s", b->name, a->kw_names[k],
+                 fe_torch_note(torch, note, sizeof note));
+      ok = false;
+    } else if (j < 0) {
       char hint[160];
       fe_error(l, a->kw_locs[k], "%s has no argument '%s'%s", b->name, a->kw_names[k],
                suggest_among(a->kw_names[k], call.pnames, call.n, hint, sizeof hint));
@@ -945,6 +970,13 @@ __attribute__((noinline)) static Val unknown_function(Lower *l, Frame *f, const 
     fe_error(l, e->loc, "'%s' is a variable, not a function", e->s);
     return val_poison();
   }
+  const PtSpelling *torch = fe_torch_find(PT_FUNC, e->s, NULL, NULL, 0);
+  if (torch) {
+    char note[256], also[160] = "";
+    if (torch->dlcc) snprintf(also, sizeof also, "; did you mean '%s'?", torch->dlcc);
+    fe_error(l, e->loc, "unknown function '%s'%s%s", e->s, also, fe_torch_note(torch, note, sizeof note));
+    return val_poison();
+  }
   int nb = fe_builtin_names(NULL, 0);
   const char **cand = ARENA_ARRAY(l->a, const char *, nb + l->blocks.len + 1);
   int n = fe_builtin_names(cand, nb);
@@ -953,6 +985,13 @@ __attribute__((noinline)) static Val unknown_function(Lower *l, Frame *f, const 
   char hint[160];
   fe_error(l, e->loc, "unknown function '%s'%s", e->s, suggest_among(e->s, cand, n, hint, sizeof hint));
   return val_poison();
+}
+
+/* A builtin by its name, or by PyTorch's where that is an alias (cat). */
+static const Builtin *find_builtin(const char *name) {
+  const Builtin *b = fe_builtin(name);
+  const PtSpelling *torch = b ? NULL : fe_torch_find(PT_FUNC, name, NULL, NULL, 0);
+  return torch && torch->alias ? fe_builtin(torch->dlcc) : b;
 }
 
 static Val eval_call(Lower *l, Frame *f, const Expr *e, const char *scope) {
@@ -973,7 +1012,7 @@ static Val eval_call(Lower *l, Frame *f, const Expr *e, const char *scope) {
       return fe_scalar_call(l, e->s, a.n_pos, a.pos, a.pos_locs, e->loc);
     }
   }
-  const Builtin *b = fe_builtin(e->s);
+  const Builtin *b = find_builtin(e->s);
   if (!b) return unknown_function(l, f, e);
   return call_builtin(l, b, e, scope, &a);
 }
@@ -983,7 +1022,7 @@ static Val call_pinned(Lower *l, Frame *f, const Expr *e, const char *scope, Arg
   Node *before = l->g->last;
   MapEntry *be = fe_map(l, &l->blocks, e->s, false);
   Val r;
-  const Builtin *b = be ? NULL : fe_builtin(e->s);
+  const Builtin *b = be ? NULL : find_builtin(e->s);
   if (be)
     r = call_block(l, (int)be->n, e, scope, a);
   else if (b)
@@ -1089,7 +1128,9 @@ static Val eval_expr(Lower *l, Frame *f, const Expr *e) {
 static bool eval_type(Lower *l, Frame *f, const TypeExpr *te, TensorType *out) {
   bool ok = true;
   memset(out, 0, sizeof *out);
-  if (!ir_dtype_from_name(te->dtype, &out->dtype)) {
+  const PtSpelling *torch = fe_torch_find(PT_NAME, te->dtype, NULL, NULL, 0);
+  bool aliased = torch && torch->alias && ir_dtype_from_name(torch->dlcc, &out->dtype);
+  if (!aliased && !ir_dtype_from_name(te->dtype, &out->dtype)) {
     fe_error(l, te->dtype_loc, "unknown dtype '%s'; expected one of f32, f16, bf16, i8, i32, i64, bool, u8",
              te->dtype);
     ok = false;

@@ -311,6 +311,76 @@ START_TEST(examples_with_free_batch) {
 }
 END_TEST
 
+/* ---- PyTorch's spellings ---- */
+
+/* g's IR text without its location comments (the two spellings sit at
+ * other columns). */
+static char *ir_shape(Graph *g) {
+  char *buf = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&buf, &len);
+  ir_print(f, g);
+  fclose(f);
+  char *o = buf;
+  for (char *p = buf; *p;) {
+    char *nl = strchr(p, '\n');
+    size_t n = nl ? (size_t)(nl - p) : strlen(p);
+    char *semi = memchr(p, ';', n);
+    size_t keep = semi ? (size_t)(semi - p) : n;
+    while (keep && p[keep - 1] == ' ') keep--;
+    memmove(o, p, keep);
+    o += keep;
+    *o++ = '\n';
+    p += n + (nl != NULL);
+  }
+  *o = 0;
+  return buf;
+}
+
+/* Each alias of frontend/pytorch.c's table builds what dlcc's spelling
+ * does. */
+START_TEST(aliases_mean_the_same) {
+  static const struct {
+    const char *torch, *dlcc;
+  } pairs[] = {
+      {"conv2d(x, out_channels=4, kernel_size=3, padding=1)", "conv2d(x, 4, kernel=3, pad=1)"},
+      {"flatten(maxpool2d(x, kernel_size=2), start_dim=1, end_dim=-1)", "flatten(maxpool2d(x, kernel=2), start=1, end=-1)"},
+      {"max_pool2d(x, 2, padding=1)", "maxpool2d(x, 2, pad=1)"},
+      {"avg_pool2d(x, 2)", "avgpool2d(x, 2)"},
+      {"softmax(cat([x, x], dim=1), dim=-1)", "softmax(concat([x, x], axis=1), axis=-1)"},
+      {"sum(x, dim=[2, 3], keepdim=True)", "sum(x, axis=[2, 3], keepdims=true)"},
+      {"leaky_relu(clamp(x, -1, 1), negative_slope=0.2)", "leaky_relu(clip(x, -1, 1), alpha=0.2)"},
+      {"linear(flatten(x), out_features=5, bias=False)", "linear(flatten(x), 5, bias=false)"},
+      {"bmm(permute(x, dims=[0, 1, 3, 2]), x)", "matmul(transpose(x, perm=[0, 1, 3, 2]), x)"},
+      {"mm(view(x, [24, 8]), reshape(x, [8, 24]))", "matmul(reshape(x, [24, 8]), reshape(x, [8, 24]))"},
+      {"pad(x, pad=[1, 1])", "pad(x, [1, 1])"},
+      {"upsample(x, scale_factor=2)", "upsample(x, scale=2)"},
+      {"relu(input=x)", "relu(x)"},
+      {"cast(x, float16)", "cast(x, f16)"},
+      {"cast(x, long)", "cast(x, i64)"},
+      {"x * float(\"-inf\")", "x * -(1e308 * 10.0)"},
+  };
+  for (size_t i = 0; i < sizeof pairs / sizeof pairs[0]; i++) {
+    char *shapes[2];
+    for (int k = 0; k < 2; k++) {
+      char full[640];
+      snprintf(full, sizeof full,
+               "block f(x) {\n  return %s\n}\nmodel m(x: f32[2, 3, 4, 8]) -> f32[] {\n  return cast(sum(f(x)), f32)\n}\n",
+               k ? pairs[i].dlcc : pairs[i].torch);
+      Lowered r;
+      lower(&r, full, NULL);
+      ck_assert_msg(r.g != NULL, "%s: %s", k ? pairs[i].dlcc : pairs[i].torch, diag_text(&r.c));
+      shapes[k] = ir_shape(r.g);
+      ctx_free(&r.c);
+    }
+    ck_assert_msg(strcmp(shapes[0], shapes[1]) == 0, "%s:\n%s\nis not %s:\n%s", pairs[i].torch, shapes[0],
+                  pairs[i].dlcc, shapes[1]);
+    free(shapes[0]);
+    free(shapes[1]);
+  }
+}
+END_TEST
+
 static Suite *pytorch_suite(void) {
   Suite *s = suite_create("pytorch");
   TCase *t = tcase_create("free_dims");
@@ -321,6 +391,9 @@ static Suite *pytorch_suite(void) {
   tcase_add_test(t, free_dim_mismatch_names_define);
   tcase_add_test(t, free_dim_inputs_disagree);
   tcase_add_test(t, examples_with_free_batch);
+  suite_add_tcase(s, t);
+  t = tcase_create("spellings");
+  tcase_add_test(t, aliases_mean_the_same);
   suite_add_tcase(s, t);
   return s;
 }
