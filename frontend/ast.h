@@ -90,7 +90,7 @@ typedef enum {
   ST_RETURN, /* values */
   ST_IF,     /* cond, body, orelse (orelse may hold a single ST_IF for "else if") */
   ST_FOR,    /* names[0] in lo..hi (hi exclusive), body */
-  ST_PARAM,  /* param names[0]: type [= value] */
+  ST_PARAM,  /* param scope: type [= value], binding names[0] (the scope's last name) */
   ST_LET,    /* let names[0] = value */
 } StmtKind;
 
@@ -109,6 +109,7 @@ struct Stmt {
   Expr *cond, *lo, *hi;
   StmtList body, orelse;
   TypeExpr *type; /* ST_PARAM */
+  Scope scope;    /* ST_PARAM: its name, as written (w, w{i}, layers.{i}.weight) */
 };
 
 typedef enum { IT_LET, IT_BLOCK, IT_MODEL } ItemKind;

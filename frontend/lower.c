@@ -191,6 +191,13 @@ Value *fe_const(Lower *l, double v, DType dt, SrcLoc loc) {
   return &ir_const(l->g, v, dt, loc)->out[0];
 }
 
+Value *fe_fill(Lower *l, double v, const TensorType *t, SrcLoc loc) {
+  if (!budget_ok(l, loc)) return NULL;
+  Node *n = ir_const(l->g, v, t->dtype, loc);
+  ir_declare(n, t);
+  return &n->out[0];
+}
+
 Value *fe_unary(Lower *l, OpKind op, Value *x, SrcLoc loc) {
   if (!x) return NULL;
   return fe_emit(l, fe_node(l, op, 1, &x, loc));
@@ -601,6 +608,7 @@ static OpKind tensor_op(int op) {
     case '*': return OP_MUL;
     case '/': return OP_DIV;
     case '%': return OP_MOD; /* fmod=0: the divisor's sign, as % on numbers */
+    case '@': return OP_MATMUL;
     case OPX_POW: return OP_POW;
     case '<': return OP_LT;
     case '>': return OP_GT;
@@ -638,6 +646,11 @@ static Val eval_binary(Lower *l, Frame *f, const Expr *e) {
 __attribute__((noinline)) static Val apply_binary(Lower *l, const Expr *e, Val a, Val b) {
   int op = e->op;
   char ba[IR_TYPE_STR_MAX + 32], bb[IR_TYPE_STR_MAX + 32];
+  if (op == '@' && (a.kind != V_TENSOR || b.kind != V_TENSOR)) {
+    fe_error(l, e->loc, "'@' is a matrix product of two tensors, got %s and %s", fe_describe(&a, ba, sizeof ba),
+             fe_describe(&b, bb, sizeof bb));
+    return val_poison();
+  }
   if (a.kind == V_TENSOR || b.kind == V_TENSOR) {
     OpKind k = tensor_op(op);
     if (k == OP_COUNT) {
@@ -1310,8 +1323,11 @@ static void exec_for(Lower *l, Frame *f, const Stmt *s) {
 
 __attribute__((noinline)) static void exec_param(Lower *l, Frame *f, const Stmt *s) {
   TensorType t;
+  if (!s->names.n) return; /* no name to bind: reported by the parser */
   const char *name = s->names.v[0];
-  bool ok = eval_type(l, f, s->type, &t);
+  const char *full = eval_scope(l, f, &s->scope);
+  bool ok = full != NULL;
+  ok &= eval_type(l, f, s->type, &t);
   const char *init = NULL;
   if (s->value) {
     Val v = eval(l, f, s->value);
@@ -1326,7 +1342,7 @@ __attribute__((noinline)) static void exec_param(Lower *l, Frame *f, const Stmt 
       ok = false;
     }
   }
-  Value *p = ok ? fe_param(l, l->prefix, name, &t, init, s->loc) : NULL;
+  Value *p = ok ? fe_param(l, l->prefix, full, &t, init, s->loc) : NULL;
   frame_set(l, f, name, val_tensor(p));
 }
 
@@ -1412,6 +1428,7 @@ static void walk_stmts(const StmtList *body, ExprFn fn, void *data) {
     walk_expr(s->lo, fn, data);
     walk_expr(s->hi, fn, data);
     walk_type(s->type, fn, data);
+    for (int k = 0; k < s->scope.n; k++) walk_expr(s->scope.parts[k].expr, fn, data);
     walk_stmts(&s->body, fn, data);
     walk_stmts(&s->orelse, fn, data);
   }

@@ -43,6 +43,7 @@ static Item *new_item(Parser *ps, ItemKind k, Tok name, SrcLoc loc);
 static ExprList *expr_list(Parser *ps, ExprList *l, Expr *e);
 static void discard_brace(Parser *ps);
 static void for_without_range(Parser *ps, const Expr *e);
+static Stmt *param_stmt(Parser *ps, SrcLoc loc, Scope *name, TypeExpr *type, Expr *value);
 #define C (ps->c)
 }
 
@@ -95,7 +96,7 @@ static void for_without_range(Parser *ps, const Expr *e);
 %precedence TK_NOT
 %nonassoc TK_EQ TK_NE '<' TK_LE '>' TK_GE
 %left '+' '-'
-%left '*' '/' TK_FLOORDIV '%'
+%left '*' '/' TK_FLOORDIV '%' '@'
 %precedence UMINUS
 %right TK_POW
 %left TK_AS
@@ -267,16 +268,11 @@ stmt:
       $$->body = *$5;
       for_without_range(ps, $4);
     }
-  | TK_PARAM TK_IDENT ':' type {
-      $$ = fe_ast_stmt(C, ST_PARAM, @1);
-      fe_ast_push_name(C, &$$->names, $2.text, @2);
-      $$->type = $4;
+  | TK_PARAM scope ':' type {
+      $$ = param_stmt(ps, @1, $2, $4, NULL);
     }
-  | TK_PARAM TK_IDENT ':' type '=' expr {
-      $$ = fe_ast_stmt(C, ST_PARAM, @1);
-      fe_ast_push_name(C, &$$->names, $2.text, @2);
-      $$->type = $4;
-      $$->value = $6;
+  | TK_PARAM scope ':' type '=' expr {
+      $$ = param_stmt(ps, @1, $2, $4, $6);
     }
   | TK_LET TK_IDENT '=' expr {
       $$ = fe_ast_stmt(C, ST_LET, @1);
@@ -326,6 +322,7 @@ expr:
   | expr '/' expr           { $$ = fe_ast_binary(C, '/', @2, $1, $3); }
   | expr TK_FLOORDIV expr   { $$ = fe_ast_binary(C, OPX_FLOORDIV, @2, $1, $3); }
   | expr '%' expr           { $$ = fe_ast_binary(C, '%', @2, $1, $3); }
+  | expr '@' expr           { $$ = fe_ast_binary(C, '@', @2, $1, $3); }
   | '-' expr %prec UMINUS   { $$ = fe_ast_unary(C, '-', @1, $2); }
   | expr TK_POW expr        { $$ = fe_ast_binary(C, OPX_POW, @2, $1, $3); }
   | expr TK_AS scope {
@@ -448,6 +445,25 @@ static Scope *scope_add(Parser *ps, Scope *s, int kind, Tok t, Expr *e, SrcLoc l
   return s;
 }
 
+/* param NAME: type [= value]: NAME is scoped as `as` is (w{i},
+ * layers.{i}.weight) and binds its last name part (w, weight). */
+static Stmt *param_stmt(Parser *ps, SrcLoc loc, Scope *name, TypeExpr *type, Expr *value) {
+  Stmt *s = fe_ast_stmt(ps->c, ST_PARAM, loc);
+  s->scope = *name;
+  s->type = type;
+  s->value = value;
+  const ScopePart *bind = NULL;
+  for (int i = 0; i < name->n; i++)
+    if (name->parts[i].text && !name->parts[i].glue && (name->parts[i].text[0] < '0' || name->parts[i].text[0] > '9'))
+      bind = &name->parts[i];
+  if (bind)
+    fe_ast_push_name(ps->c, &s->names, bind->text, bind->loc);
+  else
+    diag_error(ps->c, name->parts[0].loc, "a param's name needs a part that is a name, which it binds (w{i} binds w, "
+                                          "layers.{i}.weight binds weight)");
+  return s;
+}
+
 /* for i in x { ... }: a loop runs over lo..hi.  Python's range(n),
  * range(a, b) get the exact range to write. */
 static void for_without_range(Parser *ps, const Expr *e) {
@@ -509,7 +525,7 @@ static int emit(Parser *ps, int t, const FE_YYSTYPE *lval, TermWhy why) {
   ps->prev_val = ps->la_val;
   ps->la_val = lval->tok;
   ps->la_term = why;
-  if (t == TK_AS) {
+  if (t == TK_AS || t == TK_PARAM) {
     ps->in_scope = true;
     ps->scope_depth = ps->depth;
   } else if (ps->in_scope && ps->depth <= ps->scope_depth && t != TK_IDENT && t != TK_INT &&
@@ -584,7 +600,7 @@ static int yylex(FE_YYSTYPE *lval, FE_YYLTYPE *lloc, Parser *ps) {
                   (ps->last == TK_IDENT || ps->last == TK_INT || ps->last == '}');
       int end = ps->last_loc.col + (ps->last == '}' ? 1 : ps->la_val.text ? (int)strlen(ps->la_val.text) : 0);
       bool spaced = lloc->line != ps->last_loc.line || lloc->col != end;
-      if (!push(ps, ps->last == TK_AS || ps->last == '.' || glue ? BR_INTERP : BR_BODY, *lloc))
+      if (!push(ps, ps->last == TK_AS || ps->last == TK_PARAM || ps->last == '.' || glue ? BR_INTERP : BR_BODY, *lloc))
         continue;
       if (glue) {
         ps->last_loc = *lloc;
@@ -650,7 +666,7 @@ static void yyerror(FE_YYLTYPE *loc, Parser *ps, const char *msg) {
 
 static bool is_operator(yysymbol_kind_t k) {
   static const int ops[] = {TK_OR, TK_AND, TK_EQ, TK_NE, TK_LE, TK_GE, TK_POW, TK_FLOORDIV,
-                            TK_AS, '+', '-', '*', '/', '%', '<', '>'};
+                            TK_AS, '+', '-', '*', '/', '%', '@', '<', '>'};
   for (size_t i = 0; i < ARRAY_LEN(ops); i++)
     if (CH(ops[i]) == k) return true;
   return false;

@@ -111,7 +111,7 @@ bool *pass_weight_only(Graph *g) {
   ir_number(g);
   bool *w = ARENA_ARRAY(&g->ctx->arena, bool, g->n_nodes + 1);
   for (Node *n = g->first; n; n = n->next) {
-    bool only = n->op == OP_PARAM || n->op == OP_CONST;
+    bool only = n->op == OP_PARAM || n->op == OP_CONST || n->op == OP_IOTA;
     if (n->op != OP_INPUT && n->n_in > 0) {
       only = true;
       for (int i = 0; i < n->n_in && only; i++) only = w[n->in[i]->def->id];

@@ -380,6 +380,12 @@ static Graph *build_every_op(Ctx *c, bool *covered) {
   ir_set_int(g, n, "k", 2);
   ir_set_int(g, n, "axis", 1);
   add(g, n);
+  n = ir_node_new(g, OP_IOTA, 0, NULL, NOLOC);
+  ir_set_ints(g, n, "shape", INTS(2, 3));
+  ir_set_dtype(g, n, "dtype", TY_F16);
+  ir_set_int(g, n, "axis", 1);
+  ir_set_float(g, n, "start", -0.5);
+  add(g, n);
 
   Value *seq = input(g, "seq", TY(TY_F32, 4, 5, 6));
   Value *lwi = param(g, "lstm.w_ih", TY(TY_F32, 28, 6)), *lwh = param(g, "lstm.w_hh", TY(TY_F32, 28, 7));

@@ -143,7 +143,7 @@ START_TEST(example_mlp) {
   ck_assert_int_eq(count_op(r.g, OP_SOFTMAX), 1);
   ck_assert_str_eq(param_init(r.g, "fc1.weight"), "uniform(0.03571428571428571)"); /* 1/sqrt(784) */
   ck_assert_int_eq(r.g->n_outputs, 1);
-  ck_assert_str_eq(r.g->output_names[0], "output");
+  ck_assert_str_eq(r.g->output_names[0], "probs");
   ck_assert_str_eq(type_text(r.g->outputs[0]), "f32[8, 10]");
   done(&r);
 }

@@ -10,10 +10,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "codegen/codegen.h"
 #include "frontend/ast.h"
 #include "frontend/dims.h"
 #include "include/dlcc.h"
 #include "ir/ir.h"
+#include "passes/pass.h"
+#include "tests/testutil.h"
 
 /* ---- lowering alone: the graph, or the exact diagnostics ---- */
 
@@ -66,8 +69,8 @@ static double rng_unit(void) {
 
 typedef struct Run {
   int n;
-  dlc_tensor_info info[8];
-  float *data[8];
+  dlc_tensor_info info[16];
+  float *data[16];
 } Run;
 
 static size_t numel(const dlc_tensor_info *t) {
@@ -104,6 +107,7 @@ static void run_text(const char *text, dlc_options opt, const char *backend, int
   }
   ck_assert_msg(dlc_run(m) == DLC_OK, "%s: %s", backend, dlc_error(m));
   out->n = dlc_num_outputs(m);
+  ck_assert_int_le(out->n, 16);
   for (int i = 0; i < out->n; i++) {
     const void *d;
     size_t nb;
@@ -381,6 +385,363 @@ START_TEST(aliases_mean_the_same) {
 }
 END_TEST
 
+/* ---- tensor constructors, @, gather, index_select ---- */
+
+static const float *output(const Run *r, const char *name, size_t count) {
+  for (int i = 0; i < r->n; i++)
+    if (strcmp(r->info[i].name, name) == 0) {
+      ck_assert_uint_eq(numel(&r->info[i]), count);
+      return r->data[i];
+    }
+  ck_abort_msg("no output '%s'", name);
+  return NULL;
+}
+
+static void expect_values(const Run *r, const char *name, const double *want, size_t count) {
+  const float *got = output(r, name, count);
+  for (size_t k = 0; k < count; k++)
+    ck_assert_msg((isnan(want[k]) && isnan(got[k])) || got[k] == (float)want[k], "%s[%zu] is %g, expected %g", name,
+                  k, got[k], want[k]);
+}
+
+START_TEST(constructors) {
+  static const char text[] =
+      "model m(unused: f32[1]) -> (z: f32[2, 3], o: i64[2, 2], a: i64[5], f: f32[4], d: i64[4], e: f32[3, 4],\n"
+      "                            u: f32[2, 3, 4], lo: f32[2, 3, 4], full7: i64[2, 2], h: f32[3], zl: f32[2, 3, 4],\n"
+      "                            fl: f32[2, 3, 4], b: bool[2]) {\n"
+      "  x = reshape(cast(arange(24), f32), [2, 3, 4])\n"
+      "  return zeros(2, 3) + 0.5, ones([2, 2], dtype=i64), arange(5), arange(0.5, 2.5, 0.5), arange(10, 0, -3),\n"
+      "         eye(3, 4), triu(x, diagonal=1), tril(x, -1), full([2, 2], 7), cast(arange(3, dtype=f16) * 1.5, f32),\n"
+      "         zeros_like(x) + x, full_like(x, 2.5) * x, ones(2, dtype=bool)\n"
+      "}\n";
+  Run r;
+  agree(text, (dlc_options){0}, &r);
+  double want[24];
+  for (int i = 0; i < 6; i++) want[i] = 0.5;
+  expect_values(&r, "z", want, 6);
+  for (int i = 0; i < 4; i++) want[i] = 1;
+  expect_values(&r, "o", want, 4);
+  expect_values(&r, "a", (const double[]){0, 1, 2, 3, 4}, 5);
+  expect_values(&r, "f", (const double[]){0.5, 1, 1.5, 2}, 4);
+  expect_values(&r, "d", (const double[]){10, 7, 4, 1}, 4);
+  for (int i = 0; i < 12; i++) want[i] = i / 4 == i % 4;
+  expect_values(&r, "e", want, 12);
+  for (int i = 0; i < 24; i++) want[i] = i % 4 - i / 4 % 3 >= 1 ? i : 0;
+  expect_values(&r, "u", want, 24);
+  for (int i = 0; i < 24; i++) want[i] = i % 4 - i / 4 % 3 <= -1 ? i : 0;
+  expect_values(&r, "lo", want, 24);
+  for (int i = 0; i < 4; i++) want[i] = 7;
+  expect_values(&r, "full7", want, 4);
+  expect_values(&r, "h", (const double[]){0, 1.5, 3}, 3);
+  for (int i = 0; i < 24; i++) want[i] = i;
+  expect_values(&r, "zl", want, 24);
+  for (int i = 0; i < 24; i++) want[i] = 2.5 * i;
+  expect_values(&r, "fl", want, 24);
+  expect_values(&r, "b", (const double[]){1, 1}, 2);
+  run_free(&r);
+}
+END_TEST
+
+START_TEST(constructor_errors) {
+  static const struct {
+    const char *expr, *want;
+  } cases[] = {
+      {"arange(3, 3)", "t.dl:2:10: error: arange: 3 to 3 by 1 is empty (empty tensors are not supported)\n"},
+      {"arange(0, 3, 0)", "t.dl:2:23: error: arange: step must not be 0\n"},
+      {"zeros(2, 0)", "t.dl:2:16: error: zeros: the shape must be at most 8 positive ints (zeros(2, 3) or zeros([2, 3]))\n"},
+      {"full([2], 0.5, dtype=i32)", "t.dl:2:20: error: full: 'value' must be a value of i32, got 0.5\n"},
+      {"triu(arange(4))", "t.dl:2:10: error: triu expects a matrix or a batch of them [..., rows, cols], got i64[4]\n"},
+      {"masked_fill(x, x, 0)", "t.dl:2:25: error: masked_fill: 'mask' must be a bool tensor (greater(x, 0) gives one; x > 0 gives a mask in x's dtype), got a tensor f32[2, 3]\n"},
+      {"2 @ x", "t.dl:2:12: error: '@' is a matrix product of two tensors, got 2 and a tensor f32[2, 3]\n"},
+      {"index_select(x, 2, arange(2))", "t.dl:2:26: error: index_select: axis 2 is out of range for a tensor of rank 2\n"},
+      {"gather(x, 0, x)", "t.dl:2:23: error: gather: 'indices' must be an i32 or i64 tensor, got a tensor f32[2, 3]\n"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    char text[256];
+    snprintf(text, sizeof text, "model m(x: f32[2, 3]) -> f32[2, 3] {\n  return %s\n}\n", cases[i].expr);
+    Lowered r;
+    lower(&r, text, NULL);
+    ck_assert_msg(r.g == NULL, "%s lowered", cases[i].expr);
+    const char *got = diag_text(&r.c);
+    ck_assert_msg(strncmp(got, cases[i].want, strlen(cases[i].want)) == 0, "%s:\n%s\nwanted:\n%s", cases[i].expr, got,
+                  cases[i].want);
+    ctx_free(&r.c);
+  }
+}
+END_TEST
+
+/* a @ b is matmul(a, b), at the precedence of *. */
+START_TEST(matmul_operator) {
+  Lowered r[2];
+  lower(&r[0], "model m(a: f32[2, 3], b: f32[3, 4]) -> f32[2, 4] {\n  return a @ b * 2 + 1\n}\n", NULL);
+  lower(&r[1], "model m(a: f32[2, 3], b: f32[3, 4]) -> f32[2, 4] {\n  return matmul(a, b) * 2 + 1\n}\n", NULL);
+  ck_assert_msg(r[0].g && r[1].g, "%s%s", diag_text(&r[0].c), diag_text(&r[1].c));
+  char *a = ir_shape(r[0].g), *b = ir_shape(r[1].g);
+  ck_assert_str_eq(a, b);
+  free(a);
+  free(b);
+  ctx_free(&r[0].c);
+  ctx_free(&r[1].c);
+}
+END_TEST
+
+/* gather is torch.gather, index_select its namesake; a negative index
+ * counts from the end. */
+START_TEST(gather_and_index_select) {
+  static const char text[] =
+      "model m(unused: f32[1]) -> (g: f32[2, 2], s: f32[2, 3], t: f32[2, 2, 2]) {\n"
+      "  x = reshape(cast(arange(6), f32), [2, 3])\n"
+      "  g = gather(x, 1, reshape(arange(4) % 3 - 1, [2, 2]))\n"
+      "  s = index_select(x, 0, arange(1, -1, -1))\n"
+      "  t = index_select(x, dim=1, index=reshape(arange(4) - 2, [2, 2]))\n"
+      "  return g, s, t\n"
+      "}\n";
+  Run r;
+  agree(text, (dlc_options){0}, &r);
+  /* x = [[0, 1, 2], [3, 4, 5]]; g's indices [[-1, 0], [1, -1]] */
+  expect_values(&r, "g", (const double[]){2, 0, 4, 5}, 4);
+  expect_values(&r, "s", (const double[]){3, 4, 5, 0, 1, 2}, 6);
+  /* t[i] = x[:, idx] with idx [[-2, -1], [0, 1]] = [[1, 2], [0, 1]] */
+  expect_values(&r, "t", (const double[]){1, 2, 0, 1, 4, 5, 3, 4}, 8);
+  run_free(&r);
+}
+END_TEST
+
+/* An index out of range stops the run with the op's location, on ref
+ * and on emu alike. */
+START_TEST(index_out_of_range) {
+  static const char text[] = "model m(x: f32[2, 3], i: i64[2]) -> f32[2, 2] {\n"
+                             "  return index_select(x, 1, i)\n"
+                             "}\n";
+  static const char *const backends[] = {"ref", "emu"};
+  for (int b = 0; b < 2; b++) {
+    dlc_options opt = {.backend = backends[b]};
+    dlc_model *m = NULL;
+    ck_assert_msg(dlc_compile_string("t.dl", text, &opt, &m) == DLC_OK, "%s", dlc_error(m));
+    ck_assert_int_eq(dlc_init_weights(m, 1), DLC_OK);
+    float x[6] = {0};
+    int64_t idx[2] = {1, 3};
+    ck_assert_int_eq(dlc_set_input(m, "x", x, sizeof x), DLC_OK);
+    ck_assert_int_eq(dlc_set_input(m, "i", idx, sizeof idx), DLC_OK);
+    ck_assert_int_ne(dlc_run(m), DLC_OK);
+    ck_assert_msg(strstr(dlc_error(m), "t.dl:2:10: gather: index 3 is out of range for axis 1 of size 3"), "%s: %s",
+                  backends[b], dlc_error(m));
+    dlc_free(m);
+  }
+}
+END_TEST
+
+/* param names take {expr} as `as` scopes do, and bind their last name. */
+START_TEST(param_names_interpolate) {
+  static const char text[] = "model m(x: f32[2, 4]) -> f32[2, 4] {\n"
+                             "  for i in 0..3 {\n"
+                             "    param w{i}: f32[4, 4]\n"
+                             "    param layers.{i}.bias: f32[4] = 0.5\n"
+                             "    x = tanh(x @ w + bias)\n"
+                             "  }\n"
+                             "  param params.{\"p\" + \"q\"}: f32[4] = 1\n"
+                             "  return x * params\n"
+                             "}\n";
+  Lowered r;
+  lower(&r, text, NULL);
+  ck_assert_msg(r.g != NULL, "%s", diag_text(&r.c));
+  static const char *const names[] = {"w0", "layers.0.bias", "w1", "layers.1.bias", "w2", "layers.2.bias", "params.pq"};
+  int k = 0;
+  for (Node *n = r.g->first; n; n = n->next)
+    if (n->op == OP_PARAM) {
+      ck_assert_int_lt(k, 7);
+      ck_assert_str_eq(ir_attr_str(n, "name"), names[k++]);
+    }
+  ck_assert_int_eq(k, 7);
+  ctx_free(&r.c);
+  expect_errors("model m(x: f32[2]) -> f32[2] {\n  for i in 0..2 {\n    param {i}: f32[2]\n  }\n  return x\n}\n", NULL,
+                "t.dl:3:11: error: a param's name needs a part that is a name, which it binds (w{i} binds w, "
+                "layers.{i}.weight binds weight)\n"
+                "        param {i}: f32[2]\n"
+                "              ^\n");
+  expect_errors("model m(x: f32[2]) -> f32[2] {\n  for i in 0..2 {\n    param w{0}: f32[2]\n  }\n  return x\n}\n", NULL,
+                "t.dl:3:5: error: parameter 'w0' is defined twice\n"
+                "        param w{0}: f32[2]\n"
+                "        ^\n"
+                "t.dl:3:5: note: 'w0' was first defined here\n"
+                "        param w{0}: f32[2]\n"
+                "        ^\n");
+}
+END_TEST
+
+/* ---- masks on multihead_attention ---- */
+
+enum { MN = 2, MS = 4, ME = 8 };
+
+/* text on backend with the f32 inputs given in order (weights seed 3);
+ * the first output's values in out[] (MN * MS * ME of them). */
+static void run_given(const char *text, const char *backend, int n_in, const float *const *in, float *out) {
+  dlc_options opt = {.backend = backend};
+  dlc_model *m = NULL;
+  ck_assert_msg(dlc_compile_string("t.dl", text, &opt, &m) == DLC_OK, "%s", dlc_error(m));
+  ck_assert_int_eq(dlc_init_weights(m, 3), DLC_OK);
+  ck_assert_int_eq(dlc_num_inputs(m), n_in);
+  for (int i = 0; i < n_in; i++) {
+    dlc_tensor_info t;
+    dlc_input_info(m, i, &t);
+    ck_assert_msg(dlc_set_input(m, t.name, in[i], t.nbytes) == DLC_OK, "%s", dlc_error(m));
+  }
+  ck_assert_msg(dlc_run(m) == DLC_OK, "%s", dlc_error(m));
+  const void *d;
+  size_t nb;
+  ck_assert_int_eq(dlc_get_output(m, 0, &d, &nb), DLC_OK);
+  ck_assert_uint_eq(nb, sizeof(float) * MN * MS * ME);
+  memcpy(out, d, nb);
+  dlc_free(m);
+}
+
+static void fill_random(float *v, int n, uint64_t seed) {
+  rng_state = seed;
+  for (int i = 0; i < n; i++) v[i] = (float)(2 * rng_unit() - 1);
+}
+
+/* One query row (batch b, position s) of two outputs: equal, or not. */
+static bool same_row(const float *a, const float *b, int batch, int pos) {
+  const float *x = a + (batch * MS + pos) * ME, *y = b + (batch * MS + pos) * ME;
+  return memcmp(x, y, sizeof(float) * ME) == 0;
+}
+
+/* A padded key changes nothing; every other one changes every row. */
+START_TEST(mha_key_padding_mask) {
+  static const char text[] = "model m(q: f32[2, 4, 8], kv: f32[2, 4, 8]) -> f32[2, 4, 8] {\n"
+                             "  ids = reshape(arange(8), [2, 4])\n"
+                             "  pad = logical_or(equal(ids, 2), equal(ids, 4))\n"
+                             "  return multihead_attention(q, kv, kv, 2, key_padding_mask=pad) as attn\n"
+                             "}\n";
+  /* pad is true at (0, 2) and (1, 0): ids 2 and 4 of 0..7 */
+  static float q[MN * MS * ME], kv[MN * MS * ME], kv2[MN * MS * ME], a[MN * MS * ME], b[MN * MS * ME];
+  fill_random(q, MN * MS * ME, 1);
+  fill_random(kv, MN * MS * ME, 2);
+  for (int be = 0; be < 2; be++) {
+    const char *backend = be ? "emu" : "ref";
+    run_given(text, backend, 2, (const float *[]){q, kv}, a);
+    memcpy(kv2, kv, sizeof kv);
+    for (int e = 0; e < ME; e++) kv2[(0 * MS + 2) * ME + e] += 5, kv2[(1 * MS + 0) * ME + e] -= 3;
+    run_given(text, backend, 2, (const float *[]){q, kv2}, b);
+    for (int bt = 0; bt < MN; bt++)
+      for (int p = 0; p < MS; p++) ck_assert_msg(same_row(a, b, bt, p), "%s: row %d, %d moved", backend, bt, p);
+    memcpy(kv2, kv, sizeof kv);
+    kv2[(0 * MS + 1) * ME] += 1; /* an unpadded key */
+    run_given(text, backend, 2, (const float *[]){q, kv2}, b);
+    for (int p = 0; p < MS; p++) ck_assert_msg(!same_row(a, b, 0, p), "%s: row 0, %d did not move", backend, p);
+  }
+}
+END_TEST
+
+/* is_causal: a query sees its own and earlier positions only. */
+START_TEST(mha_causal) {
+  static const char text[] = "model m(x: f32[2, 4, 8]) -> f32[2, 4, 8] {\n"
+                             "  return multihead_attention(x, x, x, 2, is_causal=true) as attn\n"
+                             "}\n";
+  static float x[MN * MS * ME], x2[MN * MS * ME], a[MN * MS * ME], b[MN * MS * ME];
+  fill_random(x, MN * MS * ME, 4);
+  for (int be = 0; be < 2; be++) {
+    const char *backend = be ? "emu" : "ref";
+    run_given(text, backend, 1, (const float *[]){x}, a);
+    memcpy(x2, x, sizeof x);
+    for (int bt = 0; bt < MN; bt++) x2[(bt * MS + 2) * ME + 3] += 1;
+    run_given(text, backend, 1, (const float *[]){x2}, b);
+    for (int bt = 0; bt < MN; bt++)
+      for (int p = 0; p < MS; p++)
+        ck_assert_msg(same_row(a, b, bt, p) == (p < 2), "%s: row %d, %d", backend, bt, p);
+  }
+}
+END_TEST
+
+/* is_causal, a bool attn_mask, its additive form and PyTorch's
+ * [N * heads, S, S] form all give one result, ref and emu alike; a row
+ * with every key masked is NaN, as in PyTorch. */
+START_TEST(mha_mask_forms) {
+  static const char *const masks[] = {
+      "is_causal=true",
+      "attn_mask=triu(ones(4, 4, dtype=bool), diagonal=1)",
+      "attn_mask=masked_fill(zeros(4, 4), triu(ones(4, 4, dtype=bool), 1), float(\"-inf\"))",
+      "attn_mask=expand(reshape(triu(ones(4, 4, dtype=bool), 1), [1, 4, 4]), [4, 4, 4])",
+  };
+  static float x[MN * MS * ME], want[MN * MS * ME], got[MN * MS * ME];
+  fill_random(x, MN * MS * ME, 6);
+  for (size_t i = 0; i < sizeof masks / sizeof masks[0]; i++) {
+    char text[512];
+    snprintf(text, sizeof text,
+             "model m(x: f32[2, 4, 8]) -> f32[2, 4, 8] {\n  return multihead_attention(x, x, x, 2, %s) as attn\n}\n",
+             masks[i]);
+    for (int be = 0; be < 2; be++) {
+      run_given(text, be ? "emu" : "ref", 1, (const float *[]){x}, i || be ? got : want);
+      if (!i && !be) continue;
+      for (int k = 0; k < MN * MS * ME; k++)
+        ck_assert_msg(fabsf(got[k] - want[k]) <= 1e-5f * (1 + fabsf(want[k])), "%s on %s: [%d] %g, want %g", masks[i],
+                      be ? "emu" : "ref", k, got[k], want[k]);
+    }
+  }
+  static const char dead[] = "model m(x: f32[2, 4, 8]) -> f32[2, 4, 8] {\n"
+                             "  return multihead_attention(x, x, x, 2, attn_mask=greater(eye(4), 0.5)) as attn\n"
+                             "}\n";
+  for (int be = 0; be < 2; be++) {
+    run_given(dead, be ? "emu" : "ref", 1, (const float *[]){x}, got);
+    for (int k = 0; k < MN * MS * ME; k++)
+      ck_assert_msg(!isnan(got[k]), "%s: a diagonal mask gave NaN at %d", be ? "emu" : "ref", k);
+  }
+  static const char all[] = "model m(x: f32[2, 4, 8]) -> f32[2, 4, 8] {\n"
+                            "  return multihead_attention(x, x, x, 2, attn_mask=ones(4, 4, dtype=bool)) as attn\n"
+                            "}\n";
+  run_given(all, "ref", 1, (const float *[]){x}, got);
+  ck_assert(isnan(got[0]));
+}
+END_TEST
+
+START_TEST(mha_mask_errors) {
+  static const char text[] = "model m(x: f32[2, 4, 8]) -> f32[2, 4, 8] {\n"
+                             "  return multihead_attention(x, x, x, 2, attn_mask=ones(4, 3)) as attn\n"
+                             "}\n";
+  expect_errors(text, NULL,
+                "t.dl:2:42: error: multihead_attention: 'attn_mask' must be a bool or f32 tensor [4, 4] or [4, 4, 4] "
+                "(PyTorch's [S, S'] or [N * heads, S, S']), got a tensor f32[4, 3]\n"
+                "      return multihead_attention(x, x, x, 2, attn_mask=ones(4, 3)) as attn\n"
+                "                                             ^\n");
+}
+END_TEST
+
+/* The kernels the constructors and masks give (iota's among them)
+ * compile with NVRTC for sm_80 and sm_90, at -O0 and -O2. */
+typedef struct CgJob {
+  const char *text;
+  int level;
+  CgResult cg;
+} CgJob;
+
+static int cg_job(Ctx *c, void *data) {
+  CgJob *j = data;
+  const SrcFile *f = ctx_add_file(c, "t.dl", j->text, strlen(j->text));
+  Program *p = fe_parse(c, f);
+  Graph *g = p ? fe_lower(c, p, NULL) : NULL;
+  PassOptions po = {.opt_level = j->level};
+  return g && pass_run_pipeline(g, &po, NULL) && cg_compile(g, &j->cg) ? 0 : 1;
+}
+
+START_TEST(kernels_compile) {
+  static const char text[] =
+      "model m(x: f32[2, 4, 8], p: bool[2, 4]) -> (y: f32[2, 4, 8], e: f16[3, 3], t: f32[2, 4, 8]) {\n"
+      "  y = multihead_attention(x, x, x, 2, key_padding_mask=p, is_causal=true) as attn\n"
+      "  return y, eye(3, dtype=f16) + cast(arange(0.5, 2, 0.5), f16), tril(x) + cast(arange(8), f32)\n"
+      "}\n";
+  for (int level = 0; level <= 2; level += 2) {
+    Ctx c;
+    ctx_init(&c);
+    CgJob j = {text, level, {0}};
+    ck_assert_msg(ctx_guard(&c, cg_job, &j) == 0, "%s", diag_text(&c));
+    ck_assert_ptr_nonnull(strstr(j.cg.source, "iota"));
+    test_nvrtc(j.cg.source, "sm_80");
+    test_nvrtc(j.cg.source, "sm_90");
+    ctx_free(&c);
+  }
+}
+END_TEST
+
 static Suite *pytorch_suite(void) {
   Suite *s = suite_create("pytorch");
   TCase *t = tcase_create("free_dims");
@@ -394,6 +755,23 @@ static Suite *pytorch_suite(void) {
   suite_add_tcase(s, t);
   t = tcase_create("spellings");
   tcase_add_test(t, aliases_mean_the_same);
+  suite_add_tcase(s, t);
+  t = tcase_create("tensors");
+  tcase_set_timeout(t, 120);
+  tcase_add_test(t, constructors);
+  tcase_add_test(t, constructor_errors);
+  tcase_add_test(t, matmul_operator);
+  tcase_add_test(t, gather_and_index_select);
+  tcase_add_test(t, index_out_of_range);
+  tcase_add_test(t, kernels_compile);
+  tcase_add_test(t, param_names_interpolate);
+  suite_add_tcase(s, t);
+  t = tcase_create("attention_masks");
+  tcase_set_timeout(t, 120);
+  tcase_add_test(t, mha_key_padding_mask);
+  tcase_add_test(t, mha_causal);
+  tcase_add_test(t, mha_mask_forms);
+  tcase_add_test(t, mha_mask_errors);
   suite_add_tcase(s, t);
   return s;
 }
