@@ -120,19 +120,22 @@ static RtDevice *open_device(Ctx *c, CalibBackend backend, bool *failed) {
 }
 
 static bool bind_weights(Ctx *c, CalibDevice *d, const TensorMap *params) {
-  for (uint32_t i = 0; i < d->plan->n_weights; i++) {
+  TensorMapIndex ix;
+  if (!ir_tensor_map_index(&ix, params)) ctx_out_of_memory(c);
+  bool ok = true;
+  for (uint32_t i = 0; ok && i < d->plan->n_weights; i++) {
     const char *name = d->plan->weights[i].name;
-    const Tensor *t = params ? ir_tensor_map_find(params, name) : NULL;
+    const Tensor *t = ir_tensor_map_index_find(&ix, name);
     if (!t) {
       diag_error(c, (SrcLoc){0}, "calibration on %s: no weights for '%s'", d->name, name);
-      return false;
-    }
-    if (dlrt_set_weight(d->rt, name, t->data, ir_tensor_nbytes(&t->type)) != DLRT_OK) {
+      ok = false;
+    } else if (dlrt_set_weight(d->rt, name, t->data, ir_tensor_nbytes(&t->type)) != DLRT_OK) {
       diag_error(c, (SrcLoc){0}, "calibration on %s: %s", d->name, dlrt_error(d->rt));
-      return false;
+      ok = false;
     }
   }
-  return true;
+  ir_tensor_map_index_free(&ix);
+  return ok;
 }
 
 static bool alloc_results(Ctx *c, CalibDevice *d) {

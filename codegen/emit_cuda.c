@@ -474,8 +474,21 @@ static void cast(Out *o, const KExpr *e) {
     return;
   }
   if (is_half(to)) {
+    /* An i32 or i64 goes straight to the half type, rounded once: through
+     * float it would round twice (2^24 + 2^16 + 1 is a bf16 tie in float,
+     * and ties to 2^24, where it lies above the tie). */
+    DType f = from == KT_INDEX ? k->index : from;
+    if (f == TY_I32 || f == TY_I64) {
+      bool h = to == TY_F16;
+      fputs(f == TY_I32 ? (h ? "__int2half_rn(" : "__int2bfloat16_rn(")
+                        : (h ? "__ll2half_rn((long long)" : "__ll2bfloat16_rn((long long)"),
+            o->f);
+      expr(o, e->a[0]);
+      fputc(')', o->f);
+      return;
+    }
     fputs(to == TY_F16 ? "__float2half_rn(" : "__float2bfloat16_rn(", o->f);
-    if (!ir_dtype_is_float(from) || from == KT_INDEX) fputs("(float)", o->f);
+    if (!ir_dtype_is_float(from)) fputs("(float)", o->f);
     fexpr(o, e->a[0]);
     fputc(')', o->f);
     return;
@@ -509,7 +522,9 @@ static void expr(Out *o, const KExpr *e) {
       return;
     case KE_VAR: fputs(e->var->name, o->f); return;
     case KE_IDX:
-      if (e->sub == KI_MIN || e->sub == KI_MAX)
+      if (e->sub == KI_XOR)
+        infix(o, "^", e->a[0], e->a[1]);
+      else if (e->sub == KI_MIN || e->sub == KI_MAX)
         call2(o, e->sub == KI_MIN ? "dl_min" : "dl_max", e->a[0], e->a[1]);
       else
         infix(o, idx_ops[e->sub], e->a[0], e->a[1]);
@@ -577,6 +592,8 @@ static void expr(Out *o, const KExpr *e) {
 }
 
 static void block(Out *o, const KBlock *b);
+static void chunk_store(Out *o, const KStmt *s);
+static void tc_stmt(Out *o, const KStmt *s);
 
 static void loop_head(Out *o, const KVar *v, const KExpr *extent, KMap map) {
   const Kernel *k = o->k;
@@ -729,11 +746,102 @@ static void stmt(Out *o, const KStmt *s) {
       }
       fputs(");\n", o->f);
       return;
+    case KS_CHUNK: chunk_store(o, s); return;
+    case KS_MMA:
+    case KS_LDMATRIX:
+    case KS_CP_ASYNC:
+    case KS_CP_COMMIT:
+    case KS_CP_WAIT:
+    case KS_TF32: tc_stmt(o, s); return;
   }
 }
 
 static void block(Out *o, const KBlock *b) {
   for (const KStmt *s = b->first; s; s = s->next) stmt(o, s);
+}
+
+/* &buf[at] */
+static void address(Out *o, const KBuf *b, const KExpr *at) {
+  fprintf(o->f, "&%s[", b->name);
+  expr(o, at);
+  fputc(']', o->f);
+}
+
+/* 8 or 16 bytes of lanes in one store: float2/4 and int2/4 as they are,
+ * halves and bytes packed into the words of a uint2/4, the first lowest. */
+static void chunk_store(Out *o, const KStmt *s) {
+  DType dt = s->buf->dtype;
+  int words = s->count * ir_dtype_size(dt) / 4, per_word = s->count / words;
+  const char *vec = dt == TY_F32 ? "float" : dt == TY_I32 ? "int" : "uint";
+  indent(o);
+  fprintf(o->f, "*(%s%d *)", vec, words);
+  address(o, s->buf, s->index);
+  fprintf(o->f, " = make_%s%d(", vec, words);
+  for (int w = 0; w < words; w++) {
+    if (w) fputs(", ", o->f);
+    if (per_word == 1) {
+      expr_as(o, s->chunk[w], dt);
+    } else if (per_word == 2) {
+      fputs(dt == TY_F16 ? "dl_h_pack(" : "dl_b_pack(", o->f);
+      expr_as(o, s->chunk[2 * w], dt);
+      fputs(", ", o->f);
+      expr_as(o, s->chunk[2 * w + 1], dt);
+      fputc(')', o->f);
+    } else {
+      fputc('(', o->f);
+      for (int b = 0; b < 4; b++) {
+        fputs(b ? " | (unsigned)(unsigned char)" : "(unsigned)(unsigned char)", o->f);
+        expr_as(o, s->chunk[4 * w + b], dt);
+        if (b) fprintf(o->f, " << %d", 8 * b);
+      }
+      fputc(')', o->f);
+    }
+  }
+  fputs(");\n", o->f);
+}
+
+static void tc_stmt(Out *o, const KStmt *s) {
+  static const char *const mma[] = {"dl_mma_f16", "dl_mma_bf16", "dl_mma_s8", "dl_mma_tf32"};
+  indent(o);
+  switch (s->kind) {
+    case KS_MMA:
+      fprintf(o->f, "%s(", mma[s->tc]);
+      address(o, s->buf, s->index);
+      fputs(", ", o->f);
+      address(o, s->src, s->src_at);
+      fputs(", ", o->f);
+      address(o, s->src2, s->src2_at);
+      fputs(", ", o->f);
+      address(o, s->buf, s->index);
+      fputs(");\n", o->f);
+      return;
+    case KS_LDMATRIX:
+      fprintf(o->f, "dl_ldmatrix_x%d%s(", s->count, s->trans ? "_trans" : "");
+      address(o, s->buf, s->index);
+      fputs(", ", o->f);
+      address(o, s->src, s->src_at);
+      fputs(");\n", o->f);
+      return;
+    case KS_CP_ASYNC:
+      fprintf(o->f, "dl_cp_async%d(", s->count);
+      address(o, s->buf, s->index);
+      fputs(", ", o->f);
+      address(o, s->src, s->src_at);
+      fputs(", (unsigned)", o->f);
+      expr(o, s->value);
+      fputs(");\n", o->f);
+      return;
+    case KS_CP_COMMIT: fputs("dl_cp_async_commit();\n", o->f); return;
+    case KS_CP_WAIT: fprintf(o->f, "dl_cp_async_wait<%d>();\n", s->count); return;
+    case KS_TF32:
+      fprintf(o->f, "%s[", s->buf->name);
+      expr(o, s->index);
+      fprintf(o->f, "] = dl_tf32(__uint_as_float(%s[", s->buf->name);
+      expr(o, s->index);
+      fputs("]));\n", o->f);
+      return;
+    default: dl_internal(o->k->ctx, "statement %d is not a tensor-core statement", (int)s->kind);
+  }
 }
 
 static void param_type(Out *o, const KParam *p) {
@@ -772,13 +880,19 @@ char *cg_emit_kernel(Ctx *c, const Kernel *k, const char *name, bool with_commen
     fprintf(f, p->var || p->may_alias ? " %s" : "__restrict__ %s", p->var ? p->var->name : p->buf->name);
   }
   fputs(") {\n", f);
+  if (k->dynamic_shared_bytes) fputs("  extern __shared__ __align__(16) unsigned char dl_smem[];\n", f);
   for (int i = 0; i < k->n_locals; i++) {
     const KBuf *b = k->locals[i];
+    if (b->dynamic) {
+      fprintf(f, "  %s *%s = (%s *)(dl_smem + %u);\n", ctype(k, b->dtype), b->name, ctype(k, b->dtype), b->offset);
+      continue;
+    }
     /* i8 tiles are read four bytes at a time (KE_PACK4) */
     const char *space = b->space != KSP_SHARED ? ""
                         : b->dtype == TY_I8  ? "__shared__ __align__(16) "
                                              : "__shared__ ";
-    fprintf(f, "  %s%s %s[%" PRId64 "];\n", space, ctype(k, b->dtype), b->name, b->numel);
+    const char *type = b->space == KSP_FRAGMENT ? "unsigned" : ctype(k, b->dtype);
+    fprintf(f, "  %s%s %s[%" PRId64 "];\n", space, type, b->name, b->numel);
   }
   block(&o, &k->body);
   fputs("}\n", f);

@@ -4,6 +4,8 @@ libdlcc_core_la_SOURCES += \
 	codegen/kernel.h codegen/kernel.c \
 	codegen/lower_kernels.c \
 	codegen/fuse_lower.c \
+	codegen/conv_igemm.c \
+	codegen/tc_gemm.c \
 	codegen/initgraph.c \
 	codegen/unroll.c \
 	codegen/emit_cuda.c \

@@ -7,6 +7,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "codegen.h"
 #include "kernel.h"
 
 static int64_t numel(const TensorType *t) { return ir_type_numel(t); }
@@ -71,11 +72,7 @@ static KBuf *global_of(CgBuild *b, Kernel *k, const Value *v, const char *name) 
  * when blk is NULL). */
 static KExpr *load_in(CgBuild *b, Kernel *k, KBlock *blk, const Value *v, const char *name,
                       KExpr *index) {
-  KExpr *f = cg_fused_load(b, k, blk, v, index);
-  if (f) return f;
-  double c;
-  if (cg_const_of(b, v, &c)) return cg_kimm(k, c, v->type.dtype);
-  return cg_kload(k, global_of(b, k, v, name), index);
+  return cg_operand_load(b, k, blk, v, name, index);
 }
 
 static KExpr *load_of(CgBuild *b, Kernel *k, const Value *v, const char *name, KExpr *index) {
@@ -599,8 +596,6 @@ static bool blas_takes_int8(const RtGemm *g) {
 /* An int8 GEMM cuBLAS would refuse, as a kernel: one thread per element
  * of C, its k products summed in int32 (wrapping, as eval.c). */
 static void gemm_i8_kernel(CgBuild *b, const Node *n, const char *what, const RtGemm *g) {
-  if (g->alpha != 1.0f || g->beta != 0.0f)
-    dl_internal(cg_build_ctx(b), "int8 gemm with alpha %g, beta %g", (double)g->alpha, (double)g->beta);
   Kernel *k = new_kernel(b, n, "gemm_i8", what ? what : "gemm");
   TensorType space = ir_type_make(TY_I32, 3, (int64_t[]){g->batch, g->m, g->n});
   Map m;
@@ -629,9 +624,110 @@ static void gemm_i8_kernel(CgBuild *b, const Node *n, const char *what, const Rt
   cg_launch(b, k);
 }
 
+/* The same on tensor cores (tc_gemm.c): A's rows are m, B's rows n,
+ * each K-contiguous (cp.async-able when aligned) unless transposed. */
+typedef struct I8Gemm {
+  const RtGemm *g;
+} I8Gemm;
+
+static KBuf *i8_buf(Kernel *k, const RtGemm *g, bool is_b) {
+  int64_t last = g->batch - 1;
+  int64_t n = is_b ? last * g->stride_b + (g->trans_b ? g->n : g->k) * g->ldb
+                   : last * g->stride_a + (g->trans_a ? g->k : g->m) * g->lda;
+  return cg_kglobal(k, is_b ? "b" : "a", TY_I8, n, is_b ? g->b : g->a);
+}
+
+/* Element (row, kk) of A (is_b false) or B in batch z. */
+static KExpr *i8_index(Kernel *k, const RtGemm *g, bool is_b, KExpr *z, KExpr *row, KExpr *kk) {
+  bool k_major = is_b ? g->trans_b : !g->trans_a;
+  KExpr *ld = cg_kint(k, is_b ? g->ldb : g->lda), *stride = cg_kint(k, is_b ? g->stride_b : g->stride_a);
+  KExpr *at = k_major ? cg_kadd(k, cg_kmul(k, row, ld), kk) : cg_kadd(k, cg_kmul(k, kk, ld), row);
+  return cg_kadd(k, cg_kmul(k, z, stride), at);
+}
+
+static bool i8_aligned(const RtGemm *g, bool is_b) {
+  bool k_major = is_b ? g->trans_b : !g->trans_a;
+  int64_t ld = is_b ? g->ldb : g->lda, stride = is_b ? g->stride_b : g->stride_a;
+  uint64_t off = is_b ? g->b.offset : g->a.offset;
+  return k_major && ld % 16 == 0 && off % 16 == 0 && (g->batch == 1 || stride % 16 == 0);
+}
+
+static KBuf *i8_async_a(void *ctx, Kernel *k) {
+  const RtGemm *g = ((I8Gemm *)ctx)->g;
+  return i8_aligned(g, false) ? i8_buf(k, g, false) : NULL;
+}
+
+static KBuf *i8_async_b(void *ctx, Kernel *k) {
+  const RtGemm *g = ((I8Gemm *)ctx)->g;
+  return i8_aligned(g, true) ? i8_buf(k, g, true) : NULL;
+}
+
+static KExpr *i8_chunk_a(void *ctx, Kernel *k, KBlock *blk, KExpr *z, KExpr *row, KExpr *kk, KExpr **ok) {
+  (void)blk;
+  *ok = NULL;
+  return i8_index(k, ((I8Gemm *)ctx)->g, false, z, row, kk);
+}
+
+static KExpr *i8_chunk_b(void *ctx, Kernel *k, KBlock *blk, KExpr *z, KExpr *row, KExpr *kk, KExpr **ok) {
+  (void)blk;
+  *ok = NULL;
+  return i8_index(k, ((I8Gemm *)ctx)->g, true, z, row, kk);
+}
+
+static void *i8_row(void *ctx, Kernel *k, KBlock *blk, KExpr *z, KExpr *row) {
+  (void)ctx, (void)k, (void)blk, (void)z;
+  return row;
+}
+
+static KExpr *i8_element_a(void *ctx, void *row, Kernel *k, KBlock *blk, KExpr *z, KExpr *kk) {
+  (void)blk;
+  const RtGemm *g = ((I8Gemm *)ctx)->g;
+  return cg_kload(k, i8_buf(k, g, false), i8_index(k, g, false, z, row, kk));
+}
+
+static KExpr *i8_element_b(void *ctx, void *row, Kernel *k, KBlock *blk, KExpr *z, KExpr *kk) {
+  (void)blk;
+  const RtGemm *g = ((I8Gemm *)ctx)->g;
+  return cg_kload(k, i8_buf(k, g, true), i8_index(k, g, true, z, row, kk));
+}
+
+static void i8_store(void *ctx, Kernel *k, KBlock *blk, KExpr *z, KExpr *m, KExpr *n, KExpr *acc) {
+  const RtGemm *g = ((I8Gemm *)ctx)->g;
+  KBuf *c = cg_kglobal(k, "c", TY_I32, (g->batch - 1) * g->stride_c + g->m * g->ldc, g->c);
+  KExpr *at = cg_kadd(k, cg_kmul(k, z, cg_kint(k, g->stride_c)), cg_kadd(k, cg_kmul(k, m, cg_kint(k, g->ldc)), n));
+  cg_kstore(k, blk, c, at, acc);
+}
+
+static void gemm_i8_tc(CgBuild *b, const Node *n, const char *what, const RtGemm *g) {
+  Ctx *c = cg_build_ctx(b);
+  I8Gemm *ig = ARENA_NEW(&c->arena, I8Gemm);
+  RtGemm *copy = ARENA_NEW(&c->arena, RtGemm);
+  *copy = *g;
+  ig->g = copy;
+  const CgGroup *grp = cg_group(b);
+  CgTcGemm tg = {
+      .node = n,
+      .hint = arena_printf(&c->arena, "%s_gemm_i8", grp && grp->anchor == n && grp->n > 1 ? cg_group_hint(c, grp)
+                                                                                             : ir_ops[n->op].name),
+      .what = what ? what : "gemm",
+      .tc = KTC_S8,
+      .m = g->m,
+      .n = g->n,
+      .k = g->k,
+      .batch = g->batch,
+      .a = {.rows = g->m, .k_major = !g->trans_a, .async_buf = i8_async_a, .chunk_at = i8_chunk_a,
+            .row_begin = i8_row, .element = i8_element_a},
+      .b = {.rows = g->n, .k_major = g->trans_b != 0, .async_buf = i8_async_b, .chunk_at = i8_chunk_b,
+            .row_begin = i8_row, .element = i8_element_b},
+      .ctx = ig,
+      .store = i8_store,
+  };
+  cg_tc_gemm(b, &tg);
+}
+
 /* Appends g, or nothing when C is empty, or zeros when k is 0 (C is
  * always contiguous here); an int8 g that cuBLAS cannot run becomes a
- * kernel of ours. */
+ * kernel of ours, on tensor cores unless --no-tensor-cores. */
 static void emit_gemm(CgBuild *b, const Node *n, const char *what, const RtGemm *g) {
   if (g->m == 0 || g->n == 0 || g->batch == 0) return;
   if (g->k == 0) {
@@ -639,7 +735,12 @@ static void emit_gemm(CgBuild *b, const Node *n, const char *what, const RtGemm 
     return;
   }
   if (g->dtype == RT_DT_I8 && !blas_takes_int8(g)) {
-    gemm_i8_kernel(b, n, what, g);
+    if (g->alpha != 1.0f || g->beta != 0.0f)
+      dl_internal(cg_build_ctx(b), "int8 gemm with alpha %g, beta %g", (double)g->alpha, (double)g->beta);
+    if (cg_options(b)->no_tensor_cores)
+      gemm_i8_kernel(b, n, what, g);
+    else
+      gemm_i8_tc(b, n, what, g);
     return;
   }
   cg_gemm(b, n, what, g);
@@ -719,20 +820,63 @@ static bool lower_matmul(CgBuild *b, const Node *n) {
   return true;
 }
 
-static bool lower_linear(CgBuild *b, const Node *n) {
-  if (!product_dtypes(b, n)) return false;
-  const Value *x = n->in[0], *w = n->in[1], *out = &n->out[0];
+/* linear's product x W^T (rows of x by the weight's out features) into c. */
+static RtGemm linear_gemm(CgBuild *b, const Node *n, RtRef c) {
+  const Value *x = n->in[0], *w = n->in[1];
   int64_t in = x->type.dims[x->type.rank - 1], outf = w->type.dims[0];
-  int64_t total = numel(&out->type), rows = outf ? total / outf : 0;
-  if (total == 0) return true;
-  RtRef rc = cg_ref(b, out);
+  int64_t total = numel(&n->out[0].type), rows = outf ? total / outf : 0;
   RtGemm g = gemm_of(x->type.dtype, rows, outf, in);
   g.trans_b = 1;
   g.ldb = in;
-  g.a = cg_ref(b, x), g.b = cg_ref(b, w), g.c = rc;
-  emit_gemm(b, n, NULL, &g);
+  g.a = cg_ref(b, x), g.b = cg_ref(b, w), g.c = c;
+  return g;
+}
+
+/* Whether cuBLASLt adds linear's bias (its BIAS epilogue): a float
+ * product with a bias, not empty (a sum over no features is the bias
+ * alone, which emit_gemm would not add to its zeros). */
+static bool bias_in_epilogue(const Node *n) {
+  const TensorType *x = &n->in[0]->type;
+  return n->n_in > 2 && ir_dtype_is_float(n->out[0].type.dtype) && x->dims[x->rank - 1] > 0 &&
+         numel(&n->out[0].type) > 0;
+}
+
+static bool lower_linear(CgBuild *b, const Node *n) {
+  if (!product_dtypes(b, n)) return false;
+  const Value *out = &n->out[0];
+  int64_t total = numel(&out->type), outf = n->in[1]->type.dims[0];
+  if (total == 0) return true;
+  RtRef rc = cg_ref(b, out);
+  RtGemm g = linear_gemm(b, n, rc);
   /* In a fusion group the group's kernel adds the bias where it reads. */
-  if (n->n_in > 2 && n->group < 0) bias_add(b, n, rc, total, 1, outf, n->in[2]);
+  if (n->group < 0 && bias_in_epilogue(n)) g.epilogue = RT_EPILOGUE_BIAS, g.bias = cg_ref(b, n->in[2]);
+  emit_gemm(b, n, NULL, &g);
+  if (n->n_in > 2 && n->group < 0 && !g.epilogue) bias_add(b, n, rc, total, 1, outf, n->in[2]);
+  return true;
+}
+
+/* The activation cuBLASLt applies after the bias: relu in every float
+ * type; gelu's tanh form in f16 and bf16 only, since cuBLASLt does not
+ * say how precise its gelu is, and f32 models are held to 1e-5. */
+static uint32_t activation_epilogue(const Node *act, DType dt) {
+  if (act->op == OP_RELU) return RT_EPILOGUE_RELU_BIAS;
+  if (act->op == OP_GELU && dt != TY_F32 && strcmp(ir_attr_str(act, "approximate"), "tanh") == 0)
+    return RT_EPILOGUE_GELU_BIAS;
+  return RT_EPILOGUE_NONE;
+}
+
+bool cg_lower_gemm_epilogue(CgBuild *b, const CgGroup *grp) {
+  const Node *act = grp->root, *lin = act->n_in == 1 ? act->in[0]->def : NULL;
+  if (grp->n != 2 || grp->attention || !lin || lin->op != OP_LINEAR || lin->group != grp->id ||
+      !bias_in_epilogue(lin))
+    return false;
+  DType dt = lin->out[0].type.dtype;
+  uint32_t e = act->out[0].type.dtype == dt ? activation_epilogue(act, dt) : RT_EPILOGUE_NONE;
+  if (!e) return false;
+  RtGemm g = linear_gemm(b, lin, cg_ref(b, &act->out[0]));
+  g.epilogue = e;
+  g.bias = cg_ref(b, lin->in[2]);
+  emit_gemm(b, act, arena_printf(&cg_build_ctx(b)->arena, "#k%d", grp->id), &g);
   return true;
 }
 
@@ -917,13 +1061,14 @@ static void conv_direct(CgBuild *b, const Node *n, const ConvGeo *cg) {
   cg_launch(b, k);
 }
 
-/* conv2d and conv3d: an implicit GEMM in a fusion group, else im2col and
- * a GEMM (groups 1) or a direct loop (grouped, depthwise). */
+/* conv2d and conv3d: an implicit GEMM in a fusion group (grouped ones
+ * when the tensor cores take them), else im2col and a GEMM (groups 1) or
+ * a direct loop (grouped, depthwise). */
 static bool lower_conv(CgBuild *b, const Node *n) {
   if (!product_dtypes(b, n)) return false;
   if (numel(&n->out[0].type) == 0) return true;
   int64_t groups = ir_attr_int(n, "groups");
-  if (groups == 1 && n->group >= 0) return cg_lower_conv_igemm(b, n);
+  if (n->group >= 0 && (groups == 1 || cg_conv_on_tc(b, n))) return cg_lower_conv_igemm(b, n);
   ConvGeo cg = conv_geo(n);
   if (groups == 1)
     conv_gemm(b, n, &cg);

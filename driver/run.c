@@ -77,6 +77,7 @@ static const char run_usage[] =
     "  --model=NAME        as for dlcc\n"
     "  -O0, -O1, -O2       graph optimization, as for dlcc (default -O2)\n"
     "  --precision=P       f32 (default), f16 or bf16, as for dlcc\n"
+    "  --tf32              f32 convolutions on tensor cores, as for dlcc\n"
     "\n"
     "int8, as for dlcc (calibration uses the weights the run binds: --weights, an\n"
     ".onnx model's own, or the random ones from --seed):\n";
@@ -171,6 +172,8 @@ static int parse_run_args(int argc, char **argv, RunOptions *o) {
       o->n_inputs++;
     } else if ((v = flag_value(argc, argv, &i, "--precision"))) {
       o->api.precision = v;
+    } else if (strcmp(a, "--tf32") == 0) {
+      o->api.tf32 = 1;
     } else if ((v = flag_value(argc, argv, &i, "--model"))) {
       o->api.model = v;
     } else if (strncmp(a, "-D", 2) == 0) {
@@ -636,8 +639,11 @@ static int run_model(RunOptions *o) {
     dlc_tensor_info info;
     const void *data;
     size_t nbytes;
-    dlc_output_info(m, i, &info);
-    dlc_get_output(m, i, &data, &nbytes);
+    if (dlc_output_info(m, i, &info) != DLC_OK || dlc_get_output(m, i, &data, &nbytes) != DLC_OK) {
+      fputs(dlc_error(m), stderr);
+      rc = 1;
+      break;
+    }
     print_summary(&info, data);
     if (o->output_dir && !write_output(&out, i, &info, data, nbytes)) rc = 1;
   }

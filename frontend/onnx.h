@@ -32,6 +32,9 @@ typedef struct OnnxOptions {
   /* Largest tensor, in elements, computed at import (folding, Range,
    * ConstantOfShape); 0: 1 << 26.  The fuzzer sets it low. */
   int64_t max_fold_elems;
+  /* Most nodes the imported graph may have (unrolled loops and recurrent
+   * layers multiply an ONNX node); 0: IR_MAX_NODES.  Tests set it low. */
+  int max_nodes;
 } OnnxOptions;
 
 /* True when this build can read ONNX files. */

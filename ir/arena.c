@@ -84,7 +84,7 @@ void *arena_realloc(Arena *a, void *old, size_t old_size, size_t new_size) {
 
 char *arena_strndup(Arena *a, const char *s, size_t n) {
   char *p = arena_alloc(a, n + 1);
-  memcpy(p, s, n);
+  if (n) memcpy(p, s, n); /* s may be NULL when n is 0: an unset protobuf string */
   p[n] = 0;
   return p;
 }

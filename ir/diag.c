@@ -209,6 +209,22 @@ const SrcFile *ctx_load_file(Ctx *c, const char *path) {
   return ctx_add_file(c, path, text, len);
 }
 
+/* s with its control bytes but tab written as escapes (\\n, \\r, \\xHH): a
+ * message quotes names from a model file, and a name must not end the
+ * message's line or feed the terminal control sequences. */
+static void append_visible(Diag *d, const char *s) {
+  for (const char *run = s;; s++) {
+    unsigned char ch = (unsigned char)*s;
+    if (ch == '\t' || (ch >= 32 && ch != 127)) continue;
+    append(d, run, (size_t)(s - run));
+    if (!ch) return;
+    char esc[8];
+    snprintf(esc, sizeof esc, ch == '\n' ? "\\n" : ch == '\r' ? "\\r" : "\\x%02x", ch);
+    append(d, esc, strlen(esc));
+    run = s + 1;
+  }
+}
+
 static void append_source_line(Diag *d, SrcLoc loc) {
   const SrcFile *f = loc.file;
   if (!f || !f->text || loc.line < 1) return;
@@ -251,16 +267,19 @@ void diag_report(Ctx *c, DiagLevel level, SrcLoc loc, const char *fmt, ...) {
     return;
   }
   static const char *const level_names[] = {"error", "warning", "note"};
-  if (loc.file)
-    appendf(d, "%s:%d:%d: %s: ", loc.file->name, loc.line, loc.col, level_names[level]);
-  else
+  if (loc.file) {
+    append_visible(d, loc.file->name);
+    appendf(d, ":%d:%d: %s: ", loc.line, loc.col, level_names[level]);
+  } else {
     appendf(d, "dlcc: %s: ", level_names[level]);
+  }
   char buf[1024];
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(buf, sizeof buf, fmt, ap);
   va_end(ap);
-  appendf(d, "%s\n", buf);
+  append_visible(d, buf);
+  append(d, "\n", 1);
   append_source_line(d, loc);
 }
 

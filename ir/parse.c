@@ -567,13 +567,7 @@ static void parse_node(Parser *p) {
       error_at(p, op_at, "%s takes no operands", info->name);
       goto fail;
     }
-    const TensorType *t = &types[0];
-    for (int i = 0; i < t->rank; i++)
-      if (t->dims[i] < 1) {
-        error_at(p, type_at[0], "%s needs dimensions of at least 1", info->name);
-        goto fail;
-      }
-    ir_declare(n, t);
+    ir_declare(n, &types[0]); /* a dim of 0 is an empty tensor; a negative one is refused when read */
     if (op == OP_INPUT && !check_unique_name(p, &p->inputs, n, "input", op_at)) goto fail;
     if (op == OP_PARAM && !check_unique_name(p, &p->params, n, "param", op_at)) goto fail;
   } else {

@@ -154,8 +154,8 @@ static void check_declared(Verifier *v, const Node *n) {
     return;
   }
   for (int i = 0; i < t->rank; i++)
-    if (t->dims[i] < 1) {
-      fail(v, n, "declared type %s has a dimension below 1", ir_type_str(t, buf, sizeof buf));
+    if (t->dims[i] < 0) {
+      fail(v, n, "declared type %s has a negative dimension", ir_type_str(t, buf, sizeof buf));
       return;
     }
   if (ir_type_numel(t) < 0)

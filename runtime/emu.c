@@ -652,10 +652,11 @@ static int emu_memset0(RtDevice *d, RtDevPtr dst, uint64_t nbytes) {
   return 0;
 }
 
-static int emu_gemm(RtDevice *d, const RtGemm *g, RtDevPtr a, RtDevPtr b, RtDevPtr c) {
+static int emu_gemm(RtDevice *d, const RtGemm *g, RtDevPtr a, RtDevPtr b, RtDevPtr c, RtDevPtr bias) {
   if (d->broken) return -1;
   char err[512];
-  if (rt_emu_gemm(g, (const void *)(uintptr_t)a, (const void *)(uintptr_t)b, (void *)(uintptr_t)c, err, sizeof err))
+  if (rt_emu_gemm(g, (const void *)(uintptr_t)a, (const void *)(uintptr_t)b, (void *)(uintptr_t)c,
+                  (const void *)(uintptr_t)bias, err, sizeof err))
     return rt_device_fail(d, "%s", err);
   return 0;
 }

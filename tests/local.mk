@@ -23,6 +23,7 @@ include tests/precision.mk
 include tests/int8.mk
 include tests/bool.mk
 include tests/ops2.mk
+include tests/round.mk
 include tests/quantize.mk
 include tests/bench.mk
 include tests/usermodels.mk
@@ -35,4 +36,8 @@ include tests/bounds.mk
 include tests/names.mk
 include tests/files.mk
 include tests/limits.mk
+include tests/fuzz.mk
+include tests/tcgemm.mk
+include tests/sass.mk
+include tests/gpubench.mk
 include tests/pytorch.mk
