@@ -179,12 +179,25 @@ void cg_kernel_finish(Kernel *k) {
   }
 }
 
+/* An H200 (the largest GPU the project targets) has 132 SMs of 2048
+ * resident threads: a wave is 132 * 2048 / threads_per_block blocks.
+ * Four waves keep every SM busy to the end of a grid-stride loop while
+ * each thread still walks several elements, which amortizes its index
+ * arithmetic; more blocks only add scheduling. */
+enum { GRID_SMS = 132, SM_THREADS = 2048, GRID_WAVES = 4 };
+
+int64_t cg_gpu_threads(void) { return (int64_t)GRID_SMS * SM_THREADS; }
+
+int64_t cg_grid_cap(int64_t threads_per_block) {
+  if (threads_per_block < 1) threads_per_block = 1;
+  int64_t per_sm = SM_THREADS / threads_per_block;
+  return (int64_t)GRID_SMS * (per_sm < 1 ? 1 : per_sm) * GRID_WAVES;
+}
+
 void cg_kernel_grid_1d(Kernel *k, int64_t total) {
-  /* 8192 blocks of 256 fill an H200 (132 SMs x 2048 threads) eight times
-   * over; beyond that the grid-stride loop takes the rest. */
-  int64_t blocks = (total + 255) / 256;
+  int64_t blocks = (total + 255) / 256, cap = cg_grid_cap(256);
   if (blocks < 1) blocks = 1;
-  if (blocks > 8192) blocks = 8192;
+  if (blocks > cap) blocks = cap;
   k->block[0] = total < 256 ? (uint32_t)(total < 1 ? 1 : (total + 31) / 32 * 32) : 256;
   k->grid[0] = (uint32_t)blocks;
 }
@@ -562,4 +575,24 @@ void cg_ktf32(Kernel *k, KBlock *in, KBuf *frag, KExpr *at) {
   KStmt *s = append_tc(k, in, KS_TF32, false);
   frag->read = frag->written = true;
   s->buf = frag, s->index = at;
+}
+
+void cg_kallreduce(Kernel *k, KBlock *in, KVar *var, OpKind combine, KMap across) {
+  uint32_t x = k->block[0], y = k->block[1];
+  bool ok = (var->dtype == TY_F32 || var->dtype == TY_I32 || var->dtype == TY_I64) &&
+            (combine == OP_ADD || combine == OP_MUL || combine == OP_MAXIMUM || combine == OP_MINIMUM) &&
+            (across == KM_BLOCK_X ? x >= 1 && x <= 1024 && (x & (x - 1)) == 0 && (x <= 32 || x % 32 == 0)
+                                  : across == KM_BLOCK_Y) &&
+            x * y <= 1024 && x * y % 32 == 0;
+  if (!ok)
+    dl_internal(k->ctx, "cg_kallreduce of %s by %s across %d in a %ux%u block", ir_dtype_name(var->dtype),
+                ir_ops[combine].name, (int)across, x, y);
+  KStmt *s = append(k, in, KS_ALLREDUCE);
+  s->var = var;
+  s->combine = combine;
+  s->map = across;
+  /* One slot per warp (x) or per thread (y) of the block. */
+  int64_t slots = across == KM_BLOCK_X ? (x > 32 ? x / 32 * y : 0) : (y > 1 ? (int64_t)x * y : 0);
+  if (slots) s->buf = cg_klocal(k, "red", var->dtype, slots, KSP_SHARED);
+  k->uses_barriers = true; /* the emu runs warp shuffles as it runs barriers: on fibers */
 }

@@ -43,9 +43,11 @@ typedef enum {
   KM_BLOCK_X, /* iteration = threadIdx.x (guarded) */
   KM_BLOCK_Y,
   KM_BLOCK_Z,
-  KM_VEC2, /* innermost, vector loads and stores of 2/4/8 (not emitted yet) */
-  KM_VEC4,
-  KM_VEC8,
+  /* Innermost, a constant 2 .. 16 iterations over consecutive elements
+   * (the lanes of a vector): cg_vectorize turns the loads and stores at
+   * base + lane into 16-byte accesses where it proves them aligned and
+   * unrolls the rest. */
+  KM_LANES,
 } KMap;
 
 typedef struct KBuf {
@@ -80,7 +82,7 @@ typedef enum {
   KE_LOAD,   /* buf[a[0]] */
   KE_OP,     /* an elementwise op of the table on a[0] (and a[1]: quantize's scale too), as eval.c */
   KE_CAST,   /* a[0] converted to dtype with the cast op's rules */
-  KE_LANE,   /* lane i (0..3) of the vector var (a KS_VLOAD's) */
+  KE_LANE,   /* lane i (0 .. sub-1) of the sub-lane vector var (a KS_VLOAD's) */
   KE_PACK4,  /* the four i8 of buf[a[0] .. a[0]+3] as one int (a[0] a multiple of 4) */
   KE_DP4A,   /* a[2] + the four products of a[0]'s and a[1]'s signed bytes (CUDA's __dp4a) */
 } KExprKind;
@@ -112,8 +114,14 @@ typedef enum {
   KS_STORE,   /* buf[index] = value */
   KS_IF,      /* if (cond) body else orelse */
   KS_BARRIER, /* __syncthreads() */
-  KS_VLOAD,   /* declares the 4-lane vector var = buf[index .. index+3] (16-byte aligned) */
-  KS_VSTORE,  /* buf[index .. index+3] = lanes[0..3] (16-byte aligned) */
+  KS_VLOAD,   /* declares the n_lanes vector var = buf[index .. index+n_lanes) (aligned to its size, at most 16) */
+  KS_VSTORE,  /* buf[index .. index+n_lanes) = lanes[0 .. n_lanes) (the same alignment) */
+  /* var = combine(var over the iterations of the enclosing loop mapped to
+   * threadIdx.x (map KM_BLOCK_X: warp shuffles, then across warps through
+   * the shared buf) or threadIdx.y (KM_BLOCK_Y: through buf)); every
+   * thread of the block reaches it together and gets the same value,
+   * combined in a fixed order (cg_kallreduce). */
+  KS_ALLREDUCE,
   KS_CHUNK,   /* buf[index .. index+count) = chunk[0 .. count): one 8- or 16-byte store (so aligned) */
   /* The tensor-core statements (docs/tensorcores.md).  The warp-collective
    * ones (KS_MMA, KS_LDMATRIX) must be reached by all 32 lanes of a warp
@@ -158,7 +166,8 @@ struct KStmt {
   KBuf *buf;
   KExpr *index;
   KBlock body, orelse;
-  KExpr *lanes[4]; /* KS_VSTORE */
+  KExpr **lanes; /* KS_VSTORE */
+  int n_lanes;   /* KS_VLOAD, KS_VSTORE */
   KExpr **chunk;   /* KS_CHUNK */
   /* the tensor-core statements' operands (above) */
   KBuf *src, *src2;
@@ -230,8 +239,14 @@ KVar *cg_kvar(Kernel *k, const char *stem, DType dt);
  * written buffers, scalars).  Idempotent. */
 void cg_kernel_finish(Kernel *k);
 /* 1-D launch for total threads: block 256, grid capped (grid-stride loops
- * cover the rest). */
+ * cover the rest) at cg_grid_cap blocks. */
 void cg_kernel_grid_1d(Kernel *k, int64_t total);
+/* The most blocks of threads_per_block a grid-stride launch needs: a
+ * whole number of waves that fill every SM of the largest GPU we target
+ * (docs/kernels.md). */
+int64_t cg_grid_cap(int64_t threads_per_block);
+/* The threads that GPU holds at once (132 SMs x 2048). */
+int64_t cg_gpu_threads(void);
 
 KExpr *cg_kint(Kernel *k, int64_t v);
 KExpr *cg_kimm(Kernel *k, double v, DType dt); /* a value immediate (KE_INT for integer dtypes) */
@@ -290,6 +305,12 @@ void cg_kcp_async(Kernel *k, KBlock *in, int bytes, KBuf *smem, KExpr *smem_at, 
 void cg_kcp_commit(Kernel *k, KBlock *in);
 void cg_kcp_wait(Kernel *k, KBlock *in, int pending);
 void cg_ktf32(Kernel *k, KBlock *in, KBuf *frag, KExpr *at);
+/* var = combine (OP_ADD, OP_MUL, OP_MAXIMUM, OP_MINIMUM) of var over the
+ * iterations of the enclosing loop mapped to across (KM_BLOCK_X or
+ * KM_BLOCK_Y), whose extent must equal the launch's block[0] (a power of
+ * two up to 1024) or block[1]: set the launch shape first.  var is f32,
+ * i32 or i64. */
+void cg_kallreduce(Kernel *k, KBlock *in, KVar *var, OpKind combine, KMap across);
 
 /* ---- kernel-IR passes (unroll.c) ---- */
 
@@ -297,9 +318,12 @@ void cg_ktf32(Kernel *k, KBlock *in, KBuf *frag, KExpr *at);
  * max_trip 0 turns every KM_UNROLL back into KM_SERIAL (--no-unroll). */
 void cg_unroll(Kernel *k, int max_trip);
 /* A contiguous elementwise map (one grid-stride loop of lets and stores
- * at its index) becomes a loop over float4 loads and stores plus a
- * scalar tail.  Returns whether it did; every f32 buffer it vectorizes
- * must start 16-byte aligned (refs are checked). */
+ * at its index) becomes a loop over vectors of 16 bytes of its narrowest
+ * dtype (a KM_LANES loop) plus a scalar tail; then every KM_LANES loop
+ * of the kernel gets 16-byte loads and stores where they are provably
+ * aligned (refs are checked), its lane-invariant lets (a broadcast
+ * operand, a coordinate) computed once per vector, and is unrolled.
+ * Returns whether any access became a vector one. */
 bool cg_vectorize(Kernel *k);
 
 /* ---- CUDA text (emit_cuda.c) ---- */
@@ -489,6 +513,19 @@ const struct CgOptions *cg_options(CgBuild *b);
 
 /* lower_kernels.c: appends n's steps; false after reporting an error. */
 bool cg_lower_node(CgBuild *b, const Node *n);
+/* What the node lowerings share (lower_kernels.c): a kernel named for n
+ * (or its fusion group), the dtype check (floats, or with ints_ok any
+ * integer or bool too; false after reporting), v[index] (or its fused
+ * expression, or its folded value) with lets into blk, and the store of
+ * out's element (or the group's epilogue from there). */
+Kernel *cg_node_kernel(CgBuild *b, const Node *n, const char *suffix, const char *what);
+bool cg_check_dtypes(CgBuild *b, const Node *n, bool ints_ok);
+KExpr *cg_load_in(CgBuild *b, Kernel *k, KBlock *blk, const Value *v, const char *name, KExpr *index);
+void cg_store_at(CgBuild *b, Kernel *k, KBlock *blk, const Value *out, KExpr *index, KExpr *value);
+/* lower_rows.c: the reductions and normalizations (reduce ops, argmax,
+ * softmax, log_softmax, layernorm, rms_norm, group_norm,
+ * global_avgpool), one kernel each. */
+bool cg_lower_rows(CgBuild *b, const Node *n);
 /* A kernel that fills count elements of dtype at ref with value. */
 void cg_fill(CgBuild *b, const Node *n, const char *what, RtRef ref, DType dt, int64_t count,
              double value);

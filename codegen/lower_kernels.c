@@ -86,9 +86,18 @@ static KExpr *load_f32(CgBuild *b, Kernel *k, KBlock *blk, const Value *v, const
   return cg_kcast(k, load_in(b, k, blk, v, name, index), TY_F32);
 }
 
-/* out[index] = value, or the fusion group's epilogue from there. */
-static void store_at(CgBuild *b, Kernel *k, KBlock *blk, const Value *out, KExpr *index,
-                     KExpr *value) {
+/* The lowerings of lower_rows.c share these. */
+Kernel *cg_node_kernel(CgBuild *b, const Node *n, const char *suffix, const char *what) {
+  return new_kernel(b, n, suffix, what);
+}
+
+bool cg_check_dtypes(CgBuild *b, const Node *n, bool ints_ok) { return check_dtypes(b, n, ints_ok); }
+
+KExpr *cg_load_in(CgBuild *b, Kernel *k, KBlock *blk, const Value *v, const char *name, KExpr *index) {
+  return load_in(b, k, blk, v, name, index);
+}
+
+void cg_store_at(CgBuild *b, Kernel *k, KBlock *blk, const Value *out, KExpr *index, KExpr *value) {
   if (cg_fused_store(b, k, blk, out, index, value)) return;
   cg_kstore(k, blk, global_of(b, k, out, "out"), index, cg_kcast(k, value, out->type.dtype));
 }
@@ -323,67 +332,7 @@ static bool lower_batchnorm(CgBuild *b, const Node *n) {
   return true;
 }
 
-/* ---- reductions: one thread per output row, a serial loop in f32 ---- */
-
-static bool lower_reduce(CgBuild *b, const Node *n) {
-  if (!check_dtypes(b, n, false)) return false;
-  const Value *x = n->in[0], *out = &n->out[0];
-  const TensorType *xt = &x->type;
-  if (numel(&out->type) == 0) return true;
-  int n_axes;
-  const int64_t *axes = ir_attr_ints(n, "axes", &n_axes);
-  bool reduced[DL_MAX_RANK] = {false};
-  for (int i = 0; i < n_axes; i++) reduced[axes[i] < 0 ? axes[i] + xt->rank : axes[i]] = true;
-  /* Iterate over x's shape with the reduced dims set to 1: the same order
-   * as the result, keepdims or not. */
-  TensorType kept = *xt;
-  int64_t group = 1, xst[DL_MAX_RANK], base_st[DL_MAX_RANK];
-  strides_of(xt, xst);
-  for (int d = 0; d < xt->rank; d++) {
-    base_st[d] = reduced[d] ? 0 : xst[d];
-    if (reduced[d]) group *= xt->dims[d], kept.dims[d] = 1;
-  }
-  Kernel *k = new_kernel(b, n, NULL, NULL);
-  Map m;
-  map_begin(&m, k, &kept);
-  KVar *base = cg_klet(k, &m.main, "base", KT_INDEX, map_index(&m, base_st));
-  OpKind comb = n->op == OP_REDUCE_MAX ? OP_MAXIMUM : n->op == OP_REDUCE_MIN ? OP_MINIMUM
-                : n->op == OP_REDUCE_PROD ? OP_MUL : OP_ADD;
-  double init = n->op == OP_REDUCE_MAX ? -INFINITY : n->op == OP_REDUCE_MIN ? INFINITY
-                : n->op == OP_REDUCE_PROD ? 1.0 : 0.0;
-  KVar *acc = cg_kvar(k, "acc", TY_F32), *r = cg_kvar(k, "r", KT_INDEX);
-  KStmt *red = cg_kreduce(k, &m.main, acc, cg_kimm(k, init, TY_F32), comb, r, cg_kint(k, group));
-  /* The element's offset from the row's base: r itself when the reduced
-   * dims are the trailing ones, else r decoded over the reduced dims. */
-  int first = -1;
-  bool trailing = true;
-  for (int d = 0; d < xt->rank; d++)
-    if (reduced[d] && xt->dims[d] != 1) {
-      if (first < 0) first = d;
-    } else if (first >= 0 && xt->dims[d] != 1) {
-      trailing = false;
-    }
-  KExpr *off = cg_kint(k, 0);
-  if (trailing) {
-    off = cg_kv(k, r);
-  } else {
-    int64_t rs = 1;
-    for (int d = xt->rank - 1; d >= 0; d--) {
-      if (!reduced[d] || xt->dims[d] == 1) continue;
-      KExpr *c = cg_kidx(k, KI_DIV, cg_kv(k, r), cg_kint(k, rs));
-      if (d != first) c = cg_kidx(k, KI_MOD, c, cg_kint(k, xt->dims[d]));
-      off = cg_kadd(k, off, cg_kmul(k, c, cg_kint(k, xst[d])));
-      rs *= xt->dims[d];
-    }
-  }
-  red->value = load_f32(b, k, &red->body, x, "x", cg_kadd(k, cg_kv(k, base), off));
-  KExpr *res = cg_kv(k, acc);
-  if (n->op == OP_REDUCE_MEAN) res = cg_kop2(k, OP_DIV, res, cg_kimm(k, (double)group, TY_F32));
-  map_store(b, &m, out, res);
-  map_end(&m);
-  cg_launch(b, k);
-  return true;
-}
+/* ---- rows (topk): one thread per output row, a serial loop ---- */
 
 static void split_axis(const TensorType *t, int axis, int64_t *outer, int64_t *len,
                        int64_t *inner) {
@@ -403,146 +352,6 @@ static KVar *row_base(Kernel *k, KBlock *in, KExpr *o, int64_t len, int64_t inne
 
 static KExpr *row_at(Kernel *k, KVar *base, KExpr *kk, int64_t inner) {
   return cg_kadd(k, cg_kv(k, base), cg_kmul(k, kk, cg_kint(k, inner)));
-}
-
-static bool lower_argmax(CgBuild *b, const Node *n) {
-  const Value *x = n->in[0], *out = &n->out[0];
-  if (!check_dtypes(b, n, true)) return false;
-  int axis = (int)ir_attr_int(n, "axis");
-  if (axis < 0) axis += x->type.rank;
-  int64_t outer, len, inner;
-  split_axis(&x->type, axis, &outer, &len, &inner);
-  if (outer * inner == 0) return true;
-  if (len == 0) {
-    diag_error(cg_build_ctx(b), n->loc, "argmax over an empty axis");
-    return false;
-  }
-  Kernel *k = new_kernel(b, n, NULL, NULL);
-  TensorType rows = flat(TY_I64, outer * inner);
-  Map m;
-  map_begin(&m, k, &rows);
-  KVar *base = row_base(k, &m.main, m.i, len, inner);
-  DType dt = x->type.dtype;
-  KVar *best = cg_klet(k, &m.main, "best", TY_I64, cg_kimm(k, 0, TY_I64));
-  KVar *bv = cg_klet(k, &m.main, "bv", dt, load_of(b, k, x, "x", cg_kv(k, base)));
-  KVar *j = cg_kvar(k, "j", KT_INDEX);
-  KStmt *loop = cg_kloop(k, &m.main, j, cg_kint(k, len - 1), KM_SERIAL);
-  KExpr *kk = cg_kadd(k, cg_kv(k, j), cg_kint(k, 1));
-  KVar *v = cg_klet(k, &loop->body, "v", dt, load_of(b, k, x, "x", row_at(k, base, kk, inner)));
-  KExpr *better = cg_kcmp(k, KC_GT, cg_kv(k, v), cg_kv(k, bv));
-  if (ir_dtype_is_float(dt)) /* NaN is the largest value; the first one wins */
-    better = cg_kand(k, cg_kcmp(k, KC_EQ, cg_kv(k, bv), cg_kv(k, bv)),
-                     cg_kor(k, cg_kcmp(k, KC_NE, cg_kv(k, v), cg_kv(k, v)), better));
-  KStmt *iff = cg_kif(k, &loop->body, better);
-  cg_kset(k, &iff->body, best, cg_kcast(k, kk, TY_I64));
-  cg_kset(k, &iff->body, bv, cg_kv(k, v));
-  map_store(b, &m, out, cg_kv(k, best));
-  map_end(&m);
-  cg_launch(b, k);
-  return true;
-}
-
-static bool lower_softmax(CgBuild *b, const Node *n) {
-  if (!check_dtypes(b, n, false)) return false;
-  const Value *x = n->in[0], *out = &n->out[0];
-  int axis = (int)ir_attr_int(n, "axis");
-  if (axis < 0) axis += x->type.rank;
-  int64_t outer, len, inner;
-  split_axis(&x->type, axis, &outer, &len, &inner);
-  if (numel(&x->type) == 0) return true;
-  Kernel *k = new_kernel(b, n, NULL, NULL);
-  TensorType rows = flat(TY_F32, outer * inner);
-  Map m;
-  map_begin(&m, k, &rows);
-  KVar *base = row_base(k, &m.main, m.i, len, inner);
-  KVar *mx = cg_kvar(k, "mx", TY_F32), *r = cg_kvar(k, "r", KT_INDEX);
-  KStmt *red =
-      cg_kreduce(k, &m.main, mx, cg_kimm(k, -INFINITY, TY_F32), OP_MAXIMUM, r, cg_kint(k, len));
-  red->value = load_f32(b, k, &red->body, x, "x", row_at(k, base, cg_kv(k, r), inner));
-  KVar *sum = cg_kvar(k, "sum", TY_F32), *r2 = cg_kvar(k, "r", KT_INDEX);
-  red = cg_kreduce(k, &m.main, sum, cg_kimm(k, 0, TY_F32), OP_ADD, r2, cg_kint(k, len));
-  red->value =
-      cg_kop1(k, OP_EXP,
-              cg_kop2(k, OP_SUB, load_f32(b, k, &red->body, x, "x", row_at(k, base, cg_kv(k, r2), inner)),
-                      cg_kv(k, mx)));
-  KExpr *scale = n->op == OP_LOG_SOFTMAX ? cg_kop1(k, OP_LOG, cg_kv(k, sum)) : NULL;
-  KVar *lsum = scale ? cg_klet(k, &m.main, "lsum", TY_F32, scale) : NULL;
-  KVar *j = cg_kvar(k, "j", KT_INDEX);
-  KStmt *loop = cg_kloop(k, &m.main, j, cg_kint(k, len), KM_SERIAL);
-  KExpr *at = row_at(k, base, cg_kv(k, j), inner);
-  KExpr *v = cg_kop2(k, OP_SUB, load_f32(b, k, &loop->body, x, "x", at), cg_kv(k, mx));
-  KExpr *y = lsum ? cg_kop2(k, OP_SUB, v, cg_kv(k, lsum))
-                  : cg_kop2(k, OP_DIV, cg_kop1(k, OP_EXP, v), cg_kv(k, sum));
-  store_at(b, k, &loop->body, out, at, y);
-  map_end(&m);
-  cg_launch(b, k);
-  return true;
-}
-
-static bool lower_layernorm(CgBuild *b, const Node *n) {
-  if (!check_dtypes(b, n, false)) return false;
-  const Value *x = n->in[0], *out = &n->out[0];
-  int axis = (int)ir_attr_int(n, "axis");
-  if (axis < 0) axis += x->type.rank;
-  int64_t outer = 1, len = 1;
-  for (int i = 0; i < axis; i++) outer *= x->type.dims[i];
-  for (int i = axis; i < x->type.rank; i++) len *= x->type.dims[i];
-  if (numel(&x->type) == 0) return true;
-  Kernel *k = new_kernel(b, n, NULL, NULL);
-  TensorType rows = flat(TY_F32, outer);
-  Map m;
-  map_begin(&m, k, &rows);
-  KVar *base = cg_klet(k, &m.main, "base", KT_INDEX, cg_kmul(k, m.i, cg_kint(k, len)));
-  KExpr *flen = cg_kimm(k, (double)len, TY_F32);
-  KVar *s = cg_kvar(k, "sum", TY_F32), *r = cg_kvar(k, "r", KT_INDEX);
-  KStmt *red = cg_kreduce(k, &m.main, s, cg_kimm(k, 0, TY_F32), OP_ADD, r, cg_kint(k, len));
-  red->value = load_f32(b, k, &red->body, x, "x", cg_kadd(k, cg_kv(k, base), cg_kv(k, r)));
-  KVar *mean = cg_klet(k, &m.main, "mean", TY_F32, cg_kop2(k, OP_DIV, cg_kv(k, s), flen));
-  KVar *sq = cg_kvar(k, "sq", TY_F32), *r2 = cg_kvar(k, "r", KT_INDEX);
-  red = cg_kreduce(k, &m.main, sq, cg_kimm(k, 0, TY_F32), OP_ADD, r2, cg_kint(k, len));
-  KVar *dv =
-      cg_klet(k, &red->body, "d", TY_F32,
-              cg_kop2(k, OP_SUB,
-                      load_f32(b, k, &red->body, x, "x", cg_kadd(k, cg_kv(k, base), cg_kv(k, r2))),
-                      cg_kv(k, mean)));
-  red->value = cg_kop2(k, OP_MUL, cg_kv(k, dv), cg_kv(k, dv));
-  KExpr *var = cg_kop2(k, OP_DIV, cg_kv(k, sq), flen);
-  KExpr *den =
-      cg_kop1(k, OP_SQRT, cg_kop2(k, OP_ADD, var, cg_kimm(k, ir_attr_float(n, "eps"), TY_F32)));
-  KVar *inv = cg_klet(k, &m.main, "inv", TY_F32, cg_kop2(k, OP_DIV, cg_kimm(k, 1, TY_F32), den));
-  KVar *j = cg_kvar(k, "j", KT_INDEX);
-  KStmt *loop = cg_kloop(k, &m.main, j, cg_kint(k, len), KM_SERIAL);
-  KExpr *at = cg_kadd(k, cg_kv(k, base), cg_kv(k, j));
-  KExpr *y =
-      cg_kop2(k, OP_MUL, cg_kop2(k, OP_SUB, load_f32(b, k, &loop->body, x, "x", at), cg_kv(k, mean)),
-              cg_kv(k, inv));
-  if (n->n_in > 1) y = cg_kop2(k, OP_MUL, y, load_f32(b, k, NULL, n->in[1], "weight", cg_kv(k, j)));
-  if (n->n_in > 2) y = cg_kop2(k, OP_ADD, y, load_f32(b, k, NULL, n->in[2], "bias", cg_kv(k, j)));
-  store_at(b, k, &loop->body, out, at, y);
-  map_end(&m);
-  cg_launch(b, k);
-  return true;
-}
-
-static bool lower_global_avgpool(CgBuild *b, const Node *n) {
-  if (!check_dtypes(b, n, false)) return false;
-  const Value *x = n->in[0], *out = &n->out[0];
-  const TensorType *t = &x->type;
-  int64_t rows = t->dims[0] * t->dims[1], len = 1;
-  for (int i = 2; i < t->rank; i++) len *= t->dims[i];
-  if (rows == 0) return true;
-  Kernel *k = new_kernel(b, n, NULL, NULL);
-  TensorType rt = flat(TY_F32, rows);
-  Map m;
-  map_begin(&m, k, &rt);
-  KVar *s = cg_kvar(k, "sum", TY_F32), *r = cg_kvar(k, "r", KT_INDEX);
-  KStmt *red = cg_kreduce(k, &m.main, s, cg_kimm(k, 0, TY_F32), OP_ADD, r, cg_kint(k, len));
-  red->value =
-      load_f32(b, k, &red->body, x, "x", cg_kadd(k, cg_kmul(k, m.i, cg_kint(k, len)), cg_kv(k, r)));
-  map_store(b, &m, out, cg_kop2(k, OP_DIV, cg_kv(k, s), cg_kimm(k, (double)len, TY_F32)));
-  map_end(&m);
-  cg_launch(b, k);
-  return true;
 }
 
 /* ---- matrix products ---- */
@@ -2084,12 +1893,14 @@ bool cg_lower_node(CgBuild *b, const Node *n) {
     case OP_REDUCE_MEAN:
     case OP_REDUCE_MAX:
     case OP_REDUCE_MIN:
-    case OP_REDUCE_PROD: return lower_reduce(b, n);
-    case OP_ARGMAX: return lower_argmax(b, n);
+    case OP_REDUCE_PROD:
+    case OP_ARGMAX:
     case OP_SOFTMAX:
-    case OP_LOG_SOFTMAX: return lower_softmax(b, n);
-    case OP_LAYERNORM: return lower_layernorm(b, n);
-    case OP_GLOBAL_AVGPOOL: return lower_global_avgpool(b, n);
+    case OP_LOG_SOFTMAX:
+    case OP_LAYERNORM:
+    case OP_RMS_NORM:
+    case OP_GROUP_NORM:
+    case OP_GLOBAL_AVGPOOL: return cg_lower_rows(b, n);
     case OP_BATCHNORM: return lower_batchnorm(b, n);
     case OP_MATMUL: return lower_matmul(b, n);
     case OP_LINEAR: return lower_linear(b, n);

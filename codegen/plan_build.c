@@ -243,7 +243,8 @@ static void scan_block(InplaceScan *sc, const KBlock *blk, bool nested) {
       case KS_CP_ASYNC:
       case KS_CP_COMMIT:
       case KS_CP_WAIT:
-      case KS_TF32: sc->ok = false; break;
+      case KS_TF32:
+      case KS_ALLREDUCE: sc->ok = false; break;
     }
   }
 }

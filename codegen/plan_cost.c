@@ -101,15 +101,16 @@ static void walk_block(Traffic *t, const KBlock *blk, double times) {
         walk_block(t, &st->body, times);
         walk_block(t, &st->orelse, times);
         break;
-      case KS_BARRIER: break;
+      case KS_BARRIER:
+      case KS_ALLREDUCE: break;
       case KS_VLOAD:
         walk_expr(t, st->index, times);
-        touch(t, st->buf, 4 * times, false);
+        touch(t, st->buf, st->n_lanes * times, false);
         break;
       case KS_VSTORE:
         walk_expr(t, st->index, times);
-        for (int i = 0; i < 4; i++) walk_expr(t, st->lanes[i], times);
-        touch(t, st->buf, 4 * times, true);
+        for (int i = 0; i < st->n_lanes; i++) walk_expr(t, st->lanes[i], times);
+        touch(t, st->buf, st->n_lanes * times, true);
         break;
       case KS_CHUNK:
         walk_expr(t, st->index, times);

@@ -150,6 +150,8 @@ static Mode mode_of(const Node *n) {
     case OP_SOFTMAX:
     case OP_LOG_SOFTMAX:
     case OP_LAYERNORM:
+    case OP_RMS_NORM:
+    case OP_GROUP_NORM:
     case OP_BATCHNORM:
     case OP_REDUCE_SUM:
     case OP_REDUCE_MEAN:

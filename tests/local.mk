@@ -40,4 +40,5 @@ include tests/fuzz.mk
 include tests/tcgemm.mk
 include tests/sass.mk
 include tests/gpubench.mk
+include tests/reduce.mk
 include tests/pytorch.mk

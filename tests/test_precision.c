@@ -518,7 +518,7 @@ START_TEST(data_movement) {
 }
 END_TEST
 
-/* A long contiguous map: four 16-bit lanes per 8-byte load and store. */
+/* A long contiguous map: eight 16-bit lanes per 16-byte load and store. */
 START_TEST(half_maps_are_vectorized) {
   for (int t = 0; t < 2; t++) {
     Ctx c;
@@ -533,7 +533,8 @@ START_TEST(half_maps_are_vectorized) {
                            lows[t]);
     Graph *g = optimize(parse_ir(&c, src), TY_F32, 2);
     CgResult cg = compile(g);
-    ck_assert_ptr_nonnull(strstr(cg.source, "uint2 v"));
+    ck_assert_ptr_nonnull(strstr(cg.source, "uint4 v"));
+    ck_assert_ptr_nonnull(strstr(cg.source, "*(uint4 *)&out["));
     ck_assert_ptr_nonnull(strstr(cg.source, lows[t] == TY_F16 ? "dl_h_pack(" : "dl_b_pack("));
     test_nvrtc(cg.source, "sm_80");
     Data d;

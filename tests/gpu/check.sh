@@ -38,6 +38,9 @@
 #      memcheck and racecheck on resnet18 (HW=32) in f16, bf16 and int8;
 #   9. an AOT model.so on cuda against the same .so on emu, and int8
 #      calibration on cuda against the reference interpreter.
+#  10. (after 3) the memory-bound kernels: layernorm, softmax, rms_norm and
+#      a fused elementwise map in GB/s against the measured copy
+#      bandwidth (tests/gpu/bw_bench, its own 60 s).
 # Nothing stops at the first failure; each command has a timeout.  The
 # whole log goes to $OUT/check.log when OUT is set (the device tool brings
 # $OUT back), else to $TMPDIR/dlcc-gpu/check.log; the table also to
@@ -77,6 +80,26 @@ run() {
   [ $rc = 124 ] && echo "(timed out after ${limit}s)" >>"$work/$name.out"
   sed "s/^/  [$name] /" "$work/$name.out"
   return $rc
+}
+
+# The memory-bound kernels (docs/kernels.md): tests/gpu/bw_bench prints
+# the device-to-device copy bandwidth, then one line per kernel with its
+# GB/s and its fraction of the copy (the target is 0.85), and its error
+# against the reference interpreter at the smaller size.
+bandwidth_section() {
+  echo "== memory-bound kernels: GB/s against the copy bandwidth"
+  if ! timeout 120 make -j16 tests/gpu/bw_bench >>"$logdir/make.log" 2>&1; then
+    fail "bw_bench: make tests/gpu/bw_bench failed (see make.log)"
+    return
+  fi
+  run 60 bw_bench ./tests/gpu/bw_bench
+  local rc=$?
+  sed -n '/cuMemcpyDtoD\|of copy\|^kernel /p' "$work/bw_bench.out" >>"$summary"
+  if [ $rc = 0 ]; then
+    note "bw_bench: $(grep -c 'of copy' "$work/bw_bench.out") kernels timed, every output ok"
+  else
+    fail "bw_bench: rc $rc: $(grep -m1 'FAIL\|DIFF\|timed out' "$work/bw_bench.out" | cut -c1-160)"
+  fi
 }
 
 main() {
@@ -153,6 +176,8 @@ if run 120 rt_fault ./tests/gpu/rt_check cuda fault; then
 else
   fail "rt_check fault: $(grep -m1 '^FAIL' "$work/rt_fault.out" | cut -c1-200)"
 fi
+
+bandwidth_section
 
 echo "== models: cuda against the reference interpreter"
 # compare REF_DIR CUDA_DIR: the worst over outputs of max|a - b| / max|a|
