@@ -39,6 +39,7 @@ typedef struct Options {
   PassOptions passes; /* -O, --passes, --print-after, ... */
   DriverQuant quant;  /* --quantize=int8, --calibrate=DIR, ... */
   bool quant_report;  /* dlcc quant-report */
+  bool check_weights; /* dlcc check-weights, or --weights alone */
   const char *test_dir; /* its --test=DIR */
   int test_samples;     /* its --test-samples=N */
 } Options;
@@ -47,6 +48,10 @@ static const char usage[] =
     "usage: dlcc [options] FILE\n"
     "       dlcc run FILE [options]     compile and run once (dlcc run --help)\n"
     "       dlcc memplan FILE.csv       solve an allocation problem with the memory planner\n"
+    "       dlcc check-weights FILE --weights=W\n"
+    "                                   check a safetensors file against the model: every\n"
+    "                                   missing, unexpected or mis-shaped tensor, at the\n"
+    "                                   line that declares its parameter\n"
     "       dlcc quant-report FILE --calibrate=DIR [--test=DIR] [--test-samples=N]\n"
     "                                   int8 against f32: per-layer and per-output errors,\n"
     "                                   top-1 agreement (docs/quantization.md)\n"
@@ -96,7 +101,8 @@ static const char usage_library[] =
     "                     runs it: dlcc run FILE.so, or a host program with FILE.h)\n"
     "  --weights=FILE     its weights from a safetensors file (PyTorch names); without\n"
     "                     it they are random (see --seed); with --quantize=int8 also\n"
-    "                     the weights calibration runs with\n"
+    "                     the weights calibration runs with; without -o or --emit:\n"
+    "                     only checked against the model (dlcc check-weights)\n"
     "  --seed=S           seed for random weights, in the library and in calibration\n"
     "                     (default 0, as dlcc run)\n"
     "  --external-weights keep the weights out of FILE.so: it reads the --weights file\n"
@@ -480,15 +486,9 @@ static int build_library(Ctx *c, const Options *o, Graph *g, const TensorMap *bo
   if (!cg_compile_opts(g, &cg_opts, &cg)) return 1;
   t = ctx_stage(c, "codegen", t);
   TensorMap params = {0};
-  char err[8192];
   /* An .onnx file's own weights, unless --weights replaces them. */
   bool own = o->weights || !bound || !bound->n;
-  bool have = !own || (o->weights ? api_bind_weights(g, o->weights, &params, err, sizeof err)
-                                  : ir_init_params(g, o->seed, IR_INIT_RANDOM, &params, err, sizeof err));
-  if (!have) {
-    diag_error(c, (SrcLoc){0}, "%s", err);
-    return 1;
-  }
+  if (own && !api_calib_params(c, g, o->weights, o->seed, &params)) return 1;
   ctx_stage(c, "weights", t);
   CgAotOptions aot = {.output = o->output,
                       .source_name = o->input,
@@ -513,15 +513,7 @@ static bool calibration_params(Ctx *c, Job *job, Graph *g, TensorMap *out, bool 
     *out = job->onnx_params;
     return true;
   }
-  char err[8192];
-  if (api_calib_params(g, o->weights, o->seed, out, err, sizeof err)) return true;
-  /* One problem a line: each its own error. */
-  for (const char *line = err; *line;) {
-    size_t n = strcspn(line, "\n");
-    diag_error(c, (SrcLoc){0}, "%.*s", (int)n, line);
-    line += n + (line[n] == '\n');
-  }
-  return false;
+  return api_calib_params(c, g, o->weights, o->seed, out);
 }
 
 static void print_calibration(FILE *f, const ApiCalibration *cal) {
@@ -562,6 +554,19 @@ static bool run_passes(Ctx *c, Job *job, Graph *g) {
   return ok;
 }
 
+/* dlcc check-weights: every problem at its parameter's location, or a
+ * line that says the file fits. */
+static int check_weights(Ctx *c, const Options *o, Graph *g) {
+  TensorMap params;
+  if (!api_check_weights(c, g, o->weights, &params)) return 1;
+  int64_t count = 0;
+  for (int i = 0; i < params.n; i++) count += ir_type_numel(&params.tensors[i].type);
+  printf("%s: %s fits model %s: %d tensor%s, %" PRId64 " weights\n", o->input, o->weights, g->name, params.n,
+         params.n == 1 ? "" : "s", count);
+  ir_tensor_map_free(&params);
+  return 0;
+}
+
 static int compile(Ctx *c, void *data) {
   Job *job = data;
   const Options *o = job->opt;
@@ -591,6 +596,8 @@ static int compile(Ctx *c, void *data) {
   }
   if (!g || !ir_verify(g)) return 1;
   t = ctx_stage(c, "verify", t);
+  /* Before the passes, which may drop params a full state_dict names. */
+  if (o->check_weights) return check_weights(c, o, g);
   if (!run_passes(c, job, g)) return 1;
   t = ctx_stage(c, "passes", t);
   if (o->quant_report) return 0;
@@ -626,6 +633,10 @@ int main(int argc, char **argv) {
   if (argc > 1 && strcmp(argv[1], "run") == 0) return driver_run(argc - 2, argv + 2);
   if (argc > 1 && strcmp(argv[1], "memplan") == 0) return driver_memplan(argc - 2, argv + 2);
   Options opt = {.n_archs = -1, .passes = {.opt_level = 2}}; /* -1: --arch not given */
+  if (argc > 1 && strcmp(argv[1], "check-weights") == 0) {
+    opt.check_weights = true;
+    argc--, argv++;
+  }
   if (argc > 1 && strcmp(argv[1], "quant-report") == 0) {
     /* The compile flow with int8 on, stopping after the passes to compare
      * the two graphs; parse_args skips argv[0], here "quant-report". */
@@ -641,9 +652,18 @@ int main(int argc, char **argv) {
     return 1;
   }
   if (!driver_quant_check(&opt.quant, opt.passes.precision)) return 1;
-  if (!library && (opt.external_weights || opt.keep_temps || (opt.weights && !opt.quant.int8))) {
+  /* dlcc FILE --weights=W alone checks W. */
+  if (opt.weights && !opt.output && opt.emit == EMIT_NONE && !opt.quant.int8) opt.check_weights = true;
+  if (opt.check_weights && (!opt.weights || opt.output || opt.emit != EMIT_NONE || opt.quant.int8)) {
+    fputs("dlcc: error: check-weights takes a model and --weights=FILE (no -o, --emit or --quantize)\n",
+          stderr);
+    return 1;
+  }
+  bool weights_alone = opt.weights && !opt.quant.int8 && !opt.check_weights;
+  if (!library && (opt.external_weights || opt.keep_temps || weights_alone)) {
     fputs("dlcc: error: --weights, --external-weights and --save-temps are for building a library (-o FILE.so)"
-          "; --weights also for calibration (--quantize=int8)\n",
+          "; --weights also for checking a weights file (alone, or dlcc check-weights) and for calibration "
+          "(--quantize=int8)\n",
           stderr);
     return 1;
   }

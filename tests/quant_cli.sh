@@ -61,8 +61,8 @@ for cmd in "" run; do
   expect 1 "dlcc: error: calibration folder $tmp/none does not exist" \
     "$dlcc" $cmd "$mlp" --quantize=int8 --calibrate="$tmp/none" --calib-backend=emu
 done
-expect 1 "dlcc: error: --weights, --external-weights and --save-temps are for building a library (-o FILE.so); --weights also for calibration (--quantize=int8)" \
-  "$dlcc" "$mlp" --weights=w.safetensors
+expect 1 "dlcc: error: --weights, --external-weights and --save-temps are for building a library (-o FILE.so); --weights also for checking a weights file (alone, or dlcc check-weights) and for calibration (--quantize=int8)" \
+  "$dlcc" "$mlp" --weights=w.safetensors --emit=ir
 "$dlcc" --help >"$tmp/out" 2>&1 || fail "dlcc --help exited $?"
 grep -q "^  --calibrate=DIR " "$tmp/out" || fail "dlcc --help does not list --calibrate"
 "$dlcc" run --help >"$tmp/out" 2>&1 || fail "dlcc run --help exited $?"

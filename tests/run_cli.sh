@@ -30,11 +30,36 @@ expect 0 "" "$dlcc" run "$tmp/tiny.dl" --weights "$tmp/good.safetensors" --outpu
 grep -q "^output: f32\[2, 4\]  min [0-9.e+-]*  max" "$tmp/out" || fail "no summary line: $(cat "$tmp/out")"
 [ -f "$tmp/o/output.npy" ] || fail "--output-dir wrote no output.npy"
 
-# One tensor missing: exit 1, the message names it and its type.
+# One tensor missing: exit 1, the message names it and its type, at the
+# line that declares the parameter.
 safetensors "$tmp/missing.safetensors" "{$w}" 48
-expect 1 "dlcc: error: missing tensor 'fc.bias' (expected f32[4]) in $tmp/missing.safetensors" \
+expect 1 "$tmp/tiny.dl:2:10: error: missing tensor 'fc.bias' (expected f32[4]) in $tmp/missing.safetensors" \
   "$dlcc" run "$tmp/tiny.dl" --weights "$tmp/missing.safetensors"
 [ -s "$tmp/out" ] && fail "a failed run printed outputs: $(cat "$tmp/out")"
+
+# dlcc check-weights (or --weights alone): the file against the model,
+# nothing run, every problem at once, each at its parameter.
+expect 0 "" "$dlcc" check-weights "$tmp/tiny.dl" --weights "$tmp/good.safetensors"
+grep -qx "$tmp/tiny.dl: $tmp/good.safetensors fits model tiny: 2 tensors, 16 weights" "$tmp/out" ||
+  fail "check-weights: $(cat "$tmp/out")"
+expect 0 "" "$dlcc" "$tmp/tiny.dl" --weights="$tmp/good.safetensors"
+typo='"fc.bais":{"dtype":"F32","shape":[4],"data_offsets":[48,64]}'
+wide='"fc.weight":{"dtype":"F32","shape":[4,2],"data_offsets":[0,32]}'
+safetensors "$tmp/bad.safetensors" "{$wide,$typo}" 64
+"$dlcc" check-weights "$tmp/tiny.dl" --weights "$tmp/bad.safetensors" >"$tmp/out" 2>"$tmp/err"
+[ $? -eq 1 ] || fail "check-weights of a bad file did not exit 1"
+cat >"$tmp/want" <<EOF
+$tmp/tiny.dl:2:10: error: tensor 'fc.weight' is [4, 2] in $tmp/bad.safetensors, the model expects [4, 3]
+      return linear(x, 4) as fc
+             ^
+$tmp/tiny.dl:2:10: error: missing tensor 'fc.bias' (expected f32[4]) in $tmp/bad.safetensors
+      return linear(x, 4) as fc
+             ^
+dlcc: error: $tmp/bad.safetensors: unexpected tensor 'fc.bais' (the model has no such parameter; did you mean 'fc.bias'?)
+EOF
+cmp -s "$tmp/want" "$tmp/err" && ok || { fail "check-weights report:"; diff "$tmp/want" "$tmp/err"; }
+expect 1 "dlcc: error: check-weights takes a model and --weights=FILE (no -o, --emit or --quantize)" \
+  "$dlcc" check-weights "$tmp/tiny.dl"
 
 # An extra tensor.
 e='"fc.scale":{"dtype":"F32","shape":[1],"data_offsets":[64,68]}'
