@@ -35,6 +35,7 @@ struct CgBuild {
    * once a run starts). */
   RtStep *steps;
   CgStepNote *notes; /* beside steps: what each launch's kernel touches */
+  const Node **step_nodes; /* beside steps: the node each was made for */
   int n_steps, cap_steps;
   int n_init_steps;
   CgUnit *units; /* which steps each node or group became, for their cost */
@@ -615,9 +616,12 @@ static RtStep *add_step(CgBuild *b, RtStepKind kind, const Node *n, const char *
                              sizeof(RtStep) * (size_t)cap);
     b->notes = arena_realloc(&b->ctx->arena, b->notes, sizeof(CgStepNote) * (size_t)b->cap_steps,
                              sizeof(CgStepNote) * (size_t)cap);
+    b->step_nodes = arena_realloc(&b->ctx->arena, b->step_nodes, sizeof(Node *) * (size_t)b->cap_steps,
+                                  sizeof(Node *) * (size_t)cap);
     b->cap_steps = cap;
   }
   b->notes[b->n_steps] = (CgStepNote){0};
+  b->step_nodes[b->n_steps] = n;
   RtStep *s = &b->steps[b->n_steps++];
   memset(s, 0, sizeof *s);
   s->kind = kind;
@@ -909,6 +913,7 @@ bool cg_compile_opts(Graph *g, const CgOptions *o, CgResult *out) {
   out->memplan = b->memplan;
   out->n_inplace = b->n_inplace;
   out->step_costs = cg_plan_costs(c, b->steps, b->notes, b->n_steps, b->units, b->n_units);
+  out->step_nodes = b->step_nodes;
   char err[512];
   if (!cg_check_memory(out, err, sizeof err)) dl_internal(c, "memory plan: %s", err);
   return true;

@@ -40,6 +40,7 @@ typedef struct Options {
   DriverQuant quant;  /* --quantize=int8, --calibrate=DIR, ... */
   bool quant_report;  /* dlcc quant-report */
   bool check_weights; /* dlcc check-weights, or --weights alone */
+  int dot_depth;      /* --dot-depth=N; -1: every scope a cluster */
   const char *test_dir; /* its --test=DIR */
   int test_samples;     /* its --test-samples=N */
 } Options;
@@ -62,7 +63,11 @@ static const char usage[] =
     "\n"
     "options:\n"
     "  --emit=ir          print the graph IR (docs/ir.md); it reads back with dlcc FILE.ir\n"
-    "  --emit=dot         print the graph in Graphviz DOT (dlcc m.dl --emit=dot | dot -Tsvg)\n"
+    "  --emit=dot         print the graph in Graphviz DOT (dlcc m.dl --emit=dot | dot -Tsvg):\n"
+    "                     a cluster per `as` scope, weights inside the op that uses\n"
+    "                     them, after fusion a node per kernel with its launch and\n"
+    "                     bytes (-O0: a node per op)\n"
+    "  --dot-depth=N      draw scopes nested deeper than N as one node each\n"
     "  --emit=cuda        print the generated CUDA C of every kernel\n"
     "  --emit=plan        print the launch plan: buffers, kernels, cuBLAS calls, offsets,\n"
     "                     each step's FLOPs and minimum bytes (docs/cost.md)\n"
@@ -343,6 +348,15 @@ static int parse_args(int argc, char **argv, Options *o) {
         fprintf(stderr, "dlcc: error: unknown --emit kind '%s' (expected ir, dot, cuda, plan or ast)\n", what);
         return 1;
       }
+    } else if (strncmp(a, "--dot-depth=", 12) == 0) {
+      char *end;
+      errno = 0;
+      long v = strtol(a + 12, &end, 10);
+      if (*end || end == a + 12 || errno || v < 0 || v > 1000) {
+        fprintf(stderr, "dlcc: error: --dot-depth expects a depth from 0 to 1000, got '%s'\n", a + 12);
+        return 1;
+      }
+      o->dot_depth = (int)v;
     } else if (strcmp(a, "-o") == 0) {
       if (++i == argc) {
         fputs("dlcc: error: -o needs a file name\n", stderr);
@@ -567,6 +581,31 @@ static int check_weights(Ctx *c, const Options *o, Graph *g) {
   return 0;
 }
 
+/* Whether the pipeline ran fuse: -O2, or a --passes list naming it. */
+static bool ran_fuse(const PassOptions *po) {
+  if (!po->passes) return po->opt_level == 2;
+  for (const char *p = po->passes; *p; p += strcspn(p, ",") + (p[strcspn(p, ",")] == ',')) {
+    size_t n = strcspn(p, ",");
+    if (n == 4 && strncmp(p, "fuse", 4) == 0) return true;
+  }
+  return false;
+}
+
+/* After fusion a node per kernel, with what its steps launch and move. */
+static int emit_dot(Job *job, Graph *g) {
+  const Options *o = job->opt;
+  IrDotOptions dot = {.depth = o->dot_depth, .kernels = ran_fuse(&o->passes)};
+  for (const Node *n = g->first; n && !dot.kernels; n = n->next) dot.kernels = n->group >= 0;
+  if (dot.kernels) {
+    CgResult cg;
+    CgOptions cg_opts = driver_cg_options(&o->passes);
+    if (!cg_compile_opts(g, &cg_opts, &cg)) return 1;
+    dot.notes = cg_dot_notes(g, &cg);
+  }
+  ir_print_dot_opts(job->out, g, &dot);
+  return 0;
+}
+
 static int compile(Ctx *c, void *data) {
   Job *job = data;
   const Options *o = job->opt;
@@ -604,7 +643,7 @@ static int compile(Ctx *c, void *data) {
 
   switch (o->emit) {
     case EMIT_IR: ir_print(job->out, g); break;
-    case EMIT_DOT: ir_print_dot(job->out, g); break;
+    case EMIT_DOT: return emit_dot(job, g);
     case EMIT_CUDA:
     case EMIT_PLAN: {
       CgResult cg;
@@ -632,7 +671,7 @@ static int compile(Ctx *c, void *data) {
 int main(int argc, char **argv) {
   if (argc > 1 && strcmp(argv[1], "run") == 0) return driver_run(argc - 2, argv + 2);
   if (argc > 1 && strcmp(argv[1], "memplan") == 0) return driver_memplan(argc - 2, argv + 2);
-  Options opt = {.n_archs = -1, .passes = {.opt_level = 2}}; /* -1: --arch not given */
+  Options opt = {.n_archs = -1, .passes = {.opt_level = 2}, .dot_depth = -1}; /* -1: not given */
   if (argc > 1 && strcmp(argv[1], "check-weights") == 0) {
     opt.check_weights = true;
     argc--, argv++;

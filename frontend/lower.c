@@ -172,7 +172,9 @@ static bool budget_ok(Lower *l, SrcLoc loc) {
 }
 
 Node *fe_node(Lower *l, OpKind op, int n_in, Value *const *in, SrcLoc loc) {
-  return ir_node_new(l->g, op, n_in, in, loc);
+  Node *n = ir_node_new(l->g, op, n_in, in, loc);
+  n->scope = l->prefix;
+  return n;
 }
 
 Value *fe_emit(Lower *l, Node *n) {

@@ -146,6 +146,7 @@ void pass_uses_add(PassUses *u, const Value *v, int delta) {
 Node *pass_new_node(Graph *g, Node *before, OpKind op, int n_in, Value *const *in,
                     const Node *like, SrcLoc loc) {
   Node *n = ir_node_new(g, op, n_in, in, loc);
+  if (like) n->scope = like->scope; /* it stands for like */
   if (like && like->n_attrs) {
     n->n_attrs = like->n_attrs;
     n->attrs = ARENA_ARRAY(&g->ctx->arena, Attr, like->n_attrs);

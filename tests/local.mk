@@ -42,3 +42,4 @@ include tests/sass.mk
 include tests/gpubench.mk
 include tests/reduce.mk
 include tests/pytorch.mk
+include tests/dot.mk
