@@ -137,6 +137,20 @@ bool driver_parse_define(const char *text, Define *d) {
   return d->name != NULL;
 }
 
+/* The integer text of an option (--unroll=...) when it lies in [lo, hi];
+ * else false after printing what the option expects. */
+static bool int_option(const char *option, const char *text, long lo, long hi, const char *expects, int *out) {
+  char *end;
+  errno = 0;
+  long v = strtol(text, &end, 10);
+  if (*end || end == text || errno || v < lo || v > hi) {
+    fprintf(stderr, "dlcc: error: %s expects %s, got '%s'\n", option, expects, text);
+    return false;
+  }
+  *out = (int)v;
+  return true;
+}
+
 /* 1 when arg is a pass manager flag (stored in po), 0 when it is not, -1
  * after printing why it is malformed.  Names of passes are checked when
  * the pipeline starts, with a suggestion. */
@@ -172,17 +186,8 @@ int driver_pass_option(const char *arg, PassOptions *po) {
     po->precision = t;
     return 1;
   }
-  if (strncmp(arg, "--unroll=", 9) == 0) {
-    char *end;
-    errno = 0;
-    long v = strtol(arg + 9, &end, 10);
-    if (*end || end == arg + 9 || errno || v < 1 || v > 4096) {
-      fprintf(stderr, "dlcc: error: --unroll expects a trip count from 1 to 4096, got '%s'\n", arg + 9);
-      return -1;
-    }
-    po->unroll = (int)v;
-    return 1;
-  }
+  if (strncmp(arg, "--unroll=", 9) == 0)
+    return int_option("--unroll", arg + 9, 1, 4096, "a trip count from 1 to 4096", &po->unroll) ? 1 : -1;
   if (arg[0] == '-' && arg[1] == 'O' && arg[2] && !arg[3]) {
     if (arg[2] < '0' || arg[2] > '2') {
       fprintf(stderr, "dlcc: error: unknown optimization level '%s' (expected -O0, -O1 or -O2)\n", arg);
@@ -349,14 +354,7 @@ static int parse_args(int argc, char **argv, Options *o) {
         return 1;
       }
     } else if (strncmp(a, "--dot-depth=", 12) == 0) {
-      char *end;
-      errno = 0;
-      long v = strtol(a + 12, &end, 10);
-      if (*end || end == a + 12 || errno || v < 0 || v > 1000) {
-        fprintf(stderr, "dlcc: error: --dot-depth expects a depth from 0 to 1000, got '%s'\n", a + 12);
-        return 1;
-      }
-      o->dot_depth = (int)v;
+      if (!int_option("--dot-depth", a + 12, 0, 1000, "a depth from 0 to 1000", &o->dot_depth)) return 1;
     } else if (strcmp(a, "-o") == 0) {
       if (++i == argc) {
         fputs("dlcc: error: -o needs a file name\n", stderr);
@@ -390,14 +388,8 @@ static int parse_args(int argc, char **argv, Options *o) {
     } else if (o->quant_report && strncmp(a, "--test=", 7) == 0 && a[7]) {
       o->test_dir = a + 7;
     } else if (o->quant_report && strncmp(a, "--test-samples=", 15) == 0) {
-      char *end;
-      errno = 0;
-      long n = strtol(a + 15, &end, 10);
-      if (*end || end == a + 15 || errno || n < 1 || n > 1000000000) {
-        fprintf(stderr, "dlcc: error: --test-samples expects a number of samples (1 or more), got '%s'\n", a + 15);
+      if (!int_option("--test-samples", a + 15, 1, 1000000000, "a number of samples (1 or more)", &o->test_samples))
         return 1;
-      }
-      o->test_samples = (int)n;
     } else if (strcmp(a, "--time-stages") == 0) {
       o->time_stages = true;
     } else if (strcmp(a, "--external-weights") == 0) {
