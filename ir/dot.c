@@ -12,7 +12,7 @@
 
 /* Longer label lines are cut: the label is a hint, the IR text has the
  * whole truth. */
-enum { LINE_MAX_CHARS = 40, PARAMS_SHOWN = 4, STEPS_SHOWN = 3 };
+enum { LINE_MAX_CHARS = 40, PARAMS_SHOWN = 4, STEPS_SHOWN = 3, SCOPE_DEPTH_MAX = 32 };
 
 typedef enum { BOX_OP, BOX_INPUT, BOX_SCOPE } BoxKind;
 
@@ -75,11 +75,13 @@ static void put_escaped(FILE *f, const char *s, size_t n) {
 
 static void put_str(FILE *f, const char *s) { put_escaped(f, s ? s : "", s ? strlen(s) : 0); }
 
-/* s cut to LINE_MAX_CHARS with "..." */
-static const char *cut(Arena *a, const char *s) {
-  if (strlen(s) <= LINE_MAX_CHARS) return s;
-  return arena_printf(a, "%.*s...", LINE_MAX_CHARS - 3, s);
+/* s cut to max characters with "..." */
+static const char *cut_at(Arena *a, const char *s, int max) {
+  if (strlen(s) <= (size_t)max) return s;
+  return arena_printf(a, "%.*s...", max - 3, s);
 }
+
+static const char *cut(Arena *a, const char *s) { return cut_at(a, s, LINE_MAX_CHARS); }
 
 static bool attr_is_default(const Graph *g, const Node *n, const Attr *a) {
   const AttrSpec *s = ir_op_attr_spec(n->op, a->name);
@@ -199,23 +201,39 @@ static void fold_weights(Dot *d) {
       if (n->in[i] && n->in[i]->def && !d->folded[n->in[i]->def->id]) d->folded[n->id] = false;
 }
 
+static int by_group_then_id(const void *pa, const void *pb) {
+  const Node *a = *(const Node *const *)pa, *b = *(const Node *const *)pb;
+  if (a->group != b->group) return a->group < b->group ? -1 : 1;
+  return (a->id > b->id) - (a->id < b->id);
+}
+
+/* By node id: the first drawn member of its fusion group (group ids are
+ * any int: sorted, not indexed). */
+static int *group_leaders(Dot *d) {
+  int *leader = ARENA_ARRAY(d->a, int, d->n_nodes + 1);
+  const Node **grouped = ARENA_ARRAY(d->a, const Node *, d->n_nodes + 1);
+  int n = 0;
+  for (Node *x = d->g->first; x; x = x->next) {
+    leader[x->id] = x->id;
+    if (d->o->kernels && x->group >= 0 && !d->folded[x->id]) grouped[n++] = x;
+  }
+  qsort(grouped, (size_t)n, sizeof *grouped, by_group_then_id);
+  for (int i = 1; i < n; i++)
+    if (grouped[i]->group == grouped[i - 1]->group) leader[grouped[i]->id] = leader[grouped[i - 1]->id];
+  return leader;
+}
+
 static void make_boxes(Dot *d) {
-  int max_group = -1;
-  for (Node *n = d->g->first; n; n = n->next)
-    if (n->group > max_group) max_group = n->group;
-  int *of_group = ARENA_ARRAY(d->a, int, max_group + 2);
-  for (int i = 0; i <= max_group; i++) of_group[i] = -1;
+  int *leader = group_leaders(d);
   d->boxes = ARENA_ARRAY(d->a, Box, d->n_nodes + 1);
   int *count = ARENA_ARRAY(d->a, int, d->n_nodes + 1);
   for (Node *n = d->g->first; n; n = n->next) {
     d->box[n->id] = -1;
     if (d->folded[n->id]) continue;
-    bool grouped = d->o->kernels && n->group >= 0;
-    int b = grouped ? of_group[n->group] : -1;
+    int b = leader[n->id] != n->id ? d->box[leader[n->id]] : -1;
     if (b < 0) {
       b = d->n_boxes++;
       d->boxes[b] = (Box){.kind = n->op == OP_INPUT ? BOX_INPUT : BOX_OP, .scope = "", .lines = ""};
-      if (grouped) of_group[n->group] = b;
     }
     d->box[n->id] = b;
     count[b]++;
@@ -265,7 +283,7 @@ static void param_lines(Dot *d, Box *box, const Node **params, int n) {
     /* What it shares with the box's scope goes: "layer1.0.bn3" of a box
      * in "layer1.0.conv3" is "bn3". */
     size_t k = strlen(common(d->a, box->scope, arena_strndup(d->a, s, len)));
-    size_t cut_at = k ? k + 1 : 0;
+    size_t from = k ? k + 1 : 0;
     int same = 0;
     const char *leaves = "";
     for (int j = i; j < n; j++) {
@@ -281,9 +299,11 @@ static void param_lines(Dot *d, Box *box, const Node **params, int n) {
     const char *line;
     if (same == 1) {
       char dims[IR_TYPE_STR_MAX];
-      line = arena_printf(d->a, "%s %s", s + cut_at, ir_type_str(&params[i]->out[0].type, dims, sizeof dims));
+      /* room for a long name and its shape */
+      const char *type = ir_type_str(&params[i]->out[0].type, dims, sizeof dims);
+      line = cut_at(d->a, arena_printf(d->a, "%s %s", s + from, type), 2 * LINE_MAX_CHARS);
     } else {
-      const char *scope = len > cut_at ? arena_strndup(d->a, s + cut_at, len - cut_at) : "";
+      const char *scope = len > from ? arena_strndup(d->a, s + from, len - from) : "";
       line = cut(d->a, *scope ? arena_printf(d->a, "%s: %s", scope, leaves) : leaves);
     }
     add_line(d, box, line);
@@ -375,6 +395,9 @@ static void describe(Dot *d, int b) {
   gather_weights(d, b, &param_scope, &n_params, &n_init);
   /* The IR text and ONNX give no scope: the params' names tell it. */
   if (!box->scope_known && param_scope) box->scope = param_scope;
+  /* Each scope's parents are strings of their own: a name of thousands
+   * of parts (a fuzzer's) must not cost their square. */
+  if (depth_of(box->scope) > SCOPE_DEPTH_MAX) box->scope = first_parts(d->a, box->scope, SCOPE_DEPTH_MAX);
   if (n_init) add_line(d, box, arena_printf(d->a, "init: %d step%s (once per weights)", n_init, n_init == 1 ? "" : "s"));
   qsort(d->params, (size_t)n_params, sizeof *d->params, by_id);
   param_lines(d, box, d->params, n_params);
