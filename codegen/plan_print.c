@@ -93,7 +93,9 @@ static void print_step(FILE *f, const RtPlan *p, const RtStep *s, const IrCost *
       break;
     default: fprintf(f, "step kind %" PRIu32, s->kind);
   }
-  fprintf(f, "  ; %s", s->label ? s->label : "");
+  /* A label may quote a model's names (a plan read from a model.so): one line, whatever they hold. */
+  fputs("  ; ", f);
+  ir_put_comment_text(f, s->label);
   if (cost) {
     fputs("  [", f);
     cg_print_cost(f, *cost);
