@@ -169,9 +169,7 @@ static void report_lines(Ctx *c, const char *text) {
  * .onnx file's own. */
 static bool bind_at_compile(Ctx *c, CompileJob *job, Graph *g) {
   TensorMap map;
-  char err[8192];
-  if (!api_bind_weights(g, job->opt->weights, &map, err, sizeof err)) {
-    report_lines(c, err);
+  if (!api_check_weights(c, g, job->opt->weights, &map)) {
     job->weights_failed = true;
     return false;
   }
@@ -248,6 +246,7 @@ static int compile_job(Ctx *c, void *data) {
     int nd;
     Define *defs = copy_defines(c, job->opt, &nd);
     LowerOptions lo = {.model = job->opt ? job->opt->model : NULL, .n_defines = nd, .defines = defs};
+    lo.input_shapes = copy_input_shapes(c, job->opt, &lo.n_input_shapes);
     g = fe_lower(c, p, &lo);
   }
 have_graph:
@@ -470,7 +469,7 @@ typedef struct WeightsJob {
 
 static int bind_job(Ctx *c, void *data) {
   WeightsJob *job = data;
-  job->ok = job->path ? api_bind_weights(job->m->g, job->path, &job->map, job->err, sizeof job->err)
+  job->ok = job->path ? api_check_weights(c, job->m->g, job->path, &job->map)
                       : ir_init_params(job->m->g, job->seed, IR_INIT_RANDOM, &job->map, job->err,
                                        sizeof job->err);
   return 0;
@@ -488,8 +487,10 @@ static dlc_status weights(dlc_model *m, const char *path, uint64_t seed) {
   dlc_status st = DLC_OK;
   if (ctx_guard(&m->ctx, bind_job, job) < 0)
     st = unwound(m);
+  else if (!job->ok && path)
+    st = fail(m, DLC_ERR_WEIGHTS, "%s", diag_text(&m->ctx));
   else if (!job->ok)
-    st = fail_lines(m, path ? DLC_ERR_WEIGHTS : DLC_ERR_INTERNAL, job->err);
+    st = fail_lines(m, DLC_ERR_INTERNAL, job->err);
   else {
     for (int i = 0; m->use_runtime && st == DLC_OK && i < job->map.n; i++) {
       const Tensor *t = &job->map.tensors[i];

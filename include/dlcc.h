@@ -158,7 +158,9 @@ dlc_status dlc_output_info(const dlc_model *m, int index, dlc_tensor_info *out);
 int dlc_input_index(const dlc_model *m, const char *name);
 
 /* Parameters: from a safetensors file with PyTorch state_dict names, or
- * reproducibly random (sane scales; the same seed gives the same values). */
+ * reproducibly random (sane scales; the same seed gives the same values).
+ * A file that does not fit gives DLC_ERR_WEIGHTS, each problem at the
+ * source location that declared its parameter (dlc_error). */
 dlc_status dlc_load_weights(dlc_model *m, const char *safetensors_path);
 dlc_status dlc_init_weights(dlc_model *m, uint64_t seed);
 /* 1 when the parameters are bound: loaded, initialized, or brought by the

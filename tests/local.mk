@@ -42,3 +42,5 @@ include tests/sass.mk
 include tests/gpubench.mk
 include tests/reduce.mk
 include tests/engine.mk
+include tests/pytorch.mk
+include tests/dot.mk
