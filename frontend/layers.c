@@ -3,9 +3,11 @@
  * graph nodes (and, for layers, the parameters named as in PyTorch's
  * state_dict, with PyTorch's default init).  Returns the result value, or
  * a poison value after reporting. */
+#include <ctype.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "frontend/lower.h"
@@ -498,16 +500,64 @@ static Value *heads_of(Lower *l, Value *x, int64_t heads, SrcLoc loc) {
   return mk_ints_op(l, OP_RESHAPE, "shape", x, 4, shape, loc);
 }
 
+/* A mask as PyTorch's MultiheadAttention takes it: a bool one is true
+ * where a query may NOT attend, a float one is added to the scores.  It
+ * may come in any of the forms (the dims given); each is reshaped to
+ * broadcast into [N, h, S, S'] and turned into the attention op's
+ * convention (a bool: true where a query may attend).  NULL with *ok
+ * false after reporting a wrong one. */
+typedef struct MaskForm {
+  int rank;
+  int64_t given[3], as[4];
+} MaskForm;
+
+static Value *mha_mask(Lower *l, const Call *c, int arg, Value *mask, DType dt, int n_forms, const MaskForm *forms,
+                       const char *what, bool *ok) {
+  if (!mask) return NULL;
+  const TensorType *mt = &mask->type;
+  const MaskForm *form = NULL;
+  for (int f = 0; f < n_forms && !form; f++) {
+    bool same = mt->rank == forms[f].rank;
+    for (int d = 0; same && d < mt->rank; d++) same = mt->dims[d] == forms[f].given[d];
+    if (same) form = &forms[f];
+  }
+  if (!form || (mt->dtype != TY_BOOL && mt->dtype != dt)) {
+    fe_arg_error(l, c, arg, what);
+    *ok = false;
+    return NULL;
+  }
+  bool keep = mt->dtype == TY_BOOL;
+  mask = mk_ints_op(l, OP_RESHAPE, "shape", mask, 4, form->as, c->locs[arg]);
+  return keep && mask ? fe_unary(l, OP_LOGICAL_NOT, mask, c->locs[arg]) : mask;
+}
+
+/* Two masks in the op's convention as one: bool ones and'ed, float ones
+ * added, a bool one beside a float one as where(keep, 0, -inf). */
+static Value *join_masks(Lower *l, Value *a, Value *b, DType dt, SrcLoc loc) {
+  if (!a || !b) return a ? a : b;
+  if (a->type.dtype == TY_BOOL && b->type.dtype == TY_BOOL) return mk_binary(l, OP_LOGICAL_AND, a, b, loc);
+  Value *m[2] = {a, b};
+  for (int i = 0; i < 2; i++)
+    if (m[i]->type.dtype == TY_BOOL) {
+      Value *in[3] = {m[i], fe_const(l, 0, dt, loc), fe_const(l, -INFINITY, dt, loc)};
+      m[i] = in[1] && in[2] ? fe_emit(l, fe_node(l, OP_WHERE, 3, in, loc)) : NULL;
+    }
+  return m[0] && m[1] ? mk_binary(l, OP_ADD, m[0], m[1], loc) : NULL;
+}
+
 static Val bi_mha(Lower *l, const Call *c) {
-  Value *q, *k, *v;
+  Value *q, *k, *v, *attn_mask, *pad_mask;
   int64_t heads, kv_heads;
-  bool bias;
+  bool bias, causal;
   bool ok = fe_arg_tensor(l, c, 0, &q);
   ok &= fe_arg_tensor(l, c, 1, &k);
   ok &= fe_arg_tensor(l, c, 2, &v);
   ok &= fe_arg_pos_int(l, c, 3, 1, &heads);
   ok &= fe_arg_bool(l, c, 4, true, &bias);
-  ok &= ok && fe_arg_pos_int(l, c, 5, heads, &kv_heads);
+  ok &= fe_arg_tensor(l, c, 5, &attn_mask);
+  ok &= fe_arg_tensor(l, c, 6, &pad_mask);
+  ok &= fe_arg_bool(l, c, 7, false, &causal);
+  ok &= ok && fe_arg_pos_int(l, c, 8, heads, &kv_heads);
   if (!ok) return poison();
   Value *qkv[3] = {q, k, v};
   for (int i = 0; i < 3; i++)
@@ -535,7 +585,7 @@ static Val bi_mha(Lower *l, const Call *c) {
     return poison();
   }
   if (heads % kv_heads != 0) {
-    fe_error(l, c->locs[5], "multihead_attention: kv_heads=%" PRId64 " does not divide heads=%" PRId64, kv_heads,
+    fe_error(l, c->locs[8], "multihead_attention: kv_heads=%" PRId64 " does not divide heads=%" PRId64, kv_heads,
              heads);
     return poison();
   }
@@ -565,8 +615,24 @@ static Val bi_mha(Lower *l, const Call *c) {
     if (b && !bi) return poison();
     part[i] = mk_linear(l, qkv[i], wi, bi, loc);
   }
+  /* PyTorch's masks: attn_mask [S, S'] or [N * heads, S, S'],
+   * key_padding_mask [N, S'], as the op's one mask; is_causal is its
+   * causal attribute (top-left, as scaled_dot_product_attention's). */
+  int64_t N = qd[0], S = qd[1], T = kd[1];
+  const MaskForm attn_forms[2] = {{2, {S, T}, {1, 1, S, T}}, {3, {N * heads, S, T}, {N, heads, S, T}}};
+  bool masks_ok = true;
+  Value *am = mha_mask(l, c, 5, attn_mask, dt, 2, attn_forms,
+                       arena_printf(l->a, "a bool or %s tensor [%" PRId64 ", %" PRId64 "] or [%" PRId64 ", %" PRId64
+                                    ", %" PRId64 "] (PyTorch's [S, S'] or [N * heads, S, S'])",
+                                    ir_dtype_name(dt), S, T, N * heads, S, T),
+                       &masks_ok);
+  const MaskForm pad_form = {2, {N, T}, {N, 1, 1, T}};
+  Value *pm = mha_mask(l, c, 6, pad_mask, dt, 1, &pad_form,
+                       arena_printf(l->a, "a bool or %s tensor [%" PRId64 ", %" PRId64 "] ([N, S'])", ir_dtype_name(dt), N, T),
+                       &masks_ok);
+  if (!masks_ok) return poison();
   Value *o = attention_core(l, heads_of(l, part[0], heads, loc), heads_of(l, part[1], kv_heads, loc),
-                            heads_of(l, part[2], kv_heads, loc), NULL, false, loc);
+                            heads_of(l, part[2], kv_heads, loc), join_masks(l, am, pm, dt, loc), causal, loc);
   int64_t shape[3] = {qd[0], qd[1], e};
   o = mk_ints_op(l, OP_RESHAPE, "shape", o, 3, shape, loc);
   return val_tensor(mk_linear(l, o, wo, bo, loc));
@@ -1192,7 +1258,7 @@ static const Builtin builtins[] = {
     {"embedding", bi_embedding, "indices,num,dim", false},
     {"lstm", bi_lstm, "x,hidden|layers,bias,batch_first,bidirectional", false},
     {"gru", bi_gru, "x,hidden|layers,bias,batch_first,bidirectional", false},
-    {"multihead_attention", bi_mha, "q,k,v,heads|bias,kv_heads", false},
+    {"multihead_attention", bi_mha, "q,k,v,heads|bias,attn_mask,key_padding_mask,is_causal,kv_heads", false},
     {"dropout", bi_dropout, "x|p", false},
     {"upsample", bi_upsample, "x|scale,mode,align_corners,size", false},
     {"grid_sample", bi_grid_sample, "x,grid|mode,padding_mode,align_corners", false},
@@ -1274,7 +1340,7 @@ static const Builtin builtins[] = {
 const Builtin *fe_builtin(const char *name) {
   for (size_t i = 0; i < ARRAY_LEN(builtins); i++)
     if (strcmp(builtins[i].name, name) == 0) return &builtins[i];
-  return NULL;
+  return fe_tensor_builtin(name);
 }
 
 static const char *const scalar_only[] = {"int", "float"};
@@ -1285,7 +1351,8 @@ int fe_builtin_names(const char **out, int max) {
     if (n < max) out[n++] = builtins[i].name;
   for (size_t i = 0; i < ARRAY_LEN(scalar_only); i++)
     if (n < max) out[n++] = scalar_only[i];
-  return out ? n : (int)(ARRAY_LEN(builtins) + ARRAY_LEN(scalar_only));
+  if (!out) return (int)(ARRAY_LEN(builtins) + ARRAY_LEN(scalar_only)) + fe_tensor_builtin_names(NULL, 0);
+  return n + fe_tensor_builtin_names(out + n, max - n);
 }
 
 /* ---- scalar functions ---- */
@@ -1303,6 +1370,14 @@ Val fe_scalar_call(Lower *l, const char *name, int n, const Val *args, const Src
   bool minmax = strcmp(name, "min") == 0 || strcmp(name, "max") == 0;
   if (minmax ? n < 1 : n != 1) {
     fe_error(l, loc, "%s takes %s, got %d", name, minmax ? "at least 1 argument" : "1 argument", n);
+    return val_poison();
+  }
+  /* Python's float("inf"), float("-inf"), float("nan"): what a mask needs. */
+  if (strcmp(name, "float") == 0 && n == 1 && args[0].kind == V_STR) {
+    char *end;
+    double v = strtod(args[0].s, &end);
+    if (*args[0].s && !*end && !isspace((unsigned char)args[0].s[0])) return val_float(v);
+    fe_error(l, locs[0], "float: \"%s\" is not a number (\"inf\", \"-inf\" and \"nan\" are)", args[0].s);
     return val_poison();
   }
   for (int i = 0; i < n; i++) {
