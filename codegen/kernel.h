@@ -316,6 +316,11 @@ const struct CgOptions *cg_options(CgBuild *b);
 
 /* lower_kernels.c: appends n's steps; false after reporting an error. */
 bool cg_lower_node(CgBuild *b, const Node *n);
+/* lower_train.c: the same for the training ops (conv_weight_grad ..
+ * dropout), and the device function dropout's kernels call, which the
+ * plan's source carries when a kernel does. */
+bool cg_lower_train(CgBuild *b, const Node *n);
+const char *cg_cuda_philox(void);
 /* A kernel that fills count elements of dtype at ref with value. */
 void cg_fill(CgBuild *b, const Node *n, const char *what, RtRef ref, DType dt, int64_t count,
              double value);

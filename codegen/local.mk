@@ -3,6 +3,7 @@ libdlcc_core_la_SOURCES += \
 	codegen/codegen.h \
 	codegen/kernel.h codegen/kernel.c \
 	codegen/lower_kernels.c \
+	codegen/lower_train.c \
 	codegen/fuse_lower.c \
 	codegen/initgraph.c \
 	codegen/unroll.c \

@@ -1908,6 +1908,11 @@ bool cg_lower_node(CgBuild *b, const Node *n) {
     case OP_TOPK: return lower_topk(b, n);
     case OP_LSTM:
     case OP_GRU: return lower_rnn(b, n);
+    case OP_CONV_WEIGHT_GRAD:
+    case OP_MAXPOOL_GRAD:
+    case OP_AVGPOOL_GRAD:
+    case OP_EMBEDDING_GRAD:
+    case OP_DROPOUT: return cg_lower_train(b, n);
     case OP_COUNT: break;
   }
   dl_unreachable(cg_build_ctx(b));

@@ -18,6 +18,7 @@
 #include "frontend/onnx.h"
 #include "ir/eval.h"
 #include "ir/ir.h"
+#include "passes/autodiff.h"
 #include "passes/pass.h"
 
 typedef enum { EMIT_NONE, EMIT_AST, EMIT_IR, EMIT_DOT, EMIT_CUDA, EMIT_PLAN } Emit;
@@ -34,6 +35,7 @@ typedef struct Options {
   uint64_t seed;
   bool external_weights, keep_temps;
   bool time_stages;
+  bool grad; /* --grad: the training step's gradients (passes/autodiff.c) */
   int n_archs;
   const char *archs[16];
   PassOptions passes; /* -O, --passes, --print-after, ... */
@@ -81,7 +83,10 @@ static const char usage[] =
     "  --no-unroll        unroll no loop at all\n"
     "  --no-vectorize     no float4 loads and stores in elementwise kernels\n"
     "  --precision=P      f32 (default), f16 or bf16: activations and weights in P,\n"
-    "                     sensitive ops in f32, f32 accumulation (docs/passes.md)\n";
+    "                     sensitive ops in f32, f32 accumulation (docs/passes.md)\n"
+    "  --grad             the gradients of a training step: output 0 must be the loss\n"
+    "                     (one value); adds an output NAME.grad per trainable parameter\n"
+    "                     and the training-mode state updates (docs/training.md)\n";
 
 /* After driver_quant_usage. */
 static const char usage_library[] =
@@ -368,6 +373,8 @@ static int parse_args(int argc, char **argv, Options *o) {
       o->test_samples = (int)n;
     } else if (strcmp(a, "--time-stages") == 0) {
       o->time_stages = true;
+    } else if (strcmp(a, "--grad") == 0) {
+      o->grad = true;
     } else if (strcmp(a, "--external-weights") == 0) {
       o->external_weights = true;
     } else if (strcmp(a, "--save-temps") == 0) {
@@ -569,12 +576,16 @@ static int compile(Ctx *c, void *data) {
       fe_dump_ast(job->out, p);
       return 0;
     }
-    LowerOptions lo = {.model = o->model, .n_defines = o->n_defines, .defines = o->defines};
+    LowerOptions lo = {.model = o->model, .n_defines = o->n_defines, .defines = o->defines, .training = o->grad};
     g = fe_lower(c, p, &lo);
     t = ctx_stage(c, "lower", t);
   }
   if (!g || !ir_verify(g)) return 1;
   t = ctx_stage(c, "verify", t);
+  if (o->grad) {
+    if (!pass_autodiff(g, NULL) || !ir_verify(g)) return 1;
+    t = ctx_stage(c, "autodiff", t);
+  }
   if (!run_passes(c, job, g)) return 1;
   t = ctx_stage(c, "passes", t);
   if (o->quant_report) return 0;

@@ -514,6 +514,17 @@ static Val bi_mha(Lower *l, const Call *c) {
   return val_tensor(mk_linear(l, o, wo, bo, loc));
 }
 
+/* The training state dropout draws with: made by the first dropout,
+ * shared by the rest. */
+static Value *rng_state(Lower *l, const char *name, SrcLoc loc) {
+  for (Node *n = l->g->first; n; n = n->next)
+    if (n->op == OP_PARAM && strcmp(ir_attr_str(n, "name"), name) == 0) return &n->out[0];
+  TensorType t = {.dtype = TY_I64, .rank = 0};
+  return fe_param(l, NULL, name, &t, "zeros", loc);
+}
+
+/* The identity in inference; when lowering for training, the dropout op
+ * with its own stream of the step's random numbers (docs/training.md). */
 static Val bi_dropout(Lower *l, const Call *c) {
   Value *x;
   double p;
@@ -523,7 +534,15 @@ static Val bi_dropout(Lower *l, const Call *c) {
     fe_arg_error(l, c, 1, "a probability between 0 and 1");
     ok = false;
   }
-  return ok ? val_tensor(x) : poison();
+  if (!ok) return poison();
+  if (!l->opt->training) return val_tensor(x);
+  if (!need_float(l, c, x)) return poison();
+  Value *in[3] = {x, rng_state(l, "dlcc.seed", c->loc), rng_state(l, "dlcc.step", c->loc)};
+  if (!in[1] || !in[2]) return poison();
+  Node *n = fe_node(l, OP_DROPOUT, 3, in, c->loc);
+  ir_set_float(l->g, n, "p", p);
+  ir_set_int(l->g, n, "stream", fe_map(l, &l->counters, "\x01dropout", true)->n++);
+  return val_tensor(fe_emit(l, n));
 }
 
 /* ---- elementwise ---- */
@@ -1019,7 +1038,7 @@ static Val bi_cast(Lower *l, const Call *c) {
   const Val *d = &c->args[1];
   if (d->kind == V_DTYPE) {
     dt = d->dt;
-  } else if (d->kind == V_STR && ir_dtype_from_name(d->s, &dt)) {
+  } else if (d->kind == V_STR && ir_dtype_from_name(d->s, &dt) && dt != TY_F64) {
   } else {
     fe_arg_error(l, c, 1, "a dtype (f32, f16, bf16, i8, i32, i64, bool, u8)");
     return poison();

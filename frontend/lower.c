@@ -423,7 +423,7 @@ static Val eval_name(Lower *l, Frame *f, const Expr *e) {
   Binding *b = lookup(l, f, e->s);
   if (b) return b->v;
   DType dt;
-  if (ir_dtype_from_name(e->s, &dt)) return (Val){.kind = V_DTYPE, .dt = dt};
+  if (ir_dtype_from_name(e->s, &dt) && dt != TY_F64) return (Val){.kind = V_DTYPE, .dt = dt};
   if (l->in_type) {
     fe_error(l, e->loc, "unknown dimension '%s': define it with 'let %s = ...' or -D %s=...", e->s,
              e->s, e->s);
@@ -1048,7 +1048,7 @@ static Val eval(Lower *l, Frame *f, const Expr *e) {
 static bool eval_type(Lower *l, Frame *f, const TypeExpr *te, TensorType *out) {
   bool ok = true;
   memset(out, 0, sizeof *out);
-  if (!ir_dtype_from_name(te->dtype, &out->dtype)) {
+  if (!ir_dtype_from_name(te->dtype, &out->dtype) || out->dtype == TY_F64) { /* f64: the IR's only */
     fe_error(l, te->dtype_loc, "unknown dtype '%s'; expected one of f32, f16, bf16, i8, i32, i64, bool, u8",
              te->dtype);
     ok = false;

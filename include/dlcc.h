@@ -40,8 +40,9 @@ typedef enum {
   DLC_ERR_INTERNAL,
 } dlc_status;
 
-/* Same order as the IR's dtypes. */
-typedef enum { DLC_F32, DLC_F16, DLC_BF16, DLC_I8, DLC_I32, DLC_I64, DLC_BOOL, DLC_U8 } dlc_dtype;
+/* Same order as the IR's dtypes.  DLC_F64 models run on the "ref"
+ * backend only (codegen refuses f64). */
+typedef enum { DLC_F32, DLC_F16, DLC_BF16, DLC_I8, DLC_I32, DLC_I64, DLC_BOOL, DLC_U8, DLC_F64 } dlc_dtype;
 
 enum { DLC_MAX_RANK = 8 };
 
@@ -109,6 +110,15 @@ typedef struct dlc_options {
    * GPU answers, else ref; the default when NULL, so without a GPU a
    * zeroed struct calibrates as it always did). */
   const char *calib_backend;
+  /* Nonzero: compile the gradients of a training step (docs/training.md),
+   * as dlcc's --grad.  Output 0 of the model must be its loss, one float
+   * value.  The model lowers for training (dropout active, batchnorm with
+   * batch statistics) and gains, after its own outputs, an output
+   * "NAME.grad" per trainable parameter NAME the loss depends on, in
+   * state_dict order, then the new values of the state a step changes
+   * (batchnorm's running statistics, the dropout step counter
+   * "dlcc.step"), each named after its parameter. */
+  int grad;
 } dlc_options;
 
 enum { DLC_O0 = -1 };

@@ -108,6 +108,7 @@ double ir_tensor_get(const Tensor *t, int64_t i) {
     case TY_I64: return (double)((const int64_t *)t->data)[i];
     case TY_BOOL: return ((const uint8_t *)t->data)[i] != 0;
     case TY_U8: return ((const uint8_t *)t->data)[i];
+    case TY_F64: return ((const double *)t->data)[i];
     case TY_COUNT: break;
   }
   return 0;
@@ -123,6 +124,7 @@ void ir_tensor_set(Tensor *t, int64_t i, double v) {
     case TY_I64: ((int64_t *)t->data)[i] = sat_int(v, TY_I64); return;
     case TY_BOOL: ((uint8_t *)t->data)[i] = v != 0; return; /* NaN too, as a cast to bool */
     case TY_U8: ((uint8_t *)t->data)[i] = wrap_u8(v); return;
+    case TY_F64: ((double *)t->data)[i] = v; return;
     case TY_COUNT: return;
   }
 }
@@ -145,6 +147,7 @@ static void set_i(Tensor *t, int64_t i, int64_t v) {
     case TY_I32: ((int32_t *)t->data)[i] = (int32_t)(uint32_t)((uint64_t)v & 0xffffffffu); return;
     case TY_I64: ((int64_t *)t->data)[i] = v; return;
     case TY_U8: ((uint8_t *)t->data)[i] = (uint8_t)((uint64_t)v & 0xffu); return;
+    case TY_F64: ((double *)t->data)[i] = (double)v; return; /* rounded once, to nearest */
     default: ir_tensor_set(t, i, int_to_double(v)); return;
   }
 }
@@ -1788,6 +1791,14 @@ static bool eval_node(Eval *e, const Node *n, Tensor *const *in, Tensor *out,
     case OP_TOPK: return eval_topk(e, n, in[0], out);
     case OP_LSTM:
     case OP_GRU: return eval_rnn(e, n, n->n_in, in, out);
+    case OP_CONV_WEIGHT_GRAD:
+    case OP_MAXPOOL_GRAD:
+    case OP_AVGPOOL_GRAD:
+    case OP_EMBEDDING_GRAD:
+    case OP_DROPOUT: {
+      char msg[256];
+      return ir_eval_train_op(n, in, out, msg, sizeof msg) || fail(e, "%s", msg);
+    }
     case OP_COUNT: break;
   }
   return fail(e, "unknown op %d", (int)n->op);

@@ -12,4 +12,5 @@ libdlcc_core_la_SOURCES += \
 	passes/quantize.c \
 	passes/remat.c \
 	passes/fuse.c \
+	passes/autodiff.c passes/autodiff.h \
 	passes/memplan.c passes/memplan.h

@@ -31,3 +31,4 @@ include tests/conv3d.mk
 include tests/resize.mk
 include tests/names.mk
 include tests/files.mk
+include tests/grad.mk

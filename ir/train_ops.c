@@ -1,0 +1,359 @@
+/* The ops of training (ops.def's last rows): takes their nodes, returns
+ * their shape rules and what they mean to the reference interpreter
+ * (eval.c calls ir_eval_train_op), plus Philox4x32-10, the counter-based
+ * generator dropout's mask comes from.  The shape rules check a gradient
+ * against the forward op it belongs to by running that op's own rule on
+ * a stand-in node, so the two can never disagree. */
+#include <inttypes.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "eval.h"
+
+__attribute__((format(printf, 3, 4))) static bool fail(char *err, size_t errlen, const char *fmt,
+                                                        ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(err, errlen, fmt, ap);
+  va_end(ap);
+  return false;
+}
+
+static const char *op_name(const Node *n) { return ir_ops[n->op].name; }
+
+static bool need_float_operand(const Node *n, int i, char *err, size_t errlen) {
+  const TensorType *t = &n->in[i]->type;
+  char b[IR_TYPE_STR_MAX];
+  if (!ir_dtype_is_float(t->dtype))
+    return fail(err, errlen, "%s: operand %d must be a float tensor, got %s", op_name(n), i + 1,
+                ir_type_str(t, b, sizeof b));
+  return true;
+}
+
+static bool same_dtypes(const Node *n, char *err, size_t errlen) {
+  DType a = n->in[0]->type.dtype, b = n->in[1]->type.dtype;
+  if (a != b)
+    return fail(err, errlen, "%s: dtype mismatch %s vs %s", op_name(n), ir_dtype_name(a),
+                ir_dtype_name(b));
+  return true;
+}
+
+/* Runs the forward op's rule on a node with n's attributes and the given
+ * operands; its result must be `want` (the gradient operand). */
+static bool forward_gives(const Node *n, OpKind fwd, int n_in, Value *in, const TensorType *want,
+                          const char *what, char *err, size_t errlen) {
+  Value *ops[2] = {&in[0], n_in > 1 ? &in[1] : NULL};
+  Node f = {.op = fwd, .n_in = n_in, .in = ops, .n_attrs = n->n_attrs, .attrs = n->attrs};
+  TensorType got[1];
+  char msg[256];
+  if (!ir_ops[fwd].shape(&f, got, msg, sizeof msg))
+    return fail(err, errlen, "%s: as the forward op: %s", op_name(n), msg);
+  if (!ir_type_eq(&got[0], want)) {
+    char a[IR_TYPE_STR_MAX], b[IR_TYPE_STR_MAX];
+    return fail(err, errlen, "%s: %s must be %s (the %s's result), got %s", op_name(n), what,
+                ir_type_str(&got[0], a, sizeof a), ir_ops[fwd].name, ir_type_str(want, b, sizeof b));
+  }
+  return true;
+}
+
+static bool image_rank(const Node *n, const TensorType *t, char *err, size_t errlen) {
+  char b[IR_TYPE_STR_MAX];
+  if (t->rank != 4 && t->rank != 5)
+    return fail(err, errlen, "%s expects a 4-d [N, C, H, W] or 5-d [N, C, D, H, W] input, got %s",
+                op_name(n), ir_type_str(t, b, sizeof b));
+  return true;
+}
+
+bool shape_conv_weight_grad(const Node *n, TensorType *out, char *err, size_t errlen) {
+  const TensorType *x = &n->in[0]->type, *dy = &n->in[1]->type;
+  if (!image_rank(n, x, err, errlen) || !need_float_operand(n, 0, err, errlen) ||
+      !same_dtypes(n, err, errlen))
+    return false;
+  int nsp = x->rank - 2, nk;
+  const Attr *kernel = ir_attr(n, "kernel"), *groups = ir_attr(n, "groups");
+  if (!kernel || kernel->kind != AK_INTS || (nk = kernel->ints.n) != nsp)
+    return fail(err, errlen, "%s: kernel must list %d sizes", op_name(n), nsp);
+  if (!groups || groups->kind != AK_INT || groups->i < 1 || x->dims[1] % groups->i)
+    return fail(err, errlen, "%s: groups must divide the input channels (%" PRId64 ")", op_name(n),
+                x->dims[1]);
+  int64_t dims[DL_MAX_RANK] = {dy->rank > 1 ? dy->dims[1] : 0, x->dims[1] / groups->i};
+  for (int d = 0; d < nsp; d++) {
+    if (kernel->ints.v[d] < 1) return fail(err, errlen, "%s: kernel sizes must be >= 1", op_name(n));
+    dims[2 + d] = kernel->ints.v[d];
+  }
+  Value ops[2] = {{.type = *x}, {.type = ir_type_make(x->dtype, x->rank, dims)}};
+  if (!forward_gives(n, nsp == 3 ? OP_CONV3D : OP_CONV2D, 2, ops, dy, "dy", err, errlen))
+    return false;
+  out[0] = ops[1].type;
+  return true;
+}
+
+bool shape_maxpool_grad(const Node *n, TensorType *out, char *err, size_t errlen) {
+  const TensorType *dy = &n->in[0]->type, *x = &n->in[1]->type;
+  if (!image_rank(n, x, err, errlen) || !need_float_operand(n, 0, err, errlen) ||
+      !same_dtypes(n, err, errlen))
+    return false;
+  Value ops[1] = {{.type = *x}};
+  if (!forward_gives(n, x->rank == 5 ? OP_MAXPOOL3D : OP_MAXPOOL2D, 1, ops, dy, "dy", err, errlen))
+    return false;
+  out[0] = *x;
+  return true;
+}
+
+bool shape_avgpool_grad(const Node *n, TensorType *out, char *err, size_t errlen) {
+  const TensorType *dy = &n->in[0]->type;
+  if (!image_rank(n, dy, err, errlen) || !need_float_operand(n, 0, err, errlen)) return false;
+  const Attr *size = ir_attr(n, "size");
+  int nsp = dy->rank - 2;
+  if (!size || size->kind != AK_INTS || size->ints.n != nsp)
+    return fail(err, errlen, "%s: size must list the input's %d spatial sizes", op_name(n), nsp);
+  TensorType x = *dy;
+  for (int d = 0; d < nsp; d++) {
+    if (size->ints.v[d] < 1 || size->ints.v[d] > DL_MAX_ELEMS)
+      return fail(err, errlen, "%s: size values must be >= 1", op_name(n));
+    x.dims[2 + d] = size->ints.v[d];
+  }
+  if (ir_type_numel(&x) < 0) return fail(err, errlen, "%s: the result is too large", op_name(n));
+  Value ops[1] = {{.type = x}};
+  if (!forward_gives(n, nsp == 3 ? OP_AVGPOOL3D : OP_AVGPOOL2D, 1, ops, dy, "dy", err, errlen))
+    return false;
+  out[0] = x;
+  return true;
+}
+
+bool shape_embedding_grad(const Node *n, TensorType *out, char *err, size_t errlen) {
+  const TensorType *dy = &n->in[0]->type, *ids = &n->in[1]->type;
+  char a[IR_TYPE_STR_MAX], b[IR_TYPE_STR_MAX];
+  if (!need_float_operand(n, 0, err, errlen)) return false;
+  if (ids->dtype != TY_I32 && ids->dtype != TY_I64)
+    return fail(err, errlen, "%s: ids must be i32 or i64, got %s", op_name(n),
+                ir_type_str(ids, a, sizeof a));
+  bool prefix = dy->rank >= ids->rank && dy->rank - ids->rank < DL_MAX_RANK;
+  for (int d = 0; prefix && d < ids->rank; d++) prefix = dy->dims[d] == ids->dims[d];
+  if (!prefix)
+    return fail(err, errlen, "%s: dy %s must start with the ids' shape %s", op_name(n),
+                ir_type_str(dy, a, sizeof a), ir_type_str(ids, b, sizeof b));
+  const Attr *num = ir_attr(n, "num");
+  if (!num || num->kind != AK_INT || num->i < 1 || num->i > DL_MAX_ELEMS)
+    return fail(err, errlen, "%s: num (the rows of the result) must be >= 1", op_name(n));
+  out[0] = *dy;
+  out[0].rank = dy->rank - ids->rank + 1;
+  out[0].dims[0] = num->i;
+  for (int d = ids->rank; d < dy->rank; d++) out[0].dims[d - ids->rank + 1] = dy->dims[d];
+  if (ir_type_numel(&out[0]) < 0) return fail(err, errlen, "%s: the result is too large", op_name(n));
+  return true;
+}
+
+bool shape_dropout(const Node *n, TensorType *out, char *err, size_t errlen) {
+  if (!need_float_operand(n, 0, err, errlen)) return false;
+  for (int i = 1; i < 3; i++) {
+    const TensorType *k = &n->in[i]->type;
+    char b[IR_TYPE_STR_MAX];
+    if (k->dtype != TY_I64 || ir_type_numel(k) != 1)
+      return fail(err, errlen, "dropout: the %s must be one i64, got %s", i == 1 ? "seed" : "offset",
+                  ir_type_str(k, b, sizeof b));
+  }
+  const Attr *p = ir_attr(n, "p"), *stream = ir_attr(n, "stream");
+  if (!p || p->kind != AK_FLOAT || !(p->f >= 0 && p->f <= 1))
+    return fail(err, errlen, "dropout: p must be a probability from 0 to 1");
+  if (!stream || stream->kind != AK_INT || stream->i < 0 || stream->i > UINT32_MAX)
+    return fail(err, errlen, "dropout: stream must be from 0 to 2^32 - 1");
+  out[0] = n->in[0]->type;
+  return true;
+}
+
+/* ---- Philox4x32-10 (Salmon, Moraes, Dror and Shaw, SC'11) ---- */
+
+void ir_philox4x32_10(const uint32_t ctr[4], const uint32_t key[2], uint32_t out[4]) {
+  uint32_t c0 = ctr[0], c1 = ctr[1], c2 = ctr[2], c3 = ctr[3], k0 = key[0], k1 = key[1];
+  for (int r = 0; r < 10; r++) {
+    if (r) k0 += 0x9E3779B9u, k1 += 0xBB67AE85u;
+    uint64_t p0 = (uint64_t)0xD2511F53u * c0, p1 = (uint64_t)0xCD9E8D57u * c2;
+    c0 = (uint32_t)(p1 >> 32) ^ c1 ^ k0;
+    c1 = (uint32_t)p1;
+    c2 = (uint32_t)(p0 >> 32) ^ c3 ^ k1;
+    c3 = (uint32_t)p0;
+  }
+  out[0] = c0, out[1] = c1, out[2] = c2, out[3] = c3;
+}
+
+uint32_t ir_dropout_bits(uint64_t seed, uint64_t offset, uint64_t i, uint32_t stream) {
+  uint64_t blk = i >> 2;
+  uint32_t ctr[4] = {(uint32_t)blk, (uint32_t)(blk >> 32), stream, (uint32_t)offset};
+  uint32_t key[2] = {(uint32_t)seed, (uint32_t)(seed >> 32)}, w[4];
+  ir_philox4x32_10(ctr, key, w);
+  return w[i & 3] >> 8;
+}
+
+uint32_t ir_dropout_threshold(double p) {
+  double t = nearbyint(p * 16777216.0);
+  return t <= 0 ? 0 : t >= 16777216.0 ? 16777216u : (uint32_t)t;
+}
+
+double ir_dropout_scale(double p, DType dt) {
+  if (p >= 1) return 0;
+  double s = 1.0 / (1.0 - p);
+  return dt == TY_F64 ? s : (double)(float)s;
+}
+
+/* ---- the reference interpreter's side ---- */
+
+/* A window's geometry over nsp spatial dims, from a pool's or a
+ * convolution's attributes and the input's and result's types. */
+typedef struct Geo {
+  int nsp;
+  int64_t in[3], out[3], k[3], stride[3], lo[3], hi[3], dil[3];
+  int64_t in_size, out_size, k_size;
+} Geo;
+
+static Geo geo_of(const Node *n, const TensorType *x, const TensorType *y, const int64_t *kern) {
+  Geo g = {.nsp = x->rank - 2, .in_size = 1, .out_size = 1, .k_size = 1};
+  int c;
+  const int64_t *stride = ir_attr_ints(n, "stride", &c), *pad = ir_attr_ints(n, "pad", &c);
+  const int64_t *dil = ir_attr_ints(n, "dilation", &c);
+  for (int d = 0; d < g.nsp; d++) {
+    g.in[d] = x->dims[2 + d], g.out[d] = y->dims[2 + d], g.k[d] = kern[d];
+    g.stride[d] = stride[d], g.lo[d] = pad[d], g.hi[d] = pad[g.nsp + d], g.dil[d] = dil[d];
+    g.in_size *= g.in[d], g.out_size *= g.out[d], g.k_size *= g.k[d];
+  }
+  return g;
+}
+
+/* Where tap t (row-major over the kernel) of output position o (linear
+ * over a plane) reads: an index into an input plane, or -1 outside it.
+ * *in_pad says whether it lies inside the padded input. */
+static int64_t geo_tap(const Geo *g, int64_t o, int64_t t, bool *in_pad) {
+  int64_t at = 0, os = g->out_size, ks = g->k_size;
+  bool inside = true, pad = true;
+  for (int d = 0; d < g->nsp; d++) {
+    os /= g->out[d], ks /= g->k[d];
+    int64_t p = (o / os) % g->out[d] * g->stride[d] - g->lo[d] + (t / ks) % g->k[d] * g->dil[d];
+    inside &= p >= 0 && p < g->in[d];
+    pad &= p >= -g->lo[d] && p < g->in[d] + g->hi[d];
+    at = at * g->in[d] + p;
+  }
+  if (in_pad) *in_pad = pad;
+  return inside ? at : -1;
+}
+
+static bool eval_conv_weight_grad(const Node *n, const Tensor *x, const Tensor *dy, Tensor *out) {
+  int nk;
+  Geo g = geo_of(n, &x->type, &dy->type, ir_attr_ints(n, "kernel", &nk));
+  int64_t N = x->type.dims[0], C = x->type.dims[1], Co = out->type.dims[0], Cg = out->type.dims[1];
+  int64_t cog = Co / ir_attr_int(n, "groups");
+  for (int64_t co = 0; co < Co; co++)
+    for (int64_t ci = 0; ci < Cg; ci++)
+      for (int64_t t = 0; t < g.k_size; t++) {
+        double s = 0;
+        int64_t xc = co / cog * Cg + ci;
+        for (int64_t b = 0; b < N; b++)
+          for (int64_t o = 0; o < g.out_size; o++) {
+            int64_t at = geo_tap(&g, o, t, NULL);
+            if (at >= 0)
+              s += ir_tensor_get(dy, (b * Co + co) * g.out_size + o) *
+                   ir_tensor_get(x, (b * C + xc) * g.in_size + at);
+          }
+        ir_tensor_set(out, (co * Cg + ci) * g.k_size + t, s);
+      }
+  return true;
+}
+
+/* The pools' gradients scatter each window's share into a double per
+ * element of x, window after window: the order in which the kernel's
+ * gather adds them for one element. */
+static bool eval_pool_grad(const Node *n, const Tensor *dy, const Tensor *x, Tensor *out) {
+  int nk;
+  Geo g = geo_of(n, &out->type, &dy->type, ir_attr_ints(n, "kernel", &nk));
+  int64_t planes = out->type.dims[0] * out->type.dims[1], total = ir_type_numel(&out->type);
+  double *acc = calloc((size_t)total + 1, sizeof *acc);
+  if (!acc) return false;
+  bool avg = n->op == OP_AVGPOOL_GRAD;
+  bool include_pad = avg && ir_attr_int(n, "count_include_pad");
+  for (int64_t c = 0; c < planes; c++)
+    for (int64_t o = 0; o < g.out_size; o++) {
+      double m = -INFINITY;
+      int64_t arg = -1, real = 0, padded = 0;
+      for (int64_t t = 0; t < g.k_size; t++) {
+        bool in_pad;
+        int64_t at = geo_tap(&g, o, t, &in_pad);
+        padded += in_pad;
+        if (at < 0) continue;
+        real++;
+        if (avg) continue;
+        double v = ir_tensor_get(x, c * g.in_size + at);
+        if (arg < 0 || ((isnan(v) || v > m) && !isnan(m))) m = v, arg = at;
+      }
+      double d = ir_tensor_get(dy, c * g.out_size + o);
+      if (!avg) {
+        if (arg >= 0) acc[c * g.in_size + arg] += d;
+        continue;
+      }
+      int64_t div = include_pad ? padded : real;
+      for (int64_t t = 0; t < g.k_size && div; t++) {
+        int64_t at = geo_tap(&g, o, t, NULL);
+        if (at >= 0) acc[c * g.in_size + at] += d / (double)div;
+      }
+    }
+  for (int64_t i = 0; i < total; i++) ir_tensor_set(out, i, acc[i]);
+  free(acc);
+  return true;
+}
+
+static bool eval_embedding_grad(const Node *n, const Tensor *dy, const Tensor *ids, Tensor *out,
+                                char *err, size_t errlen) {
+  int64_t num = out->type.dims[0], rows = ir_type_numel(&ids->type);
+  int64_t width = rows ? ir_type_numel(&dy->type) / rows : 0, total = ir_type_numel(&out->type);
+  double *acc = calloc((size_t)total + 1, sizeof *acc);
+  if (!acc) return fail(err, errlen, "out of memory");
+  for (int64_t r = 0; r < rows; r++) {
+    int64_t id = (int64_t)ir_tensor_get(ids, r), at = id < 0 ? id + num : id;
+    if (at < 0 || at >= num) {
+      free(acc);
+      return fail(err, errlen, "id %" PRId64 " is out of range for %" PRId64 " rows", id, num);
+    }
+    for (int64_t j = 0; j < width; j++) acc[at * width + j] += ir_tensor_get(dy, r * width + j);
+  }
+  for (int64_t i = 0; i < total; i++) ir_tensor_set(out, i, acc[i]);
+  free(acc);
+  (void)n;
+  return true;
+}
+
+static void eval_dropout(const Node *n, const Tensor *x, const Tensor *seed, const Tensor *offset,
+                         Tensor *out) {
+  double p = ir_attr_float(n, "p");
+  uint32_t thr = ir_dropout_threshold(p), stream = (uint32_t)ir_attr_int(n, "stream");
+  double scale = ir_dropout_scale(p, x->type.dtype);
+  uint64_t s = (uint64_t)*(const int64_t *)seed->data, off = (uint64_t)*(const int64_t *)offset->data;
+  for (int64_t i = 0, count = ir_type_numel(&x->type); i < count; i++) {
+    bool keep = ir_dropout_bits(s, off, (uint64_t)i, stream) >= thr;
+    ir_tensor_set(out, i, keep ? ir_tensor_get(x, i) * scale : 0.0);
+  }
+}
+
+bool ir_eval_train_op(const Node *n, Tensor *const *in, Tensor *out, char *err, size_t errlen) {
+  switch (n->op) {
+    case OP_CONV_WEIGHT_GRAD: return eval_conv_weight_grad(n, in[0], in[1], out);
+    case OP_MAXPOOL_GRAD: return eval_pool_grad(n, in[0], in[1], out) || fail(err, errlen, "out of memory");
+    case OP_AVGPOOL_GRAD: return eval_pool_grad(n, in[0], NULL, out) || fail(err, errlen, "out of memory");
+    case OP_EMBEDDING_GRAD: return eval_embedding_grad(n, in[0], in[1], out, err, errlen);
+    case OP_DROPOUT: eval_dropout(n, in[0], in[1], in[2], out); return true;
+    default: return fail(err, errlen, "not a training op");
+  }
+}
+
+bool ir_apply_updates(const Graph *g, const Tensor *outputs, TensorMap *params, char *err,
+                      size_t errlen) {
+  for (int i = 0; i < g->n_outputs; i++) {
+    const char *name = ir_output_update(g, i);
+    if (!name) continue;
+    Tensor *t = (Tensor *)ir_tensor_map_find(params, name);
+    if (!t || !ir_type_eq(&t->type, &outputs[i].type))
+      return fail(err, errlen, "output '%s' updates param '%s', which the parameters %s", g->output_names[i],
+                  name, t ? "hold with another type" : "do not have");
+    memcpy(t->data, outputs[i].data, ir_tensor_nbytes(&t->type));
+  }
+  return true;
+}

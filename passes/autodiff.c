@@ -1,0 +1,312 @@
+/* Reverse-mode autodiff (autodiff.h): takes a verified graph whose
+ * output `loss` is its loss, returns it in place as the graph of a
+ * training step's gradients.
+ *
+ * How a step is represented (docs/training.md has the whole design):
+ *   - gradients are ordinary values.  The backward nodes are appended
+ *     after the forward ones, built by the rules of ir/grad.c from the
+ *     forward values they need, so fusion, the memory planner and codegen
+ *     see one graph and keep each activation until its last backward use;
+ *   - state (parameters, batchnorm's running statistics, the dlcc.step
+ *     counter, later the optimizer's buffers) lives in params, and a step
+ *     changes it through outputs marked `updates "NAME"`: within the step
+ *     every read of NAME sees the old value, so the graph stays SSA, and
+ *     whoever runs the step writes the outputs back (ir_apply_updates on
+ *     the interpreter; on a plan, into WEIGHTS after the run);
+ *   - training mode is a rewrite of the forward before differentiating:
+ *     batchnorm with batch statistics and running-statistic updates,
+ *     written with existing ops so that their rules give its gradient;
+ *     dropout arrives as its op from the frontend (LowerOptions.training).
+ *
+ * The walk: a gradient for every value the loss depends on and that
+ * depends on a trainable param, summed with `add` where a value has
+ * several uses; an op whose rule cannot pass it on stops it, which is an
+ * error only when that leaves a parameter the loss depends on with no
+ * gradient at all (or the op has no rule, where a gradient must flow:
+ * then it would be silently wrong).  A later recompute option
+ * (activation checkpointing) clones forward segments into the backward
+ * region; nothing here needs to change for it. */
+#include "passes/autodiff.h"
+
+#include <inttypes.h>
+#include <string.h>
+
+#include "ir/grad.h"
+#include "passes/pass.h"
+
+typedef struct Update {
+  Value *value;
+  const char *param;
+} Update;
+
+typedef struct AD {
+  Graph *g;
+  Ctx *c;
+  Update *updates;
+  int n_updates, cap_updates;
+  /* By value id (forward values only). */
+  Value **grad;
+  const Node **dep;      /* a trainable param the value depends on, or NULL */
+  bool *live;            /* the loss depends on the value */
+  const Node **blocked;  /* where its gradient stopped (a node) ... */
+  int *blocked_operand;  /* ... and which operand */
+  bool failed;
+} AD;
+
+static void add_update(AD *ad, Value *v, const char *param) {
+  if (ad->n_updates == ad->cap_updates) {
+    int cap = ad->cap_updates ? 2 * ad->cap_updates : 8;
+    ad->updates = arena_realloc(&ad->c->arena, ad->updates, sizeof(Update) * (size_t)ad->cap_updates,
+                                sizeof(Update) * (size_t)cap);
+    ad->cap_updates = cap;
+  }
+  ad->updates[ad->n_updates++] = (Update){v, param};
+}
+
+static const char *param_name(const Node *p) { return ir_attr_str(p, "name"); }
+
+/* ---- which params train ---- */
+
+/* Float params with a use where gradients flow: not the buffers that
+ * only feed batchnorm's running statistics.  By node id. */
+static bool *find_trainable(Graph *g) {
+  ir_number(g);
+  bool *used = ARENA_ARRAY(&g->ctx->arena, bool, g->n_nodes + 1);
+  for (Node *n = g->first; n; n = n->next)
+    for (int i = 0; i < n->n_in; i++)
+      if (!(ir_grad_rules[n->op].stops >> i & 1u)) used[n->in[i]->def->id] = true;
+  for (int i = 0; i < g->n_outputs; i++) used[g->outputs[i]->def->id] = true;
+  bool *trainable = ARENA_ARRAY(&g->ctx->arena, bool, g->n_nodes + 1);
+  for (Node *n = g->first; n; n = n->next)
+    trainable[n->id] = n->op == OP_PARAM && ir_dtype_is_float(n->out[0].type.dtype) && used[n->id];
+  return trainable;
+}
+
+/* ---- training mode ---- */
+
+/* Moves the nodes from first to the end of g before `before`. */
+static void move_before(Graph *g, Node *first, Node *before) {
+  for (Node *n = first, *next; n; n = next) {
+    next = n->next;
+    ir_remove(g, n);
+    ir_insert_before(g, before, n);
+  }
+}
+
+/* batchnorm with the batch's statistics, as PyTorch's training mode:
+ *   mean = E[x], var = E[(x - mean)^2] over every axis but 1,
+ *   y = (x - mean) / sqrt(var + eps) * weight + bias,
+ *   running = (1 - momentum) running + momentum batch, with the unbiased
+ *   variance var * m / (m - 1) for m values per channel. */
+static void lower_batchnorm(AD *ad, Node *n) {
+  Graph *g = ad->g;
+  SrcLoc at = n->loc;
+  Value *x = n->in[0];
+  const TensorType *xt = &x->type;
+  int64_t axes[DL_MAX_RANK], m = ir_type_numel(xt) / xt->dims[1], C = xt->dims[1];
+  int n_axes = 0;
+  for (int d = 0; d < xt->rank; d++)
+    if (d != 1) axes[n_axes++] = d;
+  if (m < 2) {
+    diag_error(ad->c, at, "batchnorm in training mode needs more than one value per channel; input %s has one",
+               ir_type_str(xt, (char[IR_TYPE_STR_MAX]){0}, IR_TYPE_STR_MAX));
+    ad->failed = true;
+    return;
+  }
+  const Attr *mom = ir_attr(n, "momentum");
+  double eps = ir_attr_float(n, "eps"), momentum = mom ? mom->f : 0.1;
+  DType dt = xt->dtype;
+  Node *first = g->last;
+  int64_t shape[DL_MAX_RANK];
+  for (int d = 0; d < xt->rank; d++) shape[d] = d == 1 ? C : 1;
+  Value *mean = ir_grad_mean(g, at, x, n_axes, axes, true);
+  Value *xc = ir_grad_op2(g, at, OP_SUB, x, mean);
+  Value *var = ir_grad_mean(g, at, ir_grad_op2(g, at, OP_MUL, xc, xc), n_axes, axes, true);
+  Value *sd = ir_grad_op2(g, at, OP_ADD, var, ir_grad_scalar(g, at, eps, dt));
+  Value *xhat = ir_grad_op2(g, at, OP_MUL, xc, ir_grad_op(g, at, OP_RSQRT, 1, &sd));
+  Value *w = ir_grad_reshape(g, at, n->in[1], xt->rank, shape);
+  Value *b = ir_grad_reshape(g, at, n->in[2], xt->rank, shape);
+  Value *y = ir_grad_op2(g, at, OP_ADD, ir_grad_op2(g, at, OP_MUL, xhat, w), b);
+  Value *stat[2] = {mean, var};
+  double unbias[2] = {1, (double)m / (double)(m - 1)};
+  for (int i = 0; i < 2; i++) {
+    Value *run = n->in[3 + i];
+    Value *batch = ir_grad_reshape(g, at, stat[i], 1, &C);
+    Value *old = ir_grad_op2(g, at, OP_MUL, run, ir_grad_scalar(g, at, 1 - momentum, dt));
+    Value *now = ir_grad_op2(g, at, OP_MUL, batch, ir_grad_scalar(g, at, momentum * unbias[i], dt));
+    add_update(ad, ir_grad_op2(g, at, OP_ADD, old, now), param_name(run->def));
+  }
+  move_before(g, first->next, n);
+  ir_replace_uses(g, &n->out[0], y);
+  ir_remove(g, n);
+}
+
+/* Training-mode forward: batchnorms lowered; the step counter dropout
+ * draws with (the frontend's dlcc.step) advances by one. */
+static void lower_training(AD *ad) {
+  Graph *g = ad->g;
+  Node *last = g->last;
+  for (Node *n = g->first, *next; n; n = next) {
+    next = n == last ? NULL : n->next;
+    if (n->op == OP_BATCHNORM) lower_batchnorm(ad, n);
+    if (n->op == OP_PARAM && strcmp(param_name(n), "dlcc.step") == 0 && n->out[0].type.dtype == TY_I64) {
+      Value *one = ir_grad_scalar(g, n->loc, 1, TY_I64);
+      add_update(ad, ir_grad_op2(g, n->loc, OP_ADD, &n->out[0], one), "dlcc.step");
+    }
+  }
+}
+
+/* ---- the backward walk ---- */
+
+static void accumulate(AD *ad, const Value *v, Value *d, SrcLoc loc) {
+  Value **slot = &ad->grad[v->id];
+  *slot = *slot ? ir_grad_op2(ad->g, loc, OP_ADD, *slot, d) : d;
+}
+
+static void block(AD *ad, const Value *v, const Node *n, int operand) {
+  if (ad->blocked[v->id]) return;
+  ad->blocked[v->id] = n;
+  ad->blocked_operand[v->id] = operand;
+}
+
+static void backward_node(AD *ad, Node *n) {
+  const GradRule *rule = &ir_grad_rules[n->op];
+  Value *dy[8] = {NULL};
+  bool any = false;
+  for (int k = 0; k < n->n_out && k < 8; k++) any |= (dy[k] = ad->grad[n->out[k].id]) != NULL;
+  if (!any) {
+    /* Not on the gradient's path: a stop further down the graph stops
+     * whatever reaches the loss only through here too. */
+    for (int k = 0; k < n->n_out; k++)
+      if (ad->live[n->out[k].id] && ad->blocked[n->out[k].id])
+        for (int i = 0; i < n->n_in; i++)
+          block(ad, n->in[i], ad->blocked[n->out[k].id], ad->blocked_operand[n->out[k].id]);
+    return;
+  }
+  bool *need = ARENA_ARRAY(&ad->c->arena, bool, n->n_in + 1), needed = false;
+  for (int i = 0; i < n->n_in; i++) {
+    const Value *v = n->in[i];
+    if (!ad->dep[v->id]) continue;
+    need[i] = ir_dtype_is_float(v->type.dtype) && !rule->zero && !(rule->stops >> i & 1u);
+    if (!need[i]) block(ad, v, n, i);
+    needed |= need[i];
+  }
+  if (!needed) return;
+  if (!rule->vjp) {
+    for (int i = 0; i < n->n_in; i++)
+      if (need[i]) {
+        diag_error(ad->c, n->loc,
+                   "%s has no gradient rule yet, and its operand %d depends on the trainable parameter "
+                   "'%s'",
+                   ir_ops[n->op].name, i + 1, param_name(ad->dep[n->in[i]->id]));
+        break;
+      }
+    ad->failed = true;
+    return;
+  }
+  Value **dx = ARENA_ARRAY(&ad->c->arena, Value *, n->n_in + 1);
+  GradCall call = {.g = ad->g, .n = n, .dy = dy, .need = need, .dx = dx};
+  rule->vjp(&call);
+  for (int i = 0; i < n->n_in; i++)
+    if (need[i] && dx[i]) accumulate(ad, n->in[i], dx[i], n->loc);
+}
+
+static bool check_loss(AD *ad, int loss) {
+  Graph *g = ad->g;
+  if (loss < 0 || loss >= g->n_outputs) {
+    diag_error(ad->c, (SrcLoc){0}, "the loss is output %d, but the graph has %d output%s", loss,
+               g->n_outputs, g->n_outputs == 1 ? "" : "s");
+    return false;
+  }
+  const Value *v = g->outputs[loss];
+  char b[IR_TYPE_STR_MAX];
+  if (!ir_dtype_is_float(v->type.dtype) || ir_type_numel(&v->type) != 1) {
+    diag_error(ad->c, v->def->loc,
+               "the loss must be one float value to differentiate, but output '%s' is %s (reduce it, "
+               "e.g. with a mean)",
+               g->output_names[loss], ir_type_str(&v->type, b, sizeof b));
+    return false;
+  }
+  return true;
+}
+
+static void number_and_allocate(AD *ad) {
+  Graph *g = ad->g;
+  ir_number(g);
+  int nv = 0;
+  for (Node *n = g->first; n; n = n->next) nv += n->n_out;
+  Arena *a = &ad->c->arena;
+  ad->grad = ARENA_ARRAY(a, Value *, nv + 1);
+  ad->dep = ARENA_ARRAY(a, const Node *, nv + 1);
+  ad->live = ARENA_ARRAY(a, bool, nv + 1);
+  ad->blocked = ARENA_ARRAY(a, const Node *, nv + 1);
+  ad->blocked_operand = ARENA_ARRAY(a, int, nv + 1);
+}
+
+bool pass_autodiff(Graph *g, const AutodiffOptions *o) {
+  static const AutodiffOptions defaults;
+  if (!o) o = &defaults;
+  AD ad = {.g = g, .c = g->ctx};
+  if (!check_loss(&ad, o->loss)) return false;
+  bool *trainable_by_id = find_trainable(g);
+  int n_params = 0;
+  for (Node *n = g->first; n; n = n->next) n_params += trainable_by_id[n->id];
+  Node **params = ARENA_ARRAY(&ad.c->arena, Node *, n_params + 1);
+  n_params = 0;
+  for (Node *n = g->first; n; n = n->next)
+    if (trainable_by_id[n->id]) params[n_params++] = n;
+  if (!o->inference) lower_training(&ad);
+  if (ad.failed) return false;
+
+  number_and_allocate(&ad);
+  Value *loss = g->outputs[o->loss];
+  for (int i = 0; i < n_params; i++) ad.dep[params[i]->out[0].id] = params[i];
+  for (Node *n = g->first; n; n = n->next) {
+    const Node *d = NULL;
+    for (int i = 0; i < n->n_in && !d; i++) d = ad.dep[n->in[i]->id];
+    for (int k = 0; k < n->n_out && n->op != OP_PARAM; k++) ad.dep[n->out[k].id] = d;
+  }
+  ad.live[loss->id] = true;
+  for (Node *n = g->last; n; n = n->prev) {
+    bool live = false;
+    for (int k = 0; k < n->n_out; k++) live |= ad.live[n->out[k].id];
+    for (int i = 0; live && i < n->n_in; i++) ad.live[n->in[i]->id] = true;
+  }
+
+  Node *last_forward = g->last;
+  Node *seed = ir_node_new(g, OP_CONST, 0, NULL, loss->def->loc);
+  ir_set_float(g, seed, "value", 1);
+  ir_declare(seed, &loss->type);
+  ir_append(g, seed);
+  ad.grad[loss->id] = &seed->out[0];
+  for (Node *n = last_forward; n; n = n->prev) backward_node(&ad, n);
+  if (ad.failed) return false;
+
+  int n_out = g->n_outputs, total = n_out + n_params + ad.n_updates, k = 0;
+  Value **outs = ARENA_ARRAY(&ad.c->arena, Value *, total);
+  const char **names = ARENA_ARRAY(&ad.c->arena, const char *, total);
+  for (; k < n_out; k++) outs[k] = g->outputs[k], names[k] = g->output_names[k];
+  for (int i = 0; i < n_params; i++) {
+    const Value *p = &params[i]->out[0];
+    if (!ad.live[p->id]) continue; /* PyTorch's None: the loss does not depend on it */
+    if (!ad.grad[p->id]) {
+      const Node *b = ad.blocked[p->id];
+      diag_error(ad.c, b ? b->loc : params[i]->loc,
+                 "the parameter '%s' reaches the loss only through %s's operand %d, which has no "
+                 "gradient: it would never train",
+                 param_name(params[i]), b ? ir_ops[b->op].name : "an op", b ? ad.blocked_operand[p->id] + 1 : 0);
+      ad.failed = true;
+      continue;
+    }
+    outs[k] = ad.grad[p->id];
+    names[k++] = arena_printf(&ad.c->arena, "%s.grad", param_name(params[i]));
+  }
+  if (ad.failed) return false;
+  int first_update = k;
+  for (int i = 0; i < ad.n_updates; i++) outs[k] = ad.updates[i].value, names[k++] = ad.updates[i].param;
+  ir_set_outputs(g, k, outs, names);
+  for (int i = 0; i < ad.n_updates; i++) ir_set_output_update(g, first_update + i, ad.updates[i].param);
+  PassCtx pc = {.ctx = ad.c};
+  pass_dce(g, &pc);
+  return true;
+}
