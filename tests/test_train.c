@@ -1,0 +1,330 @@
+/* Check suite for training on the devices: the kernels of the training
+ * ops (conv_weight_grad, maxpool_grad, avgpool_grad, embedding_grad,
+ * dropout) on emu against ir_eval at -O0 and -O2 and through NVRTC for
+ * sm_90; dropout's mask on emu equal to ir_eval's bit for bit; the
+ * gradients of an MLP, LeNet and a small CNN with batch norm compiled
+ * with --grad (dlc_options.grad) on emu against the reference backend at
+ * 1e-5 of each output's scale; batchnorm's running statistics against
+ * PyTorch's update rule computed here; and a step's launches against the
+ * inference plan's. */
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dlcc.h"
+#include "ir/eval.h"
+#include "tests/irjob.h"
+#include "tests/testutil.h"
+
+/* Within rtol of the output's scale (rtol 0: byte for byte). */
+static void expect_close(const Tensor *got, const Tensor *want, double rtol, const char *what) {
+  ck_assert(ir_type_eq(&got->type, &want->type));
+  int64_t count = ir_type_numel(&want->type);
+  if (rtol == 0) {
+    ck_assert_msg(memcmp(got->data, want->data, ir_tensor_nbytes(&want->type)) == 0, "%s: not bit for bit", what);
+    return;
+  }
+  double scale = 1e-30;
+  for (int64_t i = 0; i < count; i++) scale = fmax(scale, fabs(ir_tensor_get(want, i)));
+  for (int64_t i = 0; i < count; i++) {
+    double g = ir_tensor_get(got, i), w = ir_tensor_get(want, i);
+    ck_assert_msg(fabs(g - w) <= rtol * scale, "%s: element %lld: emu %.9g, ir_eval %.9g (scale %.3g)", what,
+                  (long long)i, g, w, scale);
+  }
+}
+
+/* text at -O0 and -O2: NVRTC compiles it for sm_90 and emu gives what
+ * ir_eval gives (rtol as expect_close). */
+static void check_op(const char *text, const Fill *fills, double rtol) {
+  for (int level = 0; level <= 2; level += 2) {
+    Ctx c;
+    ctx_init(&c);
+    Job j = compile_at(&c, text, level);
+    test_nvrtc(j.cg.source, "sm_90");
+    Data d;
+    make_inputs(j.g, fills, level, &d);
+    Tensor *want = eval_all(j.g, &d.inputs);
+    Tensor *got = test_run_emu(j.cg.plan, NULL, &d.inputs);
+    for (int i = 0; i < j.g->n_outputs; i++) {
+      char what[96];
+      snprintf(what, sizeof what, "-O%d output '%s'", level, j.g->output_names[i]);
+      expect_close(&got[i], &want[i], rtol, what);
+    }
+    free_outputs(want, j.g->n_outputs);
+    free_outputs(got, j.g->n_outputs);
+    free_inputs(&d);
+    ctx_free(&c);
+  }
+}
+
+static const Fill values[] = {
+    FILL("x", 0.5, -1.25, 2, 0.75, -0.5, 1.5, -2, 0.25, 1, -0.75, 0.125, -1.5, 1.75),
+    FILL("dy", 1, -0.5, 0.25, 2, -1.5, 0.75, -0.25, 1.25, -2),
+    FILL("ids", 3, -1, 0, 3, 2, -4, 1, 0),
+    {NULL, NULL, 0},
+};
+
+START_TEST(test_conv_weight_grad) {
+  check_op("graph g {\n"
+           "  %x = input {name=\"x\"} : f32[2, 4, 7, 6]\n"
+           "  %dy = input {name=\"dy\"} : f32[2, 6, 3, 3]\n"
+           "  %w = conv_weight_grad %x, %dy {kernel=[3, 2], stride=[2, 2], pad=[1, 0, 0, 1], dilation=[1, 2], groups=2} : f32[6, 2, 3, 2]\n"
+           "  return %w as \"dw\"\n"
+           "}\n",
+           values, 1e-5);
+  check_op("graph g {\n"
+           "  %x = input {name=\"x\"} : f32[1, 2, 4, 3, 5]\n"
+           "  %dy = input {name=\"dy\"} : f32[1, 3, 2, 3, 2]\n"
+           "  %w = conv_weight_grad %x, %dy {kernel=[2, 1, 3], stride=[2, 1, 2], pad=[1, 0, 0, 0, 0, 1], dilation=[1, 1, 1]} : f32[3, 2, 2, 1, 3]\n"
+           "  return %w as \"dw\"\n"
+           "}\n",
+           values, 1e-5);
+}
+END_TEST
+
+START_TEST(test_pool_grads) {
+  check_op("graph g {\n"
+           "  %x = input {name=\"x\"} : f32[2, 3, 7, 6]\n"
+           "  %dy = input {name=\"dy\"} : f32[2, 3, 4, 3]\n"
+           "  %m = maxpool_grad %dy, %x {kernel=[3, 2], stride=[2, 2], pad=[1, 0, 1, 1], dilation=[1, 1], ceil_mode=1} : f32[2, 3, 7, 6]\n"
+           "  %a = avgpool_grad %dy {size=[7, 6], kernel=[3, 2], stride=[2, 2], pad=[1, 0, 1, 1], dilation=[1, 1], ceil_mode=1, count_include_pad=0} : f32[2, 3, 7, 6]\n"
+           "  %b = avgpool_grad %dy {size=[7, 6], kernel=[3, 2], stride=[2, 2], pad=[1, 0, 1, 1], dilation=[1, 1], ceil_mode=1, count_include_pad=1} : f32[2, 3, 7, 6]\n"
+           "  return %m as \"max\", %a as \"avg\", %b as \"avg_pad\"\n"
+           "}\n",
+           values, 1e-6);
+  check_op("graph g {\n"
+           "  %x = input {name=\"x\"} : f32[1, 2, 5, 4, 6]\n"
+           "  %dy = input {name=\"dy\"} : f32[1, 2, 2, 2, 3]\n"
+           "  %m = maxpool_grad %dy, %x {kernel=[2, 2, 3], stride=[2, 2, 2], pad=[0, 0, 1, 0, 0, 0], dilation=[1, 1, 1], ceil_mode=0} : f32[1, 2, 5, 4, 6]\n"
+           "  %a = avgpool_grad %dy {size=[5, 4, 6], kernel=[2, 2, 3], stride=[2, 2, 2], pad=[0, 0, 1, 0, 0, 0], dilation=[1, 1, 1]} : f32[1, 2, 5, 4, 6]\n"
+           "  return %m as \"max\", %a as \"avg\"\n"
+           "}\n",
+           values, 1e-6);
+  /* dilated windows that overlap */
+  check_op("graph g {\n"
+           "  %x = input {name=\"x\"} : f32[1, 2, 7, 7]\n"
+           "  %dy = input {name=\"dy\"} : f32[1, 2, 5, 3]\n"
+           "  %m = maxpool_grad %dy, %x {kernel=[2, 3], stride=[1, 2], pad=[0, 1, 0, 1], dilation=[2, 2], ceil_mode=0} : f32[1, 2, 7, 7]\n"
+           "  return %m as \"max\"\n"
+           "}\n",
+           values, 1e-6);
+}
+END_TEST
+
+START_TEST(test_embedding_grad) {
+  check_op("graph g {\n"
+           "  %dy = input {name=\"dy\"} : f32[2, 4, 3]\n"
+           "  %ids = input {name=\"ids\"} : i64[2, 4]\n"
+           "  %e = embedding_grad %dy, %ids {num=5} : f32[5, 3]\n"
+           "  return %e as \"rows\"\n"
+           "}\n",
+           values, 1e-6);
+}
+END_TEST
+
+/* The mask is Philox's on both sides: emu equals ir_eval to the bit,
+ * for f32 (the scaled values too) and at two offsets that differ. */
+START_TEST(test_dropout_bits) {
+  static const char text[] =
+      "graph g {\n"
+      "  %x = input {name=\"x\"} : f32[3, 37, 11]\n"
+      "  %s = input {name=\"seed\"} : i64[]\n"
+      "  %o = input {name=\"offset\"} : i64[]\n"
+      "  %y = dropout %x, %s, %o {p=0.3, stream=5} : f32[3, 37, 11]\n"
+      "  %z = dropout %x, %s, %o {p=0.3, stream=6} : f32[3, 37, 11]\n"
+      "  return %y as \"y\", %z as \"z\"\n"
+      "}\n";
+  Tensor first = {0};
+  for (int offset = 0; offset < 2; offset++) {
+    const Fill fills[] = {values[0], FILL("seed", 123456789012345.0), FILL("offset", offset ? 7 : 6), {NULL, NULL, 0}};
+    for (int level = 0; level <= 2; level += 2) {
+      Ctx c;
+      ctx_init(&c);
+      Job j = compile_at(&c, text, level);
+      test_nvrtc(j.cg.source, "sm_90");
+      Data d;
+      make_inputs(j.g, fills, 0, &d);
+      Tensor *want = eval_all(j.g, &d.inputs);
+      Tensor *got = test_run_emu(j.cg.plan, NULL, &d.inputs);
+      expect_close(&got[0], &want[0], 0, "dropout stream 5");
+      expect_close(&got[1], &want[1], 0, "dropout stream 6");
+      ck_assert(memcmp(got[0].data, got[1].data, ir_tensor_nbytes(&got[0].type)) != 0);
+      int64_t dropped = 0, count = ir_type_numel(&got[0].type);
+      for (int64_t i = 0; i < count; i++) dropped += ir_tensor_get(&got[0], i) == 0;
+      ck_assert_msg(dropped > count / 5 && dropped < count * 2 / 5, "dropped %lld of %lld", (long long)dropped,
+                    (long long)count);
+      if (!first.data) {
+        ck_assert(ir_tensor_alloc(&first, &got[0].type));
+        memcpy(first.data, got[0].data, ir_tensor_nbytes(&first.type));
+      } else {
+        ck_assert((offset != 0) == (memcmp(first.data, got[0].data, ir_tensor_nbytes(&first.type)) != 0));
+      }
+      free_outputs(want, j.g->n_outputs);
+      free_outputs(got, j.g->n_outputs);
+      free_inputs(&d);
+      ctx_free(&c);
+    }
+  }
+  ir_tensor_free(&first);
+}
+END_TEST
+
+/* ---- models: the step's gradients on emu against ref ---- */
+
+static dlc_model *compile_on(const char *text, const char *backend, int grad) {
+  dlc_options opt = {.backend = backend, .grad = grad};
+  dlc_model *m = NULL;
+  ck_assert_msg(dlc_compile_string("m.dl", text, &opt, &m) == DLC_OK, "%s: %s", backend, dlc_error(m));
+  ck_assert_int_eq(dlc_init_weights(m, 11), DLC_OK);
+  uint64_t state = 5;
+  for (int i = 0; i < dlc_num_inputs(m); i++) {
+    dlc_tensor_info in;
+    ck_assert_int_eq(dlc_input_info(m, i, &in), DLC_OK);
+    ck_assert_int_eq(in.dtype, DLC_F32);
+    size_t n = in.nbytes / sizeof(float);
+    float *data = malloc(in.nbytes);
+    for (size_t k = 0; k < n; k++) data[k] = (float)((double)(test_splitmix64(&state) >> 11) * 0x1p-52 - 1);
+    ck_assert_int_eq(dlc_set_input(m, in.name, data, in.nbytes), DLC_OK);
+    free(data);
+  }
+  ck_assert_msg(dlc_run(m) == DLC_OK, "%s: %s", backend, dlc_error(m));
+  return m;
+}
+
+static Tensor output_of(dlc_model *m, int i) {
+  dlc_tensor_info info;
+  ck_assert_int_eq(dlc_output_info(m, i, &info), DLC_OK);
+  const void *data;
+  size_t n;
+  ck_assert_int_eq(dlc_get_output(m, i, &data, &n), DLC_OK);
+  return (Tensor){ir_type_make((DType)info.dtype, info.rank, info.dims), (void *)data};
+}
+
+/* Every output of the step (loss, gradients, updates) on emu within
+ * 1e-5 of the reference's scale; returns the output count. */
+static int check_step(const char *name, const char *text) {
+  dlc_model *ref = compile_on(text, "ref", 1), *emu = compile_on(text, "emu", 1);
+  int n = dlc_num_outputs(ref);
+  ck_assert_int_eq(dlc_num_outputs(emu), n);
+  for (int i = 0; i < n; i++) {
+    dlc_tensor_info info;
+    dlc_output_info(ref, i, &info);
+    Tensor want = output_of(ref, i), got = output_of(emu, i);
+    char what[160];
+    snprintf(what, sizeof what, "%s: %s", name, info.name);
+    expect_close(&got, &want, 1e-5, what);
+  }
+  dlc_free(ref);
+  dlc_free(emu);
+  return n;
+}
+
+static const char mlp[] =
+    "model mlp(x: f32[2, 784], t: f32[2, 10]) -> f32[] {\n"
+    "  h = gelu(linear(x, 512) as fc1, approximate=\"tanh\")\n"
+    "  h = gelu(linear(h, 512) as fc2, approximate=\"tanh\")\n"
+    "  return -mean(sum(log_softmax(linear(h, 10) as fc3, axis=-1) * t, axis=1))\n"
+    "}\n";
+
+static const char lenet[] =
+    "model lenet(x: f32[2, 1, 28, 28], t: f32[2, 10]) -> f32[] {\n"
+    "  y = maxpool2d(relu(conv2d(x, 6, kernel=5, pad=2) as conv1), kernel=2)\n"
+    "  y = maxpool2d(relu(conv2d(y, 16, kernel=5) as conv2), kernel=2)\n"
+    "  y = flatten(y)\n"
+    "  y = relu(linear(y, 120) as fc1)\n"
+    "  y = relu(linear(y, 84) as fc2)\n"
+    "  return -mean(sum(log_softmax(linear(y, 10) as fc3, axis=-1) * t, axis=1))\n"
+    "}\n";
+
+static const char bn_cnn[] =
+    "model cnn(x: f32[2, 3, 8, 8], t: f32[2, 10]) -> f32[] {\n"
+    "  y = relu(batchnorm(conv2d(x, 8, kernel=3, pad=1, bias=false) as conv1) as bn1)\n"
+    "  y = avgpool2d(y, kernel=2)\n"
+    "  y = relu(batchnorm(conv2d(y, 8, kernel=3, stride=2, pad=1, bias=false) as conv2) as bn2)\n"
+    "  y = dropout(flatten(global_avgpool(y)), p=0.25)\n"
+    "  return -mean(sum(log_softmax(linear(y, 10) as fc, axis=-1) * t, axis=1))\n"
+    "}\n";
+
+START_TEST(test_mlp) { ck_assert_int_eq(check_step("mlp", mlp), 1 + 6); }
+END_TEST
+
+START_TEST(test_lenet) { ck_assert_int_eq(check_step("lenet", lenet), 1 + 10); }
+END_TEST
+
+/* 8 gradients, 4 running statistics and the dropout step counter. */
+START_TEST(test_bn_cnn) { ck_assert_int_eq(check_step("cnn", bn_cnn), 1 + 8 + 4 + 1); }
+END_TEST
+
+/* The new running statistics are PyTorch's: (1 - 0.1) running + 0.1
+ * batch, the variance unbiased; computed here from the input. */
+START_TEST(test_running_stats) {
+  static const char text[] =
+      "model m(x: f32[3, 2, 2]) -> f32[] {\n"
+      "  return sum(batchnorm(x) as bn)\n"
+      "}\n";
+  dlc_model *m = compile_on(text, "ref", 1);
+  ck_assert_int_eq(dlc_num_outputs(m), 5);
+  dlc_tensor_info info;
+  ck_assert_int_eq(dlc_output_info(m, 4, &info), DLC_OK);
+  ck_assert_str_eq(info.name, "bn.running_var");
+  /* the same input as compile_on's, and the weights from dlc_init_weights(m, 11) */
+  uint64_t state = 5;
+  float x[12];
+  for (int k = 0; k < 12; k++) x[k] = (float)((double)(test_splitmix64(&state) >> 11) * 0x1p-52 - 1);
+  Ctx c;
+  ctx_init(&c);
+  static const char src[] = "graph g {\n  %0 = param {name=\"bn.running_mean\", init=\"zeros\"} : f32[2]\n"
+                            "  %1 = param {name=\"bn.running_var\", init=\"ones\"} : f32[2]\n"
+                            "  return %0 as \"m\", %1 as \"v\"\n}\n";
+  Graph *g = ir_parse(&c, ctx_add_file(&c, "p.ir", src, strlen(src)));
+  TensorMap params;
+  char err[256];
+  ck_assert(ir_init_params(g, 11, IR_INIT_RANDOM, &params, err, sizeof err));
+  const Tensor *rm = ir_tensor_map_find(&params, "bn.running_mean"), *rv = ir_tensor_map_find(&params, "bn.running_var");
+  Tensor new_mean = output_of(m, 3), new_var = output_of(m, 4);
+  for (int ch = 0; ch < 2; ch++) {
+    double s = 0, q = 0;
+    for (int b = 0; b < 3; b++)
+      for (int i = 0; i < 2; i++) s += x[b * 4 + ch * 2 + i];
+    double mean = s / 6;
+    for (int b = 0; b < 3; b++)
+      for (int i = 0; i < 2; i++) q += (x[b * 4 + ch * 2 + i] - mean) * (x[b * 4 + ch * 2 + i] - mean);
+    double want_m = 0.9 * ir_tensor_get(rm, ch) + 0.1 * mean;
+    double want_v = 0.9 * ir_tensor_get(rv, ch) + 0.1 * q / 5;
+    ck_assert_double_eq_tol(ir_tensor_get(&new_mean, ch), want_m, 1e-6);
+    ck_assert_double_eq_tol(ir_tensor_get(&new_var, ch), want_v, 1e-6);
+  }
+  ir_tensor_map_free(&params);
+  ctx_free(&c);
+  dlc_free(m);
+}
+END_TEST
+
+static Suite *train_suite(void) {
+  Suite *s = suite_create("train");
+  TCase *ops = tcase_create("ops");
+  tcase_set_timeout(ops, 180);
+  tcase_add_test(ops, test_conv_weight_grad);
+  tcase_add_test(ops, test_pool_grads);
+  tcase_add_test(ops, test_embedding_grad);
+  tcase_add_test(ops, test_dropout_bits);
+  suite_add_tcase(s, ops);
+  TCase *models = tcase_create("models");
+  tcase_set_timeout(models, 300);
+  tcase_add_test(models, test_mlp);
+  tcase_add_test(models, test_lenet);
+  tcase_add_test(models, test_bn_cnn);
+  tcase_add_test(models, test_running_stats);
+  suite_add_tcase(s, models);
+  return s;
+}
+
+int main(void) {
+  SRunner *r = srunner_create(train_suite());
+  srunner_run_all(r, CK_NORMAL);
+  int failed = srunner_ntests_failed(r);
+  srunner_free(r);
+  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
