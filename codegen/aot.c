@@ -300,6 +300,39 @@ static void put_kernels(FILE *f, const RtPlan *p) {
   fputs("};\n\n", f);
 }
 
+/* Every contract's parameters in one table, then the contracts. */
+static void put_contracts(FILE *f, const RtPlan *p) {
+  uint32_t n = 0;
+  for (uint32_t i = 0; i < p->n_contracts; i++) n += p->contracts[i].n_params;
+  if (n) fprintf(f, "static const RtParam params[%" PRIu32 "] = {\n", n);
+  for (uint32_t i = 0; i < p->n_contracts; i++)
+    for (uint32_t j = 0; j < p->contracts[i].n_params; j++) {
+      const RtParam *q = &p->contracts[i].params[j];
+      fprintf(f, "  {.kind = %" PRIu32 "u, .access = %" PRIu32 "u, .nbytes = %" PRIu64 "ull, .lo = ", q->kind,
+              q->access, q->nbytes);
+      put_i64(f, q->lo);
+      fputs(", .hi = ", f);
+      put_i64(f, q->hi);
+      fputs("},\n", f);
+    }
+  if (n) fputs("};\n\n", f);
+  if (!p->n_contracts) return;
+  fprintf(f, "static const RtContract contracts[%" PRIu32 "] = {\n", p->n_contracts);
+  uint32_t at = 0;
+  for (uint32_t i = 0; i < p->n_contracts; i++) {
+    const RtContract *c = &p->contracts[i];
+    fprintf(f,
+            "  {.kernel = %" PRIu32 "u, .grid = {%" PRIu32 "u, %" PRIu32 "u, %" PRIu32 "u}, .block = {%" PRIu32
+            "u, %" PRIu32 "u, %" PRIu32 "u}, .dynamic_shared_bytes = %" PRIu32 "u, .n_params = %" PRIu32 "u, ",
+            c->kernel, c->grid[0], c->grid[1], c->grid[2], c->block[0], c->block[1], c->block[2],
+            c->dynamic_shared_bytes, c->n_params);
+    if (c->n_params) fprintf(f, ".params = &params[%" PRIu32 "]},\n", at);
+    else fputs(".params = NULL},\n", f);
+    at += c->n_params;
+  }
+  fputs("};\n\n", f);
+}
+
 static uint32_t count_args(const RtStep *steps, uint32_t n_steps) {
   uint32_t n = 0;
   for (uint32_t i = 0; i < n_steps; i++)
@@ -336,13 +369,16 @@ static void put_args(FILE *f, const RtPlan *p) {
 static void put_step(FILE *f, const RtStep *s, uint32_t *arg_at) {
   fprintf(f, "  {.kind = %" PRIu32 "u, .label = ", s->kind);
   ir_put_c_string(f, s->label);
+  fputs(", .origin = ", f);
+  ir_put_c_string(f, s->origin);
   if (s->kind == RT_STEP_LAUNCH) {
     const RtLaunch *l = &s->launch;
     fprintf(f,
-            ",\n   .launch = {.kernel = %" PRIu32 "u, .grid = {%" PRIu32 "u, %" PRIu32 "u, %" PRIu32
+            ",\n   .launch = {.kernel = %" PRIu32 "u, .contract = %" PRIu32 "u, .grid = {%" PRIu32 "u, %" PRIu32
+            "u, %" PRIu32
             "u}, .block = {%" PRIu32 "u, %" PRIu32 "u, %" PRIu32 "u},\n              .dynamic_shared_bytes = %" PRIu32
             "u, .n_args = %" PRIu32 "u, .args = ",
-            l->kernel, l->grid[0], l->grid[1], l->grid[2], l->block[0], l->block[1], l->block[2],
+            l->kernel, l->contract, l->grid[0], l->grid[1], l->grid[2], l->block[0], l->block[1], l->block[2],
             l->dynamic_shared_bytes, l->n_args);
     if (l->n_args) fprintf(f, "&args[%" PRIu32 "]}},\n", *arg_at);
     else fputs("NULL}},\n", f);
@@ -395,6 +431,49 @@ static int64_t index_bound(const Graph *g, const char *input) {
   return 0;
 }
 
+/* ---- the seal ---- */
+
+/* The n bytes of a blob file, malloc'd. */
+static void *read_blob(Aot *a, const char *path, uint64_t n) {
+  void *data = malloc(n ? (size_t)n : 1);
+  FILE *f = fopen(path, "rb");
+  bool ok = data && f && (!n || fread(data, 1, (size_t)n, f) == n);
+  if (f) fclose(f);
+  if (!ok) {
+    free(data);
+    fail(a, "cannot read back '%s': %s", path, errno ? strerror(errno) : "short file");
+    return NULL;
+  }
+  return data;
+}
+
+/* The checksums libdlcrt verifies at open: of the plan as model.so will
+ * hold it, with its blobs read back from the files .incbin takes them
+ * from. */
+static bool seal_plan(Aot *a, const RtBinary *bins, int n_bins, uint64_t seal[RT_SEAL_COUNT]) {
+  RtPlan q = *a->plan;
+  q.sealed = RT_PLAN_SEALED;
+  q.n_binaries = (uint32_t)n_bins;
+  RtBinary *loaded = calloc((size_t)n_bins + 1, sizeof *loaded);
+  bool ok = loaded != NULL;
+  for (int i = 0; ok && i < n_bins; i++) {
+    char file[32];
+    snprintf(file, sizeof file, "bin%d", i);
+    loaded[i] = bins[i];
+    ok = (loaded[i].data = read_blob(a, path_in(a, file), bins[i].size)) != NULL;
+  }
+  q.binaries = n_bins ? loaded : NULL;
+  void *weights = NULL;
+  if (ok && q.weights_bytes && !a->o->external_weights)
+    ok = (weights = read_blob(a, path_in(a, "weights.bin"), q.weights_bytes)) != NULL;
+  q.weights_data = weights;
+  if (ok) rt_plan_seal(&q, seal);
+  for (int i = 0; loaded && i < n_bins; i++) free((void *)loaded[i].data);
+  free(loaded);
+  free(weights);
+  return ok;
+}
+
 static bool write_model_c(Aot *a, Graph *g, const RtBinary *bins, int n_bins, const char *weights_path) {
   const RtPlan *p = a->plan;
   const CgAotOptions *o = a->o;
@@ -416,6 +495,7 @@ static bool write_model_c(Aot *a, Graph *g, const RtBinary *bins, int n_bins, co
     put_blob(f, name, path_in(a, file));
   }
   put_kernels(f, p);
+  put_contracts(f, p);
   put_args(f, p);
   uint32_t arg_at = 0;
   put_steps(f, "init_steps", p->init_steps, p->n_init_steps, &arg_at);
@@ -447,8 +527,14 @@ static bool write_model_c(Aot *a, Graph *g, const RtBinary *bins, int n_bins, co
   fprintf(f, "  .n_weights = %" PRIu32 "u, .weights = %s,\n", p->n_weights, p->n_weights ? "weights" : "NULL");
   fprintf(f, "  .n_inputs = %" PRIu32 "u, .inputs = %s,\n", p->n_inputs, p->n_inputs ? "inputs" : "NULL");
   fprintf(f, "  .n_outputs = %" PRIu32 "u, .outputs = %s,\n", p->n_outputs, p->n_outputs ? "outputs" : "NULL");
-  fprintf(f, "  .weights_data = %s,\n};\n\n",
-          p->weights_bytes && !o->external_weights ? "dlcc_aot_weights" : "NULL");
+  fprintf(f, "  .weights_data = %s,\n", p->weights_bytes && !o->external_weights ? "dlcc_aot_weights" : "NULL");
+  fprintf(f, "  .n_contracts = %" PRIu32 "u, .contracts = %s,\n  .status_bytes = %" PRIu64 "ull,\n",
+          p->n_contracts, p->n_contracts ? "contracts" : "NULL", p->status_bytes);
+  uint64_t seal[RT_SEAL_COUNT];
+  if (!seal_plan(a, bins, n_bins, seal)) return false;
+  fprintf(f, "  .sealed = 0x%08xu,\n  .seal = {", RT_PLAN_SEALED);
+  for (int i = 0; i < RT_SEAL_COUNT; i++) fprintf(f, "%s0x%016" PRIx64 "ull", i ? ", " : "", seal[i]);
+  fputs("},\n};\n\n", f);
   fputs("const RtPlan *dlrt_model_plan(void);\nconst RtPlan *dlrt_model_plan(void) { return &plan; }\n\n", f);
 
   fprintf(f, "/* External weights: the file recorded when the model was built; DLCC_WEIGHTS\n"

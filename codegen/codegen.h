@@ -35,6 +35,9 @@ typedef struct CgResult {
   uint64_t naive_bytes, lower_bound;
   const char *memplan; /* the heuristic that won ("size/best-fit") */
   int n_inplace;       /* outputs written over an input that died there */
+  /* Per step, the plan's init steps first: FLOPs and minimum bytes
+   * (docs/cost.md). */
+  const IrCost *step_costs;
 } CgResult;
 
 /* Lowers g (already verified).  False after reporting errors to g->ctx's
@@ -61,8 +64,17 @@ bool cg_compile_opts(Graph *g, const CgOptions *o, CgResult *out);
  * cg_compile runs it on every plan. */
 bool cg_check_memory(const CgResult *r, char *err, size_t len);
 
-/* The plan as text, for --emit=plan: spaces, tensors, kernels, steps. */
+/* The plan as text, for --emit=plan: spaces, tensors, kernels, steps;
+ * with costs (CgResult.step_costs, or NULL), each step's FLOPs and
+ * minimum bytes at the end of its line. */
 void cg_print_plan(FILE *f, const RtPlan *p);
+void cg_print_plan_costs(FILE *f, const RtPlan *p, const IrCost *costs);
+
+/* For --stats: the run's and the init steps' FLOPs and minimum bytes,
+ * the run's arithmetic intensity, and its top steps by FLOPs. */
+void cg_print_cost_stats(FILE *f, const CgResult *r, int top);
+/* "2.1 GFLOP 12.3 MB" */
+void cg_print_cost(FILE *f, IrCost c);
 
 /* Where a ref points, as the plan text writes it: "arena+256", "in0+0". */
 void cg_print_ref(FILE *f, RtRef r);

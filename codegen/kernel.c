@@ -95,10 +95,18 @@ KVar *cg_kparam(Kernel *k, const char *name, DType dt, int64_t ival, float fval)
   else
     dl_internal(k->ctx, "kernel scalar '%s' of dtype %s has no launch argument kind", name,
                 ir_dtype_name(dt));
-  p->arg.i = ival;
+  p->arg.i = p->lo = p->hi = ival;
   p->arg.f = fval;
   if (dt == KT_INDEX) note_size(k, ival);
   return p->var;
+}
+
+KVar *cg_kparam_range(Kernel *k, const char *name, DType dt, int64_t ival, int64_t lo, int64_t hi) {
+  KVar *v = cg_kparam(k, name, dt, ival, 0);
+  KParam *p = &k->params[k->n_params - 1];
+  p->lo = lo, p->hi = hi;
+  if (dt == KT_INDEX) note_size(k, lo), note_size(k, hi);
+  return v;
 }
 
 KBuf *cg_klocal(Kernel *k, const char *stem, DType dt, int64_t numel, KSpace space) {

@@ -137,6 +137,9 @@ typedef struct KParam {
   /* The memory planner may give this buffer the bytes of another of the
    * kernel's buffers (in-place reuse), so it must not be __restrict__. */
   bool may_alias;
+  /* A scalar: the values for which the kernel stays inside its buffers'
+   * numel (the plan's RtParam.lo, hi); a size has just its own value. */
+  int64_t lo, hi;
 } KParam;
 
 typedef struct Kernel {
@@ -164,8 +167,13 @@ Kernel *cg_kernel_new(Ctx *c, const Node *n, const char *hint, const char *what)
 /* A global buffer parameter bound to ref.  Asking twice for the same ref
  * and dtype gives the same buffer (read/written accumulate). */
 KBuf *cg_kglobal(Kernel *k, const char *name, DType dt, int64_t numel, RtRef ref);
-/* A scalar parameter; dtype KT_INDEX (an index), TY_I32, TY_I64 or TY_F32. */
+/* A scalar parameter; dtype KT_INDEX (an index), TY_I32, TY_I64 or TY_F32.
+ * An integer one is a size: the buffers' numel hold for ival alone. */
 KVar *cg_kparam(Kernel *k, const char *name, DType dt, int64_t ival, float fval);
+/* An integer parameter (a timestep) for which every value in [lo, hi]
+ * keeps the kernel inside its buffers, so launches that differ in it
+ * share one contract. */
+KVar *cg_kparam_range(Kernel *k, const char *name, DType dt, int64_t ival, int64_t lo, int64_t hi);
 /* A __shared__ (KSP_SHARED) or per-thread (KSP_REGISTER) array. */
 KBuf *cg_klocal(Kernel *k, const char *stem, DType dt, int64_t numel, KSpace space);
 /* A fresh local: name is a stem ("acc" -> "acc3" when taken). */
@@ -234,8 +242,13 @@ bool cg_vectorize(Kernel *k);
 
 /* ---- CUDA text (emit_cuda.c) ---- */
 
-/* The shared prelude: includes and device helper functions. */
-const char *cg_cuda_prelude(Ctx *c, bool needs_fp16, bool needs_bf16);
+/* The shared prelude: includes and device helper functions; with
+ * needs_tc also the tensor-core instructions (mma, ldmatrix, cp.async:
+ * emit_tc.c, docs/tensorcores.md). */
+const char *cg_cuda_prelude(Ctx *c, bool needs_fp16, bool needs_bf16, bool needs_tc);
+/* The tensor-core instructions' CUDA text (emit_tc.c), under #ifndef
+ * DLCC_EMU: the emu header defines the same functions. */
+const char *cg_tc_prelude(void);
 /* One kernel as CUDA C: its comment (when with_comment), the extern "C"
  * __global__ function named name, and its emu launcher. */
 char *cg_emit_kernel(Ctx *c, const Kernel *k, const char *name, bool with_comment);
@@ -255,6 +268,9 @@ bool cg_has_ref(CgBuild *b, const Value *v);
 void cg_alias(CgBuild *b, const Value *v, RtRef r);
 /* A fresh scratch range in the arena. */
 RtRef cg_scratch(CgBuild *b, const Node *n, uint64_t nbytes);
+/* n_reports fresh index reports in STATUS (RT_STATUS_WORDS int64 each),
+ * for one launch's index checks. */
+RtRef cg_status(CgBuild *b, int n_reports);
 RtRef cg_ref_at(RtRef r, uint64_t byte_offset);
 /* Appends a launch of k (finished here; identical text shares one kernel). */
 void cg_launch(CgBuild *b, Kernel *k);
@@ -299,6 +315,36 @@ const char *cg_group_hint(Ctx *c, const CgGroup *grp);
 /* A convolution (groups 1) as one tiled implicit-GEMM kernel. */
 bool cg_lower_conv_igemm(CgBuild *b, const Node *n);
 
+/* ---- cost (plan_cost.c, docs/cost.md) ---- */
+
+/* What a launch's kernel touches, read from its loop nest: the bytes of
+ * each global buffer it loads or stores (no more than the buffer, no more
+ * than the accesses its loops make), the arithmetic it executes (only
+ * to share a node's FLOPs among its launches), and whether it reads
+ * anything at all (a fill does not). */
+typedef struct CgStepNote {
+  double bytes, ops;
+  bool reads;
+} CgStepNote;
+
+CgStepNote cg_note_kernel(const Kernel *k);
+
+/* What lower_nodes lowered at once: a node or a fusion group, into the
+ * steps [first, end). */
+typedef struct CgUnit {
+  const Node *node;
+  const CgGroup *group;
+  int first, end;
+} CgUnit;
+
+/* Each step's cost, init steps first: a unit lowered to one launch or
+ * one GEMM costs what its nodes do (ir_cost_fused); in a unit of several
+ * steps, GEMMs, copies and fills cost their own formulas, and the
+ * unit's other FLOPs go to its other launches, which move what their
+ * kernels touch. */
+IrCost *cg_plan_costs(Ctx *c, const RtStep *steps, const CgStepNote *notes, int n_steps,
+                      const CgUnit *units, int n_units);
+
 /* ---- the init graph (initgraph.c) ---- */
 
 /* What is a function of the weights alone (docs/passes.md). */
@@ -320,6 +366,11 @@ bool cg_lower_node(CgBuild *b, const Node *n);
  * dropout), and the device function dropout's kernels call, which the
  * plan's source carries when a kernel does. */
 bool cg_lower_train(CgBuild *b, const Node *n);
+/* An index read from data (raw) as i64, counted from the end of its axis
+ * of size dim when negative; one still outside [0, dim) is reported in a
+ * fresh STATUS report of k, with pos the element's place in eval.c's
+ * order (lower_kernels.c).  The caller keeps the result in range. */
+KExpr *cg_index_reported(CgBuild *b, Kernel *k, KBlock *blk, KExpr *pos, KExpr *raw, int axis, int64_t dim);
 const char *cg_cuda_philox(void);
 /* A kernel that fills count elements of dtype at ref with value. */
 void cg_fill(CgBuild *b, const Node *n, const char *what, RtRef ref, DType dt, int64_t count,

@@ -8,7 +8,9 @@ libdlcc_core_la_SOURCES += \
 	codegen/initgraph.c \
 	codegen/unroll.c \
 	codegen/emit_cuda.c \
+	codegen/emit_tc.c \
 	codegen/plan_build.c \
+	codegen/plan_cost.c \
 	codegen/plan_print.c
 
 # The AOT emitter (dlcc m.dl -o m.so): its own convenience library, so

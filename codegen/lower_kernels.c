@@ -1407,9 +1407,62 @@ static bool lower_concat(CgBuild *b, const Node *n) {
   return true;
 }
 
-/* An index outside [-dim, dim) is an error in eval.c; a kernel cannot
- * report one, so it is clamped into the axis: the result is wrong but
- * nothing is read out of bounds. */
+/* ---- indices read from data: checked, reported, never out of bounds ---- */
+
+/* Where a kernel reports bad indices: n_axes reports in STATUS, one per
+ * index it checks for each element, and the element's position in the
+ * order the interpreter walks (pos). */
+typedef struct IndexCheck {
+  KBuf *reports;
+  KExpr *pos;
+} IndexCheck;
+
+static KBuf *reports_of(CgBuild *b, Kernel *k, int n_axes) {
+  return cg_kglobal(k, "reports", TY_I64, (int64_t)n_axes * RT_STATUS_WORDS, cg_status(b, n_axes));
+}
+
+/* An index read as i64, counted from the end of its axis when negative;
+ * an index outside [-dim, dim) is reported in report r of ic: its value
+ * as read, the axis and its size, unless the report already holds a
+ * lower position, so that the runtime says what eval.c says (its first
+ * bad index) in whatever order the threads ran.  Returns the counted
+ * index, out of range as it came. */
+static KExpr *from_end(Kernel *k, KBlock *blk, const IndexCheck *ic, int r, KExpr *raw, int axis, int64_t dim) {
+  KVar *v = cg_klet(k, blk, "idx", TY_I64, cg_kcast(k, raw, TY_I64));
+  KVar *at = cg_klet(k, blk, "at", TY_I64,
+                     cg_ksel(k, cg_kcmp(k, KC_LT, cg_kv(k, v), cg_kimm(k, 0, TY_I64)),
+                             cg_kop2(k, OP_ADD, cg_kv(k, v), cg_kimm(k, (double)dim, TY_I64)), cg_kv(k, v)));
+  KExpr *bad = cg_kor(k, cg_kcmp(k, KC_LT, cg_kv(k, at), cg_kimm(k, 0, TY_I64)),
+                      cg_kcmp(k, KC_GE, cg_kv(k, at), cg_kimm(k, (double)dim, TY_I64)));
+  KExpr *pos1 = cg_kcast(k, cg_kadd(k, ic->pos, cg_kint(k, 1)), TY_I64);
+  KExpr *held = cg_kload(k, ic->reports, cg_kint(k, r * RT_STATUS_WORDS));
+  KExpr *first = cg_kor(k, cg_kcmp(k, KC_EQ, held, cg_kimm(k, 0, TY_I64)), cg_kcmp(k, KC_LT, pos1, held));
+  KBlock *report = &cg_kif(k, blk, cg_kand(k, bad, first))->body;
+  KExpr *words[RT_STATUS_WORDS] = {pos1, cg_kv(k, v), cg_kimm(k, axis, TY_I64), cg_kimm(k, (double)dim, TY_I64)};
+  /* The position last: on a GPU the other words of a report come from a
+   * thread that found a bad index too, whichever thread wins. */
+  for (int w = 1; w < RT_STATUS_WORDS; w++)
+    cg_kstore(k, report, ic->reports, cg_kint(k, r * RT_STATUS_WORDS + w), words[w]);
+  cg_kstore(k, report, ic->reports, cg_kint(k, r * RT_STATUS_WORDS), words[0]);
+  return cg_kv(k, at);
+}
+
+KExpr *cg_index_reported(CgBuild *b, Kernel *k, KBlock *blk, KExpr *pos, KExpr *raw, int axis, int64_t dim) {
+  IndexCheck ic = {reports_of(b, k, 1), pos};
+  return from_end(k, blk, &ic, 0, raw, axis, dim);
+}
+
+/* from_end's index, reported when out of range and then clamped into
+ * the axis, so that nothing is read out of bounds. */
+static KExpr *checked_index(Kernel *k, KBlock *blk, const IndexCheck *ic, int r, KExpr *raw, int axis, int64_t dim) {
+  KExpr *at = cg_kop2(k, OP_MAXIMUM, from_end(k, blk, ic, r, raw, axis, dim), cg_kimm(k, 0, TY_I64));
+  at = cg_kop2(k, OP_MINIMUM, at, cg_kimm(k, (double)(dim - 1), TY_I64));
+  return cg_kv(k, cg_klet(k, blk, "safe", KT_INDEX, cg_kcast(k, at, KT_INDEX)));
+}
+
+/* An index outside [-dim, dim) is an error in eval.c: the kernel reports
+ * it (checked_index) and reads a clamped one, so nothing is read out of
+ * bounds while the run goes on to its end. */
 static bool lower_gather(CgBuild *b, const Node *n) {
   if (!move_dtypes(b, n)) return false;
   const Value *data = n->in[0], *ind = n->in[1], *out = &n->out[0];
@@ -1432,15 +1485,9 @@ static bool lower_gather(CgBuild *b, const Node *n) {
   for (int d = 0; d < it->rank; d++)
     if (it->dims[d] != 1)
       ii = cg_kadd(k, ii, cg_kmul(k, map_coord(&m, axis + d), cg_kint(k, ist[d])));
-  KVar *v =
-      cg_klet(k, &m.main, "idx", TY_I64, cg_kcast(k, load_of(b, k, ind, "indices", ii), TY_I64));
-  KExpr *at =
-      cg_ksel(k, cg_kcmp(k, KC_LT, cg_kv(k, v), cg_kimm(k, 0, TY_I64)),
-              cg_kop2(k, OP_ADD, cg_kv(k, v), cg_kimm(k, (double)dim, TY_I64)), cg_kv(k, v));
-  at = cg_kop2(k, OP_MINIMUM, cg_kop2(k, OP_MAXIMUM, at, cg_kimm(k, 0, TY_I64)),
-               cg_kimm(k, (double)(dim - 1), TY_I64));
-  KVar *atv = cg_klet(k, &m.main, "at", KT_INDEX, cg_kcast(k, at, KT_INDEX));
-  KExpr *src = cg_kmul(k, cg_kv(k, atv), cg_kint(k, dst[axis]));
+  IndexCheck ic = {reports_of(b, k, 1), m.i};
+  KExpr *at = checked_index(k, &m.main, &ic, 0, load_of(b, k, ind, "indices", ii), axis, dim);
+  KExpr *src = cg_kmul(k, at, cg_kint(k, dst[axis]));
   for (int d = 0; d < axis; d++)
     if (dt->dims[d] != 1) src = cg_kadd(k, src, cg_kmul(k, map_coord(&m, d), cg_kint(k, dst[d])));
   for (int d = axis + 1; d < dt->rank; d++)
@@ -1454,21 +1501,6 @@ static bool lower_gather(CgBuild *b, const Node *n) {
 
 /* ---- indexing by data: gather_elements, gather_nd, the scatters, topk ---- */
 
-/* An index read as i64, counted from the end of its axis when negative. */
-static KExpr *from_end(Kernel *k, KBlock *blk, KExpr *raw, int64_t dim) {
-  KVar *v = cg_klet(k, blk, "idx", TY_I64, cg_kcast(k, raw, TY_I64));
-  return cg_ksel(k, cg_kcmp(k, KC_LT, cg_kv(k, v), cg_kimm(k, 0, TY_I64)),
-                 cg_kop2(k, OP_ADD, cg_kv(k, v), cg_kimm(k, (double)dim, TY_I64)), cg_kv(k, v));
-}
-
-/* As gather's: an index out of range (an error in eval.c) is clamped
- * into the axis, so that nothing is read out of bounds. */
-static KExpr *clamped_index(Kernel *k, KBlock *blk, KExpr *raw, int64_t dim) {
-  KExpr *at = cg_kop2(k, OP_MAXIMUM, from_end(k, blk, raw, dim), cg_kimm(k, 0, TY_I64));
-  at = cg_kop2(k, OP_MINIMUM, at, cg_kimm(k, (double)(dim - 1), TY_I64));
-  return cg_kv(k, cg_klet(k, blk, "at", KT_INDEX, cg_kcast(k, at, KT_INDEX)));
-}
-
 /* One thread per output element (indices' shape): data at the element's
  * coordinates with the axis one read from indices. */
 static bool lower_gather_elements(CgBuild *b, const Node *n) {
@@ -1480,7 +1512,8 @@ static bool lower_gather_elements(CgBuild *b, const Node *n) {
   Kernel *k = new_kernel(b, n, NULL, NULL);
   Map m;
   map_begin(&m, k, ot);
-  KExpr *at = clamped_index(k, &m.main, load_of(b, k, ind, "indices", m.i), dt->dims[axis]);
+  IndexCheck ic = {reports_of(b, k, 1), m.i};
+  KExpr *at = checked_index(k, &m.main, &ic, 0, load_of(b, k, ind, "indices", m.i), axis, dt->dims[axis]);
   KExpr *src = cg_kmul(k, at, cg_kint(k, dst[axis]));
   for (int d = 0; d < dt->rank; d++)
     if (d != axis && ot->dims[d] != 1)
@@ -1507,9 +1540,10 @@ static bool lower_gather_nd(CgBuild *b, const Node *n) {
   for (int d = 0; d < rows; d++) row = cg_kadd(k, row, cg_kmul(k, map_coord(&m, d), cg_kint(k, ist[d])));
   KVar *rv = cg_klet(k, &m.main, "row", KT_INDEX, row);
   for (int d = 0; d < bd; d++) src = cg_kadd(k, src, cg_kmul(k, map_coord(&m, d), cg_kint(k, dst[d])));
+  IndexCheck ic = {reports_of(b, k, q), m.i};
   for (int j = 0; j < q; j++) {
     KExpr *raw = load_of(b, k, ind, "indices", cg_kadd(k, cg_kv(k, rv), cg_kint(k, j)));
-    KExpr *at = clamped_index(k, &m.main, raw, dt->dims[bd + j]);
+    KExpr *at = checked_index(k, &m.main, &ic, j, raw, bd + j, dt->dims[bd + j]);
     src = cg_kadd(k, src, cg_kmul(k, at, cg_kint(k, dst[bd + j])));
   }
   for (int d = bd + q; d < dt->rank; d++)
@@ -1533,7 +1567,7 @@ static KExpr *scatter_combine(Kernel *k, const char *reduction, KExpr *cur, KExp
  * through every update that could address it, in order: no atomics, and
  * the same sequence of combinations as eval.c (the last "none" update
  * wins), so results are exact and deterministic.  An index out of range
- * addresses nothing.  The cost is the element count times the updates
+ * addresses nothing and is reported (from_end).  The cost is the element count times the updates
  * per element's row (scatter_elements) or times all index rows
  * (scatter_nd). */
 static bool lower_scatter_elements(CgBuild *b, const Node *n) {
@@ -1561,7 +1595,8 @@ static bool lower_scatter_elements(CgBuild *b, const Node *n) {
   KStmt *loop = cg_kloop(k, blk, t, cg_kint(k, it->dims[axis]), KM_SERIAL);
   KVar *u = cg_klet(k, &loop->body, "u", KT_INDEX,
                     cg_kadd(k, cg_kv(k, bv), cg_kmul(k, cg_kv(k, t), cg_kint(k, ist[axis]))));
-  KExpr *idx = from_end(k, &loop->body, load_of(b, k, ind, "indices", cg_kv(k, u)), dt->dims[axis]);
+  IndexCheck ic = {reports_of(b, k, 1), cg_kv(k, u)};
+  KExpr *idx = from_end(k, &loop->body, &ic, 0, load_of(b, k, ind, "indices", cg_kv(k, u)), axis, dt->dims[axis]);
   KStmt *hit = cg_kif(k, &loop->body, cg_kcmp(k, KC_EQ, idx, cg_kcast(k, map_coord(&m, axis), TY_I64)));
   KExpr *uv = load_of(b, k, upd, "updates", cg_kv(k, u));
   cg_kset(k, &hit->body, v, scatter_combine(k, ir_attr_str(n, "reduction"), cg_kv(k, v), uv));
@@ -1589,10 +1624,11 @@ static bool lower_scatter_nd(CgBuild *b, const Node *n) {
   KVar *r = cg_kvar(k, "r", KT_INDEX);
   KStmt *loop = cg_kloop(k, &m.main, r, cg_kint(k, rows), KM_SERIAL);
   KExpr *ok = NULL, *target = cg_kint(k, 0);
+  IndexCheck ic = {reports_of(b, k, q), cg_kv(k, r)};
   for (int j = 0; j < q; j++) {
     KExpr *at = cg_kadd(k, cg_kmul(k, cg_kv(k, r), cg_kint(k, q)), cg_kint(k, j));
     KExpr *raw = load_of(b, k, ind, "indices", at);
-    KVar *a = cg_klet(k, &loop->body, "a", TY_I64, from_end(k, &loop->body, raw, dt->dims[j]));
+    KVar *a = cg_klet(k, &loop->body, "a", TY_I64, from_end(k, &loop->body, &ic, j, raw, j, dt->dims[j]));
     ok = cg_kand(k, ok, cg_kcmp(k, KC_GE, cg_kv(k, a), cg_kimm(k, 0, TY_I64)));
     ok = cg_kand(k, ok, cg_kcmp(k, KC_LT, cg_kv(k, a), cg_kimm(k, (double)dt->dims[j], TY_I64)));
     target = cg_kadd(k, target, cg_kmul(k, cg_kcast(k, cg_kv(k, a), KT_INDEX), cg_kint(k, dst[j])));
@@ -1683,7 +1719,8 @@ static void rnn_cell(CgBuild *b, const Node *n, const Rnn *r, const char *what, 
   TensorType space = ir_type_make(TY_F32, 2, (int64_t[]){N, H});
   Map m;
   map_begin(&m, k, &space);
-  KVar *tv = cg_kparam(k, "t", KT_INDEX, t, 0);
+  /* Every timestep's launch keeps one contract: the buffers hold all T. */
+  KVar *tv = cg_kparam_range(k, "t", KT_INDEX, t, 0, T - 1);
   KExpr *bi = map_coord(&m, 0), *j = map_coord(&m, 1);
   KExpr *row = r->bf ? cg_kadd(k, cg_kmul(k, bi, cg_kint(k, T)), cg_kv(k, tv))
                      : cg_kadd(k, cg_kmul(k, cg_kv(k, tv), cg_kint(k, N)), bi);
@@ -1691,7 +1728,9 @@ static void rnn_cell(CgBuild *b, const Node *n, const Rnn *r, const char *what, 
   KBuf *xp = cg_kglobal(k, "xproj", TY_F32, T * N * GH, xproj);
   KBuf *hp = cg_kglobal(k, "hproj", TY_F32, N * GH, hproj);
   KBuf *hb = cg_kglobal(k, "h", TY_F32, N * H, h);
-  KBuf *yb = cg_kglobal(k, "y", TY_F32, T * N * r->dirs * H, y);
+  /* y starts at this direction's columns: the last row ends H short of
+   * the sequence's end for every direction but the last. */
+  KBuf *yb = cg_kglobal(k, "y", TY_F32, T * N * r->dirs * H - (r->dirs - 1) * H, y);
   KExpr *gi[4], *gh[4];
   for (int q = 0; q < r->G; q++) {
     KExpr *col = cg_kadd(k, cg_kint(k, q * H), j);

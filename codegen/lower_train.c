@@ -213,7 +213,8 @@ static void lower_pool_grad(CgBuild *b, const Node *n) {
 
 /* A fill of zeros, then one thread per column adds the rows of dy into
  * the rows their ids name, in order: deterministic without atomics, and
- * the work is the size of dy. */
+ * the work is the size of dy.  An id out of range is reported (as
+ * eval.c's error) and adds nothing. */
 static void lower_embedding_grad(CgBuild *b, const Node *n) {
   const Value *dy = n->in[0], *ids = n->in[1], *out = &n->out[0];
   int64_t num = out->type.dims[0], rows = numel(&ids->type), width = numel(&out->type) / num;
@@ -222,10 +223,8 @@ static void lower_embedding_grad(CgBuild *b, const Node *n) {
   KExpr *j, *r;
   KBlock *body = each(k, width, &j);
   KBlock *per_row = serial(k, body, "r", rows, &r);
-  KExpr *raw = cg_kcast(k, cg_kload(k, buf_of(b, k, ids, "ids"), r), KT_INDEX);
-  KVar *id = let(k, per_row, "id", raw);
-  KExpr *neg = cg_kcmp(k, KC_LT, cg_kv(k, id), iv(k, 0));
-  KVar *at = let(k, per_row, "at", cg_ksel(k, neg, idx(k, KI_ADD, cg_kv(k, id), num), cg_kv(k, id)));
+  KExpr *raw = cg_kload(k, buf_of(b, k, ids, "ids"), r);
+  KVar *at = let(k, per_row, "at", cg_kcast(k, cg_index_reported(b, k, per_row, r, raw, 0, num), KT_INDEX));
   KExpr *ok = cg_kand(k, cg_kcmp(k, KC_GE, cg_kv(k, at), iv(k, 0)), cg_kcmp(k, KC_LT, cg_kv(k, at), iv(k, num)));
   KBlock *hit = &cg_kif(k, per_row, ok)->body;
   KBuf *o = buf_of(b, k, out, "out");

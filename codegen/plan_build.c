@@ -3,7 +3,8 @@
  * graph order, inputs and outputs in their own spaces, everything else in
  * the arena, derived weights after the weights), lowers the init graph
  * (initgraph.c) into the init steps and then the rest node after node
- * through lower_kernels.c, and keeps one kernel per distinct text. */
+ * through lower_kernels.c, and keeps one kernel per distinct text and
+ * one contract (plan.h) per distinct way a launch uses it. */
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,14 +31,20 @@ struct CgBuild {
    * planner see init as the first steps of a run (its scratch is free
    * once a run starts). */
   RtStep *steps;
+  CgStepNote *notes; /* beside steps: what each launch's kernel touches */
   int n_steps, cap_steps;
   int n_init_steps;
+  CgUnit *units; /* which steps each node or group became, for their cost */
+  int n_units, cap_units;
 
   RtKernel *kernels;
   const char **keys; /* each kernel's text under a neutral name: the dedupe key */
   const char **texts;
   int n_kernels, cap_kernels;
   bool needs_fp16, needs_bf16, needs_philox;
+  RtContract *contracts;
+  int n_contracts, cap_contracts;
+  uint64_t status_top; /* STATUS: the index reports handed out */
 
   RtTensorDesc *weights, *inputs, *outputs;
   int n_weights, n_inputs;
@@ -569,12 +576,21 @@ static RtStep *add_step(CgBuild *b, RtStepKind kind, const Node *n, const char *
     int cap = b->cap_steps ? 2 * b->cap_steps : 64;
     b->steps = arena_realloc(&b->ctx->arena, b->steps, sizeof(RtStep) * (size_t)b->cap_steps,
                              sizeof(RtStep) * (size_t)cap);
+    b->notes = arena_realloc(&b->ctx->arena, b->notes, sizeof(CgStepNote) * (size_t)b->cap_steps,
+                             sizeof(CgStepNote) * (size_t)cap);
     b->cap_steps = cap;
   }
+  b->notes[b->n_steps] = (CgStepNote){0};
   RtStep *s = &b->steps[b->n_steps++];
   memset(s, 0, sizeof *s);
   s->kind = kind;
   s->label = cg_label(b->ctx, n, what);
+  /* What eval.c's messages start with, for the runtime's index errors. */
+  if (n->loc.file)
+    s->origin = arena_printf(&b->ctx->arena, "%s:%d:%d: %s", n->loc.file->name, n->loc.line, n->loc.col,
+                             ir_ops[n->op].name);
+  else
+    s->origin = ir_ops[n->op].name;
   return s;
 }
 
@@ -616,18 +632,69 @@ static uint32_t intern_kernel(CgBuild *b, const Kernel *k) {
   return (uint32_t)i;
 }
 
+static bool same_contract(const RtContract *a, const RtContract *b) {
+  if (a->kernel != b->kernel || a->n_params != b->n_params || a->dynamic_shared_bytes != b->dynamic_shared_bytes ||
+      memcmp(a->grid, b->grid, sizeof a->grid) || memcmp(a->block, b->block, sizeof a->block))
+    return false;
+  for (uint32_t i = 0; i < a->n_params; i++) {
+    const RtParam *x = &a->params[i], *y = &b->params[i];
+    if (x->kind != y->kind || x->access != y->access || x->nbytes != y->nbytes || x->lo != y->lo || x->hi != y->hi)
+      return false;
+  }
+  return true;
+}
+
+/* The contract of launching k (kernel idx): what each parameter lets it
+ * touch, from the kernel IR's own buffer sizes and access flags. */
+static uint32_t intern_contract(CgBuild *b, const Kernel *k, uint32_t idx) {
+  Arena *a = &b->ctx->arena;
+  RtParam *params = ARENA_ARRAY(a, RtParam, k->n_params + 1);
+  for (int i = 0; i < k->n_params; i++) {
+    const KParam *p = &k->params[i];
+    RtParam *q = &params[i];
+    q->kind = p->arg.kind;
+    if (p->buf) {
+      q->access = (p->buf->written ? RT_ACCESS_WRITE : 0) | (p->buf->read || !p->buf->written ? RT_ACCESS_READ : 0);
+      q->nbytes = (uint64_t)p->buf->numel * (uint64_t)ir_dtype_size(p->buf->dtype);
+    } else if (q->kind != RT_ARG_F32) {
+      q->lo = p->lo, q->hi = p->hi;
+    }
+  }
+  RtContract c = {.kernel = idx, .n_params = (uint32_t)k->n_params, .params = params};
+  memcpy(c.grid, k->grid, sizeof c.grid);
+  memcpy(c.block, k->block, sizeof c.block);
+  for (int i = 0; i < b->n_contracts; i++)
+    if (same_contract(&b->contracts[i], &c)) return (uint32_t)i;
+  if (b->n_contracts == b->cap_contracts) {
+    int old = b->cap_contracts, cap = old ? 2 * old : 32;
+    b->contracts = arena_realloc(a, b->contracts, sizeof(RtContract) * (size_t)old, sizeof(RtContract) * (size_t)cap);
+    b->cap_contracts = cap;
+  }
+  b->contracts[b->n_contracts] = c;
+  return (uint32_t)b->n_contracts++;
+}
+
+RtRef cg_status(CgBuild *b, int n_reports) {
+  RtRef r = {.space = RT_SPACE_STATUS, .offset = b->status_top};
+  b->status_top += (uint64_t)n_reports * RT_STATUS_WORDS * 8;
+  return r;
+}
+
 void cg_launch(CgBuild *b, Kernel *k) {
   /* Read in place on the scalar nest (the step about to be added): a
    * vectorized map is just as safe, but its two loops are harder to read. */
   note_inplace(b, k, b->n_steps);
+  CgStepNote note = cg_note_kernel(k);
   /* The kernel-IR passes, before the text exists. */
   if (!b->opts.no_vectorize) cg_vectorize(k);
   cg_unroll(k, b->opts.no_unroll ? 0 : b->opts.unroll > 0 ? b->opts.unroll : 8);
   cg_kernel_finish(k);
   uint32_t idx = intern_kernel(b, k);
   RtStep *s = add_step(b, RT_STEP_LAUNCH, k->node, k->what);
+  b->notes[b->n_steps - 1] = note;
   RtLaunch *l = &s->launch;
   l->kernel = idx;
+  l->contract = intern_contract(b, k, idx);
   memcpy(l->grid, k->grid, sizeof l->grid);
   memcpy(l->block, k->block, sizeof l->block);
   l->n_args = (uint32_t)k->n_params;
@@ -666,7 +733,7 @@ static void emit_output_copies(CgBuild *b) {
 }
 
 static const char *join_source(CgBuild *b) {
-  const char *prelude = cg_cuda_prelude(b->ctx, b->needs_fp16, b->needs_bf16);
+  const char *prelude = cg_cuda_prelude(b->ctx, b->needs_fp16, b->needs_bf16, false);
   if (b->needs_philox) prelude = arena_printf(&b->ctx->arena, "%s%s", prelude, cg_cuda_philox());
   size_t len = strlen(prelude);
   for (int i = 0; i < b->n_kernels; i++) len += strlen(b->texts[i]) + 1;
@@ -680,17 +747,31 @@ static const char *join_source(CgBuild *b) {
   return s;
 }
 
+static void note_unit(CgBuild *b, const Node *n, const CgGroup *grp, int first) {
+  if (b->n_steps == first) return;
+  if (b->n_units == b->cap_units) {
+    int old = b->cap_units, cap = old ? 2 * old : 64;
+    b->units = arena_realloc(&b->ctx->arena, b->units, sizeof(CgUnit) * (size_t)old,
+                             sizeof(CgUnit) * (size_t)cap);
+    b->cap_units = cap;
+  }
+  b->units[b->n_units++] = (CgUnit){.node = n, .group = grp, .first = first, .end = b->n_steps};
+}
+
 /* One node at a time, or a whole fusion group at its root: those of the
  * init graph (init) or the others. */
 static void lower_nodes(CgBuild *b, CgGroup **groups, bool init) {
   for (Node *n = b->g->first; n && !diag_should_stop(b->ctx); n = n->next) {
     if (b->init.node[n->id] != init) continue;
+    int first = b->n_steps;
     if (n->group < 0) {
       cg_lower_node(b, n);
+      note_unit(b, n, NULL, first);
     } else if (groups[n->id]) {
       b->group = groups[n->id];
       cg_lower_group(b, groups[n->id]);
       b->group = NULL;
+      note_unit(b, NULL, groups[n->id], first);
     }
   }
 }
@@ -770,6 +851,9 @@ bool cg_compile_opts(Graph *g, const CgOptions *o, CgResult *out) {
   p->source = join_source(b);
   p->n_kernels = (uint32_t)b->n_kernels;
   p->kernels = b->kernels;
+  p->n_contracts = (uint32_t)b->n_contracts;
+  p->contracts = b->contracts;
+  p->status_bytes = b->status_top;
   p->n_init_steps = (uint32_t)b->n_init_steps;
   p->init_steps = b->n_init_steps ? b->steps : NULL;
   p->n_steps = (uint32_t)(b->n_steps - b->n_init_steps);
@@ -791,6 +875,7 @@ bool cg_compile_opts(Graph *g, const CgOptions *o, CgResult *out) {
   out->lower_bound = b->lower_bound;
   out->memplan = b->memplan;
   out->n_inplace = b->n_inplace;
+  out->step_costs = cg_plan_costs(c, b->steps, b->notes, b->n_steps, b->units, b->n_units);
   char err[512];
   if (!cg_check_memory(out, err, sizeof err)) dl_internal(c, "memory plan: %s", err);
   return true;

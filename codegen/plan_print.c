@@ -1,6 +1,7 @@
-/* The plan as text (--emit=plan): takes an RtPlan, writes its spaces,
- * tensors, kernels, init steps and steps one a line, in the order the
- * runtime runs them.  Deterministic, so tests can diff it. */
+/* The plan as text (--emit=plan): takes an RtPlan (and its steps' costs),
+ * writes its spaces, tensors, kernels, init steps and steps one a line,
+ * in the order the runtime runs them.  Deterministic, so tests can diff
+ * it. */
 #include <inttypes.h>
 
 #include "codegen.h"
@@ -17,6 +18,7 @@ void cg_print_ref(FILE *f, RtRef r) {
     case RT_SPACE_ARENA: fprintf(f, "arena+%" PRIu64, r.offset); return;
     case RT_SPACE_INPUT: fprintf(f, "in%" PRIu32 "+%" PRIu64, r.index, r.offset); return;
     case RT_SPACE_OUTPUT: fprintf(f, "out%" PRIu32 "+%" PRIu64, r.index, r.offset); return;
+    case RT_SPACE_STATUS: fprintf(f, "status+%" PRIu64, r.offset); return;
   }
   fprintf(f, "?%" PRIu32 "+%" PRIu64, r.space, r.offset);
 }
@@ -49,7 +51,7 @@ static void print_gemm(FILE *f, const RtGemm *g) {
   cg_print_ref(f, g->c);
 }
 
-static void print_step(FILE *f, const RtPlan *p, const RtStep *s) {
+static void print_step(FILE *f, const RtPlan *p, const RtStep *s, const IrCost *cost) {
   switch (s->kind) {
     case RT_STEP_LAUNCH: {
       const RtLaunch *l = &s->launch;
@@ -84,17 +86,27 @@ static void print_step(FILE *f, const RtPlan *p, const RtStep *s) {
       break;
     default: fprintf(f, "step kind %" PRIu32, s->kind);
   }
-  fprintf(f, "  ; %s\n", s->label ? s->label : "");
+  fprintf(f, "  ; %s", s->label ? s->label : "");
+  if (cost) {
+    fputs("  [", f);
+    cg_print_cost(f, *cost);
+    fputc(']', f);
+  }
+  fputc('\n', f);
 }
 
-void cg_print_plan(FILE *f, const RtPlan *p) {
+void cg_print_plan(FILE *f, const RtPlan *p) { cg_print_plan_costs(f, p, NULL); }
+
+void cg_print_plan_costs(FILE *f, const RtPlan *p, const IrCost *costs) {
   fputs("plan ", f);
   ir_put_c_string(f, p->model_name ? p->model_name : "");
   fprintf(f, " version %" PRIu32 "\n", p->version);
   fprintf(f, "weights %" PRIu64 " bytes, ", p->weights_bytes);
   if (p->derived_bytes) fprintf(f, "derived %" PRIu64 " bytes at weights+%" PRIu64 ", ", p->derived_bytes,
                                 p->weights_bytes);
-  fprintf(f, "arena %" PRIu64 " bytes\n", p->arena_bytes);
+  fprintf(f, "arena %" PRIu64 " bytes", p->arena_bytes);
+  if (p->status_bytes) fprintf(f, ", index reports %" PRIu64 " bytes", p->status_bytes);
+  fputc('\n', f);
   for (uint32_t i = 0; i < p->n_inputs; i++) print_desc(f, "input ", i, &p->inputs[i]);
   for (uint32_t i = 0; i < p->n_outputs; i++) print_desc(f, "output ", i, &p->outputs[i]);
   for (uint32_t i = 0; i < p->n_weights; i++) print_desc(f, "weight ", i, &p->weights[i]);
@@ -111,12 +123,12 @@ void cg_print_plan(FILE *f, const RtPlan *p) {
     fprintf(f, "init steps %" PRIu32 " (once per change of the weights)\n", p->n_init_steps);
     for (uint32_t i = 0; i < p->n_init_steps; i++) {
       fprintf(f, "  init %3" PRIu32 "  ", i);
-      print_step(f, p, &p->init_steps[i]);
+      print_step(f, p, &p->init_steps[i], costs ? &costs[i] : NULL);
     }
   }
   fprintf(f, "steps %" PRIu32 "\n", p->n_steps);
   for (uint32_t i = 0; i < p->n_steps; i++) {
     fprintf(f, "  %3" PRIu32 "  ", i);
-    print_step(f, p, &p->steps[i]);
+    print_step(f, p, &p->steps[i], costs ? &costs[p->n_init_steps + i] : NULL);
   }
 }

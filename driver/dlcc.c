@@ -61,7 +61,8 @@ static const char usage[] =
     "  --emit=ir          print the graph IR (docs/ir.md); it reads back with dlcc FILE.ir\n"
     "  --emit=dot         print the graph in Graphviz DOT (dlcc m.dl --emit=dot | dot -Tsvg)\n"
     "  --emit=cuda        print the generated CUDA C of every kernel\n"
-    "  --emit=plan        print the launch plan: buffers, kernels, cuBLAS calls, offsets\n"
+    "  --emit=plan        print the launch plan: buffers, kernels, cuBLAS calls, offsets,\n"
+    "                     each step's FLOPs and minimum bytes (docs/cost.md)\n"
     "  --emit=ast         print the syntax tree (for debugging the frontend)\n"
     "  -o FILE            write the output to FILE instead of standard output\n"
     "  -D NAME=VALUE      set an integer constant: overrides 'let NAME' or binds a\n"
@@ -78,7 +79,8 @@ static const char usage[] =
     "  --time-stages      a table of the time each stage took: parse, lower, passes,\n"
     "                     codegen, and for -o FILE.so nvrtc and cc (to stderr)\n"
     "  --verify-each      check the graph after every pass\n"
-    "  --stats            what the passes did, ops before and after (to stderr)\n"
+    "  --stats            what the passes did, ops before and after (to stderr); with\n"
+    "                     --emit=plan also the plan's FLOPs, bytes and FLOP per byte\n"
     "  --unroll=N         unroll loops of at most N constant trips (default 8)\n"
     "  --no-unroll        unroll no loop at all\n"
     "  --no-vectorize     no float4 loads and stores in elementwise kernels\n"
@@ -448,6 +450,7 @@ static void print_plan_stats(FILE *f, const CgResult *cg) {
           p->arena_bytes ? (double)cg->naive_bytes / (double)p->arena_bytes : 1.0);
   fprintf(f, "%10d memplan: outputs written in place\n", cg->n_inplace);
   fprintf(f, "%10s memplan: heuristic %s\n", "", cg->memplan ? cg->memplan : "none");
+  cg_print_cost_stats(f, cg, 5);
 }
 
 typedef struct Job {
@@ -603,7 +606,7 @@ static int compile(Ctx *c, void *data) {
       if (o->emit == EMIT_CUDA)
         fputs(cg.source, job->out);
       else
-        cg_print_plan(job->out, cg.plan);
+        cg_print_plan_costs(job->out, cg.plan, cg.step_costs);
       break;
     }
     case EMIT_AST:

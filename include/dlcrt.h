@@ -32,14 +32,18 @@ typedef struct DlrtModel DlrtModel;
 typedef enum DlrtStatus {
   DLRT_OK = 0,
   DLRT_E_ARG,       /* bad argument: NULL, index or name unknown, size mismatch */
-  DLRT_E_PLAN,      /* not a dlcc model, another version, or a corrupt plan */
+  DLRT_E_PLAN,      /* not a dlcc model, another version, or a corrupt plan: a checksum of a
+                     * model.so's plan that does not match, a table or blob outside the
+                     * library, an offset, size or launch outside its memory */
   DLRT_E_NO_DEVICE, /* the backend cannot be opened (no driver, no GPU) */
   DLRT_E_COMPILE,   /* the kernels could not be compiled or loaded */
   DLRT_E_DEVICE,    /* a device call failed (out of device memory, a launch) */
   DLRT_E_BROKEN,    /* the device is unusable (illegal address, assert): close the model */
   DLRT_E_STATE,     /* the model failed to open, or an input was never set */
   DLRT_E_IO,        /* a file could not be read (model.so, weights) */
-  DLRT_E_NOMEM      /* out of host memory */
+  DLRT_E_NOMEM,     /* out of host memory */
+  DLRT_E_INDEX      /* an index in the data is out of range (gather, scatter, embedding): the
+                     * message is the reference interpreter's, with the op's location */
 } DlrtStatus;
 
 /* Same order as dlcc's dtypes; BOOL is one byte, 0 or 1; U8 an unsigned byte. */
@@ -64,7 +68,14 @@ typedef const struct RtPlan *(*DlrtPlanFn)(void);
 /* Validates the plan, opens the backend ("auto": cuda when a GPU
  * answers, else emu; "cuda"; "emu"; NULL means "auto"), allocates the
  * device memory once, uploads the weights (plan's own, when it has
- * them), loads the kernels.  *out is always set, even on failure, so
+ * them), loads the kernels.  A model.so's plan is sealed: before
+ * anything else every table, string and blob of it must lie inside the
+ * loaded library and match its checksum, so a damaged file is refused
+ * (DLRT_E_PLAN, naming the part) instead of crashing the process; then,
+ * for every plan, every offset, size and launch is checked against the
+ * memory it addresses and its kernel's recorded contract.  Loading a
+ * model.so runs its code: this protects against a corrupt file, not a
+ * hostile one.  *out is always set, even on failure, so
  * that dlrt_error(*out) gives the reason: close it either way (it is
  * NULL only when host memory ran out).  The plan must outlive the
  * model. */
@@ -101,7 +112,12 @@ DlrtStatus dlrt_output_info(const DlrtModel *m, int index, DlrtTensorInfo *out);
 DlrtStatus dlrt_set_input(DlrtModel *m, int index, const void *data, size_t nbytes);
 DlrtStatus dlrt_set_input_by_name(DlrtModel *m, const char *name, const void *data, size_t nbytes);
 /* Runs every step and waits for the device; first the plan's init steps
- * when the weights changed since they last ran (and at the first run). */
+ * when the weights changed since they last ran (and at the first run).
+ * An index out of range in the data (a gather's, an embedding's, a
+ * scatter's) fails the run with DLRT_E_INDEX and the reference
+ * interpreter's message ("model.dl:4:7: gather: index 50 is out of range
+ * for axis 0 of size 10"); the kernels never read or write out of bounds
+ * meanwhile, and the next run starts clean. */
 DlrtStatus dlrt_run(DlrtModel *m);
 /* Copies output index (nbytes: exactly its size) from the last run. */
 DlrtStatus dlrt_get_output(DlrtModel *m, int index, void *data, size_t nbytes);

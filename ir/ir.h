@@ -227,6 +227,24 @@ Graph *ir_copy(Graph *g, const char *name);
  * expands, slices and casts): the smallest extent any of those reads
  * it against, so [0, bound) is valid everywhere; 0 when none does. */
 int64_t ir_index_bound(const Graph *g, const Value *v);
+/* ---- cost (cost.c, docs/cost.md) ---- */
+
+/* The least work computing some nodes takes: arithmetic operations (a
+ * multiply-add counts 2, any dtype) and bytes moved (each operand read
+ * once, each result written once, at their dtypes).  Doubles: exact for
+ * integers below 2^53, and no product of dims overflows. */
+typedef struct IrCost {
+  double flops, bytes;
+} IrCost;
+
+IrCost ir_cost(const Node *n);
+/* Nodes one kernel computes, in graph order: FLOPs summed; bytes are
+ * what the set reads from outside plus the last node's results, so the
+ * values passed between them move nothing. */
+IrCost ir_cost_fused(const Node *const *nodes, int count);
+/* Whether op has a row in the cost table (a test walks ops.def). */
+bool ir_cost_has_rule(OpKind op);
+
 /* Graphviz: ops as boxes, shapes on edges. */
 void ir_print_dot(FILE *f, Graph *g);
 

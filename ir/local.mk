@@ -11,5 +11,6 @@ libdlcc_core_la_SOURCES += \
 	ir/eval.c ir/eval.h \
 	ir/train_ops.c \
 	ir/grad.c ir/grad.h \
-	ir/indices.c
+	ir/indices.c \
+	ir/cost.c
 libdlcc_core_la_SOURCES += ir/init.c

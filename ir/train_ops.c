@@ -311,7 +311,7 @@ static bool eval_embedding_grad(const Node *n, const Tensor *dy, const Tensor *i
     int64_t id = (int64_t)ir_tensor_get(ids, r), at = id < 0 ? id + num : id;
     if (at < 0 || at >= num) {
       free(acc);
-      return fail(err, errlen, "id %" PRId64 " is out of range for %" PRId64 " rows", id, num);
+      return fail(err, errlen, "index %" PRId64 " is out of range for axis 0 of size %" PRId64, id, num);
     }
     for (int64_t j = 0; j < width; j++) acc[at * width + j] += ir_tensor_get(dy, r * width + j);
   }

@@ -11,8 +11,11 @@
  * have arrived.  What CUDA leaves undefined and a GPU would hang or
  * silently get wrong (a thread exiting while others wait, threads waiting
  * at different barriers, a barrier in a kernel the plan calls
- * barrier-free) is reported as an error naming the kernel, block and
- * thread. */
+ * barrier-free, lanes of a warp at different warp-collective
+ * instructions) is reported as an error naming the kernel, block and
+ * thread.  The tensor-core instructions' warp collectives (mma, ldmatrix)
+ * and each thread's queue of cp.async copies live here too; their
+ * arithmetic is the header's. */
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -54,6 +57,7 @@ enum {
   DIR_MAX = PATH_MAX - 256,    /* the cache directory; file names under it fit in PATH_MAX */
   MAX_DYN_SHARED = 227 * 1024, /* the most shared memory a block can have (sm_90) */
   MAX_DYN_NAMES = 16,
+  MAX_CP_PENDING = 4096, /* cp.async copies one thread may have in flight */
 };
 
 /* The compiler line after the compiler itself; the output and input
@@ -63,6 +67,23 @@ static const char *const cxx_flags[] = {
 };
 
 typedef enum { F_READY, F_WAIT_BLOCK, F_WAIT_WARP, F_DONE } FiberState;
+
+/* Fiber.xkind beyond the header's DLCC_EMU_WARP_* */
+enum { XK_SYNCWARP = -1, XK_COLLECTIVE = -2 };
+
+typedef struct CpCopy {
+  void *dst;
+  const void *src;
+  unsigned size, src_bytes, group; /* group 0: not committed yet */
+} CpCopy;
+
+/* One thread's cp.async copies not yet complete, in the order issued, so
+ * that committed ones (groups numbered 1, 2, ... in commit order) come
+ * before the uncommitted. */
+typedef struct CpQueue {
+  CpCopy *copies;
+  unsigned n, cap, groups;
+} CpQueue;
 
 typedef struct Fiber {
   ucontext_t ctx;
@@ -75,6 +96,12 @@ typedef struct Fiber {
    * participant's result, so no value can be overwritten before it is read. */
   int xkind, xsrc;
   uint64_t xval, xres;
+  /* The warp-collective instruction it waits at (xkind XK_COLLECTIVE):
+   * the op and this lane's operands and result slots, on its stack. */
+  const DlccEmuCollective *xop;
+  const void *xin;
+  void *xout;
+  CpQueue cp;
 } Fiber;
 
 typedef struct EmuDevice EmuDevice;
@@ -85,6 +112,7 @@ typedef struct Sched {
   unsigned cap, n; /* fibers allocated; threads in the block */
   unsigned cur, n_done, n_block_wait, first_done;
   bool fibered, failed, dirty;
+  CpQueue serial_cp; /* the running thread's, when not fibered */
   ucontext_t main_ctx;
   jmp_buf fast_exit;
   DlccEmuEnv env;
@@ -148,29 +176,68 @@ static void fiber_yield(Sched *s, Fiber *f, bool exiting) {
 #endif
 }
 
-/* Ends the launch from inside a thread: records the message and never
- * comes back (the scheduler abandons the block's fibers). */
-static void thread_fail(Sched *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void thread_fail(Sched *s, const char *fmt, ...) {
-  Fiber *f = &s->fibers[s->cur];
+/* Ends the launch from inside a thread, naming thread t: records the
+ * message and never comes back (the scheduler abandons the block's
+ * fibers). */
+static void thread_failv(Sched *s, const DlccEmuDim3 *t, const char *fmt, va_list ap) {
   char what[600];
-  va_list ap;
-  va_start(ap, fmt);
   vsnprintf(what, sizeof what, fmt, ap);
-  va_end(ap);
   if (!s->failed) {
-    const DlccEmuDim3 *b = &s->env.block_idx, *t = &s->env.thread_idx;
+    const DlccEmuDim3 *b = &s->env.block_idx;
     rt_device_fail(&s->dev->base, "emu: kernel %s, block (%u,%u,%u), thread (%u,%u,%u): %s", s->kernel, b->x, b->y,
                    b->z, t->x, t->y, t->z, what);
   }
   s->failed = true;
   if (!s->fibered) longjmp(s->fast_exit, 1);
   s->dirty = true;
-  fiber_yield(s, f, false);
+  fiber_yield(s, &s->fibers[s->cur], false);
+}
+
+/* The running thread's fault. */
+static void thread_fail(Sched *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void thread_fail(Sched *s, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  thread_failv(s, &s->env.thread_idx, fmt, ap);
+  va_end(ap);
+}
+
+/* Another thread's, found by the running one (a warp operation's operands). */
+static void thread_fail_at(Sched *s, const Fiber *who, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void thread_fail_at(Sched *s, const Fiber *who, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  thread_failv(s, &who->tid, fmt, ap);
+  va_end(ap);
 }
 
 static void tid_text(const Fiber *f, char *buf, size_t len) {
   snprintf(buf, len, "(%u,%u,%u)", f->tid.x, f->tid.y, f->tid.z);
+}
+
+/* The warp operation f waits at, for messages. */
+static const char *waits_at(const Fiber *f, char *buf, size_t len) {
+  if (f->xkind != XK_COLLECTIVE) return "a warp shuffle or __syncwarp";
+  snprintf(buf, len, "%s at line %u", f->xop->name, f->xop->line);
+  return buf;
+}
+
+static bool same_collective(const DlccEmuCollective *a, const DlccEmuCollective *b) {
+  return a->run == b->run && a->line == b->line && !strcmp(a->name, b->name);
+}
+
+/* Called by the last lane to arrive at a warp-collective instruction:
+ * the op computes every lane's results from every lane's operands. */
+static void collective_release(Sched *s, unsigned base) {
+  const DlccEmuCollective *op = s->fibers[base].xop;
+  const void *in[32];
+  void *out[32];
+  for (unsigned l = 0; l < 32; l++) in[l] = s->fibers[base + l].xin, out[l] = s->fibers[base + l].xout;
+  char why[300] = "";
+  int bad = op->run(in, out, why, sizeof why);
+  if (bad >= 0 && bad < 32)
+    thread_fail_at(s, &s->fibers[base + (unsigned)bad], "%s at line %u: %s", op->name, op->line, why);
+  for (unsigned l = 0; l < 32; l++) s->fibers[base + l].state = F_READY;
 }
 
 /* Called by the last thread to arrive: computes the result of every
@@ -193,28 +260,56 @@ static void warp_release(Sched *s, unsigned base, unsigned waiting) {
   }
 }
 
-/* The warp barrier under every shuffle, vote and __syncwarp: waits for
- * the lanes of its mask (those that exist) and of every other waiting
- * lane's mask. */
+/* The warp barrier under every shuffle, vote, __syncwarp and warp-
+ * collective instruction.  A shuffle waits for the lanes of its mask (those
+ * that exist) and of every other waiting shuffle's mask; a collective for
+ * all 32 lanes at the same collective.  Lanes that wait for each other at
+ * different operations would hang the GPU: that is an error. */
 static void warp_wait(Sched *s, unsigned mask) {
   Fiber *f = &s->fibers[s->cur];
   unsigned base = f->linear & ~31u, exist = warp_lanes(s, f->linear);
   f->state = F_WAIT_WARP;
   f->wait_mask = (mask | 1u << (f->linear & 31u)) & exist;
-  unsigned needed = 0, waiting = 0;
+  unsigned needed = 0, waiting = 0, coll = 0;
+  const Fiber *some_coll = NULL, *some_shfl = NULL;
   for (unsigned l = 0; l < 32; l++) {
     if (!(exist >> l & 1u)) continue;
     Fiber *g = &s->fibers[base + l];
-    if (g->state == F_WAIT_WARP) needed |= g->wait_mask, waiting |= 1u << l;
-  }
-  for (unsigned l = 0; l < 32; l++) {
-    if ((needed >> l & 1u) && s->fibers[base + l].state == F_DONE) {
-      char t[48];
-      tid_text(&s->fibers[base + l], t, sizeof t);
-      thread_fail(s, "waits at a warp shuffle or __syncwarp for thread %s of its warp, which has exited", t);
+    if (g->state != F_WAIT_WARP) continue;
+    if (g->xkind == XK_COLLECTIVE) {
+      coll |= 1u << l;
+      if (!some_coll || g == f) some_coll = g;
+    } else {
+      needed |= g->wait_mask, waiting |= 1u << l;
+      if (!some_shfl || g == f) some_shfl = g;
     }
   }
-  if (!(needed & ~waiting)) warp_release(s, base, waiting);
+  char at[160], at2[160], t[48];
+  for (unsigned l = 0; l < 32; l++) {
+    if (s->fibers[base + l].state != F_DONE) continue;
+    const Fiber *who = needed >> l & 1u ? some_shfl : coll ? some_coll : NULL;
+    if (!who) continue;
+    tid_text(&s->fibers[base + l], t, sizeof t);
+    thread_fail_at(s, who, "waits at %s for thread %s of its warp, which has exited", waits_at(who, at, sizeof at), t);
+  }
+  /* A lane at another collective, or at a collective while a shuffle
+   * waits for it: neither can ever move on. */
+  for (unsigned l = 0; l < 32; l++) {
+    if (!(coll >> l & 1u)) continue;
+    const Fiber *g = &s->fibers[base + l], *other = NULL;
+    if (!same_collective(g->xop, some_coll->xop))
+      other = some_coll;
+    else if (needed >> l & 1u)
+      other = some_shfl;
+    if (!other) continue;
+    tid_text(g, t, sizeof t);
+    thread_fail_at(s, other,
+                   "waits at %s while thread %s of its warp waits at %s: the lanes of a warp must reach a "
+                   "warp-collective instruction together (.sync.aligned)",
+                   waits_at(other, at, sizeof at), t, waits_at(g, at2, sizeof at2));
+  }
+  if (waiting && !(needed & ~waiting)) warp_release(s, base, waiting);
+  if (coll && coll == exist) collective_release(s, base);
   fiber_yield(s, f, false);
 }
 
@@ -237,7 +332,7 @@ static void hook_syncthreads(DlccEmuEnv *e) {
 static void hook_syncwarp(DlccEmuEnv *e, unsigned mask) {
   Sched *s = e->sched;
   Fiber *f = &s->fibers[s->cur];
-  f->xkind = -1, f->xsrc = -1, f->xval = 0;
+  f->xkind = XK_SYNCWARP, f->xsrc = -1, f->xval = 0;
   warp_wait(s, mask);
 }
 
@@ -250,6 +345,59 @@ static uint64_t hook_warp_exchange(DlccEmuEnv *e, unsigned mask, uint64_t value,
 }
 
 static void hook_trap(DlccEmuEnv *e, const char *what) { thread_fail(e->sched, "%s", what); }
+
+static void hook_warp_collective(DlccEmuEnv *e, const DlccEmuCollective *op, const void *in, void *out) {
+  Sched *s = e->sched;
+  Fiber *f = &s->fibers[s->cur];
+  unsigned exist = warp_lanes(s, f->linear);
+  if (exist != 0xffffffffu)
+    thread_fail(s, "%s at line %u needs all 32 lanes of a warp, but this thread's warp has %d (a block of %u threads)",
+                op->name, op->line, __builtin_popcount(exist), s->n);
+  f->xkind = XK_COLLECTIVE, f->xop = op, f->xin = in, f->xout = out;
+  warp_wait(s, 0xffffffffu);
+}
+
+/* ---- cp.async: each thread's copies wait in its queue until the
+ * dl_cp_async_wait that retires their group ---- */
+
+static CpQueue *cp_queue(Sched *s) { return s->fibered ? &s->fibers[s->cur].cp : &s->serial_cp; }
+
+static void hook_cp_async(DlccEmuEnv *e, void *dst, const void *src, unsigned size, unsigned src_bytes) {
+  Sched *s = e->sched;
+  CpQueue *q = cp_queue(s);
+  if (q->n == MAX_CP_PENDING)
+    thread_fail(s, "%u cp.async copies in flight: a dl_cp_async_commit or dl_cp_async_wait is missing",
+                (unsigned)MAX_CP_PENDING);
+  if (q->n == q->cap) {
+    unsigned cap = q->cap ? 2 * q->cap : 32;
+    CpCopy *c = realloc(q->copies, sizeof *c * cap);
+    if (!c) thread_fail(s, "out of host memory for cp.async copies");
+    q->copies = c, q->cap = cap;
+  }
+  q->copies[q->n++] = (CpCopy){dst, src, size, src_bytes, 0};
+}
+
+static void hook_cp_async_commit(DlccEmuEnv *e) {
+  CpQueue *q = cp_queue(e->sched);
+  q->groups++; /* an empty group too, as in PTX */
+  for (unsigned i = q->n; i-- && !q->copies[i].group;) q->copies[i].group = q->groups;
+}
+
+/* Completes groups 1 .. groups - n: a prefix of the queue. */
+static void hook_cp_async_wait(DlccEmuEnv *e, unsigned n) {
+  CpQueue *q = cp_queue(e->sched);
+  if (q->groups <= n) return;
+  unsigned last = q->groups - n, done = 0;
+  for (; done < q->n && q->copies[done].group && q->copies[done].group <= last; done++) {
+    const CpCopy *c = &q->copies[done];
+    if (c->src_bytes) memcpy(c->dst, c->src, c->src_bytes); /* src may be NULL with 0 bytes */
+    memset((char *)c->dst + c->src_bytes, 0, c->size - c->src_bytes);
+  }
+  if (done) {
+    q->n -= done;
+    memmove(q->copies, q->copies + done, sizeof *q->copies * q->n);
+  }
+}
 
 /* The hooks of a kernel the plan calls barrier-free: running its threads
  * one after another would make every barrier wrong, so say so. */
@@ -269,6 +417,11 @@ static uint64_t nobar_warp_exchange(DlccEmuEnv *e, unsigned mask, uint64_t value
   return value;
 }
 
+static void nobar_warp_collective(DlccEmuEnv *e, const DlccEmuCollective *op, const void *in, void *out) {
+  Sched *s = e->sched;
+  thread_fail(s, "kernel %s uses %s (line %u) but the plan says it has no barriers", s->kernel, op->name, op->line);
+}
+
 static void fiber_entry(void) {
   Sched *s = emu_running;
 #ifdef EMU_ASAN
@@ -282,8 +435,9 @@ static void fiber_entry(void) {
   unsigned base = f->linear & ~31u, exist = warp_lanes(s, f->linear);
   for (unsigned l = 0; l < 32; l++) {
     Fiber *g = &s->fibers[base + l];
+    char at[160];
     if ((exist >> l & 1u) && g->state == F_WAIT_WARP && (g->wait_mask >> (f->linear & 31u) & 1u))
-      thread_fail(s, "exited while others of its warp wait for it at a warp shuffle or __syncwarp");
+      thread_fail(s, "exited while others of its warp wait for it at %s", waits_at(g, at, sizeof at));
   }
   fiber_yield(s, f, true);
 }
@@ -324,6 +478,7 @@ static int run_block_fibered(Sched *s) {
     f->ctx.uc_link = &s->main_ctx;
     makecontext(&f->ctx, fiber_entry, 0);
     f->state = F_READY;
+    f->cp.n = f->cp.groups = 0; /* copies a thread never waited for die with its block */
   }
   s->dirty = false;
   s->n_done = s->n_block_wait = 0;
@@ -336,16 +491,20 @@ static int run_block_fibered(Sched *s) {
     }
     if (tries == s->n) {
       unsigned at_block = 0, at_warp = 0;
+      char at[200] = "", op[160];
       for (unsigned k = 0; k < s->n; k++) {
-        at_block += s->fibers[k].state == F_WAIT_BLOCK;
-        at_warp += s->fibers[k].state == F_WAIT_WARP;
+        const Fiber *g = &s->fibers[k];
+        at_block += g->state == F_WAIT_BLOCK;
+        at_warp += g->state == F_WAIT_WARP;
+        if (!*at && g->state == F_WAIT_WARP && g->xkind == XK_COLLECTIVE)
+          snprintf(at, sizeof at, " (%s among them)", waits_at(g, op, sizeof op));
       }
       const DlccEmuDim3 *b = &s->env.block_idx;
       s->dirty = true;
       return rt_device_fail(&s->dev->base,
                             "emu: kernel %s, block (%u,%u,%u): deadlock: %u threads wait at __syncthreads, %u at warp "
-                            "operations, %u have exited",
-                            s->kernel, b->x, b->y, b->z, at_block, at_warp, s->n_done);
+                            "operations%s, %u have exited",
+                            s->kernel, b->x, b->y, b->z, at_block, at_warp, at, s->n_done);
     }
     Fiber *f = &s->fibers[i];
     s->cur = i;
@@ -380,6 +539,7 @@ static int run_grid_serial(Sched *s, const uint32_t grid[3]) {
               e->thread_idx = (DlccEmuDim3){tx, ty, tz};
               e->lane = linear & 31u;
               e->warp_lanes = warp_lanes(s, linear);
+              s->serial_cp.n = s->serial_cp.groups = 0;
               s->launcher(s->args);
             }
       }
@@ -429,6 +589,10 @@ static int emu_launch(RtDevice *d, RtModule *m, const RtLaunch *l, const void *c
       .syncwarp = k->uses_barriers ? hook_syncwarp : nobar_syncwarp,
       .warp_exchange = k->uses_barriers ? hook_warp_exchange : nobar_warp_exchange,
       .trap = hook_trap,
+      .warp_collective = k->uses_barriers ? hook_warp_collective : nobar_warp_collective,
+      .cp_async = hook_cp_async,
+      .cp_async_commit = hook_cp_async_commit,
+      .cp_async_wait = hook_cp_async_wait,
       .sched = s,
   };
   s->n = (unsigned)threads;
@@ -837,8 +1001,12 @@ static int split_words(char *text, char **words, int max) {
 static void emu_destroy(RtDevice *d) {
   EmuDevice *e = (EmuDevice *)d;
   size_t page = (size_t)sysconf(_SC_PAGESIZE);
-  for (unsigned i = 0; i < e->sched.cap; i++) munmap(e->sched.fibers[i].map, FIBER_STACK + page);
+  for (unsigned i = 0; i < e->sched.cap; i++) {
+    munmap(e->sched.fibers[i].map, FIBER_STACK + page);
+    free(e->sched.fibers[i].cp.copies);
+  }
   free(e->sched.fibers);
+  free(e->sched.serial_cp.copies);
   free(e->cxx_text);
   free(e->extra_text);
   free(e->header_text);

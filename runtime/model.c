@@ -4,8 +4,10 @@
  * weights, loads the kernels, resolves every argument to a device
  * address, then runs the steps through RtDeviceOps on each dlrt_run,
  * preceded by the init steps (the derived weights) when the weights
- * changed since they last ran.  It knows nothing of the device behind
- * the ops table. */
+ * changed since they last ran, and after each run reads the STATUS space
+ * where kernels report an index out of range, turning a report into the
+ * reference interpreter's message.  It knows nothing of the device
+ * behind the ops table. */
 #include <dlfcn.h>
 #include <inttypes.h>
 #include <stdarg.h>
@@ -40,7 +42,8 @@ struct DlrtModel {
   RtModule *mod;
   void *so; /* from dlrt_open_file */
   bool ready;
-  RtDevPtr weights, arena;
+  RtDevPtr weights, arena, status;
+  unsigned char *status_host; /* the STATUS space, read back after a run */
   RtDevPtr *inputs, *outputs;
   bool *input_set, *weight_set;
   bool all_weights;
@@ -85,6 +88,7 @@ static RtDevPtr resolve(const DlrtModel *m, RtRef r) {
   case RT_SPACE_WEIGHTS: return m->weights + r.offset;
   case RT_SPACE_ARENA: return m->arena + r.offset;
   case RT_SPACE_INPUT: return m->inputs[r.index] + r.offset;
+  case RT_SPACE_STATUS: return m->status + r.offset;
   default: return m->outputs[r.index] + r.offset;
   }
 }
@@ -97,6 +101,7 @@ static void release(DlrtModel *m) {
     if (m->mod) d->ops->unload(d, m->mod);
     if (m->weights) d->ops->free(d, m->weights);
     if (m->arena) d->ops->free(d, m->arena);
+    if (m->status) d->ops->free(d, m->status);
     for (uint32_t i = 0; p && m->inputs && i < p->n_inputs; i++)
       if (m->inputs[i]) d->ops->free(d, m->inputs[i]);
     for (uint32_t i = 0; p && m->outputs && i < p->n_outputs; i++)
@@ -105,8 +110,9 @@ static void release(DlrtModel *m) {
   }
   m->dev = NULL;
   m->mod = NULL;
-  m->weights = m->arena = 0;
-  free(m->inputs), free(m->outputs), free(m->input_set), free(m->weight_set);
+  m->weights = m->arena = m->status = 0;
+  free(m->inputs), free(m->outputs), free(m->input_set), free(m->weight_set), free(m->status_host);
+  m->status_host = NULL;
   StepArgs *lists[2] = {&m->args, &m->init_args};
   for (int l = 0; l < 2; l++) {
     free(lists[l]->argv), free(lists[l]->argp), free(lists[l]->start);
@@ -157,9 +163,11 @@ static DlrtStatus build_args(DlrtModel *m, const RtStep *steps, uint32_t n, Step
   return DLRT_OK;
 }
 
-static DlrtStatus open_on_device(DlrtModel *m, const RtPlan *plan, RtDevice *dev) {
+/* validated: dlrt_open checked the plan already (a sealed plan's walk
+ * hashes every blob, the weights too: once is enough). */
+static DlrtStatus open_on_device(DlrtModel *m, const RtPlan *plan, RtDevice *dev, bool validated) {
   m->dev = dev;
-  if (rt_plan_validate(plan, m->error, sizeof m->error)) {
+  if (!validated && rt_plan_validate(plan, m->error, sizeof m->error)) {
     release(m);
     return DLRT_E_PLAN;
   }
@@ -175,8 +183,13 @@ static DlrtStatus open_on_device(DlrtModel *m, const RtPlan *plan, RtDevice *dev
   }
   /* The derived region follows the weights in the same allocation. */
   if ((s = alloc_space(m, plan->weights_bytes + plan->derived_bytes, &m->weights, "the weights")) ||
-      (s = alloc_space(m, plan->arena_bytes, &m->arena, "the activation arena")))
+      (s = alloc_space(m, plan->arena_bytes, &m->arena, "the activation arena")) ||
+      (s = alloc_space(m, plan->status_bytes, &m->status, "the index reports")))
     goto fail;
+  if (plan->status_bytes && !(m->status_host = malloc(plan->status_bytes))) {
+    s = set_error(m, DLRT_E_NOMEM, "open: out of host memory");
+    goto fail;
+  }
   for (uint32_t i = 0; i < plan->n_inputs; i++) {
     char what[128];
     snprintf(what, sizeof what, "input '%.80s'", plan->inputs[i].name);
@@ -218,7 +231,7 @@ int rt_model_open_device(const RtPlan *plan, RtDevice *dev, DlrtModel **out) {
     rt_device_close(dev);
     return DLRT_E_NOMEM;
   }
-  return open_on_device(m, plan, dev);
+  return open_on_device(m, plan, dev, false);
 }
 
 DlrtStatus dlrt_open(const RtPlan *plan, const char *backend, DlrtModel **out) {
@@ -230,7 +243,7 @@ DlrtStatus dlrt_open(const RtPlan *plan, const char *backend, DlrtModel **out) {
   const char *chosen;
   RtDevice *dev = rt_device_open(backend, &chosen, m->error, sizeof m->error);
   if (!dev) return DLRT_E_NO_DEVICE;
-  return open_on_device(m, plan, dev);
+  return open_on_device(m, plan, dev, true);
 }
 
 DlrtStatus dlrt_open_file(const char *so_path, const char *backend, DlrtModel **out) {
@@ -291,7 +304,7 @@ const char *dlrt_status_name(DlrtStatus s) {
       [DLRT_OK] = "DLRT_OK",           [DLRT_E_ARG] = "DLRT_E_ARG",         [DLRT_E_PLAN] = "DLRT_E_PLAN",
       [DLRT_E_NO_DEVICE] = "DLRT_E_NO_DEVICE", [DLRT_E_COMPILE] = "DLRT_E_COMPILE",
       [DLRT_E_DEVICE] = "DLRT_E_DEVICE",     [DLRT_E_BROKEN] = "DLRT_E_BROKEN",   [DLRT_E_STATE] = "DLRT_E_STATE",
-      [DLRT_E_IO] = "DLRT_E_IO",         [DLRT_E_NOMEM] = "DLRT_E_NOMEM"};
+      [DLRT_E_IO] = "DLRT_E_IO",         [DLRT_E_NOMEM] = "DLRT_E_NOMEM",     [DLRT_E_INDEX] = "DLRT_E_INDEX"};
   return (unsigned)s < sizeof names / sizeof names[0] ? names[s] : "DLRT_E_?";
 }
 
@@ -464,6 +477,54 @@ static DlrtStatus run_steps(DlrtModel *m, const RtStep *steps, uint32_t n, const
   return DLRT_OK;
 }
 
+/* The first report of the launch's STATUS argument a, -1 when none:
+ * the lowest position, then the lowest axis, as the interpreter meets
+ * them.  Every offset was validated against status_bytes. */
+static int64_t first_report(const DlrtModel *m, const RtArg *a, const RtParam *q, int64_t words[RT_STATUS_WORDS]) {
+  int64_t best = -1;
+  for (uint64_t at = a->ref.offset; at < a->ref.offset + q->nbytes; at += RT_STATUS_WORDS * 8) {
+    int64_t w[RT_STATUS_WORDS];
+    memcpy(w, m->status_host + at, sizeof w);
+    if (w[0] > 0 && (best < 0 || w[0] < best)) best = w[0], memcpy(words, w, sizeof w);
+  }
+  return best;
+}
+
+/* The message of the first launch, in the order they ran, whose kernel
+ * reported an index out of range; DLRT_OK when none did. */
+static DlrtStatus index_reports(DlrtModel *m, bool with_init) {
+  const RtPlan *p = m->plan;
+  if (!p->status_bytes) return DLRT_OK;
+  RtDevice *d = m->dev;
+  if (d->ops->download(d, m->status_host, m->status, p->status_bytes)) return device_error(m, "run: the index reports");
+  bool any = false;
+  for (uint64_t i = 0; i < p->status_bytes && !any; i++) any = m->status_host[i] != 0;
+  if (!any) return DLRT_OK;
+  if (d->ops->memset0(d, m->status, p->status_bytes)) return device_error(m, "run: the index reports");
+  for (int init = with_init ? 1 : 0; init >= 0; init--) {
+    const RtStep *steps = init ? p->init_steps : p->steps;
+    uint32_t n = init ? p->n_init_steps : p->n_steps;
+    for (uint32_t i = 0; i < n; i++) {
+      const RtLaunch *l = &steps[i].launch;
+      if (steps[i].kind != RT_STEP_LAUNCH) continue;
+      for (uint32_t j = 0; j < l->n_args; j++) {
+        int64_t w[RT_STATUS_WORDS] = {0};
+        if (l->args[j].kind != RT_ARG_PTR || l->args[j].ref.space != RT_SPACE_STATUS ||
+            first_report(m, &l->args[j], &p->contracts[l->contract].params[j], w) < 0)
+          continue;
+        if (init) m->init_dirty = true;
+        if (steps[i].origin)
+          return set_error(m, DLRT_E_INDEX, "%s: index %" PRId64 " is out of range for axis %" PRId64
+                           " of size %" PRId64, steps[i].origin, w[1], w[2], w[3]);
+        return set_error(m, DLRT_E_INDEX, "run: %sstep %" PRIu32 " (%s): index %" PRId64
+                         " is out of range for axis %" PRId64 " of size %" PRId64, init ? "init " : "", i,
+                         steps[i].label ? steps[i].label : "unlabelled", w[1], w[2], w[3]);
+      }
+    }
+  }
+  return set_error(m, DLRT_E_INDEX, "run: an index was out of range, but no step says where");
+}
+
 DlrtStatus dlrt_run(DlrtModel *m) {
   DlrtStatus s = usable(m);
   if (s) return s;
@@ -474,7 +535,8 @@ DlrtStatus dlrt_run(DlrtModel *m) {
   for (uint32_t i = 0; i < p->n_inputs; i++)
     if (!m->input_set[i])
       return set_error(m, DLRT_E_STATE, "run: input '%s' was never set", p->inputs[i].name);
-  if (m->init_dirty && p->n_init_steps) {
+  bool with_init = m->init_dirty && p->n_init_steps;
+  if (with_init) {
     /* Stays dirty when a step fails: the next run tries again. */
     if ((s = run_steps(m, p->init_steps, p->n_init_steps, &m->init_args, "run: init step"))) return s;
     m->init_runs++;
@@ -482,7 +544,7 @@ DlrtStatus dlrt_run(DlrtModel *m) {
   m->init_dirty = false;
   if ((s = run_steps(m, p->steps, p->n_steps, &m->args, "run: step"))) return s;
   if (d->ops->synchronize(d)) return device_error(m, "run");
-  return DLRT_OK;
+  return index_reports(m, with_init);
 }
 
 uint64_t rt_model_init_runs(const DlrtModel *m) { return m ? m->init_runs : 0; }

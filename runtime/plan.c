@@ -2,11 +2,18 @@
  * unknown origin), returns 0 when every reference in it stays inside the
  * memory it names, or -1 with one message saying what is wrong and
  * where.  The executor trusts a validated plan, so a corrupt or foreign
- * model.so is refused here instead of writing over device memory. */
+ * model.so is refused here instead of writing over device memory.
+ *
+ * A kernel's own text cannot bound its accesses when its arguments are
+ * wrong (a loop runs to its argument n; a pointer may start anywhere), so
+ * each launch is held to its contract (plan.h): the same kernel, grid
+ * and block, every integer argument in the range the contract's extents
+ * hold for, every pointer with the contract's extent inside its space. */
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "runtime.h"
@@ -28,6 +35,7 @@ const char *rt_space_name(uint32_t space) {
   case RT_SPACE_ARENA: return "ARENA";
   case RT_SPACE_INPUT: return "INPUT";
   case RT_SPACE_OUTPUT: return "OUTPUT";
+  case RT_SPACE_STATUS: return "STATUS";
   }
   return "?";
 }
@@ -58,13 +66,14 @@ static int64_t space_size(const RtPlan *p, RtRef r) {
   case RT_SPACE_ARENA: return r.index == 0 ? (int64_t)p->arena_bytes : -1;
   case RT_SPACE_INPUT: return r.index < p->n_inputs ? (int64_t)p->inputs[r.index].nbytes : -1;
   case RT_SPACE_OUTPUT: return r.index < p->n_outputs ? (int64_t)p->outputs[r.index].nbytes : -1;
+  case RT_SPACE_STATUS: return r.index == 0 ? (int64_t)p->status_bytes : -1;
   }
   return -1;
 }
 
 /* ref names nbytes inside one space. */
 static int check_ref(Check *c, const char *what, RtRef r, uint64_t nbytes) {
-  if (r.space > RT_SPACE_OUTPUT) return fail(c, "%s: unknown memory space %" PRIu32, what, r.space);
+  if (r.space > RT_SPACE_STATUS) return fail(c, "%s: unknown memory space %" PRIu32, what, r.space);
   if (c->init && (r.space == RT_SPACE_INPUT || r.space == RT_SPACE_OUTPUT))
     return fail(c, "%s: uses %s, but init steps run on the weights alone", what, rt_space_name(r.space));
   int64_t size = space_size(c->p, r);
@@ -90,6 +99,7 @@ static int check_ref(Check *c, const char *what, RtRef r, uint64_t nbytes) {
 }
 
 static int check_writable(Check *c, const char *what, RtRef r) {
+  if (r.space == RT_SPACE_STATUS) return 0;
   bool derived = r.space == RT_SPACE_WEIGHTS && r.offset >= c->p->weights_bytes && c->p->derived_bytes;
   if (c->init && r.space == RT_SPACE_WEIGHTS && !derived)
     return fail(c, "%s: writes WEIGHTS at offset %" PRIu64 ", outside the derived region at %" PRIu64
@@ -135,39 +145,99 @@ static int check_desc(Check *c, const char *kind, uint32_t i, const RtTensorDesc
   return check_ref(c, what, t->where, t->nbytes);
 }
 
+static int check_contract(Check *c, uint32_t i, const RtContract *k, const uint32_t *first_of_kernel) {
+  const RtPlan *p = c->p;
+  if (k->kernel >= p->n_kernels)
+    return fail(c, "contract %" PRIu32 ": kernel index %" PRIu32 " out of range (the plan has %" PRIu32 " kernels)",
+                i, k->kernel, p->n_kernels);
+  const char *name = p->kernels[k->kernel].name;
+  uint64_t threads = (uint64_t)k->block[0] * k->block[1] * k->block[2];
+  for (int a = 0; a < 3; a++)
+    if (k->grid[a] == 0 || k->block[a] == 0)
+      return fail(c, "contract %" PRIu32 " of kernel '%s': grid and block sizes must be at least 1", i, name);
+  if (threads > 1024)
+    return fail(c, "contract %" PRIu32 " of kernel '%s': block of %" PRIu64 " threads exceeds 1024", i, name, threads);
+  if (k->n_params > 4096) return fail(c, "contract %" PRIu32 ": %" PRIu32 " parameters", i, k->n_params);
+  if (k->n_params && !k->params)
+    return fail(c, "contract %" PRIu32 ": %" PRIu32 " parameters but no table", i, k->n_params);
+  for (uint32_t j = 0; j < k->n_params; j++) {
+    const RtParam *q = &k->params[j];
+    bool ok = q->kind == RT_ARG_PTR ? q->access && !(q->access & ~(uint32_t)(RT_ACCESS_READ | RT_ACCESS_WRITE))
+              : q->kind == RT_ARG_I32 ? q->lo <= q->hi && q->lo >= INT32_MIN && q->hi <= INT32_MAX
+              : q->kind == RT_ARG_I64 ? q->lo <= q->hi
+                                      : q->kind == RT_ARG_F32;
+    if (!ok) return fail(c, "contract %" PRIu32 " of kernel '%s': parameter %" PRIu32 " is malformed", i, name, j);
+  }
+  /* One kernel text has one signature, whatever the contract. */
+  const RtContract *f = &p->contracts[first_of_kernel[k->kernel]];
+  bool same = f->n_params == k->n_params;
+  for (uint32_t j = 0; same && j < k->n_params; j++) same = f->params[j].kind == k->params[j].kind;
+  if (!same)
+    return fail(c, "contracts %" PRIu32 " and %" PRIu32 " give kernel '%s' two different signatures",
+                first_of_kernel[k->kernel], i, name);
+  return 0;
+}
+
+static int check_contracts(Check *c) {
+  const RtPlan *p = c->p;
+  uint32_t *first = malloc(((size_t)p->n_kernels + 1) * sizeof *first);
+  if (!first) return fail(c, "out of host memory");
+  for (uint32_t k = 0; k < p->n_kernels; k++) first[k] = UINT32_MAX;
+  int rc = 0;
+  for (uint32_t i = 0; i < p->n_contracts && !rc; i++) {
+    uint32_t k = p->contracts[i].kernel;
+    if (k < p->n_kernels && first[k] == UINT32_MAX) first[k] = i;
+    rc = check_contract(c, i, &p->contracts[i], first);
+  }
+  free(first);
+  return rc;
+}
+
 static int check_launch(Check *c, const RtLaunch *l) {
   const RtPlan *p = c->p;
   if (l->kernel >= p->n_kernels)
     return fail(c, "kernel index %" PRIu32 " out of range (the plan has %" PRIu32 " kernels)",
                 l->kernel, p->n_kernels);
-  uint64_t threads = 1;
-  for (int a = 0; a < 3; a++) {
-    if (l->grid[a] == 0 || l->block[a] == 0)
-      return fail(c, "kernel '%s': grid and block sizes must be at least 1", p->kernels[l->kernel].name);
-    threads *= l->block[a];
-  }
-  if (threads > 1024)
-    return fail(c, "kernel '%s': block of %" PRIu64 " threads exceeds 1024",
-                p->kernels[l->kernel].name, threads);
-  if (l->n_args > 4096) return fail(c, "%" PRIu32 " kernel arguments", l->n_args);
+  const char *name = p->kernels[l->kernel].name;
+  if (l->contract >= p->n_contracts || p->contracts[l->contract].kernel != l->kernel)
+    return fail(c, "kernel '%s': contract %" PRIu32 " is not one of its contracts", name, l->contract);
+  const RtContract *k = &p->contracts[l->contract];
+  if (memcmp(l->grid, k->grid, sizeof l->grid) || memcmp(l->block, k->block, sizeof l->block) ||
+      l->dynamic_shared_bytes != k->dynamic_shared_bytes)
+    return fail(c,
+                "kernel '%s': grid %" PRIu32 "x%" PRIu32 "x%" PRIu32 ", block %" PRIu32 "x%" PRIu32 "x%" PRIu32
+                " and %" PRIu32 " bytes of dynamic shared memory are not those of its contract %" PRIu32,
+                name, l->grid[0], l->grid[1], l->grid[2], l->block[0], l->block[1], l->block[2],
+                l->dynamic_shared_bytes, l->contract);
+  if (l->n_args != k->n_params)
+    return fail(c, "kernel '%s': %" PRIu32 " arguments for %" PRIu32 " parameters", name, l->n_args, k->n_params);
   if (l->n_args && !l->args) return fail(c, "%" PRIu32 " arguments but no argument table", l->n_args);
   for (uint32_t i = 0; i < l->n_args; i++) {
     const RtArg *a = &l->args[i];
+    const RtParam *q = &k->params[i];
     char what[48];
     snprintf(what, sizeof what, "argument %" PRIu32, i);
+    if (a->kind > RT_ARG_F32) return fail(c, "%s: unknown kind %" PRIu32, what, a->kind);
+    if (a->kind != q->kind)
+      return fail(c, "%s: kind %" PRIu32 ", but kernel '%s' takes kind %" PRIu32 " there", what, a->kind, name,
+                  q->kind);
     switch (a->kind) {
     case RT_ARG_PTR:
-      /* The kernel's extent is unknown here; the start at least must be
-       * inside (a pointer one past the end is allowed for empty tensors). */
-      if (check_ref(c, what, a->ref, 0)) return -1;
+      /* Only what the kernel may touch from there, and writes only where
+       * this step may write. */
+      if (check_ref(c, what, a->ref, q->nbytes)) return -1;
+      if ((q->access & RT_ACCESS_WRITE) && check_writable(c, what, a->ref)) return -1;
+      if (a->ref.space == RT_SPACE_STATUS &&
+          (a->ref.offset % 8 || q->nbytes % (RT_STATUS_WORDS * 8) || !(q->access & RT_ACCESS_WRITE)))
+        return fail(c, "%s: a STATUS argument must be whole reports of %d words", what, RT_STATUS_WORDS);
       break;
     case RT_ARG_I32:
-      if (a->i < INT32_MIN || a->i > INT32_MAX)
-        return fail(c, "%s: %" PRId64 " does not fit an i32", what, a->i);
-      break;
     case RT_ARG_I64:
-    case RT_ARG_F32: break;
-    default: return fail(c, "%s: unknown kind %" PRIu32, what, a->kind);
+      if (a->i < q->lo || a->i > q->hi)
+        return fail(c, "%s: %" PRId64 " is outside [%" PRId64 ", %" PRId64 "], where kernel '%s' stays in bounds",
+                    what, a->i, q->lo, q->hi, name);
+      break;
+    default: break;
     }
   }
   return 0;
@@ -182,6 +252,11 @@ static bool matrix_extent(int64_t rows, int64_t cols, int64_t ld, int64_t batch,
   if (__builtin_add_overflow(e, last, &e) || __builtin_add_overflow(e, (uint64_t)cols, &e))
     return false;
   return !__builtin_mul_overflow(e, (uint64_t)esize, out);
+}
+
+/* STATUS is for kernels' index reports only. */
+static int check_not_status(Check *c, const char *what, RtRef r) {
+  return r.space == RT_SPACE_STATUS ? fail(c, "%s: STATUS holds index reports, not tensors", what) : 0;
 }
 
 static int check_gemm(Check *c, const RtGemm *g) {
@@ -215,6 +290,9 @@ static int check_gemm(Check *c, const RtGemm *g) {
       !matrix_extent(rb, cb, g->ldb, g->batch, g->stride_b, es, &eb) ||
       !matrix_extent(g->m, g->n, g->ldc, g->batch, g->stride_c, esc, &ec))
     return fail(c, "gemm: extent overflows");
+  if (check_not_status(c, "gemm a", g->a) || check_not_status(c, "gemm b", g->b) ||
+      check_not_status(c, "gemm c", g->c))
+    return -1;
   if (check_ref(c, "gemm a", g->a, ea) || check_ref(c, "gemm b", g->b, eb) ||
       check_ref(c, "gemm c", g->c, ec) || check_writable(c, "gemm c", g->c))
     return -1;
@@ -227,6 +305,7 @@ static bool overlaps(RtRef a, RtRef b, uint64_t n) {
 }
 
 static int check_copy(Check *c, const RtCopy *k) {
+  if (check_not_status(c, "copy dst", k->dst) || check_not_status(c, "copy src", k->src)) return -1;
   if (check_ref(c, "copy dst", k->dst, k->nbytes) || check_ref(c, "copy src", k->src, k->nbytes) ||
       check_writable(c, "copy dst", k->dst))
     return -1;
@@ -235,6 +314,26 @@ static int check_copy(Check *c, const RtCopy *k) {
 }
 
 int rt_plan_validate(const RtPlan *p, char *err, size_t errlen) {
+  return rt_plan_validate_in(p, NULL, 0, err, errlen);
+}
+
+/* A sealed plan: the memory it came from, then its checksums. */
+static int check_seal(Check *c, const RtRegion *regions, int n_regions) {
+  const RtPlan *p = c->p;
+  if (p->sealed == 0) return 0;
+  if (p->sealed != RT_PLAN_SEALED)
+    return fail(c, "the seal marker is 0x%08" PRIx32 ", neither 0 nor 0x%08x: the model is corrupt", p->sealed,
+                RT_PLAN_SEALED);
+  RtRegion found[32];
+  if (!regions) {
+    n_regions = rt_loaded_regions(p, found, (int)(sizeof found / sizeof *found));
+    regions = found;
+    if (!n_regions) return fail(c, "a sealed plan must lie in a loaded model.so, and this one does not");
+  }
+  return rt_plan_check_seal(p, regions, n_regions, c->err, c->errlen);
+}
+
+int rt_plan_validate_in(const RtPlan *p, const RtRegion *regions, int n_regions, char *err, size_t errlen) {
   Check c = {.p = p, .err = err, .errlen = errlen};
   if (!p) return fail(&c, "no plan (NULL)");
   if (p->magic != RT_PLAN_MAGIC)
@@ -245,13 +344,14 @@ int rt_plan_validate(const RtPlan *p, char *err, size_t errlen) {
                 "version %" PRIu32 ", this runtime reads version %u: rebuild the model with this "
                 "dlcc",
                 p->version, RT_PLAN_VERSION);
+  if (check_seal(&c, regions, n_regions)) return -1;
   const struct {
     const char *name;
     uint32_t n;
     const void *table;
   } tables[] = {{"kernels", p->n_kernels, p->kernels},   {"binaries", p->n_binaries, p->binaries},
                 {"steps", p->n_steps, p->steps},         {"init steps", p->n_init_steps, p->init_steps},
-                {"weights", p->n_weights, p->weights},
+                {"weights", p->n_weights, p->weights},   {"contracts", p->n_contracts, p->contracts},
                 {"inputs", p->n_inputs, p->inputs},      {"outputs", p->n_outputs, p->outputs}};
   for (size_t i = 0; i < sizeof tables / sizeof tables[0]; i++)
     if (tables[i].n && !tables[i].table)
@@ -268,6 +368,7 @@ int rt_plan_validate(const RtPlan *p, char *err, size_t errlen) {
     if (!b->arch || !b->data || !b->size)
       return fail(&c, "binary %" PRIu32 " is empty or has no arch", i);
   }
+  if (check_contracts(&c)) return -1;
   for (uint32_t i = 0; i < p->n_weights; i++)
     if (check_desc(&c, "weight", i, &p->weights[i], RT_SPACE_WEIGHTS)) return -1;
   for (uint32_t i = 0; i < p->n_inputs; i++)

@@ -15,7 +15,19 @@
  * the weights change and only read by the steps of a run.  A buffer is
  * named by its space and byte offset (RtRef), so the plan is position
  * independent and an aliasing bug in the offsets shows up as wrong
- * numbers on every device. */
+ * numbers on every device.  STATUS (version 3) is where kernels that read
+ * indices report one out of range (RT_STATUS_WORDS); the runtime zeroes
+ * it and reads it after every run.
+ *
+ * Code and data.  The kernel source, the binaries, the kernel table and
+ * its contracts (RtContract: what a kernel touches when launched so) are
+ * the plan's code; the steps, their arguments, the tensors and the sizes
+ * are its data, and rt_plan_validate checks every one of them against
+ * the code's contracts and the spaces' sizes.
+ *
+ * Sealed plans (a model.so's) carry checksums of every part, which the
+ * runtime verifies (and the memory every table and blob must lie in)
+ * before it reads anything else. */
 #ifndef DLCRT_PLAN_H
 #define DLCRT_PLAN_H
 
@@ -23,10 +35,16 @@
 #include <stdint.h>
 
 #define RT_PLAN_MAGIC 0x444c4350u /* "DLCP" */
-#define RT_PLAN_VERSION 2u
+#define RT_PLAN_VERSION 3u
 #define RT_MAX_RANK 8
 
-typedef enum { RT_SPACE_WEIGHTS, RT_SPACE_ARENA, RT_SPACE_INPUT, RT_SPACE_OUTPUT } RtSpace;
+typedef enum { RT_SPACE_WEIGHTS, RT_SPACE_ARENA, RT_SPACE_INPUT, RT_SPACE_OUTPUT, RT_SPACE_STATUS } RtSpace;
+
+/* One report of an index check in STATUS, per checked axis of a launch:
+ * int64 words {position + 1 (0: none), the index as read, the axis, its
+ * size}.  A kernel keeps the lowest position (the element in the
+ * reference interpreter's order) that had a bad index on that axis. */
+#define RT_STATUS_WORDS 4
 
 typedef struct RtRef {
   uint32_t space; /* RtSpace */
@@ -51,7 +69,8 @@ typedef struct RtTensorDesc {
 
 typedef enum { RT_ARG_PTR, RT_ARG_I32, RT_ARG_I64, RT_ARG_F32 } RtArgKind;
 
-/* One kernel argument, in the kernel's parameter order. */
+/* One kernel argument, in the kernel's parameter order: data, checked
+ * against the launch's RtContract. */
 typedef struct RtArg {
   uint32_t kind; /* RtArgKind */
   RtRef ref;     /* RT_ARG_PTR: device address of ref */
@@ -59,8 +78,33 @@ typedef struct RtArg {
   float f;       /* RT_ARG_F32 */
 } RtArg;
 
-typedef struct RtLaunch {
+typedef enum { RT_ACCESS_READ = 1, RT_ACCESS_WRITE = 2 } RtAccess;
+
+/* What a kernel may do with one parameter under one contract. */
+typedef struct RtParam {
+  uint32_t kind;   /* RtArgKind: what the launch must pass */
+  uint32_t access; /* RT_ARG_PTR: RtAccess bits */
+  uint64_t nbytes; /* RT_ARG_PTR: the bytes from the argument's address the kernel may touch */
+  int64_t lo, hi;  /* RT_ARG_I32/I64: the values nbytes holds for (a size: one value) */
+} RtParam;
+
+/* A kernel's launch contract, recorded by codegen from the kernel IR:
+ * launched with this grid, block and dynamic shared memory and with
+ * integer arguments in [lo, hi], the kernel touches at most nbytes from
+ * each pointer argument, and writes only through those with
+ * RT_ACCESS_WRITE.  A kernel text serves several contracts (a map over
+ * 100 and one over 1000 elements). */
+typedef struct RtContract {
   uint32_t kernel; /* index into RtPlan.kernels */
+  uint32_t grid[3], block[3];
+  uint32_t dynamic_shared_bytes;
+  uint32_t n_params;
+  const RtParam *params;
+} RtContract;
+
+typedef struct RtLaunch {
+  uint32_t kernel;   /* index into RtPlan.kernels */
+  uint32_t contract; /* index into RtPlan.contracts: grid, block and args must keep it */
   uint32_t grid[3], block[3];
   uint32_t dynamic_shared_bytes;
   uint32_t n_args;
@@ -100,6 +144,9 @@ typedef enum { RT_STEP_LAUNCH, RT_STEP_GEMM, RT_STEP_COPY } RtStepKind;
 typedef struct RtStep {
   uint32_t kind;     /* RtStepKind */
   const char *label; /* what it computes, for --emit=plan and profiles ("conv2d %12") */
+  /* The op as the reference interpreter names it in errors ("model.dl:4:7:
+   * gather", or "gather" without a location); NULL when unknown. */
+  const char *origin;
   RtLaunch launch;
   RtGemm gemm;
   RtCopy copy;
@@ -120,6 +167,21 @@ typedef struct RtBinary {
   const void *data;
   uint64_t size;
 } RtBinary;
+
+/* The parts a seal checksums, each on its own so that a corrupt model
+ * says which part is damaged. */
+typedef enum {
+  RT_SEAL_HEADER,  /* RtPlan's own fields and the model name */
+  RT_SEAL_TENSORS, /* weights, inputs, outputs */
+  RT_SEAL_KERNELS, /* kernels and contracts */
+  RT_SEAL_STEPS,   /* init steps and steps, with their arguments */
+  RT_SEAL_SOURCE,
+  RT_SEAL_WEIGHTS, /* weights_data */
+  RT_SEAL_BINARIES,
+  RT_SEAL_COUNT
+} RtSealPart;
+
+#define RT_PLAN_SEALED 0x5345414cu /* "SEAL" */
 
 typedef struct RtPlan {
   uint32_t magic;   /* RT_PLAN_MAGIC */
@@ -153,6 +215,18 @@ typedef struct RtPlan {
   uint32_t n_init_steps;
   const RtStep *init_steps;
   uint64_t derived_bytes; /* WEIGHTS holds weights_bytes + derived_bytes */
+  /* Version 3: every launch keeps a contract; STATUS for index checks;
+   * the seal. */
+  uint32_t n_contracts;
+  const RtContract *contracts;
+  uint64_t status_bytes;
+  /* RT_PLAN_SEALED: seal[] holds a checksum of each part (RtSealPart),
+   * which dlrt_open verifies after checking that every table, string and
+   * blob lies inside the object the plan was loaded from; 0: a plan built
+   * in this process (the JIT), trusted as memory.  Any other value is a
+   * corrupt plan. */
+  uint32_t sealed;
+  uint64_t seal[RT_SEAL_COUNT];
 } RtPlan;
 
 #endif

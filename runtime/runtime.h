@@ -1,6 +1,6 @@
-/* libdlcrt's internal interfaces between its files: plan validation, the
- * executor on an already opened device (tests pass a fake one), NVRTC
- * with its disk cache, SHA-256.  Public API: include/dlcrt.h. */
+/* libdlcrt's internal interfaces between its files: plan validation and
+ * the seal, the executor on an already opened device (tests pass a fake
+ * one), NVRTC with its disk cache, SHA-256.  Public API: include/dlcrt.h. */
 #ifndef DLCRT_RUNTIME_H
 #define DLCRT_RUNTIME_H
 
@@ -12,13 +12,41 @@
 
 struct DlrtModel;
 
-/* 0 when the plan is safe to execute: magic and version, every table
- * present, every RtRef inside its space, kernel indices, argument kinds,
- * GEMM and copy extents within their buffers, no step of a run writing
+/* 0 when the plan is safe to execute: magic and version, for a sealed
+ * plan its memory and checksums (rt_plan_check_seal, on the PT_LOAD
+ * segments of the object it lies in), every table present, every RtRef
+ * inside its space, every launch keeping its contract (kernel, grid,
+ * block, argument kinds, integer arguments in range, each pointer's
+ * extent inside its space, writes only where the step may write), GEMM
+ * and copy extents within their buffers, no step of a run writing
  * WEIGHTS, init steps writing WEIGHTS only in the derived region and
  * touching no INPUT or OUTPUT.  -1 and one message in err ("plan: step 3
  * (conv2d %12): gemm c: ...", "plan: init step 0 (...): ...") otherwise. */
 int rt_plan_validate(const RtPlan *plan, char *err, size_t errlen);
+/* Memory that may be read: [lo, hi). */
+typedef struct RtRegion {
+  uintptr_t lo, hi;
+} RtRegion;
+/* rt_plan_validate with a sealed plan's memory given (its seal checked
+ * against regions) instead of found among the loaded objects. */
+int rt_plan_validate_in(const RtPlan *plan, const RtRegion *regions, int n_regions, char *err, size_t errlen);
+
+/* seal.c: XXH64. */
+uint64_t rt_hash64(const void *data, size_t n, uint64_t seed);
+/* The checksum of each part of a plan in trusted memory (the compiler's:
+ * codegen/aot.c writes them into model.so as seal[]). */
+void rt_plan_seal(const RtPlan *plan, uint64_t out[RT_SEAL_COUNT]);
+/* rt_plan_seal of a plan of unknown health: 0 when every table, string
+ * and blob lies inside regions (nothing outside is read); -1 and a
+ * message naming the first one that does not. */
+int rt_plan_seal_in(const RtPlan *plan, const RtRegion *regions, int n_regions, uint64_t out[RT_SEAL_COUNT],
+                    char *err, size_t errlen);
+/* rt_plan_seal_in, then every part against plan->seal; -1 and one
+ * message naming the table or part otherwise. */
+int rt_plan_check_seal(const RtPlan *plan, const RtRegion *regions, int n_regions, char *err, size_t errlen);
+/* The PT_LOAD segments of the loaded object (library or program) that
+ * holds addr: how many were written to out, 0 when no object holds it. */
+int rt_loaded_regions(const void *addr, RtRegion *out, int max);
 const char *rt_space_name(uint32_t space);
 int rt_dtype_bytes(uint32_t dtype); /* RtDTypeCode; 0 when unknown */
 

@@ -32,4 +32,10 @@ cmp -s "$tmp/mlp.ir" "$tmp/mlp2.ir" || fail "IR read back from --emit=ir prints 
 expect_sub 0 "" "$dlcc" "$src/examples/resnet18.dl" --emit=dot -o "$tmp/r.dot"
 head -1 "$tmp/r.dot" | grep -q "^digraph" || fail "--emit=dot does not start with digraph"
 
+# --emit=plan ends each step with its FLOPs and minimum bytes, --stats sums
+# them (docs/cost.md): the MLP's three GEMMs and its bias-gelu kernels.
+expect 0 "   1347644 cost: FLOPs per run" "$dlcc" -D N=1 "$src/examples/mlp.dl" --emit=plan --stats -o "$tmp/mlp.plan"
+grep -q "  ; linear %3  \[802.8 kFLOP 1.6 MB\]$" "$tmp/mlp.plan" || fail "--emit=plan: no cost on the first GEMM"
+grep -q "  ; gelu %4 #k0  \[5.1 kFLOP 6.1 kB\]$" "$tmp/mlp.plan" || fail "--emit=plan: no cost on the bias-gelu kernel"
+
 finish

@@ -10,6 +10,7 @@ include tests/eval.mk
 include tests/golden.mk
 include tests/codegen.mk
 include tests/emu.mk
+include tests/mma.mk
 include tests/runtime.mk
 include tests/models.mk
 include tests/memplan.mk
@@ -29,6 +30,8 @@ include tests/calibrate.mk
 include tests/qdq.mk
 include tests/conv3d.mk
 include tests/resize.mk
+include tests/cost.mk
+include tests/bounds.mk
 include tests/names.mk
 include tests/files.mk
 include tests/grad.mk

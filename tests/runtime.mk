@@ -16,11 +16,15 @@ endif
 endif
 
 # libdlcrt on hand-built plans (cuBLAS in every dtype and layout, kernel
-# argument sizes, big dynamic shared memory, a faulting kernel).  Needs
+# argument sizes, big dynamic shared memory, the tensor-core instructions
+# against the emu, a faulting kernel).  Needs
 # no Check: tests/gpu/check.sh builds and runs it on the GPU machine
 # (`make tests/gpu/rt_check`); here it checks itself on emu.
 check_PROGRAMS += tests/gpu/rt_check
 TESTS += tests/gpu/rt_check.sh
 EXTRA_DIST += tests/gpu/rt_check.sh
-tests_gpu_rt_check_SOURCES = tests/gpu/rt_check.c
+# (emit_tc.c: the tensor-core prelude text; per-target flags keep its
+# object apart from libdlcc_core's.)
+tests_gpu_rt_check_SOURCES = tests/gpu/rt_check.c tests/mma_kernels.h codegen/emit_tc.c
+tests_gpu_rt_check_CPPFLAGS = $(AM_CPPFLAGS)
 tests_gpu_rt_check_LDADD = libdlcrt.la -lm

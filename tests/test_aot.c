@@ -3,10 +3,12 @@
  * and compared with ir_eval (f32: 1e-5 relative); its plan is compared
  * with the in-memory one field by field; the second load compiles
  * nothing (emu and, over the fake libcuda, NVRTC); external weights; a
- * garbage, truncated or other-version model.so; corrupted cache
- * entries.  Every test works in its own DLCC_CACHE_DIR. */
+ * garbage, truncated or other-version model.so; bits and bytes flipped
+ * across the plan and blobs of one; corrupted cache entries.  Every
+ * test works in its own DLCC_CACHE_DIR. */
 #include <check.h>
 #include <dlfcn.h>
+#include <elf.h>
 #include <glob.h>
 #include <inttypes.h>
 #include <math.h>
@@ -22,6 +24,7 @@
 #include "frontend/ast.h"
 #include "ir/eval.h"
 #include "ir/ir.h"
+#include "passes/pass.h"
 #include "runtime/device.h"
 #include "runtime/runtime.h"
 #include "runtime/tensorio.h"
@@ -72,6 +75,7 @@ static const char *example(const char *name) {
 
 typedef struct Build {
   const char *path, *text; /* a file, or text */
+  int opt_level;           /* the pass pipeline's, as dlcc -O; 0: no passes */
   CgAotOptions o;
   uint64_t seed;
   Graph *g;
@@ -88,7 +92,10 @@ static int build_job(Ctx *c, void *data) {
   if (!p) return 0;
   LowerOptions lo = {0};
   b->g = fe_lower(c, p, &lo);
-  if (!b->g || !ir_verify(b->g) || !cg_compile(b->g, &b->cg)) return 0;
+  PassOptions po = {.opt_level = b->opt_level};
+  if (!b->g || !ir_verify(b->g) || (b->opt_level && !pass_run_pipeline(b->g, &po, NULL)) ||
+      !cg_compile(b->g, &b->cg))
+    return 0;
   char err[1024];
   if (!ir_init_params(b->g, b->seed, IR_INIT_RANDOM, &b->params, err, sizeof err)) {
     diag_error(c, (SrcLoc){0}, "%s", err);
@@ -159,8 +166,9 @@ static void free_map(TensorMap *m) {
   free(m->tensors);
 }
 
-/* Runs m on in, compares every output with ir_eval(b->g) at 1e-5. */
-static void check_against_ref(Build *b, DlrtModel *m, const TensorMap *in) {
+/* Runs m on in, compares every output with ir_eval(b->g) at 1e-5 of
+ * each element, or of floor times the output's largest. */
+static void check_against_ref_at(Build *b, DlrtModel *m, const TensorMap *in, double floor) {
   for (int i = 0; i < in->n; i++)
     ck_assert_msg(dlrt_set_input(m, i, in->tensors[i].data, ir_tensor_nbytes(&in->tensors[i].type)) == DLRT_OK,
                   "%s", dlrt_error(m));
@@ -177,13 +185,15 @@ static void check_against_ref(Build *b, DlrtModel *m, const TensorMap *in) {
     for (size_t k = 0; k < n / 4; k++) scale = fmax(scale, fabs(want[k]));
     ck_assert(scale > 0); /* a test on zeros proves nothing */
     for (size_t k = 0; k < n / 4; k++)
-      ck_assert_msg(fabs(got[k] - want[k]) <= 1e-5 * fmax(fabs(want[k]), 1e-3 * scale),
+      ck_assert_msg(fabs(got[k] - want[k]) <= 1e-5 * fmax(fabs(want[k]), floor * scale),
                     "output %d [%zu]: %.9g, reference %.9g", o, k, got[k], want[k]);
     free(got);
     ir_tensor_free(&ref[o]);
   }
   free(ref);
 }
+
+static void check_against_ref(Build *b, DlrtModel *m, const TensorMap *in) { check_against_ref_at(b, m, in, 1e-3); }
 
 static const RtPlan *plan_of(void *so) {
   DlrtPlanFn fn = (DlrtPlanFn)dlsym(so, DLRT_PLAN_SYMBOL);
@@ -494,6 +504,177 @@ START_TEST(garbage_and_truncated_library) {
 }
 END_TEST
 
+/* ---- a corrupt model.so ---- */
+
+/* Bytes [off, off + len) of the file, and what they are. */
+typedef struct Span {
+  char what[40];
+  uint64_t off, len;
+} Span;
+
+static const Elf64_Shdr *section(const unsigned char *f, int i) {
+  const Elf64_Ehdr *eh = (const Elf64_Ehdr *)f;
+  return (const Elf64_Shdr *)(f + eh->e_shoff + (uint64_t)i * eh->e_shentsize);
+}
+
+/* Where the plan lies in a model.so: each table of model.c (its static
+ * symbols), each blob (its symbol, its size from plan, the library's
+ * own plan) and the strings, which the linker puts in .rodata after
+ * them. */
+static int plan_spans(const unsigned char *f, const RtPlan *plan, Span *out, int max) {
+  static const char *const tables[] = {"plan",   "kernels", "contracts", "params",  "args",    "init_steps",
+                                       "steps",  "weights", "inputs",    "outputs", "binaries"};
+  const Elf64_Ehdr *eh = (const Elf64_Ehdr *)f;
+  const char *names = (const char *)f + section(f, eh->e_shstrndx)->sh_offset;
+  const Elf64_Shdr *rodata = NULL;
+  for (int i = 0; i < eh->e_shnum; i++)
+    if (!strcmp(names + section(f, i)->sh_name, ".rodata")) rodata = section(f, i);
+  ck_assert_ptr_nonnull(rodata);
+  int n = 0;
+  for (int i = 0; i < eh->e_shnum; i++) {
+    const Elf64_Shdr *sh = section(f, i);
+    if (sh->sh_type != SHT_SYMTAB) continue;
+    const char *str = (const char *)f + section(f, (int)sh->sh_link)->sh_offset;
+    for (uint64_t k = 0; k < sh->sh_size / sizeof(Elf64_Sym); k++) {
+      const Elf64_Sym *sym = (const Elf64_Sym *)(f + sh->sh_offset) + k;
+      const char *name = str + sym->st_name;
+      if (sym->st_shndx == SHN_UNDEF || sym->st_shndx >= eh->e_shnum || n == max) continue;
+      const Elf64_Shdr *in = section(f, sym->st_shndx);
+      bool table = false;
+      for (size_t t = 0; t < sizeof tables / sizeof *tables; t++) table |= !strcmp(name, tables[t]);
+      Span sp = {.off = in->sh_offset + (sym->st_value - in->sh_addr), .len = table ? sym->st_size : 0};
+      if (!strcmp(name, "dlcc_aot_source")) sp.len = strlen(plan->source) + 1;
+      if (!strcmp(name, "dlcc_aot_weights")) sp.len = plan->weights_bytes;
+      if (!strncmp(name, "dlcc_aot_bin", 12)) sp.len = plan->binaries[atoi(name + 12)].size;
+      if (!sp.len) continue;
+      snprintf(sp.what, sizeof sp.what, "%s", name);
+      out[n++] = sp;
+    }
+  }
+  uint64_t strings = rodata->sh_offset, end = rodata->sh_offset + rodata->sh_size;
+  for (int i = 0; i < n; i++)
+    if (out[i].off >= rodata->sh_offset && out[i].off < end && out[i].off + out[i].len > strings)
+      strings = out[i].off + out[i].len;
+  ck_assert_uint_lt(strings, end);
+  if (n < max) out[n++] = (Span){"strings", strings, end - strings};
+  return n;
+}
+
+static unsigned char *read_all(const char *path, size_t *size) {
+  FILE *f = fopen(path, "rb");
+  ck_assert_ptr_nonnull(f);
+  fseek(f, 0, SEEK_END);
+  *size = (size_t)ftell(f);
+  rewind(f);
+  unsigned char *data = malloc(*size);
+  ck_assert_uint_eq(fread(data, 1, *size, f), *size);
+  fclose(f);
+  return data;
+}
+
+/* Every output of m, concatenated (malloc'd). */
+static unsigned char *outputs_of(DlrtModel *m, size_t *total) {
+  *total = 0;
+  for (int o = 0; o < dlrt_num_outputs(m); o++) {
+    DlrtTensorInfo ti;
+    ck_assert_int_eq(dlrt_output_info(m, o, &ti), DLRT_OK);
+    *total += ti.nbytes;
+  }
+  unsigned char *all = malloc(*total + 1), *at = all;
+  for (int o = 0; o < dlrt_num_outputs(m); o++) {
+    DlrtTensorInfo ti;
+    dlrt_output_info(m, o, &ti);
+    ck_assert_int_eq(dlrt_get_output(m, o, at, ti.nbytes), DLRT_OK);
+    at += ti.nbytes;
+  }
+  return all;
+}
+
+static DlrtStatus run_with(DlrtModel *m, const TensorMap *in) {
+  for (int i = 0; i < in->n; i++)
+    ck_assert_int_eq(dlrt_set_input(m, i, in->tensors[i].data, ir_tensor_nbytes(&in->tensors[i].type)), DLRT_OK);
+  return dlrt_run(m);
+}
+
+/* The review's attack: single bits and whole bytes flipped across a
+ * model.so's plan (every table, the strings) and its blobs (weights,
+ * source, cubin, PTX), at fixed positions.  Each copy is refused at open
+ * with a plan error, or opens, runs and gives the very outputs of the
+ * intact library (a flip in a pointer the loader relocates, or in
+ * padding); none crashes.  Only those that open run. */
+START_TEST(flipped_bits_are_refused_or_harmless) {
+  Build b = {.text = "model flips(tokens: i64[2, 3], x: f32[1, 2, 6, 6]) -> (y: f32[2, 3, 4], z: f32[1, 4, 6, 6]) {\n"
+                     "  e = embedding(tokens, 7, 4) as embed\n"
+                     "  z = relu(batchnorm(conv2d(x, 4, 3, pad=1) as conv) as bn)\n"
+                     "  return relu(linear(e, 4) as fc), z\n"
+                     "}\n",
+             .seed = 5,
+             .opt_level = 2};
+  build_ok(&b, "flips.so");
+  ck_assert_uint_gt(b.cg.plan->n_init_steps, 0);
+  ck_assert_uint_gt(b.cg.plan->status_bytes, 0);
+  DlrtModel *m = NULL;
+  ck_assert_msg(dlrt_open_file(at("flips.so"), "emu", &m) == DLRT_OK, "%s", dlrt_error(m));
+  TensorMap in;
+  make_inputs(&b, NULL, &in);
+  for (int64_t k = 0; k < 6; k++) ((int64_t *)in.tensors[0].data)[k] = k % 7;
+  /* bn-fold's weights, folded on emu: 1e-5 of the output's scale. */
+  check_against_ref_at(&b, m, &in, 1.0);
+  size_t n_out;
+  unsigned char *want = outputs_of(m, &n_out);
+  dlrt_close(m);
+
+  size_t size;
+  unsigned char *file = read_all(at("flips.so"), &size);
+  void *so = dlopen(at("flips.so"), RTLD_NOW | RTLD_LOCAL);
+  ck_assert_ptr_nonnull(so);
+  Span spans[32];
+  int n_spans = plan_spans(file, plan_of(so), spans, 32);
+  dlclose(so);
+  ck_assert_int_ge(n_spans, 12);
+  enum { PER_SPAN = 16 };
+  int flips = 0, refused = 0;
+  for (int s = 0; s < n_spans; s++) {
+    int refused_here = 0;
+    for (int k = 0; k < PER_SPAN; k++) {
+      uint64_t pos = spans[s].off + (uint64_t)(rnd() * (double)spans[s].len);
+      unsigned char old = file[pos];
+      file[pos] ^= k % 4 == 3 ? 0xff : (unsigned char)(1u << (k * 3 % 8));
+      char name[64];
+      snprintf(name, sizeof name, "flip%d.so", flips++);
+      FILE *f = fopen(at(name), "wb");
+      ck_assert_uint_eq(fwrite(file, 1, size, f), size);
+      fclose(f);
+      file[pos] = old;
+      DlrtStatus st = dlrt_open_file(at(name), "emu", &m);
+      if (st != DLRT_OK) {
+        ck_assert_msg(st == DLRT_E_PLAN && strstr(dlrt_error(m), ": plan: "), "%s byte %" PRIu64 ": %s: %s",
+                      spans[s].what, pos - spans[s].off, dlrt_status_name(st), dlrt_error(m));
+        refused++, refused_here++;
+      } else {
+        ck_assert_msg(run_with(m, &in) == DLRT_OK, "%s byte %" PRIu64 ": %s", spans[s].what, pos - spans[s].off,
+                      dlrt_error(m));
+        size_t n;
+        unsigned char *got = outputs_of(m, &n);
+        ck_assert_msg(n == n_out && !memcmp(got, want, n), "%s byte %" PRIu64 " opened and computed otherwise",
+                      spans[s].what, pos - spans[s].off);
+        free(got);
+      }
+      dlrt_close(m);
+      unlink(at(name));
+    }
+    /* Every part of the plan is checked: some flips in each are caught. */
+    ck_assert_msg(refused_here > 0, "no flip in %s was refused", spans[s].what);
+  }
+  ck_assert_int_ge(flips, 150);
+  ck_assert_int_ge(refused, flips / 2);
+  free(file);
+  free(want);
+  free_map(&in);
+  ir_tensor_map_free(&b.params);
+}
+END_TEST
+
 /* Compiles tmp/name.c into tmp/name.so against the source's plan.h. */
 static void compile_so(const char *name) {
   const char *top = getenv("top_srcdir");
@@ -676,6 +857,7 @@ static Suite *aot_suite(void) {
   tcase_add_test(tc, external_weights);
   tcase_add_test(tc, external_weights_given_file);
   tcase_add_test(tc, garbage_and_truncated_library);
+  tcase_add_test(tc, flipped_bits_are_refused_or_harmless);
   tcase_add_test(tc, library_of_another_version);
   tcase_add_test(tc, build_errors);
 #ifdef HAVE_CUDA

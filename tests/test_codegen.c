@@ -71,6 +71,7 @@ static uint64_t space_size(const RtPlan *p, RtRef r) {
     case RT_SPACE_OUTPUT:
       ck_assert_uint_lt(r.index, p->n_outputs);
       return p->outputs[r.index].nbytes;
+    case RT_SPACE_STATUS: return p->status_bytes;
   }
   ck_abort_msg("bad space %u", r.space);
   return 0;
@@ -790,7 +791,7 @@ START_TEST(shared_memory_and_barriers) {
   ck_assert_ptr_nonnull(strstr(text, "#pragma unroll\n"));
   ck_assert_ptr_nonnull(strstr(text, "for (int t3 = threadIdx.x; t3 < 1; t3 += blockDim.x) {"));
   const char *source =
-      arena_printf(&ctx.arena, "%s\n%s", cg_cuda_prelude(&ctx, false, false), text);
+      arena_printf(&ctx.arena, "%s\n%s", cg_cuda_prelude(&ctx, false, false, false), text);
   test_nvrtc(source, "sm_90");
 
   char why[512];
@@ -800,6 +801,9 @@ START_TEST(shared_memory_and_barriers) {
   RtStep step = {.kind = RT_STEP_LAUNCH,
                  .label = "block_sum %0",
                  .launch = {.grid = {1, 1, 1}, .block = {64, 1, 1}, .n_args = 2, .args = args}};
+  RtParam params[2] = {{.kind = RT_ARG_PTR, .access = RT_ACCESS_READ, .nbytes = N * 4},
+                       {.kind = RT_ARG_PTR, .access = RT_ACCESS_WRITE, .nbytes = 4}};
+  RtContract contract = {.grid = {1, 1, 1}, .block = {64, 1, 1}, .n_params = 2, .params = params};
   RtTensorDesc ind = {.name = "x", .rank = 1, .dims = {N}, .nbytes = N * 4, .where = in};
   RtTensorDesc outd = {.name = "y", .rank = 0, .nbytes = 4, .where = out};
   RtPlan plan = {.magic = RT_PLAN_MAGIC,
@@ -808,6 +812,8 @@ START_TEST(shared_memory_and_barriers) {
                  .source = source,
                  .n_kernels = 1,
                  .kernels = &kern,
+                 .n_contracts = 1,
+                 .contracts = &contract,
                  .n_steps = 1,
                  .steps = &step,
                  .n_inputs = 1,
@@ -842,7 +848,7 @@ START_TEST(plan_text) {
   fclose(f);
   ck_assert_str_eq(
       text,
-      "plan \"printed\" version 2\n"
+      "plan \"printed\" version 3\n"
       "weights 512 bytes, arena 0 bytes\n"
       "  input 0 \"x\" f32[2, 4] 32 bytes at in0+0\n"
       "  output 0 \"y\" f32[2, 3] 24 bytes at out0+0\n"

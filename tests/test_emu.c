@@ -883,12 +883,21 @@ START_TEST(plan_end_to_end_through_executor) {
   steps[1].kind = RT_STEP_LAUNCH;
   steps[1].label = "bias relu";
   steps[1].launch = (RtLaunch){.kernel = 0, .grid = {2, 1, 1}, .block = {8, 1, 1}, .n_args = 5, .args = args};
+  static const RtParam params[] = {
+      {.kind = RT_ARG_PTR, .access = RT_ACCESS_READ | RT_ACCESS_WRITE, .nbytes = B * OUT * 4},
+      {.kind = RT_ARG_PTR, .access = RT_ACCESS_READ, .nbytes = OUT * 4},
+      {.kind = RT_ARG_PTR, .access = RT_ACCESS_WRITE, .nbytes = B * OUT * 4},
+      {.kind = RT_ARG_I32, .lo = B * OUT, .hi = B * OUT},
+      {.kind = RT_ARG_I32, .lo = OUT, .hi = OUT},
+  };
+  static const RtContract contract = {.grid = {2, 1, 1}, .block = {8, 1, 1}, .n_params = 5, .params = params};
   steps[2].kind = RT_STEP_COPY;
   steps[2].label = "copy";
   steps[2].copy = (RtCopy){.dst = {RT_SPACE_OUTPUT, 1, 0}, .src = {RT_SPACE_ARENA, 0, 64}, .nbytes = B * OUT * 4};
   RtPlan p = make_plan(BIAS_RELU_SRC, kernels, 1);
   p.model_name = "tiny";
   p.n_steps = 3, p.steps = steps;
+  p.n_contracts = 1, p.contracts = &contract;
   p.arena_bytes = 256, p.weights_bytes = sizeof blob, p.weights_data = blob;
   p.n_weights = 2, p.weights = weights;
   p.n_inputs = 1, p.inputs = inputs;

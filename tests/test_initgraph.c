@@ -170,7 +170,7 @@ START_TEST(bn_fold_weights_are_init_steps) {
   ctx_init(&c);
   Job j = compile(&c, cbr_text, 2);
   const RtPlan *p = j.cg.plan;
-  ck_assert_int_eq(p->version, 2);
+  ck_assert_int_eq(p->version, RT_PLAN_VERSION);
   /* W' and b' once, each computing s = gamma * rsqrt(var + eps) where it
    * reads it (passes/remat.c); a run is the one convolution with bias and
    * relu. */

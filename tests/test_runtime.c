@@ -32,6 +32,16 @@ static const RtArg args[] = {
     {.kind = RT_ARG_I32, .i = 3},
     {.kind = RT_ARG_F32, .f = 2.0f},
 };
+/* What add_bias may touch: x and h whole, the bias's 3 floats; n = 6. */
+static const RtParam add_bias_params[] = {
+    {.kind = RT_ARG_PTR, .access = RT_ACCESS_READ, .nbytes = 24},
+    {.kind = RT_ARG_PTR, .access = RT_ACCESS_READ, .nbytes = 12},
+    {.kind = RT_ARG_PTR, .access = RT_ACCESS_WRITE, .nbytes = 24},
+    {.kind = RT_ARG_I32, .lo = 6, .hi = 6},
+    {.kind = RT_ARG_I32, .lo = 3, .hi = 3},
+    {.kind = RT_ARG_F32},
+};
+static RtContract contracts[1];
 static const RtTensorDesc weights[] = {
     {.name = "w", .dtype = RT_DT_F32, .rank = 2, .dims = {3, 2}, .nbytes = 24, .where = {RT_SPACE_WEIGHTS, 0, 0}},
     {.name = "bias", .dtype = RT_DT_F32, .rank = 1, .dims = {3}, .nbytes = 12, .where = {RT_SPACE_WEIGHTS, 0, 32}},
@@ -64,6 +74,8 @@ static RtPlan plan;
 
 static void make_plan(void) {
   memset(steps, 0, sizeof steps);
+  contracts[0] =
+      (RtContract){.kernel = 0, .grid = {2, 1, 1}, .block = {4, 1, 1}, .n_params = 6, .params = add_bias_params};
   steps[0] = (RtStep){.kind = RT_STEP_LAUNCH,
                       .label = "add %1",
                       .launch = {.kernel = 0, .grid = {2, 1, 1}, .block = {4, 1, 1}, .n_args = 6, .args = args}};
@@ -78,7 +90,8 @@ static void make_plan(void) {
                       .copy = {.dst = {RT_SPACE_OUTPUT, 1, 0}, .src = {RT_SPACE_ARENA, 0, 16}, .nbytes = 24}};
   plan = (RtPlan){.magic = RT_PLAN_MAGIC, .version = RT_PLAN_VERSION, .model_name = "t",
                   .source = "extern \"C\" __global__ void add_bias() {}\n",
-                  .n_kernels = 1, .kernels = kernels, .n_steps = 3, .steps = steps,
+                  .n_kernels = 1, .kernels = kernels, .n_contracts = 1, .contracts = contracts,
+                  .n_steps = 3, .steps = steps,
                   .arena_bytes = 64, .weights_bytes = 48, .n_weights = 2, .weights = weights,
                   .n_inputs = 1, .inputs = inputs, .n_outputs = 2, .outputs = outputs,
                   .weights_data = weights_blob};
@@ -247,7 +260,7 @@ END_TEST
 START_TEST(plan_wrong_version) {
   plan.version = 1; /* before init steps: its plan struct is shorter */
   ck_assert_int_eq(rt_plan_validate(&plan, err, sizeof err), -1);
-  ck_assert_str_eq(err, "plan: version 1, this runtime reads version 2: rebuild the model with this dlcc");
+  ck_assert_str_eq(err, "plan: version 1, this runtime reads version 3: rebuild the model with this dlcc");
 }
 END_TEST
 
@@ -351,7 +364,7 @@ START_TEST(open_refuses_foreign_plan) {
   DlrtModel *m = NULL;
   ck_assert_int_eq(dlrt_open(&plan, "emu", &m), DLRT_E_PLAN);
   ck_assert_ptr_nonnull(m);
-  ck_assert_str_eq(dlrt_error(m), "plan: version 7, this runtime reads version 2: rebuild the model with this dlcc");
+  ck_assert_str_eq(dlrt_error(m), "plan: version 7, this runtime reads version 3: rebuild the model with this dlcc");
   ck_assert_int_eq(dlrt_run(m), DLRT_E_STATE);
   ck_assert_str_eq(dlrt_backend(m), "");
   dlrt_close(m);
@@ -901,7 +914,7 @@ START_TEST(cuda_fake_dynamic_shared_opt_in) {
   void *lib = fake_lib();
   int (*opt_in)(void) = (int (*)(void))dlsym(lib, "fakecuda_max_dynamic_shared");
   ck_assert_ptr_nonnull(opt_in);
-  steps[0].launch.dynamic_shared_bytes = 40 * 1024;
+  contracts[0].dynamic_shared_bytes = steps[0].launch.dynamic_shared_bytes = 40 * 1024;
   DlrtModel *m = NULL;
   ck_assert_msg(dlrt_open(&plan, "cuda", &m) == DLRT_OK, "%s", dlrt_error(m));
   ck_assert_int_eq(opt_in(), -1); /* 40 KiB alone is under the 48 KiB default */
@@ -911,7 +924,7 @@ START_TEST(cuda_fake_dynamic_shared_opt_in) {
   ck_assert_msg(dlrt_open(&plan, "cuda", &m) == DLRT_OK, "%s", dlrt_error(m));
   ck_assert_int_eq(opt_in(), 40 * 1024);
   dlrt_close(m);
-  steps[0].launch.dynamic_shared_bytes = 300 * 1024;
+  contracts[0].dynamic_shared_bytes = steps[0].launch.dynamic_shared_bytes = 300 * 1024;
   ck_assert_int_eq(dlrt_open(&plan, "cuda", &m), DLRT_E_COMPILE);
   ck_assert_str_eq(dlrt_error(m), "open: loading the kernels of 't': cuda: kernel 'add_bias' needs 307200 bytes of "
                                   "dynamic and 16384 of static shared memory; a block on this GPU may have 232448");
@@ -922,14 +935,14 @@ START_TEST(cuda_fake_dynamic_shared_opt_in) {
 END_TEST
 
 START_TEST(cuda_fake_grid_limit) {
-  steps[0].launch.grid[1] = 70000;
+  contracts[0].grid[1] = steps[0].launch.grid[1] = 70000;
   DlrtModel *m = NULL;
   ck_assert_int_eq(dlrt_open(&plan, "cuda", &m), DLRT_E_COMPILE);
   ck_assert_str_eq(dlrt_error(m), "open: loading the kernels of 't': cuda: step 0 launches 'add_bias' with grid "
                                   "2x70000x1, block 4x1x1: gridDim.y exceeds this GPU's 65535");
   dlrt_close(m);
   /* A kernel whose registers allow fewer threads than the block has. */
-  steps[0].launch.grid[1] = 1;
+  contracts[0].grid[1] = steps[0].launch.grid[1] = 1;
   setenv("FAKECUDA_MAX_THREADS", "2", 1);
   setenv("FAKECUDA_NUM_REGS", "255", 1);
   ck_assert_int_eq(dlrt_open(&plan, "cuda", &m), DLRT_E_COMPILE);

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "dlcc.h"
+#include "dlcrt.h"
 #include "ir/eval.h"
 #include "tests/irjob.h"
 #include "tests/testutil.h"
@@ -121,6 +122,32 @@ START_TEST(test_embedding_grad) {
            "  return %e as \"rows\"\n"
            "}\n",
            values, 1e-6);
+}
+END_TEST
+
+/* An id out of range: emu reports the first, as ir_eval does. */
+START_TEST(test_embedding_grad_bad_id) {
+  Ctx c;
+  ctx_init(&c);
+  Job j = compile_at(&c,
+                     "graph g {\n"
+                     "  %dy = input {name=\"dy\"} : f32[2, 4, 3]\n"
+                     "  %ids = input {name=\"ids\"} : i32[2, 4]\n"
+                     "  %e = embedding_grad %dy, %ids {num=5} : f32[5, 3]   ; m.dl:3:9\n"
+                     "  return %e as \"rows\"\n"
+                     "}\n",
+                     2);
+  Data d;
+  make_inputs(j.g, (const Fill[]){values[1], FILL("ids", 0, 1, 2, 3, -5, 9, -7, 4), {NULL, NULL, 0}}, 0, &d);
+  char ref[512], got[512];
+  Tensor *out = calloc((size_t)j.g->n_outputs + 1, sizeof *out);
+  ck_assert(!ir_eval(j.g, &d.inputs, NULL, out, ref, sizeof ref));
+  free(out);
+  ck_assert_str_eq(ref, "m.dl:3:9: embedding_grad: index 9 is out of range for axis 0 of size 5");
+  ck_assert_int_eq(test_run_emu_status(j.cg.plan, NULL, &d.inputs, &out, got, sizeof got), DLRT_E_INDEX);
+  ck_assert_str_eq(got, ref);
+  free_inputs(&d);
+  ctx_free(&c);
 }
 END_TEST
 
@@ -309,6 +336,7 @@ static Suite *train_suite(void) {
   tcase_add_test(ops, test_conv_weight_grad);
   tcase_add_test(ops, test_pool_grads);
   tcase_add_test(ops, test_embedding_grad);
+  tcase_add_test(ops, test_embedding_grad_bad_id);
   tcase_add_test(ops, test_dropout_bits);
   suite_add_tcase(s, ops);
   TCase *models = tcase_create("models");

@@ -13,7 +13,8 @@
 #include <nvrtc.h>
 #endif
 
-Tensor *test_run_emu(const RtPlan *p, const TensorMap *params, const TensorMap *inputs) {
+int test_run_emu_status(const RtPlan *p, const TensorMap *params, const TensorMap *inputs, Tensor **out, char *err,
+                        size_t errlen) {
   DlrtModel *m;
   ck_assert_msg(dlrt_open(p, "emu", &m) == DLRT_OK, "dlrt_open: %s", dlrt_error(m));
   unsigned char *blob = calloc(p->weights_bytes + 1, 1);
@@ -28,16 +29,27 @@ Tensor *test_run_emu(const RtPlan *p, const TensorMap *params, const TensorMap *
     ck_assert_msg(t != NULL, "no input '%s'", p->inputs[i].name);
     ck_assert_msg(dlrt_set_input(m, (int)i, t->data, p->inputs[i].nbytes) == DLRT_OK, "%s", dlrt_error(m));
   }
-  ck_assert_msg(dlrt_run(m) == DLRT_OK, "dlrt_run: %s", dlrt_error(m));
-  Tensor *out = calloc(p->n_outputs + 1, sizeof *out);
-  for (uint32_t o = 0; o < p->n_outputs; o++) {
-    const RtTensorDesc *d = &p->outputs[o];
-    TensorType t = ir_type_make((DType)d->dtype, (int)d->rank, d->dims);
-    ck_assert(ir_tensor_alloc(&out[o], &t));
-    ck_assert_msg(dlrt_get_output(m, (int)o, out[o].data, d->nbytes) == DLRT_OK, "%s", dlrt_error(m));
+  *out = NULL;
+  DlrtStatus s = dlrt_run(m);
+  snprintf(err, errlen, "%s", dlrt_error(m));
+  if (s == DLRT_OK) {
+    *out = calloc(p->n_outputs + 1, sizeof **out);
+    for (uint32_t o = 0; o < p->n_outputs; o++) {
+      const RtTensorDesc *d = &p->outputs[o];
+      TensorType t = ir_type_make((DType)d->dtype, (int)d->rank, d->dims);
+      ck_assert(ir_tensor_alloc(&(*out)[o], &t));
+      ck_assert_msg(dlrt_get_output(m, (int)o, (*out)[o].data, d->nbytes) == DLRT_OK, "%s", dlrt_error(m));
+    }
   }
   dlrt_close(m);
   free(blob);
+  return (int)s;
+}
+
+Tensor *test_run_emu(const RtPlan *p, const TensorMap *params, const TensorMap *inputs) {
+  Tensor *out;
+  char err[1024];
+  ck_assert_msg(test_run_emu_status(p, params, inputs, &out, err, sizeof err) == DLRT_OK, "dlrt_run: %s", err);
   return out;
 }
 

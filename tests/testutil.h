@@ -21,6 +21,10 @@ static inline uint64_t test_splitmix64(uint64_t *state) {
  * plan order (malloc'd; free each with ir_tensor_free, then the array).
  * Any failure fails the calling test. */
 Tensor *test_run_emu(const RtPlan *p, const TensorMap *params, const TensorMap *inputs);
+/* The same, but the run may fail: its DlrtStatus, its message in err
+ * ("" on success), the outputs in *out on success (else NULL). */
+int test_run_emu_status(const RtPlan *p, const TensorMap *params, const TensorMap *inputs, Tensor **out, char *err,
+                        size_t errlen);
 
 /* Compiles CUDA source with NVRTC for arch ("sm_90"): fails the calling
  * test with NVRTC's log when it does not compile to a non-empty cubin.

@@ -6,7 +6,8 @@
  * runtime/emu_gemm.c: the environment the scheduler fills before each
  * thread runs, and the bit-exact float <-> f16/bf16 conversions.  The C++
  * part gives kernels threadIdx and friends, __shared__, barriers, warp
- * shuffles, atomics, math and the half types.
+ * shuffles, atomics, math, the half types, and the tensor-core
+ * instructions (mma, ldmatrix, cp.async) from the PTX ISA.
  *
  * How CUDA maps here.  A block's threads run one after another on one OS
  * thread (as fibers when the kernel synchronizes), blocks one at a time.
@@ -26,13 +27,24 @@
 
 /* Bumped whenever DlccEmuEnv or the exported entry points change: a
  * module compiled against another header is refused, not misread. */
-#define DLCC_EMU_ABI 1
+#define DLCC_EMU_ABI 2
 
 typedef struct DlccEmuDim3 {
   unsigned int x, y, z;
 } DlccEmuDim3;
 
 enum { DLCC_EMU_WARP_SHFL, DLCC_EMU_WARP_BALLOT, DLCC_EMU_WARP_ALL };
+
+/* One warp-collective instruction (mma.sync, ldmatrix: .sync.aligned) at
+ * one call site, as the header hands it to the runtime. */
+typedef struct DlccEmuCollective {
+  const char *name;  /* "dl_mma_f16" */
+  unsigned int line; /* of the call, in the kernel source */
+  /* Runs once, on the last lane to arrive, with every lane's operands and
+   * result slots, by lane.  Returns -1, or the lane whose operands are
+   * invalid with the reason in why. */
+  int (*run)(const void *const in[32], void *const out[32], char *why, unsigned int len);
+} DlccEmuCollective;
 
 typedef struct DlccEmuEnv DlccEmuEnv;
 struct DlccEmuEnv {
@@ -48,6 +60,17 @@ struct DlccEmuEnv {
   uint64_t (*warp_exchange)(DlccEmuEnv *e, unsigned int mask, uint64_t value, int src, int kind);
   /* __trap(), a failed assert: ends the launch with `what`; never returns. */
   void (*trap)(DlccEmuEnv *e, const char *what);
+  /* All 32 lanes of the warp call it at the same op (name, line, run),
+   * each with its operands and result slots; it returns once op->run has
+   * filled every lane's.  A lane missing, exited or at another warp
+   * operation ends the launch with an error instead. */
+  void (*warp_collective)(DlccEmuEnv *e, const DlccEmuCollective *op, const void *in, void *out);
+  /* cp.async: queues a copy of src_bytes from src to dst and zeros to
+   * size; commit closes the thread's open group; wait completes, oldest
+   * first, every committed group but the n most recent. */
+  void (*cp_async)(DlccEmuEnv *e, void *dst, const void *src, unsigned int size, unsigned int src_bytes);
+  void (*cp_async_commit)(DlccEmuEnv *e);
+  void (*cp_async_wait)(DlccEmuEnv *e, unsigned int n);
   void *sched; /* the runtime's */
 };
 
@@ -137,7 +160,9 @@ static inline uint16_t dlcc_emu_f64_to_bf16(double d) {
 
 #include <float.h>
 #include <limits.h>
+#include <link.h> /* dl_iterate_phdr: where shared memory lies (tensor-core checks) */
 #include <math.h> /* C++'s: float overloads of exp, sqrt... in the global namespace */
+#include <stdarg.h>
 #include <stdio.h>
 
 #define __global__
@@ -531,6 +556,374 @@ static inline __nv_bfloat16 __low2bfloat16(__nv_bfloat162 h) { return h.x; }
 static inline __nv_bfloat16 __high2bfloat16(__nv_bfloat162 h) { return h.y; }
 static inline __nv_bfloat162 __halves2bfloat162(__nv_bfloat16 a, __nv_bfloat16 b) { return __nv_bfloat162(a, b); }
 static inline __nv_bfloat162 __bfloat162bfloat162(__nv_bfloat16 a) { return __nv_bfloat162(a, a); }
+
+/* ---- tensor-core instructions, from the PTX ISA ----
+ *
+ * The functions codegen/emit_tc.c defines as inline PTX for the GPU,
+ * written here from the PTX ISA's own tables and descriptions, not from
+ * the code generator, so that a kernel that packs a fragment wrongly gets
+ * a wrong answer here as it would on the GPU (docs/tensorcores.md).
+ * mma and ldmatrix are warp-collective: each lane hands its registers to
+ * the runtime's warp_collective, whose last lane to arrive computes every
+ * lane's result at once.  Every check the GPU would fail on (or silently
+ * get wrong) is an error naming the call's line. */
+
+/* __shared__ is thread_local, so shared memory is this module's
+ * thread-local block; dl_iterate_phdr says where it lies in this thread. */
+static thread_local uintptr_t __dlcc_smem_lo, __dlcc_smem_hi;
+
+static int __dlcc_find_tls(struct dl_phdr_info *info, size_t size, void *data) {
+  (void)size;
+  uintptr_t self = (uintptr_t)&__dlcc_find_tls, tls = 0;
+  bool mine = false;
+  for (int i = 0; i < info->dlpi_phnum; i++) {
+    const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+    uintptr_t lo = info->dlpi_addr + ph->p_vaddr;
+    if (ph->p_type == PT_LOAD && self >= lo && self - lo < ph->p_memsz) mine = true;
+    if (ph->p_type == PT_TLS) tls = ph->p_memsz;
+  }
+  if (!mine) return 0;
+  uintptr_t *range = (uintptr_t *)data;
+  range[0] = (uintptr_t)info->dlpi_tls_data;
+  range[1] = range[0] + tls;
+  return 1;
+}
+
+/* Whether [p, p + n) is shared memory. */
+static inline bool __dlcc_in_smem(const void *p, size_t n) {
+  if (!__dlcc_smem_hi) {
+    uintptr_t range[2] = {0, 0};
+    dl_iterate_phdr(__dlcc_find_tls, range);
+    __dlcc_smem_lo = range[0], __dlcc_smem_hi = range[1];
+  }
+  uintptr_t a = (uintptr_t)p;
+  return a >= __dlcc_smem_lo && a <= __dlcc_smem_hi && __dlcc_smem_hi - a >= n;
+}
+
+static void __dlcc_tc_trap(unsigned int line, const char *name, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4), noreturn));
+static void __dlcc_tc_trap(unsigned int line, const char *name, const char *fmt, ...) {
+  char what[400], rest[300];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(rest, sizeof rest, fmt, ap);
+  va_end(ap);
+  snprintf(what, sizeof what, "%s at line %u: %s", name, line, rest);
+  __dlcc_env->trap(__dlcc_env, what);
+  __builtin_unreachable();
+}
+
+/* __cvta_generic_to_shared: the offset in the shared window. */
+static inline unsigned int dl_smem_addr(const void *p, unsigned int line = __builtin_LINE()) {
+  if (!__dlcc_in_smem(p, 0)) __dlcc_tc_trap(line, "dl_smem_addr", "%p is not shared memory", p);
+  return (unsigned int)((uintptr_t)p - __dlcc_smem_lo);
+}
+
+/* cvt.rna.tf32.f32: to 10 fraction bits, nearest with ties away from zero
+ * (half an ulp added to the magnitude, then truncated), NaN stays NaN. */
+static inline unsigned int dl_tf32(float x) {
+  uint32_t u;
+  memcpy(&u, &x, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return 0x7fffffffu;
+  return (u + 0x1000u) & 0xffffe000u;
+}
+
+/* ---- mma.sync.aligned ----
+ * Fragments, PTX ISA section "Matrix multiply-accumulate operation using
+ * mma instruction", with groupID = %laneid >> 2, threadID_in_group =
+ * %laneid % 4 (g and t below).  A register holds its elements "low to
+ * high": element i of a packed register is bits [w*(i%n), w*(i%n)+w).
+ *
+ * "Matrix Fragments for mma.m16n8k16 with floating point type" (.f16 and
+ * .bf16; A 16x16: a0..a7 in four .f16x2 registers, B 16x8: b0..b3 in two):
+ *   A: row = g            for ai where 0 <= i < 2 || 4 <= i < 6
+ *            g + 8        otherwise
+ *      col = t * 2 + (i & 0x1)      for ai where i < 4
+ *            t * 2 + (i & 0x1) + 8  for ai where i >= 4
+ *   B: row = t * 2 + (i & 0x1)      for bi where i < 2
+ *            t * 2 + (i & 0x1) + 8  for bi where i >= 2
+ *      col = g
+ * "Matrix Fragments for mma.m16n8k32" (.s8; A 16x32: a0..a15 in four .b32
+ * registers, B 32x8: b0..b7 in two):
+ *   A: row = g            for ai where 0 <= i < 4 || 8 <= i < 12
+ *            g + 8        otherwise
+ *      col = t * 4 + (i & 0x3)       for ai where i < 8
+ *            t * 4 + (i & 0x3) + 16  for ai where i >= 8
+ *   B: row = t * 4 + (i & 0x3)       for bi where i < 4
+ *            t * 4 + (i & 0x3) + 16  for bi where i >= 4
+ *      col = g
+ * "Matrix Fragments for mma.m16n8k8" (.tf32; A 16x8: a0..a3, B 8x8: b0, b1,
+ * one per .b32 register):
+ *   A: row = g for a0 and a2, g + 8 for a1 and a3
+ *      col = t for a0 and a1, t + 4 for a2 and a3
+ *   B: row = t for b0, t + 4 for b1
+ *      col = g
+ * Accumulators C and D (all three shapes; c0..c3, one per register):
+ *   row = g for ci where i < 2, g + 8 for ci where i >= 2
+ *   col = t * 2 + (i & 0x1) */
+enum { DLCC_EMU_MMA_F16, DLCC_EMU_MMA_BF16, DLCC_EMU_MMA_S8, DLCC_EMU_MMA_TF32 };
+
+static inline void __dlcc_frag_a(int kind, unsigned int lane, int i, int *row, int *col) {
+  int g = (int)(lane >> 2), t = (int)(lane % 4);
+  if (kind == DLCC_EMU_MMA_S8) {
+    *row = (i < 4 || (i >= 8 && i < 12)) ? g : g + 8;
+    *col = i < 8 ? t * 4 + (i & 0x3) : t * 4 + (i & 0x3) + 16;
+  } else if (kind == DLCC_EMU_MMA_TF32) {
+    *row = (i == 0 || i == 2) ? g : g + 8;
+    *col = i < 2 ? t : t + 4;
+  } else {
+    *row = (i < 2 || (i >= 4 && i < 6)) ? g : g + 8;
+    *col = i < 4 ? t * 2 + (i & 0x1) : t * 2 + (i & 0x1) + 8;
+  }
+}
+
+static inline void __dlcc_frag_b(int kind, unsigned int lane, int i, int *row, int *col) {
+  int g = (int)(lane >> 2), t = (int)(lane % 4);
+  if (kind == DLCC_EMU_MMA_S8)
+    *row = i < 4 ? t * 4 + (i & 0x3) : t * 4 + (i & 0x3) + 16;
+  else if (kind == DLCC_EMU_MMA_TF32)
+    *row = i == 0 ? t : t + 4;
+  else
+    *row = i < 2 ? t * 2 + (i & 0x1) : t * 2 + (i & 0x1) + 8;
+  *col = g;
+}
+
+static inline void __dlcc_frag_c(unsigned int lane, int i, int *row, int *col) {
+  int g = (int)(lane >> 2), t = (int)(lane % 4);
+  *row = i < 2 ? g : g + 8;
+  *col = t * 2 + (i & 0x1);
+}
+
+/* Element i of registers holding elements of `bits` bits, low to high. */
+static inline uint32_t __dlcc_elem(const uint32_t *regs, int i, int bits) {
+  int per = 32 / bits;
+  uint32_t r = regs[i / per] >> (bits * (i % per));
+  return bits == 32 ? r : r & ((1u << bits) - 1u);
+}
+
+/* One multiplicand element as f32, exactly: f16, bf16, or tf32, of whose
+ * .b32 the instruction uses the top 19 bits (sign, exponent, 10 fraction
+ * bits), as cvt.rna.tf32.f32 leaves them. */
+static inline float __dlcc_mma_value(int kind, uint32_t bits) {
+  if (kind == DLCC_EMU_MMA_F16) return dlcc_emu_f16_to_f32((uint16_t)bits);
+  if (kind == DLCC_EMU_MMA_BF16) return dlcc_emu_bf16_to_f32((uint16_t)bits);
+  uint32_t u = bits & 0xffffe000u;
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+
+/* What one lane brings to an mma: its A and B registers and C as bits. */
+typedef struct DlccEmuMmaIn {
+  uint32_t a[4], b[2], c[4];
+} DlccEmuMmaIn;
+
+/* D = A*B + C over the warp's fragments.  The ISA leaves the order and
+ * rounding of the sum open ("accumulation ... with at least single
+ * precision"); this takes k in ascending order from C, each exact
+ * product (of two 11-bit or 8-bit significands, or an s8 pair) added with
+ * one f32 rounding (fmaf), or in wrapping s32 (no .satfinite). */
+template <int KIND> static int __dlcc_mma_run(const void *const in[32], void *const out[32], char *why, unsigned int len) {
+  (void)why, (void)len;
+  enum { K = KIND == DLCC_EMU_MMA_S8 ? 32 : KIND == DLCC_EMU_MMA_TF32 ? 8 : 16 };
+  const int bits = KIND == DLCC_EMU_MMA_S8 ? 8 : KIND == DLCC_EMU_MMA_TF32 ? 32 : 16;
+  const int n_a = 16 * K / 32, n_b = K * 8 / 32;
+  float fa[16][K], fb[K][8], fd[16][8];
+  int32_t ia[16][K], ib[K][8];
+  uint32_t c[16][8], d[16][8];
+  int row, col;
+  for (unsigned int lane = 0; lane < 32; lane++) {
+    const DlccEmuMmaIn *p = (const DlccEmuMmaIn *)in[lane];
+    for (int i = 0; i < n_a; i++) {
+      __dlcc_frag_a(KIND, lane, i, &row, &col);
+      uint32_t e = __dlcc_elem(p->a, i, bits);
+      if (KIND == DLCC_EMU_MMA_S8) ia[row][col] = (int8_t)e;
+      else fa[row][col] = __dlcc_mma_value(KIND, e);
+    }
+    for (int i = 0; i < n_b; i++) {
+      __dlcc_frag_b(KIND, lane, i, &row, &col);
+      uint32_t e = __dlcc_elem(p->b, i, bits);
+      if (KIND == DLCC_EMU_MMA_S8) ib[row][col] = (int8_t)e;
+      else fb[row][col] = __dlcc_mma_value(KIND, e);
+    }
+    for (int i = 0; i < 4; i++) {
+      __dlcc_frag_c(lane, i, &row, &col);
+      c[row][col] = p->c[i];
+    }
+  }
+  for (int m = 0; m < 16; m++)
+    for (int n = 0; n < 8; n++) {
+      if (KIND == DLCC_EMU_MMA_S8) {
+        uint32_t acc = c[m][n];
+        for (int k = 0; k < K; k++) acc += (uint32_t)(ia[m][k] * ib[k][n]);
+        d[m][n] = acc;
+      } else {
+        float acc;
+        memcpy(&acc, &c[m][n], 4);
+        for (int k = 0; k < K; k++) acc = fmaf(fa[m][k], fb[k][n], acc);
+        fd[m][n] = acc;
+        memcpy(&d[m][n], &fd[m][n], 4);
+      }
+    }
+  for (unsigned int lane = 0; lane < 32; lane++)
+    for (int i = 0; i < 4; i++) {
+      __dlcc_frag_c(lane, i, &row, &col);
+      ((uint32_t *)out[lane])[i] = d[row][col];
+    }
+  return -1;
+}
+
+/* The operands are copied first: d may be c. */
+static inline void __dlcc_mma(const char *name, unsigned int line,
+                              int (*run)(const void *const *, void *const *, char *, unsigned int), void *d,
+                              const unsigned int a[4], const unsigned int b[2], const void *c) {
+  const DlccEmuCollective op = {name, line, run};
+  DlccEmuMmaIn in;
+  uint32_t out[4];
+  memcpy(in.a, a, sizeof in.a);
+  memcpy(in.b, b, sizeof in.b);
+  memcpy(in.c, c, sizeof in.c);
+  __dlcc_env->warp_collective(__dlcc_env, &op, &in, out);
+  memcpy(d, out, sizeof out);
+}
+
+static inline void dl_mma_f16(float d[4], const unsigned int a[4], const unsigned int b[2], const float c[4],
+                              unsigned int line = __builtin_LINE()) {
+  __dlcc_mma("dl_mma_f16", line, __dlcc_mma_run<DLCC_EMU_MMA_F16>, d, a, b, c);
+}
+static inline void dl_mma_bf16(float d[4], const unsigned int a[4], const unsigned int b[2], const float c[4],
+                               unsigned int line = __builtin_LINE()) {
+  __dlcc_mma("dl_mma_bf16", line, __dlcc_mma_run<DLCC_EMU_MMA_BF16>, d, a, b, c);
+}
+static inline void dl_mma_s8(int d[4], const unsigned int a[4], const unsigned int b[2], const int c[4],
+                             unsigned int line = __builtin_LINE()) {
+  __dlcc_mma("dl_mma_s8", line, __dlcc_mma_run<DLCC_EMU_MMA_S8>, d, a, b, c);
+}
+static inline void dl_mma_tf32(float d[4], const unsigned int a[4], const unsigned int b[2], const float c[4],
+                               unsigned int line = __builtin_LINE()) {
+  __dlcc_mma("dl_mma_tf32", line, __dlcc_mma_run<DLCC_EMU_MMA_TF32>, d, a, b, c);
+}
+
+/* ---- ldmatrix.sync.aligned.m8n8.{x1,x2,x4}{,.trans}.shared.b16 ----
+ * PTX ISA, "Warp-level matrix load instruction: ldmatrix": "Each address
+ * corresponds to the start of a matrix row.  Addresses addr0--addr7
+ * correspond to the rows of the first matrix, addresses addr8--addr15 to
+ * the rows of the second matrix, and so on" (threads 0-7 give addr0-7,
+ * 8-15 addr8-15, ...).  "When reading 8x8 matrices, a group of four
+ * consecutive threads loads 16 bytes.  The matrix addresses must be
+ * naturally aligned accordingly."  "Each thread in a warp loads fragments
+ * of a row, with thread 0 receiving the first fragment in its register r,
+ * and so on.  A group of four threads loads an entire row of the matrix"
+ * (its figure: lane L holds row L >> 2, columns 2 (L % 4) and 2 (L % 4) + 1,
+ * low to high); "when .num = .x2, the elements of the second matrix are
+ * loaded in the next destination register".  ".trans indicates that the
+ * matrix is loaded in column-major format": lane L holds column L >> 2,
+ * rows 2 (L % 4) and 2 (L % 4) + 1. */
+template <int NUM, bool TRANS>
+static int __dlcc_ldmatrix_run(const void *const in[32], void *const out[32], char *why, unsigned int len) {
+  uint16_t m[NUM][8][8];
+  for (unsigned int lane = 0; lane < 8 * NUM; lane++) {
+    const void *p = *(const void *const *)in[lane];
+    if ((uintptr_t)p % 16) {
+      snprintf(why, len, "row address %p is not 16-byte aligned (a misaligned address on the GPU)", p);
+      return (int)lane;
+    }
+    if (!__dlcc_in_smem(p, 16)) {
+      snprintf(why, len, "row address %p is not shared memory", p);
+      return (int)lane;
+    }
+    memcpy(m[lane / 8][lane % 8], p, 16);
+  }
+  for (unsigned int lane = 0; lane < 32; lane++) {
+    unsigned int a = lane >> 2, b = 2 * (lane % 4);
+    for (int j = 0; j < NUM; j++) {
+      uint32_t lo = TRANS ? m[j][b][a] : m[j][a][b], hi = TRANS ? m[j][b + 1][a] : m[j][a][b + 1];
+      ((uint32_t *)out[lane])[j] = lo | hi << 16;
+    }
+  }
+  return -1;
+}
+
+template <int NUM, bool TRANS>
+static inline void __dlcc_ldmatrix(const char *name, unsigned int line, unsigned int *r, const void *smem_row) {
+  const DlccEmuCollective op = {name, line, __dlcc_ldmatrix_run<NUM, TRANS>};
+  uint32_t out[NUM];
+  __dlcc_env->warp_collective(__dlcc_env, &op, &smem_row, out);
+  memcpy(r, out, sizeof out);
+}
+
+static inline void dl_ldmatrix_x1(unsigned int r[1], const void *smem_row, unsigned int line = __builtin_LINE()) {
+  __dlcc_ldmatrix<1, false>("dl_ldmatrix_x1", line, r, smem_row);
+}
+static inline void dl_ldmatrix_x2(unsigned int r[2], const void *smem_row, unsigned int line = __builtin_LINE()) {
+  __dlcc_ldmatrix<2, false>("dl_ldmatrix_x2", line, r, smem_row);
+}
+static inline void dl_ldmatrix_x4(unsigned int r[4], const void *smem_row, unsigned int line = __builtin_LINE()) {
+  __dlcc_ldmatrix<4, false>("dl_ldmatrix_x4", line, r, smem_row);
+}
+static inline void dl_ldmatrix_x1_trans(unsigned int r[1], const void *smem_row,
+                                        unsigned int line = __builtin_LINE()) {
+  __dlcc_ldmatrix<1, true>("dl_ldmatrix_x1_trans", line, r, smem_row);
+}
+static inline void dl_ldmatrix_x2_trans(unsigned int r[2], const void *smem_row,
+                                        unsigned int line = __builtin_LINE()) {
+  __dlcc_ldmatrix<2, true>("dl_ldmatrix_x2_trans", line, r, smem_row);
+}
+static inline void dl_ldmatrix_x4_trans(unsigned int r[4], const void *smem_row,
+                                        unsigned int line = __builtin_LINE()) {
+  __dlcc_ldmatrix<4, true>("dl_ldmatrix_x4_trans", line, r, smem_row);
+}
+
+/* ---- cp.async ----
+ * PTX ISA, "Data Movement and Conversion Instructions: cp.async": copies
+ * cp-size bytes (4, 8, 16) from global [src] to shared [dst]; "src-size
+ * represents the size of the data in bytes to be copied from src to dst
+ * ... remaining bytes in destination dst are filled with zeros";
+ * alignment as "Addresses as Operands" (naturally aligned).  The writes
+ * "are visible to the thread that initiated the asynchronous copy
+ * operation only after the cp.async-group completes": the runtime queues
+ * the copy and performs it at the dl_cp_async_wait that retires its
+ * group (cp.async.commit_group, cp.async.wait_group), not before, and
+ * never at __syncthreads. */
+static inline void __dlcc_cp_async(const char *name, unsigned int line, unsigned int size, void *smem,
+                                   const void *gmem, unsigned int src_bytes) {
+  if (src_bytes > size) __dlcc_tc_trap(line, name, "src_bytes %u is more than the %u bytes it copies", src_bytes, size);
+  if ((uintptr_t)smem % size || (uintptr_t)gmem % size)
+    __dlcc_tc_trap(line, name, "shared %p or global %p is not %u-byte aligned (a misaligned address on the GPU)", smem,
+                   gmem, size);
+  if (!__dlcc_in_smem(smem, size)) __dlcc_tc_trap(line, name, "destination %p is not shared memory", smem);
+  if (src_bytes && __dlcc_in_smem(gmem, 1))
+    __dlcc_tc_trap(line, name, "source %p is shared memory, not global", gmem);
+  __dlcc_env->cp_async(__dlcc_env, smem, gmem, size, src_bytes);
+}
+
+static inline void dl_cp_async16(void *smem, const void *gmem, unsigned int src_bytes,
+                                 unsigned int line = __builtin_LINE()) {
+  __dlcc_cp_async("dl_cp_async16", line, 16, smem, gmem, src_bytes);
+}
+static inline void dl_cp_async8(void *smem, const void *gmem, unsigned int src_bytes,
+                                unsigned int line = __builtin_LINE()) {
+  __dlcc_cp_async("dl_cp_async8", line, 8, smem, gmem, src_bytes);
+}
+static inline void dl_cp_async4(void *smem, const void *gmem, unsigned int src_bytes,
+                                unsigned int line = __builtin_LINE()) {
+  __dlcc_cp_async("dl_cp_async4", line, 4, smem, gmem, src_bytes);
+}
+/* "cp.async.commit_group": it "creates a new cp.async-group per thread and
+ * batches all prior cp.async instructions initiated by the executing
+ * thread but not committed to any cp.async-group into the new
+ * cp.async-group.  If there are no uncommitted cp.async instructions then
+ * cp.async.commit_group results in an empty cp.async-group."
+ * "cp.async.wait_group / cp.async.wait_all": it "will cause executing
+ * thread to wait till only N or fewer of the most recent cp.async-groups
+ * are pending and all the prior cp.async-groups committed by the executing
+ * threads are complete"; "an empty cp.async-group is considered to be
+ * trivially complete". */
+static inline void dl_cp_async_commit(void) { __dlcc_env->cp_async_commit(__dlcc_env); }
+template <int N> static inline void dl_cp_async_wait(void) {
+  static_assert(N >= 0, "cp.async.wait_group takes a count of groups, 0 or more");
+  __dlcc_env->cp_async_wait(__dlcc_env, (unsigned int)N);
+}
 
 #endif /* __cplusplus */
 #endif

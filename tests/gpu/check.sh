@@ -11,8 +11,10 @@
 #   1. the machine: GPU, driver, toolkit, compilers;
 #   2. the build: configure --with-cuda, make -j16, tests/gpu/rt_check;
 #   3. rt_check on cuda: cuBLAS in f32/f16/bf16 and int8 (i32 sums, exact) against the CPU GEMM,
-#      kernel argument sizes, >48 KiB dynamic shared memory, and (its own
-#      process) a faulting kernel and the recovery after it;
+#      kernel argument sizes, >48 KiB dynamic shared memory, the
+#      tensor-core instructions (mma, ldmatrix, cp.async) byte for byte
+#      against the emu, and (its own process) a faulting kernel and the
+#      recovery after it;
 #   4. every example on --backend=cuda against --backend=ref (same seed,
 #      the image models at -D HW=64, then resnet18 at full size), with the
 #      warm latency of 20 more runs (dlcc run --bench=20);
@@ -117,7 +119,7 @@ fi
 echo "built in $(($(date +%s) - started)) s"
 grep -q "define HAVE_CUDA 1" config.h || fail "configure found no CUDA toolkit: the cuda backend is missing"
 
-echo "== rt_check: cuBLAS, kernel arguments, dynamic shared memory, a fault"
+echo "== rt_check: cuBLAS, kernel arguments, dynamic shared memory, tensor cores, a fault"
 if run 300 rt_check ./tests/gpu/rt_check cuda all; then
   note "rt_check cuda: $(grep -c '^ok' "$work/rt_check.out") checks ok"
 else

@@ -8,11 +8,15 @@
  *          i32, CUBLAS_COMPUTE_32I) must match exactly.
  *   args   kernel arguments of 4 and 8 bytes mixed, and more than 48 KiB
  *          of dynamic shared memory (the opt-in).
+ *   tc     the tensor-core instructions (tests/mma_kernels.h: mma in f16,
+ *          bf16, s8, tf32, cvt.rna.tf32, ldmatrix, cp.async) on inputs
+ *          whose sums are exact: every output byte must equal the emu's,
+ *          whose fragment tables come from the PTX ISA.
  *   fault  (cuda only) a kernel that faults: the model must report a
  *          broken context, and a model opened after closing it must run.
  * Usage: rt_check [BACKEND [MODE]]: BACKEND auto (default), cuda or emu;
- * MODE all (default: gemm and args), gemm, args or fault.  On emu (make
- * check) it checks the harness itself. */
+ * MODE all (default: gemm, args and tc), gemm, args, tc or fault.  On emu
+ * (make check) it checks the harness itself. */
 #include <math.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -21,9 +25,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "codegen/kernel.h"
 #include "dlcrt.h"
 #include "runtime/emu/dlcc_emu.h"
 #include "runtime/runtime.h"
+#include "tests/mma_kernels.h"
 
 static int failures;
 
@@ -109,6 +115,24 @@ enum { SHARED_FLOATS = 20000, THREADS = 256 }; /* 80000 bytes: above 48 KiB */
 
 static const RtKernel kernels[] = {{.name = "args_mix"}, {.name = "big_shared", .uses_barriers = 1}, {.name = "fault"}};
 
+/* What each kernel touches, as codegen would record it: args_mix's
+ * scalars are only stored, so any value is safe; fault's wild write is
+ * not its pointer's, which no plan check can see. */
+static const RtParam mix_params[] = {{.kind = RT_ARG_PTR, .access = RT_ACCESS_WRITE, .nbytes = 24},
+                                     {.kind = RT_ARG_I32, .lo = INT32_MIN, .hi = INT32_MAX},
+                                     {.kind = RT_ARG_I64, .lo = INT64_MIN, .hi = INT64_MAX},
+                                     {.kind = RT_ARG_F32},
+                                     {.kind = RT_ARG_I32, .lo = INT32_MIN, .hi = INT32_MAX},
+                                     {.kind = RT_ARG_I64, .lo = INT64_MIN, .hi = INT64_MAX}};
+static const RtParam shared_params[] = {{.kind = RT_ARG_PTR, .access = RT_ACCESS_WRITE, .nbytes = THREADS * 4},
+                                        {.kind = RT_ARG_I32, .lo = SHARED_FLOATS, .hi = SHARED_FLOATS}};
+static const RtParam fault_params[] = {{.kind = RT_ARG_PTR, .access = RT_ACCESS_READ, .nbytes = 4}};
+static const RtContract contracts[] = {
+    {.kernel = 0, .grid = {1, 1, 1}, .block = {32, 1, 1}, .n_params = 6, .params = mix_params},
+    {.kernel = 1, .grid = {1, 1, 1}, .block = {THREADS, 1, 1}, .dynamic_shared_bytes = SHARED_FLOATS * 4,
+     .n_params = 2, .params = shared_params},
+    {.kernel = 2, .grid = {1, 1, 1}, .block = {32, 1, 1}, .n_params = 1, .params = fault_params}};
+
 /* ---- gemm ---- */
 
 typedef struct Case {
@@ -161,7 +185,8 @@ static void gemm_case(const char *backend, const Case *c) {
       {.kind = RT_STEP_GEMM, .label = "gemm", .gemm = g}};
   /* The kernels ride along unused: emu wants source to load. */
   RtPlan plan = {.magic = RT_PLAN_MAGIC, .version = RT_PLAN_VERSION, .model_name = "rt_check", .source = kernel_src,
-                 .n_kernels = 3, .kernels = kernels, .n_steps = 2, .steps = steps, .n_inputs = 3, .inputs = in,
+                 .n_kernels = 3, .kernels = kernels, .n_contracts = 3, .contracts = contracts,
+                 .n_steps = 2, .steps = steps, .n_inputs = 3, .inputs = in,
                  .n_outputs = 1, .outputs = out};
   DlrtModel *m = open_plan(&plan, backend, what);
   if (!m) goto done;
@@ -220,7 +245,8 @@ static void gemm_i8_case(const char *backend, uint32_t ta, uint32_t tb, int64_t 
   g.c = (RtRef){RT_SPACE_OUTPUT, 0, 0};
   RtStep steps[1] = {{.kind = RT_STEP_GEMM, .label = "gemm i8", .gemm = g}};
   RtPlan plan = {.magic = RT_PLAN_MAGIC, .version = RT_PLAN_VERSION, .model_name = "rt_check", .source = kernel_src,
-                 .n_kernels = 3, .kernels = kernels, .n_steps = 1, .steps = steps, .n_inputs = 2, .inputs = in,
+                 .n_kernels = 3, .kernels = kernels, .n_contracts = 3, .contracts = contracts,
+                 .n_steps = 1, .steps = steps, .n_inputs = 2, .inputs = in,
                  .n_outputs = 1, .outputs = out};
   DlrtModel *mod = open_plan(&plan, backend, what);
   if (!mod) goto done;
@@ -285,12 +311,13 @@ static void kernel_checks(const char *backend) {
       {.kind = RT_STEP_LAUNCH, .label = "args_mix",
        .launch = {.kernel = 0, .grid = {1, 1, 1}, .block = {32, 1, 1}, .n_args = 6, .args = mix}},
       {.kind = RT_STEP_LAUNCH, .label = "big_shared",
-       .launch = {.kernel = 1, .grid = {1, 1, 1}, .block = {THREADS, 1, 1},
+       .launch = {.kernel = 1, .contract = 1, .grid = {1, 1, 1}, .block = {THREADS, 1, 1},
                   .dynamic_shared_bytes = SHARED_FLOATS * 4, .n_args = 2, .args = sh}}};
   RtTensorDesc out[2] = {flat("mix", RT_DT_F32, 6, RT_SPACE_OUTPUT, 0),
                          flat("shared", RT_DT_F32, THREADS, RT_SPACE_OUTPUT, 1)};
   RtPlan plan = {.magic = RT_PLAN_MAGIC, .version = RT_PLAN_VERSION, .model_name = "rt_check", .source = kernel_src,
-                 .n_kernels = 3, .kernels = kernels, .n_steps = 2, .steps = steps, .n_outputs = 2, .outputs = out};
+                 .n_kernels = 3, .kernels = kernels, .n_contracts = 3, .contracts = contracts,
+                 .n_steps = 2, .steps = steps, .n_outputs = 2, .outputs = out};
   DlrtModel *m = open_plan(&plan, backend, "kernels");
   if (!m) return;
   float got[6], sums[THREADS];
@@ -317,6 +344,181 @@ static void kernel_checks(const char *backend) {
   if (bad >= 0) printf("     thread %d\n", bad);
 }
 
+/* ---- tensor cores: the GPU against the emu ---- */
+
+/* tests/mma_kernels.h's kernels on inputs whose every sum is exact (small
+ * multiples of 1/8), so that any accumulation order gives the same bits:
+ * the backend's outputs must equal the emu's byte for byte.  That is the
+ * emu's fragment tables (written from the PTX ISA) against the hardware. */
+enum { TC_PIPE_K = 48, TC_PIPE_KVALID = 44, TC_LONG = 56, TC_SHORT = 24, TC_X = 4096 };
+
+typedef struct TcData {
+  uint16_t a16[16 * 32], b16[32 * 8], abf[16 * 32], bbf[32 * 8];
+  int8_t a8[16 * 64], b8[64 * 8];
+  int32_t c8[128];
+  float c32[128], af[16 * 16], bf[16 * 8], x[TC_X], c16[256];
+  uint16_t amk[16 * TC_LONG], akm[TC_PIPE_K * TC_SHORT], bkn[TC_PIPE_K * TC_SHORT], bnk[16 * TC_LONG], m64[64];
+  uint32_t groups[96];
+  uint8_t bytes[896];
+} TcData;
+
+static double eighths(void) { return floor(uniform() * 16.5) / 8.0; } /* -2.125 .. 2 in steps of 1/8 */
+static uint64_t bits64(void) {
+  uniform();
+  return rng;
+}
+
+static void tc_fill(TcData *d) {
+  for (int i = 0; i < 16 * 32; i++) d->a16[i] = dlcc_emu_f64_to_f16(eighths()), d->abf[i] = dlcc_emu_f64_to_bf16(eighths());
+  for (int i = 0; i < 32 * 8; i++) d->b16[i] = dlcc_emu_f64_to_f16(eighths()), d->bbf[i] = dlcc_emu_f64_to_bf16(eighths());
+  for (int i = 0; i < 16 * 64; i++) d->a8[i] = (int8_t)bits64();
+  for (int i = 0; i < 64 * 8; i++) d->b8[i] = (int8_t)bits64();
+  for (int i = 0; i < 128; i++) d->c8[i] = (int32_t)(bits64() >> 20), d->c32[i] = (float)eighths();
+  for (int i = 0; i < 16 * 16; i++) d->af[i] = (float)eighths();
+  for (int i = 0; i < 16 * 8; i++) d->bf[i] = (float)eighths();
+  for (int i = 0; i < 256; i++) d->c16[i] = (float)eighths();
+  /* cvt.rna.tf32.f32 on every kind of float but NaN (whose bits PTX leaves open) */
+  for (int i = 0; i < TC_X; i++) {
+    uint32_t u = (uint32_t)(bits64() >> 32);
+    if ((u & 0x7f800000u) == 0x7f800000u && (u & 0x7fffffu)) u = 0x3f801000u; /* a tie */
+    memcpy(&d->x[i], &u, 4);
+  }
+  /* The pipeline's A and B in both orientations, NaN past k = 44. */
+  for (int i = 0; i < 16 * TC_LONG; i++) d->amk[i] = d->bnk[i] = 0x7e00;
+  for (int i = 0; i < TC_PIPE_K * TC_SHORT; i++) d->akm[i] = d->bkn[i] = 0x7e00;
+  for (int m = 0; m < 16; m++)
+    for (int k = 0; k < TC_PIPE_KVALID; k++) {
+      d->amk[m * TC_LONG + k] = d->akm[k * TC_SHORT + m] = dlcc_emu_f64_to_f16(eighths());
+      d->bnk[m * TC_LONG + k] = d->bkn[k * TC_SHORT + m] = dlcc_emu_f64_to_f16(eighths());
+    }
+  for (int i = 0; i < 64; i++) d->m64[i] = (uint16_t)(bits64() >> 24);
+  for (int i = 0; i < 96; i++) d->groups[i] = (uint32_t)(bits64() >> 7);
+  for (int i = 0; i < 896; i++) d->bytes[i] = (uint8_t)(bits64() >> 40 | 1);
+}
+
+#define TC_IN(i) {.kind = RT_ARG_PTR, .ref = {RT_SPACE_INPUT, i, 0}}
+#define TC_OUT(i) {.kind = RT_ARG_PTR, .ref = {RT_SPACE_OUTPUT, i, 0}}
+#define TC_I32(v) {.kind = RT_ARG_I32, .i = v}
+#define TC_STEP(what, k, threads, blocks, list) \
+  {.kind = RT_STEP_LAUNCH, .label = what, \
+   .launch = {.kernel = k, .grid = {blocks, 1, 1}, .block = {threads, 1, 1}, \
+              .n_args = sizeof list / sizeof *list, .args = list}}
+
+enum { TC_OUTPUTS = 12 };
+
+/* Runs every case on backend; the outputs, concatenated, in out. */
+static bool tc_run(const char *backend, const TcData *d, const char *source, uint8_t *out, const RtTensorDesc *outs) {
+  const RtTensorDesc in[] = {
+      flat("a16", RT_DT_F16, 16 * 32, RT_SPACE_INPUT, 0),   flat("b16", RT_DT_F16, 32 * 8, RT_SPACE_INPUT, 1),
+      flat("abf", RT_DT_BF16, 16 * 32, RT_SPACE_INPUT, 2),  flat("bbf", RT_DT_BF16, 32 * 8, RT_SPACE_INPUT, 3),
+      flat("c32", RT_DT_F32, 128, RT_SPACE_INPUT, 4),       flat("a8", RT_DT_I8, 16 * 64, RT_SPACE_INPUT, 5),
+      flat("b8", RT_DT_I8, 64 * 8, RT_SPACE_INPUT, 6),      flat("c8", RT_DT_I32, 128, RT_SPACE_INPUT, 7),
+      flat("af", RT_DT_F32, 16 * 16, RT_SPACE_INPUT, 8),    flat("bf", RT_DT_F32, 16 * 8, RT_SPACE_INPUT, 9),
+      flat("x", RT_DT_F32, TC_X, RT_SPACE_INPUT, 10),       flat("c16", RT_DT_F32, 256, RT_SPACE_INPUT, 11),
+      flat("amk", RT_DT_F16, 16 * TC_LONG, RT_SPACE_INPUT, 12),
+      flat("akm", RT_DT_F16, TC_PIPE_K * TC_SHORT, RT_SPACE_INPUT, 13),
+      flat("bkn", RT_DT_F16, TC_PIPE_K * TC_SHORT, RT_SPACE_INPUT, 14),
+      flat("bnk", RT_DT_F16, 16 * TC_LONG, RT_SPACE_INPUT, 15), flat("m64", RT_DT_F16, 64, RT_SPACE_INPUT, 16),
+      flat("groups", RT_DT_I32, 96, RT_SPACE_INPUT, 17),    flat("bytes", RT_DT_U8, 896, RT_SPACE_INPUT, 18)};
+  const void *host[] = {d->a16, d->b16, d->abf, d->bbf, d->c32, d->a8,  d->b8,  d->c8,     d->af,    d->bf,
+                        d->x,   d->c16, d->amk, d->akm, d->bkn, d->bnk, d->m64, d->groups, d->bytes};
+  RtArg f16[] = {TC_I32(0), TC_IN(0), TC_IN(1), TC_IN(4), TC_OUT(0), TC_I32(32), TC_I32(0)};
+  RtArg bf16[] = {TC_I32(1), TC_IN(2), TC_IN(3), TC_IN(4), TC_OUT(1), TC_I32(32), TC_I32(0)};
+  RtArg s8[] = {TC_IN(5), TC_IN(6), TC_IN(7), TC_OUT(2), TC_I32(64)};
+  RtArg tf32[] = {TC_IN(8), TC_IN(9), TC_IN(4), TC_OUT(3), TC_I32(16)};
+  RtArg cvt[] = {TC_IN(10), TC_OUT(4), TC_I32(TC_X)};
+  RtArg pipe[4][10];
+  for (int v = 0; v < 4; v++) {
+    int a_km = v >> 1, b_kn = v & 1;
+    RtArg p[10] = {TC_IN(a_km ? 13 : 12), TC_IN(b_kn ? 14 : 15), TC_IN(11), TC_OUT(5 + v), TC_I32(TC_PIPE_K),
+                   TC_I32(TC_PIPE_KVALID), TC_I32(a_km ? TC_SHORT : TC_LONG), TC_I32(b_kn ? TC_SHORT : TC_LONG),
+                   TC_I32(a_km), TC_I32(b_kn)};
+    memcpy(pipe[v], p, sizeof p);
+  }
+  RtArg x1[] = {TC_IN(16), TC_OUT(9)};
+  RtArg grp[] = {TC_IN(17), TC_OUT(10)};
+  RtArg sz[] = {TC_IN(18), TC_OUT(11)};
+  RtStep steps[] = {TC_STEP("mma16816 f16", MK_16816, 32, 1, f16),   TC_STEP("mma16816 bf16", MK_16816, 32, 1, bf16),
+                    TC_STEP("mma16832", MK_16832, 32, 1, s8),        TC_STEP("mma1688", MK_1688, 32, 1, tf32),
+                    TC_STEP("tf32_bits", MK_TF32, 128, TC_X / 128, cvt), TC_STEP("pipe", MK_PIPE, 64, 1, pipe[0]),
+                    TC_STEP("pipe", MK_PIPE, 64, 1, pipe[1]),        TC_STEP("pipe", MK_PIPE, 64, 1, pipe[2]),
+                    TC_STEP("pipe", MK_PIPE, 64, 1, pipe[3]),        TC_STEP("ldsm_x1", MK_LDSM_X1, 32, 1, x1),
+                    TC_STEP("cp_groups", MK_CP_GROUPS, 32, 1, grp),  TC_STEP("cp_sizes", MK_CP_SIZES, 32, 1, sz)};
+  /* One contract per step, read off its arguments: each pointer may touch
+   * its whole tensor (inputs read, outputs written), each size is itself. */
+  enum { TC_STEPS = sizeof steps / sizeof *steps, TC_MAX_ARGS = 10 };
+  RtContract tc_contracts[TC_STEPS];
+  RtParam params[TC_STEPS][TC_MAX_ARGS];
+  for (uint32_t s = 0; s < TC_STEPS; s++) {
+    RtLaunch *l = &steps[s].launch;
+    for (uint32_t a = 0; a < l->n_args; a++) {
+      const RtArg *arg = &l->args[a];
+      RtParam *q = &params[s][a];
+      *q = (RtParam){.kind = arg->kind, .lo = arg->i, .hi = arg->i};
+      if (arg->kind == RT_ARG_PTR) {
+        bool written = arg->ref.space == RT_SPACE_OUTPUT;
+        q->access = written ? RT_ACCESS_WRITE : RT_ACCESS_READ;
+        q->nbytes = (written ? outs : in)[arg->ref.index].nbytes;
+      }
+    }
+    tc_contracts[s] = (RtContract){.kernel = l->kernel, .n_params = l->n_args, .params = params[s]};
+    memcpy(tc_contracts[s].grid, l->grid, sizeof l->grid);
+    memcpy(tc_contracts[s].block, l->block, sizeof l->block);
+    l->contract = s;
+  }
+  RtPlan plan = {.magic = RT_PLAN_MAGIC, .version = RT_PLAN_VERSION, .model_name = "rt_check_tc", .source = source,
+                 .n_kernels = MK_COUNT, .kernels = mma_kernels, .n_contracts = TC_STEPS, .contracts = tc_contracts,
+                 .n_steps = TC_STEPS, .steps = steps, .n_inputs = sizeof in / sizeof *in, .inputs = in,
+                 .n_outputs = TC_OUTPUTS, .outputs = outs};
+  char what[64];
+  snprintf(what, sizeof what, "tensor cores on %s", backend);
+  DlrtModel *m = open_plan(&plan, backend, what);
+  if (!m) return false;
+  bool ok = true;
+  for (uint32_t i = 0; i < plan.n_inputs && ok; i++) ok = dlrt_set_input(m, (int)i, host[i], in[i].nbytes) == DLRT_OK;
+  ok = ok && dlrt_run(m) == DLRT_OK;
+  for (int o = 0; o < TC_OUTPUTS && ok; o++) {
+    ok = dlrt_get_output(m, o, out, outs[o].nbytes) == DLRT_OK;
+    out += outs[o].nbytes;
+  }
+  if (!ok) report(false, "%s: %s", what, dlrt_error(m));
+  dlrt_close(m);
+  return ok;
+}
+
+static void tc_checks(const char *backend) {
+  static TcData d;
+  tc_fill(&d);
+  const char *prelude = cg_tc_prelude();
+  size_t len = strlen(prelude) + strlen(MMA_KERNELS) + 2;
+  char *source = malloc(len);
+  snprintf(source, len, "%s\n%s", prelude, MMA_KERNELS);
+  const RtTensorDesc outs[TC_OUTPUTS] = {
+      flat("mma f16", RT_DT_F32, 128, RT_SPACE_OUTPUT, 0),       flat("mma bf16", RT_DT_F32, 128, RT_SPACE_OUTPUT, 1),
+      flat("mma s8", RT_DT_I32, 128, RT_SPACE_OUTPUT, 2),        flat("mma tf32", RT_DT_F32, 128, RT_SPACE_OUTPUT, 3),
+      flat("cvt.rna.tf32", RT_DT_I32, TC_X, RT_SPACE_OUTPUT, 4),
+      flat("cp.async + ldmatrix.x4 + .x2 (A m-major, B n-major)", RT_DT_F32, 256, RT_SPACE_OUTPUT, 5),
+      flat("cp.async + ldmatrix.x4 + .x2.trans (A m-major, B k-major)", RT_DT_F32, 256, RT_SPACE_OUTPUT, 6),
+      flat("cp.async + ldmatrix.x4.trans + .x2 (A k-major, B n-major)", RT_DT_F32, 256, RT_SPACE_OUTPUT, 7),
+      flat("cp.async + ldmatrix.x4.trans + .x2.trans (A k-major, B k-major)", RT_DT_F32, 256, RT_SPACE_OUTPUT, 8),
+      flat("ldmatrix.x1, .x1.trans", RT_DT_I32, 64, RT_SPACE_OUTPUT, 9),
+      flat("cp.async groups", RT_DT_I32, 224, RT_SPACE_OUTPUT, 10), flat("cp.async sizes", RT_DT_U8, 896, RT_SPACE_OUTPUT, 11)};
+  size_t total = 0;
+  for (int o = 0; o < TC_OUTPUTS; o++) total += outs[o].nbytes;
+  uint8_t *got = malloc(total), *want = malloc(total);
+  if (source && got && want && tc_run(backend, &d, source, got, outs) && tc_run("emu", &d, source, want, outs)) {
+    size_t at = 0;
+    for (int o = 0; o < TC_OUTPUTS; o++) {
+      size_t n = outs[o].nbytes, i = 0;
+      while (i < n && got[at + i] == want[at + i]) i++;
+      report(i == n, "tensor cores, %s: %s %s the emu", outs[o].name, backend, i == n ? "equals" : "differs from");
+      if (i < n) printf("     first difference at byte %zu of %zu\n", i, n);
+      at += n;
+    }
+  }
+  free(source), free(got), free(want);
+}
+
 /* A fault breaks the context; closing the model resets it, so the next
  * model runs.  A GEMM step first, so that cuBLAS (cudart) holds the
  * primary context too. */
@@ -326,10 +528,13 @@ static void fault_check(const char *backend) {
               .a = {RT_SPACE_OUTPUT, 0, 0}, .b = {RT_SPACE_OUTPUT, 0, 0}, .c = {RT_SPACE_OUTPUT, 1, 0}};
   RtStep steps[2] = {{.kind = RT_STEP_GEMM, .label = "gemm", .gemm = g},
                      {.kind = RT_STEP_LAUNCH, .label = "fault",
-                      .launch = {.kernel = 2, .grid = {1, 1, 1}, .block = {32, 1, 1}, .n_args = 1, .args = fa}}};
-  RtTensorDesc out[2] = {flat("x", RT_DT_F32, 4, RT_SPACE_OUTPUT, 0), flat("y", RT_DT_F32, 4, RT_SPACE_OUTPUT, 1)};
+                      .launch = {.kernel = 2, .contract = 2, .grid = {1, 1, 1}, .block = {32, 1, 1}, .n_args = 1,
+                                 .args = fa}}};
+  /* x has room for what args_mix writes below. */
+  RtTensorDesc out[2] = {flat("x", RT_DT_F32, 6, RT_SPACE_OUTPUT, 0), flat("y", RT_DT_F32, 4, RT_SPACE_OUTPUT, 1)};
   RtPlan plan = {.magic = RT_PLAN_MAGIC, .version = RT_PLAN_VERSION, .model_name = "fault", .source = kernel_src,
-                 .n_kernels = 3, .kernels = kernels, .n_steps = 2, .steps = steps, .n_outputs = 2, .outputs = out};
+                 .n_kernels = 3, .kernels = kernels, .n_contracts = 3, .contracts = contracts,
+                 .n_steps = 2, .steps = steps, .n_outputs = 2, .outputs = out};
   DlrtModel *m = open_plan(&plan, backend, "fault");
   if (!m) return;
   DlrtStatus s = dlrt_run(m);
@@ -339,7 +544,7 @@ static void fault_check(const char *backend) {
   s = dlrt_get_output(m, 1, y, sizeof y);
   report(s == DLRT_E_BROKEN, "the broken model refuses further calls: %s", dlrt_status_name(s));
   dlrt_close(m);
-  steps[1].launch.kernel = 0; /* args_mix writes into x: a harmless kernel */
+  steps[1].launch.kernel = steps[1].launch.contract = 0; /* args_mix writes into x: a harmless kernel */
   RtArg mix[6] = {fa[0], {.kind = RT_ARG_I32}, {.kind = RT_ARG_I64}, {.kind = RT_ARG_F32}, {.kind = RT_ARG_I32},
                   {.kind = RT_ARG_I64}};
   steps[1].launch.args = mix;
@@ -355,8 +560,8 @@ int main(int argc, char **argv) {
   const char *backend = argc > 1 ? argv[1] : "auto";
   const char *mode = argc > 2 ? argv[2] : "all";
   bool all = !strcmp(mode, "all");
-  if (!all && strcmp(mode, "gemm") && strcmp(mode, "args") && strcmp(mode, "fault")) {
-    fprintf(stderr, "usage: rt_check [auto|cuda|emu [all|gemm|args|fault]]\n");
+  if (!all && strcmp(mode, "gemm") && strcmp(mode, "args") && strcmp(mode, "tc") && strcmp(mode, "fault")) {
+    fprintf(stderr, "usage: rt_check [auto|cuda|emu [all|gemm|args|tc|fault]]\n");
     return 2;
   }
   /* The backend auto picks, for the size of the GEMM cases. */
@@ -373,6 +578,7 @@ int main(int argc, char **argv) {
   dlrt_close(probe);
   if (all || !strcmp(mode, "gemm")) gemm_checks(backend, cuda);
   if (all || !strcmp(mode, "args")) kernel_checks(backend);
+  if (all || !strcmp(mode, "tc")) tc_checks(backend);
   if (!strcmp(mode, "fault")) {
     if (cuda) fault_check(backend);
     else printf("skip fault: needs the cuda backend\n");

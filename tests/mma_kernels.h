@@ -1,0 +1,264 @@
+/* The tensor-core test kernels, shared by tests/test_mma.c (emu against a
+ * plain GEMM, errors, NVRTC) and tests/gpu/rt_check.c (the GPU against
+ * the emu): CUDA text to follow cg_tc_prelude(), its kernels, and their
+ * RtKernel table. */
+#ifndef DLCC_TESTS_MMA_KERNELS_H
+#define DLCC_TESTS_MMA_KERNELS_H
+
+#include "runtime/plan.h"
+
+/* The kernels, after the prelude.  Matrices are row-major; halves travel
+ * as their bits (unsigned short).  "@name" comments mark lines that
+ * errors must name. */
+/* clang-format off */
+static const char MMA_KERNELS[] =
+    "#define PACK2(lo, hi) ((unsigned)(lo) | (unsigned)(hi) << 16)\n"
+    /* m16n8k16: A 16xK, B Kx8, C and D 16x8, fragments as \"Matrix Fragments
+     * for mma.m16n8k16 with floating point type\" says.  wrong: 1 swaps
+     * rows g and g + 8 of A, 2 the two halves of each A register, 3 reads
+     * B's fragment transposed. */
+    "extern \"C\" __global__ void mma16816(int bf16, const unsigned short *A, const unsigned short *B,\n"
+    "                                      const float *C, float *D, int K, int wrong) {\n"
+    "  int lane = threadIdx.x % 32, g = lane >> 2, t = lane % 4;\n"
+    "  float acc[4];\n"
+    "  for (int i = 0; i < 4; i++) acc[i] = C[(i < 2 ? g : g + 8) * 8 + t * 2 + (i & 1)];\n"
+    "  for (int k0 = 0; k0 < K; k0 += 16) {\n"
+    "    unsigned a[4], b[2];\n"
+    "    for (int r = 0; r < 4; r++) {\n"
+    "      int i = 2 * r;\n"
+    "      int row = (i < 2 || (i >= 4 && i < 6)) ? g : g + 8, col = k0 + (i < 4 ? t * 2 : t * 2 + 8);\n"
+    "      if (wrong == 1) row ^= 8;\n"
+    "      a[r] = wrong == 2 ? PACK2(A[row * K + col + 1], A[row * K + col])\n"
+    "                        : PACK2(A[row * K + col], A[row * K + col + 1]);\n"
+    "    }\n"
+    "    for (int r = 0; r < 2; r++) {\n"
+    "      int k = k0 + (r == 0 ? t * 2 : t * 2 + 8), n = wrong == 3 ? t : g;\n"
+    "      b[r] = PACK2(B[k * 8 + n], B[(k + 1) * 8 + n]);\n"
+    "    }\n"
+    "    if (bf16) dl_mma_bf16(acc, a, b, acc);\n"
+    "    else dl_mma_f16(acc, a, b, acc);\n"
+    "  }\n"
+    "  for (int i = 0; i < 4; i++) D[(i < 2 ? g : g + 8) * 8 + t * 2 + (i & 1)] = acc[i];\n"
+    "}\n"
+    /* m16n8k32 s8: \"Matrix Fragments for mma.m16n8k32\". */
+    "extern \"C\" __global__ void mma16832(const signed char *A, const signed char *B, const int *C, int *D, int K) {\n"
+    "  int lane = threadIdx.x % 32, g = lane >> 2, t = lane % 4;\n"
+    "  int acc[4];\n"
+    "  for (int i = 0; i < 4; i++) acc[i] = C[(i < 2 ? g : g + 8) * 8 + t * 2 + (i & 1)];\n"
+    "  for (int k0 = 0; k0 < K; k0 += 32) {\n"
+    "    unsigned a[4], b[2];\n"
+    "    for (int r = 0; r < 4; r++) {\n"
+    "      int i = 4 * r;\n"
+    "      int row = (i < 4 || (i >= 8 && i < 12)) ? g : g + 8, col = k0 + (i < 8 ? t * 4 : t * 4 + 16);\n"
+    "      a[r] = 0;\n"
+    "      for (int j = 0; j < 4; j++) a[r] |= (unsigned)(unsigned char)A[row * K + col + j] << (8 * j);\n"
+    "    }\n"
+    "    for (int r = 0; r < 2; r++) {\n"
+    "      int k = k0 + (r == 0 ? t * 4 : t * 4 + 16);\n"
+    "      b[r] = 0;\n"
+    "      for (int j = 0; j < 4; j++) b[r] |= (unsigned)(unsigned char)B[(k + j) * 8 + g] << (8 * j);\n"
+    "    }\n"
+    "    dl_mma_s8(acc, a, b, acc);\n"
+    "  }\n"
+    "  for (int i = 0; i < 4; i++) D[(i < 2 ? g : g + 8) * 8 + t * 2 + (i & 1)] = acc[i];\n"
+    "}\n"
+    /* m16n8k8 tf32: \"Matrix Fragments for mma.m16n8k8\", A and B rounded by dl_tf32. */
+    "extern \"C\" __global__ void mma1688(const float *A, const float *B, const float *C, float *D, int K) {\n"
+    "  int lane = threadIdx.x % 32, g = lane >> 2, t = lane % 4;\n"
+    "  float acc[4];\n"
+    "  for (int i = 0; i < 4; i++) acc[i] = C[(i < 2 ? g : g + 8) * 8 + t * 2 + (i & 1)];\n"
+    "  for (int k0 = 0; k0 < K; k0 += 8) {\n"
+    "    unsigned a[4] = {dl_tf32(A[g * K + k0 + t]), dl_tf32(A[(g + 8) * K + k0 + t]),\n"
+    "                     dl_tf32(A[g * K + k0 + t + 4]), dl_tf32(A[(g + 8) * K + k0 + t + 4])};\n"
+    "    unsigned b[2] = {dl_tf32(B[(k0 + t) * 8 + g]), dl_tf32(B[(k0 + t + 4) * 8 + g])};\n"
+    "    dl_mma_tf32(acc, a, b, acc);\n"
+    "  }\n"
+    "  for (int i = 0; i < 4; i++) D[(i < 2 ? g : g + 8) * 8 + t * 2 + (i & 1)] = acc[i];\n"
+    "}\n"
+    "extern \"C\" __global__ void tf32_bits(const float *x, unsigned *y, int n) {\n"
+    "  int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+    "  if (i < n) y[i] = dl_tf32(x[i]);\n"
+    "}\n"
+    /* D (16x16) = A * B + C over K (a multiple of 16) through shared memory:
+     * two warps, warp w computing columns 8w..8w+7.  Tile rows are 32 bytes;
+     * stage s covers k in [16 s, 16 s + 16), double-buffered, filled by
+     * dl_cp_async16 with only k < kvalid read (the rest zero-filled).  A is
+     * 16 x K (a_km 0: ldmatrix.x4) or stored K x 16 (a_km 1: .x4.trans); B is
+     * K x 16 (b_kn 1: .x2.trans) or stored 16 x K (b_kn 0: .x2). */
+    "__device__ void pipe_issue(unsigned short *tile, const unsigned short *M, int ld, int k_rows, int s, int c,\n"
+    "                           int kvalid) {\n"
+    "  int r = c / 2, h = (c % 2) * 8, k = k_rows ? 16 * s + r : 16 * s + h;\n"
+    "  const unsigned short *src = k_rows ? M + (size_t)k * ld + h : M + (size_t)r * ld + k;\n"
+    "  int valid = k_rows ? (k < kvalid ? 8 : 0) : min(max(kvalid - k, 0), 8);\n"
+    "  dl_cp_async16(&tile[r * 16 + h], src, (unsigned)valid * 2u);\n"
+    "}\n"
+    "extern \"C\" __global__ void mma_pipe(const unsigned short *A, const unsigned short *B, const float *C, float *D,\n"
+    "                                      int K, int kvalid, int lda, int ldb, int a_km, int b_kn) {\n"
+    "  __shared__ __align__(16) unsigned short As[2][256], Bs[2][256];\n"
+    "  int tid = threadIdx.x, lane = tid % 32, w = tid / 32, g = lane >> 2, t = lane % 4, S = K / 16;\n"
+    "  float acc[4];\n"
+    "  for (int i = 0; i < 4; i++) acc[i] = C[(i < 2 ? g : g + 8) * 16 + 8 * w + t * 2 + (i & 1)];\n"
+    "  if (w == 0) pipe_issue(As[0], A, lda, a_km, 0, lane, kvalid);\n"
+    "  else pipe_issue(Bs[0], B, ldb, b_kn, 0, lane, kvalid);\n"
+    "  dl_cp_async_commit();\n"
+    "  for (int s = 0; s < S; s++) {\n"
+    "    if (s + 1 < S) {\n"
+    "      if (w == 0) pipe_issue(As[(s + 1) % 2], A, lda, a_km, s + 1, lane, kvalid);\n"
+    "      else pipe_issue(Bs[(s + 1) % 2], B, ldb, b_kn, s + 1, lane, kvalid);\n"
+    "    }\n"
+    "    dl_cp_async_commit();\n"
+    "    dl_cp_async_wait<1>();\n"
+    "    __syncthreads();\n"
+    "    const unsigned short *as = As[s % 2], *bs = Bs[s % 2];\n"
+    "    unsigned a[4], b[2];\n"
+    "    int j = lane / 8, r = lane % 8;\n"
+    "    if (a_km) dl_ldmatrix_x4_trans(a, &as[(8 * (j >> 1) + r) * 16 + 8 * (j & 1)]);\n"
+    "    else dl_ldmatrix_x4(a, &as[(8 * (j & 1) + r) * 16 + 8 * (j >> 1)]);\n"
+    /* Lanes 16-31 pass a valid address the instruction does not use. */
+    "    if (b_kn) dl_ldmatrix_x2_trans(b, lane < 16 ? &bs[(8 * j + r) * 16 + 8 * w] : &as[16 * r]);\n"
+    "    else dl_ldmatrix_x2(b, lane < 16 ? &bs[(8 * w + r) * 16 + 8 * j] : &as[16 * r]);\n"
+    "    dl_mma_f16(acc, a, b, acc);\n"
+    "    __syncthreads();\n"
+    "  }\n"
+    "  for (int i = 0; i < 4; i++) D[(i < 2 ? g : g + 8) * 16 + 8 * w + t * 2 + (i & 1)] = acc[i];\n"
+    "}\n"
+    /* One 8x8 matrix through ldmatrix.x1 and .x1.trans. */
+    "extern \"C\" __global__ void ldsm_x1(const unsigned short *M, unsigned *out) {\n"
+    "  __shared__ __align__(16) unsigned short s[64];\n"
+    "  int lane = threadIdx.x;\n"
+    "  s[lane] = M[lane], s[lane + 32] = M[lane + 32];\n"
+    "  __syncthreads();\n"
+    "  unsigned r[1], rt[1];\n"
+    "  dl_ldmatrix_x1(r, &s[8 * (lane % 8)]);\n"
+    "  dl_ldmatrix_x1_trans(rt, &s[8 * (lane % 8)]);\n"
+    "  out[lane] = r[0], out[lane + 32] = rt[0];\n"
+    "}\n"
+    /* cp.async groups: what a thread sees of its own copies before and
+     * after each wait.  out[32 * step + t]. */
+    "extern \"C\" __global__ void cp_groups(const unsigned *src, unsigned *out) {\n"
+    "  __shared__ __align__(16) unsigned s[3][32];\n"
+    "  int t = threadIdx.x;\n"
+    "  s[0][t] = s[1][t] = s[2][t] = 0xdeadbeefu;\n"
+    "  dl_cp_async_commit();\n" /* an empty group, trivially complete */
+    "  dl_cp_async_wait<0>();\n"
+    "  __syncthreads();\n"
+    "  dl_cp_async4(&s[0][t], &src[t], 4);\n"
+    "  dl_cp_async_commit();\n"
+    "  dl_cp_async4(&s[1][t], &src[32 + t], 4);\n"
+    "  dl_cp_async_commit();\n"
+    "  dl_cp_async4(&s[2][t], &src[64 + t], 4);\n"
+    "  out[t] = s[0][t];\n"
+    "  __syncthreads();\n"
+    "  out[32 + t] = s[0][t];\n"
+    "  dl_cp_async_wait<1>();\n"
+    "  out[64 + t] = s[0][t], out[96 + t] = s[1][t];\n"
+    "  dl_cp_async_wait<0>();\n"
+    "  out[128 + t] = s[1][t], out[160 + t] = s[2][t];\n"
+    "  dl_cp_async_commit();\n"
+    "  dl_cp_async_wait<0>();\n"
+    "  out[192 + t] = s[2][t];\n"
+    "}\n"
+    /* Every size and src_bytes: 16 (.cg), 8 and 4 (.ca), zero-filled past
+     * src_bytes.  No barrier: the emu runs it without fibers. */
+    "extern \"C\" __global__ void cp_sizes(const unsigned char *src, unsigned char *out) {\n"
+    "  __shared__ __align__(16) unsigned char s16[512], s8[256], s4[128];\n"
+    "  int t = threadIdx.x;\n"
+    "  for (int i = 0; i < 16; i++) s16[16 * t + i] = 0xab;\n"
+    "  for (int i = 0; i < 8; i++) s8[8 * t + i] = 0xab;\n"
+    "  for (int i = 0; i < 4; i++) s4[4 * t + i] = 0xab;\n"
+    "  dl_cp_async16(&s16[16 * t], &src[16 * t], t % 17);\n"
+    "  dl_cp_async8(&s8[8 * t], &src[512 + 8 * t], t % 9);\n"
+    "  dl_cp_async4(&s4[4 * t], &src[768 + 4 * t], t % 5);\n"
+    "  dl_cp_async_commit();\n"
+    "  dl_cp_async_wait<0>();\n"
+    "  for (int i = 0; i < 16; i++) out[16 * t + i] = s16[16 * t + i];\n"
+    "  for (int i = 0; i < 8; i++) out[512 + 8 * t + i] = s8[8 * t + i];\n"
+    "  for (int i = 0; i < 4; i++) out[768 + 4 * t + i] = s4[4 * t + i];\n"
+    "}\n"
+    /* Offsets in static and dynamic shared memory (128 bytes of it). */
+    "extern \"C\" __global__ void smem_addr(unsigned *out) {\n"
+    "  __shared__ unsigned s[32];\n"
+    "  extern __shared__ unsigned dyn[];\n"
+    "  out[threadIdx.x] = dl_smem_addr(&s[threadIdx.x]) - dl_smem_addr(&s[0]);\n"
+    "  out[32 + threadIdx.x] = dl_smem_addr(&dyn[threadIdx.x]) - dl_smem_addr(&dyn[0]);\n"
+    "}\n"
+    /* What must fail. */
+    "extern \"C\" __global__ void diverge(const unsigned *in, float *out, int how) {\n"
+    "  int lane = threadIdx.x % 32;\n"
+    "  unsigned a[4] = {in[0], in[1], in[2], in[3]}, b[2] = {in[4], in[5]};\n"
+    "  float d[4], c[4] = {0, 0, 0, 0};\n"
+    "  if (how == 0) {\n"
+    "    if (lane < 16) dl_mma_f16(d, a, b, c); // @half\n"
+    "  } else if (how == 1) {\n"
+    "    if (lane < 16) dl_mma_f16(d, a, b, c); // @site1\n"
+    "    else dl_mma_f16(d, a, b, c); // @site2\n"
+    "  } else if (how == 2) {\n"
+    "    if (lane < 16) dl_mma_f16(d, a, b, c); // @beside_shfl\n"
+    "    else d[0] = __shfl_sync(0xffffffffu, c[0], 0);\n"
+    "  } else if (how == 3) {\n"
+    "    dl_mma_bf16(d, a, b, c); // @whole\n"
+    "  } else {\n"
+    "    if (lane >= 16) dl_mma_f16(d, a, b, c); // @upper\n"
+    "  }\n"
+    "  out[threadIdx.x] = d[0];\n"
+    "}\n"
+    "extern \"C\" __global__ void bad_addr(const unsigned short *gmem, int how) {\n"
+    "  __shared__ __align__(16) unsigned short s[2][64];\n"
+    "  int lane = threadIdx.x % 32;\n"
+    "  unsigned r[4];\n"
+    "  if (how == 0) dl_ldmatrix_x4(r, &s[0][8 * (lane % 8)] + (lane == 9)); // @ldsm_align\n"
+    "  if (how == 1) dl_ldmatrix_x2_trans(r, lane == 3 ? gmem : &s[0][8 * (lane % 8)]); // @ldsm_global\n"
+    "  if (how == 2) dl_cp_async8(&s[0][4 * lane] + 2, gmem + 4 * lane, 8); // @cp_align\n"
+    "  if (how == 3) dl_cp_async16((void *)(gmem + 8 * lane), gmem, 16); // @cp_global\n"
+    "  if (how == 4) dl_cp_async4(&s[1][2 * lane], gmem + 2 * lane, 5); // @cp_size\n"
+    "  if (how == 5) dl_cp_async16(&s[0][0], &s[1][0], 16); // @cp_from_shared\n"
+    "  if (how == 6) r[0] = dl_smem_addr(gmem); // @smem_addr\n"
+    "}\n"
+    "#ifdef DLCC_EMU\n"
+    "extern \"C\" void mma16816__emu(void **a) {\n"
+    "  mma16816(*(int *)a[0], *(const unsigned short **)a[1], *(const unsigned short **)a[2], *(const float **)a[3],\n"
+    "           *(float **)a[4], *(int *)a[5], *(int *)a[6]);\n"
+    "}\n"
+    "extern \"C\" void mma16832__emu(void **a) {\n"
+    "  mma16832(*(const signed char **)a[0], *(const signed char **)a[1], *(const int **)a[2], *(int **)a[3],\n"
+    "           *(int *)a[4]);\n"
+    "}\n"
+    "extern \"C\" void mma1688__emu(void **a) {\n"
+    "  mma1688(*(const float **)a[0], *(const float **)a[1], *(const float **)a[2], *(float **)a[3], *(int *)a[4]);\n"
+    "}\n"
+    "extern \"C\" void tf32_bits__emu(void **a) { tf32_bits(*(const float **)a[0], *(unsigned **)a[1], *(int *)a[2]); }\n"
+    "extern \"C\" void mma_pipe__emu(void **a) {\n"
+    "  mma_pipe(*(const unsigned short **)a[0], *(const unsigned short **)a[1], *(const float **)a[2],\n"
+    "           *(float **)a[3], *(int *)a[4], *(int *)a[5], *(int *)a[6], *(int *)a[7], *(int *)a[8], *(int *)a[9]);\n"
+    "}\n"
+    "extern \"C\" void ldsm_x1__emu(void **a) { ldsm_x1(*(const unsigned short **)a[0], *(unsigned **)a[1]); }\n"
+    "extern \"C\" void cp_groups__emu(void **a) { cp_groups(*(const unsigned **)a[0], *(unsigned **)a[1]); }\n"
+    "extern \"C\" void cp_sizes__emu(void **a) { cp_sizes(*(const unsigned char **)a[0], *(unsigned char **)a[1]); }\n"
+    "extern \"C\" void smem_addr__emu(void **a) { smem_addr(*(unsigned **)a[0]); }\n"
+    "extern \"C\" void diverge__emu(void **a) { diverge(*(const unsigned **)a[0], *(float **)a[1], *(int *)a[2]); }\n"
+    "extern \"C\" void bad_addr__emu(void **a) { bad_addr(*(const unsigned short **)a[0], *(int *)a[1]); }\n"
+    "#endif\n";
+/* clang-format on */
+
+enum {
+  MK_16816,
+  MK_16832,
+  MK_1688,
+  MK_TF32,
+  MK_PIPE,
+  MK_LDSM_X1,
+  MK_CP_GROUPS,
+  MK_CP_SIZES,
+  MK_SMEM_ADDR,
+  MK_DIVERGE,
+  MK_BAD_ADDR,
+  MK_COUNT
+};
+
+static const RtKernel mma_kernels[MK_COUNT] = {
+    {"mma16816", 1, 0},  {"mma16832", 1, 0}, {"mma1688", 1, 0},  {"tf32_bits", 0, 0},
+    {"mma_pipe", 1, 0},  {"ldsm_x1", 1, 0},  {"cp_groups", 1, 0}, {"cp_sizes", 0, 0},
+    {"smem_addr", 0, 0}, {"diverge", 1, 0},  {"bad_addr", 1, 0},
+};
+
+#endif

@@ -1,0 +1,33 @@
+#!/bin/sh
+# The tensor-core test kernels (tests/test_mma.c), compiled by the
+# runtime's NVRTC for sm_80, sm_90 and sm_90a, use the tensor cores: their
+# SASS has HMMA or IMMA for each mma, LDSM for each ldmatrix, LDGSTS and
+# its barriers for cp.async.  Needs cuobjdump (and nvdisasm beside it:
+# PyPI's nvidia-cuda-cuobjdump and nvidia-cuda-nvdisasm put both in
+# site-packages/nvidia/cu13/bin); $CUOBJDUMP or PATH.  Skipped without.
+set -u
+b=${top_builddir:-.}
+cuobjdump=${CUOBJDUMP:-$(command -v cuobjdump || true)}
+if [ -z "$cuobjdump" ] || [ ! -x "$cuobjdump" ]; then
+  echo "tc_sass: no cuobjdump (set CUOBJDUMP): skipped"
+  exit 77
+fi
+PATH=$(dirname "$cuobjdump"):$PATH
+export DLCC_CACHE_DIR=off
+tmp=$(mktemp -d) || exit 99
+trap 'rm -rf "$tmp"' EXIT
+status=0
+for arch in sm_80 sm_90 sm_90a; do
+  "$b/tests/test_mma" --cubin "$arch" "$tmp/$arch.cubin" || exit 1
+  "$cuobjdump" -sass "$tmp/$arch.cubin" >"$tmp/$arch.sass" || exit 1
+  for ins in HMMA.16816.F32 HMMA.16816.F32.BF16 IMMA.16832.S8.S8 HMMA.1688.F32.TF32 \
+    LDSM.16.M88 LDSM.16.M88.2 LDSM.16.M88.4 LDSM.16.MT88 LDSM.16.MT88.2 LDSM.16.MT88.4 \
+    LDGSTS.E LDGSTS.E.64 LDGSTS.E.BYPASS.128 LDGDEPBAR DEPBAR.LE; do
+    if ! grep -q "[[:space:]]$ins[[:space:]]" "$tmp/$arch.sass"; then
+      echo "tc_sass: $arch: no $ins in the SASS"
+      status=1
+    fi
+  done
+done
+[ $status = 0 ] && echo "tc_sass: sm_80, sm_90, sm_90a: every tensor-core instruction found"
+exit $status
