@@ -304,6 +304,16 @@ static Val bi_batchnorm(Lower *l, const Call *c) {
     if (!(in[i + 1] = fe_param(l, scope, names[i], &pt, inits[i], c->loc))) return poison();
   Node *n = fe_node(l, OP_BATCHNORM, 5, in, c->loc);
   ir_set_float(l->g, n, "eps", eps);
+  /* Training's (docs/training.md); inference graphs stay as they were. */
+  double momentum;
+  if (c->args[2].kind != V_NONE) {
+    if (!fe_arg_float(l, c, 2, 0.1, &momentum)) return poison();
+    if (!(momentum >= 0 && momentum <= 1)) {
+      fe_arg_error(l, c, 2, "a momentum between 0 and 1");
+      return poison();
+    }
+    ir_set_float(l->g, n, "momentum", momentum);
+  }
   return val_tensor(fe_emit(l, n));
 }
 
@@ -1146,7 +1156,7 @@ static const Builtin builtins[] = {
     {"conv3d", bi_conv3d, "x,out,kernel|stride,pad,dilation,groups,bias", false},
     {"conv_transpose3d", bi_conv_transpose3d,
      "x,out,kernel|stride,pad,output_pad,dilation,groups,bias", false},
-    {"batchnorm", bi_batchnorm, "x|eps", false},
+    {"batchnorm", bi_batchnorm, "x|eps,momentum", false},
     {"layernorm", bi_layernorm, "x|eps", false},
     {"embedding", bi_embedding, "indices,num,dim", false},
     {"lstm", bi_lstm, "x,hidden|layers,bias,batch_first,bidirectional", false},

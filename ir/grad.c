@@ -22,6 +22,8 @@ static Value *finish(Graph *g, Node *n) {
   return &n->out[0];
 }
 
+Value *ir_grad_node(Graph *g, Node *n) { return finish(g, n); }
+
 Value *ir_grad_op(Graph *g, SrcLoc loc, OpKind op, int n_in, Value *const *in) {
   return finish(g, ir_node_new(g, op, n_in, in, loc));
 }

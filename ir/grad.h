@@ -35,6 +35,9 @@ extern const GradRule ir_grad_rules[OP_COUNT];
  * node at the end of g at loc, with its type inferred (an internal error
  * when the shape rule refuses: a rule's bug). */
 Value *ir_grad_op(Graph *g, SrcLoc loc, OpKind op, int n_in, Value *const *in);
+/* n (made with ir_node_new, attributes set) with defaults filled and
+ * its type inferred, appended; its first result. */
+Value *ir_grad_node(Graph *g, Node *n);
 Value *ir_grad_op2(Graph *g, SrcLoc loc, OpKind op, Value *a, Value *b);
 /* A splat const of v's dtype, rank 0. */
 Value *ir_grad_scalar(Graph *g, SrcLoc loc, double v, DType dt);

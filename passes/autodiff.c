@@ -13,10 +13,11 @@
  *     every read of NAME sees the old value, so the graph stays SSA, and
  *     whoever runs the step writes the outputs back (ir_apply_updates on
  *     the interpreter; on a plan, into WEIGHTS after the run);
- *   - training mode is a rewrite of the forward before differentiating:
- *     batchnorm with batch statistics and running-statistic updates,
- *     written with existing ops so that their rules give its gradient;
- *     dropout arrives as its op from the frontend (LowerOptions.training).
+ *   - training mode is a rewrite of the forward before differentiating
+ *     (train_mode.c): batchnorm with batch statistics and running-
+ *     statistic updates, recurrent layers unrolled over time, both
+ *     written with ops whose rules then give their gradients; dropout
+ *     arrives as its op from the frontend (LowerOptions.training).
  *
  * The walk: a gradient for every value the loss depends on and that
  * depends on a trainable param, summed with `add` where a value has
@@ -34,16 +35,9 @@
 #include "ir/grad.h"
 #include "passes/pass.h"
 
-typedef struct Update {
-  Value *value;
-  const char *param;
-} Update;
-
 typedef struct AD {
   Graph *g;
   Ctx *c;
-  Update *updates;
-  int n_updates, cap_updates;
   /* By value id (forward values only). */
   Value **grad;
   const Node **dep;      /* a trainable param the value depends on, or NULL */
@@ -52,16 +46,6 @@ typedef struct AD {
   int *blocked_operand;  /* ... and which operand */
   bool failed;
 } AD;
-
-static void add_update(AD *ad, Value *v, const char *param) {
-  if (ad->n_updates == ad->cap_updates) {
-    int cap = ad->cap_updates ? 2 * ad->cap_updates : 8;
-    ad->updates = arena_realloc(&ad->c->arena, ad->updates, sizeof(Update) * (size_t)ad->cap_updates,
-                                sizeof(Update) * (size_t)cap);
-    ad->cap_updates = cap;
-  }
-  ad->updates[ad->n_updates++] = (Update){v, param};
-}
 
 static const char *param_name(const Node *p) { return ir_attr_str(p, "name"); }
 
@@ -80,80 +64,6 @@ static bool *find_trainable(Graph *g) {
   for (Node *n = g->first; n; n = n->next)
     trainable[n->id] = n->op == OP_PARAM && ir_dtype_is_float(n->out[0].type.dtype) && used[n->id];
   return trainable;
-}
-
-/* ---- training mode ---- */
-
-/* Moves the nodes from first to the end of g before `before`. */
-static void move_before(Graph *g, Node *first, Node *before) {
-  for (Node *n = first, *next; n; n = next) {
-    next = n->next;
-    ir_remove(g, n);
-    ir_insert_before(g, before, n);
-  }
-}
-
-/* batchnorm with the batch's statistics, as PyTorch's training mode:
- *   mean = E[x], var = E[(x - mean)^2] over every axis but 1,
- *   y = (x - mean) / sqrt(var + eps) * weight + bias,
- *   running = (1 - momentum) running + momentum batch, with the unbiased
- *   variance var * m / (m - 1) for m values per channel. */
-static void lower_batchnorm(AD *ad, Node *n) {
-  Graph *g = ad->g;
-  SrcLoc at = n->loc;
-  Value *x = n->in[0];
-  const TensorType *xt = &x->type;
-  int64_t axes[DL_MAX_RANK], m = ir_type_numel(xt) / xt->dims[1], C = xt->dims[1];
-  int n_axes = 0;
-  for (int d = 0; d < xt->rank; d++)
-    if (d != 1) axes[n_axes++] = d;
-  if (m < 2) {
-    diag_error(ad->c, at, "batchnorm in training mode needs more than one value per channel; input %s has one",
-               ir_type_str(xt, (char[IR_TYPE_STR_MAX]){0}, IR_TYPE_STR_MAX));
-    ad->failed = true;
-    return;
-  }
-  const Attr *mom = ir_attr(n, "momentum");
-  double eps = ir_attr_float(n, "eps"), momentum = mom ? mom->f : 0.1;
-  DType dt = xt->dtype;
-  Node *first = g->last;
-  int64_t shape[DL_MAX_RANK];
-  for (int d = 0; d < xt->rank; d++) shape[d] = d == 1 ? C : 1;
-  Value *mean = ir_grad_mean(g, at, x, n_axes, axes, true);
-  Value *xc = ir_grad_op2(g, at, OP_SUB, x, mean);
-  Value *var = ir_grad_mean(g, at, ir_grad_op2(g, at, OP_MUL, xc, xc), n_axes, axes, true);
-  Value *sd = ir_grad_op2(g, at, OP_ADD, var, ir_grad_scalar(g, at, eps, dt));
-  Value *xhat = ir_grad_op2(g, at, OP_MUL, xc, ir_grad_op(g, at, OP_RSQRT, 1, &sd));
-  Value *w = ir_grad_reshape(g, at, n->in[1], xt->rank, shape);
-  Value *b = ir_grad_reshape(g, at, n->in[2], xt->rank, shape);
-  Value *y = ir_grad_op2(g, at, OP_ADD, ir_grad_op2(g, at, OP_MUL, xhat, w), b);
-  Value *stat[2] = {mean, var};
-  double unbias[2] = {1, (double)m / (double)(m - 1)};
-  for (int i = 0; i < 2; i++) {
-    Value *run = n->in[3 + i];
-    Value *batch = ir_grad_reshape(g, at, stat[i], 1, &C);
-    Value *old = ir_grad_op2(g, at, OP_MUL, run, ir_grad_scalar(g, at, 1 - momentum, dt));
-    Value *now = ir_grad_op2(g, at, OP_MUL, batch, ir_grad_scalar(g, at, momentum * unbias[i], dt));
-    add_update(ad, ir_grad_op2(g, at, OP_ADD, old, now), param_name(run->def));
-  }
-  move_before(g, first->next, n);
-  ir_replace_uses(g, &n->out[0], y);
-  ir_remove(g, n);
-}
-
-/* Training-mode forward: batchnorms lowered; the step counter dropout
- * draws with (the frontend's dlcc.step) advances by one. */
-static void lower_training(AD *ad) {
-  Graph *g = ad->g;
-  Node *last = g->last;
-  for (Node *n = g->first, *next; n; n = next) {
-    next = n == last ? NULL : n->next;
-    if (n->op == OP_BATCHNORM) lower_batchnorm(ad, n);
-    if (n->op == OP_PARAM && strcmp(param_name(n), "dlcc.step") == 0 && n->out[0].type.dtype == TY_I64) {
-      Value *one = ir_grad_scalar(g, n->loc, 1, TY_I64);
-      add_update(ad, ir_grad_op2(g, n->loc, OP_ADD, &n->out[0], one), "dlcc.step");
-    }
-  }
 }
 
 /* ---- the backward walk ---- */
@@ -255,8 +165,7 @@ bool pass_autodiff(Graph *g, const AutodiffOptions *o) {
   n_params = 0;
   for (Node *n = g->first; n; n = n->next)
     if (trainable_by_id[n->id]) params[n_params++] = n;
-  if (!o->inference) lower_training(&ad);
-  if (ad.failed) return false;
+  if (!pass_train_mode(g, o->inference)) return false;
 
   number_and_allocate(&ad);
   Value *loss = g->outputs[o->loss];
@@ -282,10 +191,13 @@ bool pass_autodiff(Graph *g, const AutodiffOptions *o) {
   for (Node *n = last_forward; n; n = n->prev) backward_node(&ad, n);
   if (ad.failed) return false;
 
-  int n_out = g->n_outputs, total = n_out + n_params + ad.n_updates, k = 0;
+  /* The step's own outputs, the gradients, then the state updates. */
+  int n_out = g->n_outputs, total = n_out + n_params, k = 0;
   Value **outs = ARENA_ARRAY(&ad.c->arena, Value *, total);
   const char **names = ARENA_ARRAY(&ad.c->arena, const char *, total);
-  for (; k < n_out; k++) outs[k] = g->outputs[k], names[k] = g->output_names[k];
+  const char **marks = ARENA_ARRAY(&ad.c->arena, const char *, total);
+  for (int i = 0; i < n_out; i++)
+    if (!ir_output_update(g, i)) outs[k] = g->outputs[i], names[k++] = g->output_names[i];
   for (int i = 0; i < n_params; i++) {
     const Value *p = &params[i]->out[0];
     if (!ad.live[p->id]) continue; /* PyTorch's None: the loss does not depend on it */
@@ -302,10 +214,11 @@ bool pass_autodiff(Graph *g, const AutodiffOptions *o) {
     names[k++] = arena_printf(&ad.c->arena, "%s.grad", param_name(params[i]));
   }
   if (ad.failed) return false;
-  int first_update = k;
-  for (int i = 0; i < ad.n_updates; i++) outs[k] = ad.updates[i].value, names[k++] = ad.updates[i].param;
+  for (int i = 0; i < n_out; i++)
+    if (ir_output_update(g, i)) marks[k] = ir_output_update(g, i), outs[k] = g->outputs[i], names[k++] = g->output_names[i];
   ir_set_outputs(g, k, outs, names);
-  for (int i = 0; i < ad.n_updates; i++) ir_set_output_update(g, first_update + i, ad.updates[i].param);
+  for (int i = 0; i < k; i++)
+    if (marks[i]) ir_set_output_update(g, i, marks[i]);
   PassCtx pc = {.ctx = ad.c};
   pass_dce(g, &pc);
   return true;

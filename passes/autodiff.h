@@ -27,4 +27,11 @@ typedef struct AutodiffOptions {
  * batchnorm over one value per channel. */
 bool pass_autodiff(Graph *g, const AutodiffOptions *o);
 
+/* The forward of a training step (train_mode.c), which pass_autodiff
+ * runs first: batchnorm with batch statistics (unless frozen_batchnorm),
+ * lstm and gru unrolled over time, and the state updates (running
+ * statistics, dlcc.step) appended as outputs marked with
+ * ir_set_output_update.  False after reporting errors to g->ctx. */
+bool pass_train_mode(Graph *g, bool frozen_batchnorm);
+
 #endif

@@ -13,4 +13,5 @@ libdlcc_core_la_SOURCES += \
 	passes/remat.c \
 	passes/fuse.c \
 	passes/autodiff.c passes/autodiff.h \
+	passes/train_mode.c \
 	passes/memplan.c passes/memplan.h

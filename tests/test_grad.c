@@ -656,6 +656,77 @@ START_TEST(test_dropout) {
 }
 END_TEST
 
+/* Training mode's unrolled layer computes what the op computes. */
+static void same_as_unrolled(Graph *g, const Spec *s) {
+  Graph *u = ir_copy(g, "unrolled");
+  ck_assert(u && pass_train_mode(u, false) && ir_verify(u));
+  for (Node *n = u->first; n; n = n->next) ck_assert(n->op != OP_LSTM && n->op != OP_GRU);
+  Maps m;
+  draw(g, s, &m);
+  Tensor a, b;
+  char err[256];
+  ck_assert_msg(ir_eval(g, &m.inputs, &m.params, &a, err, sizeof err), "%s", err);
+  ck_assert_msg(ir_eval(u, &m.inputs, &m.params, &b, err, sizeof err), "%s", err);
+  for (int64_t i = 0, count = ir_type_numel(&a.type); i < count; i++)
+    ck_assert_double_eq_tol(ir_tensor_get(&b, i), ir_tensor_get(&a, i), 1e-12);
+  ir_tensor_free(&a);
+  ir_tensor_free(&b);
+  release(&m);
+}
+
+/* lstm and gru through time: their sequence and last states flattened
+ * into one output, every weight and the input checked.  Layers,
+ * directions, layouts and biases vary. */
+START_TEST(test_recurrent) {
+  static const struct {
+    OpKind op;
+    int layers, bidirectional, batch_first, bias;
+  } cases[] = {{OP_LSTM, 2, 1, 1, 1}, {OP_GRU, 1, 0, 0, 0}, {OP_LSTM, 1, 0, 0, 0}, {OP_GRU, 2, 1, 1, 1}};
+  for (size_t k = 0; k < ARRAY_LEN(cases); k++) {
+    Ctx c;
+    ctx_init(&c);
+    Graph *g = new_graph(&c);
+    int64_t N = 2, T = 3, I = 3, H = 2, G = cases[k].op == OP_LSTM ? 4 : 3;
+    int dirs = cases[k].bidirectional ? 2 : 1, n_in = 1;
+    Value *in[1 + 2 * 2 * 4];
+    in[0] = param(g, "x", 3, cases[k].batch_first ? (int64_t[]){N, T, I} : (int64_t[]){T, N, I});
+    for (int l = 0; l < cases[k].layers; l++)
+      for (int d = 0; d < dirs; d++) {
+        char name[32];
+        int64_t width = l ? dirs * H : I;
+        snprintf(name, sizeof name, "w_ih%d%d", l, d);
+        in[n_in++] = param(g, arena_strdup(&c.arena, name), 2, (int64_t[]){G * H, width});
+        snprintf(name, sizeof name, "w_hh%d%d", l, d);
+        in[n_in++] = param(g, arena_strdup(&c.arena, name), 2, (int64_t[]){G * H, H});
+        if (!cases[k].bias) continue;
+        snprintf(name, sizeof name, "b_ih%d%d", l, d);
+        in[n_in++] = param(g, arena_strdup(&c.arena, name), 1, (int64_t[]){G * H});
+        snprintf(name, sizeof name, "b_hh%d%d", l, d);
+        in[n_in++] = param(g, arena_strdup(&c.arena, name), 1, (int64_t[]){G * H});
+      }
+    Node *n = node(g, cases[k].op, n_in, in);
+    ir_set_int(g, n, "hidden", H);
+    ir_set_int(g, n, "layers", cases[k].layers);
+    ir_set_int(g, n, "bidirectional", cases[k].bidirectional);
+    ir_set_int(g, n, "batch_first", cases[k].batch_first);
+    ir_set_int(g, n, "bias", cases[k].bias);
+    fin(g, n);
+    Value *flat[3];
+    for (int r = 0; r < n->n_out; r++) {
+      int64_t count = ir_type_numel(&n->out[r].type);
+      flat[r] = op_ints(g, OP_RESHAPE, &n->out[r], "shape", 1, &count);
+    }
+    Node *cat = node(g, OP_CONCAT, n->n_out, flat);
+    ir_set_int(g, cat, "axis", 0);
+    output(g, fin(g, cat));
+    Spec s = spec(ANY);
+    same_as_unrolled(g, &s);
+    check_fd(g, ir_ops[cases[k].op].name, &s);
+    ctx_free(&c);
+  }
+}
+END_TEST
+
 /* softmax(q k^T / 2) v: attention as the frontend writes it. */
 START_TEST(test_attention) {
   Ctx c;
@@ -699,12 +770,12 @@ static void expect_first_line(const char *text, const char *want) {
 }
 
 START_TEST(test_no_rule) {
-  expect_first_line(grad_error("model m(x: f32[2, 3, 4]) -> f32[] {\n"
-                               "  y, h, c = lstm(x, 5)\n"
-                               "  return sum(y)\n"
+  expect_first_line(grad_error("model m(x: f32[1, 2, 4, 4]) -> f32[] {\n"
+                               "  y = conv2d(x, 3, kernel=1) as conv\n"
+                               "  return sum(upsample(y, 2, mode=\"bilinear\"))\n"
                                "}\n"),
-                    "m.dl:2:13: error: lstm has no gradient rule yet, and its operand 2 depends on the "
-                    "trainable parameter 'lstm_0.weight_ih_l0'");
+                    "m.dl:3:14: error: resize has no gradient rule yet, and its operand 1 depends on the "
+                    "trainable parameter 'conv.weight'");
 }
 END_TEST
 
@@ -870,6 +941,7 @@ static Suite *grad_suite(void) {
   tcase_add_test(rules, test_gather);
   tcase_add_test(rules, test_dropout);
   tcase_add_test(rules, test_attention);
+  tcase_add_test(rules, test_recurrent);
   tcase_add_test(rules, test_stopped_but_trains);
   suite_add_tcase(s, rules);
   TCase *errors = tcase_create("errors");

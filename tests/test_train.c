@@ -1,12 +1,12 @@
 /* Check suite for training on the devices: the kernels of the training
  * ops (conv_weight_grad, maxpool_grad, avgpool_grad, embedding_grad,
  * dropout) on emu against ir_eval at -O0 and -O2 and through NVRTC for
- * sm_90; dropout's mask on emu equal to ir_eval's bit for bit; the
- * gradients of an MLP, LeNet and a small CNN with batch norm compiled
- * with --grad (dlc_options.grad) on emu against the reference backend at
- * 1e-5 of each output's scale; batchnorm's running statistics against
- * PyTorch's update rule computed here; and a step's launches against the
- * inference plan's. */
+ * sm_90, an id out of range reported as ir_eval words it; dropout's mask
+ * on emu equal to ir_eval's bit for bit; the gradients of an MLP, LeNet,
+ * a small CNN with batch norm and dropout, and stacked LSTM and GRU
+ * layers, compiled with dlc_options.grad, on emu against the reference
+ * backend at 1e-5 of each output's scale; batchnorm's running statistics
+ * against PyTorch's update rule computed here. */
 #include <check.h>
 #include <math.h>
 #include <stdio.h>
@@ -274,6 +274,13 @@ static const char bn_cnn[] =
     "  return -mean(sum(log_softmax(linear(y, 10) as fc, axis=-1) * t, axis=1))\n"
     "}\n";
 
+static const char rnn[] =
+    "model rnn(x: f32[2, 5, 6], t: f32[2, 5, 8]) -> f32[] {\n"
+    "  y, h, c = lstm(x, 7, layers=2, bidirectional=true) as lstm\n"
+    "  z, hz = gru(y, 8) as gru\n"
+    "  return mean(z * t)\n"
+    "}\n";
+
 START_TEST(test_mlp) { ck_assert_int_eq(check_step("mlp", mlp), 1 + 6); }
 END_TEST
 
@@ -282,6 +289,10 @@ END_TEST
 
 /* 8 gradients, 4 running statistics and the dropout step counter. */
 START_TEST(test_bn_cnn) { ck_assert_int_eq(check_step("cnn", bn_cnn), 1 + 8 + 4 + 1); }
+END_TEST
+
+/* Backpropagation through time: 16 LSTM weights, 4 GRU weights. */
+START_TEST(test_rnn) { ck_assert_int_eq(check_step("rnn", rnn), 1 + 20); }
 END_TEST
 
 /* The new running statistics are PyTorch's: (1 - 0.1) running + 0.1
@@ -344,6 +355,7 @@ static Suite *train_suite(void) {
   tcase_add_test(models, test_mlp);
   tcase_add_test(models, test_lenet);
   tcase_add_test(models, test_bn_cnn);
+  tcase_add_test(models, test_rnn);
   tcase_add_test(models, test_running_stats);
   suite_add_tcase(s, models);
   return s;
