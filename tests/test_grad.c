@@ -808,6 +808,19 @@ START_TEST(test_loss_not_scalar) {
 }
 END_TEST
 
+START_TEST(test_bad_momentum) {
+  static const char src[] = "model m(x: f32[3, 2]) -> f32[] {\n  return sum(batchnorm(x, momentum=2))\n}\n";
+  Ctx c;
+  ctx_init(&c);
+  Program *p = fe_parse(&c, ctx_add_file(&c, "m.dl", src, strlen(src)));
+  ck_assert(p != NULL);
+  LowerOptions lo = {.training = true};
+  ck_assert_ptr_null(fe_lower(&c, p, &lo));
+  expect_first_line(diag_text(&c), "m.dl:2:27: error: batchnorm: 'momentum' must be a momentum between 0 and 1, got 2");
+  ctx_free(&c);
+}
+END_TEST
+
 /* A where whose condition depends on the parameter still trains through
  * its branch: only a parameter with no path at all is an error. */
 START_TEST(test_stopped_but_trains) {
@@ -948,6 +961,7 @@ static Suite *grad_suite(void) {
   tcase_add_test(errors, test_no_rule);
   tcase_add_test(errors, test_only_through_no_gradient);
   tcase_add_test(errors, test_loss_not_scalar);
+  tcase_add_test(errors, test_bad_momentum);
   suite_add_tcase(s, errors);
   TCase *ir = tcase_create("ir");
   tcase_add_test(ir, test_updates_text);

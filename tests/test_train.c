@@ -295,12 +295,12 @@ END_TEST
 START_TEST(test_rnn) { ck_assert_int_eq(check_step("rnn", rnn), 1 + 20); }
 END_TEST
 
-/* The new running statistics are PyTorch's: (1 - 0.1) running + 0.1
- * batch, the variance unbiased; computed here from the input. */
+/* The new running statistics are PyTorch's: (1 - momentum) running +
+ * momentum batch, the variance unbiased; computed here from the input. */
 START_TEST(test_running_stats) {
   static const char text[] =
       "model m(x: f32[3, 2, 2]) -> f32[] {\n"
-      "  return sum(batchnorm(x) as bn)\n"
+      "  return sum(batchnorm(x, momentum=0.25) as bn)\n"
       "}\n";
   dlc_model *m = compile_on(text, "ref", 1);
   ck_assert_int_eq(dlc_num_outputs(m), 5);
@@ -329,8 +329,8 @@ START_TEST(test_running_stats) {
     double mean = s / 6;
     for (int b = 0; b < 3; b++)
       for (int i = 0; i < 2; i++) q += (x[b * 4 + ch * 2 + i] - mean) * (x[b * 4 + ch * 2 + i] - mean);
-    double want_m = 0.9 * ir_tensor_get(rm, ch) + 0.1 * mean;
-    double want_v = 0.9 * ir_tensor_get(rv, ch) + 0.1 * q / 5;
+    double want_m = 0.75 * ir_tensor_get(rm, ch) + 0.25 * mean;
+    double want_v = 0.75 * ir_tensor_get(rv, ch) + 0.25 * q / 5;
     ck_assert_double_eq_tol(ir_tensor_get(&new_mean, ch), want_m, 1e-6);
     ck_assert_double_eq_tol(ir_tensor_get(&new_var, ch), want_v, 1e-6);
   }
