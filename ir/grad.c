@@ -33,14 +33,7 @@ Value *ir_grad_op2(Graph *g, SrcLoc loc, OpKind op, Value *a, Value *b) {
   return ir_grad_op(g, loc, op, 2, in);
 }
 
-Value *ir_grad_scalar(Graph *g, SrcLoc loc, double v, DType dt) {
-  Node *n = ir_node_new(g, OP_CONST, 0, NULL, loc);
-  ir_set_float(g, n, "value", v);
-  TensorType t = {.dtype = dt, .rank = 0};
-  ir_declare(n, &t);
-  ir_append(g, n);
-  return &n->out[0];
-}
+Value *ir_grad_scalar(Graph *g, SrcLoc loc, double v, DType dt) { return &ir_const(g, v, dt, loc)->out[0]; }
 
 static Value *ints_op(Graph *g, SrcLoc loc, OpKind op, Value *x, const char *name, int count,
                       const int64_t *v) {

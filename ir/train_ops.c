@@ -1,168 +1,14 @@
 /* The ops of training (ops.def's last rows): takes their nodes, returns
- * their shape rules and what they mean to the reference interpreter
- * (eval.c calls ir_eval_train_op), plus Philox4x32-10, the counter-based
- * generator dropout's mask comes from.  The shape rules check a gradient
- * against the forward op it belongs to by running that op's own rule on
- * a stand-in node, so the two can never disagree. */
+ * what they mean to the reference interpreter (eval.c calls
+ * ir_eval_train_op; their shape rules are shape.c's), plus Philox4x32-10,
+ * the counter-based generator dropout's mask comes from, and the end of
+ * an interpreted training step (ir_apply_updates). */
 #include <inttypes.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "eval.h"
-
-__attribute__((format(printf, 3, 4))) static bool fail(char *err, size_t errlen, const char *fmt,
-                                                        ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(err, errlen, fmt, ap);
-  va_end(ap);
-  return false;
-}
-
-static const char *op_name(const Node *n) { return ir_ops[n->op].name; }
-
-static bool need_float_operand(const Node *n, int i, char *err, size_t errlen) {
-  const TensorType *t = &n->in[i]->type;
-  char b[IR_TYPE_STR_MAX];
-  if (!ir_dtype_is_float(t->dtype))
-    return fail(err, errlen, "%s: operand %d must be a float tensor, got %s", op_name(n), i + 1,
-                ir_type_str(t, b, sizeof b));
-  return true;
-}
-
-static bool same_dtypes(const Node *n, char *err, size_t errlen) {
-  DType a = n->in[0]->type.dtype, b = n->in[1]->type.dtype;
-  if (a != b)
-    return fail(err, errlen, "%s: dtype mismatch %s vs %s", op_name(n), ir_dtype_name(a),
-                ir_dtype_name(b));
-  return true;
-}
-
-/* Runs the forward op's rule on a node with n's attributes and the given
- * operands; its result must be `want` (the gradient operand). */
-static bool forward_gives(const Node *n, OpKind fwd, int n_in, Value *in, const TensorType *want,
-                          const char *what, char *err, size_t errlen) {
-  Value *ops[2] = {&in[0], n_in > 1 ? &in[1] : NULL};
-  Node f = {.op = fwd, .n_in = n_in, .in = ops, .n_attrs = n->n_attrs, .attrs = n->attrs};
-  TensorType got[1];
-  char msg[256];
-  if (!ir_ops[fwd].shape(&f, got, msg, sizeof msg))
-    return fail(err, errlen, "%s: as the forward op: %s", op_name(n), msg);
-  if (!ir_type_eq(&got[0], want)) {
-    char a[IR_TYPE_STR_MAX], b[IR_TYPE_STR_MAX];
-    return fail(err, errlen, "%s: %s must be %s (the %s's result), got %s", op_name(n), what,
-                ir_type_str(&got[0], a, sizeof a), ir_ops[fwd].name, ir_type_str(want, b, sizeof b));
-  }
-  return true;
-}
-
-static bool image_rank(const Node *n, const TensorType *t, char *err, size_t errlen) {
-  char b[IR_TYPE_STR_MAX];
-  if (t->rank != 4 && t->rank != 5)
-    return fail(err, errlen, "%s expects a 4-d [N, C, H, W] or 5-d [N, C, D, H, W] input, got %s",
-                op_name(n), ir_type_str(t, b, sizeof b));
-  return true;
-}
-
-bool shape_conv_weight_grad(const Node *n, TensorType *out, char *err, size_t errlen) {
-  const TensorType *x = &n->in[0]->type, *dy = &n->in[1]->type;
-  if (!image_rank(n, x, err, errlen) || !need_float_operand(n, 0, err, errlen) ||
-      !same_dtypes(n, err, errlen))
-    return false;
-  int nsp = x->rank - 2, nk;
-  const Attr *kernel = ir_attr(n, "kernel"), *groups = ir_attr(n, "groups");
-  if (!kernel || kernel->kind != AK_INTS || (nk = kernel->ints.n) != nsp)
-    return fail(err, errlen, "%s: kernel must list %d sizes", op_name(n), nsp);
-  if (!groups || groups->kind != AK_INT || groups->i < 1 || x->dims[1] % groups->i)
-    return fail(err, errlen, "%s: groups must divide the input channels (%" PRId64 ")", op_name(n),
-                x->dims[1]);
-  int64_t dims[DL_MAX_RANK] = {dy->rank > 1 ? dy->dims[1] : 0, x->dims[1] / groups->i};
-  for (int d = 0; d < nsp; d++) {
-    if (kernel->ints.v[d] < 1) return fail(err, errlen, "%s: kernel sizes must be >= 1", op_name(n));
-    dims[2 + d] = kernel->ints.v[d];
-  }
-  Value ops[2] = {{.type = *x}, {.type = ir_type_make(x->dtype, x->rank, dims)}};
-  if (!forward_gives(n, nsp == 3 ? OP_CONV3D : OP_CONV2D, 2, ops, dy, "dy", err, errlen))
-    return false;
-  out[0] = ops[1].type;
-  return true;
-}
-
-bool shape_maxpool_grad(const Node *n, TensorType *out, char *err, size_t errlen) {
-  const TensorType *dy = &n->in[0]->type, *x = &n->in[1]->type;
-  if (!image_rank(n, x, err, errlen) || !need_float_operand(n, 0, err, errlen) ||
-      !same_dtypes(n, err, errlen))
-    return false;
-  Value ops[1] = {{.type = *x}};
-  if (!forward_gives(n, x->rank == 5 ? OP_MAXPOOL3D : OP_MAXPOOL2D, 1, ops, dy, "dy", err, errlen))
-    return false;
-  out[0] = *x;
-  return true;
-}
-
-bool shape_avgpool_grad(const Node *n, TensorType *out, char *err, size_t errlen) {
-  const TensorType *dy = &n->in[0]->type;
-  if (!image_rank(n, dy, err, errlen) || !need_float_operand(n, 0, err, errlen)) return false;
-  const Attr *size = ir_attr(n, "size");
-  int nsp = dy->rank - 2;
-  if (!size || size->kind != AK_INTS || size->ints.n != nsp)
-    return fail(err, errlen, "%s: size must list the input's %d spatial sizes", op_name(n), nsp);
-  TensorType x = *dy;
-  for (int d = 0; d < nsp; d++) {
-    if (size->ints.v[d] < 1 || size->ints.v[d] > DL_MAX_ELEMS)
-      return fail(err, errlen, "%s: size values must be >= 1", op_name(n));
-    x.dims[2 + d] = size->ints.v[d];
-  }
-  if (ir_type_numel(&x) < 0) return fail(err, errlen, "%s: the result is too large", op_name(n));
-  Value ops[1] = {{.type = x}};
-  if (!forward_gives(n, nsp == 3 ? OP_AVGPOOL3D : OP_AVGPOOL2D, 1, ops, dy, "dy", err, errlen))
-    return false;
-  out[0] = x;
-  return true;
-}
-
-bool shape_embedding_grad(const Node *n, TensorType *out, char *err, size_t errlen) {
-  const TensorType *dy = &n->in[0]->type, *ids = &n->in[1]->type;
-  char a[IR_TYPE_STR_MAX], b[IR_TYPE_STR_MAX];
-  if (!need_float_operand(n, 0, err, errlen)) return false;
-  if (ids->dtype != TY_I32 && ids->dtype != TY_I64)
-    return fail(err, errlen, "%s: ids must be i32 or i64, got %s", op_name(n),
-                ir_type_str(ids, a, sizeof a));
-  bool prefix = dy->rank >= ids->rank && dy->rank - ids->rank < DL_MAX_RANK;
-  for (int d = 0; prefix && d < ids->rank; d++) prefix = dy->dims[d] == ids->dims[d];
-  if (!prefix)
-    return fail(err, errlen, "%s: dy %s must start with the ids' shape %s", op_name(n),
-                ir_type_str(dy, a, sizeof a), ir_type_str(ids, b, sizeof b));
-  const Attr *num = ir_attr(n, "num");
-  if (!num || num->kind != AK_INT || num->i < 1 || num->i > DL_MAX_ELEMS)
-    return fail(err, errlen, "%s: num (the rows of the result) must be >= 1", op_name(n));
-  out[0] = *dy;
-  out[0].rank = dy->rank - ids->rank + 1;
-  out[0].dims[0] = num->i;
-  for (int d = ids->rank; d < dy->rank; d++) out[0].dims[d - ids->rank + 1] = dy->dims[d];
-  if (ir_type_numel(&out[0]) < 0) return fail(err, errlen, "%s: the result is too large", op_name(n));
-  return true;
-}
-
-bool shape_dropout(const Node *n, TensorType *out, char *err, size_t errlen) {
-  if (!need_float_operand(n, 0, err, errlen)) return false;
-  for (int i = 1; i < 3; i++) {
-    const TensorType *k = &n->in[i]->type;
-    char b[IR_TYPE_STR_MAX];
-    if (k->dtype != TY_I64 || ir_type_numel(k) != 1)
-      return fail(err, errlen, "dropout: the %s must be one i64, got %s", i == 1 ? "seed" : "offset",
-                  ir_type_str(k, b, sizeof b));
-  }
-  const Attr *p = ir_attr(n, "p"), *stream = ir_attr(n, "stream");
-  if (!p || p->kind != AK_FLOAT || !(p->f >= 0 && p->f <= 1))
-    return fail(err, errlen, "dropout: p must be a probability from 0 to 1");
-  if (!stream || stream->kind != AK_INT || stream->i < 0 || stream->i > UINT32_MAX)
-    return fail(err, errlen, "dropout: stream must be from 0 to 2^32 - 1");
-  out[0] = n->in[0]->type;
-  return true;
-}
 
 /* ---- Philox4x32-10 (Salmon, Moraes, Dror and Shaw, SC'11) ---- */
 
@@ -301,24 +147,24 @@ static bool eval_pool_grad(const Node *n, const Tensor *dy, const Tensor *x, Ten
   return true;
 }
 
-static bool eval_embedding_grad(const Node *n, const Tensor *dy, const Tensor *ids, Tensor *out,
-                                char *err, size_t errlen) {
+static bool eval_embedding_grad(const Tensor *dy, const Tensor *ids, Tensor *out, char *err, size_t errlen) {
   int64_t num = out->type.dims[0], rows = ir_type_numel(&ids->type);
   int64_t width = rows ? ir_type_numel(&dy->type) / rows : 0, total = ir_type_numel(&out->type);
   double *acc = calloc((size_t)total + 1, sizeof *acc);
-  if (!acc) return fail(err, errlen, "out of memory");
-  for (int64_t r = 0; r < rows; r++) {
+  if (!acc) snprintf(err, errlen, "out of memory");
+  for (int64_t r = 0; acc && r < rows; r++) {
     int64_t id = (int64_t)ir_tensor_get(ids, r), at = id < 0 ? id + num : id;
     if (at < 0 || at >= num) {
+      snprintf(err, errlen, "index %" PRId64 " is out of range for axis 0 of size %" PRId64, id, num);
       free(acc);
-      return fail(err, errlen, "index %" PRId64 " is out of range for axis 0 of size %" PRId64, id, num);
+      acc = NULL;
+      break;
     }
     for (int64_t j = 0; j < width; j++) acc[at * width + j] += ir_tensor_get(dy, r * width + j);
   }
-  for (int64_t i = 0; i < total; i++) ir_tensor_set(out, i, acc[i]);
+  for (int64_t i = 0; acc && i < total; i++) ir_tensor_set(out, i, acc[i]);
   free(acc);
-  (void)n;
-  return true;
+  return acc != NULL;
 }
 
 static void eval_dropout(const Node *n, const Tensor *x, const Tensor *seed, const Tensor *offset,
@@ -336,11 +182,14 @@ static void eval_dropout(const Node *n, const Tensor *x, const Tensor *seed, con
 bool ir_eval_train_op(const Node *n, Tensor *const *in, Tensor *out, char *err, size_t errlen) {
   switch (n->op) {
     case OP_CONV_WEIGHT_GRAD: return eval_conv_weight_grad(n, in[0], in[1], out);
-    case OP_MAXPOOL_GRAD: return eval_pool_grad(n, in[0], in[1], out) || fail(err, errlen, "out of memory");
-    case OP_AVGPOOL_GRAD: return eval_pool_grad(n, in[0], NULL, out) || fail(err, errlen, "out of memory");
-    case OP_EMBEDDING_GRAD: return eval_embedding_grad(n, in[0], in[1], out, err, errlen);
+    case OP_MAXPOOL_GRAD:
+    case OP_AVGPOOL_GRAD:
+      if (eval_pool_grad(n, in[0], n->op == OP_MAXPOOL_GRAD ? in[1] : NULL, out)) return true;
+      snprintf(err, errlen, "out of memory");
+      return false;
+    case OP_EMBEDDING_GRAD: return eval_embedding_grad(in[0], in[1], out, err, errlen);
     case OP_DROPOUT: eval_dropout(n, in[0], in[1], in[2], out); return true;
-    default: return fail(err, errlen, "not a training op");
+    default: snprintf(err, errlen, "not a training op"); return false;
   }
 }
 
@@ -350,9 +199,11 @@ bool ir_apply_updates(const Graph *g, const Tensor *outputs, TensorMap *params, 
     const char *name = ir_output_update(g, i);
     if (!name) continue;
     Tensor *t = (Tensor *)ir_tensor_map_find(params, name);
-    if (!t || !ir_type_eq(&t->type, &outputs[i].type))
-      return fail(err, errlen, "output '%s' updates param '%s', which the parameters %s", g->output_names[i],
-                  name, t ? "hold with another type" : "do not have");
+    if (!t || !ir_type_eq(&t->type, &outputs[i].type)) {
+      snprintf(err, errlen, "output '%s' updates param '%s', which the parameters %s", g->output_names[i], name,
+               t ? "hold with another type" : "do not have");
+      return false;
+    }
     memcpy(t->data, outputs[i].data, ir_tensor_nbytes(&t->type));
   }
   return true;

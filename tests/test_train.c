@@ -36,27 +36,43 @@ static void expect_close(const Tensor *got, const Tensor *want, double rtol, con
   }
 }
 
-/* text at -O0 and -O2: NVRTC compiles it for sm_90 and emu gives what
- * ir_eval gives (rtol as expect_close). */
+/* text compiled at -O`level`, through NVRTC for sm_90, run on emu and
+ * on ir_eval with the fills (from element 3 * shift). */
+typedef struct Both {
+  Ctx c;
+  Job j;
+  Data d;
+  Tensor *want, *got;
+} Both;
+
+static void both_run(Both *b, const char *text, const Fill *fills, int level, int shift) {
+  ctx_init(&b->c);
+  b->j = compile_at(&b->c, text, level);
+  test_nvrtc(b->j.cg.source, "sm_90");
+  make_inputs(b->j.g, fills, shift, &b->d);
+  b->want = eval_all(b->j.g, &b->d.inputs);
+  b->got = test_run_emu(b->j.cg.plan, NULL, &b->d.inputs);
+}
+
+static void both_free(Both *b) {
+  free_outputs(b->want, b->j.g->n_outputs);
+  free_outputs(b->got, b->j.g->n_outputs);
+  free_inputs(&b->d);
+  ctx_free(&b->c);
+}
+
+/* text at -O0 and -O2: emu gives what ir_eval gives (rtol as
+ * expect_close). */
 static void check_op(const char *text, const Fill *fills, double rtol) {
   for (int level = 0; level <= 2; level += 2) {
-    Ctx c;
-    ctx_init(&c);
-    Job j = compile_at(&c, text, level);
-    test_nvrtc(j.cg.source, "sm_90");
-    Data d;
-    make_inputs(j.g, fills, level, &d);
-    Tensor *want = eval_all(j.g, &d.inputs);
-    Tensor *got = test_run_emu(j.cg.plan, NULL, &d.inputs);
-    for (int i = 0; i < j.g->n_outputs; i++) {
+    Both b;
+    both_run(&b, text, fills, level, level);
+    for (int i = 0; i < b.j.g->n_outputs; i++) {
       char what[96];
-      snprintf(what, sizeof what, "-O%d output '%s'", level, j.g->output_names[i]);
-      expect_close(&got[i], &want[i], rtol, what);
+      snprintf(what, sizeof what, "-O%d output '%s'", level, b.j.g->output_names[i]);
+      expect_close(&b.got[i], &b.want[i], rtol, what);
     }
-    free_outputs(want, j.g->n_outputs);
-    free_outputs(got, j.g->n_outputs);
-    free_inputs(&d);
-    ctx_free(&c);
+    both_free(&b);
   }
 }
 
@@ -167,16 +183,11 @@ START_TEST(test_dropout_bits) {
   for (int offset = 0; offset < 2; offset++) {
     const Fill fills[] = {values[0], FILL("seed", 123456789012345.0), FILL("offset", offset ? 7 : 6), {NULL, NULL, 0}};
     for (int level = 0; level <= 2; level += 2) {
-      Ctx c;
-      ctx_init(&c);
-      Job j = compile_at(&c, text, level);
-      test_nvrtc(j.cg.source, "sm_90");
-      Data d;
-      make_inputs(j.g, fills, 0, &d);
-      Tensor *want = eval_all(j.g, &d.inputs);
-      Tensor *got = test_run_emu(j.cg.plan, NULL, &d.inputs);
-      expect_close(&got[0], &want[0], 0, "dropout stream 5");
-      expect_close(&got[1], &want[1], 0, "dropout stream 6");
+      Both b;
+      both_run(&b, text, fills, level, 0);
+      Tensor *got = b.got;
+      expect_close(&got[0], &b.want[0], 0, "dropout stream 5");
+      expect_close(&got[1], &b.want[1], 0, "dropout stream 6");
       ck_assert(memcmp(got[0].data, got[1].data, ir_tensor_nbytes(&got[0].type)) != 0);
       int64_t dropped = 0, count = ir_type_numel(&got[0].type);
       for (int64_t i = 0; i < count; i++) dropped += ir_tensor_get(&got[0], i) == 0;
@@ -188,10 +199,7 @@ START_TEST(test_dropout_bits) {
       } else {
         ck_assert((offset != 0) == (memcmp(first.data, got[0].data, ir_tensor_nbytes(&first.type)) != 0));
       }
-      free_outputs(want, j.g->n_outputs);
-      free_outputs(got, j.g->n_outputs);
-      free_inputs(&d);
-      ctx_free(&c);
+      both_free(&b);
     }
   }
   ir_tensor_free(&first);
