@@ -137,6 +137,19 @@ bool api_bind_weights(Graph *g, const char *path, TensorMap *out, char *err, siz
     ir_type_str(want, wt, sizeof wt);
     dims_str(want->rank, want->dims, ws, sizeof ws);
     const RtTensor *found = rt_tensor_set_find(&set, name);
+    if (!found && strncmp(name, "dlcc.", 5) == 0) {
+      /* Training state (dropout's dlcc.seed, dlcc.step: docs/training.md)
+       * that a PyTorch state_dict never holds: it starts at 0. */
+      char *copy = strdup(name);
+      Tensor *z = &out->tensors[out->n];
+      if (!copy || !ir_tensor_alloc(z, want)) {
+        free(copy);
+        report(&r, "%s: out of memory", path);
+        continue;
+      }
+      out->names[out->n++] = copy;
+      continue;
+    }
     if (!found) {
       /* Beyond the reported errors only the count matters: no search. */
       const char *near = r.count < MAX_ERRORS ? near_miss(&set, name) : NULL;
