@@ -120,19 +120,22 @@ static RtDevice *open_device(Ctx *c, CalibBackend backend, bool *failed) {
 }
 
 static bool bind_weights(Ctx *c, CalibDevice *d, const TensorMap *params) {
-  for (uint32_t i = 0; i < d->plan->n_weights; i++) {
+  TensorMapIndex ix;
+  if (!ir_tensor_map_index(&ix, params)) ctx_out_of_memory(c);
+  bool ok = true;
+  for (uint32_t i = 0; ok && i < d->plan->n_weights; i++) {
     const char *name = d->plan->weights[i].name;
-    const Tensor *t = params ? ir_tensor_map_find(params, name) : NULL;
+    const Tensor *t = ir_tensor_map_index_find(&ix, name);
     if (!t) {
       diag_error(c, (SrcLoc){0}, "calibration on %s: no weights for '%s'", d->name, name);
-      return false;
-    }
-    if (dlrt_set_weight(d->rt, name, t->data, ir_tensor_nbytes(&t->type)) != DLRT_OK) {
+      ok = false;
+    } else if (dlrt_set_weight(d->rt, name, t->data, ir_tensor_nbytes(&t->type)) != DLRT_OK) {
       diag_error(c, (SrcLoc){0}, "calibration on %s: %s", d->name, dlrt_error(d->rt));
-      return false;
+      ok = false;
     }
   }
-  return true;
+  ir_tensor_map_index_free(&ix);
+  return ok;
 }
 
 static bool alloc_results(Ctx *c, CalibDevice *d) {
@@ -142,6 +145,8 @@ static bool alloc_results(Ctx *c, CalibDevice *d) {
   if (!ok) diag_error(c, (SrcLoc){0}, "calibration on %s: out of memory for the activations", d->name);
   return ok;
 }
+
+static void close_device(void *dev) { rt_device_close(dev); }
 
 bool api_calib_device_open(Graph *g, int n, const Value *const *values, const ApiCalibration *cal,
                            CalibDevice **out) {
@@ -156,22 +161,29 @@ bool api_calib_device_open(Graph *g, int n, const Value *const *values, const Ap
     diag_error(c, (SrcLoc){0}, "calibration: out of memory");
     return false;
   }
+  /* Copying and compiling allocate from the arena: a failure there
+   * unwinds past both. */
+  ctx_hold_with(c, close_device, dev);
+  ctx_hold(c, d);
   d->name = dev->ops->name;
   distinct_values(&c->arena, n, values, d);
   Graph *copy = ir_copy(g, "<calibration copy>");
-  if (!copy) {
-    rt_device_close(dev);
-    diag_error(c, (SrcLoc){0}, "calibration on %s: could not copy the f32 graph", d->name);
-    free(d);
-    return false;
-  }
-  set_outputs(copy, d);
   CgResult cg;
-  if (!compile_copy(copy, cal, &cg)) {
+  bool compiled = false;
+  if (copy) {
+    set_outputs(copy, d);
+    compiled = compile_copy(copy, cal, &cg);
+  }
+  ctx_release(c, d);
+  ctx_release(c, dev);
+  if (!compiled) {
     rt_device_close(dev);
-    diag_error(c, (SrcLoc){0},
-               "calibration on %s: the f32 graph with its activations as outputs did not compile; %s",
-               d->name, REF_HINT);
+    if (!copy)
+      diag_error(c, (SrcLoc){0}, "calibration on %s: could not copy the f32 graph", d->name);
+    else
+      diag_error(c, (SrcLoc){0},
+                 "calibration on %s: the f32 graph with its activations as outputs did not compile; %s",
+                 d->name, REF_HINT);
     free(d);
     return false;
   }

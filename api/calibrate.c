@@ -284,12 +284,17 @@ static bool is_sample(Ctx *c, const char *path, const char *real) {
 /* folder's .npy files, sorted by name.  False when it cannot be read
  * (errno says why, errors stays 0) or after reporting each entry that is
  * not a sample (*errors of them). */
+static void close_dir(void *d) { closedir(d); }
+
 static bool list_npy(Ctx *c, const char *folder, SampleSet *s, int *errors) {
   Arena *a = &c->arena;
   *errors = 0;
   DIR *d = opendir(folder);
   if (!d) return false;
+  /* The arena allocates while these are open: a failure unwinds past them. */
+  ctx_hold_with(c, close_dir, d);
   char *real = realpath(folder, NULL);
+  if (real) ctx_hold(c, real);
   int cap = 16;
   s->n = 0;
   s->files = ARENA_ARRAY(a, char *, cap);
@@ -305,7 +310,9 @@ static bool list_npy(Ctx *c, const char *folder, SampleSet *s, int *errors) {
     }
     s->files[s->n++] = arena_strdup(a, e->d_name);
   }
+  ctx_release(c, d);
   closedir(d);
+  if (real) ctx_release(c, real);
   free(real);
   if (*errors) return false;
   qsort(s->files, (size_t)s->n, sizeof *s->files, compare_names);
@@ -552,6 +559,9 @@ static Observer new_observer(Ctx *c, Graph *g, int n, const Value *const *values
   return o;
 }
 
+static void release_samples(void *s) { api_samples_release(s); }
+static void close_calib_device(void *d) { api_calib_device_close(d); }
+
 bool api_calibrate(void *ud, Graph *g, int n, const Value *const *values, double *amax) {
   ApiCalibration *cal = ud;
   Ctx *c = g->ctx;
@@ -564,8 +574,14 @@ bool api_calibrate(void *ud, Graph *g, int n, const Value *const *values, double
   CalibDevice *d = NULL;
   if (cal->backend != CALIB_ON_REF && !api_calib_device_open(g, n, values, cal, &d)) return false;
   cal->ran_on = d ? api_calib_device_name(d) : "ref";
+  /* A sample's data and the device outlive arena allocations that may
+   * fail and unwind. */
+  ctx_hold_with(c, release_samples, s);
+  if (d) ctx_hold_with(c, close_calib_device, d);
   bool ok = true;
   for (int k = 0; k < n_samples && ok; k++) ok = run_sample(g, cal, s, k, d, &o);
+  if (d) ctx_release(c, d);
+  ctx_release(c, s);
   api_calib_device_close(d);
   if (!ok) return false;
   for (int k = 0; k < n; k++) {

@@ -38,6 +38,7 @@ struct dlc_model {
   Tensor *outputs;    /* g->n_outputs; valid after a run */
   bool have_outputs;
   char *error; /* malloc'd; the last failing call's message */
+  bool error_lost; /* the last call failed, and memory ran out for its message */
   /* Backends other than "ref" run the generated code through libdlcrt. */
   bool use_runtime;
   CgResult cg;
@@ -53,7 +54,13 @@ static dlc_status fail(dlc_model *m, dlc_status st, const char *fmt, ...) {
   va_start(ap, fmt);
   if (vasprintf(&m->error, fmt, ap) < 0) m->error = NULL;
   va_end(ap);
+  m->error_lost = st != DLC_OK && !m->error;
   return st;
+}
+
+/* What a call that unwound out of its guard returns. */
+static dlc_status unwound(dlc_model *m) {
+  return fail(m, m->ctx.oom ? DLC_ERR_NOMEM : DLC_ERR_INTERNAL, "%s", diag_text(&m->ctx));
 }
 
 /* One "dlcc: error: " per line of a report of several mismatches. */
@@ -78,10 +85,11 @@ static dlc_status fail_lines(dlc_model *m, dlc_status st, const char *text) {
 static void clear_error(dlc_model *m) {
   free(m->error);
   m->error = NULL;
+  m->error_lost = false;
 }
 
 const char *dlc_error(const dlc_model *m) {
-  if (!m) return "dlcc: out of memory\n";
+  if (!m || m->error_lost) return "dlcc: out of memory\n";
   return m->error ? m->error : "";
 }
 
@@ -116,10 +124,25 @@ static Define *copy_defines(Ctx *c, const dlc_options *opt, int *n) {
   return defs;
 }
 
+/* dlc_input_shape and InputShape likewise. */
+static InputShape *copy_input_shapes(Ctx *c, const dlc_options *opt, int *n) {
+  int ns = opt ? opt->n_input_shapes : 0;
+  InputShape *shapes = ARENA_ARRAY(&c->arena, InputShape, ns > 0 ? ns : 1);
+  for (int i = 0; i < ns; i++) {
+    const dlc_input_shape *s = &opt->input_shapes[i];
+    int64_t *dims = ARENA_ARRAY(&c->arena, int64_t, s->rank > 0 ? s->rank : 1);
+    if (s->rank > 0) memcpy(dims, s->dims, sizeof *dims * (size_t)s->rank);
+    shapes[i] = (InputShape){arena_strdup(&c->arena, s->name), s->rank, dims};
+  }
+  *n = ns;
+  return shapes;
+}
+
 /* An ONNX model brings its weights: they are bound at once. */
 static Graph *import_onnx(Ctx *c, CompileJob *job) {
   OnnxOptions oo = {0};
   oo.defines = copy_defines(c, job->opt, &oo.n_defines);
+  oo.input_shapes = copy_input_shapes(c, job->opt, &oo.n_input_shapes);
   TensorMap params;
   Graph *g = fe_onnx_import(c, job->path, &oo, &params);
   if (g) {
@@ -159,6 +182,8 @@ static bool bind_at_compile(Ctx *c, CompileJob *job, Graph *g) {
   return true;
 }
 
+static void free_map(void *map) { ir_tensor_map_free(map); }
+
 /* The pipeline, with a calibrator over the bound weights (or random ones
  * from calibrate_seed) when int8 is asked for. */
 static bool run_passes(Ctx *c, CompileJob *job, Graph *g, PassOptions *po) {
@@ -182,9 +207,24 @@ static bool run_passes(Ctx *c, CompileJob *job, Graph *g, PassOptions *po) {
   po->quantize_int8 = true;
   po->calibrate = api_calibrate;
   po->calibrate_ud = &cal;
+  /* The passes allocate from the arena: a failure unwinds past the map. */
+  ctx_hold_with(c, free_map, &random);
   bool ok = pass_run_pipeline(g, po, NULL);
+  ctx_release(c, &random);
   ir_tensor_map_free(&random);
   return ok;
+}
+
+static void index_inputs(dlc_model *m) {
+  int n = 0;
+  for (Node *node = m->g->first; node; node = node->next) n += node->op == OP_INPUT;
+  m->n_inputs = n;
+  m->inputs = ARENA_ARRAY(&m->ctx.arena, Node *, n > 0 ? n : 1);
+  m->input_data = calloc((size_t)(n > 0 ? n : 1), sizeof(Tensor));
+  m->outputs = calloc((size_t)(m->g->n_outputs > 0 ? m->g->n_outputs : 1), sizeof(Tensor));
+  n = 0;
+  for (Node *node = m->g->first; node; node = node->next)
+    if (node->op == OP_INPUT) m->inputs[n++] = node;
 }
 
 static int compile_job(Ctx *c, void *data) {
@@ -225,21 +265,10 @@ have_graph:
     return 1;
   }
   if (!run_passes(c, job, g, &po)) return 1;
-  job->m->g = g;
   if (job->m->use_runtime && !cg_compile(g, &job->m->cg)) return 1;
+  job->m->g = g;
+  index_inputs(job->m);
   return 0;
-}
-
-static void index_inputs(dlc_model *m) {
-  int n = 0;
-  for (Node *node = m->g->first; node; node = node->next) n += node->op == OP_INPUT;
-  m->n_inputs = n;
-  m->inputs = ARENA_ARRAY(&m->ctx.arena, Node *, n > 0 ? n : 1);
-  m->input_data = calloc((size_t)(n > 0 ? n : 1), sizeof(Tensor));
-  m->outputs = calloc((size_t)(m->g->n_outputs > 0 ? m->g->n_outputs : 1), sizeof(Tensor));
-  n = 0;
-  for (Node *node = m->g->first; node; node = node->next)
-    if (node->op == OP_INPUT) m->inputs[n++] = node;
 }
 
 /* Weights that came with the model (ONNX initializers) to the runtime;
@@ -314,11 +343,13 @@ static dlc_status compile(CompileJob *job, dlc_model **out) {
   int rc = ctx_guard(&m->ctx, compile_job, job);
   if (rc != 0 || m->ctx.diag.errors) {
     m->g = NULL;
-    return fail(m, rc < 0 ? DLC_ERR_INTERNAL : job->weights_failed ? DLC_ERR_WEIGHTS : DLC_ERR_COMPILE, "%s",
-                diag_text(&m->ctx));
+    if (rc < 0) return unwound(m);
+    return fail(m, job->weights_failed ? DLC_ERR_WEIGHTS : DLC_ERR_COMPILE, "%s", diag_text(&m->ctx));
   }
-  index_inputs(m);
-  if (!m->input_data || !m->outputs) return fail(m, DLC_ERR_NOMEM, "dlcc: out of memory\n");
+  if (!m->input_data || !m->outputs) {
+    m->g = NULL;
+    return fail(m, DLC_ERR_NOMEM, "dlcc: out of memory\n");
+  }
   if (m->use_runtime && dlrt_open(m->cg.plan, backend, &m->rt) != DLRT_OK) {
     dlc_status st = fail(m, DLC_ERR_COMPILE, "dlcc: error: %s\n", dlrt_error(m->rt));
     m->g = NULL;
@@ -448,7 +479,7 @@ static dlc_status weights(dlc_model *m, const char *path, uint64_t seed) {
   diag_clear(&m->ctx);
   dlc_status st = DLC_OK;
   if (ctx_guard(&m->ctx, bind_job, job) < 0)
-    st = fail(m, DLC_ERR_INTERNAL, "%s", diag_text(&m->ctx));
+    st = unwound(m);
   else if (!job->ok)
     st = fail_lines(m, path ? DLC_ERR_WEIGHTS : DLC_ERR_INTERNAL, job->err);
   else {
@@ -564,7 +595,7 @@ dlc_status dlc_run(dlc_model *m) {
   diag_clear(&m->ctx);
   dlc_status st = DLC_OK;
   if (ctx_guard(&m->ctx, run_job, job) < 0)
-    st = fail(m, DLC_ERR_INTERNAL, "%s", diag_text(&m->ctx));
+    st = unwound(m);
   else if (!job->ok)
     st = fail(m, DLC_ERR_RUN, "dlcc: error: %s\n", job->err);
   else {

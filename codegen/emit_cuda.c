@@ -475,8 +475,21 @@ static void cast(Out *o, const KExpr *e) {
     return;
   }
   if (is_half(to)) {
+    /* An i32 or i64 goes straight to the half type, rounded once: through
+     * float it would round twice (2^24 + 2^16 + 1 is a bf16 tie in float,
+     * and ties to 2^24, where it lies above the tie). */
+    DType f = from == KT_INDEX ? k->index : from;
+    if (f == TY_I32 || f == TY_I64) {
+      bool h = to == TY_F16;
+      fputs(f == TY_I32 ? (h ? "__int2half_rn(" : "__int2bfloat16_rn(")
+                        : (h ? "__ll2half_rn((long long)" : "__ll2bfloat16_rn((long long)"),
+            o->f);
+      expr(o, e->a[0]);
+      fputc(')', o->f);
+      return;
+    }
     fputs(to == TY_F16 ? "__float2half_rn(" : "__float2bfloat16_rn(", o->f);
-    if (!ir_dtype_is_float(from) || from == KT_INDEX) fputs("(float)", o->f);
+    if (!ir_dtype_is_float(from)) fputs("(float)", o->f);
     fexpr(o, e->a[0]);
     fputc(')', o->f);
     return;
@@ -749,15 +762,18 @@ static void param_type(Out *o, const KParam *p) {
 
 char *cg_emit_kernel(Ctx *c, const Kernel *k, const char *name, bool with_comment) {
   if (!k->finished) dl_internal(c, "kernel %s emitted before it was finished", k->hint);
+  /* Nothing may come from the arena while the stream is open: an
+   * allocation failure would unwind past it. */
+  const char *label = with_comment && k->node ? cg_label(c, k->node, k->what) : NULL;
   char *text = NULL;
   size_t len = 0;
   FILE *f = open_memstream(&text, &len);
-  if (!f) dl_internal(c, "open_memstream failed");
+  if (!f) ctx_out_of_memory(c);
   Out o = {.f = f, .k = k, .depth = 1};
-  if (with_comment && k->node) {
+  if (label) {
     const Node *n = k->node;
     fputs("// ", f);
-    ir_put_comment_text(f, cg_label(c, n, k->what));
+    ir_put_comment_text(f, label);
     if (n->loc.file) {
       fputs("  (", f);
       ir_put_comment_text(f, n->loc.file->name); /* a path, or whatever an IR file's comment said */
@@ -793,8 +809,18 @@ char *cg_emit_kernel(Ctx *c, const Kernel *k, const char *name, bool with_commen
       fprintf(f, "*(%s **)args[%d]", ctype(k, p->buf->dtype), i);
   }
   fputs(");\n}\n#endif\n", f);
-  fclose(f);
+  /* A write that ran out of memory leaves the stream in error: the text
+   * would be cut short. */
+  /* glibc's fclose can lose the buffer on a failed final realloc and
+   * still return 0: no text is out of memory too. */
+  bool cut = ferror(f);
+  if (fclose(f) != 0 || cut || !text) {
+    free(text);
+    ctx_out_of_memory(c);
+  }
+  ctx_hold(c, text);
   char *r = arena_strndup(&c->arena, text, len);
+  ctx_release(c, text);
   free(text);
   return r;
 }

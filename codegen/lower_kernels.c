@@ -1364,6 +1364,18 @@ static bool lower_pad(CgBuild *b, const Node *n) {
   return true;
 }
 
+/* a < end ? x[...] : (the rest), over loads given from the last operand
+ * to the first, as a balanced tree: a concat of thousands of operands is
+ * an expression of depth log2(n), not n, for the emitter's recursion and
+ * the CUDA compiler's.  Only the chosen arm is read. */
+static KExpr *concat_select(Kernel *k, KExpr *a, KExpr **loads, const int64_t *ends, int n) {
+  if (n == 1) return loads[0];
+  int later = (n + 1) / 2; /* loads[0, later) are the later operands */
+  KExpr *first = concat_select(k, a, loads + later, ends + later, n - later);
+  KExpr *rest = concat_select(k, a, loads, ends, later);
+  return cg_ksel(k, cg_kcmp(k, KC_LT, a, cg_kint(k, ends[later])), first, rest);
+}
+
 static bool lower_concat(CgBuild *b, const Node *n) {
   if (!move_dtypes(b, n)) return false;
   const Value *out = &n->out[0];
@@ -1375,17 +1387,18 @@ static bool lower_concat(CgBuild *b, const Node *n) {
   Map m;
   map_begin(&m, k, ot);
   KExpr *a = map_coord(&m, axis);
-  /* Operand by operand from the last: a < end_k ? x_k[...] : (the rest).
-   * Only the chosen arm is read. */
-  int64_t *ends = ARENA_ARRAY(&cg_build_ctx(b)->arena, int64_t, n->n_in), offset = 0;
-  int last = -1;
+  Arena *ar = &cg_build_ctx(b)->arena;
+  int64_t *ends = ARENA_ARRAY(ar, int64_t, n->n_in), offset = 0;
   for (int i = 0; i < n->n_in; i++) {
     offset += n->in[i]->type.dims[axis];
     ends[i] = offset;
-    if (numel(&n->in[i]->type)) last = i;
   }
-  KExpr *v = NULL;
-  for (int i = last; i >= 0; i--) {
+  /* The loads of the non-empty operands, made from the last (the order
+   * of the kernel's parameters). */
+  KExpr **loads = ARENA_ARRAY(ar, KExpr *, n->n_in);
+  int64_t *load_ends = ARENA_ARRAY(ar, int64_t, n->n_in);
+  int nl = 0;
+  for (int i = n->n_in - 1; i >= 0; i--) {
     const Value *x = n->in[i];
     if (numel(&x->type) == 0) continue;
     int64_t start = ends[i] - x->type.dims[axis], xst[DL_MAX_RANK];
@@ -1397,11 +1410,10 @@ static bool lower_concat(CgBuild *b, const Node *n) {
       if (d == axis) c = cg_kidx(k, KI_SUB, c, cg_kint(k, start));
       src = cg_kadd(k, src, cg_kmul(k, c, cg_kint(k, xst[d])));
     }
-    const char *name = arena_printf(&cg_build_ctx(b)->arena, "x%d", i);
-    KExpr *xv = load_of(b, k, x, name, src);
-    v = v ? cg_ksel(k, cg_kcmp(k, KC_LT, a, cg_kint(k, ends[i])), xv, v) : xv;
+    loads[nl] = load_of(b, k, x, arena_printf(ar, "x%d", i), src);
+    load_ends[nl++] = ends[i];
   }
-  map_store(b, &m, out, v);
+  map_store(b, &m, out, concat_select(k, a, loads, load_ends, nl));
   map_end(&m);
   cg_launch(b, k);
   return true;

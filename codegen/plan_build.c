@@ -23,6 +23,9 @@ struct CgBuild {
   int n_values;
   RtRef *home;
   bool *has_home;
+  /* By value id: the value, and what it is a reshape of (itself when it
+   * is none), so that a chain of reshapes is not walked at every use. */
+  const Value **value, **unshaped;
   uint64_t arena_top, weights_top;
   uint64_t derived_top; /* from weights_bytes: the derived region */
   CgInit init;
@@ -432,11 +435,25 @@ typedef struct LiveAt {
   int k;
 } LiveAt;
 
+typedef struct ByLower {
+  int lower, k;
+} ByLower;
+
+static int cmp_lower(const void *pa, const void *pb) {
+  const ByLower *a = pa, *b = pb;
+  if (a->lower != b->lower) return (a->lower > b->lower) - (a->lower < b->lower);
+  return (a->k > b->k) - (a->k < b->k);
+}
+
 bool cg_check_memory(const CgResult *r, char *err, size_t len) {
   const RtPlan *p = r->plan;
   int nb = r->n_buffers;
   Arena a;
   arena_init(&a);
+  /* Its failures unwind through the compilation's guard, which must
+   * free it then. */
+  Ctx *c = ctx_current();
+  if (c) ctx_hold_arena(c, &a);
   bool ok = true;
   MemBuf *mb = ARENA_ARRAY(&a, MemBuf, nb + 1);
   uint64_t top = 0;
@@ -475,17 +492,23 @@ bool cg_check_memory(const CgResult *r, char *err, size_t len) {
     ok = false;
   }
   /* Every arena ref of step s inside a buffer live at s: a sweep over
-   * the steps with the live buffers sorted by offset. */
+   * the steps with the live buffers sorted by offset, each buffer
+   * joining at its first step (by = the buffers in that order). */
   LiveAt *live = ARENA_ARRAY(&a, LiveAt, nb + 1);
-  int n_live = 0;
+  ByLower *by = ARENA_ARRAY(&a, ByLower, nb + 1);
+  for (int k = 0; k < nb; k++) by[k] = (ByLower){r->buffers[k].lower, k};
+  qsort(by, (size_t)nb, sizeof *by, cmp_lower);
+  int n_live = 0, next = 0;
   for (uint32_t s = 0; s < p->n_init_steps + p->n_steps && ok; s++) {
     int k2 = 0;
     for (int q = 0; q < n_live; q++)
       if (r->buffers[live[q].k].upper > (int)s) live[k2++] = live[q];
     n_live = k2;
-    for (int k = 0; k < nb; k++) {
+    while (next < nb && by[next].lower < (int)s) next++;
+    for (; next < nb && by[next].lower == (int)s; next++) {
+      int k = by[next].k;
       const CgBuffer *x = &r->buffers[k];
-      if (x->lower != (int)s || x->upper <= x->lower) continue;
+      if (x->upper <= x->lower) continue;
       int at = n_live++;
       while (at > 0 && live[at - 1].off > x->ref.offset) live[at] = live[at - 1], at--;
       live[at] = (LiveAt){x->ref.offset, x->ref.offset + x->nbytes, k};
@@ -522,6 +545,7 @@ bool cg_check_memory(const CgResult *r, char *err, size_t len) {
       }
     }
   }
+  if (c) ctx_release(c, &a);
   arena_free(&a);
   return ok;
 }
@@ -537,6 +561,7 @@ void cg_set_group(CgBuild *b, const CgGroup *grp) { b->group = grp; }
 bool cg_has_ref(CgBuild *b, const Value *v) { return b->has_home[v->id]; }
 
 bool cg_const_of(CgBuild *b, const Value *v, double *value) {
+  if (v->id >= 0 && v->id < b->n_values && b->value[v->id] == v) v = b->unshaped[v->id];
   while (v->def->op == OP_RESHAPE) v = v->def->in[0];
   if (v->def->op != OP_CONST) return false;
   *value = ir_attr_float(v->def, "value");
@@ -830,6 +855,14 @@ bool cg_compile_opts(Graph *g, const CgOptions *o, CgResult *out) {
   for (Node *n = g->first; n; n = n->next) b->n_values += n->n_out;
   b->home = ARENA_ARRAY(&c->arena, RtRef, b->n_values + 1);
   b->has_home = ARENA_ARRAY(&c->arena, bool, b->n_values + 1);
+  b->value = ARENA_ARRAY(&c->arena, const Value *, b->n_values + 1);
+  b->unshaped = ARENA_ARRAY(&c->arena, const Value *, b->n_values + 1);
+  for (Node *n = g->first; n; n = n->next)
+    for (int i = 0; i < n->n_out; i++) {
+      const Value *v = &n->out[i];
+      b->value[v->id] = v;
+      b->unshaped[v->id] = n->op == OP_RESHAPE ? b->unshaped[n->in[0]->id] : v;
+    }
   CgGroup **groups = cg_find_groups(c, g);
   b->init = cg_split_init(c, g, groups);
   if (!plan_storage(b)) return false;

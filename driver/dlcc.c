@@ -66,7 +66,8 @@ static const char usage[] =
     "  --emit=ast         print the syntax tree (for debugging the frontend)\n"
     "  -o FILE            write the output to FILE instead of standard output\n"
     "  -D NAME=VALUE      set an integer constant: overrides 'let NAME' or binds a\n"
-    "                     dimension the model leaves free\n"
+    "                     dimension the model leaves free (an ONNX input's too, and\n"
+    "                     -D INPUT:AXIS=VALUE any free dim of an ONNX input)\n"
     "  --model=NAME       which model of the file to compile (default: the last)\n"
     "\n"
     "  -O0, -O1, -O2      graph optimization: none, cheap cleanups, everything (default)\n"
@@ -390,7 +391,10 @@ static int parse_args(int argc, char **argv, Options *o) {
             fprintf(stderr, "dlcc: error: --arch expects a list like sm_80,sm_90, got '%s'\n", a + 7);
             return 1;
           }
-          o->archs[o->n_archs++] = strndup(p, n);
+          if (!(o->archs[o->n_archs++] = strndup(p, n))) {
+            fputs("dlcc: error: out of memory\n", stderr);
+            return 1;
+          }
           p += n;
           if (!*p) break;
         }
@@ -650,8 +654,11 @@ int main(int argc, char **argv) {
   if (library && opt.n_archs < 0) opt.n_archs = 0;
 #endif
   if (opt.n_archs < 0) {
-    opt.archs[0] = strdup("sm_90");
-    opt.n_archs = 1;
+    opt.n_archs = 0;
+    if (!(opt.archs[opt.n_archs++] = strdup("sm_90"))) {
+      fputs("dlcc: error: out of memory\n", stderr);
+      return 1;
+    }
   }
 
   FILE *out = stdout;

@@ -29,6 +29,8 @@
 
 typedef struct InputArg {
   const char *name, *path;
+  RtTensor data; /* read before the model compiles: its shape binds free dims */
+  bool read;
 } InputArg;
 
 typedef struct RunOptions {
@@ -41,6 +43,7 @@ typedef struct RunOptions {
   int bench; /* --bench=N: time N more runs */
   int n_inputs;
   InputArg inputs[64];
+  dlc_input_shape input_shapes[64];
   DriverQuant quant;
   dlc_options api;
   dlc_define defines[64];
@@ -59,7 +62,8 @@ static const char run_usage[] =
     "                      without it they are random (see --seed)\n"
     "  --init=random       random parameters (the default when no --weights, except\n"
     "                      for an .onnx model, which brings its own)\n"
-    "  --input NAME=FILE   an input from a .npy file; inputs not given are random\n"
+    "  --input NAME=FILE   an input from a .npy file; inputs not given are random; its\n"
+    "                      shape binds the dims an ONNX model leaves free\n"
     "  --seed=S            seed for random parameters and inputs (default 0)\n"
     "  --output-dir=DIR    write each output to DIR/NAME.npy; a NAME that is not a plain\n"
     "                      file name is encoded (../x: %2E.%2F..%2Fx.npy, docs/names.md)\n"
@@ -298,12 +302,29 @@ static void type_text(const dlc_tensor_info *info, char *buf, size_t len) {
   ir_type_str(&t, buf, len);
 }
 
-static bool load_input(const InputArg *in, const dlc_tensor_info *info, RtTensor *rt) {
-  char err[512];
-  if (rt_npy_read(in->path, rt, err, sizeof err) != 0) {
-    fprintf(stderr, "dlcc: error: %s\n", err);
-    return false;
+/* Reads every --input file; their shapes go to the compiler
+ * (dlc_options.input_shapes), which binds the model's free dims to them. */
+static bool read_inputs(RunOptions *o) {
+  for (int i = 0; i < o->n_inputs; i++) {
+    InputArg *in = &o->inputs[i];
+    char err[512];
+    if (rt_npy_read(in->path, &in->data, err, sizeof err) != 0) {
+      fprintf(stderr, "dlcc: error: %s\n", err);
+      return false;
+    }
+    in->read = true;
+    o->input_shapes[i] = (dlc_input_shape){in->name, in->data.rank, in->data.dims};
   }
+  o->api.n_input_shapes = o->n_inputs;
+  o->api.input_shapes = o->input_shapes;
+  return true;
+}
+
+/* The input's data (read by read_inputs) if it has the type the model
+ * expects. */
+static bool load_input(const InputArg *in, const dlc_tensor_info *info, const RtTensor **out) {
+  const RtTensor *rt = &in->data;
+  *out = rt;
   bool same = (int)rt->dtype == (int)info->dtype && rt->rank == info->rank;
   for (int i = 0; same && i < rt->rank; i++) same = rt->dims[i] == info->dims[i];
   if (!same) {
@@ -484,13 +505,12 @@ static int run_library(RunOptions *o) {
       if (strcmp(o->inputs[k].name, info.name) == 0) given = &o->inputs[k];
     bool ok;
     if (given) {
-      RtTensor rt = {0};
+      const RtTensor *rt;
       ok = load_input(given, &info, &rt);
-      if (ok && dlrt_set_input(m, i, rt.data, rt.nbytes) != DLRT_OK) {
+      if (ok && dlrt_set_input(m, i, rt->data, rt->nbytes) != DLRT_OK) {
         fprintf(stderr, "dlcc: error: %s\n", dlrt_error(m));
         ok = false;
       }
-      rt_tensor_free(&rt);
     } else {
       Tensor t = {0};
       ok = random_input(&info, o->seed, &t);
@@ -558,6 +578,7 @@ static const char *model_output_name(void *m, int i) {
 }
 
 static int run_model(RunOptions *o) {
+  if (!read_inputs(o)) return 1;
   if (has_suffix(o->model_path, ".so")) return run_library(o);
   dlc_model *m;
   if (dlc_compile_file(o->model_path, &o->api, &m) != DLC_OK) {
@@ -596,10 +617,9 @@ static int run_model(RunOptions *o) {
     /* The readers print their own message; dlc_set_input leaves one on m. */
     bool read = true, ok = false;
     if (given) {
-      RtTensor rt = {0};
+      const RtTensor *rt;
       read = load_input(given, &info, &rt);
-      ok = read && dlc_set_input(m, info.name, rt.data, rt.nbytes) == DLC_OK;
-      rt_tensor_free(&rt);
+      ok = read && dlc_set_input(m, info.name, rt->data, rt->nbytes) == DLC_OK;
     } else {
       Tensor t = {0};
       read = random_input(&info, o->seed, &t);
@@ -623,8 +643,11 @@ static int run_model(RunOptions *o) {
     dlc_tensor_info info;
     const void *data;
     size_t nbytes;
-    dlc_output_info(m, i, &info);
-    dlc_get_output(m, i, &data, &nbytes);
+    if (dlc_output_info(m, i, &info) != DLC_OK || dlc_get_output(m, i, &data, &nbytes) != DLC_OK) {
+      fputs(dlc_error(m), stderr);
+      rc = 1;
+      break;
+    }
     print_summary(&info, data);
     if (o->output_dir && !write_output(&out, i, &info, data, nbytes)) rc = 1;
   }
@@ -643,7 +666,10 @@ int driver_run(int argc, char **argv) {
   int rc = parse_run_args(argc, argv, o);
   if (rc == 0) rc = run_model(o);
   else rc = rc == 2 ? 0 : 1;
-  for (int i = 0; i < o->n_inputs; i++) free((char *)o->inputs[i].name);
+  for (int i = 0; i < o->n_inputs; i++) {
+    free((char *)o->inputs[i].name);
+    if (o->inputs[i].read) rt_tensor_free(&o->inputs[i].data);
+  }
   for (int i = 0; i < o->api.n_defines; i++) free((char *)o->defines[i].name);
   free(o);
   return rc;

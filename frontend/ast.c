@@ -20,6 +20,23 @@ Expr *fe_ast_expr(Ctx *c, ExprKind kind, SrcLoc loc) {
   Expr *e = ARENA_NEW(&c->arena, Expr);
   e->kind = kind;
   e->loc = loc;
+  e->depth = 1;
+  return e;
+}
+
+static int deeper(int d, const Expr *e) { return e && e->depth > d ? e->depth : d; }
+
+Expr *fe_ast_nest(Ctx *c, Expr *e) {
+  int d = deeper(deeper(0, e->lhs), e->rhs);
+  for (int i = 0; i < e->items.n; i++) d = deeper(d, e->items.v[i]);
+  for (int i = 0; i < e->scope.n; i++) d = deeper(d, e->scope.parts[i].expr);
+  e->depth = d + 1;
+  /* Only where it crosses: the levels above it are already too deep. */
+  if (d == FE_MAX_EXPR_DEPTH)
+    diag_error(c, e->loc,
+               "expression nests deeper than %d (each operator of a chain like a + b + c is a level: "
+               "split it over several statements)",
+               FE_MAX_EXPR_DEPTH);
   return e;
 }
 
@@ -28,14 +45,14 @@ Expr *fe_ast_binary(Ctx *c, int op, SrcLoc loc, Expr *lhs, Expr *rhs) {
   e->op = op;
   e->lhs = lhs;
   e->rhs = rhs;
-  return e;
+  return fe_ast_nest(c, e);
 }
 
 Expr *fe_ast_unary(Ctx *c, int op, SrcLoc loc, Expr *lhs) {
   Expr *e = fe_ast_expr(c, EX_UNARY, loc);
   e->op = op;
   e->lhs = lhs;
-  return e;
+  return fe_ast_nest(c, e);
 }
 
 Stmt *fe_ast_stmt(Ctx *c, StmtKind kind, SrcLoc loc) {

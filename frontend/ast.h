@@ -67,6 +67,7 @@ typedef struct Scope {
 struct Expr {
   ExprKind kind;
   SrcLoc loc;
+  int depth; /* 1 for a leaf, else 1 + its deepest operand's */
   int op;
   int64_t i;
   double f;

@@ -143,6 +143,13 @@ const char *fe_describe(const Val *v, char *buf, size_t len) {
   return buf;
 }
 
+/* fe_describe into the arena: for messages on the evaluator's recursive
+ * path, whose frames must not carry a buffer each. */
+__attribute__((noinline)) static const char *show(Lower *l, const Val *v) {
+  char buf[IR_TYPE_STR_MAX + 32];
+  return arena_strdup(l->a, fe_describe(v, buf, sizeof buf));
+}
+
 static Val val_str(const char *s) { return (Val){.kind = V_STR, .s = s}; }
 
 static Val val_list(Lower *l, ValKind kind, int n, const Val *items) {
@@ -419,7 +426,7 @@ static void suggest_names(Lower *l, Frame *f, const char *name, char *hint, size
   if (s) snprintf(hint, len, "; did you mean '%s'?", s);
 }
 
-static Val eval_name(Lower *l, Frame *f, const Expr *e) {
+__attribute__((noinline)) static Val eval_name(Lower *l, Frame *f, const Expr *e) {
   Binding *b = lookup(l, f, e->s);
   if (b) return b->v;
   DType dt;
@@ -440,8 +447,7 @@ static Val eval_name(Lower *l, Frame *f, const Expr *e) {
 }
 
 /* Python's truth for scalars; false with *ok unset after an error. */
-static bool truth(Lower *l, const Val *v, SrcLoc loc, const char *what, bool *ok) {
-  char buf[IR_TYPE_STR_MAX + 32];
+__attribute__((noinline)) static bool truth(Lower *l, const Val *v, SrcLoc loc, const char *what, bool *ok) {
   *ok = true;
   switch (v->kind) {
     case V_BOOL: return v->b;
@@ -450,10 +456,10 @@ static bool truth(Lower *l, const Val *v, SrcLoc loc, const char *what, bool *ok
     case V_POISON: *ok = false; return false;
     case V_TENSOR:
       fe_error(l, loc, "%s must be known at compile time, got %s", what,
-               fe_describe(v, buf, sizeof buf));
+               show(l, v));
       break;
     default:
-      fe_error(l, loc, "%s must be a bool, got %s", what, fe_describe(v, buf, sizeof buf));
+      fe_error(l, loc, "%s must be a bool, got %s", what, show(l, v));
       break;
   }
   *ok = false;
@@ -592,6 +598,8 @@ static OpKind tensor_op(int op) {
   return OP_COUNT;
 }
 
+static Val apply_binary(Lower *l, const Expr *e, Val a, Val b);
+
 static Val eval_binary(Lower *l, Frame *f, const Expr *e) {
   int op = e->op;
   if (op == OPX_AND || op == OPX_OR) {
@@ -608,6 +616,13 @@ static Val eval_binary(Lower *l, Frame *f, const Expr *e) {
   }
   Val a = eval(l, f, e->lhs), b = eval(l, f, e->rhs);
   if (a.kind == V_POISON || b.kind == V_POISON) return val_poison();
+  return apply_binary(l, e, a, b);
+}
+
+/* Out of line, so that its message buffers are no part of the frame the
+ * evaluator's recursion repeats at every level. */
+__attribute__((noinline)) static Val apply_binary(Lower *l, const Expr *e, Val a, Val b) {
+  int op = e->op;
   char ba[IR_TYPE_STR_MAX + 32], bb[IR_TYPE_STR_MAX + 32];
   if (a.kind == V_TENSOR || b.kind == V_TENSOR) {
     OpKind k = tensor_op(op);
@@ -646,7 +661,6 @@ static Val eval_binary(Lower *l, Frame *f, const Expr *e) {
 static Val eval_unary(Lower *l, Frame *f, const Expr *e) {
   Val v = eval(l, f, e->lhs);
   if (v.kind == V_POISON) return v;
-  char buf[IR_TYPE_STR_MAX + 32];
   if (e->op == '!') {
     bool ok;
     bool t = truth(l, &v, e->lhs->loc, "the operand of 'not'", &ok);
@@ -662,13 +676,13 @@ static Val eval_unary(Lower *l, Frame *f, const Expr *e) {
     case V_FLOAT: return val_float(-v.f);
     case V_TENSOR: return val_tensor(fe_unary(l, OP_NEG, v.t, e->loc));
     default:
-      fe_error(l, e->loc, "cannot negate %s", fe_describe(&v, buf, sizeof buf));
+      fe_error(l, e->loc, "cannot negate %s", show(l, &v));
       return val_poison();
   }
 }
 
 /* The dotted name of an `as` scope, or NULL after an error. */
-static const char *eval_scope(Lower *l, Frame *f, const Scope *s) {
+__attribute__((noinline)) static const char *eval_scope(Lower *l, Frame *f, const Scope *s) {
   char *out = "";
   bool ok = true;
   for (int i = 0; i < s->n; i++) {
@@ -676,7 +690,6 @@ static const char *eval_scope(Lower *l, Frame *f, const Scope *s) {
     const char *text = p->text;
     if (!text) {
       Val v = eval(l, f, p->expr);
-      char buf[IR_TYPE_STR_MAX + 32];
       if (v.kind == V_INT) {
         text = arena_printf(l->a, "%" PRId64, v.i);
       } else if (v.kind == V_STR && v.s[0]) {
@@ -684,7 +697,7 @@ static const char *eval_scope(Lower *l, Frame *f, const Scope *s) {
       } else {
         if (v.kind != V_POISON)
           fe_error(l, p->loc, "a scope part must be an int or a non-empty string, got %s",
-                   v.kind == V_STR ? "an empty string" : fe_describe(&v, buf, sizeof buf));
+                   v.kind == V_STR ? "an empty string" : show(l, &v));
         ok = false;
         continue;
       }
@@ -744,7 +757,7 @@ static const char *suggest_among(const char *name, const char *const *cand, int 
   return hint;
 }
 
-static Val call_builtin(Lower *l, const Builtin *b, const Expr *e, const char *scope, Args *a) {
+__attribute__((noinline)) static Val call_builtin(Lower *l, const Builtin *b, const Expr *e, const char *scope, Args *a) {
   Call call;
   memset(&call, 0, sizeof call);
   call.name = b->name;
@@ -819,6 +832,14 @@ static Val call_builtin(Lower *l, const Builtin *b, const Expr *e, const char *s
   return r;
 }
 
+__attribute__((noinline)) static void no_such_param(Lower *l, const Item *b, const char *name, SrcLoc loc) {
+  const char **cand = ARENA_ARRAY(l->a, const char *, b->n_params + 1);
+  for (int i = 0; i < b->n_params; i++) cand[i] = b->params[i].name;
+  char hint[160];
+  fe_error(l, loc, "block '%s' has no parameter '%s'%s", b->name, name,
+           suggest_among(name, cand, b->n_params, hint, sizeof hint));
+}
+
 static Val call_block(Lower *l, int idx, const Expr *e, const char *scope, Args *a) {
   const Item *b = l->p->items[idx];
   for (int i = 0; i < l->depth; i++)
@@ -844,11 +865,7 @@ static Val call_block(Lower *l, int idx, const Expr *e, const char *scope, Args 
     for (int i = 0; i < b->n_params; i++)
       if (strcmp(b->params[i].name, a->kw_names[k]) == 0) j = i;
     if (j < 0) {
-      const char **cand = ARENA_ARRAY(l->a, const char *, b->n_params + 1);
-      for (int i = 0; i < b->n_params; i++) cand[i] = b->params[i].name;
-      char hint[160];
-      fe_error(l, a->kw_locs[k], "block '%s' has no parameter '%s'%s", b->name, a->kw_names[k],
-               suggest_among(a->kw_names[k], cand, b->n_params, hint, sizeof hint));
+      no_such_param(l, b, a->kw_names[k], a->kw_locs[k]);
       ok = false;
     } else if (given[j]) {
       fe_error(l, a->kw_locs[k], "block '%s': argument '%s' given twice", b->name, a->kw_names[k]);
@@ -896,9 +913,8 @@ static bool take_precision(Lower *l, const Expr *e, Args *a, bool *keep) {
     Val v = a->kw[k];
     bool ok = v.kind == V_POISON || (v.kind == V_STR && strcmp(v.s, "f32") == 0);
     if (!ok) {
-      char buf[128];
       fe_error(l, a->kw_locs[k], "%s: precision must be \"f32\" (keeps the call in f32 under "
-               "--precision=f16 or bf16), got %s", e->s, fe_describe(&v, buf, sizeof buf));
+               "--precision=f16 or bf16), got %s", e->s, show(l, &v));
     }
     *keep = v.kind == V_STR;
     for (int j = k + 1; j < a->n_kw; j++) {
@@ -921,6 +937,21 @@ static bool block_has_param(const Lower *l, int idx, const char *name) {
 
 static Val call_pinned(Lower *l, Frame *f, const Expr *e, const char *scope, Args *a);
 
+__attribute__((noinline)) static Val unknown_function(Lower *l, Frame *f, const Expr *e) {
+  if (lookup(l, f, e->s)) {
+    fe_error(l, e->loc, "'%s' is a variable, not a function", e->s);
+    return val_poison();
+  }
+  int nb = fe_builtin_names(NULL, 0);
+  const char **cand = ARENA_ARRAY(l->a, const char *, nb + l->blocks.len + 1);
+  int n = fe_builtin_names(cand, nb);
+  for (int i = 0; i < l->blocks.cap; i++)
+    if (l->blocks.e[i].key) cand[n++] = l->blocks.e[i].key;
+  char hint[160];
+  fe_error(l, e->loc, "unknown function '%s'%s", e->s, suggest_among(e->s, cand, n, hint, sizeof hint));
+  return val_poison();
+}
+
 static Val eval_call(Lower *l, Frame *f, const Expr *e, const char *scope) {
   Args a;
   eval_args(l, f, e, &a);
@@ -940,21 +971,7 @@ static Val eval_call(Lower *l, Frame *f, const Expr *e, const char *scope) {
     }
   }
   const Builtin *b = fe_builtin(e->s);
-  if (!b) {
-    if (lookup(l, f, e->s)) {
-      fe_error(l, e->loc, "'%s' is a variable, not a function", e->s);
-      return val_poison();
-    }
-    int nb = fe_builtin_names(NULL, 0);
-    const char **cand = ARENA_ARRAY(l->a, const char *, nb + l->blocks.len + 1);
-    int n = fe_builtin_names(cand, nb);
-    for (int i = 0; i < l->blocks.cap; i++)
-      if (l->blocks.e[i].key) cand[n++] = l->blocks.e[i].key;
-    char hint[160];
-    fe_error(l, e->loc, "unknown function '%s'%s", e->s,
-             suggest_among(e->s, cand, n, hint, sizeof hint));
-    return val_poison();
-  }
+  if (!b) return unknown_function(l, f, e);
   return call_builtin(l, b, e, scope, &a);
 }
 
@@ -978,22 +995,21 @@ static Val call_pinned(Lower *l, Frame *f, const Expr *e, const char *scope, Arg
 }
 
 /* list[i], tuple[i], string[i]: Python's rules, negative i from the end. */
-static Val eval_index(Lower *l, Frame *f, const Expr *e) {
+__attribute__((noinline)) static Val eval_index(Lower *l, Frame *f, const Expr *e) {
   Val a = eval(l, f, e->lhs), i = eval(l, f, e->rhs);
   if (a.kind == V_POISON || i.kind == V_POISON) return val_poison();
-  char buf[IR_TYPE_STR_MAX + 32];
   int64_t n;
   if (a.kind == V_LIST || a.kind == V_TUPLE) {
     n = a.list.n;
   } else if (a.kind == V_STR) {
     n = (int64_t)strlen(a.s);
   } else {
-    fe_error(l, e->loc, "cannot index %s%s", fe_describe(&a, buf, sizeof buf),
+    fe_error(l, e->loc, "cannot index %s%s", show(l, &a),
              a.kind == V_TENSOR ? " (take a part of a tensor with slice(x, axis, start, end))" : "");
     return val_poison();
   }
   if (i.kind != V_INT) {
-    fe_error(l, e->rhs->loc, "an index must be an int, got %s", fe_describe(&i, buf, sizeof buf));
+    fe_error(l, e->rhs->loc, "an index must be an int, got %s", show(l, &i));
     return val_poison();
   }
   int64_t k = i.i < 0 ? i.i + n : i.i;
@@ -1006,8 +1022,30 @@ static Val eval_index(Lower *l, Frame *f, const Expr *e) {
   return a.list.v[k];
 }
 
+/* Counts a level of the evaluator's recursion; false after reporting
+ * that there are too many (and halting: nothing deeper is evaluated). */
+static bool enter(Lower *l, SrcLoc loc) {
+  if (l->levels < FE_MAX_LEVELS) {
+    l->levels++;
+    return true;
+  }
+  if (!l->halt)
+    fe_error(l, loc, "nesting too deep: expressions, statements and block calls nest more than %d levels here",
+             FE_MAX_LEVELS);
+  l->halt = true;
+  return false;
+}
+
+static Val eval_expr(Lower *l, Frame *f, const Expr *e);
+
 static Val eval(Lower *l, Frame *f, const Expr *e) {
-  if (l->halt) return val_poison();
+  if (l->halt || !enter(l, e->loc)) return val_poison();
+  Val v = eval_expr(l, f, e);
+  l->levels--;
+  return v;
+}
+
+static Val eval_expr(Lower *l, Frame *f, const Expr *e) {
   switch (e->kind) {
     case EX_INT: return val_int(e->i);
     case EX_FLOAT: return val_float(e->f);
@@ -1063,13 +1101,12 @@ static bool eval_type(Lower *l, Frame *f, const TypeExpr *te, TensorType *out) {
   for (int i = 0; i < te->dims.n; i++) {
     const Expr *d = te->dims.v[i];
     Val v = eval(l, f, d);
-    char buf[IR_TYPE_STR_MAX + 32];
     if (v.kind == V_INT && v.i >= 1) {
       out->dims[i] = v.i;
     } else {
       if (v.kind != V_POISON)
         fe_error(l, d->loc, "a dimension must be a positive int, got %s",
-                 v.kind == V_STR ? "a string" : fe_describe(&v, buf, sizeof buf));
+                 v.kind == V_STR ? "a string" : show(l, &v));
       ok = false;
     }
   }
@@ -1115,8 +1152,7 @@ static void exec_assign(Lower *l, Frame *f, const Stmt *s) {
     return;
   }
   if (v.kind != V_POISON && !((v.kind == V_TUPLE || v.kind == V_LIST) && v.list.n == n)) {
-    char buf[IR_TYPE_STR_MAX + 32];
-    fe_error(l, s->loc, "cannot unpack %s into %d names", fe_describe(&v, buf, sizeof buf), n);
+    fe_error(l, s->loc, "cannot unpack %s into %d names", show(l, &v), n);
     v = val_poison();
   }
   for (int k = 0; k < n; k++) frame_set(l, f, s->names.v[k], v.kind == V_POISON ? v : v.list.v[k]);
@@ -1124,14 +1160,11 @@ static void exec_assign(Lower *l, Frame *f, const Stmt *s) {
 
 static void exec_for(Lower *l, Frame *f, const Stmt *s) {
   Val lo = eval(l, f, s->lo), hi = eval(l, f, s->hi);
-  char buf[IR_TYPE_STR_MAX + 32];
   bool ok = lo.kind == V_INT && hi.kind == V_INT;
   if (lo.kind != V_INT && lo.kind != V_POISON)
-    fe_error(l, s->lo->loc, "a loop bound must be an int, got %s",
-             fe_describe(&lo, buf, sizeof buf));
+    fe_error(l, s->lo->loc, "a loop bound must be an int, got %s", show(l, &lo));
   if (hi.kind != V_INT && hi.kind != V_POISON)
-    fe_error(l, s->hi->loc, "a loop bound must be an int, got %s",
-             fe_describe(&hi, buf, sizeof buf));
+    fe_error(l, s->hi->loc, "a loop bound must be an int, got %s", show(l, &hi));
   if (!ok) {
     frame_set(l, f, s->names.v[0], val_poison());
     poison_assigned(l, f, &s->body);
@@ -1145,7 +1178,7 @@ static void exec_for(Lower *l, Frame *f, const Stmt *s) {
   }
 }
 
-static void exec_param(Lower *l, Frame *f, const Stmt *s) {
+__attribute__((noinline)) static void exec_param(Lower *l, Frame *f, const Stmt *s) {
   TensorType t;
   const char *name = s->names.v[0];
   bool ok = eval_type(l, f, s->type, &t);
@@ -1159,7 +1192,7 @@ static void exec_param(Lower *l, Frame *f, const Stmt *s) {
     } else {
       if (v.kind != V_POISON)
         fe_error(l, s->value->loc, "the initial value of param '%s' must be a number, got %s", name,
-                 fe_describe(&v, buf, sizeof buf));
+                 show(l, &v));
       ok = false;
     }
   }
@@ -1167,16 +1200,22 @@ static void exec_param(Lower *l, Frame *f, const Stmt *s) {
   frame_set(l, f, name, val_tensor(p));
 }
 
+static void exec_one(Lower *l, Frame *f, const Stmt *s);
+
 static void exec_stmt(Lower *l, Frame *f, const Stmt *s) {
-  if (!step(l, s->loc)) return;
-  char buf[IR_TYPE_STR_MAX + 32];
+  if (!step(l, s->loc) || !enter(l, s->loc)) return;
+  exec_one(l, f, s);
+  l->levels--;
+}
+
+static void exec_one(Lower *l, Frame *f, const Stmt *s) {
   switch (s->kind) {
     case ST_ASSIGN: exec_assign(l, f, s); return;
     case ST_LET: {
       Val v = eval(l, f, s->value);
       if (v.kind == V_TENSOR || v.kind == V_TUPLE) {
         fe_error(l, s->value->loc, "'let %s' needs a compile-time value, got %s", s->names.v[0],
-                 fe_describe(&v, buf, sizeof buf));
+                 show(l, &v));
         v = val_poison();
       }
       frame_set(l, f, s->names.v[0], v);
@@ -1258,42 +1297,87 @@ static void walk_item(const Item *it, ExprFn fn, void *data) {
   walk_stmts(&it->body, fn, data);
 }
 
-typedef struct CycleWalk {
+/* The blocks each block calls, with where: the edges of the call graph. */
+typedef struct CallEdge {
+  int to;
+  const Expr *at;
+} CallEdge;
+
+typedef struct Callees {
   Lower *l;
-  char *state; /* per item: 0 unvisited, 1 on the path, 2 done */
-  int *path;
-  int n_path;
-} CycleWalk;
+  int n, cap;
+  CallEdge *v;
+} Callees;
 
-static void visit_block(CycleWalk *w, int idx);
-
-static void cycle_call(const Expr *e, void *data) {
-  CycleWalk *w = data;
-  if (e->kind != EX_CALL) return;
-  MapEntry *b = fe_map(w->l, &w->l->blocks, e->s, false);
+static void collect_call(const Expr *e, void *data) {
+  Callees *c = data;
+  MapEntry *b = e->kind == EX_CALL ? fe_map(c->l, &c->l->blocks, e->s, false) : NULL;
   if (!b) return;
-  int j = (int)b->n;
-  if (w->state[j] == 0) {
-    visit_block(w, j);
-    return;
+  if (c->n == c->cap) {
+    int cap = c->cap ? 2 * c->cap : 8;
+    c->v = arena_realloc(c->l->a, c->v, sizeof(CallEdge) * (size_t)c->cap, sizeof(CallEdge) * (size_t)cap);
+    c->cap = cap;
   }
-  if (w->state[j] != 1) return;
-  const Item *const *items = (const Item *const *)w->l->p->items;
-  int k = w->n_path - 1;
-  while (k > 0 && w->path[k] != j) k--;
-  char *text = arena_strdup(w->l->a, items[j]->name);
-  for (int i = k + 1; i < w->n_path; i++)
-    text = arena_printf(w->l->a, "%s -> %s", text, items[w->path[i]]->name);
-  text = arena_printf(w->l->a, "%s -> %s", text, items[j]->name);
-  fe_error(w->l, e->loc, "block '%s' calls itself: %s", items[j]->name, text);
+  c->v[c->n++] = (CallEdge){(int)b->n, e};
 }
 
-static void visit_block(CycleWalk *w, int idx) {
-  w->state[idx] = 1;
-  w->path[w->n_path++] = idx;
-  walk_item(w->l->p->items[idx], cycle_call, w);
-  w->n_path--;
-  w->state[idx] = 2;
+/* "a -> b -> a"; a long cycle shows its first and last blocks (the
+ * message would be cut anyway, and joining names one at a time is
+ * quadratic). */
+static void report_cycle(Lower *l, const int *path, int n_path, const CallEdge *e) {
+  const Item *const *items = (const Item *const *)l->p->items;
+  int j = e->to, k = n_path - 1;
+  while (k > 0 && path[k] != j) k--;
+  char text[768]; /* at most 9 names of at most 64 bytes, and the arrows */
+  size_t len = (size_t)snprintf(text, sizeof text, "%.64s", items[j]->name);
+  for (int i = k + 1; i <= n_path; i++) {
+    if (i == k + 6 && n_path - i > 3) {
+      len += (size_t)snprintf(text + len, sizeof text - len, " -> ...");
+      i = n_path - 2;
+    }
+    const char *name = i < n_path ? items[path[i]]->name : items[j]->name;
+    len += (size_t)snprintf(text + len, sizeof text - len, " -> %.64s", name);
+  }
+  fe_error(l, e->at->loc, "block '%s' calls itself: %s", items[j]->name, text);
+}
+
+/* Depth first over the call graph with a stack of our own: a chain of
+ * ten thousand blocks, each calling the next, is no cycle and no reason
+ * to overflow the C stack.  True when it reported a cycle. */
+static bool find_cycles(Lower *l) {
+  const Program *p = l->p;
+  int n = p->n_items;
+  Callees *calls = ARENA_ARRAY(l->a, Callees, n + 1);
+  for (int i = 0; i < n; i++) {
+    calls[i].l = l;
+    if (p->items[i]->kind == IT_BLOCK) walk_item(p->items[i], collect_call, &calls[i]);
+  }
+  bool found = false;
+  char *state = ARENA_ARRAY(l->a, char, n + 1); /* 0 unvisited, 1 on the path, 2 done */
+  int *path = ARENA_ARRAY(l->a, int, n + 1), *next = ARENA_ARRAY(l->a, int, n + 1);
+  for (int root = 0; root < n; root++) {
+    if (p->items[root]->kind != IT_BLOCK || state[root]) continue;
+    int n_path = 0;
+    state[root] = 1;
+    path[n_path++] = root;
+    while (n_path) {
+      int b = path[n_path - 1];
+      if (next[b] == calls[b].n) {
+        state[b] = 2;
+        n_path--;
+        continue;
+      }
+      const CallEdge *e = &calls[b].v[next[b]++];
+      if (state[e->to] == 0) {
+        state[e->to] = 1;
+        path[n_path++] = e->to;
+      } else if (state[e->to] == 1) {
+        report_cycle(l, path, n_path, e);
+        found = true;
+      }
+    }
+  }
+  return found;
 }
 
 typedef struct NameUse {
@@ -1483,10 +1567,8 @@ Graph *fe_lower(Ctx *c, const Program *p, const LowerOptions *opt) {
     e->n = i;
     e->loc = it->loc;
   }
-  CycleWalk w = {l, ARENA_ARRAY(l->a, char, p->n_items + 1), ARENA_ARRAY(l->a, int, p->n_items + 1),
-                 0};
-  for (int i = 0; i < p->n_items; i++)
-    if (p->items[i]->kind == IT_BLOCK && w.state[i] == 0) visit_block(&w, i);
+  /* Lowering a cycle would only add "nested too deep" to it. */
+  if (find_cycles(l)) return NULL;
   const Item *m = pick_model(l);
   if (!m) return NULL;
   l->g = ir_graph_new(c, m->name);

@@ -8,8 +8,12 @@
 #include "ir/ir.h"
 
 enum {
-  FE_MAX_DEPTH = 256,     /* nested block calls */
-  FE_MAX_NODES = 1000000, /* IR nodes per model */
+  FE_MAX_DEPTH = 100, /* nested block calls */
+  /* Expressions, statements and block calls in evaluation at once: each
+   * is a C frame of the recursive evaluator, and together they must fit
+   * a thread's stack (1 MB is common for small-stack threads). */
+  FE_MAX_LEVELS = 500,
+  FE_MAX_NODES = IR_MAX_NODES, /* IR nodes per model */
   FE_MAX_ARGS = 16,       /* parameters of one builtin */
 };
 /* Statements and loop iterations per model: loops that build nothing must
@@ -84,6 +88,7 @@ typedef struct Lower {
   const Item **stack; /* blocks being called, outermost first */
   SrcLoc *call_locs;  /* where each of them was called */
   int depth;
+  int levels; /* expressions, statements and calls being evaluated */
   long steps;
   long n_dup;   /* errors suppressed as repeats */
   bool halt;    /* a budget ran out: stop evaluating */

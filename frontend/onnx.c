@@ -45,6 +45,10 @@ static const OpEntry onnx_ops[] = {
     {"Add", ox_op_binary, "NumPy broadcasting"},
     {"And", ox_op_logic, NULL},
     {"ArgMax", ox_op_argmax, NULL},
+    {"Attention", ox_op_attention,
+     "opsets 23-25 as its unfused graph: 3-d and 4-d, scale, causal, bool and additive masks (shorter "
+     "ones padded), past key/value, grouped KV heads, softcap, softmax_precision, qk_matmul_output "
+     "modes, nonpad_kv_seqlen, sliding windows"},
     {"ArgMin", ox_op_argmax, NULL},
     {"Asin", ox_op_unary, NULL},
     {"Asinh", ox_op_unary, NULL},
@@ -70,6 +74,9 @@ static const OpEntry onnx_ops[] = {
      "1-d and 2-d, any auto_pad, pads or output_shape, strides, dilations, group, "
      "output_padding"},
     {"Cos", ox_op_unary, NULL},
+    {"CenterCropPad", ox_op_center_crop_pad, "constant shape; a slice and a zero pad"},
+    {"CumProd", ox_op_cumulative, "constant axis, exclusive, reverse; log2(n) shifted products"},
+    {"CumSum", ox_op_cumulative, "constant axis, exclusive, reverse; log2(n) shifted sums"},
     {"Cosh", ox_op_unary, NULL},
     {"DepthToSpace", ox_op_depth_space, "DCR and CRD"},
     {"DequantizeLinear", ox_op_dequantize_linear, "UINT8, INT8, INT32; per tensor or per axis"},
@@ -91,8 +98,10 @@ static const OpEntry onnx_ops[] = {
      "transA, transB, alpha, beta; of DequantizeLinear's A and B: an int8 "
      "linear layer"},
     {"GlobalAveragePool", ox_op_global_pool, NULL},
+    {"GlobalLpPool", ox_op_global_pool, "as a sum of |x|^p and its p-th root"},
     {"GlobalMaxPool", ox_op_global_pool, NULL},
     {"Greater", ox_op_logic, NULL},
+    {"GroupNormalization", ox_op_group_norm, "scale and bias per group (opset 18) or per channel (21)"},
     {"GreaterOrEqual", ox_op_logic, NULL},
     {"GridSample", ox_op_grid_sample, "4-d; bilinear, nearest, bicubic; zeros, border, reflection padding"},
     {"GRU", ox_op_rnn,
@@ -102,6 +111,9 @@ static const OpEntry onnx_ops[] = {
     {"HardSigmoid", ox_op_hardsigmoid, NULL},
     {"HardSwish", ox_op_unary, NULL},
     {"Identity", ox_op_identity, NULL},
+    {"If", ox_op_if,
+     "a condition known at import imports the branch taken; else both branches are computed and where "
+     "selects (one type per output)"},
     {"InstanceNormalization", ox_op_instancenorm, NULL},
     {"IsInf", ox_op_isinf, "detect_negative, detect_positive"},
     {"IsNaN", ox_op_logic, NULL},
@@ -111,7 +123,10 @@ static const OpEntry onnx_ops[] = {
     {"LessOrEqual", ox_op_logic, NULL},
     {"Log", ox_op_unary, NULL},
     {"LogSoftmax", ox_op_softmax, NULL},
+    {"Loop", ox_op_loop, "unrolled (up to 1024 steps): trip count and condition known at import"},
     {"LRN", ox_op_lrn, "as x^2, an avgpool2d over channels, pow and div"},
+    {"LpNormalization", ox_op_lp_norm, "p 1 or 2"},
+    {"LpPool", ox_op_pool, "as an avgpool of |x|^p times the window size, to the 1/p"},
     {"LSTM", ox_op_rnn,
      "forward/reverse/bidirectional, layout 0/1; unrolled (up to 1024 steps) for "
      "peepholes, clip, input_forget, other activations, initial state, sequence_lens"},
@@ -121,7 +136,9 @@ static const OpEntry onnx_ops[] = {
     {"Max", ox_op_variadic, NULL},
     {"MaxPool", ox_op_pool, "1-d and 2-d; no Indices output; pads at most half the kernel"},
     {"Mean", ox_op_variadic, NULL},
+    {"MeanVarianceNormalization", ox_op_mvn, NULL},
     {"Min", ox_op_variadic, NULL},
+    {"Mish", ox_op_mish, NULL},
     {"Mod", ox_op_mod, "fmod 0 and 1, integers and floats"},
     {"Mul", ox_op_binary, NULL},
     {"Neg", ox_op_unary, NULL},
@@ -160,6 +177,7 @@ static const OpEntry onnx_ops[] = {
      "constant scales or sizes (and roi); every mode, coordinate transformation and nearest_mode, "
      "cubic_coeff_a, exclude_outside, extrapolation_value, antialias, axes, "
      "keep_aspect_ratio_policy"},
+    {"Scan", ox_op_scan, "opset 9 on; unrolled over the scan axis (up to 1024 steps)"},
     {"Selu", ox_op_elu_family, NULL},
     {"Shrink", ox_op_shrink, NULL},
     {"Shape", ox_op_shape, "folded at import"},
@@ -179,6 +197,7 @@ static const OpEntry onnx_ops[] = {
     {"Squeeze", ox_op_squeeze, NULL},
     {"Sub", ox_op_binary, NULL},
     {"Sum", ox_op_variadic, NULL},
+    {"Swish", ox_op_swish, NULL},
     {"Tan", ox_op_unary, NULL},
     {"Tanh", ox_op_unary, NULL},
     {"ThresholdedRelu", ox_op_thresholded_relu, NULL},
@@ -192,8 +211,10 @@ static const OpEntry onnx_ops[] = {
     {"Xor", ox_op_logic, NULL},
 };
 
-/* The newest opset whose changes to these ops are handled. */
-enum { ONNX_OPSET_KNOWN = 21 };
+/* The newest opset whose changes to these ops are handled (22 to 28
+ * added dtypes to most of them, attributes that are refused when given
+ * and an unknown value, and new ops). */
+enum { ONNX_OPSET_KNOWN = 28 };
 
 static const OpEntry *find_op(const char *name) {
   for (size_t i = 0; i < ARRAY_LEN(onnx_ops); i++)
@@ -207,8 +228,9 @@ void fe_onnx_print_support(FILE *f) {
   fprintf(f,
           "ONNX import (opsets up to %d; 13 and later are the target, older ones where an op's\n"
           "meaning is handled).  Data types: FLOAT, "
-          "FLOAT16, BFLOAT16, INT8, UINT8, INT32, INT64, BOOL; static shapes, a symbolic dim bound with "
-          "-D NAME=VALUE; initializers (also external data) become params.\n\nops:\n",
+          "FLOAT16, BFLOAT16, INT8, UINT8, INT32, INT64, BOOL; static shapes, an input's free dims bound by "
+          "-D NAME=VALUE (a symbol), -D INPUT:AXIS=VALUE or the given input's shape; initializers (also "
+          "external data) become params.\n\nops:\n",
           ONNX_OPSET_KNOWN);
   for (size_t i = 0; i < ARRAY_LEN(onnx_ops); i++)
     fprintf(f, "  %-22s%s\n", onnx_ops[i].name, onnx_ops[i].note ? onnx_ops[i].note : "");
@@ -216,49 +238,82 @@ void fe_onnx_print_support(FILE *f) {
 
 /* ---- graphs ---- */
 
-static bool type_of_info(Imp *im, const Onnx__ValueInfoProto *vi, const char *what, TensorType *out) {
+/* A graph input's type.  A dim that is not a dim_value >= 0 is free
+ * (a dim_param, "?", -1 or unset): -D or the input's given shape binds it
+ * (frontend/dims.c); "?" and an empty name are no symbol, so two such
+ * dims need not agree. */
+static bool input_type(Imp *im, const Onnx__ValueInfoProto *vi, TensorType *out) {
   const char *name = vi->name ? vi->name : "";
   const Onnx__TypeProto *tp = vi->type;
   if (!tp || tp->value_case != ONNX__TYPE_PROTO__VALUE_TENSOR_TYPE || !tp->tensor_type)
-    return ox_bad(im, "%s '%s' is not a tensor (sequences, maps and optionals are not supported)", what,
-                  name);
+    return ox_bad(im, "graph input '%s' is not a tensor (sequences, maps and optionals are not supported)", name);
   const Onnx__TypeProto__Tensor *tt = tp->tensor_type;
   DType dt;
   if (!ox_dtype_from_onnx(tt->elem_type, &dt))
-    return ox_bad(im, "%s '%s' has dtype %s, which is not supported (%s)", what, name,
+    return ox_bad(im, "graph input '%s' has dtype %s, which is not supported (%s)", name,
                   ox_onnx_type_name(tt->elem_type), ox_dtypes_we_have);
-  if (!tt->shape) return ox_bad(im, "%s '%s' has no shape: dlcc needs static shapes", what, name);
-  if (tt->shape->n_dim > DL_MAX_RANK)
-    return ox_bad(im, "%s '%s' has rank %zu, more than the supported %d", what, name, tt->shape->n_dim,
-                  (int)DL_MAX_RANK);
-  *out = (TensorType){.dtype = dt, .rank = (int)tt->shape->n_dim};
-  for (size_t i = 0; i < tt->shape->n_dim; i++) {
-    const Onnx__TensorShapeProto__Dimension *d = tt->shape->dim[i];
+  const InputShape *given = fe_dims_shape(&im->dims, name);
+  if (!tt->shape && !given) return ox_bad(im, "graph input '%s' has no shape: give the input to bind it", name);
+  int rank = tt->shape ? (int)tt->shape->n_dim : given->rank;
+  if ((tt->shape && tt->shape->n_dim > DL_MAX_RANK) || rank > DL_MAX_RANK)
+    return ox_bad(im, "graph input '%s' has rank %d, more than the supported %d", name,
+                  tt->shape ? (int)tt->shape->n_dim : rank, (int)DL_MAX_RANK);
+  *out = (TensorType){.dtype = dt, .rank = rank};
+  for (int i = 0; i < rank; i++) {
+    const Onnx__TensorShapeProto__Dimension *d = tt->shape ? tt->shape->dim[i] : NULL;
     int64_t v;
-    if (d->value_case == ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_VALUE) {
+    if (d && d->value_case == ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_VALUE && d->dim_value >= 0) {
       v = d->dim_value;
-    } else if (d->value_case == ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_PARAM && d->dim_param &&
-               *d->dim_param) {
-      int k = -1;
-      for (int j = 0; im->opt && j < im->opt->n_defines; j++)
-        if (strcmp(im->opt->defines[j].name, d->dim_param) == 0) k = j;
-      if (k < 0)
-        return ox_bad(im, "dim %zu of %s '%s' is the symbolic '%s': bind it with -D %s=VALUE", i, what, name,
-                      d->dim_param, d->dim_param);
-      im->define_used[k] = true;
-      v = im->opt->defines[k].value;
     } else {
-      return ox_bad(im, "dim %zu of %s '%s' is unknown: dlcc needs static shapes", i, what, name);
+      const char *sym = d && d->value_case == ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_PARAM &&
+                                d->dim_param && *d->dim_param && strcmp(d->dim_param, "?") != 0
+                            ? d->dim_param
+                            : NULL;
+      char err[768];
+      if (!fe_dims_bind(&im->dims, name, rank, i, sym, &v, err, sizeof err)) return ox_bad(im, "%s", err);
     }
-    if (v == 0) return ox_bad(im, "dim %zu of %s '%s' is 0: empty tensors are not supported", i, what, name);
     if (v < 0 || v > DL_MAX_ELEMS)
-      return ox_bad(im, "dim %zu of %s '%s' is %" PRId64 ", out of range (1 to %" PRId64 ")", i, what, name,
-                    v, DL_MAX_ELEMS);
+      return ox_bad(im, "dim %d of graph input '%s' is %" PRId64 ", out of range (0 to %" PRId64 ")", i, name, v,
+                    DL_MAX_ELEMS);
     out->dims[i] = v;
   }
   if (ir_type_numel(out) < 0)
-    return ox_bad(im, "%s '%s' is larger than %" PRId64 " elements", what, name, DL_MAX_ELEMS);
+    return ox_bad(im, "graph input '%s' is larger than %" PRId64 " elements", name, DL_MAX_ELEMS);
   return true;
+}
+
+/* The names node np reads: its inputs, and those its subgraphs (If's
+ * branches, Loop's and Scan's bodies) read from outside, at any depth;
+ * f(ud, name) for each (a name local to a subgraph may come too: it is
+ * not found, or found in an outer scope, which costs only an edge). */
+static void node_reads(const Onnx__NodeProto *np, void (*f)(void *, const char *), void *ud) {
+  for (size_t j = 0; j < np->n_input; j++)
+    if (np->input[j] && *np->input[j]) f(ud, np->input[j]);
+  for (size_t a = 0; a < np->n_attribute; a++) {
+    const Onnx__AttributeProto *at = np->attribute[a];
+    const Onnx__GraphProto *gs[1] = {at->g};
+    size_t ng = at->g ? 1 : 0;
+    for (size_t k = 0; k < ng + at->n_graphs; k++) {
+      const Onnx__GraphProto *g = k < ng ? gs[k] : at->graphs[k - ng];
+      for (size_t i = 0; g && i < g->n_node; i++) node_reads(g->node[i], f, ud);
+    }
+  }
+}
+
+typedef struct Deps {
+  Imp *im;
+  int node, *indeg, *start, *fill, *edges;
+  bool counting;
+} Deps;
+
+static void add_dep(void *ud, const char *name) {
+  Deps *d = ud;
+  Entry *e = ox_find_entry(d->im, name);
+  if (!e || e->producer < 0 || e->scope != d->im->scope || e->producer == d->node) return;
+  if (d->counting)
+    d->start[e->producer + 1]++, d->indeg[d->node]++;
+  else
+    d->edges[d->start[e->producer] + d->fill[e->producer]++] = d->node;
 }
 
 /* Kahn's algorithm over the nodes; order[] gets them so that every value
@@ -266,34 +321,24 @@ static bool type_of_info(Imp *im, const Onnx__ValueInfoProto *vi, const char *wh
 static bool topo_order(Imp *im, const Onnx__GraphProto *gp, int *order) {
   int n = (int)gp->n_node;
   Arena *a = &im->c->arena;
-  int *indeg = ARENA_ARRAY(a, int, n + 1), *start = ARENA_ARRAY(a, int, n + 2);
-  int total = 0;
-  for (int i = 0; i < n; i++) total += (int)gp->node[i]->n_input;
-  int *edges = ARENA_ARRAY(a, int, total + 1), *fill = ARENA_ARRAY(a, int, n + 1);
-  for (int i = 0; i < n; i++)
-    for (size_t j = 0; j < gp->node[i]->n_input; j++) {
-      const char *in = gp->node[i]->input[j];
-      Entry *e = in && *in ? ox_find_entry(im, in) : NULL;
-      if (e && e->producer >= 0) start[e->producer + 1]++, indeg[i]++;
-    }
-  for (int i = 0; i < n; i++) start[i + 1] += start[i];
-  for (int i = 0; i < n; i++)
-    for (size_t j = 0; j < gp->node[i]->n_input; j++) {
-      const char *in = gp->node[i]->input[j];
-      Entry *e = in && *in ? ox_find_entry(im, in) : NULL;
-      if (e && e->producer >= 0) edges[start[e->producer] + fill[e->producer]++] = i;
-    }
+  Deps d = {.im = im, .indeg = ARENA_ARRAY(a, int, n + 1), .start = ARENA_ARRAY(a, int, n + 2),
+            .fill = ARENA_ARRAY(a, int, n + 1), .counting = true};
+  for (d.node = 0; d.node < n; d.node++) node_reads(gp->node[d.node], add_dep, &d);
+  for (int i = 0; i < n; i++) d.start[i + 1] += d.start[i];
+  d.edges = ARENA_ARRAY(a, int, d.start[n] + 1);
+  d.counting = false;
+  for (d.node = 0; d.node < n; d.node++) node_reads(gp->node[d.node], add_dep, &d);
   int head = 0, tail = 0;
   for (int i = 0; i < n; i++)
-    if (indeg[i] == 0) order[tail++] = i;
+    if (d.indeg[i] == 0) order[tail++] = i;
   while (head < tail) {
     int i = order[head++];
-    for (int k = start[i]; k < start[i + 1]; k++)
-      if (--indeg[edges[k]] == 0) order[tail++] = edges[k];
+    for (int k = d.start[i]; k < d.start[i + 1]; k++)
+      if (--d.indeg[d.edges[k]] == 0) order[tail++] = d.edges[k];
   }
   if (tail == n) return true;
   for (int i = 0; i < n; i++)
-    if (indeg[i] > 0) {
+    if (d.indeg[i] > 0) {
       im->np = gp->node[i];
       im->node_index = i;
       return ox_bad(im, "the graph has a cycle through this node");
@@ -325,9 +370,6 @@ static bool import_node(Imp *im, const Onnx__GraphProto *gp, int idx) {
     if (in && *in) on.in[i] = ox_find_entry(im, in)->val;
   }
   for (int i = 0; i < on.n_out; i++) want[i] = np->output[i] && *np->output[i];
-  for (int i = 0; i < on.n_in; i++)
-    if (on.in[i] && on.in[i]->empty && (op->fn != ox_op_resize || i == 0)) /* roi, scales, sizes */
-      return ox_bad(im, "input %d ('%s') is an empty tensor: dlcc has no empty tensors", i + 1, np->input[i]);
   int errors = im->c->diag.errors;
   if (!op->fn(im, &on)) {
     if (im->c->diag.errors == errors) ox_bad(im, "cannot import this node");
@@ -340,7 +382,48 @@ static bool import_node(Imp *im, const Onnx__GraphProto *gp, int idx) {
     if (!on.out[i]) return ox_bad(im, "output %d is not supported", i + 1);
     Entry *e = ox_find_entry(im, np->output[i]);
     e->val = on.out[i];
-    if (!on.out[i]->name) on.out[i]->name = e->name;
+    /* Inside a subgraph (imported once per branch or loop step) a value
+     * keeps no name, so a param made of it gets a fresh one. */
+    if (!on.out[i]->name && !im->scope) on.out[i]->name = e->name;
+  }
+  return true;
+}
+
+/* Registers the nodes' outputs in the current scope, checks that every
+ * input is defined (here or outside), and imports the nodes in
+ * dependency order. */
+bool ox_import_nodes(Imp *im, const Onnx__GraphProto *gp) {
+  for (size_t i = 0; i < gp->n_node; i++) {
+    const Onnx__NodeProto *np = gp->node[i];
+    for (size_t j = 0; j < np->n_output; j++) {
+      const char *out = np->output[j];
+      if (!out || !*out) continue;
+      Entry *e = ox_find_entry(im, out);
+      if (e && e->scope == im->scope) { /* a subgraph may shadow an outer name */
+        im->np = np;
+        im->node_index = (int)i;
+        return ox_bad(im, "value '%s' is defined twice (also %s)", out,
+                      e->producer < 0 ? "as a graph input or initializer" : "by an earlier node");
+      }
+      ox_add_entry(im, out, (int)i);
+    }
+  }
+  for (size_t i = 0; i < gp->n_node; i++) {
+    const Onnx__NodeProto *np = gp->node[i];
+    for (size_t j = 0; j < np->n_input; j++) {
+      const char *in = np->input[j];
+      if (in && *in && !ox_find_entry(im, in)) {
+        im->np = np;
+        im->node_index = (int)i;
+        return ox_bad(im, "input '%s' is not defined: no graph input, initializer or node produces it", in);
+      }
+    }
+  }
+  int *order = ARENA_ARRAY(&im->c->arena, int, gp->n_node + 1);
+  if (!topo_order(im, gp, order)) return false;
+  for (size_t i = 0; i < gp->n_node; i++) {
+    if (!import_node(im, gp, order[i])) return false;
+    if (diag_should_stop(im->c)) return false;
   }
   return true;
 }
@@ -374,12 +457,6 @@ static bool import_graph(Imp *im, const Onnx__ModelProto *m) {
     Tensor data;
     char err[512];
     Entry *e;
-    if (ox_proto_is_empty(t)) {
-      e = ox_add_entry(im, t->name, -1);
-      e->val = ox_empty_val(im);
-      e->val->name = e->name;
-      continue;
-    }
     if (!ox_tensor_from_proto(t, im->dir, &data, err, sizeof err))
       return ox_bad(im, "initializer '%s': %s", t->name, err);
     Val *v = ox_known(im, data); /* owned before the next allocation can fail */
@@ -391,48 +468,17 @@ static bool import_graph(Imp *im, const Onnx__ModelProto *m) {
     const Onnx__ValueInfoProto *vi = gp->input[i];
     if (!vi->name || !*vi->name) return ox_bad(im, "graph input %zu has no name", i);
     Entry *e = ox_find_entry(im, vi->name);
-    if (e && (e->val->k || e->val->empty)) continue; /* an initializer's default: a param */
+    if (e && e->val->k) continue; /* an initializer's default: a param */
     if (e) return ox_bad(im, "graph input '%s' is declared twice", vi->name);
     TensorType t;
-    if (!type_of_info(im, vi, "graph input", &t)) return false;
+    if (!input_type(im, vi, &t)) return false;
     e = ox_add_entry(im, vi->name, -1);
     e->val = ox_val_of(im, &ir_source(im->g, OP_INPUT, &t, vi->name, im->loc)->out[0]);
     e->val->name = e->name;
     const Tensor *hint = im->opt && im->opt->known ? ir_tensor_map_find(im->opt->known, vi->name) : NULL;
     if (hint && ir_type_eq(&hint->type, &t)) e->val->hint = hint;
   }
-  for (size_t i = 0; i < gp->n_node; i++) {
-    const Onnx__NodeProto *np = gp->node[i];
-    for (size_t j = 0; j < np->n_output; j++) {
-      const char *out = np->output[j];
-      if (!out || !*out) continue;
-      Entry *e = ox_find_entry(im, out);
-      if (e) {
-        im->np = np;
-        im->node_index = (int)i;
-        return ox_bad(im, "value '%s' is defined twice (also %s)", out,
-                      e->producer < 0 ? "as a graph input or initializer" : "by an earlier node");
-      }
-      ox_add_entry(im, out, (int)i);
-    }
-  }
-  for (size_t i = 0; i < gp->n_node; i++) {
-    const Onnx__NodeProto *np = gp->node[i];
-    for (size_t j = 0; j < np->n_input; j++) {
-      const char *in = np->input[j];
-      if (in && *in && !ox_find_entry(im, in)) {
-        im->np = np;
-        im->node_index = (int)i;
-        return ox_bad(im, "input '%s' is not defined: no graph input, initializer or node produces it", in);
-      }
-    }
-  }
-  int *order = ARENA_ARRAY(a, int, gp->n_node + 1);
-  if (!topo_order(im, gp, order)) return false;
-  for (size_t i = 0; i < gp->n_node; i++) {
-    if (!import_node(im, gp, order[i])) return false;
-    if (diag_should_stop(im->c)) return false;
-  }
+  if (!ox_import_nodes(im, gp)) return false;
   im->np = NULL;
   im->loc = (SrcLoc){0};
   if (gp->n_output == 0) return ox_bad(im, "the graph has no outputs");
@@ -444,8 +490,6 @@ static bool import_graph(Imp *im, const Onnx__ModelProto *m) {
     Entry *e = vi->name && *vi->name ? ox_find_entry(im, vi->name) : NULL;
     if (!e || !e->val)
       return ox_bad(im, "graph output '%s' is not computed by any node", vi->name ? vi->name : "");
-    if (e->val->empty)
-      return ox_bad(im, "graph output '%s' is an empty tensor: dlcc has no empty tensors", e->name);
     outs[i] = ox_use(im, e->val);
     names[i] = e->name;
     /* A declared output type must agree with what the graph computes. */
@@ -455,10 +499,12 @@ static bool import_graph(Imp *im, const Onnx__ModelProto *m) {
       DType dt;
       bool mismatch = tt->has_elem_type && tt->elem_type &&
                       (!ox_dtype_from_onnx(tt->elem_type, &dt) || dt != outs[i]->type.dtype);
+      /* A symbolic, -1 or unset dim accepts what the graph computes. */
       if (tt->shape) {
         mismatch |= (int)tt->shape->n_dim != outs[i]->type.rank;
         for (size_t d = 0; !mismatch && d < tt->shape->n_dim; d++)
-          if (tt->shape->dim[d]->value_case == ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_VALUE)
+          if (tt->shape->dim[d]->value_case == ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_VALUE &&
+              tt->shape->dim[d]->dim_value >= 0)
             mismatch |= tt->shape->dim[d]->dim_value != outs[i]->type.dims[d];
       }
       if (mismatch) {
@@ -470,8 +516,8 @@ static bool import_graph(Imp *im, const Onnx__ModelProto *m) {
   }
   ir_set_outputs(im->g, n_out, outs, names);
   for (int j = 0; im->opt && j < im->opt->n_defines; j++)
-    if (!im->define_used[j])
-      diag_warning(im->c, (SrcLoc){0}, "-D %s: the model has no symbolic dim of that name",
+    if (!im->dims.define_used[j])
+      diag_warning(im->c, (SrcLoc){0}, "-D %s: the model has no free dim of that name",
                    im->opt->defines[j].name);
   return true;
 }
@@ -522,7 +568,9 @@ static bool import_model(Imp *im, const void *data, size_t len, TensorMap *param
   Ctx *c = im->c;
   im->dir = ox_dir_of(&c->arena, im->file);
   im->src = ctx_add_file(c, im->file, NULL, 0);
-  im->define_used = ARENA_ARRAY(&c->arena, bool, (im->opt ? im->opt->n_defines : 0) + 1);
+  int nd = im->opt ? im->opt->n_defines : 0;
+  fe_dims_init(&im->dims, &c->arena, nd, nd ? im->opt->defines : NULL, ARENA_ARRAY(&c->arena, bool, nd + 1),
+               im->opt ? im->opt->n_input_shapes : 0, im->opt ? im->opt->input_shapes : NULL);
   im->pb = (ProtobufCAllocator){pb_alloc, pb_free, im};
   im->m = onnx__model_proto__unpack(&im->pb, len, data);
   if (!im->m && im->pb_failed) return ox_bad(im, "out of memory decoding the model (%zu bytes)", len);
@@ -575,6 +623,7 @@ Graph *fe_onnx_import_bytes(Ctx *c, const char *name, const void *data, size_t l
   *params = (TensorMap){0};
   Imp im = {.c = c, .file = name, .opt = opt, .fold_max = FOLD_MAX_ELEMS};
   if (opt && opt->max_fold_elems > 0) im.fold_max = opt->max_fold_elems;
+  im.max_nodes = opt && opt->max_nodes > 0 ? opt->max_nodes : IR_MAX_NODES;
   bool ok = import_guarded(&im, data, len, params);
   if (im.m) onnx__model_proto__free_unpacked(im.m, &im.pb);
   if (!ok) ir_tensor_map_free(params);

@@ -11,12 +11,19 @@
 #include <stdio.h>
 
 #include "frontend/ast.h"
+#include "frontend/dims.h"
 #include "ir/eval.h"
 #include "ir/ir.h"
 
 typedef struct OnnxOptions {
-  int n_defines; /* -D NAME=VALUE binds a symbolic dim (dim_param) */
+  /* -D NAME=VALUE binds a symbolic dim (dim_param) by its name, -D
+   * INPUT:AXIS=VALUE any free dim of a graph input (frontend/dims.h). */
+  int n_defines;
   const Define *defines;
+  /* The shapes of the inputs the caller will give: they bind the free
+   * dims -D leaves (symbolic, -1, "?" or unset). */
+  int n_input_shapes;
+  const InputShape *input_shapes;
   /* Values of graph inputs, consulted only where an op needs a
    * compile-time operand (Reshape's shape, Slice's starts, ...): the ONNX
    * backend tests pass such operands as inputs.  The input stays an
@@ -25,6 +32,9 @@ typedef struct OnnxOptions {
   /* Largest tensor, in elements, computed at import (folding, Range,
    * ConstantOfShape); 0: 1 << 26.  The fuzzer sets it low. */
   int64_t max_fold_elems;
+  /* Most nodes the imported graph may have (unrolled loops and recurrent
+   * layers multiply an ONNX node); 0: IR_MAX_NODES.  Tests set it low. */
+  int max_nodes;
 } OnnxOptions;
 
 /* True when this build can read ONNX files. */

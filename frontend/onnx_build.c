@@ -23,11 +23,13 @@ static uint32_t hash_str(const char *s) {
   return h;
 }
 
+/* The innermost scope's entry of that name. */
 Entry *ox_find_entry(Imp *im, const char *name) {
   if (!im->n_buckets) return NULL;
+  Entry *found = NULL;
   for (Entry *e = im->buckets[hash_str(name) & (im->n_buckets - 1)]; e; e = e->next)
-    if (strcmp(e->name, name) == 0) return e;
-  return NULL;
+    if (strcmp(e->name, name) == 0 && (!found || e->scope > found->scope)) found = e;
+  return found;
 }
 
 static void link_entry(Imp *im, Entry *e) {
@@ -54,9 +56,37 @@ Entry *ox_add_entry(Imp *im, const char *name, int producer) {
   Entry *e = ARENA_NEW(&im->c->arena, Entry);
   e->name = arena_strdup(&im->c->arena, name);
   e->producer = producer;
-  link_entry(im, e);
+  e->scope = im->scope;
+  link_entry(im, e); /* at the chain's head: it shadows an outer name */
   im->n_entries++;
+  if (im->scope) {
+    if (im->n_scoped == im->cap_scoped) {
+      int cap = im->cap_scoped ? 2 * im->cap_scoped : 256;
+      Entry **bigger = ARENA_ARRAY(&im->c->arena, Entry *, cap);
+      if (im->n_scoped) memcpy(bigger, im->scoped, sizeof *bigger * (size_t)im->n_scoped);
+      im->scoped = bigger, im->cap_scoped = cap;
+    }
+    im->scoped[im->n_scoped++] = e;
+  }
   return e;
+}
+
+int ox_scope_begin(Imp *im) {
+  im->scope++;
+  return im->n_scoped;
+}
+
+void ox_scope_end(Imp *im, int mark) {
+  while (im->n_scoped > mark) {
+    Entry *e = im->scoped[--im->n_scoped];
+    for (Entry **p = &im->buckets[hash_str(e->name) & (im->n_buckets - 1)]; *p; p = &(*p)->next)
+      if (*p == e) {
+        *p = e->next;
+        im->n_entries--;
+        break;
+      }
+  }
+  im->scope--;
 }
 
 __attribute__((format(printf, 2, 3))) bool ox_bad(Imp *im, const char *fmt, ...) {
@@ -148,18 +178,7 @@ Val *ox_known_new(Imp *im, const TensorType *t) {
   return ox_known(im, d);
 }
 
-bool ox_proto_is_empty(const Onnx__TensorProto *t) {
-  for (size_t i = 0; i < t->n_dims; i++)
-    if (t->dims[i] == 0) return true;
-  return false;
-}
-
-Val *ox_empty_val(Imp *im) {
-  TensorType t = {.dtype = TY_F32, .rank = 1};
-  Val *v = new_val(im, &t);
-  v->empty = true;
-  return v;
-}
+bool ox_is_empty(const Val *v) { return v && ir_type_numel(&v->type) == 0; }
 
 Val *ox_scalar(Imp *im, double x, DType dt) {
   TensorType t = {.dtype = dt, .rank = 0};
@@ -178,6 +197,8 @@ Val *ox_ints_val(Imp *im, int n, const int64_t *x) {
 
 static bool is_splat(const Tensor *t, double *value) {
   int64_t n = ir_type_numel(&t->type);
+  *value = 0;
+  if (n == 0) return true; /* an empty const: no data */
   double first = ir_tensor_get(t, 0);
   if (isnan(first) || (!ir_dtype_is_float(t->type.dtype) && fabs(first) > 9007199254740992.0))
     return false;
@@ -261,7 +282,16 @@ bool ox_finish(Imp *im, Emit *e, Val **out) {
   Node *n = e->n;
   if (!ir_fill_defaults(im->g, n, err, sizeof err) || !ir_infer(n, err, sizeof err))
     return ox_bad(im, "%s", err);
+  bool all_empty = true;
+  for (int i = 0; i < n->n_out; i++) all_empty &= ir_type_numel(&n->out[i].type) == 0;
+  if (!e->fold && all_empty) {
+    /* Nothing to compute: known results without data, whatever the operands. */
+    for (int i = 0; i < n->n_out; i++) out[i] = ox_known_new(im, &n->out[i].type);
+    return true;
+  }
   if (!e->fold) {
+    if (im->g->n_nodes >= im->max_nodes)
+      return ox_bad(im, "model too large: more than %d operations in the imported graph", im->max_nodes);
     ir_append(im->g, n);
     for (int i = 0; i < n->n_out; i++) out[i] = ox_val_of(im, &n->out[i]);
     return true;
@@ -371,6 +401,17 @@ Val *ox_cast(Imp *im, Val *x, DType dt) {
   ir_set_dtype(im->g, n, "to", dt);
   return ox_emit1(im, &e);
 }
+
+/* f16 and bf16 widened to f32 (other dtypes as they are): an ONNX op
+ * that dlcc writes as several ops computes in f32 and is narrowed once
+ * at the end (ox_narrow), as the op itself rounds once; each IR op
+ * rounding in the half type would lose the difference of exp(x) - 1. */
+Val *ox_widen(Imp *im, Val *x) {
+  if (!x || (x->type.dtype != TY_F16 && x->type.dtype != TY_BF16)) return x;
+  return ox_cast(im, x, TY_F32);
+}
+
+Val *ox_narrow(Imp *im, Val *y, DType dt) { return ox_cast(im, y, dt); }
 
 /* x[start:end:step] along one axis (0 <= start < end <= dim, step >= 1). */
 Val *ox_slice_axis(Imp *im, Val *x, int axis, int64_t start, int64_t end, int64_t step) {
@@ -525,8 +566,8 @@ const Tensor *ox_need_const(Imp *im, Val *v, const char *what) {
   if (v->k) return v->k;
   if (v->hint) return v->hint;
   ox_bad(im,
-         "%s computed at run time is not supported: it must be an initializer, a Constant or "
-         "follow from static shapes",
+         "%s computed at run time is not supported: it determines a shape or the ops built, so it must "
+         "be an initializer, a Constant or follow from static shapes",
          what);
   return NULL;
 }

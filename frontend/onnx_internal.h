@@ -13,6 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "frontend/dims.h"
 #include "frontend/onnx.h"
 #include "frontend/onnx.pb-c.h"
 
@@ -26,16 +27,13 @@ typedef struct Val {
   /* DequantizeLinear's codes and scales when it made this value, or the
    * accumulator of an int8 product this value dequantizes (QDQ). */
   const struct Quant *dq;
-  /* An empty tensor (a dim of 0): ONNX's way, besides an empty name, to
-   * leave out an optional operand (Resize's roi and scales).  dlcc has no
-   * empty tensors; only the ops that read one as not given take it. */
-  bool empty;
 } Val;
 
 typedef struct Entry {
   const char *name;
   Val *val;
   int producer; /* node index; -1 for graph inputs and initializers */
+  int scope;    /* 0: the model's graph; deeper: a subgraph being imported */
   struct Entry *next;
 } Entry;
 
@@ -46,7 +44,7 @@ typedef struct Imp {
   const char *dir;  /* external data */
   const SrcFile *src;
   const OnnxOptions *opt;
-  bool *define_used;
+  DimBinder dims; /* free input dims: -D and the given inputs' shapes */
   int64_t opset;
   /* Every ONNX name, hashed; the table doubles as it fills, so that a
    * model's names are found in constant time however many there are. */
@@ -65,12 +63,18 @@ typedef struct Imp {
   bool *attr_used;
   SrcLoc loc;
   int64_t fold_max;
+  int max_nodes; /* OnnxOptions.max_nodes, or IR_MAX_NODES */
   /* The decoded model, its decoder's allocator (which notes a failure),
    * and where an allocation failure unwinds to (onnx.c). */
   Onnx__ModelProto *m;
   ProtobufCAllocator pb;
   bool pb_failed;
   jmp_buf *unwind;
+  /* Subgraphs (If, Loop, Scan): the depth being imported, and the names
+   * each scope added, removed when it ends. */
+  int scope;
+  Entry **scoped;
+  int n_scoped, cap_scoped;
 } Imp;
 
 typedef struct Emit {
@@ -108,14 +112,19 @@ bool ox_tensor_from_proto(const Onnx__TensorProto *t, const char *dir, Tensor *o
 /* onnx_build.c: names, values, nodes, attributes and operands. */
 Entry *ox_find_entry(Imp *im, const char *name);
 Entry *ox_add_entry(Imp *im, const char *name, int producer);
+/* A scope for a subgraph's names: ox_scope_end(im, mark) removes every
+ * name added since ox_scope_begin returned mark. */
+int ox_scope_begin(Imp *im);
+void ox_scope_end(Imp *im, int mark);
 bool ox_bad(Imp *im, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Reports that an allocation of what failed and unwinds out of the
  * import (it never returns). */
 _Noreturn void ox_oom(Imp *im, const char *what);
 Val *ox_known(Imp *im, Tensor t);
 Val *ox_known_new(Imp *im, const TensorType *t);
-bool ox_proto_is_empty(const Onnx__TensorProto *t);
-Val *ox_empty_val(Imp *im);
+/* A tensor with a dim of 0 (ONNX's way, besides an empty name, to leave
+ * out Resize's roi and scales). */
+bool ox_is_empty(const Val *v);
 Val *ox_scalar(Imp *im, double x, DType dt);
 Val *ox_ints_val(Imp *im, int n, const int64_t *x);
 Value *ox_use(Imp *im, Val *v);
@@ -131,6 +140,8 @@ bool ox_same_dims(const TensorType *t, int rank, const int64_t *dims);
 Val *ox_reshape(Imp *im, Val *x, int rank, const int64_t *dims);
 Val *ox_transpose(Imp *im, Val *x, const int64_t *perm);
 Val *ox_cast(Imp *im, Val *x, DType dt);
+Val *ox_widen(Imp *im, Val *x);
+Val *ox_narrow(Imp *im, Val *y, DType dt);
 Val *ox_slice_axis(Imp *im, Val *x, int axis, int64_t start, int64_t end, int64_t step);
 Val *ox_concat(Imp *im, int n_in, Val **in, int axis);
 Val *ox_reduce(Imp *im, OpKind op, Val *x, int n_axes, const int64_t *axes, bool keep);
@@ -177,6 +188,18 @@ OpFn ox_op_reshape, ox_op_flatten, ox_op_squeeze, ox_op_unsqueeze, ox_op_transpo
 
 /* onnx_resize.c: Resize, Upsample and GridSample. */
 OpFn ox_op_resize, ox_op_grid_sample;
+
+/* onnx_newer.c: newer opsets' ops by decomposition. */
+OpFn ox_op_mish, ox_op_swish, ox_op_mvn, ox_op_lp_norm, ox_op_group_norm, ox_op_cumulative, ox_op_center_crop_pad;
+
+/* onnx.c: a graph's nodes in the current scope. */
+bool ox_import_nodes(Imp *im, const Onnx__GraphProto *gp);
+
+/* onnx_control.c: If, Loop and Scan. */
+OpFn ox_op_if, ox_op_loop, ox_op_scan;
+
+/* onnx_attention.c: Attention as its unfused graph. */
+OpFn ox_op_attention;
 
 /* onnx_rnn.c: RNN, GRU and LSTM, unrolled. */
 OpFn ox_op_rnn;

@@ -72,9 +72,10 @@ bool ox_op_elu_family(Imp *im, ONode *n) {
   bool selu = strcmp(t, "Selu") == 0, celu = strcmp(t, "Celu") == 0;
   if (!ox_attr_float(im, "alpha", selu ? 1.67326319217681884765625 : 1.0, &alpha)) return false;
   if (selu && !ox_attr_float(im, "gamma", 1.05070102214813232421875, &gamma)) return false;
-  Val *y = ox_op2(im, OP_ADD, ox_op1(im, OP_RELU, x), ox_neg_exp_side(im, x, alpha, celu ? alpha : 1.0));
+  Val *w = ox_widen(im, x);
+  Val *y = ox_op2(im, OP_ADD, ox_op1(im, OP_RELU, w), ox_neg_exp_side(im, w, alpha, celu ? alpha : 1.0));
   if (selu) y = ox_op2s(im, OP_MUL, y, gamma);
-  return (n->out[0] = y);
+  return (n->out[0] = ox_narrow(im, y, x->type.dtype));
 }
 
 Val *ox_hardsigmoid_of(Imp *im, Val *x, double alpha, double beta) {
@@ -100,17 +101,17 @@ bool ox_op_hardsigmoid(Imp *im, ONode *n) {
   double alpha, beta;
   Val *x = ox_in_req(im, n, 0);
   if (!x || !ox_attr_float(im, "alpha", 0.2, &alpha) || !ox_attr_float(im, "beta", 0.5, &beta)) return false;
-  return (n->out[0] = ox_hardsigmoid_of(im, x, alpha, beta));
+  return (n->out[0] = ox_narrow(im, ox_hardsigmoid_of(im, ox_widen(im, x), alpha, beta), x->type.dtype));
 }
 
 bool ox_op_softplus(Imp *im, ONode *n) {
   Val *x = ox_in_req(im, n, 0);
-  return x && (n->out[0] = ox_softplus_of(im, x));
+  return x && (n->out[0] = ox_narrow(im, ox_softplus_of(im, ox_widen(im, x)), x->type.dtype));
 }
 
 bool ox_op_softsign(Imp *im, ONode *n) {
   Val *x = ox_in_req(im, n, 0);
-  return x && (n->out[0] = ox_softsign_of(im, x));
+  return x && (n->out[0] = ox_narrow(im, ox_softsign_of(im, ox_widen(im, x)), x->type.dtype));
 }
 
 /* Before opset 7 a binary op broadcasts only with broadcast=1, and then B
@@ -154,6 +155,17 @@ bool ox_op_prelu(Imp *im, ONode *n) {
                              ox_op2(im, OP_MUL, slope, ox_op2s(im, OP_MINIMUM, x, 0.0))));
 }
 
+/* A bound computed at run time (openWakeWord's min = ReduceMax(x) - 80):
+ * min(maximum(x, min), max) with it as an operand, which is also max
+ * where min > max. */
+static Val *clip_by(Imp *im, Val *x, Val *bound, OpKind op) {
+  if (ir_type_numel(&bound->type) != 1) {
+    ox_bad(im, "Clip's %s must hold one value", op == OP_MAXIMUM ? "min" : "max");
+    return NULL;
+  }
+  return ox_op2(im, op, x, ox_cast(im, ox_reshape(im, bound, 0, NULL), x->type.dtype));
+}
+
 bool ox_op_clip(Imp *im, ONode *n) {
   Val *x = ox_in_req(im, n, 0);
   if (!x) return false;
@@ -161,9 +173,16 @@ bool ox_op_clip(Imp *im, ONode *n) {
   if (im->opset < 11) {
     if (!ox_attr_float(im, "min", -INFINITY, &lo) || !ox_attr_float(im, "max", INFINITY, &hi)) return false;
   } else {
-    if (ox_in_opt(n, 1) && !ox_const_scalar(im, n->in[1], "Clip's min", &lo)) return false;
-    if (ox_in_opt(n, 2) && !ox_const_scalar(im, n->in[2], "Clip's max", &hi)) return false;
+    Val *vlo = ox_in_opt(n, 1), *vhi = ox_in_opt(n, 2);
+    if ((vlo && !vlo->k && !vlo->hint) || (vhi && !vhi->k && !vhi->hint)) {
+      Val *y = vlo ? clip_by(im, x, vlo, OP_MAXIMUM) : x;
+      return (n->out[0] = y && vhi ? clip_by(im, y, vhi, OP_MINIMUM) : y);
+    }
+    if (vlo && !ox_const_scalar(im, vlo, "Clip's min", &lo)) return false;
+    if (vhi && !ox_const_scalar(im, vhi, "Clip's max", &hi)) return false;
   }
+  /* ONNX's Clip is min(max(x, min), max): with min > max, every element is max. */
+  if (lo > hi) lo = hi;
   Val *y = x;
   if (isfinite(lo) && isfinite(hi)) {
     Emit e;
@@ -305,11 +324,23 @@ bool ox_op_trilu(Imp *im, ONode *n) {
   if (!x || !ox_attr_int(im, "upper", 1, &upper)) return false;
   if (x->type.rank < 2) return ox_bad(im, "the input must have at least 2 dims, got rank %d", x->type.rank);
   double kv;
-  if (ox_in_opt(n, 1)) {
-    if (!ox_const_scalar(im, n->in[1], "Trilu's k", &kv)) return false;
+  const int64_t *d = x->type.dims + x->type.rank - 2;
+  Val *vk = ox_in_opt(n, 1);
+  if (vk && !vk->k && !vk->hint) {
+    /* k at run time: j - i, known, compared with it. */
+    if (ir_type_numel(&vk->type) != 1) return ox_bad(im, "Trilu's k must hold one value");
+    TensorType dt = ir_type_make(TY_I64, 2, d);
+    Val *diff = ox_known_new(im, &dt);
+    for (int64_t i = 0; i < d[0]; i++)
+      for (int64_t j = 0; j < d[1]; j++) ((int64_t *)diff->k->data)[i * d[1] + j] = j - i;
+    Val *kk = ox_cast(im, ox_reshape(im, vk, 0, NULL), TY_I64);
+    Val *mask = ox_op2(im, upper ? OP_GREATER_EQUAL : OP_LESS_EQUAL, diff, kk);
+    return (n->out[0] = ox_where(im, mask, x, ox_scalar(im, 0, x->type.dtype)));
+  }
+  if (vk) {
+    if (!ox_const_scalar(im, vk, "Trilu's k", &kv)) return false;
     k = (int64_t)kv;
   }
-  const int64_t *d = x->type.dims + x->type.rank - 2;
   TensorType mt = ir_type_make(TY_BOOL, 2, d);
   Val *mask = ox_known_new(im, &mt);
   uint8_t *m = mask->k->data;
@@ -549,13 +580,31 @@ bool ox_op_conv_transpose(Imp *im, ONode *n) {
   return (n->out[0] = ox_from_2d(im, ox_emit1(im, &e), win.spatial));
 }
 
+/* |x|^p, and its p-th root: LpPool's two ends. */
+static Val *abs_pow(Imp *im, Val *x, double p) {
+  if (p == 2) return ox_op2(im, OP_MUL, x, x);
+  Val *a = ox_op1(im, OP_ABS, x);
+  return p == 1 ? a : ox_op2s(im, OP_POW, a, p);
+}
+
+static Val *root(Imp *im, Val *x, double p) {
+  return p == 1 ? x : p == 2 ? ox_op1(im, OP_SQRT, x) : ox_op2s(im, OP_POW, x, 1 / p);
+}
+
+/* MaxPool, AveragePool and LpPool (the window sum of |x|^p, an average
+ * counting the zero padding times the window's size, to the 1/p). */
 bool ox_op_pool(Imp *im, ONode *n) {
-  bool is_max = strcmp(im->np->op_type, "MaxPool") == 0;
+  bool is_max = strcmp(im->np->op_type, "MaxPool") == 0, is_lp = strcmp(im->np->op_type, "LpPool") == 0;
   Val *x = ox_in_req(im, n, 0);
-  int64_t ceil_mode, include_pad = 0;
+  int64_t ceil_mode, include_pad = 0, p = 2;
   if (!x || !ox_attr_int(im, "ceil_mode", 0, &ceil_mode)) return false;
   if (is_max && !ox_attr_only(im, "storage_order", 0, 0)) return false;
-  if (!is_max && !ox_attr_int(im, "count_include_pad", 0, &include_pad)) return false;
+  if (!is_max && !is_lp && !ox_attr_int(im, "count_include_pad", 0, &include_pad)) return false;
+  if (is_lp) {
+    if (!ox_attr_int(im, "p", 2, &p) || !ox_need_float_in(im, x)) return false;
+    if (p < 1) return ox_bad(im, "p=%" PRId64 " is not supported (1 or more)", p);
+    include_pad = 1;
+  }
   if (is_max && n->n_out > 1 && n->want[1]) return ox_bad(im, "the Indices output is not supported");
   Window win;
   if (!spatial_window(im, x, NULL, 3, &win)) return false;
@@ -563,15 +612,21 @@ bool ox_op_pool(Imp *im, ONode *n) {
   for (int i = 0; i < m; i++)
     if (win.pad[i] > win.kernel[i] / 2 || win.pad[m + i] > win.kernel[i] / 2)
       return ox_bad(im, "padding larger than half the kernel is not supported");
-  Val *x2 = ox_to_2d(im, x);
+  Val *x2 = ox_to_2d(im, is_lp ? abs_pow(im, ox_widen(im, x), (double)p) : x);
   if (!x2) return false;
   Emit e;
   OpKind op = is_max ? (m == 3 ? OP_MAXPOOL3D : OP_MAXPOOL2D) : (m == 3 ? OP_AVGPOOL3D : OP_AVGPOOL2D);
-  Node *p = ox_begin(im, &e, op, 1, &x2);
-  set_window(im, p, &win, true);
-  ir_set_int(im->g, p, "ceil_mode", ceil_mode != 0);
-  if (!is_max) ir_set_int(im->g, p, "count_include_pad", include_pad != 0);
-  return (n->out[0] = ox_from_2d(im, ox_emit1(im, &e), win.spatial));
+  Node *pn = ox_begin(im, &e, op, 1, &x2);
+  set_window(im, pn, &win, true);
+  ir_set_int(im->g, pn, "ceil_mode", ceil_mode != 0);
+  if (!is_max) ir_set_int(im->g, pn, "count_include_pad", include_pad != 0);
+  Val *y = ox_from_2d(im, ox_emit1(im, &e), win.spatial);
+  if (is_lp) {
+    double size = 1;
+    for (int i = 0; i < m; i++) size *= (double)win.kernel[i];
+    y = ox_narrow(im, root(im, ox_op2s(im, OP_MUL, y, size), (double)p), x->type.dtype);
+  }
+  return (n->out[0] = y);
 }
 
 bool ox_op_global_pool(Imp *im, ONode *n) {
@@ -579,6 +634,14 @@ bool ox_op_global_pool(Imp *im, ONode *n) {
   if (!x) return false;
   if (x->type.rank < 3) return ox_bad(im, "needs an input [N, C, ...] of rank >= 3");
   bool is_max = strcmp(im->np->op_type, "GlobalMaxPool") == 0;
+  if (strcmp(im->np->op_type, "GlobalLpPool") == 0) {
+    int64_t p, axes[DL_MAX_RANK];
+    if (!ox_attr_int(im, "p", 2, &p) || !ox_need_float_in(im, x)) return false;
+    if (p < 1) return ox_bad(im, "p=%" PRId64 " is not supported (1 or more)", p);
+    for (int d = 2; d < x->type.rank; d++) axes[d - 2] = d;
+    Val *s = ox_reduce(im, OP_REDUCE_SUM, abs_pow(im, ox_widen(im, x), (double)p), x->type.rank - 2, axes, true);
+    return (n->out[0] = ox_narrow(im, root(im, s, (double)p), x->type.dtype));
+  }
   if (!is_max && x->type.rank == 4) return (n->out[0] = ox_op1(im, OP_GLOBAL_AVGPOOL, x));
   int64_t axes[DL_MAX_RANK];
   int k = 0;
@@ -734,8 +797,12 @@ static Val *nll_loss(Imp *im, Val *logp, Val *target, Val *weight, const char *r
     ox_bad(im, "the input must be [N, C, ...], got rank %d", r);
     return NULL;
   }
-  if (target->type.rank != r - 1 || ir_dtype_is_float(target->type.dtype) || target->type.dtype == TY_BOOL) {
-    ox_bad(im, "the target must be integer [N, d...] for an input of rank %d", r);
+  bool dims_ok = target->type.rank == r - 1;
+  for (int d = 0; dims_ok && d < r - 1; d++) dims_ok = target->type.dims[d] == logp->type.dims[d ? d + 1 : 0];
+  if (!dims_ok || ir_dtype_is_float(target->type.dtype) || target->type.dtype == TY_BOOL) {
+    char ts[IR_TYPE_STR_MAX], xs[IR_TYPE_STR_MAX];
+    ox_bad(im, "the target must be integer [N, d...] for an input [N, C, d...]: got %s for %s",
+           ir_type_str(&target->type, ts, sizeof ts), ir_type_str(&logp->type, xs, sizeof xs));
     return NULL;
   }
   if (strcmp(reduction, "none") != 0 && strcmp(reduction, "sum") != 0 && strcmp(reduction, "mean") != 0) {
@@ -863,6 +930,10 @@ bool ox_op_reduce(Imp *im, ONode *n) {
     Val *mk = keep ? m : ox_reduce(im, OP_REDUCE_MAX, x, k, axes, false);
     return (n->out[0] = ox_op2(im, OP_ADD, ox_op1(im, OP_LOG, s), mk));
   }
+  /* ReduceMax and ReduceMin of bools (opset 20): any and all, in f32
+   * (over nothing -inf and +inf: false and true). */
+  if (x->type.dtype == TY_BOOL && (op == OP_REDUCE_MAX || op == OP_REDUCE_MIN))
+    return (n->out[0] = ox_op2s(im, OP_GREATER, ox_reduce(im, op, ox_cast(im, y, TY_F32), k, axes, keep), 0));
   y = ox_reduce(im, op, y, k, axes, keep);
   if (l2) y = ox_op1(im, OP_SQRT, y);
   if (logsum) y = ox_op1(im, OP_LOG, y);

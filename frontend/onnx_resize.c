@@ -248,7 +248,7 @@ static Val *resize_apply(Imp *im, Val *y, int d, const ResizeTable *t, int64_t o
 }
 
 /* A Val the importer may treat as not given: absent, or empty. */
-static Val *given(Val *v) { return v && !v->empty ? v : NULL; }
+static Val *given(Val *v) { return v && !ox_is_empty(v) ? v : NULL; }
 
 static bool resize_attrs(Imp *im, bool v10, Resize *r) {
   const char *mode, *nearest;
@@ -451,7 +451,8 @@ bool ox_op_grid_sample(Imp *im, ONode *n) {
     return false;
   if (strcmp(mode, "linear") == 0) mode = "bilinear";
   if (strcmp(mode, "cubic") == 0) mode = "bicubic";
-  if (in[0]->type.rank != 4) return ox_bad(im, "only 4-d [N, C, H, W] inputs are supported");
+  if (in[0]->type.rank != 4)
+    return ox_bad(im, "a %d-d input is not supported (4-d [N, C, H, W] is)", in[0]->type.rank);
   if (!ox_need_float_in(im, in[0]) || !ox_need_float_in(im, in[1])) return false;
   Emit e;
   Node *g = ox_begin(im, &e, OP_GRID_SAMPLE, 2, in);

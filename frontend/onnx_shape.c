@@ -36,13 +36,13 @@ bool ox_op_reshape(Imp *im, ONode *n) {
       infer = i;
       continue;
     }
-    if (shape[i] == 0) return ox_bad(im, "a 0 dim (allowzero=1): empty tensors are not supported");
     if (shape[i] < 0) return ox_bad(im, "shape entry %" PRId64 " is invalid", shape[i]);
-    if (shape[i] > DL_MAX_ELEMS || prod > DL_MAX_ELEMS / shape[i])
+    if (shape[i] > DL_MAX_ELEMS || (shape[i] && prod > DL_MAX_ELEMS / shape[i]))
       return ox_bad(im, "the target shape is too large");
     prod *= shape[i];
   }
   if (infer >= 0) {
+    if (prod == 0) return ox_bad(im, "a -1 next to a 0 dim is ambiguous");
     if (have % prod != 0)
       return ox_bad(im, "cannot reshape %" PRId64 " elements with a -1 next to %" PRId64, have, prod);
     shape[infer] = have / prod;
@@ -179,7 +179,7 @@ bool ox_op_split(Imp *im, ONode *n) {
   if (k != n->n_out) return ox_bad(im, "%d split sizes for %d outputs", k, n->n_out);
   int64_t at = 0;
   for (int i = 0; i < k; i++) {
-    if (sizes[i] < 1) return ox_bad(im, "split size %" PRId64 ": empty tensors are not supported", sizes[i]);
+    if (sizes[i] < 0) return ox_bad(im, "split size %" PRId64 " is negative", sizes[i]);
     if (at + sizes[i] > dim) return ox_bad(im, "the split sizes exceed dim %" PRId64, dim);
     if (n->want[i] && !(n->out[i] = ox_slice_axis(im, x, axis, at, at + sizes[i], 1))) return false;
     at += sizes[i];
@@ -230,8 +230,7 @@ bool ox_op_slice(Imp *im, ONode *n) {
     b = b < 0 ? 0 : b > hi ? hi : b;
     en = en < en_lo ? en_lo : en > hi ? hi : en;
     s[a] = b, e[a] = en, st[a] = step;
-    if ((step > 0 && b >= en) || (step < 0 && b <= en))
-      return ox_bad(im, "the slice of axis %d is empty: empty tensors are not supported", a);
+    if ((step > 0 && b >= en) || (step < 0 && b <= en)) s[a] = e[a] = 0, st[a] = 1; /* empty */
   }
   /* Negative steps: a gather of the chosen indices. */
   Val *y = x;
@@ -387,7 +386,8 @@ bool ox_op_topk(Imp *im, ONode *n) {
   }
   int axis;
   if (!ox_norm_axis(im, axis_attr, x->type.rank, &axis)) return false;
-  if (k < 1) return ox_bad(im, "K=%" PRId64 ": empty tensors are not supported", k);
+  if (k < 0 || k > x->type.dims[axis])
+    return ox_bad(im, "K=%" PRId64 " is outside 0..%" PRId64 ", the axis' length", k, x->type.dims[axis]);
   Emit e;
   Node *t = ox_begin(im, &e, OP_TOPK, 1, &x);
   ir_set_int(im->g, t, "k", k);
@@ -486,7 +486,7 @@ bool ox_op_tile(Imp *im, ONode *n) {
   if (k != r) return ox_bad(im, "%d repeats for rank %d", k, r);
   Val *y = x;
   for (int a = 0; a < r && y; a++) {
-    if (reps[a] < 1) return ox_bad(im, "repeat %" PRId64 " is not supported (empty tensors)", reps[a]);
+    if (reps[a] < 0) return ox_bad(im, "repeat %" PRId64 " is negative", reps[a]);
     if (reps[a] == 1) continue;
     if (r + 1 > DL_MAX_RANK) return ox_bad(im, "rank %d is too large to tile", r);
     /* [.., d, ..] -> [.., 1, d, ..] -> expand [.., reps, d, ..] -> [.., reps*d, ..] */
@@ -539,6 +539,15 @@ static Val *pad_by_gather(Imp *im, Val *x, const char *mode, const int64_t *full
   return y;
 }
 
+static Val *pad_constant(Imp *im, Val *x, const int64_t *full, double value) {
+  if (!x) return NULL;
+  Emit e;
+  Node *p = ox_begin(im, &e, OP_PAD, 1, &x);
+  ir_set_ints(im->g, p, "pads", 2 * x->type.rank, full);
+  ir_set_float(im->g, p, "value", value);
+  return ox_emit1(im, &e);
+}
+
 bool ox_op_pad(Imp *im, ONode *n) {
   Val *x = ox_in_req(im, n, 0);
   const char *mode;
@@ -551,6 +560,7 @@ bool ox_op_pad(Imp *im, ONode *n) {
   int r = x->type.rank, k;
   int64_t pads[64], axes[64];
   double value = 0;
+  Val *run_value = NULL; /* the constant value, computed at run time */
   int ka = -1;
   if (im->opset < 11) {
     const int64_t *p;
@@ -560,7 +570,13 @@ bool ox_op_pad(Imp *im, ONode *n) {
   } else {
     Val *pv = ox_in_req(im, n, 1);
     if (!pv || !ox_const_ints(im, pv, "the pads", &k, pads)) return false;
-    if (ox_in_opt(n, 2) && !ox_const_scalar(im, n->in[2], "the constant value", &value)) return false;
+    Val *cv = ox_in_opt(n, 2);
+    if (cv && !cv->k && !cv->hint) {
+      if (ir_type_numel(&cv->type) != 1) return ox_bad(im, "the constant value must hold one value");
+      run_value = ox_cast(im, ox_reshape(im, cv, 0, NULL), x->type.dtype);
+    } else if (cv && !ox_const_scalar(im, cv, "the constant value", &value)) {
+      return false;
+    }
     if (ox_in_opt(n, 3) && !ox_const_ints(im, n->in[3], "the axes", &ka, axes)) return false;
   }
   int na = ka >= 0 ? ka : r;
@@ -585,11 +601,16 @@ bool ox_op_pad(Imp *im, ONode *n) {
   }
   if (!y || !any) return (n->out[0] = y);
   if (!constant) return (n->out[0] = pad_by_gather(im, y, mode, full));
-  Emit e;
-  Node *p = ox_begin(im, &e, OP_PAD, 1, &y);
-  ir_set_ints(im->g, p, "pads", 2 * r, full);
-  ir_set_float(im->g, p, "value", value);
-  return (n->out[0] = ox_emit1(im, &e));
+  Val *padded = pad_constant(im, y, full, value);
+  if (run_value && padded) {
+    /* Where the padding is (a known mask: true inside), the value. */
+    TensorType bt = y->type;
+    bt.dtype = TY_BOOL;
+    Val *inside = ox_known_new(im, &bt);
+    memset(inside->k->data, 1, ir_tensor_nbytes(&bt));
+    padded = ox_where(im, pad_constant(im, inside, full, 0), padded, run_value);
+  }
+  return (n->out[0] = padded);
 }
 
 bool ox_op_depth_space(Imp *im, ONode *n) {
@@ -627,7 +648,6 @@ bool ox_op_constant(Imp *im, ONode *n) {
   const Onnx__AttributeProto *a = np->attribute[0];
   im->attr_used[0] = true;
   const char *name = a->name ? a->name : "";
-  if (strcmp(name, "value") == 0 && a->t && ox_proto_is_empty(a->t)) return (n->out[0] = ox_empty_val(im));
   if (strcmp(name, "value") == 0 && a->t) {
     Tensor t;
     char err[512];
@@ -637,17 +657,15 @@ bool ox_op_constant(Imp *im, ONode *n) {
   if (strcmp(name, "value_float") == 0) return (n->out[0] = ox_scalar(im, a->f, TY_F32));
   if (strcmp(name, "value_int") == 0) return (n->out[0] = ox_reshape(im, ox_ints_val(im, 1, &a->i), 0, NULL));
   if (strcmp(name, "value_ints") == 0) {
-    if (a->n_ints < 1 || a->n_ints > 1 << 20)
-      return ox_bad(im, "value_ints: empty tensors are not supported");
+    if (a->n_ints > 1 << 20) return ox_bad(im, "value_ints: %zu values are too many", a->n_ints);
     return (n->out[0] = ox_ints_val(im, (int)a->n_ints, a->ints));
   }
   if (strcmp(name, "value_floats") == 0) {
-    if (a->n_floats < 1 || a->n_floats > 1 << 20)
-      return ox_bad(im, "value_floats: empty tensors are not supported");
+    if (a->n_floats > 1 << 20) return ox_bad(im, "value_floats: %zu values are too many", a->n_floats);
     int64_t dim = (int64_t)a->n_floats;
     TensorType t = ir_type_make(TY_F32, 1, &dim);
     Val *v = ox_known_new(im, &t);
-    memcpy(v->k->data, a->floats, sizeof(float) * a->n_floats);
+    if (a->n_floats) memcpy(v->k->data, a->floats, sizeof(float) * a->n_floats);
     return (n->out[0] = v);
   }
   return ox_bad(im, "a Constant given by '%s' is not supported", name);
@@ -676,7 +694,7 @@ bool ox_op_constant_of_shape(Imp *im, ONode *n) {
     ir_tensor_free(&t);
   }
   for (int i = 0; i < k; i++)
-    if (shape[i] < 1) return ox_bad(im, "shape entry %" PRId64 ": empty tensors are not supported", shape[i]);
+    if (shape[i] < 0) return ox_bad(im, "shape entry %" PRId64 " is negative", shape[i]);
   TensorType t = ir_type_make(dt, k, shape);
   if (ir_type_numel(&t) < 0 || ir_type_numel(&t) > im->fold_max) return ox_bad(im, "the shape is too large");
   Val *v = ox_known_new(im, &t);
@@ -693,8 +711,7 @@ bool ox_op_shape(Imp *im, ONode *n) {
   if (end < 0) end += r;
   start = start < 0 ? 0 : start > r ? r : start;
   end = end < 0 ? 0 : end > r ? r : end;
-  if (end <= start) return ox_bad(im, "the shape is empty: empty tensors are not supported");
-  return (n->out[0] = ox_ints_val(im, (int)(end - start), x->type.dims + start));
+  return (n->out[0] = ox_ints_val(im, end > start ? (int)(end - start) : 0, x->type.dims + start));
 }
 
 bool ox_op_size(Imp *im, ONode *n) {
@@ -712,9 +729,8 @@ bool ox_op_range(Imp *im, ONode *n) {
     return false;
   if (d == 0) return ox_bad(im, "delta is 0");
   double count = ceil((l - s) / d);
-  if (!(count >= 1)) return ox_bad(im, "the range is empty: empty tensors are not supported");
   if (count > (double)im->fold_max) return ox_bad(im, "the range is too long");
-  int64_t c = (int64_t)count;
+  int64_t c = count >= 1 ? (int64_t)count : 0; /* empty when the limit is not ahead (or NaN) */
   TensorType t = ir_type_make(vs->type.dtype, 1, &c);
   Val *v = ox_known_new(im, &t);
   for (int64_t i = 0; i < c; i++) ir_tensor_set(v->k, i, s + (double)i * d);

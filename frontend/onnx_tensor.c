@@ -203,7 +203,6 @@ bool ox_tensor_from_proto(const Onnx__TensorProto *t, const char *dir, Tensor *o
   TensorType type = {.dtype = dt, .rank = (int)t->n_dims};
   for (size_t i = 0; i < t->n_dims; i++) {
     if (t->dims[i] < 0) return efail(err, errlen, "dim %zu is negative (%" PRId64 ")", i, t->dims[i]);
-    if (t->dims[i] == 0) return efail(err, errlen, "dim %zu is 0: empty tensors are not supported", i);
     if (t->dims[i] > DL_MAX_ELEMS)
       return efail(err, errlen, "dim %zu (%" PRId64 ") is too large", i, t->dims[i]);
     type.dims[i] = t->dims[i];
@@ -256,6 +255,8 @@ bool ox_tensor_from_proto(const Onnx__TensorProto *t, const char *dir, Tensor *o
       return efail(err, errlen, "cannot read external data '%s/%s': %s", dir, x.location,
                    errno ? strerror(errno) : "it shrank while read");
     }
+  } else if (nbytes == 0) {
+    /* an empty tensor: its fields may be NULL */
   } else if (t->has_raw_data) {
     memcpy(out->data, t->raw_data.data, nbytes); /* little-endian, as the host */
   } else if (dt == TY_F32) {

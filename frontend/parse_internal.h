@@ -32,6 +32,10 @@ typedef struct ResultList {
  * over the tree (lowering, dumping) shallow; bison's own stack is capped in
  * parser.y for the nestings that need no bracket (- - - x, x ** x ** ...). */
 enum { FE_MAX_NEST = 200 };
+/* Depth of one expression's tree, counted as it is built: a chain of
+ * binary operators (1+1+...+1) nests one level per operator with no
+ * bracket at all.  Lowering evaluates the tree recursively. */
+enum { FE_MAX_EXPR_DEPTH = 200 };
 typedef enum { BR_PAREN, BR_BRACKET, BR_BODY, BR_INTERP } Bracket;
 
 /* What an inserted or translated TERM stands for, to name it in messages. */
@@ -82,6 +86,9 @@ int fe_run_parser(Parser *ps);
 Expr *fe_ast_expr(Ctx *c, ExprKind kind, SrcLoc loc);
 Expr *fe_ast_binary(Ctx *c, int op, SrcLoc loc, Expr *lhs, Expr *rhs);
 Expr *fe_ast_unary(Ctx *c, int op, SrcLoc loc, Expr *lhs);
+/* Sets e->depth from its operands (set them first) and reports, once per
+ * tree, where it grows deeper than FE_MAX_EXPR_DEPTH.  Returns e. */
+Expr *fe_ast_nest(Ctx *c, Expr *e);
 Stmt *fe_ast_stmt(Ctx *c, StmtKind kind, SrcLoc loc);
 void fe_ast_push_expr(Ctx *c, ExprList *l, Expr *e);
 void fe_ast_push_stmt(Ctx *c, StmtList *l, Stmt *s);

@@ -47,7 +47,10 @@ static void discard_brace(Parser *ps);
 %define api.location.type {SrcLoc}
 %define parse.error custom
 %define parse.lac full
-%define parse.lac.es-capacity-initial {64}
+/* As deep as the main stack: LAC's stack then never moves to malloc'd
+ * memory, which an allocation failure unwinding out of an action would
+ * leak. */
+%define parse.lac.es-capacity-initial {2000}
 %locations
 %parse-param {Parser *ps}
 %lex-param {Parser *ps}
@@ -317,6 +320,7 @@ expr:
       $$ = fe_ast_expr(C, EX_AS, $3->parts[0].loc);
       $$->lhs = $1;
       $$->scope = *$3;
+      fe_ast_nest(C, $$);
     }
   ;
 
@@ -330,8 +334,9 @@ primary:
   | TK_IDENT '(' call_args ')' {
       $$ = lit(ps, EX_CALL, @1, $1);
       $$->items = *$3;
+      fe_ast_nest(C, $$);
     }
-  | '[' list_items ']'      { $$ = fe_ast_expr(C, EX_LIST, @1); $$->items = *$2; }
+  | '[' list_items ']'      { $$ = fe_ast_expr(C, EX_LIST, @1); $$->items = *$2; fe_ast_nest(C, $$); }
   | '(' expr ')'            { $$ = $2; }
   | primary '[' expr ']'    { $$ = fe_ast_binary(C, '[', @2, $1, $3); $$->kind = EX_INDEX; }
   ;
@@ -346,8 +351,8 @@ args:
   | args ',' arg            { $$ = expr_list(ps, $1, $3); }
   ;
 arg:
-    expr                    { $$ = fe_ast_expr(C, EX_ARG, $1->loc); $$->lhs = $1; }
-  | TK_IDENT '=' expr       { $$ = fe_ast_expr(C, EX_ARG, @1); $$->s = $1.text; $$->lhs = $3; }
+    expr                    { $$ = fe_ast_expr(C, EX_ARG, $1->loc); $$->lhs = $1; fe_ast_nest(C, $$); }
+  | TK_IDENT '=' expr       { $$ = fe_ast_expr(C, EX_ARG, @1); $$->s = $1.text; $$->lhs = $3; fe_ast_nest(C, $$); }
   ;
 
 list_items:

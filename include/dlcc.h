@@ -62,6 +62,13 @@ typedef struct dlc_define {
   int64_t value;
 } dlc_define;
 
+/* The shape of an input the caller will give (dims[0..rank)). */
+typedef struct dlc_input_shape {
+  const char *name;
+  int rank;
+  const int64_t *dims;
+} dlc_input_shape;
+
 typedef struct dlc_options {
   const char *model; /* which model of the file; NULL: the last one */
   int n_defines;     /* -D NAME=VALUE */
@@ -110,6 +117,12 @@ typedef struct dlc_options {
    * GPU answers, else ref; the default when NULL, so without a GPU a
    * zeroed struct calibrates as it always did). */
   const char *calib_backend;
+  /* The shapes of the inputs dlc_set_input will get, by name (dlcc run's
+   * --input files): each dim the model leaves free (an ONNX input's
+   * symbolic, -1, "?" or unset dim) is taken from them, unless a define
+   * binds it (by its name, or as "input:axis").  NULL: none. */
+  int n_input_shapes;
+  const dlc_input_shape *input_shapes;
   /* Nonzero: compile the gradients of a training step (docs/training.md),
    * as dlcc's --grad.  Output 0 of the model must be its loss, one float
    * value.  The model lowers for training (dropout active, batchnorm with

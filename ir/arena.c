@@ -2,6 +2,8 @@
  * until arena_free. */
 #include "arena.h"
 
+#include "diag.h"
+
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,16 +30,24 @@ void arena_free(Arena *a) {
   a->used_bytes = 0;
 }
 
-static void out_of_memory(Arena *a) {
+static bool (*fail_hook)(void);
+
+void arena_set_fail_hook(bool (*hook)(void)) { fail_hook = hook; }
+
+static _Noreturn void out_of_memory(Arena *a) {
   if (a->on_oom) a->on_oom(a->on_oom_data);
-  /* No handler installed is a programming error in a host that skipped
-   * the API boundary; there is nothing sane left to do. */
-  fputs("dlcc: out of memory and no handler installed\n", stderr);
+  /* A scratch arena of its own (a checker's, a solver's) unwinds through
+   * the guard of the compilation it serves. */
+  Ctx *c = ctx_current();
+  if (c) ctx_out_of_memory(c);
+  /* Every entry point of the libraries runs under a guard, so only a
+   * program that calls internals without one can get here. */
+  fputs("dlcc: out of memory outside any ctx_guard\n", stderr);
   abort();
 }
 
 void *arena_alloc(Arena *a, size_t size) {
-  if (a->fail_after > 0 && --a->fail_after == 0) out_of_memory(a);
+  if ((a->fail_after > 0 && --a->fail_after == 0) || (fail_hook && fail_hook())) out_of_memory(a);
   size = (size + ALIGN - 1) & ~(size_t)(ALIGN - 1);
   if (size == 0) size = ALIGN;
   ArenaChunk *c = a->head;
@@ -74,7 +84,7 @@ void *arena_realloc(Arena *a, void *old, size_t old_size, size_t new_size) {
 
 char *arena_strndup(Arena *a, const char *s, size_t n) {
   char *p = arena_alloc(a, n + 1);
-  memcpy(p, s, n);
+  if (n) memcpy(p, s, n); /* s may be NULL when n is 0: an unset protobuf string */
   p[n] = 0;
   return p;
 }

@@ -1,10 +1,12 @@
 /* One arena per compilation: every token, AST node, IR node and string is
  * carved from it and dies with it.  Allocation failure never returns NULL:
- * it unwinds through the context's fatal handler (see diag.h). */
+ * it unwinds through on_oom, or without one through the guard active on
+ * this thread (ctx_guard, see diag.h). */
 #ifndef DLCC_ARENA_H
 #define DLCC_ARENA_H
 
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 
 typedef struct ArenaChunk ArenaChunk;
@@ -14,10 +16,16 @@ typedef struct Arena {
   size_t used_bytes;
   /* Test hook: when > 0, the Nth allocation from now fails. */
   long fail_after;
-  /* Called on allocation failure; must not return. */
+  /* Called on allocation failure; must not return.  NULL: unwind
+   * through ctx_current()'s guard. */
   void (*on_oom)(void *data);
   void *on_oom_data;
 } Arena;
+
+/* Test hook for every arena of the process: when hook() returns true the
+ * allocation fails (the failing-allocator sweep counts them with the
+ * mallocs).  NULL, the default, turns it off. */
+void arena_set_fail_hook(bool (*hook)(void));
 
 void arena_init(Arena *a);
 void arena_free(Arena *a);

@@ -10,10 +10,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
-static void oom_unwind(void *data) {
-  Ctx *c = data;
-  ctx_fatal(c, __FILE__, __LINE__, "out of memory");
-}
+static void oom_unwind(void *data) { ctx_out_of_memory(data); }
 
 void ctx_init(Ctx *c) {
   memset(c, 0, sizeof *c);
@@ -37,13 +34,41 @@ int ctx_guard(Ctx *c, int (*fn)(Ctx *c, void *data), void *data) {
   jmp_buf here;
   jmp_buf *outer = c->fatal;
   Ctx *outer_current = current;
+  int held = c->n_held;
   volatile int rc = -1;
   c->fatal = &here;
   current = c;
   if (setjmp(here) == 0) rc = fn(c, data);
+  while (c->n_held > held) {
+    c->n_held--;
+    c->held[c->n_held].release(c->held[c->n_held].p);
+  }
   c->fatal = outer;
   current = outer_current;
   return rc;
+}
+
+void ctx_hold_with(Ctx *c, void (*release)(void *), void *p) {
+  if (c->n_held == CTX_MAX_HELD) {
+    release(p);
+    ctx_fatal(c, __FILE__, __LINE__, "more than %d blocks held", CTX_MAX_HELD);
+  }
+  c->held[c->n_held].release = release;
+  c->held[c->n_held++].p = p;
+}
+
+void ctx_hold(Ctx *c, void *p) { ctx_hold_with(c, free, p); }
+
+static void free_arena(void *a) { arena_free(a); }
+
+void ctx_hold_arena(Ctx *c, Arena *a) { ctx_hold_with(c, free_arena, a); }
+
+void ctx_release(Ctx *c, void *p) {
+  for (int i = c->n_held - 1; i >= 0; i--)
+    if (c->held[i].p == p) {
+      c->held[i] = c->held[--c->n_held];
+      return;
+    }
 }
 
 /* Appending must not allocate from the arena (it may be what failed) and
@@ -53,7 +78,10 @@ static void append(Diag *d, const char *s, size_t n) {
     size_t cap = d->cap ? d->cap : 256;
     while (cap < d->len + n + 1) cap *= 2;
     char *t = realloc(d->text, cap);
-    if (!t) return;
+    if (!t) {
+      d->lost = true;
+      return;
+    }
     d->text = t;
     d->cap = cap;
   }
@@ -75,7 +103,10 @@ static void appendf(Diag *d, const char *fmt, ...) {
     return;
   }
   char *big = malloc((size_t)n + 1);
-  if (!big) return;
+  if (!big) {
+    d->lost = true;
+    return;
+  }
   va_start(ap, fmt);
   vsnprintf(big, (size_t)n + 1, fmt, ap);
   va_end(ap);
@@ -93,6 +124,15 @@ _Noreturn void ctx_fatal(Ctx *c, const char *file, int line, const char *fmt, ..
   c->diag.errors++;
   if (c->fatal) longjmp(*c->fatal, 1);
   fputs(c->diag.text ? c->diag.text : "dlcc: internal error\n", stderr);
+  abort();
+}
+
+_Noreturn void ctx_out_of_memory(Ctx *c) {
+  append(&c->diag, "dlcc: error: out of memory\n", 27);
+  c->diag.errors++;
+  c->oom = true;
+  if (c->fatal) longjmp(*c->fatal, 1);
+  fputs("dlcc: error: out of memory\n", stderr);
   abort();
 }
 
@@ -137,6 +177,7 @@ const SrcFile *ctx_load_file(Ctx *c, const char *path) {
   }
   size_t cap = 1 << 16, len = 0;
   char *buf = malloc(cap);
+  const char *why = buf ? NULL : "out of memory";
   while (buf) {
     size_t n = fread(buf + len, 1, cap - len - 1, f);
     len += n;
@@ -144,6 +185,7 @@ const SrcFile *ctx_load_file(Ctx *c, const char *path) {
     if (len + 1 == cap) {
       char *bigger = cap > ((size_t)1 << 30) ? NULL : realloc(buf, cap * 2);
       if (!bigger) {
+        why = cap > ((size_t)1 << 30) ? "file too large" : "out of memory";
         free(buf);
         buf = NULL;
         break;
@@ -152,16 +194,35 @@ const SrcFile *ctx_load_file(Ctx *c, const char *path) {
       cap *= 2;
     }
   }
-  bool failed = ferror(f);
+  if (buf && ferror(f)) why = strerror(errno);
   fclose(f);
-  if (!buf || failed) {
+  if (why) {
     free(buf);
-    diag_error(c, none, "cannot read '%s': %s", path, buf ? strerror(errno) : "file too large");
+    diag_error(c, none, "cannot read '%s': %s", path, why);
     return NULL;
   }
+  /* Held while the arena copies it: an allocation failure unwinds. */
+  ctx_hold(c, buf);
   char *text = arena_strndup(&c->arena, buf, len);
+  ctx_release(c, buf);
   free(buf);
   return ctx_add_file(c, path, text, len);
+}
+
+/* s with its control bytes but tab written as escapes (\\n, \\r, \\xHH): a
+ * message quotes names from a model file, and a name must not end the
+ * message's line or feed the terminal control sequences. */
+static void append_visible(Diag *d, const char *s) {
+  for (const char *run = s;; s++) {
+    unsigned char ch = (unsigned char)*s;
+    if (ch == '\t' || (ch >= 32 && ch != 127)) continue;
+    append(d, run, (size_t)(s - run));
+    if (!ch) return;
+    char esc[8];
+    snprintf(esc, sizeof esc, ch == '\n' ? "\\n" : ch == '\r' ? "\\r" : "\\x%02x", ch);
+    append(d, esc, strlen(esc));
+    run = s + 1;
+  }
 }
 
 static void append_source_line(Diag *d, SrcLoc loc) {
@@ -206,28 +267,36 @@ void diag_report(Ctx *c, DiagLevel level, SrcLoc loc, const char *fmt, ...) {
     return;
   }
   static const char *const level_names[] = {"error", "warning", "note"};
-  if (loc.file)
-    appendf(d, "%s:%d:%d: %s: ", loc.file->name, loc.line, loc.col, level_names[level]);
-  else
+  if (loc.file) {
+    append_visible(d, loc.file->name);
+    appendf(d, ":%d:%d: %s: ", loc.line, loc.col, level_names[level]);
+  } else {
     appendf(d, "dlcc: %s: ", level_names[level]);
+  }
   char buf[1024];
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(buf, sizeof buf, fmt, ap);
   va_end(ap);
-  appendf(d, "%s\n", buf);
+  append_visible(d, buf);
+  append(d, "\n", 1);
   append_source_line(d, loc);
 }
 
 bool diag_should_stop(const Ctx *c) { return c->diag.errors >= c->diag.max_errors; }
 
-const char *diag_text(const Ctx *c) { return c->diag.text ? c->diag.text : ""; }
+const char *diag_text(const Ctx *c) {
+  if (c->diag.lost && (!c->diag.text || !c->diag.text[0]))
+    return "dlcc: error: out of memory (the messages could not be kept)\n";
+  return c->diag.text ? c->diag.text : "";
+}
 
 void diag_clear(Ctx *c) {
   c->diag.len = 0;
   if (c->diag.text) c->diag.text[0] = 0;
   c->diag.errors = c->diag.warnings = 0;
-  c->diag.truncated = false;
+  c->diag.truncated = c->diag.lost = false;
+  c->oom = false;
 }
 
 static int edit_distance(const char *a, const char *b) {

@@ -30,6 +30,7 @@ typedef struct Diag {
   int errors, warnings;
   int max_errors; /* after this many, diag_error only counts */
   bool truncated; /* "too many errors" was reported */
+  bool lost;      /* a message was dropped: no memory to keep it */
 } Diag;
 
 /* Wall time spent per compilation stage, for --time-stages. */
@@ -38,14 +39,21 @@ typedef struct StageTime {
   double seconds;
 } StageTime;
 
-enum { CTX_MAX_STAGES = 16 };
+enum { CTX_MAX_STAGES = 16, CTX_MAX_HELD = 16 };
 
 typedef struct Ctx {
   Arena arena;
   Diag diag;
   jmp_buf *fatal; /* set by the API boundary (ctx_guard) */
+  bool oom;       /* what unwound was an allocation failure */
   int n_stages;
   StageTime stages[CTX_MAX_STAGES];
+  /* What the guard frees when it unwinds (ctx_hold). */
+  int n_held;
+  struct {
+    void (*release)(void *);
+    void *p;
+  } held[CTX_MAX_HELD];
 } Ctx;
 
 void ctx_init(Ctx *c);
@@ -55,12 +63,24 @@ void ctx_free(Ctx *c);
  * -1 when an internal error or allocation failure unwound out of it (the
  * message is then in c->diag). */
 int ctx_guard(Ctx *c, int (*fn)(Ctx *c, void *data), void *data);
+/* A malloc'd block held across calls that may unwind (arena allocations,
+ * internal errors): if the guard unwinds before ctx_release, it frees p.
+ * At most CTX_MAX_HELD at once. */
+void ctx_hold(Ctx *c, void *p);
+/* The same for a scratch arena of a function's own: arena_free on unwind. */
+void ctx_hold_arena(Ctx *c, Arena *a);
+/* The same for anything else: release(p) on unwind (a DIR, a map). */
+void ctx_hold_with(Ctx *c, void (*release)(void *), void *p);
+/* p (a block or an arena) is the caller's again, to free or keep. */
+void ctx_release(Ctx *c, void *p);
 /* The context whose guard is active on this thread, or NULL: lets code far
  * from any Ctx (attribute getters) report a broken invariant. */
 Ctx *ctx_current(void);
 
 _Noreturn void ctx_fatal(Ctx *c, const char *file, int line, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
+/* Reports "out of memory" and unwinds like ctx_fatal, with c->oom set. */
+_Noreturn void ctx_out_of_memory(Ctx *c);
 #define dl_internal(c, ...) ctx_fatal((c), __FILE__, __LINE__, __VA_ARGS__)
 #define dl_unreachable(c) ctx_fatal((c), __FILE__, __LINE__, "unreachable")
 
@@ -82,6 +102,8 @@ void diag_report(Ctx *c, DiagLevel level, SrcLoc loc, const char *fmt, ...)
 #define diag_note(c, loc, ...) diag_report((c), DIAG_NOTE, (loc), __VA_ARGS__)
 /* True once max_errors have been reported: stop producing more. */
 bool diag_should_stop(const Ctx *c);
+/* Everything reported, or when memory ran out before any of it could be
+ * kept, a line that says so: never empty after a failure. */
 const char *diag_text(const Ctx *c);
 void diag_clear(Ctx *c);
 

@@ -50,20 +50,25 @@ static bool attr_is_default(const Graph *g, const Node *n, const Attr *a) {
 /* "stride=[2, 2], pad=[3, 3, 3, 3]": the attributes that differ from
  * their defaults; the caller frees the text. */
 static char *attr_line(const Graph *g, const Node *n, size_t *len) {
+  /* Which to show, before the stream opens: attr_is_default allocates
+   * from the arena, and a failure there would unwind past the stream. */
+  bool *skip = ARENA_ARRAY(&g->ctx->arena, bool, n->n_attrs + 1);
+  for (int i = 0; i < n->n_attrs; i++) skip[i] = attr_is_default(g, n, &n->attrs[i]);
   char *buf = NULL;
   *len = 0;
   FILE *m = open_memstream(&buf, len);
-  if (!m) return NULL;
+  if (!m) ctx_out_of_memory(g->ctx);
   int shown = 0;
   for (int i = 0; i < n->n_attrs; i++) {
     const Attr *a = &n->attrs[i];
-    if (attr_is_default(g, n, a)) continue;
+    if (skip[i]) continue;
     fprintf(m, "%s%s=", shown++ ? ", " : "", a->name);
     ir_print_attr_value(m, a);
   }
-  if (fclose(m) != 0) {
+  bool cut = ferror(m);
+  if (fclose(m) != 0 || cut || !buf) {
     free(buf);
-    return NULL;
+    ctx_out_of_memory(g->ctx);
   }
   return buf;
 }

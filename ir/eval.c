@@ -183,6 +183,51 @@ const Tensor *ir_tensor_map_find(const TensorMap *m, const char *name) {
   return NULL;
 }
 
+struct TensorMapEntry {
+  const char *name;
+  int pos;
+};
+
+static int entry_cmp(const void *a, const void *b) {
+  const struct TensorMapEntry *x = a, *y = b;
+  int c = strcmp(x->name, y->name);
+  return c ? c : (x->pos > y->pos) - (x->pos < y->pos);
+}
+
+bool ir_tensor_map_index(TensorMapIndex *ix, const TensorMap *m) {
+  ix->map = m;
+  ix->sorted = NULL;
+  if (!m || m->n == 0) return true;
+  ix->sorted = malloc(sizeof *ix->sorted * (size_t)m->n);
+  if (!ix->sorted) return false;
+  for (int i = 0; i < m->n; i++) ix->sorted[i] = (struct TensorMapEntry){m->names[i], i};
+  qsort(ix->sorted, (size_t)m->n, sizeof *ix->sorted, entry_cmp);
+  return true;
+}
+
+int ir_tensor_map_index_pos(const TensorMapIndex *ix, const char *name) {
+  if (!ix->sorted) return -1;
+  int lo = 0, hi = ix->map->n; /* the first entry not below name */
+  while (lo < hi) {
+    int mid = lo + (hi - lo) / 2;
+    if (strcmp(ix->sorted[mid].name, name) < 0)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  return lo < ix->map->n && strcmp(ix->sorted[lo].name, name) == 0 ? ix->sorted[lo].pos : -1;
+}
+
+const Tensor *ir_tensor_map_index_find(const TensorMapIndex *ix, const char *name) {
+  int pos = ir_tensor_map_index_pos(ix, name);
+  return pos < 0 ? NULL : &ix->map->tensors[pos];
+}
+
+void ir_tensor_map_index_free(TensorMapIndex *ix) {
+  free(ix->sorted);
+  ix->sorted = NULL;
+}
+
 void ir_tensor_map_free(TensorMap *m) {
   for (int i = 0; i < m->n; i++) {
     free((char *)m->names[i]);
@@ -593,7 +638,6 @@ static bool eval_reduce(Eval *e, const Node *n, const Tensor *x, Tensor *out) {
   int64_t on = numel(&out->type), xn = numel(xt);
   bool ints = is_int(x) && is_int(out);
   bool is_max = n->op == OP_REDUCE_MAX, is_min = n->op == OP_REDUCE_MIN, is_prod = n->op == OP_REDUCE_PROD;
-  if ((is_max || is_min) && group == 0 && on > 0) return fail(e, "reduction over an empty axis");
   if (n->op == OP_REDUCE_MEAN && ints && group == 0 && on > 0)
     return fail(e, "integer division by zero (mean of no elements)");
   double *accf = calloc((size_t)(on ? on : 1), sizeof(double));
@@ -631,6 +675,14 @@ static bool eval_reduce(Eval *e, const Node *n, const Tensor *x, Tensor *out) {
     }
     seen[o] = true;
   }
+  /* Over no elements: max is -inf (the dtype's least integer), min +inf
+   * (its greatest), as ONNX's ReduceMax/ReduceMin of an empty set. */
+  int64_t ilo = INT64_MIN, ihi = INT64_MAX;
+  if (out->type.dtype == TY_I8) ilo = INT8_MIN, ihi = INT8_MAX;
+  if (out->type.dtype == TY_I32) ilo = INT32_MIN, ihi = INT32_MAX;
+  if (out->type.dtype == TY_U8 || out->type.dtype == TY_BOOL) ilo = 0, ihi = out->type.dtype == TY_U8 ? 255 : 1;
+  for (int64_t o = 0; o < on && (is_max || is_min); o++)
+    if (!seen[o]) acci[o] = is_max ? ilo : ihi, accf[o] = is_max ? -INFINITY : INFINITY;
   for (int64_t o = 0; o < on; o++) {
     if (ints) {
       int64_t v = is_prod && !seen[o] ? 1 : acci[o]; /* the empty product */
@@ -1659,9 +1711,9 @@ static bool eval_rnn(Eval *e, const Node *n, int n_in, Tensor *const *in, Tensor
 
 /* ---- sources ---- */
 
-static bool eval_source(Eval *e, const Node *n, const TensorMap *m, const char *what, Tensor *out) {
+static bool eval_source(Eval *e, const Node *n, const TensorMapIndex *m, const char *what, Tensor *out) {
   const char *name = ir_attr_str(n, "name");
-  const Tensor *t = ir_tensor_map_find(m, name);
+  const Tensor *t = ir_tensor_map_index_find(m, name);
   char want[IR_TYPE_STR_MAX], got[IR_TYPE_STR_MAX];
   ir_type_str(&n->out[0].type, want, sizeof want);
   if (!t) return fail(e, "no %s named '%s' (%s) was given", what, name, want);
@@ -1677,7 +1729,7 @@ static bool eval_source(Eval *e, const Node *n, const TensorMap *m, const char *
 /* Runs one node: the results in out[] are allocated (except for sources,
  * which point at the caller's data). */
 static bool eval_node(Eval *e, const Node *n, Tensor *const *in, Tensor *out,
-                      const TensorMap *inputs, const TensorMap *params) {
+                      const TensorMapIndex *inputs, const TensorMapIndex *params) {
   switch (n->op) {
     case OP_INPUT: return eval_source(e, n, inputs, "input", out);
     case OP_PARAM: return eval_source(e, n, params, "param", out);
@@ -1867,7 +1919,17 @@ bool ir_eval_observe(Graph *g, const TensorMap *inputs, const TensorMap *params,
   int nvals = 0, nnodes = 0;
   for (Node *n = g->first; n; n = n->next) nvals += n->n_out, nnodes++;
   Slot *slots = calloc((size_t)nvals + 1, sizeof(Slot));
-  if (!slots) return fail(&e, "out of memory");
+  TensorMapIndex in_ix, param_ix;
+  bool indexed = ir_tensor_map_index(&in_ix, inputs);
+  if (indexed && !ir_tensor_map_index(&param_ix, params)) {
+    ir_tensor_map_index_free(&in_ix);
+    indexed = false;
+  }
+  if (!slots || !indexed) {
+    free(slots);
+    if (indexed) ir_tensor_map_index_free(&in_ix), ir_tensor_map_index_free(&param_ix);
+    return fail(&e, "out of memory");
+  }
   for (Node *n = g->first; n; n = n->next)
     for (int i = 0; i < n->n_out; i++) {
       slots[n->out[i].id].v = &n->out[i];
@@ -1919,7 +1981,7 @@ bool ir_eval_observe(Graph *g, const TensorMap *inputs, const TensorMap *params,
         char b[IR_TYPE_STR_MAX];
         ok = fail(&e, "out of memory for %s", ir_type_str(&n->out[made].type, b, sizeof b));
       }
-    if (ok) ok = eval_node(&e, n, inp, out, inputs, params);
+    if (ok) ok = eval_node(&e, n, inp, out, &in_ix, &param_ix);
     if (inp != in) free(inp);
     inp = in;
     if (!ok) {
@@ -1956,5 +2018,7 @@ bool ir_eval_observe(Graph *g, const TensorMap *inputs, const TensorMap *params,
     for (int i = 0; i < g->n_outputs; i++) ir_tensor_free(&outputs[i]);
   for (int i = 0; i < nvals; i++) slot_release(&slots[i]);
   free(slots);
+  ir_tensor_map_index_free(&in_ix);
+  ir_tensor_map_index_free(&param_ix);
   return ok;
 }

@@ -38,16 +38,21 @@ static bool passes_indices(OpKind op) {
   return op == OP_RESHAPE || op == OP_TRANSPOSE || op == OP_EXPAND || op == OP_SLICE || op == OP_CAST;
 }
 
-static int64_t bound_of(const Graph *g, const Value *v, int depth) {
+/* Each call scans the graph, and a value used by several reshapes fans
+ * out at every level: work bounds the calls (a real model needs a few). */
+static int64_t bound_of(const Graph *g, const Value *v, int depth, int *work) {
   int64_t bound = 0;
-  if (depth > 8) return 0;
+  if (depth > 8 || --*work < 0) return 0;
   for (const Node *n = g->first; n; n = n->next)
     for (int i = 0; i < n->n_in; i++) {
       if (n->in[i] != v) continue;
-      int64_t e = passes_indices(n->op) && i == 0 ? bound_of(g, &n->out[0], depth + 1) : use_extent(n, i);
+      int64_t e = passes_indices(n->op) && i == 0 ? bound_of(g, &n->out[0], depth + 1, work) : use_extent(n, i);
       if (e > 0) bound = min_extent(bound, e);
     }
   return bound;
 }
 
-int64_t ir_index_bound(const Graph *g, const Value *v) { return bound_of(g, v, 0); }
+int64_t ir_index_bound(const Graph *g, const Value *v) {
+  int work = 64;
+  return bound_of(g, v, 0, &work);
+}

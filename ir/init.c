@@ -100,30 +100,47 @@ bool ir_init_params(Graph *g, uint64_t seed, IrInitMode mode, TensorMap *out, ch
   out->n = 0;
   out->names = calloc((size_t)cap + 1, sizeof(char *));
   out->tensors = calloc((size_t)cap + 1, sizeof(Tensor));
-  if (!out->names || !out->tensors) {
-    snprintf(err, errlen, "out of memory");
-    ir_tensor_map_free(out);
-    return false;
-  }
-  for (Node *n = g->first; n; n = n->next) {
+  /* Params of one name are one weight (shared): each node's first of its
+   * name, through a sorted index, so that many params take n log n. */
+  const Node **nodes = calloc((size_t)cap + 1, sizeof *nodes);
+  const char **names = calloc((size_t)cap + 1, sizeof *names);
+  TensorMap by_node = {.n = cap, .names = names};
+  TensorMapIndex ix = {0};
+  bool ok = out->names && out->tensors && nodes && names;
+  int k = 0;
+  for (Node *n = g->first; ok && n; n = n->next) {
     if (n->op != OP_PARAM) continue;
-    const Attr *name_attr = ir_attr(n, "name"), *init_attr = ir_attr(n, "init");
+    const Attr *name_attr = ir_attr(n, "name");
     if (!name_attr || name_attr->kind != AK_STR) {
       snprintf(err, errlen, "a param has no name");
+      free(nodes), free(names);
       ir_tensor_map_free(out);
       return false;
     }
-    const char *name = name_attr->s;
+    nodes[k] = n;
+    names[k++] = name_attr->s;
+  }
+  if (!ok || !ir_tensor_map_index(&ix, &by_node)) {
+    snprintf(err, errlen, "out of memory");
+    free(nodes), free(names);
+    ir_tensor_map_free(out);
+    return false;
+  }
+  for (k = 0; k < cap; k++) {
+    const Node *n = nodes[k];
+    const Attr *init_attr = ir_attr(n, "init");
+    const char *name = names[k];
     const char *init = init_attr && init_attr->kind == AK_STR ? init_attr->s : NULL;
     const TensorType *ty = &n->out[0].type;
     char a[IR_TYPE_STR_MAX], b[IR_TYPE_STR_MAX];
-    const Tensor *prev = ir_tensor_map_find(out, name);
-    if (prev) {
-      if (ir_type_eq(&prev->type, ty)) continue; /* shared weights */
-      snprintf(err, errlen, "param '%s' is declared both %s and %s", name,
-               ir_type_str(&prev->type, a, sizeof a), ir_type_str(ty, b, sizeof b));
-      ir_tensor_map_free(out);
-      return false;
+    int first = ir_tensor_map_index_pos(&ix, name);
+    if (first != k) {
+      const TensorType *prev = &nodes[first]->out[0].type;
+      if (ir_type_eq(prev, ty)) continue; /* shared weights */
+      snprintf(err, errlen, "param '%s' is declared both %s and %s", name, ir_type_str(prev, a, sizeof a),
+               ir_type_str(ty, b, sizeof b));
+      ok = false;
+      break;
     }
     InitKind kind;
     double arg;
@@ -132,21 +149,24 @@ bool ir_init_params(Graph *g, uint64_t seed, IrInitMode mode, TensorMap *out, ch
                "param '%s': unknown init \"%s\" (expected uniform(b), normal(s), ones, zeros or "
                "fill(v))",
                name, init);
-      ir_tensor_map_free(out);
-      return false;
+      ok = false;
+      break;
     }
     Tensor *t = &out->tensors[out->n];
     char *copy = strdup(name);
     if (!copy || !ir_tensor_alloc(t, ty)) {
       free(copy);
       snprintf(err, errlen, "out of memory for param '%s' (%s)", name, ir_type_str(ty, a, sizeof a));
-      ir_tensor_map_free(out);
-      return false;
+      ok = false;
+      break;
     }
     out->names[out->n++] = copy;
     uint64_t state = seed ^ fnv1a(name);
     splitmix64(&state); /* decorrelate nearby seeds before the first draw */
     fill_param(t, kind, arg, mode, state);
   }
-  return true;
+  ir_tensor_map_index_free(&ix);
+  free(nodes), free(names);
+  if (!ok) ir_tensor_map_free(out);
+  return ok;
 }

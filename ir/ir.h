@@ -14,6 +14,14 @@
 
 enum {
   DL_MAX_RANK = 8,
+  /* Nodes in one graph, from any importer (IR text, the language, ONNX):
+   * far above any real model, and every pass is linear or close to it
+   * in this count. */
+  IR_MAX_NODES = 1000000,
+  /* Members of one fusion group: codegen evaluates a group by recursion
+   * over its members, so a hand-written group of a million would
+   * overflow the stack.  The fuse pass makes groups of at most 64. */
+  IR_MAX_GROUP = 256,
 };
 /* Largest tensor we accept, in elements: far above any real model, far
  * below where int64 byte counts could overflow. */
@@ -216,6 +224,8 @@ bool ir_verify(Graph *g);
 /* Text format (docs/ir.md): printed and parsed back to identical text. */
 void ir_print(FILE *f, Graph *g);
 Graph *ir_parse(Ctx *c, const SrcFile *file); /* NULL after reporting errors */
+/* ir_parse with a limit below IR_MAX_NODES, for tests and fuzzers. */
+Graph *ir_parse_max(Ctx *c, const SrcFile *file, int max_nodes);
 /* A copy of g in g's context through the text format, so the k-th value
  * of g is the k-th of the copy; `name` is the file name its locations
  * get.  NULL after reporting errors (none for a verified g) or when out
@@ -225,7 +235,8 @@ Graph *ir_copy(Graph *g, const char *name);
 /* For an integer value read as indices (gather, gather_elements,
  * gather_nd, scatter_elements, scatter_nd, through reshapes, transposes,
  * expands, slices and casts): the smallest extent any of those reads
- * it against, so [0, bound) is valid everywhere; 0 when none does. */
+ * it against, so [0, bound) is valid everywhere; 0 when none does.
+ * Moves are followed 8 deep and 64 in all. */
 int64_t ir_index_bound(const Graph *g, const Value *v);
 /* ---- cost (cost.c, docs/cost.md) ---- */
 

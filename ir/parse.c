@@ -45,6 +45,8 @@ typedef struct Parser {
   bool seen_return, seen_close;
   int node_lines;
   int errors_before; /* the context's count when this parse began */
+  int max_nodes;
+  bool stop; /* a limit was reached: read no further */
 } Parser;
 
 /* ---- names ---- */
@@ -565,13 +567,7 @@ static void parse_node(Parser *p) {
       error_at(p, op_at, "%s takes no operands", info->name);
       goto fail;
     }
-    const TensorType *t = &types[0];
-    for (int i = 0; i < t->rank; i++)
-      if (t->dims[i] < 1) {
-        error_at(p, type_at[0], "%s needs dimensions of at least 1", info->name);
-        goto fail;
-      }
-    ir_declare(n, t);
+    ir_declare(n, &types[0]); /* a dim of 0 is an empty tensor; a negative one is refused when read */
     if (op == OP_INPUT && !check_unique_name(p, &p->inputs, n, "input", op_at)) goto fail;
     if (op == OP_PARAM && !check_unique_name(p, &p->params, n, "param", op_at)) goto fail;
   } else {
@@ -698,10 +694,14 @@ static void parse_body_line(Parser *p) {
     else if (!p->seen_return)
       error_at(p, at, "graph '%s' has no 'return'", p->g->name);
   } else if (ch == '%') {
-    if (p->seen_return)
+    if (p->node_lines == p->max_nodes) {
+      error_at(p, at, "graph too large: more than %d operations", p->max_nodes);
+      p->stop = true;
+    } else if (p->seen_return) {
       error_at(p, at, "node after 'return'");
-    else
+    } else {
       parse_node(p);
+    }
     p->node_lines++;
   } else if (keyword(p, "return")) {
     parse_return(p, at);
@@ -710,8 +710,10 @@ static void parse_body_line(Parser *p) {
   }
 }
 
-Graph *ir_parse(Ctx *c, const SrcFile *file) {
-  Parser p = {.c = c, .file = file};
+Graph *ir_parse(Ctx *c, const SrcFile *file) { return ir_parse_max(c, file, IR_MAX_NODES); }
+
+Graph *ir_parse_max(Ctx *c, const SrcFile *file, int max_nodes) {
+  Parser p = {.c = c, .file = file, .max_nodes = max_nodes};
   if (!file || !file->text) {
     diag_error(c, ((SrcLoc){file, 0, 0}), "no IR text to parse");
     return NULL;
@@ -723,7 +725,7 @@ Graph *ir_parse(Ctx *c, const SrcFile *file) {
   /* End-of-text errors point after the last line with something on it. */
   int last_line = 1;
   size_t last_len = 0;
-  for (const char *s = text; s < end && !diag_should_stop(c);) {
+  for (const char *s = text; s < end && !diag_should_stop(c) && !p.stop;) {
     const char *eol = memchr(s, '\n', (size_t)(end - s));
     if (!eol) eol = end;
     size_t n = (size_t)(eol - s);
@@ -758,7 +760,7 @@ Graph *ir_parse(Ctx *c, const SrcFile *file) {
     }
     parse_body_line(&p);
   }
-  if (diag_should_stop(c)) return NULL;
+  if (diag_should_stop(c) || p.stop) return NULL;
   SrcLoc eof = {file, last_line, (int)last_len + 1};
   if (!have_header) {
     diag_error(c, eof, "empty IR text: expected 'graph NAME {'");
@@ -775,11 +777,18 @@ Graph *ir_copy(Graph *g, const char *name) {
   FILE *f = open_memstream(&text, &len);
   if (!f) return NULL;
   ir_print(f, g);
-  if (fclose(f) != 0) {
+  bool cut = ferror(f);
+  if (fclose(f) != 0 || cut) {
     free(text);
     return NULL;
   }
-  Graph *copy = ir_parse(g->ctx, ctx_add_file(g->ctx, name, text, len));
+  /* Into the arena before parsing: the file must outlive the messages
+   * that show its lines, and nothing malloc'd may be held when an
+   * allocation failure unwinds out of ir_parse. */
+  if (!text) return NULL;
+  ctx_hold(g->ctx, text);
+  char *kept = arena_strndup(&g->ctx->arena, text, len);
+  ctx_release(g->ctx, text);
   free(text);
-  return copy;
+  return ir_parse(g->ctx, ctx_add_file(g->ctx, name, kept, len));
 }

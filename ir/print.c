@@ -79,7 +79,8 @@ static void print_node(FILE *f, const Node *n) {
   FILE *m = open_memstream(&buf, &len);
   if (m) {
     print_node_body(m, n);
-    if (fclose(m) != 0) {
+    bool cut = ferror(m);
+    if (fclose(m) != 0 || cut) {
       free(buf);
       buf = NULL;
     }

@@ -79,11 +79,9 @@ static bool operands_ok(const Node *n, char *err, size_t errlen) {
       return fail(err, errlen, "%s: operand %d has an invalid type (rank %d)", op_name(n), i + 1,
                   t->rank);
     for (int d = 0; d < t->rank; d++) {
-      if (t->dims[d] < 1)
-        return fail(err, errlen,
-                    "%s: operand %d has type %s: every dim must be >= 1 (empty tensors are not "
-                    "supported)",
-                    op_name(n), i + 1, ts(t).s);
+      if (t->dims[d] < 0)
+        return fail(err, errlen, "%s: operand %d has type %s: a dim is negative", op_name(n), i + 1,
+                    ts(t).s);
       if (t->dims[d] > DL_MAX_ELEMS)
         return fail(err, errlen, "%s: operand %d has type %s, larger than %" PRId64 " elements",
                     op_name(n), i + 1, ts(t).s, DL_MAX_ELEMS);
@@ -844,10 +842,8 @@ bool shape_reshape(const Node *n, TensorType *out, char *err, size_t errlen) {
   int64_t numel = 1;
   bool too_big = false;
   for (int i = 0; i < count; i++) {
-    if (shape[i] < 1)
-      return fail(err, errlen,
-                  "reshape: shape %s has a dim < 1 (empty tensors are not supported)",
-                  ints_text(shape, count).s);
+    if (shape[i] < 0)
+      return fail(err, errlen, "reshape: shape %s has a negative dim", ints_text(shape, count).s);
     if (!too_big && (!mul_ok(numel, shape[i], &numel) || numel > DL_MAX_ELEMS)) too_big = true;
   }
   int64_t have = ir_type_numel(x);
@@ -902,9 +898,8 @@ bool shape_expand(const Node *n, TensorType *out, char *err, size_t errlen) {
     return fail(err, errlen, "expand: shape %s has rank %d, more than the supported %d",
                 ints_text(shape, count).s, count, (int)DL_MAX_RANK);
   for (int i = 0; i < count; i++)
-    if (shape[i] < 1)
-      return fail(err, errlen, "expand: shape %s has a dim < 1 (empty tensors are not supported)",
-                  ints_text(shape, count).s);
+    if (shape[i] < 0)
+      return fail(err, errlen, "expand: shape %s has a negative dim", ints_text(shape, count).s);
   bool ok = count >= x->rank;
   for (int i = 0; ok && i < x->rank; i++) {
     int64_t d = x->dims[x->rank - 1 - i];
@@ -960,12 +955,7 @@ bool shape_slice(const Node *n, TensorType *out, char *err, size_t errlen) {
                   "slice: range %" PRId64 ":%" PRId64 " is outside dim %d of %s (need 0 <= start "
                   "<= end <= %" PRId64 ")",
                   s, e, d, ts(x).s, dim);
-    if (s == e)
-      return fail(err, errlen,
-                  "slice: range %" PRId64 ":%" PRId64 " of dim %d is empty (empty tensors are "
-                  "not supported)",
-                  s, e, d);
-    out[0].dims[d] = (e - s - 1) / steps[d] + 1;
+    out[0].dims[d] = s == e ? 0 : (e - s - 1) / steps[d] + 1;
   }
   return true;
 }

@@ -8,6 +8,7 @@
 
 #include <inttypes.h>
 #include <stdarg.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* Open addressing over pointers (defined values) or strings (names). */
@@ -153,8 +154,8 @@ static void check_declared(Verifier *v, const Node *n) {
     return;
   }
   for (int i = 0; i < t->rank; i++)
-    if (t->dims[i] < 1) {
-      fail(v, n, "declared type %s has a dimension below 1", ir_type_str(t, buf, sizeof buf));
+    if (t->dims[i] < 0) {
+      fail(v, n, "declared type %s has a negative dimension", ir_type_str(t, buf, sizeof buf));
       return;
     }
   if (ir_type_numel(t) < 0)
@@ -235,6 +236,27 @@ static void check_node(Verifier *v, const Node *n, const PtrSet *defined, PtrSet
 
 static const void *group_key(int group) { return (const void *)(uintptr_t)((unsigned)group + 1u); }
 
+static int cmp_int(const void *pa, const void *pb) {
+  int a = *(const int *)pa, b = *(const int *)pb;
+  return (a > b) - (a < b);
+}
+
+/* At most IR_MAX_GROUP members a group, reported at its root. */
+static void check_group_sizes(Verifier *v, int count) {
+  Graph *g = v->g;
+  int *ids = ARENA_ARRAY(&g->ctx->arena, int, count + 1), n = 0;
+  for (Node *x = g->first; x; x = x->next)
+    if (x->group >= 0) ids[n++] = x->group;
+  qsort(ids, (size_t)n, sizeof *ids, cmp_int);
+  for (int i = 0, j; i < n; i = j) {
+    for (j = i; j < n && ids[j] == ids[i]; j++) {}
+    if (j - i <= IR_MAX_GROUP) continue;
+    const Node *root = g->last;
+    while (root->group != ids[i]) root = root->prev;
+    fail(v, root, "fusion group k%d has %d members, more than %d", ids[i], j - i, IR_MAX_GROUP);
+  }
+}
+
 /* Fusion groups (Node.group): every member but the last in list order
  * (the root) is used only inside its group and is no graph output, so
  * the group computes one value; sources and recurrent layers stay
@@ -266,6 +288,7 @@ static void check_groups(Verifier *v, int count) {
     is_root[n->id] = set_add_ptr(&seen, group_key(n->group));
   }
   if (!any) return;
+  check_group_sizes(v, count);
   for (Node *n = g->first; n; n = n->next)
     for (int i = 0; i < n->n_in; i++) {
       const Node *d = n->in[i]->def;

@@ -38,11 +38,13 @@
  * Greedy, from the last node back: each node not yet in a group roots
  * one and absorbs producers in decreasing order, so every consumer of a
  * candidate has been decided when the candidate is. */
+#include <assert.h>
 #include <string.h>
 
 #include "passes/pass.h"
 
 enum { MAX_MEMBERS = 64 };
+static_assert((int)MAX_MEMBERS <= (int)IR_MAX_GROUP, "the verifier accepts the groups fuse makes");
 
 typedef enum { ROLE_EPI = 1, ROLE_PRO = 2 } Role;
 

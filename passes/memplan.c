@@ -502,9 +502,22 @@ static bool child_before(const Child *x, const Child *y, const Solver *s) {
   return x->b < y->b;
 }
 
-static void bb_node(BB *t, int depth, uint64_t last, int disc) {
+/* One node of the search on the path from the root: its children, the
+ * one being explored, and what placing it overwrote.  The path is as
+ * long as there are buffers, thousands: it lives in an array, not on the
+ * C stack. */
+typedef struct BBLevel {
+  Child kids[BB_MAX_CHILDREN];
+  int nk, c, disc;
+  bool placed; /* kids[c] is placed */
+  int64_t mark, mark_at;
+} BBLevel;
+
+/* Enters the node at depth: records a complete placement, or fills L
+ * with the children worth exploring.  False when there are none. */
+static bool bb_enter(BB *t, BBLevel *L, int depth, uint64_t last, int disc) {
   Solver *s = t->s;
-  if (t->work > t->stop || t->best <= s->lb) return;
+  if (t->work > t->stop || t->best <= s->lb) return false;
   if (depth == s->m) {
     uint64_t top = 0;
     for (int i = 0; i < s->m; i++)
@@ -513,54 +526,88 @@ static void bb_node(BB *t, int depth, uint64_t last, int disc) {
       t->best = top, t->limit = top - 1, t->found = true;
       memcpy(t->best_off, t->off, sizeof(uint64_t) * (size_t)s->m);
     }
-    return;
+    return false;
   }
-  Child kids[BB_MAX_CHILDREN];
   int want = disc + 1 < BB_MAX_CHILDREN ? disc + 1 : BB_MAX_CHILDREN, nk = 0;
   t->work += s->m;
   for (int i = 0; i < s->m; i++) {
     if (t->placed[i]) continue;
     uint64_t o = t->at[i];
-    if (o + s->ext[i] > t->limit) return; /* it can only go higher */
+    if (o + s->ext[i] > t->limit) return false; /* it can only go higher */
     if (o < last) continue;
     Child c = {i, o, s->hi[i] - s->lo[i]};
     int at = nk < want ? nk++ : want;
-    while (at > 0 && child_before(&c, &kids[at - 1], s)) {
-      if (at < want) kids[at] = kids[at - 1];
+    while (at > 0 && child_before(&c, &L->kids[at - 1], s)) {
+      if (at < want) L->kids[at] = L->kids[at - 1];
       at--;
     }
-    if (at < want) kids[at] = c;
+    if (at < want) L->kids[at] = c;
   }
-  for (int c = 0; c < nk && c <= disc; c++) {
-    int b = kids[c].b;
-    uint64_t o = kids[c].off, end = o + s->ext[b];
-    int64_t mark = t->n_saved;
-    bool ok = true;
-    for (int k = t->sl[b]; k < t->sh[b]; k++) {
-      t->saved[t->n_saved++] = t->floor[k];
-      t->floor[k] = end;
-      t->rem[k] -= s->ext[b];
-      if (end + t->rem[k] > t->limit) ok = false;
+  L->nk = nk;
+  L->c = 0;
+  L->disc = disc;
+  L->placed = false;
+  return true;
+}
+
+/* Places L's child c; false when some section can no longer stay under
+ * the limit (the child is placed all the same, to be undone). */
+static bool bb_place(BB *t, BBLevel *L) {
+  Solver *s = t->s;
+  int b = L->kids[L->c].b;
+  uint64_t o = L->kids[L->c].off, end = o + s->ext[b];
+  L->mark = t->n_saved;
+  bool ok = true;
+  for (int k = t->sl[b]; k < t->sh[b]; k++) {
+    t->saved[t->n_saved++] = t->floor[k];
+    t->floor[k] = end;
+    t->rem[k] -= s->ext[b];
+    if (end + t->rem[k] > t->limit) ok = false;
+  }
+  t->placed[b] = true;
+  t->off[b] = o;
+  L->mark_at = t->n_saved_at;
+  for (int e = s->adj_start[b]; e < s->adj_start[b + 1]; e++) {
+    int j = s->adj[e];
+    t->saved_at[t->n_saved_at++] = t->at[j];
+    if (t->at[j] < end) t->at[j] = end;
+  }
+  t->work += s->adj_start[b + 1] - s->adj_start[b] + t->sh[b] - t->sl[b];
+  L->placed = true;
+  return ok;
+}
+
+static void bb_unplace(BB *t, BBLevel *L) {
+  Solver *s = t->s;
+  int b = L->kids[L->c].b;
+  for (int e = s->adj_start[b]; e < s->adj_start[b + 1]; e++)
+    t->at[s->adj[e]] = t->saved_at[L->mark_at + (e - s->adj_start[b])];
+  t->n_saved_at = L->mark_at;
+  t->placed[b] = false;
+  for (int k = t->sl[b]; k < t->sh[b]; k++) {
+    t->floor[k] = t->saved[L->mark + (k - t->sl[b])];
+    t->rem[k] += s->ext[b];
+  }
+  t->n_saved = L->mark;
+  L->placed = false;
+}
+
+/* Depth first from the root with discrepancy budget disc: at each node
+ * child c costs c of it. */
+static void bb_descend(BB *t, BBLevel *path, int disc) {
+  if (!bb_enter(t, &path[0], 0, 0, disc)) return;
+  int d = 0;
+  while (d >= 0) {
+    BBLevel *L = &path[d];
+    if (L->placed) {
+      bb_unplace(t, L);
+      L->c++;
     }
-    t->placed[b] = true;
-    t->off[b] = o;
-    int64_t mark_at = t->n_saved_at;
-    for (int e = s->adj_start[b]; e < s->adj_start[b + 1]; e++) {
-      int j = s->adj[e];
-      t->saved_at[t->n_saved_at++] = t->at[j];
-      if (t->at[j] < end) t->at[j] = end;
+    if (L->c >= L->nk || L->c > L->disc) {
+      d--;
+      continue;
     }
-    t->work += s->adj_start[b + 1] - s->adj_start[b] + t->sh[b] - t->sl[b];
-    if (ok) bb_node(t, depth + 1, o, disc - c);
-    for (int e = s->adj_start[b]; e < s->adj_start[b + 1]; e++)
-      t->at[s->adj[e]] = t->saved_at[mark_at + (e - s->adj_start[b])];
-    t->n_saved_at = mark_at;
-    t->placed[b] = false;
-    for (int k = t->sl[b]; k < t->sh[b]; k++) {
-      t->floor[k] = t->saved[mark + (k - t->sl[b])];
-      t->rem[k] += s->ext[b];
-    }
-    t->n_saved = mark;
+    if (bb_place(t, L) && bb_enter(t, &path[d + 1], d + 1, L->kids[L->c].off, L->disc - L->c)) d++;
   }
 }
 
@@ -599,7 +646,8 @@ static bool bb_search(Solver *s, uint64_t *best, uint64_t *best_off, int64_t bud
   t.at = ARENA_ARRAY(a, uint64_t, m + 1);
   t.saved_at = ARENA_ARRAY(a, uint64_t, 2 * s->edges + 1);
   t.stop = budget;
-  for (int disc = 0; disc < m && t.work < t.stop && t.best > s->lb; disc++) bb_node(&t, 0, 0, disc);
+  BBLevel *path = ARENA_ARRAY(a, BBLevel, m + 1);
+  for (int disc = 0; disc < m && t.work < t.stop && t.best > s->lb; disc++) bb_descend(&t, path, disc);
   s->work += t.work;
   *best = t.best;
   return t.found;

@@ -33,6 +33,7 @@
  * converted up, so reductions sum in f32.  Casts are elementwise, so the
  * fuse pass puts them in the kernels next to them; a cast of a param is
  * work over the weights only (see --stats: precision: cast kernels). */
+#include <stdlib.h>
 #include <string.h>
 
 #include "passes/pass.h"
@@ -84,30 +85,55 @@ static Node *cast_node(Graph *g, Node *before, Value *x, DType to, SrcLoc loc) {
   return c;
 }
 
-/* v in dtype `to`, with nodes inserted before `before`. */
-static Value *convert(Prec *p, Value *v, DType to, Node *before) {
-  if (v->type.dtype == to || !is_float(v->type.dtype)) return v;
+static bool converted(Prec *p, const Value *v, DType to) {
+  return v->type.dtype == to || !is_float(v->type.dtype) || memo_slot(p, v, to)->from;
+}
+
+static void remember(Prec *p, const Value *v, DType to, Value *r) {
   Memo *m = memo_slot(p, v, to);
-  if (m->from) return m->value;
+  if (!m->from) p->used++;
+  *m = (Memo){v, to, r};
+}
+
+/* v in dtype `to`, with nodes inserted before `before`.  A reshape
+ * converts its operand and reshapes that; a chain of them (as long as
+ * the graph, in a hostile file) is walked with a list, not recursion. */
+static Value *convert(Prec *p, Value *v, DType to, Node *before) {
   Graph *g = p->g;
-  Node *d = v->def;
+  Value **chain = NULL;
+  int n = 0, cap = 0;
+  Value *x = v;
+  while (!converted(p, x, to) && x->def->op == OP_RESHAPE) {
+    if (n == cap) {
+      int bigger = cap ? 2 * cap : 16;
+      chain = arena_realloc(&g->ctx->arena, chain, sizeof *chain * (size_t)cap, sizeof *chain * (size_t)bigger);
+      cap = bigger;
+    }
+    chain[n++] = x;
+    x = x->def->in[0];
+  }
   Value *r;
-  if (d->op == OP_CONST) {
-    TensorType t = v->type;
+  const Node *d = x->def;
+  if (x->type.dtype == to || !is_float(x->type.dtype)) {
+    r = x;
+  } else if (memo_slot(p, x, to)->from) {
+    r = memo_slot(p, x, to)->value;
+  } else if (d->op == OP_CONST) {
+    TensorType t = x->type;
     t.dtype = to;
     r = pass_new_const(g, before, ir_attr_float(d, "value"), &t, d->loc);
     p->consts++;
-  } else if (d->op == OP_RESHAPE) {
-    Value *x = convert(p, d->in[0], to, before);
-    r = &pass_new_node(g, before, OP_RESHAPE, 1, &x, d, d->loc)->out[0];
+    remember(p, x, to, r);
   } else {
-    r = &cast_node(g, before, v, to, d->loc)->out[0];
+    r = &cast_node(g, before, x, to, d->loc)->out[0];
     p->casts++;
+    remember(p, x, to, r);
   }
-  /* The slot may have moved while converting the operand. */
-  m = memo_slot(p, v, to);
-  if (!m->from) p->used++;
-  *m = (Memo){v, to, r};
+  while (n > 0) {
+    Node *reshape = chain[--n]->def;
+    r = &pass_new_node(g, before, OP_RESHAPE, 1, &r, reshape, reshape->loc)->out[0];
+    remember(p, chain[n], to, r);
+  }
   return r;
 }
 
@@ -223,56 +249,55 @@ bool pass_precision(Graph *g, PassCtx *pc) {
 /* A node that only converts or aliases: a cast, a reshape. */
 static bool converts_only(const Node *n) { return n->op == OP_CAST || n->op == OP_RESHAPE; }
 
-/* True when v is, transitively, a function of params and consts only. */
-static bool weight_only(const Value *v, int depth) {
-  const Node *d = v->def;
-  if (d->op == OP_PARAM || d->op == OP_CONST) return true;
-  if (d->op == OP_INPUT || depth > 64 || d->n_in == 0) return false;
-  for (int i = 0; i < d->n_in; i++)
-    if (!weight_only(d->in[i], depth + 1)) return false;
-  return true;
+static int cmp_int(const void *pa, const void *pb) {
+  int a = *(const int *)pa, b = *(const int *)pb;
+  return (a > b) - (a < b);
 }
 
 void pass_count_cast_kernels(Graph *g, int *standalone, int *over_weights) {
   *standalone = *over_weights = 0;
-  ir_number(g);
-  int n_nodes = 0;
-  for (Node *n = g->first; n; n = n->next) n_nodes++;
-  /* Per group id: whether some member does more than convert.  A matmul
+  bool *weight_only = pass_weight_only(g); /* numbers the nodes */
+  Arena *a = &g->ctx->arena;
+  /* Group numbers are any int a hand-written file gives: index them by
+   * their rank among those present, not by their value. */
+  int *ids = ARENA_ARRAY(a, int, g->n_nodes + 1), n_ids = 0;
+  for (Node *n = g->first; n; n = n->next)
+    if (n->group >= 0) ids[n_ids++] = n->group;
+  qsort(ids, (size_t)n_ids, sizeof *ids, cmp_int);
+  int n_groups = 0;
+  for (int i = 0; i < n_ids; i++)
+    if (i == 0 || ids[i] != ids[i - 1]) ids[n_groups++] = ids[i];
+  /* Per group: whether some member does more than convert.  A matmul
    * or linear leaf is its own GEMM; linear's bias is added by the
    * group's kernel, which is work. */
-  int max_group = -1;
-  for (Node *n = g->first; n; n = n->next)
-    if (n->group > max_group) max_group = n->group;
-  bool *works = ARENA_ARRAY(&g->ctx->arena, bool, max_group + 2);
-  bool *has_cast = ARENA_ARRAY(&g->ctx->arena, bool, max_group + 2);
-  bool *weights = ARENA_ARRAY(&g->ctx->arena, bool, max_group + 2);
-  for (int i = 0; i <= max_group; i++) weights[i] = true;
+  bool *works = ARENA_ARRAY(a, bool, n_groups + 1);
+  bool *has_cast = ARENA_ARRAY(a, bool, n_groups + 1);
+  bool *weights = ARENA_ARRAY(a, bool, n_groups + 1);
+  for (int i = 0; i < n_groups; i++) weights[i] = true;
   for (Node *n = g->first; n; n = n->next) {
     if (n->group < 0) {
       if (n->op != OP_CAST) continue;
-      if (weight_only(n->in[0], 0))
+      if (weight_only[n->in[0]->def->id])
         ++*over_weights;
       else
         ++*standalone;
       continue;
     }
-    int k = n->group;
+    int k = (int)((int *)bsearch(&n->group, ids, (size_t)n_groups, sizeof *ids, cmp_int) - ids);
     if (n->op == OP_CAST) {
       has_cast[k] = true;
-      weights[k] = weights[k] && weight_only(n->in[0], 0);
+      weights[k] = weights[k] && weight_only[n->in[0]->def->id];
     } else if ((n->op == OP_MATMUL || (n->op == OP_LINEAR && n->n_in < 3))) {
       weights[k] = false;
     } else if (!converts_only(n)) {
       works[k] = true;
     }
   }
-  for (int k = 0; k <= max_group; k++)
+  for (int k = 0; k < n_groups; k++)
     if (has_cast[k] && !works[k]) {
       if (weights[k])
         ++*over_weights;
       else
         ++*standalone;
     }
-  (void)n_nodes;
 }

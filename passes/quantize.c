@@ -82,9 +82,10 @@ static int weight_operand(const Quant *q, const Node *n) {
 /* A lower bound on every value of v (NaN aside) that the ops making it
  * prove, or -INFINITY.  The minima of gelu, silu and hardswish are those
  * of the functions, rounded down. */
-static double lower_bound(const Value *v, int depth) {
+static double lower_bound(const Value *v, int depth, int *work) {
   const Node *d = v->def;
-  if (depth > 32) return -INFINITY;
+  /* The work too: a chain of add(x, x) doubles the paths at each link. */
+  if (depth > 32 || --*work < 0) return -INFINITY;
   switch (d->op) {
     case OP_RELU:
     case OP_SIGMOID:
@@ -98,17 +99,17 @@ static double lower_bound(const Value *v, int depth) {
     case OP_HARDSWISH: return -0.375;
     case OP_TANH: return -1;
     case OP_CONST: return ir_attr_float(d, "value");
-    case OP_CLIP: return fmax(ir_attr_float(d, "min"), lower_bound(d->in[0], depth + 1));
-    case OP_MAXIMUM: return fmax(lower_bound(d->in[0], depth + 1), lower_bound(d->in[1], depth + 1));
-    case OP_ADD: return lower_bound(d->in[0], depth + 1) + lower_bound(d->in[1], depth + 1);
+    case OP_CLIP: return fmax(ir_attr_float(d, "min"), lower_bound(d->in[0], depth + 1, work));
+    case OP_MAXIMUM: return fmax(lower_bound(d->in[0], depth + 1, work), lower_bound(d->in[1], depth + 1, work));
+    case OP_ADD: return lower_bound(d->in[0], depth + 1, work) + lower_bound(d->in[1], depth + 1, work);
     case OP_MUL:
     case OP_DIV:
       /* Only the product and quotient of two non-negatives are easy. */
-      return lower_bound(d->in[0], depth + 1) >= 0 && lower_bound(d->in[1], depth + 1) >= 0 ? 0 : -INFINITY;
+      return lower_bound(d->in[0], depth + 1, work) >= 0 && lower_bound(d->in[1], depth + 1, work) >= 0 ? 0 : -INFINITY;
     case OP_MINIMUM:
     case OP_CONCAT: {
       double lo = INFINITY;
-      for (int i = 0; i < d->n_in; i++) lo = fmin(lo, lower_bound(d->in[i], depth + 1));
+      for (int i = 0; i < d->n_in; i++) lo = fmin(lo, lower_bound(d->in[i], depth + 1, work));
       return lo;
     }
     case OP_MAXPOOL2D:
@@ -121,7 +122,7 @@ static double lower_bound(const Value *v, int depth) {
     case OP_TRANSPOSE:
     case OP_EXPAND:
     case OP_SLICE:
-    case OP_RESIZE: return lower_bound(d->in[0], depth + 1);
+    case OP_RESIZE: return lower_bound(d->in[0], depth + 1, work);
     default: return -INFINITY;
   }
 }
@@ -253,7 +254,8 @@ static Value *quantize_product(Quant *q, Node *n, int wi, const Value *orig_x, Q
   int xi = 1 - wi, k = wanted_index(q, orig_x);
   double amax = q->amax[k];
   int zp;
-  float sx = activation_scale(amax, lower_bound(orig_x, 0), &zp);
+  int work = 4096;
+  float sx = activation_scale(amax, lower_bound(orig_x, 0, &work), &zp);
   if (!q->xq[k]) q->xq[k] = quantize_by(g, n, n->in[xi], sx, zp, NULL, loc)->def;
 
   Value *w = n->in[wi];

@@ -23,6 +23,7 @@ include tests/precision.mk
 include tests/int8.mk
 include tests/bool.mk
 include tests/ops2.mk
+include tests/round.mk
 include tests/quantize.mk
 include tests/bench.mk
 include tests/usermodels.mk
@@ -34,4 +35,6 @@ include tests/cost.mk
 include tests/bounds.mk
 include tests/names.mk
 include tests/files.mk
+include tests/limits.mk
+include tests/fuzz.mk
 include tests/grad.mk

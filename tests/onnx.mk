@@ -12,10 +12,17 @@ tests_test_onnx_SOURCES = tests/test_onnx.c tests/onnxbuild.c tests/onnxbuild.h
 tests_test_onnx_CFLAGS = $(TEST_CFLAGS)
 tests_test_onnx_LDADD = $(TEST_LIBS)
 endif
+# tests/onnx_node.sh runs test_onnx_node on the newest node tests a
+# python3's onnx can generate (into tests/onnx-node-latest/), else on
+# libonnx-testdata's.
 check_PROGRAMS += tests/test_onnx_node
-TESTS += tests/test_onnx_node
+TESTS += tests/onnx_node.sh
 tests_test_onnx_node_SOURCES = tests/test_onnx_node.c
 tests_test_onnx_node_LDADD = libdlcc_core.la libdlcrt.la $(CJSON_LIBS) -lm
 TESTS += tests/onnx_cli.sh tests/onnx_models.sh
 endif
-EXTRA_DIST += tests/onnx_cli.sh tests/onnx_models.sh tests/onnx/models.py
+EXTRA_DIST += tests/onnx_node.sh tests/onnx/node_tests.py tests/onnx_cli.sh tests/onnx_models.sh tests/onnx/models.py
+clean-local: clean-onnx-node-latest
+clean-onnx-node-latest:
+	rm -rf tests/onnx-node-latest
+.PHONY: clean-onnx-node-latest

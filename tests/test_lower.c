@@ -845,7 +845,7 @@ START_TEST(errors_in_snippets) {
 END_TEST
 
 START_TEST(call_depth_limit) {
-  /* 300 blocks, each calling the next: deeper than 256, but no cycle. */
+  /* 300 blocks, each calling the next: deeper than 100, but no cycle. */
   size_t cap = 1 << 16, len = 0;
   char *text = malloc(cap);
   for (int i = 0; i < 300; i++)
@@ -855,7 +855,7 @@ START_TEST(call_depth_limit) {
   Lowered r;
   lower_text(&r, text);
   ck_assert_ptr_null(r.g);
-  ck_assert_msg(strstr(diags(&r), "error: block calls nested more than 256 deep") != NULL, "%s",
+  ck_assert_msg(strstr(diags(&r), "error: block calls nested more than 100 deep") != NULL, "%s",
                 diags(&r));
   done(&r);
   free(text);

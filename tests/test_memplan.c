@@ -410,15 +410,8 @@ typedef struct ExJob {
 
 static int compile_example_job(Ctx *c, void *data) {
   ExJob *j = data;
-  char path[512];
-  snprintf(path, sizeof path, "%s/examples/%s", srcdir(), j->ex->file);
-  const SrcFile *f = ctx_load_file(c, path);
-  if (!f) return 0;
-  Program *p = fe_parse(c, f);
-  if (!p) return 0;
-  LowerOptions lo = {.n_defines = j->ex->n_defines, .defines = j->ex->defines};
-  j->g = fe_lower(c, p, &lo);
-  if (!j->g || !ir_verify(j->g)) return 0;
+  j->g = test_lower_example(c, j->ex->file, j->ex->n_defines, j->ex->defines);
+  if (!j->g) return 0;
   PassOptions po = {.opt_level = j->opt_level, .verify_each = true};
   if (!pass_run_pipeline(j->g, &po, NULL)) return 0;
   j->ok = cg_compile(j->g, &j->r);

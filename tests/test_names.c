@@ -367,6 +367,24 @@ START_TEST(kernel_comment_cannot_end_early) {
 }
 END_TEST
 
+/* A message quotes names: one with a newline and an escape sequence
+ * (from an ONNX node name, a file name) stays on its line and sends the
+ * terminal nothing. */
+START_TEST(messages_show_control_bytes) {
+  Ctx c;
+  ctx_init(&c);
+  const SrcFile *f = ctx_add_file(&c, "m\x1b]0;title\x07.dl", "x\n", 2);
+  SrcLoc where = {f, 1, 1};
+  diag_error(&c, where, "node '%s' failed", "a\n#b\x1b[31m\tc");
+  diag_error(&c, (SrcLoc){0}, "%s", "\r\x7f");
+  ck_assert_str_eq(diag_text(&c), "m\\x1b]0;title\\x07.dl:1:1: error: node 'a\\n#b\\x1b[31m\tc' failed\n"
+                                  "    x\n"
+                                  "    ^\n"
+                                  "dlcc: error: \\r\\x7f\n");
+  ctx_free(&c);
+}
+END_TEST
+
 /* Item 2 of the security review, as reported: IR outputs named "../../x"
  * and "" under --output-dir=out/a/b. */
 START_TEST(ir_output_names_stay_inside) {
@@ -648,6 +666,7 @@ static Suite *names_suite(void) {
   tcase_add_checked_fixture(tc, setup, NULL);
   tcase_set_timeout(tc, 120);
   tcase_add_test(tc, kernel_comment_cannot_end_early);
+  tcase_add_test(tc, messages_show_control_bytes);
   tcase_add_test(tc, ir_output_names_stay_inside);
   tcase_add_test(tc, calibration_folders_stay_inside);
   tcase_add_test(tc, dl_paths_and_param_names);

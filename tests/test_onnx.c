@@ -60,6 +60,13 @@ static int count_op(Graph *g, OpKind op) {
   return k;
 }
 
+static bool same_dims(const TensorType *t, int rank, const int64_t *dims) {
+  if (t->rank != rank) return false;
+  for (int i = 0; i < rank; i++)
+    if (t->dims[i] != dims[i]) return false;
+  return true;
+}
+
 static Node *first_op(Graph *g, OpKind op) {
   for (Node *n = g->first; n; n = n->next)
     if (n->op == op) return n;
@@ -145,7 +152,7 @@ START_TEST(test_symbolic_batch_needs_define) {
   b->ins[b->g.n_input++] = value_info("x", ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT, 2, d, sym);
   add_node(b, "Relu", "x", "y");
   add_output(b, "y");
-  expect_error(import(b), "dim 0 of graph input 'x' is the symbolic 'N': bind it with -D N=VALUE");
+  expect_error(import(b), "dim 0 of input 'x' is the symbolic 'N': bind it with -D N=VALUE or give the input");
   diag_clear(&ctx);
   Define def = {"N", 5};
   OnnxOptions o = {.n_defines = 1, .defines = &def};
@@ -153,6 +160,271 @@ START_TEST(test_symbolic_batch_needs_define) {
   ck_assert_msg(g, "%s", diag_text(&ctx));
   ck_assert_int_eq(g->first->out[0].type.dims[0], 5);
   ck_assert_int_eq(g->outputs[0]->type.dims[0], 5);
+}
+END_TEST
+
+/* Free dims: -1, "?" and unset ones, bound from the given inputs'
+ * shapes or by -D INPUT:AXIS; a symbol two inputs share must agree; a
+ * declared output dim of -1 or a symbol takes what the graph computes. */
+static Model *free_dims_model(void) {
+  Model *b = model_new(17);
+  const char *xs[3] = {"?", "?", NULL}, *ys[3] = {"batch", NULL, NULL};
+  b->ins[b->g.n_input++] = value_info("x", ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT, 3, (int64_t[]){0, 0, 4}, xs);
+  b->ins[b->g.n_input++] = value_info("y", ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT, 3, (int64_t[]){0, -1, 0}, ys);
+  b->ins[1]->type->tensor_type->shape->dim[2]->value_case = ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE__NOT_SET;
+  add_node(b, "Add", "x,y", "z");
+  const char *zs[3] = {"N", NULL, NULL};
+  b->outs[b->g.n_output++] = value_info("z", ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT, 3, (int64_t[]){0, -1, 4}, zs);
+  return b;
+}
+
+START_TEST(test_free_dims_from_inputs) {
+  Model *b = free_dims_model();
+  const int64_t xd[3] = {2, 3, 4}, yd[3] = {2, 3, 4};
+  InputShape shapes[2] = {{"x", 3, xd}, {"y", 3, yd}};
+  OnnxOptions o = {.n_input_shapes = 2, .input_shapes = shapes};
+  Graph *g = import_opt(b, &o);
+  ck_assert_msg(g, "%s", diag_text(&ctx));
+  ck_assert(same_dims(&g->outputs[0]->type, 3, xd));
+  /* Each "?" is a dim of its own: x's two are 2 and 3. */
+  diag_clear(&ctx);
+  expect_error(import(b), "dim 0 of input 'x' is free: bind it with -D x:0=VALUE or give the input");
+  /* -D by input and axis, and by the symbol's name. */
+  diag_clear(&ctx);
+  Define defs[5] = {{"x:0", 2}, {"x:1", 3}, {"batch", 2}, {"y:1", 3}, {"y:2", 4}};
+  OnnxOptions od = {.n_defines = 5, .defines = defs};
+  g = import_opt(b, &od);
+  ck_assert_msg(g, "%s", diag_text(&ctx));
+  ck_assert(same_dims(&g->outputs[0]->type, 3, xd));
+  /* A -D and the given input disagree. */
+  diag_clear(&ctx);
+  OnnxOptions both = {.n_defines = 1, .defines = &(Define){"batch", 7}, .n_input_shapes = 2, .input_shapes = shapes};
+  expect_error(import_opt(b, &both), "dim 0 of input 'y' is 7 by -D batch=7, but the input given has 2");
+  /* The given input has another rank. */
+  diag_clear(&ctx);
+  InputShape flat[2] = {{"x", 2, xd}, {"y", 3, yd}};
+  OnnxOptions of = {.n_input_shapes = 2, .input_shapes = flat};
+  expect_error(import_opt(b, &of), "input 'x' is given with rank 2, the model declares rank 3");
+  /* Two inputs of one symbol must agree. */
+  Model *c = model_new(17);
+  const char *s2[2] = {"batch", NULL};
+  c->ins[c->g.n_input++] = value_info("a", ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT, 2, (int64_t[]){0, 4}, s2);
+  c->ins[c->g.n_input++] = value_info("b", ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT, 2, (int64_t[]){0, 4}, s2);
+  add_node(c, "Add", "a,b", "s");
+  add_output(c, "s");
+  diag_clear(&ctx);
+  InputShape two[2] = {{"a", 2, (const int64_t[]){2, 4}}, {"b", 2, (const int64_t[]){5, 4}}};
+  OnnxOptions ot = {.n_input_shapes = 2, .input_shapes = two};
+  expect_error(import_opt(c, &ot), "dim 0 of input 'b' is 'batch', which input 'a' gives as 2 (its dim 0), but "
+                                   "'b' is given with 5: the inputs disagree (-D batch=VALUE sets it for both)");
+}
+END_TEST
+
+/* Empty tensors: shape arithmetic at import as TorchScript exports it
+ * (a slice of a shape past its end, ConstantOfShape of that empty shape:
+ * a scalar), and an empty input at run time, which is an ordinary input. */
+START_TEST(test_empty_tensors) {
+  Model *b = model_new(17);
+  const char *sym[2] = {"N", NULL};
+  b->ins[b->g.n_input++] = value_info("x", ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT, 2, (int64_t[]){0, 3}, sym);
+  add_init_i64(b, "two", 1, (const int64_t[]){2});
+  add_init_i64(b, "big", 1, (const int64_t[]){INT64_MAX});
+  add_init_i64(b, "ax", 1, (const int64_t[]){0});
+  add_node(b, "Shape", "x", "s");
+  add_node(b, "Slice", "s,two,big", "tail"); /* i64[0] */
+  Onnx__NodeProto *c = add_node(b, "ConstantOfShape", "tail", "one");
+  attr(c, "value", ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__TENSOR)->t =
+      tensor("v", ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT, 1, (const int64_t[]){1});
+  c->attribute[0]->t->n_float_data = 1;
+  c->attribute[0]->t->float_data = mem(sizeof(float));
+  c->attribute[0]->t->float_data[0] = 2;
+  add_node(b, "Concat", "tail,s", "s2");
+  attr_i(b->nodes[b->g.n_node - 1], "axis", 0);
+  add_node(b, "Reshape", "x,s2", "x2");
+  add_node(b, "Mul", "x2,one", "r");     /* f32[N, 3] */
+  add_node(b, "ReduceSum", "x,ax", "sum"); /* f32[1, 3]: zeros when N is 0 */
+  add_node(b, "ReduceMax", "x", "max");    /* f32[1, 1] */
+  add_output(b, "r");
+  add_output(b, "sum");
+  add_output(b, "max");
+  Define n0 = {"N", 0};
+  OnnxOptions o = {.n_defines = 1, .defines = &n0};
+  Graph *g = import_opt(b, &o);
+  ck_assert_msg(g, "%s", diag_text(&ctx));
+  ck_assert(same_dims(&g->outputs[0]->type, 2, (const int64_t[]){0, 3}));
+  ck_assert_int_eq(count_op(g, OP_MUL), 0); /* an empty result is known: no node */
+  Tensor in = {ir_type_make(TY_F32, 2, (const int64_t[]){0, 3}), NULL};
+  const char *nm[1] = {"x"};
+  TensorMap inputs = {1, nm, &in};
+  Tensor out[3];
+  char err[512];
+  ck_assert_msg(ir_eval(g, &inputs, &params, out, err, sizeof err), "eval: %s", err);
+  ck_assert_int_eq(ir_type_numel(&out[0].type), 0);
+  for (int i = 0; i < 3; i++) ck_assert_double_eq(ir_tensor_get(&out[1], i), 0);
+  ck_assert(isinf(ir_tensor_get(&out[2], 0)) && ir_tensor_get(&out[2], 0) < 0);
+  for (int i = 0; i < 3; i++) ir_tensor_free(&out[i]);
+  /* With rows, the scalar of the empty shape multiplies them. */
+  diag_clear(&ctx);
+  Define n2 = {"N", 2};
+  o.defines = &n2;
+  g = import_opt(b, &o);
+  ck_assert_msg(g, "%s", diag_text(&ctx));
+  Tensor y = run1(g, "x", 2, (const int64_t[]){2, 3}, xdata);
+  for (int i = 0; i < 6; i++) ck_assert_double_eq(ir_tensor_get(&y, i), 2 * xdata[i]);
+  ir_tensor_free(&y);
+}
+END_TEST
+
+/* Attention (opset 23) as its unfused graph: 3-d Q [1, 3, 4 heads * 2]
+ * over K and V of 2 heads (grouped: query heads 0, 1 read KV head 0),
+ * causal, and a bool mask that hides key 1 from every query: against
+ * attention computed here. */
+START_TEST(test_attention_gqa_causal) {
+  enum { L = 3, QH = 4, KH = 2, E = 2 };
+  Model *b = model_new(23);
+  add_input(b, "q", 3, (const int64_t[]){1, L, QH * E});
+  add_input(b, "k", 3, (const int64_t[]){1, L, KH * E});
+  add_input(b, "v", 3, (const int64_t[]){1, L, KH * E});
+  add_init_raw(b, "m", ONNX__TENSOR_PROTO__DATA_TYPE__BOOL, 2, (const int64_t[]){L, L},
+               (const uint8_t[]){1, 0, 1, 1, 0, 1, 1, 0, 1}, 9);
+  Onnx__NodeProto *n = add_node(b, "Attention", "q,k,v,m", "y");
+  attr_i(n, "q_num_heads", QH);
+  attr_i(n, "kv_num_heads", KH);
+  attr_i(n, "is_causal", 1);
+  add_output(b, "y");
+  Graph *g = must_import(b);
+  float q[L * QH * E], k[L * KH * E], v[L * KH * E];
+  for (int i = 0; i < L * QH * E; i++) q[i] = (float)sin(i + 1.0);
+  for (int i = 0; i < L * KH * E; i++) k[i] = (float)cos(i * 0.7), v[i] = (float)(i % 5) - 2;
+  Tensor in[3] = {{ir_type_make(TY_F32, 3, (const int64_t[]){1, L, QH * E}), q},
+                  {ir_type_make(TY_F32, 3, (const int64_t[]){1, L, KH * E}), k},
+                  {ir_type_make(TY_F32, 3, (const int64_t[]){1, L, KH * E}), v}};
+  const char *nm[3] = {"q", "k", "v"};
+  TensorMap inputs = {3, nm, in};
+  Tensor y;
+  char err[512];
+  ck_assert_msg(ir_eval(g, &inputs, &params, &y, err, sizeof err), "eval: %s", err);
+  ck_assert(same_dims(&y.type, 3, (const int64_t[]){1, L, QH * E}));
+  for (int h = 0; h < QH; h++)
+    for (int i = 0; i < L; i++) {
+      int kvh = h / (QH / KH);
+      double w[L], sum = 0;
+      for (int j = 0; j < L; j++) {
+        double dot = 0;
+        for (int e = 0; e < E; e++) dot += q[i * QH * E + h * E + e] * k[j * KH * E + kvh * E + e];
+        bool ok = j <= i && j != 1;
+        w[j] = ok ? exp(dot / sqrt((double)E)) : 0;
+        sum += w[j];
+      }
+      for (int e = 0; e < E; e++) {
+        double want = 0;
+        for (int j = 0; j < L; j++) want += w[j] / sum * v[j * KH * E + kvh * E + e];
+        ck_assert_double_eq_tol(ir_tensor_get(&y, i * QH * E + h * E + e), want, 1e-6);
+      }
+    }
+  ir_tensor_free(&y);
+}
+END_TEST
+
+/* A subgraph for If, Loop and Scan: its inputs and outputs typed f32[3]
+ * (the graph names them; their types are the values bound to them). */
+static Model *subgraph(const char *ins, const char *outs) {
+  Model *g = model_new(17);
+  size_t ni, no;
+  char **in = names(ins, &ni), **out = names(outs, &no);
+  for (size_t i = 0; i < ni && *in[i]; i++) add_input(g, in[i], 1, (const int64_t[]){3});
+  for (size_t i = 0; i < no; i++) add_output(g, out[i]);
+  return g;
+}
+
+static void expect_values(Tensor *t, int n, const double *want, const char *what) {
+  ck_assert_int_eq(ir_type_numel(&t->type), n);
+  for (int i = 0; i < n; i++)
+    ck_assert_msg(fabs(ir_tensor_get(t, i) - want[i]) < 1e-6, "%s[%d] is %g, want %g", what, i,
+                  ir_tensor_get(t, i), want[i]);
+  ir_tensor_free(t);
+}
+
+/* If with a condition at run time (both branches and a where) and a
+ * constant one (the branch taken alone); the branches read x from
+ * outside. */
+START_TEST(test_if_branches) {
+  for (int constant = 0; constant < 2; constant++) {
+    Model *b = model_new(17);
+    add_input(b, "x", 1, (const int64_t[]){3});
+    if (constant)
+      add_init_raw(b, "c", ONNX__TENSOR_PROTO__DATA_TYPE__BOOL, 1, (const int64_t[]){1}, (const uint8_t[]){0}, 1);
+    else
+      add_input_typed(b, "c", ONNX__TENSOR_PROTO__DATA_TYPE__BOOL, 1, (const int64_t[]){1});
+    Model *t = subgraph("", "y1"), *e = subgraph("", "y2");
+    add_node(t, "Add", "x,x", "y1");
+    add_node(e, "Neg", "x", "y2");
+    Onnx__NodeProto *n = add_node(b, "If", "c", "y");
+    attr(n, "then_branch", ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__GRAPH)->g = &t->g;
+    attr(n, "else_branch", ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__GRAPH)->g = &e->g;
+    add_output(b, "y");
+    Graph *g = must_import(b);
+    ck_assert_int_eq(count_op(g, OP_WHERE), !constant);
+    const float x[3] = {1, -2, 4};
+    for (int c = 0; c < 2 - constant; c++) {
+      uint8_t cv = (uint8_t)c;
+      Tensor in[2] = {{ir_type_make(TY_F32, 1, (const int64_t[]){3}), (void *)x},
+                      {ir_type_make(TY_BOOL, 1, (const int64_t[]){1}), &cv}};
+      TensorMap inputs = {2 - constant, (const char *[]){"x", "c"}, in};
+      Tensor y;
+      char err[256];
+      ck_assert_msg(ir_eval(g, &inputs, &params, &y, err, sizeof err), "%s", err);
+      expect_values(&y, 3, c ? (const double[]){2, -4, 8} : (const double[]){-1, 2, -4}, "y");
+    }
+  }
+}
+END_TEST
+
+/* Loop of 3 steps: v += x, the scan output the v each step starts with.
+ * Scan backwards over the rows of [3, 3]: s += row, each s kept. */
+START_TEST(test_loop_scan_unrolled) {
+  Model *b = model_new(17);
+  add_input(b, "x", 1, (const int64_t[]){3});
+  add_init_i64(b, "M", 1, (const int64_t[]){3});
+  b->inits[b->g.n_initializer - 1]->n_dims = 0; /* a scalar trip count */
+  Model *body = subgraph("i,cond,v", "cond_out,v_out,v_scan");
+  body->ins[0] = value_info("i", ONNX__TENSOR_PROTO__DATA_TYPE__INT64, 0, NULL, NULL);
+  body->ins[1] = value_info("cond", ONNX__TENSOR_PROTO__DATA_TYPE__BOOL, 0, NULL, NULL);
+  add_node(body, "Identity", "cond", "cond_out");
+  add_node(body, "Add", "v,x", "v_out");
+  add_node(body, "Identity", "v", "v_scan");
+  attr(add_node(b, "Loop", "M,,x", "v_final,vs"), "body", ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__GRAPH)->g =
+      &body->g;
+  add_input(b, "rows", 2, (const int64_t[]){3, 3});
+  add_init_f32(b, "zero", 1, (const int64_t[]){3}, 3, (const float[]){0, 0, 0});
+  Model *sb = subgraph("s,r", "s_out,keep");
+  add_node(sb, "Add", "s,r", "s_out");
+  add_node(sb, "Identity", "s_out", "keep");
+  Onnx__NodeProto *sc = add_node(b, "Scan", "zero,rows", "sum,sums");
+  attr(sc, "body", ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__GRAPH)->g = &sb->g;
+  attr_i(sc, "num_scan_inputs", 1);
+  attr_is(sc, "scan_input_directions", 1, (const int64_t[]){1});
+  add_output(b, "v_final");
+  add_output(b, "vs");
+  add_output(b, "sum");
+  add_output(b, "sums");
+  Graph *g = must_import(b);
+  const float x[3] = {1, -2, 4}, rows[9] = {1, 2, 3, 10, 20, 30, 100, 200, 300};
+  Tensor in[2] = {{ir_type_make(TY_F32, 1, (const int64_t[]){3}), (void *)x},
+                  {ir_type_make(TY_F32, 2, (const int64_t[]){3, 3}), (void *)rows}};
+  TensorMap inputs = {2, (const char *[]){"x", "rows"}, in};
+  Tensor y[4];
+  char err[256];
+  ck_assert_msg(ir_eval(g, &inputs, &params, y, err, sizeof err), "%s", err);
+  expect_values(&y[0], 3, (const double[]){4, -8, 16}, "v_final");
+  ck_assert(same_dims(&y[1].type, 2, (const int64_t[]){3, 3}));
+  expect_values(&y[1], 9, (const double[]){1, -2, 4, 2, -4, 8, 3, -6, 12}, "vs");
+  expect_values(&y[2], 3, (const double[]){111, 222, 333}, "sum");
+  expect_values(&y[3], 9, (const double[]){100, 200, 300, 110, 220, 330, 111, 222, 333}, "sums");
+  /* A condition the body computes at run time cannot be unrolled. */
+  add_input_typed(b, "go", ONNX__TENSOR_PROTO__DATA_TYPE__BOOL, 0, NULL);
+  body->nodes[0]->input = names("go", &(size_t){0});
+  expect_error(import(b), "(Loop): the body computes its condition at run time: not supported");
 }
 END_TEST
 
@@ -293,6 +565,52 @@ START_TEST(test_gelu_opset20) {
 }
 END_TEST
 
+/* Clip with min > max is max everywhere (ONNX: min(max(x, min), max)). */
+START_TEST(test_clip_min_above_max) {
+  Model *b = model_new(13);
+  int64_t xd[1] = {3};
+  add_input(b, "x", 1, xd);
+  add_init_f32(b, "lo", 0, NULL, 1, (const float[]){2});
+  add_init_f32(b, "hi", 0, NULL, 1, (const float[]){1});
+  add_node(b, "Clip", "x,lo,hi", "y");
+  add_output(b, "y");
+  Tensor y = run1(must_import(b), "x", 1, xd, (const float[]){-2, 0, 6});
+  for (int i = 0; i < 3; i++) ck_assert_double_eq(ir_tensor_get(&y, i), 1);
+  ir_tensor_free(&y);
+}
+END_TEST
+
+/* Celu of bf16 is written as several ops; they compute in f32 and round
+ * to bf16 once, as the op does: exp(-0.25) - 1 in bf16 steps gives
+ * -0.4453125 at x = -0.5, where the correctly rounded result is
+ * -0.443359375 (ONNX's test_celu_bfloat16). */
+START_TEST(test_celu_bf16_rounds_once) {
+  Model *b = model_new(12);
+  int64_t xd[1] = {5};
+  add_input_typed(b, "x", ONNX__TENSOR_PROTO__DATA_TYPE__BFLOAT16, 1, xd);
+  attr_f(add_node(b, "Celu", "x", "y"), "alpha", 2.0f);
+  add_output(b, "y");
+  Graph *g = must_import(b);
+  static const double xs[5] = {-3, -0.5, 0, 0.5, 3};
+  uint16_t bits[5];
+  for (int i = 0; i < 5; i++) bits[i] = ir_bf16_from_double(xs[i]);
+  Tensor in = {ir_type_make(TY_BF16, 1, xd), bits};
+  const char *nm[1] = {"x"};
+  TensorMap inputs = {1, nm, &in};
+  Tensor y;
+  char err[512];
+  ck_assert_msg(ir_eval(g, &inputs, &params, &y, err, sizeof err), "eval: %s", err);
+  ck_assert_int_eq(y.type.dtype, TY_BF16);
+  for (int i = 0; i < 5; i++) {
+    double want = xs[i] > 0 ? xs[i] : 2 * expm1(xs[i] / 2);
+    ck_assert_msg(((uint16_t *)y.data)[i] == ir_bf16_from_double(want), "element %d: 0x%04x, want 0x%04x", i,
+                  ((uint16_t *)y.data)[i], ir_bf16_from_double(want));
+  }
+  ck_assert_double_eq(ir_tensor_get(&y, 1), -0.443359375);
+  ir_tensor_free(&y);
+}
+END_TEST
+
 /* Pad's reflect, edge and (opset 19) wrap modes, as gathers: x's rows
  * [1, -2, 3] and [0.5, -1, 2] padded by 2 before and 1 after on axis 1. */
 static void expect_pad(int opset, const char *mode, const float *want) {
@@ -409,6 +727,10 @@ START_TEST(test_rnn_unrolled) {
   expect_error(import(rnn_model(3, "Frobnicate")), "(RNN): activation 'Frobnicate' is not supported");
   diag_clear(&ctx);
   expect_error(import(rnn_model(1100, NULL)), "(RNN): unrolled, this is 1100 steps, more than dlcc unrolls (1024)");
+  diag_clear(&ctx);
+  /* Unrolling multiplies one ONNX node: the graph's node bound holds. */
+  expect_error(import_opt(rnn_model(1000, NULL), &(OnnxOptions){.max_nodes = 500}),
+               "(RNN): model too large: more than 500 operations in the imported graph");
   diag_clear(&ctx);
   Model *b = rnn_model(3, NULL);
   add_init_i64(b, "lens", 1, (const int64_t[]){4});
@@ -647,11 +969,18 @@ static Suite *onnx_suite(void) {
   tcase_add_test(tc, test_gemm_initializers_are_params);
   tcase_add_test(tc, test_gemm_trans_alpha_beta);
   tcase_add_test(tc, test_symbolic_batch_needs_define);
+  tcase_add_test(tc, test_free_dims_from_inputs);
+  tcase_add_test(tc, test_empty_tensors);
+  tcase_add_test(tc, test_attention_gqa_causal);
+  tcase_add_test(tc, test_if_branches);
+  tcase_add_test(tc, test_loop_scan_unrolled);
   tcase_add_test(tc, test_shape_chain_folds);
   tcase_add_test(tc, test_lstm_gates_reordered_at_import);
   tcase_add_test(tc, test_conv_auto_pad_same);
   tcase_add_test(tc, test_slice_negative_step);
   tcase_add_test(tc, test_gelu_opset20);
+  tcase_add_test(tc, test_clip_min_above_max);
+  tcase_add_test(tc, test_celu_bf16_rounds_once);
   tcase_add_test(tc, test_pad_modes);
   tcase_add_test(tc, test_legacy_broadcast);
   tcase_add_test(tc, test_rnn_unrolled);

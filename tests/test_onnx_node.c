@@ -56,6 +56,17 @@ static const char *const default_emu[] = {
     "test_upsample_nearest", "test_gridsample_bicubic", "test_gridsample_reflection_padding",
     /* 3-d: a padded strided conv3d (im2col + GEMM) and maxpool3d */
     "test_Conv3d_stride_padding", "test_MaxPool3d_stride_padding",
+    /* newer onnx only: rounding once in bf16, Clip's min > max, empty tensors */
+    "test_celu_bfloat16", "test_clip_min_greater_than_max", "test_reduce_max_bool_inputs",
+    "test_reduce_sum_empty_set", "test_reduce_max_empty_set", "test_reduce_l2_empty_set_expanded",
+    "test_split_zero_size_splits_opset18", "test_slice_start_out_of_bounds",
+    /* Attention as its unfused graph, If, Loop and Scan unrolled */
+    "test_attention_3d_gqa", "test_attention_4d_attn_mask_bool", "test_attention_4d_with_past_and_present",
+    "test_if", "test_loop11", "test_scan9_sum",
+    /* newer ops by decomposition */
+    "test_mish", "test_swish", "test_mvn", "test_l2normalization_axis_1", "test_group_normalization_example",
+    "test_cumsum_2d_int32", "test_cumprod_1d_int32_exclusive", "test_lppool_2d_strides",
+    "test_center_crop_pad_crop_and_pad",
 };
 
 typedef struct Stats {
@@ -99,6 +110,22 @@ static bool read_data(const char *dir, const char *prefix, Data *d, long *bytes,
   return true;
 }
 
+/* The spacing of f16 or bf16 values at y (0 for other dtypes). */
+static double half_ulp(double y, DType dt) {
+  if (dt != TY_F16 && dt != TY_BF16) return 0;
+  int mbits = dt == TY_F16 ? 10 : 7, emin = dt == TY_F16 ? -14 : -126, e;
+  frexp(fabs(y), &e);
+  return ldexp(1.0, (e - 1 < emin ? emin : e - 1) - mbits);
+}
+
+/* ONNX's tolerance (rtol 1e-3, atol 1e-7), and for f16 and bf16 results
+ * two steps of the dtype, as ONNX's own runner allows bf16 (rtol 2^-6):
+ * 1e-3 is less than one bf16 step, and the expected outputs of the
+ * expanded (function body) tests round every intermediate to the half
+ * type (their Softmax as exp, sum and div each in bf16), where dlcc
+ * rounds each op's result once from a wider value.  Measured on
+ * Attention's expanded f16 test: the exact value 0.46919, dlcc 0.46899
+ * and the expected 0.46948, one step below and one above. */
 static bool close_enough(const Tensor *got, const Tensor *want, char *why, size_t len) {
   char a[IR_TYPE_STR_MAX], b[IR_TYPE_STR_MAX];
   if (!ir_type_eq(&got->type, &want->type)) {
@@ -112,7 +139,8 @@ static bool close_enough(const Tensor *got, const Tensor *want, char *why, size_
     double x = ir_tensor_get(got, i), y = ir_tensor_get(want, i);
     if (isnan(x) && isnan(y)) continue;
     if (isinf(y) && x == y) continue;
-    bool ok = is_float ? fabs(x - y) <= 1e-7 + 1e-3 * fabs(y) : x == y;
+    double tol = fmax(1e-7 + 1e-3 * fabs(y), 2 * half_ulp(y, got->type.dtype));
+    bool ok = is_float ? fabs(x - y) <= tol : x == y;
     if (!ok) {
       snprintf(why, len, "element %lld is %.9g, expected %.9g", (long long)i, x, y);
       return false;
@@ -178,7 +206,13 @@ static EmuResult run_emu(Graph *g, const TensorMap *params, const TensorMap *inp
   return ok ? EMU_PASS : EMU_FAIL;
 }
 
+/* The first error's line (warnings, such as a newer opset, come first). */
 static void first_line(const char *text, char *out, size_t len) {
+  const char *err = strstr(text, "error:");
+  if (err) {
+    while (err > text && err[-1] != '\n') err--;
+    text = err;
+  }
   size_t n = strcspn(text, "\n");
   if (n >= len) n = len - 1;
   memcpy(out, text, n);

@@ -80,3 +80,15 @@ void test_nvrtc(const char *source, const char *arch) {
   (void)source, (void)arch;
 #endif
 }
+
+Graph *test_lower_example(Ctx *c, const char *file, int n_defines, const Define *defines) {
+  const char *top = getenv("top_srcdir");
+  char path[512];
+  snprintf(path, sizeof path, "%s/examples/%s", top ? top : ".", file);
+  const SrcFile *f = ctx_load_file(c, path);
+  Program *p = f ? fe_parse(c, f) : NULL;
+  if (!p) return NULL;
+  LowerOptions lo = {.n_defines = n_defines, .defines = defines};
+  Graph *g = fe_lower(c, p, &lo);
+  return g && ir_verify(g) ? g : NULL;
+}

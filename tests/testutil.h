@@ -4,6 +4,7 @@
 
 #include <stdint.h>
 
+#include "frontend/ast.h"
 #include "ir/eval.h"
 #include "runtime/plan.h"
 
@@ -30,5 +31,10 @@ int test_run_emu_status(const RtPlan *p, const TensorMap *params, const TensorMa
  * test with NVRTC's log when it does not compile to a non-empty cubin.
  * Nothing when configure found no NVRTC. */
 void test_nvrtc(const char *source, const char *arch);
+
+/* examples/<file> (under $top_srcdir) parsed, lowered with the given -D
+ * values and verified, in c; for a job under c's guard.  NULL after
+ * reporting why to c. */
+Graph *test_lower_example(Ctx *c, const char *file, int n_defines, const Define *defines);
 
 #endif

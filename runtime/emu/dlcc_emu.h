@@ -147,6 +147,22 @@ static inline float dlcc_emu_f64_to_f32_odd(double d) {
   return f;
 }
 
+/* A 64-bit integer as a double rounded to odd (exact below 2^53): the
+ * same single rounding to f16 or bf16 as from the integer itself. */
+static inline double dlcc_emu_u64_to_f64_odd(uint64_t m) {
+  int s = 0;
+  uint64_t top;
+  while ((m >> s) >= ((uint64_t)1 << 53)) s++;
+  top = m >> s;
+  if (s && (m & (((uint64_t)1 << s) - 1u))) top |= 1u;
+  return (double)top * (double)((uint64_t)1 << s); /* s <= 11: exact */
+}
+
+static inline double dlcc_emu_i64_to_f64_odd(int64_t v) {
+  double d = dlcc_emu_u64_to_f64_odd(v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v);
+  return v < 0 ? -d : d;
+}
+
 static inline uint16_t dlcc_emu_f64_to_f16(double d) {
   return dlcc_emu_f32_to_f16(dlcc_emu_f64_to_f32_odd(d));
 }
@@ -408,10 +424,10 @@ typedef struct __nv_bfloat16_raw { unsigned short x; } __nv_bfloat16_raw;
     H(double d) : __x(D_TO_BITS(d)) {} \
     H(int i) : __x(D_TO_BITS((double)i)) {} \
     H(unsigned int i) : __x(D_TO_BITS((double)i)) {} \
-    H(long i) : __x(D_TO_BITS((double)i)) {} \
-    H(unsigned long i) : __x(D_TO_BITS((double)i)) {} \
-    H(long long i) : __x(D_TO_BITS((double)i)) {} \
-    H(unsigned long long i) : __x(D_TO_BITS((double)i)) {} \
+    H(long i) : __x(D_TO_BITS(dlcc_emu_i64_to_f64_odd(i))) {} \
+    H(unsigned long i) : __x(D_TO_BITS(dlcc_emu_u64_to_f64_odd(i))) {} \
+    H(long long i) : __x(D_TO_BITS(dlcc_emu_i64_to_f64_odd(i))) {} \
+    H(unsigned long long i) : __x(D_TO_BITS(dlcc_emu_u64_to_f64_odd(i))) {} \
     H(short i) : __x(TO_BITS((float)i)) {} \
     H(unsigned short i) : __x(TO_BITS((float)i)) {} \
     operator float() const { return FROM_BITS(__x); } \
@@ -513,6 +529,7 @@ static inline __half __double2half(double d) { return __half(d); }
 static inline float __half2float(__half h) { return float(h); }
 static inline __half __int2half_rn(int i) { return __half(i); }
 static inline __half __uint2half_rn(unsigned int i) { return __half(i); }
+static inline __half __ll2half_rn(long long i) { return __half(i); }
 static inline int __half2int_rn(__half h) { return (int)rintf(float(h)); }
 static inline int __half2int_rz(__half h) { return (int)float(h); }
 static inline unsigned short __half_as_ushort(__half h) { return h.__x; }
@@ -535,6 +552,7 @@ static inline __nv_bfloat16 __float2bfloat16_rn(float f) { return __nv_bfloat16(
 static inline __nv_bfloat16 __double2bfloat16(double d) { return __nv_bfloat16(d); }
 static inline float __bfloat162float(__nv_bfloat16 h) { return float(h); }
 static inline __nv_bfloat16 __int2bfloat16_rn(int i) { return __nv_bfloat16(i); }
+static inline __nv_bfloat16 __ll2bfloat16_rn(long long i) { return __nv_bfloat16(i); }
 static inline int __bfloat162int_rz(__nv_bfloat16 h) { return (int)float(h); }
 static inline unsigned short __bfloat16_as_ushort(__nv_bfloat16 h) { return h.__x; }
 static inline short __bfloat16_as_short(__nv_bfloat16 h) { return (short)h.__x; }

@@ -14,8 +14,9 @@
  *     kernels write index reports, so the STATUS reader runs too.
  * There is no dlopen: a model.so's plan is C data, and this is that data.
  *
- * From the source tree (no configure needed; tests/fuzz/build.sh may
- * build it beside fuzz_frontend):
+ * make check builds and runs it with the other targets (tests/fuzz.mk,
+ * docs/fuzzing.md); tests/fuzz/run.sh BUILD_DIR SECONDS plan runs it
+ * longer.  Or from the source tree alone (no configure needed):
  *   clang -std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer,address,undefined \
  *     -fno-sanitize-recover=undefined -I. -Iinclude tests/fuzz/fuzz_plan.c \
  *     runtime/plan.c runtime/seal.c runtime/model.c runtime/device.c runtime/elf.c \

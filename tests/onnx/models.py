@@ -57,7 +57,7 @@ class Builder:
     def model(self, name, inputs, outputs, opset=17):
         g = helper.make_graph(self.nodes, name, inputs, outputs, self.inits)
         m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
-        m.ir_version = 8
+        m.ir_version = 8 if opset <= 17 else 10  # opset 23 needs IR 10
         onnx.checker.check_model(m)
         return m
 
@@ -272,6 +272,118 @@ def resize():
     return m, {"image": rng.standard_normal((1, 2, 6, 8)).astype(np.float32)}, []
 
 
+def ts_encoder():
+    """A transformer encoder layer as PyTorch's TorchScript exporter writes
+    one: free input dims ("?" for the batch, -1 for the sequence), bound
+    from the input file; the scale is 1/sqrt of the last dim of Q's
+    shape; a slice of the shape past its end gives an empty tensor on
+    which ConstantOfShape makes a scalar; the head split's Reshape
+    target is concatenated from Shape pieces; declared outputs of
+    symbolic and -1 dims."""
+    b = Builder()
+    D, Hh = 16, 2
+    dh = D // Hh
+    i64 = lambda name, v: b.init(name, np.array(v, dtype=np.int64))
+    shape = b.op("Shape", ["x"])  # [batch, seq, D]
+    tail = b.op("Slice", [shape, i64("past", [3]), i64("end", [np.iinfo(np.int64).max])])  # empty
+    one = b.op("ConstantOfShape", [tail], value=numpy_helper.from_array(np.array([1.0], dtype=np.float32)))
+    lead = b.op("Slice", [shape, i64("s0", [0]), i64("s2", [2])])
+    split = b.op("Concat", [lead, tail, i64("heads", [Hh, dh])], axis=0)
+    merge = b.op("Concat", [lead, i64("d", [D])], axis=0)
+    last = b.op("Cast", [b.op("Slice", [b.op("Shape", [b.op("Reshape", ["x", split])]), i64("m1", [-1]),
+                                       i64("end2", [np.iinfo(np.int64).max])])], to=TensorProto.FLOAT)
+    scale = b.op("Div", [one, b.op("Sqrt", [last])])
+
+    def proj(t, name):
+        return b.op("Add", [b.op("MatMul", [t, b.weight(f"{name}.weight", D, D)]), b.weight(f"{name}.bias", D)])
+
+    def heads(t):
+        return b.op("Transpose", [b.op("Reshape", [t, split])], perm=[0, 2, 1, 3])
+
+    q, k, v = (heads(proj("x", n)) for n in ("q", "k", "v"))
+    att = b.op("Mul", [b.op("MatMul", [q, b.op("Transpose", [k], perm=[0, 1, 3, 2])]), scale])
+    ctx = b.op("Transpose", [b.op("MatMul", [b.op("Softmax", [att], axis=-1), v])], perm=[0, 2, 1, 3])
+    y = b.op("Add", ["x", proj(b.op("Reshape", [ctx, merge]), "out")])
+    b.op("LayerNormalization", [y, b.init("ln.weight", rng.uniform(0.5, 1.5, D).astype(np.float32)),
+                                b.init("ln.bias", rng.uniform(-0.1, 0.1, D).astype(np.float32))],
+         outs=["y"], axis=-1, epsilon=1e-5)
+    m = b.model("ts_encoder", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["?", -1, D])],
+                [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch_out", -1, D])])
+    return m, {"x": rng.standard_normal((2, 5, D)).astype(np.float32)}, []
+
+
+def attention23():
+    """Attention (opset 23) as PyTorch's dynamo exporter emits it for
+    scaled_dot_product_attention, with more: 3-d inputs split into 4
+    query heads over 2 KV heads, a past key and value, causal, and a bool
+    mask from the input; the outputs Y and present_key."""
+    b = Builder()
+    B, L, P, QH, KH, E = 2, 3, 2, 4, 2, 4
+    b.op("Attention", ["q", "k", "v", "mask", "past_k", "past_v"], outs=["y", "present_k", "present_v"],
+         q_num_heads=QH, kv_num_heads=KH, is_causal=1)
+    f = TensorProto.FLOAT
+    vi = helper.make_tensor_value_info
+    m = b.model("attention23", [vi("q", f, [B, L, QH * E]), vi("k", f, [B, L, KH * E]), vi("v", f, [B, L, KH * E]),
+                                vi("mask", TensorProto.BOOL, [L, P + L]), vi("past_k", f, [B, KH, P, E]),
+                                vi("past_v", f, [B, KH, P, E])],
+                [vi("y", f, [B, L, QH * E]), vi("present_k", f, [B, KH, P + L, E]), vi("present_v", f, [B, KH, P + L, E])],
+                opset=23)
+    mask = np.ones((L, P + L), dtype=bool)
+    mask[:, 1] = False
+    feeds = {"q": rng.standard_normal((B, L, QH * E)), "k": rng.standard_normal((B, L, KH * E)),
+             "v": rng.standard_normal((B, L, KH * E)), "past_k": rng.standard_normal((B, KH, P, E)),
+             "past_v": rng.standard_normal((B, KH, P, E))}
+    feeds = {n: a.astype(np.float32) for n, a in feeds.items()}
+    feeds["mask"] = mask
+    return m, feeds, []
+
+
+def control():
+    """If with a condition computed at run time (both branches, a where)
+    and Loop of a constant trip count with a loop-carried value and a
+    scan output (unrolled)."""
+    b = Builder()
+    f = TensorProto.FLOAT
+    vi = helper.make_tensor_value_info
+    pos = b.op("Greater", [b.op("ReduceSum", ["x"], keepdims=0), b.init("zero", np.array(0, dtype=np.float32))])
+    then = helper.make_graph([helper.make_node("Mul", ["x", "x"], ["t"])], "then", [], [vi("t", f, [2, 3])])
+    els = helper.make_graph([helper.make_node("Neg", ["x"], ["e"])], "else", [], [vi("e", f, [2, 3])])
+    b.op("If", [pos], outs=["chosen"], then_branch=then, else_branch=els)
+    body = helper.make_graph(
+        [helper.make_node("Identity", ["c"], ["c_out"]),
+         helper.make_node("Cast", ["i"], ["i_f"], to=TensorProto.FLOAT),
+         helper.make_node("Add", ["acc", "i_f"], ["acc_out"]),
+         helper.make_node("Tanh", ["acc_out"], ["step"])],
+        "body", [vi("i", TensorProto.INT64, []), vi("c", TensorProto.BOOL, []), vi("acc", f, [2, 3])],
+        [vi("c_out", TensorProto.BOOL, []), vi("acc_out", f, [2, 3]), vi("step", f, [2, 3])])
+    b.op("Loop", [b.init("trips", np.array(4, dtype=np.int64)), "", "x"], outs=["acc", "steps"], body=body)
+    m = b.model("control", [vi("x", f, [2, 3])],
+                [vi("chosen", f, [2, 3]), vi("acc", f, [2, 3]), vi("steps", f, [4, 2, 3])])
+    return m, {"x": rng.standard_normal((2, 3)).astype(np.float32)}, []
+
+
+def runtime_operands():
+    """Operands computed at run time: Clip's min from the data (the log
+    mel floor of openWakeWord, max - 8), Pad's constant value and
+    Trilu's k as inputs; and an input with a dim of 0 at run time."""
+    b = Builder()
+    f = TensorProto.FLOAT
+    vi = helper.make_tensor_value_info
+    floor = b.op("Sub", [b.op("ReduceMax", ["x"], keepdims=0), b.init("range", np.array(8, dtype=np.float32))])
+    b.op("Clip", ["x", floor], outs=["clipped"])
+    b.op("Pad", ["x", b.init("pads", np.array([0, 1, 1, 0], dtype=np.int64)), "fill"], outs=["padded"])
+    b.op("Trilu", ["x", "k"], outs=["upper"], upper=1)
+    b.op("ReduceSum", ["none", b.init("ax0", np.array([0], dtype=np.int64))], outs=["sum0"], keepdims=0)
+    b.op("Concat", ["none", "x"], outs=["joined"], axis=0)
+    m = b.model("runtime_operands", [vi("x", f, [3, 4]), vi("fill", f, []), vi("k", TensorProto.INT64, []),
+                                     vi("none", f, ["n", 4])],
+                [vi("clipped", f, [3, 4]), vi("padded", f, [4, 5]), vi("upper", f, [3, 4]),
+                 vi("sum0", f, [4]), vi("joined", f, [3, 4])])
+    x = (rng.standard_normal((3, 4)) * 6).astype(np.float32)
+    return m, {"x": x, "fill": np.array(-2.5, dtype=np.float32), "k": np.array(1, dtype=np.int64),
+               "none": np.zeros((0, 4), dtype=np.float32)}, []
+
+
 def calibration(m, n=4):
     """Each activation's range over n random images (onnxruntime, every
     node's output made a graph output)."""
@@ -393,7 +505,11 @@ def main():
     tmp = args.keep or tempfile.mkdtemp(prefix="dlcc-onnx-models-")
     os.makedirs(tmp, exist_ok=True)
     failures = 0
-    for build in (resnet, recurrent, unrolled, encoder, resnet_qdq, video3d, resize):
+    for build in (resnet, recurrent, unrolled, encoder, resnet_qdq, video3d, resize, ts_encoder, attention23,
+                  control, runtime_operands):
+        if build is attention23 and onnx.defs.onnx_opset_version() < 23:
+            print(f"skip attention23: onnx {onnx.__version__} has no opset 23")
+            continue
         model, feeds, extra, *quant = build()
         path = os.path.join(tmp, model.graph.name + ".onnx")
         onnx.save(model, path)

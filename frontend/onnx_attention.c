@@ -1,0 +1,228 @@
+/* ONNX's Attention (opsets 23 to 25): takes Q, K, V, the optional mask,
+ * past key and value and nonpad_kv_seqlen, returns Y, present_key,
+ * present_value and qk_matmul_output, written as the op's unfused graph
+ * (matmuls, scale, masks, softmax, matmul) as ONNX's reference computes
+ * it.  attention_graph() is the whole decomposition, so that a fused
+ * attention op can take its place in one spot. */
+#include "config.h"
+
+#include <inttypes.h>
+#include <math.h>
+#include <string.h>
+
+#include "frontend/onnx_internal.h"
+
+typedef struct Attn {
+  Val *q, *k, *v, *mask, *past_k, *past_v, *nonpad;
+  int64_t q_heads, kv_heads; /* for 3-d inputs; 0: 4-d */
+  bool causal, has_scale;
+  double scale, softcap;
+  int64_t mode;      /* qk_matmul_output_mode */
+  DType softmax_dt;  /* softmax_precision */
+  int64_t left, right; /* sliding window (-1: unbounded) */
+} Attn;
+
+typedef struct AttnOut {
+  Val *y, *present_k, *present_v, *qk;
+} AttnOut;
+
+/* [B, L, heads * H] -> [B, heads, L, H]. */
+static Val *split_heads(Imp *im, Val *x, int64_t heads, const char *what) {
+  if (!x) return NULL;
+  const int64_t *d = x->type.dims;
+  if (heads < 1 || d[2] % heads != 0) {
+    ox_bad(im, "%s's hidden size %" PRId64 " is not a multiple of %" PRId64 " heads", what, d[2], heads);
+    return NULL;
+  }
+  static const int64_t perm[4] = {0, 2, 1, 3};
+  return ox_transpose(im, ox_reshape(im, x, 4, (int64_t[]){d[0], d[1], heads, d[2] / heads}), perm);
+}
+
+/* A known [L, S] tensor of x's dtype: 0 where allowed(i, j), else -inf. */
+static Val *known_bias(Imp *im, DType dt, int64_t L, int64_t S, int64_t offset, int64_t left, int64_t right,
+                       bool causal) {
+  TensorType t = ir_type_make(dt, 2, (int64_t[]){L, S});
+  Val *b = ox_known_new(im, &t);
+  for (int64_t i = 0; i < L; i++)
+    for (int64_t j = 0; j < S; j++) {
+      int64_t diff = i + offset - j;
+      bool ok = (!causal || diff >= 0) && (left < 0 || diff <= left) && (right < 0 || -diff <= right);
+      ir_tensor_set(b->k, i * S + j, ok ? 0 : -INFINITY);
+    }
+  return b;
+}
+
+/* The same with a per-batch offset computed at run time (nonpad_kv_seqlen
+ * - L): i - j is a known [L, S], plus the offsets [B, 1, 1, 1]. */
+static Val *batch_bias(Imp *im, DType dt, Val *offset, int64_t L, int64_t S, int64_t left, int64_t right,
+                       bool causal) {
+  TensorType t = ir_type_make(TY_I64, 2, (int64_t[]){L, S});
+  Val *e = ox_known_new(im, &t);
+  for (int64_t i = 0; i < L; i++)
+    for (int64_t j = 0; j < S; j++) ((int64_t *)e->k->data)[i * S + j] = i - j;
+  Val *diff = ox_op2(im, OP_ADD, e, offset), *ok = NULL;
+  if (causal) ok = ox_op2s(im, OP_GREATER_EQUAL, diff, 0);
+  if (left >= 0) {
+    Val *w = ox_op2s(im, OP_LESS_EQUAL, diff, (double)left);
+    ok = ok ? ox_op2(im, OP_LOGICAL_AND, ok, w) : w;
+  }
+  if (right >= 0) {
+    Val *w = ox_op2s(im, OP_GREATER_EQUAL, diff, (double)-right);
+    ok = ok ? ox_op2(im, OP_LOGICAL_AND, ok, w) : w;
+  }
+  return ox_where(im, ok, ox_scalar(im, 0, dt), ox_scalar(im, -INFINITY, dt));
+}
+
+/* The additive bias [.., L, S] of the mask, the causal and window
+ * frontiers and the padding of nonpad_kv_seqlen; NULL when there is none. */
+static Val *attention_bias(Imp *im, const Attn *a, DType dt, int64_t B, int64_t L, int64_t S, int64_t past) {
+  Val *bias = NULL, *zero = ox_scalar(im, 0, dt), *ninf = ox_scalar(im, -INFINITY, dt);
+  if (a->mask) {
+    Val *m = a->mask;
+    int r = m->type.rank;
+    int64_t last = r ? m->type.dims[r - 1] : 1;
+    if (m->type.dtype == TY_BOOL) m = ox_where(im, m, zero, ninf);
+    else m = ox_cast(im, m, dt);
+    if (r && last < S) { /* a shorter mask is padded with -inf */
+      int64_t pads[2 * DL_MAX_RANK] = {0};
+      pads[2 * r - 1] = S - last;
+      Emit e;
+      Node *p = ox_begin(im, &e, OP_PAD, 1, &m);
+      ir_set_ints(im->g, p, "pads", 2 * r, pads);
+      ir_set_float(im->g, p, "value", -INFINITY);
+      m = ox_emit1(im, &e);
+    }
+    bias = m;
+  }
+  bool window = a->left >= 0 || a->right >= 0;
+  if (a->causal || window) {
+    Val *f;
+    if (a->nonpad && !a->past_k) {
+      Val *off = ox_op2s(im, OP_SUB, ox_cast(im, a->nonpad, TY_I64), (double)L);
+      f = batch_bias(im, dt, ox_reshape(im, off, 4, (int64_t[]){B, 1, 1, 1}), L, S, a->left, a->right,
+                     a->causal);
+    } else {
+      f = known_bias(im, dt, L, S, past, a->left, a->right, a->causal);
+    }
+    bias = bias ? ox_op2(im, OP_ADD, bias, f) : f;
+  }
+  if (a->nonpad) {
+    Val *keep = ox_op2(im, OP_LESS, ox_iota_along(im, 4, 3, S),
+                       ox_reshape(im, ox_cast(im, a->nonpad, TY_I64), 4, (int64_t[]){B, 1, 1, 1}));
+    Val *pad = ox_where(im, keep, zero, ninf);
+    bias = bias ? ox_op2(im, OP_ADD, bias, pad) : pad;
+  }
+  return bias;
+}
+
+/* [B, kh, S, H] -> [B, kh * reps, S, H], each head repeated in place. */
+static Val *repeat_heads(Imp *im, Val *x, int64_t reps) {
+  if (!x || reps == 1) return x;
+  const int64_t *d = x->type.dims;
+  int64_t b = d[0], h = d[1], s = d[2], e = d[3];
+  Val *u = ox_reshape(im, x, 5, (int64_t[]){b, h, 1, s, e});
+  if (!u) return NULL;
+  Emit em;
+  Node *ex = ox_begin(im, &em, OP_EXPAND, 1, &u);
+  ir_set_ints(im->g, ex, "shape", 5, (int64_t[]){b, h, reps, s, e});
+  return ox_reshape(im, ox_emit1(im, &em), 4, (int64_t[]){b, h * reps, s, e});
+}
+
+static Val *softmax_last(Imp *im, Val *x) {
+  if (!x) return NULL;
+  Emit e;
+  Node *s = ox_begin(im, &e, OP_SOFTMAX, 1, &x);
+  ir_set_int(im->g, s, "axis", x->type.rank - 1);
+  return ox_emit1(im, &e);
+}
+
+/* The whole of Attention as ops of the IR. */
+static bool attention_graph(Imp *im, const Attn *a, AttnOut *out) {
+  bool three = a->q->type.rank == 3;
+  Val *q = a->q, *k = a->k, *v = a->v;
+  if (three) {
+    q = split_heads(im, q, a->q_heads, "Q");
+    k = split_heads(im, k, a->kv_heads, "K");
+    v = split_heads(im, v, a->kv_heads, "V");
+    if (!q || !k || !v) return false;
+  }
+  DType dt = q->type.dtype;
+  int64_t B = q->type.dims[0], qh = q->type.dims[1], L = q->type.dims[2], H = q->type.dims[3];
+  int64_t past = 0;
+  if (a->past_k) {
+    past = a->past_k->type.dims[2];
+    k = ox_concat(im, 2, (Val *[]){a->past_k, k}, 2);
+    v = ox_concat(im, 2, (Val *[]){a->past_v, v}, 2);
+    if (!k || !v) return false;
+  }
+  out->present_k = k, out->present_v = v;
+  int64_t kh = k->type.dims[1], S = k->type.dims[2];
+  if (kh < 1 || qh % kh != 0 || v->type.dims[1] != kh)
+    return ox_bad(im, "%" PRId64 " query heads do not group over %" PRId64 " key and %" PRId64 " value heads", qh,
+                  kh, v->type.dims[1]);
+  /* Q and K each times sqrt(scale), as the reference and the function body. */
+  double scale = a->has_scale ? a->scale : 1 / sqrt((double)H);
+  Val *rs = ox_cast(im, ox_scalar(im, sqrt(scale), TY_F32), dt);
+  static const int64_t swap_last[4] = {0, 1, 3, 2};
+  Val *kt = ox_transpose(im, ox_op2(im, OP_MUL, repeat_heads(im, k, qh / kh), rs), swap_last);
+  Val *qk = ox_op2(im, OP_MATMUL, ox_op2(im, OP_MUL, q, rs), kt);
+  if (a->softcap > 0) qk = ox_op2s(im, OP_MUL, ox_op1(im, OP_TANH, ox_op2s(im, OP_DIV, qk, a->softcap)), a->softcap);
+  Val *bias = attention_bias(im, a, dt, B, L, S, past);
+  Val *scores = bias ? ox_op2(im, OP_ADD, qk, bias) : qk;
+  out->qk = a->mode == 2 ? scores : qk;
+  Val *p = softmax_last(im, ox_cast(im, scores, a->softmax_dt));
+  if (bias && p) {
+    /* A row the bias masks entirely has no key: 0, not softmax's NaN. */
+    Val *masked = ox_op2s(im, OP_EQUAL, ox_reduce(im, OP_REDUCE_MAX, bias, 1, (int64_t[]){bias->type.rank - 1}, true),
+                          -INFINITY);
+    p = ox_where(im, masked, ox_scalar(im, 0, p->type.dtype), p);
+  }
+  if (a->mode == 3) out->qk = p;
+  out->qk = ox_cast(im, out->qk, dt);
+  Val *y = ox_op2(im, OP_MATMUL, ox_cast(im, p, dt), repeat_heads(im, v, qh / kh));
+  if (three && y) {
+    static const int64_t back[4] = {0, 2, 1, 3};
+    y = ox_reshape(im, ox_transpose(im, y, back), 3, (int64_t[]){B, L, qh * y->type.dims[3]});
+  }
+  out->y = y;
+  return y && out->qk;
+}
+
+bool ox_op_attention(Imp *im, ONode *n) {
+  Attn a = {.q = ox_in_req(im, n, 0), .k = ox_in_req(im, n, 1), .v = ox_in_req(im, n, 2),
+            .mask = ox_in_opt(n, 3), .past_k = ox_in_opt(n, 4), .past_v = ox_in_opt(n, 5),
+            .nonpad = ox_in_opt(n, 6)};
+  int64_t causal, sm_prec, qh, kvh;
+  if (!a.q || !a.k || !a.v || !ox_attr_int(im, "is_causal", 0, &causal) ||
+      !ox_attr_int(im, "q_num_heads", 0, &qh) || !ox_attr_int(im, "kv_num_heads", 0, &kvh) ||
+      !ox_attr_int(im, "qk_matmul_output_mode", 0, &a.mode) || !ox_attr_float(im, "softcap", 0, &a.softcap) ||
+      !ox_attr_int(im, "softmax_precision", 0, &sm_prec) || !ox_attr_int(im, "left_window_size", -1, &a.left) ||
+      !ox_attr_int(im, "right_window_size", -1, &a.right))
+    return false;
+  a.causal = causal != 0;
+  a.has_scale = ox_find_attr(im, "scale") != NULL;
+  if (!ox_attr_float(im, "scale", 1.0, &a.scale)) return false;
+  a.q_heads = qh, a.kv_heads = kvh;
+  int r = a.q->type.rank;
+  if ((r != 3 && r != 4) || a.k->type.rank != r || a.v->type.rank != r)
+    return ox_bad(im, "Q, K and V must all be 3-d or all 4-d, got ranks %d, %d and %d", r, a.k->type.rank,
+                  a.v->type.rank);
+  if (r == 3 && (qh < 1 || kvh < 1))
+    return ox_bad(im, "3-d inputs need q_num_heads and kv_num_heads");
+  if (!ox_need_float_in(im, a.q)) return false;
+  if (a.k->type.dtype != a.q->type.dtype || a.v->type.dtype != a.q->type.dtype)
+    return ox_bad(im, "Q, K and V must have one dtype");
+  if ((a.past_k != NULL) != (a.past_v != NULL)) return ox_bad(im, "past_key and past_value go together");
+  if (a.past_k && a.nonpad) return ox_bad(im, "nonpad_kv_seqlen does not combine with a past key and value");
+  if (a.mode < 0 || a.mode > 3) return ox_bad(im, "qk_matmul_output_mode %" PRId64 " is invalid", a.mode);
+  a.softmax_dt = a.q->type.dtype;
+  if (sm_prec && !ox_dtype_from_onnx((int32_t)sm_prec, &a.softmax_dt))
+    return ox_bad(im, "softmax_precision %s is not supported", ox_onnx_type_name((int32_t)sm_prec));
+  if (!ir_dtype_is_float(a.softmax_dt)) return ox_bad(im, "softmax_precision must be a float type");
+  if (a.mask && a.mask->type.rank > 4) return ox_bad(im, "attn_mask has rank %d, more than 4", a.mask->type.rank);
+  AttnOut out = {0};
+  if (!attention_graph(im, &a, &out)) return false;
+  Val *res[4] = {out.y, out.present_k, out.present_v, out.qk};
+  for (int i = 0; i < n->n_out && i < 4; i++) n->out[i] = res[i];
+  return true;
+}

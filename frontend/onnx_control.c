@@ -1,0 +1,240 @@
+/* ONNX control flow: takes If, Loop and Scan nodes and their subgraphs,
+ * returns their results as ordinary ops.  An If whose condition is known
+ * at import imports the branch taken; otherwise both branches are
+ * imported and each output is a `where` of the condition (both are
+ * computed every run).  Loop and Scan are unrolled when the number of
+ * steps is known at import.  A branch or loop decided on the device at
+ * run time needs plan-level control flow, which dlcc does not have yet. */
+#include "config.h"
+
+#include <inttypes.h>
+#include <string.h>
+
+#include "frontend/onnx_internal.h"
+
+/* Past this many steps a Loop or Scan is refused (each step is a copy of
+ * the body in the graph). */
+enum { MAX_UNROLL = 1024 };
+
+/* Imports subgraph gp in a scope of its own, its inputs bound by position
+ * to in[0..n_in); out gets its outputs.  The node being imported stays
+ * the importer's current node afterwards. */
+static bool import_subgraph(Imp *im, const Onnx__GraphProto *gp, const char *what, int n_in, Val **in,
+                            Val **out) {
+  const Onnx__NodeProto *np = im->np;
+  int idx = im->node_index;
+  bool *used = im->attr_used;
+  SrcLoc loc = im->loc;
+  if ((int)gp->n_input != n_in)
+    return ox_bad(im, "%s has %zu inputs, %d expected", what, gp->n_input, n_in);
+  if (gp->n_sparse_initializer) return ox_bad(im, "%s: sparse initializers are not supported", what);
+  int mark = ox_scope_begin(im);
+  bool ok = true;
+  for (int i = 0; ok && i < n_in; i++) {
+    const char *name = gp->input[i]->name;
+    if (!name || !*name) ok = ox_bad(im, "%s: input %d has no name", what, i + 1);
+    else ox_add_entry(im, name, -1)->val = in[i];
+  }
+  for (size_t i = 0; ok && i < gp->n_initializer; i++) {
+    const Onnx__TensorProto *t = gp->initializer[i];
+    Tensor data;
+    char err[512];
+    if (!t->name || !*t->name) ok = ox_bad(im, "%s: initializer %zu has no name", what, i);
+    else if (!ox_tensor_from_proto(t, im->dir, &data, err, sizeof err))
+      ok = ox_bad(im, "%s: initializer '%s': %s", what, t->name, err);
+    else ox_add_entry(im, t->name, -1)->val = ox_known(im, data);
+  }
+  ok = ok && ox_import_nodes(im, gp);
+  im->np = np, im->node_index = idx, im->attr_used = used, im->loc = loc;
+  for (size_t i = 0; ok && i < gp->n_output; i++) {
+    const char *name = gp->output[i]->name;
+    Entry *e = name && *name ? ox_find_entry(im, name) : NULL;
+    if (!e || !e->val) ok = ox_bad(im, "%s: output '%s' is not computed", what, name ? name : "");
+    else out[i] = e->val;
+  }
+  ox_scope_end(im, mark);
+  return ok;
+}
+
+static const Onnx__GraphProto *graph_attr(Imp *im, const char *name) {
+  const Onnx__AttributeProto *a = ox_find_attr(im, name);
+  if (!a || !a->g) ox_bad(im, "attribute '%s' (a graph) is missing", name);
+  return a ? a->g : NULL;
+}
+
+/* The one value of a known tensor (a constant, or a graph input whose
+ * value is given at import), or false. */
+static bool known_scalar(const Val *v, double *out) {
+  const Tensor *t = v->k ? v->k : v->hint;
+  if (!t || ir_type_numel(&t->type) != 1) return false;
+  *out = ir_tensor_get(t, 0);
+  return true;
+}
+
+bool ox_op_if(Imp *im, ONode *n) {
+  Val *cond = ox_in_req(im, n, 0);
+  const Onnx__GraphProto *gt = graph_attr(im, "then_branch"), *ge = graph_attr(im, "else_branch");
+  if (!cond || !gt || !ge) return false;
+  if (ir_type_numel(&cond->type) != 1) return ox_bad(im, "the condition must hold one value");
+  if ((int)gt->n_output != n->n_out || (int)ge->n_output != n->n_out)
+    return ox_bad(im, "the branches give %zu and %zu outputs, the node %d", gt->n_output, ge->n_output, n->n_out);
+  Val **t = ARENA_ARRAY(&im->c->arena, Val *, n->n_out + 1), **e = ARENA_ARRAY(&im->c->arena, Val *, n->n_out + 1);
+  if (cond->k) { /* a constant condition: the branch taken, alone */
+    bool yes = ir_tensor_get(cond->k, 0) != 0;
+    return import_subgraph(im, yes ? gt : ge, yes ? "then_branch" : "else_branch", 0, NULL, n->out);
+  }
+  if (!import_subgraph(im, gt, "then_branch", 0, NULL, t) || !import_subgraph(im, ge, "else_branch", 0, NULL, e))
+    return false;
+  Val *c = ox_reshape(im, ox_cast(im, cond, TY_BOOL), 0, NULL);
+  for (int i = 0; i < n->n_out; i++) {
+    if (!ir_type_eq(&t[i]->type, &e[i]->type)) {
+      char a[IR_TYPE_STR_MAX], b[IR_TYPE_STR_MAX];
+      return ox_bad(im,
+                    "output %d is %s in then_branch and %s in else_branch: with a condition computed at run "
+                    "time both are computed and one is selected, which needs one type (a branch in the plan is "
+                    "not supported)",
+                    i + 1, ir_type_str(&t[i]->type, a, sizeof a), ir_type_str(&e[i]->type, b, sizeof b));
+    }
+    n->out[i] = ox_where(im, c, t[i], e[i]);
+  }
+  return true;
+}
+
+/* x with a dim of 1 inserted at axis. */
+static Val *unsqueeze_at(Imp *im, Val *x, int axis) {
+  int64_t d[DL_MAX_RANK];
+  if (!x || x->type.rank + 1 > DL_MAX_RANK) return NULL;
+  for (int i = 0, j = 0; i <= x->type.rank; i++) d[i] = i == axis ? 1 : x->type.dims[j++];
+  return ox_reshape(im, x, x->type.rank + 1, d);
+}
+
+/* The step results parts[0..n) stacked along a new axis. */
+static Val *stack(Imp *im, int n, Val **parts, int axis) {
+  for (int i = 0; i < n; i++)
+    if (!(parts[i] = unsqueeze_at(im, parts[i], axis))) return NULL;
+  return ox_concat(im, n, parts, axis);
+}
+
+/* A scan output with no steps: an empty tensor of the body output's
+ * declared type, with the new axis first. */
+static Val *empty_scan(Imp *im, const Onnx__ValueInfoProto *vi) {
+  const Onnx__TypeProto *tp = vi->type;
+  DType dt;
+  const Onnx__TypeProto__Tensor *tt = tp && tp->value_case == ONNX__TYPE_PROTO__VALUE_TENSOR_TYPE ? tp->tensor_type : NULL;
+  if (!tt || !tt->shape || !ox_dtype_from_onnx(tt->elem_type, &dt) || tt->shape->n_dim + 1 > DL_MAX_RANK) {
+    ox_bad(im, "the loop runs no step and the body's output '%s' has no static type", vi->name ? vi->name : "");
+    return NULL;
+  }
+  TensorType t = {.dtype = dt, .rank = (int)tt->shape->n_dim + 1};
+  for (size_t i = 0; i < tt->shape->n_dim; i++) {
+    const Onnx__TensorShapeProto__Dimension *d = tt->shape->dim[i];
+    if (d->value_case != ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_VALUE || d->dim_value < 0) {
+      ox_bad(im, "the loop runs no step and the body's output '%s' has no static type", vi->name);
+      return NULL;
+    }
+    t.dims[i + 1] = d->dim_value;
+  }
+  return ox_known_new(im, &t);
+}
+
+/* Loop: unrolled while the trip count and the condition are known. */
+bool ox_op_loop(Imp *im, ONode *n) {
+  const Onnx__GraphProto *body = graph_attr(im, "body");
+  if (!body) return false;
+  int n_carried = n->n_in - 2;
+  int n_scan = (int)body->n_output - 1 - n_carried;
+  if (n_carried < 0 || n_scan < 0 || n->n_out != n_carried + n_scan)
+    return ox_bad(im, "the body's %zu outputs do not match %d loop-carried values and %d outputs", body->n_output,
+                  n_carried, n->n_out);
+  double trips = 9e18, c = 1;
+  Val *vm = ox_in_opt(n, 0), *vc = ox_in_opt(n, 1);
+  if (vm && !known_scalar(vm, &trips))
+    return ox_bad(im, "a trip count computed at run time is not supported (the loop is unrolled at import)");
+  if (vc && !known_scalar(vc, &c))
+    return ox_bad(im, "a condition computed at run time is not supported (the loop is unrolled at import)");
+  if (!vm && !vc) return ox_bad(im, "a loop with neither a trip count nor a condition never ends");
+  Arena *a = &im->c->arena;
+  Val **state = ARENA_ARRAY(a, Val *, n_carried + 2), **outs = ARENA_ARRAY(a, Val *, body->n_output + 1);
+  Val ***scans = ARENA_ARRAY(a, Val **, n_scan + 1);
+  for (int i = 0; i < n_carried; i++)
+    if (!(state[2 + i] = ox_in_req(im, n, 2 + i))) return false;
+  for (int k = 0; k < n_scan; k++) scans[k] = ARENA_ARRAY(a, Val *, MAX_UNROLL + 1);
+  int64_t step = 0;
+  for (; step < trips && c != 0; step++) {
+    if (step == MAX_UNROLL)
+      return ox_bad(im, "the loop runs more than %d steps, more than dlcc unrolls", (int)MAX_UNROLL);
+    state[0] = ox_scalar(im, (double)step, TY_I64);
+    state[1] = ox_scalar(im, 1, TY_BOOL);
+    if (!import_subgraph(im, body, "the body", 2 + n_carried, state, outs)) return false;
+    if (!known_scalar(outs[0], &c))
+      return ox_bad(im, "the body computes its condition at run time: not supported (the loop is unrolled at "
+                        "import; a loop in the plan is future work)");
+    for (int i = 0; i < n_carried; i++) state[2 + i] = outs[1 + i];
+    for (int k = 0; k < n_scan; k++) scans[k][step] = outs[1 + n_carried + k];
+  }
+  for (int i = 0; i < n_carried; i++) n->out[i] = state[2 + i];
+  for (int k = 0; k < n_scan; k++) {
+    Val *y = step ? stack(im, (int)step, scans[k], 0) : empty_scan(im, body->output[1 + n_carried + k]);
+    if (!(n->out[n_carried + k] = y)) return false;
+  }
+  return true;
+}
+
+/* Scan (opset 9 on): unrolled over the scan axis, whose length is static. */
+bool ox_op_scan(Imp *im, ONode *n) {
+  const Onnx__GraphProto *body = graph_attr(im, "body");
+  int64_t n_scan_in;
+  int nia, nid, noa, nod;
+  const int64_t *in_axes, *in_dirs, *out_axes, *out_dirs;
+  if (!body || !ox_attr_int(im, "num_scan_inputs", -1, &n_scan_in) ||
+      !ox_attr_ints(im, "scan_input_axes", &nia, &in_axes) || !ox_attr_ints(im, "scan_input_directions", &nid, &in_dirs) ||
+      !ox_attr_ints(im, "scan_output_axes", &noa, &out_axes) ||
+      !ox_attr_ints(im, "scan_output_directions", &nod, &out_dirs))
+    return false;
+  if (im->opset < 9) return ox_bad(im, "Scan before opset 9 (with a batch axis) is not supported");
+  int n_state = n->n_in - (int)n_scan_in, n_scan_out = n->n_out - n_state;
+  if (n_scan_in < 1 || n_state < 0 || n_scan_out < 0 || (int)body->n_output != n->n_out)
+    return ox_bad(im, "num_scan_inputs %" PRId64 " does not fit %d inputs and a body of %zu outputs", n_scan_in,
+                  n->n_in, body->n_output);
+  if ((nia >= 0 && nia != n_scan_in) || (nid >= 0 && nid != n_scan_in) || (noa >= 0 && noa != n_scan_out) ||
+      (nod >= 0 && nod != n_scan_out))
+    return ox_bad(im, "the scan axes and directions need one entry per scan input and output");
+  Arena *a = &im->c->arena;
+  Val **vals = ARENA_ARRAY(a, Val *, n->n_in + 1), **outs = ARENA_ARRAY(a, Val *, n->n_out + 1);
+  Val **xs = ARENA_ARRAY(a, Val *, n_scan_in + 1);
+  int *axis = ARENA_ARRAY(a, int, n_scan_in + 1);
+  int64_t T = -1;
+  for (int i = 0; i < n->n_in; i++)
+    if (!(vals[i] = ox_in_req(im, n, i))) return false;
+  for (int j = 0; j < n_scan_in; j++) {
+    xs[j] = vals[n_state + j];
+    if (!ox_norm_axis(im, nia >= 0 ? in_axes[j] : 0, xs[j]->type.rank, &axis[j])) return false;
+    int64_t len = xs[j]->type.dims[axis[j]];
+    if (T >= 0 && len != T) return ox_bad(im, "the scan inputs have lengths %" PRId64 " and %" PRId64, T, len);
+    T = len;
+  }
+  if (T > MAX_UNROLL) return ox_bad(im, "the scan runs %" PRId64 " steps, more than dlcc unrolls (%d)", T, (int)MAX_UNROLL);
+  Val ***ys = ARENA_ARRAY(a, Val **, n_scan_out + 1);
+  for (int k = 0; k < n_scan_out; k++) ys[k] = ARENA_ARRAY(a, Val *, T + 1);
+  for (int64_t t = 0; t < T; t++) {
+    for (int j = 0; j < n_scan_in; j++) {
+      int64_t at = nid >= 0 && in_dirs[j] ? T - 1 - t : t, d[DL_MAX_RANK];
+      Val *s = ox_slice_axis(im, xs[j], axis[j], at, at + 1, 1);
+      if (!s) return false;
+      for (int i = 0, m = 0; i < s->type.rank; i++)
+        if (i != axis[j]) d[m++] = s->type.dims[i];
+      vals[n_state + j] = ox_reshape(im, s, s->type.rank - 1, d);
+    }
+    if (!import_subgraph(im, body, "the body", n->n_in, vals, outs)) return false;
+    for (int i = 0; i < n_state; i++) vals[i] = outs[i];
+    for (int k = 0; k < n_scan_out; k++) ys[k][nod >= 0 && out_dirs[k] ? T - 1 - t : t] = outs[n_state + k];
+  }
+  for (int i = 0; i < n_state; i++) n->out[i] = vals[i];
+  for (int k = 0; k < n_scan_out; k++) {
+    if (T == 0) return ox_bad(im, "a scan of no steps is not supported");
+    int r = ys[k][0]->type.rank + 1, ax;
+    if (!ox_norm_axis(im, noa >= 0 ? out_axes[k] : 0, r, &ax) || !(n->out[n_state + k] = stack(im, (int)T, ys[k], ax)))
+      return false;
+  }
+  return true;
+}

@@ -1,0 +1,188 @@
+/* ONNX ops of the newer opsets that the IR holds by decomposition: Mish,
+ * Swish, MeanVarianceNormalization, LpNormalization, GroupNormalization,
+ * CumSum and CumProd, CenterCropPad.  Takes one node's operands, returns
+ * its results; a float op of several IR ops computes f16/bf16 in f32 and
+ * rounds once. */
+#include "config.h"
+
+#include <inttypes.h>
+#include <math.h>
+#include <string.h>
+
+#include "frontend/onnx_internal.h"
+
+/* x * tanh(softplus(x)) */
+bool ox_op_mish(Imp *im, ONode *n) {
+  Val *x = ox_in_req(im, n, 0);
+  if (!x || !ox_need_float_in(im, x)) return false;
+  Val *w = ox_widen(im, x);
+  return (n->out[0] = ox_narrow(im, ox_op2(im, OP_MUL, w, ox_op1(im, OP_TANH, ox_softplus_of(im, w))),
+                                x->type.dtype));
+}
+
+/* x * sigmoid(alpha * x) (opset 24); alpha 1 is the IR's silu. */
+bool ox_op_swish(Imp *im, ONode *n) {
+  Val *x = ox_in_req(im, n, 0);
+  double alpha;
+  if (!x || !ox_attr_float(im, "alpha", 1.0, &alpha) || !ox_need_float_in(im, x)) return false;
+  if (alpha == 1) return (n->out[0] = ox_op1(im, OP_SILU, x));
+  Val *w = ox_widen(im, x);
+  return (n->out[0] = ox_narrow(im, ox_op2(im, OP_MUL, w, ox_op1(im, OP_SIGMOID, ox_op2s(im, OP_MUL, w, alpha))),
+                                x->type.dtype));
+}
+
+/* Mean and variance over axes (kept as dims of 1). */
+static void mean_var(Imp *im, Val *x, int k, const int64_t *axes, Val **mean, Val **var) {
+  *mean = ox_reduce(im, OP_REDUCE_MEAN, x, k, axes, true);
+  Val *d = ox_op2(im, OP_SUB, x, *mean);
+  *var = ox_reduce(im, OP_REDUCE_MEAN, ox_op2(im, OP_MUL, d, d), k, axes, true);
+}
+
+/* (x - E[x]) / (sqrt(E[(x - E[x])^2]) + 1e-9), the 1e-9 of ONNX's
+ * function body; over axes (default [0, 2, 3]). */
+bool ox_op_mvn(Imp *im, ONode *n) {
+  Val *x = ox_in_req(im, n, 0);
+  int na;
+  const int64_t *a;
+  if (!x || !ox_attr_ints(im, "axes", &na, &a) || !ox_need_float_in(im, x)) return false;
+  static const int64_t def[3] = {0, 2, 3};
+  int64_t axes[DL_MAX_RANK];
+  int k;
+  if (!ox_norm_axes(im, na >= 0 ? na : 3, na >= 0 ? a : def, x->type.rank, &k, axes)) return false;
+  Val *w = ox_widen(im, x), *mean, *var;
+  mean_var(im, w, k, axes, &mean, &var);
+  Val *y = ox_op2(im, OP_DIV, ox_op2(im, OP_SUB, w, mean), ox_op2s(im, OP_ADD, ox_op1(im, OP_SQRT, var), 1e-9));
+  return (n->out[0] = ox_narrow(im, y, x->type.dtype));
+}
+
+/* x / its L1 or L2 norm along axis; 0 where the norm is 0. */
+bool ox_op_lp_norm(Imp *im, ONode *n) {
+  Val *x = ox_in_req(im, n, 0);
+  int64_t axis_attr, p;
+  int axis;
+  if (!x || !ox_attr_int(im, "axis", -1, &axis_attr) || !ox_attr_int(im, "p", 2, &p) || !ox_need_float_in(im, x) ||
+      !ox_norm_axis(im, axis_attr, x->type.rank, &axis))
+    return false;
+  if (p != 1 && p != 2) return ox_bad(im, "p=%" PRId64 " is not supported (1 or 2)", p);
+  Val *w = ox_widen(im, x);
+  int64_t ax = axis;
+  Val *norm = p == 1 ? ox_reduce(im, OP_REDUCE_SUM, ox_op1(im, OP_ABS, w), 1, &ax, true)
+                     : ox_op1(im, OP_SQRT, ox_reduce(im, OP_REDUCE_SUM, ox_op2(im, OP_MUL, w, w), 1, &ax, true));
+  Val *zero = ox_op2s(im, OP_EQUAL, norm, 0);
+  Val *y = ox_where(im, zero, ox_scalar(im, 0, TY_F32), ox_op2(im, OP_DIV, w, ox_where(im, zero, ox_scalar(im, 1, TY_F32), norm)));
+  return (n->out[0] = ox_narrow(im, ox_cast(im, y, w->type.dtype), x->type.dtype));
+}
+
+/* x [N, C, ...] seen as [N, G, C/G * rest], normalized over the last
+ * axis, then scale and bias: one per group before opset 21, one per
+ * channel from 21. */
+bool ox_op_group_norm(Imp *im, ONode *n) {
+  Val *x = ox_in_req(im, n, 0), *scale = ox_in_req(im, n, 1), *bias = ox_in_req(im, n, 2);
+  int64_t groups, stash;
+  double eps;
+  if (!x || !scale || !bias || !ox_attr_int(im, "num_groups", 0, &groups) ||
+      !ox_attr_float(im, "epsilon", 1e-5, &eps) || !ox_attr_int(im, "stash_type", 1, &stash) ||
+      !ox_need_float_in(im, x))
+    return false;
+  int r = x->type.rank;
+  if (r < 2) return ox_bad(im, "the input must be [N, C, ...], got rank %d", r);
+  int64_t N = x->type.dims[0], C = x->type.dims[1], rest = 1;
+  if (groups < 1 || C % groups != 0)
+    return ox_bad(im, "num_groups %" PRId64 " does not divide %" PRId64 " channels", groups, C);
+  for (int d = 2; d < r; d++) rest *= x->type.dims[d];
+  bool per_channel = im->opset >= 21;
+  int64_t want = per_channel ? C : groups;
+  if (ir_type_numel(&scale->type) != want || ir_type_numel(&bias->type) != want)
+    return ox_bad(im, "scale and bias need %" PRId64 " values (one per %s)", want, per_channel ? "channel" : "group");
+  Val *w = stash ? ox_widen(im, x) : x, *mean, *var;
+  Val *g = ox_reshape(im, w, 3, (int64_t[]){N, groups, C / groups * rest});
+  int64_t last = 2;
+  mean_var(im, g, 1, &last, &mean, &var);
+  Val *y = ox_op2(im, OP_MUL, ox_op2(im, OP_SUB, g, mean), ox_op1(im, OP_RSQRT, ox_op2s(im, OP_ADD, var, eps)));
+  if (per_channel) {
+    int64_t cs[DL_MAX_RANK];
+    for (int d = 0; d < r; d++) cs[d] = d == 1 ? C : 1;
+    y = ox_reshape(im, y, r, x->type.dims);
+    y = ox_op2(im, OP_MUL, y, ox_cast(im, ox_reshape(im, scale, r, cs), w->type.dtype));
+    y = ox_op2(im, OP_ADD, y, ox_cast(im, ox_reshape(im, bias, r, cs), w->type.dtype));
+  } else {
+    const int64_t gs[3] = {1, groups, 1};
+    y = ox_op2(im, OP_MUL, y, ox_cast(im, ox_reshape(im, scale, 3, gs), w->type.dtype));
+    y = ox_op2(im, OP_ADD, y, ox_cast(im, ox_reshape(im, bias, 3, gs), w->type.dtype));
+    y = ox_reshape(im, y, r, x->type.dims);
+  }
+  return (n->out[0] = ox_narrow(im, y, x->type.dtype));
+}
+
+/* x shifted by s along axis, the first s places `fill`. */
+static Val *shift(Imp *im, Val *x, int axis, int64_t s, double fill) {
+  if (!x) return NULL;
+  int r = x->type.rank;
+  int64_t pads[2 * DL_MAX_RANK] = {0};
+  pads[axis] = s;
+  Emit e;
+  Node *p = ox_begin(im, &e, OP_PAD, 1, &x);
+  ir_set_ints(im->g, p, "pads", 2 * r, pads);
+  ir_set_float(im->g, p, "value", fill);
+  return ox_slice_axis(im, ox_emit1(im, &e), axis, 0, x->type.dims[axis], 1);
+}
+
+/* CumSum and CumProd (any number type): log2(n) steps, each adding (or
+ * multiplying) the running result shifted by 1, 2, 4, ... along axis;
+ * exclusive shifts once more, reverse runs on the axis reversed. */
+bool ox_op_cumulative(Imp *im, ONode *n) {
+  bool prod = strcmp(im->np->op_type, "CumProd") == 0;
+  Val *x = ox_in_req(im, n, 0), *va = ox_in_req(im, n, 1);
+  int64_t exclusive, reverse;
+  double ad;
+  int axis;
+  if (!x || !va || !ox_attr_int(im, "exclusive", 0, &exclusive) || !ox_attr_int(im, "reverse", 0, &reverse) ||
+      !ox_const_scalar(im, va, "the axis", &ad) || !ox_norm_axis(im, (int64_t)ad, x->type.rank, &axis))
+    return false;
+  if (x->type.dtype == TY_BOOL) return ox_bad(im, "bool input is not supported");
+  OpKind op = prod ? OP_MUL : OP_ADD;
+  double unit = prod ? 1 : 0;
+  int64_t len = x->type.dims[axis];
+  Val *y = reverse ? ox_reverse_axis(im, x, axis) : x;
+  for (int64_t s = 1; s < len && y; s *= 2) y = ox_op2(im, op, y, shift(im, y, axis, s, unit));
+  if (exclusive && len) y = shift(im, y, axis, 1, unit);
+  if (reverse && y) y = ox_reverse_axis(im, y, axis);
+  return (n->out[0] = y);
+}
+
+/* Each axis cropped around its centre (the start rounded down) or padded
+ * with zeros (the odd one after). */
+bool ox_op_center_crop_pad(Imp *im, ONode *n) {
+  Val *x = ox_in_req(im, n, 0), *vs = ox_in_req(im, n, 1);
+  int na, k;
+  const int64_t *a;
+  int64_t shape[64];
+  if (!x || !vs || !ox_attr_ints(im, "axes", &na, &a) || !ox_const_ints(im, vs, "the shape", &k, shape)) return false;
+  int r = x->type.rank;
+  if (k != (na >= 0 ? na : r)) return ox_bad(im, "%d target sizes for %d axes", k, na >= 0 ? na : r);
+  Val *y = x;
+  int64_t pads[2 * DL_MAX_RANK] = {0};
+  bool any = false;
+  for (int i = 0; i < k && y; i++) {
+    int d;
+    if (!ox_norm_axis(im, na >= 0 ? a[i] : i, r, &d)) return false;
+    int64_t in = x->type.dims[d], want = shape[i];
+    if (want < 0) return ox_bad(im, "target size %" PRId64 " is negative", want);
+    if (in > want) {
+      int64_t start = (in - want) / 2;
+      y = ox_slice_axis(im, y, d, start, start + want, 1);
+    } else if (in < want) {
+      pads[d] = (want - in) / 2;
+      pads[r + d] = want - in - pads[d];
+      any = true;
+    }
+  }
+  if (any && y) {
+    Emit e;
+    Node *p = ox_begin(im, &e, OP_PAD, 1, &y);
+    ir_set_ints(im->g, p, "pads", 2 * r, pads);
+    ir_set_float(im->g, p, "value", 0);
+    y = ox_emit1(im, &e);
+  }
+  return (n->out[0] = y);
+}

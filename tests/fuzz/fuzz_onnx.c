@@ -1,0 +1,53 @@
+/* libFuzzer target for ONNX import: takes any bytes as a serialized
+ * ModelProto, imported as if it were a file in a directory holding
+ * ext.bin (so external data resolves).  Rejected input must leave an
+ * error; an accepted model must give a graph that verifies and
+ * round-trips through the IR text, and exactly one tensor of the param's
+ * type for every param. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "frontend/onnx.h"
+#include "tests/fuzz/fuzz.h"
+
+static char *model_path;
+
+static void check_params(Graph *g, const TensorMap *params) {
+  int n_params = 0;
+  for (Node *n = g->first; n; n = n->next) {
+    if (n->op != OP_PARAM) continue;
+    n_params++;
+    const char *name = ir_attr_str(n, "name");
+    const Tensor *t = ir_tensor_map_find(params, name);
+    if (!t) fuzz_fail("param '%s' has no tensor", name);
+    if (!ir_type_eq(&t->type, &n->out[0].type) || !t->data)
+      fuzz_fail("param '%s': its tensor is not of its type, or has no data", name);
+  }
+  for (int i = 0; i < params->n; i++)
+    for (int k = 0; k < i; k++)
+      if (strcmp(params->names[i], params->names[k]) == 0) fuzz_fail("two tensors named '%s'", params->names[i]);
+  if (params->n != n_params) fuzz_fail("%d params in the graph, %d tensors", n_params, params->n);
+}
+
+static int run(Ctx *c, void *data) {
+  FuzzText *in = data;
+  /* Folding at import evaluates ops: keep what it may compute small. */
+  OnnxOptions oo = {.max_fold_elems = 1 << 16};
+  TensorMap params;
+  Graph *g = fe_onnx_import_bytes(c, model_path, in->text, in->len, &oo, &params);
+  if (!g) {
+    if (params.n) fuzz_fail("a rejected model returned %d params", params.n);
+    fuzz_require_diag("fe_onnx_import_bytes", c);
+    return 1;
+  }
+  check_params(g, &params);
+  ir_tensor_map_free(&params);
+  free(fuzz_check_graph(c, g, "fe_onnx_import_bytes"));
+  return 0;
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+  if (!model_path) model_path = fuzz_model_file("fuzz.onnx", "", 0);
+  fuzz_run_text(data, size, run);
+  return 0;
+}
