@@ -29,7 +29,6 @@
  * region; nothing here needs to change for it. */
 #include "passes/autodiff.h"
 
-#include <inttypes.h>
 #include <string.h>
 
 #include "ir/grad.h"
@@ -49,6 +48,9 @@ typedef struct AD {
 
 static const char *param_name(const Node *p) { return ir_attr_str(p, "name"); }
 
+/* No gradient flows into operand i of op by definition (GradRule.stops). */
+static bool stops(OpKind op, int i) { return i < 32 && (ir_grad_rules[op].stops >> i & 1u); }
+
 /* ---- which params train ---- */
 
 /* Float params with a use where gradients flow: not the buffers that
@@ -58,7 +60,7 @@ static bool *find_trainable(Graph *g) {
   bool *used = ARENA_ARRAY(&g->ctx->arena, bool, g->n_nodes + 1);
   for (Node *n = g->first; n; n = n->next)
     for (int i = 0; i < n->n_in; i++)
-      if (!(ir_grad_rules[n->op].stops >> i & 1u)) used[n->in[i]->def->id] = true;
+      if (!stops(n->op, i)) used[n->in[i]->def->id] = true;
   for (int i = 0; i < g->n_outputs; i++) used[g->outputs[i]->def->id] = true;
   bool *trainable = ARENA_ARRAY(&g->ctx->arena, bool, g->n_nodes + 1);
   for (Node *n = g->first; n; n = n->next)
@@ -97,7 +99,7 @@ static void backward_node(AD *ad, Node *n) {
   for (int i = 0; i < n->n_in; i++) {
     const Value *v = n->in[i];
     if (!ad->dep[v->id]) continue;
-    need[i] = ir_dtype_is_float(v->type.dtype) && !rule->zero && !(rule->stops >> i & 1u);
+    need[i] = ir_dtype_is_float(v->type.dtype) && !rule->zero && !stops(n->op, i);
     if (!need[i]) block(ad, v, n, i);
     needed |= need[i];
   }
