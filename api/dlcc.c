@@ -265,7 +265,8 @@ have_graph:
     return 1;
   }
   if (!run_passes(c, job, g, &po)) return 1;
-  if (job->m->use_runtime && !cg_compile(g, &job->m->cg)) return 1;
+  CgOptions cgo = {.tf32 = job->opt && job->opt->tf32};
+  if (job->m->use_runtime && !cg_compile_opts(g, &cgo, &job->m->cg)) return 1;
   job->m->g = g;
   index_inputs(job->m);
   return 0;

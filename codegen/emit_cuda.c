@@ -150,24 +150,21 @@ static const char helpers[] =
     "}\n"
     "__device__ __forceinline__ float dl_dequantize(int q, float s, int zp) {\n"
     "  return __fmul_rn((float)((long long)q - zp), s);\n"
+    "}\n"
+    "/* Four bytes in one 32-bit word of a vector, the first lowest. */\n"
+    "__device__ __forceinline__ unsigned dl_pack_b4(unsigned char a, unsigned char b, unsigned char c,\n"
+    "                                               unsigned char d) {\n"
+    "  return (unsigned)a | (unsigned)b << 8 | (unsigned)c << 16 | (unsigned)d << 24;\n"
     "}\n";
 /* clang-format on */
 
-/* Four 16-bit lanes travel as one 8-byte uint2 (vectorized maps). */
+/* Two 16-bit lanes travel in each 32-bit word of a vector (KS_VSTORE). */
 /* clang-format off */
 static const char helpers_f16[] =
-    "__device__ __forceinline__ __half dl_h_lane(uint2 v, int l) {\n"
-    "  unsigned w = l < 2 ? v.x : v.y;\n"
-    "  return __ushort_as_half((unsigned short)(l & 1 ? w >> 16 : w & 0xffffu));\n"
-    "}\n"
     "__device__ __forceinline__ unsigned dl_h_pack(__half a, __half b) {\n"
     "  return (unsigned)__half_as_ushort(a) | ((unsigned)__half_as_ushort(b) << 16);\n"
     "}\n";
 static const char helpers_bf16[] =
-    "__device__ __forceinline__ __nv_bfloat16 dl_b_lane(uint2 v, int l) {\n"
-    "  unsigned w = l < 2 ? v.x : v.y;\n"
-    "  return __ushort_as_bfloat16((unsigned short)(l & 1 ? w >> 16 : w & 0xffffu));\n"
-    "}\n"
     "__device__ __forceinline__ unsigned dl_b_pack(__nv_bfloat16 a, __nv_bfloat16 b) {\n"
     "  return (unsigned)__bfloat16_as_ushort(a) | ((unsigned)__bfloat16_as_ushort(b) << 16);\n"
     "}\n";
@@ -502,6 +499,63 @@ static void cast(Out *o, const KExpr *e) {
   fexpr(o, e->a[0]);
 }
 
+/* A vector access of n lanes of dt (KS_VLOAD, KS_VSTORE, KE_LANE) is
+ * `words` words of `word` bytes (16 at most), each of a CUDA vector
+ * type; lanes of 1 or 2 bytes are packed into its 32-bit components. */
+typedef struct VecShape {
+  int word, words, per_word;
+  const char *type;
+} VecShape;
+
+static VecShape vec_shape(DType dt, int n) {
+  int size = ir_dtype_size(dt), bytes = n * size;
+  VecShape v = {.word = bytes < 16 ? bytes : 16};
+  v.words = bytes / v.word;
+  v.per_word = v.word / size;
+  switch (dt) {
+    case TY_F32: v.type = v.word == 16 ? "float4" : v.word == 8 ? "float2" : "float"; break;
+    case TY_I32: v.type = v.word == 16 ? "int4" : v.word == 8 ? "int2" : "int"; break;
+    case TY_I64: v.type = v.word == 16 ? "longlong2" : "long long"; break;
+    default: v.type = v.word == 16 ? "uint4" : v.word == 8 ? "uint2" : "unsigned"; break;
+  }
+  return v;
+}
+
+/* Component c of a word (nothing when the word is one scalar). */
+static const char *component(const VecShape *v, int c, int comp_bytes) {
+  static const char *const xyzw[] = {".x", ".y", ".z", ".w"};
+  return v->word == comp_bytes ? "" : xyzw[c & 3];
+}
+
+static void word_name(Out *o, const char *var, const VecShape *v, int w) {
+  if (v->words == 1)
+    fputs(var, o->f);
+  else
+    fprintf(o->f, "%s_%d", var, w);
+}
+
+static void lane(Out *o, const char *var, DType dt, int n, int l) {
+  VecShape v = vec_shape(dt, n);
+  int w = l / v.per_word, m = l % v.per_word, size = ir_dtype_size(dt);
+  if (size >= 4) {
+    word_name(o, var, &v, w);
+    fputs(component(&v, m, size), o->f);
+    return;
+  }
+  /* 1 or 2 bytes: the lane's bits of its 32-bit component */
+  int per32 = 4 / size, shift = (m % per32) * 8 * size;
+  const char *wrap = dt == TY_F16 ? "__ushort_as_half((unsigned short)("
+                     : dt == TY_BF16 ? "__ushort_as_bfloat16((unsigned short)("
+                     : dt == TY_I8   ? "((signed char)("
+                     : dt == TY_U8   ? "((unsigned char)("
+                                     : "(((unsigned char)(";
+  fputs(wrap, o->f);
+  word_name(o, var, &v, w);
+  fputs(component(&v, m / per32, 4), o->f);
+  if (shift) fprintf(o->f, " >> %d", shift);
+  fputs(dt == TY_BOOL ? ")) != 0)" : "))", o->f);
+}
+
 static void expr(Out *o, const KExpr *e) {
   static const char *const idx_ops[] = {"+", "-", "*", "/", "%"};
   static const char *const cmp_ops[] = {"<", "<=", ">", ">=", "==", "!="};
@@ -523,7 +577,9 @@ static void expr(Out *o, const KExpr *e) {
       return;
     case KE_VAR: fputs(e->var->name, o->f); return;
     case KE_IDX:
-      if (e->sub == KI_MIN || e->sub == KI_MAX)
+      if (e->sub == KI_XOR)
+        infix(o, "^", e->a[0], e->a[1]);
+      else if (e->sub == KI_MIN || e->sub == KI_MAX)
         call2(o, e->sub == KI_MIN ? "dl_min" : "dl_max", e->a[0], e->a[1]);
       else
         infix(o, idx_ops[e->sub], e->a[0], e->a[1]);
@@ -584,16 +640,13 @@ static void expr(Out *o, const KExpr *e) {
       expr(o, e->a[2]);
       fputc(')', o->f);
       return;
-    case KE_LANE:
-      if (is_half(e->dtype))
-        fprintf(o->f, "%s(%s, %d)", e->dtype == TY_F16 ? "dl_h_lane" : "dl_b_lane", e->var->name, (int)(e->i & 3));
-      else
-        fprintf(o->f, "%s.%c", e->var->name, "xyzw"[e->i & 3]);
-      return;
+    case KE_LANE: lane(o, e->var->name, e->dtype, e->sub, (int)e->i); return;
   }
 }
 
 static void block(Out *o, const KBlock *b);
+static void chunk_store(Out *o, const KStmt *s);
+static void tc_stmt(Out *o, const KStmt *s);
 
 static void loop_head(Out *o, const KVar *v, const KExpr *extent, KMap map) {
   const Kernel *k = o->k;
@@ -601,6 +654,7 @@ static void loop_head(Out *o, const KVar *v, const KExpr *extent, KMap map) {
   static const char *const axis[] = {"x", "y", "z"};
   switch (map) {
     case KM_UNROLL:
+    case KM_LANES: /* cg_unroll makes these KM_UNROLL or KM_SERIAL */
       indent(o);
       fputs("#pragma unroll\n", o->f);
       /* fall through */
@@ -632,10 +686,118 @@ static void loop_head(Out *o, const KVar *v, const KExpr *extent, KMap map) {
       fprintf(o->f, "; %s += %s.%s) {\n", v->name, grid ? "gridDim" : "blockDim", axis[ax]);
       return;
     }
-    case KM_VEC2:
-    case KM_VEC4:
-    case KM_VEC8: dl_internal(k->ctx, "vectorized loops are not emitted yet");
   }
+}
+
+/* Each word of the vector from its lanes: a make_ of its type, or the
+ * 1- and 2-byte lanes packed into 32-bit components. */
+static void vstore(Out *o, const KStmt *s) {
+  DType dt = s->buf->dtype;
+  VecShape v = vec_shape(dt, s->n_lanes);
+  int size = ir_dtype_size(dt), comps = size >= 4 ? v.per_word : v.word / 4, per_comp = v.per_word / comps;
+  const char *pack = dt == TY_F16 ? "dl_h_pack" : dt == TY_BF16 ? "dl_b_pack" : "dl_pack_b4";
+  for (int w = 0; w < v.words; w++) {
+    indent(o);
+    fprintf(o->f, "*(%s *)&%s[", v.type, s->buf->name);
+    expr(o, s->index);
+    if (w) fprintf(o->f, " + %d", w * v.per_word);
+    fputs("] = ", o->f);
+    if (comps > 1) fprintf(o->f, "make_%s(", v.type);
+    for (int c = 0; c < comps; c++) {
+      if (c) fputs(", ", o->f);
+      if (per_comp > 1) fprintf(o->f, "%s(", pack);
+      for (int l = 0; l < per_comp; l++) {
+        if (l) fputs(", ", o->f);
+        expr_as(o, s->lanes[w * v.per_word + c * per_comp + l], dt);
+      }
+      if (per_comp > 1) fputc(')', o->f);
+    }
+    fputs(comps > 1 ? ");\n" : ";\n", o->f);
+  }
+}
+
+/* A line: `T dl_t = <from>; acc = combine(acc, dl_t);`, dl_t a local
+ * of its own braces. */
+static void combine_from(Out *o, const KStmt *s, const char *from) {
+  KVar t = {.name = "dl_t", .dtype = s->var->dtype};
+  KExpr acc = {.kind = KE_VAR, .dtype = s->var->dtype, .var = s->var};
+  KExpr other = {.kind = KE_VAR, .dtype = s->var->dtype, .var = &t};
+  KExpr comb = {.kind = KE_OP, .dtype = s->var->dtype, .op = s->combine, .a = {&acc, &other}};
+  indent(o);
+  fprintf(o->f, "%s dl_t = %s;\n", ctype(o->k, s->var->dtype), from);
+  indent(o);
+  fprintf(o->f, "%s = ", s->var->name);
+  expr(o, &comb);
+  fputs(";\n", o->f);
+}
+
+/* No #pragma unroll: --no-unroll holds here too, and nvcc unrolls
+ * these short constant loops by itself. */
+static void open_loop(Out *o, const char *head) {
+  indent(o);
+  fprintf(o->f, "%s {\n", head);
+  o->depth++;
+}
+
+static void close_brace(Out *o) {
+  o->depth--;
+  indent(o);
+  fputs("}\n", o->f);
+}
+
+/* Across x: a butterfly of shuffles within each warp leaves every lane
+ * with the same value (each step combines the same two operands in
+ * either lane, and the combines are commutative); wider rows then meet
+ * in shared memory, one slot per warp, which every thread combines in
+ * slot order.  Across y: one slot per thread, combined in y order.  The
+ * leading barrier keeps the slots from being overwritten while the
+ * previous reduction still reads them. */
+static void allreduce(Out *o, const KStmt *s) {
+  const Kernel *k = o->k;
+  const char *acc = s->var->name;
+  unsigned x = k->block[0], y = k->block[1];
+  char line[160], slot[96], first[64], at[96];
+  indent(o);
+  fputs("{\n", o->f);
+  o->depth++;
+  if (s->map == KM_BLOCK_X && x > 1) {
+    snprintf(line, sizeof line, "for (int dl_o = %u; dl_o > 0; dl_o >>= 1)", (x < 32 ? x : 32) / 2);
+    open_loop(o, line);
+    snprintf(line, sizeof line, "__shfl_xor_sync(0xffffffffu, %s, dl_o)", acc);
+    combine_from(o, s, line);
+    close_brace(o);
+  }
+  if (s->buf) {
+    unsigned slots = s->map == KM_BLOCK_X ? x / 32 : y;
+    if (s->map == KM_BLOCK_X && y > 1) {
+      snprintf(slot, sizeof slot, "threadIdx.y * %u + (threadIdx.x >> 5)", slots);
+      snprintf(first, sizeof first, "threadIdx.y * %u", slots);
+      snprintf(at, sizeof at, "threadIdx.y * %u + dl_w", slots);
+    } else if (s->map == KM_BLOCK_X) {
+      snprintf(slot, sizeof slot, "threadIdx.x >> 5");
+      snprintf(first, sizeof first, "0");
+      snprintf(at, sizeof at, "dl_w");
+    } else {
+      snprintf(slot, sizeof slot, "threadIdx.y * %u + threadIdx.x", x);
+      snprintf(first, sizeof first, "threadIdx.x");
+      snprintf(at, sizeof at, "dl_w * %u + threadIdx.x", x);
+    }
+    indent(o);
+    fputs("__syncthreads();\n", o->f);
+    indent(o);
+    fprintf(o->f, "%s%s[%s] = %s;\n", s->map == KM_BLOCK_X ? "if ((threadIdx.x & 31u) == 0) " : "",
+            s->buf->name, slot, acc);
+    indent(o);
+    fputs("__syncthreads();\n", o->f);
+    indent(o);
+    fprintf(o->f, "%s = %s[%s];\n", acc, s->buf->name, first);
+    snprintf(line, sizeof line, "for (int dl_w = 1; dl_w < %u; dl_w++)", slots);
+    open_loop(o, line);
+    snprintf(line, sizeof line, "%s[%s]", s->buf->name, at);
+    combine_from(o, s, line);
+    close_brace(o);
+  }
+  close_brace(o);
 }
 
 static void stmt(Out *o, const KStmt *s) {
@@ -710,47 +872,117 @@ static void stmt(Out *o, const KStmt *s) {
       indent(o);
       fputs("__syncthreads();\n", o->f);
       return;
-    case KS_VLOAD:
-      indent(o);
-      if (is_half(s->var->dtype))
-        fprintf(o->f, "uint2 %s = *(const uint2 *)&%s[", s->var->name, s->buf->name);
-      else
-        fprintf(o->f, "%s4 %s = *(const %s4 *)&%s[", ctype(k, s->var->dtype), s->var->name,
-                ctype(k, s->var->dtype), s->buf->name);
-      expr(o, s->index);
-      fputs("];\n", o->f);
-      return;
-    case KS_VSTORE:
-      indent(o);
-      if (is_half(s->buf->dtype)) {
-        const char *pack = s->buf->dtype == TY_F16 ? "dl_h_pack" : "dl_b_pack";
-        fprintf(o->f, "*(uint2 *)&%s[", s->buf->name);
+    case KS_VLOAD: {
+      VecShape v = vec_shape(s->var->dtype, s->n_lanes);
+      for (int w = 0; w < v.words; w++) {
+        indent(o);
+        fprintf(o->f, "%s ", v.type);
+        word_name(o, s->var->name, &v, w);
+        fprintf(o->f, " = *(const %s *)&%s[", v.type, s->buf->name);
         expr(o, s->index);
-        fputs("] = make_uint2(", o->f);
-        for (int i = 0; i < 4; i += 2) {
-          fprintf(o->f, "%s%s(", i ? ", " : "", pack);
-          expr_as(o, s->lanes[i], s->buf->dtype);
-          fputs(", ", o->f);
-          expr_as(o, s->lanes[i + 1], s->buf->dtype);
-          fputc(')', o->f);
-        }
-        fputs(");\n", o->f);
-        return;
+        if (w) fprintf(o->f, " + %d", w * v.per_word);
+        fputs("];\n", o->f);
       }
-      fprintf(o->f, "*(%s4 *)&%s[", ctype(k, s->buf->dtype), s->buf->name);
-      expr(o, s->index);
-      fprintf(o->f, "] = make_%s4(", ctype(k, s->buf->dtype));
-      for (int i = 0; i < 4; i++) {
-        if (i) fputs(", ", o->f);
-        expr_as(o, s->lanes[i], s->buf->dtype);
-      }
-      fputs(");\n", o->f);
       return;
+    }
+    case KS_VSTORE: vstore(o, s); return;
+    case KS_ALLREDUCE: allreduce(o, s); return;
+    case KS_CHUNK: chunk_store(o, s); return;
+    case KS_MMA:
+    case KS_LDMATRIX:
+    case KS_CP_ASYNC:
+    case KS_CP_COMMIT:
+    case KS_CP_WAIT:
+    case KS_TF32: tc_stmt(o, s); return;
   }
 }
 
 static void block(Out *o, const KBlock *b) {
   for (const KStmt *s = b->first; s; s = s->next) stmt(o, s);
+}
+
+/* &buf[at] */
+static void address(Out *o, const KBuf *b, const KExpr *at) {
+  fprintf(o->f, "&%s[", b->name);
+  expr(o, at);
+  fputc(']', o->f);
+}
+
+/* 8 or 16 bytes of lanes in one store: float2/4 and int2/4 as they are,
+ * halves and bytes packed into the words of a uint2/4, the first lowest. */
+static void chunk_store(Out *o, const KStmt *s) {
+  DType dt = s->buf->dtype;
+  int words = s->count * ir_dtype_size(dt) / 4, per_word = s->count / words;
+  const char *vec = dt == TY_F32 ? "float" : dt == TY_I32 ? "int" : "uint";
+  indent(o);
+  fprintf(o->f, "*(%s%d *)", vec, words);
+  address(o, s->buf, s->index);
+  fprintf(o->f, " = make_%s%d(", vec, words);
+  for (int w = 0; w < words; w++) {
+    if (w) fputs(", ", o->f);
+    if (per_word == 1) {
+      expr_as(o, s->chunk[w], dt);
+    } else if (per_word == 2) {
+      fputs(dt == TY_F16 ? "dl_h_pack(" : "dl_b_pack(", o->f);
+      expr_as(o, s->chunk[2 * w], dt);
+      fputs(", ", o->f);
+      expr_as(o, s->chunk[2 * w + 1], dt);
+      fputc(')', o->f);
+    } else {
+      fputc('(', o->f);
+      for (int b = 0; b < 4; b++) {
+        fputs(b ? " | (unsigned)(unsigned char)" : "(unsigned)(unsigned char)", o->f);
+        expr_as(o, s->chunk[4 * w + b], dt);
+        if (b) fprintf(o->f, " << %d", 8 * b);
+      }
+      fputc(')', o->f);
+    }
+  }
+  fputs(");\n", o->f);
+}
+
+static void tc_stmt(Out *o, const KStmt *s) {
+  static const char *const mma[] = {"dl_mma_f16", "dl_mma_bf16", "dl_mma_s8", "dl_mma_tf32"};
+  indent(o);
+  switch (s->kind) {
+    case KS_MMA:
+      fprintf(o->f, "%s(", mma[s->tc]);
+      address(o, s->buf, s->index);
+      fputs(", ", o->f);
+      address(o, s->src, s->src_at);
+      fputs(", ", o->f);
+      address(o, s->src2, s->src2_at);
+      fputs(", ", o->f);
+      address(o, s->buf, s->index);
+      fputs(");\n", o->f);
+      return;
+    case KS_LDMATRIX:
+      fprintf(o->f, "dl_ldmatrix_x%d%s(", s->count, s->trans ? "_trans" : "");
+      address(o, s->buf, s->index);
+      fputs(", ", o->f);
+      address(o, s->src, s->src_at);
+      fputs(");\n", o->f);
+      return;
+    case KS_CP_ASYNC:
+      fprintf(o->f, "dl_cp_async%d(", s->count);
+      address(o, s->buf, s->index);
+      fputs(", ", o->f);
+      address(o, s->src, s->src_at);
+      fputs(", (unsigned)", o->f);
+      expr(o, s->value);
+      fputs(");\n", o->f);
+      return;
+    case KS_CP_COMMIT: fputs("dl_cp_async_commit();\n", o->f); return;
+    case KS_CP_WAIT: fprintf(o->f, "dl_cp_async_wait<%d>();\n", s->count); return;
+    case KS_TF32:
+      fprintf(o->f, "%s[", s->buf->name);
+      expr(o, s->index);
+      fprintf(o->f, "] = dl_tf32(__uint_as_float(%s[", s->buf->name);
+      expr(o, s->index);
+      fputs("]));\n", o->f);
+      return;
+    default: dl_internal(o->k->ctx, "statement %d is not a tensor-core statement", (int)s->kind);
+  }
 }
 
 static void param_type(Out *o, const KParam *p) {
@@ -789,13 +1021,19 @@ char *cg_emit_kernel(Ctx *c, const Kernel *k, const char *name, bool with_commen
     fprintf(f, p->var || p->may_alias ? " %s" : "__restrict__ %s", p->var ? p->var->name : p->buf->name);
   }
   fputs(") {\n", f);
+  if (k->dynamic_shared_bytes) fputs("  extern __shared__ __align__(16) unsigned char dl_smem[];\n", f);
   for (int i = 0; i < k->n_locals; i++) {
     const KBuf *b = k->locals[i];
+    if (b->dynamic) {
+      fprintf(f, "  %s *%s = (%s *)(dl_smem + %u);\n", ctype(k, b->dtype), b->name, ctype(k, b->dtype), b->offset);
+      continue;
+    }
     /* i8 tiles are read four bytes at a time (KE_PACK4) */
     const char *space = b->space != KSP_SHARED ? ""
                         : b->dtype == TY_I8  ? "__shared__ __align__(16) "
                                              : "__shared__ ";
-    fprintf(f, "  %s%s %s[%" PRId64 "];\n", space, ctype(k, b->dtype), b->name, b->numel);
+    const char *type = b->space == KSP_FRAGMENT ? "unsigned" : ctype(k, b->dtype);
+    fprintf(f, "  %s%s %s[%" PRId64 "];\n", space, type, b->name, b->numel);
   }
   block(&o, &k->body);
   fputs("}\n", f);

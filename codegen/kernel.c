@@ -109,7 +109,7 @@ KVar *cg_kparam_range(Kernel *k, const char *name, DType dt, int64_t ival, int64
   return v;
 }
 
-KBuf *cg_klocal(Kernel *k, const char *stem, DType dt, int64_t numel, KSpace space) {
+static KBuf *add_local(Kernel *k, const char *stem, DType dt, int64_t numel, KSpace space) {
   if (k->n_locals == k->cap_locals) {
     int cap = k->cap_locals ? 2 * k->cap_locals : 4;
     k->locals = arena_realloc(&k->ctx->arena, k->locals, sizeof(KBuf *) * (size_t)k->cap_locals,
@@ -122,9 +122,28 @@ KBuf *cg_klocal(Kernel *k, const char *stem, DType dt, int64_t numel, KSpace spa
   b->space = space;
   b->numel = numel;
   k->locals[k->n_locals++] = b;
-  if (space == KSP_SHARED) k->shared_bytes += (uint32_t)(numel * ir_dtype_size(dt));
   note_size(k, numel);
   return b;
+}
+
+KBuf *cg_klocal(Kernel *k, const char *stem, DType dt, int64_t numel, KSpace space) {
+  KBuf *b = add_local(k, stem, dt, numel, space);
+  if (space == KSP_SHARED) k->shared_bytes += (uint32_t)(numel * ir_dtype_size(dt));
+  return b;
+}
+
+KBuf *cg_kdynshared(Kernel *k, const char *stem, DType dt, int64_t numel, uint32_t offset) {
+  if (offset % 16) dl_internal(k->ctx, "dynamic shared buffer %s at byte %u", stem, offset);
+  KBuf *b = add_local(k, stem, dt, numel, KSP_SHARED);
+  b->dynamic = true;
+  b->offset = offset;
+  uint64_t end = offset + (uint64_t)numel * (uint64_t)ir_dtype_size(dt);
+  if (end > k->dynamic_shared_bytes) k->dynamic_shared_bytes = (uint32_t)end;
+  return b;
+}
+
+KBuf *cg_kfrag(Kernel *k, const char *stem, int64_t numel) {
+  return add_local(k, stem, TY_I32, numel, KSP_FRAGMENT);
 }
 
 KVar *cg_kvar(Kernel *k, const char *stem, DType dt) {
@@ -160,12 +179,25 @@ void cg_kernel_finish(Kernel *k) {
   }
 }
 
+/* An H200 (the largest GPU the project targets) has 132 SMs of 2048
+ * resident threads: a wave is 132 * 2048 / threads_per_block blocks.
+ * Four waves keep every SM busy to the end of a grid-stride loop while
+ * each thread still walks several elements, which amortizes its index
+ * arithmetic; more blocks only add scheduling. */
+enum { GRID_SMS = 132, SM_THREADS = 2048, GRID_WAVES = 4 };
+
+int64_t cg_gpu_threads(void) { return (int64_t)GRID_SMS * SM_THREADS; }
+
+int64_t cg_grid_cap(int64_t threads_per_block) {
+  if (threads_per_block < 1) threads_per_block = 1;
+  int64_t per_sm = SM_THREADS / threads_per_block;
+  return (int64_t)GRID_SMS * (per_sm < 1 ? 1 : per_sm) * GRID_WAVES;
+}
+
 void cg_kernel_grid_1d(Kernel *k, int64_t total) {
-  /* 8192 blocks of 256 fill an H200 (132 SMs x 2048 threads) eight times
-   * over; beyond that the grid-stride loop takes the rest. */
-  int64_t blocks = (total + 255) / 256;
+  int64_t blocks = (total + 255) / 256, cap = cg_grid_cap(256);
   if (blocks < 1) blocks = 1;
-  if (blocks > 8192) blocks = 8192;
+  if (blocks > cap) blocks = cap;
   k->block[0] = total < 256 ? (uint32_t)(total < 1 ? 1 : (total + 31) / 32 * 32) : 256;
   k->grid[0] = (uint32_t)blocks;
 }
@@ -227,6 +259,7 @@ KExpr *cg_kidx(Kernel *k, KIdxOp op, KExpr *a, KExpr *b) {
         break;
       case KI_MIN: return cg_kint(k, x < y ? x : y);
       case KI_MAX: return cg_kint(k, x > y ? x : y);
+      case KI_XOR: return cg_kint(k, x ^ y);
     }
   }
   switch (op) {
@@ -247,6 +280,9 @@ KExpr *cg_kidx(Kernel *k, KIdxOp op, KExpr *a, KExpr *b) {
       break;
     case KI_MOD:
       if (is_int_imm(b, 1)) return cg_kint(k, 0);
+      break;
+    case KI_XOR:
+      if (is_int_imm(b, 0)) return a;
       break;
     case KI_MIN:
     case KI_MAX: break;
@@ -462,4 +498,101 @@ KStmt *cg_kif(Kernel *k, KBlock *in, KExpr *cond) {
 void cg_kbarrier(Kernel *k, KBlock *in) {
   append(k, in, KS_BARRIER);
   k->uses_barriers = true;
+}
+
+void cg_kchunk(Kernel *k, KBlock *in, KBuf *b, KExpr *index, KExpr *const *values, int count) {
+  int n = count, bytes = count * ir_dtype_size(b->dtype);
+  if (bytes != 8 && bytes != 16) dl_internal(k->ctx, "a chunk store of %d bytes", bytes);
+  KStmt *s = append(k, in, KS_CHUNK);
+  s->count = count;
+  b->written = true;
+  s->buf = b;
+  s->index = index;
+  s->chunk = ARENA_ARRAY(&k->ctx->arena, KExpr *, n);
+  memcpy(s->chunk, values, sizeof(KExpr *) * (size_t)n);
+}
+
+/* ---- tensor-core statements ---- */
+
+static KStmt *append_tc(Kernel *k, KBlock *in, KStmtKind kind, bool collective) {
+  k->uses_tc = true;
+  /* emu: a warp-collective call needs its lanes as fibers that meet */
+  if (collective) k->uses_barriers = true;
+  return append(k, in, kind);
+}
+
+static void expect_space(Kernel *k, const KBuf *b, KSpace space, const char *what) {
+  if (b->space != space) dl_internal(k->ctx, "%s: %s is in the wrong memory space", what, b->name);
+}
+
+void cg_kmma(Kernel *k, KBlock *in, KTcKind tc, KBuf *acc, KExpr *acc_at, KBuf *a, KExpr *a_at, KBuf *b,
+             KExpr *b_at) {
+  DType want = tc == KTC_S8 ? TY_I32 : TY_F32;
+  if (acc->space != KSP_REGISTER || acc->dtype != want)
+    dl_internal(k->ctx, "mma: accumulator %s is not a %s register array", acc->name, ir_dtype_name(want));
+  expect_space(k, a, KSP_FRAGMENT, "mma");
+  expect_space(k, b, KSP_FRAGMENT, "mma");
+  KStmt *s = append_tc(k, in, KS_MMA, true);
+  acc->read = acc->written = a->read = b->read = true;
+  s->tc = tc;
+  s->buf = acc, s->index = acc_at;
+  s->src = a, s->src_at = a_at;
+  s->src2 = b, s->src2_at = b_at;
+}
+
+void cg_kldmatrix(Kernel *k, KBlock *in, KBuf *frag, KExpr *frag_at, int count, bool trans, KBuf *smem,
+                  KExpr *row_at) {
+  expect_space(k, frag, KSP_FRAGMENT, "ldmatrix");
+  expect_space(k, smem, KSP_SHARED, "ldmatrix");
+  if (count != 1 && count != 2 && count != 4) dl_internal(k->ctx, "ldmatrix of %d matrices", count);
+  KStmt *s = append_tc(k, in, KS_LDMATRIX, true);
+  frag->written = smem->read = true;
+  s->buf = frag, s->index = frag_at;
+  s->src = smem, s->src_at = row_at;
+  s->count = count;
+  s->trans = trans;
+}
+
+void cg_kcp_async(Kernel *k, KBlock *in, int bytes, KBuf *smem, KExpr *smem_at, KBuf *gmem, KExpr *gmem_at,
+                  KExpr *src_bytes) {
+  expect_space(k, smem, KSP_SHARED, "cp.async");
+  expect_space(k, gmem, KSP_GLOBAL, "cp.async");
+  if (bytes != 4 && bytes != 8 && bytes != 16) dl_internal(k->ctx, "cp.async of %d bytes", bytes);
+  KStmt *s = append_tc(k, in, KS_CP_ASYNC, false);
+  smem->written = gmem->read = true;
+  s->count = bytes;
+  s->buf = smem, s->index = smem_at;
+  s->src = gmem, s->src_at = gmem_at;
+  s->value = src_bytes;
+}
+
+void cg_kcp_commit(Kernel *k, KBlock *in) { append_tc(k, in, KS_CP_COMMIT, false); }
+
+void cg_kcp_wait(Kernel *k, KBlock *in, int pending) { append_tc(k, in, KS_CP_WAIT, false)->count = pending; }
+
+void cg_ktf32(Kernel *k, KBlock *in, KBuf *frag, KExpr *at) {
+  expect_space(k, frag, KSP_FRAGMENT, "tf32");
+  KStmt *s = append_tc(k, in, KS_TF32, false);
+  frag->read = frag->written = true;
+  s->buf = frag, s->index = at;
+}
+
+void cg_kallreduce(Kernel *k, KBlock *in, KVar *var, OpKind combine, KMap across) {
+  uint32_t x = k->block[0], y = k->block[1];
+  bool ok = (var->dtype == TY_F32 || var->dtype == TY_I32 || var->dtype == TY_I64) &&
+            (combine == OP_ADD || combine == OP_MUL || combine == OP_MAXIMUM || combine == OP_MINIMUM) &&
+            (across == KM_BLOCK_X ? x >= 1 && x <= 1024 && (x & (x - 1)) == 0 && (x <= 32 || x % 32 == 0)
+                                  : across == KM_BLOCK_Y) &&
+            x * y <= 1024 && x * y % 32 == 0;
+  if (!ok)
+    dl_internal(k->ctx, "cg_kallreduce of %s by %s across %d in a %ux%u block", ir_dtype_name(var->dtype),
+                ir_ops[combine].name, (int)across, x, y);
+  KStmt *s = append(k, in, KS_ALLREDUCE);
+  s->var = var;
+  s->combine = combine;
+  s->map = across;
+  /* One slot per warp (x) or per thread (y) of the block. */
+  int64_t slots = across == KM_BLOCK_X ? (x > 32 ? x / 32 * y : 0) : (y > 1 ? (int64_t)x * y : 0);
+  if (slots) s->buf = cg_klocal(k, "red", var->dtype, slots, KSP_SHARED);
+  k->uses_barriers = true; /* the emu runs warp shuffles as it runs barriers: on fibers */
 }

@@ -26,6 +26,10 @@ typedef enum {
   KSP_GLOBAL,   /* a kernel parameter: device memory */
   KSP_SHARED,   /* __shared__ array of numel elements */
   KSP_REGISTER, /* per-thread array of numel elements */
+  /* per-thread array of numel 32-bit registers holding matrix fragments
+   * as the tensor-core instructions take them (raw bits, `unsigned`);
+   * only the KS_MMA/KS_LDMATRIX/KS_TF32 statements touch them */
+  KSP_FRAGMENT,
 } KSpace;
 
 /* How a loop's iterations are spread over the GPU. */
@@ -39,9 +43,11 @@ typedef enum {
   KM_BLOCK_X, /* iteration = threadIdx.x (guarded) */
   KM_BLOCK_Y,
   KM_BLOCK_Z,
-  KM_VEC2, /* innermost, vector loads and stores of 2/4/8 (not emitted yet) */
-  KM_VEC4,
-  KM_VEC8,
+  /* Innermost, a constant 2 .. 16 iterations over consecutive elements
+   * (the lanes of a vector): cg_vectorize turns the loads and stores at
+   * base + lane into 16-byte accesses where it proves them aligned and
+   * unrolls the rest. */
+  KM_LANES,
 } KMap;
 
 typedef struct KBuf {
@@ -50,6 +56,11 @@ typedef struct KBuf {
   KSpace space;
   int64_t numel;
   bool read, written;
+  /* KSP_SHARED carved from the launch's dynamic shared memory at this
+   * byte offset (cg_kdynshared), so buffers may overlap on purpose and
+   * the total may pass the 48 KiB a kernel may declare statically. */
+  bool dynamic;
+  uint32_t offset;
 } KBuf;
 
 /* A scalar: loop variable, local register, or scalar kernel parameter. */
@@ -71,12 +82,13 @@ typedef enum {
   KE_LOAD,   /* buf[a[0]] */
   KE_OP,     /* an elementwise op of the table on a[0] (and a[1]: quantize's scale too), as eval.c */
   KE_CAST,   /* a[0] converted to dtype with the cast op's rules */
-  KE_LANE,   /* lane i (0..3) of the vector var (a KS_VLOAD's) */
+  KE_LANE,   /* lane i (0 .. sub-1) of the sub-lane vector var (a KS_VLOAD's) */
   KE_PACK4,  /* the four i8 of buf[a[0] .. a[0]+3] as one int (a[0] a multiple of 4) */
   KE_DP4A,   /* a[2] + the four products of a[0]'s and a[1]'s signed bytes (CUDA's __dp4a) */
 } KExprKind;
 
-typedef enum { KI_ADD, KI_SUB, KI_MUL, KI_DIV, KI_MOD, KI_MIN, KI_MAX } KIdxOp;
+/* KI_XOR on non-negative indices only (shared-memory swizzles). */
+typedef enum { KI_ADD, KI_SUB, KI_MUL, KI_DIV, KI_MOD, KI_MIN, KI_MAX, KI_XOR } KIdxOp;
 typedef enum { KC_LT, KC_LE, KC_GT, KC_GE, KC_EQ, KC_NE } KCmpOp;
 
 typedef struct KExpr KExpr;
@@ -102,9 +114,38 @@ typedef enum {
   KS_STORE,   /* buf[index] = value */
   KS_IF,      /* if (cond) body else orelse */
   KS_BARRIER, /* __syncthreads() */
-  KS_VLOAD,   /* declares the 4-lane vector var = buf[index .. index+3] (16-byte aligned) */
-  KS_VSTORE,  /* buf[index .. index+3] = lanes[0..3] (16-byte aligned) */
+  KS_VLOAD,   /* declares the n_lanes vector var = buf[index .. index+n_lanes) (aligned to its size, at most 16) */
+  KS_VSTORE,  /* buf[index .. index+n_lanes) = lanes[0 .. n_lanes) (the same alignment) */
+  /* var = combine(var over the iterations of the enclosing loop mapped to
+   * threadIdx.x (map KM_BLOCK_X: warp shuffles, then across warps through
+   * the shared buf) or threadIdx.y (KM_BLOCK_Y: through buf)); every
+   * thread of the block reaches it together and gets the same value,
+   * combined in a fixed order (cg_kallreduce). */
+  KS_ALLREDUCE,
+  KS_CHUNK,   /* buf[index .. index+count) = chunk[0 .. count): one 8- or 16-byte store (so aligned) */
+  /* The tensor-core statements (docs/tensorcores.md).  The warp-collective
+   * ones (KS_MMA, KS_LDMATRIX) must be reached by all 32 lanes of a warp
+   * together.  Fragments are KSP_FRAGMENT buffers, accumulators f32 or
+   * i32 registers, each statement's operands `count` consecutive
+   * registers from its index. */
+  KS_MMA,       /* buf[index..+4] = src[src_at..+4] x src2[src2_at..+2] + buf[index..+4] (mma.sync by tc) */
+  KS_LDMATRIX,  /* buf[index..+count] = ldmatrix .x<count> (.trans) of the 8x8 b16 matrices whose
+                   rows this lane's address src[src_at] is one of (shared memory) */
+  KS_CP_ASYNC,  /* count bytes (4, 8, 16) from src[src_at] to shared buf[index], of which only
+                   value bytes are read and the rest zero-filled; done at the KS_CP_WAIT that
+                   retires its group */
+  KS_CP_COMMIT, /* closes this thread's group of KS_CP_ASYNC */
+  KS_CP_WAIT,   /* until at most count of this thread's committed groups are still pending */
+  KS_TF32,      /* fragment buf[index] = its f32 bits rounded to tf32 (cvt.rna) */
 } KStmtKind;
+
+/* Which mma.sync a KS_MMA is: operand types, shape and accumulator. */
+typedef enum {
+  KTC_F16,  /* m16n8k16, f16 x f16 + f32 */
+  KTC_BF16, /* m16n8k16, bf16 x bf16 + f32 */
+  KTC_S8,   /* m16n8k32, s8 x s8 + s32 (wrapping) */
+  KTC_TF32, /* m16n8k8, tf32 x tf32 + f32 */
+} KTcKind;
 
 typedef struct KStmt KStmt;
 typedef struct KBlock {
@@ -125,7 +166,15 @@ struct KStmt {
   KBuf *buf;
   KExpr *index;
   KBlock body, orelse;
-  KExpr *lanes[4]; /* KS_VSTORE */
+  KExpr **lanes; /* KS_VSTORE */
+  int n_lanes;   /* KS_VLOAD, KS_VSTORE */
+  KExpr **chunk;   /* KS_CHUNK */
+  /* the tensor-core statements' operands (above) */
+  KBuf *src, *src2;
+  KExpr *src_at, *src2_at;
+  int count;
+  KTcKind tc;
+  bool trans;
 };
 
 /* A parameter: a global buffer or a scalar, with what it is bound to in
@@ -157,7 +206,9 @@ typedef struct Kernel {
   KBlock body;
   uint32_t grid[3], block[3];
   bool uses_barriers;
+  bool uses_tc; /* calls the tensor-core functions (their prelude) */
   uint32_t shared_bytes;
+  uint32_t dynamic_shared_bytes;
   bool finished;
 } Kernel;
 
@@ -176,14 +227,26 @@ KVar *cg_kparam(Kernel *k, const char *name, DType dt, int64_t ival, float fval)
 KVar *cg_kparam_range(Kernel *k, const char *name, DType dt, int64_t ival, int64_t lo, int64_t hi);
 /* A __shared__ (KSP_SHARED) or per-thread (KSP_REGISTER) array. */
 KBuf *cg_klocal(Kernel *k, const char *stem, DType dt, int64_t numel, KSpace space);
+/* numel elements of the launch's dynamic shared memory from byte offset
+ * (a multiple of 16); the launch gets as many bytes as the furthest one
+ * reaches. */
+KBuf *cg_kdynshared(Kernel *k, const char *stem, DType dt, int64_t numel, uint32_t offset);
+/* A fragment of numel 32-bit registers (KSP_FRAGMENT). */
+KBuf *cg_kfrag(Kernel *k, const char *stem, int64_t numel);
 /* A fresh local: name is a stem ("acc" -> "acc3" when taken). */
 KVar *cg_kvar(Kernel *k, const char *stem, DType dt);
 /* Picks the index type and orders the parameters (read-only buffers,
  * written buffers, scalars).  Idempotent. */
 void cg_kernel_finish(Kernel *k);
 /* 1-D launch for total threads: block 256, grid capped (grid-stride loops
- * cover the rest). */
+ * cover the rest) at cg_grid_cap blocks. */
 void cg_kernel_grid_1d(Kernel *k, int64_t total);
+/* The most blocks of threads_per_block a grid-stride launch needs: a
+ * whole number of waves that fill every SM of the largest GPU we target
+ * (docs/kernels.md). */
+int64_t cg_grid_cap(int64_t threads_per_block);
+/* The threads that GPU holds at once (132 SMs x 2048). */
+int64_t cg_gpu_threads(void);
 
 KExpr *cg_kint(Kernel *k, int64_t v);
 KExpr *cg_kimm(Kernel *k, double v, DType dt); /* a value immediate (KE_INT for integer dtypes) */
@@ -228,6 +291,26 @@ void cg_kset(Kernel *k, KBlock *in, KVar *var, KExpr *value);
 void cg_kstore(Kernel *k, KBlock *in, KBuf *b, KExpr *index, KExpr *value);
 KStmt *cg_kif(Kernel *k, KBlock *in, KExpr *cond); /* fill ->body (and ->orelse) */
 void cg_kbarrier(Kernel *k, KBlock *in);
+/* One store of count values of b's dtype, 8 or 16 bytes in all, at
+ * b[index] (aligned to its size). */
+void cg_kchunk(Kernel *k, KBlock *in, KBuf *b, KExpr *index, KExpr *const *values, int count);
+
+/* The tensor-core statements (KS_MMA ...). */
+void cg_kmma(Kernel *k, KBlock *in, KTcKind tc, KBuf *acc, KExpr *acc_at, KBuf *a, KExpr *a_at, KBuf *b,
+             KExpr *b_at);
+void cg_kldmatrix(Kernel *k, KBlock *in, KBuf *frag, KExpr *frag_at, int count, bool trans, KBuf *smem,
+                  KExpr *row_at);
+void cg_kcp_async(Kernel *k, KBlock *in, int bytes, KBuf *smem, KExpr *smem_at, KBuf *gmem, KExpr *gmem_at,
+                  KExpr *src_bytes);
+void cg_kcp_commit(Kernel *k, KBlock *in);
+void cg_kcp_wait(Kernel *k, KBlock *in, int pending);
+void cg_ktf32(Kernel *k, KBlock *in, KBuf *frag, KExpr *at);
+/* var = combine (OP_ADD, OP_MUL, OP_MAXIMUM, OP_MINIMUM) of var over the
+ * iterations of the enclosing loop mapped to across (KM_BLOCK_X or
+ * KM_BLOCK_Y), whose extent must equal the launch's block[0] (a power of
+ * two up to 1024) or block[1]: set the launch shape first.  var is f32,
+ * i32 or i64. */
+void cg_kallreduce(Kernel *k, KBlock *in, KVar *var, OpKind combine, KMap across);
 
 /* ---- kernel-IR passes (unroll.c) ---- */
 
@@ -235,9 +318,12 @@ void cg_kbarrier(Kernel *k, KBlock *in);
  * max_trip 0 turns every KM_UNROLL back into KM_SERIAL (--no-unroll). */
 void cg_unroll(Kernel *k, int max_trip);
 /* A contiguous elementwise map (one grid-stride loop of lets and stores
- * at its index) becomes a loop over float4 loads and stores plus a
- * scalar tail.  Returns whether it did; every f32 buffer it vectorizes
- * must start 16-byte aligned (refs are checked). */
+ * at its index) becomes a loop over vectors of 16 bytes of its narrowest
+ * dtype (a KM_LANES loop) plus a scalar tail; then every KM_LANES loop
+ * of the kernel gets 16-byte loads and stores where they are provably
+ * aligned (refs are checked), its lane-invariant lets (a broadcast
+ * operand, a coordinate) computed once per vector, and is unrolled.
+ * Returns whether any access became a vector one. */
 bool cg_vectorize(Kernel *k);
 
 /* ---- CUDA text (emit_cuda.c) ---- */
@@ -301,10 +387,16 @@ const CgGroup *cg_group(CgBuild *b);
 void cg_set_group(CgBuild *b, const CgGroup *grp);
 /* Appends the group's GEMMs and its one kernel; false after reporting. */
 bool cg_lower_group(CgBuild *b, const CgGroup *grp);
+/* Whether v is computed inside the group being lowered (by the loads
+ * that read it: cg_fused_load) rather than stored. */
+bool cg_is_fused(CgBuild *b, const Value *v);
 /* v[index] when v is computed inside the group being lowered (its
  * expression, lets into blk, or a pure expression when blk is NULL);
  * NULL when v is stored. */
 KExpr *cg_fused_load(CgBuild *b, Kernel *k, KBlock *blk, const Value *v, KExpr *index);
+/* v[index] as an operand: computed (cg_fused_load), a splat const's
+ * immediate, or loaded from v's bytes as a buffer called name. */
+KExpr *cg_operand_load(CgBuild *b, Kernel *k, KBlock *blk, const Value *v, const char *name, KExpr *index);
 /* When out is the anchor of the group being lowered and members follow
  * it: stores the root's element at index computed from value (the
  * anchor's element) and returns true; else false and nothing happens. */
@@ -312,8 +404,67 @@ bool cg_fused_store(CgBuild *b, Kernel *k, KBlock *blk, const Value *out, KExpr 
                     KExpr *value);
 /* "conv2d_batchnorm_relu" for kernel names. */
 const char *cg_group_hint(Ctx *c, const CgGroup *grp);
-/* A convolution (groups 1) as one tiled implicit-GEMM kernel. */
+/* A group that is linear(x, W, b) then relu or gelu(tanh) as one GEMM
+ * step with cuBLASLt's epilogue (lower_kernels.c); false, having done
+ * nothing, for any other group. */
+bool cg_lower_gemm_epilogue(CgBuild *b, const CgGroup *grp);
+/* A convolution as one tiled implicit-GEMM kernel (conv_igemm.c): groups
+ * 1, or grouped where cg_conv_on_tc says the tensor cores take it. */
 bool cg_lower_conv_igemm(CgBuild *b, const Node *n);
+bool cg_conv_on_tc(CgBuild *b, const Node *n);
+
+/* ---- tensor-core GEMMs (tc_gemm.c, docs/tensorcores.md) ---- */
+
+/* One operand of a tensor-core GEMM, seen as rows of K elements (A: M
+ * rows, B: N rows; z is the batch index, e.g. a convolution's group).
+ * The callbacks add to the kernel k and return expressions. */
+typedef struct CgTcOperand {
+  int64_t rows;
+  /* consecutive k are adjacent in memory: threads walk along a row */
+  bool k_major;
+  /* The operand is a plain global array whose chunks of 16 bytes along K
+   * are contiguous and 16-byte aligned when K is a multiple of a chunk:
+   * its buffer, else NULL (then nothing may have been added to k). */
+  KBuf *(*async_buf)(void *ctx, Kernel *k);
+  /* With async_buf: the index in it of element (row, kk), kk a multiple
+   * of a chunk; *ok (or NULL) whether that chunk exists (else zeros). */
+  KExpr *(*chunk_at)(void *ctx, Kernel *k, KBlock *blk, KExpr *z, KExpr *row, KExpr *kk, KExpr **ok);
+  /* Otherwise element by element: what a row needs once (may be NULL),
+   * then element (row, kk) of the tile's dtype, statements into blk. */
+  void *(*row_begin)(void *ctx, Kernel *k, KBlock *blk, KExpr *z, KExpr *row);
+  KExpr *(*element)(void *ctx, void *row, Kernel *k, KBlock *blk, KExpr *z, KExpr *kk);
+} CgTcOperand;
+
+/* C[z][m][n] = sum over k < K of A[z][m][k] * B[z][n][k], for z < batch,
+ * in f32 (s32 for int8), each element handed to store. */
+typedef struct CgTcGemm {
+  const Node *node;
+  const char *hint, *what; /* the kernel's name stem and plan label */
+  KTcKind tc;
+  int64_t m, n, k, batch;
+  CgTcOperand a, b;
+  void *ctx; /* the callbacks' */
+  /* element (m, n) of batch z: acc is its sum (f32, or i32 for KTC_S8) */
+  void (*store)(void *ctx, Kernel *k, KBlock *blk, KExpr *z, KExpr *m, KExpr *n, KExpr *acc);
+} CgTcGemm;
+
+/* The tile a problem gets (docs/tensorcores.md's table and heuristic). */
+typedef struct CgTcTile {
+  int bm, bn;   /* the block's tile of C */
+  int wm, wn;   /* warps along M and N */
+  int stages;   /* K stages in flight */
+  int split;    /* slices of K added by a second kernel (1: none) */
+} CgTcTile;
+
+/* The SMs the tile choice fills: an H200's. */
+enum { CG_TC_TARGET_SMS = 132 };
+
+CgTcTile cg_tc_choose(int64_t m, int64_t n, int64_t k, int64_t batch, KTcKind tc);
+/* The tensor-core instruction for operands of dtype dt (f32 only with
+ * tf32); false when there is none. */
+bool cg_tc_kind(DType dt, bool tf32, KTcKind *tc);
+/* Appends g's kernel(s). */
+void cg_tc_gemm(CgBuild *b, const CgTcGemm *g);
 
 /* ---- cost (plan_cost.c, docs/cost.md) ---- */
 
@@ -372,6 +523,19 @@ bool cg_lower_train(CgBuild *b, const Node *n);
  * order (lower_kernels.c).  The caller keeps the result in range. */
 KExpr *cg_index_reported(CgBuild *b, Kernel *k, KBlock *blk, KExpr *pos, KExpr *raw, int axis, int64_t dim);
 const char *cg_cuda_philox(void);
+/* What the node lowerings share (lower_kernels.c): a kernel named for n
+ * (or its fusion group), the dtype check (floats, or with ints_ok any
+ * integer or bool too; false after reporting), v[index] (or its fused
+ * expression, or its folded value) with lets into blk, and the store of
+ * out's element (or the group's epilogue from there). */
+Kernel *cg_node_kernel(CgBuild *b, const Node *n, const char *suffix, const char *what);
+bool cg_check_dtypes(CgBuild *b, const Node *n, bool ints_ok);
+KExpr *cg_load_in(CgBuild *b, Kernel *k, KBlock *blk, const Value *v, const char *name, KExpr *index);
+void cg_store_at(CgBuild *b, Kernel *k, KBlock *blk, const Value *out, KExpr *index, KExpr *value);
+/* lower_rows.c: the reductions and normalizations (reduce ops, argmax,
+ * softmax, log_softmax, layernorm, rms_norm, group_norm,
+ * global_avgpool), one kernel each. */
+bool cg_lower_rows(CgBuild *b, const Node *n);
 /* A kernel that fills count elements of dtype at ref with value. */
 void cg_fill(CgBuild *b, const Node *n, const char *what, RtRef ref, DType dt, int64_t count,
              double value);

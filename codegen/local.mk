@@ -4,7 +4,10 @@ libdlcc_core_la_SOURCES += \
 	codegen/kernel.h codegen/kernel.c \
 	codegen/lower_kernels.c \
 	codegen/lower_train.c \
+	codegen/lower_rows.c \
 	codegen/fuse_lower.c \
+	codegen/conv_igemm.c \
+	codegen/tc_gemm.c \
 	codegen/initgraph.c \
 	codegen/unroll.c \
 	codegen/emit_cuda.c \

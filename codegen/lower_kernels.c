@@ -7,6 +7,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "codegen.h"
 #include "kernel.h"
 
 static int64_t numel(const TensorType *t) { return ir_type_numel(t); }
@@ -71,11 +72,7 @@ static KBuf *global_of(CgBuild *b, Kernel *k, const Value *v, const char *name) 
  * when blk is NULL). */
 static KExpr *load_in(CgBuild *b, Kernel *k, KBlock *blk, const Value *v, const char *name,
                       KExpr *index) {
-  KExpr *f = cg_fused_load(b, k, blk, v, index);
-  if (f) return f;
-  double c;
-  if (cg_const_of(b, v, &c)) return cg_kimm(k, c, v->type.dtype);
-  return cg_kload(k, global_of(b, k, v, name), index);
+  return cg_operand_load(b, k, blk, v, name, index);
 }
 
 static KExpr *load_of(CgBuild *b, Kernel *k, const Value *v, const char *name, KExpr *index) {
@@ -89,9 +86,18 @@ static KExpr *load_f32(CgBuild *b, Kernel *k, KBlock *blk, const Value *v, const
   return cg_kcast(k, load_in(b, k, blk, v, name, index), TY_F32);
 }
 
-/* out[index] = value, or the fusion group's epilogue from there. */
-static void store_at(CgBuild *b, Kernel *k, KBlock *blk, const Value *out, KExpr *index,
-                     KExpr *value) {
+/* The lowerings of lower_rows.c share these. */
+Kernel *cg_node_kernel(CgBuild *b, const Node *n, const char *suffix, const char *what) {
+  return new_kernel(b, n, suffix, what);
+}
+
+bool cg_check_dtypes(CgBuild *b, const Node *n, bool ints_ok) { return check_dtypes(b, n, ints_ok); }
+
+KExpr *cg_load_in(CgBuild *b, Kernel *k, KBlock *blk, const Value *v, const char *name, KExpr *index) {
+  return load_in(b, k, blk, v, name, index);
+}
+
+void cg_store_at(CgBuild *b, Kernel *k, KBlock *blk, const Value *out, KExpr *index, KExpr *value) {
   if (cg_fused_store(b, k, blk, out, index, value)) return;
   cg_kstore(k, blk, global_of(b, k, out, "out"), index, cg_kcast(k, value, out->type.dtype));
 }
@@ -308,67 +314,7 @@ static bool lower_batchnorm(CgBuild *b, const Node *n) {
   return true;
 }
 
-/* ---- reductions: one thread per output row, a serial loop in f32 ---- */
-
-static bool lower_reduce(CgBuild *b, const Node *n) {
-  if (!check_dtypes(b, n, false)) return false;
-  const Value *x = n->in[0], *out = &n->out[0];
-  const TensorType *xt = &x->type;
-  if (numel(&out->type) == 0) return true;
-  int n_axes;
-  const int64_t *axes = ir_attr_ints(n, "axes", &n_axes);
-  bool reduced[DL_MAX_RANK] = {false};
-  for (int i = 0; i < n_axes; i++) reduced[axes[i] < 0 ? axes[i] + xt->rank : axes[i]] = true;
-  /* Iterate over x's shape with the reduced dims set to 1: the same order
-   * as the result, keepdims or not. */
-  TensorType kept = *xt;
-  int64_t group = 1, xst[DL_MAX_RANK], base_st[DL_MAX_RANK];
-  strides_of(xt, xst);
-  for (int d = 0; d < xt->rank; d++) {
-    base_st[d] = reduced[d] ? 0 : xst[d];
-    if (reduced[d]) group *= xt->dims[d], kept.dims[d] = 1;
-  }
-  Kernel *k = new_kernel(b, n, NULL, NULL);
-  Map m;
-  map_begin(&m, k, &kept);
-  KVar *base = cg_klet(k, &m.main, "base", KT_INDEX, map_index(&m, base_st));
-  OpKind comb = n->op == OP_REDUCE_MAX ? OP_MAXIMUM : n->op == OP_REDUCE_MIN ? OP_MINIMUM
-                : n->op == OP_REDUCE_PROD ? OP_MUL : OP_ADD;
-  double init = n->op == OP_REDUCE_MAX ? -INFINITY : n->op == OP_REDUCE_MIN ? INFINITY
-                : n->op == OP_REDUCE_PROD ? 1.0 : 0.0;
-  KVar *acc = cg_kvar(k, "acc", TY_F32), *r = cg_kvar(k, "r", KT_INDEX);
-  KStmt *red = cg_kreduce(k, &m.main, acc, cg_kimm(k, init, TY_F32), comb, r, cg_kint(k, group));
-  /* The element's offset from the row's base: r itself when the reduced
-   * dims are the trailing ones, else r decoded over the reduced dims. */
-  int first = -1;
-  bool trailing = true;
-  for (int d = 0; d < xt->rank; d++)
-    if (reduced[d] && xt->dims[d] != 1) {
-      if (first < 0) first = d;
-    } else if (first >= 0 && xt->dims[d] != 1) {
-      trailing = false;
-    }
-  KExpr *off = cg_kint(k, 0);
-  if (trailing) {
-    off = cg_kv(k, r);
-  } else {
-    int64_t rs = 1;
-    for (int d = xt->rank - 1; d >= 0; d--) {
-      if (!reduced[d] || xt->dims[d] == 1) continue;
-      KExpr *c = cg_kidx(k, KI_DIV, cg_kv(k, r), cg_kint(k, rs));
-      if (d != first) c = cg_kidx(k, KI_MOD, c, cg_kint(k, xt->dims[d]));
-      off = cg_kadd(k, off, cg_kmul(k, c, cg_kint(k, xst[d])));
-      rs *= xt->dims[d];
-    }
-  }
-  red->value = load_f32(b, k, &red->body, x, "x", cg_kadd(k, cg_kv(k, base), off));
-  KExpr *res = cg_kv(k, acc);
-  if (n->op == OP_REDUCE_MEAN) res = cg_kop2(k, OP_DIV, res, cg_kimm(k, (double)group, TY_F32));
-  map_store(b, &m, out, res);
-  map_end(&m);
-  cg_launch(b, k);
-  return true;
-}
+/* ---- rows (topk): one thread per output row, a serial loop ---- */
 
 static void split_axis(const TensorType *t, int axis, int64_t *outer, int64_t *len,
                        int64_t *inner) {
@@ -388,146 +334,6 @@ static KVar *row_base(Kernel *k, KBlock *in, KExpr *o, int64_t len, int64_t inne
 
 static KExpr *row_at(Kernel *k, KVar *base, KExpr *kk, int64_t inner) {
   return cg_kadd(k, cg_kv(k, base), cg_kmul(k, kk, cg_kint(k, inner)));
-}
-
-static bool lower_argmax(CgBuild *b, const Node *n) {
-  const Value *x = n->in[0], *out = &n->out[0];
-  if (!check_dtypes(b, n, true)) return false;
-  int axis = (int)ir_attr_int(n, "axis");
-  if (axis < 0) axis += x->type.rank;
-  int64_t outer, len, inner;
-  split_axis(&x->type, axis, &outer, &len, &inner);
-  if (outer * inner == 0) return true;
-  if (len == 0) {
-    diag_error(cg_build_ctx(b), n->loc, "argmax over an empty axis");
-    return false;
-  }
-  Kernel *k = new_kernel(b, n, NULL, NULL);
-  TensorType rows = flat(TY_I64, outer * inner);
-  Map m;
-  map_begin(&m, k, &rows);
-  KVar *base = row_base(k, &m.main, m.i, len, inner);
-  DType dt = x->type.dtype;
-  KVar *best = cg_klet(k, &m.main, "best", TY_I64, cg_kimm(k, 0, TY_I64));
-  KVar *bv = cg_klet(k, &m.main, "bv", dt, load_of(b, k, x, "x", cg_kv(k, base)));
-  KVar *j = cg_kvar(k, "j", KT_INDEX);
-  KStmt *loop = cg_kloop(k, &m.main, j, cg_kint(k, len - 1), KM_SERIAL);
-  KExpr *kk = cg_kadd(k, cg_kv(k, j), cg_kint(k, 1));
-  KVar *v = cg_klet(k, &loop->body, "v", dt, load_of(b, k, x, "x", row_at(k, base, kk, inner)));
-  KExpr *better = cg_kcmp(k, KC_GT, cg_kv(k, v), cg_kv(k, bv));
-  if (ir_dtype_is_float(dt)) /* NaN is the largest value; the first one wins */
-    better = cg_kand(k, cg_kcmp(k, KC_EQ, cg_kv(k, bv), cg_kv(k, bv)),
-                     cg_kor(k, cg_kcmp(k, KC_NE, cg_kv(k, v), cg_kv(k, v)), better));
-  KStmt *iff = cg_kif(k, &loop->body, better);
-  cg_kset(k, &iff->body, best, cg_kcast(k, kk, TY_I64));
-  cg_kset(k, &iff->body, bv, cg_kv(k, v));
-  map_store(b, &m, out, cg_kv(k, best));
-  map_end(&m);
-  cg_launch(b, k);
-  return true;
-}
-
-static bool lower_softmax(CgBuild *b, const Node *n) {
-  if (!check_dtypes(b, n, false)) return false;
-  const Value *x = n->in[0], *out = &n->out[0];
-  int axis = (int)ir_attr_int(n, "axis");
-  if (axis < 0) axis += x->type.rank;
-  int64_t outer, len, inner;
-  split_axis(&x->type, axis, &outer, &len, &inner);
-  if (numel(&x->type) == 0) return true;
-  Kernel *k = new_kernel(b, n, NULL, NULL);
-  TensorType rows = flat(TY_F32, outer * inner);
-  Map m;
-  map_begin(&m, k, &rows);
-  KVar *base = row_base(k, &m.main, m.i, len, inner);
-  KVar *mx = cg_kvar(k, "mx", TY_F32), *r = cg_kvar(k, "r", KT_INDEX);
-  KStmt *red =
-      cg_kreduce(k, &m.main, mx, cg_kimm(k, -INFINITY, TY_F32), OP_MAXIMUM, r, cg_kint(k, len));
-  red->value = load_f32(b, k, &red->body, x, "x", row_at(k, base, cg_kv(k, r), inner));
-  KVar *sum = cg_kvar(k, "sum", TY_F32), *r2 = cg_kvar(k, "r", KT_INDEX);
-  red = cg_kreduce(k, &m.main, sum, cg_kimm(k, 0, TY_F32), OP_ADD, r2, cg_kint(k, len));
-  red->value =
-      cg_kop1(k, OP_EXP,
-              cg_kop2(k, OP_SUB, load_f32(b, k, &red->body, x, "x", row_at(k, base, cg_kv(k, r2), inner)),
-                      cg_kv(k, mx)));
-  KExpr *scale = n->op == OP_LOG_SOFTMAX ? cg_kop1(k, OP_LOG, cg_kv(k, sum)) : NULL;
-  KVar *lsum = scale ? cg_klet(k, &m.main, "lsum", TY_F32, scale) : NULL;
-  KVar *j = cg_kvar(k, "j", KT_INDEX);
-  KStmt *loop = cg_kloop(k, &m.main, j, cg_kint(k, len), KM_SERIAL);
-  KExpr *at = row_at(k, base, cg_kv(k, j), inner);
-  KExpr *v = cg_kop2(k, OP_SUB, load_f32(b, k, &loop->body, x, "x", at), cg_kv(k, mx));
-  KExpr *y = lsum ? cg_kop2(k, OP_SUB, v, cg_kv(k, lsum))
-                  : cg_kop2(k, OP_DIV, cg_kop1(k, OP_EXP, v), cg_kv(k, sum));
-  store_at(b, k, &loop->body, out, at, y);
-  map_end(&m);
-  cg_launch(b, k);
-  return true;
-}
-
-static bool lower_layernorm(CgBuild *b, const Node *n) {
-  if (!check_dtypes(b, n, false)) return false;
-  const Value *x = n->in[0], *out = &n->out[0];
-  int axis = (int)ir_attr_int(n, "axis");
-  if (axis < 0) axis += x->type.rank;
-  int64_t outer = 1, len = 1;
-  for (int i = 0; i < axis; i++) outer *= x->type.dims[i];
-  for (int i = axis; i < x->type.rank; i++) len *= x->type.dims[i];
-  if (numel(&x->type) == 0) return true;
-  Kernel *k = new_kernel(b, n, NULL, NULL);
-  TensorType rows = flat(TY_F32, outer);
-  Map m;
-  map_begin(&m, k, &rows);
-  KVar *base = cg_klet(k, &m.main, "base", KT_INDEX, cg_kmul(k, m.i, cg_kint(k, len)));
-  KExpr *flen = cg_kimm(k, (double)len, TY_F32);
-  KVar *s = cg_kvar(k, "sum", TY_F32), *r = cg_kvar(k, "r", KT_INDEX);
-  KStmt *red = cg_kreduce(k, &m.main, s, cg_kimm(k, 0, TY_F32), OP_ADD, r, cg_kint(k, len));
-  red->value = load_f32(b, k, &red->body, x, "x", cg_kadd(k, cg_kv(k, base), cg_kv(k, r)));
-  KVar *mean = cg_klet(k, &m.main, "mean", TY_F32, cg_kop2(k, OP_DIV, cg_kv(k, s), flen));
-  KVar *sq = cg_kvar(k, "sq", TY_F32), *r2 = cg_kvar(k, "r", KT_INDEX);
-  red = cg_kreduce(k, &m.main, sq, cg_kimm(k, 0, TY_F32), OP_ADD, r2, cg_kint(k, len));
-  KVar *dv =
-      cg_klet(k, &red->body, "d", TY_F32,
-              cg_kop2(k, OP_SUB,
-                      load_f32(b, k, &red->body, x, "x", cg_kadd(k, cg_kv(k, base), cg_kv(k, r2))),
-                      cg_kv(k, mean)));
-  red->value = cg_kop2(k, OP_MUL, cg_kv(k, dv), cg_kv(k, dv));
-  KExpr *var = cg_kop2(k, OP_DIV, cg_kv(k, sq), flen);
-  KExpr *den =
-      cg_kop1(k, OP_SQRT, cg_kop2(k, OP_ADD, var, cg_kimm(k, ir_attr_float(n, "eps"), TY_F32)));
-  KVar *inv = cg_klet(k, &m.main, "inv", TY_F32, cg_kop2(k, OP_DIV, cg_kimm(k, 1, TY_F32), den));
-  KVar *j = cg_kvar(k, "j", KT_INDEX);
-  KStmt *loop = cg_kloop(k, &m.main, j, cg_kint(k, len), KM_SERIAL);
-  KExpr *at = cg_kadd(k, cg_kv(k, base), cg_kv(k, j));
-  KExpr *y =
-      cg_kop2(k, OP_MUL, cg_kop2(k, OP_SUB, load_f32(b, k, &loop->body, x, "x", at), cg_kv(k, mean)),
-              cg_kv(k, inv));
-  if (n->n_in > 1) y = cg_kop2(k, OP_MUL, y, load_f32(b, k, NULL, n->in[1], "weight", cg_kv(k, j)));
-  if (n->n_in > 2) y = cg_kop2(k, OP_ADD, y, load_f32(b, k, NULL, n->in[2], "bias", cg_kv(k, j)));
-  store_at(b, k, &loop->body, out, at, y);
-  map_end(&m);
-  cg_launch(b, k);
-  return true;
-}
-
-static bool lower_global_avgpool(CgBuild *b, const Node *n) {
-  if (!check_dtypes(b, n, false)) return false;
-  const Value *x = n->in[0], *out = &n->out[0];
-  const TensorType *t = &x->type;
-  int64_t rows = t->dims[0] * t->dims[1], len = 1;
-  for (int i = 2; i < t->rank; i++) len *= t->dims[i];
-  if (rows == 0) return true;
-  Kernel *k = new_kernel(b, n, NULL, NULL);
-  TensorType rt = flat(TY_F32, rows);
-  Map m;
-  map_begin(&m, k, &rt);
-  KVar *s = cg_kvar(k, "sum", TY_F32), *r = cg_kvar(k, "r", KT_INDEX);
-  KStmt *red = cg_kreduce(k, &m.main, s, cg_kimm(k, 0, TY_F32), OP_ADD, r, cg_kint(k, len));
-  red->value =
-      load_f32(b, k, &red->body, x, "x", cg_kadd(k, cg_kmul(k, m.i, cg_kint(k, len)), cg_kv(k, r)));
-  map_store(b, &m, out, cg_kop2(k, OP_DIV, cg_kv(k, s), cg_kimm(k, (double)len, TY_F32)));
-  map_end(&m);
-  cg_launch(b, k);
-  return true;
 }
 
 /* ---- matrix products ---- */
@@ -581,8 +387,6 @@ static bool blas_takes_int8(const RtGemm *g) {
 /* An int8 GEMM cuBLAS would refuse, as a kernel: one thread per element
  * of C, its k products summed in int32 (wrapping, as eval.c). */
 static void gemm_i8_kernel(CgBuild *b, const Node *n, const char *what, const RtGemm *g) {
-  if (g->alpha != 1.0f || g->beta != 0.0f)
-    dl_internal(cg_build_ctx(b), "int8 gemm with alpha %g, beta %g", (double)g->alpha, (double)g->beta);
   Kernel *k = new_kernel(b, n, "gemm_i8", what ? what : "gemm");
   TensorType space = ir_type_make(TY_I32, 3, (int64_t[]){g->batch, g->m, g->n});
   Map m;
@@ -611,9 +415,110 @@ static void gemm_i8_kernel(CgBuild *b, const Node *n, const char *what, const Rt
   cg_launch(b, k);
 }
 
+/* The same on tensor cores (tc_gemm.c): A's rows are m, B's rows n,
+ * each K-contiguous (cp.async-able when aligned) unless transposed. */
+typedef struct I8Gemm {
+  const RtGemm *g;
+} I8Gemm;
+
+static KBuf *i8_buf(Kernel *k, const RtGemm *g, bool is_b) {
+  int64_t last = g->batch - 1;
+  int64_t n = is_b ? last * g->stride_b + (g->trans_b ? g->n : g->k) * g->ldb
+                   : last * g->stride_a + (g->trans_a ? g->k : g->m) * g->lda;
+  return cg_kglobal(k, is_b ? "b" : "a", TY_I8, n, is_b ? g->b : g->a);
+}
+
+/* Element (row, kk) of A (is_b false) or B in batch z. */
+static KExpr *i8_index(Kernel *k, const RtGemm *g, bool is_b, KExpr *z, KExpr *row, KExpr *kk) {
+  bool k_major = is_b ? g->trans_b : !g->trans_a;
+  KExpr *ld = cg_kint(k, is_b ? g->ldb : g->lda), *stride = cg_kint(k, is_b ? g->stride_b : g->stride_a);
+  KExpr *at = k_major ? cg_kadd(k, cg_kmul(k, row, ld), kk) : cg_kadd(k, cg_kmul(k, kk, ld), row);
+  return cg_kadd(k, cg_kmul(k, z, stride), at);
+}
+
+static bool i8_aligned(const RtGemm *g, bool is_b) {
+  bool k_major = is_b ? g->trans_b : !g->trans_a;
+  int64_t ld = is_b ? g->ldb : g->lda, stride = is_b ? g->stride_b : g->stride_a;
+  uint64_t off = is_b ? g->b.offset : g->a.offset;
+  return k_major && ld % 16 == 0 && off % 16 == 0 && (g->batch == 1 || stride % 16 == 0);
+}
+
+static KBuf *i8_async_a(void *ctx, Kernel *k) {
+  const RtGemm *g = ((I8Gemm *)ctx)->g;
+  return i8_aligned(g, false) ? i8_buf(k, g, false) : NULL;
+}
+
+static KBuf *i8_async_b(void *ctx, Kernel *k) {
+  const RtGemm *g = ((I8Gemm *)ctx)->g;
+  return i8_aligned(g, true) ? i8_buf(k, g, true) : NULL;
+}
+
+static KExpr *i8_chunk_a(void *ctx, Kernel *k, KBlock *blk, KExpr *z, KExpr *row, KExpr *kk, KExpr **ok) {
+  (void)blk;
+  *ok = NULL;
+  return i8_index(k, ((I8Gemm *)ctx)->g, false, z, row, kk);
+}
+
+static KExpr *i8_chunk_b(void *ctx, Kernel *k, KBlock *blk, KExpr *z, KExpr *row, KExpr *kk, KExpr **ok) {
+  (void)blk;
+  *ok = NULL;
+  return i8_index(k, ((I8Gemm *)ctx)->g, true, z, row, kk);
+}
+
+static void *i8_row(void *ctx, Kernel *k, KBlock *blk, KExpr *z, KExpr *row) {
+  (void)ctx, (void)k, (void)blk, (void)z;
+  return row;
+}
+
+static KExpr *i8_element_a(void *ctx, void *row, Kernel *k, KBlock *blk, KExpr *z, KExpr *kk) {
+  (void)blk;
+  const RtGemm *g = ((I8Gemm *)ctx)->g;
+  return cg_kload(k, i8_buf(k, g, false), i8_index(k, g, false, z, row, kk));
+}
+
+static KExpr *i8_element_b(void *ctx, void *row, Kernel *k, KBlock *blk, KExpr *z, KExpr *kk) {
+  (void)blk;
+  const RtGemm *g = ((I8Gemm *)ctx)->g;
+  return cg_kload(k, i8_buf(k, g, true), i8_index(k, g, true, z, row, kk));
+}
+
+static void i8_store(void *ctx, Kernel *k, KBlock *blk, KExpr *z, KExpr *m, KExpr *n, KExpr *acc) {
+  const RtGemm *g = ((I8Gemm *)ctx)->g;
+  KBuf *c = cg_kglobal(k, "c", TY_I32, (g->batch - 1) * g->stride_c + g->m * g->ldc, g->c);
+  KExpr *at = cg_kadd(k, cg_kmul(k, z, cg_kint(k, g->stride_c)), cg_kadd(k, cg_kmul(k, m, cg_kint(k, g->ldc)), n));
+  cg_kstore(k, blk, c, at, acc);
+}
+
+static void gemm_i8_tc(CgBuild *b, const Node *n, const char *what, const RtGemm *g) {
+  Ctx *c = cg_build_ctx(b);
+  I8Gemm *ig = ARENA_NEW(&c->arena, I8Gemm);
+  RtGemm *copy = ARENA_NEW(&c->arena, RtGemm);
+  *copy = *g;
+  ig->g = copy;
+  const CgGroup *grp = cg_group(b);
+  CgTcGemm tg = {
+      .node = n,
+      .hint = arena_printf(&c->arena, "%s_gemm_i8", grp && grp->anchor == n && grp->n > 1 ? cg_group_hint(c, grp)
+                                                                                             : ir_ops[n->op].name),
+      .what = what ? what : "gemm",
+      .tc = KTC_S8,
+      .m = g->m,
+      .n = g->n,
+      .k = g->k,
+      .batch = g->batch,
+      .a = {.rows = g->m, .k_major = !g->trans_a, .async_buf = i8_async_a, .chunk_at = i8_chunk_a,
+            .row_begin = i8_row, .element = i8_element_a},
+      .b = {.rows = g->n, .k_major = g->trans_b != 0, .async_buf = i8_async_b, .chunk_at = i8_chunk_b,
+            .row_begin = i8_row, .element = i8_element_b},
+      .ctx = ig,
+      .store = i8_store,
+  };
+  cg_tc_gemm(b, &tg);
+}
+
 /* Appends g, or nothing when C is empty, or zeros when k is 0 (C is
  * always contiguous here); an int8 g that cuBLAS cannot run becomes a
- * kernel of ours. */
+ * kernel of ours, on tensor cores unless --no-tensor-cores. */
 static void emit_gemm(CgBuild *b, const Node *n, const char *what, const RtGemm *g) {
   if (g->m == 0 || g->n == 0 || g->batch == 0) return;
   if (g->k == 0) {
@@ -621,7 +526,12 @@ static void emit_gemm(CgBuild *b, const Node *n, const char *what, const RtGemm 
     return;
   }
   if (g->dtype == RT_DT_I8 && !blas_takes_int8(g)) {
-    gemm_i8_kernel(b, n, what, g);
+    if (g->alpha != 1.0f || g->beta != 0.0f)
+      dl_internal(cg_build_ctx(b), "int8 gemm with alpha %g, beta %g", (double)g->alpha, (double)g->beta);
+    if (cg_options(b)->no_tensor_cores)
+      gemm_i8_kernel(b, n, what, g);
+    else
+      gemm_i8_tc(b, n, what, g);
     return;
   }
   cg_gemm(b, n, what, g);
@@ -701,20 +611,63 @@ static bool lower_matmul(CgBuild *b, const Node *n) {
   return true;
 }
 
-static bool lower_linear(CgBuild *b, const Node *n) {
-  if (!product_dtypes(b, n)) return false;
-  const Value *x = n->in[0], *w = n->in[1], *out = &n->out[0];
+/* linear's product x W^T (rows of x by the weight's out features) into c. */
+static RtGemm linear_gemm(CgBuild *b, const Node *n, RtRef c) {
+  const Value *x = n->in[0], *w = n->in[1];
   int64_t in = x->type.dims[x->type.rank - 1], outf = w->type.dims[0];
-  int64_t total = numel(&out->type), rows = outf ? total / outf : 0;
-  if (total == 0) return true;
-  RtRef rc = cg_ref(b, out);
+  int64_t total = numel(&n->out[0].type), rows = outf ? total / outf : 0;
   RtGemm g = gemm_of(x->type.dtype, rows, outf, in);
   g.trans_b = 1;
   g.ldb = in;
-  g.a = cg_ref(b, x), g.b = cg_ref(b, w), g.c = rc;
-  emit_gemm(b, n, NULL, &g);
+  g.a = cg_ref(b, x), g.b = cg_ref(b, w), g.c = c;
+  return g;
+}
+
+/* Whether cuBLASLt adds linear's bias (its BIAS epilogue): a float
+ * product with a bias, not empty (a sum over no features is the bias
+ * alone, which emit_gemm would not add to its zeros). */
+static bool bias_in_epilogue(const Node *n) {
+  const TensorType *x = &n->in[0]->type;
+  return n->n_in > 2 && ir_dtype_is_float(n->out[0].type.dtype) && x->dims[x->rank - 1] > 0 &&
+         numel(&n->out[0].type) > 0;
+}
+
+static bool lower_linear(CgBuild *b, const Node *n) {
+  if (!product_dtypes(b, n)) return false;
+  const Value *out = &n->out[0];
+  int64_t total = numel(&out->type), outf = n->in[1]->type.dims[0];
+  if (total == 0) return true;
+  RtRef rc = cg_ref(b, out);
+  RtGemm g = linear_gemm(b, n, rc);
   /* In a fusion group the group's kernel adds the bias where it reads. */
-  if (n->n_in > 2 && n->group < 0) bias_add(b, n, rc, total, 1, outf, n->in[2]);
+  if (n->group < 0 && bias_in_epilogue(n)) g.epilogue = RT_EPILOGUE_BIAS, g.bias = cg_ref(b, n->in[2]);
+  emit_gemm(b, n, NULL, &g);
+  if (n->n_in > 2 && n->group < 0 && !g.epilogue) bias_add(b, n, rc, total, 1, outf, n->in[2]);
+  return true;
+}
+
+/* The activation cuBLASLt applies after the bias: relu in every float
+ * type; gelu's tanh form in f16 and bf16 only, since cuBLASLt does not
+ * say how precise its gelu is, and f32 models are held to 1e-5. */
+static uint32_t activation_epilogue(const Node *act, DType dt) {
+  if (act->op == OP_RELU) return RT_EPILOGUE_RELU_BIAS;
+  if (act->op == OP_GELU && dt != TY_F32 && strcmp(ir_attr_str(act, "approximate"), "tanh") == 0)
+    return RT_EPILOGUE_GELU_BIAS;
+  return RT_EPILOGUE_NONE;
+}
+
+bool cg_lower_gemm_epilogue(CgBuild *b, const CgGroup *grp) {
+  const Node *act = grp->root, *lin = act->n_in == 1 ? act->in[0]->def : NULL;
+  if (grp->n != 2 || grp->attention || !lin || lin->op != OP_LINEAR || lin->group != grp->id ||
+      !bias_in_epilogue(lin))
+    return false;
+  DType dt = lin->out[0].type.dtype;
+  uint32_t e = act->out[0].type.dtype == dt ? activation_epilogue(act, dt) : RT_EPILOGUE_NONE;
+  if (!e) return false;
+  RtGemm g = linear_gemm(b, lin, cg_ref(b, &act->out[0]));
+  g.epilogue = e;
+  g.bias = cg_ref(b, lin->in[2]);
+  emit_gemm(b, act, arena_printf(&cg_build_ctx(b)->arena, "#k%d", grp->id), &g);
   return true;
 }
 
@@ -899,13 +852,14 @@ static void conv_direct(CgBuild *b, const Node *n, const ConvGeo *cg) {
   cg_launch(b, k);
 }
 
-/* conv2d and conv3d: an implicit GEMM in a fusion group, else im2col and
- * a GEMM (groups 1) or a direct loop (grouped, depthwise). */
+/* conv2d and conv3d: an implicit GEMM in a fusion group (grouped ones
+ * when the tensor cores take them), else im2col and a GEMM (groups 1) or
+ * a direct loop (grouped, depthwise). */
 static bool lower_conv(CgBuild *b, const Node *n) {
   if (!product_dtypes(b, n)) return false;
   if (numel(&n->out[0].type) == 0) return true;
   int64_t groups = ir_attr_int(n, "groups");
-  if (groups == 1 && n->group >= 0) return cg_lower_conv_igemm(b, n);
+  if (n->group >= 0 && (groups == 1 || cg_conv_on_tc(b, n))) return cg_lower_conv_igemm(b, n);
   ConvGeo cg = conv_geo(n);
   if (groups == 1)
     conv_gemm(b, n, &cg);
@@ -1926,12 +1880,14 @@ bool cg_lower_node(CgBuild *b, const Node *n) {
     case OP_REDUCE_MEAN:
     case OP_REDUCE_MAX:
     case OP_REDUCE_MIN:
-    case OP_REDUCE_PROD: return lower_reduce(b, n);
-    case OP_ARGMAX: return lower_argmax(b, n);
+    case OP_REDUCE_PROD:
+    case OP_ARGMAX:
     case OP_SOFTMAX:
-    case OP_LOG_SOFTMAX: return lower_softmax(b, n);
-    case OP_LAYERNORM: return lower_layernorm(b, n);
-    case OP_GLOBAL_AVGPOOL: return lower_global_avgpool(b, n);
+    case OP_LOG_SOFTMAX:
+    case OP_LAYERNORM:
+    case OP_RMS_NORM:
+    case OP_GROUP_NORM:
+    case OP_GLOBAL_AVGPOOL: return cg_lower_rows(b, n);
     case OP_BATCHNORM: return lower_batchnorm(b, n);
     case OP_MATMUL: return lower_matmul(b, n);
     case OP_LINEAR: return lower_linear(b, n);

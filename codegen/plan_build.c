@@ -44,7 +44,7 @@ struct CgBuild {
   const char **keys; /* each kernel's text under a neutral name: the dedupe key */
   const char **texts;
   int n_kernels, cap_kernels;
-  bool needs_fp16, needs_bf16, needs_philox;
+  bool needs_fp16, needs_bf16, needs_tc, needs_philox;
   RtContract *contracts;
   int n_contracts, cap_contracts;
   uint64_t status_top; /* STATUS: the index reports handed out */
@@ -236,7 +236,15 @@ static void scan_block(InplaceScan *sc, const KBlock *blk, bool nested) {
         break;
       case KS_BARRIER:
       case KS_VLOAD:
-      case KS_VSTORE: sc->ok = false; break;
+      case KS_VSTORE:
+      case KS_CHUNK:
+      case KS_MMA:
+      case KS_LDMATRIX:
+      case KS_CP_ASYNC:
+      case KS_CP_COMMIT:
+      case KS_CP_WAIT:
+      case KS_TF32:
+      case KS_ALLREDUCE: sc->ok = false; break;
     }
   }
 }
@@ -307,6 +315,7 @@ static int step_refs(CgBuild *b, StepRef *out) {
         ADD(st->gemm.a);
         ADD(st->gemm.b);
         ADD(st->gemm.c);
+        if (st->gemm.epilogue) ADD(st->gemm.bias);
         break;
       case RT_STEP_COPY:
         ADD(st->copy.src);
@@ -514,11 +523,14 @@ bool cg_check_memory(const CgResult *r, char *err, size_t len) {
       live[at] = (LiveAt){x->ref.offset, x->ref.offset + x->nbytes, k};
     }
     const RtStep *st = s < p->n_init_steps ? &p->init_steps[s] : &p->steps[s - p->n_init_steps];
-    RtRef refs[3];
+    RtRef refs[4];
     int nr = 0;
     const RtArg *args = st->kind == RT_STEP_LAUNCH ? st->launch.args : NULL;
     uint32_t n_args = st->kind == RT_STEP_LAUNCH ? st->launch.n_args : 0;
-    if (st->kind == RT_STEP_GEMM) refs[0] = st->gemm.a, refs[1] = st->gemm.b, refs[2] = st->gemm.c, nr = 3;
+    if (st->kind == RT_STEP_GEMM) {
+      refs[0] = st->gemm.a, refs[1] = st->gemm.b, refs[2] = st->gemm.c, nr = 3;
+      if (st->gemm.epilogue) refs[nr++] = st->gemm.bias;
+    }
     if (st->kind == RT_STEP_COPY) refs[0] = st->copy.src, refs[1] = st->copy.dst, nr = 2;
     for (uint32_t q = 0; q < n_args + (uint32_t)nr && ok; q++) {
       RtRef ref;
@@ -653,6 +665,7 @@ static uint32_t intern_kernel(CgBuild *b, const Kernel *k) {
    * immediate), so the text says which header it needs. */
   b->needs_fp16 |= strstr(b->texts[i], "__half") != NULL;
   b->needs_bf16 |= strstr(b->texts[i], "bfloat16") != NULL;
+  b->needs_tc |= k->uses_tc;
   b->needs_philox |= strstr(b->texts[i], "dl_dropout_bits(") != NULL;
   return (uint32_t)i;
 }
@@ -685,7 +698,10 @@ static uint32_t intern_contract(CgBuild *b, const Kernel *k, uint32_t idx) {
       q->lo = p->lo, q->hi = p->hi;
     }
   }
-  RtContract c = {.kernel = idx, .n_params = (uint32_t)k->n_params, .params = params};
+  RtContract c = {.kernel = idx,
+                  .dynamic_shared_bytes = k->dynamic_shared_bytes,
+                  .n_params = (uint32_t)k->n_params,
+                  .params = params};
   memcpy(c.grid, k->grid, sizeof c.grid);
   memcpy(c.block, k->block, sizeof c.block);
   for (int i = 0; i < b->n_contracts; i++)
@@ -722,6 +738,7 @@ void cg_launch(CgBuild *b, Kernel *k) {
   l->contract = intern_contract(b, k, idx);
   memcpy(l->grid, k->grid, sizeof l->grid);
   memcpy(l->block, k->block, sizeof l->block);
+  l->dynamic_shared_bytes = k->dynamic_shared_bytes;
   l->n_args = (uint32_t)k->n_params;
   RtArg *args = ARENA_ARRAY(&b->ctx->arena, RtArg, k->n_params + 1);
   for (int i = 0; i < k->n_params; i++) args[i] = k->params[i].arg;
@@ -758,7 +775,7 @@ static void emit_output_copies(CgBuild *b) {
 }
 
 static const char *join_source(CgBuild *b) {
-  const char *prelude = cg_cuda_prelude(b->ctx, b->needs_fp16, b->needs_bf16, false);
+  const char *prelude = cg_cuda_prelude(b->ctx, b->needs_fp16, b->needs_bf16, b->needs_tc);
   if (b->needs_philox) prelude = arena_printf(&b->ctx->arena, "%s%s", prelude, cg_cuda_philox());
   size_t len = strlen(prelude);
   for (int i = 0; i < b->n_kernels; i++) len += strlen(b->texts[i]) + 1;

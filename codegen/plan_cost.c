@@ -41,6 +41,7 @@ static bool known(const Kernel *k, const KExpr *e, double *v) {
         case KI_MOD: *v = b ? fmod(a, b) : 0; return true;
         case KI_MIN: *v = a < b ? a : b; return true;
         case KI_MAX: *v = a > b ? a : b; return true;
+        case KI_XOR: *v = (double)((int64_t)a ^ (int64_t)b); return true;
       }
       return false;
     default: return false;
@@ -100,16 +101,35 @@ static void walk_block(Traffic *t, const KBlock *blk, double times) {
         walk_block(t, &st->body, times);
         walk_block(t, &st->orelse, times);
         break;
-      case KS_BARRIER: break;
+      case KS_BARRIER:
+      case KS_ALLREDUCE: break;
       case KS_VLOAD:
         walk_expr(t, st->index, times);
-        touch(t, st->buf, 4 * times, false);
+        touch(t, st->buf, st->n_lanes * times, false);
         break;
       case KS_VSTORE:
         walk_expr(t, st->index, times);
-        for (int i = 0; i < 4; i++) walk_expr(t, st->lanes[i], times);
-        touch(t, st->buf, 4 * times, true);
+        for (int i = 0; i < st->n_lanes; i++) walk_expr(t, st->lanes[i], times);
+        touch(t, st->buf, st->n_lanes * times, true);
         break;
+      case KS_CHUNK:
+        walk_expr(t, st->index, times);
+        for (int i = 0; i < st->count; i++) walk_expr(t, st->chunk[i], times);
+        touch(t, st->buf, st->count * times, true);
+        break;
+      case KS_MMA:
+        /* a warp's 16 x 8 x K products, a 32nd of them each lane's */
+        t->ops += times * 2 * 16 * 8 * (st->tc == KTC_S8 ? 32 : st->tc == KTC_TF32 ? 8 : 16) / 32;
+        break;
+      case KS_CP_ASYNC:
+        walk_expr(t, st->src_at, times);
+        walk_expr(t, st->value, times);
+        touch(t, st->src, times * st->count / ir_dtype_size(st->src->dtype), false);
+        break;
+      case KS_LDMATRIX:
+      case KS_CP_COMMIT:
+      case KS_CP_WAIT:
+      case KS_TF32: break;
     }
   }
 }

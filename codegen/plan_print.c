@@ -49,6 +49,11 @@ static void print_gemm(FILE *f, const RtGemm *g) {
   cg_print_ref(f, g->b);
   fputs(" c=", f);
   cg_print_ref(f, g->c);
+  static const char *const epilogues[] = {"", "bias", "relu+bias", "gelu+bias"};
+  if (g->epilogue) {
+    fprintf(f, " epilogue=%s bias=", g->epilogue < RT_EPILOGUE_COUNT ? epilogues[g->epilogue] : "?");
+    cg_print_ref(f, g->bias);
+  }
 }
 
 static void print_step(FILE *f, const RtPlan *p, const RtStep *s, const IrCost *cost) {

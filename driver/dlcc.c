@@ -85,6 +85,9 @@ static const char usage[] =
     "  --unroll=N         unroll loops of at most N constant trips (default 8)\n"
     "  --no-unroll        unroll no loop at all\n"
     "  --no-vectorize     no float4 loads and stores in elementwise kernels\n"
+    "  --tf32             f32 convolutions on tensor cores, operands rounded to tf32\n"
+    "                     (10 fraction bits; docs/tensorcores.md); default: exact f32\n"
+    "  --no-tensor-cores  f16, bf16 and int8 convolutions on the FMA kernel too\n"
     "  --precision=P      f32 (default), f16 or bf16: activations and weights in P,\n"
     "                     sensitive ops in f32, f32 accumulation (docs/passes.md)\n"
     "  --grad             the gradients of a training step: output 0 must be the loss\n"
@@ -151,6 +154,8 @@ int driver_pass_option(const char *arg, PassOptions *po) {
       {"--stats", offsetof(PassOptions, stats)},
       {"--no-unroll", offsetof(PassOptions, no_unroll)},
       {"--no-vectorize", offsetof(PassOptions, no_vectorize)},
+      {"--tf32", offsetof(PassOptions, tf32)},
+      {"--no-tensor-cores", offsetof(PassOptions, no_tensor_cores)},
   };
   if (strncmp(arg, "--precision=", 12) == 0) {
     DType t;
@@ -199,7 +204,11 @@ int driver_pass_option(const char *arg, PassOptions *po) {
 }
 
 CgOptions driver_cg_options(const PassOptions *po) {
-  return (CgOptions){.unroll = po->unroll, .no_unroll = po->no_unroll, .no_vectorize = po->no_vectorize};
+  return (CgOptions){.unroll = po->unroll,
+                     .no_unroll = po->no_unroll,
+                     .no_vectorize = po->no_vectorize,
+                     .tf32 = po->tf32,
+                     .no_tensor_cores = po->no_tensor_cores};
 }
 
 const char driver_quant_usage[] =

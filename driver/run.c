@@ -76,6 +76,7 @@ static const char run_usage[] =
     "  --model=NAME        as for dlcc\n"
     "  -O0, -O1, -O2       graph optimization, as for dlcc (default -O2)\n"
     "  --precision=P       f32 (default), f16 or bf16, as for dlcc\n"
+    "  --tf32              f32 convolutions on tensor cores, as for dlcc\n"
     "  --grad              run the gradients of a training step instead, as for dlcc\n"
     "\n"
     "int8, as for dlcc (calibration uses the weights the run binds: --weights, an\n"
@@ -171,6 +172,8 @@ static int parse_run_args(int argc, char **argv, RunOptions *o) {
       o->n_inputs++;
     } else if ((v = flag_value(argc, argv, &i, "--precision"))) {
       o->api.precision = v;
+    } else if (strcmp(a, "--tf32") == 0) {
+      o->api.tf32 = 1;
     } else if (strcmp(a, "--grad") == 0) {
       o->api.grad = 1;
     } else if ((v = flag_value(argc, argv, &i, "--model"))) {

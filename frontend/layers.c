@@ -340,6 +340,61 @@ static Val bi_layernorm(Lower *l, const Call *c) {
   return val_tensor(fe_emit(l, n));
 }
 
+/* PyTorch's nn.RMSNorm over the last dim: eps defaults, as there, to
+ * the input dtype's machine epsilon (f32's: these graphs are f32). */
+static Val bi_rms_norm(Lower *l, const Call *c) {
+  Value *x;
+  double eps;
+  bool ok = fe_arg_tensor(l, c, 0, &x);
+  ok &= fe_arg_float(l, c, 1, 0x1p-23, &eps);
+  if (!ok) return poison();
+  const TensorType *t = &x->type;
+  if (t->rank < 1) {
+    fe_error(l, c->loc, "rms_norm expects an input [..., D], got %s", ts(t).s);
+    return poison();
+  }
+  if (!need_float(l, c, x)) return poison();
+  const char *scope = fe_layer_scope(l, c, "rms_norm");
+  TensorType pt = type1(t->dtype, t->dims[t->rank - 1]);
+  Value *in[2] = {x, fe_param(l, scope, "weight", &pt, "ones", c->loc)};
+  if (!in[1]) return poison();
+  Node *n = fe_node(l, OP_RMS_NORM, 2, in, c->loc);
+  ir_set_int(l->g, n, "axis", t->rank - 1);
+  ir_set_float(l->g, n, "eps", eps);
+  return val_tensor(fe_emit(l, n));
+}
+
+/* PyTorch's nn.GroupNorm(groups, C): weight and bias per channel. */
+static Val bi_group_norm(Lower *l, const Call *c) {
+  Value *x;
+  int64_t groups;
+  double eps;
+  bool ok = fe_arg_tensor(l, c, 0, &x);
+  ok &= fe_arg_pos_int(l, c, 1, 1, &groups);
+  ok &= fe_arg_float(l, c, 2, 1e-5, &eps);
+  if (!ok) return poison();
+  const TensorType *t = &x->type;
+  if (t->rank < 2) {
+    fe_error(l, c->loc, "group_norm expects an input [N, C, ...], got %s", ts(t).s);
+    return poison();
+  }
+  if (t->dims[1] % groups) {
+    fe_error(l, c->loc, "group_norm: %" PRId64 " groups do not divide the %" PRId64 " channels of %s",
+             groups, t->dims[1], ts(t).s);
+    return poison();
+  }
+  if (!need_float(l, c, x)) return poison();
+  const char *scope = fe_layer_scope(l, c, "group_norm");
+  TensorType pt = type1(t->dtype, t->dims[1]);
+  Value *in[3] = {x, fe_param(l, scope, "weight", &pt, "ones", c->loc),
+                  fe_param(l, scope, "bias", &pt, "zeros", c->loc)};
+  if (!in[1] || !in[2]) return poison();
+  Node *n = fe_node(l, OP_GROUP_NORM, 3, in, c->loc);
+  ir_set_int(l->g, n, "groups", groups);
+  ir_set_float(l->g, n, "eps", eps);
+  return val_tensor(fe_emit(l, n));
+}
+
 static Val bi_embedding(Lower *l, const Call *c) {
   Value *idx;
   int64_t num, dim;
@@ -1158,6 +1213,8 @@ static const Builtin builtins[] = {
      "x,out,kernel|stride,pad,output_pad,dilation,groups,bias", false},
     {"batchnorm", bi_batchnorm, "x|eps,momentum", false},
     {"layernorm", bi_layernorm, "x|eps", false},
+    {"rms_norm", bi_rms_norm, "x|eps", false},
+    {"group_norm", bi_group_norm, "x,groups|eps", false},
     {"embedding", bi_embedding, "indices,num,dim", false},
     {"lstm", bi_lstm, "x,hidden|layers,bias,batch_first,bidirectional", false},
     {"gru", bi_gru, "x,hidden|layers,bias,batch_first,bidirectional", false},

@@ -101,9 +101,9 @@ static const OpEntry onnx_ops[] = {
     {"GlobalLpPool", ox_op_global_pool, "as a sum of |x|^p and its p-th root"},
     {"GlobalMaxPool", ox_op_global_pool, NULL},
     {"Greater", ox_op_logic, NULL},
-    {"GroupNormalization", ox_op_group_norm, "scale and bias per group (opset 18) or per channel (21)"},
     {"GreaterOrEqual", ox_op_logic, NULL},
     {"GridSample", ox_op_grid_sample, "4-d; bilinear, nearest, bicubic; zeros, border, reflection padding"},
+    {"GroupNormalization", ox_op_group_norm, "stash_type=1; scale and bias per channel (opset 21) or per group (18)"},
     {"GRU", ox_op_rnn,
      "forward/reverse/bidirectional, layout 0/1; unrolled (up to 1024 steps) for "
      "linear_before_reset=0, clip, other activations, initial state, sequence_lens"},
@@ -166,6 +166,7 @@ static const OpEntry onnx_ops[] = {
     {"ReduceProd", ox_op_reduce, NULL},
     {"ReduceSum", ox_op_reduce, "axes as attribute or constant input, per opset"},
     {"ReduceSumSquare", ox_op_reduce, NULL},
+    {"RMSNormalization", ox_op_rms_norm, "stash_type=1"},
     {"RNN", ox_op_rnn, "unrolled (up to 1024 steps); the activations, clip, initial state, sequence_lens"},
     {"Relu", ox_op_unary, NULL},
     {"Round", ox_op_unary, "half to even"},

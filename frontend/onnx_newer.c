@@ -1,5 +1,5 @@
 /* ONNX ops of the newer opsets that the IR holds by decomposition: Mish,
- * Swish, MeanVarianceNormalization, LpNormalization, GroupNormalization,
+ * Swish, MeanVarianceNormalization, LpNormalization,
  * CumSum and CumProd, CenterCropPad.  Takes one node's operands, returns
  * its results; a float op of several IR ops computes f16/bf16 in f32 and
  * rounds once. */
@@ -71,47 +71,6 @@ bool ox_op_lp_norm(Imp *im, ONode *n) {
   Val *zero = ox_op2s(im, OP_EQUAL, norm, 0);
   Val *y = ox_where(im, zero, ox_scalar(im, 0, TY_F32), ox_op2(im, OP_DIV, w, ox_where(im, zero, ox_scalar(im, 1, TY_F32), norm)));
   return (n->out[0] = ox_narrow(im, ox_cast(im, y, w->type.dtype), x->type.dtype));
-}
-
-/* x [N, C, ...] seen as [N, G, C/G * rest], normalized over the last
- * axis, then scale and bias: one per group before opset 21, one per
- * channel from 21. */
-bool ox_op_group_norm(Imp *im, ONode *n) {
-  Val *x = ox_in_req(im, n, 0), *scale = ox_in_req(im, n, 1), *bias = ox_in_req(im, n, 2);
-  int64_t groups, stash;
-  double eps;
-  if (!x || !scale || !bias || !ox_attr_int(im, "num_groups", 0, &groups) ||
-      !ox_attr_float(im, "epsilon", 1e-5, &eps) || !ox_attr_int(im, "stash_type", 1, &stash) ||
-      !ox_need_float_in(im, x))
-    return false;
-  int r = x->type.rank;
-  if (r < 2) return ox_bad(im, "the input must be [N, C, ...], got rank %d", r);
-  int64_t N = x->type.dims[0], C = x->type.dims[1], rest = 1;
-  if (groups < 1 || C % groups != 0)
-    return ox_bad(im, "num_groups %" PRId64 " does not divide %" PRId64 " channels", groups, C);
-  for (int d = 2; d < r; d++) rest *= x->type.dims[d];
-  bool per_channel = im->opset >= 21;
-  int64_t want = per_channel ? C : groups;
-  if (ir_type_numel(&scale->type) != want || ir_type_numel(&bias->type) != want)
-    return ox_bad(im, "scale and bias need %" PRId64 " values (one per %s)", want, per_channel ? "channel" : "group");
-  Val *w = stash ? ox_widen(im, x) : x, *mean, *var;
-  Val *g = ox_reshape(im, w, 3, (int64_t[]){N, groups, C / groups * rest});
-  int64_t last = 2;
-  mean_var(im, g, 1, &last, &mean, &var);
-  Val *y = ox_op2(im, OP_MUL, ox_op2(im, OP_SUB, g, mean), ox_op1(im, OP_RSQRT, ox_op2s(im, OP_ADD, var, eps)));
-  if (per_channel) {
-    int64_t cs[DL_MAX_RANK];
-    for (int d = 0; d < r; d++) cs[d] = d == 1 ? C : 1;
-    y = ox_reshape(im, y, r, x->type.dims);
-    y = ox_op2(im, OP_MUL, y, ox_cast(im, ox_reshape(im, scale, r, cs), w->type.dtype));
-    y = ox_op2(im, OP_ADD, y, ox_cast(im, ox_reshape(im, bias, r, cs), w->type.dtype));
-  } else {
-    const int64_t gs[3] = {1, groups, 1};
-    y = ox_op2(im, OP_MUL, y, ox_cast(im, ox_reshape(im, scale, 3, gs), w->type.dtype));
-    y = ox_op2(im, OP_ADD, y, ox_cast(im, ox_reshape(im, bias, 3, gs), w->type.dtype));
-    y = ox_reshape(im, y, r, x->type.dims);
-  }
-  return (n->out[0] = ox_narrow(im, y, x->type.dtype));
 }
 
 /* x shifted by s along axis, the first s places `fill`. */

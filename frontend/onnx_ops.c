@@ -709,6 +709,66 @@ bool ox_op_layernorm(Imp *im, ONode *n) {
   return y != NULL;
 }
 
+/* X / sqrt(mean(X^2 over the dims from axis) + epsilon) * scale: one
+ * rms_norm, the scale its weight when it has exactly the normalized
+ * dims, else a mul after it (broadcasting). */
+bool ox_op_rms_norm(Imp *im, ONode *n) {
+  int64_t axis_attr;
+  double eps;
+  Val *x = ox_in_req(im, n, 0), *scale = ox_in_opt(n, 1);
+  if (!x || !ox_attr_int(im, "axis", -1, &axis_attr) || !ox_attr_float(im, "epsilon", 1e-5, &eps) ||
+      !ox_attr_only(im, "stash_type", 1, 1) || !ox_need_float_in(im, x))
+    return false;
+  int axis;
+  if (!ox_norm_axis(im, axis_attr, x->type.rank, &axis)) return false;
+  bool exact = scale && ox_same_dims(&scale->type, x->type.rank - axis, x->type.dims + axis) &&
+               scale->type.dtype == x->type.dtype;
+  Val *in[2] = {x, scale};
+  Emit e;
+  Node *r = ox_begin(im, &e, OP_RMS_NORM, exact ? 2 : 1, in);
+  ir_set_int(im->g, r, "axis", axis);
+  ir_set_float(im->g, r, "eps", eps);
+  Val *y = ox_emit1(im, &e);
+  if (scale && !exact) y = ox_op2(im, OP_MUL, y, scale);
+  return (n->out[0] = y);
+}
+
+/* One group_norm; a scale and bias per group (opset 18) become one per
+ * channel, each channel taking its group's. */
+bool ox_op_group_norm(Imp *im, ONode *n) {
+  int64_t groups;
+  double eps;
+  Val *x = ox_in_req(im, n, 0), *in[3] = {x, ox_in_req(im, n, 1), ox_in_req(im, n, 2)};
+  if (!x || !in[1] || !in[2] || !ox_attr_int(im, "num_groups", 0, &groups) ||
+      !ox_attr_float(im, "epsilon", 1e-5, &eps) || !ox_attr_only(im, "stash_type", 1, 1) ||
+      !ox_need_float_in(im, x))
+    return false;
+  if (x->type.rank < 2) return ox_bad(im, "needs an input [N, C, ...] of rank >= 2");
+  int64_t c = x->type.dims[1];
+  if (groups < 1 || c % groups)
+    return ox_bad(im, "num_groups %" PRId64 " must be >= 1 and divide the %" PRId64 " channels", groups, c);
+  for (int i = 1; i < 3; i++) {
+    int64_t count = ir_type_numel(&in[i]->type);
+    if (count == groups && groups != c) {
+      int64_t *of = arena_alloc(&im->c->arena, sizeof(int64_t) * (size_t)c);
+      for (int64_t ch = 0; ch < c; ch++) of[ch] = ch / (c / groups);
+      in[i] = ox_gather(im, ox_reshape(im, in[i], 1, &groups), ox_ints_val(im, (int)c, of), 0);
+    } else if (count == c) {
+      in[i] = ox_reshape(im, in[i], 1, &c);
+    } else {
+      return ox_bad(im, "%s must have one value per channel (%" PRId64 ") or per group (%" PRId64 "), got %" PRId64,
+                    i == 1 ? "scale" : "bias", c, groups, count);
+    }
+    if (in[i] && in[i]->type.dtype != x->type.dtype) in[i] = ox_cast(im, in[i], x->type.dtype);
+    if (!in[i]) return false;
+  }
+  Emit e;
+  Node *g = ox_begin(im, &e, OP_GROUP_NORM, 3, in);
+  ir_set_int(im->g, g, "groups", groups);
+  ir_set_float(im->g, g, "eps", eps);
+  return (n->out[0] = ox_emit1(im, &e));
+}
+
 /* x / (bias + alpha / size * sum of x^2 over the size channels around
  * each one)^beta: the window sum is an avgpool2d (which divides by size)
  * over [N, 1, C, H*W...] with a size x 1 kernel, zero-padded. */

@@ -21,7 +21,8 @@ typedef enum {
   RULE_GELU,
   RULE_BATCHNORM,
   RULE_SOFTMAX, /* per_in per element, per_out per row */
-  RULE_LAYERNORM,
+  RULE_LAYERNORM, /* layernorm and group_norm */
+  RULE_RMS_NORM,
   RULE_MATMUL,
   RULE_LINEAR_LAYER,
   RULE_CONV,
@@ -124,6 +125,8 @@ static const OpCost op_cost[] = {
     [OP_SOFTMAX] = {RULE_SOFTMAX, 5, 0},
     [OP_LOG_SOFTMAX] = {RULE_SOFTMAX, 5, 1},
     [OP_LAYERNORM] = {RULE_LAYERNORM, 0, 0},
+    [OP_RMS_NORM] = {RULE_RMS_NORM, 0, 0},
+    [OP_GROUP_NORM] = {RULE_LAYERNORM, 0, 0},
     [OP_GLOBAL_AVGPOOL] = {RULE_LINEAR, 1, 1},
     [OP_BATCHNORM] = {RULE_BATCHNORM, 0, 0},
     [OP_MATMUL] = {RULE_MATMUL, 0, 0},
@@ -178,6 +181,16 @@ static double product(const int64_t *v, int count) {
   return p;
 }
 
+/* The rows a normalization computes statistics of: the leading dims
+ * before axis (group_norm: N times groups). */
+static double norm_rows(const Node *n) {
+  const TensorType *x = &n->in[0]->type;
+  if (n->op == OP_GROUP_NORM) return x->rank > 0 ? (double)x->dims[0] * (double)ir_attr_int(n, "groups") : 0;
+  int axis = (int)ir_attr_int(n, "axis");
+  if (axis < 0) axis += x->rank;
+  return product(x->dims, axis);
+}
+
 /* Multiply-adds per result of a convolution: one per weight of a
  * filter, W [Cout, Cin/groups, k...] (transposed: per input element,
  * W [Cin, Cout/groups, k...]). */
@@ -230,10 +243,12 @@ static double flops_of(const Node *n) {
     case RULE_LAYERNORM: {
       /* mean (sum, divide), x - mean, the variance (square, sum, divide),
        * + eps and rsqrt per row, times rsqrt; then weight and bias */
-      double len = product(x->dims + ir_attr_int(n, "axis"), x->rank - (int)ir_attr_int(n, "axis"));
-      double rows = len ? nx / len : 0;
+      double rows = norm_rows(n);
       return 5 * nx + 4 * rows + (n->n_in - 1) * nx;
     }
+    case RULE_RMS_NORM:
+      /* square and sum; divide, + eps and rsqrt per row; times rsqrt; then weight */
+      return 3 * nx + 3 * norm_rows(n) + (n->n_in - 1) * nx;
     case RULE_MATMUL: return 2 * no * (double)x->dims[x->rank - 1];
     case RULE_LINEAR_LAYER: return 2 * no * (double)x->dims[x->rank - 1] + (n->n_in > 2 ? no : 0);
     case RULE_CONV: return 2 * no * filter_size(n->in[1]) + (n->n_in > 2 ? no : 0);

@@ -748,20 +748,38 @@ static bool eval_softmax(Eval *e, const Node *n, const Tensor *x, Tensor *out) {
   return true;
 }
 
-static bool eval_layernorm(Eval *e, const Node *n, const Tensor *x, const Tensor *w,
-                           const Tensor *b, Tensor *out) {
-  int axis = norm_axis(ir_attr_int(n, "axis"), x->type.rank);
-  if (axis < 0 || axis > x->type.rank) return fail(e, "axis out of range");
+/* layernorm, rms_norm and group_norm: each row (the dims from axis on;
+ * group_norm: one group of channels of one sample) normalized by its
+ * mean and biased variance (rms_norm: by its mean square alone), then
+ * times the weight and plus the bias of its element (group_norm: of its
+ * channel). */
+static bool eval_norm(Eval *e, const Node *n, const Tensor *x, const Tensor *w, const Tensor *b,
+                      Tensor *out) {
+  int64_t outer = 1, len = 1, per_weight = 1, groups = 1;
+  if (n->op == OP_GROUP_NORM) {
+    groups = ir_attr_int(n, "groups");
+    if (x->type.rank < 2 || groups < 1 || x->type.dims[1] % groups)
+      return fail(e, "groups must divide the channels of an input [N, C, ...]");
+    for (int i = 2; i < x->type.rank; i++) per_weight *= x->type.dims[i];
+    outer = x->type.dims[0] * groups;
+    len = numel(&x->type) / (outer ? outer : 1);
+  } else {
+    int axis = norm_axis(ir_attr_int(n, "axis"), x->type.rank);
+    if (axis < 0 || axis > x->type.rank) return fail(e, "axis out of range");
+    for (int i = 0; i < axis; i++) outer *= x->type.dims[i];
+    for (int i = axis; i < x->type.rank; i++) len *= x->type.dims[i];
+  }
+  int64_t weights = n->op == OP_GROUP_NORM ? x->type.dims[1] : len;
+  if ((w && numel(&w->type) != weights) || (b && numel(&b->type) != weights))
+    return fail(e, "weight and bias must have %" PRId64 " elements", weights);
   double eps = ir_attr_float(n, "eps");
-  int64_t outer = 1, len = 1;
-  for (int i = 0; i < axis; i++) outer *= x->type.dims[i];
-  for (int i = axis; i < x->type.rank; i++) len *= x->type.dims[i];
-  if ((w && numel(&w->type) != len) || (b && numel(&b->type) != len))
-    return fail(e, "weight and bias must have the normalized dims' %" PRId64 " elements", len);
+  bool rms = n->op == OP_RMS_NORM;
   for (int64_t o = 0; o < outer; o++) {
     double mean = 0, var = 0;
-    for (int64_t k = 0; k < len; k++) mean += ir_tensor_get(x, o * len + k);
-    mean /= (double)len;
+    if (!rms) {
+      for (int64_t k = 0; k < len; k++) mean += ir_tensor_get(x, o * len + k);
+      mean /= (double)len;
+    }
     for (int64_t k = 0; k < len; k++) {
       double d = ir_tensor_get(x, o * len + k) - mean;
       var += d * d;
@@ -769,9 +787,10 @@ static bool eval_layernorm(Eval *e, const Node *n, const Tensor *x, const Tensor
     var /= (double)len;
     double inv = 1.0 / sqrt(var + eps);
     for (int64_t k = 0; k < len; k++) {
+      int64_t at = n->op == OP_GROUP_NORM ? o % groups * (len / per_weight) + k / per_weight : k;
       double y = (ir_tensor_get(x, o * len + k) - mean) * inv;
-      if (w) y *= ir_tensor_get(w, k);
-      if (b) y += ir_tensor_get(b, k);
+      if (w) y *= ir_tensor_get(w, at);
+      if (b) y += ir_tensor_get(b, at);
       ir_tensor_set(out, o * len + k, y);
     }
   }
@@ -1809,7 +1828,9 @@ static bool eval_node(Eval *e, const Node *n, Tensor *const *in, Tensor *out,
     case OP_SOFTMAX:
     case OP_LOG_SOFTMAX: return eval_softmax(e, n, in[0], out);
     case OP_LAYERNORM:
-      return eval_layernorm(e, n, in[0], n->n_in > 1 ? in[1] : NULL, n->n_in > 2 ? in[2] : NULL, out);
+    case OP_RMS_NORM:
+    case OP_GROUP_NORM:
+      return eval_norm(e, n, in[0], n->n_in > 1 ? in[1] : NULL, n->n_in > 2 ? in[2] : NULL, out);
     case OP_GLOBAL_AVGPOOL: return eval_global_avgpool(e, in[0], out);
     case OP_BATCHNORM: return eval_batchnorm(e, n, in, out);
     case OP_MATMUL: return eval_matmul(e, in[0], in[1], out);

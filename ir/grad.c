@@ -721,6 +721,8 @@ static void vjp_dropout(GradCall *c) {
 #define GRAD_SOFTMAX VJP(vjp_softmax)
 #define GRAD_LOG_SOFTMAX VJP(vjp_softmax)
 #define GRAD_LAYERNORM VJP(vjp_layernorm)
+#define GRAD_RMS_NORM NONE
+#define GRAD_GROUP_NORM NONE
 #define GRAD_GLOBAL_AVGPOOL VJP(vjp_global_avgpool)
 #define GRAD_BATCHNORM RULE(vjp_batchnorm, 1u << 3 | 1u << 4, false)
 #define GRAD_MATMUL VJP(vjp_matmul)

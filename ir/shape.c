@@ -490,6 +490,25 @@ bool shape_layernorm(const Node *n, TensorType *out, char *err, size_t errlen) {
   return true;
 }
 
+bool shape_group_norm(const Node *n, TensorType *out, char *err, size_t errlen) {
+  if (!operands_ok(n, err, errlen)) return false;
+  if (!eps_ok(n, err, errlen)) return false;
+  const TensorType *x = in_type(n, 0);
+  if (x->rank < 2)
+    return fail(err, errlen, "group_norm expects an input [N, C, ...] of rank >= 2, got %s", ts(x).s);
+  if (!need_float(n, x, err, errlen)) return false;
+  int64_t groups = ir_attr_int(n, "groups");
+  if (groups < 1 || x->dims[1] % groups)
+    return fail(err, errlen, "group_norm: groups must be >= 1 and divide the %" PRId64 " channels, got %" PRId64,
+                x->dims[1], groups);
+  TensorType want = ir_type_make(x->dtype, 1, &x->dims[1]);
+  static const char *const names[] = {"x", "weight", "bias"};
+  for (int i = 1; i < n->n_in; i++)
+    if (!need_type(n, i, names[i], &want, " (one value per channel)", err, errlen)) return false;
+  out[0] = *x;
+  return true;
+}
+
 bool shape_global_pool(const Node *n, TensorType *out, char *err, size_t errlen) {
   if (!operands_ok(n, err, errlen)) return false;
   const TensorType *x = in_type(n, 0);

@@ -5,7 +5,7 @@
  *
  * A group has one root (its last node, the only one whose value is
  * stored) and at most one anchor: a reduction (softmax, layernorm,
- * reduce_*, global_avgpool), a window (pooling) or a convolution, the
+ * rms_norm, group_norm, reduce_*, global_avgpool), a window (pooling) or a convolution, the
  * loop nest the rest is fused into.
  *   - elementwise ops (broadcasting operands, batchnorm as a per-channel
  *     map, consts as immediates) and data movement (reshape, transpose,
@@ -76,6 +76,8 @@ static bool is_anchor_op(OpKind op) {
     case OP_SOFTMAX:
     case OP_LOG_SOFTMAX:
     case OP_LAYERNORM:
+    case OP_RMS_NORM:
+    case OP_GROUP_NORM:
     case OP_GLOBAL_AVGPOOL:
     case OP_MAXPOOL2D:
     case OP_AVGPOOL2D:

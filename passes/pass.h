@@ -91,8 +91,11 @@ typedef struct PassOptions {
   int unroll;               /* copied into PassCtx */
   bool no_unroll;
   bool no_vectorize;        /* --no-vectorize: codegen's float4 pass off */
-  /* --precision=f16|bf16: the precision pass runs first (TY_F32, the
-   * zero, leaves the graph in f32). */
+  bool tf32;                /* --tf32: codegen's f32 convolutions on tensor cores */
+  bool no_tensor_cores;     /* --no-tensor-cores: codegen's convolutions on FMA only */
+  /* --precision=f16|bf16: the precision pass runs (at -O2 after bn-fold,
+   * so folded weights are computed in f32 and then cast; below -O2
+   * first).  TY_F32, the zero, leaves the graph in f32. */
   DType precision;
   /* --quantize=int8: the quantize pass runs (at -O2 after the cleanups,
    * before fuse; at -O0/-O1 after everything else) and calls calibrate,
@@ -123,8 +126,12 @@ int pass_count_ops(const Graph *g);
 /* After fusion (precision.c): kernels that only convert (a cast, or a
  * group of casts and reshapes over a GEMM's result), split into those
  * over weights only (params and consts: work a load-time step can do
- * once) and the rest. */
-void pass_count_cast_kernels(Graph *g, int *standalone, int *over_weights);
+ * once), the casts a matrix product reads (of a graph input, an lstm's
+ * result: nothing could convert them on the way), and the rest. */
+typedef struct CastKernels {
+  int standalone, for_products, over_weights;
+} CastKernels;
+void pass_count_cast_kernels(Graph *g, CastKernels *out);
 
 /* ---- rewriting helpers (rewrite.c) ----
  * Passes walk the graph once in order and replace values as they go.

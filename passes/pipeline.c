@@ -75,12 +75,17 @@ static const Stage pipeline_o1[] = {
 /* bn-fold's folded weights are subgraphs over the params: codegen
  * computes them in the plan's init steps, once after the weights are
  * set (codegen/initgraph.c), so a run's convolution loads W' and adds b'
- * where it used to normalize every element. */
+ * where it used to normalize every element.  Precision comes after it:
+ * run first, it kept each batchnorm in f32 behind a cast of the half
+ * convolution, out of bn-fold's reach, and every output divided by
+ * sqrt(var + eps).  After it, W' and b' are computed in f32 at load and
+ * then cast, and the cleanups below see the casts. */
 static const Stage pipeline_o2[] = {
-    {"simplify", 1, false}, {"fold", 1, false},     {"cse", 1, false},
-    {"dce", 1, false},      {"bn-fold", 0, false},  {"scale-shift", 0, false},
-    {"simplify", 2, false}, {"fold", 2, false},     {"cse", 2, false},
-    {"dce", 2, false},      {"remat", 0, false}, {"fuse", 0, true},
+    {"simplify", 1, false}, {"fold", 1, false},      {"cse", 1, false},
+    {"dce", 1, false},      {"bn-fold", 0, false},   {"scale-shift", 0, false},
+    {"precision", 0, false}, {"simplify", 2, false}, {"fold", 2, false},
+    {"cse", 2, false},      {"dce", 2, false},       {"remat", 0, false},
+    {"fuse", 0, true},
 };
 
 /* With --quantize=int8: the same, and the products go to int8 once the
@@ -184,6 +189,8 @@ static void run_stages(Runner *r, const Stage *st, int n) {
     for (int round = 0; round < (st[i].group ? MAX_ROUNDS : 1) && !r->failed; round++) {
       bool changed = false;
       for (int k = i; k < end && !r->failed; k++) {
+        /* In f32 the precision pass has nothing to do: not even a run. */
+        if (r->o->precision == TY_F32 && strcmp(st[k].pass, "precision") == 0) continue;
         const Pass *p = pass_find(st[k].pass);
         if (!p) {
           if (st[k].optional) continue;
@@ -298,10 +305,11 @@ static void print_stats(Runner *r, int ops_before, int nodes_before) {
   fprintf(f, "%10d graph: nodes before\n", nodes_before);
   fprintf(f, "%10d graph: nodes after\n", r->g->n_nodes);
   fprintf(f, "%10d graph: passes run\n", r->n_run);
-  int casts, weight_casts;
-  pass_count_cast_kernels(r->g, &casts, &weight_casts);
-  fprintf(f, "%10d graph: cast kernels\n", casts);
-  fprintf(f, "%10d graph: cast kernels over weights only\n", weight_casts);
+  CastKernels casts;
+  pass_count_cast_kernels(r->g, &casts);
+  fprintf(f, "%10d graph: cast kernels\n", casts.standalone);
+  fprintf(f, "%10d graph: cast kernels for GEMM operands\n", casts.for_products);
+  fprintf(f, "%10d graph: cast kernels over weights only\n", casts.over_weights);
   for (int i = 0; i < r->pc.n_stats; i++)
     fprintf(f, "%10" PRId64 " %s\n", r->pc.stats[i].value, r->pc.stats[i].name);
 }
@@ -324,10 +332,10 @@ bool pass_run_pipeline(Graph *g, const PassOptions *o, FILE *dump) {
   r->pc.no_unroll = o->no_unroll;
   int ops_before = pass_count_ops(g), nodes_before = g->n_nodes;
   double t0 = now();
-  /* --precision rewrites the graph before any optimization, at every
-   * level, unless --passes places the pass itself. */
-  if (o->precision != TY_F32 && !(o->passes && list_has(o->passes, "precision")))
-    run_one(r, pass_find("precision"));
+  /* --precision rewrites the graph before any optimization below -O2
+   * (-O2 places it after bn-fold), unless --passes places the pass. */
+  bool placed = o->passes ? list_has(o->passes, "precision") : o->opt_level == 2;
+  if (o->precision != TY_F32 && !placed) run_one(r, pass_find("precision"));
   if (o->passes) {
     int n;
     const char **names = split_passes(c, o->passes, &n);

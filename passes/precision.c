@@ -14,19 +14,23 @@
  *           reduce_mean, global_avgpool (sums), exp, log, pow,
  *           reciprocal, rsqrt, isinf (range: f16 overflows at 65504), lstm
  *           and gru (state carried over time); also every node marked
- *           #f32 (the language's precision="f32"), and a matrix product
- *           whose operand comes from a graph input or from an op no
- *           kernel can fuse a conversion into (an lstm, a gather, a
- *           concat, a pad): converting there would take a kernel of its
- *           own, and cuBLAS reads its operands from memory;
+ *           #f32 (the language's precision="f32");
  *   follow  data movement, casts and argmax keep the type of their
  *           operands (concat of mixed types takes the lowest).
+ * Every matrix product runs in the low type, even where its operand comes
+ * from a graph input or from an op no kernel can fuse a conversion into
+ * (an lstm, a gather, a concat, a pad): cuBLAS reads its operands from
+ * memory, so that conversion is a kernel of its own, one pass over the
+ * operand, which costs less than an f32 GEMM without tensor cores.
  * Params and inputs stay f32 (the weights file and the signature do not
  * change); a use in the low type reads a cast of them, one per value and
- * type.  Consts are remade in the type they are used in.  A conversion
- * asked of a reshape's result is made on its operand instead (a reshape
- * is free, and the cast then fuses with whatever produced the operand).
- * Graph outputs are cast back to their declared types.
+ * type.  So does work over the weights alone (at -O2 the pass runs after
+ * bn-fold, whose folded weights are such work): it runs once at load, in
+ * f32, and is cast where it is used, rounded once.  Consts are remade in
+ * the type they are used in.  A conversion asked of a reshape's result is
+ * made on its operand instead (a reshape is free, and the cast then fuses
+ * with whatever produced the operand).  Graph outputs are cast back to
+ * their declared types.
  *
  * Accumulation: matrix products and convolutions accumulate in f32 in
  * every kernel and in cuBLAS; the f32 ops above receive their operands
@@ -137,29 +141,7 @@ static Value *convert(Prec *p, Value *v, DType to, Node *before) {
   return r;
 }
 
-/* The op a matrix product's operand really comes from, past reshapes
- * (which alias their operand's bytes). */
-static const Node *producer(const Value *v) {
-  const Node *d = v->def;
-  while (d->op == OP_RESHAPE) d = d->in[0]->def;
-  return d;
-}
-
-/* Whether a conversion of what d computes can be fused into d's kernel:
- * not for a graph input (no kernel), an opaque op (recurrent layers,
- * scatters, topk), or the moves the fuse pass leaves alone (all but the
- * index remappings: gathers, concat, pad). */
-static bool absorbs_cast(const Node *d) {
-  if (d->op == OP_INPUT) return false;
-  switch (ir_ops[d->op].cls) {
-    case K_OPAQUE: return false;
-    case K_MOVE:
-      return d->op == OP_RESHAPE || d->op == OP_TRANSPOSE || d->op == OP_SLICE || d->op == OP_EXPAND;
-    default: return true;
-  }
-}
-
-static Mode mode_of(const Prec *p, const Node *n) {
+static Mode mode_of(const Node *n) {
   bool any_float = false;
   for (int i = 0; i < n->n_in; i++) any_float |= is_float(n->in[i]->type.dtype);
   if (!any_float) return MODE_NONE;
@@ -168,6 +150,8 @@ static Mode mode_of(const Prec *p, const Node *n) {
     case OP_SOFTMAX:
     case OP_LOG_SOFTMAX:
     case OP_LAYERNORM:
+    case OP_RMS_NORM:
+    case OP_GROUP_NORM:
     case OP_BATCHNORM:
     case OP_REDUCE_SUM:
     case OP_REDUCE_MEAN:
@@ -180,11 +164,6 @@ static Mode mode_of(const Prec *p, const Node *n) {
     case OP_ISINF: /* a finite f32 above 65504 is no inf */
     case OP_LSTM:
     case OP_GRU: return MODE_F32;
-    case OP_MATMUL:
-    case OP_LINEAR:
-      for (int i = 0; i < 2; i++)
-        if (n->in[i]->type.dtype != p->low && !absorbs_cast(producer(n->in[i]))) return MODE_F32;
-      return MODE_LOW;
     case OP_CAST:
     case OP_ARGMAX: return MODE_FOLLOW;
     default: break;
@@ -224,10 +203,14 @@ bool pass_precision(Graph *g, PassCtx *pc) {
   /* Only the nodes there now: those inserted are conversions, already
    * in their final types. */
   Node *last = g->last;
+  bool *weight = pass_weight_only(g);
   for (Node *n = g->first, *next; n; n = next) {
     next = n == last ? NULL : n->next;
-    if (ir_ops[n->op].cls == K_SOURCE) continue;
-    Mode mode = mode_of(&p, n);
+    /* Work over the weights alone (bn-fold's W' and b') runs once at
+     * load: it stays in f32, and its users convert the result, rounded
+     * once. */
+    if (ir_ops[n->op].cls == K_SOURCE || weight[n->id]) continue;
+    Mode mode = mode_of(n);
     if (mode != MODE_NONE) convert_node(&p, n, mode);
   }
   for (int i = 0; i < g->n_outputs; i++) {
@@ -254,9 +237,25 @@ static int cmp_int(const void *pa, const void *pb) {
   return (a > b) - (a < b);
 }
 
-void pass_count_cast_kernels(Graph *g, int *standalone, int *over_weights) {
-  *standalone = *over_weights = 0;
+/* Marks, by node id (numbered), each cast that a matrix product reads,
+ * directly or through reshapes. */
+static bool *product_operands(Graph *g) {
+  bool *read = ARENA_ARRAY(&g->ctx->arena, bool, g->n_nodes + 1);
+  for (Node *n = g->first; n; n = n->next) {
+    if (n->op != OP_MATMUL && n->op != OP_LINEAR) continue;
+    for (int i = 0; i < 2; i++) {
+      const Node *d = n->in[i]->def;
+      while (d->op == OP_RESHAPE) d = d->in[0]->def;
+      if (d->op == OP_CAST) read[d->id] = true;
+    }
+  }
+  return read;
+}
+
+void pass_count_cast_kernels(Graph *g, CastKernels *out) {
+  *out = (CastKernels){0};
   bool *weight_only = pass_weight_only(g); /* numbers the nodes */
+  bool *for_product = product_operands(g);
   Arena *a = &g->ctx->arena;
   /* Group numbers are any int a hand-written file gives: index them by
    * their rank among those present, not by their value. */
@@ -278,9 +277,11 @@ void pass_count_cast_kernels(Graph *g, int *standalone, int *over_weights) {
     if (n->group < 0) {
       if (n->op != OP_CAST) continue;
       if (weight_only[n->in[0]->def->id])
-        ++*over_weights;
+        out->over_weights++;
+      else if (for_product[n->id])
+        out->for_products++;
       else
-        ++*standalone;
+        out->standalone++;
       continue;
     }
     int k = (int)((int *)bsearch(&n->group, ids, (size_t)n_groups, sizeof *ids, cmp_int) - ids);
@@ -296,8 +297,8 @@ void pass_count_cast_kernels(Graph *g, int *standalone, int *over_weights) {
   for (int k = 0; k < n_groups; k++)
     if (has_cast[k] && !works[k]) {
       if (weights[k])
-        ++*over_weights;
+        out->over_weights++;
       else
-        ++*standalone;
+        out->standalone++;
     }
 }

@@ -2,8 +2,10 @@
  * the driver API, which is opened with dlopen so that a binary starts on
  * a machine without a driver and says so.  Kernels come from the plan's
  * cubin for this arch, else its PTX, else NVRTC (nvrtc.c, with the disk
- * cache); matrix products go to cuBLAS.  Every CUresult and cublasStatus
- * is checked and turned into "cuda: <call>(<what>): <NAME> (<text>)".
+ * cache); float matrix products go to cuBLASLt (with their bias and
+ * activation epilogues), int8 ones to cuBLAS.  Every CUresult and
+ * cublasStatus is checked and turned into "cuda: <call>(<what>): <NAME>
+ * (<text>)" ("cublas: ..." and "cublasLt: ..." for those libraries).
  *
  * Ordering.  Everything the plan runs (kernels, cuBLAS, device copies,
  * memsets) goes to one stream created with CU_STREAM_DEFAULT, a blocking
@@ -75,6 +77,11 @@ RtDevice *rt_cuda_open(char *err, size_t errlen) {
 
 #else
 
+/* cublasLt.h declares cublasLtLoggerForceDisable() without a prototype. */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wstrict-prototypes"
+#include <cublasLt.h>
+#pragma GCC diagnostic pop
 #include <cublas_v2.h>
 #include <cuda.h>
 #include <dlfcn.h>
@@ -135,8 +142,11 @@ typedef struct CudaDevice {
   CUdevice dev;
   CUcontext ctx; /* the primary context, shared with cuBLAS */
   CUstream stream;
-  cublasHandle_t blas;
-  int math_mode; /* last cublasSetMathMode, -1 before the first */
+  cublasHandle_t blas; /* int8 products */
+  cublasLtHandle_t lt;  /* float products */
+  CUdeviceptr lt_workspace;
+  struct LtGemm *lt_gemms; /* one setup per distinct GEMM (cuda_lt_gemm) */
+  int n_lt_gemms, cap_lt_gemms;
   int cc_major, cc_minor;
   int driver_version; /* 13000 for CUDA 13.0 */
   int max_block[3], max_grid[3];
@@ -211,6 +221,14 @@ static int check_blas(CudaDevice *d, cublasStatus_t s, const char *what) {
                         cublasGetStatusString(s));
 }
 
+static int check_lt(CudaDevice *d, cublasStatus_t s, const char *what) {
+  if (s == CUBLAS_STATUS_SUCCESS) return 0;
+  return rt_device_fail(&d->base, "cublasLt: %s: %s (%s)", what, cublasGetStatusName(s),
+                        cublasGetStatusString(s));
+}
+
+static void lt_release(CudaDevice *d);
+
 /* Every entry point: refuse once broken, and make our context current on
  * whichever host thread calls. */
 static int enter(CudaDevice *d) {
@@ -222,6 +240,7 @@ static void cuda_destroy(RtDevice *base) {
   CudaDevice *d = (CudaDevice *)base;
   if (d->ctx) d->api.cuCtxSetCurrent(d->ctx);
   if (d->blas) cublasDestroy(d->blas);
+  lt_release(d);
   if (d->stream) d->api.cuStreamDestroy(d->stream);
   /* The last release resets the primary context (its memory and modules
    * go with it); it stays current on this thread, unlike after
@@ -395,9 +414,10 @@ static const RtStep *step_at(const RtPlan *p, uint32_t s) {
   return s < p->n_init_steps ? &p->init_steps[s] : &p->steps[s - p->n_init_steps];
 }
 
-static bool has_gemm(const RtPlan *p) {
+/* Whether the plan has an int8 GEMM (int8 true) or a float one. */
+static bool has_gemm(const RtPlan *p, bool int8) {
   for (uint32_t i = 0; i < all_steps(p); i++)
-    if (step_at(p, i)->kind == RT_STEP_GEMM) return true;
+    if (step_at(p, i)->kind == RT_STEP_GEMM && (step_at(p, i)->gemm.dtype == RT_DT_I8) == int8) return true;
   return false;
 }
 
@@ -488,11 +508,19 @@ static void cuda_unload(RtDevice *base, RtModule *m) {
  * primary one), on our stream; alpha and beta are host floats. */
 static int blas_setup(CudaDevice *d) {
   if (check_blas(d, cublasCreate(&d->blas), "cublasCreate")) return -1;
-  if (check_blas(d, cublasSetStream(d->blas, (cudaStream_t)d->stream), "cublasSetStream") ||
-      check_blas(d, cublasSetPointerMode(d->blas, CUBLAS_POINTER_MODE_HOST), "cublasSetPointerMode"))
-    return -1;
-  d->math_mode = -1;
-  return 0;
+  return check_blas(d, cublasSetStream(d->blas, (cudaStream_t)d->stream), "cublasSetStream") ||
+         check_blas(d, cublasSetPointerMode(d->blas, CUBLAS_POINTER_MODE_HOST), "cublasSetPointerMode");
+}
+
+/* cuBLASLt's workspace: allocated once, so that no call allocates and
+ * the plan's calls can be captured in a CUDA graph.  32 MiB is what the
+ * cuBLAS guide recommends on Hopper. */
+enum { LT_WORKSPACE_BYTES = 32 << 20 };
+
+static int lt_setup(CudaDevice *d) {
+  if (check_lt(d, cublasLtCreate(&d->lt), "cublasLtCreate")) return -1;
+  return check(d, d->api.cuMemAlloc(&d->lt_workspace, LT_WORKSPACE_BYTES), "cuMemAlloc(%d bytes of cuBLASLt workspace)",
+               LT_WORKSPACE_BYTES);
 }
 
 static int cuda_load(RtDevice *base, const RtPlan *p, RtModule **out) {
@@ -514,7 +542,8 @@ static int cuda_load(RtDevice *base, const RtPlan *p, RtModule **out) {
         check_block_limit(d, p, i, m->fns[i]) || opt_in_shared(d, p, i, m->fns[i]))
       goto fail;
   }
-  if (has_gemm(p) && !d->blas && blas_setup(d)) goto fail;
+  if (has_gemm(p, true) && !d->blas && blas_setup(d)) goto fail;
+  if (has_gemm(p, false) && !d->lt && lt_setup(d)) goto fail;
   *out = m;
   return 0;
 fail:
@@ -566,34 +595,201 @@ static int cuda_gemm_i8(CudaDevice *d, const RtGemm *g, const RtBlasGemm *x, RtD
   return check_blas(d, s, what);
 }
 
-static int cuda_gemm(RtDevice *base, const RtGemm *g, RtDevPtr a, RtDevPtr b, RtDevPtr c) {
+/* ---- float products on cuBLASLt ----
+ * One setup per distinct GEMM (its descriptor, layouts and the
+ * heuristic's algorithm), made at its first call and reused: the
+ * heuristic costs tens of microseconds, and fixed setups are what a CUDA
+ * graph captures.  Distinct means the same sizes, types and epilogue,
+ * and the same alignment of every pointer: the heuristic is told each
+ * (its default assumes 256 bytes), so that no algorithm is chosen that
+ * would read a less aligned matrix wrongly. */
+typedef struct LtKey {
+  uint32_t dtype, epilogue, trans_a, trans_b; /* cuBLAS's terms (RtBlasGemm) */
+  int32_t m, n, k, lda, ldb, ldc, batch, unused;
+  int64_t stride_a, stride_b, stride_c;
+  uint32_t align[4]; /* of cuBLAS's A, B, C and the bias, in bytes */
+} LtKey;
+_Static_assert(sizeof(LtKey) == 88, "LtKey has no padding: keys compare with memcmp");
+
+typedef struct LtGemm {
+  LtKey key;
+  cublasLtMatmulDesc_t desc;
+  cublasLtMatrixLayout_t a, b, c;
+  cublasLtMatmulAlgo_t algo;
+} LtGemm;
+
+static void lt_gemm_free(LtGemm *e) {
+  if (e->desc) cublasLtMatmulDescDestroy(e->desc);
+  if (e->a) cublasLtMatrixLayoutDestroy(e->a);
+  if (e->b) cublasLtMatrixLayoutDestroy(e->b);
+  if (e->c) cublasLtMatrixLayoutDestroy(e->c);
+}
+
+static void lt_release(CudaDevice *d) {
+  for (int i = 0; i < d->n_lt_gemms; i++) lt_gemm_free(&d->lt_gemms[i]);
+  free(d->lt_gemms);
+  if (d->lt) cublasLtDestroy(d->lt);
+  if (d->lt_workspace) d->api.cuMemFree(d->lt_workspace);
+}
+
+/* The largest power of two up to 256 dividing the address of every
+ * batch's matrix: p, and p plus multiples of the batch stride. */
+static uint32_t alignment(RtDevPtr p, long long stride, int batch, size_t esize) {
+  uint64_t bits = (uint64_t)p | (batch > 1 ? (uint64_t)stride * esize : 0) | 256;
+  return (uint32_t)(bits & (~bits + 1));
+}
+
+static cublasLtEpilogue_t lt_epilogue(uint32_t e) {
+  switch (e) {
+  case RT_EPILOGUE_BIAS: return CUBLASLT_EPILOGUE_BIAS;
+  case RT_EPILOGUE_RELU_BIAS: return CUBLASLT_EPILOGUE_RELU_BIAS;
+  case RT_EPILOGUE_GELU_BIAS: return CUBLASLT_EPILOGUE_GELU_BIAS;
+  default: return CUBLASLT_EPILOGUE_DEFAULT;
+  }
+}
+
+static const char *const epilogue_names[] = {"none", "bias", "relu+bias", "gelu+bias"};
+
+/* A column-major rows x cols layout with leading dimension ld, batched. */
+static int lt_layout(CudaDevice *d, cublasLtMatrixLayout_t *l, cudaDataType t, int rows, int cols, int ld,
+                     int batch, long long stride) {
+  if (check_lt(d, cublasLtMatrixLayoutCreate(l, t, (uint64_t)rows, (uint64_t)cols, ld), "cublasLtMatrixLayoutCreate"))
+    return -1;
+  if (batch <= 1) return 0;
+  int32_t count = batch;
+  int64_t offset = stride;
+  return check_lt(d, cublasLtMatrixLayoutSetAttribute(*l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof count),
+                  "cublasLtMatrixLayoutSetAttribute(batch count)") ||
+         check_lt(d,
+                  cublasLtMatrixLayoutSetAttribute(*l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &offset,
+                                                   sizeof offset),
+                  "cublasLtMatrixLayoutSetAttribute(batch stride)");
+}
+
+static int lt_desc_set(CudaDevice *d, LtGemm *e, cublasLtMatmulDescAttributes_t attr, const void *v, size_t size,
+                       const char *what) {
+  char call[96];
+  snprintf(call, sizeof call, "cublasLtMatmulDescSetAttribute(%s)", what);
+  return check_lt(d, cublasLtMatmulDescSetAttribute(e->desc, attr, v, size), call);
+}
+
+/* f32, f16, bf16 in and out, f32 compute and scale.  CUBLAS_COMPUTE_32F
+ * never uses TF32 (that is CUBLAS_COMPUTE_32F_FAST_TF32), so f32 meets
+ * 1e-5; f16 and bf16 run on tensor cores.  Split-K partial sums are kept
+ * in the compute type (the reduction scheme mask), never rounded to the
+ * half output type on the way. */
+static int lt_gemm_make(CudaDevice *d, LtGemm *e, const void *bias) {
+  const LtKey *k = &e->key;
+  cudaDataType t = k->dtype == RT_DT_F16 ? CUDA_R_16F : k->dtype == RT_DT_BF16 ? CUDA_R_16BF : CUDA_R_32F;
+  if (check_lt(d, cublasLtMatmulDescCreate(&e->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), "cublasLtMatmulDescCreate"))
+    return -1;
+  int32_t ta = k->trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, tb = k->trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+  uint32_t epi = (uint32_t)lt_epilogue(k->epilogue);
+  if (lt_desc_set(d, e, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta, "transa") ||
+      lt_desc_set(d, e, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb, "transb") ||
+      (k->epilogue && (lt_desc_set(d, e, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi, "epilogue") ||
+                       lt_desc_set(d, e, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias, "bias"))))
+    return -1;
+  /* Column-major: A is m x k (stored k x m with op T), B k x n, C m x n. */
+  if (lt_layout(d, &e->a, t, k->trans_a ? k->k : k->m, k->trans_a ? k->m : k->k, k->lda, k->batch, k->stride_a) ||
+      lt_layout(d, &e->b, t, k->trans_b ? k->n : k->k, k->trans_b ? k->k : k->n, k->ldb, k->batch, k->stride_b) ||
+      lt_layout(d, &e->c, t, k->m, k->n, k->ldc, k->batch, k->stride_c))
+    return -1;
+  cublasLtMatmulPreference_t pref = NULL;
+  if (check_lt(d, cublasLtMatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate")) return -1;
+  uint64_t ws = LT_WORKSPACE_BYTES;
+  uint32_t reduction = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
+  const struct {
+    cublasLtMatmulPreferenceAttributes_t attr;
+    const void *v;
+    size_t size;
+  } prefs[] = {{CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws},
+               {CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &reduction, sizeof reduction},
+               {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &k->align[0], sizeof k->align[0]},
+               {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &k->align[1], sizeof k->align[1]},
+               {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &k->align[2], sizeof k->align[2]},
+               {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &k->align[2], sizeof k->align[2]}};
+  int rc = 0;
+  for (size_t i = 0; i < sizeof prefs / sizeof prefs[0] && !rc; i++)
+    rc = check_lt(d, cublasLtMatmulPreferenceSetAttribute(pref, prefs[i].attr, prefs[i].v, prefs[i].size),
+                  "cublasLtMatmulPreferenceSetAttribute");
+  cublasLtMatmulHeuristicResult_t found;
+  int n_found = 0;
+  if (!rc)
+    rc = check_lt(d, cublasLtMatmulAlgoGetHeuristic(d->lt, e->desc, e->a, e->b, e->c, e->c, pref, 1, &found, &n_found),
+                  "cublasLtMatmulAlgoGetHeuristic");
+  cublasLtMatmulPreferenceDestroy(pref);
+  if (rc) return -1;
+  if (n_found < 1 || found.state != CUBLAS_STATUS_SUCCESS)
+    return rt_device_fail(&d->base,
+                          "cublasLt: no algorithm for a %s gemm m=%d n=%d k=%d (cuBLAS's terms, trans %c%c, "
+                          "ld %d,%d,%d, batch %d, epilogue %s, alignments %u,%u,%u,%u bytes)",
+                          k->dtype == RT_DT_F16 ? "f16" : k->dtype == RT_DT_BF16 ? "bf16" : "f32", k->m, k->n, k->k,
+                          k->trans_a ? 'T' : 'N', k->trans_b ? 'T' : 'N', k->lda, k->ldb, k->ldc, k->batch,
+                          epilogue_names[k->epilogue], k->align[0], k->align[1], k->align[2], k->align[3]);
+  e->algo = found.algo;
+  return 0;
+}
+
+static LtGemm *lt_gemm_for(CudaDevice *d, const LtKey *key, const void *bias) {
+  for (int i = 0; i < d->n_lt_gemms; i++)
+    if (!memcmp(&d->lt_gemms[i].key, key, sizeof *key)) return &d->lt_gemms[i];
+  if (d->n_lt_gemms == d->cap_lt_gemms) {
+    int cap = d->cap_lt_gemms ? 2 * d->cap_lt_gemms : 16;
+    LtGemm *grown = realloc(d->lt_gemms, sizeof *grown * (size_t)cap);
+    if (!grown) {
+      rt_device_fail(&d->base, "cuda: out of host memory for cuBLASLt's setups");
+      return NULL;
+    }
+    d->lt_gemms = grown;
+    d->cap_lt_gemms = cap;
+  }
+  LtGemm *e = &d->lt_gemms[d->n_lt_gemms];
+  memset(e, 0, sizeof *e);
+  e->key = *key;
+  if (lt_gemm_make(d, e, bias)) {
+    lt_gemm_free(e);
+    return NULL;
+  }
+  d->n_lt_gemms++;
+  return e;
+}
+
+static int cuda_gemm(RtDevice *base, const RtGemm *g, RtDevPtr a, RtDevPtr b, RtDevPtr c, RtDevPtr bias) {
   CudaDevice *d = (CudaDevice *)base;
   if (enter(d)) return -1;
-  if (!d->blas) return rt_device_fail(base, "cuda: gemm before cuBLAS was set up (plan loaded?)");
   RtBlasGemm x;
   if (rt_gemm_to_blas(g, &x, d->base.error, sizeof d->base.error)) return -1;
-  if (g->dtype == RT_DT_I8) return cuda_gemm_i8(d, g, &x, a, b, c);
-  cudaDataType t = g->dtype == RT_DT_F16 ? CUDA_R_16F : g->dtype == RT_DT_BF16 ? CUDA_R_16BF : CUDA_R_32F;
-  /* CUBLAS_COMPUTE_32F with the default math mode keeps "at least the
-   * same precision and range" (cublas_api.h): no TF32, which would need
-   * CUBLAS_COMPUTE_32F_FAST_TF32 or CUBLAS_TF32_TENSOR_OP_MATH, so f32
-   * meets 1e-5.  f16/bf16 inputs use tensor cores and accumulate in f32;
-   * the flag keeps split-K partial sums in f32 too rather than in the
-   * half output type. */
-  int mode = CUBLAS_DEFAULT_MATH | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION;
-  if (mode != d->math_mode) {
-    if (check_blas(d, cublasSetMathMode(d->blas, (cublasMath_t)mode), "cublasSetMathMode")) return -1;
-    d->math_mode = mode;
+  if (g->dtype == RT_DT_I8) {
+    if (!d->blas) return rt_device_fail(base, "cuda: gemm before cuBLAS was set up (plan loaded?)");
+    return cuda_gemm_i8(d, g, &x, a, b, c);
   }
+  if (!d->lt) return rt_device_fail(base, "cuda: gemm before cuBLASLt was set up (plan loaded?)");
+  if (g->epilogue >= RT_EPILOGUE_COUNT) return rt_device_fail(base, "cuda: gemm epilogue %u is unknown", g->epilogue);
+  size_t es = g->dtype == RT_DT_F32 ? 4 : 2;
+  LtKey key = {.dtype = g->dtype, .epilogue = g->epilogue, .trans_a = (uint32_t)x.trans_a,
+                .trans_b = (uint32_t)x.trans_b, .m = x.m, .n = x.n, .k = x.k, .lda = x.lda, .ldb = x.ldb,
+                .ldc = x.ldc, .batch = x.batch, .stride_a = x.stride_a, .stride_b = x.stride_b,
+                .stride_c = x.stride_c,
+                /* cuBLAS's A is the plan's b, its B the plan's a */
+                .align = {alignment(b, x.stride_a, x.batch, es), alignment(a, x.stride_b, x.batch, es),
+                          alignment(c, x.stride_c, x.batch, es), g->epilogue ? alignment(bias, 0, 1, es) : 0}};
+  const void *bias_p = (const void *)(uintptr_t)bias;
+  LtGemm *e = lt_gemm_for(d, &key, bias_p);
+  if (!e) return -1;
+  /* The setup may be another step's of the same shape: its bias pointer. */
+  if (g->epilogue && lt_desc_set(d, e, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias_p, sizeof bias_p, "bias"))
+    return -1;
   float alpha = g->alpha, beta = g->beta;
-  cublasStatus_t s = cublasGemmStridedBatchedEx(
-      d->blas, x.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, x.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, x.m, x.n, x.k, &alpha,
-      (const void *)(uintptr_t)b, t, x.lda, x.stride_a, (const void *)(uintptr_t)a, t, x.ldb, x.stride_b, &beta,
-      (void *)(uintptr_t)c, t, x.ldc, x.stride_c, x.batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
-  char what[160];
-  snprintf(what, sizeof what, "cublasGemmStridedBatchedEx(m=%lld n=%lld k=%lld batch=%lld)", (long long)g->m,
-           (long long)g->n, (long long)g->k, (long long)g->batch);
-  return check_blas(d, s, what);
+  cublasStatus_t s =
+      cublasLtMatmul(d->lt, e->desc, &alpha, (const void *)(uintptr_t)b, e->a, (const void *)(uintptr_t)a, e->b, &beta,
+                     (const void *)(uintptr_t)c, e->c, (void *)(uintptr_t)c, e->c, &e->algo,
+                     (void *)(uintptr_t)d->lt_workspace, LT_WORKSPACE_BYTES, (cudaStream_t)d->stream);
+  char what[200];
+  snprintf(what, sizeof what, "cublasLtMatmul(%s, m=%lld n=%lld k=%lld batch=%lld, epilogue %s)",
+           g->dtype == RT_DT_F16 ? "f16" : g->dtype == RT_DT_BF16 ? "bf16" : "f32", (long long)g->m, (long long)g->n,
+           (long long)g->k, (long long)g->batch, epilogue_names[g->epilogue]);
+  return check_lt(d, s, what);
 }
 
 static int cuda_synchronize(RtDevice *base) {

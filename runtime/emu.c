@@ -442,11 +442,18 @@ static void fiber_entry(void) {
   fiber_yield(s, f, true);
 }
 
+/* getcontext points a context into itself (glibc's saved FPU state), so
+ * one that realloc moved would restore that state from the freed block:
+ * each moved fiber takes a fresh one.  Apart, as getcontext returns twice. */
+static __attribute__((noinline)) bool fresh_context(Fiber *f) { return getcontext(&f->ctx) == 0; }
+
 static int grow_fibers(Sched *s, unsigned n) {
   if (n <= s->cap) return 0;
   Fiber *nf = realloc(s->fibers, sizeof *nf * n);
   if (!nf) return rt_device_fail(&s->dev->base, "emu: out of host memory for %u fibers", n);
   s->fibers = nf;
+  for (unsigned i = 0; i < s->cap; i++)
+    if (!fresh_context(&nf[i])) return rt_device_fail(&s->dev->base, "emu: getcontext: %s", strerror(errno));
   size_t page = (size_t)sysconf(_SC_PAGESIZE);
   for (unsigned i = s->cap; i < n; i++) {
     Fiber *f = &s->fibers[i];
@@ -652,10 +659,11 @@ static int emu_memset0(RtDevice *d, RtDevPtr dst, uint64_t nbytes) {
   return 0;
 }
 
-static int emu_gemm(RtDevice *d, const RtGemm *g, RtDevPtr a, RtDevPtr b, RtDevPtr c) {
+static int emu_gemm(RtDevice *d, const RtGemm *g, RtDevPtr a, RtDevPtr b, RtDevPtr c, RtDevPtr bias) {
   if (d->broken) return -1;
   char err[512];
-  if (rt_emu_gemm(g, (const void *)(uintptr_t)a, (const void *)(uintptr_t)b, (void *)(uintptr_t)c, err, sizeof err))
+  if (rt_emu_gemm(g, (const void *)(uintptr_t)a, (const void *)(uintptr_t)b, (void *)(uintptr_t)c,
+                  (const void *)(uintptr_t)bias, err, sizeof err))
     return rt_device_fail(d, "%s", err);
   return 0;
 }

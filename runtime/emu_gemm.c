@@ -1,10 +1,12 @@
 /* The emu device's stand-in for cuBLAS: one RtGemm (row-major,
  * strided-batched, optional transposes) computed on host memory.  Inputs
  * are widened exactly to double, products accumulate in double (at least
- * as accurate as the GPU's f32 accumulation), and C is rounded once, to
- * nearest even, into its dtype.  int8 (RT_DT_I8: i8 A and B, i32 C) is
+ * as accurate as the GPU's f32 accumulation), the epilogue (bias, then
+ * relu or tanh-gelu, as cuBLASLt's) applies to that sum, and C is rounded
+ * once, to nearest even, into its dtype.  int8 (RT_DT_I8: i8 A and B, i32 C) is
  * summed exactly in int32, wrapping as eval.c's integers do.  Returns 0,
  * or -1 with a message. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,6 +45,10 @@ static void pack(double *dst, uint32_t dtype, const void *x, int64_t ld, int tra
 static int check_args(const RtGemm *g, char *err, size_t errlen) {
   if (g->dtype != RT_DT_F32 && g->dtype != RT_DT_F16 && g->dtype != RT_DT_BF16 && g->dtype != RT_DT_I8) {
     snprintf(err, errlen, "emu gemm: dtype %u is not f32, f16, bf16 or i8", g->dtype);
+    return -1;
+  }
+  if (g->epilogue >= RT_EPILOGUE_COUNT || (g->epilogue && g->dtype == RT_DT_I8)) {
+    snprintf(err, errlen, "emu gemm: epilogue %u on %s gemm", g->epilogue, g->dtype == RT_DT_I8 ? "an i8" : "a float");
     return -1;
   }
   if (g->dtype == RT_DT_I8 && (g->alpha != 1.0f || g->beta != 0.0f)) {
@@ -98,8 +104,23 @@ static void gemm_i8(const RtGemm *g, const int8_t *a, const int8_t *b, int32_t *
   }
 }
 
-int rt_emu_gemm(const RtGemm *g, const void *a, const void *b, void *c, char *err, size_t errlen) {
+/* v after g's epilogue; j its column. */
+static double epilogue(const RtGemm *g, const void *bias, int64_t j, double v) {
+  if (g->epilogue == RT_EPILOGUE_NONE) return v;
+  v += load_elem(g->dtype, bias, j);
+  if (g->epilogue == RT_EPILOGUE_RELU_BIAS) return v > 0 || isnan(v) ? v : 0; /* eval.c keeps a NaN */
+  if (g->epilogue == RT_EPILOGUE_GELU_BIAS)
+    return 0.5 * v * (1 + tanh(0.7978845608028654 * (v + 0.044715 * v * v * v)));
+  return v;
+}
+
+int rt_emu_gemm(const RtGemm *g, const void *a, const void *b, void *c, const void *bias, char *err,
+                size_t errlen) {
   if (check_args(g, err, errlen)) return -1;
+  if (g->epilogue && !bias) {
+    snprintf(err, errlen, "emu gemm: an epilogue without its bias");
+    return -1;
+  }
   int64_t m = g->m, n = g->n, k = g->k;
   if (g->batch == 0 || m == 0 || n == 0) return 0;
   if (g->dtype == RT_DT_I8) {
@@ -144,7 +165,7 @@ int rt_emu_gemm(const RtGemm *g, const void *a, const void *b, void *c, char *er
       for (int64_t j = 0; j < n; j++) {
         double v = (double)g->alpha * acc[i * n + j];
         if (g->beta != 0.0f) v += (double)g->beta * load_elem(g->dtype, cb, i * g->ldc + j);
-        store_elem(g->dtype, cb, i * g->ldc + j, v);
+        store_elem(g->dtype, cb, i * g->ldc + j, epilogue(g, bias, j, v));
       }
   }
   free(ad), free(bd), free(acc);

@@ -461,7 +461,8 @@ static DlrtStatus run_steps(DlrtModel *m, const RtStep *steps, uint32_t n, const
       rc = d->ops->launch(d, m->mod, &st->launch, args->argp + args->start[i]);
       break;
     case RT_STEP_GEMM:
-      rc = d->ops->gemm(d, &st->gemm, resolve(m, st->gemm.a), resolve(m, st->gemm.b), resolve(m, st->gemm.c));
+      rc = d->ops->gemm(d, &st->gemm, resolve(m, st->gemm.a), resolve(m, st->gemm.b), resolve(m, st->gemm.c),
+                        st->gemm.epilogue ? resolve(m, st->gemm.bias) : 0);
       break;
     default:
       rc = st->copy.nbytes ? d->ops->copy(d, resolve(m, st->copy.dst), resolve(m, st->copy.src), st->copy.nbytes)
@@ -548,6 +549,14 @@ DlrtStatus dlrt_run(DlrtModel *m) {
 }
 
 uint64_t rt_model_init_runs(const DlrtModel *m) { return m ? m->init_runs : 0; }
+
+int rt_model_enqueue(DlrtModel *m) {
+  DlrtStatus s = usable(m);
+  if (s) return s;
+  if (m->init_dirty && m->plan->n_init_steps)
+    return set_error(m, DLRT_E_STATE, "enqueue: the init steps have not run (dlrt_run once first)");
+  return run_steps(m, m->plan->steps, m->plan->n_steps, &m->args, "enqueue: step");
+}
 
 DlrtStatus dlrt_get_output(DlrtModel *m, int index, void *data, size_t nbytes) {
   DlrtStatus s = usable(m);

@@ -265,6 +265,8 @@ static int check_gemm(Check *c, const RtGemm *g) {
   if (g->dtype == RT_DT_I8 && (g->alpha != 1.0f || g->beta != 0.0f))
     return fail(c, "gemm: an i8 gemm takes alpha 1 and beta 0");
   if (g->trans_a > 1 || g->trans_b > 1) return fail(c, "gemm: trans_a/trans_b must be 0 or 1");
+  if (g->epilogue >= RT_EPILOGUE_COUNT) return fail(c, "gemm: epilogue %" PRIu32 " is unknown", g->epilogue);
+  if (g->epilogue && g->dtype == RT_DT_I8) return fail(c, "gemm: an i8 gemm takes no epilogue");
   const struct {
     const char *name;
     int64_t v, lo;
@@ -295,6 +297,9 @@ static int check_gemm(Check *c, const RtGemm *g) {
     return -1;
   if (check_ref(c, "gemm a", g->a, ea) || check_ref(c, "gemm b", g->b, eb) ||
       check_ref(c, "gemm c", g->c, ec) || check_writable(c, "gemm c", g->c))
+    return -1;
+  if (g->epilogue &&
+      (check_not_status(c, "gemm bias", g->bias) || check_ref(c, "gemm bias", g->bias, (uint64_t)g->n * (uint64_t)es)))
     return -1;
   return 0;
 }

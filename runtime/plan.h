@@ -35,7 +35,7 @@
 #include <stdint.h>
 
 #define RT_PLAN_MAGIC 0x444c4350u /* "DLCP" */
-#define RT_PLAN_VERSION 3u
+#define RT_PLAN_VERSION 4u
 #define RT_MAX_RANK 8
 
 typedef enum { RT_SPACE_WEIGHTS, RT_SPACE_ARENA, RT_SPACE_INPUT, RT_SPACE_OUTPUT, RT_SPACE_STATUS } RtSpace;
@@ -111,19 +111,29 @@ typedef struct RtLaunch {
   const RtArg *args;
 } RtLaunch;
 
+/* What a float GEMM does to each element before C is stored (cuBLASLt's
+ * epilogues of the same names): BIAS adds bias[j], RELU_BIAS then takes
+ * max(x, 0), GELU_BIAS then PyTorch's gelu(x, approximate="tanh"). */
+typedef enum {
+  RT_EPILOGUE_NONE, RT_EPILOGUE_BIAS, RT_EPILOGUE_RELU_BIAS, RT_EPILOGUE_GELU_BIAS, RT_EPILOGUE_COUNT
+} RtEpilogue;
+
 /* Row-major, strided-batched GEMM:
  *   for b in [0, batch):
- *     C_b[m x n] = alpha * op(A_b) @ op(B_b) + beta * C_b
+ *     C_b[m x n] = epilogue(alpha * op(A_b) @ op(B_b) + beta * C_b)
  * op(A) is A (stored m x k, leading dimension lda) or, with trans_a, the
  * transpose of A stored k x m.  Likewise B (k x n, or n x k with
  * trans_b).  X_b starts at X + b * stride_x elements.  Inputs in dtype,
- * accumulation in f32 (TF32 off), C in dtype.  The cuda device turns this
- * into the column-major cuBLAS call; emu runs it on the CPU.
+ * accumulation in f32 (TF32 off), the epilogue on the f32 sum, C rounded
+ * once into dtype.  The epilogue's bias is n contiguous values of dtype,
+ * bias[j] added to column j of every row of every batch.  The cuda
+ * device turns this into the column-major cuBLASLt call; emu runs it on
+ * the CPU.
  *
  * dtype I8 is the int8 product: A and B i8, C i32, the sums exact in
- * int32 (wrapping past 2^31), alpha 1 and beta 0.  cuBLAS runs it only
- * with lda, ldb (and batch strides) multiples of 4 and A, B 4-byte
- * aligned; codegen gives any other shape a kernel of its own instead. */
+ * int32 (wrapping past 2^31), alpha 1, beta 0 and no epilogue.  cuBLAS
+ * runs it only with lda, ldb (and batch strides) multiples of 4 and A, B
+ * 4-byte aligned; codegen gives any other shape a kernel of its own. */
 typedef struct RtGemm {
   uint32_t dtype; /* RtDTypeCode: F32, F16, BF16, or I8 (C in I32) */
   uint32_t trans_a, trans_b;
@@ -132,6 +142,9 @@ typedef struct RtGemm {
   int64_t batch, stride_a, stride_b, stride_c;
   float alpha, beta;
   RtRef a, b, c;
+  /* Version 4. */
+  uint32_t epilogue; /* RtEpilogue */
+  RtRef bias;        /* epilogue != NONE: n values of dtype */
 } RtGemm;
 
 typedef struct RtCopy {

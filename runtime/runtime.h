@@ -60,6 +60,12 @@ int rt_model_open_device(const RtPlan *plan, RtDevice *dev, struct DlrtModel **o
  * first run after each change of the weights, never per run.  For tests. */
 uint64_t rt_model_init_runs(const struct DlrtModel *m);
 
+/* A run's steps handed to the device without waiting for them, no init
+ * steps and no index reports: for benchmarks that time runs back to back
+ * with CUDA events (tests/gpu/layer_bench.c).  dlrt_run must have run
+ * once since the weights were set. */
+int rt_model_enqueue(struct DlrtModel *m);
+
 /* SHA-256 (FIPS 180-4). */
 void rt_sha256(const void *data, size_t n, uint8_t out[32]);
 

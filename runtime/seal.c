@@ -280,6 +280,8 @@ static void walk_gemm(Walk *w, const RtGemm *g) {
   put_ref(w, g->a);
   put_ref(w, g->b);
   put_ref(w, g->c);
+  put_u32(w, g->epilogue);
+  put_ref(w, g->bias);
 }
 
 /* Only the member of a step's kind: the others are unused. */

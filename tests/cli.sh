@@ -52,4 +52,19 @@ grep -q "^fc.weight.grad: f32\[4, 3\]" "$tmp/out" || fail "dlcc run --grad: $(ca
 expect_sub 1 "mlp.dl:8:10: error: the loss must be one float value to differentiate, but output 'output' is f32[8, 10]" \
   "$dlcc" "$src/examples/mlp.dl" --grad
 
+# Convolutions on the tensor cores (docs/tensorcores.md): f16 ones by
+# default, with the tile the plan chose; --no-tensor-cores keeps the FMA
+# kernel; f32 only with --tf32, which dlcc run takes too.
+printf 'graph c {\n  %%x = input {name="x"} : f32[1, 16, 6, 6]\n  %%w = input {name="w"} : f32[32, 16, 3, 3]\n  %%y = conv2d %%x, %%w {pad=[1, 1, 1, 1]} : f32[1, 32, 6, 6]\n  return %%y as "y"\n}\n' >"$tmp/conv.ir"
+expect_sub 0 "" "$dlcc" "$tmp/conv.ir" --precision=f16 --emit=plan -o "$tmp/f16.plan"
+grep -q "implicit gemm, tensor cores f16 [0-9]*x[0-9]*x32, [234] stages" "$tmp/f16.plan" || fail "f16: no tensor-core tile in the plan"
+expect_sub 0 "" "$dlcc" "$tmp/conv.ir" --precision=f16 --no-tensor-cores --emit=plan -o "$tmp/fma.plan"
+grep -q "tensor cores" "$tmp/fma.plan" && fail "--no-tensor-cores: a tensor-core kernel"
+expect_sub 0 "" "$dlcc" "$tmp/conv.ir" --emit=cuda -o "$tmp/f32.cu"
+grep -q "dl_mma_tf32(&" "$tmp/f32.cu" && fail "f32 on tf32 without --tf32"
+expect_sub 0 "" "$dlcc" "$tmp/conv.ir" --tf32 --emit=cuda -o "$tmp/tf32.cu"
+grep -q "dl_mma_tf32(&" "$tmp/tf32.cu" || fail "--tf32: no tf32 mma"
+expect_sub 0 "" "$dlcc" run "$tmp/conv.ir" --tf32 --backend=emu
+grep -q "^y: f32\[1, 32, 6, 6\]" "$tmp/out" || fail "dlcc run --tf32: $(cat "$tmp/out")"
+
 finish

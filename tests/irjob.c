@@ -20,12 +20,14 @@ int run_job(Ctx *c, void *data) {
   }
   PassOptions po = {.opt_level = j->level, .verify_each = true};
   if (!pass_run_pipeline(j->g, &po, NULL) || !ir_verify(j->g)) return 0;
-  j->ok = cg_compile(j->g, &j->cg);
+  j->ok = cg_compile_opts(j->g, &j->opts, &j->cg);
   return 0;
 }
 
-Job compile_at(Ctx *c, const char *text, int level) {
-  Job j = {.text = text, .level = level};
+Job compile_at(Ctx *c, const char *text, int level) { return compile_opts(c, text, level, (CgOptions){0}); }
+
+Job compile_opts(Ctx *c, const char *text, int level, CgOptions opts) {
+  Job j = {.text = text, .level = level, .opts = opts};
   int rc = ctx_guard(c, run_job, &j);
   ck_assert_msg(rc == 0 && j.ok, "-O%d: failed:\n%s\n%s", level, diag_text(c), text);
   return j;

@@ -11,14 +11,16 @@
 typedef struct Job {
   const char *text;
   int level; /* -1: parse only */
+  CgOptions opts; /* codegen's (zero: the defaults) */
   Graph *g;
   CgResult cg;
   bool ok;
 } Job;
 
 /* text parsed, verified, through the -O`level` pipeline (none at -1) and
- * compiled, in c; fails the calling test on any error. */
+ * compiled (with opts), in c; fails the calling test on any error. */
 Job compile_at(Ctx *c, const char *text, int level);
+Job compile_opts(Ctx *c, const char *text, int level, CgOptions opts);
 /* The same for ctx_guard(c, run_job, &job), by a test that expects an
  * error: job.ok says whether it got through. */
 int run_job(Ctx *c, void *job);

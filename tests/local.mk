@@ -38,3 +38,7 @@ include tests/files.mk
 include tests/limits.mk
 include tests/fuzz.mk
 include tests/grad.mk
+include tests/tcgemm.mk
+include tests/sass.mk
+include tests/gpubench.mk
+include tests/reduce.mk

@@ -248,6 +248,8 @@ static void same_step(const RtStep *a, const RtStep *b) {
     same_ref(x->a, y->a);
     same_ref(x->b, y->b);
     same_ref(x->c, y->c);
+    ck_assert_uint_eq(x->epilogue, y->epilogue);
+    same_ref(x->bias, y->bias);
   } else {
     same_ref(a->copy.dst, b->copy.dst);
     same_ref(a->copy.src, b->copy.src);
@@ -276,7 +278,12 @@ START_TEST(plan_round_trips) {
     ck_assert_uint_eq(p->kernels[i].static_shared_bytes, q->kernels[i].static_shared_bytes);
   }
   ck_assert_uint_eq(p->n_steps, q->n_steps);
-  for (uint32_t i = 0; i < p->n_steps; i++) same_step(&p->steps[i], &q->steps[i]);
+  int epilogues = 0;
+  for (uint32_t i = 0; i < p->n_steps; i++) {
+    same_step(&p->steps[i], &q->steps[i]);
+    epilogues += p->steps[i].kind == RT_STEP_GEMM && p->steps[i].gemm.epilogue;
+  }
+  ck_assert_int_eq(epilogues, 3); /* unfused, each linear adds its bias in cuBLASLt's epilogue */
   ck_assert_uint_eq(p->arena_bytes, q->arena_bytes);
   ck_assert_uint_eq(p->weights_bytes, q->weights_bytes);
   ck_assert_uint_eq(p->n_weights, q->n_weights);

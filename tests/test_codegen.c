@@ -459,11 +459,15 @@ START_TEST(linear_with_and_without_bias) {
       "  %1 = linear %x, %w : f32[2, 3, 5]\n"
       "  return %0 as \"y\", %1 as \"nobias\"\n"
       "}\n");
+  /* Two GEMMs: the first adds the bias (cuBLASLt's epilogue), no kernel. */
   const RtPlan *p = j.r.plan;
+  ck_assert_int_eq(p->n_steps, 2);
   ck_assert_int_eq(p->steps[0].kind, RT_STEP_GEMM);
   ck_assert_int_eq(p->steps[0].gemm.trans_b, 1);
   ck_assert_int_eq(p->steps[0].gemm.m, 6);
-  ck_assert_str_eq(p->steps[1].label, "linear %3 bias");
+  ck_assert_uint_eq(p->steps[0].gemm.epilogue, RT_EPILOGUE_BIAS);
+  ck_assert_uint_eq(p->steps[0].gemm.bias.space, RT_SPACE_WEIGHTS);
+  ck_assert_uint_eq(p->steps[1].gemm.epilogue, RT_EPILOGUE_NONE);
 }
 END_TEST
 
@@ -753,6 +757,26 @@ START_TEST(huge_tensors_index_in_64_bits) {
 }
 END_TEST
 
+/* A plan of one launch of kern (in source), for the kernels these tests
+ * build by hand. */
+static RtPlan one_launch(const char *source, const RtKernel *kern, const RtContract *contract, const RtStep *step,
+                         int n_in, const RtTensorDesc *ins, const RtTensorDesc *out) {
+  return (RtPlan){.magic = RT_PLAN_MAGIC,
+                  .version = RT_PLAN_VERSION,
+                  .model_name = kern->name,
+                  .source = source,
+                  .n_kernels = 1,
+                  .kernels = kern,
+                  .n_contracts = 1,
+                  .contracts = contract,
+                  .n_steps = 1,
+                  .steps = step,
+                  .n_inputs = (uint32_t)n_in,
+                  .inputs = ins,
+                  .n_outputs = 1,
+                  .outputs = out};
+}
+
 /* The IR beyond what today's lowering uses: a block stages x in shared
  * memory, synchronizes, thread 0 sums it through an unrolled register
  * array.  Printed, compiled by NVRTC, run on emu (fibers at the barrier). */
@@ -806,20 +830,7 @@ START_TEST(shared_memory_and_barriers) {
   RtContract contract = {.grid = {1, 1, 1}, .block = {64, 1, 1}, .n_params = 2, .params = params};
   RtTensorDesc ind = {.name = "x", .rank = 1, .dims = {N}, .nbytes = N * 4, .where = in};
   RtTensorDesc outd = {.name = "y", .rank = 0, .nbytes = 4, .where = out};
-  RtPlan plan = {.magic = RT_PLAN_MAGIC,
-                 .version = RT_PLAN_VERSION,
-                 .model_name = "block_sum",
-                 .source = source,
-                 .n_kernels = 1,
-                 .kernels = &kern,
-                 .n_contracts = 1,
-                 .contracts = &contract,
-                 .n_steps = 1,
-                 .steps = &step,
-                 .n_inputs = 1,
-                 .inputs = &ind,
-                 .n_outputs = 1,
-                 .outputs = &outd};
+  RtPlan plan = one_launch(source, &kern, &contract, &step, 1, &ind, &outd);
   float xs[N], got = 0, want = 0;
   for (int i = 0; i < N; i++) xs[i] = (float)(i % 7) - 3.0f, want += xs[i];
   DlrtModel *m;
@@ -832,6 +843,118 @@ START_TEST(shared_memory_and_barriers) {
 }
 END_TEST
 
+/* The tensor-core statements (docs/tensorcores.md) on their own: one
+ * warp copies a 16x16 f16 A and an 8x16 B (a row per column) into
+ * dynamic shared memory by cp.async, loads fragments by ldmatrix, runs
+ * one mma and stores D as float2 chunks.  Printed, compiled by NVRTC,
+ * and run on emu against a plain product (small integers: exact). */
+START_TEST(tensor_core_statements) {
+  Kernel *k = cg_kernel_new(&ctx, NULL, "mma16x8", NULL);
+  RtRef ra = {.space = RT_SPACE_INPUT, .index = 0}, rb = {.space = RT_SPACE_INPUT, .index = 1};
+  RtRef rd = {.space = RT_SPACE_OUTPUT};
+  KBuf *a = cg_kglobal(k, "a", TY_F16, 256, ra), *b = cg_kglobal(k, "b", TY_F16, 128, rb);
+  KBuf *d = cg_kglobal(k, "d", TY_F32, 128, rd);
+  KBuf *as = cg_kdynshared(k, "As", TY_F16, 256, 0), *bs = cg_kdynshared(k, "Bs", TY_F16, 128, 512);
+  KBuf *acc = cg_klocal(k, "acc", TY_F32, 4, KSP_REGISTER);
+  KBuf *af = cg_kfrag(k, "af", 4), *bf = cg_kfrag(k, "bf", 2);
+  KVar *t = cg_kvar(k, "t", KT_INDEX);
+  KBlock *w = &cg_kloop(k, &k->body, t, cg_kint(k, 32), KM_BLOCK_X)->body;
+  KExpr *tv = cg_kv(k, t), *sixteen = cg_kint(k, 16), *eight = cg_kint(k, 8);
+  /* chunk t of A and of B: row t / 2, elements (t % 2) * 8 .. + 7 */
+  KExpr *at = cg_kadd(k, cg_kmul(k, cg_kidx(k, KI_DIV, tv, cg_kint(k, 2)), sixteen),
+                      cg_kmul(k, cg_kidx(k, KI_MOD, tv, cg_kint(k, 2)), eight));
+  cg_kcp_async(k, w, 16, as, at, a, at, cg_kint(k, 16));
+  KStmt *half = cg_kif(k, w, cg_kcmp(k, KC_LT, tv, sixteen));
+  cg_kcp_async(k, &half->body, 16, bs, at, b, at, cg_kint(k, 16));
+  cg_kcp_commit(k, w);
+  cg_kcp_wait(k, w, 0);
+  cg_kbarrier(k, w);
+  KVar *z = cg_kvar(k, "z", KT_INDEX);
+  cg_kstore(k, &cg_kloop(k, w, z, cg_kint(k, 4), KM_UNROLL)->body, acc, cg_kv(k, z), cg_kimm(k, 0, TY_F32));
+  cg_kldmatrix(k, w, af, cg_kint(k, 0), 4, false, as,
+               cg_kadd(k, cg_kmul(k, cg_kidx(k, KI_MOD, tv, sixteen), sixteen),
+                       cg_kmul(k, cg_kidx(k, KI_DIV, tv, sixteen), eight)));
+  KExpr *brow = cg_kidx(k, KI_MOD, tv, eight), *bchunk = cg_kidx(k, KI_MOD, cg_kidx(k, KI_DIV, tv, eight), cg_kint(k, 2));
+  cg_kldmatrix(k, w, bf, cg_kint(k, 0), 2, false, bs, cg_kadd(k, cg_kmul(k, brow, sixteen), cg_kmul(k, bchunk, eight)));
+  cg_kmma(k, w, KTC_F16, acc, cg_kint(k, 0), af, cg_kint(k, 0), bf, cg_kint(k, 0));
+  /* D rows t / 4 and t / 4 + 8, columns 2 (t % 4) and the next */
+  KExpr *d0 = cg_kadd(k, cg_kmul(k, cg_kidx(k, KI_DIV, tv, cg_kint(k, 4)), eight),
+                      cg_kmul(k, cg_kidx(k, KI_MOD, tv, cg_kint(k, 4)), cg_kint(k, 2)));
+  for (int h = 0; h < 2; h++) {
+    KExpr *pair[2] = {cg_kload(k, acc, cg_kint(k, 2 * h)), cg_kload(k, acc, cg_kint(k, 2 * h + 1))};
+    cg_kchunk(k, w, d, cg_kadd(k, d0, cg_kint(k, 64 * h)), pair, 2);
+  }
+  k->block[0] = 32;
+  cg_kernel_finish(k);
+  ck_assert(k->uses_tc && k->uses_barriers);
+  ck_assert_uint_eq(k->dynamic_shared_bytes, 768);
+  const char *text = cg_emit_kernel(&ctx, k, "mma16x8", true);
+  ck_assert_ptr_nonnull(strstr(text, "  extern __shared__ __align__(16) unsigned char dl_smem[];\n"
+                                     "  __half *As0 = (__half *)(dl_smem + 0);\n"
+                                     "  __half *Bs1 = (__half *)(dl_smem + 512);\n"
+                                     "  float acc2[4];\n  unsigned af3[4];\n  unsigned bf4[2];\n"));
+  ck_assert_ptr_nonnull(strstr(text, "dl_cp_async16(&As0[(((t5 / 2) * 16) + ((t5 % 2) * 8))], "
+                                     "&a[(((t5 / 2) * 16) + ((t5 % 2) * 8))], (unsigned)16);"));
+  ck_assert_ptr_nonnull(strstr(text, "dl_cp_async_commit();\n"));
+  ck_assert_ptr_nonnull(strstr(text, "dl_cp_async_wait<0>();\n"));
+  ck_assert_ptr_nonnull(strstr(text, "dl_ldmatrix_x4(&af3[0], &As0["));
+  ck_assert_ptr_nonnull(strstr(text, "dl_ldmatrix_x2(&bf4[0], &Bs1["));
+  ck_assert_ptr_nonnull(strstr(text, "dl_mma_f16(&acc2[0], &af3[0], &bf4[0], &acc2[0]);"));
+  ck_assert_ptr_nonnull(strstr(text, "*(float2 *)&d[(("));
+  ck_assert_ptr_nonnull(strstr(text, "= make_float2(acc2[2], acc2[3]);"));
+  const char *source = arena_printf(&ctx.arena, "%s\n%s", cg_cuda_prelude(&ctx, true, false, true), text);
+  test_nvrtc(source, "sm_90");
+  /* tf32 rounding of a fragment, and a swizzle's XOR, as printed */
+  Kernel *k2 = cg_kernel_new(&ctx, NULL, "tf32", NULL);
+  KBuf *f2 = cg_kfrag(k2, "f", 1), *s2 = cg_kdynshared(k2, "s", TY_F32, 8, 0);
+  cg_ktf32(k2, &k2->body, f2, cg_kint(k2, 0));
+  cg_kstore(k2, &k2->body, s2, cg_kidx(k2, KI_XOR, cg_kint(k2, 5), cg_kidx(k2, KI_MOD, cg_kint(k2, 7), cg_kint(k2, 4))),
+            cg_kimm(k2, 1, TY_F32));
+  KVar *x2 = cg_kvar(k2, "x", KT_INDEX);
+  cg_kstore(k2, &k2->body, s2, cg_kidx(k2, KI_XOR, cg_kv(k2, x2), cg_kint(k2, 3)), cg_kimm(k2, 2, TY_F32));
+  cg_kernel_finish(k2);
+  const char *t2 = cg_emit_kernel(&ctx, k2, "tf32", false);
+  ck_assert_ptr_nonnull(strstr(t2, "  f0[0] = dl_tf32(__uint_as_float(f0[0]));\n"));
+  ck_assert_ptr_nonnull(strstr(t2, "  s1[6] = 1.0f;\n")); /* 5 ^ 3, folded */
+  ck_assert_ptr_nonnull(strstr(t2, "  s1[(x2 ^ 3)] = 2.0f;\n"));
+
+  char why[512];
+  if (!emu_available(why, sizeof why)) return;
+  RtArg args[3] = {{.kind = RT_ARG_PTR, .ref = ra}, {.kind = RT_ARG_PTR, .ref = rb}, {.kind = RT_ARG_PTR, .ref = rd}};
+  RtKernel kern = {.name = "mma16x8", .uses_barriers = 1};
+  RtStep step = {.kind = RT_STEP_LAUNCH,
+                 .label = "mma16x8 %0",
+                 .launch = {.grid = {1, 1, 1}, .block = {32, 1, 1}, .dynamic_shared_bytes = 768, .n_args = 3,
+                            .args = args}};
+  RtParam params[3] = {{.kind = RT_ARG_PTR, .access = RT_ACCESS_READ, .nbytes = 512},
+                       {.kind = RT_ARG_PTR, .access = RT_ACCESS_READ, .nbytes = 256},
+                       {.kind = RT_ARG_PTR, .access = RT_ACCESS_WRITE, .nbytes = 512}};
+  RtContract contract = {.grid = {1, 1, 1}, .block = {32, 1, 1}, .dynamic_shared_bytes = 768, .n_params = 3,
+                         .params = params};
+  RtTensorDesc ins[2] = {{.name = "a", .dtype = RT_DT_F16, .rank = 2, .dims = {16, 16}, .nbytes = 512, .where = ra},
+                         {.name = "b", .dtype = RT_DT_F16, .rank = 2, .dims = {8, 16}, .nbytes = 256, .where = rb}};
+  RtTensorDesc outd = {.name = "d", .rank = 2, .dims = {16, 8}, .nbytes = 512, .where = rd};
+  RtPlan plan = one_launch(source, &kern, &contract, &step, 2, ins, &outd);
+  uint16_t ah[256], bh[128];
+  float av[256], bv[128], got[128];
+  for (int i = 0; i < 256; i++) av[i] = (float)((i * 7) % 9 - 4), ah[i] = ir_f16_from_double(av[i]);
+  for (int i = 0; i < 128; i++) bv[i] = (float)((i * 5) % 7 - 3), bh[i] = ir_f16_from_double(bv[i]);
+  DlrtModel *m;
+  ck_assert_msg(dlrt_open(&plan, "emu", &m) == DLRT_OK, "%s", dlrt_error(m));
+  ck_assert_msg(dlrt_set_input(m, 0, ah, sizeof ah) == DLRT_OK, "%s", dlrt_error(m));
+  ck_assert_msg(dlrt_set_input(m, 1, bh, sizeof bh) == DLRT_OK, "%s", dlrt_error(m));
+  ck_assert_msg(dlrt_run(m) == DLRT_OK, "%s", dlrt_error(m));
+  ck_assert_msg(dlrt_get_output(m, 0, got, sizeof got) == DLRT_OK, "%s", dlrt_error(m));
+  for (int i = 0; i < 16; i++)
+    for (int j = 0; j < 8; j++) {
+      float want = 0;
+      for (int q = 0; q < 16; q++) want += av[i * 16 + q] * bv[j * 16 + q];
+      ck_assert_msg(got[i * 8 + j] == want, "D[%d][%d] = %g, want %g", i, j, got[i * 8 + j], want);
+    }
+  dlrt_close(m);
+}
+END_TEST
+
 START_TEST(plan_text) {
   Job j = compile_text(
       "graph printed {\n"
@@ -839,7 +962,8 @@ START_TEST(plan_text) {
       "  %w = param {name=\"fc.weight\"} : f32[3, 4]\n"
       "  %b = param {name=\"fc.bias\"} : f32[3]\n"
       "  %0 = linear %x, %w, %b : f32[2, 3]\n"
-      "  return %0 as \"y\"\n"
+      "  %1 = relu %0 : f32[2, 3]\n"
+      "  return %1 as \"y\"\n"
       "}\n");
   char *text = NULL;
   size_t len = 0;
@@ -848,17 +972,17 @@ START_TEST(plan_text) {
   fclose(f);
   ck_assert_str_eq(
       text,
-      "plan \"printed\" version 3\n"
-      "weights 512 bytes, arena 0 bytes\n"
+      "plan \"printed\" version 4\n"
+      "weights 512 bytes, arena 256 bytes\n"
       "  input 0 \"x\" f32[2, 4] 32 bytes at in0+0\n"
       "  output 0 \"y\" f32[2, 3] 24 bytes at out0+0\n"
       "  weight 0 \"fc.weight\" f32[3, 4] 48 bytes at weights+0\n"
       "  weight 1 \"fc.bias\" f32[3] 12 bytes at weights+256\n"
-      "  kernel 0 linear_bias_3\n"
+      "  kernel 0 relu_4\n"
       "steps 2\n"
-      "    0  gemm f32 m=2 n=3 k=4 trans=NT ld=4,4,3 a=in0+0 b=weights+0 c=out0+0  ; linear %3\n"
-      "    1  launch linear_bias_3 grid=1,1,1 block=32,1,1 (weights+256, out0+0, i32 6)"
-      "  ; linear %3 bias\n");
+      "    0  gemm f32 m=2 n=3 k=4 trans=NT ld=4,4,3 a=in0+0 b=weights+0 c=arena+0 epilogue=bias "
+      "bias=weights+256  ; linear %3\n"
+      "    1  launch relu_4 grid=1,1,1 block=32,1,1 (arena+0, out0+0, i32 6)  ; relu %4\n");
   free(text);
 }
 END_TEST
@@ -912,6 +1036,7 @@ static Suite *codegen_suite(void) {
   tcase_add_test(tt, kernel_text_is_readable);
   tcase_add_test(tt, huge_tensors_index_in_64_bits);
   tcase_add_test(tt, shared_memory_and_barriers);
+  tcase_add_test(tt, tensor_core_statements);
   tcase_add_test(tt, plan_text);
   tcase_add_test(tt, unsupported_dtype_is_reported);
   suite_add_tcase(s, tt);

@@ -556,16 +556,19 @@ static const char linear_text[] = "graph printed {\n"
                                   "  %w = param {name=\"fc.weight\"} : f32[3, 4]\n"
                                   "  %b = param {name=\"fc.bias\"} : f32[3]\n"
                                   "  %0 = linear %x, %w, %b : f32[2, 3]\n"
-                                  "  return %0 as \"y\"\n"
+                                  "  %1 = relu %0 : f32[2, 3]\n"
+                                  "  return %1 as \"y\"\n"
                                   "}\n";
 
-/* Unfused: the GEMM costs 2mnk and its A, B and C; the bias launch the
- * rest of the node's FLOPs, reading the bias and C and writing C. */
+/* Unfused: the GEMM adds the bias in its epilogue, so its one step costs
+ * the whole linear (2mnk and the bias; x, W, b read, y written); the relu
+ * launch reads y and writes its result. */
 START_TEST(gemm_and_bias_steps) {
   Job j = compile_at(&ctx, linear_text, 0);
   ck_assert_uint_eq(j.cg.plan->n_steps, 2);
-  ASSERT_COST(j.cg.step_costs[0], 2 * 2 * 3 * 4, 4 * (8 + 12 + 6));
-  ASSERT_COST(j.cg.step_costs[1], 6, 4 * (3 + 6 + 6));
+  ck_assert_uint_eq(j.cg.plan->steps[0].gemm.epilogue, RT_EPILOGUE_BIAS);
+  ASSERT_COST(j.cg.step_costs[0], 2 * 2 * 3 * 4 + 6, 4 * (8 + 12 + 3 + 6));
+  ASSERT_COST(j.cg.step_costs[1], 6, 4 * (6 + 6));
 }
 END_TEST
 
@@ -822,22 +825,21 @@ START_TEST(plan_and_stats_text) {
   Job j = compile_at(&ctx, linear_text, 0);
   IrCost none = {0, 0};
   char *text = printed(PRINT_PLAN, none, &j.cg);
-  ck_assert_msg(strstr(text, "  ; linear %3  [48 FLOP 104 B]\n") &&
-                    strstr(text, "  ; linear %3 bias  [6 FLOP 60 B]\n"),
+  ck_assert_msg(strstr(text, "  ; linear %3  [54 FLOP 116 B]\n") && strstr(text, "  ; relu %4  [6 FLOP 48 B]\n"),
                 "%s", text);
   free(text);
   text = printed(PRINT_STATS, none, &j.cg);
   ck_assert_str_eq(text,
-                   "        54 cost: FLOPs per run\n"
+                   "        60 cost: FLOPs per run\n"
                    "       164 cost: minimum bytes per run"
                    " (each step's operands read once, results written once)\n"
-                   "     0.329 cost: FLOPs per byte per run (arithmetic intensity)\n"
+                   "     0.366 cost: FLOPs per byte per run (arithmetic intensity)\n"
                    "         0 cost: FLOPs at init (once per change of the weights)\n"
                    "         0 cost: minimum bytes at init\n"
-                   "         0 cost: top step 1: 48 FLOP 104 B, 0.5 FLOP/B,"
-                   " 88.9% of the run's FLOPs (linear %3)\n"
-                   "         1 cost: top step 2: 6 FLOP 60 B, 0.1 FLOP/B,"
-                   " 11.1% of the run's FLOPs (linear %3 bias)\n");
+                   "         0 cost: top step 1: 54 FLOP 116 B, 0.5 FLOP/B,"
+                   " 90.0% of the run's FLOPs (linear %3)\n"
+                   "         1 cost: top step 2: 6 FLOP 48 B, 0.1 FLOP/B,"
+                   " 10.0% of the run's FLOPs (relu %4)\n");
   free(text);
 }
 END_TEST

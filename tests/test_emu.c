@@ -346,6 +346,25 @@ START_TEST(dynamic_shared_memory) {
 }
 END_TEST
 
+/* Blocks of more threads than any before grow the fiber array, which
+ * realloc moves: a moved fiber must not restore its state from the old
+ * block (the LeNet training step crashed so in a 512-thread reduction). */
+START_TEST(fibers_survive_growing_blocks) {
+  RtDevice *d = open_emu();
+  RtModule *m = load_main(d);
+  static float x[1024];
+  for (int threads = 32; threads <= 1024; threads *= 2) {
+    for (int i = 0; i < threads; i++) x[i] = (float)i;
+    RtDevPtr px = dev_ptr(x);
+    const void *args[] = {&px};
+    ck_assert_msg(launch(d, m, K_DYN, 1, 1, (uint32_t)threads, 1, (uint32_t)(threads * sizeof(float)), args) == 0,
+                  "%s", d->error);
+    for (int i = 0; i < threads; i++) ck_assert_float_eq(x[i], (float)(threads - 1 - i));
+  }
+  close_dev(d, m);
+}
+END_TEST
+
 /* Bits CUDA's __float2half gives (RNE, overflow at 65520, subnormals,
  * canonical NaN), and what __hadd(h, h) gives. */
 static const struct {
@@ -749,7 +768,7 @@ static void run_gemm_case(RtDevice *d, const GemmCase *gc) {
               .stride_c = sc,
               .alpha = gc->alpha,
               .beta = gc->beta};
-  int rc = d->ops->gemm(d, &g, dev_ptr(a), dev_ptr(b), dev_ptr(c));
+  int rc = d->ops->gemm(d, &g, dev_ptr(a), dev_ptr(b), dev_ptr(c), 0);
   ck_assert_msg(rc == 0, "%s", d->error);
   for (int64_t bi = 0; bi < gc->batch; bi++)
     for (int64_t i = 0; i < m; i++)
@@ -811,14 +830,73 @@ START_TEST(gemm_half_inputs) {
 }
 END_TEST
 
+/* cuBLASLt's epilogues as plan.h defines them: bias[j] added to the f32
+ * sum (after alpha and beta), then relu or gelu's tanh form, rounded once
+ * into the dtype; the bias shared by every batch.  Checked against those
+ * formulas here, not against the code under test. */
+START_TEST(gemm_epilogues) {
+  RtDevice *d = open_emu();
+  enum { M = 5, N = 7, K = 9, B = 2 };
+  for (uint32_t dt = RT_DT_F32; dt <= RT_DT_BF16; dt++)
+    for (uint32_t e = RT_EPILOGUE_BIAS; e < RT_EPILOGUE_COUNT; e++) {
+      float a[B * M * K], b[K * N], c[B * M * N], c0[B * M * N], bias[N]; /* room for f32; 16-bit use half */
+      uint32_t seed = 77 + e;
+      for (int i = 0; i < B * M * K + K * N; i++) {
+        seed = seed * 1664525u + 1013904223u;
+        float v = (float)(seed >> 8) / (1 << 24) - 0.5f;
+        if (i < B * M * K)
+          store_in(dt, a, i, v);
+        else
+          store_in(dt, b, i - B * M * K, v);
+      }
+      for (int i = 0; i < N; i++) store_in(dt, bias, i, 0.25f * (float)(i - 3));
+      for (int i = 0; i < B * M * N; i++) store_in(dt, c0, i, 0.125f * (float)(i % 5));
+      memcpy(c, c0, sizeof c);
+      RtGemm g = {.dtype = dt, .m = M, .n = N, .k = K, .lda = K, .ldb = N, .ldc = N, .batch = B,
+                  .stride_a = M * K, .stride_c = M * N, .alpha = 1.0f, .beta = 0.5f, .epilogue = e};
+      ck_assert_msg(d->ops->gemm(d, &g, dev_ptr(a), dev_ptr(b), dev_ptr(c), dev_ptr(bias)) == 0, "%s", d->error);
+      int negatives = 0;
+      for (int bi = 0; bi < B; bi++)
+        for (int i = 0; i < M; i++)
+          for (int j = 0; j < N; j++) {
+            double x = 0;
+            for (int p = 0; p < K; p++) x += load_ref(dt, a, (bi * M + i) * K + p) * load_ref(dt, b, p * N + j);
+            x += 0.5 * load_ref(dt, c0, (bi * M + i) * N + j) + load_ref(dt, bias, j);
+            negatives += x < 0;
+            if (e == RT_EPILOGUE_RELU_BIAS) x = x > 0 ? x : 0;
+            if (e == RT_EPILOGUE_GELU_BIAS) x = 0.5 * x * (1 + tanh(sqrt(2 / M_PI) * (x + 0.044715 * x * x * x)));
+            double got = load_ref(dt, c, (bi * M + i) * N + j);
+            double tol = dt == RT_DT_F32 ? 1e-6 : dt == RT_DT_F16 ? 1e-3 : 8e-3;
+            ck_assert_msg(fabs(got - x) <= tol * fmax(1.0, fabs(x)),
+                          "dtype %u epilogue %u: C[%d][%d][%d] = %.9g, want %.9g", dt, e, bi, i, j, got, x);
+          }
+      ck_assert_int_gt(negatives, 10); /* relu and gelu see both signs */
+    }
+  /* No epilogue on an int8 product; none without its bias. */
+  int8_t q[4] = {0};
+  int32_t r[4];
+  RtGemm g = {.dtype = RT_DT_I8, .m = 1, .n = 1, .k = 1, .lda = 1, .ldb = 1, .ldc = 1, .batch = 1, .alpha = 1,
+              .epilogue = RT_EPILOGUE_BIAS};
+  ck_assert_int_eq(d->ops->gemm(d, &g, dev_ptr(q), dev_ptr(q), dev_ptr(r), dev_ptr(r)), -1);
+  ck_assert_str_eq(d->error, "emu gemm: epilogue 1 on an i8 gemm");
+  close_dev(d, NULL);
+  d = open_emu();
+  float x[4] = {0};
+  g.dtype = RT_DT_F32;
+  ck_assert_int_eq(d->ops->gemm(d, &g, dev_ptr(x), dev_ptr(x), dev_ptr(x), 0), -1);
+  ck_assert_str_eq(d->error, "emu gemm: an epilogue without its bias");
+  close_dev(d, NULL);
+}
+END_TEST
+
 START_TEST(gemm_rejects_bad_arguments) {
   RtDevice *d = open_emu();
   float x[4] = {0};
   RtGemm g = {.dtype = RT_DT_I32, .m = 1, .n = 1, .k = 1, .lda = 1, .ldb = 1, .ldc = 1, .batch = 1, .alpha = 1};
-  ck_assert_int_eq(d->ops->gemm(d, &g, dev_ptr(x), dev_ptr(x), dev_ptr(x)), -1);
+  ck_assert_int_eq(d->ops->gemm(d, &g, dev_ptr(x), dev_ptr(x), dev_ptr(x), 0), -1);
   ck_assert_msg(strstr(d->error, "dtype"), "%s", d->error);
   g.dtype = RT_DT_F32, g.k = 4;
-  ck_assert_int_eq(d->ops->gemm(d, &g, dev_ptr(x), dev_ptr(x), dev_ptr(x)), -1);
+  ck_assert_int_eq(d->ops->gemm(d, &g, dev_ptr(x), dev_ptr(x), dev_ptr(x), 0), -1);
   ck_assert_msg(strstr(d->error, "leading dimension"), "%s", d->error);
   close_dev(d, NULL);
 }
@@ -941,6 +1019,7 @@ static Suite *emu_suite(void) {
   tcase_add_test(k, atomic_histogram);
   tcase_add_test(k, tiled_transpose_2d_blocks);
   tcase_add_test(k, dynamic_shared_memory);
+  tcase_add_test(k, fibers_survive_growing_blocks);
   tcase_add_test(k, half_bits_match_cuda);
   tcase_add_test(k, bf16_bits_match_cuda);
   tcase_add_test(k, conversions_exhaustive_sweep);
@@ -967,6 +1046,7 @@ static Suite *emu_suite(void) {
   tcase_add_test(g, gemm_f32_transposes_and_odd_sizes);
   tcase_add_test(g, gemm_batched_broadcast);
   tcase_add_test(g, gemm_half_inputs);
+  tcase_add_test(g, gemm_epilogues);
   tcase_add_test(g, gemm_rejects_bad_arguments);
   suite_add_tcase(s, g);
   TCase *x = tcase_create("executor");

@@ -235,8 +235,41 @@ START_TEST(gemm_epilogue_is_one_kernel) {
   /* GEMM, then bias + relu + add in one kernel: no bias kernel. */
   ck_assert_int_eq(count_steps(j.r.plan, RT_STEP_GEMM), 1);
   ck_assert_int_eq(count_steps(j.r.plan, RT_STEP_LAUNCH), 1);
+  /* Unfused: the GEMM adds the bias (cuBLASLt's epilogue), then relu and
+   * add are a kernel each. */
   Job o0 = compile_with(j.text, false, (CgOptions){0});
-  ck_assert_int_eq(count_steps(o0.r.plan, RT_STEP_LAUNCH), 3);
+  ck_assert_int_eq(count_steps(o0.r.plan, RT_STEP_LAUNCH), 2);
+  ck_assert_uint_eq(o0.r.plan->steps[0].gemm.epilogue, RT_EPILOGUE_BIAS);
+}
+END_TEST
+
+/* A group of linear with its bias and then relu is one GEMM step whose
+ * cuBLASLt epilogue adds the bias and applies relu, writing the group's
+ * result: no kernel.  gelu stays in a kernel in f32 (test_precision has
+ * the half types, where cuBLASLt applies it too), and so does a group
+ * with more than the activation after the product. */
+START_TEST(linear_relu_is_one_gemm) {
+  Job j = check_fused("graph lr {\n"
+                      "  %x = input {name=\"x\"} : f32[6, 40]\n"
+                      "  %w = param {name=\"fc.weight\"} : f32[24, 40]\n"
+                      "  %b = param {name=\"fc.bias\"} : f32[24]\n"
+                      "  %0 = linear %x, %w, %b : f32[6, 24]\n"
+                      "  %1 = relu %0 : f32[6, 24]\n"
+                      "  %w2 = param {name=\"fc2.weight\"} : f32[8, 24]\n"
+                      "  %b2 = param {name=\"fc2.bias\"} : f32[8]\n"
+                      "  %2 = linear %1, %w2, %b2 : f32[6, 8]\n"
+                      "  %3 = gelu %2 {approximate=\"tanh\"} : f32[6, 8]\n"
+                      "  return %1 as \"h\", %3 as \"y\"\n"
+                      "}\n");
+  const RtPlan *p = j.r.plan;
+  ck_assert_int_eq(p->n_steps, 3);
+  ck_assert_int_eq(p->steps[0].kind, RT_STEP_GEMM);
+  ck_assert_uint_eq(p->steps[0].gemm.epilogue, RT_EPILOGUE_RELU_BIAS);
+  ck_assert_uint_eq(p->steps[0].gemm.c.space, RT_SPACE_OUTPUT); /* straight into h */
+  ck_assert_uint_eq(p->steps[0].gemm.bias.space, RT_SPACE_WEIGHTS);
+  ck_assert_str_eq(p->steps[0].label, "relu %4 #k0");
+  ck_assert_uint_eq(p->steps[1].gemm.epilogue, RT_EPILOGUE_NONE);
+  ck_assert_int_eq(p->steps[2].kind, RT_STEP_LAUNCH);
 }
 END_TEST
 
@@ -680,6 +713,7 @@ static Suite *fuse_suite(void) {
   tcase_add_test(t, shared_values_and_outputs_are_stored);
   tcase_add_test(t, value_used_by_two_groups_is_not_duplicated);
   tcase_add_test(t, gemm_epilogue_is_one_kernel);
+  tcase_add_test(t, linear_relu_is_one_gemm);
   tcase_add_test(t, reduction_prologue_and_epilogue);
   tcase_add_test(t, pooling_takes_its_producers);
   tcase_add_test(t, conv_is_one_implicit_gemm_kernel);

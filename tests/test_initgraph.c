@@ -612,7 +612,7 @@ START_TEST(hand_made_init_runs_on_emu) {
 END_TEST
 
 #ifdef HAVE_CUDA
-/* The cuda device decides at open whether it needs cuBLAS and checks
+/* The cuda device decides at open whether it needs cuBLASLt and checks
  * every launch's grid: init steps count as much as a run's. */
 START_TEST(cuda_sees_init_steps) {
   const char *b = getenv("top_builddir");
@@ -634,7 +634,7 @@ START_TEST(cuda_sees_init_steps) {
                                .alpha = 1, .a = {RT_SPACE_WEIGHTS, 0, 0}, .b = {RT_SPACE_WEIGHTS, 0, 0},
                                .c = {RT_SPACE_WEIGHTS, 0, 256}}};
   ck_assert_int_eq(dlrt_open(&vplan, "cuda", &m), DLRT_E_COMPILE);
-  ck_assert_msg(strstr(dlrt_error(m), "cublas: cublasCreate"), "%s", dlrt_error(m));
+  ck_assert_msg(strstr(dlrt_error(m), "cublasLt: cublasLtCreate"), "%s", dlrt_error(m));
   dlrt_close(m);
   unsetenv("DLCC_LIBCUDA");
 }

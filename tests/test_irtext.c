@@ -256,6 +256,10 @@ static Graph *build_every_op(Ctx *c, bool *covered) {
   ir_set_int(g, n, "axis", 1);
   ir_set_float(g, n, "eps", 0.1);
   add(g, n);
+  n = NODE(g, OP_RMS_NORM, last, lnw);
+  ir_set_int(g, n, "axis", 1);
+  ir_set_float(g, n, "eps", 1e-06);
+  add(g, n);
 
   Value *cw = param(g, "conv.weight", TY(TY_F32, 4, 3, 3, 3));
   Value *cb = param(g, "conv.bias", TY(TY_F32, 4));
@@ -264,6 +268,14 @@ static Graph *build_every_op(Ctx *c, bool *covered) {
   ir_set_ints(g, n, "pad", INTS(1, 1, 1, 1));
   Value *conv = &add(g, n)->out[0];
   add(g, NODE(g, OP_CONV2D, img, cw));
+  Value *gnw = param(g, "gn.weight", TY(TY_F32, 3)), *gnb = param(g, "gn.bias", TY(TY_F32, 3));
+  n = NODE(g, OP_GROUP_NORM, img, gnw, gnb);
+  ir_set_int(g, n, "groups", 3);
+  add(g, n);
+  n = NODE(g, OP_GROUP_NORM, img);
+  ir_set_int(g, n, "groups", 1);
+  ir_set_float(g, n, "eps", 0.001);
+  add(g, n);
   n = NODE(g, OP_CONV_TRANSPOSE2D, conv, cw);
   ir_set_ints(g, n, "stride", INTS(2, 2));
   ir_set_ints(g, n, "pad", INTS(1, 1, 1, 1));

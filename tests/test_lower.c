@@ -801,6 +801,12 @@ START_TEST(errors_in_snippets) {
        "t.dl:1:45: error: layernorm: eps must be a finite number >= 0, got -1e-05\n"},
       {"model m(x: f32[2, 4, 3, 3]) -> f32[2, 4, 3, 3] { return batchnorm(x, eps=-1) }\n",
        "t.dl:1:57: error: batchnorm: eps must be a finite number >= 0, got -1\n"},
+      {"model m(x: f32[2, 6, 3]) -> f32[2, 6, 3] { return group_norm(x, 4) }\n",
+       "t.dl:1:51: error: group_norm: 4 groups do not divide the 6 channels of f32[2, 6, 3]\n"},
+      {"model m(x: f32[4]) -> f32[4] { return group_norm(x, 1) }\n",
+       "t.dl:1:39: error: group_norm expects an input [N, C, ...], got f32[4]\n"},
+      {"model m(x: f32[2, 4]) -> f32[2, 4] { return rms_norm(x, eps=-1) }\n",
+       "t.dl:1:45: error: rms_norm: eps must be a finite number >= 0, got -1\n"},
       {"model m(x: f32[4]) -> f32[4] { l = [1, 2]\n y = l[2]\n z = l[-3]\n w = l[0.5]\n v = x[0]\n return x }\n",
        "t.dl:2:8: error: index 2 is out of range for a list of length 2\n"
        "t.dl:3:8: error: index -3 is out of range for a list of length 2\n"

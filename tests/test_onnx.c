@@ -611,6 +611,65 @@ START_TEST(test_celu_bf16_rounds_once) {
 }
 END_TEST
 
+/* RMSNormalization (opset 23): one rms_norm; a scale of the normalized
+ * shape is its weight, a broadcast one a mul after it. */
+START_TEST(test_rms_normalization) {
+  int64_t xd[2] = {2, 3}, one = 1;
+  for (int broadcast = 0; broadcast < 2; broadcast++) {
+    Model *b = model_new(23);
+    add_input(b, "x", 2, xd);
+    add_init_f32(b, "s", 1, broadcast ? &one : &xd[1], broadcast ? 1 : 3, bdata);
+    Onnx__NodeProto *n = add_node(b, "RMSNormalization", "x,s", "y");
+    attr_f(n, "epsilon", 0.5f);
+    add_output(b, "y");
+    Graph *g = must_import(b);
+    ck_assert_int_eq(count_op(g, OP_RMS_NORM), 1);
+    ck_assert_int_eq(count_op(g, OP_MUL), broadcast);
+    ck_assert_int_eq(first_op(g, OP_RMS_NORM)->n_in, 2 - broadcast);
+    Tensor y = run1(g, "x", 2, xd, xdata);
+    for (int r = 0; r < 2; r++) {
+      double ms = 0;
+      for (int k = 0; k < 3; k++) ms += xdata[3 * r + k] * xdata[3 * r + k] / 3.0;
+      for (int k = 0; k < 3; k++)
+        ck_assert_double_eq_tol(ir_tensor_get(&y, 3 * r + k),
+                                xdata[3 * r + k] / sqrt(ms + 0.5f) * bdata[broadcast ? 0 : k], 1e-6);
+    }
+    ir_tensor_free(&y);
+  }
+}
+END_TEST
+
+/* GroupNormalization: scale and bias per channel (opset 21) or per group
+ * (opset 18, each channel taking its group's): one group_norm. */
+START_TEST(test_group_normalization) {
+  int64_t xd[3] = {1, 4, 2}, c = 4, groups = 2;
+  static const float per_group[2] = {2, -1}, per_channel[4] = {2, 2, -1, -1}, bias[4] = {0.5f, 0.5f, 1, 1};
+  for (int opset = 18; opset <= 21; opset += 3) {
+    Model *b = model_new(opset);
+    add_input(b, "x", 3, xd);
+    add_init_f32(b, "s", 1, opset == 18 ? &groups : &c, opset == 18 ? 2 : 4, opset == 18 ? per_group : per_channel);
+    add_init_f32(b, "b", 1, opset == 18 ? &groups : &c, opset == 18 ? 2 : 4, opset == 18 ? bias + 1 : bias);
+    Onnx__NodeProto *n = add_node(b, "GroupNormalization", "x,s,b", "y");
+    attr_i(n, "num_groups", 2);
+    add_output(b, "y");
+    Graph *g = must_import(b);
+    ck_assert_int_eq(count_op(g, OP_GROUP_NORM), 1);
+    Tensor y = run1(g, "x", 3, xd, wdata);
+    for (int gr = 0; gr < 2; gr++) {
+      double mean = 0, var = 0;
+      for (int k = 0; k < 4; k++) mean += wdata[4 * gr + k] / 4.0;
+      for (int k = 0; k < 4; k++) var += (wdata[4 * gr + k] - mean) * (wdata[4 * gr + k] - mean) / 4.0;
+      for (int k = 0; k < 4; k++) {
+        int ch = 2 * gr + k / 2;
+        double want = (wdata[4 * gr + k] - mean) / sqrt(var + 1e-5) * per_channel[ch] + (opset == 18 ? bias[1 + gr] : bias[ch]);
+        ck_assert_double_eq_tol(ir_tensor_get(&y, 4 * gr + k), want, 1e-5);
+      }
+    }
+    ir_tensor_free(&y);
+  }
+}
+END_TEST
+
 /* Pad's reflect, edge and (opset 19) wrap modes, as gathers: x's rows
  * [1, -2, 3] and [0.5, -1, 2] padded by 2 before and 1 after on axis 1. */
 static void expect_pad(int opset, const char *mode, const float *want) {
@@ -995,6 +1054,8 @@ static Suite *onnx_suite(void) {
   tcase_add_test(tc, test_runtime_shape_refused);
   tcase_add_test(tc, test_external_data);
   tcase_add_test(tc, test_api_runs_without_weights_file);
+  tcase_add_test(tc, test_rms_normalization);
+  tcase_add_test(tc, test_group_normalization);
   suite_add_tcase(s, tc);
   return s;
 }

@@ -195,8 +195,8 @@ static int fake_launch(RtDevice *d, RtModule *m, const RtLaunch *l, const void *
   return 0;
 }
 /* Row-major, f32, no batch or transposes: all the test plans use. */
-static int fake_gemm(RtDevice *d, const RtGemm *g, RtDevPtr pa, RtDevPtr pb, RtDevPtr pc) {
-  if (d->broken) return -1;
+static int fake_gemm(RtDevice *d, const RtGemm *g, RtDevPtr pa, RtDevPtr pb, RtDevPtr pc, RtDevPtr bias) {
+  if (d->broken || bias) return -1;
   const float *a = (const float *)(uintptr_t)pa, *b = (const float *)(uintptr_t)pb;
   float *c = (float *)(uintptr_t)pc;
   for (int64_t i = 0; i < g->m; i++)
@@ -260,7 +260,7 @@ END_TEST
 START_TEST(plan_wrong_version) {
   plan.version = 1; /* before init steps: its plan struct is shorter */
   ck_assert_int_eq(rt_plan_validate(&plan, err, sizeof err), -1);
-  ck_assert_str_eq(err, "plan: version 1, this runtime reads version 3: rebuild the model with this dlcc");
+  ck_assert_str_eq(err, "plan: version 1, this runtime reads version 4: rebuild the model with this dlcc");
 }
 END_TEST
 
@@ -304,6 +304,25 @@ START_TEST(plan_gemm_past_buffer) {
   steps[1].gemm.a.offset = 0;
   ck_assert_int_eq(rt_plan_validate(&plan, err, sizeof err), -1);
   ck_assert_str_eq(err, "plan: step 1 (matmul %2): gemm c: offset 0 + 24 bytes is outside OUTPUT 0 (16 bytes)");
+}
+END_TEST
+
+/* An epilogue's bias: n values inside their space, an epilogue the
+ * runtime knows, none on an int8 product. */
+START_TEST(plan_gemm_epilogue) {
+  steps[1].gemm.epilogue = RT_EPILOGUE_RELU_BIAS;
+  steps[1].gemm.bias = (RtRef){RT_SPACE_WEIGHTS, 0, 40};
+  ck_assert_int_eq(rt_plan_validate(&plan, err, sizeof err), 0);
+  steps[1].gemm.bias.offset = 41; /* 41 + 2 floats > 48 */
+  ck_assert_int_eq(rt_plan_validate(&plan, err, sizeof err), -1);
+  ck_assert_str_eq(err, "plan: step 1 (matmul %2): gemm bias: offset 41 + 8 bytes is outside WEIGHTS (48 bytes)");
+  steps[1].gemm.epilogue = RT_EPILOGUE_COUNT;
+  ck_assert_int_eq(rt_plan_validate(&plan, err, sizeof err), -1);
+  ck_assert_str_eq(err, "plan: step 1 (matmul %2): gemm: epilogue 4 is unknown");
+  steps[1].gemm.epilogue = RT_EPILOGUE_BIAS;
+  steps[1].gemm.dtype = RT_DT_I8;
+  ck_assert_int_eq(rt_plan_validate(&plan, err, sizeof err), -1);
+  ck_assert_str_eq(err, "plan: step 1 (matmul %2): gemm: an i8 gemm takes no epilogue");
 }
 END_TEST
 
@@ -364,7 +383,7 @@ START_TEST(open_refuses_foreign_plan) {
   DlrtModel *m = NULL;
   ck_assert_int_eq(dlrt_open(&plan, "emu", &m), DLRT_E_PLAN);
   ck_assert_ptr_nonnull(m);
-  ck_assert_str_eq(dlrt_error(m), "plan: version 7, this runtime reads version 3: rebuild the model with this dlcc");
+  ck_assert_str_eq(dlrt_error(m), "plan: version 7, this runtime reads version 4: rebuild the model with this dlcc");
   ck_assert_int_eq(dlrt_run(m), DLRT_E_STATE);
   ck_assert_str_eq(dlrt_backend(m), "");
   dlrt_close(m);
@@ -597,7 +616,7 @@ START_TEST(gemm_to_blas_matches_emu) {
     memcpy(c_blas, c_emu, nc * sizeof *c_blas);
     RtBlasGemm x;
     ck_assert_msg(rt_gemm_to_blas(&g, &x, err, sizeof err) == 0, "%s", err);
-    ck_assert_msg(rt_emu_gemm(&g, a, b, c_emu, err, sizeof err) == 0, "%s", err);
+    ck_assert_msg(rt_emu_gemm(&g, a, b, c_emu, NULL, err, sizeof err) == 0, "%s", err);
     blas_gemm_ref(&x, g.alpha, b, a, g.beta, c_blas); /* cuBLAS's A is the plan's b */
     for (size_t i = 0; i < nc; i++)
       ck_assert_msg(c_emu[i] == c_blas[i],
@@ -897,11 +916,20 @@ START_TEST(cuda_fake_missing_kernel) {
 }
 END_TEST
 
+/* Float products open cuBLASLt, int8 ones cuBLAS; without a GPU each
+ * says so. */
 START_TEST(cuda_fake_cublas_without_gpu) {
   if (have_real_driver()) return; /* cuBLAS would find the real one */
   make_plan();
   plan.source = add_bias_src;
   DlrtModel *m = NULL;
+  ck_assert_int_eq(dlrt_open(&plan, "cuda", &m), DLRT_E_COMPILE);
+  ck_assert_str_eq(dlrt_error(m), "open: loading the kernels of 't': cublasLt: cublasLtCreate: "
+                                  "CUBLAS_STATUS_NOT_INITIALIZED (the library was not initialized)");
+  dlrt_close(m);
+  steps[1].gemm.dtype = RT_DT_I8;
+  steps[1].gemm.lda = steps[1].gemm.ldb = steps[1].gemm.k = 4; /* cuBLAS's int8 rules */
+  steps[1].gemm.a.offset = 0;
   ck_assert_int_eq(dlrt_open(&plan, "cuda", &m), DLRT_E_COMPILE);
   ck_assert_msg(strstr(dlrt_error(m), "open: loading the kernels of 't': cublas: cublasCreate: CUBLAS_STATUS_"),
                 "%s", dlrt_error(m));
@@ -1056,6 +1084,7 @@ static Suite *runtime_suite(void) {
   tcase_add_test(tc, plan_bad_kernel_index);
   tcase_add_test(tc, plan_bad_arg_kind);
   tcase_add_test(tc, plan_gemm_past_buffer);
+  tcase_add_test(tc, plan_gemm_epilogue);
   tcase_add_test(tc, plan_gemm_writes_weights);
   tcase_add_test(tc, plan_desc_size_mismatch);
   tcase_add_test(tc, plan_copy_overlap);

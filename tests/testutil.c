@@ -2,12 +2,15 @@
 #include "tests/testutil.h"
 
 #include <check.h>
+#include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "config.h"
 #include "dlcrt.h"
+#include "runtime/device.h"
 
 #ifdef HAVE_CUDA
 #include <nvrtc.h>
@@ -91,4 +94,60 @@ Graph *test_lower_example(Ctx *c, const char *file, int n_defines, const Define 
   LowerOptions lo = {.n_defines = n_defines, .defines = defines};
   Graph *g = fe_lower(c, p, &lo);
   return g && ir_verify(g) ? g : NULL;
+}
+
+/* U(lo, hi) from the seed's stream; hi itself never. */
+static double draw(uint64_t *state, double lo, double hi) {
+  return lo + (hi - lo) * (double)(test_splitmix64(state) >> 11) / 9007199254740992.0;
+}
+
+static void check_output(const RtTensorDesc *od, const Tensor *got, const Tensor *want, double tol) {
+  int64_t count = ir_type_numel(&want->type);
+  for (int64_t e = 0; e < count; e++) {
+    double w = ir_tensor_get(want, e), v = ir_tensor_get(got, e);
+    if ((isnan(w) && isnan(v)) || (isinf(w) && w == v)) continue;
+    ck_assert_msg(fabs(v - w) <= tol * (fabs(w) + 0.1), "output '%s'[%" PRId64 "]: %.9g, eval says %.9g",
+                  od->name, e, v, w);
+  }
+}
+
+bool test_emu_matches_eval(Graph *g, const RtPlan *p, uint64_t seed, double lo, double hi, double tol) {
+  char why[512];
+  RtDevice *dev = rt_emu_open(why, sizeof why);
+  if (!dev) return false;
+  rt_device_close(dev);
+  char err[512];
+  TensorMap params, inputs = {.n = (int)p->n_inputs};
+  ck_assert_msg(ir_init_params(g, seed, IR_INIT_RANDOM, &params, err, sizeof err), "%s", err);
+  inputs.names = calloc(p->n_inputs + 1, sizeof(char *));
+  inputs.tensors = calloc(p->n_inputs + 1, sizeof(Tensor));
+  uint64_t state = seed;
+  for (uint32_t i = 0; i < p->n_inputs; i++) {
+    const RtTensorDesc *in = &p->inputs[i];
+    TensorType t = ir_type_make((DType)in->dtype, (int)in->rank, in->dims);
+    int64_t bound = (int64_t)hi;
+    for (Node *n = g->first; n; n = n->next)
+      if (n->op == OP_INPUT && strcmp(ir_attr_str(n, "name"), in->name) == 0 && ir_index_bound(g, &n->out[0]))
+        bound = ir_index_bound(g, &n->out[0]);
+    inputs.names[i] = in->name;
+    ck_assert(ir_tensor_alloc(&inputs.tensors[i], &t));
+    for (int64_t e = 0; e < ir_type_numel(&t); e++)
+      ir_tensor_set(&inputs.tensors[i], e,
+                    ir_dtype_is_float(t.dtype) ? draw(&state, lo, hi) : floor(draw(&state, 0, (double)bound)));
+  }
+  Tensor *want = calloc((size_t)g->n_outputs + 1, sizeof(Tensor));
+  ck_assert_msg(ir_eval(g, &inputs, &params, want, err, sizeof err), "ir_eval: %s", err);
+  Tensor *got = test_run_emu(p, &params, &inputs);
+  for (uint32_t o = 0; o < p->n_outputs; o++) {
+    check_output(&p->outputs[o], &got[o], &want[o], tol);
+    ir_tensor_free(&got[o]);
+    ir_tensor_free(&want[o]);
+  }
+  free(got);
+  free(want);
+  for (uint32_t i = 0; i < p->n_inputs; i++) ir_tensor_free(&inputs.tensors[i]);
+  free(inputs.names);
+  free(inputs.tensors);
+  ir_tensor_map_free(&params);
+  return true;
 }

@@ -2,6 +2,7 @@
 #ifndef DLCC_TESTUTIL_H
 #define DLCC_TESTUTIL_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "frontend/ast.h"
@@ -36,5 +37,13 @@ void test_nvrtc(const char *source, const char *arch);
  * values and verified, in c; for a job under c's guard.  NULL after
  * reporting why to c. */
 Graph *test_lower_example(Ctx *c, const char *file, int n_defines, const Define *defines);
+
+/* g's plan p on emu against ir_eval(g) on the same random data: params
+ * by ir_init_params(seed), float inputs U(lo, hi), integer inputs whole
+ * numbers in [0, hi) (or below g's index bound).  Every output element
+ * within tol * (|want| + 0.1); NaN matches NaN, an infinity itself.
+ * False (nothing checked) when the emu device cannot start here; any
+ * mismatch fails the calling test. */
+bool test_emu_matches_eval(Graph *g, const RtPlan *p, uint64_t seed, double lo, double hi, double tol);
 
 #endif

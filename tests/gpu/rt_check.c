@@ -1,11 +1,13 @@
 /* libdlcrt on a device, without the compiler: takes a backend and a mode,
  * runs hand-built plans that check what the example models do not reach
  * (yet), prints one line per check and exits 1 when one fails:
- *   gemm   cuBLAS in f32, f16 and bf16, every transpose, batch strides
+ *   gemm   cuBLASLt in f32, f16 and bf16, every transpose, batch strides
  *          (0 broadcasts one operand), beta, sizes that pick tensor-core
- *          and split-K kernels; against rt_emu_gemm (double accumulation).
- *          f32 must meet 1e-5, which TF32 would not.  int8 (i8 x i8 ->
- *          i32, CUBLAS_COMPUTE_32I) must match exactly.
+ *          and split-K kernels, the bias, relu+bias and (f16, bf16)
+ *          gelu+bias epilogues codegen uses; against rt_emu_gemm (double
+ *          accumulation).  f32 must meet 1e-5, which TF32 would not.  int8
+ *          (i8 x i8 -> i32, cuBLAS's CUBLAS_COMPUTE_32I) must match
+ *          exactly.
  *   args   kernel arguments of 4 and 8 bytes mixed, and more than 48 KiB
  *          of dynamic shared memory (the opt-in).
  *   tc     the tensor-core instructions (tests/mma_kernels.h: mma in f16,
@@ -140,13 +142,16 @@ typedef struct Case {
   int64_t m, n, k, batch;
   int bcast; /* 1: stride_a 0, 2: stride_b 0 */
   float beta;
+  uint32_t epilogue; /* RtEpilogue, its bias from input 3 */
 } Case;
 
-/* C (initial values from input 2, copied in) = alpha op(A) op(B) + beta C. */
+/* C (initial values from input 2, copied in) = epilogue(alpha op(A) op(B)
+ * + beta C). */
 static void gemm_case(const char *backend, const Case *c) {
   static const char *const names[] = {"f32", "f16", "bf16"};
+  static const char *const epilogues[] = {"", " +bias", " relu(+bias)", " gelu(+bias)"};
   RtGemm g = {.dtype = c->dt, .trans_a = c->ta, .trans_b = c->tb, .m = c->m, .n = c->n, .k = c->k,
-              .batch = c->batch, .alpha = 1.0f, .beta = c->beta};
+              .batch = c->batch, .alpha = 1.0f, .beta = c->beta, .epilogue = c->epilogue};
   int64_t ra = c->ta ? c->k : c->m, rb = c->tb ? c->n : c->k;
   g.lda = (c->ta ? c->m : c->k) + 3;
   g.ldb = (c->tb ? c->k : c->n) + 1;
@@ -158,40 +163,43 @@ static void gemm_case(const char *backend, const Case *c) {
   size_t nb = (size_t)((c->batch - 1) * g.stride_b + rb * g.ldb);
   size_t nc = (size_t)((c->batch - 1) * g.stride_c + c->m * g.ldc);
   size_t es = (size_t)rt_dtype_bytes(c->dt);
+  size_t nbias = (size_t)c->n;
   void *a = malloc(na * es), *b = malloc(nb * es), *c0 = malloc(nc * es), *want = malloc(nc * es),
-       *got = malloc(nc * es);
+       *got = malloc(nc * es), *bias = malloc(nbias * es);
   for (size_t i = 0; i < na; i++) store(c->dt, a, i, uniform());
   for (size_t i = 0; i < nb; i++) store(c->dt, b, i, uniform());
   for (size_t i = 0; i < nc; i++) store(c->dt, c0, i, uniform());
+  for (size_t i = 0; i < nbias; i++) store(c->dt, bias, i, uniform());
   memcpy(want, c0, nc * es);
   char err[512];
   char what[200];
-  snprintf(what, sizeof what, "gemm %s %s%s m=%lld n=%lld k=%lld batch=%lld%s beta=%g", names[c->dt],
+  snprintf(what, sizeof what, "gemm %s %s%s m=%lld n=%lld k=%lld batch=%lld%s beta=%g%s", names[c->dt],
            c->ta ? "T" : "N", c->tb ? "T" : "N", (long long)c->m, (long long)c->n, (long long)c->k,
            (long long)c->batch, c->bcast == 1 ? " (A broadcast)" : c->bcast == 2 ? " (B broadcast)" : "",
-           (double)c->beta);
-  if (rt_emu_gemm(&g, a, b, want, err, sizeof err)) {
+           (double)c->beta, epilogues[c->epilogue]);
+  if (rt_emu_gemm(&g, a, b, want, c->epilogue ? bias : NULL, err, sizeof err)) {
     report(false, "%s: emu: %s", what, err);
     goto done;
   }
-  RtTensorDesc in[3] = {flat("a", c->dt, na, RT_SPACE_INPUT, 0), flat("b", c->dt, nb, RT_SPACE_INPUT, 1),
-                        flat("c0", c->dt, nc, RT_SPACE_INPUT, 2)};
+  RtTensorDesc in[4] = {flat("a", c->dt, na, RT_SPACE_INPUT, 0), flat("b", c->dt, nb, RT_SPACE_INPUT, 1),
+                        flat("c0", c->dt, nc, RT_SPACE_INPUT, 2), flat("bias", c->dt, nbias, RT_SPACE_INPUT, 3)};
   RtTensorDesc out[1] = {flat("c", c->dt, nc, RT_SPACE_OUTPUT, 0)};
   g.a = (RtRef){RT_SPACE_INPUT, 0, 0};
   g.b = (RtRef){RT_SPACE_INPUT, 1, 0};
   g.c = (RtRef){RT_SPACE_OUTPUT, 0, 0};
+  if (c->epilogue) g.bias = (RtRef){RT_SPACE_INPUT, 3, 0};
   RtStep steps[2] = {
       {.kind = RT_STEP_COPY, .label = "c = c0", .copy = {.dst = g.c, .src = {RT_SPACE_INPUT, 2, 0}, .nbytes = nc * es}},
       {.kind = RT_STEP_GEMM, .label = "gemm", .gemm = g}};
   /* The kernels ride along unused: emu wants source to load. */
   RtPlan plan = {.magic = RT_PLAN_MAGIC, .version = RT_PLAN_VERSION, .model_name = "rt_check", .source = kernel_src,
                  .n_kernels = 3, .kernels = kernels, .n_contracts = 3, .contracts = contracts,
-                 .n_steps = 2, .steps = steps, .n_inputs = 3, .inputs = in,
+                 .n_steps = 2, .steps = steps, .n_inputs = 4, .inputs = in,
                  .n_outputs = 1, .outputs = out};
   DlrtModel *m = open_plan(&plan, backend, what);
   if (!m) goto done;
   if (dlrt_set_input(m, 0, a, na * es) || dlrt_set_input(m, 1, b, nb * es) || dlrt_set_input(m, 2, c0, nc * es) ||
-      dlrt_run(m) || dlrt_get_output(m, 0, got, nc * es)) {
+      dlrt_set_input(m, 3, bias, nbias * es) || dlrt_run(m) || dlrt_get_output(m, 0, got, nc * es)) {
     report(false, "%s: %s", what, dlrt_error(m));
     dlrt_close(m);
     goto done;
@@ -208,7 +216,7 @@ static void gemm_case(const char *backend, const Case *c) {
   double rel = worst / (scale > 0 ? scale : 1), tol = c->dt == RT_DT_F32 ? 1e-5 : c->dt == RT_DT_F16 ? 5e-3 : 2e-2;
   report(rel <= tol, "%s: max rel err %.3g (tolerance %.0e) at %zu", what, rel, tol, at);
 done:
-  free(a), free(b), free(c0), free(want), free(got);
+  free(a), free(b), free(c0), free(want), free(got), free(bias);
 }
 
 /* int8: i8 A and B, i32 C, exact.  Leading dimensions and batch strides
@@ -234,7 +242,7 @@ static void gemm_i8_case(const char *backend, uint32_t ta, uint32_t tb, int64_t 
   char err[512], what[160];
   snprintf(what, sizeof what, "gemm i8->i32 %s%s m=%lld n=%lld k=%lld batch=%lld", ta ? "T" : "N", tb ? "T" : "N",
            (long long)m, (long long)n, (long long)k, (long long)batch);
-  if (rt_emu_gemm(&g, a, b, want, err, sizeof err)) {
+  if (rt_emu_gemm(&g, a, b, want, NULL, err, sizeof err)) {
     report(false, "%s: emu: %s", what, err);
     goto done;
   }
@@ -282,19 +290,32 @@ static void gemm_checks(const char *backend, bool big) {
   }
   for (uint32_t dt = RT_DT_F32; dt <= RT_DT_BF16; dt++) {
     for (uint32_t t = 0; t < 4; t++) {
-      Case c = {dt, t & 1, t >> 1, 5, 7, 3, 1, 0, 0.0f};
+      Case c = {dt, t & 1, t >> 1, 5, 7, 3, 1, 0, 0.0f, 0};
       gemm_case(backend, &c);
-      c = (Case){dt, t & 1, t >> 1, 33, 17, 40, 3, 1 + (int)(t & 1), 0.5f};
+      c = (Case){dt, t & 1, t >> 1, 33, 17, 40, 3, 1 + (int)(t & 1), 0.5f, 0};
       gemm_case(backend, &c);
+    }
+    /* The epilogues codegen asks for (a linear layer: B transposed, no
+     * batch; gelu in f16 and bf16 only), and one batched with beta. */
+    for (uint32_t e = RT_EPILOGUE_BIAS; e < RT_EPILOGUE_COUNT; e++) {
+      if (e == RT_EPILOGUE_GELU_BIAS && dt == RT_DT_F32) continue;
+      Case c = {dt, 0, 1, 33, 17, 40, 1, 0, 0.0f, e};
+      gemm_case(backend, &c);
+      c = (Case){dt, 0, 0, 9, 24, 16, 3, 1, 0.5f, e};
+      gemm_case(backend, &c);
+      if (big) {
+        c = (Case){dt, 0, 1, 128, 2048, 512, 1, 0, 0.0f, e};
+        gemm_case(backend, &c);
+      }
     }
     if (!big) continue;
     /* Shapes the models use (a conv as a GEMM, attention, a linear
      * layer), and big ones where cuBLAS picks tensor-core and split-K
      * kernels; k = 4096 makes TF32 visible (about 1e-3). */
-    Case shapes[] = {{dt, 0, 0, 64, 12544, 147, 1, 0, 0.0f},  {dt, 0, 0, 16, 16, 64, 16, 0, 0.0f},
-                     {dt, 0, 1, 8, 512, 784, 1, 0, 0.0f},     {dt, 0, 1, 128, 2048, 512, 1, 0, 1.0f},
-                     {dt, 0, 0, 256, 256, 4096, 1, 0, 0.0f},  {dt, 1, 1, 768, 768, 768, 2, 2, 0.0f},
-                     {dt, 0, 1, 64, 64, 65536, 1, 0, 0.0f}};
+    Case shapes[] = {{dt, 0, 0, 64, 12544, 147, 1, 0, 0.0f, 0},  {dt, 0, 0, 16, 16, 64, 16, 0, 0.0f, 0},
+                     {dt, 0, 1, 8, 512, 784, 1, 0, 0.0f, 0},     {dt, 0, 1, 128, 2048, 512, 1, 0, 1.0f, 0},
+                     {dt, 0, 0, 256, 256, 4096, 1, 0, 0.0f, 0},  {dt, 1, 1, 768, 768, 768, 2, 2, 0.0f, 0},
+                     {dt, 0, 1, 64, 64, 65536, 1, 0, 0.0f, 0}};
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) gemm_case(backend, &shapes[i]);
   }
 }
@@ -520,7 +541,7 @@ static void tc_checks(const char *backend) {
 }
 
 /* A fault breaks the context; closing the model resets it, so the next
- * model runs.  A GEMM step first, so that cuBLAS (cudart) holds the
+ * model runs.  A GEMM step first, so that cuBLASLt (cudart) holds the
  * primary context too. */
 static void fault_check(const char *backend) {
   RtArg fa[1] = {{.kind = RT_ARG_PTR, .ref = {RT_SPACE_OUTPUT, 0, 0}}};

@@ -1,0 +1,370 @@
+/* Convolutions as implicit GEMMs: takes a conv2d or conv3d of a fusion
+ * group (the anchor, or the group alone), appends one kernel that
+ * computes C[Co][N*OHW] = W[Co][C*KK] x cols without storing cols (the
+ * im2col indexing sits in the loads, where the group's prologue members
+ * are evaluated) and runs the group's epilogue in its stores
+ * (cg_fused_store).  f16, bf16 and int8 (and f32 under --tf32) go to the
+ * tensor-core GEMM (tc_gemm.c), grouped ones too when a group has
+ * channels enough; f32 stays on the exact FMA kernel below. */
+#include <inttypes.h>
+#include <string.h>
+
+#include "codegen.h"
+#include "kernel.h"
+
+/* ---- convolution as an implicit GEMM ----
+ * C[Co][N*OH*OW] = W[Co][C*KH*KW] x cols, where cols is never stored (a
+ * conv3d's the same with OD*OH*OW columns and C*KD*KH*KW rows): a
+ * block computes a 64x64 tile of C with 256 threads of 4x4 results each,
+ * staging 16-deep slices of W and of the im2col matrix in shared memory;
+ * the im2col indexing sits in the loads and the bias and the group's
+ * epilogue in the stores. */
+enum { TM = 64, TN = 64, TK = 16, RT = 4, THREADS = 256 };
+
+static KExpr *kv(Kernel *k, KVar *v) { return cg_kv(k, v); }
+static KExpr *ki(Kernel *k, int64_t v) { return cg_kint(k, v); }
+static KExpr *kdiv(Kernel *k, KExpr *a, int64_t d) { return cg_kidx(k, KI_DIV, a, ki(k, d)); }
+static KExpr *kmod(Kernel *k, KExpr *a, int64_t d) { return cg_kidx(k, KI_MOD, a, ki(k, d)); }
+static KExpr *klt(Kernel *k, KExpr *a, int64_t v) { return cg_kcmp(k, KC_LT, a, ki(k, v)); }
+
+/* dst[at] = cond ? load : fill, as an if so that a fused load's lets
+ * stay inside the guard. */
+static void guarded_fill(CgBuild *b, Kernel *k, KBlock *in, KExpr *cond, KBuf *dst, KExpr *at,
+                         const Value *v, const char *name, KExpr *index, int64_t fill) {
+  KStmt *s = cg_kif(k, in, cond);
+  cg_kstore(k, &s->body, dst, at, cg_operand_load(b, k, &s->body, v, name, index));
+  cg_kstore(k, &s->orelse, dst, at, cg_kimm(k, (double)fill, dst->dtype));
+}
+
+/* Where element (kk, col) of a TK x width tile lives: row after row, or
+ * (packed, for int8) with four consecutive kk of one col in one 32-bit
+ * word, [TK/4][width][4], so that __dp4a reads them at once. */
+static KExpr *tile_at(Kernel *k, KExpr *kk, KExpr *col, int64_t width, bool packed) {
+  if (!packed) return cg_kadd(k, cg_kmul(k, kk, ki(k, width)), col);
+  KExpr *word = cg_kadd(k, cg_kmul(k, kdiv(k, kk, 4), ki(k, width)), col);
+  return cg_kadd(k, cg_kmul(k, word, ki(k, 4)), kmod(k, kk, 4));
+}
+
+/* Coordinate d of a position p (linear over dims[0 .. count)): p
+ * divided by the dims inside d, modulo dims[d] but for the outermost. */
+static KExpr *coord_of(Kernel *k, KExpr *p, const int64_t *dims, int count, int d) {
+  int64_t inner = 1;
+  for (int j = d + 1; j < count; j++) inner *= dims[j];
+  KExpr *e = kdiv(k, p, inner);
+  return d > 0 ? kmod(k, e, dims[d]) : e;
+}
+
+static bool conv_fma(CgBuild *b, const Node *n) {
+  Ctx *c = cg_build_ctx(b);
+  int cnt;
+  const int64_t *stride = ir_attr_ints(n, "stride", &cnt), *pad = ir_attr_ints(n, "pad", &cnt);
+  const int64_t *dil = ir_attr_ints(n, "dilation", &cnt);
+  const Value *x = n->in[0], *w = n->in[1], *out = &n->out[0];
+  /* 2 or 3 spatial dims: in, kern and od hold them, outermost first */
+  int nsp = x->type.rank - 2;
+  const int64_t *xd = x->type.dims, *wd = w->type.dims;
+  const int64_t *in = xd + 2, *kern = wd + 2, *od = out->type.dims + 2;
+  int64_t N = xd[0], C = xd[1], Co = wd[0], OHW = 1, KK = 1;
+  for (int d = 0; d < nsp; d++) OHW *= od[d], KK *= kern[d];
+  int64_t K = C * KK, NC = N * OHW;
+  if (ir_type_numel(&out->type) == 0) return true;
+  const CgGroup *grp = cg_group(b);
+  const char *hint = grp && grp->n > 1 ? cg_group_hint(c, grp) : ir_ops[n->op].name;
+  const char *what = grp ? arena_printf(&c->arena, "#k%d implicit gemm", grp->id) : "implicit gemm";
+  Kernel *k = cg_kernel_new(c, n, arena_printf(&c->arena, "%s_igemm", hint), what);
+  int64_t mt = (Co + TM - 1) / TM, nt = (NC + TN - 1) / TN, kt_n = (K + TK - 1) / TK;
+  /* Tiles in the operands' type when both are one half type (half the
+   * shared memory), else f32; products accumulate in f32 either way.  An
+   * int8 product keeps i8 tiles and sums exactly in int32. */
+  DType tile = x->type.dtype == w->type.dtype ? x->type.dtype : TY_F32;
+  DType at_t = out->type.dtype == TY_I32 ? TY_I32 : TY_F32;
+  bool packed = at_t == TY_I32; /* tiles laid out for __dp4a (tile_at) */
+  KBuf *As = cg_klocal(k, "As", tile, TK * TM, KSP_SHARED);
+  KBuf *Bs = cg_klocal(k, "Bs", tile, TK * TN, KSP_SHARED);
+  KBuf *acc = cg_klocal(k, "acc", at_t, RT * RT, KSP_REGISTER);
+  KVar *bn = cg_kvar(k, "bn", KT_INDEX), *bm = cg_kvar(k, "bm", KT_INDEX), *t = cg_kvar(k, "t", KT_INDEX);
+  KStmt *lx = cg_kloop(k, &k->body, bn, ki(k, nt), KM_GRID_X);
+  KStmt *ly = cg_kloop(k, &lx->body, bm, ki(k, mt), KM_GRID_Y);
+  KStmt *lt = cg_kloop(k, &ly->body, t, ki(k, THREADS), KM_BLOCK_X);
+  KBlock *body = &lt->body;
+  KVar *tx = cg_klet(k, body, "tx", KT_INDEX, kmod(k, kv(k, t), TN / RT));
+  KVar *ty = cg_klet(k, body, "ty", KT_INDEX, kdiv(k, kv(k, t), TN / RT));
+  KVar *z = cg_kvar(k, "z", KT_INDEX);
+  KStmt *lz = cg_kloop(k, body, z, ki(k, RT * RT), KM_UNROLL);
+  cg_kstore(k, &lz->body, acc, kv(k, z), cg_kimm(k, 0, at_t));
+
+  KVar *kt = cg_kvar(k, "kt", KT_INDEX);
+  KStmt *lk = cg_kloop(k, body, kt, ki(k, kt_n), KM_SERIAL);
+  /* W tile: consecutive threads read consecutive k of one row. */
+  KVar *la = cg_kvar(k, "l", KT_INDEX);
+  KStmt *lla = cg_kloop(k, &lk->body, la, ki(k, TM * TK / THREADS), KM_UNROLL);
+  KVar *ea = cg_klet(k, &lla->body, "e", KT_INDEX, cg_kadd(k, kv(k, t), cg_kmul(k, kv(k, la), ki(k, THREADS))));
+  KVar *am = cg_klet(k, &lla->body, "am", KT_INDEX,
+                     cg_kadd(k, cg_kmul(k, kv(k, bm), ki(k, TM)), kdiv(k, kv(k, ea), TK)));
+  KVar *ak = cg_klet(k, &lla->body, "ak", KT_INDEX,
+                     cg_kadd(k, cg_kmul(k, kv(k, kt), ki(k, TK)), kmod(k, kv(k, ea), TK)));
+  KExpr *a_at = tile_at(k, kmod(k, kv(k, ea), TK), kdiv(k, kv(k, ea), TK), TM, packed);
+  KExpr *a_ok = cg_kand(k, Co % TM ? klt(k, kv(k, am), Co) : NULL, K % TK ? klt(k, kv(k, ak), K) : NULL);
+  KExpr *w_at = cg_kadd(k, cg_kmul(k, kv(k, am), ki(k, K)), kv(k, ak));
+  if (a_ok)
+    guarded_fill(b, k, &lla->body, a_ok, As, a_at, w, "w", w_at, 0);
+  else
+    cg_kstore(k, &lla->body, As, a_at, cg_operand_load(b, k, &lla->body, w, "w", w_at));
+  /* im2col tile: consecutive threads read consecutive output pixels. */
+  KVar *lb = cg_kvar(k, "l", KT_INDEX);
+  KStmt *llb = cg_kloop(k, &lk->body, lb, ki(k, TN * TK / THREADS), KM_UNROLL);
+  KBlock *bb = &llb->body;
+  KVar *eb = cg_klet(k, bb, "e", KT_INDEX, cg_kadd(k, kv(k, t), cg_kmul(k, kv(k, lb), ki(k, THREADS))));
+  KVar *col = cg_klet(k, bb, "col", KT_INDEX,
+                      cg_kadd(k, cg_kmul(k, kv(k, bn), ki(k, TN)), kmod(k, kv(k, eb), TN)));
+  KVar *bk = cg_klet(k, bb, "bk", KT_INDEX,
+                     cg_kadd(k, cg_kmul(k, kv(k, kt), ki(k, TK)), kdiv(k, kv(k, eb), TN)));
+  KVar *img = cg_klet(k, bb, "img", KT_INDEX, kdiv(k, kv(k, col), OHW));
+  KVar *p = cg_klet(k, bb, "p", KT_INDEX, kmod(k, kv(k, col), OHW));
+  KVar *ci = cg_klet(k, bb, "ci", KT_INDEX, kdiv(k, kv(k, bk), KK));
+  KVar *r = cg_klet(k, bb, "r", KT_INDEX, kmod(k, kv(k, bk), KK));
+  /* The input position of output pixel p at tap r, per spatial dim. */
+  static const char *const pos_names[] = {"id", "ih", "iw"};
+  KVar *pos[3] = {NULL};
+  bool padded = false;
+  for (int d = 0; d < nsp; d++) {
+    KExpr *e = cg_kadd(k, cg_kidx(k, KI_SUB, cg_kmul(k, coord_of(k, kv(k, p), od, nsp, d), ki(k, stride[d])), ki(k, pad[d])),
+                       cg_kmul(k, coord_of(k, kv(k, r), kern, nsp, d), ki(k, dil[d])));
+    pos[d] = cg_klet(k, bb, pos_names[3 - nsp + d], KT_INDEX, e);
+    padded = padded || pad[d] || pad[nsp + d] || (od[d] - 1) * stride[d] + (kern[d] - 1) * dil[d] >= in[d];
+  }
+  KExpr *b_ok = cg_kand(k, NC % TN ? klt(k, kv(k, col), NC) : NULL, K % TK ? klt(k, kv(k, bk), K) : NULL);
+  for (int d = 0; d < nsp && padded; d++) {
+    b_ok = cg_kand(k, b_ok, cg_kcmp(k, KC_GE, kv(k, pos[d]), ki(k, 0)));
+    b_ok = cg_kand(k, b_ok, klt(k, kv(k, pos[d]), in[d]));
+  }
+  KExpr *x_at = cg_kadd(k, cg_kmul(k, kv(k, img), ki(k, C)), kv(k, ci));
+  for (int d = 0; d < nsp; d++) x_at = cg_kadd(k, cg_kmul(k, x_at, ki(k, in[d])), kv(k, pos[d]));
+  KExpr *b_at = tile_at(k, kdiv(k, kv(k, eb), TN), kmod(k, kv(k, eb), TN), TN, packed);
+  /* int8 padding reads the zero point (a real 0); past K or NC the fill
+   * meets a zero of W or is never stored, so it may be the same. */
+  if (b_ok)
+    guarded_fill(b, k, bb, b_ok, Bs, b_at, x, "x", x_at, cg_zero_point(n));
+  else
+    cg_kstore(k, bb, Bs, b_at, cg_operand_load(b, k, bb, x, "x", x_at));
+  cg_kbarrier(k, &lk->body);
+  /* The 4x4 register tile. */
+  KVar *kk = cg_kvar(k, "kk", KT_INDEX), *i = cg_kvar(k, "i", KT_INDEX), *j = cg_kvar(k, "j", KT_INDEX);
+  /* int8: four k at a time, one __dp4a each */
+  KStmt *lkk = cg_kloop(k, &lk->body, kk, ki(k, packed ? TK / 4 : TK), KM_UNROLL);
+  KStmt *li = cg_kloop(k, &lkk->body, i, ki(k, RT), KM_UNROLL);
+  KExpr *a_in = cg_kadd(k, cg_kmul(k, kv(k, kk), ki(k, TM)), cg_kadd(k, cg_kmul(k, kv(k, ty), ki(k, RT)), kv(k, i)));
+  KVar *av = cg_klet(k, &li->body, "a", at_t,
+                     packed ? cg_kpack4(k, As, cg_kmul(k, a_in, ki(k, 4))) : cg_kload(k, As, a_in));
+  KStmt *lj = cg_kloop(k, &li->body, j, ki(k, RT), KM_UNROLL);
+  KExpr *b_in = cg_kadd(k, cg_kmul(k, kv(k, kk), ki(k, TN)), cg_kadd(k, cg_kmul(k, kv(k, tx), ki(k, RT)), kv(k, j)));
+  KExpr *slot = cg_kadd(k, cg_kmul(k, kv(k, i), ki(k, RT)), kv(k, j));
+  KExpr *sum;
+  if (packed)
+    sum = cg_kdp4a(k, kv(k, av), cg_kpack4(k, Bs, cg_kmul(k, b_in, ki(k, 4))), cg_kload(k, acc, slot));
+  else
+    sum = cg_kop2(k, OP_ADD, cg_kload(k, acc, slot),
+                  cg_kop2(k, OP_MUL, kv(k, av), cg_kcast(k, cg_kload(k, Bs, b_in), at_t)));
+  cg_kstore(k, &lj->body, acc, slot, sum);
+  cg_kbarrier(k, &lk->body);
+  /* Stores, with the bias and the epilogue. */
+  KVar *i2 = cg_kvar(k, "i", KT_INDEX), *j2 = cg_kvar(k, "j", KT_INDEX);
+  KStmt *si = cg_kloop(k, body, i2, ki(k, RT), KM_UNROLL);
+  KStmt *sj = cg_kloop(k, &si->body, j2, ki(k, RT), KM_UNROLL);
+  KBlock *sb = &sj->body;
+  KVar *m = cg_klet(k, sb, "m", KT_INDEX,
+                    cg_kadd(k, cg_kmul(k, kv(k, bm), ki(k, TM)), cg_kadd(k, cg_kmul(k, kv(k, ty), ki(k, RT)), kv(k, i2))));
+  KVar *oc = cg_klet(k, sb, "oc", KT_INDEX,
+                     cg_kadd(k, cg_kmul(k, kv(k, bn), ki(k, TN)), cg_kadd(k, cg_kmul(k, kv(k, tx), ki(k, RT)), kv(k, j2))));
+  KExpr *ok = cg_kand(k, Co % TM ? klt(k, kv(k, m), Co) : NULL, NC % TN ? klt(k, kv(k, oc), NC) : NULL);
+  if (ok) sb = &cg_kif(k, sb, ok)->body;
+  KExpr *oidx = cg_kadd(k, cg_kmul(k, cg_kadd(k, cg_kmul(k, kdiv(k, kv(k, oc), OHW), ki(k, Co)), kv(k, m)), ki(k, OHW)),
+                        kmod(k, kv(k, oc), OHW));
+  KVar *oi = cg_klet(k, sb, "o", KT_INDEX, oidx);
+  KExpr *val = cg_kload(k, acc, cg_kadd(k, cg_kmul(k, kv(k, i2), ki(k, RT)), kv(k, j2)));
+  if (n->n_in > 2)
+    val = cg_kop2(k, OP_ADD, val, cg_kcast(k, cg_operand_load(b, k, sb, n->in[2], "bias", kv(k, m)), at_t));
+  if (!cg_fused_store(b, k, sb, out, kv(k, oi), val)) {
+    KBuf *o = cg_kglobal(k, "out", out->type.dtype, ir_type_numel(&out->type), cg_ref(b, out));
+    cg_kstore(k, sb, o, kv(k, oi), cg_kcast(k, val, out->type.dtype));
+  }
+  k->grid[0] = (uint32_t)(nt < 65535 ? nt : 65535);
+  k->grid[1] = (uint32_t)(mt < 65535 ? mt : 65535);
+  k->block[0] = THREADS;
+  cg_launch(b, k);
+  return true;
+}
+
+/* ---- on tensor cores ----
+ * The same product as a CgTcGemm per group g (z): A = W[g*Cog + m][k]
+ * (K contiguous: cp.async when it is a plain aligned array), B = the
+ * im2col matrix, row n an output pixel, element k = (ci, taps) read from
+ * x in NCHW, so register-staged.  An NHWC input would make B's chunks
+ * contiguous too: an operand with async_buf and chunk_at. */
+
+typedef struct ConvTc {
+  CgBuild *b;
+  const Node *n;
+  const Value *x, *w, *out;
+  int nsp;
+  const int64_t *in, *kern, *od, *stride, *pad, *dil;
+  int64_t C, Co, Cg, Cog, KK, Kg, OHW;
+  bool padded;
+  DType acc_t;
+} ConvTc;
+
+/* The output pixel a row of B is: its image and, per spatial dim, the
+ * input position of tap 0. */
+typedef struct ConvRow {
+  KExpr *img, *base[3];
+} ConvRow;
+
+static void conv_geometry(ConvTc *cv, const Node *n) {
+  int cnt;
+  cv->n = n;
+  cv->x = n->in[0], cv->w = n->in[1], cv->out = &n->out[0];
+  cv->nsp = cv->x->type.rank - 2;
+  cv->stride = ir_attr_ints(n, "stride", &cnt);
+  cv->pad = ir_attr_ints(n, "pad", &cnt);
+  cv->dil = ir_attr_ints(n, "dilation", &cnt);
+  cv->in = cv->x->type.dims + 2, cv->kern = cv->w->type.dims + 2, cv->od = cv->out->type.dims + 2;
+  int64_t groups = ir_attr_int(n, "groups");
+  cv->C = cv->x->type.dims[1], cv->Co = cv->w->type.dims[0], cv->Cg = cv->w->type.dims[1];
+  cv->Cog = cv->Co / groups;
+  cv->KK = 1, cv->OHW = 1;
+  for (int d = 0; d < cv->nsp; d++) {
+    cv->KK *= cv->kern[d], cv->OHW *= cv->od[d];
+    cv->padded = cv->padded || cv->pad[d] || cv->pad[cv->nsp + d] ||
+                 (cv->od[d] - 1) * cv->stride[d] + (cv->kern[d] - 1) * cv->dil[d] >= cv->in[d];
+  }
+  cv->Kg = cv->Cg * cv->KK;
+}
+
+bool cg_conv_on_tc(CgBuild *b, const Node *n) {
+  const CgOptions *o = cg_options(b);
+  KTcKind tc;
+  DType dt = n->in[0]->type.dtype;
+  if (o->no_tensor_cores || n->in[1]->type.dtype != dt || !cg_tc_kind(dt, o->tf32, &tc)) return false;
+  if (dt == TY_I8 && n->out[0].type.dtype != TY_I32) return false;
+  ConvTc cv = {0};
+  conv_geometry(&cv, n);
+  /* a group's product must fill an mma's rows and a k-step at the least */
+  return ir_attr_int(n, "groups") == 1 || (cv.Cog >= 16 && cv.Kg >= 16);
+}
+
+static KExpr *w_index(ConvTc *cv, Kernel *k, KExpr *z, KExpr *row, KExpr *kk) {
+  return cg_kadd(k, cg_kmul(k, cg_kadd(k, cg_kmul(k, z, ki(k, cv->Cog)), row), ki(k, cv->Kg)), kk);
+}
+
+static KBuf *w_async(void *ctx, Kernel *k) {
+  ConvTc *cv = ctx;
+  double c;
+  if (cg_is_fused(cv->b, cv->w) || cg_const_of(cv->b, cv->w, &c)) return NULL;
+  RtRef r = cg_ref(cv->b, cv->w);
+  if (r.offset % 16) return NULL;
+  return cg_kglobal(k, "w", cv->w->type.dtype, ir_type_numel(&cv->w->type), r);
+}
+
+static KExpr *w_chunk(void *ctx, Kernel *k, KBlock *blk, KExpr *z, KExpr *row, KExpr *kk, KExpr **ok) {
+  (void)blk;
+  *ok = NULL;
+  return w_index(ctx, k, z, row, kk);
+}
+
+static void *w_row(void *ctx, Kernel *k, KBlock *blk, KExpr *z, KExpr *row) {
+  (void)ctx, (void)k, (void)blk, (void)z;
+  return row;
+}
+
+static KExpr *w_element(void *ctx, void *row, Kernel *k, KBlock *blk, KExpr *z, KExpr *kk) {
+  ConvTc *cv = ctx;
+  return cg_operand_load(cv->b, k, blk, cv->w, "w", w_index(cv, k, z, row, kk));
+}
+
+static KExpr *let_index(Kernel *k, KBlock *blk, const char *stem, KExpr *e) {
+  return e->kind == KE_INT || e->kind == KE_VAR ? e : kv(k, cg_klet(k, blk, stem, KT_INDEX, e));
+}
+
+static void *x_row(void *ctx, Kernel *k, KBlock *blk, KExpr *z, KExpr *row) {
+  ConvTc *cv = ctx;
+  (void)z;
+  ConvRow *r = ARENA_NEW(&k->ctx->arena, ConvRow);
+  r->img = let_index(k, blk, "img", kdiv(k, row, cv->OHW));
+  KExpr *p = let_index(k, blk, "p", kmod(k, row, cv->OHW));
+  for (int d = 0; d < cv->nsp; d++)
+    r->base[d] = let_index(k, blk, "i0", cg_kidx(k, KI_SUB, cg_kmul(k, coord_of(k, p, cv->od, cv->nsp, d), ki(k, cv->stride[d])),
+                                                 ki(k, cv->pad[d])));
+  return r;
+}
+
+/* x at tap kk of the row's pixel, the zero point (int8's real 0) in the
+ * padding. */
+static KExpr *x_element(void *ctx, void *row, Kernel *k, KBlock *blk, KExpr *z, KExpr *kk) {
+  ConvTc *cv = ctx;
+  ConvRow *r = row;
+  KExpr *ci = cg_kadd(k, cg_kmul(k, z, ki(k, cv->Cg)), kdiv(k, kk, cv->KK));
+  KExpr *tap = let_index(k, blk, "tap", kmod(k, kk, cv->KK));
+  KExpr *at = cg_kadd(k, cg_kmul(k, r->img, ki(k, cv->C)), ci), *inside = NULL;
+  for (int d = 0; d < cv->nsp; d++) {
+    KExpr *pos = let_index(k, blk, "ip", cg_kadd(k, r->base[d], cg_kmul(k, coord_of(k, tap, cv->kern, cv->nsp, d), ki(k, cv->dil[d]))));
+    at = cg_kadd(k, cg_kmul(k, at, ki(k, cv->in[d])), pos);
+    if (cv->padded)
+      inside = cg_kand(k, inside, cg_kand(k, cg_kcmp(k, KC_GE, pos, ki(k, 0)), klt(k, pos, cv->in[d])));
+  }
+  if (!inside) return cg_operand_load(cv->b, k, blk, cv->x, "x", at);
+  DType dt = cv->x->type.dtype;
+  KVar *v = cg_klet(k, blk, "xv", dt, cg_kimm(k, (double)cg_zero_point(cv->n), dt));
+  KStmt *s = cg_kif(k, blk, inside);
+  cg_kset(k, &s->body, v, cg_operand_load(cv->b, k, &s->body, cv->x, "x", at));
+  return kv(k, v);
+}
+
+static void conv_store(void *ctx, Kernel *k, KBlock *blk, KExpr *z, KExpr *m, KExpr *n, KExpr *acc) {
+  ConvTc *cv = ctx;
+  KExpr *co = let_index(k, blk, "co", cg_kadd(k, cg_kmul(k, z, ki(k, cv->Cog)), m));
+  KExpr *o = cg_kadd(k, cg_kmul(k, cg_kadd(k, cg_kmul(k, kdiv(k, n, cv->OHW), ki(k, cv->Co)), co), ki(k, cv->OHW)),
+                     kmod(k, n, cv->OHW));
+  KExpr *oi = let_index(k, blk, "o", o), *val = acc;
+  if (cv->n->n_in > 2)
+    val = cg_kop2(k, OP_ADD, val, cg_kcast(k, cg_operand_load(cv->b, k, blk, cv->n->in[2], "bias", co), cv->acc_t));
+  if (!cg_fused_store(cv->b, k, blk, cv->out, oi, val)) {
+    KBuf *ob = cg_kglobal(k, "out", cv->out->type.dtype, ir_type_numel(&cv->out->type), cg_ref(cv->b, cv->out));
+    cg_kstore(k, blk, ob, oi, cg_kcast(k, val, cv->out->type.dtype));
+  }
+}
+
+static void conv_tc(CgBuild *b, const Node *n) {
+  Ctx *c = cg_build_ctx(b);
+  ConvTc *cv = ARENA_NEW(&c->arena, ConvTc);
+  cv->b = b;
+  conv_geometry(cv, n);
+  const CgGroup *grp = cg_group(b);
+  KTcKind tc;
+  cg_tc_kind(cv->x->type.dtype, true, &tc);
+  cv->acc_t = tc == KTC_S8 ? TY_I32 : TY_F32;
+  CgTcGemm g = {
+      .node = n,
+      .hint = arena_printf(&c->arena, "%s_igemm", grp && grp->n > 1 ? cg_group_hint(c, grp) : ir_ops[n->op].name),
+      .what = grp ? arena_printf(&c->arena, "#k%d implicit gemm", grp->id) : "implicit gemm",
+      .tc = tc,
+      .m = cv->Cog,
+      .n = cv->x->type.dims[0] * cv->OHW,
+      .k = cv->Kg,
+      .batch = ir_attr_int(n, "groups"),
+      .a = {.rows = cv->Cog, .k_major = true, .async_buf = w_async, .chunk_at = w_chunk, .row_begin = w_row,
+            .element = w_element},
+      .b = {.rows = cv->x->type.dims[0] * cv->OHW, .k_major = false, .row_begin = x_row, .element = x_element},
+      .ctx = cv,
+      .store = conv_store,
+  };
+  cg_tc_gemm(b, &g);
+}
+
+bool cg_lower_conv_igemm(CgBuild *b, const Node *n) {
+  if (ir_type_numel(&n->out[0].type) == 0) return true;
+  if (cg_conv_on_tc(b, n)) {
+    conv_tc(b, n);
+    return true;
+  }
+  return conv_fma(b, n);
+}

@@ -1,0 +1,507 @@
+/* Lowering of the reductions and normalizations: takes a reduce op,
+ * argmax, softmax/log_softmax, layernorm, rms_norm, group_norm or
+ * global_avgpool of a verified graph and appends one kernel that spreads
+ * each output row over threads (docs/kernels.md):
+ *   - row mode, when the reduced elements are x's innermost: the threads
+ *     of a row are lanes along it (a warp for short rows, a block for
+ *     long ones, several rows per block when rows are short), reading 16
+ *     bytes at a time where the row allows, and combined with warp
+ *     shuffles and shared memory (KS_ALLREDUCE);
+ *   - column mode, when kept elements are innermost (a reduction over a
+ *     middle axis): consecutive threads take consecutive outputs, so
+ *     their loads are coalesced, and the rows are split over the block's
+ *     y threads, combined through shared memory.
+ * Each thread's elements stay in registers between passes when they
+ * fit, so softmax and the normalizations read x once; their statistics
+ * are two-pass (mean, then squared deviations) in f32.  The fused
+ * prologue of a group is evaluated where x is loaded, its epilogue where
+ * the result is stored (fuse_lower.c). */
+#include <math.h>
+#include <string.h>
+
+#include "kernel.h"
+
+enum {
+  BLOCK = 256,      /* threads per block, unless one row needs more */
+  MAX_LANES = 1024, /* threads per row */
+  PER_LANE = 4,     /* vectors (or elements) a lane aims to read */
+  CACHE = 32,       /* f32 registers a thread may keep of its row */
+  SPLIT_MIN = 1 << 16, /* elements below which rows are never cut into parts */
+};
+
+static int64_t pow2_ceil(int64_t v) {
+  int64_t p = 1;
+  while (p < v) p *= 2;
+  return p;
+}
+
+static int64_t clamp(int64_t v, int64_t lo, int64_t hi) { return v < lo ? lo : v > hi ? hi : v; }
+
+/* x's dims as groups of adjacent dims that are all reduced or all kept
+ * (dims of 1 dropped): each with its size and x's stride. */
+typedef struct RowSpace {
+  int n;
+  int64_t size[DL_MAX_RANK], stride[DL_MAX_RANK];
+  bool reduced[DL_MAX_RANK];
+  int64_t rows, len; /* outputs (kept elements) and elements per output */
+} RowSpace;
+
+static RowSpace row_space(const int64_t *dims, int rank, const bool *reduced) {
+  RowSpace sp = {.rows = 1, .len = 1};
+  int64_t stride = 1;
+  /* innermost first, then reversed */
+  int64_t size[DL_MAX_RANK], st[DL_MAX_RANK];
+  bool red[DL_MAX_RANK];
+  int n = 0;
+  for (int d = rank - 1; d >= 0; d--) {
+    if (reduced[d])
+      sp.len *= dims[d];
+    else
+      sp.rows *= dims[d];
+    if (dims[d] != 1) {
+      if (n > 0 && red[n - 1] == reduced[d]) {
+        size[n - 1] *= dims[d];
+      } else {
+        size[n] = dims[d], st[n] = stride, red[n] = reduced[d];
+        n++;
+      }
+    }
+    stride *= dims[d];
+  }
+  sp.n = n;
+  for (int i = 0; i < n; i++)
+    sp.size[i] = size[n - 1 - i], sp.stride[i] = st[n - 1 - i], sp.reduced[i] = red[n - 1 - i];
+  return sp;
+}
+
+/* The offset in x of linear index q over the groups of one class (kept
+ * or reduced), from group `from` on: q decoded over their sizes. */
+static KExpr *decode(Kernel *k, const RowSpace *sp, KExpr *q, bool reduced, int upto) {
+  KExpr *off = cg_kint(k, 0);
+  int64_t inner = 1;
+  int outermost = -1;
+  for (int g = 0; g < upto; g++)
+    if (sp->reduced[g] == reduced && outermost < 0) outermost = g;
+  for (int g = upto - 1; g >= 0; g--) {
+    if (sp->reduced[g] != reduced) continue;
+    KExpr *c = cg_kidx(k, KI_DIV, q, cg_kint(k, inner));
+    if (g != outermost) c = cg_kidx(k, KI_MOD, c, cg_kint(k, sp->size[g]));
+    off = cg_kadd(k, off, cg_kmul(k, c, cg_kint(k, sp->stride[g])));
+    inner *= sp->size[g];
+  }
+  return off;
+}
+
+/* One row kernel: the launch shape and, per thread and tile, its row. */
+typedef struct Rows {
+  CgBuild *b;
+  Kernel *k;
+  const RowSpace *sp;
+  bool column;
+  int64_t width, per_block; /* threads of a row, rows of a block (row mode: x, y) */
+  int64_t inner;            /* column mode: kept elements innermost */
+  int n;                    /* lanes of one access: 16 bytes' worth, or 1 */
+  int64_t trips;            /* accesses per thread and row */
+  KMap across;
+  KBlock *tile;             /* runs once per thread and tile */
+  KExpr *valid;             /* the thread's row exists, or NULL: always */
+  KVar *row, *base, *lane;  /* output index, x's offset of its element 0, the thread's place in it */
+  KBuf *cache;              /* the thread's elements, as f32, when kept */
+  DType cache_dt;
+  int64_t splits;           /* parts each row is cut into, one a tile (1: whole rows) */
+  KVar *split;              /* the tile's part, when splits > 1 */
+  KBuf *src;                /* x is this f32 buffer [rows * len] (partials), not a value */
+} Rows;
+
+/* An access of n lanes when the row is x's innermost elements and
+ * whole vectors tile it (and every stored operand is aligned, which
+ * cg_vectorize checks). */
+static int row_lanes(const RowSpace *sp, DType dt) {
+  if (sp->n == 0 || !sp->reduced[sp->n - 1]) return 1;
+  int reduced_groups = 0;
+  for (int g = 0; g < sp->n; g++) reduced_groups += sp->reduced[g];
+  int n = 16 / ir_dtype_size(dt);
+  return reduced_groups == 1 && n > 1 && sp->len % n == 0 ? n : 1;
+}
+
+/* Rows few and long leave most of the GPU idle: cut each into parts,
+ * one a tile, when the whole rows' threads would fill less than half of
+ * it, as long as every thread still makes PER_LANE accesses (and the
+ * input is large enough for a second launch to pay). */
+static int64_t split_count(const Rows *R, int64_t row_tiles, int64_t accesses) {
+  int64_t threads = row_tiles * R->width * R->per_block, gpu = cg_gpu_threads();
+  if (2 * threads >= gpu || R->sp->rows * R->sp->len < SPLIT_MIN) return 1;
+  return clamp(gpu / threads, 1, clamp(accesses / (R->width * PER_LANE), 1, 1024));
+}
+
+/* cache_dt: what a thread keeps of its elements between passes (TY_F32
+ * or TY_I64), or TY_COUNT for nothing; may_split: the caller combines
+ * the parts of split rows (R->splits). */
+static void rows_begin(Rows *R, CgBuild *b, Kernel *k, const RowSpace *sp, DType dt, DType cache_dt,
+                       bool may_split) {
+  memset(R, 0, sizeof *R);
+  R->b = b, R->k = k, R->sp = sp;
+  int64_t len = sp->len > 0 ? sp->len : 1, ntiles;
+  R->column = sp->n > 0 && !sp->reduced[sp->n - 1];
+  if (!R->column) {
+    R->n = row_lanes(sp, dt);
+    int64_t vecs = (len + R->n - 1) / R->n;
+    R->width = clamp(pow2_ceil((vecs + PER_LANE - 1) / PER_LANE), 1, MAX_LANES);
+    R->per_block = R->width >= BLOCK ? 1 : BLOCK / R->width;
+    ntiles = (sp->rows + R->per_block - 1) / R->per_block;
+    R->splits = may_split ? split_count(R, ntiles, vecs) : 1;
+    R->trips = ((vecs + R->splits - 1) / R->splits + R->width - 1) / R->width;
+    k->block[0] = (uint32_t)R->width, k->block[1] = (uint32_t)R->per_block;
+    R->across = KM_BLOCK_X;
+  } else {
+    R->n = 1;
+    R->inner = sp->size[sp->n - 1];
+    /* y splits a row when it is long enough to give each thread a few
+     * elements; x covers the rest of the block with outputs. */
+    int64_t y = clamp(pow2_ceil(len / (4 * PER_LANE)), 1, 8);
+    int64_t x = clamp(pow2_ceil(R->inner), 1, BLOCK / y);
+    if (x * y < 32) y = 32 / x;
+    R->width = y, R->per_block = x;
+    ntiles = sp->rows / R->inner * ((R->inner + x - 1) / x);
+    R->splits = may_split ? split_count(R, ntiles, len) : 1;
+    R->trips = ((len + R->splits - 1) / R->splits + y - 1) / y;
+    k->block[0] = (uint32_t)x, k->block[1] = (uint32_t)y;
+    R->across = KM_BLOCK_Y;
+  }
+  int64_t row_tiles = ntiles;
+  ntiles *= R->splits;
+  int64_t cap = cg_grid_cap((int64_t)k->block[0] * k->block[1]);
+  k->grid[0] = (uint32_t)(ntiles < 1 ? 1 : ntiles > cap ? cap : ntiles);
+  KVar *tile = cg_kvar(k, "tile", KT_INDEX), *ty = cg_kvar(k, "ty", KT_INDEX), *tx = cg_kvar(k, "tx", KT_INDEX);
+  KStmt *lt = cg_kloop(k, &k->body, tile, cg_kint(k, ntiles), KM_GRID_X);
+  KStmt *ly = cg_kloop(k, &lt->body, ty, cg_kint(k, k->block[1]), KM_BLOCK_Y);
+  KStmt *lx = cg_kloop(k, &ly->body, tx, cg_kint(k, k->block[0]), KM_BLOCK_X);
+  R->tile = &lx->body;
+  if (R->splits > 1) {
+    R->split = cg_klet(k, R->tile, "part", KT_INDEX, cg_kidx(k, KI_DIV, cg_kv(k, tile), cg_kint(k, row_tiles)));
+    tile = cg_klet(k, R->tile, "rows", KT_INDEX, cg_kidx(k, KI_MOD, cg_kv(k, tile), cg_kint(k, row_tiles)));
+  }
+  KExpr *q, *base;
+  if (!R->column) {
+    R->lane = tx;
+    q = cg_kadd(k, cg_kmul(k, cg_kv(k, tile), cg_kint(k, R->per_block)), cg_kv(k, ty));
+    if (sp->rows % R->per_block) R->valid = cg_kcmp(k, KC_LT, q, cg_kint(k, sp->rows));
+    R->row = cg_klet(k, R->tile, "row", KT_INDEX, q);
+    base = decode(k, sp, cg_kv(k, R->row), false, sp->n);
+  } else {
+    int64_t x = R->per_block, chunks = (R->inner + x - 1) / x;
+    R->lane = ty;
+    KVar *o = cg_klet(k, R->tile, "o", KT_INDEX, cg_kidx(k, KI_DIV, cg_kv(k, tile), cg_kint(k, chunks)));
+    KExpr *p = cg_kadd(k, cg_kmul(k, cg_kidx(k, KI_MOD, cg_kv(k, tile), cg_kint(k, chunks)), cg_kint(k, x)),
+                       cg_kv(k, tx));
+    KVar *pv = cg_klet(k, R->tile, "p", KT_INDEX, p);
+    if (R->inner % x) R->valid = cg_kcmp(k, KC_LT, cg_kv(k, pv), cg_kint(k, R->inner));
+    R->row = cg_klet(k, R->tile, "row", KT_INDEX,
+                     cg_kadd(k, cg_kmul(k, cg_kv(k, o), cg_kint(k, R->inner)), cg_kv(k, pv)));
+    base = cg_kadd(k, decode(k, sp, cg_kv(k, o), false, sp->n - 1), cg_kv(k, pv));
+  }
+  R->base = cg_klet(k, R->tile, "base", KT_INDEX, base);
+  R->cache_dt = cache_dt;
+  if (cache_dt != TY_COUNT && R->trips * R->n <= CACHE)
+    R->cache = cg_klocal(k, "row", cache_dt, R->trips * R->n, KSP_REGISTER);
+}
+
+/* Where statements that need the thread's row go: inside a guard when
+ * some threads of the last tile have none. */
+static KBlock *rows_guard(Rows *R, KExpr *also) {
+  KExpr *c = cg_kand(R->k, R->valid, also);
+  return c ? &cg_kif(R->k, R->tile, c)->body : R->tile;
+}
+
+/* One pass over the thread's elements: body runs at element e of the
+ * row (x's index at; slot its place in the cache). */
+typedef struct Pass {
+  KBlock *body;
+  KExpr *e, *at, *slot;
+} Pass;
+
+static Pass rows_pass(Rows *R, KBlock *in) {
+  Kernel *k = R->k;
+  const RowSpace *sp = R->sp;
+  Pass P = {0};
+  KVar *t = cg_kvar(k, "t", KT_INDEX);
+  KStmt *lt = cg_kloop(k, in, t, cg_kint(k, R->trips), R->cache ? KM_UNROLL : KM_SERIAL);
+  /* the access's first element: accesses of consecutive lanes are adjacent */
+  KExpr *access = cg_kadd(k, cg_kmul(k, cg_kv(k, t), cg_kint(k, R->width)), cg_kv(k, R->lane));
+  if (R->split) access = cg_kadd(k, cg_kmul(k, cg_kv(k, R->split), cg_kint(k, R->trips * R->width)), access);
+  KExpr *first = cg_kmul(k, access, cg_kint(k, R->n));
+  KVar *e0 = cg_klet(k, &lt->body, "e", KT_INDEX, first);
+  KBlock *at = &lt->body;
+  if (R->splits * R->trips * R->width * R->n != sp->len)
+    at = &cg_kif(k, at, cg_kcmp(k, KC_LT, cg_kv(k, e0), cg_kint(k, sp->len)))->body;
+  KExpr *e = cg_kv(k, e0), *slot = cg_kmul(k, cg_kv(k, t), cg_kint(k, R->n));
+  if (R->n > 1) {
+    KVar *v = cg_kvar(k, "v", KT_INDEX);
+    at = &cg_kloop(k, at, v, cg_kint(k, R->n), KM_LANES)->body;
+    e = cg_kadd(k, e, cg_kv(k, v));
+    slot = cg_kadd(k, slot, cg_kv(k, v));
+  }
+  P.body = at;
+  P.e = e;
+  P.slot = slot;
+  /* x's offset of element e: e itself when the row is contiguous */
+  bool contiguous = sp->n > 0 && sp->reduced[sp->n - 1] && sp->stride[sp->n - 1] == 1;
+  int reduced_groups = 0;
+  for (int g = 0; g < sp->n; g++) reduced_groups += sp->reduced[g];
+  KExpr *off = contiguous && reduced_groups == 1 ? e : decode(k, sp, e, true, sp->n);
+  P.at = cg_kadd(k, cg_kv(k, R->base), off);
+  return P;
+}
+
+/* x's element of the pass, as f32 (or i64 for integer argmax): from the
+ * cache once the first pass has filled it. */
+static KExpr *rows_value(Rows *R, const Pass *P, const Value *x, bool first, DType dt) {
+  Kernel *k = R->k;
+  if (R->cache && !first) return cg_kload(k, R->cache, P->slot);
+  KExpr *v = R->src ? cg_kload(k, R->src, P->at) : cg_kcast(k, cg_load_in(R->b, k, P->body, x, "x", P->at), dt);
+  if (!R->cache) return v;
+  cg_kstore(k, P->body, R->cache, P->slot, v);
+  return cg_kload(k, R->cache, P->slot);
+}
+
+/* acc = combine over the row of what each pass element gives. */
+static KVar *rows_acc(Rows *R, const char *stem, DType dt, double init) {
+  return cg_klet(R->k, R->tile, stem, dt, cg_kimm(R->k, init, dt));
+}
+
+static void accumulate(Kernel *k, const Pass *P, KVar *acc, OpKind comb, KExpr *v) {
+  cg_kset(k, P->body, acc, cg_kop2(k, comb, cg_kv(k, acc), v));
+}
+
+/* acc combined over the threads of its row (nothing to do for one). */
+static void rows_allreduce(Rows *R, KVar *acc, OpKind comb) {
+  if (R->width > 1) cg_kallreduce(R->k, R->tile, acc, comb, R->across);
+}
+
+static Kernel *rows_kernel(CgBuild *b, const Node *n) { return cg_node_kernel(b, n, NULL, NULL); }
+
+/* The reduced flags of axis from..to-1 of a rank-r tensor. */
+static void mark(bool *reduced, int rank, int from, int to) {
+  for (int d = 0; d < rank; d++) reduced[d] = d >= from && d < to;
+}
+
+static int norm_axis(const Node *n, int rank) {
+  int axis = (int)ir_attr_int(n, "axis");
+  return axis < 0 ? axis + rank : axis;
+}
+
+/* ---- reductions to one value per row ---- */
+
+static bool lower_reduce(CgBuild *b, const Node *n) {
+  if (!cg_check_dtypes(b, n, false)) return false;
+  const Value *x = n->in[0], *out = &n->out[0];
+  const TensorType *xt = &x->type;
+  if (ir_type_numel(&out->type) == 0) return true;
+  bool reduced[DL_MAX_RANK] = {false};
+  if (n->op == OP_GLOBAL_AVGPOOL) {
+    mark(reduced, xt->rank, 2, xt->rank);
+  } else {
+    int n_axes;
+    const int64_t *axes = ir_attr_ints(n, "axes", &n_axes);
+    for (int i = 0; i < n_axes; i++) reduced[axes[i] < 0 ? axes[i] + xt->rank : axes[i]] = true;
+  }
+  RowSpace sp = row_space(xt->dims, xt->rank, reduced);
+  OpKind comb = n->op == OP_REDUCE_MAX ? OP_MAXIMUM : n->op == OP_REDUCE_MIN ? OP_MINIMUM
+                : n->op == OP_REDUCE_PROD ? OP_MUL : OP_ADD;
+  double init = n->op == OP_REDUCE_MAX ? -INFINITY : n->op == OP_REDUCE_MIN ? INFINITY
+                : n->op == OP_REDUCE_PROD ? 1.0 : 0.0;
+  Kernel *k = rows_kernel(b, n);
+  Rows R;
+  rows_begin(&R, b, k, &sp, xt->dtype, TY_COUNT, true);
+  KVar *acc = rows_acc(&R, "acc", TY_F32, init);
+  Pass P = rows_pass(&R, rows_guard(&R, NULL));
+  accumulate(k, &P, acc, comb, rows_value(&R, &P, x, true, TY_F32));
+  rows_allreduce(&R, acc, comb);
+  KBlock *st = rows_guard(&R, R.width > 1 ? cg_kcmp(k, KC_EQ, cg_kv(k, R.lane), cg_kint(k, 0)) : NULL);
+  if (R.splits > 1) {
+    /* Each part's value, then a second kernel combines the parts of each
+     * row in order: [splits, rows] reduced over its first axis. */
+    RtRef ref = cg_scratch(b, n, (uint64_t)(R.splits * sp.rows) * sizeof(float));
+    KBuf *parts = cg_kglobal(k, "part", TY_F32, R.splits * sp.rows, ref);
+    cg_kstore(k, st, parts, cg_kadd(k, cg_kmul(k, cg_kv(k, R.split), cg_kint(k, sp.rows)), cg_kv(k, R.row)),
+              cg_kv(k, acc));
+    cg_launch(b, k);
+    int64_t dims[2] = {R.splits, sp.rows};
+    bool over[2] = {true, false};
+    RowSpace ps = row_space(dims, 2, over);
+    k = cg_node_kernel(b, n, "parts", NULL);
+    rows_begin(&R, b, k, &ps, TY_F32, TY_COUNT, false);
+    R.src = cg_kglobal(k, "part", TY_F32, R.splits * sp.rows, ref);
+    acc = rows_acc(&R, "acc", TY_F32, init);
+    P = rows_pass(&R, rows_guard(&R, NULL));
+    accumulate(k, &P, acc, comb, rows_value(&R, &P, x, true, TY_F32));
+    rows_allreduce(&R, acc, comb);
+    st = rows_guard(&R, R.width > 1 ? cg_kcmp(k, KC_EQ, cg_kv(k, R.lane), cg_kint(k, 0)) : NULL);
+  }
+  KExpr *res = cg_kv(k, acc);
+  if (n->op == OP_REDUCE_MEAN || n->op == OP_GLOBAL_AVGPOOL)
+    res = cg_kop2(k, OP_DIV, res, cg_kimm(k, (double)sp.len, TY_F32));
+  cg_store_at(b, k, st, out, cg_kv(k, R.row), res);
+  cg_launch(b, k);
+  return true;
+}
+
+/* The first index of the largest value (NaN the largest, ints exact):
+ * the row's largest, then the least index that holds it. */
+static bool lower_argmax(CgBuild *b, const Node *n) {
+  const Value *x = n->in[0], *out = &n->out[0];
+  if (!cg_check_dtypes(b, n, true)) return false;
+  const TensorType *xt = &x->type;
+  int axis = norm_axis(n, xt->rank);
+  if (ir_type_numel(&out->type) == 0) return true;
+  if (xt->dims[axis] == 0) {
+    diag_error(cg_build_ctx(b), n->loc, "argmax over an empty axis");
+    return false;
+  }
+  bool reduced[DL_MAX_RANK];
+  mark(reduced, xt->rank, axis, axis + 1);
+  RowSpace sp = row_space(xt->dims, xt->rank, reduced);
+  bool floats = ir_dtype_is_float(xt->dtype);
+  DType vt = floats ? TY_F32 : TY_I64;
+  Kernel *k = rows_kernel(b, n);
+  Rows R;
+  rows_begin(&R, b, k, &sp, xt->dtype, vt, false);
+  KVar *mx = rows_acc(&R, "mx", vt, floats ? -INFINITY : (double)INT64_MIN);
+  Pass P = rows_pass(&R, rows_guard(&R, NULL));
+  accumulate(k, &P, mx, OP_MAXIMUM, rows_value(&R, &P, x, true, vt));
+  rows_allreduce(&R, mx, OP_MAXIMUM);
+  KVar *best = rows_acc(&R, "best", TY_I64, (double)sp.len);
+  P = rows_pass(&R, rows_guard(&R, NULL));
+  KVar *v = cg_klet(k, P.body, "xv", vt, rows_value(&R, &P, x, false, vt));
+  KExpr *hit = cg_kcmp(k, KC_EQ, cg_kv(k, v), cg_kv(k, mx));
+  if (floats)
+    hit = cg_kor(k, hit, cg_kand(k, cg_kcmp(k, KC_NE, cg_kv(k, mx), cg_kv(k, mx)),
+                                 cg_kcmp(k, KC_NE, cg_kv(k, v), cg_kv(k, v))));
+  KExpr *idx = cg_ksel(k, hit, cg_kcast(k, P.e, TY_I64), cg_kimm(k, (double)sp.len, TY_I64));
+  accumulate(k, &P, best, OP_MINIMUM, idx);
+  rows_allreduce(&R, best, OP_MINIMUM);
+  KBlock *st = rows_guard(&R, R.width > 1 ? cg_kcmp(k, KC_EQ, cg_kv(k, R.lane), cg_kint(k, 0)) : NULL);
+  cg_store_at(b, k, st, out, cg_kv(k, R.row), cg_kv(k, best));
+  cg_launch(b, k);
+  return true;
+}
+
+/* ---- normalizations: every element of the row, from its statistics ---- */
+
+static bool lower_softmax(CgBuild *b, const Node *n) {
+  if (!cg_check_dtypes(b, n, false)) return false;
+  const Value *x = n->in[0], *out = &n->out[0];
+  const TensorType *xt = &x->type;
+  if (ir_type_numel(xt) == 0) return true;
+  int axis = norm_axis(n, xt->rank);
+  bool reduced[DL_MAX_RANK], lsm = n->op == OP_LOG_SOFTMAX;
+  mark(reduced, xt->rank, axis, axis + 1);
+  RowSpace sp = row_space(xt->dims, xt->rank, reduced);
+  Kernel *k = rows_kernel(b, n);
+  Rows R;
+  rows_begin(&R, b, k, &sp, xt->dtype, TY_F32, false);
+  KVar *mx = rows_acc(&R, "mx", TY_F32, -INFINITY);
+  Pass P = rows_pass(&R, rows_guard(&R, NULL));
+  accumulate(k, &P, mx, OP_MAXIMUM, rows_value(&R, &P, x, true, TY_F32));
+  rows_allreduce(&R, mx, OP_MAXIMUM);
+  KVar *sum = rows_acc(&R, "sum", TY_F32, 0);
+  P = rows_pass(&R, rows_guard(&R, NULL));
+  KVar *ex = cg_klet(k, P.body, "ex", TY_F32,
+                     cg_kop1(k, OP_EXP, cg_kop2(k, OP_SUB, rows_value(&R, &P, x, false, TY_F32), cg_kv(k, mx))));
+  /* softmax keeps exp(x - max), log_softmax x itself */
+  if (R.cache && !lsm) cg_kstore(k, P.body, R.cache, P.slot, cg_kv(k, ex));
+  accumulate(k, &P, sum, OP_ADD, cg_kv(k, ex));
+  rows_allreduce(&R, sum, OP_ADD);
+  KBlock *in = rows_guard(&R, NULL);
+  KVar *lsum = lsm ? cg_klet(k, in, "lsum", TY_F32, cg_kop1(k, OP_LOG, cg_kv(k, sum))) : NULL;
+  P = rows_pass(&R, in);
+  KExpr *v = rows_value(&R, &P, x, false, TY_F32), *y;
+  if (lsm)
+    y = cg_kop2(k, OP_SUB, cg_kop2(k, OP_SUB, v, cg_kv(k, mx)), cg_kv(k, lsum));
+  else
+    y = cg_kop2(k, OP_DIV, R.cache ? v : cg_kop1(k, OP_EXP, cg_kop2(k, OP_SUB, v, cg_kv(k, mx))), cg_kv(k, sum));
+  cg_store_at(b, k, P.body, out, P.at, y);
+  cg_launch(b, k);
+  return true;
+}
+
+/* layernorm, rms_norm and group_norm: x's rows normalized by their
+ * mean and variance (rms_norm: their mean square), then the per-element
+ * (per-channel for group_norm) weight and bias where given. */
+static bool lower_norm(CgBuild *b, const Node *n) {
+  if (!cg_check_dtypes(b, n, false)) return false;
+  const Value *x = n->in[0], *out = &n->out[0];
+  const TensorType *xt = &x->type;
+  if (ir_type_numel(xt) == 0) return true;
+  bool rms = n->op == OP_RMS_NORM;
+  int64_t dims[2], groups = 1, per_channel = 1;
+  bool reduced[2] = {false, true};
+  if (n->op == OP_GROUP_NORM) {
+    groups = ir_attr_int(n, "groups");
+    for (int d = 2; d < xt->rank; d++) per_channel *= xt->dims[d];
+    dims[0] = xt->dims[0] * groups;
+    dims[1] = ir_type_numel(xt) / dims[0];
+  } else {
+    int axis = norm_axis(n, xt->rank);
+    dims[0] = dims[1] = 1;
+    for (int d = 0; d < xt->rank; d++) dims[d >= axis] *= xt->dims[d];
+  }
+  RowSpace sp = row_space(dims, 2, reduced);
+  double eps = ir_attr_float(n, "eps");
+  Kernel *k = rows_kernel(b, n);
+  Rows R;
+  rows_begin(&R, b, k, &sp, xt->dtype, TY_F32, false);
+  KExpr *flen = cg_kimm(k, (double)sp.len, TY_F32), *mean = NULL;
+  if (!rms) {
+    KVar *s = rows_acc(&R, "sum", TY_F32, 0);
+    Pass P = rows_pass(&R, rows_guard(&R, NULL));
+    accumulate(k, &P, s, OP_ADD, rows_value(&R, &P, x, true, TY_F32));
+    rows_allreduce(&R, s, OP_ADD);
+    mean = cg_kv(k, cg_klet(k, R.tile, "mean", TY_F32, cg_kop2(k, OP_DIV, cg_kv(k, s), flen)));
+  }
+  KVar *sq = rows_acc(&R, "sq", TY_F32, 0);
+  Pass P = rows_pass(&R, rows_guard(&R, NULL));
+  KExpr *v = rows_value(&R, &P, x, rms, TY_F32);
+  KVar *d = cg_klet(k, P.body, "d", TY_F32, rms ? v : cg_kop2(k, OP_SUB, v, mean));
+  accumulate(k, &P, sq, OP_ADD, cg_kop2(k, OP_MUL, cg_kv(k, d), cg_kv(k, d)));
+  rows_allreduce(&R, sq, OP_ADD);
+  KBlock *in = rows_guard(&R, NULL);
+  KExpr *var = cg_kop2(k, OP_DIV, cg_kv(k, sq), flen);
+  KExpr *den = cg_kop1(k, OP_SQRT, cg_kop2(k, OP_ADD, var, cg_kimm(k, eps, TY_F32)));
+  KVar *inv = cg_klet(k, in, "inv", TY_F32, cg_kop2(k, OP_DIV, cg_kimm(k, 1, TY_F32), den));
+  P = rows_pass(&R, in);
+  v = rows_value(&R, &P, x, false, TY_F32);
+  KExpr *y = cg_kop2(k, OP_MUL, rms ? v : cg_kop2(k, OP_SUB, v, mean), cg_kv(k, inv));
+  /* the affine operands: per element of the row, or per channel */
+  KExpr *at = P.e;
+  if (n->op == OP_GROUP_NORM) {
+    KExpr *g = cg_kidx(k, KI_MOD, cg_kv(k, R.row), cg_kint(k, groups));
+    at = cg_kadd(k, cg_kmul(k, g, cg_kint(k, sp.len / per_channel)),
+                 cg_kidx(k, KI_DIV, P.e, cg_kint(k, per_channel)));
+  }
+  if (n->n_in > 1)
+    y = cg_kop2(k, OP_MUL, y, cg_kcast(k, cg_load_in(b, k, P.body, n->in[1], "weight", at), TY_F32));
+  if (n->n_in > 2)
+    y = cg_kop2(k, OP_ADD, y, cg_kcast(k, cg_load_in(b, k, P.body, n->in[2], "bias", at), TY_F32));
+  cg_store_at(b, k, P.body, out, P.at, y);
+  cg_launch(b, k);
+  return true;
+}
+
+bool cg_lower_rows(CgBuild *b, const Node *n) {
+  switch (n->op) {
+    case OP_REDUCE_SUM:
+    case OP_REDUCE_MEAN:
+    case OP_REDUCE_MAX:
+    case OP_REDUCE_MIN:
+    case OP_REDUCE_PROD:
+    case OP_GLOBAL_AVGPOOL: return lower_reduce(b, n);
+    case OP_ARGMAX: return lower_argmax(b, n);
+    case OP_SOFTMAX:
+    case OP_LOG_SOFTMAX: return lower_softmax(b, n);
+    case OP_LAYERNORM:
+    case OP_RMS_NORM:
+    case OP_GROUP_NORM: return lower_norm(b, n);
+    default: dl_internal(cg_build_ctx(b), "%s is not a row reduction", ir_ops[n->op].name);
+  }
+}

@@ -1,0 +1,487 @@
+/* Tensor-core GEMM kernels: takes a GEMM-shaped problem (CgTcGemm:
+ * C[z][m][n] = sum over k of A[z][m][k] B[z][n][k], operands read and
+ * results stored through the caller's callbacks), returns nothing but
+ * appends its kernel to the plan, and when K is split a second kernel
+ * that adds the slices in a fixed order.  Convolutions (fuse_lower.c)
+ * and the int8 GEMM kernel (lower_kernels.c) are its callers.
+ *
+ * The kernel (docs/tensorcores.md).  A block computes a BM x BN tile of
+ * C with WM x WN warps.  K passes through shared memory one stage at a
+ * time, a stage being 64 bytes of every row of both operands (32
+ * f16/bf16, 64 s8 or 16 tf32 elements: two mma k-steps of 32 bytes),
+ * with up to 4 stages in flight.  An operand that is a plain aligned
+ * global array with K contiguous arrives by cp.async, one commit group
+ * per stage; any other (a fused prologue computed on load, an NCHW
+ * im2col) is loaded by each thread into registers before the mma work
+ * of a stage and stored to shared memory after it, so the loads' latency
+ * hides behind the tensor cores either way.  ldmatrix feeds the mma
+ * fragments; the accumulators then pass through shared memory, so that
+ * the epilogue (bias, the fused group, requantization) runs once per
+ * element with consecutive threads on consecutive columns. */
+#include <inttypes.h>
+#include <math.h>
+#include <string.h>
+
+#include "kernel.h"
+
+enum {
+  ROW_BYTES = 64,  /* one stage of one row of an operand */
+  CHUNK = 16,      /* what cp.async, a register-staged store and an ldmatrix row move */
+  CHUNKS = ROW_BYTES / CHUNK,
+  KSTEP = 32,      /* bytes of K one mma takes (k16 f16/bf16, k32 s8, k8 tf32) */
+  CPAD = 8,        /* the accumulator tile's row padding, in elements */
+  MAX_STAGES = 4,
+  MAX_SLOTS = 8,   /* chunks a thread moves per operand and stage */
+};
+
+static int elem_bytes(KTcKind tc) {
+  return tc == KTC_F16 || tc == KTC_BF16 ? 2 : tc == KTC_S8 ? 1 : 4;
+}
+
+static DType tile_dtype(KTcKind tc) {
+  static const DType dt[] = {TY_F16, TY_BF16, TY_I8, TY_F32};
+  return dt[tc];
+}
+
+bool cg_tc_kind(DType dt, bool tf32, KTcKind *tc) {
+  switch (dt) {
+    case TY_F16: *tc = KTC_F16; return true;
+    case TY_BF16: *tc = KTC_BF16; return true;
+    case TY_I8: *tc = KTC_S8; return true;
+    case TY_F32: *tc = KTC_TF32; return tf32;
+    default: return false;
+  }
+}
+
+/* ---- choosing the tile ----
+ * The shapes, largest first.  eff is the rate a warp's mma work runs at
+ * against the 64x32 warp tile's: per k-step a warp of WTM x WTN issues
+ * WTM/16 + WTN/16 ldmatrix.x4 for WTM*WTN/128 mma, so smaller warp tiles
+ * spend more of the SM's shared-memory bandwidth per product.  These are
+ * estimates, not measurements: there was no GPU to measure on. */
+typedef struct Shape {
+  int bm, bn, wm, wn;
+  double eff;
+} Shape;
+
+static const Shape shapes[] = {
+    {128, 128, 2, 4, 1.0},  /* warp 64x32, 256 threads */
+    {128, 64, 2, 2, 1.0},   /* warp 64x32, 128 threads */
+    {64, 128, 2, 4, 0.85},  /* warp 32x32, 256 threads */
+    {64, 64, 2, 2, 0.85},   /* warp 32x32, 128 threads */
+    {128, 32, 4, 1, 0.85},  /* warp 32x32: few columns */
+    {32, 128, 1, 4, 0.85},  /* warp 32x32: few rows */
+    {128, 16, 4, 1, 0.6},   /* warp 32x16: a handful of columns (batch 1, late layers) */
+};
+
+static const int splits[] = {1, 2, 3, 4, 6, 8, 12, 16};
+
+enum {
+  MIN_SPLIT_STAGES = 4, /* K stages a slice keeps at the least */
+  /* A byte written and read back costs about as long as this many
+   * elements of C gain one k-step: an H200 SM moves ~20 bytes a cycle
+   * from memory and does ~1024 f16 multiply-adds, 16 per element-step. */
+  BYTE_COST = 4,
+  /* The slices' kernel is one launch more: ~2 us between launches, the
+   * time an SM takes for ~230k element-steps. */
+  LAUNCH_COST = 230000,
+};
+
+static int stages_for(int64_t kt) { return kt >= MAX_STAGES - 1 ? MAX_STAGES : kt < 1 ? 2 : (int)kt + 1; }
+
+static int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+/* The busiest SM decides: blocks go round the SMs, and an SM's tensor
+ * cores take its blocks' work (elements of C times k-steps, over the
+ * warp tile's rate) one after another whether or not they are resident
+ * together.  A split pays for writing and reading its slices and for
+ * the launch of the kernel that adds them. */
+CgTcTile cg_tc_choose(int64_t m, int64_t n, int64_t k, int64_t batch, KTcKind tc) {
+  int64_t kt = cdiv(k, ROW_BYTES / elem_bytes(tc));
+  CgTcTile best = {0};
+  double best_cost = INFINITY;
+  for (size_t i = 0; i < ARRAY_LEN(shapes); i++) {
+    const Shape *s = &shapes[i];
+    int64_t tiles = cdiv(m, s->bm) * cdiv(n, s->bn) * batch;
+    for (size_t j = 0; j < ARRAY_LEN(splits); j++) {
+      int split = splits[j];
+      int64_t kts = cdiv(kt, split);
+      if (split > 1 && (tiles >= CG_TC_TARGET_SMS || kts < MIN_SPLIT_STAGES)) continue;
+      int64_t per_sm = cdiv(tiles * split, CG_TC_TARGET_SMS);
+      double cost = (double)per_sm * s->bm * s->bn * (double)kts * 2 / s->eff;
+      if (split > 1) cost += (double)split * m * n * batch * 8 * BYTE_COST / CG_TC_TARGET_SMS + LAUNCH_COST;
+      if (cost < best_cost) {
+        best_cost = cost;
+        best = (CgTcTile){s->bm, s->bn, s->wm, s->wn, stages_for(kts), split};
+      }
+    }
+  }
+  return best;
+}
+
+/* ---- the kernel ---- */
+
+/* The chunks one thread moves for one operand each stage. */
+typedef struct Side {
+  const CgTcOperand *op;
+  int64_t rows; /* of the tile: BM or BN */
+  KBuf *sm;     /* the operand's stages, [stage][rows][64 bytes] */
+  KBuf *gbuf;   /* cp.async's source, or NULL: staged in registers ... */
+  KBuf *stage;  /* ... these, a chunk per slot */
+  int n_slots;
+  KExpr *row[MAX_SLOTS], *chunk[MAX_SLOTS], *grow[MAX_SLOTS];
+  KExpr *soff[MAX_SLOTS]; /* the chunk's offset in a stage, swizzled */
+  KExpr *slot_ok[MAX_SLOTS]; /* a chunk of the tile at all (NULL: always) */
+  KExpr *row_ok[MAX_SLOTS];  /* a row of the operand (NULL: always) */
+  void *data[MAX_SLOTS];
+} Side;
+
+typedef struct Gen {
+  CgBuild *b;
+  Kernel *k;
+  const CgTcGemm *g;
+  CgTcTile t;
+  int es, epc, bk; /* element bytes; elements in a chunk and in a stage row */
+  int threads, wtm, wtn, mi, ni;
+  int64_t kt_n, kt_split;
+  DType tile, acc_t;
+  Side side[2];
+  KExpr *tid, *lane, *z, *kt_end, *wrow0, *wcol0;
+  /* ldmatrix: this lane's first row offset, chunk and swizzle, per side */
+  KExpr *a_row, *a_chunk, *a_swz, *b_row, *b_chunk, *b_swz;
+  KBuf *acc, *af, *bf;
+} Gen;
+
+static KExpr *ki(Kernel *k, int64_t v) { return cg_kint(k, v); }
+static KExpr *kv(Kernel *k, KVar *v) { return cg_kv(k, v); }
+static KExpr *kdiv(Kernel *k, KExpr *a, int64_t d) { return cg_kidx(k, KI_DIV, a, ki(k, d)); }
+static KExpr *kmod(Kernel *k, KExpr *a, int64_t d) { return cg_kidx(k, KI_MOD, a, ki(k, d)); }
+static KExpr *klt(Kernel *k, KExpr *a, KExpr *b) { return cg_kcmp(k, KC_LT, a, b); }
+static KExpr *ilet(Kernel *k, KBlock *in, const char *stem, KExpr *e) {
+  return e->kind == KE_INT || e->kind == KE_VAR ? e : kv(k, cg_klet(k, in, stem, KT_INDEX, e));
+}
+
+static KStmt *unrolled(Kernel *k, KBlock *in, const char *stem, int64_t n, KVar **var) {
+  *var = cg_kvar(k, stem, KT_INDEX);
+  return cg_kloop(k, in, *var, ki(k, n), KM_UNROLL);
+}
+
+/* What a row's logical chunks are XORed with in shared memory.  A stage
+ * row is 64 bytes, four 16-byte chunks; logical chunk c of row r lives
+ * at chunk c ^ (r / 2) % 4.  The 32 banks of 4 bytes make 8 groups of 16
+ * bytes, and a warp's 16-byte accesses go in phases of 8 lanes, which
+ * are conflict-free when they reach 8 distinct groups (4r + chunk) % 8:
+ *  - ldmatrix: a phase is rows r0 .. r0 + 7 (r0 a multiple of 8) of one
+ *    logical chunk.  Rows of one parity share 4r % 8, and among the four
+ *    of a parity (r / 2) % 4 takes every value 0..3, so the chunk does:
+ *    8 distinct groups.
+ *  - cp.async or staged stores walking along rows (k_major): a phase is
+ *    chunks 0..3 of two consecutive rows; the XOR only permutes a row's
+ *    chunks and the rows differ in parity.
+ *  - staged stores walking down a column: rows r0 .. r0 + 7 of one
+ *    chunk, as ldmatrix. */
+static KExpr *swizzle(Kernel *k, KExpr *row) { return kmod(k, kdiv(k, row, 2), CHUNKS); }
+
+/* Element off of stage st of side s. */
+static KExpr *stage_at(Gen *G, int s, KExpr *st, KExpr *off) {
+  Kernel *k = G->k;
+  return cg_kadd(k, cg_kmul(k, st, ki(k, G->side[s].rows * G->bk)), off);
+}
+
+/* Which chunks thread tid moves: consecutive threads along a row when
+ * the operand is K-contiguous (coalesced), else down a column. */
+static void setup_side(Gen *G, KBlock *body, int s, KExpr *tile0) {
+  Kernel *k = G->k;
+  Side *S = &G->side[s];
+  int64_t chunks = S->rows * CHUNKS, T = G->threads;
+  S->n_slots = (int)cdiv(chunks, T);
+  if (S->n_slots > MAX_SLOTS) dl_internal(k->ctx, "tensor-core tile: %d chunks a thread", S->n_slots);
+  for (int l = 0; l < S->n_slots; l++) {
+    KExpr *idx = ilet(k, body, "e", cg_kadd(k, G->tid, ki(k, l * T)));
+    S->slot_ok[l] = (l + 1) * T > chunks ? klt(k, idx, ki(k, chunks)) : NULL;
+    S->row[l] = ilet(k, body, "r", S->op->k_major ? kdiv(k, idx, CHUNKS) : kmod(k, idx, S->rows));
+    S->chunk[l] = ilet(k, body, "c", S->op->k_major ? kmod(k, idx, CHUNKS) : kdiv(k, idx, S->rows));
+    S->grow[l] = ilet(k, body, "g", cg_kadd(k, tile0, S->row[l]));
+    KExpr *phys = cg_kidx(k, KI_XOR, S->chunk[l], swizzle(k, S->row[l]));
+    S->soff[l] = ilet(k, body, "so", cg_kadd(k, cg_kmul(k, S->row[l], ki(k, G->bk)), cg_kmul(k, phys, ki(k, G->epc))));
+    S->row_ok[l] = S->op->rows % S->rows ? klt(k, S->grow[l], ki(k, S->op->rows)) : NULL;
+    S->data[l] = !S->gbuf && S->op->row_begin ? S->op->row_begin(G->g->ctx, k, body, G->z, S->grow[l]) : NULL;
+  }
+}
+
+/* Whether K tile kt's chunk from kk on exists: kt is one of this
+ * block's, and kk is inside K (only the last tile may be partial). */
+static KExpr *k_ok(Gen *G, KExpr *kt, KExpr *kk) {
+  Kernel *k = G->k;
+  KExpr *ok = klt(k, kt, G->kt_end);
+  if (G->g->k % G->bk) ok = cg_kand(k, ok, klt(k, kk, ki(k, G->g->k)));
+  return ok;
+}
+
+static KExpr *chunk_k(Gen *G, KExpr *kt, KExpr *chunk) {
+  Kernel *k = G->k;
+  return cg_kadd(k, cg_kmul(k, kt, ki(k, G->bk)), cg_kmul(k, chunk, ki(k, G->epc)));
+}
+
+/* cp.async of side s's chunks of K tile kt into stage st; a chunk past
+ * an edge is 16 zero bytes. */
+static void issue_async(Gen *G, KBlock *blk, int s, KExpr *kt, KExpr *st) {
+  Kernel *k = G->k;
+  Side *S = &G->side[s];
+  for (int l = 0; l < S->n_slots; l++) {
+    KBlock *at = S->slot_ok[l] ? &cg_kif(k, blk, S->slot_ok[l])->body : blk;
+    KExpr *kk = ilet(k, at, "kk", chunk_k(G, kt, S->chunk[l]));
+    KExpr *inner = NULL;
+    KExpr *idx = S->op->chunk_at(G->g->ctx, k, at, G->z, S->grow[l], kk, &inner);
+    KExpr *ok = kv(k, cg_klet(k, at, "ok", TY_I32, cg_kand(k, cg_kand(k, S->row_ok[l], k_ok(G, kt, kk)), inner)));
+    cg_kcp_async(k, at, CHUNK, S->sm, stage_at(G, s, st, S->soff[l]), S->gbuf,
+                 cg_ksel(k, ok, idx, ki(k, 0)), cg_ksel(k, ok, ki(k, CHUNK), ki(k, 0)));
+  }
+}
+
+/* The register-staged side s's elements of K tile kt into its staging
+ * registers (zero past an edge), a chunk of them per slot. */
+static void fetch(Gen *G, KBlock *blk, int s, KExpr *kt) {
+  Kernel *k = G->k;
+  Side *S = &G->side[s];
+  for (int l = 0; l < S->n_slots; l++) {
+    KExpr *kk0 = ilet(k, blk, "kk", chunk_k(G, kt, S->chunk[l]));
+    KExpr *ok = cg_kand(k, cg_kand(k, S->slot_ok[l], S->row_ok[l]), klt(k, kt, G->kt_end));
+    KVar *e;
+    KBlock *eb = &unrolled(k, blk, "el", G->epc, &e)->body;
+    KExpr *kk = ilet(k, eb, "kk", cg_kadd(k, kk0, kv(k, e)));
+    KExpr *slot = cg_kadd(k, ki(k, l * G->epc), kv(k, e));
+    cg_kstore(k, eb, S->stage, slot, cg_kimm(k, 0, G->tile));
+    if (G->g->k % G->bk) ok = cg_kand(k, ok, klt(k, kk, ki(k, G->g->k)));
+    KBlock *at = &cg_kif(k, eb, ok)->body;
+    KExpr *x = S->op->element(G->g->ctx, S->data[l], k, at, G->z, kk);
+    cg_kstore(k, at, S->stage, slot, cg_kcast(k, x, G->tile));
+  }
+}
+
+static void put(Gen *G, KBlock *blk, int s, KExpr *st) {
+  Kernel *k = G->k;
+  Side *S = &G->side[s];
+  for (int l = 0; l < S->n_slots; l++) {
+    KBlock *at = S->slot_ok[l] ? &cg_kif(k, blk, S->slot_ok[l])->body : blk;
+    KExpr *vals[16];
+    for (int e = 0; e < G->epc; e++) vals[e] = cg_kload(k, S->stage, ki(k, l * G->epc + e));
+    cg_kchunk(k, at, S->sm, stage_at(G, s, st, S->soff[l]), vals, G->epc);
+  }
+}
+
+static bool any_async(const Gen *G) { return G->side[0].gbuf || G->side[1].gbuf; }
+
+/* The rows this lane names to ldmatrix and their swizzle, which mi and
+ * nj do not change: a warp's rows start at a multiple of 16 and mi, nj
+ * step by 16, so (row / 2) % 4 is the lane's part of the row's alone. */
+static void lane_rows(Gen *G, KBlock *body) {
+  Kernel *k = G->k;
+  KExpr *ar = kmod(k, G->lane, 16), *br = cg_kadd(k, cg_kmul(k, kdiv(k, G->lane, 16), ki(k, 8)), kmod(k, G->lane, 8));
+  G->a_row = ilet(k, body, "ar", cg_kmul(k, cg_kadd(k, G->wrow0, ar), ki(k, G->bk)));
+  G->a_chunk = ilet(k, body, "ac", kdiv(k, G->lane, 16));
+  G->a_swz = ilet(k, body, "as", swizzle(k, ar));
+  G->b_row = ilet(k, body, "br", cg_kmul(k, cg_kadd(k, G->wcol0, br), ki(k, G->bk)));
+  G->b_chunk = ilet(k, body, "bc", kmod(k, kdiv(k, G->lane, 8), 2));
+  G->b_swz = ilet(k, body, "bs", swizzle(k, br));
+}
+
+/* The mma work on stage st: per k-step, the warp's A fragments (16 rows
+ * each: ldmatrix.x4 of rows lane % 16 at chunk lane / 16 of the step's
+ * two) and B fragments (two blocks of 8 columns per ldmatrix.x4: matrix
+ * lane / 8 is block lane / 16, chunk lane / 8 % 2), then every product.
+ * The lane's rows and their swizzle are set once (lane_rows). */
+static void compute(Gen *G, KBlock *blk, KExpr *st) {
+  Kernel *k = G->k;
+  KVar *ks, *mi, *nj, *r, *mi2, *ni2;
+  KBlock *step = &unrolled(k, blk, "ks", ROW_BYTES / KSTEP, &ks)->body;
+  KExpr *c2 = cg_kmul(k, kv(k, ks), ki(k, KSTEP / CHUNK));
+  KBlock *la = &unrolled(k, step, "mi", G->mi, &mi)->body;
+  KExpr *arow = cg_kadd(k, G->a_row, cg_kmul(k, kv(k, mi), ki(k, 16 * G->bk)));
+  KExpr *achunk = cg_kidx(k, KI_XOR, cg_kadd(k, c2, G->a_chunk), G->a_swz);
+  cg_kldmatrix(k, la, G->af, cg_kmul(k, kv(k, mi), ki(k, 4)), 4, false, G->side[0].sm,
+               stage_at(G, 0, st, cg_kadd(k, arow, cg_kmul(k, achunk, ki(k, G->epc)))));
+  KBlock *lb = &unrolled(k, step, "nj", G->ni / 2, &nj)->body;
+  KExpr *brow = cg_kadd(k, G->b_row, cg_kmul(k, kv(k, nj), ki(k, 16 * G->bk)));
+  KExpr *bchunk = cg_kidx(k, KI_XOR, cg_kadd(k, c2, G->b_chunk), G->b_swz);
+  cg_kldmatrix(k, lb, G->bf, cg_kmul(k, kv(k, nj), ki(k, 4)), 4, false, G->side[1].sm,
+               stage_at(G, 1, st, cg_kadd(k, brow, cg_kmul(k, bchunk, ki(k, G->epc)))));
+  if (G->g->tc == KTC_TF32) {
+    /* ldmatrix moved the f32 bits; the mma takes tf32 */
+    KBlock *ra = &unrolled(k, step, "r", G->mi * 4, &r)->body;
+    cg_ktf32(k, ra, G->af, kv(k, r));
+    KBlock *rb = &unrolled(k, step, "r", G->ni * 2, &r)->body;
+    cg_ktf32(k, rb, G->bf, kv(k, r));
+  }
+  KBlock *pm = &unrolled(k, step, "mi", G->mi, &mi2)->body;
+  KBlock *pn = &unrolled(k, pm, "ni", G->ni, &ni2)->body;
+  KExpr *slot = cg_kmul(k, cg_kadd(k, cg_kmul(k, kv(k, mi2), ki(k, G->ni)), kv(k, ni2)), ki(k, 4));
+  cg_kmma(k, pn, G->g->tc, G->acc, slot, G->af, cg_kmul(k, kv(k, mi2), ki(k, 4)), G->bf,
+          cg_kmul(k, kv(k, ni2), ki(k, 2)));
+}
+
+/* The accumulators to shared memory ([BM][BN + CPAD]: float2 stores of a
+ * half-warp reach 16 distinct bank pairs), then element by element, a
+ * row of the tile at a time, to store or to this slice's partial sums. */
+static void epilogue(Gen *G, KBlock *body, KExpr *m0, KExpr *n0, KExpr *ks, KBuf *part) {
+  Kernel *k = G->k;
+  const CgTcGemm *g = G->g;
+  int64_t cst = G->t.bn + CPAD;
+  KBuf *cs = cg_kdynshared(k, "Cs", G->acc_t, G->t.bm * cst, 0);
+  if (any_async(G)) cg_kcp_wait(k, body, 0);
+  cg_kbarrier(k, body);
+  KVar *mi, *ni, *h;
+  KBlock *bm_ = &unrolled(k, body, "mi", G->mi, &mi)->body;
+  KBlock *bn_ = &unrolled(k, bm_, "ni", G->ni, &ni)->body;
+  KBlock *bh = &unrolled(k, bn_, "h", 2, &h)->body;
+  KExpr *gid = kdiv(k, G->lane, 4), *tig = kmod(k, G->lane, 4);
+  KExpr *row = cg_kadd(k, G->wrow0, cg_kadd(k, cg_kmul(k, kv(k, mi), ki(k, 16)), cg_kadd(k, gid, cg_kmul(k, kv(k, h), ki(k, 8)))));
+  KExpr *col = cg_kadd(k, G->wcol0, cg_kadd(k, cg_kmul(k, kv(k, ni), ki(k, 8)), cg_kmul(k, tig, ki(k, 2))));
+  KExpr *slot = cg_kadd(k, cg_kmul(k, cg_kadd(k, cg_kmul(k, kv(k, mi), ki(k, G->ni)), kv(k, ni)), ki(k, 4)),
+                        cg_kmul(k, kv(k, h), ki(k, 2)));
+  KExpr *pair[2] = {cg_kload(k, G->acc, slot), cg_kload(k, G->acc, cg_kadd(k, slot, ki(k, 1)))};
+  cg_kchunk(k, bh, cs, cg_kadd(k, cg_kmul(k, row, ki(k, cst)), col), pair, 2);
+  cg_kbarrier(k, body);
+  KVar *l = cg_kvar(k, "l", KT_INDEX);
+  KStmt *loop = cg_kloop(k, body, l, ki(k, G->t.bm * G->t.bn / G->threads), KM_SERIAL);
+  KBlock *lb = &loop->body;
+  KExpr *e = ilet(k, lb, "e", cg_kadd(k, cg_kmul(k, kv(k, l), ki(k, G->threads)), G->tid));
+  KExpr *r = ilet(k, lb, "r", kdiv(k, e, G->t.bn)), *c = ilet(k, lb, "c", kmod(k, e, G->t.bn));
+  KExpr *m = ilet(k, lb, "m", cg_kadd(k, m0, r)), *n = ilet(k, lb, "n", cg_kadd(k, n0, c));
+  KExpr *ok = cg_kand(k, g->m % G->t.bm ? klt(k, m, ki(k, g->m)) : NULL, g->n % G->t.bn ? klt(k, n, ki(k, g->n)) : NULL);
+  if (ok) lb = &cg_kif(k, lb, ok)->body;
+  KExpr *v = kv(k, cg_klet(k, lb, "y", G->acc_t, cg_kload(k, cs, cg_kadd(k, cg_kmul(k, r, ki(k, cst)), c))));
+  if (part) {
+    KExpr *slice = cg_kadd(k, cg_kmul(k, G->z, ki(k, G->t.split)), ks);
+    KExpr *at = cg_kadd(k, cg_kmul(k, cg_kadd(k, cg_kmul(k, slice, ki(k, g->m)), m), ki(k, g->n)), n);
+    cg_kstore(k, lb, part, at, v);
+  } else {
+    g->store(g->ctx, k, lb, G->z, m, n, v);
+  }
+  /* the next tile's loads reuse these bytes */
+  cg_kbarrier(k, body);
+}
+
+static const char *tc_name(KTcKind tc) {
+  static const char *const names[] = {"f16", "bf16", "s8", "tf32"};
+  return names[tc];
+}
+
+/* The slices' sums in slice order, one thread per element of C. */
+static void reduce_slices(CgBuild *b, const CgTcGemm *g, const CgTcTile *t, DType acc_t, RtRef part) {
+  Ctx *c = cg_build_ctx(b);
+  Kernel *k = cg_kernel_new(c, g->node, arena_printf(&c->arena, "%s_splitk", g->hint),
+                            arena_printf(&c->arena, "%s, the %d slices added", g->what, t->split));
+  int64_t mn = g->m * g->n, total = g->batch * mn;
+  KBuf *pb = cg_kglobal(k, "part", acc_t, total * t->split, part);
+  KVar *nv = cg_kparam(k, "n", KT_INDEX, total, 0);
+  KVar *i = cg_kvar(k, "i", KT_INDEX);
+  KStmt *loop = cg_kloop(k, &k->body, i, kv(k, nv), KM_GRID_STRIDE);
+  cg_kernel_grid_1d(k, total);
+  KBlock *blk = &loop->body;
+  KExpr *z = ilet(k, blk, "z", kdiv(k, kv(k, i), mn)), *at = ilet(k, blk, "mn", kmod(k, kv(k, i), mn));
+  KVar *acc = cg_kvar(k, "acc", acc_t), *s = cg_kvar(k, "s", KT_INDEX);
+  KStmt *red = cg_kreduce(k, blk, acc, cg_kimm(k, 0, acc_t), OP_ADD, s, ki(k, t->split));
+  KExpr *slice = cg_kadd(k, cg_kmul(k, z, ki(k, t->split)), kv(k, s));
+  red->value = cg_kload(k, pb, cg_kadd(k, cg_kmul(k, slice, ki(k, mn)), at));
+  KExpr *m = ilet(k, blk, "m", kdiv(k, at, g->n)), *n = ilet(k, blk, "n", kmod(k, at, g->n));
+  g->store(g->ctx, k, blk, z, m, n, kv(k, acc));
+  cg_launch(b, k);
+}
+
+void cg_tc_gemm(CgBuild *b, const CgTcGemm *g) {
+  Ctx *c = cg_build_ctx(b);
+  Gen G0 = {.b = b, .g = g}, *G = &G0;
+  G->t = cg_tc_choose(g->m, g->n, g->k, g->batch, g->tc);
+  G->es = elem_bytes(g->tc);
+  G->epc = CHUNK / G->es;
+  G->bk = ROW_BYTES / G->es;
+  G->tile = tile_dtype(g->tc);
+  G->acc_t = g->tc == KTC_S8 ? TY_I32 : TY_F32;
+  G->threads = G->t.wm * G->t.wn * 32;
+  G->wtm = G->t.bm / G->t.wm, G->wtn = G->t.bn / G->t.wn;
+  G->mi = G->wtm / 16, G->ni = G->wtn / 8;
+  G->kt_n = cdiv(g->k, G->bk);
+  G->kt_split = cdiv(G->kt_n, G->t.split);
+  const char *what = arena_printf(&c->arena, "%s, tensor cores %s %dx%dx%d, %d stages%s", g->what, tc_name(g->tc),
+                                  G->t.bm, G->t.bn, G->bk, G->t.stages,
+                                  G->t.split > 1 ? arena_printf(&c->arena, ", split-K %d", G->t.split) : "");
+  Kernel *k = G->k = cg_kernel_new(c, g->node, arena_printf(&c->arena, "%s_tc", g->hint), what);
+  int stages = G->t.stages;
+  for (int s = 0; s < 2; s++) {
+    Side *S = &G->side[s];
+    S->op = s ? &g->b : &g->a;
+    S->rows = s ? G->t.bn : G->t.bm;
+    S->gbuf = g->k % G->epc == 0 && S->op->async_buf ? S->op->async_buf(g->ctx, k) : NULL;
+  }
+  for (int s = 0; s < 2; s++) {
+    Side *S = &G->side[s];
+    S->n_slots = (int)cdiv(S->rows * CHUNKS, G->threads);
+    if (!S->gbuf) S->stage = cg_klocal(k, s ? "sb" : "sa", G->tile, (int64_t)S->n_slots * G->epc, KSP_REGISTER);
+  }
+  uint32_t a_bytes = (uint32_t)(stages * G->t.bm * ROW_BYTES);
+  G->side[0].sm = cg_kdynshared(k, "As", G->tile, (int64_t)stages * G->t.bm * G->bk, 0);
+  G->side[1].sm = cg_kdynshared(k, "Bs", G->tile, (int64_t)stages * G->t.bn * G->bk, a_bytes);
+  G->acc = cg_klocal(k, "acc", G->acc_t, G->mi * G->ni * 4, KSP_REGISTER);
+  G->af = cg_kfrag(k, "af", G->mi * 4);
+  G->bf = cg_kfrag(k, "bf", G->ni * 2);
+  int64_t tm = cdiv(g->m, G->t.bm), tn = cdiv(g->n, G->t.bn), tz = g->batch * G->t.split;
+  KVar *bn = cg_kvar(k, "bn", KT_INDEX), *bm = cg_kvar(k, "bm", KT_INDEX), *bz = cg_kvar(k, "bz", KT_INDEX);
+  KVar *t = cg_kvar(k, "t", KT_INDEX);
+  KStmt *lx = cg_kloop(k, &k->body, bn, ki(k, tn), KM_GRID_X);
+  KStmt *ly = cg_kloop(k, &lx->body, bm, ki(k, tm), KM_GRID_Y);
+  KStmt *lz = cg_kloop(k, &ly->body, bz, ki(k, tz), KM_GRID_Z);
+  KStmt *lt = cg_kloop(k, &lz->body, t, ki(k, G->threads), KM_BLOCK_X);
+  KBlock *body = &lt->body;
+  G->tid = kv(k, t);
+  G->z = tz == 1 ? ki(k, 0) : G->t.split > 1 ? ilet(k, body, "z", kdiv(k, kv(k, bz), G->t.split)) : kv(k, bz);
+  KExpr *ks = G->t.split > 1 ? ilet(k, body, "ks", kmod(k, kv(k, bz), G->t.split)) : ki(k, 0);
+  KExpr *kt0 = ilet(k, body, "kt0", cg_kmul(k, ks, ki(k, G->kt_split)));
+  G->kt_end = G->t.split > 1 ? ilet(k, body, "kt1", cg_kidx(k, KI_MIN, cg_kadd(k, kt0, ki(k, G->kt_split)), ki(k, G->kt_n)))
+                             : ki(k, G->kt_n);
+  G->lane = ilet(k, body, "lane", kmod(k, G->tid, 32));
+  KExpr *warp = ilet(k, body, "warp", kdiv(k, G->tid, 32));
+  G->wrow0 = ilet(k, body, "wr", cg_kmul(k, kdiv(k, warp, G->t.wn), ki(k, G->wtm)));
+  G->wcol0 = ilet(k, body, "wc", cg_kmul(k, kmod(k, warp, G->t.wn), ki(k, G->wtn)));
+  KExpr *m0 = ilet(k, body, "m0", cg_kmul(k, kv(k, bm), ki(k, G->t.bm)));
+  KExpr *n0 = ilet(k, body, "n0", cg_kmul(k, kv(k, bn), ki(k, G->t.bn)));
+  KVar *z;
+  KBlock *zb = &unrolled(k, body, "z", G->mi * G->ni * 4, &z)->body;
+  cg_kstore(k, zb, G->acc, kv(k, z), cg_kimm(k, 0, G->acc_t));
+  setup_side(G, body, 0, m0);
+  setup_side(G, body, 1, n0);
+  lane_rows(G, body);
+
+  /* Iteration j loads K tile j into stage j % stages and, from j =
+   * stages - 1 on, computes tile j - (stages - 1): the first iterations
+   * are the prologue, with the same loads. */
+  KVar *j = cg_kvar(k, "j", KT_INDEX);
+  KBlock *lb = &cg_kloop(k, body, j, ki(k, G->kt_split + stages - 1), KM_SERIAL)->body;
+  if (any_async(G)) cg_kcp_wait(k, lb, stages - 2);
+  cg_kbarrier(k, lb);
+  KExpr *nk = ilet(k, lb, "nk", cg_kadd(k, kt0, kv(k, j))), *stw = ilet(k, lb, "sw", kmod(k, kv(k, j), stages));
+  for (int s = 0; s < 2; s++)
+    if (G->side[s].gbuf) issue_async(G, lb, s, nk, stw);
+  if (any_async(G)) cg_kcp_commit(k, lb);
+  for (int s = 0; s < 2; s++)
+    if (!G->side[s].gbuf) fetch(G, lb, s, nk);
+  KBlock *cb = &cg_kif(k, lb, cg_kcmp(k, KC_GE, kv(k, j), ki(k, stages - 1)))->body;
+  compute(G, cb, ilet(k, cb, "sr", kmod(k, cg_kidx(k, KI_SUB, kv(k, j), ki(k, stages - 1)), stages)));
+  for (int s = 0; s < 2; s++)
+    if (!G->side[s].gbuf) put(G, lb, s, stw);
+
+  RtRef part = {0};
+  KBuf *pb = NULL;
+  if (G->t.split > 1) {
+    int64_t numel = g->batch * G->t.split * g->m * g->n;
+    part = cg_scratch(b, g->node, (uint64_t)numel * 4);
+    pb = cg_kglobal(k, "part", G->acc_t, numel, part);
+  }
+  epilogue(G, body, m0, n0, ks, pb);
+  k->grid[0] = (uint32_t)(tn < INT32_MAX ? tn : INT32_MAX);
+  k->grid[1] = (uint32_t)(tm < 65535 ? tm : 65535);
+  k->grid[2] = (uint32_t)(tz < 65535 ? tz : 65535);
+  k->block[0] = (uint32_t)G->threads;
+  cg_launch(b, k);
+  if (G->t.split > 1) reduce_slices(b, g, &G->t, G->acc_t, part);
+}
