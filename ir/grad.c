@@ -325,6 +325,34 @@ static void vjp_softmax(GradCall *c) {
 /* layernorm over the axes from `axis` on, with x^ = (x - mean) / sqrt(var + eps):
  *   dx = (g - mean(g) - x^ mean(g x^)) / sqrt(var + eps), g = dy * weight,
  *   dweight = sum of dy x^ over the leading axes, dbias = sum of dy. */
+/* x normalized over its axes norm: xhat = (x - mean) * inv, or with
+ * centred false (rms_norm) x * inv, inv = rsqrt(mean(xc^2) + eps). */
+typedef struct Normed {
+  Value *xhat, *inv;
+} Normed;
+
+static Normed normalize(GradCall *c, Value *x, int n_norm, const int64_t *norm, bool centred) {
+  Graph *g = c->g;
+  SrcLoc at = c->n->loc;
+  Value *xc = centred ? sub(c, x, ir_grad_mean(g, at, x, n_norm, norm, true)) : x;
+  Value *var = ir_grad_mean(g, at, mul(c, xc, xc), n_norm, norm, true);
+  Value *inv = op1(c, OP_RSQRT, addk(c, var, ir_attr_float(c->n, "eps")));
+  return (Normed){mul(c, xc, inv), inv};
+}
+
+/* The gradient at x from gr, the gradient at xhat: the mean's and the
+ * variance's dependence on every element of the row taken out. */
+static Value *normalize_back(GradCall *c, Normed nm, Value *gr, int n_norm, const int64_t *norm, bool centred) {
+  Graph *g = c->g;
+  SrcLoc at = c->n->loc;
+  Value *m2 = ir_grad_mean(g, at, mul(c, gr, nm.xhat), n_norm, norm, true);
+  Value *t = sub(c, gr, mul(c, nm.xhat, m2));
+  if (centred) t = sub(c, t, ir_grad_mean(g, at, gr, n_norm, norm, true));
+  return mul(c, t, nm.inv);
+}
+
+/* layernorm and rms_norm: over the axes from axis on, a weight (and for
+ * layernorm a bias) per element of that trailing shape. */
 static void vjp_layernorm(GradCall *c) {
   Value *x = in0(c), *dy = c->dy[0];
   int rank = x->type.rank;
@@ -334,20 +362,12 @@ static void vjp_layernorm(GradCall *c) {
     if (d < axis) lead[n_lead++] = d;
     else norm[n_norm++] = d;
   }
-  Graph *g = c->g;
-  SrcLoc at = c->n->loc;
-  Value *xc = sub(c, x, ir_grad_mean(g, at, x, n_norm, norm, true));
-  Value *var = ir_grad_mean(g, at, mul(c, xc, xc), n_norm, norm, true);
-  Value *inv = op1(c, OP_RSQRT, addk(c, var, ir_attr_float(c->n, "eps")));
-  Value *xhat = mul(c, xc, inv);
-  if (c->need[0]) {
-    Value *gr = c->n->n_in > 1 ? mul(c, dy, c->n->in[1]) : dy;
-    Value *m1 = ir_grad_mean(g, at, gr, n_norm, norm, true);
-    Value *m2 = ir_grad_mean(g, at, mul(c, gr, xhat), n_norm, norm, true);
-    c->dx[0] = mul(c, sub(c, sub(c, gr, m1), mul(c, xhat, m2)), inv);
-  }
-  if (c->n->n_in > 1 && c->need[1]) c->dx[1] = sum(c, mul(c, dy, xhat), n_lead, lead, false);
-  if (c->n->n_in > 2 && c->need[2]) c->dx[2] = sum(c, dy, n_lead, lead, false);
+  bool centred = c->n->op == OP_LAYERNORM;
+  Normed nm = normalize(c, x, n_norm, norm, centred);
+  Value *const *in = c->n->in;
+  if (c->need[0]) c->dx[0] = normalize_back(c, nm, c->n->n_in > 1 ? mul(c, dy, in[1]) : dy, n_norm, norm, centred);
+  if (c->n->n_in > 1 && c->need[1]) c->dx[1] = reshape(c, sum(c, mul(c, dy, nm.xhat), n_lead, lead, false), &in[1]->type);
+  if (c->n->n_in > 2 && c->need[2]) c->dx[2] = reshape(c, sum(c, dy, n_lead, lead, false), &in[2]->type);
 }
 
 static void vjp_global_avgpool(GradCall *c) {
@@ -363,6 +383,27 @@ static Value *per_channel(GradCall *c, Value *v, const TensorType *like_x) {
   t.dims[0] = like_x->dims[1];
   for (int d = 1; d < t.rank; d++) t.dims[d] = 1;
   return reshape(c, v, &t);
+}
+
+/* group_norm: x [N, C, ...] normalized as [N, groups, C / groups * rest]
+ * over its last axis, then a weight and a bias per channel. */
+static void vjp_group_norm(GradCall *c) {
+  Value *x = in0(c), *dy = c->dy[0];
+  const TensorType *xt = &x->type;
+  int64_t groups = ir_attr_int(c->n, "groups"), last = 2;
+  TensorType grouped = ir_type_make(xt->dtype, 3, (int64_t[]){xt->dims[0], groups, 1});
+  grouped.dims[2] = ir_type_numel(xt) / (xt->dims[0] * groups);
+  Normed nm = normalize(c, reshape(c, x, &grouped), 1, &last, true);
+  Value *const *in = c->n->in;
+  if (c->need[0]) {
+    Value *gr = c->n->n_in > 1 ? mul(c, dy, per_channel(c, in[1], xt)) : dy;
+    c->dx[0] = reshape(c, normalize_back(c, nm, reshape(c, gr, &grouped), 1, &last, true), xt);
+  }
+  int64_t axes[DL_MAX_RANK];
+  int n_axes = all_axes_but(xt, 1, axes);
+  if (c->n->n_in > 1 && c->need[1])
+    c->dx[1] = reshape(c, sum(c, mul(c, dy, reshape(c, nm.xhat, xt)), n_axes, axes, false), &in[1]->type);
+  if (c->n->n_in > 2 && c->need[2]) c->dx[2] = reshape(c, sum(c, dy, n_axes, axes, false), &in[2]->type);
 }
 
 /* The inference batchnorm (frozen statistics): a per-channel affine map. */
@@ -721,8 +762,8 @@ static void vjp_dropout(GradCall *c) {
 #define GRAD_SOFTMAX VJP(vjp_softmax)
 #define GRAD_LOG_SOFTMAX VJP(vjp_softmax)
 #define GRAD_LAYERNORM VJP(vjp_layernorm)
-#define GRAD_RMS_NORM NONE
-#define GRAD_GROUP_NORM NONE
+#define GRAD_RMS_NORM VJP(vjp_layernorm)
+#define GRAD_GROUP_NORM VJP(vjp_group_norm)
 #define GRAD_GLOBAL_AVGPOOL VJP(vjp_global_avgpool)
 #define GRAD_BATCHNORM RULE(vjp_batchnorm, 1u << 3 | 1u << 4, false)
 #define GRAD_MATMUL VJP(vjp_matmul)
@@ -749,7 +790,7 @@ static void vjp_dropout(GradCall *c) {
 #define GRAD_SCATTER_ELEMENTS NONE
 #define GRAD_SCATTER_ND NONE
 #define GRAD_TOPK VJP(vjp_topk)
-#define GRAD_LSTM NONE /* backpropagation through time is later work */
+#define GRAD_LSTM NONE /* training mode unrolls it first (passes/train_mode.c) */
 #define GRAD_GRU NONE
 #define GRAD_CONV_WEIGHT_GRAD NONE /* no second derivatives */
 #define GRAD_MAXPOOL_GRAD NONE

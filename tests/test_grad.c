@@ -339,8 +339,10 @@ START_TEST(test_softmax) {
 }
 END_TEST
 
+/* layernorm with no weight, a weight, both; rms_norm with and without
+ * its weight. */
 START_TEST(test_layernorm) {
-  for (int i = 0; i < 6; i++) {
+  for (int i = 0; i < 10; i++) {
     Ctx c;
     Graph *g = begin(&c);
     int64_t dims[DL_MAX_RANK];
@@ -348,10 +350,34 @@ START_TEST(test_layernorm) {
     if (dims[r - 1] == 1) dims[r - 1] = 3; /* a row of one is 0 over eps */
     Value *in[3] = {param(g, "x", r, dims), param(g, "w", r - axis, dims + axis),
                     param(g, "b", r - axis, dims + axis)};
-    Node *n = node(g, OP_LAYERNORM, i % 3 + 1, in);
+    bool rms = i >= 6;
+    Node *n = node(g, rms ? OP_RMS_NORM : OP_LAYERNORM, rms ? i % 2 + 1 : i % 3 + 1, in);
     ir_set_int(g, n, "axis", axis);
     output(g, fin(g, n));
-    check_any(&c, g, "layernorm");
+    check_any(&c, g, ir_ops[n->op].name);
+  }
+}
+END_TEST
+
+/* group_norm over [N, C, ...] of rank 2 to 4, one group to one a
+ * channel, with and without its weight and bias. */
+START_TEST(test_group_norm) {
+  for (int i = 0; i < 6; i++) {
+    Ctx c;
+    Graph *g = begin(&c);
+    int64_t groups = irand(1, 3), dims[DL_MAX_RANK] = {irand(1, 2), groups * irand(1, 2)};
+    int r = (int)irand(2, 4);
+    int64_t group = dims[1] / groups;
+    for (int d = 2; d < r; d++) group *= dims[d] = irand(1, 3);
+    if (group == 1) { /* a group of one is 0 over eps */
+      if (r == 2) dims[1] = groups * 2;
+      else dims[r - 1] = 2;
+    }
+    Value *in[3] = {param(g, "x", r, dims), param(g, "w", 1, dims + 1), param(g, "b", 1, dims + 1)};
+    Node *n = node(g, OP_GROUP_NORM, i % 3 == 1 ? 1 : 3, in);
+    ir_set_int(g, n, "groups", groups);
+    output(g, fin(g, n));
+    check_any(&c, g, "group_norm");
   }
 }
 END_TEST
@@ -900,6 +926,7 @@ static Suite *grad_suite(void) {
   tcase_add_test(rules, test_reduce);
   tcase_add_test(rules, test_softmax);
   tcase_add_test(rules, test_layernorm);
+  tcase_add_test(rules, test_group_norm);
   tcase_add_test(rules, test_global_avgpool);
   tcase_add_test(rules, test_batchnorm);
   tcase_add_test(rules, test_matmul);
