@@ -236,6 +236,19 @@ static void vjp_div(GradCall *c) {
   if (c->need[1]) c->dx[1] = operand_grad(c, 1, op1(c, OP_NEG, dvd(c, mul(c, dy, out0(c)), b)));
 }
 
+/* a - q * b with q = floor(a / b), or with fmod trunc(a / b): q is flat
+ * almost everywhere, so da = dy and db = -q * dy (PyTorch's remainder
+ * and fmod). */
+static void vjp_mod(GradCall *c) {
+  Value *a = c->n->in[0], *b = c->n->in[1], *dy = c->dy[0];
+  if (c->need[0]) c->dx[0] = operand_grad(c, 0, dy);
+  if (!c->need[1]) return;
+  Value *q = dvd(c, a, b);
+  if (ir_attr_int(c->n, "fmod")) q = mul(c, op1(c, OP_SIGN, q), op1(c, OP_FLOOR, op1(c, OP_ABS, q)));
+  else q = op1(c, OP_FLOOR, q);
+  c->dx[1] = operand_grad(c, 1, op1(c, OP_NEG, mul(c, dy, q)));
+}
+
 /* bool: x op v, for where's conditions. */
 static Value *test(GradCall *c, OpKind op, Value *x, double v) { return op2(c, op, x, num(c, v, x)); }
 
@@ -291,12 +304,30 @@ static Value *expand_to(GradCall *c, Value *v, const TensorType *t) {
   return ints_op(c->g, c->n->loc, OP_EXPAND, v, "shape", t->rank, t->dims);
 }
 
+/* Per element of x, the product of the others in its reduction: with
+ * no zero there the product over x, with one zero the product of the
+ * rest where the zero is (0 elsewhere), with two or more 0.  No division
+ * by a zero, so no 0 * inf (PyTorch's prod_backward does the same). */
+static Value *prod_of_others(GradCall *c, Value *x) {
+  int n_axes;
+  const int64_t *axes = ir_attr_ints(c->n, "axes", &n_axes);
+  Value *zero = cmpk(c, OP_EQ, x, 0), *nonzero = add(c, x, zero);
+  Value *zeros = sum(c, zero, n_axes, axes, true);
+  Node *pn = ir_node_new(c->g, OP_REDUCE_PROD, 1, &nonzero, c->n->loc);
+  ir_set_ints(c->g, pn, "axes", n_axes, axes);
+  ir_set_int(c->g, pn, "keepdims", 1);
+  Value *p = finish(c->g, pn);
+  Value *none = mul(c, cmpk(c, OP_EQ, zeros, 0), dvd(c, p, nonzero));
+  return add(c, none, mul(c, mul(c, cmpk(c, OP_EQ, zeros, 1), zero), p));
+}
+
 static void vjp_reduce(GradCall *c) {
   Value *x = in0(c), *dy = keep_dims(c, c->dy[0]);
   int64_t count = ir_type_numel(&x->type) / ir_type_numel(&out0(c)->type);
   switch (c->n->op) {
     case OP_REDUCE_SUM: c->dx[0] = expand_to(c, dy, &x->type); return;
     case OP_REDUCE_MEAN: c->dx[0] = expand_to(c, mulk(c, dy, 1.0 / (double)count), &x->type); return;
+    case OP_REDUCE_PROD: c->dx[0] = mul(c, dy, prod_of_others(c, x)); return;
     default: {
       /* amax/amin: shared among the elements equal to the extremum. */
       int n_axes;
@@ -661,10 +692,38 @@ static void vjp_gather_elements(GradCall *c) {
   c->dx[0] = scatter_add(c, OP_SCATTER_ELEMENTS, in0(c), c->n->in[1], c->dy[0]);
 }
 
-static void vjp_gather_nd(GradCall *c) {
-  if (ir_attr_int(c->n, "batch_dims") != 0)
-    dl_internal(c->g->ctx, "gather_nd with batch_dims has no gradient rule");
-  c->dx[0] = scatter_add(c, OP_SCATTER_ND, in0(c), c->n->in[1], c->dy[0]);
+static void vjp_gather_nd(GradCall *c) { c->dx[0] = scatter_add(c, OP_SCATTER_ND, in0(c), c->n->in[1], c->dy[0]); }
+
+static const char *lacks_gather_nd(const Node *n) {
+  return ir_attr_int(n, "batch_dims") != 0 ? "gather_nd with batch_dims" : NULL;
+}
+
+/* scatter_elements and scatter_nd, reduction "none" or "add": each
+ * update's gradient is dy where it went (PyTorch's scatter backward, so
+ * under "none" an update a later one overwrote gets it too); data's is
+ * dy, with zeros where "none" overwrote it. */
+static void vjp_scatter(GradCall *c) {
+  Value *ids = c->n->in[1], *upd = c->n->in[2], *dy = c->dy[0];
+  bool nd = c->n->op == OP_SCATTER_ND;
+  if (c->need[0]) {
+    if (strcmp(ir_attr_str(c->n, "reduction"), "add") == 0) {
+      c->dx[0] = dy;
+    } else {
+      Node *n = like(c, c->n->op, 3, (Value *[]){dy, ids, zeros_like(c, upd)});
+      c->dx[0] = finish(c->g, n);
+    }
+  }
+  if (c->need[2]) {
+    Node *n = like(c, nd ? OP_GATHER_ND : OP_GATHER_ELEMENTS, 2, (Value *[]){dy, ids});
+    c->dx[2] = finish(c->g, n);
+  }
+}
+
+static const char *lacks_scatter(const Node *n) {
+  const char *r = ir_attr_str(n, "reduction");
+  if (strcmp(r, "none") == 0 || strcmp(r, "add") == 0) return NULL;
+  return n->op == OP_SCATTER_ND ? "scatter_nd with a reduction other than none or add"
+                                : "scatter_elements with a reduction other than none or add";
 }
 
 /* topk: the values' gradient goes back to where they came from. */
@@ -682,11 +741,12 @@ static void vjp_dropout(GradCall *c) {
  * One line per op of ops.def, in its order: a new op does not compile
  * until its line says what its gradient is. */
 
-#define VJP(fn) {fn, 0, false}
-#define RULE(fn, stops, zero) {fn, stops, zero}
+#define VJP(fn) {fn, 0, false, NULL}
+#define PARTIAL(fn, lacks) {fn, 0, false, lacks}
+#define RULE(fn, stops, zero) {fn, stops, zero, NULL}
 #define UNARY VJP(vjp_unary)
-#define ZERO {NULL, 0, true}
-#define NONE {NULL, 0, false}
+#define ZERO {NULL, 0, true, NULL}
+#define NONE {NULL, 0, false, NULL}
 
 #define GRAD_INPUT NONE
 #define GRAD_PARAM NONE
@@ -733,7 +793,7 @@ static void vjp_dropout(GradCall *c) {
 #define GRAD_POW VJP(vjp_pow)
 #define GRAD_MAXIMUM VJP(vjp_extremum)
 #define GRAD_MINIMUM VJP(vjp_extremum)
-#define GRAD_MOD NONE /* later, with a trunc op */
+#define GRAD_MOD VJP(vjp_mod)
 #define GRAD_EQ ZERO
 #define GRAD_NE ZERO
 #define GRAD_LT ZERO
@@ -757,7 +817,7 @@ static void vjp_dropout(GradCall *c) {
 #define GRAD_REDUCE_MEAN VJP(vjp_reduce)
 #define GRAD_REDUCE_MAX VJP(vjp_reduce)
 #define GRAD_REDUCE_MIN VJP(vjp_reduce)
-#define GRAD_REDUCE_PROD NONE
+#define GRAD_REDUCE_PROD VJP(vjp_reduce)
 #define GRAD_ARGMAX ZERO
 #define GRAD_SOFTMAX VJP(vjp_softmax)
 #define GRAD_LOG_SOFTMAX VJP(vjp_softmax)
@@ -786,9 +846,9 @@ static void vjp_dropout(GradCall *c) {
 #define GRAD_PAD VJP(vjp_pad)
 #define GRAD_GATHER VJP(vjp_gather)
 #define GRAD_GATHER_ELEMENTS VJP(vjp_gather_elements)
-#define GRAD_GATHER_ND VJP(vjp_gather_nd)
-#define GRAD_SCATTER_ELEMENTS NONE
-#define GRAD_SCATTER_ND NONE
+#define GRAD_GATHER_ND PARTIAL(vjp_gather_nd, lacks_gather_nd)
+#define GRAD_SCATTER_ELEMENTS PARTIAL(vjp_scatter, lacks_scatter)
+#define GRAD_SCATTER_ND PARTIAL(vjp_scatter, lacks_scatter)
 #define GRAD_TOPK VJP(vjp_topk)
 #define GRAD_LSTM NONE /* training mode unrolls it first (passes/train_mode.c) */
 #define GRAD_GRU NONE

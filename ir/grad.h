@@ -27,6 +27,9 @@ typedef struct GradRule {
   /* The derivative is zero wherever it exists (round, sign, the
    * comparisons): no gradient flows through the op at all. */
   bool zero;
+  /* NULL, or for a node the rule does not cover (an attribute it lacks)
+   * what to call it in the error: "gather_nd with batch_dims". */
+  const char *(*lacks)(const Node *n);
 } GradRule;
 
 extern const GradRule ir_grad_rules[OP_COUNT];

@@ -104,13 +104,14 @@ static void backward_node(AD *ad, Node *n) {
     needed |= need[i];
   }
   if (!needed) return;
-  if (!rule->vjp) {
+  const char *lacks = rule->vjp && rule->lacks ? rule->lacks(n) : NULL;
+  if (!rule->vjp || lacks) {
     for (int i = 0; i < n->n_in; i++)
       if (need[i]) {
         diag_error(ad->c, n->loc,
                    "%s has no gradient rule yet, and its operand %d depends on the trainable parameter "
                    "'%s'",
-                   ir_ops[n->op].name, i + 1, param_name(ad->dep[n->in[i]->id]));
+                   lacks ? lacks : ir_ops[n->op].name, i + 1, param_name(ad->dep[n->in[i]->id]));
         break;
       }
     ad->failed = true;

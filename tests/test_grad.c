@@ -103,17 +103,19 @@ static const Range ANY = {0.2, 1.5, false};
 typedef struct Spec {
   Range range;
   int64_t int_lo, int_hi;
+  int zero_every; /* > 0: every so many float elements of params exactly 0 */
   AutodiffOptions ad;
   const char *frozen[2]; /* float params that get no gradient (buffers) */
 } Spec;
 
-static void fill(Tensor *t, const Spec *s) {
+static void fill(Tensor *t, const Spec *s, bool is_param) {
   for (int64_t i = 0, n = ir_type_numel(&t->type); i < n; i++) {
     if (!ir_dtype_is_float(t->type.dtype)) {
       ir_tensor_set(t, i, (double)irand(s->int_lo, s->int_hi - 1));
       continue;
     }
     double v = s->range.lo + (s->range.hi - s->range.lo) * urand();
+    if (is_param && s->zero_every && i % s->zero_every == 0) v = 0;
     ir_tensor_set(t, i, s->range.positive || urand() < 0.5 ? v : -v);
   }
 }
@@ -133,7 +135,7 @@ static void draw(Graph *g, const Spec *s, Maps *m) {
     ck_assert_int_lt(map->n, 32);
     Tensor *t = &m->t[k][map->n];
     ck_assert(ir_tensor_alloc(t, &n->out[0].type));
-    fill(t, s);
+    fill(t, s, !k);
     m->names[k][map->n++] = ir_attr_str(n, "name");
   }
   m->params.names = m->names[0], m->params.tensors = m->t[0];
@@ -261,7 +263,8 @@ END_TEST
 
 START_TEST(test_binary) {
   static const Unary ops[] = {{OP_ADD, ANY}, {OP_SUB, ANY}, {OP_MUL, ANY}, {OP_DIV, ANY},
-                              {OP_POW, {0.3, 2, true}}, {OP_MAXIMUM, ANY}, {OP_MINIMUM, ANY}};
+                              {OP_POW, {0.3, 2, true}}, {OP_MAXIMUM, ANY}, {OP_MINIMUM, ANY},
+                              {OP_MOD, {0.2, 3, false}}};
   for (size_t i = 0; i < ARRAY_LEN(ops); i++)
     for (int trial = 0; trial < 4; trial++) {
       Ctx c;
@@ -269,7 +272,9 @@ START_TEST(test_binary) {
       int64_t a[DL_MAX_RANK], b[DL_MAX_RANK];
       int ra = rand_shape(0, 4, a), rb = partner(ra, a, b);
       Value *pa = param(g, "a", ra, a), *pb = param(g, "b", rb, b);
-      output(g, trial & 1 ? op2(g, ops[i].op, pb, pa) : op2(g, ops[i].op, pa, pb));
+      Node *n = node(g, ops[i].op, 2, trial & 1 ? (Value *[]){pb, pa} : (Value *[]){pa, pb});
+      if (ops[i].op == OP_MOD) ir_set_int(g, n, "fmod", trial >> 1); /* Python's remainder, then C's fmod */
+      output(g, fin(g, n));
       Spec s = spec(ops[i].range);
       check_with(&c, g, ir_ops[ops[i].op].name, &s);
     }
@@ -306,7 +311,7 @@ END_TEST
 /* ---- reductions and normalizations ---- */
 
 START_TEST(test_reduce) {
-  static const OpKind ops[] = {OP_REDUCE_SUM, OP_REDUCE_MEAN, OP_REDUCE_MAX, OP_REDUCE_MIN};
+  static const OpKind ops[] = {OP_REDUCE_SUM, OP_REDUCE_MEAN, OP_REDUCE_MAX, OP_REDUCE_MIN, OP_REDUCE_PROD};
   for (size_t i = 0; i < ARRAY_LEN(ops); i++)
     for (int trial = 0; trial < 4; trial++) {
       Ctx c;
@@ -322,6 +327,24 @@ START_TEST(test_reduce) {
       output(g, fin(g, nd));
       check_any(&c, g, ir_ops[ops[i]].name);
     }
+}
+END_TEST
+
+/* reduce_prod over rows with two zeros, one, none: the product of the
+ * others, never 0 * inf (the loss is linear in each element, so the
+ * finite differences at an exact 0 are exact too). */
+START_TEST(test_reduce_prod_zeros) {
+  static const int64_t shapes[][2] = {{3, 4}, {4, 3}};
+  for (int i = 0; i < 2; i++) {
+    Ctx c;
+    Graph *g = begin(&c);
+    Node *n = node(g, OP_REDUCE_PROD, 1, (Value *[]){param(g, "x", 2, shapes[i])});
+    ints(g, n, "axes", 1, (int64_t[]){1});
+    output(g, fin(g, n));
+    Spec s = spec(ANY);
+    s.zero_every = i ? 4 : 3; /* rows {0,3}, {6}, {9}; then {0}, {4}, {8}, none */
+    check_with(&c, g, "reduce_prod with zeros", &s);
+  }
 }
 END_TEST
 
@@ -632,6 +655,30 @@ START_TEST(test_gather) {
 }
 END_TEST
 
+/* scatter_elements and scatter_nd: "add" with repeated indices, "none"
+ * with one update per place (an overwritten update's gradient is
+ * PyTorch's dy, not the finite differences' 0). */
+START_TEST(test_scatter) {
+  for (int add = 0; add < 2; add++) {
+    Ctx c;
+    Graph *g = begin(&c);
+    Value *in[3] = {param(g, "x", 2, (int64_t[]){3, 4}), source(g, OP_INPUT, "i", TY_I64, 2, (int64_t[]){3, add ? 3 : 1}),
+                    param(g, "u", 2, (int64_t[]){3, add ? 3 : 1})};
+    Node *se = node(g, OP_SCATTER_ELEMENTS, 3, in);
+    ir_set_int(g, se, "axis", 1);
+    ir_set_str(g, se, "reduction", add ? "add" : "none");
+    Value *nin[3] = {fin(g, se), source(g, OP_INPUT, "j", TY_I64, 2, (int64_t[]){add ? 4 : 1, 1}),
+                     param(g, "v", 2, (int64_t[]){add ? 4 : 1, 4})};
+    Node *sn = node(g, OP_SCATTER_ND, 3, nin);
+    ir_set_str(g, sn, "reduction", add ? "add" : "none");
+    output(g, fin(g, sn));
+    Spec s = spec(ANY);
+    s.int_lo = -3, s.int_hi = 3;
+    check_with(&c, g, add ? "scatter (add)" : "scatter (none)", &s);
+  }
+}
+END_TEST
+
 /* The same mask in the backward: the gradient is the mask times the
  * scale, whatever the seed. */
 START_TEST(test_dropout) {
@@ -781,6 +828,36 @@ START_TEST(test_only_through_no_gradient) {
 }
 END_TEST
 
+/* A rule that covers only some of an op's attributes names what it
+ * lacks, at the node's location. */
+static const char *ir_grad_error(const char *op_line, const char *axes) {
+  static char text[4096];
+  char src[1024];
+  snprintf(src, sizeof src,
+           "graph g {\n  %%0 = param {name=\"w\"} : f32[2, 3]\n  %%1 = input {name=\"i\"} : i64[2, 1]\n"
+           "  %%2 = input {name=\"u\"} : f32[2, 1]\n  %s    ; m.dl:3:9\n"
+           "  %%4 = reduce_sum %%3 {axes=%s} : f32[]\n  return %%4 as \"loss\"\n}\n",
+           op_line, axes);
+  Ctx c;
+  ctx_init(&c);
+  Graph *g = ir_parse(&c, ctx_add_file(&c, "g.ir", src, strlen(src)));
+  ck_assert_msg(g && ir_verify(g), "%s", diag_text(&c));
+  ck_assert(!pass_autodiff(g, NULL));
+  snprintf(text, sizeof text, "%s", diag_text(&c));
+  ctx_free(&c);
+  return text;
+}
+
+START_TEST(test_partial_rule) {
+  expect_first_line(ir_grad_error("%3 = gather_nd %0, %1 {batch_dims=1} : f32[2]", "[0]"),
+                    "m.dl:3:9: error: gather_nd with batch_dims has no gradient rule yet, and its operand 1 depends "
+                    "on the trainable parameter 'w'");
+  expect_first_line(ir_grad_error("%3 = scatter_elements %0, %1, %2 {axis=1, reduction=\"max\"} : f32[2, 3]", "[0, 1]"),
+                    "m.dl:3:9: error: scatter_elements with a reduction other than none or add has no gradient rule "
+                    "yet, and its operand 1 depends on the trainable parameter 'w'");
+}
+END_TEST
+
 START_TEST(test_loss_not_scalar) {
   expect_first_line(grad_error("model m(x: f32[2, 3]) -> f32[2, 4] {\n"
                                "  return linear(x, 4) as fc\n"
@@ -925,6 +1002,7 @@ static Suite *grad_suite(void) {
   tcase_add_test(rules, test_several_uses);
   tcase_add_test(rules, test_reduce);
   tcase_add_test(rules, test_softmax);
+  tcase_add_test(rules, test_reduce_prod_zeros);
   tcase_add_test(rules, test_layernorm);
   tcase_add_test(rules, test_group_norm);
   tcase_add_test(rules, test_global_avgpool);
@@ -937,6 +1015,7 @@ static Suite *grad_suite(void) {
   tcase_add_test(rules, test_movement);
   tcase_add_test(rules, test_concat);
   tcase_add_test(rules, test_gather);
+  tcase_add_test(rules, test_scatter);
   tcase_add_test(rules, test_dropout);
   tcase_add_test(rules, test_attention);
   tcase_add_test(rules, test_recurrent);
@@ -945,6 +1024,7 @@ static Suite *grad_suite(void) {
   TCase *errors = tcase_create("errors");
   tcase_add_test(errors, test_no_rule);
   tcase_add_test(errors, test_only_through_no_gradient);
+  tcase_add_test(errors, test_partial_rule);
   tcase_add_test(errors, test_loss_not_scalar);
   tcase_add_test(errors, test_bad_momentum);
   suite_add_tcase(s, errors);
