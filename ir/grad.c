@@ -550,6 +550,25 @@ static void vjp_conv_transpose(GradCall *c) {
   if (c->n->n_in > 2 && c->need[2]) c->dx[2] = bias_grad(c);
 }
 
+/* Nearest resize by whole factors s per axis (upsampling: each input
+ * pixel is an s_h x s_w block of the output): each block of dy summed.
+ * [N, C, H*s_h, W*s_w] viewed as [N, C, H, s_h, W, s_w]. */
+static void vjp_resize(GradCall *c) {
+  const TensorType *xt = &in0(c)->type, *yt = &out0(c)->type;
+  int64_t H = xt->dims[2], W = xt->dims[3];
+  TensorType blocks = ir_type_make(yt->dtype, 6, (int64_t[]){xt->dims[0], xt->dims[1], H, 1, W, 1});
+  blocks.dims[3] = yt->dims[2] / H, blocks.dims[5] = yt->dims[3] / W;
+  c->dx[0] = reshape(c, sum(c, reshape(c, c->dy[0], &blocks), 2, (int64_t[]){3, 5}, false), xt);
+}
+
+static const char *lacks_resize(const Node *n) {
+  const TensorType *xt = &n->in[0]->type, *yt = &n->out[0].type;
+  if (strcmp(ir_attr_str(n, "mode"), "nearest") != 0) return "resize in bilinear mode";
+  for (int d = 2; d < 4; d++)
+    if (xt->dims[d] == 0 || yt->dims[d] % xt->dims[d] != 0) return "resize by a factor that is not a whole number";
+  return NULL;
+}
+
 static void vjp_maxpool(GradCall *c) {
   c->dx[0] = finish(c->g, like(c, OP_MAXPOOL_GRAD, 2, (Value *[]){c->dy[0], in0(c)}));
 }
@@ -836,7 +855,7 @@ static void vjp_dropout(GradCall *c) {
 #define GRAD_AVGPOOL2D VJP(vjp_avgpool)
 #define GRAD_MAXPOOL3D VJP(vjp_maxpool)
 #define GRAD_AVGPOOL3D VJP(vjp_avgpool)
-#define GRAD_RESIZE NONE
+#define GRAD_RESIZE PARTIAL(vjp_resize, lacks_resize)
 #define GRAD_GRID_SAMPLE NONE
 #define GRAD_RESHAPE VJP(vjp_reshape)
 #define GRAD_TRANSPOSE VJP(vjp_transpose)

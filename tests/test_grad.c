@@ -571,6 +571,20 @@ START_TEST(test_pool) {
 }
 END_TEST
 
+/* Nearest upsampling by whole factors (1 to 3 per axis, size-1 axes). */
+START_TEST(test_resize) {
+  for (int trial = 0; trial < 4; trial++) {
+    Ctx c;
+    Graph *g = begin(&c);
+    int64_t d[4] = {irand(1, 2), irand(1, 2), irand(1, 3), irand(1, 3)};
+    Node *n = node(g, OP_RESIZE, 1, (Value *[]){param(g, "x", 4, d)});
+    ints(g, n, "size", 2, (int64_t[]){d[2] * irand(1, 3), d[3] * irand(1, 3)});
+    output(g, fin(g, n));
+    check_any(&c, g, "resize (nearest)");
+  }
+}
+END_TEST
+
 /* ---- data movement ---- */
 
 START_TEST(test_movement) {
@@ -808,8 +822,14 @@ START_TEST(test_no_rule) {
                                "  y = conv2d(x, 3, kernel=1) as conv\n"
                                "  return sum(upsample(y, 2, mode=\"bilinear\"))\n"
                                "}\n"),
-                    "m.dl:3:14: error: resize has no gradient rule yet, and its operand 1 depends on the "
-                    "trainable parameter 'conv.weight'");
+                    "m.dl:3:14: error: resize in bilinear mode has no gradient rule yet, and its operand 1 "
+                    "depends on the trainable parameter 'conv.weight'");
+  expect_first_line(grad_error("model m(x: f32[1, 2, 4, 4]) -> f32[] {\n"
+                               "  y = conv2d(x, 3, kernel=1) as conv\n"
+                               "  return sum(upsample(y, size=[8, 6]))\n"
+                               "}\n"),
+                    "m.dl:3:14: error: resize by a factor that is not a whole number has no gradient rule yet, and "
+                    "its operand 1 depends on the trainable parameter 'conv.weight'");
 }
 END_TEST
 
@@ -1012,6 +1032,7 @@ static Suite *grad_suite(void) {
   tcase_add_test(rules, test_conv);
   tcase_add_test(rules, test_conv_transpose);
   tcase_add_test(rules, test_pool);
+  tcase_add_test(rules, test_resize);
   tcase_add_test(rules, test_movement);
   tcase_add_test(rules, test_concat);
   tcase_add_test(rules, test_gather);
