@@ -303,6 +303,13 @@ static const char rnn[] =
     "  return mean(z * t)\n"
     "}\n";
 
+static const char norms[] =
+    "model norms(x: f32[2, 4, 4, 4], t: f32[2, 4, 8, 8]) -> f32[] {\n"
+    "  y = group_norm(conv2d(x, 4, kernel=3, pad=1) as conv1, 2) as gn\n"
+    "  y = rms_norm(upsample(relu(y), 2)) as rn\n"
+    "  return mean(y * t)\n"
+    "}\n";
+
 START_TEST(test_mlp) { ck_assert_int_eq(check_step("mlp", mlp), 1 + 6); }
 END_TEST
 
@@ -315,6 +322,10 @@ END_TEST
 
 /* Backpropagation through time: 16 LSTM weights, 4 GRU weights. */
 START_TEST(test_rnn) { ck_assert_int_eq(check_step("rnn", rnn), 1 + 20); }
+END_TEST
+
+/* group_norm's and rms_norm's closed forms, nearest upsampling's block sums. */
+START_TEST(test_norms) { ck_assert_int_eq(check_step("norms", norms), 1 + 5); }
 END_TEST
 
 /* ---- every example model: a step on emu equal to ref ---- */
@@ -468,6 +479,7 @@ static Suite *train_suite(void) {
   tcase_add_test(models, test_lenet);
   tcase_add_test(models, test_bn_cnn);
   tcase_add_test(models, test_rnn);
+  tcase_add_test(models, test_norms);
   tcase_add_test(models, test_running_stats);
   suite_add_tcase(s, models);
   TCase *ex = tcase_create("examples");
