@@ -249,7 +249,10 @@ static double flops_of(const Node *n) {
     case RULE_RMS_NORM:
       /* square and sum; divide, + eps and rsqrt per row; times rsqrt; then weight */
       return 3 * nx + 3 * norm_rows(n) + (n->n_in - 1) * nx;
-    case RULE_MATMUL: return 2 * no * (double)x->dims[x->rank - 1];
+    case RULE_MATMUL: {
+      TensorType a = ir_matmul_operand(n, 0);
+      return 2 * no * (double)a.dims[a.rank - 1];
+    }
     case RULE_LINEAR_LAYER: return 2 * no * (double)x->dims[x->rank - 1] + (n->n_in > 2 ? no : 0);
     case RULE_CONV: return 2 * no * filter_size(n->in[1]) + (n->n_in > 2 ? no : 0);
     case RULE_CONV_TRANSPOSE: return 2 * nx * filter_size(n->in[1]) + (n->n_in > 2 ? no : 0);

@@ -860,10 +860,11 @@ static void acc_store(const Acc *a, Tensor *out, int64_t i) {
     ir_tensor_set(out, i, a->f);
 }
 
-static bool eval_matmul(Eval *e, const Tensor *a, const Tensor *b, Tensor *out) {
+static bool eval_matmul(Eval *e, const Node *n, const Tensor *a, const Tensor *b, Tensor *out) {
   /* NumPy: a 1-D operand becomes a matrix for the product, and the added
    * dim is dropped from the result. */
-  TensorType at = a->type, bt = b->type;
+  TensorType at = ir_matmul_operand(n, 0), bt = ir_matmul_operand(n, 1);
+  bool ta = ir_matmul_trans(n, 0), tb = ir_matmul_trans(n, 1);
   if (at.rank < 1 || bt.rank < 1) return fail(e, "operands must have rank >= 1");
   if (at.rank == 1) {
     at.rank = 2;
@@ -902,7 +903,8 @@ static bool eval_matmul(Eval *e, const Tensor *a, const Tensor *b, Tensor *out) 
     for (int64_t i = 0; i < m; i++)
       for (int64_t j = 0; j < nn; j++) {
         Acc acc = {.ints = ints};
-        for (int64_t p = 0; p < k; p++) acc_mac(&acc, a, oa + i * k + p, b, ob + p * nn + j);
+        for (int64_t p = 0; p < k; p++)
+          acc_mac(&acc, a, oa + (ta ? p * m + i : i * k + p), b, ob + (tb ? j * k + p : p * nn + j));
         acc_store(&acc, out, (bi * m + i) * nn + j);
       }
   }
@@ -1833,7 +1835,7 @@ static bool eval_node(Eval *e, const Node *n, Tensor *const *in, Tensor *out,
       return eval_norm(e, n, in[0], n->n_in > 1 ? in[1] : NULL, n->n_in > 2 ? in[2] : NULL, out);
     case OP_GLOBAL_AVGPOOL: return eval_global_avgpool(e, in[0], out);
     case OP_BATCHNORM: return eval_batchnorm(e, n, in, out);
-    case OP_MATMUL: return eval_matmul(e, in[0], in[1], out);
+    case OP_MATMUL: return eval_matmul(e, n, in[0], in[1], out);
     case OP_LINEAR: return eval_linear(e, in[0], in[1], n->n_in > 2 ? in[2] : NULL, out);
     case OP_CONV2D:
     case OP_CONV3D: return eval_conv(e, n, in[0], in[1], n->n_in > 2 ? in[2] : NULL, out);

@@ -454,21 +454,24 @@ static void vjp_batchnorm(GradCall *c) {
 
 /* ---- products ---- */
 
-/* The last two axes swapped. */
-static Value *mT(GradCall *c, Value *x) {
-  int64_t perm[DL_MAX_RANK];
-  int r = x->type.rank;
-  for (int d = 0; d < r; d++) perm[d] = d;
-  perm[r - 2] = r - 1, perm[r - 1] = r - 2;
-  return transpose(c, x, perm);
+/* a @ b with either read transposed (the GEMM's flags: no transpose
+ * kernel between). */
+static Value *mm(GradCall *c, Value *a, Value *b, bool ta, bool tb) {
+  Node *n = ir_node_new(c->g, OP_MATMUL, 2, (Value *[]){a, b}, c->n->loc);
+  if (ta) ir_set_int(c->g, n, "trans_a", 1);
+  if (tb) ir_set_int(c->g, n, "trans_b", 1);
+  return finish(c->g, n);
 }
 
-/* NumPy's matmul: a 1-d operand is a row (a) or a column (b) for the
- * product, the batch dims broadcast; dA = dY B^T, dB = A^T dY, each
+/* NumPy's matmul of A' = op(A) and B' = op(B) (trans_a, trans_b): a 1-d
+ * operand is a row (a) or a column (b) for the product, the batch dims
+ * broadcast.  dA' = dY B'^T and dB' = A'^T dY; a transposed operand
+ * takes its gradient transposed (dA = B' dY^T, dB = dY^T A'), each
  * summed back to its operand's batch dims. */
 static void vjp_matmul(GradCall *c) {
   Value *a = c->n->in[0], *b = c->n->in[1], *dy = c->dy[0];
-  TensorType at = a->type, bt = b->type, yt = out0(c)->type;
+  TensorType at = ir_matmul_operand(c->n, 0), bt = ir_matmul_operand(c->n, 1), yt = out0(c)->type;
+  bool ta = ir_matmul_trans(c->n, 0), tb = ir_matmul_trans(c->n, 1);
   if (at.rank == 1) at = ir_type_make(at.dtype, 2, (int64_t[]){1, at.dims[0]});
   if (bt.rank == 1) bt = ir_type_make(bt.dtype, 2, (int64_t[]){bt.dims[0], 1});
   /* The product's own shape before 1-d operands lose their axis. */
@@ -480,9 +483,16 @@ static void vjp_matmul(GradCall *c) {
     yt.dims[d] = da == 1 ? db : da;
   }
   yt.dims[r - 2] = at.dims[at.rank - 2], yt.dims[r - 1] = bt.dims[bt.rank - 1];
-  Value *g = reshape(c, dy, &yt), *a2 = reshape(c, a, &at), *b2 = reshape(c, b, &bt);
-  if (c->need[0]) c->dx[0] = reshape(c, unbroadcast(c, op2(c, OP_MATMUL, g, mT(c, b2)), &at), &a->type);
-  if (c->need[1]) c->dx[1] = reshape(c, unbroadcast(c, op2(c, OP_MATMUL, mT(c, a2), g), &bt), &b->type);
+  /* A transposed operand has rank >= 2 (its stored layout is its own). */
+  Value *g = reshape(c, dy, &yt), *a2 = ta ? a : reshape(c, a, &at), *b2 = tb ? b : reshape(c, b, &bt);
+  if (c->need[0]) {
+    Value *d = ta ? mm(c, b2, g, tb, true) : mm(c, g, b2, false, !tb);
+    c->dx[0] = reshape(c, unbroadcast(c, d, ta ? &a->type : &at), &a->type);
+  }
+  if (c->need[1]) {
+    Value *d = tb ? mm(c, g, a2, true, ta) : mm(c, a2, g, !ta, false);
+    c->dx[1] = reshape(c, unbroadcast(c, d, tb ? &b->type : &bt), &b->type);
+  }
 }
 
 /* linear: x [..., in], W [out, in]: dx = dy W, dW = dy^T x over the
@@ -495,7 +505,7 @@ static void vjp_linear(GradCall *c) {
   if (c->need[1]) {
     Value *d2 = ir_grad_reshape(c->g, c->n->loc, dy, 2, (int64_t[]){rows, out});
     Value *x2 = ir_grad_reshape(c->g, c->n->loc, x, 2, (int64_t[]){rows, in});
-    c->dx[1] = op2(c, OP_MATMUL, mT(c, d2), x2);
+    c->dx[1] = mm(c, d2, x2, true, false);
   }
   if (c->n->n_in > 2 && c->need[2]) {
     int64_t axes[DL_MAX_RANK];

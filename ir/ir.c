@@ -107,6 +107,21 @@ const Attr *ir_attr(const Node *n, const char *name) {
   return NULL;
 }
 
+bool ir_matmul_trans(const Node *n, int i) {
+  const Attr *a = ir_attr(n, i ? "trans_b" : "trans_a");
+  return a && a->kind == AK_INT && a->i != 0;
+}
+
+TensorType ir_matmul_operand(const Node *n, int i) {
+  TensorType t = n->in[i]->type;
+  if (ir_matmul_trans(n, i) && t.rank >= 2) {
+    int64_t d = t.dims[t.rank - 1];
+    t.dims[t.rank - 1] = t.dims[t.rank - 2];
+    t.dims[t.rank - 2] = d;
+  }
+  return t;
+}
+
 /* Getters are called after verification, so a miss is our bug: an
  * internal error under a guard; outside one (an API call that reads a
  * compiled graph) a zero of the kind asked for, since a library neither

@@ -165,6 +165,11 @@ const int64_t *ir_attr_ints(const Node *n, const char *name, int *count);
 const char *ir_attr_str(const Node *n, const char *name);
 DType ir_attr_dtype(const Node *n, const char *name);
 
+/* matmul's operand i (0 or 1) as the product reads it: its type with the
+ * last two axes swapped under trans_a / trans_b. */
+bool ir_matmul_trans(const Node *n, int i);
+TensorType ir_matmul_operand(const Node *n, int i);
+
 void ir_set_int(Graph *g, Node *n, const char *name, int64_t v);
 void ir_set_float(Graph *g, Node *n, const char *name, double v);
 void ir_set_ints(Graph *g, Node *n, const char *name, int count, const int64_t *v);

@@ -542,9 +542,14 @@ bool shape_batchnorm(const Node *n, TensorType *out, char *err, size_t errlen) {
 bool shape_matmul(const Node *n, TensorType *out, char *err, size_t errlen) {
   if (!operands_ok(n, err, errlen)) return false;
   if (!need_numbers(n, err, errlen)) return false;
-  const TensorType *a = in_type(n, 0), *b = in_type(n, 1);
+  TensorType ta = ir_matmul_operand(n, 0), tb = ir_matmul_operand(n, 1);
+  const TensorType *a = &ta, *b = &tb;
   if (a->rank < 1 || b->rank < 1)
     return fail(err, errlen, "matmul needs operands of rank >= 1, got %s @ %s", ts(a).s, ts(b).s);
+  for (int i = 0; i < 2; i++)
+    if (ir_matmul_trans(n, i) && n->in[i]->type.rank < 2)
+      return fail(err, errlen, "matmul: %s needs an operand of rank >= 2, got %s", i ? "trans_b" : "trans_a",
+                  ts(i ? b : a).s);
   if (!same_dtype(n, a, b, err, errlen)) return false;
   /* A 1-d lhs acts as [1, K] and a 1-d rhs as [K, 1]; the 1 is dropped. */
   int64_t ka = a->dims[a->rank - 1];

@@ -437,8 +437,11 @@ END_TEST
 
 /* ---- products ---- */
 
+/* NumPy's matmul with 1-d operands and broadcast batch dims; from trial
+ * 10 on, operands of rank >= 2 read transposed (trans_a, trans_b) as the
+ * gradients' own products are. */
 START_TEST(test_matmul) {
-  for (int trial = 0; trial < 10; trial++) {
+  for (int trial = 0; trial < 16; trial++) {
     Ctx c;
     Graph *g = begin(&c);
     int ra = (int)irand(1, 4), rb = (int)irand(1, 4);
@@ -454,8 +457,14 @@ START_TEST(test_matmul) {
     else ad[ra - 2] = m, ad[ra - 1] = k;
     if (rb == 1) bd[0] = k;
     else bd[rb - 2] = k, bd[rb - 1] = n;
-    output(g, op2(g, OP_MATMUL, param(g, "a", ra, ad), param(g, "b", rb, bd)));
-    check_any(&c, g, "matmul");
+    bool ta = trial >= 10 && ra >= 2 && (trial & 1), tb = trial >= 10 && rb >= 2 && (trial & 2);
+    if (ta) ad[ra - 2] = k, ad[ra - 1] = m;
+    if (tb) bd[rb - 2] = n, bd[rb - 1] = k;
+    Node *mn = node(g, OP_MATMUL, 2, (Value *[]){param(g, "a", ra, ad), param(g, "b", rb, bd)});
+    if (ta) ir_set_int(g, mn, "trans_a", 1);
+    if (tb) ir_set_int(g, mn, "trans_b", 1);
+    output(g, fin(g, mn));
+    check_any(&c, g, ta || tb ? "matmul (transposed)" : "matmul");
   }
 }
 END_TEST

@@ -115,6 +115,22 @@ START_TEST(test_conv_weight_grad) {
 }
 END_TEST
 
+/* The gradients' transposed products: GEMM flags on emu against eval,
+ * batched with B broadcast (a shared B too, which A^T cannot fold into
+ * rows). */
+START_TEST(test_matmul_trans) {
+  check_op("graph g {\n"
+           "  %x = input {name=\"x\"} : f32[2, 3, 4, 5]\n"
+           "  %dy = input {name=\"dy\"} : f32[3, 6, 4]\n"
+           "  %d2 = reshape %dy {shape=[4, 18]} : f32[4, 18]\n"
+           "  %y = matmul %x, %dy {trans_a=1, trans_b=1} : f32[2, 3, 5, 6]\n"
+           "  %z = matmul %x, %d2 {trans_a=1} : f32[2, 3, 5, 18]\n"
+           "  return %y as \"y\", %z as \"z\"\n"
+           "}\n",
+           values, 1e-6);
+}
+END_TEST
+
 START_TEST(test_pool_grads) {
   check_op("graph g {\n"
            "  %x = input {name=\"x\"} : f32[2, 3, 7, 6]\n"
@@ -468,6 +484,7 @@ static Suite *train_suite(void) {
   TCase *ops = tcase_create("ops");
   tcase_set_timeout(ops, 180);
   tcase_add_test(ops, test_conv_weight_grad);
+  tcase_add_test(ops, test_matmul_trans);
   tcase_add_test(ops, test_pool_grads);
   tcase_add_test(ops, test_embedding_grad);
   tcase_add_test(ops, test_embedding_grad_bad_id);
