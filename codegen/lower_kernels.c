@@ -1924,7 +1924,8 @@ bool cg_lower_node(CgBuild *b, const Node *n) {
     case OP_MAXPOOL_GRAD:
     case OP_AVGPOOL_GRAD:
     case OP_EMBEDDING_GRAD:
-    case OP_DROPOUT: return cg_lower_train(b, n);
+    case OP_DROPOUT:
+    case OP_RESIZE_GRAD: return cg_lower_train(b, n);
     case OP_COUNT: break;
   }
   dl_unreachable(cg_build_ctx(b));

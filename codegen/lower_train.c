@@ -1,5 +1,5 @@
 /* Lowering of the training ops (ops.def's last rows: conv_weight_grad,
- * the pools' gradients, embedding_grad, dropout): takes one such node,
+ * the pools' gradients, embedding_grad, dropout, resize_grad): takes one such node,
  * appends its kernels to the plan being built.  Each is a gather with one
  * thread per result element, so nothing needs atomics and every sum runs
  * in the order ir/train_ops.c gives it; f32 sums, as the other kernels.
@@ -277,6 +277,100 @@ static void lower_dropout(CgBuild *b, const Node *n) {
   cg_launch(b, k);
 }
 
+/* resize along one axis in exact integers, as lower_kernels.c's resize:
+ * output d reads lo = num / den and lo + 1 (at most in - 1) with weight
+ * (num % den) / den; nearest reads d * in / out. */
+typedef struct ResizeAxis {
+  bool linear, align;
+  int64_t in, out, num_mul, num_add, den;
+} ResizeAxis;
+
+static ResizeAxis resize_axis_of(bool linear, bool align, int64_t in, int64_t out) {
+  ResizeAxis a = {linear, align, in, out, in, 0, out};
+  if (linear && align) a.num_mul = out > 1 ? in - 1 : 0, a.den = out > 1 ? out - 1 : 1;
+  if (linear && !align) a.num_mul = 2 * in, a.num_add = in - out, a.den = 2 * out; /* (2d + 1) in - out */
+  return a;
+}
+
+static int64_t axis_num(const ResizeAxis *a, int64_t d) {
+  int64_t num = d * a->num_mul + a->num_add;
+  return num < 0 ? 0 : num;
+}
+
+/* The first output that can read input p: lo(d) >= p - 1 (p for
+ * nearest), where num is not clamped, so the bound is exact or low. */
+static int64_t first_reader(const ResizeAxis *a, int64_t p) {
+  int64_t t = a->linear ? p - 1 : p;
+  if (t <= 0 || a->num_mul == 0) return 0;
+  int64_t f = (t * a->den - a->num_add + a->num_mul - 1) / a->num_mul;
+  return f > 0 ? f : 0;
+}
+
+static KExpr *first_reader_k(Kernel *k, const ResizeAxis *a, KExpr *p) {
+  if (a->num_mul == 0) return iv(k, 0);
+  KExpr *t = a->linear ? idx(k, KI_SUB, p, 1) : p;
+  KExpr *f = idx(k, KI_DIV, idx(k, KI_ADD, idx(k, KI_MUL, t, a->den), a->num_mul - 1 - a->num_add), a->num_mul);
+  return cg_ksel(k, cg_kcmp(k, KC_GT, t, iv(k, 0)), cg_kidx(k, KI_MAX, f, iv(k, 0)), iv(k, 0));
+}
+
+/* How many outputs from first_reader(p) on cover every reader of any p. */
+static int64_t reader_span(const ResizeAxis *a) {
+  int64_t span = 1;
+  for (int64_t d = 0; d < a->out; d++) {
+    int64_t lo = axis_num(a, d) / a->den, hi = a->linear && lo < a->in - 1 ? lo + 1 : lo;
+    for (int64_t p = lo; p <= hi; p++) {
+      int64_t s = d - first_reader(a, p) + 1;
+      span = s > span ? s : span;
+    }
+  }
+  return span;
+}
+
+/* Output d's weight on input p (lets into blk). */
+static KExpr *reader_weight(Kernel *k, KBlock *blk, const ResizeAxis *a, KExpr *d, KExpr *p) {
+  KExpr *num = cg_kadd(k, idx(k, KI_MUL, d, a->num_mul), iv(k, a->num_add));
+  KVar *nv = let(k, blk, "num", cg_kidx(k, KI_MAX, num, iv(k, 0)));
+  KVar *lo = let(k, blk, "lo", idx(k, KI_DIV, cg_kv(k, nv), a->den));
+  KExpr *zero = cg_kimm(k, 0, TY_F32), *one = cg_kimm(k, 1, TY_F32);
+  if (!a->linear) return cg_ksel(k, cg_kcmp(k, KC_EQ, cg_kv(k, lo), p), one, zero);
+  KVar *f = let(k, blk, "f", cg_kop2(k, OP_DIV, cg_kcast(k, idx(k, KI_MOD, cg_kv(k, nv), a->den), TY_F32),
+                                    cg_kimm(k, (double)a->den, TY_F32)));
+  KExpr *hi = cg_kidx(k, KI_MIN, idx(k, KI_ADD, cg_kv(k, lo), 1), iv(k, a->in - 1));
+  KExpr *w_lo = cg_ksel(k, cg_kcmp(k, KC_EQ, cg_kv(k, lo), p), cg_kop2(k, OP_SUB, one, cg_kv(k, f)), zero);
+  return cg_kop2(k, OP_ADD, w_lo, cg_ksel(k, cg_kcmp(k, KC_EQ, hi, p), cg_kv(k, f), zero));
+}
+
+/* dx[plane, h, w]: the outputs that can read row h and column w, in
+ * order, each dy times its two weights. */
+static void lower_resize_grad(CgBuild *b, const Node *n) {
+  const Value *dy = n->in[0], *out = &n->out[0];
+  bool linear = strcmp(ir_attr_str(n, "mode"), "bilinear") == 0, align = ir_attr_int(n, "align_corners") != 0;
+  int64_t OH = dy->type.dims[2], OW = dy->type.dims[3], H = out->type.dims[2], W = out->type.dims[3];
+  ResizeAxis ah = resize_axis_of(linear, align, H, OH), aw = resize_axis_of(linear, align, W, OW);
+  Kernel *k = cg_kernel_new(cg_build_ctx(b), n, ir_ops[n->op].name, NULL);
+  KExpr *i, *th, *tw;
+  KBlock *body = each(k, numel(&out->type), &i);
+  KVar *plane = let(k, body, "plane", idx(k, KI_DIV, i, H * W));
+  KVar *h = let(k, body, "h", idx(k, KI_MOD, idx(k, KI_DIV, i, W), H));
+  KVar *w = let(k, body, "w", idx(k, KI_MOD, i, W));
+  KVar *oh0 = let(k, body, "oh0", first_reader_k(k, &ah, cg_kv(k, h)));
+  KVar *ow0 = let(k, body, "ow0", first_reader_k(k, &aw, cg_kv(k, w)));
+  KVar *acc = cg_klet(k, body, "acc", TY_F32, cg_kimm(k, 0, TY_F32));
+  KBlock *rows = serial(k, body, "th", reader_span(&ah), &th);
+  KVar *oh = let(k, rows, "oh", cg_kadd(k, cg_kv(k, oh0), th));
+  KBlock *row = &cg_kif(k, rows, cg_kcmp(k, KC_LT, cg_kv(k, oh), iv(k, OH)))->body;
+  KVar *wh = let(k, row, "wh", reader_weight(k, row, &ah, cg_kv(k, oh), cg_kv(k, h)));
+  KBlock *cols = serial(k, row, "tw", reader_span(&aw), &tw);
+  KVar *ow = let(k, cols, "ow", cg_kadd(k, cg_kv(k, ow0), tw));
+  KBlock *col = &cg_kif(k, cols, cg_kcmp(k, KC_LT, cg_kv(k, ow), iv(k, OW)))->body;
+  KExpr *ww = reader_weight(k, col, &aw, cg_kv(k, ow), cg_kv(k, w));
+  KExpr *at = cg_kadd(k, idx(k, KI_MUL, cg_kadd(k, idx(k, KI_MUL, cg_kv(k, plane), OH), cg_kv(k, oh)), OW),
+                      cg_kv(k, ow));
+  add_to(k, col, acc, cg_kop2(k, OP_MUL, cg_kop2(k, OP_MUL, cg_kv(k, wh), ww), load_f32(b, k, dy, "dy", at)));
+  store(b, k, body, out, i, cg_kv(k, acc));
+  cg_launch(b, k);
+}
+
 bool cg_lower_train(CgBuild *b, const Node *n) {
   /* Sums in place (embedding_grad) and mixed-precision training need
    * f32 gradients; halves come with that work. */
@@ -294,6 +388,7 @@ bool cg_lower_train(CgBuild *b, const Node *n) {
     case OP_AVGPOOL_GRAD: lower_pool_grad(b, n); return true;
     case OP_EMBEDDING_GRAD: lower_embedding_grad(b, n); return true;
     case OP_DROPOUT: lower_dropout(b, n); return true;
+    case OP_RESIZE_GRAD: lower_resize_grad(b, n); return true;
     default: dl_internal(cg_build_ctx(b), "%s is not a training op", ir_ops[n->op].name);
   }
   return false;

@@ -36,6 +36,7 @@ typedef enum {
   RULE_RNN,
   RULE_CONV_WEIGHT_GRAD,
   RULE_POOL_GRAD, /* per_in per tap of each window of dy, per_out per element of dy */
+  RULE_RESIZE_GRAD,
 } CostRule;
 
 typedef struct OpCost {
@@ -162,6 +163,7 @@ static const OpCost op_cost[] = {
     /* Philox4x32-10 per element (10 rounds of 2 multiplies, 4 xors and
      * the key's 2 adds), the comparison, the select and the scale */
     [OP_DROPOUT] = {RULE_LINEAR, 0, 83},
+    [OP_RESIZE_GRAD] = {RULE_RESIZE_GRAD, 0, 0},
 };
 static_assert(ARRAY_LEN(op_cost) == OP_COUNT, "every op of ops.def has a row in op_cost");
 
@@ -284,6 +286,10 @@ static double flops_of(const Node *n) {
       const TensorType *dy = &n->in[1]->type;
       return dy->rank > 1 && dy->dims[1] ? 2 * no * numel(dy) / (double)dy->dims[1] : 0;
     }
+    case RULE_RESIZE_GRAD:
+      /* per element of dy: bilinear's 2x2 weights times dy and the adds,
+       * nearest's add */
+      return strcmp(ir_attr_str(n, "mode"), "bilinear") == 0 ? 8 * nx : nx;
     case RULE_POOL_GRAD: {
       int count;
       const int64_t *k = ir_attr_ints(n, "kernel", &count);

@@ -1111,7 +1111,7 @@ static bool eval_conv_transpose(Eval *e, const Node *n, const Tensor *x, const T
 
 /* PyTorch's source coordinate for output position d of out along an axis
  * of in, as upsample_bilinear2d's area_pixel_compute_source_index. */
-static double resize_src(int64_t d, int64_t in, int64_t out, bool align) {
+double ir_resize_src(int64_t d, int64_t in, int64_t out, bool align) {
   if (align) return out > 1 ? (double)d * (double)(in - 1) / (double)(out - 1) : 0;
   double s = ((double)d + 0.5) * (double)in / (double)out - 0.5;
   return s < 0 ? 0 : s;
@@ -1137,7 +1137,7 @@ static bool eval_resize(Eval *e, const Node *n, const Tensor *x, Tensor *out) {
             ir_tensor_set(out, o, ir_tensor_get(x, xi));
           continue;
         }
-        double sh = resize_src(oh, H, OH, align), sw = resize_src(ow, W, OW, align);
+        double sh = ir_resize_src(oh, H, OH, align), sw = ir_resize_src(ow, W, OW, align);
         int64_t h0 = (int64_t)sh, w0 = (int64_t)sw;
         if (h0 > H - 1) h0 = H - 1;
         if (w0 > W - 1) w0 = W - 1;
@@ -1870,7 +1870,8 @@ static bool eval_node(Eval *e, const Node *n, Tensor *const *in, Tensor *out,
     case OP_MAXPOOL_GRAD:
     case OP_AVGPOOL_GRAD:
     case OP_EMBEDDING_GRAD:
-    case OP_DROPOUT: {
+    case OP_DROPOUT:
+    case OP_RESIZE_GRAD: {
       char msg[256];
       return ir_eval_train_op(n, in, out, msg, sizeof msg) || fail(e, "%s", msg);
     }

@@ -114,9 +114,13 @@ typedef enum {
 bool ir_init_params(Graph *g, uint64_t seed, IrInitMode mode, TensorMap *out, char *err,
                     size_t errlen);
 
+/* resize's source coordinate along an axis of in pixels for output d of
+ * out (eval.c): half-pixel, clamped at 0, or with align the corners. */
+double ir_resize_src(int64_t d, int64_t in, int64_t out, bool align);
+
 /* ---- training (train_ops.c) ---- */
 
-/* The training ops of ops.def (conv_weight_grad .. dropout): eval.c's
+/* The training ops of ops.def (conv_weight_grad .. resize_grad): eval.c's
  * for them, false with a message in err. */
 bool ir_eval_train_op(const Node *n, Tensor *const *in, Tensor *out, char *err, size_t errlen);
 /* The end of a training step on the interpreter: each output of g that

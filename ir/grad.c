@@ -560,23 +560,23 @@ static void vjp_conv_transpose(GradCall *c) {
   if (c->n->n_in > 2 && c->need[2]) c->dx[2] = bias_grad(c);
 }
 
-/* Nearest resize by whole factors s per axis (upsampling: each input
- * pixel is an s_h x s_w block of the output): each block of dy summed.
- * [N, C, H*s_h, W*s_w] viewed as [N, C, H, s_h, W, s_w]. */
+/* resize: nearest by whole factors s per axis (each input pixel an s_h
+ * x s_w block of the output) sums each block of dy, [N, C, H*s_h,
+ * W*s_w] viewed as [N, C, H, s_h, W, s_w]; any other, resize_grad. */
 static void vjp_resize(GradCall *c) {
   const TensorType *xt = &in0(c)->type, *yt = &out0(c)->type;
   int64_t H = xt->dims[2], W = xt->dims[3];
-  TensorType blocks = ir_type_make(yt->dtype, 6, (int64_t[]){xt->dims[0], xt->dims[1], H, 1, W, 1});
-  blocks.dims[3] = yt->dims[2] / H, blocks.dims[5] = yt->dims[3] / W;
-  c->dx[0] = reshape(c, sum(c, reshape(c, c->dy[0], &blocks), 2, (int64_t[]){3, 5}, false), xt);
-}
-
-static const char *lacks_resize(const Node *n) {
-  const TensorType *xt = &n->in[0]->type, *yt = &n->out[0].type;
-  if (strcmp(ir_attr_str(n, "mode"), "nearest") != 0) return "resize in bilinear mode";
-  for (int d = 2; d < 4; d++)
-    if (xt->dims[d] == 0 || yt->dims[d] % xt->dims[d] != 0) return "resize by a factor that is not a whole number";
-  return NULL;
+  bool blocks = strcmp(ir_attr_str(c->n, "mode"), "nearest") == 0 && H && W && yt->dims[2] % H == 0 &&
+                yt->dims[3] % W == 0;
+  if (!blocks) {
+    Node *n = like(c, OP_RESIZE_GRAD, 1, &c->dy[0]);
+    ir_set_ints(c->g, n, "size", 2, xt->dims + 2);
+    c->dx[0] = finish(c->g, n);
+    return;
+  }
+  TensorType t = ir_type_make(yt->dtype, 6, (int64_t[]){xt->dims[0], xt->dims[1], H, 1, W, 1});
+  t.dims[3] = yt->dims[2] / H, t.dims[5] = yt->dims[3] / W;
+  c->dx[0] = reshape(c, sum(c, reshape(c, c->dy[0], &t), 2, (int64_t[]){3, 5}, false), xt);
 }
 
 static void vjp_maxpool(GradCall *c) {
@@ -865,7 +865,7 @@ static void vjp_dropout(GradCall *c) {
 #define GRAD_AVGPOOL2D VJP(vjp_avgpool)
 #define GRAD_MAXPOOL3D VJP(vjp_maxpool)
 #define GRAD_AVGPOOL3D VJP(vjp_avgpool)
-#define GRAD_RESIZE PARTIAL(vjp_resize, lacks_resize)
+#define GRAD_RESIZE VJP(vjp_resize)
 #define GRAD_GRID_SAMPLE NONE
 #define GRAD_RESHAPE VJP(vjp_reshape)
 #define GRAD_TRANSPOSE VJP(vjp_transpose)
@@ -886,6 +886,7 @@ static void vjp_dropout(GradCall *c) {
 #define GRAD_AVGPOOL_GRAD NONE
 #define GRAD_EMBEDDING_GRAD NONE
 #define GRAD_DROPOUT VJP(vjp_dropout)
+#define GRAD_RESIZE_GRAD NONE
 
 const GradRule ir_grad_rules[] = {
 #define OP(id, ...) GRAD_##id,

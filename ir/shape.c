@@ -760,17 +760,18 @@ bool shape_resize(const Node *n, TensorType *out, char *err, size_t errlen) {
   if (!mode) return false;
   bool linear = strcmp(mode->s, "bilinear") == 0;
   if (!linear && strcmp(mode->s, "nearest") != 0)
-    return fail(err, errlen, "resize: mode must be \"nearest\" or \"bilinear\", got \"%s\"",
-                mode->s);
+    return fail(err, errlen, "%s: mode must be \"nearest\" or \"bilinear\", got \"%s\"",
+                op_name(n), mode->s);
   if (!linear && align)
-    return fail(err, errlen, "resize: align_corners applies only to mode \"bilinear\"");
-  if (linear && !need_float(n, x, err, errlen)) return false;
+    return fail(err, errlen, "%s: align_corners applies only to mode \"bilinear\"", op_name(n));
+  /* resize_grad (the same rule: size is its result's) sums gradients. */
+  if ((linear || n->op == OP_RESIZE_GRAD) && !need_float(n, x, err, errlen)) return false;
   out[0] = *x;
   out[0].dims[2] = size[0];
   out[0].dims[3] = size[1];
   int64_t count = ir_type_numel(&out[0]);
   if (count < 0 || count > DL_MAX_ELEMS)
-    return fail(err, errlen, "resize: the output %s is too large", ts(&out[0]).s);
+    return fail(err, errlen, "%s: the output %s is too large", op_name(n), ts(&out[0]).s);
   return true;
 }
 

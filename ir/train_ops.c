@@ -179,6 +179,47 @@ static void eval_dropout(const Node *n, const Tensor *x, const Tensor *seed, con
   }
 }
 
+/* Along one axis, output d of out reads input lo with weight 1 - f and
+ * hi with f (nearest: lo alone), as eval.c's resize. */
+static void resize_taps(bool linear, bool align, int64_t d, int64_t in, int64_t out, int64_t *lo, int64_t *hi,
+                        double *f) {
+  if (!linear) {
+    *lo = *hi = d * in / out, *f = 0;
+    return;
+  }
+  double s = ir_resize_src(d, in, out, align);
+  *lo = (int64_t)s < in - 1 ? (int64_t)s : in - 1;
+  *hi = *lo < in - 1 ? *lo + 1 : *lo;
+  *f = s - (double)*lo;
+}
+
+/* dy's elements in order, each scattering its share to the (up to) 2x2
+ * inputs its resize read: per element of x, the order the kernel sums. */
+static bool eval_resize_grad(const Node *n, const Tensor *dy, Tensor *out) {
+  bool linear = strcmp(ir_attr_str(n, "mode"), "bilinear") == 0, align = ir_attr_int(n, "align_corners") != 0;
+  int64_t planes = dy->type.dims[0] * dy->type.dims[1], OH = dy->type.dims[2], OW = dy->type.dims[3];
+  int64_t H = out->type.dims[2], W = out->type.dims[3], total = ir_type_numel(&out->type);
+  double *acc = calloc((size_t)total + 1, sizeof *acc);
+  if (!acc) return false;
+  for (int64_t c = 0; c < planes; c++)
+    for (int64_t oh = 0; oh < OH; oh++) {
+      int64_t h[2];
+      double fh;
+      resize_taps(linear, align, oh, H, OH, &h[0], &h[1], &fh);
+      for (int64_t ow = 0; ow < OW; ow++) {
+        int64_t w[2];
+        double fw, d = ir_tensor_get(dy, (c * OH + oh) * OW + ow);
+        resize_taps(linear, align, ow, W, OW, &w[0], &w[1], &fw);
+        for (int r = 0; r < (linear ? 2 : 1); r++)
+          for (int q = 0; q < (linear ? 2 : 1); q++)
+            acc[(c * H + h[r]) * W + w[q]] += (r ? fh : 1 - fh) * (q ? fw : 1 - fw) * d;
+      }
+    }
+  for (int64_t i = 0; i < total; i++) ir_tensor_set(out, i, acc[i]);
+  free(acc);
+  return true;
+}
+
 bool ir_eval_train_op(const Node *n, Tensor *const *in, Tensor *out, char *err, size_t errlen) {
   switch (n->op) {
     case OP_CONV_WEIGHT_GRAD: return eval_conv_weight_grad(n, in[0], in[1], out);
@@ -189,6 +230,10 @@ bool ir_eval_train_op(const Node *n, Tensor *const *in, Tensor *out, char *err, 
       return false;
     case OP_EMBEDDING_GRAD: return eval_embedding_grad(in[0], in[1], out, err, errlen);
     case OP_DROPOUT: eval_dropout(n, in[0], in[1], in[2], out); return true;
+    case OP_RESIZE_GRAD:
+      if (eval_resize_grad(n, in[0], out)) return true;
+      snprintf(err, errlen, "out of memory");
+      return false;
     default: snprintf(err, errlen, "not a training op"); return false;
   }
 }

@@ -580,16 +580,26 @@ START_TEST(test_pool) {
 }
 END_TEST
 
-/* Nearest upsampling by whole factors (1 to 3 per axis, size-1 axes). */
+/* Nearest resize by whole factors (1 to 3 per axis, size-1 axes: block
+ * sums), then any sizes up or down, nearest and bilinear with and
+ * without align_corners (resize_grad). */
 START_TEST(test_resize) {
-  for (int trial = 0; trial < 4; trial++) {
+  static const char *const modes[] = {"nearest", "nearest", "bilinear", "bilinear"};
+  for (int trial = 0; trial < 12; trial++) {
     Ctx c;
     Graph *g = begin(&c);
-    int64_t d[4] = {irand(1, 2), irand(1, 2), irand(1, 3), irand(1, 3)};
+    int64_t d[4] = {irand(1, 2), irand(1, 2), irand(1, 4), irand(1, 4)};
     Node *n = node(g, OP_RESIZE, 1, (Value *[]){param(g, "x", 4, d)});
-    ints(g, n, "size", 2, (int64_t[]){d[2] * irand(1, 3), d[3] * irand(1, 3)});
+    if (trial < 4)
+      ints(g, n, "size", 2, (int64_t[]){d[2] * irand(1, 3), d[3] * irand(1, 3)});
+    else
+      ints(g, n, "size", 2, (int64_t[]){irand(1, 7), irand(1, 7)});
+    ir_set_str(g, n, "mode", modes[trial % 4]);
+    if (trial % 4 == 3) ir_set_int(g, n, "align_corners", 1);
     output(g, fin(g, n));
-    check_any(&c, g, "resize (nearest)");
+    char what[64];
+    snprintf(what, sizeof what, "resize (%s%s)", modes[trial % 4], trial % 4 == 3 ? ", align_corners" : "");
+    check_any(&c, g, what);
   }
 }
 END_TEST
@@ -827,18 +837,12 @@ static void expect_first_line(const char *text, const char *want) {
 }
 
 START_TEST(test_no_rule) {
-  expect_first_line(grad_error("model m(x: f32[1, 2, 4, 4]) -> f32[] {\n"
+  expect_first_line(grad_error("model m(x: f32[1, 2, 4, 4], g: f32[1, 3, 3, 2]) -> f32[] {\n"
                                "  y = conv2d(x, 3, kernel=1) as conv\n"
-                               "  return sum(upsample(y, 2, mode=\"bilinear\"))\n"
+                               "  return sum(grid_sample(y, g))\n"
                                "}\n"),
-                    "m.dl:3:14: error: resize in bilinear mode has no gradient rule yet, and its operand 1 "
-                    "depends on the trainable parameter 'conv.weight'");
-  expect_first_line(grad_error("model m(x: f32[1, 2, 4, 4]) -> f32[] {\n"
-                               "  y = conv2d(x, 3, kernel=1) as conv\n"
-                               "  return sum(upsample(y, size=[8, 6]))\n"
-                               "}\n"),
-                    "m.dl:3:14: error: resize by a factor that is not a whole number has no gradient rule yet, and "
-                    "its operand 1 depends on the trainable parameter 'conv.weight'");
+                    "m.dl:3:14: error: grid_sample has no gradient rule yet, and its operand 1 depends on the "
+                    "trainable parameter 'conv.weight'");
 }
 END_TEST
 

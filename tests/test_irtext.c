@@ -424,6 +424,14 @@ static Graph *build_every_op(Ctx *c, bool *covered) {
   n = NODE(g, OP_EMBEDDING_GRAD, input(g, "drows", TY(TY_F32, 2, 3, 4)), idx);
   ir_set_int(g, n, "num", 10);
   add(g, n);
+  n = NODE(g, OP_RESIZE_GRAD, pic);
+  ir_set_ints(g, n, "size", INTS(3, 2));
+  ir_set_str(g, n, "mode", "bilinear");
+  ir_set_int(g, n, "align_corners", 1);
+  add(g, n);
+  n = NODE(g, OP_MATMUL, dpic, dpic);
+  ir_set_int(g, n, "trans_a", 1);
+  add(g, n);
   Value *rng_seed = param(g, "dlcc.seed", ir_type_make(TY_I64, 0, NULL));
   Value *rng_step = param(g, "dlcc.step", ir_type_make(TY_I64, 0, NULL));
   n = NODE(g, OP_DROPOUT, x, rng_seed, rng_step);

@@ -1,6 +1,7 @@
 /* Check suite for training on the devices: the kernels of the training
  * ops (conv_weight_grad, maxpool_grad, avgpool_grad, embedding_grad,
- * dropout) on emu against ir_eval at -O0 and -O2 and through NVRTC for
+ * dropout, resize_grad) and transposed matmuls on emu against ir_eval at
+ * -O0 and -O2 and through NVRTC for
  * sm_90, an id out of range reported as ir_eval words it; dropout's mask
  * on emu equal to ir_eval's bit for bit; the gradients of an MLP, LeNet,
  * a small CNN with batch norm and dropout, and stacked LSTM and GRU
@@ -128,6 +129,24 @@ START_TEST(test_matmul_trans) {
            "  return %y as \"y\", %z as \"z\"\n"
            "}\n",
            values, 1e-6);
+}
+END_TEST
+
+/* resize_grad up and down, nearest and bilinear (both coordinate modes):
+ * each dx element's gather over the outputs that read it. */
+START_TEST(test_resize_grad) {
+  check_op("graph g {\n"
+           "  %dy = input {name=\"dy\"} : f32[2, 3, 7, 5]\n"
+           "  %a = resize_grad %dy {size=[3, 4], mode=\"bilinear\"} : f32[2, 3, 3, 4]\n"
+           "  %b = resize_grad %dy {size=[3, 4], mode=\"bilinear\", align_corners=1} : f32[2, 3, 3, 4]\n"
+           "  %c = resize_grad %dy {size=[3, 4]} : f32[2, 3, 3, 4]\n"
+           "  %d = resize_grad %dy {size=[10, 2], mode=\"bilinear\"} : f32[2, 3, 10, 2]\n"
+           "  %e = resize_grad %dy {size=[10, 2], mode=\"bilinear\", align_corners=1} : f32[2, 3, 10, 2]\n"
+           "  %f = resize_grad %dy {size=[1, 16]} : f32[2, 3, 1, 16]\n"
+           "  return %a as \"up\", %b as \"up_corners\", %c as \"up_nearest\", %d as \"down\", %e as "
+           "\"down_corners\", %f as \"mixed_nearest\"\n"
+           "}\n",
+           values, 1e-5);
 }
 END_TEST
 
@@ -485,6 +504,7 @@ static Suite *train_suite(void) {
   tcase_set_timeout(ops, 180);
   tcase_add_test(ops, test_conv_weight_grad);
   tcase_add_test(ops, test_matmul_trans);
+  tcase_add_test(ops, test_resize_grad);
   tcase_add_test(ops, test_pool_grads);
   tcase_add_test(ops, test_embedding_grad);
   tcase_add_test(ops, test_embedding_grad_bad_id);
