@@ -12,10 +12,9 @@
 #     IMMA or a GMMA in its SASS;
 #   - at least 95% of the run's FLOPs (the cost model's) are on tensor
 #     cores: in kernels with those instructions, or in cuBLAS's f16, bf16
-#     and int8 GEMMs.  The builds in EXPECTED_WITHOUT_TC do not meet this
-#     yet (their convolutions are CUDA-core kernels until the tensor-core
-#     generator lands): each must fail it, and passing it fails the test
-#     until it is taken off the list.
+#     and int8 GEMMs.  The builds in EXPECTED_WITHOUT_TC (none since the
+#     tensor-core convolutions landed) do not meet this yet: each must fail
+#     it, and passing it fails the test until it is taken off the list.
 # Needs cuobjdump (PyPI's nvidia-cuda-cuobjdump and nvidia-cuda-nvdisasm
 # put both in site-packages/nvidia/cu13/bin; .ci/run installs them):
 # $CUOBJDUMP, PATH, or python3's nvidia package.  Skipped (77) without it,
@@ -23,7 +22,7 @@
 set -u
 b=${top_builddir:-.}
 s=${top_srcdir:-.}
-EXPECTED_WITHOUT_TC=${EXPECTED_WITHOUT_TC-"resnet50-f16 resnet50-bf16 resnet50-int8"}
+EXPECTED_WITHOUT_TC=${EXPECTED_WITHOUT_TC-""}
 
 cuobjdump=${CUOBJDUMP:-$(command -v cuobjdump || true)}
 if [ -z "$cuobjdump" ] && command -v python3 >/dev/null; then
