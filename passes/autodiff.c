@@ -156,6 +156,35 @@ static void number_and_allocate(AD *ad) {
   ad->blocked_operand = ARENA_ARRAY(a, int, nv + 1);
 }
 
+static int uses_of(const Graph *g, const Value *v) {
+  int count = 0;
+  for (const Node *n = g->first; n; n = n->next)
+    for (int i = 0; i < n->n_in; i++) count += n->in[i] == v;
+  return count;
+}
+
+/* A gradient that is a keepdims reduction reshaped to its param's shape
+ * (a per-channel weight's [1, C, 1, 1] to [C]) becomes the reduction
+ * without the kept axes: reshaping into a graph output is a copy. */
+static Value *without_reshape(Graph *g, Value *v) {
+  const Node *r = v->def, *s = r->op == OP_RESHAPE ? r->in[0]->def : NULL;
+  if (!s || (s->op != OP_REDUCE_SUM && s->op != OP_REDUCE_MEAN) || !ir_attr_int(s, "keepdims") ||
+      uses_of(g, r->in[0]) != 1)
+    return v;
+  int n_axes;
+  const int64_t *axes = ir_attr_ints(s, "axes", &n_axes);
+  const TensorType *x = &s->in[0]->type;
+  bool reduced[DL_MAX_RANK] = {false};
+  for (int i = 0; i < n_axes; i++) reduced[axes[i] < 0 ? axes[i] + x->rank : axes[i]] = true;
+  TensorType t = *x;
+  t.rank = 0;
+  for (int d = 0; d < x->rank; d++)
+    if (!reduced[d]) t.dims[t.rank++] = x->dims[d];
+  t.dtype = v->type.dtype;
+  if (!ir_type_eq(&t, &v->type)) return v;
+  return (s->op == OP_REDUCE_SUM ? ir_grad_sum : ir_grad_mean)(g, s->loc, s->in[0], n_axes, axes, false);
+}
+
 bool pass_autodiff(Graph *g, const AutodiffOptions *o) {
   static const AutodiffOptions defaults;
   if (!o) o = &defaults;
@@ -213,7 +242,7 @@ bool pass_autodiff(Graph *g, const AutodiffOptions *o) {
       ad.failed = true;
       continue;
     }
-    outs[k] = ad.grad[p->id];
+    outs[k] = without_reshape(g, ad.grad[p->id]);
     names[k++] = arena_printf(&ad.c->arena, "%s.grad", param_name(params[i]));
   }
   if (ad.failed) return false;

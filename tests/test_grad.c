@@ -435,6 +435,30 @@ START_TEST(test_batchnorm) {
 }
 END_TEST
 
+/* A per-channel weight's gradient is its reduction itself, not a reshape
+ * of a keepdims one: a graph output's reshape is a copy step. */
+START_TEST(test_channel_grads_unreshaped) {
+  Ctx c;
+  Graph *g = begin(&c);
+  int64_t ch = 3;
+  Value *in[5] = {param(g, "x", 4, (int64_t[]){2, 3, 2, 2})};
+  static const char *const names[] = {"bn.weight", "bn.bias", "bn.running_mean", "bn.running_var"};
+  for (int k = 0; k < 4; k++) in[k + 1] = param(g, names[k], 1, &ch);
+  Value *y = fin(g, node(g, OP_BATCHNORM, 5, in));
+  output(g, ir_grad_sum(g, (SrcLoc){0}, op2(g, OP_MUL, y, y), 4, (int64_t[]){0, 1, 2, 3}, false));
+  ck_assert_msg(pass_autodiff(g, NULL), "%s", diag_text(&c));
+  int found = 0;
+  for (int i = 0; i < g->n_outputs; i++)
+    if (strcmp(g->output_names[i], "bn.weight.grad") == 0 || strcmp(g->output_names[i], "bn.bias.grad") == 0) {
+      ck_assert_msg(g->outputs[i]->def->op == OP_REDUCE_SUM, "%s comes from %s", g->output_names[i],
+                    ir_ops[g->outputs[i]->def->op].name);
+      found++;
+    }
+  ck_assert_int_eq(found, 2);
+  ctx_free(&c);
+}
+END_TEST
+
 /* ---- products ---- */
 
 /* NumPy's matmul with 1-d operands and broadcast batch dims; from trial
@@ -1040,6 +1064,7 @@ static Suite *grad_suite(void) {
   tcase_add_test(rules, test_group_norm);
   tcase_add_test(rules, test_global_avgpool);
   tcase_add_test(rules, test_batchnorm);
+  tcase_add_test(rules, test_channel_grads_unreshaped);
   tcase_add_test(rules, test_matmul);
   tcase_add_test(rules, test_linear);
   tcase_add_test(rules, test_conv);
