@@ -632,7 +632,10 @@ void api_samples_release(ApiSamples *s) {
   }
 }
 
-bool api_calib_params(Graph *g, const char *path, uint64_t seed, TensorMap *out, char *err, size_t errlen) {
-  return path ? api_bind_weights(g, path, out, err, errlen)
-              : ir_init_params(g, seed, IR_INIT_RANDOM, out, err, errlen);
+bool api_calib_params(Ctx *c, Graph *g, const char *path, uint64_t seed, TensorMap *out) {
+  if (path) return api_check_weights(c, g, path, out);
+  char err[1024];
+  if (ir_init_params(g, seed, IR_INIT_RANDOM, out, err, sizeof err)) return true;
+  diag_error(c, (SrcLoc){0}, "%s", err);
+  return false;
 }

@@ -102,9 +102,9 @@ bool api_samples_load(ApiSamples *s, int k, TensorMap *inputs);
 void api_samples_release(ApiSamples *s);
 
 /* The weights a calibration evaluates with: the safetensors file at path
- * bound to g's params (api_bind_weights), or with path NULL the random
+ * bound to g's params (api_check_weights), or with path NULL the random
  * values ir_init_params gives for seed, which are what dlcc run and
- * dlc_init_weights bind.  False with the problems in err. */
-bool api_calib_params(Graph *g, const char *path, uint64_t seed, TensorMap *out, char *err, size_t errlen);
+ * dlc_init_weights bind.  False with the problems reported to c. */
+bool api_calib_params(Ctx *c, Graph *g, const char *path, uint64_t seed, TensorMap *out);
 
 #endif

@@ -170,9 +170,7 @@ static void report_lines(Ctx *c, const char *text) {
  * .onnx file's own. */
 static bool bind_at_compile(Ctx *c, CompileJob *job, Graph *g) {
   TensorMap map;
-  char err[8192];
-  if (!api_bind_weights(g, job->opt->weights, &map, err, sizeof err)) {
-    report_lines(c, err);
+  if (!api_check_weights(c, g, job->opt->weights, &map)) {
     job->weights_failed = true;
     return false;
   }
@@ -250,6 +248,7 @@ static int compile_job(Ctx *c, void *data) {
     Define *defs = copy_defines(c, job->opt, &nd);
     LowerOptions lo = {.model = job->opt ? job->opt->model : NULL, .n_defines = nd, .defines = defs,
                        .training = job->opt && job->opt->grad};
+    lo.input_shapes = copy_input_shapes(c, job->opt, &lo.n_input_shapes);
     g = fe_lower(c, p, &lo);
   }
 have_graph:
@@ -356,6 +355,11 @@ static dlc_status compile(CompileJob *job, dlc_model **out) {
     m->g = NULL;
     return st;
   }
+  if (m->use_runtime && job->opt && job->opt->no_graphs && dlrt_set_graphs(m->rt, 0) != DLRT_OK) {
+    dlc_status st = fail(m, DLC_ERR_COMPILE, "dlcc: error: %s\n", dlrt_error(m->rt));
+    m->g = NULL;
+    return st;
+  }
   if (m->use_runtime && m->have_params) {
     dlc_status st = push_bound_params(m);
     if (st != DLC_OK) return st;
@@ -406,6 +410,11 @@ void dlc_free(dlc_model *m) {
 const char *dlc_backend(const dlc_model *m) {
   if (!m || !m->g) return "";
   return m->use_runtime ? dlrt_backend(m->rt) : "ref";
+}
+
+const char *dlc_engine_report(dlc_model *m) {
+  if (!m || !m->g) return "";
+  return m->use_runtime ? dlrt_engine_report(m->rt) : "the reference interpreter: no graphs, no staging";
 }
 
 int dlc_num_inputs(const dlc_model *m) { return m && m->g ? m->n_inputs : 0; }
@@ -463,7 +472,7 @@ typedef struct WeightsJob {
 
 static int bind_job(Ctx *c, void *data) {
   WeightsJob *job = data;
-  job->ok = job->path ? api_bind_weights(job->m->g, job->path, &job->map, job->err, sizeof job->err)
+  job->ok = job->path ? api_check_weights(c, job->m->g, job->path, &job->map)
                       : ir_init_params(job->m->g, job->seed, IR_INIT_RANDOM, &job->map, job->err,
                                        sizeof job->err);
   return 0;
@@ -481,8 +490,10 @@ static dlc_status weights(dlc_model *m, const char *path, uint64_t seed) {
   dlc_status st = DLC_OK;
   if (ctx_guard(&m->ctx, bind_job, job) < 0)
     st = unwound(m);
+  else if (!job->ok && path)
+    st = fail(m, DLC_ERR_WEIGHTS, "%s", diag_text(&m->ctx));
   else if (!job->ok)
-    st = fail_lines(m, path ? DLC_ERR_WEIGHTS : DLC_ERR_INTERNAL, job->err);
+    st = fail_lines(m, DLC_ERR_INTERNAL, job->err);
   else {
     for (int i = 0; m->use_runtime && st == DLC_OK && i < job->map.n; i++) {
       const Tensor *t = &job->map.tensors[i];
@@ -616,5 +627,41 @@ dlc_status dlc_get_output(dlc_model *m, int index, const void **data, size_t *nb
   if (!m->have_outputs) return fail(m, DLC_ERR_ARGUMENT, "dlcc: error: the model has not run yet\n");
   *data = m->outputs[index].data;
   *nbytes = ir_tensor_nbytes(&m->outputs[index].type);
+  return DLC_OK;
+}
+
+/* dlc's input order (dlc_input_info) onto the runtime's. */
+typedef struct BatchJob {
+  dlc_feed_fn feed;
+  void *user;
+  int *order;
+  void **ins;
+} BatchJob;
+
+static int feed_in_order(void *user, long batch, void *const *inputs) {
+  BatchJob *job = user;
+  for (int i = 0; job->order[i] >= 0; i++) job->ins[i] = inputs[job->order[i]];
+  return job->feed(job->user, batch, job->ins);
+}
+
+dlc_status dlc_run_batches(dlc_model *m, dlc_feed_fn feed, dlc_drain_fn drain, void *user, long *n_batches) {
+  if (n_batches) *n_batches = 0;
+  if (!m || !feed || !drain) return DLC_ERR_ARGUMENT;
+  if (!m->g) return no_model(m);
+  if (!m->use_runtime)
+    return fail(m, DLC_ERR_ARGUMENT, "dlcc: error: dlc_run_batches needs the cuda or emu backend, not ref\n");
+  BatchJob job = {.feed = feed, .user = user};
+  job.order = calloc((size_t)m->n_inputs + 1, sizeof *job.order);
+  job.ins = calloc((size_t)m->n_inputs + 1, sizeof *job.ins);
+  if (!job.order || !job.ins) {
+    free(job.order), free(job.ins);
+    return fail(m, DLC_ERR_NOMEM, "dlcc: out of memory\n");
+  }
+  for (int i = 0; i < m->n_inputs; i++) job.order[i] = dlrt_find_input(m->rt, ir_attr(m->inputs[i], "name")->s);
+  job.order[m->n_inputs] = -1;
+  DlrtStatus s = dlrt_run_batches(m->rt, feed_in_order, (DlrtDrainFn)drain, &job, n_batches);
+  free(job.order), free(job.ins);
+  if (s != DLRT_OK) return fail(m, DLC_ERR_RUN, "dlcc: error: %s\n", dlrt_error(m->rt));
+  clear_error(m);
   return DLC_OK;
 }

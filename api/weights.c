@@ -1,7 +1,8 @@
 /* Binds a safetensors file to a graph's params: takes the graph and the
  * path, returns a TensorMap (the file's buffers, moved, not copied) or
- * every mismatch found, one a line.  Names are matched through hash
- * indexes, so the time grows linearly with the file's table. */
+ * every mismatch found: one a line into a buffer, or as diagnostics at
+ * the location that declared each parameter.  Names are matched through
+ * hash indexes, so the time grows linearly with the file's table. */
 #include "api/weights.h"
 
 #include <inttypes.h>
@@ -20,18 +21,33 @@ typedef struct Report {
   int count;
 } Report;
 
-static void report(Report *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void report(Report *r, const char *fmt, ...) {
-  if (r->count++ >= MAX_ERRORS || r->len >= r->cap) return;
+/* Where problems go: c's diagnostics at the parameter's location, or
+ * with c NULL the report, one a line. */
+typedef struct Sink {
+  Ctx *c;
+  Report r;
+} Sink;
+
+static void report(Sink *s, SrcLoc loc, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void report(Sink *s, SrcLoc loc, const char *fmt, ...) {
+  Report *r = &s->r;
+  if (r->count++ >= MAX_ERRORS) return;
+  char msg[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  if (s->c) {
+    diag_error(s->c, loc, "%s", msg);
+    return;
+  }
+  if (r->len >= r->cap) return;
   if (r->len) {
     r->buf[r->len++] = '\n';
     r->buf[r->len] = 0;
     if (r->len >= r->cap) return;
   }
-  va_list ap;
-  va_start(ap, fmt);
-  int n = vsnprintf(r->buf + r->len, r->cap - r->len, fmt, ap);
-  va_end(ap);
+  int n = snprintf(r->buf + r->len, r->cap - r->len, "%s", msg);
   if (n > 0) r->len += (size_t)n < r->cap - r->len ? (size_t)n : r->cap - r->len - 1;
 }
 
@@ -110,20 +126,37 @@ static bool is_ignorable(const Params *p, const char *name) {
   return ok;
 }
 
-bool api_bind_weights(Graph *g, const char *path, TensorMap *out, char *err, size_t errlen) {
+/* The params of the file's name missing from it, nearest to name: a
+ * typo in a key ("fc1.weights") or a renamed layer. */
+static const char *missing_like(const Params *p, const bool *found, const char *name) {
+  const char **cand = calloc((size_t)p->n + 1, sizeof *cand);
+  if (!cand) return NULL;
+  int n = 0;
+  for (int i = 0; i < p->n; i++)
+    if (!found[i]) cand[n++] = p->names[i];
+  const char *s = diag_suggest(name, cand, n);
+  free(cand);
+  return s;
+}
+
+static bool bind(Graph *g, const char *path, TensorMap *out, Sink *sink) {
   memset(out, 0, sizeof *out);
-  if (errlen) err[0] = 0;
   RtTensorSet set;
-  if (rt_safetensors_read(path, &set, err, errlen) < 0) return false;
+  char err[1024];
+  if (rt_safetensors_read(path, &set, err, sizeof err) < 0) {
+    report(sink, (SrcLoc){0}, "%s", err);
+    return false;
+  }
   Params params;
   bool have_params = params_of(g, &params);
   out->names = calloc((size_t)params.n + 1, sizeof(char *));
   out->tensors = calloc((size_t)params.n + 1, sizeof(Tensor));
   bool *used = calloc((size_t)set.n + 1, sizeof(bool));
   bool *seen = calloc((size_t)params.n + 1, sizeof(bool));
-  Report r = {err, 0, errlen, 0};
-  if (!have_params || !out->names || !out->tensors || !used || !seen) {
-    report(&r, "%s: out of memory", path);
+  bool *found = calloc((size_t)params.n + 1, sizeof(bool));
+  Report *r = &sink->r;
+  if (!have_params || !out->names || !out->tensors || !used || !seen || !found) {
+    report(sink, (SrcLoc){0}, "%s: out of memory", path);
     goto done;
   }
   for (Node *n = g->first; n; n = n->next) {
@@ -136,31 +169,33 @@ bool api_bind_weights(Graph *g, const char *path, TensorMap *out, char *err, siz
     char wt[IR_TYPE_STR_MAX], ws[IR_TYPE_STR_MAX], gs[IR_TYPE_STR_MAX];
     ir_type_str(want, wt, sizeof wt);
     dims_str(want->rank, want->dims, ws, sizeof ws);
-    const RtTensor *found = rt_tensor_set_find(&set, name);
-    if (!found && strncmp(name, "dlcc.", 5) == 0) {
+    const RtTensor *in_file = rt_tensor_set_find(&set, name);
+    if (!in_file && strncmp(name, "dlcc.", 5) == 0) {
       /* Training state (dropout's dlcc.seed, dlcc.step: docs/training.md)
        * that a PyTorch state_dict never holds: it starts at 0. */
+      found[p] = true;
       char *copy = strdup(name);
       Tensor *z = &out->tensors[out->n];
       if (!copy || !ir_tensor_alloc(z, want)) {
         free(copy);
-        report(&r, "%s: out of memory", path);
+        report(sink, (SrcLoc){0}, "%s: out of memory", path);
         continue;
       }
       out->names[out->n++] = copy;
       continue;
     }
-    if (!found) {
+    if (!in_file) {
       /* Beyond the reported errors only the count matters: no search. */
-      const char *near = r.count < MAX_ERRORS ? near_miss(&set, name) : NULL;
+      const char *near = r->count < MAX_ERRORS ? near_miss(&set, name) : NULL;
       if (near)
-        report(&r, "missing tensor '%s' (expected %s) in %s; it has '%s': are the names prefixed "
-                   "differently?", name, wt, path, near);
+        report(sink, n->loc, "missing tensor '%s' (expected %s) in %s; it has '%s': are the names prefixed "
+               "differently?", name, wt, path, near);
       else
-        report(&r, "missing tensor '%s' (expected %s) in %s", name, wt, path);
+        report(sink, n->loc, "missing tensor '%s' (expected %s) in %s", name, wt, path);
       continue;
     }
-    int k = (int)(found - set.tensors);
+    found[p] = true;
+    int k = (int)(in_file - set.tensors);
     used[k] = true;
     RtTensor *t = &set.tensors[k];
     DType dt;
@@ -169,17 +204,17 @@ bool api_bind_weights(Graph *g, const char *path, TensorMap *out, char *err, siz
     for (int i = 0; shape_ok && i < t->rank; i++) shape_ok = t->dims[i] == want->dims[i];
     dims_str(t->rank, t->dims, gs, sizeof gs);
     if (!dt_ok && !shape_ok)
-      report(&r, "tensor '%s' is %s%s in %s, the model expects %s", name, rt_dtype_name(t->dtype),
+      report(sink, n->loc, "tensor '%s' is %s%s in %s, the model expects %s", name, rt_dtype_name(t->dtype),
              gs, path, wt);
     else if (!dt_ok)
-      report(&r, "tensor '%s' is %s in %s, the model expects %s", name, rt_dtype_name(t->dtype),
+      report(sink, n->loc, "tensor '%s' is %s in %s, the model expects %s", name, rt_dtype_name(t->dtype),
              path, ir_dtype_name(want->dtype));
     else if (!shape_ok)
-      report(&r, "tensor '%s' is %s in %s, the model expects %s", name, gs, path, ws);
-    if (!dt_ok || !shape_ok || r.count) continue;
+      report(sink, n->loc, "tensor '%s' is %s in %s, the model expects %s", name, gs, path, ws);
+    if (!dt_ok || !shape_ok || r->count) continue;
     char *copy = strdup(name);
     if (!copy) {
-      report(&r, "%s: out of memory", path);
+      report(sink, (SrcLoc){0}, "%s: out of memory", path);
       continue;
     }
     out->names[out->n] = copy;
@@ -188,19 +223,41 @@ bool api_bind_weights(Graph *g, const char *path, TensorMap *out, char *err, siz
     t->data = NULL;
     out->n++;
   }
-  for (int i = 0; i < set.n; i++)
-    if (!used[i] && !is_ignorable(&params, set.names[i]))
-      report(&r, "%s: unexpected tensor '%s' (the model has no such parameter)", path, set.names[i]);
-  if (r.count > MAX_ERRORS && r.len + 1 < r.cap)
-    snprintf(r.buf + r.len, r.cap - r.len, "\n(%d more not shown)", r.count - MAX_ERRORS);
+  for (int i = 0; i < set.n; i++) {
+    if (used[i] || is_ignorable(&params, set.names[i])) continue;
+    const char *like = r->count < MAX_ERRORS ? missing_like(&params, found, set.names[i]) : NULL;
+    if (like)
+      report(sink, (SrcLoc){0},
+             "%s: unexpected tensor '%s' (the model has no such parameter; did you mean '%s'?)", path,
+             set.names[i], like);
+    else
+      report(sink, (SrcLoc){0}, "%s: unexpected tensor '%s' (the model has no such parameter)", path,
+             set.names[i]);
+  }
+  if (!sink->c && r->count > MAX_ERRORS && r->len + 1 < r->cap)
+    snprintf(r->buf + r->len, r->cap - r->len, "\n(%d more not shown)", r->count - MAX_ERRORS);
+  if (sink->c && r->count > MAX_ERRORS)
+    diag_note(sink->c, (SrcLoc){0}, "%d more problems with %s not shown", r->count - MAX_ERRORS, path);
 done:
   free(used);
   free(seen);
+  free(found);
   params_free(&params);
   rt_tensor_set_free(&set);
-  if (r.count) {
+  if (r->count) {
     ir_tensor_map_free(out);
     return false;
   }
   return true;
+}
+
+bool api_bind_weights(Graph *g, const char *path, TensorMap *out, char *err, size_t errlen) {
+  if (errlen) err[0] = 0;
+  Sink sink = {.r = {err, 0, errlen, 0}};
+  return bind(g, path, out, &sink);
+}
+
+bool api_check_weights(Ctx *c, Graph *g, const char *path, TensorMap *out) {
+  Sink sink = {.c = c};
+  return bind(g, path, out, &sink);
 }

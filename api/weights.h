@@ -17,4 +17,9 @@
  * Returns false with the problems in err, one a line, at most 20. */
 bool api_bind_weights(Graph *g, const char *path, TensorMap *out, char *err, size_t errlen);
 
+/* The same, each problem an error in c at the location that declared
+ * the parameter (a tensor the model lacks, or the file itself, has
+ * none); at most 20 and a note with the count of the rest. */
+bool api_check_weights(Ctx *c, Graph *g, const char *path, TensorMap *out);
+
 #endif

@@ -38,6 +38,9 @@ typedef struct CgResult {
   /* Per step, the plan's init steps first: FLOPs and minimum bytes
    * (docs/cost.md). */
   const IrCost *step_costs;
+  /* Per step, init steps first: the node it was made for (a member of
+   * the fusion group it computes, when it computes one). */
+  const Node *const *step_nodes;
 } CgResult;
 
 /* Lowers g (already verified).  False after reporting errors to g->ctx's
@@ -80,6 +83,10 @@ void cg_print_plan_costs(FILE *f, const RtPlan *p, const IrCost *costs);
 void cg_print_cost_stats(FILE *f, const CgResult *r, int top);
 /* "2.1 GFLOP 12.3 MB" */
 void cg_print_cost(FILE *f, IrCost c);
+/* For --emit=dot after fusion (IrDotOptions.notes): by node id, what the
+ * steps made for it do ("launch 4x16x1 of 256: 103.4 MFLOP 2.9 MB", init
+ * steps marked "init"). */
+const char **cg_dot_notes(Graph *g, const CgResult *r);
 
 /* Where a ref points, as the plan text writes it: "arena+256", "in0+0". */
 void cg_print_ref(FILE *f, RtRef r);

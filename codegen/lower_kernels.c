@@ -199,6 +199,24 @@ void cg_fill(CgBuild *b, const Node *n, const char *what, RtRef ref, DType dt, i
   cg_launch(b, k);
 }
 
+/* start + step * the element's coordinate along axis (ops.def, iota):
+ * integers exactly, floats in f32 rounded once to the dtype. */
+static bool lower_iota(CgBuild *b, const Node *n) {
+  const Value *out = &n->out[0];
+  DType dt = out->type.dtype, at = ir_dtype_is_float(dt) ? TY_F32 : TY_I64;
+  Kernel *k = cg_kernel_new(cg_build_ctx(b), n, "iota", "iota");
+  Map m;
+  map_begin(&m, k, &out->type);
+  int axis = (int)ir_attr_int(n, "axis");
+  KExpr *c = out->type.rank ? map_coord(&m, axis) : cg_kint(k, 0);
+  KExpr *v = cg_kop2(k, OP_ADD, cg_kimm(k, ir_attr_float(n, "start"), at),
+                     cg_kop2(k, OP_MUL, cg_kimm(k, ir_attr_float(n, "step"), at), cg_kcast(k, c, at)));
+  cg_kstore(k, &m.main, global_of(b, k, out, "out"), m.i, cg_kcast(k, v, dt));
+  map_end(&m);
+  cg_launch(b, k);
+  return true;
+}
+
 /* ---- elementwise ---- */
 
 static bool int_elementwise_ok(OpKind op) {
@@ -1918,6 +1936,7 @@ bool cg_lower_node(CgBuild *b, const Node *n) {
     case OP_SCATTER_ELEMENTS: return lower_scatter_elements(b, n);
     case OP_SCATTER_ND: return lower_scatter_nd(b, n);
     case OP_TOPK: return lower_topk(b, n);
+    case OP_IOTA: return lower_iota(b, n);
     case OP_LSTM:
     case OP_GRU: return lower_rnn(b, n);
     case OP_CONV_WEIGHT_GRAD:

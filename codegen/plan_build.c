@@ -15,6 +15,13 @@
 
 enum { ALIGN = 256 };
 
+/* Strings by hash (index_find, index_add): slots hold a position in an
+ * array of strings, plus one; 0 is empty. */
+typedef struct StrIndex {
+  int *slots;
+  int cap; /* a power of two, or 0 */
+} StrIndex;
+
 struct CgBuild {
   Ctx *ctx;
   Graph *g;
@@ -35,6 +42,7 @@ struct CgBuild {
    * once a run starts). */
   RtStep *steps;
   CgStepNote *notes; /* beside steps: what each launch's kernel touches */
+  const Node **step_nodes; /* beside steps: the node each was made for */
   int n_steps, cap_steps;
   int n_init_steps;
   CgUnit *units; /* which steps each node or group became, for their cost */
@@ -43,10 +51,14 @@ struct CgBuild {
   RtKernel *kernels;
   const char **keys; /* each kernel's text under a neutral name: the dedupe key */
   const char **texts;
+  const char **names; /* == kernels[i].name */
+  StrIndex by_key, by_name;
   int n_kernels, cap_kernels;
   bool needs_fp16, needs_bf16, needs_tc, needs_philox;
   RtContract *contracts;
   int n_contracts, cap_contracts;
+  int *first_contract; /* by kernel: its latest contract, or -1 */
+  int *next_contract;  /* by contract: the kernel's one before, or -1 */
   uint64_t status_top; /* STATUS: the index reports handed out */
 
   RtTensorDesc *weights, *inputs, *outputs;
@@ -115,6 +127,33 @@ static void set_home(CgBuild *b, const Value *v, RtRef r) {
  * once the steps are known.  Consts and reshapes get bytes while
  * lowering: a const only when something needs it in memory, a reshape
  * the bytes of its operand. */
+typedef struct ParamRef {
+  const char *name;
+  int id; /* the node's */
+} ParamRef;
+
+static int by_name_then_id(const void *pa, const void *pb) {
+  const ParamRef *a = pa, *b = pb;
+  int c = strcmp(a->name, b->name);
+  return c ? c : a->id - b->id;
+}
+
+/* By node id, for each param: the first param of its name, in graph
+ * order (two params of one name share one weight).  Sorted, not
+ * searched per param: a model has tens of thousands. */
+static int *first_of_name(CgBuild *b, int n_par) {
+  Arena *a = &b->ctx->arena;
+  ParamRef *refs = ARENA_ARRAY(a, ParamRef, n_par + 1);
+  int k = 0;
+  for (Node *n = b->g->first; n; n = n->next)
+    if (n->op == OP_PARAM) refs[k++] = (ParamRef){ir_attr_str(n, "name"), n->id};
+  qsort(refs, (size_t)k, sizeof *refs, by_name_then_id);
+  int *first = ARENA_ARRAY(a, int, b->g->n_nodes + 1);
+  for (int i = 0; i < k; i++)
+    first[refs[i].id] = i && strcmp(refs[i - 1].name, refs[i].name) == 0 ? first[refs[i - 1].id] : refs[i].id;
+  return first;
+}
+
 static bool plan_storage(CgBuild *b) {
   Graph *g = b->g;
   int n_in = 0, n_par = 0;
@@ -122,6 +161,9 @@ static bool plan_storage(CgBuild *b) {
     n_in += n->op == OP_INPUT;
     n_par += n->op == OP_PARAM;
   }
+  int *first = first_of_name(b, n_par);
+  /* By node id: the weight a param's first of its name got. */
+  int *weight = ARENA_ARRAY(&b->ctx->arena, int, g->n_nodes + 1);
   b->inputs = ARENA_ARRAY(&b->ctx->arena, RtTensorDesc, n_in + 1);
   b->weights = ARENA_ARRAY(&b->ctx->arena, RtTensorDesc, n_par + 1);
   b->outputs = ARENA_ARRAY(&b->ctx->arena, RtTensorDesc, g->n_outputs + 1);
@@ -133,8 +175,8 @@ static bool plan_storage(CgBuild *b) {
       set_home(b, &n->out[0], r);
     } else if (n->op == OP_PARAM) {
       const char *name = ir_attr_str(n, "name");
-      int w = 0;
-      while (w < b->n_weights && strcmp(b->weights[w].name, name) != 0) w++;
+      int w = first[n->id] == n->id ? b->n_weights : weight[first[n->id]];
+      weight[n->id] = w;
       if (w == b->n_weights) {
         RtRef r = {.space = RT_SPACE_WEIGHTS, .offset = align_up(b->weights_top)};
         b->weights[b->n_weights++] = desc_of(name, &n->out[0], r);
@@ -615,9 +657,12 @@ static RtStep *add_step(CgBuild *b, RtStepKind kind, const Node *n, const char *
                              sizeof(RtStep) * (size_t)cap);
     b->notes = arena_realloc(&b->ctx->arena, b->notes, sizeof(CgStepNote) * (size_t)b->cap_steps,
                              sizeof(CgStepNote) * (size_t)cap);
+    b->step_nodes = arena_realloc(&b->ctx->arena, b->step_nodes, sizeof(Node *) * (size_t)b->cap_steps,
+                                  sizeof(Node *) * (size_t)cap);
     b->cap_steps = cap;
   }
   b->notes[b->n_steps] = (CgStepNote){0};
+  b->step_nodes[b->n_steps] = n;
   RtStep *s = &b->steps[b->n_steps++];
   memset(s, 0, sizeof *s);
   s->kind = kind;
@@ -631,17 +676,42 @@ static RtStep *add_step(CgBuild *b, RtStepKind kind, const Node *n, const char *
   return s;
 }
 
-static bool name_taken(const CgBuild *b, const char *name) {
-  for (int i = 0; i < b->n_kernels; i++)
-    if (strcmp(b->kernels[i].name, name) == 0) return true;
-  return false;
+/* FNV-1a. */
+static uint64_t str_hash(const char *s) {
+  uint64_t h = 1469598103934665603u;
+  for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211u;
+  return h;
 }
 
-/* The kernel whose text k has, added when it is new. */
+/* The position of s in strs (indexed by x), or -1. */
+static int index_find(const StrIndex *x, const char *const *strs, const char *s) {
+  for (int i = x->cap ? (int)(str_hash(s) & (uint64_t)(x->cap - 1)) : 0; x->cap; i = (i + 1) & (x->cap - 1)) {
+    if (!x->slots[i]) return -1;
+    if (strcmp(strs[x->slots[i] - 1], s) == 0) return x->slots[i] - 1;
+  }
+  return -1;
+}
+
+/* Indexes strs[k], strs[0..k) being indexed already. */
+static void index_add(Arena *a, StrIndex *x, const char *const *strs, int k) {
+  if (2 * (k + 1) > x->cap) {
+    StrIndex bigger = {.cap = x->cap ? 2 * x->cap : 64};
+    bigger.slots = ARENA_ARRAY(a, int, bigger.cap);
+    for (int j = 0; j < k; j++) index_add(a, &bigger, strs, j);
+    *x = bigger;
+  }
+  int i = (int)(str_hash(strs[k]) & (uint64_t)(x->cap - 1));
+  while (x->slots[i]) i = (i + 1) & (x->cap - 1);
+  x->slots[i] = k + 1;
+}
+
+/* The kernel whose text k has, added when it is new.  Texts and names
+ * are found through hash indexes: a graph of many distinct kernels
+ * stays linear. */
 static uint32_t intern_kernel(CgBuild *b, const Kernel *k) {
   const char *key = cg_emit_kernel(b->ctx, k, "K", false);
-  for (int i = 0; i < b->n_kernels; i++)
-    if (strcmp(b->keys[i], key) == 0) return (uint32_t)i;
+  int same = index_find(&b->by_key, b->keys, key);
+  if (same >= 0) return (uint32_t)same;
   if (b->n_kernels == b->cap_kernels) {
     int old = b->cap_kernels, cap = old ? 2 * old : 32;
     Arena *a = &b->ctx->arena;
@@ -650,16 +720,24 @@ static uint32_t intern_kernel(CgBuild *b, const Kernel *k) {
     b->keys = arena_realloc(a, b->keys, sizeof(char *) * (size_t)old, sizeof(char *) * (size_t)cap);
     b->texts =
         arena_realloc(a, b->texts, sizeof(char *) * (size_t)old, sizeof(char *) * (size_t)cap);
+    b->names =
+        arena_realloc(a, b->names, sizeof(char *) * (size_t)old, sizeof(char *) * (size_t)cap);
+    b->first_contract =
+        arena_realloc(a, b->first_contract, sizeof(int) * (size_t)old, sizeof(int) * (size_t)cap);
     b->cap_kernels = cap;
   }
   const char *name =
       arena_printf(&b->ctx->arena, "%s_%d", k->hint, k->node ? k->node->out[0].id : 0);
-  for (int i = 2; name_taken(b, name); i++)
+  for (int i = 2; index_find(&b->by_name, b->names, name) >= 0; i++)
     name = arena_printf(&b->ctx->arena, "%s_%d_%d", k->hint, k->node ? k->node->out[0].id : 0, i);
   int i = b->n_kernels++;
   b->kernels[i] = (RtKernel){
       .name = name, .uses_barriers = k->uses_barriers, .static_shared_bytes = k->shared_bytes};
   b->keys[i] = key;
+  b->names[i] = name;
+  b->first_contract[i] = -1;
+  index_add(&b->ctx->arena, &b->by_key, b->keys, i);
+  index_add(&b->ctx->arena, &b->by_name, b->names, i);
   b->texts[i] = cg_emit_kernel(b->ctx, k, name, true);
   /* Half values may live in a kernel's expressions only (a cast, an
    * immediate), so the text says which header it needs. */
@@ -704,14 +782,19 @@ static uint32_t intern_contract(CgBuild *b, const Kernel *k, uint32_t idx) {
                   .params = params};
   memcpy(c.grid, k->grid, sizeof c.grid);
   memcpy(c.block, k->block, sizeof c.block);
-  for (int i = 0; i < b->n_contracts; i++)
+  /* Only the kernel's own contracts can be the same. */
+  for (int i = b->first_contract[idx]; i >= 0; i = b->next_contract[i])
     if (same_contract(&b->contracts[i], &c)) return (uint32_t)i;
   if (b->n_contracts == b->cap_contracts) {
     int old = b->cap_contracts, cap = old ? 2 * old : 32;
     b->contracts = arena_realloc(a, b->contracts, sizeof(RtContract) * (size_t)old, sizeof(RtContract) * (size_t)cap);
+    b->next_contract =
+        arena_realloc(a, b->next_contract, sizeof(int) * (size_t)old, sizeof(int) * (size_t)cap);
     b->cap_contracts = cap;
   }
   b->contracts[b->n_contracts] = c;
+  b->next_contract[b->n_contracts] = b->first_contract[idx];
+  b->first_contract[idx] = b->n_contracts;
   return (uint32_t)b->n_contracts++;
 }
 
@@ -926,6 +1009,7 @@ bool cg_compile_opts(Graph *g, const CgOptions *o, CgResult *out) {
   out->memplan = b->memplan;
   out->n_inplace = b->n_inplace;
   out->step_costs = cg_plan_costs(c, b->steps, b->notes, b->n_steps, b->units, b->n_units);
+  out->step_nodes = b->step_nodes;
   char err[512];
   if (!cg_check_memory(out, err, sizeof err)) dl_internal(c, "memory plan: %s", err);
   return true;

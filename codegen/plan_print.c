@@ -1,8 +1,10 @@
 /* The plan as text (--emit=plan): takes an RtPlan (and its steps' costs),
  * writes its spaces, tensors, kernels, init steps and steps one a line,
  * in the order the runtime runs them.  Deterministic, so tests can diff
- * it. */
+ * it.  Also each step as a line on the node it was made for, for
+ * --emit=dot. */
 #include <inttypes.h>
+#include <string.h>
 
 #include "codegen.h"
 #include "ir/names.h"
@@ -91,7 +93,9 @@ static void print_step(FILE *f, const RtPlan *p, const RtStep *s, const IrCost *
       break;
     default: fprintf(f, "step kind %" PRIu32, s->kind);
   }
-  fprintf(f, "  ; %s", s->label ? s->label : "");
+  /* A label may quote a model's names (a plan read from a model.so): one line, whatever they hold. */
+  fputs("  ; ", f);
+  ir_put_comment_text(f, s->label);
   if (cost) {
     fputs("  [", f);
     cg_print_cost(f, *cost);
@@ -136,4 +140,58 @@ void cg_print_plan_costs(FILE *f, const RtPlan *p, const IrCost *costs) {
     fprintf(f, "  %3" PRIu32 "  ", i);
     print_step(f, p, &p->steps[i], costs ? &costs[p->n_init_steps + i] : NULL);
   }
+}
+
+/* "103.4 MFLOP 2.9 MB", or the bytes alone for a step that computes
+ * nothing. */
+static const char *cost_text(Arena *a, IrCost c) {
+  char buf[64] = "";
+  FILE *m = fmemopen(buf, sizeof buf, "w");
+  if (m) {
+    cg_print_cost(m, c);
+    fclose(m);
+  }
+  /* "0 FLOP " says nothing about a copy */
+  const char *s = strncmp(buf, "0 FLOP ", 7) == 0 ? buf + 7 : buf;
+  return arena_strdup(a, s);
+}
+
+static const char *dims3(Arena *a, const uint32_t *d) {
+  if (d[1] == 1 && d[2] == 1) return arena_printf(a, "%" PRIu32, d[0]);
+  return arena_printf(a, "%" PRIu32 "x%" PRIu32 "x%" PRIu32, d[0], d[1], d[2]);
+}
+
+static const char *step_note(Arena *a, const RtStep *s, IrCost c, bool init) {
+  const char *what;
+  switch (s->kind) {
+    case RT_STEP_LAUNCH:
+      what = arena_printf(a, "launch %s of %s", dims3(a, s->launch.grid), dims3(a, s->launch.block));
+      break;
+    case RT_STEP_GEMM:
+      what = s->gemm.batch > 1 ? arena_printf(a, "gemm %" PRId64 " of %" PRId64 "x%" PRId64 "x%" PRId64,
+                                              s->gemm.batch, s->gemm.m, s->gemm.n, s->gemm.k)
+                               : arena_printf(a, "gemm %" PRId64 "x%" PRId64 "x%" PRId64, s->gemm.m, s->gemm.n,
+                                              s->gemm.k);
+      break;
+    default: what = "copy"; break;
+  }
+  return arena_printf(a, "%s%s: %s", init ? "init " : "", what, cost_text(a, c));
+}
+
+const char **cg_dot_notes(Graph *g, const CgResult *r) {
+  Arena *a = &g->ctx->arena;
+  const char **notes = ARENA_ARRAY(a, const char *, g->n_nodes + 1);
+  const RtPlan *p = r->plan;
+  uint32_t n = p->n_init_steps + p->n_steps;
+  for (uint32_t i = 0; i < n; i++) {
+    bool init = i < p->n_init_steps;
+    const RtStep *s = init ? &p->init_steps[i] : &p->steps[i - p->n_init_steps];
+    const Node *node = r->step_nodes[i];
+    if (!node || node->id < 0 || node->id >= g->n_nodes) continue;
+    IrCost c = r->step_costs ? r->step_costs[i] : (IrCost){0, 0};
+    const char *line = step_note(a, s, c, init);
+    const char **at = &notes[node->id];
+    *at = *at ? arena_printf(a, "%s\n%s", *at, line) : line;
+  }
+  return notes;
 }

@@ -41,6 +41,8 @@ typedef struct Options {
   PassOptions passes; /* -O, --passes, --print-after, ... */
   DriverQuant quant;  /* --quantize=int8, --calibrate=DIR, ... */
   bool quant_report;  /* dlcc quant-report */
+  bool check_weights; /* dlcc check-weights, or --weights alone */
+  int dot_depth;      /* --dot-depth=N; -1: every scope a cluster */
   const char *test_dir; /* its --test=DIR */
   int test_samples;     /* its --test-samples=N */
 } Options;
@@ -49,6 +51,10 @@ static const char usage[] =
     "usage: dlcc [options] FILE\n"
     "       dlcc run FILE [options]     compile and run once (dlcc run --help)\n"
     "       dlcc memplan FILE.csv       solve an allocation problem with the memory planner\n"
+    "       dlcc check-weights FILE --weights=W\n"
+    "                                   check a safetensors file against the model: every\n"
+    "                                   missing, unexpected or mis-shaped tensor, at the\n"
+    "                                   line that declares its parameter\n"
     "       dlcc quant-report FILE --calibrate=DIR [--test=DIR] [--test-samples=N]\n"
     "                                   int8 against f32: per-layer and per-output errors,\n"
     "                                   top-1 agreement (docs/quantization.md)\n"
@@ -59,7 +65,11 @@ static const char usage[] =
     "\n"
     "options:\n"
     "  --emit=ir          print the graph IR (docs/ir.md); it reads back with dlcc FILE.ir\n"
-    "  --emit=dot         print the graph in Graphviz DOT (dlcc m.dl --emit=dot | dot -Tsvg)\n"
+    "  --emit=dot         print the graph in Graphviz DOT (dlcc m.dl --emit=dot | dot -Tsvg):\n"
+    "                     a cluster per `as` scope, weights inside the op that uses\n"
+    "                     them, after fusion a node per kernel with its launch and\n"
+    "                     bytes (-O0: a node per op)\n"
+    "  --dot-depth=N      draw scopes nested deeper than N as one node each\n"
     "  --emit=cuda        print the generated CUDA C of every kernel\n"
     "  --emit=plan        print the launch plan: buffers, kernels, cuBLAS calls, offsets,\n"
     "                     each step's FLOPs and minimum bytes (docs/cost.md)\n"
@@ -101,7 +111,8 @@ static const char usage_library[] =
     "                     runs it: dlcc run FILE.so, or a host program with FILE.h)\n"
     "  --weights=FILE     its weights from a safetensors file (PyTorch names); without\n"
     "                     it they are random (see --seed); with --quantize=int8 also\n"
-    "                     the weights calibration runs with\n"
+    "                     the weights calibration runs with; without -o or --emit:\n"
+    "                     only checked against the model (dlcc check-weights)\n"
     "  --seed=S           seed for random weights, in the library and in calibration\n"
     "                     (default 0, as dlcc run)\n"
     "  --external-weights keep the weights out of FILE.so: it reads the --weights file\n"
@@ -129,6 +140,20 @@ bool driver_parse_define(const char *text, Define *d) {
   d->name = strndup(text, (size_t)(eq - text));
   d->value = v;
   return d->name != NULL;
+}
+
+/* The integer text of an option (--unroll=...) when it lies in [lo, hi];
+ * else false after printing what the option expects. */
+static bool int_option(const char *option, const char *text, long lo, long hi, const char *expects, int *out) {
+  char *end;
+  errno = 0;
+  long v = strtol(text, &end, 10);
+  if (*end || end == text || errno || v < lo || v > hi) {
+    fprintf(stderr, "dlcc: error: %s expects %s, got '%s'\n", option, expects, text);
+    return false;
+  }
+  *out = (int)v;
+  return true;
 }
 
 /* 1 when arg is a pass manager flag (stored in po), 0 when it is not, -1
@@ -166,17 +191,8 @@ int driver_pass_option(const char *arg, PassOptions *po) {
     po->precision = t;
     return 1;
   }
-  if (strncmp(arg, "--unroll=", 9) == 0) {
-    char *end;
-    errno = 0;
-    long v = strtol(arg + 9, &end, 10);
-    if (*end || end == arg + 9 || errno || v < 1 || v > 4096) {
-      fprintf(stderr, "dlcc: error: --unroll expects a trip count from 1 to 4096, got '%s'\n", arg + 9);
-      return -1;
-    }
-    po->unroll = (int)v;
-    return 1;
-  }
+  if (strncmp(arg, "--unroll=", 9) == 0)
+    return int_option("--unroll", arg + 9, 1, 4096, "a trip count from 1 to 4096", &po->unroll) ? 1 : -1;
   if (arg[0] == '-' && arg[1] == 'O' && arg[2] && !arg[3]) {
     if (arg[2] < '0' || arg[2] > '2') {
       fprintf(stderr, "dlcc: error: unknown optimization level '%s' (expected -O0, -O1 or -O2)\n", arg);
@@ -342,6 +358,8 @@ static int parse_args(int argc, char **argv, Options *o) {
         fprintf(stderr, "dlcc: error: unknown --emit kind '%s' (expected ir, dot, cuda, plan or ast)\n", what);
         return 1;
       }
+    } else if (strncmp(a, "--dot-depth=", 12) == 0) {
+      if (!int_option("--dot-depth", a + 12, 0, 1000, "a depth from 0 to 1000", &o->dot_depth)) return 1;
     } else if (strcmp(a, "-o") == 0) {
       if (++i == argc) {
         fputs("dlcc: error: -o needs a file name\n", stderr);
@@ -375,14 +393,8 @@ static int parse_args(int argc, char **argv, Options *o) {
     } else if (o->quant_report && strncmp(a, "--test=", 7) == 0 && a[7]) {
       o->test_dir = a + 7;
     } else if (o->quant_report && strncmp(a, "--test-samples=", 15) == 0) {
-      char *end;
-      errno = 0;
-      long n = strtol(a + 15, &end, 10);
-      if (*end || end == a + 15 || errno || n < 1 || n > 1000000000) {
-        fprintf(stderr, "dlcc: error: --test-samples expects a number of samples (1 or more), got '%s'\n", a + 15);
+      if (!int_option("--test-samples", a + 15, 1, 1000000000, "a number of samples (1 or more)", &o->test_samples))
         return 1;
-      }
-      o->test_samples = (int)n;
     } else if (strcmp(a, "--time-stages") == 0) {
       o->time_stages = true;
     } else if (strcmp(a, "--grad") == 0) {
@@ -487,15 +499,9 @@ static int build_library(Ctx *c, const Options *o, Graph *g, const TensorMap *bo
   if (!cg_compile_opts(g, &cg_opts, &cg)) return 1;
   t = ctx_stage(c, "codegen", t);
   TensorMap params = {0};
-  char err[8192];
   /* An .onnx file's own weights, unless --weights replaces them. */
   bool own = o->weights || !bound || !bound->n;
-  bool have = !own || (o->weights ? api_bind_weights(g, o->weights, &params, err, sizeof err)
-                                  : ir_init_params(g, o->seed, IR_INIT_RANDOM, &params, err, sizeof err));
-  if (!have) {
-    diag_error(c, (SrcLoc){0}, "%s", err);
-    return 1;
-  }
+  if (own && !api_calib_params(c, g, o->weights, o->seed, &params)) return 1;
   ctx_stage(c, "weights", t);
   CgAotOptions aot = {.output = o->output,
                       .source_name = o->input,
@@ -520,15 +526,7 @@ static bool calibration_params(Ctx *c, Job *job, Graph *g, TensorMap *out, bool 
     *out = job->onnx_params;
     return true;
   }
-  char err[8192];
-  if (api_calib_params(g, o->weights, o->seed, out, err, sizeof err)) return true;
-  /* One problem a line: each its own error. */
-  for (const char *line = err; *line;) {
-    size_t n = strcspn(line, "\n");
-    diag_error(c, (SrcLoc){0}, "%.*s", (int)n, line);
-    line += n + (line[n] == '\n');
-  }
-  return false;
+  return api_calib_params(c, g, o->weights, o->seed, out);
 }
 
 static void print_calibration(FILE *f, const ApiCalibration *cal) {
@@ -569,6 +567,44 @@ static bool run_passes(Ctx *c, Job *job, Graph *g) {
   return ok;
 }
 
+/* dlcc check-weights: every problem at its parameter's location, or a
+ * line that says the file fits. */
+static int check_weights(Ctx *c, const Options *o, Graph *g) {
+  TensorMap params;
+  if (!api_check_weights(c, g, o->weights, &params)) return 1;
+  int64_t count = 0;
+  for (int i = 0; i < params.n; i++) count += ir_type_numel(&params.tensors[i].type);
+  printf("%s: %s fits model %s: %d tensor%s, %" PRId64 " weights\n", o->input, o->weights, g->name, params.n,
+         params.n == 1 ? "" : "s", count);
+  ir_tensor_map_free(&params);
+  return 0;
+}
+
+/* Whether the pipeline ran fuse: -O2, or a --passes list naming it. */
+static bool ran_fuse(const PassOptions *po) {
+  if (!po->passes) return po->opt_level == 2;
+  for (const char *p = po->passes; *p; p += strcspn(p, ",") + (p[strcspn(p, ",")] == ',')) {
+    size_t n = strcspn(p, ",");
+    if (n == 4 && strncmp(p, "fuse", 4) == 0) return true;
+  }
+  return false;
+}
+
+/* After fusion a node per kernel, with what its steps launch and move. */
+static int emit_dot(Job *job, Graph *g) {
+  const Options *o = job->opt;
+  IrDotOptions dot = {.depth = o->dot_depth, .kernels = ran_fuse(&o->passes)};
+  for (const Node *n = g->first; n && !dot.kernels; n = n->next) dot.kernels = n->group >= 0;
+  if (dot.kernels) {
+    CgResult cg;
+    CgOptions cg_opts = driver_cg_options(&o->passes);
+    if (!cg_compile_opts(g, &cg_opts, &cg)) return 1;
+    dot.notes = cg_dot_notes(g, &cg);
+  }
+  ir_print_dot_opts(job->out, g, &dot);
+  return 0;
+}
+
 static int compile(Ctx *c, void *data) {
   Job *job = data;
   const Options *o = job->opt;
@@ -598,6 +634,8 @@ static int compile(Ctx *c, void *data) {
   }
   if (!g || !ir_verify(g)) return 1;
   t = ctx_stage(c, "verify", t);
+  /* Before the passes, which may drop params a full state_dict names. */
+  if (o->check_weights) return check_weights(c, o, g);
   if (o->grad) {
     if (!pass_autodiff(g, NULL) || !ir_verify(g)) return 1;
     t = ctx_stage(c, "autodiff", t);
@@ -608,7 +646,7 @@ static int compile(Ctx *c, void *data) {
 
   switch (o->emit) {
     case EMIT_IR: ir_print(job->out, g); break;
-    case EMIT_DOT: ir_print_dot(job->out, g); break;
+    case EMIT_DOT: return emit_dot(job, g);
     case EMIT_CUDA:
     case EMIT_PLAN: {
       CgResult cg;
@@ -636,7 +674,11 @@ static int compile(Ctx *c, void *data) {
 int main(int argc, char **argv) {
   if (argc > 1 && strcmp(argv[1], "run") == 0) return driver_run(argc - 2, argv + 2);
   if (argc > 1 && strcmp(argv[1], "memplan") == 0) return driver_memplan(argc - 2, argv + 2);
-  Options opt = {.n_archs = -1, .passes = {.opt_level = 2}}; /* -1: --arch not given */
+  Options opt = {.n_archs = -1, .passes = {.opt_level = 2}, .dot_depth = -1}; /* -1: not given */
+  if (argc > 1 && strcmp(argv[1], "check-weights") == 0) {
+    opt.check_weights = true;
+    argc--, argv++;
+  }
   if (argc > 1 && strcmp(argv[1], "quant-report") == 0) {
     /* The compile flow with int8 on, stopping after the passes to compare
      * the two graphs; parse_args skips argv[0], here "quant-report". */
@@ -652,9 +694,18 @@ int main(int argc, char **argv) {
     return 1;
   }
   if (!driver_quant_check(&opt.quant, opt.passes.precision)) return 1;
-  if (!library && (opt.external_weights || opt.keep_temps || (opt.weights && !opt.quant.int8))) {
+  /* dlcc FILE --weights=W alone checks W. */
+  if (opt.weights && !opt.output && opt.emit == EMIT_NONE && !opt.quant.int8) opt.check_weights = true;
+  if (opt.check_weights && (!opt.weights || opt.output || opt.emit != EMIT_NONE || opt.quant.int8)) {
+    fputs("dlcc: error: check-weights takes a model and --weights=FILE (no -o, --emit or --quantize)\n",
+          stderr);
+    return 1;
+  }
+  bool weights_alone = opt.weights && !opt.quant.int8 && !opt.check_weights;
+  if (!library && (opt.external_weights || opt.keep_temps || weights_alone)) {
     fputs("dlcc: error: --weights, --external-weights and --save-temps are for building a library (-o FILE.so)"
-          "; --weights also for calibration (--quantize=int8)\n",
+          "; --weights also for checking a weights file (alone, or dlcc check-weights) and for calibration "
+          "(--quantize=int8)\n",
           stderr);
     return 1;
   }

@@ -41,6 +41,7 @@ typedef struct RunOptions {
   const char *backend;
   uint64_t seed;
   int bench; /* --bench=N: time N more runs */
+  bool verbose; /* --verbose: how the runtime ran it */
   int n_inputs;
   InputArg inputs[64];
   dlc_input_shape input_shapes[64];
@@ -63,12 +64,17 @@ static const char run_usage[] =
     "  --init=random       random parameters (the default when no --weights, except\n"
     "                      for an .onnx model, which brings its own)\n"
     "  --input NAME=FILE   an input from a .npy file; inputs not given are random; its\n"
-    "                      shape binds the dims an ONNX model leaves free\n"
+    "                      shape binds the dims the model leaves free (a name in a .dl\n"
+    "                      input's type that nothing defines; an ONNX input's free dims)\n"
     "  --seed=S            seed for random parameters and inputs (default 0)\n"
     "  --output-dir=DIR    write each output to DIR/NAME.npy; a NAME that is not a plain\n"
     "                      file name is encoded (../x: %2E.%2F..%2Fx.npy, docs/names.md)\n"
     "  --bench=N           after the first run, time N more (inputs in, outputs out)\n"
-    "                      and print their mean and minimum in ms\n"
+    "                      and print their mean and minimum in ms; then stream N\n"
+    "                      batches with copies overlapping compute (dlc_run_batches)\n"
+    "  --no-graphs         launch every step on each run instead of replaying a\n"
+    "                      captured CUDA graph (as DLCC_NO_GRAPHS=1; for debugging)\n"
+    "  --verbose           say how the runtime ran it: graphs (or why not), staging\n"
     "  --backend=B         where to run it: auto (default: cuda when a GPU answers,\n"
     "                      else emu), cuda, emu (the generated CUDA C on the CPU) or\n"
     "                      ref (the reference interpreter)\n"
@@ -140,6 +146,10 @@ static int parse_run_args(int argc, char **argv, RunOptions *o) {
         return 1;
       }
       o->bench = (int)b;
+    } else if (strcmp(a, "--no-graphs") == 0) {
+      o->api.no_graphs = 1;
+    } else if (strcmp(a, "--verbose") == 0) {
+      o->verbose = true;
     } else if ((v = flag_value(argc, argv, &i, "--backend"))) {
       o->backend = v;
     } else if ((v = flag_value(argc, argv, &i, "--init"))) {
@@ -525,10 +535,11 @@ static int run_library(RunOptions *o) {
     }
     if (!ok) goto done;
   }
-  if (dlrt_run(m) != DLRT_OK) {
+  if ((o->api.no_graphs && dlrt_set_graphs(m, 0) != DLRT_OK) || dlrt_run(m) != DLRT_OK) {
     fprintf(stderr, "dlcc: error: %s\n", dlrt_error(m));
     goto done;
   }
+  if (o->verbose) fprintf(stderr, "dlcc: engine: %s\n", dlrt_engine_report(m));
   int n_out = dlrt_num_outputs(m);
   if (o->output_dir && !output_dir_open(&out, o->output_dir, n_out, library_output_name, m)) goto done;
   rc = 0;
@@ -571,6 +582,27 @@ static bool bench_runs(dlc_model *m, int n) {
     if (ms < best) best = ms;
   }
   fprintf(stderr, "dlcc: bench: %d runs on %s: mean %.3f ms, min %.3f ms\n", n, dlc_backend(m), total / n, best);
+  return true;
+}
+
+/* --bench=N, then N batches streamed through dlc_run_batches (their
+ * inputs zeros: only the time is of interest), copies overlapped. */
+static int feed_zeros(void *user, long batch, void *const *inputs) { return batch < *(const int *)user ? 0 : 1; }
+static int drain_nothing(void *user, long batch, const void *const *outputs) { return 0; }
+
+static bool bench_batches(dlc_model *m, int n) {
+  if (!strcmp(dlc_backend(m), "ref")) return true;
+  struct timespec t0, t1;
+  long done = 0;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  if (dlc_run_batches(m, feed_zeros, drain_nothing, &n, &done) != DLC_OK) {
+    fputs(dlc_error(m), stderr);
+    return false;
+  }
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+  double ms = (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6;
+  fprintf(stderr, "dlcc: bench: %ld batches streamed on %s (dlc_run_batches): %.3f ms a batch\n", done,
+          dlc_backend(m), ms / (double)(done ? done : 1));
   return true;
 }
 
@@ -638,7 +670,8 @@ static int run_model(RunOptions *o) {
     fputs(dlc_error(m), stderr);
     goto done;
   }
-  if (o->bench && !bench_runs(m, o->bench)) goto done;
+  if (o->bench && (!bench_runs(m, o->bench) || !bench_batches(m, o->bench))) goto done;
+  if (o->verbose) fprintf(stderr, "dlcc: engine: %s\n", dlc_engine_report(m));
   int n_out = dlc_num_outputs(m);
   if (o->output_dir && !output_dir_open(&out, o->output_dir, n_out, model_output_name, m)) goto done;
   rc = 0;

@@ -177,6 +177,7 @@ const char *fe_op_text(int op) {
   case '*': return "*";
   case '/': return "/";
   case '%': return "%";
+  case '@': return "@";
   case '<': return "<";
   case '>': return ">";
   default: return "?";
@@ -336,7 +337,9 @@ static void dump_stmt(FILE *f, const Stmt *s, int depth) {
     fputc('}', f);
     break;
   case ST_PARAM:
-    fprintf(f, "param %s: ", s->names.v[0]);
+    fputs("param ", f);
+    dump_scope(f, &s->scope);
+    fputs(": ", f);
     dump_type(f, s->type);
     if (s->value) {
       fputs(" = ", f);

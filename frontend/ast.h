@@ -90,7 +90,7 @@ typedef enum {
   ST_RETURN, /* values */
   ST_IF,     /* cond, body, orelse (orelse may hold a single ST_IF for "else if") */
   ST_FOR,    /* names[0] in lo..hi (hi exclusive), body */
-  ST_PARAM,  /* param names[0]: type [= value] */
+  ST_PARAM,  /* param scope: type [= value], binding names[0] (the scope's last name) */
   ST_LET,    /* let names[0] = value */
 } StmtKind;
 
@@ -109,6 +109,7 @@ struct Stmt {
   Expr *cond, *lo, *hi;
   StmtList body, orelse;
   TypeExpr *type; /* ST_PARAM */
+  Scope scope;    /* ST_PARAM: its name, as written (w, w{i}, layers.{i}.weight) */
 };
 
 typedef enum { IT_LET, IT_BLOCK, IT_MODEL } ItemKind;
@@ -162,10 +163,18 @@ typedef struct Define {
   int64_t value;
 } Define;
 
+struct InputShape;
+
 typedef struct LowerOptions {
   const char *model; /* which model to lower; NULL: the file's only (or last) model */
   int n_defines;
-  const Define *defines; /* -D NAME=VALUE: overrides let, binds free shape names */
+  const Define *defines; /* -D NAME=VALUE: overrides let, binds free shape names;
+                          * -D INPUT:AXIS=VALUE one dim of a model input */
+  /* The shapes of the inputs the caller will give (frontend/dims.h): a
+   * free name in an input's type takes its value from them, and a dim
+   * they contradict is an error that names the -D that fixes it. */
+  int n_input_shapes;
+  const struct InputShape *input_shapes;
   /* Budgets that keep any input from hanging or exhausting memory; 0
    * takes the defaults (FE_MAX_NODES operations, FE_MAX_STEPS statements
    * and loop iterations).  The fuzzer sets them low. */

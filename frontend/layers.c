@@ -3,9 +3,11 @@
  * graph nodes (and, for layers, the parameters named as in PyTorch's
  * state_dict, with PyTorch's default init).  Returns the result value, or
  * a poison value after reporting. */
+#include <ctype.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "frontend/lower.h"
@@ -495,15 +497,47 @@ static Value *split_heads(Lower *l, Value *x, int64_t heads, bool kt, SrcLoc loc
   return mk_ints_op(l, OP_TRANSPOSE, "perm", x, 4, kt ? perm_t : perm, loc);
 }
 
+/* A mask of the attention scores s [N, h, S, S'] as PyTorch's
+ * MultiheadAttention takes it: a bool one is true where a query may NOT
+ * attend (the score becomes -inf), a float one is added.  It may come in
+ * any of the forms (the dims given), each reshaped to broadcast into s. */
+typedef struct MaskForm {
+  int rank;
+  int64_t given[3], as[4];
+} MaskForm;
+
+static Value *apply_mask(Lower *l, const Call *c, int arg, Value *s, Value *mask, int n_forms,
+                         const MaskForm *forms, const char *what) {
+  if (!s || !mask) return s;
+  const TensorType *mt = &mask->type;
+  const MaskForm *form = NULL;
+  for (int f = 0; f < n_forms && !form; f++) {
+    bool same = mt->rank == forms[f].rank;
+    for (int d = 0; same && d < mt->rank; d++) same = mt->dims[d] == forms[f].given[d];
+    if (same) form = &forms[f];
+  }
+  if (!form || (mt->dtype != TY_BOOL && mt->dtype != s->type.dtype)) {
+    fe_arg_error(l, c, arg, what);
+    return NULL;
+  }
+  mask = mk_ints_op(l, OP_RESHAPE, "shape", mask, 4, form->as, c->locs[arg]);
+  if (mt->dtype != TY_BOOL) return mk_binary(l, OP_ADD, s, mask, c->loc);
+  Value *in[3] = {mask, fe_const(l, -INFINITY, s->type.dtype, c->loc), s};
+  return mask && in[1] ? fe_emit(l, fe_node(l, OP_WHERE, 3, in, c->loc)) : NULL;
+}
+
 static Val bi_mha(Lower *l, const Call *c) {
-  Value *q, *k, *v;
+  Value *q, *k, *v, *attn_mask, *pad_mask;
   int64_t heads;
-  bool bias;
+  bool bias, causal;
   bool ok = fe_arg_tensor(l, c, 0, &q);
   ok &= fe_arg_tensor(l, c, 1, &k);
   ok &= fe_arg_tensor(l, c, 2, &v);
   ok &= fe_arg_pos_int(l, c, 3, 1, &heads);
   ok &= fe_arg_bool(l, c, 4, true, &bias);
+  ok &= fe_arg_tensor(l, c, 5, &attn_mask);
+  ok &= fe_arg_tensor(l, c, 6, &pad_mask);
+  ok &= fe_arg_bool(l, c, 7, false, &causal);
   if (!ok) return poison();
   Value *qkv[3] = {q, k, v};
   for (int i = 0; i < 3; i++)
@@ -566,6 +600,25 @@ static Val bi_mha(Lower *l, const Call *c) {
   Value *s = mk_binary(l, OP_MATMUL, qh, kh, loc);
   Value *scale = s ? fe_const(l, 1 / sqrt((double)(e / heads)), dt, loc) : NULL;
   s = mk_binary(l, OP_MUL, s, scale, loc);
+  /* Masks, unfused: PyTorch's attn_mask [S, S'] or [N * heads, S, S'],
+   * key_padding_mask [N, S'], and a causal mask built here. */
+  int64_t N = qd[0], S = qd[1], T = kd[1];
+  const MaskForm attn_forms[2] = {{2, {S, T}, {1, 1, S, T}}, {3, {N * heads, S, T}, {N, heads, S, T}}};
+  s = apply_mask(l, c, 5, s, attn_mask, 2, attn_forms,
+                 arena_printf(l->a, "a bool or %s tensor [%" PRId64 ", %" PRId64 "] or [%" PRId64 ", %" PRId64 ", %" PRId64
+                              "] (PyTorch's [S, S'] or [N * heads, S, S'])",
+                              ir_dtype_name(dt), S, T, N * heads, S, T));
+  const MaskForm pad_form = {2, {N, T}, {N, 1, 1, T}};
+  s = apply_mask(l, c, 6, s, pad_mask, 1, &pad_form,
+                 arena_printf(l->a, "a bool or %s tensor [%" PRId64 ", %" PRId64 "] ([N, S'])", ir_dtype_name(dt), N, T));
+  if (causal && s) {
+    /* Query i sees keys 0..i: true (masked) where key > query. */
+    TensorType rows = {.dtype = TY_I64, .rank = 4, .dims = {1, 1, S, 1}},
+               cols = {.dtype = TY_I64, .rank = 4, .dims = {1, 1, 1, T}};
+    Value *above = mk_binary(l, OP_GREATER, fe_iota(l, &cols, 3, 0, 1, loc), fe_iota(l, &rows, 2, 0, 1, loc), loc);
+    Value *in[3] = {above, fe_const(l, -INFINITY, dt, loc), s};
+    s = above && in[1] ? fe_emit(l, fe_node(l, OP_WHERE, 3, in, loc)) : NULL;
+  }
   if (s) {
     Node *sm = fe_node(l, OP_SOFTMAX, 1, &s, loc);
     ir_set_int(l->g, sm, "axis", 3);
@@ -1218,7 +1271,7 @@ static const Builtin builtins[] = {
     {"embedding", bi_embedding, "indices,num,dim", false},
     {"lstm", bi_lstm, "x,hidden|layers,bias,batch_first,bidirectional", false},
     {"gru", bi_gru, "x,hidden|layers,bias,batch_first,bidirectional", false},
-    {"multihead_attention", bi_mha, "q,k,v,heads|bias", false},
+    {"multihead_attention", bi_mha, "q,k,v,heads|bias,attn_mask,key_padding_mask,is_causal", false},
     {"dropout", bi_dropout, "x|p", false},
     {"upsample", bi_upsample, "x|scale,mode,align_corners,size", false},
     {"grid_sample", bi_grid_sample, "x,grid|mode,padding_mode,align_corners", false},
@@ -1300,7 +1353,7 @@ static const Builtin builtins[] = {
 const Builtin *fe_builtin(const char *name) {
   for (size_t i = 0; i < ARRAY_LEN(builtins); i++)
     if (strcmp(builtins[i].name, name) == 0) return &builtins[i];
-  return NULL;
+  return fe_tensor_builtin(name);
 }
 
 static const char *const scalar_only[] = {"int", "float"};
@@ -1311,7 +1364,8 @@ int fe_builtin_names(const char **out, int max) {
     if (n < max) out[n++] = builtins[i].name;
   for (size_t i = 0; i < ARRAY_LEN(scalar_only); i++)
     if (n < max) out[n++] = scalar_only[i];
-  return out ? n : (int)(ARRAY_LEN(builtins) + ARRAY_LEN(scalar_only));
+  if (!out) return (int)(ARRAY_LEN(builtins) + ARRAY_LEN(scalar_only)) + fe_tensor_builtin_names(NULL, 0);
+  return n + fe_tensor_builtin_names(out + n, max - n);
 }
 
 /* ---- scalar functions ---- */
@@ -1329,6 +1383,14 @@ Val fe_scalar_call(Lower *l, const char *name, int n, const Val *args, const Src
   bool minmax = strcmp(name, "min") == 0 || strcmp(name, "max") == 0;
   if (minmax ? n < 1 : n != 1) {
     fe_error(l, loc, "%s takes %s, got %d", name, minmax ? "at least 1 argument" : "1 argument", n);
+    return val_poison();
+  }
+  /* Python's float("inf"), float("-inf"), float("nan"): what a mask needs. */
+  if (strcmp(name, "float") == 0 && n == 1 && args[0].kind == V_STR) {
+    char *end;
+    double v = strtod(args[0].s, &end);
+    if (*args[0].s && !*end && !isspace((unsigned char)args[0].s[0])) return val_float(v);
+    fe_error(l, locs[0], "float: \"%s\" is not a number (\"inf\", \"-inf\" and \"nan\" are)", args[0].s);
     return val_poison();
   }
   for (int i = 0; i < n; i++) {

@@ -6,5 +6,5 @@ libdlfe_gen_la_CFLAGS = $(AM_CFLAGS) -Wno-unused-function -Wno-sign-compare -Wno
 BUILT_SOURCES += frontend/parser.h
 libdlcc_core_la_LIBADD += libdlfe_gen.la
 libdlcc_core_la_SOURCES += \
-	frontend/ast.h frontend/ast.c frontend/dims.h frontend/dims.c \
-	frontend/lower.c frontend/layers.c frontend/lower.h
+	frontend/ast.h frontend/ast.c frontend/dims.h frontend/dims.c frontend/pytorch.h frontend/pytorch.c \
+	frontend/lower.c frontend/layers.c frontend/tensors.c frontend/lower.h

@@ -4,6 +4,7 @@
  * and shape checked, or NULL after reporting every error it found.  The
  * builtin functions and layers are in layers.c. */
 #include "frontend/lower.h"
+#include "frontend/pytorch.h"
 
 #include <inttypes.h>
 #include <math.h>
@@ -171,7 +172,9 @@ static bool budget_ok(Lower *l, SrcLoc loc) {
 }
 
 Node *fe_node(Lower *l, OpKind op, int n_in, Value *const *in, SrcLoc loc) {
-  return ir_node_new(l->g, op, n_in, in, loc);
+  Node *n = ir_node_new(l->g, op, n_in, in, loc);
+  n->scope = l->prefix;
+  return n;
 }
 
 Value *fe_emit(Lower *l, Node *n) {
@@ -188,6 +191,13 @@ Value *fe_emit(Lower *l, Node *n) {
 Value *fe_const(Lower *l, double v, DType dt, SrcLoc loc) {
   if (!budget_ok(l, loc)) return NULL;
   return &ir_const(l->g, v, dt, loc)->out[0];
+}
+
+Value *fe_fill(Lower *l, double v, const TensorType *t, SrcLoc loc) {
+  if (!budget_ok(l, loc)) return NULL;
+  Node *n = ir_const(l->g, v, t->dtype, loc);
+  ir_declare(n, t);
+  return &n->out[0];
 }
 
 Value *fe_unary(Lower *l, OpKind op, Value *x, SrcLoc loc) {
@@ -431,7 +441,20 @@ __attribute__((noinline)) static Val eval_name(Lower *l, Frame *f, const Expr *e
   if (b) return b->v;
   DType dt;
   if (ir_dtype_from_name(e->s, &dt) && dt != TY_F64) return (Val){.kind = V_DTYPE, .dt = dt};
-  if (l->in_type) {
+  const PtSpelling *torch = l->in_type ? NULL : fe_torch_find(PT_NAME, e->s, NULL, NULL, 0);
+  if (torch && torch->alias) {
+    if (ir_dtype_from_name(torch->dlcc, &dt)) return (Val){.kind = V_DTYPE, .dt = dt};
+    return val_bool(strcmp(torch->dlcc, "true") == 0);
+  }
+  if (torch) {
+    char note[256];
+    fe_error(l, e->loc, "unknown name '%s'%s", e->s, fe_torch_note(torch, note, sizeof note));
+    return val_poison();
+  }
+  if (l->in_type && l->type_input) {
+    fe_error(l, e->loc, "unknown dimension '%s': define it with 'let %s = ...' or -D %s=..., or give the "
+             "input '%s' (its shape binds %s)", e->s, e->s, e->s, l->type_input, e->s);
+  } else if (l->in_type) {
     fe_error(l, e->loc, "unknown dimension '%s': define it with 'let %s = ...' or -D %s=...", e->s,
              e->s, e->s);
   } else if (fe_map(l, &l->blocks, e->s, false)) {
@@ -587,6 +610,7 @@ static OpKind tensor_op(int op) {
     case '*': return OP_MUL;
     case '/': return OP_DIV;
     case '%': return OP_MOD; /* fmod=0: the divisor's sign, as % on numbers */
+    case '@': return OP_MATMUL;
     case OPX_POW: return OP_POW;
     case '<': return OP_LT;
     case '>': return OP_GT;
@@ -624,6 +648,11 @@ static Val eval_binary(Lower *l, Frame *f, const Expr *e) {
 __attribute__((noinline)) static Val apply_binary(Lower *l, const Expr *e, Val a, Val b) {
   int op = e->op;
   char ba[IR_TYPE_STR_MAX + 32], bb[IR_TYPE_STR_MAX + 32];
+  if (op == '@' && (a.kind != V_TENSOR || b.kind != V_TENSOR)) {
+    fe_error(l, e->loc, "'@' is a matrix product of two tensors, got %s and %s", fe_describe(&a, ba, sizeof ba),
+             fe_describe(&b, bb, sizeof bb));
+    return val_poison();
+  }
   if (a.kind == V_TENSOR || b.kind == V_TENSOR) {
     OpKind k = tensor_op(op);
     if (k == OP_COUNT) {
@@ -803,7 +832,21 @@ __attribute__((noinline)) static Val call_builtin(Lower *l, const Builtin *b, co
     int j = -1;
     for (int i = 0; i < call.n; i++)
       if (strcmp(call.pnames[i], a->kw_names[k]) == 0) j = i;
-    if (j < 0) {
+    const PtSpelling *torch = NULL;
+    if (j < 0) torch = fe_torch_find(PT_ARG, a->kw_names[k], b->name, call.pnames, call.n);
+    if (torch && torch->alias)
+      for (int i = 0; i < call.n; i++)
+        if (strcmp(call.pnames[i], torch->dlcc) == 0) j = i;
+    if (j < 0 && torch) {
+      char note[256];
+      if (torch->dlcc)
+        fe_error(l, a->kw_locs[k], "%s has no argument '%s'; did you mean '%s'?%s", b->name, a->kw_names[k],
+                 torch->dlcc, fe_torch_note(torch, note, sizeof note));
+      else
+        fe_error(l, a->kw_locs[k], "%s has no argument '%s'%s", b->name, a->kw_names[k],
+                 fe_torch_note(torch, note, sizeof note));
+      ok = false;
+    } else if (j < 0) {
       char hint[160];
       fe_error(l, a->kw_locs[k], "%s has no argument '%s'%s", b->name, a->kw_names[k],
                suggest_among(a->kw_names[k], call.pnames, call.n, hint, sizeof hint));
@@ -942,6 +985,13 @@ __attribute__((noinline)) static Val unknown_function(Lower *l, Frame *f, const 
     fe_error(l, e->loc, "'%s' is a variable, not a function", e->s);
     return val_poison();
   }
+  const PtSpelling *torch = fe_torch_find(PT_FUNC, e->s, NULL, NULL, 0);
+  if (torch) {
+    char note[256], also[160] = "";
+    if (torch->dlcc) snprintf(also, sizeof also, "; did you mean '%s'?", torch->dlcc);
+    fe_error(l, e->loc, "unknown function '%s'%s%s", e->s, also, fe_torch_note(torch, note, sizeof note));
+    return val_poison();
+  }
   int nb = fe_builtin_names(NULL, 0);
   const char **cand = ARENA_ARRAY(l->a, const char *, nb + l->blocks.len + 1);
   int n = fe_builtin_names(cand, nb);
@@ -950,6 +1000,13 @@ __attribute__((noinline)) static Val unknown_function(Lower *l, Frame *f, const 
   char hint[160];
   fe_error(l, e->loc, "unknown function '%s'%s", e->s, suggest_among(e->s, cand, n, hint, sizeof hint));
   return val_poison();
+}
+
+/* A builtin by its name, or by PyTorch's where that is an alias (cat). */
+static const Builtin *find_builtin(const char *name) {
+  const Builtin *b = fe_builtin(name);
+  const PtSpelling *torch = b ? NULL : fe_torch_find(PT_FUNC, name, NULL, NULL, 0);
+  return torch && torch->alias ? fe_builtin(torch->dlcc) : b;
 }
 
 static Val eval_call(Lower *l, Frame *f, const Expr *e, const char *scope) {
@@ -970,7 +1027,7 @@ static Val eval_call(Lower *l, Frame *f, const Expr *e, const char *scope) {
       return fe_scalar_call(l, e->s, a.n_pos, a.pos, a.pos_locs, e->loc);
     }
   }
-  const Builtin *b = fe_builtin(e->s);
+  const Builtin *b = find_builtin(e->s);
   if (!b) return unknown_function(l, f, e);
   return call_builtin(l, b, e, scope, &a);
 }
@@ -980,7 +1037,7 @@ static Val call_pinned(Lower *l, Frame *f, const Expr *e, const char *scope, Arg
   Node *before = l->g->last;
   MapEntry *be = fe_map(l, &l->blocks, e->s, false);
   Val r;
-  const Builtin *b = be ? NULL : fe_builtin(e->s);
+  const Builtin *b = be ? NULL : find_builtin(e->s);
   if (be)
     r = call_block(l, (int)be->n, e, scope, a);
   else if (b)
@@ -1086,7 +1143,9 @@ static Val eval_expr(Lower *l, Frame *f, const Expr *e) {
 static bool eval_type(Lower *l, Frame *f, const TypeExpr *te, TensorType *out) {
   bool ok = true;
   memset(out, 0, sizeof *out);
-  if (!ir_dtype_from_name(te->dtype, &out->dtype) || out->dtype == TY_F64) { /* f64: the IR's only */
+  const PtSpelling *torch = fe_torch_find(PT_NAME, te->dtype, NULL, NULL, 0);
+  bool aliased = torch && torch->alias && ir_dtype_from_name(torch->dlcc, &out->dtype);
+  if (!aliased && (!ir_dtype_from_name(te->dtype, &out->dtype) || out->dtype == TY_F64)) { /* f64: the IR's only */
     fe_error(l, te->dtype_loc, "unknown dtype '%s'; expected one of f32, f16, bf16, i8, i32, i64, bool, u8",
              te->dtype);
     ok = false;
@@ -1115,6 +1174,92 @@ static bool eval_type(Lower *l, Frame *f, const TypeExpr *te, TensorType *out) {
     char tb[IR_TYPE_STR_MAX];
     fe_error(l, te->loc, "%s is too large (more than %" PRId64 " elements)",
              ir_type_str(out, tb, sizeof tb), DL_MAX_ELEMS);
+    ok = false;
+  }
+  return ok;
+}
+
+/* ---- model inputs: free names bound by the given shapes ---- */
+
+/* How the name that a dim is got its value, for a message: "let N at
+ * m.dl:1:5" or "-D N=8"; NULL for a name bound otherwise. */
+static const char *dim_origin(Lower *l, const char *name) {
+  for (int d = l->opt->n_defines - 1; d >= 0; d--)
+    if (strcmp(l->opt->defines[d].name, name) == 0)
+      return arena_printf(l->a, "-D %s=%" PRId64, name, l->opt->defines[d].value);
+  for (int i = 0; i < l->p->n_items; i++) {
+    const Item *it = l->p->items[i];
+    if (it->kind == IT_LET && strcmp(it->name, name) == 0)
+      return arena_printf(l->a, "'let %s' at %s:%d:%d", name, it->loc.file ? it->loc.file->name : "?",
+                          it->loc.line, it->loc.col);
+  }
+  return NULL;
+}
+
+/* A model input's type.  A dim written as a name that nothing defines is
+ * free: -D INPUT:AXIS, or the shape the caller gives (frontend/dims.c)
+ * binds it, and the name keeps that value for the rest of the model.  A
+ * dim the given shape contradicts is an error that says which -D would
+ * make them agree. */
+static bool eval_input_type(Lower *l, Frame *f, const Param *pr, TensorType *out) {
+  const TypeExpr *te = pr->type;
+  const InputShape *given = fe_dims_shape(&l->dims, pr->name);
+  int rank = te->dims.n;
+  bool ok = true;
+  if (given && given->rank != rank && rank <= DL_MAX_RANK) {
+    fe_error(l, te->loc, "input '%s' is given with %d dim%s, but the model declares %d", pr->name, given->rank,
+             given->rank == 1 ? "" : "s", rank);
+    given = NULL;
+    ok = false;
+  }
+  for (int i = 0; i < rank && rank <= DL_MAX_RANK; i++) {
+    const Expr *d = te->dims.v[i];
+    DType dt;
+    if (d->kind != EX_NAME) continue;
+    /* Bound by an earlier input: the binder checks that this one agrees. */
+    bool bound = fe_map(l, &l->free_dims, d->s, false) != NULL;
+    if (!bound && (lookup(l, f, d->s) || ir_dtype_from_name(d->s, &dt))) continue;
+    int64_t v;
+    char err[768];
+    if (fe_dims_bind(&l->dims, pr->name, rank, i, d->s, &v, err, sizeof err)) {
+      if (v < 1) {
+        fe_error(l, d->loc, "dim %d of input '%s' is %s = %" PRId64 ", but a dimension must be positive", i,
+                 pr->name, d->s, v);
+        frame_set(l, l->globals, d->s, val_poison());
+        ok = false;
+        continue;
+      }
+      frame_set(l, l->globals, d->s, val_int(v));
+      fe_map(l, &l->free_dims, d->s, true);
+    } else if (given) {
+      fe_error(l, d->loc, "%s", err);
+      frame_set(l, l->globals, d->s, val_poison());
+      ok = false;
+    }
+    /* Else nothing binds it: eval_type says so, once. */
+  }
+  l->type_input = pr->name;
+  ok &= eval_type(l, f, te, out);
+  l->type_input = NULL;
+  for (int i = 0; i < rank && rank <= DL_MAX_RANK; i++) {
+    const Expr *d = te->dims.v[i];
+    if (d->kind == EX_NAME && !lookup(l, f, d->s)) {
+      DType dt;
+      if (!ir_dtype_from_name(d->s, &dt)) frame_set(l, l->globals, d->s, val_poison());
+    }
+  }
+  if (!ok || !given) return ok;
+  for (int i = 0; i < rank; i++) {
+    if (out->dims[i] == given->dims[i]) continue;
+    const Expr *d = te->dims.v[i];
+    const char *origin = d->kind == EX_NAME ? dim_origin(l, d->s) : NULL;
+    if (origin)
+      fe_error(l, d->loc, "dim %d of input '%s' is %s = %" PRId64 " (by %s), but the input given has %" PRId64
+               ": -D %s=%" PRId64 " would make them agree", i, pr->name, d->s, out->dims[i], origin,
+               given->dims[i], d->s, given->dims[i]);
+    else
+      fe_error(l, d->loc, "dim %d of input '%s' is %" PRId64 ", but the input given has %" PRId64, i, pr->name,
+               out->dims[i], given->dims[i]);
     ok = false;
   }
   return ok;
@@ -1180,8 +1325,11 @@ static void exec_for(Lower *l, Frame *f, const Stmt *s) {
 
 __attribute__((noinline)) static void exec_param(Lower *l, Frame *f, const Stmt *s) {
   TensorType t;
+  if (!s->names.n) return; /* no name to bind: reported by the parser */
   const char *name = s->names.v[0];
-  bool ok = eval_type(l, f, s->type, &t);
+  const char *full = eval_scope(l, f, &s->scope);
+  bool ok = full != NULL;
+  ok &= eval_type(l, f, s->type, &t);
   const char *init = NULL;
   if (s->value) {
     Val v = eval(l, f, s->value);
@@ -1196,7 +1344,7 @@ __attribute__((noinline)) static void exec_param(Lower *l, Frame *f, const Stmt 
       ok = false;
     }
   }
-  Value *p = ok ? fe_param(l, l->prefix, name, &t, init, s->loc) : NULL;
+  Value *p = ok ? fe_param(l, l->prefix, full, &t, init, s->loc) : NULL;
   frame_set(l, f, name, val_tensor(p));
 }
 
@@ -1282,6 +1430,7 @@ static void walk_stmts(const StmtList *body, ExprFn fn, void *data) {
     walk_expr(s->lo, fn, data);
     walk_expr(s->hi, fn, data);
     walk_type(s->type, fn, data);
+    for (int k = 0; k < s->scope.n; k++) walk_expr(s->scope.parts[k].expr, fn, data);
     walk_stmts(&s->body, fn, data);
     walk_stmts(&s->orelse, fn, data);
   }
@@ -1401,7 +1550,7 @@ static void lower_model(Lower *l, const Item *m) {
     Value *v = NULL;
     if (frame_find(f, pr->name))
       fe_error(l, pr->loc, "model input '%s' is declared twice", pr->name);
-    else if (pr->type && eval_type(l, f, pr->type, &t))
+    else if (pr->type && eval_input_type(l, f, pr, &t))
       v = &ir_source(l->g, OP_INPUT, &t, pr->name, pr->loc)->out[0];
     else if (!pr->type)
       fe_error(l, pr->loc, "model input '%s' needs a type, like %s: f32[N, 784]", pr->name,
@@ -1467,6 +1616,10 @@ static void eval_globals(Lower *l) {
   bool *used = ARENA_ARRAY(l->a, bool, opt->n_defines + 1);
   /* A -D that no let defines binds a name that the types use freely. */
   for (int d = 0; d < opt->n_defines; d++) {
+    if (strchr(opt->defines[d].name, ':')) {
+      used[d] = true; /* INPUT:AXIS: the binder says whether it bound a dim */
+      continue;
+    }
     bool is_let = false;
     for (int i = 0; i < p->n_items; i++)
       if (p->items[i]->kind == IT_LET && strcmp(p->items[i]->name, opt->defines[d].name) == 0)
@@ -1572,7 +1725,14 @@ Graph *fe_lower(Ctx *c, const Program *p, const LowerOptions *opt) {
   const Item *m = pick_model(l);
   if (!m) return NULL;
   l->g = ir_graph_new(c, m->name);
+  bool *define_used = ARENA_ARRAY(l->a, bool, opt->n_defines + 1);
+  fe_dims_init(&l->dims, l->a, opt->n_defines, opt->defines, define_used, opt->n_input_shapes,
+               opt->input_shapes);
   eval_globals(l);
   lower_model(l, m);
+  for (int d = 0; d < opt->n_defines; d++)
+    if (strchr(opt->defines[d].name, ':') && !define_used[d] && c->diag.errors == errors0)
+      diag_warning(c, (SrcLoc){0}, "-D %s=%" PRId64 ": model '%s' has no free dim there (a dim written as a name "
+                   "that no 'let' or -D defines)", opt->defines[d].name, opt->defines[d].value, m->name);
   return c->diag.errors > errors0 ? NULL : l->g;
 }

@@ -5,6 +5,7 @@
 #define DLCC_LOWER_H
 
 #include "frontend/ast.h"
+#include "frontend/dims.h"
 #include "ir/ir.h"
 
 enum {
@@ -93,7 +94,10 @@ typedef struct Lower {
   long n_dup;   /* errors suppressed as repeats */
   bool halt;    /* a budget ran out: stop evaluating */
   bool in_type; /* evaluating the dims of a type */
+  const char *type_input; /* ... of this model input's type, or NULL */
   Frame *globals;
+  DimBinder dims;   /* free names of the inputs' types, from the given shapes */
+  StrMap free_dims; /* the names it bound */
 } Lower;
 
 /* A call to a builtin, its arguments bound to the builtin's parameters. */
@@ -120,13 +124,19 @@ typedef struct Builtin {
   bool variadic; /* positional arguments go to Call.rest */
 } Builtin;
 
-/* layers.c */
+/* layers.c: every builtin (tensors.c's too) */
 const Builtin *fe_builtin(const char *name);
 int fe_builtin_names(const char **out, int max);
 /* sqrt(2), max(3, 4), int(2.5): a number when every argument is one. */
 bool fe_is_scalar_fn(const char *name);
 Val fe_scalar_call(Lower *l, const char *name, int n, const Val *args, const SrcLoc *locs,
                    SrcLoc loc);
+
+/* tensors.c: the constructors and indexing builtins */
+const Builtin *fe_tensor_builtin(const char *name);
+int fe_tensor_builtin_names(const char **out, int max);
+/* start + step * the coordinate along axis, of every element of type t. */
+Value *fe_iota(Lower *l, const TensorType *t, int axis, double start, double step, SrcLoc loc);
 
 /* lower.c: errors.  Reports once per location and message (a loop repeats
  * the same mistake); returns whether it was reported. */
@@ -139,6 +149,8 @@ const char *fe_describe(const Val *v, char *buf, size_t len);
 Node *fe_node(Lower *l, OpKind op, int n_in, Value *const *in, SrcLoc loc);
 Value *fe_emit(Lower *l, Node *n);
 Value *fe_const(Lower *l, double v, DType dt, SrcLoc loc);
+/* A const splat of type t. */
+Value *fe_fill(Lower *l, double v, const TensorType *t, SrcLoc loc);
 Value *fe_param(Lower *l, const char *scope, const char *name, const TensorType *t,
                 const char *init, SrcLoc loc);
 Value *fe_unary(Lower *l, OpKind op, Value *x, SrcLoc loc);

@@ -191,7 +191,7 @@ Val *ox_ints_val(Imp *im, int n, const int64_t *x) {
   int64_t dim = n;
   TensorType t = ir_type_make(TY_I64, 1, &dim);
   Val *v = ox_known_new(im, &t);
-  memcpy(v->k->data, x, sizeof(int64_t) * (size_t)n);
+  if (n > 0) memcpy(v->k->data, x, sizeof(int64_t) * (size_t)n);
   return v;
 }
 
@@ -538,8 +538,10 @@ bool ox_attr_ints(Imp *im, const char *name, int *n, const int64_t **v) {
   if (!attr_kind(im, a, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INTS, "a list of integers")) return false;
   if (a->n_ints > 64)
     return ox_bad(im, "attribute '%s' has %zu values, more than dlcc takes", name, a->n_ints);
+  /* An empty list has no array (protobuf-c's NULL): callers copy *v. */
+  static const int64_t no_ints[1];
   *n = (int)a->n_ints;
-  *v = a->ints;
+  *v = a->n_ints ? a->ints : no_ints;
   return true;
 }
 

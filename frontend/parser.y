@@ -13,7 +13,10 @@ int fe_lex_raw(FE_YYSTYPE *lval, FE_YYLTYPE *lloc, void *scanner);
 }
 
 %code {
+#include <inttypes.h>
 #include <string.h>
+
+#include "frontend/pytorch.h"
 
 /* Locations are SrcLoc: a rule's location is that of its first symbol. */
 #define YYLLOC_DEFAULT(Cur, Rhs, N)        \
@@ -39,6 +42,8 @@ static TypeExpr *new_type(Parser *ps, Tok name, SrcLoc loc, ExprList *dims);
 static Item *new_item(Parser *ps, ItemKind k, Tok name, SrcLoc loc);
 static ExprList *expr_list(Parser *ps, ExprList *l, Expr *e);
 static void discard_brace(Parser *ps);
+static void for_without_range(Parser *ps, const Expr *e);
+static Stmt *param_stmt(Parser *ps, SrcLoc loc, Scope *name, TypeExpr *type, Expr *value);
 #define C (ps->c)
 }
 
@@ -91,7 +96,7 @@ static void discard_brace(Parser *ps);
 %precedence TK_NOT
 %nonassoc TK_EQ TK_NE '<' TK_LE '>' TK_GE
 %left '+' '-'
-%left '*' '/' TK_FLOORDIV '%'
+%left '*' '/' TK_FLOORDIV '%' '@'
 %precedence UMINUS
 %right TK_POW
 %left TK_AS
@@ -255,16 +260,19 @@ stmt:
       $$->hi = $6;
       $$->body = *$7;
     }
-  | TK_PARAM TK_IDENT ':' type {
-      $$ = fe_ast_stmt(C, ST_PARAM, @1);
+    /* Python's for i in range(n): report, with the range to write. */
+  | TK_FOR TK_IDENT TK_IN expr body {
+      $$ = fe_ast_stmt(C, ST_FOR, @1);
       fe_ast_push_name(C, &$$->names, $2.text, @2);
-      $$->type = $4;
+      $$->lo = $$->hi = $4;
+      $$->body = *$5;
+      for_without_range(ps, $4);
     }
-  | TK_PARAM TK_IDENT ':' type '=' expr {
-      $$ = fe_ast_stmt(C, ST_PARAM, @1);
-      fe_ast_push_name(C, &$$->names, $2.text, @2);
-      $$->type = $4;
-      $$->value = $6;
+  | TK_PARAM scope ':' type {
+      $$ = param_stmt(ps, @1, $2, $4, NULL);
+    }
+  | TK_PARAM scope ':' type '=' expr {
+      $$ = param_stmt(ps, @1, $2, $4, $6);
     }
   | TK_LET TK_IDENT '=' expr {
       $$ = fe_ast_stmt(C, ST_LET, @1);
@@ -314,6 +322,7 @@ expr:
   | expr '/' expr           { $$ = fe_ast_binary(C, '/', @2, $1, $3); }
   | expr TK_FLOORDIV expr   { $$ = fe_ast_binary(C, OPX_FLOORDIV, @2, $1, $3); }
   | expr '%' expr           { $$ = fe_ast_binary(C, '%', @2, $1, $3); }
+  | expr '@' expr           { $$ = fe_ast_binary(C, '@', @2, $1, $3); }
   | '-' expr %prec UMINUS   { $$ = fe_ast_unary(C, '-', @1, $2); }
   | expr TK_POW expr        { $$ = fe_ast_binary(C, OPX_POW, @2, $1, $3); }
   | expr TK_AS scope {
@@ -436,6 +445,41 @@ static Scope *scope_add(Parser *ps, Scope *s, int kind, Tok t, Expr *e, SrcLoc l
   return s;
 }
 
+/* param NAME: type [= value]: NAME is scoped as `as` is (w{i},
+ * layers.{i}.weight) and binds its last name part (w, weight). */
+static Stmt *param_stmt(Parser *ps, SrcLoc loc, Scope *name, TypeExpr *type, Expr *value) {
+  Stmt *s = fe_ast_stmt(ps->c, ST_PARAM, loc);
+  s->scope = *name;
+  s->type = type;
+  s->value = value;
+  const ScopePart *bind = NULL;
+  for (int i = 0; i < name->n; i++)
+    if (name->parts[i].text && !name->parts[i].glue && (name->parts[i].text[0] < '0' || name->parts[i].text[0] > '9'))
+      bind = &name->parts[i];
+  if (bind)
+    fe_ast_push_name(ps->c, &s->names, bind->text, bind->loc);
+  else
+    diag_error(ps->c, name->parts[0].loc, "a param's name needs a part that is a name, which it binds (w{i} binds w, "
+                                          "layers.{i}.weight binds weight)");
+  return s;
+}
+
+/* for i in x { ... }: a loop runs over lo..hi.  Python's range(n),
+ * range(a, b) get the exact range to write. */
+static void for_without_range(Parser *ps, const Expr *e) {
+  const char *how = "for i in 0..n runs i from 0 up to n - 1";
+  if (e->kind == EX_CALL && strcmp(e->s, "range") == 0 && e->items.n >= 1 && e->items.n <= 2) {
+    const Expr *a = e->items.v[0]->lhs, *b = e->items.n == 2 ? e->items.v[1]->lhs : NULL;
+    if (a->kind == EX_INT && (!b || b->kind == EX_INT))
+      how = arena_printf(&ps->c->arena, "write %" PRId64 "..%" PRId64 " for range(%s%" PRId64 "): a..b runs up to b - 1",
+                         b ? a->i : 0, b ? b->i : a->i, b ? arena_printf(&ps->c->arena, "%" PRId64 ", ", a->i) : "",
+                         b ? b->i : a->i);
+    else if (b || a->kind == EX_NAME)
+      how = b ? "write a..b for range(a, b): a..b runs up to b - 1" : "write 0..n for range(n): a..b runs up to b - 1";
+  }
+  diag_error(ps->c, e->loc, "a loop runs over a range lo..hi (%s)", how);
+}
+
 /* ---- The token filter between scanner and grammar. ---- */
 
 static bool can_end(int t) {
@@ -481,7 +525,7 @@ static int emit(Parser *ps, int t, const FE_YYSTYPE *lval, TermWhy why) {
   ps->prev_val = ps->la_val;
   ps->la_val = lval->tok;
   ps->la_term = why;
-  if (t == TK_AS) {
+  if (t == TK_AS || t == TK_PARAM) {
     ps->in_scope = true;
     ps->scope_depth = ps->depth;
   } else if (ps->in_scope && ps->depth <= ps->scope_depth && t != TK_IDENT && t != TK_INT &&
@@ -556,7 +600,7 @@ static int yylex(FE_YYSTYPE *lval, FE_YYLTYPE *lloc, Parser *ps) {
                   (ps->last == TK_IDENT || ps->last == TK_INT || ps->last == '}');
       int end = ps->last_loc.col + (ps->last == '}' ? 1 : ps->la_val.text ? (int)strlen(ps->la_val.text) : 0);
       bool spaced = lloc->line != ps->last_loc.line || lloc->col != end;
-      if (!push(ps, ps->last == TK_AS || ps->last == '.' || glue ? BR_INTERP : BR_BODY, *lloc))
+      if (!push(ps, ps->last == TK_AS || ps->last == TK_PARAM || ps->last == '.' || glue ? BR_INTERP : BR_BODY, *lloc))
         continue;
       if (glue) {
         ps->last_loc = *lloc;
@@ -622,7 +666,7 @@ static void yyerror(FE_YYLTYPE *loc, Parser *ps, const char *msg) {
 
 static bool is_operator(yysymbol_kind_t k) {
   static const int ops[] = {TK_OR, TK_AND, TK_EQ, TK_NE, TK_LE, TK_GE, TK_POW, TK_FLOORDIV,
-                            TK_AS, '+', '-', '*', '/', '%', '<', '>'};
+                            TK_AS, '+', '-', '*', '/', '%', '@', '<', '>'};
   for (size_t i = 0; i < ARRAY_LEN(ops); i++)
     if (CH(ops[i]) == k) return true;
   return false;
@@ -735,16 +779,41 @@ static int yyreport_syntax_error(const yypcontext_t *yyctx, Parser *ps) {
     if (i > 0) strcat(list, i == m - 1 ? " or " : ", ");
     strncat(list, names[i], sizeof list - strlen(list) - 8);
   }
-  /* A misspelt keyword: "modle m(...)" at the top, "retrun x" in a body. */
+  /* A misspelt keyword: "modle m(...)" at the top, "retrun x" in a body;
+   * Python's: "def f(x):" (frontend/pytorch.c). */
   static const char *const items[] = {"let", "block", "model"};
   static const char *const stmts[] = {"return", "param", "let", "for", "if", "else"};
-  const char *kw = NULL;
-  if (want_item && la == YYSYMBOL_TK_IDENT && ps->la_val.text)
-    kw = diag_suggest(ps->la_val.text, items, (int)ARRAY_LEN(items));
-  else if (set[CH('=')] && ps->prev == TK_IDENT && ps->prev_val.text)
-    kw = diag_suggest(ps->prev_val.text, stmts, (int)ARRAY_LEN(stmts));
+  const char *kw = NULL, *word = NULL;
+  if (want_item && la == YYSYMBOL_TK_IDENT && ps->la_val.text) {
+    word = ps->la_val.text;
+    kw = diag_suggest(word, items, (int)ARRAY_LEN(items));
+  } else if (set[CH('=')] && ps->prev == TK_IDENT && ps->prev_val.text) {
+    word = ps->prev_val.text;
+    kw = diag_suggest(word, stmts, (int)ARRAY_LEN(stmts));
+  }
+  const PtSpelling *torch = word ? fe_torch_find(PT_KEYWORD, word, NULL, NULL, 0) : NULL;
+  if (torch && torch->dlcc) {
+    diag_error(ps->c, loc, "unexpected %s, expected %s (did you mean the keyword '%s'?%s%s)", found, list,
+               torch->dlcc, torch->note ? " " : "", torch->note ? torch->note : "");
+    return 0;
+  }
+  if (torch) {
+    char note[256];
+    diag_error(ps->c, loc, "unexpected %s, expected %s%s", found, list, fe_torch_note(torch, note, sizeof note));
+    return 0;
+  }
   if (kw) {
     diag_error(ps->c, loc, "unexpected %s, expected %s (did you mean the keyword '%s'?)", found, list, kw);
+    return 0;
+  }
+  /* torch.relu(x), x.view(...), x.shape: no modules, no methods. */
+  if (la == CH('.') && ps->prev == TK_IDENT && ps->prev_val.text) {
+    static const char *const modules[] = {"torch", "F", "nn", "np", "math", "self"};
+    bool module = false;
+    for (size_t i = 0; i < ARRAY_LEN(modules); i++) module |= strcmp(ps->prev_val.text, modules[i]) == 0;
+    diag_error(ps->c, loc, "unexpected %s, expected %s (%s)", found, list,
+               module ? "dlcc's functions have no module prefix: relu(x), not torch.relu(x)"
+                      : "dlcc has no methods: reshape(x, shape) for x.view(shape), dim(x, 0) for x.shape[0]");
     return 0;
   }
   diag_error(ps->c, loc, "unexpected %s, expected %s", found, list);

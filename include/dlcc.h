@@ -136,6 +136,10 @@ typedef struct dlc_options {
    * (batchnorm's running statistics, the dropout step counter
    * "dlcc.step"), each named after its parameter. */
   int grad;
+  /* Nonzero, as dlcc run's --no-graphs: every step launched by itself on
+   * each run instead of replaying a captured CUDA graph (the emu's
+   * recording likewise); for debugging.  DLCC_NO_GRAPHS=1 does the same. */
+  int no_graphs;
 } dlc_options;
 
 enum { DLC_O0 = -1 };
@@ -152,6 +156,9 @@ const char *dlc_error(const dlc_model *m);
 /* The backend a compiled model runs on ("cuda", "emu" or "ref"): what
  * "auto" chose.  "" when it did not compile. */
 const char *dlc_backend(const dlc_model *m);
+/* How the runtime runs the model (dlrt_engine_report): CUDA graphs and
+ * why not, the staging of inputs and outputs. */
+const char *dlc_engine_report(dlc_model *m);
 
 int dlc_num_inputs(const dlc_model *m);
 int dlc_num_outputs(const dlc_model *m);
@@ -161,7 +168,9 @@ dlc_status dlc_output_info(const dlc_model *m, int index, dlc_tensor_info *out);
 int dlc_input_index(const dlc_model *m, const char *name);
 
 /* Parameters: from a safetensors file with PyTorch state_dict names, or
- * reproducibly random (sane scales; the same seed gives the same values). */
+ * reproducibly random (sane scales; the same seed gives the same values).
+ * A file that does not fit gives DLC_ERR_WEIGHTS, each problem at the
+ * source location that declared its parameter (dlc_error). */
 dlc_status dlc_load_weights(dlc_model *m, const char *safetensors_path);
 dlc_status dlc_init_weights(dlc_model *m, uint64_t seed);
 /* 1 when the parameters are bound: loaded, initialized, or brought by the
@@ -173,6 +182,17 @@ dlc_status dlc_set_input(dlc_model *m, const char *name, const void *data, size_
 dlc_status dlc_run(dlc_model *m);
 /* The output's data stays valid until the next dlc_run or dlc_free. */
 dlc_status dlc_get_output(dlc_model *m, int index, const void **data, size_t *nbytes);
+
+/* A stream of batches with the copies overlapped (dlrt_run_batches in
+ * dlcrt.h, docs/runtime.md): feed fills inputs[i] (dlc_input_info's
+ * order, each its nbytes) of batch `batch` and returns 0, 1 when there is
+ * no such batch, -1 to stop; drain takes its outputs (dlc_output_info's
+ * order; valid during the call) and returns 0, or -1 to stop.  The cuda
+ * and emu backends only.  Does not touch dlc_set_input's inputs or
+ * dlc_get_output's outputs. */
+typedef int (*dlc_feed_fn)(void *user, long batch, void *const *inputs);
+typedef int (*dlc_drain_fn)(void *user, long batch, const void *const *outputs);
+dlc_status dlc_run_batches(dlc_model *m, dlc_feed_fn feed, dlc_drain_fn drain, void *user, long *n_batches);
 
 const char *dlc_dtype_name(dlc_dtype t);
 size_t dlc_dtype_size(dlc_dtype t);

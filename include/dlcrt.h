@@ -6,7 +6,14 @@
  *
  * Every function returns a DlrtStatus; on anything but DLRT_OK the
  * message is kept on the model (dlrt_error).  Nothing here exits or
- * aborts.  A model is used by one thread at a time.
+ * aborts.
+ *
+ * Threads.  A model is used by one host thread at a time: calls on one
+ * model from two threads at once must be serialized by the caller (a
+ * mutex), and may come from a different thread each time.  Separate
+ * models are independent: each has its own stream, staging, arguments
+ * and graphs, so N threads each with its own dlrt_open of the same plan
+ * or model.so run side by side (docs/runtime.md).
  *
  *     DlrtModel *m;
  *     if (dlrt_open_file("model.so", "auto", &m) != DLRT_OK) {
@@ -107,7 +114,8 @@ int dlrt_find_output(const DlrtModel *m, const char *name);
 DlrtStatus dlrt_input_info(const DlrtModel *m, int index, DlrtTensorInfo *out);
 DlrtStatus dlrt_output_info(const DlrtModel *m, int index, DlrtTensorInfo *out);
 
-/* Copies nbytes (exactly the input's size) to the device; the value
+/* Copies nbytes (exactly the input's size) into the model's host
+ * staging (pinned on cuda); the next run copies it to the device, and it
  * stays there for every later run until set again. */
 DlrtStatus dlrt_set_input(DlrtModel *m, int index, const void *data, size_t nbytes);
 DlrtStatus dlrt_set_input_by_name(DlrtModel *m, const char *name, const void *data, size_t nbytes);
@@ -122,6 +130,57 @@ DlrtStatus dlrt_run(DlrtModel *m);
 /* Copies output index (nbytes: exactly its size) from the last run. */
 DlrtStatus dlrt_get_output(DlrtModel *m, int index, void *data, size_t nbytes);
 DlrtStatus dlrt_get_output_by_name(DlrtModel *m, const char *name, void *data, size_t nbytes);
+
+/* ---- the execution engine (docs/runtime.md) ----
+ * dlrt_set_input copies into host staging (pinned on cuda) allocated at
+ * open; dlrt_run queues the inputs set since the last run (async), the
+ * steps, and the outputs (async, into staging) on the model's stream,
+ * waits once, and dlrt_get_output copies from staging.  From the second
+ * run on, the steps replay as CUDA graphs captured once (emu records and
+ * replays the same calls). */
+
+/* Queues a run as dlrt_run does, without waiting.  stream: a CUstream of
+ * the caller's (cast to void *) that the run waits for and that waits
+ * for the run (events, no host wait), or NULL.  Until dlrt_wait returns,
+ * every other call on the model fails with DLRT_E_STATE, and bound
+ * inputs and outputs must not be touched except through stream order.
+ * emu runs at the call and takes only NULL. */
+DlrtStatus dlrt_run_async(DlrtModel *m, void *stream);
+/* Waits for the run dlrt_run_async queued; its errors (an index out of
+ * range, a fault) are reported here.  DLRT_OK when none is in flight. */
+DlrtStatus dlrt_wait(DlrtModel *m);
+/* Device-resident I/O: input (output) index is read from (written to)
+ * device memory the caller owns, a CUdeviceptr (on emu a host pointer)
+ * of at least the tensor's nbytes, with no copy at all; 0 unbinds (an
+ * unbound input must be set again).  Changing a binding recaptures the
+ * graphs at the next run: keep buffers fixed to keep runs cheap.  The
+ * memory must outlive its binding.  dlrt_get_output of a bound output
+ * reads the device memory (a synchronous copy). */
+DlrtStatus dlrt_bind_input(DlrtModel *m, int index, uint64_t device_ptr);
+DlrtStatus dlrt_bind_output(DlrtModel *m, int index, uint64_t device_ptr);
+/* A stream of batches with copies overlapped: feed fills batch `batch`'s
+ * inputs (inputs[i]: host memory of input i's nbytes, pinned on cuda)
+ * and returns 0, or 1 when there is no such batch (the stream ends
+ * there), or -1 to stop with an error; drain gets batch `batch`'s
+ * outputs (valid during the call, batches in order) and returns 0, or
+ * -1 to stop.  While batch i computes, batch i+1's inputs go up and batch
+ * i-1's outputs come down on a second stream (double-buffered, ordered
+ * by events); feed(i+1) and drain(i-1) run on the host meanwhile.  An
+ * index out of range is reported after the last batch.  *n_batches: how
+ * many were drained (NULL allowed).  Inputs and outputs bound to device
+ * memory are refused; on a device without a second stream (emu has one
+ * that runs at once) it runs the batches one after another. */
+typedef int (*DlrtFeedFn)(void *user, long batch, void *const *inputs);
+typedef int (*DlrtDrainFn)(void *user, long batch, const void *const *outputs);
+DlrtStatus dlrt_run_batches(DlrtModel *m, DlrtFeedFn feed, DlrtDrainFn drain, void *user, long *n_batches);
+/* CUDA graphs on (the default, unless DLCC_NO_GRAPHS=1 was set at open)
+ * or off (every step launched by itself: for debugging). */
+DlrtStatus dlrt_set_graphs(DlrtModel *m, int on);
+/* One line on how the model runs: "graphs on: 1 graph over 56 steps,
+ * every step captured; staging pinned", or why not ("graphs off
+ * (DLCC_NO_GRAPHS=1)", a step that runs outside the graphs and why,
+ * staging in pageable memory and why).  Owned by the model. */
+const char *dlrt_engine_report(DlrtModel *m);
 
 #ifdef __cplusplus
 }

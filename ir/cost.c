@@ -154,6 +154,7 @@ static const OpCost op_cost[] = {
     [OP_SCATTER_ELEMENTS] = {RULE_SCATTER, 0, 0},
     [OP_SCATTER_ND] = {RULE_SCATTER, 0, 0},
     [OP_TOPK] = {RULE_TOPK, 0, 0},
+    [OP_IOTA] = {RULE_LINEAR, 0, 2},         /* start + step * coordinate */
     [OP_LSTM] = {RULE_RNN, 0, 0},
     [OP_GRU] = {RULE_RNN, 0, 0},
     [OP_CONV_WEIGHT_GRAD] = {RULE_CONV_WEIGHT_GRAD, 0, 0},

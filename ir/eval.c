@@ -1759,6 +1759,17 @@ static bool eval_node(Eval *e, const Node *n, Tensor *const *in, Tensor *out,
       for (int64_t i = 0; i < count; i++) ir_tensor_set(out, i, ir_attr_float(n, "value"));
       return true;
     }
+    case OP_IOTA: {
+      /* start + step * the coordinate along axis, rounded once. */
+      const TensorType *t = &out->type;
+      int axis = (int)ir_attr_int(n, "axis");
+      int64_t inner = 1;
+      for (int d = axis + 1; d < t->rank; d++) inner *= t->dims[d];
+      int64_t len = t->rank ? t->dims[axis] : 1, count = numel(t);
+      double start = ir_attr_float(n, "start"), step = ir_attr_float(n, "step");
+      for (int64_t i = 0; i < count; i++) ir_tensor_set(out, i, start + step * (double)(i / inner % len));
+      return true;
+    }
     case OP_NEG:
     case OP_ABS:
     case OP_RELU:

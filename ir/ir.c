@@ -433,6 +433,7 @@ void ir_insert_before(Graph *g, Node *before, Node *n) {
     ir_append(g, n);
     return;
   }
+  if (!n->scope) n->scope = before->scope;
   n->next = before;
   n->prev = before->prev;
   if (before->prev)

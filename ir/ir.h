@@ -94,6 +94,11 @@ struct Node {
    * "#f32"): passes that lower precision (passes/precision.c, later
    * quantization) leave this node in f32. */
   bool keep_f32;
+  /* The `as` scope the language built it in ("layer1.0", "" at the
+   * top); NULL when unknown (the IR text, ONNX).  A pass's node takes
+   * the scope of the node it is inserted before.  Only --emit=dot
+   * reads it. */
+  const char *scope;
 };
 
 typedef struct Graph {
@@ -261,7 +266,16 @@ IrCost ir_cost_fused(const Node *const *nodes, int count);
 /* Whether op has a row in the cost table (a test walks ops.def). */
 bool ir_cost_has_rule(OpKind op);
 
-/* Graphviz: ops as boxes, shapes on edges. */
-void ir_print_dot(FILE *f, Graph *g);
+/* --emit=dot (docs/ir.md): weights folded into the node that uses them,
+ * a cluster per scope, optionally a node per fusion group. */
+typedef struct IrDotOptions {
+  int depth;    /* scopes nested deeper than this are one node each; -1: none */
+  bool kernels; /* one node per fusion group (Node.group), not per op */
+  /* By node id (ir_number's): lines the node that draws it shows (a
+   * kernel's launch and bytes); NULL, or NULL entries: none. */
+  const char *const *notes;
+} IrDotOptions;
+void ir_print_dot(FILE *f, Graph *g); /* depth -1, one node per op */
+void ir_print_dot_opts(FILE *f, Graph *g, const IrDotOptions *o);
 
 #endif

@@ -1163,6 +1163,40 @@ bool shape_topk(const Node *n, TensorType *out, char *err, size_t errlen) {
   return true;
 }
 
+/* No operands: the type comes from the attributes (ops.def, iota). */
+bool shape_iota(const Node *n, TensorType *out, char *err, size_t errlen) {
+  int count;
+  const int64_t *shape;
+  if (!attr_ints(n, "shape", -1, &count, &shape, err, errlen)) return false;
+  const Attr *dt = get_attr(n, "dtype", AK_DTYPE, "a dtype", err, errlen);
+  if (!dt) return false;
+  if ((unsigned)dt->dt >= TY_COUNT || dt->dt == TY_BOOL)
+    return fail(err, errlen, "iota: dtype must be a number type, got %s", ir_dtype_name(dt->dt));
+  if (count > DL_MAX_RANK)
+    return fail(err, errlen, "iota: shape %s has rank %d, more than the supported %d", ints_text(shape, count).s,
+                count, (int)DL_MAX_RANK);
+  out[0] = (TensorType){.dtype = dt->dt, .rank = count};
+  for (int i = 0; i < count; i++) {
+    if (shape[i] < 1)
+      return fail(err, errlen, "iota: shape %s has a dim < 1", ints_text(shape, count).s);
+    out[0].dims[i] = shape[i];
+  }
+  if (ir_type_numel(&out[0]) < 0)
+    return fail(err, errlen, "iota: shape %s is larger than %" PRId64 " elements", ints_text(shape, count).s,
+                DL_MAX_ELEMS);
+  int64_t axis;
+  if (!attr_int(n, "axis", &axis, err, errlen)) return false;
+  if (axis < 0 || axis >= (count ? count : 1))
+    return fail(err, errlen, "iota: axis %" PRId64 " is out of range for shape %s", axis, ints_text(shape, count).s);
+  const Attr *start = get_attr(n, "start", AK_FLOAT, "a number", err, errlen);
+  const Attr *step = start ? get_attr(n, "step", AK_FLOAT, "a number", err, errlen) : NULL;
+  if (!step) return false;
+  if (!isfinite(start->f) || !isfinite(step->f)) return fail(err, errlen, "iota: start and step must be finite");
+  if (!ir_dtype_is_float(dt->dt) && (start->f != floor(start->f) || step->f != floor(step->f)))
+    return fail(err, errlen, "iota: an integer dtype needs an integral start and step");
+  return true;
+}
+
 /* ---- recurrent layers ---- */
 
 /* x, then for each layer and direction w_ih [G*H, I_l], w_hh [G*H, H] and

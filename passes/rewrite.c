@@ -111,7 +111,7 @@ bool *pass_weight_only(Graph *g) {
   ir_number(g);
   bool *w = ARENA_ARRAY(&g->ctx->arena, bool, g->n_nodes + 1);
   for (Node *n = g->first; n; n = n->next) {
-    bool only = n->op == OP_PARAM || n->op == OP_CONST;
+    bool only = n->op == OP_PARAM || n->op == OP_CONST || n->op == OP_IOTA;
     if (n->op != OP_INPUT && n->n_in > 0) {
       only = true;
       for (int i = 0; i < n->n_in && only; i++) only = w[n->in[i]->def->id];
@@ -146,6 +146,7 @@ void pass_uses_add(PassUses *u, const Value *v, int delta) {
 Node *pass_new_node(Graph *g, Node *before, OpKind op, int n_in, Value *const *in,
                     const Node *like, SrcLoc loc) {
   Node *n = ir_node_new(g, op, n_in, in, loc);
+  if (like) n->scope = like->scope; /* it stands for like */
   if (like && like->n_attrs) {
     n->n_attrs = like->n_attrs;
     n->attrs = ARENA_ARRAY(&g->ctx->arena, Attr, like->n_attrs);

@@ -7,16 +7,20 @@
  * cublasStatus is checked and turned into "cuda: <call>(<what>): <NAME>
  * (<text>)" ("cublas: ..." and "cublasLt: ..." for those libraries).
  *
- * Ordering.  Everything the plan runs (kernels, cuBLAS, device copies,
- * memsets) goes to one stream created with CU_STREAM_DEFAULT, a blocking
- * stream.  Uploads and downloads use the synchronous cuMemcpyHtoD/DtoH,
- * which run on the legacy default stream: that stream waits for all
- * earlier work of blocking streams and they wait for it, so an upload
- * never overtakes a kernel still reading the buffer, and a download sees
- * every step before it.  DtoH returns when the bytes are in host memory;
- * HtoD from pageable memory returns once the bytes are staged, which is
- * enough because later work is ordered after the copy (the driver API's
- * "API synchronization behavior" page). */
+ * Ordering.  Everything of a model goes to one stream created with
+ * CU_STREAM_NON_BLOCKING, so that no other work in the process (the
+ * legacy default stream of a framework beside us) serializes with it:
+ * kernels, cuBLAS, device copies, memsets, the async copies of inputs
+ * and outputs (from and to pinned staging, runtime/model.c) and CUDA
+ * graph launches.  Stream order is the only order the model relies on;
+ * the few synchronous transfers (weights, an output bound to the device
+ * read back by the host) are an async copy on the stream and a
+ * synchronization.
+ *
+ * Contexts.  The primary context is made current on a host thread the
+ * first time that thread calls us (a thread-local remembers it), not
+ * before every call; a host program that makes another context current
+ * on a thread it shares with us must make ours current again. */
 #include "config.h"
 
 #include <stdarg.h>
@@ -88,12 +92,6 @@ RtDevice *rt_cuda_open(char *err, size_t errlen) {
 #include <nvrtc.h>
 #include <pthread.h>
 
-/* The ordering argument at the top holds for the legacy default stream
- * only: the per-thread one does not wait for our stream. */
-#ifdef CUDA_API_PER_THREAD_DEFAULT_STREAM
-#error "runtime/cuda.c relies on the legacy default stream; build it without CUDA_API_PER_THREAD_DEFAULT_STREAM"
-#endif
-
 /* The driver entry points we use.  cuda.h maps several names to their
  * current versions (cuMemAlloc -> cuMemAlloc_v2), so the field names and
  * the strings given to dlsym both come from that mapping. */
@@ -116,8 +114,21 @@ RtDevice *rt_cuda_open(char *err, size_t errlen) {
   X(cuLaunchKernel)                                                                                \
   X(cuMemAlloc)                                                                                    \
   X(cuMemFree)                                                                                     \
-  X(cuMemcpyHtoD)                                                                                  \
-  X(cuMemcpyDtoH)                                                                                  \
+  X(cuMemHostAlloc)                                                                                \
+  X(cuMemFreeHost)                                                                                 \
+  X(cuMemcpyHtoDAsync)                                                                             \
+  X(cuMemcpyDtoHAsync)                                                                             \
+  X(cuStreamBeginCapture)                                                                          \
+  X(cuStreamEndCapture)                                                                            \
+  X(cuGraphInstantiate)                                                                            \
+  X(cuGraphLaunch)                                                                                 \
+  X(cuGraphExecDestroy)                                                                            \
+  X(cuGraphDestroy)                                                                                \
+  X(cuEventCreate)                                                                                 \
+  X(cuEventDestroy)                                                                                \
+  X(cuEventRecord)                                                                                 \
+  X(cuStreamWaitEvent)                                                                             \
+  X(cuEventSynchronize)                                                                            \
   X(cuMemcpyDtoDAsync)                                                                             \
   X(cuMemsetD8Async)                                                                               \
   X(cuStreamCreate)                                                                                \
@@ -141,10 +152,13 @@ typedef struct CudaDevice {
   CudaApi api;
   CUdevice dev;
   CUcontext ctx; /* the primary context, shared with cuBLAS */
-  CUstream stream;
+  CUstream stream;      /* non-blocking: every call of the model goes here */
+  CUevent joined, done; /* ordering with a caller's stream (cuda_wait_on, cuda_signal) */
+  CUstream copy;        /* lane 1 (dlrt_run_batches), made at first use */
+  CUevent marks[RT_EVENTS];
   cublasHandle_t blas; /* int8 products */
   cublasLtHandle_t lt;  /* float products */
-  CUdeviceptr lt_workspace;
+  CUdeviceptr lt_workspace; /* cuBLASLt's and cuBLAS's: one stream, one call at a time */
   struct LtGemm *lt_gemms; /* one setup per distinct GEMM (cuda_lt_gemm) */
   int n_lt_gemms, cap_lt_gemms;
   int cc_major, cc_minor;
@@ -229,18 +243,33 @@ static int check_lt(CudaDevice *d, cublasStatus_t s, const char *what) {
 
 static void lt_release(CudaDevice *d);
 
+/* The context this host thread has current, as far as we made it so. */
+static _Thread_local CUcontext current_ctx;
+
+static CUresult make_current(CudaDevice *d) {
+  if (current_ctx == d->ctx) return CUDA_SUCCESS;
+  CUresult r = d->api.cuCtxSetCurrent(d->ctx);
+  if (r == CUDA_SUCCESS) current_ctx = d->ctx;
+  return r;
+}
+
 /* Every entry point: refuse once broken, and make our context current on
- * whichever host thread calls. */
+ * this host thread if it is not yet. */
 static int enter(CudaDevice *d) {
   if (d->base.broken) return -1;
-  return check(d, d->api.cuCtxSetCurrent(d->ctx), "cuCtxSetCurrent");
+  return check(d, make_current(d), "cuCtxSetCurrent");
 }
 
 static void cuda_destroy(RtDevice *base) {
   CudaDevice *d = (CudaDevice *)base;
-  if (d->ctx) d->api.cuCtxSetCurrent(d->ctx);
+  if (d->ctx) make_current(d);
   if (d->blas) cublasDestroy(d->blas);
   lt_release(d);
+  for (int i = 0; i < RT_EVENTS; i++)
+    if (d->marks[i]) d->api.cuEventDestroy(d->marks[i]);
+  if (d->copy) d->api.cuStreamDestroy(d->copy);
+  if (d->joined) d->api.cuEventDestroy(d->joined);
+  if (d->done) d->api.cuEventDestroy(d->done);
   if (d->stream) d->api.cuStreamDestroy(d->stream);
   /* The last release resets the primary context (its memory and modules
    * go with it); it stays current on this thread, unlike after
@@ -256,6 +285,7 @@ static void cuda_destroy(RtDevice *base) {
     d->api.cuDevicePrimaryCtxRelease(d->dev);
     if (d->base.broken && last) d->api.cuDevicePrimaryCtxReset(d->dev);
     d->api.cuCtxSetCurrent(NULL);
+    current_ctx = NULL;
   }
   if (d->lib) dlclose(d->lib);
   free(d);
@@ -274,22 +304,129 @@ static int cuda_alloc(RtDevice *base, uint64_t nbytes, RtDevPtr *out) {
  * not leaked (the rest goes with the context). */
 static int cuda_free(RtDevice *base, RtDevPtr p) {
   CudaDevice *d = (CudaDevice *)base;
-  d->api.cuCtxSetCurrent(d->ctx);
+  make_current(d);
   return check(d, d->api.cuMemFree((CUdeviceptr)p), "cuMemFree");
 }
 
-static int cuda_upload(RtDevice *base, RtDevPtr dst, const void *src, uint64_t nbytes) {
+static int cuda_upload_async(RtDevice *base, RtDevPtr dst, const void *src, uint64_t nbytes) {
   CudaDevice *d = (CudaDevice *)base;
   if (enter(d)) return -1;
-  return check(d, d->api.cuMemcpyHtoD((CUdeviceptr)dst, src, nbytes), "cuMemcpyHtoD(%llu bytes)",
-               (unsigned long long)nbytes);
+  return check(d, d->api.cuMemcpyHtoDAsync((CUdeviceptr)dst, src, nbytes, d->stream),
+               "cuMemcpyHtoDAsync(%llu bytes)", (unsigned long long)nbytes);
+}
+
+static int cuda_download_async(RtDevice *base, void *dst, RtDevPtr src, uint64_t nbytes) {
+  CudaDevice *d = (CudaDevice *)base;
+  if (enter(d)) return -1;
+  return check(d, d->api.cuMemcpyDtoHAsync(dst, (CUdeviceptr)src, nbytes, d->stream),
+               "cuMemcpyDtoHAsync(%llu bytes)", (unsigned long long)nbytes);
+}
+
+static int cuda_synchronize(RtDevice *base) {
+  CudaDevice *d = (CudaDevice *)base;
+  if (enter(d)) return -1;
+  return check(d, d->api.cuStreamSynchronize(d->stream), "cuStreamSynchronize (a kernel or copy failed)");
+}
+
+/* Synchronous transfers (weights; a bound output read by the host): on
+ * the stream, after what is queued there, and waited for. */
+static int cuda_upload(RtDevice *base, RtDevPtr dst, const void *src, uint64_t nbytes) {
+  return cuda_upload_async(base, dst, src, nbytes) || cuda_synchronize(base) ? -1 : 0;
 }
 
 static int cuda_download(RtDevice *base, void *dst, RtDevPtr src, uint64_t nbytes) {
+  return cuda_download_async(base, dst, src, nbytes) || cuda_synchronize(base) ? -1 : 0;
+}
+
+static int cuda_host_alloc(RtDevice *base, uint64_t nbytes, void **out, char *why, size_t whylen) {
   CudaDevice *d = (CudaDevice *)base;
   if (enter(d)) return -1;
-  return check(d, d->api.cuMemcpyDtoH(dst, (CUdeviceptr)src, nbytes), "cuMemcpyDtoH(%llu bytes)",
-               (unsigned long long)nbytes);
+  CUresult r = d->api.cuMemHostAlloc(out, nbytes ? nbytes : 1, 0);
+  if (r == CUDA_SUCCESS) return 0;
+  /* Pinned memory is a limited resource (ulimit -l, containers): pageable
+   * staging still works, only slower. */
+  const char *name = NULL;
+  if (d->api.cuGetErrorName(r, &name) != CUDA_SUCCESS) name = NULL;
+  snprintf(why, whylen, "cuMemHostAlloc(%llu bytes): %s", (unsigned long long)nbytes, name ? name : "error");
+  *out = malloc(nbytes ? nbytes : 1);
+  return *out ? 1 : rt_device_fail(base, "cuda: out of host memory for %llu bytes of staging",
+                                    (unsigned long long)nbytes);
+}
+
+static void cuda_host_free(RtDevice *base, void *p, bool pinned) {
+  CudaDevice *d = (CudaDevice *)base;
+  if (!pinned) {
+    free(p);
+    return;
+  }
+  make_current(d);
+  d->api.cuMemFreeHost(p);
+}
+
+struct RtGraph {
+  CUgraphExec exec;
+};
+
+/* Thread-local mode: only this thread's calls are held to the rules of
+ * capture, so another model capturing on another thread is no concern. */
+static int cuda_capture_begin(RtDevice *base) {
+  CudaDevice *d = (CudaDevice *)base;
+  if (enter(d)) return -1;
+  return check(d, d->api.cuStreamBeginCapture(d->stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL),
+               "cuStreamBeginCapture");
+}
+
+static int cuda_capture_end(RtDevice *base, RtGraph **out) {
+  CudaDevice *d = (CudaDevice *)base;
+  if (d->base.broken) return -1;
+  CUgraph graph = NULL;
+  if (check(d, d->api.cuStreamEndCapture(d->stream, &graph), "cuStreamEndCapture")) return -1;
+  RtGraph *g = calloc(1, sizeof *g);
+  if (!g) {
+    d->api.cuGraphDestroy(graph);
+    return rt_device_fail(base, "cuda: out of host memory for a CUDA graph");
+  }
+  int rc = check(d, d->api.cuGraphInstantiate(&g->exec, graph, 0), "cuGraphInstantiate");
+  d->api.cuGraphDestroy(graph); /* the executable graph is a copy */
+  if (rc) {
+    free(g);
+    return -1;
+  }
+  *out = g;
+  return 0;
+}
+
+static int cuda_graph_launch(RtDevice *base, RtGraph *g) {
+  CudaDevice *d = (CudaDevice *)base;
+  if (enter(d)) return -1;
+  return check(d, d->api.cuGraphLaunch(g->exec, d->stream), "cuGraphLaunch");
+}
+
+static void cuda_graph_destroy(RtDevice *base, RtGraph *g) {
+  CudaDevice *d = (CudaDevice *)base;
+  if (!g) return;
+  make_current(d);
+  d->api.cuGraphExecDestroy(g->exec);
+  free(g);
+}
+
+static int cuda_wait_on(RtDevice *base, void *stream) {
+  CudaDevice *d = (CudaDevice *)base;
+  if (enter(d)) return -1;
+  return check(d, d->api.cuEventRecord(d->joined, (CUstream)stream), "cuEventRecord(the caller's stream)") ||
+                 check(d, d->api.cuStreamWaitEvent(d->stream, d->joined, 0), "cuStreamWaitEvent(the caller's stream)")
+             ? -1
+             : 0;
+}
+
+static int cuda_signal(RtDevice *base, void *stream) {
+  CudaDevice *d = (CudaDevice *)base;
+  if (enter(d)) return -1;
+  return check(d, d->api.cuEventRecord(d->done, d->stream), "cuEventRecord(the model's stream)") ||
+                 check(d, d->api.cuStreamWaitEvent((CUstream)stream, d->done, 0),
+                       "cuStreamWaitEvent(the caller's stream on the model's)")
+             ? -1
+             : 0;
 }
 
 static int cuda_copy(RtDevice *base, RtDevPtr dst, RtDevPtr src, uint64_t nbytes) {
@@ -496,7 +633,7 @@ static void cuda_unload(RtDevice *base, RtModule *m) {
   CudaDevice *d = (CudaDevice *)base;
   if (!m) return;
   if (m->mod) {
-    d->api.cuCtxSetCurrent(d->ctx);
+    make_current(d);
     d->api.cuModuleUnload(m->mod);
   }
   free(m->fns);
@@ -504,23 +641,32 @@ static void cuda_unload(RtDevice *base, RtModule *m) {
   free(m);
 }
 
+/* The workspace of cuBLASLt and cuBLAS: allocated once, so that no call
+ * allocates and the plan's calls can be captured in a CUDA graph (the
+ * cuBLAS guide's condition for capture).  32 MiB is what the cuBLAS
+ * guide recommends on Hopper. */
+enum { LT_WORKSPACE_BYTES = 32 << 20 };
+
+static int workspace(CudaDevice *d) {
+  if (d->lt_workspace) return 0;
+  return check(d, d->api.cuMemAlloc(&d->lt_workspace, LT_WORKSPACE_BYTES),
+               "cuMemAlloc(%d bytes of cuBLAS workspace)", LT_WORKSPACE_BYTES);
+}
+
 /* cuBLAS works in whichever context is current when it is created (our
  * primary one), on our stream; alpha and beta are host floats. */
 static int blas_setup(CudaDevice *d) {
   if (check_blas(d, cublasCreate(&d->blas), "cublasCreate")) return -1;
   return check_blas(d, cublasSetStream(d->blas, (cudaStream_t)d->stream), "cublasSetStream") ||
-         check_blas(d, cublasSetPointerMode(d->blas, CUBLAS_POINTER_MODE_HOST), "cublasSetPointerMode");
+         check_blas(d, cublasSetPointerMode(d->blas, CUBLAS_POINTER_MODE_HOST), "cublasSetPointerMode") ||
+         workspace(d) ||
+         check_blas(d, cublasSetWorkspace(d->blas, (void *)(uintptr_t)d->lt_workspace, LT_WORKSPACE_BYTES),
+                    "cublasSetWorkspace");
 }
-
-/* cuBLASLt's workspace: allocated once, so that no call allocates and
- * the plan's calls can be captured in a CUDA graph.  32 MiB is what the
- * cuBLAS guide recommends on Hopper. */
-enum { LT_WORKSPACE_BYTES = 32 << 20 };
 
 static int lt_setup(CudaDevice *d) {
   if (check_lt(d, cublasLtCreate(&d->lt), "cublasLtCreate")) return -1;
-  return check(d, d->api.cuMemAlloc(&d->lt_workspace, LT_WORKSPACE_BYTES), "cuMemAlloc(%d bytes of cuBLASLt workspace)",
-               LT_WORKSPACE_BYTES);
+  return workspace(d);
 }
 
 static int cuda_load(RtDevice *base, const RtPlan *p, RtModule **out) {
@@ -792,10 +938,45 @@ static int cuda_gemm(RtDevice *base, const RtGemm *g, RtDevPtr a, RtDevPtr b, Rt
   return check_lt(d, s, what);
 }
 
-static int cuda_synchronize(RtDevice *base) {
-  CudaDevice *d = (CudaDevice *)base;
+/* Lane 1 and the events, made at the first overlapped run. */
+static int lanes(CudaDevice *d) {
   if (enter(d)) return -1;
-  return check(d, d->api.cuStreamSynchronize(d->stream), "cuStreamSynchronize (a kernel or copy failed)");
+  if (!d->copy && check(d, d->api.cuStreamCreate(&d->copy, CU_STREAM_NON_BLOCKING), "cuStreamCreate(copies)"))
+    return -1;
+  for (int i = 0; i < RT_EVENTS; i++)
+    if (!d->marks[i] && check(d, d->api.cuEventCreate(&d->marks[i], CU_EVENT_DISABLE_TIMING), "cuEventCreate"))
+      return -1;
+  return 0;
+}
+
+static CUstream lane_stream(CudaDevice *d, int lane) { return lane ? d->copy : d->stream; }
+
+static int cuda_lane_copy(RtDevice *base, bool up, void *host, RtDevPtr dev, uint64_t nbytes) {
+  CudaDevice *d = (CudaDevice *)base;
+  if (lanes(d)) return -1;
+  if (up)
+    return check(d, d->api.cuMemcpyHtoDAsync((CUdeviceptr)dev, host, nbytes, d->copy),
+                 "cuMemcpyHtoDAsync(%llu bytes, copy stream)", (unsigned long long)nbytes);
+  return check(d, d->api.cuMemcpyDtoHAsync(host, (CUdeviceptr)dev, nbytes, d->copy),
+               "cuMemcpyDtoHAsync(%llu bytes, copy stream)", (unsigned long long)nbytes);
+}
+
+static int cuda_mark(RtDevice *base, int e, int lane) {
+  CudaDevice *d = (CudaDevice *)base;
+  if (lanes(d)) return -1;
+  return check(d, d->api.cuEventRecord(d->marks[e], lane_stream(d, lane)), "cuEventRecord(event %d)", e);
+}
+
+static int cuda_wait_mark(RtDevice *base, int e, int lane) {
+  CudaDevice *d = (CudaDevice *)base;
+  if (lanes(d)) return -1;
+  return check(d, d->api.cuStreamWaitEvent(lane_stream(d, lane), d->marks[e], 0), "cuStreamWaitEvent(event %d)", e);
+}
+
+static int cuda_sync_mark(RtDevice *base, int e) {
+  CudaDevice *d = (CudaDevice *)base;
+  if (lanes(d)) return -1;
+  return check(d, d->api.cuEventSynchronize(d->marks[e]), "cuEventSynchronize(event %d: a kernel or copy failed)", e);
 }
 
 static const RtDeviceOps cuda_ops = {
@@ -812,6 +993,20 @@ static const RtDeviceOps cuda_ops = {
     .launch = cuda_launch,
     .gemm = cuda_gemm,
     .synchronize = cuda_synchronize,
+    .host_alloc = cuda_host_alloc,
+    .host_free = cuda_host_free,
+    .upload_async = cuda_upload_async,
+    .download_async = cuda_download_async,
+    .capture_begin = cuda_capture_begin,
+    .capture_end = cuda_capture_end,
+    .graph_launch = cuda_graph_launch,
+    .graph_destroy = cuda_graph_destroy,
+    .wait_on = cuda_wait_on,
+    .signal = cuda_signal,
+    .lane_copy = cuda_lane_copy,
+    .mark = cuda_mark,
+    .wait_mark = cuda_wait_mark,
+    .sync_mark = cuda_sync_mark,
 };
 
 static int attribute(CudaDevice *d, int *v, CUdevice_attribute a, const char *what) {
@@ -868,8 +1063,10 @@ RtDevice *rt_cuda_open(char *err, size_t errlen) {
   pthread_mutex_lock(&open_lock);
   open_devices++;
   pthread_mutex_unlock(&open_lock);
-  if (check(d, d->api.cuCtxSetCurrent(d->ctx), "cuCtxSetCurrent") ||
-      check(d, d->api.cuStreamCreate(&d->stream, CU_STREAM_DEFAULT), "cuStreamCreate"))
+  if (check(d, make_current(d), "cuCtxSetCurrent") ||
+      check(d, d->api.cuStreamCreate(&d->stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate") ||
+      check(d, d->api.cuEventCreate(&d->joined, CU_EVENT_DISABLE_TIMING), "cuEventCreate") ||
+      check(d, d->api.cuEventCreate(&d->done, CU_EVENT_DISABLE_TIMING), "cuEventCreate"))
     goto fail;
   return &d->base;
 fail:

@@ -19,6 +19,7 @@
 
 typedef struct RtDevice RtDevice;
 typedef struct RtModule RtModule; /* the plan's kernels, loaded */
+typedef struct RtGraph RtGraph;   /* a captured run of steps, replayable */
 
 /* A device address.  On emu it is a host pointer. */
 typedef uint64_t RtDevPtr;
@@ -42,7 +43,48 @@ typedef struct RtDeviceOps {
   /* bias: the epilogue's (0 when g->epilogue is NONE). */
   int (*gemm)(RtDevice *d, const RtGemm *g, RtDevPtr a, RtDevPtr b, RtDevPtr c, RtDevPtr bias);
   int (*synchronize)(RtDevice *d);
+
+  /* The rest may be NULL (a device of the tests): the executor then uses
+   * malloc, the synchronous copies above, and launches every step.
+   *
+   * Host memory for staging copies: 0 and pinned (page-locked, so that
+   * the async copies below overlap and run at full speed); 1 and pageable
+   * memory with the reason pinning failed in why; -1 with nothing. */
+  int (*host_alloc)(RtDevice *d, uint64_t nbytes, void **out, char *why, size_t whylen);
+  void (*host_free)(RtDevice *d, void *p, bool pinned);
+  /* Copies queued on the device's stream after everything before them;
+   * the host memory must stay as it is until synchronize returns. */
+  int (*upload_async)(RtDevice *d, RtDevPtr dst, const void *src, uint64_t nbytes);
+  int (*download_async)(RtDevice *d, void *dst, RtDevPtr src, uint64_t nbytes);
+  /* Between capture_begin and capture_end, launch, gemm, copy and
+   * memset0 are recorded, not run; graph_launch runs the recording on
+   * the stream (argument values as they were at capture).  capture_end
+   * fails (and leaves the stream as before capture_begin) when the
+   * capture went wrong. */
+  int (*capture_begin)(RtDevice *d);
+  int (*capture_end)(RtDevice *d, RtGraph **out);
+  int (*graph_launch)(RtDevice *d, RtGraph *g);
+  void (*graph_destroy)(RtDevice *d, RtGraph *g);
+  /* NULL when the step can be captured, else why not (NULL op: all can). */
+  const char *(*uncapturable)(RtDevice *d, const RtStep *s);
+  /* Ordering with a stream of the caller's (a CUstream on cuda): the
+   * device's stream waits for what was queued on it so far (wait_on), or
+   * it waits for what the device's stream has queued so far (signal). */
+  int (*wait_on)(RtDevice *d, void *stream);
+  int (*signal)(RtDevice *d, void *stream);
+  /* A second lane for copies that overlap the steps (dlrt_run_batches):
+   * lane 0 is the device's stream, lane 1 a copy stream made at first
+   * use.  lane_copy queues a host<->device copy on lane 1; the events
+   * (RT_EVENTS of them, by number) order the lanes: mark records event e
+   * on lane, wait_mark makes lane wait for it, sync_mark makes the host
+   * wait for it. */
+  int (*lane_copy)(RtDevice *d, bool up, void *host, RtDevPtr dev, uint64_t nbytes);
+  int (*mark)(RtDevice *d, int e, int lane);
+  int (*wait_mark)(RtDevice *d, int e, int lane);
+  int (*sync_mark)(RtDevice *d, int e);
 } RtDeviceOps;
+
+enum { RT_EVENTS = 8 };
 
 struct RtDevice {
   const RtDeviceOps *ops;

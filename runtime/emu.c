@@ -138,6 +138,7 @@ struct EmuDevice {
   char *header_text;
   unsigned compiles;
   Sched sched;
+  RtGraph *capturing; /* between capture_begin and capture_end */
 };
 
 typedef struct EmuKernel {
@@ -571,10 +572,13 @@ static int run_grid_fibered(Sched *s, const uint32_t grid[3]) {
   return 0;
 }
 
+static int record_launch(EmuDevice *e, RtModule *m, const RtLaunch *l, const void *const *arg_values);
+
 static int emu_launch(RtDevice *d, RtModule *m, const RtLaunch *l, const void *const *arg_values) {
   EmuDevice *e = (EmuDevice *)d;
   Sched *s = &e->sched;
   if (d->broken) return -1;
+  if (e->capturing) return record_launch(e, m, l, arg_values);
   if (!m || !l) return rt_device_fail(d, "emu: launch without a module or launch");
   if (l->kernel >= m->n) return rt_device_fail(d, "emu: launch of kernel %u, but the module has %u", l->kernel, m->n);
   const EmuKernel *k = &m->kernels[l->kernel];
@@ -647,20 +651,97 @@ static int emu_download(RtDevice *d, void *dst, RtDevPtr src, uint64_t nbytes) {
   return 0;
 }
 
+typedef enum { NODE_LAUNCH, NODE_GEMM, NODE_COPY, NODE_MEMSET } NodeKind;
+
+/* One recorded call, with its argument values as they were then (CUDA
+ * copies a kernel's parameters into the graph at capture). */
+typedef struct Node {
+  NodeKind kind;
+  RtModule *mod;
+  const RtLaunch *launch; /* the plan's: it outlives every graph of it */
+  const RtGemm *gemm;
+  uint64_t *values;       /* NODE_LAUNCH: one 8-byte slot per argument */
+  const void **argp;      /* argp[i] == &values[i] */
+  RtDevPtr p[4];          /* gemm a, b, c, bias; copy dst, src; memset dst */
+  uint64_t nbytes;
+} Node;
+
+struct RtGraph {
+  Node *nodes;
+  uint32_t n, cap;
+};
+
+static Node *new_node(EmuDevice *e, NodeKind kind) {
+  RtGraph *g = e->capturing;
+  if (g->n == g->cap) {
+    uint32_t cap = g->cap ? 2 * g->cap : 64;
+    Node *grown = realloc(g->nodes, sizeof *grown * cap);
+    if (!grown) {
+      rt_device_fail(&e->base, "emu: out of host memory capturing a graph");
+      return NULL;
+    }
+    g->nodes = grown;
+    g->cap = cap;
+  }
+  Node *n = &g->nodes[g->n++];
+  memset(n, 0, sizeof *n);
+  n->kind = kind;
+  return n;
+}
+
+static int record_launch(EmuDevice *e, RtModule *m, const RtLaunch *l, const void *const *arg_values) {
+  Node *n = new_node(e, NODE_LAUNCH);
+  if (!n) return -1;
+  n->mod = m;
+  n->launch = l;
+  uint32_t k = l->n_args ? l->n_args : 1;
+  n->values = calloc(k, sizeof *n->values);
+  n->argp = calloc(k, sizeof *n->argp);
+  if (!n->values || !n->argp) return rt_device_fail(&e->base, "emu: out of host memory capturing a graph");
+  for (uint32_t i = 0; i < l->n_args; i++) {
+    uint32_t kind = l->args[i].kind;
+    memcpy(&n->values[i], arg_values[i], kind == RT_ARG_I32 || kind == RT_ARG_F32 ? 4 : 8);
+    n->argp[i] = &n->values[i];
+  }
+  return 0;
+}
+
 static int emu_copy(RtDevice *d, RtDevPtr dst, RtDevPtr src, uint64_t nbytes) {
   if (d->broken) return -1;
+  EmuDevice *e = (EmuDevice *)d;
+  if (e->capturing) {
+    Node *n = new_node(e, NODE_COPY);
+    if (!n) return -1;
+    n->p[0] = dst, n->p[1] = src, n->nbytes = nbytes;
+    return 0;
+  }
   if (nbytes) memmove((void *)(uintptr_t)dst, (const void *)(uintptr_t)src, nbytes);
   return 0;
 }
 
 static int emu_memset0(RtDevice *d, RtDevPtr dst, uint64_t nbytes) {
   if (d->broken) return -1;
+  EmuDevice *e = (EmuDevice *)d;
+  if (e->capturing) {
+    Node *n = new_node(e, NODE_MEMSET);
+    if (!n) return -1;
+    n->p[0] = dst, n->nbytes = nbytes;
+    return 0;
+  }
   if (nbytes) memset((void *)(uintptr_t)dst, 0, nbytes);
   return 0;
 }
 
 static int emu_gemm(RtDevice *d, const RtGemm *g, RtDevPtr a, RtDevPtr b, RtDevPtr c, RtDevPtr bias) {
   if (d->broken) return -1;
+  EmuDevice *e = (EmuDevice *)d;
+  if (e->capturing) {
+    Node *n = new_node(e, NODE_GEMM);
+    if (!n) return -1;
+    n->gemm = g;
+    n->p[0] = a, n->p[1] = b, n->p[2] = c, n->p[3] = bias;
+    return 0;
+  }
   char err[512];
   if (rt_emu_gemm(g, (const void *)(uintptr_t)a, (const void *)(uintptr_t)b, (void *)(uintptr_t)c,
                   (const void *)(uintptr_t)bias, err, sizeof err))
@@ -669,6 +750,68 @@ static int emu_gemm(RtDevice *d, const RtGemm *g, RtDevPtr a, RtDevPtr b, RtDevP
 }
 
 static int emu_synchronize(RtDevice *d) { return d->broken ? -1 : 0; }
+
+/* ---- graphs: a captured run recorded, replayed call by call ----------- */
+
+static void emu_graph_destroy(RtDevice *d, RtGraph *g) {
+  if (!g) return;
+  for (uint32_t i = 0; i < g->n; i++) free(g->nodes[i].values), free(g->nodes[i].argp);
+  free(g->nodes);
+  free(g);
+}
+
+static int emu_capture_begin(RtDevice *d) {
+  EmuDevice *e = (EmuDevice *)d;
+  if (d->broken) return -1;
+  if (e->capturing) return rt_device_fail(d, "emu: cuStreamBeginCapture on a stream already capturing");
+  if (!(e->capturing = calloc(1, sizeof *e->capturing)))
+    return rt_device_fail(d, "emu: out of host memory capturing a graph");
+  return 0;
+}
+
+/* A capture that failed part way (a record out of memory) is dropped, as
+ * CUDA invalidates it. */
+static int emu_capture_end(RtDevice *d, RtGraph **out) {
+  EmuDevice *e = (EmuDevice *)d;
+  RtGraph *g = e->capturing;
+  e->capturing = NULL;
+  if (!g) return rt_device_fail(d, "emu: cuStreamEndCapture without a capture");
+  bool whole = !d->broken;
+  for (uint32_t i = 0; i < g->n && whole; i++) whole = g->nodes[i].kind != NODE_LAUNCH || g->nodes[i].argp;
+  if (!whole) {
+    emu_graph_destroy(d, g);
+    return -1;
+  }
+  *out = g;
+  return 0;
+}
+
+static int emu_graph_launch(RtDevice *d, RtGraph *g) {
+  int rc = 0;
+  for (uint32_t i = 0; i < g->n && !rc; i++) {
+    const Node *n = &g->nodes[i];
+    switch (n->kind) {
+    case NODE_LAUNCH: rc = emu_launch(d, n->mod, n->launch, n->argp); break;
+    case NODE_GEMM: rc = emu_gemm(d, n->gemm, n->p[0], n->p[1], n->p[2], n->p[3]); break;
+    case NODE_COPY: rc = emu_copy(d, n->p[0], n->p[1], n->nbytes); break;
+    default: rc = emu_memset0(d, n->p[0], n->nbytes); break;
+    }
+  }
+  return rc;
+}
+
+/* emu runs every call when it is made: a copy on lane 1 is done when it
+ * returns, and events have nothing to order. */
+static int emu_lane_copy(RtDevice *d, bool up, void *host, RtDevPtr dev, uint64_t nbytes) {
+  return up ? emu_upload(d, dev, host, nbytes) : emu_download(d, host, dev, nbytes);
+}
+static int emu_mark(RtDevice *d, int e, int lane) { return d->broken ? -1 : 0; }
+static int emu_sync_mark(RtDevice *d, int e) { return d->broken ? -1 : 0; }
+
+/* A caller's stream has nothing queued to order with either. */
+static int emu_no_stream(RtDevice *d, void *stream) {
+  return stream ? rt_device_fail(d, "emu: no CUDA streams on the CPU emulator (pass NULL)") : 0;
+}
 
 /* ---- compiling and loading -------------------------------------------- */
 
@@ -1018,6 +1161,7 @@ static void emu_destroy(RtDevice *d) {
   free(e->cxx_text);
   free(e->extra_text);
   free(e->header_text);
+  emu_graph_destroy(d, e->capturing);
   free(e);
 }
 
@@ -1125,4 +1269,16 @@ static const RtDeviceOps emu_ops = {
     .launch = emu_launch,
     .gemm = emu_gemm,
     .synchronize = emu_synchronize,
+    .upload_async = emu_upload,
+    .download_async = emu_download,
+    .capture_begin = emu_capture_begin,
+    .capture_end = emu_capture_end,
+    .graph_launch = emu_graph_launch,
+    .graph_destroy = emu_graph_destroy,
+    .wait_on = emu_no_stream,
+    .signal = emu_no_stream,
+    .lane_copy = emu_lane_copy,
+    .mark = emu_mark,
+    .wait_mark = emu_mark,
+    .sync_mark = emu_sync_mark,
 };

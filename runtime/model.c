@@ -1,13 +1,15 @@
 /* The plan executor behind include/dlcrt.h: takes a validated plan and
  * an opened device, allocates the model's memory once (weights, the
- * activation arena, one buffer per input and output), uploads the
- * weights, loads the kernels, resolves every argument to a device
- * address, then runs the steps through RtDeviceOps on each dlrt_run,
- * preceded by the init steps (the derived weights) when the weights
- * changed since they last ran, and after each run reads the STATUS space
- * where kernels report an index out of range, turning a report into the
- * reference interpreter's message.  It knows nothing of the device
- * behind the ops table. */
+ * activation arena, one buffer per input and output, host staging for
+ * them), uploads the weights, loads the kernels, resolves every argument
+ * to a device address, then on each run queues on the device's stream:
+ * the init steps (the derived weights) when the weights changed since
+ * they last ran, the inputs set since the last run (async, from
+ * staging), the steps (after a first warm-up run, as captured graphs:
+ * below), the outputs and the STATUS space (async, into staging);
+ * one synchronization, then a report in STATUS (an index out of range)
+ * becomes the reference interpreter's message.  It knows nothing of the
+ * device behind the ops table. */
 #include <dlfcn.h>
 #include <inttypes.h>
 #include <stdarg.h>
@@ -36,6 +38,22 @@ typedef struct StepArgs {
   uint32_t *start;     /* per step: its first argument in argv */
 } StepArgs;
 
+/* The most inputs or outputs dlrt_run_batches hands its functions. */
+#define RT_MAX_BATCH_IO 256
+
+/* Host memory the device copies from and to: pinned when it could be. */
+typedef struct Staging {
+  void *p;
+  bool pinned;
+} Staging;
+
+/* Steps [first, first + count) of a run: replayed as graph, or, with
+ * graph NULL, launched one by one (a step that cannot be captured). */
+typedef struct Piece {
+  uint32_t first, count;
+  RtGraph *graph;
+} Piece;
+
 struct DlrtModel {
   const RtPlan *plan; /* NULL until validated */
   RtDevice *dev;
@@ -43,8 +61,15 @@ struct DlrtModel {
   void *so; /* from dlrt_open_file */
   bool ready;
   RtDevPtr weights, arena, status;
-  unsigned char *status_host; /* the STATUS space, read back after a run */
+  Staging status_host; /* the STATUS space, read back by every run */
+  /* What the steps use: the model's own buffers, or the caller's
+   * (dlrt_bind_input/output). */
   RtDevPtr *inputs, *outputs;
+  RtDevPtr *own_inputs, *own_outputs;
+  bool *input_bound, *output_bound;
+  Staging *in_stage, *out_stage;
+  bool *input_dirty; /* staged since the last run: copied up at the next */
+  char staging_note[256]; /* why staging is pageable, or "" */
   bool *input_set, *weight_set;
   bool all_weights;
   /* The derived weights are stale: the init steps run before the next
@@ -52,6 +77,16 @@ struct DlrtModel {
   bool init_dirty;
   uint64_t init_runs; /* times the init steps ran (rt_model_init_runs) */
   StepArgs args, init_args;
+  /* CUDA graphs. */
+  bool graphs;        /* wanted: DLCC_NO_GRAPHS unset, dlrt_set_graphs */
+  bool warm;          /* a run's steps completed since the arguments last changed */
+  Piece *pieces;      /* once captured */
+  uint32_t n_pieces;
+  char graph_note[512];
+  bool in_flight;     /* a run queued and not waited for (dlrt_run_async) */
+  bool in_flight_init;
+  char report[1024]; /* dlrt_engine_report's */
+  struct Slots *slots; /* dlrt_run_batches's, made at its first call */
   char error[1024];
 };
 
@@ -79,6 +114,8 @@ static DlrtStatus usable(DlrtModel *m) {
     return DLRT_E_STATE;
   }
   if (m->dev->broken) return set_error(m, DLRT_E_BROKEN, "%s", rt_device_error(m->dev));
+  if (m->in_flight)
+    return set_error(m, DLRT_E_STATE, "a run is in flight: dlrt_wait for it before using the model again");
   m->error[0] = 0;
   return DLRT_OK;
 }
@@ -93,26 +130,54 @@ static RtDevPtr resolve(const DlrtModel *m, RtRef r) {
   }
 }
 
+static void free_staging(RtDevice *d, Staging *st) {
+  if (!st->p) return;
+  if (d->ops->host_free) d->ops->host_free(d, st->p, st->pinned);
+  else free(st->p);
+  st->p = NULL;
+}
+
+static void drop_graphs(DlrtModel *m) {
+  for (uint32_t i = 0; i < m->n_pieces; i++)
+    if (m->pieces[i].graph) m->dev->ops->graph_destroy(m->dev, m->pieces[i].graph);
+  free(m->pieces);
+  m->pieces = NULL;
+  m->n_pieces = 0;
+}
+
+static void free_slots(DlrtModel *m);
+
 /* Gives back every device resource; the model keeps its message. */
 static void release(DlrtModel *m) {
   if (m->dev) {
     RtDevice *d = m->dev;
     const RtPlan *p = m->plan;
+    free_slots(m);
+    drop_graphs(m);
     if (m->mod) d->ops->unload(d, m->mod);
     if (m->weights) d->ops->free(d, m->weights);
     if (m->arena) d->ops->free(d, m->arena);
     if (m->status) d->ops->free(d, m->status);
-    for (uint32_t i = 0; p && m->inputs && i < p->n_inputs; i++)
-      if (m->inputs[i]) d->ops->free(d, m->inputs[i]);
-    for (uint32_t i = 0; p && m->outputs && i < p->n_outputs; i++)
-      if (m->outputs[i]) d->ops->free(d, m->outputs[i]);
+    free_staging(d, &m->status_host);
+    for (uint32_t i = 0; p && m->own_inputs && i < p->n_inputs; i++) {
+      if (m->own_inputs[i]) d->ops->free(d, m->own_inputs[i]);
+      if (m->in_stage) free_staging(d, &m->in_stage[i]);
+    }
+    for (uint32_t i = 0; p && m->own_outputs && i < p->n_outputs; i++) {
+      if (m->own_outputs[i]) d->ops->free(d, m->own_outputs[i]);
+      if (m->out_stage) free_staging(d, &m->out_stage[i]);
+    }
     rt_device_close(d);
   }
   m->dev = NULL;
   m->mod = NULL;
   m->weights = m->arena = m->status = 0;
-  free(m->inputs), free(m->outputs), free(m->input_set), free(m->weight_set), free(m->status_host);
-  m->status_host = NULL;
+  free(m->inputs), free(m->outputs), free(m->input_set), free(m->weight_set);
+  free(m->own_inputs), free(m->own_outputs), free(m->input_bound), free(m->output_bound);
+  free(m->in_stage), free(m->out_stage), free(m->input_dirty);
+  m->own_inputs = m->own_outputs = NULL;
+  m->input_bound = m->output_bound = m->input_dirty = NULL;
+  m->in_stage = m->out_stage = NULL;
   StepArgs *lists[2] = {&m->args, &m->init_args};
   for (int l = 0; l < 2; l++) {
     free(lists[l]->argv), free(lists[l]->argp), free(lists[l]->start);
@@ -121,6 +186,24 @@ static void release(DlrtModel *m) {
   m->inputs = m->outputs = NULL;
   m->input_set = m->weight_set = NULL;
   m->ready = false;
+}
+
+/* Zeroed host staging of nbytes; pageable when pinning failed, with the
+ * first reason kept for dlrt_engine_report. */
+static DlrtStatus alloc_staging(DlrtModel *m, uint64_t nbytes, Staging *st) {
+  RtDevice *d = m->dev;
+  if (!d->ops->host_alloc) {
+    st->p = calloc(1, nbytes ? nbytes : 1);
+    return st->p ? DLRT_OK : set_error(m, DLRT_E_NOMEM, "open: out of host memory");
+  }
+  char why[200] = "";
+  int rc = d->ops->host_alloc(d, nbytes, &st->p, why, sizeof why);
+  if (rc < 0) return device_error(m, "open: allocating host staging");
+  st->pinned = rc == 0;
+  if (rc > 0 && !m->staging_note[0])
+    snprintf(m->staging_note, sizeof m->staging_note, "in pageable memory (pinning failed: %.200s)", why);
+  memset(st->p, 0, nbytes);
+  return DLRT_OK;
 }
 
 static DlrtStatus alloc_space(DlrtModel *m, uint64_t nbytes, RtDevPtr *out, const char *what) {
@@ -173,11 +256,20 @@ static DlrtStatus open_on_device(DlrtModel *m, const RtPlan *plan, RtDevice *dev
   }
   m->plan = plan;
   DlrtStatus s = DLRT_OK;
-  m->inputs = calloc(plan->n_inputs + 1, sizeof *m->inputs);
-  m->outputs = calloc(plan->n_outputs + 1, sizeof *m->outputs);
-  m->input_set = calloc(plan->n_inputs + 1, sizeof *m->input_set);
+  uint32_t ni = plan->n_inputs + 1, no = plan->n_outputs + 1;
+  m->inputs = calloc(ni, sizeof *m->inputs);
+  m->outputs = calloc(no, sizeof *m->outputs);
+  m->own_inputs = calloc(ni, sizeof *m->own_inputs);
+  m->own_outputs = calloc(no, sizeof *m->own_outputs);
+  m->input_bound = calloc(ni, sizeof *m->input_bound);
+  m->output_bound = calloc(no, sizeof *m->output_bound);
+  m->input_dirty = calloc(ni, sizeof *m->input_dirty);
+  m->in_stage = calloc(ni, sizeof *m->in_stage);
+  m->out_stage = calloc(no, sizeof *m->out_stage);
+  m->input_set = calloc(ni, sizeof *m->input_set);
   m->weight_set = calloc(plan->n_weights + 1, sizeof *m->weight_set);
-  if (!m->inputs || !m->outputs || !m->input_set || !m->weight_set) {
+  if (!m->inputs || !m->outputs || !m->own_inputs || !m->own_outputs || !m->input_bound || !m->output_bound ||
+      !m->input_dirty || !m->in_stage || !m->out_stage || !m->input_set || !m->weight_set) {
     s = set_error(m, DLRT_E_NOMEM, "open: out of host memory");
     goto fail;
   }
@@ -186,20 +278,23 @@ static DlrtStatus open_on_device(DlrtModel *m, const RtPlan *plan, RtDevice *dev
       (s = alloc_space(m, plan->arena_bytes, &m->arena, "the activation arena")) ||
       (s = alloc_space(m, plan->status_bytes, &m->status, "the index reports")))
     goto fail;
-  if (plan->status_bytes && !(m->status_host = malloc(plan->status_bytes))) {
-    s = set_error(m, DLRT_E_NOMEM, "open: out of host memory");
-    goto fail;
-  }
+  if (plan->status_bytes && (s = alloc_staging(m, plan->status_bytes, &m->status_host))) goto fail;
   for (uint32_t i = 0; i < plan->n_inputs; i++) {
     char what[128];
     snprintf(what, sizeof what, "input '%.80s'", plan->inputs[i].name);
-    if ((s = alloc_space(m, plan->inputs[i].nbytes, &m->inputs[i], what))) goto fail;
+    if ((s = alloc_space(m, plan->inputs[i].nbytes, &m->own_inputs[i], what)) ||
+        (s = alloc_staging(m, plan->inputs[i].nbytes, &m->in_stage[i])))
+      goto fail;
+    m->inputs[i] = m->own_inputs[i];
     m->input_set[i] = plan->inputs[i].nbytes == 0;
   }
   for (uint32_t i = 0; i < plan->n_outputs; i++) {
     char what[128];
     snprintf(what, sizeof what, "output '%.80s'", plan->outputs[i].name);
-    if ((s = alloc_space(m, plan->outputs[i].nbytes, &m->outputs[i], what))) goto fail;
+    if ((s = alloc_space(m, plan->outputs[i].nbytes, &m->own_outputs[i], what)) ||
+        (s = alloc_staging(m, plan->outputs[i].nbytes, &m->out_stage[i])))
+      goto fail;
+    m->outputs[i] = m->own_outputs[i];
   }
   m->all_weights = plan->weights_bytes == 0;
   if (plan->weights_data && plan->weights_bytes) {
@@ -218,6 +313,12 @@ static DlrtStatus open_on_device(DlrtModel *m, const RtPlan *plan, RtDevice *dev
       (s = build_args(m, plan->init_steps, plan->n_init_steps, &m->init_args)))
     goto fail;
   m->init_dirty = true;
+  const char *off = getenv("DLCC_NO_GRAPHS");
+  m->graphs = dev->ops->capture_begin && !(off && *off && strcmp(off, "0"));
+  if (!dev->ops->capture_begin)
+    snprintf(m->graph_note, sizeof m->graph_note, "the %s device cannot capture graphs", dev->ops->name);
+  else if (!m->graphs)
+    snprintf(m->graph_note, sizeof m->graph_note, "off (DLCC_NO_GRAPHS=%.20s)", off);
   m->ready = true;
   return DLRT_OK;
 fail:
@@ -288,6 +389,8 @@ DlrtStatus dlrt_open_file(const char *so_path, const char *backend, DlrtModel **
 
 void dlrt_close(DlrtModel *m) {
   if (!m) return;
+  /* Nothing of a run still in flight may touch what release frees. */
+  if (m->in_flight && m->dev) m->dev->ops->synchronize(m->dev);
   release(m);
   if (m->so) dlclose(m->so);
   free(m);
@@ -426,6 +529,7 @@ DlrtStatus dlrt_output_info(const DlrtModel *m, int index, DlrtTensorInfo *out) 
   return m && m->plan ? info(m->plan->outputs, m->plan->n_outputs, index, out) : DLRT_E_ARG;
 }
 
+/* The bytes go to host staging now, to the device with the next run. */
 DlrtStatus dlrt_set_input(DlrtModel *m, int index, const void *data, size_t nbytes) {
   DlrtStatus s = usable(m);
   if (s) return s;
@@ -436,8 +540,11 @@ DlrtStatus dlrt_set_input(DlrtModel *m, int index, const void *data, size_t nbyt
   if (!data || nbytes != t->nbytes)
     return set_error(m, DLRT_E_ARG, "set_input '%s': %zu bytes given, it is %" PRIu64 " bytes", t->name,
                      nbytes, t->nbytes);
-  if (nbytes && m->dev->ops->upload(m->dev, m->inputs[index], data, nbytes))
-    return device_error(m, "set_input");
+  if (m->input_bound[index])
+    return set_error(m, DLRT_E_STATE, "set_input '%s': the input is bound to device memory (dlrt_bind_input)",
+                     t->name);
+  if (nbytes) memcpy(m->in_stage[index].p, data, nbytes);
+  m->input_dirty[index] = nbytes != 0;
   m->input_set[index] = true;
   return DLRT_OK;
 }
@@ -450,10 +557,11 @@ DlrtStatus dlrt_set_input_by_name(DlrtModel *m, const char *name, const void *da
   return dlrt_set_input(m, i, data, nbytes);
 }
 
-static DlrtStatus run_steps(DlrtModel *m, const RtStep *steps, uint32_t n, const StepArgs *args,
+/* Steps [first, first + n) of steps, each handed to the device. */
+static DlrtStatus run_steps(DlrtModel *m, const RtStep *steps, uint32_t first, uint32_t n, const StepArgs *args,
                             const char *what) {
   RtDevice *d = m->dev;
-  for (uint32_t i = 0; i < n; i++) {
+  for (uint32_t i = first; i < first + n; i++) {
     const RtStep *st = &steps[i];
     int rc;
     switch (st->kind) {
@@ -478,6 +586,80 @@ static DlrtStatus run_steps(DlrtModel *m, const RtStep *steps, uint32_t n, const
   return DLRT_OK;
 }
 
+/* ---- CUDA graphs ----
+ * The first run after open (or after the arguments changed) launches
+ * each step: it warms up what a capture must not do (cuBLASLt's
+ * heuristic, lazy module loading).  The next run captures the steps into
+ * graphs, one per stretch of steps the device can capture, and every run
+ * after replays them.  A capture that fails turns graphs off for the
+ * model, with the reason in the report; that run's steps are then
+ * launched one by one. */
+
+static DlrtStatus capture(DlrtModel *m) {
+  const RtPlan *p = m->plan;
+  RtDevice *d = m->dev;
+  Piece *pieces = calloc(p->n_steps ? p->n_steps : 1, sizeof *pieces);
+  if (!pieces) return set_error(m, DLRT_E_NOMEM, "run: out of host memory for the graphs");
+  uint32_t n = 0, outside = 0;
+  char note[sizeof m->graph_note] = "";
+  for (uint32_t i = 0; i < p->n_steps;) {
+    const char *why = d->ops->uncapturable ? d->ops->uncapturable(d, &p->steps[i]) : NULL;
+    if (why) {
+      if (!outside++)
+        snprintf(note, sizeof note, "; step %" PRIu32 " (%.80s) runs outside: %.200s", i,
+                 p->steps[i].label ? p->steps[i].label : "unlabelled", why);
+      pieces[n++] = (Piece){i, 1, NULL};
+      i++;
+      continue;
+    }
+    uint32_t j = i;
+    while (j < p->n_steps && !(d->ops->uncapturable && d->ops->uncapturable(d, &p->steps[j]))) j++;
+    Piece *pc = &pieces[n++];
+    *pc = (Piece){i, j - i, NULL};
+    if (d->ops->capture_begin(d)) goto failed;
+    DlrtStatus s = run_steps(m, p->steps, i, j - i, &m->args, "run: capturing step");
+    RtGraph *g = NULL;
+    if (d->ops->capture_end(d, &g) || s) goto failed;
+    pc->graph = g;
+    i = j;
+  }
+  m->pieces = pieces;
+  m->n_pieces = n;
+  uint32_t graphs = n - outside;
+  snprintf(m->graph_note, sizeof m->graph_note, "on: %" PRIu32 " graph%s over %" PRIu32 " steps%s%s", graphs,
+           graphs == 1 ? "" : "s", p->n_steps - outside, outside ? "" : ", every step captured", note);
+  return DLRT_OK;
+failed:
+  m->pieces = pieces;
+  m->n_pieces = n;
+  drop_graphs(m);
+  m->error[0] = 0;
+  if (d->broken) return device_error(m, "run: capturing a graph");
+  snprintf(m->graph_note, sizeof m->graph_note, "off: capture failed: %.400s", rt_device_error(d));
+  m->graphs = false;
+  return DLRT_OK;
+}
+
+/* A run's steps on the stream: graphs once warm, else one by one. */
+static DlrtStatus queue_steps(DlrtModel *m) {
+  const RtPlan *p = m->plan;
+  DlrtStatus s;
+  if (m->graphs && m->warm && !m->pieces && (s = capture(m))) return s;
+  if (!m->graphs || !m->pieces) return run_steps(m, p->steps, 0, p->n_steps, &m->args, "run: step");
+  for (uint32_t i = 0; i < m->n_pieces; i++) {
+    const Piece *pc = &m->pieces[i];
+    if (!pc->graph) {
+      if ((s = run_steps(m, p->steps, pc->first, pc->count, &m->args, "run: step"))) return s;
+    } else if (m->dev->ops->graph_launch(m->dev, pc->graph)) {
+      char ctx[160];
+      snprintf(ctx, sizeof ctx, "run: the graph of steps %" PRIu32 " to %" PRIu32, pc->first,
+               pc->first + pc->count - 1);
+      return device_error(m, ctx);
+    }
+  }
+  return DLRT_OK;
+}
+
 /* The first report of the launch's STATUS argument a, -1 when none:
  * the lowest position, then the lowest axis, as the interpreter meets
  * them.  Every offset was validated against status_bytes. */
@@ -485,21 +667,22 @@ static int64_t first_report(const DlrtModel *m, const RtArg *a, const RtParam *q
   int64_t best = -1;
   for (uint64_t at = a->ref.offset; at < a->ref.offset + q->nbytes; at += RT_STATUS_WORDS * 8) {
     int64_t w[RT_STATUS_WORDS];
-    memcpy(w, m->status_host + at, sizeof w);
+    memcpy(w, (const unsigned char *)m->status_host.p + at, sizeof w);
     if (w[0] > 0 && (best < 0 || w[0] < best)) best = w[0], memcpy(words, w, sizeof w);
   }
   return best;
 }
 
 /* The message of the first launch, in the order they ran, whose kernel
- * reported an index out of range; DLRT_OK when none did. */
+ * reported an index out of range; DLRT_OK when none did.  The run copied
+ * STATUS into its staging. */
 static DlrtStatus index_reports(DlrtModel *m, bool with_init) {
   const RtPlan *p = m->plan;
   if (!p->status_bytes) return DLRT_OK;
   RtDevice *d = m->dev;
-  if (d->ops->download(d, m->status_host, m->status, p->status_bytes)) return device_error(m, "run: the index reports");
+  const unsigned char *status = m->status_host.p;
   bool any = false;
-  for (uint64_t i = 0; i < p->status_bytes && !any; i++) any = m->status_host[i] != 0;
+  for (uint64_t i = 0; i < p->status_bytes && !any; i++) any = status[i] != 0;
   if (!any) return DLRT_OK;
   if (d->ops->memset0(d, m->status, p->status_bytes)) return device_error(m, "run: the index reports");
   for (int init = with_init ? 1 : 0; init >= 0; init--) {
@@ -526,36 +709,98 @@ static DlrtStatus index_reports(DlrtModel *m, bool with_init) {
   return set_error(m, DLRT_E_INDEX, "run: an index was out of range, but no step says where");
 }
 
-DlrtStatus dlrt_run(DlrtModel *m) {
-  DlrtStatus s = usable(m);
-  if (s) return s;
+/* Everything of one run queued on the device's stream, nothing waited
+ * for: init steps when due, the inputs staged since the last run, the
+ * steps, the outputs and STATUS into staging. */
+static DlrtStatus queue_run(DlrtModel *m) {
   const RtPlan *p = m->plan;
   RtDevice *d = m->dev;
+  DlrtStatus s;
   if (!m->all_weights)
     return set_error(m, DLRT_E_STATE, "run: the weights were never loaded (dlrt_set_weights, dlrt_load_weights)");
   for (uint32_t i = 0; i < p->n_inputs; i++)
     if (!m->input_set[i])
       return set_error(m, DLRT_E_STATE, "run: input '%s' was never set", p->inputs[i].name);
-  bool with_init = m->init_dirty && p->n_init_steps;
-  if (with_init) {
+  m->in_flight_init = m->init_dirty && p->n_init_steps;
+  if (m->in_flight_init) {
     /* Stays dirty when a step fails: the next run tries again. */
-    if ((s = run_steps(m, p->init_steps, p->n_init_steps, &m->init_args, "run: init step"))) return s;
+    if ((s = run_steps(m, p->init_steps, 0, p->n_init_steps, &m->init_args, "run: init step"))) return s;
     m->init_runs++;
   }
   m->init_dirty = false;
-  if ((s = run_steps(m, p->steps, p->n_steps, &m->args, "run: step"))) return s;
-  if (d->ops->synchronize(d)) return device_error(m, "run");
-  return index_reports(m, with_init);
+  int (*up)(RtDevice *, RtDevPtr, const void *, uint64_t) = d->ops->upload_async ? d->ops->upload_async : d->ops->upload;
+  for (uint32_t i = 0; i < p->n_inputs; i++) {
+    if (!m->input_dirty[i]) continue;
+    if (up(d, m->inputs[i], m->in_stage[i].p, p->inputs[i].nbytes)) {
+      char ctx[160];
+      snprintf(ctx, sizeof ctx, "run: copying input '%.80s' to the device", p->inputs[i].name);
+      return device_error(m, ctx);
+    }
+    m->input_dirty[i] = false;
+  }
+  if ((s = queue_steps(m))) return s;
+  int (*down)(RtDevice *, void *, RtDevPtr, uint64_t) =
+      d->ops->download_async ? d->ops->download_async : d->ops->download;
+  for (uint32_t i = 0; i < p->n_outputs; i++) {
+    if (m->output_bound[i] || !p->outputs[i].nbytes) continue;
+    if (down(d, m->out_stage[i].p, m->outputs[i], p->outputs[i].nbytes)) {
+      char ctx[160];
+      snprintf(ctx, sizeof ctx, "run: copying output '%.80s' from the device", p->outputs[i].name);
+      return device_error(m, ctx);
+    }
+  }
+  if (p->status_bytes && down(d, m->status_host.p, m->status, p->status_bytes))
+    return device_error(m, "run: the index reports");
+  return DLRT_OK;
+}
+
+/* The one synchronization of a run, then what it reported. */
+static DlrtStatus finish_run(DlrtModel *m) {
+  m->in_flight = false;
+  if (m->dev->ops->synchronize(m->dev)) return device_error(m, "run");
+  m->warm = true;
+  return index_reports(m, m->in_flight_init);
+}
+
+DlrtStatus dlrt_run(DlrtModel *m) {
+  DlrtStatus s = usable(m);
+  if (s || (s = queue_run(m))) return s;
+  return finish_run(m);
+}
+
+DlrtStatus dlrt_run_async(DlrtModel *m, void *stream) {
+  DlrtStatus s = usable(m);
+  if (s) return s;
+  RtDevice *d = m->dev;
+  if (stream && !d->ops->wait_on)
+    return set_error(m, DLRT_E_ARG, "run_async: the %s device has no streams (pass NULL)", d->ops->name);
+  if (stream && d->ops->wait_on(d, stream)) return device_error(m, "run_async: waiting for the caller's stream");
+  if ((s = queue_run(m))) return s;
+  if (stream && d->ops->signal(d, stream)) return device_error(m, "run_async: ordering the caller's stream after the run");
+  m->in_flight = true;
+  return DLRT_OK;
+}
+
+DlrtStatus dlrt_wait(DlrtModel *m) {
+  if (!m) return DLRT_E_ARG;
+  if (!m->in_flight) return usable(m);
+  m->error[0] = 0;
+  return finish_run(m);
 }
 
 uint64_t rt_model_init_runs(const DlrtModel *m) { return m ? m->init_runs : 0; }
 
-int rt_model_enqueue(DlrtModel *m) {
+int rt_model_enqueue(DlrtModel *m, void *stream) {
   DlrtStatus s = usable(m);
   if (s) return s;
+  RtDevice *d = m->dev;
   if (m->init_dirty && m->plan->n_init_steps)
     return set_error(m, DLRT_E_STATE, "enqueue: the init steps have not run (dlrt_run once first)");
-  return run_steps(m, m->plan->steps, m->plan->n_steps, &m->args, "enqueue: step");
+  if (stream && (!d->ops->wait_on || d->ops->wait_on(d, stream)))
+    return d->ops->wait_on ? device_error(m, "enqueue") : set_error(m, DLRT_E_ARG, "enqueue: no streams here");
+  if ((s = queue_steps(m))) return s;
+  if (stream && d->ops->signal(d, stream)) return device_error(m, "enqueue");
+  return DLRT_OK;
 }
 
 DlrtStatus dlrt_get_output(DlrtModel *m, int index, void *data, size_t nbytes) {
@@ -569,8 +814,13 @@ DlrtStatus dlrt_get_output(DlrtModel *m, int index, void *data, size_t nbytes) {
   if (!data || nbytes != t->nbytes)
     return set_error(m, DLRT_E_ARG, "get_output '%s': room for %zu bytes given, it is %" PRIu64 " bytes",
                      t->name, nbytes, t->nbytes);
-  if (nbytes && m->dev->ops->download(m->dev, data, m->outputs[index], nbytes))
-    return device_error(m, "get_output");
+  if (!nbytes) return DLRT_OK;
+  /* A bound output was never staged: read the caller's memory. */
+  if (m->output_bound[index]) {
+    if (m->dev->ops->download(m->dev, data, m->outputs[index], nbytes)) return device_error(m, "get_output");
+    return DLRT_OK;
+  }
+  memcpy(data, m->out_stage[index].p, nbytes);
   return DLRT_OK;
 }
 
@@ -580,4 +830,265 @@ DlrtStatus dlrt_get_output_by_name(DlrtModel *m, const char *name, void *data, s
   int i = dlrt_find_output(m, name);
   if (i < 0) return set_error(m, DLRT_E_ARG, "get_output: the model has no output '%s'", name ? name : "(null)");
   return dlrt_get_output(m, i, data, nbytes);
+}
+
+/* ---- device-resident inputs and outputs, graphs on and off ---- */
+
+/* The run's arguments resolved again for what is bound now; graphs
+ * captured with the old addresses go (the next run captures anew). */
+static DlrtStatus rebind(DlrtModel *m) {
+  StepArgs fresh = {0};
+  DlrtStatus s = build_args(m, m->plan->steps, m->plan->n_steps, &fresh);
+  StepArgs *drop = s ? &fresh : &m->args;
+  free(drop->argv), free(drop->argp), free(drop->start);
+  if (s) return s;
+  m->args = fresh;
+  drop_graphs(m);
+  return DLRT_OK;
+}
+
+static DlrtStatus bind(DlrtModel *m, bool input, int index, uint64_t device_ptr) {
+  DlrtStatus s = usable(m);
+  if (s) return s;
+  const RtPlan *p = m->plan;
+  uint32_t n = input ? p->n_inputs : p->n_outputs;
+  const char *what = input ? "input" : "output";
+  if (index < 0 || (uint32_t)index >= n)
+    return set_error(m, DLRT_E_ARG, "bind_%s: no %s %d (the model has %" PRIu32 ")", what, what, index, n);
+  RtDevPtr *cur = input ? &m->inputs[index] : &m->outputs[index];
+  RtDevPtr want = device_ptr ? device_ptr : input ? m->own_inputs[index] : m->own_outputs[index];
+  if (input) {
+    m->input_bound[index] = device_ptr != 0;
+    m->input_dirty[index] = false;
+    /* The caller's memory holds the value; the model's own must be set again. */
+    m->input_set[index] = device_ptr != 0 || p->inputs[index].nbytes == 0;
+  } else {
+    m->output_bound[index] = device_ptr != 0;
+  }
+  if (*cur == want) return DLRT_OK;
+  *cur = want;
+  return rebind(m);
+}
+
+DlrtStatus dlrt_bind_input(DlrtModel *m, int index, uint64_t device_ptr) { return bind(m, true, index, device_ptr); }
+DlrtStatus dlrt_bind_output(DlrtModel *m, int index, uint64_t device_ptr) {
+  return bind(m, false, index, device_ptr);
+}
+
+DlrtStatus dlrt_set_graphs(DlrtModel *m, int on) {
+  DlrtStatus s = usable(m);
+  if (s) return s;
+  drop_graphs(m);
+  m->graphs = on && m->dev->ops->capture_begin;
+  if (!m->dev->ops->capture_begin)
+    snprintf(m->graph_note, sizeof m->graph_note, "the %s device cannot capture graphs", m->dev->ops->name);
+  else
+    snprintf(m->graph_note, sizeof m->graph_note, "%s", on ? "" : "off (dlrt_set_graphs)");
+  return DLRT_OK;
+}
+
+const char *dlrt_engine_report(DlrtModel *m) {
+  if (!m || !m->ready) return "";
+  const char *graphs = m->graph_note[0] ? m->graph_note : "on: captured at the run after the first";
+  const char *staging = m->staging_note[0] ? m->staging_note : m->dev->ops->host_alloc ? "pinned" : "in host memory";
+  snprintf(m->report, sizeof m->report, "graphs %s; staging %s", graphs, staging);
+  return m->report;
+}
+
+/* ---- a stream of batches, copies overlapped with the steps ----
+ * Two slots, each with host staging and device buffers for every input
+ * and output.  Batch i uses slot i % 2: its inputs go up on lane 1 (the
+ * copy stream) while lane 0 still computes batch i - 1; lane 0 waits for
+ * them, copies them into the model's inputs (device to device), runs
+ * the steps (the graph) and copies the outputs into the slot; lane 1
+ * then brings them down, after the next batch's inputs went up.  The
+ * host waits only for the download of batch i - 2 before it reuses its
+ * slot for batch i.  The device-to-device hop keeps one graph for every
+ * batch (its addresses fixed); it costs little next to the host copies
+ * it lets overlap. */
+
+enum { IN_READY = 0, COMPUTED = 2, OUT_DONE = 4, QUIET = 6 };
+
+typedef struct Slots {
+  Staging *host[2];  /* inputs, then outputs */
+  RtDevPtr *dev[2];
+  uint32_t n;        /* n_inputs + n_outputs */
+} Slots;
+
+static void free_slots(DlrtModel *m) {
+  Slots *sl = m->slots;
+  if (!sl) return;
+  for (int s = 0; s < 2; s++) {
+    for (uint32_t i = 0; i < sl->n; i++) {
+      if (sl->host[s]) free_staging(m->dev, &sl->host[s][i]);
+      if (sl->dev[s] && sl->dev[s][i]) m->dev->ops->free(m->dev, sl->dev[s][i]);
+    }
+    free(sl->host[s]), free(sl->dev[s]);
+  }
+  free(sl);
+  m->slots = NULL;
+}
+
+static uint64_t slot_bytes(const RtPlan *p, uint32_t i) {
+  return i < p->n_inputs ? p->inputs[i].nbytes : p->outputs[i - p->n_inputs].nbytes;
+}
+
+static DlrtStatus make_slots(DlrtModel *m) {
+  const RtPlan *p = m->plan;
+  Slots *sl = m->slots = calloc(1, sizeof *sl);
+  if (!sl) return set_error(m, DLRT_E_NOMEM, "run_batches: out of host memory");
+  sl->n = p->n_inputs + p->n_outputs;
+  DlrtStatus s = DLRT_OK;
+  for (int k = 0; k < 2 && !s; k++) {
+    sl->host[k] = calloc(sl->n + 1, sizeof *sl->host[k]);
+    sl->dev[k] = calloc(sl->n + 1, sizeof *sl->dev[k]);
+    if (!sl->host[k] || !sl->dev[k]) s = set_error(m, DLRT_E_NOMEM, "run_batches: out of host memory");
+    for (uint32_t i = 0; i < sl->n && !s; i++)
+      if (!(s = alloc_staging(m, slot_bytes(p, i), &sl->host[k][i])))
+        s = alloc_space(m, slot_bytes(p, i), &sl->dev[k][i], "a batch slot");
+  }
+  if (s) free_slots(m);
+  return s;
+}
+
+/* Lane 1 after lane 0's batch j: its outputs down into its slot. */
+static int queue_download(DlrtModel *m, long j) {
+  RtDevice *d = m->dev;
+  const RtPlan *p = m->plan;
+  Slots *sl = m->slots;
+  int k = (int)(j & 1);
+  if (d->ops->wait_mark(d, COMPUTED + k, 1)) return -1;
+  for (uint32_t i = p->n_inputs; i < sl->n; i++)
+    if (slot_bytes(p, i) && d->ops->lane_copy(d, false, sl->host[k][i].p, sl->dev[k][i], slot_bytes(p, i))) return -1;
+  return d->ops->mark(d, OUT_DONE + k, 1);
+}
+
+/* Lane 0: batch j's inputs from its slot, the steps, its outputs into
+ * the slot. */
+static DlrtStatus queue_batch(DlrtModel *m, long j) {
+  RtDevice *d = m->dev;
+  const RtPlan *p = m->plan;
+  Slots *sl = m->slots;
+  int k = (int)(j & 1);
+  for (uint32_t i = 0; i < p->n_inputs; i++)
+    if (slot_bytes(p, i) && d->ops->lane_copy(d, true, sl->host[k][i].p, sl->dev[k][i], slot_bytes(p, i)))
+      return device_error(m, "run_batches: copying inputs up");
+  if (d->ops->mark(d, IN_READY + k, 1) || d->ops->wait_mark(d, IN_READY + k, 0))
+    return device_error(m, "run_batches: ordering the copy stream");
+  for (uint32_t i = 0; i < p->n_inputs; i++)
+    if (slot_bytes(p, i) && d->ops->copy(d, m->inputs[i], sl->dev[k][i], slot_bytes(p, i)))
+      return device_error(m, "run_batches: the inputs from their slot");
+  DlrtStatus s = queue_steps(m);
+  if (s) return s;
+  for (uint32_t i = p->n_inputs; i < sl->n; i++)
+    if (slot_bytes(p, i) && d->ops->copy(d, sl->dev[k][i], m->outputs[i - p->n_inputs], slot_bytes(p, i)))
+      return device_error(m, "run_batches: the outputs into their slot");
+  if (d->ops->mark(d, COMPUTED + k, 0)) return device_error(m, "run_batches: ordering the copy stream");
+  return DLRT_OK;
+}
+
+/* Batch j's outputs, once lane 1 brought them down, to the caller. */
+static DlrtStatus hand_over(DlrtModel *m, long j, DlrtDrainFn drain, void *user) {
+  Slots *sl = m->slots;
+  int k = (int)(j & 1);
+  if (m->dev->ops->sync_mark(m->dev, OUT_DONE + k)) return device_error(m, "run_batches");
+  m->warm = true;
+  const void *outs[RT_MAX_BATCH_IO];
+  for (uint32_t i = m->plan->n_inputs; i < sl->n; i++) outs[i - m->plan->n_inputs] = sl->host[k][i].p;
+  if (drain(user, j, outs))
+    return set_error(m, DLRT_E_STATE, "run_batches: the drain stopped at batch %ld", j);
+  return DLRT_OK;
+}
+
+static DlrtStatus pipelined(DlrtModel *m, DlrtFeedFn feed, DlrtDrainFn drain, void *user, long *done) {
+  const RtPlan *p = m->plan;
+  RtDevice *d = m->dev;
+  DlrtStatus s = DLRT_OK;
+  if (!m->slots && (s = make_slots(m))) return s;
+  Slots *sl = m->slots;
+  bool with_init = m->init_dirty && p->n_init_steps;
+  if (with_init) {
+    if ((s = run_steps(m, p->init_steps, 0, p->n_init_steps, &m->init_args, "run_batches: init step"))) return s;
+    m->init_runs++;
+  }
+  m->init_dirty = false;
+  long i = 0;
+  for (;; i++) {
+    int k = (int)(i & 1);
+    if (i >= 2 && (s = hand_over(m, i - 2, drain, user))) break;
+    void *ins[RT_MAX_BATCH_IO];
+    for (uint32_t j = 0; j < p->n_inputs; j++) ins[j] = sl->host[k][j].p;
+    int r = feed(user, i, ins);
+    if (r == 1) break;
+    if (r) {
+      s = set_error(m, DLRT_E_STATE, "run_batches: the feed stopped at batch %ld", i);
+      break;
+    }
+    if ((s = queue_batch(m, i))) break;
+    if (i >= 1 && queue_download(m, i - 1)) {
+      s = device_error(m, "run_batches: copying outputs down");
+      break;
+    }
+  }
+  /* The loop's last pass handed over batch i - 2 before feed said no. */
+  if (!s && i >= 1 && queue_download(m, i - 1)) s = device_error(m, "run_batches: copying outputs down");
+  if (!s && i >= 1) s = hand_over(m, i - 1, drain, user);
+  *done = s ? 0 : i;
+  if (s) {
+    /* Nothing of ours left running: both lanes drained. */
+    d->ops->mark(d, QUIET, 1);
+    d->ops->sync_mark(d, QUIET);
+    d->ops->synchronize(d);
+    return s;
+  }
+  if (p->status_bytes && d->ops->download(d, m->status_host.p, m->status, p->status_bytes))
+    return device_error(m, "run_batches: the index reports");
+  return index_reports(m, with_init);
+}
+
+/* Without a second lane: one run after another. */
+static DlrtStatus one_by_one(DlrtModel *m, DlrtFeedFn feed, DlrtDrainFn drain, void *user, long *done) {
+  const RtPlan *p = m->plan;
+  void *ins[RT_MAX_BATCH_IO];
+  const void *outs[RT_MAX_BATCH_IO];
+  for (uint32_t j = 0; j < p->n_inputs; j++) ins[j] = m->in_stage[j].p;
+  for (uint32_t j = 0; j < p->n_outputs; j++) outs[j] = m->out_stage[j].p;
+  for (long i = 0;; i++) {
+    int r = feed(user, i, ins);
+    if (r == 1) return DLRT_OK;
+    if (r) return set_error(m, DLRT_E_STATE, "run_batches: the feed stopped at batch %ld", i);
+    for (uint32_t j = 0; j < p->n_inputs; j++) {
+      m->input_dirty[j] = p->inputs[j].nbytes != 0;
+      m->input_set[j] = true;
+    }
+    DlrtStatus s = queue_run(m);
+    if (s || (s = finish_run(m))) return s;
+    if (drain(user, i, outs)) return set_error(m, DLRT_E_STATE, "run_batches: the drain stopped at batch %ld", i);
+    *done = i + 1;
+  }
+}
+
+DlrtStatus dlrt_run_batches(DlrtModel *m, DlrtFeedFn feed, DlrtDrainFn drain, void *user, long *n_batches) {
+  long done = 0;
+  DlrtStatus s = usable(m);
+  if (n_batches) *n_batches = 0;
+  if (s) return s;
+  const RtPlan *p = m->plan;
+  if (!feed || !drain) return set_error(m, DLRT_E_ARG, "run_batches: no feed or drain function");
+  if (p->n_inputs > RT_MAX_BATCH_IO || p->n_outputs > RT_MAX_BATCH_IO)
+    return set_error(m, DLRT_E_ARG, "run_batches: more than %d inputs or outputs", RT_MAX_BATCH_IO);
+  if (!m->all_weights)
+    return set_error(m, DLRT_E_STATE, "run_batches: the weights were never loaded (dlrt_set_weights, dlrt_load_weights)");
+  for (uint32_t i = 0; i < p->n_inputs; i++)
+    if (m->input_bound[i])
+      return set_error(m, DLRT_E_STATE, "run_batches: input '%s' is bound to device memory (unbind it)", p->inputs[i].name);
+  for (uint32_t i = 0; i < p->n_outputs; i++)
+    if (m->output_bound[i])
+      return set_error(m, DLRT_E_STATE, "run_batches: output '%s' is bound to device memory (unbind it)",
+                       p->outputs[i].name);
+  RtDevice *d = m->dev;
+  bool lanes = d->ops->lane_copy && d->ops->mark && d->ops->wait_mark && d->ops->sync_mark;
+  s = lanes ? pipelined(m, feed, drain, user, &done) : one_by_one(m, feed, drain, user, &done);
+  if (n_batches) *n_batches = done;
+  return s;
 }

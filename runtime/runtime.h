@@ -62,9 +62,13 @@ uint64_t rt_model_init_runs(const struct DlrtModel *m);
 
 /* A run's steps handed to the device without waiting for them, no init
  * steps and no index reports: for benchmarks that time runs back to back
- * with CUDA events (tests/gpu/layer_bench.c).  dlrt_run must have run
- * once since the weights were set. */
-int rt_model_enqueue(struct DlrtModel *m);
+ * with CUDA events (tests/gpu/layer_bench.c).  stream: a CUstream the
+ * steps are ordered after and before (events, as dlrt_run_async), where
+ * the benchmark records its events (CU_STREAM_LEGACY, (void *)0x1, for
+ * the legacy default stream: the model's own stream is non-blocking and
+ * does not wait for it); NULL for none.  dlrt_run must have run once
+ * since the weights were set. */
+int rt_model_enqueue(struct DlrtModel *m, void *stream);
 
 /* SHA-256 (FIPS 180-4). */
 void rt_sha256(const void *data, size_t n, uint8_t out[32]);

@@ -31,9 +31,10 @@ for m in "$s/examples/mlp.dl" "$tmp/tiny.dl"; do
   expect 0 "" "$dlcc" run "$tmp/$n.so" --backend=emu --seed=4 --output-dir "$tmp/$n.so.out"
   cp "$tmp/out" "$tmp/$n.so.txt"
   expect 0 "" "$dlcc" run "$m" --backend=ref --seed=4 --output-dir "$tmp/$n.ref"
-  same_npy "$tmp/$n.ref/output.npy" "$tmp/$n.so.out/output.npy" && ok || fail "$n.so differs from the reference"
+  o=output; [ "$n" = mlp ] && o=probs
+  same_npy "$tmp/$n.ref/$o.npy" "$tmp/$n.so.out/$o.npy" && ok || fail "$n.so differs from the reference"
   # The same summary line format as for a .dl.
-  grep -q '^output: f32\[2, 3, 4\]  min\|^output: f32\[8, 10\]  min' "$tmp/$n.so.txt" && ok ||
+  grep -q '^output: f32\[2, 3, 4\]  min\|^probs: f32\[8, 10\]  min' "$tmp/$n.so.txt" && ok ||
     fail "summary: $(cat "$tmp/$n.so.txt")"
 done
 
@@ -46,7 +47,7 @@ expect 0 "" "$dlcc" "$s/examples/mlp.dl" --seed=4 --external-weights -o "$tmp/ml
 [ "$(wc -c <"$tmp/mlp_ext.so")" -lt 1000000 ] && ok || fail "mlp_ext.so holds the weights"
 grep -q '#define MLP_EXT_EXTERNAL_WEIGHTS 1' "$tmp/mlp_ext.h" && ok || fail "mlp_ext.h"
 expect 0 "" "$dlcc" run "$tmp/mlp_ext.so" --backend=emu --seed=4 --output-dir "$tmp/ext.out"
-same_npy "$tmp/mlp.ref/output.npy" "$tmp/ext.out/output.npy" && ok || fail "external weights differ"
+same_npy "$tmp/mlp.ref/probs.npy" "$tmp/ext.out/probs.npy" && ok || fail "external weights differ"
 mv "$tmp/mlp_ext.safetensors" "$tmp/moved.safetensors"
 "$dlcc" run "$tmp/mlp_ext.so" --backend=emu >"$tmp/out" 2>"$tmp/err"
 [ $? -eq 1 ] && grep -q "^dlcc: error: .*mlp_ext.safetensors" "$tmp/err" && ok || fail "missing weights: $(cat "$tmp/err")"
@@ -56,11 +57,11 @@ expect 0 "" "$dlcc" run "$tmp/mlp_ext.so" --backend=emu --weights "$tmp/moved.sa
 expect 0 "" "$dlcc" "$s/examples/mlp.dl" --weights "$tmp/moved.safetensors" --external-weights -o "$tmp/given.so"
 [ ! -f "$tmp/given.safetensors" ] && ok || fail "--weights FILE --external-weights copied the file"
 expect 0 "" "$dlcc" run "$tmp/given.so" --backend=emu --seed=4 --output-dir "$tmp/given.out"
-same_npy "$tmp/mlp.ref/output.npy" "$tmp/given.out/output.npy" && ok || fail "given external weights differ"
+same_npy "$tmp/mlp.ref/probs.npy" "$tmp/given.out/probs.npy" && ok || fail "given external weights differ"
 # Embedded weights from a file give the same numbers as random ones drawn with the same seed.
 expect 0 "" "$dlcc" "$s/examples/mlp.dl" --weights "$tmp/moved.safetensors" -o "$tmp/fromfile.so"
 expect 0 "" "$dlcc" run "$tmp/fromfile.so" --backend=emu --seed=4 --output-dir "$tmp/fromfile.out"
-same_npy "$tmp/mlp.ref/output.npy" "$tmp/fromfile.out/output.npy" && ok || fail "--weights into the library"
+same_npy "$tmp/mlp.ref/probs.npy" "$tmp/fromfile.out/probs.npy" && ok || fail "--weights into the library"
 
 # Bad libraries and flags.
 head -c 3000 "$tmp/mlp.so" >"$tmp/cut.so"

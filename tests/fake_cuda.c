@@ -8,7 +8,13 @@
  *   FAKECUDA_SYNC_ERROR=E     cuStreamSynchronize returns CUresult E
  *   FAKECUDA_STATIC_SHARED=N  every kernel has N bytes of static shared memory
  *   FAKECUDA_MAX_THREADS=N    ... and launches at most N threads a block (1024)
- *   FAKECUDA_NUM_REGS=N       ... using N registers a thread (32) */
+ *   FAKECUDA_NUM_REGS=N       ... using N registers a thread (32)
+ *   FAKECUDA_NO_PINNED=1      cuMemHostAlloc fails (out of memory)
+ *   FAKECUDA_CAPTURE_ERROR=E  cuStreamEndCapture returns CUresult E
+ * Stream capture records kernels, device copies and memsets into a
+ * graph instead of running them; cuGraphLaunch runs the copies and
+ * memsets and counts the kernels.  Every entry point of interest counts
+ * its calls (fakecuda_calls("cuLaunchKernel")). */
 #include <cuda.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -29,6 +35,54 @@ struct CUmod_st {
 struct CUfunc_st {
   int unused;
 };
+struct CUevent_st {
+  int unused;
+};
+
+/* One recorded call of a capture. */
+typedef struct Node {
+  int kind; /* 0 kernel, 1 copy, 2 memset */
+  void *dst;
+  const void *src;
+  size_t n;
+} Node;
+struct CUgraph_st {
+  Node *nodes;
+  int n;
+};
+struct CUgraphExec_st {
+  struct CUgraph_st g;
+};
+static struct CUgraph_st *capturing;
+static int graph_kernels;
+
+/* Calls counted by name, for the tests. */
+static const char *const counted[] = {"cuCtxSetCurrent",   "cuLaunchKernel",       "cuGraphLaunch",
+                                      "cuStreamSynchronize", "cuMemcpyHtoDAsync",  "cuMemcpyDtoHAsync",
+                                      "cuMemcpyDtoDAsync", "cuStreamBeginCapture", "cuGraphInstantiate",
+                                      "cuMemHostAlloc",    "cuStreamWaitEvent",    "cuEventRecord",
+                                      "cuEventSynchronize"};
+enum { N_COUNTED = sizeof counted / sizeof counted[0] };
+static int counts[N_COUNTED];
+static void count(const char *name) {
+  for (int i = 0; i < N_COUNTED; i++)
+    if (!strcmp(counted[i], name)) counts[i]++;
+}
+/* Calls of name so far (-1: not counted); kernels run by graphs. */
+int fakecuda_calls(const char *name);
+int fakecuda_calls(const char *name) {
+  if (!strcmp(name, "graph kernels")) return graph_kernels;
+  for (int i = 0; i < N_COUNTED; i++)
+    if (!strcmp(counted[i], name)) return counts[i];
+  return -1;
+}
+static void record(int kind, void *dst, const void *src, size_t n) {
+  struct CUgraph_st *g = capturing;
+  Node *grown = realloc(g->nodes, sizeof *grown * (size_t)(g->n + 1));
+  if (!grown) return;
+  g->nodes = grown;
+  g->nodes[g->n++] = (Node){kind, dst, src, n};
+}
 
 static struct CUctx_st ctx;
 static struct CUstream_st stream;
@@ -87,7 +141,10 @@ CUresult CUDAAPI cuDevicePrimaryCtxReset(CUdevice d) {
   resets++;
   return CUDA_SUCCESS;
 }
-CUresult CUDAAPI cuCtxSetCurrent(CUcontext c) { return CUDA_SUCCESS; }
+CUresult CUDAAPI cuCtxSetCurrent(CUcontext c) {
+  count("cuCtxSetCurrent");
+  return CUDA_SUCCESS;
+}
 
 /* Honours the error log options as the driver does: the log, and its
  * length written back into the size option's slot. */
@@ -167,6 +224,11 @@ CUresult CUDAAPI cuFuncSetAttribute(CUfunction f, CUfunction_attribute a, int v)
 }
 CUresult CUDAAPI cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
                                 unsigned bz, unsigned shared, CUstream s, void **params, void **extra) {
+  if (capturing) {
+    record(0, NULL, NULL, 0);
+    return CUDA_SUCCESS;
+  }
+  count("cuLaunchKernel");
   launches++;
   return CUDA_SUCCESS;
 }
@@ -189,20 +251,111 @@ CUresult CUDAAPI cuMemFree(CUdeviceptr p) {
   free(m);
   return CUDA_SUCCESS;
 }
-CUresult CUDAAPI cuMemcpyHtoD(CUdeviceptr dst, const void *src, size_t n) {
+CUresult CUDAAPI cuMemHostAlloc(void **p, size_t n, unsigned int flags) {
+  count("cuMemHostAlloc");
+  if (getenv("FAKECUDA_NO_PINNED")) return CUDA_ERROR_OUT_OF_MEMORY;
+  *p = malloc(n);
+  return *p ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+}
+CUresult CUDAAPI cuMemFreeHost(void *p) {
+  free(p);
+  return CUDA_SUCCESS;
+}
+/* Copies with the host run at once: nothing here runs late. */
+CUresult CUDAAPI cuMemcpyHtoDAsync(CUdeviceptr dst, const void *src, size_t n, CUstream s) {
+  count("cuMemcpyHtoDAsync");
+  if (capturing) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
   memcpy((void *)(uintptr_t)dst, src, n);
   return CUDA_SUCCESS;
 }
-CUresult CUDAAPI cuMemcpyDtoH(void *dst, CUdeviceptr src, size_t n) {
+CUresult CUDAAPI cuMemcpyDtoHAsync(void *dst, CUdeviceptr src, size_t n, CUstream s) {
+  count("cuMemcpyDtoHAsync");
+  if (capturing) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
   memcpy(dst, (void *)(uintptr_t)src, n);
   return CUDA_SUCCESS;
 }
 CUresult CUDAAPI cuMemcpyDtoDAsync(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s) {
-  memcpy((void *)(uintptr_t)dst, (void *)(uintptr_t)src, n);
+  count("cuMemcpyDtoDAsync");
+  if (capturing) record(1, (void *)(uintptr_t)dst, (const void *)(uintptr_t)src, n);
+  else memcpy((void *)(uintptr_t)dst, (void *)(uintptr_t)src, n);
   return CUDA_SUCCESS;
 }
 CUresult CUDAAPI cuMemsetD8Async(CUdeviceptr dst, unsigned char v, size_t n, CUstream s) {
-  memset((void *)(uintptr_t)dst, v, n);
+  if (capturing) record(2, (void *)(uintptr_t)dst, NULL, n);
+  else memset((void *)(uintptr_t)dst, v, n);
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuStreamBeginCapture(CUstream s, CUstreamCaptureMode mode) {
+  count("cuStreamBeginCapture");
+  if (capturing) return CUDA_ERROR_ILLEGAL_STATE;
+  capturing = calloc(1, sizeof *capturing);
+  return capturing ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+}
+CUresult CUDAAPI cuStreamEndCapture(CUstream s, CUgraph *g) {
+  if (!capturing) return CUDA_ERROR_ILLEGAL_STATE;
+  const char *e = getenv("FAKECUDA_CAPTURE_ERROR");
+  if (e) {
+    free(capturing->nodes);
+    free(capturing);
+    capturing = NULL;
+    return (CUresult)atoi(e);
+  }
+  *g = capturing;
+  capturing = NULL;
+  return CUDA_SUCCESS;
+}
+CUresult CUDAAPI cuGraphInstantiate(CUgraphExec *out, CUgraph g, unsigned long long flags) {
+  count("cuGraphInstantiate");
+  struct CUgraphExec_st *x = calloc(1, sizeof *x);
+  if (!x) return CUDA_ERROR_OUT_OF_MEMORY;
+  x->g.n = g->n;
+  x->g.nodes = malloc(sizeof *g->nodes * (size_t)(g->n + 1));
+  if (!x->g.nodes) {
+    free(x);
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  if (g->n) memcpy(x->g.nodes, g->nodes, sizeof *g->nodes * (size_t)g->n);
+  *out = x;
+  return CUDA_SUCCESS;
+}
+CUresult CUDAAPI cuGraphDestroy(CUgraph g) {
+  free(g->nodes);
+  free(g);
+  return CUDA_SUCCESS;
+}
+CUresult CUDAAPI cuGraphExecDestroy(CUgraphExec x) {
+  free(x->g.nodes);
+  free(x);
+  return CUDA_SUCCESS;
+}
+CUresult CUDAAPI cuGraphLaunch(CUgraphExec x, CUstream s) {
+  count("cuGraphLaunch");
+  for (int i = 0; i < x->g.n; i++) {
+    const Node *n = &x->g.nodes[i];
+    if (n->kind == 0) graph_kernels++;
+    else if (n->kind == 1) memcpy(n->dst, n->src, n->n);
+    else memset(n->dst, 0, n->n);
+  }
+  return CUDA_SUCCESS;
+}
+
+static struct CUevent_st event;
+CUresult CUDAAPI cuEventCreate(CUevent *e, unsigned int flags) {
+  *e = &event;
+  return CUDA_SUCCESS;
+}
+CUresult CUDAAPI cuEventDestroy(CUevent e) { return CUDA_SUCCESS; }
+CUresult CUDAAPI cuEventRecord(CUevent e, CUstream s) {
+  count("cuEventRecord");
+  return CUDA_SUCCESS;
+}
+CUresult CUDAAPI cuEventSynchronize(CUevent e) {
+  count("cuEventSynchronize");
+  return CUDA_SUCCESS;
+}
+CUresult CUDAAPI cuStreamWaitEvent(CUstream s, CUevent e, unsigned int flags) {
+  count("cuStreamWaitEvent");
   return CUDA_SUCCESS;
 }
 
@@ -212,6 +365,7 @@ CUresult CUDAAPI cuStreamCreate(CUstream *s, unsigned int flags) {
 }
 CUresult CUDAAPI cuStreamDestroy(CUstream s) { return CUDA_SUCCESS; }
 CUresult CUDAAPI cuStreamSynchronize(CUstream s) {
+  count("cuStreamSynchronize");
   const char *e = getenv("FAKECUDA_SYNC_ERROR");
   return e ? (CUresult)atoi(e) : CUDA_SUCCESS;
 }
@@ -222,6 +376,7 @@ CUresult CUDAAPI cuGetErrorName(CUresult r, const char **s) {
   case CUDA_ERROR_ILLEGAL_ADDRESS: *s = "CUDA_ERROR_ILLEGAL_ADDRESS"; return CUDA_SUCCESS;
   case CUDA_ERROR_NOT_FOUND: *s = "CUDA_ERROR_NOT_FOUND"; return CUDA_SUCCESS;
   case CUDA_ERROR_INVALID_IMAGE: *s = "CUDA_ERROR_INVALID_IMAGE"; return CUDA_SUCCESS;
+  case CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED: *s = "CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED"; return CUDA_SUCCESS;
   default: *s = NULL; return CUDA_ERROR_INVALID_VALUE;
   }
 }
@@ -231,6 +386,7 @@ CUresult CUDAAPI cuGetErrorString(CUresult r, const char **s) {
   case CUDA_ERROR_ILLEGAL_ADDRESS: *s = "an illegal memory access was encountered"; return CUDA_SUCCESS;
   case CUDA_ERROR_NOT_FOUND: *s = "named symbol not found"; return CUDA_SUCCESS;
   case CUDA_ERROR_INVALID_IMAGE: *s = "device kernel image is invalid"; return CUDA_SUCCESS;
+  case CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED: *s = "operation not permitted when stream is capturing"; return CUDA_SUCCESS;
   default: *s = NULL; return CUDA_ERROR_INVALID_VALUE;
   }
 }

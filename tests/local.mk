@@ -42,3 +42,6 @@ include tests/tcgemm.mk
 include tests/sass.mk
 include tests/gpubench.mk
 include tests/reduce.mk
+include tests/engine.mk
+include tests/pytorch.mk
+include tests/dot.mk

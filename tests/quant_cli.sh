@@ -61,8 +61,8 @@ for cmd in "" run; do
   expect 1 "dlcc: error: calibration folder $tmp/none does not exist" \
     "$dlcc" $cmd "$mlp" --quantize=int8 --calibrate="$tmp/none" --calib-backend=emu
 done
-expect 1 "dlcc: error: --weights, --external-weights and --save-temps are for building a library (-o FILE.so); --weights also for calibration (--quantize=int8)" \
-  "$dlcc" "$mlp" --weights=w.safetensors
+expect 1 "dlcc: error: --weights, --external-weights and --save-temps are for building a library (-o FILE.so); --weights also for checking a weights file (alone, or dlcc check-weights) and for calibration (--quantize=int8)" \
+  "$dlcc" "$mlp" --weights=w.safetensors --emit=ir
 "$dlcc" --help >"$tmp/out" 2>&1 || fail "dlcc --help exited $?"
 grep -q "^  --calibrate=DIR " "$tmp/out" || fail "dlcc --help does not list --calibrate"
 "$dlcc" run --help >"$tmp/out" 2>&1 || fail "dlcc run --help exited $?"
@@ -151,14 +151,14 @@ q="--quantize=int8 --calibrate=$tmp/calib"
 "$dlcc" run "$mlp" $q --backend=emu --output-dir="$tmp/emu" >/dev/null 2>&1 || fail "dlcc run --quantize on emu"
 "$dlcc" "$mlp" $q -o "$tmp/mq.so" --arch=none >"$tmp/err" 2>&1 || { fail "dlcc -o mq.so --quantize"; cat "$tmp/err"; }
 "$dlcc" run "$tmp/mq.so" --backend=emu --output-dir="$tmp/so" >/dev/null 2>&1 || fail "dlcc run mq.so"
-cmp -s "$tmp/emu/output.npy" "$tmp/so/output.npy" || fail "dlcc run and the model.so differ on the int8 mlp"
+cmp -s "$tmp/emu/probs.npy" "$tmp/so/probs.npy" || fail "dlcc run and the model.so differ on the int8 mlp"
 # The kernels against the interpreter: f32 rounding apart (softmax
 # outputs near 0.1).
-d=$(max_diff "$tmp/ref/output.npy" "$tmp/emu/output.npy")
+d=$(max_diff "$tmp/ref/probs.npy" "$tmp/emu/probs.npy")
 below "$d" 1e-6 || fail "ref and emu differ by $d on the int8 mlp"
 # int8 against f32: close, not equal.
 "$dlcc" run "$mlp" --backend=ref --output-dir="$tmp/f32" >/dev/null 2>&1
-d=$(max_diff "$tmp/ref/output.npy" "$tmp/f32/output.npy")
+d=$(max_diff "$tmp/ref/probs.npy" "$tmp/f32/probs.npy")
 below "$d" 2e-3 || fail "int8 and f32 differ by $d on the mlp"
 below "$d" 0 && fail "int8 gives exactly the f32 output"
 expect 1 "dlcc: error: $tmp/mq.so is compiled already: quantize it when you build it (dlcc MODEL --quantize=int8 --calibrate=DIR -o $tmp/mq.so)" \
@@ -172,8 +172,8 @@ x="--input x=$tmp/calib/1.npy"
   fail "dlcc run --quantize --weights"
 "$dlcc" run "$mlp" $q $x --seed=5 --backend=ref --output-dir="$tmp/ws" >/dev/null 2>&1 || fail "dlcc run --seed=5"
 "$dlcc" run "$mlp" $q $x --backend=ref --output-dir="$tmp/w0" >/dev/null 2>&1 || fail "dlcc run --seed=0"
-cmp -s "$tmp/wf/output.npy" "$tmp/ws/output.npy" || fail "--weights (the seed-5 values) and --seed=5 differ"
-cmp -s "$tmp/wf/output.npy" "$tmp/w0/output.npy" && fail "--weights gives what seed 0 gives"
+cmp -s "$tmp/wf/probs.npy" "$tmp/ws/probs.npy" || fail "--weights (the seed-5 values) and --seed=5 differ"
+cmp -s "$tmp/wf/probs.npy" "$tmp/w0/probs.npy" && fail "--weights gives what seed 0 gives"
 scales --weights="$tmp/w.safetensors" >"$tmp/wfile"
 scales --seed=5 >"$tmp/wseed"
 cmp -s "$tmp/wfile" "$tmp/wseed" || fail "dlcc --weights and --seed=5 calibrate differently"
@@ -192,7 +192,7 @@ grep -q "^int8 against f32 on 2 samples from $tmp/test2 (reference interpreter);
   ok || { fail "quant-report: no summary line:"; cat "$tmp/out"; }
 [ "$(grep -c '^linear %[0-9]* fc[123].weight ' "$tmp/out")" = 3 ] && ok ||
   { fail "quant-report: not one line per int8 product:"; cat "$tmp/out"; }
-grep -qE '^output .* [0-9.]+% \([0-9]+ of 16\)$' "$tmp/out" && ok ||
+grep -qE '^probs .* [0-9.]+% \([0-9]+ of 16\)$' "$tmp/out" && ok ||
   { fail "quant-report: no top-1 agreement over 16 rows:"; cat "$tmp/out"; }
 expect 0 "" "$dlcc" quant-report "$mlp" --calibrate="$tmp/cal3" --test-samples=1
 grep -q "^int8 against f32 on 1 sample from $tmp/cal3 " "$tmp/out" && ok ||

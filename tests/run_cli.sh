@@ -30,11 +30,36 @@ expect 0 "" "$dlcc" run "$tmp/tiny.dl" --weights "$tmp/good.safetensors" --outpu
 grep -q "^output: f32\[2, 4\]  min [0-9.e+-]*  max" "$tmp/out" || fail "no summary line: $(cat "$tmp/out")"
 [ -f "$tmp/o/output.npy" ] || fail "--output-dir wrote no output.npy"
 
-# One tensor missing: exit 1, the message names it and its type.
+# One tensor missing: exit 1, the message names it and its type, at the
+# line that declares the parameter.
 safetensors "$tmp/missing.safetensors" "{$w}" 48
-expect 1 "dlcc: error: missing tensor 'fc.bias' (expected f32[4]) in $tmp/missing.safetensors" \
+expect 1 "$tmp/tiny.dl:2:10: error: missing tensor 'fc.bias' (expected f32[4]) in $tmp/missing.safetensors" \
   "$dlcc" run "$tmp/tiny.dl" --weights "$tmp/missing.safetensors"
 [ -s "$tmp/out" ] && fail "a failed run printed outputs: $(cat "$tmp/out")"
+
+# dlcc check-weights (or --weights alone): the file against the model,
+# nothing run, every problem at once, each at its parameter.
+expect 0 "" "$dlcc" check-weights "$tmp/tiny.dl" --weights "$tmp/good.safetensors"
+grep -qx "$tmp/tiny.dl: $tmp/good.safetensors fits model tiny: 2 tensors, 16 weights" "$tmp/out" ||
+  fail "check-weights: $(cat "$tmp/out")"
+expect 0 "" "$dlcc" "$tmp/tiny.dl" --weights="$tmp/good.safetensors"
+typo='"fc.bais":{"dtype":"F32","shape":[4],"data_offsets":[48,64]}'
+wide='"fc.weight":{"dtype":"F32","shape":[4,2],"data_offsets":[0,32]}'
+safetensors "$tmp/bad.safetensors" "{$wide,$typo}" 64
+"$dlcc" check-weights "$tmp/tiny.dl" --weights "$tmp/bad.safetensors" >"$tmp/out" 2>"$tmp/err"
+[ $? -eq 1 ] || fail "check-weights of a bad file did not exit 1"
+cat >"$tmp/want" <<EOF
+$tmp/tiny.dl:2:10: error: tensor 'fc.weight' is [4, 2] in $tmp/bad.safetensors, the model expects [4, 3]
+      return linear(x, 4) as fc
+             ^
+$tmp/tiny.dl:2:10: error: missing tensor 'fc.bias' (expected f32[4]) in $tmp/bad.safetensors
+      return linear(x, 4) as fc
+             ^
+dlcc: error: $tmp/bad.safetensors: unexpected tensor 'fc.bais' (the model has no such parameter; did you mean 'fc.bias'?)
+EOF
+cmp -s "$tmp/want" "$tmp/err" && ok || { fail "check-weights report:"; diff "$tmp/want" "$tmp/err"; }
+expect 1 "dlcc: error: check-weights takes a model and --weights=FILE (no -o, --emit or --quantize)" \
+  "$dlcc" check-weights "$tmp/tiny.dl"
 
 # An extra tensor.
 e='"fc.scale":{"dtype":"F32","shape":[1],"data_offsets":[64,68]}'
@@ -43,8 +68,19 @@ expect 1 "dlcc: error: $tmp/extra.safetensors: unexpected tensor 'fc.scale' (the
   "$dlcc" run "$tmp/tiny.dl" --weights "$tmp/extra.safetensors"
 
 # An input of the wrong shape: output.npy above is f32[2, 4], x is f32[2, 3].
-expect 1 "dlcc: error: input 'x': $tmp/o/output.npy holds f32[2, 4], the model expects f32[2, 3]" \
+# The .dl says where; the IR text (no source to point at) says what.
+expect 1 "$tmp/tiny.dl:1:22: error: dim 1 of input 'x' is 3, but the input given has 4" \
   "$dlcc" run "$tmp/tiny.dl" --input "x=$tmp/o/output.npy"
+"$dlcc" "$tmp/tiny.dl" --emit=ir -o "$tmp/tiny.ir" || fail "--emit=ir failed"
+expect 1 "dlcc: error: input 'x': $tmp/o/output.npy holds f32[2, 4], the model expects f32[2, 3]" \
+  "$dlcc" run "$tmp/tiny.ir" --input "x=$tmp/o/output.npy"
+
+# A batch left free takes the input's: N is 2 from output.npy's [2, 4].
+printf 'model free(x: f32[N, 4]) -> y: f32[N, 2] {\n  return linear(x, 2) as fc\n}\n' >"$tmp/free.dl"
+expect 0 "" "$dlcc" run "$tmp/free.dl" --input "x=$tmp/o/output.npy" --backend=ref
+grep -q "^y: f32\[2, 2\]  min" "$tmp/out" || fail "free N: $(cat "$tmp/out")"
+expect 1 "$tmp/free.dl:1:19: error: unknown dimension 'N': define it with 'let N = ...' or -D N=..., or give the input 'x' (its shape binds N)" \
+  "$dlcc" run "$tmp/free.dl"
 expect 1 "dlcc: error: --input y=$tmp/o/output.npy: the model has no input 'y'; its inputs: x" \
   "$dlcc" run "$tmp/tiny.dl" --input "y=$tmp/o/output.npy"
 

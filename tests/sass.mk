@@ -4,7 +4,7 @@
 # an SM; tests/sass_kernels compiles them.  Skipped without cuobjdump.
 check_PROGRAMS += tests/sass_kernels
 TESTS += tests/sass_check.sh
-EXTRA_DIST += tests/sass_check.sh
+EXTRA_DIST += tests/sass_check.sh tests/find_cuobjdump.sh
 tests_sass_kernels_SOURCES = tests/sass_kernels.c tests/modelbuild.c tests/modelbuild.h
 tests_sass_kernels_CPPFLAGS = $(AM_CPPFLAGS) $(CUDA_CPPFLAGS)
 tests_sass_kernels_LDADD = libdlcc_core.la libdlcrt.la $(CJSON_LIBS) $(CUDA_LIBS) -lm

@@ -12,9 +12,9 @@
 #     IMMA or a GMMA in its SASS;
 #   - at least 95% of the run's FLOPs (the cost model's) are on tensor
 #     cores: in kernels with those instructions, or in cuBLAS's f16, bf16
-#     and int8 GEMMs.  The builds in EXPECTED_WITHOUT_TC (none since the
-#     tensor-core convolutions landed) do not meet this yet: each must fail
-#     it, and passing it fails the test until it is taken off the list.
+#     and int8 GEMMs.  A build named in EXPECTED_WITHOUT_TC (none today;
+#     the environment can name some) must fail this, and passing it fails
+#     the test until it is taken off the list.
 # Needs cuobjdump (PyPI's nvidia-cuda-cuobjdump and nvidia-cuda-nvdisasm
 # put both in site-packages/nvidia/cu13/bin; .ci/run installs them):
 # $CUOBJDUMP, PATH, or python3's nvidia package.  Skipped (77) without it,
@@ -22,18 +22,9 @@
 set -u
 b=${top_builddir:-.}
 s=${top_srcdir:-.}
-EXPECTED_WITHOUT_TC=${EXPECTED_WITHOUT_TC-""}
+EXPECTED_WITHOUT_TC=${EXPECTED_WITHOUT_TC-}
 
-cuobjdump=${CUOBJDUMP:-$(command -v cuobjdump || true)}
-if [ -z "$cuobjdump" ] && command -v python3 >/dev/null; then
-  for d in $(python3 -c 'import nvidia; print(" ".join(nvidia.__path__))' 2>/dev/null); do
-    [ -x "$d/cu13/bin/cuobjdump" ] && cuobjdump=$d/cu13/bin/cuobjdump && break
-  done
-fi
-if [ -z "$cuobjdump" ] || [ ! -x "$cuobjdump" ]; then
-  echo "sass_check: no cuobjdump (pip install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm, or set CUOBJDUMP): skipped"
-  exit 77
-fi
+. "$s/tests/find_cuobjdump.sh" sass_check
 if ! command -v python3 >/dev/null; then
   echo "sass_check: no python3: skipped"
   exit 77
@@ -42,7 +33,6 @@ if ! grep -q "define HAVE_CUDA 1" "$b/config.h" 2>/dev/null; then
   echo "sass_check: built without the CUDA toolkit (no NVRTC): skipped"
   exit 77
 fi
-PATH=$(dirname "$cuobjdump"):$PATH
 tmp=$(mktemp -d) || exit 99
 trap 'rm -rf "$tmp"' EXIT
 

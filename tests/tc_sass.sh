@@ -3,16 +3,10 @@
 # runtime's NVRTC for sm_80, sm_90 and sm_90a, use the tensor cores: their
 # SASS has HMMA or IMMA for each mma, LDSM for each ldmatrix, LDGSTS and
 # its barriers for cp.async.  Needs cuobjdump (and nvdisasm beside it:
-# PyPI's nvidia-cuda-cuobjdump and nvidia-cuda-nvdisasm put both in
-# site-packages/nvidia/cu13/bin); $CUOBJDUMP or PATH.  Skipped without.
+# tests/find_cuobjdump.sh says where it looks).  Skipped without.
 set -u
 b=${top_builddir:-.}
-cuobjdump=${CUOBJDUMP:-$(command -v cuobjdump || true)}
-if [ -z "$cuobjdump" ] || [ ! -x "$cuobjdump" ]; then
-  echo "tc_sass: no cuobjdump (set CUOBJDUMP): skipped"
-  exit 77
-fi
-PATH=$(dirname "$cuobjdump"):$PATH
+. "${top_srcdir:-.}/tests/find_cuobjdump.sh" tc_sass
 export DLCC_CACHE_DIR=off
 tmp=$(mktemp -d) || exit 99
 trap 'rm -rf "$tmp"' EXIT

@@ -55,17 +55,19 @@ static const char *print_str(Graph *g) {
   return s;
 }
 
-static const char *dot_str(Graph *g) {
+static const char *dot_opts_str(Graph *g, const IrDotOptions *o) {
   char *buf = NULL;
   size_t len = 0;
   FILE *m = open_memstream(&buf, &len);
   ck_assert_ptr_nonnull(m);
-  ir_print_dot(m, g);
+  ir_print_dot_opts(m, g, o);
   fclose(m);
   char *s = arena_strdup(&g->ctx->arena, buf);
   free(buf);
   return s;
 }
+
+static const char *dot_str(Graph *g) { return dot_opts_str(g, &(IrDotOptions){.depth = -1}); }
 
 static Graph *parse_str(Ctx *c, const char *text) {
   return ir_parse(c, ctx_add_file(c, "t.ir", text, strlen(text)));
@@ -391,6 +393,12 @@ static Graph *build_every_op(Ctx *c, bool *covered) {
   n = NODE(g, OP_TOPK, x);
   ir_set_int(g, n, "k", 2);
   ir_set_int(g, n, "axis", 1);
+  add(g, n);
+  n = ir_node_new(g, OP_IOTA, 0, NULL, NOLOC);
+  ir_set_ints(g, n, "shape", INTS(2, 3));
+  ir_set_dtype(g, n, "dtype", TY_F16);
+  ir_set_int(g, n, "axis", 1);
+  ir_set_float(g, n, "start", -0.5);
   add(g, n);
 
   Value *seq = input(g, "seq", TY(TY_F32, 4, 5, 6));
@@ -981,21 +989,71 @@ START_TEST(dot_well_formed) {
   ck_assert(!in_str);
   ck_assert_int_eq(depth, 0);
   ck_assert_int_eq(min_depth, 0);
-  int uses = 0, params = 0;
-  for (Node *n = g->first; n; n = n->next) {
-    uses += n->n_in;
-    params += n->op == OP_PARAM;
-  }
-  ck_assert_int_eq(count_of(d, " -> "), uses + g->n_outputs);
-  ck_assert_int_eq(count_of(d, "fillcolor=gray90, fontsize=9"), params);
+  /* Weights fold into the ops that use them: no node of their own, and
+   * at most one edge between two nodes (tests/test_dot has the rest). */
+  int uses = 0;
+  for (Node *n = g->first; n; n = n->next) uses += n->n_in;
+  ck_assert_int_lt(count_of(d, " -> "), uses + g->n_outputs);
+  ck_assert_int_eq(count_of(d, "fillcolor=gray90"), 0);
   ck_assert_int_eq(count_of(d, "[label=\"output\\n"), g->n_outputs);
-  ck_assert_ptr_nonnull(strstr(d, "odd \\\"name\\\" with \\\\ and\\nnewline"));
+  /* A param nothing uses is drawn nowhere (test_dot checks escapes). */
+  ck_assert_ptr_null(strstr(d, "odd"));
   ck_assert_ptr_nonnull(strstr(d, "[label=\"f32[2, 3]\"]"));
   ck_assert_ptr_nonnull(strstr(d, "[label=\"#2 f32[1, 4, 7]\"]"));
   /* Defaults are left out of the label, others shown. */
-  ck_assert_ptr_nonnull(strstr(d, "[label=\"conv2d\\nstride=[2, 2], pad=[1, 1, 1, 1]\"]"));
-  ck_assert_ptr_nonnull(strstr(d, "[label=\"conv2d\"]"));
-  ck_assert_ptr_nonnull(strstr(d, "[label=\"lstm\\nhidden=7\"]"));
+  ck_assert_ptr_nonnull(strstr(d, "[label=\"conv2d\\nstride=[2, 2], pad=[1, 1, 1, 1]\\nweight, bias\"]"));
+  ck_assert_ptr_nonnull(strstr(d, "[label=\"conv2d\\nweight f32[4, 3, 3, 3]\"]"));
+  ck_assert_ptr_nonnull(strstr(d, "[label=\"lstm: lstm\\nhidden=7\\nw_ih, w_hh, b_ih, b_hh\"]"));
+}
+END_TEST
+
+/* IR text has no scopes: the params' names give them.  A fusion group
+ * is one node with its notes, weights fold into their users (an unused
+ * one is nowhere), a weight-only output stays a node, and names are
+ * escaped. */
+START_TEST(dot_kernels_from_ir_text) {
+  Graph *g = parse_ok("graph \"g\" {\n"
+                      "  %0 = input {name=\"x\"} : f32[2, 4]\n"
+                      "  %1 = param {name=\"blk.0.fc.weight\"} : f32[4, 4]\n"
+                      "  %2 = param {name=\"blk.0.fc.bias\"} : f32[4]\n"
+                      "  %3 = linear %0, %1, %2 : f32[2, 4] #k0\n"
+                      "  %4 = relu %3 : f32[2, 4] #k0\n"
+                      "  %5 = param {name=\"blk.1.odd \\\"w\\\"\"} : f32[4]\n"
+                      "  %6 = const {value=2} : f32[]\n"
+                      "  %7 = mul %5, %6 : f32[4]\n"
+                      "  %8 = add %4, %7 : f32[2, 4]\n"
+                      "  %9 = param {name=\"unused\"} : f32[3]\n"
+                      "  return %8 as \"y\", %7 as \"w2\"\n"
+                      "}\n");
+  const char *notes[10] = {[3] = "gemm 2x4x4", [4] = "launch 1 of 32", [7] = "init launch"};
+  const char *d = dot_opts_str(g, &(IrDotOptions){.depth = -1, .kernels = true, .notes = notes});
+  ck_assert_str_eq(d, "digraph \"g\" {\n"
+                      "  rankdir=TB;\n"
+                      "  graph [fontname=\"Helvetica\", fontsize=11];\n"
+                      "  node [shape=box, fontname=\"Helvetica\", fontsize=11];\n"
+                      "  edge [fontname=\"Helvetica\", fontsize=9];\n"
+                      "  n0 [label=\"input\\nx\", shape=ellipse, style=filled, fillcolor=lightblue];\n"
+                      "  n3 [label=\"add\"];\n"
+                      "  subgraph cluster_0 {\n"
+                      "  label=\"blk\";\n"
+                      "  style=rounded; color=gray60;\n"
+                      "  n1 [label=\"0.fc: linear+relu\\ngemm 2x4x4\\nlaunch 1 of 32\\nweight, bias\"];\n"
+                      "  n2 [label=\"1: mul\\ninit launch\\nodd \\\"w\\\" f32[4]\"];\n"
+                      "  }\n"
+                      "  n0 -> n1 [label=\"f32[2, 4]\"];\n"
+                      "  n1 -> n3 [label=\"f32[2, 4]\"];\n"
+                      "  n2 -> n3 [label=\"f32[4]\"];\n"
+                      "  out0 [label=\"output\\ny\", shape=ellipse, style=filled, fillcolor=palegreen];\n"
+                      "  n3 -> out0 [label=\"f32[2, 4]\"];\n"
+                      "  out1 [label=\"output\\nw2\", shape=ellipse, style=filled, fillcolor=palegreen];\n"
+                      "  n2 -> out1 [label=\"f32[4]\"];\n"
+                      "}\n");
+  /* Depth 0: "blk" and what it holds is one node; no cluster. */
+  d = dot_opts_str(g, &(IrDotOptions){.depth = 0, .kernels = true, .notes = notes});
+  ck_assert_ptr_nonnull(strstr(d, "  n4 [label=\"blk\\n2 kernels\", style=\"rounded,filled\", fillcolor=lightyellow];\n"));
+  ck_assert_ptr_nonnull(strstr(d, "  n0 -> n4 [label=\"f32[2, 4]\"];\n  n4 -> n3 [label=\"f32[2, 4]\"];\n"));
+  ck_assert_ptr_nonnull(strstr(d, "  n4 -> out1 [label=\"f32[4]\"];\n"));
+  ck_assert_ptr_null(strstr(d, "cluster"));
 }
 END_TEST
 
@@ -1234,6 +1292,7 @@ static Suite *irtext_suite(void) {
   t = tcase_create("dot");
   tcase_add_checked_fixture(t, setup, teardown);
   tcase_add_test(t, dot_well_formed);
+  tcase_add_test(t, dot_kernels_from_ir_text);
   tcase_add_test(t, dot_runs_through_graphviz);
   suite_add_tcase(s, t);
 

@@ -143,7 +143,7 @@ START_TEST(example_mlp) {
   ck_assert_int_eq(count_op(r.g, OP_SOFTMAX), 1);
   ck_assert_str_eq(param_init(r.g, "fc1.weight"), "uniform(0.03571428571428571)"); /* 1/sqrt(784) */
   ck_assert_int_eq(r.g->n_outputs, 1);
-  ck_assert_str_eq(r.g->output_names[0], "output");
+  ck_assert_str_eq(r.g->output_names[0], "probs");
   ck_assert_str_eq(type_text(r.g->outputs[0]), "f32[8, 10]");
   done(&r);
 }
@@ -326,15 +326,9 @@ static const ErrorCase error_cases[] = {
      "               ^\n"},
     {"unknown_dimension",
      "tests/errors/unknown_dimension.dl:1:16: error: unknown dimension 'N': define it with 'let N "
-     "= "
-     "...' or -D N=...\n"
+     "= ...' or -D N=..., or give the input 'x' (its shape binds N)\n"
      "    model m(x: f32[N, 784]) -> f32[N, 784] {\n"
-     "                   ^\n"
-     "tests/errors/unknown_dimension.dl:1:32: error: unknown dimension 'N': define it with 'let N "
-     "= "
-     "...' or -D N=...\n"
-     "    model m(x: f32[N, 784]) -> f32[N, 784] {\n"
-     "                                   ^\n"},
+     "                   ^\n"},
     {"recursion",
      "tests/errors/recursion.dl:6:10: error: block 'a' calls itself: a -> b -> a\n"
      "      return a(relu(x))\n"
@@ -424,6 +418,44 @@ static const ErrorCase error_cases[] = {
      "to [8, 5] (40 elements)\n"
      "      d = reshape(x, [N, 5])\n"
      "          ^\n"},
+    /* PyTorch's spellings (frontend/pytorch.c): kernel_size, padding,
+     * out_features, bias=False, negative_slope, cat, dim and start_dim are
+     * accepted (no error in head), the rest get hints. */
+    {"pytorch_names",
+     "tests/errors/pytorch_names.dl:8:46: error: conv2d has no argument 'in_channels' (dlcc takes it from the input's shape: leave it out)\n"
+     "      y = conv2d(x, 4, kernel_size=3, padding=1, in_channels=3)\n"
+     "                                                 ^\n"
+     "tests/errors/pytorch_names.dl:9:15: error: relu has no argument 'inplace' (dlcc has no in-place ops: leave it out)\n"
+     "      z = relu(x, inplace=True)\n"
+     "                  ^\n"
+     "tests/errors/pytorch_names.dl:10:7: error: unknown function 'interpolate'; did you mean 'upsample'? (upsample(x, scale=2) or upsample(x, size=[h, w]))\n"
+     "      u = interpolate(x, scale_factor=2)\n"
+     "          ^\n"
+     "tests/errors/pytorch_names.dl:11:25: error: dropout has no argument 'training' (dlcc compiles for inference, where dropout is the identity: leave it out)\n"
+     "      v = dropout(x, p=0.5, training=False)\n"
+     "                            ^\n"
+     "tests/errors/pytorch_names.dl:12:18: error: unknown name 'None' (dlcc has no None: leave the argument out to take its default)\n"
+     "      w = reshape(x, None)\n"
+     "                     ^\n"
+     "tests/errors/pytorch_names.dl:13:7: error: unknown function 'Linear'; did you mean 'linear'? (dlcc calls a layer where PyTorch builds a module: linear(x, 10) as fc)\n"
+     "      s = Linear(x, 4)\n"
+     "          ^\n"},
+    {"pytorch_syntax",
+     "tests/errors/pytorch_syntax.dl:2:1: error: unexpected identifier 'def', expected 'let', 'block' or 'model' (did you mean the keyword 'block'? a block is a function: block mlp(x) { ... return y })\n"
+     "    def mlp(x):\n"
+     "    ^\n"
+     "tests/errors/pytorch_syntax.dl:6:12: error: a loop runs over a range lo..hi (write 0..4 for range(4): a..b runs up to b - 1)\n"
+     "      for i in range(4) {\n"
+     "               ^\n"
+     "tests/errors/pytorch_syntax.dl:9:12: error: unexpected '.', expected newline (dlcc's functions have no module prefix: relu(x), not torch.relu(x))\n"
+     "      y = torch.relu(x)\n"
+     "               ^\n"
+     "tests/errors/pytorch_syntax.dl:11:8: error: unexpected '.', expected newline (dlcc has no methods: reshape(x, shape) for x.view(shape), dim(x, 0) for x.shape[0])\n"
+     "      z = x.view(3, 2)\n"
+     "           ^\n"
+     "tests/errors/pytorch_syntax.dl:13:9: error: unexpected identifier 'i', expected '=' or ',' (did you mean the keyword 'for'? loops run over a range: for i in 0..n)\n"
+     "      while i < 3 {\n"
+     "            ^\n"},
 };
 
 START_TEST(error_file) {

@@ -547,6 +547,9 @@ static const char *tiny_weights(const char *file, RtDType wdt, const int64_t *wd
 
 static char msg[1024];
 
+/* Where tiny declares fc's parameters, as an error shows it. */
+#define AT_FC "      return linear(x, 4) as fc\n             ^\n"
+
 START_TEST(weights_that_fit_load_and_run) {
   const char *p = tiny_weights("ok.safetensors", RT_F32, (int64_t[]){4, 3}, RT_F32, 4, NULL);
   dlc_model *m = compile_tiny();
@@ -561,7 +564,7 @@ END_TEST
 
 START_TEST(missing_tensor) {
   const char *p = tiny_weights("missing.safetensors", RT_F32, (int64_t[]){4, 3}, RT_F32, 0, NULL);
-  snprintf(msg, sizeof msg, "dlcc: error: missing tensor 'fc.bias' (expected f32[4]) in %s\n", p);
+  snprintf(msg, sizeof msg, "tiny.dl:2:10: error: missing tensor 'fc.bias' (expected f32[4]) in %s\n" AT_FC, p);
   assert_load_fails(p, msg);
 }
 END_TEST
@@ -577,14 +580,14 @@ END_TEST
 START_TEST(wrong_shape) {
   const char *p = tiny_weights("shape.safetensors", RT_F32, (int64_t[]){3, 4}, RT_F32, 4, NULL);
   snprintf(msg, sizeof msg,
-           "dlcc: error: tensor 'fc.weight' is [3, 4] in %s, the model expects [4, 3]\n", p);
+           "tiny.dl:2:10: error: tensor 'fc.weight' is [3, 4] in %s, the model expects [4, 3]\n" AT_FC, p);
   assert_load_fails(p, msg);
 }
 END_TEST
 
 START_TEST(wrong_dtype) {
   const char *p = tiny_weights("dtype.safetensors", RT_F32, (int64_t[]){4, 3}, RT_F16, 4, NULL);
-  snprintf(msg, sizeof msg, "dlcc: error: tensor 'fc.bias' is f16 in %s, the model expects f32\n", p);
+  snprintf(msg, sizeof msg, "tiny.dl:2:10: error: tensor 'fc.bias' is f16 in %s, the model expects f32\n" AT_FC, p);
   assert_load_fails(p, msg);
 }
 END_TEST
@@ -592,7 +595,7 @@ END_TEST
 START_TEST(wrong_dtype_and_shape) {
   const char *p = tiny_weights("both.safetensors", RT_F32, (int64_t[]){4, 3}, RT_I32, 5, NULL);
   snprintf(msg, sizeof msg,
-           "dlcc: error: tensor 'fc.bias' is i32[5] in %s, the model expects f32[4]\n", p);
+           "tiny.dl:2:10: error: tensor 'fc.bias' is i32[5] in %s, the model expects f32[4]\n" AT_FC, p);
   assert_load_fails(p, msg);
 }
 END_TEST
@@ -600,8 +603,8 @@ END_TEST
 START_TEST(every_mismatch_is_reported) {
   const char *p = tiny_weights("all.safetensors", RT_F32, (int64_t[]){4, 4}, RT_F32, 0, "fc.scale");
   snprintf(msg, sizeof msg,
-           "dlcc: error: tensor 'fc.weight' is [4, 4] in %s, the model expects [4, 3]\n"
-           "dlcc: error: missing tensor 'fc.bias' (expected f32[4]) in %s\n"
+           "tiny.dl:2:10: error: tensor 'fc.weight' is [4, 4] in %s, the model expects [4, 3]\n" AT_FC
+           "tiny.dl:2:10: error: missing tensor 'fc.bias' (expected f32[4]) in %s\n" AT_FC
            "dlcc: error: %s: unexpected tensor 'fc.scale' (the model has no such parameter)\n",
            p, p, p);
   assert_load_fails(p, msg);
@@ -613,8 +616,8 @@ START_TEST(prefixed_names_are_named) {
   const char *p = tiny_weights("prefixed.safetensors", RT_F32, (int64_t[]){4, 3}, RT_F32, 0,
                                "module.fc.bias");
   snprintf(msg, sizeof msg,
-           "dlcc: error: missing tensor 'fc.bias' (expected f32[4]) in %s; it has 'module.fc.bias': "
-           "are the names prefixed differently?\n"
+           "tiny.dl:2:10: error: missing tensor 'fc.bias' (expected f32[4]) in %s; it has 'module.fc.bias': "
+           "are the names prefixed differently?\n" AT_FC
            "dlcc: error: %s: unexpected tensor 'module.fc.bias' (the model has no such parameter)\n",
            p, p);
   assert_load_fails(p, msg);

@@ -450,7 +450,9 @@ START_TEST(test_error_unexpected) {
   check_errors("block b(x) {\n  return\n}\n", "t.dl:2:9: error: unexpected newline, expected an expression\n");
   check_errors("block b(x) {\n  if x { y = 1 } z = 2\n}\n",
                "t.dl:2:18: error: unexpected identifier 'z', expected keyword 'else' or newline\n");
-  check_errors("block b() { for i in 1 { } }\n", "t.dl:1:24: error: unexpected '{', expected '..'\n");
+  check_errors("block b() { for i in 1 { } }\n",
+               "t.dl:1:22: error: a loop runs over a range lo..hi (for i in 0..n runs i from 0 up to n - 1)\n");
+  check_errors("block b() { for i in 1 + { } }\n", "t.dl:1:26: error: unexpected '{', expected an expression\n");
   check_errors("let x = a < b < c\n",
                "t.dl:1:15: error: unexpected '<': comparisons do not chain (write a < b and b < c)\n");
   check_errors("let x = 1 as as\n", "t.dl:1:14: error: unexpected keyword 'as', expected identifier, number, float or '{'\n");

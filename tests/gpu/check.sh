@@ -41,6 +41,9 @@
 #  10. (after 3) the memory-bound kernels: layernorm, softmax, rms_norm and
 #      a fused elementwise map in GB/s against the measured copy
 #      bandwidth (tests/gpu/bw_bench, its own 60 s).
+#  11. (after 4) the execution engine (docs/runtime.md): the warm wall time
+#      of a run of ResNet-50 (batch 1, 64x64) and the LSTM with CUDA graphs
+#      and with --no-graphs, and the engine report (its own 60 s).
 # Nothing stops at the first failure; each command has a timeout.  The
 # whole log goes to $OUT/check.log when OUT is set (the device tool brings
 # $OUT back), else to $TMPDIR/dlcc-gpu/check.log; the table also to
@@ -100,6 +103,35 @@ bandwidth_section() {
   else
     fail "bw_bench: rc $rc: $(grep -m1 'FAIL\|DIFF\|timed out' "$work/bw_bench.out" | cut -c1-160)"
   fi
+}
+
+# The execution engine (docs/runtime.md): warm wall time per run (inputs
+# in, the steps, outputs out, one synchronization) with the plan replayed
+# as a CUDA graph and with every step launched (--no-graphs); what the
+# graph saves is host overhead.  The kernels are in the cache from the
+# models section (same -D), so each run is mostly the 200 timed runs.
+engine_section() {
+  echo "== execution engine: wall time per run, CUDA graphs on and off"
+  local spec m defs mode flags lim
+  for spec in "resnet50 -D HW=64" "lstm"; do
+    read -r m defs <<<"$spec"
+    for mode in graphs no-graphs; do
+      lim=$(slot 15)
+      if [ "$lim" = 0 ]; then
+        skipped "engine $m $mode"
+        continue
+      fi
+      flags=
+      [ $mode = no-graphs ] && flags=--no-graphs
+      # shellcheck disable=SC2086
+      if run "$lim" "engine.$m.$mode" ./dlcc run "examples/$m.dl" $defs --backend=cuda --bench=200 --verbose $flags; then
+        note "engine $m $mode: $(grep -m1 'bench:' "$work/engine.$m.$mode.out" | sed 's/^dlcc: bench: //');" \
+          "$(grep -m1 'engine:' "$work/engine.$m.$mode.out" | sed 's/^dlcc: engine: //')"
+      else
+        fail "engine $m $mode: $(grep -m1 'error\|timed out' "$work/engine.$m.$mode.out" | cut -c1-160)"
+      fi
+    done
+  done
 }
 
 main() {
@@ -424,6 +456,8 @@ cok=$(python3 -c "import sys; e = sys.argv[1]; print('ok' if e.replace('.', '').
 [ "$cok" = ok ] || status=1
 per=$(grep -h 'calibrate: ms per sample' "$work/calib.ref.out" "$work/calib.cuda.out" 2>/dev/null | awk '{print $1}' | paste -sd/)
 row "int8 calib cuda vs ref" "$cok" "$cerr" "${per:--} ms/sample ref/cuda" -
+
+engine_section
 
 echo "== AOT: a model.so on cuda against the same .so on emu"
 if [ "$(slot 60)" = 0 ]; then

@@ -201,7 +201,10 @@ static DlrtStatus fill_and_run(DlrtModel *m, const RtPlan *p) {
 
 static int enqueue_work(void *ud, char *err, size_t errlen) {
   DlrtModel *m = ud;
-  if (rt_model_enqueue(m) == 0) return 0;
+  /* vendor.c records its events on the legacy default stream
+   * (CU_STREAM_LEGACY), which the model's non-blocking stream does not
+   * wait for: the steps are ordered between them by events. */
+  if (rt_model_enqueue(m, (void *)0x1) == 0) return 0;
   snprintf(err, errlen, "%s", dlrt_error(m));
   return -1;
 }

@@ -1,0 +1,403 @@
+/* The execution engine (runtime/model.c): takes compiled models, runs
+ * them on emu and on cuda over tests/fake_cuda.c, and checks CUDA graph
+ * capture and replay against the reference interpreter and against
+ * launching every step, the driver calls of a warm run (one graph launch,
+ * its async copies, one synchronization, no cuCtxSetCurrent), the
+ * fallbacks (a capture that fails, pinning that fails), asynchronous runs
+ * and inputs and outputs bound to device memory. */
+#include "config.h"
+
+#include <check.h>
+#include <dlfcn.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "dlcc.h"
+#include "dlcrt.h"
+#include "tests/modelbuild.h"
+
+static const char *srcdir(void) {
+  const char *s = getenv("top_srcdir");
+  return s ? s : ".";
+}
+
+static uint64_t rng = 0x9e3779b97f4a7c15u;
+static float frand(void) {
+  rng = rng * 6364136223846793005u + 1442695040888963407u;
+  return (float)((rng >> 40) & 0xffff) / 32768.0f - 1.0f;
+}
+
+static dlc_model *compile(const char *path, const char *backend, int no_graphs) {
+  dlc_options o = {.backend = backend, .no_graphs = no_graphs};
+  dlc_model *m = NULL;
+  ck_assert_msg(dlc_compile_file(path, &o, &m) == DLC_OK, "%s", dlc_error(m));
+  ck_assert_int_eq(dlc_init_weights(m, 7), DLC_OK);
+  return m;
+}
+
+static const float *run_with(dlc_model *m, const float *x, size_t nbytes, size_t *out_bytes) {
+  dlc_tensor_info in;
+  ck_assert_int_eq(dlc_input_info(m, 0, &in), DLC_OK);
+  ck_assert_int_eq(dlc_set_input(m, in.name, x, nbytes), DLC_OK);
+  ck_assert_msg(dlc_run(m) == DLC_OK, "%s", dlc_error(m));
+  const void *y;
+  ck_assert_int_eq(dlc_get_output(m, 0, &y, out_bytes), DLC_OK);
+  return y;
+}
+
+/* emu: the first run launches, the second captures, the third replays;
+ * each on fresh inputs, against the reference interpreter, and bit for
+ * bit against the same model with graphs off. */
+START_TEST(emu_replay_matches_reference) {
+  char path[4096];
+  snprintf(path, sizeof path, "%s/examples/mlp.dl", srcdir());
+  dlc_model *g = compile(path, "emu", 0), *off = compile(path, "emu", 1), *ref = compile(path, "ref", 0);
+  dlc_tensor_info in;
+  ck_assert_int_eq(dlc_input_info(g, 0, &in), DLC_OK);
+  size_t n = in.nbytes / sizeof(float);
+  float *x = malloc(in.nbytes);
+  for (int run = 0; run < 4; run++) {
+    for (size_t i = 0; i < n; i++) x[i] = frand();
+    size_t nb, nb_off, nb_ref;
+    const float *y = run_with(g, x, in.nbytes, &nb), *y_off = run_with(off, x, in.nbytes, &nb_off),
+                *y_ref = run_with(ref, x, in.nbytes, &nb_ref);
+    ck_assert_uint_eq(nb, nb_ref);
+    ck_assert_int_eq(memcmp(y, y_off, nb), 0);
+    for (size_t i = 0; i < nb / sizeof(float); i++)
+      ck_assert_msg(fabsf(y[i] - y_ref[i]) <= 1e-5f * (1 + fabsf(y_ref[i])), "run %d y[%zu] = %g, ref %g", run, i,
+                    y[i], y_ref[i]);
+  }
+  ck_assert_str_eq(dlc_engine_report(g), "graphs on: 1 graph over 6 steps, every step captured; staging in host memory");
+  ck_assert_str_eq(dlc_engine_report(off), "graphs off (dlrt_set_graphs); staging in host memory");
+  free(x);
+  dlc_free(g), dlc_free(off), dlc_free(ref);
+}
+END_TEST
+
+/* A plan built in the test, run through dlrt directly. */
+typedef struct Built {
+  Ctx c;
+  ModelBuild b;
+} Built;
+
+static const char ew_text[] = "model ew(x: f32[4, 8]) -> f32[4, 8] {\n  return tanh(relu(x) * 0.5) + x\n}\n";
+
+static void build(Built *bt, const char *text) {
+  ctx_init(&bt->c);
+  char path[] = "/tmp/dlcc-engine-XXXXXX.dl";
+  int fd = mkstemps(path, 3);
+  ck_assert_int_ge(fd, 0);
+  ck_assert_int_eq(write(fd, text, strlen(text)), (ssize_t)strlen(text));
+  close(fd);
+  bt->b = (ModelBuild){.path = path, .mode = "f32"};
+  ck_assert_msg(test_build_model(&bt->c, &bt->b), "%s", diag_text(&bt->c));
+  unlink(path);
+}
+
+static void ew_expect(const float *x, float *y) {
+  for (int i = 0; i < 32; i++) y[i] = tanhf(fmaxf(x[i], 0) * 0.5f) + x[i];
+}
+
+/* Inputs and outputs bound to memory the caller owns (on emu a host
+ * pointer is the device pointer), runs queued and waited for; a new
+ * binding is picked up by the graph (recaptured), unbinding returns to
+ * staging. */
+START_TEST(emu_bound_io_and_async) {
+  Built bt;
+  build(&bt, ew_text);
+  DlrtModel *m = NULL;
+  ck_assert_msg(dlrt_open(bt.b.cg.plan, "emu", &m) == DLRT_OK, "%s", dlrt_error(m));
+  float x[2][32], y[2][32], want[32], got[32];
+  for (int b = 0; b < 2; b++)
+    for (int i = 0; i < 32; i++) x[b][i] = frand();
+  for (int run = 0; run < 6; run++) {
+    int b = run / 3; /* three runs on each pair of buffers: launch or capture, then replay */
+    ck_assert_int_eq(dlrt_bind_input(m, 0, (uint64_t)(uintptr_t)x[b]), DLRT_OK);
+    ck_assert_int_eq(dlrt_bind_output(m, 0, (uint64_t)(uintptr_t)y[b]), DLRT_OK);
+    x[b][run] = (float)run - 2.5f; /* new data in the same buffer */
+    memset(y[b], 0, sizeof y[b]);
+    ck_assert_msg(dlrt_run_async(m, NULL) == DLRT_OK, "%s", dlrt_error(m));
+    ck_assert_int_eq(dlrt_set_input(m, 0, x[b], sizeof x[b]), DLRT_E_STATE);
+    ck_assert_str_eq(dlrt_error(m), "a run is in flight: dlrt_wait for it before using the model again");
+    ck_assert_msg(dlrt_wait(m) == DLRT_OK, "%s", dlrt_error(m));
+    ew_expect(x[b], want);
+    for (int i = 0; i < 32; i++) ck_assert_msg(fabsf(y[b][i] - want[i]) <= 1e-6f, "run %d y[%d]", run, i);
+    ck_assert_int_eq(dlrt_get_output(m, 0, got, sizeof got), DLRT_OK);
+    ck_assert_int_eq(memcmp(got, y[b], sizeof got), 0);
+  }
+  ck_assert_str_eq(dlrt_engine_report(m), "graphs on: 1 graph over 1 steps, every step captured; staging in host memory");
+  /* Unbound: the input must be set again, then staging serves. */
+  ck_assert_int_eq(dlrt_bind_input(m, 0, 0), DLRT_OK);
+  ck_assert_int_eq(dlrt_bind_output(m, 0, 0), DLRT_OK);
+  ck_assert_int_eq(dlrt_run(m), DLRT_E_STATE);
+  ck_assert_str_eq(dlrt_error(m), "run: input 'x' was never set");
+  ck_assert_int_eq(dlrt_set_input(m, 0, x[0], sizeof x[0]), DLRT_OK);
+  ck_assert_int_eq(dlrt_run(m), DLRT_OK);
+  ck_assert_int_eq(dlrt_get_output(m, 0, got, sizeof got), DLRT_OK);
+  ew_expect(x[0], want);
+  for (int i = 0; i < 32; i++) ck_assert_float_eq_tol(got[i], want[i], 1e-6f);
+  /* emu has no streams to order with. */
+  ck_assert_int_eq(dlrt_run_async(m, (void *)1), DLRT_E_DEVICE);
+  ck_assert_str_eq(dlrt_error(m), "run_async: waiting for the caller's stream: emu: no CUDA streams on the CPU "
+                                  "emulator (pass NULL)");
+  ck_assert_int_eq(dlrt_bind_input(m, 1, 0), DLRT_E_ARG);
+  ck_assert_str_eq(dlrt_error(m), "bind_input: no input 1 (the model has 1)");
+  dlrt_close(m);
+  ctx_free(&bt.c);
+}
+END_TEST
+
+/* A stream of batches: each fed its own random input, drained in order,
+ * each output the function of its own batch's input. */
+typedef struct Feed {
+  long n, fed, drained;
+  float x[16][32];
+  int bad;
+} Feed;
+
+static int feed_batch(void *user, long batch, void *const *inputs) {
+  Feed *f = user;
+  if (batch >= f->n) return 1;
+  ck_assert_int_eq(batch, f->fed++);
+  for (int i = 0; i < 32; i++) f->x[batch][i] = frand();
+  memcpy(inputs[0], f->x[batch], sizeof f->x[batch]);
+  return 0;
+}
+
+static int drain_batch(void *user, long batch, const void *const *outputs) {
+  Feed *f = user;
+  ck_assert_int_eq(batch, f->drained++);
+  ck_assert_int_le(f->fed, batch + 3); /* at most two batches ahead */
+  float want[32];
+  ew_expect(f->x[batch], want);
+  const float *y = outputs[0];
+  for (int i = 0; i < 32; i++) f->bad += fabsf(y[i] - want[i]) > 1e-6f;
+  return 0;
+}
+
+START_TEST(emu_batch_stream) {
+  Built bt;
+  build(&bt, ew_text);
+  DlrtModel *m = NULL;
+  ck_assert_msg(dlrt_open(bt.b.cg.plan, "emu", &m) == DLRT_OK, "%s", dlrt_error(m));
+  for (long n = 0; n < 6; n++) {
+    Feed f = {.n = n};
+    long done = -1;
+    ck_assert_msg(dlrt_run_batches(m, feed_batch, drain_batch, &f, &done) == DLRT_OK, "%s", dlrt_error(m));
+    ck_assert_int_eq(done, n);
+    ck_assert_int_eq(f.drained, n);
+    ck_assert_int_eq(f.bad, 0);
+  }
+  ck_assert_str_eq(dlrt_engine_report(m), "graphs on: 1 graph over 1 steps, every step captured; staging in host memory");
+  float x[32] = {0};
+  ck_assert_int_eq(dlrt_bind_input(m, 0, (uint64_t)(uintptr_t)x), DLRT_OK);
+  Feed f = {.n = 2};
+  ck_assert_int_eq(dlrt_run_batches(m, feed_batch, drain_batch, &f, NULL), DLRT_E_STATE);
+  ck_assert_str_eq(dlrt_error(m), "run_batches: input 'x' is bound to device memory (unbind it)");
+  dlrt_close(m);
+  ctx_free(&bt.c);
+}
+END_TEST
+
+#ifdef HAVE_CUDA
+static void *fake;
+static int (*calls)(const char *);
+
+static void fake_setup(void) {
+  const char *b = getenv("top_builddir");
+  char path[4096];
+  snprintf(path, sizeof path, "%s/tests/.libs/libfakecuda.so", b ? b : ".");
+  ck_assert_msg(access(path, R_OK) == 0, "%s is missing", path);
+  setenv("DLCC_LIBCUDA", path, 1);
+  unsetenv("DLCC_NO_GRAPHS");
+  fake = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  ck_assert_ptr_nonnull(fake);
+  calls = (int (*)(const char *))dlsym(fake, "fakecuda_calls");
+  ck_assert_ptr_nonnull(calls);
+}
+
+static void fake_teardown(void) {
+  unsetenv("DLCC_LIBCUDA");
+  unsetenv("FAKECUDA_CAPTURE_ERROR");
+  unsetenv("FAKECUDA_NO_PINNED");
+  dlclose(fake);
+}
+
+static const char *const watched[] = {"cuGraphLaunch",     "cuLaunchKernel",    "cuStreamSynchronize",
+                                      "cuMemcpyHtoDAsync", "cuMemcpyDtoHAsync", "cuCtxSetCurrent",
+                                      "graph kernels",     "cuStreamBeginCapture", "cuMemcpyDtoDAsync"};
+enum { N_WATCHED = sizeof watched / sizeof watched[0] };
+
+/* The driver calls of one dlc_run (inputs in, steps, outputs out). */
+static void count_run(dlc_model *m, const float *x, size_t nbytes, int delta[N_WATCHED]) {
+  int before[N_WATCHED];
+  for (int i = 0; i < N_WATCHED; i++) before[i] = calls(watched[i]);
+  size_t nb;
+  run_with(m, x, nbytes, &nb);
+  for (int i = 0; i < N_WATCHED; i++) delta[i] = calls(watched[i]) - before[i];
+}
+
+/* ResNet-18 at 32x32 without its classifier: cuBLAS (the fc layer's
+ * GEMM) needs a real driver, which the fake is not. */
+static char *resnet_without_fc(void) {
+  char path[4096];
+  snprintf(path, sizeof path, "%s/examples/resnet18.dl", srcdir());
+  FILE *f = fopen(path, "rb");
+  ck_assert_ptr_nonnull(f);
+  static char text[16384];
+  size_t n = fread(text, 1, sizeof text - 1, f);
+  fclose(f);
+  text[n] = 0;
+  char *fc = strstr(text, "return linear(flatten(global_avgpool(y)), 1000) as fc");
+  char *sig = strstr(text, "-> f32[N, 1000]");
+  ck_assert_msg(fc && sig, "examples/resnet18.dl changed: update the test");
+  memcpy(sig, "-> f32[N, 512] ", 15);
+  const char *plain = "return flatten(global_avgpool(y))";
+  size_t len = strlen("return linear(flatten(global_avgpool(y)), 1000) as fc");
+  memset(fc, ' ', len);
+  memcpy(fc, plain, strlen(plain));
+  return text;
+}
+
+START_TEST(fake_warm_resnet_is_one_graph_launch) {
+  const char *text = resnet_without_fc();
+  dlc_define hw = {"HW", 32};
+  dlc_model *m[2];
+  for (int off = 0; off < 2; off++) {
+    dlc_options o = {.backend = "cuda", .no_graphs = off, .n_defines = 1, .defines = &hw};
+    ck_assert_msg(dlc_compile_string("resnet18.dl", text, &o, &m[off]) == DLC_OK, "%s", dlc_error(m[off]));
+    ck_assert_int_eq(dlc_init_weights(m[off], 1), DLC_OK);
+  }
+  static float x[3 * 32 * 32];
+  int d[N_WATCHED];
+  /* Graphs off: one launch per step, still one synchronization. */
+  count_run(m[1], x, sizeof x, d); /* also the init steps */
+  count_run(m[1], x, sizeof x, d);
+  int launches = d[1], copies = d[8];
+  ck_assert_int_gt(launches, 20);
+  int want_off[N_WATCHED] = {0, launches, 1, 1, 1, 0, 0, 0, copies};
+  for (int i = 0; i < N_WATCHED; i++) ck_assert_msg(d[i] == want_off[i], "graphs off: %s %d", watched[i], d[i]);
+  /* Graphs on: warm-up, capture, then a run is one graph launch. */
+  count_run(m[0], x, sizeof x, d);
+  count_run(m[0], x, sizeof x, d);
+  ck_assert_int_eq(d[7], 1); /* captured */
+  for (int run = 0; run < 2; run++) {
+    count_run(m[0], x, sizeof x, d);
+    int want[N_WATCHED] = {1, 0, 1, 1, 1, 0, launches, 0, 0};
+    for (int i = 0; i < N_WATCHED; i++) ck_assert_msg(d[i] == want[i], "graphs on: %s %d", watched[i], d[i]);
+  }
+  char want_report[128];
+  snprintf(want_report, sizeof want_report, "graphs on: 1 graph over %d steps, every step captured; staging pinned",
+           launches + copies);
+  ck_assert_str_eq(dlc_engine_report(m[0]), want_report);
+  dlc_free(m[0]), dlc_free(m[1]);
+}
+END_TEST
+
+/* A capture the driver refuses: graphs off for the model, said why, and
+ * the run launches its steps instead. */
+START_TEST(fake_capture_failure_falls_back) {
+  Built bt;
+  build(&bt, ew_text);
+  setenv("FAKECUDA_CAPTURE_ERROR", "900", 1);
+  DlrtModel *m = NULL;
+  ck_assert_msg(dlrt_open(bt.b.cg.plan, "cuda", &m) == DLRT_OK, "%s", dlrt_error(m));
+  float x[32] = {0};
+  ck_assert_int_eq(dlrt_set_input(m, 0, x, sizeof x), DLRT_OK);
+  for (int run = 0; run < 3; run++) {
+    int launches = calls("cuLaunchKernel");
+    ck_assert_msg(dlrt_run(m) == DLRT_OK, "%s", dlrt_error(m));
+    ck_assert_int_eq(calls("cuLaunchKernel") - launches, 1);
+  }
+  ck_assert_str_eq(dlrt_engine_report(m), "graphs off: capture failed: cuda: cuStreamEndCapture: "
+                                          "CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED (operation not permitted when "
+                                          "stream is capturing); staging pinned");
+  dlrt_close(m);
+  ctx_free(&bt.c);
+}
+END_TEST
+
+/* Pinning refused: pageable staging, said why; runs go on.  A caller's
+ * stream: an event each way, no host wait until dlrt_wait. */
+START_TEST(fake_pageable_staging_and_caller_stream) {
+  Built bt;
+  build(&bt, ew_text);
+  setenv("FAKECUDA_NO_PINNED", "1", 1);
+  DlrtModel *m = NULL;
+  ck_assert_msg(dlrt_open(bt.b.cg.plan, "cuda", &m) == DLRT_OK, "%s", dlrt_error(m));
+  float x[32];
+  for (int i = 0; i < 32; i++) x[i] = frand();
+  ck_assert_int_eq(dlrt_set_input(m, 0, x, sizeof x), DLRT_OK);
+  ck_assert_int_eq(dlrt_run(m), DLRT_OK);
+  int syncs = calls("cuStreamSynchronize"), waits = calls("cuStreamWaitEvent"), records = calls("cuEventRecord");
+  ck_assert_msg(dlrt_run_async(m, (void *)0x1234) == DLRT_OK, "%s", dlrt_error(m));
+  ck_assert_int_eq(calls("cuStreamSynchronize"), syncs);
+  ck_assert_int_eq(calls("cuStreamWaitEvent") - waits, 2);
+  ck_assert_int_eq(calls("cuEventRecord") - records, 2);
+  ck_assert_int_eq(dlrt_wait(m), DLRT_OK);
+  ck_assert_int_eq(calls("cuStreamSynchronize") - syncs, 1);
+  ck_assert_int_eq(dlrt_wait(m), DLRT_OK); /* none in flight */
+  ck_assert_str_eq(dlrt_engine_report(m), "graphs on: 1 graph over 1 steps, every step captured; staging in pageable "
+                                          "memory (pinning failed: cuMemHostAlloc(128 bytes): "
+                                          "CUDA_ERROR_OUT_OF_MEMORY)");
+  dlrt_close(m);
+  ctx_free(&bt.c);
+}
+END_TEST
+
+/* Over the fake: a batch's copies on the copy stream, its steps one graph
+ * launch, the host waiting on events only (no stream synchronization). */
+START_TEST(fake_batch_stream_overlaps) {
+  Built bt;
+  build(&bt, ew_text);
+  DlrtModel *m = NULL;
+  ck_assert_msg(dlrt_open(bt.b.cg.plan, "cuda", &m) == DLRT_OK, "%s", dlrt_error(m));
+  Feed f = {.n = 3};
+  ck_assert_msg(dlrt_run_batches(m, feed_batch, drain_batch, &f, NULL) == DLRT_OK, "%s", dlrt_error(m));
+  const char *names[] = {"cuGraphLaunch", "cuLaunchKernel", "cuStreamSynchronize", "cuMemcpyHtoDAsync",
+                         "cuMemcpyDtoHAsync", "cuEventSynchronize", "cuMemcpyDtoDAsync"};
+  int before[7];
+  for (int i = 0; i < 7; i++) before[i] = calls(names[i]);
+  f = (Feed){.n = 10};
+  ck_assert_msg(dlrt_run_batches(m, feed_batch, drain_batch, &f, NULL) == DLRT_OK, "%s", dlrt_error(m));
+  /* Every batch: 1 graph, 1 copy up, 1 down, 1 event waited for, 2
+   * device copies (slot to input, output to slot); no synchronization. */
+  int want[7] = {10, 0, 0, 10, 10, 10, 20};
+  for (int i = 0; i < 7; i++) ck_assert_msg(calls(names[i]) - before[i] == want[i], "%s: %d", names[i], calls(names[i]) - before[i]);
+  dlrt_close(m);
+  ctx_free(&bt.c);
+}
+END_TEST
+#endif
+
+static Suite *engine_suite(void) {
+  Suite *s = suite_create("engine");
+  TCase *tc = tcase_create("emu");
+  tcase_set_timeout(tc, 120);
+  tcase_add_test(tc, emu_replay_matches_reference);
+  tcase_add_test(tc, emu_bound_io_and_async);
+  tcase_add_test(tc, emu_batch_stream);
+  suite_add_tcase(s, tc);
+#ifdef HAVE_CUDA
+  tc = tcase_create("fake_driver");
+  tcase_add_checked_fixture(tc, fake_setup, fake_teardown);
+  tcase_set_timeout(tc, 300);
+  tcase_add_test(tc, fake_warm_resnet_is_one_graph_launch);
+  tcase_add_test(tc, fake_capture_failure_falls_back);
+  tcase_add_test(tc, fake_pageable_staging_and_caller_stream);
+  tcase_add_test(tc, fake_batch_stream_overlaps);
+  suite_add_tcase(s, tc);
+#endif
+  return s;
+}
+
+int main(void) {
+  SRunner *sr = srunner_create(engine_suite());
+  srunner_run_all(sr, CK_NORMAL);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed ? 1 : 0;
+}
