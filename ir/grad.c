@@ -721,10 +721,30 @@ static void vjp_gather_elements(GradCall *c) {
   c->dx[0] = scatter_add(c, OP_SCATTER_ELEMENTS, in0(c), c->n->in[1], c->dy[0]);
 }
 
-static void vjp_gather_nd(GradCall *c) { c->dx[0] = scatter_add(c, OP_SCATTER_ND, in0(c), c->n->in[1], c->dy[0]); }
-
-static const char *lacks_gather_nd(const Node *n) {
-  return ir_attr_int(n, "batch_dims") != 0 ? "gather_nd with batch_dims" : NULL;
+/* gather_nd: a scatter-add of dy at the indices; with batch_dims b, the
+ * indices gain each element's batch coordinates in front (iotas along
+ * the batch axes), so one scatter_nd without batch dims serves. */
+static void vjp_gather_nd(GradCall *c) {
+  Value *ids = c->n->in[1];
+  int b = (int)ir_attr_int(c->n, "batch_dims"), r = ids->type.rank;
+  if (b > 0) {
+    Value *parts[DL_MAX_RANK + 1];
+    int64_t shape[DL_MAX_RANK];
+    memcpy(shape, ids->type.dims, sizeof shape);
+    shape[r - 1] = 1;
+    for (int j = 0; j < b; j++) {
+      Node *n = ir_node_new(c->g, OP_IOTA, 0, NULL, c->n->loc);
+      ir_set_ints(c->g, n, "shape", r, shape);
+      ir_set_dtype(c->g, n, "dtype", ids->type.dtype);
+      ir_set_int(c->g, n, "axis", j);
+      parts[j] = finish(c->g, n);
+    }
+    parts[b] = ids;
+    Node *cat = ir_node_new(c->g, OP_CONCAT, b + 1, parts, c->n->loc);
+    ir_set_int(c->g, cat, "axis", r - 1);
+    ids = finish(c->g, cat);
+  }
+  c->dx[0] = scatter_add(c, OP_SCATTER_ND, in0(c), ids, c->dy[0]);
 }
 
 /* scatter_elements and scatter_nd, reduction "none" or "add": each
@@ -875,10 +895,11 @@ static void vjp_dropout(GradCall *c) {
 #define GRAD_PAD VJP(vjp_pad)
 #define GRAD_GATHER VJP(vjp_gather)
 #define GRAD_GATHER_ELEMENTS VJP(vjp_gather_elements)
-#define GRAD_GATHER_ND PARTIAL(vjp_gather_nd, lacks_gather_nd)
+#define GRAD_GATHER_ND VJP(vjp_gather_nd)
 #define GRAD_SCATTER_ELEMENTS PARTIAL(vjp_scatter, lacks_scatter)
 #define GRAD_SCATTER_ND PARTIAL(vjp_scatter, lacks_scatter)
 #define GRAD_TOPK VJP(vjp_topk)
+#define GRAD_IOTA NONE
 #define GRAD_LSTM NONE /* training mode unrolls it first (passes/train_mode.c) */
 #define GRAD_GRU NONE
 #define GRAD_CONV_WEIGHT_GRAD NONE /* no second derivatives */

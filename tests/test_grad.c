@@ -712,6 +712,24 @@ START_TEST(test_gather) {
 }
 END_TEST
 
+/* gather_nd with batch dims (1 and 2): the scatter-add at the indices
+ * with each element's batch coordinates in front. */
+START_TEST(test_gather_nd_batch) {
+  for (int b = 1; b <= 2; b++) {
+    Ctx c;
+    Graph *g = begin(&c);
+    Value *data = param(g, "z", 3, (int64_t[]){2, 3, 4});
+    Value *ids = source(g, OP_INPUT, "j", TY_I64, 3, b == 1 ? (int64_t[]){2, 5, 1} : (int64_t[]){2, 3, 1});
+    Node *n = node(g, OP_GATHER_ND, 2, (Value *[]){data, ids});
+    ir_set_int(g, n, "batch_dims", b);
+    output(g, fin(g, n));
+    Spec s = spec(ANY);
+    s.int_lo = -3, s.int_hi = 3;
+    check_with(&c, g, b == 1 ? "gather_nd (batch_dims 1)" : "gather_nd (batch_dims 2)", &s);
+  }
+}
+END_TEST
+
 /* scatter_elements and scatter_nd: "add" with repeated indices, "none"
  * with one update per place (an overwritten update's gradient is
  * PyTorch's dy, not the finite differences' 0). */
@@ -906,9 +924,9 @@ static const char *ir_grad_error(const char *op_line, const char *axes) {
 }
 
 START_TEST(test_partial_rule) {
-  expect_first_line(ir_grad_error("%3 = gather_nd %0, %1 {batch_dims=1} : f32[2]", "[0]"),
-                    "m.dl:3:9: error: gather_nd with batch_dims has no gradient rule yet, and its operand 1 depends "
-                    "on the trainable parameter 'w'");
+  expect_first_line(ir_grad_error("%3 = scatter_nd %0, %1, %0 {reduction=\"mul\"} : f32[2, 3]", "[0, 1]"),
+                    "m.dl:3:9: error: scatter_nd with a reduction other than none or add has no gradient rule yet, "
+                    "and its operand 1 depends on the trainable parameter 'w'");
   expect_first_line(ir_grad_error("%3 = scatter_elements %0, %1, %2 {axis=1, reduction=\"max\"} : f32[2, 3]", "[0, 1]"),
                     "m.dl:3:9: error: scatter_elements with a reduction other than none or add has no gradient rule "
                     "yet, and its operand 1 depends on the trainable parameter 'w'");
@@ -1074,6 +1092,7 @@ static Suite *grad_suite(void) {
   tcase_add_test(rules, test_movement);
   tcase_add_test(rules, test_concat);
   tcase_add_test(rules, test_gather);
+  tcase_add_test(rules, test_gather_nd_batch);
   tcase_add_test(rules, test_scatter);
   tcase_add_test(rules, test_dropout);
   tcase_add_test(rules, test_attention);
