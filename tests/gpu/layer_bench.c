@@ -75,6 +75,7 @@ static int layers_job(Ctx *c, void *data) {
   Graph *g = p ? fe_lower(c, p, &lo) : NULL;
   if (!g) return 1;
   for (Node *m = g->first; m; m = m->next) {
+    if (m->n_in == 0) continue; /* inputs, params, consts */
     Layer l = {0};
     const TensorType *x = &m->in[0]->type, *y = &m->out[0].type;
     if (m->op == OP_CONV2D && x->rank == 4 && ir_attr_int(m, "groups") == 1) {
