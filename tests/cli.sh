@@ -49,7 +49,7 @@ expect_sub 0 "" "$dlcc" "$tmp/loss.ir" --emit=ir -o "$tmp/loss2.ir"
 cmp -s "$tmp/loss.ir" "$tmp/loss2.ir" || fail "the IR of a training step prints differently read back"
 expect_sub 0 "" "$dlcc" run "$tmp/loss.dl" --grad --backend=ref
 grep -q "^fc.weight.grad: f32\[4, 3\]" "$tmp/out" || fail "dlcc run --grad: $(cat "$tmp/out")"
-expect_sub 1 "mlp.dl:8:10: error: the loss must be one float value to differentiate, but output 'output' is f32[8, 10]" \
+expect_sub 1 "mlp.dl:8:10: error: the loss must be one float value to differentiate, but output 'probs' is f32[8, 10]" \
   "$dlcc" "$src/examples/mlp.dl" --grad
 
 # Convolutions on the tensor cores (docs/tensorcores.md): f16 ones by
