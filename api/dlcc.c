@@ -18,11 +18,12 @@
 #include "frontend/onnx.h"
 #include "ir/eval.h"
 #include "ir/ir.h"
+#include "passes/autodiff.h"
 #include "passes/pass.h"
 
 static_assert((int)DLC_F32 == (int)TY_F32 && (int)DLC_BF16 == (int)TY_BF16 &&
                   (int)DLC_I64 == (int)TY_I64 && (int)DLC_BOOL == (int)TY_BOOL &&
-                  (int)DLC_U8 == (int)TY_U8,
+                  (int)DLC_U8 == (int)TY_U8 && (int)DLC_F64 == (int)TY_F64,
               "dlc_dtype follows DType");
 static_assert((int)DLC_MAX_RANK == (int)DL_MAX_RANK, "one rank limit");
 
@@ -245,13 +246,15 @@ static int compile_job(Ctx *c, void *data) {
     if (!p) return 1;
     int nd;
     Define *defs = copy_defines(c, job->opt, &nd);
-    LowerOptions lo = {.model = job->opt ? job->opt->model : NULL, .n_defines = nd, .defines = defs};
+    LowerOptions lo = {.model = job->opt ? job->opt->model : NULL, .n_defines = nd, .defines = defs,
+                       .training = job->opt && job->opt->grad};
     lo.input_shapes = copy_input_shapes(c, job->opt, &lo.n_input_shapes);
     g = fe_lower(c, p, &lo);
   }
 have_graph:
   if (!g || !ir_verify(g)) return 1;
   if (job->opt && job->opt->weights && !bind_at_compile(c, job, g)) return 1;
+  if (job->opt && job->opt->grad && (!pass_autodiff(g, NULL) || !ir_verify(g))) return 1;
   int level = job->opt ? job->opt->opt_level : 0;
   PassOptions po = {.opt_level = level == DLC_O0 ? 0 : level == 0 ? 2 : level};
   const char *prec = job->opt ? job->opt->precision : NULL;

@@ -170,6 +170,20 @@ static bool bind(Graph *g, const char *path, TensorMap *out, Sink *sink) {
     ir_type_str(want, wt, sizeof wt);
     dims_str(want->rank, want->dims, ws, sizeof ws);
     const RtTensor *in_file = rt_tensor_set_find(&set, name);
+    if (!in_file && strncmp(name, "dlcc.", 5) == 0) {
+      /* Training state (dropout's dlcc.seed, dlcc.step: docs/training.md)
+       * that a PyTorch state_dict never holds: it starts at 0. */
+      found[p] = true;
+      char *copy = strdup(name);
+      Tensor *z = &out->tensors[out->n];
+      if (!copy || !ir_tensor_alloc(z, want)) {
+        free(copy);
+        report(sink, (SrcLoc){0}, "%s: out of memory", path);
+        continue;
+      }
+      out->names[out->n++] = copy;
+      continue;
+    }
     if (!in_file) {
       /* Beyond the reported errors only the count matters: no search. */
       const char *near = r->count < MAX_ERRORS ? near_miss(&set, name) : NULL;

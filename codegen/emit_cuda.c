@@ -198,6 +198,7 @@ static const char *ctype(const Kernel *k, DType dt) {
     case TY_I64: return "long long";
     case TY_BOOL: return "bool";
     case TY_U8: return "unsigned char";
+    case TY_F64: return "double"; /* never reached: cg_compile refuses f64 */
     case TY_COUNT: return k->index == TY_I64 ? "long long" : "int"; /* KT_INDEX */
   }
   return "int";
@@ -607,7 +608,10 @@ static void expr(Out *o, const KExpr *e) {
       fputc(']', o->f);
       return;
     case KE_OP:
-      if (e->op == OP_QUANTIZE || e->op == OP_DEQUANTIZE) {
+      if (e->op == OP_DROPOUT) { /* its draw: lower_train.c's dl_dropout_bits */
+        fputs("dl_dropout_bits(", o->f), expr(o, e->a[0]), fputs(", ", o->f), expr(o, e->a[1]);
+        fputs(", ", o->f), expr(o, e->a[2]), fprintf(o->f, ", %uu)", (unsigned)e->i);
+      } else if (e->op == OP_QUANTIZE || e->op == OP_DEQUANTIZE) {
         op_quant(o, e);
       } else if (cg_is_logic_op(e->op)) {
         op_logic(o, e);

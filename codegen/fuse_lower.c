@@ -45,6 +45,8 @@ static void find_attention(CgGroup *grp) {
     at = next;
   }
   if (!is_member(grp, at) || at->op != OP_MATMUL) return;
+  for (int i = 0; i < 2; i++)
+    if (ir_matmul_trans(at, i) || ir_matmul_trans(m2, i)) return;
   /* Scores are summed in f32: exact integer products stay GEMM leaves. */
   if (!ir_dtype_is_float(at->out[0].type.dtype) || !ir_dtype_is_float(m2->out[0].type.dtype)) return;
   int r = m2->out[0].type.rank;

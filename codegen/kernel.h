@@ -513,6 +513,16 @@ const struct CgOptions *cg_options(CgBuild *b);
 
 /* lower_kernels.c: appends n's steps; false after reporting an error. */
 bool cg_lower_node(CgBuild *b, const Node *n);
+/* lower_train.c: the same for the training ops (conv_weight_grad ..
+ * dropout), and the device function dropout's kernels call, which the
+ * plan's source carries when a kernel does. */
+bool cg_lower_train(CgBuild *b, const Node *n);
+/* An index read from data (raw) as i64, counted from the end of its axis
+ * of size dim when negative; one still outside [0, dim) is reported in a
+ * fresh STATUS report of k, with pos the element's place in eval.c's
+ * order (lower_kernels.c).  The caller keeps the result in range. */
+KExpr *cg_index_reported(CgBuild *b, Kernel *k, KBlock *blk, KExpr *pos, KExpr *raw, int axis, int64_t dim);
+const char *cg_cuda_philox(void);
 /* What the node lowerings share (lower_kernels.c): a kernel named for n
  * (or its fusion group), the dtype check (floats, or with ints_ok any
  * integer or bool too; false after reporting), v[index] (or its fused

@@ -3,6 +3,7 @@ libdlcc_core_la_SOURCES += \
 	codegen/codegen.h \
 	codegen/kernel.h codegen/kernel.c codegen/kshort.h \
 	codegen/lower_kernels.c \
+	codegen/lower_train.c \
 	codegen/lower_rows.c \
 	codegen/fuse_lower.c \
 	codegen/conv_igemm.c \

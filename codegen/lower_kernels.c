@@ -574,7 +574,8 @@ static void bias_add(CgBuild *b, const Node *n, RtRef out, int64_t total, int64_
 
 static bool lower_matmul(CgBuild *b, const Node *n) {
   if (!product_dtypes(b, n)) return false;
-  TensorType at = n->in[0]->type, bt = n->in[1]->type;
+  TensorType at = ir_matmul_operand(n, 0), bt = ir_matmul_operand(n, 1);
+  bool ta = ir_matmul_trans(n, 0), tb = ir_matmul_trans(n, 1);
   if (at.rank == 1) at = ir_type_make(at.dtype, 2, (int64_t[]){1, at.dims[0]});
   if (bt.rank == 1) bt = ir_type_make(bt.dtype, 2, (int64_t[]){bt.dims[0], 1});
   int64_t m = at.dims[at.rank - 2], k = at.dims[at.rank - 1], nn = bt.dims[bt.rank - 1];
@@ -595,8 +596,12 @@ static bool lower_matmul(CgBuild *b, const Node *n) {
   uint64_t es = (uint64_t)ir_dtype_size(dt), esc = (uint64_t)ir_dtype_size(n->out[0].type.dtype);
   RtGemm g = gemm_of(dt, m, nn, k);
   g.a = ra, g.b = rb, g.c = rc;
-  if (nb == 1 && na == nbatch) {
-    /* One shared B: the batch folds into the rows of one product. */
+  g.trans_a = ta, g.trans_b = tb;
+  if (ta) g.lda = m;
+  if (tb) g.ldb = k;
+  if (nb == 1 && na == nbatch && !ta) {
+    /* One shared B: the batch folds into the rows of one product (not
+     * A^T's: its matrices' rows are not one matrix's). */
     g.m = nbatch * m;
     emit_gemm(b, n, NULL, &g);
   } else if ((na == nbatch || na == 1) && (nb == nbatch || nb == 1)) {
@@ -1431,6 +1436,11 @@ static KExpr *from_end(Kernel *k, KBlock *blk, const IndexCheck *ic, int r, KExp
   return cg_kv(k, at);
 }
 
+KExpr *cg_index_reported(CgBuild *b, Kernel *k, KBlock *blk, KExpr *pos, KExpr *raw, int axis, int64_t dim) {
+  IndexCheck ic = {reports_of(b, k, 1), pos};
+  return from_end(k, blk, &ic, 0, raw, axis, dim);
+}
+
 /* from_end's index, reported when out of range and then clamped into
  * the axis, so that nothing is read out of bounds. */
 static KExpr *checked_index(Kernel *k, KBlock *blk, const IndexCheck *ic, int r, KExpr *raw, int axis, int64_t dim) {
@@ -1930,6 +1940,12 @@ bool cg_lower_node(CgBuild *b, const Node *n) {
     case OP_IOTA: return lower_iota(b, n);
     case OP_LSTM:
     case OP_GRU: return lower_rnn(b, n);
+    case OP_CONV_WEIGHT_GRAD:
+    case OP_MAXPOOL_GRAD:
+    case OP_AVGPOOL_GRAD:
+    case OP_EMBEDDING_GRAD:
+    case OP_DROPOUT:
+    case OP_RESIZE_GRAD: return cg_lower_train(b, n);
     case OP_COUNT: break;
   }
   dl_unreachable(cg_build_ctx(b));

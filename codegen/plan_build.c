@@ -54,7 +54,7 @@ struct CgBuild {
   const char **names; /* == kernels[i].name */
   StrIndex by_key, by_name;
   int n_kernels, cap_kernels;
-  bool needs_fp16, needs_bf16, needs_tc;
+  bool needs_fp16, needs_bf16, needs_tc, needs_philox;
   RtContract *contracts;
   int n_contracts, cap_contracts;
   int *first_contract; /* by kernel: its latest contract, or -1 */
@@ -744,6 +744,7 @@ static uint32_t intern_kernel(CgBuild *b, const Kernel *k) {
   b->needs_fp16 |= strstr(b->texts[i], "__half") != NULL;
   b->needs_bf16 |= strstr(b->texts[i], "bfloat16") != NULL;
   b->needs_tc |= k->uses_tc;
+  b->needs_philox |= strstr(b->texts[i], "dl_dropout_bits(") != NULL;
   return (uint32_t)i;
 }
 
@@ -858,6 +859,7 @@ static void emit_output_copies(CgBuild *b) {
 
 static const char *join_source(CgBuild *b) {
   const char *prelude = cg_cuda_prelude(b->ctx, b->needs_fp16, b->needs_bf16, b->needs_tc);
+  if (b->needs_philox) prelude = arena_printf(&b->ctx->arena, "%s%s", prelude, cg_cuda_philox());
   size_t len = strlen(prelude);
   for (int i = 0; i < b->n_kernels; i++) len += strlen(b->texts[i]) + 1;
   char *s = arena_alloc(&b->ctx->arena, len + 1), *p = s;
@@ -926,10 +928,25 @@ static void end_init(CgBuild *b, const RtRef *run_home, const bool *run_has_home
 
 bool cg_compile(Graph *g, CgResult *out) { return cg_compile_opts(g, NULL, out); }
 
+/* f64 is the reference interpreter's (gradient checks): no kernel or
+ * runtime dtype has it yet. */
+static bool refuse_f64(Graph *g) {
+  for (Node *n = g->first; n; n = n->next)
+    for (int i = 0; i < n->n_out; i++)
+      if (n->out[i].type.dtype == TY_F64) {
+        diag_error(g->ctx, n->loc,
+                   "codegen does not support f64 yet (%s); the reference interpreter runs it",
+                   ir_ops[n->op].name);
+        return false;
+      }
+  return true;
+}
+
 bool cg_compile_opts(Graph *g, const CgOptions *o, CgResult *out) {
   Ctx *c = g->ctx;
   memset(out, 0, sizeof *out);
   int errors = c->diag.errors;
+  if (!refuse_f64(g)) return false;
   ir_number(g);
   CgBuild *b = ARENA_NEW(&c->arena, CgBuild);
   b->ctx = c;

@@ -18,6 +18,7 @@
 #include "frontend/onnx.h"
 #include "ir/eval.h"
 #include "ir/ir.h"
+#include "passes/autodiff.h"
 #include "passes/pass.h"
 
 typedef enum { EMIT_NONE, EMIT_AST, EMIT_IR, EMIT_DOT, EMIT_CUDA, EMIT_PLAN } Emit;
@@ -34,6 +35,7 @@ typedef struct Options {
   uint64_t seed;
   bool external_weights, keep_temps;
   bool time_stages;
+  bool grad; /* --grad: the training step's gradients (passes/autodiff.c) */
   int n_archs;
   const char *archs[16];
   PassOptions passes; /* -O, --passes, --print-after, ... */
@@ -97,7 +99,10 @@ static const char usage[] =
     "                     (10 fraction bits; docs/tensorcores.md); default: exact f32\n"
     "  --no-tensor-cores  f16, bf16 and int8 convolutions on the FMA kernel too\n"
     "  --precision=P      f32 (default), f16 or bf16: activations and weights in P,\n"
-    "                     sensitive ops in f32, f32 accumulation (docs/passes.md)\n";
+    "                     sensitive ops in f32, f32 accumulation (docs/passes.md)\n"
+    "  --grad             the gradients of a training step: output 0 must be the loss\n"
+    "                     (one value); adds an output NAME.grad per trainable parameter\n"
+    "                     and the training-mode state updates (docs/training.md)\n";
 
 /* After driver_quant_usage. */
 static const char usage_library[] =
@@ -392,6 +397,8 @@ static int parse_args(int argc, char **argv, Options *o) {
         return 1;
     } else if (strcmp(a, "--time-stages") == 0) {
       o->time_stages = true;
+    } else if (strcmp(a, "--grad") == 0) {
+      o->grad = true;
     } else if (strcmp(a, "--external-weights") == 0) {
       o->external_weights = true;
     } else if (strcmp(a, "--save-temps") == 0) {
@@ -621,7 +628,7 @@ static int compile(Ctx *c, void *data) {
       fe_dump_ast(job->out, p);
       return 0;
     }
-    LowerOptions lo = {.model = o->model, .n_defines = o->n_defines, .defines = o->defines};
+    LowerOptions lo = {.model = o->model, .n_defines = o->n_defines, .defines = o->defines, .training = o->grad};
     g = fe_lower(c, p, &lo);
     t = ctx_stage(c, "lower", t);
   }
@@ -629,6 +636,10 @@ static int compile(Ctx *c, void *data) {
   t = ctx_stage(c, "verify", t);
   /* Before the passes, which may drop params a full state_dict names. */
   if (o->check_weights) return check_weights(c, o, g);
+  if (o->grad) {
+    if (!pass_autodiff(g, NULL) || !ir_verify(g)) return 1;
+    t = ctx_stage(c, "autodiff", t);
+  }
   if (!run_passes(c, job, g)) return 1;
   t = ctx_stage(c, "passes", t);
   if (o->quant_report) return 0;

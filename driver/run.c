@@ -83,6 +83,7 @@ static const char run_usage[] =
     "  -O0, -O1, -O2       graph optimization, as for dlcc (default -O2)\n"
     "  --precision=P       f32 (default), f16 or bf16, as for dlcc\n"
     "  --tf32              f32 convolutions on tensor cores, as for dlcc\n"
+    "  --grad              run the gradients of a training step instead, as for dlcc\n"
     "\n"
     "int8, as for dlcc (calibration uses the weights the run binds: --weights, an\n"
     ".onnx model's own, or the random ones from --seed):\n";
@@ -183,6 +184,8 @@ static int parse_run_args(int argc, char **argv, RunOptions *o) {
       o->api.precision = v;
     } else if (strcmp(a, "--tf32") == 0) {
       o->api.tf32 = 1;
+    } else if (strcmp(a, "--grad") == 0) {
+      o->api.grad = 1;
     } else if ((v = flag_value(argc, argv, &i, "--model"))) {
       o->api.model = v;
     } else if (strncmp(a, "-D", 2) == 0) {
@@ -461,6 +464,11 @@ static const char *library_output_name(void *m, int i) {
 static int run_library(RunOptions *o) {
   if (o->api.n_defines || o->api.model) {
     fputs("dlcc: error: -D and --model change how a model compiles; a .so is compiled already\n", stderr);
+    return 1;
+  }
+  if (o->api.grad) {
+    fprintf(stderr, "dlcc: error: %s is compiled already: --grad needs the model's .dl, .ir or .onnx\n",
+            o->model_path);
     return 1;
   }
   if (o->quant.int8) {

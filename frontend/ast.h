@@ -180,6 +180,10 @@ typedef struct LowerOptions {
    * and loop iterations).  The fuzzer sets them low. */
   int max_ops;
   long max_steps;
+  /* Lower for training (docs/training.md): dropout becomes its op,
+   * drawing from the params dlcc.seed and dlcc.step; otherwise it is the
+   * identity, as in inference. */
+  bool training;
 } LowerOptions;
 
 /* Evaluates the program's compile-time structure (lets, blocks, loops,

@@ -306,6 +306,16 @@ static Val bi_batchnorm(Lower *l, const Call *c) {
     if (!(in[i + 1] = fe_param(l, scope, names[i], &pt, inits[i], c->loc))) return poison();
   Node *n = fe_node(l, OP_BATCHNORM, 5, in, c->loc);
   ir_set_float(l->g, n, "eps", eps);
+  /* Training's (docs/training.md); inference graphs stay as they were. */
+  double momentum;
+  if (c->args[2].kind != V_NONE) {
+    if (!fe_arg_float(l, c, 2, 0.1, &momentum)) return poison();
+    if (!(momentum >= 0 && momentum <= 1)) {
+      fe_arg_error(l, c, 2, "a momentum between 0 and 1");
+      return poison();
+    }
+    ir_set_float(l->g, n, "momentum", momentum);
+  }
   return val_tensor(fe_emit(l, n));
 }
 
@@ -638,6 +648,17 @@ static Val bi_mha(Lower *l, const Call *c) {
   return val_tensor(mk_linear(l, o, wo, bo, loc));
 }
 
+/* The training state dropout draws with: made by the first dropout,
+ * shared by the rest. */
+static Value *rng_state(Lower *l, const char *name, SrcLoc loc) {
+  for (Node *n = l->g->first; n; n = n->next)
+    if (n->op == OP_PARAM && strcmp(ir_attr_str(n, "name"), name) == 0) return &n->out[0];
+  TensorType t = {.dtype = TY_I64, .rank = 0};
+  return fe_param(l, NULL, name, &t, "zeros", loc);
+}
+
+/* The identity in inference; when lowering for training, the dropout op
+ * with its own stream of the step's random numbers (docs/training.md). */
 static Val bi_dropout(Lower *l, const Call *c) {
   Value *x;
   double p;
@@ -647,7 +668,15 @@ static Val bi_dropout(Lower *l, const Call *c) {
     fe_arg_error(l, c, 1, "a probability between 0 and 1");
     ok = false;
   }
-  return ok ? val_tensor(x) : poison();
+  if (!ok) return poison();
+  if (!l->opt->training) return val_tensor(x);
+  if (!need_float(l, c, x)) return poison();
+  Value *in[3] = {x, rng_state(l, "dlcc.seed", c->loc), rng_state(l, "dlcc.step", c->loc)};
+  if (!in[1] || !in[2]) return poison();
+  Node *n = fe_node(l, OP_DROPOUT, 3, in, c->loc);
+  ir_set_float(l->g, n, "p", p);
+  ir_set_int(l->g, n, "stream", fe_map(l, &l->counters, "\x01dropout", true)->n++);
+  return val_tensor(fe_emit(l, n));
 }
 
 /* ---- elementwise ---- */
@@ -1143,7 +1172,7 @@ static Val bi_cast(Lower *l, const Call *c) {
   const Val *d = &c->args[1];
   if (d->kind == V_DTYPE) {
     dt = d->dt;
-  } else if (d->kind == V_STR && ir_dtype_from_name(d->s, &dt)) {
+  } else if (d->kind == V_STR && ir_dtype_from_name(d->s, &dt) && dt != TY_F64) {
   } else {
     fe_arg_error(l, c, 1, "a dtype (f32, f16, bf16, i8, i32, i64, bool, u8)");
     return poison();
@@ -1251,7 +1280,7 @@ static const Builtin builtins[] = {
     {"conv3d", bi_conv3d, "x,out,kernel|stride,pad,dilation,groups,bias", false},
     {"conv_transpose3d", bi_conv_transpose3d,
      "x,out,kernel|stride,pad,output_pad,dilation,groups,bias", false},
-    {"batchnorm", bi_batchnorm, "x|eps", false},
+    {"batchnorm", bi_batchnorm, "x|eps,momentum", false},
     {"layernorm", bi_layernorm, "x|eps", false},
     {"rms_norm", bi_rms_norm, "x|eps", false},
     {"group_norm", bi_group_norm, "x,groups|eps", false},

@@ -440,7 +440,7 @@ __attribute__((noinline)) static Val eval_name(Lower *l, Frame *f, const Expr *e
   Binding *b = lookup(l, f, e->s);
   if (b) return b->v;
   DType dt;
-  if (ir_dtype_from_name(e->s, &dt)) return (Val){.kind = V_DTYPE, .dt = dt};
+  if (ir_dtype_from_name(e->s, &dt) && dt != TY_F64) return (Val){.kind = V_DTYPE, .dt = dt};
   const PtSpelling *torch = l->in_type ? NULL : fe_torch_find(PT_NAME, e->s, NULL, NULL, 0);
   if (torch && torch->alias) {
     if (ir_dtype_from_name(torch->dlcc, &dt)) return (Val){.kind = V_DTYPE, .dt = dt};
@@ -1145,7 +1145,7 @@ static bool eval_type(Lower *l, Frame *f, const TypeExpr *te, TensorType *out) {
   memset(out, 0, sizeof *out);
   const PtSpelling *torch = fe_torch_find(PT_NAME, te->dtype, NULL, NULL, 0);
   bool aliased = torch && torch->alias && ir_dtype_from_name(torch->dlcc, &out->dtype);
-  if (!aliased && !ir_dtype_from_name(te->dtype, &out->dtype)) {
+  if (!aliased && (!ir_dtype_from_name(te->dtype, &out->dtype) || out->dtype == TY_F64)) { /* f64: the IR's only */
     fe_error(l, te->dtype_loc, "unknown dtype '%s'; expected one of f32, f16, bf16, i8, i32, i64, bool, u8",
              te->dtype);
     ok = false;

@@ -40,8 +40,9 @@ typedef enum {
   DLC_ERR_INTERNAL,
 } dlc_status;
 
-/* Same order as the IR's dtypes. */
-typedef enum { DLC_F32, DLC_F16, DLC_BF16, DLC_I8, DLC_I32, DLC_I64, DLC_BOOL, DLC_U8 } dlc_dtype;
+/* Same order as the IR's dtypes.  DLC_F64 models run on the "ref"
+ * backend only (codegen refuses f64). */
+typedef enum { DLC_F32, DLC_F16, DLC_BF16, DLC_I8, DLC_I32, DLC_I64, DLC_BOOL, DLC_U8, DLC_F64 } dlc_dtype;
 
 enum { DLC_MAX_RANK = 8 };
 
@@ -126,6 +127,15 @@ typedef struct dlc_options {
    * binds it (by its name, or as "input:axis").  NULL: none. */
   int n_input_shapes;
   const dlc_input_shape *input_shapes;
+  /* Nonzero: compile the gradients of a training step (docs/training.md),
+   * as dlcc's --grad.  Output 0 of the model must be its loss, one float
+   * value.  The model lowers for training (dropout active, batchnorm with
+   * batch statistics) and gains, after its own outputs, an output
+   * "NAME.grad" per trainable parameter NAME the loss depends on, in
+   * state_dict order, then the new values of the state a step changes
+   * (batchnorm's running statistics, the dropout step counter
+   * "dlcc.step"), each named after its parameter. */
+  int grad;
   /* Nonzero, as dlcc run's --no-graphs: every step launched by itself on
    * each run instead of replaying a captured CUDA graph (the emu's
    * recording likewise); for debugging.  DLCC_NO_GRAPHS=1 does the same. */

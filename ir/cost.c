@@ -35,6 +35,9 @@ typedef enum {
   RULE_TOPK,
   RULE_RNN,
   RULE_ATTENTION,
+  RULE_CONV_WEIGHT_GRAD,
+  RULE_POOL_GRAD, /* per_in per tap of each window of dy, per_out per element of dy */
+  RULE_RESIZE_GRAD,
 } CostRule;
 
 typedef struct OpCost {
@@ -156,6 +159,14 @@ static const OpCost op_cost[] = {
     [OP_IOTA] = {RULE_LINEAR, 0, 2},         /* start + step * coordinate */
     [OP_LSTM] = {RULE_RNN, 0, 0},
     [OP_GRU] = {RULE_RNN, 0, 0},
+    [OP_CONV_WEIGHT_GRAD] = {RULE_CONV_WEIGHT_GRAD, 0, 0},
+    [OP_MAXPOOL_GRAD] = {RULE_POOL_GRAD, 1, 1}, /* a comparison per tap finds the argmax; an add */
+    [OP_AVGPOOL_GRAD] = {RULE_POOL_GRAD, 1, 1}, /* an add per tap, a division per window */
+    [OP_EMBEDDING_GRAD] = {RULE_LINEAR, 1, 0},  /* each row of dy added once */
+    /* Philox4x32-10 per element (10 rounds of 2 multiplies, 4 xors and
+     * the key's 2 adds), the comparison, the select and the scale */
+    [OP_DROPOUT] = {RULE_LINEAR, 0, 83},
+    [OP_RESIZE_GRAD] = {RULE_RESIZE_GRAD, 0, 0},
 };
 static_assert(ARRAY_LEN(op_cost) == OP_COUNT, "every op of ops.def has a row in op_cost");
 
@@ -243,7 +254,10 @@ static double flops_of(const Node *n) {
     case RULE_RMS_NORM:
       /* square and sum; divide, + eps and rsqrt per row; times rsqrt; then weight */
       return 3 * nx + 3 * norm_rows(n) + (n->n_in - 1) * nx;
-    case RULE_MATMUL: return 2 * no * (double)x->dims[x->rank - 1];
+    case RULE_MATMUL: {
+      TensorType a = ir_matmul_operand(n, 0);
+      return 2 * no * (double)a.dims[a.rank - 1];
+    }
     case RULE_LINEAR_LAYER: return 2 * no * (double)x->dims[x->rank - 1] + (n->n_in > 2 ? no : 0);
     case RULE_CONV: return 2 * no * filter_size(n->in[1]) + (n->n_in > 2 ? no : 0);
     case RULE_CONV_TRANSPOSE: return 2 * nx * filter_size(n->in[1]) + (n->n_in > 2 ? no : 0);
@@ -275,6 +289,20 @@ static double flops_of(const Node *n) {
        * few operations per score are left out, as FlashAttention counts */
       const TensorType *k = &n->in[1]->type;
       return 4 * nx * (double)k->dims[strcmp(ir_attr_str(n, "layout"), "bshd") == 0 ? 1 : 2];
+    }
+    case RULE_CONV_WEIGHT_GRAD: {
+      /* a multiply-add per weight, batch row and output position */
+      const TensorType *dy = &n->in[1]->type;
+      return dy->rank > 1 && dy->dims[1] ? 2 * no * numel(dy) / (double)dy->dims[1] : 0;
+    }
+    case RULE_RESIZE_GRAD:
+      /* per element of dy: bilinear's 2x2 weights times dy and the adds,
+       * nearest's add */
+      return strcmp(ir_attr_str(n, "mode"), "bilinear") == 0 ? 8 * nx : nx;
+    case RULE_POOL_GRAD: {
+      int count;
+      const int64_t *k = ir_attr_ints(n, "kernel", &count);
+      return (c->per_in * product(k, count) + c->per_out) * nx;
     }
   }
   return 0;

@@ -108,6 +108,7 @@ double ir_tensor_get(const Tensor *t, int64_t i) {
     case TY_I64: return (double)((const int64_t *)t->data)[i];
     case TY_BOOL: return ((const uint8_t *)t->data)[i] != 0;
     case TY_U8: return ((const uint8_t *)t->data)[i];
+    case TY_F64: return ((const double *)t->data)[i];
     case TY_COUNT: break;
   }
   return 0;
@@ -123,6 +124,7 @@ void ir_tensor_set(Tensor *t, int64_t i, double v) {
     case TY_I64: ((int64_t *)t->data)[i] = sat_int(v, TY_I64); return;
     case TY_BOOL: ((uint8_t *)t->data)[i] = v != 0; return; /* NaN too, as a cast to bool */
     case TY_U8: ((uint8_t *)t->data)[i] = wrap_u8(v); return;
+    case TY_F64: ((double *)t->data)[i] = v; return;
     case TY_COUNT: return;
   }
 }
@@ -145,6 +147,7 @@ static void set_i(Tensor *t, int64_t i, int64_t v) {
     case TY_I32: ((int32_t *)t->data)[i] = (int32_t)(uint32_t)((uint64_t)v & 0xffffffffu); return;
     case TY_I64: ((int64_t *)t->data)[i] = v; return;
     case TY_U8: ((uint8_t *)t->data)[i] = (uint8_t)((uint64_t)v & 0xffu); return;
+    case TY_F64: ((double *)t->data)[i] = (double)v; return; /* rounded once, to nearest */
     default: ir_tensor_set(t, i, int_to_double(v)); return;
   }
 }
@@ -912,10 +915,11 @@ static void acc_store(const Acc *a, Tensor *out, int64_t i) {
     ir_tensor_set(out, i, a->f);
 }
 
-static bool eval_matmul(Eval *e, const Tensor *a, const Tensor *b, Tensor *out) {
+static bool eval_matmul(Eval *e, const Node *n, const Tensor *a, const Tensor *b, Tensor *out) {
   /* NumPy: a 1-D operand becomes a matrix for the product, and the added
    * dim is dropped from the result. */
-  TensorType at = a->type, bt = b->type;
+  TensorType at = ir_matmul_operand(n, 0), bt = ir_matmul_operand(n, 1);
+  bool ta = ir_matmul_trans(n, 0), tb = ir_matmul_trans(n, 1);
   if (at.rank < 1 || bt.rank < 1) return fail(e, "operands must have rank >= 1");
   if (at.rank == 1) {
     at.rank = 2;
@@ -954,7 +958,8 @@ static bool eval_matmul(Eval *e, const Tensor *a, const Tensor *b, Tensor *out) 
     for (int64_t i = 0; i < m; i++)
       for (int64_t j = 0; j < nn; j++) {
         Acc acc = {.ints = ints};
-        for (int64_t p = 0; p < k; p++) acc_mac(&acc, a, oa + i * k + p, b, ob + p * nn + j);
+        for (int64_t p = 0; p < k; p++)
+          acc_mac(&acc, a, oa + (ta ? p * m + i : i * k + p), b, ob + (tb ? j * k + p : p * nn + j));
         acc_store(&acc, out, (bi * m + i) * nn + j);
       }
   }
@@ -1161,7 +1166,7 @@ static bool eval_conv_transpose(Eval *e, const Node *n, const Tensor *x, const T
 
 /* PyTorch's source coordinate for output position d of out along an axis
  * of in, as upsample_bilinear2d's area_pixel_compute_source_index. */
-static double resize_src(int64_t d, int64_t in, int64_t out, bool align) {
+double ir_resize_src(int64_t d, int64_t in, int64_t out, bool align) {
   if (align) return out > 1 ? (double)d * (double)(in - 1) / (double)(out - 1) : 0;
   double s = ((double)d + 0.5) * (double)in / (double)out - 0.5;
   return s < 0 ? 0 : s;
@@ -1187,7 +1192,7 @@ static bool eval_resize(Eval *e, const Node *n, const Tensor *x, Tensor *out) {
             ir_tensor_set(out, o, ir_tensor_get(x, xi));
           continue;
         }
-        double sh = resize_src(oh, H, OH, align), sw = resize_src(ow, W, OW, align);
+        double sh = ir_resize_src(oh, H, OH, align), sw = ir_resize_src(ow, W, OW, align);
         int64_t h0 = (int64_t)sh, w0 = (int64_t)sw;
         if (h0 > H - 1) h0 = H - 1;
         if (w0 > W - 1) w0 = W - 1;
@@ -1897,7 +1902,7 @@ static bool eval_node(Eval *e, const Node *n, Tensor *const *in, Tensor *out,
     case OP_GLOBAL_AVGPOOL: return eval_global_avgpool(e, in[0], out);
     case OP_ATTENTION: return eval_attention(n, in, out) || fail(e, "out of memory");
     case OP_BATCHNORM: return eval_batchnorm(e, n, in, out);
-    case OP_MATMUL: return eval_matmul(e, in[0], in[1], out);
+    case OP_MATMUL: return eval_matmul(e, n, in[0], in[1], out);
     case OP_LINEAR: return eval_linear(e, in[0], in[1], n->n_in > 2 ? in[2] : NULL, out);
     case OP_CONV2D:
     case OP_CONV3D: return eval_conv(e, n, in[0], in[1], n->n_in > 2 ? in[2] : NULL, out);
@@ -1928,6 +1933,15 @@ static bool eval_node(Eval *e, const Node *n, Tensor *const *in, Tensor *out,
     case OP_TOPK: return eval_topk(e, n, in[0], out);
     case OP_LSTM:
     case OP_GRU: return eval_rnn(e, n, n->n_in, in, out);
+    case OP_CONV_WEIGHT_GRAD:
+    case OP_MAXPOOL_GRAD:
+    case OP_AVGPOOL_GRAD:
+    case OP_EMBEDDING_GRAD:
+    case OP_DROPOUT:
+    case OP_RESIZE_GRAD: {
+      char msg[256];
+      return ir_eval_train_op(n, in, out, msg, sizeof msg) || fail(e, "%s", msg);
+    }
     case OP_COUNT: break;
   }
   return fail(e, "unknown op %d", (int)n->op);

@@ -114,4 +114,28 @@ typedef enum {
 bool ir_init_params(Graph *g, uint64_t seed, IrInitMode mode, TensorMap *out, char *err,
                     size_t errlen);
 
+/* resize's source coordinate along an axis of in pixels for output d of
+ * out (eval.c): half-pixel, clamped at 0, or with align the corners. */
+double ir_resize_src(int64_t d, int64_t in, int64_t out, bool align);
+
+/* ---- training (train_ops.c) ---- */
+
+/* The training ops of ops.def (conv_weight_grad .. resize_grad): eval.c's
+ * for them, false with a message in err. */
+bool ir_eval_train_op(const Node *n, Tensor *const *in, Tensor *out, char *err, size_t errlen);
+/* The end of a training step on the interpreter: each output of g that
+ * updates a param (ir_output_update) is copied into that param's tensor
+ * in params (outputs as ir_eval returned them).  False with a message
+ * when params lacks one or has it with another type. */
+bool ir_apply_updates(const Graph *g, const Tensor *outputs, TensorMap *params, char *err,
+                      size_t errlen);
+/* Philox4x32-10: the four words at counter ctr under key. */
+void ir_philox4x32_10(const uint32_t ctr[4], const uint32_t key[2], uint32_t out[4]);
+/* dropout's draw for element i (ops.def): 24 random bits; the element is
+ * kept when they are at least ir_dropout_threshold(p), and then scaled
+ * by ir_dropout_scale(p, its dtype). */
+uint32_t ir_dropout_bits(uint64_t seed, uint64_t offset, uint64_t i, uint32_t stream);
+uint32_t ir_dropout_threshold(double p);
+double ir_dropout_scale(double p, DType dt);
+
 #endif

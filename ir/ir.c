@@ -50,7 +50,7 @@ static const struct {
 } dtype_info[TY_COUNT] = {
     [TY_F32] = {"f32", 4, true},  [TY_F16] = {"f16", 2, true}, [TY_BF16] = {"bf16", 2, true},
     [TY_I8] = {"i8", 1, false},   [TY_I32] = {"i32", 4, false}, [TY_I64] = {"i64", 8, false},
-    [TY_BOOL] = {"bool", 1, false}, [TY_U8] = {"u8", 1, false},
+    [TY_BOOL] = {"bool", 1, false}, [TY_U8] = {"u8", 1, false}, [TY_F64] = {"f64", 8, true},
 };
 
 const char *ir_dtype_name(DType t) { return (unsigned)t < TY_COUNT ? dtype_info[t].name : "?"; }
@@ -105,6 +105,21 @@ const Attr *ir_attr(const Node *n, const char *name) {
   for (int i = 0; i < n->n_attrs; i++)
     if (strcmp(n->attrs[i].name, name) == 0) return &n->attrs[i];
   return NULL;
+}
+
+bool ir_matmul_trans(const Node *n, int i) {
+  const Attr *a = ir_attr(n, i ? "trans_b" : "trans_a");
+  return a && a->kind == AK_INT && a->i != 0;
+}
+
+TensorType ir_matmul_operand(const Node *n, int i) {
+  TensorType t = n->in[i]->type;
+  if (ir_matmul_trans(n, i) && t.rank >= 2) {
+    int64_t d = t.dims[t.rank - 1];
+    t.dims[t.rank - 1] = t.dims[t.rank - 2];
+    t.dims[t.rank - 2] = d;
+  }
+  return t;
 }
 
 /* Getters are called after verification, so a miss is our bug: an
@@ -459,6 +474,17 @@ void ir_set_outputs(Graph *g, int n, Value *const *values, const char *const *na
     g->outputs[i] = values[i];
     g->output_names[i] = arena_strdup(a, names[i]);
   }
+  g->output_updates = NULL;
+}
+
+void ir_set_output_update(Graph *g, int i, const char *param) {
+  Arena *a = &g->ctx->arena;
+  if (!g->output_updates) g->output_updates = ARENA_ARRAY(a, const char *, g->n_outputs > 0 ? g->n_outputs : 1);
+  g->output_updates[i] = param ? arena_strdup(a, param) : NULL;
+}
+
+const char *ir_output_update(const Graph *g, int i) {
+  return g->output_updates && i >= 0 && i < g->n_outputs ? g->output_updates[i] : NULL;
 }
 
 Node *ir_source(Graph *g, OpKind op, const TensorType *t, const char *name, SrcLoc loc) {

@@ -29,8 +29,11 @@ enum {
 
 /* TY_BOOL is one byte holding 0 or 1: the result of comparisons and
  * logic, the condition of where.  TY_U8 is an unsigned byte (ONNX's
- * UINT8: quantized activations, images); it wraps like i8. */
-typedef enum { TY_F32, TY_F16, TY_BF16, TY_I8, TY_I32, TY_I64, TY_BOOL, TY_U8, TY_COUNT } DType;
+ * UINT8: quantized activations, images); it wraps like i8.  TY_F64 is
+ * the IR's and the reference interpreter's only (gradient checks by
+ * finite differences need its precision, docs/training.md): codegen
+ * refuses it with an error. */
+typedef enum { TY_F32, TY_F16, TY_BF16, TY_I8, TY_I32, TY_I64, TY_BOOL, TY_U8, TY_F64, TY_COUNT } DType;
 
 typedef struct TensorType {
   DType dtype;
@@ -106,6 +109,9 @@ typedef struct Graph {
   int n_outputs;
   Value **outputs;
   const char **output_names;
+  /* NULL, or per output: the name of the param whose value it becomes
+   * after a training step (NULL: a plain output); docs/training.md. */
+  const char **output_updates;
 } Graph;
 
 /* ---- the op table ---- */
@@ -164,6 +170,11 @@ const int64_t *ir_attr_ints(const Node *n, const char *name, int *count);
 const char *ir_attr_str(const Node *n, const char *name);
 DType ir_attr_dtype(const Node *n, const char *name);
 
+/* matmul's operand i (0 or 1) as the product reads it: its type with the
+ * last two axes swapped under trans_a / trans_b. */
+bool ir_matmul_trans(const Node *n, int i);
+TensorType ir_matmul_operand(const Node *n, int i);
+
 void ir_set_int(Graph *g, Node *n, const char *name, int64_t v);
 void ir_set_float(Graph *g, Node *n, const char *name, double v);
 void ir_set_ints(Graph *g, Node *n, const char *name, int count, const int64_t *v);
@@ -201,6 +212,11 @@ void ir_remove(Graph *g, Node *n);
 /* Rewrites every use of `from` (operands and graph outputs) to `to`. */
 void ir_replace_uses(Graph *g, const Value *from, Value *to);
 void ir_set_outputs(Graph *g, int n, Value *const *values, const char *const *names);
+/* Output i as the next value of the param named `param` (NULL: a plain
+ * output again); ir_set_outputs clears every mark. */
+void ir_set_output_update(Graph *g, int i, const char *param);
+/* The param output i updates, or NULL. */
+const char *ir_output_update(const Graph *g, int i);
 
 /* Builder: new node, attributes already set by the caller through the
  * returned node is awkward for one-liners, so these take them up front. */

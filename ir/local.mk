@@ -9,6 +9,8 @@ libdlcc_core_la_SOURCES += \
 	ir/dot.c \
 	ir/names.c ir/names.h \
 	ir/eval.c ir/eval.h \
+	ir/train_ops.c \
+	ir/grad.c ir/grad.h \
 	ir/indices.c \
 	ir/cost.c
 libdlcc_core_la_SOURCES += ir/init.c

@@ -197,7 +197,7 @@ static bool parse_type(Parser *p, TensorType *t) {
   }
   memset(t, 0, sizeof *t);
   if (!ir_dtype_from_name(dt, &t->dtype)) {
-    error_at(p, start, "unknown dtype '%s' (f32, f16, bf16, i8, i32, i64, bool, u8)", dt);
+    error_at(p, start, "unknown dtype '%s' (f32, f16, bf16, i8, i32, i64, bool, u8, f64)", dt);
     return false;
   }
   if (p->line[p->pos] != '[') {
@@ -256,7 +256,7 @@ static const char *kind_text(AttrKind k) {
     case AK_FLOAT: return "a number";
     case AK_INTS: return "a list of integers such as [1, 2]";
     case AK_STR: return "a string in double quotes";
-    case AK_DTYPE: return "a dtype (f32, f16, bf16, i8, i32, i64, bool, u8)";
+    case AK_DTYPE: return "a dtype (f32, f16, bf16, i8, i32, i64, bool, u8, f64)";
   }
   return "a value";
 }
@@ -597,7 +597,7 @@ fail:
     if (!map_find(&p->values, results[i].name)) map_put(a, &p->values, results[i].name, NULL, p->lineno);
 }
 
-/* "return %v as "name", ..." */
+/* "return %v as "name" [updates "param"], ..." */
 static void parse_return(Parser *p, size_t at) {
   if (p->seen_return) {
     error_at(p, at, "second 'return' in the graph");
@@ -606,7 +606,7 @@ static void parse_return(Parser *p, size_t at) {
   p->seen_return = true;
   Arena *a = &p->c->arena;
   Value **vals = NULL;
-  const char **names = NULL;
+  const char **names = NULL, **updates = NULL;
   int n = 0, cap = 0;
   bool poisoned = false;
   if (at_end(p)) {
@@ -640,9 +640,15 @@ static void parse_return(Parser *p, size_t at) {
       int bigger = cap ? cap * 2 : 4;
       vals = arena_realloc(a, vals, sizeof *vals * (size_t)cap, sizeof *vals * (size_t)bigger);
       names = arena_realloc(a, names, sizeof *names * (size_t)cap, sizeof *names * (size_t)bigger);
+      updates = arena_realloc(a, updates, sizeof *updates * (size_t)cap, sizeof *updates * (size_t)bigger);
       cap = bigger;
     }
     vals[n] = e->value;
+    updates[n] = NULL;
+    if (keyword(p, "updates")) {
+      skip_ws(p);
+      if (!(updates[n] = string_lit(p, "the name of the param it updates"))) return;
+    }
     names[n++] = out;
     skip_ws(p);
     if (p->line[p->pos] != ',') break;
@@ -652,7 +658,10 @@ static void parse_return(Parser *p, size_t at) {
     error_at(p, p->pos, "expected ',' or the end of the line, found %s", found(p));
     return;
   }
-  if (!poisoned) ir_set_outputs(p->g, n, vals, names);
+  if (poisoned) return;
+  ir_set_outputs(p->g, n, vals, names);
+  for (int i = 0; i < n; i++)
+    if (updates[i]) ir_set_output_update(p->g, i, updates[i]);
 }
 
 static void parse_header(Parser *p) {

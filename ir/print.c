@@ -117,6 +117,10 @@ void ir_print(FILE *f, Graph *g) {
     print_value(f, g->outputs[i]);
     fputs(" as ", f);
     print_quoted(f, g->output_names ? g->output_names[i] : "");
+    if (ir_output_update(g, i)) {
+      fputs(" updates ", f);
+      print_quoted(f, ir_output_update(g, i));
+    }
   }
   fputs("\n}\n", f);
 }

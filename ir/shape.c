@@ -576,9 +576,14 @@ bool shape_batchnorm(const Node *n, TensorType *out, char *err, size_t errlen) {
 bool shape_matmul(const Node *n, TensorType *out, char *err, size_t errlen) {
   if (!operands_ok(n, err, errlen)) return false;
   if (!need_numbers(n, err, errlen)) return false;
-  const TensorType *a = in_type(n, 0), *b = in_type(n, 1);
+  TensorType ta = ir_matmul_operand(n, 0), tb = ir_matmul_operand(n, 1);
+  const TensorType *a = &ta, *b = &tb;
   if (a->rank < 1 || b->rank < 1)
     return fail(err, errlen, "matmul needs operands of rank >= 1, got %s @ %s", ts(a).s, ts(b).s);
+  for (int i = 0; i < 2; i++)
+    if (ir_matmul_trans(n, i) && n->in[i]->type.rank < 2)
+      return fail(err, errlen, "matmul: %s needs an operand of rank >= 2, got %s", i ? "trans_b" : "trans_a",
+                  ts(i ? b : a).s);
   if (!same_dtype(n, a, b, err, errlen)) return false;
   /* A 1-d lhs acts as [1, K] and a 1-d rhs as [K, 1]; the 1 is dropped. */
   int64_t ka = a->dims[a->rank - 1];
@@ -789,17 +794,18 @@ bool shape_resize(const Node *n, TensorType *out, char *err, size_t errlen) {
   if (!mode) return false;
   bool linear = strcmp(mode->s, "bilinear") == 0;
   if (!linear && strcmp(mode->s, "nearest") != 0)
-    return fail(err, errlen, "resize: mode must be \"nearest\" or \"bilinear\", got \"%s\"",
-                mode->s);
+    return fail(err, errlen, "%s: mode must be \"nearest\" or \"bilinear\", got \"%s\"",
+                op_name(n), mode->s);
   if (!linear && align)
-    return fail(err, errlen, "resize: align_corners applies only to mode \"bilinear\"");
-  if (linear && !need_float(n, x, err, errlen)) return false;
+    return fail(err, errlen, "%s: align_corners applies only to mode \"bilinear\"", op_name(n));
+  /* resize_grad (the same rule: size is its result's) sums gradients. */
+  if ((linear || n->op == OP_RESIZE_GRAD) && !need_float(n, x, err, errlen)) return false;
   out[0] = *x;
   out[0].dims[2] = size[0];
   out[0].dims[3] = size[1];
   int64_t count = ir_type_numel(&out[0]);
   if (count < 0 || count > DL_MAX_ELEMS)
-    return fail(err, errlen, "resize: the output %s is too large", ts(&out[0]).s);
+    return fail(err, errlen, "%s: the output %s is too large", op_name(n), ts(&out[0]).s);
   return true;
 }
 
@@ -1290,4 +1296,129 @@ bool shape_lstm(const Node *n, TensorType *out, char *err, size_t errlen) {
 
 bool shape_gru(const Node *n, TensorType *out, char *err, size_t errlen) {
   return shape_recurrent(n, 3, out, err, errlen);
+}
+
+/* ---- training (ir/train_ops.c has their meaning) ---- */
+
+/* A gradient op is checked against the forward op it belongs to by
+ * running that op's own rule on a stand-in node with n's attributes and
+ * the given operands, so the two cannot disagree: its result must be
+ * `want` (the gradient operand). */
+static bool forward_gives(const Node *n, OpKind fwd, int n_in, Value *in, const TensorType *want,
+                          const char *what, char *err, size_t errlen) {
+  Value *ops[2] = {&in[0], n_in > 1 ? &in[1] : NULL};
+  Node f = {.op = fwd, .n_in = n_in, .in = ops, .n_attrs = n->n_attrs, .attrs = n->attrs};
+  TensorType got[1];
+  char msg[256];
+  if (!ir_ops[fwd].shape(&f, got, msg, sizeof msg))
+    return fail(err, errlen, "%s: as the forward op: %s", op_name(n), msg);
+  if (!ir_type_eq(&got[0], want))
+    return fail(err, errlen, "%s: %s must be %s (the %s's result), got %s", op_name(n), what, ts(&got[0]).s,
+                ir_ops[fwd].name, ts(want).s);
+  return true;
+}
+
+static bool image_rank(const Node *n, const TensorType *t, char *err, size_t errlen) {
+  if (t->rank != 4 && t->rank != 5)
+    return fail(err, errlen, "%s expects a 4-d [N, C, H, W] or 5-d [N, C, D, H, W] input, got %s",
+                op_name(n), ts(t).s);
+  return true;
+}
+
+bool shape_conv_weight_grad(const Node *n, TensorType *out, char *err, size_t errlen) {
+  if (!operands_ok(n, err, errlen)) return false;
+  const TensorType *x = &n->in[0]->type, *dy = &n->in[1]->type;
+  if (!image_rank(n, x, err, errlen) || !need_float(n, in_type(n, 0), err, errlen) ||
+      !same_dtype(n, in_type(n, 0), in_type(n, 1), err, errlen))
+    return false;
+  int nsp = x->rank - 2, nk;
+  const Attr *kernel = ir_attr(n, "kernel"), *groups = ir_attr(n, "groups");
+  if (!kernel || kernel->kind != AK_INTS || (nk = kernel->ints.n) != nsp)
+    return fail(err, errlen, "%s: kernel must list %d sizes", op_name(n), nsp);
+  if (!groups || groups->kind != AK_INT || groups->i < 1 || x->dims[1] % groups->i)
+    return fail(err, errlen, "%s: groups must divide the input channels (%" PRId64 ")", op_name(n),
+                x->dims[1]);
+  int64_t dims[DL_MAX_RANK] = {dy->rank > 1 ? dy->dims[1] : 0, x->dims[1] / groups->i};
+  for (int d = 0; d < nsp; d++) {
+    if (kernel->ints.v[d] < 1) return fail(err, errlen, "%s: kernel sizes must be >= 1", op_name(n));
+    dims[2 + d] = kernel->ints.v[d];
+  }
+  Value ops[2] = {{.type = *x}, {.type = ir_type_make(x->dtype, x->rank, dims)}};
+  if (!forward_gives(n, nsp == 3 ? OP_CONV3D : OP_CONV2D, 2, ops, dy, "dy", err, errlen))
+    return false;
+  out[0] = ops[1].type;
+  return true;
+}
+
+bool shape_maxpool_grad(const Node *n, TensorType *out, char *err, size_t errlen) {
+  if (!operands_ok(n, err, errlen)) return false;
+  const TensorType *dy = &n->in[0]->type, *x = &n->in[1]->type;
+  if (!image_rank(n, x, err, errlen) || !need_float(n, in_type(n, 0), err, errlen) ||
+      !same_dtype(n, in_type(n, 0), in_type(n, 1), err, errlen))
+    return false;
+  Value ops[1] = {{.type = *x}};
+  if (!forward_gives(n, x->rank == 5 ? OP_MAXPOOL3D : OP_MAXPOOL2D, 1, ops, dy, "dy", err, errlen))
+    return false;
+  out[0] = *x;
+  return true;
+}
+
+bool shape_avgpool_grad(const Node *n, TensorType *out, char *err, size_t errlen) {
+  if (!operands_ok(n, err, errlen)) return false;
+  const TensorType *dy = &n->in[0]->type;
+  if (!image_rank(n, dy, err, errlen) || !need_float(n, in_type(n, 0), err, errlen)) return false;
+  const Attr *size = ir_attr(n, "size");
+  int nsp = dy->rank - 2;
+  if (!size || size->kind != AK_INTS || size->ints.n != nsp)
+    return fail(err, errlen, "%s: size must list the input's %d spatial sizes", op_name(n), nsp);
+  TensorType x = *dy;
+  for (int d = 0; d < nsp; d++) {
+    if (size->ints.v[d] < 1 || size->ints.v[d] > DL_MAX_ELEMS)
+      return fail(err, errlen, "%s: size values must be >= 1", op_name(n));
+    x.dims[2 + d] = size->ints.v[d];
+  }
+  if (ir_type_numel(&x) < 0) return fail(err, errlen, "%s: the result is too large", op_name(n));
+  Value ops[1] = {{.type = x}};
+  if (!forward_gives(n, nsp == 3 ? OP_AVGPOOL3D : OP_AVGPOOL2D, 1, ops, dy, "dy", err, errlen))
+    return false;
+  out[0] = x;
+  return true;
+}
+
+bool shape_embedding_grad(const Node *n, TensorType *out, char *err, size_t errlen) {
+  if (!operands_ok(n, err, errlen)) return false;
+  const TensorType *dy = &n->in[0]->type, *ids = &n->in[1]->type;
+  if (!need_float(n, in_type(n, 0), err, errlen)) return false;
+  if (ids->dtype != TY_I32 && ids->dtype != TY_I64)
+    return fail(err, errlen, "%s: ids must be i32 or i64, got %s", op_name(n), ts(ids).s);
+  bool prefix = dy->rank >= ids->rank && dy->rank - ids->rank < DL_MAX_RANK;
+  for (int d = 0; prefix && d < ids->rank; d++) prefix = dy->dims[d] == ids->dims[d];
+  if (!prefix)
+    return fail(err, errlen, "%s: dy %s must start with the ids' shape %s", op_name(n), ts(dy).s, ts(ids).s);
+  const Attr *num = ir_attr(n, "num");
+  if (!num || num->kind != AK_INT || num->i < 1 || num->i > DL_MAX_ELEMS)
+    return fail(err, errlen, "%s: num (the rows of the result) must be >= 1", op_name(n));
+  out[0] = *dy;
+  out[0].rank = dy->rank - ids->rank + 1;
+  out[0].dims[0] = num->i;
+  for (int d = ids->rank; d < dy->rank; d++) out[0].dims[d - ids->rank + 1] = dy->dims[d];
+  if (ir_type_numel(&out[0]) < 0) return fail(err, errlen, "%s: the result is too large", op_name(n));
+  return true;
+}
+
+bool shape_dropout(const Node *n, TensorType *out, char *err, size_t errlen) {
+  if (!operands_ok(n, err, errlen)) return false;
+  if (!need_float(n, in_type(n, 0), err, errlen)) return false;
+  for (int i = 1; i < 3; i++) {
+    const TensorType *k = &n->in[i]->type;
+    if (k->dtype != TY_I64 || ir_type_numel(k) != 1)
+      return fail(err, errlen, "dropout: the %s must be one i64, got %s", i == 1 ? "seed" : "offset", ts(k).s);
+  }
+  const Attr *p = ir_attr(n, "p"), *stream = ir_attr(n, "stream");
+  if (!p || p->kind != AK_FLOAT || !(p->f >= 0 && p->f <= 1))
+    return fail(err, errlen, "dropout: p must be a probability from 0 to 1");
+  if (!stream || stream->kind != AK_INT || stream->i < 0 || stream->i > UINT32_MAX)
+    return fail(err, errlen, "dropout: stream must be from 0 to 2^32 - 1");
+  out[0] = n->in[0]->type;
+  return true;
 }

@@ -303,6 +303,27 @@ static void check_groups(Verifier *v, int count) {
   }
 }
 
+/* An output that updates a param (docs/training.md): the param exists,
+ * the output has its type, and no other output updates it. */
+static void check_update(Verifier *v, Graph *g, int i) {
+  const char *name = ir_output_update(g, i);
+  if (!name) return;
+  for (int j = 0; j < i; j++)
+    if (ir_output_update(g, j) && strcmp(ir_output_update(g, j), name) == 0) {
+      fail(v, NULL, "outputs %d and %d both update param \"%s\"", j, i, name);
+      return;
+    }
+  for (Node *n = g->first; n; n = n->next)
+    if (n->op == OP_PARAM && strcmp(ir_attr_str(n, "name"), name) == 0) {
+      char a[IR_TYPE_STR_MAX], b[IR_TYPE_STR_MAX];
+      if (!ir_type_eq(&n->out[0].type, &g->outputs[i]->type))
+        fail(v, NULL, "output %d is %s but updates param \"%s\" of type %s", i,
+             ir_type_str(&g->outputs[i]->type, a, sizeof a), name, ir_type_str(&n->out[0].type, b, sizeof b));
+      return;
+    }
+  fail(v, NULL, "output %d updates param \"%s\", which the graph does not have", i, name);
+}
+
 bool ir_verify(Graph *g) {
   Verifier v = {.g = g, .ok = true};
   Arena *a = &g->ctx->arena;
@@ -354,6 +375,7 @@ bool ir_verify(Graph *g) {
         break;
       }
   }
+  for (int i = 0; i < g->n_outputs && v.ok; i++) check_update(&v, g, i);
   if (v.ok) check_groups(&v, count);
   return v.ok;
 }

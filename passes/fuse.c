@@ -324,6 +324,9 @@ static int attention_chain(const Fuser *f, const Node *m2, Node **chain, int cap
   }
   const Node *m1 = chain[n - 1];
   if (!is_float_type(&m1->out[0].type)) return 0;
+  /* The kernel reads Q, K and V in their own layouts. */
+  for (int i = 0; i < 2; i++)
+    if (ir_matmul_trans(m1, i) || ir_matmul_trans(m2, i)) return 0;
   const TensorType *q = &m1->in[0]->type, *k = &m1->in[1]->type, *vv = &m2->in[1]->type;
   const TensorType *s = &m1->out[0].type, *o = &m2->out[0].type;
   if (q->rank != rank || k->rank != rank || vv->rank != rank || s->rank != rank) return 0;

@@ -13,4 +13,6 @@ libdlcc_core_la_SOURCES += \
 	passes/quantize.c \
 	passes/remat.c \
 	passes/fuse.c \
+	passes/autodiff.c passes/autodiff.h \
+	passes/train_mode.c \
 	passes/memplan.c passes/memplan.h

@@ -76,6 +76,8 @@ static int weight_operand(const Quant *q, const Node *n) {
   /* A 1-d matmul operand loses its dim in the result, and with it the
    * place a per-channel scale would broadcast to. */
   if (n->in[0]->type.rank < 2 || n->in[1]->type.rank < 2) return -1;
+  /* A transposed operand would move the channel axis under its scale. */
+  if (ir_matmul_trans(n, 0) || ir_matmul_trans(n, 1)) return -1;
   return w1 ? 1 : 0;
 }
 

@@ -443,20 +443,18 @@ static void fiber_entry(void) {
   fiber_yield(s, f, true);
 }
 
-/* getcontext (which returns twice) apart, so no caller's locals can be
- * clobbered by it. */
-static int take_context(ucontext_t *c) { return getcontext(c); }
+/* getcontext points a context into itself (glibc's saved FPU state), so
+ * one that realloc moved would restore that state from the freed block:
+ * each moved fiber takes a fresh one.  Apart, as getcontext returns twice. */
+static __attribute__((noinline)) bool fresh_context(Fiber *f) { return getcontext(&f->ctx) == 0; }
 
 static int grow_fibers(Sched *s, unsigned n) {
   if (n <= s->cap) return 0;
   Fiber *nf = realloc(s->fibers, sizeof *nf * n);
   if (!nf) return rt_device_fail(&s->dev->base, "emu: out of host memory for %u fibers", n);
   s->fibers = nf;
-  /* A ucontext_t points into itself (glibc's uc_mcontext.fpregs), so
-   * the fibers realloc moved need theirs taken again, or the next
-   * swapcontext saves the FPU state into the freed array. */
   for (unsigned i = 0; i < s->cap; i++)
-    if (take_context(&nf[i].ctx)) return rt_device_fail(&s->dev->base, "emu: getcontext: %s", strerror(errno));
+    if (!fresh_context(&nf[i])) return rt_device_fail(&s->dev->base, "emu: getcontext: %s", strerror(errno));
   size_t page = (size_t)sysconf(_SC_PAGESIZE);
   for (unsigned i = s->cap; i < n; i++) {
     Fiber *f = &s->fibers[i];

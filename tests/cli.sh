@@ -38,6 +38,20 @@ expect 0 "   1347644 cost: FLOPs per run" "$dlcc" -D N=1 "$src/examples/mlp.dl" 
 grep -q "  ; linear %3  \[802.8 kFLOP 1.6 MB\]$" "$tmp/mlp.plan" || fail "--emit=plan: no cost on the first GEMM"
 grep -q "  ; gelu %4 #k0  \[5.1 kFLOP 6.1 kB\]$" "$tmp/mlp.plan" || fail "--emit=plan: no cost on the bias-gelu kernel"
 
+# --grad (docs/training.md): a training step's gradients and the dropout
+# counter's update as outputs, IR that reads back, a run, and a model
+# whose output is no loss refused at the op that computes it.
+printf 'model m(x: f32[2, 3]) -> f32[] {\n  return mean(dropout(relu(linear(x, 4) as fc)))\n}\n' >"$tmp/loss.dl"
+expect_sub 0 "" "$dlcc" "$tmp/loss.dl" --grad --emit=ir -o "$tmp/loss.ir"
+grep -q 'as "output", %[0-9]* as "fc.weight.grad", %[0-9]* as "fc.bias.grad", %[0-9]* as "dlcc.step" updates "dlcc.step"$' \
+  "$tmp/loss.ir" || fail "--grad: outputs are not loss, gradients, update: $(grep return "$tmp/loss.ir")"
+expect_sub 0 "" "$dlcc" "$tmp/loss.ir" --emit=ir -o "$tmp/loss2.ir"
+cmp -s "$tmp/loss.ir" "$tmp/loss2.ir" || fail "the IR of a training step prints differently read back"
+expect_sub 0 "" "$dlcc" run "$tmp/loss.dl" --grad --backend=ref
+grep -q "^fc.weight.grad: f32\[4, 3\]" "$tmp/out" || fail "dlcc run --grad: $(cat "$tmp/out")"
+expect_sub 1 "mlp.dl:8:10: error: the loss must be one float value to differentiate, but output 'probs' is f32[8, 10]" \
+  "$dlcc" "$src/examples/mlp.dl" --grad
+
 # Convolutions on the tensor cores (docs/tensorcores.md): f16 ones by
 # default, with the tile the plan chose; --no-tensor-cores keeps the FMA
 # kernel; f32 only with --tf32, which dlcc run takes too.

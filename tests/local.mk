@@ -41,6 +41,7 @@ include tests/names.mk
 include tests/files.mk
 include tests/limits.mk
 include tests/fuzz.mk
+include tests/grad.mk
 include tests/tcgemm.mk
 include tests/sass.mk
 include tests/gpubench.mk

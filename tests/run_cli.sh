@@ -84,4 +84,12 @@ expect 1 "$tmp/free.dl:1:19: error: unknown dimension 'N': define it with 'let N
 expect 1 "dlcc: error: --input y=$tmp/o/output.npy: the model has no input 'y'; its inputs: x" \
   "$dlcc" run "$tmp/tiny.dl" --input "y=$tmp/o/output.npy"
 
+# A training step (--grad) binds a state_dict, which never holds dropout's
+# random state: dlcc.seed and dlcc.step start at 0.  With every weight 1
+# the kept elements of x @ W^T + b are all 4 / (1 - 0.5).
+printf 'model drop(x: f32[2, 3]) -> f32[] {\n  return mean(dropout(linear(x, 4) as fc))\n}\n' >"$tmp/drop.dl"
+expect 0 "" "$dlcc" run "$tmp/drop.dl" --grad --backend=ref --weights "$tmp/good.safetensors"
+grep -q "^fc.bias.grad: f32\[4\]" "$tmp/out" || fail "--grad with --weights: $(cat "$tmp/out")"
+grep -q "^dlcc.step: i64\[\]  min 1  max 1" "$tmp/out" || fail "dlcc.step did not start at 0: $(cat "$tmp/out")"
+
 finish

@@ -346,6 +346,25 @@ START_TEST(dynamic_shared_memory) {
 }
 END_TEST
 
+/* Blocks of more threads than any before grow the fiber array, which
+ * realloc moves: a moved fiber must not restore its state from the old
+ * block (the LeNet training step crashed so in a 512-thread reduction). */
+START_TEST(fibers_survive_growing_blocks) {
+  RtDevice *d = open_emu();
+  RtModule *m = load_main(d);
+  static float x[1024];
+  for (int threads = 32; threads <= 1024; threads *= 2) {
+    for (int i = 0; i < threads; i++) x[i] = (float)i;
+    RtDevPtr px = dev_ptr(x);
+    const void *args[] = {&px};
+    ck_assert_msg(launch(d, m, K_DYN, 1, 1, (uint32_t)threads, 1, (uint32_t)(threads * sizeof(float)), args) == 0,
+                  "%s", d->error);
+    for (int i = 0; i < threads; i++) ck_assert_float_eq(x[i], (float)(threads - 1 - i));
+  }
+  close_dev(d, m);
+}
+END_TEST
+
 /* Bits CUDA's __float2half gives (RNE, overflow at 65520, subnormals,
  * canonical NaN), and what __hadd(h, h) gives. */
 static const struct {
@@ -1000,6 +1019,7 @@ static Suite *emu_suite(void) {
   tcase_add_test(k, atomic_histogram);
   tcase_add_test(k, tiled_transpose_2d_blocks);
   tcase_add_test(k, dynamic_shared_memory);
+  tcase_add_test(k, fibers_survive_growing_blocks);
   tcase_add_test(k, half_bits_match_cuda);
   tcase_add_test(k, bf16_bits_match_cuda);
   tcase_add_test(k, conversions_exhaustive_sweep);

@@ -419,13 +419,50 @@ static Graph *build_every_op(Ctx *c, bool *covered) {
   n = NODE(g, OP_GRU, seq, gwi, gwh, gbi, gbh);
   ir_set_int(g, n, "hidden", 7);
   Node *gru = add(g, n);
+  /* Training (docs/training.md): the gradients' ops, dropout, an update. */
+  Value *pic = input(g, "pic", TY(TY_F32, 1, 2, 4, 4)), *dpic = input(g, "dpic", TY(TY_F32, 1, 2, 2, 2));
+  n = NODE(g, OP_CONV_WEIGHT_GRAD, pic, dpic);
+  ir_set_ints(g, n, "kernel", INTS(3, 3));
+  ir_set_ints(g, n, "stride", INTS(1, 1));
+  ir_set_ints(g, n, "pad", INTS(0, 0, 0, 0));
+  ir_set_ints(g, n, "dilation", INTS(1, 1));
+  add(g, n);
+  for (int avg = 0; avg < 2; avg++) {
+    n = avg ? NODE(g, OP_AVGPOOL_GRAD, dpic) : NODE(g, OP_MAXPOOL_GRAD, dpic, pic);
+    if (avg) ir_set_ints(g, n, "size", INTS(4, 4));
+    ir_set_ints(g, n, "kernel", INTS(2, 2));
+    ir_set_ints(g, n, "stride", INTS(2, 2));
+    ir_set_ints(g, n, "pad", INTS(0, 0, 0, 0));
+    ir_set_ints(g, n, "dilation", INTS(1, 1));
+    add(g, n);
+  }
+  n = NODE(g, OP_EMBEDDING_GRAD, input(g, "drows", TY(TY_F32, 2, 3, 4)), idx);
+  ir_set_int(g, n, "num", 10);
+  add(g, n);
+  n = NODE(g, OP_RESIZE_GRAD, pic);
+  ir_set_ints(g, n, "size", INTS(3, 2));
+  ir_set_str(g, n, "mode", "bilinear");
+  ir_set_int(g, n, "align_corners", 1);
+  add(g, n);
+  n = NODE(g, OP_MATMUL, dpic, dpic);
+  ir_set_int(g, n, "trans_a", 1);
+  add(g, n);
+  Value *rng_seed = param(g, "dlcc.seed", ir_type_make(TY_I64, 0, NULL));
+  Value *rng_step = param(g, "dlcc.step", ir_type_make(TY_I64, 0, NULL));
+  n = NODE(g, OP_DROPOUT, x, rng_seed, rng_step);
+  ir_set_float(g, n, "p", 0.25);
+  ir_set_int(g, n, "stream", 3);
+  add(g, n);
+  Value *next_step = &add(g, NODE(g, OP_ADD, rng_step, rng_step))->out[0];
+
   /* A string with every character the printer must escape. */
   param(g, "odd \"name\" with \\ and\nnewline", TY(TY_F32, 1));
 
   if (covered)
     for (Node *it = g->first; it; it = it->next) covered[it->op] = true;
-  outputs(g, 6, (Value *[]){&lstm->out[0], &lstm->out[2], &gru->out[1], am, sums[1], last},
-          (const char *[]){"seq", "c", "gru_h", "argmax", "mean", "last"});
+  outputs(g, 7, (Value *[]){&lstm->out[0], &lstm->out[2], &gru->out[1], am, sums[1], last, next_step},
+          (const char *[]){"seq", "c", "gru_h", "argmax", "mean", "last", "dlcc.step"});
+  ir_set_output_update(g, 6, "dlcc.step");
   return g;
 }
 
@@ -450,6 +487,7 @@ START_TEST(round_trip_every_op) {
   ck_assert_ptr_nonnull(strstr(text, "{value=0.1} : f32[]"));
   ck_assert_ptr_nonnull(strstr(text, "init=\"fill(-0.5)\""));
   ck_assert_ptr_nonnull(strstr(text, "return %"));
+  ck_assert_ptr_nonnull(strstr(text, " as \"dlcc.step\" updates \"dlcc.step\"\n"));
 }
 END_TEST
 
@@ -458,7 +496,9 @@ START_TEST(round_trip_keeps_values) {
   Graph *back = parse_str(&C, print_str(g));
   ck_assert_ptr_nonnull(back);
   ck_assert_int_eq(back->n_nodes, g->n_nodes);
-  ck_assert_int_eq(back->n_outputs, 6);
+  ck_assert_int_eq(back->n_outputs, 7);
+  ck_assert_ptr_null(ir_output_update(back, 5));
+  ck_assert_str_eq(ir_output_update(back, 6), "dlcc.step");
   for (Node *a = g->first, *b = back->first; a; a = a->next, b = b->next) {
     ck_assert_int_eq(a->op, b->op);
     ck_assert_int_eq(a->n_attrs, b->n_attrs);
@@ -610,9 +650,9 @@ START_TEST(error_attributes) {
                      "t.ir:3:28: error: attribute 'axes' of reduce_sum needs a list of integers such as [1, 2], found '1'\n"
                      "      %1 = reduce_sum %0 {axes=1} : f32[8]\n"
                      "                               ^\n");
-  assert_parse_error(HEAD "  %1 = cast %0 {to=f64} : f32[8, 12]\n" TAIL,
-                     "t.ir:3:20: error: attribute 'to' of cast needs a dtype (f32, f16, bf16, i8, i32, i64, bool, u8), found 'f64'\n"
-                     "      %1 = cast %0 {to=f64} : f32[8, 12]\n"
+  assert_parse_error(HEAD "  %1 = cast %0 {to=f128} : f32[8, 12]\n" TAIL,
+                     "t.ir:3:20: error: attribute 'to' of cast needs a dtype (f32, f16, bf16, i8, i32, i64, bool, u8, f64), found 'f128'\n"
+                     "      %1 = cast %0 {to=f128} : f32[8, 12]\n"
                      "                       ^\n");
   assert_parse_error(HEAD "  %1 = softmax %0 {axis=1, axis=1} : f32[8, 12]\n" TAIL,
                      "t.ir:3:28: error: attribute 'axis' is given twice\n"
@@ -725,9 +765,9 @@ START_TEST(error_nul_byte) {
 END_TEST
 
 START_TEST(error_types) {
-  assert_parse_error("graph g {\n  %0 = input {name=\"x\"} : f64[2]\n" TAIL,
-                     "t.ir:2:27: error: unknown dtype 'f64' (f32, f16, bf16, i8, i32, i64, bool, u8)\n"
-                     "      %0 = input {name=\"x\"} : f64[2]\n"
+  assert_parse_error("graph g {\n  %0 = input {name=\"x\"} : f128[2]\n" TAIL,
+                     "t.ir:2:27: error: unknown dtype 'f128' (f32, f16, bf16, i8, i32, i64, bool, u8, f64)\n"
+                     "      %0 = input {name=\"x\"} : f128[2]\n"
                      "                              ^\n");
   assert_parse_error("graph g {\n  %0 = input {name=\"x\"} : f32[2, -1]\n" TAIL,
                      "t.ir:2:34: error: dimension -1 is negative\n"

@@ -1,0 +1,395 @@
+/* Lowering of the training ops (ops.def's last rows: conv_weight_grad,
+ * the pools' gradients, embedding_grad, dropout, resize_grad): takes one such node,
+ * appends its kernels to the plan being built.  Each is a gather with one
+ * thread per result element, so nothing needs atomics and every sum runs
+ * in the order ir/train_ops.c gives it; f32 sums, as the other kernels.
+ * Also the CUDA text of dropout's generator (cg_cuda_philox). */
+#include <inttypes.h>
+#include <math.h>
+#include <string.h>
+
+#include "ir/eval.h"
+#include "kernel.h"
+
+static int64_t numel(const TensorType *t) { return ir_type_numel(t); }
+
+static KBuf *buf_of(CgBuild *b, Kernel *k, const Value *v, const char *name) {
+  return cg_kglobal(k, name, v->type.dtype, numel(&v->type), cg_ref(b, v));
+}
+
+static KExpr *load_f32(CgBuild *b, Kernel *k, const Value *v, const char *name, KExpr *at) {
+  return cg_kcast(k, cg_kload(k, buf_of(b, k, v, name), at), TY_F32);
+}
+
+static void store(CgBuild *b, Kernel *k, KBlock *blk, const Value *out, KExpr *at, KExpr *value) {
+  cg_kstore(k, blk, buf_of(b, k, out, "out"), at, cg_kcast(k, value, out->type.dtype));
+}
+
+static KExpr *iv(Kernel *k, int64_t v) { return cg_kint(k, v); }
+static KExpr *idx(Kernel *k, KIdxOp op, KExpr *a, int64_t v) { return cg_kidx(k, op, a, iv(k, v)); }
+
+/* One thread per element of a space of `total`: the grid-stride loop's
+ * body, and the element's index in *i. */
+static KBlock *each(Kernel *k, int64_t total, KExpr **i) {
+  KVar *n = cg_kparam(k, "n", KT_INDEX, total, 0);
+  KVar *v = cg_kvar(k, "i", KT_INDEX);
+  KStmt *loop = cg_kloop(k, &k->body, v, cg_kv(k, n), KM_GRID_STRIDE);
+  cg_kernel_grid_1d(k, total);
+  *i = cg_kv(k, v);
+  return &loop->body;
+}
+
+static KBlock *serial(Kernel *k, KBlock *in, const char *stem, int64_t trips, KExpr **var) {
+  KVar *v = cg_kvar(k, stem, KT_INDEX);
+  *var = cg_kv(k, v);
+  return &cg_kloop(k, in, v, iv(k, trips), KM_SERIAL)->body;
+}
+
+static KVar *let(Kernel *k, KBlock *in, const char *stem, KExpr *v) {
+  return cg_klet(k, in, stem, v->dtype, v);
+}
+
+static void add_to(Kernel *k, KBlock *in, KVar *acc, KExpr *v) {
+  cg_kset(k, in, acc, cg_kop2(k, OP_ADD, cg_kv(k, acc), v));
+}
+
+/* A window's geometry: the pool's or convolution's attributes over the
+ * spatial dims of x (its input) and y (its result). */
+typedef struct Geo {
+  int nsp;
+  int64_t in[3], out[3], k[3], stride[3], lo[3], hi[3], dil[3];
+  int64_t in_size, out_size, k_size;
+} Geo;
+
+static Geo geo_of(const Node *n, const TensorType *x, const TensorType *y) {
+  Geo g = {.nsp = x->rank - 2, .in_size = 1, .out_size = 1, .k_size = 1};
+  int c;
+  const int64_t *kern = ir_attr_ints(n, "kernel", &c), *stride = ir_attr_ints(n, "stride", &c);
+  const int64_t *pad = ir_attr_ints(n, "pad", &c), *dil = ir_attr_ints(n, "dilation", &c);
+  for (int d = 0; d < g.nsp; d++) {
+    g.in[d] = x->dims[2 + d], g.out[d] = y->dims[2 + d], g.k[d] = kern[d];
+    g.stride[d] = stride[d], g.lo[d] = pad[d], g.hi[d] = pad[g.nsp + d], g.dil[d] = dil[d];
+    g.in_size *= g.in[d], g.out_size *= g.out[d], g.k_size *= g.k[d];
+  }
+  return g;
+}
+
+/* Coordinate d of linear position p over dims[0..nsp). */
+static KExpr *coord(Kernel *k, KExpr *p, const int64_t *dims, int nsp, int d) {
+  int64_t inner = 1;
+  for (int j = d + 1; j < nsp; j++) inner *= dims[j];
+  KExpr *c = idx(k, KI_DIV, p, inner);
+  return d ? idx(k, KI_MOD, c, dims[d]) : c;
+}
+
+/* Input positions of tap t of output position o, per dim (lets into
+ * blk), and whether all lie inside x (NULL: always). */
+static KExpr *tap_pos(Kernel *k, KBlock *blk, const Geo *g, KExpr *o, KExpr *t, KVar **pos) {
+  KExpr *inside = NULL;
+  for (int d = 0; d < g->nsp; d++) {
+    KExpr *p = cg_kadd(k, idx(k, KI_MUL, coord(k, o, g->out, g->nsp, d), g->stride[d]),
+                       idx(k, KI_MUL, coord(k, t, g->k, g->nsp, d), g->dil[d]));
+    pos[d] = let(k, blk, "p", idx(k, KI_SUB, p, g->lo[d]));
+    inside = cg_kand(k, inside, cg_kcmp(k, KC_GE, cg_kv(k, pos[d]), iv(k, 0)));
+    inside = cg_kand(k, inside, cg_kcmp(k, KC_LT, cg_kv(k, pos[d]), iv(k, g->in[d])));
+  }
+  return inside;
+}
+
+static KExpr *linear(Kernel *k, KVar *const *pos, const int64_t *dims, int nsp) {
+  KExpr *at = iv(k, 0);
+  for (int d = 0; d < nsp; d++) at = cg_kadd(k, idx(k, KI_MUL, at, dims[d]), cg_kv(k, pos[d]));
+  return at;
+}
+
+/* dW[co, ci, t]: over the batch, then the output positions. */
+static void lower_conv_weight_grad(CgBuild *b, const Node *n) {
+  const Value *x = n->in[0], *dy = n->in[1], *out = &n->out[0];
+  Geo g = geo_of(n, &x->type, &dy->type);
+  int64_t N = x->type.dims[0], C = x->type.dims[1], Co = out->type.dims[0], Cg = out->type.dims[1];
+  int64_t cog = Co / ir_attr_int(n, "groups");
+  Kernel *k = cg_kernel_new(cg_build_ctx(b), n, ir_ops[n->op].name, NULL);
+  KExpr *i, *nb, *o;
+  KBlock *body = each(k, numel(&out->type), &i);
+  KVar *t = let(k, body, "t", idx(k, KI_MOD, i, g.k_size));
+  KVar *row = let(k, body, "row", idx(k, KI_DIV, i, g.k_size));
+  KVar *co = let(k, body, "co", idx(k, KI_DIV, cg_kv(k, row), Cg));
+  KExpr *xc = cg_kadd(k, idx(k, KI_MUL, idx(k, KI_DIV, cg_kv(k, co), cog), Cg),
+                      idx(k, KI_MOD, cg_kv(k, row), Cg));
+  KVar *xch = let(k, body, "xc", xc);
+  KVar *acc = cg_klet(k, body, "acc", TY_F32, cg_kimm(k, 0, TY_F32));
+  KBlock *per_b = serial(k, body, "b", N, &nb);
+  KBlock *per_o = serial(k, per_b, "o", g.out_size, &o);
+  KVar *pos[3];
+  KExpr *inside = tap_pos(k, per_o, &g, o, cg_kv(k, t), pos);
+  KBlock *hit = inside ? &cg_kif(k, per_o, inside)->body : per_o;
+  KExpr *dyi = cg_kadd(k, idx(k, KI_MUL, cg_kadd(k, idx(k, KI_MUL, nb, Co), cg_kv(k, co)), g.out_size), o);
+  KExpr *xi = cg_kadd(k, idx(k, KI_MUL, cg_kadd(k, idx(k, KI_MUL, nb, C), cg_kv(k, xch)), g.in_size),
+                      linear(k, pos, g.in, g.nsp));
+  add_to(k, hit, acc, cg_kop2(k, OP_MUL, load_f32(b, k, dy, "dy", dyi), load_f32(b, k, x, "x", xi)));
+  store(b, k, body, out, i, cg_kv(k, acc));
+  cg_launch(b, k);
+}
+
+/* The product of the per-dim counts of window o's taps inside x (or,
+ * with pad, inside the padded input): the avgpool's divisor. */
+static KExpr *window_count(Kernel *k, KBlock *blk, const Geo *g, KVar *const *opos, bool pad) {
+  KExpr *count = iv(k, 1);
+  for (int d = 0; d < g->nsp; d++) {
+    KVar *c = cg_klet(k, blk, "cnt", KT_INDEX, iv(k, 0));
+    KExpr *kv;
+    KBlock *loop = serial(k, blk, "kk", g->k[d], &kv);
+    KExpr *p = cg_kadd(k, idx(k, KI_MUL, cg_kv(k, opos[d]), g->stride[d]), idx(k, KI_MUL, kv, g->dil[d]));
+    KVar *pv = let(k, loop, "q", idx(k, KI_SUB, p, g->lo[d]));
+    int64_t lo = pad ? -g->lo[d] : 0, hi = pad ? g->in[d] + g->hi[d] : g->in[d];
+    KExpr *in = cg_kand(k, cg_kcmp(k, KC_GE, cg_kv(k, pv), iv(k, lo)), cg_kcmp(k, KC_LT, cg_kv(k, pv), iv(k, hi)));
+    add_to(k, &cg_kif(k, loop, in)->body, c, iv(k, 1));
+    count = cg_kmul(k, count, cg_kv(k, c));
+  }
+  return count;
+}
+
+/* The first maximum of window o (linear over the output plane) in plane
+ * base of x, as eval.c's maxpool picks it: an index into the plane. */
+static KVar *window_argmax(CgBuild *b, Kernel *k, KBlock *blk, const Geo *g, const Value *x, KExpr *base,
+                           KExpr *o) {
+  KVar *m = cg_klet(k, blk, "m", TY_F32, cg_kimm(k, -INFINITY, TY_F32));
+  KVar *arg = cg_klet(k, blk, "arg", KT_INDEX, iv(k, -1));
+  KExpr *t;
+  KBlock *taps = serial(k, blk, "t", g->k_size, &t);
+  KVar *pos[3];
+  KExpr *inside = tap_pos(k, taps, g, o, t, pos);
+  KBlock *in = inside ? &cg_kif(k, taps, inside)->body : taps;
+  KVar *at = let(k, in, "at", linear(k, pos, g->in, g->nsp));
+  KVar *v = let(k, in, "v", load_f32(b, k, x, "x", cg_kadd(k, base, cg_kv(k, at))));
+  KExpr *vnan = cg_kcmp(k, KC_NE, cg_kv(k, v), cg_kv(k, v));
+  KExpr *mnum = cg_kcmp(k, KC_EQ, cg_kv(k, m), cg_kv(k, m));
+  KExpr *better = cg_kand(k, cg_kor(k, vnan, cg_kcmp(k, KC_GT, cg_kv(k, v), cg_kv(k, m))), mnum);
+  KStmt *take = cg_kif(k, in, cg_kor(k, cg_kcmp(k, KC_LT, cg_kv(k, arg), iv(k, 0)), better));
+  cg_kset(k, &take->body, m, cg_kv(k, v));
+  cg_kset(k, &take->body, arg, cg_kv(k, at));
+  return arg;
+}
+
+/* dx[c, p]: every window that has p as a tap, in increasing order (taps
+ * in decreasing order), adds its share. */
+static void lower_pool_grad(CgBuild *b, const Node *n) {
+  bool avg = n->op == OP_AVGPOOL_GRAD;
+  const Value *dy = n->in[0], *x = avg ? NULL : n->in[1], *out = &n->out[0];
+  Geo g = geo_of(n, &out->type, &dy->type);
+  Kernel *k = cg_kernel_new(cg_build_ctx(b), n, ir_ops[n->op].name, NULL);
+  KExpr *i, *t;
+  KBlock *body = each(k, numel(&out->type), &i);
+  KVar *plane = let(k, body, "plane", idx(k, KI_DIV, i, g.in_size));
+  KVar *p = let(k, body, "pos", idx(k, KI_MOD, i, g.in_size));
+  KVar *acc = cg_klet(k, body, "acc", TY_F32, cg_kimm(k, 0, TY_F32));
+  KBlock *taps = serial(k, body, "t", g.k_size, &t);
+  KVar *tr = let(k, taps, "tr", cg_kidx(k, KI_SUB, iv(k, g.k_size - 1), t));
+  /* Window o has p at tap tr when o * stride = p + lo - tr * dil per dim. */
+  KVar *opos[3];
+  KExpr *hit = NULL;
+  for (int d = 0; d < g.nsp; d++) {
+    KExpr *num = cg_kidx(k, KI_SUB, idx(k, KI_ADD, coord(k, cg_kv(k, p), g.in, g.nsp, d), g.lo[d]),
+                         idx(k, KI_MUL, coord(k, cg_kv(k, tr), g.k, g.nsp, d), g.dil[d]));
+    KVar *nv = let(k, taps, "num", num);
+    opos[d] = let(k, taps, "op", idx(k, KI_DIV, cg_kv(k, nv), g.stride[d]));
+    hit = cg_kand(k, hit, cg_kcmp(k, KC_GE, cg_kv(k, nv), iv(k, 0)));
+    hit = cg_kand(k, hit, cg_kcmp(k, KC_EQ, idx(k, KI_MOD, cg_kv(k, nv), g.stride[d]), iv(k, 0)));
+    hit = cg_kand(k, hit, cg_kcmp(k, KC_LT, cg_kv(k, opos[d]), iv(k, g.out[d])));
+  }
+  KBlock *win = &cg_kif(k, taps, hit)->body;
+  KVar *o = let(k, win, "o", linear(k, opos, g.out, g.nsp));
+  KExpr *d = load_f32(b, k, dy, "dy", cg_kadd(k, idx(k, KI_MUL, cg_kv(k, plane), g.out_size), cg_kv(k, o)));
+  if (avg) {
+    KExpr *div = window_count(k, win, &g, opos, ir_attr_int(n, "count_include_pad") != 0);
+    add_to(k, win, acc, cg_kop2(k, OP_DIV, d, cg_kcast(k, div, TY_F32)));
+  } else {
+    KVar *arg = window_argmax(b, k, win, &g, x, idx(k, KI_MUL, cg_kv(k, plane), g.in_size), cg_kv(k, o));
+    add_to(k, &cg_kif(k, win, cg_kcmp(k, KC_EQ, cg_kv(k, arg), cg_kv(k, p)))->body, acc, d);
+  }
+  store(b, k, body, out, i, cg_kv(k, acc));
+  cg_launch(b, k);
+}
+
+/* A fill of zeros, then one thread per column adds the rows of dy into
+ * the rows their ids name, in order: deterministic without atomics, and
+ * the work is the size of dy.  An id out of range is reported (as
+ * eval.c's error) and adds nothing. */
+static void lower_embedding_grad(CgBuild *b, const Node *n) {
+  const Value *dy = n->in[0], *ids = n->in[1], *out = &n->out[0];
+  int64_t num = out->type.dims[0], rows = numel(&ids->type), width = numel(&out->type) / num;
+  cg_fill(b, n, "zero", cg_ref(b, out), TY_F32, numel(&out->type), 0);
+  Kernel *k = cg_kernel_new(cg_build_ctx(b), n, ir_ops[n->op].name, NULL);
+  KExpr *j, *r;
+  KBlock *body = each(k, width, &j);
+  KBlock *per_row = serial(k, body, "r", rows, &r);
+  KExpr *raw = cg_kload(k, buf_of(b, k, ids, "ids"), r);
+  KVar *at = let(k, per_row, "at", cg_kcast(k, cg_index_reported(b, k, per_row, r, raw, 0, num), KT_INDEX));
+  KExpr *ok = cg_kand(k, cg_kcmp(k, KC_GE, cg_kv(k, at), iv(k, 0)), cg_kcmp(k, KC_LT, cg_kv(k, at), iv(k, num)));
+  KBlock *hit = &cg_kif(k, per_row, ok)->body;
+  KBuf *o = buf_of(b, k, out, "out");
+  KExpr *oi = cg_kadd(k, idx(k, KI_MUL, cg_kv(k, at), width), j);
+  KExpr *sum = cg_kop2(k, OP_ADD, cg_kload(k, o, oi), load_f32(b, k, dy, "dy", cg_kadd(k, idx(k, KI_MUL, r, width), j)));
+  cg_kstore(k, hit, o, oi, sum);
+  cg_launch(b, k);
+}
+
+/* As ir_dropout_bits, for the kernels (integer arithmetic only, so the
+ * mask is the interpreter's bit for bit). */
+/* clang-format off */
+static const char philox_text[] =
+    "/* Dropout's draw (ir/train_ops.c): the top 24 bits of word i % 4 of\n"
+    " * Philox4x32-10 under the seed at counter (i / 4, stream, offset). */\n"
+    "__device__ __forceinline__ long long dl_dropout_bits(long long seed, long long offset, long long i,\n"
+    "                                                     unsigned stream) {\n"
+    "  unsigned long long blk = (unsigned long long)i >> 2;\n"
+    "  unsigned c0 = (unsigned)blk, c1 = (unsigned)(blk >> 32), c2 = stream, c3 = (unsigned)offset;\n"
+    "  unsigned k0 = (unsigned)seed, k1 = (unsigned)((unsigned long long)seed >> 32);\n"
+    "  for (int r = 0; r < 10; r++) {\n"
+    "    if (r) k0 += 0x9E3779B9u, k1 += 0xBB67AE85u;\n"
+    "    unsigned long long p0 = 0xD2511F53ull * c0, p1 = 0xCD9E8D57ull * c2;\n"
+    "    c0 = (unsigned)(p1 >> 32) ^ c1 ^ k0;\n"
+    "    c1 = (unsigned)p1;\n"
+    "    c2 = (unsigned)(p0 >> 32) ^ c3 ^ k1;\n"
+    "    c3 = (unsigned)p0;\n"
+    "  }\n"
+    "  unsigned w = (i & 3) == 0 ? c0 : (i & 3) == 1 ? c1 : (i & 3) == 2 ? c2 : c3;\n"
+    "  return (long long)(w >> 8);\n"
+    "}\n";
+/* clang-format on */
+
+const char *cg_cuda_philox(void) { return philox_text; }
+
+static void lower_dropout(CgBuild *b, const Node *n) {
+  const Value *x = n->in[0], *out = &n->out[0];
+  double p = ir_attr_float(n, "p");
+  Kernel *k = cg_kernel_new(cg_build_ctx(b), n, ir_ops[n->op].name, NULL);
+  KExpr *i;
+  KBlock *body = each(k, numel(&out->type), &i);
+  KExpr *seed = cg_kload(k, buf_of(b, k, n->in[1], "seed"), iv(k, 0));
+  KExpr *bits = cg_kop2(k, OP_DROPOUT, seed, cg_kload(k, buf_of(b, k, n->in[2], "offset"), iv(k, 0)));
+  bits->a[2] = cg_kcast(k, i, TY_I64);
+  bits->i = ir_attr_int(n, "stream");
+  bits->dtype = TY_I64;
+  KExpr *keep = cg_kcmp(k, KC_GE, bits, cg_kimm(k, ir_dropout_threshold(p), TY_I64));
+  KExpr *scaled = cg_kop2(k, OP_MUL, load_f32(b, k, x, "x", i), cg_kimm(k, ir_dropout_scale(p, TY_F32), TY_F32));
+  store(b, k, body, out, i, cg_ksel(k, keep, scaled, cg_kimm(k, 0, TY_F32)));
+  cg_launch(b, k);
+}
+
+/* resize along one axis in exact integers, as lower_kernels.c's resize:
+ * output d reads lo = num / den and lo + 1 (at most in - 1) with weight
+ * (num % den) / den; nearest reads d * in / out. */
+typedef struct ResizeAxis {
+  bool linear, align;
+  int64_t in, out, num_mul, num_add, den;
+} ResizeAxis;
+
+static ResizeAxis resize_axis_of(bool linear, bool align, int64_t in, int64_t out) {
+  ResizeAxis a = {linear, align, in, out, in, 0, out};
+  if (linear && align) a.num_mul = out > 1 ? in - 1 : 0, a.den = out > 1 ? out - 1 : 1;
+  if (linear && !align) a.num_mul = 2 * in, a.num_add = in - out, a.den = 2 * out; /* (2d + 1) in - out */
+  return a;
+}
+
+static int64_t axis_num(const ResizeAxis *a, int64_t d) {
+  int64_t num = d * a->num_mul + a->num_add;
+  return num < 0 ? 0 : num;
+}
+
+/* The first output that can read input p: lo(d) >= p - 1 (p for
+ * nearest), where num is not clamped, so the bound is exact or low. */
+static int64_t first_reader(const ResizeAxis *a, int64_t p) {
+  int64_t t = a->linear ? p - 1 : p;
+  if (t <= 0 || a->num_mul == 0) return 0;
+  int64_t f = (t * a->den - a->num_add + a->num_mul - 1) / a->num_mul;
+  return f > 0 ? f : 0;
+}
+
+static KExpr *first_reader_k(Kernel *k, const ResizeAxis *a, KExpr *p) {
+  if (a->num_mul == 0) return iv(k, 0);
+  KExpr *t = a->linear ? idx(k, KI_SUB, p, 1) : p;
+  KExpr *f = idx(k, KI_DIV, idx(k, KI_ADD, idx(k, KI_MUL, t, a->den), a->num_mul - 1 - a->num_add), a->num_mul);
+  return cg_ksel(k, cg_kcmp(k, KC_GT, t, iv(k, 0)), cg_kidx(k, KI_MAX, f, iv(k, 0)), iv(k, 0));
+}
+
+/* How many outputs from first_reader(p) on cover every reader of any p. */
+static int64_t reader_span(const ResizeAxis *a) {
+  int64_t span = 1;
+  for (int64_t d = 0; d < a->out; d++) {
+    int64_t lo = axis_num(a, d) / a->den, hi = a->linear && lo < a->in - 1 ? lo + 1 : lo;
+    for (int64_t p = lo; p <= hi; p++) {
+      int64_t s = d - first_reader(a, p) + 1;
+      span = s > span ? s : span;
+    }
+  }
+  return span;
+}
+
+/* Output d's weight on input p (lets into blk). */
+static KExpr *reader_weight(Kernel *k, KBlock *blk, const ResizeAxis *a, KExpr *d, KExpr *p) {
+  KExpr *num = cg_kadd(k, idx(k, KI_MUL, d, a->num_mul), iv(k, a->num_add));
+  KVar *nv = let(k, blk, "num", cg_kidx(k, KI_MAX, num, iv(k, 0)));
+  KVar *lo = let(k, blk, "lo", idx(k, KI_DIV, cg_kv(k, nv), a->den));
+  KExpr *zero = cg_kimm(k, 0, TY_F32), *one = cg_kimm(k, 1, TY_F32);
+  if (!a->linear) return cg_ksel(k, cg_kcmp(k, KC_EQ, cg_kv(k, lo), p), one, zero);
+  KVar *f = let(k, blk, "f", cg_kop2(k, OP_DIV, cg_kcast(k, idx(k, KI_MOD, cg_kv(k, nv), a->den), TY_F32),
+                                    cg_kimm(k, (double)a->den, TY_F32)));
+  KExpr *hi = cg_kidx(k, KI_MIN, idx(k, KI_ADD, cg_kv(k, lo), 1), iv(k, a->in - 1));
+  KExpr *w_lo = cg_ksel(k, cg_kcmp(k, KC_EQ, cg_kv(k, lo), p), cg_kop2(k, OP_SUB, one, cg_kv(k, f)), zero);
+  return cg_kop2(k, OP_ADD, w_lo, cg_ksel(k, cg_kcmp(k, KC_EQ, hi, p), cg_kv(k, f), zero));
+}
+
+/* dx[plane, h, w]: the outputs that can read row h and column w, in
+ * order, each dy times its two weights. */
+static void lower_resize_grad(CgBuild *b, const Node *n) {
+  const Value *dy = n->in[0], *out = &n->out[0];
+  bool linear = strcmp(ir_attr_str(n, "mode"), "bilinear") == 0, align = ir_attr_int(n, "align_corners") != 0;
+  int64_t OH = dy->type.dims[2], OW = dy->type.dims[3], H = out->type.dims[2], W = out->type.dims[3];
+  ResizeAxis ah = resize_axis_of(linear, align, H, OH), aw = resize_axis_of(linear, align, W, OW);
+  Kernel *k = cg_kernel_new(cg_build_ctx(b), n, ir_ops[n->op].name, NULL);
+  KExpr *i, *th, *tw;
+  KBlock *body = each(k, numel(&out->type), &i);
+  KVar *plane = let(k, body, "plane", idx(k, KI_DIV, i, H * W));
+  KVar *h = let(k, body, "h", idx(k, KI_MOD, idx(k, KI_DIV, i, W), H));
+  KVar *w = let(k, body, "w", idx(k, KI_MOD, i, W));
+  KVar *oh0 = let(k, body, "oh0", first_reader_k(k, &ah, cg_kv(k, h)));
+  KVar *ow0 = let(k, body, "ow0", first_reader_k(k, &aw, cg_kv(k, w)));
+  KVar *acc = cg_klet(k, body, "acc", TY_F32, cg_kimm(k, 0, TY_F32));
+  KBlock *rows = serial(k, body, "th", reader_span(&ah), &th);
+  KVar *oh = let(k, rows, "oh", cg_kadd(k, cg_kv(k, oh0), th));
+  KBlock *row = &cg_kif(k, rows, cg_kcmp(k, KC_LT, cg_kv(k, oh), iv(k, OH)))->body;
+  KVar *wh = let(k, row, "wh", reader_weight(k, row, &ah, cg_kv(k, oh), cg_kv(k, h)));
+  KBlock *cols = serial(k, row, "tw", reader_span(&aw), &tw);
+  KVar *ow = let(k, cols, "ow", cg_kadd(k, cg_kv(k, ow0), tw));
+  KBlock *col = &cg_kif(k, cols, cg_kcmp(k, KC_LT, cg_kv(k, ow), iv(k, OW)))->body;
+  KExpr *ww = reader_weight(k, col, &aw, cg_kv(k, ow), cg_kv(k, w));
+  KExpr *at = cg_kadd(k, idx(k, KI_MUL, cg_kadd(k, idx(k, KI_MUL, cg_kv(k, plane), OH), cg_kv(k, oh)), OW),
+                      cg_kv(k, ow));
+  add_to(k, col, acc, cg_kop2(k, OP_MUL, cg_kop2(k, OP_MUL, cg_kv(k, wh), ww), load_f32(b, k, dy, "dy", at)));
+  store(b, k, body, out, i, cg_kv(k, acc));
+  cg_launch(b, k);
+}
+
+bool cg_lower_train(CgBuild *b, const Node *n) {
+  /* Sums in place (embedding_grad) and mixed-precision training need
+   * f32 gradients; halves come with that work. */
+  for (int i = 0; i < n->n_in + n->n_out; i++) {
+    DType dt = i < n->n_in ? n->in[i]->type.dtype : n->out[i - n->n_in].type.dtype;
+    if (dt == TY_F16 || dt == TY_BF16) {
+      diag_error(cg_build_ctx(b), n->loc, "codegen does not support %s on %s yet", ir_ops[n->op].name,
+                 ir_dtype_name(dt));
+      return false;
+    }
+  }
+  switch (n->op) {
+    case OP_CONV_WEIGHT_GRAD: lower_conv_weight_grad(b, n); return true;
+    case OP_MAXPOOL_GRAD:
+    case OP_AVGPOOL_GRAD: lower_pool_grad(b, n); return true;
+    case OP_EMBEDDING_GRAD: lower_embedding_grad(b, n); return true;
+    case OP_DROPOUT: lower_dropout(b, n); return true;
+    case OP_RESIZE_GRAD: lower_resize_grad(b, n); return true;
+    default: dl_internal(cg_build_ctx(b), "%s is not a training op", ir_ops[n->op].name);
+  }
+  return false;
+}

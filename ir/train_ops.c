@@ -1,0 +1,255 @@
+/* The ops of training (ops.def's last rows): takes their nodes, returns
+ * what they mean to the reference interpreter (eval.c calls
+ * ir_eval_train_op; their shape rules are shape.c's), plus Philox4x32-10,
+ * the counter-based generator dropout's mask comes from, and the end of
+ * an interpreted training step (ir_apply_updates). */
+#include <inttypes.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "eval.h"
+
+/* ---- Philox4x32-10 (Salmon, Moraes, Dror and Shaw, SC'11) ---- */
+
+void ir_philox4x32_10(const uint32_t ctr[4], const uint32_t key[2], uint32_t out[4]) {
+  uint32_t c0 = ctr[0], c1 = ctr[1], c2 = ctr[2], c3 = ctr[3], k0 = key[0], k1 = key[1];
+  for (int r = 0; r < 10; r++) {
+    if (r) k0 += 0x9E3779B9u, k1 += 0xBB67AE85u;
+    uint64_t p0 = (uint64_t)0xD2511F53u * c0, p1 = (uint64_t)0xCD9E8D57u * c2;
+    c0 = (uint32_t)(p1 >> 32) ^ c1 ^ k0;
+    c1 = (uint32_t)p1;
+    c2 = (uint32_t)(p0 >> 32) ^ c3 ^ k1;
+    c3 = (uint32_t)p0;
+  }
+  out[0] = c0, out[1] = c1, out[2] = c2, out[3] = c3;
+}
+
+uint32_t ir_dropout_bits(uint64_t seed, uint64_t offset, uint64_t i, uint32_t stream) {
+  uint64_t blk = i >> 2;
+  uint32_t ctr[4] = {(uint32_t)blk, (uint32_t)(blk >> 32), stream, (uint32_t)offset};
+  uint32_t key[2] = {(uint32_t)seed, (uint32_t)(seed >> 32)}, w[4];
+  ir_philox4x32_10(ctr, key, w);
+  return w[i & 3] >> 8;
+}
+
+uint32_t ir_dropout_threshold(double p) {
+  double t = nearbyint(p * 16777216.0);
+  return t <= 0 ? 0 : t >= 16777216.0 ? 16777216u : (uint32_t)t;
+}
+
+double ir_dropout_scale(double p, DType dt) {
+  if (p >= 1) return 0;
+  double s = 1.0 / (1.0 - p);
+  return dt == TY_F64 ? s : (double)(float)s;
+}
+
+/* ---- the reference interpreter's side ---- */
+
+/* A window's geometry over nsp spatial dims, from a pool's or a
+ * convolution's attributes and the input's and result's types. */
+typedef struct Geo {
+  int nsp;
+  int64_t in[3], out[3], k[3], stride[3], lo[3], hi[3], dil[3];
+  int64_t in_size, out_size, k_size;
+} Geo;
+
+static Geo geo_of(const Node *n, const TensorType *x, const TensorType *y, const int64_t *kern) {
+  Geo g = {.nsp = x->rank - 2, .in_size = 1, .out_size = 1, .k_size = 1};
+  int c;
+  const int64_t *stride = ir_attr_ints(n, "stride", &c), *pad = ir_attr_ints(n, "pad", &c);
+  const int64_t *dil = ir_attr_ints(n, "dilation", &c);
+  for (int d = 0; d < g.nsp; d++) {
+    g.in[d] = x->dims[2 + d], g.out[d] = y->dims[2 + d], g.k[d] = kern[d];
+    g.stride[d] = stride[d], g.lo[d] = pad[d], g.hi[d] = pad[g.nsp + d], g.dil[d] = dil[d];
+    g.in_size *= g.in[d], g.out_size *= g.out[d], g.k_size *= g.k[d];
+  }
+  return g;
+}
+
+/* Where tap t (row-major over the kernel) of output position o (linear
+ * over a plane) reads: an index into an input plane, or -1 outside it.
+ * *in_pad says whether it lies inside the padded input. */
+static int64_t geo_tap(const Geo *g, int64_t o, int64_t t, bool *in_pad) {
+  int64_t at = 0, os = g->out_size, ks = g->k_size;
+  bool inside = true, pad = true;
+  for (int d = 0; d < g->nsp; d++) {
+    os /= g->out[d], ks /= g->k[d];
+    int64_t p = (o / os) % g->out[d] * g->stride[d] - g->lo[d] + (t / ks) % g->k[d] * g->dil[d];
+    inside &= p >= 0 && p < g->in[d];
+    pad &= p >= -g->lo[d] && p < g->in[d] + g->hi[d];
+    at = at * g->in[d] + p;
+  }
+  if (in_pad) *in_pad = pad;
+  return inside ? at : -1;
+}
+
+static bool eval_conv_weight_grad(const Node *n, const Tensor *x, const Tensor *dy, Tensor *out) {
+  int nk;
+  Geo g = geo_of(n, &x->type, &dy->type, ir_attr_ints(n, "kernel", &nk));
+  int64_t N = x->type.dims[0], C = x->type.dims[1], Co = out->type.dims[0], Cg = out->type.dims[1];
+  int64_t cog = Co / ir_attr_int(n, "groups");
+  for (int64_t co = 0; co < Co; co++)
+    for (int64_t ci = 0; ci < Cg; ci++)
+      for (int64_t t = 0; t < g.k_size; t++) {
+        double s = 0;
+        int64_t xc = co / cog * Cg + ci;
+        for (int64_t b = 0; b < N; b++)
+          for (int64_t o = 0; o < g.out_size; o++) {
+            int64_t at = geo_tap(&g, o, t, NULL);
+            if (at >= 0)
+              s += ir_tensor_get(dy, (b * Co + co) * g.out_size + o) *
+                   ir_tensor_get(x, (b * C + xc) * g.in_size + at);
+          }
+        ir_tensor_set(out, (co * Cg + ci) * g.k_size + t, s);
+      }
+  return true;
+}
+
+/* The pools' gradients scatter each window's share into a double per
+ * element of x, window after window: the order in which the kernel's
+ * gather adds them for one element. */
+static bool eval_pool_grad(const Node *n, const Tensor *dy, const Tensor *x, Tensor *out) {
+  int nk;
+  Geo g = geo_of(n, &out->type, &dy->type, ir_attr_ints(n, "kernel", &nk));
+  int64_t planes = out->type.dims[0] * out->type.dims[1], total = ir_type_numel(&out->type);
+  double *acc = calloc((size_t)total + 1, sizeof *acc);
+  if (!acc) return false;
+  bool avg = n->op == OP_AVGPOOL_GRAD;
+  bool include_pad = avg && ir_attr_int(n, "count_include_pad");
+  for (int64_t c = 0; c < planes; c++)
+    for (int64_t o = 0; o < g.out_size; o++) {
+      double m = -INFINITY;
+      int64_t arg = -1, real = 0, padded = 0;
+      for (int64_t t = 0; t < g.k_size; t++) {
+        bool in_pad;
+        int64_t at = geo_tap(&g, o, t, &in_pad);
+        padded += in_pad;
+        if (at < 0) continue;
+        real++;
+        if (avg) continue;
+        double v = ir_tensor_get(x, c * g.in_size + at);
+        if (arg < 0 || ((isnan(v) || v > m) && !isnan(m))) m = v, arg = at;
+      }
+      double d = ir_tensor_get(dy, c * g.out_size + o);
+      if (!avg) {
+        if (arg >= 0) acc[c * g.in_size + arg] += d;
+        continue;
+      }
+      int64_t div = include_pad ? padded : real;
+      for (int64_t t = 0; t < g.k_size && div; t++) {
+        int64_t at = geo_tap(&g, o, t, NULL);
+        if (at >= 0) acc[c * g.in_size + at] += d / (double)div;
+      }
+    }
+  for (int64_t i = 0; i < total; i++) ir_tensor_set(out, i, acc[i]);
+  free(acc);
+  return true;
+}
+
+static bool eval_embedding_grad(const Tensor *dy, const Tensor *ids, Tensor *out, char *err, size_t errlen) {
+  int64_t num = out->type.dims[0], rows = ir_type_numel(&ids->type);
+  int64_t width = rows ? ir_type_numel(&dy->type) / rows : 0, total = ir_type_numel(&out->type);
+  double *acc = calloc((size_t)total + 1, sizeof *acc);
+  if (!acc) snprintf(err, errlen, "out of memory");
+  for (int64_t r = 0; acc && r < rows; r++) {
+    int64_t id = (int64_t)ir_tensor_get(ids, r), at = id < 0 ? id + num : id;
+    if (at < 0 || at >= num) {
+      snprintf(err, errlen, "index %" PRId64 " is out of range for axis 0 of size %" PRId64, id, num);
+      free(acc);
+      acc = NULL;
+      break;
+    }
+    for (int64_t j = 0; j < width; j++) acc[at * width + j] += ir_tensor_get(dy, r * width + j);
+  }
+  for (int64_t i = 0; acc && i < total; i++) ir_tensor_set(out, i, acc[i]);
+  free(acc);
+  return acc != NULL;
+}
+
+static void eval_dropout(const Node *n, const Tensor *x, const Tensor *seed, const Tensor *offset,
+                         Tensor *out) {
+  double p = ir_attr_float(n, "p");
+  uint32_t thr = ir_dropout_threshold(p), stream = (uint32_t)ir_attr_int(n, "stream");
+  double scale = ir_dropout_scale(p, x->type.dtype);
+  uint64_t s = (uint64_t)*(const int64_t *)seed->data, off = (uint64_t)*(const int64_t *)offset->data;
+  for (int64_t i = 0, count = ir_type_numel(&x->type); i < count; i++) {
+    bool keep = ir_dropout_bits(s, off, (uint64_t)i, stream) >= thr;
+    ir_tensor_set(out, i, keep ? ir_tensor_get(x, i) * scale : 0.0);
+  }
+}
+
+/* Along one axis, output d of out reads input lo with weight 1 - f and
+ * hi with f (nearest: lo alone), as eval.c's resize. */
+static void resize_taps(bool linear, bool align, int64_t d, int64_t in, int64_t out, int64_t *lo, int64_t *hi,
+                        double *f) {
+  if (!linear) {
+    *lo = *hi = d * in / out, *f = 0;
+    return;
+  }
+  double s = ir_resize_src(d, in, out, align);
+  *lo = (int64_t)s < in - 1 ? (int64_t)s : in - 1;
+  *hi = *lo < in - 1 ? *lo + 1 : *lo;
+  *f = s - (double)*lo;
+}
+
+/* dy's elements in order, each scattering its share to the (up to) 2x2
+ * inputs its resize read: per element of x, the order the kernel sums. */
+static bool eval_resize_grad(const Node *n, const Tensor *dy, Tensor *out) {
+  bool linear = strcmp(ir_attr_str(n, "mode"), "bilinear") == 0, align = ir_attr_int(n, "align_corners") != 0;
+  int64_t planes = dy->type.dims[0] * dy->type.dims[1], OH = dy->type.dims[2], OW = dy->type.dims[3];
+  int64_t H = out->type.dims[2], W = out->type.dims[3], total = ir_type_numel(&out->type);
+  double *acc = calloc((size_t)total + 1, sizeof *acc);
+  if (!acc) return false;
+  for (int64_t c = 0; c < planes; c++)
+    for (int64_t oh = 0; oh < OH; oh++) {
+      int64_t h[2];
+      double fh;
+      resize_taps(linear, align, oh, H, OH, &h[0], &h[1], &fh);
+      for (int64_t ow = 0; ow < OW; ow++) {
+        int64_t w[2];
+        double fw, d = ir_tensor_get(dy, (c * OH + oh) * OW + ow);
+        resize_taps(linear, align, ow, W, OW, &w[0], &w[1], &fw);
+        for (int r = 0; r < (linear ? 2 : 1); r++)
+          for (int q = 0; q < (linear ? 2 : 1); q++)
+            acc[(c * H + h[r]) * W + w[q]] += (r ? fh : 1 - fh) * (q ? fw : 1 - fw) * d;
+      }
+    }
+  for (int64_t i = 0; i < total; i++) ir_tensor_set(out, i, acc[i]);
+  free(acc);
+  return true;
+}
+
+bool ir_eval_train_op(const Node *n, Tensor *const *in, Tensor *out, char *err, size_t errlen) {
+  switch (n->op) {
+    case OP_CONV_WEIGHT_GRAD: return eval_conv_weight_grad(n, in[0], in[1], out);
+    case OP_MAXPOOL_GRAD:
+    case OP_AVGPOOL_GRAD:
+      if (eval_pool_grad(n, in[0], n->op == OP_MAXPOOL_GRAD ? in[1] : NULL, out)) return true;
+      snprintf(err, errlen, "out of memory");
+      return false;
+    case OP_EMBEDDING_GRAD: return eval_embedding_grad(in[0], in[1], out, err, errlen);
+    case OP_DROPOUT: eval_dropout(n, in[0], in[1], in[2], out); return true;
+    case OP_RESIZE_GRAD:
+      if (eval_resize_grad(n, in[0], out)) return true;
+      snprintf(err, errlen, "out of memory");
+      return false;
+    default: snprintf(err, errlen, "not a training op"); return false;
+  }
+}
+
+bool ir_apply_updates(const Graph *g, const Tensor *outputs, TensorMap *params, char *err,
+                      size_t errlen) {
+  for (int i = 0; i < g->n_outputs; i++) {
+    const char *name = ir_output_update(g, i);
+    if (!name) continue;
+    Tensor *t = (Tensor *)ir_tensor_map_find(params, name);
+    if (!t || !ir_type_eq(&t->type, &outputs[i].type)) {
+      snprintf(err, errlen, "output '%s' updates param '%s', which the parameters %s", g->output_names[i], name,
+               t ? "hold with another type" : "do not have");
+      return false;
+    }
+    memcpy(t->data, outputs[i].data, ir_tensor_nbytes(&t->type));
+  }
+  return true;
+}

@@ -1,0 +1,37 @@
+/* Reverse-mode autodiff of the graph IR (autodiff.c, docs/training.md):
+ * turns a model whose output is its loss into the graph of a training
+ * step's gradients, in place. */
+#ifndef DLCC_PASSES_AUTODIFF_H
+#define DLCC_PASSES_AUTODIFF_H
+
+#include <stdbool.h>
+
+#include "ir/ir.h"
+
+typedef struct AutodiffOptions {
+  int loss; /* which output is the loss (0 in a zeroed struct) */
+  /* Keep inference-mode ops: batchnorm normalizes with its running
+   * statistics and leaves them alone (fine-tuning with frozen
+   * statistics).  false, the default, lowers to training mode. */
+  bool inference;
+} AutodiffOptions;
+
+/* Rewrites g (verified) into a graph with the same outputs followed by
+ * NAME.grad for every trainable param the loss depends on, in graph
+ * order, then the state updates of training-mode ops (batchnorm's
+ * running statistics, the dlcc.step counter), each marked with
+ * ir_set_output_update.  False after reporting errors to g->ctx, located
+ * at the op they concern: a loss that is not one float value, a
+ * gradient that must flow through an op with no rule, a parameter that
+ * reaches the loss only through ops without gradients, a training-mode
+ * batchnorm over one value per channel. */
+bool pass_autodiff(Graph *g, const AutodiffOptions *o);
+
+/* The forward of a training step (train_mode.c), which pass_autodiff
+ * runs first: batchnorm with batch statistics (unless frozen_batchnorm),
+ * lstm and gru unrolled over time, and the state updates (running
+ * statistics, dlcc.step) appended as outputs marked with
+ * ir_set_output_update.  False after reporting errors to g->ctx. */
+bool pass_train_mode(Graph *g, bool frozen_batchnorm);
+
+#endif

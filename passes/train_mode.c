@@ -1,0 +1,315 @@
+/* Training mode (autodiff.h): takes a verified inference graph, returns
+ * it in place as the forward of a training step, written with ops that
+ * have gradient rules, its state updates appended as outputs marked with
+ * ir_set_output_update:
+ *   - batchnorm normalizes with the batch's statistics and updates the
+ *     running ones as PyTorch's training mode does;
+ *   - lstm and gru are unrolled over time (one GEMM for every step's
+ *     input projection, then per step the hidden projection and the
+ *     gates), so their gradient is backpropagation through time built
+ *     from the rules of linear, slice, sigmoid, tanh, mul and add;
+ *   - attention is written out as its two matmuls and a softmax (the
+ *     fused op has no backward kernel yet), with its mask, causal cut,
+ *     grouped K/V heads and PyTorch's zeros for a row with no key left;
+ *   - the step counter dropout draws with, the param dlcc.step, advances
+ *     by one.
+ * Dropout itself arrives as its op from the frontend (LowerOptions). */
+#include <math.h>
+#include <string.h>
+
+#include "ir/grad.h"
+#include "passes/autodiff.h"
+
+typedef struct Mode {
+  Graph *g;
+  int n_updates, cap_updates;
+  Value **updates;
+  const char **names;
+  bool failed;
+} Mode;
+
+static void add_update(Mode *m, Value *v, const char *param) {
+  if (m->n_updates == m->cap_updates) {
+    int cap = m->cap_updates ? 2 * m->cap_updates : 8;
+    Arena *a = &m->g->ctx->arena;
+    m->updates = arena_realloc(a, m->updates, sizeof(Value *) * (size_t)m->cap_updates, sizeof(Value *) * (size_t)cap);
+    m->names = arena_realloc(a, m->names, sizeof(char *) * (size_t)m->cap_updates, sizeof(char *) * (size_t)cap);
+    m->cap_updates = cap;
+  }
+  m->updates[m->n_updates] = v;
+  m->names[m->n_updates++] = param;
+}
+
+/* Moves the nodes from first to the end of g before `before`, which they
+ * replace: its results' uses read `with` instead, and it goes. */
+static void replace_node(Graph *g, Node *first, Node *before, Value *const *with) {
+  for (Node *n = first, *next; n; n = next) {
+    next = n->next;
+    ir_remove(g, n);
+    ir_insert_before(g, before, n);
+  }
+  for (int k = 0; k < before->n_out; k++) ir_replace_uses(g, &before->out[k], with[k]);
+  ir_remove(g, before);
+}
+
+/* ---- batchnorm ---- */
+
+/* mean = E[x], var = E[(x - mean)^2] over every axis but 1,
+ * y = (x - mean) / sqrt(var + eps) * weight + bias, and
+ * running = (1 - momentum) running + momentum batch, with the unbiased
+ * variance var * m / (m - 1) for m values per channel. */
+static void batchnorm(Mode *md, Node *n) {
+  Graph *g = md->g;
+  SrcLoc at = n->loc;
+  Value *x = n->in[0];
+  const TensorType *xt = &x->type;
+  int64_t axes[DL_MAX_RANK], m = ir_type_numel(xt) / xt->dims[1], C = xt->dims[1];
+  int n_axes = 0;
+  for (int d = 0; d < xt->rank; d++)
+    if (d != 1) axes[n_axes++] = d;
+  if (m < 2) {
+    char b[IR_TYPE_STR_MAX];
+    diag_error(g->ctx, at, "batchnorm in training mode needs more than one value per channel; input %s has one",
+               ir_type_str(xt, b, sizeof b));
+    md->failed = true;
+    return;
+  }
+  const Attr *mom = ir_attr(n, "momentum");
+  double eps = ir_attr_float(n, "eps"), momentum = mom ? mom->f : 0.1;
+  DType dt = xt->dtype;
+  Node *first = g->last;
+  int64_t shape[DL_MAX_RANK];
+  for (int d = 0; d < xt->rank; d++) shape[d] = d == 1 ? C : 1;
+  Value *mean = ir_grad_mean(g, at, x, n_axes, axes, true);
+  Value *xc = ir_grad_op2(g, at, OP_SUB, x, mean);
+  Value *var = ir_grad_mean(g, at, ir_grad_op2(g, at, OP_MUL, xc, xc), n_axes, axes, true);
+  Value *sd = ir_grad_op2(g, at, OP_ADD, var, ir_grad_scalar(g, at, eps, dt));
+  Value *xhat = ir_grad_op2(g, at, OP_MUL, xc, ir_grad_op(g, at, OP_RSQRT, 1, &sd));
+  Value *w = ir_grad_reshape(g, at, n->in[1], xt->rank, shape);
+  Value *b = ir_grad_reshape(g, at, n->in[2], xt->rank, shape);
+  Value *y = ir_grad_op2(g, at, OP_ADD, ir_grad_op2(g, at, OP_MUL, xhat, w), b);
+  Value *stat[2] = {mean, var};
+  double unbias[2] = {1, (double)m / (double)(m - 1)};
+  for (int i = 0; i < 2; i++) {
+    Value *run = n->in[3 + i];
+    Value *batch = ir_grad_reshape(g, at, stat[i], 1, &C);
+    Value *old = ir_grad_op2(g, at, OP_MUL, run, ir_grad_scalar(g, at, 1 - momentum, dt));
+    Value *now = ir_grad_op2(g, at, OP_MUL, batch, ir_grad_scalar(g, at, momentum * unbias[i], dt));
+    add_update(md, ir_grad_op2(g, at, OP_ADD, old, now), ir_attr_str(run->def, "name"));
+  }
+  replace_node(g, first->next, n, &y);
+}
+
+/* ---- recurrent layers, unrolled ---- */
+
+typedef struct Rnn {
+  Graph *g;
+  SrcLoc at;
+} Rnn;
+
+/* x[lo:hi] along axis. */
+static Value *cut(Rnn *r, Value *x, int axis, int64_t lo, int64_t hi) {
+  Node *n = ir_node_new(r->g, OP_SLICE, 1, &x, r->at);
+  int64_t st[DL_MAX_RANK], en[DL_MAX_RANK], sp[DL_MAX_RANK];
+  for (int d = 0; d < x->type.rank; d++) st[d] = 0, en[d] = x->type.dims[d], sp[d] = 1;
+  st[axis] = lo, en[axis] = hi;
+  ir_set_ints(r->g, n, "starts", x->type.rank, st);
+  ir_set_ints(r->g, n, "ends", x->type.rank, en);
+  ir_set_ints(r->g, n, "steps", x->type.rank, sp);
+  return ir_grad_node(r->g, n);
+}
+
+static Value *join(Rnn *r, int count, Value *const *parts, int axis) {
+  if (count == 1) return parts[0];
+  Node *n = ir_node_new(r->g, OP_CONCAT, count, parts, r->at);
+  ir_set_int(r->g, n, "axis", axis);
+  return ir_grad_node(r->g, n);
+}
+
+/* [a, b, c] -> [b, a, c]: batch-first to time-first and back. */
+static Value *swap01(Rnn *r, Value *x) {
+  Node *n = ir_node_new(r->g, OP_TRANSPOSE, 1, &x, r->at);
+  ir_set_ints(r->g, n, "perm", 3, (int64_t[]){1, 0, 2});
+  return ir_grad_node(r->g, n);
+}
+
+static Value *affine(Rnn *r, Value *x, Value *w, Value *b) {
+  Value *in[3] = {x, w, b};
+  return ir_grad_op(r->g, r->at, OP_LINEAR, b ? 3 : 2, in);
+}
+
+static Value *f1(Rnn *r, OpKind op, Value *x) { return ir_grad_op(r->g, r->at, op, 1, &x); }
+static Value *f2(Rnn *r, OpKind op, Value *a, Value *b) { return ir_grad_op2(r->g, r->at, op, a, b); }
+
+/* Gate k of G (columns k*H .. (k+1)*H of [N, G*H]). */
+static Value *gate(Rnn *r, Value *v, int k, int64_t H) { return cut(r, v, 1, k * H, (k + 1) * H); }
+
+static Value *zeros(Rnn *r, DType dt, int64_t N, int64_t H) {
+  Node *n = ir_node_new(r->g, OP_CONST, 0, NULL, r->at);
+  ir_set_float(r->g, n, "value", 0);
+  TensorType t = ir_type_make(dt, 2, (int64_t[]){N, H});
+  ir_declare(n, &t);
+  ir_append(r->g, n);
+  return &n->out[0];
+}
+
+/* One step of eval.c's cells: h (and c) from this step's input
+ * projection xi and the hidden one hh, both [N, G*H] with their biases. */
+static void cell(Rnn *r, bool lstm, Value *xi, Value *hh, int64_t H, Value **h, Value **c) {
+  if (lstm) {
+    Value *gates = f2(r, OP_ADD, xi, hh);
+    Value *i = f1(r, OP_SIGMOID, gate(r, gates, 0, H)), *f = f1(r, OP_SIGMOID, gate(r, gates, 1, H));
+    Value *g = f1(r, OP_TANH, gate(r, gates, 2, H)), *o = f1(r, OP_SIGMOID, gate(r, gates, 3, H));
+    *c = f2(r, OP_ADD, f2(r, OP_MUL, f, *c), f2(r, OP_MUL, i, g));
+    *h = f2(r, OP_MUL, o, f1(r, OP_TANH, *c));
+    return;
+  }
+  Value *rg = f1(r, OP_SIGMOID, f2(r, OP_ADD, gate(r, xi, 0, H), gate(r, hh, 0, H)));
+  Value *z = f1(r, OP_SIGMOID, f2(r, OP_ADD, gate(r, xi, 1, H), gate(r, hh, 1, H)));
+  Value *n = f1(r, OP_TANH, f2(r, OP_ADD, gate(r, xi, 2, H), f2(r, OP_MUL, rg, gate(r, hh, 2, H))));
+  *h = f2(r, OP_ADD, n, f2(r, OP_MUL, z, f2(r, OP_SUB, *h, n))); /* (1 - z) n + z h */
+}
+
+static void recurrent(Mode *md, Node *n) {
+  Graph *g = md->g;
+  Rnn r = {g, n->loc};
+  bool lstm = n->op == OP_LSTM, bf = ir_attr_int(n, "batch_first") != 0, bias = ir_attr_int(n, "bias") != 0;
+  int64_t H = ir_attr_int(n, "hidden"), layers = ir_attr_int(n, "layers"), G = lstm ? 4 : 3;
+  int dirs = ir_attr_int(n, "bidirectional") ? 2 : 1, per = bias ? 4 : 2;
+  DType dt = n->in[0]->type.dtype;
+  Node *first = g->last;
+  Value *seq = bf ? swap01(&r, n->in[0]) : n->in[0]; /* [T, N, features] */
+  int64_t T = seq->type.dims[0], N = seq->type.dims[1];
+  Arena *a = &g->ctx->arena;
+  Value **hs = ARENA_ARRAY(a, Value *, T), **last_h = ARENA_ARRAY(a, Value *, layers * dirs);
+  Value **last_c = ARENA_ARRAY(a, Value *, layers * dirs);
+  for (int64_t l = 0; l < layers; l++) {
+    Value *out[2];
+    for (int d = 0; d < dirs; d++) {
+      Value *const *w = n->in + 1 + (l * dirs + d) * per;
+      Value *xi_all = affine(&r, seq, w[0], bias ? w[2] : NULL); /* every step's input projection */
+      Value *h = zeros(&r, dt, N, H), *c = lstm ? zeros(&r, dt, N, H) : NULL;
+      for (int64_t s = 0; s < T; s++) {
+        int64_t t = d == 0 ? s : T - 1 - s;
+        Value *xi = ir_grad_reshape(g, r.at, cut(&r, xi_all, 0, t, t + 1), 2, (int64_t[]){N, G * H});
+        cell(&r, lstm, xi, affine(&r, h, w[1], bias ? w[3] : NULL), H, &h, &c);
+        hs[t] = ir_grad_reshape(g, r.at, h, 3, (int64_t[]){1, N, H});
+      }
+      out[d] = join(&r, (int)T, hs, 0);
+      last_h[l * dirs + d] = ir_grad_reshape(g, r.at, h, 3, (int64_t[]){1, N, H});
+      if (lstm) last_c[l * dirs + d] = ir_grad_reshape(g, r.at, c, 3, (int64_t[]){1, N, H});
+    }
+    seq = join(&r, dirs, out, 2);
+  }
+  Value *with[3] = {bf ? swap01(&r, seq) : seq, join(&r, (int)(layers * dirs), last_h, 0),
+                    lstm ? join(&r, (int)(layers * dirs), last_c, 0) : NULL};
+  replace_node(g, first->next, n, with);
+}
+
+/* ---- attention, written out ---- */
+
+static Value *with_ints(Rnn *r, OpKind op, Value *x, const char *attr, int count, const int64_t *v) {
+  Node *n = ir_node_new(r->g, op, 1, &x, r->at);
+  ir_set_ints(r->g, n, attr, count, v);
+  return ir_grad_node(r->g, n);
+}
+
+static Value *swap12(Rnn *r, Value *x) { return with_ints(r, OP_TRANSPOSE, x, "perm", 4, (int64_t[]){0, 2, 1, 3}); }
+
+/* K or V [B, Hkv, S, d] with each head repeated for the G query heads
+ * that share it: [B, Hkv * G, S, d]. */
+static Value *repeat_heads(Rnn *r, Value *x, int64_t G) {
+  if (G == 1) return x;
+  const int64_t *d = x->type.dims;
+  int64_t B = d[0], H = d[1], S = d[2], D = d[3];
+  Value *y = ir_grad_reshape(r->g, r->at, x, 5, (int64_t[]){B, H, 1, S, D});
+  y = with_ints(r, OP_EXPAND, y, "shape", 5, (int64_t[]){B, H, G, S, D});
+  return ir_grad_reshape(r->g, r->at, y, 4, (int64_t[]){B, H * G, S, D});
+}
+
+static Value *cast_to(Rnn *r, Value *x, DType dt) {
+  Node *n = ir_node_new(r->g, OP_CAST, 1, &x, r->at);
+  ir_set_dtype(r->g, n, "to", dt);
+  return ir_grad_node(r->g, n);
+}
+
+static Value *iota2(Rnn *r, int64_t rows, int64_t cols, int axis) {
+  Node *n = ir_node_new(r->g, OP_IOTA, 0, NULL, r->at);
+  ir_set_ints(r->g, n, "shape", 2, (int64_t[]){rows, cols});
+  ir_set_dtype(r->g, n, "dtype", TY_I64);
+  ir_set_int(r->g, n, "axis", axis);
+  return ir_grad_node(r->g, n);
+}
+
+/* eval.c's attention in ops with gradient rules:
+ * softmax(q k^T * scale + mask) v per head, in the layout "bhsd". */
+static void attention(Mode *md, Node *n) {
+  Graph *g = md->g;
+  Rnn r = {g, n->loc};
+  Node *first = g->last;
+  bool bshd = strcmp(ir_attr_str(n, "layout"), "bshd") == 0;
+  Value *q = n->in[0], *k = n->in[1], *v = n->in[2], *mask = n->n_in > 3 ? n->in[3] : NULL;
+  if (bshd) q = swap12(&r, q), k = swap12(&r, k), v = swap12(&r, v);
+  DType dt = q->type.dtype;
+  int64_t Sq = q->type.dims[2], Sk = k->type.dims[2], d = q->type.dims[3];
+  int64_t G = q->type.dims[1] / (k->type.dims[1] ? k->type.dims[1] : 1);
+  k = repeat_heads(&r, k, G), v = repeat_heads(&r, v, G);
+  double scale = ir_attr(n, "scale") ? ir_attr_float(n, "scale") : 1 / sqrt((double)d);
+  Node *mm = ir_node_new(g, OP_MATMUL, 2, (Value *[]){q, k}, r.at);
+  ir_set_int(g, mm, "trans_b", 1);
+  Value *s = f2(&r, OP_MUL, ir_grad_node(g, mm), ir_grad_scalar(g, r.at, scale, dt));
+  Value *ninf = ir_grad_scalar(g, r.at, -INFINITY, dt);
+  if (mask && mask->type.dtype == TY_BOOL)
+    s = ir_grad_op(g, r.at, OP_WHERE, 3, (Value *[]){mask, s, ninf});
+  else if (mask)
+    s = f2(&r, OP_ADD, s, mask->type.dtype == dt ? mask : cast_to(&r, mask, dt));
+  if (ir_attr_int(n, "causal")) {
+    Value *keep = f2(&r, OP_LESS_EQUAL, iota2(&r, Sq, Sk, 1), iota2(&r, Sq, Sk, 0)); /* key j <= query i */
+    s = ir_grad_op(g, r.at, OP_WHERE, 3, (Value *[]){keep, s, ninf});
+  }
+  Value *dead = NULL; /* rows with no key left: PyTorch gives zeros, softmax NaNs */
+  if (mask) {
+    int64_t last = 3;
+    Node *mx = ir_node_new(g, OP_REDUCE_MAX, 1, &s, r.at);
+    ir_set_ints(g, mx, "axes", 1, &last);
+    ir_set_int(g, mx, "keepdims", 1);
+    dead = f1(&r, OP_ISINF, ir_grad_node(g, mx));
+    s = ir_grad_op(g, r.at, OP_WHERE, 3, (Value *[]){dead, ir_grad_scalar(g, r.at, 0, dt), s});
+  }
+  Node *sm = ir_node_new(g, OP_SOFTMAX, 1, &s, r.at);
+  ir_set_int(g, sm, "axis", 3);
+  Value *p = ir_grad_node(g, sm);
+  if (dead) p = ir_grad_op(g, r.at, OP_WHERE, 3, (Value *[]){dead, ir_grad_scalar(g, r.at, 0, dt), p});
+  Value *o = ir_grad_op2(g, r.at, OP_MATMUL, p, v);
+  if (bshd) o = swap12(&r, o);
+  replace_node(g, first->next, n, &o);
+}
+
+/* ---- the graph ---- */
+
+bool pass_train_mode(Graph *g, bool frozen_batchnorm) {
+  Mode md = {.g = g};
+  Node *last = g->last;
+  for (Node *n = g->first, *next; n; n = next) {
+    next = n == last ? NULL : n->next;
+    if (n->op == OP_BATCHNORM && !frozen_batchnorm) batchnorm(&md, n);
+    if (n->op == OP_LSTM || n->op == OP_GRU) recurrent(&md, n);
+    if (n->op == OP_ATTENTION) attention(&md, n);
+    if (n->op == OP_PARAM && strcmp(ir_attr_str(n, "name"), "dlcc.step") == 0 && n->out[0].type.dtype == TY_I64) {
+      Value *one = ir_grad_scalar(g, n->loc, 1, TY_I64);
+      add_update(&md, ir_grad_op2(g, n->loc, OP_ADD, &n->out[0], one), "dlcc.step");
+    }
+  }
+  if (md.failed) return false;
+  if (!md.n_updates) return true;
+  int n = g->n_outputs, total = n + md.n_updates;
+  Value **outs = ARENA_ARRAY(&g->ctx->arena, Value *, total);
+  const char **names = ARENA_ARRAY(&g->ctx->arena, const char *, total);
+  const char **marks = ARENA_ARRAY(&g->ctx->arena, const char *, total);
+  for (int i = 0; i < n; i++) outs[i] = g->outputs[i], names[i] = g->output_names[i], marks[i] = ir_output_update(g, i);
+  for (int i = 0; i < md.n_updates; i++) outs[n + i] = md.updates[i], names[n + i] = marks[n + i] = md.names[i];
+  ir_set_outputs(g, total, outs, names);
+  for (int i = 0; i < total; i++)
+    if (marks[i]) ir_set_output_update(g, i, marks[i]);
+  return true;
+}
