@@ -299,29 +299,16 @@ END_TEST
 
 /* ---- the language's multihead_attention ---- */
 
-typedef struct Source {
-  const char *text;
-  Graph *g;
-} Source;
-
-static int lower_source(Ctx *c, void *data) {
-  Source *s = data;
-  Program *p = fe_parse(c, ctx_add_file(c, "t.dl", s->text, strlen(s->text)));
-  LowerOptions lo = {0};
-  if (p) s->g = fe_lower(c, p, &lo);
-  return 0;
-}
-
 /* kv_heads=2 of 4 heads: the packed projection's rows are q's 32, then
  * k's and v's 16 each; the core is one attention op in layout "bshd"
  * over [N, S, heads, 8] and [N, S, 2, 8], no transposes; on emu equal to
  * ir_eval, a layernorm of more threads after it (the emu's fibers grow
  * between the two). */
 START_TEST(language_kv_heads) {
-  Source s = {.text = "model m(x: f32[2, 70, 32]) -> f32[2, 70, 32] {\n"
+  TestSource s = {.text = "model m(x: f32[2, 70, 32]) -> f32[2, 70, 32] {\n"
                       "  return layernorm(x + multihead_attention(x, x, x, 4, kv_heads=2) as attn) as norm\n"
                       "}\n"};
-  ctx_guard(&ctx, lower_source, &s);
+  ctx_guard(&ctx, test_lower_source, &s);
   ck_assert_msg(s.g && ir_verify(s.g), "%s", diag_text(&ctx));
   char ty[IR_TYPE_STR_MAX];
   int found = 0;
@@ -346,10 +333,10 @@ START_TEST(language_kv_heads) {
 END_TEST
 
 START_TEST(language_kv_heads_error) {
-  Source s = {.text = "model m(x: f32[2, 5, 32]) -> f32[2, 5, 32] {\n"
+  TestSource s = {.text = "model m(x: f32[2, 5, 32]) -> f32[2, 5, 32] {\n"
                       "  return multihead_attention(x, x, x, 4, kv_heads=3)\n"
                       "}\n"};
-  ctx_guard(&ctx, lower_source, &s);
+  ctx_guard(&ctx, test_lower_source, &s);
   ck_assert_ptr_nonnull(strstr(diag_text(&ctx), "t.dl:2:"));
   ck_assert_ptr_nonnull(strstr(diag_text(&ctx), "error: multihead_attention: kv_heads=3 does not divide heads=4"));
 }

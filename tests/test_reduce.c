@@ -342,19 +342,6 @@ END_TEST
 
 /* ---- the language's builtins ---- */
 
-typedef struct Source {
-  const char *text;
-  Graph *g;
-} Source;
-
-static int lower_source(Ctx *c, void *data) {
-  Source *s = data;
-  Program *p = fe_parse(c, ctx_add_file(c, "t.dl", s->text, strlen(s->text)));
-  LowerOptions lo = {0};
-  if (p) s->g = fe_lower(c, p, &lo);
-  return 0;
-}
-
 static const Node *param_named(Graph *g, const char *name) {
   for (Node *n = g->first; n; n = n->next)
     if (n->op == OP_PARAM && strcmp(ir_attr_str(n, "name"), name) == 0) return n;
@@ -365,12 +352,12 @@ static const Node *param_named(Graph *g, const char *name) {
 /* PyTorch's names and shapes (nn.RMSNorm: weight [D]; nn.GroupNorm:
  * weight and bias [C]) and defaults (eps: f32's epsilon, 1e-5). */
 START_TEST(language_builtins) {
-  Source s = {.text = "model m(x: f32[2, 6, 5, 5], t: f32[3, 40]) -> (a: f32[2, 6, 5, 5], b: f32[3, 40]) {\n"
+  TestSource s = {.text = "model m(x: f32[2, 6, 5, 5], t: f32[3, 40]) -> (a: f32[2, 6, 5, 5], b: f32[3, 40]) {\n"
                       "  a = silu(group_norm(x, 3) as gn)\n"
                       "  b = rms_norm(t) as norm\n"
                       "  return a, rms_norm(b, eps=0.01) as out\n"
                       "}\n"};
-  ctx_guard(&ctx, lower_source, &s);
+  ctx_guard(&ctx, test_lower_source, &s);
   ck_assert_msg(s.g && ir_verify(s.g), "%s", diag_text(&ctx));
   const TensorType *w = &param_named(s.g, "norm.weight")->out[0].type;
   ck_assert(w->rank == 1 && w->dims[0] == 40);

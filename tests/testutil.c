@@ -84,6 +84,14 @@ void test_nvrtc(const char *source, const char *arch) {
 #endif
 }
 
+int test_lower_source(Ctx *c, void *data) {
+  TestSource *s = data;
+  Program *p = fe_parse(c, ctx_add_file(c, "t.dl", s->text, strlen(s->text)));
+  LowerOptions lo = {0};
+  if (p) s->g = fe_lower(c, p, &lo);
+  return 0;
+}
+
 Graph *test_lower_example(Ctx *c, const char *file, int n_defines, const Define *defines) {
   const char *top = getenv("top_srcdir");
   char path[512];

@@ -38,6 +38,15 @@ void test_nvrtc(const char *source, const char *arch);
  * reporting why to c. */
 Graph *test_lower_example(Ctx *c, const char *file, int n_defines, const Define *defines);
 
+/* A .dl text (as "t.dl") parsed and lowered with default options into
+ * g: a ctx_guard job (data a TestSource); g stays NULL after reporting
+ * why to c. */
+typedef struct TestSource {
+  const char *text;
+  Graph *g;
+} TestSource;
+int test_lower_source(Ctx *c, void *data);
+
 /* g's plan p on emu against ir_eval(g) on the same random data: params
  * by ir_init_params(seed), float inputs U(lo, hi), integer inputs whole
  * numbers in [0, hi) (or below g's index bound).  Every output element
