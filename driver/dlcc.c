@@ -628,7 +628,8 @@ static int compile(Ctx *c, void *data) {
       fe_dump_ast(job->out, p);
       return 0;
     }
-    LowerOptions lo = {.model = o->model, .n_defines = o->n_defines, .defines = o->defines, .training = o->grad};
+    LowerOptions lo = {.model = o->model, .n_defines = o->n_defines, .defines = o->defines, .training = o->grad,
+                       .free_dims_default = o->check_weights ? 1 : 0};
     g = fe_lower(c, p, &lo);
     t = ctx_stage(c, "lower", t);
   }

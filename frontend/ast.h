@@ -175,6 +175,10 @@ typedef struct LowerOptions {
    * they contradict is an error that names the -D that fixes it. */
   int n_input_shapes;
   const struct InputShape *input_shapes;
+  /* > 0: a free name in an input's type that nothing binds takes this
+   * value, with a note saying so (dlcc check-weights: the weights of most
+   * models do not depend on the batch, which it has no inputs to bind). */
+  int64_t free_dims_default;
   /* Budgets that keep any input from hanging or exhausting memory; 0
    * takes the defaults (FE_MAX_NODES operations, FE_MAX_STEPS statements
    * and loop iterations).  The fuzzer sets them low. */

@@ -1235,6 +1235,12 @@ static bool eval_input_type(Lower *l, Frame *f, const Param *pr, TensorType *out
       fe_error(l, d->loc, "%s", err);
       frame_set(l, l->globals, d->s, val_poison());
       ok = false;
+    } else if (l->opt && l->opt->free_dims_default > 0) {
+      v = l->opt->free_dims_default;
+      diag_note(l->c, d->loc, "nothing binds dimension '%s' of input '%s': taken as %" PRId64 " (-D %s=... sets it)",
+                d->s, pr->name, v, d->s);
+      frame_set(l, l->globals, d->s, val_int(v));
+      fe_map(l, &l->free_dims, d->s, true);
     }
     /* Else nothing binds it: eval_type says so, once. */
   }

@@ -60,6 +60,15 @@ EOF
 cmp -s "$tmp/want" "$tmp/err" && ok || { fail "check-weights report:"; diff "$tmp/want" "$tmp/err"; }
 expect 1 "dlcc: error: check-weights takes a model and --weights=FILE (no -o, --emit or --quantize)" \
   "$dlcc" check-weights "$tmp/tiny.dl"
+# A free batch, which no input binds in a check: taken as 1, with a note;
+# the weights do not depend on it.
+printf 'model free(x: f32[N, 3]) -> f32[N, 4] {\n  return linear(x, 4) as fc\n}\n' >"$tmp/free.dl"
+expect 0 "$tmp/free.dl:1:19: note: nothing binds dimension 'N' of input 'x': taken as 1 (-D N=... sets it)" \
+  "$dlcc" check-weights "$tmp/free.dl" --weights "$tmp/good.safetensors"
+grep -qx "$tmp/free.dl: $tmp/good.safetensors fits model free: 2 tensors, 16 weights" "$tmp/out" ||
+  fail "check-weights with a free batch: $(cat "$tmp/out")"
+expect 0 "" "$dlcc" check-weights "$tmp/free.dl" --weights "$tmp/good.safetensors" -D N=5
+[ -s "$tmp/err" ] && fail "check-weights with -D N=5 said: $(cat "$tmp/err")"
 
 # An extra tensor.
 e='"fc.scale":{"dtype":"F32","shape":[1],"data_offsets":[64,68]}'
