@@ -126,12 +126,14 @@ static Value *join(Rnn *r, int count, Value *const *parts, int axis) {
   return ir_grad_node(r->g, n);
 }
 
-/* [a, b, c] -> [b, a, c]: batch-first to time-first and back. */
-static Value *swap01(Rnn *r, Value *x) {
-  Node *n = ir_node_new(r->g, OP_TRANSPOSE, 1, &x, r->at);
-  ir_set_ints(r->g, n, "perm", 3, (int64_t[]){1, 0, 2});
+static Value *with_ints(Rnn *r, OpKind op, Value *x, const char *attr, int count, const int64_t *v) {
+  Node *n = ir_node_new(r->g, op, 1, &x, r->at);
+  ir_set_ints(r->g, n, attr, count, v);
   return ir_grad_node(r->g, n);
 }
+
+/* [a, b, c] -> [b, a, c]: batch-first to time-first and back. */
+static Value *swap01(Rnn *r, Value *x) { return with_ints(r, OP_TRANSPOSE, x, "perm", 3, (int64_t[]){1, 0, 2}); }
 
 static Value *affine(Rnn *r, Value *x, Value *w, Value *b) {
   Value *in[3] = {x, w, b};
@@ -208,12 +210,6 @@ static void recurrent(Mode *md, Node *n) {
 
 /* ---- attention, written out ---- */
 
-static Value *with_ints(Rnn *r, OpKind op, Value *x, const char *attr, int count, const int64_t *v) {
-  Node *n = ir_node_new(r->g, op, 1, &x, r->at);
-  ir_set_ints(r->g, n, attr, count, v);
-  return ir_grad_node(r->g, n);
-}
-
 static Value *swap12(Rnn *r, Value *x) { return with_ints(r, OP_TRANSPOSE, x, "perm", 4, (int64_t[]){0, 2, 1, 3}); }
 
 /* K or V [B, Hkv, S, d] with each head repeated for the G query heads
@@ -241,6 +237,12 @@ static Value *iota2(Rnn *r, int64_t rows, int64_t cols, int axis) {
   return ir_grad_node(r->g, n);
 }
 
+/* The scores s where keep is true, else -inf (a key left out). */
+static Value *keep_only(Rnn *r, Value *keep, Value *s) {
+  Value *ninf = ir_grad_scalar(r->g, r->at, -INFINITY, s->type.dtype);
+  return ir_grad_op(r->g, r->at, OP_WHERE, 3, (Value *[]){keep, s, ninf});
+}
+
 /* eval.c's attention in ops with gradient rules:
  * softmax(q k^T * scale + mask) v per head, in the layout "bhsd". */
 static void attention(Mode *md, Node *n) {
@@ -258,14 +260,13 @@ static void attention(Mode *md, Node *n) {
   Node *mm = ir_node_new(g, OP_MATMUL, 2, (Value *[]){q, k}, r.at);
   ir_set_int(g, mm, "trans_b", 1);
   Value *s = f2(&r, OP_MUL, ir_grad_node(g, mm), ir_grad_scalar(g, r.at, scale, dt));
-  Value *ninf = ir_grad_scalar(g, r.at, -INFINITY, dt);
   if (mask && mask->type.dtype == TY_BOOL)
-    s = ir_grad_op(g, r.at, OP_WHERE, 3, (Value *[]){mask, s, ninf});
+    s = keep_only(&r, mask, s);
   else if (mask)
     s = f2(&r, OP_ADD, s, mask->type.dtype == dt ? mask : cast_to(&r, mask, dt));
   if (ir_attr_int(n, "causal")) {
     Value *keep = f2(&r, OP_LESS_EQUAL, iota2(&r, Sq, Sk, 1), iota2(&r, Sq, Sk, 0)); /* key j <= query i */
-    s = ir_grad_op(g, r.at, OP_WHERE, 3, (Value *[]){keep, s, ninf});
+    s = keep_only(&r, keep, s);
   }
   Value *dead = NULL; /* rows with no key left: PyTorch gives zeros, softmax NaNs */
   if (mask) {
@@ -273,7 +274,7 @@ static void attention(Mode *md, Node *n) {
     Node *mx = ir_node_new(g, OP_REDUCE_MAX, 1, &s, r.at);
     ir_set_ints(g, mx, "axes", 1, &last);
     ir_set_int(g, mx, "keepdims", 1);
-    dead = f1(&r, OP_ISINF, ir_grad_node(g, mx));
+    dead = f2(&r, OP_EQUAL, ir_grad_node(g, mx), ir_grad_scalar(g, r.at, -INFINITY, dt));
     s = ir_grad_op(g, r.at, OP_WHERE, 3, (Value *[]){dead, ir_grad_scalar(g, r.at, 0, dt), s});
   }
   Node *sm = ir_node_new(g, OP_SOFTMAX, 1, &s, r.at);
