@@ -59,13 +59,7 @@ static void expect_errors(const char *text, const LowerOptions *opt, const char 
 /* ---- through the API, on ref and emu ---- */
 
 static uint64_t rng_state;
-static double rng_unit(void) {
-  uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  z ^= z >> 31;
-  return (double)(z >> 11) / 9007199254740992.0;
-}
+static double rng_unit(void) { return (double)(test_splitmix64(&rng_state) >> 11) / 9007199254740992.0; }
 
 typedef struct Run {
   int n;
