@@ -1,0 +1,54 @@
+/* Optimizers (optim.c, docs/training.md): after autodiff, the update of
+ * every trainable parameter and of the optimizer's state, appended to the
+ * step's graph as update outputs (ir_set_output_update), with PyTorch's
+ * exact rules (torch.optim.SGD, Adam, AdamW; clip_grad_norm_). */
+#ifndef DLCC_PASSES_OPTIM_H
+#define DLCC_PASSES_OPTIM_H
+
+#include <stdbool.h>
+
+#include "ir/ir.h"
+
+typedef enum { OPTIM_SGD, OPTIM_ADAM, OPTIM_ADAMW, OPTIM_COUNT } OptimKind;
+
+typedef struct OptimSpec {
+  OptimKind kind;
+  /* SGD */
+  double momentum, dampening;
+  bool nesterov;
+  /* SGD, Adam (L2, added to the gradient) and AdamW (decoupled) */
+  double weight_decay;
+  /* Adam and AdamW */
+  double beta1, beta2, eps;
+  /* > 0: the gradients are first scaled as clip_grad_norm_(max_norm)
+   * scales them (the global 2-norm over every parameter). */
+  double clip_grad_norm;
+  /* Keep the NAME.grad outputs (for tests and --emit); false drops them,
+   * so a step's outputs are the loss, the model's outputs and the
+   * updates. */
+  bool keep_grads;
+} OptimSpec;
+
+/* PyTorch's defaults for kind (SGD: everything 0; Adam: betas 0.9,
+ * 0.999, eps 1e-8, weight decay 0; AdamW: weight decay 0.01). */
+OptimSpec optim_spec_default(OptimKind kind);
+/* "sgd", "adam", "adamw"; false when unknown. */
+bool optim_from_name(const char *name, OptimKind *out);
+const char *optim_name(OptimKind kind);
+
+/* The learning rate is the f32 scalar input OPTIM_LR_INPUT, set by the
+ * host before each step (schedules are the host's); the step counter
+ * the bias corrections read is the param OPTIM_STEP_PARAM (f32 scalar,
+ * 0 before the first step, advanced by the step as an update). */
+#define OPTIM_LR_INPUT "dlcc.lr"
+#define OPTIM_STEP_PARAM "dlcc.optim.step"
+
+/* Rewrites g, the output of pass_autodiff (NAME.grad outputs after the
+ * model's), so that one run is a whole training step: each trainable
+ * param NAME gets an output updating it, and its state params
+ * ("NAME.momentum_buffer", "NAME.exp_avg", "NAME.exp_avg_sq", zero
+ * before the first step) outputs updating them.  False after reporting
+ * errors to g->ctx. */
+bool pass_append_optimizer(Graph *g, const OptimSpec *o);
+
+#endif
