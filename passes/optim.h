@@ -45,9 +45,12 @@ const char *optim_name(OptimKind kind);
 
 /* Rewrites g, the output of pass_autodiff (NAME.grad outputs after the
  * model's), so that one run is a whole training step: each trainable
- * param NAME gets an output updating it, and its state params
- * ("NAME.momentum_buffer", "NAME.exp_avg", "NAME.exp_avg_sq", zero
- * before the first step) outputs updating them.  False after reporting
+ * param NAME gets an output updating it, and its state params outputs
+ * updating them: "dlcc.optim.NAME.momentum_buffer",
+ * "dlcc.optim.NAME.exp_avg", "dlcc.optim.NAME.exp_avg_sq" (PyTorch's
+ * state keys).  Under the "dlcc." prefix they start at 0 when a weights
+ * file lacks them (api/weights.c), so a PyTorch state_dict still loads
+ * and a checkpoint that has them resumes exactly.  False after reporting
  * errors to g->ctx. */
 bool pass_append_optimizer(Graph *g, const OptimSpec *o);
 
