@@ -19,6 +19,7 @@
 #include "ir/eval.h"
 #include "ir/ir.h"
 #include "passes/autodiff.h"
+#include "passes/optim.h"
 #include "passes/pass.h"
 
 static_assert((int)DLC_F32 == (int)TY_F32 && (int)DLC_BF16 == (int)TY_BF16 &&
@@ -225,6 +226,20 @@ static void index_inputs(dlc_model *m) {
     if (node->op == OP_INPUT) m->inputs[n++] = node;
 }
 
+static bool optim_spec_from_api(Ctx *c, const dlc_options *opt, OptimSpec *out) {
+  const dlc_optimizer *o = opt->optimizer;
+  OptimKind kind;
+  if (!opt->grad) return diag_error(c, (SrcLoc){0}, "an optimizer needs grad (a training step)"), false;
+  if (!optim_from_name(o->kind, &kind))
+    return diag_error(c, (SrcLoc){0}, "unknown optimizer '%s' (expected sgd, adam or adamw)",
+                      o->kind ? o->kind : "(null)"),
+           false;
+  *out = (OptimSpec){.kind = kind, .momentum = o->momentum, .dampening = o->dampening, .nesterov = o->nesterov,
+                     .weight_decay = o->weight_decay, .beta1 = o->beta1, .beta2 = o->beta2, .eps = o->eps,
+                     .clip_grad_norm = o->clip_grad_norm, .keep_grads = o->keep_grads};
+  return true;
+}
+
 static int compile_job(Ctx *c, void *data) {
   CompileJob *job = data;
   Graph *g;
@@ -255,6 +270,10 @@ have_graph:
   if (!g || !ir_verify(g)) return 1;
   if (job->opt && job->opt->weights && !bind_at_compile(c, job, g)) return 1;
   if (job->opt && job->opt->grad && (!pass_autodiff(g, NULL) || !ir_verify(g))) return 1;
+  if (job->opt && job->opt->optimizer) {
+    OptimSpec spec;
+    if (!optim_spec_from_api(c, job->opt, &spec) || !pass_append_optimizer(g, &spec) || !ir_verify(g)) return 1;
+  }
   int level = job->opt ? job->opt->opt_level : 0;
   PassOptions po = {.opt_level = level == DLC_O0 ? 0 : level == 0 ? 2 : level};
   const char *prec = job->opt ? job->opt->precision : NULL;
@@ -269,6 +288,16 @@ have_graph:
   job->m->g = g;
   index_inputs(job->m);
   return 0;
+}
+
+dlc_status dlc_optimizer_defaults(const char *kind, dlc_optimizer *out) {
+  OptimKind k;
+  if (!out || !optim_from_name(kind, &k)) return DLC_ERR_ARGUMENT;
+  OptimSpec s = optim_spec_default(k);
+  *out = (dlc_optimizer){.kind = optim_name(k), .momentum = s.momentum, .dampening = s.dampening,
+                         .nesterov = s.nesterov, .weight_decay = s.weight_decay, .beta1 = s.beta1,
+                         .beta2 = s.beta2, .eps = s.eps, .clip_grad_norm = s.clip_grad_norm};
+  return DLC_OK;
 }
 
 /* Weights that came with the model (ONNX initializers) to the runtime;
@@ -520,6 +549,46 @@ dlc_status dlc_init_weights(dlc_model *m, uint64_t seed) { return weights(m, NUL
 
 int dlc_weights_bound(const dlc_model *m) { return m && m->g && m->have_params; }
 
+/* The bound weight `name` of nbytes, or NULL after failing m. */
+static Tensor *bound_weight(dlc_model *m, const char *name, const void *data, size_t nbytes, dlc_status *st) {
+  *st = DLC_ERR_ARGUMENT;
+  if (!m) return NULL;
+  if (!m->g) return *st = no_model(m), NULL;
+  if (!m->have_params) return *st = fail(m, DLC_ERR_WEIGHTS, "dlcc: error: the model's weights are not bound\n"), NULL;
+  Tensor *t = (Tensor *)ir_tensor_map_find(&m->params, name);
+  if (!t) return *st = fail(m, DLC_ERR_ARGUMENT, "dlcc: error: the model has no weight '%s'\n", name ? name : "(null)"), NULL;
+  size_t want = ir_tensor_nbytes(&t->type);
+  if (!data || nbytes != want) {
+    char buf[IR_TYPE_STR_MAX];
+    *st = fail(m, DLC_ERR_ARGUMENT, "dlcc: error: weight '%s' is %s (%zu bytes), got %zu bytes\n", name,
+               ir_type_str(&t->type, buf, sizeof buf), want, data ? nbytes : 0);
+    return NULL;
+  }
+  return t;
+}
+
+dlc_status dlc_get_weight(dlc_model *m, const char *name, void *data, size_t nbytes) {
+  dlc_status st;
+  Tensor *t = bound_weight(m, name, data, nbytes, &st);
+  if (!t) return st;
+  if (m->use_runtime && dlrt_get_weight(m->rt, name, data, nbytes) != DLRT_OK)
+    return fail(m, DLC_ERR_RUN, "dlcc: error: %s\n", dlrt_error(m->rt));
+  if (!m->use_runtime) memcpy(data, t->data, nbytes);
+  clear_error(m);
+  return DLC_OK;
+}
+
+dlc_status dlc_set_weight(dlc_model *m, const char *name, const void *data, size_t nbytes) {
+  dlc_status st;
+  Tensor *t = bound_weight(m, name, data, nbytes, &st);
+  if (!t) return st;
+  if (m->use_runtime && dlrt_set_weight(m->rt, name, data, nbytes) != DLRT_OK)
+    return fail(m, DLC_ERR_WEIGHTS, "dlcc: error: %s\n", dlrt_error(m->rt));
+  memcpy(t->data, data, nbytes);
+  clear_error(m);
+  return DLC_OK;
+}
+
 dlc_status dlc_set_input(dlc_model *m, const char *name, const void *data, size_t nbytes) {
   if (!m) return DLC_ERR_ARGUMENT;
   if (!m->g) return no_model(m);
@@ -549,7 +618,8 @@ typedef struct RunJob {
 static int run_job(Ctx *c, void *data) {
   RunJob *job = data;
   dlc_model *m = job->m;
-  job->ok = ir_eval(m->g, &job->inputs, &m->params, m->outputs, job->err, sizeof job->err);
+  job->ok = ir_eval(m->g, &job->inputs, &m->params, m->outputs, job->err, sizeof job->err) &&
+            ir_apply_updates(m->g, m->outputs, &m->params, job->err, sizeof job->err);
   return 0;
 }
 

@@ -857,6 +857,31 @@ static void emit_output_copies(CgBuild *b) {
   }
 }
 
+/* A training step's updates (docs/training.md): after every other step,
+ * each update output copied over its param's bytes in WEIGHTS, the one
+ * write a run makes there (RtPlan.n_update_steps).  Appended after the
+ * memory plan: they touch no arena. */
+static int emit_update_copies(CgBuild *b) {
+  Graph *g = b->g;
+  int count = 0;
+  for (int i = 0; i < g->n_outputs; i++) {
+    const char *param = ir_output_update(g, i);
+    if (!param) continue;
+    const Value *v = g->outputs[i];
+    int w = 0;
+    while (w < b->n_weights && strcmp(b->weights[w].name, param) != 0) w++;
+    if (w == b->n_weights || b->weights[w].nbytes != value_bytes(v)) {
+      diag_error(b->ctx, v->def->loc, "the update of '%s' has no weight of %" PRIu64 " bytes to write%s", param,
+                 value_bytes(v), w == b->n_weights ? "" : " (a lower precision keeps it in another type)");
+      continue;
+    }
+    RtRef dst = b->weights[w].where, src = {.space = RT_SPACE_OUTPUT, .index = (uint32_t)i};
+    cg_copy(b, v->def, arena_printf(&b->ctx->arena, "update '%s'", param), dst, src, value_bytes(v));
+    count++;
+  }
+  return count;
+}
+
 static const char *join_source(CgBuild *b) {
   const char *prelude = cg_cuda_prelude(b->ctx, b->needs_fp16, b->needs_bf16, b->needs_tc);
   if (b->needs_philox) prelude = arena_printf(&b->ctx->arena, "%s%s", prelude, cg_cuda_philox());
@@ -976,6 +1001,8 @@ bool cg_compile_opts(Graph *g, const CgOptions *o, CgResult *out) {
   if (c->diag.errors > errors) return false;
   emit_output_copies(b);
   plan_memory(b);
+  int n_updates = emit_update_copies(b);
+  if (c->diag.errors > errors) return false;
 
   RtPlan *p = ARENA_NEW(&c->arena, RtPlan);
   p->magic = RT_PLAN_MAGIC;
@@ -991,6 +1018,7 @@ bool cg_compile_opts(Graph *g, const CgOptions *o, CgResult *out) {
   p->init_steps = b->n_init_steps ? b->steps : NULL;
   p->n_steps = (uint32_t)(b->n_steps - b->n_init_steps);
   p->steps = b->steps ? b->steps + b->n_init_steps : NULL;
+  p->n_update_steps = (uint32_t)n_updates;
   p->arena_bytes = align_up(b->arena_top);
   p->weights_bytes = align_up(b->weights_top);
   p->derived_bytes = align_up(b->derived_top);

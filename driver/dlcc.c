@@ -19,6 +19,7 @@
 #include "ir/eval.h"
 #include "ir/ir.h"
 #include "passes/autodiff.h"
+#include "passes/optim.h"
 #include "passes/pass.h"
 
 typedef enum { EMIT_NONE, EMIT_AST, EMIT_IR, EMIT_DOT, EMIT_CUDA, EMIT_PLAN } Emit;
@@ -36,6 +37,8 @@ typedef struct Options {
   bool external_weights, keep_temps;
   bool time_stages;
   bool grad; /* --grad: the training step's gradients (passes/autodiff.c) */
+  bool optimize; /* --optimizer=NAME: and the updates (passes/optim.c) */
+  OptimSpec optim;
   int n_archs;
   const char *archs[16];
   PassOptions passes; /* -O, --passes, --print-after, ... */
@@ -102,7 +105,10 @@ static const char usage[] =
     "                     sensitive ops in f32, f32 accumulation (docs/passes.md)\n"
     "  --grad             the gradients of a training step: output 0 must be the loss\n"
     "                     (one value); adds an output NAME.grad per trainable parameter\n"
-    "                     and the training-mode state updates (docs/training.md)\n";
+    "                     and the training-mode state updates (docs/training.md)\n"
+    "  --optimizer=NAME   with --grad: the whole step, sgd, adam or adamw with PyTorch's\n"
+    "                     defaults, updating every parameter; the learning rate is\n"
+    "                     the input dlcc.lr\n";
 
 /* After driver_quant_usage. */
 static const char usage_library[] =
@@ -399,6 +405,14 @@ static int parse_args(int argc, char **argv, Options *o) {
       o->time_stages = true;
     } else if (strcmp(a, "--grad") == 0) {
       o->grad = true;
+    } else if (strncmp(a, "--optimizer=", 12) == 0) {
+      OptimKind kind;
+      if (!optim_from_name(a + 12, &kind)) {
+        fprintf(stderr, "dlcc: error: unknown optimizer '%s' (expected sgd, adam or adamw)\n", a + 12);
+        return 1;
+      }
+      o->optimize = true;
+      o->optim = optim_spec_default(kind);
     } else if (strcmp(a, "--external-weights") == 0) {
       o->external_weights = true;
     } else if (strcmp(a, "--save-temps") == 0) {
@@ -432,6 +446,10 @@ static int parse_args(int argc, char **argv, Options *o) {
   }
   if (!o->input) {
     fputs("dlcc: error: no input file (see dlcc --help)\n", stderr);
+    return 1;
+  }
+  if (o->optimize && !o->grad) {
+    fputs("dlcc: error: --optimizer needs --grad (a training step)\n", stderr);
     return 1;
   }
   return 0;
@@ -640,6 +658,7 @@ static int compile(Ctx *c, void *data) {
   if (o->grad) {
     if (!pass_autodiff(g, NULL) || !ir_verify(g)) return 1;
     t = ctx_stage(c, "autodiff", t);
+    if (o->optimize && (!pass_append_optimizer(g, &o->optim) || !ir_verify(g))) return 1;
   }
   if (!run_passes(c, job, g)) return 1;
   t = ctx_stage(c, "passes", t);

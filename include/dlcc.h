@@ -69,6 +69,23 @@ typedef struct dlc_input_shape {
   const int64_t *dims;
 } dlc_input_shape;
 
+/* A training step's optimizer (docs/training.md): PyTorch's SGD, Adam
+ * or AdamW, whose fields mean what torch.optim's arguments of the same
+ * names do, taken as given (dlc_optimizer_defaults fills PyTorch's
+ * defaults).  The step then has the input "dlcc.lr" (f32, one value:
+ * the learning rate, set before each run), updates every trainable
+ * parameter and its state (dlcc.optim.NAME.exp_avg, ...), and counts
+ * its steps in the parameter "dlcc.optim.step". */
+typedef struct dlc_optimizer {
+  const char *kind; /* "sgd", "adam" or "adamw" */
+  double momentum, dampening;
+  int nesterov;
+  double weight_decay;
+  double beta1, beta2, eps;
+  double clip_grad_norm; /* > 0: clip_grad_norm_(max_norm) first */
+  int keep_grads;        /* nonzero: the NAME.grad outputs stay */
+} dlc_optimizer;
+
 typedef struct dlc_options {
   const char *model; /* which model of the file; NULL: the last one */
   int n_defines;     /* -D NAME=VALUE */
@@ -136,6 +153,10 @@ typedef struct dlc_options {
    * (batchnorm's running statistics, the dropout step counter
    * "dlcc.step"), each named after its parameter. */
   int grad;
+  /* With grad: the whole training step, its optimizer's updates applied
+   * to the weights by every dlc_run (read them with dlc_get_weight).
+   * NULL: the gradients only. */
+  const dlc_optimizer *optimizer;
   /* Nonzero, as dlcc run's --no-graphs: every step launched by itself on
    * each run instead of replaying a captured CUDA graph (the emu's
    * recording likewise); for debugging.  DLCC_NO_GRAPHS=1 does the same. */
@@ -176,6 +197,14 @@ dlc_status dlc_init_weights(dlc_model *m, uint64_t seed);
 /* 1 when the parameters are bound: loaded, initialized, or brought by the
  * model itself (an .onnx file's initializers are bound at compile). */
 int dlc_weights_bound(const dlc_model *m);
+/* One bound weight by its name, nbytes exactly its size: read (after a
+ * training step, its updated value) or written.  DLC_ERR_ARGUMENT for a
+ * name the model does not have. */
+dlc_status dlc_get_weight(dlc_model *m, const char *name, void *data, size_t nbytes);
+dlc_status dlc_set_weight(dlc_model *m, const char *name, const void *data, size_t nbytes);
+/* PyTorch's defaults for kind ("sgd", "adam", "adamw"); DLC_ERR_ARGUMENT
+ * for another. */
+dlc_status dlc_optimizer_defaults(const char *kind, dlc_optimizer *out);
 
 /* Copies nbytes (exactly the input's size) of C-order data. */
 dlc_status dlc_set_input(dlc_model *m, const char *name, const void *data, size_t nbytes);

@@ -105,6 +105,10 @@ const char *dlrt_backend(const DlrtModel *m); /* "cuda" or "emu"; "" before open
 DlrtStatus dlrt_set_weights(DlrtModel *m, const void *data, size_t nbytes);
 DlrtStatus dlrt_set_weight(DlrtModel *m, const char *name, const void *data, size_t nbytes);
 DlrtStatus dlrt_load_weights(DlrtModel *m, const char *safetensors_path);
+/* Copies one weight (nbytes: exactly its size) from the device: what a
+ * training step's updates (docs/training.md) left there after the last
+ * run, or what was set.  DLRT_E_STATE when it was never set. */
+DlrtStatus dlrt_get_weight(DlrtModel *m, const char *name, void *data, size_t nbytes);
 
 int dlrt_num_inputs(const DlrtModel *m);
 int dlrt_num_outputs(const DlrtModel *m);

@@ -109,7 +109,9 @@ typedef enum {
  *   absent: U(-1/sqrt(fan_in), 1/sqrt(fan_in)), fan_in = product of
  *   dims[1:] (1 below rank 2), PyTorch's default for linear and conv.
  * Integer params get uniform integers in [-4, 4], except fill(v) (exact,
- * saturated), "ones" and "zeros" (exact).  False with a message in err for
+ * saturated), "ones" and "zeros" (exact).  Params named "dlcc.*" (the
+ * training state: step counters, optimizer state) are 0 whatever their
+ * init, as api/weights.c starts them when a file lacks them.  False with a message in err for
  * an unknown init text or two params of one name with different types. */
 bool ir_init_params(Graph *g, uint64_t seed, IrInitMode mode, TensorMap *out, char *err,
                     size_t errlen);

@@ -163,7 +163,9 @@ bool ir_init_params(Graph *g, uint64_t seed, IrInitMode mode, TensorMap *out, ch
     out->names[out->n++] = copy;
     uint64_t state = seed ^ fnv1a(name);
     splitmix64(&state); /* decorrelate nearby seeds before the first draw */
-    fill_param(t, kind, arg, mode, state);
+    /* Training state (dlcc.step, dlcc.optim.*: docs/training.md) starts
+     * at 0 in every mode, as from a weights file that lacks it. */
+    if (strncmp(name, "dlcc.", 5) != 0) fill_param(t, kind, arg, mode, state);
   }
   ir_tensor_map_index_free(&ix);
   free(nodes), free(names);

@@ -15,4 +15,5 @@ libdlcc_core_la_SOURCES += \
 	passes/fuse.c \
 	passes/autodiff.c passes/autodiff.h \
 	passes/train_mode.c \
+	passes/optim.c passes/optim.h \
 	passes/memplan.c passes/memplan.h

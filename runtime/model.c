@@ -459,6 +459,22 @@ DlrtStatus dlrt_set_weight(DlrtModel *m, const char *name, const void *data, siz
   return DLRT_OK;
 }
 
+DlrtStatus dlrt_get_weight(DlrtModel *m, const char *name, void *data, size_t nbytes) {
+  DlrtStatus s = usable(m);
+  if (s) return s;
+  int i = find_desc(m->plan->weights, m->plan->n_weights, name);
+  if (i < 0) return set_error(m, DLRT_E_ARG, "get_weight: the model has no weight '%s'", name ? name : "(null)");
+  const RtTensorDesc *t = &m->plan->weights[i];
+  if (!data || nbytes != t->nbytes)
+    return set_error(m, DLRT_E_ARG, "get_weight '%s': %zu bytes given, it is %" PRIu64 " bytes", name, nbytes,
+                     t->nbytes);
+  if (!m->weight_set[i])
+    return set_error(m, DLRT_E_STATE, "get_weight '%s': the weight was never set", name);
+  if (nbytes && m->dev->ops->download(m->dev, data, m->weights + t->where.offset, nbytes))
+    return device_error(m, "get_weight");
+  return DLRT_OK;
+}
+
 static void shape_text(char *buf, size_t len, const char *dtype, int rank, const int64_t *dims) {
   int n = snprintf(buf, len, "%s[", dtype);
   for (int i = 0; i < rank && n > 0 && (size_t)n < len; i++)
@@ -739,6 +755,8 @@ static DlrtStatus queue_run(DlrtModel *m) {
     m->input_dirty[i] = false;
   }
   if ((s = queue_steps(m))) return s;
+  /* The update steps wrote WEIGHTS: what derives from them is stale. */
+  if (p->n_update_steps) m->init_dirty = true;
   int (*down)(RtDevice *, void *, RtDevPtr, uint64_t) =
       d->ops->download_async ? d->ops->download_async : d->ops->download;
   for (uint32_t i = 0; i < p->n_outputs; i++) {
@@ -799,6 +817,7 @@ int rt_model_enqueue(DlrtModel *m, void *stream) {
   if (stream && (!d->ops->wait_on || d->ops->wait_on(d, stream)))
     return d->ops->wait_on ? device_error(m, "enqueue") : set_error(m, DLRT_E_ARG, "enqueue: no streams here");
   if ((s = queue_steps(m))) return s;
+  if (m->plan->n_update_steps) m->init_dirty = true;
   if (stream && d->ops->signal(d, stream)) return device_error(m, "enqueue");
   return DLRT_OK;
 }
@@ -1087,7 +1106,10 @@ DlrtStatus dlrt_run_batches(DlrtModel *m, DlrtFeedFn feed, DlrtDrainFn drain, vo
       return set_error(m, DLRT_E_STATE, "run_batches: output '%s' is bound to device memory (unbind it)",
                        p->outputs[i].name);
   RtDevice *d = m->dev;
-  bool lanes = d->ops->lane_copy && d->ops->mark && d->ops->wait_mark && d->ops->sync_mark;
+  /* A training step's updates make the init steps due before each next
+   * batch, which only one run after another does. */
+  bool lanes = d->ops->lane_copy && d->ops->mark && d->ops->wait_mark && d->ops->sync_mark &&
+               !(p->n_update_steps && p->n_init_steps);
   s = lanes ? pipelined(m, feed, drain, user, &done) : one_by_one(m, feed, drain, user, &done);
   if (n_batches) *n_batches = done;
   return s;

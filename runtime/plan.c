@@ -318,6 +318,27 @@ static int check_copy(Check *c, const RtCopy *k) {
   return 0;
 }
 
+/* An update step: the whole of one OUTPUT over exactly one weight's
+ * bytes, that weight not updated before (written[] by weight). */
+static int check_update(Check *c, const RtStep *s, bool *written) {
+  if (s->kind != RT_STEP_COPY) return fail(c, "an update step must be a copy");
+  const RtCopy *k = &s->copy;
+  if (k->src.space != RT_SPACE_OUTPUT || k->src.offset != 0 || k->src.index >= c->p->n_outputs ||
+      k->nbytes != c->p->outputs[k->src.index].nbytes)
+    return fail(c, "an update must copy a whole OUTPUT");
+  if (k->dst.space != RT_SPACE_WEIGHTS || k->dst.index != 0)
+    return fail(c, "an update must write WEIGHTS");
+  for (uint32_t w = 0; w < c->p->n_weights; w++) {
+    const RtTensorDesc *t = &c->p->weights[w];
+    if (t->where.offset != k->dst.offset || t->nbytes != k->nbytes) continue;
+    if (written[w]) return fail(c, "weight '%.60s' is updated twice", t->name);
+    written[w] = true;
+    return 0;
+  }
+  return fail(c, "the update at WEIGHTS offset %" PRIu64 " (%" PRIu64 " bytes) is not exactly one weight's bytes",
+              k->dst.offset, k->nbytes);
+}
+
 int rt_plan_validate(const RtPlan *p, char *err, size_t errlen) {
   return rt_plan_validate_in(p, NULL, 0, err, errlen);
 }
@@ -380,22 +401,30 @@ int rt_plan_validate_in(const RtPlan *p, const RtRegion *regions, int n_regions,
     if (check_desc(&c, "input", i, &p->inputs[i], RT_SPACE_INPUT)) return -1;
   for (uint32_t i = 0; i < p->n_outputs; i++)
     if (check_desc(&c, "output", i, &p->outputs[i], RT_SPACE_OUTPUT)) return -1;
-  for (int init = 1; init >= 0; init--) {
+  if (p->n_update_steps > p->n_steps)
+    return fail(&c, "%" PRIu32 " update steps but %" PRIu32 " steps", p->n_update_steps, p->n_steps);
+  bool *written = calloc(p->n_weights + 1, sizeof *written);
+  if (!written) return fail(&c, "out of memory");
+  int rc = 0;
+  for (int init = 1; init >= 0 && !rc; init--) {
     c.init = init;
     uint32_t n = init ? p->n_init_steps : p->n_steps;
-    for (uint32_t i = 0; i < n; i++) {
+    for (uint32_t i = 0; i < n && !rc; i++) {
       const RtStep *s = init ? &p->init_steps[i] : &p->steps[i];
       snprintf(c.where, sizeof c.where, "%sstep %" PRIu32 "%s%.100s%s: ", init ? "init " : "", i,
                s->label ? " (" : "", s->label ? s->label : "", s->label ? ")" : "");
-      int rc;
+      if (!init && i >= n - p->n_update_steps) {
+        rc = check_update(&c, s, written) || check_ref(&c, "update dst", s->copy.dst, s->copy.nbytes);
+        continue;
+      }
       switch (s->kind) {
       case RT_STEP_LAUNCH: rc = check_launch(&c, &s->launch); break;
       case RT_STEP_GEMM: rc = check_gemm(&c, &s->gemm); break;
       case RT_STEP_COPY: rc = check_copy(&c, &s->copy); break;
       default: rc = fail(&c, "unknown step kind %" PRIu32, s->kind);
       }
-      if (rc) return -1;
     }
   }
-  return 0;
+  free(written);
+  return rc ? -1 : 0;
 }

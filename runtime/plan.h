@@ -35,7 +35,7 @@
 #include <stdint.h>
 
 #define RT_PLAN_MAGIC 0x444c4350u /* "DLCP" */
-#define RT_PLAN_VERSION 4u
+#define RT_PLAN_VERSION 5u
 #define RT_MAX_RANK 8
 
 typedef enum { RT_SPACE_WEIGHTS, RT_SPACE_ARENA, RT_SPACE_INPUT, RT_SPACE_OUTPUT, RT_SPACE_STATUS } RtSpace;
@@ -224,7 +224,8 @@ typedef struct RtPlan {
    * before the next run after any weight is set, never on every run.
    * They may write only the derived region and ARENA (scratch: nothing
    * in the arena lives from init to a run), and never touch INPUT or
-   * OUTPUT; the steps of a run may not write WEIGHTS at all. */
+   * OUTPUT; the steps of a run may not write WEIGHTS, except its update
+   * steps (version 5, below). */
   uint32_t n_init_steps;
   const RtStep *init_steps;
   uint64_t derived_bytes; /* WEIGHTS holds weights_bytes + derived_bytes */
@@ -233,6 +234,13 @@ typedef struct RtPlan {
   uint32_t n_contracts;
   const RtContract *contracts;
   uint64_t status_bytes;
+  /* Version 5: a training step's updates.  The last n_update_steps of
+   * steps are copies of an OUTPUT (whole) over exactly one weight's
+   * bytes, each weight at most once: the only writes a run makes to
+   * WEIGHTS, after every step that reads them.  A run that has them
+   * leaves the derived region stale, so the init steps run again before
+   * the next run. */
+  uint32_t n_update_steps;
   /* RT_PLAN_SEALED: seal[] holds a checksum of each part (RtSealPart),
    * which dlrt_open verifies after checking that every table, string and
    * blob lies inside the object the plan was loaded from; 0: a plan built
