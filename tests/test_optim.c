@@ -1,0 +1,244 @@
+/* Check suite for the optimizers (passes/optim.c) and a step's updates
+ * applied by the runtime: 3 steps of SGD (momentum with dampening,
+ * nesterov with weight decay, clip_grad_norm), Adam and AdamW on an MLP
+ * and a CNN with training-mode batch norm, compiled through dlc_options
+ * and run on ref and emu, against the trajectories tests/train_ref.py
+ * computed in NumPy from PyTorch's formulas (train_ref.h); the weights
+ * read back with dlc_get_weight (dlrt_get_weight on emu) after N runs
+ * equal to N interpreter steps, optimizer state and step counter
+ * included; dlcc.* params zero from dlc_init_weights; the plan's update
+ * steps and rt_plan_validate's refusals; the spec errors. */
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "codegen/codegen.h"
+#include "dlcc.h"
+#include "frontend/ast.h"
+#include "passes/autodiff.h"
+#include "passes/optim.h"
+#include "runtime/plan.h"
+#include "runtime/runtime.h"
+#include "tests/testutil.h"
+#include "tests/train_ref.h"
+
+static const char mlp[] =
+    "model mlp(x: f32[4, 6], t: f32[4, 3]) -> f32[] {\n"
+    "  h = relu(linear(x, 5) as fc1)\n"
+    "  return -mean(sum(log_softmax(linear(h, 3) as fc2, axis=-1) * t, axis=1))\n"
+    "}\n";
+
+static const char cnn[] =
+    "model cnn(x: f32[4, 2, 5, 5], t: f32[4, 3]) -> f32[] {\n"
+    "  y = relu(batchnorm(conv2d(x, 3, kernel=3, pad=1, bias=false) as conv1) as bn1)\n"
+    "  y = flatten(global_avgpool(y))\n"
+    "  return -mean(sum(log_softmax(linear(y, 3) as fc, axis=-1) * t, axis=1))\n"
+    "}\n";
+
+static dlc_optimizer optimizer_of(const RefRun *r) {
+  return (dlc_optimizer){.kind = r->kind, .momentum = r->momentum, .dampening = r->dampening,
+                         .nesterov = r->nesterov, .weight_decay = r->weight_decay, .beta1 = r->beta1,
+                         .beta2 = r->beta2, .eps = r->eps, .clip_grad_norm = r->clip};
+}
+
+static dlc_model *compile_step(const char *text, const char *backend, const dlc_optimizer *o) {
+  dlc_options opt = {.backend = backend, .grad = 1, .optimizer = o};
+  dlc_model *m = NULL;
+  ck_assert_msg(dlc_compile_string("m.dl", text, &opt, &m) == DLC_OK, "%s: %s", backend, dlc_error(m));
+  ck_assert_int_eq(dlc_init_weights(m, 5), DLC_OK);
+  return m;
+}
+
+static void set_floats(dlc_model *m, const char *name, const float *v, int n) {
+  ck_assert_msg(dlc_set_input(m, name, v, (size_t)n * sizeof(float)) == DLC_OK, "%s", dlc_error(m));
+}
+
+static void expect_weight(dlc_model *m, const char *what, const char *name, const float *want, int n) {
+  float *got = malloc((size_t)n * sizeof *got);
+  ck_assert_msg(dlc_get_weight(m, name, got, (size_t)n * sizeof *got) == DLC_OK, "%s", dlc_error(m));
+  for (int i = 0; i < n; i++)
+    ck_assert_msg(fabsf(got[i] - want[i]) <= 1e-5f * (1 + fabsf(want[i])), "%s: %s[%d]: dlcc %.9g, want %.9g", what,
+                  name, i, got[i], want[i]);
+  free(got);
+}
+
+/* ref_runs[_i] on backend: 3 steps from the NumPy initial weights. */
+static void check_run(int i, const char *backend) {
+  const RefRun *r = &ref_runs[i];
+  bool is_mlp = strcmp(r->model, "mlp") == 0;
+  dlc_optimizer o = optimizer_of(r);
+  dlc_model *m = compile_step(is_mlp ? mlp : cnn, backend, &o);
+  for (const RefTensor *t = is_mlp ? mlp_init : cnn_init; t->name; t++)
+    ck_assert_msg(dlc_set_weight(m, t->name, t->v, (size_t)t->n * sizeof(float)) == DLC_OK, "%s", dlc_error(m));
+  for (int s = 0; s < 3; s++) {
+    set_floats(m, "x", (is_mlp ? mlp_x : cnn_x)[s], is_mlp ? 24 : 200);
+    set_floats(m, "t", (is_mlp ? mlp_t : cnn_t)[s], 12);
+    set_floats(m, OPTIM_LR_INPUT, &r->lr[s], 1);
+    ck_assert_msg(dlc_run(m) == DLC_OK, "%s", dlc_error(m));
+  }
+  char what[96];
+  snprintf(what, sizeof what, "%s %s on %s", r->model, r->name, backend);
+  for (const RefTensor *t = r->final; t->name; t++) expect_weight(m, what, t->name, t->v, t->n);
+  float steps = 3;
+  expect_weight(m, what, OPTIM_STEP_PARAM, &steps, 1);
+  dlc_free(m);
+}
+
+START_TEST(test_numpy_ref) { check_run(_i, "ref"); }
+END_TEST
+
+static float *weight_of(dlc_model *m, const char *name, int n) {
+  float *v = malloc((size_t)n * sizeof *v);
+  ck_assert_msg(dlc_get_weight(m, name, v, (size_t)n * sizeof *v) == DLC_OK, "%s", dlc_error(m));
+  return v;
+}
+
+/* Every weight and state after 5 runs on emu (read back from the device)
+ * equal to 5 interpreter steps; the batch norm's running statistics too. */
+START_TEST(test_emu_equals_ref) {
+  dlc_optimizer o;
+  ck_assert_int_eq(dlc_optimizer_defaults("adamw", &o), DLC_OK);
+  o.clip_grad_norm = 1;
+  dlc_model *ref = compile_step(cnn, "ref", &o), *emu = compile_step(cnn, "emu", &o);
+  static const char *const names[] = {"conv1.weight", "bn1.weight", "bn1.running_var", "fc.bias",
+                                      "dlcc.optim.conv1.weight.exp_avg", "dlcc.optim.fc.weight.exp_avg_sq",
+                                      OPTIM_STEP_PARAM};
+  static const int sizes[] = {54, 3, 3, 3, 54, 9, 1};
+  /* dlc_init_weights starts every dlcc.* param at 0 */
+  float *zero = weight_of(emu, "dlcc.optim.conv1.weight.exp_avg", 54);
+  for (int i = 0; i < 54; i++) ck_assert(zero[i] == 0);
+  free(zero);
+  for (int s = 0; s < 5; s++) {
+    float lr = 0.02f;
+    for (int k = 0; k < 2; k++) {
+      dlc_model *m = k ? emu : ref;
+      set_floats(m, "x", cnn_x[s % 3], 200);
+      set_floats(m, "t", cnn_t[s % 3], 12);
+      set_floats(m, OPTIM_LR_INPUT, &lr, 1);
+      ck_assert_msg(dlc_run(m) == DLC_OK, "%s", dlc_error(m));
+    }
+  }
+  for (size_t i = 0; i < ARRAY_LEN(names); i++) {
+    float *want = weight_of(ref, names[i], sizes[i]);
+    expect_weight(emu, "5 steps on emu", names[i], want, sizes[i]);
+    free(want);
+  }
+  float five = 5;
+  expect_weight(emu, "5 steps on emu", OPTIM_STEP_PARAM, &five, 1);
+  dlc_free(ref);
+  dlc_free(emu);
+}
+END_TEST
+
+static Graph *step_graph(Ctx *c, const char *text, const OptimSpec *o) {
+  const SrcFile *f = ctx_add_file(c, "m.dl", text, strlen(text));
+  Program *p = fe_parse(c, f);
+  LowerOptions lo = {.training = true};
+  Graph *g = p ? fe_lower(c, p, &lo) : NULL;
+  ck_assert_msg(g && ir_verify(g) && pass_autodiff(g, NULL) && ir_verify(g), "%s", diag_text(c));
+  ck_assert_msg(pass_append_optimizer(g, o) && ir_verify(g), "%s", diag_text(c));
+  return g;
+}
+
+static void expect_refused(const RtPlan *p, const RtStep *steps, const char *want) {
+  RtPlan bad = *p;
+  bad.steps = steps;
+  char err[512];
+  ck_assert_int_eq(rt_plan_validate(&bad, err, sizeof err), -1);
+  ck_assert_msg(strstr(err, want) != NULL, "got \"%s\", want \"%s\"", err, want);
+}
+
+/* The plan ends with one copy per update output into its weight; the
+ * validator refuses an update that is not exactly one weight. */
+START_TEST(test_plan_updates) {
+  Ctx c;
+  ctx_init(&c);
+  OptimSpec o = optim_spec_default(OPTIM_ADAM);
+  Graph *g = step_graph(&c, mlp, &o);
+  int updates = 0;
+  for (int i = 0; i < g->n_outputs; i++) updates += ir_output_update(g, i) != NULL;
+  ck_assert_int_eq(updates, 4 * 3 + 1); /* 4 params, 2 moments each, the step counter */
+  CgResult cg;
+  ck_assert_msg(cg_compile(g, &cg), "%s", diag_text(&c));
+  const RtPlan *p = cg.plan;
+  ck_assert_int_eq(p->n_update_steps, updates);
+  char err[512];
+  ck_assert_msg(rt_plan_validate(p, err, sizeof err) == 0, "%s", err);
+  RtStep *steps = malloc(p->n_steps * sizeof *steps);
+  memcpy(steps, p->steps, p->n_steps * sizeof *steps);
+  RtStep *last = &steps[p->n_steps - 1];
+  ck_assert_int_eq(last->kind, RT_STEP_COPY);
+  ck_assert_int_eq(last->copy.dst.space, RT_SPACE_WEIGHTS);
+  last->copy.dst.offset += 4;
+  expect_refused(p, steps, "is not exactly one weight's bytes");
+  last->copy = steps[p->n_steps - 2].copy;
+  expect_refused(p, steps, "is updated twice");
+  /* a plain step may still not write WEIGHTS */
+  RtPlan fewer = *p;
+  fewer.n_update_steps = 0;
+  ck_assert_int_eq(rt_plan_validate(&fewer, err, sizeof err), -1);
+  ck_assert_msg(strstr(err, "writes into WEIGHTS, which the model only reads"), "%s", err);
+  free(steps);
+  ctx_free(&c);
+}
+END_TEST
+
+static void expect_spec_error(const OptimSpec *o, const char *want) {
+  Ctx c;
+  ctx_init(&c);
+  const SrcFile *f = ctx_add_file(&c, "m.dl", mlp, strlen(mlp));
+  Program *p = fe_parse(&c, f);
+  LowerOptions lo = {.training = true};
+  Graph *g = fe_lower(&c, p, &lo);
+  ck_assert(g && pass_autodiff(g, NULL));
+  ck_assert(!pass_append_optimizer(g, o));
+  ck_assert_msg(strstr(diag_text(&c), want), "got \"%s\", want \"%s\"", diag_text(&c), want);
+  ctx_free(&c);
+}
+
+START_TEST(test_spec_errors) {
+  OptimSpec o = optim_spec_default(OPTIM_SGD);
+  o.nesterov = true;
+  expect_spec_error(&o, "error: sgd: nesterov needs a momentum and zero dampening");
+  o = optim_spec_default(OPTIM_ADAMW);
+  o.beta2 = 1;
+  expect_spec_error(&o, "error: adamw: betas must be in [0, 1)");
+  OptimKind k;
+  ck_assert(!optim_from_name("lion", &k));
+  dlc_optimizer bad = {.kind = "lion"};
+  dlc_options opt = {.backend = "ref", .grad = 1, .optimizer = &bad};
+  dlc_model *m = NULL;
+  ck_assert_int_eq(dlc_compile_string("m.dl", mlp, &opt, &m), DLC_ERR_COMPILE);
+  ck_assert_msg(strstr(dlc_error(m), "unknown optimizer 'lion' (expected sgd, adam or adamw)"), "%s", dlc_error(m));
+  dlc_free(m);
+}
+END_TEST
+
+/* The runs emu checks: each optimizer kind on each model, and clipping. */
+static const int emu_runs[] = {1, 3, 4, 5, 7};
+
+START_TEST(test_numpy_emu_some) { check_run(emu_runs[_i], "emu"); }
+END_TEST
+
+static Suite *optim_suite(void) {
+  Suite *s = suite_create("optim");
+  TCase *t = tcase_create("optim");
+  tcase_set_timeout(t, 300);
+  tcase_add_loop_test(t, test_numpy_ref, 0, (int)ARRAY_LEN(ref_runs));
+  tcase_add_loop_test(t, test_numpy_emu_some, 0, (int)ARRAY_LEN(emu_runs));
+  tcase_add_test(t, test_emu_equals_ref);
+  tcase_add_test(t, test_plan_updates);
+  tcase_add_test(t, test_spec_errors);
+  suite_add_tcase(s, t);
+  return s;
+}
+
+int main(void) {
+  SRunner *r = srunner_create(optim_suite());
+  srunner_run_all(r, CK_NORMAL);
+  int failed = srunner_ntests_failed(r);
+  srunner_free(r);
+  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
