@@ -152,7 +152,8 @@ void pass_rewrite_finish(PassRewrite *rw);
 
 /* Which nodes compute functions of the weights alone: by Node.id after
  * the ir_number this calls, true for params, consts and every node whose
- * operands all are (never an input).  In g's arena. */
+ * operands all are (never an input, nor a param an output updates: a
+ * training step changes it every run).  In g's arena. */
 bool *pass_weight_only(Graph *g);
 
 /* Use counts (operands plus graph outputs) of every value, computed once;

@@ -107,11 +107,21 @@ struct PassUses {
   PtrMap count; /* Value* -> count stored in the pointer */
 };
 
+/* A param a training step updates changes on every run, as an input. */
+static bool is_updated(const Graph *g, const Node *param) {
+  const char *name = ir_attr_str(param, "name");
+  for (int i = 0; i < g->n_outputs; i++) {
+    const char *u = ir_output_update(g, i);
+    if (u && strcmp(u, name) == 0) return true;
+  }
+  return false;
+}
+
 bool *pass_weight_only(Graph *g) {
   ir_number(g);
   bool *w = ARENA_ARRAY(&g->ctx->arena, bool, g->n_nodes + 1);
   for (Node *n = g->first; n; n = n->next) {
-    bool only = n->op == OP_PARAM || n->op == OP_CONST || n->op == OP_IOTA;
+    bool only = (n->op == OP_PARAM && !is_updated(g, n)) || n->op == OP_CONST || n->op == OP_IOTA;
     if (n->op != OP_INPUT && n->n_in > 0) {
       only = true;
       for (int i = 0; i < n->n_in && only; i++) only = w[n->in[i]->def->id];
