@@ -344,6 +344,8 @@ char *cg_emit_kernel(Ctx *c, const Kernel *k, const char *name, bool with_commen
 typedef struct CgBuild CgBuild;
 
 Ctx *cg_build_ctx(CgBuild *b);
+/* The graph being compiled, numbered (Node.id). */
+const Graph *cg_build_graph(CgBuild *b);
 /* The bytes holding v; a folded const gets a buffer and a fill now. */
 RtRef cg_ref(CgBuild *b, const Value *v);
 /* True when v is a splat const that kernels take as an immediate. */

@@ -1945,7 +1945,8 @@ bool cg_lower_node(CgBuild *b, const Node *n) {
     case OP_AVGPOOL_GRAD:
     case OP_EMBEDDING_GRAD:
     case OP_DROPOUT:
-    case OP_RESIZE_GRAD: return cg_lower_train(b, n);
+    case OP_RESIZE_GRAD:
+    case OP_OPTIM_UPDATE: return cg_lower_train(b, n);
     case OP_COUNT: break;
   }
   dl_unreachable(cg_build_ctx(b));

@@ -1,5 +1,6 @@
 /* Lowering of the training ops (ops.def's last rows: conv_weight_grad,
- * the pools' gradients, embedding_grad, dropout, resize_grad): takes one such node,
+ * the pools' gradients, embedding_grad, dropout, resize_grad, and
+ * optim_update, whose nodes share kernels): takes one such node,
  * appends its kernels to the plan being built.  Each is a gather with one
  * thread per result element, so nothing needs atomics and every sum runs
  * in the order ir/train_ops.c gives it; f32 sums, as the other kernels.
@@ -371,6 +372,146 @@ static void lower_resize_grad(CgBuild *b, const Node *n) {
   cg_launch(b, k);
 }
 
+/* ---- optim_update: a step's updates in few kernels ---- */
+
+/* Parameters of one kernel stay under 4 KiB (CUDA's limit before 12.1):
+ * six pointers a segment. */
+enum { OPTIM_SEGMENTS = 48 };
+
+static bool same_update(const Node *a, const Node *n) {
+  if (a->n_in != n->n_in || a->n_attrs != n->n_attrs) return false;
+  for (int i = 2; i < 5; i++)
+    if (a->in[i] != n->in[i]) return false;
+  for (int i = 0; i < n->n_attrs; i++) {
+    const Attr *x = &a->attrs[i], *y = &n->attrs[i];
+    if (strcmp(x->name, y->name) != 0 || x->kind != y->kind) return false;
+    if (x->kind == AK_STR ? strcmp(x->s, y->s) != 0 : x->kind == AK_FLOAT ? x->f != y->f : x->i != y->i)
+      return false;
+  }
+  return true;
+}
+
+/* The updates n's kernel computes (n among them), in graph order: those
+ * like n (the same scalars and attributes) whose results only leave the
+ * step as outputs, so that computing them all at the last one's place
+ * moves no read or write past another; n alone when its results feed a
+ * node.  A kernel takes OPTIM_SEGMENTS of them. */
+static int optim_batch(CgBuild *b, const Node *n, const Node **batch) {
+  const Graph *g = cg_build_graph(b);
+  int count = 0, mine = -1;
+  bool *feeds = ARENA_ARRAY(&cg_build_ctx(b)->arena, bool, g->n_nodes + 1);
+  for (const Node *u = g->first; u; u = u->next)
+    for (int i = 0; i < u->n_in; i++)
+      if (u->in[i]->def->op == OP_OPTIM_UPDATE) feeds[u->in[i]->def->id] = true;
+  if (feeds[n->id]) return batch[0] = n, 1;
+  for (const Node *u = g->first; u; u = u->next) {
+    if (u->op != OP_OPTIM_UPDATE || feeds[u->id] || !same_update(u, n)) continue;
+    if (u == n) mine = count;
+    batch[count++] = u;
+  }
+  int first = mine / OPTIM_SEGMENTS * OPTIM_SEGMENTS, end = first + OPTIM_SEGMENTS < count ? first + OPTIM_SEGMENTS : count;
+  memmove(batch, batch + first, sizeof *batch * (size_t)(end - first));
+  return end - first;
+}
+
+typedef struct Optim {
+  CgBuild *b;
+  Kernel *k;
+  const Node *const *batch;
+  const int64_t *offset; /* segment j's first element; offset[n] the total */
+  KExpr *lr, *t, *scale;
+} Optim;
+
+static KExpr *scalar_of(CgBuild *b, Kernel *k, const Value *v, const char *name) {
+  double c;
+  if (cg_const_of(b, v, &c)) return cg_kimm(k, c, TY_F32);
+  return cg_kload(k, buf_of(b, k, v, name), iv(k, 0));
+}
+
+static KExpr *f32(Kernel *k, double v) { return cg_kimm(k, v, TY_F32); }
+static KExpr *fop(Kernel *k, OpKind op, KExpr *a, KExpr *b) { return cg_kop2(k, op, a, b); }
+
+/* Segment j's element at ix: ops.def's rule for optim_update, operation
+ * by operation as ir/train_ops.c computes it. */
+static void optim_segment(Optim *o, KBlock *blk, int j, KExpr *ix) {
+  CgBuild *b = o->b;
+  Kernel *k = o->k;
+  const Node *n = o->batch[j];
+  Arena *a = &cg_build_ctx(b)->arena;
+#define BUF(v, stem) buf_of(b, k, v, arena_printf(a, "%s%d", stem, j))
+  KVar *p = let(k, blk, "p", cg_kload(k, BUF(n->in[0], "p"), ix));
+  KVar *g = let(k, blk, "g", fop(k, OP_MUL, cg_kload(k, BUF(n->in[1], "g"), ix), o->scale));
+  const char *kind = ir_attr_str(n, "kind");
+  double wd = ir_attr_float(n, "weight_decay"), mom = ir_attr_float(n, "momentum");
+  if (wd != 0 && strcmp(kind, "adamw") != 0)
+    cg_kset(k, blk, g, fop(k, OP_ADD, cg_kv(k, g), fop(k, OP_MUL, f32(k, wd), cg_kv(k, p))));
+  if (strcmp(kind, "sgd") == 0) {
+    if (mom != 0) {
+      KExpr *old = cg_kload(k, BUF(n->in[5], "s"), ix);
+      KExpr *later = fop(k, OP_ADD, fop(k, OP_MUL, old, f32(k, mom)),
+                         fop(k, OP_MUL, cg_kv(k, g), f32(k, 1 - ir_attr_float(n, "dampening"))));
+      KVar *buf = let(k, blk, "buf", cg_ksel(k, cg_kcmp(k, KC_LE, o->t, f32(k, 1)), cg_kv(k, g), later));
+      cg_kstore(k, blk, BUF(&n->out[1], "s_out"), ix, cg_kv(k, buf));
+      KExpr *d = ir_attr_int(n, "nesterov") ? fop(k, OP_ADD, cg_kv(k, g), fop(k, OP_MUL, cg_kv(k, buf), f32(k, mom)))
+                                            : cg_kv(k, buf);
+      cg_kset(k, blk, g, d);
+    }
+    cg_kstore(k, blk, BUF(&n->out[0], "p_out"), ix, fop(k, OP_SUB, cg_kv(k, p), fop(k, OP_MUL, cg_kv(k, g), o->lr)));
+    return;
+  }
+  if (wd != 0 && strcmp(kind, "adamw") == 0)
+    cg_kset(k, blk, p, fop(k, OP_MUL, cg_kv(k, p), fop(k, OP_SUB, f32(k, 1), fop(k, OP_MUL, o->lr, f32(k, wd)))));
+  double b1 = ir_attr_float(n, "beta1"), b2 = ir_attr_float(n, "beta2");
+  KExpr *m = fop(k, OP_ADD, fop(k, OP_MUL, cg_kload(k, BUF(n->in[5], "m"), ix), f32(k, b1)),
+                 fop(k, OP_MUL, cg_kv(k, g), f32(k, 1 - b1)));
+  KVar *mv = let(k, blk, "m", m);
+  KExpr *gg = fop(k, OP_MUL, cg_kv(k, g), cg_kv(k, g));
+  KExpr *v = fop(k, OP_ADD, fop(k, OP_MUL, cg_kload(k, BUF(n->in[6], "v"), ix), f32(k, b2)),
+                 fop(k, OP_MUL, gg, f32(k, 1 - b2)));
+  KVar *vv = let(k, blk, "v", v);
+  cg_kstore(k, blk, BUF(&n->out[1], "m_out"), ix, cg_kv(k, mv));
+  cg_kstore(k, blk, BUF(&n->out[2], "v_out"), ix, cg_kv(k, vv));
+  KExpr *bc1 = fop(k, OP_SUB, f32(k, 1), fop(k, OP_POW, f32(k, b1), o->t));
+  KExpr *bc2 = fop(k, OP_SUB, f32(k, 1), fop(k, OP_POW, f32(k, b2), o->t));
+  KExpr *denom = fop(k, OP_ADD, fop(k, OP_DIV, cg_kop1(k, OP_SQRT, cg_kv(k, vv)), cg_kop1(k, OP_SQRT, bc2)),
+                     f32(k, ir_attr_float(n, "eps")));
+  KExpr *step = fop(k, OP_MUL, fop(k, OP_DIV, cg_kv(k, mv), denom), fop(k, OP_DIV, o->lr, bc1));
+  cg_kstore(k, blk, BUF(&n->out[0], "p_out"), ix, fop(k, OP_SUB, cg_kv(k, p), step));
+#undef BUF
+}
+
+/* Segments [lo, hi) under a binary search on the element's index i. */
+static void optim_segments(Optim *o, KBlock *blk, KExpr *i, int lo, int hi) {
+  if (hi - lo == 1) {
+    optim_segment(o, blk, lo, idx(o->k, KI_SUB, i, o->offset[lo]));
+    return;
+  }
+  int mid = (lo + hi) / 2;
+  KStmt *s = cg_kif(o->k, blk, cg_kcmp(o->k, KC_LT, i, iv(o->k, o->offset[mid])));
+  optim_segments(o, &s->body, i, lo, mid);
+  optim_segments(o, &s->orelse, i, mid, hi);
+}
+
+/* One kernel for n's batch, at its last update; nothing at the others. */
+static void lower_optim_update(CgBuild *b, const Node *n) {
+  Arena *a = &cg_build_ctx(b)->arena;
+  const Node **batch = ARENA_ARRAY(a, const Node *, cg_build_graph(b)->n_nodes + 1);
+  int count = optim_batch(b, n, batch);
+  if (batch[count - 1] != n) return;
+  int64_t *offset = ARENA_ARRAY(a, int64_t, count + 1);
+  for (int j = 0; j < count; j++) offset[j + 1] = offset[j] + numel(&batch[j]->in[0]->type);
+  Kernel *k = cg_kernel_new(cg_build_ctx(b), n, ir_ops[n->op].name,
+                            arena_printf(a, "%d %s updates", count, ir_attr_str(n, "kind")));
+  KExpr *i;
+  KBlock *body = each(k, offset[count], &i);
+  Optim o = {.b = b, .k = k, .batch = batch, .offset = offset};
+  o.lr = scalar_of(b, k, n->in[2], "lr");
+  o.t = scalar_of(b, k, n->in[3], "t");
+  o.scale = scalar_of(b, k, n->in[4], "scale");
+  if (offset[count]) optim_segments(&o, body, i, 0, count);
+  cg_launch(b, k);
+}
+
 bool cg_lower_train(CgBuild *b, const Node *n) {
   /* Sums in place (embedding_grad) and mixed-precision training need
    * f32 gradients; halves come with that work. */
@@ -389,6 +530,7 @@ bool cg_lower_train(CgBuild *b, const Node *n) {
     case OP_EMBEDDING_GRAD: lower_embedding_grad(b, n); return true;
     case OP_DROPOUT: lower_dropout(b, n); return true;
     case OP_RESIZE_GRAD: lower_resize_grad(b, n); return true;
+    case OP_OPTIM_UPDATE: lower_optim_update(b, n); return true;
     default: dl_internal(cg_build_ctx(b), "%s is not a training op", ir_ops[n->op].name);
   }
   return false;

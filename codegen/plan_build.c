@@ -608,6 +608,8 @@ bool cg_check_memory(const CgResult *r, char *err, size_t len) {
 
 Ctx *cg_build_ctx(CgBuild *b) { return b->ctx; }
 
+const Graph *cg_build_graph(CgBuild *b) { return b->g; }
+
 const CgGroup *cg_group(CgBuild *b) { return b->group; }
 const CgOptions *cg_options(CgBuild *b) { return &b->opts; }
 void cg_set_group(CgBuild *b, const CgGroup *grp) { b->group = grp; }

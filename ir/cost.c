@@ -38,6 +38,7 @@ typedef enum {
   RULE_CONV_WEIGHT_GRAD,
   RULE_POOL_GRAD, /* per_in per tap of each window of dy, per_out per element of dy */
   RULE_RESIZE_GRAD,
+  RULE_OPTIM, /* per element of the param, the operations of its kind's rule */
 } CostRule;
 
 typedef struct OpCost {
@@ -167,6 +168,7 @@ static const OpCost op_cost[] = {
      * the key's 2 adds), the comparison, the select and the scale */
     [OP_DROPOUT] = {RULE_LINEAR, 0, 83},
     [OP_RESIZE_GRAD] = {RULE_RESIZE_GRAD, 0, 0},
+    [OP_OPTIM_UPDATE] = {RULE_OPTIM, 0, 0},
 };
 static_assert(ARRAY_LEN(op_cost) == OP_COUNT, "every op of ops.def has a row in op_cost");
 
@@ -295,6 +297,13 @@ static double flops_of(const Node *n) {
       const TensorType *dy = &n->in[1]->type;
       return dy->rank > 1 && dy->dims[1] ? 2 * no * numel(dy) / (double)dy->dims[1] : 0;
     }
+    case RULE_OPTIM:
+      /* sgd: the scale, the decay's 2, momentum's 4 (and nesterov's 2),
+       * the step's 2; adam: the scale, the decay's 2, the moments' 7, the
+       * denominator's 3, the step's 3 (the scalar bias corrections per
+       * element too, as the kernel computes them) */
+      if (strcmp(ir_attr_str(n, "kind"), "sgd") == 0) return 11 * nx;
+      return 21 * nx;
     case RULE_RESIZE_GRAD:
       /* per element of dy: bilinear's 2x2 weights times dy and the adds,
        * nearest's add */

@@ -1938,7 +1938,8 @@ static bool eval_node(Eval *e, const Node *n, Tensor *const *in, Tensor *out,
     case OP_AVGPOOL_GRAD:
     case OP_EMBEDDING_GRAD:
     case OP_DROPOUT:
-    case OP_RESIZE_GRAD: {
+    case OP_RESIZE_GRAD:
+    case OP_OPTIM_UPDATE: {
       char msg[256];
       return ir_eval_train_op(n, in, out, msg, sizeof msg) || fail(e, "%s", msg);
     }

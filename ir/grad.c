@@ -909,6 +909,7 @@ static void vjp_dropout(GradCall *c) {
 #define GRAD_EMBEDDING_GRAD NONE
 #define GRAD_DROPOUT VJP(vjp_dropout)
 #define GRAD_RESIZE_GRAD NONE
+#define GRAD_OPTIM_UPDATE NONE /* the end of a step, after every gradient */
 
 const GradRule ir_grad_rules[] = {
 #define OP(id, ...) GRAD_##id,

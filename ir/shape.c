@@ -1422,3 +1422,34 @@ bool shape_dropout(const Node *n, TensorType *out, char *err, size_t errlen) {
   out[0] = n->in[0]->type;
   return true;
 }
+
+/* optim_update: the param's type, each state's, and f32[] for a state
+ * its kind lacks. */
+bool shape_optim_update(const Node *n, TensorType *out, char *err, size_t errlen) {
+  if (!operands_ok(n, err, errlen)) return false;
+  const Attr *kind = get_attr(n, "kind", AK_STR, "a string", err, errlen);
+  if (!kind) return false;
+  bool sgd = strcmp(kind->s, "sgd") == 0;
+  if (!sgd && strcmp(kind->s, "adam") != 0 && strcmp(kind->s, "adamw") != 0)
+    return fail(err, errlen, "optim_update: kind must be \"sgd\", \"adam\" or \"adamw\", got \"%s\"", kind->s);
+  const Attr *momentum = ir_attr(n, "momentum");
+  int states = sgd ? momentum && momentum->kind == AK_FLOAT && momentum->f != 0 : 2;
+  if (n->n_in != 5 + states)
+    return fail(err, errlen, "optim_update: %s%s takes %d operands (p, g, lr, t, scale%s), got %d", kind->s,
+                sgd ? (states ? " with momentum" : " without momentum") : "", 5 + states,
+                states == 2 ? ", exp_avg, exp_avg_sq" : states ? ", momentum_buffer" : "", n->n_in);
+  const TensorType *p = in_type(n, 0);
+  if (p->dtype != TY_F32) return fail(err, errlen, "optim_update: the param must be f32, got %s", ts(p).s);
+  for (int i = 1; i < n->n_in; i++) {
+    const TensorType *t = in_type(n, i);
+    bool scalar = i >= 2 && i <= 4;
+    if (scalar ? t->dtype != TY_F32 || t->rank != 0 : !ir_type_eq(t, p))
+      return fail(err, errlen, "optim_update: operand %d must be %s, got %s", i + 1,
+                  scalar ? "f32[]" : ts(p).s, ts(t).s);
+  }
+  TensorType none = {.dtype = TY_F32};
+  out[0] = *p;
+  out[1] = states >= 1 ? *p : none;
+  out[2] = states == 2 ? *p : none;
+  return true;
+}

@@ -220,6 +220,42 @@ static bool eval_resize_grad(const Node *n, const Tensor *dy, Tensor *out) {
   return true;
 }
 
+/* optim_update (ops.def) in f32, each operation rounded as PyTorch's
+ * tensor ops round it; codegen/lower_train.c computes the same. */
+static void eval_optim_update(const Node *n, Tensor *const *in, Tensor *out) {
+  const float *p = in[0]->data, *g = in[1]->data;
+  float lr = *(const float *)in[2]->data, t = *(const float *)in[3]->data, scale = *(const float *)in[4]->data;
+  const char *kind = ir_attr_str(n, "kind");
+  float wd = (float)ir_attr_float(n, "weight_decay"), mom = (float)ir_attr_float(n, "momentum");
+  float damp = (float)(1 - ir_attr_float(n, "dampening"));
+  double beta1 = ir_attr_float(n, "beta1"), beta2 = ir_attr_float(n, "beta2");
+  float b1 = (float)beta1, b2 = (float)beta2, one_b1 = (float)(1 - beta1), one_b2 = (float)(1 - beta2);
+  float eps = (float)ir_attr_float(n, "eps");
+  bool nesterov = ir_attr_int(n, "nesterov"), adam = strcmp(kind, "sgd") != 0;
+  float decay = 1 - lr * wd, step_size = lr / (1 - powf(b1, t)), bc2_sqrt = sqrtf(1 - powf(b2, t));
+  float *np = out[0].data, *s1 = out[1].data, *s2 = out[2].data;
+  for (int64_t i = 0, count = ir_type_numel(&in[0]->type); i < count; i++) {
+    float pi = p[i], gi = g[i] * scale;
+    if (!adam) {
+      if (wd != 0) gi = gi + wd * pi;
+      if (mom != 0) {
+        float b = t <= 1 ? gi : ((const float *)in[5]->data)[i] * mom + gi * damp;
+        s1[i] = b;
+        gi = nesterov ? gi + b * mom : b;
+      }
+      np[i] = pi - gi * lr;
+      continue;
+    }
+    if (wd != 0 && strcmp(kind, "adam") == 0) gi = gi + wd * pi;
+    if (wd != 0 && strcmp(kind, "adamw") == 0) pi = pi * decay;
+    float m = ((const float *)in[5]->data)[i] * b1 + gi * one_b1;
+    float v = ((const float *)in[6]->data)[i] * b2 + gi * gi * one_b2;
+    s1[i] = m;
+    s2[i] = v;
+    np[i] = pi - m / (sqrtf(v) / bc2_sqrt + eps) * step_size;
+  }
+}
+
 bool ir_eval_train_op(const Node *n, Tensor *const *in, Tensor *out, char *err, size_t errlen) {
   switch (n->op) {
     case OP_CONV_WEIGHT_GRAD: return eval_conv_weight_grad(n, in[0], in[1], out);
@@ -234,6 +270,7 @@ bool ir_eval_train_op(const Node *n, Tensor *const *in, Tensor *out, char *err, 
       if (eval_resize_grad(n, in[0], out)) return true;
       snprintf(err, errlen, "out of memory");
       return false;
+    case OP_OPTIM_UPDATE: eval_optim_update(n, in, out); return true;
     default: snprintf(err, errlen, "not a training op"); return false;
   }
 }

@@ -18,15 +18,15 @@ OptimSpec optim_spec_default(OptimKind kind) {
   return o;
 }
 
-static const char *const names[OPTIM_COUNT] = {"sgd", "adam", "adamw"};
+static const char *const kind_names[OPTIM_COUNT] = {"sgd", "adam", "adamw"};
 
 bool optim_from_name(const char *name, OptimKind *out) {
   for (int k = 0; k < OPTIM_COUNT; k++)
-    if (name && strcmp(name, names[k]) == 0) return *out = (OptimKind)k, true;
+    if (name && strcmp(name, kind_names[k]) == 0) return *out = (OptimKind)k, true;
   return false;
 }
 
-const char *optim_name(OptimKind kind) { return kind >= 0 && kind < OPTIM_COUNT ? names[kind] : "?"; }
+const char *optim_name(OptimKind kind) { return kind >= 0 && kind < OPTIM_COUNT ? kind_names[kind] : "?"; }
 
 /* The step being built: where its nodes go and the scalars every
  * param's update shares. */
@@ -34,12 +34,9 @@ typedef struct Step {
   Graph *g;
   const OptimSpec *o;
   SrcLoc at;
-  Value *lr;     /* dlcc.lr */
-  Value *step1;  /* dlcc.optim.step + 1: this step's number, from 1 */
-  Value *clip;   /* the gradients' scale (clip_grad_norm), or NULL */
-  Value *decay;  /* AdamW's 1 - lr * weight_decay, or NULL */
-  Value *bc2_sqrt, *step_size; /* Adam: sqrt(1 - beta2^t), lr / (1 - beta1^t) */
-  Value *dampen; /* SGD with dampening: 1 - dampening, or 1 at the first step */
+  Value *lr;    /* dlcc.lr */
+  Value *step1; /* dlcc.optim.step + 1: this step's number, from 1 */
+  Value *scale; /* the gradients' scale: clip_grad_norm's, or 1 */
   /* The outputs the step gains: updates of params and of their state. */
   int n_new;
   Value **new_values;
@@ -49,10 +46,6 @@ typedef struct Step {
 static Value *num(Step *s, double v) { return ir_grad_scalar(s->g, s->at, v, TY_F32); }
 static Value *op2(Step *s, OpKind op, Value *a, Value *b) { return ir_grad_op2(s->g, s->at, op, a, b); }
 static Value *op1(Step *s, OpKind op, Value *a) { return ir_grad_op(s->g, s->at, op, 1, &a); }
-/* a * x + b * y, the shape of every moving average here. */
-static Value *blend(Step *s, double a, Value *x, double b, Value *y) {
-  return op2(s, OP_ADD, op2(s, OP_MUL, x, num(s, a)), op2(s, OP_MUL, y, num(s, b)));
-}
 
 static void add_update(Step *s, Value *v, const char *param) {
   s->new_values[s->n_new] = v;
@@ -75,42 +68,31 @@ static Value *sum_of_squares(Step *s, Value *x) {
   return ir_grad_sum(s->g, s->at, sq, x->type.rank, axes, false);
 }
 
-/* torch.optim.SGD's step for one param. */
-static void sgd(Step *s, const char *name, Value *p, Value *grad) {
+/* One param's step: an optim_update node (ops.def has its rule, which
+ * is torch.optim's for the kind), its results the updates. */
+static void update(Step *s, const char *name, Value *p, Value *grad) {
   const OptimSpec *o = s->o;
-  if (o->weight_decay != 0) grad = op2(s, OP_ADD, grad, op2(s, OP_MUL, p, num(s, o->weight_decay)));
-  if (o->momentum != 0) {
-    const char *buf_name;
-    Value *buf = state(s, name, "momentum_buffer", &p->type, &buf_name);
-    /* The first step takes buf = grad, undampened, as PyTorch's clone. */
-    Value *g_part = s->dampen ? op2(s, OP_MUL, grad, s->dampen) : grad;
-    Value *nbuf = op2(s, OP_ADD, op2(s, OP_MUL, buf, num(s, o->momentum)), g_part);
-    add_update(s, nbuf, buf_name);
-    grad = o->nesterov ? op2(s, OP_ADD, grad, op2(s, OP_MUL, nbuf, num(s, o->momentum))) : nbuf;
+  static const char *const keys[OPTIM_COUNT][2] = {
+      {"momentum_buffer", NULL}, {"exp_avg", "exp_avg_sq"}, {"exp_avg", "exp_avg_sq"}};
+  int n_states = o->kind == OPTIM_SGD ? o->momentum != 0 : 2;
+  Value *in[7] = {p, grad, s->lr, s->step1, s->scale};
+  const char *names[2];
+  for (int k = 0; k < n_states; k++) in[5 + k] = state(s, name, keys[o->kind][k], &p->type, &names[k]);
+  Node *n = ir_node_new(s->g, OP_OPTIM_UPDATE, 5 + n_states, in, s->at);
+  ir_set_str(s->g, n, "kind", optim_name(o->kind));
+  ir_set_float(s->g, n, "momentum", o->kind == OPTIM_SGD ? o->momentum : 0);
+  ir_set_float(s->g, n, "dampening", o->kind == OPTIM_SGD ? o->dampening : 0);
+  ir_set_int(s->g, n, "nesterov", o->kind == OPTIM_SGD && o->nesterov);
+  ir_set_float(s->g, n, "weight_decay", o->weight_decay);
+  if (o->kind != OPTIM_SGD) {
+    ir_set_float(s->g, n, "beta1", o->beta1);
+    ir_set_float(s->g, n, "beta2", o->beta2);
+    ir_set_float(s->g, n, "eps", o->eps);
   }
-  add_update(s, op2(s, OP_SUB, p, op2(s, OP_MUL, grad, s->lr)), name);
+  ir_grad_node(s->g, n);
+  add_update(s, &n->out[0], name);
+  for (int k = 0; k < n_states; k++) add_update(s, &n->out[1 + k], names[k]);
 }
-
-/* torch.optim.Adam's and AdamW's step for one param. */
-static void adam(Step *s, const char *name, Value *p, Value *grad) {
-  const OptimSpec *o = s->o;
-  if (o->kind == OPTIM_ADAM && o->weight_decay != 0)
-    grad = op2(s, OP_ADD, grad, op2(s, OP_MUL, p, num(s, o->weight_decay)));
-  if (s->decay) p = op2(s, OP_MUL, p, s->decay);
-  const char *m_name, *v_name;
-  Value *m = state(s, name, "exp_avg", &p->type, &m_name);
-  Value *v = state(s, name, "exp_avg_sq", &p->type, &v_name);
-  Value *nm = blend(s, o->beta1, m, 1 - o->beta1, grad);
-  Value *nv = blend(s, o->beta2, v, 1 - o->beta2, op2(s, OP_MUL, grad, grad));
-  Value *denom = op2(s, OP_ADD, op2(s, OP_DIV, op1(s, OP_SQRT, nv), s->bc2_sqrt), num(s, o->eps));
-  Value *np = op2(s, OP_SUB, p, op2(s, OP_MUL, op2(s, OP_DIV, nm, denom), s->step_size));
-  add_update(s, np, name);
-  add_update(s, nm, m_name);
-  add_update(s, nv, v_name);
-}
-
-/* 1 - b^t for the bias corrections, t = s->step1. */
-static Value *correction(Step *s, double b) { return op2(s, OP_SUB, num(s, 1), op2(s, OP_POW, num(s, b), s->step1)); }
 
 static bool check_spec(Ctx *c, const OptimSpec *o) {
   const char *bad = NULL;
@@ -136,10 +118,10 @@ static Node *find_param(Graph *g, const char *name) {
 /* The shared scalars of this step, built once before any param's. */
 static void shared(Step *s, Value *step, int n_grads, Value *const *grads) {
   const OptimSpec *o = s->o;
-  Graph *g = s->g;
   TensorType scalar = {.dtype = TY_F32};
-  s->lr = &ir_source(g, OP_INPUT, &scalar, OPTIM_LR_INPUT, s->at)->out[0];
+  s->lr = &ir_source(s->g, OP_INPUT, &scalar, OPTIM_LR_INPUT, s->at)->out[0];
   s->step1 = op2(s, OP_ADD, step, num(s, 1));
+  s->scale = num(s, 1);
   if (o->clip_grad_norm > 0) {
     Value *total = NULL;
     for (int i = 0; i < n_grads; i++) {
@@ -147,15 +129,7 @@ static void shared(Step *s, Value *step, int n_grads, Value *const *grads) {
       total = total ? op2(s, OP_ADD, total, sq) : sq;
     }
     Value *norm = op2(s, OP_ADD, op1(s, OP_SQRT, total), num(s, 1e-6));
-    s->clip = op2(s, OP_MINIMUM, op2(s, OP_DIV, num(s, o->clip_grad_norm), norm), num(s, 1));
-  }
-  if (o->kind == OPTIM_SGD && o->momentum != 0 && o->dampening != 0)
-    s->dampen = op2(s, OP_SUB, num(s, 1), op2(s, OP_MUL, num(s, o->dampening), op2(s, OP_MINIMUM, step, num(s, 1))));
-  if (o->kind == OPTIM_ADAMW && o->weight_decay != 0)
-    s->decay = op2(s, OP_SUB, num(s, 1), op2(s, OP_MUL, s->lr, num(s, o->weight_decay)));
-  if (o->kind != OPTIM_SGD) {
-    s->bc2_sqrt = op1(s, OP_SQRT, correction(s, o->beta2));
-    s->step_size = op2(s, OP_DIV, s->lr, correction(s, o->beta1));
+    s->scale = op2(s, OP_MINIMUM, op2(s, OP_DIV, num(s, o->clip_grad_norm), norm), num(s, 1));
   }
 }
 
@@ -197,8 +171,7 @@ bool pass_append_optimizer(Graph *g, const OptimSpec *o) {
   shared(&s, &step->out[0], n_grads, grads);
   for (int i = 0; i < n_grads; i++) {
     s.at = params[i]->loc;
-    Value *grad = s.clip ? op2(&s, OP_MUL, grads[i], s.clip) : grads[i];
-    (o->kind == OPTIM_SGD ? sgd : adam)(&s, ir_attr_str(params[i], "name"), &params[i]->out[0], grad);
+    update(&s, ir_attr_str(params[i], "name"), &params[i]->out[0], grads[i]);
   }
   add_update(&s, s.step1, OPTIM_STEP_PARAM);
 

@@ -150,6 +150,41 @@ static void expect_refused(const RtPlan *p, const RtStep *steps, const char *wan
   ck_assert_msg(strstr(err, want) != NULL, "got \"%s\", want \"%s\"", err, want);
 }
 
+static int optim_launches(const RtPlan *p) {
+  int count = 0;
+  for (uint32_t i = 0; i < p->n_steps; i++)
+    count += p->steps[i].kind == RT_STEP_LAUNCH &&
+             strncmp(p->kernels[p->steps[i].launch.kernel].name, "optim_update", 12) == 0;
+  return count;
+}
+
+/* Every param's update in one launch, however many params. */
+START_TEST(test_one_launch) {
+  static const char deep[] =
+      "model deep(x: f32[4, 6], t: f32[4, 3]) -> f32[] {\n"
+      "  h = relu(linear(x, 5) as fc1)\n"
+      "  h = relu(linear(h, 5) as fc2)\n"
+      "  h = relu(linear(h, 5) as fc3)\n"
+      "  h = relu(linear(h, 5) as fc4)\n"
+      "  return -mean(sum(log_softmax(linear(h, 3) as fc5, axis=-1) * t, axis=1))\n"
+      "}\n";
+  for (int kind = 0; kind < OPTIM_COUNT; kind++)
+    for (int model = 0; model < 2; model++) {
+      Ctx c;
+      ctx_init(&c);
+      OptimSpec o = optim_spec_default((OptimKind)kind);
+      o.momentum = 0.9;
+      Graph *g = step_graph(&c, model ? deep : mlp, &o);
+      CgResult cg;
+      ck_assert_msg(cg_compile(g, &cg), "%s", diag_text(&c));
+      ck_assert_int_eq(optim_launches(cg.plan), 1);
+      if (model) test_nvrtc(cg.source, "sm_90");
+      ck_assert_int_eq(cg.plan->n_update_steps, (model ? 10 : 4) * (kind == OPTIM_SGD ? 2 : 3) + 1);
+      ctx_free(&c);
+    }
+}
+END_TEST
+
 /* The plan ends with one copy per update output into its weight; the
  * validator refuses an update that is not exactly one weight. */
 START_TEST(test_plan_updates) {
@@ -216,8 +251,8 @@ START_TEST(test_spec_errors) {
 }
 END_TEST
 
-/* The runs emu checks: each optimizer kind on each model, and clipping. */
-static const int emu_runs[] = {1, 3, 4, 5, 7};
+/* The runs emu checks (ref_runs indices): each kind on each model, and clipping. */
+static const int emu_runs[] = {0, 1, 2, 4, 5, 7, 9, 10}; /* mlp: all but adam; cnn: momentum, adam, adamw */
 
 START_TEST(test_numpy_emu_some) { check_run(emu_runs[_i], "emu"); }
 END_TEST
@@ -230,6 +265,7 @@ static Suite *optim_suite(void) {
   tcase_add_loop_test(t, test_numpy_emu_some, 0, (int)ARRAY_LEN(emu_runs));
   tcase_add_test(t, test_emu_equals_ref);
   tcase_add_test(t, test_plan_updates);
+  tcase_add_test(t, test_one_launch);
   tcase_add_test(t, test_spec_errors);
   suite_add_tcase(s, t);
   return s;

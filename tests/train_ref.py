@@ -157,6 +157,7 @@ def opt(kind, lr, **kw):
 
 
 RUNS = [
+    ("sgd", opt("sgd", 0.1)),
     ("sgd_momentum", opt("sgd", 0.1, momentum=0.9, dampening=0.1)),
     ("sgd_nesterov", opt("sgd", 0.1, momentum=0.9, nesterov=1, weight_decay=0.01)),
     ("adam", opt("adam", 0.01, weight_decay=0.01)),
