@@ -468,7 +468,7 @@ DlrtStatus dlrt_get_weight(DlrtModel *m, const char *name, void *data, size_t nb
   if (!data || nbytes != t->nbytes)
     return set_error(m, DLRT_E_ARG, "get_weight '%s': %zu bytes given, it is %" PRIu64 " bytes", name, nbytes,
                      t->nbytes);
-  if (!m->weight_set[i])
+  if (!m->all_weights && !m->weight_set[i])
     return set_error(m, DLRT_E_STATE, "get_weight '%s': the weight was never set", name);
   if (nbytes && m->dev->ops->download(m->dev, data, m->weights + t->where.offset, nbytes))
     return device_error(m, "get_weight");

@@ -24,6 +24,8 @@
 #include "frontend/ast.h"
 #include "ir/eval.h"
 #include "ir/ir.h"
+#include "passes/autodiff.h"
+#include "passes/optim.h"
 #include "passes/pass.h"
 #include "runtime/device.h"
 #include "runtime/runtime.h"
@@ -78,6 +80,7 @@ typedef struct Build {
   int opt_level;           /* the pass pipeline's, as dlcc -O; 0: no passes */
   CgAotOptions o;
   uint64_t seed;
+  const OptimSpec *optim; /* non-NULL: the model is a loss, built as a training step */
   Graph *g;
   CgResult cg;
   TensorMap params;
@@ -90,9 +93,12 @@ static int build_job(Ctx *c, void *data) {
   if (!f) return 0;
   Program *p = fe_parse(c, f);
   if (!p) return 0;
-  LowerOptions lo = {0};
+  LowerOptions lo = {.training = b->optim != NULL};
   b->g = fe_lower(c, p, &lo);
   PassOptions po = {.opt_level = b->opt_level};
+  if (b->g && b->optim &&
+      !(ir_verify(b->g) && pass_autodiff(b->g, NULL) && pass_append_optimizer(b->g, b->optim) && ir_verify(b->g)))
+    return 0;
   if (!b->g || !ir_verify(b->g) || (b->opt_level && !pass_run_pipeline(b->g, &po, NULL)) ||
       !cg_compile(b->g, &b->cg))
     return 0;
@@ -372,6 +378,58 @@ START_TEST(runs_on_emu_like_reference) {
     dlrt_close(m);
     ir_tensor_map_free(&b.params);
   }
+}
+END_TEST
+
+/* A training step's model.so: its update steps leave in WEIGHTS after 3
+ * runs what 3 interpreter steps leave in the params, read back with
+ * dlrt_get_weight. */
+START_TEST(training_step_updates_weights) {
+  OptimSpec o = optim_spec_default(OPTIM_SGD);
+  o.momentum = 0.9;
+  Build b = {.text = "model step(x: f32[4, 6], t: f32[4, 3]) -> f32[] {\n"
+                     "  h = relu(linear(x, 5) as fc1)\n"
+                     "  return -mean(sum(log_softmax(linear(h, 3) as fc2, axis=-1) * t, axis=1))\n"
+                     "}\n",
+             .opt_level = 2, .seed = 3, .optim = &o};
+  build_ok(&b, "step.so");
+  DlrtModel *m = NULL;
+  ck_assert_msg(dlrt_open_file(at("step.so"), "emu", &m) == DLRT_OK, "%s", dlrt_error(m));
+  const RtPlan *p = b.cg.plan;
+  ck_assert_uint_eq(p->n_update_steps, 2 * 4 + 1);
+  TensorMap in;
+  make_inputs(&b, NULL, &in);
+  ir_tensor_set((Tensor *)ir_tensor_map_find(&in, OPTIM_LR_INPUT), 0, 0.1);
+  Tensor *out = calloc((size_t)b.g->n_outputs, sizeof *out);
+  char err[1024];
+  for (int step = 0; step < 3; step++) {
+    for (int i = 0; i < in.n; i++)
+      ck_assert_int_eq(dlrt_set_input(m, i, in.tensors[i].data, ir_tensor_nbytes(&in.tensors[i].type)), DLRT_OK);
+    ck_assert_msg(dlrt_run(m) == DLRT_OK, "%s", dlrt_error(m));
+    ck_assert_msg(ir_eval(b.g, &in, &b.params, out, err, sizeof err) &&
+                      ir_apply_updates(b.g, out, &b.params, err, sizeof err),
+                  "%s", err);
+    for (int i = 0; i < b.g->n_outputs; i++) ir_tensor_free(&out[i]);
+  }
+  for (uint32_t w = 0; w < p->n_weights; w++) {
+    const Tensor *want = ir_tensor_map_find(&b.params, p->weights[w].name);
+    size_t n = p->weights[w].nbytes;
+    float *got = malloc(n);
+    ck_assert_msg(dlrt_get_weight(m, p->weights[w].name, got, n) == DLRT_OK, "%s", dlrt_error(m));
+    for (size_t k = 0; k < n / 4; k++)
+      ck_assert_msg(fabs(got[k] - ((const float *)want->data)[k]) <= 1e-5 * (1 + fabs(((const float *)want->data)[k])),
+                    "%s[%zu]: %.9g, reference %.9g", p->weights[w].name, k, got[k], ((const float *)want->data)[k]);
+    free(got);
+  }
+  float three;
+  ck_assert_int_eq(dlrt_get_weight(m, OPTIM_STEP_PARAM, &three, sizeof three), DLRT_OK);
+  ck_assert(three == 3);
+  ck_assert_int_eq(dlrt_get_weight(m, "fc1.weight", &three, sizeof three), DLRT_E_ARG);
+  ck_assert_str_eq(dlrt_error(m), "get_weight 'fc1.weight': 4 bytes given, it is 120 bytes");
+  free(out);
+  free_map(&in);
+  dlrt_close(m);
+  ir_tensor_map_free(&b.params);
 }
 END_TEST
 
@@ -860,6 +918,7 @@ static Suite *aot_suite(void) {
   tcase_add_test(tc, plan_round_trips);
   tcase_add_test(tc, header_describes_model);
   tcase_add_test(tc, runs_on_emu_like_reference);
+  tcase_add_test(tc, training_step_updates_weights);
   tcase_add_test(tc, emu_cache_hit_and_corruption);
   tcase_add_test(tc, external_weights);
   tcase_add_test(tc, external_weights_given_file);

@@ -454,6 +454,12 @@ static Graph *build_every_op(Ctx *c, bool *covered) {
   ir_set_int(g, n, "stream", 3);
   add(g, n);
   Value *next_step = &add(g, NODE(g, OP_ADD, rng_step, rng_step))->out[0];
+  Value *lr = input(g, "dlcc.lr", scalar(TY_F32));
+  Value *avg = param(g, "dlcc.optim.x.exp_avg", TY(TY_F32, 2, 3));
+  n = NODE(g, OP_OPTIM_UPDATE, x, x, lr, lr, lr, avg, avg);
+  ir_set_str(g, n, "kind", "adamw");
+  ir_set_float(g, n, "weight_decay", 0.05);
+  add(g, n);
 
   /* A string with every character the printer must escape. */
   param(g, "odd \"name\" with \\ and\nnewline", TY(TY_F32, 1));

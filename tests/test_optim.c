@@ -17,6 +17,7 @@
 #include "codegen/codegen.h"
 #include "dlcc.h"
 #include "frontend/ast.h"
+#include "ir/ir.h"
 #include "passes/autodiff.h"
 #include "passes/optim.h"
 #include "runtime/plan.h"
@@ -251,6 +252,38 @@ START_TEST(test_spec_errors) {
 }
 END_TEST
 
+/* optim_update's shape rule, on IR text. */
+static void expect_ir_error(const char *op_line, const char *want) {
+  Ctx c;
+  ctx_init(&c);
+  char text[1024];
+  snprintf(text, sizeof text,
+           "graph g {\n"
+           "  %%0 = param {name=\"w\"} : f32[3]\n"
+           "  %%1 = input {name=\"g\"} : f32[3]\n"
+           "  %%2 = input {name=\"lr\"} : f32[]\n"
+           "  %%3 = param {name=\"m\"} : f32[3]\n"
+           "  %s\n"
+           "  return %%4 as \"w\"\n"
+           "}\n",
+           op_line);
+  const SrcFile *f = ctx_add_file(&c, "t.ir", text, strlen(text));
+  Graph *g = ir_parse(&c, f);
+  ck_assert(!g || !ir_verify(g));
+  ck_assert_msg(strstr(diag_text(&c), want), "got \"%s\", want \"%s\"", diag_text(&c), want);
+  ctx_free(&c);
+}
+
+START_TEST(test_optim_update_shape) {
+  expect_ir_error("%4, %5, %6 = optim_update %0, %1, %2, %2, %2, %3 {kind=\"adam\"} : f32[3], f32[3], f32[3]",
+                  "optim_update: adam takes 7 operands (p, g, lr, t, scale, exp_avg, exp_avg_sq), got 6");
+  expect_ir_error("%4, %5, %6 = optim_update %0, %1, %2, %2, %1 {kind=\"sgd\"} : f32[3], f32[], f32[]",
+                  "optim_update: operand 5 must be f32[], got f32[3]");
+  expect_ir_error("%4, %5, %6 = optim_update %0, %1, %2, %2, %2 {kind=\"lion\"} : f32[3], f32[], f32[]",
+                  "optim_update: kind must be \"sgd\", \"adam\" or \"adamw\", got \"lion\"");
+}
+END_TEST
+
 /* The runs emu checks (ref_runs indices): each kind on each model, and clipping. */
 static const int emu_runs[] = {0, 1, 2, 4, 5, 7, 9, 10}; /* mlp: all but adam; cnn: momentum, adam, adamw */
 
@@ -267,6 +300,7 @@ static Suite *optim_suite(void) {
   tcase_add_test(t, test_plan_updates);
   tcase_add_test(t, test_one_launch);
   tcase_add_test(t, test_spec_errors);
+  tcase_add_test(t, test_optim_update_shape);
   suite_add_tcase(s, t);
   return s;
 }
