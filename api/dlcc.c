@@ -554,9 +554,15 @@ static Tensor *bound_weight(dlc_model *m, const char *name, const void *data, si
   *st = DLC_ERR_ARGUMENT;
   if (!m) return NULL;
   if (!m->g) return *st = no_model(m), NULL;
-  if (!m->have_params) return *st = fail(m, DLC_ERR_WEIGHTS, "dlcc: error: the model's weights are not bound\n"), NULL;
+  if (!m->have_params) {
+    *st = fail(m, DLC_ERR_WEIGHTS, "dlcc: error: the model's weights are not bound\n");
+    return NULL;
+  }
   Tensor *t = (Tensor *)ir_tensor_map_find(&m->params, name);
-  if (!t) return *st = fail(m, DLC_ERR_ARGUMENT, "dlcc: error: the model has no weight '%s'\n", name ? name : "(null)"), NULL;
+  if (!t) {
+    *st = fail(m, DLC_ERR_ARGUMENT, "dlcc: error: the model has no weight '%s'\n", name ? name : "(null)");
+    return NULL;
+  }
   size_t want = ir_tensor_nbytes(&t->type);
   if (!data || nbytes != want) {
     char buf[IR_TYPE_STR_MAX];

@@ -409,7 +409,8 @@ static int optim_batch(CgBuild *b, const Node *n, const Node **batch) {
     if (u == n) mine = count;
     batch[count++] = u;
   }
-  int first = mine / OPTIM_SEGMENTS * OPTIM_SEGMENTS, end = first + OPTIM_SEGMENTS < count ? first + OPTIM_SEGMENTS : count;
+  int first = mine / OPTIM_SEGMENTS * OPTIM_SEGMENTS;
+  int end = first + OPTIM_SEGMENTS < count ? first + OPTIM_SEGMENTS : count;
   memmove(batch, batch + first, sizeof *batch * (size_t)(end - first));
   return end - first;
 }

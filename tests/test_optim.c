@@ -132,6 +132,10 @@ START_TEST(test_emu_equals_ref) {
   }
   float five = 5;
   expect_weight(emu, "5 steps on emu", OPTIM_STEP_PARAM, &five, 1);
+  ck_assert_int_eq(dlc_get_weight(emu, "fc.weights", &five, sizeof five), DLC_ERR_ARGUMENT);
+  ck_assert_str_eq(dlc_error(emu), "dlcc: error: the model has no weight 'fc.weights'\n");
+  ck_assert_int_eq(dlc_set_weight(ref, "fc.bias", &five, sizeof five), DLC_ERR_ARGUMENT);
+  ck_assert_str_eq(dlc_error(ref), "dlcc: error: weight 'fc.bias' is f32[3] (12 bytes), got 4 bytes\n");
   dlc_free(ref);
   dlc_free(emu);
 }
