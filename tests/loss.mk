@@ -10,3 +10,5 @@ tests_test_loss_CPPFLAGS = $(AM_CPPFLAGS) $(CUDA_CPPFLAGS)
 tests_test_loss_CFLAGS = $(TEST_CFLAGS)
 tests_test_loss_LDADD = $(TEST_LIBS) $(CUDA_LIBS)
 endif
+TESTS += tests/loss_cli.sh
+EXTRA_DIST += tests/loss_cli.sh
