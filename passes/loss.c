@@ -153,8 +153,9 @@ static Value *pointwise(Build *b, const LossSpec *s, Value *x, Value *y) {
     case LOSS_BCE_WITH_LOGITS: {
       /* max(x, 0) - x y + log(1 + exp(-|x|)): no exp overflows.  maximum
        * splits a tie's gradient in half, so at x = 0 the gradient is
-       * sigmoid(0) - y, as PyTorch's.  The IR has no log1p: where the
-       * loss is below about 1e-7 it is rounded to 0 in f32. */
+       * sigmoid(0) - y, as PyTorch's.  The IR has no log1p: in f32 the
+       * last term is lost where exp(-|x|) < 6e-8 (|x| > 16.6), an
+       * absolute error below 6e-8. */
       Value *e = op1(b, OP_EXP, op1(b, OP_NEG, op1(b, OP_ABS, x)));
       Value *soft = op1(b, OP_LOG, op2(b, OP_ADD, e, num(b, 1, b->dt)));
       Value *lin = op2(b, OP_SUB, op2(b, OP_MAXIMUM, x, num(b, 0, b->dt)), op2(b, OP_MUL, x, y));
