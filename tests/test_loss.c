@@ -55,12 +55,12 @@ static void fill(Tensor *t, const TensorType *type, const double *v) {
 }
 
 /* The case's loss in f64 with x an input (or a param when x_param), its
- * target the input "t"; *data holds their values. */
+ * target the input "t"; data holds their values. */
 typedef struct Built {
   Ctx c;
   Graph *g;
-  Tensor x, t;
-  const char *x_name, *t_name;
+  Tensor data[2]; /* x, t */
+  const char *names[2];
   TensorMap inputs, params;
 } Built;
 
@@ -76,16 +76,16 @@ static void build(Built *b, const LossCase *lc, bool x_param) {
   const char *name = "loss";
   ir_set_outputs(b->g, 1, &loss, &name);
   ck_assert_msg(ir_verify(b->g), "%s: %s", lc->name, diag_text(&b->c));
-  fill(&b->x, &xt, lc->x);
-  fill(&b->t, &tt, lc->t);
-  b->x_name = "x", b->t_name = "t";
-  b->params = x_param ? (TensorMap){1, &b->x_name, &b->x} : (TensorMap){0};
-  b->inputs = x_param ? (TensorMap){1, &b->t_name, &b->t} : (TensorMap){2, &b->x_name, &b->x};
+  fill(&b->data[0], &xt, lc->x);
+  fill(&b->data[1], &tt, lc->t);
+  b->names[0] = "x", b->names[1] = "t";
+  b->params = x_param ? (TensorMap){1, b->names, b->data} : (TensorMap){0};
+  b->inputs = x_param ? (TensorMap){1, b->names + 1, b->data + 1} : (TensorMap){2, b->names, b->data};
 }
 
 static void unbuild(Built *b) {
-  ir_tensor_free(&b->x);
-  ir_tensor_free(&b->t);
+  ir_tensor_free(&b->data[0]);
+  ir_tensor_free(&b->data[1]);
   ctx_free(&b->c);
 }
 
@@ -95,12 +95,9 @@ START_TEST(test_expected) {
   const LossCase *lc = &loss_cases[_i];
   Built b;
   build(&b, lc, false);
-  Tensor xt[2] = {b.x, b.t};
-  const char *names[2] = {"x", "t"};
-  TensorMap inputs = {2, names, xt};
   Tensor *out = calloc((size_t)b.g->n_outputs, sizeof *out);
   char err[512];
-  ck_assert_msg(ir_eval(b.g, &inputs, NULL, out, err, sizeof err), "%s: %s", lc->name, err);
+  ck_assert_msg(ir_eval(b.g, &b.inputs, NULL, out, err, sizeof err), "%s: %s", lc->name, err);
   ck_assert_int_eq(ir_type_numel(&out[0].type), lc->n_want);
   if (lc->reduction != LOSS_NONE) ck_assert_int_eq(out[0].type.rank, 0);
   for (int i = 0; i < lc->n_want; i++) {
@@ -114,8 +111,6 @@ START_TEST(test_expected) {
 }
 END_TEST
 
-/* ---- gradients ---- */
-
 static double loss_at(Built *b) {
   Tensor *out = calloc((size_t)b->g->n_outputs, sizeof *out);
   char err[512];
@@ -125,6 +120,25 @@ static double loss_at(Built *b) {
   free(out);
   return l;
 }
+
+/* i32 class indices read as i64 ones do. */
+START_TEST(test_i32_targets) {
+  for (size_t k = 0; k < ARRAY_LEN(loss_cases); k++) {
+    LossCase lc = loss_cases[k];
+    if (lc.t_dtype != TY_I64 || lc.reduction == LOSS_NONE) continue;
+    lc.t_dtype = TY_I32;
+    Built b;
+    build(&b, &lc, false);
+    double got = loss_at(&b);
+    ck_assert_msg(isnan(lc.want[0]) ? isnan(got) : fabs(got - lc.want[0]) <= 1e-12 * (fabs(lc.want[0]) + 1),
+                  "%s with i32 targets: %.17g, expected %.17g", lc.name, got, lc.want[0]);
+    unbuild(&b);
+  }
+}
+END_TEST
+
+/* ---- gradients ---- */
+
 
 /* Every scalar case: autodiff's x.grad against (L(x + h) - L(x - h)) /
  * 2h at every element of x; 0 where the loss is NaN (all ignored). */
@@ -141,18 +155,18 @@ START_TEST(test_gradients) {
     Tensor *out = calloc(2, sizeof *out);
     char err[512];
     ck_assert_msg(ir_eval(b.g, &b.inputs, &b.params, out, err, sizeof err), "%s: %s", lc->name, err);
-    for (int64_t j = 0, n = ir_type_numel(&b.x.type); j < n; j++) {
+    for (int64_t j = 0, n = ir_type_numel(&b.data[0].type); j < n; j++) {
       if (isnan(lc->want[0])) { /* every target ignored: NaN, and no gradient, as PyTorch's */
         ck_assert_msg(ir_tensor_get(&out[1], j) == 0, "%s: x.grad[%lld] = %g", lc->name, (long long)j,
                       ir_tensor_get(&out[1], j));
         continue;
       }
-      double v = ir_tensor_get(&b.x, j), h = 1e-6;
-      ir_tensor_set(&b.x, j, v + h);
+      double v = ir_tensor_get(&b.data[0], j), h = 1e-6;
+      ir_tensor_set(&b.data[0], j, v + h);
       double up = loss_at(&b);
-      ir_tensor_set(&b.x, j, v - h);
+      ir_tensor_set(&b.data[0], j, v - h);
       double fd = (up - loss_at(&b)) / (2 * h), got = ir_tensor_get(&out[1], j);
-      ir_tensor_set(&b.x, j, v);
+      ir_tensor_set(&b.data[0], j, v);
       ck_assert_msg(fabs(fd - got) <= 1e-6 * (fabs(fd) + 1), "%s: d loss / d x[%lld]: autodiff %.12g, finite differences %.12g",
                     lc->name, (long long)j, got, fd);
     }
@@ -445,6 +459,7 @@ static Suite *loss_suite(void) {
   Suite *s = suite_create("loss");
   TCase *values = tcase_create("values");
   tcase_add_loop_test(values, test_expected, 0, (int)ARRAY_LEN(loss_cases));
+  tcase_add_test(values, test_i32_targets);
   tcase_add_test(values, test_gradients);
   tcase_add_test(values, test_names);
   suite_add_tcase(s, values);
