@@ -194,6 +194,99 @@ typedef int (*dlc_feed_fn)(void *user, long batch, void *const *inputs);
 typedef int (*dlc_drain_fn)(void *user, long batch, const void *const *outputs);
 dlc_status dlc_run_batches(dlc_model *m, dlc_feed_fn feed, dlc_drain_fn drain, void *user, long *n_batches);
 
+/* ---- Training (docs/training.md) ----
+ *
+ *     dlc_train_options o;
+ *     dlc_train_options_init(&o, "adamw");
+ *     o.loss = "cross_entropy";
+ *     dlc_train *t;
+ *     if (dlc_train_compile("lenet.dl", &o, &t) != DLC_OK) ... dlc_train_error(t)
+ *     dlc_init_weights(dlc_train_model(t), 0);     // or dlc_load_weights(...)
+ *     for each batch:
+ *       dlc_set_input(dlc_train_model(t), "x", x, nbytes);
+ *       dlc_set_input(dlc_train_model(t), "target", y, nbytes);
+ *       dlc_train_step(t, lr, &loss);
+ *     dlc_train_save(t, "out.safetensors", 0, 0, NULL, NULL);
+ *
+ * A dlc_train is one compiled training step: the model, its loss against
+ * a new input "target", the gradients and the optimizer's update of
+ * every trainable parameter and of the optimizer's state (the params
+ * "dlcc.optim.NAME.exp_avg", ...).  dlc_train_model gives the step as a
+ * dlc_model: its inputs (the model's, "target" and the learning rate
+ * "dlcc.lr", which dlc_train_step sets), its outputs (output 0 the loss,
+ * then the model's own outputs, then the updates), dlc_set_input,
+ * dlc_load_weights and dlc_init_weights work on it as on any model.  The
+ * batch is fixed at compile (options.model's defines or input_shapes):
+ * a last partial batch needs a second dlc_train of that size, which
+ * dlc_train_copy_state keeps in step. */
+typedef struct dlc_train dlc_train;
+
+typedef struct dlc_train_options {
+  /* How the model compiles: backend, defines, input_shapes, opt_level,
+   * precision.  grad, quantize and weights must stay unset (load weights
+   * with dlc_load_weights on dlc_train_model). */
+  dlc_options model;
+  /* "cross_entropy", "nll", "mse", "l1", "smooth_l1", "bce_with_logits"
+   * (PyTorch's, mean reduction) of the model's output loss_output against
+   * the input "target"; NULL: the model's output 0 is already its loss. */
+  const char *loss;
+  int loss_output;
+  int64_t ignore_index;    /* cross_entropy, nll; PyTorch's -100 from dlc_train_options_init */
+  double label_smoothing;  /* cross_entropy */
+  double beta;             /* smooth_l1; 1 from dlc_train_options_init */
+  /* "sgd", "adam" or "adamw", with torch.optim's exact update rules. */
+  const char *optimizer;
+  double momentum, dampening; /* sgd */
+  int nesterov;               /* sgd */
+  double weight_decay;        /* sgd and adam: L2 in the gradient; adamw: decoupled */
+  double beta1, beta2, eps;   /* adam, adamw */
+  double clip_grad_norm;      /* > 0: clip_grad_norm_(max_norm) before the update */
+  /* Nonzero: no gradients and no optimizer, the model in inference mode
+   * (batchnorm's running statistics, dropout the identity) and the loss
+   * with reduction "none" (one value per sample, or per element of a
+   * per-element target), for validation: dlc_run on dlc_train_model, the
+   * parameters from a training step by dlc_train_copy_state. */
+  int eval;
+} dlc_train_options;
+
+/* Zeroes o and sets PyTorch's defaults for optimizer (as
+ * torch.optim.NAME's: sgd everything 0; adam betas 0.9, 0.999, eps 1e-8;
+ * adamw the same and weight_decay 0.01), ignore_index -100 and beta 1.
+ * DLC_ERR_ARGUMENT for an unknown optimizer. */
+dlc_status dlc_train_options_init(dlc_train_options *o, const char *optimizer);
+/* *out is set even on failure, for dlc_train_error (NULL only when memory
+ * ran out first). */
+dlc_status dlc_train_compile(const char *path, const dlc_train_options *o, dlc_train **out);
+void dlc_train_free(dlc_train *t);
+const char *dlc_train_error(const dlc_train *t);
+dlc_model *dlc_train_model(dlc_train *t);
+/* One step at learning rate lr on the inputs set: the parameters and the
+ * optimizer's state take their new values; *loss (may be NULL) gets the
+ * loss, computed before the update. */
+dlc_status dlc_train_step(dlc_train *t, float lr, float *loss);
+/* The step's parameters and state (dlcc.* names too), in the order of
+ * the model's state_dict; valid once the weights are bound. */
+int dlc_train_num_params(const dlc_train *t);
+dlc_status dlc_train_param_info(const dlc_train *t, int index, dlc_tensor_info *out);
+/* nbytes must be the parameter's size exactly. */
+dlc_status dlc_train_get_param(dlc_train *t, const char *name, void *data, size_t nbytes);
+dlc_status dlc_train_set_param(dlc_train *t, const char *name, const void *data, size_t nbytes);
+/* Every parameter of dst from src's of the same name and type (all
+ * must be there): a remainder batch's step, or an eval model. */
+dlc_status dlc_train_copy_state(dlc_train *dst, const dlc_train *src);
+/* Writes a safetensors file.  with_state 0: the parameters and buffers
+ * under their state_dict names only, so PyTorch's
+ * model.load_state_dict(load_file(path)) takes it strictly; nonzero: also
+ * the dlcc.* state (optimizer, step counters), with the metadata
+ * meta_keys[i] = meta_values[i] and "dlcc.checkpoint" = "1": a checkpoint
+ * that dlc_load_weights on dlc_train_model resumes from exactly. */
+dlc_status dlc_train_save(dlc_train *t, const char *path, int with_state, int n_meta,
+                          const char *const *meta_keys, const char *const *meta_values);
+/* A checkpoint's metadata value for key (malloc'd into *value, free it),
+ * or DLC_ERR_WEIGHTS naming the file when it is not a checkpoint or
+ * lacks key. */
+dlc_status dlc_train_checkpoint_meta(dlc_train *t, const char *path, const char *key, char **value);
+
 const char *dlc_dtype_name(dlc_dtype t);
 size_t dlc_dtype_size(dlc_dtype t);
 
