@@ -28,7 +28,6 @@ static_assert((int)DLC_F32 == (int)TY_F32 && (int)DLC_BF16 == (int)TY_BF16 &&
               "dlc_dtype follows DType");
 static_assert((int)DLC_MAX_RANK == (int)DL_MAX_RANK, "one rank limit");
 
-
 dlc_status api_fail(dlc_model *m, dlc_status st, const char *fmt, ...) {
   free(m->error);
   m->error = NULL;
@@ -40,9 +39,12 @@ dlc_status api_fail(dlc_model *m, dlc_status st, const char *fmt, ...) {
   return st;
 }
 
+/* The name every call here uses. */
+#define fail api_fail
+
 /* What a call that unwound out of its guard returns. */
 static dlc_status unwound(dlc_model *m) {
-  return api_fail(m, m->ctx.oom ? DLC_ERR_NOMEM : DLC_ERR_INTERNAL, "%s", diag_text(&m->ctx));
+  return fail(m, m->ctx.oom ? DLC_ERR_NOMEM : DLC_ERR_INTERNAL, "%s", diag_text(&m->ctx));
 }
 
 /* One "dlcc: error: " per line of a report of several mismatches. */
@@ -50,7 +52,7 @@ static dlc_status fail_lines(dlc_model *m, dlc_status st, const char *text) {
   size_t lines = 1;
   for (const char *c = text; *c; c++) lines += *c == '\n';
   char *out = malloc(strlen(text) + lines * 16 + 2);
-  if (!out) return api_fail(m, st, "dlcc: error: %s\n", text);
+  if (!out) return fail(m, st, "dlcc: error: %s\n", text);
   char *o = out;
   for (const char *line = text;;) {
     const char *eol = strchr(line, '\n');
@@ -59,7 +61,7 @@ static dlc_status fail_lines(dlc_model *m, dlc_status st, const char *text) {
     if (!eol) break;
     line = eol + 1;
   }
-  st = api_fail(m, st, "%s", out);
+  st = fail(m, st, "%s", out);
   free(out);
   return st;
 }
@@ -196,15 +198,6 @@ static bool run_passes(Ctx *c, CompileJob *job, Graph *g, PassOptions *po) {
   return ok;
 }
 
-/* The loss, then (for a step) the gradients and the optimizer's
- * updates: the graph dlc_train runs (api/train.c). */
-static bool make_training_step(Graph *g, const ApiTrainSpec *t) {
-  if (t->has_loss && (!pass_append_loss(g, &t->loss, t->output, API_TARGET_INPUT, NULL) || !ir_verify(g)))
-    return false;
-  if (t->eval) return true;
-  return pass_autodiff(g, NULL) && ir_verify(g) && pass_append_optimizer(g, &t->optim) && ir_verify(g);
-}
-
 static void index_inputs(dlc_model *m) {
   int n = 0;
   for (Node *node = m->g->first; node; node = node->next) n += node->op == OP_INPUT;
@@ -239,15 +232,17 @@ static int compile_job(Ctx *c, void *data) {
     int nd;
     Define *defs = copy_defines(c, job->opt, &nd);
     LowerOptions lo = {.model = job->opt ? job->opt->model : NULL, .n_defines = nd, .defines = defs,
-                       .training = (job->opt && job->opt->grad) || (job->train && !job->train->eval)};
+                       .training = job->opt && job->opt->grad};
     lo.input_shapes = copy_input_shapes(c, job->opt, &lo.n_input_shapes);
     g = fe_lower(c, p, &lo);
   }
 have_graph:
   if (!g || !ir_verify(g)) return 1;
   if (job->opt && job->opt->weights && !bind_at_compile(c, job, g)) return 1;
+  if (job->train && job->train->has_loss &&
+      (!pass_append_loss(g, &job->train->loss, job->train->output, API_TARGET_INPUT, NULL) || !ir_verify(g)))
+    return 1;
   if (job->opt && job->opt->grad && (!pass_autodiff(g, NULL) || !ir_verify(g))) return 1;
-  if (job->train && !make_training_step(g, job->train)) return 1;
   int level = job->opt ? job->opt->opt_level : 0;
   PassOptions po = {.opt_level = level == DLC_O0 ? 0 : level == 0 ? 2 : level};
   const char *prec = job->opt ? job->opt->precision : NULL;
@@ -273,7 +268,7 @@ static dlc_status push_bound_params(dlc_model *m) {
       used = n->op == OP_PARAM && strcmp(ir_attr_str(n, "name"), m->params.names[i]) == 0;
     const Tensor *t = &m->params.tensors[i];
     if (used && dlrt_set_weight(m->rt, m->params.names[i], t->data, ir_tensor_nbytes(&t->type)) != DLRT_OK) {
-      dlc_status st = api_fail(m, DLC_ERR_WEIGHTS, "dlcc: error: %s\n", dlrt_error(m->rt));
+      dlc_status st = fail(m, DLC_ERR_WEIGHTS, "dlcc: error: %s\n", dlrt_error(m->rt));
       m->g = NULL;
       return st;
     }
@@ -289,32 +284,32 @@ static dlc_status check_quant_options(dlc_model *m, CompileJob *job) {
   job->calib_backend = CALIB_ON_AUTO;
   if (!opt) return DLC_OK;
   if (opt->quantize && strcmp(opt->quantize, "int8") != 0 && strcmp(opt->quantize, "none") != 0)
-    return api_fail(m, DLC_ERR_ARGUMENT, "dlcc: error: unknown quantize '%s' (expected int8 or none)\n",
+    return fail(m, DLC_ERR_ARGUMENT, "dlcc: error: unknown quantize '%s' (expected int8 or none)\n",
                 opt->quantize);
   if (!wants_int8(opt)) {
     if (opt->calibrate_dir || opt->calib_method || opt->calib_samples)
-      return api_fail(m, DLC_ERR_ARGUMENT,
+      return fail(m, DLC_ERR_ARGUMENT,
                   "dlcc: error: calibrate_dir, calib_method and calib_samples are for quantize \"int8\"\n");
     if (opt->calib_backend)
-      return api_fail(m, DLC_ERR_ARGUMENT, "dlcc: error: calib_backend is for quantize \"int8\"\n");
+      return fail(m, DLC_ERR_ARGUMENT, "dlcc: error: calib_backend is for quantize \"int8\"\n");
     return DLC_OK;
   }
   if (!opt->calibrate_dir)
-    return api_fail(m, DLC_ERR_ARGUMENT,
+    return fail(m, DLC_ERR_ARGUMENT,
                 "dlcc: error: quantize \"int8\" needs calibrate_dir, a folder of sample inputs (.npy) to "
                 "measure the activations' ranges on\n");
   if (opt->precision && (strcmp(opt->precision, "f16") == 0 || strcmp(opt->precision, "bf16") == 0))
-    return api_fail(m, DLC_ERR_ARGUMENT,
+    return fail(m, DLC_ERR_ARGUMENT,
                 "dlcc: error: quantize \"int8\" and precision \"%s\" do not combine: choose one\n",
                 opt->precision);
   if (opt->calib_samples < 0)
-    return api_fail(m, DLC_ERR_ARGUMENT, "dlcc: error: calib_samples is %d; it counts samples (0: all)\n",
+    return fail(m, DLC_ERR_ARGUMENT, "dlcc: error: calib_samples is %d; it counts samples (0: all)\n",
                 opt->calib_samples);
   char err[256];
   if (opt->calib_method && !api_calib_parse_method(opt->calib_method, &job->calib_method, err, sizeof err))
-    return api_fail(m, DLC_ERR_ARGUMENT, "dlcc: error: calib_method: %s\n", err);
+    return fail(m, DLC_ERR_ARGUMENT, "dlcc: error: calib_method: %s\n", err);
   if (opt->calib_backend && !api_calib_parse_backend(opt->calib_backend, &job->calib_backend, err, sizeof err))
-    return api_fail(m, DLC_ERR_ARGUMENT, "dlcc: error: calib_backend: %s\n", err);
+    return fail(m, DLC_ERR_ARGUMENT, "dlcc: error: calib_backend: %s\n", err);
   return DLC_OK;
 }
 
@@ -327,7 +322,7 @@ static dlc_status compile(CompileJob *job, dlc_model **out) {
   const char *backend = job->opt && job->opt->backend ? job->opt->backend : "auto";
   if (strcmp(backend, "ref") != 0) {
     if (strcmp(backend, "auto") != 0 && strcmp(backend, "emu") != 0 && strcmp(backend, "cuda") != 0)
-      return api_fail(m, DLC_ERR_ARGUMENT,
+      return fail(m, DLC_ERR_ARGUMENT,
                   "dlcc: error: unknown backend '%s' (expected auto, cuda, emu or ref)\n", backend);
     m->use_runtime = true;
   }
@@ -337,19 +332,19 @@ static dlc_status compile(CompileJob *job, dlc_model **out) {
   if (rc != 0 || m->ctx.diag.errors) {
     m->g = NULL;
     if (rc < 0) return unwound(m);
-    return api_fail(m, job->weights_failed ? DLC_ERR_WEIGHTS : DLC_ERR_COMPILE, "%s", diag_text(&m->ctx));
+    return fail(m, job->weights_failed ? DLC_ERR_WEIGHTS : DLC_ERR_COMPILE, "%s", diag_text(&m->ctx));
   }
   if (!m->input_data || !m->outputs) {
     m->g = NULL;
-    return api_fail(m, DLC_ERR_NOMEM, "dlcc: out of memory\n");
+    return fail(m, DLC_ERR_NOMEM, "dlcc: out of memory\n");
   }
   if (m->use_runtime && dlrt_open(m->cg.plan, backend, &m->rt) != DLRT_OK) {
-    dlc_status st = api_fail(m, DLC_ERR_COMPILE, "dlcc: error: %s\n", dlrt_error(m->rt));
+    dlc_status st = fail(m, DLC_ERR_COMPILE, "dlcc: error: %s\n", dlrt_error(m->rt));
     m->g = NULL;
     return st;
   }
   if (m->use_runtime && job->opt && job->opt->no_graphs && dlrt_set_graphs(m->rt, 0) != DLRT_OK) {
-    dlc_status st = api_fail(m, DLC_ERR_COMPILE, "dlcc: error: %s\n", dlrt_error(m->rt));
+    dlc_status st = fail(m, DLC_ERR_COMPILE, "dlcc: error: %s\n", dlrt_error(m->rt));
     m->g = NULL;
     return st;
   }
@@ -358,7 +353,7 @@ static dlc_status compile(CompileJob *job, dlc_model **out) {
     if (st != DLC_OK) return st;
   }
   /* Warnings (an unused -D, say) travel with a successful compile. */
-  if (m->ctx.diag.len) api_fail(m, DLC_OK, "%s", diag_text(&m->ctx));
+  if (m->ctx.diag.len) fail(m, DLC_OK, "%s", diag_text(&m->ctx));
   return DLC_OK;
 }
 
@@ -375,10 +370,8 @@ dlc_status dlc_compile_file(const char *path, const dlc_options *opt, dlc_model 
 dlc_status api_compile_train(const char *path, const dlc_options *opt, const ApiTrainSpec *spec,
                              dlc_model **out) {
   if (!out) return DLC_ERR_ARGUMENT;
-  if (!path || !spec) {
-    *out = NULL;
-    return DLC_ERR_ARGUMENT;
-  }
+  *out = NULL;
+  if (!path || !spec) return DLC_ERR_ARGUMENT;
   CompileJob job = {.path = path, .opt = opt, .train = spec};
   return compile(&job, out);
 }
@@ -456,7 +449,7 @@ int dlc_input_index(const dlc_model *m, const char *name) {
 }
 
 static dlc_status no_model(dlc_model *m) {
-  return api_fail(m, DLC_ERR_ARGUMENT, "dlcc: error: the model did not compile\n");
+  return fail(m, DLC_ERR_ARGUMENT, "dlcc: error: the model did not compile\n");
 }
 
 static void set_params(dlc_model *m, TensorMap *params) {
@@ -486,7 +479,7 @@ static dlc_status weights(dlc_model *m, const char *path, uint64_t seed) {
   if (!m) return DLC_ERR_ARGUMENT;
   if (!m->g) return no_model(m);
   WeightsJob *job = calloc(1, sizeof *job);
-  if (!job) return api_fail(m, DLC_ERR_NOMEM, "dlcc: out of memory\n");
+  if (!job) return fail(m, DLC_ERR_NOMEM, "dlcc: out of memory\n");
   job->m = m;
   job->path = path;
   job->seed = seed;
@@ -495,14 +488,14 @@ static dlc_status weights(dlc_model *m, const char *path, uint64_t seed) {
   if (ctx_guard(&m->ctx, bind_job, job) < 0)
     st = unwound(m);
   else if (!job->ok && path)
-    st = api_fail(m, DLC_ERR_WEIGHTS, "%s", diag_text(&m->ctx));
+    st = fail(m, DLC_ERR_WEIGHTS, "%s", diag_text(&m->ctx));
   else if (!job->ok)
     st = fail_lines(m, DLC_ERR_INTERNAL, job->err);
   else {
     for (int i = 0; m->use_runtime && st == DLC_OK && i < job->map.n; i++) {
       const Tensor *t = &job->map.tensors[i];
       if (dlrt_set_weight(m->rt, job->map.names[i], t->data, ir_tensor_nbytes(&t->type)) != DLRT_OK)
-        st = api_fail(m, DLC_ERR_WEIGHTS, "dlcc: error: %s\n", dlrt_error(m->rt));
+        st = fail(m, DLC_ERR_WEIGHTS, "dlcc: error: %s\n", dlrt_error(m->rt));
     }
     if (st == DLC_OK) {
       set_params(m, &job->map);
@@ -516,7 +509,7 @@ static dlc_status weights(dlc_model *m, const char *path, uint64_t seed) {
 }
 
 dlc_status dlc_load_weights(dlc_model *m, const char *path) {
-  if (!path) return m ? api_fail(m, DLC_ERR_ARGUMENT, "dlcc: error: no weights file given\n") : DLC_ERR_ARGUMENT;
+  if (!path) return m ? fail(m, DLC_ERR_ARGUMENT, "dlcc: error: no weights file given\n") : DLC_ERR_ARGUMENT;
   return weights(m, path, 0);
 }
 
@@ -528,16 +521,16 @@ dlc_status dlc_set_input(dlc_model *m, const char *name, const void *data, size_
   if (!m) return DLC_ERR_ARGUMENT;
   if (!m->g) return no_model(m);
   int i = dlc_input_index(m, name);
-  if (i < 0) return api_fail(m, DLC_ERR_ARGUMENT, "dlcc: error: the model has no input '%s'\n", name ? name : "(null)");
+  if (i < 0) return fail(m, DLC_ERR_ARGUMENT, "dlcc: error: the model has no input '%s'\n", name ? name : "(null)");
   const TensorType *t = &m->inputs[i]->out[0].type;
   size_t want = ir_tensor_nbytes(t);
   if (!data || nbytes != want) {
     char buf[IR_TYPE_STR_MAX];
-    return api_fail(m, DLC_ERR_ARGUMENT, "dlcc: error: input '%s' is %s (%zu bytes), got %zu bytes\n", name,
+    return fail(m, DLC_ERR_ARGUMENT, "dlcc: error: input '%s' is %s (%zu bytes), got %zu bytes\n", name,
                 ir_type_str(t, buf, sizeof buf), want, data ? nbytes : 0);
   }
   Tensor *slot = &m->input_data[i];
-  if (!slot->data && !ir_tensor_alloc(slot, t)) return api_fail(m, DLC_ERR_NOMEM, "dlcc: out of memory\n");
+  if (!slot->data && !ir_tensor_alloc(slot, t)) return fail(m, DLC_ERR_NOMEM, "dlcc: out of memory\n");
   memcpy(slot->data, data, nbytes);
   clear_error(m);
   return DLC_OK;
@@ -562,18 +555,18 @@ static dlc_status run_on_runtime(dlc_model *m) {
     const Tensor *t = &m->input_data[i];
     if (dlrt_set_input_by_name(m->rt, ir_attr(m->inputs[i], "name")->s, t->data,
                                ir_tensor_nbytes(&t->type)) != DLRT_OK)
-      return api_fail(m, DLC_ERR_RUN, "dlcc: error: %s\n", dlrt_error(m->rt));
+      return fail(m, DLC_ERR_RUN, "dlcc: error: %s\n", dlrt_error(m->rt));
   }
-  if (dlrt_run(m->rt) != DLRT_OK) return api_fail(m, DLC_ERR_RUN, "dlcc: error: %s\n", dlrt_error(m->rt));
+  if (dlrt_run(m->rt) != DLRT_OK) return fail(m, DLC_ERR_RUN, "dlcc: error: %s\n", dlrt_error(m->rt));
   for (int i = 0; i < m->g->n_outputs; i++) {
     Tensor *t = &m->outputs[i];
     if (!ir_tensor_alloc(t, &m->g->outputs[i]->type)) {
       free_outputs(m);
-      return api_fail(m, DLC_ERR_NOMEM, "dlcc: out of memory\n");
+      return fail(m, DLC_ERR_NOMEM, "dlcc: out of memory\n");
     }
     if (dlrt_get_output(m->rt, i, t->data, ir_tensor_nbytes(&t->type)) != DLRT_OK) {
       free_outputs(m);
-      return api_fail(m, DLC_ERR_RUN, "dlcc: error: %s\n", dlrt_error(m->rt));
+      return fail(m, DLC_ERR_RUN, "dlcc: error: %s\n", dlrt_error(m->rt));
     }
   }
   m->have_outputs = true;
@@ -586,12 +579,12 @@ dlc_status dlc_run(dlc_model *m) {
   if (!m->g) return no_model(m);
   for (int i = 0; i < m->n_inputs; i++)
     if (!m->input_data[i].data)
-      return api_fail(m, DLC_ERR_INPUT, "dlcc: error: input '%s' was not set\n", ir_attr(m->inputs[i], "name")->s);
+      return fail(m, DLC_ERR_INPUT, "dlcc: error: input '%s' was not set\n", ir_attr(m->inputs[i], "name")->s);
   if (!m->have_params) {
     int n_params = 0;
     for (Node *n = m->g->first; n; n = n->next) n_params += n->op == OP_PARAM;
     if (n_params)
-      return api_fail(m, DLC_ERR_WEIGHTS,
+      return fail(m, DLC_ERR_WEIGHTS,
                   "dlcc: error: the model has %d parameters and no weights: load a file or "
                   "initialize them\n",
                   n_params);
@@ -603,7 +596,7 @@ dlc_status dlc_run(dlc_model *m) {
   if (!job || !names) {
     free(job);
     free(names);
-    return api_fail(m, DLC_ERR_NOMEM, "dlcc: out of memory\n");
+    return fail(m, DLC_ERR_NOMEM, "dlcc: out of memory\n");
   }
   for (int i = 0; i < m->n_inputs; i++) names[i] = ir_attr(m->inputs[i], "name")->s;
   job->m = m;
@@ -613,7 +606,7 @@ dlc_status dlc_run(dlc_model *m) {
   if (ctx_guard(&m->ctx, run_job, job) < 0)
     st = unwound(m);
   else if (!job->ok)
-    st = api_fail(m, DLC_ERR_RUN, "dlcc: error: %s\n", job->err);
+    st = fail(m, DLC_ERR_RUN, "dlcc: error: %s\n", job->err);
   else {
     m->have_outputs = true;
     clear_error(m);
@@ -627,8 +620,8 @@ dlc_status dlc_get_output(dlc_model *m, int index, const void **data, size_t *nb
   if (!m || !data || !nbytes) return DLC_ERR_ARGUMENT;
   if (!m->g) return no_model(m);
   if (index < 0 || index >= m->g->n_outputs)
-    return api_fail(m, DLC_ERR_ARGUMENT, "dlcc: error: the model has no output %d\n", index);
-  if (!m->have_outputs) return api_fail(m, DLC_ERR_ARGUMENT, "dlcc: error: the model has not run yet\n");
+    return fail(m, DLC_ERR_ARGUMENT, "dlcc: error: the model has no output %d\n", index);
+  if (!m->have_outputs) return fail(m, DLC_ERR_ARGUMENT, "dlcc: error: the model has not run yet\n");
   *data = m->outputs[index].data;
   *nbytes = ir_tensor_nbytes(&m->outputs[index].type);
   return DLC_OK;
@@ -653,19 +646,19 @@ dlc_status dlc_run_batches(dlc_model *m, dlc_feed_fn feed, dlc_drain_fn drain, v
   if (!m || !feed || !drain) return DLC_ERR_ARGUMENT;
   if (!m->g) return no_model(m);
   if (!m->use_runtime)
-    return api_fail(m, DLC_ERR_ARGUMENT, "dlcc: error: dlc_run_batches needs the cuda or emu backend, not ref\n");
+    return fail(m, DLC_ERR_ARGUMENT, "dlcc: error: dlc_run_batches needs the cuda or emu backend, not ref\n");
   BatchJob job = {.feed = feed, .user = user};
   job.order = calloc((size_t)m->n_inputs + 1, sizeof *job.order);
   job.ins = calloc((size_t)m->n_inputs + 1, sizeof *job.ins);
   if (!job.order || !job.ins) {
     free(job.order), free(job.ins);
-    return api_fail(m, DLC_ERR_NOMEM, "dlcc: out of memory\n");
+    return fail(m, DLC_ERR_NOMEM, "dlcc: out of memory\n");
   }
   for (int i = 0; i < m->n_inputs; i++) job.order[i] = dlrt_find_input(m->rt, ir_attr(m->inputs[i], "name")->s);
   job.order[m->n_inputs] = -1;
   DlrtStatus s = dlrt_run_batches(m->rt, feed_in_order, (DlrtDrainFn)drain, &job, n_batches);
   free(job.order), free(job.ins);
-  if (s != DLRT_OK) return api_fail(m, DLC_ERR_RUN, "dlcc: error: %s\n", dlrt_error(m->rt));
+  if (s != DLRT_OK) return fail(m, DLC_ERR_RUN, "dlcc: error: %s\n", dlrt_error(m->rt));
   clear_error(m);
   return DLC_OK;
 }

@@ -1,6 +1,6 @@
 /* The JIT API's model (include/dlcc.h's dlc_model), shared by api/dlcc.c
- * and the training API (api/train.c), which compiles a model into a
- * training step and keeps its state in the same place. */
+ * and the training API (api/train.c), which compiles a model with its
+ * loss into a training step and reads and writes the same state. */
 #ifndef DLCC_API_MODEL_H
 #define DLCC_API_MODEL_H
 
@@ -11,7 +11,6 @@
 #include "dlcrt.h"
 #include "ir/eval.h"
 #include "passes/loss.h"
-#include "passes/optim.h"
 
 struct dlc_model {
   Ctx ctx;
@@ -31,24 +30,21 @@ struct dlc_model {
   DlrtModel *rt;
 };
 
-/* What turns a model into a training step (api/train.c): the loss
- * appended to the model's output `output` against a new input "target",
- * then (unless eval) autodiff and the optimizer.  eval keeps the forward
- * in inference mode and the loss alone (with its own reduction). */
+/* The loss dlcc train appends (api/train.c) to the model's output
+ * `output` against a new input API_TARGET_INPUT, right after lowering
+ * and before autodiff (dlc_options.grad) and the optimizer. */
 typedef struct ApiTrainSpec {
   bool has_loss; /* false: the model's output 0 is already its loss */
   LossSpec loss;
   int output;
-  bool eval;
-  OptimSpec optim;
 } ApiTrainSpec;
 
 #define API_TARGET_INPUT "target"
 
-/* dlc_compile_file with the training rewrite of spec after lowering. */
+/* Keeps the message of a failed call on m (dlc_error); returns st. */
+dlc_status api_fail(dlc_model *m, dlc_status st, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* dlc_compile_file with spec's loss appended after lowering. */
 dlc_status api_compile_train(const char *path, const dlc_options *opt, const ApiTrainSpec *spec,
                              dlc_model **out);
-/* The message of a failed call kept on m; returns st. */
-dlc_status api_fail(dlc_model *m, dlc_status st, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 #endif

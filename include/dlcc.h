@@ -223,8 +223,8 @@ typedef struct dlc_train dlc_train;
 
 typedef struct dlc_train_options {
   /* How the model compiles: backend, defines, input_shapes, opt_level,
-   * precision.  grad, quantize and weights must stay unset (load weights
-   * with dlc_load_weights on dlc_train_model). */
+   * precision.  grad, optimizer, quantize and weights must stay unset
+   * (load weights with dlc_load_weights on dlc_train_model). */
   dlc_options model;
   /* "cross_entropy", "nll", "mse", "l1", "smooth_l1", "bce_with_logits"
    * (PyTorch's, mean reduction) of the model's output loss_output against
@@ -234,13 +234,9 @@ typedef struct dlc_train_options {
   int64_t ignore_index;    /* cross_entropy, nll; PyTorch's -100 from dlc_train_options_init */
   double label_smoothing;  /* cross_entropy */
   double beta;             /* smooth_l1; 1 from dlc_train_options_init */
-  /* "sgd", "adam" or "adamw", with torch.optim's exact update rules. */
-  const char *optimizer;
-  double momentum, dampening; /* sgd */
-  int nesterov;               /* sgd */
-  double weight_decay;        /* sgd and adam: L2 in the gradient; adamw: decoupled */
-  double beta1, beta2, eps;   /* adam, adamw */
-  double clip_grad_norm;      /* > 0: clip_grad_norm_(max_norm) before the update */
+  /* The optimizer (dlc_optimizer above; dlc_train_options_init fills
+   * PyTorch's defaults for a kind). */
+  dlc_optimizer optimizer;
   /* Nonzero: no gradients and no optimizer, the model in inference mode
    * (batchnorm's running statistics, dropout the identity) and the loss
    * with reduction "none" (one value per sample, or per element of a
@@ -249,9 +245,8 @@ typedef struct dlc_train_options {
   int eval;
 } dlc_train_options;
 
-/* Zeroes o and sets PyTorch's defaults for optimizer (as
- * torch.optim.NAME's: sgd everything 0; adam betas 0.9, 0.999, eps 1e-8;
- * adamw the same and weight_decay 0.01), ignore_index -100 and beta 1.
+/* Zeroes o and sets PyTorch's defaults: the optimizer's for its kind
+ * (dlc_optimizer_defaults), ignore_index -100 and beta 1.
  * DLC_ERR_ARGUMENT for an unknown optimizer. */
 dlc_status dlc_train_options_init(dlc_train_options *o, const char *optimizer);
 /* *out is set even on failure, for dlc_train_error (NULL only when memory
@@ -265,12 +260,11 @@ dlc_model *dlc_train_model(dlc_train *t);
  * loss, computed before the update. */
 dlc_status dlc_train_step(dlc_train *t, float lr, float *loss);
 /* The step's parameters and state (dlcc.* names too), in the order of
- * the model's state_dict; valid once the weights are bound. */
+ * the model's state_dict; valid once the weights are bound.  A value is
+ * read with dlc_get_weight (the step's updates are applied on the
+ * device, so it copies from there) and written with dlc_set_weight. */
 int dlc_train_num_params(const dlc_train *t);
 dlc_status dlc_train_param_info(const dlc_train *t, int index, dlc_tensor_info *out);
-/* nbytes must be the parameter's size exactly. */
-dlc_status dlc_train_get_param(dlc_train *t, const char *name, void *data, size_t nbytes);
-dlc_status dlc_train_set_param(dlc_train *t, const char *name, const void *data, size_t nbytes);
 /* Every parameter of dst from src's of the same name and type (all
  * must be there): a remainder batch's step, or an eval model. */
 dlc_status dlc_train_copy_state(dlc_train *dst, const dlc_train *src);
