@@ -260,6 +260,17 @@ static bool is_class_loss(const DriverLoss *l) {
   return l->name && (l->kind == LOSS_CROSS_ENTROPY || l->kind == LOSS_NLL);
 }
 
+/* Which inputs the data gave, with which shapes, after a failed compile. */
+static void note_shapes(const TrainData *d, const dlc_input_shape *shapes) {
+  fprintf(stderr, "dlcc: note: the inputs given:");
+  for (int i = 0; i < d->n; i++) {
+    fprintf(stderr, "%s %s [", i ? "," : "", shapes[i].name);
+    for (int k = 0; k < shapes[i].rank; k++) fprintf(stderr, "%s%" PRId64, k ? ", " : "", shapes[i].dims[k]);
+    fprintf(stderr, "] from %s", d->a[i].path);
+  }
+  fprintf(stderr, " (the batch, then a sample's shape)\n");
+}
+
 /* A step (or eval model) compiled for batch; NULL after printing why. */
 static dlc_train *compile_for(Run *r, const TrainData *d, int64_t batch, bool eval) {
   dlc_train_options o;
@@ -277,14 +288,13 @@ static dlc_train *compile_for(Run *r, const TrainData *d, int64_t batch, bool ev
   o.model.input_shapes = shapes;
   dlc_train *t;
   dlc_status st = dlc_train_compile(r->a->model_path, &o, &t);
-  free(shapes), free(dims);
   if (st != DLC_OK) {
     fprintf(stderr, "%s", dlc_train_error(t));
-    if (st == DLC_ERR_COMPILE)
-      fprintf(stderr, "dlcc: note: the inputs' shapes came from %s with the batch %" PRId64 "\n", d->dir, batch);
+    if (st == DLC_ERR_COMPILE) note_shapes(d, shapes);
     dlc_train_free(t);
-    return NULL;
   }
+  free(shapes), free(dims);
+  if (st != DLC_OK) return NULL;
   char err[1024];
   if (!train_data_check(d, dlc_train_model(t), err, sizeof err)) {
     fprintf(stderr, "dlcc: error: %s\n", err);

@@ -50,3 +50,4 @@ include tests/attention.mk
 include tests/engine.mk
 include tests/pytorch.mk
 include tests/dot.mk
+include tests/train_cli.mk
