@@ -210,6 +210,10 @@ static int parse_train_args(int argc, char **argv, TrainArgs *o) {
     return 1;
   }
   o->api.defines = o->defines;
+  if (o->val && !o->loss.name) {
+    fputs("dlcc: error: --val needs --loss (validation computes the loss it names)\n", stderr);
+    return 1;
+  }
   return driver_loss_check(&o->loss, &o->loss_spec) ? 0 : 1;
 }
 
@@ -525,8 +529,9 @@ static bool setup(Run *r) {
     fprintf(stderr, "dlcc: error: %s\n", err);
     return false;
   }
-  if (!train_data_read(a->data, &r->data, err, sizeof err) ||
-      (a->val && !train_data_read(a->val, &r->val, err, sizeof err))) {
+  bool need_target = a->loss.name != NULL;
+  if (!train_data_read(a->data, need_target, &r->data, err, sizeof err) ||
+      (a->val && !train_data_read(a->val, need_target, &r->val, err, sizeof err))) {
     fprintf(stderr, "dlcc: error: %s\n", err);
     return false;
   }

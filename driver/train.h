@@ -28,10 +28,11 @@ typedef struct TrainData {
   int64_t count; /* samples: every array's length */
 } TrainData;
 
-/* Reads every DIR/NAME.npy: target.npy must be there, each array has
- * rank >= 1 and all have the same length, at least one sample.  False
- * with a message naming the file in err. */
-bool train_data_read(const char *dir, TrainData *d, char *err, size_t errlen);
+/* Reads every DIR/NAME.npy: target.npy must be there when need_target
+ * (a loss reads it), each array has rank >= 1 and all have the same
+ * length, at least one sample.  False with a message naming the file in
+ * err. */
+bool train_data_read(const char *dir, bool need_target, TrainData *d, char *err, size_t errlen);
 void train_data_free(TrainData *d);
 const TrainArray *train_data_find(const TrainData *d, const char *name);
 /* The shapes the step compiles for: [batch, per-sample dims...] per

@@ -69,11 +69,13 @@ static bool list_arrays(const char *dir, TrainData *d, char *err, size_t errlen)
   return ok;
 }
 
-bool train_data_read(const char *dir, TrainData *d, char *err, size_t errlen) {
+bool train_data_read(const char *dir, bool need_target, TrainData *d, char *err, size_t errlen) {
   memset(d, 0, sizeof *d);
   if (!(d->dir = strdup(dir))) return fail(err, errlen, "%s: out of memory", dir);
   if (!list_arrays(dir, d, err, errlen)) return false;
   const TrainArray *target = train_data_find(d, TRAIN_TARGET);
+  if (!target && !need_target && d->n) target = &d->a[0];
+  if (!target && !need_target) return fail(err, errlen, "%s: no .npy files", dir);
   if (!target) {
     char *p = join(dir, TRAIN_TARGET ".npy");
     fail(err, errlen, "%s: missing: the data folder needs the loss's target there", p ? p : dir);

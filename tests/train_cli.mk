@@ -16,3 +16,5 @@ tests_test_train_api_SOURCES = tests/test_train_api.c driver/train_data.c driver
 tests_test_train_api_CFLAGS = $(TEST_CFLAGS)
 tests_test_train_api_LDADD = $(TEST_LIBS)
 endif
+BENCHES += tests/bench/train_digits.sh
+EXTRA_DIST += tests/bench/train_digits.sh
