@@ -502,7 +502,10 @@ static bool run_epoch(Run *r) {
   r->epoch++;
   printf("epoch %" PRId64 ": train loss %.6f (mean of %" PRId64 " steps)\n", r->epoch,
          steps ? loss_sum / (double)steps : 0.0, steps);
-  return !r->eval || validate(r);
+  bool ok = !r->eval || validate(r);
+  fflush(stdout); /* a line per epoch, also into a pipe or a file */
+  if (r->log) fflush(r->log);
+  return ok;
 }
 
 /* Steps per epoch and the compiled steps: the full batch, the rest. */
