@@ -127,6 +127,21 @@ static double *real_flag(TrainArgs *o, const char *flag, bool **given) {
   return NULL;
 }
 
+/* --shuffle[=B], --drop-last[=B], --nesterov[=B]: the destination, and
+ * in *v the value ("true" when none is given); NULL for other flags. */
+static bool *bool_flag(TrainArgs *o, const char *a, const char **v) {
+  static const char *const names[] = {"--shuffle", "--drop-last", "--nesterov"};
+  bool *dst[] = {&o->shuffle, &o->drop_last, &o->nesterov};
+  for (size_t k = 0; k < ARRAY_LEN(names); k++) {
+    size_t n = strlen(names[k]);
+    if (strncmp(a, names[k], n) == 0 && (a[n] == '=' || !a[n])) {
+      *v = a[n] ? a + n + 1 : "true";
+      return dst[k];
+    }
+  }
+  return NULL;
+}
+
 static int parse_one(int argc, char **argv, int *i, TrainArgs *o) {
   const char *a = argv[*i], *v;
   int loss_flag = driver_loss_option(a, &o->loss);
@@ -134,7 +149,7 @@ static int parse_one(int argc, char **argv, int *i, TrainArgs *o) {
   char flag[64];
   snprintf(flag, sizeof flag, "%.*s", (int)strcspn(a, "="), a);
   const char **s = string_flag(o, flag);
-  bool *given = NULL;
+  bool *given = NULL, *b;
   double *r = real_flag(o, flag, &given);
   if ((s || r) && !(v = flag_value(argc, argv, i, flag))) {
     fprintf(stderr, "dlcc: error: %s needs a value\n", flag);
@@ -161,14 +176,8 @@ static int parse_one(int argc, char **argv, int *i, TrainArgs *o) {
       return 1;
     }
     o->set_betas = true;
-  } else if (strncmp(a, "--shuffle", 9) == 0 && (a[9] == '=' || !a[9])) {
-    if (!bool_arg("--shuffle", a[9] ? a + 10 : "true", &o->shuffle) && (a[9] && strcmp(a + 10, "false"))) return 1;
-  } else if (strncmp(a, "--drop-last", 11) == 0 && (a[11] == '=' || !a[11])) {
-    if (!bool_arg("--drop-last", a[11] ? a + 12 : "true", &o->drop_last) && (a[11] && strcmp(a + 12, "false")))
-      return 1;
-  } else if (strncmp(a, "--nesterov", 10) == 0 && (a[10] == '=' || !a[10])) {
-    if (!bool_arg("--nesterov", a[10] ? a + 11 : "true", &o->nesterov) && (a[10] && strcmp(a + 11, "false")))
-      return 1;
+  } else if ((b = bool_flag(o, a, &v))) {
+    if (!bool_arg(flag, v, b)) return 1;
   } else if (strncmp(a, "-D", 2) == 0) {
     const char *def = a[2] ? a + 2 : (++*i < argc ? argv[*i] : NULL);
     Define d;
