@@ -168,8 +168,44 @@ dlc_status dlc_train_copy_state(dlc_train *dst, const dlc_train *src) {
 
 static bool is_state_name(const char *name) { return strncmp(name, "dlcc.", 5) == 0; }
 
-/* The current values of the weights into set (malloc'd data). */
-static dlc_status gather_weights(dlc_model *m, bool with_state, RtTensorSet *set) {
+/* The steps taken: dlcc.optim.step, or 0 without an optimizer. */
+static int64_t steps_taken(dlc_model *m) {
+  float step = 0;
+  const Tensor *t = ir_tensor_map_find(&m->params, OPTIM_STEP_PARAM);
+  if (t && t->type.dtype == TY_F32 && ir_tensor_nbytes(&t->type) == sizeof step)
+    dlc_get_weight(m, OPTIM_STEP_PARAM, &step, sizeof step);
+  return (int64_t)step;
+}
+
+/* PyTorch's batchnorm buffer "SCOPE.num_batches_tracked" (i64, the
+ * training-mode forwards: the steps) beside SCOPE.running_mean, which
+ * dlcc's model has no param for. */
+static dlc_status add_batches_tracked(dlc_model *m, const char *running_mean, RtTensorSet *set, char **names) {
+  size_t n = strlen(running_mean) - strlen("running_mean");
+  RtTensor *r = &set->tensors[set->n];
+  memset(r, 0, sizeof *r);
+  r->dtype = RT_I64;
+  r->nbytes = sizeof(int64_t);
+  char *name = malloc(n + sizeof "num_batches_tracked");
+  if (!name || !(r->data = malloc(sizeof(int64_t)))) {
+    free(name);
+    return api_fail(m, DLC_ERR_NOMEM, "dlcc: out of memory\n");
+  }
+  sprintf(name, "%.*snum_batches_tracked", (int)n, running_mean);
+  *(int64_t *)r->data = steps_taken(m);
+  names[set->n] = name;
+  set->names[set->n++] = name;
+  return DLC_OK;
+}
+
+static bool has_suffix(const char *s, const char *suffix) {
+  size_t n = strlen(s), k = strlen(suffix);
+  return n > k && s[n - k - 1] == '.' && strcmp(s + n - k, suffix) == 0;
+}
+
+/* The current values of the weights into set (malloc'd data; the names
+ * it makes in owned[]). */
+static dlc_status gather_weights(dlc_model *m, bool with_state, RtTensorSet *set, char **owned) {
   for (int i = 0; i < m->params.n; i++) {
     const char *name = m->params.names[i];
     if (!with_state && is_state_name(name)) continue;
@@ -182,6 +218,7 @@ static dlc_status gather_weights(dlc_model *m, bool with_state, RtTensorSet *set
     if (!(r->data = malloc(r->nbytes ? r->nbytes : 1))) return api_fail(m, DLC_ERR_NOMEM, "dlcc: out of memory\n");
     set->names[set->n++] = (char *)name;
     dlc_status st = dlc_get_weight(m, name, r->data, r->nbytes);
+    if (st == DLC_OK && has_suffix(name, "running_mean")) st = add_batches_tracked(m, name, set, owned);
     if (st != DLC_OK) return st;
   }
   return DLC_OK;
@@ -194,15 +231,17 @@ dlc_status dlc_train_save(dlc_train *t, const char *path, int with_state, int n_
   if (!m->g || !m->have_params) return no_weights(m);
   int n = m->params.n, nm = with_state ? n_meta + 1 : 0;
   RtTensorSet set = {0};
-  set.names = calloc((size_t)n + 1, sizeof *set.names);
-  set.tensors = calloc((size_t)n + 1, sizeof *set.tensors);
+  /* Room for a num_batches_tracked per param. */
+  set.names = calloc((size_t)n * 2 + 1, sizeof *set.names);
+  set.tensors = calloc((size_t)n * 2 + 1, sizeof *set.tensors);
+  char **owned = calloc((size_t)n * 2 + 1, sizeof *owned);
   set.meta_keys = calloc((size_t)nm + 1, sizeof *set.meta_keys);
   set.meta_values = calloc((size_t)nm + 1, sizeof *set.meta_values);
   dlc_status st = DLC_OK;
-  if (!set.names || !set.tensors || !set.meta_keys || !set.meta_values)
+  if (!set.names || !set.tensors || !set.meta_keys || !set.meta_values || !owned)
     st = api_fail(m, DLC_ERR_NOMEM, "dlcc: out of memory\n");
   else
-    st = gather_weights(m, with_state, &set);
+    st = gather_weights(m, with_state, &set, owned);
   if (st == DLC_OK && with_state) {
     set.meta_keys[0] = "dlcc.checkpoint";
     set.meta_values[0] = "1";
@@ -215,7 +254,8 @@ dlc_status dlc_train_save(dlc_train *t, const char *path, int with_state, int n_
   char err[1024];
   if (st == DLC_OK && rt_safetensors_write(path, &set, err, sizeof err) != 0)
     st = api_fail(m, DLC_ERR_WEIGHTS, "dlcc: error: %s\n", err);
-  for (int i = 0; set.tensors && i < set.n; i++) free(set.tensors[i].data);
+  for (int i = 0; set.tensors && i < set.n; i++) free(set.tensors[i].data), free(owned[i]);
+  free(owned);
   free(set.names);
   free(set.tensors);
   free(set.meta_keys);

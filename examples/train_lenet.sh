@@ -1,9 +1,9 @@
 #!/bin/sh
 # Trains two examples with dlcc train (docs/training.md):
-#   1. LeNet for 8x8 images (examples/lenet8.dl) on scikit-learn's
+#   1. LeNet for 8x8 images (examples/train/lenet8.dl) on scikit-learn's
 #      handwritten digits: 1,797 8x8 images, pixels scaled to [0, 1],
 #      1,437 to train and 360 to validate (a fixed shuffle, seed 0);
-#   2. an LSTM (examples/seqsign.dl) on a synthetic task: is the sum of
+#   2. an LSTM (examples/train/seqsign.dl) on a synthetic task: is the sum of
 #      16 random values positive (4,096 sequences to train, 1,024 to
 #      validate).
 # Each prints its loss per epoch and the validation accuracy, and saves
@@ -47,10 +47,10 @@ for d, n in (("seq_train", 4096), ("seq_val", 1024)):
 EOF
 
 echo "== LeNet (8x8) on the digits"
-"$dlcc" train "$here/lenet8.dl" --data "$out/digits_train" --val "$out/digits_val" \
-  --loss=cross_entropy --optimizer=adamw --lr=3e-3 --schedule=cosine --batch=32 --epochs=20 \
+"$dlcc" train "$here/train/lenet8.dl" --data "$out/digits_train" --val "$out/digits_val" \
+  --loss=cross_entropy --optimizer=adamw --lr=1e-2 --schedule=cosine --batch=32 --epochs=20 \
   --save "$out/lenet8.safetensors" "$@"
 echo "== LSTM on the sign of a sum"
-"$dlcc" train "$here/seqsign.dl" --data "$out/seq_train" --val "$out/seq_val" \
+"$dlcc" train "$here/train/seqsign.dl" --data "$out/seq_train" --val "$out/seq_val" \
   --loss=cross_entropy --optimizer=adam --lr=1e-2 --batch=64 --epochs=10 \
   --save "$out/seqsign.safetensors" "$@"

@@ -135,8 +135,6 @@ typedef struct Example {
 static const Example examples[] = {
     {"mlp.dl", 1, {{"N", 3}}, NULL, NULL, 2, {3, 10}},
     {"lenet.dl", 1, {{"N", 2}}, NULL, NULL, 2, {2, 10}},
-    {"lenet8.dl", 1, {{"N", 2}}, NULL, NULL, 2, {2, 10}},
-    {"seqsign.dl", 1, {{"N", 3}}, NULL, NULL, 2, {3, 2}},
     {"lstm.dl", 5, {{"N", 2}, {"T", 6}, {"V", 500}, {"E", 32}, {"H", 48}}, NULL, NULL, 3, {2, 6, 500}},
     {"transformer.dl", 3, {{"N", 2}, {"S", 7}, {"D", 64}}, NULL, NULL, 3, {2, 7, 64}},
     {"resnet18.dl", 2, {{"N", 1}, {"HW", 64}}, NULL, NULL, 2, {1, 1000}},

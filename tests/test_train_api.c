@@ -16,13 +16,15 @@
 #include "include/dlcc.h"
 #include "runtime/tensorio.h"
 
-static char tiny[4096];
+static char path_buf[4096];
 
-static const char *tiny_path(void) {
+static const char *model_path(const char *file) {
   const char *s = getenv("top_srcdir");
-  snprintf(tiny, sizeof tiny, "%s/tests/train/tiny.dl", s ? s : ".");
-  return tiny;
+  snprintf(path_buf, sizeof path_buf, "%s/tests/train/%s", s ? s : ".", file);
+  return path_buf;
 }
+
+static const char *tiny_path(void) { return model_path("tiny.dl"); }
 
 START_TEST(step_lr_and_warmup) {
   TrainSchedule s;
@@ -79,7 +81,7 @@ START_TEST(data_order) {
 }
 END_TEST
 
-static dlc_train *compile_tiny(int64_t batch, const char *optimizer, int eval, int keep_grads) {
+static dlc_train *compile_model(const char *file, int64_t batch, const char *optimizer, int eval, int keep_grads) {
   dlc_train_options o;
   ck_assert_int_eq(dlc_train_options_init(&o, optimizer), DLC_OK);
   int64_t xd[2] = {batch, 4}, td[1] = {batch};
@@ -91,10 +93,14 @@ static dlc_train *compile_tiny(int64_t batch, const char *optimizer, int eval, i
   o.eval = eval;
   o.optimizer.keep_grads = keep_grads;
   dlc_train *t;
-  dlc_status st = dlc_train_compile(tiny_path(), &o, &t);
+  dlc_status st = dlc_train_compile(model_path(file), &o, &t);
   if (st != DLC_OK) fprintf(stderr, "%s", dlc_train_error(t));
   ck_assert_int_eq(st, DLC_OK);
   return t;
+}
+
+static dlc_train *compile_tiny(int64_t batch, const char *optimizer, int eval, int keep_grads) {
+  return compile_model("tiny.dl", batch, optimizer, eval, keep_grads);
 }
 
 static void set_batch(dlc_train *t, int64_t batch) {
@@ -198,6 +204,36 @@ START_TEST(copy_state_and_save) {
 }
 END_TEST
 
+/* PyTorch's BatchNorm has the buffer num_batches_tracked, which dlcc's
+ * model lacks: the state_dict gains it, the steps taken, and dlcc loads
+ * the file back. */
+START_TEST(batchnorm_state_dict) {
+  dlc_train *t = compile_model("tinybn.dl", 8, "sgd", 0, 0), *eval = compile_model("tinybn.dl", 8, "sgd", 1, 0);
+  ck_assert_int_eq(dlc_init_weights(dlc_train_model(t), 2), DLC_OK);
+  set_batch(t, 8);
+  ck_assert_int_eq(dlc_train_step(t, 0.1f, NULL), DLC_OK);
+  ck_assert_int_eq(dlc_train_step(t, 0.1f, NULL), DLC_OK);
+  char dir[] = "/tmp/dlcc_train_bn_XXXXXX", sd[64];
+  ck_assert_ptr_nonnull(mkdtemp(dir));
+  snprintf(sd, sizeof sd, "%s/w.safetensors", dir);
+  ck_assert_int_eq(dlc_train_save(t, sd, 0, 0, NULL, NULL), DLC_OK);
+  RtTensorSet s;
+  char err[256];
+  ck_assert_int_eq(rt_safetensors_read(sd, &s, err, sizeof err), 0);
+  const RtTensor *n = rt_tensor_set_find(&s, "bn.num_batches_tracked");
+  ck_assert_ptr_nonnull(n);
+  ck_assert_int_eq(n->dtype, RT_I64);
+  ck_assert_int_eq(n->rank, 0);
+  ck_assert_int_eq(*(const int64_t *)n->data, 2);
+  ck_assert_ptr_nonnull(rt_tensor_set_find(&s, "bn.running_var"));
+  rt_tensor_set_free(&s);
+  dlc_status st = dlc_load_weights(dlc_train_model(eval), sd);
+  ck_assert_msg(st == DLC_OK, "%s", dlc_train_error(eval));
+  unlink(sd), rmdir(dir);
+  dlc_train_free(t), dlc_train_free(eval);
+}
+END_TEST
+
 START_TEST(option_errors) {
   dlc_train_options o;
   ck_assert_int_eq(dlc_train_options_init(&o, "rmsprop"), DLC_ERR_ARGUMENT);
@@ -238,6 +274,7 @@ int main(void) {
   tcase_add_test(tc, data_order);
   tcase_add_test(tc, sgd_step_updates_by_the_gradient);
   tcase_add_test(tc, copy_state_and_save);
+  tcase_add_test(tc, batchnorm_state_dict);
   tcase_add_test(tc, option_errors);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);

@@ -1,7 +1,7 @@
 #!/bin/sh
 # `dlcc train` (driver/train.c) on a tiny MLP and 22 samples
 # (tests/train/, written by make_data.py): the loss goes down, emu equals
-# ref step by step, --resume continues bit for bit, --save loads back
+# ref step by step (also for the LeNet and LSTM of examples/train/), --resume continues bit for bit, --save loads back
 # (into dlcc run, and strictly into a torch module when torch imports),
 # the jsonl log and the schedule's rates, and each bad data folder's
 # message naming its file.
@@ -29,6 +29,18 @@ losses "$tmp/ref.steps" >"$tmp/ref.l"
 losses "$tmp/emu.steps" >"$tmp/emu.l"
 paste "$tmp/ref.l" "$tmp/emu.l" | awk '{ d = $1 - $2; if (d < 0) d = -d; if (d > 1e-5 * ($1 < 0 ? -$1 : $1) + 1e-6) bad++ }
   END { exit bad > 0 || NR != 12 }' || fail "emu's step losses differ from ref's: $(paste "$tmp/ref.l" "$tmp/emu.l")"
+
+# The training examples (examples/train/) a step and a partial batch on
+# each backend: the same losses.
+for m in lenet8 seqsign; do
+  for b in ref emu; do
+    expect 0 "" "$dlcc" train "${top_srcdir:-.}/examples/train/$m.dl" --data "$t/$m" --batch 4 --loss=cross_entropy \
+      --optimizer=adam --lr=0.01 --backend=$b --log "$tmp/$m.$b.jsonl"
+    losses "$tmp/$m.$b.jsonl" >"$tmp/$m.$b.l"
+  done
+  paste "$tmp/$m.ref.l" "$tmp/$m.emu.l" | awk '{ d = $1 - $2; if (d < 0) d = -d; if (d > 1e-5 * $1 + 1e-6) bad++ }
+    END { exit bad > 0 || NR != 2 }' || fail "$m: emu's step losses differ from ref's: $(paste "$tmp/$m.ref.l" "$tmp/$m.emu.l")"
+done
 
 # The log: one object per step with epoch, step, loss and lr (the last
 # partial batch of 6 is a step of its own); a validation object per epoch.
@@ -88,7 +100,7 @@ expect 1 "dlcc: error: $d/x.npy: samples of f64 [4], but the model's input 'x' t
 bad shape; cp "$t/data/target.npy" "$d/"; cp "$t/bad/x5.npy" "$d/x.npy"
 expect 1 "dlcc: note: the inputs given: target [8] from $d/target.npy, x [8, 5] from $d/x.npy (the batch, then a sample's shape)" \
   "$dlcc" train $R --data "$d"
-grep -q "tiny.dl:1:22: error: dim 1 of input 'x' is 4, but the input given has 5" "$tmp/err" || fail "$(cat "$tmp/err")"
+grep -q "tiny.dl:2:22: error: dim 1 of input 'x' is 4, but the input given has 5" "$tmp/err" || fail "$(cat "$tmp/err")"
 bad notarget; cp "$t/data/x.npy" "$d/"
 expect 1 "dlcc: error: $d/target.npy: missing: the data folder needs the loss's target there" "$dlcc" train $R --data "$d"
 bad empty; cp "$t/bad/x0.npy" "$d/x.npy"; cp "$t/bad/target0.npy" "$d/target.npy"

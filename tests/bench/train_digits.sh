@@ -26,7 +26,7 @@ figures() {
       END { printf "%s: best val accuracy %.2f%%, last %.2f%% (epoch %d), first >= 97%%: %s\n", name, best, last, n,
             hit ? "epoch " hit : "never" }'
 }
-figures LeNet "train digits lenet8 (emu, adamw 3e-3 cosine, batch 32)"
+figures LeNet "train digits lenet8 (emu, adamw 1e-2 cosine, batch 32)"
 figures LSTM "train seqsign lstm (emu, adam 1e-2, batch 64)"
 /usr/bin/python3 - "$tmp" <<'PY'
 import os, sys
@@ -40,7 +40,7 @@ PY
 for q in f32 int8; do
   flags=
   [ $q = int8 ] && flags="--quantize=int8 --calibrate=$tmp/cal"
-  "$dlcc" run "$top_srcdir/examples/lenet8.dl" --weights "$tmp/lenet8.safetensors" --backend=emu \
+  "$dlcc" run "$top_srcdir/examples/train/lenet8.dl" --weights "$tmp/lenet8.safetensors" --backend=emu \
     --input "x=$tmp/digits_val/x.npy" --output-dir "$tmp/$q" $flags >/dev/null || exit 1
 done
 /usr/bin/python3 - "$tmp" <<'PY'

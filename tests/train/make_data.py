@@ -24,3 +24,9 @@ np.save(os.path.join(bad, "target0.npy"), np.zeros(0, np.int64))
 t = np.zeros(22, np.int64)
 t[5] = 3
 np.save(os.path.join(bad, "target_class.npy"), t)
+# Six samples each for the training examples (examples/train/), so the
+# suite trains them a step or two on emu and ref.
+for d, shape, classes in (("lenet8", (6, 1, 8, 8), 10), ("seqsign", (6, 16, 1), 2)):
+    os.makedirs(os.path.join(here, d), exist_ok=True)
+    np.save(os.path.join(here, d, "x.npy"), r.uniform(0, 1, shape).astype(np.float32))
+    np.save(os.path.join(here, d, "target.npy"), r.integers(0, classes, 6).astype(np.int64))
