@@ -219,6 +219,10 @@ static int parse_train_args(int argc, char **argv, TrainArgs *o) {
     return 1;
   }
   o->api.defines = o->defines;
+  if (o->resume && o->weights) {
+    fputs("dlcc: error: --resume and --weights both give the weights: choose one\n", stderr);
+    return 1;
+  }
   if (o->val && !o->loss.name) {
     fputs("dlcc: error: --val needs --loss (validation computes the loss it names)\n", stderr);
     return 1;
@@ -303,7 +307,7 @@ static dlc_train *compile_for(Run *r, const TrainData *d, int64_t batch, bool ev
   dlc_status st = dlc_train_compile(r->a->model_path, &o, &t);
   if (st != DLC_OK) {
     fprintf(stderr, "%s", dlc_train_error(t));
-    if (st == DLC_ERR_COMPILE) note_shapes(d, shapes);
+    if (st == DLC_ERR_COMPILE && strstr(dlc_train_error(t), "input '")) note_shapes(d, shapes);
     dlc_train_free(t);
   }
   free(shapes), free(dims);
