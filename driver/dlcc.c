@@ -36,6 +36,8 @@ typedef struct Options {
   bool external_weights, keep_temps;
   bool time_stages;
   bool grad; /* --grad: the training step's gradients (passes/autodiff.c) */
+  DriverLoss loss;    /* --loss=NAME and its flags (passes/loss.c) */
+  LossSpec loss_spec; /* what they ask for, when loss.name is set */
   int n_archs;
   const char *archs[16];
   PassOptions passes; /* -O, --passes, --print-after, ... */
@@ -332,11 +334,13 @@ static int parse_args(int argc, char **argv, Options *o) {
     const char *a = argv[i];
     int pass_flag = driver_pass_option(a, &o->passes);
     if (pass_flag == 0) pass_flag = driver_quant_option(a, &o->quant);
+    if (pass_flag == 0) pass_flag = driver_loss_option(a, &o->loss);
     if (pass_flag < 0) return 1;
     if (pass_flag > 0) continue;
     if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
       fputs(usage, stdout);
       fputs(driver_quant_usage, stdout);
+      fputs(driver_loss_usage, stdout);
       fputs(usage_library, stdout);
       fputs("\npasses:\n", stdout);
       for (int k = 0; k < pass_count(); k++)
@@ -638,6 +642,10 @@ static int compile(Ctx *c, void *data) {
   t = ctx_stage(c, "verify", t);
   /* Before the passes, which may drop params a full state_dict names. */
   if (o->check_weights) return check_weights(c, o, g);
+  if (o->loss.name) {
+    if (!pass_append_loss(g, &o->loss_spec, o->loss.output, "target", NULL) || !ir_verify(g)) return 1;
+    t = ctx_stage(c, "loss", t);
+  }
   if (o->grad) {
     if (!pass_autodiff(g, NULL) || !ir_verify(g)) return 1;
     t = ctx_stage(c, "autodiff", t);
@@ -697,6 +705,7 @@ int main(int argc, char **argv) {
     return 1;
   }
   if (!driver_quant_check(&opt.quant, opt.passes.precision)) return 1;
+  if (!driver_loss_check(&opt.loss, &opt.loss_spec)) return 1;
   /* dlcc FILE --weights=W alone checks W. */
   if (opt.weights && !opt.output && opt.emit == EMIT_NONE && !opt.quant.int8) opt.check_weights = true;
   if (opt.check_weights && (!opt.weights || opt.output || opt.emit != EMIT_NONE || opt.quant.int8)) {

@@ -9,6 +9,7 @@
 #include "api/quantreport.h"
 #include "codegen/codegen.h"
 #include "frontend/ast.h"
+#include "passes/loss.h"
 #include "passes/pass.h"
 
 /* "NAME=INTEGER" -> d (d->name malloc'd). */
@@ -52,6 +53,25 @@ typedef struct DriverReport {
   QuantSummary summary;
 } DriverReport;
 bool driver_quant_report(FILE *out, DriverReport *r, Graph *q, const TensorMap *params);
+
+/* The loss flags (loss_flags.c): --loss=NAME, --loss-output=K,
+ * --ignore-index=N, --label-smoothing=E, --smooth-l1-beta=B. */
+typedef struct DriverLoss {
+  const char *name; /* --loss as given; NULL: no loss */
+  LossKind kind;
+  int output;
+  bool has_ignore, has_smoothing, has_beta;
+  int64_t ignore_index;
+  double label_smoothing, beta;
+  const char *first_flag; /* the first flag other than --loss, for messages */
+} DriverLoss;
+/* 1 when arg is one of them (stored in d), 0 when not, -1 after printing
+ * an error. */
+int driver_loss_option(const char *arg, DriverLoss *d);
+/* The spec the flags ask for (when d->name is set); false after printing
+ * why they do not combine (a flag without --loss, or for another loss). */
+bool driver_loss_check(const DriverLoss *d, LossSpec *out);
+extern const char driver_loss_usage[];
 
 /* `dlcc run ARGS`: argv holds what follows "run". */
 int driver_run(int argc, char **argv);

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "frontend/lower.h"
+#include "passes/loss.h"
 
 typedef struct TypeText {
   char s[IR_TYPE_STR_MAX];
@@ -679,6 +680,48 @@ static Val bi_dropout(Lower *l, const Call *c) {
   return val_tensor(fe_emit(l, n));
 }
 
+/* ---- losses (passes/loss.c builds them) ---- */
+
+static int param_index(const Call *c, const char *name) {
+  for (int i = 0; i < c->n; i++)
+    if (strcmp(c->pnames[i], name) == 0) return i;
+  return -1;
+}
+
+/* cross_entropy(input, target, ...) and the others, PyTorch's
+ * functional losses with their defaults; errors at the call. */
+static Val bi_loss(Lower *l, const Call *c) {
+  LossKind kind;
+  if (!loss_from_name(c->name, &kind)) dl_internal(l->c, "builtin '%s' is no loss", c->name);
+  LossSpec s = loss_spec_default(kind);
+  Value *x, *t;
+  const char *red = "mean";
+  bool ok = fe_arg_tensor(l, c, 0, &x);
+  ok &= fe_arg_tensor(l, c, 1, &t);
+  int i = param_index(c, "reduction");
+  ok &= fe_arg_str(l, c, i, "mean", &red);
+  if (ok && strcmp(red, "mean") != 0 && strcmp(red, "sum") != 0 && strcmp(red, "none") != 0) {
+    fe_error(l, c->locs[i], "%s: 'reduction' must be \"mean\", \"sum\" or \"none\", got \"%s\"", c->name, red);
+    ok = false;
+  }
+  s.reduction = red[0] == 'm' ? LOSS_MEAN : red[0] == 's' ? LOSS_SUM : LOSS_NONE;
+  if ((i = param_index(c, "ignore_index")) >= 0) ok &= fe_arg_int(l, c, i, -100, &s.ignore_index);
+  if ((i = param_index(c, "label_smoothing")) >= 0) {
+    bool got = fe_arg_float(l, c, i, 0, &s.label_smoothing);
+    if (got && !(s.label_smoothing >= 0 && s.label_smoothing <= 1)) {
+      fe_arg_error(l, c, i, "between 0 and 1");
+      got = false;
+    }
+    ok &= got;
+  }
+  if ((i = param_index(c, "beta")) >= 0) ok &= fe_arg_float(l, c, i, 1, &s.beta);
+  if (!ok) return poison();
+  /* loss_build reports to the context itself, without the notes of the
+   * block calls fe_error adds. */
+  Value *v = loss_build(l->g, &s, x, t, c->loc);
+  return v ? val_tensor(v) : poison();
+}
+
 /* ---- elementwise ---- */
 
 static Val bi_unary(Lower *l, const Call *c) {
@@ -1289,6 +1332,12 @@ static const Builtin builtins[] = {
     {"gru", bi_gru, "x,hidden|layers,bias,batch_first,bidirectional", false},
     {"multihead_attention", bi_mha, "q,k,v,heads|bias,attn_mask,key_padding_mask,is_causal,kv_heads", false},
     {"dropout", bi_dropout, "x|p", false},
+    {"cross_entropy", bi_loss, "input,target|ignore_index,label_smoothing,reduction", false},
+    {"nll_loss", bi_loss, "input,target|ignore_index,reduction", false},
+    {"mse_loss", bi_loss, "input,target|reduction", false},
+    {"l1_loss", bi_loss, "input,target|reduction", false},
+    {"smooth_l1_loss", bi_loss, "input,target|reduction,beta", false},
+    {"binary_cross_entropy_with_logits", bi_loss, "input,target|reduction", false},
     {"upsample", bi_upsample, "x|scale,mode,align_corners,size", false},
     {"grid_sample", bi_grid_sample, "x,grid|mode,padding_mode,align_corners", false},
     {"relu", bi_unary, "x", false},

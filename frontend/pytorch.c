@@ -88,6 +88,16 @@ static const PtSpelling table[] = {
     HINT(PT_FUNC, "AvgPool2d", "avgpool2d", NULL, NULL),
     HINT(PT_FUNC, "AdaptiveAvgPool2d", "global_avgpool", NULL, "to an output of 1 x 1"),
     HINT(PT_FUNC, "Sequential", "block", NULL, "a block that calls its layers in turn"),
+    /* Loss modules: dlcc has PyTorch's functional losses. */
+    HINT(PT_FUNC, "CrossEntropyLoss", "cross_entropy", NULL, "call the loss: cross_entropy(logits, target)"),
+    HINT(PT_FUNC, "NLLLoss", "nll_loss", NULL, "call the loss: nll_loss(log_probs, target)"),
+    HINT(PT_FUNC, "MSELoss", "mse_loss", NULL, "call the loss: mse_loss(input, target)"),
+    HINT(PT_FUNC, "L1Loss", "l1_loss", NULL, "call the loss: l1_loss(input, target)"),
+    HINT(PT_FUNC, "SmoothL1Loss", "smooth_l1_loss", NULL, "call the loss: smooth_l1_loss(input, target, beta=1.0)"),
+    HINT(PT_FUNC, "BCEWithLogitsLoss", "binary_cross_entropy_with_logits", NULL,
+         "call the loss: binary_cross_entropy_with_logits(logits, target)"),
+    HINT(PT_FUNC, "binary_cross_entropy", "binary_cross_entropy_with_logits", NULL,
+         "give it the logits, before the sigmoid: the stable form"),
 
     /* Keyword arguments. */
     ALIAS(PT_ARG, "kernel_size", "kernel", NULL),

@@ -269,7 +269,10 @@ void diag_report(Ctx *c, DiagLevel level, SrcLoc loc, const char *fmt, ...) {
   static const char *const level_names[] = {"error", "warning", "note"};
   if (loc.file) {
     append_visible(d, loc.file->name);
-    appendf(d, ":%d:%d: %s: ", loc.line, loc.col, level_names[level]);
+    /* Line 0 names what made the node, not a place in a file ("loss
+     * cross_entropy": dlcc --loss appended it). */
+    if (loc.line > 0) appendf(d, ":%d:%d", loc.line, loc.col);
+    appendf(d, ": %s: ", level_names[level]);
   } else {
     appendf(d, "dlcc: %s: ", level_names[level]);
   }

@@ -19,7 +19,10 @@ typedef struct SrcFile {
 
 typedef struct SrcLoc {
   const SrcFile *file; /* NULL: no location */
-  int line, col;       /* 1-based */
+  /* 1-based; line 0: file names what built the node rather than a file
+   * ("loss cross_entropy" for dlcc --loss), and messages show the name
+   * alone. */
+  int line, col;
 } SrcLoc;
 
 typedef enum { DIAG_ERROR, DIAG_WARNING, DIAG_NOTE } DiagLevel;

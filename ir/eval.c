@@ -295,9 +295,11 @@ static bool fail(Eval *e, const char *fmt, ...) __attribute__((format(printf, 2,
 static bool fail(Eval *e, const char *fmt, ...) {
   size_t used = 0;
   const Node *n = e->node;
-  if (n && n->loc.file)
+  if (n && n->loc.file && n->loc.line > 0)
     used = (size_t)snprintf(e->err, e->errlen, "%s:%d:%d: ", n->loc.file->name, n->loc.line,
                             n->loc.col);
+  else if (n && n->loc.file) /* a name, not a place (diag.h) */
+    used = (size_t)snprintf(e->err, e->errlen, "%s: ", n->loc.file->name);
   if (n && used < e->errlen)
     used += (size_t)snprintf(e->err + used, e->errlen - used, "%s: ", ir_ops[n->op].name);
   if (used < e->errlen) {

@@ -15,4 +15,5 @@ libdlcc_core_la_SOURCES += \
 	passes/fuse.c \
 	passes/autodiff.c passes/autodiff.h \
 	passes/train_mode.c \
+	passes/loss.c passes/loss.h \
 	passes/memplan.c passes/memplan.h

@@ -35,16 +35,21 @@ typedef struct LossSpec {
 /* PyTorch's defaults for kind: mean, ignore_index -100, beta 1. */
 LossSpec loss_spec_default(LossKind kind);
 /* "cross_entropy", "nll" (or "nll_loss"), "mse", "l1", "smooth_l1",
- * "bce_with_logits"; false when unknown. */
+ * "bce_with_logits", or PyTorch's functional name ("mse_loss",
+ * "binary_cross_entropy_with_logits", ...); false when unknown. */
 bool loss_from_name(const char *name, LossKind *out);
 const char *loss_name(LossKind kind);
 
 /* Appends the nodes of the loss of pred against target to g and returns
- * its value (one f32 element unless LOSS_NONE), or NULL after reporting a
+ * its value (one element of rank 0 unless LOSS_NONE, in pred's float
+ * dtype), or NULL after reporting a
  * located error (at loc) to g->ctx: shapes or dtypes that do not fit the
  * loss, an option out of range.  Class indices out of range are found
  * when it runs, with the message of the gather that reads them. */
 Value *loss_build(Graph *g, const LossSpec *s, Value *pred, Value *target, SrcLoc loc);
+/* Class indices may be i64 or i32.  A negative one other than
+ * ignore_index is reported as out of range too, as t - C (a gather
+ * would read it from the end). */
 
 /* The target a loss of kind expects for pred when nothing else says:
  * i64 class indices [N, d...] for cross_entropy and nll, pred's type for

@@ -653,6 +653,350 @@ static bool bb_search(Solver *s, uint64_t *best, uint64_t *best_off, int64_t bud
   return t.found;
 }
 
+/* ---- skyline search ---- */
+
+/* Placements built along the time axis's skyline (the floor of every
+ * section: the bytes below it are taken), always at its lowest run of
+ * equal floor, at the run's left end L: a buffer whose life starts at L
+ * and ends inside the run goes there, or the run is given up (wasted)
+ * up to its lower neighbour.  A placement pushed down and left can be
+ * built so (strip packing's bottom-left form, each piece's x fixed).
+ *
+ * A section's slack is the limit minus its floor and the bytes still to
+ * come over it.  Placing a buffer keeps every slack; wasting spends it.
+ * So under a tight limit a run with no slack must be tiled end to end by
+ * the buffers inside it, and a choice that leaves a run untileable dies
+ * at once: that finds the packings of problems whose optimum is their
+ * bound (a rectangle of time x bytes cut into pieces, where the greedy
+ * orders above leave 1.3-1.5x).  Depth first with limited discrepancy,
+ * under limits rising from the bound, bounded by work. */
+enum { SKY_CHILDREN = 4 };
+
+typedef struct Sky {
+  Solver *s;
+  int n_sec;       /* sections [pts[k], pts[k+1]) */
+  int *sl, *sh;    /* each buffer spans sections [sl, sh) */
+  int *start_head; /* buffers by first section (CSR), longest life first */
+  int *start_buf;
+  bool *placed;
+  uint64_t *floor; /* per section; UINT64_MAX once nothing is left over it */
+  uint64_t *rem;   /* per section: extents of the unplaced buffers over it */
+  uint64_t *tree;  /* min of floor over each node's sections */
+  int leaves;
+  int *reach;      /* per section boundary: == stamp when reachable */
+  int stamp;
+  uint64_t limit;
+  uint64_t *off;
+  /* undo log: a section, its floor and rem before (malloc'd and grown:
+   * a path's wastes may log many sections) */
+  int *u_sec;
+  uint64_t *u_floor, *u_rem;
+  int64_t n_undo, cap_undo;
+  bool no_memory;
+  int64_t stop;
+} Sky;
+
+typedef struct SkyLevel {
+  int kids[SKY_CHILDREN]; /* buffers; -1: waste the run */
+  int nk, c, disc;
+  bool done;     /* kids[c] applied */
+  int wasted_at; /* a waste's first section */
+  int64_t mark;  /* undo log length before it */
+} SkyLevel;
+
+static void sky_set(Sky *k, int sec, uint64_t v) {
+  k->floor[sec] = v;
+  int i = sec + k->leaves;
+  k->tree[i] = v;
+  for (i /= 2; i >= 1; i /= 2) k->tree[i] = k->tree[2 * i] < k->tree[2 * i + 1] ? k->tree[2 * i] : k->tree[2 * i + 1];
+}
+
+/* The leftmost section of lowest floor. */
+static int sky_lowest(const Sky *k) {
+  int i = 1;
+  while (i < k->leaves) i = k->tree[2 * i] <= k->tree[2 * i + 1] ? 2 * i : 2 * i + 1;
+  return i - k->leaves;
+}
+
+static int first_ge(const int64_t *pts, int n, int64_t v) {
+  int l = 0, h = n;
+  while (l < h) {
+    int mid = (l + h) / 2;
+    if (pts[mid] < v) l = mid + 1;
+    else h = mid;
+  }
+  return l;
+}
+
+static void sky_init(Sky *k, Solver *s) {
+  Arena *a = s->a;
+  int m = s->m;
+  int64_t *pts = ARENA_ARRAY(a, int64_t, 2 * m + 1);
+  for (int i = 0; i < m; i++) pts[2 * i] = s->lo[i], pts[2 * i + 1] = s->hi[i];
+  qsort(pts, (size_t)(2 * m), sizeof *pts, cmp_i64);
+  int n = 0;
+  for (int i = 0; i < 2 * m; i++)
+    if (n == 0 || pts[n - 1] != pts[i]) pts[n++] = pts[i];
+  memset(k, 0, sizeof *k);
+  k->s = s;
+  k->n_sec = n - 1;
+  k->sl = ARENA_ARRAY(a, int, m + 1);
+  k->sh = ARENA_ARRAY(a, int, m + 1);
+  k->start_head = ARENA_ARRAY(a, int, n + 1);
+  k->start_buf = ARENA_ARRAY(a, int, m + 1);
+  for (int i = 0; i < m; i++) {
+    k->sl[i] = first_ge(pts, n, s->lo[i]);
+    k->sh[i] = first_ge(pts, n, s->hi[i]);
+    k->start_head[k->sl[i] + 1]++;
+  }
+  for (int j = 0; j < n; j++) k->start_head[j + 1] += k->start_head[j];
+  int *fill = ARENA_ARRAY(a, int, n + 1);
+  memcpy(fill, k->start_head, sizeof(int) * (size_t)(n + 1));
+  Key *keys = ARENA_ARRAY(a, Key, m + 1);
+  for (int i = 0; i < m; i++) keys[i] = (Key){(uint64_t)(k->sh[i] - k->sl[i]), s->ext[i], i};
+  qsort(keys, (size_t)m, sizeof *keys, cmp_key);
+  for (int q = 0; q < m; q++) k->start_buf[fill[k->sl[keys[q].idx]]++] = keys[q].idx;
+  k->leaves = 1;
+  while (k->leaves < k->n_sec) k->leaves *= 2;
+  k->placed = ARENA_ARRAY(a, bool, m + 1);
+  k->floor = ARENA_ARRAY(a, uint64_t, n + 1);
+  k->rem = ARENA_ARRAY(a, uint64_t, n + 1);
+  k->tree = ARENA_ARRAY(a, uint64_t, 2 * k->leaves);
+  k->reach = ARENA_ARRAY(a, int, n + 1);
+  k->off = ARENA_ARRAY(a, uint64_t, m + 1);
+}
+
+static void sky_reset(Sky *k) {
+  Solver *s = k->s;
+  int n = k->n_sec;
+  memset(k->placed, 0, sizeof(bool) * (size_t)s->m);
+  memset(k->rem, 0, sizeof(uint64_t) * (size_t)n);
+  for (int i = 0; i < s->m; i++)
+    for (int j = k->sl[i]; j < k->sh[i]; j++) k->rem[j] += s->ext[i];
+  for (int i = 0; i < 2 * k->leaves; i++) k->tree[i] = UINT64_MAX;
+  for (int j = 0; j < n; j++) sky_set(k, j, k->rem[j] ? 0 : UINT64_MAX);
+  k->n_undo = 0;
+  s->work += s->m + n;
+}
+
+/* Logs section sec before a change; false (and the search stops) when
+ * the log cannot grow. */
+static bool sky_log(Sky *k, int sec) {
+  if (k->n_undo == k->cap_undo) {
+    int64_t cap = k->cap_undo ? 2 * k->cap_undo : 4096;
+    int *u_sec = realloc(k->u_sec, sizeof(int) * (size_t)cap);
+    if (u_sec) k->u_sec = u_sec;
+    uint64_t *u_floor = u_sec ? realloc(k->u_floor, sizeof(uint64_t) * (size_t)cap) : NULL;
+    if (u_floor) k->u_floor = u_floor;
+    uint64_t *u_rem = u_floor ? realloc(k->u_rem, sizeof(uint64_t) * (size_t)cap) : NULL;
+    if (u_rem) k->u_rem = u_rem;
+    if (!u_rem) return !(k->no_memory = true);
+    k->cap_undo = cap;
+  }
+  k->u_sec[k->n_undo] = sec;
+  k->u_floor[k->n_undo] = k->floor[sec];
+  k->u_rem[k->n_undo] = k->rem[sec];
+  k->n_undo++;
+  return true;
+}
+
+static void sky_undo(Sky *k, int64_t mark) {
+  while (k->n_undo > mark) {
+    k->n_undo--;
+    int sec = k->u_sec[k->n_undo];
+    k->rem[sec] = k->u_rem[k->n_undo];
+    sky_set(k, sec, k->u_floor[k->n_undo]);
+  }
+}
+
+/* The run [*L, *R) of the lowest floor; false when nothing is left. */
+static bool sky_run_at(Sky *k, int *L, int *R) {
+  int low = sky_lowest(k);
+  uint64_t fl = k->floor[low];
+  if (fl == UINT64_MAX) return false;
+  int r = low + 1;
+  while (r < k->n_sec && k->floor[r] == fl) r++;
+  *L = low, *R = r;
+  k->s->work += r - low;
+  return true;
+}
+
+/* Where wasting the run [L, R) raises it: its lower neighbour's floor. */
+static uint64_t sky_waste_to(const Sky *k, int L, int R) {
+  uint64_t up = UINT64_MAX;
+  if (L > 0 && k->floor[L - 1] < up) up = k->floor[L - 1];
+  if (R < k->n_sec && k->floor[R] < up) up = k->floor[R];
+  return up;
+}
+
+/* Whether the buffers left inside sections [L, R) can tile it end to
+ * end; k->reach marks the boundaries from which they reach R. */
+static bool sky_tileable(Sky *k, int L, int R) {
+  k->stamp++;
+  k->reach[R] = k->stamp;
+  for (int j = R - 1; j >= L; j--) {
+    for (int q = k->start_head[j]; q < k->start_head[j + 1]; q++) {
+      int i = k->start_buf[q];
+      k->s->work++;
+      if (!k->placed[i] && k->sh[i] <= R && k->reach[k->sh[i]] == k->stamp) {
+        k->reach[j] = k->stamp;
+        break;
+      }
+    }
+  }
+  return k->reach[L] == k->stamp;
+}
+
+/* The least slack over sections [L, R). */
+static uint64_t sky_slack(Sky *k, int L, int R) {
+  uint64_t slack = UINT64_MAX;
+  for (int j = L; j < R; j++) {
+    uint64_t need = k->floor[j] + k->rem[j];
+    uint64_t sl = need > k->limit ? 0 : k->limit - need;
+    if (sl < slack) slack = sl;
+  }
+  k->s->work += R - L;
+  return slack;
+}
+
+/* False when the run through section sec can no longer be completed: a
+ * run between higher floors (it can never widen) with no slack must be
+ * tiled by the buffers inside it. */
+static bool sky_run_ok(Sky *k, int sec) {
+  if (sec < 0 || sec >= k->n_sec) return true;
+  uint64_t fl = k->floor[sec];
+  if (fl == UINT64_MAX) return true;
+  int L = sec, R = sec + 1;
+  while (L > 0 && k->floor[L - 1] == fl) L--;
+  while (R < k->n_sec && k->floor[R] == fl) R++;
+  if ((L > 0 && k->floor[L - 1] < fl) || (R < k->n_sec && k->floor[R] < fl)) return true;
+  return sky_slack(k, L, R) > 0 || sky_tileable(k, L, R);
+}
+
+/* Fills lv with the children of the current node; false when it has
+ * none: dead, or *complete (every buffer placed, offsets in k->off). */
+static bool sky_enter(Sky *k, SkyLevel *lv, int disc, bool *complete) {
+  Solver *s = k->s;
+  *complete = false;
+  int L, R;
+  if (!sky_run_at(k, &L, &R)) return *complete = true, false;
+  if (s->work > k->stop || k->no_memory) return false;
+  uint64_t fl = k->floor[L], up = sky_waste_to(k, L, R);
+  uint64_t slack = sky_slack(k, L, R);
+  bool can_waste = up != UINT64_MAX && up - fl <= slack;
+  /* with no slack in the run it must be tiled at this floor: only
+   * children that leave the rest tileable (k->reach) */
+  bool must_tile = slack == 0;
+  if (must_tile && !sky_tileable(k, L, R)) return false;
+  int want = disc + 1 < SKY_CHILDREN ? disc + 1 : SKY_CHILDREN, nk = 0;
+  for (int q = k->start_head[L]; q < k->start_head[L + 1] && nk < want; q++) {
+    int i = k->start_buf[q];
+    s->work++;
+    if (k->placed[i] || k->sh[i] > R || (must_tile && k->reach[k->sh[i]] != k->stamp)) continue;
+    if (align_up(fl, s->al[i]) + k->rem[L] > k->limit) continue;
+    lv->kids[nk++] = i;
+  }
+  if (can_waste && nk < want) lv->kids[nk++] = -1;
+  lv->nk = nk, lv->c = 0, lv->disc = disc, lv->done = false;
+  return nk > 0;
+}
+
+/* Applies lv's child c: its buffer at the run's floor, or the waste.
+ * False when that leaves a run that cannot be completed. */
+static bool sky_apply(Sky *k, SkyLevel *lv) {
+  Solver *s = k->s;
+  int L, R;
+  sky_run_at(k, &L, &R);
+  lv->mark = k->n_undo;
+  lv->done = true;
+  int b = lv->kids[lv->c];
+  if (b < 0) {
+    uint64_t up = sky_waste_to(k, L, R);
+    for (int j = L; j < R; j++) {
+      if (!sky_log(k, j)) return false;
+      sky_set(k, j, up);
+    }
+    return sky_run_ok(k, L);
+  }
+  uint64_t at = align_up(k->floor[L], s->al[b]), end = at + s->ext[b];
+  k->off[b] = at;
+  k->placed[b] = true;
+  for (int j = k->sl[b]; j < k->sh[b]; j++) {
+    if (!sky_log(k, j)) return false;
+    k->rem[j] -= s->ext[b];
+    sky_set(k, j, k->rem[j] ? end : UINT64_MAX);
+  }
+  s->work += 4 * (k->sh[b] - k->sl[b]);
+  return sky_run_ok(k, k->sl[b] - 1) && sky_run_ok(k, k->sl[b]) && sky_run_ok(k, k->sh[b]);
+}
+
+static void sky_unapply(Sky *k, SkyLevel *lv) {
+  int b = lv->kids[lv->c];
+  if (b >= 0) k->placed[b] = false;
+  sky_undo(k, lv->mark);
+  lv->done = false;
+}
+
+/* Depth first under k->limit with discrepancy budget disc (child c
+ * costs c of it); true with the placement in k->off when one completes. */
+static bool sky_descend(Sky *k, SkyLevel *path, int disc) {
+  sky_reset(k);
+  bool complete;
+  if (!sky_enter(k, &path[0], disc, &complete)) return complete;
+  int d = 0;
+  while (d >= 0) {
+    SkyLevel *lv = &path[d];
+    if (lv->done) {
+      sky_unapply(k, lv);
+      lv->c++;
+    }
+    if (lv->c >= lv->nk || lv->c > lv->disc) {
+      d--;
+      continue;
+    }
+    if (!sky_apply(k, lv)) continue;
+    if (sky_enter(k, &path[d + 1], lv->disc - lv->c, &complete)) d++;
+    else if (complete) return true;
+  }
+  return false;
+}
+
+/* Looks for a top below *best within budget work, under limits rising
+ * from the bound; true with the offsets in best_off when it finds one. */
+static bool sky_search(Solver *s, uint64_t *best, uint64_t *best_off, int64_t budget) {
+  Sky k;
+  sky_init(&k, s);
+  /* the path: a placement per buffer, and a waste per run it merges */
+  SkyLevel *path = ARENA_ARRAY(s->a, SkyLevel, (int64_t)s->m + k.n_sec + 2);
+  static const double steps[] = {1.0, 1.01, 1.03, 1.06, 1.10, 1.15, 1.25};
+  int n_steps = (int)(sizeof steps / sizeof steps[0]);
+  int64_t end = s->work + budget;
+  bool found = false;
+  for (int t = 0; t < n_steps && !found && s->work < end && *best > s->lb; t++) {
+    uint64_t limit = (uint64_t)((double)s->lb * steps[t]);
+    k.limit = limit >= *best ? *best - 1 : limit < s->lb ? s->lb : limit;
+    /* each limit gets an equal share of what is left */
+    k.stop = s->work + (end - s->work) / (n_steps - t);
+    /* more discrepancies than levels add nothing */
+    for (int disc = 0; disc <= s->m + k.n_sec && s->work < k.stop && !k.no_memory && !found; disc++) {
+      if (!sky_descend(&k, path, disc)) continue;
+      uint64_t top = 0;
+      for (int i = 0; i < s->m; i++)
+        if (k.off[i] + s->ext[i] > top) top = k.off[i] + s->ext[i];
+      if (top < *best) {
+        *best = top;
+        memcpy(best_off, k.off, sizeof(uint64_t) * (size_t)s->m);
+        found = true;
+      }
+      break;
+    }
+  }
+  free(k.u_sec);
+  free(k.u_floor);
+  free(k.u_rem);
+  return found;
+}
+
 /* ---- the interface ---- */
 
 uint64_t pass_memplan_lower_bound(Arena *a, const MemBuf *bufs, int n) {
@@ -705,7 +1049,11 @@ void pass_memplan_solve(Arena *a, MemBuf *bufs, int n, const MemPlanOptions *opt
   if (!o->greedy_only && o->budget >= 0 && best > s.lb) {
     uint64_t *off2 = ARENA_ARRAY(a, uint64_t, m + 1);
     const char *how = "";
-    if (m <= BB_MAX_BUFFERS && bb_search(&s, &best, off2, budget / 2)) {
+    if (sky_search(&s, &best, off2, budget / 4)) {
+      memcpy(best_off, off2, sizeof(uint64_t) * (size_t)m);
+      how = "+skyline";
+    }
+    if (best > s.lb && m <= BB_MAX_BUFFERS && bb_search(&s, &best, off2, budget / 2)) {
       memcpy(best_off, off2, sizeof(uint64_t) * (size_t)m);
       how = "+bb";
     }

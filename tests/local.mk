@@ -42,6 +42,8 @@ include tests/files.mk
 include tests/limits.mk
 include tests/fuzz.mk
 include tests/grad.mk
+include tests/loss.mk
+EXTRA_DIST += tests/loss_ref.py
 include tests/tcgemm.mk
 include tests/sass.mk
 include tests/gpubench.mk

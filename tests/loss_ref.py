@@ -1,0 +1,148 @@
+#!/usr/bin/python3
+"""Expected values of PyTorch's losses for tests/test_loss.c, written
+from PyTorch's documented formulas in NumPy (torch itself is not
+installed here): torch.nn.functional.cross_entropy, nll_loss, mse_loss,
+l1_loss, smooth_l1_loss and binary_cross_entropy_with_logits with their
+reduction, ignore_index, label_smoothing and beta.  Writes the inputs and
+the expected results, in double, as a C header:
+
+    /usr/bin/python3 tests/loss_ref.py > tests/loss_expected.h
+"""
+import sys
+
+try:
+    import numpy as np
+except ImportError:
+    sys.exit(77)
+
+rng = np.random.default_rng(20261203)
+
+
+def log_softmax(x, axis):
+    m = x.max(axis=axis, keepdims=True)
+    return x - m - np.log(np.exp(x - m).sum(axis=axis, keepdims=True))
+
+
+def reduce(per, reduction, divisor=None):
+    if reduction == "none":
+        return per
+    if reduction == "sum":
+        return np.array(per.sum())
+    return np.array(per.sum() / (per.size if divisor is None else divisor))
+
+
+def nll(logp, t, ignore, reduction):
+    """F.nll_loss: -logp[n, t_n, d...] where t != ignore_index; the mean
+    divides by the count of those (0 / 0 = NaN when none)."""
+    cls = 1 if logp.ndim >= 2 else 0
+    valid = t != ignore
+    safe = np.where(valid, t, 0)
+    picked = np.take_along_axis(logp, np.expand_dims(safe, cls), axis=cls).squeeze(cls)
+    per = np.where(valid, -picked, 0.0)
+    with np.errstate(invalid="ignore"):
+        return reduce(per, reduction, valid.sum()), valid
+
+
+def cross_entropy(x, t, ignore=-100, eps=0.0, reduction="mean"):
+    cls = 1 if x.ndim >= 2 else 0
+    C = x.shape[cls]
+    lsm = log_softmax(x, cls)
+    if t.dtype.kind == "f":
+        # probabilities: smoothed toward uniform, mean over positions
+        tt = t * (1 - eps) + eps / C
+        per = -(lsm * tt).sum(axis=cls)
+        return reduce(per, reduction, x.size // C)
+    loss, valid = nll(lsm, t, ignore, reduction)
+    if eps == 0:
+        return loss
+    smooth = np.where(valid, -lsm.sum(axis=cls), 0.0)
+    with np.errstate(invalid="ignore"):
+        smooth = reduce(smooth, reduction, valid.sum())
+    return (1 - eps) * loss + eps / C * smooth
+
+
+def smooth_l1(x, y, beta, reduction):
+    z = np.abs(x - y)
+    per = z if beta == 0 else np.where(z < beta, 0.5 * z * z / beta, z - 0.5 * beta)
+    return reduce(per, reduction)
+
+
+def bce_with_logits(x, y, reduction):
+    per = np.maximum(x, 0) - x * y + np.log1p(np.exp(-np.abs(x)))
+    return reduce(per, reduction)
+
+
+cases = []  # (name, kind, reduction, ignore, eps, beta, x, t, want)
+
+
+def add(name, kind, reduction, x, t, want, ignore=-100, eps=0.0, beta=1.0):
+    cases.append((name, kind, reduction, ignore, eps, beta, x, t, np.asarray(want, dtype=np.float64)))
+
+
+x45 = rng.normal(0, 2, (4, 5))
+t4 = np.array([3, -100, 0, 4], dtype=np.int64)
+for red in ("mean", "sum", "none"):
+    add("cross_entropy " + red, "LOSS_CROSS_ENTROPY", red, x45, t4, cross_entropy(x45, t4, reduction=red))
+    add("cross_entropy label_smoothing 0.2 " + red, "LOSS_CROSS_ENTROPY", red, x45, t4,
+        cross_entropy(x45, t4, eps=0.2, reduction=red), eps=0.2)
+    logp = log_softmax(x45, 1)
+    add("nll_loss " + red, "LOSS_NLL", red, logp, t4, nll(logp, t4, -100, red)[0])
+t4b = np.array([2, 1, 2, 0], dtype=np.int64)
+add("cross_entropy ignore_index 2", "LOSS_CROSS_ENTROPY", "mean", x45, t4b,
+    cross_entropy(x45, t4b, ignore=2), ignore=2)
+tall = np.array([-100, -100, -100, -100], dtype=np.int64)
+add("cross_entropy all ignored", "LOSS_CROSS_ENTROPY", "mean", x45, tall, cross_entropy(x45, tall))
+add("cross_entropy all ignored label_smoothing", "LOSS_CROSS_ENTROPY", "mean", x45, tall,
+    cross_entropy(x45, tall, eps=0.1), eps=0.1)
+x243 = rng.normal(0, 1.5, (2, 4, 3))
+t23 = np.array([[0, 3, 1], [-100, 2, 3]], dtype=np.int64)
+add("cross_entropy [N, C, d]", "LOSS_CROSS_ENTROPY", "mean", x243, t23, cross_entropy(x243, t23))
+add("cross_entropy [N, C, d] label_smoothing 0.3 none", "LOSS_CROSS_ENTROPY", "none", x243, t23,
+    cross_entropy(x243, t23, eps=0.3, reduction="none"), eps=0.3)
+x5 = rng.normal(0, 1, (5,))
+add("cross_entropy unbatched", "LOSS_CROSS_ENTROPY", "mean", x5, np.array(2, dtype=np.int64),
+    cross_entropy(x5, np.array(2, dtype=np.int64)))
+p45 = rng.random((4, 5))
+p45 /= p45.sum(axis=1, keepdims=True)
+for red in ("mean", "none"):
+    add("cross_entropy probabilities " + red, "LOSS_CROSS_ENTROPY", red, x45, p45,
+        cross_entropy(x45, p45, reduction=red))
+add("cross_entropy probabilities label_smoothing 0.1", "LOSS_CROSS_ENTROPY", "mean", x243, np.abs(x243) / 3,
+    cross_entropy(x243, np.abs(x243) / 3, eps=0.1), eps=0.1)
+
+a34 = rng.normal(0, 1.5, (3, 4))
+b34 = rng.normal(0, 1.5, (3, 4))
+b34[0, 0] = a34[0, 0]  # a zero difference
+y34 = (rng.random((3, 4)) < 0.5).astype(np.float64)
+y34[1, 1] = 0.3  # soft labels are allowed
+a34b = a34.copy()
+a34b[2, 3] = 40.0  # a large logit: exp(-|x|) underflows nothing
+a34b[2, 2] = -40.0
+for red in ("mean", "sum", "none"):
+    add("mse_loss " + red, "LOSS_MSE", red, a34, b34, reduce((a34 - b34) ** 2, red))
+    add("l1_loss " + red, "LOSS_L1", red, a34, b34, reduce(np.abs(a34 - b34), red))
+    add("smooth_l1_loss " + red, "LOSS_SMOOTH_L1", red, a34, b34, smooth_l1(a34, b34, 1.0, red))
+    add("binary_cross_entropy_with_logits " + red, "LOSS_BCE_WITH_LOGITS", red, a34b, y34,
+        bce_with_logits(a34b, y34, red))
+add("smooth_l1_loss beta 0.5", "LOSS_SMOOTH_L1", "mean", a34, b34, smooth_l1(a34, b34, 0.5, "mean"), beta=0.5)
+add("smooth_l1_loss beta 0 (l1)", "LOSS_SMOOTH_L1", "none", a34, b34, smooth_l1(a34, b34, 0.0, "none"), beta=0.0)
+
+
+def arr(v):
+    v = np.asarray(v).ravel()
+    return "{" + ", ".join("NAN" if np.isnan(e) else repr(float(e)) for e in v) + "}"
+
+
+def dims(a):
+    return "{" + ", ".join(str(d) for d in a.shape) + "}" if a.ndim else "{0}"
+
+
+print("/* Generated by tests/loss_ref.py (NumPy, PyTorch's formulas); do not edit. */")
+print("static const LossCase loss_cases[] = {")
+for name, kind, red, ignore, eps, beta, x, t, want in cases:
+    red_c = {"mean": "LOSS_MEAN", "sum": "LOSS_SUM", "none": "LOSS_NONE"}[red]
+    tdt = "TY_I64" if t.dtype.kind == "i" else "TY_F64"
+    print("    {\"%s\", %s, %s, %d, %r, %r,\n     %d, %s, (const double[])%s,\n     %d, %s, %s, (const double[])%s,\n"
+          "     %d, (const double[])%s}," % (name, kind, red_c, ignore, eps, beta, x.ndim, dims(x), arr(x), t.ndim,
+                                         dims(t), tdt, arr(t), want.size, arr(want)))
+print("};")
