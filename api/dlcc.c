@@ -240,7 +240,9 @@ have_graph:
   if (!g || !ir_verify(g)) return 1;
   if (job->opt && job->opt->weights && !bind_at_compile(c, job, g)) return 1;
   if (job->train && job->train->has_loss &&
-      (!pass_append_loss(g, &job->train->loss, job->train->output, API_TARGET_INPUT, NULL) || !ir_verify(g)))
+      (!pass_append_loss(g, &job->train->loss, job->train->output, API_TARGET_INPUT,
+                         job->train->has_target_type ? &job->train->target_type : NULL) ||
+       !ir_verify(g)))
     return 1;
   if (job->opt && job->opt->grad && (!pass_autodiff(g, NULL) || !ir_verify(g))) return 1;
   int level = job->opt ? job->opt->opt_level : 0;

@@ -37,6 +37,8 @@ typedef struct ApiTrainSpec {
   bool has_loss; /* false: the model's output 0 is already its loss */
   LossSpec loss;
   int output;
+  bool has_target_type; /* else the loss's default target */
+  TensorType target_type;
 } ApiTrainSpec;
 
 #define API_TARGET_INPUT "target"

@@ -52,6 +52,16 @@ static bool make_spec(const dlc_train_options *o, ApiTrainSpec *s, char *err, si
     s->loss.label_smoothing = o->label_smoothing;
     s->loss.beta = o->beta;
     if (o->eval) s->loss.reduction = LOSS_NONE;
+    if (o->target_rank > DLC_MAX_RANK) {
+      snprintf(err, errlen, "target_rank is %d; at most %d", o->target_rank, (int)DLC_MAX_RANK);
+      return false;
+    }
+    if (o->target_rank > 0) {
+      s->has_target_type = true;
+      s->target_type.dtype = (DType)o->target_dtype;
+      s->target_type.rank = o->target_rank;
+      for (int i = 0; i < o->target_rank; i++) s->target_type.dims[i] = o->target_dims[i];
+    }
   } else if (o->eval) {
     snprintf(err, errlen, "an eval model needs a loss");
     return false;

@@ -267,7 +267,8 @@ typedef struct Run {
   FILE *log;
   bool tty;
   int pred_output; /* the eval model's output of the model's prediction */
-  const int64_t *bufs_val_target; /* the eval batch's targets (a buffer of bufs) */
+  const void *bufs_val_target; /* the eval batch's targets (a buffer of bufs) */
+  bool accuracy; /* top-1 of class indices (cross_entropy, nll) */
   double t0;
   int64_t steps_done, steps_todo, samples_done; /* in this run */
   int64_t classes; /* cross_entropy/nll: the class axis' size; 0 otherwise */
@@ -303,11 +304,21 @@ static dlc_train *compile_for(Run *r, const TrainData *d, int64_t batch, bool ev
   train_data_shapes(d, batch, shapes, dims);
   o.model.n_input_shapes = d->n;
   o.model.input_shapes = shapes;
+  /* The target's type from target.npy: i32 or i64 indices, or
+   * probabilities. */
+  const TrainArray *target = train_data_find(d, TRAIN_TARGET);
+  if (o.loss && target && target->t.dtype < RT_F64) {
+    o.target_dtype = (dlc_dtype)target->t.dtype;
+    o.target_rank = target->t.rank;
+    o.target_dims[0] = batch;
+    for (int k = 1; k < target->t.rank; k++) o.target_dims[k] = target->t.dims[k];
+  }
   dlc_train *t;
   dlc_status st = dlc_train_compile(r->a->model_path, &o, &t);
   if (st != DLC_OK) {
     fprintf(stderr, "%s", dlc_train_error(t));
-    if (st == DLC_ERR_COMPILE && strstr(dlc_train_error(t), "input '")) note_shapes(d, shapes);
+    if (st == DLC_ERR_COMPILE && (strstr(dlc_train_error(t), "input '") || strstr(dlc_train_error(t), "target")))
+      note_shapes(d, shapes);
     dlc_train_free(t);
   }
   free(shapes), free(dims);
@@ -328,6 +339,8 @@ static bool check_classes(Run *r, const TrainData *d) {
   dlc_model *m = dlc_train_model(r->step ? r->step : r->rest);
   if (dlc_output_info(m, r->pred_output, &pred) != DLC_OK || pred.rank < 2) return true; /* the loss said so */
   r->classes = pred.dims[1];
+  const TrainArray *target = train_data_find(d, TRAIN_TARGET);
+  r->accuracy = target && (target->t.dtype == RT_I64 || target->t.dtype == RT_I32);
   char err[1024];
   if (!train_data_check_classes(d, r->classes, r->a->loss_spec.ignore_index, err, sizeof err)) {
     fprintf(stderr, "dlcc: error: %s\n", err);
@@ -442,6 +455,11 @@ static bool train_batch(Run *r, dlc_train *t, const int64_t *order, int64_t n, f
   return true;
 }
 
+/* Element i of a buffer of class indices. */
+static int64_t class_at(const void *buf, RtDType dt, int64_t i) {
+  return dt == RT_I64 ? ((const int64_t *)buf)[i] : ((const int32_t *)buf)[i];
+}
+
 /* Loss and accuracy sums of one eval batch's first n samples. */
 static void score_batch(Run *r, int64_t n, double *loss_sum, int64_t *counted, int64_t *correct) {
   dlc_model *m = dlc_train_model(r->eval);
@@ -450,18 +468,18 @@ static void score_batch(Run *r, int64_t n, double *loss_sum, int64_t *counted, i
   dlc_get_output(m, 0, &lp, &lb);
   const float *l = lp;
   int64_t per = (int64_t)(lb / sizeof *l) / r->a->batch; /* loss values per sample */
-  const TrainArray *ta = train_data_find(&r->val, TRAIN_TARGET);
-  const int64_t *target = r->classes && ta->t.dtype == RT_I64 ? r->bufs_val_target : NULL;
+  RtDType dt = train_data_find(&r->val, TRAIN_TARGET)->t.dtype;
+  const void *target = r->accuracy ? r->bufs_val_target : NULL;
   for (int64_t i = 0; i < n * per; i++) {
     *loss_sum += l[i];
-    *counted += !target || target[i] != r->a->loss_spec.ignore_index;
+    *counted += !target || class_at(target, dt, i) != r->a->loss_spec.ignore_index;
   }
   if (!target || dlc_get_output(m, r->pred_output, &pp, &pb) != DLC_OK) return;
   const float *p = pp;
   int64_t c = r->classes;
   for (int64_t s = 0; s < n; s++)
     for (int64_t j = 0; j < per; j++) {
-      int64_t t = target[s * per + j];
+      int64_t t = class_at(target, dt, s * per + j);
       if (t == r->a->loss_spec.ignore_index) continue;
       int64_t best = 0;
       for (int64_t k = 1; k < c; k++)
@@ -489,12 +507,12 @@ static bool validate(Run *r) {
   free(order);
   if (!ok) return false;
   printf("epoch %" PRId64 ": val loss %.6f", r->epoch, counted ? loss_sum / (double)counted : 0.0);
-  if (r->classes) printf(", val accuracy %.2f%%", counted ? 100.0 * (double)correct / (double)counted : 0.0);
+  if (r->accuracy) printf(", val accuracy %.2f%%", counted ? 100.0 * (double)correct / (double)counted : 0.0);
   printf("\n");
   if (r->log)
     fprintf(r->log, "{\"epoch\": %" PRId64 ", \"val_loss\": %.9g%s%.9g}\n", r->epoch,
-            counted ? loss_sum / (double)counted : 0.0, r->classes ? ", \"val_accuracy\": " : ", \"val_n\": ",
-            r->classes ? (counted ? (double)correct / (double)counted : 0.0) : (double)r->val.count);
+            counted ? loss_sum / (double)counted : 0.0, r->accuracy ? ", \"val_accuracy\": " : ", \"val_n\": ",
+            r->accuracy ? (counted ? (double)correct / (double)counted : 0.0) : (double)r->val.count);
   return true;
 }
 

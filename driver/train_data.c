@@ -165,15 +165,16 @@ bool train_data_check(const TrainData *d, dlc_model *m, char *err, size_t errlen
 bool train_data_check_classes(const TrainData *d, int64_t classes, int64_t ignore_index, char *err,
                               size_t errlen) {
   const TrainArray *a = train_data_find(d, TRAIN_TARGET);
-  if (!a || a->t.dtype != RT_I64) return true; /* probabilities, checked by train_data_check */
-  const int64_t *v = a->t.data;
-  int64_t per = (int64_t)(a->sample_bytes / sizeof *v);
-  for (int64_t i = 0; i < d->count * per; i++)
-    if ((v[i] < 0 || v[i] >= classes) && v[i] != ignore_index)
+  if (!a || (a->t.dtype != RT_I64 && a->t.dtype != RT_I32)) return true; /* probabilities */
+  int64_t per = (int64_t)(a->sample_bytes / (size_t)rt_dtype_size(a->t.dtype));
+  for (int64_t i = 0; i < d->count * per; i++) {
+    int64_t v = a->t.dtype == RT_I64 ? ((const int64_t *)a->t.data)[i] : ((const int32_t *)a->t.data)[i];
+    if ((v < 0 || v >= classes) && v != ignore_index)
       return fail(err, errlen,
                   "%s: sample %" PRId64 " has class %" PRId64 ", outside [0, %" PRId64 ") of the model's %" PRId64
                   " classes (and not the ignore_index %" PRId64 ")",
-                  a->path, i / per, v[i], classes, classes, ignore_index);
+                  a->path, i / per, v, classes, classes, ignore_index);
+  }
   return true;
 }
 

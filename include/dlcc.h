@@ -234,6 +234,14 @@ typedef struct dlc_train_options {
   int64_t ignore_index;    /* cross_entropy, nll; PyTorch's -100 from dlc_train_options_init */
   double label_smoothing;  /* cross_entropy */
   double beta;             /* smooth_l1; 1 from dlc_train_options_init */
+  /* target_rank > 0: the input "target" is target_dtype[target_dims]
+   * (batch first): i32 class indices, or for cross_entropy f32
+   * probabilities shaped like the prediction.  0: the loss's default
+   * (i64 class indices for cross_entropy and nll, the prediction's type
+   * for the others). */
+  int target_rank;
+  int64_t target_dims[DLC_MAX_RANK];
+  dlc_dtype target_dtype;
   /* The optimizer (dlc_optimizer above; dlc_train_options_init fills
    * PyTorch's defaults for a kind). */
   dlc_optimizer optimizer;

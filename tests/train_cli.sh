@@ -30,6 +30,22 @@ losses "$tmp/emu.steps" >"$tmp/emu.l"
 paste "$tmp/ref.l" "$tmp/emu.l" | awk '{ d = $1 - $2; if (d < 0) d = -d; if (d > 1e-5 * ($1 < 0 ? -$1 : $1) + 1e-6) bad++ }
   END { exit bad > 0 || NR != 12 }' || fail "emu's step losses differ from ref's: $(paste "$tmp/ref.l" "$tmp/emu.l")"
 
+# Targets as i32 class indices or one-hot probabilities: the same losses
+# as i64 indices (and no accuracy for probabilities).
+for kind in i32 prob; do
+  rm -rf "$tmp/$kind"; mkdir "$tmp/$kind"
+  cp "$t/data/x.npy" "$tmp/$kind/"; cp "$t/alt/target_$kind.npy" "$tmp/$kind/target.npy"
+  expect 0 "" "$dlcc" train $A --data "$tmp/$kind" --val "$tmp/$kind" --epochs 2 --backend=ref --shuffle=false \
+    --log "$tmp/$kind.jsonl"
+  grep '"step"' "$tmp/$kind.jsonl" | losses /dev/stdin >"$tmp/$kind.l"
+done
+expect 0 "" "$dlcc" train $A --data "$t/data" --val "$t/data" --epochs 2 --backend=ref --shuffle=false --log "$tmp/i64.jsonl"
+grep '"step"' "$tmp/i64.jsonl" | losses /dev/stdin >"$tmp/i64.l"
+cmp -s "$tmp/i64.l" "$tmp/i32.l" || fail "i32 targets: $(paste "$tmp/i64.l" "$tmp/i32.l")"
+paste "$tmp/i64.l" "$tmp/prob.l" | awk '{ d = $1 - $2; if (d < 0) d = -d; if (d > 1e-6) bad++ } END { exit bad > 0 || NR != 6 }' ||
+  fail "probability targets: $(paste "$tmp/i64.l" "$tmp/prob.l")"
+grep -q '"val_n": 22}$' "$tmp/prob.jsonl" || fail "probabilities have an accuracy: $(cat "$tmp/prob.jsonl")"
+
 # The training examples (examples/train/) a step and a partial batch on
 # each backend: the same losses.
 for m in lenet8 seqsign; do

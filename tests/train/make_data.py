@@ -30,3 +30,8 @@ for d, shape, classes in (("lenet8", (6, 1, 8, 8), 10), ("seqsign", (6, 16, 1), 
     os.makedirs(os.path.join(here, d), exist_ok=True)
     np.save(os.path.join(here, d, "x.npy"), r.uniform(0, 1, shape).astype(np.float32))
     np.save(os.path.join(here, d, "target.npy"), r.integers(0, classes, 6).astype(np.int64))
+# data's targets as i32 class indices and as one-hot probabilities.
+y = np.load(os.path.join(here, "data", "target.npy"))
+os.makedirs(os.path.join(here, "alt"), exist_ok=True)
+np.save(os.path.join(here, "alt", "target_i32.npy"), y.astype(np.int32))
+np.save(os.path.join(here, "alt", "target_prob.npy"), np.eye(3, dtype=np.float32)[y])
