@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "api/calibrate.h"
+#include "api/model.h"
 #include "api/weights.h"
 #include "codegen/codegen.h"
 #include "dlcrt.h"
@@ -28,27 +29,7 @@ static_assert((int)DLC_F32 == (int)TY_F32 && (int)DLC_BF16 == (int)TY_BF16 &&
               "dlc_dtype follows DType");
 static_assert((int)DLC_MAX_RANK == (int)DL_MAX_RANK, "one rank limit");
 
-struct dlc_model {
-  Ctx ctx;
-  Graph *g;
-  int n_inputs;
-  Node **inputs; /* input nodes in graph order */
-  TensorMap params;
-  bool have_params;
-  Tensor *input_data; /* n_inputs; data NULL until set */
-  Tensor *outputs;    /* g->n_outputs; valid after a run */
-  bool have_outputs;
-  char *error; /* malloc'd; the last failing call's message */
-  bool error_lost; /* the last call failed, and memory ran out for its message */
-  /* Backends other than "ref" run the generated code through libdlcrt. */
-  bool use_runtime;
-  CgResult cg;
-  DlrtModel *rt;
-};
-
-static dlc_status fail(dlc_model *m, dlc_status st, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static dlc_status fail(dlc_model *m, dlc_status st, const char *fmt, ...) {
+dlc_status api_fail(dlc_model *m, dlc_status st, const char *fmt, ...) {
   free(m->error);
   m->error = NULL;
   va_list ap;
@@ -58,6 +39,9 @@ static dlc_status fail(dlc_model *m, dlc_status st, const char *fmt, ...) {
   m->error_lost = st != DLC_OK && !m->error;
   return st;
 }
+
+/* The name every call here uses. */
+#define fail api_fail
 
 /* What a call that unwound out of its guard returns. */
 static dlc_status unwound(dlc_model *m) {
@@ -101,6 +85,7 @@ typedef struct CompileJob {
   const char *path;
   const char *name, *text; /* compile_string */
   const dlc_options *opt;
+  const ApiTrainSpec *train; /* api_compile_train */
   dlc_model *m;
   CalibMethod calib_method; /* checked before the compile starts */
   CalibBackend calib_backend;
@@ -269,6 +254,11 @@ static int compile_job(Ctx *c, void *data) {
 have_graph:
   if (!g || !ir_verify(g)) return 1;
   if (job->opt && job->opt->weights && !bind_at_compile(c, job, g)) return 1;
+  if (job->train && job->train->has_loss &&
+      (!pass_append_loss(g, &job->train->loss, job->train->output, API_TARGET_INPUT,
+                         job->train->has_target_type ? &job->train->target_type : NULL) ||
+       !ir_verify(g)))
+    return 1;
   if (job->opt && job->opt->grad && (!pass_autodiff(g, NULL) || !ir_verify(g))) return 1;
   if (job->opt && job->opt->optimizer) {
     OptimSpec spec;
@@ -405,6 +395,15 @@ dlc_status dlc_compile_file(const char *path, const dlc_options *opt, dlc_model 
     return DLC_ERR_ARGUMENT;
   }
   CompileJob job = {.path = path, .opt = opt};
+  return compile(&job, out);
+}
+
+dlc_status api_compile_train(const char *path, const dlc_options *opt, const ApiTrainSpec *spec,
+                             dlc_model **out) {
+  if (!out) return DLC_ERR_ARGUMENT;
+  *out = NULL;
+  if (!path || !spec) return DLC_ERR_ARGUMENT;
+  CompileJob job = {.path = path, .opt = opt, .train = spec};
   return compile(&job, out);
 }
 

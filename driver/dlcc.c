@@ -55,6 +55,7 @@ typedef struct Options {
 static const char usage[] =
     "usage: dlcc [options] FILE\n"
     "       dlcc run FILE [options]     compile and run once (dlcc run --help)\n"
+    "       dlcc train FILE --data DIR --batch=N   train its parameters (dlcc train --help)\n"
     "       dlcc memplan FILE.csv       solve an allocation problem with the memory planner\n"
     "       dlcc check-weights FILE --weights=W\n"
     "                                   check a safetensors file against the model: every\n"
@@ -701,6 +702,7 @@ static int compile(Ctx *c, void *data) {
 
 int main(int argc, char **argv) {
   if (argc > 1 && strcmp(argv[1], "run") == 0) return driver_run(argc - 2, argv + 2);
+  if (argc > 1 && strcmp(argv[1], "train") == 0) return driver_train(argc - 2, argv + 2);
   if (argc > 1 && strcmp(argv[1], "memplan") == 0) return driver_memplan(argc - 2, argv + 2);
   Options opt = {.n_archs = -1, .passes = {.opt_level = 2}, .dot_depth = -1}; /* -1: not given */
   if (argc > 1 && strcmp(argv[1], "check-weights") == 0) {

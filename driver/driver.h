@@ -80,4 +80,8 @@ int driver_run(int argc, char **argv);
 int driver_memplan(int argc, char **argv);
 int driver_memplan_to(int argc, char **argv, FILE *out, FILE *err);
 
+/* `dlcc train MODEL --data DIR ...` (train.c): argv holds what follows
+ * "train". */
+int driver_train(int argc, char **argv);
+
 #endif

@@ -223,6 +223,101 @@ typedef int (*dlc_feed_fn)(void *user, long batch, void *const *inputs);
 typedef int (*dlc_drain_fn)(void *user, long batch, const void *const *outputs);
 dlc_status dlc_run_batches(dlc_model *m, dlc_feed_fn feed, dlc_drain_fn drain, void *user, long *n_batches);
 
+/* ---- Training (docs/training.md) ----
+ *
+ *     dlc_train_options o;
+ *     dlc_train_options_init(&o, "adamw");
+ *     o.loss = "cross_entropy";
+ *     dlc_train *t;
+ *     if (dlc_train_compile("lenet.dl", &o, &t) != DLC_OK) ... dlc_train_error(t)
+ *     dlc_init_weights(dlc_train_model(t), 0);     // or dlc_load_weights(...)
+ *     for each batch:
+ *       dlc_set_input(dlc_train_model(t), "x", x, nbytes);
+ *       dlc_set_input(dlc_train_model(t), "target", y, nbytes);
+ *       dlc_train_step(t, lr, &loss);
+ *     dlc_train_save(t, "out.safetensors", 0, 0, NULL, NULL);
+ *
+ * A dlc_train is one compiled training step: the model, its loss against
+ * a new input "target", the gradients and the optimizer's update of
+ * every trainable parameter and of the optimizer's state (the params
+ * "dlcc.optim.NAME.exp_avg", ...).  dlc_train_model gives the step as a
+ * dlc_model: its inputs (the model's, "target" and the learning rate
+ * "dlcc.lr", which dlc_train_step sets), its outputs (output 0 the loss,
+ * then the model's own outputs, then the updates), dlc_set_input,
+ * dlc_load_weights and dlc_init_weights work on it as on any model.  The
+ * batch is fixed at compile (options.model's defines or input_shapes):
+ * a last partial batch needs a second dlc_train of that size, which
+ * dlc_train_copy_state keeps in step. */
+typedef struct dlc_train dlc_train;
+
+typedef struct dlc_train_options {
+  /* How the model compiles: backend, defines, input_shapes, opt_level,
+   * precision.  grad, optimizer, quantize and weights must stay unset
+   * (load weights with dlc_load_weights on dlc_train_model). */
+  dlc_options model;
+  /* "cross_entropy", "nll", "mse", "l1", "smooth_l1", "bce_with_logits"
+   * (PyTorch's, mean reduction) of the model's output loss_output against
+   * the input "target"; NULL: the model's output 0 is already its loss. */
+  const char *loss;
+  int loss_output;
+  int64_t ignore_index;    /* cross_entropy, nll; PyTorch's -100 from dlc_train_options_init */
+  double label_smoothing;  /* cross_entropy */
+  double beta;             /* smooth_l1; 1 from dlc_train_options_init */
+  /* target_rank > 0: the input "target" is target_dtype[target_dims]
+   * (batch first): i32 class indices, or for cross_entropy f32
+   * probabilities shaped like the prediction.  0: the loss's default
+   * (i64 class indices for cross_entropy and nll, the prediction's type
+   * for the others). */
+  int target_rank;
+  int64_t target_dims[DLC_MAX_RANK];
+  dlc_dtype target_dtype;
+  /* The optimizer (dlc_optimizer above; dlc_train_options_init fills
+   * PyTorch's defaults for a kind). */
+  dlc_optimizer optimizer;
+  /* Nonzero: no gradients and no optimizer, the model in inference mode
+   * (batchnorm's running statistics, dropout the identity) and the loss
+   * with reduction "none" (one value per sample, or per element of a
+   * per-element target), for validation: dlc_run on dlc_train_model, the
+   * parameters from a training step by dlc_train_copy_state. */
+  int eval;
+} dlc_train_options;
+
+/* Zeroes o and sets PyTorch's defaults: the optimizer's for its kind
+ * (dlc_optimizer_defaults), ignore_index -100 and beta 1.
+ * DLC_ERR_ARGUMENT for an unknown optimizer. */
+dlc_status dlc_train_options_init(dlc_train_options *o, const char *optimizer);
+/* *out is set even on failure, for dlc_train_error (NULL only when memory
+ * ran out first). */
+dlc_status dlc_train_compile(const char *path, const dlc_train_options *o, dlc_train **out);
+void dlc_train_free(dlc_train *t);
+const char *dlc_train_error(const dlc_train *t);
+dlc_model *dlc_train_model(dlc_train *t);
+/* One step at learning rate lr on the inputs set: the parameters and the
+ * optimizer's state take their new values; *loss (may be NULL) gets the
+ * loss, computed before the update. */
+dlc_status dlc_train_step(dlc_train *t, float lr, float *loss);
+/* The step's parameters and state (dlcc.* names too), in the order of
+ * the model's state_dict; valid once the weights are bound.  A value is
+ * read with dlc_get_weight (the step's updates are applied on the
+ * device, so it copies from there) and written with dlc_set_weight. */
+int dlc_train_num_params(const dlc_train *t);
+dlc_status dlc_train_param_info(const dlc_train *t, int index, dlc_tensor_info *out);
+/* Every parameter of dst from src's of the same name and type (all
+ * must be there): a remainder batch's step, or an eval model. */
+dlc_status dlc_train_copy_state(dlc_train *dst, const dlc_train *src);
+/* Writes a safetensors file.  with_state 0: the parameters and buffers
+ * under their state_dict names only, so PyTorch's
+ * model.load_state_dict(load_file(path)) takes it strictly; nonzero: also
+ * the dlcc.* state (optimizer, step counters), with the metadata
+ * meta_keys[i] = meta_values[i] and "dlcc.checkpoint" = "1": a checkpoint
+ * that dlc_load_weights on dlc_train_model resumes from exactly. */
+dlc_status dlc_train_save(dlc_train *t, const char *path, int with_state, int n_meta,
+                          const char *const *meta_keys, const char *const *meta_values);
+/* A checkpoint's metadata value for key (malloc'd into *value, free it),
+ * or DLC_ERR_WEIGHTS naming the file when it is not a checkpoint or
+ * lacks key. */
+dlc_status dlc_train_checkpoint_meta(dlc_train *t, const char *path, const char *key, char **value);
+
 const char *dlc_dtype_name(dlc_dtype t);
 size_t dlc_dtype_size(dlc_dtype t);
 

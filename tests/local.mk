@@ -53,3 +53,4 @@ include tests/engine.mk
 include tests/pytorch.mk
 include tests/dot.mk
 include tests/optim.mk
+include tests/train_cli.mk

@@ -1,0 +1,623 @@
+/* `dlcc train MODEL --data DIR ...`: a thin client of the training API
+ * (dlc_train_* in include/dlcc.h).  Reads the data folders (train_data.c),
+ * compiles the step for --batch (and a second step for a last partial
+ * batch, kept in step by dlc_train_copy_state), runs the epochs with the
+ * learning rate of the schedule (train_sched.c), validates per epoch with
+ * an eval model, and writes the state_dict and a checkpoint beside it
+ * that --resume continues from exactly. */
+#include "config.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "driver/driver.h"
+#include "driver/train.h"
+#include "dlcc.h"
+#include "passes/optim.h"
+
+typedef struct TrainArgs {
+  const char *model_path, *data, *val, *weights, *save, *log, *resume, *schedule_text;
+  const char *optimizer;
+  DriverLoss loss; /* --loss and its flags (loss_flags.c) */
+  LossSpec loss_spec;
+  double lr, momentum, dampening, weight_decay, beta1, beta2, eps, clip;
+  bool set_momentum, set_dampening, set_weight_decay, set_betas, set_eps;
+  bool nesterov, shuffle, drop_last;
+  int64_t batch, epochs;
+  uint64_t seed;
+  dlc_options api;
+  dlc_define defines[64];
+} TrainArgs;
+
+static const char train_usage[] =
+    "usage: dlcc train MODEL --data DIR --batch=N [options]\n"
+    "\n"
+    "Trains MODEL's parameters on DIR: one .npy per model input, named after it,\n"
+    "samples stacked on axis 0, and target.npy for the loss (docs/training.md).\n"
+    "\n"
+    "  --data DIR            the training set\n"
+    "  --val DIR             a validation set, laid out the same: loss (and accuracy for\n"
+    "                        cross_entropy and nll) after each epoch\n"
+    "  --batch=N             the batch (binds the model's free batch dim)\n"
+    "  --epochs=N            epochs to run (default 1; after --resume, more epochs)\n"
+    "  --loss=L and its flags (below): the loss of a model output against target.npy;\n"
+    "                        without it the model's output 0 is its loss\n"
+    "  --optimizer=O         sgd (default), adam, adamw: torch.optim's update rules\n"
+    "  --lr=X                the base learning rate (default 1e-3)\n"
+    "  --momentum=X --dampening=X --nesterov --weight-decay=X --betas=B1,B2 --eps=X\n"
+    "                        the optimizer's options (default: torch.optim's)\n"
+    "  --clip-grad-norm=X    clip_grad_norm_ to X before each update\n"
+    "  --schedule=S          step:N:GAMMA, cosine[:T_MAX[:ETA_MIN]], warmup:N[:START], or\n"
+    "                        a warmup and one other joined by ',' (counted in steps)\n"
+    "  --shuffle=false       keep the data's order (default: shuffled per epoch by --seed)\n"
+    "  --seed=S              the shuffle's seed and the random initial weights' (default 0)\n"
+    "  --drop-last           skip a last partial batch (default: train on it too)\n"
+    "  --weights=FILE        initial parameters (a PyTorch state_dict); default random\n"
+    "  --save=OUT            write the trained state_dict to OUT and a checkpoint to\n"
+    "                        OUT.ckpt.safetensors (OUT's .safetensors replaced)\n"
+    "  --resume=CKPT         continue from a checkpoint exactly\n"
+    "  --log=FILE.jsonl      one JSON object per step (epoch, step, loss, lr)\n"
+    "  --backend=B --precision=P -O0/-O1/-O2 -D NAME=VALUE --model=NAME   as for dlcc run\n";
+
+static const char *flag_value(int argc, char **argv, int *i, const char *flag) {
+  size_t n = strlen(flag);
+  if (strncmp(argv[*i], flag, n) != 0) return NULL;
+  if (argv[*i][n] == '=') return argv[*i] + n + 1;
+  if (argv[*i][n] == 0 && *i + 1 < argc) return argv[++*i];
+  return NULL;
+}
+
+static bool real_arg(const char *flag, const char *v, double *out) {
+  char *end;
+  errno = 0;
+  *out = strtod(v, &end);
+  if (errno || end == v || *end || !isfinite(*out) || *out < 0) {
+    fprintf(stderr, "dlcc: error: %s expects a number >= 0, got '%s'\n", flag, v);
+    return false;
+  }
+  return true;
+}
+
+static bool int_arg(const char *flag, const char *v, int64_t lo, int64_t *out) {
+  char *end;
+  errno = 0;
+  long long x = strtoll(v, &end, 10);
+  if (errno || end == v || *end || x < lo) {
+    fprintf(stderr, "dlcc: error: %s expects a whole number >= %" PRId64 ", got '%s'\n", flag, lo, v);
+    return false;
+  }
+  *out = x;
+  return true;
+}
+
+static bool bool_arg(const char *flag, const char *v, bool *out) {
+  if (strcmp(v, "true") == 0 || strcmp(v, "1") == 0) return *out = true;
+  if (strcmp(v, "false") == 0 || strcmp(v, "0") == 0) return !(*out = false);
+  fprintf(stderr, "dlcc: error: %s expects true or false, got '%s'\n", flag, v);
+  return false;
+}
+
+/* A string flag's destination, by name. */
+static const char **string_flag(TrainArgs *o, const char *flag) {
+  static const char *const names[] = {"--data", "--val",  "--weights", "--save",     "--log",  "--resume",
+                                      "--optimizer", "--schedule", "--backend", "--precision", "--model"};
+  const char **dst[] = {&o->data, &o->val, &o->weights, &o->save, &o->log, &o->resume, &o->optimizer, &o->schedule_text, &o->api.backend, &o->api.precision, &o->api.model};
+  for (size_t k = 0; k < ARRAY_LEN(names); k++)
+    if (strcmp(flag, names[k]) == 0) return dst[k];
+  return NULL;
+}
+
+/* A number flag's destination, and the flag it was given, by name. */
+static double *real_flag(TrainArgs *o, const char *flag, bool **given) {
+  static const char *const names[] = {"--lr", "--momentum", "--dampening", "--weight-decay", "--eps",
+                                      "--clip-grad-norm"};
+  double *dst[] = {&o->lr, &o->momentum, &o->dampening, &o->weight_decay, &o->eps, &o->clip};
+  bool *set[] = {NULL, &o->set_momentum, &o->set_dampening, &o->set_weight_decay, &o->set_eps, NULL};
+  for (size_t k = 0; k < ARRAY_LEN(names); k++)
+    if (strcmp(flag, names[k]) == 0) {
+      *given = set[k];
+      return dst[k];
+    }
+  return NULL;
+}
+
+/* --shuffle[=B], --drop-last[=B], --nesterov[=B]: the destination, and
+ * in *v the value ("true" when none is given); NULL for other flags. */
+static bool *bool_flag(TrainArgs *o, const char *a, const char **v) {
+  static const char *const names[] = {"--shuffle", "--drop-last", "--nesterov"};
+  bool *dst[] = {&o->shuffle, &o->drop_last, &o->nesterov};
+  for (size_t k = 0; k < ARRAY_LEN(names); k++) {
+    size_t n = strlen(names[k]);
+    if (strncmp(a, names[k], n) == 0 && (a[n] == '=' || !a[n])) {
+      *v = a[n] ? a + n + 1 : "true";
+      return dst[k];
+    }
+  }
+  return NULL;
+}
+
+static int parse_one(int argc, char **argv, int *i, TrainArgs *o) {
+  const char *a = argv[*i], *v;
+  int loss_flag = driver_loss_option(a, &o->loss);
+  if (loss_flag) return loss_flag < 0;
+  char flag[64];
+  snprintf(flag, sizeof flag, "%.*s", (int)strcspn(a, "="), a);
+  const char **s = string_flag(o, flag);
+  bool *given = NULL, *b;
+  double *r = real_flag(o, flag, &given);
+  if ((s || r) && !(v = flag_value(argc, argv, i, flag))) {
+    fprintf(stderr, "dlcc: error: %s needs a value\n", flag);
+    return 1;
+  }
+  if (s) {
+    *s = v;
+  } else if (r) {
+    if (!real_arg(flag, v, r)) return 1;
+    if (given) *given = true;
+  } else if ((v = flag_value(argc, argv, i, "--batch"))) {
+    if (!int_arg("--batch", v, 1, &o->batch)) return 1;
+  } else if ((v = flag_value(argc, argv, i, "--epochs"))) {
+    if (!int_arg("--epochs", v, 0, &o->epochs)) return 1;
+  } else if ((v = flag_value(argc, argv, i, "--seed"))) {
+    int64_t seed;
+    if (!int_arg("--seed", v, 0, &seed)) return 1;
+    o->seed = (uint64_t)seed;
+  } else if ((v = flag_value(argc, argv, i, "--betas"))) {
+    char *end;
+    o->beta1 = strtod(v, &end);
+    if (*end != ',' || !real_arg("--betas", end + 1, &o->beta2) || o->beta1 < 0 || o->beta1 >= 1 || o->beta2 >= 1) {
+      fprintf(stderr, "dlcc: error: --betas expects B1,B2 in [0, 1), got '%s'\n", v);
+      return 1;
+    }
+    o->set_betas = true;
+  } else if ((b = bool_flag(o, a, &v))) {
+    if (!bool_arg(flag, v, b)) return 1;
+  } else if (strncmp(a, "-D", 2) == 0) {
+    const char *def = a[2] ? a + 2 : (++*i < argc ? argv[*i] : NULL);
+    Define d;
+    if (!def || o->api.n_defines == (int)ARRAY_LEN(o->defines) || !driver_parse_define(def, &d)) {
+      fprintf(stderr, "dlcc: error: -D expects NAME=INTEGER, got '%s'\n", def ? def : "");
+      return 1;
+    }
+    o->defines[o->api.n_defines++] = (dlc_define){d.name, d.value};
+  } else if (a[0] == '-' && a[1] == 'O' && a[2] >= '0' && a[2] <= '2' && !a[3]) {
+    o->api.opt_level = a[2] == '0' ? DLC_O0 : a[2] - '0';
+  } else if (a[0] == '-') {
+    fprintf(stderr, "dlcc: error: unknown option '%s' for train (see dlcc train --help)\n", a);
+    return 1;
+  } else if (o->model_path) {
+    fprintf(stderr, "dlcc: error: more than one model ('%s' and '%s')\n", o->model_path, a);
+    return 1;
+  } else {
+    o->model_path = a;
+  }
+  return 0;
+}
+
+static int parse_train_args(int argc, char **argv, TrainArgs *o) {
+  o->lr = 1e-3;
+  o->epochs = 1;
+  o->shuffle = true;
+  o->optimizer = "sgd";
+  for (int i = 0; i < argc; i++) {
+    if (strcmp(argv[i], "--help") == 0) {
+      fputs(train_usage, stdout);
+      fputs(driver_loss_usage, stdout);
+      return 2;
+    }
+    if (parse_one(argc, argv, &i, o)) return 1;
+  }
+  const char *missing = !o->model_path ? "a model file" : !o->data ? "--data DIR" : !o->batch ? "--batch=N" : NULL;
+  if (missing) {
+    fprintf(stderr, "dlcc: error: train needs %s (see dlcc train --help)\n", missing);
+    return 1;
+  }
+  o->api.defines = o->defines;
+  if (o->resume && o->weights) {
+    fputs("dlcc: error: --resume and --weights both give the weights: choose one\n", stderr);
+    return 1;
+  }
+  if (o->val && !o->loss.name) {
+    fputs("dlcc: error: --val needs --loss (validation computes the loss it names)\n", stderr);
+    return 1;
+  }
+  return driver_loss_check(&o->loss, &o->loss_spec) ? 0 : 1;
+}
+
+/* The API's options from the flags; false after printing why. */
+static bool train_options(const TrainArgs *a, dlc_train_options *o) {
+  if (dlc_train_options_init(o, a->optimizer) != DLC_OK) {
+    fprintf(stderr, "dlcc: error: unknown optimizer '%s' (expected sgd, adam or adamw)\n", a->optimizer);
+    return false;
+  }
+  o->model = a->api;
+  o->loss = a->loss.name;
+  o->loss_output = a->loss.output;
+  o->ignore_index = a->loss_spec.ignore_index;
+  o->label_smoothing = a->loss_spec.label_smoothing;
+  o->beta = a->loss_spec.beta;
+  dlc_optimizer *opt = &o->optimizer;
+  if (a->set_momentum) opt->momentum = a->momentum;
+  if (a->set_dampening) opt->dampening = a->dampening;
+  if (a->set_weight_decay) opt->weight_decay = a->weight_decay;
+  if (a->set_eps) opt->eps = a->eps;
+  if (a->set_betas) opt->beta1 = a->beta1, opt->beta2 = a->beta2;
+  opt->nesterov = a->nesterov;
+  opt->clip_grad_norm = a->clip;
+  return true;
+}
+
+/* The whole run's state. */
+typedef struct Run {
+  TrainArgs *a;
+  TrainData data, val;
+  dlc_train *step, *rest, *eval; /* rest: the last partial batch; eval: --val */
+  int64_t rest_n;                /* its size, 0 when none */
+  int64_t steps_per_epoch, total_steps;
+  int64_t epoch, global_step;    /* where training is: completed epochs, steps */
+  int64_t *order;
+  void **bufs;                   /* one per data array, a batch each */
+  TrainSchedule sched;
+  FILE *log;
+  bool tty;
+  int pred_output; /* the eval model's output of the model's prediction */
+  const void *bufs_val_target; /* the eval batch's targets (a buffer of bufs) */
+  bool accuracy; /* top-1 of class indices (cross_entropy, nll) */
+  double t0;
+  int64_t steps_done, steps_todo, samples_done; /* in this run */
+  int64_t classes; /* cross_entropy/nll: the class axis' size; 0 otherwise */
+} Run;
+
+static bool is_class_loss(const DriverLoss *l) {
+  return l->name && (l->kind == LOSS_CROSS_ENTROPY || l->kind == LOSS_NLL);
+}
+
+/* Which inputs the data gave, with which shapes, after a failed compile. */
+static void note_shapes(const TrainData *d, const dlc_input_shape *shapes) {
+  fprintf(stderr, "dlcc: note: the inputs given:");
+  for (int i = 0; i < d->n; i++) {
+    fprintf(stderr, "%s %s [", i ? "," : "", shapes[i].name);
+    for (int k = 0; k < shapes[i].rank; k++) fprintf(stderr, "%s%" PRId64, k ? ", " : "", shapes[i].dims[k]);
+    fprintf(stderr, "] from %s", d->a[i].path);
+  }
+  fprintf(stderr, " (the batch, then a sample's shape)\n");
+}
+
+/* A step (or eval model) compiled for batch; NULL after printing why. */
+static dlc_train *compile_for(Run *r, const TrainData *d, int64_t batch, bool eval) {
+  dlc_train_options o;
+  if (!train_options(r->a, &o)) return NULL;
+  o.eval = eval;
+  dlc_input_shape *shapes = calloc((size_t)d->n, sizeof *shapes);
+  int64_t *dims = calloc((size_t)d->n * RT_MAX_RANK, sizeof *dims);
+  if (!shapes || !dims) {
+    free(shapes), free(dims);
+    fputs("dlcc: error: out of memory\n", stderr);
+    return NULL;
+  }
+  train_data_shapes(d, batch, shapes, dims);
+  o.model.n_input_shapes = d->n;
+  o.model.input_shapes = shapes;
+  /* The target's type from target.npy: i32 or i64 indices, or
+   * probabilities. */
+  const TrainArray *target = train_data_find(d, TRAIN_TARGET);
+  if (o.loss && target && target->t.dtype < RT_F64) {
+    o.target_dtype = (dlc_dtype)target->t.dtype;
+    o.target_rank = target->t.rank;
+    o.target_dims[0] = batch;
+    for (int k = 1; k < target->t.rank; k++) o.target_dims[k] = target->t.dims[k];
+  }
+  dlc_train *t;
+  dlc_status st = dlc_train_compile(r->a->model_path, &o, &t);
+  if (st != DLC_OK) {
+    fprintf(stderr, "%s", dlc_train_error(t));
+    if (st == DLC_ERR_COMPILE && (strstr(dlc_train_error(t), "input '") || strstr(dlc_train_error(t), "target")))
+      note_shapes(d, shapes);
+    dlc_train_free(t);
+  }
+  free(shapes), free(dims);
+  if (st != DLC_OK) return NULL;
+  char err[1024];
+  if (!train_data_check(d, dlc_train_model(t), err, sizeof err)) {
+    fprintf(stderr, "dlcc: error: %s\n", err);
+    dlc_train_free(t);
+    return NULL;
+  }
+  return t;
+}
+
+static bool check_classes(Run *r, const TrainData *d) {
+  r->pred_output = 1 + r->a->loss.output;
+  if (!is_class_loss(&r->a->loss)) return true;
+  dlc_tensor_info pred;
+  dlc_model *m = dlc_train_model(r->step ? r->step : r->rest);
+  if (dlc_output_info(m, r->pred_output, &pred) != DLC_OK || pred.rank < 2) return true; /* the loss said so */
+  r->classes = pred.dims[1];
+  const TrainArray *target = train_data_find(d, TRAIN_TARGET);
+  r->accuracy = target && (target->t.dtype == RT_I64 || target->t.dtype == RT_I32);
+  char err[1024];
+  if (!train_data_check_classes(d, r->classes, r->a->loss_spec.ignore_index, err, sizeof err)) {
+    fprintf(stderr, "dlcc: error: %s\n", err);
+    return false;
+  }
+  return true;
+}
+
+static bool api_ok(dlc_train *t, dlc_status st) {
+  if (st != DLC_OK) fprintf(stderr, "%s", dlc_train_error(t));
+  return st == DLC_OK;
+}
+
+/* Samples order[0..n) of d into t's inputs (padded to pad rows). */
+static bool set_batch(Run *r, dlc_train *t, const TrainData *d, const int64_t *order, int64_t n, int64_t pad) {
+  for (int i = 0; i < d->n; i++) {
+    const TrainArray *a = &d->a[i];
+    int64_t rows = pad > n ? pad : n;
+    train_data_gather(a, order, n, pad, r->bufs[i]);
+    if (!api_ok(t, dlc_set_input(dlc_train_model(t), a->name, r->bufs[i], a->sample_bytes * (size_t)rows)))
+      return false;
+  }
+  return true;
+}
+
+static char *checkpoint_path(const char *out) {
+  size_t n = strlen(out), k = strlen(".safetensors");
+  bool suffix = n > k && strcmp(out + n - k, ".safetensors") == 0;
+  char *p = malloc(n + 32);
+  if (p) sprintf(p, "%.*s.ckpt.safetensors", (int)(suffix ? n - k : n), out);
+  return p;
+}
+
+static bool save(Run *r) {
+  dlc_train *t = r->step ? r->step : r->rest;
+  if (!api_ok(t, dlc_train_save(t, r->a->save, 0, 0, NULL, NULL))) return false;
+  char epoch[32], step[32], seed[32], batch[32];
+  snprintf(epoch, sizeof epoch, "%" PRId64, r->epoch);
+  snprintf(step, sizeof step, "%" PRId64, r->global_step);
+  snprintf(seed, sizeof seed, "%" PRIu64, r->a->seed);
+  snprintf(batch, sizeof batch, "%" PRId64, r->a->batch);
+  const char *keys[] = {"epoch", "step", "seed", "shuffle", "batch"};
+  const char *values[] = {epoch, step, seed, r->a->shuffle ? "true" : "false", batch};
+  char *ckpt = checkpoint_path(r->a->save);
+  bool ok = ckpt && api_ok(t, dlc_train_save(t, ckpt, 1, (int)ARRAY_LEN(keys), keys, values));
+  if (ok) printf("saved %s and %s\n", r->a->save, ckpt);
+  free(ckpt);
+  return ok;
+}
+
+static bool meta_int(dlc_train *t, const char *path, const char *key, int64_t *v) {
+  char *s;
+  if (!api_ok(t, dlc_train_checkpoint_meta(t, path, key, &s))) return false;
+  char *end;
+  *v = strtoll(s, &end, 10);
+  bool ok = end != s && !*end && *v >= 0;
+  if (!ok) fprintf(stderr, "dlcc: error: %s: the checkpoint's \"%s\" is '%s', not a count\n", path, key, s);
+  free(s);
+  return ok;
+}
+
+/* The weights: a checkpoint, a state_dict, or random from --seed. */
+static bool bind_weights(Run *r) {
+  dlc_train *t = r->step ? r->step : r->rest;
+  dlc_model *m = dlc_train_model(t);
+  const char *ckpt = r->a->resume;
+  if (ckpt) {
+    if (!meta_int(t, ckpt, "epoch", &r->epoch) || !meta_int(t, ckpt, "step", &r->global_step)) return false;
+    if (!api_ok(t, dlc_load_weights(m, ckpt))) return false;
+  } else if (r->a->weights) {
+    if (!api_ok(t, dlc_load_weights(m, r->a->weights))) return false;
+  } else if (!api_ok(t, dlc_init_weights(m, r->a->seed))) {
+    return false;
+  }
+  return !r->step || !r->rest || api_ok(r->rest, dlc_train_copy_state(r->rest, r->step));
+}
+
+static double now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* The terminal's progress line: epoch, step, loss, samples/s, time left. */
+static void progress(Run *r, int64_t step_in_epoch, float loss) {
+  if (!r->tty) return;
+  double el = now() - r->t0;
+  double rate = el > 0 ? (double)r->samples_done / el : 0;
+  double left = r->steps_done > 0 ? el / (double)r->steps_done * (double)(r->steps_todo - r->steps_done) : 0;
+  fprintf(stderr, "\r\033[Kepoch %" PRId64 " step %" PRId64 "/%" PRId64 "  loss %.5f  %.1f samples/s  %d:%02d left",
+          r->epoch + 1, step_in_epoch, r->steps_per_epoch, (double)loss, rate, (int)(left / 60), (int)left % 60);
+  fflush(stderr);
+}
+
+static void log_step(Run *r, float loss, double lr) {
+  if (r->log)
+    fprintf(r->log, "{\"epoch\": %" PRId64 ", \"step\": %" PRId64 ", \"loss\": %.9g, \"lr\": %.9g}\n", r->epoch + 1,
+            r->global_step, (double)loss, lr);
+}
+
+/* One step on samples order[0..n) by t (the full-batch step or the rest). */
+static bool train_batch(Run *r, dlc_train *t, const int64_t *order, int64_t n, float *loss) {
+  if (t == r->rest && r->step && !api_ok(t, dlc_train_copy_state(t, r->step))) return false;
+  if (!set_batch(r, t, &r->data, order, n, 0)) return false;
+  double lr = train_sched_lr(&r->sched, r->a->lr, r->global_step, r->total_steps);
+  if (!api_ok(t, dlc_train_step(t, (float)lr, loss))) return false;
+  if (t == r->rest && r->step && !api_ok(r->step, dlc_train_copy_state(r->step, t))) return false;
+  r->global_step++;
+  r->steps_done++;
+  r->samples_done += n;
+  log_step(r, *loss, lr);
+  return true;
+}
+
+/* Element i of a buffer of class indices. */
+static int64_t class_at(const void *buf, RtDType dt, int64_t i) {
+  return dt == RT_I64 ? ((const int64_t *)buf)[i] : ((const int32_t *)buf)[i];
+}
+
+/* Loss and accuracy sums of one eval batch's first n samples. */
+static void score_batch(Run *r, int64_t n, double *loss_sum, int64_t *counted, int64_t *correct) {
+  dlc_model *m = dlc_train_model(r->eval);
+  const void *lp, *pp;
+  size_t lb, pb;
+  dlc_get_output(m, 0, &lp, &lb);
+  const float *l = lp;
+  int64_t per = (int64_t)(lb / sizeof *l) / r->a->batch; /* loss values per sample */
+  RtDType dt = train_data_find(&r->val, TRAIN_TARGET)->t.dtype;
+  const void *target = r->accuracy ? r->bufs_val_target : NULL;
+  for (int64_t i = 0; i < n * per; i++) {
+    *loss_sum += l[i];
+    *counted += !target || class_at(target, dt, i) != r->a->loss_spec.ignore_index;
+  }
+  if (!target || dlc_get_output(m, r->pred_output, &pp, &pb) != DLC_OK) return;
+  const float *p = pp;
+  int64_t c = r->classes;
+  for (int64_t s = 0; s < n; s++)
+    for (int64_t j = 0; j < per; j++) {
+      int64_t t = class_at(target, dt, s * per + j);
+      if (t == r->a->loss_spec.ignore_index) continue;
+      int64_t best = 0;
+      for (int64_t k = 1; k < c; k++)
+        if (p[(s * c + k) * per + j] > p[(s * c + best) * per + j]) best = k;
+      *correct += best == t;
+    }
+}
+
+/* The validation set's loss (PyTorch's mean) and accuracy. */
+static bool validate(Run *r) {
+  dlc_train *t = r->step ? r->step : r->rest;
+  if (!api_ok(r->eval, dlc_train_copy_state(r->eval, t))) return false;
+  int64_t *order = malloc(sizeof *order * (size_t)r->val.count);
+  if (!order) return false;
+  train_data_order(r->val.count, false, 0, 0, order);
+  double loss_sum = 0;
+  int64_t counted = 0, correct = 0;
+  bool ok = true;
+  for (int64_t at = 0; ok && at < r->val.count; at += r->a->batch) {
+    int64_t n = r->val.count - at < r->a->batch ? r->val.count - at : r->a->batch;
+    ok = set_batch(r, r->eval, &r->val, order + at, n, r->a->batch) &&
+         api_ok(r->eval, dlc_run(dlc_train_model(r->eval)));
+    if (ok) score_batch(r, n, &loss_sum, &counted, &correct);
+  }
+  free(order);
+  if (!ok) return false;
+  printf("epoch %" PRId64 ": val loss %.6f", r->epoch, counted ? loss_sum / (double)counted : 0.0);
+  if (r->accuracy) printf(", val accuracy %.2f%%", counted ? 100.0 * (double)correct / (double)counted : 0.0);
+  printf("\n");
+  if (r->log)
+    fprintf(r->log, "{\"epoch\": %" PRId64 ", \"val_loss\": %.9g%s%.9g}\n", r->epoch,
+            counted ? loss_sum / (double)counted : 0.0, r->accuracy ? ", \"val_accuracy\": " : ", \"val_n\": ",
+            r->accuracy ? (counted ? (double)correct / (double)counted : 0.0) : (double)r->val.count);
+  return true;
+}
+
+static bool run_epoch(Run *r) {
+  train_data_order(r->data.count, r->a->shuffle, r->a->seed, r->epoch, r->order);
+  int64_t b = r->a->batch, full = r->data.count / b;
+  double loss_sum = 0;
+  int64_t steps = 0;
+  for (int64_t k = 0; k < full + (r->rest_n > 0); k++) {
+    float loss;
+    bool last = k == full;
+    if (!train_batch(r, last ? r->rest : r->step, r->order + k * b, last ? r->rest_n : b, &loss)) return false;
+    loss_sum += loss;
+    steps++;
+    progress(r, k + 1, loss);
+  }
+  if (r->tty) fputs("\r\033[K", stderr);
+  r->epoch++;
+  printf("epoch %" PRId64 ": train loss %.6f (mean of %" PRId64 " steps)\n", r->epoch,
+         steps ? loss_sum / (double)steps : 0.0, steps);
+  bool ok = !r->eval || validate(r);
+  fflush(stdout); /* a line per epoch, also into a pipe or a file */
+  if (r->log) fflush(r->log);
+  return ok;
+}
+
+/* Steps per epoch and the compiled steps: the full batch, the rest. */
+static bool compile_steps(Run *r) {
+  int64_t b = r->a->batch, full = r->data.count / b;
+  r->rest_n = r->a->drop_last ? 0 : r->data.count % b;
+  r->steps_per_epoch = full + (r->rest_n > 0);
+  if (r->steps_per_epoch == 0) {
+    fprintf(stderr, "dlcc: error: %s has %" PRId64 " samples, fewer than one batch of %" PRId64
+                    ", and --drop-last skips them all\n", r->data.dir, r->data.count, b);
+    return false;
+  }
+  if (full && !(r->step = compile_for(r, &r->data, b, false))) return false;
+  if (r->rest_n && !(r->rest = compile_for(r, &r->data, r->rest_n, false))) return false;
+  if (r->a->val && !(r->eval = compile_for(r, &r->val, b, true))) return false;
+  if (!check_classes(r, &r->data) || (r->a->val && !check_classes(r, &r->val))) return false;
+  return true;
+}
+
+static bool setup(Run *r) {
+  char err[1024];
+  TrainArgs *a = r->a;
+  if (a->schedule_text && !train_sched_parse(a->schedule_text, &r->sched, err, sizeof err)) {
+    fprintf(stderr, "dlcc: error: %s\n", err);
+    return false;
+  }
+  bool need_target = a->loss.name != NULL;
+  if (!train_data_read(a->data, need_target, &r->data, err, sizeof err) ||
+      (a->val && !train_data_read(a->val, need_target, &r->val, err, sizeof err))) {
+    fprintf(stderr, "dlcc: error: %s\n", err);
+    return false;
+  }
+  if (!compile_steps(r) || !bind_weights(r)) return false;
+  r->order = malloc(sizeof *r->order * (size_t)r->data.count);
+  r->bufs = calloc((size_t)r->data.n, sizeof *r->bufs);
+  for (int i = 0; r->bufs && i < r->data.n; i++) {
+    const TrainArray *v = a->val ? train_data_find(&r->val, r->data.a[i].name) : NULL;
+    size_t row = r->data.a[i].sample_bytes;
+    if (v && v->sample_bytes > row) row = v->sample_bytes;
+    r->bufs[i] = malloc(row * (size_t)a->batch);
+    if (v && strcmp(v->name, TRAIN_TARGET) == 0) r->bufs_val_target = r->bufs[i];
+    if (!r->bufs[i]) break;
+  }
+  if (!r->order || !r->bufs || (r->data.n && !r->bufs[r->data.n - 1])) {
+    fputs("dlcc: error: out of memory\n", stderr);
+    return false;
+  }
+  if (a->log && !(r->log = fopen(a->log, a->resume ? "a" : "w"))) {
+    fprintf(stderr, "dlcc: error: %s: %s\n", a->log, strerror(errno));
+    return false;
+  }
+  r->tty = isatty(STDERR_FILENO);
+  return true;
+}
+
+static void teardown(Run *r) {
+  for (int i = 0; r->bufs && i < r->data.n; i++) free(r->bufs[i]);
+  free(r->bufs);
+  free(r->order);
+  if (r->log) fclose(r->log);
+  dlc_train_free(r->step);
+  dlc_train_free(r->rest);
+  dlc_train_free(r->eval);
+  train_data_free(&r->data);
+  train_data_free(&r->val);
+  for (int i = 0; i < r->a->api.n_defines; i++) free((char *)r->a->defines[i].name);
+}
+
+int driver_train(int argc, char **argv) {
+  TrainArgs a = {0};
+  int rc = parse_train_args(argc, argv, &a);
+  if (rc) return rc == 2 ? 0 : 1;
+  Run r = {.a = &a};
+  bool ok = setup(&r);
+  if (ok) {
+    r.total_steps = (r.epoch + a.epochs) * r.steps_per_epoch;
+    r.steps_todo = a.epochs * r.steps_per_epoch;
+    r.t0 = now();
+    for (int64_t e = 0; ok && e < a.epochs; e++) ok = run_epoch(&r);
+  }
+  if (ok && a.save) ok = save(&r);
+  teardown(&r);
+  return ok ? 0 : 1;
+}

@@ -1,0 +1,77 @@
+/* What `dlcc train` (train.c) reads and computes on the host: the data
+ * folder (train_data.c: one .npy per model input and target.npy, checked
+ * against the compiled step), the order of samples per epoch, batches
+ * gathered from it, and the learning-rate schedule (train_sched.c). */
+#ifndef DLCC_DRIVER_TRAIN_H
+#define DLCC_DRIVER_TRAIN_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dlcc.h"
+#include "runtime/tensorio.h"
+
+#define TRAIN_TARGET "target"
+
+typedef struct TrainArray {
+  char *name; /* the file's name without .npy: the model input it feeds */
+  char *path; /* DIR/NAME.npy, for messages */
+  RtTensor t;
+  size_t sample_bytes; /* one row of axis 0 */
+} TrainArray;
+
+typedef struct TrainData {
+  char *dir;
+  int n;
+  TrainArray *a; /* sorted by name */
+  int64_t count; /* samples: every array's length */
+} TrainData;
+
+/* Reads every DIR/NAME.npy: target.npy must be there when need_target
+ * (a loss reads it), each array has rank >= 1 and all have the same
+ * length, at least one sample.  False with a message naming the file in
+ * err. */
+bool train_data_read(const char *dir, bool need_target, TrainData *d, char *err, size_t errlen);
+void train_data_free(TrainData *d);
+const TrainArray *train_data_find(const TrainData *d, const char *name);
+/* The shapes the step compiles for: [batch, per-sample dims...] per
+ * array (dims points into storage, RT_MAX_RANK per array). */
+void train_data_shapes(const TrainData *d, int64_t batch, dlc_input_shape *shapes, int64_t *storage);
+/* The compiled step against the data: every model input but "dlcc.lr"
+ * has its array with the input's dtype and per-sample shape, and every
+ * array feeds an input.  False with a message naming the file. */
+bool train_data_check(const TrainData *d, dlc_model *m, char *err, size_t errlen);
+/* cross_entropy and nll with class indices: every target in [0, classes)
+ * or equal to ignore_index; false naming target.npy and the sample. */
+bool train_data_check_classes(const TrainData *d, int64_t classes, int64_t ignore_index, char *err,
+                              size_t errlen);
+/* The order of epoch `epoch` (from 0): 0..count-1, or with shuffle a
+ * Fisher-Yates shuffle drawing from splitmix64 seeded with
+ * seed + epoch (docs/training.md), so an epoch's order depends on
+ * nothing but the seed and its number. */
+void train_data_order(int64_t count, bool shuffle, uint64_t seed, int64_t epoch, int64_t *order);
+/* Samples order[0..n) of array a into dst, then (pad > n) sample order[0]
+ * again up to pad rows. */
+void train_data_gather(const TrainArray *a, const int64_t *order, int64_t n, int64_t pad, void *dst);
+
+/* The learning rate of step t (from 0, counted over the whole run) as
+ * torch.optim.lr_scheduler's closed forms give it, stepped once per
+ * optimizer step: "step:N:GAMMA" (StepLR), "cosine[:T_MAX[:ETA_MIN]]"
+ * (CosineAnnealingLR, T_MAX the run's steps unless given),
+ * "warmup:N[:START]" (LinearLR from START, default 1/3, to 1 over N
+ * steps); a warmup and one of the others joined by ',' multiply. */
+typedef struct TrainSchedule {
+  int64_t step_size;
+  double gamma;
+  bool cosine;
+  int64_t t_max;
+  double eta_min;
+  int64_t warmup;
+  double warmup_start;
+} TrainSchedule;
+
+bool train_sched_parse(const char *text, TrainSchedule *s, char *err, size_t errlen);
+double train_sched_lr(const TrainSchedule *s, double base, int64_t t, int64_t total_steps);
+
+#endif

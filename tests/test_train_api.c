@@ -1,0 +1,285 @@
+/* The training API (dlc_train_* in include/dlcc.h) and dlcc train's host
+ * pieces (driver/train_sched.c, train_data.c): the schedules against
+ * PyTorch's closed forms (numbers from NumPy), the data order, an SGD
+ * step's update read back against its kept gradient, copy_state between
+ * steps of two batches and an eval model, what save writes, and the
+ * errors. */
+#include <check.h>
+#include <math.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "driver/train.h"
+#include "include/dlcc.h"
+#include "runtime/tensorio.h"
+
+static char path_buf[4096];
+
+static const char *model_path(const char *file) {
+  const char *s = getenv("top_srcdir");
+  snprintf(path_buf, sizeof path_buf, "%s/tests/train/%s", s ? s : ".", file);
+  return path_buf;
+}
+
+static const char *tiny_path(void) { return model_path("tiny.dl"); }
+
+START_TEST(step_lr_and_warmup) {
+  TrainSchedule s;
+  char err[256];
+  ck_assert(train_sched_parse("step:3:0.1", &s, err, sizeof err));
+  for (int t = 0; t < 8; t++)
+    ck_assert_double_eq_tol(train_sched_lr(&s, 0.5, t, 100), 0.5 * pow(0.1, t / 3), 1e-15);
+  /* LinearLR(start_factor=0.25, total_iters=4). */
+  ck_assert(train_sched_parse("warmup:4:0.25", &s, err, sizeof err));
+  const double f[] = {0.25, 0.4375, 0.625, 0.8125, 1, 1};
+  for (int t = 0; t < 6; t++) ck_assert_double_eq_tol(train_sched_lr(&s, 2.0, t, 100), 2.0 * f[t], 1e-15);
+  ck_assert(!train_sched_parse("warmup:4,warmup:2", &s, err, sizeof err));
+  ck_assert_str_eq(err, "--schedule: 'warmup:2': expected step, cosine or warmup, at most one warmup and one of "
+                        "step and cosine");
+  ck_assert(!train_sched_parse("step:2", &s, err, sizeof err));
+}
+END_TEST
+
+START_TEST(cosine_as_pytorch) {
+  /* CosineAnnealingLR(T_max=10, eta_min=0.001) from 0.1, NumPy's closed form. */
+  static const double want[] = {0.10000000000000001, 0.097577297556610113, 0.090546341221559898,
+                                0.079595369988477424, 0.065796341221559904, 0.050500000000000003,
+                                0.035203658778440103, 0.021404630011522593, 0.010453658778440102,
+                                0.0034227024433898948, 0.001, 0.003422702443389884};
+  TrainSchedule s;
+  char err[256];
+  ck_assert(train_sched_parse("cosine:10:0.001", &s, err, sizeof err));
+  for (int t = 0; t < 12; t++) ck_assert_double_eq_tol(train_sched_lr(&s, 0.1, t, 999), want[t], 1e-15);
+  /* T_max defaults to the run's steps. */
+  ck_assert(train_sched_parse("cosine", &s, err, sizeof err));
+  ck_assert_double_eq_tol(train_sched_lr(&s, 0.1, 5, 10), 0.05, 1e-15);
+}
+END_TEST
+
+static bool is_permutation(const int64_t *o, int64_t n) {
+  bool seen[64] = {0};
+  for (int64_t i = 0; i < n; i++) {
+    if (o[i] < 0 || o[i] >= n || seen[o[i]]) return false;
+    seen[o[i]] = true;
+  }
+  return true;
+}
+
+START_TEST(data_order) {
+  int64_t a[50], b[50], c[50];
+  train_data_order(50, false, 7, 3, a);
+  for (int i = 0; i < 50; i++) ck_assert_int_eq(a[i], i);
+  train_data_order(50, true, 7, 3, a);
+  train_data_order(50, true, 7, 3, b);
+  train_data_order(50, true, 7, 4, c);
+  ck_assert(is_permutation(a, 50) && is_permutation(c, 50));
+  ck_assert(memcmp(a, b, sizeof a) == 0);
+  ck_assert(memcmp(a, c, sizeof a) != 0);
+}
+END_TEST
+
+static dlc_train *compile_model(const char *file, int64_t batch, const char *optimizer, int eval, int keep_grads) {
+  dlc_train_options o;
+  ck_assert_int_eq(dlc_train_options_init(&o, optimizer), DLC_OK);
+  int64_t xd[2] = {batch, 4}, td[1] = {batch};
+  dlc_input_shape shapes[2] = {{"x", 2, xd}, {"target", 1, td}};
+  o.model.backend = "ref";
+  o.model.n_input_shapes = 2;
+  o.model.input_shapes = shapes;
+  o.loss = "cross_entropy";
+  o.eval = eval;
+  o.optimizer.keep_grads = keep_grads;
+  dlc_train *t;
+  dlc_status st = dlc_train_compile(model_path(file), &o, &t);
+  if (st != DLC_OK) fprintf(stderr, "%s", dlc_train_error(t));
+  ck_assert_int_eq(st, DLC_OK);
+  return t;
+}
+
+static dlc_train *compile_tiny(int64_t batch, const char *optimizer, int eval, int keep_grads) {
+  return compile_model("tiny.dl", batch, optimizer, eval, keep_grads);
+}
+
+static void set_batch(dlc_train *t, int64_t batch) {
+  float x[8 * 4];
+  int64_t y[8];
+  for (int i = 0; i < batch * 4; i++) x[i] = (float)sin(i * 0.7);
+  for (int i = 0; i < batch; i++) y[i] = i % 3;
+  ck_assert_int_eq(dlc_set_input(dlc_train_model(t), "x", x, sizeof *x * (size_t)batch * 4), DLC_OK);
+  ck_assert_int_eq(dlc_set_input(dlc_train_model(t), "target", y, sizeof *y * (size_t)batch), DLC_OK);
+}
+
+static int output_named(dlc_model *m, const char *name) {
+  for (int i = 0; i < dlc_num_outputs(m); i++) {
+    dlc_tensor_info info;
+    dlc_output_info(m, i, &info);
+    if (strcmp(info.name, name) == 0) return i;
+  }
+  return -1;
+}
+
+START_TEST(sgd_step_updates_by_the_gradient) {
+  dlc_train *t = compile_tiny(8, "sgd", 0, 1);
+  dlc_model *m = dlc_train_model(t);
+  ck_assert_int_eq(dlc_init_weights(m, 3), DLC_OK);
+  set_batch(t, 8);
+  float before[3], after[3], loss;
+  ck_assert_int_eq(dlc_get_weight(m, "fc2.bias", before, sizeof before), DLC_OK);
+  ck_assert_int_eq(dlc_train_step(t, 0.25f, &loss), DLC_OK);
+  ck_assert(isfinite(loss) && loss > 0);
+  ck_assert_int_eq(dlc_get_weight(m, "fc2.bias", after, sizeof after), DLC_OK);
+  int gi = output_named(m, "fc2.bias.grad");
+  ck_assert_int_ge(gi, 0);
+  const void *g;
+  size_t n;
+  ck_assert_int_eq(dlc_get_output(m, gi, &g, &n), DLC_OK);
+  ck_assert_uint_eq(n, sizeof before);
+  for (int i = 0; i < 3; i++) ck_assert_float_eq_tol(after[i], before[i] - 0.25f * ((const float *)g)[i], 1e-7);
+  /* The same inputs again: a smaller loss. */
+  float loss2;
+  ck_assert_int_eq(dlc_train_step(t, 0.25f, &loss2), DLC_OK);
+  ck_assert_float_lt(loss2, loss);
+  dlc_train_free(t);
+}
+END_TEST
+
+START_TEST(copy_state_and_save) {
+  dlc_train *t = compile_tiny(8, "adamw", 0, 0), *rest = compile_tiny(6, "adamw", 0, 0);
+  dlc_train *eval = compile_tiny(8, "adamw", 1, 0);
+  ck_assert_int_eq(dlc_init_weights(dlc_train_model(t), 1), DLC_OK);
+  set_batch(t, 8);
+  ck_assert_int_eq(dlc_train_step(t, 0.01f, NULL), DLC_OK);
+  ck_assert_int_eq(dlc_train_copy_state(rest, t), DLC_OK);
+  ck_assert_int_eq(dlc_train_copy_state(eval, t), DLC_OK);
+  ck_assert_int_eq(dlc_train_num_params(rest), dlc_train_num_params(t));
+  ck_assert_int_lt(dlc_train_num_params(eval), dlc_train_num_params(t)); /* no optimizer state */
+  float a[24], b[24], c[24];
+  ck_assert_int_eq(dlc_get_weight(dlc_train_model(t), "dlcc.optim.fc2.weight.exp_avg", a, sizeof a), DLC_OK);
+  ck_assert_int_eq(dlc_get_weight(dlc_train_model(rest), "dlcc.optim.fc2.weight.exp_avg", b, sizeof b), DLC_OK);
+  ck_assert(memcmp(a, b, sizeof a) == 0);
+  ck_assert_int_eq(dlc_get_weight(dlc_train_model(t), "fc2.weight", a, sizeof a), DLC_OK);
+  ck_assert_int_eq(dlc_get_weight(dlc_train_model(eval), "fc2.weight", c, sizeof c), DLC_OK);
+  ck_assert(memcmp(a, c, sizeof a) == 0);
+  /* An eval model takes no step; its loss is one value per sample. */
+  ck_assert_int_eq(dlc_train_step(eval, 0.1f, NULL), DLC_ERR_ARGUMENT);
+  ck_assert_str_eq(dlc_train_error(eval), "dlcc: error: an eval model takes no step: dlc_run it\n");
+  dlc_tensor_info info;
+  ck_assert_int_eq(dlc_output_info(dlc_train_model(eval), 0, &info), DLC_OK);
+  ck_assert_int_eq(info.rank, 1);
+  ck_assert_int_eq(info.dims[0], 8);
+
+  char dir[] = "/tmp/dlcc_train_api_XXXXXX", sd[64], ck[64];
+  ck_assert_ptr_nonnull(mkdtemp(dir));
+  snprintf(sd, sizeof sd, "%s/w.safetensors", dir);
+  snprintf(ck, sizeof ck, "%s/c.safetensors", dir);
+  const char *k[] = {"epoch"}, *v[] = {"7"};
+  ck_assert_int_eq(dlc_train_save(t, sd, 0, 0, NULL, NULL), DLC_OK);
+  ck_assert_int_eq(dlc_train_save(t, ck, 1, 1, k, v), DLC_OK);
+  RtTensorSet s;
+  char err[256];
+  ck_assert_int_eq(rt_safetensors_read(sd, &s, err, sizeof err), 0);
+  ck_assert_int_eq(s.n, 4);
+  ck_assert_str_eq(s.names[0], "fc1.weight");
+  ck_assert_int_eq(s.n_meta, 0);
+  rt_tensor_set_free(&s);
+  ck_assert_int_eq(rt_safetensors_read(ck, &s, err, sizeof err), 0);
+  ck_assert_int_eq(s.n, dlc_train_num_params(t));
+  ck_assert_ptr_nonnull(rt_tensor_set_find(&s, "dlcc.optim.step"));
+  rt_tensor_set_free(&s);
+  char *value;
+  ck_assert_int_eq(dlc_train_checkpoint_meta(t, ck, "epoch", &value), DLC_OK);
+  ck_assert_str_eq(value, "7");
+  free(value);
+  ck_assert_int_eq(dlc_train_checkpoint_meta(t, ck, "position", &value), DLC_ERR_WEIGHTS);
+  ck_assert_int_eq(dlc_train_checkpoint_meta(t, sd, "epoch", &value), DLC_ERR_WEIGHTS);
+  /* Resuming from the checkpoint gives the same state. */
+  ck_assert_int_eq(dlc_load_weights(dlc_train_model(rest), ck), DLC_OK);
+  ck_assert_int_eq(dlc_get_weight(dlc_train_model(rest), "fc2.weight", b, sizeof b), DLC_OK);
+  ck_assert(memcmp(a, b, sizeof a) == 0);
+  unlink(sd), unlink(ck), rmdir(dir);
+  dlc_train_free(t), dlc_train_free(rest), dlc_train_free(eval);
+}
+END_TEST
+
+/* PyTorch's BatchNorm has the buffer num_batches_tracked, which dlcc's
+ * model lacks: the state_dict gains it, the steps taken, and dlcc loads
+ * the file back. */
+START_TEST(batchnorm_state_dict) {
+  dlc_train *t = compile_model("tinybn.dl", 8, "sgd", 0, 0), *eval = compile_model("tinybn.dl", 8, "sgd", 1, 0);
+  ck_assert_int_eq(dlc_init_weights(dlc_train_model(t), 2), DLC_OK);
+  set_batch(t, 8);
+  ck_assert_int_eq(dlc_train_step(t, 0.1f, NULL), DLC_OK);
+  ck_assert_int_eq(dlc_train_step(t, 0.1f, NULL), DLC_OK);
+  char dir[] = "/tmp/dlcc_train_bn_XXXXXX", sd[64];
+  ck_assert_ptr_nonnull(mkdtemp(dir));
+  snprintf(sd, sizeof sd, "%s/w.safetensors", dir);
+  ck_assert_int_eq(dlc_train_save(t, sd, 0, 0, NULL, NULL), DLC_OK);
+  RtTensorSet s;
+  char err[256];
+  ck_assert_int_eq(rt_safetensors_read(sd, &s, err, sizeof err), 0);
+  const RtTensor *n = rt_tensor_set_find(&s, "bn.num_batches_tracked");
+  ck_assert_ptr_nonnull(n);
+  ck_assert_int_eq(n->dtype, RT_I64);
+  ck_assert_int_eq(n->rank, 0);
+  ck_assert_int_eq(*(const int64_t *)n->data, 2);
+  ck_assert_ptr_nonnull(rt_tensor_set_find(&s, "bn.running_var"));
+  rt_tensor_set_free(&s);
+  dlc_status st = dlc_load_weights(dlc_train_model(eval), sd);
+  ck_assert_msg(st == DLC_OK, "%s", dlc_train_error(eval));
+  unlink(sd), rmdir(dir);
+  dlc_train_free(t), dlc_train_free(eval);
+}
+END_TEST
+
+START_TEST(option_errors) {
+  dlc_train_options o;
+  ck_assert_int_eq(dlc_train_options_init(&o, "rmsprop"), DLC_ERR_ARGUMENT);
+  ck_assert_int_eq(dlc_train_options_init(&o, "adamw"), DLC_OK);
+  ck_assert_double_eq_tol(o.optimizer.weight_decay, 0.01, 1e-15);
+  ck_assert_int_eq(o.ignore_index, -100);
+  o.loss = "hinge";
+  dlc_train *t;
+  ck_assert_int_eq(dlc_train_compile(tiny_path(), &o, &t), DLC_ERR_ARGUMENT);
+  ck_assert_str_eq(dlc_train_error(t),
+                   "dlcc: error: unknown loss 'hinge' (expected cross_entropy, nll, mse, l1, smooth_l1 or "
+                   "bce_with_logits)\n");
+  dlc_train_free(t);
+  o.loss = "cross_entropy";
+  o.model.grad = 1;
+  ck_assert_int_eq(dlc_train_compile(tiny_path(), &o, &t), DLC_ERR_ARGUMENT);
+  ck_assert_ptr_nonnull(strstr(dlc_train_error(t), "takes no grad, optimizer, quantize or weights"));
+  dlc_train_free(t);
+  o.model.grad = 0;
+  o.eval = 1;
+  o.loss = NULL;
+  ck_assert_int_eq(dlc_train_compile(tiny_path(), &o, &t), DLC_ERR_ARGUMENT);
+  ck_assert_str_eq(dlc_train_error(t), "dlcc: error: an eval model needs a loss\n");
+  dlc_train_free(t);
+  t = compile_tiny(8, "sgd", 0, 0);
+  ck_assert_int_eq(dlc_train_save(t, "/nonexistent/x.safetensors", 0, 0, NULL, NULL), DLC_ERR_ARGUMENT);
+  ck_assert_str_eq(dlc_train_error(t), "dlcc: error: the training step has no weights bound yet\n");
+  dlc_train_free(t);
+}
+END_TEST
+
+int main(void) {
+  Suite *s = suite_create("train_api");
+  TCase *tc = tcase_create("train_api");
+  tcase_set_timeout(tc, 120);
+  tcase_add_test(tc, step_lr_and_warmup);
+  tcase_add_test(tc, cosine_as_pytorch);
+  tcase_add_test(tc, data_order);
+  tcase_add_test(tc, sgd_step_updates_by_the_gradient);
+  tcase_add_test(tc, copy_state_and_save);
+  tcase_add_test(tc, batchnorm_state_dict);
+  tcase_add_test(tc, option_errors);
+  suite_add_tcase(s, tc);
+  SRunner *sr = srunner_create(s);
+  srunner_run_all(sr, CK_NORMAL);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed ? 1 : 0;
+}

@@ -1,0 +1,37 @@
+# Writes the .npy files tests/train_cli.sh trains on (committed; run again
+# only to change them): a 3-class problem on 4 features, 22 training and
+# 10 validation samples, and the single bad arrays the error checks
+# assemble folders from.
+import os
+
+import numpy as np
+
+here = os.path.dirname(os.path.abspath(__file__))
+r = np.random.default_rng(0)
+for d, n in (("data", 22), ("val", 10)):
+    os.makedirs(os.path.join(here, d), exist_ok=True)
+    x = r.standard_normal((n, 4)).astype(np.float32)
+    y = (x[:, 0] > 0).astype(np.int64) + (x[:, 1] > 0.5)
+    np.save(os.path.join(here, d, "x.npy"), x)
+    np.save(os.path.join(here, d, "target.npy"), y)
+bad = os.path.join(here, "bad")
+os.makedirs(bad, exist_ok=True)
+np.save(os.path.join(bad, "target21.npy"), np.zeros(21, np.int64))
+np.save(os.path.join(bad, "x_f64.npy"), np.zeros((22, 4), np.float64))
+np.save(os.path.join(bad, "x5.npy"), np.zeros((22, 5), np.float32))
+np.save(os.path.join(bad, "x0.npy"), np.zeros((0, 4), np.float32))
+np.save(os.path.join(bad, "target0.npy"), np.zeros(0, np.int64))
+t = np.zeros(22, np.int64)
+t[5] = 3
+np.save(os.path.join(bad, "target_class.npy"), t)
+# Six samples each for the training examples (examples/train/), so the
+# suite trains them a step or two on emu and ref.
+for d, shape, classes in (("lenet8", (6, 1, 8, 8), 10), ("seqsign", (6, 16, 1), 2)):
+    os.makedirs(os.path.join(here, d), exist_ok=True)
+    np.save(os.path.join(here, d, "x.npy"), r.uniform(0, 1, shape).astype(np.float32))
+    np.save(os.path.join(here, d, "target.npy"), r.integers(0, classes, 6).astype(np.int64))
+# data's targets as i32 class indices and as one-hot probabilities.
+y = np.load(os.path.join(here, "data", "target.npy"))
+os.makedirs(os.path.join(here, "alt"), exist_ok=True)
+np.save(os.path.join(here, "alt", "target_i32.npy"), y.astype(np.int32))
+np.save(os.path.join(here, "alt", "target_prob.npy"), np.eye(3, dtype=np.float32)[y])

@@ -1,0 +1,150 @@
+#!/bin/sh
+# `dlcc train` (driver/train.c) on a tiny MLP and 22 samples
+# (tests/train/, written by make_data.py): the loss goes down, emu equals
+# ref step by step (also for the LeNet and LSTM of examples/train/), --resume continues bit for bit, --save loads back
+# (into dlcc run, and strictly into a torch module when torch imports),
+# the jsonl log and the schedule's rates, and each bad data folder's
+# message naming its file.
+set -u
+. "${top_srcdir:-.}/tests/clilib.sh"
+dlcc="${top_builddir:-.}/dlcc"
+t="${top_srcdir:-.}/tests/train"
+A="$t/tiny.dl --batch 8 --loss=cross_entropy --optimizer=adamw --lr=0.05"
+
+# The losses of a jsonl log, one a line.
+losses() { sed 's/.*"loss": \([^,]*\),.*/\1/' "$1"; }
+
+# Trains, and the mean loss per epoch falls; emu's step losses equal ref's.
+expect 0 "" "$dlcc" train $A --data "$t/data" --val "$t/val" --epochs 4 --backend=ref --log "$tmp/ref.jsonl"
+cp "$tmp/out" "$tmp/ref.out"
+first=$(sed -n 's/^epoch 1: train loss \([0-9.]*\).*/\1/p' "$tmp/ref.out")
+last=$(sed -n 's/^epoch 4: train loss \([0-9.]*\).*/\1/p' "$tmp/ref.out")
+awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < a * 0.9) }' || fail "the loss did not fall: $first -> $last"
+grep -q '^epoch 4: val loss [0-9.]*, val accuracy [0-9.]*%$' "$tmp/ref.out" || fail "no validation line: $(cat "$tmp/ref.out")"
+[ "$(wc -l <"$tmp/ref.jsonl")" -eq $((4 * 3 + 4)) ] || fail "the log has $(wc -l <"$tmp/ref.jsonl") lines, expected 16"
+expect 0 "" "$dlcc" train $A --data "$t/data" --val "$t/val" --epochs 4 --backend=emu --log "$tmp/emu.jsonl"
+grep '"step"' "$tmp/ref.jsonl" >"$tmp/ref.steps"
+grep '"step"' "$tmp/emu.jsonl" >"$tmp/emu.steps"
+losses "$tmp/ref.steps" >"$tmp/ref.l"
+losses "$tmp/emu.steps" >"$tmp/emu.l"
+paste "$tmp/ref.l" "$tmp/emu.l" | awk '{ d = $1 - $2; if (d < 0) d = -d; if (d > 1e-5 * ($1 < 0 ? -$1 : $1) + 1e-6) bad++ }
+  END { exit bad > 0 || NR != 12 }' || fail "emu's step losses differ from ref's: $(paste "$tmp/ref.l" "$tmp/emu.l")"
+
+# Targets as i32 class indices or one-hot probabilities: the same losses
+# as i64 indices (and no accuracy for probabilities).
+for kind in i32 prob; do
+  rm -rf "$tmp/$kind"; mkdir "$tmp/$kind"
+  cp "$t/data/x.npy" "$tmp/$kind/"; cp "$t/alt/target_$kind.npy" "$tmp/$kind/target.npy"
+  expect 0 "" "$dlcc" train $A --data "$tmp/$kind" --val "$tmp/$kind" --epochs 2 --backend=ref --shuffle=false \
+    --log "$tmp/$kind.jsonl"
+  grep '"step"' "$tmp/$kind.jsonl" | losses /dev/stdin >"$tmp/$kind.l"
+done
+expect 0 "" "$dlcc" train $A --data "$t/data" --val "$t/data" --epochs 2 --backend=ref --shuffle=false --log "$tmp/i64.jsonl"
+grep '"step"' "$tmp/i64.jsonl" | losses /dev/stdin >"$tmp/i64.l"
+cmp -s "$tmp/i64.l" "$tmp/i32.l" || fail "i32 targets: $(paste "$tmp/i64.l" "$tmp/i32.l")"
+paste "$tmp/i64.l" "$tmp/prob.l" | awk '{ d = $1 - $2; if (d < 0) d = -d; if (d > 1e-6) bad++ } END { exit bad > 0 || NR != 6 }' ||
+  fail "probability targets: $(paste "$tmp/i64.l" "$tmp/prob.l")"
+grep -q '"val_n": 22}$' "$tmp/prob.jsonl" || fail "probabilities have an accuracy: $(cat "$tmp/prob.jsonl")"
+
+# The training examples (examples/train/) a step and a partial batch on
+# each backend: the same losses.
+for m in lenet8 seqsign; do
+  for b in ref emu; do
+    expect 0 "" "$dlcc" train "${top_srcdir:-.}/examples/train/$m.dl" --data "$t/$m" --batch 4 --loss=cross_entropy \
+      --optimizer=adam --lr=0.01 --backend=$b --log "$tmp/$m.$b.jsonl"
+    losses "$tmp/$m.$b.jsonl" >"$tmp/$m.$b.l"
+  done
+  paste "$tmp/$m.ref.l" "$tmp/$m.emu.l" | awk '{ d = $1 - $2; if (d < 0) d = -d; if (d > 1e-5 * $1 + 1e-6) bad++ }
+    END { exit bad > 0 || NR != 2 }' || fail "$m: emu's step losses differ from ref's: $(paste "$tmp/$m.ref.l" "$tmp/$m.emu.l")"
+done
+
+# The log: one object per step with epoch, step, loss and lr (the last
+# partial batch of 6 is a step of its own); a validation object per epoch.
+head -1 "$tmp/ref.jsonl" | grep -q '^{"epoch": 1, "step": 1, "loss": [0-9.e-]*, "lr": 0.05}$' ||
+  fail "log line: $(head -1 "$tmp/ref.jsonl")"
+sed -n 4p "$tmp/ref.jsonl" | grep -q '^{"epoch": 1, "val_loss": [0-9.e-]*, "val_accuracy": [0-9.e-]*}$' ||
+  fail "validation log line: $(sed -n 4p "$tmp/ref.jsonl")"
+
+# Schedules, per step: StepLR halves every 2 steps, LinearLR warms up
+# from 1/3, and --drop-last leaves 2 steps an epoch.
+expect 0 "" "$dlcc" train $A --data "$t/data" --epochs 2 --backend=ref --drop-last --schedule=step:2:0.5 \
+  --log "$tmp/step.jsonl"
+[ "$(sed 's/.*"lr": \([^}]*\)}/\1/' "$tmp/step.jsonl" | tr '\n' ' ')" = "0.05 0.05 0.025 0.025 " ] ||
+  fail "StepLR: $(cat "$tmp/step.jsonl")"
+expect 0 "" "$dlcc" train $A --data "$t/data" --epochs 1 --backend=ref --schedule=warmup:2 --log "$tmp/warm.jsonl"
+[ "$(sed 's/.*"lr": \([^}]*\)}/\1/' "$tmp/warm.jsonl" | tr '\n' ' ')" = "0.0166666667 0.0333333333 0.05 " ] ||
+  fail "LinearLR warmup: $(cat "$tmp/warm.jsonl")"
+
+# Two epochs in one run equal one, a checkpoint and one more, bit for bit.
+expect 0 "" "$dlcc" train $A --data "$t/data" --epochs 2 --backend=emu --save "$tmp/two.safetensors"
+expect 0 "" "$dlcc" train $A --data "$t/data" --epochs 1 --backend=emu --save "$tmp/one.safetensors"
+expect 0 "" "$dlcc" train $A --data "$t/data" --epochs 1 --backend=emu --resume "$tmp/one.ckpt.safetensors" \
+  --save "$tmp/res.safetensors"
+cmp -s "$tmp/two.safetensors" "$tmp/res.safetensors" || fail "resumed weights differ from one run's"
+cmp -s "$tmp/two.ckpt.safetensors" "$tmp/res.ckpt.safetensors" || fail "resumed checkpoint differs from one run's"
+# The state_dict holds the model's names only; the checkpoint adds the state.
+head -c 400 "$tmp/two.safetensors" | grep -q 'dlcc\.' && fail "the state_dict has dlcc.* names"
+head -c 2000 "$tmp/two.ckpt.safetensors" | grep -q '"dlcc.optim.fc1.weight.exp_avg"' ||
+  fail "the checkpoint lacks the optimizer state"
+head -c 2000 "$tmp/two.ckpt.safetensors" | grep -q '"epoch":"2"' || fail "the checkpoint lacks its epoch"
+expect 0 "" "$dlcc" run "$t/tiny.dl" --weights "$tmp/two.safetensors" --input "x=$t/val/x.npy"
+expect 1 "dlcc: error: $tmp/two.safetensors: not a dlcc training checkpoint (no \"dlcc.checkpoint\" in its metadata)" \
+  "$dlcc" train $A --data "$t/data" --backend=ref --resume "$tmp/two.safetensors"
+if /usr/bin/python3 -c 'import torch, safetensors' 2>/dev/null; then
+  /usr/bin/python3 - "$tmp/two.safetensors" <<'EOF' || fail "torch did not load the state_dict strictly"
+import sys, torch
+from safetensors.torch import load_file
+m = torch.nn.Sequential()
+m.add_module("fc1", torch.nn.Linear(4, 8))
+m.add_module("relu", torch.nn.ReLU())
+m.add_module("fc2", torch.nn.Linear(8, 3))
+m.load_state_dict(load_file(sys.argv[1]), strict=True)
+EOF
+else
+  echo "torch or safetensors does not import: the strict PyTorch load is not checked"
+fi
+
+# Bad data folders, each named by its file.
+bad() { rm -rf "$tmp/$1"; mkdir "$tmp/$1"; d=$tmp/$1; }
+R="$t/tiny.dl --batch 8 --loss=cross_entropy --backend=ref"
+bad len; cp "$t/data/x.npy" "$d/"; cp "$t/bad/target21.npy" "$d/target.npy"
+expect 1 "dlcc: error: $d/x.npy has 22 samples but $d/target.npy has 21: the arrays disagree in length" \
+  "$dlcc" train $R --data "$d"
+bad dtype; cp "$t/data/target.npy" "$d/"; cp "$t/bad/x_f64.npy" "$d/x.npy"
+expect 1 "dlcc: error: $d/x.npy: samples of f64 [4], but the model's input 'x' takes f32 [4] per sample" \
+  "$dlcc" train $R --data "$d"
+bad shape; cp "$t/data/target.npy" "$d/"; cp "$t/bad/x5.npy" "$d/x.npy"
+expect 1 "dlcc: note: the inputs given: target [8] from $d/target.npy, x [8, 5] from $d/x.npy (the batch, then a sample's shape)" \
+  "$dlcc" train $R --data "$d"
+grep -q "tiny.dl:2:22: error: dim 1 of input 'x' is 4, but the input given has 5" "$tmp/err" || fail "$(cat "$tmp/err")"
+bad notarget; cp "$t/data/x.npy" "$d/"
+expect 1 "dlcc: error: $d/target.npy: missing: the data folder needs the loss's target there" "$dlcc" train $R --data "$d"
+bad empty; cp "$t/bad/x0.npy" "$d/x.npy"; cp "$t/bad/target0.npy" "$d/target.npy"
+expect 1 "dlcc: error: $d/target.npy: no samples (axis 0 is empty)" "$dlcc" train $R --data "$d"
+bad class; cp "$t/data/x.npy" "$d/"; cp "$t/bad/target_class.npy" "$d/target.npy"
+expect 1 "dlcc: error: $d/target.npy: sample 5 has class 3, outside [0, 3) of the model's 3 classes (and not the ignore_index -100)" \
+  "$dlcc" train $R --data "$d"
+bad extra; cp "$t/data/x.npy" "$t/data/target.npy" "$d/"; cp "$t/data/x.npy" "$d/extra.npy"
+expect 1 "dlcc: error: $d/extra.npy: the model has no input 'extra'" "$dlcc" train $R --data "$d"
+bad valclass; cp "$t/val/x.npy" "$d/x.npy"; cp "$t/bad/target_class.npy" "$d/target.npy"
+expect 1 "dlcc: error: $d/x.npy has 10 samples but $d/target.npy has 22: the arrays disagree in length" \
+  "$dlcc" train $R --data "$t/data" --val "$d"
+expect 1 "dlcc: error: $tmp/nowhere: No such file or directory" "$dlcc" train $R --data "$tmp/nowhere"
+expect 1 "dlcc: error: $t/data has 22 samples, fewer than one batch of 30, and --drop-last skips them all" \
+  "$dlcc" train "$t/tiny.dl" --batch 30 --drop-last --loss=cross_entropy --data "$t/data"
+expect 1 "dlcc: error: --schedule: 'step:0:1' is not step:N:GAMMA, cosine[:T_MAX[:ETA_MIN]] or warmup:N[:START] (N and T_MAX whole numbers of steps > 0)" \
+  "$dlcc" train $R --data "$t/data" --schedule=step:0:1
+expect 1 "dlcc: error: train needs --batch=N (see dlcc train --help)" "$dlcc" train "$t/tiny.dl" --data "$t/data"
+expect 1 "dlcc: error: unknown optimizer 'lbfgs' (expected sgd, adam or adamw)" \
+  "$dlcc" train $R --data "$t/data" --optimizer=lbfgs
+expect 1 "dlcc: error: --resume and --weights both give the weights: choose one" \
+  "$dlcc" train $R --data "$t/data" --resume "$tmp/one.ckpt.safetensors" --weights "$tmp/one.safetensors"
+# A model with nothing to train.
+printf 'model noparam(x: f32[N, 4]) -> y: f32[N, 3] {\n  return slice(x, 1, 0, 3) * 2.0\n}\n' >"$tmp/noparam.dl"
+expect_sub 1 "no trainable parameter" "$dlcc" train "$tmp/noparam.dl" --batch 8 --loss=cross_entropy --backend=ref \
+  --data "$t/data"
+# Without --loss the model's output 0 must be its loss.
+expect_sub 1 "error: the loss must be one float value to differentiate, but output 'logits' is f32[8, 3]" \
+  "$dlcc" train "$t/tiny.dl" --batch 8 --backend=ref --data "$t/data"
+
+finish train_cli
