@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "frontend/lower.h"
-#include "passes/loss.h"
+#include "ir/loss.h"
 
 typedef struct TypeText {
   char s[IR_TYPE_STR_MAX];

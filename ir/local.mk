@@ -11,6 +11,7 @@ libdlcc_core_la_SOURCES += \
 	ir/eval.c ir/eval.h \
 	ir/train_ops.c \
 	ir/grad.c ir/grad.h \
+	ir/loss.c ir/loss.h \
 	ir/indices.c \
 	ir/cost.c
 libdlcc_core_la_SOURCES += ir/init.c
