@@ -139,6 +139,30 @@ static const char helpers[] =
     "__device__ __forceinline__ unsigned char dl_f2u8(float x) {\n"
     "  return fabsf(x) < 2147483648.0f ? (unsigned char)(int)x : (unsigned char)0;\n"
     "}\n"
+    "/* ir/narrow.c's rounding into a narrow float format: m mantissa bits,\n"
+    " * emin the smallest normal exponent, past mx: mx when sat, else ovf;\n"
+    " * uz: no negative zero; nan0: NaN becomes a zero (float4).  Into a\n"
+    " * narrow int: truncated, 0 outside [lo, hi]. */\n"
+    "__device__ __forceinline__ float dl_fp_round(float x, int m, int emin, float mx, bool sat, float ovf,\n"
+    "                                             bool uz, bool nan0) {\n"
+    "  if (x != x) return nan0 ? -copysignf(0.0f, x) : x;\n"
+    "  float a = fabsf(x), r;\n"
+    "  if (a == dl_inf()) {\n"
+    "    r = sat ? mx : ovf;\n"
+    "  } else {\n"
+    "    int e;\n"
+    "    frexpf(a, &e);\n"
+    "    e = e - 1 < emin ? emin : e - 1;\n"
+    "    float q = ldexpf(1.0f, e - m);\n"
+    "    r = rintf(a / q) * q;\n"
+    "    if (r > mx) r = sat ? mx : ovf;\n"
+    "  }\n"
+    "  return uz && r == 0.0f ? 0.0f : copysignf(r, x);\n"
+    "}\n"
+    "__device__ __forceinline__ float dl_int_round(float x, float lo, float hi) {\n"
+    "  float t = truncf(x);\n"
+    "  return t != t || t < lo || t > hi ? 0.0f : t + 0.0f;\n"
+    "}\n"
     "/* int8, as eval.c: one f32 division (IEEE whatever the flags), rounded\n"
     " * half to even, plus the zero point zp, saturated to the codes [lo, hi]\n"
     " * (ir_quant_range); NaN -> zp.  And back with one f32 product that no\n"
@@ -377,6 +401,23 @@ static void op_int(Out *o, const KExpr *e) {
   }
 }
 
+/* The format's constants spelled out (ir/narrow.c's table); e->i is its
+ * index, e->flag saturate. */
+static void fp_round(Out *o, const KExpr *e) {
+  const IrNarrow *f = ir_narrow_at((int)e->i);
+  if (!f) dl_internal(o->k->ctx, "fp_round of format %d", (int)e->i);
+  if (f->kind == IR_NARROW_INT) {
+    fputs("dl_int_round(", o->f), fexpr(o, e->a[0]);
+    fprintf(o->f, ", %d.0f, %d.0f)", f->emin, (int)f->max);
+    return;
+  }
+  bool sat = e->flag || f->bits == 4;
+  fputs("dl_fp_round(", o->f), fexpr(o, e->a[0]);
+  fprintf(o->f, ", %d, %d, ", f->m, f->emin), print_float(o, f->max);
+  fprintf(o->f, ", %s, ", sat ? "true" : "false"), print_float(o, f->ovf);
+  fprintf(o->f, ", %s, %s)", f->uz ? "true" : "false", f->bits == 4 ? "true" : "false");
+}
+
 static void op_float(Out *o, const KExpr *e) {
   const KExpr *a = e->a[0], *b = e->a[1];
   switch (e->op) {
@@ -408,6 +449,7 @@ static void op_float(Out *o, const KExpr *e) {
     case OP_ROUND: fcall1(o, "rintf", a); return; /* half to even in the default mode */
     case OP_FLOOR: fcall1(o, "floorf", a); return;
     case OP_CEIL: fcall1(o, "ceilf", a); return;
+    case OP_FP_ROUND: fp_round(o, e); return;
     case OP_SIGN: fcall1(o, "dl_sign", a); return;
     case OP_TAN: fcall1(o, "tanf", a); return;
     case OP_ASIN: fcall1(o, "asinf", a); return;

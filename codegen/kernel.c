@@ -7,6 +7,8 @@
 #include <math.h>
 #include <string.h>
 
+#include "ir/eval.h"
+
 static KExpr *new_expr(Kernel *k, KExprKind kind, DType dt) {
   KExpr *e = ARENA_NEW(&k->ctx->arena, KExpr);
   e->kind = kind;
@@ -350,6 +352,11 @@ KExpr *cg_kop1(Kernel *k, OpKind op, KExpr *a) {
   e->op = op;
   e->a[0] = a;
   return e;
+}
+
+void cg_fp_round_attrs(KExpr *r, const Node *n) {
+  r->i = ir_narrow_index(ir_narrow_find(ir_attr_str(n, "format")));
+  r->flag = ir_attr_int(n, "saturate") != 0;
 }
 
 KExpr *cg_kop2(Kernel *k, OpKind op, KExpr *a, KExpr *b) {

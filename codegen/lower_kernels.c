@@ -296,6 +296,7 @@ static bool lower_elementwise(CgBuild *b, const Node *n) {
     if (n->op == OP_LEAKY_RELU) r->f = ir_attr_float(n, "alpha");
     if (n->op == OP_CLIP) r->f = ir_attr_float(n, "min"), r->f2 = ir_attr_float(n, "max");
     if (n->op == OP_GELU) r->flag = strcmp(ir_attr_str(n, "approximate"), "tanh") == 0;
+    if (n->op == OP_FP_ROUND) cg_fp_round_attrs(r, n);
   }
   map_store(b, &m, out, r);
   map_end(&m);
@@ -1859,6 +1860,7 @@ bool cg_lower_node(CgBuild *b, const Node *n) {
     case OP_ROUND:
     case OP_FLOOR:
     case OP_CEIL:
+    case OP_FP_ROUND:
     case OP_SIGN:
     case OP_TAN:
     case OP_ASIN:

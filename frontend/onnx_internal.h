@@ -27,6 +27,9 @@ typedef struct Val {
   /* DequantizeLinear's codes and scales when it made this value, or the
    * accumulator of an int8 product this value dequantizes (QDQ). */
   const struct Quant *dq;
+  /* The narrow ONNX type (FLOAT8E4M3FN, INT4, ...) whose values this one
+   * holds in its wider dtype (ox_held_format), or 0. */
+  int32_t held;
 } Val;
 
 typedef struct Entry {
@@ -105,6 +108,9 @@ typedef bool OpFn(Imp *im, ONode *n);
 extern const char ox_dtypes_we_have[];
 const char *ox_onnx_type_name(int32_t t);
 bool ox_dtype_from_onnx(int32_t t, DType *out);
+/* A narrow ONNX type (float8, float4, int4, int2) and the dtype that
+ * holds its values; NULL for the others. */
+const IrNarrow *ox_held_format(int32_t t, DType *storage);
 void *ox_read_whole(const char *path, size_t *len, char *err, size_t errlen);
 char *ox_dir_of(Arena *a, const char *path);
 bool ox_tensor_from_proto(const Onnx__TensorProto *t, const char *dir, Tensor *out, char *err, size_t errlen);

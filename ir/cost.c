@@ -74,6 +74,7 @@ static const OpCost op_cost[] = {
     [OP_ROUND] = {RULE_LINEAR, 0, 1},
     [OP_FLOOR] = {RULE_LINEAR, 0, 1},
     [OP_CEIL] = {RULE_LINEAR, 0, 1},
+    [OP_FP_ROUND] = {RULE_LINEAR, 0, 8}, /* frexp, a scale, rint, the range */
     [OP_SIGN] = {RULE_LINEAR, 0, 1},
     [OP_TAN] = {RULE_LINEAR, 0, 1},
     [OP_ASIN] = {RULE_LINEAR, 0, 1},

@@ -345,6 +345,7 @@ static double unary_f(const Node *n, double x) {
     case OP_ROUND: return nearbyint(x); /* the default rounding mode: half to even */
     case OP_FLOOR: return floor(x);
     case OP_CEIL: return ceil(x);
+    case OP_FP_ROUND: return ir_narrow_round(ir_narrow_find(ir_attr_str(n, "format")), x, ir_attr_int(n, "saturate"));
     case OP_SIGN: return x > 0 ? 1.0 : x < 0 ? -1.0 : x;
     case OP_TAN: return tan(x);
     case OP_ASIN: return asin(x);
@@ -1847,6 +1848,7 @@ static bool eval_node(Eval *e, const Node *n, Tensor *const *in, Tensor *out,
     case OP_ROUND:
     case OP_FLOOR:
     case OP_CEIL:
+    case OP_FP_ROUND:
     case OP_SIGN:
     case OP_TAN:
     case OP_ASIN:

@@ -822,6 +822,7 @@ static void vjp_dropout(GradCall *c) {
 #define GRAD_ROUND ZERO
 #define GRAD_FLOOR ZERO
 #define GRAD_CEIL ZERO
+#define GRAD_FP_ROUND ZERO
 #define GRAD_SIGN ZERO
 #define GRAD_TAN UNARY
 #define GRAD_ASIN UNARY

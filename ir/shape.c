@@ -4,6 +4,7 @@
  * text, so attributes are checked for presence and kind here rather than
  * trusted, and every sum or product of dims is checked for overflow. */
 #include "ir.h"
+#include "eval.h"
 
 #include <inttypes.h>
 #include <math.h>
@@ -237,6 +238,16 @@ bool shape_unary(const Node *n, TensorType *out, char *err, size_t errlen) {
 bool shape_unary_float(const Node *n, TensorType *out, char *err, size_t errlen) {
   if (!operands_ok(n, err, errlen)) return false;
   if (!need_float(n, in_type(n, 0), err, errlen)) return false;
+  out[0] = *in_type(n, 0);
+  return true;
+}
+
+bool shape_fp_round(const Node *n, TensorType *out, char *err, size_t errlen) {
+  if (!operands_ok(n, err, errlen)) return false;
+  const Attr *f = get_attr(n, "format", AK_STR, "a string", err, errlen);
+  if (!f) return false;
+  if (!ir_narrow_find(f->s)) return fail(err, errlen, "fp_round: unknown format \"%s\"", f->s);
+  if (in_type(n, 0)->dtype != TY_F32) return fail(err, errlen, "fp_round takes f32");
   out[0] = *in_type(n, 0);
   return true;
 }
