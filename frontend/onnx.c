@@ -376,10 +376,11 @@ static bool import_node(Imp *im, const Onnx__GraphProto *gp, int idx) {
   for (int i = 0; i < on.n_out; i++) want[i] = np->output[i] && *np->output[i];
   /* A narrow type's values held wider are only read by a Cast: another
    * op would compute in the wider dtype and give it as the narrow one. */
-  bool casts = strcmp(np->op_type, "Cast") == 0 || strcmp(np->op_type, "CastLike") == 0;
+  bool casts = strcmp(np->op_type, "Cast") == 0 || strcmp(np->op_type, "CastLike") == 0 ||
+               strcmp(np->op_type, "QuantizeLinear") == 0 || strcmp(np->op_type, "DequantizeLinear") == 0;
   for (int i = 0; i < on.n_in; i++)
     if (on.in[i] && on.in[i]->held && !casts)
-      return ox_bad(im, "%s operands are not supported (only Cast and CastLike read them)",
+      return ox_bad(im, "%s operands are not supported (only Cast, CastLike, QuantizeLinear and DequantizeLinear read them)",
                     ox_onnx_type_name(on.in[i]->held));
   int errors = im->c->diag.errors;
   if (!op->fn(im, &on)) {

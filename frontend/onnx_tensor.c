@@ -202,22 +202,21 @@ done:
   return fd;
 }
 
-/* A narrow type's codes (raw_data, packed from the lowest bits up, or
- * int32_data for 8-bit codes) into out, allocated by the caller. */
+/* A narrow type's codes into out, allocated by the caller: bytes of
+ * raw_data or one byte per int32_data value, 4- and 2-bit codes packed
+ * from the lowest bits up. */
 static bool read_held(const Onnx__TensorProto *t, const IrNarrow *f, Tensor *out, char *err, size_t errlen) {
   int64_t n = ir_type_numel(&out->type);
   size_t per = (size_t)(8 / f->bits), want = ((size_t)n + per - 1) / per;
   if (n == 0) return true; /* its fields may be empty */
-  if (!t->has_raw_data && f->bits != 8)
-    return efail(err, errlen, "%s data must be raw_data", ox_onnx_type_name(t->data_type));
   size_t given = t->has_raw_data ? t->raw_data.len : t->n_int32_data;
-  if (given != (t->has_raw_data ? want : (size_t)n))
-    return efail(err, errlen, "%s needs %zu values, the tensor has %zu", ox_onnx_type_name(t->data_type),
-                 t->has_raw_data ? want : (size_t)n, given);
+  if (given != want)
+    return efail(err, errlen, "%s needs %zu bytes of codes, the tensor has %zu", ox_onnx_type_name(t->data_type),
+                 want, given);
   for (int64_t i = 0; i < n; i++) {
-    unsigned code = t->has_raw_data
-                        ? (unsigned)(t->raw_data.data[(size_t)i / per] >> ((size_t)i % per * (size_t)f->bits))
-                        : (unsigned)t->int32_data[i];
+    size_t j = (size_t)i / per;
+    unsigned byte = t->has_raw_data ? t->raw_data.data[j] : (unsigned)t->int32_data[j] & 0xffu;
+    unsigned code = byte >> ((size_t)i % per * (size_t)f->bits);
     ir_tensor_set(out, i, ir_narrow_decode(f, code & ((1u << f->bits) - 1)));
   }
   return true;
