@@ -586,7 +586,8 @@ void cg_ktf32(Kernel *k, KBlock *in, KBuf *frag, KExpr *at) {
 
 void cg_kallreduce(Kernel *k, KBlock *in, KVar *var, OpKind combine, KMap across) {
   uint32_t x = k->block[0], y = k->block[1];
-  bool ok = (var->dtype == TY_F32 || var->dtype == TY_I32 || var->dtype == TY_I64) &&
+  bool ok = (var->dtype == TY_F32 || var->dtype == TY_I32 || var->dtype == TY_I64 || var->dtype == TY_F64 ||
+             var->dtype == TY_U64) &&
             (combine == OP_ADD || combine == OP_MUL || combine == OP_MAXIMUM || combine == OP_MINIMUM) &&
             (across == KM_BLOCK_X ? x >= 1 && x <= 1024 && (x & (x - 1)) == 0 && (x <= 32 || x % 32 == 0)
                                   : across == KM_BLOCK_Y) &&

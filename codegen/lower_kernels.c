@@ -48,7 +48,8 @@ static bool check_dtypes(CgBuild *b, const Node *n, bool ints_ok) {
   for (int i = 0; i < n->n_in + n->n_out; i++) {
     DType dt = i < n->n_in ? n->in[i]->type.dtype : n->out[i - n->n_in].type.dtype;
     bool ok = ir_dtype_is_float(dt) ||
-              (ints_ok && (dt == TY_I8 || dt == TY_U8 || dt == TY_I32 || dt == TY_I64 || dt == TY_BOOL));
+              (ints_ok && (dt == TY_I8 || dt == TY_U8 || dt == TY_I32 || dt == TY_I64 || dt == TY_BOOL ||
+                           dt == TY_I16 || dt == TY_U16 || dt == TY_U32 || dt == TY_U64));
     if (!ok) return unsupported(b, n, dt);
   }
   return true;
@@ -1828,7 +1829,23 @@ static bool lower_rnn(CgBuild *b, const Node *n) {
 
 /* ---- dispatch ---- */
 
+/* f64 kernels are the loop nests of elementwise ops, reductions and
+ * data movement (each op in double, as emit_cuda spells it); matrix
+ * products, windows and the other opaque ops have f32/f16 kernels or
+ * cuBLAS calls only. */
+static bool f64_lowered(CgBuild *b, const Node *n) {
+  OpClass cls = ir_ops[n->op].cls;
+  bool rows = n->op == OP_SOFTMAX || n->op == OP_LOG_SOFTMAX || n->op == OP_LAYERNORM || n->op == OP_RMS_NORM ||
+              n->op == OP_GROUP_NORM; /* their rows are computed in f32 */
+  if (!rows && (cls == K_SOURCE || cls == K_ELEMWISE || cls == K_REDUCE || cls == K_MOVE)) return true;
+  for (int i = 0; i < n->n_in + n->n_out; i++)
+    if ((i < n->n_in ? n->in[i]->type.dtype : n->out[i - n->n_in].type.dtype) == TY_F64)
+      return unsupported(b, n, TY_F64);
+  return true;
+}
+
 bool cg_lower_node(CgBuild *b, const Node *n) {
+  if (!f64_lowered(b, n)) return false;
   switch (n->op) {
     case OP_INPUT:
     case OP_PARAM: return true;

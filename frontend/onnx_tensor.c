@@ -46,6 +46,11 @@ bool ox_dtype_from_onnx(int32_t t, DType *out) {
     case ONNX__TENSOR_PROTO__DATA_TYPE__INT64: *out = TY_I64; return true;
     case ONNX__TENSOR_PROTO__DATA_TYPE__BOOL: *out = TY_BOOL; return true;
     case ONNX__TENSOR_PROTO__DATA_TYPE__UINT8: *out = TY_U8; return true;
+    case ONNX__TENSOR_PROTO__DATA_TYPE__DOUBLE: *out = TY_F64; return true;
+    case ONNX__TENSOR_PROTO__DATA_TYPE__INT16: *out = TY_I16; return true;
+    case ONNX__TENSOR_PROTO__DATA_TYPE__UINT16: *out = TY_U16; return true;
+    case ONNX__TENSOR_PROTO__DATA_TYPE__UINT32: *out = TY_U32; return true;
+    case ONNX__TENSOR_PROTO__DATA_TYPE__UINT64: *out = TY_U64; return true;
     default: return false;
   }
 }
@@ -60,7 +65,9 @@ const IrNarrow *ox_held_format(int32_t t, DType *storage) {
   return f;
 }
 
-const char ox_dtypes_we_have[] = "dlcc has FLOAT, FLOAT16, BFLOAT16, INT8, UINT8, INT32, INT64 and BOOL";
+const char ox_dtypes_we_have[] =
+    "dlcc has FLOAT, DOUBLE, FLOAT16, BFLOAT16, INT8, UINT8, INT16, UINT16, INT32, UINT32, INT64, UINT64 and "
+    "BOOL; FLOAT8*, FLOAT4E2M1, INT4, UINT4, INT2 and UINT2 through Cast and (De)QuantizeLinear";
 
 __attribute__((format(printf, 3, 4))) static bool efail(char *err, size_t errlen, const char *fmt,
                                                          ...) {
@@ -279,6 +286,10 @@ static bool tensor_from_proto(const Onnx__TensorProto *t, const char *dir, bool 
     given = t->n_float_data, field = "float_data values";
   } else if (dt == TY_I64) {
     given = t->n_int64_data, field = "int64_data values";
+  } else if (dt == TY_F64) {
+    given = t->n_double_data, field = "double_data values";
+  } else if (dt == TY_U32 || dt == TY_U64) {
+    given = t->n_uint64_data, field = "uint64_data values";
   } else {
     given = t->n_int32_data, field = "int32_data values";
   }
@@ -317,6 +328,12 @@ static bool tensor_from_proto(const Onnx__TensorProto *t, const char *dir, bool 
     memcpy(out->data, t->float_data, nbytes);
   } else if (dt == TY_I64) {
     memcpy(out->data, t->int64_data, nbytes);
+  } else if (dt == TY_F64) {
+    memcpy(out->data, t->double_data, nbytes);
+  } else if (dt == TY_U64) {
+    memcpy(out->data, t->uint64_data, nbytes);
+  } else if (dt == TY_U32) {
+    for (int64_t i = 0; i < n; i++) ((uint32_t *)out->data)[i] = (uint32_t)t->uint64_data[i];
   } else {
     for (int64_t i = 0; i < n; i++) {
       int32_t v = t->int32_data[i];
@@ -325,6 +342,8 @@ static bool tensor_from_proto(const Onnx__TensorProto *t, const char *dir, bool 
         case TY_BF16: ((uint16_t *)out->data)[i] = (uint16_t)v; break;
         case TY_I8: ((int8_t *)out->data)[i] = (int8_t)v; break;
         case TY_U8: ((uint8_t *)out->data)[i] = (uint8_t)v; break;
+        case TY_I16: ((int16_t *)out->data)[i] = (int16_t)v; break;
+        case TY_U16: ((uint16_t *)out->data)[i] = (uint16_t)v; break;
         case TY_BOOL: ((uint8_t *)out->data)[i] = v != 0; break;
         default: ((int32_t *)out->data)[i] = v; break;
       }
