@@ -464,8 +464,9 @@ static void finfix(Out *o, const char *op, const KExpr *a, const KExpr *b) {
   fputc(')', o->f);
 }
 
-/* A comparison as the 1/0 mask of e's dtype: a typed int keeps integer
- * overloads unambiguous, a float keeps float arithmetic. */
+/* A comparison as the 1/0 mask of e's dtype (and a bit op in it): a
+ * typed int keeps integer overloads unambiguous, a float keeps float
+ * arithmetic. */
 static void cmp_int(Out *o, const KExpr *e, const char *op) {
   fprintf(o->f, "((%s)", ctype(o->k, e->dtype));
   infix(o, op, e->a[0], e->a[1]);
@@ -515,6 +516,32 @@ static void op_int(Out *o, const KExpr *e) {
     case OP_LE: cmp_int(o, e, "<="); return;
     case OP_GT: cmp_int(o, e, ">"); return;
     case OP_GE: cmp_int(o, e, ">="); return;
+    case OP_BIT_AND: cmp_int(o, e, "&"); return;
+    case OP_BIT_OR: cmp_int(o, e, "|"); return;
+    case OP_BIT_XOR: cmp_int(o, e, "^"); return;
+    case OP_BIT_NOT: fprintf(o->f, "((%s)~", ctype(o->k, e->dtype)), expr(o, a), fputc(')', o->f); return;
+    case OP_SHL:
+    case OP_SHR: {
+      /* eval.c's: a shift out of [0, width) is the sign fill (C leaves it
+       * undefined); shl through unsigned, shr arithmetic on a signed a */
+      int bits = ir_dtype_size(e->dtype) * 8;
+      bool sgn = e->dtype == TY_I8 || e->dtype == TY_I16 || e->dtype == TY_I32 || e->dtype == TY_I64;
+      fprintf(o->f, "((%s)(", ctype(o->k, e->dtype));
+      if (sgn) fputc('(', o->f), expr(o, b), fputs(" < 0) || ", o->f);
+      fputc('(', o->f), expr(o, b), fprintf(o->f, " >= %d) ? ", bits);
+      if (e->op == OP_SHR && sgn)
+        fputc('(', o->f), expr(o, a), fputs(" < 0 ? -1 : 0)", o->f);
+      else
+        fputc('0', o->f);
+      fputs(" : ", o->f);
+      if (e->op == OP_SHR && sgn)
+        fprintf(o->f, "(%s)", bits == 64 ? "long long" : "int");
+      else
+        fprintf(o->f, "(%s)", bits == 64 ? "unsigned long long" : "unsigned");
+      expr(o, a);
+      fputs(e->op == OP_SHL ? " << " : " >> ", o->f), expr(o, b), fputs("))", o->f);
+      return;
+    }
     case OP_CLIP: {
       /* The integers inside [min, max], as eval.c. */
       double lo = ceil(e->f), hi = floor(e->f2);

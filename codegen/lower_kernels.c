@@ -241,7 +241,13 @@ static bool int_elementwise_ok(OpKind op) {
     case OP_LT:
     case OP_LE:
     case OP_GT:
-    case OP_GE: return true;
+    case OP_GE:
+    case OP_BIT_AND:
+    case OP_BIT_OR:
+    case OP_BIT_XOR:
+    case OP_BIT_NOT:
+    case OP_SHL:
+    case OP_SHR: return true;
     default: return false;
   }
 }
@@ -1905,6 +1911,12 @@ bool cg_lower_node(CgBuild *b, const Node *n) {
     case OP_LE:
     case OP_GT:
     case OP_GE:
+    case OP_BIT_AND:
+    case OP_BIT_OR:
+    case OP_BIT_XOR:
+    case OP_BIT_NOT:
+    case OP_SHL:
+    case OP_SHR:
     case OP_EQUAL:
     case OP_NOT_EQUAL:
     case OP_LESS:

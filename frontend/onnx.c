@@ -45,6 +45,11 @@ static const OpEntry onnx_ops[] = {
     {"Add", ox_op_binary, "NumPy broadcasting"},
     {"And", ox_op_logic, NULL},
     {"ArgMax", ox_op_argmax, NULL},
+    {"BitShift", ox_op_bit_shift, "unsigned integers"},
+    {"BitwiseAnd", ox_op_logic, NULL},
+    {"BitwiseNot", ox_op_logic, NULL},
+    {"BitwiseOr", ox_op_logic, NULL},
+    {"BitwiseXor", ox_op_logic, NULL},
     {"Attention", ox_op_attention,
      "opsets 23-25 as its unfused graph: 3-d and 4-d, scale, causal, bool and additive masks (shorter "
      "ones padded), past key/value, grouped KV heads, softcap, softmax_precision, qk_matmul_output "

@@ -251,7 +251,17 @@ static const OpMap logic_ops[] = {
     {"Greater", OP_GREATER},   {"GreaterOrEqual", OP_GREATER_EQUAL},
     {"And", OP_LOGICAL_AND},   {"Or", OP_LOGICAL_OR}, {"Xor", OP_LOGICAL_XOR},
     {"Not", OP_LOGICAL_NOT},   {"IsNaN", OP_ISNAN},
+    {"BitwiseAnd", OP_BIT_AND}, {"BitwiseOr", OP_BIT_OR}, {"BitwiseXor", OP_BIT_XOR}, {"BitwiseNot", OP_BIT_NOT},
 };
+
+bool ox_op_bit_shift(Imp *im, ONode *n) {
+  Val *a = ox_in_req(im, n, 0), *b = ox_in_req(im, n, 1);
+  const char *dir;
+  if (!a || !b || !ox_attr_str(im, "direction", NULL, &dir)) return false;
+  if (strcmp(dir, "LEFT") != 0 && strcmp(dir, "RIGHT") != 0)
+    return ox_bad(im, "direction \"%s\" is not LEFT or RIGHT", dir);
+  return (n->out[0] = ox_op2(im, dir[0] == 'L' ? OP_SHL : OP_SHR, a, b));
+}
 
 bool ox_op_logic(Imp *im, ONode *n) {
   OpKind op = OP_COUNT;

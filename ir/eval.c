@@ -593,6 +593,8 @@ static bool eval_binary(Eval *e, const Node *n, const Tensor *a, const Tensor *b
         r = n->op == OP_LT ? ux < uy : n->op == OP_LE ? ux <= uy : n->op == OP_GT ? ux > uy : ux >= uy;
       else if (n->op == OP_POW && (int64_t)uy < 0)
         return fail(e, "u64 exponent %" PRIu64 " is not supported", uy);
+      else if ((n->op == OP_SHL || n->op == OP_SHR) && uy >= 64)
+        r = 0;
       else
         goto signed_op;
       set_i(out, i, r);
@@ -600,6 +602,24 @@ static bool eval_binary(Eval *e, const Node *n, const Tensor *a, const Tensor *b
     }
   signed_op:
     switch (n->op) {
+      case OP_BIT_AND: r = x & y; break;
+      case OP_BIT_OR: r = x | y; break;
+      case OP_BIT_XOR: r = x ^ y; break;
+      case OP_SHL:
+      case OP_SHR: { /* x: the value of a signed a, the bits of an unsigned one */
+        int64_t bits = ir_dtype_size(out->type.dtype) * 8;
+        bool sgn = out->type.dtype == TY_I8 || out->type.dtype == TY_I16 || out->type.dtype == TY_I32 ||
+                   out->type.dtype == TY_I64;
+        uint64_t ux = (uint64_t)x;
+        if (!sgn && bits < 64) ux &= ((uint64_t)1 << bits) - 1;
+        if (y < 0 || y >= bits)
+          r = n->op == OP_SHR && sgn && x < 0 ? -1 : 0;
+        else if (n->op == OP_SHL)
+          r = (int64_t)(ux << y); /* set_i wraps it to the width */
+        else
+          r = sgn ? (x < 0 ? ~(~x >> y) : x >> y) : (int64_t)(ux >> y);
+        break;
+      }
       case OP_ADD: r = wadd(x, y); break;
       case OP_SUB: r = wsub(x, y); break;
       case OP_MUL: r = wmul(x, y); break;
@@ -1966,7 +1986,15 @@ static bool eval_node(Eval *e, const Node *n, Tensor *const *in, Tensor *out,
     case OP_LT:
     case OP_LE:
     case OP_GT:
-    case OP_GE: return eval_binary(e, n, in[0], in[1], out);
+    case OP_GE:
+    case OP_BIT_AND:
+    case OP_BIT_OR:
+    case OP_BIT_XOR:
+    case OP_SHL:
+    case OP_SHR: return eval_binary(e, n, in[0], in[1], out);
+    case OP_BIT_NOT:
+      for (int64_t i = 0, count = numel(&out->type); i < count; i++) set_i(out, i, ~get_i(in[0], i));
+      return true;
     case OP_EQUAL:
     case OP_NOT_EQUAL:
     case OP_LESS:

@@ -345,6 +345,18 @@ bool shape_binary(const Node *n, TensorType *out, char *err, size_t errlen) {
   return true;
 }
 
+bool shape_bits(const Node *n, TensorType *out, char *err, size_t errlen) {
+  if (!operands_ok(n, err, errlen)) return false;
+  const TensorType *a = in_type(n, 0);
+  DType dt = a->dtype;
+  if (ir_dtype_is_float(dt) || dt == TY_BOOL) return fail(err, errlen, "%s needs integers, got %s", op_name(n), ts(a).s);
+  if (n->n_in == 1) {
+    out[0] = *a;
+    return true;
+  }
+  return shape_binary(n, out, err, errlen);
+}
+
 bool shape_mod(const Node *n, TensorType *out, char *err, size_t errlen) {
   bool fmod_flag;
   if (!attr_flag(n, "fmod", &fmod_flag, err, errlen)) return false;
