@@ -140,6 +140,12 @@ static const char helpers[] =
     "__device__ __forceinline__ unsigned char dl_f2u8(float x) {\n"
     "  return fabsf(x) < 2147483648.0f ? (unsigned char)(int)x : (unsigned char)0;\n"
     "}\n"
+    "/* bitcast: x's bytes as a T of the same size */\n"
+    "template <class T, class F> __device__ __forceinline__ T dl_bitcast(F x) {\n"
+    "  union { F f; T t; } u;\n"
+    "  u.f = x;\n"
+    "  return u.t;\n"
+    "}\n"
     "/* unsigned: no sign to keep; / and % by 0 give 0 as above */\n"
     "__device__ __forceinline__ unsigned dl_max(unsigned a, unsigned b) { return a > b ? a : b; }\n"
     "__device__ __forceinline__ unsigned dl_min(unsigned a, unsigned b) { return a < b ? a : b; }\n"
@@ -238,7 +244,7 @@ static const char helpers[] =
     "}\n"
     "/* ir/narrow.c's rounding into a narrow float format: m mantissa bits,\n"
     " * emin the smallest normal exponent, past mx: mx when sat, else ovf;\n"
-    " * uz: no negative zero; nan0: NaN becomes a zero (float4).  Into a\n"
+    " * uz: no negative zero; nan0: NaN becomes a zero (e2m1).  Into a\n"
     " * narrow int: truncated, 0 outside [lo, hi]. */\n"
     "__device__ __forceinline__ float dl_fp_round(float x, int m, int emin, float mx, bool sat, float ovf,\n"
     "                                             bool uz, bool nan0) {\n"
@@ -831,7 +837,11 @@ static void expr(Out *o, const KExpr *e) {
       fputc(']', o->f);
       return;
     case KE_OP:
-      if (e->op == OP_DROPOUT) { /* its draw: lower_train.c's dl_dropout_bits */
+      if (e->op == OP_BITCAST) {
+        fprintf(o->f, "dl_bitcast<%s, %s>(", ctype(o->k, e->dtype), ctype(o->k, e->a[0]->dtype));
+        expr(o, e->a[0]);
+        fputc(')', o->f);
+      } else if (e->op == OP_DROPOUT) { /* its draw: lower_train.c's dl_dropout_bits */
         fputs("dl_dropout_bits(", o->f), expr(o, e->a[0]), fputs(", ", o->f), expr(o, e->a[1]);
         fputs(", ", o->f), expr(o, e->a[2]), fprintf(o->f, ", %uu)", (unsigned)e->i);
       } else if (e->op == OP_QUANTIZE || e->op == OP_DEQUANTIZE) {

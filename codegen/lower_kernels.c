@@ -247,7 +247,8 @@ static bool int_elementwise_ok(OpKind op) {
     case OP_BIT_XOR:
     case OP_BIT_NOT:
     case OP_SHL:
-    case OP_SHR: return true;
+    case OP_SHR:
+    case OP_BITCAST: return true;
     default: return false;
   }
 }
@@ -271,6 +272,9 @@ static bool lower_elementwise(CgBuild *b, const Node *n) {
   bool ints = !ir_dtype_is_float(n->in[0]->type.dtype) || !ir_dtype_is_float(out->type.dtype);
   if (!check_dtypes(b, n, int_ok)) return false;
   if (ints && !int_ok) return unsupported(b, n, n->in[0]->type.dtype);
+  DType in0 = n->in[0]->type.dtype, o0 = out->type.dtype;
+  if (n->op == OP_BITCAST && (in0 == TY_F16 || in0 == TY_BF16 || o0 == TY_F16 || o0 == TY_BF16))
+    return unsupported(b, n, in0 == TY_F16 || in0 == TY_BF16 ? in0 : o0); /* no union of the half types */
   if (numel(&out->type) == 0) return true;
   Kernel *k = new_kernel(b, n, NULL, NULL);
   Map m;
@@ -298,6 +302,9 @@ static bool lower_elementwise(CgBuild *b, const Node *n) {
     if (n->op == OP_MOD) r->flag = ir_attr_int(n, "fmod") != 0;
   } else if (n->op == OP_CAST) {
     r = cg_kcast(k, x, out->type.dtype);
+  } else if (n->op == OP_BITCAST) {
+    r = cg_kop1(k, n->op, x);
+    r->dtype = out->type.dtype;
   } else {
     r = cg_kop1(k, n->op, x);
     if (n->op == OP_LEAKY_RELU) r->f = ir_attr_float(n, "alpha");
@@ -1841,6 +1848,7 @@ static bool lower_rnn(CgBuild *b, const Node *n) {
  * cuBLAS calls only. */
 static bool f64_lowered(CgBuild *b, const Node *n) {
   OpClass cls = ir_ops[n->op].cls;
+  if (n->op == OP_BITCAST) return true;
   bool rows = n->op == OP_SOFTMAX || n->op == OP_LOG_SOFTMAX || n->op == OP_LAYERNORM || n->op == OP_RMS_NORM ||
               n->op == OP_GROUP_NORM; /* their rows are computed in f32 */
   if (!rows && (cls == K_SOURCE || cls == K_ELEMWISE || cls == K_REDUCE || cls == K_MOVE)) return true;
@@ -1929,7 +1937,8 @@ bool cg_lower_node(CgBuild *b, const Node *n) {
     case OP_LOGICAL_AND:
     case OP_LOGICAL_OR:
     case OP_LOGICAL_XOR:
-    case OP_WHERE: return lower_elementwise(b, n);
+    case OP_WHERE:
+    case OP_BITCAST: return lower_elementwise(b, n);
     case OP_REDUCE_SUM:
     case OP_REDUCE_MEAN:
     case OP_REDUCE_MAX:

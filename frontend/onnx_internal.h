@@ -172,7 +172,7 @@ bool ox_need_float_in(Imp *im, Val *x);
 /* onnx_ops.c: elementwise, products, convolution, pooling,
  * normalization, losses, reductions. */
 OpFn ox_op_unary, ox_op_leaky_relu, ox_op_gelu, ox_op_elu_family, ox_op_hardsigmoid, ox_op_softplus,
-    ox_op_softsign, ox_op_prelu, ox_op_clip, ox_op_binary, ox_op_mod, ox_op_variadic, ox_op_logic, ox_op_bit_shift,
+    ox_op_softsign, ox_op_prelu, ox_op_clip, ox_op_binary, ox_op_mod, ox_op_variadic, ox_op_logic, ox_op_bit_shift, ox_op_bitcast,
     ox_op_isinf, ox_op_where, ox_op_thresholded_relu, ox_op_shrink, ox_op_trilu, ox_op_identity,
     ox_op_dropout, ox_op_cast, ox_op_matmul, ox_op_gemm, ox_op_conv, ox_op_conv_transpose, ox_op_pool,
     ox_op_global_pool, ox_op_batchnorm, ox_op_layernorm, ox_op_rms_norm, ox_op_group_norm, ox_op_lrn, ox_op_instancenorm, ox_op_softmax,
@@ -196,7 +196,9 @@ OpFn ox_op_reshape, ox_op_flatten, ox_op_squeeze, ox_op_unsqueeze, ox_op_transpo
 OpFn ox_op_resize, ox_op_grid_sample;
 
 /* onnx_newer.c: newer opsets' ops by decomposition. */
-OpFn ox_op_mish, ox_op_swish, ox_op_mvn, ox_op_lp_norm, ox_op_cumulative, ox_op_center_crop_pad;
+OpFn ox_op_mish, ox_op_swish, ox_op_mvn, ox_op_lp_norm, ox_op_cumulative, ox_op_center_crop_pad, ox_op_window;
+/* onnx_einsum.c */
+OpFn ox_op_einsum;
 
 /* onnx.c: a graph's nodes in the current scope. */
 bool ox_import_nodes(Imp *im, const Onnx__GraphProto *gp);

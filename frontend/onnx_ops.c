@@ -254,6 +254,19 @@ static const OpMap logic_ops[] = {
     {"BitwiseAnd", OP_BIT_AND}, {"BitwiseOr", OP_BIT_OR}, {"BitwiseXor", OP_BIT_XOR}, {"BitwiseNot", OP_BIT_NOT},
 };
 
+bool ox_op_bitcast(Imp *im, ONode *n) {
+  Val *x = ox_in_req(im, n, 0);
+  int64_t code;
+  DType to;
+  if (!x || !ox_attr_int(im, "to", 0, &code)) return false;
+  if (!ox_dtype_from_onnx((int32_t)code, &to))
+    return ox_bad(im, "bitcast to %s is not supported (%s)", ox_onnx_type_name((int32_t)code), ox_dtypes_we_have);
+  Emit e;
+  Node *nd = ox_begin(im, &e, OP_BITCAST, 1, &x);
+  ir_set_dtype(im->g, nd, "to", to);
+  return (n->out[0] = ox_emit1(im, &e));
+}
+
 bool ox_op_bit_shift(Imp *im, ONode *n) {
   Val *a = ox_in_req(im, n, 0), *b = ox_in_req(im, n, 1);
   const char *dir;

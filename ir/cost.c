@@ -108,6 +108,7 @@ static const OpCost op_cost[] = {
     [OP_BIT_NOT] = {RULE_LINEAR, 0, 1},
     [OP_SHL] = {RULE_LINEAR, 0, 2}, /* the width test, the shift */
     [OP_SHR] = {RULE_LINEAR, 0, 2},
+    [OP_BITCAST] = {RULE_LINEAR, 0, 0},
     [OP_EQUAL] = {RULE_LINEAR, 0, 1},
     [OP_NOT_EQUAL] = {RULE_LINEAR, 0, 1},
     [OP_LESS] = {RULE_LINEAR, 0, 1},

@@ -1992,6 +1992,9 @@ static bool eval_node(Eval *e, const Node *n, Tensor *const *in, Tensor *out,
     case OP_BIT_XOR:
     case OP_SHL:
     case OP_SHR: return eval_binary(e, n, in[0], in[1], out);
+    case OP_BITCAST: /* same size: the bytes as they are */
+      memcpy(out->data, in[0]->data, ir_tensor_nbytes(&out->type));
+      return true;
     case OP_BIT_NOT:
       for (int64_t i = 0, count = numel(&out->type); i < count; i++) set_i(out, i, ~get_i(in[0], i));
       return true;

@@ -856,6 +856,7 @@ static void vjp_dropout(GradCall *c) {
 #define GRAD_BIT_NOT NONE
 #define GRAD_SHL NONE
 #define GRAD_SHR NONE
+#define GRAD_BITCAST NONE
 #define GRAD_EQUAL ZERO
 #define GRAD_NOT_EQUAL ZERO
 #define GRAD_LESS ZERO

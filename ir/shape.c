@@ -357,6 +357,21 @@ bool shape_bits(const Node *n, TensorType *out, char *err, size_t errlen) {
   return shape_binary(n, out, err, errlen);
 }
 
+bool shape_bitcast(const Node *n, TensorType *out, char *err, size_t errlen) {
+  if (!operands_ok(n, err, errlen)) return false;
+  const Attr *to = get_attr(n, "to", AK_DTYPE, "a dtype", err, errlen);
+  if (!to) return false;
+  const TensorType *x = in_type(n, 0);
+  if ((unsigned)to->dt >= TY_COUNT) return fail(err, errlen, "bitcast: invalid target dtype");
+  if (ir_dtype_size(to->dt) != ir_dtype_size(x->dtype))
+    return fail(err, errlen, "bitcast: %s and %s differ in size", ir_dtype_name(x->dtype), ir_dtype_name(to->dt));
+  if (to->dt == TY_BOOL && x->dtype != TY_BOOL)
+    return fail(err, errlen, "bitcast: into bool only from bool (a bool is 0 or 1)");
+  out[0] = *x;
+  out[0].dtype = to->dt;
+  return true;
+}
+
 bool shape_mod(const Node *n, TensorType *out, char *err, size_t errlen) {
   bool fmod_flag;
   if (!attr_flag(n, "fmod", &fmod_flag, err, errlen)) return false;

@@ -893,8 +893,14 @@ START_TEST(test_unsupported_op_attr_dtype) {
   diag_clear(&ctx);
   b = relu_model();
   int64_t d[2] = {2, 3};
-  b->ins[0] = value_info("x", ONNX__TENSOR_PROTO__DATA_TYPE__DOUBLE, 2, d, NULL);
-  expect_error(import(b), "graph input 'x' has dtype DOUBLE, which is not supported");
+  b->ins[0] = value_info("x", ONNX__TENSOR_PROTO__DATA_TYPE__STRING, 2, d, NULL);
+  expect_error(import(b), "graph input 'x' has dtype STRING, which is not supported");
+  diag_clear(&ctx);
+  /* FLOAT8E4M3FN (17) is held in f16: a Relu would compute in f16 */
+  b = relu_model();
+  b->ins[0] = value_info("x", 17, 2, d, NULL);
+  expect_error(import(b), "node 0 'n0' (Relu): FLOAT8E4M3FN operands are not supported (only Cast, CastLike, "
+                          "QuantizeLinear and DequantizeLinear read them)");
   diag_clear(&ctx);
   b = relu_model();
   attr_s(add_node(b, "MaxPool", "y", "z"), "auto_pad", "WEIRD");
