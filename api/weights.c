@@ -53,8 +53,10 @@ static void report(Sink *s, SrcLoc loc, const char *fmt, ...) {
 
 static bool dtype_of(RtDType rt, DType *out) {
   static const DType map[] = {[RT_F32] = TY_F32, [RT_F16] = TY_F16, [RT_BF16] = TY_BF16, [RT_I8] = TY_I8,
-                              [RT_I32] = TY_I32, [RT_I64] = TY_I64, [RT_BOOL] = TY_BOOL, [RT_U8] = TY_U8};
-  if ((unsigned)rt > RT_U8) return false;
+                              [RT_I32] = TY_I32, [RT_I64] = TY_I64, [RT_BOOL] = TY_BOOL, [RT_U8] = TY_U8,
+                              [RT_F64] = TY_F64, [RT_I16] = TY_I16, [RT_U16] = TY_U16, [RT_U32] = TY_U32,
+                              [RT_U64] = TY_U64};
+  if ((unsigned)rt >= RT_DTYPE_COUNT) return false;
   *out = map[rt];
   return true;
 }

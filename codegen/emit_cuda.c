@@ -3,6 +3,7 @@
  * the kernel IR, and this file only spells it in standard CUDA C, which
  * the emu device also compiles with the host compiler (runtime/emu). */
 #include <inttypes.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -139,6 +140,132 @@ static const char helpers[] =
     "__device__ __forceinline__ unsigned char dl_f2u8(float x) {\n"
     "  return fabsf(x) < 2147483648.0f ? (unsigned char)(int)x : (unsigned char)0;\n"
     "}\n"
+    "/* bitcast: x's bytes as a T of the same size */\n"
+    "template <class T, class F> __device__ __forceinline__ T dl_bitcast(F x) {\n"
+    "  union { F f; T t; } u;\n"
+    "  u.f = x;\n"
+    "  return u.t;\n"
+    "}\n"
+    "/* unsigned: no sign to keep; / and % by 0 give 0 as above */\n"
+    "__device__ __forceinline__ unsigned dl_max(unsigned a, unsigned b) { return a > b ? a : b; }\n"
+    "__device__ __forceinline__ unsigned dl_min(unsigned a, unsigned b) { return a < b ? a : b; }\n"
+    "__device__ __forceinline__ unsigned dl_add(unsigned a, unsigned b) { return a + b; }\n"
+    "__device__ __forceinline__ unsigned dl_sub(unsigned a, unsigned b) { return a - b; }\n"
+    "__device__ __forceinline__ unsigned dl_mul(unsigned a, unsigned b) { return a * b; }\n"
+    "__device__ __forceinline__ unsigned dl_neg(unsigned a) { return 0u - a; }\n"
+    "__device__ __forceinline__ unsigned dl_abs(unsigned a) { return a; }\n"
+    "__device__ __forceinline__ unsigned dl_relu(unsigned a) { return a; }\n"
+    "__device__ __forceinline__ unsigned dl_sign(unsigned a) { return a != 0u; }\n"
+    "__device__ __forceinline__ unsigned dl_div(unsigned a, unsigned b) { return b ? a / b : 0u; }\n"
+    "__device__ __forceinline__ unsigned dl_mod(unsigned a, unsigned b) { return b ? a % b : 0u; }\n"
+    "__device__ __forceinline__ unsigned dl_fmod(unsigned a, unsigned b) { return b ? a % b : 0u; }\n"
+    "__device__ __forceinline__ unsigned dl_pow(unsigned a, unsigned b) {\n"
+    "  unsigned r = 1u;\n"
+    "  for (; b; b >>= 1, a *= a)\n"
+    "    if (b & 1u) r *= a;\n"
+    "  return r;\n"
+    "}\n"
+    "typedef unsigned long long dl_u64;\n"
+    "__device__ __forceinline__ dl_u64 dl_max(dl_u64 a, dl_u64 b) { return a > b ? a : b; }\n"
+    "__device__ __forceinline__ dl_u64 dl_min(dl_u64 a, dl_u64 b) { return a < b ? a : b; }\n"
+    "__device__ __forceinline__ dl_u64 dl_add(dl_u64 a, dl_u64 b) { return a + b; }\n"
+    "__device__ __forceinline__ dl_u64 dl_sub(dl_u64 a, dl_u64 b) { return a - b; }\n"
+    "__device__ __forceinline__ dl_u64 dl_mul(dl_u64 a, dl_u64 b) { return a * b; }\n"
+    "__device__ __forceinline__ dl_u64 dl_neg(dl_u64 a) { return 0ull - a; }\n"
+    "__device__ __forceinline__ dl_u64 dl_abs(dl_u64 a) { return a; }\n"
+    "__device__ __forceinline__ dl_u64 dl_relu(dl_u64 a) { return a; }\n"
+    "__device__ __forceinline__ dl_u64 dl_sign(dl_u64 a) { return a != 0ull; }\n"
+    "__device__ __forceinline__ dl_u64 dl_div(dl_u64 a, dl_u64 b) { return b ? a / b : 0ull; }\n"
+    "__device__ __forceinline__ dl_u64 dl_mod(dl_u64 a, dl_u64 b) { return b ? a % b : 0ull; }\n"
+    "__device__ __forceinline__ dl_u64 dl_fmod(dl_u64 a, dl_u64 b) { return b ? a % b : 0ull; }\n"
+    "__device__ __forceinline__ dl_u64 dl_pow(dl_u64 a, dl_u64 b) {\n"
+    "  dl_u64 r = 1ull;\n"
+    "  for (; b; b >>= 1, a *= a)\n"
+    "    if (b & 1ull) r *= a;\n"
+    "  return r;\n"
+    "}\n"
+    "__device__ __forceinline__ dl_u64 dl_clip(dl_u64 x, dl_u64 lo, dl_u64 hi) {\n"
+    "  return x < lo ? lo : x > hi ? hi : x;\n"
+    "}\n"
+    "/* f64: the f32 helpers above in double */\n"
+    "__device__ __forceinline__ double dl_relu(double x) { return x > 0.0 || x != x ? x : 0.0; }\n"
+    "__device__ __forceinline__ bool dl_isnan(double x) { return x != x; }\n"
+    "__device__ __forceinline__ bool dl_isinf(double x) { return fabs(x) == (double)dl_inf(); }\n"
+    "__device__ __forceinline__ double dl_leaky_relu(double x, double a) { return x >= 0.0 ? x : x * a; }\n"
+    "__device__ __forceinline__ double dl_clip(double x, double lo, double hi) {\n"
+    "  return x != x ? x : x < lo ? lo : x > hi ? hi : x;\n"
+    "}\n"
+    "__device__ __forceinline__ double dl_sigmoid(double x) { return 1.0 / (1.0 + exp(-x)); }\n"
+    "__device__ __forceinline__ double dl_silu(double x) { return x / (1.0 + exp(-x)); }\n"
+    "__device__ __forceinline__ double dl_gelu(double x) { return 0.5 * x * erfc(-x * 0.70710678118654752440); }\n"
+    "__device__ __forceinline__ double dl_gelu_tanh(double x) {\n"
+    "  double u = 0.79788456080286535588 * (x + 0.044715 * x * x * x);\n"
+    "  return x / (1.0 + exp(-2.0 * u));\n"
+    "}\n"
+    "__device__ __forceinline__ double dl_hardsigmoid(double x) { return fmin(fmax(x / 6.0 + 0.5, 0.0), 1.0); }\n"
+    "__device__ __forceinline__ double dl_hardswish(double x) { return x * dl_hardsigmoid(x); }\n"
+    "__device__ __forceinline__ double dl_max(double a, double b) {\n"
+    "  return a != a || b != b ? a + b : a > b ? a : b;\n"
+    "}\n"
+    "__device__ __forceinline__ double dl_min(double a, double b) {\n"
+    "  return a != a || b != b ? a + b : a < b ? a : b;\n"
+    "}\n"
+    "__device__ __forceinline__ double dl_sign(double x) { return x > 0.0 ? 1.0 : x < 0.0 ? -1.0 : x; }\n"
+    "__device__ __forceinline__ double dl_mod(double a, double b) {\n"
+    "  double r = fmod(a, b);\n"
+    "  return r != 0.0 ? ((r < 0.0) != (b < 0.0) ? r + b : r) : copysign(0.0, b);\n"
+    "}\n"
+    "/* float -> the other integers, saturating as eval.c's casts; each also\n"
+    " * from double, so that an f64 is never rounded to float first. */\n"
+    "__device__ __forceinline__ signed char dl_f2i8(double x) {\n"
+    "  return x != x ? 0 : x <= -128.0 ? -128 : x >= 127.0 ? 127 : (signed char)(int)x;\n"
+    "}\n"
+    "__device__ __forceinline__ int dl_f2i32(double x) {\n"
+    "  return x != x ? 0 : x <= -2147483648.0 ? (-2147483647 - 1) : x >= 2147483647.0 ? 2147483647 : (int)x;\n"
+    "}\n"
+    "__device__ __forceinline__ long long dl_f2i64(double x) {\n"
+    "  return x != x ? 0 : x <= -9223372036854775808.0 ? (-9223372036854775807LL - 1)\n"
+    "         : x >= 9223372036854775808.0 ? 9223372036854775807LL : (long long)x;\n"
+    "}\n"
+    "__device__ __forceinline__ unsigned char dl_f2u8(double x) {\n"
+    "  return fabs(x) < 2147483648.0 ? (unsigned char)(int)x : (unsigned char)0;\n"
+    "}\n"
+    "__device__ __forceinline__ short dl_f2i16(double x) {\n"
+    "  return x != x ? 0 : x <= -32768.0 ? (short)-32768 : x >= 32767.0 ? (short)32767 : (short)(int)x;\n"
+    "}\n"
+    "__device__ __forceinline__ unsigned short dl_f2u16(double x) {\n"
+    "  return !(x > 0.0) ? 0 : x >= 65535.0 ? (unsigned short)65535 : (unsigned short)(int)x;\n"
+    "}\n"
+    "__device__ __forceinline__ unsigned dl_f2u32(double x) {\n"
+    "  return !(x > 0.0) ? 0u : x >= 4294967295.0 ? 4294967295u : (unsigned)x;\n"
+    "}\n"
+    "__device__ __forceinline__ dl_u64 dl_f2u64(double x) {\n"
+    "  return !(x > 0.0) ? 0ull : x >= 18446744073709551616.0 ? 18446744073709551615ull : (dl_u64)x;\n"
+    "}\n"
+    "/* ir/narrow.c's rounding into a narrow float format: m mantissa bits,\n"
+    " * emin the smallest normal exponent, past mx: mx when sat, else ovf;\n"
+    " * uz: no negative zero; nan0: NaN becomes a zero (e2m1).  Into a\n"
+    " * narrow int: truncated, 0 outside [lo, hi]. */\n"
+    "__device__ __forceinline__ float dl_fp_round(float x, int m, int emin, float mx, bool sat, float ovf,\n"
+    "                                             bool uz, bool nan0) {\n"
+    "  if (x != x) return nan0 ? -copysignf(0.0f, x) : x;\n"
+    "  float a = fabsf(x), r;\n"
+    "  if (a == dl_inf()) {\n"
+    "    r = sat ? mx : ovf;\n"
+    "  } else {\n"
+    "    int e;\n"
+    "    frexpf(a, &e);\n"
+    "    e = e - 1 < emin ? emin : e - 1;\n"
+    "    float q = ldexpf(1.0f, e - m);\n"
+    "    r = rintf(a / q) * q;\n"
+    "    if (r > mx) r = sat ? mx : ovf;\n"
+    "  }\n"
+    "  return uz && r == 0.0f ? 0.0f : copysignf(r, x);\n"
+    "}\n"
+    "__device__ __forceinline__ float dl_int_round(float x, float lo, float hi) {\n"
+    "  float t = truncf(x);\n"
+    "  return t != t || t < lo || t > hi ? 0.0f : t + 0.0f;\n"
+    "}\n"
     "/* int8, as eval.c: one f32 division (IEEE whatever the flags), rounded\n"
     " * half to even, plus the zero point zp, saturated to the codes [lo, hi]\n"
     " * (ir_quant_range); NaN -> zp.  And back with one f32 product that no\n"
@@ -198,7 +325,11 @@ static const char *ctype(const Kernel *k, DType dt) {
     case TY_I64: return "long long";
     case TY_BOOL: return "bool";
     case TY_U8: return "unsigned char";
-    case TY_F64: return "double"; /* never reached: cg_compile refuses f64 */
+    case TY_F64: return "double";
+    case TY_I16: return "short";
+    case TY_U16: return "unsigned short";
+    case TY_U32: return "unsigned";
+    case TY_U64: return "unsigned long long";
     case TY_COUNT: return k->index == TY_I64 ? "long long" : "int"; /* KT_INDEX */
   }
   return "int";
@@ -225,6 +356,33 @@ static void print_float(Out *o, double v) {
   snprintf(buf, sizeof buf, "%.9g", v);
   if (!strpbrk(buf, ".e")) strcat(buf, ".0");
   fprintf(o->f, v < 0 ? "(%sf)" : "%sf", buf);
+}
+
+/* v as a literal of dt: a double one, all its digits, for f64. */
+static void print_num(Out *o, double v, DType dt) {
+  if (dt != TY_F64 || isnan(v) || isinf(v)) {
+    print_float(o, v);
+    return;
+  }
+  char buf[64];
+  snprintf(buf, sizeof buf, "%.17g", v);
+  if (!strpbrk(buf, ".e")) strcat(buf, ".0");
+  fprintf(o->f, v < 0 ? "(%s)" : "%s", buf);
+}
+
+/* C's float math function for e's dtype: expf for f32, exp for f64. */
+static const char *math_fn(const KExpr *e, const char *f32_name) {
+  static const char *const names[][2] = {
+      {"fabsf", "fabs"}, {"tanhf", "tanh"}, {"expf", "exp"},   {"logf", "log"},     {"sqrtf", "sqrt"},
+      {"erff", "erf"},   {"sinf", "sin"},   {"cosf", "cos"},   {"rintf", "rint"},   {"floorf", "floor"},
+      {"ceilf", "ceil"}, {"tanf", "tan"},   {"asinf", "asin"}, {"acosf", "acos"},   {"atanf", "atan"},
+      {"sinhf", "sinh"}, {"coshf", "cosh"}, {"asinhf", "asinh"}, {"acoshf", "acosh"}, {"atanhf", "atanh"},
+      {"powf", "pow"},   {"fmodf", "fmod"},
+  };
+  if (e->dtype != TY_F64) return f32_name;
+  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+    if (strcmp(names[i][0], f32_name) == 0) return names[i][1];
+  return f32_name;
 }
 
 static void expr(Out *o, const KExpr *e);
@@ -312,8 +470,9 @@ static void finfix(Out *o, const char *op, const KExpr *a, const KExpr *b) {
   fputc(')', o->f);
 }
 
-/* A comparison as the 1/0 mask of e's dtype: a typed int keeps integer
- * overloads unambiguous, a float keeps float arithmetic. */
+/* A comparison as the 1/0 mask of e's dtype (and a bit op in it): a
+ * typed int keeps integer overloads unambiguous, a float keeps float
+ * arithmetic. */
 static void cmp_int(Out *o, const KExpr *e, const char *op) {
   fprintf(o->f, "((%s)", ctype(o->k, e->dtype));
   infix(o, op, e->a[0], e->a[1]);
@@ -363,11 +522,46 @@ static void op_int(Out *o, const KExpr *e) {
     case OP_LE: cmp_int(o, e, "<="); return;
     case OP_GT: cmp_int(o, e, ">"); return;
     case OP_GE: cmp_int(o, e, ">="); return;
+    case OP_BIT_AND: cmp_int(o, e, "&"); return;
+    case OP_BIT_OR: cmp_int(o, e, "|"); return;
+    case OP_BIT_XOR: cmp_int(o, e, "^"); return;
+    case OP_BIT_NOT: fprintf(o->f, "((%s)~", ctype(o->k, e->dtype)), expr(o, a), fputc(')', o->f); return;
+    case OP_SHL:
+    case OP_SHR: {
+      /* eval.c's: a shift out of [0, width) is the sign fill (C leaves it
+       * undefined); shl through unsigned, shr arithmetic on a signed a */
+      int bits = ir_dtype_size(e->dtype) * 8;
+      bool sgn = e->dtype == TY_I8 || e->dtype == TY_I16 || e->dtype == TY_I32 || e->dtype == TY_I64;
+      fprintf(o->f, "((%s)(", ctype(o->k, e->dtype));
+      if (sgn) fputc('(', o->f), expr(o, b), fputs(" < 0) || ", o->f);
+      fputc('(', o->f), expr(o, b), fprintf(o->f, " >= %d) ? ", bits);
+      if (e->op == OP_SHR && sgn)
+        fputc('(', o->f), expr(o, a), fputs(" < 0 ? -1 : 0)", o->f);
+      else
+        fputc('0', o->f);
+      fputs(" : ", o->f);
+      if (e->op == OP_SHR && sgn)
+        fprintf(o->f, "(%s)", bits == 64 ? "long long" : "int");
+      else
+        fprintf(o->f, "(%s)", bits == 64 ? "unsigned long long" : "unsigned");
+      expr(o, a);
+      fputs(e->op == OP_SHL ? " << " : " >> ", o->f), expr(o, b), fputs("))", o->f);
+      return;
+    }
     case OP_CLIP: {
       /* The integers inside [min, max], as eval.c. */
       double lo = ceil(e->f), hi = floor(e->f2);
       long long l = lo <= -9.2e18 ? INT64_MIN : lo >= 9.2e18 ? INT64_MAX : (long long)lo;
       long long h = hi <= -9.2e18 ? INT64_MIN : hi >= 9.2e18 ? INT64_MAX : (long long)hi;
+      if (e->dtype == TY_U64) { /* its range from 0 to 2^64 - 1 */
+        const double top = 18446744073709551616.0;
+        unsigned long long ul = lo <= 0 ? 0 : lo >= top ? ULLONG_MAX : (unsigned long long)lo;
+        unsigned long long uh = hi <= 0 ? 0 : hi >= top ? ULLONG_MAX : (unsigned long long)hi;
+        fputs("dl_clip((dl_u64)", o->f);
+        expr(o, a);
+        fprintf(o->f, ", %lluULL, %lluULL)", ul, uh);
+        return;
+      }
       fprintf(o->f, "dl_clip((long long)");
       expr(o, a);
       fprintf(o->f, ", %lldLL, %lldLL)", l, h);
@@ -377,53 +571,71 @@ static void op_int(Out *o, const KExpr *e) {
   }
 }
 
+/* The format's constants spelled out (ir/narrow.c's table); e->i is its
+ * index, e->flag saturate. */
+static void fp_round(Out *o, const KExpr *e) {
+  const IrNarrow *f = ir_narrow_at((int)e->i);
+  if (!f) dl_internal(o->k->ctx, "fp_round of format %d", (int)e->i);
+  if (f->kind == IR_NARROW_INT) {
+    fputs("dl_int_round(", o->f), fexpr(o, e->a[0]);
+    fprintf(o->f, ", %d.0f, %d.0f)", f->emin, (int)f->max);
+    return;
+  }
+  bool sat = e->flag || f->bits == 4;
+  fputs("dl_fp_round(", o->f), fexpr(o, e->a[0]);
+  fprintf(o->f, ", %d, %d, ", f->m, f->emin), print_float(o, f->max);
+  fprintf(o->f, ", %s, ", sat ? "true" : "false"), print_float(o, f->ovf);
+  fprintf(o->f, ", %s, %s)", f->uz ? "true" : "false", f->bits == 4 ? "true" : "false");
+}
+
 static void op_float(Out *o, const KExpr *e) {
   const KExpr *a = e->a[0], *b = e->a[1];
   switch (e->op) {
     case OP_NEG: fputs("(-", o->f), fexpr(o, a), fputc(')', o->f); return;
-    case OP_ABS: fcall1(o, "fabsf", a); return;
+    case OP_ABS: fcall1(o, math_fn(e, "fabsf"), a); return;
     case OP_RELU: fcall1(o, "dl_relu", a); return;
     case OP_LEAKY_RELU:
-      fputs("dl_leaky_relu(", o->f), fexpr(o, a), fputs(", ", o->f), print_float(o, e->f);
+      fputs("dl_leaky_relu(", o->f), fexpr(o, a), fputs(", ", o->f), print_num(o, e->f, e->dtype);
       fputc(')', o->f);
       return;
     case OP_CLIP:
-      fputs("dl_clip(", o->f), fexpr(o, a), fputs(", ", o->f), print_float(o, e->f);
-      fputs(", ", o->f), print_float(o, e->f2), fputc(')', o->f);
+      fputs("dl_clip(", o->f), fexpr(o, a), fputs(", ", o->f), print_num(o, e->f, e->dtype);
+      fputs(", ", o->f), print_num(o, e->f2, e->dtype), fputc(')', o->f);
       return;
     case OP_SIGMOID: fcall1(o, "dl_sigmoid", a); return;
-    case OP_TANH: fcall1(o, "tanhf", a); return;
+    case OP_TANH: fcall1(o, math_fn(e, "tanhf"), a); return;
     case OP_GELU: fcall1(o, e->flag ? "dl_gelu_tanh" : "dl_gelu", a); return;
     case OP_SILU: fcall1(o, "dl_silu", a); return;
     case OP_HARDSIGMOID: fcall1(o, "dl_hardsigmoid", a); return;
     case OP_HARDSWISH: fcall1(o, "dl_hardswish", a); return;
-    case OP_EXP: fcall1(o, "expf", a); return;
-    case OP_LOG: fcall1(o, "logf", a); return;
-    case OP_SQRT: fcall1(o, "sqrtf", a); return;
-    case OP_RSQRT: fputs("(1.0f / sqrtf(", o->f), fexpr(o, a), fputs("))", o->f); return;
-    case OP_ERF: fcall1(o, "erff", a); return;
+    case OP_EXP: fcall1(o, math_fn(e, "expf"), a); return;
+    case OP_LOG: fcall1(o, math_fn(e, "logf"), a); return;
+    case OP_SQRT: fcall1(o, math_fn(e, "sqrtf"), a); return;
+    case OP_RSQRT: fprintf(o->f, "(1.0f / %s(", math_fn(e, "sqrtf")), fexpr(o, a), fputs("))", o->f); return;
+    case OP_ERF: fcall1(o, math_fn(e, "erff"), a); return;
     case OP_RECIPROCAL: fputs("(1.0f / ", o->f), fexpr(o, a), fputc(')', o->f); return;
-    case OP_SIN: fcall1(o, "sinf", a); return;
-    case OP_COS: fcall1(o, "cosf", a); return;
-    case OP_ROUND: fcall1(o, "rintf", a); return; /* half to even in the default mode */
-    case OP_FLOOR: fcall1(o, "floorf", a); return;
-    case OP_CEIL: fcall1(o, "ceilf", a); return;
+    case OP_SIN: fcall1(o, math_fn(e, "sinf"), a); return;
+    case OP_COS: fcall1(o, math_fn(e, "cosf"), a); return;
+    case OP_ROUND: fcall1(o, math_fn(e, "rintf"), a); return; /* half to even in the default mode */
+    case OP_FLOOR: fcall1(o, math_fn(e, "floorf"), a); return;
+    case OP_CEIL: fcall1(o, math_fn(e, "ceilf"), a); return;
+    case OP_FP_ROUND: fp_round(o, e); return;
     case OP_SIGN: fcall1(o, "dl_sign", a); return;
-    case OP_TAN: fcall1(o, "tanf", a); return;
-    case OP_ASIN: fcall1(o, "asinf", a); return;
-    case OP_ACOS: fcall1(o, "acosf", a); return;
-    case OP_ATAN: fcall1(o, "atanf", a); return;
-    case OP_SINH: fcall1(o, "sinhf", a); return;
-    case OP_COSH: fcall1(o, "coshf", a); return;
-    case OP_ASINH: fcall1(o, "asinhf", a); return;
-    case OP_ACOSH: fcall1(o, "acoshf", a); return;
-    case OP_ATANH: fcall1(o, "atanhf", a); return;
+    case OP_TAN: fcall1(o, math_fn(e, "tanf"), a); return;
+    case OP_ASIN: fcall1(o, math_fn(e, "asinf"), a); return;
+    case OP_ACOS: fcall1(o, math_fn(e, "acosf"), a); return;
+    case OP_ATAN: fcall1(o, math_fn(e, "atanf"), a); return;
+    case OP_SINH: fcall1(o, math_fn(e, "sinhf"), a); return;
+    case OP_COSH: fcall1(o, math_fn(e, "coshf"), a); return;
+    case OP_ASINH: fcall1(o, math_fn(e, "asinhf"), a); return;
+    case OP_ACOSH: fcall1(o, math_fn(e, "acoshf"), a); return;
+    case OP_ATANH: fcall1(o, math_fn(e, "atanhf"), a); return;
     case OP_ADD: finfix(o, "+", a, b); return;
     case OP_SUB: finfix(o, "-", a, b); return;
     case OP_MUL: finfix(o, "*", a, b); return;
     case OP_DIV: finfix(o, "/", a, b); return;
-    case OP_POW: fcall2(o, "powf", a, b); return;
-    case OP_MOD: fcall2(o, e->flag ? "fmodf" : "dl_mod", a, b); return;
+    case OP_POW: fcall2(o, math_fn(e, "powf"), a, b); return;
+    case OP_MOD: fcall2(o, e->flag ? math_fn(e, "fmodf") : "dl_mod", a, b); return;
     case OP_MAXIMUM: fcall2(o, "dl_max", a, b); return;
     case OP_MINIMUM: fcall2(o, "dl_min", a, b); return;
     case OP_EQ: cmp_float(o, e, "=="); return;
@@ -468,7 +680,16 @@ static void cast(Out *o, const KExpr *e) {
   }
   if (ir_dtype_is_float(from) && from != KT_INDEX && !ir_dtype_is_float(to)) {
     DType t = to == KT_INDEX ? k->index : to;
-    fcall1(o, t == TY_I8 ? "dl_f2i8" : t == TY_U8 ? "dl_f2u8" : t == TY_I32 ? "dl_f2i32" : "dl_f2i64", e->a[0]);
+    fcall1(o,
+           t == TY_I8    ? "dl_f2i8"
+           : t == TY_U8  ? "dl_f2u8"
+           : t == TY_I32 ? "dl_f2i32"
+           : t == TY_I16 ? "dl_f2i16"
+           : t == TY_U16 ? "dl_f2u16"
+           : t == TY_U32 ? "dl_f2u32"
+           : t == TY_U64 ? "dl_f2u64"
+                         : "dl_f2i64",
+           e->a[0]);
     return;
   }
   if (is_half(to)) {
@@ -476,11 +697,19 @@ static void cast(Out *o, const KExpr *e) {
      * float it would round twice (2^24 + 2^16 + 1 is a bf16 tie in float,
      * and ties to 2^24, where it lies above the tie). */
     DType f = from == KT_INDEX ? k->index : from;
-    if (f == TY_I32 || f == TY_I64) {
-      bool h = to == TY_F16;
-      fputs(f == TY_I32 ? (h ? "__int2half_rn(" : "__int2bfloat16_rn(")
-                        : (h ? "__ll2half_rn((long long)" : "__ll2bfloat16_rn((long long)"),
+    bool h = to == TY_F16;
+    if (f == TY_I32 || f == TY_I64 || f == TY_I16 || f == TY_U16 || f == TY_U32 || f == TY_U64) {
+      bool narrow = f == TY_I32 || f == TY_I16 || f == TY_U16; /* exact in int */
+      fputs(narrow         ? (h ? "__int2half_rn((int)" : "__int2bfloat16_rn((int)")
+            : f == TY_U64 ? (h ? "__ull2half_rn(" : "__ull2bfloat16_rn(")
+                          : (h ? "__ll2half_rn((long long)" : "__ll2bfloat16_rn((long long)"),
             o->f);
+      expr(o, e->a[0]);
+      fputc(')', o->f);
+      return;
+    }
+    if (f == TY_F64) { /* straight from double: through float it would round twice */
+      fputs(h ? "__double2half(" : "__double2bfloat16(", o->f);
       expr(o, e->a[0]);
       fputc(')', o->f);
       return;
@@ -572,7 +801,7 @@ static void expr(Out *o, const KExpr *e) {
         fprintf(o->f, "%s((unsigned short)0x%04x)",
                 e->dtype == TY_F16 ? "__ushort_as_half" : "__ushort_as_bfloat16", bits);
       } else {
-        print_float(o, e->f);
+        print_num(o, e->f, e->dtype);
       }
       return;
     case KE_VAR: fputs(e->var->name, o->f); return;
@@ -608,7 +837,11 @@ static void expr(Out *o, const KExpr *e) {
       fputc(']', o->f);
       return;
     case KE_OP:
-      if (e->op == OP_DROPOUT) { /* its draw: lower_train.c's dl_dropout_bits */
+      if (e->op == OP_BITCAST) {
+        fprintf(o->f, "dl_bitcast<%s, %s>(", ctype(o->k, e->dtype), ctype(o->k, e->a[0]->dtype));
+        expr(o, e->a[0]);
+        fputc(')', o->f);
+      } else if (e->op == OP_DROPOUT) { /* its draw: lower_train.c's dl_dropout_bits */
         fputs("dl_dropout_bits(", o->f), expr(o, e->a[0]), fputs(", ", o->f), expr(o, e->a[1]);
         fputs(", ", o->f), expr(o, e->a[2]), fprintf(o->f, ", %uu)", (unsigned)e->i);
       } else if (e->op == OP_QUANTIZE || e->op == OP_DEQUANTIZE) {

@@ -239,6 +239,7 @@ static KExpr *elementwise(Eval *E, const Node *n, Site *s) {
   if (n->op == OP_LEAKY_RELU) r->f = ir_attr_float(n, "alpha");
   if (n->op == OP_CLIP) r->f = ir_attr_float(n, "min"), r->f2 = ir_attr_float(n, "max");
   if (n->op == OP_GELU) r->flag = strcmp(ir_attr_str(n, "approximate"), "tanh") == 0;
+  if (n->op == OP_FP_ROUND) cg_fp_round_attrs(r, n);
   return r;
 }
 

@@ -7,6 +7,8 @@
 #include <math.h>
 #include <string.h>
 
+#include "ir/eval.h"
+
 static KExpr *new_expr(Kernel *k, KExprKind kind, DType dt) {
   KExpr *e = ARENA_NEW(&k->ctx->arena, KExpr);
   e->kind = kind;
@@ -352,6 +354,11 @@ KExpr *cg_kop1(Kernel *k, OpKind op, KExpr *a) {
   return e;
 }
 
+void cg_fp_round_attrs(KExpr *r, const Node *n) {
+  r->i = ir_narrow_index(ir_narrow_find(ir_attr_str(n, "format")));
+  r->flag = ir_attr_int(n, "saturate") != 0;
+}
+
 KExpr *cg_kop2(Kernel *k, OpKind op, KExpr *a, KExpr *b) {
   KExpr *e = new_expr(k, KE_OP, a->dtype);
   e->op = op;
@@ -579,7 +586,8 @@ void cg_ktf32(Kernel *k, KBlock *in, KBuf *frag, KExpr *at) {
 
 void cg_kallreduce(Kernel *k, KBlock *in, KVar *var, OpKind combine, KMap across) {
   uint32_t x = k->block[0], y = k->block[1];
-  bool ok = (var->dtype == TY_F32 || var->dtype == TY_I32 || var->dtype == TY_I64) &&
+  bool ok = (var->dtype == TY_F32 || var->dtype == TY_I32 || var->dtype == TY_I64 || var->dtype == TY_F64 ||
+             var->dtype == TY_U64) &&
             (combine == OP_ADD || combine == OP_MUL || combine == OP_MAXIMUM || combine == OP_MINIMUM) &&
             (across == KM_BLOCK_X ? x >= 1 && x <= 1024 && (x & (x - 1)) == 0 && (x <= 32 || x % 32 == 0)
                                   : across == KM_BLOCK_Y) &&

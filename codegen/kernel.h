@@ -263,6 +263,8 @@ KExpr *cg_knot(Kernel *k, KExpr *a);
 KExpr *cg_ksel(Kernel *k, KExpr *c, KExpr *a, KExpr *b);
 KExpr *cg_kload(Kernel *k, KBuf *b, KExpr *index);
 KExpr *cg_kop1(Kernel *k, OpKind op, KExpr *a);
+/* An fp_round node's format (index into ir/narrow.c's table) and saturate. */
+void cg_fp_round_attrs(KExpr *r, const Node *n);
 KExpr *cg_kop2(Kernel *k, OpKind op, KExpr *a, KExpr *b);
 KExpr *cg_kcast(Kernel *k, KExpr *a, DType to);
 /* The ops with a bool result (the comparisons equal .. greater_equal,

@@ -48,7 +48,8 @@ static bool check_dtypes(CgBuild *b, const Node *n, bool ints_ok) {
   for (int i = 0; i < n->n_in + n->n_out; i++) {
     DType dt = i < n->n_in ? n->in[i]->type.dtype : n->out[i - n->n_in].type.dtype;
     bool ok = ir_dtype_is_float(dt) ||
-              (ints_ok && (dt == TY_I8 || dt == TY_U8 || dt == TY_I32 || dt == TY_I64 || dt == TY_BOOL));
+              (ints_ok && (dt == TY_I8 || dt == TY_U8 || dt == TY_I32 || dt == TY_I64 || dt == TY_BOOL ||
+                           dt == TY_I16 || dt == TY_U16 || dt == TY_U32 || dt == TY_U64));
     if (!ok) return unsupported(b, n, dt);
   }
   return true;
@@ -240,7 +241,14 @@ static bool int_elementwise_ok(OpKind op) {
     case OP_LT:
     case OP_LE:
     case OP_GT:
-    case OP_GE: return true;
+    case OP_GE:
+    case OP_BIT_AND:
+    case OP_BIT_OR:
+    case OP_BIT_XOR:
+    case OP_BIT_NOT:
+    case OP_SHL:
+    case OP_SHR:
+    case OP_BITCAST: return true;
     default: return false;
   }
 }
@@ -264,6 +272,9 @@ static bool lower_elementwise(CgBuild *b, const Node *n) {
   bool ints = !ir_dtype_is_float(n->in[0]->type.dtype) || !ir_dtype_is_float(out->type.dtype);
   if (!check_dtypes(b, n, int_ok)) return false;
   if (ints && !int_ok) return unsupported(b, n, n->in[0]->type.dtype);
+  DType in0 = n->in[0]->type.dtype, o0 = out->type.dtype;
+  if (n->op == OP_BITCAST && (in0 == TY_F16 || in0 == TY_BF16 || o0 == TY_F16 || o0 == TY_BF16))
+    return unsupported(b, n, in0 == TY_F16 || in0 == TY_BF16 ? in0 : o0); /* no union of the half types */
   if (numel(&out->type) == 0) return true;
   Kernel *k = new_kernel(b, n, NULL, NULL);
   Map m;
@@ -291,11 +302,15 @@ static bool lower_elementwise(CgBuild *b, const Node *n) {
     if (n->op == OP_MOD) r->flag = ir_attr_int(n, "fmod") != 0;
   } else if (n->op == OP_CAST) {
     r = cg_kcast(k, x, out->type.dtype);
+  } else if (n->op == OP_BITCAST) {
+    r = cg_kop1(k, n->op, x);
+    r->dtype = out->type.dtype;
   } else {
     r = cg_kop1(k, n->op, x);
     if (n->op == OP_LEAKY_RELU) r->f = ir_attr_float(n, "alpha");
     if (n->op == OP_CLIP) r->f = ir_attr_float(n, "min"), r->f2 = ir_attr_float(n, "max");
     if (n->op == OP_GELU) r->flag = strcmp(ir_attr_str(n, "approximate"), "tanh") == 0;
+    if (n->op == OP_FP_ROUND) cg_fp_round_attrs(r, n);
   }
   map_store(b, &m, out, r);
   map_end(&m);
@@ -1827,7 +1842,24 @@ static bool lower_rnn(CgBuild *b, const Node *n) {
 
 /* ---- dispatch ---- */
 
+/* f64 kernels are the loop nests of elementwise ops, reductions and
+ * data movement (each op in double, as emit_cuda spells it); matrix
+ * products, windows and the other opaque ops have f32/f16 kernels or
+ * cuBLAS calls only. */
+static bool f64_lowered(CgBuild *b, const Node *n) {
+  OpClass cls = ir_ops[n->op].cls;
+  if (n->op == OP_BITCAST) return true;
+  bool rows = n->op == OP_SOFTMAX || n->op == OP_LOG_SOFTMAX || n->op == OP_LAYERNORM || n->op == OP_RMS_NORM ||
+              n->op == OP_GROUP_NORM; /* their rows are computed in f32 */
+  if (!rows && (cls == K_SOURCE || cls == K_ELEMWISE || cls == K_REDUCE || cls == K_MOVE)) return true;
+  for (int i = 0; i < n->n_in + n->n_out; i++)
+    if ((i < n->n_in ? n->in[i]->type.dtype : n->out[i - n->n_in].type.dtype) == TY_F64)
+      return unsupported(b, n, TY_F64);
+  return true;
+}
+
 bool cg_lower_node(CgBuild *b, const Node *n) {
+  if (!f64_lowered(b, n)) return false;
   switch (n->op) {
     case OP_INPUT:
     case OP_PARAM: return true;
@@ -1859,6 +1891,7 @@ bool cg_lower_node(CgBuild *b, const Node *n) {
     case OP_ROUND:
     case OP_FLOOR:
     case OP_CEIL:
+    case OP_FP_ROUND:
     case OP_SIGN:
     case OP_TAN:
     case OP_ASIN:
@@ -1886,6 +1919,12 @@ bool cg_lower_node(CgBuild *b, const Node *n) {
     case OP_LE:
     case OP_GT:
     case OP_GE:
+    case OP_BIT_AND:
+    case OP_BIT_OR:
+    case OP_BIT_XOR:
+    case OP_BIT_NOT:
+    case OP_SHL:
+    case OP_SHR:
     case OP_EQUAL:
     case OP_NOT_EQUAL:
     case OP_LESS:
@@ -1898,7 +1937,8 @@ bool cg_lower_node(CgBuild *b, const Node *n) {
     case OP_LOGICAL_AND:
     case OP_LOGICAL_OR:
     case OP_LOGICAL_XOR:
-    case OP_WHERE: return lower_elementwise(b, n);
+    case OP_WHERE:
+    case OP_BITCAST: return lower_elementwise(b, n);
     case OP_REDUCE_SUM:
     case OP_REDUCE_MEAN:
     case OP_REDUCE_MAX:

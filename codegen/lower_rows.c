@@ -310,19 +310,20 @@ static bool lower_reduce(CgBuild *b, const Node *n) {
                 : n->op == OP_REDUCE_PROD ? OP_MUL : OP_ADD;
   double init = n->op == OP_REDUCE_MAX ? -INFINITY : n->op == OP_REDUCE_MIN ? INFINITY
                 : n->op == OP_REDUCE_PROD ? 1.0 : 0.0;
+  DType at = xt->dtype == TY_F64 ? TY_F64 : TY_F32; /* f64 sums in double */
   Kernel *k = rows_kernel(b, n);
   Rows R;
   rows_begin(&R, b, k, &sp, xt->dtype, TY_COUNT, true);
-  KVar *acc = rows_acc(&R, "acc", TY_F32, init);
+  KVar *acc = rows_acc(&R, "acc", at, init);
   Pass P = rows_pass(&R, rows_guard(&R, NULL));
-  accumulate(k, &P, acc, comb, rows_value(&R, &P, x, true, TY_F32));
+  accumulate(k, &P, acc, comb, rows_value(&R, &P, x, true, at));
   rows_allreduce(&R, acc, comb);
   KBlock *st = rows_guard(&R, R.width > 1 ? cg_kcmp(k, KC_EQ, cg_kv(k, R.lane), cg_kint(k, 0)) : NULL);
   if (R.splits > 1) {
     /* Each part's value, then a second kernel combines the parts of each
      * row in order: [splits, rows] reduced over its first axis. */
-    RtRef ref = cg_scratch(b, n, (uint64_t)(R.splits * sp.rows) * sizeof(float));
-    KBuf *parts = cg_kglobal(k, "part", TY_F32, R.splits * sp.rows, ref);
+    RtRef ref = cg_scratch(b, n, (uint64_t)(R.splits * sp.rows) * (uint64_t)ir_dtype_size(at));
+    KBuf *parts = cg_kglobal(k, "part", at, R.splits * sp.rows, ref);
     cg_kstore(k, st, parts, cg_kadd(k, cg_kmul(k, cg_kv(k, R.split), cg_kint(k, sp.rows)), cg_kv(k, R.row)),
               cg_kv(k, acc));
     cg_launch(b, k);
@@ -330,17 +331,17 @@ static bool lower_reduce(CgBuild *b, const Node *n) {
     bool over[2] = {true, false};
     RowSpace ps = row_space(dims, 2, over);
     k = cg_node_kernel(b, n, "parts", NULL);
-    rows_begin(&R, b, k, &ps, TY_F32, TY_COUNT, false);
-    R.src = cg_kglobal(k, "part", TY_F32, R.splits * sp.rows, ref);
-    acc = rows_acc(&R, "acc", TY_F32, init);
+    rows_begin(&R, b, k, &ps, at, TY_COUNT, false);
+    R.src = cg_kglobal(k, "part", at, R.splits * sp.rows, ref);
+    acc = rows_acc(&R, "acc", at, init);
     P = rows_pass(&R, rows_guard(&R, NULL));
-    accumulate(k, &P, acc, comb, rows_value(&R, &P, x, true, TY_F32));
+    accumulate(k, &P, acc, comb, rows_value(&R, &P, x, true, at));
     rows_allreduce(&R, acc, comb);
     st = rows_guard(&R, R.width > 1 ? cg_kcmp(k, KC_EQ, cg_kv(k, R.lane), cg_kint(k, 0)) : NULL);
   }
   KExpr *res = cg_kv(k, acc);
   if (n->op == OP_REDUCE_MEAN || n->op == OP_GLOBAL_AVGPOOL)
-    res = cg_kop2(k, OP_DIV, res, cg_kimm(k, (double)sp.len, TY_F32));
+    res = cg_kop2(k, OP_DIV, res, cg_kimm(k, (double)sp.len, at));
   cg_store_at(b, k, st, out, cg_kv(k, R.row), res);
   cg_launch(b, k);
   return true;
@@ -362,11 +363,11 @@ static bool lower_argmax(CgBuild *b, const Node *n) {
   mark(reduced, xt->rank, axis, axis + 1);
   RowSpace sp = row_space(xt->dims, xt->rank, reduced);
   bool floats = ir_dtype_is_float(xt->dtype);
-  DType vt = floats ? TY_F32 : TY_I64;
+  DType vt = xt->dtype == TY_F64 ? TY_F64 : floats ? TY_F32 : TY_U64 == xt->dtype ? TY_U64 : TY_I64;
   Kernel *k = rows_kernel(b, n);
   Rows R;
   rows_begin(&R, b, k, &sp, xt->dtype, vt, false);
-  KVar *mx = rows_acc(&R, "mx", vt, floats ? -INFINITY : (double)INT64_MIN);
+  KVar *mx = rows_acc(&R, "mx", vt, floats ? -INFINITY : vt == TY_U64 ? 0.0 : (double)INT64_MIN);
   Pass P = rows_pass(&R, rows_guard(&R, NULL));
   accumulate(k, &P, mx, OP_MAXIMUM, rows_value(&R, &P, x, true, vt));
   rows_allreduce(&R, mx, OP_MAXIMUM);

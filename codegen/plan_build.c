@@ -957,25 +957,10 @@ static void end_init(CgBuild *b, const RtRef *run_home, const bool *run_has_home
 
 bool cg_compile(Graph *g, CgResult *out) { return cg_compile_opts(g, NULL, out); }
 
-/* f64 is the reference interpreter's (gradient checks): no kernel or
- * runtime dtype has it yet. */
-static bool refuse_f64(Graph *g) {
-  for (Node *n = g->first; n; n = n->next)
-    for (int i = 0; i < n->n_out; i++)
-      if (n->out[i].type.dtype == TY_F64) {
-        diag_error(g->ctx, n->loc,
-                   "codegen does not support f64 yet (%s); the reference interpreter runs it",
-                   ir_ops[n->op].name);
-        return false;
-      }
-  return true;
-}
-
 bool cg_compile_opts(Graph *g, const CgOptions *o, CgResult *out) {
   Ctx *c = g->ctx;
   memset(out, 0, sizeof *out);
   int errors = c->diag.errors;
-  if (!refuse_f64(g)) return false;
   ir_number(g);
   CgBuild *b = ARENA_NEW(&c->arena, CgBuild);
   b->ctx = c;

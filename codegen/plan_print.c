@@ -10,7 +10,8 @@
 #include "ir/names.h"
 
 static const char *dtype_name(uint32_t dt) {
-  static const char *const names[RT_DT_COUNT] = {"f32", "f16", "bf16", "i8", "i32", "i64", "bool", "u8"};
+  static const char *const names[RT_DT_COUNT] = {"f32", "f16", "bf16", "i8",  "i32", "i64", "bool",
+                                                     "u8",  "f64", "i16",  "u16", "u32", "u64"};
   return dt < RT_DT_COUNT ? names[dt] : "?";
 }
 

@@ -146,7 +146,8 @@ static bool split_lane(Lanes *L, KExpr *e, KExpr **base) {
  * read or written that way: a global parameter whose ref is aligned to
  * the word. */
 static int word_bytes(const Kernel *k, const KBuf *b, int n) {
-  if (b->space != KSP_GLOBAL) return 0;
+  /* f64, i16 and the unsigned types wider than u8: no vector spelling */
+  if (b->space != KSP_GLOBAL || b->dtype == TY_F64 || b->dtype >= TY_I16) return 0;
   int bytes = n * ir_dtype_size(b->dtype), word = bytes < 16 ? bytes : 16;
   if (word < 4) return 0;
   for (int i = 0; i < k->n_params; i++)

@@ -45,6 +45,12 @@ static const OpEntry onnx_ops[] = {
     {"Add", ox_op_binary, "NumPy broadcasting"},
     {"And", ox_op_logic, NULL},
     {"ArgMax", ox_op_argmax, NULL},
+    {"BitCast", ox_op_bitcast, "between dtypes of one size"},
+    {"BitShift", ox_op_bit_shift, NULL},
+    {"BitwiseAnd", ox_op_logic, NULL},
+    {"BitwiseNot", ox_op_logic, NULL},
+    {"BitwiseOr", ox_op_logic, NULL},
+    {"BitwiseXor", ox_op_logic, NULL},
     {"Attention", ox_op_attention,
      "opsets 23-25 as its unfused graph: 3-d and 4-d, scale, causal, bool and additive masks (shorter "
      "ones padded), past key/value, grouped KV heads, softcap, softmax_precision, qk_matmul_output "
@@ -56,6 +62,7 @@ static const OpEntry onnx_ops[] = {
     {"Atanh", ox_op_unary, NULL},
     {"AveragePool", ox_op_pool, "1-d and 2-d; pads at most half the kernel"},
     {"BatchNormalization", ox_op_batchnorm, "inference (training_mode=0, one output)"},
+    {"BlackmanWindow", ox_op_window, "a constant: size must be known"},
     {"Cast", ox_op_cast,
      "to FLOAT, FLOAT16, BFLOAT16, INT8, UINT8, INT32, INT64, BOOL (nonzero is true; "
      "a float to UINT8 truncates and wraps, as onnxruntime)"},
@@ -82,6 +89,7 @@ static const OpEntry onnx_ops[] = {
     {"DequantizeLinear", ox_op_dequantize_linear, "UINT8, INT8, INT32; per tensor or per axis"},
     {"Div", ox_op_binary, NULL},
     {"Dropout", ox_op_dropout, "inference: the identity; no mask output"},
+    {"Einsum", ox_op_einsum, "one or two operands: diagonals, sums, one batched matmul"},
     {"Elu", ox_op_elu_family, NULL},
     {"Equal", ox_op_logic, NULL},
     {"Erf", ox_op_unary, NULL},
@@ -107,6 +115,8 @@ static const OpEntry onnx_ops[] = {
     {"GRU", ox_op_rnn,
      "forward/reverse/bidirectional, layout 0/1; unrolled (up to 1024 steps) for "
      "linear_before_reset=0, clip, other activations, initial state, sequence_lens"},
+    {"HammingWindow", ox_op_window, "a constant: size must be known"},
+    {"HannWindow", ox_op_window, "a constant: size must be known"},
     {"Hardmax", ox_op_hardmax, "argmax and an equal to an iota"},
     {"HardSigmoid", ox_op_hardsigmoid, NULL},
     {"HardSwish", ox_op_unary, NULL},
@@ -243,14 +253,17 @@ void fe_onnx_print_support(FILE *f) {
  * (a dim_param, "?", -1 or unset): -D or the input's given shape binds it
  * (frontend/dims.c); "?" and an empty name are no symbol, so two such
  * dims need not agree. */
-static bool input_type(Imp *im, const Onnx__ValueInfoProto *vi, TensorType *out) {
+static bool input_type(Imp *im, const Onnx__ValueInfoProto *vi, TensorType *out, volatile int32_t *held) {
   const char *name = vi->name ? vi->name : "";
   const Onnx__TypeProto *tp = vi->type;
   if (!tp || tp->value_case != ONNX__TYPE_PROTO__VALUE_TENSOR_TYPE || !tp->tensor_type)
     return ox_bad(im, "graph input '%s' is not a tensor (sequences, maps and optionals are not supported)", name);
   const Onnx__TypeProto__Tensor *tt = tp->tensor_type;
   DType dt;
-  if (!ox_dtype_from_onnx(tt->elem_type, &dt))
+  *held = 0;
+  if (ox_held_format(tt->elem_type, &dt))
+    *held = tt->elem_type;
+  else if (!ox_dtype_from_onnx(tt->elem_type, &dt))
     return ox_bad(im, "graph input '%s' has dtype %s, which is not supported (%s)", name,
                   ox_onnx_type_name(tt->elem_type), ox_dtypes_we_have);
   const InputShape *given = fe_dims_shape(&im->dims, name);
@@ -371,6 +384,14 @@ static bool import_node(Imp *im, const Onnx__GraphProto *gp, int idx) {
     if (in && *in) on.in[i] = ox_find_entry(im, in)->val;
   }
   for (int i = 0; i < on.n_out; i++) want[i] = np->output[i] && *np->output[i];
+  /* A narrow type's values held wider are only read by a Cast: another
+   * op would compute in the wider dtype and give it as the narrow one. */
+  bool casts = strcmp(np->op_type, "Cast") == 0 || strcmp(np->op_type, "CastLike") == 0 ||
+               strcmp(np->op_type, "QuantizeLinear") == 0 || strcmp(np->op_type, "DequantizeLinear") == 0;
+  for (int i = 0; i < on.n_in; i++)
+    if (on.in[i] && on.in[i]->held && !casts)
+      return ox_bad(im, "%s operands are not supported (only Cast, CastLike, QuantizeLinear and DequantizeLinear read them)",
+                    ox_onnx_type_name(on.in[i]->held));
   int errors = im->c->diag.errors;
   if (!op->fn(im, &on)) {
     if (im->c->diag.errors == errors) ox_bad(im, "cannot import this node");
@@ -472,10 +493,12 @@ static bool import_graph(Imp *im, const Onnx__ModelProto *m) {
     if (e && e->val->k) continue; /* an initializer's default: a param */
     if (e) return ox_bad(im, "graph input '%s' is declared twice", vi->name);
     TensorType t;
-    if (!input_type(im, vi, &t)) return false;
+    volatile int32_t held = 0; /* volatile: ox_bad may longjmp */
+    if (!input_type(im, vi, &t, &held)) return false;
     e = ox_add_entry(im, vi->name, -1);
     e->val = ox_val_of(im, &ir_source(im->g, OP_INPUT, &t, vi->name, im->loc)->out[0]);
     e->val->name = e->name;
+    e->val->held = held;
     const Tensor *hint = im->opt && im->opt->known ? ir_tensor_map_find(im->opt->known, vi->name) : NULL;
     if (hint && ir_type_eq(&hint->type, &t)) e->val->hint = hint;
   }
@@ -499,7 +522,8 @@ static bool import_graph(Imp *im, const Onnx__ModelProto *m) {
       const Onnx__TypeProto__Tensor *tt = tp->tensor_type;
       DType dt;
       bool mismatch = tt->has_elem_type && tt->elem_type &&
-                      (!ox_dtype_from_onnx(tt->elem_type, &dt) || dt != outs[i]->type.dtype);
+                      (e->val->held ? tt->elem_type != e->val->held
+                                    : !ox_dtype_from_onnx(tt->elem_type, &dt) || dt != outs[i]->type.dtype);
       /* A symbolic, -1 or unset dim accepts what the graph computes. */
       if (tt->shape) {
         mismatch |= (int)tt->shape->n_dim != outs[i]->type.rank;

@@ -95,7 +95,11 @@ bool ox_op_if(Imp *im, ONode *n) {
                     "not supported)",
                     i + 1, ir_type_str(&t[i]->type, a, sizeof a), ir_type_str(&e[i]->type, b, sizeof b));
     }
+    if (t[i]->held != e[i]->held)
+      return ox_bad(im, "output %d is %s in one branch and not in the other", i + 1,
+                    ox_onnx_type_name(t[i]->held ? t[i]->held : e[i]->held));
     n->out[i] = ox_where(im, c, t[i], e[i]);
+    if (n->out[i]) n->out[i]->held = t[i]->held; /* a select keeps the values narrow */
   }
   return true;
 }

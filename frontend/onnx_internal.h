@@ -27,6 +27,9 @@ typedef struct Val {
   /* DequantizeLinear's codes and scales when it made this value, or the
    * accumulator of an int8 product this value dequantizes (QDQ). */
   const struct Quant *dq;
+  /* The narrow ONNX type (FLOAT8E4M3FN, INT4, ...) whose values this one
+   * holds in its wider dtype (ox_held_format), or 0. */
+  int32_t held;
 } Val;
 
 typedef struct Entry {
@@ -105,6 +108,9 @@ typedef bool OpFn(Imp *im, ONode *n);
 extern const char ox_dtypes_we_have[];
 const char *ox_onnx_type_name(int32_t t);
 bool ox_dtype_from_onnx(int32_t t, DType *out);
+/* A narrow ONNX type (float8, float4, int4, int2) and the dtype that
+ * holds its values; NULL for the others. */
+const IrNarrow *ox_held_format(int32_t t, DType *storage);
 void *ox_read_whole(const char *path, size_t *len, char *err, size_t errlen);
 char *ox_dir_of(Arena *a, const char *path);
 bool ox_tensor_from_proto(const Onnx__TensorProto *t, const char *dir, Tensor *out, char *err, size_t errlen);
@@ -166,7 +172,7 @@ bool ox_need_float_in(Imp *im, Val *x);
 /* onnx_ops.c: elementwise, products, convolution, pooling,
  * normalization, losses, reductions. */
 OpFn ox_op_unary, ox_op_leaky_relu, ox_op_gelu, ox_op_elu_family, ox_op_hardsigmoid, ox_op_softplus,
-    ox_op_softsign, ox_op_prelu, ox_op_clip, ox_op_binary, ox_op_mod, ox_op_variadic, ox_op_logic,
+    ox_op_softsign, ox_op_prelu, ox_op_clip, ox_op_binary, ox_op_mod, ox_op_variadic, ox_op_logic, ox_op_bit_shift, ox_op_bitcast,
     ox_op_isinf, ox_op_where, ox_op_thresholded_relu, ox_op_shrink, ox_op_trilu, ox_op_identity,
     ox_op_dropout, ox_op_cast, ox_op_matmul, ox_op_gemm, ox_op_conv, ox_op_conv_transpose, ox_op_pool,
     ox_op_global_pool, ox_op_batchnorm, ox_op_layernorm, ox_op_rms_norm, ox_op_group_norm, ox_op_lrn, ox_op_instancenorm, ox_op_softmax,
@@ -190,7 +196,9 @@ OpFn ox_op_reshape, ox_op_flatten, ox_op_squeeze, ox_op_unsqueeze, ox_op_transpo
 OpFn ox_op_resize, ox_op_grid_sample;
 
 /* onnx_newer.c: newer opsets' ops by decomposition. */
-OpFn ox_op_mish, ox_op_swish, ox_op_mvn, ox_op_lp_norm, ox_op_cumulative, ox_op_center_crop_pad;
+OpFn ox_op_mish, ox_op_swish, ox_op_mvn, ox_op_lp_norm, ox_op_cumulative, ox_op_center_crop_pad, ox_op_window;
+/* onnx_einsum.c */
+OpFn ox_op_einsum;
 
 /* onnx.c: a graph's nodes in the current scope. */
 bool ox_import_nodes(Imp *im, const Onnx__GraphProto *gp);

@@ -1,6 +1,6 @@
 /* ONNX ops of the newer opsets that the IR holds by decomposition: Mish,
  * Swish, MeanVarianceNormalization, LpNormalization,
- * CumSum and CumProd, CenterCropPad.  Takes one node's operands, returns
+ * CumSum and CumProd, CenterCropPad, and the window functions (constants).  Takes one node's operands, returns
  * its results; a float op of several IR ops computes f16/bf16 in f32 and
  * rounds once. */
 #include "config.h"
@@ -144,4 +144,33 @@ bool ox_op_center_crop_pad(Imp *im, ONode *n) {
     y = ox_emit1(im, &e);
   }
   return (n->out[0] = y);
+}
+
+/* HannWindow, HammingWindow, BlackmanWindow: a constant of `size` values
+ * (size must be known: it is the result's shape), a0 - a1 cos(2 pi n / N)
+ * + a2 cos(4 pi n / N) with N = size (periodic) or size - 1, computed in
+ * double as ONNX's reference and rounded once to output_datatype. */
+bool ox_op_window(Imp *im, ONode *n) {
+  Val *s = ox_in_req(im, n, 0);
+  int64_t periodic, code;
+  double size;
+  DType dt;
+  if (!s || !ox_attr_int(im, "periodic", 1, &periodic) || !ox_attr_int(im, "output_datatype", 1, &code) ||
+      !ox_const_scalar(im, s, "size", &size))
+    return false;
+  if (!ox_dtype_from_onnx((int32_t)code, &dt))
+    return ox_bad(im, "output_datatype %s is not supported", ox_onnx_type_name((int32_t)code));
+  if (!(size >= 0 && size <= 1 << 24 && size == floor(size)))
+    return ox_bad(im, "size %g is not a whole number of at most 2^24", size);
+  const char *t = im->np->op_type;
+  double a0 = 0.5, a1 = 0.5, a2 = 0; /* Hann */
+  if (strcmp(t, "HammingWindow") == 0) a0 = 25.0 / 46.0, a1 = 1 - a0;
+  if (strcmp(t, "BlackmanWindow") == 0) a0 = 0.42, a1 = 0.5, a2 = 0.08;
+  int64_t len = (int64_t)size;
+  double N = periodic ? size : size - 1;
+  TensorType tt = ir_type_make(dt, 1, &len);
+  Val *w = ox_known_new(im, &tt);
+  for (int64_t i = 0; i < len; i++)
+    ir_tensor_set(w->k, i, a0 - a1 * cos(2 * M_PI * (double)i / N) + a2 * cos(4 * M_PI * (double)i / N));
+  return (n->out[0] = w);
 }

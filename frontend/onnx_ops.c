@@ -251,7 +251,30 @@ static const OpMap logic_ops[] = {
     {"Greater", OP_GREATER},   {"GreaterOrEqual", OP_GREATER_EQUAL},
     {"And", OP_LOGICAL_AND},   {"Or", OP_LOGICAL_OR}, {"Xor", OP_LOGICAL_XOR},
     {"Not", OP_LOGICAL_NOT},   {"IsNaN", OP_ISNAN},
+    {"BitwiseAnd", OP_BIT_AND}, {"BitwiseOr", OP_BIT_OR}, {"BitwiseXor", OP_BIT_XOR}, {"BitwiseNot", OP_BIT_NOT},
 };
+
+bool ox_op_bitcast(Imp *im, ONode *n) {
+  Val *x = ox_in_req(im, n, 0);
+  int64_t code;
+  DType to;
+  if (!x || !ox_attr_int(im, "to", 0, &code)) return false;
+  if (!ox_dtype_from_onnx((int32_t)code, &to))
+    return ox_bad(im, "bitcast to %s is not supported (%s)", ox_onnx_type_name((int32_t)code), ox_dtypes_we_have);
+  Emit e;
+  Node *nd = ox_begin(im, &e, OP_BITCAST, 1, &x);
+  ir_set_dtype(im->g, nd, "to", to);
+  return (n->out[0] = ox_emit1(im, &e));
+}
+
+bool ox_op_bit_shift(Imp *im, ONode *n) {
+  Val *a = ox_in_req(im, n, 0), *b = ox_in_req(im, n, 1);
+  const char *dir;
+  if (!a || !b || !ox_attr_str(im, "direction", NULL, &dir)) return false;
+  if (strcmp(dir, "LEFT") != 0 && strcmp(dir, "RIGHT") != 0)
+    return ox_bad(im, "direction \"%s\" is not LEFT or RIGHT", dir);
+  return (n->out[0] = ox_op2(im, dir[0] == 'L' ? OP_SHL : OP_SHR, a, b));
+}
 
 bool ox_op_logic(Imp *im, ONode *n) {
   OpKind op = OP_COUNT;
@@ -370,22 +393,60 @@ bool ox_op_dropout(Imp *im, ONode *n) {
   return (n->out[0] = x);
 }
 
+/* Into a narrow type (held wider, ox_held_format): from a float, or a
+ * narrow one, through f32 (exact for every source), fp_round, and the
+ * holding dtype (exact again).  An integer source would need the bits
+ * that do not fit discarded: not supported. */
+static Val *cast_to_held(Imp *im, Val *x, int32_t code, bool saturate) {
+  DType hold;
+  const IrNarrow *f = ox_held_format(code, &hold);
+  if (!ir_dtype_is_float(x->type.dtype) && !x->held) {
+    ox_bad(im, "cast from %s to %s is not supported", ir_dtype_name(x->type.dtype), ox_onnx_type_name(code));
+    return NULL;
+  }
+  if (x->type.dtype == TY_F64) {
+    ox_bad(im, "cast from f64 to %s is not supported", ox_onnx_type_name(code));
+    return NULL;
+  }
+  Val *f32 = ox_cast(im, x, TY_F32);
+  if (!f32) return NULL;
+  Emit e;
+  Node *d = ox_begin(im, &e, OP_FP_ROUND, 1, &f32);
+  ir_set_str(im->g, d, "format", f->name);
+  ir_set_int(im->g, d, "saturate", saturate);
+  Val *r = ox_cast(im, ox_emit1(im, &e), hold);
+  if (r == x || (r && r->held)) r = ox_val_of(im, ox_use(im, r)); /* a Val of its own to tag */
+  if (r) r->held = code;
+  return r;
+}
+
 bool ox_op_cast(Imp *im, ONode *n) {
   Val *x = ox_in_req(im, n, 0);
   if (!x) return false;
   DType to;
+  int32_t code;
+  int64_t sat = 1;
   if (strcmp(im->np->op_type, "CastLike") == 0) {
     Val *like = ox_in_req(im, n, 1);
-    if (!like) return false;
+    if (!like || !ox_attr_int(im, "saturate", 1, &sat)) return false;
     to = like->type.dtype;
+    code = like->held;
   } else {
-    int64_t code, sat;
-    if (!ox_attr_int(im, "to", 0, &code) || !ox_attr_int(im, "saturate", 1, &sat)) return false;
-    if (!ox_dtype_from_onnx((int32_t)code, &to))
-      return ox_bad(im, "cast to %s is not supported (%s)", ox_onnx_type_name((int32_t)code),
-                    ox_dtypes_we_have);
+    int64_t c;
+    if (!ox_attr_int(im, "to", 0, &c) || !ox_attr_int(im, "saturate", 1, &sat)) return false;
+    code = (int32_t)c;
+    if (ox_held_format(code, &to))
+      ;
+    else if (!ox_dtype_from_onnx(code, &to))
+      return ox_bad(im, "cast to %s is not supported (%s)", ox_onnx_type_name(code), ox_dtypes_we_have);
+    else
+      code = 0;
   }
-  return (n->out[0] = ox_cast(im, x, to));
+  if (code) return (n->out[0] = cast_to_held(im, x, code, sat != 0));
+  Val *r = ox_cast(im, x, to);
+  /* The same dtype as x's holding one: a Val of its own, not narrow */
+  if (r && r->held) r = ox_val_of(im, ox_use(im, r));
+  return (n->out[0] = r);
 }
 
 /* ---- matrix products ---- */

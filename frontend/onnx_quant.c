@@ -375,6 +375,74 @@ static Quant product_scales(Imp *im, const Quant *a, const Quant *b, int axis, f
 
 static DType quantized_dtype_of(DType zdt) { return zdt == TY_I8 ? TY_I8 : TY_U8; }
 
+/* ---- narrow types (held wider: ox_held_format) ---- */
+
+/* A float8 or float4 zero point must be all zeros: the scale alone. */
+static bool zero_float_zp(Imp *im, Val *z, const char *what) {
+  if (!z) return true;
+  const Tensor *t = ox_need_const(im, z, arena_printf(&im->c->arena, "%s's zero point", what));
+  if (!t) return false;
+  for (int64_t i = 0, n = ir_type_numel(&t->type); i < n; i++)
+    if (ir_tensor_get(t, i) != 0)
+      return ox_bad(im, "%s: a nonzero %s zero point is not supported", what, ox_onnx_type_name(z->held));
+  return true;
+}
+
+/* x times or over the scales (one, or one per slice along p's axis). */
+static Val *by_scales(Imp *im, OpKind op, Val *x, const Quant *p) {
+  return p->axis >= 0 ? ox_op2(im, op, x, scales_along(im, p, x->type.rank)) : ox_op2s(im, op, x, p->scale[0]);
+}
+
+/* Into a float8/float4 type: x / scale in f32, rounded into the format
+ * (saturating as asked), held in f16.  Into int4/int2: int8's codes
+ * clipped to the narrow range (saturating twice is saturating once). */
+static Val *quantize_held(Imp *im, Val *x, Val *s, Val *z, int64_t axis, int32_t code, bool saturate) {
+  DType hold;
+  const IrNarrow *f = ox_held_format(code, &hold);
+  Quant p;
+  DType zdt;
+  if (!ox_need_float_in(im, x)) return NULL;
+  Val *r;
+  if (f->kind == IR_NARROW_FLOAT) {
+    if (!zero_float_zp(im, z, "y") || !quant_params(im, &x->type, s, NULL, axis, "y", &p, &zdt)) return NULL;
+    Val *q = by_scales(im, OP_DIV, ox_cast(im, x, TY_F32), &p);
+    if (!q) return NULL;
+    Emit e;
+    Node *n = ox_begin(im, &e, OP_FP_ROUND, 1, &q);
+    ir_set_str(im->g, n, "format", f->name);
+    ir_set_int(im->g, n, "saturate", saturate);
+    r = ox_cast(im, ox_emit1(im, &e), hold);
+  } else {
+    if (!quant_params(im, &x->type, s, z, axis, "y", &p, &zdt)) return NULL;
+    Val *q = emit_quantize(im, x, &p, hold);
+    if (!q) return NULL;
+    Emit e;
+    Node *n = ox_begin(im, &e, OP_CLIP, 1, &q);
+    ir_set_float(im->g, n, "min", f->emin);
+    ir_set_float(im->g, n, "max", f->max);
+    r = ox_emit1(im, &e);
+  }
+  if (r) r->held = code;
+  return r;
+}
+
+/* From a narrow type: int4/int2 codes as int8's; float8/float4 values
+ * (exact in f32) times the scale. */
+static Val *dequantize_held(Imp *im, Val *x, Val *s, Val *z, int64_t axis) {
+  DType hold;
+  const IrNarrow *f = ox_held_format(x->held, &hold);
+  Quant *p = ARENA_NEW(&im->c->arena, Quant);
+  DType zdt;
+  if (z && z->held != x->held)
+    return ox_bad(im, "x is %s but x_zero_point is not", ox_onnx_type_name(x->held)), NULL;
+  if (f->kind == IR_NARROW_FLOAT) {
+    if (!zero_float_zp(im, z, "x") || !quant_params(im, &x->type, s, NULL, axis, "x", p, &zdt)) return NULL;
+    return by_scales(im, OP_MUL, ox_cast(im, x, TY_F32), p);
+  }
+  if (!quant_params(im, &x->type, s, z, axis, "x", p, &zdt)) return NULL;
+  return emit_dequantize(im, x, p);
+}
+
 /* ---- the ops ---- */
 
 bool ox_op_quantize_linear(Imp *im, ONode *n) {
@@ -384,6 +452,9 @@ bool ox_op_quantize_linear(Imp *im, ONode *n) {
       !ox_attr_int(im, "block_size", 0, &block) || !ox_attr_int(im, "output_dtype", 0, &out_dt))
     return false;
   if (block) return ox_bad(im, "blocked quantization (block_size=%" PRId64 ") is not supported", block);
+  DType held_dt;
+  int32_t held = z ? z->held : out_dt && ox_held_format((int32_t)out_dt, &held_dt) ? (int32_t)out_dt : 0;
+  if (held) return (n->out[0] = quantize_held(im, x, s, z, axis, held, sat != 0));
   Quant p;
   DType zdt, to = TY_U8;
   if (!quant_params(im, &x->type, s, z, axis, "y", &p, &zdt)) return false;
@@ -414,6 +485,12 @@ bool ox_op_dequantize_linear(Imp *im, ONode *n) {
     return false;
   if (block) return ox_bad(im, "blocked quantization (block_size=%" PRId64 ") is not supported", block);
   DType qt = x->type.dtype, zdt;
+  Val *y = NULL;
+  if (x->held) {
+    if (!(y = dequantize_held(im, x, s, z, axis))) return false;
+    DType sdt = s->k ? s->k->type.dtype : s->hint ? s->hint->type.dtype : TY_F32;
+    return (n->out[0] = sdt == TY_F32 ? y : ox_cast(im, y, sdt));
+  }
   if (qt != TY_I8 && qt != TY_U8 && qt != TY_I32)
     return ox_bad(im, "x of dtype %s is not supported (INT8, UINT8 or INT32)", ir_dtype_name(qt));
   Quant *p = ARENA_NEW(&im->c->arena, Quant);
@@ -421,7 +498,7 @@ bool ox_op_dequantize_linear(Imp *im, ONode *n) {
   if (zdt != TY_COUNT && zdt != qt)
     return ox_bad(im, "x_zero_point is %s but x is %s", ir_dtype_name(zdt), ir_dtype_name(qt));
   p->q = x;
-  Val *y = emit_dequantize(im, x, p);
+  y = emit_dequantize(im, x, p);
   if (!y) return false;
   y->dq = p;
   DType sdt = s->k ? s->k->type.dtype : s->hint ? s->hint->type.dtype : TY_F32;

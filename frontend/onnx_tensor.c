@@ -28,6 +28,8 @@
 static const char *const onnx_type_names[] = {
     "UNDEFINED", "FLOAT",  "UINT8",  "INT8",   "UINT16",    "INT16",      "INT32",   "INT64", "STRING",
     "BOOL",      "FLOAT16", "DOUBLE", "UINT32", "UINT64", "COMPLEX64", "COMPLEX128", "BFLOAT16",
+    "FLOAT8E4M3FN", "FLOAT8E4M3FNUZ", "FLOAT8E5M2", "FLOAT8E5M2FNUZ", "UINT4", "INT4", "FLOAT4E2M1",
+    "FLOAT8E8M0", "UINT2", "INT2",
 };
 
 const char *ox_onnx_type_name(int32_t t) {
@@ -44,11 +46,28 @@ bool ox_dtype_from_onnx(int32_t t, DType *out) {
     case ONNX__TENSOR_PROTO__DATA_TYPE__INT64: *out = TY_I64; return true;
     case ONNX__TENSOR_PROTO__DATA_TYPE__BOOL: *out = TY_BOOL; return true;
     case ONNX__TENSOR_PROTO__DATA_TYPE__UINT8: *out = TY_U8; return true;
+    case ONNX__TENSOR_PROTO__DATA_TYPE__DOUBLE: *out = TY_F64; return true;
+    case ONNX__TENSOR_PROTO__DATA_TYPE__INT16: *out = TY_I16; return true;
+    case ONNX__TENSOR_PROTO__DATA_TYPE__UINT16: *out = TY_U16; return true;
+    case ONNX__TENSOR_PROTO__DATA_TYPE__UINT32: *out = TY_U32; return true;
+    case ONNX__TENSOR_PROTO__DATA_TYPE__UINT64: *out = TY_U64; return true;
     default: return false;
   }
 }
 
-const char ox_dtypes_we_have[] = "dlcc has FLOAT, FLOAT16, BFLOAT16, INT8, UINT8, INT32, INT64 and BOOL";
+/* The narrow types dlcc holds in a wider dtype (ir/narrow.c): their
+ * values only, for Cast (docs/onnx.md). */
+const IrNarrow *ox_held_format(int32_t t, DType *storage) {
+  static const char *const names[] = {"e4m3fn", "e4m3fnuz", "e5m2", "e5m2fnuz", "u4", "i4", "e2m1", NULL, "u2", "i2"};
+  if (t < 17 || t > 26 || !names[t - 17]) return NULL;
+  const IrNarrow *f = ir_narrow_find(names[t - 17]);
+  *storage = f->kind == IR_NARROW_FLOAT ? TY_F16 : f->emin < 0 ? TY_I8 : TY_U8;
+  return f;
+}
+
+const char ox_dtypes_we_have[] =
+    "dlcc has FLOAT, DOUBLE, FLOAT16, BFLOAT16, INT8, UINT8, INT16, UINT16, INT32, UINT32, INT64, UINT64 and "
+    "BOOL; FLOAT8*, FLOAT4E2M1, INT4, UINT4, INT2 and UINT2 through Cast and (De)QuantizeLinear";
 
 __attribute__((format(printf, 3, 4))) static bool efail(char *err, size_t errlen, const char *fmt,
                                                          ...) {
@@ -190,12 +209,43 @@ done:
   return fd;
 }
 
+/* A narrow type's codes into out, allocated by the caller: bytes of
+ * raw_data or one byte per int32_data value, 4- and 2-bit codes packed
+ * from the lowest bits up. */
+static bool read_held(const Onnx__TensorProto *t, const IrNarrow *f, Tensor *out, char *err, size_t errlen) {
+  int64_t n = ir_type_numel(&out->type);
+  size_t per = (size_t)(8 / f->bits), want = ((size_t)n + per - 1) / per;
+  if (n == 0) return true; /* its fields may be empty */
+  size_t given = t->has_raw_data ? t->raw_data.len : t->n_int32_data;
+  if (given != want)
+    return efail(err, errlen, "%s needs %zu bytes of codes, the tensor has %zu", ox_onnx_type_name(t->data_type),
+                 want, given);
+  for (int64_t i = 0; i < n; i++) {
+    size_t j = (size_t)i / per;
+    unsigned byte = t->has_raw_data ? t->raw_data.data[j] : (unsigned)t->int32_data[j] & 0xffu;
+    unsigned code = byte >> ((size_t)i % per * (size_t)f->bits);
+    ir_tensor_set(out, i, ir_narrow_decode(f, code & ((1u << f->bits) - 1)));
+  }
+  return true;
+}
+
+static bool tensor_from_proto(const Onnx__TensorProto *t, const char *dir, bool held, Tensor *out, char *err,
+                              size_t errlen);
+
 /* A TensorProto's contents as a host tensor (malloc'd data). */
 bool ox_tensor_from_proto(const Onnx__TensorProto *t, const char *dir, Tensor *out, char *err,
                           size_t errlen) {
+  return tensor_from_proto(t, dir, false, out, err, errlen);
+}
+
+/* held: a narrow type is read into the dtype that holds it. */
+static bool tensor_from_proto(const Onnx__TensorProto *t, const char *dir, bool held, Tensor *out, char *err,
+                              size_t errlen) {
   *out = (Tensor){0};
   DType dt;
-  if (!t->has_data_type || !ox_dtype_from_onnx(t->data_type, &dt))
+  const IrNarrow *f = NULL;
+  if (!t->has_data_type || (!ox_dtype_from_onnx(t->data_type, &dt) &&
+                            !(held && (f = ox_held_format(t->data_type, &dt)))))
     return efail(err, errlen, "dtype %s is not supported (%s)", ox_onnx_type_name(t->data_type),
                  ox_dtypes_we_have);
   if (t->n_dims > DL_MAX_RANK)
@@ -212,6 +262,17 @@ bool ox_tensor_from_proto(const Onnx__TensorProto *t, const char *dir, Tensor *o
   ir_type_str(&type, ts, sizeof ts);
   if (n < 0) return efail(err, errlen, "shape %s is larger than %" PRId64 " elements", ts, DL_MAX_ELEMS);
   if (t->segment) return efail(err, errlen, "segmented tensors are not supported");
+  if (f) {
+    bool external = (t->has_data_location && t->data_location == ONNX__TENSOR_PROTO__DATA_LOCATION__EXTERNAL) ||
+                    t->n_external_data > 0;
+    if (external) return efail(err, errlen, "%s as external data is not supported", ox_onnx_type_name(t->data_type));
+    if (!ir_tensor_alloc(out, &type)) return efail(err, errlen, "out of memory for %s", ts);
+    if (!read_held(t, f, out, err, errlen)) {
+      ir_tensor_free(out);
+      return false;
+    }
+    return true;
+  }
   size_t nbytes = ir_tensor_nbytes(&type);
   bool external = (t->has_data_location && t->data_location == ONNX__TENSOR_PROTO__DATA_LOCATION__EXTERNAL) ||
                   t->n_external_data > 0;
@@ -225,6 +286,10 @@ bool ox_tensor_from_proto(const Onnx__TensorProto *t, const char *dir, Tensor *o
     given = t->n_float_data, field = "float_data values";
   } else if (dt == TY_I64) {
     given = t->n_int64_data, field = "int64_data values";
+  } else if (dt == TY_F64) {
+    given = t->n_double_data, field = "double_data values";
+  } else if (dt == TY_U32 || dt == TY_U64) {
+    given = t->n_uint64_data, field = "uint64_data values";
   } else {
     given = t->n_int32_data, field = "int32_data values";
   }
@@ -263,6 +328,12 @@ bool ox_tensor_from_proto(const Onnx__TensorProto *t, const char *dir, Tensor *o
     memcpy(out->data, t->float_data, nbytes);
   } else if (dt == TY_I64) {
     memcpy(out->data, t->int64_data, nbytes);
+  } else if (dt == TY_F64) {
+    memcpy(out->data, t->double_data, nbytes);
+  } else if (dt == TY_U64) {
+    memcpy(out->data, t->uint64_data, nbytes);
+  } else if (dt == TY_U32) {
+    for (int64_t i = 0; i < n; i++) ((uint32_t *)out->data)[i] = (uint32_t)t->uint64_data[i];
   } else {
     for (int64_t i = 0; i < n; i++) {
       int32_t v = t->int32_data[i];
@@ -271,6 +342,8 @@ bool ox_tensor_from_proto(const Onnx__TensorProto *t, const char *dir, Tensor *o
         case TY_BF16: ((uint16_t *)out->data)[i] = (uint16_t)v; break;
         case TY_I8: ((int8_t *)out->data)[i] = (int8_t)v; break;
         case TY_U8: ((uint8_t *)out->data)[i] = (uint8_t)v; break;
+        case TY_I16: ((int16_t *)out->data)[i] = (int16_t)v; break;
+        case TY_U16: ((uint16_t *)out->data)[i] = (uint16_t)v; break;
         case TY_BOOL: ((uint8_t *)out->data)[i] = v != 0; break;
         default: ((int32_t *)out->data)[i] = v; break;
       }
@@ -290,7 +363,7 @@ bool fe_onnx_read_tensor(const char *path, Tensor *out, char **name, char *err, 
   if (!t) return efail(err, errlen, "'%s' is not a serialized ONNX TensorProto", path);
   char msg[512];
   char *dir = dir_dup(path);
-  bool ok = dir && ox_tensor_from_proto(t, dir, out, msg, sizeof msg);
+  bool ok = dir && tensor_from_proto(t, dir, true, out, msg, sizeof msg);
   if (!dir) snprintf(msg, sizeof msg, "out of memory");
   free(dir);
   if (ok && name && !(*name = strdup(t->name ? t->name : ""))) {

@@ -74,12 +74,44 @@ static double int_to_double(int64_t v) {
   return v < 0 ? -d : d;
 }
 
+/* A uint64 as a double rounded to odd, as int_to_double. */
+static double u64_to_double(uint64_t m) {
+  int s = 0;
+  while ((m >> s) >= ((uint64_t)1 << 53)) s++;
+  uint64_t top = m >> s;
+  if (s && (m & (((uint64_t)1 << s) - 1))) top |= 1;
+  return ldexp((double)top, s);
+}
+
+/* An integer dtype's range (u64's top as int64: -1, its bits). */
+static void int_range(DType dt, int64_t *lo, int64_t *hi) {
+  switch (dt) {
+    case TY_I8: *lo = INT8_MIN, *hi = INT8_MAX; return;
+    case TY_I16: *lo = INT16_MIN, *hi = INT16_MAX; return;
+    case TY_I32: *lo = INT32_MIN, *hi = INT32_MAX; return;
+    case TY_U8: *lo = 0, *hi = UINT8_MAX; return;
+    case TY_U16: *lo = 0, *hi = UINT16_MAX; return;
+    case TY_U32: *lo = 0, *hi = UINT32_MAX; return;
+    case TY_U64: *lo = 0, *hi = -1; return;
+    case TY_BOOL: *lo = 0, *hi = 1; return;
+    default: *lo = INT64_MIN, *hi = INT64_MAX; return;
+  }
+}
+
+/* Float -> u64: truncate toward zero, saturate to [0, 2^64 - 1], NaN -> 0. */
+static uint64_t sat_u64(double x) {
+  double t = trunc(x);
+  if (isnan(t) || t <= 0) return 0;
+  if (t >= 18446744073709551616.0) return UINT64_MAX;
+  return (uint64_t)t;
+}
+
 /* Float -> int: truncate toward zero, saturate, NaN -> 0. */
 static int64_t sat_int(double x, DType dt) {
   if (isnan(x)) return 0;
-  int64_t lo = INT64_MIN, hi = INT64_MAX;
-  if (dt == TY_I8) lo = INT8_MIN, hi = INT8_MAX;
-  if (dt == TY_I32) lo = INT32_MIN, hi = INT32_MAX;
+  if (dt == TY_U64) return (int64_t)sat_u64(x);
+  int64_t lo, hi;
+  int_range(dt, &lo, &hi);
   double t = trunc(x);
   if (t <= (double)lo) return lo;
   if (t >= (double)hi) return hi; /* (double)INT64_MAX is 2^63 */
@@ -109,6 +141,10 @@ double ir_tensor_get(const Tensor *t, int64_t i) {
     case TY_BOOL: return ((const uint8_t *)t->data)[i] != 0;
     case TY_U8: return ((const uint8_t *)t->data)[i];
     case TY_F64: return ((const double *)t->data)[i];
+    case TY_I16: return ((const int16_t *)t->data)[i];
+    case TY_U16: return ((const uint16_t *)t->data)[i];
+    case TY_U32: return ((const uint32_t *)t->data)[i];
+    case TY_U64: return u64_to_double(((const uint64_t *)t->data)[i]);
     case TY_COUNT: break;
   }
   return 0;
@@ -125,6 +161,10 @@ void ir_tensor_set(Tensor *t, int64_t i, double v) {
     case TY_BOOL: ((uint8_t *)t->data)[i] = v != 0; return; /* NaN too, as a cast to bool */
     case TY_U8: ((uint8_t *)t->data)[i] = wrap_u8(v); return;
     case TY_F64: ((double *)t->data)[i] = v; return;
+    case TY_I16: ((int16_t *)t->data)[i] = (int16_t)sat_int(v, TY_I16); return;
+    case TY_U16: ((uint16_t *)t->data)[i] = (uint16_t)sat_int(v, TY_U16); return;
+    case TY_U32: ((uint32_t *)t->data)[i] = (uint32_t)sat_int(v, TY_U32); return;
+    case TY_U64: ((uint64_t *)t->data)[i] = sat_u64(v); return;
     case TY_COUNT: return;
   }
 }
@@ -136,6 +176,10 @@ static int64_t get_i(const Tensor *t, int64_t i) {
     case TY_I32: return ((const int32_t *)t->data)[i];
     case TY_I64: return ((const int64_t *)t->data)[i];
     case TY_U8: return ((const uint8_t *)t->data)[i];
+    case TY_I16: return ((const int16_t *)t->data)[i];
+    case TY_U16: return ((const uint16_t *)t->data)[i];
+    case TY_U32: return ((const uint32_t *)t->data)[i];
+    case TY_U64: return (int64_t)((const uint64_t *)t->data)[i]; /* its bits: see is_u64 */
     default: return sat_int(ir_tensor_get(t, i), TY_I64);
   }
 }
@@ -148,8 +192,34 @@ static void set_i(Tensor *t, int64_t i, int64_t v) {
     case TY_I64: ((int64_t *)t->data)[i] = v; return;
     case TY_U8: ((uint8_t *)t->data)[i] = (uint8_t)((uint64_t)v & 0xffu); return;
     case TY_F64: ((double *)t->data)[i] = (double)v; return; /* rounded once, to nearest */
+    case TY_I16: ((int16_t *)t->data)[i] = (int16_t)(uint16_t)((uint64_t)v & 0xffffu); return;
+    case TY_U16: ((uint16_t *)t->data)[i] = (uint16_t)((uint64_t)v & 0xffffu); return;
+    case TY_U32: ((uint32_t *)t->data)[i] = (uint32_t)((uint64_t)v & 0xffffffffu); return;
+    case TY_U64: ((uint64_t *)t->data)[i] = (uint64_t)v; return;
     default: ir_tensor_set(t, i, int_to_double(v)); return;
   }
+}
+
+/* u64 values travel through get_i/set_i as their bits in an int64: the
+ * ops where that differs from the unsigned value (division, remainder,
+ * order, conversion to a float) look at this. */
+static bool is_u64(const Tensor *t) { return t->type.dtype == TY_U64; }
+
+/* An int value v of x's dtype (get_i) into a float tensor out at i. */
+static void set_int_as_float(Tensor *out, int64_t i, const Tensor *x, int64_t v) {
+  if (!is_u64(x)) {
+    set_i(out, i, v);
+    return;
+  }
+  if (out->type.dtype == TY_F64)
+    ((double *)out->data)[i] = (double)(uint64_t)v; /* rounded once, to nearest */
+  else
+    ir_tensor_set(out, i, u64_to_double((uint64_t)v));
+}
+
+/* a < b in x's dtype (get_i values). */
+static bool int_less(const Tensor *x, int64_t a, int64_t b) {
+  return is_u64(x) ? (uint64_t)a < (uint64_t)b : a < b;
 }
 
 static bool is_int(const Tensor *t) { return !ir_dtype_is_float(t->type.dtype); }
@@ -347,6 +417,7 @@ static double unary_f(const Node *n, double x) {
     case OP_ROUND: return nearbyint(x); /* the default rounding mode: half to even */
     case OP_FLOOR: return floor(x);
     case OP_CEIL: return ceil(x);
+    case OP_FP_ROUND: return ir_narrow_round(ir_narrow_find(ir_attr_str(n, "format")), x, ir_attr_int(n, "saturate"));
     case OP_SIGN: return x > 0 ? 1.0 : x < 0 ? -1.0 : x;
     case OP_TAN: return tan(x);
     case OP_ASIN: return asin(x);
@@ -366,7 +437,9 @@ static bool eval_unary(Eval *e, const Node *n, const Tensor *x, Tensor *out) {
   bool ints = is_int(x) && is_int(out);
   if (n->op == OP_CAST) {
     for (int64_t i = 0; i < count; i++) {
-      if (is_int(x))
+      if (is_int(x) && !is_int(out))
+        set_int_as_float(out, i, x, get_i(x, i));
+      else if (is_int(x))
         set_i(out, i, get_i(x, i));
       else
         ir_tensor_set(out, i, ir_tensor_get(x, i)); /* f32 -> f16 etc. round once */
@@ -378,15 +451,18 @@ static bool eval_unary(Eval *e, const Node *n, const Tensor *x, Tensor *out) {
     /* Clip keeps the integers inside [min, max]. */
     double lo = 0, hi = 0;
     if (n->op == OP_CLIP) lo = ceil(ir_attr_float(n, "min")), hi = floor(ir_attr_float(n, "max"));
+    bool u = is_u64(x);
     for (int64_t i = 0; i < count; i++) {
       int64_t v = get_i(x, i), r = v;
+      bool neg = !u && v < 0;
       if (n->op == OP_NEG) r = wsub(0, v);
-      if (n->op == OP_ABS) r = v < 0 ? wsub(0, v) : v;
-      if (n->op == OP_RELU) r = v > 0 ? v : 0;
-      if (n->op == OP_SIGN) r = v > 0 ? 1 : v < 0 ? -1 : 0;
+      if (n->op == OP_ABS) r = neg ? wsub(0, v) : v;
+      if (n->op == OP_RELU) r = neg ? 0 : v;
+      if (n->op == OP_SIGN) r = neg ? -1 : v != 0;
       if (n->op == OP_CLIP) {
-        if ((double)v < lo) r = sat_int(lo, TY_I64);
-        if ((double)v > hi) r = sat_int(hi, TY_I64);
+        double dv = u ? (double)(uint64_t)v : (double)v;
+        if (dv < lo) r = sat_int(lo, x->type.dtype);
+        if (dv > hi) r = sat_int(hi, x->type.dtype);
       }
       set_i(out, i, r);
     }
@@ -507,7 +583,45 @@ static bool eval_binary(Eval *e, const Node *n, const Tensor *a, const Tensor *b
       continue;
     }
     int64_t x = get_i(a, ia), y = get_i(b, ib), r = 0;
+    if (is_u64(out)) {
+      uint64_t ux = (uint64_t)x, uy = (uint64_t)y;
+      bool by_zero = (n->op == OP_DIV || n->op == OP_MOD) && uy == 0;
+      if (by_zero) return fail(e, "integer division by zero");
+      if (n->op == OP_DIV) r = (int64_t)(ux / uy);
+      else if (n->op == OP_MOD) r = (int64_t)(ux % uy);
+      else if (n->op == OP_MAXIMUM) r = ux > uy ? x : y;
+      else if (n->op == OP_MINIMUM) r = ux < uy ? x : y;
+      else if (n->op == OP_LT || n->op == OP_LE || n->op == OP_GT || n->op == OP_GE)
+        r = n->op == OP_LT ? ux < uy : n->op == OP_LE ? ux <= uy : n->op == OP_GT ? ux > uy : ux >= uy;
+      else if (n->op == OP_POW && (int64_t)uy < 0)
+        return fail(e, "u64 exponent %" PRIu64 " is not supported", uy);
+      else if ((n->op == OP_SHL || n->op == OP_SHR) && uy >= 64)
+        r = 0;
+      else
+        goto signed_op;
+      set_i(out, i, r);
+      continue;
+    }
+  signed_op:
     switch (n->op) {
+      case OP_BIT_AND: r = x & y; break;
+      case OP_BIT_OR: r = x | y; break;
+      case OP_BIT_XOR: r = x ^ y; break;
+      case OP_SHL:
+      case OP_SHR: { /* x: the value of a signed a, the bits of an unsigned one */
+        int64_t bits = ir_dtype_size(out->type.dtype) * 8;
+        bool sgn = out->type.dtype == TY_I8 || out->type.dtype == TY_I16 || out->type.dtype == TY_I32 ||
+                   out->type.dtype == TY_I64;
+        uint64_t ux = (uint64_t)x;
+        if (!sgn && bits < 64) ux &= ((uint64_t)1 << bits) - 1;
+        if (y < 0 || y >= bits)
+          r = n->op == OP_SHR && sgn && x < 0 ? -1 : 0;
+        else if (n->op == OP_SHL)
+          r = (int64_t)(ux << y); /* set_i wraps it to the width */
+        else
+          r = sgn ? (x < 0 ? ~(~x >> y) : x >> y) : (int64_t)(ux >> y);
+        break;
+      }
       case OP_ADD: r = wadd(x, y); break;
       case OP_SUB: r = wsub(x, y); break;
       case OP_MUL: r = wmul(x, y); break;
@@ -557,10 +671,10 @@ static bool compare(OpKind op, const Tensor *a, int64_t ia, const Tensor *b, int
   switch (op) {
     case OP_EQUAL: return x == y;
     case OP_NOT_EQUAL: return x != y;
-    case OP_LESS: return x < y;
-    case OP_LESS_EQUAL: return x <= y;
-    case OP_GREATER: return x > y;
-    default: return x >= y;
+    case OP_LESS: return int_less(a, x, y);
+    case OP_LESS_EQUAL: return !int_less(a, y, x);
+    case OP_GREATER: return int_less(a, y, x);
+    default: return !int_less(a, x, y);
   }
 }
 
@@ -655,9 +769,9 @@ static bool eval_reduce(Eval *e, const Node *n, const Tensor *x, Tensor *out) {
     if (ints) {
       int64_t v = get_i(x, i);
       if (is_max)
-        acci[o] = !seen[o] || v > acci[o] ? v : acci[o];
+        acci[o] = !seen[o] || int_less(x, acci[o], v) ? v : acci[o];
       else if (is_min)
-        acci[o] = !seen[o] || v < acci[o] ? v : acci[o];
+        acci[o] = !seen[o] || int_less(x, v, acci[o]) ? v : acci[o];
       else if (is_prod)
         acci[o] = seen[o] ? wmul(acci[o], v) : v;
       else
@@ -679,16 +793,14 @@ static bool eval_reduce(Eval *e, const Node *n, const Tensor *x, Tensor *out) {
   }
   /* Over no elements: max is -inf (the dtype's least integer), min +inf
    * (its greatest), as ONNX's ReduceMax/ReduceMin of an empty set. */
-  int64_t ilo = INT64_MIN, ihi = INT64_MAX;
-  if (out->type.dtype == TY_I8) ilo = INT8_MIN, ihi = INT8_MAX;
-  if (out->type.dtype == TY_I32) ilo = INT32_MIN, ihi = INT32_MAX;
-  if (out->type.dtype == TY_U8 || out->type.dtype == TY_BOOL) ilo = 0, ihi = out->type.dtype == TY_U8 ? 255 : 1;
+  int64_t ilo, ihi;
+  int_range(out->type.dtype, &ilo, &ihi);
   for (int64_t o = 0; o < on && (is_max || is_min); o++)
     if (!seen[o]) acci[o] = is_max ? ilo : ihi, accf[o] = is_max ? -INFINITY : INFINITY;
   for (int64_t o = 0; o < on; o++) {
     if (ints) {
       int64_t v = is_prod && !seen[o] ? 1 : acci[o]; /* the empty product */
-      if (n->op == OP_REDUCE_MEAN) v = v / group;
+      if (n->op == OP_REDUCE_MEAN) v = is_u64(x) ? (int64_t)((uint64_t)v / (uint64_t)group) : v / group;
       set_i(out, o, v);
     } else {
       double v = is_prod && !seen[o] ? 1 : accf[o];
@@ -720,7 +832,7 @@ static bool eval_argmax(Eval *e, const Node *n, const Tensor *x, Tensor *out) {
       for (int64_t k = 1; k < len; k++) {
         int64_t ib = (o * len + best) * inner + in, ik = (o * len + k) * inner + in;
         if (is_int(x)) {
-          if (get_i(x, ik) > get_i(x, ib)) best = k;
+          if (int_less(x, get_i(x, ib), get_i(x, ik))) best = k;
         } else {
           double vb = ir_tensor_get(x, ib), vk = ir_tensor_get(x, ik);
           if (!isnan(vb) && (isnan(vk) || vk > vb)) best = k;
@@ -1849,6 +1961,7 @@ static bool eval_node(Eval *e, const Node *n, Tensor *const *in, Tensor *out,
     case OP_ROUND:
     case OP_FLOOR:
     case OP_CEIL:
+    case OP_FP_ROUND:
     case OP_SIGN:
     case OP_TAN:
     case OP_ASIN:
@@ -1875,7 +1988,18 @@ static bool eval_node(Eval *e, const Node *n, Tensor *const *in, Tensor *out,
     case OP_LT:
     case OP_LE:
     case OP_GT:
-    case OP_GE: return eval_binary(e, n, in[0], in[1], out);
+    case OP_GE:
+    case OP_BIT_AND:
+    case OP_BIT_OR:
+    case OP_BIT_XOR:
+    case OP_SHL:
+    case OP_SHR: return eval_binary(e, n, in[0], in[1], out);
+    case OP_BITCAST: /* same size: the bytes as they are */
+      memcpy(out->data, in[0]->data, ir_tensor_nbytes(&out->type));
+      return true;
+    case OP_BIT_NOT:
+      for (int64_t i = 0, count = numel(&out->type); i < count; i++) set_i(out, i, ~get_i(in[0], i));
+      return true;
     case OP_EQUAL:
     case OP_NOT_EQUAL:
     case OP_LESS:

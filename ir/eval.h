@@ -92,6 +92,24 @@ double ir_f16_to_double(uint16_t h);
 uint16_t ir_bf16_from_double(double x);
 double ir_bf16_to_double(uint16_t h);
 
+/* ONNX's narrow formats (ir/narrow.c), held in a wider dtype: float8
+ * ("e4m3fn", "e4m3fnuz", "e5m2", "e5m2fnuz") and float4 ("e2m1") in f16,
+ * "i4", "u4", "i2", "u2" in i8/u8.  For ints emin and max are the range. */
+typedef enum { IR_NARROW_FLOAT, IR_NARROW_INT } IrNarrowKind;
+typedef struct IrNarrow {
+  const char *name;
+  IrNarrowKind kind;
+  int bits, m, emin;
+  double max, ovf;
+  bool uz;
+} IrNarrow;
+const IrNarrow *ir_narrow_find(const char *name);
+int ir_narrow_index(const IrNarrow *f);
+const IrNarrow *ir_narrow_at(int i); /* NULL past the last */
+/* x rounded into the format (the fp_round op) and a code's value. */
+double ir_narrow_round(const IrNarrow *f, double x, bool saturate);
+double ir_narrow_decode(const IrNarrow *f, unsigned code);
+
 typedef enum {
   /* Every float param random, so that nothing is trivially the identity:
    * "ones" gives U(0.75, 1.25) and "zeros" U(-0.1, 0.1). */

@@ -822,6 +822,7 @@ static void vjp_dropout(GradCall *c) {
 #define GRAD_ROUND ZERO
 #define GRAD_FLOOR ZERO
 #define GRAD_CEIL ZERO
+#define GRAD_FP_ROUND ZERO
 #define GRAD_SIGN ZERO
 #define GRAD_TAN UNARY
 #define GRAD_ASIN UNARY
@@ -849,6 +850,13 @@ static void vjp_dropout(GradCall *c) {
 #define GRAD_LE ZERO
 #define GRAD_GT ZERO
 #define GRAD_GE ZERO
+#define GRAD_BIT_AND NONE /* integers: nothing to differentiate */
+#define GRAD_BIT_OR NONE
+#define GRAD_BIT_XOR NONE
+#define GRAD_BIT_NOT NONE
+#define GRAD_SHL NONE
+#define GRAD_SHR NONE
+#define GRAD_BITCAST NONE
 #define GRAD_EQUAL ZERO
 #define GRAD_NOT_EQUAL ZERO
 #define GRAD_LESS ZERO

@@ -51,6 +51,8 @@ static const struct {
     [TY_F32] = {"f32", 4, true},  [TY_F16] = {"f16", 2, true}, [TY_BF16] = {"bf16", 2, true},
     [TY_I8] = {"i8", 1, false},   [TY_I32] = {"i32", 4, false}, [TY_I64] = {"i64", 8, false},
     [TY_BOOL] = {"bool", 1, false}, [TY_U8] = {"u8", 1, false}, [TY_F64] = {"f64", 8, true},
+    [TY_I16] = {"i16", 2, false},   [TY_U16] = {"u16", 2, false}, [TY_U32] = {"u32", 4, false},
+    [TY_U64] = {"u64", 8, false},
 };
 
 const char *ir_dtype_name(DType t) { return (unsigned)t < TY_COUNT ? dtype_info[t].name : "?"; }

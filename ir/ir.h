@@ -29,11 +29,13 @@ enum {
 
 /* TY_BOOL is one byte holding 0 or 1: the result of comparisons and
  * logic, the condition of where.  TY_U8 is an unsigned byte (ONNX's
- * UINT8: quantized activations, images); it wraps like i8.  TY_F64 is
- * the IR's and the reference interpreter's only (gradient checks by
- * finite differences need its precision, docs/training.md): codegen
- * refuses it with an error. */
-typedef enum { TY_F32, TY_F16, TY_BF16, TY_I8, TY_I32, TY_I64, TY_BOOL, TY_U8, TY_F64, TY_COUNT } DType;
+ * UINT8: quantized activations, images); it wraps like i8, and so do
+ * i16, u16, u32 and u64 (ONNX's INT16, UINT16, UINT32, UINT64).  TY_F64
+ * computes in double in the interpreter and in the kernels (gradient
+ * checks by finite differences need its precision, docs/training.md). */
+typedef enum {
+  TY_F32, TY_F16, TY_BF16, TY_I8, TY_I32, TY_I64, TY_BOOL, TY_U8, TY_F64, TY_I16, TY_U16, TY_U32, TY_U64, TY_COUNT
+} DType;
 
 typedef struct TensorType {
   DType dtype;

@@ -10,6 +10,7 @@ libdlcc_core_la_SOURCES += \
 	ir/names.c ir/names.h \
 	ir/eval.c ir/eval.h \
 	ir/train_ops.c \
+	ir/narrow.c \
 	ir/grad.c ir/grad.h \
 	ir/loss.c ir/loss.h \
 	ir/indices.c \

@@ -4,6 +4,7 @@
  * text, so attributes are checked for presence and kind here rather than
  * trusted, and every sum or product of dims is checked for overflow. */
 #include "ir.h"
+#include "eval.h"
 
 #include <inttypes.h>
 #include <math.h>
@@ -241,6 +242,16 @@ bool shape_unary_float(const Node *n, TensorType *out, char *err, size_t errlen)
   return true;
 }
 
+bool shape_fp_round(const Node *n, TensorType *out, char *err, size_t errlen) {
+  if (!operands_ok(n, err, errlen)) return false;
+  const Attr *f = get_attr(n, "format", AK_STR, "a string", err, errlen);
+  if (!f) return false;
+  if (!ir_narrow_find(f->s)) return fail(err, errlen, "fp_round: unknown format \"%s\"", f->s);
+  if (in_type(n, 0)->dtype != TY_F32) return fail(err, errlen, "fp_round takes f32");
+  out[0] = *in_type(n, 0);
+  return true;
+}
+
 bool shape_cast(const Node *n, TensorType *out, char *err, size_t errlen) {
   if (!operands_ok(n, err, errlen)) return false;
   const Attr *to = get_attr(n, "to", AK_DTYPE, "a dtype", err, errlen);
@@ -331,6 +342,33 @@ bool shape_binary(const Node *n, TensorType *out, char *err, size_t errlen) {
   out[0].dtype = a->dtype;
   if (!broadcast(a->dims, a->rank, b->dims, b->rank, out[0].dims, &out[0].rank))
     return fail(err, errlen, "%s: cannot broadcast %s with %s", op_name(n), ts(a).s, ts(b).s);
+  return true;
+}
+
+bool shape_bits(const Node *n, TensorType *out, char *err, size_t errlen) {
+  if (!operands_ok(n, err, errlen)) return false;
+  const TensorType *a = in_type(n, 0);
+  DType dt = a->dtype;
+  if (ir_dtype_is_float(dt) || dt == TY_BOOL) return fail(err, errlen, "%s needs integers, got %s", op_name(n), ts(a).s);
+  if (n->n_in == 1) {
+    out[0] = *a;
+    return true;
+  }
+  return shape_binary(n, out, err, errlen);
+}
+
+bool shape_bitcast(const Node *n, TensorType *out, char *err, size_t errlen) {
+  if (!operands_ok(n, err, errlen)) return false;
+  const Attr *to = get_attr(n, "to", AK_DTYPE, "a dtype", err, errlen);
+  if (!to) return false;
+  const TensorType *x = in_type(n, 0);
+  if ((unsigned)to->dt >= TY_COUNT) return fail(err, errlen, "bitcast: invalid target dtype");
+  if (ir_dtype_size(to->dt) != ir_dtype_size(x->dtype))
+    return fail(err, errlen, "bitcast: %s and %s differ in size", ir_dtype_name(x->dtype), ir_dtype_name(to->dt));
+  if (to->dt == TY_BOOL && x->dtype != TY_BOOL)
+    return fail(err, errlen, "bitcast: into bool only from bool (a bool is 0 or 1)");
+  out[0] = *x;
+  out[0].dtype = to->dt;
   return true;
 }
 

@@ -22,6 +22,7 @@ static const struct {
     [RT_F32] = {"f32", 4}, [RT_F16] = {"f16", 2}, [RT_BF16] = {"bf16", 2},
     [RT_I8] = {"i8", 1},   [RT_I32] = {"i32", 4}, [RT_I64] = {"i64", 8},
     [RT_F64] = {"f64", 8}, [RT_U8] = {"u8", 1},   [RT_BOOL] = {"bool", 1},
+    [RT_I16] = {"i16", 2}, [RT_U16] = {"u16", 2}, [RT_U32] = {"u32", 4}, [RT_U64] = {"u64", 8},
 };
 
 int rt_dtype_size(RtDType t) { return (unsigned)t < RT_DTYPE_COUNT ? dtype_info[t].size : 0; }
@@ -269,6 +270,7 @@ static const struct {
 } npy_types[] = {
     {"f4", RT_F32}, {"f2", RT_F16}, {"i1", RT_I8}, {"i4", RT_I32},
     {"i8", RT_I64}, {"f8", RT_F64}, {"u1", RT_U8}, {"b1", RT_BOOL},
+    {"i2", RT_I16}, {"u2", RT_U16}, {"u4", RT_U32}, {"u8", RT_U64},
 };
 
 static int fail(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -437,6 +439,7 @@ done:
 static const char *const write_descr[RT_DTYPE_COUNT] = {
     [RT_F32] = "<f4", [RT_F16] = "<f2", [RT_I8] = "|i1", [RT_I32] = "<i4",
     [RT_I64] = "<i8", [RT_F64] = "<f8", [RT_U8] = "|u1", [RT_BOOL] = "|b1",
+    [RT_I16] = "<i2", [RT_U16] = "<u2", [RT_U32] = "<u4", [RT_U64] = "<u8",
 };
 
 /* Writes t (check_writable passed) to f, which it closes; path names the

@@ -25,6 +25,7 @@
 static const int dtype_bytes[RT_DT_COUNT] = {
     [RT_DT_F32] = 4, [RT_DT_F16] = 2, [RT_DT_BF16] = 2,
     [RT_DT_I8] = 1,  [RT_DT_I32] = 4, [RT_DT_I64] = 8, [RT_DT_BOOL] = 1, [RT_DT_U8] = 1,
+    [RT_DT_F64] = 8, [RT_DT_I16] = 2, [RT_DT_U16] = 2, [RT_DT_U32] = 4, [RT_DT_U64] = 8,
 };
 
 int rt_dtype_bytes(uint32_t dtype) { return dtype < RT_DT_COUNT ? dtype_bytes[dtype] : 0; }

@@ -55,7 +55,8 @@ typedef struct RtRef {
 /* Element types as the runtime and its files know them (the order of
  * the compiler's DType; BOOL is one byte, 0 or 1; U8 an unsigned byte). */
 typedef enum {
-  RT_DT_F32, RT_DT_F16, RT_DT_BF16, RT_DT_I8, RT_DT_I32, RT_DT_I64, RT_DT_BOOL, RT_DT_U8, RT_DT_COUNT
+  RT_DT_F32, RT_DT_F16, RT_DT_BF16, RT_DT_I8, RT_DT_I32, RT_DT_I64, RT_DT_BOOL, RT_DT_U8,
+  RT_DT_F64, RT_DT_I16, RT_DT_U16, RT_DT_U32, RT_DT_U64, RT_DT_COUNT
 } RtDTypeCode;
 
 typedef struct RtTensorDesc {

@@ -23,7 +23,8 @@ enum { MAX_HEADER = 100 * 1000 * 1000 };
 
 static const char *const st_names[RT_DTYPE_COUNT] = {
     [RT_F32] = "F32", [RT_F16] = "F16", [RT_BF16] = "BF16", [RT_I8] = "I8",    [RT_I32] = "I32",
-    [RT_I64] = "I64", [RT_F64] = "F64", [RT_U8] = "U8",     [RT_BOOL] = "BOOL",
+    [RT_I64] = "I64", [RT_F64] = "F64", [RT_U8] = "U8",     [RT_BOOL] = "BOOL", [RT_I16] = "I16",
+    [RT_U16] = "U16", [RT_U32] = "U32", [RT_U64] = "U64",
 };
 
 static int fail(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));

@@ -9,8 +9,8 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-/* The first eight in the order of plan.h's RtDTypeCode (and the
- * compiler's DType), so a plan's dtype code names the same type here. */
+/* In the order of plan.h's RtDTypeCode (and the compiler's DType), so a
+ * plan's dtype code names the same type here. */
 typedef enum {
   RT_F32,
   RT_F16,
@@ -20,8 +20,11 @@ typedef enum {
   RT_I64,
   RT_BOOL, /* one byte, 0 or 1 (NumPy's |b1, safetensors' BOOL) */
   RT_U8,   /* NumPy's |u1, safetensors' U8 */
-  /* Read only by the loaders; the compiler has no such dtype. */
   RT_F64,
+  RT_I16,
+  RT_U16,
+  RT_U32,
+  RT_U64,
   RT_DTYPE_COUNT
 } RtDType;
 

@@ -28,6 +28,7 @@ include tests/int8.mk
 include tests/bool.mk
 include tests/ops2.mk
 include tests/round.mk
+include tests/dtypes.mk
 include tests/quantize.mk
 include tests/bench.mk
 include tests/usermodels.mk

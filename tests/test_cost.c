@@ -76,7 +76,8 @@ static const struct {
     {OP_MOD, 1}, {OP_EQ, 1}, {OP_NE, 1}, {OP_LT, 1}, {OP_LE, 1}, {OP_GT, 1}, {OP_GE, 1},
     {OP_EQUAL, 1}, {OP_NOT_EQUAL, 1}, {OP_LESS, 1}, {OP_LESS_EQUAL, 1}, {OP_GREATER, 1},
     {OP_GREATER_EQUAL, 1}, {OP_ISNAN, 1}, {OP_ISINF, 1}, {OP_LOGICAL_NOT, 1}, {OP_LOGICAL_AND, 1},
-    {OP_LOGICAL_OR, 1}, {OP_LOGICAL_XOR, 1}, {OP_WHERE, 1},
+    {OP_LOGICAL_OR, 1}, {OP_LOGICAL_XOR, 1}, {OP_WHERE, 1}, {OP_FP_ROUND, 8}, {OP_BIT_AND, 1},
+    {OP_BIT_OR, 1}, {OP_BIT_XOR, 1}, {OP_BIT_NOT, 1}, {OP_SHL, 2}, {OP_SHR, 2},
 };
 
 static int per_element(OpKind op) {
@@ -96,9 +97,12 @@ START_TEST(elementwise_ops_count_per_element) {
     int per = per_element((OpKind)op);
     ck_assert_msg(per >= 0, "%s: no count in this test's table", ir_ops[op].name);
     bool logic = op == OP_LOGICAL_NOT || op == OP_LOGICAL_AND || op == OP_LOGICAL_OR || op == OP_LOGICAL_XOR;
-    DType dt = logic ? TY_BOOL : op == OP_DEQUANTIZE ? TY_I8 : TY_F32;
+    bool bits = op == OP_BIT_AND || op == OP_BIT_OR || op == OP_BIT_XOR || op == OP_BIT_NOT || op == OP_SHL ||
+                op == OP_SHR;
+    DType dt = logic ? TY_BOOL : op == OP_DEQUANTIZE ? TY_I8 : bits ? TY_I32 : TY_F32;
     TensorType tx = ir_type_make(dt, 2, (int64_t[]){3, 5}), ty = ir_type_make(TY_F32, 1, (int64_t[]){5});
     if (logic) ty.dtype = TY_BOOL;
+    if (bits) ty.dtype = TY_I32;
     Value *in[3];
     int n_in = ir_ops[op].min_in;
     if (op == OP_WHERE) {
@@ -114,6 +118,7 @@ START_TEST(elementwise_ops_count_per_element) {
     Node *n = ir_node_new(g, (OpKind)op, n_in, in, loc);
     if (op == OP_CLIP) ir_set_float(g, n, "min", -1), ir_set_float(g, n, "max", 1);
     if (op == OP_CAST) ir_set_dtype(g, n, "to", TY_F16);
+    if (op == OP_FP_ROUND) ir_set_str(g, n, "format", "e4m3fn");
     if (op == OP_QUANTIZE || op == OP_DEQUANTIZE) ir_set_float(g, n, "scale", 0.5);
     ck_assert_msg(ir_fill_defaults(g, n, err, sizeof err) && ir_infer(n, err, sizeof err), "%s: %s",
                   ir_ops[op].name, err);

@@ -374,6 +374,24 @@ static Graph *build_every_op(Ctx *c, bool *covered) {
                                 OP_ATAN, OP_SINH, OP_COSH, OP_ASINH, OP_ACOSH, OP_ATANH};
   Value *mv = x;
   for (size_t i = 0; i < ARRAY_LEN(math); i++) mv = op1(g, math[i], mv);
+
+  /* A narrow format, the bits of integers, the wider integer dtypes. */
+  n = NODE(g, OP_FP_ROUND, x);
+  ir_set_str(g, n, "format", "e4m3fn");
+  add(g, n);
+  Value *u = input(g, "u", TY(TY_U32, 2, 3));
+  static const OpKind bits[] = {OP_BIT_AND, OP_BIT_OR, OP_BIT_XOR, OP_SHL, OP_SHR};
+  Value *bv = u;
+  for (size_t i = 0; i < ARRAY_LEN(bits); i++) bv = &add(g, NODE(g, bits[i], bv, u))->out[0];
+  n = NODE(g, OP_BITCAST, op1(g, OP_BIT_NOT, bv));
+  ir_set_dtype(g, n, "to", TY_F32);
+  add(g, n);
+  static const DType wide[] = {TY_I16, TY_U16, TY_U64, TY_F64};
+  for (size_t i = 0; i < ARRAY_LEN(wide); i++) {
+    n = NODE(g, OP_CAST, x);
+    ir_set_dtype(g, n, "to", wide[i]);
+    add(g, n);
+  }
   n = NODE(g, OP_MOD, mv, row);
   ir_set_int(g, n, "fmod", 1);
   add(g, n);

@@ -580,6 +580,32 @@ START_TEST(test_clip_min_above_max) {
 }
 END_TEST
 
+/* Einsum beyond the node tests' equations: '...' with the output implicit
+ * ("...ik"), and a diagonal summed away against a second operand. */
+START_TEST(test_einsum_ellipsis_and_trace) {
+  Model *b = model_new(12);
+  int64_t xd[3] = {2, 1, 2}, wd[3] = {2, 2, 1};
+  add_input(b, "x", 3, xd);
+  add_init_f32(b, "w", 3, wd, 4, (const float[]){1, -1, 2, 0.5f});
+  attr_s(add_node(b, "Einsum", "x,w", "y"), "equation", "...ij,...jk");
+  add_output(b, "y");
+  Graph *g = must_import(b);
+  ck_assert(same_dims(&g->outputs[0]->type, 3, (int64_t[]){2, 1, 1}));
+  Tensor y = run1(g, "x", 3, xd, (const float[]){1, 2, 3, 4});
+  expect_values(&y, 2, (const double[]){-1, 8}, "y");
+  ir_tensor_free(&y);
+  b = model_new(12);
+  int64_t td[3] = {2, 2, 2};
+  add_input(b, "x", 3, td);
+  add_init_f32(b, "v", 2, (int64_t[]){2, 3}, 6, (const float[]){1, 2, 3, -1, 0, 1});
+  attr_s(add_node(b, "Einsum", "x,v", "y"), "equation", "bii,bj->bj");
+  add_output(b, "y");
+  y = run1(must_import(b), "x", 3, td, (const float[]){1, 2, 3, 4, 5, 6, 7, 8});
+  expect_values(&y, 6, (const double[]){5, 10, 15, -13, 0, 13}, "y"); /* traces 5 and 13 */
+  ir_tensor_free(&y);
+}
+END_TEST
+
 /* Celu of bf16 is written as several ops; they compute in f32 and round
  * to bf16 once, as the op does: exp(-0.25) - 1 in bf16 steps gives
  * -0.4453125 at x = -0.5, where the correctly rounded result is
@@ -893,8 +919,14 @@ START_TEST(test_unsupported_op_attr_dtype) {
   diag_clear(&ctx);
   b = relu_model();
   int64_t d[2] = {2, 3};
-  b->ins[0] = value_info("x", ONNX__TENSOR_PROTO__DATA_TYPE__DOUBLE, 2, d, NULL);
-  expect_error(import(b), "graph input 'x' has dtype DOUBLE, which is not supported");
+  b->ins[0] = value_info("x", ONNX__TENSOR_PROTO__DATA_TYPE__STRING, 2, d, NULL);
+  expect_error(import(b), "graph input 'x' has dtype STRING, which is not supported");
+  diag_clear(&ctx);
+  /* FLOAT8E4M3FN (17) is held in f16: a Relu would compute in f16 */
+  b = relu_model();
+  b->ins[0] = value_info("x", 17, 2, d, NULL);
+  expect_error(import(b), "node 0 'n0' (Relu): FLOAT8E4M3FN operands are not supported (only Cast, CastLike, "
+                          "QuantizeLinear and DequantizeLinear read them)");
   diag_clear(&ctx);
   b = relu_model();
   attr_s(add_node(b, "MaxPool", "y", "z"), "auto_pad", "WEIRD");
@@ -1040,6 +1072,7 @@ static Suite *onnx_suite(void) {
   tcase_add_test(tc, test_gelu_opset20);
   tcase_add_test(tc, test_clip_min_above_max);
   tcase_add_test(tc, test_celu_bf16_rounds_once);
+  tcase_add_test(tc, test_einsum_ellipsis_and_trace);
   tcase_add_test(tc, test_pad_modes);
   tcase_add_test(tc, test_legacy_broadcast);
   tcase_add_test(tc, test_rnn_unrolled);

@@ -67,6 +67,10 @@ static const char *const default_emu[] = {
     "test_mish", "test_swish", "test_mvn", "test_l2normalization_axis_1", "test_group_normalization_example",
     "test_cumsum_2d_int32", "test_cumprod_1d_int32_exclusive", "test_lppool_2d_strides",
     "test_center_crop_pad_crop_and_pad",
+    /* narrow types held wider, the wider integers, f64, bits, Einsum */
+    "test_cast_FLOAT_to_FLOAT8E4M3FN", "test_cast_no_saturate_FLOAT_to_FLOAT8E5M2", "test_quantizelinear_int4",
+    "test_dequantizelinear_e4m3fn", "test_add_uint64", "test_mod_mixed_sign_float64", "test_bitshift_right_uint16",
+    "test_bitshift_right_int8_negative_input", "test_bitcast_float32_to_int32", "test_einsum_transpose",
 };
 
 typedef struct Stats {
@@ -268,6 +272,28 @@ static void run_test(const char *root, const char *name, Stats *st) {
       }
       k++;
     }
+  /* onnx 1.12's data (NumPy had no bfloat16) holds a BFLOAT16 tensor
+   * as UINT16 of the same bits. */
+  for (Node *n = g->first; n; n = n->next)
+    for (int i = 0; n->op == OP_INPUT && n->out[0].type.dtype == TY_BF16 && i < in.n; i++)
+      if (in.t[i].type.dtype == TY_U16 && strcmp(in.names[i], ir_attr_str(n, "name")) == 0)
+        in.t[i].type.dtype = TY_BF16;
+  for (int i = 0; i < g->n_outputs && i < want.n; i++)
+    if (want.t[i].type.dtype == TY_U16 && g->outputs[i]->type.dtype == TY_BF16) want.t[i].type.dtype = TY_BF16;
+  /* Data that does not fit the model's own declared input (onnx 1.12's
+   * CastLike tests give `like` as [1] to a model that declares [3, 4]):
+   * nothing to compare, and no answer of dlcc's. */
+  for (Node *n = g->first; n; n = n->next)
+    for (int i = 0; n->op == OP_INPUT && i < in.n; i++)
+      if (strcmp(in.names[i], ir_attr_str(n, "name")) == 0 && !ir_type_eq(&in.t[i].type, &n->out[0].type)) {
+        char a[IR_TYPE_STR_MAX], b[IR_TYPE_STR_MAX];
+        st->unsupported++;
+        if (verbose)
+          printf("UNSUPPORTED %s: data: input '%s' is %s, the model declares %s (the test's data does not fit "
+                 "its model)\n",
+                 name, in.names[i], ir_type_str(&in.t[i].type, a, sizeof a), ir_type_str(&n->out[0].type, b, sizeof b));
+        goto done;
+      }
   if (g->n_outputs != want.n) {
     st->failed++;
     printf("FAIL %s: %d outputs, the test expects %d\n", name, g->n_outputs, want.n);

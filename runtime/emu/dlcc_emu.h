@@ -530,6 +530,7 @@ static inline float __half2float(__half h) { return float(h); }
 static inline __half __int2half_rn(int i) { return __half(i); }
 static inline __half __uint2half_rn(unsigned int i) { return __half(i); }
 static inline __half __ll2half_rn(long long i) { return __half(i); }
+static inline __half __ull2half_rn(unsigned long long i) { return __half(dlcc_emu_u64_to_f64_odd(i)); }
 static inline int __half2int_rn(__half h) { return (int)rintf(float(h)); }
 static inline int __half2int_rz(__half h) { return (int)float(h); }
 static inline unsigned short __half_as_ushort(__half h) { return h.__x; }
@@ -553,6 +554,9 @@ static inline __nv_bfloat16 __double2bfloat16(double d) { return __nv_bfloat16(d
 static inline float __bfloat162float(__nv_bfloat16 h) { return float(h); }
 static inline __nv_bfloat16 __int2bfloat16_rn(int i) { return __nv_bfloat16(i); }
 static inline __nv_bfloat16 __ll2bfloat16_rn(long long i) { return __nv_bfloat16(i); }
+static inline __nv_bfloat16 __ull2bfloat16_rn(unsigned long long i) {
+  return __nv_bfloat16(dlcc_emu_u64_to_f64_odd(i));
+}
 static inline int __bfloat162int_rz(__nv_bfloat16 h) { return (int)float(h); }
 static inline unsigned short __bfloat16_as_ushort(__nv_bfloat16 h) { return h.__x; }
 static inline short __bfloat16_as_short(__nv_bfloat16 h) { return (short)h.__x; }

@@ -1,0 +1,81 @@
+/* The narrow number formats ONNX has and dlcc holds in a wider dtype
+ * (float8 in its four kinds and float4 e2m1 in f16, int4/uint4/int2/uint2
+ * in i8/u8): takes a format's name, a value or a code, returns the value
+ * rounded into the format (the fp_round op, eval.c) or decoded from its
+ * bits (ONNX tensors, frontend/onnx_tensor.c).  Every value of these
+ * formats is exact in its holding dtype, so only a conversion into one
+ * rounds. */
+#include <math.h>
+#include <string.h>
+
+#include "ir/eval.h"
+
+/* m: mantissa bits; emin: the smallest normal exponent; max: the largest
+ * finite value; ovf: what a value past max becomes without saturation;
+ * uz: no negative zero and one NaN (0x80); bits: the code's width. */
+static const IrNarrow formats[] = {
+    {"e4m3fn", IR_NARROW_FLOAT, 8, 3, -6, 448.0, NAN, false},
+    {"e4m3fnuz", IR_NARROW_FLOAT, 8, 3, -7, 240.0, NAN, true},
+    {"e5m2", IR_NARROW_FLOAT, 8, 2, -14, 57344.0, INFINITY, false},
+    {"e5m2fnuz", IR_NARROW_FLOAT, 8, 2, -15, 57344.0, NAN, true},
+    {"e2m1", IR_NARROW_FLOAT, 4, 1, 0, 6.0, 6.0, false},
+    {"i4", IR_NARROW_INT, 4, 0, -8, 7, 0, false},
+    {"u4", IR_NARROW_INT, 4, 0, 0, 15, 0, false},
+    {"i2", IR_NARROW_INT, 2, 0, -2, 1, 0, false},
+    {"u2", IR_NARROW_INT, 2, 0, 0, 3, 0, false},
+};
+
+const IrNarrow *ir_narrow_find(const char *name) {
+  for (size_t i = 0; i < sizeof formats / sizeof formats[0]; i++)
+    if (strcmp(formats[i].name, name) == 0) return &formats[i];
+  return NULL;
+}
+
+int ir_narrow_index(const IrNarrow *f) { return (int)(f - formats); }
+const IrNarrow *ir_narrow_at(int i) {
+  return i >= 0 && i < (int)(sizeof formats / sizeof formats[0]) ? &formats[i] : NULL;
+}
+
+/* Floats: to nearest even at the format's step for x's binade (the
+ * subnormal step below emin); past max, max when saturating, else ovf
+ * (e2m1 always saturates; its NaN, which the format lacks, becomes a
+ * zero of the sign opposite to the NaN's, as ml_dtypes converts it for
+ * ONNX's reference data).  Integers
+ * (int4 and the like): truncated toward zero; out of range, NaN and the
+ * infinities give 0 (ONNX leaves them undefined). */
+double ir_narrow_round(const IrNarrow *f, double x, bool saturate) {
+  if (f->kind == IR_NARROW_INT) {
+    double t = trunc(x);
+    return isnan(t) || t < f->emin || t > f->max ? 0.0 : t + 0.0;
+  }
+  if (isnan(x)) return f->bits == 4 ? -copysign(0.0, x) : x;
+  double a = fabs(x), r;
+  if (isinf(a)) {
+    r = saturate || f->bits == 4 ? f->max : f->ovf;
+  } else {
+    int e;
+    frexp(a, &e);
+    e = e - 1 < f->emin ? f->emin : e - 1;
+    double q = ldexp(1.0, e - f->m);
+    r = nearbyint(a / q) * q;
+    if (r > f->max) r = saturate || f->bits == 4 ? f->max : f->ovf;
+  }
+  if (f->uz && r == 0) return 0.0;
+  return copysign(r, x);
+}
+
+double ir_narrow_decode(const IrNarrow *f, unsigned code) {
+  unsigned sign = code >> (f->bits - 1) & 1, mag = code & ((1u << (f->bits - 1)) - 1);
+  if (f->kind == IR_NARROW_INT) {
+    double v = code & ((1u << f->bits) - 1);
+    return f->emin < 0 && sign ? v - (double)(1u << f->bits) : v;
+  }
+  if (f->uz && code == 0x80) return NAN;
+  int ebits = f->bits - 1 - f->m;
+  unsigned e = mag >> f->m, m = mag & ((1u << f->m) - 1);
+  bool top = e == (1u << ebits) - 1;
+  if (f->bits == 8 && !f->uz && top && (isinf(f->ovf) ? true : m == (1u << f->m) - 1))
+    return isinf(f->ovf) && m == 0 ? (sign ? -INFINITY : INFINITY) : NAN;
+  double v = e == 0 ? ldexp((double)m, f->emin - f->m) : ldexp(1.0 + ldexp((double)m, -f->m), (int)e + f->emin - 1);
+  return sign ? -v : v;
+}
