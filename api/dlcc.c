@@ -25,7 +25,8 @@
 
 static_assert((int)DLC_F32 == (int)TY_F32 && (int)DLC_BF16 == (int)TY_BF16 &&
                   (int)DLC_I64 == (int)TY_I64 && (int)DLC_BOOL == (int)TY_BOOL &&
-                  (int)DLC_U8 == (int)TY_U8 && (int)DLC_F64 == (int)TY_F64,
+                  (int)DLC_U8 == (int)TY_U8 && (int)DLC_F64 == (int)TY_F64 &&
+                  (int)DLC_I16 == (int)TY_I16 && (int)DLC_U64 == (int)TY_U64 && (int)DLC_U64 + 1 == (int)TY_COUNT,
               "dlc_dtype follows DType");
 static_assert((int)DLC_MAX_RANK == (int)DL_MAX_RANK, "one rank limit");
 

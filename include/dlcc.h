@@ -40,9 +40,14 @@ typedef enum {
   DLC_ERR_INTERNAL,
 } dlc_status;
 
-/* Same order as the IR's dtypes.  DLC_F64 models run on the "ref"
- * backend only (codegen refuses f64). */
-typedef enum { DLC_F32, DLC_F16, DLC_BF16, DLC_I8, DLC_I32, DLC_I64, DLC_BOOL, DLC_U8, DLC_F64 } dlc_dtype;
+/* Same order as the IR's dtypes.  F64 computes in double; the cuda and
+ * emu backends refuse f64 matrix products, convolutions, softmax and
+ * the normalizations (ref runs everything).  I16 to U64 are storage
+ * and integer arithmetic (ONNX's INT16, UINT16, UINT32, UINT64). */
+typedef enum {
+  DLC_F32, DLC_F16, DLC_BF16, DLC_I8, DLC_I32, DLC_I64, DLC_BOOL, DLC_U8, DLC_F64, DLC_I16, DLC_U16, DLC_U32,
+  DLC_U64
+} dlc_dtype;
 
 enum { DLC_MAX_RANK = 8 };
 

@@ -55,7 +55,8 @@ typedef enum DlrtStatus {
 
 /* Same order as dlcc's dtypes; BOOL is one byte, 0 or 1; U8 an unsigned byte. */
 typedef enum DlrtDType {
-  DLRT_F32, DLRT_F16, DLRT_BF16, DLRT_I8, DLRT_I32, DLRT_I64, DLRT_BOOL, DLRT_U8
+  DLRT_F32, DLRT_F16, DLRT_BF16, DLRT_I8, DLRT_I32, DLRT_I64, DLRT_BOOL, DLRT_U8, DLRT_F64, DLRT_I16, DLRT_U16,
+  DLRT_U32, DLRT_U64
 } DlrtDType;
 
 #define DLRT_MAX_RANK 8

@@ -22,6 +22,10 @@
 #include "runtime.h"
 #include "tensorio.h"
 
+_Static_assert((int)DLRT_U8 == (int)RT_DT_U8 && (int)DLRT_F64 == (int)RT_DT_F64 &&
+                   (int)DLRT_U64 + 1 == (int)RT_DT_COUNT,
+               "DlrtDType follows the plan's dtype codes");
+
 /* One launch argument's value, as cuLaunchKernel reads it: every member
  * starts at the union's address. */
 typedef union ArgValue {
