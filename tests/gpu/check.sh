@@ -44,6 +44,10 @@
 #  11. (after 4) the execution engine (docs/runtime.md): the warm wall time
 #      of a run of ResNet-50 (batch 1, 64x64) and the LSTM with CUDA graphs
 #      and with --no-graphs, and the engine report (its own 60 s).
+#  12. (after 11) training (docs/training.md): dlcc train's step losses on
+#      cuda against ref (the MLP, LeNet and LSTM of tests/train), ResNet-18
+#      training throughput (64x64, batch 64) in f32 and bf16, and PyTorch's
+#      same step, eager and torch.compile (tests/gpu/train_bench.py).
 # Nothing stops at the first failure; each command has a timeout.  The
 # whole log goes to $OUT/check.log when OUT is set (the device tool brings
 # $OUT back), else to $TMPDIR/dlcc-gpu/check.log; the table also to
@@ -132,6 +136,79 @@ engine_section() {
       fi
     done
   done
+}
+
+# Training (docs/training.md): a training step on cuda against ref, step
+# by step (the tiny MLP, LeNet-8 and the LSTM of tests/train, f32 1e-5
+# of the loss), then the throughput of dlcc train on ResNet-18 (64x64,
+# batch 64, SGD with momentum) in f32 and bf16: the difference between a
+# 3-epoch and a 1-epoch run over 512 samples, so compiling and the first
+# step are not in it; then PyTorch's same step, eager and torch.compile
+# (tests/gpu/train_bench.py), when torch imports.
+train_section() {
+  echo "== training: steps on cuda against ref, and samples/s"
+  local m b lim t0 t1 t2 prec args
+  for m in tiny lenet8 seqsign; do
+    lim=$(slot 60)
+    if [ "$lim" = 0 ]; then
+      skipped "train $m"
+      continue
+    fi
+    case $m in
+      tiny) args="tests/train/tiny.dl --data tests/train/data --batch 8 --optimizer=adamw --lr=0.05" ;;
+      *) args="examples/train/$m.dl --data tests/train/$m --batch 4 --optimizer=adam --lr=0.01" ;;
+    esac
+    for b in ref cuda; do
+      # shellcheck disable=SC2086
+      run "$lim" "train.$m.$b" ./dlcc train $args --loss=cross_entropy --epochs 2 --shuffle=false \
+        --backend=$b --log "$work/train.$m.$b.jsonl" || true
+    done
+    err=$(python3 - "$work/train.$m.ref.jsonl" "$work/train.$m.cuda.jsonl" <<'PY'
+import json, sys
+def losses(f):
+    try:
+        return [json.loads(l)["loss"] for l in open(f) if '"step"' in l]
+    except Exception:
+        return []
+a, b = losses(sys.argv[1]), losses(sys.argv[2])
+if not a or len(a) != len(b): print("count %d/%d" % (len(a), len(b))); sys.exit()
+print("%.2g" % max(abs(x - y) / max(abs(x), 1e-30) for x, y in zip(a, b)))
+PY
+)
+    ok=$(python3 -c "import sys; e = sys.argv[1]; print('ok' if e.replace('.', '').replace('e-', '').isdigit() and float(e) <= 1e-5 else 'DIFF')" "$err")
+    [ "$ok" = ok ] || status=1
+    row "train $m: cuda step losses vs ref" "$ok" "$err" - -
+  done
+  if ! python3 "$src/tests/gpu/train_bench.py" --make-data "$work/train_r18" --n 512 --hw 64; then
+    fail "train resnet18: no data (numpy?)"
+    return
+  fi
+  for prec in f32 bf16; do
+    lim=$(slot 120)
+    if [ "$lim" = 0 ]; then
+      skipped "train resnet18 $prec"
+      continue
+    fi
+    args="examples/resnet18.dl -D N=64 -D HW=64 --data $work/train_r18 --batch=64 --loss=cross_entropy --optimizer=sgd --momentum=0.9 --lr=0.01 --shuffle=false --backend=cuda --precision=$prec"
+    t0=$(date +%s.%N)
+    # shellcheck disable=SC2086
+    if run "$lim" "train.r18.$prec.1" ./dlcc train $args --epochs=1 && t1=$(date +%s.%N) &&
+       run "$(slot 120)" "train.r18.$prec.3" ./dlcc train $args --epochs=3; then
+      t2=$(date +%s.%N)
+      note "train resnet18 $prec (64x64, batch 64): $(python3 -c "import sys; t0, t1, t2 = map(float, sys.argv[1:]); d = (t2 - t1) - (t1 - t0); print('%.1f samples/s (2 epochs of 8 steps in %.2f s)' % (1024 / d, d) if d > 0 else 'n/a (the 3-epoch run was not slower)')" "$t0" "$t1" "$t2");" \
+        "losses: $(grep -h '^epoch' "$work/train.r18.$prec.3.out" | sed 's/ (mean.*//' | paste -sd';')"
+    else
+      fail "train resnet18 $prec: $(grep -h -m1 'error\|timed out' "$work/train.r18.$prec.1.out" "$work/train.r18.$prec.3.out" 2>/dev/null | head -1 | cut -c1-160)"
+    fi
+  done
+  lim=$(slot 200)
+  if [ "$lim" -lt 60 ]; then
+    skipped "PyTorch training comparison"
+  else
+    timeout "$lim" python3 "$src/tests/gpu/train_bench.py" --torch --batch 64 --hw 64 --dtypes f32,bf16 \
+      --compile-cap $((lim - 60)) 2>&1 | tee "$work/torch_train.out"
+    grep '^torch-train' "$work/torch_train.out" >>"$summary"
+  fi
 }
 
 main() {
@@ -458,6 +535,7 @@ per=$(grep -h 'calibrate: ms per sample' "$work/calib.ref.out" "$work/calib.cuda
 row "int8 calib cuda vs ref" "$cok" "$cerr" "${per:--} ms/sample ref/cuda" -
 
 engine_section
+train_section
 
 echo "== AOT: a model.so on cuda against the same .so on emu"
 if [ "$(slot 60)" = 0 ]; then
