@@ -6,7 +6,8 @@
  * graph (buffers live at a common step) built by one sweep; greedy
  * placement in several orders, each buffer at the lowest (first-fit) or
  * tightest (best-fit) gap among its already placed neighbours; the best
- * of those; then iterated greedy: move a buffer that touches the top
+ * of those; a skyline search for tight packings; a branch and bound;
+ * then iterated greedy: move a buffer that touches the top
  * earlier in the winning order, re-place from there, keep the change
  * when the arena does not grow.  The search is seeded and bounded by
  * work, not time, so a model always gets the same plan. */

@@ -10,9 +10,10 @@
  * the largest total of extents live at one step; no placement beats it.
  * The solver runs several greedy orders (by size, lifetime, size x
  * lifetime, start, peak pressure; first-fit and best-fit), keeps the
- * best, then improves it under a work budget: a branch and bound over
- * canonical placements (up to a few thousand buffers), then a seeded
- * local search on the greedy order.  Work, not time, bounds both, so the
+ * best, then improves it under a work budget: a skyline search (bottom-
+ * left placements along the time axis, which finds tight packings),
+ * a branch and bound over canonical placements (up to a few thousand
+ * buffers), then a seeded local search on the greedy order.  Work, not time, bounds both, so the
  * same problem always gets the same offsets. */
 #ifndef DLCC_PASSES_MEMPLAN_H
 #define DLCC_PASSES_MEMPLAN_H
