@@ -61,6 +61,36 @@ static void find_attention(CgGroup *grp) {
   grp->scores = at;
 }
 
+static CgGroup *group_of(CgGroup **slots, int cap, int id) {
+  unsigned h = ((unsigned)id * 2654435761u) & (unsigned)(cap - 1);
+  while (slots[h]->id != id) h = (h + 1) & (unsigned)(cap - 1);
+  return slots[h];
+}
+
+/* The members read outside their group or returned (the verifier has
+ * checked they are elementwise of the root's shape), in graph order. */
+static void find_side_outputs(Ctx *c, Graph *g, CgGroup **slots, int cap) {
+  bool *side = ARENA_ARRAY(&c->arena, bool, g->n_nodes + 1);
+  for (Node *n = g->first; n; n = n->next)
+    for (int i = 0; i < n->n_in; i++) {
+      const Node *d = n->in[i]->def;
+      if (d->group >= 0 && d->group != n->group) side[d->id] = true;
+    }
+  for (int i = 0; i < g->n_outputs; i++)
+    if (g->outputs[i]->def->group >= 0) side[g->outputs[i]->def->id] = true;
+  for (int pass = 0; pass < 2; pass++) {
+    for (Node *n = g->first; n; n = n->next) {
+      if (n->group < 0 || !side[n->id]) continue;
+      CgGroup *grp = group_of(slots, cap, n->group);
+      if (n == grp->root) continue;
+      if (pass == 1) grp->side[grp->n_side] = n;
+      grp->n_side++;
+    }
+    for (int i = 0; i < cap && pass == 0; i++)
+      if (slots[i]) slots[i]->side = ARENA_ARRAY(&c->arena, const Node *, slots[i]->n_side + 1), slots[i]->n_side = 0;
+  }
+}
+
 CgGroup **cg_find_groups(Ctx *c, Graph *g) {
   ir_number(g);
   int n_nodes = 0;
@@ -97,6 +127,7 @@ CgGroup **cg_find_groups(Ctx *c, Graph *g) {
   }
   for (int i = 0; i < cap; i++)
     if (slots[i]) find_attention(slots[i]);
+  find_side_outputs(c, g, slots, cap);
   return root_of;
 }
 
@@ -377,6 +408,26 @@ static KExpr *eval(Eval *E, const Value *v, Site *s) {
   return e;
 }
 
+/* The root's element at index and the side outputs' there (the same
+ * element: they have its shape), every value computed before the first
+ * store. */
+static void store_root_and_sides(Eval *E, KExpr *index) {
+  const CgGroup *grp = E->grp;
+  Kernel *k = E->k;
+  const Value *root = &grp->root->out[0];
+  Site *s = site_new(E, &root->type, index);
+  KExpr **vals = ARENA_ARRAY(&k->ctx->arena, KExpr *, grp->n_side + 1);
+  for (int i = 0; i < grp->n_side; i++) vals[i] = eval(E, &grp->side[i]->out[0], s);
+  KExpr *r = eval(E, root, s);
+  for (int i = 0; i < grp->n_side; i++) {
+    const Value *v = &grp->side[i]->out[0];
+    KBuf *o = cg_kglobal(k, "side", v->type.dtype, ir_type_numel(&v->type), cg_ref(E->b, v));
+    cg_kstore(k, E->blk, o, index, cg_kcast(k, vals[i], v->type.dtype));
+  }
+  KBuf *o = cg_kglobal(k, "out", root->type.dtype, ir_type_numel(&root->type), cg_ref(E->b, root));
+  cg_kstore(k, E->blk, o, index, cg_kcast(k, r, root->type.dtype));
+}
+
 /* ---- the hooks the anchors' lowerings call ---- */
 
 bool cg_is_fused(CgBuild *b, const Value *v) {
@@ -403,12 +454,9 @@ bool cg_fused_store(CgBuild *b, Kernel *k, KBlock *blk, const Value *out, KExpr 
                     KExpr *value) {
   const CgGroup *grp = cg_group(b);
   if (!grp || !grp->anchor || out->def != grp->anchor || grp->anchor == grp->root) return false;
-  const Value *root = &grp->root->out[0];
   Eval E = {.b = b, .k = k, .blk = blk, .grp = grp, .bound = out, .bound_e = value};
   E.bound_e = let(&E, "y", out->type.dtype, value);
-  KExpr *r = eval(&E, root, site_new(&E, &root->type, index));
-  KBuf *o = cg_kglobal(k, "out", root->type.dtype, ir_type_numel(&root->type), cg_ref(b, root));
-  cg_kstore(k, blk, o, index, cg_kcast(k, r, root->type.dtype));
+  store_root_and_sides(&E, index);
   return true;
 }
 
@@ -529,9 +577,7 @@ static void lower_map(CgBuild *b, const CgGroup *grp) {
   KStmt *loop = cg_kloop(k, &k->body, i, cg_kv(k, nv), KM_GRID_STRIDE);
   cg_kernel_grid_1d(k, total);
   Eval E = {.b = b, .k = k, .blk = &loop->body, .grp = grp};
-  KExpr *r = eval(&E, root, site_new(&E, &root->type, cg_kv(k, i)));
-  KBuf *o = cg_kglobal(k, "out", root->type.dtype, total, cg_ref(b, root));
-  cg_kstore(k, &loop->body, o, cg_kv(k, i), r);
+  store_root_and_sides(&E, cg_kv(k, i));
   cg_launch(b, k);
 }
 

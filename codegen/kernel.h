@@ -367,14 +367,15 @@ const char *cg_label(Ctx *c, const Node *n, const char *what);
 
 /* ---- fusion groups (fuse_lower.c) ---- */
 
-/* The nodes of one Node.group: the root (last, the only value stored),
- * the anchor (the one reduction, window or convolution, or NULL) and
- * every member in graph order. */
+/* The nodes of one Node.group: the root (last, stored), the anchor (the
+ * one reduction, window or convolution, or NULL), every member in graph
+ * order, and the side outputs: members used outside the group or graph
+ * outputs, elementwise of the root's shape, stored where the root is. */
 typedef struct CgGroup {
   int id;
   const Node *root, *anchor;
-  int n;
-  const Node **members;
+  int n, n_side;
+  const Node **members, **side;
   /* An attention, matmul(softmax(f(matmul(Q, K))), V): its two matmuls,
    * computed inside the kernel (the anchor is the softmax); else NULL. */
   const Node *attention, *scores;
@@ -398,8 +399,9 @@ KExpr *cg_fused_load(CgBuild *b, Kernel *k, KBlock *blk, const Value *v, KExpr *
  * immediate, or loaded from v's bytes as a buffer called name. */
 KExpr *cg_operand_load(CgBuild *b, Kernel *k, KBlock *blk, const Value *v, const char *name, KExpr *index);
 /* When out is the anchor of the group being lowered and members follow
- * it: stores the root's element at index computed from value (the
- * anchor's element) and returns true; else false and nothing happens. */
+ * it: stores the root's element (and the side outputs') at index
+ * computed from value (the anchor's element) and returns true; else
+ * false and nothing happens. */
 bool cg_fused_store(CgBuild *b, Kernel *k, KBlock *blk, const Value *out, KExpr *index,
                     KExpr *value);
 /* "conv2d_batchnorm_relu" for kernel names. */

@@ -23,9 +23,18 @@
  *     int8 linear/matmul leaves, so quantize + conv + dequantize + bias +
  *     relu + requantize is one kernel that stores i8.
  *
- * What is never done: a value with a use outside the group, or a graph
- * output, is never inside a group, so nothing is computed by two
- * kernels.  A function of the weights alone (params and consts, never an
+ * Side outputs: an elementwise member with the root's shape may have
+ * uses outside the group (or be a graph output) when every such use
+ * comes after the root in the graph's order; the kernel then stores it
+ * too, at the element it stores the root's (an epilogue's at the
+ * anchor's store, never a prologue's), so a value that both the
+ * forward and a training step's backward read (an LSTM's gates, a
+ * normalized activation) costs no launch of its own.  Uses after the
+ * root cannot feed the group, so no path leaves it and comes back.
+ *
+ * What is never done: a value is never computed by two kernels: a
+ * member used outside is stored by its group's kernel, and a member
+ * read by a GEMM or a prologue elsewhere is not taken in.  A function of the weights alone (params and consts, never an
  * input) is never inside a group whose root is not one: codegen computes
  * those once after the weights are set (codegen/initgraph.c), and a
  * run's kernel loads the result instead of recomputing it.  Inside one kernel cheap work may repeat: an elementwise
@@ -212,6 +221,15 @@ static int heap_pop(Fuser *f) {
   return top;
 }
 
+enum { MAX_SIDE = 8 };
+
+static bool same_dims(const TensorType *a, const TensorType *b) {
+  if (a->rank != b->rank) return false;
+  for (int i = 0; i < a->rank; i++)
+    if (a->dims[i] != b->dims[i]) return false;
+  return true;
+}
+
 /* Every use of n's results is a member of group gid that evaluates it in
  * the kernel (not a GEMM reading memory), none is an output. */
 static bool uses_inside(const Fuser *f, const Node *n, int gid) {
@@ -229,6 +247,26 @@ static bool uses_inside(const Fuser *f, const Node *n, int gid) {
   return true;
 }
 
+/* n may join group gid (rooted at root) as a side output: elementwise
+ * with the root's shape, reached from the root's side of an anchor, and
+ * every use that the group does not evaluate comes after the root. */
+static bool side_output_ok(const Fuser *f, const Node *n, const Node *root, int gid, int role) {
+  if (ir_ops[n->op].cls != K_ELEMWISE || n->n_out != 1 || (role & ROLE_PRO) || f->weight_only[root->id] ||
+      !same_dims(&n->out[0].type, &root->out[0].type))
+    return false;
+  const Value *val = &n->out[0];
+  for (int u = f->use_start[val->id]; u < f->use_start[val->id + 1]; u++) {
+    const Node *user = f->node_of[f->uses[u]];
+    if (f->mark[user->id] != gid) {
+      if (user->id <= root->id) return false;
+      continue;
+    }
+    for (int i = 0; i < user->n_in; i++)
+      if (user->in[i] == val && !operand_fusible(f, user, i)) return false;
+  }
+  return true;
+}
+
 static void push_operands(Fuser *f, const Node *m, int gid, int role) {
   for (int i = 0; i < m->n_in; i++) {
     if (!operand_fusible(f, m, i)) continue;
@@ -238,13 +276,6 @@ static void push_operands(Fuser *f, const Node *m, int gid, int role) {
     if (!f->role[d->id]) heap_push(f, d->id);
     f->role[d->id] |= r;
   }
-}
-
-static bool same_dims(const TensorType *a, const TensorType *b) {
-  if (a->rank != b->rank) return false;
-  for (int i = 0; i < a->rank; i++)
-    if (a->dims[i] != b->dims[i]) return false;
-  return true;
 }
 
 static bool single_use(const Fuser *f, const Value *v) {
@@ -370,7 +401,7 @@ static Node *absorb_attention(Fuser *f, Node *p, int gid, Node **members, int *n
 /* Grows a group from root; returns its size (members get group gid). */
 static int grow(Fuser *f, Node *root, int gid) {
   Node *members[MAX_MEMBERS];
-  int n = 0;
+  int n = 0, n_side = 0;
   members[n++] = root;
   f->mark[root->id] = gid;
   Node *anchor = is_anchor_op(root->op) ? root : NULL;
@@ -382,8 +413,10 @@ static int grow(Fuser *f, Node *root, int gid) {
     int role = f->role[p->id];
     f->role[p->id] = 0;
     if (n == MAX_MEMBERS || p->group >= 0 || f->mark[p->id] == gid) continue;
-    if (p->n_out != 1 || !types_ok(p) || !uses_inside(f, p, gid)) continue;
+    if (p->n_out != 1 || !types_ok(p)) continue;
     if (f->weight_only[p->id] && !f->weight_only[root->id]) continue;
+    bool side = !uses_inside(f, p, gid);
+    if (side && (n_side == MAX_SIDE || !side_output_ok(f, p, root, gid, role))) continue;
     OpClass cls = ir_ops[p->op].cls;
     bool take = cls == K_ELEMWISE || is_index_move(p->op) || is_leaf_op(p->op);
     if (take && (role & ROLE_PRO) && cls == K_ELEMWISE && better_as_epilogue(f, p, 0)) take = false;
@@ -398,6 +431,7 @@ static int grow(Fuser *f, Node *root, int gid) {
       if (take) anchor = p;
     }
     if (!take) continue;
+    n_side += side;
     members[n++] = p;
     f->mark[p->id] = gid;
     push_operands(f, p, gid, role);

@@ -183,20 +183,76 @@ START_TEST(shared_values_and_outputs_are_stored) {
       "  %5 = relu %4 : f32[64]\n"
       "  return %5 as \"out\", %4 as \"mid\"\n"
       "}\n");
-  /* %0 has two users, both in %3's group: it joins them (no duplicate:
-   * one let).  %4 is an output, so it roots its own group and %5 is a
-   * kernel of one node (no group). */
-  int k = group_of(j.g, 4);
+  /* %0 has two users, both in the group: it joins them (no duplicate:
+   * one let).  %4 is an output of %5's shape: a side output, stored by
+   * the same kernel (check_fused compared both outputs). */
+  int k = group_of(j.g, 6);
   ck_assert_int_ge(k, 0);
-  ck_assert_int_eq(group_of(j.g, 1), k);
-  ck_assert_int_eq(group_of(j.g, 2), k);
-  ck_assert_int_eq(group_of(j.g, 3), k);
-  ck_assert_int_eq(group_of(j.g, 5), k);
-  ck_assert_int_eq(group_of(j.g, 6), -1);
-  ck_assert_int_eq(j.r.plan->n_steps, 2);
+  for (int i = 1; i <= 5; i++) ck_assert_int_eq(group_of(j.g, i), k);
+  ck_assert_int_eq(j.r.plan->n_steps, 1);
   int exps = 0;
   for (const char *at = j.r.source; (at = strstr(at, "expf(x[")); at++) exps++;
   ck_assert_int_eq(exps, 1); /* one let, read by both users */
+}
+END_TEST
+
+/* Side outputs: a value the forward and a later consumer both read
+ * (an LSTM's gates, read again by its backward) is stored by the kernel
+ * that computes it, beside the root, in a map and in a reduction's
+ * epilogue; a use before the root keeps it out. */
+START_TEST(side_outputs_are_stored_beside_the_root) {
+  Job j = check_fused(
+      "graph gates {\n"
+      "  %x = input {name=\"x\"} : f32[6, 8]\n"
+      "  %c = input {name=\"c\"} : f32[6, 2]\n"
+      "  %0 = slice %x {starts=[0, 0], ends=[6, 2], steps=[1, 1]} : f32[6, 2]\n"
+      "  %1 = sigmoid %0 : f32[6, 2]\n"
+      "  %2 = slice %x {starts=[0, 2], ends=[6, 4], steps=[1, 1]} : f32[6, 2]\n"
+      "  %3 = tanh %2 : f32[6, 2]\n"
+      "  %4 = mul %1, %c : f32[6, 2]\n"
+      "  %5 = add %4, %3 : f32[6, 2]\n"
+      "  %6 = tanh %5 : f32[6, 2]\n"
+      "  %7 = mul %6, %3 : f32[6, 2]\n"
+      "  %8 = softmax %7 {axis=1} : f32[6, 2]\n"
+      "  %9 = mul %8, %1 : f32[6, 2]\n"
+      "  %10 = exp %9 : f32[6, 2]\n"
+      "  %11 = sub %10, %1 : f32[6, 2]\n"
+      "  %12 = add %11, %9 : f32[6, 2]\n"
+      "  return %12 as \"y\", %5 as \"cell\"\n"
+      "}\n");
+  /* The output %5 roots a group that stores the gates %1 and %3 too
+   * (the softmax's group reads them after %5); that group takes %6 and
+   * %7 into its loads and %9 into its epilogue.  Two kernels. */
+  int k = group_of(j.g, 7);
+  for (int i = 2; i <= 7; i++) ck_assert_int_eq(group_of(j.g, i), k);
+  int e = group_of(j.g, 14);
+  ck_assert_int_ne(e, k);
+  for (int i = 8; i <= 14; i++) ck_assert_int_eq(group_of(j.g, i), e);
+  ck_assert_int_eq(j.r.plan->n_steps, 2);
+  /* An epilogue value read after its root is stored at the anchor's store. */
+  j = check_fused(
+      "graph epi {\n"
+      "  %x = input {name=\"x\"} : f32[5, 7]\n"
+      "  %0 = softmax %x {axis=1} : f32[5, 7]\n"
+      "  %1 = mul %0, %x : f32[5, 7]\n"
+      "  %2 = exp %1 : f32[5, 7]\n"
+      "  %3 = reduce_sum %1 {axes=[1], keepdims=1} : f32[5, 1]\n"
+      "  return %2 as \"y\", %3 as \"s\"\n"
+      "}\n");
+  ck_assert_int_eq(group_of(j.g, 1), group_of(j.g, 3));
+  ck_assert_int_eq(group_of(j.g, 2), group_of(j.g, 3));
+  ck_assert_int_eq(j.r.plan->n_steps, 2);
+  /* Read before the root: %0 stays out of %2's group. */
+  j = check_fused(
+      "graph before {\n"
+      "  %x = input {name=\"x\"} : f32[64]\n"
+      "  %0 = exp %x : f32[64]\n"
+      "  %1 = reduce_sum %0 {axes=[0], keepdims=1} : f32[1]\n"
+      "  %2 = add %0, %1 : f32[64]\n"
+      "  %3 = mul %2, %0 : f32[64]\n"
+      "  return %3 as \"y\"\n"
+      "}\n");
+  ck_assert_int_ne(group_of(j.g, 1), group_of(j.g, 4));
 }
 END_TEST
 
@@ -510,13 +566,18 @@ START_TEST(bad_group_syntax) {
 END_TEST
 
 START_TEST(verifier_checks_groups) {
-  /* A member used outside its group. */
+  /* A member used outside its group before its root (a path that
+   * leaves and comes back), and one of another shape than the root. */
   expect_error("graph g {\n  %x = input {name=\"x\"} : f32[4]\n  %0 = relu %x : f32[4] #k1\n"
-               "  %1 = neg %0 : f32[4] #k1\n  %2 = exp %0 : f32[4]\n  return %1 as \"o\", %2 as \"p\"\n}\n",
+               "  %2 = exp %0 : f32[4]\n  %1 = add %0, %2 : f32[4] #k1\n  return %1 as \"o\"\n}\n",
+               "operand 0 is inside fusion group k1, not its root (nor an elementwise side output");
+  expect_error("graph g {\n  %x = input {name=\"x\"} : f32[4, 1]\n  %0 = relu %x : f32[4, 1] #k1\n"
+               "  %1 = expand %0 {shape=[4, 3]} : f32[4, 3] #k1\n  %2 = exp %0 : f32[4, 1]\n"
+               "  return %1 as \"o\", %2 as \"p\"\n}\n",
                "operand 0 is inside fusion group k1, not its root");
-  /* A graph output inside. */
-  expect_error("graph g {\n  %x = input {name=\"x\"} : f32[4]\n  %0 = relu %x : f32[4] #k1\n"
-               "  %1 = neg %0 : f32[4] #k1\n  return %1 as \"o\", %0 as \"p\"\n}\n",
+  /* A graph output inside, of another shape. */
+  expect_error("graph g {\n  %x = input {name=\"x\"} : f32[4, 1]\n  %0 = relu %x : f32[4, 1] #k1\n"
+               "  %1 = expand %0 {shape=[4, 3]} : f32[4, 3] #k1\n  return %1 as \"o\", %0 as \"p\"\n}\n",
                "graph output \"p\" is inside fusion group k1");
   /* Two anchors. */
   expect_error("graph g {\n  %x = input {name=\"x\"} : f32[4, 4]\n  %0 = softmax %x {axis=1} : f32[4, 4] #k0\n"
@@ -716,6 +777,7 @@ static Suite *fuse_suite(void) {
   tcase_add_test(t, elementwise_chain_is_one_kernel);
   tcase_add_test(t, shared_values_and_outputs_are_stored);
   tcase_add_test(t, value_used_by_two_groups_is_not_duplicated);
+  tcase_add_test(t, side_outputs_are_stored_beside_the_root);
   tcase_add_test(t, gemm_epilogue_is_one_kernel);
   tcase_add_test(t, linear_relu_is_one_gemm);
   tcase_add_test(t, reduction_prologue_and_epilogue);
