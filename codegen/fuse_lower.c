@@ -273,6 +273,34 @@ static KExpr *elementwise(Eval *E, const Node *n, Site *s) {
   return r;
 }
 
+/* A constant pad: the operand's element where this one falls inside
+ * it, else the fill.  The operand is evaluated inside the select's arm
+ * as pure expressions (no lets), so nothing is read outside it (a slice's
+ * gradient is a pad, summed with the other slices': one kernel). */
+static KExpr *pad(Eval *E, const Node *n, Site *s) {
+  Kernel *k = E->k;
+  const Value *x = n->in[0];
+  const TensorType *vt = &n->out[0].type, *xt = &x->type;
+  int64_t xst[DL_MAX_RANK];
+  strides_of(xt, xst);
+  int cnt, r = xt->rank;
+  const int64_t *pads = ir_attr_ints(n, "pads", &cnt);
+  KExpr *cond = NULL, *idx = cg_kint(k, 0);
+  for (int d = 0; d < r; d++) {
+    int64_t pb = pads[d], pe = pads[r + d];
+    if (vt->dims[d] == 1 && xt->dims[d] == 1 && pb == 0) continue;
+    KExpr *c = cg_kidx(k, KI_SUB, value_coord(E, s, vt, d), cg_kint(k, pb));
+    if (pb > 0) cond = cg_kand(k, cond, cg_kcmp(k, KC_GE, c, cg_kint(k, 0)));
+    if (pe > 0) cond = cg_kand(k, cond, cg_kcmp(k, KC_LT, c, cg_kint(k, xt->dims[d])));
+    idx = cg_kadd(k, idx, cg_kmul(k, c, cg_kint(k, xst[d])));
+  }
+  KExpr *fill = cg_kimm(k, ir_attr_float(n, "value"), vt->dtype);
+  if (!ir_type_numel(xt)) return fill;
+  if (!cond) return eval(E, x, site_new(E, xt, let(E, "at", KT_INDEX, idx)));
+  Eval in = {.b = E->b, .k = k, .grp = E->grp, .bound = E->bound, .bound_e = E->bound_e};
+  return cg_ksel(k, cond, cg_kcast(k, eval(&in, x, site_new(&in, xt, idx)), vt->dtype), fill);
+}
+
 /* A data movement: the operand's element this element reads. */
 static KExpr *move(Eval *E, const Node *n, Site *s) {
   Kernel *k = E->k;
@@ -306,6 +334,7 @@ static KExpr *move(Eval *E, const Node *n, Site *s) {
           idx = cg_kadd(k, idx, cg_kmul(k, value_coord(E, s, vt, j + off), cg_kint(k, xst[j])));
       break;
     }
+    case OP_PAD: return pad(E, n, s);
     default: dl_internal(k->ctx, "%s is not an index move", ir_ops[n->op].name);
   }
   return eval(E, x, site_new(E, xt, let(E, "at", KT_INDEX, idx)));
@@ -530,7 +559,7 @@ static bool group_lowerable(CgBuild *b, const CgGroup *grp) {
     const Node *n = grp->members[i];
     bool ok = n->n_out == 1 && member_types_ok(n) && ir_type_numel(&n->out[0].type) > 0;
     if (ir_ops[n->op].cls == K_MOVE && n->op != OP_RESHAPE && n->op != OP_TRANSPOSE &&
-        n->op != OP_SLICE && n->op != OP_EXPAND)
+        n->op != OP_SLICE && n->op != OP_EXPAND && n->op != OP_PAD)
       ok = false;
     if (n->op == OP_RESHAPE && n == root) ok = false;
     /* A GEMM reads its matrices from memory. */

@@ -100,8 +100,10 @@ static bool is_anchor_op(OpKind op) {
 
 static bool is_leaf_op(OpKind op) { return op == OP_MATMUL || op == OP_LINEAR; }
 
+/* A pad's operand is evaluated under its bounds test (only where it
+ * falls inside), so the group holds no attention below it. */
 static bool is_index_move(OpKind op) {
-  return op == OP_RESHAPE || op == OP_TRANSPOSE || op == OP_SLICE || op == OP_EXPAND;
+  return op == OP_RESHAPE || op == OP_TRANSPOSE || op == OP_SLICE || op == OP_EXPAND || op == OP_PAD;
 }
 
 /* Wrapping integer arithmetic on i8, u8 and i32 (an int8 product's
@@ -405,6 +407,7 @@ static int grow(Fuser *f, Node *root, int gid) {
   members[n++] = root;
   f->mark[root->id] = gid;
   Node *anchor = is_anchor_op(root->op) ? root : NULL;
+  bool padded = root->op == OP_PAD;
   f->n_heap = 0;
   push_operands(f, root, gid, ROLE_EPI);
   if (!anchor) anchor = absorb_attention(f, root, gid, members, &n);
@@ -435,7 +438,8 @@ static int grow(Fuser *f, Node *root, int gid) {
     members[n++] = p;
     f->mark[p->id] = gid;
     push_operands(f, p, gid, role);
-    if (!anchor) anchor = absorb_attention(f, p, gid, members, &n);
+    padded = padded || p->op == OP_PAD;
+    if (!anchor && !padded) anchor = absorb_attention(f, p, gid, members, &n);
   }
   /* Clear the roles of candidates left in the heap. */
   while (f->n_heap > 0) f->role[heap_pop(f)] = 0;

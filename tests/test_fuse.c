@@ -256,6 +256,32 @@ START_TEST(side_outputs_are_stored_beside_the_root) {
 }
 END_TEST
 
+/* A pad is an index move: a slice's gradient (a pad) summed with the
+ * others' is one kernel, the padded operand read only inside it; a pad
+ * before a reduction is in its loads. */
+START_TEST(pads_are_fused) {
+  Job j = check_fused(
+      "graph pads {\n"
+      "  %x = input {name=\"x\"} : f32[3, 2]\n"
+      "  %y = input {name=\"y\"} : f32[3, 2]\n"
+      "  %0 = sigmoid %x : f32[3, 2]\n"
+      "  %1 = pad %0 {pads=[0, 0, 0, 4]} : f32[3, 6]\n"
+      "  %2 = mul %y, %x : f32[3, 2]\n"
+      "  %3 = pad %2 {pads=[0, 2, 0, 2], value=0.5} : f32[3, 6]\n"
+      "  %4 = pad %y {pads=[0, 4, 0, 0]} : f32[3, 6]\n"
+      "  %5 = add %1, %3 : f32[3, 6]\n"
+      "  %6 = add %5, %4 : f32[3, 6]\n"
+      "  %7 = pad %6 {pads=[1, 0, 0, 1]} : f32[4, 7]\n"
+      "  %8 = reduce_sum %7 {axes=[0]} : f32[7]\n"
+      "  return %6 as \"sum\", %8 as \"cols\"\n"
+      "}\n");
+  int k = group_of(j.g, 8);
+  for (int i = 2; i <= 8; i++) ck_assert_int_eq(group_of(j.g, i), k);
+  ck_assert_int_eq(group_of(j.g, 9), group_of(j.g, 10));
+  ck_assert_int_eq(j.r.plan->n_steps, 2);
+}
+END_TEST
+
 START_TEST(value_used_by_two_groups_is_not_duplicated) {
   Job j = check_fused(
       "graph fanout {\n"
@@ -592,11 +618,11 @@ END_TEST
 
 START_TEST(hand_written_group_codegen_cannot_lower) {
   Job j = {.text = "graph g {\n  %x = input {name=\"x\"} : f32[4]\n  %0 = relu %x : f32[4] #k0\n"
-                   "  %1 = pad %0 {pads=[1, 1]} : f32[6] #k0\n  return %1 as \"o\"\n}\n"};
+                   "  %1 = concat %0, %x {axis=0} : f32[8] #k0\n  return %1 as \"o\"\n}\n"};
   ctx_guard(&ctx, run_job, &j);
   ck_assert(j.verified);
   ck_assert(!j.ok);
-  ck_assert_ptr_nonnull(strstr(diag_text(&ctx), "codegen cannot lower pad in fusion group k0"));
+  ck_assert_ptr_nonnull(strstr(diag_text(&ctx), "codegen cannot lower concat in fusion group k0"));
 }
 END_TEST
 
@@ -778,6 +804,7 @@ static Suite *fuse_suite(void) {
   tcase_add_test(t, shared_values_and_outputs_are_stored);
   tcase_add_test(t, value_used_by_two_groups_is_not_duplicated);
   tcase_add_test(t, side_outputs_are_stored_beside_the_root);
+  tcase_add_test(t, pads_are_fused);
   tcase_add_test(t, gemm_epilogue_is_one_kernel);
   tcase_add_test(t, linear_relu_is_one_gemm);
   tcase_add_test(t, reduction_prologue_and_epilogue);
