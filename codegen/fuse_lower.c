@@ -504,7 +504,7 @@ const char *cg_group_hint(Ctx *c, const CgGroup *grp) {
 
 /* ---- checks: what this lowering can do with a hand-written group ---- */
 
-/* Wrapping integer arithmetic of one dtype, i8, u8 or i32 (as
+/* Wrapping integer arithmetic of one dtype, i8, u8, i32 or i64 (as
  * passes/fuse.c fuses it: an int8 product's zero-point corrections). */
 static bool is_int_arith(const Node *n) {
   switch (n->op) {
@@ -522,7 +522,7 @@ static bool is_int_arith(const Node *n) {
   DType dt = n->out[0].type.dtype;
   for (int i = 0; i < n->n_in; i++)
     if (n->in[i]->type.dtype != dt) return false;
-  return dt == TY_I8 || dt == TY_U8 || dt == TY_I32;
+  return dt == TY_I8 || dt == TY_U8 || dt == TY_I32 || dt == TY_I64;
 }
 
 /* Floats throughout, or int8 where this lowering computes it: quantize

@@ -106,8 +106,9 @@ static bool is_index_move(OpKind op) {
   return op == OP_RESHAPE || op == OP_TRANSPOSE || op == OP_SLICE || op == OP_EXPAND || op == OP_PAD;
 }
 
-/* Wrapping integer arithmetic on i8, u8 and i32 (an int8 product's
- * zero-point corrections between its accumulator and its requantize). */
+/* Wrapping integer arithmetic on i8, u8, i32 and i64 (an int8 product's
+ * zero-point corrections between its accumulator and its requantize; a
+ * loss's class indices moved before they are read). */
 static bool is_int_arith(const Node *n) {
   switch (n->op) {
     case OP_NEG:
@@ -124,7 +125,7 @@ static bool is_int_arith(const Node *n) {
   DType dt = n->out[0].type.dtype;
   for (int i = 0; i < n->n_in; i++)
     if (n->in[i]->type.dtype != dt) return false;
-  return dt == TY_I8 || dt == TY_U8 || dt == TY_I32;
+  return dt == TY_I8 || dt == TY_U8 || dt == TY_I32 || dt == TY_I64;
 }
 
 /* The int8 members the fused lowering handles: quantize (float to i8 or

@@ -282,6 +282,24 @@ START_TEST(pads_are_fused) {
 }
 END_TEST
 
+/* i64 arithmetic (a loss moving its class indices) joins the tests and
+ * selects around it. */
+START_TEST(i64_arithmetic_is_fused) {
+  Job j = check_fused(
+      "graph idx {\n"
+      "  %t = input {name=\"t\"} : i64[40]\n"
+      "  %z = const {value=0} : i64[]\n"
+      "  %c = const {value=10} : i64[]\n"
+      "  %0 = less %t, %z : bool[40]\n"
+      "  %1 = sub %t, %c : i64[40]\n"
+      "  %2 = mul %1, %t : i64[40]\n"
+      "  %3 = where %0, %2, %t : i64[40]\n"
+      "  return %3 as \"safe\"\n"
+      "}\n");
+  ck_assert_int_eq(j.r.plan->n_steps, 1);
+}
+END_TEST
+
 START_TEST(value_used_by_two_groups_is_not_duplicated) {
   Job j = check_fused(
       "graph fanout {\n"
@@ -805,6 +823,7 @@ static Suite *fuse_suite(void) {
   tcase_add_test(t, value_used_by_two_groups_is_not_duplicated);
   tcase_add_test(t, side_outputs_are_stored_beside_the_root);
   tcase_add_test(t, pads_are_fused);
+  tcase_add_test(t, i64_arithmetic_is_fused);
   tcase_add_test(t, gemm_epilogue_is_one_kernel);
   tcase_add_test(t, linear_relu_is_one_gemm);
   tcase_add_test(t, reduction_prologue_and_epilogue);
