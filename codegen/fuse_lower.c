@@ -438,15 +438,19 @@ static KExpr *eval(Eval *E, const Value *v, Site *s) {
 }
 
 /* The root's element at index and the side outputs' there (the same
- * element: they have its shape), every value computed before the first
- * store. */
+ * element: they have its elements in its order), every value computed
+ * before the first store. */
 static void store_root_and_sides(Eval *E, KExpr *index) {
   const CgGroup *grp = E->grp;
   Kernel *k = E->k;
   const Value *root = &grp->root->out[0];
   Site *s = site_new(E, &root->type, index);
   KExpr **vals = ARENA_ARRAY(&k->ctx->arena, KExpr *, grp->n_side + 1);
-  for (int i = 0; i < grp->n_side; i++) vals[i] = eval(E, &grp->side[i]->out[0], s);
+  for (int i = 0; i < grp->n_side; i++) {
+    /* Its dims may be the root's with size-1 dims in or out. */
+    const TensorType *t = &grp->side[i]->out[0].type;
+    vals[i] = eval(E, &grp->side[i]->out[0], same_dims(t, &root->type) ? s : site_new(E, t, index));
+  }
   KExpr *r = eval(E, root, s);
   for (int i = 0; i < grp->n_side; i++) {
     const Value *v = &grp->side[i]->out[0];

@@ -281,13 +281,20 @@ static int *group_roots(Graph *g, int count) {
 
 /* A member used outside its group (or a graph output) is a side output
  * its group's kernel stores beside the root (passes/fuse.c): elementwise,
- * of the root's shape, and every outside use after the root. */
-static bool side_output_ok(const Node *d, const Node *root, const Node *user) {
-  if (ir_ops[d->op].cls != K_ELEMWISE || d->n_out != 1 || d->out[0].type.rank != root->out[0].type.rank)
-    return false;
-  for (int i = 0; i < d->out[0].type.rank; i++)
-    if (d->out[0].type.dims[i] != root->out[0].type.dims[i]) return false;
-  return !user || user->id > root->id;
+ * of the root's elements, and every outside use computed after the root
+ * (user_at: where its user runs; -1 for a graph output). */
+static bool side_output_ok(const Node *d, const Node *root, int user_at) {
+  if (ir_ops[d->op].cls != K_ELEMWISE || d->n_out != 1) return false;
+  /* Its dims are the root's, size-1 dims aside: the same linear index. */
+  const TensorType *a = &d->out[0].type, *b = &root->out[0].type;
+  int i = 0, j = 0;
+  for (;;) {
+    while (i < a->rank && a->dims[i] == 1) i++;
+    while (j < b->rank && b->dims[j] == 1) j++;
+    if (i == a->rank || j == b->rank) break;
+    if (a->dims[i++] != b->dims[j++]) return false;
+  }
+  return i == a->rank && j == b->rank && (user_at < 0 || user_at > root->id);
 }
 
 /* Fusion groups (Node.group): every member but the last in list order
@@ -329,13 +336,15 @@ static void check_groups(Verifier *v, int count) {
   for (Node *n = g->first; n; n = n->next)
     for (int i = 0; i < n->n_in; i++) {
       const Node *d = n->in[i]->def;
-      if (d->group >= 0 && !is_root[d->id] && d->group != n->group && !side_output_ok(d, node_of[root[d->id]], n))
+      /* n runs at its group's root */
+      int at = root[n->id] >= 0 ? root[n->id] : n->id;
+      if (d->group >= 0 && !is_root[d->id] && d->group != n->group && !side_output_ok(d, node_of[root[d->id]], at))
         fail(v, n, "operand %d is inside fusion group k%d, not its root (nor an elementwise side output of "
                    "its shape used after it)", i, d->group);
     }
   for (int i = 0; i < g->n_outputs; i++) {
     const Node *d = g->outputs[i]->def;
-    if (d->group >= 0 && !is_root[d->id] && !side_output_ok(d, node_of[root[d->id]], NULL))
+    if (d->group >= 0 && !is_root[d->id] && !side_output_ok(d, node_of[root[d->id]], -1))
       fail(v, d, "graph output \"%s\" is inside fusion group k%d, not its root (nor an elementwise side "
                  "output of its shape)", g->output_names[i], d->group);
   }

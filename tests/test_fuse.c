@@ -300,6 +300,57 @@ START_TEST(i64_arithmetic_is_fused) {
 }
 END_TEST
 
+/* Maps of one shape (size-1 dims aside) with no path between them run
+ * as one kernel, the earlier's result a side output of the later: a
+ * batchnorm's new running statistics beside its inverse deviation.  A
+ * map read before the later one's root stays apart. */
+START_TEST(independent_maps_share_a_kernel) {
+  Job j = check_fused(
+      "graph stats {\n"
+      "  %m = input {name=\"m\"} : f32[1, 6, 1, 1]\n"
+      "  %v = input {name=\"v\"} : f32[1, 6, 1, 1]\n"
+      "  %rm = input {name=\"rm\"} : f32[6]\n"
+      "  %rv = input {name=\"rv\"} : f32[6]\n"
+      "  %k = const {value=0.9} : f32[]\n"
+      "  %0 = add %v, %k : f32[1, 6, 1, 1]\n"
+      "  %1 = rsqrt %0 : f32[1, 6, 1, 1]\n"
+      "  %2 = mul %rm, %k : f32[6]\n"
+      "  %3 = reshape %m {shape=[6]} : f32[6]\n"
+      "  %4 = add %2, %3 : f32[6]\n"
+      "  %5 = mul %rv, %k : f32[6]\n"
+      "  %6 = reshape %v {shape=[6]} : f32[6]\n"
+      "  %7 = add %5, %6 : f32[6]\n"
+      "  %8 = sigmoid %4 : f32[6]\n"
+      "  %9 = mul %7, %8 : f32[6]\n"
+      "  return %1 as \"rstd\", %4 as \"rm\", %7 as \"rv\", %9 as \"late\"\n"
+      "}\n");
+  /* %9's kernel takes %4 and %7 (outputs: side outputs) and joins %1's
+   * map: one kernel. */
+  int k = group_of(j.g, 14);
+  ck_assert_int_ge(k, 0);
+  ck_assert_int_eq(group_of(j.g, 6), k);
+  ck_assert_int_eq(group_of(j.g, 9), k);
+  ck_assert_int_eq(group_of(j.g, 12), k);
+  ck_assert_int_eq(j.r.plan->n_steps, 1);
+  /* %1 is read by the reduction %2 before %4, the later map's root:
+   * no join. */
+  j = check_fused(
+      "graph apart {\n"
+      "  %x = input {name=\"x\"} : f32[8]\n"
+      "  %y = input {name=\"y\"} : f32[8]\n"
+      "  %0 = exp %x : f32[8]\n"
+      "  %1 = neg %0 : f32[8]\n"
+      "  %2 = reduce_sum %1 {axes=[0], keepdims=1} : f32[1]\n"
+      "  %3 = tanh %y : f32[8]\n"
+      "  %4 = abs %3 : f32[8]\n"
+      "  return %4 as \"a\", %2 as \"s\", %1 as \"n\"\n"
+      "}\n");
+  ck_assert_int_ge(group_of(j.g, 3), 0);
+  ck_assert_int_ne(group_of(j.g, 3), group_of(j.g, 6));
+  ck_assert_int_eq(j.r.plan->n_steps, 3);
+}
+END_TEST
+
 START_TEST(value_used_by_two_groups_is_not_duplicated) {
   Job j = check_fused(
       "graph fanout {\n"
@@ -824,6 +875,7 @@ static Suite *fuse_suite(void) {
   tcase_add_test(t, side_outputs_are_stored_beside_the_root);
   tcase_add_test(t, pads_are_fused);
   tcase_add_test(t, i64_arithmetic_is_fused);
+  tcase_add_test(t, independent_maps_share_a_kernel);
   tcase_add_test(t, gemm_epilogue_is_one_kernel);
   tcase_add_test(t, linear_relu_is_one_gemm);
   tcase_add_test(t, reduction_prologue_and_epilogue);
