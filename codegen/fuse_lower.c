@@ -614,9 +614,50 @@ static void lower_map(CgBuild *b, const CgGroup *grp) {
   cg_launch(b, k);
 }
 
+/* ---- a sum of products: GEMMs accumulating into the root ---- */
+
+/* The leaves of a left-deep chain of f32 adds over f32 matmuls of the
+ * root's dims, in the order the chain adds them: each add has a matmul
+ * operand and a matmul or an add operand.  Returns the count, or 0 when
+ * grp is not such a chain. */
+static int product_chain(const CgGroup *grp, const Node *at, const Node **leaves, int n) {
+  const TensorType *rt = &grp->root->out[0].type;
+  if (at->out[0].type.dtype != TY_F32 || !same_dims(&at->out[0].type, rt) || !is_member(grp, at)) return 0;
+  if (at->op == OP_MATMUL && is_leaf(grp, at)) {
+    leaves[n] = at;
+    return n + 1;
+  }
+  if (at->op != OP_ADD) return 0;
+  const Node *x = at->in[0]->def, *y = at->in[1]->def;
+  if (y->op == OP_ADD) {
+    const Node *t = x;
+    x = y, y = t;
+  }
+  if (y->op != OP_MATMUL) return 0;
+  n = product_chain(grp, x, leaves, n);
+  return n ? product_chain(grp, y, leaves, n) : 0;
+}
+
+/* The gradient of a weight a recurrent layer uses at every step is a sum
+ * of one product per step: the first GEMM writes the root, each next one
+ * adds to it (beta 1, the sum rounded once per add as the adds round
+ * it), and no kernel runs. */
+static bool lower_product_sum(CgBuild *b, const CgGroup *grp) {
+  if (grp->n_side || grp->attention || grp->anchor || grp->root->op != OP_ADD) return false;
+  Ctx *c = cg_build_ctx(b);
+  const Node **leaves = ARENA_ARRAY(&c->arena, const Node *, grp->n + 1);
+  int n = product_chain(grp, grp->root, leaves, 0);
+  if (!n || 2 * n - 1 != grp->n) return false;
+  RtRef rc = cg_ref(b, &grp->root->out[0]);
+  for (int i = 0; i < n; i++)
+    if (!cg_lower_matmul_into(b, leaves[i], rc, i ? 1.0f : 0.0f)) return false;
+  return true;
+}
+
 bool cg_lower_group(CgBuild *b, const CgGroup *grp) {
   if (!group_lowerable(b, grp)) return false;
   if (cg_lower_gemm_epilogue(b, grp)) return true;
+  if (lower_product_sum(b, grp)) return true;
   /* The leaves' GEMMs first: they read memory only. */
   for (int i = 0; i < grp->n; i++)
     if (is_leaf(grp, grp->members[i]) && !cg_lower_node(b, grp->members[i])) return false;

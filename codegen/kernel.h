@@ -515,6 +515,9 @@ const struct CgOptions *cg_options(CgBuild *b);
 
 /* lower_kernels.c: appends n's steps; false after reporting an error. */
 bool cg_lower_node(CgBuild *b, const Node *n);
+/* matmul n's GEMMs writing rc, adding beta times what rc holds (0 or 1):
+ * a sum of products accumulated in place (fuse_lower.c). */
+bool cg_lower_matmul_into(CgBuild *b, const Node *n, RtRef rc, float beta);
 /* lower_train.c: the same for the training ops (conv_weight_grad ..
  * dropout), and the device function dropout's kernels call, which the
  * plan's source carries when a kernel does. */

@@ -351,6 +351,36 @@ START_TEST(independent_maps_share_a_kernel) {
 }
 END_TEST
 
+/* A sum of products (a weight used at every step of a recurrent layer
+ * gets one per step): the first GEMM writes the sum, the others add to
+ * it (beta 1), and no kernel runs. */
+START_TEST(product_sums_accumulate_in_the_gemm) {
+  Job j = check_fused(
+      "graph sum {\n"
+      "  %a = input {name=\"a\"} : f32[4, 5]\n"
+      "  %b = input {name=\"b\"} : f32[4, 6]\n"
+      "  %c = input {name=\"c\"} : f32[4, 5]\n"
+      "  %d = input {name=\"d\"} : f32[4, 6]\n"
+      "  %4 = matmul %a, %b {trans_a=1} : f32[5, 6]\n"
+      "  %9 = matmul %c, %d {trans_a=1} : f32[5, 6]\n"
+      "  %10 = add %4, %9 : f32[5, 6]\n"
+      "  %11 = matmul %a, %d {trans_a=1} : f32[5, 6]\n"
+      "  %12 = add %11, %10 : f32[5, 6]\n"
+      "  return %12 as \"dw\"\n"
+      "}\n");
+  int gemms = 0, accumulating = 0;
+  for (uint32_t i = 0; i < j.r.plan->n_steps; i++) {
+    const RtStep *st = &j.r.plan->steps[i];
+    ck_assert_int_ne(st->kind, RT_STEP_LAUNCH);
+    if (st->kind != RT_STEP_GEMM) continue;
+    gemms++;
+    accumulating += st->gemm.beta == 1.0f;
+  }
+  ck_assert_int_eq(gemms, 3);
+  ck_assert_int_eq(accumulating, 2);
+}
+END_TEST
+
 START_TEST(value_used_by_two_groups_is_not_duplicated) {
   Job j = check_fused(
       "graph fanout {\n"
@@ -876,6 +906,7 @@ static Suite *fuse_suite(void) {
   tcase_add_test(t, pads_are_fused);
   tcase_add_test(t, i64_arithmetic_is_fused);
   tcase_add_test(t, independent_maps_share_a_kernel);
+  tcase_add_test(t, product_sums_accumulate_in_the_gemm);
   tcase_add_test(t, gemm_epilogue_is_one_kernel);
   tcase_add_test(t, linear_relu_is_one_gemm);
   tcase_add_test(t, reduction_prologue_and_epilogue);
