@@ -321,9 +321,12 @@ static void check_groups(Verifier *v, int count) {
     }
     any = true;
     OpClass cls = ir_ops[n->op].cls;
-    if (cls == K_SOURCE || cls == K_OPAQUE)
+    /* A pool's gradient is a kernel with one thread per result element:
+     * an anchor with an epilogue. */
+    bool pool_grad = n->op == OP_MAXPOOL_GRAD || n->op == OP_AVGPOOL_GRAD;
+    if (cls == K_SOURCE || (cls == K_OPAQUE && !pool_grad))
       fail(v, n, "a %s cannot be in a fusion group", ir_ops[n->op].name);
-    bool anchor = cls == K_REDUCE || cls == K_WINDOW || n->op == OP_CONV2D || n->op == OP_CONV3D;
+    bool anchor = cls == K_REDUCE || cls == K_WINDOW || n->op == OP_CONV2D || n->op == OP_CONV3D || pool_grad;
     if (anchor && !set_add_ptr(&anchored, group_key(n->group)))
       fail(v, n, "fusion group k%d holds two reductions, windows or convolutions", n->group);
     is_root[n->id] = set_add_ptr(&seen, group_key(n->group));

@@ -5,8 +5,9 @@
  *
  * A group has one root (its last node, the only one whose value is
  * stored) and at most one anchor: a reduction (softmax, layernorm,
- * rms_norm, group_norm, reduce_*, global_avgpool), a window (pooling) or a convolution, the
- * loop nest the rest is fused into.
+ * rms_norm, group_norm, reduce_*, global_avgpool), a window (pooling), a
+ * convolution or a pool's gradient (an epilogue only), the loop nest the
+ * rest is fused into.
  *   - elementwise ops (broadcasting operands, batchnorm as a per-channel
  *     map, consts as immediates) and data movement (reshape, transpose,
  *     slice, expand: an index remapping) are evaluated at the element
@@ -102,10 +103,17 @@ static bool is_anchor_op(OpKind op) {
     case OP_MAXPOOL3D:
     case OP_AVGPOOL3D:
     case OP_CONV2D:
-    case OP_CONV3D: return true;
+    case OP_CONV3D:
+    /* training kernels with one thread per result element: an epilogue
+     * at their store (a relu's gradient after a pool's) */
+    case OP_MAXPOOL_GRAD:
+    case OP_AVGPOOL_GRAD: return true;
     default: return false;
   }
 }
+
+/* Anchors whose kernels read their operands from memory (no prologue). */
+static bool reads_memory_only(OpKind op) { return op == OP_MAXPOOL_GRAD || op == OP_AVGPOOL_GRAD; }
 
 static bool is_leaf_op(OpKind op) { return op == OP_MATMUL || op == OP_LINEAR; }
 
@@ -202,6 +210,7 @@ static bool operand_fusible(const Fuser *f, const Node *m, int i) {
   if (m->op == OP_LINEAR) return i == 2;
   if (m->op == OP_MATMUL) return f->attention[m->id];
   if (m->op == OP_CONV2D || m->op == OP_CONV3D) return true;
+  if (reads_memory_only(m->op)) return false;
   if (is_anchor_op(m->op)) return i == 0;
   return true;
 }

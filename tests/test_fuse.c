@@ -381,6 +381,28 @@ START_TEST(product_sums_accumulate_in_the_gemm) {
 }
 END_TEST
 
+/* A pool's gradient (one thread per element of its result) runs the
+ * relu's gradient after it at its store: one kernel each. */
+START_TEST(pool_gradients_take_an_epilogue) {
+  Job j = check_fused(
+      "graph back {\n"
+      "  %x = input {name=\"x\"} : f32[2, 3, 6, 6]\n"
+      "  %dy = input {name=\"dy\"} : f32[2, 3, 3, 3]\n"
+      "  %z = const {value=0} : f32[]\n"
+      "  %0 = maxpool_grad %dy, %x {kernel=[2, 2], stride=[2, 2], pad=[0, 0, 0, 0], dilation=[1, 1], ceil_mode=0} : f32[2, 3, 6, 6]\n"
+      "  %1 = greater %x, %z : bool[2, 3, 6, 6]\n"
+      "  %2 = cast %1 {to=f32} : f32[2, 3, 6, 6]\n"
+      "  %3 = mul %0, %2 : f32[2, 3, 6, 6]\n"
+      "  %4 = avgpool_grad %dy {size=[6, 6], kernel=[2, 2], stride=[2, 2], pad=[0, 0, 0, 0], dilation=[1, 1]} : f32[2, 3, 6, 6]\n"
+      "  %5 = add %4, %x : f32[2, 3, 6, 6]\n"
+      "  return %3 as \"max\", %5 as \"avg\"\n"
+      "}\n");
+  ck_assert_int_eq(group_of(j.g, 3), group_of(j.g, 6));
+  ck_assert_int_eq(group_of(j.g, 7), group_of(j.g, 8));
+  ck_assert_int_eq(j.r.plan->n_steps, 2);
+}
+END_TEST
+
 START_TEST(value_used_by_two_groups_is_not_duplicated) {
   Job j = check_fused(
       "graph fanout {\n"
@@ -907,6 +929,7 @@ static Suite *fuse_suite(void) {
   tcase_add_test(t, i64_arithmetic_is_fused);
   tcase_add_test(t, independent_maps_share_a_kernel);
   tcase_add_test(t, product_sums_accumulate_in_the_gemm);
+  tcase_add_test(t, pool_gradients_take_an_epilogue);
   tcase_add_test(t, gemm_epilogue_is_one_kernel);
   tcase_add_test(t, linear_relu_is_one_gemm);
   tcase_add_test(t, reduction_prologue_and_epilogue);
