@@ -24,15 +24,15 @@
  *     int8 linear/matmul leaves, so quantize + conv + dequantize + bias +
  *     relu + requantize is one kernel that stores i8.
  *
- * Side outputs: an elementwise member with the root's shape may have
- * uses outside the group (or be a graph output) when every such use
- * comes after the root in the graph's order; the kernel then stores it
+ * Side outputs: an elementwise member with the root's elements (its
+ * dims, size-1 dims aside) may have uses outside the group (or be a
+ * graph output) when every such use is computed after the root (by a
+ * later node, or in a group whose root is later); the kernel stores it
  * too, at the element it stores the root's (an epilogue's at the
  * anchor's store, never a prologue's), so a value that both the
  * forward and a training step's backward read (an LSTM's gates, a
- * normalized activation) costs no launch of its own.  Uses computed
- * after the root (by a later node, or in a group whose root is later)
- * cannot feed the group, so no path leaves it and comes back.
+ * normalized activation) costs no launch of its own.  Such uses cannot
+ * feed the group, so no path leaves it and comes back.
  *
  * Then maps of one shape with no path between them (a batchnorm's
  * inverse deviation and its two new running statistics) are joined
@@ -40,8 +40,9 @@
  *
  * What is never done: a value is never computed by two kernels: a
  * member used outside is stored by its group's kernel, and a member
- * read by a GEMM or a prologue elsewhere is not taken in.  A function of the weights alone (params and consts, never an
- * input) is never inside a group whose root is not one: codegen computes
+ * read by a GEMM or a prologue elsewhere is not taken in.  A function
+ * of the weights alone (params and consts, never an input) is never
+ * inside a group whose root is not one: codegen computes
  * those once after the weights are set (codegen/initgraph.c), and a
  * run's kernel loads the result instead of recomputing it.  Inside one kernel cheap work may repeat: an elementwise
  * member broadcast to a larger root is evaluated per element of the
@@ -282,7 +283,7 @@ static bool uses_inside(const Fuser *f, const Node *n, int gid) {
 }
 
 /* n may join group gid (rooted at root) as a side output: elementwise
- * with the root's shape, reached from the root's side of an anchor, and
+ * with the root's elements, reached from the root's side of an anchor, and
  * every use that the group does not evaluate comes after the root. */
 static bool side_output_ok(const Fuser *f, const Node *n, const Node *root, int gid, int role) {
   if (ir_ops[n->op].cls != K_ELEMWISE || n->n_out != 1 || (role & ROLE_PRO) || f->weight_only[root->id] ||
