@@ -332,6 +332,9 @@ START_TEST(independent_maps_share_a_kernel) {
   ck_assert_int_eq(group_of(j.g, 9), k);
   ck_assert_int_eq(group_of(j.g, 12), k);
   ck_assert_int_eq(j.r.plan->n_steps, 1);
+  /* Its cost: the four inputs read, the root and three side outputs
+   * written, 24 bytes each. */
+  ck_assert_double_eq(j.r.step_costs[j.r.plan->n_init_steps].bytes, 8 * 24);
   /* %1 is read by the reduction %2 before %4, the later map's root:
    * no join. */
   j = check_fused(
