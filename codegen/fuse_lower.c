@@ -61,6 +61,36 @@ static void find_attention(CgGroup *grp) {
   grp->scores = at;
 }
 
+static CgGroup *group_of(CgGroup **slots, int cap, int id) {
+  unsigned h = ((unsigned)id * 2654435761u) & (unsigned)(cap - 1);
+  while (slots[h]->id != id) h = (h + 1) & (unsigned)(cap - 1);
+  return slots[h];
+}
+
+/* The members read outside their group or returned (the verifier has
+ * checked they are elementwise of the root's shape), in graph order. */
+static void find_side_outputs(Ctx *c, Graph *g, CgGroup **slots, int cap) {
+  bool *side = ARENA_ARRAY(&c->arena, bool, g->n_nodes + 1);
+  for (Node *n = g->first; n; n = n->next)
+    for (int i = 0; i < n->n_in; i++) {
+      const Node *d = n->in[i]->def;
+      if (d->group >= 0 && d->group != n->group) side[d->id] = true;
+    }
+  for (int i = 0; i < g->n_outputs; i++)
+    if (g->outputs[i]->def->group >= 0) side[g->outputs[i]->def->id] = true;
+  for (int pass = 0; pass < 2; pass++) {
+    for (Node *n = g->first; n; n = n->next) {
+      if (n->group < 0 || !side[n->id]) continue;
+      CgGroup *grp = group_of(slots, cap, n->group);
+      if (n == grp->root) continue;
+      if (pass == 1) grp->side[grp->n_side] = n;
+      grp->n_side++;
+    }
+    for (int i = 0; i < cap && pass == 0; i++)
+      if (slots[i]) slots[i]->side = ARENA_ARRAY(&c->arena, const Node *, slots[i]->n_side + 1), slots[i]->n_side = 0;
+  }
+}
+
 CgGroup **cg_find_groups(Ctx *c, Graph *g) {
   ir_number(g);
   int n_nodes = 0;
@@ -97,6 +127,7 @@ CgGroup **cg_find_groups(Ctx *c, Graph *g) {
   }
   for (int i = 0; i < cap; i++)
     if (slots[i]) find_attention(slots[i]);
+  find_side_outputs(c, g, slots, cap);
   return root_of;
 }
 
@@ -243,6 +274,34 @@ static KExpr *elementwise(Eval *E, const Node *n, Site *s) {
   return r;
 }
 
+/* A constant pad: the operand's element where this one falls inside
+ * it, else the fill.  The operand is evaluated inside the select's arm
+ * as pure expressions (no lets), so nothing is read outside it (a slice's
+ * gradient is a pad, summed with the other slices': one kernel). */
+static KExpr *pad(Eval *E, const Node *n, Site *s) {
+  Kernel *k = E->k;
+  const Value *x = n->in[0];
+  const TensorType *vt = &n->out[0].type, *xt = &x->type;
+  int64_t xst[DL_MAX_RANK];
+  strides_of(xt, xst);
+  int cnt, r = xt->rank;
+  const int64_t *pads = ir_attr_ints(n, "pads", &cnt);
+  KExpr *cond = NULL, *idx = cg_kint(k, 0);
+  for (int d = 0; d < r; d++) {
+    int64_t pb = pads[d], pe = pads[r + d];
+    if (vt->dims[d] == 1 && xt->dims[d] == 1 && pb == 0) continue;
+    KExpr *c = cg_kidx(k, KI_SUB, value_coord(E, s, vt, d), cg_kint(k, pb));
+    if (pb > 0) cond = cg_kand(k, cond, cg_kcmp(k, KC_GE, c, cg_kint(k, 0)));
+    if (pe > 0) cond = cg_kand(k, cond, cg_kcmp(k, KC_LT, c, cg_kint(k, xt->dims[d])));
+    idx = cg_kadd(k, idx, cg_kmul(k, c, cg_kint(k, xst[d])));
+  }
+  KExpr *fill = cg_kimm(k, ir_attr_float(n, "value"), vt->dtype);
+  if (!ir_type_numel(xt)) return fill;
+  if (!cond) return eval(E, x, site_new(E, xt, let(E, "at", KT_INDEX, idx)));
+  Eval in = {.b = E->b, .k = k, .grp = E->grp, .bound = E->bound, .bound_e = E->bound_e};
+  return cg_ksel(k, cond, cg_kcast(k, eval(&in, x, site_new(&in, xt, idx)), vt->dtype), fill);
+}
+
 /* A data movement: the operand's element this element reads. */
 static KExpr *move(Eval *E, const Node *n, Site *s) {
   Kernel *k = E->k;
@@ -276,6 +335,7 @@ static KExpr *move(Eval *E, const Node *n, Site *s) {
           idx = cg_kadd(k, idx, cg_kmul(k, value_coord(E, s, vt, j + off), cg_kint(k, xst[j])));
       break;
     }
+    case OP_PAD: return pad(E, n, s);
     default: dl_internal(k->ctx, "%s is not an index move", ir_ops[n->op].name);
   }
   return eval(E, x, site_new(E, xt, let(E, "at", KT_INDEX, idx)));
@@ -378,6 +438,30 @@ static KExpr *eval(Eval *E, const Value *v, Site *s) {
   return e;
 }
 
+/* The root's element at index and the side outputs' there (the same
+ * element: they have its elements in its order), every value computed
+ * before the first store. */
+static void store_root_and_sides(Eval *E, KExpr *index) {
+  const CgGroup *grp = E->grp;
+  Kernel *k = E->k;
+  const Value *root = &grp->root->out[0];
+  Site *s = site_new(E, &root->type, index);
+  KExpr **vals = ARENA_ARRAY(&k->ctx->arena, KExpr *, grp->n_side + 1);
+  for (int i = 0; i < grp->n_side; i++) {
+    /* Its dims may be the root's with size-1 dims in or out. */
+    const TensorType *t = &grp->side[i]->out[0].type;
+    vals[i] = eval(E, &grp->side[i]->out[0], same_dims(t, &root->type) ? s : site_new(E, t, index));
+  }
+  KExpr *r = eval(E, root, s);
+  for (int i = 0; i < grp->n_side; i++) {
+    const Value *v = &grp->side[i]->out[0];
+    KBuf *o = cg_kglobal(k, "side", v->type.dtype, ir_type_numel(&v->type), cg_ref(E->b, v));
+    cg_kstore(k, E->blk, o, index, cg_kcast(k, vals[i], v->type.dtype));
+  }
+  KBuf *o = cg_kglobal(k, "out", root->type.dtype, ir_type_numel(&root->type), cg_ref(E->b, root));
+  cg_kstore(k, E->blk, o, index, cg_kcast(k, r, root->type.dtype));
+}
+
 /* ---- the hooks the anchors' lowerings call ---- */
 
 bool cg_is_fused(CgBuild *b, const Value *v) {
@@ -404,12 +488,9 @@ bool cg_fused_store(CgBuild *b, Kernel *k, KBlock *blk, const Value *out, KExpr 
                     KExpr *value) {
   const CgGroup *grp = cg_group(b);
   if (!grp || !grp->anchor || out->def != grp->anchor || grp->anchor == grp->root) return false;
-  const Value *root = &grp->root->out[0];
   Eval E = {.b = b, .k = k, .blk = blk, .grp = grp, .bound = out, .bound_e = value};
   E.bound_e = let(&E, "y", out->type.dtype, value);
-  KExpr *r = eval(&E, root, site_new(&E, &root->type, index));
-  KBuf *o = cg_kglobal(k, "out", root->type.dtype, ir_type_numel(&root->type), cg_ref(b, root));
-  cg_kstore(k, blk, o, index, cg_kcast(k, r, root->type.dtype));
+  store_root_and_sides(&E, index);
   return true;
 }
 
@@ -428,7 +509,7 @@ const char *cg_group_hint(Ctx *c, const CgGroup *grp) {
 
 /* ---- checks: what this lowering can do with a hand-written group ---- */
 
-/* Wrapping integer arithmetic of one dtype, i8, u8 or i32 (as
+/* Wrapping integer arithmetic of one dtype, i8, u8, i32 or i64 (as
  * passes/fuse.c fuses it: an int8 product's zero-point corrections). */
 static bool is_int_arith(const Node *n) {
   switch (n->op) {
@@ -446,7 +527,7 @@ static bool is_int_arith(const Node *n) {
   DType dt = n->out[0].type.dtype;
   for (int i = 0; i < n->n_in; i++)
     if (n->in[i]->type.dtype != dt) return false;
-  return dt == TY_I8 || dt == TY_U8 || dt == TY_I32;
+  return dt == TY_I8 || dt == TY_U8 || dt == TY_I32 || dt == TY_I64;
 }
 
 /* Floats throughout, or int8 where this lowering computes it: quantize
@@ -483,7 +564,7 @@ static bool group_lowerable(CgBuild *b, const CgGroup *grp) {
     const Node *n = grp->members[i];
     bool ok = n->n_out == 1 && member_types_ok(n) && ir_type_numel(&n->out[0].type) > 0;
     if (ir_ops[n->op].cls == K_MOVE && n->op != OP_RESHAPE && n->op != OP_TRANSPOSE &&
-        n->op != OP_SLICE && n->op != OP_EXPAND)
+        n->op != OP_SLICE && n->op != OP_EXPAND && n->op != OP_PAD)
       ok = false;
     if (n->op == OP_RESHAPE && n == root) ok = false;
     /* A GEMM reads its matrices from memory. */
@@ -530,15 +611,54 @@ static void lower_map(CgBuild *b, const CgGroup *grp) {
   KStmt *loop = cg_kloop(k, &k->body, i, cg_kv(k, nv), KM_GRID_STRIDE);
   cg_kernel_grid_1d(k, total);
   Eval E = {.b = b, .k = k, .blk = &loop->body, .grp = grp};
-  KExpr *r = eval(&E, root, site_new(&E, &root->type, cg_kv(k, i)));
-  KBuf *o = cg_kglobal(k, "out", root->type.dtype, total, cg_ref(b, root));
-  cg_kstore(k, &loop->body, o, cg_kv(k, i), r);
+  store_root_and_sides(&E, cg_kv(k, i));
   cg_launch(b, k);
+}
+
+/* ---- a sum of products: GEMMs accumulating into the root ---- */
+
+/* The leaves of a left-deep chain of f32 adds over f32 matmuls of the
+ * root's dims, in the order the chain adds them: each add has a matmul
+ * operand and a matmul or an add operand.  Returns the count, or 0 when
+ * grp is not such a chain. */
+static int product_chain(const CgGroup *grp, const Node *at, const Node **leaves, int n) {
+  const TensorType *rt = &grp->root->out[0].type;
+  if (at->out[0].type.dtype != TY_F32 || !same_dims(&at->out[0].type, rt) || !is_member(grp, at)) return 0;
+  if (at->op == OP_MATMUL && is_leaf(grp, at)) {
+    leaves[n] = at;
+    return n + 1;
+  }
+  if (at->op != OP_ADD) return 0;
+  const Node *x = at->in[0]->def, *y = at->in[1]->def;
+  if (y->op == OP_ADD) {
+    const Node *t = x;
+    x = y, y = t;
+  }
+  if (y->op != OP_MATMUL) return 0;
+  n = product_chain(grp, x, leaves, n);
+  return n ? product_chain(grp, y, leaves, n) : 0;
+}
+
+/* The gradient of a weight a recurrent layer uses at every step is a sum
+ * of one product per step: the first GEMM writes the root, each next one
+ * adds to it (beta 1, the sum rounded once per add as the adds round
+ * it), and no kernel runs. */
+static bool lower_product_sum(CgBuild *b, const CgGroup *grp) {
+  if (grp->n_side || grp->attention || grp->anchor || grp->root->op != OP_ADD) return false;
+  Ctx *c = cg_build_ctx(b);
+  const Node **leaves = ARENA_ARRAY(&c->arena, const Node *, grp->n + 1);
+  int n = product_chain(grp, grp->root, leaves, 0);
+  if (!n || 2 * n - 1 != grp->n) return false;
+  RtRef rc = cg_ref(b, &grp->root->out[0]);
+  for (int i = 0; i < n; i++)
+    if (!cg_lower_matmul_into(b, leaves[i], rc, i ? 1.0f : 0.0f)) return false;
+  return true;
 }
 
 bool cg_lower_group(CgBuild *b, const CgGroup *grp) {
   if (!group_lowerable(b, grp)) return false;
   if (cg_lower_gemm_epilogue(b, grp)) return true;
+  if (lower_product_sum(b, grp)) return true;
   /* The leaves' GEMMs first: they read memory only. */
   for (int i = 0; i < grp->n; i++)
     if (is_leaf(grp, grp->members[i]) && !cg_lower_node(b, grp->members[i])) return false;

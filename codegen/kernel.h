@@ -371,14 +371,15 @@ const char *cg_label(Ctx *c, const Node *n, const char *what);
 
 /* ---- fusion groups (fuse_lower.c) ---- */
 
-/* The nodes of one Node.group: the root (last, the only value stored),
- * the anchor (the one reduction, window or convolution, or NULL) and
- * every member in graph order. */
+/* The nodes of one Node.group: the root (last, stored), the anchor (the
+ * one reduction, window or convolution, or NULL), every member in graph
+ * order, and the side outputs: members used outside the group or graph
+ * outputs, elementwise of the root's shape, stored where the root is. */
 typedef struct CgGroup {
   int id;
   const Node *root, *anchor;
-  int n;
-  const Node **members;
+  int n, n_side;
+  const Node **members, **side;
   /* An attention, matmul(softmax(f(matmul(Q, K))), V): its two matmuls,
    * computed inside the kernel (the anchor is the softmax); else NULL. */
   const Node *attention, *scores;
@@ -402,8 +403,9 @@ KExpr *cg_fused_load(CgBuild *b, Kernel *k, KBlock *blk, const Value *v, KExpr *
  * immediate, or loaded from v's bytes as a buffer called name. */
 KExpr *cg_operand_load(CgBuild *b, Kernel *k, KBlock *blk, const Value *v, const char *name, KExpr *index);
 /* When out is the anchor of the group being lowered and members follow
- * it: stores the root's element at index computed from value (the
- * anchor's element) and returns true; else false and nothing happens. */
+ * it: stores the root's element (and the side outputs') at index
+ * computed from value (the anchor's element) and returns true; else
+ * false and nothing happens. */
 bool cg_fused_store(CgBuild *b, Kernel *k, KBlock *blk, const Value *out, KExpr *index,
                     KExpr *value);
 /* "conv2d_batchnorm_relu" for kernel names. */
@@ -517,6 +519,9 @@ const struct CgOptions *cg_options(CgBuild *b);
 
 /* lower_kernels.c: appends n's steps; false after reporting an error. */
 bool cg_lower_node(CgBuild *b, const Node *n);
+/* matmul n's GEMMs writing rc, adding beta times what rc holds (0 or 1):
+ * a sum of products accumulated in place (fuse_lower.c). */
+bool cg_lower_matmul_into(CgBuild *b, const Node *n, RtRef rc, float beta);
 /* lower_train.c: the same for the training ops (conv_weight_grad ..
  * dropout), and the device function dropout's kernels call, which the
  * plan's source carries when a kernel does. */

@@ -555,7 +555,8 @@ static void gemm_i8_tc(CgBuild *b, const Node *n, const char *what, const RtGemm
 static void emit_gemm(CgBuild *b, const Node *n, const char *what, const RtGemm *g) {
   if (g->m == 0 || g->n == 0 || g->batch == 0) return;
   if (g->k == 0) {
-    cg_fill(b, n, what, g->c, gemm_c_dtype(g), g->batch * g->m * g->n, 0.0);
+    /* A product over nothing is 0: C stays as it is when added to. */
+    if (g->beta == 0.0f) cg_fill(b, n, what, g->c, gemm_c_dtype(g), g->batch * g->m * g->n, 0.0);
     return;
   }
   if (g->dtype == RT_DT_I8 && !blas_takes_int8(g)) {
@@ -588,6 +589,10 @@ static void bias_add(CgBuild *b, const Node *n, RtRef out, int64_t total, int64_
 }
 
 static bool lower_matmul(CgBuild *b, const Node *n) {
+  return cg_lower_matmul_into(b, n, cg_ref(b, &n->out[0]), 0.0f);
+}
+
+bool cg_lower_matmul_into(CgBuild *b, const Node *n, RtRef rc, float beta) {
   if (!product_dtypes(b, n)) return false;
   TensorType at = ir_matmul_operand(n, 0), bt = ir_matmul_operand(n, 1);
   bool ta = ir_matmul_trans(n, 0), tb = ir_matmul_trans(n, 1);
@@ -605,12 +610,13 @@ static bool lower_matmul(CgBuild *b, const Node *n) {
   }
   int64_t nbatch = numel(&batch), na = numel(&ab), nb = numel(&bb);
   if (nbatch * m * nn == 0) return true;
-  RtRef ra = cg_ref(b, n->in[0]), rb = cg_ref(b, n->in[1]), rc = cg_ref(b, &n->out[0]);
+  RtRef ra = cg_ref(b, n->in[0]), rb = cg_ref(b, n->in[1]);
   DType dt = n->in[0]->type.dtype;
   /* int8 operands, an int32 C: the sizes differ */
   uint64_t es = (uint64_t)ir_dtype_size(dt), esc = (uint64_t)ir_dtype_size(n->out[0].type.dtype);
   RtGemm g = gemm_of(dt, m, nn, k);
   g.a = ra, g.b = rb, g.c = rc;
+  g.beta = beta;
   g.trans_a = ta, g.trans_b = tb;
   if (ta) g.lda = m;
   if (tb) g.ldb = k;

@@ -22,8 +22,12 @@ static KExpr *load_f32(CgBuild *b, Kernel *k, const Value *v, const char *name, 
   return cg_kcast(k, cg_kload(k, buf_of(b, k, v, name), at), TY_F32);
 }
 
+/* out[at], or the fusion group's epilogue there when out is its anchor
+ * (a pool's gradient, then a relu's). */
 static void store(CgBuild *b, Kernel *k, KBlock *blk, const Value *out, KExpr *at, KExpr *value) {
-  cg_kstore(k, blk, buf_of(b, k, out, "out"), at, cg_kcast(k, value, out->type.dtype));
+  value = cg_kcast(k, value, out->type.dtype);
+  if (cg_fused_store(b, k, blk, out, at, value)) return;
+  cg_kstore(k, blk, buf_of(b, k, out, "out"), at, value);
 }
 
 static KExpr *iv(Kernel *k, int64_t v) { return cg_kint(k, v); }

@@ -176,8 +176,14 @@ static IrCost step_cost(const RtStep *s, const CgStepNote *note) {
 }
 
 static IrCost unit_cost(const CgUnit *u) {
-  if (u->group) return ir_cost_fused(u->group->members, u->group->n);
-  return ir_cost(u->node);
+  if (!u->group) return ir_cost(u->node);
+  IrCost c = ir_cost_fused(u->group->members, u->group->n);
+  /* The side outputs are stored too. */
+  for (int i = 0; i < u->group->n_side; i++) {
+    const Value *v = &u->group->side[i]->out[0];
+    c.bytes += (double)ir_type_numel(&v->type) * (double)ir_dtype_size(v->type.dtype);
+  }
+  return c;
 }
 
 IrCost *cg_plan_costs(Ctx *c, const RtStep *steps, const CgStepNote *notes, int n_steps,

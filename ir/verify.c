@@ -257,9 +257,50 @@ static void check_group_sizes(Verifier *v, int count) {
   }
 }
 
+/* The node id of every member's group root (the last member in list
+ * order), by node id; -1 outside groups. */
+static int *group_roots(Graph *g, int count) {
+  Arena *a = &g->ctx->arena;
+  int *root = ARENA_ARRAY(a, int, count + 1);
+  /* (group, root id) pairs sorted by group: a hand-written file may
+   * number its groups with any int. */
+  int *pairs = ARENA_ARRAY(a, int, 2 * count + 2), n = 0;
+  PtrSet seen;
+  set_init(a, &seen, (size_t)count);
+  for (Node *x = g->last; x; x = x->prev)
+    if (x->group >= 0 && set_add_ptr(&seen, group_key(x->group))) pairs[2 * n] = x->group, pairs[2 * n + 1] = x->id, n++;
+  qsort(pairs, (size_t)n, 2 * sizeof *pairs, cmp_int);
+  for (Node *x = g->first; x; x = x->next) {
+    root[x->id] = -1;
+    if (x->group < 0) continue;
+    const int *at = bsearch(&x->group, pairs, (size_t)n, 2 * sizeof *pairs, cmp_int);
+    root[x->id] = at[1];
+  }
+  return root;
+}
+
+/* A member used outside its group (or a graph output) is a side output
+ * its group's kernel stores beside the root (passes/fuse.c): elementwise,
+ * of the root's elements, and every outside use computed after the root
+ * (user_at: where its user runs; -1 for a graph output). */
+static bool side_output_ok(const Node *d, const Node *root, int user_at) {
+  if (ir_ops[d->op].cls != K_ELEMWISE || d->n_out != 1) return false;
+  /* Its dims are the root's, size-1 dims aside: the same linear index. */
+  const TensorType *a = &d->out[0].type, *b = &root->out[0].type;
+  int i = 0, j = 0;
+  for (;;) {
+    while (i < a->rank && a->dims[i] == 1) i++;
+    while (j < b->rank && b->dims[j] == 1) j++;
+    if (i == a->rank || j == b->rank) break;
+    if (a->dims[i++] != b->dims[j++]) return false;
+  }
+  return i == a->rank && j == b->rank && (user_at < 0 || user_at > root->id);
+}
+
 /* Fusion groups (Node.group): every member but the last in list order
- * (the root) is used only inside its group and is no graph output, so
- * the group computes one value; sources and recurrent layers stay
+ * (the root) is used only inside its group and is no graph output, or
+ * is a side output (above), so the group computes its root and values
+ * of its shape; sources and recurrent layers stay
  * outside; at most one reduction, window or convolution (the loop nest
  * the rest is fused around; matmul and linear are GEMMs that write their
  * own bytes, the group's kernel reads them).  A path that leaves a group and
@@ -280,26 +321,35 @@ static void check_groups(Verifier *v, int count) {
     }
     any = true;
     OpClass cls = ir_ops[n->op].cls;
-    if (cls == K_SOURCE || cls == K_OPAQUE)
+    /* A pool's gradient is a kernel with one thread per result element:
+     * an anchor with an epilogue. */
+    bool pool_grad = n->op == OP_MAXPOOL_GRAD || n->op == OP_AVGPOOL_GRAD;
+    if (cls == K_SOURCE || (cls == K_OPAQUE && !pool_grad))
       fail(v, n, "a %s cannot be in a fusion group", ir_ops[n->op].name);
-    bool anchor = cls == K_REDUCE || cls == K_WINDOW || n->op == OP_CONV2D || n->op == OP_CONV3D;
+    bool anchor = cls == K_REDUCE || cls == K_WINDOW || n->op == OP_CONV2D || n->op == OP_CONV3D || pool_grad;
     if (anchor && !set_add_ptr(&anchored, group_key(n->group)))
       fail(v, n, "fusion group k%d holds two reductions, windows or convolutions", n->group);
     is_root[n->id] = set_add_ptr(&seen, group_key(n->group));
   }
   if (!any) return;
   check_group_sizes(v, count);
+  int *root = group_roots(g, count);
+  const Node **node_of = ARENA_ARRAY(a, const Node *, count + 1);
+  for (Node *n = g->first; n; n = n->next) node_of[n->id] = n;
   for (Node *n = g->first; n; n = n->next)
     for (int i = 0; i < n->n_in; i++) {
       const Node *d = n->in[i]->def;
-      if (d->group >= 0 && !is_root[d->id] && d->group != n->group)
-        fail(v, n, "operand %d is inside fusion group k%d, not its root", i, d->group);
+      /* n runs at its group's root */
+      int at = root[n->id] >= 0 ? root[n->id] : n->id;
+      if (d->group >= 0 && !is_root[d->id] && d->group != n->group && !side_output_ok(d, node_of[root[d->id]], at))
+        fail(v, n, "operand %d is inside fusion group k%d, not its root (nor an elementwise side output of "
+                   "its shape used after it)", i, d->group);
     }
   for (int i = 0; i < g->n_outputs; i++) {
     const Node *d = g->outputs[i]->def;
-    if (d->group >= 0 && !is_root[d->id])
-      fail(v, d, "graph output \"%s\" is inside fusion group k%d, not its root", g->output_names[i],
-           d->group);
+    if (d->group >= 0 && !is_root[d->id] && !side_output_ok(d, node_of[root[d->id]], -1))
+      fail(v, d, "graph output \"%s\" is inside fusion group k%d, not its root (nor an elementwise side "
+                 "output of its shape)", g->output_names[i], d->group);
   }
 }
 

@@ -5,8 +5,9 @@
  *
  * A group has one root (its last node, the only one whose value is
  * stored) and at most one anchor: a reduction (softmax, layernorm,
- * rms_norm, group_norm, reduce_*, global_avgpool), a window (pooling) or a convolution, the
- * loop nest the rest is fused into.
+ * rms_norm, group_norm, reduce_*, global_avgpool), a window (pooling), a
+ * convolution or a pool's gradient (an epilogue only), the loop nest the
+ * rest is fused into.
  *   - elementwise ops (broadcasting operands, batchnorm as a per-channel
  *     map, consts as immediates) and data movement (reshape, transpose,
  *     slice, expand: an index remapping) are evaluated at the element
@@ -23,10 +24,25 @@
  *     int8 linear/matmul leaves, so quantize + conv + dequantize + bias +
  *     relu + requantize is one kernel that stores i8.
  *
- * What is never done: a value with a use outside the group, or a graph
- * output, is never inside a group, so nothing is computed by two
- * kernels.  A function of the weights alone (params and consts, never an
- * input) is never inside a group whose root is not one: codegen computes
+ * Side outputs: an elementwise member with the root's elements (its
+ * dims, size-1 dims aside) may have uses outside the group (or be a
+ * graph output) when every such use is computed after the root (by a
+ * later node, or in a group whose root is later); the kernel stores it
+ * too, at the element it stores the root's (an epilogue's at the
+ * anchor's store, never a prologue's), so a value that both the
+ * forward and a training step's backward read (an LSTM's gates, a
+ * normalized activation) costs no launch of its own.  Such uses cannot
+ * feed the group, so no path leaves it and comes back.
+ *
+ * Then maps of one shape with no path between them (a batchnorm's
+ * inverse deviation and its two new running statistics) are joined
+ * into the later one's kernel, the earlier's values its side outputs.
+ *
+ * What is never done: a value is never computed by two kernels: a
+ * member used outside is stored by its group's kernel, and a member
+ * read by a GEMM or a prologue elsewhere is not taken in.  A function
+ * of the weights alone (params and consts, never an input) is never
+ * inside a group whose root is not one: codegen computes
  * those once after the weights are set (codegen/initgraph.c), and a
  * run's kernel loads the result instead of recomputing it.  Inside one kernel cheap work may repeat: an elementwise
  * member broadcast to a larger root is evaluated per element of the
@@ -59,7 +75,11 @@ typedef struct Fuser {
   int *heap, n_heap;
   bool *attention;  /* by node id: a matmul of an attention (its operands are fused) */
   bool *weight_only; /* by node id: computed from params and consts alone */
+  int *root_pos;    /* by group: its root's node id, where its kernel runs */
 } Fuser;
+
+/* Where a node's value is computed: at its group's root, or itself. */
+static int emitted_at(const Fuser *f, const Node *n) { return n->group >= 0 ? f->root_pos[n->group] : n->id; }
 
 /* The float types the fused lowering computes in (f16 and bf16 values
  * are loaded, computed on in f32 and rounded where they are stored). */
@@ -84,19 +104,29 @@ static bool is_anchor_op(OpKind op) {
     case OP_MAXPOOL3D:
     case OP_AVGPOOL3D:
     case OP_CONV2D:
-    case OP_CONV3D: return true;
+    case OP_CONV3D:
+    /* training kernels with one thread per result element: an epilogue
+     * at their store (a relu's gradient after a pool's) */
+    case OP_MAXPOOL_GRAD:
+    case OP_AVGPOOL_GRAD: return true;
     default: return false;
   }
 }
 
+/* Anchors whose kernels read their operands from memory (no prologue). */
+static bool reads_memory_only(OpKind op) { return op == OP_MAXPOOL_GRAD || op == OP_AVGPOOL_GRAD; }
+
 static bool is_leaf_op(OpKind op) { return op == OP_MATMUL || op == OP_LINEAR; }
 
+/* A pad's operand is evaluated under its bounds test (only where it
+ * falls inside), so the group holds no attention below it. */
 static bool is_index_move(OpKind op) {
-  return op == OP_RESHAPE || op == OP_TRANSPOSE || op == OP_SLICE || op == OP_EXPAND;
+  return op == OP_RESHAPE || op == OP_TRANSPOSE || op == OP_SLICE || op == OP_EXPAND || op == OP_PAD;
 }
 
-/* Wrapping integer arithmetic on i8, u8 and i32 (an int8 product's
- * zero-point corrections between its accumulator and its requantize). */
+/* Wrapping integer arithmetic on i8, u8, i32 and i64 (an int8 product's
+ * zero-point corrections between its accumulator and its requantize; a
+ * loss's class indices moved before they are read). */
 static bool is_int_arith(const Node *n) {
   switch (n->op) {
     case OP_NEG:
@@ -113,7 +143,7 @@ static bool is_int_arith(const Node *n) {
   DType dt = n->out[0].type.dtype;
   for (int i = 0; i < n->n_in; i++)
     if (n->in[i]->type.dtype != dt) return false;
-  return dt == TY_I8 || dt == TY_U8 || dt == TY_I32;
+  return dt == TY_I8 || dt == TY_U8 || dt == TY_I32 || dt == TY_I64;
 }
 
 /* The int8 members the fused lowering handles: quantize (float to i8 or
@@ -181,6 +211,7 @@ static bool operand_fusible(const Fuser *f, const Node *m, int i) {
   if (m->op == OP_LINEAR) return i == 2;
   if (m->op == OP_MATMUL) return f->attention[m->id];
   if (m->op == OP_CONV2D || m->op == OP_CONV3D) return true;
+  if (reads_memory_only(m->op)) return false;
   if (is_anchor_op(m->op)) return i == 0;
   return true;
 }
@@ -212,6 +243,28 @@ static int heap_pop(Fuser *f) {
   return top;
 }
 
+enum { MAX_SIDE = 8 };
+
+/* The same elements at the same linear index: dims equal once the 1s
+ * are dropped ([1, C, 1, 1] and [C]), so a side output is stored at the
+ * root's index. */
+static bool same_layout(const TensorType *a, const TensorType *b) {
+  int i = 0, j = 0;
+  for (;;) {
+    while (i < a->rank && a->dims[i] == 1) i++;
+    while (j < b->rank && b->dims[j] == 1) j++;
+    if (i == a->rank || j == b->rank) return i == a->rank && j == b->rank;
+    if (a->dims[i++] != b->dims[j++]) return false;
+  }
+}
+
+static bool same_dims(const TensorType *a, const TensorType *b) {
+  if (a->rank != b->rank) return false;
+  for (int i = 0; i < a->rank; i++)
+    if (a->dims[i] != b->dims[i]) return false;
+  return true;
+}
+
 /* Every use of n's results is a member of group gid that evaluates it in
  * the kernel (not a GEMM reading memory), none is an output. */
 static bool uses_inside(const Fuser *f, const Node *n, int gid) {
@@ -229,6 +282,26 @@ static bool uses_inside(const Fuser *f, const Node *n, int gid) {
   return true;
 }
 
+/* n may join group gid (rooted at root) as a side output: elementwise
+ * with the root's elements, reached from the root's side of an anchor, and
+ * every use that the group does not evaluate comes after the root. */
+static bool side_output_ok(const Fuser *f, const Node *n, const Node *root, int gid, int role) {
+  if (ir_ops[n->op].cls != K_ELEMWISE || n->n_out != 1 || (role & ROLE_PRO) || f->weight_only[root->id] ||
+      !same_layout(&n->out[0].type, &root->out[0].type))
+    return false;
+  const Value *val = &n->out[0];
+  for (int u = f->use_start[val->id]; u < f->use_start[val->id + 1]; u++) {
+    const Node *user = f->node_of[f->uses[u]];
+    if (f->mark[user->id] != gid) {
+      if (emitted_at(f, user) <= root->id) return false;
+      continue;
+    }
+    for (int i = 0; i < user->n_in; i++)
+      if (user->in[i] == val && !operand_fusible(f, user, i)) return false;
+  }
+  return true;
+}
+
 static void push_operands(Fuser *f, const Node *m, int gid, int role) {
   for (int i = 0; i < m->n_in; i++) {
     if (!operand_fusible(f, m, i)) continue;
@@ -238,13 +311,6 @@ static void push_operands(Fuser *f, const Node *m, int gid, int role) {
     if (!f->role[d->id]) heap_push(f, d->id);
     f->role[d->id] |= r;
   }
-}
-
-static bool same_dims(const TensorType *a, const TensorType *b) {
-  if (a->rank != b->rank) return false;
-  for (int i = 0; i < a->rank; i++)
-    if (a->dims[i] != b->dims[i]) return false;
-  return true;
 }
 
 static bool single_use(const Fuser *f, const Value *v) {
@@ -370,10 +436,11 @@ static Node *absorb_attention(Fuser *f, Node *p, int gid, Node **members, int *n
 /* Grows a group from root; returns its size (members get group gid). */
 static int grow(Fuser *f, Node *root, int gid) {
   Node *members[MAX_MEMBERS];
-  int n = 0;
+  int n = 0, n_side = 0;
   members[n++] = root;
   f->mark[root->id] = gid;
   Node *anchor = is_anchor_op(root->op) ? root : NULL;
+  bool padded = root->op == OP_PAD;
   f->n_heap = 0;
   push_operands(f, root, gid, ROLE_EPI);
   if (!anchor) anchor = absorb_attention(f, root, gid, members, &n);
@@ -382,8 +449,10 @@ static int grow(Fuser *f, Node *root, int gid) {
     int role = f->role[p->id];
     f->role[p->id] = 0;
     if (n == MAX_MEMBERS || p->group >= 0 || f->mark[p->id] == gid) continue;
-    if (p->n_out != 1 || !types_ok(p) || !uses_inside(f, p, gid)) continue;
+    if (p->n_out != 1 || !types_ok(p)) continue;
     if (f->weight_only[p->id] && !f->weight_only[root->id]) continue;
+    bool side = !uses_inside(f, p, gid);
+    if (side && (n_side == MAX_SIDE || !side_output_ok(f, p, root, gid, role))) continue;
     OpClass cls = ir_ops[p->op].cls;
     bool take = cls == K_ELEMWISE || is_index_move(p->op) || is_leaf_op(p->op);
     if (take && (role & ROLE_PRO) && cls == K_ELEMWISE && better_as_epilogue(f, p, 0)) take = false;
@@ -398,10 +467,12 @@ static int grow(Fuser *f, Node *root, int gid) {
       if (take) anchor = p;
     }
     if (!take) continue;
+    n_side += side;
     members[n++] = p;
     f->mark[p->id] = gid;
     push_operands(f, p, gid, role);
-    if (!anchor) anchor = absorb_attention(f, p, gid, members, &n);
+    padded = padded || p->op == OP_PAD;
+    if (!anchor && !padded) anchor = absorb_attention(f, p, gid, members, &n);
   }
   /* Clear the roles of candidates left in the heap. */
   while (f->n_heap > 0) f->role[heap_pop(f)] = 0;
@@ -415,6 +486,126 @@ static int grow(Fuser *f, Node *root, int gid) {
       f->mark[members[i]->id] = -1;
   }
   return keep ? n : 0;
+}
+
+/* ---- horizontal: independent maps of one shape in one kernel ---- */
+
+enum { WINDOW = 64 }; /* earlier maps a map looks back at */
+
+/* A kernel that maps over its root's elements: a group with no anchor
+ * and no GEMM leaf (a GEMM with its epilogue costs no launch of its
+ * own), or an elementwise node alone.  Returns its member count, or 0. */
+static int map_size(const Fuser *f, const Node *root, int *const *members, const int *count) {
+  if (root->group < 0)
+    return ir_ops[root->op].cls == K_ELEMWISE && can_root(root) && !f->is_output[root->out[0].id] ? 1 : 0;
+  int gid = root->group;
+  for (int i = 0; i < count[gid]; i++) {
+    const Node *m = f->node_of[members[gid][i]];
+    if (is_anchor_op(m->op) || is_leaf_op(m->op)) return 0;
+  }
+  return count[gid];
+}
+
+/* B (rooted at rb) may be computed in A's kernel (rooted at ra, later):
+ * its root is elementwise of ra's shape, and each of its values read
+ * outside B is read after ra, or inside A by its kernel.  Counts B's
+ * stored values into *sides. */
+static bool may_join(const Fuser *f, const Node *rb, const Node *ra, int *const *members, const int *count,
+                     int *sides) {
+  if (ir_ops[rb->op].cls != K_ELEMWISE || !same_layout(&rb->out[0].type, &ra->out[0].type) ||
+      f->weight_only[rb->id] || f->weight_only[ra->id])
+    return false;
+  int n = rb->group < 0 ? 1 : count[rb->group];
+  *sides = 0;
+  for (int i = 0; i < n; i++) {
+    const Node *m = rb->group < 0 ? rb : f->node_of[members[rb->group][i]];
+    const Value *val = &m->out[0];
+    bool outside = f->is_output[val->id];
+    for (int u = f->use_start[val->id]; u < f->use_start[val->id + 1]; u++) {
+      const Node *user = f->node_of[f->uses[u]];
+      if (rb->group >= 0 && user->group == rb->group) continue;
+      outside = true;
+      if (emitted_at(f, user) > ra->id) continue;
+      if (ra->group < 0 || user->group != ra->group) return false;
+      for (int j = 0; j < user->n_in; j++)
+        if (user->in[j] == val && !operand_fusible(f, user, j)) return false;
+    }
+    *sides += outside;
+  }
+  return true;
+}
+
+/* Maps of one shape with no path between them share one kernel, rooted
+ * at the later: the earlier's stored values become side outputs (a
+ * batchnorm's new running statistics and its inverse deviation, all
+ * per channel).  Returns the new group count. */
+static int join_maps(Fuser *f, int provisional, int *n_fused) {
+  Graph *g = f->g;
+  Arena *a = &g->ctx->arena;
+  int n_nodes = 0;
+  for (Node *n = g->first; n; n = n->next) n_nodes++;
+  /* Members by group, filled in list order; room for groups made here. */
+  int cap = provisional + n_nodes + 1;
+  int *count = ARENA_ARRAY(a, int, cap), **members = ARENA_ARRAY(a, int *, cap);
+  for (Node *n = g->first; n; n = n->next)
+    if (n->group >= 0) count[n->group]++;
+  for (int i = 0; i < provisional; i++) members[i] = ARENA_ARRAY(a, int, count[i] + 1), count[i] = 0;
+  for (Node *n = g->first; n; n = n->next)
+    if (n->group >= 0) members[n->group][count[n->group]++] = n->id;
+  /* The maps' roots in list order. */
+  Node **maps = ARENA_ARRAY(a, Node *, n_nodes + 1);
+  int n_maps = 0;
+  for (Node *n = g->first; n; n = n->next) {
+    bool is_root = n->group < 0 || members[n->group][count[n->group] - 1] == n->id;
+    if (is_root && map_size(f, n, members, count)) maps[n_maps++] = n;
+  }
+  bool *gone = ARENA_ARRAY(a, bool, n_maps + 1);
+  for (int i = n_maps - 1; i > 0; i--) {
+    if (gone[i]) continue;
+    Node *ra = maps[i];
+    int size = map_size(f, ra, members, count), sides = ra->group < 0 ? 0 : MAX_SIDE;
+    if (ra->group >= 0) {
+      /* The side outputs A has already. */
+      sides = 0;
+      for (int k = 0; k < count[ra->group] - 1; k++) {
+        const Node *m = f->node_of[members[ra->group][k]];
+        if (!uses_inside(f, m, ra->group)) sides++;
+      }
+    }
+    for (int j = i - 1; j >= 0 && j >= i - WINDOW; j--) {
+      Node *rb = maps[j];
+      int bs, bsize = map_size(f, rb, members, count);
+      if (gone[j] || size + bsize > MAX_MEMBERS || !may_join(f, rb, ra, members, count, &bs) ||
+          sides + bs > MAX_SIDE)
+        continue;
+      if (ra->group < 0) {
+        ra->group = f->mark[ra->id] = provisional;
+        f->root_pos[provisional] = ra->id;
+        members[provisional] = ARENA_ARRAY(a, int, MAX_MEMBERS + 1);
+        members[provisional][0] = ra->id;
+        count[provisional++] = 1;
+        *n_fused += 1;
+      }
+      int gid = ra->group;
+      int *into = ARENA_ARRAY(a, int, MAX_MEMBERS + 1);
+      /* B's members then A's, so the root stays last. */
+      int n = 0;
+      for (int k = 0; k < bsize; k++) {
+        Node *m = rb->group < 0 ? rb : f->node_of[members[rb->group][k]];
+        into[n++] = m->id;
+      }
+      for (int k = 0; k < count[gid]; k++) into[n++] = members[gid][k];
+      for (int k = 0; k < bsize; k++) f->node_of[into[k]]->group = f->mark[into[k]] = gid;
+      *n_fused += rb->group < 0 ? 1 : 0;
+      if (rb->group >= 0) count[rb->group] = 0;
+      members[gid] = into;
+      count[gid] = n;
+      size += bsize;
+      sides += bs;
+      gone[j] = true;
+    }
+  }
+  return provisional;
 }
 
 bool pass_fuse(Graph *g, PassCtx *pc) {
@@ -434,6 +625,7 @@ bool pass_fuse(Graph *g, PassCtx *pc) {
   f.heap = ARENA_ARRAY(a, int, n_nodes * 4 + 8);
   f.attention = ARENA_ARRAY(a, bool, n_nodes + 1);
   f.weight_only = pass_weight_only(g);
+  f.root_pos = ARENA_ARRAY(a, int, 2 * n_nodes + 2);
   int *old = ARENA_ARRAY(a, int, n_nodes + 1);
   int n_uses = 0;
   for (Node *n = g->first; n; n = n->next) {
@@ -461,24 +653,26 @@ bool pass_fuse(Graph *g, PassCtx *pc) {
     if (n->group < 0 && can_root(n)) {
       int size = grow(&f, n, provisional);
       if (size) {
-        provisional++;
+        f.root_pos[provisional++] = n->id;
         fused += size;
       }
     }
+  provisional = join_maps(&f, provisional, &fused);
   int *final = ARENA_ARRAY(a, int, provisional + 1);
   int next = 0;
   for (int i = 0; i < provisional; i++) final[i] = -1;
   /* Roots come last in their group, so walking backwards meets each root
    * first; ids then count from the front. */
   for (Node *n = g->last; n; n = n->prev)
-    if (n->group >= 0 && final[n->group] < 0) final[n->group] = provisional - 1 - next++;
+    if (n->group >= 0 && final[n->group] < 0) final[n->group] = next++;
+  /* (join_maps emptied the groups it joined.) */
   bool changed = false;
   for (Node *n = g->first; n; n = n->next) {
-    if (n->group >= 0) n->group = final[n->group];
+    if (n->group >= 0) n->group = next - 1 - final[n->group];
     if (n->group != old[n->id]) changed = true;
   }
   if (pc) {
-    pass_stat(pc, "fusion groups", provisional);
+    pass_stat(pc, "fusion groups", next);
     pass_stat(pc, "fused ops", fused);
   }
   return changed;

@@ -189,12 +189,18 @@ static void recurrent(Mode *md, Node *n) {
     Value *out[2];
     for (int d = 0; d < dirs; d++) {
       Value *const *w = n->in + 1 + (l * dirs + d) * per;
-      Value *xi_all = affine(&r, seq, w[0], bias ? w[2] : NULL); /* every step's input projection */
+      /* An LSTM adds both biases to every gate: b_ih + b_hh once, in
+       * every step's input projection, so the steps' GEMMs have none and
+       * both gradients are one reduction over all steps, not one per
+       * step.  (A GRU's b_hn is multiplied by r: it stays per step.) */
+      Value *b_in = bias ? (lstm ? f2(&r, OP_ADD, w[2], w[3]) : w[2]) : NULL;
+      Value *b_hid = bias && !lstm ? w[3] : NULL;
+      Value *xi_all = affine(&r, seq, w[0], b_in); /* every step's input projection */
       Value *h = zeros(&r, dt, N, H), *c = lstm ? zeros(&r, dt, N, H) : NULL;
       for (int64_t s = 0; s < T; s++) {
         int64_t t = d == 0 ? s : T - 1 - s;
         Value *xi = ir_grad_reshape(g, r.at, cut(&r, xi_all, 0, t, t + 1), 2, (int64_t[]){N, G * H});
-        cell(&r, lstm, xi, affine(&r, h, w[1], bias ? w[3] : NULL), H, &h, &c);
+        cell(&r, lstm, xi, affine(&r, h, w[1], b_hid), H, &h, &c);
         hs[t] = ir_grad_reshape(g, r.at, h, 3, (int64_t[]){1, N, H});
       }
       out[d] = join(&r, (int)T, hs, 0);

@@ -183,20 +183,226 @@ START_TEST(shared_values_and_outputs_are_stored) {
       "  %5 = relu %4 : f32[64]\n"
       "  return %5 as \"out\", %4 as \"mid\"\n"
       "}\n");
-  /* %0 has two users, both in %3's group: it joins them (no duplicate:
-   * one let).  %4 is an output, so it roots its own group and %5 is a
-   * kernel of one node (no group). */
-  int k = group_of(j.g, 4);
+  /* %0 has two users, both in the group: it joins them (no duplicate:
+   * one let).  %4 is an output of %5's shape: a side output, stored by
+   * the same kernel (check_fused compared both outputs). */
+  int k = group_of(j.g, 6);
   ck_assert_int_ge(k, 0);
-  ck_assert_int_eq(group_of(j.g, 1), k);
-  ck_assert_int_eq(group_of(j.g, 2), k);
-  ck_assert_int_eq(group_of(j.g, 3), k);
-  ck_assert_int_eq(group_of(j.g, 5), k);
-  ck_assert_int_eq(group_of(j.g, 6), -1);
-  ck_assert_int_eq(j.r.plan->n_steps, 2);
+  for (int i = 1; i <= 5; i++) ck_assert_int_eq(group_of(j.g, i), k);
+  ck_assert_int_eq(j.r.plan->n_steps, 1);
   int exps = 0;
   for (const char *at = j.r.source; (at = strstr(at, "expf(x[")); at++) exps++;
   ck_assert_int_eq(exps, 1); /* one let, read by both users */
+}
+END_TEST
+
+/* Side outputs: a value the forward and a later consumer both read
+ * (an LSTM's gates, read again by its backward) is stored by the kernel
+ * that computes it, beside the root, in a map and in a reduction's
+ * epilogue; a use before the root keeps it out. */
+START_TEST(side_outputs_are_stored_beside_the_root) {
+  Job j = check_fused(
+      "graph gates {\n"
+      "  %x = input {name=\"x\"} : f32[6, 8]\n"
+      "  %c = input {name=\"c\"} : f32[6, 2]\n"
+      "  %0 = slice %x {starts=[0, 0], ends=[6, 2], steps=[1, 1]} : f32[6, 2]\n"
+      "  %1 = sigmoid %0 : f32[6, 2]\n"
+      "  %2 = slice %x {starts=[0, 2], ends=[6, 4], steps=[1, 1]} : f32[6, 2]\n"
+      "  %3 = tanh %2 : f32[6, 2]\n"
+      "  %4 = mul %1, %c : f32[6, 2]\n"
+      "  %5 = add %4, %3 : f32[6, 2]\n"
+      "  %6 = tanh %5 : f32[6, 2]\n"
+      "  %7 = mul %6, %3 : f32[6, 2]\n"
+      "  %8 = softmax %7 {axis=1} : f32[6, 2]\n"
+      "  %9 = mul %8, %1 : f32[6, 2]\n"
+      "  %10 = exp %9 : f32[6, 2]\n"
+      "  %11 = sub %10, %1 : f32[6, 2]\n"
+      "  %12 = add %11, %9 : f32[6, 2]\n"
+      "  return %12 as \"y\", %5 as \"cell\"\n"
+      "}\n");
+  /* The output %5 roots a group that stores the gates %1 and %3 too
+   * (the softmax's group reads them after %5); that group takes %6 and
+   * %7 into its loads and %9 into its epilogue.  Two kernels. */
+  int k = group_of(j.g, 7);
+  for (int i = 2; i <= 7; i++) ck_assert_int_eq(group_of(j.g, i), k);
+  int e = group_of(j.g, 14);
+  ck_assert_int_ne(e, k);
+  for (int i = 8; i <= 14; i++) ck_assert_int_eq(group_of(j.g, i), e);
+  ck_assert_int_eq(j.r.plan->n_steps, 2);
+  /* An epilogue value read after its root is stored at the anchor's store. */
+  j = check_fused(
+      "graph epi {\n"
+      "  %x = input {name=\"x\"} : f32[5, 7]\n"
+      "  %0 = softmax %x {axis=1} : f32[5, 7]\n"
+      "  %1 = mul %0, %x : f32[5, 7]\n"
+      "  %2 = exp %1 : f32[5, 7]\n"
+      "  %3 = reduce_sum %1 {axes=[1], keepdims=1} : f32[5, 1]\n"
+      "  return %2 as \"y\", %3 as \"s\"\n"
+      "}\n");
+  ck_assert_int_eq(group_of(j.g, 1), group_of(j.g, 3));
+  ck_assert_int_eq(group_of(j.g, 2), group_of(j.g, 3));
+  ck_assert_int_eq(j.r.plan->n_steps, 2);
+  /* Read before the root: %0 stays out of %2's group. */
+  j = check_fused(
+      "graph before {\n"
+      "  %x = input {name=\"x\"} : f32[64]\n"
+      "  %0 = exp %x : f32[64]\n"
+      "  %1 = reduce_sum %0 {axes=[0], keepdims=1} : f32[1]\n"
+      "  %2 = add %0, %1 : f32[64]\n"
+      "  %3 = mul %2, %0 : f32[64]\n"
+      "  return %3 as \"y\"\n"
+      "}\n");
+  ck_assert_int_ne(group_of(j.g, 1), group_of(j.g, 4));
+}
+END_TEST
+
+/* A pad is an index move: a slice's gradient (a pad) summed with the
+ * others' is one kernel, the padded operand read only inside it; a pad
+ * before a reduction is in its loads. */
+START_TEST(pads_are_fused) {
+  Job j = check_fused(
+      "graph pads {\n"
+      "  %x = input {name=\"x\"} : f32[3, 2]\n"
+      "  %y = input {name=\"y\"} : f32[3, 2]\n"
+      "  %0 = sigmoid %x : f32[3, 2]\n"
+      "  %1 = pad %0 {pads=[0, 0, 0, 4]} : f32[3, 6]\n"
+      "  %2 = mul %y, %x : f32[3, 2]\n"
+      "  %3 = pad %2 {pads=[0, 2, 0, 2], value=0.5} : f32[3, 6]\n"
+      "  %4 = pad %y {pads=[0, 4, 0, 0]} : f32[3, 6]\n"
+      "  %5 = add %1, %3 : f32[3, 6]\n"
+      "  %6 = add %5, %4 : f32[3, 6]\n"
+      "  %7 = pad %6 {pads=[1, 0, 0, 1]} : f32[4, 7]\n"
+      "  %8 = reduce_sum %7 {axes=[0]} : f32[7]\n"
+      "  return %6 as \"sum\", %8 as \"cols\"\n"
+      "}\n");
+  int k = group_of(j.g, 8);
+  for (int i = 2; i <= 8; i++) ck_assert_int_eq(group_of(j.g, i), k);
+  ck_assert_int_eq(group_of(j.g, 9), group_of(j.g, 10));
+  ck_assert_int_eq(j.r.plan->n_steps, 2);
+}
+END_TEST
+
+/* i64 arithmetic (a loss moving its class indices) joins the tests and
+ * selects around it. */
+START_TEST(i64_arithmetic_is_fused) {
+  Job j = check_fused(
+      "graph idx {\n"
+      "  %t = input {name=\"t\"} : i64[40]\n"
+      "  %z = const {value=0} : i64[]\n"
+      "  %c = const {value=10} : i64[]\n"
+      "  %0 = less %t, %z : bool[40]\n"
+      "  %1 = sub %t, %c : i64[40]\n"
+      "  %2 = mul %1, %t : i64[40]\n"
+      "  %3 = where %0, %2, %t : i64[40]\n"
+      "  return %3 as \"safe\"\n"
+      "}\n");
+  ck_assert_int_eq(j.r.plan->n_steps, 1);
+}
+END_TEST
+
+/* Maps of one shape (size-1 dims aside) with no path between them run
+ * as one kernel, the earlier's result a side output of the later: a
+ * batchnorm's new running statistics beside its inverse deviation.  A
+ * map read before the later one's root stays apart. */
+START_TEST(independent_maps_share_a_kernel) {
+  Job j = check_fused(
+      "graph stats {\n"
+      "  %m = input {name=\"m\"} : f32[1, 6, 1, 1]\n"
+      "  %v = input {name=\"v\"} : f32[1, 6, 1, 1]\n"
+      "  %rm = input {name=\"rm\"} : f32[6]\n"
+      "  %rv = input {name=\"rv\"} : f32[6]\n"
+      "  %k = const {value=0.9} : f32[]\n"
+      "  %0 = add %v, %k : f32[1, 6, 1, 1]\n"
+      "  %1 = rsqrt %0 : f32[1, 6, 1, 1]\n"
+      "  %2 = mul %rm, %k : f32[6]\n"
+      "  %3 = reshape %m {shape=[6]} : f32[6]\n"
+      "  %4 = add %2, %3 : f32[6]\n"
+      "  %5 = mul %rv, %k : f32[6]\n"
+      "  %6 = reshape %v {shape=[6]} : f32[6]\n"
+      "  %7 = add %5, %6 : f32[6]\n"
+      "  %8 = sigmoid %4 : f32[6]\n"
+      "  %9 = mul %7, %8 : f32[6]\n"
+      "  return %1 as \"rstd\", %4 as \"rm\", %7 as \"rv\", %9 as \"late\"\n"
+      "}\n");
+  /* %9's kernel takes %4 and %7 (outputs: side outputs) and joins %1's
+   * map: one kernel. */
+  int k = group_of(j.g, 14);
+  ck_assert_int_ge(k, 0);
+  ck_assert_int_eq(group_of(j.g, 6), k);
+  ck_assert_int_eq(group_of(j.g, 9), k);
+  ck_assert_int_eq(group_of(j.g, 12), k);
+  ck_assert_int_eq(j.r.plan->n_steps, 1);
+  /* Its cost: the four inputs read, the root and three side outputs
+   * written, 24 bytes each. */
+  ck_assert_double_eq(j.r.step_costs[j.r.plan->n_init_steps].bytes, 8 * 24);
+  /* %1 is read by the reduction %2 before %4, the later map's root:
+   * no join. */
+  j = check_fused(
+      "graph apart {\n"
+      "  %x = input {name=\"x\"} : f32[8]\n"
+      "  %y = input {name=\"y\"} : f32[8]\n"
+      "  %0 = exp %x : f32[8]\n"
+      "  %1 = neg %0 : f32[8]\n"
+      "  %2 = reduce_sum %1 {axes=[0], keepdims=1} : f32[1]\n"
+      "  %3 = tanh %y : f32[8]\n"
+      "  %4 = abs %3 : f32[8]\n"
+      "  return %4 as \"a\", %2 as \"s\", %1 as \"n\"\n"
+      "}\n");
+  ck_assert_int_ge(group_of(j.g, 3), 0);
+  ck_assert_int_ne(group_of(j.g, 3), group_of(j.g, 6));
+  ck_assert_int_eq(j.r.plan->n_steps, 3);
+}
+END_TEST
+
+/* A sum of products (a weight used at every step of a recurrent layer
+ * gets one per step): the first GEMM writes the sum, the others add to
+ * it (beta 1), and no kernel runs. */
+START_TEST(product_sums_accumulate_in_the_gemm) {
+  Job j = check_fused(
+      "graph sum {\n"
+      "  %a = input {name=\"a\"} : f32[4, 5]\n"
+      "  %b = input {name=\"b\"} : f32[4, 6]\n"
+      "  %c = input {name=\"c\"} : f32[4, 5]\n"
+      "  %d = input {name=\"d\"} : f32[4, 6]\n"
+      "  %4 = matmul %a, %b {trans_a=1} : f32[5, 6]\n"
+      "  %9 = matmul %c, %d {trans_a=1} : f32[5, 6]\n"
+      "  %10 = add %4, %9 : f32[5, 6]\n"
+      "  %11 = matmul %a, %d {trans_a=1} : f32[5, 6]\n"
+      "  %12 = add %11, %10 : f32[5, 6]\n"
+      "  return %12 as \"dw\"\n"
+      "}\n");
+  int gemms = 0, accumulating = 0;
+  for (uint32_t i = 0; i < j.r.plan->n_steps; i++) {
+    const RtStep *st = &j.r.plan->steps[i];
+    ck_assert_int_ne(st->kind, RT_STEP_LAUNCH);
+    if (st->kind != RT_STEP_GEMM) continue;
+    gemms++;
+    accumulating += st->gemm.beta == 1.0f;
+  }
+  ck_assert_int_eq(gemms, 3);
+  ck_assert_int_eq(accumulating, 2);
+}
+END_TEST
+
+/* A pool's gradient (one thread per element of its result) runs the
+ * relu's gradient after it at its store: one kernel each. */
+START_TEST(pool_gradients_take_an_epilogue) {
+  Job j = check_fused(
+      "graph back {\n"
+      "  %x = input {name=\"x\"} : f32[2, 3, 6, 6]\n"
+      "  %dy = input {name=\"dy\"} : f32[2, 3, 3, 3]\n"
+      "  %z = const {value=0} : f32[]\n"
+      "  %0 = maxpool_grad %dy, %x {kernel=[2, 2], stride=[2, 2], pad=[0, 0, 0, 0], dilation=[1, 1], ceil_mode=0} : f32[2, 3, 6, 6]\n"
+      "  %1 = greater %x, %z : bool[2, 3, 6, 6]\n"
+      "  %2 = cast %1 {to=f32} : f32[2, 3, 6, 6]\n"
+      "  %3 = mul %0, %2 : f32[2, 3, 6, 6]\n"
+      "  %4 = avgpool_grad %dy {size=[6, 6], kernel=[2, 2], stride=[2, 2], pad=[0, 0, 0, 0], dilation=[1, 1]} : f32[2, 3, 6, 6]\n"
+      "  %5 = add %4, %x : f32[2, 3, 6, 6]\n"
+      "  return %3 as \"max\", %5 as \"avg\"\n"
+      "}\n");
+  ck_assert_int_eq(group_of(j.g, 3), group_of(j.g, 6));
+  ck_assert_int_eq(group_of(j.g, 7), group_of(j.g, 8));
+  ck_assert_int_eq(j.r.plan->n_steps, 2);
 }
 END_TEST
 
@@ -510,13 +716,18 @@ START_TEST(bad_group_syntax) {
 END_TEST
 
 START_TEST(verifier_checks_groups) {
-  /* A member used outside its group. */
+  /* A member used outside its group before its root (a path that
+   * leaves and comes back), and one of another shape than the root. */
   expect_error("graph g {\n  %x = input {name=\"x\"} : f32[4]\n  %0 = relu %x : f32[4] #k1\n"
-               "  %1 = neg %0 : f32[4] #k1\n  %2 = exp %0 : f32[4]\n  return %1 as \"o\", %2 as \"p\"\n}\n",
+               "  %2 = exp %0 : f32[4]\n  %1 = add %0, %2 : f32[4] #k1\n  return %1 as \"o\"\n}\n",
+               "operand 0 is inside fusion group k1, not its root (nor an elementwise side output");
+  expect_error("graph g {\n  %x = input {name=\"x\"} : f32[4, 1]\n  %0 = relu %x : f32[4, 1] #k1\n"
+               "  %1 = expand %0 {shape=[4, 3]} : f32[4, 3] #k1\n  %2 = exp %0 : f32[4, 1]\n"
+               "  return %1 as \"o\", %2 as \"p\"\n}\n",
                "operand 0 is inside fusion group k1, not its root");
-  /* A graph output inside. */
-  expect_error("graph g {\n  %x = input {name=\"x\"} : f32[4]\n  %0 = relu %x : f32[4] #k1\n"
-               "  %1 = neg %0 : f32[4] #k1\n  return %1 as \"o\", %0 as \"p\"\n}\n",
+  /* A graph output inside, of another shape. */
+  expect_error("graph g {\n  %x = input {name=\"x\"} : f32[4, 1]\n  %0 = relu %x : f32[4, 1] #k1\n"
+               "  %1 = expand %0 {shape=[4, 3]} : f32[4, 3] #k1\n  return %1 as \"o\", %0 as \"p\"\n}\n",
                "graph output \"p\" is inside fusion group k1");
   /* Two anchors. */
   expect_error("graph g {\n  %x = input {name=\"x\"} : f32[4, 4]\n  %0 = softmax %x {axis=1} : f32[4, 4] #k0\n"
@@ -531,11 +742,11 @@ END_TEST
 
 START_TEST(hand_written_group_codegen_cannot_lower) {
   Job j = {.text = "graph g {\n  %x = input {name=\"x\"} : f32[4]\n  %0 = relu %x : f32[4] #k0\n"
-                   "  %1 = pad %0 {pads=[1, 1]} : f32[6] #k0\n  return %1 as \"o\"\n}\n"};
+                   "  %1 = concat %0, %x {axis=0} : f32[8] #k0\n  return %1 as \"o\"\n}\n"};
   ctx_guard(&ctx, run_job, &j);
   ck_assert(j.verified);
   ck_assert(!j.ok);
-  ck_assert_ptr_nonnull(strstr(diag_text(&ctx), "codegen cannot lower pad in fusion group k0"));
+  ck_assert_ptr_nonnull(strstr(diag_text(&ctx), "codegen cannot lower concat in fusion group k0"));
 }
 END_TEST
 
@@ -716,6 +927,12 @@ static Suite *fuse_suite(void) {
   tcase_add_test(t, elementwise_chain_is_one_kernel);
   tcase_add_test(t, shared_values_and_outputs_are_stored);
   tcase_add_test(t, value_used_by_two_groups_is_not_duplicated);
+  tcase_add_test(t, side_outputs_are_stored_beside_the_root);
+  tcase_add_test(t, pads_are_fused);
+  tcase_add_test(t, i64_arithmetic_is_fused);
+  tcase_add_test(t, independent_maps_share_a_kernel);
+  tcase_add_test(t, product_sums_accumulate_in_the_gemm);
+  tcase_add_test(t, pool_gradients_take_an_epilogue);
   tcase_add_test(t, gemm_epilogue_is_one_kernel);
   tcase_add_test(t, linear_relu_is_one_gemm);
   tcase_add_test(t, reduction_prologue_and_epilogue);
