@@ -86,7 +86,48 @@ def gpt2_block(rng, N=2, S=8, D=64, H=4):
     return w, {"x": x}, y
 
 
-MODELS = {"gpt2_block": gpt2_block}
+def rms_norm(x, w, eps):
+    return x / np.sqrt((x * x).mean(-1, keepdims=True) + eps) * w
+
+
+def rotate_half(x):
+    h = x.shape[-1] // 2
+    return np.concatenate([-x[..., h:], x[..., :h]], axis=-1)
+
+
+# transformers' LlamaDecoderLayer: RMSNorm, rotary embedding (rotate_half,
+# theta 10000), repeat_kv for grouped-query attention, SwiGLU.
+def llama_block(rng, N=2, S=8, D=64, H=4, KV=2, F=128):
+    hd = D // H
+    def p(*shape):
+        return rng.standard_normal(shape) * 0.2
+    w = {"input_layernorm.weight": 1 + p(D), "self_attn.q_proj.weight": p(D, D),
+         "self_attn.k_proj.weight": p(KV * hd, D), "self_attn.v_proj.weight": p(KV * hd, D),
+         "self_attn.o_proj.weight": p(D, D), "post_attention_layernorm.weight": 1 + p(D),
+         "mlp.gate_proj.weight": p(F, D), "mlp.up_proj.weight": p(F, D), "mlp.down_proj.weight": p(D, F)}
+    w = {k: v.astype(np.float32) for k, v in w.items()}
+    x = rng.standard_normal((N, S, D)).astype(np.float32)
+    f = {k: v.astype(np.float64) for k, v in w.items()}
+    h = rms_norm(x.astype(np.float64), f["input_layernorm.weight"], 1e-6)
+    q = heads(h @ f["self_attn.q_proj.weight"].T, H)
+    k = heads(h @ f["self_attn.k_proj.weight"].T, KV)
+    v = heads(h @ f["self_attn.v_proj.weight"].T, KV)
+    inv_freq = 1.0 / 10000.0 ** (np.arange(0, hd, 2) / hd)
+    freqs = np.arange(S)[:, None] * inv_freq[None, :]
+    emb = np.concatenate([freqs, freqs], axis=-1)
+    cos, sin = np.cos(emb), np.sin(emb)
+    q = q * cos + rotate_half(q) * sin
+    k = k * cos + rotate_half(k) * sin
+    k, v = np.repeat(k, H // KV, axis=1), np.repeat(v, H // KV, axis=1)
+    x1 = x + merge(causal_attention(q, k, v)) @ f["self_attn.o_proj.weight"].T
+    h = rms_norm(x1, f["post_attention_layernorm.weight"], 1e-6)
+    g = h @ f["mlp.gate_proj.weight"].T
+    g = g / (1 + np.exp(-g)) * (h @ f["mlp.up_proj.weight"].T)
+    y = x1 + g @ f["mlp.down_proj.weight"].T
+    return w, {"x": x}, y
+
+
+MODELS = {"gpt2_block": gpt2_block, "llama_block": llama_block}
 
 
 def main():
