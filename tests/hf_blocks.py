@@ -9,6 +9,7 @@ transformers' GPT2Block, LlamaDecoderLayer and BertLayer, written out).
 Exit 0 when both agree within 1e-5, 1 when not, 77 without NumPy.
 """
 import json
+import math
 import os
 import subprocess
 import sys
@@ -127,7 +128,38 @@ def llama_block(rng, N=2, S=8, D=64, H=4, KV=2, F=128):
     return w, {"x": x}, y
 
 
-MODELS = {"gpt2_block": gpt2_block, "llama_block": llama_block}
+# transformers' BertLayer: post-norm (eps 1e-12), erf gelu, the additive
+# mask BertModel makes of attention_mask: (1 - m) * finfo(f32).min.
+def bert_layer(rng, N=2, S=8, D=64, H=4, F=128):
+    def p(*shape):
+        return rng.standard_normal(shape) * 0.2
+    w = {}
+    for name in ("attention.self.query", "attention.self.key", "attention.self.value", "attention.output.dense"):
+        w[name + ".weight"], w[name + ".bias"] = p(D, D), p(D)
+    w.update({"attention.output.LayerNorm.weight": 1 + p(D), "attention.output.LayerNorm.bias": p(D),
+              "intermediate.dense.weight": p(F, D), "intermediate.dense.bias": p(F),
+              "output.dense.weight": p(D, F), "output.dense.bias": p(D),
+              "output.LayerNorm.weight": 1 + p(D), "output.LayerNorm.bias": p(D)})
+    w = {k: v.astype(np.float32) for k, v in w.items()}
+    x = rng.standard_normal((N, S, D)).astype(np.float32)
+    keep = np.ones((N, S), np.float32)
+    keep[0, 5:] = 0  # padding at the end of the first sequence
+    keep[1, 2] = 0
+    mask = ((1 - keep) * np.finfo(np.float32).min).reshape(N, 1, 1, S).astype(np.float32)
+    f = {k: v.astype(np.float64) for k, v in w.items()}
+    lin = lambda t, n: t @ f[n + ".weight"].T + f[n + ".bias"]
+    x64 = x.astype(np.float64)
+    q, k, v = (heads(lin(x64, "attention.self." + n), H) for n in ("query", "key", "value"))
+    scores = q @ k.transpose(0, 1, 3, 2) / np.sqrt(D // H) + mask.astype(np.float64)
+    a = lin(merge(softmax(scores) @ v), "attention.output.dense") + x64
+    a = layernorm(a, f["attention.output.LayerNorm.weight"], f["attention.output.LayerNorm.bias"], 1e-12)
+    h = lin(a, "intermediate.dense")
+    h = 0.5 * h * (1 + np.vectorize(math.erf)(h / np.sqrt(2)))
+    y = layernorm(lin(h, "output.dense") + a, f["output.LayerNorm.weight"], f["output.LayerNorm.bias"], 1e-12)
+    return w, {"x": x, "mask": mask}, y
+
+
+MODELS = {"gpt2_block": gpt2_block, "llama_block": llama_block, "bert_layer": bert_layer}
 
 
 def main():

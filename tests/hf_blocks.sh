@@ -10,7 +10,7 @@ dlcc="${top_builddir:-.}/dlcc"
 tmp=$(mktemp -d) || exit 99
 trap 'rm -rf "$tmp"' EXIT
 rc=0
-for m in gpt2_block llama_block; do
+for m in gpt2_block llama_block bert_layer; do
   "$py" "${top_srcdir:-.}/tests/hf_blocks.py" "$m" "$dlcc" "$tmp/$m" || rc=1
 done
 exit $rc
