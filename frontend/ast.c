@@ -27,7 +27,7 @@ Expr *fe_ast_expr(Ctx *c, ExprKind kind, SrcLoc loc) {
 static int deeper(int d, const Expr *e) { return e && e->depth > d ? e->depth : d; }
 
 Expr *fe_ast_nest(Ctx *c, Expr *e) {
-  int d = deeper(deeper(0, e->lhs), e->rhs);
+  int d = deeper(deeper(deeper(0, e->lhs), e->rhs), e->step);
   for (int i = 0; i < e->items.n; i++) d = deeper(d, e->items.v[i]);
   for (int i = 0; i < e->scope.n; i++) d = deeper(d, e->scope.parts[i].expr);
   e->depth = d + 1;
@@ -45,6 +45,14 @@ Expr *fe_ast_binary(Ctx *c, int op, SrcLoc loc, Expr *lhs, Expr *rhs) {
   e->op = op;
   e->lhs = lhs;
   e->rhs = rhs;
+  return fe_ast_nest(c, e);
+}
+
+Expr *fe_ast_slice(Ctx *c, SrcLoc loc, Expr *start, Expr *stop, Expr *step) {
+  Expr *e = fe_ast_expr(c, EX_SLICE, loc);
+  e->lhs = start;
+  e->rhs = stop;
+  e->step = step;
   return fe_ast_nest(c, e);
 }
 
@@ -268,9 +276,19 @@ static void dump_expr(FILE *f, const Expr *e) {
   case EX_INDEX:
     dump_expr(f, e->lhs);
     fputc('[', f);
-    dump_expr(f, e->rhs);
+    dump_list(f, &e->items);
     fputc(']', f);
     break;
+  case EX_SLICE:
+    if (e->lhs) dump_expr(f, e->lhs);
+    fputc(':', f);
+    if (e->rhs) dump_expr(f, e->rhs);
+    if (e->step) {
+      fputc(':', f);
+      dump_expr(f, e->step);
+    }
+    break;
+  case EX_ELLIPSIS: fputs("...", f); break;
   case EX_AS:
     fputc('(', f);
     dump_expr(f, e->lhs);

@@ -35,7 +35,9 @@ typedef enum {
   EX_CALL,   /* s: callee; args (each an EX_ARG) */
   EX_ARG,    /* s: keyword or NULL for positional; lhs: the value */
   EX_AS,     /* lhs: the expression; scope: the name scope for its layers */
-  EX_INDEX,  /* lhs[rhs]: an element of a compile-time list, tuple or string */
+  EX_INDEX,  /* lhs[items]: an element of a list, tuple or string; a part of a tensor */
+  EX_SLICE,  /* a subscript lhs:rhs:step, each may be NULL (x[:, 1:]) */
+  EX_ELLIPSIS, /* a subscript ... (x[..., :h]) */
 } ExprKind;
 
 /* Binary operators beyond single characters. */
@@ -74,7 +76,8 @@ struct Expr {
   bool b;
   const char *s;
   Expr *lhs, *rhs;
-  ExprList items; /* EX_LIST items, EX_CALL args */
+  Expr *step;     /* EX_SLICE */
+  ExprList items; /* EX_LIST items, EX_CALL args, EX_INDEX subscripts */
   Scope scope;    /* EX_AS */
 };
 

@@ -7,4 +7,4 @@ BUILT_SOURCES += frontend/parser.h
 libdlcc_core_la_LIBADD += libdlfe_gen.la
 libdlcc_core_la_SOURCES += \
 	frontend/ast.h frontend/ast.c frontend/dims.h frontend/dims.c frontend/pytorch.h frontend/pytorch.c \
-	frontend/lower.c frontend/layers.c frontend/tensors.c frontend/lower.h
+	frontend/lower.c frontend/layers.c frontend/tensors.c frontend/subscript.c frontend/lower.h

@@ -1051,27 +1051,77 @@ static Val call_pinned(Lower *l, Frame *f, const Expr *e, const char *scope, Arg
   return r;
 }
 
-/* list[i], tuple[i], string[i]: Python's rules, negative i from the end. */
+/* An int that a subscript needs: an index or a slice bound. */
+static bool subscript_int(Lower *l, Frame *f, const Expr *e, const char *what, int64_t *out) {
+  Val v = eval(l, f, e);
+  if (v.kind == V_POISON) return false;
+  if (v.kind == V_INT) {
+    *out = v.i;
+    return true;
+  }
+  char buf[IR_TYPE_STR_MAX + 32];
+  fe_error(l, e->loc, "%s must be an int, got %s%s", what, fe_describe(&v, buf, sizeof buf),
+           v.kind == V_TENSOR ? " (index by a tensor with index_select(x, axis, indices) or gather)" : "");
+  return false;
+}
+
+/* x[...] of a tensor: the subscripts evaluated, then tensors.c's rules. */
+static Val eval_tensor_index(Lower *l, Frame *f, const Expr *e, Value *x) {
+  int n = e->items.n;
+  Subscript *subs = ARENA_ARRAY(l->a, Subscript, n);
+  bool ok = true;
+  for (int i = 0; i < n; i++) {
+    const Expr *s = e->items.v[i];
+    subs[i].loc = s->loc;
+    if (s->kind == EX_ELLIPSIS) {
+      subs[i].kind = SUB_ELLIPSIS;
+    } else if (s->kind == EX_SLICE) {
+      const Expr *part[3] = {s->lhs, s->rhs, s->step};
+      static const char *const what[3] = {"a slice's start", "a slice's end", "a slice's step"};
+      subs[i].kind = SUB_SLICE;
+      for (int k = 0; k < 3; k++) {
+        subs[i].has[k] = part[k] != NULL;
+        if (part[k]) ok &= subscript_int(l, f, part[k], what[k], &subs[i].v[k]);
+      }
+    } else {
+      subs[i].kind = SUB_INDEX;
+      ok &= subscript_int(l, f, s, "an index", &subs[i].v[0]);
+    }
+  }
+  if (!ok) return val_poison();
+  return fe_subscript(l, x, n, subs, e->loc);
+}
+
+/* list[i], tuple[i], string[i]: Python's rules, negative i from the end;
+ * tensors take Python's slices too (fe_subscript). */
 __attribute__((noinline)) static Val eval_index(Lower *l, Frame *f, const Expr *e) {
-  Val a = eval(l, f, e->lhs), i = eval(l, f, e->rhs);
-  if (a.kind == V_POISON || i.kind == V_POISON) return val_poison();
+  Val a = eval(l, f, e->lhs);
+  if (a.kind == V_POISON) return val_poison();
+  if (a.kind == V_TENSOR) return eval_tensor_index(l, f, e, a.t);
   int64_t n;
   if (a.kind == V_LIST || a.kind == V_TUPLE) {
     n = a.list.n;
   } else if (a.kind == V_STR) {
     n = (int64_t)strlen(a.s);
   } else {
-    fe_error(l, e->loc, "cannot index %s%s", show(l, &a),
-             a.kind == V_TENSOR ? " (take a part of a tensor with slice(x, axis, start, end))" : "");
+    fe_error(l, e->loc, "cannot index %s", show(l, &a));
     return val_poison();
   }
+  const Expr *ie = e->items.v[0];
+  if (e->items.n != 1 || ie->kind == EX_SLICE || ie->kind == EX_ELLIPSIS) {
+    fe_error(l, ie->loc, "a %s takes one int index (slices and several indices apply to tensors)",
+             a.kind == V_STR ? "string" : a.kind == V_LIST ? "list" : "tuple");
+    return val_poison();
+  }
+  Val i = eval(l, f, ie);
+  if (i.kind == V_POISON) return val_poison();
   if (i.kind != V_INT) {
-    fe_error(l, e->rhs->loc, "an index must be an int, got %s", show(l, &i));
+    fe_error(l, ie->loc, "an index must be an int, got %s", show(l, &i));
     return val_poison();
   }
   int64_t k = i.i < 0 ? i.i + n : i.i;
   if (k < 0 || k >= n) {
-    fe_error(l, e->rhs->loc, "index %" PRId64 " is out of range for a %s of length %" PRId64, i.i,
+    fe_error(l, ie->loc, "index %" PRId64 " is out of range for a %s of length %" PRId64, i.i,
              a.kind == V_STR ? "string" : a.kind == V_LIST ? "list" : "tuple", n);
     return val_poison();
   }
@@ -1134,6 +1184,8 @@ static Val eval_expr(Lower *l, Frame *f, const Expr *e) {
     }
     case EX_ARG: return eval(l, f, e->lhs);
     case EX_INDEX: return eval_index(l, f, e);
+    case EX_SLICE:
+    case EX_ELLIPSIS: break; /* only inside EX_INDEX */
   }
   dl_unreachable(l->c);
 }

@@ -138,6 +138,20 @@ int fe_tensor_builtin_names(const char **out, int max);
 /* start + step * the coordinate along axis, of every element of type t. */
 Value *fe_iota(Lower *l, const TensorType *t, int axis, double start, double step, SrcLoc loc);
 
+/* One subscript of x[...]: an int index (drops the axis), a slice
+ * start:stop:step (each part may be absent) or an ellipsis. */
+typedef enum { SUB_INDEX, SUB_SLICE, SUB_ELLIPSIS } SubKind;
+typedef struct Subscript {
+  SubKind kind;
+  bool has[3];    /* SUB_SLICE: start, stop, step given */
+  int64_t v[3];   /* SUB_INDEX: v[0]; SUB_SLICE: start, stop, step */
+  SrcLoc loc;
+} Subscript;
+
+/* tensors.c: x[subs] as PyTorch means it: one slice and, when an int
+ * index drops an axis, a reshape. */
+Val fe_subscript(Lower *l, Value *x, int n, const Subscript *subs, SrcLoc loc);
+
 /* lower.c: errors.  Reports once per location and message (a loop repeats
  * the same mistake); returns whether it was reported. */
 bool fe_error(Lower *l, SrcLoc loc, const char *fmt, ...) __attribute__((format(printf, 3, 4)));

@@ -85,6 +85,8 @@ int fe_run_parser(Parser *ps);
 /* ast.c: node constructors and list appends (all memory from c's arena). */
 Expr *fe_ast_expr(Ctx *c, ExprKind kind, SrcLoc loc);
 Expr *fe_ast_binary(Ctx *c, int op, SrcLoc loc, Expr *lhs, Expr *rhs);
+/* start:stop:step, any of them NULL. */
+Expr *fe_ast_slice(Ctx *c, SrcLoc loc, Expr *start, Expr *stop, Expr *step);
 Expr *fe_ast_unary(Ctx *c, int op, SrcLoc loc, Expr *lhs);
 /* Sets e->depth from its operands (set them first) and reports, once per
  * tree, where it grows deeper than FE_MAX_EXPR_DEPTH.  Returns e. */

@@ -84,7 +84,7 @@ static Stmt *param_stmt(Parser *ps, SrcLoc loc, Scope *name, TypeExpr *type, Exp
 %token TK_AS "keyword 'as'" TK_TRUE "keyword 'true'" TK_FALSE "keyword 'false'"
 %token TK_AND "keyword 'and'" TK_OR "keyword 'or'" TK_NOT "keyword 'not'"
 %token TK_POW "'**'" TK_FLOORDIV "'//'" TK_EQ "'=='" TK_NE "'!='" TK_LE "'<='" TK_GE "'>='"
-%token TK_DOTDOT "'..'" TK_ARROW "'->'"
+%token TK_DOTDOT "'..'" TK_ELLIPSIS "'...'" TK_ARROW "'->'"
 /* A '{' after a scope part, glued to it: denselayer{i}.  i is 1 when a space
  * came between them (an error, reported with a hint, not a stray body). */
 %token <tok> TK_GLUE "'{'"
@@ -101,8 +101,8 @@ static Stmt *param_stmt(Parser *ps, SrcLoc loc, Scope *name, TypeExpr *type, Exp
 %right TK_POW
 %left TK_AS
 
-%type <expr> expr primary arg
-%type <exprs> exprs call_args args list_items dims
+%type <expr> expr primary arg subscript opt_expr
+%type <exprs> exprs call_args args list_items dims subscripts
 %type <stmt> stmt if_stmt
 %type <stmts> stmts body else_part
 %type <names> names
@@ -347,7 +347,28 @@ primary:
     }
   | '[' list_items ']'      { $$ = fe_ast_expr(C, EX_LIST, @1); $$->items = *$2; fe_ast_nest(C, $$); }
   | '(' expr ')'            { $$ = $2; }
-  | primary '[' expr ']'    { $$ = fe_ast_binary(C, '[', @2, $1, $3); $$->kind = EX_INDEX; }
+  | primary '[' subscripts ']' {
+      $$ = fe_ast_expr(C, EX_INDEX, @2);
+      $$->lhs = $1;
+      $$->items = *$3;
+      fe_ast_nest(C, $$);
+    }
+  ;
+
+/* Python's subscripts: x[i], x[a:b], x[::2], x[..., :h], x[:, 0]. */
+subscripts:
+    subscript               { $$ = expr_list(ps, NULL, $1); }
+  | subscripts ',' subscript { $$ = expr_list(ps, $1, $3); }
+  ;
+subscript:
+    expr
+  | TK_ELLIPSIS             { $$ = fe_ast_expr(C, EX_ELLIPSIS, @1); }
+  | opt_expr ':' opt_expr   { $$ = fe_ast_slice(C, $1 ? $1->loc : @2, $1, $3, NULL); }
+  | opt_expr ':' opt_expr ':' opt_expr { $$ = fe_ast_slice(C, $1 ? $1->loc : @2, $1, $3, $5); }
+  ;
+opt_expr:
+    %empty                  { $$ = NULL; }
+  | expr
   ;
 
 call_args:

@@ -53,5 +53,6 @@ include tests/attention.mk
 include tests/engine.mk
 include tests/pytorch.mk
 include tests/dot.mk
+include tests/hf_blocks.mk
 include tests/optim.mk
 include tests/train_cli.mk

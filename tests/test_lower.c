@@ -714,6 +714,47 @@ START_TEST(data_movement) {
 }
 END_TEST
 
+/* Python's subscripts as PyTorch means them: each is one slice over every
+ * axis (clamped bounds, negative from the end, steps), an int index a
+ * reshape that drops its axis, the ellipsis the axes between. */
+static void check_slice(const Value *v, const int64_t *starts, const int64_t *ends, const int64_t *steps, int r) {
+  const Node *s = v->def;
+  ck_assert_int_eq(s->op, OP_SLICE);
+  int n;
+  const int64_t *got[3] = {ir_attr_ints(s, "starts", &n), ir_attr_ints(s, "ends", &n), ir_attr_ints(s, "steps", &n)};
+  const int64_t *want[3] = {starts, ends, steps};
+  ck_assert_int_eq(n, r);
+  for (int k = 0; k < 3; k++)
+    for (int d = 0; d < r; d++) ck_assert_int_eq(got[k][d], want[k][d]);
+}
+
+START_TEST(python_slicing) {
+  Lowered r;
+  LOWER_OK(r,
+           "let half = 4\n"
+           "model m(x: f32[2, 3, 8]) -> (a: f32[2, 3, 4], b: f32[2, 3, 4], c: f32[2, 2, 8], d: f32[2, 8],\n"
+           "                             e: f32[3, 2], f: f32[2, 3, 8], g: f32[]) {\n"
+           "  a = x[..., :half]\n"
+           "  b = x[..., half:]\n"
+           "  c = x[:, -2:, 0:99]\n"
+           "  d = x[:, 0]\n"
+           "  e = x[1, :, 1::4]\n"
+           "  f = x[...]\n"
+           "  return a, b, c, d, e, f, x[-1, 2, -1]\n"
+           "}\n");
+  Value **o = r.g->outputs;
+  check_slice(o[0], (int64_t[]){0, 0, 0}, (int64_t[]){2, 3, 4}, (int64_t[]){1, 1, 1}, 3);
+  check_slice(o[1], (int64_t[]){0, 0, 4}, (int64_t[]){2, 3, 8}, (int64_t[]){1, 1, 1}, 3);
+  check_slice(o[2], (int64_t[]){0, 1, 0}, (int64_t[]){2, 3, 8}, (int64_t[]){1, 1, 1}, 3);
+  ck_assert_int_eq(o[3]->def->op, OP_RESHAPE);
+  check_slice(o[3]->def->in[0], (int64_t[]){0, 0, 0}, (int64_t[]){2, 1, 8}, (int64_t[]){1, 1, 1}, 3);
+  check_slice(o[4]->def->in[0], (int64_t[]){1, 0, 1}, (int64_t[]){2, 3, 8}, (int64_t[]){1, 1, 4}, 3);
+  ck_assert_int_eq(o[5]->def->op, OP_INPUT);
+  check_slice(o[6]->def->in[0], (int64_t[]){1, 2, 7}, (int64_t[]){2, 3, 8}, (int64_t[]){1, 1, 1}, 3);
+  done(&r);
+}
+END_TEST
+
 START_TEST(conv_padding_and_groups) {
   Lowered r;
   LOWER_OK(r,
@@ -843,12 +884,24 @@ START_TEST(errors_in_snippets) {
        "t.dl:1:39: error: group_norm expects an input [N, C, ...], got f32[4]\n"},
       {"model m(x: f32[2, 4]) -> f32[2, 4] { return rms_norm(x, eps=-1) }\n",
        "t.dl:1:45: error: rms_norm: eps must be a finite number >= 0, got -1\n"},
-      {"model m(x: f32[4]) -> f32[4] { l = [1, 2]\n y = l[2]\n z = l[-3]\n w = l[0.5]\n v = x[0]\n return x }\n",
+      {"model m(x: f32[4]) -> f32[4] { l = [1, 2]\n y = l[2]\n z = l[-3]\n w = l[0.5]\n v = x[4]\n return x }\n",
        "t.dl:2:8: error: index 2 is out of range for a list of length 2\n"
        "t.dl:3:8: error: index -3 is out of range for a list of length 2\n"
        "t.dl:4:8: error: an index must be an int, got 0.5\n"
-       "t.dl:5:7: error: cannot index a tensor f32[4] (take a part of a tensor with slice(x, axis, "
-       "start, end))\n"},
+       "t.dl:5:8: error: index 4 is out of range for axis 0 (size 4) of f32[4]\n"},
+      {"model m(x: f32[4, 8]) -> f32[4, 8] {\n  a = x[:, 9:12]\n  b = x[:, -9]\n  c = x[0, 0, 0]\n"
+       "  d = x[..., ...]\n  e = x[:, ::-1]\n  g = x[:, 1.5:]\n  h = x[:, x]\n  k = [1, 2][0:1]\n  return x }\n",
+       "t.dl:2:12: error: slice 9:12 of axis 1 (size 8) of f32[4, 8] is empty: PyTorch clamps it to 8:8, an "
+       "empty tensor, and dlcc has no empty tensors\n"
+       "t.dl:3:12: error: index -9 is out of range for axis 1 (size 8) of f32[4, 8]\n"
+       "t.dl:4:8: error: 3 indices for f32[4, 8], which has 2 dims\n"
+       "t.dl:5:14: error: an index can have only one ellipsis ('...')\n"
+       "t.dl:6:12: error: slice ::-1 of axis 1 of f32[4, 8]: the step must be positive (PyTorch refuses a "
+       "negative or zero step too)\n"
+       "t.dl:7:12: error: a slice's start must be an int, got 1.5\n"
+       "t.dl:8:12: error: an index must be an int, got a tensor f32[4, 8] (index by a tensor with "
+       "index_select(x, axis, indices) or gather)\n"
+       "t.dl:9:14: error: a list takes one int index (slices and several indices apply to tensors)\n"},
       {"model m(x: i64[4]) -> f32[4, 3] { return embedding(cast(x, f16), 10, 3) }\n",
        "t.dl:1:52: error: embedding: 'indices' must be an i32 or i64 tensor, got a tensor "
        "f16[4]\n"},
@@ -961,6 +1014,7 @@ static Suite *lower_suite(void) {
   tcase_add_test(sem, block_defaults_and_keywords);
   tcase_add_test(sem, scalars_meet_tensors);
   tcase_add_test(sem, data_movement);
+  tcase_add_test(sem, python_slicing);
   tcase_add_test(sem, conv_padding_and_groups);
   tcase_add_test(sem, attention_with_separate_inputs);
   tcase_add_test(sem, conv_transpose_and_upsample);

@@ -140,6 +140,9 @@ static const Example examples[] = {
     {"resnet18.dl", 2, {{"N", 1}, {"HW", 64}}, NULL, NULL, 2, {1, 1000}},
     {"resnet50.dl", 2, {{"N", 1}, {"HW", 64}}, NULL, NULL, 2, {1, 1000}},
     {"mobilenetv2.dl", 2, {{"N", 2}, {"HW", 64}}, NULL, NULL, 2, {2, 1000}},
+    {"gpt2_block.dl", 1, {{"S", 7}}, NULL, NULL, 3, {2, 7, 64}},
+    {"llama_block.dl", 1, {{"S", 7}}, NULL, NULL, 3, {2, 7, 64}},
+    {"bert_layer.dl", 1, {{"S", 7}}, NULL, NULL, 3, {2, 7, 64}},
 };
 enum { N_EXAMPLES = sizeof examples / sizeof examples[0] };
 

@@ -231,6 +231,14 @@ START_TEST(test_literals) {
 }
 END_TEST
 
+START_TEST(test_subscripts) {
+  check_expr("x[0]", "x[0]");
+  check_expr("x[:, 0:4, ::2, -1:]", "x[:, 0:4, ::2, (-1):]");
+  check_expr("x[..., :h // 2][1:n + 1:k]", "x[..., :(h // 2)][1:(n + 1):k]");
+  check_errors("let a = x[1:2:3:4]\n", "t.dl:1:16: error: unexpected ':', expected ',' or ']'\n");
+}
+END_TEST
+
 START_TEST(test_string_value) {
   Parsed r;
   parse(&r, "let s = \"a\\\"b\\\\c\\nd\"\n");
@@ -685,6 +693,7 @@ static Suite *parse_suite(void) {
   tcase_add_test(t, test_no_final_newline);
   tcase_add_test(t, test_crlf);
   tcase_add_test(t, test_ranges_and_dotted_numbers);
+  tcase_add_test(t, test_subscripts);
   tcase_add_test(t, test_literals);
   tcase_add_test(t, test_string_value);
   tcase_add_test(t, test_items_and_params);
