@@ -360,6 +360,7 @@ static int step_refs(CgBuild *b, StepRef *out) {
         if (st->gemm.epilogue) ADD(st->gemm.bias);
         break;
       case RT_STEP_COPY:
+      case RT_STEP_ALLREDUCE:
         ADD(st->copy.src);
         ADD(st->copy.dst);
         break;
@@ -573,7 +574,7 @@ bool cg_check_memory(const CgResult *r, char *err, size_t len) {
       refs[0] = st->gemm.a, refs[1] = st->gemm.b, refs[2] = st->gemm.c, nr = 3;
       if (st->gemm.epilogue) refs[nr++] = st->gemm.bias;
     }
-    if (st->kind == RT_STEP_COPY) refs[0] = st->copy.src, refs[1] = st->copy.dst, nr = 2;
+    if (st->kind == RT_STEP_COPY || st->kind == RT_STEP_ALLREDUCE) refs[0] = st->copy.src, refs[1] = st->copy.dst, nr = 2;
     for (uint32_t q = 0; q < n_args + (uint32_t)nr && ok; q++) {
       RtRef ref;
       if (q < n_args) {
@@ -839,6 +840,11 @@ void cg_gemm(CgBuild *b, const Node *n, const char *what, const RtGemm *g) {
 
 void cg_copy(CgBuild *b, const Node *n, const char *what, RtRef dst, RtRef src, uint64_t nbytes) {
   RtStep *s = add_step(b, RT_STEP_COPY, n, what);
+  s->copy = (RtCopy){.dst = dst, .src = src, .nbytes = nbytes};
+}
+
+void cg_allreduce(CgBuild *b, const Node *n, RtRef dst, RtRef src, uint64_t nbytes) {
+  RtStep *s = add_step(b, RT_STEP_ALLREDUCE, n, NULL);
   s->copy = (RtCopy){.dst = dst, .src = src, .nbytes = nbytes};
 }
 

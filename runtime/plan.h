@@ -35,7 +35,7 @@
 #include <stdint.h>
 
 #define RT_PLAN_MAGIC 0x444c4350u /* "DLCP" */
-#define RT_PLAN_VERSION 5u
+#define RT_PLAN_VERSION 6u
 #define RT_MAX_RANK 8
 
 typedef enum { RT_SPACE_WEIGHTS, RT_SPACE_ARENA, RT_SPACE_INPUT, RT_SPACE_OUTPUT, RT_SPACE_STATUS } RtSpace;
@@ -152,7 +152,10 @@ typedef struct RtCopy {
   uint64_t nbytes;
 } RtCopy;
 
-typedef enum { RT_STEP_LAUNCH, RT_STEP_GEMM, RT_STEP_COPY } RtStepKind;
+/* RT_STEP_ALLREDUCE (version 6): copy's bytes (f32) from src to dst, then
+ * dst replaced by its mean over the ranks of a data-parallel job through
+ * the communicator the host set (dlrt_set_comm); without one, a copy. */
+typedef enum { RT_STEP_LAUNCH, RT_STEP_GEMM, RT_STEP_COPY, RT_STEP_ALLREDUCE } RtStepKind;
 
 typedef struct RtStep {
   uint32_t kind;     /* RtStepKind */
