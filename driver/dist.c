@@ -112,6 +112,7 @@ DistStatus dist_check(Dist *d, bool ok, const char *msg) {
       all[i].msg[DIST_MSG - 1] = 0;
       snprintf(d->err, sizeof d->err, "rank %d: %s", i, all[i].msg);
       d->peer_failed = true;
+      d->failed_rank = i;
       st = DIST_PEER_FAILED;
     }
   free(all);

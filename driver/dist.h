@@ -24,6 +24,7 @@ typedef struct Dist {
    * (peer_failed, so no further exchange is due), or a collective could
    * not complete (broken: only MPI_Abort ends the job). */
   bool peer_failed, broken;
+  int failed_rank; /* with peer_failed: the lowest rank that failed */
   char err[DIST_MSG + 64];
 } Dist;
 

@@ -462,10 +462,7 @@ static bool broadcast_weights(Run *r, dlc_train *t) {
     void *buf = malloc(info.nbytes + 1);
     if (!buf) return false;
     ok = api_ok(t, dlc_get_weight(m, info.name, buf, info.nbytes));
-    if (ok && dist_bcast(r->dist, buf, info.nbytes) != DIST_OK) {
-      fprintf(stderr, "dlcc: %s\n", r->dist->err);
-      ok = false;
-    }
+    ok = ok && dist_bcast(r->dist, buf, info.nbytes) == DIST_OK; /* end_ranks says why not */
     ok = ok && api_ok(t, dlc_set_weight(m, info.name, buf, info.nbytes));
     free(buf);
   }
@@ -519,10 +516,7 @@ static bool train_batch(Run *r, dlc_train *t, const int64_t *order, int64_t n, f
   if (!api_ok(t, dlc_train_step(t, (float)lr, loss))) return false;
   /* The global batch's loss: the mean of the ranks' means, as every rank
    * takes as many samples. */
-  if (dist_allreduce_mean(r->dist, loss, 1) != DIST_OK) {
-    fprintf(stderr, "dlcc: %s\n", r->dist->err);
-    return false;
-  }
+  if (dist_allreduce_mean(r->dist, loss, 1) != DIST_OK) return false; /* end_ranks says why */
   n *= r->dist->size;
   if (t == r->rest && r->step && !api_ok(r->step, dlc_train_copy_state(r->step, t))) return false;
   r->global_step++;
@@ -707,7 +701,8 @@ static void end_ranks(Dist *d, bool ok) {
     if (!d->peer_failed && !d->broken)
       dist_check(d, ok, last_error[0] ? last_error : "failed (its message is above)");
     if (d->broken) dist_abort(d, 1);
-    if (d->peer_failed) fprintf(stderr, "dlcc: error: rank %d stops: %s\n", d->rank, d->err);
+    if (d->peer_failed && d->failed_rank != d->rank)
+      fprintf(stderr, "dlcc: error: rank %d stops: %s\n", d->rank, d->err);
   }
   dist_finish(d);
 }

@@ -54,3 +54,4 @@ include tests/pytorch.mk
 include tests/dot.mk
 include tests/optim.mk
 include tests/train_cli.mk
+include tests/dist.mk
