@@ -5,3 +5,8 @@ dlcc_SOURCES += driver/train.c driver/train.h driver/train_data.c driver/train_s
 # MPI only for dlcc itself: libdlcrt and a model.so never need it.
 dlcc_CPPFLAGS = $(AM_CPPFLAGS) $(MPI_CFLAGS)
 dlcc_LDADD += $(MPI_LIBS)
+if HAVE_NCCL
+dlcc_SOURCES += driver/comm_nccl.c driver/comm_nccl.h
+dlcc_CPPFLAGS += $(CUDA_CPPFLAGS)
+dlcc_LDADD += $(NCCL_LIBS) $(CUDART_LIBS)
+endif

@@ -16,6 +16,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#ifdef HAVE_NCCL
+#include "driver/comm_nccl.h"
+#endif
 #include "driver/dist.h"
 #include "driver/driver.h"
 #include "driver/train.h"
@@ -281,6 +284,9 @@ typedef struct Run {
   int64_t steps_done, steps_todo, samples_done; /* in this run */
   int64_t classes; /* cross_entropy/nll: the class axis' size; 0 otherwise */
   Dist *dist;      /* the ranks: each takes batch / size samples of every batch */
+#ifdef HAVE_NCCL
+  NcclComm *nccl;  /* on cuda, made at the first all-reduce */
+#endif
   int64_t local;   /* this rank's share of a full batch */
 } Run;
 
@@ -304,16 +310,17 @@ static bool api_ok(dlc_train *t, dlc_status st) {
 /* The communicator a data-parallel step calls per gradient. */
 static int dist_comm(void *ctx, const char *device, uint64_t buf, uint64_t count, int bucket, char *err,
                      size_t errlen) {
-  Dist *d = ctx;
+  Run *r = ctx;
+  Dist *d = r->dist;
   if (strcmp(device, "emu") != 0) {
 #ifdef HAVE_NCCL
-    snprintf(err, errlen, "data parallel on %s needs the NCCL communicator, which is not wired into the step yet: "
-                          "use --backend=emu", device);
+    if (!r->nccl && !(r->nccl = nccl_comm_new(d, err, errlen))) return 1;
+    return nccl_comm_allreduce_mean(r->nccl, buf, count, err, errlen);
 #else
-    snprintf(err, errlen, "data parallel on %s needs NCCL, and this dlcc was built without it: use --backend=emu",
-             device);
-#endif
+    snprintf(err, errlen, "data parallel on %s needs NCCL, and this dlcc was built without it (configure looks "
+                          "in the CUDA toolkit for nccl.h and libnccl.so): use --backend=emu", device);
     return 1;
+#endif
   }
   if (dist_allreduce_mean(d, (float *)(uintptr_t)buf, count) == DIST_OK) return 0;
   snprintf(err, errlen, "%s", d->err);
@@ -377,7 +384,7 @@ static dlc_train *compile_for(Run *r, const TrainData *d, int64_t batch, bool ev
     dlc_train_free(t);
     return NULL;
   }
-  if (o.optimizer.data_parallel && !api_ok(t, dlc_train_set_comm(t, dist_comm, r->dist))) {
+  if (o.optimizer.data_parallel && !api_ok(t, dlc_train_set_comm(t, dist_comm, r))) {
     dlc_train_free(t);
     return NULL;
   }
@@ -688,6 +695,9 @@ static void teardown(Run *r) {
   dlc_train_free(r->step);
   dlc_train_free(r->rest);
   dlc_train_free(r->eval);
+#ifdef HAVE_NCCL
+  nccl_comm_free(r->nccl);
+#endif
   train_data_free(&r->data);
   train_data_free(&r->val);
   for (int i = 0; i < r->a->api.n_defines; i++) free((char *)r->a->defines[i].name);
@@ -722,6 +732,9 @@ int driver_train(int argc, char **argv) {
     dist_finish(&dist);
     return 1;
   }
+#ifdef HAVE_NCCL
+  if (dist.size > 1) nccl_pick_device();
+#endif
   Run r = {.a = &a, .dist = &dist};
   bool ok = setup(&r);
   if (ok) {
