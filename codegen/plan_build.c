@@ -25,6 +25,7 @@ typedef struct StrIndex {
 struct CgBuild {
   Ctx *ctx;
   Graph *g;
+  bool allreduce_pending; /* an all-reduce started that no wait step has ended */
   const CgGroup *group; /* the fusion group being lowered */
   CgOptions opts;
   int n_values;
@@ -846,6 +847,25 @@ void cg_copy(CgBuild *b, const Node *n, const char *what, RtRef dst, RtRef src, 
 void cg_allreduce(CgBuild *b, const Node *n, RtRef dst, RtRef src, uint64_t nbytes) {
   RtStep *s = add_step(b, RT_STEP_ALLREDUCE, n, NULL);
   s->copy = (RtCopy){.dst = dst, .src = src, .nbytes = nbytes};
+  b->allreduce_pending = true;
+}
+
+static bool reads_allreduce(const Node *n) {
+  for (int i = 0; i < n->n_in; i++)
+    if (n->in[i]->def->op == OP_ALLREDUCE_MEAN) return true;
+  return false;
+}
+
+/* The all-reduces run while the steps after them compute (the rest of
+ * the backward); the first step that reads a result waits for all of
+ * them: an all-reduce step of 0 bytes. */
+static void wait_allreduces(CgBuild *b, const Node *n, const CgGroup *grp) {
+  if (!b->allreduce_pending) return;
+  bool reads = reads_allreduce(n);
+  for (int i = 0; grp && !reads && i < grp->n; i++) reads = reads_allreduce(grp->members[i]);
+  if (!reads) return;
+  add_step(b, RT_STEP_ALLREDUCE, n, "wait for the all-reduces");
+  b->allreduce_pending = false;
 }
 
 /* Outputs whose value lives elsewhere (an input, a param, another output)
@@ -924,6 +944,7 @@ static void lower_nodes(CgBuild *b, CgGroup **groups, bool init) {
   for (Node *n = b->g->first; n && !diag_should_stop(b->ctx); n = n->next) {
     if (b->init.node[n->id] != init) continue;
     int first = b->n_steps;
+    if (n->group < 0 || groups[n->id]) wait_allreduces(b, n, n->group < 0 ? NULL : groups[n->id]);
     if (n->group < 0) {
       cg_lower_node(b, n);
       note_unit(b, n, NULL, first);

@@ -84,8 +84,13 @@ static void print_step(FILE *f, const RtPlan *p, const RtStep *s, const IrCost *
       break;
     }
     case RT_STEP_GEMM: print_gemm(f, &s->gemm); break;
-    case RT_STEP_COPY:
     case RT_STEP_ALLREDUCE:
+      if (!s->copy.nbytes) {
+        fputs("wait for the all-reduces", f);
+        break;
+      }
+      /* fall through */
+    case RT_STEP_COPY:
       fputs(s->kind == RT_STEP_COPY ? "copy " : "allreduce_mean ", f);
       cg_print_ref(f, s->copy.dst);
       fputs(" <- ", f);

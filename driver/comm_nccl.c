@@ -108,7 +108,7 @@ NcclComm *nccl_comm_new(Dist *d, char *err, size_t errlen) {
   return c;
 }
 
-int nccl_comm_allreduce_mean(NcclComm *c, uint64_t buf, uint64_t count, char *err, size_t errlen) {
+int nccl_comm_start(NcclComm *c, uint64_t buf, uint64_t count, char *err, size_t errlen) {
   if (!c->comm) return snprintf(err, errlen, "rank %d: the NCCL communicator was aborted", c->d->rank), 1;
   void *p = (void *)(uintptr_t)buf;
   ncclResult_t r = ncclAllReduce(p, p, (size_t)count, ncclFloat32, ncclAvg, c->comm, c->stream);
@@ -117,6 +117,11 @@ int nccl_comm_allreduce_mean(NcclComm *c, uint64_t buf, uint64_t count, char *er
              ncclGetLastError(c->comm));
     return 1;
   }
+  return 0;
+}
+
+int nccl_comm_wait(NcclComm *c, char *err, size_t errlen) {
+  if (!c->comm) return snprintf(err, errlen, "rank %d: the NCCL communicator was aborted", c->d->rank), 1;
   return settle(c, true, "the gradient all-reduce (NCCL)", err, errlen);
 }
 

@@ -20,10 +20,13 @@ void nccl_pick_device(void);
 /* The communicator over d's ranks, its unique id broadcast from rank 0;
  * NULL with a message in err. */
 NcclComm *nccl_comm_new(Dist *d, char *err, size_t errlen);
-/* buf (count f32 on the device) replaced by its mean over the ranks;
- * nonzero with a message naming the rank when NCCL fails or the deadline
- * passes (the communicator is then aborted, so no peer waits on it). */
-int nccl_comm_allreduce_mean(NcclComm *c, uint64_t buf, uint64_t count, char *err, size_t errlen);
+/* Starts replacing buf (count f32 on the device) by its mean over the
+ * ranks, on the communicator's stream; nccl_comm_wait ends every started
+ * one.  Nonzero with a message naming the rank when NCCL fails or the
+ * deadline passes (the communicator is then aborted, so no peer waits on
+ * it). */
+int nccl_comm_start(NcclComm *c, uint64_t buf, uint64_t count, char *err, size_t errlen);
+int nccl_comm_wait(NcclComm *c, char *err, size_t errlen);
 void nccl_comm_free(NcclComm *c);
 
 #endif

@@ -134,34 +134,84 @@ DistStatus dist_bcast(Dist *d, void *buf, size_t bytes) {
   return DIST_OK;
 }
 
-DistStatus dist_allreduce_mean(Dist *d, float *x, size_t n) {
+typedef struct DistPending {
+  float *x, *all; /* all: every rank's x, by rank */
+  size_t n;
+  MPI_Request req;
+  bool done;
+} DistPending;
+
+DistStatus dist_start(Dist *d, float *x, size_t n) {
   if (d->size == 1) return DIST_OK;
-  DistStatus st = dist_check(d, true, NULL);
-  if (st != DIST_OK) return st;
+  DistStatus st;
+  if (!d->n_pending && (st = dist_check(d, true, NULL)) != DIST_OK) return st;
+  if (!d->n_pending) d->round_start = d->round_end = now_s();
   if (n > (size_t)INT_MAX / (size_t)d->size) {
     snprintf(d->err, sizeof d->err, "rank %d: an all-reduce of %zu values is more than one gather takes",
              d->rank, n);
     return DIST_ERROR;
   }
-  float *all = malloc(n * (size_t)d->size * sizeof *all + 1);
-  if (!all) {
-    snprintf(d->err, sizeof d->err, "rank %d: out of memory for an all-reduce of %zu values", d->rank, n);
-    return DIST_ERROR;
+  if (d->n_pending == d->cap_pending) {
+    int cap = d->cap_pending ? 2 * d->cap_pending : 16;
+    DistPending *p = realloc(d->pending, sizeof *p * (size_t)cap);
+    if (!p) goto oom;
+    d->pending = p, d->cap_pending = cap;
   }
-  MPI_Request r;
-  int rc = MPI_Iallgather(x, (int)n, MPI_FLOAT, all, (int)n, MPI_FLOAT, MPI_COMM_WORLD, &r);
-  st = rc == MPI_SUCCESS ? wait_deadline(d, &r, "the gradient all-reduce")
-                         : mpi_fail(d, "MPI_Iallgather", rc);
-  if (st == DIST_OK) {
+  DistPending *p = &d->pending[d->n_pending];
+  *p = (DistPending){.x = x, .n = n, .all = malloc(n * (size_t)d->size * sizeof *p->all + 1)};
+  if (!p->all) goto oom;
+  int rc = MPI_Iallgather(x, (int)n, MPI_FLOAT, p->all, (int)n, MPI_FLOAT, MPI_COMM_WORLD, &p->req);
+  if (rc != MPI_SUCCESS) {
+    free(p->all);
+    return mpi_fail(d, "MPI_Iallgather", rc);
+  }
+  d->n_pending++;
+  return DIST_OK;
+oom:
+  snprintf(d->err, sizeof d->err, "rank %d: out of memory for an all-reduce of %zu values", d->rank, n);
+  d->broken = true;
+  return DIST_ERROR;
+}
+
+DistStatus dist_progress(Dist *d) {
+  for (int i = 0; i < d->n_pending; i++) {
+    DistPending *p = &d->pending[i];
+    if (p->done) continue;
+    int done = 0;
+    int rc = MPI_Test(&p->req, &done, MPI_STATUS_IGNORE);
+    if (rc != MPI_SUCCESS) return mpi_fail(d, "MPI_Iallgather", rc);
+    if (done) p->done = true, d->round_end = now_s();
+  }
+  return DIST_OK;
+}
+
+DistStatus dist_wait(Dist *d) {
+  if (!d->n_pending) return DIST_OK;
+  double t0 = now_s();
+  DistStatus st = DIST_OK;
+  for (int i = 0; i < d->n_pending; i++) {
+    DistPending *p = &d->pending[i];
+    if (st == DIST_OK && !p->done && (st = wait_deadline(d, &p->req, "the gradient all-reduce")) == DIST_OK)
+      p->done = true, d->round_end = now_s();
+    /* Each rank sums the contributions itself, in rank order: the same
+     * bits on every rank and in every run. */
     float k = (float)d->size;
-    for (size_t i = 0; i < n; i++) {
-      float s = all[i];
-      for (int q = 1; q < d->size; q++) s += all[(size_t)q * n + i];
-      x[i] = s / k;
+    for (size_t j = 0; st == DIST_OK && j < p->n; j++) {
+      float s = p->all[j];
+      for (int q = 1; q < d->size; q++) s += p->all[(size_t)q * p->n + j];
+      p->x[j] = s / k;
     }
+    free(p->all);
   }
-  free(all);
+  d->n_pending = 0;
+  d->exposed_s += now_s() - t0;
+  d->comm_s += d->round_end - d->round_start;
   return st;
+}
+
+DistStatus dist_allreduce_mean(Dist *d, float *x, size_t n) {
+  DistStatus st = dist_start(d, x, n);
+  return st != DIST_OK ? st : dist_wait(d);
 }
 
 void dist_abort(Dist *d, int code) {
@@ -173,6 +223,8 @@ void dist_abort(Dist *d, int code) {
 void dist_finish(Dist *d) {
   if (d->mpi) MPI_Finalize();
   d->mpi = false;
+  free(d->pending);
+  d->pending = NULL;
 }
 
 #else /* !HAVE_MPI */
@@ -198,6 +250,12 @@ DistStatus dist_check(Dist *d, bool ok, const char *msg) {
 DistStatus dist_bcast(Dist *d, void *buf, size_t bytes) { return DIST_OK; }
 
 DistStatus dist_allreduce_mean(Dist *d, float *x, size_t n) { return DIST_OK; }
+
+DistStatus dist_start(Dist *d, float *x, size_t n) { return DIST_OK; }
+
+DistStatus dist_progress(Dist *d) { return DIST_OK; }
+
+DistStatus dist_wait(Dist *d) { return DIST_OK; }
 
 void dist_abort(Dist *d, int code) {
   fprintf(stderr, "dlcc: %s\n", d->err);

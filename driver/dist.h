@@ -25,6 +25,14 @@ typedef struct Dist {
    * not complete (broken: only MPI_Abort ends the job). */
   bool peer_failed, broken;
   int failed_rank; /* with peer_failed: the lowest rank that failed */
+  /* All-reduces started and not yet waited for (dist_start). */
+  int n_pending, cap_pending;
+  struct DistPending *pending;
+  /* Seconds, over the whole run: from each round's first start to its
+   * last all-reduce's end as polling saw it (comm), and of that the time
+   * spent in dist_wait (exposed: not hidden behind computation). */
+  double comm_s, exposed_s;
+  double round_start, round_end;
   char err[DIST_MSG + 64];
 } Dist;
 
@@ -50,6 +58,14 @@ DistStatus dist_bcast(Dist *d, void *buf, size_t bytes);
  * in f32 on every rank: each rank gathers all contributions and sums
  * them itself, so the bits do not hang on MPI's reduction order. */
 DistStatus dist_allreduce_mean(Dist *d, float *x, size_t n);
+/* The same in parts: dist_start begins x's all-reduce and returns (x must
+ * stay as it is until dist_wait); dist_progress drives the started ones
+ * (MPI moves a nonblocking collective only inside MPI calls); dist_wait
+ * ends them all, each x then the mean.  The first start after a wait
+ * exchanges the ranks' status. */
+DistStatus dist_start(Dist *d, float *x, size_t n);
+DistStatus dist_progress(Dist *d);
+DistStatus dist_wait(Dist *d);
 /* After a failure or timeout: prints the message and, when a peer may
  * still be waiting in a collective that can no longer complete, ends the
  * job with MPI_Abort (after the message, which is the point). */

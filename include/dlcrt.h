@@ -185,10 +185,17 @@ DlrtStatus dlrt_set_graphs(DlrtModel *m, int on);
  * own bytes, waits for the device, and calls fn with them: count f32
  * values at buf (a host pointer on emu, a device pointer on cuda, named
  * by device, "emu" or "cuda"), bucket the step's number among the
- * all-reduces.  fn replaces them by their mean over the ranks and
- * returns 0, or nonzero with a message in err, which fails the run
- * (DLRT_E_DEVICE).  Steps with all-reduces then run outside CUDA graphs.
- * NULL fn: a world of one, the step a copy. */
+ * all-reduces.  fn starts replacing them by their mean over the ranks
+ * and may return before it is done; the plan's wait step calls fn with
+ * bucket DLRT_COMM_WAIT (buf 0, count 0), which returns when every
+ * started one is done, before any step reads a result.  Between the
+ * steps in between, fn gets DLRT_COMM_PROGRESS, to drive transports
+ * that progress only when called (MPI).  fn returns 0, or nonzero with
+ * a message in err, which fails the run (DLRT_E_DEVICE).  Steps with
+ * all-reduces run outside CUDA graphs.  NULL fn: a world of one, the
+ * step a copy. */
+#define DLRT_COMM_WAIT (-1)
+#define DLRT_COMM_PROGRESS (-2)
 typedef int (*DlrtCommFn)(void *ctx, const char *device, uint64_t buf, uint64_t count, int bucket, char *err,
                           size_t errlen);
 DlrtStatus dlrt_set_comm(DlrtModel *m, DlrtCommFn fn, void *ctx);

@@ -89,6 +89,7 @@ struct DlrtModel {
   struct Slots *slots; /* dlrt_run_batches's, made at its first call */
   DlrtCommFn comm;     /* dlrt_set_comm's, or NULL */
   void *comm_ctx;
+  bool comm_pending; /* all-reduces started and not yet waited for */
   char error[1024];
 };
 
@@ -585,9 +586,11 @@ static DlrtStatus all_reduce(DlrtModel *m, const RtStep *st, uint32_t i, const c
   if (m->dev->ops->synchronize(m->dev)) return device_error(m, "run: before an all-reduce");
   char err[512] = "";
   int bucket = 0;
-  for (const RtStep *s = m->plan->steps; s < st; s++) bucket += s->kind == RT_STEP_ALLREDUCE;
-  if (m->comm(m->comm_ctx, m->dev->ops->name, resolve(m, st->copy.dst), st->copy.nbytes / 4, bucket, err,
-              sizeof err))
+  for (const RtStep *s = m->plan->steps; s < st; s++) bucket += s->kind == RT_STEP_ALLREDUCE && s->copy.nbytes;
+  bool wait = !st->copy.nbytes;
+  m->comm_pending = !wait;
+  if (m->comm(m->comm_ctx, m->dev->ops->name, wait ? 0 : resolve(m, st->copy.dst), st->copy.nbytes / 4,
+              wait ? DLRT_COMM_WAIT : bucket, err, sizeof err))
     return set_error(m, DLRT_E_DEVICE, "%s %" PRIu32 " (%.120s): all-reduce: %s", what, i,
                      st->label ? st->label : "unlabelled", err[0] ? err : "the communicator failed");
   return DLRT_OK;
@@ -617,6 +620,12 @@ static DlrtStatus run_steps(DlrtModel *m, const RtStep *steps, uint32_t first, u
         if (s) return s;
       }
       break;
+    }
+    if (!rc && m->comm_pending && st->kind != RT_STEP_ALLREDUCE) {
+      char err[512] = "";
+      if (m->comm(m->comm_ctx, d->ops->name, 0, 0, DLRT_COMM_PROGRESS, err, sizeof err))
+        return set_error(m, DLRT_E_DEVICE, "%s %" PRIu32 ": all-reduce: %s", what, i,
+                         err[0] ? err : "the communicator failed");
     }
     if (rc) {
       char ctx[200];

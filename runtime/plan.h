@@ -153,8 +153,11 @@ typedef struct RtCopy {
 } RtCopy;
 
 /* RT_STEP_ALLREDUCE (version 6): copy's bytes (f32) from src to dst, then
- * dst replaced by its mean over the ranks of a data-parallel job through
- * the communicator the host set (dlrt_set_comm); without one, a copy. */
+ * the start of dst's replacement by its mean over the ranks of a
+ * data-parallel job, through the communicator the host set
+ * (dlrt_set_comm); without one, a copy.  One of 0 bytes waits for every
+ * all-reduce started before it: codegen puts it before the first step
+ * that reads a result, so the all-reduces overlap the steps between. */
 typedef enum { RT_STEP_LAUNCH, RT_STEP_GEMM, RT_STEP_COPY, RT_STEP_ALLREDUCE } RtStepKind;
 
 typedef struct RtStep {
