@@ -222,7 +222,8 @@ static bool optim_spec_from_api(Ctx *c, const dlc_options *opt, OptimSpec *out) 
            false;
   *out = (OptimSpec){.kind = kind, .momentum = o->momentum, .dampening = o->dampening, .nesterov = o->nesterov,
                      .weight_decay = o->weight_decay, .beta1 = o->beta1, .beta2 = o->beta2, .eps = o->eps,
-                     .clip_grad_norm = o->clip_grad_norm, .keep_grads = o->keep_grads};
+                     .clip_grad_norm = o->clip_grad_norm, .keep_grads = o->keep_grads,
+                     .data_parallel = o->data_parallel};
   return true;
 }
 

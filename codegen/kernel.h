@@ -366,6 +366,8 @@ RtRef cg_ref_at(RtRef r, uint64_t byte_offset);
 void cg_launch(CgBuild *b, Kernel *k);
 void cg_gemm(CgBuild *b, const Node *n, const char *what, const RtGemm *g);
 void cg_copy(CgBuild *b, const Node *n, const char *what, RtRef dst, RtRef src, uint64_t nbytes);
+/* allreduce_mean: src's f32 bytes to dst, then their mean over the ranks. */
+void cg_allreduce(CgBuild *b, const Node *n, RtRef dst, RtRef src, uint64_t nbytes);
 /* "relu %12", or "conv2d %3 im2col" with what. */
 const char *cg_label(Ctx *c, const Node *n, const char *what);
 

@@ -25,6 +25,7 @@ typedef struct StrIndex {
 struct CgBuild {
   Ctx *ctx;
   Graph *g;
+  bool allreduce_pending; /* an all-reduce started that no wait step has ended */
   const CgGroup *group; /* the fusion group being lowered */
   CgOptions opts;
   int n_values;
@@ -360,6 +361,7 @@ static int step_refs(CgBuild *b, StepRef *out) {
         if (st->gemm.epilogue) ADD(st->gemm.bias);
         break;
       case RT_STEP_COPY:
+      case RT_STEP_ALLREDUCE:
         ADD(st->copy.src);
         ADD(st->copy.dst);
         break;
@@ -573,7 +575,7 @@ bool cg_check_memory(const CgResult *r, char *err, size_t len) {
       refs[0] = st->gemm.a, refs[1] = st->gemm.b, refs[2] = st->gemm.c, nr = 3;
       if (st->gemm.epilogue) refs[nr++] = st->gemm.bias;
     }
-    if (st->kind == RT_STEP_COPY) refs[0] = st->copy.src, refs[1] = st->copy.dst, nr = 2;
+    if (st->kind == RT_STEP_COPY || st->kind == RT_STEP_ALLREDUCE) refs[0] = st->copy.src, refs[1] = st->copy.dst, nr = 2;
     for (uint32_t q = 0; q < n_args + (uint32_t)nr && ok; q++) {
       RtRef ref;
       if (q < n_args) {
@@ -842,6 +844,30 @@ void cg_copy(CgBuild *b, const Node *n, const char *what, RtRef dst, RtRef src, 
   s->copy = (RtCopy){.dst = dst, .src = src, .nbytes = nbytes};
 }
 
+void cg_allreduce(CgBuild *b, const Node *n, RtRef dst, RtRef src, uint64_t nbytes) {
+  RtStep *s = add_step(b, RT_STEP_ALLREDUCE, n, NULL);
+  s->copy = (RtCopy){.dst = dst, .src = src, .nbytes = nbytes};
+  b->allreduce_pending = true;
+}
+
+static bool reads_allreduce(const Node *n) {
+  for (int i = 0; i < n->n_in; i++)
+    if (n->in[i]->def->op == OP_ALLREDUCE_MEAN) return true;
+  return false;
+}
+
+/* The all-reduces run while the steps after them compute (the rest of
+ * the backward); the first step that reads a result waits for all of
+ * them: an all-reduce step of 0 bytes. */
+static void wait_allreduces(CgBuild *b, const Node *n, const CgGroup *grp) {
+  if (!b->allreduce_pending) return;
+  bool reads = reads_allreduce(n);
+  for (int i = 0; grp && !reads && i < grp->n; i++) reads = reads_allreduce(grp->members[i]);
+  if (!reads) return;
+  add_step(b, RT_STEP_ALLREDUCE, n, "wait for the all-reduces");
+  b->allreduce_pending = false;
+}
+
 /* Outputs whose value lives elsewhere (an input, a param, another output)
  * get their bytes after everything else has run.  Naive storage keeps
  * every value alive to the end; a planner must keep these too. */
@@ -918,6 +944,7 @@ static void lower_nodes(CgBuild *b, CgGroup **groups, bool init) {
   for (Node *n = b->g->first; n && !diag_should_stop(b->ctx); n = n->next) {
     if (b->init.node[n->id] != init) continue;
     int first = b->n_steps;
+    if (n->group < 0 || groups[n->id]) wait_allreduces(b, n, n->group < 0 ? NULL : groups[n->id]);
     if (n->group < 0) {
       cg_lower_node(b, n);
       note_unit(b, n, NULL, first);

@@ -170,7 +170,8 @@ static IrCost gemm_cost(const RtGemm *g) {
 static IrCost step_cost(const RtStep *s, const CgStepNote *note) {
   switch (s->kind) {
     case RT_STEP_GEMM: return gemm_cost(&s->gemm);
-    case RT_STEP_COPY: return (IrCost){0, 2 * (double)s->copy.nbytes};
+    case RT_STEP_COPY:
+    case RT_STEP_ALLREDUCE: return (IrCost){0, 2 * (double)s->copy.nbytes};
     default: return (IrCost){0, note->bytes};
   }
 }

@@ -85,8 +85,14 @@ static void print_step(FILE *f, const RtPlan *p, const RtStep *s, const IrCost *
       break;
     }
     case RT_STEP_GEMM: print_gemm(f, &s->gemm); break;
+    case RT_STEP_ALLREDUCE:
+      if (!s->copy.nbytes) {
+        fputs("wait for the all-reduces", f);
+        break;
+      }
+      /* fall through */
     case RT_STEP_COPY:
-      fputs("copy ", f);
+      fputs(s->kind == RT_STEP_COPY ? "copy " : "allreduce_mean ", f);
       cg_print_ref(f, s->copy.dst);
       fputs(" <- ", f);
       cg_print_ref(f, s->copy.src);
@@ -174,7 +180,7 @@ static const char *step_note(Arena *a, const RtStep *s, IrCost c, bool init) {
                                : arena_printf(a, "gemm %" PRId64 "x%" PRId64 "x%" PRId64, s->gemm.m, s->gemm.n,
                                               s->gemm.k);
       break;
-    default: what = "copy"; break;
+    default: what = s->kind == RT_STEP_ALLREDUCE ? "allreduce_mean" : "copy"; break;
   }
   return arena_printf(a, "%s%s: %s", init ? "init " : "", what, cost_text(a, c));
 }

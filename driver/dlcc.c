@@ -38,6 +38,7 @@ typedef struct Options {
   bool time_stages;
   bool grad; /* --grad: the training step's gradients (passes/autodiff.c) */
   bool optimize; /* --optimizer=NAME: and the updates (passes/optim.c) */
+  bool data_parallel; /* --data-parallel: each gradient's allreduce_mean */
   OptimSpec optim;
   DriverLoss loss;    /* --loss=NAME and its flags (passes/loss.c) */
   LossSpec loss_spec; /* what they ask for, when loss.name is set */
@@ -111,7 +112,9 @@ static const char usage[] =
     "                     and the training-mode state updates (docs/training.md)\n"
     "  --optimizer=NAME   with --grad: the whole step, sgd, adam or adamw with PyTorch's\n"
     "                     defaults, updating every parameter; the learning rate is\n"
-    "                     the input dlcc.lr\n";
+    "                     the input dlcc.lr\n"
+    "  --data-parallel    with --optimizer: each gradient averaged over the ranks\n"
+    "                     before the update, as under mpirun (docs/parallel.md)\n";
 
 /* After driver_quant_usage. */
 static const char usage_library[] =
@@ -418,6 +421,8 @@ static int parse_args(int argc, char **argv, Options *o) {
       }
       o->optimize = true;
       o->optim = optim_spec_default(kind);
+    } else if (strcmp(a, "--data-parallel") == 0) {
+      o->data_parallel = true;
     } else if (strcmp(a, "--external-weights") == 0) {
       o->external_weights = true;
     } else if (strcmp(a, "--save-temps") == 0) {
@@ -455,6 +460,10 @@ static int parse_args(int argc, char **argv, Options *o) {
   }
   if (o->optimize && !o->grad) {
     fputs("dlcc: error: --optimizer needs --grad (a training step)\n", stderr);
+    return 1;
+  }
+  if (o->data_parallel && !o->optimize) {
+    fputs("dlcc: error: --data-parallel needs --optimizer (the gradients are averaged before the update)\n", stderr);
     return 1;
   }
   return 0;
@@ -667,7 +676,9 @@ static int compile(Ctx *c, void *data) {
   if (o->grad) {
     if (!pass_autodiff(g, NULL) || !ir_verify(g)) return 1;
     t = ctx_stage(c, "autodiff", t);
-    if (o->optimize && (!pass_append_optimizer(g, &o->optim) || !ir_verify(g))) return 1;
+    OptimSpec optim = o->optim;
+    optim.data_parallel = o->data_parallel;
+    if (o->optimize && (!pass_append_optimizer(g, &optim) || !ir_verify(g))) return 1;
   }
   if (!run_passes(c, job, g)) return 1;
   t = ctx_stage(c, "passes", t);

@@ -16,9 +16,14 @@
 #include <time.h>
 #include <unistd.h>
 
+#ifdef HAVE_NCCL
+#include "driver/comm_nccl.h"
+#endif
+#include "driver/dist.h"
 #include "driver/driver.h"
 #include "driver/train.h"
 #include "dlcc.h"
+#include "dlcrt.h"
 #include "passes/optim.h"
 
 typedef struct TrainArgs {
@@ -28,7 +33,8 @@ typedef struct TrainArgs {
   LossSpec loss_spec;
   double lr, momentum, dampening, weight_decay, beta1, beta2, eps, clip;
   bool set_momentum, set_dampening, set_weight_decay, set_betas, set_eps;
-  bool nesterov, shuffle, drop_last;
+  bool nesterov, shuffle, drop_last, sync_bn;
+  double dist_timeout;
   int64_t batch, epochs;
   uint64_t seed;
   dlc_options api;
@@ -63,7 +69,12 @@ static const char train_usage[] =
     "                        OUT.ckpt.safetensors (OUT's .safetensors replaced)\n"
     "  --resume=CKPT         continue from a checkpoint exactly\n"
     "  --log=FILE.jsonl      one JSON object per step (epoch, step, loss, lr)\n"
-    "  --backend=B --precision=P -O0/-O1/-O2 -D NAME=VALUE --model=NAME   as for dlcc run\n";
+    "  --backend=B --precision=P -O0/-O1/-O2 -D NAME=VALUE --model=NAME   as for dlcc run\n"
+    "\n"
+    "Under mpirun or srun each rank trains on its share of every global --batch and the\n"
+    "gradients are averaged across ranks (docs/parallel.md):\n"
+    "  --dist-timeout=S      seconds a rank waits for the others in a collective (default 120)\n"
+    "  --sync-bn             batchnorm statistics over the global batch (not built yet)\n";
 
 static const char *flag_value(int argc, char **argv, int *i, const char *flag) {
   size_t n = strlen(flag);
@@ -116,9 +127,9 @@ static const char **string_flag(TrainArgs *o, const char *flag) {
 /* A number flag's destination, and the flag it was given, by name. */
 static double *real_flag(TrainArgs *o, const char *flag, bool **given) {
   static const char *const names[] = {"--lr", "--momentum", "--dampening", "--weight-decay", "--eps",
-                                      "--clip-grad-norm"};
-  double *dst[] = {&o->lr, &o->momentum, &o->dampening, &o->weight_decay, &o->eps, &o->clip};
-  bool *set[] = {NULL, &o->set_momentum, &o->set_dampening, &o->set_weight_decay, &o->set_eps, NULL};
+                                      "--clip-grad-norm", "--dist-timeout"};
+  double *dst[] = {&o->lr, &o->momentum, &o->dampening, &o->weight_decay, &o->eps, &o->clip, &o->dist_timeout};
+  bool *set[] = {NULL, &o->set_momentum, &o->set_dampening, &o->set_weight_decay, &o->set_eps, NULL, NULL};
   for (size_t k = 0; k < ARRAY_LEN(names); k++)
     if (strcmp(flag, names[k]) == 0) {
       *given = set[k];
@@ -130,8 +141,8 @@ static double *real_flag(TrainArgs *o, const char *flag, bool **given) {
 /* --shuffle[=B], --drop-last[=B], --nesterov[=B]: the destination, and
  * in *v the value ("true" when none is given); NULL for other flags. */
 static bool *bool_flag(TrainArgs *o, const char *a, const char **v) {
-  static const char *const names[] = {"--shuffle", "--drop-last", "--nesterov"};
-  bool *dst[] = {&o->shuffle, &o->drop_last, &o->nesterov};
+  static const char *const names[] = {"--shuffle", "--drop-last", "--nesterov", "--sync-bn"};
+  bool *dst[] = {&o->shuffle, &o->drop_last, &o->nesterov, &o->sync_bn};
   for (size_t k = 0; k < ARRAY_LEN(names); k++) {
     size_t n = strlen(names[k]);
     if (strncmp(a, names[k], n) == 0 && (a[n] == '=' || !a[n])) {
@@ -205,6 +216,7 @@ static int parse_train_args(int argc, char **argv, TrainArgs *o) {
   o->epochs = 1;
   o->shuffle = true;
   o->optimizer = "sgd";
+  o->dist_timeout = 120;
   for (int i = 0; i < argc; i++) {
     if (strcmp(argv[i], "--help") == 0) {
       fputs(train_usage, stdout);
@@ -272,7 +284,54 @@ typedef struct Run {
   double t0;
   int64_t steps_done, steps_todo, samples_done; /* in this run */
   int64_t classes; /* cross_entropy/nll: the class axis' size; 0 otherwise */
+  Dist *dist;      /* the ranks: each takes batch / size samples of every batch */
+#ifdef HAVE_NCCL
+  NcclComm *nccl;  /* on cuda, made at the first all-reduce */
+#endif
+  int64_t local;   /* this rank's share of a full batch */
 } Run;
+
+/* The last error this rank printed, for the other ranks' messages. */
+static char last_error[DIST_MSG];
+
+static void keep_error(const char *msg) {
+  snprintf(last_error, sizeof last_error, "%s", msg);
+  size_t n = strlen(last_error);
+  while (n && last_error[n - 1] == '\n') last_error[--n] = 0;
+}
+
+static bool api_ok(dlc_train *t, dlc_status st) {
+  if (st != DLC_OK) {
+    fprintf(stderr, "%s", dlc_train_error(t));
+    keep_error(dlc_train_error(t));
+  }
+  return st == DLC_OK;
+}
+
+/* The communicator a data-parallel step calls per gradient. */
+static int dist_comm(void *ctx, const char *device, uint64_t buf, uint64_t count, int bucket, char *err,
+                     size_t errlen) {
+  Run *r = ctx;
+  Dist *d = r->dist;
+  if (strcmp(device, "emu") != 0) {
+#ifdef HAVE_NCCL
+    if (!r->nccl && !(r->nccl = nccl_comm_new(d, err, errlen))) return 1;
+    if (bucket == DLRT_COMM_PROGRESS) return 0; /* NCCL's kernels move by themselves */
+    return bucket == DLRT_COMM_WAIT ? nccl_comm_wait(r->nccl, err, errlen)
+                                    : nccl_comm_start(r->nccl, buf, count, err, errlen);
+#else
+    snprintf(err, errlen, "data parallel on %s needs NCCL, and this dlcc was built without it (configure looks "
+                          "in the CUDA toolkit for nccl.h and libnccl.so): use --backend=emu", device);
+    return 1;
+#endif
+  }
+  DistStatus st = bucket == DLRT_COMM_WAIT       ? dist_wait(d)
+                  : bucket == DLRT_COMM_PROGRESS ? dist_progress(d)
+                                                 : dist_start(d, (float *)(uintptr_t)buf, count);
+  if (st == DIST_OK) return 0;
+  snprintf(err, errlen, "%s", d->err);
+  return 1;
+}
 
 static bool is_class_loss(const DriverLoss *l) {
   return l->name && (l->kind == LOSS_CROSS_ENTROPY || l->kind == LOSS_NLL);
@@ -294,6 +353,7 @@ static dlc_train *compile_for(Run *r, const TrainData *d, int64_t batch, bool ev
   dlc_train_options o;
   if (!train_options(r->a, &o)) return NULL;
   o.eval = eval;
+  o.optimizer.data_parallel = r->dist->size > 1 && !eval;
   dlc_input_shape *shapes = calloc((size_t)d->n, sizeof *shapes);
   int64_t *dims = calloc((size_t)d->n * RT_MAX_RANK, sizeof *dims);
   if (!shapes || !dims) {
@@ -326,6 +386,11 @@ static dlc_train *compile_for(Run *r, const TrainData *d, int64_t batch, bool ev
   char err[1024];
   if (!train_data_check(d, dlc_train_model(t), err, sizeof err)) {
     fprintf(stderr, "dlcc: error: %s\n", err);
+    keep_error(err);
+    dlc_train_free(t);
+    return NULL;
+  }
+  if (o.optimizer.data_parallel && !api_ok(t, dlc_train_set_comm(t, dist_comm, r))) {
     dlc_train_free(t);
     return NULL;
   }
@@ -347,11 +412,6 @@ static bool check_classes(Run *r, const TrainData *d) {
     return false;
   }
   return true;
-}
-
-static bool api_ok(dlc_train *t, dlc_status st) {
-  if (st != DLC_OK) fprintf(stderr, "%s", dlc_train_error(t));
-  return st == DLC_OK;
 }
 
 /* Samples order[0..n) of d into t's inputs (padded to pad rows). */
@@ -376,6 +436,7 @@ static char *checkpoint_path(const char *out) {
 
 static bool save(Run *r) {
   dlc_train *t = r->step ? r->step : r->rest;
+  if (r->dist->rank) return true; /* one writer: the ranks hold the same weights */
   if (!api_ok(t, dlc_train_save(t, r->a->save, 0, 0, NULL, NULL))) return false;
   char epoch[32], step[32], seed[32], batch[32];
   snprintf(epoch, sizeof epoch, "%" PRId64, r->epoch);
@@ -402,6 +463,25 @@ static bool meta_int(dlc_train *t, const char *path, const char *key, int64_t *v
   return ok;
 }
 
+/* Every parameter and state tensor of t as rank 0 has it, so that the
+ * ranks start alike whatever each read or drew. */
+static bool broadcast_weights(Run *r, dlc_train *t) {
+  if (r->dist->size == 1) return true;
+  dlc_model *m = dlc_train_model(t);
+  bool ok = true;
+  for (int i = 0; ok && i < dlc_train_num_params(t); i++) {
+    dlc_tensor_info info;
+    if (!api_ok(t, dlc_train_param_info(t, i, &info))) return false;
+    void *buf = malloc(info.nbytes + 1);
+    if (!buf) return false;
+    ok = api_ok(t, dlc_get_weight(m, info.name, buf, info.nbytes));
+    ok = ok && dist_bcast(r->dist, buf, info.nbytes) == DIST_OK; /* end_ranks says why not */
+    ok = ok && api_ok(t, dlc_set_weight(m, info.name, buf, info.nbytes));
+    free(buf);
+  }
+  return ok;
+}
+
 /* The weights: a checkpoint, a state_dict, or random from --seed. */
 static bool bind_weights(Run *r) {
   dlc_train *t = r->step ? r->step : r->rest;
@@ -415,7 +495,7 @@ static bool bind_weights(Run *r) {
   } else if (!api_ok(t, dlc_init_weights(m, r->a->seed))) {
     return false;
   }
-  return !r->step || !r->rest || api_ok(r->rest, dlc_train_copy_state(r->rest, r->step));
+  return broadcast_weights(r, t) && (!r->step || !r->rest || api_ok(r->rest, dlc_train_copy_state(r->rest, r->step)));
 }
 
 static double now(void) {
@@ -436,7 +516,7 @@ static void progress(Run *r, int64_t step_in_epoch, float loss) {
 }
 
 static void log_step(Run *r, float loss, double lr) {
-  if (r->log)
+  if (r->log && !r->dist->rank)
     fprintf(r->log, "{\"epoch\": %" PRId64 ", \"step\": %" PRId64 ", \"loss\": %.9g, \"lr\": %.9g}\n", r->epoch + 1,
             r->global_step, (double)loss, lr);
 }
@@ -447,6 +527,10 @@ static bool train_batch(Run *r, dlc_train *t, const int64_t *order, int64_t n, f
   if (!set_batch(r, t, &r->data, order, n, 0)) return false;
   double lr = train_sched_lr(&r->sched, r->a->lr, r->global_step, r->total_steps);
   if (!api_ok(t, dlc_train_step(t, (float)lr, loss))) return false;
+  /* The global batch's loss: the mean of the ranks' means, as every rank
+   * takes as many samples. */
+  if (dist_allreduce_mean(r->dist, loss, 1) != DIST_OK) return false; /* end_ranks says why */
+  n *= r->dist->size;
   if (t == r->rest && r->step && !api_ok(r->step, dlc_train_copy_state(r->step, t))) return false;
   r->global_step++;
   r->steps_done++;
@@ -524,13 +608,18 @@ static bool run_epoch(Run *r) {
   for (int64_t k = 0; k < full + (r->rest_n > 0); k++) {
     float loss;
     bool last = k == full;
-    if (!train_batch(r, last ? r->rest : r->step, r->order + k * b, last ? r->rest_n : b, &loss)) return false;
+    /* Rank q takes the q-th equal slice of each batch, in the order
+     * every rank computes alike from the seed. */
+    int64_t share = (last ? r->rest_n : b) / r->dist->size;
+    if (!train_batch(r, last ? r->rest : r->step, r->order + k * b + r->dist->rank * share, share, &loss))
+      return false;
     loss_sum += loss;
     steps++;
     progress(r, k + 1, loss);
   }
   if (r->tty) fputs("\r\033[K", stderr);
   r->epoch++;
+  if (r->dist->rank) return true; /* rank 0 prints and validates */
   printf("epoch %" PRId64 ": train loss %.6f (mean of %" PRId64 " steps)\n", r->epoch,
          steps ? loss_sum / (double)steps : 0.0, steps);
   bool ok = !r->eval || validate(r);
@@ -549,9 +638,20 @@ static bool compile_steps(Run *r) {
                     ", and --drop-last skips them all\n", r->data.dir, r->data.count, b);
     return false;
   }
-  if (full && !(r->step = compile_for(r, &r->data, b, false))) return false;
-  if (r->rest_n && !(r->rest = compile_for(r, &r->data, r->rest_n, false))) return false;
-  if (r->a->val && !(r->eval = compile_for(r, &r->val, b, true))) return false;
+  int k = r->dist->size;
+  if (k > 1 && (b % k || r->rest_n % k)) {
+    snprintf(last_error, sizeof last_error,
+             b % k ? "--batch=%" PRId64 " does not divide among %d ranks: give a multiple of %d (each rank takes an "
+                     "equal share, so the step equals one process's)"
+                   : "the last batch of %" PRId64 " samples does not divide among %d ranks: add --drop-last, or "
+                     "give a --batch that leaves a multiple of %d",
+             b % k ? b : r->rest_n, k, k);
+    fprintf(stderr, "dlcc: error: %s\n", last_error);
+    return false;
+  }
+  if (full && !(r->step = compile_for(r, &r->data, b / k, false))) return false;
+  if (r->rest_n && !(r->rest = compile_for(r, &r->data, r->rest_n / k, false))) return false;
+  if (r->a->val && !r->dist->rank && !(r->eval = compile_for(r, &r->val, b, true))) return false;
   if (!check_classes(r, &r->data) || (r->a->val && !check_classes(r, &r->val))) return false;
   return true;
 }
@@ -567,6 +667,7 @@ static bool setup(Run *r) {
   if (!train_data_read(a->data, need_target, &r->data, err, sizeof err) ||
       (a->val && !train_data_read(a->val, need_target, &r->val, err, sizeof err))) {
     fprintf(stderr, "dlcc: error: %s\n", err);
+    keep_error(err);
     return false;
   }
   if (!compile_steps(r) || !bind_weights(r)) return false;
@@ -584,11 +685,11 @@ static bool setup(Run *r) {
     fputs("dlcc: error: out of memory\n", stderr);
     return false;
   }
-  if (a->log && !(r->log = fopen(a->log, a->resume ? "a" : "w"))) {
+  if (a->log && !r->dist->rank && !(r->log = fopen(a->log, a->resume ? "a" : "w"))) {
     fprintf(stderr, "dlcc: error: %s: %s\n", a->log, strerror(errno));
     return false;
   }
-  r->tty = isatty(STDERR_FILENO);
+  r->tty = isatty(STDERR_FILENO) && !r->dist->rank;
   return true;
 }
 
@@ -600,16 +701,47 @@ static void teardown(Run *r) {
   dlc_train_free(r->step);
   dlc_train_free(r->rest);
   dlc_train_free(r->eval);
+#ifdef HAVE_NCCL
+  nccl_comm_free(r->nccl);
+#endif
   train_data_free(&r->data);
   train_data_free(&r->val);
   for (int i = 0; i < r->a->api.n_defines; i++) free((char *)r->a->defines[i].name);
+}
+
+/* The ranks end together: a rank that failed hands its message to the
+ * others, which print it naming the rank; one that cannot reach them
+ * (a peer is gone) ends the job after printing why. */
+static void end_ranks(Dist *d, bool ok) {
+  if (d->size > 1) {
+    if (!d->peer_failed && !d->broken)
+      dist_check(d, ok, last_error[0] ? last_error : "failed (its message is above)");
+    if (d->broken) dist_abort(d, 1);
+    if (d->peer_failed && d->failed_rank != d->rank)
+      fprintf(stderr, "dlcc: error: rank %d stops: %s\n", d->rank, d->err);
+  }
+  dist_finish(d);
 }
 
 int driver_train(int argc, char **argv) {
   TrainArgs a = {0};
   int rc = parse_train_args(argc, argv, &a);
   if (rc) return rc == 2 ? 0 : 1;
-  Run r = {.a = &a};
+  Dist dist;
+  if (!dist_init(&dist, a.dist_timeout)) {
+    fprintf(stderr, "dlcc: error: %s\n", dist.err);
+    return 1;
+  }
+  if (a.sync_bn) {
+    fputs("dlcc: error: --sync-bn is not built yet: batchnorm keeps each rank's statistics (docs/parallel.md)\n",
+          stderr);
+    dist_finish(&dist);
+    return 1;
+  }
+#ifdef HAVE_NCCL
+  if (dist.size > 1) nccl_pick_device();
+#endif
+  Run r = {.a = &a, .dist = &dist};
   bool ok = setup(&r);
   if (ok) {
     r.total_steps = (r.epoch + a.epochs) * r.steps_per_epoch;
@@ -618,6 +750,12 @@ int driver_train(int argc, char **argv) {
     for (int64_t e = 0; ok && e < a.epochs; e++) ok = run_epoch(&r);
   }
   if (ok && a.save) ok = save(&r);
+  if (ok && dist.size > 1 && !dist.rank)
+    printf("data parallel: %d ranks; rank 0's gradient all-reduces took %.3f s, %.3f s of it exposed (%.0f%% hidden "
+           "behind the backward)\n",
+           dist.size, dist.comm_s, dist.exposed_s,
+           dist.comm_s > 0 ? 100.0 * (1.0 - dist.exposed_s / dist.comm_s) : 0.0);
   teardown(&r);
+  end_ranks(&dist, ok);
   return ok ? 0 : 1;
 }

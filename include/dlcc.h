@@ -89,6 +89,10 @@ typedef struct dlc_optimizer {
   double beta1, beta2, eps;
   double clip_grad_norm; /* > 0: clip_grad_norm_(max_norm) first */
   int keep_grads;        /* nonzero: the NAME.grad outputs stay */
+  /* nonzero: every gradient passes through allreduce_mean (its mean over
+   * the ranks of a data-parallel job, docs/parallel.md) before the
+   * update and the clipping norm */
+  int data_parallel;
 } dlc_optimizer;
 
 typedef struct dlc_options {
@@ -301,6 +305,12 @@ dlc_model *dlc_train_model(dlc_train *t);
  * optimizer's state take their new values; *loss (may be NULL) gets the
  * loss, computed before the update. */
 dlc_status dlc_train_step(dlc_train *t, float lr, float *loss);
+/* The communicator (the same function as dlcrt.h's DlrtCommFn) that a step compiled with optimizer.data_parallel
+ * hands each gradient to (dlcrt.h's dlrt_set_comm; docs/parallel.md).
+ * DLC_ERR_ARGUMENT on the ref backend, which has none yet. */
+typedef int (*dlc_comm_fn)(void *ctx, const char *device, uint64_t buf, uint64_t count, int bucket, char *err,
+                           size_t errlen);
+dlc_status dlc_train_set_comm(dlc_train *t, dlc_comm_fn fn, void *ctx);
 /* The step's parameters and state (dlcc.* names too), in the order of
  * the model's state_dict; valid once the weights are bound.  A value is
  * read with dlc_get_weight (the step's updates are applied on the

@@ -181,6 +181,25 @@ DlrtStatus dlrt_run_batches(DlrtModel *m, DlrtFeedFn feed, DlrtDrainFn drain, vo
 /* CUDA graphs on (the default, unless DLCC_NO_GRAPHS=1 was set at open)
  * or off (every step launched by itself: for debugging). */
 DlrtStatus dlrt_set_graphs(DlrtModel *m, int on);
+/* The communicator of a data-parallel job (docs/parallel.md).  Each
+ * all-reduce step of a training step's plan copies its gradient to its
+ * own bytes, waits for the device, and calls fn with them: count f32
+ * values at buf (a host pointer on emu, a device pointer on cuda, named
+ * by device, "emu" or "cuda"), bucket the step's number among the
+ * all-reduces.  fn starts replacing them by their mean over the ranks
+ * and may return before it is done; the plan's wait step calls fn with
+ * bucket DLRT_COMM_WAIT (buf 0, count 0), which returns when every
+ * started one is done, before any step reads a result.  Between the
+ * steps in between, fn gets DLRT_COMM_PROGRESS, to drive transports
+ * that progress only when called (MPI).  fn returns 0, or nonzero with
+ * a message in err, which fails the run (DLRT_E_DEVICE).  Steps with
+ * all-reduces run outside CUDA graphs.  NULL fn: a world of one, the
+ * step a copy. */
+#define DLRT_COMM_WAIT (-1)
+#define DLRT_COMM_PROGRESS (-2)
+typedef int (*DlrtCommFn)(void *ctx, const char *device, uint64_t buf, uint64_t count, int bucket, char *err,
+                          size_t errlen);
+DlrtStatus dlrt_set_comm(DlrtModel *m, DlrtCommFn fn, void *ctx);
 /* One line on how the model runs: "graphs on: 1 graph over 56 steps,
  * every step captured; staging pinned", or why not ("graphs off
  * (DLCC_NO_GRAPHS=1)", a step that runs outside the graphs and why,

@@ -918,6 +918,7 @@ static void vjp_dropout(GradCall *c) {
 #define GRAD_DROPOUT VJP(vjp_dropout)
 #define GRAD_RESIZE_GRAD NONE
 #define GRAD_OPTIM_UPDATE NONE /* the end of a step, after every gradient */
+#define GRAD_ALLREDUCE_MEAN NONE /* between the gradients and the optimizer */
 
 const GradRule ir_grad_rules[] = {
 #define OP(id, ...) GRAD_##id,

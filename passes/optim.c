@@ -115,6 +115,21 @@ static Node *find_param(Graph *g, const char *name) {
   return NULL;
 }
 
+/* grad's mean over the ranks, placed right after the node that computes
+ * grad: the plan keeps graph order, so each all-reduce is issued as soon
+ * as its gradient is complete.  Gradients come out of the backward in
+ * reverse order of the forward, so bucket 0 is the last layer's, as in
+ * PyTorch's DDP. */
+static Value *all_reduce(Graph *g, Value *grad, int bucket) {
+  Node *n = ir_node_new(g, OP_ALLREDUCE_MEAN, 1, &grad, grad->def->loc);
+  ir_set_int(g, n, "bucket", bucket);
+  char err[256];
+  if (!ir_infer(n, err, sizeof err)) dl_internal(g->ctx, "allreduce_mean: %s", err);
+  if (grad->def->next) ir_insert_before(g, grad->def->next, n);
+  else ir_append(g, n);
+  return &n->out[0];
+}
+
 /* The shared scalars of this step, built once before any param's. */
 static void shared(Step *s, Value *step, int n_grads, Value *const *grads) {
   const OptimSpec *o = s->o;
@@ -160,6 +175,9 @@ bool pass_append_optimizer(Graph *g, const OptimSpec *o) {
                OPTIM_STEP_PARAM);
     return false;
   }
+
+  if (o->data_parallel)
+    for (int i = 0; i < n_grads; i++) grads[i] = all_reduce(g, grads[i], i);
 
   Step s = {.g = g, .o = o, .at = params[0]->loc};
   int cap = 3 * n_grads + 1;

@@ -27,6 +27,10 @@ typedef struct OptimSpec {
    * so a step's outputs are the loss, the model's outputs and the
    * updates. */
   bool keep_grads;
+  /* Each gradient's allreduce_mean, inserted right after the node that
+   * completes it, so that its all-reduce starts while the rest of the
+   * backward runs (docs/parallel.md). */
+  bool data_parallel;
 } OptimSpec;
 
 /* PyTorch's defaults for kind (SGD: everything 0; Adam: betas 0.9,

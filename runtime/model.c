@@ -91,6 +91,9 @@ struct DlrtModel {
   bool in_flight_init;
   char report[1024]; /* dlrt_engine_report's */
   struct Slots *slots; /* dlrt_run_batches's, made at its first call */
+  DlrtCommFn comm;     /* dlrt_set_comm's, or NULL */
+  void *comm_ctx;
+  bool comm_pending; /* all-reduces started and not yet waited for */
   char error[1024];
 };
 
@@ -577,6 +580,26 @@ DlrtStatus dlrt_set_input_by_name(DlrtModel *m, const char *name, const void *da
   return dlrt_set_input(m, i, data, nbytes);
 }
 
+static bool same_ref(RtRef a, RtRef b) {
+  return a.space == b.space && a.index == b.index && a.offset == b.offset;
+}
+
+/* An all-reduce step's bytes handed to the communicator once every step
+ * before it has completed on the device. */
+static DlrtStatus all_reduce(DlrtModel *m, const RtStep *st, uint32_t i, const char *what) {
+  if (m->dev->ops->synchronize(m->dev)) return device_error(m, "run: before an all-reduce");
+  char err[512] = "";
+  int bucket = 0;
+  for (const RtStep *s = m->plan->steps; s < st; s++) bucket += s->kind == RT_STEP_ALLREDUCE && s->copy.nbytes;
+  bool wait = !st->copy.nbytes;
+  m->comm_pending = !wait;
+  if (m->comm(m->comm_ctx, m->dev->ops->name, wait ? 0 : resolve(m, st->copy.dst), st->copy.nbytes / 4,
+              wait ? DLRT_COMM_WAIT : bucket, err, sizeof err))
+    return set_error(m, DLRT_E_DEVICE, "%s %" PRIu32 " (%.120s): all-reduce: %s", what, i,
+                     st->label ? st->label : "unlabelled", err[0] ? err : "the communicator failed");
+  return DLRT_OK;
+}
+
 /* Steps [first, first + n) of steps, each handed to the device. */
 static DlrtStatus run_steps(DlrtModel *m, const RtStep *steps, uint32_t first, uint32_t n, const StepArgs *args,
                             const char *what) {
@@ -593,9 +616,20 @@ static DlrtStatus run_steps(DlrtModel *m, const RtStep *steps, uint32_t first, u
                         st->gemm.epilogue ? resolve(m, st->gemm.bias) : 0);
       break;
     default:
-      rc = st->copy.nbytes ? d->ops->copy(d, resolve(m, st->copy.dst), resolve(m, st->copy.src), st->copy.nbytes)
-                           : 0;
+      rc = st->copy.nbytes && !same_ref(st->copy.dst, st->copy.src)
+               ? d->ops->copy(d, resolve(m, st->copy.dst), resolve(m, st->copy.src), st->copy.nbytes)
+               : 0;
+      if (!rc && st->kind == RT_STEP_ALLREDUCE && m->comm) {
+        DlrtStatus s = all_reduce(m, st, i, what);
+        if (s) return s;
+      }
       break;
+    }
+    if (!rc && m->comm_pending && st->kind != RT_STEP_ALLREDUCE) {
+      char err[512] = "";
+      if (m->comm(m->comm_ctx, d->ops->name, 0, 0, DLRT_COMM_PROGRESS, err, sizeof err))
+        return set_error(m, DLRT_E_DEVICE, "%s %" PRIu32 ": all-reduce: %s", what, i,
+                         err[0] ? err : "the communicator failed");
     }
     if (rc) {
       char ctx[200];
@@ -615,6 +649,13 @@ static DlrtStatus run_steps(DlrtModel *m, const RtStep *steps, uint32_t first, u
  * model, with the reason in the report; that run's steps are then
  * launched one by one. */
 
+/* NULL when step s can be captured, else why not: the device's reasons,
+ * and the communicator, which runs on the host between steps. */
+static const char *outside_graphs(DlrtModel *m, const RtStep *s) {
+  if (s->kind == RT_STEP_ALLREDUCE && m->comm) return "an all-reduce calls the communicator on the host";
+  return m->dev->ops->uncapturable ? m->dev->ops->uncapturable(m->dev, s) : NULL;
+}
+
 static DlrtStatus capture(DlrtModel *m) {
   const RtPlan *p = m->plan;
   RtDevice *d = m->dev;
@@ -623,7 +664,7 @@ static DlrtStatus capture(DlrtModel *m) {
   uint32_t n = 0, outside = 0;
   char note[sizeof m->graph_note] = "";
   for (uint32_t i = 0; i < p->n_steps;) {
-    const char *why = d->ops->uncapturable ? d->ops->uncapturable(d, &p->steps[i]) : NULL;
+    const char *why = outside_graphs(m, &p->steps[i]);
     if (why) {
       if (!outside++)
         snprintf(note, sizeof note, "; step %" PRIu32 " (%.80s) runs outside: %.200s", i,
@@ -633,7 +674,7 @@ static DlrtStatus capture(DlrtModel *m) {
       continue;
     }
     uint32_t j = i;
-    while (j < p->n_steps && !(d->ops->uncapturable && d->ops->uncapturable(d, &p->steps[j]))) j++;
+    while (j < p->n_steps && !outside_graphs(m, &p->steps[j])) j++;
     Piece *pc = &pieces[n++];
     *pc = (Piece){i, j - i, NULL};
     if (d->ops->capture_begin(d)) goto failed;
@@ -896,6 +937,15 @@ static DlrtStatus bind(DlrtModel *m, bool input, int index, uint64_t device_ptr)
 DlrtStatus dlrt_bind_input(DlrtModel *m, int index, uint64_t device_ptr) { return bind(m, true, index, device_ptr); }
 DlrtStatus dlrt_bind_output(DlrtModel *m, int index, uint64_t device_ptr) {
   return bind(m, false, index, device_ptr);
+}
+
+DlrtStatus dlrt_set_comm(DlrtModel *m, DlrtCommFn fn, void *ctx) {
+  DlrtStatus s = usable(m);
+  if (s) return s;
+  drop_graphs(m);
+  m->comm = fn;
+  m->comm_ctx = ctx;
+  return DLRT_OK;
 }
 
 DlrtStatus dlrt_set_graphs(DlrtModel *m, int on) {

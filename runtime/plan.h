@@ -35,7 +35,7 @@
 #include <stdint.h>
 
 #define RT_PLAN_MAGIC 0x444c4350u /* "DLCP" */
-#define RT_PLAN_VERSION 5u
+#define RT_PLAN_VERSION 6u
 #define RT_MAX_RANK 8
 
 typedef enum { RT_SPACE_WEIGHTS, RT_SPACE_ARENA, RT_SPACE_INPUT, RT_SPACE_OUTPUT, RT_SPACE_STATUS } RtSpace;
@@ -153,7 +153,13 @@ typedef struct RtCopy {
   uint64_t nbytes;
 } RtCopy;
 
-typedef enum { RT_STEP_LAUNCH, RT_STEP_GEMM, RT_STEP_COPY } RtStepKind;
+/* RT_STEP_ALLREDUCE (version 6): copy's bytes (f32) from src to dst, then
+ * the start of dst's replacement by its mean over the ranks of a
+ * data-parallel job, through the communicator the host set
+ * (dlrt_set_comm); without one, a copy.  One of 0 bytes waits for every
+ * all-reduce started before it: codegen puts it before the first step
+ * that reads a result, so the all-reduces overlap the steps between. */
+typedef enum { RT_STEP_LAUNCH, RT_STEP_GEMM, RT_STEP_COPY, RT_STEP_ALLREDUCE } RtStepKind;
 
 typedef struct RtStep {
   uint32_t kind;     /* RtStepKind */

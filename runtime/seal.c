@@ -301,7 +301,7 @@ static void walk_steps(Walk *w, const RtStep *steps, uint32_t n, bool init) {
       walk_launch(w, &s->launch, where);
     } else if (s->kind == RT_STEP_GEMM) {
       walk_gemm(w, &s->gemm);
-    } else if (s->kind == RT_STEP_COPY) {
+    } else if (s->kind == RT_STEP_COPY || s->kind == RT_STEP_ALLREDUCE) {
       put_ref(w, s->copy.dst);
       put_ref(w, s->copy.src);
       put_u64(w, s->copy.nbytes);

@@ -56,3 +56,4 @@ include tests/dot.mk
 include tests/hf_blocks.mk
 include tests/optim.mk
 include tests/train_cli.mk
+include tests/dist.mk

@@ -478,6 +478,9 @@ static Graph *build_every_op(Ctx *c, bool *covered) {
   ir_set_str(g, n, "kind", "adamw");
   ir_set_float(g, n, "weight_decay", 0.05);
   add(g, n);
+  n = NODE(g, OP_ALLREDUCE_MEAN, x);
+  ir_set_int(g, n, "bucket", 2);
+  add(g, n);
 
   /* A string with every character the printer must escape. */
   param(g, "odd \"name\" with \\ and\nnewline", TY(TY_F32, 1));

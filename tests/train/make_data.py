@@ -35,3 +35,17 @@ y = np.load(os.path.join(here, "data", "target.npy"))
 os.makedirs(os.path.join(here, "alt"), exist_ok=True)
 np.save(os.path.join(here, "alt", "target_i32.npy"), y.astype(np.int32))
 np.save(os.path.join(here, "alt", "target_prob.npy"), np.eye(3, dtype=np.float32)[y])
+# tests/dist_cli.sh's CNN with batchnorm: "half" holds two batches of 4
+# images, "twice" the same with each batch of 4 repeated, so that 2 ranks
+# at a global batch of 8 (each rank the same 4 images, its own batchnorm
+# statistics) must equal one process at batch 4 on "half".
+half = os.path.join(here, "cnnbn", "half")
+twice = os.path.join(here, "cnnbn", "twice")
+os.makedirs(half, exist_ok=True)
+os.makedirs(twice, exist_ok=True)
+x = r.standard_normal((8, 1, 6, 6)).astype(np.float32)
+y = r.integers(0, 3, 8).astype(np.int64)
+np.save(os.path.join(half, "x.npy"), x)
+np.save(os.path.join(half, "target.npy"), y)
+np.save(os.path.join(twice, "x.npy"), np.concatenate([x[:4], x[:4], x[4:], x[4:]]))
+np.save(os.path.join(twice, "target.npy"), np.concatenate([y[:4], y[:4], y[4:], y[4:]]))

@@ -1,0 +1,75 @@
+/* Ranks of a data-parallel job (dist.c): takes the MPI environment that
+ * mpirun or srun sets up and gives each rank its number, the world size
+ * and the collectives `dlcc train` needs (a broadcast from rank 0 and a
+ * mean all-reduce summed in rank order, so every run and every rank
+ * count gives the same bits for the same contributions), each polled
+ * against a deadline and preceded by an exchange of every rank's status,
+ * so that a rank that fails ends every rank with its message instead of
+ * leaving the others waiting.  Without MPI (or outside mpirun) it is a
+ * world of one and every call is local. */
+#ifndef DLCC_DRIVER_DIST_H
+#define DLCC_DRIVER_DIST_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+/* The longest message a failing rank hands to the others. */
+#define DIST_MSG 240
+
+typedef struct Dist {
+  int rank, size;
+  bool mpi;       /* MPI_Init ran here: dist_finish must finalize */
+  double timeout; /* seconds a collective may wait for its peers */
+  /* What the last failed call found: every rank saw the same failure
+   * (peer_failed, so no further exchange is due), or a collective could
+   * not complete (broken: only MPI_Abort ends the job). */
+  bool peer_failed, broken;
+  int failed_rank; /* with peer_failed: the lowest rank that failed */
+  /* All-reduces started and not yet waited for (dist_start). */
+  int n_pending, cap_pending;
+  struct DistPending *pending;
+  /* Seconds, over the whole run: from each round's first start to its
+   * last all-reduce's end as polling saw it (comm), and of that the time
+   * spent in dist_wait (exposed: not hidden behind computation). */
+  double comm_s, exposed_s;
+  double round_start, round_end;
+  char err[DIST_MSG + 64];
+} Dist;
+
+typedef enum {
+  DIST_OK,
+  DIST_PEER_FAILED, /* another rank reported a failure: err names it */
+  DIST_TIMEOUT,     /* a peer never arrived: err says which collective */
+  DIST_ERROR        /* MPI itself failed: err says how */
+} DistStatus;
+
+/* Joins the job when the environment says this process is one rank of
+ * an MPI launch (OMPI_COMM_WORLD_SIZE, PMI_SIZE, PMIX_RANK); else a
+ * world of one.  false, with the reason in d->err, when the environment
+ * asks for ranks and this dlcc has no MPI, or MPI_Init fails. */
+bool dist_init(Dist *d, double timeout);
+/* Every rank sends its status; any failure (the lowest rank's first)
+ * comes back as DIST_PEER_FAILED with "rank R: MSG" in d->err.  A rank
+ * that fails calls this with ok = false and its message, then exits. */
+DistStatus dist_check(Dist *d, bool ok, const char *msg);
+/* Rank 0's bytes to every rank. */
+DistStatus dist_bcast(Dist *d, void *buf, size_t bytes);
+/* x[i] = (sum over r = 0..size-1 in that order of rank r's x[i]) / size,
+ * in f32 on every rank: each rank gathers all contributions and sums
+ * them itself, so the bits do not hang on MPI's reduction order. */
+DistStatus dist_allreduce_mean(Dist *d, float *x, size_t n);
+/* The same in parts: dist_start begins x's all-reduce and returns (x must
+ * stay as it is until dist_wait); dist_progress drives the started ones
+ * (MPI moves a nonblocking collective only inside MPI calls); dist_wait
+ * ends them all, each x then the mean.  The first start after a wait
+ * exchanges the ranks' status. */
+DistStatus dist_start(Dist *d, float *x, size_t n);
+DistStatus dist_progress(Dist *d);
+DistStatus dist_wait(Dist *d);
+/* After a failure or timeout: prints the message and, when a peer may
+ * still be waiting in a collective that can no longer complete, ends the
+ * job with MPI_Abort (after the message, which is the point). */
+void dist_abort(Dist *d, int code);
+void dist_finish(Dist *d);
+
+#endif

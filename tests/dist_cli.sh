@@ -1,0 +1,78 @@
+#!/bin/sh
+# Data-parallel `dlcc train` under mpirun on emu (docs/parallel.md): 2 and
+# 4 ranks equal one process at the same global batch (f32 1e-5), a last
+# partial batch split among the ranks, bit-identical run to run, a CNN
+# with per-rank batchnorm statistics against the one process that sees
+# the same statistics, the refusals, and a rank that fails or vanishes
+# ending every rank with a message naming it.  Skips without mpirun or
+# without MPI in dlcc.
+set -u
+. "${top_srcdir:-.}/tests/clilib.sh"
+dlcc="${top_builddir:-.}/dlcc"
+t="${top_srcdir:-.}/tests/train"
+command -v mpirun >/dev/null 2>&1 || { echo "SKIP: no mpirun (apt-get install openmpi-bin libopenmpi-dev)"; exit 77; }
+# As root (CI's containers) OpenMPI wants both; on 2 cores, oversubscribe.
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+mpi() { timeout 120 mpirun --oversubscribe -np "$@"; }
+if ! mpi 1 "$dlcc" train --help 2>&1 | grep -q -- --dist-timeout; then
+  echo "SKIP: mpirun cannot start dlcc"; exit 77
+fi
+A="$t/tiny.dl --loss=cross_entropy --optimizer=adamw --lr=0.05 --backend=emu --data $t/data --epochs 2"
+
+# f32 values of a safetensors file's data (every tensor, in the file's
+# order; an i64 counter reads as two f32 words, equal when it is), one a line.
+st_values() {
+  hl=$(od -An -t u8 -N 8 "$1" | tr -d ' ')
+  od -An -v -t f4 -j $((8 + hl)) "$1" | tr -s ' ' '\n' | sed '/^$/d'
+}
+# close A B WHAT: the two files' values agree at f32 1e-5.
+close() {
+  st_values "$1" >"$tmp/a.v"; st_values "$2" >"$tmp/b.v"
+  if paste "$tmp/a.v" "$tmp/b.v" | awk '{ d = $1 - $2; if (d < 0) d = -d; m = $1 < 0 ? -$1 : $1
+      if (d > 1e-5 * m + 1e-6) bad++ } END { exit bad > 0 || NR == 0 }'; then ok; else fail "$3: $1 and $2 differ"; fi
+}
+
+# The MLP, 22 samples at a global batch of 8: two full batches and a
+# last one of 6, 3 a rank.
+expect 0 "" "$dlcc" train $A --batch 8 --save "$tmp/one.safetensors"
+expect 0 "" mpi 2 "$dlcc" train $A --batch 8 --save "$tmp/two.safetensors" --log "$tmp/two.jsonl"
+close "$tmp/one.ckpt.safetensors" "$tmp/two.ckpt.safetensors" "2 ranks against one"
+[ "$(grep -c '"step"' "$tmp/two.jsonl")" -eq 6 ] && ok || fail "rank 0's log: $(cat "$tmp/two.jsonl")"
+[ "$(grep -c '^epoch' "$tmp/out")" -eq 2 ] && ok || fail "only rank 0 prints: $(cat "$tmp/out")"
+# Run to run: the same bits.
+expect 0 "" mpi 2 "$dlcc" train $A --batch 8 --save "$tmp/two2.safetensors"
+cmp -s "$tmp/two.ckpt.safetensors" "$tmp/two2.ckpt.safetensors" && ok || fail "2 ranks twice: not bit-identical"
+# 4 ranks, 2 samples each (the last 6 dropped: 6 does not split 4 ways).
+expect 0 "" "$dlcc" train $A --batch 8 --drop-last --save "$tmp/one_d.safetensors"
+expect 0 "" mpi 4 "$dlcc" train $A --batch 8 --drop-last --save "$tmp/four.safetensors"
+close "$tmp/one_d.ckpt.safetensors" "$tmp/four.ckpt.safetensors" "4 ranks against one"
+
+# The CNN with batchnorm: each rank normalizes over its own 4 images
+# (PyTorch DDP).  "twice" repeats each batch of 4, so both ranks see the
+# same images and statistics: one process at batch 4 on "half" is the
+# run that computes the same.
+C="$t/cnnbn.dl --loss=cross_entropy --optimizer=sgd --momentum=0.9 --lr=0.1 --shuffle=false --epochs 2 --backend=emu"
+expect 0 "" "$dlcc" train $C --batch 4 --data "$t/cnnbn/half" --save "$tmp/bn1.safetensors"
+expect 0 "" mpi 2 "$dlcc" train $C --batch 8 --data "$t/cnnbn/twice" --save "$tmp/bn2.safetensors"
+close "$tmp/bn1.ckpt.safetensors" "$tmp/bn2.ckpt.safetensors" "batchnorm per rank"
+
+# Refusals, from every rank.
+expect_sub 1 "dlcc: error: --batch=7 does not divide among 2 ranks: give a multiple of 2" \
+  mpi 2 "$dlcc" train $A --batch 7
+expect_sub 1 "the last batch of 6 samples does not divide among 4 ranks: add --drop-last" \
+  mpi 4 "$dlcc" train $A --batch 8
+expect 1 "dlcc: error: --sync-bn is not built yet: batchnorm keeps each rank's statistics (docs/parallel.md)" \
+  "$dlcc" train $A --batch 8 --sync-bn
+
+# Bad data on rank 1 only: rank 0 stops with rank 1's message.
+mkdir "$tmp/bad"; cp "$t/data/target.npy" "$tmp/bad/"; cp "$t/bad/x_f64.npy" "$tmp/bad/x.npy"
+expect_sub 1 "dlcc: error: rank 0 stops: rank 1: $tmp/bad/x.npy: samples of f64 [4], but the model's input 'x' takes f32 [4] per sample" \
+  mpi 1 "$dlcc" train $A --batch 8 --dist-timeout=30 : -np 1 "$dlcc" train $A --batch 8 --data "$tmp/bad"
+# A rank that leaves early (1 epoch where rank 0 runs 2): rank 0's next
+# all-reduce times out, says so, and ends the job.
+start=$(date +%s)
+expect_sub 1 "dlcc: rank 0: the gradient all-reduce timed out after 2 s waiting for the other ranks" \
+  mpi 1 "$dlcc" train $A --batch 8 --dist-timeout=2 : -np 1 "$dlcc" train $A --batch 8 --epochs 1
+[ $(($(date +%s) - start)) -lt 60 ] && ok || fail "the timeout took $(($(date +%s) - start)) s"
+
+finish dist_cli
