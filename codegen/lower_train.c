@@ -514,9 +514,12 @@ static void lower_optim_update(CgBuild *b, const Node *n) {
 }
 
 bool cg_lower_train(CgBuild *b, const Node *n) {
-  /* Sums in place (embedding_grad) and mixed-precision training need
-   * f32 gradients; halves come with that work. */
-  for (int i = 0; i < n->n_in + n->n_out; i++) {
+  /* The gathers load f16 and bf16 as f32, sum in f32 and round once at
+   * the store.  embedding_grad sums in place in its result and
+   * optim_update writes f32 master weights: the precision pass keeps
+   * both in f32. */
+  bool in_place = n->op == OP_EMBEDDING_GRAD || n->op == OP_OPTIM_UPDATE;
+  for (int i = 0; in_place && i < n->n_in + n->n_out; i++) {
     DType dt = i < n->n_in ? n->in[i]->type.dtype : n->out[i - n->n_in].type.dtype;
     if (dt == TY_F16 || dt == TY_BF16) {
       diag_error(cg_build_ctx(b), n->loc, "codegen does not support %s on %s yet", ir_ops[n->op].name,
