@@ -665,9 +665,13 @@ static int compile(Ctx *c, void *data) {
     t = ctx_stage(c, "loss", t);
   }
   if (o->grad) {
-    if (!pass_autodiff(g, NULL) || !ir_verify(g)) return 1;
+    /* f16 steps scale the loss (api/dlcc.c says why) */
+    OptimSpec spec = o->optim;
+    spec.loss_scaling = o->optimize && o->passes.precision == TY_F16;
+    AutodiffOptions ado = {.loss_scale = spec.loss_scaling};
+    if (!pass_autodiff(g, &ado) || !ir_verify(g)) return 1;
     t = ctx_stage(c, "autodiff", t);
-    if (o->optimize && (!pass_append_optimizer(g, &o->optim) || !ir_verify(g))) return 1;
+    if (o->optimize && (!pass_append_optimizer(g, &spec) || !ir_verify(g))) return 1;
   }
   if (!run_passes(c, job, g)) return 1;
   t = ctx_stage(c, "passes", t);
