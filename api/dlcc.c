@@ -272,7 +272,8 @@ have_graph:
     if (!pass_append_optimizer(g, &spec) || !ir_verify(g)) return 1;
   }
   int level = job->opt ? job->opt->opt_level : 0;
-  PassOptions po = {.opt_level = level == DLC_O0 ? 0 : level == 0 ? 2 : level};
+  PassOptions po = {.opt_level = level == DLC_O0 ? 0 : level == 0 ? 2 : level,
+                    .recompute = job->opt && job->opt->grad ? job->opt->recompute : NULL};
   const char *prec = job->opt ? job->opt->precision : NULL;
   if (prec && (!ir_dtype_from_name(prec, &po.precision) ||
                (po.precision != TY_F32 && po.precision != TY_F16 && po.precision != TY_BF16))) {

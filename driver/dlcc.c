@@ -111,7 +111,10 @@ static const char usage[] =
     "                     and the training-mode state updates (docs/training.md)\n"
     "  --optimizer=NAME   with --grad: the whole step, sgd, adam or adamw with PyTorch's\n"
     "                     defaults, updating every parameter; the learning rate is\n"
-    "                     the input dlcc.lr\n";
+    "                     the input dlcc.lr\n"
+    "  --recompute[=SCOPE,...]  with --grad: activation checkpointing, the forward of\n"
+    "                     each residual block (or of the `as` scopes named) computed\n"
+    "                     again in the backward instead of kept (docs/training.md)\n";
 
 /* After driver_quant_usage. */
 static const char usage_library[] =
@@ -198,6 +201,10 @@ int driver_pass_option(const char *arg, PassOptions *po) {
       return -1;
     }
     po->precision = t;
+    return 1;
+  }
+  if (strcmp(arg, "--recompute") == 0 || strncmp(arg, "--recompute=", 12) == 0) {
+    po->recompute = arg[11] ? arg + 12 : "";
     return 1;
   }
   if (strncmp(arg, "--unroll=", 9) == 0)
@@ -451,6 +458,10 @@ static int parse_args(int argc, char **argv, Options *o) {
   }
   if (!o->input) {
     fputs("dlcc: error: no input file (see dlcc --help)\n", stderr);
+    return 1;
+  }
+  if (o->passes.recompute && !o->grad) {
+    fputs("dlcc: error: --recompute needs --grad (a training step)\n", stderr);
     return 1;
   }
   if (o->optimize && !o->grad) {
