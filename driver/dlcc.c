@@ -489,6 +489,47 @@ static void print_summary(FILE *f, const char *path, Graph *g) {
           g->n_outputs == 1 ? "" : "s");
 }
 
+/* The step where the most arena bytes are live and the largest buffers
+ * live there, by their label in the plan (%N, the value's number): what
+ * holds the peak. */
+static void print_peak(FILE *f, const CgResult *cg) {
+  int steps = 0;
+  for (int k = 0; k < cg->n_buffers; k++) steps = cg->buffers[k].upper > steps ? cg->buffers[k].upper : steps;
+  uint64_t *live = calloc((size_t)steps + 1, sizeof *live);
+  int *top = calloc((size_t)cg->n_buffers + 1, sizeof *top);
+  if (!live || !top) {
+    free(live), free(top);
+    return;
+  }
+  /* extents as the planner counts them (256-byte alignment); a buffer
+   * that takes over another's bytes counts from the step after */
+  for (int k = 0; k < cg->n_buffers; k++) {
+    const CgBuffer *b = &cg->buffers[k];
+    for (int s = b->lower + (b->inplace_of >= 0); s < b->upper; s++) live[s] += (b->nbytes + 255) / 256 * 256;
+  }
+  int peak = 0;
+  for (int s = 1; s < steps; s++) peak = live[s] > live[peak] ? s : peak;
+  int n = 0;
+  for (int k = 0; k < cg->n_buffers; k++) {
+    const CgBuffer *b = &cg->buffers[k];
+    if (b->nbytes && b->lower + (b->inplace_of >= 0) <= peak && peak < b->upper) top[n++] = k;
+  }
+  /* largest first, by selection: a handful are printed */
+  fprintf(f, "%10" PRIu64 " memplan: bytes live at the peak (step %d of %d), %d buffers; the largest:\n",
+          steps ? live[peak] : 0, peak, steps, n);
+  for (int shown = 0; shown < 5 && shown < n; shown++) {
+    int best = shown;
+    for (int j = shown + 1; j < n; j++)
+      if (cg->buffers[top[j]].nbytes > cg->buffers[top[best]].nbytes) best = j;
+    int t = top[shown];
+    top[shown] = top[best], top[best] = t;
+    const CgBuffer *b = &cg->buffers[top[shown]];
+    fprintf(f, "%10" PRIu64 "   %s (live over steps %d..%d)\n", b->nbytes, b->what ? b->what : "?", b->lower,
+            b->upper - 1);
+  }
+  free(live), free(top);
+}
+
 /* What codegen made of the optimized graph, after the passes' stats. */
 static void print_plan_stats(FILE *f, const CgResult *cg) {
   const RtPlan *p = cg->plan;
@@ -507,6 +548,7 @@ static void print_plan_stats(FILE *f, const CgResult *cg) {
   fprintf(f, "%10.3f memplan: arena / lower bound\n", (double)p->arena_bytes / lb);
   fprintf(f, "%10.3f memplan: naive / arena\n",
           p->arena_bytes ? (double)cg->naive_bytes / (double)p->arena_bytes : 1.0);
+  print_peak(f, cg);
   fprintf(f, "%10d memplan: outputs written in place\n", cg->n_inplace);
   fprintf(f, "%10s memplan: heuristic %s\n", "", cg->memplan ? cg->memplan : "none");
   cg_print_cost_stats(f, cg, 5);
