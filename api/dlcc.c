@@ -261,13 +261,21 @@ have_graph:
                          job->train->has_target_type ? &job->train->target_type : NULL) ||
        !ir_verify(g)))
     return 1;
-  if (job->opt && job->opt->grad && (!pass_autodiff(g, NULL) || !ir_verify(g))) return 1;
+  /* f16 training steps scale the loss (GradScaler); bf16 has f32's
+   * range and needs none, nor do gradients without an optimizer. */
+  bool loss_scaling = job->opt && job->opt->optimizer && job->opt->precision &&
+                      strcmp(job->opt->precision, "f16") == 0;
+  AutodiffOptions ado = {.loss_scale = loss_scaling};
+  if (job->opt && job->opt->grad && (!pass_autodiff(g, &ado) || !ir_verify(g))) return 1;
   if (job->opt && job->opt->optimizer) {
     OptimSpec spec;
-    if (!optim_spec_from_api(c, job->opt, &spec) || !pass_append_optimizer(g, &spec) || !ir_verify(g)) return 1;
+    if (!optim_spec_from_api(c, job->opt, &spec)) return 1;
+    spec.loss_scaling = loss_scaling;
+    if (!pass_append_optimizer(g, &spec) || !ir_verify(g)) return 1;
   }
   int level = job->opt ? job->opt->opt_level : 0;
-  PassOptions po = {.opt_level = level == DLC_O0 ? 0 : level == 0 ? 2 : level};
+  PassOptions po = {.opt_level = level == DLC_O0 ? 0 : level == 0 ? 2 : level,
+                    .recompute = job->opt && job->opt->grad ? job->opt->recompute : NULL};
   const char *prec = job->opt ? job->opt->precision : NULL;
   if (prec && (!ir_dtype_from_name(prec, &po.precision) ||
                (po.precision != TY_F32 && po.precision != TY_F16 && po.precision != TY_BF16))) {

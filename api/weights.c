@@ -174,7 +174,8 @@ static bool bind(Graph *g, const char *path, TensorMap *out, Sink *sink) {
     const RtTensor *in_file = rt_tensor_set_find(&set, name);
     if (!in_file && strncmp(name, "dlcc.", 5) == 0) {
       /* Training state (dropout's dlcc.seed, dlcc.step: docs/training.md)
-       * that a PyTorch state_dict never holds: it starts at 0. */
+       * that a PyTorch state_dict never holds: it starts at 0 (the loss
+       * scale at its fill). */
       found[p] = true;
       char *copy = strdup(name);
       Tensor *z = &out->tensors[out->n];
@@ -184,6 +185,8 @@ static bool bind(Graph *g, const char *path, TensorMap *out, Sink *sink) {
         continue;
       }
       out->names[out->n++] = copy;
+      double start = ir_state_start(n);
+      for (int64_t i = 0, count = ir_type_numel(want); start != 0 && i < count; i++) ir_tensor_set(z, i, start);
       continue;
     }
     if (!in_file) {

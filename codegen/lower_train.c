@@ -425,6 +425,7 @@ typedef struct Optim {
   const Node *const *batch;
   const int64_t *offset; /* segment j's first element; offset[n] the total */
   KExpr *lr, *t, *scale;
+  KExpr *finite; /* skip_nonfinite: whether the scale is finite; NULL: no skipping */
 } Optim;
 
 static KExpr *scalar_of(CgBuild *b, Kernel *k, const Value *v, const char *name) {
@@ -435,6 +436,13 @@ static KExpr *scalar_of(CgBuild *b, Kernel *k, const Value *v, const char *name)
 
 static KExpr *f32(Kernel *k, double v) { return cg_kimm(k, v, TY_F32); }
 static KExpr *fop(Kernel *k, OpKind op, KExpr *a, KExpr *b) { return cg_kop2(k, op, a, b); }
+
+/* Stores value at ix of out, or under skip_nonfinite with a scale that
+ * is not finite (GradScaler's skipped step) what operand `old` holds. */
+static void put(Optim *o, KBlock *blk, KBuf *out, const Value *old, const char *stem, KExpr *ix, KExpr *value) {
+  if (o->finite) value = cg_ksel(o->k, o->finite, value, cg_kload(o->k, buf_of(o->b, o->k, old, stem), ix));
+  cg_kstore(o->k, blk, out, ix, value);
+}
 
 /* Segment j's element at ix: ops.def's rule for optim_update, operation
  * by operation as ir/train_ops.c computes it. */
@@ -456,12 +464,13 @@ static void optim_segment(Optim *o, KBlock *blk, int j, KExpr *ix) {
       KExpr *later = fop(k, OP_ADD, fop(k, OP_MUL, old, f32(k, mom)),
                          fop(k, OP_MUL, cg_kv(k, g), f32(k, 1 - ir_attr_float(n, "dampening"))));
       KVar *buf = let(k, blk, "buf", cg_ksel(k, cg_kcmp(k, KC_LE, o->t, f32(k, 1)), cg_kv(k, g), later));
-      cg_kstore(k, blk, BUF(&n->out[1], "s_out"), ix, cg_kv(k, buf));
+      put(o, blk, BUF(&n->out[1], "s_out"), n->in[5], arena_printf(a, "s%d", j), ix, cg_kv(k, buf));
       KExpr *d = ir_attr_int(n, "nesterov") ? fop(k, OP_ADD, cg_kv(k, g), fop(k, OP_MUL, cg_kv(k, buf), f32(k, mom)))
                                             : cg_kv(k, buf);
       cg_kset(k, blk, g, d);
     }
-    cg_kstore(k, blk, BUF(&n->out[0], "p_out"), ix, fop(k, OP_SUB, cg_kv(k, p), fop(k, OP_MUL, cg_kv(k, g), o->lr)));
+    put(o, blk, BUF(&n->out[0], "p_out"), n->in[0], arena_printf(a, "p%d", j), ix,
+        fop(k, OP_SUB, cg_kv(k, p), fop(k, OP_MUL, cg_kv(k, g), o->lr)));
     return;
   }
   if (wd != 0 && strcmp(kind, "adamw") == 0)
@@ -474,14 +483,14 @@ static void optim_segment(Optim *o, KBlock *blk, int j, KExpr *ix) {
   KExpr *v = fop(k, OP_ADD, fop(k, OP_MUL, cg_kload(k, BUF(n->in[6], "v"), ix), f32(k, b2)),
                  fop(k, OP_MUL, gg, f32(k, 1 - b2)));
   KVar *vv = let(k, blk, "v", v);
-  cg_kstore(k, blk, BUF(&n->out[1], "m_out"), ix, cg_kv(k, mv));
-  cg_kstore(k, blk, BUF(&n->out[2], "v_out"), ix, cg_kv(k, vv));
+  put(o, blk, BUF(&n->out[1], "m_out"), n->in[5], arena_printf(a, "m%d", j), ix, cg_kv(k, mv));
+  put(o, blk, BUF(&n->out[2], "v_out"), n->in[6], arena_printf(a, "v%d", j), ix, cg_kv(k, vv));
   KExpr *bc1 = fop(k, OP_SUB, f32(k, 1), fop(k, OP_POW, f32(k, b1), o->t));
   KExpr *bc2 = fop(k, OP_SUB, f32(k, 1), fop(k, OP_POW, f32(k, b2), o->t));
   KExpr *denom = fop(k, OP_ADD, fop(k, OP_DIV, cg_kop1(k, OP_SQRT, cg_kv(k, vv)), cg_kop1(k, OP_SQRT, bc2)),
                      f32(k, ir_attr_float(n, "eps")));
   KExpr *step = fop(k, OP_MUL, fop(k, OP_DIV, cg_kv(k, mv), denom), fop(k, OP_DIV, o->lr, bc1));
-  cg_kstore(k, blk, BUF(&n->out[0], "p_out"), ix, fop(k, OP_SUB, cg_kv(k, p), step));
+  put(o, blk, BUF(&n->out[0], "p_out"), n->in[0], arena_printf(a, "p%d", j), ix, fop(k, OP_SUB, cg_kv(k, p), step));
 #undef BUF
 }
 
@@ -513,14 +522,20 @@ static void lower_optim_update(CgBuild *b, const Node *n) {
   o.lr = scalar_of(b, k, n->in[2], "lr");
   o.t = scalar_of(b, k, n->in[3], "t");
   o.scale = scalar_of(b, k, n->in[4], "scale");
+  /* scale - scale is 0 for a finite scale, NaN for inf or NaN */
+  if (ir_attr_int(n, "skip_nonfinite"))
+    o.finite = cg_kcmp(k, KC_EQ, fop(k, OP_SUB, o.scale, o.scale), f32(k, 0));
   if (offset[count]) optim_segments(&o, body, i, 0, count);
   cg_launch(b, k);
 }
 
 bool cg_lower_train(CgBuild *b, const Node *n) {
-  /* Sums in place (embedding_grad) and mixed-precision training need
-   * f32 gradients; halves come with that work. */
-  for (int i = 0; i < n->n_in + n->n_out; i++) {
+  /* The gathers load f16 and bf16 as f32, sum in f32 and round once at
+   * the store.  embedding_grad sums in place in its result and
+   * optim_update writes f32 master weights: the precision pass keeps
+   * both in f32. */
+  bool in_place = n->op == OP_EMBEDDING_GRAD || n->op == OP_OPTIM_UPDATE;
+  for (int i = 0; in_place && i < n->n_in + n->n_out; i++) {
     DType dt = i < n->n_in ? n->in[i]->type.dtype : n->out[i - n->n_in].type.dtype;
     if (dt == TY_F16 || dt == TY_BF16) {
       diag_error(cg_build_ctx(b), n->loc, "codegen does not support %s on %s yet", ir_ops[n->op].name,

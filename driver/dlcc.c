@@ -114,7 +114,10 @@ static const char usage[] =
     "                     defaults, updating every parameter; the learning rate is\n"
     "                     the input dlcc.lr\n"
     "  --data-parallel    with --optimizer: each gradient averaged over the ranks\n"
-    "                     before the update, as under mpirun (docs/parallel.md)\n";
+    "                     before the update, as under mpirun (docs/parallel.md)\n"
+    "  --recompute[=SCOPE,...]  with --grad: activation checkpointing, the forward of\n"
+    "                     each residual block (or of the `as` scopes named) computed\n"
+    "                     again in the backward instead of kept (docs/training.md)\n";
 
 /* After driver_quant_usage. */
 static const char usage_library[] =
@@ -201,6 +204,10 @@ int driver_pass_option(const char *arg, PassOptions *po) {
       return -1;
     }
     po->precision = t;
+    return 1;
+  }
+  if (strcmp(arg, "--recompute") == 0 || strncmp(arg, "--recompute=", 12) == 0) {
+    po->recompute = arg[11] ? arg + 12 : "";
     return 1;
   }
   if (strncmp(arg, "--unroll=", 9) == 0)
@@ -458,6 +465,10 @@ static int parse_args(int argc, char **argv, Options *o) {
     fputs("dlcc: error: no input file (see dlcc --help)\n", stderr);
     return 1;
   }
+  if (o->passes.recompute && !o->grad) {
+    fputs("dlcc: error: --recompute needs --grad (a training step)\n", stderr);
+    return 1;
+  }
   if (o->optimize && !o->grad) {
     fputs("dlcc: error: --optimizer needs --grad (a training step)\n", stderr);
     return 1;
@@ -487,6 +498,47 @@ static void print_summary(FILE *f, const char *path, Graph *g) {
           g->n_outputs == 1 ? "" : "s");
 }
 
+/* The step where the most arena bytes are live and the largest buffers
+ * live there, by their label in the plan (%N, the value's number): what
+ * holds the peak. */
+static void print_peak(FILE *f, const CgResult *cg) {
+  int steps = 0;
+  for (int k = 0; k < cg->n_buffers; k++) steps = cg->buffers[k].upper > steps ? cg->buffers[k].upper : steps;
+  uint64_t *live = calloc((size_t)steps + 1, sizeof *live);
+  int *top = calloc((size_t)cg->n_buffers + 1, sizeof *top);
+  if (!live || !top) {
+    free(live), free(top);
+    return;
+  }
+  /* extents as the planner counts them (256-byte alignment); a buffer
+   * that takes over another's bytes counts from the step after */
+  for (int k = 0; k < cg->n_buffers; k++) {
+    const CgBuffer *b = &cg->buffers[k];
+    for (int s = b->lower + (b->inplace_of >= 0); s < b->upper; s++) live[s] += (b->nbytes + 255) / 256 * 256;
+  }
+  int peak = 0;
+  for (int s = 1; s < steps; s++) peak = live[s] > live[peak] ? s : peak;
+  int n = 0;
+  for (int k = 0; k < cg->n_buffers; k++) {
+    const CgBuffer *b = &cg->buffers[k];
+    if (b->nbytes && b->lower + (b->inplace_of >= 0) <= peak && peak < b->upper) top[n++] = k;
+  }
+  /* largest first, by selection: a handful are printed */
+  fprintf(f, "%10" PRIu64 " memplan: bytes live at the peak (step %d of %d), %d buffers; the largest:\n",
+          steps ? live[peak] : 0, peak, steps, n);
+  for (int shown = 0; shown < 5 && shown < n; shown++) {
+    int best = shown;
+    for (int j = shown + 1; j < n; j++)
+      if (cg->buffers[top[j]].nbytes > cg->buffers[top[best]].nbytes) best = j;
+    int t = top[shown];
+    top[shown] = top[best], top[best] = t;
+    const CgBuffer *b = &cg->buffers[top[shown]];
+    fprintf(f, "%10" PRIu64 "   %s (live over steps %d..%d)\n", b->nbytes, b->what ? b->what : "?", b->lower,
+            b->upper - 1);
+  }
+  free(live), free(top);
+}
+
 /* What codegen made of the optimized graph, after the passes' stats. */
 static void print_plan_stats(FILE *f, const CgResult *cg) {
   const RtPlan *p = cg->plan;
@@ -505,6 +557,7 @@ static void print_plan_stats(FILE *f, const CgResult *cg) {
   fprintf(f, "%10.3f memplan: arena / lower bound\n", (double)p->arena_bytes / lb);
   fprintf(f, "%10.3f memplan: naive / arena\n",
           p->arena_bytes ? (double)cg->naive_bytes / (double)p->arena_bytes : 1.0);
+  print_peak(f, cg);
   fprintf(f, "%10d memplan: outputs written in place\n", cg->n_inplace);
   fprintf(f, "%10s memplan: heuristic %s\n", "", cg->memplan ? cg->memplan : "none");
   cg_print_cost_stats(f, cg, 5);
@@ -674,11 +727,14 @@ static int compile(Ctx *c, void *data) {
     t = ctx_stage(c, "loss", t);
   }
   if (o->grad) {
-    if (!pass_autodiff(g, NULL) || !ir_verify(g)) return 1;
+    /* f16 steps scale the loss (api/dlcc.c says why) */
+    OptimSpec spec = o->optim;
+    spec.loss_scaling = o->optimize && o->passes.precision == TY_F16;
+    AutodiffOptions ado = {.loss_scale = spec.loss_scaling};
+    if (!pass_autodiff(g, &ado) || !ir_verify(g)) return 1;
     t = ctx_stage(c, "autodiff", t);
-    OptimSpec optim = o->optim;
-    optim.data_parallel = o->data_parallel;
-    if (o->optimize && (!pass_append_optimizer(g, &optim) || !ir_verify(g))) return 1;
+    spec.data_parallel = o->data_parallel;
+    if (o->optimize && (!pass_append_optimizer(g, &spec) || !ir_verify(g))) return 1;
   }
   if (!run_passes(c, job, g)) return 1;
   t = ctx_stage(c, "passes", t);

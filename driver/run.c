@@ -84,6 +84,7 @@ static const char run_usage[] =
     "  --precision=P       f32 (default), f16 or bf16, as for dlcc\n"
     "  --tf32              f32 convolutions on tensor cores, as for dlcc\n"
     "  --grad              run the gradients of a training step instead, as for dlcc\n"
+    "  --recompute[=SCOPE,...]  with --grad: activation checkpointing, as for dlcc\n"
     "\n"
     "int8, as for dlcc (calibration uses the weights the run binds: --weights, an\n"
     ".onnx model's own, or the random ones from --seed):\n";
@@ -186,6 +187,8 @@ static int parse_run_args(int argc, char **argv, RunOptions *o) {
       o->api.tf32 = 1;
     } else if (strcmp(a, "--grad") == 0) {
       o->api.grad = 1;
+    } else if (strcmp(a, "--recompute") == 0 || strncmp(a, "--recompute=", 12) == 0) {
+      o->api.recompute = a[11] ? a + 12 : "";
     } else if ((v = flag_value(argc, argv, &i, "--model"))) {
       o->api.model = v;
     } else if (strncmp(a, "-D", 2) == 0) {

@@ -70,6 +70,7 @@ static const char train_usage[] =
     "  --resume=CKPT         continue from a checkpoint exactly\n"
     "  --log=FILE.jsonl      one JSON object per step (epoch, step, loss, lr)\n"
     "  --backend=B --precision=P -O0/-O1/-O2 -D NAME=VALUE --model=NAME   as for dlcc run\n"
+    "  --recompute[=SCOPE,...]  activation checkpointing, as for dlcc (docs/training.md)\n"
     "\n"
     "Under mpirun or srun each rank trains on its share of every global --batch and the\n"
     "gradients are averaged across ranks (docs/parallel.md):\n"
@@ -199,6 +200,8 @@ static int parse_one(int argc, char **argv, int *i, TrainArgs *o) {
     o->defines[o->api.n_defines++] = (dlc_define){d.name, d.value};
   } else if (a[0] == '-' && a[1] == 'O' && a[2] >= '0' && a[2] <= '2' && !a[3]) {
     o->api.opt_level = a[2] == '0' ? DLC_O0 : a[2] - '0';
+  } else if (strcmp(a, "--recompute") == 0 || strncmp(a, "--recompute=", 12) == 0) {
+    o->api.recompute = a[11] ? a + 12 : "";
   } else if (a[0] == '-') {
     fprintf(stderr, "dlcc: error: unknown option '%s' for train (see dlcc train --help)\n", a);
     return 1;

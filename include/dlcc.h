@@ -170,6 +170,11 @@ typedef struct dlc_options {
    * each run instead of replaying a captured CUDA graph (the emu's
    * recording likewise); for debugging.  DLCC_NO_GRAPHS=1 does the same. */
   int no_graphs;
+  /* With grad, as dlcc's --recompute (activation checkpointing,
+   * docs/training.md): "" recomputes the automatic segments in the
+   * backward, "SCOPE,..." the forward of those `as` scopes; NULL keeps
+   * every activation.  Needs opt_level 2 (the default). */
+  const char *recompute;
 } dlc_options;
 
 enum { DLC_O0 = -1 };

@@ -129,10 +129,13 @@ typedef enum {
  * Integer params get uniform integers in [-4, 4], except fill(v) (exact,
  * saturated), "ones" and "zeros" (exact).  Params named "dlcc.*" (the
  * training state: step counters, optimizer state) are 0 whatever their
- * init, as api/weights.c starts them when a file lacks them.  False with a message in err for
+ * init but fill(v), as api/weights.c starts them when a file lacks them.  False with a message in err for
  * an unknown init text or two params of one name with different types. */
 bool ir_init_params(Graph *g, uint64_t seed, IrInitMode mode, TensorMap *out, char *err,
                     size_t errlen);
+/* Where a training-state param ("dlcc.*") starts when no file gives it:
+ * its init fill(v) (the loss scale's 65536), else 0. */
+double ir_state_start(const Node *param);
 
 /* resize's source coordinate along an axis of in pixels for output d of
  * out (eval.c): half-pixel, clamped at 0, or with align the corners. */

@@ -93,6 +93,13 @@ static void fill_param(Tensor *t, InitKind kind, double arg, IrInitMode mode, ui
   }
 }
 
+double ir_state_start(const Node *param) {
+  const Attr *init = ir_attr(param, "init");
+  double v;
+  if (init && init->kind == AK_STR && parse_call(init->s, "fill", &v)) return v;
+  return 0;
+}
+
 bool ir_init_params(Graph *g, uint64_t seed, IrInitMode mode, TensorMap *out, char *err,
                     size_t errlen) {
   int cap = 0;
@@ -164,8 +171,9 @@ bool ir_init_params(Graph *g, uint64_t seed, IrInitMode mode, TensorMap *out, ch
     uint64_t state = seed ^ fnv1a(name);
     splitmix64(&state); /* decorrelate nearby seeds before the first draw */
     /* Training state (dlcc.step, dlcc.optim.*: docs/training.md) starts
-     * at 0 in every mode, as from a weights file that lacks it. */
-    if (strncmp(name, "dlcc.", 5) != 0) fill_param(t, kind, arg, mode, state);
+     * at 0 in every mode, or at its fill(v) (dlcc.amp.scale), as from a
+     * weights file that lacks it. */
+    if (strncmp(name, "dlcc.", 5) != 0 || kind == INIT_FILL) fill_param(t, kind, arg, mode, state);
   }
   ir_tensor_map_index_free(&ix);
   free(nodes), free(names);

@@ -234,7 +234,15 @@ static void eval_optim_update(const Node *n, Tensor *const *in, Tensor *out) {
   bool nesterov = ir_attr_int(n, "nesterov"), adam = strcmp(kind, "sgd") != 0;
   float decay = 1 - lr * wd, step_size = lr / (1 - powf(b1, t)), bc2_sqrt = sqrtf(1 - powf(b2, t));
   float *np = out[0].data, *s1 = out[1].data, *s2 = out[2].data;
-  for (int64_t i = 0, count = ir_type_numel(&in[0]->type); i < count; i++) {
+  int64_t count = ir_type_numel(&in[0]->type);
+  if (ir_attr_int(n, "skip_nonfinite") && !isfinite(scale)) {
+    /* GradScaler's skipped step: the param and its state as they were. */
+    memcpy(np, p, (size_t)count * sizeof *np);
+    if (n->n_in > 5) memcpy(s1, in[5]->data, (size_t)count * sizeof *s1);
+    if (n->n_in > 6) memcpy(s2, in[6]->data, (size_t)count * sizeof *s2);
+    return;
+  }
+  for (int64_t i = 0; i < count; i++) {
     float pi = p[i], gi = g[i] * scale;
     if (!adam) {
       if (wd != 0) gi = gi + wd * pi;

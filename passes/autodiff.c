@@ -215,13 +215,30 @@ bool pass_autodiff(Graph *g, const AutodiffOptions *o) {
   }
 
   Node *last_forward = g->last;
-  Node *seed = ir_node_new(g, OP_CONST, 0, NULL, loss->def->loc);
-  ir_set_float(g, seed, "value", 1);
-  ir_declare(seed, &loss->type);
-  ir_append(g, seed);
-  ad.grad[loss->id] = &seed->out[0];
+  if (o->loss_scale && loss->type.dtype == TY_F32) {
+    TensorType scalar = {.dtype = TY_F32};
+    Node *scale = ir_source(g, OP_PARAM, &scalar, AMP_SCALE_PARAM, loss->def->loc);
+    ir_set_str(g, scale, "init", AMP_INIT_SCALE);
+    Value *s = &scale->out[0];
+    ad.grad[loss->id] = ir_grad_reshape(g, loss->def->loc, s, loss->type.rank, loss->type.dims);
+  } else {
+    Node *seed = ir_node_new(g, OP_CONST, 0, NULL, loss->def->loc);
+    ir_set_float(g, seed, "value", 1);
+    ir_declare(seed, &loss->type);
+    ir_append(g, seed);
+    ad.grad[loss->id] = &seed->out[0];
+  }
   for (Node *n = last_forward; n; n = n->prev) backward_node(&ad, n);
   if (ad.failed) return false;
+  /* The scaled seed (65536) is inf in f16: the backward's one-element
+   * values next to the loss stay f32 under --precision, as the loss's
+   * do under PyTorch's autocast, so the scale reaches f16 only divided
+   * over a batch. */
+  for (Node *n = o->loss_scale ? last_forward->next : NULL; n; n = n->next) {
+    bool scalar = n->n_out > 0;
+    for (int k = 0; k < n->n_out; k++) scalar &= ir_type_numel(&n->out[k].type) == 1;
+    n->keep_f32 |= scalar;
+  }
 
   /* The step's own outputs, the gradients, then the state updates. */
   int n_out = g->n_outputs, total = n_out + n_params, k = 0;

@@ -14,7 +14,16 @@ typedef struct AutodiffOptions {
    * statistics and leaves them alone (fine-tuning with frozen
    * statistics).  false, the default, lowers to training mode. */
   bool inference;
+  /* Dynamic loss scaling (f16 training, docs/training.md): the backward
+   * is seeded with the f32 param AMP_SCALE_PARAM (init fill(65536))
+   * instead of 1, so every gradient comes out multiplied by it; the
+   * optimizer (passes/optim.c) unscales them and updates the scale. */
+  bool loss_scale;
 } AutodiffOptions;
+
+#define AMP_SCALE_PARAM "dlcc.amp.scale"
+#define AMP_GROWTH_PARAM "dlcc.amp.growth_tracker"
+#define AMP_INIT_SCALE "fill(65536)"
 
 /* Rewrites g (verified) into a graph with the same outputs followed by
  * NAME.grad for every trainable param the loss depends on, in graph

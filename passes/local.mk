@@ -11,6 +11,7 @@ libdlcc_core_la_SOURCES += \
 	passes/attention.c \
 	passes/precision.c \
 	passes/quantize.c \
+	passes/recompute.c \
 	passes/remat.c \
 	passes/fuse.c \
 	passes/autodiff.c passes/autodiff.h \

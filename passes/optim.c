@@ -9,6 +9,7 @@
 
 #include "ir/grad.h"
 #include "pass.h"
+#include "passes/autodiff.h"
 #include "passes/optim.h"
 
 OptimSpec optim_spec_default(OptimKind kind) {
@@ -36,7 +37,8 @@ typedef struct Step {
   SrcLoc at;
   Value *lr;    /* dlcc.lr */
   Value *step1; /* dlcc.optim.step + 1: this step's number, from 1 */
-  Value *scale; /* the gradients' scale: clip_grad_norm's, or 1 */
+  Value *scale; /* the gradients' scale: clip_grad_norm's, or 1; times 1 / the loss scale */
+  Value *found_inf; /* loss scaling: bool, a gradient holds inf or NaN; else NULL */
   /* The outputs the step gains: updates of params and of their state. */
   int n_new;
   Value **new_values;
@@ -84,6 +86,7 @@ static void update(Step *s, const char *name, Value *p, Value *grad) {
   ir_set_float(s->g, n, "dampening", o->kind == OPTIM_SGD ? o->dampening : 0);
   ir_set_int(s->g, n, "nesterov", o->kind == OPTIM_SGD && o->nesterov);
   ir_set_float(s->g, n, "weight_decay", o->weight_decay);
+  if (s->found_inf) ir_set_int(s->g, n, "skip_nonfinite", 1);
   if (o->kind != OPTIM_SGD) {
     ir_set_float(s->g, n, "beta1", o->beta1);
     ir_set_float(s->g, n, "beta2", o->beta2);
@@ -130,22 +133,71 @@ static Value *all_reduce(Graph *g, Value *grad, int bucket) {
   return &n->out[0];
 }
 
-/* The shared scalars of this step, built once before any param's. */
+/* Zero when every element of every gradient is finite, else NaN. */
+static Value *nonfinite(Step *s, int n_grads, Value *const *grads) {
+  Value *z = NULL;
+  for (int i = 0; i < n_grads; i++) {
+    Value *zi = op2(s, OP_MUL, grads[i], num(s, 0)); /* inf * 0 and NaN * 0: NaN */
+    int64_t axes[DL_MAX_RANK];
+    for (int d = 0; d < zi->type.rank; d++) axes[d] = d;
+    if (zi->type.rank) zi = ir_grad_sum(s->g, s->at, zi, zi->type.rank, axes, false);
+    z = z ? op2(s, OP_ADD, z, zi) : zi;
+  }
+  return z;
+}
+
+/* The shared scalars of this step, built once before any param's.
+ * Under loss scaling the gradients are the loss scale S times the
+ * true ones: 1 / S (exact, S a power of 2) joins the scale the update
+ * multiplies them by, so unscaling costs no pass over them, and the
+ * clip's norm is that of the scaled gradients over S, which is exactly
+ * the norm of the unscaled ones for the same reason. */
 static void shared(Step *s, Value *step, int n_grads, Value *const *grads) {
   const OptimSpec *o = s->o;
   TensorType scalar = {.dtype = TY_F32};
   s->lr = &ir_source(s->g, OP_INPUT, &scalar, OPTIM_LR_INPUT, s->at)->out[0];
   s->step1 = op2(s, OP_ADD, step, num(s, 1));
   s->scale = num(s, 1);
+  Value *inv = NULL, *z = NULL;
+  if (o->loss_scaling) {
+    inv = op2(s, OP_DIV, num(s, 1), &find_param(s->g, AMP_SCALE_PARAM)->out[0]);
+    z = nonfinite(s, n_grads, grads);
+    s->found_inf = op1(s, OP_ISNAN, z);
+  }
   if (o->clip_grad_norm > 0) {
     Value *total = NULL;
     for (int i = 0; i < n_grads; i++) {
       Value *sq = sum_of_squares(s, grads[i]);
       total = total ? op2(s, OP_ADD, total, sq) : sq;
     }
-    Value *norm = op2(s, OP_ADD, op1(s, OP_SQRT, total), num(s, 1e-6));
+    Value *norm = op1(s, OP_SQRT, total);
+    if (inv) norm = op2(s, OP_MUL, norm, inv);
+    norm = op2(s, OP_ADD, norm, num(s, 1e-6));
     s->scale = op2(s, OP_MINIMUM, op2(s, OP_DIV, num(s, o->clip_grad_norm), norm), num(s, 1));
   }
+  /* The update skips its step when its scale is not finite
+   * (optim_update's skip_nonfinite): z makes it NaN. */
+  if (inv) s->scale = op2(s, OP_ADD, op2(s, OP_MUL, s->scale, inv), z);
+}
+
+/* GradScaler.update: the new loss scale and count of clean steps. */
+static void update_scale(Step *s) {
+  Graph *g = s->g;
+  TensorType scalar = {.dtype = TY_F32};
+  Value *scale = &find_param(g, AMP_SCALE_PARAM)->out[0];
+  Node *tracker = ir_source(g, OP_PARAM, &scalar, AMP_GROWTH_PARAM, s->at);
+  ir_set_str(g, tracker, "init", "zeros");
+  Value *clean = op2(s, OP_ADD, &tracker->out[0], num(s, 1));
+  Value *grow = op2(s, OP_GREATER_EQUAL, clean, num(s, AMP_GROWTH_INTERVAL));
+  Value *grown = op2(s, OP_MUL, scale, num(s, 2));
+  /* torch._amp_update_scale_ grows only to a finite scale */
+  Value *in[3] = {op1(s, OP_ISINF, grown), scale, grown};
+  grown = ir_grad_op(g, s->at, OP_WHERE, 3, in);
+  Value *kept[3] = {grow, grown, scale};
+  Value *halved[3] = {s->found_inf, op2(s, OP_MUL, scale, num(s, 0.5)), ir_grad_op(g, s->at, OP_WHERE, 3, kept)};
+  add_update(s, ir_grad_op(g, s->at, OP_WHERE, 3, halved), AMP_SCALE_PARAM);
+  Value *restart[3] = {op2(s, OP_LOGICAL_OR, s->found_inf, grow), num(s, 0), clean};
+  add_update(s, ir_grad_op(g, s->at, OP_WHERE, 3, restart), AMP_GROWTH_PARAM);
 }
 
 bool pass_append_optimizer(Graph *g, const OptimSpec *o) {
@@ -180,18 +232,32 @@ bool pass_append_optimizer(Graph *g, const OptimSpec *o) {
     for (int i = 0; i < n_grads; i++) grads[i] = all_reduce(g, grads[i], i);
 
   Step s = {.g = g, .o = o, .at = params[0]->loc};
-  int cap = 3 * n_grads + 1;
+  int cap = 3 * n_grads + 3;
   s.new_values = ARENA_ARRAY(&c->arena, Value *, cap);
   s.new_names = ARENA_ARRAY(&c->arena, const char *, cap);
   TensorType scalar = {.dtype = TY_F32};
   Node *step = ir_source(g, OP_PARAM, &scalar, OPTIM_STEP_PARAM, s.at);
   ir_set_str(g, step, "init", "zeros");
+  if (o->loss_scaling && !find_param(g, AMP_SCALE_PARAM)) {
+    diag_error(c, (SrcLoc){0}, "loss scaling: the gradients were not scaled (no param '%s')", AMP_SCALE_PARAM);
+    return false;
+  }
+  Node *scalars_from = g->last;
   shared(&s, &step->out[0], n_grads, grads);
+  Value *next_step = s.step1;
+  if (s.found_inf) {
+    Value *in[3] = {s.found_inf, &step->out[0], s.step1};
+    next_step = ir_grad_op(g, s.at, OP_WHERE, 3, in);
+    update_scale(&s);
+  }
+  /* The step's scalars (clip norm, unscaling, the loss scale's update)
+   * stay f32 under --precision: 65536 is inf in f16. */
+  for (Node *x = scalars_from->next; x; x = x->next) x->keep_f32 = true;
   for (int i = 0; i < n_grads; i++) {
     s.at = params[i]->loc;
     update(&s, ir_attr_str(params[i], "name"), &params[i]->out[0], grads[i]);
   }
-  add_update(&s, s.step1, OPTIM_STEP_PARAM);
+  add_update(&s, next_step, OPTIM_STEP_PARAM);
 
   /* The model's outputs, the gradients when kept, the state updates
    * autodiff made, then the optimizer's. */

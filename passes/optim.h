@@ -31,7 +31,17 @@ typedef struct OptimSpec {
    * completes it, so that its all-reduce starts while the rest of the
    * backward runs (docs/parallel.md). */
   bool data_parallel;
+  /* Dynamic loss scaling as torch.cuda.amp.GradScaler (f16 training):
+   * the gradients come from pass_autodiff with AutodiffOptions.loss_scale
+   * (multiplied by the param AMP_SCALE_PARAM); the step unscales them
+   * (before clipping), skips the update of every param, its state and
+   * the step counter when a gradient holds inf or NaN, and updates the
+   * scale: halved on such a step, doubled after AMP_GROWTH_INTERVAL clean
+   * steps in a row (counted by the param AMP_GROWTH_PARAM). */
+  bool loss_scaling;
 } OptimSpec;
+
+#define AMP_GROWTH_INTERVAL 2000
 
 /* PyTorch's defaults for kind (SGD: everything 0; Adam: betas 0.9,
  * 0.999, eps 1e-8, weight decay 0; AdamW: weight decay 0.01). */

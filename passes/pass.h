@@ -105,6 +105,9 @@ typedef struct PassOptions {
   PassCalibrateFn calibrate;
   void *calibrate_ud;
   QuantSummary *quant_summary;
+  /* --recompute[=SCOPE,...] (passes/recompute.c, at -O2): NULL off, ""
+   * the automatic segments, else the scopes to recompute. */
+  const char *recompute;
 } PassOptions;
 
 /* The pass of that name, or NULL. */

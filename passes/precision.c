@@ -13,8 +13,9 @@
  *           softmax, log_softmax, layernorm, batchnorm, reduce_sum,
  *           reduce_mean, global_avgpool (sums), exp, log, pow,
  *           reciprocal, rsqrt, isinf (range: f16 overflows at 65504), lstm
- *           and gru (state carried over time), optim_update (a training
- *           step's update of its f32 params and state); also every node marked
+ *           and gru (state carried over time), embedding_grad (a sum in
+ *           place in its result), optim_update (a training step's update
+ *           of its f32 params and state); also every node marked
  *           #f32 (the language's precision="f32");
  *   follow  data movement, casts and argmax keep the type of their
  *           operands (concat of mixed types takes the lowest).
@@ -165,6 +166,7 @@ static Mode mode_of(const Node *n) {
     case OP_ISINF: /* a finite f32 above 65504 is no inf */
     case OP_LSTM:
     case OP_GRU:
+    case OP_EMBEDDING_GRAD: /* sums in place in its result */
     case OP_OPTIM_UPDATE: return MODE_F32;
     case OP_CAST:
     case OP_ARGMAX: return MODE_FOLLOW;

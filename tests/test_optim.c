@@ -272,6 +272,71 @@ START_TEST(test_bf16_master_weights) {
 }
 END_TEST
 
+/* f16 with dynamic loss scaling (GradScaler): AdamW on the MLP within
+ * 1e-3 of the f32 trajectory, no step skipped at the initial 65536 (3
+ * steps counted, 3 clean steps tracked, the scale unchanged). */
+START_TEST(test_f16_loss_scaled_trajectory) {
+  precision = "f16";
+  tolerance = 1e-3f;
+  check_run(4, "emu");
+  precision = NULL;
+  tolerance = 1e-5f;
+}
+END_TEST
+
+static float weight1(dlc_model *m, const char *name) {
+  float v;
+  ck_assert_msg(dlc_get_weight(m, name, &v, sizeof v) == DLC_OK, "%s", dlc_error(m));
+  return v;
+}
+
+static void set_weight1(dlc_model *m, const char *name, float v) {
+  ck_assert_msg(dlc_set_weight(m, name, &v, sizeof v) == DLC_OK, "%s", dlc_error(m));
+}
+
+/* One step of the MLP on x filled with v; then the scale, the clean
+ * steps counted and the optimizer's step count as GradScaler's rules
+ * give them (docs/training.md): want[0..2]. */
+static void amp_step(dlc_model *m, float v, const float want[3]) {
+  float x[24], lr = 0.01f;
+  for (int i = 0; i < 24; i++) x[i] = v * mlp_x0[i];
+  set_floats(m, "x", x, 24);
+  set_floats(m, "t", mlp_t0, 12);
+  set_floats(m, OPTIM_LR_INPUT, &lr, 1);
+  ck_assert_msg(dlc_run(m) == DLC_OK, "%s", dlc_error(m));
+  ck_assert_msg(weight1(m, AMP_SCALE_PARAM) == want[0], "scale %g, want %g", weight1(m, AMP_SCALE_PARAM), want[0]);
+  ck_assert_msg(weight1(m, AMP_GROWTH_PARAM) == want[1], "clean steps %g, want %g", weight1(m, AMP_GROWTH_PARAM),
+                want[1]);
+  ck_assert_msg(weight1(m, OPTIM_STEP_PARAM) == want[2], "step %g, want %g", weight1(m, OPTIM_STEP_PARAM), want[2]);
+}
+
+/* A huge input (f16's inf, so NaN gradients) skips the step: every
+ * param and its Adam state as before, the step count too, the scale
+ * halved and the count of clean steps restarted; the 2000th clean step
+ * in a row doubles the scale.  On ref and emu alike. */
+START_TEST(test_f16_overflow_skips) {
+  static const char *const backends[] = {"ref", "emu"};
+  dlc_optimizer o;
+  ck_assert_int_eq(dlc_optimizer_defaults("adamw", &o), DLC_OK);
+  precision = "f16";
+  dlc_model *m = compile_step(mlp, backends[_i], &o);
+  precision = NULL;
+  ck_assert(weight1(m, AMP_SCALE_PARAM) == 65536); /* GradScaler's init_scale */
+  amp_step(m, 1, (const float[]){65536, 1, 1});
+  float *w = weight_of(m, "fc1.weight", 30), *avg = weight_of(m, "dlcc.optim.fc1.weight.exp_avg", 30);
+  amp_step(m, 1e30f, (const float[]){32768, 0, 1});
+  float *w2 = weight_of(m, "fc1.weight", 30), *avg2 = weight_of(m, "dlcc.optim.fc1.weight.exp_avg", 30);
+  ck_assert(memcmp(w, w2, 30 * sizeof *w) == 0 && memcmp(avg, avg2, 30 * sizeof *avg) == 0);
+  amp_step(m, 1e30f, (const float[]){16384, 0, 1});
+  amp_step(m, 1, (const float[]){16384, 1, 2});
+  set_weight1(m, AMP_GROWTH_PARAM, 1998);
+  amp_step(m, 1, (const float[]){16384, 1999, 3});
+  amp_step(m, 1, (const float[]){32768, 0, 4});
+  free(w), free(w2), free(avg), free(avg2);
+  dlc_free(m);
+}
+END_TEST
+
 /* optim_update's shape rule, on IR text. */
 static void expect_ir_error(const char *op_line, const char *want) {
   Ctx c;
@@ -322,6 +387,8 @@ static Suite *optim_suite(void) {
   tcase_add_test(t, test_spec_errors);
   tcase_add_test(t, test_optim_update_shape);
   tcase_add_test(t, test_bf16_master_weights);
+  tcase_add_test(t, test_f16_loss_scaled_trajectory);
+  tcase_add_loop_test(t, test_f16_overflow_skips, 0, 2);
   suite_add_tcase(s, t);
   return s;
 }
