@@ -209,24 +209,30 @@ done:
   return fd;
 }
 
-/* A narrow type's codes into out, allocated by the caller: bytes of
- * raw_data or one byte per int32_data value, 4- and 2-bit codes packed
- * from the lowest bits up. */
-static bool read_held(const Onnx__TensorProto *t, const IrNarrow *f, Tensor *out, char *err, size_t errlen) {
-  int64_t n = ir_type_numel(&out->type);
+/* A narrow type's codes come as bytes of raw_data or one byte per
+ * int32_data value, 4- and 2-bit codes packed from the lowest bits up.
+ * Their count is checked against the shape before anything is allocated:
+ * the shape comes from the file. */
+static bool held_codes_fit(const Onnx__TensorProto *t, const IrNarrow *f, int64_t n, char *err, size_t errlen) {
   size_t per = (size_t)(8 / f->bits), want = ((size_t)n + per - 1) / per;
   if (n == 0) return true; /* its fields may be empty */
   size_t given = t->has_raw_data ? t->raw_data.len : t->n_int32_data;
   if (given != want)
     return efail(err, errlen, "%s needs %zu bytes of codes, the tensor has %zu", ox_onnx_type_name(t->data_type),
                  want, given);
+  return true;
+}
+
+/* The codes, counted by held_codes_fit, decoded into out. */
+static void read_held(const Onnx__TensorProto *t, const IrNarrow *f, Tensor *out) {
+  int64_t n = ir_type_numel(&out->type);
+  size_t per = (size_t)(8 / f->bits);
   for (int64_t i = 0; i < n; i++) {
     size_t j = (size_t)i / per;
     unsigned byte = t->has_raw_data ? t->raw_data.data[j] : (unsigned)t->int32_data[j] & 0xffu;
     unsigned code = byte >> ((size_t)i % per * (size_t)f->bits);
     ir_tensor_set(out, i, ir_narrow_decode(f, code & ((1u << f->bits) - 1)));
   }
-  return true;
 }
 
 static bool tensor_from_proto(const Onnx__TensorProto *t, const char *dir, bool held, Tensor *out, char *err,
@@ -266,11 +272,9 @@ static bool tensor_from_proto(const Onnx__TensorProto *t, const char *dir, bool 
     bool external = (t->has_data_location && t->data_location == ONNX__TENSOR_PROTO__DATA_LOCATION__EXTERNAL) ||
                     t->n_external_data > 0;
     if (external) return efail(err, errlen, "%s as external data is not supported", ox_onnx_type_name(t->data_type));
+    if (!held_codes_fit(t, f, n, err, errlen)) return false;
     if (!ir_tensor_alloc(out, &type)) return efail(err, errlen, "out of memory for %s", ts);
-    if (!read_held(t, f, out, err, errlen)) {
-      ir_tensor_free(out);
-      return false;
-    }
+    read_held(t, f, out);
     return true;
   }
   size_t nbytes = ir_tensor_nbytes(&type);
