@@ -316,7 +316,7 @@ done:
 
 int rt_safetensors_write(const char *path, const RtTensorSet *set, char *err, size_t errlen) {
   cJSON *root = cJSON_CreateObject();
-  char *json = NULL;
+  char *json = NULL, *tmp = NULL;
   FILE *f = NULL;
   int rc = -1;
   RtNames seen;
@@ -376,9 +376,21 @@ int rt_safetensors_write(const char *path, const RtTensorSet *set, char *err, si
     goto done;
   }
   size_t len = strlen(json), padded = (len + 7) / 8 * 8;
-  f = fopen(path, "wb");
+  /* Written beside the target and renamed over it once complete, so a
+   * crash or a full disk mid-write never leaves a torn checkpoint where
+   * the last good one was. */
+  size_t tlen = strlen(path) + 32;
+  tmp = malloc(tlen);
+  if (!tmp) {
+    fail(err, errlen, "%s: out of memory", path);
+    goto done;
+  }
+  snprintf(tmp, tlen, "%s.tmp-%ld", path, (long)getpid());
+  f = fopen(tmp, "wb");
   if (!f) {
-    fail(err, errlen, "%s: %s", path, strerror(errno));
+    fail(err, errlen, "%s: %s", tmp, strerror(errno));
+    free(tmp);
+    tmp = NULL;
     goto done;
   }
   unsigned char pre[8];
@@ -388,15 +400,26 @@ int rt_safetensors_write(const char *path, const RtTensorSet *set, char *err, si
   for (int i = 0; ok && i < set->n; i++)
     ok = set->tensors[i].nbytes == 0 ||
          fwrite(set->tensors[i].data, 1, set->tensors[i].nbytes, f) == set->tensors[i].nbytes;
+  ok = ok && fflush(f) == 0 && fsync(fileno(f)) == 0;
   int closed = fclose(f);
   f = NULL;
   if (!ok || closed != 0) {
     fail(err, errlen, "%s: write failed: %s", path, strerror(errno));
     goto done;
   }
+  if (rename(tmp, path) != 0) {
+    fail(err, errlen, "%s: cannot replace it: %s", path, strerror(errno));
+    goto done;
+  }
+  free(tmp);
+  tmp = NULL;
   rc = 0;
 done:
   if (f) fclose(f);
+  if (tmp) {
+    unlink(tmp);
+    free(tmp);
+  }
   cJSON_free(json);
   cJSON_Delete(root);
   rt_names_free(&seen);

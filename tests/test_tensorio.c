@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "api/weights.h"
@@ -362,6 +363,22 @@ START_TEST(test_st_roundtrip) {
   char want[256];
   snprintf(want, sizeof want, "%s: tensor 'layer.weight' is given twice", p);
   ck_assert_str_eq(err, want);
+  names[1] = "emb";
+  /* A write that fails at the end (here the target is a folder, so the
+   * rename fails) leaves no half-written file behind: the data went to a
+   * temporary file beside the target, which is removed. */
+  const char *folder = path_for("ckpt.dir");
+  ck_assert_int_eq(mkdir(folder, 0700), 0);
+  ck_assert_int_eq(rt_safetensors_write(folder, &set, err, sizeof err), -1);
+  ck_assert_msg(strstr(err, "cannot replace it") != NULL, "%s", err);
+  char tmp[4096];
+  snprintf(tmp, sizeof tmp, "%s.tmp-%ld", folder, (long)getpid());
+  ck_assert_int_eq(access(tmp, F_OK), -1);
+  ck_assert_int_eq(rmdir(folder), 0);
+  /* The failed writes above left the earlier file as it was. */
+  ck_assert_msg(rt_safetensors_read(p, &r, err, sizeof err) == 0, "%s", err);
+  ck_assert_int_eq(r.n, 4);
+  rt_tensor_set_free(&r);
 }
 END_TEST
 
