@@ -47,6 +47,20 @@
 #include <sanitizer/asan_interface.h>
 #include <sanitizer/common_interface_defs.h>
 #endif
+/* ThreadSanitizer follows a thread's stack and its happens-before clock;
+ * a swapcontext it is not told about looks to it like one thread's stack
+ * jumping about, so each fiber is a TSan fiber too (tests/tsan.mk builds
+ * the runtime this way). */
+#if defined(__SANITIZE_THREAD__)
+#define EMU_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define EMU_TSAN 1
+#endif
+#endif
+#ifdef EMU_TSAN
+#include <sanitizer/tsan_interface.h>
+#endif
 
 extern char **environ;
 
@@ -102,6 +116,9 @@ typedef struct Fiber {
   const void *xin;
   void *xout;
   CpQueue cp;
+#ifdef EMU_TSAN
+  void *tsan;
+#endif
 } Fiber;
 
 typedef struct EmuDevice EmuDevice;
@@ -123,6 +140,9 @@ typedef struct Sched {
   const void *main_bottom;
   size_t main_size;
   void *main_fake;
+#endif
+#ifdef EMU_TSAN
+  void *tsan_main; /* the thread that runs the block */
 #endif
 } Sched;
 
@@ -170,6 +190,9 @@ static void fiber_yield(Sched *s, Fiber *f, bool exiting) {
   __sanitizer_start_switch_fiber(exiting ? NULL : &s->main_fake, s->main_bottom, s->main_size);
 #else
   (void)exiting;
+#endif
+#ifdef EMU_TSAN
+  __tsan_switch_to_fiber(s->tsan_main, 0);
 #endif
   swapcontext(&f->ctx, &s->main_ctx);
 #ifdef EMU_ASAN
@@ -468,6 +491,9 @@ static int grow_fibers(Sched *s, unsigned n) {
       s->cap = i;
       return rt_device_fail(&s->dev->base, "emu: cannot map fiber stacks: %s", strerror(errno));
     }
+#ifdef EMU_TSAN
+    f->tsan = __tsan_create_fiber(0);
+#endif
     s->cap = i + 1;
   }
   return 0;
@@ -521,6 +547,10 @@ static int run_block_fibered(Sched *s) {
     s->env.warp_lanes = warp_lanes(s, f->linear);
 #ifdef EMU_ASAN
     __sanitizer_start_switch_fiber(&s->main_fake, f->map + page, FIBER_STACK);
+#endif
+#ifdef EMU_TSAN
+    s->tsan_main = __tsan_get_current_fiber();
+    __tsan_switch_to_fiber(f->tsan, 0);
 #endif
     swapcontext(&s->main_ctx, &f->ctx);
 #ifdef EMU_ASAN
@@ -1155,6 +1185,9 @@ static void emu_destroy(RtDevice *d) {
   for (unsigned i = 0; i < e->sched.cap; i++) {
     munmap(e->sched.fibers[i].map, FIBER_STACK + page);
     free(e->sched.fibers[i].cp.copies);
+#ifdef EMU_TSAN
+    __tsan_destroy_fiber(e->sched.fibers[i].tsan);
+#endif
   }
   free(e->sched.fibers);
   free(e->sched.serial_cp.copies);

@@ -37,8 +37,9 @@ $(FUZZ_PROGS): tests/fuzz/fuzz_%: tests/fuzz/fuzz_%.o tests/fuzz/fuzz.o tests/fu
 	$(AM_V_CCLD)$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer -o $@ $^ $(FUZZ_LIBS)
 -include $(FUZZ_LIB_OBJS:.o=.d) $(FUZZ_MAIN_OBJS:.o=.d)
 
+check_DATA =
 if HAVE_FUZZER
-check_DATA = $(FUZZ_PROGS)
+check_DATA += $(FUZZ_PROGS)
 fuzz: $(FUZZ_PROGS)
 else
 fuzz:

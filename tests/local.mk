@@ -42,6 +42,7 @@ include tests/names.mk
 include tests/files.mk
 include tests/limits.mk
 include tests/fuzz.mk
+include tests/tsan.mk
 include tests/grad.mk
 include tests/loss.mk
 EXTRA_DIST += tests/loss_ref.py
