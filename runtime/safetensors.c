@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "tensorio.h"
@@ -376,19 +377,24 @@ int rt_safetensors_write(const char *path, const RtTensorSet *set, char *err, si
     goto done;
   }
   size_t len = strlen(json), padded = (len + 7) / 8 * 8;
-  /* Written beside the target and renamed over it once complete, so a
-   * crash or a full disk mid-write never leaves a torn checkpoint where
-   * the last good one was. */
-  size_t tlen = strlen(path) + 32;
-  tmp = malloc(tlen);
-  if (!tmp) {
-    fail(err, errlen, "%s: out of memory", path);
-    goto done;
+  /* A regular file is written beside the target and renamed over it once
+   * complete, so a crash or a full disk mid-write never leaves a torn
+   * checkpoint where the last good one was.  A link is written through
+   * (renaming would replace the link, not what it names), as is anything
+   * not a regular file (a pipe, a device). */
+  struct stat st;
+  bool in_place = lstat(path, &st) == 0 && !S_ISREG(st.st_mode);
+  if (!in_place) {
+    size_t tlen = strlen(path) + 32;
+    if (!(tmp = malloc(tlen))) {
+      fail(err, errlen, "%s: out of memory", path);
+      goto done;
+    }
+    snprintf(tmp, tlen, "%s.tmp-%ld", path, (long)getpid());
   }
-  snprintf(tmp, tlen, "%s.tmp-%ld", path, (long)getpid());
-  f = fopen(tmp, "wb");
+  f = fopen(in_place ? path : tmp, "wb");
   if (!f) {
-    fail(err, errlen, "%s: %s", tmp, strerror(errno));
+    fail(err, errlen, "%s: %s", in_place ? path : tmp, strerror(errno));
     free(tmp);
     tmp = NULL;
     goto done;
@@ -400,14 +406,14 @@ int rt_safetensors_write(const char *path, const RtTensorSet *set, char *err, si
   for (int i = 0; ok && i < set->n; i++)
     ok = set->tensors[i].nbytes == 0 ||
          fwrite(set->tensors[i].data, 1, set->tensors[i].nbytes, f) == set->tensors[i].nbytes;
-  ok = ok && fflush(f) == 0 && fsync(fileno(f)) == 0;
+  ok = ok && fflush(f) == 0 && (in_place || fsync(fileno(f)) == 0);
   int closed = fclose(f);
   f = NULL;
   if (!ok || closed != 0) {
     fail(err, errlen, "%s: write failed: %s", path, strerror(errno));
     goto done;
   }
-  if (rename(tmp, path) != 0) {
+  if (tmp && rename(tmp, path) != 0) {
     fail(err, errlen, "%s: cannot replace it: %s", path, strerror(errno));
     goto done;
   }

@@ -364,16 +364,30 @@ START_TEST(test_st_roundtrip) {
   snprintf(want, sizeof want, "%s: tensor 'layer.weight' is given twice", p);
   ck_assert_str_eq(err, want);
   names[1] = "emb";
-  /* A write that fails at the end (here the target is a folder, so the
-   * rename fails) leaves no half-written file behind: the data went to a
-   * temporary file beside the target, which is removed. */
+  /* A regular file is replaced whole (a new inode renamed over it), never
+   * truncated and rewritten in place, and no temporary is left beside it. */
+  struct stat before, after;
+  ck_assert_int_eq(stat(p, &before), 0);
+  ck_assert_msg(rt_safetensors_write(p, &set, err, sizeof err) == 0, "%s", err);
+  ck_assert_int_eq(stat(p, &after), 0);
+  ck_assert(before.st_ino != after.st_ino);
+  char tmp[4096];
+  snprintf(tmp, sizeof tmp, "%s.tmp-%ld", p, (long)getpid());
+  ck_assert_int_eq(access(tmp, F_OK), -1);
+  /* A link is written through: it stays a link to the file it named. */
+  const char *link = path_for("link.safetensors");
+  ck_assert_int_eq(symlink(p, link), 0);
+  ck_assert_msg(rt_safetensors_write(link, &set, err, sizeof err) == 0, "%s", err);
+  struct stat ls;
+  ck_assert_int_eq(lstat(link, &ls), 0);
+  ck_assert(S_ISLNK(ls.st_mode));
+  ck_assert_int_eq(unlink(link), 0);
+  /* A write that fails (the target is a folder) reports it and leaves
+   * nothing behind. */
   const char *folder = path_for("ckpt.dir");
   ck_assert_int_eq(mkdir(folder, 0700), 0);
   ck_assert_int_eq(rt_safetensors_write(folder, &set, err, sizeof err), -1);
-  ck_assert_msg(strstr(err, "cannot replace it") != NULL, "%s", err);
-  char tmp[4096];
-  snprintf(tmp, sizeof tmp, "%s.tmp-%ld", folder, (long)getpid());
-  ck_assert_int_eq(access(tmp, F_OK), -1);
+  ck_assert_msg(strstr(err, "Is a directory") != NULL, "%s", err);
   ck_assert_int_eq(rmdir(folder), 0);
   /* The failed writes above left the earlier file as it was. */
   ck_assert_msg(rt_safetensors_read(p, &r, err, sizeof err) == 0, "%s", err);
