@@ -14,7 +14,11 @@
  * one scope: a named SCOPE takes the nodes built in it and in the scopes
  * under it (SCOPE.*); the automatic choice takes each scope's first two
  * dotted parts ("layer1.0", a residual block of resnet18; "self_attn" of
- * a transformer layer), leaving nodes outside every scope alone.  The
+ * a transformer layer), leaving nodes outside every scope alone; in a
+ * graph whose forward has no scope at all (an ONNX import), it cuts the
+ * forward into runs of about sqrt(n) consecutive nodes (Chen et al.'s
+ * sqrt(n) checkpointing: the runs' inputs stay, their insides are
+ * computed twice).  The
  * clones compute exactly what the originals did (the same ops and
  * attributes, dropout with its seed and offset), so the step's numbers
  * do not change.  Runs after the cleanups, since CSE would merge each
@@ -97,8 +101,25 @@ bool pass_recompute(Graph *g, PassCtx *pc) {
   /* Work over the weights alone (bn-fold's W') runs at load, not in the
    * step: it is no activation, and a clone would run it every step. */
   bool *weight = pass_weight_only(g);
+  int eligible = 0, scoped = 0;
   for (Node *n = g->first; n != boundary->next; n = n->next)
-    if (forward[n->id] && !weight[n->id]) r.segment[n->id] = segment_of(&r, n);
+    if (forward[n->id] && !weight[n->id] && ir_ops[n->op].cls != K_SOURCE) {
+      eligible++;
+      scoped += n->scope && *n->scope;
+    }
+  if (!*spec && !scoped) {
+    int run = 1;
+    while (run * run < eligible) run++;
+    /* Any grouping computes the same values, so a name that happens to
+     * equal a scope elsewhere would cost memory, never correctness. */
+    int k = 0;
+    for (Node *n = g->first; n != boundary->next; n = n->next)
+      if (forward[n->id] && !weight[n->id] && ir_ops[n->op].cls != K_SOURCE)
+        r.segment[n->id] = arena_printf(a, "\001run %d", k++ / run);
+  } else {
+    for (Node *n = g->first; n != boundary->next; n = n->next)
+      if (forward[n->id] && !weight[n->id]) r.segment[n->id] = segment_of(&r, n);
+  }
   Node *last = g->last;
   for (Node *u = boundary->next; u; u = u == last ? NULL : u->next)
     for (int i = 0; i < u->n_in; i++) {
