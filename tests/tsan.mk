@@ -24,7 +24,7 @@ if HAVE_TSAN
 check_DATA += tests/tsan/threads
 endif
 TESTS += tests/threads.sh
-AM_TESTS_ENVIRONMENT += TSAN_SKIP='$(TSAN_SKIP)' TSAN_SANITIZED='$(SAN_CFLAGS)'; export TSAN_SKIP TSAN_SANITIZED;
+AM_TESTS_ENVIRONMENT += TSAN_SKIP='$(TSAN_SKIP)'; export TSAN_SKIP;
 EXTRA_DIST += tests/threads.sh tests/threads.c tests/threads.dl tests/tsan.supp
 clean-local: clean-tsan
 clean-tsan:
