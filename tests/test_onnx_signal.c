@@ -19,26 +19,12 @@
 #include "runtime/device.h"
 #include "tests/testutil.h"
 
-static Ctx ctx;
-static TensorMap params;
-
-static void setup(void) {
-  ctx_init(&ctx);
-  params = (TensorMap){0};
-}
-
-static void teardown(void) {
-  ir_tensor_map_free(&params);
-  ctx_free(&ctx);
-  pool_free();
-}
+#define ctx onnxb_ctx
+#define params onnxb_params
 
 static Graph *import_known(Model *b, const TensorMap *known) {
-  size_t len;
-  uint8_t *buf = pack_model(b, &len);
-  ir_tensor_map_free(&params);
   OnnxOptions o = {.known = known};
-  return fe_onnx_import_bytes(&ctx, "/tmp/model.onnx", buf, len, &o, &params);
+  return onnxb_import(b, &o);
 }
 
 static Graph *must_import(Model *b) {
@@ -258,51 +244,40 @@ START_TEST(test_max_unpool_scatters_then_pads) {
 }
 END_TEST
 
+/* One node of op reading x (f32 of dims) and inputs ins, its result y;
+ * the caller adds the initializers ins names. */
+static Model *one_node(int opset, const char *op, const char *ins, int rank, const int64_t *dims) {
+  Model *b = model_new(opset);
+  add_input(b, "x", rank, dims);
+  add_node(b, op, ins, "y");
+  add_output(b, "y");
+  return b;
+}
+
 START_TEST(test_bad_attributes) {
-  Model *b = model_new(20);
-  add_input(b, "x", 3, (const int64_t[]){1, 4, 1});
+  Model *b = one_node(20, "DFT", "x,,axis", 3, (const int64_t[]){1, 4, 1});
   add_init_i64(b, "axis", 1, (const int64_t[]){2});
-  add_node(b, "DFT", "x,,axis", "y");
-  add_output(b, "y");
   expect_error(b, "/tmp/model.onnx: node 0 'n0' (DFT): axis 2 is the last dim, which holds the real and imaginary parts");
-  b = model_new(17);
-  add_input(b, "x", 3, (const int64_t[]){1, 4, 3});
-  add_node(b, "DFT", "x", "y");
-  add_output(b, "y");
+  b = one_node(17, "DFT", "x", 3, (const int64_t[]){1, 4, 3});
   expect_error(b, "node 0 'n0' (DFT): the last dim is 3: it must be 1 (real) or 2 (real and imaginary)");
-  b = model_new(17);
-  add_input(b, "x", 3, (const int64_t[]){1, 4, 1});
+  b = one_node(17, "DFT", "x,len", 3, (const int64_t[]){1, 4, 1});
   add_init_i64(b, "len", 1, (const int64_t[]){0});
-  add_node(b, "DFT", "x,len", "y");
-  add_output(b, "y");
   expect_error(b, "node 0 'n0' (DFT): dft_length 0 is not a positive whole number");
-  b = model_new(17);
-  add_input(b, "x", 3, (const int64_t[]){1, 8, 1});
+  b = one_node(17, "STFT", "x,step,,len", 3, (const int64_t[]){1, 8, 1});
   add_init_i64(b, "step", 1, (const int64_t[]){2});
   add_init_i64(b, "len", 1, (const int64_t[]){9});
-  add_node(b, "STFT", "x,step,,len", "y");
-  add_output(b, "y");
   expect_error(b, "node 0 'n0' (STFT): frame_length 9 must be a whole number from 1 to the signal's length (8)");
-  b = model_new(18);
-  add_input(b, "x", 3, (const int64_t[]){1, 4, 5});
+  b = one_node(18, "Col2Im", "x,img,blk", 3, (const int64_t[]){1, 4, 5});
   add_init_i64(b, "img", 2, (const int64_t[]){4, 4});
   add_init_i64(b, "blk", 2, (const int64_t[]){2, 2});
-  add_node(b, "Col2Im", "x,img,blk", "y");
-  add_output(b, "y");
   expect_error(b, "node 0 'n0' (Col2Im): the input has 5 blocks, the image and block shapes give 9");
-  b = model_new(18);
-  add_input(b, "x", 3, (const int64_t[]){1, 4, 9});
+  b = one_node(18, "Col2Im", "x,img,blk", 3, (const int64_t[]){1, 4, 9});
   add_init_i64(b, "img", 2, (const int64_t[]){4, 4});
   add_init_i64(b, "blk", 1, (const int64_t[]){2});
-  add_node(b, "Col2Im", "x,img,blk", "y");
-  add_output(b, "y");
   expect_error(b, "node 0 'n0' (Col2Im): block_shape has 1 dims, image_shape 2");
-  b = model_new(22);
-  add_input(b, "x", 4, (const int64_t[]){1, 1, 2, 2});
+  b = one_node(22, "MaxUnpool", "x,i", 4, (const int64_t[]){1, 1, 2, 2});
   add_init_raw(b, "i", ONNX__TENSOR_PROTO__DATA_TYPE__INT64, 4, (const int64_t[]){1, 1, 2, 2},
                (const int64_t[]){0, 1, 2, 3}, 32);
-  add_node(b, "MaxUnpool", "x,i", "y");
-  add_output(b, "y");
   expect_error(b, "node 0 'n0' (MaxUnpool): kernel_shape has 0 values for 2 spatial dims");
 }
 END_TEST
@@ -348,7 +323,7 @@ END_TEST
 static Suite *signal_suite(void) {
   Suite *s = suite_create("onnx_signal");
   TCase *tc = tcase_create("signal");
-  tcase_add_checked_fixture(tc, setup, teardown);
+  tcase_add_checked_fixture(tc, onnxb_setup, onnxb_teardown);
   tcase_set_timeout(tc, 60);
   tcase_add_test(tc, test_dft_against_direct_sums);
   tcase_add_test(tc, test_stft_windowed_frames);
