@@ -320,6 +320,41 @@ START_TEST(test_hints_flow_from_integer_inputs_only) {
 }
 END_TEST
 
+/* An If whose branches differ in shape under a condition computed from a
+ * given integer input takes the branch the value picks; without the
+ * value it is refused as before. */
+START_TEST(test_if_of_shapes_follows_hint) {
+  for (int given = 1; given >= 0; given--) {
+    Model *b = model_new(17);
+    add_input_typed(b, "n", ONNX__TENSOR_PROTO__DATA_TYPE__INT64, 0, NULL);
+    add_init_raw(b, "two", ONNX__TENSOR_PROTO__DATA_TYPE__INT64, 0, NULL, (const int64_t[]){2}, 8);
+    add_node(b, "Equal", "n,two", "c");
+    Model *t = model_new(17), *e = model_new(17);
+    attr_is(add_node(t, "Constant", "", "y1"), "value_ints", 2, (const int64_t[]){7, 8});
+    attr_is(add_node(e, "Constant", "", "y2"), "value_ints", 1, (const int64_t[]){9});
+    add_output(t, "y1");
+    add_output(e, "y2");
+    Onnx__NodeProto *n = add_node(b, "If", "c", "y");
+    attr(n, "then_branch", ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__GRAPH)->g = &t->g;
+    attr(n, "else_branch", ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__GRAPH)->g = &e->g;
+    add_output(b, "y");
+    int64_t two = 2;
+    Tensor tn = {ir_type_make(TY_I64, 0, NULL), &two};
+    const char *nm[1] = {"n"};
+    TensorMap known = {1, nm, &tn};
+    Graph *g = import_known(b, given ? &known : NULL);
+    if (!given) {
+      ck_assert(g == NULL);
+      ck_assert_msg(strstr(diag_text(&ctx), "output 1 is i64[2] in then_branch and i64[1] in else_branch"), "%s",
+                    diag_text(&ctx));
+      continue;
+    }
+    ck_assert_msg(g != NULL, "%s", diag_text(&ctx));
+    ck_assert(ir_type_eq(&g->outputs[0]->type, &(TensorType){.dtype = TY_I64, .rank = 1, .dims = {2}}));
+  }
+}
+END_TEST
+
 static Suite *signal_suite(void) {
   Suite *s = suite_create("onnx_signal");
   TCase *tc = tcase_create("signal");
@@ -331,6 +366,7 @@ static Suite *signal_suite(void) {
   tcase_add_test(tc, test_max_unpool_scatters_then_pads);
   tcase_add_test(tc, test_bad_attributes);
   tcase_add_test(tc, test_hints_flow_from_integer_inputs_only);
+  tcase_add_test(tc, test_if_of_shapes_follows_hint);
   suite_add_tcase(s, tc);
   return s;
 }
