@@ -70,6 +70,7 @@ static const OpEntry onnx_ops[] = {
     {"Ceil", ox_op_unary, NULL},
     {"Celu", ox_op_elu_family, NULL},
     {"Clip", ox_op_clip, "min and max constant"},
+    {"Col2Im", ox_op_col2im, "1 to 3 spatial dims, constant image and block shapes; a grouped conv_transpose"},
     {"Concat", ox_op_concat, NULL},
     {"Constant", ox_op_constant, "value, value_float(s), value_int(s)"},
     {"ConstantOfShape", ox_op_constant_of_shape, "constant shape"},
@@ -86,6 +87,9 @@ static const OpEntry onnx_ops[] = {
     {"CumSum", ox_op_cumulative, "constant axis, exclusive, reverse; log2(n) shifted sums"},
     {"Cosh", ox_op_unary, NULL},
     {"DepthToSpace", ox_op_depth_space, "DCR and CRD"},
+    {"DFT", ox_op_dft,
+     "opsets 17 and 20: a constant length and axis, inverse, onesided (irfft); an O(N^2) matmul by "
+     "a table of twiddles"},
     {"DequantizeLinear", ox_op_dequantize_linear, "UINT8, INT8, INT32; per tensor or per axis"},
     {"Div", ox_op_binary, NULL},
     {"Dropout", ox_op_dropout, "inference: the identity; no mask output"},
@@ -145,6 +149,7 @@ static const OpEntry onnx_ops[] = {
      "UINT8/INT8, zero points per tensor, per row of A, per column of B"},
     {"Max", ox_op_variadic, NULL},
     {"MaxPool", ox_op_pool, "1-d and 2-d; no Indices output; pads at most half the kernel"},
+    {"MaxUnpool", ox_op_max_unpool, "output_shape constant; a scatter_nd into zeros"},
     {"Mean", ox_op_variadic, NULL},
     {"MeanVarianceNormalization", ox_op_mvn, NULL},
     {"Min", ox_op_variadic, NULL},
@@ -206,6 +211,7 @@ static const OpEntry onnx_ops[] = {
     {"Split", ox_op_split, NULL},
     {"Sqrt", ox_op_unary, NULL},
     {"Squeeze", ox_op_squeeze, NULL},
+    {"STFT", ox_op_stft, "constant frame_step and frame_length, a window, onesided; frames by a gather, then DFT's matmul"},
     {"Sub", ox_op_binary, NULL},
     {"Sum", ox_op_variadic, NULL},
     {"Swish", ox_op_swish, NULL},
@@ -500,7 +506,10 @@ static bool import_graph(Imp *im, const Onnx__ModelProto *m) {
     e->val->name = e->name;
     e->val->held = held;
     const Tensor *hint = im->opt && im->opt->known ? ir_tensor_map_find(im->opt->known, vi->name) : NULL;
-    if (hint && ir_type_eq(&hint->type, &t)) e->val->hint = hint;
+    if (hint && ir_type_eq(&hint->type, &t)) {
+      e->val->hint = hint;
+      e->val->hint_flows = !ir_dtype_is_float(t.dtype);
+    }
   }
   if (!ox_import_nodes(im, gp)) return false;
   im->np = NULL;

@@ -248,6 +248,77 @@ Val *ox_val_of(Imp *im, Value *x) {
 
 /* ---- building nodes, folded when every operand is known ---- */
 
+static void copy_attrs(Graph *g, Node *to, const Node *from) {
+  for (int a = 0; a < from->n_attrs; a++) {
+    const Attr *at = &from->attrs[a];
+    switch (at->kind) {
+      case AK_INT: ir_set_int(g, to, at->name, at->i); break;
+      case AK_FLOAT: ir_set_float(g, to, at->name, at->f); break;
+      case AK_INTS: ir_set_ints(g, to, at->name, at->ints.n, at->ints.v); break;
+      case AK_STR: ir_set_str(g, to, at->name, at->s); break;
+      case AK_DTYPE: ir_set_dtype(g, to, at->name, at->dt); break;
+    }
+  }
+}
+
+/* n, the last node of fold (whose params are its operands in order),
+ * evaluated on in's known values (or hints): its results, owned. */
+static bool eval_folded(Imp *im, Graph *fold, Node *n, Val *const *in, Tensor **ks, char *err, size_t len) {
+  Value *outs[8];
+  const char *names[8];
+  const char **pnames = ARENA_ARRAY(&im->c->arena, const char *, n->n_in > 0 ? n->n_in : 1);
+  Tensor *pt = ARENA_ARRAY(&im->c->arena, Tensor, n->n_in > 0 ? n->n_in : 1);
+  if (n->n_out > 8) dl_internal(im->c, "too many results to fold");
+  for (int i = 0; i < n->n_out; i++) outs[i] = &n->out[i], names[i] = "r";
+  ir_set_outputs(fold, n->n_out, outs, names);
+  for (int i = 0; i < n->n_in; i++) {
+    pnames[i] = ir_attr_str(n->in[i]->def, "name");
+    pt[i] = in[i]->k ? *in[i]->k : *in[i]->hint;
+  }
+  TensorMap pm = {n->n_in, pnames, pt};
+  Tensor res[8];
+  if (!ir_eval(fold, NULL, &pm, res, err, len)) return false;
+  own_all(im, n->n_out, res, ks);
+  return true;
+}
+
+/* Hints are the values OnnxOptions.known gives graph inputs (the node
+ * tests pass a Reshape's shape or a window's size as inputs).  A small
+ * run-time node whose operands all have values at import, the hinted
+ * ones integer inputs or computed from those, gets its results' values
+ * as hints too, so that a shape computed from a given size (an expanded
+ * test's Range limit, Pad's pads) is as known as the size itself.  A
+ * float input's data does not flow: a value computed from it (a
+ * quantization scale from ReduceMax(x)) is the data's, not a shape's,
+ * and stays a run-time value.  The node stays in the graph; a failure
+ * to evaluate it only leaves the hints out. */
+#define HINT_MAX_ELEMS 4096
+static void propagate_hints(Imp *im, const Emit *e, Val **out) {
+  const Node *n = e->n;
+  bool any_hint = false;
+  for (int i = 0; i < e->n_in; i++) {
+    const Val *v = e->in[i];
+    if (v->k) continue;
+    if (!v->hint || !v->hint_flows || ir_type_numel(&v->type) > HINT_MAX_ELEMS) return;
+    any_hint = true;
+  }
+  for (int i = 0; i < n->n_out; i++)
+    if (ir_type_numel(&n->out[i].type) > HINT_MAX_ELEMS) return;
+  if (!any_hint || n->n_out > 8) return;
+  Graph *fold = ir_graph_new(im->c, "hint");
+  Value **ops = ARENA_ARRAY(&im->c->arena, Value *, e->n_in > 0 ? e->n_in : 1);
+  for (int i = 0; i < e->n_in; i++)
+    ops[i] = &ir_source(fold, OP_PARAM, &e->in[i]->type, arena_printf(&im->c->arena, "k%d", i), im->loc)->out[0];
+  Node *copy = ir_node_new(fold, n->op, e->n_in, ops, im->loc);
+  copy_attrs(fold, copy, n);
+  char err[256];
+  Tensor *ks[8];
+  if (!ir_infer(copy, err, sizeof err)) return;
+  ir_append(fold, copy);
+  if (!eval_folded(im, fold, copy, e->in, ks, err, sizeof err)) return;
+  for (int i = 0; i < n->n_out; i++) out[i]->hint = ks[i], out[i]->hint_flows = true;
+}
+
 static Node *begin_in(Imp *im, Emit *e, OpKind op, int n_in, Val *const *in, bool may_fold) {
   bool all_known = may_fold && n_in > 0;
   int64_t total = 0;
@@ -294,6 +365,7 @@ bool ox_finish(Imp *im, Emit *e, Val **out) {
       return ox_bad(im, "model too large: more than %d operations in the imported graph", im->max_nodes);
     ir_append(im->g, n);
     for (int i = 0; i < n->n_out; i++) out[i] = ox_val_of(im, &n->out[i]);
+    propagate_hints(im, e, out);
     return true;
   }
   for (int i = 0; i < n->n_out; i++)
@@ -301,36 +373,13 @@ bool ox_finish(Imp *im, Emit *e, Val **out) {
       /* Too large to fold after all: rebuild it in the graph. */
       Emit e2;
       begin_in(im, &e2, n->op, e->n_in, e->in, false);
-      for (int a = 0; a < n->n_attrs; a++) {
-        const Attr *at = &n->attrs[a];
-        switch (at->kind) {
-          case AK_INT: ir_set_int(im->g, e2.n, at->name, at->i); break;
-          case AK_FLOAT: ir_set_float(im->g, e2.n, at->name, at->f); break;
-          case AK_INTS: ir_set_ints(im->g, e2.n, at->name, at->ints.n, at->ints.v); break;
-          case AK_STR: ir_set_str(im->g, e2.n, at->name, at->s); break;
-          case AK_DTYPE: ir_set_dtype(im->g, e2.n, at->name, at->dt); break;
-        }
-      }
+      copy_attrs(im->g, e2.n, n);
       return ox_finish(im, &e2, out);
     }
   ir_append(e->fold, n);
-  Value *outs[8];
-  const char *names[8];
-  const char **pnames = ARENA_ARRAY(&im->c->arena, const char *, e->n_in);
-  Tensor *pt = ARENA_ARRAY(&im->c->arena, Tensor, e->n_in);
-  if (n->n_out > 8) dl_internal(im->c, "too many results to fold");
-  for (int i = 0; i < n->n_out; i++) outs[i] = &n->out[i], names[i] = "r";
-  ir_set_outputs(e->fold, n->n_out, outs, names);
-  for (int i = 0; i < e->n_in; i++) {
-    pnames[i] = ir_attr_str(n->in[i]->def, "name");
-    pt[i] = *e->in[i]->k;
-  }
-  TensorMap pm = {e->n_in, pnames, pt};
-  Tensor res[8];
-  if (!ir_eval(e->fold, NULL, &pm, res, err, sizeof err))
-    return ox_bad(im, "evaluating %s on constant operands: %s", ir_ops[n->op].name, err);
   Tensor *ks[8];
-  own_all(im, n->n_out, res, ks);
+  if (!eval_folded(im, e->fold, n, e->in, ks, err, sizeof err))
+    return ox_bad(im, "evaluating %s on constant operands: %s", ir_ops[n->op].name, err);
   for (int i = 0; i < n->n_out; i++) out[i] = known_val(im, ks[i]);
   return true;
 }

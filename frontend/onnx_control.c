@@ -85,6 +85,16 @@ bool ox_op_if(Imp *im, ONode *n) {
   }
   if (!import_subgraph(im, gt, "then_branch", 0, NULL, t) || !import_subgraph(im, ge, "else_branch", 0, NULL, e))
     return false;
+  /* Branches of different shapes under a condition computed from a
+   * given size (a hint that flows, onnx_build.c): the one it takes, as a
+   * shape computed from that size would be. */
+  bool same = true;
+  for (int i = 0; i < n->n_out; i++) same &= ir_type_eq(&t[i]->type, &e[i]->type);
+  if (!same && cond->hint && cond->hint_flows) {
+    Val **taken = ir_tensor_get(cond->hint, 0) != 0 ? t : e;
+    for (int i = 0; i < n->n_out; i++) n->out[i] = taken[i];
+    return true;
+  }
   Val *c = ox_reshape(im, ox_cast(im, cond, TY_BOOL), 0, NULL);
   for (int i = 0; i < n->n_out; i++) {
     if (!ir_type_eq(&t[i]->type, &e[i]->type)) {

@@ -3,8 +3,9 @@
  * builders every op's import uses.  onnx.c walks the graph and holds the
  * op table; onnx_tensor.c reads TensorProtos and files; onnx_build.c
  * makes values and nodes (folded when their operands are known);
- * onnx_ops.c, onnx_shape.c, onnx_resize.c, onnx_rnn.c and onnx_quant.c
- * import the ops. */
+ * onnx_ops.c, onnx_shape.c, onnx_resize.c, onnx_rnn.c, onnx_quant.c,
+ * onnx_newer.c, onnx_einsum.c, onnx_signal.c and the others import the
+ * ops. */
 #ifndef DLCC_FRONTEND_ONNX_INTERNAL_H
 #define DLCC_FRONTEND_ONNX_INTERNAL_H
 
@@ -24,6 +25,9 @@ typedef struct Val {
   Value *v;           /* in the graph; NULL until a runtime op needs it */
   Tensor *k;          /* contents known at import, or NULL */
   const Tensor *hint; /* OnnxOptions.known's value for a graph input */
+  /* The hint is a size, count or index: an integer input's, or computed
+   * from those alone (ox_finish), so it may pass to what uses it. */
+  bool hint_flows;
   /* DequantizeLinear's codes and scales when it made this value, or the
    * accumulator of an int8 product this value dequantizes (QDQ). */
   const struct Quant *dq;
@@ -199,6 +203,8 @@ OpFn ox_op_resize, ox_op_grid_sample;
 OpFn ox_op_mish, ox_op_swish, ox_op_mvn, ox_op_lp_norm, ox_op_cumulative, ox_op_center_crop_pad, ox_op_window;
 /* onnx_einsum.c */
 OpFn ox_op_einsum;
+/* onnx_signal.c: DFT, STFT, Col2Im, MaxUnpool. */
+OpFn ox_op_dft, ox_op_stft, ox_op_col2im, ox_op_max_unpool;
 
 /* onnx.c: a graph's nodes in the current scope. */
 bool ox_import_nodes(Imp *im, const Onnx__GraphProto *gp);

@@ -11,6 +11,14 @@ TESTS += tests/test_onnx
 tests_test_onnx_SOURCES = tests/test_onnx.c tests/onnxbuild.c tests/onnxbuild.h
 tests_test_onnx_CFLAGS = $(TEST_CFLAGS)
 tests_test_onnx_LDADD = $(TEST_LIBS)
+# DFT, STFT, Col2Im, MaxUnpool against direct loops, on emu too.
+check_PROGRAMS += tests/test_onnx_signal
+TESTS += tests/test_onnx_signal
+tests_test_onnx_signal_SOURCES = tests/test_onnx_signal.c tests/onnxbuild.c tests/onnxbuild.h tests/testutil.c \
+	tests/testutil.h
+tests_test_onnx_signal_CPPFLAGS = $(AM_CPPFLAGS) $(CUDA_CPPFLAGS)
+tests_test_onnx_signal_CFLAGS = $(TEST_CFLAGS)
+tests_test_onnx_signal_LDADD = $(TEST_LIBS) $(CUDA_LIBS)
 endif
 # tests/onnx_node.sh runs test_onnx_node on the newest node tests a
 # python3's onnx can generate (into tests/onnx-node-latest/), else on

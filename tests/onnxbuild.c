@@ -219,3 +219,25 @@ Onnx__TensorProto *add_init_raw(Model *b, const char *name, int32_t dtype, int r
   b->inits[b->g.n_initializer++] = t;
   return t;
 }
+
+Ctx onnxb_ctx;
+TensorMap onnxb_params;
+
+void onnxb_setup(void) {
+  ctx_init(&onnxb_ctx);
+  onnxb_params = (TensorMap){0};
+}
+
+void onnxb_teardown(void) {
+  ir_tensor_map_free(&onnxb_params);
+  ctx_free(&onnxb_ctx);
+  pool_free();
+}
+
+/* A test may import several models: the last one's params are kept. */
+Graph *onnxb_import(Model *b, const OnnxOptions *o) {
+  size_t len;
+  uint8_t *buf = pack_model(b, &len);
+  ir_tensor_map_free(&onnxb_params);
+  return fe_onnx_import_bytes(&onnxb_ctx, "/tmp/model.onnx", buf, len, o, &onnxb_params);
+}

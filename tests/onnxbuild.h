@@ -8,6 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "frontend/onnx.h"
 #include "frontend/onnx.pb-c.h"
 
 typedef struct Model {
@@ -48,5 +49,13 @@ void attr_f(Onnx__NodeProto *n, const char *name, float v);
 void attr_s(Onnx__NodeProto *n, const char *name, const char *v);
 void attr_is(Onnx__NodeProto *n, const char *name, int k, const int64_t *v);
 uint8_t *pack_model(Model *b, size_t *len);
+
+/* A Check fixture for a suite that imports models: its context and the
+ * last import's params, and the import (as "/tmp/model.onnx"). */
+extern Ctx onnxb_ctx;
+extern TensorMap onnxb_params;
+void onnxb_setup(void);
+void onnxb_teardown(void);
+Graph *onnxb_import(Model *b, const OnnxOptions *o);
 
 #endif

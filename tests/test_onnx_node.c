@@ -71,6 +71,9 @@ static const char *const default_emu[] = {
     "test_cast_FLOAT_to_FLOAT8E4M3FN", "test_cast_no_saturate_FLOAT_to_FLOAT8E5M2", "test_quantizelinear_int4",
     "test_dequantizelinear_e4m3fn", "test_add_uint64", "test_mod_mixed_sign_float64", "test_bitshift_right_uint16",
     "test_bitshift_right_int8_negative_input", "test_bitcast_float32_to_int32", "test_einsum_transpose",
+    /* signal ops as matmuls, Col2Im as conv_transpose, MaxUnpool as scatter_nd */
+    "test_dft_inverse", "test_dft_irfft", "test_dft_rfft_opset19", "test_stft_with_window", "test_col2im_5d",
+    "test_col2im_pads", "test_maxunpool_export_with_output_shape",
 };
 
 typedef struct Stats {
@@ -130,7 +133,7 @@ static double half_ulp(double y, DType dt) {
  * rounds each op's result once from a wider value.  Measured on
  * Attention's expanded f16 test: the exact value 0.46919, dlcc 0.46899
  * and the expected 0.46948, one step below and one above. */
-static bool close_enough(const Tensor *got, const Tensor *want, char *why, size_t len) {
+static bool close_enough(const Tensor *got, const Tensor *want, double atol, char *why, size_t len) {
   char a[IR_TYPE_STR_MAX], b[IR_TYPE_STR_MAX];
   if (!ir_type_eq(&got->type, &want->type)) {
     snprintf(why, len, "result is %s, expected %s", ir_type_str(&got->type, a, sizeof a),
@@ -143,7 +146,7 @@ static bool close_enough(const Tensor *got, const Tensor *want, char *why, size_
     double x = ir_tensor_get(got, i), y = ir_tensor_get(want, i);
     if (isnan(x) && isnan(y)) continue;
     if (isinf(y) && x == y) continue;
-    double tol = fmax(1e-7 + 1e-3 * fabs(y), 2 * half_ulp(y, got->type.dtype));
+    double tol = fmax(atol + 1e-3 * fabs(y), 2 * half_ulp(y, got->type.dtype));
     bool ok = is_float ? fabs(x - y) <= tol : x == y;
     if (!ok) {
       snprintf(why, len, "element %lld is %.9g, expected %.9g", (long long)i, x, y);
@@ -151,6 +154,26 @@ static bool close_enough(const Tensor *got, const Tensor *want, char *why, size_
     }
   }
   return true;
+}
+
+/* Tests whose expected outputs carry rounding noise above ONNX's atol
+ * where the exact value is 0: onnx 1.23's DFT cases compute
+ * np.fft.ifft of complex64, which NumPy 2 does in single precision, so
+ * the imaginary part of a real signal's inverse is 1.9e-7 instead of 0
+ * (NumPy 1's double precision, as in libonnx-testdata, gives 0; dlcc's
+ * exact twiddles give 0; onnxruntime is 1.9e-5 off).  Their atol is
+ * f32's rounding at the output's largest magnitude. */
+static const char *const noisy_zeros[] = {"test_dft_inverse", "test_dft_inverse_opset19"};
+
+static double atol_for(const char *name, const Data *want) {
+  for (size_t i = 0; i < sizeof noisy_zeros / sizeof *noisy_zeros; i++)
+    if (strcmp(noisy_zeros[i], name) == 0) {
+      double top = 0;
+      for (int o = 0; o < want->n; o++)
+        for (int64_t j = 0; j < ir_type_numel(&want->t[o].type); j++) top = fmax(top, fabs(ir_tensor_get(&want->t[o], j)));
+      return fmax(1e-7, top * 0x1p-23);
+    }
+  return 1e-7;
 }
 
 static bool on_emu_list(const char *name) {
@@ -171,7 +194,7 @@ typedef enum { EMU_PASS, EMU_FAIL, EMU_UNSUPPORTED } EmuResult;
 
 /* The generated kernels on the CPU; why says what went wrong. */
 static EmuResult run_emu(Graph *g, const TensorMap *params, const TensorMap *inputs, const Data *want,
-                         char *why, size_t len) {
+                         double atol, char *why, size_t len) {
   CgResult cg;
   if (!cg_compile(g, &cg)) {
     snprintf(why, len, "codegen: %s", diag_text(g->ctx));
@@ -200,7 +223,7 @@ static EmuResult run_emu(Graph *g, const TensorMap *params, const TensorMap *inp
     ok = dlrt_get_output(rt, i, got.data, ir_tensor_nbytes(&got.type)) == DLRT_OK;
     if (!ok) snprintf(why, len, "emu: %s", dlrt_error(rt));
     char msg[256];
-    if (ok && !close_enough(&got, &want->t[i], msg, sizeof msg)) {
+    if (ok && !close_enough(&got, &want->t[i], atol, msg, sizeof msg)) {
       snprintf(why, len, "emu: output %d: %s", i, msg);
       ok = false;
     }
@@ -306,9 +329,10 @@ static void run_test(const char *root, const char *name, Stats *st) {
     goto done;
   }
   bool ok = true;
+  double atol = atol_for(name, &want);
   for (int i = 0; i < g->n_outputs; i++) {
     char msg[512];
-    if (ok && !close_enough(&got[i], &want.t[i], msg, sizeof msg)) {
+    if (ok && !close_enough(&got[i], &want.t[i], atol, msg, sizeof msg)) {
       printf("FAIL %s: output %d '%s': %s\n", name, i, g->output_names[i], msg);
       ok = false;
     }
@@ -321,7 +345,7 @@ static void run_test(const char *root, const char *name, Stats *st) {
   st->passed++;
   if (verbose) printf("PASS %s\n", name);
   if (on_emu_list(name)) {
-    EmuResult r = run_emu(g, &params, &known, &want, why, sizeof why);
+    EmuResult r = run_emu(g, &params, &known, &want, atol, why, sizeof why);
     if (r == EMU_PASS) {
       st->emu_passed++;
     } else if (r == EMU_UNSUPPORTED) {
