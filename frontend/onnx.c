@@ -69,7 +69,7 @@ static const OpEntry onnx_ops[] = {
     {"CastLike", ox_op_cast, NULL},
     {"Ceil", ox_op_unary, NULL},
     {"Celu", ox_op_elu_family, NULL},
-    {"Clip", ox_op_clip, "min and max constant"},
+    {"Clip", ox_op_clip, "min and max constant or computed at run time (one value each)"},
     {"Col2Im", ox_op_col2im, "1 to 3 spatial dims, constant image and block shapes; a grouped conv_transpose"},
     {"Concat", ox_op_concat, NULL},
     {"Constant", ox_op_constant, "value, value_float(s), value_int(s)"},
