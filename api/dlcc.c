@@ -265,7 +265,8 @@ have_graph:
    * range and needs none, nor do gradients without an optimizer. */
   bool loss_scaling = job->opt && job->opt->optimizer && job->opt->precision &&
                       strcmp(job->opt->precision, "f16") == 0;
-  AutodiffOptions ado = {.loss_scale = loss_scaling};
+  AutodiffOptions ado = {.loss_scale = loss_scaling,
+                         .sync_bn = job->opt && job->opt->optimizer ? job->opt->optimizer->sync_bn : 0};
   if (job->opt && job->opt->grad && (!pass_autodiff(g, &ado) || !ir_verify(g))) return 1;
   if (job->opt && job->opt->optimizer) {
     OptimSpec spec;

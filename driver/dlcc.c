@@ -39,6 +39,7 @@ typedef struct Options {
   bool grad; /* --grad: the training step's gradients (passes/autodiff.c) */
   bool optimize; /* --optimizer=NAME: and the updates (passes/optim.c) */
   bool data_parallel; /* --data-parallel: each gradient's allreduce_mean */
+  int sync_bn;        /* --sync-bn=K: batchnorm's statistics over K ranks */
   OptimSpec optim;
   DriverLoss loss;    /* --loss=NAME and its flags (passes/loss.c) */
   LossSpec loss_spec; /* what they ask for, when loss.name is set */
@@ -115,6 +116,8 @@ static const char usage[] =
     "                     the input dlcc.lr\n"
     "  --data-parallel    with --optimizer: each gradient averaged over the ranks\n"
     "                     before the update, as under mpirun (docs/parallel.md)\n"
+    "  --sync-bn=K        with --grad: training-mode batchnorm's statistics over the\n"
+    "                     global batch of K ranks (docs/parallel.md)\n"
     "  --recompute[=SCOPE,...]  with --grad: activation checkpointing, the forward of\n"
     "                     each residual block (or of the `as` scopes named) computed\n"
     "                     again in the backward instead of kept (docs/training.md)\n";
@@ -430,6 +433,8 @@ static int parse_args(int argc, char **argv, Options *o) {
       o->optim = optim_spec_default(kind);
     } else if (strcmp(a, "--data-parallel") == 0) {
       o->data_parallel = true;
+    } else if (strncmp(a, "--sync-bn=", 10) == 0) {
+      if (!int_option("--sync-bn", a + 10, 1, 1 << 20, "a number of ranks (1 or more)", &o->sync_bn)) return 1;
     } else if (strcmp(a, "--external-weights") == 0) {
       o->external_weights = true;
     } else if (strcmp(a, "--save-temps") == 0) {
@@ -471,6 +476,10 @@ static int parse_args(int argc, char **argv, Options *o) {
   }
   if (o->optimize && !o->grad) {
     fputs("dlcc: error: --optimizer needs --grad (a training step)\n", stderr);
+    return 1;
+  }
+  if (o->sync_bn && !o->grad) {
+    fputs("dlcc: error: --sync-bn needs --grad (batchnorm in training mode)\n", stderr);
     return 1;
   }
   if (o->data_parallel && !o->optimize) {
@@ -730,7 +739,7 @@ static int compile(Ctx *c, void *data) {
     /* f16 steps scale the loss (api/dlcc.c says why) */
     OptimSpec spec = o->optim;
     spec.loss_scaling = o->optimize && o->passes.precision == TY_F16;
-    AutodiffOptions ado = {.loss_scale = spec.loss_scaling};
+    AutodiffOptions ado = {.loss_scale = spec.loss_scaling, .sync_bn = o->sync_bn};
     if (!pass_autodiff(g, &ado) || !ir_verify(g)) return 1;
     t = ctx_stage(c, "autodiff", t);
     spec.data_parallel = o->data_parallel;

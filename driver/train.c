@@ -75,7 +75,7 @@ static const char train_usage[] =
     "Under mpirun or srun each rank trains on its share of every global --batch and the\n"
     "gradients are averaged across ranks (docs/parallel.md):\n"
     "  --dist-timeout=S      seconds a rank waits for the others in a collective (default 120)\n"
-    "  --sync-bn             batchnorm statistics over the global batch (not built yet)\n";
+    "  --sync-bn             batchnorm statistics over the global batch, not each rank's\n";
 
 static const char *flag_value(int argc, char **argv, int *i, const char *flag) {
   size_t n = strlen(flag);
@@ -357,6 +357,7 @@ static dlc_train *compile_for(Run *r, const TrainData *d, int64_t batch, bool ev
   if (!train_options(r->a, &o)) return NULL;
   o.eval = eval;
   o.optimizer.data_parallel = r->dist->size > 1 && !eval;
+  o.optimizer.sync_bn = r->a->sync_bn && !eval ? r->dist->size : 0;
   dlc_input_shape *shapes = calloc((size_t)d->n, sizeof *shapes);
   int64_t *dims = calloc((size_t)d->n * RT_MAX_RANK, sizeof *dims);
   if (!shapes || !dims) {
@@ -733,12 +734,6 @@ int driver_train(int argc, char **argv) {
   Dist dist;
   if (!dist_init(&dist, a.dist_timeout)) {
     fprintf(stderr, "dlcc: error: %s\n", dist.err);
-    return 1;
-  }
-  if (a.sync_bn) {
-    fputs("dlcc: error: --sync-bn is not built yet: batchnorm keeps each rank's statistics (docs/parallel.md)\n",
-          stderr);
-    dist_finish(&dist);
     return 1;
   }
 #ifdef HAVE_NCCL

@@ -93,6 +93,10 @@ typedef struct dlc_optimizer {
    * the ranks of a data-parallel job, docs/parallel.md) before the
    * update and the clipping norm */
   int data_parallel;
+  /* > 0: training-mode batchnorm normalizes over the global batch of
+   * that many ranks, as torch.nn.SyncBatchNorm (its statistics and their
+   * gradients pass through allreduce_mean); 0: each rank's own batch */
+  int sync_bn;
 } dlc_optimizer;
 
 typedef struct dlc_options {

@@ -3,7 +3,8 @@
 # 4 ranks equal one process at the same global batch (f32 1e-5), a last
 # partial batch split among the ranks, bit-identical run to run, a CNN
 # with per-rank batchnorm statistics against the one process that sees
-# the same statistics, the refusals, and a rank that fails or vanishes
+# the same statistics, --sync-bn against one process at the global
+# batch, the refusals, and a rank that fails or vanishes
 # ending every rank with a message naming it.  Skips without mpirun or
 # without MPI in dlcc.
 set -u
@@ -29,12 +30,18 @@ st_values() {
   hl=$(od -An -t u8 -N 8 "$1" | tr -d ' ')
   od -An -v -t f4 -j $((8 + hl)) "$1" | tr -s ' ' '\n' | sed '/^$/d'
 }
+# agree A.v B.v: two files of values, one a line, agree at f32 1e-5.
+agree() {
+  paste "$1" "$2" | awk '{ d = $1 - $2; if (d < 0) d = -d; m = $1 < 0 ? -$1 : $1
+      if (d > 1e-5 * m + 1e-6) bad++ } END { exit bad > 0 || NR == 0 }'
+}
 # close A B WHAT: the two files' values agree at f32 1e-5.
 close() {
   st_values "$1" >"$tmp/a.v"; st_values "$2" >"$tmp/b.v"
-  if paste "$tmp/a.v" "$tmp/b.v" | awk '{ d = $1 - $2; if (d < 0) d = -d; m = $1 < 0 ? -$1 : $1
-      if (d > 1e-5 * m + 1e-6) bad++ } END { exit bad > 0 || NR == 0 }'; then ok; else fail "$3: $1 and $2 differ"; fi
+  if agree "$tmp/a.v" "$tmp/b.v"; then ok; else fail "$3: $1 and $2 differ"; fi
 }
+# losses LOG: the losses of a --log file, one a line.
+losses() { sed 's/.*"loss": \([^,]*\),.*/\1/' "$1"; }
 
 # The MLP, 22 samples at a global batch of 8: two full batches and a
 # last one of 6, 3 a rank.
@@ -60,13 +67,25 @@ expect 0 "" "$dlcc" train $C --batch 4 --data "$t/cnnbn/half" --save "$tmp/bn1.s
 expect 0 "" mpi 2 "$dlcc" train $C --batch 8 --data "$t/cnnbn/twice" --save "$tmp/bn2.safetensors"
 close "$tmp/bn1.ckpt.safetensors" "$tmp/bn2.ckpt.safetensors" "batchnorm per rank"
 
+# --sync-bn: batchnorm over the global batch of 4, 2 images a rank,
+# equals one process at batch 4 (losses, weights, running statistics,
+# optimizer state, after 4 steps); without it each rank normalizes over
+# its 2 and the result differs.
+expect 0 "" "$dlcc" train $C --batch 4 --data "$t/cnnbn/half" --save "$tmp/bn4.safetensors" --log "$tmp/bn4.jsonl"
+expect 0 "" mpi 2 "$dlcc" train $C --batch 4 --data "$t/cnnbn/half" --sync-bn --save "$tmp/sync.safetensors" \
+  --log "$tmp/sync.jsonl"
+close "$tmp/bn4.ckpt.safetensors" "$tmp/sync.ckpt.safetensors" "--sync-bn on 2 ranks"
+losses "$tmp/bn4.jsonl" >"$tmp/a.v"; losses "$tmp/sync.jsonl" >"$tmp/b.v"
+[ "$(wc -l <"$tmp/a.v")" -eq 4 ] && agree "$tmp/a.v" "$tmp/b.v" && ok || fail "--sync-bn losses: $(paste "$tmp/a.v" "$tmp/b.v")"
+expect 0 "" mpi 2 "$dlcc" train $C --batch 4 --data "$t/cnnbn/half" --save "$tmp/nosync.safetensors"
+st_values "$tmp/bn4.ckpt.safetensors" >"$tmp/a.v"; st_values "$tmp/nosync.ckpt.safetensors" >"$tmp/b.v"
+agree "$tmp/a.v" "$tmp/b.v" && fail "per-rank batchnorm equals the global batch's" || ok
+
 # Refusals, from every rank.
 expect_sub 1 "dlcc: error: --batch=7 does not divide among 2 ranks: give a multiple of 2" \
   mpi 2 "$dlcc" train $A --batch 7
 expect_sub 1 "the last batch of 6 samples does not divide among 4 ranks: add --drop-last" \
   mpi 4 "$dlcc" train $A --batch 8
-expect 1 "dlcc: error: --sync-bn is not built yet: batchnorm keeps each rank's statistics (docs/parallel.md)" \
-  "$dlcc" train $A --batch 8 --sync-bn
 
 # Bad data on rank 1 only: rank 0 stops with rank 1's message.
 mkdir "$tmp/bad"; cp "$t/data/target.npy" "$tmp/bad/"; cp "$t/bad/x_f64.npy" "$tmp/bad/x.npy"
