@@ -40,6 +40,7 @@ typedef struct Options {
   bool optimize; /* --optimizer=NAME: and the updates (passes/optim.c) */
   bool data_parallel; /* --data-parallel: each gradient's allreduce_mean */
   int sync_bn;        /* --sync-bn=K: batchnorm's statistics over K ranks */
+  int bucket_mb;      /* --bucket-mb=M: gradients' all-reduces in buckets of M MiB */
   OptimSpec optim;
   DriverLoss loss;    /* --loss=NAME and its flags (passes/loss.c) */
   LossSpec loss_spec; /* what they ask for, when loss.name is set */
@@ -116,6 +117,8 @@ static const char usage[] =
     "                     the input dlcc.lr\n"
     "  --data-parallel    with --optimizer: each gradient averaged over the ranks\n"
     "                     before the update, as under mpirun (docs/parallel.md)\n"
+    "  --bucket-mb=M      with --data-parallel: gradients share all-reduces in buckets\n"
+    "                     of about M MiB (PyTorch DDP's bucket_cap_mb)\n"
     "  --sync-bn=K        with --grad: training-mode batchnorm's statistics over the\n"
     "                     global batch of K ranks (docs/parallel.md)\n"
     "  --recompute[=SCOPE,...]  with --grad: activation checkpointing, the forward of\n"
@@ -433,6 +436,8 @@ static int parse_args(int argc, char **argv, Options *o) {
       o->optim = optim_spec_default(kind);
     } else if (strcmp(a, "--data-parallel") == 0) {
       o->data_parallel = true;
+    } else if (strncmp(a, "--bucket-mb=", 12) == 0) {
+      if (!int_option("--bucket-mb", a + 12, 0, 1 << 20, "a whole number of MiB", &o->bucket_mb)) return 1;
     } else if (strncmp(a, "--sync-bn=", 10) == 0) {
       if (!int_option("--sync-bn", a + 10, 1, 1 << 20, "a number of ranks (1 or more)", &o->sync_bn)) return 1;
     } else if (strcmp(a, "--external-weights") == 0) {
@@ -480,6 +485,10 @@ static int parse_args(int argc, char **argv, Options *o) {
   }
   if (o->sync_bn && !o->grad) {
     fputs("dlcc: error: --sync-bn needs --grad (batchnorm in training mode)\n", stderr);
+    return 1;
+  }
+  if (o->bucket_mb && !o->data_parallel) {
+    fputs("dlcc: error: --bucket-mb needs --data-parallel (it groups the gradients' all-reduces)\n", stderr);
     return 1;
   }
   if (o->data_parallel && !o->optimize) {
@@ -743,6 +752,7 @@ static int compile(Ctx *c, void *data) {
     if (!pass_autodiff(g, &ado) || !ir_verify(g)) return 1;
     t = ctx_stage(c, "autodiff", t);
     spec.data_parallel = o->data_parallel;
+    spec.bucket_bytes = (int64_t)o->bucket_mb << 20;
     if (o->optimize && (!pass_append_optimizer(g, &spec) || !ir_verify(g))) return 1;
   }
   if (!run_passes(c, job, g)) return 1;

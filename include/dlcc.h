@@ -97,6 +97,10 @@ typedef struct dlc_optimizer {
    * that many ranks, as torch.nn.SyncBatchNorm (its statistics and their
    * gradients pass through allreduce_mean); 0: each rank's own batch */
   int sync_bn;
+  /* With data_parallel, > 0: gradients share an all-reduce in buckets of
+   * about that many MiB (PyTorch DDP's bucket_cap_mb), filled in the
+   * order the backward completes them; 0: one all-reduce a gradient */
+  double bucket_mb;
 } dlc_optimizer;
 
 typedef struct dlc_options {

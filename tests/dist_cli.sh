@@ -1,7 +1,8 @@
 #!/bin/sh
 # Data-parallel `dlcc train` under mpirun on emu (docs/parallel.md): 2 and
 # 4 ranks equal one process at the same global batch (f32 1e-5), a last
-# partial batch split among the ranks, bit-identical run to run, a CNN
+# partial batch split among the ranks, bit-identical run to run and with
+# gradients in buckets, a CNN
 # with per-rank batchnorm statistics against the one process that sees
 # the same statistics, --sync-bn against one process at the global
 # batch, the refusals, and a rank that fails or vanishes
@@ -53,6 +54,17 @@ close "$tmp/one.ckpt.safetensors" "$tmp/two.ckpt.safetensors" "2 ranks against o
 # Run to run: the same bits.
 expect 0 "" mpi 2 "$dlcc" train $A --batch 8 --save "$tmp/two2.safetensors"
 cmp -s "$tmp/two.ckpt.safetensors" "$tmp/two2.ckpt.safetensors" && ok || fail "2 ranks twice: not bit-identical"
+# --bucket-mb: gradients share all-reduces (tiny.dl's 4 gradients in
+# buckets of about 104 bytes: 2 of 2), the same bits; the plan of a
+# bucket of 1 MiB has one all-reduce where it had 4.
+expect 0 "" mpi 2 "$dlcc" train $A --batch 8 --bucket-mb=0.0001 --save "$tmp/bucket.safetensors"
+cmp -s "$tmp/two.ckpt.safetensors" "$tmp/bucket.ckpt.safetensors" && ok || fail "--bucket-mb: not the same bits"
+for b in 0:4 1:1; do
+  n=$("$dlcc" "$t/tiny.dl" -D N=8 --loss=cross_entropy --grad --optimizer=sgd --data-parallel --bucket-mb=${b%:*} \
+      --emit=plan | grep -c '^ *[0-9]*  allreduce_mean ')
+  [ "$n" -eq "${b#*:}" ] && ok || fail "--bucket-mb=${b%:*}: $n all-reduce steps, expected ${b#*:}"
+done
+
 # 4 ranks, 2 samples each (the last 6 dropped: 6 does not split 4 ways).
 expect 0 "" "$dlcc" train $A --batch 8 --drop-last --save "$tmp/one_d.safetensors"
 expect 0 "" mpi 4 "$dlcc" train $A --batch 8 --drop-last --save "$tmp/four.safetensors"
