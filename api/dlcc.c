@@ -224,6 +224,9 @@ static bool optim_spec_from_api(Ctx *c, const dlc_options *opt, OptimSpec *out) 
                      .weight_decay = o->weight_decay, .beta1 = o->beta1, .beta2 = o->beta2, .eps = o->eps,
                      .clip_grad_norm = o->clip_grad_norm, .keep_grads = o->keep_grads,
                      .data_parallel = o->data_parallel};
+  if (!(o->bucket_mb >= 0 && o->bucket_mb < 1e6))
+    return diag_error(c, (SrcLoc){0}, "bucket_mb must be in [0, 1e6) MiB, got %g", o->bucket_mb), false;
+  out->bucket_bytes = (int64_t)(o->bucket_mb * 1024 * 1024);
   return true;
 }
 
@@ -265,7 +268,8 @@ have_graph:
    * range and needs none, nor do gradients without an optimizer. */
   bool loss_scaling = job->opt && job->opt->optimizer && job->opt->precision &&
                       strcmp(job->opt->precision, "f16") == 0;
-  AutodiffOptions ado = {.loss_scale = loss_scaling};
+  AutodiffOptions ado = {.loss_scale = loss_scaling,
+                         .sync_bn = job->opt && job->opt->optimizer ? job->opt->optimizer->sync_bn : 0};
   if (job->opt && job->opt->grad && (!pass_autodiff(g, &ado) || !ir_verify(g))) return 1;
   if (job->opt && job->opt->optimizer) {
     OptimSpec spec;

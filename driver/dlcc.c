@@ -39,6 +39,8 @@ typedef struct Options {
   bool grad; /* --grad: the training step's gradients (passes/autodiff.c) */
   bool optimize; /* --optimizer=NAME: and the updates (passes/optim.c) */
   bool data_parallel; /* --data-parallel: each gradient's allreduce_mean */
+  int sync_bn;        /* --sync-bn=K: batchnorm's statistics over K ranks */
+  int bucket_mb;      /* --bucket-mb=M: gradients' all-reduces in buckets of M MiB */
   OptimSpec optim;
   DriverLoss loss;    /* --loss=NAME and its flags (passes/loss.c) */
   LossSpec loss_spec; /* what they ask for, when loss.name is set */
@@ -115,6 +117,10 @@ static const char usage[] =
     "                     the input dlcc.lr\n"
     "  --data-parallel    with --optimizer: each gradient averaged over the ranks\n"
     "                     before the update, as under mpirun (docs/parallel.md)\n"
+    "  --bucket-mb=M      with --data-parallel: gradients share all-reduces in buckets\n"
+    "                     of about M MiB (PyTorch DDP's bucket_cap_mb)\n"
+    "  --sync-bn=K        with --grad: training-mode batchnorm's statistics over the\n"
+    "                     global batch of K ranks (docs/parallel.md)\n"
     "  --recompute[=SCOPE,...]  with --grad: activation checkpointing, the forward of\n"
     "                     each residual block (or of the `as` scopes named) computed\n"
     "                     again in the backward instead of kept (docs/training.md)\n";
@@ -430,6 +436,10 @@ static int parse_args(int argc, char **argv, Options *o) {
       o->optim = optim_spec_default(kind);
     } else if (strcmp(a, "--data-parallel") == 0) {
       o->data_parallel = true;
+    } else if (strncmp(a, "--bucket-mb=", 12) == 0) {
+      if (!int_option("--bucket-mb", a + 12, 0, 1 << 20, "a whole number of MiB", &o->bucket_mb)) return 1;
+    } else if (strncmp(a, "--sync-bn=", 10) == 0) {
+      if (!int_option("--sync-bn", a + 10, 1, 1 << 20, "a number of ranks (1 or more)", &o->sync_bn)) return 1;
     } else if (strcmp(a, "--external-weights") == 0) {
       o->external_weights = true;
     } else if (strcmp(a, "--save-temps") == 0) {
@@ -471,6 +481,14 @@ static int parse_args(int argc, char **argv, Options *o) {
   }
   if (o->optimize && !o->grad) {
     fputs("dlcc: error: --optimizer needs --grad (a training step)\n", stderr);
+    return 1;
+  }
+  if (o->sync_bn && !o->grad) {
+    fputs("dlcc: error: --sync-bn needs --grad (batchnorm in training mode)\n", stderr);
+    return 1;
+  }
+  if (o->bucket_mb && !o->data_parallel) {
+    fputs("dlcc: error: --bucket-mb needs --data-parallel (it groups the gradients' all-reduces)\n", stderr);
     return 1;
   }
   if (o->data_parallel && !o->optimize) {
@@ -730,10 +748,11 @@ static int compile(Ctx *c, void *data) {
     /* f16 steps scale the loss (api/dlcc.c says why) */
     OptimSpec spec = o->optim;
     spec.loss_scaling = o->optimize && o->passes.precision == TY_F16;
-    AutodiffOptions ado = {.loss_scale = spec.loss_scaling};
+    AutodiffOptions ado = {.loss_scale = spec.loss_scaling, .sync_bn = o->sync_bn};
     if (!pass_autodiff(g, &ado) || !ir_verify(g)) return 1;
     t = ctx_stage(c, "autodiff", t);
     spec.data_parallel = o->data_parallel;
+    spec.bucket_bytes = (int64_t)o->bucket_mb << 20;
     if (o->optimize && (!pass_append_optimizer(g, &spec) || !ir_verify(g))) return 1;
   }
   if (!run_passes(c, job, g)) return 1;

@@ -34,7 +34,7 @@ typedef struct TrainArgs {
   double lr, momentum, dampening, weight_decay, beta1, beta2, eps, clip;
   bool set_momentum, set_dampening, set_weight_decay, set_betas, set_eps;
   bool nesterov, shuffle, drop_last, sync_bn;
-  double dist_timeout;
+  double dist_timeout, bucket_mb;
   int64_t batch, epochs;
   uint64_t seed;
   dlc_options api;
@@ -75,7 +75,9 @@ static const char train_usage[] =
     "Under mpirun or srun each rank trains on its share of every global --batch and the\n"
     "gradients are averaged across ranks (docs/parallel.md):\n"
     "  --dist-timeout=S      seconds a rank waits for the others in a collective (default 120)\n"
-    "  --sync-bn             batchnorm statistics over the global batch (not built yet)\n";
+    "  --sync-bn             batchnorm statistics over the global batch, not each rank's\n"
+    "  --bucket-mb=M         gradients share all-reduces in buckets of about M MiB, as\n"
+    "                        PyTorch DDP's bucket_cap_mb (25 there); 0, the default: one each\n";
 
 static const char *flag_value(int argc, char **argv, int *i, const char *flag) {
   size_t n = strlen(flag);
@@ -128,9 +130,10 @@ static const char **string_flag(TrainArgs *o, const char *flag) {
 /* A number flag's destination, and the flag it was given, by name. */
 static double *real_flag(TrainArgs *o, const char *flag, bool **given) {
   static const char *const names[] = {"--lr", "--momentum", "--dampening", "--weight-decay", "--eps",
-                                      "--clip-grad-norm", "--dist-timeout"};
-  double *dst[] = {&o->lr, &o->momentum, &o->dampening, &o->weight_decay, &o->eps, &o->clip, &o->dist_timeout};
-  bool *set[] = {NULL, &o->set_momentum, &o->set_dampening, &o->set_weight_decay, &o->set_eps, NULL, NULL};
+                                      "--clip-grad-norm", "--dist-timeout", "--bucket-mb"};
+  double *dst[] = {&o->lr,  &o->momentum, &o->dampening,    &o->weight_decay,
+                   &o->eps, &o->clip,     &o->dist_timeout, &o->bucket_mb};
+  bool *set[] = {NULL, &o->set_momentum, &o->set_dampening, &o->set_weight_decay, &o->set_eps, NULL, NULL, NULL};
   for (size_t k = 0; k < ARRAY_LEN(names); k++)
     if (strcmp(flag, names[k]) == 0) {
       *given = set[k];
@@ -357,6 +360,8 @@ static dlc_train *compile_for(Run *r, const TrainData *d, int64_t batch, bool ev
   if (!train_options(r->a, &o)) return NULL;
   o.eval = eval;
   o.optimizer.data_parallel = r->dist->size > 1 && !eval;
+  o.optimizer.sync_bn = r->a->sync_bn && !eval ? r->dist->size : 0;
+  o.optimizer.bucket_mb = r->a->bucket_mb;
   dlc_input_shape *shapes = calloc((size_t)d->n, sizeof *shapes);
   int64_t *dims = calloc((size_t)d->n * RT_MAX_RANK, sizeof *dims);
   if (!shapes || !dims) {
@@ -733,12 +738,6 @@ int driver_train(int argc, char **argv) {
   Dist dist;
   if (!dist_init(&dist, a.dist_timeout)) {
     fprintf(stderr, "dlcc: error: %s\n", dist.err);
-    return 1;
-  }
-  if (a.sync_bn) {
-    fputs("dlcc: error: --sync-bn is not built yet: batchnorm keeps each rank's statistics (docs/parallel.md)\n",
-          stderr);
-    dist_finish(&dist);
     return 1;
   }
 #ifdef HAVE_NCCL

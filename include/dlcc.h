@@ -93,6 +93,14 @@ typedef struct dlc_optimizer {
    * the ranks of a data-parallel job, docs/parallel.md) before the
    * update and the clipping norm */
   int data_parallel;
+  /* > 0: training-mode batchnorm normalizes over the global batch of
+   * that many ranks, as torch.nn.SyncBatchNorm (its statistics and their
+   * gradients pass through allreduce_mean); 0: each rank's own batch */
+  int sync_bn;
+  /* With data_parallel, > 0: gradients share an all-reduce in buckets of
+   * about that many MiB (PyTorch DDP's bucket_cap_mb), filled in the
+   * order the backward completes them; 0: one all-reduce a gradient */
+  double bucket_mb;
 } dlc_optimizer;
 
 typedef struct dlc_options {

@@ -213,6 +213,12 @@ static void vjp_unary(GradCall *c) { c->dx[0] = mul(c, c->dy[0], derivative(c));
 
 static void vjp_neg(GradCall *c) { c->dx[0] = op1(c, OP_NEG, c->dy[0]); }
 
+/* y = (1/K) sum_k x_k with every rank's loss L_j a function of y: rank
+ * k's share of the gradient of the ranks' mean loss (K times its part,
+ * as every gradient before the optimizer's all-reduce) is the mean over
+ * the ranks of dL_j/dy (--sync-bn's backward, docs/parallel.md). */
+static void vjp_allreduce_mean(GradCall *c) { c->dx[0] = op1(c, OP_ALLREDUCE_MEAN, c->dy[0]); }
+
 static void vjp_cast(GradCall *c) {
   Node *n = ir_node_new(c->g, OP_CAST, 1, &c->dy[0], c->n->loc);
   ir_set_dtype(c->g, n, "to", in0(c)->type.dtype);
@@ -918,7 +924,7 @@ static void vjp_dropout(GradCall *c) {
 #define GRAD_DROPOUT VJP(vjp_dropout)
 #define GRAD_RESIZE_GRAD NONE
 #define GRAD_OPTIM_UPDATE NONE /* the end of a step, after every gradient */
-#define GRAD_ALLREDUCE_MEAN NONE /* between the gradients and the optimizer */
+#define GRAD_ALLREDUCE_MEAN VJP(vjp_allreduce_mean)
 
 const GradRule ir_grad_rules[] = {
 #define OP(id, ...) GRAD_##id,

@@ -197,7 +197,7 @@ bool pass_autodiff(Graph *g, const AutodiffOptions *o) {
   n_params = 0;
   for (Node *n = g->first; n; n = n->next)
     if (trainable_by_id[n->id]) params[n_params++] = n;
-  if (!pass_train_mode(g, o->inference)) return false;
+  if (!pass_train_mode(g, o)) return false;
 
   number_and_allocate(&ad);
   Value *loss = g->outputs[o->loss];

@@ -19,6 +19,13 @@ typedef struct AutodiffOptions {
    * instead of 1, so every gradient comes out multiplied by it; the
    * optimizer (passes/optim.c) unscales them and updates the scale. */
   bool loss_scale;
+  /* --sync-bn (docs/parallel.md): > 0, the number of ranks of a
+   * data-parallel job, whose batches training-mode batchnorm normalizes
+   * over as one, as torch.nn.SyncBatchNorm: its batch mean and variance
+   * pass through allreduce_mean (so its backward all-reduces their
+   * gradients) and the running variance is unbiased over the global
+   * count.  0: each rank's own statistics. */
+  int sync_bn;
 } AutodiffOptions;
 
 #define AMP_SCALE_PARAM "dlcc.amp.scale"
@@ -37,10 +44,11 @@ typedef struct AutodiffOptions {
 bool pass_autodiff(Graph *g, const AutodiffOptions *o);
 
 /* The forward of a training step (train_mode.c), which pass_autodiff
- * runs first: batchnorm with batch statistics (unless frozen_batchnorm),
+ * runs first: batchnorm with batch statistics (unless o->inference; over
+ * the ranks with o->sync_bn),
  * lstm and gru unrolled over time, and the state updates (running
  * statistics, dlcc.step) appended as outputs marked with
  * ir_set_output_update.  False after reporting errors to g->ctx. */
-bool pass_train_mode(Graph *g, bool frozen_batchnorm);
+bool pass_train_mode(Graph *g, const AutodiffOptions *o);
 
 #endif

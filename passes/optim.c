@@ -133,6 +133,75 @@ static Value *all_reduce(Graph *g, Value *grad, int bucket) {
   return &n->out[0];
 }
 
+/* x[lo:hi] of a 1-d x. */
+static Value *part(Graph *g, SrcLoc at, Value *x, int64_t lo, int64_t hi) {
+  Node *n = ir_node_new(g, OP_SLICE, 1, &x, at);
+  ir_set_ints(g, n, "starts", 1, &lo);
+  ir_set_ints(g, n, "ends", 1, &hi);
+  ir_set_ints(g, n, "steps", 1, (int64_t[]){1});
+  return ir_grad_node(g, n);
+}
+
+/* grads[first..first+count) (by order's indices) in one all-reduce: each
+ * flattened, joined, their mean over the ranks taken once, right after
+ * the last of them completes (last), then each gradient read back from
+ * its part.  Each element's mean is the same sum in the same order as
+ * alone, so the bits do not change. */
+static void all_reduce_joined(Graph *g, Value **grads, const int *order, int count, Node *last, int bucket) {
+  Node *mark = g->last;
+  SrcLoc at = last->loc;
+  Value **flat = ARENA_ARRAY(&g->ctx->arena, Value *, count);
+  for (int k = 0; k < count; k++) {
+    int64_t numel = ir_type_numel(&grads[order[k]]->type);
+    flat[k] = ir_grad_reshape(g, at, grads[order[k]], 1, &numel);
+  }
+  Node *cat = ir_node_new(g, OP_CONCAT, count, flat, at);
+  ir_set_int(g, cat, "axis", 0);
+  Value *joined = ir_grad_node(g, cat);
+  Node *ar = ir_node_new(g, OP_ALLREDUCE_MEAN, 1, &joined, at);
+  ir_set_int(g, ar, "bucket", bucket);
+  Value *mean = ir_grad_node(g, ar);
+  int64_t at_elem = 0;
+  for (int k = 0; k < count; k++) {
+    const TensorType *t = &grads[order[k]]->type;
+    int64_t numel = ir_type_numel(t);
+    grads[order[k]] = ir_grad_reshape(g, at, part(g, at, mean, at_elem, at_elem + numel), t->rank, t->dims);
+    at_elem += numel;
+  }
+  if (last == mark) return;
+  Node *before = last->next;
+  for (Node *n = mark->next, *next; n; n = next) {
+    next = n->next;
+    ir_remove(g, n);
+    ir_insert_before(g, before, n);
+  }
+}
+
+/* Every gradient's mean over the ranks, in buckets of about
+ * bucket_bytes (PyTorch DDP's bucket_cap_mb) filled in the order the
+ * backward completes the gradients; 0 (or a gradient as large alone):
+ * an all-reduce per gradient.  Fewer, larger all-reduces save each
+ * call's latency; each starts only when its last gradient is done. */
+static void all_reduce_buckets(Graph *g, int n_grads, Value **grads, int64_t bucket_bytes) {
+  int *order = ARENA_ARRAY(&g->ctx->arena, int, n_grads), n = 0;
+  Node **defs = ARENA_ARRAY(&g->ctx->arena, Node *, n_grads);
+  for (int i = 0; i < n_grads; i++) defs[i] = grads[i]->def;
+  for (Node *x = g->first; x && n < n_grads; x = x->next)
+    for (int i = 0; i < n_grads; i++)
+      if (defs[i] == x) order[n++] = i;
+  int bucket = 0;
+  for (int first = 0; first < n;) {
+    int64_t bytes = 0;
+    int end = first;
+    DType dt = grads[order[first]]->type.dtype;
+    while (end < n && grads[order[end]]->type.dtype == dt && (end == first || bytes < bucket_bytes))
+      bytes += ir_type_numel(&grads[order[end]]->type) * ir_dtype_size(dt), end++;
+    if (end - first == 1) grads[order[first]] = all_reduce(g, grads[order[first]], bucket++);
+    else all_reduce_joined(g, grads, order + first, end - first, defs[order[end - 1]], bucket++);
+    first = end;
+  }
+}
+
 /* Zero when every element of every gradient is finite, else NaN. */
 static Value *nonfinite(Step *s, int n_grads, Value *const *grads) {
   Value *z = NULL;
@@ -228,8 +297,7 @@ bool pass_append_optimizer(Graph *g, const OptimSpec *o) {
     return false;
   }
 
-  if (o->data_parallel)
-    for (int i = 0; i < n_grads; i++) grads[i] = all_reduce(g, grads[i], i);
+  if (o->data_parallel) all_reduce_buckets(g, n_grads, grads, o->bucket_bytes);
 
   Step s = {.g = g, .o = o, .at = params[0]->loc};
   int cap = 3 * n_grads + 3;

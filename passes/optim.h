@@ -31,6 +31,10 @@ typedef struct OptimSpec {
    * completes it, so that its all-reduce starts while the rest of the
    * backward runs (docs/parallel.md). */
   bool data_parallel;
+  /* With data_parallel: > 0, gradients share an all-reduce in buckets of
+   * about this many bytes (PyTorch DDP's bucket_cap_mb), filled in the
+   * order the backward completes them; 0: one all-reduce a gradient. */
+  int64_t bucket_bytes;
   /* Dynamic loss scaling as torch.cuda.amp.GradScaler (f16 training):
    * the gradients come from pass_autodiff with AutodiffOptions.loss_scale
    * (multiplied by the param AMP_SCALE_PARAM); the step unscales them

@@ -15,7 +15,8 @@
  *           reciprocal, rsqrt, isinf (range: f16 overflows at 65504), lstm
  *           and gru (state carried over time), embedding_grad (a sum in
  *           place in its result), optim_update (a training step's update
- *           of its f32 params and state); also every node marked
+ *           of its f32 params and state), allreduce_mean (a sum over
+ *           the ranks; the communicators take f32); also every node marked
  *           #f32 (the language's precision="f32");
  *   follow  data movement, casts and argmax keep the type of their
  *           operands (concat of mixed types takes the lowest).
@@ -167,7 +168,8 @@ static Mode mode_of(const Node *n) {
     case OP_LSTM:
     case OP_GRU:
     case OP_EMBEDDING_GRAD: /* sums in place in its result */
-    case OP_OPTIM_UPDATE: return MODE_F32;
+    case OP_OPTIM_UPDATE:
+    case OP_ALLREDUCE_MEAN: return MODE_F32;
     case OP_CAST:
     case OP_ARGMAX: return MODE_FOLLOW;
     default: break;

@@ -22,6 +22,7 @@
 
 typedef struct Mode {
   Graph *g;
+  int sync_bn; /* AutodiffOptions' */
   int n_updates, cap_updates;
   Value **updates;
   const char **names;
@@ -57,7 +58,21 @@ static void replace_node(Graph *g, Node *first, Node *before, Value *const *with
 /* mean = E[x], var = E[(x - mean)^2] over every axis but 1,
  * y = (x - mean) / sqrt(var + eps) * weight + bias, and
  * running = (1 - momentum) running + momentum batch, with the unbiased
- * variance var * m / (m - 1) for m values per channel. */
+ * variance var * m / (m - 1) for m values per channel.
+ *
+ * With sync_bn = K ranks, each holding m values per channel (the driver
+ * splits every batch evenly), E is over the K * m values: each rank's
+ * mean, then their mean over the ranks (allreduce_mean), is the global
+ * mean, and the same for the squared deviations from it.  Two rounds
+ * where SyncBatchNorm needs one (sum and sum of squares together), but
+ * the variance is the one process's formula, centred, without the
+ * cancellation of E[x^2] - E[x]^2.  The gradients of both statistics
+ * pass through allreduce_mean's rule, which all-reduces them: the
+ * backward's per-channel sums over the global batch. */
+static Value *over_ranks(Mode *md, Value *stat) {
+  return md->sync_bn > 0 ? ir_grad_op(md->g, stat->def->loc, OP_ALLREDUCE_MEAN, 1, &stat) : stat;
+}
+
 static void batchnorm(Mode *md, Node *n) {
   Graph *g = md->g;
   SrcLoc at = n->loc;
@@ -80,16 +95,17 @@ static void batchnorm(Mode *md, Node *n) {
   Node *first = g->last;
   int64_t shape[DL_MAX_RANK];
   for (int d = 0; d < xt->rank; d++) shape[d] = d == 1 ? C : 1;
-  Value *mean = ir_grad_mean(g, at, x, n_axes, axes, true);
+  Value *mean = over_ranks(md, ir_grad_mean(g, at, x, n_axes, axes, true));
   Value *xc = ir_grad_op2(g, at, OP_SUB, x, mean);
-  Value *var = ir_grad_mean(g, at, ir_grad_op2(g, at, OP_MUL, xc, xc), n_axes, axes, true);
+  Value *var = over_ranks(md, ir_grad_mean(g, at, ir_grad_op2(g, at, OP_MUL, xc, xc), n_axes, axes, true));
   Value *sd = ir_grad_op2(g, at, OP_ADD, var, ir_grad_scalar(g, at, eps, dt));
   Value *xhat = ir_grad_op2(g, at, OP_MUL, xc, ir_grad_op(g, at, OP_RSQRT, 1, &sd));
   Value *w = ir_grad_reshape(g, at, n->in[1], xt->rank, shape);
   Value *b = ir_grad_reshape(g, at, n->in[2], xt->rank, shape);
   Value *y = ir_grad_op2(g, at, OP_ADD, ir_grad_op2(g, at, OP_MUL, xhat, w), b);
   Value *stat[2] = {mean, var};
-  double unbias[2] = {1, (double)m / (double)(m - 1)};
+  double count = (double)m * (md->sync_bn > 0 ? md->sync_bn : 1);
+  double unbias[2] = {1, count / (count - 1)};
   for (int i = 0; i < 2; i++) {
     Value *run = n->in[3 + i];
     Value *batch = ir_grad_reshape(g, at, stat[i], 1, &C);
@@ -294,12 +310,12 @@ static void attention(Mode *md, Node *n) {
 
 /* ---- the graph ---- */
 
-bool pass_train_mode(Graph *g, bool frozen_batchnorm) {
-  Mode md = {.g = g};
+bool pass_train_mode(Graph *g, const AutodiffOptions *o) {
+  Mode md = {.g = g, .sync_bn = o->sync_bn};
   Node *last = g->last;
   for (Node *n = g->first, *next; n; n = next) {
     next = n == last ? NULL : n->next;
-    if (n->op == OP_BATCHNORM && !frozen_batchnorm) batchnorm(&md, n);
+    if (n->op == OP_BATCHNORM && !o->inference) batchnorm(&md, n);
     if (n->op == OP_LSTM || n->op == OP_GRU) recurrent(&md, n);
     if (n->op == OP_ATTENTION) attention(&md, n);
     if (n->op == OP_PARAM && strcmp(ir_attr_str(n, "name"), "dlcc.step") == 0 && n->out[0].type.dtype == TY_I64) {

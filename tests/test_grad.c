@@ -415,23 +415,70 @@ END_TEST
 
 /* batchnorm, in training mode (batch statistics) and frozen (inference
  * mode: the running statistics are buffers, with no gradient). */
+static Graph *batchnorm_graph(Ctx *c, int rank, const int64_t *dims) {
+  Graph *g = begin(c);
+  int64_t ch = dims[1];
+  Value *in[5] = {param(g, "x", rank, dims)};
+  static const char *const names[] = {"bn.weight", "bn.bias", "bn.running_mean", "bn.running_var"};
+  for (int k = 0; k < 4; k++) in[k + 1] = param(g, names[k], 1, &ch);
+  output(g, fin(g, node(g, OP_BATCHNORM, 5, in)));
+  return g;
+}
+
 START_TEST(test_batchnorm) {
   static const int64_t shapes[][4] = {{3, 2}, {2, 3, 4}, {2, 2, 3, 2}, {1, 2, 1, 3}};
   static const int ranks[] = {2, 3, 4, 4};
-  for (int i = 0; i < 8; i++) {
+  for (int i = 0; i < 10; i++) {
     Ctx c;
-    Graph *g = begin(&c);
-    const int64_t *dims = shapes[i % 4];
-    int64_t ch = dims[1];
-    Value *in[5] = {param(g, "x", ranks[i % 4], dims)};
-    static const char *const names[] = {"bn.weight", "bn.bias", "bn.running_mean", "bn.running_var"};
-    for (int k = 0; k < 4; k++) in[k + 1] = param(g, names[k], 1, &ch);
-    output(g, fin(g, node(g, OP_BATCHNORM, 5, in)));
-    Spec s = spec((Range){0.3, 1.5, i >= 4});
-    s.ad.inference = i >= 4;
+    Graph *g = batchnorm_graph(&c, ranks[i % 4], shapes[i % 4]);
+    Spec s = spec((Range){0.3, 1.5, i >= 4 && i < 8});
+    s.ad.inference = i >= 4 && i < 8;
+    /* --sync-bn, the all-reduces the identity in one process: the rule
+     * of allreduce_mean carries the statistics' gradients */
+    s.ad.sync_bn = i >= 8 ? 3 : 0;
     s.frozen[0] = "bn.running_mean", s.frozen[1] = "bn.running_var";
-    check_with(&c, g, i >= 4 ? "batchnorm (frozen)" : "batchnorm (training)", &s);
+    check_with(&c, g, i >= 8 ? "batchnorm (sync)" : i >= 4 ? "batchnorm (frozen)" : "batchnorm (training)", &s);
   }
+}
+END_TEST
+
+/* --sync-bn over K ranks: the mean and the variance each pass through an
+ * allreduce_mean, and the running variance is unbiased over the K * m
+ * values of the global batch, not the m of this rank's. */
+START_TEST(test_sync_batchnorm_running_var) {
+  static const int64_t dims[] = {2, 3, 2, 2};
+  const double m = 2 * 2 * 2, K = 3, momentum = 0.1;
+  Ctx c[2];
+  Graph *g[2];
+  Tensor out[2][2];
+  Maps maps;
+  for (int k = 0; k < 2; k++) {
+    g[k] = batchnorm_graph(&c[k], 4, dims);
+    ck_assert(pass_train_mode(g[k], &(AutodiffOptions){.sync_bn = k ? (int)K : 0}) && ir_verify(g[k]));
+    int reduces = 0;
+    for (Node *n = g[k]->first; n; n = n->next) reduces += n->op == OP_ALLREDUCE_MEAN;
+    ck_assert_int_eq(reduces, k ? 2 : 0);
+    ck_assert_int_eq(g[k]->n_outputs, 3);
+    ck_assert_str_eq(ir_output_update(g[k], 2), "bn.running_var");
+    Spec s = spec((Range){0.3, 1.5, true});
+    if (!k) draw(g[0], &s, &maps);
+    char err[256];
+    Tensor all[3];
+    ck_assert_msg(ir_eval(g[k], &maps.inputs, &maps.params, all, err, sizeof err), "%s", err);
+    out[k][0] = all[2];
+    ir_tensor_free(&all[0]);
+    ir_tensor_free(&all[1]);
+  }
+  const Tensor *running = &maps.params.tensors[4];
+  ck_assert_str_eq(maps.params.names[4], "bn.running_var");
+  for (int64_t j = 0; j < dims[1]; j++) {
+    double old = (1 - momentum) * ir_tensor_get(running, j);
+    double var_one = (ir_tensor_get(&out[0][0], j) - old) / momentum * (m - 1) / m;
+    double var_sync = (ir_tensor_get(&out[1][0], j) - old) / momentum * (K * m - 1) / (K * m);
+    ck_assert_double_eq_tol(var_sync, var_one, 1e-12);
+  }
+  for (int k = 0; k < 2; k++) ir_tensor_free(&out[k][0]), ctx_free(&c[k]);
+  release(&maps);
 }
 END_TEST
 
@@ -774,7 +821,7 @@ END_TEST
  * what the op computes. */
 static void same_as_unrolled(Graph *g, const Spec *s) {
   Graph *u = ir_copy(g, "unrolled");
-  ck_assert(u && pass_train_mode(u, false) && ir_verify(u));
+  ck_assert(u && pass_train_mode(u, &(AutodiffOptions){0}) && ir_verify(u));
   for (Node *n = u->first; n; n = n->next) ck_assert(n->op != OP_LSTM && n->op != OP_GRU && n->op != OP_ATTENTION);
   Maps m;
   draw(g, s, &m);
@@ -1115,6 +1162,7 @@ static Suite *grad_suite(void) {
   tcase_add_test(rules, test_group_norm);
   tcase_add_test(rules, test_global_avgpool);
   tcase_add_test(rules, test_batchnorm);
+  tcase_add_test(rules, test_sync_batchnorm_running_var);
   tcase_add_test(rules, test_channel_grads_unreshaped);
   tcase_add_test(rules, test_matmul);
   tcase_add_test(rules, test_linear);

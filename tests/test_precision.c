@@ -586,6 +586,23 @@ START_TEST(precision_f32_override_in_the_language) {
 }
 END_TEST
 
+/* A data-parallel all-reduce (a gradient's, or --sync-bn's statistics)
+ * runs in f32 whatever the precision: the communicators take f32. */
+START_TEST(allreduce_mean_stays_f32) {
+  Ctx c;
+  ctx_init(&c);
+  Graph *g = parse_ir(&c, "graph s {\n  %0 = input {name=\"x\"} : f32[4, 8]\n"
+                          "  %1 = tanh %0 : f32[4, 8]\n  %2 = allreduce_mean %1 {bucket=0} : f32[4, 8]\n"
+                          "  %3 = tanh %2 : f32[4, 8]\n  return %3 as \"y\"\n}\n");
+  optimize(g, TY_F16, 0);
+  ck_assert_int_eq(find_op(g, OP_ALLREDUCE_MEAN)->out[0].type.dtype, TY_F32);
+  ck_assert_int_eq(find_op(g, OP_TANH)->out[0].type.dtype, TY_F16);
+  CgResult cg = compile(g);
+  ck_assert(cg.plan != NULL);
+  ctx_free(&c);
+}
+END_TEST
+
 START_TEST(precision_override_rejects_other_values) {
   Ctx c;
   ctx_init(&c);
@@ -656,6 +673,7 @@ static Suite *precision_suite(void) {
   tc = tcase_create("pass");
   tcase_set_timeout(tc, 120);
   tcase_add_test(tc, precision_f32_override_in_the_language);
+  tcase_add_test(tc, allreduce_mean_stays_f32);
   tcase_add_test(tc, precision_override_rejects_other_values);
   tcase_add_test(tc, api_precision_option);
   suite_add_tcase(s, tc);
