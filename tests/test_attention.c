@@ -297,6 +297,133 @@ START_TEST(pass_leaves) {
 }
 END_TEST
 
+/* ---- causal masks and repeated heads as exporters write them ---- */
+
+/* torch.finfo(dt).min as the IR text writes it. */
+static const char *finfo_min(DType dt) {
+  return dt == TY_F16 ? "-65504" : dt == TY_BF16 ? "-3.3895313892515355e+38" : "-3.4028234663852886e+38";
+}
+
+/* A chain over q [1, 4, Sq, 32] and k, v [1, 2, 70, 32] repeated to 4
+ * heads as HF's repeat_kv writes it (reshape to [1, 2, 1, 70, 32],
+ * expand, reshape; with `tile` the order a Tile gives, [1, 1, 2, ..]),
+ * K transposed after; the scaled scores %d go through mask, which must
+ * define %w.  %r [Sq, 1] counts rows from row0 and %cl [1, 70] columns,
+ * so that `greater %cl, %r` is true above the diagonal. */
+static const char *gqa_chain(DType dt, int64_t sq, int64_t row0, bool tile, const char *mask) {
+  const char *t = ir_dtype_name(dt);
+  const char *rep = tile ? "1, 1, 2" : "1, 2, 1";
+  return arena_printf(
+      &ctx.arena,
+      "graph gqa {\n"
+      "  %%q = input {name=\"q\"} : %1$s[1, 4, %2$" PRId64 ", 32]\n"
+      "  %%k = input {name=\"k\"} : %1$s[1, 2, 70, 32]\n"
+      "  %%v = input {name=\"v\"} : %1$s[1, 2, 70, 32]\n"
+      "  %%k1 = reshape %%k {shape=[%4$s, 70, 32]} : %1$s[%4$s, 70, 32]\n"
+      "  %%k2 = expand %%k1 {shape=[1, 2, 2, 70, 32]} : %1$s[1, 2, 2, 70, 32]\n"
+      "  %%k3 = reshape %%k2 {shape=[1, 4, 70, 32]} : %1$s[1, 4, 70, 32]\n"
+      "  %%v1 = reshape %%v {shape=[%4$s, 70, 32]} : %1$s[%4$s, 70, 32]\n"
+      "  %%v2 = expand %%v1 {shape=[1, 2, 2, 70, 32]} : %1$s[1, 2, 2, 70, 32]\n"
+      "  %%v3 = reshape %%v2 {shape=[1, 4, 70, 32]} : %1$s[1, 4, 70, 32]\n"
+      "  %%kt = transpose %%k3 {perm=[0, 1, 3, 2]} : %1$s[1, 4, 32, 70]\n"
+      "  %%s = matmul %%q, %%kt : %1$s[1, 4, %2$" PRId64 ", 70]\n"
+      "  %%c = const {value=0.125} : %1$s[]\n"
+      "  %%d = mul %%s, %%c : %1$s[1, 4, %2$" PRId64 ", 70]\n"
+      "  %%r = iota {shape=[%2$" PRId64 ", 1], dtype=i64, axis=0, start=%3$" PRId64 ", step=1} : i64[%2$" PRId64
+      ", 1]\n"
+      "  %%cl = iota {shape=[1, 70], dtype=i64, axis=1, start=0, step=1} : i64[1, 70]\n"
+      "%5$s"
+      "  %%p = softmax %%w {axis=3} : %1$s[1, 4, %2$" PRId64 ", 70]\n"
+      "  %%o = matmul %%p, %%v3 : %1$s[1, 4, %2$" PRId64 ", 32]\n"
+      "  return %%o as \"o\"\n"
+      "}\n",
+      t, sq, row0, rep, arena_printf(&ctx.arena, mask, t, (int)sq, finfo_min(dt)));
+}
+
+/* The masks (%1$s the dtype, %2$d Sq, %3$s its finfo.min): PyTorch's masked_fill of
+ * triu(ones, 1) with -inf; HF GPT-2's where(tril, s, finfo.min); HF
+ * Llama's additive mask, finfo.min above the diagonal and 0 elsewhere;
+ * the same with one more entry hidden (row 5, key 2): almost causal. */
+static const char mask_triu[] =
+    "  %%m = greater %%cl, %%r : bool[%2$d, 70]\n"
+    "  %%i = const {value=-inf} : %1$s[]\n"
+    "  %%w = where %%m, %%i, %%d : %1$s[1, 4, %2$d, 70]\n";
+static const char mask_tril_min[] =
+    "  %%m = less_equal %%cl, %%r : bool[%2$d, 70]\n"
+    "  %%i = const {value=%3$s} : %1$s[]\n"
+    "  %%w = where %%m, %%d, %%i : %1$s[1, 4, %2$d, 70]\n";
+static const char mask_additive_min[] =
+    "  %%m = greater %%cl, %%r : bool[%2$d, 70]\n"
+    "  %%i = const {value=%3$s} : %1$s[]\n"
+    "  %%z = const {value=0} : %1$s[]\n"
+    "  %%a = where %%m, %%i, %%z : %1$s[%2$d, 70]\n"
+    "  %%w = add %%d, %%a : %1$s[1, 4, %2$d, 70]\n";
+static const char mask_almost[] =
+    "  %%m0 = greater %%cl, %%r : bool[%2$d, 70]\n"
+    "  %%five = const {value=5} : i64[]\n"
+    "  %%two = const {value=2} : i64[]\n"
+    "  %%r5 = equal %%r, %%five : bool[%2$d, 1]\n"
+    "  %%c2 = equal %%cl, %%two : bool[1, 70]\n"
+    "  %%x = logical_and %%r5, %%c2 : bool[%2$d, 70]\n"
+    "  %%m = logical_or %%m0, %%x : bool[%2$d, 70]\n"
+    "  %%i = const {value=-inf} : %1$s[]\n"
+    "  %%w = where %%m, %%i, %%d : %1$s[1, 4, %2$d, 70]\n";
+
+static const Node *the_attention(const Graph *g) {
+  for (const Node *n = g->first; n; n = n->next)
+    if (n->op == OP_ATTENTION) return n;
+  return NULL;
+}
+
+/* Runs the pass on the chain; the attention op's causal flag, operand
+ * count and K's and V's head count must be as given. */
+static PassJob pass_on(const char *text, int64_t causal, int n_in, int64_t kv_heads) {
+  PassJob j = {.text = text};
+  ck_assert_int_eq(ctx_guard(&ctx, run_pass_job, &j), 0);
+  ck_assert_msg(j.changed, "%s\n%s", text, diag_text(&ctx));
+  const Node *a = the_attention(j.g);
+  ck_assert_int_eq(ir_attr_int(a, "causal"), causal);
+  ck_assert_int_eq(a->n_in, n_in);
+  ck_assert_int_eq(a->in[1]->type.dims[1], kv_heads);
+  ck_assert_int_eq(a->in[2]->type.dims[1], kv_heads);
+  ck_assert_int_eq(count_op(j.g, OP_EXPAND), kv_heads == 4 ? 2 : 0);
+  return j;
+}
+
+/* Each causal mask an export writes becomes causal=1 with no mask
+ * operand, and K and V reach the op with their 2 heads; the fused plan
+ * on emu equals ir_eval of the unfused graph (f32 for the triu mask, f16
+ * for GPT-2's and bf16 for Llama's finfo.min). */
+START_TEST(pass_causal_masks) {
+  static const char *const causal_masks[] = {mask_triu, mask_tril_min, mask_additive_min};
+  DType dt = dtypes[_i];
+  PassJob j = pass_on(gqa_chain(dt, 70, 0, false, causal_masks[_i]), 1, 3, 2);
+  ck_assert_msg(cg_compile(j.g, &j.r), "%s", diag_text(&ctx));
+  ck_assert(test_emu_matches_eval(j.unfused, j.r.plan, 37, -1, 1, tolerance(dt)));
+}
+END_TEST
+
+/* What stays a tensor mask: a causal mask with one more entry hidden;
+ * one aligned bottom-right (Sq 5 of Sk 70, row i keeping keys up to i +
+ * 65: PyTorch's causal after a kv cache, not the op's); and the repeat a
+ * Tile writes ([1, 1, 2, ..] expanded on axis 1: head h reads h % 2, not
+ * h / 2) stays expanded, while its triu mask still becomes causal. */
+START_TEST(pass_causal_leaves) {
+  pass_on(gqa_chain(TY_F32, 70, 0, false, mask_almost), 0, 4, 2);
+  pass_on(gqa_chain(TY_F32, 5, 65, false, mask_triu), 0, 4, 2);
+  pass_on(gqa_chain(TY_F32, 70, 0, true, mask_triu), 1, 3, 4);
+  /* finfo.min that does not make a causal mask: the op has no such
+   * mask, and the chain stays whole */
+  const char *text = gqa_chain(TY_F32, 5, 65, false,
+                               "  %%m = less_equal %%cl, %%r : bool[%2$d, 70]\n"
+                               "  %%i = const {value=%3$s} : %1$s[]\n"
+                               "  %%w = where %%m, %%d, %%i : %1$s[1, 4, %2$d, 70]\n");
+  PassJob j = {.text = text};
+  ck_assert_int_eq(ctx_guard(&ctx, run_pass_job, &j), 0);
+  ck_assert(!j.changed);
+}
+END_TEST
+
 /* ---- the language's multihead_attention ---- */
 
 /* kv_heads=2 of 4 heads: the packed projection's rows are q's 32, then
@@ -360,6 +487,13 @@ static Suite *suite(void) {
   tcase_add_test(tc, language_kv_heads);
   tcase_add_test(tc, language_kv_heads_error);
   suite_add_tcase(s, tc);
+  /* the attention pass on chains as exporters write them */
+  TCase *ex = tcase_create("exports");
+  tcase_add_checked_fixture(ex, setup, teardown);
+  tcase_set_timeout(ex, 120);
+  tcase_add_loop_test(ex, pass_causal_masks, 0, 3);
+  tcase_add_test(ex, pass_causal_leaves);
+  suite_add_tcase(s, ex);
   return s;
 }
 
