@@ -8,6 +8,7 @@
  * report's FLOPs; the shape rule's messages; the attention pass (fused
  * equals unfused); the language's multihead_attention with kv_heads. */
 #include <check.h>
+#include <float.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,8 +17,10 @@
 #include "codegen/codegen.h"
 #include "codegen/kernel.h"
 #include "frontend/ast.h"
+#include "frontend/onnx.h"
 #include "ir/ir.h"
 #include "passes/pass.h"
+#include "tests/onnxbuild.h"
 #include "tests/testutil.h"
 
 typedef struct Job {
@@ -424,6 +427,100 @@ START_TEST(pass_causal_leaves) {
 }
 END_TEST
 
+/* ---- the same chains imported from ONNX ---- */
+
+/* The importer folds a mask built from initializers into host data; a
+ * triangle of it comes into the graph as iotas, so the pass sees the
+ * causal mask.  GPT-2's export: its tril buffer "attn.bias" [1, 1, 16,
+ * 16] sliced to the 10 positions, Where(mask, scores / 4, finfo.min).
+ * Llama's: Trilu(upper, k=1) of finfo.min added to the scores, K and V
+ * of 2 heads through Unsqueeze, Expand and Reshape to 4.  Each becomes
+ * one attention op with causal=1 and no mask, K and V as imported, no
+ * param left; the fused plan on emu equals ir_eval of the import. */
+static Model *gpt2_onnx(void) {
+  enum { P = 16, S = 10 };
+  Model *b = model_new(17);
+  for (int i = 0; i < 3; i++) add_input(b, (const char *[]){"q", "k", "v"}[i], 4, (const int64_t[]){1, 2, S, 16});
+  uint8_t tril[P * P];
+  for (int i = 0; i < P * P; i++) tril[i] = i % P <= i / P;
+  add_init_raw(b, "attn.bias", ONNX__TENSOR_PROTO__DATA_TYPE__BOOL, 4, (const int64_t[]){1, 1, P, P}, tril,
+               sizeof tril);
+  add_init_i64(b, "st", 2, (const int64_t[]){0, 0});
+  add_init_i64(b, "en", 2, (const int64_t[]){S, S});
+  add_init_i64(b, "ax", 2, (const int64_t[]){2, 3});
+  add_init_f32(b, "four", 0, NULL, 1, (const float[]){4});
+  add_init_f32(b, "fmin", 0, NULL, 1, (const float[]){-FLT_MAX});
+  add_node(b, "Slice", "attn.bias,st,en,ax", "cm");
+  attr_is(add_node(b, "Transpose", "k", "kt"), "perm", 4, (const int64_t[]){0, 1, 3, 2});
+  add_node(b, "MatMul", "q,kt", "s");
+  add_node(b, "Div", "s,four", "sd");
+  add_node(b, "Where", "cm,sd,fmin", "w");
+  attr_i(add_node(b, "Softmax", "w", "p"), "axis", -1);
+  add_node(b, "MatMul", "p,v", "y");
+  add_output(b, "y");
+  return b;
+}
+
+static Model *llama_onnx(void) {
+  enum { S = 10 };
+  Model *b = model_new(17);
+  add_input(b, "q", 4, (const int64_t[]){1, 4, S, 16});
+  add_input(b, "k", 4, (const int64_t[]){1, 2, S, 16});
+  add_input(b, "v", 4, (const int64_t[]){1, 2, S, 16});
+  float fill[S * S];
+  for (int i = 0; i < S * S; i++) fill[i] = -FLT_MAX;
+  add_init_f32(b, "fill", 2, (const int64_t[]){S, S}, S * S, fill);
+  add_init_i64(b, "one", 1, (const int64_t[]){1});
+  add_init_i64(b, "two", 1, (const int64_t[]){2});
+  add_init_i64(b, "shp5", 5, (const int64_t[]){1, 2, 2, S, 16});
+  add_init_i64(b, "shp4", 4, (const int64_t[]){1, 4, S, 16});
+  add_init_f32(b, "quarter", 0, NULL, 1, (const float[]){0.25f});
+  attr_i(add_node(b, "Trilu", "fill,one", "mask"), "upper", 1);
+  for (int i = 0; i < 2; i++) {
+    const char *x = i ? "v" : "k";
+    add_node(b, "Unsqueeze", arena_printf(&ctx.arena, "%s,two", x), arena_printf(&ctx.arena, "%s1", x));
+    add_node(b, "Expand", arena_printf(&ctx.arena, "%s1,shp5", x), arena_printf(&ctx.arena, "%s2", x));
+    add_node(b, "Reshape", arena_printf(&ctx.arena, "%s2,shp4", x), arena_printf(&ctx.arena, "%s3", x));
+  }
+  attr_is(add_node(b, "Transpose", "k3", "kt"), "perm", 4, (const int64_t[]){0, 1, 3, 2});
+  add_node(b, "MatMul", "q,kt", "s");
+  add_node(b, "Mul", "s,quarter", "sq");
+  add_node(b, "Add", "sq,mask", "w");
+  attr_i(add_node(b, "Softmax", "w", "p"), "axis", -1);
+  add_node(b, "MatMul", "p,v3", "y");
+  add_output(b, "y");
+  return b;
+}
+
+static int import_job(Ctx *c, void *data) {
+  PassJob *j = data;
+  size_t len;
+  uint8_t *buf = pack_model((Model *)j->text, &len);
+  TensorMap params = {0};
+  j->unfused = fe_onnx_import_bytes(c, "export.onnx", buf, len, NULL, &params);
+  ir_tensor_map_free(&params);
+  if (!j->unfused || !(j->g = ir_copy(j->unfused, "export.onnx"))) return 0;
+  PassOptions po = {.opt_level = 2, .passes = "attention,dce", .verify_each = true};
+  j->changed = pass_run_pipeline(j->g, &po, NULL) && count_op(j->g, OP_ATTENTION) == 1;
+  j->ok = j->changed && cg_compile(j->g, &j->r);
+  return 0;
+}
+
+START_TEST(onnx_exports) {
+  PassJob j = {.text = (const char *)(_i ? llama_onnx() : gpt2_onnx())};
+  ck_assert_int_eq(ctx_guard(&ctx, import_job, &j), 0);
+  ck_assert_msg(j.ok, "%s", diag_text(&ctx));
+  const Node *a = the_attention(j.g);
+  ck_assert_int_eq(ir_attr_int(a, "causal"), 1);
+  ck_assert_int_eq(a->n_in, 3);
+  ck_assert_int_eq(a->in[1]->type.dims[1], 2);
+  ck_assert_int_eq(count_op(j.unfused, OP_PARAM), 0);
+  ck_assert_int_eq(count_op(j.g, OP_EXPAND), 0);
+  ck_assert(test_emu_matches_eval(j.unfused, j.r.plan, 41, -1, 1, 1e-5));
+  pool_free();
+}
+END_TEST
+
 /* ---- the language's multihead_attention ---- */
 
 /* kv_heads=2 of 4 heads: the packed projection's rows are q's 32, then
@@ -493,6 +590,7 @@ static Suite *suite(void) {
   tcase_set_timeout(ex, 120);
   tcase_add_loop_test(ex, pass_causal_masks, 0, 3);
   tcase_add_test(ex, pass_causal_leaves);
+  tcase_add_loop_test(ex, onnx_exports, 0, 2);
   suite_add_tcase(s, ex);
   return s;
 }
