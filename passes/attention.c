@@ -6,8 +6,12 @@
  * graphs written by hand get the fused kernel.  scale is a mul or div by
  * a const splat (or nothing: scale 1); masks are up to 8 layers of
  * add(., M), where(C, ., -inf) and where(C, -inf, .), combined into the
- * op's one mask (bool: attend where true; float: added).  K is Kt with
- * its last two axes swapped (a transpose of a transpose becomes one).
+ * op's one mask (bool: attend where true; float: added), the where's
+ * fill -inf or finfo.min-like.  A layer computed from consts alone that
+ * is exactly causal becomes the op's causal flag instead.  K is Kt with
+ * its last two axes swapped (a transpose of a transpose becomes one); K
+ * and V repeated to every query head by repeat_kv's reshape, expand,
+ * reshape reach the op un-repeated (docs/attention.md has the details).
  *
  * One difference: a row that every mask hides entirely is NaN from the
  * unfused softmax and 0 from the op (PyTorch's behaviour since 2.5). */
