@@ -32,8 +32,8 @@ typedef struct Layer {
 } Layer;
 
 /* The largest mask the pass evaluates to see whether it is causal
- * (S = 2048 at one head). */
-enum { MAX_LAYERS = 8, MAX_MASK_ELEMS = 1 << 22 };
+ * (S = 4096 at one head). */
+enum { MAX_LAYERS = 8, MAX_MASK_ELEMS = 1 << 24 };
 
 /* Half the dtype's lowest finite value: a fill at or below it hides a
  * score as -inf does whenever the row keeps one key (HF writes
