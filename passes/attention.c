@@ -40,10 +40,10 @@ enum { MAX_LAYERS = 8, MAX_MASK_ELEMS = 1 << 24 };
  * torch.finfo(dtype).min). */
 static double hide_floor(DType dt) {
   switch (dt) {
-  case TY_F16: return -65504.0 / 2;
-  case TY_BF16: return -3.3895313892515355e38 / 2;
-  case TY_F64: return -DBL_MAX / 2;
-  default: return -FLT_MAX / 2;
+    case TY_F16: return -65504.0 / 2;
+    case TY_BF16: return -3.3895313892515355e38 / 2;
+    case TY_F64: return -DBL_MAX / 2;
+    default: return -FLT_MAX / 2;
   }
 }
 

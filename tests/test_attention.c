@@ -437,6 +437,19 @@ END_TEST
  * of 2 heads through Unsqueeze, Expand and Reshape to 4.  Each becomes
  * one attention op with causal=1 and no mask, K and V as imported, no
  * param left; the fused plan on emu equals ir_eval of the import. */
+/* The chain from k and v: sd = scale_op(q kᵀ, scale), w = mask_op over
+ * mask_ins (naming sd), y = softmax(w) v. */
+static void onnx_chain(Model *b, const char *k, const char *scale_op, const char *scale, const char *mask_op,
+                       const char *mask_ins, const char *v) {
+  attr_is(add_node(b, "Transpose", k, "kt"), "perm", 4, (const int64_t[]){0, 1, 3, 2});
+  add_node(b, "MatMul", "q,kt", "s");
+  add_node(b, scale_op, arena_printf(&ctx.arena, "s,%s", scale), "sd");
+  add_node(b, mask_op, mask_ins, "w");
+  attr_i(add_node(b, "Softmax", "w", "p"), "axis", -1);
+  add_node(b, "MatMul", arena_printf(&ctx.arena, "p,%s", v), "y");
+  add_output(b, "y");
+}
+
 static Model *gpt2_onnx(void) {
   enum { P = 16, S = 10 };
   Model *b = model_new(17);
@@ -451,13 +464,7 @@ static Model *gpt2_onnx(void) {
   add_init_f32(b, "four", 0, NULL, 1, (const float[]){4});
   add_init_f32(b, "fmin", 0, NULL, 1, (const float[]){-FLT_MAX});
   add_node(b, "Slice", "attn.bias,st,en,ax", "cm");
-  attr_is(add_node(b, "Transpose", "k", "kt"), "perm", 4, (const int64_t[]){0, 1, 3, 2});
-  add_node(b, "MatMul", "q,kt", "s");
-  add_node(b, "Div", "s,four", "sd");
-  add_node(b, "Where", "cm,sd,fmin", "w");
-  attr_i(add_node(b, "Softmax", "w", "p"), "axis", -1);
-  add_node(b, "MatMul", "p,v", "y");
-  add_output(b, "y");
+  onnx_chain(b, "k", "Div", "four", "Where", "cm,sd,fmin", "v");
   return b;
 }
 
@@ -482,13 +489,7 @@ static Model *llama_onnx(void) {
     add_node(b, "Expand", arena_printf(&ctx.arena, "%s1,shp5", x), arena_printf(&ctx.arena, "%s2", x));
     add_node(b, "Reshape", arena_printf(&ctx.arena, "%s2,shp4", x), arena_printf(&ctx.arena, "%s3", x));
   }
-  attr_is(add_node(b, "Transpose", "k3", "kt"), "perm", 4, (const int64_t[]){0, 1, 3, 2});
-  add_node(b, "MatMul", "q,kt", "s");
-  add_node(b, "Mul", "s,quarter", "sq");
-  add_node(b, "Add", "sq,mask", "w");
-  attr_i(add_node(b, "Softmax", "w", "p"), "axis", -1);
-  add_node(b, "MatMul", "p,v3", "y");
-  add_output(b, "y");
+  onnx_chain(b, "k3", "Mul", "quarter", "Add", "sd,mask", "v3");
   return b;
 }
 
