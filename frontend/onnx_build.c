@@ -208,12 +208,73 @@ static bool is_splat(const Tensor *t, double *value) {
   return true;
 }
 
+static bool same_element(double a, double b) { return a == b && signbit(a) == signbit(b); }
+
+/* A known [.., R, C] tensor holding one value where j - i <= k and
+ * another where j - i > k, the same under every leading index (a causal
+ * mask folded at import: Trilu of ones, a slice of GPT-2's tril buffer,
+ * Llama's finfo.min above the diagonal): built in the graph as
+ * where(j - k > i, above, below) from two iotas, so that the attention
+ * pass sees what it is (docs/attention.md) and no weight holds it.
+ * NULL for any other tensor. */
+static Value *triangle(Imp *im, const Val *v) {
+  const Tensor *t = v->k;
+  int r = t->type.rank;
+  if (r < 2) return NULL;
+  int64_t R = t->type.dims[r - 2], C = t->type.dims[r - 1], n = ir_type_numel(&t->type);
+  if (R < 2 || C < 2) return NULL; /* a row or a column: no mask to see */
+  double below = ir_tensor_get(t, (R - 1) * C), above = ir_tensor_get(t, C - 1);
+  if (isnan(below) || isnan(above) || same_element(below, above)) return NULL;
+  int64_t k = INT64_MIN, first_above = INT64_MAX; /* the last j - i below, the first above */
+  for (int64_t e = 0; e < n; e++) {
+    double x = ir_tensor_get(t, e);
+    int64_t d = e % C - e / C % R;
+    if (same_element(x, below)) k = d > k ? d : k;
+    else if (same_element(x, above)) first_above = d < first_above ? d : first_above;
+    else return NULL;
+  }
+  if (k >= first_above) return NULL;
+  Emit e;
+  Val *iota[2];
+  for (int axis = 0; axis < 2; axis++) {
+    int64_t dims[2] = {axis ? 1 : R, axis ? C : 1};
+    Node *it = ox_begin(im, &e, OP_IOTA, 0, NULL);
+    ir_set_ints(im->g, it, "shape", 2, dims);
+    ir_set_dtype(im->g, it, "dtype", TY_I64);
+    ir_set_int(im->g, it, "axis", axis);
+    ir_set_float(im->g, it, "start", axis ? (double)-k : 0);
+    ir_set_float(im->g, it, "step", 1);
+    iota[axis] = ox_emit1(im, &e);
+  }
+  DType dt = t->type.dtype;
+  Val *y = ox_where(im, ox_op2(im, OP_GREATER, iota[1], iota[0]), ox_scalar(im, above, dt), ox_scalar(im, below, dt));
+  bool leading_ones = true;
+  for (int i = 0; i < r - 2; i++) leading_ones &= t->type.dims[i] == 1;
+  if (leading_ones) {
+    y = ox_reshape(im, y, r, t->type.dims);
+  } else if (y) {
+    Node *ex = ox_begin(im, &e, OP_EXPAND, 1, &y);
+    ir_set_ints(im->g, ex, "shape", r, t->type.dims);
+    y = ox_emit1(im, &e);
+  }
+  return y ? ox_use(im, y) : NULL;
+}
+
+/* Whether v is an initializer: a weight, which a weights file may
+ * replace, so its data stays a param whatever it holds. */
+static bool is_initializer(Imp *im, const Val *v) {
+  const Entry *e = v->name ? ox_find_entry(im, v->name) : NULL;
+  return e && e->val == v && e->producer < 0;
+}
+
 /* The value in the graph, made on first use: a known value becomes a
- * splat const or a param holding its data. */
+ * splat const, a triangle computed from iotas (unless an initializer),
+ * or a param holding its data. */
 Value *ox_use(Imp *im, Val *v) {
   if (v->v) return v->v;
   if (!v->k) dl_internal(im->c, "ONNX value without a definition");
   double splat;
+  if (!is_initializer(im, v) && (v->v = triangle(im, v))) return v->v;
   if (is_splat(v->k, &splat)) {
     Node *n = ir_node_new(im->g, OP_CONST, 0, NULL, im->loc);
     ir_set_float(im->g, n, "value", splat);

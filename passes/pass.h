@@ -175,5 +175,13 @@ Node *pass_new_node(Graph *g, Node *before, OpKind op, int n_in, Value *const *i
 Value *pass_new_const(Graph *g, Node *before, double value, const TensorType *t, SrcLoc loc);
 /* True when v is a const splat; its value (rounded to v's dtype) in *value. */
 bool pass_is_const(const Value *v, double *value);
+/* v's elements when it is computed from consts and iotas alone, by
+ * elementwise and data-movement ops (a mask built from iota and
+ * comparisons, triu of ones): evaluated by the reference interpreter into
+ * *out (the caller frees it with ir_tensor_free).  False, with nothing to
+ * free, when v reads an input or a param, when its subgraph has more than
+ * 64 nodes or a value of more than max_elems elements. */
+struct Tensor;
+bool pass_eval_const(Graph *g, const Value *v, int64_t max_elems, struct Tensor *out);
 
 #endif

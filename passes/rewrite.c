@@ -186,3 +186,55 @@ bool pass_is_const(const Value *v, double *value) {
   *value = ir_tensor_get(&t, 0);
   return true;
 }
+
+/* ---- constant subgraphs ---- */
+
+enum { CONST_MAX_NODES = 64 };
+
+typedef struct ConstCopy {
+  Graph *t;
+  int64_t max_elems;
+  int n;
+  const Node *from[CONST_MAX_NODES];
+  Node *to[CONST_MAX_NODES];
+} ConstCopy;
+
+/* v's definition copied into cc->t (each node once), or NULL when it
+ * reads an input or a param, or an op that is not plain arithmetic on
+ * its operands (a reduction's order, dropout's randomness). */
+static Value *copy_const(ConstCopy *cc, const Value *v) {
+  const Node *n = v->def;
+  for (int i = 0; i < cc->n; i++)
+    if (cc->from[i] == n) return &cc->to[i]->out[v - n->out];
+  OpClass cls = ir_ops[n->op].cls;
+  bool source = n->op == OP_CONST || n->op == OP_IOTA;
+  if (cc->n == CONST_MAX_NODES || (!source && cls != K_ELEMWISE && cls != K_MOVE)) return NULL;
+  for (int i = 0; i < n->n_out; i++)
+    if (ir_type_numel(&n->out[i].type) < 0 || ir_type_numel(&n->out[i].type) > cc->max_elems) return NULL;
+  Value **in = ARENA_ARRAY(&cc->t->ctx->arena, Value *, n->n_in > 0 ? n->n_in : 1);
+  for (int i = 0; i < n->n_in; i++)
+    if (!(in[i] = copy_const(cc, n->in[i]))) return NULL;
+  Node *c = ir_node_new(cc->t, n->op, n->n_in, in, n->loc);
+  c->n_attrs = n->n_attrs;
+  c->attrs = n->attrs; /* read only, as long as the copy lives */
+  char err[256];
+  if (ir_ops[n->op].shape) {
+    if (!ir_infer(c, err, sizeof err)) return NULL;
+  } else {
+    ir_declare(c, &n->out[0].type);
+  }
+  ir_append(cc->t, c);
+  cc->from[cc->n] = n;
+  cc->to[cc->n++] = c;
+  return &c->out[v - n->out];
+}
+
+bool pass_eval_const(Graph *g, const Value *v, int64_t max_elems, Tensor *out) {
+  ConstCopy cc = {.t = ir_graph_new(g->ctx, "const"), .max_elems = max_elems};
+  Value *c = copy_const(&cc, v);
+  if (!c) return false;
+  const char *name = "v";
+  ir_set_outputs(cc.t, 1, &c, &name);
+  char err[256];
+  return ir_eval(cc.t, NULL, NULL, out, err, sizeof err);
+}

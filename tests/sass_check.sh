@@ -1,8 +1,10 @@
 #!/bin/sh
 # The SASS of the models' kernels: the f16, bf16 and int8 builds of
-# ResNet-50 at batch 64 and of the transformer layer, compiled by the
-# runtime's NVRTC for sm_90 (sm_90a when a kernel uses wgmma) through
-# tests/sass_kernels, disassembled with cuobjdump.  For every build:
+# ResNet-50 at batch 64 and of the transformer layer, and the f16 and
+# bf16 builds of tests/sass_attention.dl (the attention kernel at head
+# dims 64 and 128), compiled by the runtime's NVRTC for sm_90 (sm_90a
+# when a kernel uses wgmma) through tests/sass_kernels, disassembled with
+# cuobjdump.  For every build:
 #   - no kernel spills: 0 bytes of local memory, no LDL/STL;
 #   - every kernel fits an SM at the occupancy it claims (its
 #     __launch_bounds__ blocks per SM, else 1): registers (allocated per
@@ -10,6 +12,10 @@
 #     reserved per block, 228 KiB an SM, 227 KiB a block), 2048 threads;
 #   - a kernel whose text calls the tensor-core instructions has HMMA,
 #     IMMA or a GMMA in its SASS;
+#   - an attention kernel on tensor cores (f16, bf16) has HMMA
+#     (mma.sync) and LDGSTS (cp.async) in its SASS; the attention builds
+#     have one per head dim; every attention kernel's registers and
+#     shared memory are printed;
 #   - at least 95% of the run's FLOPs (the cost model's) are on tensor
 #     cores: in kernels with those instructions, or in cuBLAS's f16, bf16
 #     and int8 GEMMs.  A build named in EXPECTED_WITHOUT_TC (none today;
@@ -37,11 +43,11 @@ tmp=$(mktemp -d) || exit 99
 trap 'rm -rf "$tmp"' EXIT
 
 # One build: sass_kernels, then cuobjdump's resource usage and SASS.
-build() { # build NAME MODEL MODE DEFINES...
+build() { # build NAME MODEL MODE DEFINES... (MODEL: a path under the source tree, no .dl)
   name=$1 model=$2 mode=$3
   shift 3
   mkdir -p "$tmp/$name"
-  if ! "$b/tests/sass_kernels" "$s/examples/$model.dl" "$mode" "$tmp/$name" "$@" >"$tmp/$name/log" 2>&1 ||
+  if ! "$b/tests/sass_kernels" "$s/$model.dl" "$mode" "$tmp/$name" "$@" >"$tmp/$name/log" 2>&1 ||
     ! "$cuobjdump" -res-usage "$tmp/$name/model.cubin" >"$tmp/$name/res" 2>>"$tmp/$name/log" ||
     ! "$cuobjdump" -sass "$tmp/$name/model.cubin" >"$tmp/$name/sass" 2>>"$tmp/$name/log"; then
     echo "FAIL $name: $(tail -5 "$tmp/$name/log")"
@@ -51,10 +57,13 @@ build() { # build NAME MODEL MODE DEFINES...
 
 # Two at a time: the machines that run make check have two cores.
 for mode in f16 bf16 int8; do
-  build "resnet50-$mode" resnet50 "$mode" -D N=64 &
-  build "transformer-$mode" transformer "$mode" &
+  build "resnet50-$mode" examples/resnet50 "$mode" -D N=64 &
+  build "transformer-$mode" examples/transformer "$mode" &
   wait
 done
+build attention-f16 tests/sass_attention f16 &
+build attention-bf16 tests/sass_attention bf16 &
+wait
 
 python3 - "$tmp" "$EXPECTED_WITHOUT_TC" <<'PY'
 import os, re, sys
@@ -100,7 +109,7 @@ for name in sorted(os.listdir(tmp)):
         elif w[0] == "kernel":
             kernels.append((w[1], float(w[2]), int(w[3]), int(w[4]), int(w[5]), w[6] == "1", int(w[7])))
     on_tc = sum(f for dt, f, _ in gemms if dt in ("f16", "bf16", "i8"))
-    problems = 0
+    problems = attention = 0
     for k, flops, launches, threads, dyn, marked, blocks in kernels:
         if k not in res or k not in sass:
             fail("%s: kernel %s is not in the cubin" % (name, k))
@@ -126,6 +135,18 @@ for name in sorted(os.listdir(tmp)):
         if marked and not has_mma:
             fail("%s: %s calls the tensor-core instructions but its SASS has no HMMA, IMMA or GMMA" % (name, k))
             problems += 1
+        if k.startswith("attention") and marked:
+            attention += 1
+            missing = [w for w in ("HMMA", "LDGSTS") if not re.search(r"\b%s\b" % w, text)]
+            if missing:
+                fail("%s: %s has no %s in its SASS" % (name, k, " or ".join(missing)))
+                problems += 1
+        if k.startswith("attention"):
+            print("     %s: %s: %d registers a thread, %d bytes of shared memory a block (%d dynamic), %s" %
+                  (name, k, r["REG"], smem, dyn, "no spills" if not r.get("LOCAL", 0) else "spills"))
+    if name.startswith("attention") and attention != 2:
+        fail("%s: %d attention kernels on tensor cores, 2 wanted (head dims 64 and 128)" % (name, attention))
+        problems += 1
     share = on_tc / total if total else 1.0
     top = sorted(((f, k) for k, f, *_ in kernels if not MMA.search("".join(sass.get(k, [])))), reverse=True)[:3]
     why = ", ".join("%s %.1f%%" % (k, 100 * f / total) for f, k in top if total and f)

@@ -8,6 +8,7 @@
  * report's FLOPs; the shape rule's messages; the attention pass (fused
  * equals unfused); the language's multihead_attention with kv_heads. */
 #include <check.h>
+#include <float.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,8 +17,10 @@
 #include "codegen/codegen.h"
 #include "codegen/kernel.h"
 #include "frontend/ast.h"
+#include "frontend/onnx.h"
 #include "ir/ir.h"
 #include "passes/pass.h"
+#include "tests/onnxbuild.h"
 #include "tests/testutil.h"
 
 typedef struct Job {
@@ -297,6 +300,228 @@ START_TEST(pass_leaves) {
 }
 END_TEST
 
+/* ---- causal masks and repeated heads as exporters write them ---- */
+
+/* torch.finfo(dt).min as the IR text writes it. */
+static const char *finfo_min(DType dt) {
+  return dt == TY_F16 ? "-65504" : dt == TY_BF16 ? "-3.3895313892515355e+38" : "-3.4028234663852886e+38";
+}
+
+/* A chain over q [1, 4, Sq, 32] and k, v [1, 2, 70, 32] repeated to 4
+ * heads as HF's repeat_kv writes it (reshape to [1, 2, 1, 70, 32],
+ * expand, reshape; with `tile` the order a Tile gives, [1, 1, 2, ..]),
+ * K transposed after; the scaled scores %d go through mask, which must
+ * define %w.  %r [Sq, 1] counts rows from row0 and %cl [1, 70] columns,
+ * so that `greater %cl, %r` is true above the diagonal. */
+static const char *gqa_chain(DType dt, int64_t sq, int64_t row0, bool tile, const char *mask) {
+  const char *t = ir_dtype_name(dt);
+  const char *rep = tile ? "1, 1, 2" : "1, 2, 1";
+  return arena_printf(
+      &ctx.arena,
+      "graph gqa {\n"
+      "  %%q = input {name=\"q\"} : %1$s[1, 4, %2$" PRId64 ", 32]\n"
+      "  %%k = input {name=\"k\"} : %1$s[1, 2, 70, 32]\n"
+      "  %%v = input {name=\"v\"} : %1$s[1, 2, 70, 32]\n"
+      "  %%k1 = reshape %%k {shape=[%4$s, 70, 32]} : %1$s[%4$s, 70, 32]\n"
+      "  %%k2 = expand %%k1 {shape=[1, 2, 2, 70, 32]} : %1$s[1, 2, 2, 70, 32]\n"
+      "  %%k3 = reshape %%k2 {shape=[1, 4, 70, 32]} : %1$s[1, 4, 70, 32]\n"
+      "  %%v1 = reshape %%v {shape=[%4$s, 70, 32]} : %1$s[%4$s, 70, 32]\n"
+      "  %%v2 = expand %%v1 {shape=[1, 2, 2, 70, 32]} : %1$s[1, 2, 2, 70, 32]\n"
+      "  %%v3 = reshape %%v2 {shape=[1, 4, 70, 32]} : %1$s[1, 4, 70, 32]\n"
+      "  %%kt = transpose %%k3 {perm=[0, 1, 3, 2]} : %1$s[1, 4, 32, 70]\n"
+      "  %%s = matmul %%q, %%kt : %1$s[1, 4, %2$" PRId64 ", 70]\n"
+      "  %%c = const {value=0.125} : %1$s[]\n"
+      "  %%d = mul %%s, %%c : %1$s[1, 4, %2$" PRId64 ", 70]\n"
+      "  %%r = iota {shape=[%2$" PRId64 ", 1], dtype=i64, axis=0, start=%3$" PRId64 ", step=1} : i64[%2$" PRId64
+      ", 1]\n"
+      "  %%cl = iota {shape=[1, 70], dtype=i64, axis=1, start=0, step=1} : i64[1, 70]\n"
+      "%5$s"
+      "  %%p = softmax %%w {axis=3} : %1$s[1, 4, %2$" PRId64 ", 70]\n"
+      "  %%o = matmul %%p, %%v3 : %1$s[1, 4, %2$" PRId64 ", 32]\n"
+      "  return %%o as \"o\"\n"
+      "}\n",
+      t, sq, row0, rep, arena_printf(&ctx.arena, mask, t, (int)sq, finfo_min(dt)));
+}
+
+/* The masks (%1$s the dtype, %2$d Sq, %3$s its finfo.min): PyTorch's masked_fill of
+ * triu(ones, 1) with -inf; HF GPT-2's where(tril, s, finfo.min); HF
+ * Llama's additive mask, finfo.min above the diagonal and 0 elsewhere;
+ * the same with one more entry hidden (row 5, key 2): almost causal. */
+static const char mask_triu[] =
+    "  %%m = greater %%cl, %%r : bool[%2$d, 70]\n"
+    "  %%i = const {value=-inf} : %1$s[]\n"
+    "  %%w = where %%m, %%i, %%d : %1$s[1, 4, %2$d, 70]\n";
+static const char mask_tril_min[] =
+    "  %%m = less_equal %%cl, %%r : bool[%2$d, 70]\n"
+    "  %%i = const {value=%3$s} : %1$s[]\n"
+    "  %%w = where %%m, %%d, %%i : %1$s[1, 4, %2$d, 70]\n";
+static const char mask_additive_min[] =
+    "  %%m = greater %%cl, %%r : bool[%2$d, 70]\n"
+    "  %%i = const {value=%3$s} : %1$s[]\n"
+    "  %%z = const {value=0} : %1$s[]\n"
+    "  %%a = where %%m, %%i, %%z : %1$s[%2$d, 70]\n"
+    "  %%w = add %%d, %%a : %1$s[1, 4, %2$d, 70]\n";
+static const char mask_almost[] =
+    "  %%m0 = greater %%cl, %%r : bool[%2$d, 70]\n"
+    "  %%five = const {value=5} : i64[]\n"
+    "  %%two = const {value=2} : i64[]\n"
+    "  %%r5 = equal %%r, %%five : bool[%2$d, 1]\n"
+    "  %%c2 = equal %%cl, %%two : bool[1, 70]\n"
+    "  %%x = logical_and %%r5, %%c2 : bool[%2$d, 70]\n"
+    "  %%m = logical_or %%m0, %%x : bool[%2$d, 70]\n"
+    "  %%i = const {value=-inf} : %1$s[]\n"
+    "  %%w = where %%m, %%i, %%d : %1$s[1, 4, %2$d, 70]\n";
+
+static const Node *the_attention(const Graph *g) {
+  for (const Node *n = g->first; n; n = n->next)
+    if (n->op == OP_ATTENTION) return n;
+  return NULL;
+}
+
+/* Runs the pass on the chain; the attention op's causal flag, operand
+ * count and K's and V's head count must be as given. */
+static PassJob pass_on(const char *text, int64_t causal, int n_in, int64_t kv_heads) {
+  PassJob j = {.text = text};
+  ck_assert_int_eq(ctx_guard(&ctx, run_pass_job, &j), 0);
+  ck_assert_msg(j.changed, "%s\n%s", text, diag_text(&ctx));
+  const Node *a = the_attention(j.g);
+  ck_assert_int_eq(ir_attr_int(a, "causal"), causal);
+  ck_assert_int_eq(a->n_in, n_in);
+  ck_assert_int_eq(a->in[1]->type.dims[1], kv_heads);
+  ck_assert_int_eq(a->in[2]->type.dims[1], kv_heads);
+  ck_assert_int_eq(count_op(j.g, OP_EXPAND), kv_heads == 4 ? 2 : 0);
+  return j;
+}
+
+/* Each causal mask an export writes becomes causal=1 with no mask
+ * operand, and K and V reach the op with their 2 heads; the fused plan
+ * on emu equals ir_eval of the unfused graph (f32 for the triu mask, f16
+ * for GPT-2's and bf16 for Llama's finfo.min). */
+START_TEST(pass_causal_masks) {
+  static const char *const causal_masks[] = {mask_triu, mask_tril_min, mask_additive_min};
+  DType dt = dtypes[_i];
+  PassJob j = pass_on(gqa_chain(dt, 70, 0, false, causal_masks[_i]), 1, 3, 2);
+  ck_assert_msg(cg_compile(j.g, &j.r), "%s", diag_text(&ctx));
+  ck_assert(test_emu_matches_eval(j.unfused, j.r.plan, 37, -1, 1, tolerance(dt)));
+}
+END_TEST
+
+/* What stays a tensor mask: a causal mask with one more entry hidden;
+ * one aligned bottom-right (Sq 5 of Sk 70, row i keeping keys up to i +
+ * 65: PyTorch's causal after a kv cache, not the op's); and the repeat a
+ * Tile writes ([1, 1, 2, ..] expanded on axis 1: head h reads h % 2, not
+ * h / 2) stays expanded, while its triu mask still becomes causal. */
+START_TEST(pass_causal_leaves) {
+  pass_on(gqa_chain(TY_F32, 70, 0, false, mask_almost), 0, 4, 2);
+  pass_on(gqa_chain(TY_F32, 5, 65, false, mask_triu), 0, 4, 2);
+  pass_on(gqa_chain(TY_F32, 70, 0, true, mask_triu), 1, 3, 4);
+  /* finfo.min that does not make a causal mask: the op has no such
+   * mask, and the chain stays whole */
+  const char *text = gqa_chain(TY_F32, 5, 65, false,
+                               "  %%m = less_equal %%cl, %%r : bool[%2$d, 70]\n"
+                               "  %%i = const {value=%3$s} : %1$s[]\n"
+                               "  %%w = where %%m, %%d, %%i : %1$s[1, 4, %2$d, 70]\n");
+  PassJob j = {.text = text};
+  ck_assert_int_eq(ctx_guard(&ctx, run_pass_job, &j), 0);
+  ck_assert(!j.changed);
+}
+END_TEST
+
+/* ---- the same chains imported from ONNX ---- */
+
+/* The importer folds a mask built from initializers into host data; a
+ * triangle of it comes into the graph as iotas, so the pass sees the
+ * causal mask.  GPT-2's export: its tril buffer "attn.bias" [1, 1, 16,
+ * 16] sliced to the 10 positions, Where(mask, scores / 4, finfo.min).
+ * Llama's: Trilu(upper, k=1) of finfo.min added to the scores, K and V
+ * of 2 heads through Unsqueeze, Expand and Reshape to 4.  Each becomes
+ * one attention op with causal=1 and no mask, K and V as imported, no
+ * param left; the fused plan on emu equals ir_eval of the import. */
+/* The chain from k and v: sd = scale_op(q kᵀ, scale), w = mask_op over
+ * mask_ins (naming sd), y = softmax(w) v. */
+static void onnx_chain(Model *b, const char *k, const char *scale_op, const char *scale, const char *mask_op,
+                       const char *mask_ins, const char *v) {
+  attr_is(add_node(b, "Transpose", k, "kt"), "perm", 4, (const int64_t[]){0, 1, 3, 2});
+  add_node(b, "MatMul", "q,kt", "s");
+  add_node(b, scale_op, arena_printf(&ctx.arena, "s,%s", scale), "sd");
+  add_node(b, mask_op, mask_ins, "w");
+  attr_i(add_node(b, "Softmax", "w", "p"), "axis", -1);
+  add_node(b, "MatMul", arena_printf(&ctx.arena, "p,%s", v), "y");
+  add_output(b, "y");
+}
+
+static Model *gpt2_onnx(void) {
+  enum { P = 16, S = 10 };
+  Model *b = model_new(17);
+  for (int i = 0; i < 3; i++) add_input(b, (const char *[]){"q", "k", "v"}[i], 4, (const int64_t[]){1, 2, S, 16});
+  uint8_t tril[P * P];
+  for (int i = 0; i < P * P; i++) tril[i] = i % P <= i / P;
+  add_init_raw(b, "attn.bias", ONNX__TENSOR_PROTO__DATA_TYPE__BOOL, 4, (const int64_t[]){1, 1, P, P}, tril,
+               sizeof tril);
+  add_init_i64(b, "st", 2, (const int64_t[]){0, 0});
+  add_init_i64(b, "en", 2, (const int64_t[]){S, S});
+  add_init_i64(b, "ax", 2, (const int64_t[]){2, 3});
+  add_init_f32(b, "four", 0, NULL, 1, (const float[]){4});
+  add_init_f32(b, "fmin", 0, NULL, 1, (const float[]){-FLT_MAX});
+  add_node(b, "Slice", "attn.bias,st,en,ax", "cm");
+  onnx_chain(b, "k", "Div", "four", "Where", "cm,sd,fmin", "v");
+  return b;
+}
+
+static Model *llama_onnx(void) {
+  enum { S = 10 };
+  Model *b = model_new(17);
+  add_input(b, "q", 4, (const int64_t[]){1, 4, S, 16});
+  add_input(b, "k", 4, (const int64_t[]){1, 2, S, 16});
+  add_input(b, "v", 4, (const int64_t[]){1, 2, S, 16});
+  float fill[S * S];
+  for (int i = 0; i < S * S; i++) fill[i] = -FLT_MAX;
+  add_init_f32(b, "fill", 2, (const int64_t[]){S, S}, S * S, fill);
+  add_init_i64(b, "one", 1, (const int64_t[]){1});
+  add_init_i64(b, "two", 1, (const int64_t[]){2});
+  add_init_i64(b, "shp5", 5, (const int64_t[]){1, 2, 2, S, 16});
+  add_init_i64(b, "shp4", 4, (const int64_t[]){1, 4, S, 16});
+  add_init_f32(b, "quarter", 0, NULL, 1, (const float[]){0.25f});
+  attr_i(add_node(b, "Trilu", "fill,one", "mask"), "upper", 1);
+  for (int i = 0; i < 2; i++) {
+    const char *x = i ? "v" : "k";
+    add_node(b, "Unsqueeze", arena_printf(&ctx.arena, "%s,two", x), arena_printf(&ctx.arena, "%s1", x));
+    add_node(b, "Expand", arena_printf(&ctx.arena, "%s1,shp5", x), arena_printf(&ctx.arena, "%s2", x));
+    add_node(b, "Reshape", arena_printf(&ctx.arena, "%s2,shp4", x), arena_printf(&ctx.arena, "%s3", x));
+  }
+  onnx_chain(b, "k3", "Mul", "quarter", "Add", "sd,mask", "v3");
+  return b;
+}
+
+static int import_job(Ctx *c, void *data) {
+  PassJob *j = data;
+  size_t len;
+  uint8_t *buf = pack_model((Model *)j->text, &len);
+  TensorMap params = {0};
+  j->unfused = fe_onnx_import_bytes(c, "export.onnx", buf, len, NULL, &params);
+  ir_tensor_map_free(&params);
+  if (!j->unfused || !(j->g = ir_copy(j->unfused, "export.onnx"))) return 0;
+  PassOptions po = {.opt_level = 2, .passes = "attention,dce", .verify_each = true};
+  j->changed = pass_run_pipeline(j->g, &po, NULL) && count_op(j->g, OP_ATTENTION) == 1;
+  j->ok = j->changed && cg_compile(j->g, &j->r);
+  return 0;
+}
+
+START_TEST(onnx_exports) {
+  PassJob j = {.text = (const char *)(_i ? llama_onnx() : gpt2_onnx())};
+  ck_assert_int_eq(ctx_guard(&ctx, import_job, &j), 0);
+  ck_assert_msg(j.ok, "%s", diag_text(&ctx));
+  const Node *a = the_attention(j.g);
+  ck_assert_int_eq(ir_attr_int(a, "causal"), 1);
+  ck_assert_int_eq(a->n_in, 3);
+  ck_assert_int_eq(a->in[1]->type.dims[1], 2);
+  ck_assert_int_eq(count_op(j.unfused, OP_PARAM), 0);
+  ck_assert_int_eq(count_op(j.g, OP_EXPAND), 0);
+  ck_assert(test_emu_matches_eval(j.unfused, j.r.plan, 41, -1, 1, 1e-5));
+  pool_free();
+}
+END_TEST
+
 /* ---- the language's multihead_attention ---- */
 
 /* kv_heads=2 of 4 heads: the packed projection's rows are q's 32, then
@@ -360,6 +585,14 @@ static Suite *suite(void) {
   tcase_add_test(tc, language_kv_heads);
   tcase_add_test(tc, language_kv_heads_error);
   suite_add_tcase(s, tc);
+  /* the attention pass on chains as exporters write them */
+  TCase *ex = tcase_create("exports");
+  tcase_add_checked_fixture(ex, setup, teardown);
+  tcase_set_timeout(ex, 120);
+  tcase_add_loop_test(ex, pass_causal_masks, 0, 3);
+  tcase_add_test(ex, pass_causal_leaves);
+  tcase_add_loop_test(ex, onnx_exports, 0, 2);
+  suite_add_tcase(s, ex);
   return s;
 }
 
