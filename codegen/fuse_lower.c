@@ -252,7 +252,7 @@ static KExpr *elementwise(Eval *E, const Node *n, Site *s) {
     KExpr *y = cg_kop2(k, OP_DIV, cg_kop2(k, OP_SUB, x, mean), den);
     return cg_kcast(k, cg_kop2(k, OP_ADD, cg_kop2(k, OP_MUL, y, w), bias), t->dtype);
   }
-  if (cg_is_logic_op(n->op)) {
+  if (ir_op_is_logic(n->op)) {
     KExpr *in[3];
     for (int i = 0; i < n->n_in; i++) in[i] = eval(E, n->in[i], s);
     return cg_klogic(k, n, in);
@@ -541,7 +541,7 @@ static bool member_types_ok(const Node *n) {
   if (floats) return true;
   /* bools: the tests, logic and where on any dtype, casts to and from
    * bool, index moves of bools */
-  if (cg_is_logic_op(n->op) || (n->op == OP_CAST && (in0 == TY_BOOL || out == TY_BOOL))) return true;
+  if (ir_op_is_logic(n->op) || (n->op == OP_CAST && (in0 == TY_BOOL || out == TY_BOOL))) return true;
   if (ir_ops[n->op].cls == K_MOVE && in0 == TY_BOOL) return true;
   if (is_int_arith(n)) return true;
   switch (n->op) {

@@ -172,20 +172,8 @@ static bool int8_types_ok(const Node *n) {
  * bools. */
 static bool bool_types_ok(const Node *n) {
   DType in0 = n->in[0]->type.dtype, out = n->out[0].type.dtype;
+  if (ir_op_is_logic(n->op)) return true;
   switch (n->op) {
-    case OP_EQUAL:
-    case OP_NOT_EQUAL:
-    case OP_LESS:
-    case OP_LESS_EQUAL:
-    case OP_GREATER:
-    case OP_GREATER_EQUAL:
-    case OP_ISNAN:
-    case OP_ISINF:
-    case OP_LOGICAL_NOT:
-    case OP_LOGICAL_AND:
-    case OP_LOGICAL_OR:
-    case OP_LOGICAL_XOR:
-    case OP_WHERE: return true;
     case OP_CAST: return in0 == TY_BOOL || out == TY_BOOL;
     default: return is_index_move(n->op) && in0 == TY_BOOL;
   }
