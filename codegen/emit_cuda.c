@@ -846,7 +846,7 @@ static void expr(Out *o, const KExpr *e) {
         fputs(", ", o->f), expr(o, e->a[2]), fprintf(o->f, ", %uu)", (unsigned)e->i);
       } else if (e->op == OP_QUANTIZE || e->op == OP_DEQUANTIZE) {
         op_quant(o, e);
-      } else if (cg_is_logic_op(e->op)) {
+      } else if (ir_op_is_logic(e->op)) {
         op_logic(o, e);
       } else if (is_half(e->dtype)) {
         fputs(e->dtype == TY_F16 ? "__float2half_rn(" : "__float2bfloat16_rn(", o->f);

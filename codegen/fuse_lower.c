@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "kernel.h"
+#include "passes/pass.h"
 
 /* ---- finding groups ---- */
 
@@ -252,7 +253,7 @@ static KExpr *elementwise(Eval *E, const Node *n, Site *s) {
     KExpr *y = cg_kop2(k, OP_DIV, cg_kop2(k, OP_SUB, x, mean), den);
     return cg_kcast(k, cg_kop2(k, OP_ADD, cg_kop2(k, OP_MUL, y, w), bias), t->dtype);
   }
-  if (cg_is_logic_op(n->op)) {
+  if (ir_op_is_logic(n->op)) {
     KExpr *in[3];
     for (int i = 0; i < n->n_in; i++) in[i] = eval(E, n->in[i], s);
     return cg_klogic(k, n, in);
@@ -509,27 +510,6 @@ const char *cg_group_hint(Ctx *c, const CgGroup *grp) {
 
 /* ---- checks: what this lowering can do with a hand-written group ---- */
 
-/* Wrapping integer arithmetic of one dtype, i8, u8, i32 or i64 (as
- * passes/fuse.c fuses it: an int8 product's zero-point corrections). */
-static bool is_int_arith(const Node *n) {
-  switch (n->op) {
-    case OP_NEG:
-    case OP_ABS:
-    case OP_RELU:
-    case OP_CLIP:
-    case OP_ADD:
-    case OP_SUB:
-    case OP_MUL:
-    case OP_MAXIMUM:
-    case OP_MINIMUM: break;
-    default: return false;
-  }
-  DType dt = n->out[0].type.dtype;
-  for (int i = 0; i < n->n_in; i++)
-    if (n->in[i]->type.dtype != dt) return false;
-  return dt == TY_I8 || dt == TY_U8 || dt == TY_I32 || dt == TY_I64;
-}
-
 /* Floats throughout, or int8 where this lowering computes it: quantize
  * (float to i8 or u8), dequantize and cast (i8, u8 or i32 to float), an int8
  * product (i8 operands, an i32 result and bias), integer arithmetic and
@@ -541,9 +521,9 @@ static bool member_types_ok(const Node *n) {
   if (floats) return true;
   /* bools: the tests, logic and where on any dtype, casts to and from
    * bool, index moves of bools */
-  if (cg_is_logic_op(n->op) || (n->op == OP_CAST && (in0 == TY_BOOL || out == TY_BOOL))) return true;
+  if (ir_op_is_logic(n->op) || (n->op == OP_CAST && (in0 == TY_BOOL || out == TY_BOOL))) return true;
   if (ir_ops[n->op].cls == K_MOVE && in0 == TY_BOOL) return true;
-  if (is_int_arith(n)) return true;
+  if (pass_is_int_arith(n)) return true;
   switch (n->op) {
     case OP_QUANTIZE: return true;
     case OP_DEQUANTIZE: return in0 == TY_I8 || in0 == TY_U8 || in0 == TY_I32;

@@ -367,27 +367,8 @@ KExpr *cg_kop2(Kernel *k, OpKind op, KExpr *a, KExpr *b) {
   return e;
 }
 
-bool cg_is_logic_op(OpKind op) {
-  switch (op) {
-    case OP_EQUAL:
-    case OP_NOT_EQUAL:
-    case OP_LESS:
-    case OP_LESS_EQUAL:
-    case OP_GREATER:
-    case OP_GREATER_EQUAL:
-    case OP_ISNAN:
-    case OP_ISINF:
-    case OP_LOGICAL_NOT:
-    case OP_LOGICAL_AND:
-    case OP_LOGICAL_OR:
-    case OP_LOGICAL_XOR:
-    case OP_WHERE: return true;
-    default: return false;
-  }
-}
-
 KExpr *cg_klogic(Kernel *k, const Node *n, KExpr *const *in) {
-  if (!cg_is_logic_op(n->op)) dl_internal(k->ctx, "cg_klogic on %s", ir_ops[n->op].name);
+  if (!ir_op_is_logic(n->op)) dl_internal(k->ctx, "cg_klogic on %s", ir_ops[n->op].name);
   if (n->op == OP_WHERE) return cg_ksel(k, in[0], in[1], in[2]);
   KExpr *e = new_expr(k, KE_OP, TY_BOOL);
   e->op = n->op;

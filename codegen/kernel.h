@@ -6,7 +6,7 @@
  * unrolling, vectorization); emit_cuda.c only prints them.
  *
  * Also, at the end: the small interface through which lowering
- * (lower_kernels.c) asks the plan builder (plan_build.c) for buffers and
+ * (lower_kernels.c and lower.h's files) asks the plan builder (plan_build.c) for buffers and
  * appends steps.  Everything here is internal to codegen/. */
 #ifndef DLCC_CODEGEN_KERNEL_H
 #define DLCC_CODEGEN_KERNEL_H
@@ -267,11 +267,8 @@ KExpr *cg_kop1(Kernel *k, OpKind op, KExpr *a);
 void cg_fp_round_attrs(KExpr *r, const Node *n);
 KExpr *cg_kop2(Kernel *k, OpKind op, KExpr *a, KExpr *b);
 KExpr *cg_kcast(Kernel *k, KExpr *a, DType to);
-/* The ops with a bool result (the comparisons equal .. greater_equal,
- * isnan, isinf, the logical ops) and where. */
-bool cg_is_logic_op(OpKind op);
-/* n's element (n one of those) from its operands' elements in[0 ..
- * n_in): a bool for the tests and logic, a select for where. */
+/* n's element (ir_op_is_logic(n->op)) from its operands' elements
+ * in[0 .. n_in): a bool for the tests and logic, a select for where. */
 KExpr *cg_klogic(Kernel *k, const Node *n, KExpr *const *in);
 /* Four packed int8 (an i8 buffer, index a multiple of 4) and their dot
  * product with another four, added to c: exact in int32 (wrapping). */
@@ -413,7 +410,7 @@ bool cg_fused_store(CgBuild *b, Kernel *k, KBlock *blk, const Value *out, KExpr 
 /* "conv2d_batchnorm_relu" for kernel names. */
 const char *cg_group_hint(Ctx *c, const CgGroup *grp);
 /* A group that is linear(x, W, b) then relu or gelu(tanh) as one GEMM
- * step with cuBLASLt's epilogue (lower_kernels.c); false, having done
+ * step with cuBLASLt's epilogue (lower_gemm.c); false, having done
  * nothing, for any other group. */
 bool cg_lower_gemm_epilogue(CgBuild *b, const CgGroup *grp);
 /* A convolution as one tiled implicit-GEMM kernel (conv_igemm.c): groups
@@ -522,7 +519,7 @@ const struct CgOptions *cg_options(CgBuild *b);
 /* lower_kernels.c: appends n's steps; false after reporting an error. */
 bool cg_lower_node(CgBuild *b, const Node *n);
 /* matmul n's GEMMs writing rc, adding beta times what rc holds (0 or 1):
- * a sum of products accumulated in place (fuse_lower.c). */
+ * a sum of products accumulated in place (lower_gemm.c, for fuse_lower.c). */
 bool cg_lower_matmul_into(CgBuild *b, const Node *n, RtRef rc, float beta);
 /* lower_train.c: the same for the training ops (conv_weight_grad ..
  * dropout), and the device function dropout's kernels call, which the
@@ -531,7 +528,7 @@ bool cg_lower_train(CgBuild *b, const Node *n);
 /* An index read from data (raw) as i64, counted from the end of its axis
  * of size dim when negative; one still outside [0, dim) is reported in a
  * fresh STATUS report of k, with pos the element's place in eval.c's
- * order (lower_kernels.c).  The caller keeps the result in range. */
+ * order (lower_move.c).  The caller keeps the result in range. */
 KExpr *cg_index_reported(CgBuild *b, Kernel *k, KBlock *blk, KExpr *pos, KExpr *raw, int axis, int64_t dim);
 const char *cg_cuda_philox(void);
 /* What the node lowerings share (lower_kernels.c): a kernel named for n

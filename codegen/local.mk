@@ -2,7 +2,8 @@
 libdlcc_core_la_SOURCES += \
 	codegen/codegen.h \
 	codegen/kernel.h codegen/kernel.c codegen/kshort.h \
-	codegen/lower_kernels.c \
+	codegen/lower.h codegen/lower_kernels.c codegen/lower_gemm.c \
+	codegen/lower_window.c codegen/lower_move.c \
 	codegen/lower_train.c \
 	codegen/lower_rows.c \
 	codegen/fuse_lower.c \

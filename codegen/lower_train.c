@@ -282,7 +282,7 @@ static void lower_dropout(CgBuild *b, const Node *n) {
   cg_launch(b, k);
 }
 
-/* resize along one axis in exact integers, as lower_kernels.c's resize:
+/* resize along one axis in exact integers, as lower_window.c's resize:
  * output d reads lo = num / den and lo + 1 (at most in - 1) with weight
  * (num % den) / den; nearest reads d * in / out. */
 typedef struct ResizeAxis {

@@ -3,7 +3,7 @@
  * results stored through the caller's callbacks), returns nothing but
  * appends its kernel to the plan, and when K is split a second kernel
  * that adds the slices in a fixed order.  Convolutions (fuse_lower.c)
- * and the int8 GEMM kernel (lower_kernels.c) are its callers.
+ * and the int8 GEMM kernel (lower_gemm.c) are its callers.
  *
  * The kernel (docs/tensorcores.md).  A block computes a BM x BN tile of
  * C with WM x WN warps.  K passes through shared memory one stage at a

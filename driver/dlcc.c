@@ -163,20 +163,6 @@ bool driver_parse_define(const char *text, Define *d) {
   return d->name != NULL;
 }
 
-/* The integer text of an option (--unroll=...) when it lies in [lo, hi];
- * else false after printing what the option expects. */
-static bool int_option(const char *option, const char *text, long lo, long hi, const char *expects, int *out) {
-  char *end;
-  errno = 0;
-  long v = strtol(text, &end, 10);
-  if (*end || end == text || errno || v < lo || v > hi) {
-    fprintf(stderr, "dlcc: error: %s expects %s, got '%s'\n", option, expects, text);
-    return false;
-  }
-  *out = (int)v;
-  return true;
-}
-
 /* 1 when arg is a pass manager flag (stored in po), 0 when it is not, -1
  * after printing why it is malformed.  Names of passes are checked when
  * the pipeline starts, with a suggestion. */
@@ -217,7 +203,7 @@ int driver_pass_option(const char *arg, PassOptions *po) {
     return 1;
   }
   if (strncmp(arg, "--unroll=", 9) == 0)
-    return int_option("--unroll", arg + 9, 1, 4096, "a trip count from 1 to 4096", &po->unroll) ? 1 : -1;
+    return driver_int_value("--unroll", arg + 9, 1, 4096, "a trip count from 1 to 4096", &po->unroll) ? 1 : -1;
   if (arg[0] == '-' && arg[1] == 'O' && arg[2] && !arg[3]) {
     if (arg[2] < '0' || arg[2] > '2') {
       fprintf(stderr, "dlcc: error: unknown optimization level '%s' (expected -O0, -O1 or -O2)\n", arg);
@@ -265,12 +251,6 @@ const char driver_quant_usage[] =
     "                     a GPU answers, else ref), cuda, emu (the kernels on the CPU)\n"
     "                     or ref (the reference interpreter)\n";
 
-/* "--flag=value": the value, or NULL when arg is another flag. */
-static const char *eq_value(const char *arg, const char *flag) {
-  size_t n = strlen(flag);
-  return strncmp(arg, flag, n) == 0 && arg[n] == '=' ? arg + n + 1 : NULL;
-}
-
 int driver_quant_option(const char *arg, DriverQuant *q) {
   static const char *const bare[] = {"--quantize", "--calibrate", "--calib-method", "--calib-samples",
                                      "--calib-backend"};
@@ -281,7 +261,7 @@ int driver_quant_option(const char *arg, DriverQuant *q) {
       return -1;
     }
   const char *v;
-  if ((v = eq_value(arg, "--quantize"))) {
+  if ((v = driver_eq_value(arg, "--quantize"))) {
     if (strcmp(v, "int8") != 0 && strcmp(v, "none") != 0) {
       fprintf(stderr, "dlcc: error: --quantize expects int8 or none, got '%s'\n", v);
       return -1;
@@ -290,14 +270,14 @@ int driver_quant_option(const char *arg, DriverQuant *q) {
     return 1;
   }
   bool calib = false;
-  if ((v = eq_value(arg, "--calibrate"))) {
+  if ((v = driver_eq_value(arg, "--calibrate"))) {
     if (!*v) {
       fputs("dlcc: error: --calibrate needs a folder of sample inputs\n", stderr);
       return -1;
     }
     q->calibrate = v;
     calib = true;
-  } else if ((v = eq_value(arg, "--calib-method"))) {
+  } else if ((v = driver_eq_value(arg, "--calib-method"))) {
     char err[256];
     if (!api_calib_parse_method(v, &q->parsed, err, sizeof err)) {
       fprintf(stderr, "dlcc: error: --calib-method: %s\n", err);
@@ -305,17 +285,11 @@ int driver_quant_option(const char *arg, DriverQuant *q) {
     }
     q->method = v;
     calib = true;
-  } else if ((v = eq_value(arg, "--calib-samples"))) {
-    char *end;
-    errno = 0;
-    long n = strtol(v, &end, 10);
-    if (*end || end == v || errno || n < 1 || n > 1000000000) {
-      fprintf(stderr, "dlcc: error: --calib-samples expects a number of samples (1 or more), got '%s'\n", v);
+  } else if ((v = driver_eq_value(arg, "--calib-samples"))) {
+    if (!driver_int_value("--calib-samples", v, 1, 1000000000, "a number of samples (1 or more)", &q->max_samples))
       return -1;
-    }
-    q->max_samples = (int)n;
     calib = true;
-  } else if ((v = eq_value(arg, "--calib-backend"))) {
+  } else if ((v = driver_eq_value(arg, "--calib-backend"))) {
     char err[256];
     if (!api_calib_parse_backend(v, &q->on, err, sizeof err)) {
       fprintf(stderr, "dlcc: error: --calib-backend: %s\n", err);
@@ -386,7 +360,7 @@ static int parse_args(int argc, char **argv, Options *o) {
         return 1;
       }
     } else if (strncmp(a, "--dot-depth=", 12) == 0) {
-      if (!int_option("--dot-depth", a + 12, 0, 1000, "a depth from 0 to 1000", &o->dot_depth)) return 1;
+      if (!driver_int_value("--dot-depth", a + 12, 0, 1000, "a depth from 0 to 1000", &o->dot_depth)) return 1;
     } else if (strcmp(a, "-o") == 0) {
       if (++i == argc) {
         fputs("dlcc: error: -o needs a file name\n", stderr);
@@ -420,7 +394,7 @@ static int parse_args(int argc, char **argv, Options *o) {
     } else if (o->quant_report && strncmp(a, "--test=", 7) == 0 && a[7]) {
       o->test_dir = a + 7;
     } else if (o->quant_report && strncmp(a, "--test-samples=", 15) == 0) {
-      if (!int_option("--test-samples", a + 15, 1, 1000000000, "a number of samples (1 or more)", &o->test_samples))
+      if (!driver_int_value("--test-samples", a + 15, 1, 1000000000, "a number of samples (1 or more)", &o->test_samples))
         return 1;
     } else if (strcmp(a, "--time-stages") == 0) {
       o->time_stages = true;

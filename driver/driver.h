@@ -8,12 +8,37 @@
 #include "api/calibrate.h"
 #include "api/quantreport.h"
 #include "codegen/codegen.h"
+#include "dlcc.h"
 #include "frontend/ast.h"
 #include "passes/loss.h"
 #include "passes/pass.h"
 
 /* "NAME=INTEGER" -> d (d->name malloc'd). */
 bool driver_parse_define(const char *text, Define *d);
+
+/* Words of a command line (args.c).  "--flag=value": the value, or NULL
+ * when arg is another flag. */
+const char *driver_eq_value(const char *arg, const char *flag);
+/* "--flag=value" or "--flag value" at argv[*i] (*i then moves past the
+ * value): the value, or NULL when argv[*i] is another flag. */
+const char *driver_flag_value(int argc, char **argv, int *i, const char *flag);
+/* The number text of option when it lies in [lo, hi]; else false after
+ * printing "OPTION expects EXPECTS, got 'TEXT'". */
+bool driver_int_value(const char *option, const char *text, long lo, long hi, const char *expects, int *out);
+bool driver_real_value(const char *option, const char *text, double lo, double hi, const char *expects,
+                       double *out);
+/* What dlcc run and dlcc train store the words below into. */
+enum { DRIVER_MAX_DEFINES = 64 };
+typedef struct DriverModelWords {
+  const char **model_path;
+  dlc_options *api;
+  dlc_define *defines; /* DRIVER_MAX_DEFINES of them; api->defines is set by the caller */
+} DriverModelWords;
+/* The last words dlcc run and dlcc train take, after their own flags:
+ * -D NAME=VALUE, -O0/-O1/-O2, --recompute[=LIST], the model file; any
+ * other option is unknown for cmd.  0 when taken, 1 after printing an
+ * error. */
+int driver_model_word(int argc, char **argv, int *i, const char *cmd, DriverModelWords *m);
 /* -O0/-O1/-O2, --passes=..., --print-after=..., ... into po: 1 when arg
  * is one of them, 0 when not, -1 after printing an error. */
 int driver_pass_option(const char *arg, PassOptions *po);

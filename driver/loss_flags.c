@@ -19,29 +19,12 @@ const char driver_loss_usage[] =
     "  --label-smoothing=E  cross_entropy: from 0 (default) to 1\n"
     "  --smooth-l1-beta=B smooth_l1: where it turns from squared to linear (default 1)\n";
 
-static const char *eq_value(const char *arg, const char *flag) {
-  size_t n = strlen(flag);
-  return strncmp(arg, flag, n) == 0 && arg[n] == '=' ? arg + n + 1 : NULL;
-}
-
-static bool number(const char *flag, const char *v, double lo, double hi, const char *expects, double *out) {
-  char *end;
-  errno = 0;
-  double x = strtod(v, &end);
-  if (*end || end == v || errno || !(x >= lo && x <= hi)) {
-    fprintf(stderr, "dlcc: error: %s expects %s, got '%s'\n", flag, expects, v);
-    return false;
-  }
-  *out = x;
-  return true;
-}
-
 int driver_loss_option(const char *arg, DriverLoss *d) {
   static const char *const flags[] = {"--loss", "--loss-output", "--ignore-index", "--label-smoothing",
                                       "--smooth-l1-beta"};
   const char *v = NULL;
   size_t k = 0;
-  for (; k < sizeof flags / sizeof flags[0] && !(v = eq_value(arg, flags[k])); k++)
+  for (; k < sizeof flags / sizeof flags[0] && !(v = driver_eq_value(arg, flags[k])); k++)
     if (strcmp(arg, flags[k]) == 0) {
       fprintf(stderr, "dlcc: error: %s takes its value after '=': %s=%s\n", arg, arg, k ? "VALUE" : "NAME");
       return -1;
@@ -57,16 +40,9 @@ int driver_loss_option(const char *arg, DriverLoss *d) {
       }
       d->name = v;
       return 1;
-    case 1: {
-      errno = 0;
-      long n = strtol(v, &end, 10);
-      if (*end || end == v || errno || n < 0 || n > 1000000) {
-        fprintf(stderr, "dlcc: error: --loss-output expects an output index (0 or more), got '%s'\n", v);
-        return -1;
-      }
-      d->output = (int)n;
+    case 1:
+      if (!driver_int_value(flags[k], v, 0, 1000000, "an output index (0 or more)", &d->output)) return -1;
       break;
-    }
     case 2:
       errno = 0;
       d->ignore_index = strtoll(v, &end, 10);
@@ -77,11 +53,11 @@ int driver_loss_option(const char *arg, DriverLoss *d) {
       d->has_ignore = true;
       break;
     case 3:
-      if (!number(flags[k], v, 0, 1, "a number from 0 to 1", &d->label_smoothing)) return -1;
+      if (!driver_real_value(flags[k], v, 0, 1, "a number from 0 to 1", &d->label_smoothing)) return -1;
       d->has_smoothing = true;
       break;
     default:
-      if (!number(flags[k], v, 0, HUGE_VAL, "a number of 0 or more", &d->beta)) return -1;
+      if (!driver_real_value(flags[k], v, 0, HUGE_VAL, "a number of 0 or more", &d->beta)) return -1;
       d->has_beta = true;
       break;
   }

@@ -47,7 +47,7 @@ typedef struct RunOptions {
   dlc_input_shape input_shapes[64];
   DriverQuant quant;
   dlc_options api;
-  dlc_define defines[64];
+  dlc_define defines[DRIVER_MAX_DEFINES];
 } RunOptions;
 
 static const char run_usage[] =
@@ -94,15 +94,6 @@ static bool has_suffix(const char *s, const char *suffix) {
   return n >= k && strcmp(s + n - k, suffix) == 0;
 }
 
-/* "--flag=value" or "--flag value". */
-static const char *flag_value(int argc, char **argv, int *i, const char *flag) {
-  size_t n = strlen(flag);
-  if (strncmp(argv[*i], flag, n) != 0) return NULL;
-  if (argv[*i][n] == '=') return argv[*i] + n + 1;
-  if (argv[*i][n] == 0 && *i + 1 < argc) return argv[++*i];
-  return NULL;
-}
-
 /* The int8 flags into the API's options; calibration binds the weights
  * this run would: --weights, or the model's own, or random from --seed. */
 static bool set_quant_options(RunOptions *o) {
@@ -126,6 +117,7 @@ static bool set_quant_options(RunOptions *o) {
 }
 
 static int parse_run_args(int argc, char **argv, RunOptions *o) {
+  DriverModelWords words = {&o->model_path, &o->api, o->defines};
   for (int i = 0; i < argc; i++) {
     const char *a = argv[i], *v;
     int quant_flag = driver_quant_option(a, &o->quant);
@@ -135,11 +127,11 @@ static int parse_run_args(int argc, char **argv, RunOptions *o) {
       fputs(run_usage, stdout);
       fputs(driver_quant_usage, stdout);
       return 2;
-    } else if ((v = flag_value(argc, argv, &i, "--weights"))) {
+    } else if ((v = driver_flag_value(argc, argv, &i, "--weights"))) {
       o->weights = v;
-    } else if ((v = flag_value(argc, argv, &i, "--output-dir"))) {
+    } else if ((v = driver_flag_value(argc, argv, &i, "--output-dir"))) {
       o->output_dir = v;
-    } else if ((v = flag_value(argc, argv, &i, "--bench"))) {
+    } else if ((v = driver_flag_value(argc, argv, &i, "--bench"))) {
       char *end;
       long b = strtol(v, &end, 10);
       if (*end || end == v || b < 1 || b > 100000) {
@@ -151,15 +143,15 @@ static int parse_run_args(int argc, char **argv, RunOptions *o) {
       o->api.no_graphs = 1;
     } else if (strcmp(a, "--verbose") == 0) {
       o->verbose = true;
-    } else if ((v = flag_value(argc, argv, &i, "--backend"))) {
+    } else if ((v = driver_flag_value(argc, argv, &i, "--backend"))) {
       o->backend = v;
-    } else if ((v = flag_value(argc, argv, &i, "--init"))) {
+    } else if ((v = driver_flag_value(argc, argv, &i, "--init"))) {
       if (strcmp(v, "random") != 0) {
         fprintf(stderr, "dlcc: error: unknown --init '%s' (expected random)\n", v);
         return 1;
       }
       o->init_random = true;
-    } else if ((v = flag_value(argc, argv, &i, "--seed"))) {
+    } else if ((v = driver_flag_value(argc, argv, &i, "--seed"))) {
       char *end;
       errno = 0;
       unsigned long long s = strtoull(v, &end, 10);
@@ -168,7 +160,7 @@ static int parse_run_args(int argc, char **argv, RunOptions *o) {
         return 1;
       }
       o->seed = s;
-    } else if ((v = flag_value(argc, argv, &i, "--input"))) {
+    } else if ((v = driver_flag_value(argc, argv, &i, "--input"))) {
       const char *eq = strchr(v, '=');
       if (!eq || eq == v || !eq[1] || o->n_inputs == (int)ARRAY_LEN(o->inputs)) {
         fprintf(stderr, "dlcc: error: --input expects NAME=FILE.npy, got '%s'\n", v);
@@ -181,38 +173,16 @@ static int parse_run_args(int argc, char **argv, RunOptions *o) {
       }
       in->path = eq + 1;
       o->n_inputs++;
-    } else if ((v = flag_value(argc, argv, &i, "--precision"))) {
+    } else if ((v = driver_flag_value(argc, argv, &i, "--precision"))) {
       o->api.precision = v;
     } else if (strcmp(a, "--tf32") == 0) {
       o->api.tf32 = 1;
     } else if (strcmp(a, "--grad") == 0) {
       o->api.grad = 1;
-    } else if (strcmp(a, "--recompute") == 0 || strncmp(a, "--recompute=", 12) == 0) {
-      o->api.recompute = a[11] ? a + 12 : "";
-    } else if ((v = flag_value(argc, argv, &i, "--model"))) {
+    } else if ((v = driver_flag_value(argc, argv, &i, "--model"))) {
       o->api.model = v;
-    } else if (strncmp(a, "-D", 2) == 0) {
-      const char *def = a[2] ? a + 2 : (++i < argc ? argv[i] : NULL);
-      Define d;
-      if (!def || o->api.n_defines == (int)ARRAY_LEN(o->defines) || !driver_parse_define(def, &d)) {
-        fprintf(stderr, "dlcc: error: -D expects NAME=INTEGER, got '%s'\n", def ? def : "");
-        return 1;
-      }
-      o->defines[o->api.n_defines++] = (dlc_define){d.name, d.value};
-    } else if (a[0] == '-' && a[1] == 'O' && a[2] && !a[3]) {
-      if (a[2] < '0' || a[2] > '2') {
-        fprintf(stderr, "dlcc: error: unknown optimization level '%s' (expected -O0, -O1 or -O2)\n", a);
-        return 1;
-      }
-      o->api.opt_level = a[2] == '0' ? DLC_O0 : a[2] - '0';
-    } else if (a[0] == '-') {
-      fprintf(stderr, "dlcc: error: unknown option '%s' for run (see dlcc run --help)\n", a);
+    } else if (driver_model_word(argc, argv, &i, "run", &words)) {
       return 1;
-    } else if (o->model_path) {
-      fprintf(stderr, "dlcc: error: more than one model ('%s' and '%s')\n", o->model_path, a);
-      return 1;
-    } else {
-      o->model_path = a;
     }
   }
   if (!o->model_path) {

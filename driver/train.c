@@ -38,7 +38,7 @@ typedef struct TrainArgs {
   int64_t batch, epochs;
   uint64_t seed;
   dlc_options api;
-  dlc_define defines[64];
+  dlc_define defines[DRIVER_MAX_DEFINES];
 } TrainArgs;
 
 static const char train_usage[] =
@@ -78,14 +78,6 @@ static const char train_usage[] =
     "  --sync-bn             batchnorm statistics over the global batch, not each rank's\n"
     "  --bucket-mb=M         gradients share all-reduces in buckets of about M MiB, as\n"
     "                        PyTorch DDP's bucket_cap_mb (25 there); 0, the default: one each\n";
-
-static const char *flag_value(int argc, char **argv, int *i, const char *flag) {
-  size_t n = strlen(flag);
-  if (strncmp(argv[*i], flag, n) != 0) return NULL;
-  if (argv[*i][n] == '=') return argv[*i] + n + 1;
-  if (argv[*i][n] == 0 && *i + 1 < argc) return argv[++*i];
-  return NULL;
-}
 
 static bool real_arg(const char *flag, const char *v, double *out) {
   char *end;
@@ -166,7 +158,7 @@ static int parse_one(int argc, char **argv, int *i, TrainArgs *o) {
   const char **s = string_flag(o, flag);
   bool *given = NULL, *b;
   double *r = real_flag(o, flag, &given);
-  if ((s || r) && !(v = flag_value(argc, argv, i, flag))) {
+  if ((s || r) && !(v = driver_flag_value(argc, argv, i, flag))) {
     fprintf(stderr, "dlcc: error: %s needs a value\n", flag);
     return 1;
   }
@@ -175,15 +167,15 @@ static int parse_one(int argc, char **argv, int *i, TrainArgs *o) {
   } else if (r) {
     if (!real_arg(flag, v, r)) return 1;
     if (given) *given = true;
-  } else if ((v = flag_value(argc, argv, i, "--batch"))) {
+  } else if ((v = driver_flag_value(argc, argv, i, "--batch"))) {
     if (!int_arg("--batch", v, 1, &o->batch)) return 1;
-  } else if ((v = flag_value(argc, argv, i, "--epochs"))) {
+  } else if ((v = driver_flag_value(argc, argv, i, "--epochs"))) {
     if (!int_arg("--epochs", v, 0, &o->epochs)) return 1;
-  } else if ((v = flag_value(argc, argv, i, "--seed"))) {
+  } else if ((v = driver_flag_value(argc, argv, i, "--seed"))) {
     int64_t seed;
     if (!int_arg("--seed", v, 0, &seed)) return 1;
     o->seed = (uint64_t)seed;
-  } else if ((v = flag_value(argc, argv, i, "--betas"))) {
+  } else if ((v = driver_flag_value(argc, argv, i, "--betas"))) {
     char *end;
     o->beta1 = strtod(v, &end);
     if (*end != ',' || !real_arg("--betas", end + 1, &o->beta2) || o->beta1 < 0 || o->beta1 >= 1 || o->beta2 >= 1) {
@@ -193,26 +185,9 @@ static int parse_one(int argc, char **argv, int *i, TrainArgs *o) {
     o->set_betas = true;
   } else if ((b = bool_flag(o, a, &v))) {
     if (!bool_arg(flag, v, b)) return 1;
-  } else if (strncmp(a, "-D", 2) == 0) {
-    const char *def = a[2] ? a + 2 : (++*i < argc ? argv[*i] : NULL);
-    Define d;
-    if (!def || o->api.n_defines == (int)ARRAY_LEN(o->defines) || !driver_parse_define(def, &d)) {
-      fprintf(stderr, "dlcc: error: -D expects NAME=INTEGER, got '%s'\n", def ? def : "");
-      return 1;
-    }
-    o->defines[o->api.n_defines++] = (dlc_define){d.name, d.value};
-  } else if (a[0] == '-' && a[1] == 'O' && a[2] >= '0' && a[2] <= '2' && !a[3]) {
-    o->api.opt_level = a[2] == '0' ? DLC_O0 : a[2] - '0';
-  } else if (strcmp(a, "--recompute") == 0 || strncmp(a, "--recompute=", 12) == 0) {
-    o->api.recompute = a[11] ? a + 12 : "";
-  } else if (a[0] == '-') {
-    fprintf(stderr, "dlcc: error: unknown option '%s' for train (see dlcc train --help)\n", a);
-    return 1;
-  } else if (o->model_path) {
-    fprintf(stderr, "dlcc: error: more than one model ('%s' and '%s')\n", o->model_path, a);
-    return 1;
   } else {
-    o->model_path = a;
+    DriverModelWords words = {&o->model_path, &o->api, o->defines};
+    return driver_model_word(argc, argv, i, "train", &words);
   }
   return 0;
 }

@@ -41,6 +41,17 @@ const AttrSpec *ir_op_attr_spec(OpKind op, const char *name) {
   return NULL;
 }
 
+bool ir_op_takes_ints(OpKind op) {
+  ShapeFn s = ir_ops[op].shape;
+  return s == shape_unary || s == shape_binary || s == shape_mod || s == shape_bits || s == shape_cast ||
+         s == shape_bitcast;
+}
+
+bool ir_op_is_logic(OpKind op) {
+  ShapeFn s = ir_ops[op].shape;
+  return s == shape_compare || s == shape_float_test || s == shape_logical || s == shape_where;
+}
+
 /* ---- dtypes ---- */
 
 static const struct {

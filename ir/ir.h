@@ -146,6 +146,14 @@ extern const OpInfo ir_ops[OP_COUNT];
 /* Returns OP_COUNT when unknown. */
 OpKind ir_op_from_name(const char *name);
 const AttrSpec *ir_op_attr_spec(OpKind op, const char *name);
+/* What an op's shape rule (ops.def's rule column) lets in, for the stages
+ * that would otherwise keep lists of ops.  takes_ints: an elementwise op
+ * on integer dtypes as well as floats (the rules unary, binary, mod,
+ * bits, cast and bitcast).  is_logic: a test (equal .. greater_equal,
+ * isnan, isinf) or logical op, any operand dtype and a bool result, or
+ * where. */
+bool ir_op_takes_ints(OpKind op);
+bool ir_op_is_logic(OpKind op);
 
 /* ---- dtypes and types ---- */
 

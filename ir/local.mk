@@ -8,7 +8,9 @@ libdlcc_core_la_SOURCES += \
 	ir/parse.c \
 	ir/dot.c \
 	ir/names.c ir/names.h \
-	ir/eval.c ir/eval.h \
+	ir/tensor.c \
+	ir/eval.c ir/eval.h ir/eval_impl.h \
+	ir/eval_elem.c ir/eval_reduce.c ir/eval_conv.c ir/eval_data.c \
 	ir/train_ops.c \
 	ir/narrow.c \
 	ir/grad.c ir/grad.h \

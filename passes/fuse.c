@@ -124,10 +124,7 @@ static bool is_index_move(OpKind op) {
   return op == OP_RESHAPE || op == OP_TRANSPOSE || op == OP_SLICE || op == OP_EXPAND || op == OP_PAD;
 }
 
-/* Wrapping integer arithmetic on i8, u8, i32 and i64 (an int8 product's
- * zero-point corrections between its accumulator and its requantize; a
- * loss's class indices moved before they are read). */
-static bool is_int_arith(const Node *n) {
+bool pass_is_int_arith(const Node *n) {
   switch (n->op) {
     case OP_NEG:
     case OP_ABS:
@@ -152,7 +149,7 @@ static bool is_int_arith(const Node *n) {
  * of i8 and u8. */
 static bool int8_types_ok(const Node *n) {
   DType in0 = n->in[0]->type.dtype, out = n->out[0].type.dtype;
-  if (is_int_arith(n)) return true;
+  if (pass_is_int_arith(n)) return true;
   switch (n->op) {
     case OP_QUANTIZE: return is_float_type(&n->in[0]->type);
     case OP_DEQUANTIZE: return in0 == TY_I8 || in0 == TY_U8 || in0 == TY_I32;
@@ -172,20 +169,8 @@ static bool int8_types_ok(const Node *n) {
  * bools. */
 static bool bool_types_ok(const Node *n) {
   DType in0 = n->in[0]->type.dtype, out = n->out[0].type.dtype;
+  if (ir_op_is_logic(n->op)) return true;
   switch (n->op) {
-    case OP_EQUAL:
-    case OP_NOT_EQUAL:
-    case OP_LESS:
-    case OP_LESS_EQUAL:
-    case OP_GREATER:
-    case OP_GREATER_EQUAL:
-    case OP_ISNAN:
-    case OP_ISINF:
-    case OP_LOGICAL_NOT:
-    case OP_LOGICAL_AND:
-    case OP_LOGICAL_OR:
-    case OP_LOGICAL_XOR:
-    case OP_WHERE: return true;
     case OP_CAST: return in0 == TY_BOOL || out == TY_BOOL;
     default: return is_index_move(n->op) && in0 == TY_BOOL;
   }

@@ -269,6 +269,17 @@ static void update_scale(Step *s) {
   add_update(s, ir_grad_op(g, s->at, OP_WHERE, 3, restart), AMP_GROWTH_PARAM);
 }
 
+/* A place in the model's file for a message about the whole model: the
+ * first output computed there (a loss pass's nodes name the loss, not a
+ * place in the file). */
+static SrcLoc model_loc(const Graph *g) {
+  for (int i = 0; i < g->n_outputs; i++) {
+    SrcLoc at = g->outputs[i]->def->loc;
+    if (at.file && at.line > 0) return at;
+  }
+  return (SrcLoc){0};
+}
+
 bool pass_append_optimizer(Graph *g, const OptimSpec *o) {
   Ctx *c = g->ctx;
   if (!check_spec(c, o)) return false;
@@ -287,7 +298,7 @@ bool pass_append_optimizer(Graph *g, const OptimSpec *o) {
     grads[n_grads++] = g->outputs[i];
   }
   if (!n_grads) {
-    diag_error(c, (SrcLoc){0}, "%s: the model has no trainable parameter that the loss depends on",
+    diag_error(c, model_loc(g), "%s: the model has no trainable parameter that the loss depends on",
                optim_name(o->kind));
     return false;
   }

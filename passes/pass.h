@@ -126,6 +126,11 @@ bool pass_check_options(Ctx *c, const PassOptions *o);
 bool pass_run_pipeline(Graph *g, const PassOptions *o, FILE *dump);
 /* Ops in g: nodes other than input, param and const. */
 int pass_count_ops(const Graph *g);
+/* Wrapping integer arithmetic of one dtype, i8, u8, i32 or i64, which
+ * fuse.c puts in groups (an int8 product's zero-point corrections between
+ * its accumulator and its requantize; a loss's class indices moved before
+ * they are read) and codegen's fused lowering computes. */
+bool pass_is_int_arith(const Node *n);
 /* After fusion (precision.c): kernels that only convert (a cast, or a
  * group of casts and reshapes over a GEMM's result), split into those
  * over weights only (params and consts: work a load-time step can do

@@ -85,57 +85,11 @@ static int count_steps(const RtPlan *p, RtStepKind kind) {
   return n;
 }
 
-
-static uint64_t rng = 0x2545f4914f6cdd1dull;
-static double uniform(double lo, double hi) {
-  rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
-  return lo + (hi - lo) * (double)(rng >> 11) / 9007199254740992.0;
-}
-
-/* The plan on emu with random inputs in [lo, hi) against ir_eval; skips
- * quietly where the emu device cannot start. */
+/* The plan on emu with random inputs in [lo, hi) against ir_eval, f32
+ * within 1e-5 (testutil.h); skips quietly where the emu device cannot
+ * start. */
 static void check_numbers(Job *j, double lo, double hi) {
-  char why[512];
-  RtDevice *d = rt_emu_open(why, sizeof why);
-  if (!d) return;
-  rt_device_close(d);
-  Graph *g = j->g;
-  const RtPlan *p = j->r.plan;
-  char err[512];
-  TensorMap params;
-  ck_assert_msg(ir_init_params(g, 11, IR_INIT_RANDOM, &params, err, sizeof err), "%s", err);
-  TensorMap inputs = {.n = (int)p->n_inputs};
-  inputs.names = calloc(p->n_inputs + 1, sizeof(char *));
-  inputs.tensors = calloc(p->n_inputs + 1, sizeof(Tensor));
-  for (uint32_t i = 0; i < p->n_inputs; i++) {
-    const RtTensorDesc *in = &p->inputs[i];
-    TensorType t = ir_type_make((DType)in->dtype, (int)in->rank, in->dims);
-    inputs.names[i] = in->name;
-    ck_assert(ir_tensor_alloc(&inputs.tensors[i], &t));
-    for (int64_t e = 0; e < ir_type_numel(&t); e++) ir_tensor_set(&inputs.tensors[i], e, uniform(lo, hi));
-  }
-  Tensor *want = calloc((size_t)g->n_outputs + 1, sizeof(Tensor));
-  ck_assert_msg(ir_eval(g, &inputs, &params, want, err, sizeof err), "ir_eval: %s", err);
-  Tensor *outs = test_run_emu(p, &params, &inputs);
-  for (uint32_t o = 0; o < p->n_outputs; o++) {
-    const RtTensorDesc *od = &p->outputs[o];
-    TensorType t = ir_type_make((DType)od->dtype, (int)od->rank, od->dims);
-    Tensor got = outs[o];
-    for (int64_t e = 0; e < ir_type_numel(&t); e++) {
-      double w = ir_tensor_get(&want[o], e), v = ir_tensor_get(&got, e);
-      if ((isnan(w) && isnan(v)) || (isinf(w) && w == v)) continue;
-      double rel = fabs(v - w) / (fabs(w) + 1e-1);
-      ck_assert_msg(rel <= 1e-5, "output '%s'[%" PRId64 "]: %.9g, eval says %.9g", od->name, e, v, w);
-    }
-    ir_tensor_free(&got);
-    ir_tensor_free(&want[o]);
-  }
-  free(outs);
-  free(want);
-  for (uint32_t i = 0; i < p->n_inputs; i++) ir_tensor_free(&inputs.tensors[i]);
-  free(inputs.names);
-  free(inputs.tensors);
-  ir_tensor_map_free(&params);
+  test_emu_matches_eval(j->g, j->r.plan, 11, lo, hi, 1e-5);
 }
 
 static Job check_fused(const char *text) {
@@ -283,12 +237,12 @@ START_TEST(pads_are_fused) {
 END_TEST
 
 /* i64 arithmetic (a loss moving its class indices) joins the tests and
- * selects around it. */
+ * selects around it (t is 0 or 1 in check_numbers: both sides taken). */
 START_TEST(i64_arithmetic_is_fused) {
   Job j = check_fused(
       "graph idx {\n"
       "  %t = input {name=\"t\"} : i64[40]\n"
-      "  %z = const {value=0} : i64[]\n"
+      "  %z = const {value=1} : i64[]\n"
       "  %c = const {value=10} : i64[]\n"
       "  %0 = less %t, %z : bool[40]\n"
       "  %1 = sub %t, %c : i64[40]\n"
@@ -659,15 +613,6 @@ static const char group_text[] =
     "  return %3 as \"out\"\n"
     "}\n";
 
-static char *print_to_string(Graph *g) {
-  char *buf = NULL;
-  size_t len = 0;
-  FILE *f = open_memstream(&buf, &len);
-  ir_print(f, g);
-  fclose(f);
-  return buf;
-}
-
 START_TEST(groups_round_trip_in_the_text) {
   const SrcFile *f = ctx_add_file(&ctx, "g.ir", group_text, strlen(group_text));
   Graph *g = ir_parse(&ctx, f);
@@ -676,7 +621,7 @@ START_TEST(groups_round_trip_in_the_text) {
   ck_assert_int_eq(g->first->group, -1);
   ck_assert_int_eq(g->first->next->group, 0);
   ck_assert_int_eq(g->last->group, 12);
-  char *text = print_to_string(g);
+  char *text = test_print_ir(g);
   ck_assert_str_eq(text, group_text);
   free(text);
 }
@@ -690,7 +635,7 @@ START_TEST(print_after_fuse_shows_groups) {
       "  %1 = exp %0 : f32[4]\n"
       "  return %1 as \"out\"\n"
       "}\n");
-  char *text = print_to_string(j.g);
+  char *text = test_print_ir(j.g);
   ck_assert_ptr_nonnull(strstr(text, "%1 = relu %0 : f32[4] #k0\n"));
   ck_assert_ptr_nonnull(strstr(text, "%2 = exp %1 : f32[4] #k0\n"));
   /* Fusing again changes nothing. */

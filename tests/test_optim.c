@@ -260,28 +260,26 @@ START_TEST(test_spec_errors) {
 }
 END_TEST
 
-/* bf16 compute with f32 master weights: the params and state stay f32
- * in WEIGHTS and the trajectory stays within bf16's error of the f32
- * one (AdamW on the MLP, lr 0.01: 1e-3). */
-START_TEST(test_bf16_master_weights) {
-  precision = "bf16";
-  tolerance = 1e-3f;
+/* check_run's four steps on emu at precision p, within tol of the f32
+ * trajectory. */
+static void check_run_at(const char *p, float tol) {
+  precision = p;
+  tolerance = tol;
   check_run(4, "emu");
   precision = NULL;
   tolerance = 1e-5f;
 }
+
+/* bf16 compute with f32 master weights: the params and state stay f32
+ * in WEIGHTS and the trajectory stays within bf16's error of the f32
+ * one (AdamW on the MLP, lr 0.01: 1e-3). */
+START_TEST(test_bf16_master_weights) { check_run_at("bf16", 1e-3f); }
 END_TEST
 
 /* f16 with dynamic loss scaling (GradScaler): AdamW on the MLP within
  * 1e-3 of the f32 trajectory, no step skipped at the initial 65536 (3
  * steps counted, 3 clean steps tracked, the scale unchanged). */
-START_TEST(test_f16_loss_scaled_trajectory) {
-  precision = "f16";
-  tolerance = 1e-3f;
-  check_run(4, "emu");
-  precision = NULL;
-  tolerance = 1e-5f;
-}
+START_TEST(test_f16_loss_scaled_trajectory) { check_run_at("f16", 1e-3f); }
 END_TEST
 
 static float weight1(dlc_model *m, const char *name) {

@@ -62,15 +62,6 @@ static Graph *parse_text(Ctx *c, const char *name, const char *text) {
   return g;
 }
 
-static char *print_text(Graph *g) {
-  char *buf = NULL;
-  size_t len = 0;
-  FILE *f = open_memstream(&buf, &len);
-  ir_print(f, g);
-  fclose(f);
-  return buf;
-}
-
 /* ---- inputs ---- */
 
 typedef struct Batch {
@@ -228,9 +219,9 @@ START_TEST(test_products_become_int8) {
       ck_assert_int_eq(n->in[1]->type.dims[1], 1);
     }
   /* Text round trip. */
-  char *a = print_text(g);
+  char *a = test_print_ir(g);
   Graph *back = parse_text(&c, "back.ir", a);
-  char *b = print_text(back);
+  char *b = test_print_ir(back);
   ck_assert_str_eq(a, b);
   free(a);
   free(b);

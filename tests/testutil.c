@@ -159,3 +159,13 @@ bool test_emu_matches_eval(Graph *g, const RtPlan *p, uint64_t seed, double lo, 
   ir_tensor_map_free(&params);
   return true;
 }
+
+char *test_print_ir(Graph *g) {
+  char *buf = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&buf, &len);
+  ck_assert_ptr_nonnull(f);
+  ir_print(f, g);
+  fclose(f);
+  return buf;
+}

@@ -47,6 +47,9 @@ typedef struct TestSource {
 } TestSource;
 int test_lower_source(Ctx *c, void *data);
 
+/* g's IR text (ir_print), malloc'd. */
+char *test_print_ir(Graph *g);
+
 /* g's plan p on emu against ir_eval(g) on the same random data: params
  * by ir_init_params(seed), float inputs U(lo, hi), integer inputs whole
  * numbers in [0, hi) (or below g's index bound).  Every output element

@@ -139,9 +139,9 @@ expect 1 "dlcc: error: unknown optimizer 'lbfgs' (expected sgd, adam or adamw)" 
   "$dlcc" train $R --data "$t/data" --optimizer=lbfgs
 expect 1 "dlcc: error: --resume and --weights both give the weights: choose one" \
   "$dlcc" train $R --data "$t/data" --resume "$tmp/one.ckpt.safetensors" --weights "$tmp/one.safetensors"
-# A model with nothing to train.
+# A model with nothing to train: the message points at its output.
 printf 'model noparam(x: f32[N, 4]) -> y: f32[N, 3] {\n  return slice(x, 1, 0, 3) * 2.0\n}\n' >"$tmp/noparam.dl"
-expect_sub 1 "no trainable parameter" "$dlcc" train "$tmp/noparam.dl" --batch 8 --loss=cross_entropy --backend=ref \
+expect 1 "$tmp/noparam.dl:2:28: error: sgd: the model has no trainable parameter that the loss depends on" "$dlcc" train "$tmp/noparam.dl" --batch 8 --loss=cross_entropy --backend=ref \
   --data "$t/data"
 # Without --loss the model's output 0 must be its loss.
 expect_sub 1 "error: the loss must be one float value to differentiate, but output 'logits' is f32[8, 3]" \

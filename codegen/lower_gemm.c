@@ -1,0 +1,485 @@
+/* Lowering of matrix products: takes a matmul, linear (alone or with its
+ * fused epilogue), lstm or gru node, appends cuBLAS/CPU GEMM steps, int8
+ * GEMM kernels and the kernels around them to the plan. */
+#include "lower.h"
+
+/* ---- matrix products ---- */
+
+static const uint64_t F32_BYTES = 4;
+
+/* Floats throughout, or int8 operands with an int32 result and bias:
+ * eval.c's exact integer product. */
+static bool is_int8_product(const Node *n) {
+  if (n->in[0]->type.dtype != TY_I8 || n->in[1]->type.dtype != TY_I8 || n->out[0].type.dtype != TY_I32)
+    return false;
+  return n->n_in < 3 || n->in[2]->type.dtype == TY_I32;
+}
+
+bool product_dtypes(CgBuild *b, const Node *n) {
+  return is_int8_product(n) || check_dtypes(b, n, false);
+}
+
+/* dt the operands' dtype: f32, f16 or bf16 inputs and result (the same
+ * dtype codes), f32 accumulation; or i8 (RT_DT_I8): i8 inputs, an i32
+ * result, exact int32 accumulation. */
+RtGemm gemm_of(DType dt, int64_t m, int64_t nn, int64_t k) {
+  RtGemm g = {.dtype = (uint32_t)dt,
+              .m = m,
+              .n = nn,
+              .k = k,
+              .lda = k,
+              .ldb = nn,
+              .ldc = nn,
+              .batch = 1,
+              .alpha = 1.0f,
+              .beta = 0.0f};
+  return g;
+}
+
+static RtGemm gemm_f32(int64_t m, int64_t nn, int64_t k) { return gemm_of(TY_F32, m, nn, k); }
+
+static DType gemm_c_dtype(const RtGemm *g) { return g->dtype == RT_DT_I8 ? TY_I32 : (DType)g->dtype; }
+
+/* cuBLAS's int8 GEMM (cublasGemmEx with CUDA_R_8I A and B, CUDA_R_32I C,
+ * CUBLAS_COMPUTE_32I) takes alpha and beta of 0 or 1 only, A and B 32-bit
+ * aligned and lda, ldb multiples of 4 (the cuBLAS guide on cublasGemmEx);
+ * in a strided batch every matrix must start aligned.  Every space starts
+ * 256-byte aligned, so the refs' offsets decide, here at compile time. */
+static bool blas_takes_int8(const RtGemm *g) {
+  bool ok = g->lda % 4 == 0 && g->ldb % 4 == 0 && g->a.offset % 4 == 0 && g->b.offset % 4 == 0;
+  if (g->batch > 1) ok = ok && g->stride_a % 4 == 0 && g->stride_b % 4 == 0;
+  return ok && (g->alpha == 0.0f || g->alpha == 1.0f) && (g->beta == 0.0f || g->beta == 1.0f);
+}
+
+/* An int8 GEMM cuBLAS would refuse, as a kernel: one thread per element
+ * of C, its k products summed in int32 (wrapping, as eval.c). */
+static void gemm_i8_kernel(CgBuild *b, const Node *n, const char *what, const RtGemm *g) {
+  Kernel *k = new_kernel(b, n, "gemm_i8", what ? what : "gemm");
+  TensorType space = ir_type_make(TY_I32, 3, (int64_t[]){g->batch, g->m, g->n});
+  Map m;
+  map_begin(&m, k, &space);
+  KExpr *bi = map_coord(&m, 0), *i = map_coord(&m, 1), *j = map_coord(&m, 2);
+  int64_t last = g->batch - 1;
+  int64_t na = last * g->stride_a + (g->trans_a ? g->k : g->m) * g->lda;
+  int64_t nb = last * g->stride_b + (g->trans_b ? g->n : g->k) * g->ldb;
+  KBuf *A = cg_kglobal(k, "a", TY_I8, na, g->a), *B = cg_kglobal(k, "b", TY_I8, nb, g->b);
+  KBuf *C = cg_kglobal(k, "c", TY_I32, last * g->stride_c + g->m * g->ldc, g->c);
+  KVar *acc = cg_kvar(k, "acc", TY_I32), *p = cg_kvar(k, "p", KT_INDEX);
+  KStmt *red = cg_kreduce(k, &m.main, acc, cg_kimm(k, 0, TY_I32), OP_ADD, p, cg_kint(k, g->k));
+  KExpr *pv = cg_kv(k, p);
+  KExpr *ai = g->trans_a ? cg_kadd(k, cg_kmul(k, pv, cg_kint(k, g->lda)), i)
+                         : cg_kadd(k, cg_kmul(k, i, cg_kint(k, g->lda)), pv);
+  KExpr *bj = g->trans_b ? cg_kadd(k, cg_kmul(k, j, cg_kint(k, g->ldb)), pv)
+                         : cg_kadd(k, cg_kmul(k, pv, cg_kint(k, g->ldb)), j);
+  ai = cg_kadd(k, cg_kmul(k, bi, cg_kint(k, g->stride_a)), ai);
+  bj = cg_kadd(k, cg_kmul(k, bi, cg_kint(k, g->stride_b)), bj);
+  red->value =
+      cg_kop2(k, OP_MUL, cg_kcast(k, cg_kload(k, A, ai), TY_I32), cg_kcast(k, cg_kload(k, B, bj), TY_I32));
+  KExpr *ci = cg_kadd(k, cg_kmul(k, bi, cg_kint(k, g->stride_c)),
+                      cg_kadd(k, cg_kmul(k, i, cg_kint(k, g->ldc)), j));
+  cg_kstore(k, &m.main, C, ci, cg_kv(k, acc));
+  map_end(&m);
+  cg_launch(b, k);
+}
+
+/* The same on tensor cores (tc_gemm.c): A's rows are m, B's rows n,
+ * each K-contiguous (cp.async-able when aligned) unless transposed. */
+typedef struct I8Gemm {
+  const RtGemm *g;
+} I8Gemm;
+
+static KBuf *i8_buf(Kernel *k, const RtGemm *g, bool is_b) {
+  int64_t last = g->batch - 1;
+  int64_t n = is_b ? last * g->stride_b + (g->trans_b ? g->n : g->k) * g->ldb
+                   : last * g->stride_a + (g->trans_a ? g->k : g->m) * g->lda;
+  return cg_kglobal(k, is_b ? "b" : "a", TY_I8, n, is_b ? g->b : g->a);
+}
+
+/* Element (row, kk) of A (is_b false) or B in batch z. */
+static KExpr *i8_index(Kernel *k, const RtGemm *g, bool is_b, KExpr *z, KExpr *row, KExpr *kk) {
+  bool k_major = is_b ? g->trans_b : !g->trans_a;
+  KExpr *ld = cg_kint(k, is_b ? g->ldb : g->lda), *stride = cg_kint(k, is_b ? g->stride_b : g->stride_a);
+  KExpr *at = k_major ? cg_kadd(k, cg_kmul(k, row, ld), kk) : cg_kadd(k, cg_kmul(k, kk, ld), row);
+  return cg_kadd(k, cg_kmul(k, z, stride), at);
+}
+
+static bool i8_aligned(const RtGemm *g, bool is_b) {
+  bool k_major = is_b ? g->trans_b : !g->trans_a;
+  int64_t ld = is_b ? g->ldb : g->lda, stride = is_b ? g->stride_b : g->stride_a;
+  uint64_t off = is_b ? g->b.offset : g->a.offset;
+  return k_major && ld % 16 == 0 && off % 16 == 0 && (g->batch == 1 || stride % 16 == 0);
+}
+
+static KBuf *i8_async_a(void *ctx, Kernel *k) {
+  const RtGemm *g = ((I8Gemm *)ctx)->g;
+  return i8_aligned(g, false) ? i8_buf(k, g, false) : NULL;
+}
+
+static KBuf *i8_async_b(void *ctx, Kernel *k) {
+  const RtGemm *g = ((I8Gemm *)ctx)->g;
+  return i8_aligned(g, true) ? i8_buf(k, g, true) : NULL;
+}
+
+static KExpr *i8_chunk_a(void *ctx, Kernel *k, KBlock *blk, KExpr *z, KExpr *row, KExpr *kk, KExpr **ok) {
+  (void)blk;
+  *ok = NULL;
+  return i8_index(k, ((I8Gemm *)ctx)->g, false, z, row, kk);
+}
+
+static KExpr *i8_chunk_b(void *ctx, Kernel *k, KBlock *blk, KExpr *z, KExpr *row, KExpr *kk, KExpr **ok) {
+  (void)blk;
+  *ok = NULL;
+  return i8_index(k, ((I8Gemm *)ctx)->g, true, z, row, kk);
+}
+
+static void *i8_row(void *ctx, Kernel *k, KBlock *blk, KExpr *z, KExpr *row) {
+  (void)ctx, (void)k, (void)blk, (void)z;
+  return row;
+}
+
+static KExpr *i8_element_a(void *ctx, void *row, Kernel *k, KBlock *blk, KExpr *z, KExpr *kk) {
+  (void)blk;
+  const RtGemm *g = ((I8Gemm *)ctx)->g;
+  return cg_kload(k, i8_buf(k, g, false), i8_index(k, g, false, z, row, kk));
+}
+
+static KExpr *i8_element_b(void *ctx, void *row, Kernel *k, KBlock *blk, KExpr *z, KExpr *kk) {
+  (void)blk;
+  const RtGemm *g = ((I8Gemm *)ctx)->g;
+  return cg_kload(k, i8_buf(k, g, true), i8_index(k, g, true, z, row, kk));
+}
+
+static void i8_store(void *ctx, Kernel *k, KBlock *blk, KExpr *z, KExpr *m, KExpr *n, KExpr *acc) {
+  const RtGemm *g = ((I8Gemm *)ctx)->g;
+  KBuf *c = cg_kglobal(k, "c", TY_I32, (g->batch - 1) * g->stride_c + g->m * g->ldc, g->c);
+  KExpr *at = cg_kadd(k, cg_kmul(k, z, cg_kint(k, g->stride_c)), cg_kadd(k, cg_kmul(k, m, cg_kint(k, g->ldc)), n));
+  cg_kstore(k, blk, c, at, acc);
+}
+
+static void gemm_i8_tc(CgBuild *b, const Node *n, const char *what, const RtGemm *g) {
+  Ctx *c = cg_build_ctx(b);
+  I8Gemm *ig = ARENA_NEW(&c->arena, I8Gemm);
+  RtGemm *copy = ARENA_NEW(&c->arena, RtGemm);
+  *copy = *g;
+  ig->g = copy;
+  const CgGroup *grp = cg_group(b);
+  CgTcGemm tg = {
+      .node = n,
+      .hint = arena_printf(&c->arena, "%s_gemm_i8", grp && grp->anchor == n && grp->n > 1 ? cg_group_hint(c, grp)
+                                                                                             : ir_ops[n->op].name),
+      .what = what ? what : "gemm",
+      .tc = KTC_S8,
+      .m = g->m,
+      .n = g->n,
+      .k = g->k,
+      .batch = g->batch,
+      .a = {.rows = g->m, .k_major = !g->trans_a, .async_buf = i8_async_a, .chunk_at = i8_chunk_a,
+            .row_begin = i8_row, .element = i8_element_a},
+      .b = {.rows = g->n, .k_major = g->trans_b != 0, .async_buf = i8_async_b, .chunk_at = i8_chunk_b,
+            .row_begin = i8_row, .element = i8_element_b},
+      .ctx = ig,
+      .store = i8_store,
+  };
+  cg_tc_gemm(b, &tg);
+}
+
+/* Appends g, or nothing when C is empty, or zeros when k is 0 (C is
+ * always contiguous here); an int8 g that cuBLAS cannot run becomes a
+ * kernel of ours, on tensor cores unless --no-tensor-cores. */
+void emit_gemm(CgBuild *b, const Node *n, const char *what, const RtGemm *g) {
+  if (g->m == 0 || g->n == 0 || g->batch == 0) return;
+  if (g->k == 0) {
+    /* A product over nothing is 0: C stays as it is when added to. */
+    if (g->beta == 0.0f) cg_fill(b, n, what, g->c, gemm_c_dtype(g), g->batch * g->m * g->n, 0.0);
+    return;
+  }
+  if (g->dtype == RT_DT_I8 && !blas_takes_int8(g)) {
+    if (g->alpha != 1.0f || g->beta != 0.0f)
+      dl_internal(cg_build_ctx(b), "int8 gemm with alpha %g, beta %g", (double)g->alpha, (double)g->beta);
+    if (cg_options(b)->no_tensor_cores)
+      gemm_i8_kernel(b, n, what, g);
+    else
+      gemm_i8_tc(b, n, what, g);
+    return;
+  }
+  cg_gemm(b, n, what, g);
+}
+
+/* out[i] += bias[(i / inner) % channels], in place. */
+void bias_add(CgBuild *b, const Node *n, RtRef out, int64_t total, int64_t inner,
+              int64_t channels, const Value *bias) {
+  if (total == 0) return;
+  Kernel *k = new_kernel(b, n, "bias", "bias");
+  DType dt = n->out[0].type.dtype;
+  TensorType t = flat(dt, total);
+  Map m;
+  map_begin(&m, k, &t);
+  KBuf *o = cg_kglobal(k, "out", dt, total, out);
+  KExpr *ch = cg_kidx(k, KI_MOD, cg_kidx(k, KI_DIV, m.i, cg_kint(k, inner)), cg_kint(k, channels));
+  KExpr *v = cg_kop2(k, OP_ADD, cg_kload(k, o, m.i), load_of(b, k, bias, "bias", ch));
+  cg_kstore(k, &m.main, o, m.i, v);
+  map_end(&m);
+  cg_launch(b, k);
+}
+
+bool lower_matmul(CgBuild *b, const Node *n) {
+  return cg_lower_matmul_into(b, n, cg_ref(b, &n->out[0]), 0.0f);
+}
+
+bool cg_lower_matmul_into(CgBuild *b, const Node *n, RtRef rc, float beta) {
+  if (!product_dtypes(b, n)) return false;
+  TensorType at = ir_matmul_operand(n, 0), bt = ir_matmul_operand(n, 1);
+  bool ta = ir_matmul_trans(n, 0), tb = ir_matmul_trans(n, 1);
+  if (at.rank == 1) at = ir_type_make(at.dtype, 2, (int64_t[]){1, at.dims[0]});
+  if (bt.rank == 1) bt = ir_type_make(bt.dtype, 2, (int64_t[]){bt.dims[0], 1});
+  int64_t m = at.dims[at.rank - 2], k = at.dims[at.rank - 1], nn = bt.dims[bt.rank - 1];
+  TensorType ab = at, bb = bt, batch = {.dtype = at.dtype};
+  ab.rank -= 2;
+  bb.rank -= 2;
+  batch.rank = ab.rank > bb.rank ? ab.rank : bb.rank;
+  for (int i = 0; i < batch.rank; i++) {
+    int ia = i - (batch.rank - ab.rank), ib = i - (batch.rank - bb.rank);
+    int64_t da = ia >= 0 ? ab.dims[ia] : 1, db = ib >= 0 ? bb.dims[ib] : 1;
+    batch.dims[i] = da == 1 ? db : da;
+  }
+  int64_t nbatch = numel(&batch), na = numel(&ab), nb = numel(&bb);
+  if (nbatch * m * nn == 0) return true;
+  RtRef ra = cg_ref(b, n->in[0]), rb = cg_ref(b, n->in[1]);
+  DType dt = n->in[0]->type.dtype;
+  /* int8 operands, an int32 C: the sizes differ */
+  uint64_t es = (uint64_t)ir_dtype_size(dt), esc = (uint64_t)ir_dtype_size(n->out[0].type.dtype);
+  RtGemm g = gemm_of(dt, m, nn, k);
+  g.a = ra, g.b = rb, g.c = rc;
+  g.beta = beta;
+  g.trans_a = ta, g.trans_b = tb;
+  if (ta) g.lda = m;
+  if (tb) g.ldb = k;
+  if (nb == 1 && na == nbatch && !ta) {
+    /* One shared B: the batch folds into the rows of one product (not
+     * A^T's: its matrices' rows are not one matrix's). */
+    g.m = nbatch * m;
+    emit_gemm(b, n, NULL, &g);
+  } else if ((na == nbatch || na == 1) && (nb == nbatch || nb == 1)) {
+    g.batch = nbatch;
+    g.stride_a = na == 1 ? 0 : m * k;
+    g.stride_b = nb == 1 ? 0 : k * nn;
+    g.stride_c = m * nn;
+    emit_gemm(b, n, NULL, &g);
+  } else {
+    /* Broadcasting that one stride per operand cannot express: a GEMM per
+     * batch index. */
+    int64_t sa[DL_MAX_RANK], sb[DL_MAX_RANK], bst[DL_MAX_RANK];
+    bcast_strides(&ab, &batch, sa);
+    bcast_strides(&bb, &batch, sb);
+    strides_of(&batch, bst);
+    for (int64_t bi = 0; bi < nbatch; bi++) {
+      int64_t oa = 0, ob = 0;
+      for (int d = 0; d < batch.rank; d++) {
+        int64_t idx = bi / bst[d] % batch.dims[d];
+        oa += idx * sa[d];
+        ob += idx * sb[d];
+      }
+      RtGemm one = g;
+      one.a = cg_ref_at(ra, (uint64_t)(oa * m * k) * es);
+      one.b = cg_ref_at(rb, (uint64_t)(ob * k * nn) * es);
+      one.c = cg_ref_at(rc, (uint64_t)(bi * m * nn) * esc);
+      emit_gemm(b, n, arena_printf(&cg_build_ctx(b)->arena, "batch %" PRId64, bi), &one);
+    }
+  }
+  return true;
+}
+
+/* linear's product x W^T (rows of x by the weight's out features) into c. */
+static RtGemm linear_gemm(CgBuild *b, const Node *n, RtRef c) {
+  const Value *x = n->in[0], *w = n->in[1];
+  int64_t in = x->type.dims[x->type.rank - 1], outf = w->type.dims[0];
+  int64_t total = numel(&n->out[0].type), rows = outf ? total / outf : 0;
+  RtGemm g = gemm_of(x->type.dtype, rows, outf, in);
+  g.trans_b = 1;
+  g.ldb = in;
+  g.a = cg_ref(b, x), g.b = cg_ref(b, w), g.c = c;
+  return g;
+}
+
+/* Whether cuBLASLt adds linear's bias (its BIAS epilogue): a float
+ * product with a bias, not empty (a sum over no features is the bias
+ * alone, which emit_gemm would not add to its zeros). */
+static bool bias_in_epilogue(const Node *n) {
+  const TensorType *x = &n->in[0]->type;
+  return n->n_in > 2 && ir_dtype_is_float(n->out[0].type.dtype) && x->dims[x->rank - 1] > 0 &&
+         numel(&n->out[0].type) > 0;
+}
+
+bool lower_linear(CgBuild *b, const Node *n) {
+  if (!product_dtypes(b, n)) return false;
+  const Value *out = &n->out[0];
+  int64_t total = numel(&out->type), outf = n->in[1]->type.dims[0];
+  if (total == 0) return true;
+  RtRef rc = cg_ref(b, out);
+  RtGemm g = linear_gemm(b, n, rc);
+  /* In a fusion group the group's kernel adds the bias where it reads. */
+  if (n->group < 0 && bias_in_epilogue(n)) g.epilogue = RT_EPILOGUE_BIAS, g.bias = cg_ref(b, n->in[2]);
+  emit_gemm(b, n, NULL, &g);
+  if (n->n_in > 2 && n->group < 0 && !g.epilogue) bias_add(b, n, rc, total, 1, outf, n->in[2]);
+  return true;
+}
+
+/* The activation cuBLASLt applies after the bias: relu in every float
+ * type; gelu's tanh form in f16 and bf16 only, since cuBLASLt does not
+ * say how precise its gelu is, and f32 models are held to 1e-5. */
+static uint32_t activation_epilogue(const Node *act, DType dt) {
+  if (act->op == OP_RELU) return RT_EPILOGUE_RELU_BIAS;
+  if (act->op == OP_GELU && dt != TY_F32 && strcmp(ir_attr_str(act, "approximate"), "tanh") == 0)
+    return RT_EPILOGUE_GELU_BIAS;
+  return RT_EPILOGUE_NONE;
+}
+
+bool cg_lower_gemm_epilogue(CgBuild *b, const CgGroup *grp) {
+  const Node *act = grp->root, *lin = act->n_in == 1 ? act->in[0]->def : NULL;
+  if (grp->n != 2 || grp->attention || !lin || lin->op != OP_LINEAR || lin->group != grp->id ||
+      !bias_in_epilogue(lin))
+    return false;
+  DType dt = lin->out[0].type.dtype;
+  uint32_t e = act->out[0].type.dtype == dt ? activation_epilogue(act, dt) : RT_EPILOGUE_NONE;
+  if (!e) return false;
+  RtGemm g = linear_gemm(b, lin, cg_ref(b, &act->out[0]));
+  g.epilogue = e;
+  g.bias = cg_ref(b, lin->in[2]);
+  emit_gemm(b, act, arena_printf(&cg_build_ctx(b)->arena, "#k%d", grp->id), &g);
+  return true;
+}
+
+/* ---- recurrent layers ---- */
+
+typedef struct Rnn {
+  bool lstm, bf, bias;
+  int64_t N, T, H, G, dirs;
+} Rnn;
+
+/* One timestep of one layer and direction, after the two projections:
+ * thread (b, j) combines the gates, updates h (and c) in place and
+ * writes y.  t is a parameter so every timestep shares the text. */
+static void rnn_cell(CgBuild *b, const Node *n, const Rnn *r, const char *what, int64_t t,
+                     RtRef xproj, RtRef hproj, const Value *bih, const Value *bhh, RtRef h, RtRef c,
+                     RtRef y) {
+  int64_t N = r->N, T = r->T, H = r->H, GH = r->G * r->H;
+  Kernel *k = new_kernel(b, n, "cell", what);
+  TensorType space = ir_type_make(TY_F32, 2, (int64_t[]){N, H});
+  Map m;
+  map_begin(&m, k, &space);
+  /* Every timestep's launch keeps one contract: the buffers hold all T. */
+  KVar *tv = cg_kparam_range(k, "t", KT_INDEX, t, 0, T - 1);
+  KExpr *bi = map_coord(&m, 0), *j = map_coord(&m, 1);
+  KExpr *row = r->bf ? cg_kadd(k, cg_kmul(k, bi, cg_kint(k, T)), cg_kv(k, tv))
+                     : cg_kadd(k, cg_kmul(k, cg_kv(k, tv), cg_kint(k, N)), bi);
+  KVar *rowv = cg_klet(k, &m.main, "row", KT_INDEX, row);
+  KBuf *xp = cg_kglobal(k, "xproj", TY_F32, T * N * GH, xproj);
+  KBuf *hp = cg_kglobal(k, "hproj", TY_F32, N * GH, hproj);
+  KBuf *hb = cg_kglobal(k, "h", TY_F32, N * H, h);
+  /* y starts at this direction's columns: the last row ends H short of
+   * the sequence's end for every direction but the last. */
+  KBuf *yb = cg_kglobal(k, "y", TY_F32, T * N * r->dirs * H - (r->dirs - 1) * H, y);
+  KExpr *gi[4], *gh[4];
+  for (int q = 0; q < r->G; q++) {
+    KExpr *col = cg_kadd(k, cg_kint(k, q * H), j);
+    gi[q] = cg_kload(k, xp, cg_kadd(k, cg_kmul(k, cg_kv(k, rowv), cg_kint(k, GH)), col));
+    gh[q] = cg_kload(k, hp, cg_kadd(k, cg_kmul(k, bi, cg_kint(k, GH)), col));
+    if (r->bias) {
+      gi[q] = cg_kop2(k, OP_ADD, gi[q], load_of(b, k, bih, "b_ih", col));
+      gh[q] = cg_kop2(k, OP_ADD, gh[q], load_of(b, k, bhh, "b_hh", col));
+    }
+  }
+  KVar *hn;
+  if (r->lstm) {
+    KBuf *cb = cg_kglobal(k, "c", TY_F32, N * H, c);
+    KVar *ig =
+        cg_klet(k, &m.main, "ig", TY_F32, cg_kop1(k, OP_SIGMOID, cg_kop2(k, OP_ADD, gi[0], gh[0])));
+    KVar *fg =
+        cg_klet(k, &m.main, "fg", TY_F32, cg_kop1(k, OP_SIGMOID, cg_kop2(k, OP_ADD, gi[1], gh[1])));
+    KVar *gg =
+        cg_klet(k, &m.main, "gg", TY_F32, cg_kop1(k, OP_TANH, cg_kop2(k, OP_ADD, gi[2], gh[2])));
+    KVar *og =
+        cg_klet(k, &m.main, "og", TY_F32, cg_kop1(k, OP_SIGMOID, cg_kop2(k, OP_ADD, gi[3], gh[3])));
+    KExpr *cn = cg_kop2(k, OP_ADD, cg_kop2(k, OP_MUL, cg_kv(k, fg), cg_kload(k, cb, m.i)),
+                        cg_kop2(k, OP_MUL, cg_kv(k, ig), cg_kv(k, gg)));
+    KVar *cv = cg_klet(k, &m.main, "cn", TY_F32, cn);
+    cg_kstore(k, &m.main, cb, m.i, cg_kv(k, cv));
+    hn = cg_klet(k, &m.main, "hn", TY_F32,
+                 cg_kop2(k, OP_MUL, cg_kv(k, og), cg_kop1(k, OP_TANH, cg_kv(k, cv))));
+  } else {
+    KVar *rg =
+        cg_klet(k, &m.main, "rg", TY_F32, cg_kop1(k, OP_SIGMOID, cg_kop2(k, OP_ADD, gi[0], gh[0])));
+    KVar *zg =
+        cg_klet(k, &m.main, "zg", TY_F32, cg_kop1(k, OP_SIGMOID, cg_kop2(k, OP_ADD, gi[1], gh[1])));
+    KVar *ng = cg_klet(
+        k, &m.main, "ng", TY_F32,
+        cg_kop1(k, OP_TANH, cg_kop2(k, OP_ADD, gi[2], cg_kop2(k, OP_MUL, cg_kv(k, rg), gh[2]))));
+    KExpr *keep = cg_kop2(k, OP_MUL, cg_kv(k, zg), cg_kload(k, hb, m.i));
+    KExpr *upd =
+        cg_kop2(k, OP_MUL, cg_kop2(k, OP_SUB, cg_kimm(k, 1, TY_F32), cg_kv(k, zg)), cg_kv(k, ng));
+    hn = cg_klet(k, &m.main, "hn", TY_F32, cg_kop2(k, OP_ADD, upd, keep));
+  }
+  cg_kstore(k, &m.main, hb, m.i, cg_kv(k, hn));
+  cg_kstore(k, &m.main, yb, cg_kadd(k, cg_kmul(k, cg_kv(k, rowv), cg_kint(k, r->dirs * H)), j),
+            cg_kv(k, hn));
+  map_end(&m);
+  cg_launch(b, k);
+}
+
+/* Per layer and direction: one GEMM projects every timestep's input
+ * (x @ W_ih^T); then per timestep a GEMM h @ W_hh^T and the cell kernel.
+ * h and c live in the h_n / c_n results themselves, so the last state
+ * needs no copy.  Every layer's sequence has the caller's layout. */
+bool lower_rnn(CgBuild *b, const Node *n) {
+  /* f32 only: the precision pass keeps recurrent layers in f32. */
+  for (int i = 0; i < n->n_in; i++)
+    if (n->in[i]->type.dtype != TY_F32) return unsupported(b, n, n->in[i]->type.dtype);
+  Arena *ar = &cg_build_ctx(b)->arena;
+  Rnn r = {.lstm = n->op == OP_LSTM,
+           .bf = ir_attr_int(n, "batch_first") != 0,
+           .bias = ir_attr_int(n, "bias") != 0,
+           .H = ir_attr_int(n, "hidden"),
+           .dirs = ir_attr_int(n, "bidirectional") ? 2 : 1};
+  r.G = r.lstm ? 4 : 3;
+  int64_t layers = ir_attr_int(n, "layers");
+  const Value *x = n->in[0];
+  r.N = r.bf ? x->type.dims[0] : x->type.dims[1];
+  r.T = r.bf ? x->type.dims[1] : x->type.dims[0];
+  int64_t N = r.N, T = r.T, H = r.H, GH = r.G * r.H, rows = T * N;
+  int per = r.bias ? 4 : 2;
+  RtRef hn = cg_ref(b, &n->out[1]), cn = r.lstm ? cg_ref(b, &n->out[2]) : hn;
+  RtRef in = cg_ref(b, x), yfinal = cg_ref(b, &n->out[0]);
+  int64_t feat = x->type.dims[2];
+  for (int64_t l = 0; l < layers; l++) {
+    RtRef seq =
+        l == layers - 1 ? yfinal : cg_scratch(b, n, (uint64_t)(rows * r.dirs * H) * F32_BYTES);
+    for (int64_t d = 0; d < r.dirs; d++) {
+      const Value *const *wt = (const Value *const *)n->in + 1 + (l * r.dirs + d) * per;
+      const char *ld = arena_printf(ar, "l%" PRId64 " d%" PRId64, l, d);
+      uint64_t state = (uint64_t)((l * r.dirs + d) * N * H) * F32_BYTES;
+      RtRef h = cg_ref_at(hn, state), c = cg_ref_at(cn, state);
+      cg_fill(b, n, arena_printf(ar, "%s h0", ld), h, TY_F32, N * H, 0.0);
+      if (r.lstm) cg_fill(b, n, arena_printf(ar, "%s c0", ld), c, TY_F32, N * H, 0.0);
+      if (rows == 0) continue;
+      RtRef xproj = cg_scratch(b, n, (uint64_t)(rows * GH) * F32_BYTES);
+      RtRef hproj = cg_scratch(b, n, (uint64_t)(N * GH) * F32_BYTES);
+      RtGemm g = gemm_f32(rows, GH, feat);
+      g.trans_b = 1, g.ldb = feat;
+      g.a = in, g.b = cg_ref(b, wt[0]), g.c = xproj;
+      emit_gemm(b, n, arena_printf(ar, "%s input", ld), &g);
+      for (int64_t s = 0; s < T; s++) {
+        int64_t t = d == 0 ? s : T - 1 - s;
+        RtGemm gh = gemm_f32(N, GH, H);
+        gh.trans_b = 1, gh.ldb = H;
+        gh.a = h, gh.b = cg_ref(b, wt[1]), gh.c = hproj;
+        emit_gemm(b, n, arena_printf(ar, "%s t%" PRId64 " hidden", ld, t), &gh);
+        rnn_cell(b, n, &r, arena_printf(ar, "%s t%" PRId64 " cell", ld, t), t, xproj, hproj,
+                 r.bias ? wt[2] : NULL, r.bias ? wt[3] : NULL, h, c,
+                 cg_ref_at(seq, (uint64_t)(d * H) * F32_BYTES));
+      }
+    }
+    in = seq;
+    feat = r.dirs * H;
+  }
+  return true;
+}

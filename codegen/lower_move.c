@@ -1,0 +1,439 @@
+/* Lowering of data movement: takes a reshape, transpose, expand, slice,
+ * pad, concat, gather, scatter or topk node, appends its kernels to the
+ * plan; indices read from data are checked and reported, never used out
+ * of bounds. */
+#include "lower.h"
+
+/* ---- data movement ---- */
+
+bool lower_reshape(CgBuild *b, const Node *n) {
+  const Value *x = n->in[0], *y = &n->out[0];
+  double c;
+  if (cg_has_ref(b, y)) {
+    /* A graph output has bytes of its own in its OUTPUT space. */
+    if (cg_const_of(b, x, &c))
+      cg_fill(b, n, NULL, cg_ref(b, y), y->type.dtype, numel(&y->type), c);
+    else if (nbytes(&y->type))
+      cg_copy(b, n, NULL, cg_ref(b, y), cg_ref(b, x), nbytes(&y->type));
+  } else if (!cg_const_of(b, x, &c)) {
+    cg_alias(b, y, cg_ref(b, x));
+  }
+  return true;
+}
+
+/* A kernel out[i] = x[src(i)] built by a caller-provided index: any
+ * dtype, the bytes move as they are. */
+static bool move_dtypes(CgBuild *b, const Node *n) { return true; }
+
+bool lower_transpose_expand_slice(CgBuild *b, const Node *n) {
+  if (!move_dtypes(b, n)) return false;
+  const Value *x = n->in[0], *out = &n->out[0];
+  if (numel(&out->type) == 0) return true;
+  int64_t xst[DL_MAX_RANK], st[DL_MAX_RANK], off = 0;
+  strides_of(&x->type, xst);
+  int r = out->type.rank, cnt;
+  if (n->op == OP_TRANSPOSE) {
+    const int64_t *perm = ir_attr_ints(n, "perm", &cnt);
+    for (int d = 0; d < r; d++) st[d] = xst[perm[d]];
+  } else if (n->op == OP_EXPAND) {
+    bcast_strides(&x->type, &out->type, st);
+  } else {
+    const int64_t *starts = ir_attr_ints(n, "starts", &cnt),
+                  *steps = ir_attr_ints(n, "steps", &cnt);
+    for (int d = 0; d < r; d++) {
+      st[d] = steps[d] * xst[d];
+      off += starts[d] * xst[d];
+    }
+  }
+  Kernel *k = new_kernel(b, n, NULL, NULL);
+  Map m;
+  map_begin(&m, k, &out->type);
+  double c;
+  KExpr *v;
+  if (cg_const_of(b, x, &c))
+    v = cg_kimm(k, c, x->type.dtype);
+  else
+    v = cg_kload(k, global_of(b, k, x, "x"), cg_kadd(k, cg_kint(k, off), map_index(&m, st)));
+  map_store(b, &m, out, v);
+  map_end(&m);
+  cg_launch(b, k);
+  return true;
+}
+
+bool lower_pad(CgBuild *b, const Node *n) {
+  if (!move_dtypes(b, n)) return false;
+  const Value *x = n->in[0], *out = &n->out[0];
+  if (numel(&out->type) == 0) return true;
+  int cnt, r = x->type.rank;
+  const int64_t *pads = ir_attr_ints(n, "pads", &cnt);
+  int64_t xst[DL_MAX_RANK];
+  strides_of(&x->type, xst);
+  Kernel *k = new_kernel(b, n, NULL, NULL);
+  Map m;
+  map_begin(&m, k, &out->type);
+  KExpr *cond = NULL, *src = cg_kint(k, 0);
+  for (int d = 0; d < r; d++) {
+    int64_t pb = pads[d], pe = pads[r + d];
+    if (out->type.dims[d] == 1 && x->type.dims[d] == 1 && pb == 0) continue;
+    KExpr *s = cg_kidx(k, KI_SUB, map_coord(&m, d), cg_kint(k, pb));
+    if (pb > 0) cond = cg_kand(k, cond, cg_kcmp(k, KC_GE, s, cg_kint(k, 0)));
+    if (pe > 0) cond = cg_kand(k, cond, cg_kcmp(k, KC_LT, s, cg_kint(k, x->type.dims[d])));
+    src = cg_kadd(k, src, cg_kmul(k, s, cg_kint(k, xst[d])));
+  }
+  KExpr *fill = cg_kimm(k, ir_attr_float(n, "value"), out->type.dtype);
+  KExpr *v = numel(&x->type) ? load_of(b, k, x, "x", src) : fill;
+  if (cond) v = cg_ksel(k, cond, v, fill);
+  map_store(b, &m, out, v);
+  map_end(&m);
+  cg_launch(b, k);
+  return true;
+}
+
+/* a < end ? x[...] : (the rest), over loads given from the last operand
+ * to the first, as a balanced tree: a concat of thousands of operands is
+ * an expression of depth log2(n), not n, for the emitter's recursion and
+ * the CUDA compiler's.  Only the chosen arm is read. */
+static KExpr *concat_select(Kernel *k, KExpr *a, KExpr **loads, const int64_t *ends, int n) {
+  if (n == 1) return loads[0];
+  int later = (n + 1) / 2; /* loads[0, later) are the later operands */
+  KExpr *first = concat_select(k, a, loads + later, ends + later, n - later);
+  KExpr *rest = concat_select(k, a, loads, ends, later);
+  return cg_ksel(k, cg_kcmp(k, KC_LT, a, cg_kint(k, ends[later])), first, rest);
+}
+
+bool lower_concat(CgBuild *b, const Node *n) {
+  if (!move_dtypes(b, n)) return false;
+  const Value *out = &n->out[0];
+  const TensorType *ot = &out->type;
+  if (numel(ot) == 0) return true;
+  int axis = (int)ir_attr_int(n, "axis");
+  if (axis < 0) axis += ot->rank;
+  Kernel *k = new_kernel(b, n, NULL, NULL);
+  Map m;
+  map_begin(&m, k, ot);
+  KExpr *a = map_coord(&m, axis);
+  Arena *ar = &cg_build_ctx(b)->arena;
+  int64_t *ends = ARENA_ARRAY(ar, int64_t, n->n_in), offset = 0;
+  for (int i = 0; i < n->n_in; i++) {
+    offset += n->in[i]->type.dims[axis];
+    ends[i] = offset;
+  }
+  /* The loads of the non-empty operands, made from the last (the order
+   * of the kernel's parameters). */
+  KExpr **loads = ARENA_ARRAY(ar, KExpr *, n->n_in);
+  int64_t *load_ends = ARENA_ARRAY(ar, int64_t, n->n_in);
+  int nl = 0;
+  for (int i = n->n_in - 1; i >= 0; i--) {
+    const Value *x = n->in[i];
+    if (numel(&x->type) == 0) continue;
+    int64_t start = ends[i] - x->type.dims[axis], xst[DL_MAX_RANK];
+    strides_of(&x->type, xst);
+    KExpr *src = cg_kint(k, 0);
+    for (int d = 0; d < ot->rank; d++) {
+      if (x->type.dims[d] == 1) continue;
+      KExpr *c = map_coord(&m, d);
+      if (d == axis) c = cg_kidx(k, KI_SUB, c, cg_kint(k, start));
+      src = cg_kadd(k, src, cg_kmul(k, c, cg_kint(k, xst[d])));
+    }
+    loads[nl] = load_of(b, k, x, arena_printf(ar, "x%d", i), src);
+    load_ends[nl++] = ends[i];
+  }
+  map_store(b, &m, out, concat_select(k, a, loads, load_ends, nl));
+  map_end(&m);
+  cg_launch(b, k);
+  return true;
+}
+
+/* ---- indices read from data: checked, reported, never out of bounds ---- */
+
+/* Where a kernel reports bad indices: n_axes reports in STATUS, one per
+ * index it checks for each element, and the element's position in the
+ * order the interpreter walks (pos). */
+typedef struct IndexCheck {
+  KBuf *reports;
+  KExpr *pos;
+} IndexCheck;
+
+static KBuf *reports_of(CgBuild *b, Kernel *k, int n_axes) {
+  return cg_kglobal(k, "reports", TY_I64, (int64_t)n_axes * RT_STATUS_WORDS, cg_status(b, n_axes));
+}
+
+/* An index read as i64, counted from the end of its axis when negative;
+ * an index outside [-dim, dim) is reported in report r of ic: its value
+ * as read, the axis and its size, unless the report already holds a
+ * lower position, so that the runtime says what eval.c says (its first
+ * bad index) in whatever order the threads ran.  Returns the counted
+ * index, out of range as it came. */
+static KExpr *from_end(Kernel *k, KBlock *blk, const IndexCheck *ic, int r, KExpr *raw, int axis, int64_t dim) {
+  KVar *v = cg_klet(k, blk, "idx", TY_I64, cg_kcast(k, raw, TY_I64));
+  KVar *at = cg_klet(k, blk, "at", TY_I64,
+                     cg_ksel(k, cg_kcmp(k, KC_LT, cg_kv(k, v), cg_kimm(k, 0, TY_I64)),
+                             cg_kop2(k, OP_ADD, cg_kv(k, v), cg_kimm(k, (double)dim, TY_I64)), cg_kv(k, v)));
+  KExpr *bad = cg_kor(k, cg_kcmp(k, KC_LT, cg_kv(k, at), cg_kimm(k, 0, TY_I64)),
+                      cg_kcmp(k, KC_GE, cg_kv(k, at), cg_kimm(k, (double)dim, TY_I64)));
+  KExpr *pos1 = cg_kcast(k, cg_kadd(k, ic->pos, cg_kint(k, 1)), TY_I64);
+  KExpr *held = cg_kload(k, ic->reports, cg_kint(k, r * RT_STATUS_WORDS));
+  KExpr *first = cg_kor(k, cg_kcmp(k, KC_EQ, held, cg_kimm(k, 0, TY_I64)), cg_kcmp(k, KC_LT, pos1, held));
+  KBlock *report = &cg_kif(k, blk, cg_kand(k, bad, first))->body;
+  KExpr *words[RT_STATUS_WORDS] = {pos1, cg_kv(k, v), cg_kimm(k, axis, TY_I64), cg_kimm(k, (double)dim, TY_I64)};
+  /* The position last: on a GPU the other words of a report come from a
+   * thread that found a bad index too, whichever thread wins. */
+  for (int w = 1; w < RT_STATUS_WORDS; w++)
+    cg_kstore(k, report, ic->reports, cg_kint(k, r * RT_STATUS_WORDS + w), words[w]);
+  cg_kstore(k, report, ic->reports, cg_kint(k, r * RT_STATUS_WORDS), words[0]);
+  return cg_kv(k, at);
+}
+
+KExpr *cg_index_reported(CgBuild *b, Kernel *k, KBlock *blk, KExpr *pos, KExpr *raw, int axis, int64_t dim) {
+  IndexCheck ic = {reports_of(b, k, 1), pos};
+  return from_end(k, blk, &ic, 0, raw, axis, dim);
+}
+
+/* from_end's index, reported when out of range and then clamped into
+ * the axis, so that nothing is read out of bounds. */
+static KExpr *checked_index(Kernel *k, KBlock *blk, const IndexCheck *ic, int r, KExpr *raw, int axis, int64_t dim) {
+  KExpr *at = cg_kop2(k, OP_MAXIMUM, from_end(k, blk, ic, r, raw, axis, dim), cg_kimm(k, 0, TY_I64));
+  at = cg_kop2(k, OP_MINIMUM, at, cg_kimm(k, (double)(dim - 1), TY_I64));
+  return cg_kv(k, cg_klet(k, blk, "safe", KT_INDEX, cg_kcast(k, at, KT_INDEX)));
+}
+
+/* An index outside [-dim, dim) is an error in eval.c: the kernel reports
+ * it (checked_index) and reads a clamped one, so nothing is read out of
+ * bounds while the run goes on to its end. */
+bool lower_gather(CgBuild *b, const Node *n) {
+  if (!move_dtypes(b, n)) return false;
+  const Value *data = n->in[0], *ind = n->in[1], *out = &n->out[0];
+  const TensorType *dt = &data->type, *it = &ind->type, *ot = &out->type;
+  if (numel(ot) == 0) return true;
+  int axis = (int)ir_attr_int(n, "axis");
+  if (axis < 0) axis += dt->rank;
+  int64_t dim = dt->dims[axis];
+  if (dim == 0) {
+    diag_error(cg_build_ctx(b), n->loc, "gather from an empty axis");
+    return false;
+  }
+  int64_t dst[DL_MAX_RANK], ist[DL_MAX_RANK];
+  strides_of(dt, dst);
+  strides_of(it, ist);
+  Kernel *k = new_kernel(b, n, NULL, NULL);
+  Map m;
+  map_begin(&m, k, ot);
+  KExpr *ii = cg_kint(k, 0);
+  for (int d = 0; d < it->rank; d++)
+    if (it->dims[d] != 1)
+      ii = cg_kadd(k, ii, cg_kmul(k, map_coord(&m, axis + d), cg_kint(k, ist[d])));
+  IndexCheck ic = {reports_of(b, k, 1), m.i};
+  KExpr *at = checked_index(k, &m.main, &ic, 0, load_of(b, k, ind, "indices", ii), axis, dim);
+  KExpr *src = cg_kmul(k, at, cg_kint(k, dst[axis]));
+  for (int d = 0; d < axis; d++)
+    if (dt->dims[d] != 1) src = cg_kadd(k, src, cg_kmul(k, map_coord(&m, d), cg_kint(k, dst[d])));
+  for (int d = axis + 1; d < dt->rank; d++)
+    if (dt->dims[d] != 1)
+      src = cg_kadd(k, src, cg_kmul(k, map_coord(&m, d - 1 + it->rank), cg_kint(k, dst[d])));
+  map_store(b, &m, out, load_of(b, k, data, "data", src));
+  map_end(&m);
+  cg_launch(b, k);
+  return true;
+}
+
+/* ---- indexing by data: gather_elements, gather_nd, the scatters, topk ---- */
+
+/* One thread per output element (indices' shape): data at the element's
+ * coordinates with the axis one read from indices. */
+bool lower_gather_elements(CgBuild *b, const Node *n) {
+  const Value *data = n->in[0], *ind = n->in[1], *out = &n->out[0];
+  const TensorType *dt = &data->type, *ot = &out->type;
+  int axis = (int)ir_attr_int(n, "axis");
+  int64_t dst[DL_MAX_RANK];
+  strides_of(dt, dst);
+  Kernel *k = new_kernel(b, n, NULL, NULL);
+  Map m;
+  map_begin(&m, k, ot);
+  IndexCheck ic = {reports_of(b, k, 1), m.i};
+  KExpr *at = checked_index(k, &m.main, &ic, 0, load_of(b, k, ind, "indices", m.i), axis, dt->dims[axis]);
+  KExpr *src = cg_kmul(k, at, cg_kint(k, dst[axis]));
+  for (int d = 0; d < dt->rank; d++)
+    if (d != axis && ot->dims[d] != 1)
+      src = cg_kadd(k, src, cg_kmul(k, map_coord(&m, d), cg_kint(k, dst[d])));
+  map_store(b, &m, out, load_of(b, k, data, "data", src));
+  map_end(&m);
+  cg_launch(b, k);
+  return true;
+}
+
+/* One thread per output element: its index row (the leading coordinates)
+ * names the point of data, the trailing ones the element of its slice. */
+bool lower_gather_nd(CgBuild *b, const Node *n) {
+  const Value *data = n->in[0], *ind = n->in[1], *out = &n->out[0];
+  const TensorType *dt = &data->type, *it = &ind->type, *ot = &out->type;
+  int bd = (int)ir_attr_int(n, "batch_dims"), rows = it->rank - 1, q = (int)it->dims[rows];
+  int64_t dst[DL_MAX_RANK], ist[DL_MAX_RANK];
+  strides_of(dt, dst);
+  strides_of(it, ist);
+  Kernel *k = new_kernel(b, n, NULL, NULL);
+  Map m;
+  map_begin(&m, k, ot);
+  KExpr *row = cg_kint(k, 0), *src = cg_kint(k, 0);
+  for (int d = 0; d < rows; d++) row = cg_kadd(k, row, cg_kmul(k, map_coord(&m, d), cg_kint(k, ist[d])));
+  KVar *rv = cg_klet(k, &m.main, "row", KT_INDEX, row);
+  for (int d = 0; d < bd; d++) src = cg_kadd(k, src, cg_kmul(k, map_coord(&m, d), cg_kint(k, dst[d])));
+  IndexCheck ic = {reports_of(b, k, q), m.i};
+  for (int j = 0; j < q; j++) {
+    KExpr *raw = load_of(b, k, ind, "indices", cg_kadd(k, cg_kv(k, rv), cg_kint(k, j)));
+    KExpr *at = checked_index(k, &m.main, &ic, j, raw, bd + j, dt->dims[bd + j]);
+    src = cg_kadd(k, src, cg_kmul(k, at, cg_kint(k, dst[bd + j])));
+  }
+  for (int d = bd + q; d < dt->rank; d++)
+    src = cg_kadd(k, src, cg_kmul(k, map_coord(&m, rows + d - bd - q), cg_kint(k, dst[d])));
+  map_store(b, &m, out, load_of(b, k, data, "data", src));
+  map_end(&m);
+  cg_launch(b, k);
+  return true;
+}
+
+/* What a scatter's update does to the element there. */
+static KExpr *scatter_combine(Kernel *k, const char *reduction, KExpr *cur, KExpr *upd) {
+  if (strcmp(reduction, "add") == 0) return cg_kop2(k, OP_ADD, cur, upd);
+  if (strcmp(reduction, "mul") == 0) return cg_kop2(k, OP_MUL, cur, upd);
+  if (strcmp(reduction, "max") == 0) return cg_kop2(k, OP_MAXIMUM, cur, upd);
+  if (strcmp(reduction, "min") == 0) return cg_kop2(k, OP_MINIMUM, cur, upd);
+  return upd;
+}
+
+/* The scatters run one thread per element of the result, which goes
+ * through every update that could address it, in order: no atomics, and
+ * the same sequence of combinations as eval.c (the last "none" update
+ * wins), so results are exact and deterministic.  An index out of range
+ * addresses nothing and is reported (from_end).  The cost is the element count times the updates
+ * per element's row (scatter_elements) or times all index rows
+ * (scatter_nd). */
+bool lower_scatter_elements(CgBuild *b, const Node *n) {
+  if (!check_dtypes(b, n, true)) return false;
+  const Value *data = n->in[0], *ind = n->in[1], *upd = n->in[2], *out = &n->out[0];
+  const TensorType *dt = &data->type, *it = &ind->type;
+  int axis = (int)ir_attr_int(n, "axis");
+  int64_t ist[DL_MAX_RANK];
+  strides_of(it, ist);
+  Kernel *k = new_kernel(b, n, NULL, NULL);
+  Map m;
+  map_begin(&m, k, dt);
+  KVar *v = cg_klet(k, &m.main, "v", dt->dtype, load_of(b, k, data, "data", m.i));
+  /* Only the indices of the element's own line along axis can hit it. */
+  KExpr *inside = NULL, *base = cg_kint(k, 0);
+  for (int d = 0; d < dt->rank; d++) {
+    if (d == axis) continue;
+    if (it->dims[d] < dt->dims[d])
+      inside = cg_kand(k, inside, cg_kcmp(k, KC_LT, map_coord(&m, d), cg_kint(k, it->dims[d])));
+    if (it->dims[d] != 1) base = cg_kadd(k, base, cg_kmul(k, map_coord(&m, d), cg_kint(k, ist[d])));
+  }
+  KBlock *blk = inside ? &cg_kif(k, &m.main, inside)->body : &m.main;
+  KVar *bv = cg_klet(k, blk, "line", KT_INDEX, base);
+  KVar *t = cg_kvar(k, "t", KT_INDEX);
+  KStmt *loop = cg_kloop(k, blk, t, cg_kint(k, it->dims[axis]), KM_SERIAL);
+  KVar *u = cg_klet(k, &loop->body, "u", KT_INDEX,
+                    cg_kadd(k, cg_kv(k, bv), cg_kmul(k, cg_kv(k, t), cg_kint(k, ist[axis]))));
+  IndexCheck ic = {reports_of(b, k, 1), cg_kv(k, u)};
+  KExpr *idx = from_end(k, &loop->body, &ic, 0, load_of(b, k, ind, "indices", cg_kv(k, u)), axis, dt->dims[axis]);
+  KStmt *hit = cg_kif(k, &loop->body, cg_kcmp(k, KC_EQ, idx, cg_kcast(k, map_coord(&m, axis), TY_I64)));
+  KExpr *uv = load_of(b, k, upd, "updates", cg_kv(k, u));
+  cg_kset(k, &hit->body, v, scatter_combine(k, ir_attr_str(n, "reduction"), cg_kv(k, v), uv));
+  map_store(b, &m, out, cg_kv(k, v));
+  map_end(&m);
+  cg_launch(b, k);
+  return true;
+}
+
+bool lower_scatter_nd(CgBuild *b, const Node *n) {
+  if (!check_dtypes(b, n, true)) return false;
+  const Value *data = n->in[0], *ind = n->in[1], *upd = n->in[2], *out = &n->out[0];
+  const TensorType *dt = &data->type, *it = &ind->type;
+  int q = (int)it->dims[it->rank - 1];
+  int64_t rows = numel(it) / q, slice = 1, dst[DL_MAX_RANK];
+  for (int d = q; d < dt->rank; d++) slice *= dt->dims[d];
+  strides_of(dt, dst);
+  Kernel *k = new_kernel(b, n, NULL, NULL);
+  Map m;
+  map_begin(&m, k, dt);
+  KVar *v = cg_klet(k, &m.main, "v", dt->dtype, load_of(b, k, data, "data", m.i));
+  /* The element is slice element s of the point at offset p. */
+  KVar *s = cg_klet(k, &m.main, "s", KT_INDEX, cg_kidx(k, KI_MOD, m.i, cg_kint(k, slice)));
+  KVar *p = cg_klet(k, &m.main, "p", KT_INDEX, cg_kidx(k, KI_SUB, m.i, cg_kv(k, s)));
+  KVar *r = cg_kvar(k, "r", KT_INDEX);
+  KStmt *loop = cg_kloop(k, &m.main, r, cg_kint(k, rows), KM_SERIAL);
+  KExpr *ok = NULL, *target = cg_kint(k, 0);
+  IndexCheck ic = {reports_of(b, k, q), cg_kv(k, r)};
+  for (int j = 0; j < q; j++) {
+    KExpr *at = cg_kadd(k, cg_kmul(k, cg_kv(k, r), cg_kint(k, q)), cg_kint(k, j));
+    KExpr *raw = load_of(b, k, ind, "indices", at);
+    KVar *a = cg_klet(k, &loop->body, "a", TY_I64, from_end(k, &loop->body, &ic, j, raw, j, dt->dims[j]));
+    ok = cg_kand(k, ok, cg_kcmp(k, KC_GE, cg_kv(k, a), cg_kimm(k, 0, TY_I64)));
+    ok = cg_kand(k, ok, cg_kcmp(k, KC_LT, cg_kv(k, a), cg_kimm(k, (double)dt->dims[j], TY_I64)));
+    target = cg_kadd(k, target, cg_kmul(k, cg_kcast(k, cg_kv(k, a), KT_INDEX), cg_kint(k, dst[j])));
+  }
+  /* && short-circuits: an index out of range never meets the offset. */
+  KStmt *hit = cg_kif(k, &loop->body, cg_kand(k, ok, cg_kcmp(k, KC_EQ, target, cg_kv(k, p))));
+  KExpr *ui = cg_kadd(k, cg_kmul(k, cg_kv(k, r), cg_kint(k, slice)), cg_kv(k, s));
+  KExpr *uv = load_of(b, k, upd, "updates", ui);
+  cg_kset(k, &hit->body, v, scatter_combine(k, ir_attr_str(n, "reduction"), cg_kv(k, v), uv));
+  map_store(b, &m, out, cg_kv(k, v));
+  map_end(&m);
+  cg_launch(b, k);
+  return true;
+}
+
+/* a (at position ia) comes before b (at ib) in topk's order: larger
+ * (smaller) first, NaN above every number, ties to the lower position. */
+static KExpr *topk_before(Kernel *k, bool largest, bool floats, KExpr *a, KExpr *ia, KExpr *b, KExpr *ib) {
+  KExpr *first = cg_kcmp(k, largest ? KC_GT : KC_LT, a, b);
+  KExpr *same = cg_kcmp(k, KC_EQ, a, b);
+  if (floats) {
+    KExpr *a_nan = cg_kcmp(k, KC_NE, a, a), *b_nan = cg_kcmp(k, KC_NE, b, b);
+    KExpr *nan_first = largest ? cg_kand(k, a_nan, cg_knot(k, b_nan)) : cg_kand(k, b_nan, cg_knot(k, a_nan));
+    first = cg_kor(k, first, nan_first);
+    same = cg_kor(k, same, cg_kand(k, a_nan, b_nan));
+  }
+  return cg_kor(k, first, cg_kand(k, same, cg_kcmp(k, KC_LT, ia, ib)));
+}
+
+/* One thread per row, by selection as eval.c: the j-th result is the
+ * first element after the (j-1)-th, k passes over the row. */
+bool lower_topk(CgBuild *b, const Node *n) {
+  if (!check_dtypes(b, n, true)) return false;
+  const Value *x = n->in[0], *vals = &n->out[0], *inds = &n->out[1];
+  int axis = (int)ir_attr_int(n, "axis");
+  int64_t kk = ir_attr_int(n, "k"), outer, len, inner;
+  bool largest = ir_attr_int(n, "largest") != 0;
+  split_axis(&x->type, axis, &outer, &len, &inner);
+  DType dt = x->type.dtype;
+  bool floats = ir_dtype_is_float(dt);
+  Kernel *k = new_kernel(b, n, NULL, NULL);
+  TensorType rows = flat(TY_I64, outer * inner);
+  Map m;
+  map_begin(&m, k, &rows);
+  KVar *base = row_base(k, &m.main, m.i, len, inner), *obase = row_base(k, &m.main, m.i, kk, inner);
+  KVar *prev = cg_klet(k, &m.main, "prev", KT_INDEX, cg_kint(k, -1));
+  KVar *pv = cg_klet(k, &m.main, "pv", dt, load_of(b, k, x, "x", cg_kv(k, base)));
+  KVar *j = cg_kvar(k, "j", KT_INDEX), *t = cg_kvar(k, "t", KT_INDEX);
+  KStmt *lj = cg_kloop(k, &m.main, j, cg_kint(k, kk), KM_SERIAL);
+  KVar *best = cg_klet(k, &lj->body, "best", KT_INDEX, cg_kint(k, -1));
+  KVar *bv = cg_klet(k, &lj->body, "bv", dt, cg_kv(k, pv));
+  KStmt *lt = cg_kloop(k, &lj->body, t, cg_kint(k, len), KM_SERIAL);
+  KVar *v = cg_klet(k, &lt->body, "v", dt, load_of(b, k, x, "x", row_at(k, base, cg_kv(k, t), inner)));
+  KExpr *v_e = cg_kv(k, v), *t_e = cg_kv(k, t), *prev_e = cg_kv(k, prev), *best_e = cg_kv(k, best);
+  KExpr *after = cg_kor(k, cg_kcmp(k, KC_LT, prev_e, cg_kint(k, 0)),
+                        topk_before(k, largest, floats, cg_kv(k, pv), prev_e, v_e, t_e));
+  KExpr *better = cg_kor(k, cg_kcmp(k, KC_LT, best_e, cg_kint(k, 0)),
+                         topk_before(k, largest, floats, v_e, t_e, cg_kv(k, bv), best_e));
+  KStmt *pick = cg_kif(k, &lt->body, cg_kand(k, after, better));
+  cg_kset(k, &pick->body, best, cg_kv(k, t));
+  cg_kset(k, &pick->body, bv, cg_kv(k, v));
+  KVar *at = cg_klet(k, &lj->body, "o", KT_INDEX, row_at(k, obase, cg_kv(k, j), inner));
+  cg_kstore(k, &lj->body, global_of(b, k, vals, "values"), cg_kv(k, at), cg_kv(k, bv));
+  cg_kstore(k, &lj->body, global_of(b, k, inds, "indices"), cg_kv(k, at),
+            cg_kcast(k, cg_kv(k, best), TY_I64));
+  cg_kset(k, &lj->body, prev, cg_kv(k, best));
+  cg_kset(k, &lj->body, pv, cg_kv(k, bv));
+  map_end(&m);
+  cg_launch(b, k);
+  return true;
+}

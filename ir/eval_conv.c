@@ -1,0 +1,591 @@
+/* The reference interpreter's dense ops: takes a node and its operand
+ * tensors, returns its result.  matmul and linear, convolutions and
+ * transposed convolutions, resize, grid_sample, pooling, and the
+ * recurrent layers (LSTM, GRU). */
+#include "eval_impl.h"
+
+/* ---- matrix products ---- */
+
+/* One multiply-accumulate, exact for integers, in double for floats. */
+typedef struct Acc {
+  bool ints;
+  double f;
+  int64_t i;
+} Acc;
+
+static void acc_mac(Acc *a, const Tensor *x, int64_t ix, const Tensor *y, int64_t iy) {
+  if (a->ints)
+    a->i = wadd(a->i, wmul(get_i(x, ix), get_i(y, iy)));
+  else
+    a->f += ir_tensor_get(x, ix) * ir_tensor_get(y, iy);
+}
+
+static void acc_add(Acc *a, const Tensor *x, int64_t ix) {
+  if (a->ints)
+    a->i = wadd(a->i, get_i(x, ix));
+  else
+    a->f += ir_tensor_get(x, ix);
+}
+
+static void acc_store(const Acc *a, Tensor *out, int64_t i) {
+  if (a->ints)
+    set_i(out, i, a->i);
+  else
+    ir_tensor_set(out, i, a->f);
+}
+
+bool eval_matmul(Eval *e, const Node *n, const Tensor *a, const Tensor *b, Tensor *out) {
+  /* NumPy: a 1-D operand becomes a matrix for the product, and the added
+   * dim is dropped from the result. */
+  TensorType at = ir_matmul_operand(n, 0), bt = ir_matmul_operand(n, 1);
+  bool ta = ir_matmul_trans(n, 0), tb = ir_matmul_trans(n, 1);
+  if (at.rank < 1 || bt.rank < 1) return fail(e, "operands must have rank >= 1");
+  if (at.rank == 1) {
+    at.rank = 2;
+    at.dims[1] = at.dims[0];
+    at.dims[0] = 1;
+  }
+  if (bt.rank == 1) {
+    bt.rank = 2;
+    bt.dims[1] = 1;
+  }
+  int64_t m = at.dims[at.rank - 2], k = at.dims[at.rank - 1];
+  int64_t k2 = bt.dims[bt.rank - 2], nn = bt.dims[bt.rank - 1];
+  if (k != k2) return fail(e, "inner dims differ (%" PRId64 " vs %" PRId64 ")", k, k2);
+  /* Batch: broadcast of the leading dims. */
+  TensorType batch = {.dtype = out->type.dtype};
+  TensorType ab = at, bb = bt;
+  ab.rank -= 2;
+  bb.rank -= 2;
+  batch.rank = ab.rank > bb.rank ? ab.rank : bb.rank;
+  for (int i = 0; i < batch.rank; i++) {
+    int ia = i - (batch.rank - ab.rank), ib = i - (batch.rank - bb.rank);
+    int64_t da = ia >= 0 ? ab.dims[ia] : 1, db = ib >= 0 ? bb.dims[ib] : 1;
+    if (da != db && da != 1 && db != 1) return fail(e, "batch dims do not broadcast");
+    batch.dims[i] = da == 1 ? db : da;
+  }
+  int64_t nbatch = numel(&batch);
+  if (nbatch * m * nn != numel(&out->type)) return fail(e, "result type does not fit the operands");
+  int64_t sa[DL_MAX_RANK], sb[DL_MAX_RANK], idx[DL_MAX_RANK];
+  bcast_strides(&ab, &batch, sa);
+  bcast_strides(&bb, &batch, sb);
+  bool ints = is_int(a) && is_int(b) && is_int(out);
+  for (int64_t bi = 0; bi < nbatch; bi++) {
+    unravel(bi, &batch, idx);
+    /* ab's strides count matrices; scale them to elements. */
+    int64_t oa = dot_idx(idx, sa, batch.rank) * m * k, ob = dot_idx(idx, sb, batch.rank) * k * nn;
+    for (int64_t i = 0; i < m; i++)
+      for (int64_t j = 0; j < nn; j++) {
+        Acc acc = {.ints = ints};
+        for (int64_t p = 0; p < k; p++)
+          acc_mac(&acc, a, oa + (ta ? p * m + i : i * k + p), b, ob + (tb ? j * k + p : p * nn + j));
+        acc_store(&acc, out, (bi * m + i) * nn + j);
+      }
+  }
+  return true;
+}
+
+bool eval_linear(Eval *e, const Tensor *x, const Tensor *w, const Tensor *b, Tensor *out) {
+  if (x->type.rank < 1 || w->type.rank != 2) return fail(e, "needs x [..., in] and W [out, in]");
+  int64_t in = x->type.dims[x->type.rank - 1], outf = w->type.dims[0];
+  if (w->type.dims[1] != in) return fail(e, "W is not [out, %" PRId64 "]", in);
+  if (b && numel(&b->type) != outf) return fail(e, "bias must have %" PRId64 " elements", outf);
+  int64_t rows = in ? numel(&x->type) / in : numel(&out->type) / (outf ? outf : 1);
+  if (rows * outf != numel(&out->type)) return fail(e, "result type does not fit the operands");
+  bool ints = is_int(x) && is_int(w) && is_int(out);
+  for (int64_t r = 0; r < rows; r++)
+    for (int64_t o = 0; o < outf; o++) {
+      Acc acc = {.ints = ints};
+      for (int64_t p = 0; p < in; p++) acc_mac(&acc, x, r * in + p, w, o * in + p);
+      if (b) acc_add(&acc, b, o);
+      acc_store(&acc, out, r * outf + o);
+    }
+  return true;
+}
+
+/* ---- windows: convolutions and pooling over 2 or 3 spatial dims ---- */
+
+enum { MAX_SPATIAL = 3 };
+
+/* The geometry every window op shares: nsp spatial dims of the input
+ * (in), the output (out) and the kernel (k), the stride, the pads before
+ * (lo) and after (hi) and the dilation, and the element counts of an
+ * input plane, an output plane and a kernel. */
+typedef struct Window {
+  int nsp;
+  int64_t in[MAX_SPATIAL], out[MAX_SPATIAL], k[MAX_SPATIAL];
+  int64_t stride[MAX_SPATIAL], lo[MAX_SPATIAL], hi[MAX_SPATIAL], dil[MAX_SPATIAL];
+  int64_t in_size, out_size, k_size;
+} Window;
+
+static int spatial_dims(OpKind op) {
+  switch (op) {
+    case OP_CONV3D:
+    case OP_CONV_TRANSPOSE3D:
+    case OP_MAXPOOL3D:
+    case OP_AVGPOOL3D: return 3;
+    default: return 2;
+  }
+}
+
+/* The window of n over x into out; the kernel's dims from the weight w
+ * (a convolution) or from the kernel attribute (w NULL: a pool). */
+static bool window_of(Eval *e, const Node *n, const TensorType *x, const TensorType *w,
+                      const TensorType *out, Window *win) {
+  int nsp = spatial_dims(n->op), nk = nsp, ns, np, nd;
+  const int64_t *kern = NULL;
+  if (x->rank != 2 + nsp || out->rank != 2 + nsp || (w && w->rank != 2 + nsp))
+    return fail(e, "needs rank-%d x%s", 2 + nsp, w ? " and W" : "");
+  if (!w) kern = ir_attr_ints(n, "kernel", &nk);
+  const int64_t *stride = ir_attr_ints(n, "stride", &ns), *pad = ir_attr_ints(n, "pad", &np);
+  const int64_t *dil = ir_attr_ints(n, "dilation", &nd);
+  if (nk != nsp || ns != nsp || np != 2 * nsp || nd != nsp)
+    return fail(e, "kernel, stride and dilation need %d entries, pad %d", nsp, 2 * nsp);
+  win->nsp = nsp;
+  win->in_size = win->out_size = win->k_size = 1;
+  for (int d = 0; d < nsp; d++) {
+    win->in[d] = x->dims[2 + d];
+    win->out[d] = out->dims[2 + d];
+    win->k[d] = w ? w->dims[2 + d] : kern[d];
+    win->stride[d] = stride[d], win->dil[d] = dil[d];
+    win->lo[d] = pad[d], win->hi[d] = pad[nsp + d];
+    if (win->stride[d] < 1 || win->dil[d] < 1 || win->k[d] < 1)
+      return fail(e, "kernel, stride and dilation must be >= 1");
+    win->in_size *= win->in[d];
+    win->out_size *= win->out[d];
+    win->k_size *= win->k[d];
+  }
+  return true;
+}
+
+/* Output position o (linear over an output plane) as coordinates. */
+static void window_out_coords(const Window *w, int64_t o, int64_t *oc) {
+  for (int d = w->nsp - 1; d >= 0; d--) {
+    oc[d] = o % w->out[d];
+    o /= w->out[d];
+  }
+}
+
+/* The next kernel tap in row-major order (the last dim fastest). */
+static void window_next_tap(const Window *w, int64_t *kc) {
+  for (int d = w->nsp - 1; d >= 0; d--) {
+    if (++kc[d] < w->k[d]) return;
+    kc[d] = 0;
+  }
+}
+
+/* The input position that tap kc of output position oc reads: its index
+ * in an input plane, or -1 in the padding.  *padded (when asked) says
+ * whether it lies in the padded input at all: ceil_mode windows reach
+ * past it. */
+static int64_t window_tap(const Window *w, const int64_t *oc, const int64_t *kc, bool *padded) {
+  int64_t at = 0;
+  bool inside = true, in_pad = true;
+  for (int d = 0; d < w->nsp; d++) {
+    int64_t p = oc[d] * w->stride[d] - w->lo[d] + kc[d] * w->dil[d];
+    if (p < -w->lo[d] || p >= w->in[d] + w->hi[d]) in_pad = false;
+    if (p < 0 || p >= w->in[d]) inside = false;
+    at = at * w->in[d] + p;
+  }
+  if (padded) *padded = in_pad;
+  return inside ? at : -1;
+}
+
+/* conv2d and conv3d: each output element sums its window over the
+ * channels of its group, in the order (channel, then taps row-major). */
+bool eval_conv(Eval *e, const Node *n, const Tensor *x, const Tensor *w, const Tensor *b,
+               Tensor *out) {
+  Window win;
+  if (!window_of(e, n, &x->type, &w->type, &out->type, &win)) return false;
+  int64_t groups = ir_attr_int(n, "groups");
+  const TensorType *xt = &x->type, *wt = &w->type, *ot = &out->type;
+  int64_t N = xt->dims[0], C = xt->dims[1], Co = wt->dims[0], Cg = wt->dims[1];
+  if (groups < 1 || C % groups || Co % groups || Cg != C / groups || ot->dims[0] != N ||
+      ot->dims[1] != Co)
+    return fail(e, "channels do not fit groups");
+  if (b && numel(&b->type) != Co) return fail(e, "bias must have %" PRId64 " elements", Co);
+  int64_t cog = Co / groups;
+  bool ints = is_int(x) && is_int(w) && is_int(out);
+  /* int8 with a zero point: the padding reads it (a real 0). */
+  const Attr *zpa = ir_attr(n, "zero_point");
+  int64_t zp = zpa ? zpa->i : 0;
+  for (int64_t nb = 0; nb < N; nb++)
+    for (int64_t co = 0; co < Co; co++) {
+      int64_t g = co / cog;
+      for (int64_t o = 0; o < win.out_size; o++) {
+        int64_t oc[MAX_SPATIAL];
+        window_out_coords(&win, o, oc);
+        Acc acc = {.ints = ints};
+        for (int64_t ci = 0; ci < Cg; ci++) {
+          int64_t kc[MAX_SPATIAL] = {0, 0, 0};
+          for (int64_t t = 0; t < win.k_size; t++, window_next_tap(&win, kc)) {
+            int64_t wi = (co * Cg + ci) * win.k_size + t, at = window_tap(&win, oc, kc, NULL);
+            if (at < 0) {
+              if (zp) acc.i = wadd(acc.i, wmul(zp, get_i(w, wi)));
+              continue;
+            }
+            acc_mac(&acc, x, (nb * C + g * Cg + ci) * win.in_size + at, w, wi);
+          }
+        }
+        if (b) acc_add(&acc, b, co);
+        acc_store(&acc, out, (nb * Co + co) * win.out_size + o);
+      }
+    }
+  return true;
+}
+
+/* The input position that tap kc reaches output position oc from
+ * through a transposed window (o = i * stride - pad + k * dil, solved for
+ * i), as an index in an input plane, or -1 when none does. */
+static int64_t transposed_tap(const Window *w, const int64_t *oc, const int64_t *kc) {
+  int64_t at = 0;
+  for (int d = 0; d < w->nsp; d++) {
+    int64_t t = oc[d] + w->lo[d] - kc[d] * w->dil[d];
+    if (t < 0 || t % w->stride[d] || t / w->stride[d] >= w->in[d]) return -1;
+    at = at * w->in[d] + t / w->stride[d];
+  }
+  return at;
+}
+
+/* Each output element gathers the inputs whose convolution window
+ * covers it. */
+bool eval_conv_transpose(Eval *e, const Node *n, const Tensor *x, const Tensor *w,
+                         const Tensor *b, Tensor *out) {
+  Window win;
+  if (!window_of(e, n, &x->type, &w->type, &out->type, &win)) return false;
+  int64_t groups = ir_attr_int(n, "groups");
+  const TensorType *xt = &x->type, *wt = &w->type, *ot = &out->type;
+  int64_t N = xt->dims[0], C = xt->dims[1], Cog = wt->dims[1], Co = ot->dims[1];
+  if (groups < 1 || C % groups || wt->dims[0] != C || Co != Cog * groups || ot->dims[0] != N)
+    return fail(e, "channels do not fit groups");
+  if (b && numel(&b->type) != Co) return fail(e, "bias must have %" PRId64 " elements", Co);
+  int64_t cig = C / groups;
+  bool ints = is_int(x) && is_int(w) && is_int(out);
+  for (int64_t nb = 0; nb < N; nb++)
+    for (int64_t co = 0; co < Co; co++) {
+      int64_t g = co / Cog, cw = co % Cog;
+      for (int64_t o = 0; o < win.out_size; o++) {
+        int64_t oc[MAX_SPATIAL];
+        window_out_coords(&win, o, oc);
+        Acc acc = {.ints = ints};
+        for (int64_t ci = g * cig; ci < (g + 1) * cig; ci++) {
+          int64_t kc[MAX_SPATIAL] = {0, 0, 0};
+          for (int64_t t = 0; t < win.k_size; t++, window_next_tap(&win, kc)) {
+            int64_t at = transposed_tap(&win, oc, kc);
+            if (at >= 0)
+              acc_mac(&acc, x, (nb * C + ci) * win.in_size + at, w, (ci * Cog + cw) * win.k_size + t);
+          }
+        }
+        if (b) acc_add(&acc, b, co);
+        acc_store(&acc, out, (nb * Co + co) * win.out_size + o);
+      }
+    }
+  return true;
+}
+
+/* PyTorch's source coordinate for output position d of out along an axis
+ * of in, as upsample_bilinear2d's area_pixel_compute_source_index. */
+double ir_resize_src(int64_t d, int64_t in, int64_t out, bool align) {
+  if (align) return out > 1 ? (double)d * (double)(in - 1) / (double)(out - 1) : 0;
+  double s = ((double)d + 0.5) * (double)in / (double)out - 0.5;
+  return s < 0 ? 0 : s;
+}
+
+bool eval_resize(Eval *e, const Node *n, const Tensor *x, Tensor *out) {
+  const TensorType *xt = &x->type, *ot = &out->type;
+  if (xt->rank != 4 || ot->rank != 4) return fail(e, "needs rank-4 x");
+  bool linear = strcmp(ir_attr_str(n, "mode"), "bilinear") == 0;
+  bool align = ir_attr_int(n, "align_corners") != 0;
+  int64_t NC = xt->dims[0] * xt->dims[1], H = xt->dims[2], W = xt->dims[3];
+  int64_t OH = ot->dims[2], OW = ot->dims[3];
+  for (int64_t c = 0; c < NC; c++)
+    for (int64_t oh = 0; oh < OH; oh++)
+      for (int64_t ow = 0; ow < OW; ow++) {
+        const int64_t base = c * H * W, o = (c * OH + oh) * OW + ow;
+        if (!linear) {
+          /* A copy: integers through int64 so that i64 stays exact. */
+          int64_t xi = base + (oh * H / OH) * W + ow * W / OW;
+          if (is_int(x))
+            set_i(out, o, get_i(x, xi));
+          else
+            ir_tensor_set(out, o, ir_tensor_get(x, xi));
+          continue;
+        }
+        double sh = ir_resize_src(oh, H, OH, align), sw = ir_resize_src(ow, W, OW, align);
+        int64_t h0 = (int64_t)sh, w0 = (int64_t)sw;
+        if (h0 > H - 1) h0 = H - 1;
+        if (w0 > W - 1) w0 = W - 1;
+        int64_t h1 = h0 < H - 1 ? h0 + 1 : h0, w1 = w0 < W - 1 ? w0 + 1 : w0;
+        double lh = sh - (double)h0, lw = sw - (double)w0;
+        double v = (1 - lh) * ((1 - lw) * ir_tensor_get(x, base + h0 * W + w0) +
+                               lw * ir_tensor_get(x, base + h0 * W + w1)) +
+                   lh * ((1 - lw) * ir_tensor_get(x, base + h1 * W + w0) +
+                         lw * ir_tensor_get(x, base + h1 * W + w1));
+        ir_tensor_set(out, o, v);
+      }
+  return true;
+}
+
+/* ---- grid_sample: onnxruntime's (PyTorch's), in f32 ---- */
+
+typedef struct Sampler {
+  const Tensor *x;
+  int64_t plane, H, W; /* plane: the first element of x[n, c] */
+  bool align, border, reflection;
+} Sampler;
+
+/* v folded back into [lo, hi] by the nearer border, as often as needed. */
+static float gs_reflect(float v, float lo, float hi) {
+  float range = hi - lo;
+  if (!(range > 0)) return lo; /* one pixel with align_corners */
+  if (!(v < lo) && !(v > hi)) return v;
+  float dx = v < lo ? lo - v : v - hi;
+  float flips = floorf(dx / range), r = dx - flips * range;
+  bool even = flips - 2 * floorf(flips / 2) == 0;
+  return (v < lo) == even ? lo + r : hi - r;
+}
+
+/* v inside [0, len - 1]; a NaN stays one (and reads 0). */
+static float gs_clamp(float v, int64_t len) {
+  return v < 0 ? 0 : v > (float)len - 1 ? (float)len - 1 : v;
+}
+
+/* The borders beyond which a coordinate of an axis of len pixels is
+ * padded. */
+static void gs_borders(const Sampler *s, int64_t len, float *lo, float *hi) {
+  *lo = s->align ? 0 : -0.5f;
+  *hi = s->align ? (float)len - 1 : (float)len - 0.5f;
+}
+
+/* A whole-number tap coordinate through padding_mode; *inside false where
+ * zeros padding (or a NaN) reads 0. */
+static float gs_index(const Sampler *s, float i, int64_t len, bool *inside) {
+  float lo, hi;
+  gs_borders(s, len, &lo, &hi);
+  if (s->border) i = gs_clamp(i, len);
+  if (s->reflection) i = truncf(gs_reflect(i, lo, hi));
+  *inside = i >= 0 && i < (float)len;
+  return i;
+}
+
+static float gs_pixel(const Sampler *s, float row, float col) {
+  bool in_r, in_c;
+  row = gs_index(s, row, s->H, &in_r);
+  col = gs_index(s, col, s->W, &in_c);
+  if (!in_r || !in_c) return 0;
+  return (float)ir_tensor_get(s->x, s->plane + (int64_t)row * s->W + (int64_t)col);
+}
+
+/* The point a normalized grid coordinate g names along an axis of len
+ * pixels.  Only the taps read through padding_mode, not the point itself
+ * (onnxruntime's; PyTorch's bicubic too). */
+static float gs_source(const Sampler *s, float g, int64_t len, bool nearest) {
+  float v = s->align ? (g + 1) / 2 * ((float)len - 1) : ((g + 1) * (float)len - 1) / 2;
+  return nearest ? nearbyintf(v) : v;
+}
+
+/* Keys' cubic convolution weights (a = -0.75) of the taps at -1, 0, 1, 2
+ * for a point t in [0, 1) past tap 0. */
+static void gs_cubic(float t, float *c) {
+  const float A = -0.75f;
+  float t1 = t + 1, u = 1 - t, u1 = 2 - t;
+  c[0] = ((A * t1 - 5 * A) * t1 + 8 * A) * t1 - 4 * A;
+  c[1] = ((A + 2) * t - (A + 3)) * t * t + 1;
+  c[2] = ((A + 2) * u - (A + 3)) * u * u + 1;
+  c[3] = ((A * u1 - 5 * A) * u1 + 8 * A) * u1 - 4 * A;
+}
+
+static float gs_sample(const Sampler *s, const char *mode, float gx, float gy) {
+  bool nearest = strcmp(mode, "nearest") == 0;
+  float x = gs_source(s, gx, s->W, nearest), y = gs_source(s, gy, s->H, nearest);
+  if (nearest) return gs_pixel(s, truncf(y), truncf(x));
+  float x0 = floorf(x), y0 = floorf(y), wx[4], wy[4];
+  int taps = 2, first = 0;
+  if (strcmp(mode, "bicubic") == 0) {
+    taps = 4, first = -1;
+    gs_cubic(x - x0, wx);
+    gs_cubic(y - y0, wy);
+  } else {
+    wx[0] = 1 - (x - x0), wx[1] = x - x0;
+    wy[0] = 1 - (y - y0), wy[1] = y - y0;
+  }
+  /* Along each row first, then down the rows, as the reference. */
+  float v = 0;
+  for (int i = 0; i < taps; i++) {
+    float row = 0;
+    for (int j = 0; j < taps; j++)
+      row += wx[j] * gs_pixel(s, y0 + (float)(first + i), x0 + (float)(first + j));
+    v += wy[i] * row;
+  }
+  return v;
+}
+
+bool eval_grid_sample(const Node *n, const Tensor *x, const Tensor *grid, Tensor *out) {
+  const char *mode = ir_attr_str(n, "mode"), *pad = ir_attr_str(n, "padding_mode");
+  Sampler s = {.x = x,
+               .H = x->type.dims[2],
+               .W = x->type.dims[3],
+               .align = ir_attr_int(n, "align_corners") != 0,
+               .border = strcmp(pad, "border") == 0,
+               .reflection = strcmp(pad, "reflection") == 0};
+  int64_t N = x->type.dims[0], C = x->type.dims[1];
+  int64_t points = out->type.dims[2] * out->type.dims[3];
+  for (int64_t b = 0; b < N; b++)
+    for (int64_t c = 0; c < C; c++) {
+      s.plane = (b * C + c) * s.H * s.W;
+      for (int64_t p = 0; p < points; p++) {
+        int64_t g = (b * points + p) * 2;
+        float gx = (float)ir_tensor_get(grid, g), gy = (float)ir_tensor_get(grid, g + 1);
+        ir_tensor_set(out, (b * C + c) * points + p, gs_sample(&s, mode, gx, gy));
+      }
+    }
+  return true;
+}
+
+bool eval_pool(Eval *e, const Node *n, const Tensor *x, Tensor *out) {
+  Window win;
+  if (!window_of(e, n, &x->type, NULL, &out->type, &win)) return false;
+  bool is_max = n->op == OP_MAXPOOL2D || n->op == OP_MAXPOOL3D;
+  bool include_pad = !is_max && ir_attr_int(n, "count_include_pad");
+  int64_t NC = x->type.dims[0] * x->type.dims[1];
+  bool ints = is_int(x);
+  for (int64_t c = 0; c < NC; c++)
+    for (int64_t o = 0; o < win.out_size; o++) {
+      int64_t oc[MAX_SPATIAL], kc[MAX_SPATIAL] = {0, 0, 0};
+      window_out_coords(&win, o, oc);
+      double mf = -INFINITY, sf = 0;
+      int64_t mi = INT64_MIN, si = 0;
+      int64_t real = 0, padded = 0;
+      for (int64_t t = 0; t < win.k_size; t++, window_next_tap(&win, kc)) {
+        /* Positions past the padded border (ceil_mode) are not in the
+         * window at all. */
+        bool in_pad;
+        int64_t at = window_tap(&win, oc, kc, &in_pad);
+        padded += in_pad;
+        if (at < 0) continue;
+        int64_t i = c * win.in_size + at;
+        real++;
+        if (ints) {
+          int64_t v = get_i(x, i);
+          mi = v > mi ? v : mi;
+          si = wadd(si, v);
+        } else {
+          double v = ir_tensor_get(x, i);
+          mf = (isnan(v) || v > mf) && !isnan(mf) ? v : mf;
+          sf += v;
+        }
+      }
+      int64_t at = c * win.out_size + o;
+      int64_t div = include_pad ? padded : real;
+      if (is_max) {
+        if (ints)
+          set_i(out, at, mi);
+        else
+          ir_tensor_set(out, at, mf);
+      } else if (ints) {
+        set_i(out, at, div ? si / div : 0);
+      } else {
+        ir_tensor_set(out, at, div ? sf / (double)div : 0.0);
+      }
+    }
+  return true;
+}
+
+/* ---- recurrent layers ---- */
+
+/* acc[r] += sum_c W[r, c] * v[c] for a row-major W [rows, cols]. */
+static void gemv_add(double *acc, const Tensor *w, int64_t rows, int64_t cols, const double *v) {
+  for (int64_t r = 0; r < rows; r++) {
+    double s = 0;
+    for (int64_t c = 0; c < cols; c++) s += ir_tensor_get(w, r * cols + c) * v[c];
+    acc[r] += s;
+  }
+}
+
+/* PyTorch nn.LSTM / nn.GRU.  Each layer reads the previous one's output
+ * sequence, kept in double; only the results are rounded. */
+bool eval_rnn(Eval *e, const Node *n, int n_in, Tensor *const *in, Tensor *outs) {
+  bool lstm = n->op == OP_LSTM;
+  int64_t H = ir_attr_int(n, "hidden"), layers = ir_attr_int(n, "layers");
+  int dirs = ir_attr_int(n, "bidirectional") ? 2 : 1;
+  bool bf = ir_attr_int(n, "batch_first") != 0, bias = ir_attr_int(n, "bias") != 0;
+  int64_t G = lstm ? 4 : 3; /* gates */
+  const Tensor *x = in[0];
+  if (x->type.rank != 3) return fail(e, "x must be rank 3");
+  int per = bias ? 4 : 2;
+  if (layers < 1 || H < 1 || n_in != 1 + layers * dirs * per)
+    return fail(e, "expected %" PRId64 " operands, got %d", 1 + layers * dirs * per, n_in);
+  int64_t N = bf ? x->type.dims[0] : x->type.dims[1], T = bf ? x->type.dims[1] : x->type.dims[0];
+  int64_t I = x->type.dims[2];
+  /* seq[t][b][f]: the current layer's input sequence. */
+  int64_t feat = I;
+  size_t maxfeat = (size_t)(I > dirs * H ? I : dirs * H);
+  double *seq = calloc((size_t)(T * N) * maxfeat + 1, sizeof(double));
+  double *next = calloc((size_t)(T * N * dirs * H) + 1, sizeof(double));
+  double *h = calloc((size_t)H, sizeof(double)), *c = calloc((size_t)H, sizeof(double));
+  double *gi = calloc((size_t)(G * H), sizeof(double)), *gh = calloc((size_t)(G * H), sizeof(double));
+  double *xv = calloc(maxfeat, sizeof(double));
+  bool ok = seq && next && h && c && gi && gh && xv;
+  if (!ok) fail(e, "out of memory");
+  for (int64_t t = 0; ok && t < T; t++)
+    for (int64_t b = 0; b < N; b++)
+      for (int64_t f = 0; f < I; f++)
+        seq[(t * N + b) * feat + f] = ir_tensor_get(x, (bf ? b * T + t : t * N + b) * I + f);
+  for (int64_t l = 0; ok && l < layers; l++) {
+    for (int d = 0; ok && d < dirs; d++) {
+      Tensor *const *wt = in + 1 + (l * dirs + d) * per;
+      const Tensor *wih = wt[0], *whh = wt[1], *bih = bias ? wt[2] : NULL, *bhh = bias ? wt[3] : NULL;
+      if (numel(&wih->type) != G * H * feat || numel(&whh->type) != G * H * H ||
+          (bias && (numel(&bih->type) != G * H || numel(&bhh->type) != G * H))) {
+        ok = fail(e, "layer %" PRId64 " direction %d: weights have the wrong size", l, d);
+        break;
+      }
+      for (int64_t b = 0; b < N; b++) {
+        memset(h, 0, sizeof(double) * (size_t)H);
+        memset(c, 0, sizeof(double) * (size_t)H);
+        for (int64_t s = 0; s < T; s++) {
+          int64_t t = d == 0 ? s : T - 1 - s;
+          for (int64_t f = 0; f < feat; f++) xv[f] = seq[(t * N + b) * feat + f];
+          for (int64_t r = 0; r < G * H; r++) {
+            gi[r] = bias ? ir_tensor_get(bih, r) : 0;
+            gh[r] = bias ? ir_tensor_get(bhh, r) : 0;
+          }
+          gemv_add(gi, wih, G * H, feat, xv);
+          gemv_add(gh, whh, G * H, H, h);
+          for (int64_t j = 0; j < H; j++) {
+            if (lstm) {
+              double ig = sigmoid(gi[j] + gh[j]);
+              double fg = sigmoid(gi[H + j] + gh[H + j]);
+              double gg = tanh(gi[2 * H + j] + gh[2 * H + j]);
+              double og = sigmoid(gi[3 * H + j] + gh[3 * H + j]);
+              c[j] = fg * c[j] + ig * gg;
+              gi[j] = og * tanh(c[j]); /* new h, kept aside until all j are done */
+            } else {
+              double r = sigmoid(gi[j] + gh[j]);
+              double z = sigmoid(gi[H + j] + gh[H + j]);
+              double nn = tanh(gi[2 * H + j] + r * gh[2 * H + j]);
+              gi[j] = (1 - z) * nn + z * h[j];
+            }
+          }
+          for (int64_t j = 0; j < H; j++) {
+            h[j] = gi[j];
+            next[(t * N + b) * dirs * H + d * H + j] = h[j];
+          }
+        }
+        for (int64_t j = 0; j < H; j++) {
+          int64_t o = ((l * dirs + d) * N + b) * H + j;
+          ir_tensor_set(&outs[1], o, h[j]);
+          if (lstm) ir_tensor_set(&outs[2], o, c[j]);
+        }
+      }
+    }
+    feat = dirs * H;
+    if (ok) memcpy(seq, next, sizeof(double) * (size_t)(T * N * feat));
+  }
+  for (int64_t t = 0; ok && t < T; t++)
+    for (int64_t b = 0; b < N; b++)
+      for (int64_t f = 0; f < feat; f++)
+        ir_tensor_set(&outs[0], (bf ? b * T + t : t * N + b) * feat + f, seq[(t * N + b) * feat + f]);
+  free(seq), free(next), free(h), free(c), free(gi), free(gh), free(xv);
+  return ok;
+}

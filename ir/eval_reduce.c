@@ -1,0 +1,266 @@
+/* The reference interpreter's reductions and normalizations: takes a
+ * node and its operand tensors, returns its result.  reduce_*, argmax,
+ * softmax, layer/rms/group norm, attention, global average pooling and
+ * batchnorm, each accumulated in double. */
+#include "eval_impl.h"
+
+/* ---- reductions ---- */
+
+bool eval_reduce(Eval *e, const Node *n, const Tensor *x, Tensor *out) {
+  int n_axes;
+  const int64_t *axes = ir_attr_ints(n, "axes", &n_axes);
+  const TensorType *xt = &x->type;
+  bool reduced[DL_MAX_RANK] = {false};
+  int64_t group = 1;
+  for (int k = 0; k < n_axes; k++) {
+    int a = norm_axis(axes[k], xt->rank);
+    if (a < 0 || a >= xt->rank) return fail(e, "axis %" PRId64 " out of range", axes[k]);
+    if (!reduced[a]) group *= xt->dims[a];
+    reduced[a] = true;
+  }
+  /* Strides into the output indexed by x's dims: 0 on reduced dims. */
+  int64_t ost[DL_MAX_RANK], st[DL_MAX_RANK], idx[DL_MAX_RANK];
+  TensorType kept = *xt;
+  for (int i = 0; i < xt->rank; i++)
+    if (reduced[i]) kept.dims[i] = 1;
+  strides_of(&kept, st);
+  for (int i = 0; i < xt->rank; i++) ost[i] = reduced[i] ? 0 : st[i];
+  int64_t on = numel(&out->type), xn = numel(xt);
+  bool ints = is_int(x) && is_int(out);
+  bool is_max = n->op == OP_REDUCE_MAX, is_min = n->op == OP_REDUCE_MIN, is_prod = n->op == OP_REDUCE_PROD;
+  if (n->op == OP_REDUCE_MEAN && ints && group == 0 && on > 0)
+    return fail(e, "integer division by zero (mean of no elements)");
+  double *accf = calloc((size_t)(on ? on : 1), sizeof(double));
+  int64_t *acci = calloc((size_t)(on ? on : 1), sizeof(int64_t));
+  bool *seen = calloc((size_t)(on ? on : 1), sizeof(bool));
+  if (!accf || !acci || !seen) {
+    free(accf), free(acci), free(seen);
+    return fail(e, "out of memory");
+  }
+  for (int64_t i = 0; i < xn; i++) {
+    unravel(i, xt, idx);
+    int64_t o = dot_idx(idx, ost, xt->rank);
+    if (ints) {
+      int64_t v = get_i(x, i);
+      if (is_max)
+        acci[o] = !seen[o] || int_less(x, acci[o], v) ? v : acci[o];
+      else if (is_min)
+        acci[o] = !seen[o] || int_less(x, v, acci[o]) ? v : acci[o];
+      else if (is_prod)
+        acci[o] = seen[o] ? wmul(acci[o], v) : v;
+      else
+        acci[o] = wadd(acci[o], v);
+    } else {
+      double v = ir_tensor_get(x, i);
+      if (is_prod)
+        accf[o] = seen[o] ? accf[o] * v : v;
+      else if (!is_max && !is_min)
+        accf[o] += v;
+      else if (!seen[o])
+        accf[o] = v;
+      else if (isnan(accf[o]))
+        ; /* NaN sticks */
+      else if (isnan(v) || (is_max ? v > accf[o] : v < accf[o]))
+        accf[o] = v;
+    }
+    seen[o] = true;
+  }
+  /* Over no elements: max is -inf (the dtype's least integer), min +inf
+   * (its greatest), as ONNX's ReduceMax/ReduceMin of an empty set. */
+  int64_t ilo, ihi;
+  int_range(out->type.dtype, &ilo, &ihi);
+  for (int64_t o = 0; o < on && (is_max || is_min); o++)
+    if (!seen[o]) acci[o] = is_max ? ilo : ihi, accf[o] = is_max ? -INFINITY : INFINITY;
+  for (int64_t o = 0; o < on; o++) {
+    if (ints) {
+      int64_t v = is_prod && !seen[o] ? 1 : acci[o]; /* the empty product */
+      if (n->op == OP_REDUCE_MEAN) v = is_u64(x) ? (int64_t)((uint64_t)v / (uint64_t)group) : v / group;
+      set_i(out, o, v);
+    } else {
+      double v = is_prod && !seen[o] ? 1 : accf[o];
+      if (n->op == OP_REDUCE_MEAN) v = v / (double)group;
+      ir_tensor_set(out, o, v);
+    }
+  }
+  free(accf), free(acci), free(seen);
+  return true;
+}
+
+bool eval_argmax(Eval *e, const Node *n, const Tensor *x, Tensor *out) {
+  int axis = norm_axis(ir_attr_int(n, "axis"), x->type.rank);
+  if (axis < 0 || axis >= x->type.rank) return fail(e, "axis out of range");
+  int64_t outer, len, inner;
+  split_axis(&x->type, axis, &outer, &len, &inner);
+  if (len == 0 && outer * inner > 0) return fail(e, "argmax over an empty axis");
+  for (int64_t o = 0; o < outer; o++)
+    for (int64_t in = 0; in < inner; in++) {
+      int64_t best = 0;
+      for (int64_t k = 1; k < len; k++) {
+        int64_t ib = (o * len + best) * inner + in, ik = (o * len + k) * inner + in;
+        if (is_int(x)) {
+          if (int_less(x, get_i(x, ib), get_i(x, ik))) best = k;
+        } else {
+          double vb = ir_tensor_get(x, ib), vk = ir_tensor_get(x, ik);
+          if (!isnan(vb) && (isnan(vk) || vk > vb)) best = k;
+        }
+      }
+      set_i(out, o * inner + in, best);
+    }
+  return true;
+}
+
+bool eval_softmax(Eval *e, const Node *n, const Tensor *x, Tensor *out) {
+  int axis = norm_axis(ir_attr_int(n, "axis"), x->type.rank);
+  if (axis < 0 || axis >= x->type.rank) return fail(e, "axis out of range");
+  int64_t outer, len, inner;
+  split_axis(&x->type, axis, &outer, &len, &inner);
+  for (int64_t o = 0; o < outer; o++)
+    for (int64_t in = 0; in < inner; in++) {
+      double mx = -INFINITY, sum = 0;
+      for (int64_t k = 0; k < len; k++) mx = fmax(mx, ir_tensor_get(x, (o * len + k) * inner + in));
+      for (int64_t k = 0; k < len; k++) sum += exp(ir_tensor_get(x, (o * len + k) * inner + in) - mx);
+      for (int64_t k = 0; k < len; k++) {
+        int64_t i = (o * len + k) * inner + in;
+        double v = ir_tensor_get(x, i) - mx;
+        ir_tensor_set(out, i, n->op == OP_SOFTMAX ? exp(v) / sum : v - log(sum));
+      }
+    }
+  return true;
+}
+
+/* layernorm, rms_norm and group_norm: each row (the dims from axis on;
+ * group_norm: one group of channels of one sample) normalized by its
+ * mean and biased variance (rms_norm: by its mean square alone), then
+ * times the weight and plus the bias of its element (group_norm: of its
+ * channel). */
+bool eval_norm(Eval *e, const Node *n, const Tensor *x, const Tensor *w, const Tensor *b,
+               Tensor *out) {
+  int64_t outer = 1, len = 1, per_weight = 1, groups = 1;
+  if (n->op == OP_GROUP_NORM) {
+    groups = ir_attr_int(n, "groups");
+    if (x->type.rank < 2 || groups < 1 || x->type.dims[1] % groups)
+      return fail(e, "groups must divide the channels of an input [N, C, ...]");
+    for (int i = 2; i < x->type.rank; i++) per_weight *= x->type.dims[i];
+    outer = x->type.dims[0] * groups;
+    len = numel(&x->type) / (outer ? outer : 1);
+  } else {
+    int axis = norm_axis(ir_attr_int(n, "axis"), x->type.rank);
+    if (axis < 0 || axis > x->type.rank) return fail(e, "axis out of range");
+    for (int i = 0; i < axis; i++) outer *= x->type.dims[i];
+    for (int i = axis; i < x->type.rank; i++) len *= x->type.dims[i];
+  }
+  int64_t weights = n->op == OP_GROUP_NORM ? x->type.dims[1] : len;
+  if ((w && numel(&w->type) != weights) || (b && numel(&b->type) != weights))
+    return fail(e, "weight and bias must have %" PRId64 " elements", weights);
+  double eps = ir_attr_float(n, "eps");
+  bool rms = n->op == OP_RMS_NORM;
+  for (int64_t o = 0; o < outer; o++) {
+    double mean = 0, var = 0;
+    if (!rms) {
+      for (int64_t k = 0; k < len; k++) mean += ir_tensor_get(x, o * len + k);
+      mean /= (double)len;
+    }
+    for (int64_t k = 0; k < len; k++) {
+      double d = ir_tensor_get(x, o * len + k) - mean;
+      var += d * d;
+    }
+    var /= (double)len;
+    double inv = 1.0 / sqrt(var + eps);
+    for (int64_t k = 0; k < len; k++) {
+      int64_t at = n->op == OP_GROUP_NORM ? o % groups * (len / per_weight) + k / per_weight : k;
+      double y = (ir_tensor_get(x, o * len + k) - mean) * inv;
+      if (w) y *= ir_tensor_get(w, at);
+      if (b) y += ir_tensor_get(b, at);
+      ir_tensor_set(out, o * len + k, y);
+    }
+  }
+  return true;
+}
+
+/* softmax(q k^T * scale + mask) v for each batch, head and query row,
+ * in double; a row with no key left gives zeros. */
+bool eval_attention(const Node *n, Tensor *const *in, Tensor *out) {
+  const Tensor *q = in[0], *k = in[1], *v = in[2], *mask = n->n_in > 3 ? in[3] : NULL;
+  bool bshd = strcmp(ir_attr_str(n, "layout"), "bshd") == 0;
+  int hx = bshd ? 2 : 1, sx = bshd ? 1 : 2;
+  const int64_t *qd = q->type.dims;
+  int64_t B = qd[0], H = qd[hx], Sq = qd[sx], d = qd[3], Hkv = k->type.dims[hx], Sk = k->type.dims[sx];
+  double scale = ir_attr(n, "scale") ? ir_attr_float(n, "scale") : 1 / sqrt((double)d);
+  bool causal = ir_attr_int(n, "causal") != 0;
+  /* rows (b, h, s) of q/out and of k/v as element offsets */
+#define ROW(b, h, s, heads, len) (bshd ? (((b) * (len) + (s)) * (heads) + (h)) * d : (((b) * (heads) + (h)) * (len) + (s)) * d)
+  /* the mask's strides over [B, H, Sq, Sk], 0 where it broadcasts */
+  int64_t ms[4] = {0, 0, 0, 0};
+  if (mask) {
+    const TensorType *mt = &mask->type;
+    int64_t st = 1;
+    for (int i = mt->rank - 1; i >= 0; st *= mt->dims[i], i--) ms[4 - mt->rank + i] = mt->dims[i] == 1 ? 0 : st;
+  }
+  double *s = malloc(sizeof *s * (size_t)(Sk ? Sk : 1));
+  if (!s) return false;
+  for (int64_t b = 0; b < B; b++)
+    for (int64_t h = 0; h < H; h++) {
+      int64_t kh = h / (H / Hkv);
+      for (int64_t i = 0; i < Sq; i++) {
+        int64_t qi = ROW(b, h, i, H, Sq);
+        double mx = -INFINITY, sum = 0;
+        for (int64_t j = 0; j < Sk; j++) {
+          int64_t kj = ROW(b, kh, j, Hkv, Sk);
+          double dot = 0;
+          for (int64_t c = 0; c < d; c++) dot += ir_tensor_get(q, qi + c) * ir_tensor_get(k, kj + c);
+          s[j] = dot * scale;
+          if (mask) {
+            double m = ir_tensor_get(mask, b * ms[0] + h * ms[1] + i * ms[2] + j * ms[3]);
+            s[j] = mask->type.dtype == TY_BOOL ? (m != 0 ? s[j] : -INFINITY) : s[j] + m;
+          }
+          if (causal && j > i) s[j] = -INFINITY;
+          if (s[j] > mx) mx = s[j];
+        }
+        for (int64_t j = 0; j < Sk; j++) {
+          s[j] = mx == -INFINITY ? 0 : exp(s[j] - mx);
+          sum += s[j];
+        }
+        for (int64_t c = 0; c < d; c++) {
+          double o = 0;
+          for (int64_t j = 0; j < Sk; j++) o += s[j] * ir_tensor_get(v, ROW(b, kh, j, Hkv, Sk) + c);
+          ir_tensor_set(out, qi + c, sum > 0 ? o / sum : 0);
+        }
+      }
+    }
+#undef ROW
+  free(s);
+  return true;
+}
+
+bool eval_global_avgpool(Eval *e, const Tensor *x, Tensor *out) {
+  const TensorType *t = &x->type;
+  if (t->rank < 2) return fail(e, "needs [N, C, ...]");
+  int64_t outer = t->dims[0] * t->dims[1], len = 1;
+  for (int i = 2; i < t->rank; i++) len *= t->dims[i];
+  for (int64_t o = 0; o < outer; o++) {
+    double s = 0;
+    for (int64_t k = 0; k < len; k++) s += ir_tensor_get(x, o * len + k);
+    ir_tensor_set(out, o, s / (double)len);
+  }
+  return true;
+}
+
+bool eval_batchnorm(Eval *e, const Node *n, Tensor *const *in, Tensor *out) {
+  const Tensor *x = in[0], *w = in[1], *b = in[2], *mean = in[3], *var = in[4];
+  const TensorType *t = &x->type;
+  if (t->rank < 2) return fail(e, "needs [N, C, ...]");
+  int64_t c = t->dims[1];
+  for (int k = 1; k < 5; k++)
+    if (numel(&in[k]->type) != c) return fail(e, "operand %d must have %" PRId64 " elements", k, c);
+  double eps = ir_attr_float(n, "eps");
+  int64_t inner = 1;
+  for (int i = 2; i < t->rank; i++) inner *= t->dims[i];
+  int64_t count = numel(t);
+  for (int64_t i = 0; i < count; i++) {
+    int64_t ch = (i / inner) % c;
+    double y = (ir_tensor_get(x, i) - ir_tensor_get(mean, ch)) /
+               sqrt(ir_tensor_get(var, ch) + eps);
+    ir_tensor_set(out, i, y * ir_tensor_get(w, ch) + ir_tensor_get(b, ch));
+  }
+  return true;
+}
