@@ -411,9 +411,9 @@ static int parse_args(int argc, char **argv, Options *o) {
     } else if (strcmp(a, "--data-parallel") == 0) {
       o->data_parallel = true;
     } else if (strncmp(a, "--bucket-mb=", 12) == 0) {
-      if (!int_option("--bucket-mb", a + 12, 0, 1 << 20, "a whole number of MiB", &o->bucket_mb)) return 1;
+      if (!driver_int_value("--bucket-mb", a + 12, 0, 1 << 20, "a whole number of MiB", &o->bucket_mb)) return 1;
     } else if (strncmp(a, "--sync-bn=", 10) == 0) {
-      if (!int_option("--sync-bn", a + 10, 1, 1 << 20, "a number of ranks (1 or more)", &o->sync_bn)) return 1;
+      if (!driver_int_value("--sync-bn", a + 10, 1, 1 << 20, "a number of ranks (1 or more)", &o->sync_bn)) return 1;
     } else if (strcmp(a, "--external-weights") == 0) {
       o->external_weights = true;
     } else if (strcmp(a, "--save-temps") == 0) {
