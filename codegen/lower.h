@@ -19,23 +19,10 @@ static inline uint64_t nbytes(const TensorType *t) {
   return (uint64_t)numel(t) * (uint64_t)ir_dtype_size(t->dtype);
 }
 
-static inline void strides_of(const TensorType *t, int64_t *st) {
-  int64_t s = 1;
-  for (int i = t->rank - 1; i >= 0; i--) {
-    st[i] = s;
-    s *= t->dims[i];
-  }
-}
+static inline void strides_of(const TensorType *t, int64_t *st) { ir_type_strides(t, st); }
 
-/* in's strides read at out's multi-index under NumPy broadcasting. */
 static inline void bcast_strides(const TensorType *in, const TensorType *out, int64_t *st) {
-  int64_t own[DL_MAX_RANK];
-  strides_of(in, own);
-  int off = out->rank - in->rank;
-  for (int i = 0; i < out->rank; i++) {
-    int j = i - off;
-    st[i] = (j < 0 || in->dims[j] == 1) ? 0 : own[j];
-  }
+  ir_type_bcast_strides(in, out, st);
 }
 
 static inline bool unsupported(CgBuild *b, const Node *n, DType dt) {

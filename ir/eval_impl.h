@@ -145,13 +145,7 @@ static inline int64_t numel(const TensorType *t) { return ir_type_numel(t); }
 
 /* ---- indexing ---- */
 
-static inline void strides_of(const TensorType *t, int64_t *st) {
-  int64_t s = 1;
-  for (int i = t->rank - 1; i >= 0; i--) {
-    st[i] = s;
-    s *= t->dims[i];
-  }
-}
+static inline void strides_of(const TensorType *t, int64_t *st) { ir_type_strides(t, st); }
 
 static inline void unravel(int64_t lin, const TensorType *t, int64_t *idx) {
   for (int i = t->rank - 1; i >= 0; i--) {
@@ -161,16 +155,8 @@ static inline void unravel(int64_t lin, const TensorType *t, int64_t *idx) {
   }
 }
 
-/* Strides of `in` read at `out`'s multi-index under NumPy broadcasting:
- * leading dims missing from `in`, and its size-1 dims, get stride 0. */
 static inline void bcast_strides(const TensorType *in, const TensorType *out, int64_t *st) {
-  int64_t own[DL_MAX_RANK];
-  strides_of(in, own);
-  int off = out->rank - in->rank;
-  for (int i = 0; i < out->rank; i++) {
-    int j = i - off;
-    st[i] = (j < 0 || in->dims[j] == 1) ? 0 : own[j];
-  }
+  ir_type_bcast_strides(in, out, st);
 }
 
 static inline int64_t dot_idx(const int64_t *idx, const int64_t *st, int rank) {

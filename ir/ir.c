@@ -91,6 +91,24 @@ int64_t ir_type_numel(const TensorType *t) {
   return n;
 }
 
+void ir_type_strides(const TensorType *t, int64_t *st) {
+  int64_t s = 1;
+  for (int i = t->rank - 1; i >= 0; i--) {
+    st[i] = s;
+    s *= t->dims[i];
+  }
+}
+
+void ir_type_bcast_strides(const TensorType *in, const TensorType *out, int64_t *st) {
+  int64_t own[DL_MAX_RANK];
+  ir_type_strides(in, own);
+  int off = out->rank - in->rank;
+  for (int i = 0; i < out->rank; i++) {
+    int j = i - off;
+    st[i] = (j < 0 || in->dims[j] == 1) ? 0 : own[j];
+  }
+}
+
 bool ir_type_eq(const TensorType *a, const TensorType *b) {
   if (a->dtype != b->dtype || a->rank != b->rank) return false;
   for (int i = 0; i < a->rank; i++)

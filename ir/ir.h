@@ -163,6 +163,12 @@ int ir_dtype_size(DType t);
 bool ir_dtype_is_float(DType t);
 /* Product of the dims, or -1 when it exceeds DL_MAX_ELEMS. */
 int64_t ir_type_numel(const TensorType *t);
+/* Row-major element strides of t into st[t->rank]. */
+void ir_type_strides(const TensorType *t, int64_t *st);
+/* The strides of `in` read at `out`'s multi-index under NumPy
+ * broadcasting: leading dims missing from `in`, and its size-1 dims, get
+ * stride 0.  st has out->rank entries. */
+void ir_type_bcast_strides(const TensorType *in, const TensorType *out, int64_t *st);
 bool ir_type_eq(const TensorType *a, const TensorType *b);
 /* "f32[8, 784]" into buf; returns buf. */
 char *ir_type_str(const TensorType *t, char *buf, size_t len);
