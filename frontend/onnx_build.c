@@ -222,7 +222,9 @@ static Value *triangle(Imp *im, const Val *v) {
   int r = t->type.rank;
   if (r < 2) return NULL;
   int64_t R = t->type.dims[r - 2], C = t->type.dims[r - 1], n = ir_type_numel(&t->type);
-  if (R < 2 || C < 2) return NULL; /* a row or a column: no mask to see */
+  /* A row or a column has no mask to see; an empty tensor (a leading dim
+   * of 0) has no elements to read. */
+  if (R < 2 || C < 2 || n < R * C) return NULL;
   double below = ir_tensor_get(t, (R - 1) * C), above = ir_tensor_get(t, C - 1);
   if (isnan(below) || isnan(above) || same_element(below, above)) return NULL;
   int64_t k = INT64_MIN, first_above = INT64_MAX; /* the last j - i below, the first above */
