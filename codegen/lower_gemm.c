@@ -236,12 +236,8 @@ bool cg_lower_matmul_into(CgBuild *b, const Node *n, RtRef rc, float beta) {
   TensorType ab = at, bb = bt, batch = {.dtype = at.dtype};
   ab.rank -= 2;
   bb.rank -= 2;
-  batch.rank = ab.rank > bb.rank ? ab.rank : bb.rank;
-  for (int i = 0; i < batch.rank; i++) {
-    int ia = i - (batch.rank - ab.rank), ib = i - (batch.rank - bb.rank);
-    int64_t da = ia >= 0 ? ab.dims[ia] : 1, db = ib >= 0 ? bb.dims[ib] : 1;
-    batch.dims[i] = da == 1 ? db : da;
-  }
+  /* shape inference checked that the batch dims broadcast */
+  (void)ir_broadcast_dims(ab.dims, ab.rank, bb.dims, bb.rank, batch.dims, &batch.rank);
   int64_t nbatch = numel(&batch), na = numel(&ab), nb = numel(&bb);
   if (nbatch * m * nn == 0) return true;
   RtRef ra = cg_ref(b, n->in[0]), rb = cg_ref(b, n->in[1]);

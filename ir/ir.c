@@ -109,6 +109,18 @@ void ir_type_bcast_strides(const TensorType *in, const TensorType *out, int64_t 
   }
 }
 
+bool ir_broadcast_dims(const int64_t *a, int ra, const int64_t *b, int rb, int64_t *out, int *rout) {
+  int r = ra > rb ? ra : rb;
+  for (int i = 0; i < r; i++) {
+    int64_t da = i < ra ? a[ra - 1 - i] : 1;
+    int64_t db = i < rb ? b[rb - 1 - i] : 1;
+    if (da != db && da != 1 && db != 1) return false;
+    out[r - 1 - i] = da == 1 ? db : da;
+  }
+  *rout = r;
+  return true;
+}
+
 bool ir_type_eq(const TensorType *a, const TensorType *b) {
   if (a->dtype != b->dtype || a->rank != b->rank) return false;
   for (int i = 0; i < a->rank; i++)
