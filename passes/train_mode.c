@@ -113,6 +113,10 @@ static void batchnorm(Mode *md, Node *n) {
     Value *now = ir_grad_op2(g, at, OP_MUL, batch, ir_grad_scalar(g, at, momentum * unbias[i], dt));
     add_update(md, ir_grad_op2(g, at, OP_ADD, old, now), ir_attr_str(run->def, "name"));
   }
+  /* The written-out form computes in f32 under --precision, as the op
+   * does and as autocast runs batch_norm: (x - mean)^2 in f16 would lose
+   * the small deviations, and the running statistics are f32 params. */
+  for (Node *k = first->next; k; k = k->next) k->keep_f32 = true;
   replace_node(g, first->next, n, &y);
 }
 
