@@ -359,6 +359,7 @@ RtRef cg_scratch(CgBuild *b, const Node *n, uint64_t nbytes);
  * for one launch's index checks. */
 RtRef cg_status(CgBuild *b, int n_reports);
 RtRef cg_ref_at(RtRef r, uint64_t byte_offset);
+bool cg_same_ref(RtRef a, RtRef b);
 /* Appends a launch of k (finished here; identical text shares one kernel). */
 void cg_launch(CgBuild *b, Kernel *k);
 void cg_gemm(CgBuild *b, const Node *n, const char *what, const RtGemm *g);

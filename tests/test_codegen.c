@@ -612,12 +612,18 @@ START_TEST(reshape_aliases_and_copies) {
       "  %1 = reshape %0 {shape=[3, 4]} : f32[3, 4]\n"
       "  %2 = neg %1 : f32[3, 4]\n"
       "  %3 = reshape %2 {shape=[12]} : f32[12]\n"
-      "  return %3 as \"flat\"\n"
+      "  %4 = reshape %x {shape=[12]} : f32[12]\n"
+      "  return %3 as \"flat\", %4 as \"x_flat\"\n"
       "}\n");
   const RtPlan *p = j.r.plan;
-  /* relu, neg, then the copy into the output; %1 reads relu's bytes. */
+  /* relu, neg straight into output 0 (a reshape has its operand's
+   * bytes), then the copy of the input into output 1; %1 reads relu's
+   * bytes. */
   ck_assert_int_eq(p->n_steps, 3);
+  ck_assert_int_eq(p->steps[1].launch.args[1].ref.space, RT_SPACE_OUTPUT);
+  ck_assert_int_eq(p->steps[1].launch.args[1].ref.index, 0);
   ck_assert_int_eq(p->steps[2].kind, RT_STEP_COPY);
+  ck_assert_int_eq(p->steps[2].copy.src.space, RT_SPACE_INPUT);
   ck_assert_uint_eq(p->steps[0].launch.args[1].ref.offset, p->steps[1].launch.args[0].ref.offset);
 }
 END_TEST
