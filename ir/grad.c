@@ -723,8 +723,32 @@ static Value *scatter_add(GradCall *c, OpKind op, Value *into, Value *ids, Value
   return finish(c->g, n);
 }
 
+/* With one index per position along axis (ids' extent there 1, the rest
+ * of data's shape: cross_entropy's pick of a class, topk with k = 1) no
+ * two updates meet, so the scatter-add into zeros is a select:
+ * where(iota == ids, upd, 0), an elementwise map that fuses with what
+ * reads it (log_softmax's backward) instead of a kernel of its own.  The
+ * iota is data's extent along axis only, broadcast, never data's size
+ * in memory.  A negative index counts from the end, as the forward. */
+static Value *scatter_add_along(GradCall *c, Value *into, Value *ids, Value *upd, int axis) {
+  const TensorType *t = &into->type;
+  bool one = ids->type.rank == t->rank && ids->type.dims[axis] == 1;
+  for (int d = 0; one && d < t->rank; d++) one = d == axis || ids->type.dims[d] == t->dims[d];
+  if (!one) return scatter_add(c, OP_SCATTER_ELEMENTS, into, ids, upd);
+  int64_t shape[DL_MAX_RANK];
+  for (int d = 0; d < t->rank; d++) shape[d] = d == axis ? t->dims[d] : 1;
+  Node *n = ir_node_new(c->g, OP_IOTA, 0, NULL, c->n->loc);
+  ir_set_ints(c->g, n, "shape", t->rank, shape);
+  ir_set_dtype(c->g, n, "dtype", ids->type.dtype);
+  ir_set_int(c->g, n, "axis", axis);
+  Value *at = where(c, cmpk(c, OP_LESS, ids, 0), addk(c, ids, (double)t->dims[axis]), ids);
+  return where(c, op2(c, OP_EQUAL, finish(c->g, n), at), upd, num(c, 0, upd));
+}
+
 static void vjp_gather_elements(GradCall *c) {
-  c->dx[0] = scatter_add(c, OP_SCATTER_ELEMENTS, in0(c), c->n->in[1], c->dy[0]);
+  int64_t axis = ir_attr_int(c->n, "axis");
+  if (axis < 0) axis += in0(c)->type.rank;
+  c->dx[0] = scatter_add_along(c, in0(c), c->n->in[1], c->dy[0], (int)axis);
 }
 
 /* gather_nd: a scatter-add of dy at the indices; with batch_dims b, the
@@ -784,7 +808,9 @@ static const char *lacks_scatter(const Node *n) {
 /* topk: the values' gradient goes back to where they came from. */
 static void vjp_topk(GradCall *c) {
   if (!c->dy[0]) return;
-  c->dx[0] = scatter_add(c, OP_SCATTER_ELEMENTS, in0(c), (Value *)&c->n->out[1], c->dy[0]);
+  int64_t axis = ir_attr_int(c->n, "axis");
+  if (axis < 0) axis += in0(c)->type.rank;
+  c->dx[0] = scatter_add_along(c, in0(c), (Value *)&c->n->out[1], c->dy[0], (int)axis);
 }
 
 /* The same mask on the gradient: the same seed, offset and stream. */

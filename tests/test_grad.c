@@ -759,6 +759,35 @@ START_TEST(test_gather) {
 }
 END_TEST
 
+/* One index per position along the axis (cross_entropy's pick, topk
+ * with k = 1): the backward is a select, not a scatter; negative
+ * indices count from the end. */
+START_TEST(test_gather_one_per_position) {
+  Ctx c;
+  Graph *g = begin(&c);
+  Value *x = param(g, "x", 2, (int64_t[]){4, 4}), *y = NULL;
+  for (int axis = 0; axis < 2; axis++) {
+    int64_t id[2] = {axis ? 4 : 1, axis ? 1 : 4};
+    char name[8];
+    snprintf(name, sizeof name, "i%d", axis);
+    Node *n = node(g, OP_GATHER_ELEMENTS, 2, (Value *[]){x, source(g, OP_INPUT, name, TY_I64, 2, id)});
+    ir_set_int(g, n, "axis", axis);
+    Value *picked = ir_grad_sum(g, (SrcLoc){0}, fin(g, n), 2, (int64_t[]){0, 1}, false);
+    y = y ? op2(g, OP_ADD, y, picked) : picked;
+  }
+  Node *tk = node(g, OP_TOPK, 1, (Value *[]){param(g, "t", 2, (int64_t[]){3, 6})});
+  ir_set_int(g, tk, "k", 1);
+  ir_set_int(g, tk, "axis", 0);
+  output(g, op2(g, OP_ADD, y, ir_grad_sum(g, (SrcLoc){0}, fin(g, tk), 2, (int64_t[]){0, 1}, false)));
+  Spec s = spec(ANY);
+  s.int_lo = -4, s.int_hi = 4;
+  check_fd(g, "gather_elements/topk one per position", &s);
+  /* the backward (autodiff ran on g) selects; it has no scatter */
+  for (Node *n = g->first; n; n = n->next) ck_assert_int_ne(n->op, OP_SCATTER_ELEMENTS);
+  ctx_free(&c);
+}
+END_TEST
+
 /* gather_nd with batch dims (1 and 2): the scatter-add at the indices
  * with each element's batch coordinates in front. */
 START_TEST(test_gather_nd_batch) {
@@ -1173,6 +1202,7 @@ static Suite *grad_suite(void) {
   tcase_add_test(rules, test_movement);
   tcase_add_test(rules, test_concat);
   tcase_add_test(rules, test_gather);
+  tcase_add_test(rules, test_gather_one_per_position);
   tcase_add_test(rules, test_gather_nd_batch);
   tcase_add_test(rules, test_scatter);
   tcase_add_test(rules, test_dropout);
