@@ -443,19 +443,41 @@ static void vjp_group_norm(GradCall *c) {
   if (c->n->n_in > 2 && c->need[2]) c->dx[2] = reshape(c, sum(c, dy, n_axes, axes, false), &in[2]->type);
 }
 
-/* The inference batchnorm (frozen statistics): a per-channel affine map. */
+/* batchnorm: with frozen statistics (inference, no batch_stats) a
+ * per-channel affine map.  With the batch's (batch_stats K >= 1, K the
+ * ranks whose batches they span: training mode writes them, and their
+ * operands take no gradient here) the closed form: with xhat = (x - mean)
+ * / sd, db = sum(dy) and dw = sum(dy xhat) per channel over M values,
+ *   dx = w / sd * (dy - db / M - xhat dw / M),
+ * the two sums the weight and bias need anyway being all the
+ * reductions, each averaged over the K ranks (allreduce_mean) when K > 1. */
 static void vjp_batchnorm(GradCall *c) {
   Value *x = in0(c), *dy = c->dy[0];
   const TensorType *xt = &x->type;
   Value *inv = op1(c, OP_RSQRT, addk(c, c->n->in[4], ir_attr_float(c->n, "eps")));
   int64_t axes[DL_MAX_RANK];
   int n_axes = all_axes_but(xt, 1, axes);
-  if (c->need[0]) c->dx[0] = mul(c, dy, per_channel(c, mul(c, c->n->in[1], inv), xt));
-  if (c->need[1]) {
-    Value *xhat = mul(c, sub(c, x, per_channel(c, c->n->in[3], xt)), per_channel(c, inv, xt));
-    c->dx[1] = sum(c, mul(c, dy, xhat), n_axes, axes, false);
+  const Attr *stats = ir_attr(c->n, "batch_stats");
+  int64_t ranks = stats ? stats->i : 0;
+  Value *xhat = NULL, *dw = NULL, *db = NULL;
+  if (c->need[1] || (ranks && c->need[0])) {
+    xhat = mul(c, sub(c, x, per_channel(c, c->n->in[3], xt)), per_channel(c, inv, xt));
+    dw = sum(c, mul(c, dy, xhat), n_axes, axes, false);
   }
-  if (c->need[2]) c->dx[2] = sum(c, dy, n_axes, axes, false);
+  if (c->need[2] || (ranks && c->need[0])) db = sum(c, dy, n_axes, axes, false);
+  if (c->need[1]) c->dx[1] = dw;
+  if (c->need[2]) c->dx[2] = db;
+  if (!c->need[0]) return;
+  Value *scale = per_channel(c, mul(c, c->n->in[1], inv), xt);
+  if (!ranks) {
+    c->dx[0] = mul(c, dy, scale);
+    return;
+  }
+  double m = (double)(ir_type_numel(xt) / xt->dims[1]);
+  Value *mdb = mulk(c, db, 1 / m), *mdw = mulk(c, dw, 1 / m);
+  if (ranks > 1) mdb = op1(c, OP_ALLREDUCE_MEAN, mdb), mdw = op1(c, OP_ALLREDUCE_MEAN, mdw);
+  Value *t = sub(c, sub(c, dy, per_channel(c, mdb, xt)), mul(c, xhat, per_channel(c, mdw, xt)));
+  c->dx[0] = mul(c, t, scale);
 }
 
 /* ---- products ---- */

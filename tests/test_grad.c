@@ -483,7 +483,7 @@ START_TEST(test_sync_batchnorm_running_var) {
 END_TEST
 
 /* A per-channel weight's gradient is its reduction itself, not a reshape
- * of a keepdims one: a graph output's reshape is a copy step. */
+ * of a keepdims one. */
 START_TEST(test_channel_grads_unreshaped) {
   Ctx c;
   Graph *g = begin(&c);
