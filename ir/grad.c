@@ -473,7 +473,8 @@ static void vjp_batchnorm(GradCall *c) {
     c->dx[0] = mul(c, dy, scale);
     return;
   }
-  double m = (double)(ir_type_numel(xt) / xt->dims[1]);
+  /* (an empty x has no elements to take the sums' means over) */
+  double m = xt->dims[1] > 0 && ir_type_numel(xt) > 0 ? (double)(ir_type_numel(xt) / xt->dims[1]) : 1;
   Value *mdb = mulk(c, db, 1 / m), *mdw = mulk(c, dw, 1 / m);
   if (ranks > 1) mdb = op1(c, OP_ALLREDUCE_MEAN, mdb), mdw = op1(c, OP_ALLREDUCE_MEAN, mdw);
   Value *t = sub(c, sub(c, dy, per_channel(c, mdb, xt)), mul(c, xhat, per_channel(c, mdw, xt)));

@@ -79,14 +79,14 @@ static void batchnorm(Mode *md, Node *n) {
   SrcLoc at = n->loc;
   Value *x = n->in[0];
   const TensorType *xt = &x->type;
-  int64_t axes[DL_MAX_RANK], m = ir_type_numel(xt) / xt->dims[1], C = xt->dims[1];
+  int64_t axes[DL_MAX_RANK], C = xt->dims[1], m = C > 0 ? ir_type_numel(xt) / C : 0;
   int n_axes = 0;
   for (int d = 0; d < xt->rank; d++)
     if (d != 1) axes[n_axes++] = d;
   if (m < 2) {
     char b[IR_TYPE_STR_MAX];
-    diag_error(g->ctx, at, "batchnorm in training mode needs more than one value per channel; input %s has one",
-               ir_type_str(xt, b, sizeof b));
+    diag_error(g->ctx, at, "batchnorm in training mode needs more than one value per channel; input %s has %s",
+               ir_type_str(xt, b, sizeof b), m ? "one" : "none");
     md->failed = true;
     return;
   }

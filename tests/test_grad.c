@@ -1055,6 +1055,20 @@ START_TEST(test_loss_not_scalar) {
                                "}\n"),
                     "m.dl:2:14: error: batchnorm in training mode needs more than one value per "
                     "channel; input f32[1, 3] has one");
+  /* no channel at all (IR text allows empty dims): an error, not a
+   * division by zero */
+  static const char src[] = "graph g {\n  %x = param {name=\"x\"} : f32[2, 0, 3]\n"
+                            "  %w = param {name=\"bn.weight\"} : f32[0]\n"
+                            "  %y = batchnorm %x, %w, %w, %w, %w : f32[2, 0, 3]    ; m.dl:4:5\n"
+                            "  %s = reduce_sum %y {axes=[0, 1, 2], keepdims=0} : f32[]\n  return %s as \"loss\"\n}\n";
+  Ctx c;
+  ctx_init(&c);
+  Graph *g = ir_parse(&c, ctx_add_file(&c, "g.ir", src, strlen(src)));
+  ck_assert_msg(g && ir_verify(g), "%s", diag_text(&c));
+  ck_assert(!pass_autodiff(g, NULL));
+  expect_first_line(diag_text(&c), "m.dl:4:5: error: batchnorm in training mode needs more than one value per "
+                                   "channel; input f32[2, 0, 3] has none");
+  ctx_free(&c);
 }
 END_TEST
 
