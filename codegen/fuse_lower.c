@@ -83,7 +83,9 @@ static void find_side_outputs(Ctx *c, Graph *g, CgGroup **slots, int cap) {
     for (Node *n = g->first; n; n = n->next) {
       if (n->group < 0 || !side[n->id]) continue;
       CgGroup *grp = group_of(slots, cap, n->group);
-      if (n == grp->root) continue;
+      bool sibling = false;
+      for (int k = 0; k < grp->n_siblings; k++) sibling |= grp->siblings[k] == n;
+      if (n == grp->root || sibling) continue; /* the anchor's lowering stores them */
       if (pass == 1) grp->side[grp->n_side] = n;
       grp->n_side++;
     }
@@ -115,8 +117,13 @@ CgGroup **cg_find_groups(Ctx *c, Graph *g) {
     }
     grp->n++;
     if (ir_ops[n->op].cls != K_ELEMWISE && n->op != OP_MATMUL && n->op != OP_LINEAR &&
-        ir_ops[n->op].cls != K_MOVE)
-      grp->anchor = n;
+        ir_ops[n->op].cls != K_MOVE) {
+      if (grp->anchor == grp->root && n != grp->root && ir_reduce_siblings(n, grp->root) &&
+          grp->n_siblings < CG_MAX_SIBLINGS)
+        grp->siblings[grp->n_siblings++] = n;
+      else
+        grp->anchor = n;
+    }
   }
   for (int i = 0; i < cap; i++)
     if (slots[i]) slots[i]->members = ARENA_ARRAY(&c->arena, const Node *, slots[i]->n), slots[i]->n = 0;

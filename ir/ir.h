@@ -154,6 +154,11 @@ const AttrSpec *ir_op_attr_spec(OpKind op, const char *name);
  * where. */
 bool ir_op_takes_ints(OpKind op);
 bool ir_op_is_logic(OpKind op);
+/* a and b are reduce_sum, reduce_mean, reduce_max or reduce_min of
+ * operands of one type over the same axes, with results of one layout
+ * (keepdims aside): one kernel can compute both, a row's accumulators
+ * side by side (passes/fuse.c's sibling reductions). */
+bool ir_reduce_siblings(const Node *a, const Node *b);
 
 /* ---- dtypes and types ---- */
 
