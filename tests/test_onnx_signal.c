@@ -1,6 +1,7 @@
 /* ONNX's DFT, STFT, Col2Im and MaxUnpool (frontend/onnx_signal.c), and
  * the kernels the node tests lacked on emu (f64 products and softmax, u8
- * MaxPool, pools padded past half the kernel): takes models built here
+ * MaxPool, pools padded past half the kernel), and NonZero, Compress
+ * and Unique of values known at import: takes models built here
  * with protobuf-c on random inputs and checks the reference interpreter
  * against direct loops in double written here (a complex sum per
  * frequency, a sum per image pixel) or onnxruntime's numbers, the
@@ -495,6 +496,106 @@ START_TEST(test_pool_padding_not_less_than_kernel) {
 }
 END_TEST
 
+/* ---- data-dependent sizes, from values known at import ---- */
+
+static int64_t i64_at(const Tensor *t, int64_t i) { return ((const int64_t *)t->data)[i]; }
+
+/* NonZero of an initializer is a constant; Compress gathers a run-time
+ * x at the places a known condition selects (along axis 1, and of the
+ * flattened x without an axis); Unique of a constant gives its four
+ * outputs, sorted and in first-occurrence order. */
+START_TEST(test_nonzero_compress_unique_of_known_values) {
+  const int64_t nz[6] = {0, 3, 0, 0, -1, 2};
+  Model *b = model_new(13);
+  add_init_raw(b, "k", ONNX__TENSOR_PROTO__DATA_TYPE__INT64, 2, (const int64_t[]){2, 3}, nz, sizeof nz);
+  add_node(b, "NonZero", "k", "y");
+  add_output(b, "y");
+  Graph *g = must_import(b);
+  Tensor y;
+  char err[256];
+  ck_assert_msg(ir_eval(g, NULL, &params, &y, err, sizeof err), "%s", err);
+  ck_assert(ir_type_eq(&y.type, &(TensorType){.dtype = TY_I64, .rank = 2, .dims = {2, 3}}));
+  const int64_t want_nz[6] = {0, 1, 1, 1, 1, 2};
+  for (int i = 0; i < 6; i++) ck_assert_int_eq(i64_at(&y, i), want_nz[i]);
+  ir_tensor_free(&y);
+  pool_free();
+
+  for (int axis = 1; axis >= -1; axis -= 2) {
+    b = model_new(13);
+    add_input(b, "x", 2, (const int64_t[]){3, 4});
+    add_init_raw(b, "c", ONNX__TENSOR_PROTO__DATA_TYPE__BOOL, 1, (const int64_t[]){3}, (const uint8_t[]){1, 0, 1},
+                 3);
+    Onnx__NodeProto *n = add_node(b, "Compress", "x,c", "y");
+    if (axis >= 0) attr_i(n, "axis", axis);
+    add_output(b, "y");
+    g = must_import(b);
+    Tensor x;
+    y = run_both(g, &x, 9);
+    /* axis 1: columns 0 and 2 of each row; none: elements 0 and 2 */
+    int64_t count = axis >= 0 ? 6 : 2;
+    ck_assert_int_eq(ir_type_numel(&y.type), count);
+    for (int64_t i = 0; i < count; i++)
+      ck_assert_double_eq(ir_tensor_get(&y, i), ir_tensor_get(&x, axis >= 0 ? i / 2 * 4 + i % 2 * 2 : i * 2));
+    ir_tensor_free(&x);
+    ir_tensor_free(&y);
+    pool_free();
+  }
+
+  const float u[7] = {2, 1, 1, 3, 4, 3, 2};
+  for (int sorted = 1; sorted >= 0; sorted--) {
+    b = model_new(11);
+    add_init_f32(b, "u", 1, (const int64_t[]){7}, 7, u);
+    attr_i(add_node(b, "Unique", "u", "y,first,inverse,counts"), "sorted", sorted);
+    add_output(b, "y");
+    add_output(b, "first");
+    add_output(b, "inverse");
+    add_output(b, "counts");
+    g = must_import(b);
+    Tensor out[4];
+    ck_assert_msg(ir_eval(g, NULL, &params, out, err, sizeof err), "%s", err);
+    /* numpy.unique(return_index, return_inverse, return_counts); unsorted: ONNX's example order */
+    const double want_y[2][4] = {{2, 1, 3, 4}, {1, 2, 3, 4}};
+    const int64_t want_first[2][4] = {{0, 1, 3, 4}, {1, 0, 3, 4}};
+    const int64_t want_inv[2][7] = {{0, 1, 1, 2, 3, 2, 0}, {1, 0, 0, 2, 3, 2, 1}};
+    const int64_t want_cnt[2][4] = {{2, 2, 2, 1}, {2, 2, 2, 1}};
+    ck_assert_int_eq(ir_type_numel(&out[0].type), 4);
+    for (int i = 0; i < 4; i++) {
+      ck_assert_double_eq(ir_tensor_get(&out[0], i), want_y[sorted][i]);
+      ck_assert_int_eq(i64_at(&out[1], i), want_first[sorted][i]);
+      ck_assert_int_eq(i64_at(&out[3], i), want_cnt[sorted][i]);
+    }
+    for (int i = 0; i < 7; i++) ck_assert_int_eq(i64_at(&out[2], i), want_inv[sorted][i]);
+    for (int i = 0; i < 4; i++) ir_tensor_free(&out[i]);
+    pool_free();
+  }
+}
+END_TEST
+
+/* A value computed at run time cannot size an output: the message says
+ * why and names the node. */
+START_TEST(test_data_dependent_sizes_need_known_values) {
+  Model *b = model_new(13);
+  add_input(b, "x", 2, (const int64_t[]){2, 3});
+  add_node(b, "NonZero", "x", "y");
+  add_output(b, "y");
+  expect_error(b, "node 0 'n0' (NonZero): the input computed at run time is not supported: the output's size "
+                  "depends on its values, and dlcc's plans have static shapes");
+  pool_free();
+  b = model_new(13);
+  add_input(b, "x", 1, (const int64_t[]){4});
+  add_input_typed(b, "c", ONNX__TENSOR_PROTO__DATA_TYPE__BOOL, 1, (const int64_t[]){4});
+  add_node(b, "Compress", "x,c", "y");
+  add_output(b, "y");
+  expect_error(b, "node 0 'n0' (Compress): the condition computed at run time is not supported");
+  pool_free();
+  b = model_new(11);
+  add_init_f32(b, "u", 1, (const int64_t[]){2}, 2, (const float[]){1, 2});
+  attr_i(add_node(b, "Unique", "u", "y"), "axis", 0);
+  add_output(b, "y");
+  expect_error(b, "node 0 'n0' (Unique): the axis attribute is not supported");
+}
+END_TEST
+
 static Suite *signal_suite(void) {
   Suite *s = suite_create("onnx_signal");
   TCase *tc = tcase_create("signal");
@@ -510,6 +611,8 @@ static Suite *signal_suite(void) {
   tcase_add_test(tc, test_f64_products_and_softmax);
   tcase_add_loop_test(tc, test_pools_padded_past_half_the_kernel, 0, sizeof pool_cases / sizeof *pool_cases);
   tcase_add_test(tc, test_pool_padding_not_less_than_kernel);
+  tcase_add_test(tc, test_nonzero_compress_unique_of_known_values);
+  tcase_add_test(tc, test_data_dependent_sizes_need_known_values);
   suite_add_tcase(s, tc);
   return s;
 }
