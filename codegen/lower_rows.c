@@ -13,7 +13,8 @@
  *     y threads, combined through shared memory.
  * Each thread's elements stay in registers between passes when they
  * fit, so softmax and the normalizations read x once; their statistics
- * are two-pass (mean, then squared deviations) in f32.  The fused
+ * are two-pass (mean, then squared deviations) in f32 (f64 reductions,
+ * argmax and softmax in double).  The fused
  * prologue of a group is evaluated where x is loaded, its epilogue where
  * the result is stored (fuse_lower.c). */
 #include <math.h>
@@ -134,8 +135,8 @@ static int64_t split_count(const Rows *R, int64_t row_tiles, int64_t accesses) {
   return clamp(gpu / threads, 1, clamp(accesses / (R->width * PER_LANE), 1, 1024));
 }
 
-/* cache_dt: what a thread keeps of its elements between passes (TY_F32
- * or TY_I64), or TY_COUNT for nothing; may_split: the caller combines
+/* cache_dt: what a thread keeps of its elements between passes (TY_F32,
+ * TY_F64 or an integer type), or TY_COUNT for nothing; may_split: the caller combines
  * the parts of split rows (R->splits). */
 static void rows_begin(Rows *R, CgBuild *b, Kernel *k, const RowSpace *sp, DType dt, DType cache_dt,
                        bool may_split) {
