@@ -315,8 +315,9 @@ static RtGemm linear_gemm(CgBuild *b, const Node *n, RtRef c) {
 }
 
 /* Whether cuBLASLt adds linear's bias (its BIAS epilogue): a float
- * product (not f64: a kernel of ours) with a bias, not empty (a sum over no features is the bias
- * alone, which emit_gemm would not add to its zeros). */
+ * product (not f64: a kernel of ours) with a bias, not empty (a sum
+ * over no features is the bias alone, which emit_gemm would not add to
+ * its zeros). */
 static bool bias_in_epilogue(const Node *n) {
   const TensorType *x = &n->in[0]->type;
   DType dt = n->out[0].type.dtype;

@@ -14,9 +14,9 @@
  * Each thread's elements stay in registers between passes when they
  * fit, so softmax and the normalizations read x once; their statistics
  * are two-pass (mean, then squared deviations) in f32 (f64 reductions,
- * argmax and softmax in double).  The fused
- * prologue of a group is evaluated where x is loaded, its epilogue where
- * the result is stored (fuse_lower.c). */
+ * argmax and softmax in double).  The fused prologue of a group is
+ * evaluated where x is loaded, its epilogue where the result is stored
+ * (fuse_lower.c). */
 #include <math.h>
 #include <string.h>
 
@@ -136,8 +136,8 @@ static int64_t split_count(const Rows *R, int64_t row_tiles, int64_t accesses) {
 }
 
 /* cache_dt: what a thread keeps of its elements between passes (TY_F32,
- * TY_F64 or an integer type), or TY_COUNT for nothing; may_split: the caller combines
- * the parts of split rows (R->splits). */
+ * TY_F64 or an integer type), or TY_COUNT for nothing; may_split: the
+ * caller combines the parts of split rows (R->splits). */
 static void rows_begin(Rows *R, CgBuild *b, Kernel *k, const RowSpace *sp, DType dt, DType cache_dt,
                        bool may_split) {
   memset(R, 0, sizeof *R);
