@@ -48,8 +48,10 @@ static void find_attention(CgGroup *grp) {
   if (!is_member(grp, at) || at->op != OP_MATMUL) return;
   for (int i = 0; i < 2; i++)
     if (ir_matmul_trans(at, i) || ir_matmul_trans(m2, i)) return;
-  /* Scores are summed in f32: exact integer products stay GEMM leaves. */
-  if (!ir_dtype_is_float(at->out[0].type.dtype) || !ir_dtype_is_float(m2->out[0].type.dtype)) return;
+  /* Scores are summed in f32: exact integer products, and f64 ones,
+   * stay GEMM leaves. */
+  DType st = at->out[0].type.dtype, ot = m2->out[0].type.dtype;
+  if (!ir_dtype_is_float(st) || !ir_dtype_is_float(ot) || st == TY_F64 || ot == TY_F64) return;
   int r = m2->out[0].type.rank;
   const TensorType *q = &at->in[0]->type, *k = &at->in[1]->type, *v = &m2->in[1]->type;
   if (r < 2 || q->rank != r || k->rank != r || v->rank != r) return;

@@ -51,21 +51,25 @@ static bool blas_takes_int8(const RtGemm *g) {
   return ok && (g->alpha == 0.0f || g->alpha == 1.0f) && (g->beta == 0.0f || g->beta == 1.0f);
 }
 
-/* An int8 GEMM cuBLAS would refuse, as a kernel: one thread per element
- * of C, its k products summed in int32 (wrapping, as eval.c). */
-static void gemm_i8_kernel(CgBuild *b, const Node *n, const char *what, const RtGemm *g) {
-  Kernel *k = new_kernel(b, n, "gemm_i8", what ? what : "gemm");
-  TensorType space = ir_type_make(TY_I32, 3, (int64_t[]){g->batch, g->m, g->n});
+/* A GEMM as a kernel of ours: an int8 one cuBLAS would refuse (its k
+ * products summed in int32, wrapping, as eval.c), or an f64 one (summed
+ * in double; the plan's GEMM step is f32/f16/bf16/int8, and a direct
+ * kernel keeps f64 off cuBLAS and out of the emulator's GEMM).  One
+ * thread per element of C; beta 1 adds C's old value. */
+static void gemm_kernel(CgBuild *b, const Node *n, const char *what, const RtGemm *g) {
+  DType et = g->dtype == RT_DT_I8 ? TY_I8 : (DType)g->dtype, ct = gemm_c_dtype(g);
+  Kernel *k = new_kernel(b, n, et == TY_I8 ? "gemm_i8" : "gemm_f64", what ? what : "gemm");
+  TensorType space = ir_type_make(ct, 3, (int64_t[]){g->batch, g->m, g->n});
   Map m;
   map_begin(&m, k, &space);
   KExpr *bi = map_coord(&m, 0), *i = map_coord(&m, 1), *j = map_coord(&m, 2);
   int64_t last = g->batch - 1;
   int64_t na = last * g->stride_a + (g->trans_a ? g->k : g->m) * g->lda;
   int64_t nb = last * g->stride_b + (g->trans_b ? g->n : g->k) * g->ldb;
-  KBuf *A = cg_kglobal(k, "a", TY_I8, na, g->a), *B = cg_kglobal(k, "b", TY_I8, nb, g->b);
-  KBuf *C = cg_kglobal(k, "c", TY_I32, last * g->stride_c + g->m * g->ldc, g->c);
-  KVar *acc = cg_kvar(k, "acc", TY_I32), *p = cg_kvar(k, "p", KT_INDEX);
-  KStmt *red = cg_kreduce(k, &m.main, acc, cg_kimm(k, 0, TY_I32), OP_ADD, p, cg_kint(k, g->k));
+  KBuf *A = cg_kglobal(k, "a", et, na, g->a), *B = cg_kglobal(k, "b", et, nb, g->b);
+  KBuf *C = cg_kglobal(k, "c", ct, last * g->stride_c + g->m * g->ldc, g->c);
+  KVar *acc = cg_kvar(k, "acc", ct), *p = cg_kvar(k, "p", KT_INDEX);
+  KStmt *red = cg_kreduce(k, &m.main, acc, cg_kimm(k, 0, ct), OP_ADD, p, cg_kint(k, g->k));
   KExpr *pv = cg_kv(k, p);
   KExpr *ai = g->trans_a ? cg_kadd(k, cg_kmul(k, pv, cg_kint(k, g->lda)), i)
                          : cg_kadd(k, cg_kmul(k, i, cg_kint(k, g->lda)), pv);
@@ -73,11 +77,12 @@ static void gemm_i8_kernel(CgBuild *b, const Node *n, const char *what, const Rt
                          : cg_kadd(k, cg_kmul(k, pv, cg_kint(k, g->ldb)), j);
   ai = cg_kadd(k, cg_kmul(k, bi, cg_kint(k, g->stride_a)), ai);
   bj = cg_kadd(k, cg_kmul(k, bi, cg_kint(k, g->stride_b)), bj);
-  red->value =
-      cg_kop2(k, OP_MUL, cg_kcast(k, cg_kload(k, A, ai), TY_I32), cg_kcast(k, cg_kload(k, B, bj), TY_I32));
+  red->value = cg_kop2(k, OP_MUL, cg_kcast(k, cg_kload(k, A, ai), ct), cg_kcast(k, cg_kload(k, B, bj), ct));
   KExpr *ci = cg_kadd(k, cg_kmul(k, bi, cg_kint(k, g->stride_c)),
                       cg_kadd(k, cg_kmul(k, i, cg_kint(k, g->ldc)), j));
-  cg_kstore(k, &m.main, C, ci, cg_kv(k, acc));
+  KExpr *v = cg_kv(k, acc);
+  if (g->beta != 0.0f) v = cg_kop2(k, OP_ADD, cg_kload(k, C, ci), v);
+  cg_kstore(k, &m.main, C, ci, v);
   map_end(&m);
   cg_launch(b, k);
 }
@@ -184,8 +189,9 @@ static void gemm_i8_tc(CgBuild *b, const Node *n, const char *what, const RtGemm
 }
 
 /* Appends g, or nothing when C is empty, or zeros when k is 0 (C is
- * always contiguous here); an int8 g that cuBLAS cannot run becomes a
- * kernel of ours, on tensor cores unless --no-tensor-cores. */
+ * always contiguous here); an f64 g, or an int8 g that cuBLAS cannot
+ * run, becomes a kernel of ours (int8 on tensor cores unless
+ * --no-tensor-cores). */
 void emit_gemm(CgBuild *b, const Node *n, const char *what, const RtGemm *g) {
   if (g->m == 0 || g->n == 0 || g->batch == 0) return;
   if (g->k == 0) {
@@ -193,11 +199,18 @@ void emit_gemm(CgBuild *b, const Node *n, const char *what, const RtGemm *g) {
     if (g->beta == 0.0f) cg_fill(b, n, what, g->c, gemm_c_dtype(g), g->batch * g->m * g->n, 0.0);
     return;
   }
+  if (g->dtype == TY_F64) {
+    if (g->alpha != 1.0f || (g->beta != 0.0f && g->beta != 1.0f) || g->epilogue)
+      dl_internal(cg_build_ctx(b), "f64 gemm with alpha %g, beta %g, epilogue %u", (double)g->alpha,
+                  (double)g->beta, g->epilogue);
+    gemm_kernel(b, n, what, g);
+    return;
+  }
   if (g->dtype == RT_DT_I8 && !blas_takes_int8(g)) {
     if (g->alpha != 1.0f || g->beta != 0.0f)
       dl_internal(cg_build_ctx(b), "int8 gemm with alpha %g, beta %g", (double)g->alpha, (double)g->beta);
     if (cg_options(b)->no_tensor_cores)
-      gemm_i8_kernel(b, n, what, g);
+      gemm_kernel(b, n, what, g);
     else
       gemm_i8_tc(b, n, what, g);
     return;
@@ -298,11 +311,13 @@ static RtGemm linear_gemm(CgBuild *b, const Node *n, RtRef c) {
 }
 
 /* Whether cuBLASLt adds linear's bias (its BIAS epilogue): a float
- * product with a bias, not empty (a sum over no features is the bias
- * alone, which emit_gemm would not add to its zeros). */
+ * product (not f64: a kernel of ours) with a bias, not empty (a sum
+ * over no features is the bias alone, which emit_gemm would not add to
+ * its zeros). */
 static bool bias_in_epilogue(const Node *n) {
   const TensorType *x = &n->in[0]->type;
-  return n->n_in > 2 && ir_dtype_is_float(n->out[0].type.dtype) && x->dims[x->rank - 1] > 0 &&
+  DType dt = n->out[0].type.dtype;
+  return n->n_in > 2 && ir_dtype_is_float(dt) && dt != TY_F64 && x->dims[x->rank - 1] > 0 &&
          numel(&n->out[0].type) > 0;
 }
 

@@ -13,9 +13,10 @@
  *     y threads, combined through shared memory.
  * Each thread's elements stay in registers between passes when they
  * fit, so softmax and the normalizations read x once; their statistics
- * are two-pass (mean, then squared deviations) in f32.  The fused
- * prologue of a group is evaluated where x is loaded, its epilogue where
- * the result is stored (fuse_lower.c). */
+ * are two-pass (mean, then squared deviations) in f32 (f64 reductions,
+ * argmax and softmax in double).  The fused prologue of a group is
+ * evaluated where x is loaded, its epilogue where the result is stored
+ * (fuse_lower.c). */
 #include <math.h>
 #include <string.h>
 
@@ -133,9 +134,9 @@ static int64_t split_count(const Rows *R, int64_t row_tiles, int64_t accesses) {
   return clamp(gpu / threads, 1, clamp(accesses / (R->width * PER_LANE), 1, 1024));
 }
 
-/* cache_dt: what a thread keeps of its elements between passes (TY_F32
- * or TY_I64), or TY_COUNT for nothing; may_split: the caller combines
- * the parts of split rows (R->splits). */
+/* cache_dt: what a thread keeps of its elements between passes (TY_F32,
+ * TY_F64 or an integer type), or TY_COUNT for nothing; may_split: the
+ * caller combines the parts of split rows (R->splits). */
 static void rows_begin(Rows *R, CgBuild *b, Kernel *k, const RowSpace *sp, DType dt, DType cache_dt,
                        bool may_split) {
   memset(R, 0, sizeof *R);
@@ -429,25 +430,26 @@ static bool lower_softmax(CgBuild *b, const Node *n) {
   bool reduced[DL_MAX_RANK], lsm = n->op == OP_LOG_SOFTMAX;
   mark(reduced, xt->rank, axis, axis + 1);
   RowSpace sp = row_space(xt->dims, xt->rank, reduced);
+  DType at = xt->dtype == TY_F64 ? TY_F64 : TY_F32; /* f64 rows in double, as eval.c */
   Kernel *k = rows_kernel(b, n);
   Rows R;
-  rows_begin(&R, b, k, &sp, xt->dtype, TY_F32, false);
-  KVar *mx = rows_acc(&R, "mx", TY_F32, -INFINITY);
+  rows_begin(&R, b, k, &sp, xt->dtype, at, false);
+  KVar *mx = rows_acc(&R, "mx", at, -INFINITY);
   Pass P = rows_pass(&R, rows_guard(&R, NULL));
-  accumulate(k, &P, mx, OP_MAXIMUM, rows_value(&R, &P, x, true, TY_F32));
+  accumulate(k, &P, mx, OP_MAXIMUM, rows_value(&R, &P, x, true, at));
   rows_allreduce(&R, mx, OP_MAXIMUM);
-  KVar *sum = rows_acc(&R, "sum", TY_F32, 0);
+  KVar *sum = rows_acc(&R, "sum", at, 0);
   P = rows_pass(&R, rows_guard(&R, NULL));
-  KVar *ex = cg_klet(k, P.body, "ex", TY_F32,
-                     cg_kop1(k, OP_EXP, cg_kop2(k, OP_SUB, rows_value(&R, &P, x, false, TY_F32), cg_kv(k, mx))));
+  KVar *ex = cg_klet(k, P.body, "ex", at,
+                     cg_kop1(k, OP_EXP, cg_kop2(k, OP_SUB, rows_value(&R, &P, x, false, at), cg_kv(k, mx))));
   /* softmax keeps exp(x - max), log_softmax x itself */
   if (R.cache && !lsm) cg_kstore(k, P.body, R.cache, P.slot, cg_kv(k, ex));
   accumulate(k, &P, sum, OP_ADD, cg_kv(k, ex));
   rows_allreduce(&R, sum, OP_ADD);
   KBlock *in = rows_guard(&R, NULL);
-  KVar *lsum = lsm ? cg_klet(k, in, "lsum", TY_F32, cg_kop1(k, OP_LOG, cg_kv(k, sum))) : NULL;
+  KVar *lsum = lsm ? cg_klet(k, in, "lsum", at, cg_kop1(k, OP_LOG, cg_kv(k, sum))) : NULL;
   P = rows_pass(&R, in);
-  KExpr *v = rows_value(&R, &P, x, false, TY_F32), *y;
+  KExpr *v = rows_value(&R, &P, x, false, at), *y;
   if (lsm)
     y = cg_kop2(k, OP_SUB, cg_kop2(k, OP_SUB, v, cg_kv(k, mx)), cg_kv(k, lsum));
   else
