@@ -80,16 +80,52 @@ bool ox_op_compress(Imp *im, ONode *n) {
   return (n->out[0] = ox_gather(im, x, idx, axis));
 }
 
-/* A place of the flattened input and its value, sorted by value and
- * then place (or, for Unique's groups, by first place). */
+/* A place of the flattened input and its value as an order-preserving
+ * key, sorted by key and then place (or, for Unique's groups, by first
+ * place). */
 typedef struct Place {
-  double v;
+  uint64_t key;
   int64_t i;
 } Place;
 
-static int by_value(const void *a, const void *b) {
+static int by_key(const void *a, const void *b) {
   const Place *p = a, *q = b;
-  return p->v < q->v ? -1 : p->v > q->v ? 1 : (p->i > q->i) - (p->i < q->i);
+  return p->key < q->key ? -1 : p->key > q->key ? 1 : (p->i > q->i) - (p->i < q->i);
+}
+
+/* Element i of t as a key ordered as the values are and equal exactly
+ * when they are: integers exact (no rounding through a double above
+ * 2^53), -0.0 as 0.0, every NaN one key above +inf (NumPy's unique
+ * merges NaNs). */
+static uint64_t value_key(const Tensor *t, int64_t i) {
+  const void *at = (const char *)t->data + (size_t)i * (size_t)ir_dtype_size(t->type.dtype);
+  const uint64_t sign = 1ull << 63;
+  switch (t->type.dtype) {
+    case TY_I8: return (uint64_t)(int64_t)*(const int8_t *)at ^ sign;
+    case TY_I16: return (uint64_t)(int64_t)*(const int16_t *)at ^ sign;
+    case TY_I32: return (uint64_t)(int64_t)*(const int32_t *)at ^ sign;
+    case TY_I64: {
+      int64_t v;
+      memcpy(&v, at, sizeof v);
+      return (uint64_t)v ^ sign;
+    }
+    case TY_U8:
+    case TY_BOOL: return *(const uint8_t *)at;
+    case TY_U16: return *(const uint16_t *)at;
+    case TY_U32: return *(const uint32_t *)at;
+    case TY_U64: {
+      uint64_t v;
+      memcpy(&v, at, sizeof v);
+      return v;
+    }
+    default: break;
+  }
+  double d = ir_tensor_get(t, i);
+  if (d != d) return UINT64_MAX;
+  if (d == 0) d = 0; /* -0.0 */
+  uint64_t bits;
+  memcpy(&bits, &d, sizeof bits);
+  return bits & sign ? ~bits : bits | sign;
 }
 
 /* Without an axis: the distinct values of the flattened input, sorted or
@@ -108,23 +144,24 @@ bool ox_op_unique(Imp *im, ONode *n) {
   Arena *a = &im->c->arena;
   Place *p = ARENA_ARRAY(a, Place, total + 1), *g = ARENA_ARRAY(a, Place, total + 1);
   int64_t *count = ARENA_ARRAY(a, int64_t, total + 1), *rank = ARENA_ARRAY(a, int64_t, total + 1);
-  for (int64_t i = 0; i < total; i++) p[i] = (Place){ir_tensor_get(t, i), i};
-  qsort(p, (size_t)total, sizeof *p, by_value);
-  /* g[k]: the k-th distinct value's first place, its group in sorted order */
+  for (int64_t i = 0; i < total; i++) p[i] = (Place){value_key(t, i), i};
+  qsort(p, (size_t)total, sizeof *p, by_key);
+  /* g[k]: the k-th distinct value's first place (as its key), its group
+   * in sorted order */
   int64_t *group = ((int64_t *)inverse->k->data);
   for (int64_t i = 0; i < total; i++) {
-    if (i == 0 || p[i].v != p[i - 1].v) g[distinct] = (Place){(double)p[i].i, distinct}, distinct++;
+    if (i == 0 || p[i].key != p[i - 1].key) g[distinct] = (Place){(uint64_t)p[i].i, distinct}, distinct++;
     count[distinct - 1]++;
     group[p[i].i] = distinct - 1;
   }
-  if (!sorted) qsort(g, (size_t)distinct, sizeof *g, by_value);
+  if (!sorted) qsort(g, (size_t)distinct, sizeof *g, by_key);
   for (int64_t k = 0; k < distinct; k++) rank[g[k].i] = k;
   for (int64_t i = 0; i < total; i++) group[i] = rank[group[i]];
   TensorType yt = ir_type_make(x->type.dtype, 1, &distinct);
   Val *y = ox_known_new(im, &yt), *first = int64_known(im, 1, &distinct), *counts = int64_known(im, 1, &distinct);
   size_t es = (size_t)ir_dtype_size(x->type.dtype);
   for (int64_t k = 0; k < distinct; k++) {
-    int64_t at = (int64_t)g[k].v;
+    int64_t at = (int64_t)g[k].key;
     memcpy((char *)y->k->data + (size_t)k * es, (const char *)t->data + (size_t)at * es, es);
     ((int64_t *)first->k->data)[k] = at;
     ((int64_t *)counts->k->data)[k] = count[g[k].i];

@@ -568,6 +568,35 @@ START_TEST(test_nonzero_compress_unique_of_known_values) {
     for (int i = 0; i < 4; i++) ir_tensor_free(&out[i]);
     pool_free();
   }
+  /* NaNs are one value after +inf, -0.0 is 0.0 (numpy.unique), and
+   * int64 values a double cannot tell apart stay apart. */
+  b = model_new(11);
+  add_init_f32(b, "u", 1, (const int64_t[]){6}, 6, (const float[]){NAN, 0.0f, INFINITY, -0.0f, NAN, -1});
+  add_node(b, "Unique", "u", "y");
+  add_output(b, "y");
+  g = must_import(b);
+  Tensor uy;
+  ck_assert_msg(ir_eval(g, NULL, &params, &uy, err, sizeof err), "%s", err);
+  ck_assert_int_eq(ir_type_numel(&uy.type), 4);
+  ck_assert_double_eq(ir_tensor_get(&uy, 0), -1);
+  ck_assert_double_eq(ir_tensor_get(&uy, 1), 0);
+  ck_assert(isinf(ir_tensor_get(&uy, 2)));
+  ck_assert(isnan(ir_tensor_get(&uy, 3)));
+  ir_tensor_free(&uy);
+  pool_free();
+  b = model_new(11);
+  const int64_t big = (int64_t)1 << 53;
+  add_init_i64(b, "u", 3, (const int64_t[]){big + 1, big, -big});
+  add_node(b, "Unique", "u", "y");
+  add_output(b, "y");
+  g = must_import(b);
+  ck_assert_msg(ir_eval(g, NULL, &params, &uy, err, sizeof err), "%s", err);
+  ck_assert_int_eq(ir_type_numel(&uy.type), 3);
+  ck_assert_int_eq(i64_at(&uy, 0), -big);
+  ck_assert_int_eq(i64_at(&uy, 1), big);
+  ck_assert_int_eq(i64_at(&uy, 2), big + 1);
+  ir_tensor_free(&uy);
+  pool_free();
 }
 END_TEST
 
