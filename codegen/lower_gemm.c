@@ -1,11 +1,9 @@
 /* Lowering of matrix products: takes a matmul, linear (alone or with its
- * fused epilogue), lstm or gru node, appends cuBLAS/CPU GEMM steps, int8
- * GEMM kernels and the kernels around them to the plan. */
+ * fused epilogue) node, appends cuBLAS/CPU GEMM steps, int8 GEMM kernels
+ * and the kernels around them to the plan (recurrent layers: lower_rnn.c). */
 #include "lower.h"
 
 /* ---- matrix products ---- */
-
-static const uint64_t F32_BYTES = 4;
 
 /* Floats throughout, or int8 operands with an int32 result and bias:
  * eval.c's exact integer product. */
@@ -35,8 +33,6 @@ RtGemm gemm_of(DType dt, int64_t m, int64_t nn, int64_t k) {
               .beta = 0.0f};
   return g;
 }
-
-static RtGemm gemm_f32(int64_t m, int64_t nn, int64_t k) { return gemm_of(TY_F32, m, nn, k); }
 
 static DType gemm_c_dtype(const RtGemm *g) { return g->dtype == RT_DT_I8 ? TY_I32 : (DType)g->dtype; }
 
@@ -357,140 +353,5 @@ bool cg_lower_gemm_epilogue(CgBuild *b, const CgGroup *grp) {
   g.epilogue = e;
   g.bias = cg_ref(b, lin->in[2]);
   emit_gemm(b, act, arena_printf(&cg_build_ctx(b)->arena, "#k%d", grp->id), &g);
-  return true;
-}
-
-/* ---- recurrent layers ---- */
-
-typedef struct Rnn {
-  bool lstm, bf, bias;
-  int64_t N, T, H, G, dirs;
-} Rnn;
-
-/* One timestep of one layer and direction, after the two projections:
- * thread (b, j) combines the gates, updates h (and c) in place and
- * writes y.  t is a parameter so every timestep shares the text. */
-static void rnn_cell(CgBuild *b, const Node *n, const Rnn *r, const char *what, int64_t t,
-                     RtRef xproj, RtRef hproj, const Value *bih, const Value *bhh, RtRef h, RtRef c,
-                     RtRef y) {
-  int64_t N = r->N, T = r->T, H = r->H, GH = r->G * r->H;
-  Kernel *k = new_kernel(b, n, "cell", what);
-  TensorType space = ir_type_make(TY_F32, 2, (int64_t[]){N, H});
-  Map m;
-  map_begin(&m, k, &space);
-  /* Every timestep's launch keeps one contract: the buffers hold all T. */
-  KVar *tv = cg_kparam_range(k, "t", KT_INDEX, t, 0, T - 1);
-  KExpr *bi = map_coord(&m, 0), *j = map_coord(&m, 1);
-  KExpr *row = r->bf ? cg_kadd(k, cg_kmul(k, bi, cg_kint(k, T)), cg_kv(k, tv))
-                     : cg_kadd(k, cg_kmul(k, cg_kv(k, tv), cg_kint(k, N)), bi);
-  KVar *rowv = cg_klet(k, &m.main, "row", KT_INDEX, row);
-  KBuf *xp = cg_kglobal(k, "xproj", TY_F32, T * N * GH, xproj);
-  KBuf *hp = cg_kglobal(k, "hproj", TY_F32, N * GH, hproj);
-  KBuf *hb = cg_kglobal(k, "h", TY_F32, N * H, h);
-  /* y starts at this direction's columns: the last row ends H short of
-   * the sequence's end for every direction but the last. */
-  KBuf *yb = cg_kglobal(k, "y", TY_F32, T * N * r->dirs * H - (r->dirs - 1) * H, y);
-  KExpr *gi[4], *gh[4];
-  for (int q = 0; q < r->G; q++) {
-    KExpr *col = cg_kadd(k, cg_kint(k, q * H), j);
-    gi[q] = cg_kload(k, xp, cg_kadd(k, cg_kmul(k, cg_kv(k, rowv), cg_kint(k, GH)), col));
-    gh[q] = cg_kload(k, hp, cg_kadd(k, cg_kmul(k, bi, cg_kint(k, GH)), col));
-    if (r->bias) {
-      gi[q] = cg_kop2(k, OP_ADD, gi[q], load_of(b, k, bih, "b_ih", col));
-      gh[q] = cg_kop2(k, OP_ADD, gh[q], load_of(b, k, bhh, "b_hh", col));
-    }
-  }
-  KVar *hn;
-  if (r->lstm) {
-    KBuf *cb = cg_kglobal(k, "c", TY_F32, N * H, c);
-    KVar *ig =
-        cg_klet(k, &m.main, "ig", TY_F32, cg_kop1(k, OP_SIGMOID, cg_kop2(k, OP_ADD, gi[0], gh[0])));
-    KVar *fg =
-        cg_klet(k, &m.main, "fg", TY_F32, cg_kop1(k, OP_SIGMOID, cg_kop2(k, OP_ADD, gi[1], gh[1])));
-    KVar *gg =
-        cg_klet(k, &m.main, "gg", TY_F32, cg_kop1(k, OP_TANH, cg_kop2(k, OP_ADD, gi[2], gh[2])));
-    KVar *og =
-        cg_klet(k, &m.main, "og", TY_F32, cg_kop1(k, OP_SIGMOID, cg_kop2(k, OP_ADD, gi[3], gh[3])));
-    KExpr *cn = cg_kop2(k, OP_ADD, cg_kop2(k, OP_MUL, cg_kv(k, fg), cg_kload(k, cb, m.i)),
-                        cg_kop2(k, OP_MUL, cg_kv(k, ig), cg_kv(k, gg)));
-    KVar *cv = cg_klet(k, &m.main, "cn", TY_F32, cn);
-    cg_kstore(k, &m.main, cb, m.i, cg_kv(k, cv));
-    hn = cg_klet(k, &m.main, "hn", TY_F32,
-                 cg_kop2(k, OP_MUL, cg_kv(k, og), cg_kop1(k, OP_TANH, cg_kv(k, cv))));
-  } else {
-    KVar *rg =
-        cg_klet(k, &m.main, "rg", TY_F32, cg_kop1(k, OP_SIGMOID, cg_kop2(k, OP_ADD, gi[0], gh[0])));
-    KVar *zg =
-        cg_klet(k, &m.main, "zg", TY_F32, cg_kop1(k, OP_SIGMOID, cg_kop2(k, OP_ADD, gi[1], gh[1])));
-    KVar *ng = cg_klet(
-        k, &m.main, "ng", TY_F32,
-        cg_kop1(k, OP_TANH, cg_kop2(k, OP_ADD, gi[2], cg_kop2(k, OP_MUL, cg_kv(k, rg), gh[2]))));
-    KExpr *keep = cg_kop2(k, OP_MUL, cg_kv(k, zg), cg_kload(k, hb, m.i));
-    KExpr *upd =
-        cg_kop2(k, OP_MUL, cg_kop2(k, OP_SUB, cg_kimm(k, 1, TY_F32), cg_kv(k, zg)), cg_kv(k, ng));
-    hn = cg_klet(k, &m.main, "hn", TY_F32, cg_kop2(k, OP_ADD, upd, keep));
-  }
-  cg_kstore(k, &m.main, hb, m.i, cg_kv(k, hn));
-  cg_kstore(k, &m.main, yb, cg_kadd(k, cg_kmul(k, cg_kv(k, rowv), cg_kint(k, r->dirs * H)), j),
-            cg_kv(k, hn));
-  map_end(&m);
-  cg_launch(b, k);
-}
-
-/* Per layer and direction: one GEMM projects every timestep's input
- * (x @ W_ih^T); then per timestep a GEMM h @ W_hh^T and the cell kernel.
- * h and c live in the h_n / c_n results themselves, so the last state
- * needs no copy.  Every layer's sequence has the caller's layout. */
-bool lower_rnn(CgBuild *b, const Node *n) {
-  /* f32 only: the precision pass keeps recurrent layers in f32. */
-  for (int i = 0; i < n->n_in; i++)
-    if (n->in[i]->type.dtype != TY_F32) return unsupported(b, n, n->in[i]->type.dtype);
-  Arena *ar = &cg_build_ctx(b)->arena;
-  Rnn r = {.lstm = n->op == OP_LSTM,
-           .bf = ir_attr_int(n, "batch_first") != 0,
-           .bias = ir_attr_int(n, "bias") != 0,
-           .H = ir_attr_int(n, "hidden"),
-           .dirs = ir_attr_int(n, "bidirectional") ? 2 : 1};
-  r.G = r.lstm ? 4 : 3;
-  int64_t layers = ir_attr_int(n, "layers");
-  const Value *x = n->in[0];
-  r.N = r.bf ? x->type.dims[0] : x->type.dims[1];
-  r.T = r.bf ? x->type.dims[1] : x->type.dims[0];
-  int64_t N = r.N, T = r.T, H = r.H, GH = r.G * r.H, rows = T * N;
-  int per = r.bias ? 4 : 2;
-  RtRef hn = cg_ref(b, &n->out[1]), cn = r.lstm ? cg_ref(b, &n->out[2]) : hn;
-  RtRef in = cg_ref(b, x), yfinal = cg_ref(b, &n->out[0]);
-  int64_t feat = x->type.dims[2];
-  for (int64_t l = 0; l < layers; l++) {
-    RtRef seq =
-        l == layers - 1 ? yfinal : cg_scratch(b, n, (uint64_t)(rows * r.dirs * H) * F32_BYTES);
-    for (int64_t d = 0; d < r.dirs; d++) {
-      const Value *const *wt = (const Value *const *)n->in + 1 + (l * r.dirs + d) * per;
-      const char *ld = arena_printf(ar, "l%" PRId64 " d%" PRId64, l, d);
-      uint64_t state = (uint64_t)((l * r.dirs + d) * N * H) * F32_BYTES;
-      RtRef h = cg_ref_at(hn, state), c = cg_ref_at(cn, state);
-      cg_fill(b, n, arena_printf(ar, "%s h0", ld), h, TY_F32, N * H, 0.0);
-      if (r.lstm) cg_fill(b, n, arena_printf(ar, "%s c0", ld), c, TY_F32, N * H, 0.0);
-      if (rows == 0) continue;
-      RtRef xproj = cg_scratch(b, n, (uint64_t)(rows * GH) * F32_BYTES);
-      RtRef hproj = cg_scratch(b, n, (uint64_t)(N * GH) * F32_BYTES);
-      RtGemm g = gemm_f32(rows, GH, feat);
-      g.trans_b = 1, g.ldb = feat;
-      g.a = in, g.b = cg_ref(b, wt[0]), g.c = xproj;
-      emit_gemm(b, n, arena_printf(ar, "%s input", ld), &g);
-      for (int64_t s = 0; s < T; s++) {
-        int64_t t = d == 0 ? s : T - 1 - s;
-        RtGemm gh = gemm_f32(N, GH, H);
-        gh.trans_b = 1, gh.ldb = H;
-        gh.a = h, gh.b = cg_ref(b, wt[1]), gh.c = hproj;
-        emit_gemm(b, n, arena_printf(ar, "%s t%" PRId64 " hidden", ld, t), &gh);
-        rnn_cell(b, n, &r, arena_printf(ar, "%s t%" PRId64 " cell", ld, t), t, xproj, hproj,
-                 r.bias ? wt[2] : NULL, r.bias ? wt[3] : NULL, h, c,
-                 cg_ref_at(seq, (uint64_t)(d * H) * F32_BYTES));
-      }
-    }
-    in = seq;
-    feat = r.dirs * H;
-  }
   return true;
 }
