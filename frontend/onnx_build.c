@@ -694,19 +694,12 @@ bool ox_const_ints(Imp *im, Val *v, const char *what, int *n, int64_t *out) {
     return ox_bad(im, "%s must be a 0-d or 1-d integer tensor", what);
   int64_t count = ir_type_numel(&t->type);
   if (count > 64) return ox_bad(im, "%s has %" PRId64 " values, more than dlcc takes", what, count);
-  /* i64 and u64 read exactly (a double rounds them, and converting one
-   * past INT64_MAX back is undefined); the narrower types fit a double */
+  /* read exactly (through a double, an i64 rounds, and converting one
+   * past INT64_MAX back is undefined); a u64 past it is refused */
   for (int64_t i = 0; i < count; i++) {
-    if (t->type.dtype == TY_I64) {
-      memcpy(&out[i], (const char *)t->data + i * 8, 8);
-    } else if (t->type.dtype == TY_U64) {
-      uint64_t u;
-      memcpy(&u, (const char *)t->data + i * 8, 8);
-      if (u > (uint64_t)INT64_MAX) return ox_bad(im, "%s holds %" PRIu64 ", more than an int64 takes", what, u);
-      out[i] = (int64_t)u;
-    } else {
-      out[i] = (int64_t)ir_tensor_get(t, i);
-    }
+    if (t->type.dtype == TY_U64 && ((const uint64_t *)t->data)[i] > (uint64_t)INT64_MAX)
+      return ox_bad(im, "%s holds %" PRIu64 ", more than an int64 takes", what, ((const uint64_t *)t->data)[i]);
+    out[i] = ir_tensor_get_int(t, i);
   }
   *n = (int)count;
   return true;

@@ -238,7 +238,7 @@ static bool unroll_dir(Imp *im, const Rnn *r, int d, Val **ys, Val **h_out, Val 
     if (!h_new) return false;
     bool all_live = true;
     if (r->lens)
-      for (int64_t b = 0; b < N; b++) all_live &= t < (int64_t)ir_tensor_get(r->lens, b);
+      for (int64_t b = 0; b < N; b++) all_live &= t < ir_tensor_get_int(r->lens, b);
     if (all_live) {
       ys[t] = h = h_new;
       if (c_new) c = c_new;
@@ -249,7 +249,7 @@ static bool unroll_dir(Imp *im, const Rnn *r, int d, Val **ys, Val **h_out, Val 
     int64_t md[2] = {N, 1};
     TensorType mt = ir_type_make(h_new->type.dtype, 2, md);
     Val *m = ox_known_new(im, &mt);
-    for (int64_t b = 0; b < N; b++) ir_tensor_set(m->k, b, t < (int64_t)ir_tensor_get(r->lens, b));
+    for (int64_t b = 0; b < N; b++) ir_tensor_set(m->k, b, t < ir_tensor_get_int(r->lens, b));
     ys[t] = ox_op2(im, OP_MUL, m, h_new);
     h = ox_op2(im, OP_ADD, h, ox_op2(im, OP_MUL, m, ox_op2(im, OP_SUB, h_new, h)));
     if (c_new) c = ox_op2(im, OP_ADD, c, ox_op2(im, OP_MUL, m, ox_op2(im, OP_SUB, c_new, c)));
@@ -360,7 +360,7 @@ bool ox_op_rnn(Imp *im, ONode *n) {
     if (ir_type_numel(&r.lens->type) != N)
       return ox_bad(im, "sequence_lens must have %" PRId64 " entries", N);
     for (int64_t i = 0; i < N; i++) {
-      int64_t len = (int64_t)ir_tensor_get(r.lens, i);
+      int64_t len = ir_tensor_get_int(r.lens, i);
       if (len < 1 || len > T)
         return ox_bad(im, "sequence_lens entry %" PRId64 " is %" PRId64 ", not in [1, %" PRId64 "]", i, len,
                       T);

@@ -66,6 +66,10 @@ size_t ir_tensor_nbytes(const TensorType *type);
 /* Element i (C order) as a double, and stored from a double with the
  * rounding rules above. */
 double ir_tensor_get(const Tensor *t, int64_t i);
+/* Element i as an integer: exact for every integer dtype (a u64 past
+ * INT64_MAX saturates), a float truncated toward zero and saturated, NaN
+ * 0: an index or a size read from data, never undefined. */
+int64_t ir_tensor_get_int(const Tensor *t, int64_t i);
 void ir_tensor_set(Tensor *t, int64_t i, double v);
 
 const Tensor *ir_tensor_map_find(const TensorMap *m, const char *name);

@@ -71,6 +71,29 @@ double ir_tensor_get(const Tensor *t, int64_t i) {
   return 0;
 }
 
+int64_t ir_tensor_get_int(const Tensor *t, int64_t i) {
+  switch (t->type.dtype) {
+    case TY_I8: return ((const int8_t *)t->data)[i];
+    case TY_I16: return ((const int16_t *)t->data)[i];
+    case TY_I32: return ((const int32_t *)t->data)[i];
+    case TY_I64: return ((const int64_t *)t->data)[i];
+    case TY_U8:
+    case TY_BOOL: return ((const uint8_t *)t->data)[i];
+    case TY_U16: return ((const uint16_t *)t->data)[i];
+    case TY_U32: return ((const uint32_t *)t->data)[i];
+    case TY_U64: {
+      uint64_t v = ((const uint64_t *)t->data)[i];
+      return v > (uint64_t)INT64_MAX ? INT64_MAX : (int64_t)v;
+    }
+    default: break;
+  }
+  double d = ir_tensor_get(t, i);
+  if (d != d) return 0;
+  if (d >= 0x1p63) return INT64_MAX;
+  if (d < -0x1p63) return INT64_MIN;
+  return (int64_t)d;
+}
+
 void ir_tensor_set(Tensor *t, int64_t i, double v) {
   switch (t->type.dtype) {
     case TY_F32: ((float *)t->data)[i] = (float)v; return;

@@ -153,7 +153,7 @@ static bool eval_embedding_grad(const Tensor *dy, const Tensor *ids, Tensor *out
   double *acc = calloc((size_t)total + 1, sizeof *acc);
   if (!acc) snprintf(err, errlen, "out of memory");
   for (int64_t r = 0; acc && r < rows; r++) {
-    int64_t id = (int64_t)ir_tensor_get(ids, r), at = id < 0 ? id + num : id;
+    int64_t id = ir_tensor_get_int(ids, r), at = id < 0 ? id + num : id;
     if (at < 0 || at >= num) {
       snprintf(err, errlen, "index %" PRId64 " is out of range for axis 0 of size %" PRId64, id, num);
       free(acc);
