@@ -310,6 +310,53 @@ static bool bias_in_epilogue(const Node *n) {
          numel(&n->out[0].type) > 0;
 }
 
+static double product_flops(const Node *lin) {
+  const TensorType *x = &lin->in[0]->type;
+  return 2.0 * (double)ir_type_numel(&lin->out[0].type) * (double)x->dims[x->rank - 1];
+}
+
+/* Whether member i of bt has a kernel after the GEMM: its group's, or
+ * the int8 bias's. */
+static bool has_kernel_after(const CgGemmBatch *bt, int i) {
+  const Node *lin = bt->lin[i];
+  return lin->group >= 0 ? bt->c[i] == &lin->out[0] : lin->n_in > 2 && !bt->epilogue;
+}
+
+/* When n is a member of a batch (gemm_batch.c): the batch's one GEMM,
+ * at its first member, and true; false for any other linear.  The FLOPs
+ * of the others' products go with the GEMM's step (plan_cost.c): all
+ * they cost when they have no kernel after it. */
+static bool emit_gemm_batch(CgBuild *b, const Node *n) {
+  CgGemmBatch *bt = cg_gemm_batch_of(b, n);
+  if (!bt) return false;
+  int self = 0;
+  while (bt->lin[self] != n) self++;
+  if (bt->emitted) {
+    if (has_kernel_after(bt, self)) cg_note_elsewhere(b, product_flops(n));
+    return true;
+  }
+  bt->emitted = true;
+  for (int i = 0; i < bt->n; i++) {
+    const Node *lin = bt->lin[i];
+    if (i == self) continue;
+    if (has_kernel_after(bt, i))
+      cg_note_elsewhere(b, -product_flops(lin));
+    else
+      cg_note_elsewhere(b, -ir_cost(lin).flops - (bt->c[i] != &lin->out[0] ? ir_cost(bt->c[i]->def).flops : 0));
+  }
+  const Node *first = bt->lin[0];
+  RtGemm g = linear_gemm(b, first, cg_ref(b, bt->c[0]));
+  g.b = bt->w;
+  g.batch = bt->n;
+  g.stride_a = 0, g.stride_b = bt->stride_b, g.stride_c = bt->stride_c;
+  if (bt->epilogue) g.epilogue = bt->epilogue, g.bias = bt->bias, g.stride_bias = bt->stride_bias;
+  Ctx *c = cg_build_ctx(b);
+  const char *with = "with";
+  for (int i = 1; i < bt->n; i++) with = arena_printf(&c->arena, "%s %%%d", with, bt->lin[i]->out[0].id);
+  emit_gemm(b, n, with, &g);
+  return true;
+}
+
 bool lower_linear(CgBuild *b, const Node *n) {
   if (!product_dtypes(b, n)) return false;
   const Value *out = &n->out[0];
@@ -319,7 +366,7 @@ bool lower_linear(CgBuild *b, const Node *n) {
   RtGemm g = linear_gemm(b, n, rc);
   /* In a fusion group the group's kernel adds the bias where it reads. */
   if (n->group < 0 && bias_in_epilogue(n)) g.epilogue = RT_EPILOGUE_BIAS, g.bias = cg_ref(b, n->in[2]);
-  emit_gemm(b, n, NULL, &g);
+  if (!emit_gemm_batch(b, n)) emit_gemm(b, n, NULL, &g);
   if (n->n_in > 2 && n->group < 0 && !g.epilogue) bias_add(b, n, rc, total, 1, outf, n->in[2]);
   return true;
 }
@@ -334,14 +381,21 @@ static uint32_t activation_epilogue(const Node *act, DType dt) {
   return RT_EPILOGUE_NONE;
 }
 
-bool cg_lower_gemm_epilogue(CgBuild *b, const CgGroup *grp) {
+uint32_t cg_gemm_epilogue_of(const CgGroup *grp, const Node **linear) {
   const Node *act = grp->root, *lin = act->n_in == 1 ? act->in[0]->def : NULL;
   if (grp->n != 2 || grp->attention || !lin || lin->op != OP_LINEAR || lin->group != grp->id ||
       !bias_in_epilogue(lin))
-    return false;
+    return RT_EPILOGUE_NONE;
   DType dt = lin->out[0].type.dtype;
-  uint32_t e = act->out[0].type.dtype == dt ? activation_epilogue(act, dt) : RT_EPILOGUE_NONE;
+  *linear = lin;
+  return act->out[0].type.dtype == dt ? activation_epilogue(act, dt) : RT_EPILOGUE_NONE;
+}
+
+bool cg_lower_gemm_epilogue(CgBuild *b, const CgGroup *grp) {
+  const Node *act = grp->root, *lin = NULL;
+  uint32_t e = cg_gemm_epilogue_of(grp, &lin);
   if (!e) return false;
+  if (emit_gemm_batch(b, lin)) return true;
   RtGemm g = linear_gemm(b, lin, cg_ref(b, &act->out[0]));
   g.epilogue = e;
   g.bias = cg_ref(b, lin->in[2]);
