@@ -57,7 +57,8 @@ static bool member_of(const Graph *g, const CgGroup *grp, const CgInit *init, co
     m->bias_after = bias && int8;
   } else {
     const Node *lin = NULL;
-    uint32_t e = cg_gemm_epilogue_of(grp, &lin);
+    const Value *bias;
+    uint32_t e = cg_gemm_epilogue_of(grp, &lin, &bias);
     if (e && lin == n) {
       m->c = &grp->root->out[0];
       m->epilogue = e;
@@ -117,9 +118,15 @@ CgGemmBatch **cg_find_gemm_batches(Ctx *c, const Graph *g, CgGroup *const *group
     const Value *w = first->in[1], *cv = bt->c[0];
     int64_t es = ir_dtype_size(w->type.dtype);
     bt->epilogue = mem[first->id].epilogue;
-    bt->stride_b = padded(ir_type_numel(&w->type), es);
+    /* One weight (bias) read by every member: stride 0, no copies. */
+    bool one_w = true, one_bias = true;
+    for (int j = 1; j < bt->n; j++) {
+      one_w = one_w && bt->lin[j]->in[1] == w;
+      one_bias = one_bias && bt->epilogue && bt->lin[j]->in[2] == first->in[2];
+    }
+    bt->stride_b = one_w ? 0 : padded(ir_type_numel(&w->type), es);
     bt->stride_c = padded(ir_type_numel(&cv->type), ir_dtype_size(cv->type.dtype));
-    if (bt->epilogue) bt->stride_bias = padded(w->type.dims[0], es);
+    if (bt->epilogue && !one_bias) bt->stride_bias = padded(w->type.dims[0], es);
   }
   return of;
 }

@@ -523,9 +523,10 @@ typedef struct CgGemmBatch {
   const Value **c;     /* what each one's GEMM writes: its value, or its group's under an activation epilogue */
   uint32_t epilogue;   /* RtEpilogue, the same for all */
   /* In elements, each a multiple of 256 bytes: member i's weight, bias
-   * and result start i strides after member 0's. */
+   * and result start i strides after member 0's; 0 when every member
+   * reads one weight (bias), which then stays where it is. */
   int64_t stride_b, stride_bias, stride_c;
-  RtRef w, bias; /* the weights (biases) side by side, in the derived region */
+  RtRef w, bias; /* the weights (biases) side by side, in the derived region (nonzero strides) */
   bool emitted;  /* its GEMM is in the plan */
 } CgGemmBatch;
 
@@ -538,9 +539,11 @@ CgGemmBatch *cg_gemm_batch_of(CgBuild *b, const Node *n);
  * computed that many of other units'). */
 void cg_note_elsewhere(CgBuild *b, double flops);
 /* The epilogue cuBLASLt applies for a group that is a linear and its
- * activation (relu, or gelu's tanh form in f16/bf16), with *lin the
- * linear; RT_EPILOGUE_NONE when grp is no such group (lower_gemm.c). */
-uint32_t cg_gemm_epilogue_of(const CgGroup *grp, const Node **lin);
+ * activation (relu, or gelu's tanh form in f16/bf16), a matmul plus a
+ * bias along its last axis, or that and an activation: *product the
+ * linear or matmul, *bias its bias; RT_EPILOGUE_NONE when grp is no
+ * such group (lower_gemm.c). */
+uint32_t cg_gemm_epilogue_of(const CgGroup *grp, const Node **product, const Value **bias);
 
 /* The options of this compilation (codegen.h). */
 const struct CgOptions *cg_options(CgBuild *b);

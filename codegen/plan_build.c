@@ -183,8 +183,8 @@ static void place_batches(CgBuild *b, uint64_t weights_bytes) {
   for (Node *n = b->g->first; b->batch_of && n; n = n->next) {
     CgGemmBatch *bt = b->batch_of[n->id];
     if (!bt || bt->lin[0] != n) continue;
-    place_batch_operands(b, weights_bytes, bt, 1, bt->stride_b, &bt->w);
-    if (bt->epilogue) place_batch_operands(b, weights_bytes, bt, 2, bt->stride_bias, &bt->bias);
+    if (bt->stride_b) place_batch_operands(b, weights_bytes, bt, 1, bt->stride_b, &bt->w);
+    if (bt->stride_bias) place_batch_operands(b, weights_bytes, bt, 2, bt->stride_bias, &bt->bias);
     const Value *c = bt->c[0];
     uint64_t es = (uint64_t)ir_dtype_size(c->type.dtype), stride = (uint64_t)bt->stride_c * es;
     RtRef slot = place(b, (uint64_t)(bt->n - 1) * stride + value_bytes(c),
@@ -198,9 +198,9 @@ static void copy_batch_weights(CgBuild *b) {
   for (Node *n = b->g->first; b->batch_of && n; n = n->next) {
     const CgGemmBatch *bt = b->batch_of[n->id];
     if (!bt || bt->lin[0] != n) continue;
-    for (int operand = 1; operand <= (bt->epilogue ? 2 : 1); operand++) {
+    for (int operand = 1; operand <= 2; operand++) {
       int64_t stride = operand == 1 ? bt->stride_b : bt->stride_bias;
-      for (int i = 0; i < bt->n; i++) {
+      for (int i = 0; stride && i < bt->n; i++) {
         const Value *v = bt->lin[i]->in[operand];
         uint64_t es = (uint64_t)ir_dtype_size(v->type.dtype);
         RtRef to = cg_ref_at(operand == 1 ? bt->w : bt->bias, (uint64_t)i * (uint64_t)stride * es), from = cg_ref(b, v);
