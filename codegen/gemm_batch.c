@@ -12,7 +12,12 @@
  * Every operand is ready when the first member is lowered: A is its own
  * operand, the weights are computed before a run starts.  That is why a
  * weight that depends on an input never joins, and why no member's
- * result can be needed before another member's operand exists. */
+ * result can be needed before another member's operand exists.  And
+ * members lie between the same two barriers: run nodes that are neither
+ * elementwise nor moves nor candidates (a product, a reduction, an
+ * attention).  A later linear of the same input beyond one (a clone
+ * that --recompute placed in the backward pass, a second layer's) would
+ * otherwise have its result computed early and kept alive meanwhile. */
 #include "lower.h"
 
 /* What a linear's GEMM writes and how, when it may join a batch. */
@@ -71,9 +76,9 @@ static bool member_of(const Graph *g, const CgGroup *grp, const CgInit *init, co
   return !is_output(g, m->c);
 }
 
-static bool same_kind(const Node *x, const Member *mx, const Node *y, const Member *my) {
+static bool same_kind(const Node *x, const Member *mx, const Node *y, const Member *my, const int *segment) {
   const TensorType *xa = &x->in[0]->type, *ya = &y->in[0]->type;
-  return mx->a == my->a && mx->epilogue == my->epilogue && mx->bias_after == my->bias_after &&
+  return mx->a == my->a && segment[x->id] == segment[y->id] && mx->epilogue == my->epilogue && mx->bias_after == my->bias_after &&
          xa->dtype == ya->dtype && ir_type_numel(xa) == ir_type_numel(ya) &&
          xa->dims[xa->rank - 1] == ya->dims[ya->rank - 1] && x->in[1]->type.dims[0] == y->in[1]->type.dims[0] &&
          mx->c->type.dtype == my->c->type.dtype;
@@ -94,22 +99,30 @@ CgGemmBatch **cg_find_gemm_batches(Ctx *c, const Graph *g, CgGroup *const *group
   for (int i = 0; i < n_nodes; i++)
     for (int j = 0; groups && groups[i] && j < groups[i]->n; j++) grp[groups[i]->members[j]->id] = groups[i];
   const Node **lins = ARENA_ARRAY(&c->arena, const Node *, n_nodes + 1);
-  int n_lins = 0;
-  for (const Node *n = g->first; n; n = n->next)
-    if (member_of(g, n->group < 0 ? NULL : grp[n->id], init, n, &mem[n->id])) lins[n_lins++] = n;
+  int *segment = ARENA_ARRAY(&c->arena, int, n_nodes + 1);
+  int n_lins = 0, seg = 0;
+  for (const Node *n = g->first; n; n = n->next) {
+    if (member_of(g, n->group < 0 ? NULL : grp[n->id], init, n, &mem[n->id])) {
+      segment[n->id] = seg;
+      lins[n_lins++] = n;
+      continue;
+    }
+    OpClass k = ir_ops[n->op].cls;
+    seg += !init->node[n->id] && k != K_SOURCE && k != K_ELEMWISE && k != K_MOVE;
+  }
   bool *taken = ARENA_ARRAY(&c->arena, bool, n_lins + 1);
   for (int i = 0; i < n_lins; i++) {
     if (taken[i]) continue;
     const Node *first = lins[i];
     int count = 1;
     for (int j = i + 1; j < n_lins; j++)
-      count += !taken[j] && same_kind(first, &mem[first->id], lins[j], &mem[lins[j]->id]);
+      count += !taken[j] && same_kind(first, &mem[first->id], lins[j], &mem[lins[j]->id], segment);
     if (count < 2) continue;
     CgGemmBatch *bt = ARENA_NEW(&c->arena, CgGemmBatch);
     bt->lin = ARENA_ARRAY(&c->arena, const Node *, count);
     bt->c = ARENA_ARRAY(&c->arena, const Value *, count);
     for (int j = i; j < n_lins; j++) {
-      if (taken[j] || !same_kind(first, &mem[first->id], lins[j], &mem[lins[j]->id])) continue;
+      if (taken[j] || !same_kind(first, &mem[first->id], lins[j], &mem[lins[j]->id], segment)) continue;
       taken[j] = true;
       bt->lin[bt->n] = lins[j];
       bt->c[bt->n++] = mem[lins[j]->id].c;

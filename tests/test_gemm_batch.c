@@ -149,7 +149,9 @@ END_TEST
 
 /* What stays apart: a weight computed from an input (it would not be
  * ready before the run), other out features, a linear that is an output
- * of the graph (its bytes are the caller's). */
+ * of the graph (its bytes are the caller's), a linear beyond a product
+ * that reads the others (batched, its result would live from the first
+ * member on: --recompute's clones are such linears). */
 START_TEST(what_stays_apart) {
   const char *text = "graph apart {\n"
                      "  %x = input {name=\"x\"} : f32[4, 8]\n"
@@ -157,17 +159,21 @@ START_TEST(what_stays_apart) {
                      "  %w1 = param {name=\"a.weight\"} : f32[8, 8]\n"
                      "  %w2 = param {name=\"b.weight\"} : f32[6, 8]\n"
                      "  %w3 = param {name=\"c.weight\"} : f32[8, 8]\n"
+                     "  %w4 = param {name=\"d.weight\"} : f32[8, 8]\n"
                      "  %0 = linear %x, %w1 : f32[4, 8]\n"
                      "  %1 = linear %x, %u : f32[4, 8]\n"
                      "  %2 = linear %x, %w2 : f32[4, 6]\n"
                      "  %3 = linear %x, %w3 : f32[4, 8]\n"
                      "  %4 = add %0, %1 : f32[4, 8]\n"
-                     "  return %4 as \"y\", %2 as \"z\", %3 as \"o\"\n"
+                     "  %5 = matmul %4, %4 {trans_b=1} : f32[4, 4]\n"
+                     "  %6 = linear %x, %w4 : f32[4, 8]\n"
+                     "  %7 = matmul %5, %6 : f32[4, 8]\n"
+                     "  return %7 as \"y\", %2 as \"z\", %3 as \"o\"\n"
                      "}\n";
   Job j = compile_at(&ctx, text, 0);
   int n;
   only_gemm(j.cg.plan, &n);
-  ck_assert_int_eq(n, 4);
+  ck_assert_int_eq(n, 7);
   for (uint32_t i = 0; i < j.cg.plan->n_steps; i++)
     if (j.cg.plan->steps[i].kind == RT_STEP_GEMM) ck_assert_int_eq(j.cg.plan->steps[i].gemm.batch, 1);
   test_emu_matches_eval(j.g, j.cg.plan, 4, -1, 1, 1e-5);
