@@ -407,6 +407,8 @@ static void put_step(FILE *f, const RtStep *s, uint32_t *arg_at) {
     if (g->epilogue) {
       fprintf(f, ",\n            .epilogue = %" PRIu32 "u, .bias = ", g->epilogue);
       put_ref(f, g->bias);
+      fputs(", .stride_bias = ", f);
+      put_i64(f, g->stride_bias);
     }
     fputs("}},\n", f);
   } else {

@@ -58,6 +58,9 @@ typedef struct CgOptions {
   bool tf32;
   /* --no-tensor-cores: every convolution on the FMA kernel */
   bool no_tensor_cores;
+  /* --no-gemm-batch: each linear its own GEMM, even beside others of
+   * the same input (codegen/gemm_batch.c) */
+  bool no_gemm_batch;
 } CgOptions;
 
 /* cg_compile with options (NULL: the defaults). */

@@ -498,6 +498,9 @@ typedef struct CgUnit {
   const Node *node;
   const CgGroup *group;
   int first, end;
+  /* FLOPs of its products that another unit's batched GEMM computed;
+   * negative: of other units' products that its batched GEMM computed */
+  double flops_elsewhere;
 } CgUnit;
 
 /* Each step's cost, init steps first: a unit lowered to one launch or
@@ -519,6 +522,35 @@ typedef struct CgInit {
 
 /* Splits g (numbered here) given its groups (cg_find_groups). */
 CgInit cg_split_init(Ctx *c, Graph *g, CgGroup *const *groups);
+
+/* Linears of one input as one strided-batched GEMM (gemm_batch.c). */
+typedef struct CgGemmBatch {
+  int n;               /* members, in graph order */
+  const Node **lin;    /* the linears */
+  const Value **c;     /* what each one's GEMM writes: its value, or its group's under an activation epilogue */
+  uint32_t epilogue;   /* RtEpilogue, the same for all */
+  /* In elements, each a multiple of 256 bytes: member i's weight, bias
+   * and result start i strides after member 0's; 0 when every member
+   * reads one weight (bias), which then stays where it is. */
+  int64_t stride_b, stride_bias, stride_c;
+  RtRef w, bias; /* the weights (biases) side by side, in the derived region (nonzero strides) */
+  bool emitted;  /* its GEMM is in the plan */
+} CgGemmBatch;
+
+/* By node id: the batch a linear is a member of, or NULL. */
+CgGemmBatch **cg_find_gemm_batches(Ctx *c, const Graph *g, CgGroup *const *groups, const CgInit *init);
+/* The batch n is a member of, or NULL (plan_build.c). */
+CgGemmBatch *cg_gemm_batch_of(CgBuild *b, const Node *n);
+/* The unit being lowered has a product of that many FLOPs that its
+ * batch's GEMM, in another unit, computed (negative: its batched GEMM
+ * computed that many of other units'). */
+void cg_note_elsewhere(CgBuild *b, double flops);
+/* The epilogue cuBLASLt applies for a group that is a linear and its
+ * activation (relu, or gelu's tanh form in f16/bf16), a matmul plus a
+ * bias along its last axis, or that and an activation: *product the
+ * linear or matmul, *bias its bias; RT_EPILOGUE_NONE when grp is no
+ * such group (lower_gemm.c). */
+uint32_t cg_gemm_epilogue_of(const CgGroup *grp, const Node **product, const Value **bias);
 
 /* The options of this compilation (codegen.h). */
 const struct CgOptions *cg_options(CgBuild *b);

@@ -12,6 +12,7 @@ libdlcc_core_la_SOURCES += \
 	codegen/tc_gemm.c \
 	codegen/attention.c \
 	codegen/initgraph.c \
+	codegen/gemm_batch.c \
 	codegen/unroll.c \
 	codegen/emit_cuda.c \
 	codegen/emit_tc.c \

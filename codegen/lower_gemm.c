@@ -235,7 +235,15 @@ bool lower_matmul(CgBuild *b, const Node *n) {
   return cg_lower_matmul_into(b, n, cg_ref(b, &n->out[0]), 0.0f);
 }
 
+static bool matmul_gemms(CgBuild *b, const Node *n, RtRef rc, float beta, uint32_t epilogue, RtRef bias);
+
 bool cg_lower_matmul_into(CgBuild *b, const Node *n, RtRef rc, float beta) {
+  return matmul_gemms(b, n, rc, beta, RT_EPILOGUE_NONE, (RtRef){0});
+}
+
+/* matmul n's GEMMs into rc, each with the epilogue (its bias shared by
+ * every batch). */
+static bool matmul_gemms(CgBuild *b, const Node *n, RtRef rc, float beta, uint32_t epilogue, RtRef bias) {
   if (!product_dtypes(b, n)) return false;
   TensorType at = ir_matmul_operand(n, 0), bt = ir_matmul_operand(n, 1);
   bool ta = ir_matmul_trans(n, 0), tb = ir_matmul_trans(n, 1);
@@ -256,6 +264,7 @@ bool cg_lower_matmul_into(CgBuild *b, const Node *n, RtRef rc, float beta) {
   RtGemm g = gemm_of(dt, m, nn, k);
   g.a = ra, g.b = rb, g.c = rc;
   g.beta = beta;
+  g.epilogue = epilogue, g.bias = bias;
   g.trans_a = ta, g.trans_b = tb;
   if (ta) g.lda = m;
   if (tb) g.ldb = k;
@@ -317,6 +326,56 @@ static bool bias_in_epilogue(const Node *n) {
          numel(&n->out[0].type) > 0;
 }
 
+static double product_flops(const Node *lin) {
+  const TensorType *x = &lin->in[0]->type;
+  return 2.0 * (double)ir_type_numel(&lin->out[0].type) * (double)x->dims[x->rank - 1];
+}
+
+/* Whether member i of bt has a kernel after the GEMM: its group's, or
+ * the int8 bias's. */
+static bool has_kernel_after(const CgGemmBatch *bt, int i) {
+  const Node *lin = bt->lin[i];
+  return lin->group >= 0 ? bt->c[i] == &lin->out[0] : lin->n_in > 2 && !bt->epilogue;
+}
+
+/* When n is a member of a batch (gemm_batch.c): the batch's one GEMM,
+ * at its first member, and true; false for any other linear.  The FLOPs
+ * of the others' products go with the GEMM's step (plan_cost.c): all
+ * they cost when they have no kernel after it. */
+static bool emit_gemm_batch(CgBuild *b, const Node *n) {
+  CgGemmBatch *bt = cg_gemm_batch_of(b, n);
+  if (!bt) return false;
+  int self = 0;
+  while (bt->lin[self] != n) self++;
+  if (bt->emitted) {
+    if (has_kernel_after(bt, self)) cg_note_elsewhere(b, product_flops(n));
+    return true;
+  }
+  bt->emitted = true;
+  for (int i = 0; i < bt->n; i++) {
+    const Node *lin = bt->lin[i];
+    if (i == self) continue;
+    if (has_kernel_after(bt, i))
+      cg_note_elsewhere(b, -product_flops(lin));
+    else
+      cg_note_elsewhere(b, -ir_cost(lin).flops - (bt->c[i] != &lin->out[0] ? ir_cost(bt->c[i]->def).flops : 0));
+  }
+  const Node *first = bt->lin[0];
+  RtGemm g = linear_gemm(b, first, cg_ref(b, bt->c[0]));
+  g.b = bt->stride_b ? bt->w : cg_ref(b, first->in[1]);
+  g.batch = bt->n;
+  g.stride_a = 0, g.stride_b = bt->stride_b, g.stride_c = bt->stride_c;
+  if (bt->epilogue) {
+    g.epilogue = bt->epilogue, g.stride_bias = bt->stride_bias;
+    g.bias = bt->stride_bias ? bt->bias : cg_ref(b, first->in[2]);
+  }
+  Ctx *c = cg_build_ctx(b);
+  const char *with = "with";
+  for (int i = 1; i < bt->n; i++) with = arena_printf(&c->arena, "%s %%%d", with, bt->lin[i]->out[0].id);
+  emit_gemm(b, n, with, &g);
+  return true;
+}
+
 bool lower_linear(CgBuild *b, const Node *n) {
   if (!product_dtypes(b, n)) return false;
   const Value *out = &n->out[0];
@@ -326,7 +385,7 @@ bool lower_linear(CgBuild *b, const Node *n) {
   RtGemm g = linear_gemm(b, n, rc);
   /* In a fusion group the group's kernel adds the bias where it reads. */
   if (n->group < 0 && bias_in_epilogue(n)) g.epilogue = RT_EPILOGUE_BIAS, g.bias = cg_ref(b, n->in[2]);
-  emit_gemm(b, n, NULL, &g);
+  if (!emit_gemm_batch(b, n)) emit_gemm(b, n, NULL, &g);
   if (n->n_in > 2 && n->group < 0 && !g.epilogue) bias_add(b, n, rc, total, 1, outf, n->in[2]);
   return true;
 }
@@ -341,14 +400,53 @@ static uint32_t activation_epilogue(const Node *act, DType dt) {
   return RT_EPILOGUE_NONE;
 }
 
+/* add(p, bias) of grp, p a float matmul of matrices (not vectors) that
+ * sums over something, bias stored and n values along p's last axis
+ * (ones elsewhere): p, with the bias in *bias; else NULL. */
+static const Node *matmul_plus_bias(const CgGroup *grp, const Node *add, const Value **bias) {
+  if (add->op != OP_ADD) return NULL;
+  for (int i = 0; i < 2; i++) {
+    const Node *p = add->in[i]->def;
+    const Value *v = add->in[1 - i], *u = v;
+    if (p->op != OP_MATMUL || p->group != grp->id || !ir_type_eq(&p->out[0].type, &add->out[0].type)) continue;
+    const TensorType *pt = &p->out[0].type, *vt = &v->type, *at = &p->in[0]->type;
+    int64_t nn = pt->dims[pt->rank - 1], k = ir_matmul_trans(p, 0) ? at->dims[at->rank - 2] : at->dims[at->rank - 1];
+    if (!ir_dtype_is_float(pt->dtype) || pt->dtype != at->dtype || at->rank < 2 || p->in[1]->type.rank < 2 ||
+        vt->dtype != pt->dtype || vt->rank < 1 || vt->dims[vt->rank - 1] != nn || numel(vt) != nn || k == 0 ||
+        numel(pt) == 0)
+      continue;
+    while (u->def->op == OP_RESHAPE) u = u->def->in[0];
+    if (u->def->op == OP_CONST) continue;
+    *bias = v;
+    return p;
+  }
+  return NULL;
+}
+
+uint32_t cg_gemm_epilogue_of(const CgGroup *grp, const Node **product, const Value **bias) {
+  const Node *act = grp->root, *in = act->n_in == 1 ? act->in[0]->def : NULL;
+  if (grp->attention) return RT_EPILOGUE_NONE;
+  DType dt = act->out[0].type.dtype;
+  if (grp->n == 2 && in && in->op == OP_LINEAR && in->group == grp->id && bias_in_epilogue(in) &&
+      in->out[0].type.dtype == dt) {
+    *product = in;
+    *bias = in->in[2];
+    return activation_epilogue(act, dt);
+  }
+  if (grp->n == 2 && (*product = matmul_plus_bias(grp, act, bias))) return RT_EPILOGUE_BIAS;
+  if (grp->n == 3 && in && in->group == grp->id && in->out[0].type.dtype == dt &&
+      (*product = matmul_plus_bias(grp, in, bias)))
+    return activation_epilogue(act, dt);
+  return RT_EPILOGUE_NONE;
+}
+
 bool cg_lower_gemm_epilogue(CgBuild *b, const CgGroup *grp) {
-  const Node *act = grp->root, *lin = act->n_in == 1 ? act->in[0]->def : NULL;
-  if (grp->n != 2 || grp->attention || !lin || lin->op != OP_LINEAR || lin->group != grp->id ||
-      !bias_in_epilogue(lin))
-    return false;
-  DType dt = lin->out[0].type.dtype;
-  uint32_t e = act->out[0].type.dtype == dt ? activation_epilogue(act, dt) : RT_EPILOGUE_NONE;
+  const Node *act = grp->root, *lin = NULL;
+  const Value *bias = NULL;
+  uint32_t e = cg_gemm_epilogue_of(grp, &lin, &bias);
   if (!e) return false;
+  if (lin->op == OP_MATMUL) return matmul_gemms(b, lin, cg_ref(b, &act->out[0]), 0.0f, e, cg_ref(b, bias));
+  if (emit_gemm_batch(b, lin)) return true;
   RtGemm g = linear_gemm(b, lin, cg_ref(b, &act->out[0]));
   g.epilogue = e;
   g.bias = cg_ref(b, lin->in[2]);

@@ -37,6 +37,8 @@ struct CgBuild {
   uint64_t arena_top, weights_top;
   uint64_t derived_top; /* from weights_bytes: the derived region */
   CgInit init;
+  CgGemmBatch **batch_of; /* by node id (gemm_batch.c); NULL: none */
+  double flops_elsewhere; /* of the unit being lowered (cg_note_elsewhere) */
 
   /* The init steps, then a run's: one list, so that liveness and the
    * planner see init as the first steps of a run (its scratch is free
@@ -155,6 +157,65 @@ static int *first_of_name(CgBuild *b, int n_par) {
   return first;
 }
 
+/* n bytes of the derived region. */
+static RtRef derive(CgBuild *b, uint64_t weights_bytes, uint64_t nbytes) {
+  RtRef r = {.space = RT_SPACE_WEIGHTS, .offset = weights_bytes + align_up(b->derived_top)};
+  b->derived_top = r.offset - weights_bytes + nbytes;
+  return r;
+}
+
+/* A batch's weights (biases) side by side in the derived region; a
+ * weight the init steps compute is computed right there, any other is
+ * copied there (copy_batch_weights).  Its results in one arena slot. */
+static void place_batch_operands(CgBuild *b, uint64_t weights_bytes, const CgGemmBatch *bt, int operand,
+                                 int64_t stride, RtRef *at) {
+  const Value *v0 = bt->lin[0]->in[operand];
+  uint64_t es = (uint64_t)ir_dtype_size(v0->type.dtype);
+  *at = derive(b, weights_bytes, (uint64_t)(bt->n - 1) * (uint64_t)stride * es + value_bytes(v0));
+  for (int i = 0; i < bt->n; i++) {
+    const Value *v = bt->lin[i]->in[operand];
+    if (b->init.node[v->def->id] && v->def->op != OP_RESHAPE && !b->has_home[v->id])
+      set_home(b, v, cg_ref_at(*at, (uint64_t)i * (uint64_t)stride * es));
+  }
+}
+
+static void place_batches(CgBuild *b, uint64_t weights_bytes) {
+  for (Node *n = b->g->first; b->batch_of && n; n = n->next) {
+    CgGemmBatch *bt = b->batch_of[n->id];
+    if (!bt || bt->lin[0] != n) continue;
+    if (bt->stride_b) place_batch_operands(b, weights_bytes, bt, 1, bt->stride_b, &bt->w);
+    if (bt->stride_bias) place_batch_operands(b, weights_bytes, bt, 2, bt->stride_bias, &bt->bias);
+    const Value *c = bt->c[0];
+    uint64_t es = (uint64_t)ir_dtype_size(c->type.dtype), stride = (uint64_t)bt->stride_c * es;
+    RtRef slot = place(b, (uint64_t)(bt->n - 1) * stride + value_bytes(c),
+                       arena_printf(&b->ctx->arena, "%s and the batch", value_name(b, c)));
+    for (int i = 0; i < bt->n; i++) set_home(b, bt->c[i], cg_ref_at(slot, (uint64_t)i * stride));
+  }
+}
+
+/* Init steps: the weights of each batch that are not computed in place. */
+static void copy_batch_weights(CgBuild *b) {
+  for (Node *n = b->g->first; b->batch_of && n; n = n->next) {
+    const CgGemmBatch *bt = b->batch_of[n->id];
+    if (!bt || bt->lin[0] != n) continue;
+    for (int operand = 1; operand <= 2; operand++) {
+      int64_t stride = operand == 1 ? bt->stride_b : bt->stride_bias;
+      for (int i = 0; stride && i < bt->n; i++) {
+        const Value *v = bt->lin[i]->in[operand];
+        uint64_t es = (uint64_t)ir_dtype_size(v->type.dtype);
+        RtRef to = cg_ref_at(operand == 1 ? bt->w : bt->bias, (uint64_t)i * (uint64_t)stride * es), from = cg_ref(b, v);
+        if (from.space != to.space || from.offset != to.offset)
+          cg_copy(b, bt->lin[i], operand == 1 ? "weight into its batch" : "bias into its batch", to, from,
+                  value_bytes(v));
+      }
+    }
+  }
+}
+
+CgGemmBatch *cg_gemm_batch_of(CgBuild *b, const Node *n) { return b->batch_of ? b->batch_of[n->id] : NULL; }
+
+void cg_note_elsewhere(CgBuild *b, double flops) { b->flops_elsewhere += flops; }
+
 static bool plan_storage(CgBuild *b) {
   Graph *g = b->g;
   int n_in = 0, n_par = 0;
@@ -191,10 +252,11 @@ static bool plan_storage(CgBuild *b) {
     }
   }
   uint64_t weights_bytes = align_up(b->weights_top);
+  place_batches(b, weights_bytes);
   for (Node *n = g->first; n; n = n->next) {
     if (!b->init.node[n->id] || n->op == OP_RESHAPE) continue;
     for (int i = 0; i < n->n_out; i++) {
-      if (!b->init.need[n->out[i].id]) continue;
+      if (!b->init.need[n->out[i].id] || b->has_home[n->out[i].id]) continue;
       RtRef r = {.space = RT_SPACE_WEIGHTS, .offset = weights_bytes + align_up(b->derived_top)};
       b->derived_top = r.offset - weights_bytes + value_bytes(&n->out[i]);
       set_home(b, &n->out[i], r);
@@ -934,6 +996,8 @@ static const char *join_source(CgBuild *b) {
 }
 
 static void note_unit(CgBuild *b, const Node *n, const CgGroup *grp, int first) {
+  double elsewhere = b->flops_elsewhere;
+  b->flops_elsewhere = 0;
   if (b->n_steps == first) return;
   if (b->n_units == b->cap_units) {
     int old = b->cap_units, cap = old ? 2 * old : 64;
@@ -941,7 +1005,8 @@ static void note_unit(CgBuild *b, const Node *n, const CgGroup *grp, int first) 
                              sizeof(CgUnit) * (size_t)cap);
     b->cap_units = cap;
   }
-  b->units[b->n_units++] = (CgUnit){.node = n, .group = grp, .first = first, .end = b->n_steps};
+  b->units[b->n_units++] =
+      (CgUnit){.node = n, .group = grp, .first = first, .end = b->n_steps, .flops_elsewhere = elsewhere};
 }
 
 /* One node at a time, or a whole fusion group at its root: those of the
@@ -1012,12 +1077,14 @@ bool cg_compile_opts(Graph *g, const CgOptions *o, CgResult *out) {
     }
   CgGroup **groups = cg_find_groups(c, g);
   b->init = cg_split_init(c, g, groups);
+  if (!b->opts.no_gemm_batch) b->batch_of = cg_find_gemm_batches(c, g, groups, &b->init);
   if (!plan_storage(b)) return false;
   /* The init graph first, into the init steps; then a run's. */
   RtRef *run_home = ARENA_ARRAY(&c->arena, RtRef, b->n_values + 1);
   bool *run_has_home = ARENA_ARRAY(&c->arena, bool, b->n_values + 1);
   begin_init(b, run_home, run_has_home);
   lower_nodes(b, groups, true);
+  copy_batch_weights(b);
   end_init(b, run_home, run_has_home);
   lower_nodes(b, groups, false);
   if (c->diag.errors > errors) return false;

@@ -217,6 +217,10 @@ IrCost *cg_plan_costs(Ctx *c, const RtStep *steps, const CgStepNote *notes, int 
   for (int i = 0; i < n_units; i++) {
     const CgUnit *u = &units[i];
     IrCost whole = unit_cost(u);
+    /* A batched GEMM computes its batch's other products in the unit of
+     * the first member lowered: their bytes are the step's own. */
+    whole.flops -= u->flops_elsewhere;
+    if (u->flops_elsewhere != 0) whole.bytes = cost[u->first].bytes;
     const RtStep *one = &steps[u->first];
     if (u->end - u->first == 1 &&
         (one->kind == RT_STEP_GEMM || (one->kind == RT_STEP_LAUNCH && notes[u->first].reads))) {

@@ -56,6 +56,7 @@ static void print_gemm(FILE *f, const RtGemm *g) {
   if (g->epilogue) {
     fprintf(f, " epilogue=%s bias=", g->epilogue < RT_EPILOGUE_COUNT ? epilogues[g->epilogue] : "?");
     cg_print_ref(f, g->bias);
+    if (g->stride_bias) fprintf(f, " stride_bias=%" PRId64, g->stride_bias);
   }
 }
 

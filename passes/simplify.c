@@ -9,6 +9,11 @@
  *     range, expand to x's shape, concat of one operand, pad by nothing -> x
  *   reshape(reshape x) -> reshape x; transpose(transpose x) -> one
  *     transpose by the composed permutation (or x when that is the identity)
+ *   attention (layout "bhsd") of q, k, v that are each a transpose by
+ *     [0, 2, 1, 3] -> the same attention in layout "bshd" of what they
+ *     transpose, its result transposed back (a projection's heads then
+ *     reach the kernel as they are, and the transpose a model applies to
+ *     the result cancels this one)
  * An identity only applies when the result has x's type exactly (x*1 with
  * a larger 1 broadcasts).  Operands left unused are dce's. */
 #include <string.h>
@@ -122,6 +127,40 @@ static Node *combine(Graph *g, Node *n) {
   }
 }
 
+static bool swaps_heads(const Value *v) {
+  if (v->def->op != OP_TRANSPOSE) return false;
+  int count;
+  const int64_t *perm = ir_attr_ints(v->def, "perm", &count);
+  return count == 4 && perm[0] == 0 && perm[1] == 2 && perm[2] == 1 && perm[3] == 3;
+}
+
+static const int64_t heads_perm[4] = {0, 2, 1, 3};
+
+/* The transpose back from an attention in layout "bshd" over the
+ * operands of n's transposes; NULL when n is not such an attention. */
+static Node *attention_bshd(Graph *g, Node *n) {
+  if (n->op != OP_ATTENTION || strcmp(ir_attr_str(n, "layout"), "bhsd") != 0) return NULL;
+  Value *in[4];
+  for (int i = 0; i < n->n_in; i++) {
+    if (i < 3 && !swaps_heads(n->in[i])) return NULL;
+    in[i] = i < 3 ? n->in[i]->def->in[0] : n->in[i];
+  }
+  Node *a = ir_node_new(g, OP_ATTENTION, n->n_in, in, n->loc);
+  a->scope = n->scope;
+  ir_set_int(g, a, "causal", ir_attr_int(n, "causal"));
+  if (ir_attr(n, "scale")) ir_set_float(g, a, "scale", ir_attr_float(n, "scale"));
+  ir_set_str(g, a, "layout", "bshd");
+  char err[256];
+  if (!ir_infer(a, err, sizeof err)) dl_internal(g->ctx, "attention in bshd: %s", err);
+  ir_insert_before(g, n, a);
+  Value *result = &a->out[0];
+  Node *t = ir_node_new(g, OP_TRANSPOSE, 1, &result, n->loc);
+  ir_set_ints(g, t, "perm", 4, heads_perm);
+  if (!ir_infer(t, err, sizeof err)) dl_internal(g->ctx, "attention in bshd: %s", err);
+  ir_insert_before(g, n, t);
+  return t;
+}
+
 bool pass_simplify(Graph *g, PassCtx *pc) {
   PassRewrite *rw = pass_rewrite_new(g);
   int identities = 0, pairs = 0;
@@ -133,7 +172,7 @@ bool pass_simplify(Graph *g, PassCtx *pc) {
     if (x) {
       identities++;
     } else {
-      Node *r = combine(g, n);
+      Node *r = n->op == OP_ATTENTION ? attention_bshd(g, n) : combine(g, n);
       if (!r) continue;
       pairs++;
       /* The combined node may itself be an identity (a cast back to x's

@@ -753,9 +753,10 @@ typedef struct LtKey {
   uint32_t dtype, epilogue, trans_a, trans_b; /* cuBLAS's terms (RtBlasGemm) */
   int32_t m, n, k, lda, ldb, ldc, batch, unused;
   int64_t stride_a, stride_b, stride_c;
-  uint32_t align[4]; /* of cuBLAS's A, B, C and the bias, in bytes */
+  int64_t stride_bias; /* the plan's, in elements (cuBLASLt's BIAS_BATCH_STRIDE) */
+  uint32_t align[4];   /* of cuBLAS's A, B, C and the bias, in bytes */
 } LtKey;
-_Static_assert(sizeof(LtKey) == 88, "LtKey has no padding: keys compare with memcmp");
+_Static_assert(sizeof(LtKey) == 96, "LtKey has no padding: keys compare with memcmp");
 
 typedef struct LtGemm {
   LtKey key;
@@ -831,10 +832,14 @@ static int lt_gemm_make(CudaDevice *d, LtGemm *e, const void *bias) {
     return -1;
   int32_t ta = k->trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, tb = k->trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
   uint32_t epi = (uint32_t)lt_epilogue(k->epilogue);
+  /* cublasLt.h: int64_t, in elements, read when D is batched. */
+  int64_t bias_stride = k->stride_bias;
   if (lt_desc_set(d, e, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta, "transa") ||
       lt_desc_set(d, e, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb, "transb") ||
       (k->epilogue && (lt_desc_set(d, e, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi, "epilogue") ||
-                       lt_desc_set(d, e, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias, "bias"))))
+                       lt_desc_set(d, e, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias, "bias"))) ||
+      (k->epilogue && k->batch > 1 &&
+       lt_desc_set(d, e, CUBLASLT_MATMUL_DESC_BIAS_BATCH_STRIDE, &bias_stride, sizeof bias_stride, "bias batch stride")))
     return -1;
   /* Column-major: A is m x k (stored k x m with op T), B k x n, C m x n. */
   if (lt_layout(d, &e->a, t, k->trans_a ? k->k : k->m, k->trans_a ? k->m : k->k, k->lda, k->batch, k->stride_a) ||
@@ -916,10 +921,11 @@ static int cuda_gemm(RtDevice *base, const RtGemm *g, RtDevPtr a, RtDevPtr b, Rt
   LtKey key = {.dtype = g->dtype, .epilogue = g->epilogue, .trans_a = (uint32_t)x.trans_a,
                 .trans_b = (uint32_t)x.trans_b, .m = x.m, .n = x.n, .k = x.k, .lda = x.lda, .ldb = x.ldb,
                 .ldc = x.ldc, .batch = x.batch, .stride_a = x.stride_a, .stride_b = x.stride_b,
-                .stride_c = x.stride_c,
+                .stride_c = x.stride_c, .stride_bias = g->epilogue ? g->stride_bias : 0,
                 /* cuBLAS's A is the plan's b, its B the plan's a */
                 .align = {alignment(b, x.stride_a, x.batch, es), alignment(a, x.stride_b, x.batch, es),
-                          alignment(c, x.stride_c, x.batch, es), g->epilogue ? alignment(bias, 0, 1, es) : 0}};
+                          alignment(c, x.stride_c, x.batch, es),
+                          g->epilogue ? alignment(bias, g->stride_bias, x.batch, es) : 0}};
   const void *bias_p = (const void *)(uintptr_t)bias;
   LtGemm *e = lt_gemm_for(d, &key, bias_p);
   if (!e) return -1;

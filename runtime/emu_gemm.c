@@ -68,7 +68,7 @@ static int check_args(const RtGemm *g, char *err, size_t errlen) {
         (long long)g->lda, (long long)g->ldb, (long long)g->ldc, (long long)g->m, (long long)g->n, (long long)g->k);
     return -1;
   }
-  if (g->stride_a < 0 || g->stride_b < 0 || g->stride_c < 0) {
+  if (g->stride_a < 0 || g->stride_b < 0 || g->stride_c < 0 || g->stride_bias < 0) {
     snprintf(err, errlen, "emu gemm: negative batch stride");
     return -1;
   }
@@ -141,6 +141,7 @@ int rt_emu_gemm(const RtGemm *g, const void *a, const void *b, void *c, const vo
     const char *ab = (const char *)a + (size_t)(bi * g->stride_a) * es;
     const char *bb = (const char *)b + (size_t)(bi * g->stride_b) * es;
     char *cb = (char *)c + (size_t)(bi * g->stride_c) * es;
+    const char *biasb = g->epilogue ? (const char *)bias + (size_t)(bi * g->stride_bias) * es : NULL;
     /* A batch stride of 0 broadcasts one operand: pack it once. */
     if (bi == 0 || g->stride_a) pack(ad, g->dtype, ab, g->lda, g->trans_a, m, k);
     if (bi == 0 || g->stride_b) pack(bd, g->dtype, bb, g->ldb, g->trans_b, k, n);
@@ -165,7 +166,7 @@ int rt_emu_gemm(const RtGemm *g, const void *a, const void *b, void *c, const vo
       for (int64_t j = 0; j < n; j++) {
         double v = (double)g->alpha * acc[i * n + j];
         if (g->beta != 0.0f) v += (double)g->beta * load_elem(g->dtype, cb, i * g->ldc + j);
-        store_elem(g->dtype, cb, i * g->ldc + j, epilogue(g, bias, j, v));
+        store_elem(g->dtype, cb, i * g->ldc + j, epilogue(g, biasb, j, v));
       }
   }
   free(ad), free(bd), free(acc);

@@ -273,7 +273,7 @@ static int check_gemm(Check *c, const RtGemm *g) {
     int64_t v, lo;
   } pos[] = {{"m", g->m, 1},   {"n", g->n, 1},   {"k", g->k, 1},   {"batch", g->batch, 1},
              {"lda", g->lda, 1}, {"ldb", g->ldb, 1}, {"ldc", g->ldc, 1}, {"stride_a", g->stride_a, 0},
-             {"stride_b", g->stride_b, 0}, {"stride_c", g->stride_c, 0}};
+             {"stride_b", g->stride_b, 0}, {"stride_c", g->stride_c, 0}, {"stride_bias", g->stride_bias, 0}};
   for (size_t i = 0; i < sizeof pos / sizeof pos[0]; i++)
     if (pos[i].v < pos[i].lo || pos[i].v > MAX_DIM)
       return fail(c, "gemm: %s = %" PRId64 " out of range", pos[i].name, pos[i].v);
@@ -299,8 +299,13 @@ static int check_gemm(Check *c, const RtGemm *g) {
   if (check_ref(c, "gemm a", g->a, ea) || check_ref(c, "gemm b", g->b, eb) ||
       check_ref(c, "gemm c", g->c, ec) || check_writable(c, "gemm c", g->c))
     return -1;
+  if (!g->epilogue && g->stride_bias)
+    return fail(c, "gemm: stride_bias %" PRId64 " without an epilogue's bias", g->stride_bias);
+  uint64_t eb_bias;
+  if (g->epilogue && !matrix_extent(1, g->n, g->n, g->batch, g->stride_bias, es, &eb_bias))
+    return fail(c, "gemm: extent overflows");
   if (g->epilogue &&
-      (check_not_status(c, "gemm bias", g->bias) || check_ref(c, "gemm bias", g->bias, (uint64_t)g->n * (uint64_t)es)))
+      (check_not_status(c, "gemm bias", g->bias) || check_ref(c, "gemm bias", g->bias, eb_bias)))
     return -1;
   return 0;
 }

@@ -35,7 +35,7 @@
 #include <stdint.h>
 
 #define RT_PLAN_MAGIC 0x444c4350u /* "DLCP" */
-#define RT_PLAN_VERSION 6u
+#define RT_PLAN_VERSION 7u
 #define RT_MAX_RANK 8
 
 typedef enum { RT_SPACE_WEIGHTS, RT_SPACE_ARENA, RT_SPACE_INPUT, RT_SPACE_OUTPUT, RT_SPACE_STATUS } RtSpace;
@@ -127,7 +127,9 @@ typedef enum {
  * trans_b).  X_b starts at X + b * stride_x elements.  Inputs in dtype,
  * accumulation in f32 (TF32 off), the epilogue on the f32 sum, C rounded
  * once into dtype.  The epilogue's bias is n contiguous values of dtype,
- * bias[j] added to column j of every row of every batch.  The cuda
+ * bias_b[j] added to column j of every row of batch b, where bias_b
+ * starts at bias + b * stride_bias elements (version 7; 0: one bias for
+ * every batch, the only value a GEMM without an epilogue may have).  The cuda
  * device turns this into the column-major cuBLASLt call; emu runs it on
  * the CPU.
  *
@@ -145,7 +147,10 @@ typedef struct RtGemm {
   RtRef a, b, c;
   /* Version 4. */
   uint32_t epilogue; /* RtEpilogue */
-  RtRef bias;        /* epilogue != NONE: n values of dtype */
+  RtRef bias;        /* epilogue != NONE: n values of dtype per batch */
+  /* Version 7: batch b's bias starts stride_bias elements after batch
+   * b - 1's (several linears of one input in one GEMM). */
+  int64_t stride_bias;
 } RtGemm;
 
 typedef struct RtCopy {

@@ -273,7 +273,8 @@ static void walk_gemm(Walk *w, const RtGemm *g) {
   put_u32(w, g->dtype);
   put_u32(w, g->trans_a);
   put_u32(w, g->trans_b);
-  const int64_t ints[] = {g->m, g->n, g->k, g->lda, g->ldb, g->ldc, g->batch, g->stride_a, g->stride_b, g->stride_c};
+  const int64_t ints[] = {g->m, g->n, g->k, g->lda, g->ldb, g->ldc, g->batch, g->stride_a, g->stride_b, g->stride_c,
+                          g->stride_bias};
   for (size_t i = 0; i < sizeof ints / sizeof *ints; i++) put_u64(w, (uint64_t)ints[i]);
   put_f32(w, g->alpha);
   put_f32(w, g->beta);

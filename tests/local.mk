@@ -27,6 +27,7 @@ include tests/precision.mk
 include tests/int8.mk
 include tests/bool.mk
 include tests/ops2.mk
+include tests/gemm_batch.mk
 include tests/round.mk
 include tests/dtypes.mk
 include tests/quantize.mk

@@ -256,6 +256,7 @@ static void same_step(const RtStep *a, const RtStep *b) {
     same_ref(x->c, y->c);
     ck_assert_uint_eq(x->epilogue, y->epilogue);
     same_ref(x->bias, y->bias);
+    ck_assert_int_eq(x->stride_bias, y->stride_bias);
   } else {
     same_ref(a->copy.dst, b->copy.dst);
     same_ref(a->copy.src, b->copy.src);

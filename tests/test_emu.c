@@ -832,14 +832,16 @@ END_TEST
 
 /* cuBLASLt's epilogues as plan.h defines them: bias[j] added to the f32
  * sum (after alpha and beta), then relu or gelu's tanh form, rounded once
- * into the dtype; the bias shared by every batch.  Checked against those
+ * into the dtype; the bias shared by every batch, or (stride_bias, for
+ * the bias and gelu epilogues here) one bias per batch.  Checked against those
  * formulas here, not against the code under test. */
 START_TEST(gemm_epilogues) {
   RtDevice *d = open_emu();
   enum { M = 5, N = 7, K = 9, B = 2 };
   for (uint32_t dt = RT_DT_F32; dt <= RT_DT_BF16; dt++)
     for (uint32_t e = RT_EPILOGUE_BIAS; e < RT_EPILOGUE_COUNT; e++) {
-      float a[B * M * K], b[K * N], c[B * M * N], c0[B * M * N], bias[N]; /* room for f32; 16-bit use half */
+      float a[B * M * K], b[K * N], c[B * M * N], c0[B * M * N], bias[B * N]; /* room for f32; 16-bit use half */
+      int64_t sbias = e == RT_EPILOGUE_RELU_BIAS ? 0 : N;
       uint32_t seed = 77 + e;
       for (int i = 0; i < B * M * K + K * N; i++) {
         seed = seed * 1664525u + 1013904223u;
@@ -849,11 +851,12 @@ START_TEST(gemm_epilogues) {
         else
           store_in(dt, b, i - B * M * K, v);
       }
-      for (int i = 0; i < N; i++) store_in(dt, bias, i, 0.25f * (float)(i - 3));
+      for (int i = 0; i < B * N; i++) store_in(dt, bias, i, 0.25f * (float)(i - 3 - 2 * (i / N)));
       for (int i = 0; i < B * M * N; i++) store_in(dt, c0, i, 0.125f * (float)(i % 5));
       memcpy(c, c0, sizeof c);
       RtGemm g = {.dtype = dt, .m = M, .n = N, .k = K, .lda = K, .ldb = N, .ldc = N, .batch = B,
-                  .stride_a = M * K, .stride_c = M * N, .alpha = 1.0f, .beta = 0.5f, .epilogue = e};
+                  .stride_a = M * K, .stride_c = M * N, .alpha = 1.0f, .beta = 0.5f, .epilogue = e,
+                  .stride_bias = sbias};
       ck_assert_msg(d->ops->gemm(d, &g, dev_ptr(a), dev_ptr(b), dev_ptr(c), dev_ptr(bias)) == 0, "%s", d->error);
       int negatives = 0;
       for (int bi = 0; bi < B; bi++)
@@ -861,7 +864,7 @@ START_TEST(gemm_epilogues) {
           for (int j = 0; j < N; j++) {
             double x = 0;
             for (int p = 0; p < K; p++) x += load_ref(dt, a, (bi * M + i) * K + p) * load_ref(dt, b, p * N + j);
-            x += 0.5 * load_ref(dt, c0, (bi * M + i) * N + j) + load_ref(dt, bias, j);
+            x += 0.5 * load_ref(dt, c0, (bi * M + i) * N + j) + load_ref(dt, bias, (int)(bi * sbias) + j);
             negatives += x < 0;
             if (e == RT_EPILOGUE_RELU_BIAS) x = x > 0 ? x : 0;
             if (e == RT_EPILOGUE_GELU_BIAS) x = 0.5 * x * (1 + tanh(sqrt(2 / M_PI) * (x + 0.044715 * x * x * x)));

@@ -260,7 +260,7 @@ END_TEST
 START_TEST(plan_wrong_version) {
   plan.version = 1; /* before init steps: its plan struct is shorter */
   ck_assert_int_eq(rt_plan_validate(&plan, err, sizeof err), -1);
-  ck_assert_str_eq(err, "plan: version 1, this runtime reads version 6: rebuild the model with this dlcc");
+  ck_assert_str_eq(err, "plan: version 1, this runtime reads version 7: rebuild the model with this dlcc");
 }
 END_TEST
 
@@ -316,6 +316,25 @@ START_TEST(plan_gemm_epilogue) {
   steps[1].gemm.bias.offset = 41; /* 41 + 2 floats > 48 */
   ck_assert_int_eq(rt_plan_validate(&plan, err, sizeof err), -1);
   ck_assert_str_eq(err, "plan: step 1 (matmul %2): gemm bias: offset 41 + 8 bytes is outside WEIGHTS (48 bytes)");
+  /* one bias per batch: batch 1's (stride 3) would end at 32 + 20 */
+  steps[1].gemm.bias.offset = 32;
+  steps[1].gemm.batch = 2;
+  steps[1].gemm.c = (RtRef){RT_SPACE_ARENA, 0, 0};
+  steps[1].gemm.stride_c = 4;
+  steps[1].gemm.stride_bias = 2;
+  ck_assert_int_eq(rt_plan_validate(&plan, err, sizeof err), 0);
+  steps[1].gemm.stride_bias = 3;
+  ck_assert_int_eq(rt_plan_validate(&plan, err, sizeof err), -1);
+  ck_assert_str_eq(err, "plan: step 1 (matmul %2): gemm bias: offset 32 + 20 bytes is outside WEIGHTS (48 bytes)");
+  steps[1].gemm.stride_bias = -1;
+  ck_assert_int_eq(rt_plan_validate(&plan, err, sizeof err), -1);
+  ck_assert_str_eq(err, "plan: step 1 (matmul %2): gemm: stride_bias = -1 out of range");
+  steps[1].gemm.batch = 1;
+  steps[1].gemm.stride_bias = 2;
+  steps[1].gemm.epilogue = RT_EPILOGUE_NONE;
+  ck_assert_int_eq(rt_plan_validate(&plan, err, sizeof err), -1);
+  ck_assert_str_eq(err, "plan: step 1 (matmul %2): gemm: stride_bias 2 without an epilogue's bias");
+  steps[1].gemm.stride_bias = 0;
   steps[1].gemm.epilogue = RT_EPILOGUE_COUNT;
   ck_assert_int_eq(rt_plan_validate(&plan, err, sizeof err), -1);
   ck_assert_str_eq(err, "plan: step 1 (matmul %2): gemm: epilogue 4 is unknown");
@@ -379,11 +398,11 @@ START_TEST(device_unknown_backend) {
 END_TEST
 
 START_TEST(open_refuses_foreign_plan) {
-  plan.version = 7;
+  plan.version = 8;
   DlrtModel *m = NULL;
   ck_assert_int_eq(dlrt_open(&plan, "emu", &m), DLRT_E_PLAN);
   ck_assert_ptr_nonnull(m);
-  ck_assert_str_eq(dlrt_error(m), "plan: version 7, this runtime reads version 6: rebuild the model with this dlcc");
+  ck_assert_str_eq(dlrt_error(m), "plan: version 8, this runtime reads version 7: rebuild the model with this dlcc");
   ck_assert_int_eq(dlrt_run(m), DLRT_E_STATE);
   ck_assert_str_eq(dlrt_backend(m), "");
   dlrt_close(m);

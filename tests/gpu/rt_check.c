@@ -143,6 +143,7 @@ typedef struct Case {
   int bcast; /* 1: stride_a 0, 2: stride_b 0 */
   float beta;
   uint32_t epilogue; /* RtEpilogue, its bias from input 3 */
+  int64_t stride_bias; /* 0: one bias for every batch */
 } Case;
 
 /* C (initial values from input 2, copied in) = epilogue(alpha op(A) op(B)
@@ -151,7 +152,8 @@ static void gemm_case(const char *backend, const Case *c) {
   static const char *const names[] = {"f32", "f16", "bf16"};
   static const char *const epilogues[] = {"", " +bias", " relu(+bias)", " gelu(+bias)"};
   RtGemm g = {.dtype = c->dt, .trans_a = c->ta, .trans_b = c->tb, .m = c->m, .n = c->n, .k = c->k,
-              .batch = c->batch, .alpha = 1.0f, .beta = c->beta, .epilogue = c->epilogue};
+              .batch = c->batch, .alpha = 1.0f, .beta = c->beta, .epilogue = c->epilogue,
+              .stride_bias = c->stride_bias};
   int64_t ra = c->ta ? c->k : c->m, rb = c->tb ? c->n : c->k;
   g.lda = (c->ta ? c->m : c->k) + 3;
   g.ldb = (c->tb ? c->k : c->n) + 1;
@@ -163,7 +165,7 @@ static void gemm_case(const char *backend, const Case *c) {
   size_t nb = (size_t)((c->batch - 1) * g.stride_b + rb * g.ldb);
   size_t nc = (size_t)((c->batch - 1) * g.stride_c + c->m * g.ldc);
   size_t es = (size_t)rt_dtype_bytes(c->dt);
-  size_t nbias = (size_t)c->n;
+  size_t nbias = (size_t)((c->batch - 1) * c->stride_bias + c->n);
   void *a = malloc(na * es), *b = malloc(nb * es), *c0 = malloc(nc * es), *want = malloc(nc * es),
        *got = malloc(nc * es), *bias = malloc(nbias * es);
   for (size_t i = 0; i < na; i++) store(c->dt, a, i, uniform());
@@ -173,10 +175,10 @@ static void gemm_case(const char *backend, const Case *c) {
   memcpy(want, c0, nc * es);
   char err[512];
   char what[200];
-  snprintf(what, sizeof what, "gemm %s %s%s m=%lld n=%lld k=%lld batch=%lld%s beta=%g%s", names[c->dt],
-           c->ta ? "T" : "N", c->tb ? "T" : "N", (long long)c->m, (long long)c->n, (long long)c->k,
+  snprintf(what, sizeof what, "gemm %s %s%s m=%lld n=%lld k=%lld batch=%lld%s beta=%g%s stride_bias=%lld",
+           names[c->dt], c->ta ? "T" : "N", c->tb ? "T" : "N", (long long)c->m, (long long)c->n, (long long)c->k,
            (long long)c->batch, c->bcast == 1 ? " (A broadcast)" : c->bcast == 2 ? " (B broadcast)" : "",
-           (double)c->beta, epilogues[c->epilogue]);
+           (double)c->beta, epilogues[c->epilogue], (long long)c->stride_bias);
   if (rt_emu_gemm(&g, a, b, want, c->epilogue ? bias : NULL, err, sizeof err)) {
     report(false, "%s: emu: %s", what, err);
     goto done;
@@ -290,21 +292,28 @@ static void gemm_checks(const char *backend, bool big) {
   }
   for (uint32_t dt = RT_DT_F32; dt <= RT_DT_BF16; dt++) {
     for (uint32_t t = 0; t < 4; t++) {
-      Case c = {dt, t & 1, t >> 1, 5, 7, 3, 1, 0, 0.0f, 0};
+      Case c = {dt, t & 1, t >> 1, 5, 7, 3, 1, 0, 0.0f, 0, 0};
       gemm_case(backend, &c);
-      c = (Case){dt, t & 1, t >> 1, 33, 17, 40, 3, 1 + (int)(t & 1), 0.5f, 0};
+      c = (Case){dt, t & 1, t >> 1, 33, 17, 40, 3, 1 + (int)(t & 1), 0.5f, 0, 0};
       gemm_case(backend, &c);
     }
     /* The epilogues codegen asks for (a linear layer: B transposed, no
      * batch; gelu in f16 and bf16 only), and one batched with beta. */
     for (uint32_t e = RT_EPILOGUE_BIAS; e < RT_EPILOGUE_COUNT; e++) {
       if (e == RT_EPILOGUE_GELU_BIAS && dt == RT_DT_F32) continue;
-      Case c = {dt, 0, 1, 33, 17, 40, 1, 0, 0.0f, e};
+      Case c = {dt, 0, 1, 33, 17, 40, 1, 0, 0.0f, e, 0};
       gemm_case(backend, &c);
-      c = (Case){dt, 0, 0, 9, 24, 16, 3, 1, 0.5f, e};
+      c = (Case){dt, 0, 0, 9, 24, 16, 3, 1, 0.5f, e, 0};
+      gemm_case(backend, &c);
+      /* Linears of one input as one GEMM (codegen/gemm_batch.c): A
+       * shared, one bias per batch (cuBLASLt's BIAS_BATCH_STRIDE), at
+       * the stride codegen pads to 256 bytes and at an odd one. */
+      c = (Case){dt, 0, 1, 32, 64, 48, 3, 1, 0.0f, e, dt == RT_DT_F32 ? 64 : 128};
+      gemm_case(backend, &c);
+      c = (Case){dt, 0, 1, 20, 24, 40, 4, 1, 0.0f, e, 27};
       gemm_case(backend, &c);
       if (big) {
-        c = (Case){dt, 0, 1, 128, 2048, 512, 1, 0, 0.0f, e};
+        c = (Case){dt, 0, 1, 128, 2048, 512, 1, 0, 0.0f, e, 0};
         gemm_case(backend, &c);
       }
     }
@@ -312,10 +321,10 @@ static void gemm_checks(const char *backend, bool big) {
     /* Shapes the models use (a conv as a GEMM, attention, a linear
      * layer), and big ones where cuBLAS picks tensor-core and split-K
      * kernels; k = 4096 makes TF32 visible (about 1e-3). */
-    Case shapes[] = {{dt, 0, 0, 64, 12544, 147, 1, 0, 0.0f, 0},  {dt, 0, 0, 16, 16, 64, 16, 0, 0.0f, 0},
-                     {dt, 0, 1, 8, 512, 784, 1, 0, 0.0f, 0},     {dt, 0, 1, 128, 2048, 512, 1, 0, 1.0f, 0},
-                     {dt, 0, 0, 256, 256, 4096, 1, 0, 0.0f, 0},  {dt, 1, 1, 768, 768, 768, 2, 2, 0.0f, 0},
-                     {dt, 0, 1, 64, 64, 65536, 1, 0, 0.0f, 0}};
+    Case shapes[] = {{dt, 0, 0, 64, 12544, 147, 1, 0, 0.0f, 0, 0},  {dt, 0, 0, 16, 16, 64, 16, 0, 0.0f, 0, 0},
+                     {dt, 0, 1, 8, 512, 784, 1, 0, 0.0f, 0, 0},     {dt, 0, 1, 128, 2048, 512, 1, 0, 1.0f, 0, 0},
+                     {dt, 0, 0, 256, 256, 4096, 1, 0, 0.0f, 0, 0},  {dt, 1, 1, 768, 768, 768, 2, 2, 0.0f, 0, 0},
+                     {dt, 0, 1, 64, 64, 65536, 1, 0, 0.0f, 0, 0}};
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) gemm_case(backend, &shapes[i]);
   }
 }
