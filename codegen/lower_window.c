@@ -135,8 +135,8 @@ static void conv_gemm(CgBuild *b, const Node *n, const ConvGeo *cg) {
   if (n->n_in > 2) bias_add(b, n, rc, numel(&out->type), OHW, Co, n->in[2]);
 }
 
-/* Grouped (depthwise): a direct loop per output element, summing in
- * f32, or exactly in int32 for int8. */
+/* Grouped (and depthwise ones the tiled kernel does not take): a direct
+ * loop per output element, summing in f32, or exactly in int32 for int8. */
 static void conv_direct(CgBuild *b, const Node *n, const ConvGeo *cg) {
   const Value *x = n->in[0], *w = n->in[1], *out = &n->out[0];
   int nsp = cg->nsp;
@@ -185,8 +185,9 @@ static void conv_direct(CgBuild *b, const Node *n, const ConvGeo *cg) {
 }
 
 /* conv2d and conv3d: an implicit GEMM in a fusion group (grouped ones
- * when the tensor cores take them), else im2col and a GEMM (groups 1) or
- * a direct loop (grouped, depthwise). */
+ * when the tensor cores take them), else im2col and a GEMM (groups 1),
+ * the depthwise kernel (conv_depthwise.c) or a direct loop (other
+ * grouped ones). */
 bool lower_conv(CgBuild *b, const Node *n) {
   if (!product_dtypes(b, n)) return false;
   if (numel(&n->out[0].type) == 0) return true;
@@ -195,7 +196,7 @@ bool lower_conv(CgBuild *b, const Node *n) {
   ConvGeo cg = conv_geo(n);
   if (groups == 1)
     conv_gemm(b, n, &cg);
-  else
+  else if (!cg_lower_conv_depthwise(b, n))
     conv_direct(b, n, &cg);
   return true;
 }

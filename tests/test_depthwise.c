@@ -1,0 +1,131 @@
+/* Depthwise convolutions (codegen/conv_depthwise.c): conv2d with groups
+ * equal to its input channels on the tiled kernel, run on emu against
+ * ir_eval of the same graph on random inputs, over kernel sizes 3, 5 and
+ * 7, strides 1 and 2, dilation, symmetric and asymmetric padding,
+ * multipliers 1 and 2, batches 1 and 3, odd image sizes, f32, f16, bf16
+ * and int8, the fused prologue and epilogues (bias, batch norm, relu6,
+ * a residual add); whether the 16-byte loads are used; what falls back
+ * to the direct loop; and the sources through NVRTC for sm_90. */
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "codegen/codegen.h"
+#include "config.h"
+#include "tests/convcheck.h"
+#include "tests/irjob.h"
+#include "tests/testutil.h"
+
+#define ONES {1, 1, 1}
+
+enum { VEC_ANY = -1, VEC_NO = 0, VEC_YES = 1 };
+
+typedef struct DwCase {
+  Conv conv;
+  int vec;    /* whether the step must say "16-byte loads" */
+  bool nvrtc; /* compile the source for sm_90 too */
+} DwCase;
+
+/* n, c, co, groups (= c), in, k, stride, pad [top, left, bottom, right], dilation */
+static const DwCase dw_cases[] = {
+    {{"f32 3x3 s1, 13x11, bias relu6", "f32", 2, 1, 8, 8, 8, {13, 11}, {3, 3}, ONES, {1, 1, 1, 1}, ONES, .bias = true,
+      .relu6 = true},
+     VEC_YES, true}, /* W 11: rows start unaligned, checked chunk by chunk */
+    {{"f32 3x3 s2, 32x32, bn relu6", "f32", 2, 3, 6, 6, 6, {32, 32}, {3, 3}, {2, 2}, {1, 1, 1, 1}, ONES, .bn = true,
+      .relu6 = true},
+     VEC_YES, false},
+    {{"f32 5x5 s1, 7x7, multiplier 2, residual", "f32", 2, 1, 4, 8, 4, {7, 7}, {5, 5}, ONES, {2, 2, 2, 2}, ONES,
+      .bias = true, .residual = true},
+     VEC_ANY, false},
+    {{"f32 7x7 s2, dilation 2, pad 3,2,1,4, 29x40", "f32", 2, 3, 3, 3, 3, {29, 40}, {7, 7}, {2, 2}, {3, 2, 1, 4},
+      {2, 2}, .bias = true},
+     VEC_YES, false},
+    {{"f32 3x3 dilation 3x1, stride 1x2, no padding", "f32", 2, 1, 5, 10, 5, {17, 23}, {3, 3}, {1, 2}, {0}, {3, 1}, .bias = false},
+     VEC_ANY, false},
+    {{"f32 relu prologue (x computed)", "f32", 2, 1, 4, 4, 4, {12, 16}, {3, 3}, ONES, {1, 1, 1, 1}, ONES,
+      .pro = "relu", .relu6 = true},
+     VEC_NO, false},
+    {{"f16 3x3 s1, 56x56, bias relu6", "f16", 2, 1, 4, 4, 4, {56, 56}, {3, 3}, ONES, {1, 1, 1, 1}, ONES, .bias = true,
+      .relu6 = true},
+     VEC_YES, true},
+    {{"f16 5x5 s2, 13x11, multiplier 2, bn", "f16", 2, 3, 3, 6, 3, {13, 11}, {5, 5}, {2, 2}, {2, 2, 2, 2}, ONES,
+      .bn = true},
+     VEC_ANY, false},
+    {{"bf16 7x7 s1, 7x7, residual", "bf16", 2, 1, 6, 6, 6, {7, 7}, {7, 7}, ONES, {3, 3, 3, 3}, ONES, .bias = true,
+      .residual = true},
+     VEC_ANY, true},
+    {{"bf16 3x3 s2, dilation 2, 33x48", "bf16", 2, 1, 4, 8, 4, {33, 48}, {3, 3}, {2, 2}, {2, 2, 2, 2}, {2, 2},
+      .relu6 = true},
+     VEC_YES, false},
+    {{"i8 3x3 s1, zero point -3, 16x20", "i8", 2, 1, 4, 4, 4, {16, 20}, {3, 3}, ONES, {1, 1, 1, 1}, ONES,
+      .bias = true, .zero_point = -3},
+     VEC_ANY, true},
+    {{"i8 5x5 s2, multiplier 2, 13x11", "i8", 2, 3, 2, 4, 2, {13, 11}, {5, 5}, {2, 2}, {2, 1, 2, 3}, ONES,
+      .zero_point = 5},
+     VEC_NO, false},
+};
+
+START_TEST(depthwise_against_eval) {
+  const DwCase *dc = &dw_cases[_i];
+  const Conv *p = &dc->conv;
+  char *text = conv_text(p);
+  Ctx c;
+  ctx_init(&c);
+  Job j = compile_opts(&c, text, 2, (CgOptions){0});
+  if (dc->nvrtc) test_nvrtc(j.cg.source, "sm_90");
+  const char *step = conv_step_with(j.cg.plan, "depthwise");
+  ck_assert_msg(step, "%s: no depthwise step", p->what);
+  ck_assert_int_eq(j.cg.plan->n_steps, 1);
+  if (dc->vec != VEC_ANY)
+    ck_assert_msg(!strstr(step, "16-byte loads") == !dc->vec, "%s: %s", p->what, step);
+  double e = 0;
+  for (uint64_t seed = 1; seed <= 2; seed++) {
+    double s = conv_run_against_eval(&j, seed);
+    if (s > e) e = s;
+  }
+  double tol = strcmp(p->dt, "f32") == 0 ? 1e-5 : conv_tolerance(p->dt);
+  if (getenv("DLCC_TEST_VERBOSE")) fprintf(stderr, "%-48s %.3g\n", p->what, e);
+  ck_assert_msg(e <= tol, "%s: %.3g off ir_eval\n%s", p->what, e, text);
+  ctx_free(&c);
+  free(text);
+}
+END_TEST
+
+/* A grouped conv that is not depthwise (2 input channels a group) and a
+ * depthwise one whose staged tile would pass the shared memory it may
+ * take stay on the direct loop, and still agree. */
+START_TEST(direct_fallbacks) {
+  Conv grouped = {"f32 groups 4 of 2", "f32", 2, 1, 8, 8, 4, {9, 9}, {3, 3}, ONES, {1, 1, 1, 1}, ONES, .bias = false};
+  Conv wide = {"f32 dilation 40", "f32", 2, 1, 2, 2, 2, {90, 90}, {3, 3}, ONES, {40, 40, 40, 40}, {40, 40}, .bias = false};
+  const Conv *cs[] = {&grouped, &wide};
+  for (int i = 0; i < 2; i++) {
+    char *text = conv_text(cs[i]);
+    Ctx c;
+    ctx_init(&c);
+    Job j = compile_opts(&c, text, 2, (CgOptions){0});
+    ck_assert_msg(!conv_step_with(j.cg.plan, "depthwise"), "%s", cs[i]->what);
+    ck_assert(conv_run_against_eval(&j, 4) <= 1e-5);
+    ctx_free(&c);
+    free(text);
+  }
+}
+END_TEST
+
+static Suite *depthwise_suite(void) {
+  Suite *s = suite_create("depthwise");
+  TCase *t = tcase_create("depthwise");
+  tcase_set_timeout(t, 300);
+  tcase_add_loop_test(t, depthwise_against_eval, 0, (int)ARRAY_LEN(dw_cases));
+  tcase_add_test(t, direct_fallbacks);
+  suite_add_tcase(s, t);
+  return s;
+}
+
+int main(void) {
+  SRunner *r = srunner_create(depthwise_suite());
+  srunner_run_all(r, CK_NORMAL);
+  int failed = srunner_ntests_failed(r);
+  srunner_free(r);
+  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
