@@ -221,11 +221,13 @@ static KExpr *transposed_hit(Kernel *k, KExpr *t, int64_t stride, int64_t off, i
 
 static const char *const hit_names[MAX_SPATIAL] = {"td", "th", "tw"};
 
-/* conv_transpose2d and conv_transpose3d: a direct gather per output
- * element, nested per spatial dim so that a tap that misses skips the
- * dims inside it. */
+/* conv_transpose2d and conv_transpose3d: an implicit GEMM on the tensor
+ * cores where they take it (conv_igemm.c), else a direct gather per
+ * output element, nested per spatial dim so that a tap that misses skips
+ * the dims inside it, summing in f32, or exactly in int32 for int8. */
 bool lower_conv_transpose(CgBuild *b, const Node *n) {
-  if (!check_dtypes(b, n, false)) return false;
+  if (!product_dtypes(b, n)) return false;
+  if (numel(&n->out[0].type) > 0 && cg_conv_on_tc(b, n)) return cg_lower_conv_igemm(b, n);
   int cnt;
   const int64_t *stride = ir_attr_ints(n, "stride", &cnt), *pad = ir_attr_ints(n, "pad", &cnt);
   const int64_t *dil = ir_attr_ints(n, "dilation", &cnt);
@@ -245,7 +247,8 @@ bool lower_conv_transpose(CgBuild *b, const Node *n) {
   KVar *cin0 = cg_klet(k, &m.main, "cin", KT_INDEX,
                        cg_kmul(k, cg_kidx(k, KI_DIV, co, cg_kint(k, Cog)), cg_kint(k, cig)));
   KVar *cw = cg_klet(k, &m.main, "cw", KT_INDEX, cg_kidx(k, KI_MOD, co, cg_kint(k, Cog)));
-  KVar *acc = cg_klet(k, &m.main, "acc", TY_F32, cg_kimm(k, 0, TY_F32));
+  DType at_t = out->type.dtype == TY_I32 ? TY_I32 : TY_F32;
+  KVar *acc = cg_klet(k, &m.main, "acc", at_t, cg_kimm(k, 0, at_t));
   KVar *ci = cg_kvar(k, "ci", KT_INDEX), *tap[MAX_SPATIAL], *pos[MAX_SPATIAL] = {NULL};
   for (int d = 0; d < nsp; d++) tap[d] = cg_kvar(k, spatial_name(tap_names, nsp, d), KT_INDEX);
   KBlock *at = &cg_kloop(k, &m.main, ci, cg_kint(k, cig), KM_SERIAL)->body;
@@ -264,10 +267,11 @@ bool lower_conv_transpose(CgBuild *b, const Node *n) {
   KExpr *wi = cg_kadd(k, cg_kmul(k, cg_kadd(k, cg_kv(k, cin0), cg_kv(k, ci)), cg_kint(k, Cog)),
                       cg_kv(k, cw));
   for (int d = 0; d < nsp; d++) wi = cg_kadd(k, cg_kmul(k, wi, cg_kint(k, kern[d])), cg_kv(k, tap[d]));
-  KExpr *prod = cg_kop2(k, OP_MUL, load_f32(b, k, at, x, "x", xi), load_f32(b, k, at, w, "w", wi));
+  KExpr *prod = cg_kop2(k, OP_MUL, cg_kcast(k, load_in(b, k, at, x, "x", xi), at_t),
+                        cg_kcast(k, load_in(b, k, at, w, "w", wi), at_t));
   cg_kset(k, at, acc, cg_kop2(k, OP_ADD, cg_kv(k, acc), prod));
   KExpr *res = cg_kv(k, acc);
-  if (n->n_in > 2) res = cg_kop2(k, OP_ADD, res, load_f32(b, k, NULL, n->in[2], "bias", co));
+  if (n->n_in > 2) res = cg_kop2(k, OP_ADD, res, cg_kcast(k, load_in(b, k, NULL, n->in[2], "bias", co), at_t));
   map_store(b, &m, out, res);
   map_end(&m);
   cg_launch(b, k);

@@ -112,6 +112,92 @@ START_TEST(direct_fallbacks) {
 }
 END_TEST
 
+/* ---- conv_transpose on tensor cores ---- */
+
+typedef struct TrCase {
+  Conv conv;
+  bool tf32;
+  bool nvrtc; /* compile the source for sm_90 too */
+} TrCase;
+
+/* n, c, co, groups, in, k, stride, pad, dilation; output_pad last */
+static const TrCase tr_cases[] = {
+    {{"f16 3x3 s1, K 24*9, bias relu", "f16", 2, 2, 24, 20, 1, {7, 9}, {3, 3}, ONES, {1, 1, 1, 1}, ONES, .bias = true,
+      .relu = true, .transpose = true},
+     false, true},
+    {{"f16 4x4 s2 pad 1, output_pad 1", "f16", 2, 1, 32, 16, 1, {6, 5}, {4, 4}, {2, 2}, {1, 1, 1, 1}, ONES,
+      .bias = true, .transpose = true, .opad = {1, 1}},
+     false, false},
+    {{"bf16 3x3 s3, dilation 2, pad 2,1,0,3, output_pad 2,1", "bf16", 2, 3, 16, 24, 1, {5, 4}, {3, 3}, {3, 3},
+      {2, 1, 0, 3}, {2, 2}, .bias = false, .transpose = true, .opad = {2, 1}},
+     false, false},
+    {{"bf16 groups 2 of 16, s2", "bf16", 2, 1, 32, 32, 2, {5, 5}, {3, 3}, {2, 2}, {1, 1, 1, 1}, ONES, .bias = true,
+      .transpose = true, .opad = {1, 0}},
+     false, false},
+    {{"i8 4x4 s2, bias", "i8", 2, 2, 20, 24, 1, {5, 6}, {4, 4}, {2, 2}, {1, 0, 2, 1}, ONES, .bias = true,
+      .transpose = true},
+     false, true},
+    {{"f16 3-d 3x3x3 s2", "f16", 3, 1, 16, 16, 1, {3, 4, 5}, {3, 3, 3}, {2, 2, 2}, {1, 1, 1, 1, 1, 1}, ONES,
+      .bias = false, .transpose = true, .opad = {1, 1, 1}},
+     false, false},
+    {{"f32 under --tf32, s2", "f32", 2, 2, 24, 16, 1, {6, 6}, {3, 3}, {2, 2}, {1, 1, 1, 1}, ONES, .bias = true,
+      .transpose = true, .opad = {1, 1}},
+     true, true},
+};
+
+/* Measured on emu as the convolutions' (docs/tensorcores.md). */
+enum { TF32_TOLERANCE_X1E4 = 10 };
+
+START_TEST(conv_transpose_on_tensor_cores) {
+  const TrCase *tc = &tr_cases[_i];
+  const Conv *p = &tc->conv;
+  char *text = conv_text(p);
+  Ctx c;
+  ctx_init(&c);
+  Job j = compile_opts(&c, text, 2, (CgOptions){.tf32 = tc->tf32});
+  if (tc->nvrtc) test_nvrtc(j.cg.source, "sm_90");
+  static const char *const dts[] = {"f16", "bf16", "i8", "f32"};
+  static const char *const fn[] = {"dl_mma_f16(&", "dl_mma_bf16(&", "dl_mma_s8(&", "dl_mma_tf32(&"};
+  for (size_t i = 0; i < ARRAY_LEN(dts); i++)
+    if (strcmp(p->dt, dts[i]) == 0) ck_assert_msg(strstr(j.cg.source, fn[i]), "%s: no %s", p->what, fn[i]);
+  ck_assert_msg(conv_step_with(j.cg.plan, "implicit gemm (gather), tensor cores"), "%s", p->what);
+  double e = 0;
+  for (uint64_t seed = 1; seed <= 2; seed++) {
+    double s = conv_run_against_eval(&j, seed);
+    if (s > e) e = s;
+  }
+  double tol = tc->tf32 ? TF32_TOLERANCE_X1E4 * 1e-4 : conv_tolerance(p->dt);
+  if (getenv("DLCC_TEST_VERBOSE")) fprintf(stderr, "%-48s %.3g\n", p->what, e);
+  ck_assert_msg(e <= tol, "%s: %.3g off ir_eval\n%s", p->what, e, text);
+  ctx_free(&c);
+  free(text);
+}
+END_TEST
+
+/* The direct gather: f32 without --tf32, groups of fewer than 16 output
+ * channels, --no-tensor-cores; int8 there too, exactly. */
+START_TEST(conv_transpose_direct) {
+  Conv f32 = {"f32 s2", "f32", 2, 1, 16, 16, 1, {5, 5}, {3, 3}, {2, 2}, {1, 1, 1, 1}, ONES, .bias = true,
+              .transpose = true, .opad = {1, 1}};
+  Conv few = {"f16 groups 4 of 4", "f16", 2, 1, 16, 16, 4, {5, 5}, {3, 3}, {2, 2}, {1, 1, 1, 1}, ONES,
+              .bias = false, .transpose = true};
+  Conv i8 = {"i8 s2", "i8", 2, 1, 16, 16, 1, {5, 5}, {3, 3}, {2, 2}, {1, 1, 1, 1}, ONES, .bias = true,
+             .transpose = true, .opad = {1, 1}};
+  const Conv *cs[] = {&f32, &few, &i8};
+  for (int i = 0; i < 3; i++) {
+    char *text = conv_text(cs[i]);
+    Ctx c;
+    ctx_init(&c);
+    Job j = compile_opts(&c, text, 2, (CgOptions){.no_tensor_cores = i == 2});
+    ck_assert_msg(!conv_step_with(j.cg.plan, "tensor cores"), "%s", cs[i]->what);
+    double tol = strcmp(cs[i]->dt, "f32") == 0 ? 1e-5 : conv_tolerance(cs[i]->dt);
+    ck_assert_msg(conv_run_against_eval(&j, 6) <= tol, "%s", cs[i]->what);
+    ctx_free(&c);
+    free(text);
+  }
+}
+END_TEST
+
 static Suite *depthwise_suite(void) {
   Suite *s = suite_create("depthwise");
   TCase *t = tcase_create("depthwise");
@@ -119,6 +205,11 @@ static Suite *depthwise_suite(void) {
   tcase_add_loop_test(t, depthwise_against_eval, 0, (int)ARRAY_LEN(dw_cases));
   tcase_add_test(t, direct_fallbacks);
   suite_add_tcase(s, t);
+  TCase *tr = tcase_create("conv_transpose");
+  tcase_set_timeout(tr, 300);
+  tcase_add_loop_test(tr, conv_transpose_on_tensor_cores, 0, (int)ARRAY_LEN(tr_cases));
+  tcase_add_test(tr, conv_transpose_direct);
+  suite_add_tcase(s, tr);
   return s;
 }
 
