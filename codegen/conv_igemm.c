@@ -1,5 +1,6 @@
 /* Convolutions as implicit GEMMs: takes a conv2d or conv3d of a fusion
- * group (the anchor, or the group alone), appends one kernel that
+ * group (the anchor, or the group alone), or a conv_transpose the tensor
+ * cores take (a gather per element of B), appends one kernel that
  * computes C[Co][N*OHW] = W[Co][C*KK] x cols without storing cols (the
  * im2col indexing sits in the loads, where the group's prologue members
  * are evaluated) and runs the group's epilogue in its stores

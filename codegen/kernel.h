@@ -420,7 +420,8 @@ const char *cg_group_hint(Ctx *c, const CgGroup *grp);
  * nothing, for any other group. */
 bool cg_lower_gemm_epilogue(CgBuild *b, const CgGroup *grp);
 /* A convolution as one tiled implicit-GEMM kernel (conv_igemm.c): groups
- * 1, or grouped where cg_conv_on_tc says the tensor cores take it. */
+ * 1, or grouped where cg_conv_on_tc says the tensor cores take it; a
+ * conv_transpose only where it says so. */
 bool cg_lower_conv_igemm(CgBuild *b, const Node *n);
 bool cg_conv_on_tc(CgBuild *b, const Node *n);
 /* A depthwise conv2d (groups == input channels) as one kernel that

@@ -5,7 +5,9 @@
  * multipliers 1 and 2, batches 1 and 3, odd image sizes, f32, f16, bf16
  * and int8, the fused prologue and epilogues (bias, batch norm, relu6,
  * a residual add); whether the 16-byte loads are used; what falls back
- * to the direct loop; and the sources through NVRTC for sm_90. */
+ * to the direct loop.  And conv_transpose on the tensor cores (strides 1,
+ * 2 and 3, output_pad, groups, dilation, 3-d; f16, bf16, int8, tf32) and
+ * its direct gather.  Some sources go through NVRTC for sm_90. */
 #include <check.h>
 #include <stdio.h>
 #include <stdlib.h>
