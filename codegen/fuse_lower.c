@@ -48,8 +48,10 @@ static void find_attention(CgGroup *grp) {
   if (!is_member(grp, at) || at->op != OP_MATMUL) return;
   for (int i = 0; i < 2; i++)
     if (ir_matmul_trans(at, i) || ir_matmul_trans(m2, i)) return;
-  /* Scores are summed in f32: exact integer products stay GEMM leaves. */
-  if (!ir_dtype_is_float(at->out[0].type.dtype) || !ir_dtype_is_float(m2->out[0].type.dtype)) return;
+  /* Scores are summed in f32: exact integer products, and f64 ones,
+   * stay GEMM leaves. */
+  DType st = at->out[0].type.dtype, ot = m2->out[0].type.dtype;
+  if (!ir_dtype_is_float(st) || !ir_dtype_is_float(ot) || st == TY_F64 || ot == TY_F64) return;
   int r = m2->out[0].type.rank;
   const TensorType *q = &at->in[0]->type, *k = &at->in[1]->type, *v = &m2->in[1]->type;
   if (r < 2 || q->rank != r || k->rank != r || v->rank != r) return;
@@ -83,7 +85,9 @@ static void find_side_outputs(Ctx *c, Graph *g, CgGroup **slots, int cap) {
     for (Node *n = g->first; n; n = n->next) {
       if (n->group < 0 || !side[n->id]) continue;
       CgGroup *grp = group_of(slots, cap, n->group);
-      if (n == grp->root) continue;
+      bool sibling = false;
+      for (int k = 0; k < grp->n_siblings; k++) sibling |= grp->siblings[k] == n;
+      if (n == grp->root || sibling) continue; /* the anchor's lowering stores them */
       if (pass == 1) grp->side[grp->n_side] = n;
       grp->n_side++;
     }
@@ -115,8 +119,13 @@ CgGroup **cg_find_groups(Ctx *c, Graph *g) {
     }
     grp->n++;
     if (ir_ops[n->op].cls != K_ELEMWISE && n->op != OP_MATMUL && n->op != OP_LINEAR &&
-        ir_ops[n->op].cls != K_MOVE)
-      grp->anchor = n;
+        ir_ops[n->op].cls != K_MOVE) {
+      if (grp->anchor == grp->root && n != grp->root && ir_reduce_siblings(n, grp->root) &&
+          grp->n_siblings < CG_MAX_SIBLINGS)
+        grp->siblings[grp->n_siblings++] = n;
+      else
+        grp->anchor = n;
+    }
   }
   for (int i = 0; i < cap; i++)
     if (slots[i]) slots[i]->members = ARENA_ARRAY(&c->arena, const Node *, slots[i]->n), slots[i]->n = 0;

@@ -44,14 +44,14 @@ static KParam *add_param(Kernel *k) {
   return p;
 }
 
-static bool same_ref(RtRef a, RtRef b) {
+bool cg_same_ref(RtRef a, RtRef b) {
   return a.space == b.space && a.index == b.index && a.offset == b.offset;
 }
 
 KBuf *cg_kglobal(Kernel *k, const char *name, DType dt, int64_t numel, RtRef ref) {
   for (int i = 0; i < k->n_params; i++) {
     KParam *p = &k->params[i];
-    if (p->buf && p->buf->dtype == dt && same_ref(p->arg.ref, ref)) {
+    if (p->buf && p->buf->dtype == dt && cg_same_ref(p->arg.ref, ref)) {
       if (numel > p->buf->numel) p->buf->numel = numel;
       note_size(k, numel);
       return p->buf;

@@ -365,6 +365,7 @@ RtRef cg_scratch(CgBuild *b, const Node *n, uint64_t nbytes);
  * for one launch's index checks. */
 RtRef cg_status(CgBuild *b, int n_reports);
 RtRef cg_ref_at(RtRef r, uint64_t byte_offset);
+bool cg_same_ref(RtRef a, RtRef b);
 /* Appends a launch of k (finished here; identical text shares one kernel). */
 void cg_launch(CgBuild *b, Kernel *k);
 void cg_gemm(CgBuild *b, const Node *n, const char *what, const RtGemm *g);
@@ -380,6 +381,8 @@ const char *cg_label(Ctx *c, const Node *n, const char *what);
  * one reduction, window or convolution, or NULL), every member in graph
  * order, and the side outputs: members used outside the group or graph
  * outputs, elementwise of the root's shape, stored where the root is. */
+enum { CG_MAX_SIBLINGS = 4 };
+
 typedef struct CgGroup {
   int id;
   const Node *root, *anchor;
@@ -388,6 +391,10 @@ typedef struct CgGroup {
   /* An attention, matmul(softmax(f(matmul(Q, K))), V): its two matmuls,
    * computed inside the kernel (the anchor is the softmax); else NULL. */
   const Node *attention, *scores;
+  /* Reductions over the anchor's rows (ir_reduce_siblings; the anchor is
+   * then the root), computed and stored beside it. */
+  const Node *siblings[CG_MAX_SIBLINGS];
+  int n_siblings;
 } CgGroup;
 
 /* By node id: the group a node is the root of, or NULL. */

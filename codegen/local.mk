@@ -3,6 +3,7 @@ libdlcc_core_la_SOURCES += \
 	codegen/codegen.h \
 	codegen/kernel.h codegen/kernel.c codegen/kshort.h \
 	codegen/lower.h codegen/lower_kernels.c codegen/lower_gemm.c \
+	codegen/lower_rnn.c \
 	codegen/lower_window.c codegen/lower_move.c \
 	codegen/lower_train.c \
 	codegen/lower_rows.c \

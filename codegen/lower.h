@@ -193,6 +193,7 @@ void bias_add(CgBuild *b, const Node *n, RtRef out, int64_t total, int64_t inner
               int64_t channels, const Value *bias);
 bool lower_matmul(CgBuild *b, const Node *n);
 bool lower_linear(CgBuild *b, const Node *n);
+/* lower_rnn.c */
 bool lower_rnn(CgBuild *b, const Node *n);
 /* lower_window.c */
 bool lower_conv(CgBuild *b, const Node *n);

@@ -1,11 +1,9 @@
 /* Lowering of matrix products: takes a matmul, linear (alone or with its
- * fused epilogue), lstm or gru node, appends cuBLAS/CPU GEMM steps, int8
- * GEMM kernels and the kernels around them to the plan. */
+ * fused epilogue) node, appends cuBLAS/CPU GEMM steps, int8 GEMM kernels
+ * and the kernels around them to the plan (recurrent layers: lower_rnn.c). */
 #include "lower.h"
 
 /* ---- matrix products ---- */
-
-static const uint64_t F32_BYTES = 4;
 
 /* Floats throughout, or int8 operands with an int32 result and bias:
  * eval.c's exact integer product. */
@@ -36,8 +34,6 @@ RtGemm gemm_of(DType dt, int64_t m, int64_t nn, int64_t k) {
   return g;
 }
 
-static RtGemm gemm_f32(int64_t m, int64_t nn, int64_t k) { return gemm_of(TY_F32, m, nn, k); }
-
 static DType gemm_c_dtype(const RtGemm *g) { return g->dtype == RT_DT_I8 ? TY_I32 : (DType)g->dtype; }
 
 /* cuBLAS's int8 GEMM (cublasGemmEx with CUDA_R_8I A and B, CUDA_R_32I C,
@@ -51,21 +47,25 @@ static bool blas_takes_int8(const RtGemm *g) {
   return ok && (g->alpha == 0.0f || g->alpha == 1.0f) && (g->beta == 0.0f || g->beta == 1.0f);
 }
 
-/* An int8 GEMM cuBLAS would refuse, as a kernel: one thread per element
- * of C, its k products summed in int32 (wrapping, as eval.c). */
-static void gemm_i8_kernel(CgBuild *b, const Node *n, const char *what, const RtGemm *g) {
-  Kernel *k = new_kernel(b, n, "gemm_i8", what ? what : "gemm");
-  TensorType space = ir_type_make(TY_I32, 3, (int64_t[]){g->batch, g->m, g->n});
+/* A GEMM as a kernel of ours: an int8 one cuBLAS would refuse (its k
+ * products summed in int32, wrapping, as eval.c), or an f64 one (summed
+ * in double; the plan's GEMM step is f32/f16/bf16/int8, and a direct
+ * kernel keeps f64 off cuBLAS and out of the emulator's GEMM).  One
+ * thread per element of C; beta 1 adds C's old value. */
+static void gemm_kernel(CgBuild *b, const Node *n, const char *what, const RtGemm *g) {
+  DType et = g->dtype == RT_DT_I8 ? TY_I8 : (DType)g->dtype, ct = gemm_c_dtype(g);
+  Kernel *k = new_kernel(b, n, et == TY_I8 ? "gemm_i8" : "gemm_f64", what ? what : "gemm");
+  TensorType space = ir_type_make(ct, 3, (int64_t[]){g->batch, g->m, g->n});
   Map m;
   map_begin(&m, k, &space);
   KExpr *bi = map_coord(&m, 0), *i = map_coord(&m, 1), *j = map_coord(&m, 2);
   int64_t last = g->batch - 1;
   int64_t na = last * g->stride_a + (g->trans_a ? g->k : g->m) * g->lda;
   int64_t nb = last * g->stride_b + (g->trans_b ? g->n : g->k) * g->ldb;
-  KBuf *A = cg_kglobal(k, "a", TY_I8, na, g->a), *B = cg_kglobal(k, "b", TY_I8, nb, g->b);
-  KBuf *C = cg_kglobal(k, "c", TY_I32, last * g->stride_c + g->m * g->ldc, g->c);
-  KVar *acc = cg_kvar(k, "acc", TY_I32), *p = cg_kvar(k, "p", KT_INDEX);
-  KStmt *red = cg_kreduce(k, &m.main, acc, cg_kimm(k, 0, TY_I32), OP_ADD, p, cg_kint(k, g->k));
+  KBuf *A = cg_kglobal(k, "a", et, na, g->a), *B = cg_kglobal(k, "b", et, nb, g->b);
+  KBuf *C = cg_kglobal(k, "c", ct, last * g->stride_c + g->m * g->ldc, g->c);
+  KVar *acc = cg_kvar(k, "acc", ct), *p = cg_kvar(k, "p", KT_INDEX);
+  KStmt *red = cg_kreduce(k, &m.main, acc, cg_kimm(k, 0, ct), OP_ADD, p, cg_kint(k, g->k));
   KExpr *pv = cg_kv(k, p);
   KExpr *ai = g->trans_a ? cg_kadd(k, cg_kmul(k, pv, cg_kint(k, g->lda)), i)
                          : cg_kadd(k, cg_kmul(k, i, cg_kint(k, g->lda)), pv);
@@ -73,11 +73,12 @@ static void gemm_i8_kernel(CgBuild *b, const Node *n, const char *what, const Rt
                          : cg_kadd(k, cg_kmul(k, pv, cg_kint(k, g->ldb)), j);
   ai = cg_kadd(k, cg_kmul(k, bi, cg_kint(k, g->stride_a)), ai);
   bj = cg_kadd(k, cg_kmul(k, bi, cg_kint(k, g->stride_b)), bj);
-  red->value =
-      cg_kop2(k, OP_MUL, cg_kcast(k, cg_kload(k, A, ai), TY_I32), cg_kcast(k, cg_kload(k, B, bj), TY_I32));
+  red->value = cg_kop2(k, OP_MUL, cg_kcast(k, cg_kload(k, A, ai), ct), cg_kcast(k, cg_kload(k, B, bj), ct));
   KExpr *ci = cg_kadd(k, cg_kmul(k, bi, cg_kint(k, g->stride_c)),
                       cg_kadd(k, cg_kmul(k, i, cg_kint(k, g->ldc)), j));
-  cg_kstore(k, &m.main, C, ci, cg_kv(k, acc));
+  KExpr *v = cg_kv(k, acc);
+  if (g->beta != 0.0f) v = cg_kop2(k, OP_ADD, cg_kload(k, C, ci), v);
+  cg_kstore(k, &m.main, C, ci, v);
   map_end(&m);
   cg_launch(b, k);
 }
@@ -184,8 +185,9 @@ static void gemm_i8_tc(CgBuild *b, const Node *n, const char *what, const RtGemm
 }
 
 /* Appends g, or nothing when C is empty, or zeros when k is 0 (C is
- * always contiguous here); an int8 g that cuBLAS cannot run becomes a
- * kernel of ours, on tensor cores unless --no-tensor-cores. */
+ * always contiguous here); an f64 g, or an int8 g that cuBLAS cannot
+ * run, becomes a kernel of ours (int8 on tensor cores unless
+ * --no-tensor-cores). */
 void emit_gemm(CgBuild *b, const Node *n, const char *what, const RtGemm *g) {
   if (g->m == 0 || g->n == 0 || g->batch == 0) return;
   if (g->k == 0) {
@@ -193,11 +195,18 @@ void emit_gemm(CgBuild *b, const Node *n, const char *what, const RtGemm *g) {
     if (g->beta == 0.0f) cg_fill(b, n, what, g->c, gemm_c_dtype(g), g->batch * g->m * g->n, 0.0);
     return;
   }
+  if (g->dtype == TY_F64) {
+    if (g->alpha != 1.0f || (g->beta != 0.0f && g->beta != 1.0f) || g->epilogue)
+      dl_internal(cg_build_ctx(b), "f64 gemm with alpha %g, beta %g, epilogue %u", (double)g->alpha,
+                  (double)g->beta, g->epilogue);
+    gemm_kernel(b, n, what, g);
+    return;
+  }
   if (g->dtype == RT_DT_I8 && !blas_takes_int8(g)) {
     if (g->alpha != 1.0f || g->beta != 0.0f)
       dl_internal(cg_build_ctx(b), "int8 gemm with alpha %g, beta %g", (double)g->alpha, (double)g->beta);
     if (cg_options(b)->no_tensor_cores)
-      gemm_i8_kernel(b, n, what, g);
+      gemm_kernel(b, n, what, g);
     else
       gemm_i8_tc(b, n, what, g);
     return;
@@ -236,12 +245,8 @@ bool cg_lower_matmul_into(CgBuild *b, const Node *n, RtRef rc, float beta) {
   TensorType ab = at, bb = bt, batch = {.dtype = at.dtype};
   ab.rank -= 2;
   bb.rank -= 2;
-  batch.rank = ab.rank > bb.rank ? ab.rank : bb.rank;
-  for (int i = 0; i < batch.rank; i++) {
-    int ia = i - (batch.rank - ab.rank), ib = i - (batch.rank - bb.rank);
-    int64_t da = ia >= 0 ? ab.dims[ia] : 1, db = ib >= 0 ? bb.dims[ib] : 1;
-    batch.dims[i] = da == 1 ? db : da;
-  }
+  /* shape inference checked that the batch dims broadcast */
+  (void)ir_broadcast_dims(ab.dims, ab.rank, bb.dims, bb.rank, batch.dims, &batch.rank);
   int64_t nbatch = numel(&batch), na = numel(&ab), nb = numel(&bb);
   if (nbatch * m * nn == 0) return true;
   RtRef ra = cg_ref(b, n->in[0]), rb = cg_ref(b, n->in[1]);
@@ -302,11 +307,13 @@ static RtGemm linear_gemm(CgBuild *b, const Node *n, RtRef c) {
 }
 
 /* Whether cuBLASLt adds linear's bias (its BIAS epilogue): a float
- * product with a bias, not empty (a sum over no features is the bias
- * alone, which emit_gemm would not add to its zeros). */
+ * product (not f64: a kernel of ours) with a bias, not empty (a sum
+ * over no features is the bias alone, which emit_gemm would not add to
+ * its zeros). */
 static bool bias_in_epilogue(const Node *n) {
   const TensorType *x = &n->in[0]->type;
-  return n->n_in > 2 && ir_dtype_is_float(n->out[0].type.dtype) && x->dims[x->rank - 1] > 0 &&
+  DType dt = n->out[0].type.dtype;
+  return n->n_in > 2 && ir_dtype_is_float(dt) && dt != TY_F64 && x->dims[x->rank - 1] > 0 &&
          numel(&n->out[0].type) > 0;
 }
 
@@ -346,140 +353,5 @@ bool cg_lower_gemm_epilogue(CgBuild *b, const CgGroup *grp) {
   g.epilogue = e;
   g.bias = cg_ref(b, lin->in[2]);
   emit_gemm(b, act, arena_printf(&cg_build_ctx(b)->arena, "#k%d", grp->id), &g);
-  return true;
-}
-
-/* ---- recurrent layers ---- */
-
-typedef struct Rnn {
-  bool lstm, bf, bias;
-  int64_t N, T, H, G, dirs;
-} Rnn;
-
-/* One timestep of one layer and direction, after the two projections:
- * thread (b, j) combines the gates, updates h (and c) in place and
- * writes y.  t is a parameter so every timestep shares the text. */
-static void rnn_cell(CgBuild *b, const Node *n, const Rnn *r, const char *what, int64_t t,
-                     RtRef xproj, RtRef hproj, const Value *bih, const Value *bhh, RtRef h, RtRef c,
-                     RtRef y) {
-  int64_t N = r->N, T = r->T, H = r->H, GH = r->G * r->H;
-  Kernel *k = new_kernel(b, n, "cell", what);
-  TensorType space = ir_type_make(TY_F32, 2, (int64_t[]){N, H});
-  Map m;
-  map_begin(&m, k, &space);
-  /* Every timestep's launch keeps one contract: the buffers hold all T. */
-  KVar *tv = cg_kparam_range(k, "t", KT_INDEX, t, 0, T - 1);
-  KExpr *bi = map_coord(&m, 0), *j = map_coord(&m, 1);
-  KExpr *row = r->bf ? cg_kadd(k, cg_kmul(k, bi, cg_kint(k, T)), cg_kv(k, tv))
-                     : cg_kadd(k, cg_kmul(k, cg_kv(k, tv), cg_kint(k, N)), bi);
-  KVar *rowv = cg_klet(k, &m.main, "row", KT_INDEX, row);
-  KBuf *xp = cg_kglobal(k, "xproj", TY_F32, T * N * GH, xproj);
-  KBuf *hp = cg_kglobal(k, "hproj", TY_F32, N * GH, hproj);
-  KBuf *hb = cg_kglobal(k, "h", TY_F32, N * H, h);
-  /* y starts at this direction's columns: the last row ends H short of
-   * the sequence's end for every direction but the last. */
-  KBuf *yb = cg_kglobal(k, "y", TY_F32, T * N * r->dirs * H - (r->dirs - 1) * H, y);
-  KExpr *gi[4], *gh[4];
-  for (int q = 0; q < r->G; q++) {
-    KExpr *col = cg_kadd(k, cg_kint(k, q * H), j);
-    gi[q] = cg_kload(k, xp, cg_kadd(k, cg_kmul(k, cg_kv(k, rowv), cg_kint(k, GH)), col));
-    gh[q] = cg_kload(k, hp, cg_kadd(k, cg_kmul(k, bi, cg_kint(k, GH)), col));
-    if (r->bias) {
-      gi[q] = cg_kop2(k, OP_ADD, gi[q], load_of(b, k, bih, "b_ih", col));
-      gh[q] = cg_kop2(k, OP_ADD, gh[q], load_of(b, k, bhh, "b_hh", col));
-    }
-  }
-  KVar *hn;
-  if (r->lstm) {
-    KBuf *cb = cg_kglobal(k, "c", TY_F32, N * H, c);
-    KVar *ig =
-        cg_klet(k, &m.main, "ig", TY_F32, cg_kop1(k, OP_SIGMOID, cg_kop2(k, OP_ADD, gi[0], gh[0])));
-    KVar *fg =
-        cg_klet(k, &m.main, "fg", TY_F32, cg_kop1(k, OP_SIGMOID, cg_kop2(k, OP_ADD, gi[1], gh[1])));
-    KVar *gg =
-        cg_klet(k, &m.main, "gg", TY_F32, cg_kop1(k, OP_TANH, cg_kop2(k, OP_ADD, gi[2], gh[2])));
-    KVar *og =
-        cg_klet(k, &m.main, "og", TY_F32, cg_kop1(k, OP_SIGMOID, cg_kop2(k, OP_ADD, gi[3], gh[3])));
-    KExpr *cn = cg_kop2(k, OP_ADD, cg_kop2(k, OP_MUL, cg_kv(k, fg), cg_kload(k, cb, m.i)),
-                        cg_kop2(k, OP_MUL, cg_kv(k, ig), cg_kv(k, gg)));
-    KVar *cv = cg_klet(k, &m.main, "cn", TY_F32, cn);
-    cg_kstore(k, &m.main, cb, m.i, cg_kv(k, cv));
-    hn = cg_klet(k, &m.main, "hn", TY_F32,
-                 cg_kop2(k, OP_MUL, cg_kv(k, og), cg_kop1(k, OP_TANH, cg_kv(k, cv))));
-  } else {
-    KVar *rg =
-        cg_klet(k, &m.main, "rg", TY_F32, cg_kop1(k, OP_SIGMOID, cg_kop2(k, OP_ADD, gi[0], gh[0])));
-    KVar *zg =
-        cg_klet(k, &m.main, "zg", TY_F32, cg_kop1(k, OP_SIGMOID, cg_kop2(k, OP_ADD, gi[1], gh[1])));
-    KVar *ng = cg_klet(
-        k, &m.main, "ng", TY_F32,
-        cg_kop1(k, OP_TANH, cg_kop2(k, OP_ADD, gi[2], cg_kop2(k, OP_MUL, cg_kv(k, rg), gh[2]))));
-    KExpr *keep = cg_kop2(k, OP_MUL, cg_kv(k, zg), cg_kload(k, hb, m.i));
-    KExpr *upd =
-        cg_kop2(k, OP_MUL, cg_kop2(k, OP_SUB, cg_kimm(k, 1, TY_F32), cg_kv(k, zg)), cg_kv(k, ng));
-    hn = cg_klet(k, &m.main, "hn", TY_F32, cg_kop2(k, OP_ADD, upd, keep));
-  }
-  cg_kstore(k, &m.main, hb, m.i, cg_kv(k, hn));
-  cg_kstore(k, &m.main, yb, cg_kadd(k, cg_kmul(k, cg_kv(k, rowv), cg_kint(k, r->dirs * H)), j),
-            cg_kv(k, hn));
-  map_end(&m);
-  cg_launch(b, k);
-}
-
-/* Per layer and direction: one GEMM projects every timestep's input
- * (x @ W_ih^T); then per timestep a GEMM h @ W_hh^T and the cell kernel.
- * h and c live in the h_n / c_n results themselves, so the last state
- * needs no copy.  Every layer's sequence has the caller's layout. */
-bool lower_rnn(CgBuild *b, const Node *n) {
-  /* f32 only: the precision pass keeps recurrent layers in f32. */
-  for (int i = 0; i < n->n_in; i++)
-    if (n->in[i]->type.dtype != TY_F32) return unsupported(b, n, n->in[i]->type.dtype);
-  Arena *ar = &cg_build_ctx(b)->arena;
-  Rnn r = {.lstm = n->op == OP_LSTM,
-           .bf = ir_attr_int(n, "batch_first") != 0,
-           .bias = ir_attr_int(n, "bias") != 0,
-           .H = ir_attr_int(n, "hidden"),
-           .dirs = ir_attr_int(n, "bidirectional") ? 2 : 1};
-  r.G = r.lstm ? 4 : 3;
-  int64_t layers = ir_attr_int(n, "layers");
-  const Value *x = n->in[0];
-  r.N = r.bf ? x->type.dims[0] : x->type.dims[1];
-  r.T = r.bf ? x->type.dims[1] : x->type.dims[0];
-  int64_t N = r.N, T = r.T, H = r.H, GH = r.G * r.H, rows = T * N;
-  int per = r.bias ? 4 : 2;
-  RtRef hn = cg_ref(b, &n->out[1]), cn = r.lstm ? cg_ref(b, &n->out[2]) : hn;
-  RtRef in = cg_ref(b, x), yfinal = cg_ref(b, &n->out[0]);
-  int64_t feat = x->type.dims[2];
-  for (int64_t l = 0; l < layers; l++) {
-    RtRef seq =
-        l == layers - 1 ? yfinal : cg_scratch(b, n, (uint64_t)(rows * r.dirs * H) * F32_BYTES);
-    for (int64_t d = 0; d < r.dirs; d++) {
-      const Value *const *wt = (const Value *const *)n->in + 1 + (l * r.dirs + d) * per;
-      const char *ld = arena_printf(ar, "l%" PRId64 " d%" PRId64, l, d);
-      uint64_t state = (uint64_t)((l * r.dirs + d) * N * H) * F32_BYTES;
-      RtRef h = cg_ref_at(hn, state), c = cg_ref_at(cn, state);
-      cg_fill(b, n, arena_printf(ar, "%s h0", ld), h, TY_F32, N * H, 0.0);
-      if (r.lstm) cg_fill(b, n, arena_printf(ar, "%s c0", ld), c, TY_F32, N * H, 0.0);
-      if (rows == 0) continue;
-      RtRef xproj = cg_scratch(b, n, (uint64_t)(rows * GH) * F32_BYTES);
-      RtRef hproj = cg_scratch(b, n, (uint64_t)(N * GH) * F32_BYTES);
-      RtGemm g = gemm_f32(rows, GH, feat);
-      g.trans_b = 1, g.ldb = feat;
-      g.a = in, g.b = cg_ref(b, wt[0]), g.c = xproj;
-      emit_gemm(b, n, arena_printf(ar, "%s input", ld), &g);
-      for (int64_t s = 0; s < T; s++) {
-        int64_t t = d == 0 ? s : T - 1 - s;
-        RtGemm gh = gemm_f32(N, GH, H);
-        gh.trans_b = 1, gh.ldb = H;
-        gh.a = h, gh.b = cg_ref(b, wt[1]), gh.c = hproj;
-        emit_gemm(b, n, arena_printf(ar, "%s t%" PRId64 " hidden", ld, t), &gh);
-        rnn_cell(b, n, &r, arena_printf(ar, "%s t%" PRId64 " cell", ld, t), t, xproj, hproj,
-                 r.bias ? wt[2] : NULL, r.bias ? wt[3] : NULL, h, c,
-                 cg_ref_at(seq, (uint64_t)(d * H) * F32_BYTES));
-      }
-    }
-    in = seq;
-    feat = r.dirs * H;
-  }
   return true;
 }

@@ -152,15 +152,15 @@ static bool lower_batchnorm(CgBuild *b, const Node *n) {
 
 /* ---- dispatch ---- */
 
-/* f64 kernels are the loop nests of elementwise ops, reductions and
- * data movement (each op in double, as emit_cuda spells it); matrix
- * products, windows and the other opaque ops have f32/f16 kernels or
- * cuBLAS calls only. */
+/* f64 kernels are the loop nests of elementwise ops, reductions,
+ * softmax/log_softmax and data movement (each op in double, as emit_cuda
+ * spells it), and matrix products as a kernel of ours (lower_gemm.c);
+ * windows, the normalizations and the other opaque ops have f32/f16
+ * kernels or cuBLAS calls only. */
 static bool f64_lowered(CgBuild *b, const Node *n) {
   OpClass cls = ir_ops[n->op].cls;
-  if (n->op == OP_BITCAST) return true;
-  bool rows = n->op == OP_SOFTMAX || n->op == OP_LOG_SOFTMAX || n->op == OP_LAYERNORM || n->op == OP_RMS_NORM ||
-              n->op == OP_GROUP_NORM; /* their rows are computed in f32 */
+  if (n->op == OP_BITCAST || n->op == OP_MATMUL || n->op == OP_LINEAR) return true;
+  bool rows = n->op == OP_LAYERNORM || n->op == OP_RMS_NORM || n->op == OP_GROUP_NORM; /* rows in f32 */
   if (!rows && (cls == K_SOURCE || cls == K_ELEMWISE || cls == K_REDUCE || cls == K_MOVE)) return true;
   for (int i = 0; i < n->n_in + n->n_out; i++)
     if ((i < n->n_in ? n->in[i]->type.dtype : n->out[i - n->n_in].type.dtype) == TY_F64)

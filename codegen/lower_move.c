@@ -10,10 +10,11 @@ bool lower_reshape(CgBuild *b, const Node *n) {
   const Value *x = n->in[0], *y = &n->out[0];
   double c;
   if (cg_has_ref(b, y)) {
-    /* A graph output has bytes of its own in its OUTPUT space. */
+    /* A graph output has bytes of its own in its OUTPUT space (its
+     * operand's too, when plan_storage could put the operand there). */
     if (cg_const_of(b, x, &c))
       cg_fill(b, n, NULL, cg_ref(b, y), y->type.dtype, numel(&y->type), c);
-    else if (nbytes(&y->type))
+    else if (nbytes(&y->type) && !cg_same_ref(cg_ref(b, y), cg_ref(b, x)))
       cg_copy(b, n, NULL, cg_ref(b, y), cg_ref(b, x), nbytes(&y->type));
   } else if (!cg_const_of(b, x, &c)) {
     cg_alias(b, y, cg_ref(b, x));

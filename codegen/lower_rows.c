@@ -13,9 +13,10 @@
  *     y threads, combined through shared memory.
  * Each thread's elements stay in registers between passes when they
  * fit, so softmax and the normalizations read x once; their statistics
- * are two-pass (mean, then squared deviations) in f32.  The fused
- * prologue of a group is evaluated where x is loaded, its epilogue where
- * the result is stored (fuse_lower.c). */
+ * are two-pass (mean, then squared deviations) in f32 (f64 reductions,
+ * argmax and softmax in double).  The fused prologue of a group is
+ * evaluated where x is loaded, its epilogue where the result is stored
+ * (fuse_lower.c). */
 #include <math.h>
 #include <string.h>
 
@@ -110,7 +111,6 @@ typedef struct Rows {
   DType cache_dt;
   int64_t splits;           /* parts each row is cut into, one a tile (1: whole rows) */
   KVar *split;              /* the tile's part, when splits > 1 */
-  KBuf *src;                /* x is this f32 buffer [rows * len] (partials), not a value */
 } Rows;
 
 /* An access of n lanes when the row is x's innermost elements and
@@ -134,9 +134,9 @@ static int64_t split_count(const Rows *R, int64_t row_tiles, int64_t accesses) {
   return clamp(gpu / threads, 1, clamp(accesses / (R->width * PER_LANE), 1, 1024));
 }
 
-/* cache_dt: what a thread keeps of its elements between passes (TY_F32
- * or TY_I64), or TY_COUNT for nothing; may_split: the caller combines
- * the parts of split rows (R->splits). */
+/* cache_dt: what a thread keeps of its elements between passes (TY_F32,
+ * TY_F64 or an integer type), or TY_COUNT for nothing; may_split: the
+ * caller combines the parts of split rows (R->splits). */
 static void rows_begin(Rows *R, CgBuild *b, Kernel *k, const RowSpace *sp, DType dt, DType cache_dt,
                        bool may_split) {
   memset(R, 0, sizeof *R);
@@ -258,7 +258,7 @@ static Pass rows_pass(Rows *R, KBlock *in) {
 static KExpr *rows_value(Rows *R, const Pass *P, const Value *x, bool first, DType dt) {
   Kernel *k = R->k;
   if (R->cache && !first) return cg_kload(k, R->cache, P->slot);
-  KExpr *v = R->src ? cg_kload(k, R->src, P->at) : cg_kcast(k, cg_load_in(R->b, k, P->body, x, "x", P->at), dt);
+  KExpr *v = cg_kcast(k, cg_load_in(R->b, k, P->body, x, "x", P->at), dt);
   if (!R->cache) return v;
   cg_kstore(k, P->body, R->cache, P->slot, v);
   return cg_kload(k, R->cache, P->slot);
@@ -292,11 +292,39 @@ static int norm_axis(const Node *n, int rank) {
 
 /* ---- reductions to one value per row ---- */
 
+/* How reduction n combines: the operation, its identity, and whether
+ * the result divides by the count (a mean). */
+typedef struct Combine {
+  OpKind op;
+  double init;
+  bool mean;
+} Combine;
+
+static Combine combine_of(const Node *n) {
+  switch (n->op) {
+    case OP_REDUCE_MAX: return (Combine){OP_MAXIMUM, -INFINITY, false};
+    case OP_REDUCE_MIN: return (Combine){OP_MINIMUM, INFINITY, false};
+    case OP_REDUCE_PROD: return (Combine){OP_MUL, 1.0, false};
+    case OP_REDUCE_MEAN:
+    case OP_GLOBAL_AVGPOOL: return (Combine){OP_ADD, 0.0, true};
+    default: return (Combine){OP_ADD, 0.0, false};
+  }
+}
+
+/* One or more reductions over the same rows (the anchor's siblings in
+ * its fusion group, ir_reduce_siblings): one kernel, an accumulator each
+ * per row, their loads in one pass; split rows leave parts per
+ * reduction that a second kernel combines. */
 static bool lower_reduce(CgBuild *b, const Node *n) {
   if (!cg_check_dtypes(b, n, false)) return false;
-  const Value *x = n->in[0], *out = &n->out[0];
+  const Value *x = n->in[0];
   const TensorType *xt = &x->type;
-  if (ir_type_numel(&out->type) == 0) return true;
+  if (ir_type_numel(&n->out[0].type) == 0) return true;
+  const Node *red[1 + CG_MAX_SIBLINGS] = {n};
+  int nr = 1;
+  const CgGroup *grp = cg_group(b);
+  if (grp && grp->anchor == n)
+    for (int j = 0; j < grp->n_siblings; j++) red[nr++] = grp->siblings[j];
   bool reduced[DL_MAX_RANK] = {false};
   if (n->op == OP_GLOBAL_AVGPOOL) {
     mark(reduced, xt->rank, 2, xt->rank);
@@ -306,43 +334,47 @@ static bool lower_reduce(CgBuild *b, const Node *n) {
     for (int i = 0; i < n_axes; i++) reduced[axes[i] < 0 ? axes[i] + xt->rank : axes[i]] = true;
   }
   RowSpace sp = row_space(xt->dims, xt->rank, reduced);
-  OpKind comb = n->op == OP_REDUCE_MAX ? OP_MAXIMUM : n->op == OP_REDUCE_MIN ? OP_MINIMUM
-                : n->op == OP_REDUCE_PROD ? OP_MUL : OP_ADD;
-  double init = n->op == OP_REDUCE_MAX ? -INFINITY : n->op == OP_REDUCE_MIN ? INFINITY
-                : n->op == OP_REDUCE_PROD ? 1.0 : 0.0;
+  Combine cb[1 + CG_MAX_SIBLINGS];
+  for (int j = 0; j < nr; j++) cb[j] = combine_of(red[j]);
   DType at = xt->dtype == TY_F64 ? TY_F64 : TY_F32; /* f64 sums in double */
   Kernel *k = rows_kernel(b, n);
   Rows R;
   rows_begin(&R, b, k, &sp, xt->dtype, TY_COUNT, true);
-  KVar *acc = rows_acc(&R, "acc", at, init);
+  KVar *acc[1 + CG_MAX_SIBLINGS];
+  for (int j = 0; j < nr; j++) acc[j] = rows_acc(&R, "acc", at, cb[j].init);
   Pass P = rows_pass(&R, rows_guard(&R, NULL));
-  accumulate(k, &P, acc, comb, rows_value(&R, &P, x, true, at));
-  rows_allreduce(&R, acc, comb);
+  for (int j = 0; j < nr; j++) accumulate(k, &P, acc[j], cb[j].op, rows_value(&R, &P, red[j]->in[0], true, at));
+  for (int j = 0; j < nr; j++) rows_allreduce(&R, acc[j], cb[j].op);
   KBlock *st = rows_guard(&R, R.width > 1 ? cg_kcmp(k, KC_EQ, cg_kv(k, R.lane), cg_kint(k, 0)) : NULL);
   if (R.splits > 1) {
-    /* Each part's value, then a second kernel combines the parts of each
-     * row in order: [splits, rows] reduced over its first axis. */
-    RtRef ref = cg_scratch(b, n, (uint64_t)(R.splits * sp.rows) * (uint64_t)ir_dtype_size(at));
-    KBuf *parts = cg_kglobal(k, "part", at, R.splits * sp.rows, ref);
-    cg_kstore(k, st, parts, cg_kadd(k, cg_kmul(k, cg_kv(k, R.split), cg_kint(k, sp.rows)), cg_kv(k, R.row)),
-              cg_kv(k, acc));
+    /* Each part's values, then a second kernel combines the parts of
+     * each row in order: [splits, rows] reduced over its first axis. */
+    int64_t count = R.splits * sp.rows;
+    RtRef ref[1 + CG_MAX_SIBLINGS];
+    for (int j = 0; j < nr; j++) {
+      ref[j] = cg_scratch(b, red[j], (uint64_t)count * (uint64_t)ir_dtype_size(at));
+      KBuf *parts = cg_kglobal(k, "part", at, count, ref[j]);
+      cg_kstore(k, st, parts, cg_kadd(k, cg_kmul(k, cg_kv(k, R.split), cg_kint(k, sp.rows)), cg_kv(k, R.row)),
+                cg_kv(k, acc[j]));
+    }
     cg_launch(b, k);
     int64_t dims[2] = {R.splits, sp.rows};
     bool over[2] = {true, false};
     RowSpace ps = row_space(dims, 2, over);
     k = cg_node_kernel(b, n, "parts", NULL);
     rows_begin(&R, b, k, &ps, at, TY_COUNT, false);
-    R.src = cg_kglobal(k, "part", at, R.splits * sp.rows, ref);
-    acc = rows_acc(&R, "acc", at, init);
+    for (int j = 0; j < nr; j++) acc[j] = rows_acc(&R, "acc", at, cb[j].init);
     P = rows_pass(&R, rows_guard(&R, NULL));
-    accumulate(k, &P, acc, comb, rows_value(&R, &P, x, true, at));
-    rows_allreduce(&R, acc, comb);
+    for (int j = 0; j < nr; j++)
+      accumulate(k, &P, acc[j], cb[j].op, cg_kload(k, cg_kglobal(k, "part", at, count, ref[j]), P.at));
+    for (int j = 0; j < nr; j++) rows_allreduce(&R, acc[j], cb[j].op);
     st = rows_guard(&R, R.width > 1 ? cg_kcmp(k, KC_EQ, cg_kv(k, R.lane), cg_kint(k, 0)) : NULL);
   }
-  KExpr *res = cg_kv(k, acc);
-  if (n->op == OP_REDUCE_MEAN || n->op == OP_GLOBAL_AVGPOOL)
-    res = cg_kop2(k, OP_DIV, res, cg_kimm(k, (double)sp.len, at));
-  cg_store_at(b, k, st, out, cg_kv(k, R.row), res);
+  for (int j = 0; j < nr; j++) {
+    KExpr *res = cg_kv(k, acc[j]);
+    if (cb[j].mean) res = cg_kop2(k, OP_DIV, res, cg_kimm(k, (double)sp.len, at));
+    cg_store_at(b, k, st, &red[j]->out[0], cg_kv(k, R.row), res);
+  }
   cg_launch(b, k);
   return true;
 }
@@ -398,25 +430,26 @@ static bool lower_softmax(CgBuild *b, const Node *n) {
   bool reduced[DL_MAX_RANK], lsm = n->op == OP_LOG_SOFTMAX;
   mark(reduced, xt->rank, axis, axis + 1);
   RowSpace sp = row_space(xt->dims, xt->rank, reduced);
+  DType at = xt->dtype == TY_F64 ? TY_F64 : TY_F32; /* f64 rows in double, as eval.c */
   Kernel *k = rows_kernel(b, n);
   Rows R;
-  rows_begin(&R, b, k, &sp, xt->dtype, TY_F32, false);
-  KVar *mx = rows_acc(&R, "mx", TY_F32, -INFINITY);
+  rows_begin(&R, b, k, &sp, xt->dtype, at, false);
+  KVar *mx = rows_acc(&R, "mx", at, -INFINITY);
   Pass P = rows_pass(&R, rows_guard(&R, NULL));
-  accumulate(k, &P, mx, OP_MAXIMUM, rows_value(&R, &P, x, true, TY_F32));
+  accumulate(k, &P, mx, OP_MAXIMUM, rows_value(&R, &P, x, true, at));
   rows_allreduce(&R, mx, OP_MAXIMUM);
-  KVar *sum = rows_acc(&R, "sum", TY_F32, 0);
+  KVar *sum = rows_acc(&R, "sum", at, 0);
   P = rows_pass(&R, rows_guard(&R, NULL));
-  KVar *ex = cg_klet(k, P.body, "ex", TY_F32,
-                     cg_kop1(k, OP_EXP, cg_kop2(k, OP_SUB, rows_value(&R, &P, x, false, TY_F32), cg_kv(k, mx))));
+  KVar *ex = cg_klet(k, P.body, "ex", at,
+                     cg_kop1(k, OP_EXP, cg_kop2(k, OP_SUB, rows_value(&R, &P, x, false, at), cg_kv(k, mx))));
   /* softmax keeps exp(x - max), log_softmax x itself */
   if (R.cache && !lsm) cg_kstore(k, P.body, R.cache, P.slot, cg_kv(k, ex));
   accumulate(k, &P, sum, OP_ADD, cg_kv(k, ex));
   rows_allreduce(&R, sum, OP_ADD);
   KBlock *in = rows_guard(&R, NULL);
-  KVar *lsum = lsm ? cg_klet(k, in, "lsum", TY_F32, cg_kop1(k, OP_LOG, cg_kv(k, sum))) : NULL;
+  KVar *lsum = lsm ? cg_klet(k, in, "lsum", at, cg_kop1(k, OP_LOG, cg_kv(k, sum))) : NULL;
   P = rows_pass(&R, in);
-  KExpr *v = rows_value(&R, &P, x, false, TY_F32), *y;
+  KExpr *v = rows_value(&R, &P, x, false, at), *y;
   if (lsm)
     y = cg_kop2(k, OP_SUB, cg_kop2(k, OP_SUB, v, cg_kv(k, mx)), cg_kv(k, lsum));
   else

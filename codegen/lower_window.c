@@ -515,11 +515,15 @@ bool lower_grid_sample(CgBuild *b, const Node *n) {
 /* maxpool2d/3d and avgpool2d/3d: a thread per output element, a loop
  * per spatial dim over its window. */
 bool lower_pool(CgBuild *b, const Node *n) {
-  if (!check_dtypes(b, n, false)) return false;
+  bool is_max = n->op == OP_MAXPOOL2D || n->op == OP_MAXPOOL3D;
+  /* A max of integers is exact in an i64 (eval.c's too); averages are
+   * of floats only. */
+  if (!check_dtypes(b, n, is_max)) return false;
+  DType dt = n->in[0]->type.dtype, at = ir_dtype_is_float(dt) ? TY_F32 : dt == TY_U64 ? TY_U64 : TY_I64;
+  double lowest = at == TY_F32 ? -INFINITY : at == TY_U64 ? 0.0 : (double)INT64_MIN;
   int cnt;
   const int64_t *kern = ir_attr_ints(n, "kernel", &cnt), *stride = ir_attr_ints(n, "stride", &cnt);
   const int64_t *pad = ir_attr_ints(n, "pad", &cnt), *dil = ir_attr_ints(n, "dilation", &cnt);
-  bool is_max = n->op == OP_MAXPOOL2D || n->op == OP_MAXPOOL3D;
   bool include_pad = !is_max && ir_attr_int(n, "count_include_pad");
   const Value *x = n->in[0], *out = &n->out[0];
   int nsp = x->type.rank - 2;
@@ -535,7 +539,7 @@ bool lower_pool(CgBuild *b, const Node *n) {
   /* The (n, c) plane: every output plane has OH*OW elements. */
   KVar *plane =
       cg_klet(k, &m.main, "plane", KT_INDEX, cg_kidx(k, KI_DIV, m.i, cg_kint(k, product(od, nsp))));
-  KVar *acc = cg_klet(k, &m.main, "acc", TY_F32, cg_kimm(k, is_max ? -INFINITY : 0.0, TY_F32));
+  KVar *acc = cg_klet(k, &m.main, "acc", at, cg_kimm(k, is_max ? lowest : 0.0, at));
   KVar *count = is_max ? NULL : cg_klet(k, &m.main, "count", KT_INDEX, cg_kint(k, 0));
   KVar *tap[MAX_SPATIAL], *pos[MAX_SPATIAL] = {NULL};
   for (int d = 0; d < nsp; d++) tap[d] = cg_kvar(k, spatial_name(tap_names, nsp, d), KT_INDEX);
@@ -555,10 +559,10 @@ bool lower_pool(CgBuild *b, const Node *n) {
       cg_kset(k, body, count, inc);
   }
   KExpr *inside = window_inside(k, nsp, pos, zeros, in, pmin, pmax);
-  KBlock *at = inside ? &cg_kif(k, body, inside)->body : body;
-  KExpr *v = load_f32(b, k, at, x, "x", window_index(k, cg_kv(k, plane), nsp, in, pos));
-  cg_kset(k, at, acc, cg_kop2(k, is_max ? OP_MAXIMUM : OP_ADD, cg_kv(k, acc), v));
-  if (count && !include_pad) cg_kset(k, at, count, inc);
+  KBlock *in_x = inside ? &cg_kif(k, body, inside)->body : body;
+  KExpr *v = cg_kcast(k, load_in(b, k, in_x, x, "x", window_index(k, cg_kv(k, plane), nsp, in, pos)), at);
+  cg_kset(k, in_x, acc, cg_kop2(k, is_max ? OP_MAXIMUM : OP_ADD, cg_kv(k, acc), v));
+  if (count && !include_pad) cg_kset(k, in_x, count, inc);
   KExpr *res = cg_kv(k, acc);
   if (!is_max)
     res = cg_ksel(k, cg_kcmp(k, KC_NE, cg_kv(k, count), cg_kint(k, 0)),

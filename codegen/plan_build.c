@@ -207,7 +207,13 @@ static bool plan_storage(CgBuild *b) {
     /* Init steps never write OUTPUT: a run copies the derived value. */
     if (b->init.node[v->def->id]) continue;
     /* Computed straight into the output, unless it already lives
-     * elsewhere: then a copy at the end (emit_output_copies). */
+     * elsewhere: then a copy at the end (emit_output_copies).  A
+     * reshape has its operand's bytes, so the value it reshapes (a
+     * batchnorm weight's gradient summed as [1, C, 1, 1]) is computed
+     * there too rather than copied. */
+    const Value *u = v;
+    while (u->def->op == OP_RESHAPE && !b->has_home[u->id]) u = u->def->in[0];
+    if (u != v && !b->has_home[u->id] && u->def->op != OP_CONST && !b->init.node[u->def->id]) set_home(b, u, r);
     if (!b->has_home[v->id]) set_home(b, v, r);
   }
   for (Node *n = g->first; n; n = n->next) {

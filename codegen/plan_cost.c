@@ -12,10 +12,16 @@
 
 /* ---- what a kernel touches ---- */
 
+enum { MAX_LOOPS = 16 };
+
 typedef struct Traffic {
   const Kernel *k;
   double *loads, *stores; /* per parameter */
   double ops;
+  /* the loops around the statement walked, innermost last (the first
+   * MAX_LOOPS of n_loops) */
+  const KStmt *loops[MAX_LOOPS];
+  int n_loops;
 } Traffic;
 
 /* An extent's value when it is known at compile time (an immediate, a
@@ -71,6 +77,20 @@ static void walk_expr(Traffic *t, const KExpr *e, double times) {
   for (int i = 0; i < 3; i++) walk_expr(t, e->a[i], times);
 }
 
+/* How many times fewer than its if statement the body of an if runs
+ * whose condition (or a conjunct of it) picks one iteration of an
+ * enclosing loop (tx == 0: one lane of a warp does the update). */
+static double picked(const Traffic *t, const KExpr *c) {
+  if (c->kind == KE_AND) {
+    double a = picked(t, c->a[0]), b = picked(t, c->a[1]);
+    return a > b ? a : b;
+  }
+  if (c->kind != KE_CMP || c->sub != KC_EQ || c->a[0]->kind != KE_VAR || c->a[1]->kind != KE_INT) return 1;
+  for (int i = 0; i < t->n_loops && i < MAX_LOOPS; i++)
+    if (t->loops[i]->var == c->a[0]->var) return trips(t->k, t->loops[i]->extent);
+  return 1;
+}
+
 /* times: how often the block runs over the whole launch, counting each
  * iteration of a mapped loop once (threads that repeat work are not
  * more traffic, only more cache hits). */
@@ -80,7 +100,10 @@ static void walk_block(Traffic *t, const KBlock *blk, double times) {
     switch (st->kind) {
       case KS_LOOP:
         walk_expr(t, st->extent, times);
+        if (t->n_loops < MAX_LOOPS) t->loops[t->n_loops] = st;
+        t->n_loops++;
         walk_block(t, &st->body, inner);
+        t->n_loops--;
         break;
       case KS_REDUCE:
         walk_expr(t, st->init, times);
@@ -98,7 +121,7 @@ static void walk_block(Traffic *t, const KBlock *blk, double times) {
         break;
       case KS_IF:
         walk_expr(t, st->cond, times);
-        walk_block(t, &st->body, times);
+        walk_block(t, &st->body, times / picked(t, st->cond));
         walk_block(t, &st->orelse, times);
         break;
       case KS_BARRIER:

@@ -122,7 +122,7 @@ int nccl_comm_start(NcclComm *c, uint64_t buf, uint64_t count, char *err, size_t
 
 int nccl_comm_wait(NcclComm *c, char *err, size_t errlen) {
   if (!c->comm) return snprintf(err, errlen, "rank %d: the NCCL communicator was aborted", c->d->rank), 1;
-  return settle(c, true, "the gradient all-reduce (NCCL)", err, errlen);
+  return settle(c, true, "an all-reduce (NCCL)", err, errlen);
 }
 
 void nccl_comm_free(NcclComm *c) {

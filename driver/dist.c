@@ -191,7 +191,7 @@ DistStatus dist_wait(Dist *d) {
   DistStatus st = DIST_OK;
   for (int i = 0; i < d->n_pending; i++) {
     DistPending *p = &d->pending[i];
-    if (st == DIST_OK && !p->done && (st = wait_deadline(d, &p->req, "the gradient all-reduce")) == DIST_OK)
+    if (st == DIST_OK && !p->done && (st = wait_deadline(d, &p->req, "an all-reduce")) == DIST_OK)
       p->done = true, d->round_end = now_s();
     /* Each rank sums the contributions itself, in rank order: the same
      * bits on every rank and in every run. */

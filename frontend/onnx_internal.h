@@ -203,6 +203,8 @@ OpFn ox_op_resize, ox_op_grid_sample;
 OpFn ox_op_mish, ox_op_swish, ox_op_mvn, ox_op_lp_norm, ox_op_cumulative, ox_op_center_crop_pad, ox_op_window;
 /* onnx_einsum.c */
 OpFn ox_op_einsum;
+/* onnx_select.c: NonZero, Compress, Unique of values known at import. */
+OpFn ox_op_nonzero, ox_op_compress, ox_op_unique;
 /* onnx_signal.c: DFT, STFT, Col2Im, MaxUnpool. */
 OpFn ox_op_dft, ox_op_stft, ox_op_col2im, ox_op_max_unpool;
 

@@ -652,6 +652,66 @@ static Val *root(Imp *im, Val *x, double p) {
   return p == 1 ? x : p == 2 ? ox_op1(im, OP_SQRT, x) : ox_op2s(im, OP_POW, x, 1 / p);
 }
 
+/* The least value of dt: what MaxPool's padding holds. */
+static double lowest(DType dt) {
+  switch (dt) {
+    case TY_I8: return INT8_MIN;
+    case TY_I16: return INT16_MIN;
+    case TY_I32: return INT32_MIN;
+    case TY_I64: return (double)INT64_MIN;
+    default: return ir_dtype_is_float(dt) ? -INFINITY : 0;
+  }
+}
+
+/* x [N, C, spatial...] padded explicitly by win's pads with fill. */
+static Val *pad_window(Imp *im, Val *x, const Window *win, double fill) {
+  int r = x->type.rank, m = win->nsp;
+  int64_t pads[2 * DL_MAX_RANK] = {0};
+  for (int i = 0; i < m; i++) pads[2 + i] = win->pad[i], pads[r + 2 + i] = win->pad[m + i];
+  Emit e;
+  Node *p = ox_begin(im, &e, OP_PAD, 1, &x);
+  ir_set_ints(im->g, p, "pads", 2 * r, pads);
+  ir_set_float(im->g, p, "value", fill);
+  return ox_emit1(im, &e);
+}
+
+static Val *pool_node(Imp *im, OpKind op, Val *x, const Window *win, int64_t ceil_mode, int64_t include_pad) {
+  Emit e;
+  Node *pn = ox_begin(im, &e, op, 1, &x);
+  set_window(im, pn, win, true);
+  ir_set_int(im->g, pn, "ceil_mode", ceil_mode != 0);
+  if (op == OP_AVGPOOL2D || op == OP_AVGPOOL3D) ir_set_int(im->g, pn, "count_include_pad", include_pad != 0);
+  return ox_emit1(im, &e);
+}
+
+/* A pool whose padding is more than half its kernel (which the IR's
+ * pools, by PyTorch's rule, refuse): the padding made explicit, then a
+ * pool without.  Max pads with the least value; an average that counts
+ * the padding pads with zeros; one that does not divides the window
+ * sums of x by those of ones padded the same way (a constant).  With
+ * ceil_mode, a last window that starts in the right padding is dropped
+ * (onnxruntime and PyTorch), which the pool without padding would keep. */
+static Val *wide_pool(Imp *im, OpKind op, Val *x, Window win, int64_t ceil_mode, int64_t include_pad) {
+  bool is_max = op == OP_MAXPOOL2D || op == OP_MAXPOOL3D;
+  Val *xp = pad_window(im, x, &win, is_max ? lowest(x->type.dtype) : 0);
+  Window inner = win;
+  memset(inner.pad, 0, sizeof inner.pad);
+  Val *y = pool_node(im, op, xp, &inner, ceil_mode, 1);
+  if (!is_max && !include_pad && y) {
+    TensorType ot = x->type;
+    ot.dims[0] = ot.dims[1] = 1;
+    Val *ones = ox_known_new(im, &ot);
+    for (int64_t i = 0; i < ir_type_numel(&ot); i++) ir_tensor_set(ones->k, i, 1);
+    Val *count = pool_node(im, op, pad_window(im, ones, &win, 0), &inner, ceil_mode, 1);
+    y = ox_op2(im, OP_DIV, y, count);
+  }
+  for (int i = 0; i < win.nsp && y && ceil_mode; i++) {
+    int64_t o = y->type.dims[2 + i];
+    if ((o - 1) * win.stride[i] >= x->type.dims[2 + i] + win.pad[i]) y = ox_slice_axis(im, y, 2 + i, 0, o - 1, 1);
+  }
+  return y;
+}
+
 /* MaxPool, AveragePool and LpPool (the window sum of |x|^p, an average
  * counting the zero padding times the window's size, to the 1/p). */
 bool ox_op_pool(Imp *im, ONode *n) {
@@ -670,18 +730,20 @@ bool ox_op_pool(Imp *im, ONode *n) {
   Window win;
   if (!spatial_window(im, x, NULL, 3, &win)) return false;
   int m = win.nsp;
-  for (int i = 0; i < m; i++)
-    if (win.pad[i] > win.kernel[i] / 2 || win.pad[m + i] > win.kernel[i] / 2)
-      return ox_bad(im, "padding larger than half the kernel is not supported");
+  bool wide = false;
+  for (int i = 0; i < 2 * m; i++) {
+    /* onnxruntime's rule: every window holds a real element */
+    if (win.pad[i] >= win.kernel[i % m])
+      return ox_bad(im, "padding %" PRId64 " is not less than the kernel %" PRId64, win.pad[i],
+                    win.kernel[i % m]);
+    wide = wide || win.pad[i] > win.kernel[i % m] / 2;
+  }
   Val *x2 = ox_to_2d(im, is_lp ? abs_pow(im, ox_widen(im, x), (double)p) : x);
   if (!x2) return false;
-  Emit e;
   OpKind op = is_max ? (m == 3 ? OP_MAXPOOL3D : OP_MAXPOOL2D) : (m == 3 ? OP_AVGPOOL3D : OP_AVGPOOL2D);
-  Node *pn = ox_begin(im, &e, op, 1, &x2);
-  set_window(im, pn, &win, true);
-  ir_set_int(im->g, pn, "ceil_mode", ceil_mode != 0);
-  if (!is_max) ir_set_int(im->g, pn, "count_include_pad", include_pad != 0);
-  Val *y = ox_from_2d(im, ox_emit1(im, &e), win.spatial);
+  Val *y = wide ? wide_pool(im, op, x2, win, ceil_mode, include_pad)
+                : pool_node(im, op, x2, &win, ceil_mode, include_pad);
+  y = ox_from_2d(im, y, win.spatial);
   if (is_lp) {
     double size = 1;
     for (int i = 0; i < m; i++) size *= (double)win.kernel[i];

@@ -57,13 +57,8 @@ bool eval_matmul(Eval *e, const Node *n, const Tensor *a, const Tensor *b, Tenso
   TensorType ab = at, bb = bt;
   ab.rank -= 2;
   bb.rank -= 2;
-  batch.rank = ab.rank > bb.rank ? ab.rank : bb.rank;
-  for (int i = 0; i < batch.rank; i++) {
-    int ia = i - (batch.rank - ab.rank), ib = i - (batch.rank - bb.rank);
-    int64_t da = ia >= 0 ? ab.dims[ia] : 1, db = ib >= 0 ? bb.dims[ib] : 1;
-    if (da != db && da != 1 && db != 1) return fail(e, "batch dims do not broadcast");
-    batch.dims[i] = da == 1 ? db : da;
-  }
+  if (!ir_broadcast_dims(ab.dims, ab.rank, bb.dims, bb.rank, batch.dims, &batch.rank))
+    return fail(e, "batch dims do not broadcast");
   int64_t nbatch = numel(&batch);
   if (nbatch * m * nn != numel(&out->type)) return fail(e, "result type does not fit the operands");
   int64_t sa[DL_MAX_RANK], sb[DL_MAX_RANK], idx[DL_MAX_RANK];

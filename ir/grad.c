@@ -443,19 +443,42 @@ static void vjp_group_norm(GradCall *c) {
   if (c->n->n_in > 2 && c->need[2]) c->dx[2] = reshape(c, sum(c, dy, n_axes, axes, false), &in[2]->type);
 }
 
-/* The inference batchnorm (frozen statistics): a per-channel affine map. */
+/* batchnorm: with frozen statistics (inference, no batch_stats) a
+ * per-channel affine map.  With the batch's (batch_stats K >= 1, K the
+ * ranks whose batches they span: training mode writes them, and their
+ * operands take no gradient here) the closed form: with xhat = (x - mean)
+ * / sd, db = sum(dy) and dw = sum(dy xhat) per channel over M values,
+ *   dx = w / sd * (dy - db / M - xhat dw / M),
+ * the two sums the weight and bias need anyway being all the
+ * reductions, each averaged over the K ranks (allreduce_mean) when K > 1. */
 static void vjp_batchnorm(GradCall *c) {
   Value *x = in0(c), *dy = c->dy[0];
   const TensorType *xt = &x->type;
   Value *inv = op1(c, OP_RSQRT, addk(c, c->n->in[4], ir_attr_float(c->n, "eps")));
   int64_t axes[DL_MAX_RANK];
   int n_axes = all_axes_but(xt, 1, axes);
-  if (c->need[0]) c->dx[0] = mul(c, dy, per_channel(c, mul(c, c->n->in[1], inv), xt));
-  if (c->need[1]) {
-    Value *xhat = mul(c, sub(c, x, per_channel(c, c->n->in[3], xt)), per_channel(c, inv, xt));
-    c->dx[1] = sum(c, mul(c, dy, xhat), n_axes, axes, false);
+  const Attr *stats = ir_attr(c->n, "batch_stats");
+  int64_t ranks = stats ? stats->i : 0;
+  Value *xhat = NULL, *dw = NULL, *db = NULL;
+  if (c->need[1] || (ranks && c->need[0])) {
+    xhat = mul(c, sub(c, x, per_channel(c, c->n->in[3], xt)), per_channel(c, inv, xt));
+    dw = sum(c, mul(c, dy, xhat), n_axes, axes, false);
   }
-  if (c->need[2]) c->dx[2] = sum(c, dy, n_axes, axes, false);
+  if (c->need[2] || (ranks && c->need[0])) db = sum(c, dy, n_axes, axes, false);
+  if (c->need[1]) c->dx[1] = dw;
+  if (c->need[2]) c->dx[2] = db;
+  if (!c->need[0]) return;
+  Value *scale = per_channel(c, mul(c, c->n->in[1], inv), xt);
+  if (!ranks) {
+    c->dx[0] = mul(c, dy, scale);
+    return;
+  }
+  /* (an empty x has no elements to take the sums' means over) */
+  double m = xt->dims[1] > 0 && ir_type_numel(xt) > 0 ? (double)(ir_type_numel(xt) / xt->dims[1]) : 1;
+  Value *mdb = mulk(c, db, 1 / m), *mdw = mulk(c, dw, 1 / m);
+  if (ranks > 1) mdb = op1(c, OP_ALLREDUCE_MEAN, mdb), mdw = op1(c, OP_ALLREDUCE_MEAN, mdw);
+  Value *t = sub(c, sub(c, dy, per_channel(c, mdb, xt)), mul(c, xhat, per_channel(c, mdw, xt)));
+  c->dx[0] = mul(c, t, scale);
 }
 
 /* ---- products ---- */
@@ -723,8 +746,32 @@ static Value *scatter_add(GradCall *c, OpKind op, Value *into, Value *ids, Value
   return finish(c->g, n);
 }
 
+/* With one index per position along axis (ids' extent there 1, the rest
+ * of data's shape: cross_entropy's pick of a class, topk with k = 1) no
+ * two updates meet, so the scatter-add into zeros is a select:
+ * where(iota == ids, upd, 0), an elementwise map that fuses with what
+ * reads it (log_softmax's backward) instead of a kernel of its own.  The
+ * iota is data's extent along axis only, broadcast, never data's size
+ * in memory.  A negative index counts from the end, as the forward. */
+static Value *scatter_add_along(GradCall *c, Value *into, Value *ids, Value *upd, int axis) {
+  const TensorType *t = &into->type;
+  bool one = ids->type.rank == t->rank && ids->type.dims[axis] == 1;
+  for (int d = 0; one && d < t->rank; d++) one = d == axis || ids->type.dims[d] == t->dims[d];
+  if (!one) return scatter_add(c, OP_SCATTER_ELEMENTS, into, ids, upd);
+  int64_t shape[DL_MAX_RANK];
+  for (int d = 0; d < t->rank; d++) shape[d] = d == axis ? t->dims[d] : 1;
+  Node *n = ir_node_new(c->g, OP_IOTA, 0, NULL, c->n->loc);
+  ir_set_ints(c->g, n, "shape", t->rank, shape);
+  ir_set_dtype(c->g, n, "dtype", ids->type.dtype);
+  ir_set_int(c->g, n, "axis", axis);
+  Value *at = where(c, cmpk(c, OP_LESS, ids, 0), addk(c, ids, (double)t->dims[axis]), ids);
+  return where(c, op2(c, OP_EQUAL, finish(c->g, n), at), upd, num(c, 0, upd));
+}
+
 static void vjp_gather_elements(GradCall *c) {
-  c->dx[0] = scatter_add(c, OP_SCATTER_ELEMENTS, in0(c), c->n->in[1], c->dy[0]);
+  int64_t axis = ir_attr_int(c->n, "axis");
+  if (axis < 0) axis += in0(c)->type.rank;
+  c->dx[0] = scatter_add_along(c, in0(c), c->n->in[1], c->dy[0], (int)axis);
 }
 
 /* gather_nd: a scatter-add of dy at the indices; with batch_dims b, the
@@ -784,7 +831,9 @@ static const char *lacks_scatter(const Node *n) {
 /* topk: the values' gradient goes back to where they came from. */
 static void vjp_topk(GradCall *c) {
   if (!c->dy[0]) return;
-  c->dx[0] = scatter_add(c, OP_SCATTER_ELEMENTS, in0(c), (Value *)&c->n->out[1], c->dy[0]);
+  int64_t axis = ir_attr_int(c->n, "axis");
+  if (axis < 0) axis += in0(c)->type.rank;
+  c->dx[0] = scatter_add_along(c, in0(c), (Value *)&c->n->out[1], c->dy[0], (int)axis);
 }
 
 /* The same mask on the gradient: the same seed, offset and stream. */

@@ -52,6 +52,32 @@ bool ir_op_is_logic(OpKind op) {
   return s == shape_compare || s == shape_float_test || s == shape_logical || s == shape_where;
 }
 
+static bool is_row_reduce(const Node *n) {
+  return n->op == OP_REDUCE_SUM || n->op == OP_REDUCE_MEAN || n->op == OP_REDUCE_MAX || n->op == OP_REDUCE_MIN;
+}
+
+/* Which axes of its operand n reduces, as bits. */
+static uint64_t reduced_axes(const Node *n) {
+  const Attr *at = ir_attr(n, "axes");
+  if (!at || at->kind != AK_INTS) return 0;
+  int rank = n->in[0]->type.rank;
+  uint64_t bits = 0;
+  for (int i = 0; i < at->ints.n; i++) {
+    int64_t d = at->ints.v[i] < 0 ? at->ints.v[i] + rank : at->ints.v[i];
+    if (d >= 0 && d < 64) bits |= 1ull << d;
+  }
+  return bits;
+}
+
+bool ir_reduce_siblings(const Node *a, const Node *b) {
+  if (!is_row_reduce(a) || !is_row_reduce(b) || a->n_in != 1 || b->n_in != 1 || a->n_out != 1 || b->n_out != 1)
+    return false;
+  if (!ir_type_eq(&a->in[0]->type, &b->in[0]->type) || !reduced_axes(a) || reduced_axes(a) != reduced_axes(b))
+    return false;
+  return ir_type_numel(&a->out[0].type) == ir_type_numel(&b->out[0].type) &&
+         a->out[0].type.dtype == b->out[0].type.dtype;
+}
+
 /* ---- dtypes ---- */
 
 static const struct {
@@ -107,6 +133,18 @@ void ir_type_bcast_strides(const TensorType *in, const TensorType *out, int64_t 
     int j = i - off;
     st[i] = (j < 0 || in->dims[j] == 1) ? 0 : own[j];
   }
+}
+
+bool ir_broadcast_dims(const int64_t *a, int ra, const int64_t *b, int rb, int64_t *out, int *rout) {
+  int r = ra > rb ? ra : rb;
+  for (int i = 0; i < r; i++) {
+    int64_t da = i < ra ? a[ra - 1 - i] : 1;
+    int64_t db = i < rb ? b[rb - 1 - i] : 1;
+    if (da != db && da != 1 && db != 1) return false;
+    out[r - 1 - i] = da == 1 ? db : da;
+  }
+  *rout = r;
+  return true;
 }
 
 bool ir_type_eq(const TensorType *a, const TensorType *b) {

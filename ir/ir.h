@@ -154,6 +154,11 @@ const AttrSpec *ir_op_attr_spec(OpKind op, const char *name);
  * where. */
 bool ir_op_takes_ints(OpKind op);
 bool ir_op_is_logic(OpKind op);
+/* a and b are reduce_sum, reduce_mean, reduce_max or reduce_min of
+ * operands of one type over the same axes, with results of one layout
+ * (keepdims aside): one kernel can compute both, a row's accumulators
+ * side by side (passes/fuse.c's sibling reductions). */
+bool ir_reduce_siblings(const Node *a, const Node *b);
 
 /* ---- dtypes and types ---- */
 
@@ -169,6 +174,9 @@ void ir_type_strides(const TensorType *t, int64_t *st);
  * broadcasting: leading dims missing from `in`, and its size-1 dims, get
  * stride 0.  st has out->rank entries. */
 void ir_type_bcast_strides(const TensorType *in, const TensorType *out, int64_t *st);
+/* NumPy broadcasting of two dim lists, right-aligned, into out[*rout];
+ * false when a pair differs and neither is 1. */
+bool ir_broadcast_dims(const int64_t *a, int ra, const int64_t *b, int rb, int64_t *out, int *rout);
 bool ir_type_eq(const TensorType *a, const TensorType *b);
 /* "f32[8, 784]" into buf; returns buf. */
 char *ir_type_str(const TensorType *t, char *buf, size_t len);

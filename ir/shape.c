@@ -213,19 +213,6 @@ static bool need_type(const Node *n, int idx, const char *what, const TensorType
   return true;
 }
 
-/* NumPy broadcasting of two dim lists, right-aligned. */
-static bool broadcast(const int64_t *a, int ra, const int64_t *b, int rb, int64_t *out, int *rout) {
-  int r = ra > rb ? ra : rb;
-  for (int i = 0; i < r; i++) {
-    int64_t da = i < ra ? a[ra - 1 - i] : 1;
-    int64_t db = i < rb ? b[rb - 1 - i] : 1;
-    if (da != db && da != 1 && db != 1) return false;
-    out[r - 1 - i] = da == 1 ? db : da;
-  }
-  *rout = r;
-  return true;
-}
-
 /* ---- elementwise ---- */
 
 bool shape_unary(const Node *n, TensorType *out, char *err, size_t errlen) {
@@ -308,7 +295,7 @@ static bool quant_operands(const Node *n, DType q, char *err, size_t errlen) {
     return fail(err, errlen, "%s: the scale operand must be f32, got %s", op_name(n), ts(s).s);
   int64_t dims[DL_MAX_RANK];
   int rank;
-  if (!broadcast(x->dims, x->rank, s->dims, s->rank, dims, &rank) || rank != x->rank ||
+  if (!ir_broadcast_dims(x->dims, x->rank, s->dims, s->rank, dims, &rank) || rank != x->rank ||
       memcmp(dims, x->dims, sizeof(int64_t) * (size_t)rank) != 0)
     return fail(err, errlen, "%s: scale %s does not broadcast into %s", op_name(n), ts(s).s, ts(x).s);
   return true;
@@ -340,7 +327,7 @@ bool shape_binary(const Node *n, TensorType *out, char *err, size_t errlen) {
   const TensorType *a = in_type(n, 0), *b = in_type(n, 1);
   if (!same_dtype(n, a, b, err, errlen)) return false;
   out[0].dtype = a->dtype;
-  if (!broadcast(a->dims, a->rank, b->dims, b->rank, out[0].dims, &out[0].rank))
+  if (!ir_broadcast_dims(a->dims, a->rank, b->dims, b->rank, out[0].dims, &out[0].rank))
     return fail(err, errlen, "%s: cannot broadcast %s with %s", op_name(n), ts(a).s, ts(b).s);
   return true;
 }
@@ -388,7 +375,7 @@ bool shape_compare(const Node *n, TensorType *out, char *err, size_t errlen) {
     return fail(err, errlen, "%s: bool operands have no order (equal and not_equal take them)",
                 op_name(n));
   out[0].dtype = TY_BOOL;
-  if (!broadcast(a->dims, a->rank, b->dims, b->rank, out[0].dims, &out[0].rank))
+  if (!ir_broadcast_dims(a->dims, a->rank, b->dims, b->rank, out[0].dims, &out[0].rank))
     return fail(err, errlen, "%s: cannot broadcast %s with %s", op_name(n), ts(a).s, ts(b).s);
   return true;
 }
@@ -420,7 +407,7 @@ bool shape_logical(const Node *n, TensorType *out, char *err, size_t errlen) {
   out[0] = *a;
   if (n->n_in == 2) {
     const TensorType *b = in_type(n, 1);
-    if (!broadcast(a->dims, a->rank, b->dims, b->rank, out[0].dims, &out[0].rank))
+    if (!ir_broadcast_dims(a->dims, a->rank, b->dims, b->rank, out[0].dims, &out[0].rank))
       return fail(err, errlen, "%s: cannot broadcast %s with %s", op_name(n), ts(a).s, ts(b).s);
   }
   return true;
@@ -433,8 +420,8 @@ bool shape_where(const Node *n, TensorType *out, char *err, size_t errlen) {
   if (!same_dtype(n, a, b, err, errlen)) return false;
   int64_t ab[DL_MAX_RANK];
   int rab;
-  if (!broadcast(a->dims, a->rank, b->dims, b->rank, ab, &rab) ||
-      !broadcast(c->dims, c->rank, ab, rab, out[0].dims, &out[0].rank))
+  if (!ir_broadcast_dims(a->dims, a->rank, b->dims, b->rank, ab, &rab) ||
+      !ir_broadcast_dims(c->dims, c->rank, ab, rab, out[0].dims, &out[0].rank))
     return fail(err, errlen, "%s: cannot broadcast %s, %s and %s together", op_name(n), ts(c).s, ts(a).s,
                 ts(b).s);
   out[0].dtype = a->dtype;
@@ -573,7 +560,7 @@ bool shape_attention(const Node *n, TensorType *out, char *err, size_t errlen) {
     int rank;
     if (m->dtype != TY_BOOL && m->dtype != q->dtype)
       return fail(err, errlen, "attention: the mask must be bool or %s's dtype, got %s", ts(q).s, ts(m).s);
-    if (m->rank > 4 || !broadcast(full, 4, m->dims, m->rank, dims, &rank) || memcmp(dims, full, sizeof full))
+    if (m->rank > 4 || !ir_broadcast_dims(full, 4, m->dims, m->rank, dims, &rank) || memcmp(dims, full, sizeof full))
       return fail(err, errlen, "attention: the mask %s does not broadcast to [%" PRId64 ", %" PRId64 ", %" PRId64
                   ", %" PRId64 "]", ts(m).s, full[0], full[1], full[2], full[3]);
   }
@@ -632,7 +619,7 @@ bool shape_matmul(const Node *n, TensorType *out, char *err, size_t errlen) {
   int ba = a->rank >= 2 ? a->rank - 2 : 0, bb = b->rank >= 2 ? b->rank - 2 : 0;
   TensorType *r = &out[0];
   r->dtype = product_dtype(a->dtype);
-  if (!broadcast(a->dims, ba, b->dims, bb, r->dims, &r->rank))
+  if (!ir_broadcast_dims(a->dims, ba, b->dims, bb, r->dims, &r->rank))
     return fail(err, errlen, "matmul: cannot broadcast the batch dims of %s with %s", ts(a).s,
                 ts(b).s);
   if (a->rank >= 2) r->dims[r->rank++] = a->dims[a->rank - 2];

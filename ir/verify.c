@@ -284,6 +284,8 @@ static int *group_roots(Graph *g, int count) {
  * of the root's elements, and every outside use computed after the root
  * (user_at: where its user runs; -1 for a graph output). */
 static bool side_output_ok(const Node *d, const Node *root, int user_at) {
+  /* a sibling reduction's result, stored beside the root's */
+  if (ir_reduce_siblings(d, root)) return user_at < 0 || user_at > root->id;
   if (ir_ops[d->op].cls != K_ELEMWISE || d->n_out != 1) return false;
   /* Its dims are the root's, size-1 dims aside: the same linear index. */
   const TensorType *a = &d->out[0].type, *b = &root->out[0].type;
@@ -303,7 +305,9 @@ static bool side_output_ok(const Node *d, const Node *root, int user_at) {
  * of its shape; sources and recurrent layers stay
  * outside; at most one reduction, window or convolution (the loop nest
  * the rest is fused around; matmul and linear are GEMMs that write their
- * own bytes, the group's kernel reads them).  A path that leaves a group and
+ * own bytes, the group's kernel reads them), but for reductions that are
+ * siblings of a reduction root (ir_reduce_siblings: the same rows, so
+ * one kernel's accumulators).  A path that leaves a group and
  * comes back would need a non-root member used outside, so groups are
  * convex and emitting each at its root keeps the graph's order. */
 static void check_groups(Verifier *v, int count) {
@@ -314,12 +318,20 @@ static void check_groups(Verifier *v, int count) {
   set_init(a, &seen, (size_t)count);
   set_init(a, &anchored, (size_t)count);
   bool any = false;
+  for (Node *n = g->last; n && !any; n = n->prev) any = n->group >= 0;
+  if (!any) {
+    for (Node *n = g->first; n; n = n->next)
+      if (n->group != -1) fail(v, n, "fusion group %d is not -1 or a group number", n->group);
+    return;
+  }
+  int *root = group_roots(g, count);
+  const Node **node_of = ARENA_ARRAY(a, const Node *, count + 1);
+  for (Node *n = g->first; n; n = n->next) node_of[n->id] = n;
   for (Node *n = g->last; n; n = n->prev) {
     if (n->group < 0) {
       if (n->group != -1) fail(v, n, "fusion group %d is not -1 or a group number", n->group);
       continue;
     }
-    any = true;
     OpClass cls = ir_ops[n->op].cls;
     /* A pool's gradient is a kernel with one thread per result element:
      * an anchor with an epilogue. */
@@ -327,15 +339,12 @@ static void check_groups(Verifier *v, int count) {
     if (cls == K_SOURCE || (cls == K_OPAQUE && !pool_grad))
       fail(v, n, "a %s cannot be in a fusion group", ir_ops[n->op].name);
     bool anchor = cls == K_REDUCE || cls == K_WINDOW || n->op == OP_CONV2D || n->op == OP_CONV3D || pool_grad;
-    if (anchor && !set_add_ptr(&anchored, group_key(n->group)))
+    bool sibling = root[n->id] != n->id && ir_reduce_siblings(n, node_of[root[n->id]]);
+    if (anchor && !sibling && !set_add_ptr(&anchored, group_key(n->group)))
       fail(v, n, "fusion group k%d holds two reductions, windows or convolutions", n->group);
     is_root[n->id] = set_add_ptr(&seen, group_key(n->group));
   }
-  if (!any) return;
   check_group_sizes(v, count);
-  int *root = group_roots(g, count);
-  const Node **node_of = ARENA_ARRAY(a, const Node *, count + 1);
-  for (Node *n = g->first; n; n = n->next) node_of[n->id] = n;
   for (Node *n = g->first; n; n = n->next)
     for (int i = 0; i < n->n_in; i++) {
       const Node *d = n->in[i]->def;

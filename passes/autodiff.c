@@ -119,7 +119,13 @@ static void backward_node(AD *ad, Node *n) {
   }
   Value **dx = ARENA_ARRAY(&ad->c->arena, Value *, n->n_in + 1);
   GradCall call = {.g = ad->g, .n = n, .dy = dy, .need = need, .dx = dx};
+  Node *before = ad->g->last;
   rule->vjp(&call);
+  /* A node kept in f32 (#f32, training batchnorm's pieces) has its
+   * backward in f32 too, as autocast runs an op's backward in the type
+   * its forward ran in. */
+  if (n->keep_f32)
+    for (Node *x = before ? before->next : ad->g->first; x; x = x->next) x->keep_f32 = true;
   for (int i = 0; i < n->n_in; i++)
     if (need[i] && dx[i]) accumulate(ad, n->in[i], dx[i], n->loc);
 }

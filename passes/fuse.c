@@ -36,7 +36,10 @@
  *
  * Then maps of one shape with no path between them (a batchnorm's
  * inverse deviation and its two new running statistics) are joined
- * into the later one's kernel, the earlier's values its side outputs.
+ * into the later one's kernel, the earlier's values its side outputs;
+ * and reductions over the same rows with no path between them
+ * (ir_reduce_siblings: a batchnorm's two gradient sums) into the later
+ * one's, an accumulator each.
  *
  * What is never done: a value is never computed by two kernels: a
  * member used outside is stored by its group's kernel, and a member
@@ -520,10 +523,86 @@ static bool may_join(const Fuser *f, const Node *rb, const Node *ra, int *const 
   return true;
 }
 
+enum { MAX_SIBLINGS = 4 }; /* reductions a kernel computes side by side */
+
+/* A reduction rooting its group with no epilogue (or standing alone),
+ * with the reductions already joined to it: its member count, or 0. */
+static int reduce_size(const Fuser *f, const Node *root, int *const *members, const int *count, int *reductions) {
+  if (!ir_reduce_siblings(root, root) || !can_root(root) || f->weight_only[root->id]) return 0;
+  if (root->group < 0) return *reductions = 1, 1;
+  *reductions = 0;
+  for (int i = 0; i < count[root->group]; i++) *reductions += is_anchor_op(f->node_of[members[root->group][i]]->op);
+  return count[root->group];
+}
+
+/* Whether v's bytes are kept until the node at position `at` anyway: an
+ * input, param or const, a graph output, or read there or later. */
+static bool live_at(const Fuser *f, const Value *v, int at) {
+  OpClass cls = ir_ops[v->def->op].cls;
+  if (cls == K_SOURCE || f->is_output[v->id]) return true;
+  for (int u = f->use_start[v->id]; u < f->use_start[v->id + 1]; u++)
+    if (emitted_at(f, f->node_of[f->uses[u]]) >= at) return true;
+  return false;
+}
+
+/* B (rooted at the reduction rb) may be computed in A's kernel (rooted
+ * at ra, later): the same rows (ir_reduce_siblings), B's result read
+ * only after ra, the rest of B only inside B (its loads), and what B
+ * reads from memory kept until ra anyway, so that a launch saved never
+ * costs a buffer held longer (the peak the memory planner reaches). */
+static bool may_join_reduction(const Fuser *f, const Node *rb, const Node *ra, int *const *members,
+                               const int *count) {
+  if (!ir_reduce_siblings(rb, ra)) return false;
+  int n = rb->group < 0 ? 1 : count[rb->group];
+  for (int i = 0; i < n; i++) {
+    const Node *m = rb->group < 0 ? rb : f->node_of[members[rb->group][i]];
+    const Value *val = &m->out[0];
+    if (m != rb && f->is_output[val->id]) return false;
+    for (int u = f->use_start[val->id]; u < f->use_start[val->id + 1]; u++) {
+      const Node *user = f->node_of[f->uses[u]];
+      if (m != rb ? rb->group < 0 || user->group != rb->group : emitted_at(f, user) <= ra->id) return false;
+    }
+    for (int k = 0; k < m->n_in; k++) {
+      const Node *d = m->in[k]->def;
+      if ((rb->group < 0 || d->group != rb->group) && !live_at(f, m->in[k], ra->id)) return false;
+    }
+  }
+  return true;
+}
+
+/* B's members join A's group (created when A stands alone), B's first
+ * so that A's root stays last.  Returns the new provisional count. */
+static int merge_groups(Fuser *f, Node *ra, Node *rb, int bsize, int **members, int *count, int provisional,
+                        int *n_fused) {
+  Arena *a = &f->g->ctx->arena;
+  if (ra->group < 0) {
+    ra->group = f->mark[ra->id] = provisional;
+    f->root_pos[provisional] = ra->id;
+    members[provisional] = ARENA_ARRAY(a, int, MAX_MEMBERS + 1);
+    members[provisional][0] = ra->id;
+    count[provisional++] = 1;
+    *n_fused += 1;
+  }
+  int gid = ra->group;
+  int *into = ARENA_ARRAY(a, int, MAX_MEMBERS + 1);
+  int n = 0;
+  for (int k = 0; k < bsize; k++) into[n++] = rb->group < 0 ? rb->id : members[rb->group][k];
+  for (int k = 0; k < count[gid]; k++) into[n++] = members[gid][k];
+  *n_fused += rb->group < 0 ? 1 : 0;
+  if (rb->group >= 0) count[rb->group] = 0;
+  for (int k = 0; k < bsize; k++) f->node_of[into[k]]->group = f->mark[into[k]] = gid;
+  members[gid] = into;
+  count[gid] = n;
+  return provisional;
+}
+
 /* Maps of one shape with no path between them share one kernel, rooted
  * at the later: the earlier's stored values become side outputs (a
  * batchnorm's new running statistics and its inverse deviation, all
- * per channel).  Returns the new group count. */
+ * per channel).  So do reductions over the same rows (sibling
+ * reductions: a batchnorm's two gradient sums, a loss's sum and
+ * count), each row's accumulators side by side.  Returns the new group
+ * count. */
 static int join_maps(Fuser *f, int provisional, int *n_fused) {
   Graph *g = f->g;
   Arena *a = &g->ctx->arena;
@@ -537,19 +616,21 @@ static int join_maps(Fuser *f, int provisional, int *n_fused) {
   for (int i = 0; i < provisional; i++) members[i] = ARENA_ARRAY(a, int, count[i] + 1), count[i] = 0;
   for (Node *n = g->first; n; n = n->next)
     if (n->group >= 0) members[n->group][count[n->group]++] = n->id;
-  /* The maps' roots in list order. */
-  Node **maps = ARENA_ARRAY(a, Node *, n_nodes + 1);
-  int n_maps = 0;
+  /* The maps' and the reductions' roots in list order. */
+  Node **roots = ARENA_ARRAY(a, Node *, n_nodes + 1);
+  int n_roots = 0, unused;
   for (Node *n = g->first; n; n = n->next) {
     bool is_root = n->group < 0 || members[n->group][count[n->group] - 1] == n->id;
-    if (is_root && map_size(f, n, members, count)) maps[n_maps++] = n;
+    if (is_root && (map_size(f, n, members, count) || reduce_size(f, n, members, count, &unused))) roots[n_roots++] = n;
   }
-  bool *gone = ARENA_ARRAY(a, bool, n_maps + 1);
-  for (int i = n_maps - 1; i > 0; i--) {
+  bool *gone = ARENA_ARRAY(a, bool, n_roots + 1);
+  for (int i = n_roots - 1; i > 0; i--) {
     if (gone[i]) continue;
-    Node *ra = maps[i];
-    int size = map_size(f, ra, members, count), sides = ra->group < 0 ? 0 : MAX_SIDE;
-    if (ra->group >= 0) {
+    Node *ra = roots[i];
+    int reductions = 0, size = map_size(f, ra, members, count), sides = ra->group < 0 ? 0 : MAX_SIDE;
+    bool reduce = size == 0;
+    if (reduce) size = reduce_size(f, ra, members, count, &reductions);
+    if (ra->group >= 0 && !reduce) {
       /* The side outputs A has already. */
       sides = 0;
       for (int k = 0; k < count[ra->group] - 1; k++) {
@@ -558,35 +639,17 @@ static int join_maps(Fuser *f, int provisional, int *n_fused) {
       }
     }
     for (int j = i - 1; j >= 0 && j >= i - WINDOW; j--) {
-      Node *rb = maps[j];
-      int bs, bsize = map_size(f, rb, members, count);
-      if (gone[j] || size + bsize > MAX_MEMBERS || !may_join(f, rb, ra, members, count, &bs) ||
-          sides + bs > MAX_SIDE)
+      Node *rb = roots[j];
+      int bs = 0, bred = 0;
+      int bsize = reduce ? reduce_size(f, rb, members, count, &bred) : map_size(f, rb, members, count);
+      if (gone[j] || !bsize || size + bsize > MAX_MEMBERS) continue;
+      if (reduce ? reductions + bred > MAX_SIBLINGS || !may_join_reduction(f, rb, ra, members, count)
+                 : !may_join(f, rb, ra, members, count, &bs) || sides + bs > MAX_SIDE)
         continue;
-      if (ra->group < 0) {
-        ra->group = f->mark[ra->id] = provisional;
-        f->root_pos[provisional] = ra->id;
-        members[provisional] = ARENA_ARRAY(a, int, MAX_MEMBERS + 1);
-        members[provisional][0] = ra->id;
-        count[provisional++] = 1;
-        *n_fused += 1;
-      }
-      int gid = ra->group;
-      int *into = ARENA_ARRAY(a, int, MAX_MEMBERS + 1);
-      /* B's members then A's, so the root stays last. */
-      int n = 0;
-      for (int k = 0; k < bsize; k++) {
-        Node *m = rb->group < 0 ? rb : f->node_of[members[rb->group][k]];
-        into[n++] = m->id;
-      }
-      for (int k = 0; k < count[gid]; k++) into[n++] = members[gid][k];
-      for (int k = 0; k < bsize; k++) f->node_of[into[k]]->group = f->mark[into[k]] = gid;
-      *n_fused += rb->group < 0 ? 1 : 0;
-      if (rb->group >= 0) count[rb->group] = 0;
-      members[gid] = into;
-      count[gid] = n;
+      provisional = merge_groups(f, ra, rb, bsize, members, count, provisional, n_fused);
       size += bsize;
       sides += bs;
+      reductions += bred;
       gone[j] = true;
     }
   }

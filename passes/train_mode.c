@@ -56,7 +56,8 @@ static void replace_node(Graph *g, Node *first, Node *before, Value *const *with
 /* ---- batchnorm ---- */
 
 /* mean = E[x], var = E[(x - mean)^2] over every axis but 1,
- * y = (x - mean) / sqrt(var + eps) * weight + bias, and
+ * y = batchnorm(x, weight, bias, mean, var) = (x - mean) / sqrt(var +
+ * eps) * weight + bias, and
  * running = (1 - momentum) running + momentum batch, with the unbiased
  * variance var * m / (m - 1) for m values per channel.
  *
@@ -66,9 +67,9 @@ static void replace_node(Graph *g, Node *first, Node *before, Value *const *with
  * mean, and the same for the squared deviations from it.  Two rounds
  * where SyncBatchNorm needs one (sum and sum of squares together), but
  * the variance is the one process's formula, centred, without the
- * cancellation of E[x^2] - E[x]^2.  The gradients of both statistics
- * pass through allreduce_mean's rule, which all-reduces them: the
- * backward's per-channel sums over the global batch. */
+ * cancellation of E[x^2] - E[x]^2.  The backward's two per-channel
+ * means (of dy and of dy xhat) are all-reduced the same way by
+ * batchnorm's rule (batch_stats K). */
 static Value *over_ranks(Mode *md, Value *stat) {
   return md->sync_bn > 0 ? ir_grad_op(md->g, stat->def->loc, OP_ALLREDUCE_MEAN, 1, &stat) : stat;
 }
@@ -78,14 +79,14 @@ static void batchnorm(Mode *md, Node *n) {
   SrcLoc at = n->loc;
   Value *x = n->in[0];
   const TensorType *xt = &x->type;
-  int64_t axes[DL_MAX_RANK], m = ir_type_numel(xt) / xt->dims[1], C = xt->dims[1];
+  int64_t axes[DL_MAX_RANK], C = xt->dims[1], m = C > 0 ? ir_type_numel(xt) / C : 0;
   int n_axes = 0;
   for (int d = 0; d < xt->rank; d++)
     if (d != 1) axes[n_axes++] = d;
   if (m < 2) {
     char b[IR_TYPE_STR_MAX];
-    diag_error(g->ctx, at, "batchnorm in training mode needs more than one value per channel; input %s has one",
-               ir_type_str(xt, b, sizeof b));
+    diag_error(g->ctx, at, "batchnorm in training mode needs more than one value per channel; input %s has %s",
+               ir_type_str(xt, b, sizeof b), m ? "one" : "none");
     md->failed = true;
     return;
   }
@@ -93,26 +94,31 @@ static void batchnorm(Mode *md, Node *n) {
   double eps = ir_attr_float(n, "eps"), momentum = mom ? mom->f : 0.1;
   DType dt = xt->dtype;
   Node *first = g->last;
-  int64_t shape[DL_MAX_RANK];
-  for (int d = 0; d < xt->rank; d++) shape[d] = d == 1 ? C : 1;
   Value *mean = over_ranks(md, ir_grad_mean(g, at, x, n_axes, axes, true));
   Value *xc = ir_grad_op2(g, at, OP_SUB, x, mean);
   Value *var = over_ranks(md, ir_grad_mean(g, at, ir_grad_op2(g, at, OP_MUL, xc, xc), n_axes, axes, true));
-  Value *sd = ir_grad_op2(g, at, OP_ADD, var, ir_grad_scalar(g, at, eps, dt));
-  Value *xhat = ir_grad_op2(g, at, OP_MUL, xc, ir_grad_op(g, at, OP_RSQRT, 1, &sd));
-  Value *w = ir_grad_reshape(g, at, n->in[1], xt->rank, shape);
-  Value *b = ir_grad_reshape(g, at, n->in[2], xt->rank, shape);
-  Value *y = ir_grad_op2(g, at, OP_ADD, ir_grad_op2(g, at, OP_MUL, xhat, w), b);
-  Value *stat[2] = {mean, var};
+  /* The normalization is the batchnorm op itself over the batch's
+   * statistics (batch_stats): one map that fuses with what follows, and
+   * a closed-form backward whose only sums are the weight's and the
+   * bias's gradients (ir/grad.c). */
+  Value *stat[2] = {ir_grad_reshape(g, at, mean, 1, &C), ir_grad_reshape(g, at, var, 1, &C)};
+  Value *in[5] = {x, n->in[1], n->in[2], stat[0], stat[1]};
+  Node *bn = ir_node_new(g, OP_BATCHNORM, 5, in, at);
+  ir_set_float(g, bn, "eps", eps);
+  ir_set_int(g, bn, "batch_stats", md->sync_bn > 0 ? md->sync_bn : 1);
+  Value *y = ir_grad_node(g, bn);
   double count = (double)m * (md->sync_bn > 0 ? md->sync_bn : 1);
   double unbias[2] = {1, count / (count - 1)};
   for (int i = 0; i < 2; i++) {
     Value *run = n->in[3 + i];
-    Value *batch = ir_grad_reshape(g, at, stat[i], 1, &C);
     Value *old = ir_grad_op2(g, at, OP_MUL, run, ir_grad_scalar(g, at, 1 - momentum, dt));
-    Value *now = ir_grad_op2(g, at, OP_MUL, batch, ir_grad_scalar(g, at, momentum * unbias[i], dt));
+    Value *now = ir_grad_op2(g, at, OP_MUL, stat[i], ir_grad_scalar(g, at, momentum * unbias[i], dt));
     add_update(md, ir_grad_op2(g, at, OP_ADD, old, now), ir_attr_str(run->def, "name"));
   }
+  /* The written-out form computes in f32 under --precision, as the op
+   * does and as autocast runs batch_norm: (x - mean)^2 in f16 would lose
+   * the small deviations, and the running statistics are f32 params. */
+  for (Node *k = first->next; k; k = k->next) k->keep_f32 = true;
   replace_node(g, first->next, n, &y);
 }
 

@@ -110,7 +110,7 @@ expect_sub 1 "dlcc: error: rank 0 stops: rank 1: $tmp/bad/x.npy: samples of f64 
 # A rank that leaves early (1 epoch where rank 0 runs 2): rank 0's next
 # all-reduce times out, says so, and ends the job.
 start=$(date +%s)
-expect_sub 1 "dlcc: rank 0: the gradient all-reduce timed out after 2 s waiting for the other ranks" \
+expect_sub 1 "dlcc: rank 0: an all-reduce timed out after 2 s waiting for the other ranks" \
   mpi 1 "$dlcc" train $A --batch 8 --dist-timeout=2 : -np 1 "$dlcc" train $A --batch 8 --epochs 1
 [ $(($(date +%s) - start)) -lt 60 ] && ok || fail "the timeout took $(($(date +%s) - start)) s"
 

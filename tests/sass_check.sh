@@ -28,6 +28,9 @@
 #     conv-transposes --quantize=int8 leaves in f32; the environment can
 #     name others) must fail this, and passing it fails the test until it
 #     is taken off the list.
+# Also the f16 build of examples/lstm.dl (its recurrent layers stay f32,
+# docs/passes.md, so the tensor-core share does not apply there): no
+# spills, fits its SM, and its step kernel's registers are printed.
 # Needs cuobjdump (PyPI's nvidia-cuda-cuobjdump and nvidia-cuda-nvdisasm
 # put both in site-packages/nvidia/cu13/bin; .ci/run installs them):
 # $CUOBJDUMP, PATH, or python3's nvidia package.  Skipped (77) without it,
@@ -74,7 +77,9 @@ wait
 build convs-f16 tests/sass_convs f16 &
 build convs-bf16 tests/sass_convs bf16 &
 wait
-build convs-int8 tests/sass_convs int8
+build convs-int8 tests/sass_convs int8 &
+build recurrent-lstm-f16 examples/lstm f16 &
+wait
 
 python3 - "$tmp" "$EXPECTED_WITHOUT_TC" <<'PY'
 import os, re, sys
@@ -164,6 +169,9 @@ for name in sorted(os.listdir(tmp)):
                 problems += 1
             print("     %s: %s: %d registers a thread, %d bytes of shared memory a block, %s" %
                   (name, k, r["REG"], smem, "no spills" if not r.get("LOCAL", 0) else "spills"))
+        if "_step_" in k:
+            print("     %s: %s: %d registers a thread, %s" %
+                  (name, k, r["REG"], "no spills" if not r.get("LOCAL", 0) else "spills"))
         if k.startswith("attention"):
             print("     %s: %s: %d registers a thread, %d bytes of shared memory a block (%d dynamic), %s" %
                   (name, k, r["REG"], smem, dyn, "no spills" if not r.get("LOCAL", 0) else "spills"))
@@ -178,7 +186,9 @@ for name in sorted(os.listdir(tmp)):
     top = sorted(((f, k) for k, f, *_ in kernels
                   if not MMA.search("".join(sass.get(k, []))) and not DEPTHWISE.search(k)), reverse=True)[:3]
     why = ", ".join("%s %.1f%%" % (k, 100 * f / total) for f, k in top if total and f)
-    if share >= 0.95 and name in expected:
+    if name.startswith("recurrent"):
+        pass
+    elif share >= 0.95 and name in expected:
         fail("%s: %.1f%% of the FLOPs on tensor cores now: take it off EXPECTED_WITHOUT_TC in tests/sass_check.sh"
              % (name, 100 * share))
         problems += 1

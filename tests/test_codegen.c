@@ -612,12 +612,18 @@ START_TEST(reshape_aliases_and_copies) {
       "  %1 = reshape %0 {shape=[3, 4]} : f32[3, 4]\n"
       "  %2 = neg %1 : f32[3, 4]\n"
       "  %3 = reshape %2 {shape=[12]} : f32[12]\n"
-      "  return %3 as \"flat\"\n"
+      "  %4 = reshape %x {shape=[12]} : f32[12]\n"
+      "  return %3 as \"flat\", %4 as \"x_flat\"\n"
       "}\n");
   const RtPlan *p = j.r.plan;
-  /* relu, neg, then the copy into the output; %1 reads relu's bytes. */
+  /* relu, neg straight into output 0 (a reshape has its operand's
+   * bytes), then the copy of the input into output 1; %1 reads relu's
+   * bytes. */
   ck_assert_int_eq(p->n_steps, 3);
+  ck_assert_int_eq(p->steps[1].launch.args[1].ref.space, RT_SPACE_OUTPUT);
+  ck_assert_int_eq(p->steps[1].launch.args[1].ref.index, 0);
   ck_assert_int_eq(p->steps[2].kind, RT_STEP_COPY);
+  ck_assert_int_eq(p->steps[2].copy.src.space, RT_SPACE_INPUT);
   ck_assert_uint_eq(p->steps[0].launch.args[1].ref.offset, p->steps[1].launch.args[0].ref.offset);
 }
 END_TEST
@@ -661,11 +667,81 @@ START_TEST(recurrent_gru) {
       "  return %y as \"y\", %h as \"h\"\n"
       "}\n",
       -1, 1);
-  /* Every timestep's cell shares one kernel (t is a parameter). */
+  /* Every timestep shares one step kernel (t is a parameter). */
   int cells = 0;
   for (uint32_t i = 0; i < j.r.plan->n_kernels; i++)
-    cells += strstr(j.r.plan->kernels[i].name, "cell") != NULL;
+    cells += strstr(j.r.plan->kernels[i].name, "step") != NULL;
   ck_assert_int_eq(cells, 1);
+}
+END_TEST
+
+/* One recurrent layer stack per row: the step kernel's edges (a hidden
+ * width past a multiple of the block's 8 units and the warp's 32 lanes,
+ * batch rows past a multiple of the warp's 4, one timestep, many) in
+ * both layouts, directions, with and without biases. */
+static const struct RnnCase {
+  bool lstm, bidir, bf, bias;
+  int layers;
+  int64_t T, N, H, I;
+} rnn_cases[] = {
+    {true, false, true, true, 1, 1, 5, 37, 6},   {false, true, false, true, 2, 7, 5, 20, 4},
+    {true, true, true, false, 2, 7, 2, 8, 3},    {false, false, true, true, 1, 64, 2, 16, 5},
+    {true, true, false, true, 1, 64, 1, 17, 4},  {false, true, false, false, 1, 1, 4, 3, 2},
+    {true, false, true, true, 2, 32, 3, 12, 7},  {true, false, false, true, 1, 256, 2, 8, 3},
+};
+
+static char *rnn_text(const struct RnnCase *rc) {
+  int64_t dirs = rc->bidir ? 2 : 1, G = rc->lstm ? 4 : 3, GH = G * rc->H;
+  size_t cap = 8192, len = 0;
+  char *t = malloc(cap), args[2048] = "";
+  len += (size_t)snprintf(t + len, cap - len, "graph rnn {\n  %%x = input {name=\"x\"} : f32[%" PRId64 ", %" PRId64 ", %" PRId64 "]\n",
+                          rc->bf ? rc->N : rc->T, rc->bf ? rc->T : rc->N, rc->I);
+  static const char *const kinds[] = {"weight_ih", "weight_hh", "bias_ih", "bias_hh"};
+  for (int l = 0; l < rc->layers; l++)
+    for (int d = 0; d < dirs; d++)
+      for (int w = 0; w < (rc->bias ? 4 : 2); w++) {
+        int64_t in = l ? dirs * rc->H : rc->I;
+        char dims[64];
+        if (w < 2)
+          snprintf(dims, sizeof dims, "%" PRId64 ", %" PRId64, GH, w ? rc->H : in);
+        else
+          snprintf(dims, sizeof dims, "%" PRId64, GH);
+        len += (size_t)snprintf(t + len, cap - len, "  %%w%d_%d_%d = param {name=\"r.%s_l%d%s\"} : f32[%s]\n", l, d,
+                                w, kinds[w], l, d ? "_reverse" : "", dims);
+        size_t a = strlen(args);
+        snprintf(args + a, sizeof args - a, ", %%w%d_%d_%d", l, d, w);
+      }
+  int64_t states = rc->layers * dirs;
+  char st[96];
+  snprintf(st, sizeof st, "f32[%" PRId64 ", %" PRId64 ", %" PRId64 "]", states, rc->N, rc->H);
+  len += (size_t)snprintf(t + len, cap - len,
+                          "  %%y, %%h%s = %s %%x%s {hidden=%" PRId64 ", layers=%d, bidirectional=%d, batch_first=%d, "
+                          "bias=%d} : f32[%" PRId64 ", %" PRId64 ", %" PRId64 "], %s%s%s\n",
+                          rc->lstm ? ", %c" : "", rc->lstm ? "lstm" : "gru", args, rc->H, rc->layers, rc->bidir,
+                          rc->bf, rc->bias, rc->bf ? rc->N : rc->T, rc->bf ? rc->T : rc->N, dirs * rc->H, st,
+                          rc->lstm ? ", " : "", rc->lstm ? st : "");
+  snprintf(t + len, cap - len, "  return %%y as \"y\", %%h as \"h\"%s\n}\n", rc->lstm ? ", %c as \"c\"" : "");
+  return t;
+}
+
+/* Against ir_eval on emu; per layer and direction the plan is the two
+ * state fills (one for a GRU), the input projection and one step kernel
+ * per timestep, all timesteps sharing its text. */
+START_TEST(recurrent_step_kernel) {
+  const struct RnnCase *rc = &rnn_cases[_i];
+  char *text = rnn_text(rc);
+  Job j = compile_text(text);
+  check_plan(&j.r);
+  if (_i == 0) test_nvrtc(j.r.source, "sm_90");
+  check_numbers(&j, -1, 1);
+  const RtPlan *p = j.r.plan;
+  int64_t per = (rc->lstm ? 2 : 1) + 1 + rc->T, dirs = rc->bidir ? 2 : 1;
+  ck_assert_int_eq(p->n_steps, rc->layers * dirs * per);
+  ck_assert_int_eq(count_steps(p, RT_STEP_GEMM), rc->layers * dirs);
+  int steps = 0;
+  for (uint32_t i = 0; i < p->n_kernels; i++) steps += strstr(p->kernels[i].name, "step") != NULL;
+  ck_assert_int_eq(steps, 1);
+  free(text);
 }
 END_TEST
 
@@ -1027,6 +1103,7 @@ static Suite *codegen_suite(void) {
   tcase_add_test(tc, reshape_aliases_and_copies);
   tcase_add_test(tc, recurrent_lstm);
   tcase_add_test(tc, recurrent_gru);
+  tcase_add_loop_test(tc, recurrent_step_kernel, 0, (int)(sizeof rnn_cases / sizeof rnn_cases[0]));
   tcase_add_test(tc, outputs_that_live_elsewhere);
   tcase_add_test(tc, const_operand_of_gemm_is_materialized);
   tcase_add_test(tc, identical_kernels_are_shared);

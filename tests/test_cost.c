@@ -632,30 +632,34 @@ static double graph_flops(Graph *g) {
   return f;
 }
 
-/* A recurrent layer is many steps: a GEMM per timestep and a cell
- * kernel that gets the gates' FLOPs; all of them add up to the node's. */
+/* A recurrent layer is many steps: the input projection's GEMM, then a
+ * step kernel per timestep that gets the rest (the recurrent product,
+ * the biases, the gates); all of them add up to the node's. */
 START_TEST(recurrent_steps_add_up) {
   Job j = compile_at(&ctx,
                      "graph g {\n"
                      "  %x = input {name=\"x\"} : f32[2, 3, 4]\n"
-                     "  %wi = param {name=\"wi\"} : f32[20, 4]\n"
-                     "  %wh = param {name=\"wh\"} : f32[20, 5]\n"
-                     "  %bi = param {name=\"bi\"} : f32[20]\n"
-                     "  %bh = param {name=\"bh\"} : f32[20]\n"
-                     "  %y, %h, %c = lstm %x, %wi, %wh, %bi, %bh {hidden=5}"
-                     " : f32[2, 3, 5], f32[1, 2, 5], f32[1, 2, 5]\n"
+                     "  %wi = param {name=\"wi\"} : f32[32, 4]\n"
+                     "  %wh = param {name=\"wh\"} : f32[32, 8]\n"
+                     "  %bi = param {name=\"bi\"} : f32[32]\n"
+                     "  %bh = param {name=\"bh\"} : f32[32]\n"
+                     "  %y, %h, %c = lstm %x, %wi, %wh, %bi, %bh {hidden=8}"
+                     " : f32[2, 3, 8], f32[1, 2, 8], f32[1, 2, 8]\n"
                      "  return %y as \"y\", %h as \"h\", %c as \"c\"\n"
                      "}\n",
                      0);
   const RtPlan *p = j.cg.plan;
-  double N = 2, H = 5, G = 4;
+  double N = 2, H = 8, G = 4;
   int cells = 0;
   for (uint32_t s = 0; s < p->n_steps; s++) {
-    if (!strstr(p->steps[s].label, " cell")) continue;
+    const RtStep *st = &p->steps[s];
+    if (st->kind != RT_STEP_LAUNCH || !strstr(p->kernels[st->launch.kernel].name, "_step_")) continue;
     cells++;
-    /* xproj and hproj rows of this timestep, both biases, h and y
-     * written, c read and written */
-    ASSERT_COST(j.cg.step_costs[s], N * H * (2 * G + 22), 4 * (2 * N * G * H + 2 * G * H + 4 * N * H));
+    /* this timestep's rows of the projection (read by lane 0 alone),
+     * W_hh, both biases and h_{t-1} read; h_t, h_n and y written; c
+     * read and written */
+    ASSERT_COST(j.cg.step_costs[s], N * H * (2 * G * H + 2 * G + 22),
+                4 * (N * G * H + G * H * H + 2 * G * H + N * H + 3 * N * H + 2 * N * H));
   }
   ck_assert_int_eq(cells, 3);
   ck_assert_double_eq(plan_total(&j.cg).flops, ir_cost(node_of(j.g, OP_LSTM)).flops);

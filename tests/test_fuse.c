@@ -308,6 +308,74 @@ START_TEST(independent_maps_share_a_kernel) {
 }
 END_TEST
 
+/* Reductions of one input shape over the same axes with no path between
+ * them (a batchnorm's two gradient sums) share one kernel, an
+ * accumulator each per row: with and without split rows, sums, maxima
+ * and means, keepdims or not. */
+START_TEST(sibling_reductions_share_a_kernel) {
+  static const char *const shapes[] = {"f32[3, 5, 4, 7]", "f32[16, 4, 64, 64]"};
+  for (int big = 0; big < 2; big++) {
+    const char *t = shapes[big];
+    char text[2048];
+    snprintf(text, sizeof text,
+             "graph siblings {\n"
+             "  %%x = input {name=\"x\"} : %s\n"
+             "  %%y = input {name=\"y\"} : %s\n"
+             "  %%0 = mul %%x, %%y : %s\n"
+             "  %%1 = reduce_sum %%0 {axes=[0, 2, 3], keepdims=0} : f32[%d]\n"
+             "  %%2 = reduce_max %%y {axes=[0, 2, 3], keepdims=1} : f32[1, %d, 1, 1]\n"
+             "  %%3 = neg %%x : %s\n"
+             "  %%4 = reduce_mean %%3 {axes=[0, 2, 3], keepdims=0} : f32[%d]\n"
+             "  %%5 = reshape %%2 {shape=[%d]} : f32[%d]\n"
+             "  %%6 = add %%1, %%5 : f32[%d]\n"
+             "  return %%6 as \"a\", %%4 as \"m\", %%1 as \"s\"\n"
+             "}\n",
+             t, t, t, big ? 4 : 5, big ? 4 : 5, t, big ? 4 : 5, big ? 4 : 5, big ? 4 : 5, big ? 4 : 5);
+    Job j = check_fused(text);
+    int k = group_of(j.g, 3);
+    ck_assert_int_ge(k, 0);
+    ck_assert_int_eq(group_of(j.g, 4), k);
+    ck_assert_int_eq(group_of(j.g, 6), k);
+    /* one reduction kernel (with its parts kernel when rows are split),
+     * then the add */
+    ck_assert_int_eq(count_steps(j.r.plan, RT_STEP_LAUNCH), big ? 3 : 2);
+  }
+  /* One reduction reads the other's result: no join. */
+  Job j = check_fused(
+      "graph chained {\n"
+      "  %x = input {name=\"x\"} : f32[4, 6]\n"
+      "  %0 = reduce_sum %x {axes=[1], keepdims=1} : f32[4, 1]\n"
+      "  %1 = sub %x, %0 : f32[4, 6]\n"
+      "  %2 = reduce_max %1 {axes=[1], keepdims=1} : f32[4, 1]\n"
+      "  return %2 as \"o\", %0 as \"s\"\n"
+      "}\n");
+  ck_assert_int_ne(group_of(j.g, 1), group_of(j.g, 3));
+  ck_assert_int_eq(count_steps(j.r.plan, RT_STEP_LAUNCH), 2);
+  /* The earlier sum's operand (a GEMM's result) is dead after the
+   * second GEMM, which runs before the third (the later sum's leaf):
+   * joining would hold it until the later sum, so they stay apart;
+   * returned as well, it is kept anyway and they join. */
+  for (int kept = 0; kept < 2; kept++) {
+    char text[1024];
+    snprintf(text, sizeof text,
+             "graph held {\n"
+             "  %%a = input {name=\"a\"} : f32[4, 6]\n"
+             "  %%w = input {name=\"w\"} : f32[6, 6]\n"
+             "  %%0 = matmul %%a, %%w : f32[4, 6]\n"
+             "  %%1 = reduce_sum %%0 {axes=[0], keepdims=0} : f32[6]\n"
+             "  %%2 = matmul %%0, %%w : f32[4, 6]\n"
+             "  %%3 = matmul %%2, %%w : f32[4, 6]\n"
+             "  %%4 = reduce_sum %%3 {axes=[0], keepdims=0} : f32[6]\n"
+             "  return %%4 as \"o\", %%1 as \"s\"%s\n"
+             "}\n",
+             kept ? ", %0 as \"p\"" : "");
+    j = check_fused(text);
+    ck_assert_int_eq(group_of(j.g, 3) >= 0 && group_of(j.g, 3) == group_of(j.g, 6), kept);
+    ck_assert_int_eq(count_steps(j.r.plan, RT_STEP_LAUNCH), kept ? 1 : 2);
+  }
+}
+END_TEST
+
 /* A sum of products (a weight used at every step of a recurrent layer
  * gets one per step): the first GEMM writes the sum, the others add to
  * it (beta 1), and no kernel runs. */
@@ -678,6 +746,11 @@ START_TEST(verifier_checks_groups) {
   expect_error("graph g {\n  %x = input {name=\"x\"} : f32[4, 4]\n  %0 = softmax %x {axis=1} : f32[4, 4] #k0\n"
                "  %1 = softmax %0 {axis=1} : f32[4, 4] #k0\n  return %1 as \"o\"\n}\n",
                "holds two reductions");
+  /* Two reductions over different rows are no siblings. */
+  expect_error("graph g {\n  %x = input {name=\"x\"} : f32[4, 4]\n"
+               "  %0 = reduce_sum %x {axes=[0], keepdims=0} : f32[4] #k0\n"
+               "  %1 = reduce_max %x {axes=[1], keepdims=0} : f32[4] #k0\n  return %1 as \"o\", %0 as \"s\"\n}\n",
+               "holds two reductions");
   /* A source. */
   expect_error("graph g {\n  %x = input {name=\"x\"} : f32[4] #k0\n  %0 = relu %x : f32[4] #k0\n"
                "  return %0 as \"o\"\n}\n",
@@ -692,6 +765,17 @@ START_TEST(hand_written_group_codegen_cannot_lower) {
   ck_assert(j.verified);
   ck_assert(!j.ok);
   ck_assert_ptr_nonnull(strstr(diag_text(&ctx), "codegen cannot lower concat in fusion group k0"));
+}
+END_TEST
+
+START_TEST(hand_written_sibling_reductions_are_lowered) {
+  Job j = compile_with("graph g {\n  %x = input {name=\"x\"} : f32[4, 6]\n"
+                       "  %0 = reduce_sum %x {axes=[1], keepdims=0} : f32[4] #k0\n"
+                       "  %1 = reduce_min %x {axes=[1], keepdims=1} : f32[4, 1] #k0\n"
+                       "  return %1 as \"o\", %0 as \"s\"\n}\n",
+                       false, (CgOptions){0});
+  ck_assert_int_eq(count_steps(j.r.plan, RT_STEP_LAUNCH), 1);
+  check_numbers(&j, -2, 2);
 }
 END_TEST
 
@@ -876,6 +960,7 @@ static Suite *fuse_suite(void) {
   tcase_add_test(t, pads_are_fused);
   tcase_add_test(t, i64_arithmetic_is_fused);
   tcase_add_test(t, independent_maps_share_a_kernel);
+  tcase_add_test(t, sibling_reductions_share_a_kernel);
   tcase_add_test(t, product_sums_accumulate_in_the_gemm);
   tcase_add_test(t, pool_gradients_take_an_epilogue);
   tcase_add_test(t, gemm_epilogue_is_one_kernel);
@@ -893,6 +978,7 @@ static Suite *fuse_suite(void) {
   tcase_add_test(t, verifier_checks_groups);
   tcase_add_test(t, hand_written_group_codegen_cannot_lower);
   tcase_add_test(t, hand_written_groups_are_lowered);
+  tcase_add_test(t, hand_written_sibling_reductions_are_lowered);
   tcase_add_test(t, small_loops_are_unrolled);
   tcase_add_test(t, contiguous_maps_are_vectorized);
   tcase_add_test(t, small_maps_stay_scalar);

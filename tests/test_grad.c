@@ -483,7 +483,7 @@ START_TEST(test_sync_batchnorm_running_var) {
 END_TEST
 
 /* A per-channel weight's gradient is its reduction itself, not a reshape
- * of a keepdims one: a graph output's reshape is a copy step. */
+ * of a keepdims one. */
 START_TEST(test_channel_grads_unreshaped) {
   Ctx c;
   Graph *g = begin(&c);
@@ -759,6 +759,35 @@ START_TEST(test_gather) {
 }
 END_TEST
 
+/* One index per position along the axis (cross_entropy's pick, topk
+ * with k = 1): the backward is a select, not a scatter; negative
+ * indices count from the end. */
+START_TEST(test_gather_one_per_position) {
+  Ctx c;
+  Graph *g = begin(&c);
+  Value *x = param(g, "x", 2, (int64_t[]){4, 4}), *y = NULL;
+  for (int axis = 0; axis < 2; axis++) {
+    int64_t id[2] = {axis ? 4 : 1, axis ? 1 : 4};
+    char name[8];
+    snprintf(name, sizeof name, "i%d", axis);
+    Node *n = node(g, OP_GATHER_ELEMENTS, 2, (Value *[]){x, source(g, OP_INPUT, name, TY_I64, 2, id)});
+    ir_set_int(g, n, "axis", axis);
+    Value *picked = ir_grad_sum(g, (SrcLoc){0}, fin(g, n), 2, (int64_t[]){0, 1}, false);
+    y = y ? op2(g, OP_ADD, y, picked) : picked;
+  }
+  Node *tk = node(g, OP_TOPK, 1, (Value *[]){param(g, "t", 2, (int64_t[]){3, 6})});
+  ir_set_int(g, tk, "k", 1);
+  ir_set_int(g, tk, "axis", 0);
+  output(g, op2(g, OP_ADD, y, ir_grad_sum(g, (SrcLoc){0}, fin(g, tk), 2, (int64_t[]){0, 1}, false)));
+  Spec s = spec(ANY);
+  s.int_lo = -4, s.int_hi = 4;
+  check_fd(g, "gather_elements/topk one per position", &s);
+  /* the backward (autodiff ran on g) selects; it has no scatter */
+  for (Node *n = g->first; n; n = n->next) ck_assert_int_ne(n->op, OP_SCATTER_ELEMENTS);
+  ctx_free(&c);
+}
+END_TEST
+
 /* gather_nd with batch dims (1 and 2): the scatter-add at the indices
  * with each element's batch coordinates in front. */
 START_TEST(test_gather_nd_batch) {
@@ -1026,6 +1055,20 @@ START_TEST(test_loss_not_scalar) {
                                "}\n"),
                     "m.dl:2:14: error: batchnorm in training mode needs more than one value per "
                     "channel; input f32[1, 3] has one");
+  /* no channel at all (IR text allows empty dims): an error, not a
+   * division by zero */
+  static const char src[] = "graph g {\n  %x = param {name=\"x\"} : f32[2, 0, 3]\n"
+                            "  %w = param {name=\"bn.weight\"} : f32[0]\n"
+                            "  %y = batchnorm %x, %w, %w, %w, %w : f32[2, 0, 3]    ; m.dl:4:5\n"
+                            "  %s = reduce_sum %y {axes=[0, 1, 2], keepdims=0} : f32[]\n  return %s as \"loss\"\n}\n";
+  Ctx c;
+  ctx_init(&c);
+  Graph *g = ir_parse(&c, ctx_add_file(&c, "g.ir", src, strlen(src)));
+  ck_assert_msg(g && ir_verify(g), "%s", diag_text(&c));
+  ck_assert(!pass_autodiff(g, NULL));
+  expect_first_line(diag_text(&c), "m.dl:4:5: error: batchnorm in training mode needs more than one value per "
+                                   "channel; input f32[2, 0, 3] has none");
+  ctx_free(&c);
 }
 END_TEST
 
@@ -1173,6 +1216,7 @@ static Suite *grad_suite(void) {
   tcase_add_test(rules, test_movement);
   tcase_add_test(rules, test_concat);
   tcase_add_test(rules, test_gather);
+  tcase_add_test(rules, test_gather_one_per_position);
   tcase_add_test(rules, test_gather_nd_batch);
   tcase_add_test(rules, test_scatter);
   tcase_add_test(rules, test_dropout);

@@ -1,10 +1,13 @@
-/* ONNX's DFT, STFT, Col2Im and MaxUnpool (frontend/onnx_signal.c):
- * takes models built here with protobuf-c on random inputs and checks the
- * reference interpreter against direct loops in double written here (a
- * complex sum per frequency, a sum per image pixel), the generated kernels
- * on emu against the reference interpreter with the imported tables, the
- * messages for bad attributes, and hints that flow from an integer input
- * to a shape but not from a float input's data. */
+/* ONNX's DFT, STFT, Col2Im and MaxUnpool (frontend/onnx_signal.c), and
+ * the kernels the node tests lacked on emu (f64 products and softmax, u8
+ * MaxPool, pools padded past half the kernel), and NonZero, Compress
+ * and Unique of values known at import: takes models built here
+ * with protobuf-c on random inputs and checks the reference interpreter
+ * against direct loops in double written here (a complex sum per
+ * frequency, a sum per image pixel) or onnxruntime's numbers, the
+ * generated kernels on emu against the reference interpreter with the
+ * imported tables, the messages for bad attributes, and hints that flow
+ * from an integer input to a shape but not from a float input's data. */
 #include <check.h>
 #include <complex.h>
 #include <math.h>
@@ -41,15 +44,17 @@ static void expect_error(Model *b, const char *want) {
 
 static double draw(uint64_t *state) { return (double)(test_splitmix64(state) >> 11) / (double)(1ull << 52) * 2 - 1; }
 
-/* g's one float input x, random; its result by the reference interpreter
- * and, when emu starts here, the same on emu within rtol of the largest
- * magnitude (the kernels sum in another order). */
-static Tensor run_both(Graph *g, Tensor *x, uint64_t seed) {
+/* g's one input, allocated as its type says. */
+static void alloc_input(Graph *g, Tensor *x) {
   for (Node *n = g->first; n; n = n->next)
-    if (n->op == OP_INPUT) {
-      ck_assert(ir_tensor_alloc(x, &n->out[0].type));
-      for (int64_t i = 0; i < ir_type_numel(&x->type); i++) ir_tensor_set(x, i, draw(&seed));
-    }
+    if (n->op == OP_INPUT) ck_assert(ir_tensor_alloc(x, &n->out[0].type));
+}
+
+/* g's result for x by the reference interpreter and, when emu starts
+ * here, the same on emu within rtol of the largest magnitude (the
+ * kernels sum in another order: 1e-5 in f32, 1e-12 in f64, exact for
+ * integers), its kernels compiled by NVRTC too. */
+static Tensor eval_and_emu(Graph *g, Tensor *x) {
   const char *nm[1] = {"x"};
   TensorMap in = {1, nm, x};
   Tensor want;
@@ -61,17 +66,26 @@ static Tensor run_both(Graph *g, Tensor *x, uint64_t seed) {
   rt_device_close(dev);
   CgResult cg;
   ck_assert_msg(cg_compile(g, &cg), "codegen: %s", diag_text(&ctx));
+  test_nvrtc(cg.source, "sm_90");
   Tensor *got = test_run_emu(cg.plan, &params, &in);
-  double top = 0;
+  DType dt = want.type.dtype;
+  double top = 0, rtol = dt == TY_F64 ? 1e-12 : ir_dtype_is_float(dt) ? 1e-5 : 0;
   for (int64_t i = 0; i < ir_type_numel(&want.type); i++) top = fmax(top, fabs(ir_tensor_get(&want, i)));
   ck_assert(ir_type_eq(&got[0].type, &want.type));
   for (int64_t i = 0; i < ir_type_numel(&want.type); i++)
-    ck_assert_msg(fabs(ir_tensor_get(&got[0], i) - ir_tensor_get(&want, i)) <= 1e-5 * (top + 1),
-                  "emu element %lld: %g, the reference %g", (long long)i, ir_tensor_get(&got[0], i),
+    ck_assert_msg(fabs(ir_tensor_get(&got[0], i) - ir_tensor_get(&want, i)) <= rtol * (top + 1),
+                  "emu element %lld: %.17g, the reference %.17g", (long long)i, ir_tensor_get(&got[0], i),
                   ir_tensor_get(&want, i));
   ir_tensor_free(&got[0]);
   free(got);
   return want;
+}
+
+/* The same for a random x in [-1, 1). */
+static Tensor run_both(Graph *g, Tensor *x, uint64_t seed) {
+  alloc_input(g, x);
+  for (int64_t i = 0; i < ir_type_numel(&x->type); i++) ir_tensor_set(x, i, draw(&seed));
+  return eval_and_emu(g, x);
 }
 
 /* ---- DFT ---- */
@@ -355,6 +369,262 @@ START_TEST(test_if_of_shapes_follows_hint) {
 }
 END_TEST
 
+/* ---- the kernels the node tests lacked on emu ---- */
+
+/* softmax(x W) + log_softmax(x W) over another axis in f64, with x
+ * [2, 1, 4, 5] and W [3, 5, 6] broadcast against each other (a GEMM per
+ * batch index); then Gemm's x W^T + c: f64 products are a kernel of
+ * ours, and the rows are computed in double. */
+START_TEST(test_f64_products_and_softmax) {
+  uint64_t seed = 5;
+  double w[3 * 5 * 6], c[6];
+  for (int i = 0; i < 90; i++) w[i] = draw(&seed);
+  for (int i = 0; i < 6; i++) c[i] = draw(&seed);
+  Model *b = model_new(13);
+  add_input_typed(b, "x", ONNX__TENSOR_PROTO__DATA_TYPE__DOUBLE, 4, (const int64_t[]){2, 1, 4, 5});
+  add_init_raw(b, "w", ONNX__TENSOR_PROTO__DATA_TYPE__DOUBLE, 3, (const int64_t[]){3, 5, 6}, w, sizeof w);
+  add_node(b, "MatMul", "x,w", "m");
+  attr_i(add_node(b, "Softmax", "m", "s"), "axis", -1);
+  attr_i(add_node(b, "LogSoftmax", "m", "l"), "axis", 1);
+  add_node(b, "Add", "s,l", "y");
+  add_output(b, "y");
+  Graph *g = must_import(b);
+  Tensor x, y = run_both(g, &x, 6);
+  ck_assert(ir_type_eq(&y.type, &(TensorType){.dtype = TY_F64, .rank = 4, .dims = {2, 3, 4, 6}}));
+  /* one element by hand: softmax over j of m[1, 2, 3, :], log_softmax over the 3 of m[1, :, 3, 4] */
+  double m[3][6];
+  for (int h = 0; h < 3; h++)
+    for (int j = 0; j < 6; j++) {
+      m[h][j] = 0;
+      for (int q = 0; q < 5; q++) m[h][j] += ir_tensor_get(&x, (1 * 4 + 3) * 5 + q) * w[(h * 5 + q) * 6 + j];
+    }
+  double se = 0, sl = 0;
+  for (int j = 0; j < 6; j++) se += exp(m[2][j]);
+  for (int h = 0; h < 3; h++) sl += exp(m[h][4]);
+  ck_assert_double_eq_tol(ir_tensor_get(&y, ((1 * 3 + 2) * 4 + 3) * 6 + 4), exp(m[2][4]) / se + m[2][4] - log(sl),
+                          1e-13);
+  ir_tensor_free(&x);
+  ir_tensor_free(&y);
+  pool_free();
+
+  b = model_new(13);
+  add_input_typed(b, "x", ONNX__TENSOR_PROTO__DATA_TYPE__DOUBLE, 2, (const int64_t[]){4, 5});
+  add_init_raw(b, "w", ONNX__TENSOR_PROTO__DATA_TYPE__DOUBLE, 2, (const int64_t[]){6, 5}, w, 30 * sizeof *w);
+  add_init_raw(b, "c", ONNX__TENSOR_PROTO__DATA_TYPE__DOUBLE, 1, (const int64_t[]){6}, c, sizeof c);
+  attr_i(add_node(b, "Gemm", "x,w,c", "y"), "transB", 1);
+  add_output(b, "y");
+  g = must_import(b);
+  y = run_both(g, &x, 7);
+  double want = c[5];
+  for (int q = 0; q < 5; q++) want += ir_tensor_get(&x, 2 * 5 + q) * w[5 * 5 + q];
+  ck_assert_double_eq_tol(ir_tensor_get(&y, 2 * 6 + 5), want, 1e-14);
+  ir_tensor_free(&x);
+  ir_tensor_free(&y);
+}
+END_TEST
+
+/* x from a formula (the same in tests' Python); y on ref and emu against
+ * onnxruntime's numbers for it. */
+typedef struct PoolCase {
+  const char *op;
+  int32_t elem;
+  int rank;
+  int64_t dims[4], kernel[2], pads[4], strides[2];
+  int ceil_mode, count_include_pad;
+  int64_t out[4];
+  double want[64];
+} PoolCase;
+
+/* onnxruntime 1.23 (CPUExecutionProvider, opset 19) gave these; the
+ * pads are more than half the kernel, which the IR's pools refuse. */
+static const PoolCase pool_cases[] = {
+    {"MaxPool", ONNX__TENSOR_PROTO__DATA_TYPE__UINT8, 4, {1, 1, 5, 5}, {3, 3}, {2, 2, 2, 2}, {1, 1}, 0, 0,
+     {1, 1, 7, 7},
+     {0,   37,  74,  111, 148, 148, 148, 185, 222, 222, 222, 148, 148, 148, 185, 222, 222,
+      230, 230, 230, 148, 185, 222, 222, 230, 230, 230, 201, 238, 238, 238, 230, 230, 230,
+      201, 238, 238, 238, 164, 201, 201, 201, 238, 238, 238, 98,  135, 135, 135}},
+    {"AveragePool", ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT, 4, {1, 2, 4, 5}, {3, 2}, {2, 1, 2, 1}, {2, 2}, 1, 0,
+     {1, 2, 3, 3},
+     {-1.5, -0.5, -0.25, -0.3333333432674408, 0.125, -0.1666666716337204, -0.75, 0.25, -0.3125, 1.0, 0.375,
+      0.625, 0.0, -0.0833333358168602, 0.1666666716337204, 0.125, 0.3125, -0.25}},
+    {"AveragePool", ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT, 4, {1, 2, 4, 5}, {3, 2}, {2, 1, 2, 1}, {2, 2}, 1, 1,
+     {1, 2, 3, 3},
+     {-0.25, -0.1666666716337204, -0.0833333358168602, -0.1666666716337204, 0.125, -0.1666666716337204, -0.25,
+      0.1666666716337204, -0.2083333283662796, 0.1666666716337204, 0.125, 0.2083333283662796, 0.0,
+      -0.0833333358168602, 0.1666666716337204, 0.0416666679084301, 0.2083333283662796, -0.1666666716337204}},
+    {"MaxPool", ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT, 3, {1, 2, 7}, {3}, {2, 1}, {2}, 1, 0, {1, 2, 5},
+     {-1.5, 0.25, 0.5, 0.75, -0.75, 1.0, 1.25, 1.5, 1.5, -1.5}},
+};
+
+START_TEST(test_pools_padded_past_half_the_kernel) {
+  const PoolCase *pc = &pool_cases[_i];
+  int sp = pc->rank - 2;
+  Model *b = model_new(19);
+  add_input_typed(b, "x", pc->elem, pc->rank, pc->dims);
+  Onnx__NodeProto *n = add_node(b, pc->op, "x", "y");
+  attr_is(n, "kernel_shape", sp, pc->kernel);
+  attr_is(n, "pads", 2 * sp, pc->pads);
+  attr_is(n, "strides", sp, pc->strides);
+  attr_i(n, "ceil_mode", pc->ceil_mode);
+  if (strcmp(pc->op, "AveragePool") == 0) attr_i(n, "count_include_pad", pc->count_include_pad);
+  add_output(b, "y");
+  Graph *g = must_import(b);
+  Tensor x;
+  alloc_input(g, &x);
+  bool u8 = pc->elem == ONNX__TENSOR_PROTO__DATA_TYPE__UINT8;
+  for (int64_t i = 0; i < ir_type_numel(&x.type); i++)
+    ir_tensor_set(&x, i, u8 ? (double)(i * 37 % 251) : (double)(i * 7 % 13 - 6) / 4);
+  Tensor y = eval_and_emu(g, &x);
+  ck_assert(ir_type_eq(&y.type, &(TensorType){.dtype = u8 ? TY_U8 : TY_F32, .rank = pc->rank, .dims = {
+                                                  pc->out[0], pc->out[1], pc->out[2], pc->out[3]}}));
+  for (int64_t i = 0; i < ir_type_numel(&y.type); i++)
+    ck_assert_msg(fabs(ir_tensor_get(&y, i) - pc->want[i]) <= 1e-6, "element %lld: %.9g, onnxruntime %.9g",
+                  (long long)i, ir_tensor_get(&y, i), pc->want[i]);
+  ir_tensor_free(&x);
+  ir_tensor_free(&y);
+}
+END_TEST
+
+START_TEST(test_pool_padding_not_less_than_kernel) {
+  Model *b = model_new(19);
+  add_input(b, "x", 4, (const int64_t[]){1, 1, 5, 5});
+  Onnx__NodeProto *n = add_node(b, "MaxPool", "x", "y");
+  attr_is(n, "kernel_shape", 2, (const int64_t[]){3, 2});
+  attr_is(n, "pads", 4, (const int64_t[]){0, 2, 0, 1});
+  add_output(b, "y");
+  expect_error(b, "node 0 'n0' (MaxPool): padding 2 is not less than the kernel 2");
+}
+END_TEST
+
+/* ---- data-dependent sizes, from values known at import ---- */
+
+static int64_t i64_at(const Tensor *t, int64_t i) { return ((const int64_t *)t->data)[i]; }
+
+/* NonZero of an initializer is a constant; Compress gathers a run-time
+ * x at the places a known condition selects (along axis 1, and of the
+ * flattened x without an axis); Unique of a constant gives its four
+ * outputs, sorted and in first-occurrence order. */
+START_TEST(test_nonzero_compress_unique_of_known_values) {
+  const int64_t nz[6] = {0, 3, 0, 0, -1, 2};
+  Model *b = model_new(13);
+  add_init_raw(b, "k", ONNX__TENSOR_PROTO__DATA_TYPE__INT64, 2, (const int64_t[]){2, 3}, nz, sizeof nz);
+  add_node(b, "NonZero", "k", "y");
+  add_output(b, "y");
+  Graph *g = must_import(b);
+  Tensor y;
+  char err[256];
+  ck_assert_msg(ir_eval(g, NULL, &params, &y, err, sizeof err), "%s", err);
+  ck_assert(ir_type_eq(&y.type, &(TensorType){.dtype = TY_I64, .rank = 2, .dims = {2, 3}}));
+  const int64_t want_nz[6] = {0, 1, 1, 1, 1, 2};
+  for (int i = 0; i < 6; i++) ck_assert_int_eq(i64_at(&y, i), want_nz[i]);
+  ir_tensor_free(&y);
+  pool_free();
+
+  for (int axis = 1; axis >= -1; axis -= 2) {
+    b = model_new(13);
+    add_input(b, "x", 2, (const int64_t[]){3, 4});
+    add_init_raw(b, "c", ONNX__TENSOR_PROTO__DATA_TYPE__BOOL, 1, (const int64_t[]){3}, (const uint8_t[]){1, 0, 1},
+                 3);
+    Onnx__NodeProto *n = add_node(b, "Compress", "x,c", "y");
+    if (axis >= 0) attr_i(n, "axis", axis);
+    add_output(b, "y");
+    g = must_import(b);
+    Tensor x;
+    y = run_both(g, &x, 9);
+    /* axis 1: columns 0 and 2 of each row; none: elements 0 and 2 */
+    int64_t count = axis >= 0 ? 6 : 2;
+    ck_assert_int_eq(ir_type_numel(&y.type), count);
+    for (int64_t i = 0; i < count; i++)
+      ck_assert_double_eq(ir_tensor_get(&y, i), ir_tensor_get(&x, axis >= 0 ? i / 2 * 4 + i % 2 * 2 : i * 2));
+    ir_tensor_free(&x);
+    ir_tensor_free(&y);
+    pool_free();
+  }
+
+  const float u[7] = {2, 1, 1, 3, 4, 3, 2};
+  for (int sorted = 1; sorted >= 0; sorted--) {
+    b = model_new(11);
+    add_init_f32(b, "u", 1, (const int64_t[]){7}, 7, u);
+    attr_i(add_node(b, "Unique", "u", "y,first,inverse,counts"), "sorted", sorted);
+    add_output(b, "y");
+    add_output(b, "first");
+    add_output(b, "inverse");
+    add_output(b, "counts");
+    g = must_import(b);
+    Tensor out[4];
+    ck_assert_msg(ir_eval(g, NULL, &params, out, err, sizeof err), "%s", err);
+    /* numpy.unique(return_index, return_inverse, return_counts); unsorted: ONNX's example order */
+    const double want_y[2][4] = {{2, 1, 3, 4}, {1, 2, 3, 4}};
+    const int64_t want_first[2][4] = {{0, 1, 3, 4}, {1, 0, 3, 4}};
+    const int64_t want_inv[2][7] = {{0, 1, 1, 2, 3, 2, 0}, {1, 0, 0, 2, 3, 2, 1}};
+    const int64_t want_cnt[2][4] = {{2, 2, 2, 1}, {2, 2, 2, 1}};
+    ck_assert_int_eq(ir_type_numel(&out[0].type), 4);
+    for (int i = 0; i < 4; i++) {
+      ck_assert_double_eq(ir_tensor_get(&out[0], i), want_y[sorted][i]);
+      ck_assert_int_eq(i64_at(&out[1], i), want_first[sorted][i]);
+      ck_assert_int_eq(i64_at(&out[3], i), want_cnt[sorted][i]);
+    }
+    for (int i = 0; i < 7; i++) ck_assert_int_eq(i64_at(&out[2], i), want_inv[sorted][i]);
+    for (int i = 0; i < 4; i++) ir_tensor_free(&out[i]);
+    pool_free();
+  }
+  /* NaNs are one value after +inf, -0.0 is 0.0 (numpy.unique), and
+   * int64 values a double cannot tell apart stay apart. */
+  b = model_new(11);
+  add_init_f32(b, "u", 1, (const int64_t[]){6}, 6, (const float[]){NAN, 0.0f, INFINITY, -0.0f, NAN, -1});
+  add_node(b, "Unique", "u", "y");
+  add_output(b, "y");
+  g = must_import(b);
+  Tensor uy;
+  ck_assert_msg(ir_eval(g, NULL, &params, &uy, err, sizeof err), "%s", err);
+  ck_assert_int_eq(ir_type_numel(&uy.type), 4);
+  ck_assert_double_eq(ir_tensor_get(&uy, 0), -1);
+  ck_assert_double_eq(ir_tensor_get(&uy, 1), 0);
+  ck_assert(isinf(ir_tensor_get(&uy, 2)));
+  ck_assert(isnan(ir_tensor_get(&uy, 3)));
+  ir_tensor_free(&uy);
+  pool_free();
+  b = model_new(11);
+  const int64_t big = (int64_t)1 << 53;
+  add_init_i64(b, "u", 3, (const int64_t[]){big + 1, big, -big});
+  add_node(b, "Unique", "u", "y");
+  add_output(b, "y");
+  g = must_import(b);
+  ck_assert_msg(ir_eval(g, NULL, &params, &uy, err, sizeof err), "%s", err);
+  ck_assert_int_eq(ir_type_numel(&uy.type), 3);
+  ck_assert_int_eq(i64_at(&uy, 0), -big);
+  ck_assert_int_eq(i64_at(&uy, 1), big);
+  ck_assert_int_eq(i64_at(&uy, 2), big + 1);
+  ir_tensor_free(&uy);
+  pool_free();
+}
+END_TEST
+
+/* A value computed at run time cannot size an output: the message says
+ * why and names the node. */
+START_TEST(test_data_dependent_sizes_need_known_values) {
+  Model *b = model_new(13);
+  add_input(b, "x", 2, (const int64_t[]){2, 3});
+  add_node(b, "NonZero", "x", "y");
+  add_output(b, "y");
+  expect_error(b, "node 0 'n0' (NonZero): the input computed at run time is not supported: the output's size "
+                  "depends on its values, and dlcc's plans have static shapes");
+  pool_free();
+  b = model_new(13);
+  add_input(b, "x", 1, (const int64_t[]){4});
+  add_input_typed(b, "c", ONNX__TENSOR_PROTO__DATA_TYPE__BOOL, 1, (const int64_t[]){4});
+  add_node(b, "Compress", "x,c", "y");
+  add_output(b, "y");
+  expect_error(b, "node 0 'n0' (Compress): the condition computed at run time is not supported");
+  pool_free();
+  b = model_new(11);
+  add_init_f32(b, "u", 1, (const int64_t[]){2}, 2, (const float[]){1, 2});
+  attr_i(add_node(b, "Unique", "u", "y"), "axis", 0);
+  add_output(b, "y");
+  expect_error(b, "node 0 'n0' (Unique): the axis attribute is not supported");
+}
+END_TEST
+
 static Suite *signal_suite(void) {
   Suite *s = suite_create("onnx_signal");
   TCase *tc = tcase_create("signal");
@@ -367,6 +637,11 @@ static Suite *signal_suite(void) {
   tcase_add_test(tc, test_bad_attributes);
   tcase_add_test(tc, test_hints_flow_from_integer_inputs_only);
   tcase_add_test(tc, test_if_of_shapes_follows_hint);
+  tcase_add_test(tc, test_f64_products_and_softmax);
+  tcase_add_loop_test(tc, test_pools_padded_past_half_the_kernel, 0, sizeof pool_cases / sizeof *pool_cases);
+  tcase_add_test(tc, test_pool_padding_not_less_than_kernel);
+  tcase_add_test(tc, test_nonzero_compress_unique_of_known_values);
+  tcase_add_test(tc, test_data_dependent_sizes_need_known_values);
   suite_add_tcase(s, tc);
   return s;
 }

@@ -1,0 +1,221 @@
+/* Lowering of the recurrent layers: takes an lstm or gru node and
+ * appends, per layer and direction, one GEMM for the input projection of
+ * every timestep and then one fused step kernel per timestep (the
+ * recurrent product and the gate update together) to the plan. */
+#include "lower.h"
+
+static const uint64_t F32_BYTES = 4;
+
+/* A step kernel's block: the 32 lanes of a warp split the recurrent
+ * product's sum over the hidden width; its warps are up to 8
+ * consecutive hidden units; each warp takes up to 4 batch rows, so one
+ * load of a W_hh element serves all of them. */
+enum { RNN_LANES = 32, RNN_UNITS = 8, RNN_ROWS = 4 };
+
+typedef struct Rnn {
+  bool lstm, bf, bias;
+  int64_t N, T, H, G, dirs;
+} Rnn;
+
+/* What one step of one layer and direction reads and writes. */
+typedef struct RnnStep {
+  RtRef xproj;        /* x W_ih^T of every timestep, [T*N or N*T rows, G*H] */
+  RtRef hprev, hnext; /* h_{t-1} read, h_t written: the two halves of a ping-pong pair */
+  RtRef hout, c, y;   /* h_n's and c_n's slices (c updated in place), y at this direction's columns */
+  const Value *whh, *bih, *bhh;
+} RnnStep;
+
+static int64_t rnn_units(int64_t H) {
+  int64_t w = 1;
+  while (w < H && w < RNN_UNITS) w *= 2;
+  return w;
+}
+
+/* The new h of one (batch row, hidden unit) from the gates' two halves
+ * gi (input side, with b_ih) and gh (recurrent side, with b_hh), as
+ * ir/eval.c: LSTM i, f, g, o updating c in place; GRU r, z, n with r
+ * applied to n's recurrent half (PyTorch's, ONNX's linear_before_reset=1). */
+static KExpr *rnn_gates(Kernel *k, KBlock *in, const Rnn *r, KExpr *const *gi, KExpr *const *gh, KBuf *cb,
+                        KBuf *hp, KExpr *at, KExpr *hp_at) {
+  if (r->lstm) {
+    KVar *ig = cg_klet(k, in, "ig", TY_F32, cg_kop1(k, OP_SIGMOID, cg_kop2(k, OP_ADD, gi[0], gh[0])));
+    KVar *fg = cg_klet(k, in, "fg", TY_F32, cg_kop1(k, OP_SIGMOID, cg_kop2(k, OP_ADD, gi[1], gh[1])));
+    KVar *gg = cg_klet(k, in, "gg", TY_F32, cg_kop1(k, OP_TANH, cg_kop2(k, OP_ADD, gi[2], gh[2])));
+    KVar *og = cg_klet(k, in, "og", TY_F32, cg_kop1(k, OP_SIGMOID, cg_kop2(k, OP_ADD, gi[3], gh[3])));
+    KExpr *cn = cg_kop2(k, OP_ADD, cg_kop2(k, OP_MUL, cg_kv(k, fg), cg_kload(k, cb, at)),
+                        cg_kop2(k, OP_MUL, cg_kv(k, ig), cg_kv(k, gg)));
+    KVar *cv = cg_klet(k, in, "cn", TY_F32, cn);
+    cg_kstore(k, in, cb, at, cg_kv(k, cv));
+    return cg_kop2(k, OP_MUL, cg_kv(k, og), cg_kop1(k, OP_TANH, cg_kv(k, cv)));
+  }
+  KVar *rg = cg_klet(k, in, "rg", TY_F32, cg_kop1(k, OP_SIGMOID, cg_kop2(k, OP_ADD, gi[0], gh[0])));
+  KVar *zg = cg_klet(k, in, "zg", TY_F32, cg_kop1(k, OP_SIGMOID, cg_kop2(k, OP_ADD, gi[1], gh[1])));
+  KVar *ng = cg_klet(k, in, "ng", TY_F32,
+                     cg_kop1(k, OP_TANH, cg_kop2(k, OP_ADD, gi[2], cg_kop2(k, OP_MUL, cg_kv(k, rg), gh[2]))));
+  KExpr *keep = cg_kop2(k, OP_MUL, cg_kv(k, zg), cg_kload(k, hp, hp_at));
+  KExpr *upd = cg_kop2(k, OP_MUL, cg_kop2(k, OP_SUB, cg_kimm(k, 1, TY_F32), cg_kv(k, zg)), cg_kv(k, ng));
+  return cg_kop2(k, OP_ADD, upd, keep);
+}
+
+/* Timestep t of one layer and direction as one kernel: warp (unit j,
+ * batch rows b0 ..) sums h_{t-1}[b] . W_hh[q*H + j] for every gate q
+ * over its lanes (f32, then a shuffle all-reduce), and lane 0 applies
+ * the gates.  h_{t-1} and h_t are different buffers, so no warp reads
+ * a state another has already replaced; h_n gets h_t at every step and
+ * holds the last one at the end.  t is a parameter so every timestep
+ * shares the text. */
+static void rnn_step(CgBuild *b, const Node *n, const Rnn *r, const char *what, int64_t t, const RnnStep *s) {
+  int64_t N = r->N, T = r->T, H = r->H, G = r->G, GH = G * H;
+  int64_t W = rnn_units(H), NB = N < RNN_ROWS ? N : RNN_ROWS;
+  int64_t units = (H + W - 1) / W, tiles = units * ((N + NB - 1) / NB), trips = (H + RNN_LANES - 1) / RNN_LANES;
+  Kernel *k = new_kernel(b, n, "step", what);
+  k->block[0] = RNN_LANES, k->block[1] = (uint32_t)W;
+  int64_t cap = cg_grid_cap(RNN_LANES * W);
+  k->grid[0] = (uint32_t)(tiles > cap ? cap : tiles);
+  /* Every timestep's launch keeps one contract: the buffers hold all T. */
+  KVar *tv = cg_kparam_range(k, "t", KT_INDEX, t, 0, T - 1);
+  KBuf *xp = cg_kglobal(k, "xproj", TY_F32, T * N * GH, s->xproj);
+  KBuf *hp = cg_kglobal(k, "hprev", TY_F32, N * H, s->hprev);
+  KBuf *hx = cg_kglobal(k, "hnext", TY_F32, N * H, s->hnext);
+  KBuf *ho = cg_kglobal(k, "h_n", TY_F32, N * H, s->hout);
+  KBuf *cb = r->lstm ? cg_kglobal(k, "c", TY_F32, N * H, s->c) : NULL;
+  /* y starts at this direction's columns: the last row ends H short of
+   * the sequence's end for every direction but the last. */
+  KBuf *yb = cg_kglobal(k, "y", TY_F32, T * N * r->dirs * H - (r->dirs - 1) * H, s->y);
+  KVar *tile = cg_kvar(k, "tile", KT_INDEX), *ty = cg_kvar(k, "ty", KT_INDEX), *tx = cg_kvar(k, "tx", KT_INDEX);
+  KStmt *lt = cg_kloop(k, &k->body, tile, cg_kint(k, tiles), KM_GRID_X);
+  KStmt *ly = cg_kloop(k, &lt->body, ty, cg_kint(k, W), KM_BLOCK_Y);
+  KStmt *lx = cg_kloop(k, &ly->body, tx, cg_kint(k, RNN_LANES), KM_BLOCK_X);
+  KBlock *in = &lx->body;
+  KExpr *jx = cg_kadd(k, cg_kmul(k, cg_kidx(k, KI_MOD, cg_kv(k, tile), cg_kint(k, units)), cg_kint(k, W)),
+                      cg_kv(k, ty));
+  KVar *j = cg_klet(k, in, "j", KT_INDEX, jx);
+  /* Every lane reaches the all-reduce, so a unit or row past the end
+   * computes on the last one's operands and stores nothing. */
+  KExpr *jc = H % W ? cg_kidx(k, KI_MIN, cg_kv(k, j), cg_kint(k, H - 1)) : cg_kv(k, j);
+  KVar *jr = cg_klet(k, in, "jc", KT_INDEX, jc);
+  KVar *b0 = cg_klet(k, in, "b0", KT_INDEX,
+                     cg_kmul(k, cg_kidx(k, KI_DIV, cg_kv(k, tile), cg_kint(k, units)), cg_kint(k, NB)));
+  KVar *bn[RNN_ROWS], *acc[4][RNN_ROWS];
+  for (int64_t q = 0; q < NB; q++) {
+    KExpr *bq = cg_kadd(k, cg_kv(k, b0), cg_kint(k, q));
+    bn[q] = cg_klet(k, in, "bn", KT_INDEX, N % NB ? cg_kidx(k, KI_MIN, bq, cg_kint(k, N - 1)) : bq);
+  }
+  for (int64_t g = 0; g < G; g++)
+    for (int64_t q = 0; q < NB; q++) acc[g][q] = cg_klet(k, in, "acc", TY_F32, cg_kimm(k, 0, TY_F32));
+  KVar *kk = cg_kvar(k, "kk", KT_INDEX);
+  KStmt *lk = cg_kloop(k, in, kk, cg_kint(k, trips), KM_SERIAL);
+  KVar *e = cg_klet(k, &lk->body, "e", KT_INDEX,
+                    cg_kadd(k, cg_kmul(k, cg_kv(k, kk), cg_kint(k, RNN_LANES)), cg_kv(k, tx)));
+  KBlock *dot = H % RNN_LANES ? &cg_kif(k, &lk->body, cg_kcmp(k, KC_LT, cg_kv(k, e), cg_kint(k, H)))->body
+                              : &lk->body;
+  KVar *hv[RNN_ROWS];
+  for (int64_t q = 0; q < NB; q++)
+    hv[q] = cg_klet(k, dot, "hv", TY_F32, cg_kload(k, hp, cg_kadd(k, cg_kmul(k, cg_kv(k, bn[q]), cg_kint(k, H)),
+                                                                   cg_kv(k, e))));
+  for (int64_t g = 0; g < G; g++) {
+    KExpr *row = cg_kadd(k, cg_kint(k, g * H), cg_kv(k, jr));
+    KExpr *wat = cg_kadd(k, cg_kmul(k, row, cg_kint(k, H)), cg_kv(k, e));
+    KVar *wv = cg_klet(k, dot, "wv", TY_F32, cg_kcast(k, load_of(b, k, s->whh, "w_hh", wat), TY_F32));
+    for (int64_t q = 0; q < NB; q++)
+      cg_kset(k, dot, acc[g][q],
+              cg_kop2(k, OP_ADD, cg_kv(k, acc[g][q]), cg_kop2(k, OP_MUL, cg_kv(k, wv), cg_kv(k, hv[q]))));
+  }
+  for (int64_t g = 0; g < G; g++)
+    for (int64_t q = 0; q < NB; q++) cg_kallreduce(k, in, acc[g][q], OP_ADD, KM_BLOCK_X);
+  KExpr *lead = cg_kcmp(k, KC_EQ, cg_kv(k, tx), cg_kint(k, 0));
+  if (H % W) lead = cg_kand(k, lead, cg_kcmp(k, KC_LT, cg_kv(k, j), cg_kint(k, H)));
+  KBlock *upd = &cg_kif(k, in, lead)->body;
+  for (int64_t q = 0; q < NB; q++) {
+    KBlock *one = upd;
+    if (N % NB)
+      one = &cg_kif(k, upd, cg_kcmp(k, KC_LT, cg_kadd(k, cg_kv(k, b0), cg_kint(k, q)), cg_kint(k, N)))->body;
+    KExpr *bi = cg_kv(k, bn[q]);
+    KExpr *rx = r->bf ? cg_kadd(k, cg_kmul(k, bi, cg_kint(k, T)), cg_kv(k, tv))
+                      : cg_kadd(k, cg_kmul(k, cg_kv(k, tv), cg_kint(k, N)), bi);
+    KVar *row = cg_klet(k, one, "row", KT_INDEX, rx);
+    KExpr *gi[4], *gh[4];
+    for (int64_t g = 0; g < G; g++) {
+      KExpr *col = cg_kadd(k, cg_kint(k, g * H), cg_kv(k, j));
+      gi[g] = cg_kload(k, xp, cg_kadd(k, cg_kmul(k, cg_kv(k, row), cg_kint(k, GH)), col));
+      gh[g] = cg_kv(k, acc[g][q]);
+      if (r->bias) {
+        gi[g] = cg_kop2(k, OP_ADD, gi[g], load_of(b, k, s->bih, "b_ih", col));
+        gh[g] = cg_kop2(k, OP_ADD, gh[g], load_of(b, k, s->bhh, "b_hh", col));
+      }
+    }
+    KVar *at = cg_klet(k, one, "at", KT_INDEX, cg_kadd(k, cg_kmul(k, bi, cg_kint(k, H)), cg_kv(k, j)));
+    KVar *hn = cg_klet(k, one, "hn", TY_F32, rnn_gates(k, one, r, gi, gh, cb, hp, cg_kv(k, at), cg_kv(k, at)));
+    cg_kstore(k, one, hx, cg_kv(k, at), cg_kv(k, hn));
+    cg_kstore(k, one, ho, cg_kv(k, at), cg_kv(k, hn));
+    cg_kstore(k, one, yb, cg_kadd(k, cg_kmul(k, cg_kv(k, row), cg_kint(k, r->dirs * H)), cg_kv(k, j)),
+              cg_kv(k, hn));
+  }
+  cg_launch(b, k);
+}
+
+/* Per layer and direction: one GEMM projects every timestep's input
+ * (x @ W_ih^T), then one step kernel per timestep.  h_t alternates
+ * between the two halves of a scratch pair (the first half holds h_0 = 0);
+ * c lives in the c_n result itself.  Every layer's sequence has the
+ * caller's layout. */
+bool lower_rnn(CgBuild *b, const Node *n) {
+  /* f32 only: the precision pass keeps recurrent layers in f32. */
+  for (int i = 0; i < n->n_in; i++)
+    if (n->in[i]->type.dtype != TY_F32) return unsupported(b, n, n->in[i]->type.dtype);
+  Arena *ar = &cg_build_ctx(b)->arena;
+  Rnn r = {.lstm = n->op == OP_LSTM,
+           .bf = ir_attr_int(n, "batch_first") != 0,
+           .bias = ir_attr_int(n, "bias") != 0,
+           .H = ir_attr_int(n, "hidden"),
+           .dirs = ir_attr_int(n, "bidirectional") ? 2 : 1};
+  r.G = r.lstm ? 4 : 3;
+  int64_t layers = ir_attr_int(n, "layers");
+  const Value *x = n->in[0];
+  r.N = r.bf ? x->type.dims[0] : x->type.dims[1];
+  r.T = r.bf ? x->type.dims[1] : x->type.dims[0];
+  int64_t N = r.N, T = r.T, H = r.H, GH = r.G * r.H, rows = T * N;
+  int per = r.bias ? 4 : 2;
+  RtRef hn = cg_ref(b, &n->out[1]), cn = r.lstm ? cg_ref(b, &n->out[2]) : hn;
+  RtRef in = cg_ref(b, x), yfinal = cg_ref(b, &n->out[0]);
+  int64_t feat = x->type.dims[2];
+  uint64_t state_bytes = (uint64_t)(N * H) * F32_BYTES;
+  for (int64_t l = 0; l < layers; l++) {
+    RtRef seq =
+        l == layers - 1 ? yfinal : cg_scratch(b, n, (uint64_t)(rows * r.dirs * H) * F32_BYTES);
+    for (int64_t d = 0; d < r.dirs; d++) {
+      const Value *const *wt = (const Value *const *)n->in + 1 + (l * r.dirs + d) * per;
+      const char *ld = arena_printf(ar, "l%" PRId64 " d%" PRId64, l, d);
+      RtRef h = cg_ref_at(hn, (uint64_t)(l * r.dirs + d) * state_bytes);
+      RtRef c = cg_ref_at(cn, (uint64_t)(l * r.dirs + d) * state_bytes);
+      if (r.lstm) cg_fill(b, n, arena_printf(ar, "%s c0", ld), c, TY_F32, N * H, 0.0);
+      if (rows == 0 || H == 0) {
+        cg_fill(b, n, arena_printf(ar, "%s h0", ld), h, TY_F32, N * H, 0.0);
+        continue;
+      }
+      RtRef pair = cg_scratch(b, n, 2 * state_bytes);
+      cg_fill(b, n, arena_printf(ar, "%s h0", ld), pair, TY_F32, N * H, 0.0);
+      RtRef xproj = cg_scratch(b, n, (uint64_t)(rows * GH) * F32_BYTES);
+      RtGemm g = gemm_of(TY_F32, rows, GH, feat);
+      g.trans_b = 1, g.ldb = feat;
+      g.a = in, g.b = cg_ref(b, wt[0]), g.c = xproj;
+      emit_gemm(b, n, arena_printf(ar, "%s input", ld), &g);
+      RnnStep s = {.xproj = xproj,
+                   .hout = h,
+                   .c = c,
+                   .y = cg_ref_at(seq, (uint64_t)(d * H) * F32_BYTES),
+                   .whh = wt[1],
+                   .bih = r.bias ? wt[2] : NULL,
+                   .bhh = r.bias ? wt[3] : NULL};
+      for (int64_t i = 0; i < T; i++) {
+        int64_t t = d == 0 ? i : T - 1 - i;
+        s.hprev = cg_ref_at(pair, (uint64_t)(i % 2) * state_bytes);
+        s.hnext = cg_ref_at(pair, (uint64_t)((i + 1) % 2) * state_bytes);
+        rnn_step(b, n, &r, arena_printf(ar, "%s t%" PRId64, ld, t), t, &s);
+      }
+    }
+    in = seq;
+    feat = r.dirs * H;
+  }
+  return true;
+}
