@@ -197,7 +197,7 @@ for name in sorted(os.listdir(tmp)):
              % (name, 100 * share, why))
         problems += 1
     elif share < 0.95:
-        print("XFAIL %s: %.1f%% of the FLOPs on tensor cores (expected until the tensor-core kernels land); "
+        print("XFAIL %s: %.1f%% of the FLOPs on tensor cores (named in EXPECTED_WITHOUT_TC); "
               "the most without: %s" % (name, 100 * share, why))
     print("%s %s: %d kernels, %d cuBLAS GEMMs, %.3g GFLOP a run, %.1f%% on tensor cores, %d problems" %
           ("ok  " if not problems else "FAIL", name, len(kernels), len(gemms), total / 1e9, 100 * share, problems))
