@@ -1,5 +1,6 @@
 /* Convolutions as implicit GEMMs: takes a conv2d or conv3d of a fusion
- * group (the anchor, or the group alone), appends one kernel that
+ * group (the anchor, or the group alone), or a conv_transpose the tensor
+ * cores take (a gather per element of B), appends one kernel that
  * computes C[Co][N*OHW] = W[Co][C*KK] x cols without storing cols (the
  * im2col indexing sits in the loads, where the group's prologue members
  * are evaluated) and runs the group's epilogue in its stores
@@ -208,13 +209,18 @@ typedef struct ConvTc {
   const Value *x, *w, *out;
   int nsp;
   const int64_t *in, *kern, *od, *stride, *pad, *dil;
-  int64_t C, Co, Cg, Cog, KK, Kg, OHW;
+  int64_t C, Co, Cg, Cog, KK, Kg, OHW; /* Cg: input channels a group */
   bool padded;
+  /* conv_transpose: W is [C][Cog][taps], and tap r of output o reads
+   * input (o + pad - r * dil) / stride where that divides; off keeps the
+   * dividend non-negative (a multiple of the stride) */
+  bool transpose;
+  int64_t off[3];
   DType acc_t;
 } ConvTc;
 
 /* The output pixel a row of B is: its image and, per spatial dim, the
- * input position of tap 0. */
+ * input position of tap 0 (conv_transpose: o + pad + off). */
 typedef struct ConvRow {
   KExpr *img, *base[3];
 } ConvRow;
@@ -229,13 +235,15 @@ static void conv_geometry(ConvTc *cv, const Node *n) {
   cv->dil = ir_attr_ints(n, "dilation", &cnt);
   cv->in = cv->x->type.dims + 2, cv->kern = cv->w->type.dims + 2, cv->od = cv->out->type.dims + 2;
   int64_t groups = ir_attr_int(n, "groups");
-  cv->C = cv->x->type.dims[1], cv->Co = cv->w->type.dims[0], cv->Cg = cv->w->type.dims[1];
+  cv->transpose = n->op == OP_CONV_TRANSPOSE2D || n->op == OP_CONV_TRANSPOSE3D;
+  cv->C = cv->x->type.dims[1], cv->Co = cv->out->type.dims[1], cv->Cg = cv->C / groups;
   cv->Cog = cv->Co / groups;
   cv->KK = 1, cv->OHW = 1;
   for (int d = 0; d < cv->nsp; d++) {
     cv->KK *= cv->kern[d], cv->OHW *= cv->od[d];
     cv->padded = cv->padded || cv->pad[d] || cv->pad[cv->nsp + d] ||
                  (cv->od[d] - 1) * cv->stride[d] + (cv->kern[d] - 1) * cv->dil[d] >= cv->in[d];
+    cv->off[d] = cv->stride[d] * (((cv->kern[d] - 1) * cv->dil[d] + cv->stride[d] - 1) / cv->stride[d]);
   }
   cv->Kg = cv->Cg * cv->KK;
 }
@@ -252,14 +260,21 @@ bool cg_conv_on_tc(CgBuild *b, const Node *n) {
   return ir_attr_int(n, "groups") == 1 || (cv.Cog >= 16 && cv.Kg >= 16);
 }
 
+/* A[z][row][kk]: W[z*Cog + row][kk], or conv_transpose's
+ * W[z*Cg + kk / KK][row][kk % KK]. */
 static KExpr *w_index(ConvTc *cv, Kernel *k, KExpr *z, KExpr *row, KExpr *kk) {
+  if (cv->transpose) {
+    KExpr *ci = cg_kadd(k, cg_kmul(k, z, ki(k, cv->Cg)), kdiv(k, kk, cv->KK));
+    return cg_kadd(k, cg_kmul(k, cg_kadd(k, cg_kmul(k, ci, ki(k, cv->Cog)), row), ki(k, cv->KK)), kmod(k, kk, cv->KK));
+  }
   return cg_kadd(k, cg_kmul(k, cg_kadd(k, cg_kmul(k, z, ki(k, cv->Cog)), row), ki(k, cv->Kg)), kk);
 }
 
 static KBuf *w_async(void *ctx, Kernel *k) {
   ConvTc *cv = ctx;
   double c;
-  if (cg_is_fused(cv->b, cv->w) || cg_const_of(cv->b, cv->w, &c)) return NULL;
+  /* conv_transpose's K runs across W's rows: not contiguous */
+  if (cv->transpose || cg_is_fused(cv->b, cv->w) || cg_const_of(cv->b, cv->w, &c)) return NULL;
   RtRef r = cg_ref(cv->b, cv->w);
   if (r.offset % 16) return NULL;
   return cg_kglobal(k, "w", cv->w->type.dtype, ir_type_numel(&cv->w->type), r);
@@ -291,10 +306,24 @@ static void *x_row(void *ctx, Kernel *k, KBlock *blk, KExpr *z, KExpr *row) {
   ConvRow *r = ARENA_NEW(&k->ctx->arena, ConvRow);
   r->img = let_index(k, blk, "img", kdiv(k, row, cv->OHW));
   KExpr *p = let_index(k, blk, "p", kmod(k, row, cv->OHW));
-  for (int d = 0; d < cv->nsp; d++)
-    r->base[d] = let_index(k, blk, "i0", cg_kidx(k, KI_SUB, cg_kmul(k, coord_of(k, p, cv->od, cv->nsp, d), ki(k, cv->stride[d])),
-                                                 ki(k, cv->pad[d])));
+  for (int d = 0; d < cv->nsp; d++) {
+    KExpr *o = coord_of(k, p, cv->od, cv->nsp, d);
+    r->base[d] = let_index(k, blk, "i0", cv->transpose ? cg_kadd(k, o, ki(k, cv->pad[d] + cv->off[d]))
+                                                       : cg_kidx(k, KI_SUB, cg_kmul(k, o, ki(k, cv->stride[d])), ki(k, cv->pad[d])));
+  }
   return r;
+}
+
+/* conv_transpose's input position along dim d for the row's pixel at
+ * this tap, and whether the tap hits one: t = o + pad + off - tap * dil
+ * a multiple of the stride in [off, off + in * stride). */
+static KExpr *x_hit(ConvTc *cv, Kernel *k, KBlock *blk, ConvRow *r, int d, KExpr *tap, KExpr **hit) {
+  KExpr *t = let_index(k, blk, "th", cg_kidx(k, KI_SUB, r->base[d], cg_kmul(k, tap, ki(k, cv->dil[d]))));
+  int64_t s = cv->stride[d];
+  KExpr *c = s > 1 ? cg_kcmp(k, KC_EQ, kmod(k, t, s), ki(k, 0)) : NULL;
+  c = cg_kand(k, c, cg_kcmp(k, KC_GE, t, ki(k, cv->off[d])));
+  *hit = cg_kand(k, *hit, cg_kand(k, c, klt(k, t, cv->off[d] + cv->in[d] * s)));
+  return cg_kidx(k, KI_SUB, kdiv(k, t, s), ki(k, cv->off[d] / s));
 }
 
 /* x at tap kk of the row's pixel, the zero point (int8's real 0) in the
@@ -306,10 +335,15 @@ static KExpr *x_element(void *ctx, void *row, Kernel *k, KBlock *blk, KExpr *z, 
   KExpr *tap = let_index(k, blk, "tap", kmod(k, kk, cv->KK));
   KExpr *at = cg_kadd(k, cg_kmul(k, r->img, ki(k, cv->C)), ci), *inside = NULL;
   for (int d = 0; d < cv->nsp; d++) {
-    KExpr *pos = let_index(k, blk, "ip", cg_kadd(k, r->base[d], cg_kmul(k, coord_of(k, tap, cv->kern, cv->nsp, d), ki(k, cv->dil[d]))));
+    KExpr *td = coord_of(k, tap, cv->kern, cv->nsp, d), *pos;
+    if (cv->transpose) {
+      pos = let_index(k, blk, "ip", x_hit(cv, k, blk, r, d, td, &inside));
+    } else {
+      pos = let_index(k, blk, "ip", cg_kadd(k, r->base[d], cg_kmul(k, td, ki(k, cv->dil[d]))));
+      if (cv->padded)
+        inside = cg_kand(k, inside, cg_kand(k, cg_kcmp(k, KC_GE, pos, ki(k, 0)), klt(k, pos, cv->in[d])));
+    }
     at = cg_kadd(k, cg_kmul(k, at, ki(k, cv->in[d])), pos);
-    if (cv->padded)
-      inside = cg_kand(k, inside, cg_kand(k, cg_kcmp(k, KC_GE, pos, ki(k, 0)), klt(k, pos, cv->in[d])));
   }
   if (!inside) return cg_operand_load(cv->b, k, blk, cv->x, "x", at);
   DType dt = cv->x->type.dtype;
@@ -342,10 +376,11 @@ static void conv_tc(CgBuild *b, const Node *n) {
   KTcKind tc;
   cg_tc_kind(cv->x->type.dtype, true, &tc);
   cv->acc_t = tc == KTC_S8 ? TY_I32 : TY_F32;
+  const char *gemm = cv->transpose ? "implicit gemm (gather)" : "implicit gemm";
   CgTcGemm g = {
       .node = n,
       .hint = arena_printf(&c->arena, "%s_igemm", grp && grp->n > 1 ? cg_group_hint(c, grp) : ir_ops[n->op].name),
-      .what = grp ? arena_printf(&c->arena, "#k%d implicit gemm", grp->id) : "implicit gemm",
+      .what = grp ? arena_printf(&c->arena, "#k%d %s", grp->id, gemm) : gemm,
       .tc = tc,
       .m = cv->Cog,
       .n = cv->x->type.dims[0] * cv->OHW,

@@ -500,6 +500,26 @@ void cg_kchunk(Kernel *k, KBlock *in, KBuf *b, KExpr *index, KExpr *const *value
   memcpy(s->chunk, values, sizeof(KExpr *) * (size_t)n);
 }
 
+KVar *cg_kvload(Kernel *k, KBlock *in, const char *stem, KBuf *b, KExpr *index, int n_lanes) {
+  int bytes = n_lanes * ir_dtype_size(b->dtype);
+  if (n_lanes < 2 || bytes > 16 || 16 % bytes) dl_internal(k->ctx, "a vector load of %d bytes", bytes);
+  KStmt *s = append(k, in, KS_VLOAD);
+  s->var = cg_kvar(k, stem, b->dtype);
+  s->buf = b;
+  s->index = index;
+  s->n_lanes = n_lanes;
+  b->read = true;
+  return s->var;
+}
+
+KExpr *cg_klane(Kernel *k, KVar *vec, int n_lanes, int lane) {
+  KExpr *e = new_expr(k, KE_LANE, vec->dtype);
+  e->var = vec;
+  e->i = lane;
+  e->sub = n_lanes;
+  return e;
+}
+
 /* ---- tensor-core statements ---- */
 
 static KStmt *append_tc(Kernel *k, KBlock *in, KStmtKind kind, bool collective) {

@@ -294,6 +294,12 @@ void cg_kbarrier(Kernel *k, KBlock *in);
  * b[index] (aligned to its size). */
 void cg_kchunk(Kernel *k, KBlock *in, KBuf *b, KExpr *index, KExpr *const *values, int count);
 
+/* A KS_VLOAD of n_lanes consecutive elements of b from index (8 or 16
+ * bytes in all, or 4; the caller proves index aligned to that size), and
+ * lane i of it. */
+KVar *cg_kvload(Kernel *k, KBlock *in, const char *stem, KBuf *b, KExpr *index, int n_lanes);
+KExpr *cg_klane(Kernel *k, KVar *vec, int n_lanes, int lane);
+
 /* The tensor-core statements (KS_MMA ...). */
 void cg_kmma(Kernel *k, KBlock *in, KTcKind tc, KBuf *acc, KExpr *acc_at, KBuf *a, KExpr *a_at, KBuf *b,
              KExpr *b_at);
@@ -421,9 +427,14 @@ const char *cg_group_hint(Ctx *c, const CgGroup *grp);
  * nothing, for any other group. */
 bool cg_lower_gemm_epilogue(CgBuild *b, const CgGroup *grp);
 /* A convolution as one tiled implicit-GEMM kernel (conv_igemm.c): groups
- * 1, or grouped where cg_conv_on_tc says the tensor cores take it. */
+ * 1, or grouped where cg_conv_on_tc says the tensor cores take it; a
+ * conv_transpose only where it says so. */
 bool cg_lower_conv_igemm(CgBuild *b, const Node *n);
 bool cg_conv_on_tc(CgBuild *b, const Node *n);
+/* A depthwise conv2d (groups == input channels) as one kernel that
+ * stages input tiles in shared memory (conv_depthwise.c); false, having
+ * done nothing, when the node is no such conv or its tile would not fit. */
+bool cg_lower_conv_depthwise(CgBuild *b, const Node *n);
 
 /* ---- tensor-core GEMMs (tc_gemm.c, docs/tensorcores.md) ---- */
 

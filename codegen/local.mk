@@ -9,6 +9,7 @@ libdlcc_core_la_SOURCES += \
 	codegen/lower_rows.c \
 	codegen/fuse_lower.c \
 	codegen/conv_igemm.c \
+	codegen/conv_depthwise.c \
 	codegen/tc_gemm.c \
 	codegen/attention.c \
 	codegen/initgraph.c \

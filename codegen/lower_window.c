@@ -135,8 +135,8 @@ static void conv_gemm(CgBuild *b, const Node *n, const ConvGeo *cg) {
   if (n->n_in > 2) bias_add(b, n, rc, numel(&out->type), OHW, Co, n->in[2]);
 }
 
-/* Grouped (depthwise): a direct loop per output element, summing in
- * f32, or exactly in int32 for int8. */
+/* Grouped (and depthwise ones the tiled kernel does not take): a direct
+ * loop per output element, summing in f32, or exactly in int32 for int8. */
 static void conv_direct(CgBuild *b, const Node *n, const ConvGeo *cg) {
   const Value *x = n->in[0], *w = n->in[1], *out = &n->out[0];
   int nsp = cg->nsp;
@@ -185,8 +185,9 @@ static void conv_direct(CgBuild *b, const Node *n, const ConvGeo *cg) {
 }
 
 /* conv2d and conv3d: an implicit GEMM in a fusion group (grouped ones
- * when the tensor cores take them), else im2col and a GEMM (groups 1) or
- * a direct loop (grouped, depthwise). */
+ * when the tensor cores take them), else im2col and a GEMM (groups 1),
+ * the depthwise kernel (conv_depthwise.c) or a direct loop (other
+ * grouped ones). */
 bool lower_conv(CgBuild *b, const Node *n) {
   if (!product_dtypes(b, n)) return false;
   if (numel(&n->out[0].type) == 0) return true;
@@ -195,7 +196,7 @@ bool lower_conv(CgBuild *b, const Node *n) {
   ConvGeo cg = conv_geo(n);
   if (groups == 1)
     conv_gemm(b, n, &cg);
-  else
+  else if (!cg_lower_conv_depthwise(b, n))
     conv_direct(b, n, &cg);
   return true;
 }
@@ -220,11 +221,13 @@ static KExpr *transposed_hit(Kernel *k, KExpr *t, int64_t stride, int64_t off, i
 
 static const char *const hit_names[MAX_SPATIAL] = {"td", "th", "tw"};
 
-/* conv_transpose2d and conv_transpose3d: a direct gather per output
- * element, nested per spatial dim so that a tap that misses skips the
- * dims inside it. */
+/* conv_transpose2d and conv_transpose3d: an implicit GEMM on the tensor
+ * cores where they take it (conv_igemm.c), else a direct gather per
+ * output element, nested per spatial dim so that a tap that misses skips
+ * the dims inside it, summing in f32, or exactly in int32 for int8. */
 bool lower_conv_transpose(CgBuild *b, const Node *n) {
-  if (!check_dtypes(b, n, false)) return false;
+  if (!product_dtypes(b, n)) return false;
+  if (numel(&n->out[0].type) > 0 && cg_conv_on_tc(b, n)) return cg_lower_conv_igemm(b, n);
   int cnt;
   const int64_t *stride = ir_attr_ints(n, "stride", &cnt), *pad = ir_attr_ints(n, "pad", &cnt);
   const int64_t *dil = ir_attr_ints(n, "dilation", &cnt);
@@ -244,7 +247,8 @@ bool lower_conv_transpose(CgBuild *b, const Node *n) {
   KVar *cin0 = cg_klet(k, &m.main, "cin", KT_INDEX,
                        cg_kmul(k, cg_kidx(k, KI_DIV, co, cg_kint(k, Cog)), cg_kint(k, cig)));
   KVar *cw = cg_klet(k, &m.main, "cw", KT_INDEX, cg_kidx(k, KI_MOD, co, cg_kint(k, Cog)));
-  KVar *acc = cg_klet(k, &m.main, "acc", TY_F32, cg_kimm(k, 0, TY_F32));
+  DType at_t = out->type.dtype == TY_I32 ? TY_I32 : TY_F32;
+  KVar *acc = cg_klet(k, &m.main, "acc", at_t, cg_kimm(k, 0, at_t));
   KVar *ci = cg_kvar(k, "ci", KT_INDEX), *tap[MAX_SPATIAL], *pos[MAX_SPATIAL] = {NULL};
   for (int d = 0; d < nsp; d++) tap[d] = cg_kvar(k, spatial_name(tap_names, nsp, d), KT_INDEX);
   KBlock *at = &cg_kloop(k, &m.main, ci, cg_kint(k, cig), KM_SERIAL)->body;
@@ -263,10 +267,11 @@ bool lower_conv_transpose(CgBuild *b, const Node *n) {
   KExpr *wi = cg_kadd(k, cg_kmul(k, cg_kadd(k, cg_kv(k, cin0), cg_kv(k, ci)), cg_kint(k, Cog)),
                       cg_kv(k, cw));
   for (int d = 0; d < nsp; d++) wi = cg_kadd(k, cg_kmul(k, wi, cg_kint(k, kern[d])), cg_kv(k, tap[d]));
-  KExpr *prod = cg_kop2(k, OP_MUL, load_f32(b, k, at, x, "x", xi), load_f32(b, k, at, w, "w", wi));
+  KExpr *prod = cg_kop2(k, OP_MUL, cg_kcast(k, load_in(b, k, at, x, "x", xi), at_t),
+                        cg_kcast(k, load_in(b, k, at, w, "w", wi), at_t));
   cg_kset(k, at, acc, cg_kop2(k, OP_ADD, cg_kv(k, acc), prod));
   KExpr *res = cg_kv(k, acc);
-  if (n->n_in > 2) res = cg_kop2(k, OP_ADD, res, load_f32(b, k, NULL, n->in[2], "bias", co));
+  if (n->n_in > 2) res = cg_kop2(k, OP_ADD, res, cg_kcast(k, load_in(b, k, NULL, n->in[2], "bias", co), at_t));
   map_store(b, &m, out, res);
   map_end(&m);
   cg_launch(b, k);

@@ -769,12 +769,14 @@ static bool conv_transpose_shape(const Node *n, int nsp, TensorType *out, char *
   if (c % groups != 0 || !mul_ok(w->dims[1], groups, &cout))
     return fail(err, errlen, "%s: groups=%" PRId64 " must divide the input channels (%" PRId64 ")",
                 name, groups, c);
+  DType acc = product_dtype(x->dtype);
   if (n->n_in > 2) {
-    TensorType want = ir_type_make(x->dtype, 1, &cout);
+    TensorType want = ir_type_make(acc, 1, &cout);
     if (!need_type(n, 2, "bias", &want, " (one value per output channel)", err, errlen))
       return false;
   }
   out[0] = *x;
+  out[0].dtype = acc;
   out[0].dims[1] = cout;
   for (int i = 0; i < nsp; i++) {
     const char *side = side_name(nsp, i);

@@ -48,6 +48,7 @@ include tests/grad.mk
 include tests/loss.mk
 EXTRA_DIST += tests/loss_ref.py
 include tests/tcgemm.mk
+include tests/depthwise.mk
 include tests/sass.mk
 include tests/gpubench.mk
 include tests/reduce.mk

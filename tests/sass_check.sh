@@ -1,8 +1,9 @@
 #!/bin/sh
 # The SASS of the models' kernels: the f16, bf16 and int8 builds of
-# ResNet-50 at batch 64 and of the transformer layer, and the f16 and
-# bf16 builds of tests/sass_attention.dl (the attention kernel at head
-# dims 64 and 128), compiled by the runtime's NVRTC for sm_90 (sm_90a
+# ResNet-50 at batch 64, of the transformer layer and of
+# tests/sass_convs.dl (depthwise convolutions and conv-transposes), and
+# the f16 and bf16 builds of tests/sass_attention.dl (the attention
+# kernel at head dims 64 and 128), compiled by the runtime's NVRTC for sm_90 (sm_90a
 # when a kernel uses wgmma) through tests/sass_kernels, disassembled with
 # cuobjdump.  For every build:
 #   - no kernel spills: 0 bytes of local memory, no LDL/STL;
@@ -16,11 +17,17 @@
 #     (mma.sync) and LDGSTS (cp.async) in its SASS; the attention builds
 #     have one per head dim; every attention kernel's registers and
 #     shared memory are printed;
+#   - every depthwise kernel (conv_depthwise.c, named *_dw_N) loads its
+#     input tile 16 bytes at a time (LDG.E.128); the f16 and bf16 convs
+#     builds have both conv-transposes on tensor cores (HMMA);
 #   - at least 95% of the run's FLOPs (the cost model's) are on tensor
 #     cores: in kernels with those instructions, or in cuBLAS's f16, bf16
-#     and int8 GEMMs.  A build named in EXPECTED_WITHOUT_TC (none today;
-#     the environment can name some) must fail this, and passing it fails
-#     the test until it is taken off the list.
+#     and int8 GEMMs.  The depthwise kernels' FLOPs are left out of the
+#     run's: they are bandwidth-bound, CUDA-core kernels by design.  A
+#     build named in EXPECTED_WITHOUT_TC (by default convs-int8, whose
+#     conv-transposes --quantize=int8 leaves in f32; the environment can
+#     name others) must fail this, and passing it fails the test until it
+#     is taken off the list.
 # Also the f16 build of examples/lstm.dl (its recurrent layers stay f32,
 # docs/passes.md, so the tensor-core share does not apply there): no
 # spills, fits its SM, and its step kernel's registers are printed.
@@ -31,7 +38,7 @@
 set -u
 b=${top_builddir:-.}
 s=${top_srcdir:-.}
-EXPECTED_WITHOUT_TC=${EXPECTED_WITHOUT_TC-}
+EXPECTED_WITHOUT_TC=${EXPECTED_WITHOUT_TC-convs-int8}
 
 . "$s/tests/find_cuobjdump.sh" sass_check
 if ! command -v python3 >/dev/null; then
@@ -67,12 +74,19 @@ done
 build attention-f16 tests/sass_attention f16 &
 build attention-bf16 tests/sass_attention bf16 &
 wait
-build recurrent-lstm-f16 examples/lstm f16
+build convs-f16 tests/sass_convs f16 &
+build convs-bf16 tests/sass_convs bf16 &
+wait
+build convs-int8 tests/sass_convs int8 &
+build recurrent-lstm-f16 examples/lstm f16 &
+wait
 
 python3 - "$tmp" "$EXPECTED_WITHOUT_TC" <<'PY'
 import os, re, sys
 tmp, expected = sys.argv[1], set(sys.argv[2].split())
 MMA = re.compile(r"\b(HMMA|IMMA|HGMMA|IGMMA|QGMMA|UTCHMMA|UTCIMMA)\b")
+DEPTHWISE = re.compile(r"_dw_\d+$")
+VEC_LOAD = re.compile(r"\bLDG\.E\.128\b")
 SPILL = re.compile(r"\b(LDL|STL)(\.[\w.]+)?\b")
 REGS_PER_SM, SMEM_PER_SM, SMEM_PER_BLOCK, RESERVED, THREADS_PER_SM = 65536, 233472, 232448, 1024, 2048
 status = 0
@@ -113,7 +127,8 @@ for name in sorted(os.listdir(tmp)):
         elif w[0] == "kernel":
             kernels.append((w[1], float(w[2]), int(w[3]), int(w[4]), int(w[5]), w[6] == "1", int(w[7])))
     on_tc = sum(f for dt, f, _ in gemms if dt in ("f16", "bf16", "i8"))
-    problems = attention = 0
+    problems = attention = transposed = 0
+    depthwise = 0.0
     for k, flops, launches, threads, dyn, marked, blocks in kernels:
         if k not in res or k not in sass:
             fail("%s: kernel %s is not in the cubin" % (name, k))
@@ -145,6 +160,15 @@ for name in sorted(os.listdir(tmp)):
             if missing:
                 fail("%s: %s has no %s in its SASS" % (name, k, " or ".join(missing)))
                 problems += 1
+        if k.startswith("conv_transpose") and has_mma:
+            transposed += 1
+        if DEPTHWISE.search(k):
+            depthwise += flops
+            if not VEC_LOAD.search(text):
+                fail("%s: depthwise kernel %s has no LDG.E.128 in its SASS" % (name, k))
+                problems += 1
+            print("     %s: %s: %d registers a thread, %d bytes of shared memory a block, %s" %
+                  (name, k, r["REG"], smem, "no spills" if not r.get("LOCAL", 0) else "spills"))
         if "_step_" in k:
             print("     %s: %s: %d registers a thread, %s" %
                   (name, k, r["REG"], "no spills" if not r.get("LOCAL", 0) else "spills"))
@@ -154,8 +178,13 @@ for name in sorted(os.listdir(tmp)):
     if name.startswith("attention") and attention != 2:
         fail("%s: %d attention kernels on tensor cores, 2 wanted (head dims 64 and 128)" % (name, attention))
         problems += 1
+    if name in ("convs-f16", "convs-bf16") and transposed != 2:
+        fail("%s: %d conv-transpose kernels with HMMA, 2 wanted" % (name, transposed))
+        problems += 1
+    total -= depthwise
     share = on_tc / total if total else 1.0
-    top = sorted(((f, k) for k, f, *_ in kernels if not MMA.search("".join(sass.get(k, [])))), reverse=True)[:3]
+    top = sorted(((f, k) for k, f, *_ in kernels
+                  if not MMA.search("".join(sass.get(k, []))) and not DEPTHWISE.search(k)), reverse=True)[:3]
     why = ", ".join("%s %.1f%%" % (k, 100 * f / total) for f, k in top if total and f)
     if name.startswith("recurrent"):
         pass
@@ -168,7 +197,7 @@ for name in sorted(os.listdir(tmp)):
              % (name, 100 * share, why))
         problems += 1
     elif share < 0.95:
-        print("XFAIL %s: %.1f%% of the FLOPs on tensor cores (expected until the tensor-core kernels land); "
+        print("XFAIL %s: %.1f%% of the FLOPs on tensor cores (named in EXPECTED_WITHOUT_TC); "
               "the most without: %s" % (name, 100 * share, why))
     print("%s %s: %d kernels, %d cuBLAS GEMMs, %.3g GFLOP a run, %.1f%% on tensor cores, %d problems" %
           ("ok  " if not problems else "FAIL", name, len(kernels), len(gemms), total / 1e9, 100 * share, problems))

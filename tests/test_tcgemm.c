@@ -22,141 +22,9 @@
 #include "ir/eval.h"
 #include "ir/ir.h"
 #include "passes/pass.h"
+#include "tests/convcheck.h"
 #include "tests/irjob.h"
 #include "tests/testutil.h"
-
-/* ---- graphs ---- */
-
-typedef struct Conv {
-  const char *what;
-  const char *dt; /* the operands' type: f16, bf16, i8, f32 */
-  int nsp;
-  int64_t n, c, co, groups, in[3], k[3], stride[3], pad[6], dil[3];
-  bool bias;
-  const char *pro; /* an elementwise op on x inside the group, or NULL */
-  bool w_cast;     /* w an f32 input cast inside the group: computed on load */
-  bool relu;       /* a relu after the conv */
-  int zero_point;  /* int8 */
-} Conv;
-
-static int64_t out_dim(const Conv *p, int d) {
-  return (p->in[d] + p->pad[d] + p->pad[p->nsp + d] - p->dil[d] * (p->k[d] - 1) - 1) / p->stride[d] + 1;
-}
-
-static char *dims(char *buf, const char *dt, int64_t a, int64_t b, int nsp, const int64_t *sp) {
-  char *s = buf + sprintf(buf, "%s[%" PRId64 ", %" PRId64, dt, a, b);
-  for (int d = 0; d < nsp; d++) s += sprintf(s, ", %" PRId64, sp[d]);
-  sprintf(s, "]");
-  return buf;
-}
-
-static char *ints(char *buf, const int64_t *v, int n) {
-  char *s = buf + sprintf(buf, "[");
-  for (int i = 0; i < n; i++) s += sprintf(s, "%s%" PRId64, i ? ", " : "", v[i]);
-  sprintf(s, "]");
-  return buf;
-}
-
-static char *conv_text(const Conv *p) {
-  bool i8 = strcmp(p->dt, "i8") == 0;
-  const char *ot = i8 ? "i32" : p->dt;
-  char xs[96], ws[96], wf[96], ys[96], st[48], pd[64], dl[48];
-  int64_t od[3];
-  for (int d = 0; d < p->nsp; d++) od[d] = out_dim(p, d);
-  dims(xs, p->dt, p->n, p->c, p->nsp, p->in);
-  dims(ws, p->dt, p->co, p->c / p->groups, p->nsp, p->k);
-  dims(wf, "f32", p->co, p->c / p->groups, p->nsp, p->k);
-  dims(ys, ot, p->n, p->co, p->nsp, od);
-  char *text = malloc(4096);
-  int len = sprintf(text, "graph conv {\n  %%x = input {name=\"x\"} : %s\n", xs);
-  if (p->w_cast)
-    len += sprintf(text + len, "  %%wf = input {name=\"w\"} : %s\n  %%w = cast %%wf {to=%s} : %s\n", wf, p->dt, ws);
-  else
-    len += sprintf(text + len, "  %%w = input {name=\"w\"} : %s\n", ws);
-  if (p->bias) len += sprintf(text + len, "  %%b = input {name=\"b\"} : %s[%" PRId64 "]\n", ot, p->co);
-  if (p->pro) len += sprintf(text + len, "  %%xp = %s %%x : %s\n", p->pro, xs);
-  char zp[32] = "";
-  if (p->zero_point) snprintf(zp, sizeof zp, ", zero_point=%d", p->zero_point);
-  len += sprintf(text + len, "  %%y = conv%dd %%%s, %%w%s {stride=%s, pad=%s, dilation=%s, groups=%" PRId64 "%s} : %s\n",
-                 p->nsp, p->pro ? "xp" : "x", p->bias ? ", %b" : "", ints(st, p->stride, p->nsp),
-                 ints(pd, p->pad, 2 * p->nsp), ints(dl, p->dil, p->nsp), p->groups, zp, ys);
-  if (p->relu) len += sprintf(text + len, "  %%r = relu %%y : %s\n", ys);
-  sprintf(text + len, "  return %%%s as \"y\"\n}\n", p->relu ? "r" : "y");
-  return text;
-}
-
-/* ---- run ---- */
-
-typedef struct Feeds {
-  TensorMap inputs;
-  const char *names[8];
-  Tensor t[8];
-} Feeds;
-
-/* Floats U(-1, 1) (rounded to their type), i8 and i32 uniform over
- * [-100, 100]: int8 sums stay far from wrapping. */
-static void random_inputs(Graph *g, uint64_t seed, Feeds *d) {
-  memset(d, 0, sizeof *d);
-  uint64_t s = seed;
-  for (Node *n = g->first; n; n = n->next) {
-    if (n->op != OP_INPUT) continue;
-    Tensor *t = &d->t[d->inputs.n];
-    ck_assert(ir_tensor_alloc(t, &n->out[0].type));
-    bool fl = ir_dtype_is_float(t->type.dtype);
-    for (int64_t i = 0, count = ir_type_numel(&t->type); i < count; i++) {
-      double u = (double)(test_splitmix64(&s) >> 11) / 9007199254740992.0;
-      ir_tensor_set(t, i, fl ? 2 * u - 1 : floor(201 * u) - 100);
-    }
-    d->names[d->inputs.n++] = ir_attr_str(n, "name");
-  }
-  d->inputs.names = d->names;
-  d->inputs.tensors = d->t;
-}
-
-
-/* Largest |got - want| over want's largest magnitude. */
-static double rel_error(const Tensor *got, const Tensor *want) {
-  int64_t count = ir_type_numel(&want->type);
-  double scale = 1e-30, worst = 0;
-  for (int64_t i = 0; i < count; i++) scale = fmax(scale, fabs(ir_tensor_get(want, i)));
-  for (int64_t i = 0; i < count; i++) {
-    double e = fabs(ir_tensor_get(got, i) - ir_tensor_get(want, i)) / scale;
-    if (!(e <= worst)) worst = e;
-  }
-  return worst;
-}
-
-/* The first step whose label has s, or NULL. */
-static const char *step_with(const RtPlan *p, const char *s) {
-  for (uint32_t i = 0; i < p->n_steps; i++)
-    if (strstr(p->steps[i].label, s)) return p->steps[i].label;
-  return NULL;
-}
-
-/* emu against ir_eval: the largest error over the output's scale (int8:
- * 0 when every byte agrees, else 1). */
-static double run_against_eval(Job *j, uint64_t seed) {
-  Feeds d;
-  random_inputs(j->g, seed, &d);
-  Tensor *want = calloc(2, sizeof *want);
-  char err[512];
-  ck_assert_msg(ir_eval(j->g, &d.inputs, NULL, want, err, sizeof err), "ir_eval: %s", err);
-  Tensor *got = test_run_emu(j->cg.plan, NULL, &d.inputs);
-  ck_assert(ir_type_eq(&got[0].type, &want[0].type));
-  double e = ir_dtype_is_float(want[0].type.dtype)
-                 ? rel_error(&got[0], &want[0])
-                 : memcmp(got[0].data, want[0].data, (size_t)ir_type_numel(&want->type) * ir_dtype_size(want->type.dtype)) != 0;
-  free_outputs(want, 1);
-  free_outputs(got, 1);
-  for (int i = 0; i < d.inputs.n; i++) ir_tensor_free(&d.t[i]);
-  return e;
-}
-
-/* Four units in the last place of the output's scale: each side rounds
- * the f32 (emu) or exact (eval) sum to the type once. */
-static double tolerance(const char *dt) {
-  return strcmp(dt, "f16") == 0 ? 4 * 0x1p-11 : strcmp(dt, "bf16") == 0 ? 4 * 0x1p-8 : 0;
-}
 
 enum { SPLIT_ANY = -1, SPLIT_NO = 0, SPLIT_YES = 1 };
 enum { ASYNC_ANY = -1, ASYNC_NO = 0, ASYNC_YES = 1 };
@@ -174,17 +42,17 @@ static void check_conv(const Conv *p, int split, int async) {
   static const char *const fn[] = {"dl_mma_f16(&", "dl_mma_bf16(&", "dl_mma_s8(&", "dl_mma_tf32(&"};
   for (size_t i = 0; i < ARRAY_LEN(mma); i++)
     if (strcmp(p->dt, mma[i]) == 0) ck_assert_msg(strstr(j.cg.source, fn[i]), "%s: no %s", p->what, fn[i]);
-  ck_assert_msg(step_with(j.cg.plan, "tensor cores"), "%s: no tensor-core step", p->what);
+  ck_assert_msg(conv_step_with(j.cg.plan, "tensor cores"), "%s: no tensor-core step", p->what);
   if (split != SPLIT_ANY)
-    ck_assert_msg(!step_with(j.cg.plan, "split-K") == !split, "%s: split-K %s expected", p->what, split ? "" : "not");
+    ck_assert_msg(!conv_step_with(j.cg.plan, "split-K") == !split, "%s: split-K %s expected", p->what, split ? "" : "not");
   if (async != ASYNC_ANY)
     ck_assert_msg(!strstr(j.cg.source, "dl_cp_async16(&") == !async, "%s: cp.async %s expected", p->what,
                   async ? "" : "not");
   /* a fixed order: nothing is added by atomics */
   ck_assert(!strstr(j.cg.source, "atomic"));
-  double e = run_against_eval(&j, 11);
+  double e = conv_run_against_eval(&j, 11);
   if (getenv("DLCC_TEST_VERBOSE")) fprintf(stderr, "%-40s %.3g\n", p->what, e);
-  ck_assert_msg(e <= tolerance(p->dt), "%s: %.3g off ir_eval\n%s", p->what, e, text);
+  ck_assert_msg(e <= conv_tolerance(p->dt), "%s: %.3g off ir_eval\n%s", p->what, e, text);
   ctx_free(&c);
   free(text);
 }
@@ -261,7 +129,7 @@ START_TEST(i8_fused_requantize_chain) {
   ctx_init(&c);
   Job j = compile_s8(&c, text);
   ck_assert_int_eq(j.cg.plan->n_steps, 1);
-  for (uint64_t seed = 1; seed <= 2; seed++) ck_assert(run_against_eval(&j, seed) == 0);
+  for (uint64_t seed = 1; seed <= 2; seed++) ck_assert(conv_run_against_eval(&j, seed) == 0);
   ctx_free(&c);
 }
 END_TEST
@@ -280,7 +148,7 @@ START_TEST(f32_exact_unless_tf32) {
     ck_assert(!strstr(j.cg.source, "dl_mma_tf32(&") == !tf32);
     if (tf32) test_nvrtc(j.cg.source, "sm_90");
     double worst = 0;
-    for (uint64_t seed = 1; seed <= 3; seed++) worst = fmax(worst, run_against_eval(&j, seed));
+    for (uint64_t seed = 1; seed <= 3; seed++) worst = fmax(worst, conv_run_against_eval(&j, seed));
     if (getenv("DLCC_TEST_VERBOSE")) fprintf(stderr, "f32%s: %.3g\n", tf32 ? " tf32" : "", worst);
     ck_assert_msg(worst <= (tf32 ? TF32_TOLERANCE_X1E4 * 1e-4 : 1e-5), "tf32 %d: %.3g", tf32, worst);
     ctx_free(&c);
@@ -304,7 +172,7 @@ START_TEST(fallbacks) {
       Job j = compile_opts(&c, text, 2, (CgOptions){.no_tensor_cores = off});
       bool tc = strstr(j.cg.source, "dl_mma_f16(&") != NULL;
       ck_assert_msg(tc == (i == 1 && !off), "%s, --no-tensor-cores %d: tensor cores %d", cs[i]->what, off, tc);
-      ck_assert(run_against_eval(&j, 3) <= tolerance("f16"));
+      ck_assert(conv_run_against_eval(&j, 3) <= conv_tolerance("f16"));
       ctx_free(&c);
       free(text);
     }
@@ -324,7 +192,7 @@ START_TEST(i8_gemm_kernel) {
   ctx_init(&c);
   Job j = compile_s8(&c, text);
   ck_assert_ptr_nonnull(strstr(j.cg.source, "_gemm_i8_tc_"));
-  ck_assert(run_against_eval(&j, 5) == 0);
+  ck_assert(conv_run_against_eval(&j, 5) == 0);
   ctx_free(&c);
 }
 END_TEST
