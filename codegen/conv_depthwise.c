@@ -100,9 +100,13 @@ static void stage_tile(Dw *d, Kernel *k, KBlock *body, KBuf *s, KExpr *t, int64_
       cg_kstore(k, &g->body, s, cg_kadd(k, at, ki(k, j)), cg_kcast(k, cg_klane(k, v, (int)d->epc, j), d->acc_t));
     slow = &g->orelse;
   }
-  KVar *j;
-  KBlock *eb = d->epc > 1 ? &cg_kloop(k, slow, j = cg_kvar(k, "j", KT_INDEX), ki(k, d->epc), KM_UNROLL)->body : slow;
-  KExpr *dj = d->epc > 1 ? kv(k, j) : ki(k, 0);
+  KBlock *eb = slow;
+  KExpr *dj = ki(k, 0);
+  if (d->epc > 1) {
+    KVar *j = cg_kvar(k, "j", KT_INDEX);
+    eb = &cg_kloop(k, slow, j, ki(k, d->epc), KM_UNROLL)->body;
+    dj = kv(k, j);
+  }
   stage_element(d, k, eb, s, cg_kadd(k, at, dj), plane, gr, cg_kadd(k, gc, dj));
 }
 
