@@ -945,7 +945,7 @@ static void emit_output_copies(CgBuild *b) {
     const Value *v = g->outputs[i];
     RtRef dst = {.space = RT_SPACE_OUTPUT, .index = (uint32_t)i};
     RtRef src = cg_ref(b, v);
-    if (src.space == dst.space && src.index == dst.index) continue;
+    if (cg_same_ref(src, dst)) continue;
     const char *what = arena_printf(&b->ctx->arena, "to output '%s'", g->output_names[i]);
     double c;
     if (cg_const_of(b, v, &c))
