@@ -707,6 +707,8 @@ static void end_ranks(Dist *d, bool ok) {
 }
 
 int driver_train(int argc, char **argv) {
+  for (int i = 0; i < argc; i++)
+    if (strcmp(argv[i], "--plan-parallel") == 0) return driver_plan_parallel(argc, argv);
   TrainArgs a = {0};
   int rc = parse_train_args(argc, argv, &a);
   if (rc) return rc == 2 ? 0 : 1;
