@@ -55,6 +55,16 @@ typedef struct Attn {
   int64_t sld, pld; /* S's and P's row strides */
   int64_t ms[4];    /* the mask's strides over [B, H, Sq, Sk] */
   KExpr *tid, *lane, *warp, *bz, *hy, *q0, *qbase, *kvbase;
+  /* Split keys (flash-decoding): the key tiles in `splits` ranges of
+   * `tps` tiles, each its own block writing an unnormalized part of O and
+   * its rows' m and l; a second kernel combines them. */
+  int64_t splits, tps;
+  KExpr *sp;
+  KBuf *opart, *ml;
+  /* Where store_out writes: the result (q's dtype) or O's part (f32). */
+  KBuf *obuf;
+  KExpr *obase;
+  int64_t ors;
 } Attn;
 
 static KExpr *kmad(Kernel *k, KExpr *a, int64_t m, KExpr *b) { return cg_kadd(k, cg_kmul(k, a, ki(k, m)), b); }
@@ -264,7 +274,7 @@ static void store_out(Attn *A, KBlock *blk, KExpr *row, KExpr *col, KExpr *o) {
   KExpr *ok = cg_kand(k, A->Sq % BM ? klt(k, qi, ki(k, A->Sq)) : NULL, A->dp != A->d ? klt(k, col, ki(k, A->d)) : NULL);
   KBlock *at = ok ? &cg_kif(k, blk, ok)->body : blk;
   KExpr *y = cg_kop2(k, OP_MUL, o, cg_kload(k, A->rowv, row));
-  cg_kstore(k, at, A->out, cg_kadd(k, A->qbase, kmad(k, qi, A->rsq, col)), cg_kcast(k, y, A->dt));
+  cg_kstore(k, at, A->obuf, cg_kadd(k, A->obase, kmad(k, qi, A->ors, col)), cg_kcast(k, y, A->obuf->dtype));
 }
 
 static void store_all(Attn *A, KBlock *blk, KBuf *oacc) {
@@ -281,6 +291,71 @@ static void store_all(Attn *A, KBlock *blk, KBuf *oacc) {
   KExpr *r = ilet(k, blk, "r", kmod(k, A->tid, BM)), *u0 = ilet(k, blk, "u0", cg_kmul(k, kdiv(k, A->tid, BM), ki(k, A->dp / 2)));
   KBlock *ub = loop(k, blk, "u", ki(k, A->dp / 2), KM_UNROLL, &u);
   store_out(A, ub, r, ilet(k, ub, "col", cg_kadd(k, u0, u)), cg_kload(k, oacc, u));
+}
+
+/* Flash-decoding: when the grid would leave most of the GPU idle (few
+ * query blocks: decoding's one query row, a small batch), the key tiles
+ * go to `splits` blocks per query block instead of one, at least two
+ * tiles each, up to about two blocks per SM of an H200; a second kernel
+ * combines the parts.  Not for fewer than 4 key tiles, nor under
+ * --no-split-keys. */
+static void split_keys(Attn *A, int64_t gx) {
+  A->splits = 1, A->tps = A->kt;
+  int64_t blocks = gx * A->H * A->B, target = 2 * CG_TC_TARGET_SMS;
+  if (cg_options(A->b)->no_split_keys || A->kt < 4 || blocks >= target) return;
+  int64_t splits = cdiv(target, blocks);
+  if (splits > A->kt / 2) splits = A->kt / 2;
+  if (splits > 65535 / A->B) splits = 65535 / A->B;
+  if (splits < 2) return;
+  A->tps = cdiv(A->kt, splits);
+  A->splits = cdiv(A->kt, A->tps);
+}
+
+/* The parts to the result, one thread an element: with M the largest of
+ * the rows' parts' m, O = sum O_s exp(m_s - M) / sum l_s exp(m_s - M)
+ * (0 for a row no part saw a key of), in split order. */
+static void combine(Attn *A, RtRef opart_ref, RtRef ml_ref) {
+  CgBuild *b = A->b;
+  const Node *n = A->n;
+  Kernel *k = cg_kernel_new(cg_build_ctx(b), n, "attention_combine",
+                            arena_printf(&cg_build_ctx(b)->arena, "flash attention, %" PRId64 " key splits combined",
+                                         A->splits));
+  int64_t rows = A->B * A->H * A->Sq, total = rows * A->d;
+  KBuf *opart = cg_kglobal(k, "opart", TY_F32, A->splits * total, opart_ref);
+  KBuf *ml = cg_kglobal(k, "ml", TY_F32, A->splits * rows * 2, ml_ref);
+  KBuf *out = cg_kglobal(k, "out", A->dt, total, cg_ref(b, &n->out[0]));
+  KVar *nv = cg_kparam(k, "n", KT_INDEX, total, 0), *iv = cg_kvar(k, "i", KT_INDEX);
+  KBlock *blk = &cg_kloop(k, &k->body, iv, kv(k, nv), KM_GRID_STRIDE)->body;
+  cg_kernel_grid_1d(k, total);
+  KExpr *i = kv(k, iv);
+  KExpr *row = ilet(k, blk, "row", kdiv(k, i, A->d)), *col = ilet(k, blk, "col", kmod(k, i, A->d));
+  KStmt *mx = cg_kreduce(k, blk, cg_kvar(k, "mx", TY_F32), f32(k, -INFINITY), OP_MAXIMUM,
+                         cg_kvar(k, "s", KT_INDEX), ki(k, A->splits));
+  mx->value = cg_kload(k, ml, cg_kmul(k, kmad(k, kv(k, mx->rvar), rows, row), ki(k, 2)));
+  KExpr *M = kv(k, mx->var);
+  KExpr *none = kv(k, cg_klet(k, blk, "none", TY_I32, cg_kcmp(k, KC_EQ, M, f32(k, -INFINITY))));
+  KStmt *red[2];
+  for (int w = 0; w < 2; w++) {
+    red[w] = cg_kreduce(k, blk, cg_kvar(k, w ? "o" : "l", TY_F32), f32(k, 0), OP_ADD, cg_kvar(k, "s", KT_INDEX),
+                        ki(k, A->splits));
+    KBlock *rb = &red[w]->body;
+    KExpr *part = ilet(k, rb, "pr", kmad(k, kv(k, red[w]->rvar), rows, row));
+    KExpr *ms = cg_kload(k, ml, cg_kmul(k, part, ki(k, 2)));
+    KExpr *wt = kv(k, cg_klet(k, rb, "wt", TY_F32, cg_ksel(k, none, f32(k, 0), cg_kop1(k, OP_EXP, cg_kop2(k, OP_SUB, ms, M)))));
+    KExpr *x = w ? cg_kload(k, opart, kmad(k, part, A->d, col)) : cg_kload(k, ml, cg_kadd(k, cg_kmul(k, part, ki(k, 2)), ki(k, 1)));
+    red[w]->value = cg_kop2(k, OP_MUL, x, wt);
+  }
+  KExpr *L = kv(k, red[0]->var), *O = kv(k, red[1]->var);
+  KExpr *y = cg_ksel(k, cg_kcmp(k, KC_GT, L, f32(k, 0)), cg_kop2(k, OP_DIV, O, L), f32(k, 0));
+  KExpr *at = i;
+  if (strcmp(ir_attr_str(n, "layout"), "bshd") == 0) {
+    /* row (b H + h) Sq + q to [B, Sq, H, d]'s (b Sq + q) H + h */
+    KExpr *bh = kdiv(k, row, A->Sq), *q = kmod(k, row, A->Sq);
+    KExpr *bq = kmad(k, kdiv(k, bh, A->H), A->Sq, q);
+    at = kmad(k, kmad(k, bq, A->H, kmod(k, bh, A->H)), A->d, col);
+  }
+  cg_kstore(k, blk, out, at, cg_kcast(k, y, A->dt));
+  cg_launch(b, k);
 }
 
 static KBuf *operand(Attn *A, int i, const char *name) {
@@ -318,8 +393,12 @@ bool cg_lower_attention(CgBuild *b, const Node *n) {
   A->kt = cdiv(A->Sk, A->bn);
   A->sld = A->bn + SPAD;
   A->pld = A->bn + 8;
-  const char *what = arena_printf(&c->arena, "flash attention %s, %dx%" PRId64 " tiles, d %" PRId64,
-                                  A->tc ? (A->kind == KTC_F16 ? "mma f16" : "mma bf16") : "fma f32", BM, A->bn, A->d);
+  int64_t gx = cdiv(A->Sq, BM);
+  split_keys(A, gx);
+  const char *what = arena_printf(&c->arena, "flash attention %s, %dx%" PRId64 " tiles, d %" PRId64 "%s",
+                                  A->tc ? (A->kind == KTC_F16 ? "mma f16" : "mma bf16") : "fma f32", BM, A->bn, A->d,
+                                  A->splits > 1 ? arena_printf(&c->arena, ", keys in %" PRId64 " splits",
+                                                               A->splits) : "");
   Kernel *k = A->k = cg_kernel_new(c, n, "attention", what);
   A->q = operand(A, 0, "q");
   A->kb = operand(A, 1, "k");
@@ -332,6 +411,14 @@ bool cg_lower_attention(CgBuild *b, const Node *n) {
   }
   const Value *out = &n->out[0];
   A->out = cg_kglobal(k, "out", A->dt, ir_type_numel(&out->type), cg_ref(b, out));
+  RtRef opart = {0}, ml = {0};
+  int64_t rows = A->B * A->H * A->Sq;
+  if (A->splits > 1) {
+    opart = cg_scratch(b, n, (uint64_t)(A->splits * rows * A->d) * 4);
+    ml = cg_scratch(b, n, (uint64_t)(A->splits * rows * 2) * 4);
+    A->opart = cg_kglobal(k, "opart", TY_F32, A->splits * rows * A->d, opart);
+    A->ml = cg_kglobal(k, "ml", TY_F32, A->splits * rows * 2, ml);
+  }
   uint32_t off = 0, bytes;
   A->qs = cg_kdynshared(k, "Qs", A->dt, BM * A->ld, off);
   off += (uint32_t)(BM * A->ld * A->es);
@@ -348,15 +435,19 @@ bool cg_lower_attention(CgBuild *b, const Node *n) {
   A->rowv = cg_kdynshared(k, "rowv", TY_F32, BM, off);
 
   KExpr *qx, *t;
-  int64_t gx = cdiv(A->Sq, BM);
   KBlock *body = loop(k, &k->body, "qx", ki(k, gx), KM_GRID_X, &qx);
   body = loop(k, body, "hy", ki(k, A->H), KM_GRID_Y, &A->hy);
-  body = loop(k, body, "bz", ki(k, A->B), KM_GRID_Z, &A->bz);
+  body = loop(k, body, "bz", ki(k, A->B * A->splits), KM_GRID_Z, &A->bz);
   body = loop(k, body, "t", ki(k, THREADS), KM_BLOCK_X, &t);
   A->tid = t;
   A->lane = ilet(k, body, "lane", kmod(k, t, 32));
   A->warp = ilet(k, body, "warp", kdiv(k, t, 32));
   A->q0 = ilet(k, body, "q0", cg_kmul(k, qx, ki(k, BM)));
+  if (A->splits > 1) {
+    KExpr *z = A->bz;
+    A->bz = ilet(k, body, "bb", kdiv(k, z, A->splits));
+    A->sp = ilet(k, body, "sp", kmod(k, z, A->splits));
+  }
   /* a head's row 0: [B, H, S, d] (b H + h) S d, [B, S, H, d] (b S H + h) d */
   KExpr *kvh = kdiv(k, A->hy, A->H / A->Hkv);
   if (bshd) {
@@ -378,21 +469,32 @@ bool cg_lower_attention(CgBuild *b, const Node *n) {
   KExpr *z;
   KBlock *zb = loop(k, body, "z", ki(k, n_acc), KM_UNROLL, &z);
   cg_kstore(k, zb, oacc, z, f32(k, 0));
+  /* this block's tiles: t0 .. t0 + count - 1 (a split past the causal
+   * bound has none, and still writes its empty part) */
+  KExpr *t0 = ki(k, 0), *count = ntile, *krow0 = ki(k, 0);
+  KBlock *first = body;
+  if (A->splits > 1) {
+    t0 = ilet(k, body, "t0", cg_kmul(k, A->sp, ki(k, A->tps)));
+    KExpr *t1 = cg_kidx(k, KI_MIN, cg_kadd(k, t0, ki(k, A->tps)), ntile);
+    count = ilet(k, body, "nc", cg_kidx(k, KI_MAX, cg_kidx(k, KI_SUB, t1, t0), ki(k, 0)));
+    krow0 = ilet(k, body, "kr0", cg_kmul(k, t0, ki(k, A->bn)));
+    first = &cg_kif(k, body, klt(k, ki(k, 0), count))->body;
+  }
   bool async = A->d % A->epc == 0;
   load_tile(A, body, A->q, A->qbase, A->rsq, A->q0, BM, A->Sq, A->qs, ki(k, 0));
-  load_tile(A, body, A->kb, A->kvbase, A->rskv, ki(k, 0), A->bn, A->Sk, A->ks, ki(k, 0));
-  load_tile(A, body, A->vb, A->kvbase, A->rskv, ki(k, 0), A->bn, A->Sk, A->vs, ki(k, 0));
+  load_tile(A, first, A->kb, A->kvbase, A->rskv, krow0, A->bn, A->Sk, A->ks, ki(k, 0));
+  load_tile(A, first, A->vb, A->kvbase, A->rskv, krow0, A->bn, A->Sk, A->vs, ki(k, 0));
   if (async) cg_kcp_commit(k, body);
 
   KExpr *j;
-  KBlock *lb = loop(k, body, "j", ntile, KM_SERIAL, &j);
+  KBlock *lb = loop(k, body, "j", count, KM_SERIAL, &j);
   if (async) cg_kcp_wait(k, lb, 0);
   cg_kbarrier(k, lb);
   /* tile j + 1 into the other stage, which tile j - 1 left before the
    * barrier above, while tile j is computed */
   KExpr *nj = ilet(k, lb, "jn", cg_kadd(k, j, ki(k, 1)));
-  KBlock *pre = &cg_kif(k, lb, klt(k, nj, ntile))->body;
-  KExpr *row0 = ilet(k, pre, "k0", cg_kmul(k, nj, ki(k, A->bn)));
+  KBlock *pre = &cg_kif(k, lb, klt(k, nj, count))->body;
+  KExpr *row0 = ilet(k, pre, "k0", cg_kmul(k, A->splits > 1 ? cg_kadd(k, t0, nj) : nj, ki(k, A->bn)));
   KExpr *at = ilet(k, pre, "st0", cg_kmul(k, kmod(k, nj, 2), ki(k, A->bn * A->ld)));
   load_tile(A, pre, A->kb, A->kvbase, A->rskv, row0, A->bn, A->Sk, A->ks, at);
   load_tile(A, pre, A->vb, A->kvbase, A->rskv, row0, A->bn, A->Sk, A->vs, at);
@@ -403,7 +505,7 @@ bool cg_lower_attention(CgBuild *b, const Node *n) {
   else
     scores_fma(A, lb, st);
   cg_kbarrier(k, lb);
-  softmax_tile(A, lb, j, m, l);
+  softmax_tile(A, lb, A->splits > 1 ? ilet(k, lb, "jt", cg_kadd(k, t0, j)) : j, m, l);
   cg_kbarrier(k, lb);
   if (A->tc)
     pv_tc(A, lb, st, oacc);
@@ -411,16 +513,31 @@ bool cg_lower_attention(CgBuild *b, const Node *n) {
     pv_fma(A, lb, st, oacc);
 
   cg_kbarrier(k, body);
+  /* this split's part of [splits, B, H, Sq]: its head's first row */
+  KExpr *head = A->splits > 1 ? ilet(k, body, "hd", kmad(k, kmad(k, A->sp, A->B, A->bz), A->H, A->hy)) : NULL;
   KBlock *rb = &cg_kif(k, body, klt(k, A->tid, ki(k, BM)))->body;
-  KExpr *pos = cg_kcmp(k, KC_GT, kv(k, l), f32(k, 0));
-  cg_kstore(k, rb, A->rowv, A->tid, cg_ksel(k, pos, cg_kop2(k, OP_DIV, f32(k, 1), kv(k, l)), f32(k, 0)));
+  if (A->splits > 1) {
+    /* O unnormalized, and each row's m and l */
+    A->obuf = A->opart, A->obase = cg_kmul(k, head, ki(k, A->Sq * A->d)), A->ors = A->d;
+    cg_kstore(k, rb, A->rowv, A->tid, f32(k, 1));
+    KExpr *qi = cg_kadd(k, A->q0, A->tid);
+    KBlock *wb = A->Sq % BM ? &cg_kif(k, rb, klt(k, qi, ki(k, A->Sq)))->body : rb;
+    KExpr *mla = ilet(k, wb, "mla", cg_kmul(k, kmad(k, head, A->Sq, qi), ki(k, 2)));
+    cg_kstore(k, wb, A->ml, mla, kv(k, m));
+    cg_kstore(k, wb, A->ml, cg_kadd(k, mla, ki(k, 1)), kv(k, l));
+  } else {
+    A->obuf = A->out, A->obase = A->qbase, A->ors = A->rsq;
+    KExpr *pos = cg_kcmp(k, KC_GT, kv(k, l), f32(k, 0));
+    cg_kstore(k, rb, A->rowv, A->tid, cg_ksel(k, pos, cg_kop2(k, OP_DIV, f32(k, 1), kv(k, l)), f32(k, 0)));
+  }
   cg_kbarrier(k, body);
   store_all(A, body, oacc);
 
   k->grid[0] = (uint32_t)(gx < INT32_MAX ? gx : INT32_MAX);
   k->grid[1] = (uint32_t)(A->H < 65535 ? A->H : 65535);
-  k->grid[2] = (uint32_t)(A->B < 65535 ? A->B : 65535);
+  k->grid[2] = (uint32_t)(A->B * A->splits < 65535 ? A->B * A->splits : 65535);
   k->block[0] = THREADS;
   cg_launch(b, k);
+  if (A->splits > 1) combine(A, opart, ml);
   return true;
 }

@@ -61,6 +61,9 @@ typedef struct CgOptions {
   /* --no-gemm-batch: each linear its own GEMM, even beside others of
    * the same input (codegen/gemm_batch.c) */
   bool no_gemm_batch;
+  /* --no-split-keys: attention's key tiles in one block per query block
+   * even where few blocks fill the GPU (codegen/attention.c) */
+  bool no_split_keys;
 } CgOptions;
 
 /* cg_compile with options (NULL: the defaults). */

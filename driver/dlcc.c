@@ -108,6 +108,8 @@ static const char usage[] =
     "                     (10 fraction bits; docs/tensorcores.md); default: exact f32\n"
     "  --no-tensor-cores  f16, bf16 and int8 convolutions on the FMA kernel too\n"
     "  --no-gemm-batch    linears of one input as one GEMM each, not one batched GEMM\n"
+    "  --no-split-keys    attention's keys in one block a query block, even where few\n"
+    "                     blocks fill the GPU (no flash-decoding split)\n"
     "  --precision=P      f32 (default), f16 or bf16: activations and weights in P,\n"
     "                     sensitive ops in f32, f32 accumulation (docs/passes.md)\n"
     "  --grad             the gradients of a training step: output 0 must be the loss\n"
@@ -190,6 +192,7 @@ int driver_pass_option(const char *arg, PassOptions *po) {
       {"--tf32", offsetof(PassOptions, tf32)},
       {"--no-tensor-cores", offsetof(PassOptions, no_tensor_cores)},
       {"--no-gemm-batch", offsetof(PassOptions, no_gemm_batch)},
+      {"--no-split-keys", offsetof(PassOptions, no_split_keys)},
   };
   if (strncmp(arg, "--precision=", 12) == 0) {
     DType t;
@@ -238,7 +241,8 @@ CgOptions driver_cg_options(const PassOptions *po) {
                      .no_vectorize = po->no_vectorize,
                      .tf32 = po->tf32,
                      .no_tensor_cores = po->no_tensor_cores,
-                     .no_gemm_batch = po->no_gemm_batch};
+                     .no_gemm_batch = po->no_gemm_batch,
+                     .no_split_keys = po->no_split_keys};
 }
 
 const char driver_quant_usage[] =

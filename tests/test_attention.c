@@ -144,6 +144,35 @@ START_TEST(head_dims) {
 }
 END_TEST
 
+/* Steps of j's plan whose label has `what`. */
+static int steps_with(const Job *j, const char *what) {
+  int n = 0;
+  for (uint32_t i = 0; i < j->r.plan->n_steps; i++)
+    n += j->r.plan->steps[i].label && strstr(j->r.plan->steps[i].label, what) != NULL;
+  return n;
+}
+
+/* Flash-decoding: few query blocks and at least 4 key tiles split the
+ * keys over blocks and combine the parts.  One query row over 300 keys
+ * with grouped heads; causal over 300 keys where the first query block's
+ * second split has no tile left (its part empty); layout "bshd" with a
+ * key padding mask over 520 keys in 3 splits; f32's 32-key tiles at
+ * d = 256; rows with every key masked stay zeros.  Each on emu against
+ * the interpreter, and the split's two launches in the plan. */
+START_TEST(split_keys) {
+  DType dt = dtypes[_i];
+  Job j = check(dt, 2, 4, 2, 1, 300, 64, "", NULL);
+  ck_assert_int_eq(steps_with(&j, "keys in 2 splits"), 1);
+  ck_assert_int_eq(steps_with(&j, "2 key splits combined"), 1);
+  j = check(dt, 1, 2, 2, 70, 300, 64, "{causal=1}", "%s[70, 300]");
+  ck_assert_int_eq(steps_with(&j, "key splits combined"), 1);
+  j = check(dt, 2, 2, 1, 3, 520, 128, "{layout=\"bshd\"}", "bool[2, 1, 1, 520]");
+  ck_assert_int_eq(steps_with(&j, "keys in 3 splits"), 1);
+  if (dt != TY_F16) check(dt, 1, 1, 1, 2, 200, 256, "", NULL);
+  check(dt, 1, 2, 1, 40, 400, 64, "", "bool[40, 1]");
+}
+END_TEST
+
 static int count_op(const Graph *g, OpKind op) {
   int n = 0;
   for (const Node *it = g->first; it; it = it->next) n += it->op == op;
@@ -577,6 +606,7 @@ static Suite *suite(void) {
   tcase_add_loop_test(tc, lengths, 0, 3);
   tcase_add_loop_test(tc, head_dims, 0, 3);
   tcase_add_loop_test(tc, layout_bshd, 0, 3);
+  tcase_add_loop_test(tc, split_keys, 0, 3);
   tcase_add_loop_test(tc, pass_equals_unfused, 0, 3);
   tcase_add_test(tc, pass_leaves);
   tcase_add_test(tc, text_and_cost);
