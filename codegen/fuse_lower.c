@@ -312,6 +312,35 @@ static KExpr *pad(Eval *E, const Node *n, Site *s) {
   return cg_ksel(k, cond, cg_kcast(k, eval(&in, x, site_new(&in, xt, idx)), vt->dtype), fill);
 }
 
+/* A concat: the element of the operand whose range along the axis holds
+ * this one, each operand evaluated inside its select's arm as pure
+ * expressions as in pad (Llama's rotate_half: two slices, one negated,
+ * joined, then multiplied: one kernel). */
+static KExpr *concat(Eval *E, const Node *n, Site *s) {
+  Kernel *k = E->k;
+  const TensorType *vt = &n->out[0].type;
+  int axis = (int)ir_attr_int(n, "axis");
+  KExpr *c = let(E, "cc", KT_INDEX, value_coord(E, s, vt, axis)), *r = NULL;
+  int64_t end = vt->dims[axis];
+  for (int i = n->n_in - 1; i >= 0; i--) {
+    const TensorType *xt = &n->in[i]->type;
+    int64_t off = end - xt->dims[axis], xst[DL_MAX_RANK];
+    if (!xt->dims[axis]) continue;
+    strides_of(xt, xst);
+    KExpr *idx = cg_kint(k, 0);
+    for (int d = 0; d < vt->rank; d++) {
+      if (xt->dims[d] == 1) continue;
+      KExpr *cd = d == axis ? cg_kidx(k, KI_SUB, c, cg_kint(k, off)) : value_coord(E, s, vt, d);
+      idx = cg_kadd(k, idx, cg_kmul(k, cd, cg_kint(k, xst[d])));
+    }
+    Eval in = {.b = E->b, .k = k, .grp = E->grp, .bound = E->bound, .bound_e = E->bound_e};
+    KExpr *x = cg_kcast(k, eval(&in, n->in[i], site_new(&in, xt, idx)), vt->dtype);
+    r = r ? cg_ksel(k, cg_kcmp(k, KC_LT, c, cg_kint(k, end)), x, r) : x;
+    end = off;
+  }
+  return r ? r : cg_kimm(k, 0, vt->dtype);
+}
+
 /* A data movement: the operand's element this element reads. */
 static KExpr *move(Eval *E, const Node *n, Site *s) {
   Kernel *k = E->k;
@@ -346,6 +375,7 @@ static KExpr *move(Eval *E, const Node *n, Site *s) {
       break;
     }
     case OP_PAD: return pad(E, n, s);
+    case OP_CONCAT: return concat(E, n, s);
     default: dl_internal(k->ctx, "%s is not an index move", ir_ops[n->op].name);
   }
   return eval(E, x, site_new(E, xt, let(E, "at", KT_INDEX, idx)));
@@ -553,7 +583,7 @@ static bool group_lowerable(CgBuild *b, const CgGroup *grp) {
     const Node *n = grp->members[i];
     bool ok = n->n_out == 1 && member_types_ok(n) && ir_type_numel(&n->out[0].type) > 0;
     if (ir_ops[n->op].cls == K_MOVE && n->op != OP_RESHAPE && n->op != OP_TRANSPOSE &&
-        n->op != OP_SLICE && n->op != OP_EXPAND && n->op != OP_PAD)
+        n->op != OP_SLICE && n->op != OP_EXPAND && n->op != OP_PAD && n->op != OP_CONCAT)
       ok = false;
     if (n->op == OP_RESHAPE && n == root) ok = false;
     /* A GEMM reads its matrices from memory. */

@@ -328,7 +328,7 @@ bool ox_op_rnn(Imp *im, ONode *n) {
                 &custom_acts))
     return false;
   if (x->type.rank != 3 || W->type.rank != 3 || R->type.rank != 3)
-    return ox_bad(im, "X, W and R must be 3-d");
+    return ox_bad(im, "X, W and R must be 3-d (X %d-d, W %d-d, R %d-d)", x->type.rank, W->type.rank, R->type.rank);
   int64_t H = R->type.dims[2];
   if (hidden && hidden != H)
     return ox_bad(im, "hidden_size %" PRId64 " differs from R's %" PRId64, hidden, H);

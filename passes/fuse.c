@@ -122,10 +122,14 @@ static bool reads_memory_only(OpKind op) { return op == OP_MAXPOOL_GRAD || op ==
 static bool is_leaf_op(OpKind op) { return op == OP_MATMUL || op == OP_LINEAR; }
 
 /* A pad's operand is evaluated under its bounds test (only where it
- * falls inside), so the group holds no attention below it. */
+ * falls inside), and a concat's operands each under the test of its
+ * range, so the group holds no attention below either. */
 static bool is_index_move(OpKind op) {
-  return op == OP_RESHAPE || op == OP_TRANSPOSE || op == OP_SLICE || op == OP_EXPAND || op == OP_PAD;
+  return op == OP_RESHAPE || op == OP_TRANSPOSE || op == OP_SLICE || op == OP_EXPAND || op == OP_PAD ||
+         op == OP_CONCAT;
 }
+
+static bool evaluated_under_test(OpKind op) { return op == OP_PAD || op == OP_CONCAT; }
 
 bool pass_is_int_arith(const Node *n) {
   switch (n->op) {
@@ -428,7 +432,7 @@ static int grow(Fuser *f, Node *root, int gid) {
   members[n++] = root;
   f->mark[root->id] = gid;
   Node *anchor = is_anchor_op(root->op) ? root : NULL;
-  bool padded = root->op == OP_PAD;
+  bool padded = evaluated_under_test(root->op);
   f->n_heap = 0;
   push_operands(f, root, gid, ROLE_EPI);
   if (!anchor) anchor = absorb_attention(f, root, gid, members, &n);
@@ -459,7 +463,7 @@ static int grow(Fuser *f, Node *root, int gid) {
     members[n++] = p;
     f->mark[p->id] = gid;
     push_operands(f, p, gid, role);
-    padded = padded || p->op == OP_PAD;
+    padded = padded || evaluated_under_test(p->op);
     if (!anchor && !padded) anchor = absorb_attention(f, p, gid, members, &n);
   }
   /* Clear the roles of candidates left in the heap. */
