@@ -14,6 +14,12 @@
  *     transpose, its result transposed back (a projection's heads then
  *     reach the kernel as they are, and the transpose a model applies to
  *     the result cancels this one)
+ *   a slice along the last axis of a product by weights (matmul by a
+ *     weight matrix, linear), or of such a product plus a bias along that
+ *     axis, every use of which is such a slice -> the product by the
+ *     weights' slice (plus the bias's slice): GPT-2's c_attn split into
+ *     q, k and v becomes three products codegen batches as one GEMM, and
+ *     no kernel copies the slices out
  * An identity only applies when the result has x's type exactly (x*1 with
  * a larger 1 broadcasts).  Operands left unused are dce's. */
 #include <string.h>
@@ -161,16 +167,167 @@ static Node *attention_bshd(Graph *g, Node *n) {
   return t;
 }
 
+/* The last axis's range [lo, hi) when n slices that axis alone (step
+ * 1, every other axis whole). */
+static bool last_axis_slice(const Node *n, int64_t *lo, int64_t *hi) {
+  if (n->op != OP_SLICE) return false;
+  int count;
+  const int64_t *starts = ir_attr_ints(n, "starts", &count);
+  const int64_t *ends = ir_attr_ints(n, "ends", NULL), *steps = ir_attr_ints(n, "steps", NULL);
+  const TensorType *t = &n->in[0]->type;
+  if (count != t->rank || count == 0) return false;
+  for (int i = 0; i < count; i++) {
+    if (steps[i] != 1) return false;
+    if (i < count - 1 && (starts[i] != 0 || ends[i] != t->dims[i])) return false;
+  }
+  *lo = starts[count - 1], *hi = ends[count - 1];
+  return *lo < *hi;
+}
+
+typedef struct Slicer {
+  Graph *g;
+  Node *before;
+  const bool *weights; /* by the ids pass_weight_only gave */
+  const PassUses *uses;
+  const int *slice_uses; /* by id: uses that are last-axis slices */
+  int n_ids;
+} Slicer;
+
+/* v[..., lo:hi] as a plain slice of `axis` (negative: from the end). */
+static Value *slice_of(Slicer *S, Value *v, int axis, int64_t lo, int64_t hi) {
+  const TensorType *t = &v->type;
+  int r = t->rank;
+  if (axis < 0) axis += r;
+  int64_t starts[DL_MAX_RANK], ends[DL_MAX_RANK], steps[DL_MAX_RANK];
+  for (int i = 0; i < r; i++) starts[i] = 0, ends[i] = t->dims[i], steps[i] = 1;
+  starts[axis] = lo, ends[axis] = hi;
+  Node *n = ir_node_new(S->g, OP_SLICE, 1, &v, S->before->loc);
+  n->scope = S->before->scope;
+  ir_set_ints(S->g, n, "starts", r, starts);
+  ir_set_ints(S->g, n, "ends", r, ends);
+  ir_set_ints(S->g, n, "steps", r, steps);
+  char err[256];
+  if (!ir_infer(n, err, sizeof err)) dl_internal(S->g->ctx, "simplify: a weight's slice: %s", err);
+  ir_insert_before(S->g, S->before, n);
+  return &n->out[0];
+}
+
+static bool is_weight(const Slicer *S, const Value *v) {
+  return v->def->id >= 0 && v->def->id < S->n_ids && S->weights[v->def->id];
+}
+
+/* Whether v's node may be computed in parts: v is its only result, made
+ * before this walk, and every use of it is this path or such a slice. */
+static bool divisible(const Slicer *S, const Value *v) {
+  const Node *p = v->def;
+  if (p->n_out != 1 || p->id < 0 || p->id >= S->n_ids || is_weight(S, v)) return false;
+  int uses = pass_uses(S->uses, v);
+  return uses == 1 || uses == S->slice_uses[p->id];
+}
+
+/* x @ W[:, lo:hi] (+ bias) as linear(x, W[:, lo:hi]^T, bias) when v is
+ * x @ W with W a weight matrix and x of rank 2 or more; NULL otherwise.
+ * The transposed part is computed with the weights, once. */
+static Value *as_linear(Slicer *S, Value *v, int64_t lo, int64_t hi, Value *bias) {
+  Node *p = v->def;
+  if (p->op != OP_MATMUL || !divisible(S, v)) return NULL;
+  Value *x = p->in[0], *w = p->in[1];
+  if (!is_weight(S, w) || is_weight(S, x) || w->type.rank != 2 || x->type.rank < 2 || ir_matmul_trans(p, 0))
+    return NULL;
+  bool wt = ir_matmul_trans(p, 1); /* W stored [N, K] already */
+  Value *part = slice_of(S, w, wt ? 0 : 1, lo, hi);
+  if (!wt) {
+    static const int64_t swap[2] = {1, 0};
+    Node *t = ir_node_new(S->g, OP_TRANSPOSE, 1, &part, S->before->loc);
+    t->scope = S->before->scope;
+    ir_set_ints(S->g, t, "perm", 2, swap);
+    char err[256];
+    if (!ir_infer(t, err, sizeof err)) dl_internal(S->g->ctx, "simplify: a weight's transpose: %s", err);
+    ir_insert_before(S->g, S->before, t);
+    part = &t->out[0];
+  }
+  Value *in[3] = {x, part, bias};
+  return &pass_new_node(S->g, S->before, OP_LINEAR, bias ? 3 : 2, in, NULL, S->before->loc)->out[0];
+}
+
+/* v[..., lo:hi] computed from parts of v's operands where v is a product
+ * by weights or such a product plus a bias along the last axis; NULL
+ * when it is not (the caller keeps its slice). */
+static Value *sliced_product(Slicer *S, Value *v, int64_t lo, int64_t hi, int depth) {
+  Node *p = v->def;
+  if (depth > 2 || !divisible(S, v)) return NULL;
+  const TensorType *t = &v->type;
+  int64_t n = t->dims[t->rank - 1];
+  switch (p->op) {
+    case OP_ADD: {
+      /* the product's part plus the bias's (a bias broadcast along the
+       * axis as it is) */
+      Value *in[2];
+      int products = 0;
+      for (int i = 0; i < 2; i++) {
+        Value *o = p->in[i];
+        int64_t last = o->type.rank ? o->type.dims[o->type.rank - 1] : 1;
+        if (!is_weight(S, o)) {
+          if (last != n) return NULL;
+          products++;
+          continue;
+        }
+        in[i] = last == 1 ? o : last == n ? slice_of(S, o, -1, lo, hi) : NULL;
+        if (!in[i]) return NULL;
+      }
+      if (products != 1) return NULL;
+      int j = is_weight(S, p->in[0]) ? 1 : 0;
+      /* x @ W + b with a bias vector: a linear, so that codegen batches
+       * the parts as it batches q, k and v's projections */
+      Value *bias = in[1 - j];
+      if (bias->type.rank == 1 && bias != p->in[1 - j] && (in[j] = as_linear(S, p->in[j], lo, hi, bias)))
+        return in[j];
+      if (!(in[j] = sliced_product(S, p->in[j], lo, hi, depth + 1))) return NULL;
+      return &pass_new_node(S->g, S->before, OP_ADD, 2, in, NULL, S->before->loc)->out[0];
+    }
+    case OP_MATMUL: {
+      Value *lin = as_linear(S, v, lo, hi, NULL);
+      if (lin) return lin;
+      Value *w = p->in[1];
+      if (!is_weight(S, w) || is_weight(S, p->in[0]) || w->type.rank < 2) return NULL;
+      Value *in[2] = {p->in[0], slice_of(S, w, ir_matmul_trans(p, 1) ? -2 : -1, lo, hi)};
+      return &pass_new_node(S->g, S->before, OP_MATMUL, 2, in, p, S->before->loc)->out[0];
+    }
+    case OP_LINEAR: {
+      if (!is_weight(S, p->in[1]) || is_weight(S, p->in[0]) || (p->n_in > 2 && !is_weight(S, p->in[2])))
+        return NULL;
+      Value *in[3] = {p->in[0], slice_of(S, p->in[1], 0, lo, hi),
+                      p->n_in > 2 ? slice_of(S, p->in[2], 0, lo, hi) : NULL};
+      return &pass_new_node(S->g, S->before, OP_LINEAR, p->n_in, in, p, S->before->loc)->out[0];
+    }
+    default: return NULL;
+  }
+}
+
 bool pass_simplify(Graph *g, PassCtx *pc) {
+  Slicer S = {.g = g, .weights = pass_weight_only(g), .uses = pass_uses_new(g)};
+  for (Node *n = g->first; n; n = n->next) S.n_ids = n->id + 1 > S.n_ids ? n->id + 1 : S.n_ids;
+  int *slice_uses = ARENA_ARRAY(&g->ctx->arena, int, S.n_ids + 1);
+  for (Node *n = g->first; n; n = n->next) {
+    int64_t lo, hi;
+    if (last_axis_slice(n, &lo, &hi)) slice_uses[n->in[0]->def->id]++;
+  }
+  S.slice_uses = slice_uses;
   PassRewrite *rw = pass_rewrite_new(g);
-  int identities = 0, pairs = 0;
+  int identities = 0, pairs = 0, parts = 0;
   for (Node *n = g->first, *next; n; n = next) {
     next = n->next;
     pass_rewrite_operands(rw, n);
     if (ir_ops[n->op].cls == K_SOURCE || n->n_out != 1 || n->n_in == 0) continue;
     Value *x = identity_of(n);
+    int64_t lo, hi;
     if (x) {
       identities++;
+    } else if (last_axis_slice(n, &lo, &hi) && (S.before = n, x = sliced_product(&S, n->in[0], lo, hi, 0))) {
+      /* nodes made here have no id: the walk, which reaches them next,
+       * leaves them alone */
+      parts++;
+      next = n->next;
     } else {
       Node *r = n->op == OP_ATTENTION ? attention_bshd(g, n) : combine(g, n);
       if (!r) continue;
@@ -186,5 +343,6 @@ bool pass_simplify(Graph *g, PassCtx *pc) {
   pass_rewrite_finish(rw);
   if (identities) pass_stat(pc, "simplify: identities removed", identities);
   if (pairs) pass_stat(pc, "simplify: pairs combined", pairs);
-  return identities + pairs > 0;
+  if (parts) pass_stat(pc, "simplify: slices of products computed as products of slices", parts);
+  return identities + pairs + parts > 0;
 }
