@@ -1,5 +1,5 @@
 /* ONNX ops of the newer opsets that the IR holds by decomposition: Mish,
- * Swish, MeanVarianceNormalization, LpNormalization,
+ * Swish, MeanVarianceNormalization, LpNormalization, RotaryEmbedding,
  * CumSum and CumProd, CenterCropPad, and the window functions (constants).  Takes one node's operands, returns
  * its results; a float op of several IR ops computes f16/bf16 in f32 and
  * rounds once. */
@@ -173,4 +173,79 @@ bool ox_op_window(Imp *im, ONode *n) {
   for (int64_t i = 0; i < len; i++)
     ir_tensor_set(w->k, i, a0 - a1 * cos(2 * M_PI * (double)i / N) + a2 * cos(4 * M_PI * (double)i / N));
   return (n->out[0] = w);
+}
+
+/* RotaryEmbedding (opset 23), as onnx's reference computes it: X as
+ * [B, S, H, D] (a 4-d [B, H, S, D] transposed, a 3-d [B, S, H D] split
+ * by num_heads), its first rotary_embedding_dim (default D) values of
+ * each head rotated by the caches' angles (at position_ids when given,
+ * else the caches are [B, S, dim/2]): halves, or even and odd elements
+ * when interleaved, x1 cos - x2 sin and x1 sin + x2 cos; the rest as
+ * they are.  The slices, products and concats are ops the fuser joins
+ * into one kernel. */
+bool ox_op_rotary(Imp *im, ONode *n) {
+  Val *x = ox_in_req(im, n, 0), *cos_c = ox_in_req(im, n, 1), *sin_c = ox_in_req(im, n, 2), *pos = ox_in_opt(n, 3);
+  int64_t interleaved, rdim, heads;
+  if (!x || !cos_c || !sin_c || !ox_attr_int(im, "interleaved", 0, &interleaved) ||
+      !ox_attr_int(im, "rotary_embedding_dim", 0, &rdim) || !ox_attr_int(im, "num_heads", 0, &heads) ||
+      !ox_need_float_in(im, x))
+    return false;
+  const TensorType *xt = &x->type;
+  int r = xt->rank;
+  if (r != 3 && r != 4) return ox_bad(im, "X must be 3-d [batch, seq, hidden] or 4-d [batch, heads, seq, head]");
+  static const int64_t swap_hs[4] = {0, 2, 1, 3};
+  Val *h = x;
+  if (r == 4) {
+    h = ox_transpose(im, x, swap_hs);
+  } else {
+    if (heads <= 0 || xt->dims[2] % heads)
+      return ox_bad(im, "num_heads=%" PRId64 " must be given for a 3-d X and divide its hidden size %" PRId64, heads,
+                    xt->dims[2]);
+    int64_t d4[4] = {xt->dims[0], xt->dims[1], heads, xt->dims[2] / heads};
+    h = ox_reshape(im, x, 4, d4);
+  }
+  if (!h) return false;
+  int64_t B = h->type.dims[0], S = h->type.dims[1], H = h->type.dims[2], D = h->type.dims[3];
+  if (rdim == 0) rdim = D;
+  if (rdim < 0 || rdim > D || rdim % 2)
+    return ox_bad(im, "rotary_embedding_dim=%" PRId64 " must be even and at most the head size %" PRId64, rdim, D);
+  int64_t half = rdim / 2;
+  Val *cs[2] = {cos_c, sin_c};
+  for (int i = 0; i < 2; i++) {
+    if (pos) {
+      if (ir_dtype_is_float(pos->type.dtype) || cs[i]->type.rank != 2)
+        return ox_bad(im, "with position_ids, the caches must be 2-d [positions, dim/2] and the ids integers");
+      cs[i] = ox_gather(im, cs[i], pos, 0);
+      if (!cs[i]) return false;
+    }
+    const TensorType *ct = &cs[i]->type;
+    if (ct->rank != 3 || ct->dims[0] != B || ct->dims[1] != S || ct->dims[2] != half)
+      return ox_bad(im, "the %s cache gives %d-d values per position where [%" PRId64 ", %" PRId64 ", %" PRId64
+                    "] (batch, sequence, rotary_embedding_dim / 2) are needed",
+                    i ? "sin" : "cos", ct->rank, B, S, half);
+    int64_t d4[4] = {B, S, 1, half};
+    cs[i] = ox_widen(im, ox_reshape(im, cs[i], 4, d4));
+  }
+  Val *w = ox_widen(im, h);
+  Val *xr = ox_slice_axis(im, w, 3, 0, rdim, 1);
+  Val *x1 = interleaved ? ox_slice_axis(im, xr, 3, 0, rdim, 2) : ox_slice_axis(im, xr, 3, 0, half, 1);
+  Val *x2 = interleaved ? ox_slice_axis(im, xr, 3, 1, rdim, 2) : ox_slice_axis(im, xr, 3, half, rdim, 1);
+  Val *parts[2] = {ox_op2(im, OP_SUB, ox_op2(im, OP_MUL, cs[0], x1), ox_op2(im, OP_MUL, cs[1], x2)),
+                   ox_op2(im, OP_ADD, ox_op2(im, OP_MUL, cs[1], x1), ox_op2(im, OP_MUL, cs[0], x2))};
+  Val *rot;
+  if (interleaved) {
+    /* real and imaginary parts side by side per pair: [.., dim/2, 2] */
+    int64_t d5[5] = {B, S, H, half, 1}, d4[4] = {B, S, H, rdim};
+    for (int i = 0; i < 2; i++) parts[i] = ox_reshape(im, parts[i], 5, d5);
+    rot = ox_reshape(im, ox_concat(im, 2, parts, 4), 4, d4);
+  } else {
+    rot = ox_concat(im, 2, parts, 3);
+  }
+  if (rdim < D) {
+    Val *all[2] = {rot, ox_slice_axis(im, w, 3, rdim, D, 1)};
+    rot = ox_concat(im, 2, all, 3);
+  }
+  Val *y = ox_narrow(im, rot, xt->dtype);
+  if (!y) return false;
+  return (n->out[0] = r == 4 ? ox_transpose(im, y, swap_hs) : ox_reshape(im, y, 3, xt->dims));
 }

@@ -38,6 +38,8 @@ static const char *const default_emu[] = {
     "test_transpose_all_permutations_3", "test_concat_2d_axis_1", "test_slice", "test_gather_1",
     "test_lstm_defaults", "test_lstm_batchwise", "test_batchnorm_example", "test_flatten_axis2",
     "test_reshape_negative_dim", "test_erf", "test_tanh", "test_globalaveragepool",
+    /* RotaryEmbedding's halves and interleaved pairs, fused with their concats */
+    "test_rotary_embedding_with_interleaved_rotary_dim", "test_rotary_embedding_3d_input",
     /* bool: comparisons, logic, where and what is built of them */
     "test_less_equal_bcast", "test_xor_bcast4v3d", "test_isinf_negative", "test_where_long_example",
     "test_shrink_soft", "test_triu_neg",
