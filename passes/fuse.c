@@ -108,6 +108,10 @@ static bool is_anchor_op(OpKind op) {
     case OP_AVGPOOL3D:
     case OP_CONV2D:
     case OP_CONV3D:
+    /* a gather per output element, or the tensor cores' implicit GEMM:
+     * either stores through the group's epilogue */
+    case OP_CONV_TRANSPOSE2D:
+    case OP_CONV_TRANSPOSE3D:
     /* training kernels with one thread per result element: an epilogue
      * at their store (a relu's gradient after a pool's) */
     case OP_MAXPOOL_GRAD:
@@ -202,7 +206,8 @@ static bool types_ok(const Node *n) {
 static bool operand_fusible(const Fuser *f, const Node *m, int i) {
   if (m->op == OP_LINEAR) return i == 2;
   if (m->op == OP_MATMUL) return f->attention[m->id];
-  if (m->op == OP_CONV2D || m->op == OP_CONV3D) return true;
+  if (m->op == OP_CONV2D || m->op == OP_CONV3D || m->op == OP_CONV_TRANSPOSE2D || m->op == OP_CONV_TRANSPOSE3D)
+    return true;
   if (reads_memory_only(m->op)) return false;
   if (is_anchor_op(m->op)) return i == 0;
   return true;

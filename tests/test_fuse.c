@@ -273,6 +273,27 @@ START_TEST(concats_are_fused) {
 }
 END_TEST
 
+/* A conv_transpose is an anchor like a conv: a U-Net's upsampling, its
+ * skip connection added and a relu, is one kernel (the gather per
+ * output element in f32; docs/tensorcores.md for the tensor cores'). */
+START_TEST(conv_transpose_takes_an_epilogue) {
+  Job j = check_fused(
+      "graph up {\n"
+      "  %x = input {name=\"x\"} : f32[2, 3, 4, 5]\n"
+      "  %s = input {name=\"skip\"} : f32[2, 2, 7, 9]\n"
+      "  %w = param {name=\"w\"} : f32[3, 2, 3, 3]\n"
+      "  %b = param {name=\"b\"} : f32[2]\n"
+      "  %0 = conv_transpose2d %x, %w, %b {stride=[2, 2], pad=[1, 1, 1, 1], output_pad=[0, 0], dilation=[1, 1], "
+      "groups=1} : f32[2, 2, 7, 9]\n"
+      "  %1 = add %0, %s : f32[2, 2, 7, 9]\n"
+      "  %2 = relu %1 : f32[2, 2, 7, 9]\n"
+      "  return %2 as \"y\"\n"
+      "}\n");
+  ck_assert_int_eq(j.r.plan->n_steps, 1);
+  ck_assert_int_eq(group_of(j.g, 4), group_of(j.g, 6));
+}
+END_TEST
+
 /* i64 arithmetic (a loss moving its class indices) joins the tests and
  * selects around it (t is 0 or 1 in check_numbers: both sides taken). */
 START_TEST(i64_arithmetic_is_fused) {
@@ -1036,6 +1057,7 @@ static Suite *fuse_suite(void) {
   tcase_add_test(t, side_outputs_are_stored_beside_the_root);
   tcase_add_test(t, pads_are_fused);
   tcase_add_test(t, concats_are_fused);
+  tcase_add_test(t, conv_transpose_takes_an_epilogue);
   tcase_add_test(t, i64_arithmetic_is_fused);
   tcase_add_test(t, independent_maps_share_a_kernel);
   tcase_add_test(t, sibling_reductions_share_a_kernel);
