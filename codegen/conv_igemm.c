@@ -216,6 +216,14 @@ typedef struct ConvTc {
    * dividend non-negative (a multiple of the stride) */
   bool transpose;
   int64_t off[3];
+  /* conv_transpose by stride phase: output pixel o = phi + s j reads
+   * only the taps r = r0(phi) + s q (dilation prime to the stride), the
+   * same count kern / s for every phase when s divides kern and the
+   * output: each phase a dense product, the phases a batch of the GEMM
+   * (z = group * P + phase), none of the gather's zeros multiplied. */
+  bool phased;
+  int64_t P, TQ, OPP;             /* phases, taps and output pixels a phase */
+  int64_t tq[3], opp[3], inv[3];  /* per dim: taps, pixels a phase; dil^-1 mod s */
   DType acc_t;
 } ConvTc;
 
@@ -246,6 +254,34 @@ static void conv_geometry(ConvTc *cv, const Node *n) {
     cv->off[d] = cv->stride[d] * (((cv->kern[d] - 1) * cv->dil[d] + cv->stride[d] - 1) / cv->stride[d]);
   }
   cv->Kg = cv->Cg * cv->KK;
+  cv->phased = cv->transpose;
+  cv->P = cv->TQ = cv->OPP = 1;
+  for (int d = 0; d < cv->nsp && cv->phased; d++) {
+    int64_t st = cv->stride[d];
+    cv->phased = cv->kern[d] % st == 0 && cv->od[d] % st == 0;
+    cv->inv[d] = -1;
+    for (int64_t v = 0; v < st && cv->phased; v++)
+      if (cv->dil[d] * v % st == 1 % st) cv->inv[d] = v;
+    cv->phased = cv->phased && cv->inv[d] >= 0;
+    cv->tq[d] = cv->kern[d] / st, cv->opp[d] = cv->od[d] / st;
+    cv->P *= st, cv->TQ *= cv->tq[d], cv->OPP *= cv->opp[d];
+  }
+  /* a stride of 1 everywhere has one phase: the gather has no zeros */
+  cv->phased = cv->phased && cv->P > 1;
+}
+
+/* Phase z's offset along dim d (z = group * P + phase, the phase's dims
+ * row-major over the strides). */
+static KExpr *phase_of(ConvTc *cv, Kernel *k, KExpr *z, int d) {
+  KExpr *ph = kmod(k, z, cv->P);
+  return coord_of(k, ph, cv->stride, cv->nsp, d);
+}
+
+/* The first tap r0 of phase phi along dim d: (phi + pad - r0 dil) a
+ * multiple of the stride. */
+static KExpr *first_tap(ConvTc *cv, Kernel *k, KExpr *phi, int d) {
+  int64_t st = cv->stride[d];
+  return kmod(k, cg_kmul(k, cg_kadd(k, phi, ki(k, cv->pad[d] % st)), ki(k, cv->inv[d])), st);
 }
 
 bool cg_conv_on_tc(CgBuild *b, const Node *n) {
@@ -263,6 +299,17 @@ bool cg_conv_on_tc(CgBuild *b, const Node *n) {
 /* A[z][row][kk]: W[z*Cog + row][kk], or conv_transpose's
  * W[z*Cg + kk / KK][row][kk % KK]. */
 static KExpr *w_index(ConvTc *cv, Kernel *k, KExpr *z, KExpr *row, KExpr *kk) {
+  if (cv->phased) {
+    /* kk = (ci, q...): tap r = r0 + s q of W[g Cg + ci][row][taps] */
+    KExpr *ci = cg_kadd(k, cg_kmul(k, kdiv(k, z, cv->P), ki(k, cv->Cg)), kdiv(k, kk, cv->TQ));
+    KExpr *q = kmod(k, kk, cv->TQ), *at = cg_kadd(k, cg_kmul(k, ci, ki(k, cv->Cog)), row);
+    for (int d = 0; d < cv->nsp; d++) {
+      KExpr *r = cg_kadd(k, first_tap(cv, k, phase_of(cv, k, z, d), d),
+                         cg_kmul(k, coord_of(k, q, cv->tq, cv->nsp, d), ki(k, cv->stride[d])));
+      at = cg_kadd(k, cg_kmul(k, at, ki(k, cv->kern[d])), r);
+    }
+    return at;
+  }
   if (cv->transpose) {
     KExpr *ci = cg_kadd(k, cg_kmul(k, z, ki(k, cv->Cg)), kdiv(k, kk, cv->KK));
     return cg_kadd(k, cg_kmul(k, cg_kadd(k, cg_kmul(k, ci, ki(k, cv->Cog)), row), ki(k, cv->KK)), kmod(k, kk, cv->KK));
@@ -302,8 +349,22 @@ static KExpr *let_index(Kernel *k, KBlock *blk, const char *stem, KExpr *e) {
 
 static void *x_row(void *ctx, Kernel *k, KBlock *blk, KExpr *z, KExpr *row) {
   ConvTc *cv = ctx;
-  (void)z;
   ConvRow *r = ARENA_NEW(&k->ctx->arena, ConvRow);
+  if (cv->phased) {
+    /* pixel j of the phase: input (phi + pad + off - r0 dil) / s - off / s
+     * + j at its first tap, dil less for each later one */
+    r->img = let_index(k, blk, "img", kdiv(k, row, cv->OPP));
+    KExpr *p = let_index(k, blk, "p", kmod(k, row, cv->OPP));
+    for (int d = 0; d < cv->nsp; d++) {
+      int64_t st = cv->stride[d];
+      KExpr *phi = let_index(k, blk, "ph", phase_of(cv, k, z, d));
+      KExpr *t = cg_kidx(k, KI_SUB, cg_kadd(k, phi, ki(k, cv->pad[d] + cv->off[d])),
+                         cg_kmul(k, first_tap(cv, k, phi, d), ki(k, cv->dil[d])));
+      KExpr *i0 = cg_kidx(k, KI_SUB, kdiv(k, t, st), ki(k, cv->off[d] / st));
+      r->base[d] = let_index(k, blk, "i0", cg_kadd(k, i0, coord_of(k, p, cv->opp, cv->nsp, d)));
+    }
+    return r;
+  }
   r->img = let_index(k, blk, "img", kdiv(k, row, cv->OHW));
   KExpr *p = let_index(k, blk, "p", kmod(k, row, cv->OHW));
   for (int d = 0; d < cv->nsp; d++) {
@@ -331,10 +392,17 @@ static KExpr *x_hit(ConvTc *cv, Kernel *k, KBlock *blk, ConvRow *r, int d, KExpr
 static KExpr *x_element(void *ctx, void *row, Kernel *k, KBlock *blk, KExpr *z, KExpr *kk) {
   ConvTc *cv = ctx;
   ConvRow *r = row;
-  KExpr *ci = cg_kadd(k, cg_kmul(k, z, ki(k, cv->Cg)), kdiv(k, kk, cv->KK));
-  KExpr *tap = let_index(k, blk, "tap", kmod(k, kk, cv->KK));
+  int64_t per = cv->phased ? cv->TQ : cv->KK;
+  KExpr *ci = cg_kadd(k, cg_kmul(k, cv->phased ? kdiv(k, z, cv->P) : z, ki(k, cv->Cg)), kdiv(k, kk, per));
+  KExpr *tap = let_index(k, blk, "tap", kmod(k, kk, per));
   KExpr *at = cg_kadd(k, cg_kmul(k, r->img, ki(k, cv->C)), ci), *inside = NULL;
-  for (int d = 0; d < cv->nsp; d++) {
+  for (int d = 0; d < cv->nsp && cv->phased; d++) {
+    KExpr *pos = let_index(k, blk, "ip", cg_kidx(k, KI_SUB, r->base[d],
+                                                  cg_kmul(k, coord_of(k, tap, cv->tq, cv->nsp, d), ki(k, cv->dil[d]))));
+    inside = cg_kand(k, inside, cg_kand(k, cg_kcmp(k, KC_GE, pos, ki(k, 0)), klt(k, pos, cv->in[d])));
+    at = cg_kadd(k, cg_kmul(k, at, ki(k, cv->in[d])), pos);
+  }
+  for (int d = 0; d < cv->nsp && !cv->phased; d++) {
     KExpr *td = coord_of(k, tap, cv->kern, cv->nsp, d), *pos;
     if (cv->transpose) {
       pos = let_index(k, blk, "ip", x_hit(cv, k, blk, r, d, td, &inside));
@@ -355,9 +423,19 @@ static KExpr *x_element(void *ctx, void *row, Kernel *k, KBlock *blk, KExpr *z, 
 
 static void conv_store(void *ctx, Kernel *k, KBlock *blk, KExpr *z, KExpr *m, KExpr *n, KExpr *acc) {
   ConvTc *cv = ctx;
-  KExpr *co = let_index(k, blk, "co", cg_kadd(k, cg_kmul(k, z, ki(k, cv->Cog)), m));
-  KExpr *o = cg_kadd(k, cg_kmul(k, cg_kadd(k, cg_kmul(k, kdiv(k, n, cv->OHW), ki(k, cv->Co)), co), ki(k, cv->OHW)),
-                     kmod(k, n, cv->OHW));
+  KExpr *co = let_index(k, blk, "co", cg_kadd(k, cg_kmul(k, cv->phased ? kdiv(k, z, cv->P) : z, ki(k, cv->Cog)), m));
+  KExpr *pix = kmod(k, n, cv->OHW), *img = kdiv(k, n, cv->OHW);
+  if (cv->phased) {
+    /* pixel j of phase phi: output phi + s j */
+    KExpr *p = let_index(k, blk, "pj", kmod(k, n, cv->OPP));
+    img = kdiv(k, n, cv->OPP);
+    pix = ki(k, 0);
+    for (int d = 0; d < cv->nsp; d++) {
+      KExpr *o = cg_kadd(k, phase_of(cv, k, z, d), cg_kmul(k, coord_of(k, p, cv->opp, cv->nsp, d), ki(k, cv->stride[d])));
+      pix = cg_kadd(k, cg_kmul(k, pix, ki(k, cv->od[d])), o);
+    }
+  }
+  KExpr *o = cg_kadd(k, cg_kmul(k, cg_kadd(k, cg_kmul(k, img, ki(k, cv->Co)), co), ki(k, cv->OHW)), pix);
   KExpr *oi = let_index(k, blk, "o", o), *val = acc;
   if (cv->n->n_in > 2)
     val = cg_kop2(k, OP_ADD, val, cg_kcast(k, cg_operand_load(cv->b, k, blk, cv->n->in[2], "bias", co), cv->acc_t));
@@ -376,19 +454,20 @@ static void conv_tc(CgBuild *b, const Node *n) {
   KTcKind tc;
   cg_tc_kind(cv->x->type.dtype, true, &tc);
   cv->acc_t = tc == KTC_S8 ? TY_I32 : TY_F32;
-  const char *gemm = cv->transpose ? "implicit gemm (gather)" : "implicit gemm";
+  const char *gemm = cv->phased ? "implicit gemm (stride phases)" : cv->transpose ? "implicit gemm (gather)" : "implicit gemm";
   CgTcGemm g = {
       .node = n,
       .hint = arena_printf(&c->arena, "%s_igemm", grp && grp->n > 1 ? cg_group_hint(c, grp) : ir_ops[n->op].name),
       .what = grp ? arena_printf(&c->arena, "#k%d %s", grp->id, gemm) : gemm,
       .tc = tc,
       .m = cv->Cog,
-      .n = cv->x->type.dims[0] * cv->OHW,
-      .k = cv->Kg,
-      .batch = ir_attr_int(n, "groups"),
+      .n = cv->x->type.dims[0] * (cv->phased ? cv->OPP : cv->OHW),
+      .k = cv->phased ? cv->Cg * cv->TQ : cv->Kg,
+      .batch = ir_attr_int(n, "groups") * (cv->phased ? cv->P : 1),
       .a = {.rows = cv->Cog, .k_major = true, .async_buf = w_async, .chunk_at = w_chunk, .row_begin = w_row,
             .element = w_element},
-      .b = {.rows = cv->x->type.dims[0] * cv->OHW, .k_major = false, .row_begin = x_row, .element = x_element},
+      .b = {.rows = cv->x->type.dims[0] * (cv->phased ? cv->OPP : cv->OHW), .k_major = false, .row_begin = x_row,
+            .element = x_element},
       .ctx = cv,
       .store = conv_store,
   };

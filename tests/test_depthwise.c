@@ -119,32 +119,61 @@ END_TEST
 typedef struct TrCase {
   Conv conv;
   bool tf32;
-  bool nvrtc; /* compile the source for sm_90 too */
+  bool nvrtc;  /* compile the source for sm_90 too */
+  bool phases; /* by stride phase (the stride divides the kernel and the output) */
 } TrCase;
 
 /* n, c, co, groups, in, k, stride, pad, dilation; output_pad last */
 static const TrCase tr_cases[] = {
     {{"f16 3x3 s1, K 24*9, bias relu", "f16", 2, 2, 24, 20, 1, {7, 9}, {3, 3}, ONES, {1, 1, 1, 1}, ONES, .bias = true,
       .relu = true, .transpose = true},
-     false, true},
+     false, true, false},
     {{"f16 4x4 s2 pad 1, output_pad 1", "f16", 2, 1, 32, 16, 1, {6, 5}, {4, 4}, {2, 2}, {1, 1, 1, 1}, ONES,
       .bias = true, .transpose = true, .opad = {1, 1}},
-     false, false},
+     false, false, false},
     {{"bf16 3x3 s3, dilation 2, pad 2,1,0,3, output_pad 2,1", "bf16", 2, 3, 16, 24, 1, {5, 4}, {3, 3}, {3, 3},
       {2, 1, 0, 3}, {2, 2}, .bias = false, .transpose = true, .opad = {2, 1}},
-     false, false},
+     false, false, false},
     {{"bf16 groups 2 of 16, s2", "bf16", 2, 1, 32, 32, 2, {5, 5}, {3, 3}, {2, 2}, {1, 1, 1, 1}, ONES, .bias = true,
       .transpose = true, .opad = {1, 0}},
-     false, false},
+     false, false, false},
     {{"i8 4x4 s2, bias", "i8", 2, 2, 20, 24, 1, {5, 6}, {4, 4}, {2, 2}, {1, 0, 2, 1}, ONES, .bias = true,
       .transpose = true},
-     false, true},
+     false, true, false},
     {{"f16 3-d 3x3x3 s2", "f16", 3, 1, 16, 16, 1, {3, 4, 5}, {3, 3, 3}, {2, 2, 2}, {1, 1, 1, 1, 1, 1}, ONES,
       .bias = false, .transpose = true, .opad = {1, 1, 1}},
-     false, false},
+     false, false, false},
     {{"f32 under --tf32, s2", "f32", 2, 2, 24, 16, 1, {6, 6}, {3, 3}, {2, 2}, {1, 1, 1, 1}, ONES, .bias = true,
       .transpose = true, .opad = {1, 1}},
-     true, true},
+     true, true, false},
+    /* by stride phase */
+    {{"f16 2x2 s2 phases, bias relu", "f16", 2, 2, 32, 16, 1, {5, 6}, {2, 2}, {2, 2}, {0}, ONES, .bias = true,
+      .relu = true, .transpose = true},
+     false, true, true},
+    {{"bf16 4x4 s2 pad 1 phases, residual", "bf16", 2, 1, 16, 24, 1, {5, 4}, {4, 4}, {2, 2}, {1, 1, 1, 1}, ONES,
+      .bias = true, .residual = true, .transpose = true},
+     false, false, true},
+    {{"i8 4x4 s2 pad 1 phases, bias", "i8", 2, 2, 20, 24, 1, {4, 5}, {4, 4}, {2, 2}, {1, 1, 1, 1}, ONES,
+      .bias = true, .transpose = true},
+     false, true, true},
+    {{"f16 groups 2 of 16, 2x2 s2 phases", "f16", 2, 1, 32, 32, 2, {5, 5}, {2, 2}, {2, 2}, {0}, ONES,
+      .bias = true, .transpose = true},
+     false, false, true},
+    {{"bf16 3-d 2x2x2 s2 phases", "bf16", 3, 1, 16, 16, 1, {3, 4, 3}, {2, 2, 2}, {2, 2, 2}, {0}, ONES,
+      .bias = false, .transpose = true},
+     false, false, true},
+    {{"f16 4x4 s2 dilation 3 pad 3 phases", "f16", 2, 1, 16, 16, 1, {5, 5}, {4, 4}, {2, 2}, {3, 3, 3, 3},
+      {3, 3}, .bias = true, .transpose = true},
+     false, false, true},
+    {{"bf16 3x3 s3 dilation 2 phases (tap order by dilation's inverse)", "bf16", 2, 1, 16, 16, 1, {4, 5}, {3, 3},
+      {3, 3}, {1, 1, 1, 1}, {2, 2}, .bias = true, .transpose = true},
+     false, false, true},
+    {{"f16 4x3 stride 2x1 phases", "f16", 2, 2, 16, 16, 1, {5, 6}, {4, 3}, {2, 1}, {1, 1, 1, 1}, ONES,
+      .bias = true, .transpose = true},
+     false, false, true},
+    {{"f32 under --tf32, 2x2 s2 phases", "f32", 2, 2, 24, 16, 1, {6, 6}, {2, 2}, {2, 2}, {0}, ONES, .bias = true,
+      .transpose = true},
+     true, false, true},
 };
 
 /* Measured on emu as the convolutions' (docs/tensorcores.md). */
@@ -162,7 +191,9 @@ START_TEST(conv_transpose_on_tensor_cores) {
   static const char *const fn[] = {"dl_mma_f16(&", "dl_mma_bf16(&", "dl_mma_s8(&", "dl_mma_tf32(&"};
   for (size_t i = 0; i < ARRAY_LEN(dts); i++)
     if (strcmp(p->dt, dts[i]) == 0) ck_assert_msg(strstr(j.cg.source, fn[i]), "%s: no %s", p->what, fn[i]);
-  ck_assert_msg(conv_step_with(j.cg.plan, "implicit gemm (gather), tensor cores"), "%s", p->what);
+  ck_assert_msg(conv_step_with(j.cg.plan, tc->phases ? "implicit gemm (stride phases), tensor cores"
+                                                    : "implicit gemm (gather), tensor cores"),
+                "%s", p->what);
   double e = 0;
   for (uint64_t seed = 1; seed <= 2; seed++) {
     double s = conv_run_against_eval(&j, seed);
