@@ -741,12 +741,12 @@ static RtStep *add_step(CgBuild *b, RtStepKind kind, const Node *n, const char *
   s->label = cg_label(b->ctx, n, what);
   /* What eval.c's messages start with, for the runtime's index errors. */
   if (n->loc.file && n->loc.line == 0)
-    s->origin = arena_printf(&b->ctx->arena, "%s: %s", n->loc.file->name, ir_ops[n->op].name);
+    s->origin = arena_printf(&b->ctx->arena, "%s: %s", n->loc.file->name, ir_op_origin(n));
   else if (n->loc.file)
     s->origin = arena_printf(&b->ctx->arena, "%s:%d:%d: %s", n->loc.file->name, n->loc.line, n->loc.col,
-                             ir_ops[n->op].name);
+                             ir_op_origin(n));
   else
-    s->origin = ir_ops[n->op].name;
+    s->origin = ir_op_origin(n);
   return s;
 }
 

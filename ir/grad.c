@@ -359,6 +359,13 @@ static void vjp_softmax(GradCall *c) {
     c->dx[0] = sub(c, dy, mul(c, op1(c, OP_EXP, y), sum(c, dy, 1, &axis, true)));
 }
 
+/* softmax_xent: its own gradient op, one row kernel (the targets carry
+ * none). */
+static void vjp_xent(GradCall *c) {
+  Node *n = like(c, OP_XENT_GRAD, 3, (Value *[]){in0(c), c->n->in[1], c->dy[0]});
+  c->dx[0] = finish(c->g, n);
+}
+
 /* layernorm over the axes from `axis` on, with x^ = (x - mean) / sqrt(var + eps):
  *   dx = (g - mean(g) - x^ mean(g x^)) / sqrt(var + eps), g = dy * weight,
  *   dweight = sum of dy x^ over the leading axes, dbias = sum of dy. */
@@ -970,6 +977,8 @@ static void vjp_dropout(GradCall *c) {
 #define GRAD_MAXPOOL_GRAD NONE
 #define GRAD_AVGPOOL_GRAD NONE
 #define GRAD_EMBEDDING_GRAD NONE
+#define GRAD_XENT VJP(vjp_xent)
+#define GRAD_XENT_GRAD NONE /* no second derivatives */
 #define GRAD_DROPOUT VJP(vjp_dropout)
 #define GRAD_RESIZE_GRAD NONE
 #define GRAD_OPTIM_UPDATE NONE /* the end of a step, after every gradient */
