@@ -318,6 +318,7 @@ static Combine combine_of(const Node *n) {
  * reduction that a second kernel combines. */
 static bool lower_reduce(CgBuild *b, const Node *n) {
   if (!cg_check_dtypes(b, n, false)) return false;
+  if (cg_gemm_bias_grad(b, n)) return true;
   const Value *x = n->in[0];
   const TensorType *xt = &x->type;
   if (ir_type_numel(&n->out[0].type) == 0) return true;

@@ -907,6 +907,32 @@ void cg_gemm(CgBuild *b, const Node *n, const char *what, const RtGemm *g) {
   s->gemm = *g;
 }
 
+static bool same_ref(RtRef a, RtRef b) { return a.space == b.space && a.index == b.index && a.offset == b.offset; }
+
+bool cg_gemm_bias_grad(CgBuild *b, const Node *n) {
+  if (n->op != OP_REDUCE_SUM) return false;
+  const CgGroup *grp = b->group;
+  const Value *x = n->in[0];
+  const TensorType *xt = &x->type;
+  int n_axes;
+  const int64_t *axes = ir_attr_ints(n, "axes", &n_axes);
+  if ((grp && (grp->n != 1 || grp->n_siblings || grp->n_side)) || xt->rank != 2 ||
+      n_axes != 1 || (axes[0] != 0 && axes[0] != -2) || n->out[0].type.dtype != xt->dtype ||
+      (xt->dtype != TY_F32 && xt->dtype != TY_F16 && xt->dtype != TY_BF16) || b->n_steps <= b->n_init_steps)
+    return false;
+  RtStep *s = &b->steps[b->n_steps - 1];
+  RtGemm *g = &s->gemm;
+  if (s->kind != RT_STEP_GEMM || g->epilogue || g->batch != 1 || !g->trans_a || g->alpha != 1.0f ||
+      g->beta != 0.0f || g->dtype != (uint32_t)xt->dtype || g->m != xt->dims[1] || g->k != xt->dims[0] ||
+      g->lda != xt->dims[1] || !same_ref(g->a, cg_ref(b, x)))
+    return false;
+  /* The last step's A is x as this reduction reads it: no step between. */
+  g->epilogue = RT_EPILOGUE_BGRAD;
+  g->bias = cg_ref(b, &n->out[0]);
+  s->label = arena_printf(&b->ctx->arena, "%s, %s", s->label, cg_label(b->ctx, n, NULL));
+  return true;
+}
+
 void cg_copy(CgBuild *b, const Node *n, const char *what, RtRef dst, RtRef src, uint64_t nbytes) {
   RtStep *s = add_step(b, RT_STEP_COPY, n, what);
   s->copy = (RtCopy){.dst = dst, .src = src, .nbytes = nbytes};
