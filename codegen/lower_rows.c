@@ -1,5 +1,5 @@
 /* Lowering of the reductions and normalizations: takes a reduce op,
- * argmax, softmax/log_softmax, softmax_xent (and its gradient),
+ * argmax, softmax/log_softmax, softmax_xent (and its gradients),
  * layernorm, rms_norm, group_norm or global_avgpool of a verified graph
  * and appends one kernel that spreads each output row over threads
  * (docs/kernels.md):
@@ -461,21 +461,23 @@ static bool lower_softmax(CgBuild *b, const Node *n) {
   return true;
 }
 
-/* softmax_xent and its gradient (ops.def), a row of x per row of
+/* softmax_xent, its gradient or both (ops.def), a row of x per row of
  * threads: the max, then exp(x - max) and x - max summed, then the
- * row's loss from its target's logit, or the gradient row.  The target
+ * row's loss from its target's logit, and the gradient row.  The target
  * is checked as the gather_elements it replaced did (ir_op_origin). */
 static bool lower_xent(CgBuild *b, const Node *n) {
   if (!cg_check_dtypes(b, n, true)) return false;
-  const Value *x = n->in[0], *t = n->in[1], *out = &n->out[0];
+  const Value *x = n->in[0], *t = n->in[1];
+  const Value *loss_out = n->op != OP_XENT_GRAD ? &n->out[0] : NULL;
+  const Value *grad_out = n->op == OP_XENT_GRAD ? &n->out[0] : n->op == OP_XENT_BOTH ? &n->out[1] : NULL;
   const TensorType *xt = &x->type;
   int64_t C = xt->dims[1];
-  if (ir_type_numel(&out->type) == 0) return true;
+  if (xt->dims[0] == 0) return true;
   if (C == 0) {
     diag_error(cg_build_ctx(b), n->loc, "%s over an empty class axis", ir_ops[n->op].name);
     return false;
   }
-  bool grad = n->op == OP_XENT_GRAD, reduced[2] = {false, true};
+  bool reduced[2] = {false, true};
   double eps = ir_attr_float(n, "smoothing");
   RowSpace sp = row_space(xt->dims, 2, reduced);
   DType at = xt->dtype == TY_F64 ? TY_F64 : TY_F32;
@@ -508,7 +510,7 @@ static bool lower_xent(CgBuild *b, const Node *n) {
   KVar *c = cg_klet(k, in, "cls", KT_INDEX, cg_kcast(k, cls, KT_INDEX));
   KVar *ls = cg_klet(k, in, "ls", at, cg_kop1(k, OP_LOG, cg_kv(k, sum)));
   KExpr *zf = cg_kimm(k, 0, at);
-  if (!grad) {
+  if (loss_out) {
     KBlock *st = R.width > 1 ? &cg_kif(k, in, cg_kcmp(k, KC_EQ, cg_kv(k, R.lane), cg_kint(k, 0)))->body : in;
     KExpr *xc = cg_kcast(k, cg_load_in(b, k, st, x, "x", cg_kadd(k, cg_kv(k, R.base), cg_kv(k, c))), at);
     KExpr *loss = cg_kop2(k, OP_ADD, cg_kop2(k, OP_SUB, cg_kv(k, mx), xc), cg_kv(k, ls));
@@ -517,19 +519,22 @@ static bool lower_xent(CgBuild *b, const Node *n) {
       loss = cg_kop2(k, OP_ADD, cg_kop2(k, OP_MUL, cg_kimm(k, 1 - eps, at), loss),
                      cg_kop2(k, OP_MUL, cg_kimm(k, eps, at), smooth));
     }
-    cg_store_at(b, k, st, out, cg_kv(k, R.row), cg_ksel(k, cg_kv(k, skip), zf, loss));
+    cg_store_at(b, k, st, loss_out, cg_kv(k, R.row), cg_ksel(k, cg_kv(k, skip), zf, loss));
+  }
+  if (!grad_out) {
     cg_launch(b, k);
     return true;
   }
+  KExpr *dy_at = ir_type_numel(&n->in[2]->type) == 1 ? cg_kint(k, 0) : cg_kv(k, R.row);
   KVar *g = cg_klet(k, in, "g", at,
-                    cg_ksel(k, cg_kv(k, skip), zf, cg_kcast(k, cg_load_in(b, k, in, n->in[2], "dy", cg_kv(k, R.row)), at)));
+                    cg_ksel(k, cg_kv(k, skip), zf, cg_kcast(k, cg_load_in(b, k, in, n->in[2], "dy", dy_at), at)));
   P = rows_pass(&R, in);
   KExpr *p = cg_kop2(k, OP_DIV, cg_kop1(k, OP_EXP, cg_kop2(k, OP_SUB, rows_value(&R, &P, x, false, at), cg_kv(k, mx))),
                      cg_kv(k, sum));
   if (eps > 0) p = cg_kop2(k, OP_SUB, p, cg_kimm(k, eps / (double)C, at));
   KExpr *hit = cg_kcmp(k, KC_EQ, P.e, cg_kv(k, c));
   p = cg_kop2(k, OP_SUB, p, cg_ksel(k, hit, cg_kimm(k, 1 - eps, at), zf));
-  cg_store_at(b, k, P.body, out, P.at, cg_kop2(k, OP_MUL, cg_kv(k, g), p));
+  cg_store_at(b, k, P.body, grad_out, P.at, cg_kop2(k, OP_MUL, cg_kv(k, g), p));
   cg_launch(b, k);
   return true;
 }
@@ -612,7 +617,8 @@ bool cg_lower_rows(CgBuild *b, const Node *n) {
     case OP_RMS_NORM:
     case OP_GROUP_NORM: return lower_norm(b, n);
     case OP_XENT:
-    case OP_XENT_GRAD: return lower_xent(b, n);
+    case OP_XENT_GRAD:
+    case OP_XENT_BOTH: return lower_xent(b, n);
     default: dl_internal(cg_build_ctx(b), "%s is not a row reduction", ir_ops[n->op].name);
   }
 }

@@ -920,13 +920,18 @@ bool cg_gemm_bias_grad(CgBuild *b, const Node *n) {
       n_axes != 1 || (axes[0] != 0 && axes[0] != -2) || n->out[0].type.dtype != xt->dtype ||
       (xt->dtype != TY_F32 && xt->dtype != TY_F16 && xt->dtype != TY_BF16) || b->n_steps <= b->n_init_steps)
     return false;
-  RtStep *s = &b->steps[b->n_steps - 1];
+  /* The GEMM's own all-reduce may sit between (it reads the weight's
+   * gradient; --bucket-mb moves it later, and the bits must not
+   * change with it). */
+  int at = b->n_steps - 1;
+  while (at > b->n_init_steps && b->steps[at].kind == RT_STEP_ALLREDUCE) at--;
+  RtStep *s = &b->steps[at];
   RtGemm *g = &s->gemm;
   if (s->kind != RT_STEP_GEMM || g->epilogue || g->batch != 1 || !g->trans_a || g->alpha != 1.0f ||
       g->beta != 0.0f || g->dtype != (uint32_t)xt->dtype || g->m != xt->dims[1] || g->k != xt->dims[0] ||
       g->lda != xt->dims[1] || !same_ref(g->a, cg_ref(b, x)))
     return false;
-  /* The last step's A is x as this reduction reads it: no step between. */
+  /* The GEMM's A is x as this reduction reads it: no kernel between. */
   g->epilogue = RT_EPILOGUE_BGRAD;
   g->bias = cg_ref(b, &n->out[0]);
   s->label = arena_printf(&b->ctx->arena, "%s, %s", s->label, cg_label(b->ctx, n, NULL));

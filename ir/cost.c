@@ -178,6 +178,9 @@ static const OpCost op_cost[] = {
     /* max, x - max, exp and sum per element of x, then exp, / sum, the
      * one-hot's subtraction and * dy per element of the result */
     [OP_XENT_GRAD] = {RULE_LINEAR, 4, 4},
+    /* both: the forward's per element of x and its row's loss, the
+     * gradient's per element of the result (x's shape) counted there */
+    [OP_XENT_BOTH] = {RULE_LINEAR, 9, 6},
     /* Philox4x32-10 per element (10 rounds of 2 multiplies, 4 xors and
      * the key's 2 adds), the comparison, the select and the scale */
     [OP_DROPOUT] = {RULE_LINEAR, 0, 83},

@@ -29,7 +29,8 @@ const OpInfo ir_ops[OP_COUNT] = {
 #undef ATTR
 
 const char *ir_op_origin(const Node *n) {
-  return n->op == OP_XENT || n->op == OP_XENT_GRAD ? ir_ops[OP_GATHER_ELEMENTS].name : ir_ops[n->op].name;
+  bool xent = n->op == OP_XENT || n->op == OP_XENT_GRAD || n->op == OP_XENT_BOTH;
+  return xent ? ir_ops[OP_GATHER_ELEMENTS].name : ir_ops[n->op].name;
 }
 
 OpKind ir_op_from_name(const char *name) {

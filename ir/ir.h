@@ -138,7 +138,7 @@ typedef struct OpInfo {
 
 extern const OpInfo ir_ops[OP_COUNT];
 /* The op name n's run-time errors carry: its own, but gather_elements
- * for softmax_xent and its gradient, whose index check was a
+ * for softmax_xent and its gradients, whose index check was a
  * gather_elements' until they replaced it (ir/loss.c). */
 const char *ir_op_origin(const Node *n);
 

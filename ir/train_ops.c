@@ -167,9 +167,10 @@ static bool eval_embedding_grad(const Tensor *dy, const Tensor *ids, Tensor *out
   return acc != NULL;
 }
 
-/* softmax_xent (dy NULL) or its gradient, row by row in double. */
-static bool eval_xent(const Node *n, const Tensor *x, const Tensor *t, const Tensor *dy, Tensor *out, char *err,
-                      size_t errlen) {
+/* softmax_xent's rows into loss, its gradient's into dx (either NULL),
+ * row by row in double. */
+static bool eval_xent(const Node *n, const Tensor *x, const Tensor *t, const Tensor *dy, Tensor *loss, Tensor *dx,
+                      char *err, size_t errlen) {
   int64_t N = x->type.dims[0], C = x->type.dims[1], ignore = ir_attr_int(n, "ignore_index");
   double eps = ir_attr_float(n, "smoothing");
   for (int64_t i = 0; i < N; i++) {
@@ -188,15 +189,14 @@ static bool eval_xent(const Node *n, const Tensor *x, const Tensor *t, const Ten
       dev += d;
     }
     double ls = log(sum);
-    if (!dy) {
+    if (loss) {
       double nll = skip ? 0 : mx - ir_tensor_get(x, i * C + ti) + ls;
-      ir_tensor_set(out, i, skip ? 0 : eps > 0 ? (1 - eps) * nll + eps * (ls - dev / (double)C) : nll);
-      continue;
+      ir_tensor_set(loss, i, skip ? 0 : eps > 0 ? (1 - eps) * nll + eps * (ls - dev / (double)C) : nll);
     }
-    double g = skip ? 0 : ir_tensor_get(dy, i);
-    for (int64_t c = 0; c < C; c++) {
+    double g = skip || !dx ? 0 : ir_tensor_get(dy, ir_type_numel(&dy->type) == 1 ? 0 : i);
+    for (int64_t c = 0; dx && c < C; c++) {
       double p = exp(ir_tensor_get(x, i * C + c) - mx) / sum - (eps > 0 ? eps / (double)C : 0) - (c == ti ? 1 - eps : 0);
-      ir_tensor_set(out, i * C + c, skip ? 0 : g * p);
+      ir_tensor_set(dx, i * C + c, skip ? 0 : g * p);
     }
   }
   return true;
@@ -308,8 +308,9 @@ bool ir_eval_train_op(const Node *n, Tensor *const *in, Tensor *out, char *err, 
       snprintf(err, errlen, "out of memory");
       return false;
     case OP_EMBEDDING_GRAD: return eval_embedding_grad(in[0], in[1], out, err, errlen);
-    case OP_XENT: return eval_xent(n, in[0], in[1], NULL, out, err, errlen);
-    case OP_XENT_GRAD: return eval_xent(n, in[0], in[1], in[2], out, err, errlen);
+    case OP_XENT: return eval_xent(n, in[0], in[1], NULL, out, NULL, err, errlen);
+    case OP_XENT_GRAD: return eval_xent(n, in[0], in[1], in[2], NULL, out, err, errlen);
+    case OP_XENT_BOTH: return eval_xent(n, in[0], in[1], in[2], &out[0], &out[1], err, errlen);
     case OP_DROPOUT: eval_dropout(n, in[0], in[1], in[2], out); return true;
     case OP_RESIZE_GRAD:
       if (eval_resize_grad(n, in[0], out)) return true;

@@ -464,6 +464,7 @@ static Graph *build_every_op(Ctx *c, bool *covered) {
   n = NODE(g, OP_XENT_GRAD, logits, cls, &xent->out[0]);
   ir_set_int(g, n, "ignore_index", 4);
   add(g, n);
+  add(g, NODE(g, OP_XENT_BOTH, logits, cls, &xent->out[0]));
   n = NODE(g, OP_RESIZE_GRAD, pic);
   ir_set_ints(g, n, "size", INTS(3, 2));
   ir_set_str(g, n, "mode", "bilinear");

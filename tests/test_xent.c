@@ -4,7 +4,8 @@
  * interpreter: in f32, and bf16/f16 logits at their tolerance; a row
  * count that no block of rows divides, C = 1 and C = 1000; and
  * cross_entropy's mean, sum and none built on them (ir/loss.c), with
- * their gradients by autodiff; and the bias gradients that ride on
+ * their gradients by autodiff, one row kernel for both (passes/xent.c)
+ * except where the gradient reads the loss; and the bias gradients that ride on
  * their weight gradients' GEMMs (the BGRAD epilogue) in an MLP's step. */
 #include <check.h>
 #include <math.h>
@@ -15,6 +16,7 @@
 #include "codegen/codegen.h"
 #include "dlcrt.h"
 #include "ir/eval.h"
+#include "ir/grad.h"
 #include "ir/loss.h"
 #include "passes/autodiff.h"
 #include "passes/loss.h"
@@ -28,18 +30,20 @@ typedef struct XentCase {
   bool ignore; /* some targets are ignore_index */
   LossReduction reduction;
   bool loss; /* through loss_build and autodiff, else the two ops alone */
+  bool squared; /* the loss times itself: its gradient's dy reads the loss (no softmax_xent_both) */
 } XentCase;
 
 static const XentCase cases[] = {
-    {TY_F32, 37, 1000, 0.1, true, LOSS_MEAN, false},
-    {TY_F32, 13, 1, 0, false, LOSS_MEAN, false},
-    {TY_F32, 13, 1, 0.2, true, LOSS_MEAN, false},
-    {TY_F32, 300, 10, 0.05, true, LOSS_MEAN, false},
-    {TY_BF16, 67, 33, 0.1, true, LOSS_MEAN, false},
-    {TY_F16, 5, 1000, 0, true, LOSS_MEAN, false},
-    {TY_F32, 70, 10, 0, true, LOSS_MEAN, true},
-    {TY_F32, 70, 10, 0.1, true, LOSS_SUM, true},
-    {TY_F32, 9, 1000, 0.1, true, LOSS_NONE, true},
+    {TY_F32, 37, 1000, 0.1, true, LOSS_MEAN, false, false},
+    {TY_F32, 13, 1, 0, false, LOSS_MEAN, false, false},
+    {TY_F32, 13, 1, 0.2, true, LOSS_MEAN, false, false},
+    {TY_F32, 300, 10, 0.05, true, LOSS_MEAN, false, false},
+    {TY_BF16, 67, 33, 0.1, true, LOSS_MEAN, false, false},
+    {TY_F16, 5, 1000, 0, true, LOSS_MEAN, false, false},
+    {TY_F32, 70, 10, 0, true, LOSS_MEAN, true, false},
+    {TY_F32, 70, 10, 0.1, true, LOSS_SUM, true, false},
+    {TY_F32, 9, 1000, 0.1, true, LOSS_NONE, true, false},
+    {TY_F32, 70, 10, 0.1, true, LOSS_MEAN, true, true},
 };
 
 static Value *source(Graph *g, OpKind op, DType dt, int rank, const int64_t *dims, const char *name) {
@@ -70,6 +74,7 @@ static Graph *build(Ctx *c, const XentCase *xc) {
     s.label_smoothing = xc->smoothing;
     Value *loss = loss_build(g, &s, x, t, (SrcLoc){0});
     ck_assert_msg(loss, "%s", diag_text(c));
+    if (xc->squared) loss = ir_grad_op(g, (SrcLoc){0}, OP_MUL, 2, (Value *[]){loss, loss});
     const char *name = "loss";
     ir_set_outputs(g, 1, &loss, &name);
     ck_assert_msg(xc->reduction == LOSS_NONE || pass_autodiff(g, NULL), "%s", diag_text(c)); /* none: no scalar */
@@ -84,14 +89,32 @@ static Graph *build(Ctx *c, const XentCase *xc) {
   return g;
 }
 
+/* Each output of got within tol of want's largest, then both freed. */
+static void check_close(const Graph *ref, Tensor *want, Tensor *got, double tol, int which) {
+  for (int o = 0; o < ref->n_outputs; o++) {
+    int64_t count = ir_type_numel(&want[o].type);
+    double scale = 1e-30;
+    for (int64_t k = 0; k < count; k++) scale = fmax(scale, fabs(ir_tensor_get(&want[o], k)));
+    for (int64_t k = 0; k < count; k++) {
+      double a = ir_tensor_get(&got[o], k), b = ir_tensor_get(&want[o], k);
+      ck_assert_msg(fabs(a - b) <= tol * scale, "case %d output %s element %lld: emu %.9g, ref %.9g", which,
+                    ref->output_names[o], (long long)k, a, b);
+    }
+    ir_tensor_free(&want[o]);
+    ir_tensor_free(&got[o]);
+  }
+  free(want);
+  free(got);
+}
+
+/* The case at -O2 (the two ops alone also at -O1, where they stay two
+ * kernels): loss and gradient share a row kernel (passes/xent.c) unless
+ * the gradient's dy reads the loss. */
 START_TEST(test_emu_against_ref) {
   const XentCase *xc = &cases[_i];
   Ctx c;
   ctx_init(&c);
-  Graph *ref = build(&c, xc), *g = ir_copy(ref, "step");
-  PassOptions po = {.opt_level = 2, .verify_each = true};
-  CgResult cg;
-  ck_assert_msg(g && pass_run_pipeline(g, &po, NULL) && cg_compile(g, &cg), "%s", diag_text(&c));
+  Graph *ref = build(&c, xc);
   uint64_t state = 11 + (uint64_t)_i;
   int64_t xd[2] = {xc->n, xc->c};
   TensorType xt = ir_type_make(xc->dt, 2, xd), tt = ir_type_make(TY_I64, 1, &xc->n),
@@ -108,25 +131,27 @@ START_TEST(test_emu_against_ref) {
   const char *names[3] = {"x", "t", "dy"};
   TensorMap inputs = {xc->loss ? 1 : 3, xc->loss ? names + 1 : names, xc->loss ? data + 1 : data};
   TensorMap params = {xc->loss ? 1 : 0, names, data};
-  char err[512];
-  Tensor *want = calloc((size_t)ref->n_outputs, sizeof *want), *got = NULL;
-  ck_assert_msg(ir_eval(ref, &inputs, &params, want, err, sizeof err), "%s", err);
-  ck_assert_msg(test_run_emu_status(cg.plan, &params, &inputs, &got, err, sizeof err) == DLRT_OK, "%s", err);
-  double tol = xc->dt == TY_F32 ? 1e-5 : 1e-2;
-  for (int o = 0; o < ref->n_outputs; o++) {
-    int64_t count = ir_type_numel(&want[o].type);
-    double scale = 1e-30;
-    for (int64_t k = 0; k < count; k++) scale = fmax(scale, fabs(ir_tensor_get(&want[o], k)));
-    for (int64_t k = 0; k < count; k++) {
-      double a = ir_tensor_get(&got[o], k), b = ir_tensor_get(&want[o], k);
-      ck_assert_msg(fabs(a - b) <= tol * scale, "case %d output %s element %lld: emu %.9g, ref %.9g", _i,
-                    ref->output_names[o], (long long)k, a, b);
+  bool has_grad = !xc->loss || xc->reduction != LOSS_NONE;
+  for (int level = xc->loss ? 2 : 1; level <= 2; level++) {
+    Graph *g = ir_copy(ref, "step");
+    PassOptions po = {.opt_level = level, .verify_each = true};
+    CgResult cg;
+    ck_assert_msg(g && pass_run_pipeline(g, &po, NULL) && cg_compile(g, &cg), "%s", diag_text(&c));
+    bool joins = level == 2 && has_grad && !xc->squared;
+    int both = 0, grads = 0;
+    for (uint32_t i = 0; i < cg.plan->n_steps; i++) {
+      const char *label = cg.plan->steps[i].label;
+      both += strncmp(label, "softmax_xent_both ", 18) == 0;
+      grads += strncmp(label, "softmax_xent_grad ", 18) == 0;
     }
-    ir_tensor_free(&want[o]);
-    ir_tensor_free(&got[o]);
+    ck_assert_int_eq(both, joins);
+    ck_assert_int_eq(grads, has_grad && !joins);
+    char err[512];
+    Tensor *want = calloc((size_t)ref->n_outputs, sizeof *want), *got = NULL;
+    ck_assert_msg(ir_eval(ref, &inputs, &params, want, err, sizeof err), "%s", err);
+    ck_assert_msg(test_run_emu_status(cg.plan, &params, &inputs, &got, err, sizeof err) == DLRT_OK, "%s", err);
+    check_close(ref, want, got, xc->dt == TY_F32 ? 1e-5 : 1e-2, _i);
   }
-  free(want);
-  free(got);
   for (int i = 0; i < 3; i++) ir_tensor_free(&data[i]);
   ctx_free(&c);
 }
@@ -137,7 +162,7 @@ END_TEST
 START_TEST(test_values) {
   Ctx c;
   ctx_init(&c);
-  XentCase xc = {TY_F32, 2, 4, 0, true, LOSS_MEAN, false};
+  XentCase xc = {TY_F32, 2, 4, 0, true, LOSS_MEAN, false, false};
   Graph *g = build(&c, &xc);
   int64_t xd[2] = {2, 4}, n = 2;
   TensorType xt = ir_type_make(TY_F32, 2, xd), tt = ir_type_make(TY_I64, 1, &n), dt = ir_type_make(TY_F32, 1, &n);
@@ -216,19 +241,7 @@ START_TEST(test_bias_grad_epilogue) {
   Tensor *want = calloc((size_t)ref->n_outputs, sizeof *want), *got = NULL;
   ck_assert_msg(ir_eval(ref, &inputs, &params, want, err, sizeof err), "%s", err);
   ck_assert_msg(test_run_emu_status(cg.plan, &params, &inputs, &got, err, sizeof err) == DLRT_OK, "%s", err);
-  for (int o = 0; o < ref->n_outputs; o++) {
-    int64_t count = ir_type_numel(&want[o].type);
-    double scale = 1e-30;
-    for (int64_t k = 0; k < count; k++) scale = fmax(scale, fabs(ir_tensor_get(&want[o], k)));
-    for (int64_t k = 0; k < count; k++)
-      ck_assert_msg(fabs(ir_tensor_get(&got[o], k) - ir_tensor_get(&want[o], k)) <= 1e-5 * scale,
-                    "output %s element %lld: emu %.9g, ref %.9g", ref->output_names[o], (long long)k,
-                    ir_tensor_get(&got[o], k), ir_tensor_get(&want[o], k));
-    ir_tensor_free(&want[o]);
-    ir_tensor_free(&got[o]);
-  }
-  free(want);
-  free(got);
+  check_close(ref, want, got, 1e-5, -1);
   ir_tensor_free(&data[0]);
   ir_tensor_free(&data[1]);
   ir_tensor_map_free(&params);
