@@ -369,6 +369,11 @@ bool cg_same_ref(RtRef a, RtRef b);
 /* Appends a launch of k (finished here; identical text shares one kernel). */
 void cg_launch(CgBuild *b, Kernel *k);
 void cg_gemm(CgBuild *b, const Node *n, const char *what, const RtGemm *g);
+/* When the last step (all-reduces aside) is the GEMM dW = dy^T x and
+ * reduce_sum n sums that dy over its rows (a linear's bias gradient, nothing fused into it):
+ * that GEMM's BGRAD epilogue computes n instead, and nothing is emitted;
+ * false, and nothing changed, otherwise. */
+bool cg_gemm_bias_grad(CgBuild *b, const Node *n);
 void cg_copy(CgBuild *b, const Node *n, const char *what, RtRef dst, RtRef src, uint64_t nbytes);
 /* allreduce_mean: src's f32 bytes to dst, then their mean over the ranks. */
 void cg_allreduce(CgBuild *b, const Node *n, RtRef dst, RtRef src, uint64_t nbytes);

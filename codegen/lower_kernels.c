@@ -197,7 +197,10 @@ bool cg_lower_node(CgBuild *b, const Node *n) {
     case OP_LAYERNORM:
     case OP_RMS_NORM:
     case OP_GROUP_NORM:
-    case OP_GLOBAL_AVGPOOL: return cg_lower_rows(b, n);
+    case OP_GLOBAL_AVGPOOL:
+    case OP_XENT:
+    case OP_XENT_GRAD:
+    case OP_XENT_BOTH: return cg_lower_rows(b, n);
     case OP_BATCHNORM: return lower_batchnorm(b, n);
     case OP_MATMUL: return lower_matmul(b, n);
     case OP_LINEAR: return lower_linear(b, n);

@@ -1,7 +1,8 @@
 /* Lowering of the reductions and normalizations: takes a reduce op,
- * argmax, softmax/log_softmax, layernorm, rms_norm, group_norm or
- * global_avgpool of a verified graph and appends one kernel that spreads
- * each output row over threads (docs/kernels.md):
+ * argmax, softmax/log_softmax, softmax_xent (and its gradients),
+ * layernorm, rms_norm, group_norm or global_avgpool of a verified graph
+ * and appends one kernel that spreads each output row over threads
+ * (docs/kernels.md):
  *   - row mode, when the reduced elements are x's innermost: the threads
  *     of a row are lanes along it (a warp for short rows, a block for
  *     long ones, several rows per block when rows are short), reading 16
@@ -317,6 +318,7 @@ static Combine combine_of(const Node *n) {
  * reduction that a second kernel combines. */
 static bool lower_reduce(CgBuild *b, const Node *n) {
   if (!cg_check_dtypes(b, n, false)) return false;
+  if (cg_gemm_bias_grad(b, n)) return true;
   const Value *x = n->in[0];
   const TensorType *xt = &x->type;
   if (ir_type_numel(&n->out[0].type) == 0) return true;
@@ -459,6 +461,84 @@ static bool lower_softmax(CgBuild *b, const Node *n) {
   return true;
 }
 
+/* softmax_xent, its gradient or both (ops.def), a row of x per row of
+ * threads: the max, then exp(x - max) and x - max summed, then the
+ * row's loss from its target's logit, and the gradient row.  The target
+ * is checked as the gather_elements it replaced did (ir_op_origin). */
+static bool lower_xent(CgBuild *b, const Node *n) {
+  if (!cg_check_dtypes(b, n, true)) return false;
+  const Value *x = n->in[0], *t = n->in[1];
+  const Value *loss_out = n->op != OP_XENT_GRAD ? &n->out[0] : NULL;
+  const Value *grad_out = n->op == OP_XENT_GRAD ? &n->out[0] : n->op == OP_XENT_BOTH ? &n->out[1] : NULL;
+  const TensorType *xt = &x->type;
+  int64_t C = xt->dims[1];
+  if (xt->dims[0] == 0) return true;
+  if (C == 0) {
+    diag_error(cg_build_ctx(b), n->loc, "%s over an empty class axis", ir_ops[n->op].name);
+    return false;
+  }
+  bool reduced[2] = {false, true};
+  double eps = ir_attr_float(n, "smoothing");
+  RowSpace sp = row_space(xt->dims, 2, reduced);
+  DType at = xt->dtype == TY_F64 ? TY_F64 : TY_F32;
+  Kernel *k = rows_kernel(b, n);
+  Rows R;
+  rows_begin(&R, b, k, &sp, xt->dtype, at, false);
+  KVar *mx = rows_acc(&R, "mx", at, -INFINITY);
+  Pass P = rows_pass(&R, rows_guard(&R, NULL));
+  accumulate(k, &P, mx, OP_MAXIMUM, rows_value(&R, &P, x, true, at));
+  rows_allreduce(&R, mx, OP_MAXIMUM);
+  KVar *sum = rows_acc(&R, "sum", at, 0), *dev = eps > 0 ? rows_acc(&R, "dev", at, 0) : NULL;
+  P = rows_pass(&R, rows_guard(&R, NULL));
+  KVar *d = cg_klet(k, P.body, "d", at, cg_kop2(k, OP_SUB, rows_value(&R, &P, x, false, at), cg_kv(k, mx)));
+  accumulate(k, &P, sum, OP_ADD, cg_kop1(k, OP_EXP, cg_kv(k, d)));
+  if (dev) accumulate(k, &P, dev, OP_ADD, cg_kv(k, d));
+  rows_allreduce(&R, sum, OP_ADD);
+  if (dev) rows_allreduce(&R, dev, OP_ADD);
+  KBlock *in = rows_guard(&R, NULL);
+  /* The target: ignored, or checked (a negative one reported as t - C,
+   * as gather_elements saw it) and clamped into the row. */
+  KVar *ti = cg_klet(k, in, "ti", TY_I64, cg_kcast(k, cg_load_in(b, k, in, t, "t", cg_kv(k, R.row)), TY_I64));
+  KExpr *zero = cg_kimm(k, 0, TY_I64);
+  KVar *skip = cg_klet(k, in, "skip", TY_BOOL,
+                       cg_kcmp(k, KC_EQ, cg_kv(k, ti), cg_kimm(k, (double)ir_attr_int(n, "ignore_index"), TY_I64)));
+  KExpr *raw = cg_ksel(k, cg_kv(k, skip), zero,
+                       cg_ksel(k, cg_kcmp(k, KC_LT, cg_kv(k, ti), zero),
+                               cg_kop2(k, OP_SUB, cg_kv(k, ti), cg_kimm(k, (double)C, TY_I64)), cg_kv(k, ti)));
+  KExpr *cls = cg_index_reported(b, k, in, cg_kv(k, R.row), raw, 1, C);
+  cls = cg_kop2(k, OP_MINIMUM, cg_kop2(k, OP_MAXIMUM, cls, zero), cg_kimm(k, (double)(C - 1), TY_I64));
+  KVar *c = cg_klet(k, in, "cls", KT_INDEX, cg_kcast(k, cls, KT_INDEX));
+  KVar *ls = cg_klet(k, in, "ls", at, cg_kop1(k, OP_LOG, cg_kv(k, sum)));
+  KExpr *zf = cg_kimm(k, 0, at);
+  if (loss_out) {
+    KBlock *st = R.width > 1 ? &cg_kif(k, in, cg_kcmp(k, KC_EQ, cg_kv(k, R.lane), cg_kint(k, 0)))->body : in;
+    KExpr *xc = cg_kcast(k, cg_load_in(b, k, st, x, "x", cg_kadd(k, cg_kv(k, R.base), cg_kv(k, c))), at);
+    KExpr *loss = cg_kop2(k, OP_ADD, cg_kop2(k, OP_SUB, cg_kv(k, mx), xc), cg_kv(k, ls));
+    if (dev) {
+      KExpr *smooth = cg_kop2(k, OP_SUB, cg_kv(k, ls), cg_kop2(k, OP_DIV, cg_kv(k, dev), cg_kimm(k, (double)C, at)));
+      loss = cg_kop2(k, OP_ADD, cg_kop2(k, OP_MUL, cg_kimm(k, 1 - eps, at), loss),
+                     cg_kop2(k, OP_MUL, cg_kimm(k, eps, at), smooth));
+    }
+    cg_store_at(b, k, st, loss_out, cg_kv(k, R.row), cg_ksel(k, cg_kv(k, skip), zf, loss));
+  }
+  if (!grad_out) {
+    cg_launch(b, k);
+    return true;
+  }
+  KExpr *dy_at = ir_type_numel(&n->in[2]->type) == 1 ? cg_kint(k, 0) : cg_kv(k, R.row);
+  KVar *g = cg_klet(k, in, "g", at,
+                    cg_ksel(k, cg_kv(k, skip), zf, cg_kcast(k, cg_load_in(b, k, in, n->in[2], "dy", dy_at), at)));
+  P = rows_pass(&R, in);
+  KExpr *p = cg_kop2(k, OP_DIV, cg_kop1(k, OP_EXP, cg_kop2(k, OP_SUB, rows_value(&R, &P, x, false, at), cg_kv(k, mx))),
+                     cg_kv(k, sum));
+  if (eps > 0) p = cg_kop2(k, OP_SUB, p, cg_kimm(k, eps / (double)C, at));
+  KExpr *hit = cg_kcmp(k, KC_EQ, P.e, cg_kv(k, c));
+  p = cg_kop2(k, OP_SUB, p, cg_ksel(k, hit, cg_kimm(k, 1 - eps, at), zf));
+  cg_store_at(b, k, P.body, grad_out, P.at, cg_kop2(k, OP_MUL, cg_kv(k, g), p));
+  cg_launch(b, k);
+  return true;
+}
+
 /* layernorm, rms_norm and group_norm: x's rows normalized by their
  * mean and variance (rms_norm: their mean square), then the per-element
  * (per-channel for group_norm) weight and bias where given. */
@@ -536,6 +616,9 @@ bool cg_lower_rows(CgBuild *b, const Node *n) {
     case OP_LAYERNORM:
     case OP_RMS_NORM:
     case OP_GROUP_NORM: return lower_norm(b, n);
+    case OP_XENT:
+    case OP_XENT_GRAD:
+    case OP_XENT_BOTH: return lower_xent(b, n);
     default: dl_internal(cg_build_ctx(b), "%s is not a row reduction", ir_ops[n->op].name);
   }
 }

@@ -751,12 +751,12 @@ static RtStep *add_step(CgBuild *b, RtStepKind kind, const Node *n, const char *
   s->label = cg_label(b->ctx, n, what);
   /* What eval.c's messages start with, for the runtime's index errors. */
   if (n->loc.file && n->loc.line == 0)
-    s->origin = arena_printf(&b->ctx->arena, "%s: %s", n->loc.file->name, ir_ops[n->op].name);
+    s->origin = arena_printf(&b->ctx->arena, "%s: %s", n->loc.file->name, ir_op_origin(n));
   else if (n->loc.file)
     s->origin = arena_printf(&b->ctx->arena, "%s:%d:%d: %s", n->loc.file->name, n->loc.line, n->loc.col,
-                             ir_ops[n->op].name);
+                             ir_op_origin(n));
   else
-    s->origin = ir_ops[n->op].name;
+    s->origin = ir_op_origin(n);
   return s;
 }
 
@@ -915,6 +915,37 @@ void cg_launch(CgBuild *b, Kernel *k) {
 void cg_gemm(CgBuild *b, const Node *n, const char *what, const RtGemm *g) {
   RtStep *s = add_step(b, RT_STEP_GEMM, n, what);
   s->gemm = *g;
+}
+
+static bool same_ref(RtRef a, RtRef b) { return a.space == b.space && a.index == b.index && a.offset == b.offset; }
+
+bool cg_gemm_bias_grad(CgBuild *b, const Node *n) {
+  if (n->op != OP_REDUCE_SUM) return false;
+  const CgGroup *grp = b->group;
+  const Value *x = n->in[0];
+  const TensorType *xt = &x->type;
+  int n_axes;
+  const int64_t *axes = ir_attr_ints(n, "axes", &n_axes);
+  if ((grp && (grp->n != 1 || grp->n_siblings || grp->n_side)) || xt->rank != 2 ||
+      n_axes != 1 || (axes[0] != 0 && axes[0] != -2) || n->out[0].type.dtype != xt->dtype ||
+      (xt->dtype != TY_F32 && xt->dtype != TY_F16 && xt->dtype != TY_BF16) || b->n_steps <= b->n_init_steps)
+    return false;
+  /* The GEMM's own all-reduce may sit between (it reads the weight's
+   * gradient; --bucket-mb moves it later, and the bits must not
+   * change with it). */
+  int at = b->n_steps - 1;
+  while (at > b->n_init_steps && b->steps[at].kind == RT_STEP_ALLREDUCE) at--;
+  RtStep *s = &b->steps[at];
+  RtGemm *g = &s->gemm;
+  if (s->kind != RT_STEP_GEMM || g->epilogue || g->batch != 1 || !g->trans_a || g->alpha != 1.0f ||
+      g->beta != 0.0f || g->dtype != (uint32_t)xt->dtype || g->m != xt->dims[1] || g->k != xt->dims[0] ||
+      g->lda != xt->dims[1] || !same_ref(g->a, cg_ref(b, x)))
+    return false;
+  /* The GEMM's A is x as this reduction reads it: no kernel between. */
+  g->epilogue = RT_EPILOGUE_BGRAD;
+  g->bias = cg_ref(b, &n->out[0]);
+  s->label = arena_printf(&b->ctx->arena, "%s, %s", s->label, cg_label(b->ctx, n, NULL));
+  return true;
 }
 
 void cg_copy(CgBuild *b, const Node *n, const char *what, RtRef dst, RtRef src, uint64_t nbytes) {

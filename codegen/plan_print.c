@@ -52,7 +52,8 @@ static void print_gemm(FILE *f, const RtGemm *g) {
   cg_print_ref(f, g->b);
   fputs(" c=", f);
   cg_print_ref(f, g->c);
-  static const char *const epilogues[] = {"", "bias", "relu+bias", "gelu+bias"};
+  static const char *const epilogues[] = {"", "bias", "relu+bias", "gelu+bias", "bgrad"};
+  _Static_assert(sizeof epilogues / sizeof epilogues[0] == RT_EPILOGUE_COUNT, "a name per epilogue");
   if (g->epilogue) {
     fprintf(f, " epilogue=%s bias=", g->epilogue < RT_EPILOGUE_COUNT ? epilogues[g->epilogue] : "?");
     cg_print_ref(f, g->bias);

@@ -172,6 +172,15 @@ static const OpCost op_cost[] = {
     [OP_MAXPOOL_GRAD] = {RULE_POOL_GRAD, 1, 1}, /* a comparison per tap finds the argmax; an add */
     [OP_AVGPOOL_GRAD] = {RULE_POOL_GRAD, 1, 1}, /* an add per tap, a division per window */
     [OP_EMBEDDING_GRAD] = {RULE_LINEAR, 1, 0},  /* each row of dy added once */
+    /* max, x - max, exp and two sums per element of x; the row's log
+     * and loss per result */
+    [OP_XENT] = {RULE_LINEAR, 5, 6},
+    /* max, x - max, exp and sum per element of x, then exp, / sum, the
+     * one-hot's subtraction and * dy per element of the result */
+    [OP_XENT_GRAD] = {RULE_LINEAR, 4, 4},
+    /* both: the forward's per element of x and its row's loss, the
+     * gradient's per element of the result (x's shape) counted there */
+    [OP_XENT_BOTH] = {RULE_LINEAR, 9, 6},
     /* Philox4x32-10 per element (10 rounds of 2 multiplies, 4 xors and
      * the key's 2 adds), the comparison, the select and the scale */
     [OP_DROPOUT] = {RULE_LINEAR, 0, 83},

@@ -173,6 +173,9 @@ static bool eval_node(Eval *e, const Node *n, Tensor *const *in, Tensor *out,
     case OP_MAXPOOL_GRAD:
     case OP_AVGPOOL_GRAD:
     case OP_EMBEDDING_GRAD:
+    case OP_XENT:
+    case OP_XENT_GRAD:
+    case OP_XENT_BOTH:
     case OP_DROPOUT:
     case OP_RESIZE_GRAD:
     case OP_OPTIM_UPDATE: {

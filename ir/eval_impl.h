@@ -190,7 +190,7 @@ static inline bool fail(Eval *e, const char *fmt, ...) {
   else if (n && n->loc.file) /* a name, not a place (diag.h) */
     used = (size_t)snprintf(e->err, e->errlen, "%s: ", n->loc.file->name);
   if (n && used < e->errlen)
-    used += (size_t)snprintf(e->err + used, e->errlen - used, "%s: ", ir_ops[n->op].name);
+    used += (size_t)snprintf(e->err + used, e->errlen - used, "%s: ", ir_op_origin(n));
   if (used < e->errlen) {
     va_list ap;
     va_start(ap, fmt);

@@ -359,6 +359,18 @@ static void vjp_softmax(GradCall *c) {
     c->dx[0] = sub(c, dy, mul(c, op1(c, OP_EXP, y), sum(c, dy, 1, &axis, true)));
 }
 
+/* softmax_xent: its own gradient op, one row kernel (the targets carry
+ * none).  A dy that is one value spread over the rows (a mean's or a
+ * sum's gradient) is passed as that value, which the op broadcasts, so
+ * the spread is no kernel. */
+static void vjp_xent(GradCall *c) {
+  Value *dy = c->dy[0];
+  while ((dy->def->op == OP_EXPAND || dy->def->op == OP_RESHAPE) && ir_type_numel(&dy->def->in[0]->type) == 1)
+    dy = dy->def->in[0];
+  Node *n = like(c, OP_XENT_GRAD, 3, (Value *[]){in0(c), c->n->in[1], dy});
+  c->dx[0] = finish(c->g, n);
+}
+
 /* layernorm over the axes from `axis` on, with x^ = (x - mean) / sqrt(var + eps):
  *   dx = (g - mean(g) - x^ mean(g x^)) / sqrt(var + eps), g = dy * weight,
  *   dweight = sum of dy x^ over the leading axes, dbias = sum of dy. */
@@ -970,6 +982,9 @@ static void vjp_dropout(GradCall *c) {
 #define GRAD_MAXPOOL_GRAD NONE
 #define GRAD_AVGPOOL_GRAD NONE
 #define GRAD_EMBEDDING_GRAD NONE
+#define GRAD_XENT VJP(vjp_xent)
+#define GRAD_XENT_GRAD NONE /* no second derivatives */
+#define GRAD_XENT_BOTH NONE /* made after autodiff (passes/xent.c) */
 #define GRAD_DROPOUT VJP(vjp_dropout)
 #define GRAD_RESIZE_GRAD NONE
 #define GRAD_OPTIM_UPDATE NONE /* the end of a step, after every gradient */

@@ -28,6 +28,11 @@ const OpInfo ir_ops[OP_COUNT] = {
 #undef shape_declared
 #undef ATTR
 
+const char *ir_op_origin(const Node *n) {
+  bool xent = n->op == OP_XENT || n->op == OP_XENT_GRAD || n->op == OP_XENT_BOTH;
+  return xent ? ir_ops[OP_GATHER_ELEMENTS].name : ir_ops[n->op].name;
+}
+
 OpKind ir_op_from_name(const char *name) {
   for (int i = 0; i < OP_COUNT; i++)
     if (strcmp(ir_ops[i].name, name) == 0) return (OpKind)i;

@@ -137,6 +137,10 @@ typedef struct OpInfo {
 } OpInfo;
 
 extern const OpInfo ir_ops[OP_COUNT];
+/* The op name n's run-time errors carry: its own, but gather_elements
+ * for softmax_xent and its gradients, whose index check was a
+ * gather_elements' until they replaced it (ir/loss.c). */
+const char *ir_op_origin(const Node *n);
 
 #define OP(id, name, lo, hi, nout, cls, rule, attrs) \
   bool shape_##rule(const Node *n, TensorType *out, char *err, size_t errlen);

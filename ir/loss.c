@@ -1,8 +1,9 @@
 /* Losses (loss.h): takes a prediction and a target value of a graph and
  * appends the nodes of a PyTorch loss between them, built from existing
  * ops (log_softmax, gather_elements, where, reductions, arithmetic) so
- * that autodiff differentiates them by the rules of their parts; returns
- * the loss value.  The language's loss calls and passes/loss.c's
+ * that autodiff differentiates them by the rules of their parts, and
+ * cross_entropy over [N, C] logits and class indices from softmax_xent,
+ * a row kernel with its own gradient op; returns the loss value.  The language's loss calls and passes/loss.c's
  * pass_append_loss (`dlcc --loss`) both build here. */
 #include "ir/loss.h"
 
@@ -106,7 +107,11 @@ static Value *class_loss(Build *b, const LossSpec *s, Value *x, Value *t) {
   int64_t C = x->type.dims[cls];
   double eps = s->kind == LOSS_CROSS_ENTROPY ? s->label_smoothing : 0;
   Value *lsm = x;
-  if (s->kind == LOSS_CROSS_ENTROPY) {
+  /* Class indices into [N, C] logits of f32 or f64 (the op's result
+   * type): softmax_xent. */
+  bool fused = s->kind == LOSS_CROSS_ENTROPY && !ir_dtype_is_float(t->type.dtype) && x->type.rank == 2 &&
+               (b->dt == TY_F32 || b->dt == TY_F64);
+  if (s->kind == LOSS_CROSS_ENTROPY && !fused) {
     Node *n = ir_node_new(b->g, OP_LOG_SOFTMAX, 1, &x, b->at);
     ir_set_int(b->g, n, "axis", cls);
     lsm = ir_grad_node(b->g, n);
@@ -118,9 +123,20 @@ static Value *class_loss(Build *b, const LossSpec *s, Value *x, Value *t) {
     Value *per = op1(b, OP_NEG, sum_classes(b, op2(b, OP_MUL, lsm, t), cls));
     return reduce(b, per, s->reduction);
   }
-  Value *valid;
-  Value *per = pick(b, lsm, t, cls, s->ignore_index, &valid);
-  if (eps > 0) {
+  Value *valid, *per;
+  if (fused) {
+    /* One row kernel for the loss and one for its gradient (ops.def's
+     * softmax_xent), instead of log_softmax, the pick and their
+     * gradients. */
+    Node *n = ir_node_new(b->g, OP_XENT, 2, (Value *[]){x, t}, b->at);
+    ir_set_int(b->g, n, "ignore_index", s->ignore_index);
+    ir_set_float(b->g, n, "smoothing", eps);
+    per = ir_grad_node(b->g, n);
+    valid = op2(b, OP_NOT_EQUAL, t, num(b, (double)s->ignore_index, t->type.dtype));
+  } else {
+    per = pick(b, lsm, t, cls, s->ignore_index, &valid);
+  }
+  if (eps > 0 && !fused) {
     /* PyTorch's (1 - eps) nll + eps / C * (-sum_c lsm_c), ignored
      * positions 0 in both, one divisor for both under mean. */
     Value *smooth = where(b, valid, op1(b, OP_NEG, sum_classes(b, lsm, cls)), num(b, 0, b->dt));

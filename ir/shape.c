@@ -1433,6 +1433,30 @@ bool shape_embedding_grad(const Node *n, TensorType *out, char *err, size_t errl
   return true;
 }
 
+/* softmax_xent, its gradient and both: x [N, C], t [N] of class
+ * indices, and for the gradient dy [N] or one value for every row. */
+bool shape_xent(const Node *n, TensorType *out, char *err, size_t errlen) {
+  if (!operands_ok(n, err, errlen)) return false;
+  const TensorType *x = in_type(n, 0), *t = in_type(n, 1);
+  if (!need_float(n, x, err, errlen)) return false;
+  if (x->rank != 2) return fail(err, errlen, "%s: x must be [N, C], got %s", op_name(n), ts(x).s);
+  if (t->dtype != TY_I32 && t->dtype != TY_I64)
+    return fail(err, errlen, "%s: t must be i32 or i64, got %s", op_name(n), ts(t).s);
+  if (t->rank != 1 || t->dims[0] != x->dims[0])
+    return fail(err, errlen, "%s: t %s must be [N] for x %s", op_name(n), ts(t).s, ts(x).s);
+  if (n->op != OP_XENT) {
+    const TensorType *dy = in_type(n, 2);
+    if (!need_float(n, dy, err, errlen)) return false;
+    if (ir_type_numel(dy) != 1 && (dy->rank != 1 || dy->dims[0] != x->dims[0]))
+      return fail(err, errlen, "%s: dy %s must be [N] or one value for x %s", op_name(n), ts(dy).s, ts(x).s);
+  }
+  TensorType rows = *t;
+  rows.dtype = x->dtype == TY_F64 ? TY_F64 : TY_F32;
+  out[0] = n->op == OP_XENT_GRAD ? *x : rows;
+  if (n->op == OP_XENT_BOTH) out[1] = *x;
+  return true;
+}
+
 bool shape_dropout(const Node *n, TensorType *out, char *err, size_t errlen) {
   if (!operands_ok(n, err, errlen)) return false;
   if (!need_float(n, in_type(n, 0), err, errlen)) return false;

@@ -167,6 +167,41 @@ static bool eval_embedding_grad(const Tensor *dy, const Tensor *ids, Tensor *out
   return acc != NULL;
 }
 
+/* softmax_xent's rows into loss, its gradient's into dx (either NULL),
+ * row by row in double. */
+static bool eval_xent(const Node *n, const Tensor *x, const Tensor *t, const Tensor *dy, Tensor *loss, Tensor *dx,
+                      char *err, size_t errlen) {
+  int64_t N = x->type.dims[0], C = x->type.dims[1], ignore = ir_attr_int(n, "ignore_index");
+  double eps = ir_attr_float(n, "smoothing");
+  for (int64_t i = 0; i < N; i++) {
+    int64_t ti = ir_tensor_get_int(t, i);
+    bool skip = ti == ignore;
+    if (!skip && (ti < 0 || ti >= C)) {
+      snprintf(err, errlen, "index %" PRId64 " is out of range for axis 1 of size %" PRId64, ti < 0 ? ti - C : ti,
+               C);
+      return false;
+    }
+    double mx = -INFINITY, sum = 0, dev = 0;
+    for (int64_t c = 0; c < C; c++) mx = fmax(mx, ir_tensor_get(x, i * C + c));
+    for (int64_t c = 0; c < C; c++) {
+      double d = ir_tensor_get(x, i * C + c) - mx;
+      sum += exp(d);
+      dev += d;
+    }
+    double ls = log(sum);
+    if (loss) {
+      double nll = skip ? 0 : mx - ir_tensor_get(x, i * C + ti) + ls;
+      ir_tensor_set(loss, i, skip ? 0 : eps > 0 ? (1 - eps) * nll + eps * (ls - dev / (double)C) : nll);
+    }
+    double g = skip || !dx ? 0 : ir_tensor_get(dy, ir_type_numel(&dy->type) == 1 ? 0 : i);
+    for (int64_t c = 0; dx && c < C; c++) {
+      double p = exp(ir_tensor_get(x, i * C + c) - mx) / sum - (eps > 0 ? eps / (double)C : 0) - (c == ti ? 1 - eps : 0);
+      ir_tensor_set(dx, i * C + c, skip ? 0 : g * p);
+    }
+  }
+  return true;
+}
+
 static void eval_dropout(const Node *n, const Tensor *x, const Tensor *seed, const Tensor *offset,
                          Tensor *out) {
   double p = ir_attr_float(n, "p");
@@ -273,6 +308,9 @@ bool ir_eval_train_op(const Node *n, Tensor *const *in, Tensor *out, char *err, 
       snprintf(err, errlen, "out of memory");
       return false;
     case OP_EMBEDDING_GRAD: return eval_embedding_grad(in[0], in[1], out, err, errlen);
+    case OP_XENT: return eval_xent(n, in[0], in[1], NULL, out, NULL, err, errlen);
+    case OP_XENT_GRAD: return eval_xent(n, in[0], in[1], in[2], NULL, out, err, errlen);
+    case OP_XENT_BOTH: return eval_xent(n, in[0], in[1], in[2], &out[0], &out[1], err, errlen);
     case OP_DROPOUT: eval_dropout(n, in[0], in[1], in[2], out); return true;
     case OP_RESIZE_GRAD:
       if (eval_resize_grad(n, in[0], out)) return true;

@@ -12,6 +12,7 @@ libdlcc_core_la_SOURCES += \
 	passes/precision.c \
 	passes/quantize.c \
 	passes/recompute.c \
+	passes/xent.c \
 	passes/remat.c \
 	passes/fuse.c \
 	passes/autodiff.c passes/autodiff.h \

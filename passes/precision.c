@@ -19,7 +19,9 @@
  *           the ranks; the communicators take f32); also every node marked
  *           #f32 (the language's precision="f32");
  *   follow  data movement, casts and argmax keep the type of their
- *           operands (concat of mixed types takes the lowest).
+ *           operands (concat of mixed types takes the lowest); so do
+ *           softmax_xent and its gradient, which compute in f32 from
+ *           any float type (the gradient's dy stays f32).
  * Every matrix product runs in the low type, even where its operand comes
  * from a graph input or from an op no kernel can fuse a conversion into
  * (an lstm, a gather, a concat, a pad): cuBLAS reads its operands from
@@ -171,7 +173,10 @@ static Mode mode_of(const Node *n) {
     case OP_OPTIM_UPDATE:
     case OP_ALLREDUCE_MEAN: return MODE_F32;
     case OP_CAST:
-    case OP_ARGMAX: return MODE_FOLLOW;
+    case OP_ARGMAX:
+    case OP_XENT: /* computes in f32 from any float type */
+    case OP_XENT_GRAD:
+    case OP_XENT_BOTH: return MODE_FOLLOW;
     default: break;
   }
   if (ir_ops[n->op].cls == K_MOVE) return MODE_FOLLOW;
@@ -191,10 +196,11 @@ static void convert_node(Prec *p, Node *n, Mode mode) {
   }
   /* Gather's indices and every other integer operand keep their type;
    * grid_sample's grid stays f32: in f16 a position on a 1000-pixel axis
-   * would be off by up to half a pixel. */
+   * would be off by up to half a pixel; so does softmax_xent_grad's dy,
+   * the loss's f32 gradient. */
   for (int i = 0; i < n->n_in; i++)
     if (is_float(n->in[i]->type.dtype))
-      n->in[i] = convert(p, n->in[i], n->op == OP_GRID_SAMPLE && i == 1 ? TY_F32 : want, n);
+      n->in[i] = convert(p, n->in[i], (n->op == OP_GRID_SAMPLE && i == 1) || ((n->op == OP_XENT_GRAD || n->op == OP_XENT_BOTH) && i == 2) ? TY_F32 : want, n);
   char err[256];
   if (!ir_infer(n, err, sizeof err)) dl_internal(p->g->ctx, "precision: %s: %s", ir_ops[n->op].name, err);
   if (mode == MODE_F32) p->kept++;

@@ -791,11 +791,15 @@ static cublasLtEpilogue_t lt_epilogue(uint32_t e) {
   case RT_EPILOGUE_BIAS: return CUBLASLT_EPILOGUE_BIAS;
   case RT_EPILOGUE_RELU_BIAS: return CUBLASLT_EPILOGUE_RELU_BIAS;
   case RT_EPILOGUE_GELU_BIAS: return CUBLASLT_EPILOGUE_GELU_BIAS;
+  /* cuBLAS's B is the plan's A (rt_gemm_to_blas): the sums over k of its
+   * columns, one per column of cuBLAS's D */
+  case RT_EPILOGUE_BGRAD: return CUBLASLT_EPILOGUE_BGRADB;
   default: return CUBLASLT_EPILOGUE_DEFAULT;
   }
 }
 
-static const char *const epilogue_names[] = {"none", "bias", "relu+bias", "gelu+bias"};
+static const char *const epilogue_names[] = {"none", "bias", "relu+bias", "gelu+bias", "bgrad"};
+_Static_assert(sizeof epilogue_names / sizeof epilogue_names[0] == RT_EPILOGUE_COUNT, "a name per epilogue");
 
 /* A column-major rows x cols layout with leading dimension ld, batched. */
 static int lt_layout(CudaDevice *d, cublasLtMatrixLayout_t *l, cudaDataType t, int rows, int cols, int ld,

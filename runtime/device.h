@@ -102,9 +102,8 @@ RtDevice *rt_emu_open(char *err, size_t errlen);
  * cache hit: 0 on a second load); 0 for any other device. */
 unsigned rt_emu_compile_count(const RtDevice *d);
 /* emu's cuBLAS: g on host pointers (emu_gemm.c); bias NULL when g has
- * no epilogue. */
-int rt_emu_gemm(const RtGemm *g, const void *a, const void *b, void *c, const void *bias, char *err,
-                size_t errlen);
+ * no epilogue, written by a BGRAD one. */
+int rt_emu_gemm(const RtGemm *g, const void *a, const void *b, void *c, void *bias, char *err, size_t errlen);
 void rt_device_close(RtDevice *d);
 const char *rt_device_error(const RtDevice *d);
 /* Records a formatted message (first error wins while broken). */

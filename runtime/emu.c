@@ -774,7 +774,7 @@ static int emu_gemm(RtDevice *d, const RtGemm *g, RtDevPtr a, RtDevPtr b, RtDevP
   }
   char err[512];
   if (rt_emu_gemm(g, (const void *)(uintptr_t)a, (const void *)(uintptr_t)b, (void *)(uintptr_t)c,
-                  (const void *)(uintptr_t)bias, err, sizeof err))
+                  (void *)(uintptr_t)bias, err, sizeof err))
     return rt_device_fail(d, "%s", err);
   return 0;
 }

@@ -106,7 +106,7 @@ static void gemm_i8(const RtGemm *g, const int8_t *a, const int8_t *b, int32_t *
 
 /* v after g's epilogue; j its column. */
 static double epilogue(const RtGemm *g, const void *bias, int64_t j, double v) {
-  if (g->epilogue == RT_EPILOGUE_NONE) return v;
+  if (g->epilogue == RT_EPILOGUE_NONE || g->epilogue == RT_EPILOGUE_BGRAD) return v;
   v += load_elem(g->dtype, bias, j);
   if (g->epilogue == RT_EPILOGUE_RELU_BIAS) return v > 0 || isnan(v) ? v : 0; /* eval.c keeps a NaN */
   if (g->epilogue == RT_EPILOGUE_GELU_BIAS)
@@ -114,8 +114,7 @@ static double epilogue(const RtGemm *g, const void *bias, int64_t j, double v) {
   return v;
 }
 
-int rt_emu_gemm(const RtGemm *g, const void *a, const void *b, void *c, const void *bias, char *err,
-                size_t errlen) {
+int rt_emu_gemm(const RtGemm *g, const void *a, const void *b, void *c, void *bias, char *err, size_t errlen) {
   if (check_args(g, err, errlen)) return -1;
   if (g->epilogue && !bias) {
     snprintf(err, errlen, "emu gemm: an epilogue without its bias");
@@ -145,6 +144,12 @@ int rt_emu_gemm(const RtGemm *g, const void *a, const void *b, void *c, const vo
     /* A batch stride of 0 broadcasts one operand: pack it once. */
     if (bi == 0 || g->stride_a) pack(ad, g->dtype, ab, g->lda, g->trans_a, m, k);
     if (bi == 0 || g->stride_b) pack(bd, g->dtype, bb, g->ldb, g->trans_b, k, n);
+    if (g->epilogue == RT_EPILOGUE_BGRAD) /* the rows of op(A) summed: a bias gradient */
+      for (int64_t i = 0; i < m; i++) {
+        double s = 0;
+        for (int64_t p = 0; p < k; p++) s += ad[i * k + p];
+        store_elem(g->dtype, (char *)bias + (size_t)(bi * g->stride_bias) * es, i, s);
+      }
     memset(acc, 0, sizeof(double) * (size_t)(m * n));
     for (int64_t j0 = 0; j0 < n; j0 += NB) {
       int64_t j1 = j0 + NB < n ? j0 + NB : n;

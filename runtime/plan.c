@@ -260,6 +260,12 @@ static int check_not_status(Check *c, const char *what, RtRef r) {
   return r.space == RT_SPACE_STATUS ? fail(c, "%s: STATUS holds index reports, not tensors", what) : 0;
 }
 
+/* Whether na bytes at a and nb bytes at b share a byte. */
+static bool spans(RtRef a, uint64_t na, RtRef b, uint64_t nb) {
+  if (a.space != b.space || a.index != b.index) return false;
+  return a.offset < b.offset + nb && b.offset < a.offset + na;
+}
+
 static int check_gemm(Check *c, const RtGemm *g) {
   if (g->dtype != RT_DT_F32 && g->dtype != RT_DT_F16 && g->dtype != RT_DT_BF16 && g->dtype != RT_DT_I8)
     return fail(c, "gemm: dtype %" PRIu32 " (only f32, f16, bf16, i8)", g->dtype);
@@ -301,12 +307,20 @@ static int check_gemm(Check *c, const RtGemm *g) {
     return -1;
   if (!g->epilogue && g->stride_bias)
     return fail(c, "gemm: stride_bias %" PRId64 " without an epilogue's bias", g->stride_bias);
+  bool bgrad = g->epilogue == RT_EPILOGUE_BGRAD;
+  if (bgrad && (g->batch != 1 || g->alpha != 1.0f || g->beta != 0.0f))
+    return fail(c, "gemm: a bgrad epilogue takes batch 1, alpha 1 and beta 0");
   uint64_t eb_bias;
-  if (g->epilogue && !matrix_extent(1, g->n, g->n, g->batch, g->stride_bias, es, &eb_bias))
+  int64_t bias_len = bgrad ? g->m : g->n;
+  if (g->epilogue && !matrix_extent(1, bias_len, bias_len, g->batch, g->stride_bias, es, &eb_bias))
     return fail(c, "gemm: extent overflows");
   if (g->epilogue &&
       (check_not_status(c, "gemm bias", g->bias) || check_ref(c, "gemm bias", g->bias, eb_bias)))
     return -1;
+  if (bgrad && check_writable(c, "gemm bias", g->bias)) return -1;
+  /* bgrad writes the bias while A, B and C are in use */
+  if (bgrad && (spans(g->bias, eb_bias, g->a, ea) || spans(g->bias, eb_bias, g->b, eb) || spans(g->bias, eb_bias, g->c, ec)))
+    return fail(c, "gemm: the bgrad epilogue's bias overlaps A, B or C");
   return 0;
 }
 

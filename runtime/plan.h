@@ -35,7 +35,7 @@
 #include <stdint.h>
 
 #define RT_PLAN_MAGIC 0x444c4350u /* "DLCP" */
-#define RT_PLAN_VERSION 7u
+#define RT_PLAN_VERSION 8u
 #define RT_MAX_RANK 8
 
 typedef enum { RT_SPACE_WEIGHTS, RT_SPACE_ARENA, RT_SPACE_INPUT, RT_SPACE_OUTPUT, RT_SPACE_STATUS } RtSpace;
@@ -114,9 +114,15 @@ typedef struct RtLaunch {
 
 /* What a float GEMM does to each element before C is stored (cuBLASLt's
  * epilogues of the same names): BIAS adds bias[j], RELU_BIAS then takes
- * max(x, 0), GELU_BIAS then PyTorch's gelu(x, approximate="tanh"). */
+ * max(x, 0), GELU_BIAS then PyTorch's gelu(x, approximate="tanh").
+ * BGRAD (version 8) leaves C alone and writes bias instead: bias[i] = the
+ * sum over p of op(A)[i][p], m values (a linear's bias gradient beside
+ * its weight gradient dy^T x, with A = dy; cuBLASLt's BGRADB, its B being
+ * our A), summed in f32 and rounded once into dtype; only with batch 1,
+ * alpha 1 and beta 0, the bias apart from A, B and C. */
 typedef enum {
-  RT_EPILOGUE_NONE, RT_EPILOGUE_BIAS, RT_EPILOGUE_RELU_BIAS, RT_EPILOGUE_GELU_BIAS, RT_EPILOGUE_COUNT
+  RT_EPILOGUE_NONE, RT_EPILOGUE_BIAS, RT_EPILOGUE_RELU_BIAS, RT_EPILOGUE_GELU_BIAS, RT_EPILOGUE_BGRAD,
+  RT_EPILOGUE_COUNT
 } RtEpilogue;
 
 /* Row-major, strided-batched GEMM:
@@ -147,7 +153,7 @@ typedef struct RtGemm {
   RtRef a, b, c;
   /* Version 4. */
   uint32_t epilogue; /* RtEpilogue */
-  RtRef bias;        /* epilogue != NONE: n values of dtype per batch */
+  RtRef bias;        /* epilogue != NONE: n values of dtype per batch (BGRAD: m, written) */
   /* Version 7: batch b's bias starts stride_bias elements after batch
    * b - 1's (several linears of one input in one GEMM). */
   int64_t stride_bias;

@@ -46,6 +46,7 @@ include tests/fuzz.mk
 include tests/tsan.mk
 include tests/grad.mk
 include tests/loss.mk
+include tests/xent.mk
 EXTRA_DIST += tests/loss_ref.py
 include tests/tcgemm.mk
 include tests/depthwise.mk

@@ -839,7 +839,7 @@ START_TEST(gemm_epilogues) {
   RtDevice *d = open_emu();
   enum { M = 5, N = 7, K = 9, B = 2 };
   for (uint32_t dt = RT_DT_F32; dt <= RT_DT_BF16; dt++)
-    for (uint32_t e = RT_EPILOGUE_BIAS; e < RT_EPILOGUE_COUNT; e++) {
+    for (uint32_t e = RT_EPILOGUE_BIAS; e < RT_EPILOGUE_BGRAD; e++) {
       float a[B * M * K], b[K * N], c[B * M * N], c0[B * M * N], bias[B * N]; /* room for f32; 16-bit use half */
       int64_t sbias = e == RT_EPILOGUE_RELU_BIAS ? 0 : N;
       uint32_t seed = 77 + e;
@@ -888,6 +888,46 @@ START_TEST(gemm_epilogues) {
   g.dtype = RT_DT_F32;
   ck_assert_int_eq(d->ops->gemm(d, &g, dev_ptr(x), dev_ptr(x), dev_ptr(x), 0), -1);
   ck_assert_str_eq(d->error, "emu gemm: an epilogue without its bias");
+  close_dev(d, NULL);
+}
+END_TEST
+
+/* BGRAD: C = A^T B untouched by the epilogue, and bias[i] the sum of
+ * A's column i (op(A)'s row), rounded once into the dtype: a linear's
+ * weight and bias gradients from dy = A. */
+START_TEST(gemm_bias_grad) {
+  RtDevice *d = open_emu();
+  enum { M = 6, N = 5, K = 11 };
+  for (uint32_t dt = RT_DT_F32; dt <= RT_DT_BF16; dt++) {
+    float a[K * M], b[K * N], c[M * N], bias[M + 1]; /* room for f32; 16-bit use half */
+    uint32_t seed = 5 + dt;
+    for (int i = 0; i < K * M + K * N; i++) {
+      seed = seed * 1664525u + 1013904223u;
+      float v = (float)(seed >> 8) / (1 << 24) - 0.5f;
+      if (i < K * M)
+        store_in(dt, a, i, v);
+      else
+        store_in(dt, b, i - K * M, v);
+    }
+    for (int i = 0; i <= M; i++) store_in(dt, bias, i, 99.0f); /* the one past m stays */
+    RtGemm g = {.dtype = dt, .trans_a = 1, .m = M, .n = N, .k = K, .lda = M, .ldb = N, .ldc = N, .batch = 1,
+                .alpha = 1.0f, .epilogue = RT_EPILOGUE_BGRAD};
+    ck_assert_msg(d->ops->gemm(d, &g, dev_ptr(a), dev_ptr(b), dev_ptr(c), dev_ptr(bias)) == 0, "%s", d->error);
+    double tol = dt == RT_DT_F32 ? 1e-6 : dt == RT_DT_F16 ? 1e-3 : 8e-3;
+    for (int i = 0; i < M; i++) {
+      double s = 0;
+      for (int p = 0; p < K; p++) s += load_ref(dt, a, p * M + i);
+      ck_assert_msg(fabs(load_ref(dt, bias, i) - s) <= tol * fmax(1.0, fabs(s)), "dtype %u: bias[%d] = %.9g, want %.9g",
+                    dt, i, load_ref(dt, bias, i), s);
+      for (int j = 0; j < N; j++) {
+        double x = 0;
+        for (int p = 0; p < K; p++) x += load_ref(dt, a, p * M + i) * load_ref(dt, b, p * N + j);
+        ck_assert_msg(fabs(load_ref(dt, c, i * N + j) - x) <= tol * fmax(1.0, fabs(x)), "dtype %u: C[%d][%d]", dt,
+                      i, j);
+      }
+    }
+    ck_assert_double_eq(load_ref(dt, bias, M), 99.0);
+  }
   close_dev(d, NULL);
 }
 END_TEST
@@ -1050,6 +1090,7 @@ static Suite *emu_suite(void) {
   tcase_add_test(g, gemm_batched_broadcast);
   tcase_add_test(g, gemm_half_inputs);
   tcase_add_test(g, gemm_epilogues);
+  tcase_add_test(g, gemm_bias_grad);
   tcase_add_test(g, gemm_rejects_bad_arguments);
   suite_add_tcase(s, g);
   TCase *x = tcase_create("executor");

@@ -457,6 +457,14 @@ static Graph *build_every_op(Ctx *c, bool *covered) {
   n = NODE(g, OP_EMBEDDING_GRAD, input(g, "drows", TY(TY_F32, 2, 3, 4)), idx);
   ir_set_int(g, n, "num", 10);
   add(g, n);
+  Value *logits = input(g, "logits", TY(TY_F32, 3, 5)), *cls = input(g, "cls", TY(TY_I64, 3));
+  n = NODE(g, OP_XENT, logits, cls);
+  ir_set_float(g, n, "smoothing", 0.125);
+  Node *xent = add(g, n);
+  n = NODE(g, OP_XENT_GRAD, logits, cls, &xent->out[0]);
+  ir_set_int(g, n, "ignore_index", 4);
+  add(g, n);
+  add(g, NODE(g, OP_XENT_BOTH, logits, cls, &xent->out[0]));
   n = NODE(g, OP_RESIZE_GRAD, pic);
   ir_set_ints(g, n, "size", INTS(3, 2));
   ir_set_str(g, n, "mode", "bilinear");

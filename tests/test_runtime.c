@@ -260,7 +260,7 @@ END_TEST
 START_TEST(plan_wrong_version) {
   plan.version = 1; /* before init steps: its plan struct is shorter */
   ck_assert_int_eq(rt_plan_validate(&plan, err, sizeof err), -1);
-  ck_assert_str_eq(err, "plan: version 1, this runtime reads version 7: rebuild the model with this dlcc");
+  ck_assert_str_eq(err, "plan: version 1, this runtime reads version 8: rebuild the model with this dlcc");
 }
 END_TEST
 
@@ -337,11 +337,40 @@ START_TEST(plan_gemm_epilogue) {
   steps[1].gemm.stride_bias = 0;
   steps[1].gemm.epilogue = RT_EPILOGUE_COUNT;
   ck_assert_int_eq(rt_plan_validate(&plan, err, sizeof err), -1);
-  ck_assert_str_eq(err, "plan: step 1 (matmul %2): gemm: epilogue 4 is unknown");
+  ck_assert_str_eq(err, "plan: step 1 (matmul %2): gemm: epilogue 5 is unknown");
   steps[1].gemm.epilogue = RT_EPILOGUE_BIAS;
   steps[1].gemm.dtype = RT_DT_I8;
   ck_assert_int_eq(rt_plan_validate(&plan, err, sizeof err), -1);
   ck_assert_str_eq(err, "plan: step 1 (matmul %2): gemm: an i8 gemm takes no epilogue");
+}
+END_TEST
+
+/* BGRAD writes m sums of op(A)'s rows: a writable place of m values
+ * apart from A, B and C, in a GEMM of batch 1, alpha 1 and beta 0. */
+START_TEST(plan_gemm_bias_grad) {
+  RtGemm *g = &steps[1].gemm;
+  g->trans_a = 1, g->lda = 2; /* A 3 x 2 at arena+16 */
+  g->epilogue = RT_EPILOGUE_BGRAD;
+  g->bias = (RtRef){RT_SPACE_ARENA, 0, 48};
+  ck_assert_int_eq(rt_plan_validate(&plan, err, sizeof err), 0);
+  g->bias.offset = 57; /* 57 + 2 floats > 64 */
+  ck_assert_int_eq(rt_plan_validate(&plan, err, sizeof err), -1);
+  ck_assert_str_eq(err, "plan: step 1 (matmul %2): gemm bias: offset 57 + 8 bytes is outside ARENA (64 bytes)");
+  g->bias.offset = 36; /* A's last float */
+  ck_assert_int_eq(rt_plan_validate(&plan, err, sizeof err), -1);
+  ck_assert_str_eq(err, "plan: step 1 (matmul %2): gemm: the bgrad epilogue's bias overlaps A, B or C");
+  g->bias = (RtRef){RT_SPACE_OUTPUT, 1, 0}; /* C is OUTPUT 0 */
+  ck_assert_int_eq(rt_plan_validate(&plan, err, sizeof err), 0);
+  g->bias = (RtRef){RT_SPACE_WEIGHTS, 0, 40};
+  ck_assert_int_eq(rt_plan_validate(&plan, err, sizeof err), -1);
+  ck_assert_msg(strstr(err, "gemm bias") != NULL, "%s", err);
+  g->bias = (RtRef){RT_SPACE_ARENA, 0, 48};
+  g->alpha = 2;
+  ck_assert_int_eq(rt_plan_validate(&plan, err, sizeof err), -1);
+  ck_assert_str_eq(err, "plan: step 1 (matmul %2): gemm: a bgrad epilogue takes batch 1, alpha 1 and beta 0");
+  g->alpha = 1, g->beta = 1;
+  ck_assert_int_eq(rt_plan_validate(&plan, err, sizeof err), -1);
+  ck_assert_str_eq(err, "plan: step 1 (matmul %2): gemm: a bgrad epilogue takes batch 1, alpha 1 and beta 0");
 }
 END_TEST
 
@@ -398,11 +427,11 @@ START_TEST(device_unknown_backend) {
 END_TEST
 
 START_TEST(open_refuses_foreign_plan) {
-  plan.version = 8;
+  plan.version = 9;
   DlrtModel *m = NULL;
   ck_assert_int_eq(dlrt_open(&plan, "emu", &m), DLRT_E_PLAN);
   ck_assert_ptr_nonnull(m);
-  ck_assert_str_eq(dlrt_error(m), "plan: version 8, this runtime reads version 7: rebuild the model with this dlcc");
+  ck_assert_str_eq(dlrt_error(m), "plan: version 9, this runtime reads version 8: rebuild the model with this dlcc");
   ck_assert_int_eq(dlrt_run(m), DLRT_E_STATE);
   ck_assert_str_eq(dlrt_backend(m), "");
   dlrt_close(m);
@@ -1104,6 +1133,7 @@ static Suite *runtime_suite(void) {
   tcase_add_test(tc, plan_bad_arg_kind);
   tcase_add_test(tc, plan_gemm_past_buffer);
   tcase_add_test(tc, plan_gemm_epilogue);
+  tcase_add_test(tc, plan_gemm_bias_grad);
   tcase_add_test(tc, plan_gemm_writes_weights);
   tcase_add_test(tc, plan_desc_size_mismatch);
   tcase_add_test(tc, plan_copy_overlap);

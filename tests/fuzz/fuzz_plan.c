@@ -249,7 +249,7 @@ static int f_gemm(RtDevice *d, const RtGemm *g, RtDevPtr a, RtDevPtr b, RtDevPtr
   if (g->m * g->n > 1 << 16 || g->k > 1 << 10 || g->batch > 64) return 0;
   char err[256];
   if (rt_emu_gemm(g, (const void *)(uintptr_t)a, (const void *)(uintptr_t)b, (void *)(uintptr_t)c,
-                  (const void *)(uintptr_t)bias, err, sizeof err))
+                  (void *)(uintptr_t)bias, err, sizeof err))
     return rt_device_fail(d, "%s", err);
   return 0;
 }

@@ -4,8 +4,9 @@
  *   gemm   cuBLASLt in f32, f16 and bf16, every transpose, batch strides
  *          (0 broadcasts one operand), beta, sizes that pick tensor-core
  *          and split-K kernels, the bias, relu+bias and (f16, bf16)
- *          gelu+bias epilogues codegen uses; against rt_emu_gemm (double
- *          accumulation).  f32 must meet 1e-5, which TF32 would not.  int8
+ *          gelu+bias epilogues codegen uses, and the bias-gradient one
+ *          (bgrad); against rt_emu_gemm (double accumulation).  f32 must
+ *          meet 1e-5, which TF32 would not.  int8
  *          (i8 x i8 -> i32, cuBLAS's CUBLAS_COMPUTE_32I) must match
  *          exactly.
  *   args   kernel arguments of 4 and 8 bytes mixed, and more than 48 KiB
@@ -150,7 +151,7 @@ typedef struct Case {
  * + beta C). */
 static void gemm_case(const char *backend, const Case *c) {
   static const char *const names[] = {"f32", "f16", "bf16"};
-  static const char *const epilogues[] = {"", " +bias", " relu(+bias)", " gelu(+bias)"};
+  static const char *const epilogues[] = {"", " +bias", " relu(+bias)", " gelu(+bias)", " bgrad"};
   RtGemm g = {.dtype = c->dt, .trans_a = c->ta, .trans_b = c->tb, .m = c->m, .n = c->n, .k = c->k,
               .batch = c->batch, .alpha = 1.0f, .beta = c->beta, .epilogue = c->epilogue,
               .stride_bias = c->stride_bias};
@@ -165,9 +166,10 @@ static void gemm_case(const char *backend, const Case *c) {
   size_t nb = (size_t)((c->batch - 1) * g.stride_b + rb * g.ldb);
   size_t nc = (size_t)((c->batch - 1) * g.stride_c + c->m * g.ldc);
   size_t es = (size_t)rt_dtype_bytes(c->dt);
-  size_t nbias = (size_t)((c->batch - 1) * c->stride_bias + c->n);
+  bool bgrad = c->epilogue == RT_EPILOGUE_BGRAD; /* bias: m sums of op(A)'s rows, output 1 */
+  size_t nbias = bgrad ? (size_t)c->m : (size_t)((c->batch - 1) * c->stride_bias + c->n);
   void *a = malloc(na * es), *b = malloc(nb * es), *c0 = malloc(nc * es), *want = malloc(nc * es),
-       *got = malloc(nc * es), *bias = malloc(nbias * es);
+       *got = malloc(nc * es), *bias = malloc(nbias * es), *got_bias = malloc(nbias * es);
   for (size_t i = 0; i < na; i++) store(c->dt, a, i, uniform());
   for (size_t i = 0; i < nb; i++) store(c->dt, b, i, uniform());
   for (size_t i = 0; i < nc; i++) store(c->dt, c0, i, uniform());
@@ -185,11 +187,11 @@ static void gemm_case(const char *backend, const Case *c) {
   }
   RtTensorDesc in[4] = {flat("a", c->dt, na, RT_SPACE_INPUT, 0), flat("b", c->dt, nb, RT_SPACE_INPUT, 1),
                         flat("c0", c->dt, nc, RT_SPACE_INPUT, 2), flat("bias", c->dt, nbias, RT_SPACE_INPUT, 3)};
-  RtTensorDesc out[1] = {flat("c", c->dt, nc, RT_SPACE_OUTPUT, 0)};
+  RtTensorDesc out[2] = {flat("c", c->dt, nc, RT_SPACE_OUTPUT, 0), flat("bias", c->dt, nbias, RT_SPACE_OUTPUT, 1)};
   g.a = (RtRef){RT_SPACE_INPUT, 0, 0};
   g.b = (RtRef){RT_SPACE_INPUT, 1, 0};
   g.c = (RtRef){RT_SPACE_OUTPUT, 0, 0};
-  if (c->epilogue) g.bias = (RtRef){RT_SPACE_INPUT, 3, 0};
+  if (c->epilogue) g.bias = (RtRef){bgrad ? RT_SPACE_OUTPUT : RT_SPACE_INPUT, bgrad ? 1 : 3, 0};
   RtStep steps[2] = {
       {.kind = RT_STEP_COPY, .label = "c = c0", .copy = {.dst = g.c, .src = {RT_SPACE_INPUT, 2, 0}, .nbytes = nc * es}},
       {.kind = RT_STEP_GEMM, .label = "gemm", .gemm = g}};
@@ -197,11 +199,12 @@ static void gemm_case(const char *backend, const Case *c) {
   RtPlan plan = {.magic = RT_PLAN_MAGIC, .version = RT_PLAN_VERSION, .model_name = "rt_check", .source = kernel_src,
                  .n_kernels = 3, .kernels = kernels, .n_contracts = 3, .contracts = contracts,
                  .n_steps = 2, .steps = steps, .n_inputs = 4, .inputs = in,
-                 .n_outputs = 1, .outputs = out};
+                 .n_outputs = bgrad ? 2 : 1, .outputs = out};
   DlrtModel *m = open_plan(&plan, backend, what);
   if (!m) goto done;
   if (dlrt_set_input(m, 0, a, na * es) || dlrt_set_input(m, 1, b, nb * es) || dlrt_set_input(m, 2, c0, nc * es) ||
-      dlrt_set_input(m, 3, bias, nbias * es) || dlrt_run(m) || dlrt_get_output(m, 0, got, nc * es)) {
+      dlrt_set_input(m, 3, bias, nbias * es) || dlrt_run(m) || dlrt_get_output(m, 0, got, nc * es) ||
+      (bgrad && dlrt_get_output(m, 1, got_bias, nbias * es))) {
     report(false, "%s: %s", what, dlrt_error(m));
     dlrt_close(m);
     goto done;
@@ -215,10 +218,18 @@ static void gemm_case(const char *backend, const Case *c) {
     double e = fabs(load(c->dt, got, i) - load(c->dt, want, i));
     if (e > worst || isnan(e)) worst = isnan(e) ? INFINITY : e, at = i;
   }
+  /* bgrad's sums, relative to the largest: past C's nc at the report */
+  double bias_scale = 0;
+  for (size_t i = 0; bgrad && i < nbias; i++) bias_scale = fmax(bias_scale, fabs(load(c->dt, bias, i)));
+  for (size_t i = 0; bgrad && i < nbias; i++) {
+    double e = fabs(load(c->dt, got_bias, i) - load(c->dt, bias, i)) * (scale > 0 ? scale : 1) /
+               (bias_scale > 0 ? bias_scale : 1);
+    if (e > worst || isnan(e)) worst = isnan(e) ? INFINITY : e, at = nc + i;
+  }
   double rel = worst / (scale > 0 ? scale : 1), tol = c->dt == RT_DT_F32 ? 1e-5 : c->dt == RT_DT_F16 ? 5e-3 : 2e-2;
   report(rel <= tol, "%s: max rel err %.3g (tolerance %.0e) at %zu", what, rel, tol, at);
 done:
-  free(a), free(b), free(c0), free(want), free(got), free(bias);
+  free(a), free(b), free(c0), free(want), free(got), free(bias), free(got_bias);
 }
 
 /* int8: i8 A and B, i32 C, exact.  Leading dimensions and batch strides
@@ -299,7 +310,13 @@ static void gemm_checks(const char *backend, bool big) {
     }
     /* The epilogues codegen asks for (a linear layer: B transposed, no
      * batch; gelu in f16 and bf16 only), and one batched with beta. */
-    for (uint32_t e = RT_EPILOGUE_BIAS; e < RT_EPILOGUE_COUNT; e++) {
+    /* A linear's weight and bias gradients, dy^T x and dy's column sums
+     * (A = dy transposed, batch 1, beta 0), as codegen asks for them. */
+    Case bg = {dt, 1, 0, 10, 512, 8, 1, 0, 0.0f, RT_EPILOGUE_BGRAD, 0};
+    gemm_case(backend, &bg);
+    bg = (Case){dt, 1, 0, 120, 400, 64, 1, 0, 0.0f, RT_EPILOGUE_BGRAD, 0};
+    gemm_case(backend, &bg);
+    for (uint32_t e = RT_EPILOGUE_BIAS; e < RT_EPILOGUE_BGRAD; e++) {
       if (e == RT_EPILOGUE_GELU_BIAS && dt == RT_DT_F32) continue;
       Case c = {dt, 0, 1, 33, 17, 40, 1, 0, 0.0f, e, 0};
       gemm_case(backend, &c);
