@@ -157,8 +157,8 @@ static void print_split(Pipeline *p) {
       }
       printf("\n");
     }
-    printf("  stage %d (rank %d): %d ops, %.1f%% of the cost, %.0f bytes of parameters: ", s, s, sp->n_nodes[s],
-           sp->total > 0 ? 100.0 * sp->cost[s] / sp->total : 0.0, sp->param_bytes[s]);
+    printf("  stage %d (rank %d): %d op%s, %.1f%% of the cost, %.0f bytes of parameters: ", s, s, sp->n_nodes[s],
+           sp->n_nodes[s] == 1 ? "" : "s", sp->total > 0 ? 100.0 * sp->cost[s] / sp->total : 0.0, sp->param_bytes[s]);
     print_scopes(stdout, p->g, sp, s);
     printf("\n");
   }
@@ -191,7 +191,8 @@ static int build_stage(Ctx *ctx, void *data) {
   Pipeline *p = sg->p;
   bool last = p->s == p->n_stages - 1;
   for (int k = STAGE_FORWARD; k <= STAGE_OPTIMIZER; k++)
-    if ((k != STAGE_FORWARD || !last) && !(sg->graph[k] = pass_stage_graph(p->g, &p->sp, p->s, (StageKind)k)))
+    if ((k != STAGE_FORWARD || !last) && !(k == STAGE_OPTIMIZER && !p->sp.param_bytes[p->s]) &&
+        !(sg->graph[k] = pass_stage_graph(p->g, &p->sp, p->s, (StageKind)k)))
       return 1;
   return 0;
 }
@@ -274,10 +275,10 @@ static bool prepare(Pipeline *p, const Graph *opt_graph, char *err, size_t errle
       return snprintf(err, errlen, "stage %d: its input %d does not reach its outputs (no gradient)", p->s, k), false;
   }
   for (int k = 0; k < p->n_out; k++) p->out_bytes[k] = ir_tensor_nbytes(&out->values[k]->type);
-  for (Node *n = opt_graph->first; n; n = n->next) p->n_params += n->op == OP_PARAM;
+  for (Node *n = opt_graph ? opt_graph->first : NULL; n; n = n->next) p->n_params += n->op == OP_PARAM;
   p->params = alloc_or(sizeof *p->params * (size_t)p->n_params, &ok);
   int j = 0;
-  for (Node *n = opt_graph->first; ok && n; n = n->next) {
+  for (Node *n = opt_graph ? opt_graph->first : NULL; ok && n; n = n->next) {
     if (n->op != OP_PARAM) continue;
     StageParam *sp = &p->params[j++];
     sp->name = ir_attr_str(n, "name");
@@ -344,7 +345,7 @@ Pipeline *pipe_new(const PipeConfig *c, char *err, size_t errlen) {
   StageGraphs sg = {.p = p};
   rc = ctx_guard(&p->ctx, build_stage, &sg);
   if (rc || p->ctx.diag.errors) {
-    snprintf(err, errlen, "stage %d: %s", p->s, rc < 0 ? "out of memory" : diag_text(&p->ctx));
+    snprintf(err, errlen, "%s", rc < 0 ? "out of memory" : diag_text(&p->ctx));
     pipe_free(p);
     return NULL;
   }
@@ -370,7 +371,7 @@ static bool copy_weight(dlc_model *from, dlc_model *to, const char *name, size_t
 
 /* The stage's parameters from the optimizer's plan into the others. */
 static bool share_params(Pipeline *p, char *err, size_t errlen) {
-  dlc_model *om = dlc_train_model(p->opt);
+  dlc_model *om = dlc_train_model(p->opt); /* NULL in a stage without parameters */
   for (int j = 0; j < p->n_params; j++) {
     const StageParam *sp = &p->params[j];
     if ((p->fwd && !copy_weight(om, p->fwd, sp->name, sp->bytes, err, errlen)) ||
@@ -385,7 +386,7 @@ bool pipe_bind(Pipeline *p, dlc_train *whole, char *err, size_t errlen) {
   /* Bound first (any values: each is set below, the stage inputs per
    * micro-batch). */
   if ((p->fwd && dlc_init_weights(p->fwd, 0) != DLC_OK) || dlc_init_weights(p->bwd, 0) != DLC_OK ||
-      dlc_init_weights(om, 0) != DLC_OK)
+      (om && dlc_init_weights(om, 0) != DLC_OK))
     return snprintf(err, errlen, "binding stage %d's weights failed", p->s), false;
   for (int i = 0; i < dlc_train_num_params(p->opt); i++) {
     dlc_tensor_info info;
@@ -432,7 +433,8 @@ bool pipe_gather(Pipeline *p, dlc_train *whole, bool *comm, char *err, size_t er
     if (dlc_train_param_info(whole, i, &info) != DLC_OK) continue;
     int owner = owner_of(p, info.name);
     if (owner != d->rank && d->rank != 0) continue;
-    if (owner == d->rank && !has_param(p->opt, info.name)) continue; /* not the stage's: whole keeps its own */
+    if (owner == d->rank && (!p->opt || !has_param(p->opt, info.name)))
+      continue; /* not the stage's: whole keeps its own */
     if (owner == 0) {
       ok = copy_weight(om, wm, info.name, info.nbytes, err, errlen);
       continue;
@@ -557,6 +559,7 @@ static bool backward(Pipeline *p, int m, const int64_t *order, bool *comm, char 
  * the gradient of its micro-batch's mean loss, so their mean is the
  * global batch's), then the new parameters into the other plans. */
 static bool update(Pipeline *p, float lr, char *err, size_t errlen) {
+  if (!p->opt) return true;
   dlc_model *om = dlc_train_model(p->opt);
   float scale = 1.0f / (float)p->m_count;
   for (int j = 0; j < p->n_params; j++) {

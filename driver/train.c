@@ -461,7 +461,9 @@ static bool pipe_ok(bool ok, bool comm, const char *err) {
 static bool gather(Run *r) {
   char err[1024];
   bool comm = false;
-  return !r->pipe || pipe_ok(pipe_gather(r->pipe, r->step, &comm, err, sizeof err), comm, err);
+  if (!r->pipe) return true;
+  bool ok = pipe_gather(r->pipe, r->step, &comm, err, sizeof err);
+  return pipe_ok(ok, comm, err);
 }
 
 static char *checkpoint_path(const char *out) {
@@ -575,7 +577,8 @@ static bool train_batch(Run *r, dlc_train *t, const int64_t *order, int64_t n, f
     char err[1024];
     bool comm = false;
     double lr = train_sched_lr(&r->sched, r->a->lr, r->global_step, r->total_steps);
-    if (!pipe_ok(pipe_step(r->pipe, order, (float)lr, loss, &comm, err, sizeof err), comm, err)) return false;
+    bool ok = pipe_step(r->pipe, order, (float)lr, loss, &comm, err, sizeof err);
+    if (!pipe_ok(ok, comm, err)) return false;
     r->global_step++;
     r->steps_done++;
     r->samples_done += n;
@@ -722,7 +725,7 @@ static bool compile_pipeline(Run *r) {
                    .one_f_one_b = a->pipe_schedule && strcmp(a->pipe_schedule, "1f1b") == 0, .dist = r->dist};
   char err[4096];
   if (!(r->pipe = pipe_new(&pc, err, sizeof err))) {
-    fprintf(stderr, "dlcc: error: %s\n", err);
+    fprintf(stderr, strstr(err, ": error: ") ? "%s\n" : "dlcc: error: %s\n", err); /* located: as diag wrote it */
     keep_error(err);
     return false;
   }

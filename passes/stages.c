@@ -242,7 +242,7 @@ static Value *binary(Graph *g, OpKind op, Value *x, Value *y) {
 /* sum(x * y) over every axis, a scalar. */
 static Value *dot_all(Graph *g, Value *x, Value *y) {
   Value *p = binary(g, OP_MUL, x, y);
-  if (!p) return NULL;
+  if (!p || p->type.rank == 0) return p;
   Node *n = ir_node_new(g, OP_REDUCE_SUM, 1, &p, x->def->loc);
   int64_t axes[DL_MAX_RANK];
   for (int i = 0; i < p->type.rank; i++) axes[i] = i;

@@ -60,3 +60,4 @@ include tests/hf_blocks.mk
 include tests/optim.mk
 include tests/train_cli.mk
 include tests/dist.mk
+include tests/pipeline.mk
