@@ -3,8 +3,8 @@
 # (docs/parallel.md): a 4-layer MLP on 2 and 4 stages, GPipe and 1F1B,
 # 1 and 4 micro-batches, equal to one process at the same global batch
 # (f32 1e-5: every loss and every tensor of the checkpoint rank 0
-# writes), both schedules the same bits, a run repeated the same bytes
-# (on emu), the split rank 0 prints, a stage without parameters, the
+# writes), both schedules the same bits, --resume, a run repeated the
+# same bytes (on emu), the split rank 0 prints, a stage without parameters, the
 # refusals, and a rank that fails or vanishes ending every rank with a
 # message naming it.  Skips without mpirun or without MPI in dlcc.
 set -u
@@ -36,6 +36,12 @@ grep -q '^pipeline: 4 stages, 4 micro-batches of 2, 1F1B; bubble (S-1)/(M+S-1) =
   fail "the split: $(cat "$tmp/out")"
 # The backwards run in micro-batch order under both schedules: the same bits.
 cmp -s "$tmp/4-4-gpipe.ckpt.safetensors" "$tmp/4-4-1f1b.ckpt.safetensors" && ok || fail "GPipe and 1F1B differ"
+
+# --resume: one epoch, then one more from the checkpoint, as the two at once.
+expect 0 "" mpi 2 "$dlcc" train $A --backend=ref --pipeline=2 --micro-batches=2 --epochs 1 --save "$tmp/half.safetensors"
+expect 0 "" mpi 2 "$dlcc" train $A --backend=ref --pipeline=2 --micro-batches=2 --epochs 1 \
+  --resume "$tmp/half.ckpt.safetensors" --save "$tmp/resumed.safetensors"
+close "$tmp/one.ckpt.safetensors" "$tmp/resumed.ckpt.safetensors" "--resume"
 
 # emu: the stages' generated kernels, equal to one process, and twice the same bytes.
 expect 0 "" "$dlcc" train $A --backend=emu --save "$tmp/eone.safetensors"
