@@ -119,7 +119,9 @@ static const char **string_flag(TrainArgs *o, const char *flag) {
   static const char *const names[] = {"--data", "--val",  "--weights", "--save",     "--log",  "--resume",
                                       "--optimizer", "--schedule", "--backend", "--precision", "--model",
                                       "--pipe-schedule"};
-  const char **dst[] = {&o->data, &o->val, &o->weights, &o->save, &o->log, &o->resume, &o->optimizer, &o->schedule_text, &o->api.backend, &o->api.precision, &o->api.model, &o->pipe_schedule};
+  const char **dst[] = {&o->data,      &o->val,           &o->weights,       &o->save,
+                        &o->log,       &o->resume,        &o->optimizer,     &o->schedule_text,
+                        &o->api.backend, &o->api.precision, &o->api.model, &o->pipe_schedule};
   for (size_t k = 0; k < ARRAY_LEN(names); k++)
     if (strcmp(flag, names[k]) == 0) return dst[k];
   return NULL;
@@ -215,7 +217,10 @@ static bool pipe_args_check(TrainArgs *o) {
     fprintf(stderr, "dlcc: error: unknown pipeline schedule '%s' (expected gpipe or 1f1b)\n", o->pipe_schedule);
     return false;
   }
-  bad = o->sync_bn ? "--sync-bn" : o->bucket_mb > 0 ? "--bucket-mb" : o->clip > 0 ? "--clip-grad-norm (its norm spans the stages)" : NULL;
+  bad = o->sync_bn         ? "--sync-bn"
+        : o->bucket_mb > 0 ? "--bucket-mb"
+        : o->clip > 0      ? "--clip-grad-norm (its norm spans the stages)"
+                           : NULL;
   if (!bad && o->api.precision && strcmp(o->api.precision, "f32") != 0) bad = "--precision other than f32";
   if (bad) fprintf(stderr, "dlcc: error: pipeline parallel does not take %s yet\n", bad);
   return !bad;
