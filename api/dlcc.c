@@ -421,6 +421,15 @@ dlc_status api_compile_train(const char *path, const dlc_options *opt, const Api
   return compile(&job, out);
 }
 
+dlc_status api_compile_train_text(const char *name, const char *text, const dlc_options *opt,
+                                  const ApiTrainSpec *spec, dlc_model **out) {
+  if (!out) return DLC_ERR_ARGUMENT;
+  *out = NULL;
+  if (!name || !text || !spec) return DLC_ERR_ARGUMENT;
+  CompileJob job = {.name = name, .text = text, .opt = opt, .train = spec};
+  return compile(&job, out);
+}
+
 dlc_status dlc_compile_string(const char *name, const char *text, const dlc_options *opt,
                               dlc_model **out) {
   if (!out) return DLC_ERR_ARGUMENT;

@@ -48,5 +48,8 @@ dlc_status api_fail(dlc_model *m, dlc_status st, const char *fmt, ...) __attribu
 /* dlc_compile_file with spec's loss appended after lowering. */
 dlc_status api_compile_train(const char *path, const dlc_options *opt, const ApiTrainSpec *spec,
                              dlc_model **out);
+/* The same for text in memory (.ir when name ends so), name in messages. */
+dlc_status api_compile_train_text(const char *name, const char *text, const dlc_options *opt,
+                                  const ApiTrainSpec *spec, dlc_model **out);
 
 #endif

@@ -69,7 +69,9 @@ static bool make_spec(const dlc_train_options *o, ApiTrainSpec *s, char *err, si
   return true;
 }
 
-dlc_status dlc_train_compile(const char *path, const dlc_train_options *o, dlc_train **out) {
+/* A step from a file (path) or from text in memory (name, text). */
+static dlc_status train_compile(const char *path, const char *name, const char *text, const dlc_train_options *o,
+                                dlc_train **out) {
   if (!out) return DLC_ERR_ARGUMENT;
   *out = NULL;
   dlc_train *t = calloc(1, sizeof *t);
@@ -78,7 +80,7 @@ dlc_status dlc_train_compile(const char *path, const dlc_train_options *o, dlc_t
   ApiTrainSpec spec;
   char err[512] = "";
   dlc_status st;
-  if (!path || !o || !make_spec(o, &spec, err, sizeof err)) {
+  if ((!path && !text) || !o || !make_spec(o, &spec, err, sizeof err)) {
     /* A model that did not compile, to carry the message. */
     st = dlc_compile_string("", "", NULL, &t->m);
     if (!t->m) {
@@ -93,7 +95,7 @@ dlc_status dlc_train_compile(const char *path, const dlc_train_options *o, dlc_t
     mo.grad = 1;
     mo.optimizer = &o->optimizer;
   }
-  st = api_compile_train(path, &mo, &spec, &t->m);
+  st = path ? api_compile_train(path, &mo, &spec, &t->m) : api_compile_train_text(name, text, &mo, &spec, &t->m);
   if (!t->m) {
     free(t);
     return st;
@@ -101,6 +103,15 @@ dlc_status dlc_train_compile(const char *path, const dlc_train_options *o, dlc_t
   *out = t;
   if (st == DLC_OK && !o->eval) t->lr_input = dlc_input_index(t->m, OPTIM_LR_INPUT);
   return st;
+}
+
+dlc_status dlc_train_compile(const char *path, const dlc_train_options *o, dlc_train **out) {
+  return train_compile(path, NULL, NULL, o, out);
+}
+
+dlc_status dlc_train_compile_string(const char *name, const char *text, const dlc_train_options *o,
+                                    dlc_train **out) {
+  return train_compile(NULL, name ? name : "<string>", text, o, out);
 }
 
 void dlc_train_free(dlc_train *t) {

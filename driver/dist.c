@@ -214,6 +214,46 @@ DistStatus dist_allreduce_mean(Dist *d, float *x, size_t n) {
   return st != DIST_OK ? st : dist_wait(d);
 }
 
+typedef struct DistSend {
+  MPI_Request req;
+} DistSend;
+
+static DistStatus too_large(Dist *d, size_t bytes) {
+  snprintf(d->err, sizeof d->err, "rank %d: a message of %zu bytes is more than one send takes", d->rank, bytes);
+  return DIST_ERROR;
+}
+
+DistStatus dist_isend(Dist *d, int peer, int tag, const void *buf, size_t bytes) {
+  if (bytes > (size_t)INT_MAX) return too_large(d, bytes);
+  if (d->n_sends == d->cap_sends) {
+    int cap = d->cap_sends ? 2 * d->cap_sends : 16;
+    DistSend *p = realloc(d->sends, sizeof *p * (size_t)cap);
+    if (!p) {
+      snprintf(d->err, sizeof d->err, "rank %d: out of memory for a send", d->rank);
+      return DIST_ERROR;
+    }
+    d->sends = p, d->cap_sends = cap;
+  }
+  int rc = MPI_Isend(buf, (int)bytes, MPI_BYTE, peer, tag, MPI_COMM_WORLD, &d->sends[d->n_sends].req);
+  if (rc != MPI_SUCCESS) return mpi_fail(d, "MPI_Isend", rc);
+  d->n_sends++;
+  return DIST_OK;
+}
+
+DistStatus dist_recv(Dist *d, int peer, int tag, void *buf, size_t bytes, const char *what) {
+  if (bytes > (size_t)INT_MAX) return too_large(d, bytes);
+  MPI_Request r;
+  int rc = MPI_Irecv(buf, (int)bytes, MPI_BYTE, peer, tag, MPI_COMM_WORLD, &r);
+  return rc == MPI_SUCCESS ? wait_deadline(d, &r, what) : mpi_fail(d, "MPI_Irecv", rc);
+}
+
+DistStatus dist_wait_sends(Dist *d) {
+  DistStatus st = DIST_OK;
+  for (int i = 0; st == DIST_OK && i < d->n_sends; i++) st = wait_deadline(d, &d->sends[i].req, "a send");
+  d->n_sends = 0;
+  return st;
+}
+
 void dist_abort(Dist *d, int code) {
   fprintf(stderr, "dlcc: %s\n", d->err);
   fflush(stderr);
@@ -225,6 +265,8 @@ void dist_finish(Dist *d) {
   d->mpi = false;
   free(d->pending);
   d->pending = NULL;
+  free(d->sends);
+  d->sends = NULL;
 }
 
 #else /* !HAVE_MPI */
@@ -256,6 +298,12 @@ DistStatus dist_start(Dist *d, float *x, size_t n) { return DIST_OK; }
 DistStatus dist_progress(Dist *d) { return DIST_OK; }
 
 DistStatus dist_wait(Dist *d) { return DIST_OK; }
+
+DistStatus dist_isend(Dist *d, int peer, int tag, const void *buf, size_t bytes) { return DIST_OK; }
+
+DistStatus dist_recv(Dist *d, int peer, int tag, void *buf, size_t bytes, const char *what) { return DIST_OK; }
+
+DistStatus dist_wait_sends(Dist *d) { return DIST_OK; }
 
 void dist_abort(Dist *d, int code) {
   fprintf(stderr, "dlcc: %s\n", d->err);

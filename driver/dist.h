@@ -33,6 +33,9 @@ typedef struct Dist {
    * spent in dist_wait (exposed: not hidden behind computation). */
   double comm_s, exposed_s;
   double round_start, round_end;
+  /* Point-to-point sends started and not yet waited for (dist_isend). */
+  int n_sends, cap_sends;
+  struct DistSend *sends;
   char err[DIST_MSG + 64];
 } Dist;
 
@@ -66,6 +69,13 @@ DistStatus dist_allreduce_mean(Dist *d, float *x, size_t n);
 DistStatus dist_start(Dist *d, float *x, size_t n);
 DistStatus dist_progress(Dist *d);
 DistStatus dist_wait(Dist *d);
+/* Point to point, for pipeline stages (docs/parallel.md): dist_isend
+ * starts sending buf (which must stay as it is until dist_wait_sends) to
+ * rank peer under tag; dist_recv receives exactly bytes from peer under
+ * tag, polled against the deadline ("rank R: WHAT timed out ..."). */
+DistStatus dist_isend(Dist *d, int peer, int tag, const void *buf, size_t bytes);
+DistStatus dist_recv(Dist *d, int peer, int tag, void *buf, size_t bytes, const char *what);
+DistStatus dist_wait_sends(Dist *d);
 /* After a failure or timeout: prints the message and, when a peer may
  * still be waiting in a collective that can no longer complete, ends the
  * job with MPI_Abort (after the message, which is the point). */

@@ -3,6 +3,7 @@ dlcc_SOURCES = driver/dlcc.c driver/run.c driver/memplan.c driver/quant_report.c
 dlcc_LDADD = libdlcc_core.la libdlcrt.la $(CJSON_LIBS) -lm
 dlcc_SOURCES += driver/train.c driver/train.h driver/train_data.c driver/train_sched.c driver/dist.c driver/dist.h
 dlcc_SOURCES += driver/plan_parallel.c driver/scaleout.c driver/scaleout.h
+dlcc_SOURCES += driver/pipeline.c driver/pipeline.h
 # MPI only for dlcc itself: libdlcrt and a model.so never need it.
 dlcc_CPPFLAGS = $(AM_CPPFLAGS) $(MPI_CFLAGS)
 dlcc_LDADD += $(MPI_LIBS)

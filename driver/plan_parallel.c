@@ -83,7 +83,8 @@ static bool ignored_flag(int argc, char **argv, int *i) {
   static const char *const with_value[] = {"--data", "--val", "--weights", "--save", "--log", "--resume",
                                            "--lr", "--epochs", "--seed", "--schedule", "--weight-decay",
                                            "--betas", "--eps", "--dampening", "--clip-grad-norm",
-                                           "--dist-timeout", "--backend"};
+                                           "--dist-timeout", "--backend", "--pipeline", "--pipe-schedule",
+                                           "--tensor-parallel"};
   static const char *const switches[] = {"--shuffle", "--drop-last", "--nesterov", "--sync-bn", "--recompute"};
   for (size_t k = 0; k < sizeof with_value / sizeof with_value[0]; k++)
     if (driver_flag_value(argc, argv, i, with_value[k])) return true;

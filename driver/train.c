@@ -21,6 +21,7 @@
 #endif
 #include "driver/dist.h"
 #include "driver/driver.h"
+#include "driver/pipeline.h"
 #include "driver/train.h"
 #include "dlcc.h"
 #include "dlcrt.h"
@@ -28,14 +29,14 @@
 
 typedef struct TrainArgs {
   const char *model_path, *data, *val, *weights, *save, *log, *resume, *schedule_text;
-  const char *optimizer;
+  const char *optimizer, *pipe_schedule;
   DriverLoss loss; /* --loss and its flags (loss_flags.c) */
   LossSpec loss_spec;
   double lr, momentum, dampening, weight_decay, beta1, beta2, eps, clip;
   bool set_momentum, set_dampening, set_weight_decay, set_betas, set_eps;
   bool nesterov, shuffle, drop_last, sync_bn;
   double dist_timeout, bucket_mb;
-  int64_t batch, epochs;
+  int64_t batch, epochs, pipeline, micro_batches;
   uint64_t seed;
   dlc_options api;
   dlc_define defines[DRIVER_MAX_DEFINES];
@@ -77,7 +78,11 @@ static const char train_usage[] =
     "  --dist-timeout=S      seconds a rank waits for the others in a collective (default 120)\n"
     "  --sync-bn             batchnorm statistics over the global batch, not each rank's\n"
     "  --bucket-mb=M         gradients share all-reduces in buckets of about M MiB, as\n"
-    "                        PyTorch DDP's bucket_cap_mb (25 there); 0, the default: one each\n";
+    "                        PyTorch DDP's bucket_cap_mb (25 there); 0, the default: one each\n"
+    "Or, with --pipeline=S under S ranks, the model is cut into S stages, one a rank:\n"
+    "  --pipeline=S          pipeline parallel over S stages (S must be the rank count)\n"
+    "  --micro-batches=M     micro-batches per --batch (default 1); the optimizer steps once\n"
+    "  --schedule=gpipe|1f1b the micro-batches' order (default gpipe); also --pipe-schedule=\n";
 
 static bool real_arg(const char *flag, const char *v, double *out) {
   char *end;
@@ -112,8 +117,11 @@ static bool bool_arg(const char *flag, const char *v, bool *out) {
 /* A string flag's destination, by name. */
 static const char **string_flag(TrainArgs *o, const char *flag) {
   static const char *const names[] = {"--data", "--val",  "--weights", "--save",     "--log",  "--resume",
-                                      "--optimizer", "--schedule", "--backend", "--precision", "--model"};
-  const char **dst[] = {&o->data, &o->val, &o->weights, &o->save, &o->log, &o->resume, &o->optimizer, &o->schedule_text, &o->api.backend, &o->api.precision, &o->api.model};
+                                      "--optimizer", "--schedule", "--backend", "--precision", "--model",
+                                      "--pipe-schedule"};
+  const char **dst[] = {&o->data,      &o->val,           &o->weights,       &o->save,
+                        &o->log,       &o->resume,        &o->optimizer,     &o->schedule_text,
+                        &o->api.backend, &o->api.precision, &o->api.model, &o->pipe_schedule};
   for (size_t k = 0; k < ARRAY_LEN(names); k++)
     if (strcmp(flag, names[k]) == 0) return dst[k];
   return NULL;
@@ -169,6 +177,10 @@ static int parse_one(int argc, char **argv, int *i, TrainArgs *o) {
     if (given) *given = true;
   } else if ((v = driver_flag_value(argc, argv, i, "--batch"))) {
     if (!int_arg("--batch", v, 1, &o->batch)) return 1;
+  } else if ((v = driver_flag_value(argc, argv, i, "--pipeline"))) {
+    if (!int_arg("--pipeline", v, 1, &o->pipeline)) return 1;
+  } else if ((v = driver_flag_value(argc, argv, i, "--micro-batches"))) {
+    if (!int_arg("--micro-batches", v, 1, &o->micro_batches)) return 1;
   } else if ((v = driver_flag_value(argc, argv, i, "--epochs"))) {
     if (!int_arg("--epochs", v, 0, &o->epochs)) return 1;
   } else if ((v = driver_flag_value(argc, argv, i, "--seed"))) {
@@ -192,6 +204,28 @@ static int parse_one(int argc, char **argv, int *i, TrainArgs *o) {
   return 0;
 }
 
+/* The pipeline's flags against the rest; false after printing why. */
+static bool pipe_args_check(TrainArgs *o) {
+  const char *bad = NULL;
+  if (!o->pipeline) {
+    bad = o->micro_batches ? "--micro-batches" : o->pipe_schedule ? "--schedule=gpipe|1f1b" : NULL;
+    if (bad) fprintf(stderr, "dlcc: error: %s is for pipeline parallel: give --pipeline=S too\n", bad);
+    return !bad;
+  }
+  if (!o->micro_batches) o->micro_batches = 1;
+  if (o->pipe_schedule && strcmp(o->pipe_schedule, "gpipe") != 0 && strcmp(o->pipe_schedule, "1f1b") != 0) {
+    fprintf(stderr, "dlcc: error: unknown pipeline schedule '%s' (expected gpipe or 1f1b)\n", o->pipe_schedule);
+    return false;
+  }
+  bad = o->sync_bn         ? "--sync-bn"
+        : o->bucket_mb > 0 ? "--bucket-mb"
+        : o->clip > 0      ? "--clip-grad-norm (its norm spans the stages)"
+                           : NULL;
+  if (!bad && o->api.precision && strcmp(o->api.precision, "f32") != 0) bad = "--precision other than f32";
+  if (bad) fprintf(stderr, "dlcc: error: pipeline parallel does not take %s yet\n", bad);
+  return !bad;
+}
+
 static int parse_train_args(int argc, char **argv, TrainArgs *o) {
   o->lr = 1e-3;
   o->epochs = 1;
@@ -212,6 +246,11 @@ static int parse_train_args(int argc, char **argv, TrainArgs *o) {
     return 1;
   }
   o->api.defines = o->defines;
+  /* --schedule names the learning rate's schedule, or (gpipe, 1f1b) the
+   * pipeline's. */
+  if (o->schedule_text && (strcmp(o->schedule_text, "gpipe") == 0 || strcmp(o->schedule_text, "1f1b") == 0))
+    o->pipe_schedule = o->schedule_text, o->schedule_text = NULL;
+  if (!pipe_args_check(o)) return 1;
   if (o->resume && o->weights) {
     fputs("dlcc: error: --resume and --weights both give the weights: choose one\n", stderr);
     return 1;
@@ -270,6 +309,7 @@ typedef struct Run {
   NcclComm *nccl;  /* on cuda, made at the first all-reduce */
 #endif
   int64_t local;   /* this rank's share of a full batch */
+  Pipeline *pipe;  /* --pipeline: this rank's stage; step is then the whole model, kept for saving */
 } Run;
 
 /* The last error this rank printed, for the other ranks' messages. */
@@ -334,7 +374,10 @@ static dlc_train *compile_for(Run *r, const TrainData *d, int64_t batch, bool ev
   dlc_train_options o;
   if (!train_options(r->a, &o)) return NULL;
   o.eval = eval;
-  o.optimizer.data_parallel = r->dist->size > 1 && !eval;
+  o.optimizer.data_parallel = r->dist->size > 1 && !eval && !r->a->pipeline;
+  /* With --pipeline the whole step only checks the data and holds the
+   * weights for saving: the interpreter's compile, which makes no plan. */
+  if (r->a->pipeline && !eval) o.model.backend = "ref";
   o.optimizer.sync_bn = r->a->sync_bn && !eval ? r->dist->size : 0;
   o.optimizer.bucket_mb = r->a->bucket_mb;
   dlc_input_shape *shapes = calloc((size_t)d->n, sizeof *shapes);
@@ -409,6 +452,25 @@ static bool set_batch(Run *r, dlc_train *t, const TrainData *d, const int64_t *o
   return true;
 }
 
+/* The pipeline's outcome: a local error printed and kept for the other
+ * ranks; a failed exchange is end_ranks' to report. */
+static bool pipe_ok(bool ok, bool comm, const char *err) {
+  if (!ok && !comm) {
+    fprintf(stderr, "dlcc: error: %s\n", err);
+    keep_error(err);
+  }
+  return ok;
+}
+
+/* The stages' parameters and state into r->step on rank 0. */
+static bool gather(Run *r) {
+  char err[1024];
+  bool comm = false;
+  if (!r->pipe) return true;
+  bool ok = pipe_gather(r->pipe, r->step, &comm, err, sizeof err);
+  return pipe_ok(ok, comm, err);
+}
+
 static char *checkpoint_path(const char *out) {
   size_t n = strlen(out), k = strlen(".safetensors");
   bool suffix = n > k && strcmp(out + n - k, ".safetensors") == 0;
@@ -419,6 +481,7 @@ static char *checkpoint_path(const char *out) {
 
 static bool save(Run *r) {
   dlc_train *t = r->step ? r->step : r->rest;
+  if (!gather(r)) return false;
   if (r->dist->rank) return true; /* one writer: the ranks hold the same weights */
   if (!api_ok(t, dlc_train_save(t, r->a->save, 0, 0, NULL, NULL))) return false;
   char epoch[32], step[32], seed[32], batch[32];
@@ -478,7 +541,16 @@ static bool bind_weights(Run *r) {
   } else if (!api_ok(t, dlc_init_weights(m, r->a->seed))) {
     return false;
   }
-  return broadcast_weights(r, t) && (!r->step || !r->rest || api_ok(r->rest, dlc_train_copy_state(r->rest, r->step)));
+  if (!broadcast_weights(r, t)) return false;
+  if (r->pipe) {
+    char err[1024];
+    if (!pipe_bind(r->pipe, t, err, sizeof err)) {
+      fprintf(stderr, "dlcc: error: %s\n", err);
+      keep_error(err);
+      return false;
+    }
+  }
+  return !r->step || !r->rest || api_ok(r->rest, dlc_train_copy_state(r->rest, r->step));
 }
 
 static double now(void) {
@@ -506,6 +578,18 @@ static void log_step(Run *r, float loss, double lr) {
 
 /* One step on samples order[0..n) by t (the full-batch step or the rest). */
 static bool train_batch(Run *r, dlc_train *t, const int64_t *order, int64_t n, float *loss) {
+  if (r->pipe) {
+    char err[1024];
+    bool comm = false;
+    double lr = train_sched_lr(&r->sched, r->a->lr, r->global_step, r->total_steps);
+    bool ok = pipe_step(r->pipe, order, (float)lr, loss, &comm, err, sizeof err);
+    if (!pipe_ok(ok, comm, err)) return false;
+    r->global_step++;
+    r->steps_done++;
+    r->samples_done += n;
+    log_step(r, *loss, lr);
+    return true;
+  }
   if (t == r->rest && r->step && !api_ok(t, dlc_train_copy_state(t, r->step))) return false;
   if (!set_batch(r, t, &r->data, order, n, 0)) return false;
   double lr = train_sched_lr(&r->sched, r->a->lr, r->global_step, r->total_steps);
@@ -593,8 +677,9 @@ static bool run_epoch(Run *r) {
     bool last = k == full;
     /* Rank q takes the q-th equal slice of each batch, in the order
      * every rank computes alike from the seed. */
-    int64_t share = (last ? r->rest_n : b) / r->dist->size;
-    if (!train_batch(r, last ? r->rest : r->step, r->order + k * b + r->dist->rank * share, share, &loss))
+    int64_t share = r->pipe ? b : (last ? r->rest_n : b) / r->dist->size;
+    if (!train_batch(r, last ? r->rest : r->step, r->order + k * b + (r->pipe ? 0 : r->dist->rank * share), share,
+                     &loss))
       return false;
     loss_sum += loss;
     steps++;
@@ -602,6 +687,7 @@ static bool run_epoch(Run *r) {
   }
   if (r->tty) fputs("\r\033[K", stderr);
   r->epoch++;
+  if (r->a->val && !gather(r)) return false;
   if (r->dist->rank) return true; /* rank 0 prints and validates */
   printf("epoch %" PRId64 ": train loss %.6f (mean of %" PRId64 " steps)\n", r->epoch,
          steps ? loss_sum / (double)steps : 0.0, steps);
@@ -609,6 +695,46 @@ static bool run_epoch(Run *r) {
   fflush(stdout); /* a line per epoch, also into a pipe or a file */
   if (r->log) fflush(r->log);
   return ok;
+}
+
+/* --pipeline: the refusals, the whole step at a micro-batch (the data's
+ * check, the weights), then this rank's stage. */
+static bool compile_pipeline(Run *r) {
+  TrainArgs *a = r->a;
+  int64_t s = a->pipeline, m = a->micro_batches;
+  if (r->dist->size != s)
+    snprintf(last_error, sizeof last_error,
+             "--pipeline=%" PRId64 " needs %" PRId64 " ranks, one a stage, and this job has %d (pipeline and data "
+             "parallel do not combine yet)", s, s, r->dist->size);
+  else if (a->batch % m)
+    snprintf(last_error, sizeof last_error,
+             "--batch=%" PRId64 " does not divide into %" PRId64 " micro-batches: give a multiple of %" PRId64,
+             a->batch, m, m);
+  else if (r->rest_n)
+    snprintf(last_error, sizeof last_error,
+             "the last batch of %" PRId64 " samples is smaller than --batch=%" PRId64 ": add --drop-last, or give a "
+             "--batch that divides the samples (a stage compiles one micro-batch size)", r->rest_n, a->batch);
+  else
+    last_error[0] = 0;
+  if (last_error[0]) {
+    fprintf(stderr, "dlcc: error: %s\n", last_error);
+    return false;
+  }
+  if (!(r->step = compile_for(r, &r->data, a->batch / m, false))) return false;
+  if (!check_classes(r, &r->data)) return false;
+  if (a->val && !r->dist->rank && !(r->eval = compile_for(r, &r->val, a->batch, true))) return false;
+  dlc_train_options o;
+  if (!train_options(a, &o)) return false;
+  PipeConfig pc = {.model_path = a->model_path, .train = &o, .loss = a->loss.name ? &a->loss_spec : NULL,
+                   .loss_output = a->loss.output, .data = &r->data, .batch = a->batch, .micro = m,
+                   .one_f_one_b = a->pipe_schedule && strcmp(a->pipe_schedule, "1f1b") == 0, .dist = r->dist};
+  char err[4096];
+  if (!(r->pipe = pipe_new(&pc, err, sizeof err))) {
+    fprintf(stderr, strstr(err, ": error: ") ? "%s\n" : "dlcc: error: %s\n", err); /* located: as diag wrote it */
+    keep_error(err);
+    return false;
+  }
+  return true;
 }
 
 /* Steps per epoch and the compiled steps: the full batch, the rest. */
@@ -622,6 +748,7 @@ static bool compile_steps(Run *r) {
     return false;
   }
   int k = r->dist->size;
+  if (r->a->pipeline) return compile_pipeline(r);
   if (k > 1 && (b % k || r->rest_n % k)) {
     snprintf(last_error, sizeof last_error,
              b % k ? "--batch=%" PRId64 " does not divide among %d ranks: give a multiple of %d (each rank takes an "
@@ -684,6 +811,7 @@ static void teardown(Run *r) {
   dlc_train_free(r->step);
   dlc_train_free(r->rest);
   dlc_train_free(r->eval);
+  pipe_free(r->pipe);
 #ifdef HAVE_NCCL
   nccl_comm_free(r->nccl);
 #endif
@@ -729,7 +857,7 @@ int driver_train(int argc, char **argv) {
     for (int64_t e = 0; ok && e < a.epochs; e++) ok = run_epoch(&r);
   }
   if (ok && a.save) ok = save(&r);
-  if (ok && dist.size > 1 && !dist.rank)
+  if (ok && dist.size > 1 && !dist.rank && !a.pipeline)
     printf("data parallel: %d ranks; rank 0's gradient all-reduces took %.3f s, %.3f s of it exposed (%.0f%% hidden "
            "behind the backward)\n",
            dist.size, dist.comm_s, dist.exposed_s,

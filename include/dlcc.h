@@ -311,6 +311,10 @@ dlc_status dlc_train_options_init(dlc_train_options *o, const char *optimizer);
 /* *out is set even on failure, for dlc_train_error (NULL only when memory
  * ran out first). */
 dlc_status dlc_train_compile(const char *path, const dlc_train_options *o, dlc_train **out);
+/* The same for a model's text in memory, as dlc_compile_string (IR text
+ * when name ends in .ir; pipeline stages compile their graphs so). */
+dlc_status dlc_train_compile_string(const char *name, const char *text, const dlc_train_options *o,
+                                    dlc_train **out);
 void dlc_train_free(dlc_train *t);
 const char *dlc_train_error(const dlc_train *t);
 dlc_model *dlc_train_model(dlc_train *t);

@@ -19,4 +19,5 @@ libdlcc_core_la_SOURCES += \
 	passes/train_mode.c \
 	passes/loss.c passes/loss.h \
 	passes/optim.c passes/optim.h \
+	passes/stages.c passes/stages.h \
 	passes/memplan.c passes/memplan.h

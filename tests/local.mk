@@ -62,3 +62,4 @@ include tests/optim.mk
 include tests/train_cli.mk
 include tests/dist.mk
 include tests/scaleout.mk
+include tests/pipeline.mk

@@ -146,6 +146,42 @@ START_TEST(sgd_step_updates_by_the_gradient) {
 }
 END_TEST
 
+/* dlc_train_compile_string (how pipeline stages compile their IR): the
+ * step from tiny.dl's text takes the same step as from the file. */
+START_TEST(compile_string_as_file) {
+  dlc_train *f = compile_tiny(8, "adam", 0, 0), *s;
+  FILE *in = fopen(model_path("tiny.dl"), "r");
+  ck_assert(in);
+  char text[4096];
+  size_t n = fread(text, 1, sizeof text - 1, in);
+  fclose(in);
+  text[n] = 0;
+  dlc_train_options o;
+  ck_assert_int_eq(dlc_train_options_init(&o, "adam"), DLC_OK);
+  int64_t xd[2] = {8, 4}, td[1] = {8};
+  dlc_input_shape shapes[2] = {{"x", 2, xd}, {"target", 1, td}};
+  o.model.backend = "ref";
+  o.model.n_input_shapes = 2;
+  o.model.input_shapes = shapes;
+  o.loss = "cross_entropy";
+  ck_assert_int_eq(dlc_train_compile_string("tiny.dl", text, &o, &s), DLC_OK);
+  float lf, ls, wf[3], ws[3];
+  for (int k = 0; k < 2; k++) {
+    dlc_train *t = k ? s : f;
+    ck_assert_int_eq(dlc_init_weights(dlc_train_model(t), 5), DLC_OK);
+    set_batch(t, 8);
+    ck_assert_int_eq(dlc_train_step(t, 0.1f, k ? &ls : &lf), DLC_OK);
+    ck_assert_int_eq(dlc_get_weight(dlc_train_model(t), "fc2.bias", k ? ws : wf, sizeof wf), DLC_OK);
+  }
+  ck_assert(lf == ls && memcmp(wf, ws, sizeof wf) == 0);
+  dlc_train_free(s);
+  ck_assert_int_eq(dlc_train_compile_string("bad.dl", "model m(", &o, &s), DLC_ERR_COMPILE);
+  ck_assert_ptr_nonnull(strstr(dlc_train_error(s), "bad.dl:1:"));
+  dlc_train_free(s);
+  dlc_train_free(f);
+}
+END_TEST
+
 START_TEST(copy_state_and_save) {
   dlc_train *t = compile_tiny(8, "adamw", 0, 0), *rest = compile_tiny(6, "adamw", 0, 0);
   dlc_train *eval = compile_tiny(8, "adamw", 1, 0);
@@ -273,6 +309,7 @@ int main(void) {
   tcase_add_test(tc, cosine_as_pytorch);
   tcase_add_test(tc, data_order);
   tcase_add_test(tc, sgd_step_updates_by_the_gradient);
+  tcase_add_test(tc, compile_string_as_file);
   tcase_add_test(tc, copy_state_and_save);
   tcase_add_test(tc, batchnorm_state_dict);
   tcase_add_test(tc, option_errors);

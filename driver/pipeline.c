@@ -1,0 +1,628 @@
+/* Pipeline parallel training for `dlcc train --pipeline=S` (pipeline.h
+ * says the contract, docs/parallel.md the design).  Rank s holds stage s
+ * as three plans compiled from the stage's graphs: a forward (stage
+ * inputs to the values it passes on; the last stage has none), a
+ * backward that recomputes the forward from the stage inputs it kept and
+ * returns the gradients of its inputs and parameters (GPipe's
+ * re-materialisation, through the ordinary autodiff), and an optimizer
+ * step fed the gradients accumulated over the micro-batches. */
+#include "config.h"
+
+#include "driver/pipeline.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "frontend/ast.h"
+#include "frontend/dims.h"
+#include "ir/eval.h"
+#include "ir/ir.h"
+#include "passes/stages.h"
+
+/* Message tags: what travels, and the cut value's number.  Messages
+ * between two ranks under one tag arrive in the order sent (MPI's
+ * non-overtaking rule), so micro-batches need no number of their own. */
+enum { TAG_ACT, TAG_GRAD, TAG_LOSS, TAG_GATHER, TAG_KINDS };
+#define TAG(kind, k) ((kind) + TAG_KINDS * ((k) % 4096))
+
+typedef struct StageParam {
+  const char *name;
+  size_t bytes;
+  int grad_out; /* the backward's output "NAME.grad" */
+  float *acc;   /* the gradient summed over the micro-batches */
+} StageParam;
+
+struct Pipeline {
+  PipeConfig c;
+  int s, n_stages, m_count;
+  int64_t b; /* samples per micro-batch */
+  Ctx ctx;   /* the whole model's graph and the split */
+  Graph *g;
+  StageSplit sp;
+  int *param_stage; /* by node id: the stage of a param's readers, -1 when none */
+  dlc_model *fwd, *bwd;
+  dlc_train *opt;
+  int n_in, n_out;            /* values of cut s and cut s + 1 */
+  size_t *in_bytes, *out_bytes;
+  int *in_grad_out;           /* the backward's output "stage_in.K.grad" */
+  int n_params;
+  StageParam *params;
+  unsigned char **stash;      /* [m][k]: the stage inputs of micro-batch m, kept for its backward */
+  unsigned char **fsend, **bsend; /* [m][k]: activations and input gradients in flight */
+  unsigned char **dy;         /* [k]: the gradient of stage output k */
+  void **bufs;                /* per data array: a micro-batch */
+  float loss;
+};
+
+static bool is_stage_name(const char *name) {
+  return strncmp(name, "stage_", 6) == 0 || strncmp(name, "grad.", 5) == 0 || strncmp(name, "dlcc.", 5) == 0;
+}
+
+/* ---- the whole model and its split ---- */
+
+typedef struct BuildJob {
+  const PipeConfig *c;
+  int64_t micro_batch;
+  Graph *g;
+} BuildJob;
+
+/* The forward graph with its loss, as dlc_train_compile builds it before
+ * autodiff: lowered for training, the loss appended. */
+static int build_graph(Ctx *ctx, void *data) {
+  BuildJob *job = data;
+  const PipeConfig *c = job->c;
+  const SrcFile *f = ctx_load_file(ctx, c->model_path);
+  if (!f) return 1;
+  size_t n = strlen(c->model_path);
+  Graph *g;
+  if (n > 3 && strcmp(c->model_path + n - 3, ".ir") == 0) {
+    g = ir_parse(ctx, f);
+  } else if (n > 5 && strcmp(c->model_path + n - 5, ".onnx") == 0) {
+    diag_error(ctx, (SrcLoc){0}, "pipeline parallel takes a .dl or .ir model, not ONNX");
+    return 1;
+  } else {
+    Program *p = fe_parse(ctx, f);
+    if (!p) return 1;
+    const dlc_options *mo = &c->train->model;
+    const TrainData *d = c->data;
+    Define *defs = ARENA_ARRAY(&ctx->arena, Define, mo->n_defines + 1);
+    for (int i = 0; i < mo->n_defines; i++) defs[i] = (Define){mo->defines[i].name, mo->defines[i].value};
+    InputShape *shapes = ARENA_ARRAY(&ctx->arena, InputShape, d->n + 1);
+    for (int i = 0; i < d->n; i++) {
+      int64_t *dims = ARENA_ARRAY(&ctx->arena, int64_t, d->a[i].t.rank);
+      dims[0] = job->micro_batch;
+      for (int k = 1; k < d->a[i].t.rank; k++) dims[k] = d->a[i].t.dims[k];
+      shapes[i] = (InputShape){d->a[i].name, d->a[i].t.rank, dims};
+    }
+    LowerOptions lo = {.model = mo->model, .n_defines = mo->n_defines, .defines = defs, .training = true,
+                       .n_input_shapes = d->n, .input_shapes = shapes};
+    g = fe_lower(ctx, p, &lo);
+  }
+  if (!g || !ir_verify(g)) return 1;
+  if (c->loss) {
+    const TrainArray *target = train_data_find(c->data, TRAIN_TARGET);
+    TensorType tt = {0}, *tp = NULL;
+    if (target && target->t.dtype < RT_F64) {
+      tt.dtype = (DType)target->t.dtype;
+      tt.rank = target->t.rank;
+      tt.dims[0] = job->micro_batch;
+      for (int k = 1; k < target->t.rank; k++) tt.dims[k] = target->t.dims[k];
+      tp = &tt;
+    }
+    if (!pass_append_loss(g, c->loss, c->loss_output, TRAIN_TARGET, tp) || !ir_verify(g)) return 1;
+  }
+  for (Node *m = g->first; m; m = m->next)
+    if (m->op == OP_BATCHNORM || m->op == OP_DROPOUT) {
+      diag_error(ctx, m->loc,
+                 "pipeline parallel does not take %s yet (a stage would see its micro-batch's statistics or "
+                 "draw its own masks): train this model with data parallel or in one process",
+                 m->op == OP_BATCHNORM ? "batchnorm" : "dropout");
+      return 1;
+    }
+  job->g = g;
+  return 0;
+}
+
+/* The `as` scopes a stage computes, in order, each once: "fc1, fc2". */
+static void print_scopes(FILE *f, Graph *g, const StageSplit *sp, int s) {
+  const char *prev = NULL;
+  int shown = 0;
+  for (Node *n = g->first; n; n = n->next) {
+    if (sp->stage[n->id] != s || !n->scope || !n->scope[0]) continue;
+    if (prev && strcmp(prev, n->scope) == 0) continue;
+    bool again = false;
+    for (Node *m = g->first; m != n && !again; m = m->next)
+      again = sp->stage[m->id] == s && m->scope && strcmp(m->scope, n->scope) == 0;
+    if (again) continue;
+    fprintf(f, "%s%s", shown++ ? ", " : "", n->scope);
+    prev = n->scope;
+  }
+  if (!shown) fputs("(no named layers)", f);
+}
+
+static void print_split(Pipeline *p) {
+  const StageSplit *sp = &p->sp;
+  int S = p->n_stages, M = p->m_count;
+  printf("pipeline: %d stages, %d micro-batch%s of %" PRId64 ", %s; bubble (S-1)/(M+S-1) = %.1f%%\n", S, M,
+         M == 1 ? "" : "es", p->b, p->c.one_f_one_b ? "1F1B" : "GPipe", 100.0 * (S - 1) / (double)(M + S - 1));
+  for (int s = 0; s < S; s++) {
+    if (s > 0) {
+      const StageCut *c = &sp->cut[s];
+      printf("  cut %d|%d: %d tensor%s, %.0f bytes:", s - 1, s, c->n, c->n == 1 ? "" : "s", c->bytes);
+      for (int k = 0; k < c->n; k++) {
+        char ty[128];
+        printf(" %s", ir_type_str(&c->values[k]->type, ty, sizeof ty));
+      }
+      printf("\n");
+    }
+    printf("  stage %d (rank %d): %d op%s, %.1f%% of the cost, %.0f bytes of parameters: ", s, s, sp->n_nodes[s],
+           sp->n_nodes[s] == 1 ? "" : "s", sp->total > 0 ? 100.0 * sp->cost[s] / sp->total : 0.0, sp->param_bytes[s]);
+    print_scopes(stdout, p->g, sp, s);
+    printf("\n");
+  }
+  fflush(stdout);
+}
+
+/* ---- this rank's plans ---- */
+
+static char *graph_text(Graph *g) {
+  char *text = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&text, &len);
+  if (!f) return NULL;
+  ir_print(f, g);
+  if (fclose(f) != 0) {
+    free(text);
+    return NULL;
+  }
+  return text;
+}
+
+typedef struct StageGraphs {
+  Pipeline *p;
+  Graph *graph[3];
+} StageGraphs;
+
+static int build_stage(Ctx *ctx, void *data) {
+  (void)ctx;
+  StageGraphs *sg = data;
+  Pipeline *p = sg->p;
+  bool last = p->s == p->n_stages - 1;
+  for (int k = STAGE_FORWARD; k <= STAGE_OPTIMIZER; k++)
+    if ((k != STAGE_FORWARD || !last) && !(k == STAGE_OPTIMIZER && !p->sp.param_bytes[p->s]) &&
+        !(sg->graph[k] = pass_stage_graph(p->g, &p->sp, p->s, (StageKind)k)))
+      return 1;
+  return 0;
+}
+
+/* The model options a stage's IR compiles with: the backend and
+ * precision the user gave; shapes and defines are in the IR already. */
+static dlc_options stage_options(const Pipeline *p) {
+  dlc_options o = p->c.train->model;
+  o.model = NULL;
+  o.n_defines = 0;
+  o.defines = NULL;
+  o.n_input_shapes = 0;
+  o.input_shapes = NULL;
+  return o;
+}
+
+static bool compile_stage(Pipeline *p, Graph *const *graphs, char *err, size_t errlen) {
+  const char *what[] = {"forward", "backward", "optimizer"};
+  for (int k = STAGE_FORWARD; k <= STAGE_OPTIMIZER; k++) {
+    if (!graphs[k]) continue;
+    char *text = graph_text(graphs[k]), name[64];
+    if (!text) return snprintf(err, errlen, "out of memory"), false;
+    snprintf(name, sizeof name, "stage%d.%s.ir", p->s, what[k]);
+    dlc_status st;
+    const char *msg;
+    if (k == STAGE_OPTIMIZER) {
+      dlc_train_options o = *p->c.train;
+      o.model = stage_options(p);
+      o.loss = NULL;
+      o.loss_output = 0;
+      o.target_rank = 0;
+      st = dlc_train_compile_string(name, text, &o, &p->opt);
+      msg = dlc_train_error(p->opt);
+    } else {
+      dlc_options o = stage_options(p);
+      o.grad = k == STAGE_BACKWARD;
+      dlc_model **m = k == STAGE_FORWARD ? &p->fwd : &p->bwd;
+      st = dlc_compile_string(name, text, &o, m);
+      msg = dlc_error(*m);
+    }
+    free(text);
+    if (st != DLC_OK) {
+      snprintf(err, errlen, "stage %d's %s plan: %s", p->s, what[k], msg ? msg : "out of memory");
+      return false;
+    }
+  }
+  return true;
+}
+
+static int output_named(dlc_model *m, const char *name) {
+  for (int i = 0; i < dlc_num_outputs(m); i++) {
+    dlc_tensor_info info;
+    if (dlc_output_info(m, i, &info) == DLC_OK && strcmp(info.name, name) == 0) return i;
+  }
+  return -1;
+}
+
+static void *alloc_or(size_t n, bool *ok) {
+  void *q = calloc(1, n ? n : 1);
+  if (!q) *ok = false;
+  return q;
+}
+
+/* The buffers, and where the backward's outputs are. */
+static bool prepare(Pipeline *p, const Graph *opt_graph, char *err, size_t errlen) {
+  bool ok = true;
+  const StageCut *in = p->s > 0 ? &p->sp.cut[p->s] : NULL;
+  const StageCut *out = p->s < p->n_stages - 1 ? &p->sp.cut[p->s + 1] : NULL;
+  p->n_in = in ? in->n : 0;
+  p->n_out = out ? out->n : 0;
+  p->in_bytes = alloc_or(sizeof(size_t) * (size_t)p->n_in, &ok);
+  p->out_bytes = alloc_or(sizeof(size_t) * (size_t)p->n_out, &ok);
+  p->in_grad_out = alloc_or(sizeof(int) * (size_t)p->n_in, &ok);
+  if (!ok) return snprintf(err, errlen, "out of memory"), false;
+  for (int k = 0; k < p->n_in; k++) {
+    p->in_bytes[k] = ir_tensor_nbytes(&in->values[k]->type);
+    char name[64];
+    snprintf(name, sizeof name, "stage_in.%d.grad", k);
+    if ((p->in_grad_out[k] = output_named(p->bwd, name)) < 0)
+      return snprintf(err, errlen, "stage %d: its input %d does not reach its outputs (no gradient)", p->s, k), false;
+  }
+  for (int k = 0; k < p->n_out; k++) p->out_bytes[k] = ir_tensor_nbytes(&out->values[k]->type);
+  for (Node *n = opt_graph ? opt_graph->first : NULL; n; n = n->next) p->n_params += n->op == OP_PARAM;
+  p->params = alloc_or(sizeof *p->params * (size_t)p->n_params, &ok);
+  int j = 0;
+  for (Node *n = opt_graph ? opt_graph->first : NULL; ok && n; n = n->next) {
+    if (n->op != OP_PARAM) continue;
+    StageParam *sp = &p->params[j++];
+    sp->name = ir_attr_str(n, "name");
+    sp->bytes = ir_tensor_nbytes(&n->out[0].type);
+    if (n->out[0].type.dtype != TY_F32)
+      return snprintf(err, errlen, "pipeline parallel trains f32 parameters; '%s' is %s", sp->name,
+                      ir_dtype_name(n->out[0].type.dtype)), false;
+    char name[512];
+    snprintf(name, sizeof name, "%s.grad", sp->name);
+    if ((sp->grad_out = output_named(p->bwd, name)) < 0)
+      return snprintf(err, errlen, "stage %d: the loss does not depend on '%s'", p->s, sp->name), false;
+    sp->acc = alloc_or(sp->bytes, &ok);
+  }
+  int M = p->m_count;
+  p->stash = alloc_or(sizeof *p->stash * (size_t)(M * p->n_in), &ok);
+  p->bsend = alloc_or(sizeof *p->bsend * (size_t)(M * p->n_in), &ok);
+  p->fsend = alloc_or(sizeof *p->fsend * (size_t)(M * p->n_out), &ok);
+  p->dy = alloc_or(sizeof *p->dy * (size_t)p->n_out, &ok);
+  for (int m = 0; ok && m < M; m++) {
+    for (int k = 0; ok && k < p->n_in; k++) {
+      p->stash[m * p->n_in + k] = alloc_or(p->in_bytes[k], &ok);
+      p->bsend[m * p->n_in + k] = alloc_or(p->in_bytes[k], &ok);
+    }
+    for (int k = 0; ok && k < p->n_out; k++) p->fsend[m * p->n_out + k] = alloc_or(p->out_bytes[k], &ok);
+  }
+  for (int k = 0; ok && k < p->n_out; k++) p->dy[k] = alloc_or(p->out_bytes[k], &ok);
+  const TrainData *d = p->c.data;
+  p->bufs = alloc_or(sizeof *p->bufs * (size_t)d->n, &ok);
+  for (int i = 0; ok && i < d->n; i++) p->bufs[i] = alloc_or(d->a[i].sample_bytes * (size_t)p->b, &ok);
+  if (!ok) snprintf(err, errlen, "out of memory");
+  return ok;
+}
+
+Pipeline *pipe_new(const PipeConfig *c, char *err, size_t errlen) {
+  Pipeline *p = calloc(1, sizeof *p);
+  if (!p) return snprintf(err, errlen, "out of memory"), NULL;
+  p->c = *c;
+  p->s = c->dist->rank;
+  p->n_stages = c->dist->size;
+  p->m_count = (int)c->micro;
+  p->b = c->batch / c->micro;
+  ctx_init(&p->ctx);
+  BuildJob job = {.c = c, .micro_batch = p->b};
+  int rc = ctx_guard(&p->ctx, build_graph, &job);
+  if (rc || p->ctx.diag.errors) {
+    snprintf(err, errlen, "%s", rc < 0 ? "out of memory" : diag_text(&p->ctx));
+    size_t n = strlen(err);
+    while (n && err[n - 1] == '\n') err[--n] = 0;
+    pipe_free(p);
+    return NULL;
+  }
+  p->g = job.g;
+  if (!pass_stage_split(p->g, p->n_stages, &p->sp, err, errlen)) {
+    pipe_free(p);
+    return NULL;
+  }
+  /* Each param's stage, for the gather: its readers' (they share one). */
+  p->param_stage = ARENA_ARRAY(&p->ctx.arena, int, p->g->n_nodes + 1);
+  for (Node *n = p->g->first; n; n = n->next) p->param_stage[n->id] = -1;
+  for (Node *n = p->g->first; n; n = n->next)
+    for (int i = 0; i < n->n_in && p->sp.stage[n->id] >= 0; i++)
+      if (n->in[i]->def->op == OP_PARAM) p->param_stage[n->in[i]->def->id] = p->sp.stage[n->id];
+  if (p->s == 0) print_split(p);
+  StageGraphs sg = {.p = p};
+  rc = ctx_guard(&p->ctx, build_stage, &sg);
+  if (rc || p->ctx.diag.errors) {
+    snprintf(err, errlen, "%s", rc < 0 ? "out of memory" : diag_text(&p->ctx));
+    pipe_free(p);
+    return NULL;
+  }
+  if (!compile_stage(p, sg.graph, err, errlen) || !prepare(p, sg.graph[STAGE_OPTIMIZER], err, errlen)) {
+    pipe_free(p);
+    return NULL;
+  }
+  return p;
+}
+
+/* ---- parameters in and out ---- */
+
+static bool copy_weight(dlc_model *from, dlc_model *to, const char *name, size_t bytes, char *err, size_t errlen) {
+  void *buf = malloc(bytes ? bytes : 1);
+  if (!buf) return snprintf(err, errlen, "out of memory"), false;
+  dlc_status st = dlc_get_weight(from, name, buf, bytes);
+  dlc_model *bad = from;
+  if (st == DLC_OK) st = dlc_set_weight(to, name, buf, bytes), bad = to;
+  free(buf);
+  if (st != DLC_OK) snprintf(err, errlen, "%s", dlc_error(bad));
+  return st == DLC_OK;
+}
+
+/* The stage's parameters from the optimizer's plan into the others. */
+static bool share_params(Pipeline *p, char *err, size_t errlen) {
+  dlc_model *om = dlc_train_model(p->opt); /* NULL in a stage without parameters */
+  for (int j = 0; j < p->n_params; j++) {
+    const StageParam *sp = &p->params[j];
+    if ((p->fwd && !copy_weight(om, p->fwd, sp->name, sp->bytes, err, errlen)) ||
+        !copy_weight(om, p->bwd, sp->name, sp->bytes, err, errlen))
+      return false;
+  }
+  return true;
+}
+
+bool pipe_bind(Pipeline *p, dlc_train *whole, char *err, size_t errlen) {
+  dlc_model *wm = dlc_train_model(whole), *om = dlc_train_model(p->opt);
+  /* Bound first (any values: each is set below, the stage inputs per
+   * micro-batch). */
+  if ((p->fwd && dlc_init_weights(p->fwd, 0) != DLC_OK) || dlc_init_weights(p->bwd, 0) != DLC_OK ||
+      (om && dlc_init_weights(om, 0) != DLC_OK))
+    return snprintf(err, errlen, "binding stage %d's weights failed", p->s), false;
+  for (int i = 0; i < dlc_train_num_params(p->opt); i++) {
+    dlc_tensor_info info;
+    if (dlc_train_param_info(p->opt, i, &info) != DLC_OK ||
+        !copy_weight(wm, om, info.name, info.nbytes, err, errlen))
+      return false;
+  }
+  return share_params(p, err, errlen);
+}
+
+/* The rank whose stage holds the whole model's tensor `name`: the stage
+ * of the param it is, or whose optimizer state it is
+ * ("dlcc.optim.NAME.exp_avg"); rank 0 for the rest (the step counter,
+ * which every stage counts alike). */
+static int owner_of(const Pipeline *p, const char *name) {
+  const char *prefix = "dlcc.optim.";
+  size_t np = strlen(prefix), best = 0;
+  int owner = 0;
+  for (Node *n = p->g->first; n; n = n->next) {
+    if (n->op != OP_PARAM || p->param_stage[n->id] < 0) continue;
+    const char *pn = ir_attr_str(n, "name");
+    size_t len = strlen(pn);
+    bool state = strncmp(name, prefix, np) == 0 && strncmp(name + np, pn, len) == 0 && name[np + len] == '.';
+    if ((strcmp(name, pn) == 0 || state) && len > best) best = len, owner = p->param_stage[n->id];
+  }
+  return owner;
+}
+
+static bool has_param(dlc_train *t, const char *name) {
+  for (int i = 0; i < dlc_train_num_params(t); i++) {
+    dlc_tensor_info info;
+    if (dlc_train_param_info(t, i, &info) == DLC_OK && strcmp(info.name, name) == 0) return true;
+  }
+  return false;
+}
+
+bool pipe_gather(Pipeline *p, dlc_train *whole, bool *comm, char *err, size_t errlen) {
+  Dist *d = p->c.dist;
+  dlc_model *wm = dlc_train_model(whole), *om = dlc_train_model(p->opt);
+  *comm = false;
+  bool ok = true;
+  for (int i = 0; ok && i < dlc_train_num_params(whole); i++) {
+    dlc_tensor_info info;
+    if (dlc_train_param_info(whole, i, &info) != DLC_OK) continue;
+    int owner = owner_of(p, info.name);
+    if (owner != d->rank && d->rank != 0) continue;
+    if (owner == d->rank && (!p->opt || !has_param(p->opt, info.name)))
+      continue; /* not the stage's: whole keeps its own */
+    if (owner == 0) {
+      ok = copy_weight(om, wm, info.name, info.nbytes, err, errlen);
+      continue;
+    }
+    void *buf = malloc(info.nbytes ? info.nbytes : 1);
+    if (!buf) return snprintf(err, errlen, "out of memory"), false;
+    if (d->rank == owner) {
+      ok = dlc_get_weight(om, info.name, buf, info.nbytes) == DLC_OK;
+      if (!ok) snprintf(err, errlen, "%s", dlc_error(om));
+      if (ok && (dist_isend(d, 0, TAG(TAG_GATHER, 0), buf, info.nbytes) != DIST_OK || dist_wait_sends(d) != DIST_OK))
+        ok = false, *comm = true;
+    } else {
+      char what[96];
+      snprintf(what, sizeof what, "receiving stage %d's parameters from rank %d", owner, owner);
+      if (dist_recv(d, owner, TAG(TAG_GATHER, 0), buf, info.nbytes, what) != DIST_OK)
+        ok = false, *comm = true;
+      else if (dlc_set_weight(wm, info.name, buf, info.nbytes) != DLC_OK)
+        ok = false, snprintf(err, errlen, "%s", dlc_error(wm));
+    }
+    free(buf);
+  }
+  return ok;
+}
+
+/* ---- a global batch ---- */
+
+/* The model's inputs that come from the data: micro-batch order[0..b). */
+static bool set_data(Pipeline *p, dlc_model *m, const int64_t *order, char *err, size_t errlen) {
+  const TrainData *d = p->c.data;
+  for (int i = 0; i < dlc_num_inputs(m); i++) {
+    dlc_tensor_info info;
+    if (dlc_input_info(m, i, &info) != DLC_OK || is_stage_name(info.name)) continue;
+    const TrainArray *a = train_data_find(d, info.name);
+    if (!a) return snprintf(err, errlen, "stage %d reads the model input '%s', and %s has no %s.npy", p->s, info.name,
+                            d->dir, info.name), false;
+    void *buf = p->bufs[a - d->a];
+    train_data_gather(a, order, p->b, 0, buf);
+    if (dlc_set_input(m, a->name, buf, a->sample_bytes * (size_t)p->b) != DLC_OK)
+      return snprintf(err, errlen, "%s", dlc_error(m)), false;
+  }
+  return true;
+}
+
+static bool run_failed(dlc_model *m, char *err, size_t errlen) {
+  snprintf(err, errlen, "%s", dlc_error(m));
+  return false;
+}
+
+/* Micro-batch m's forward: the stage inputs from the previous rank, kept
+ * for the backward; the outputs on to the next. */
+static bool forward(Pipeline *p, int m, const int64_t *order, bool *comm, char *err, size_t errlen) {
+  Dist *d = p->c.dist;
+  char what[96];
+  snprintf(what, sizeof what, "receiving activations from rank %d", p->s - 1);
+  for (int k = 0; k < p->n_in; k++)
+    if (dist_recv(d, p->s - 1, TAG(TAG_ACT, k), p->stash[m * p->n_in + k], p->in_bytes[k], what) != DIST_OK)
+      return *comm = true, false;
+  if (!p->fwd) return true; /* the last stage's forward is in its backward */
+  if (!set_data(p, p->fwd, order, err, errlen)) return false;
+  for (int k = 0; k < p->n_in; k++) {
+    char name[32];
+    snprintf(name, sizeof name, "stage_in.%d", k);
+    if (dlc_set_input(p->fwd, name, p->stash[m * p->n_in + k], p->in_bytes[k]) != DLC_OK)
+      return run_failed(p->fwd, err, errlen);
+  }
+  if (dlc_run(p->fwd) != DLC_OK) return run_failed(p->fwd, err, errlen);
+  for (int k = 0; k < p->n_out; k++) {
+    const void *y;
+    size_t n;
+    if (dlc_get_output(p->fwd, k, &y, &n) != DLC_OK) return run_failed(p->fwd, err, errlen);
+    unsigned char *buf = p->fsend[m * p->n_out + k];
+    memcpy(buf, y, n);
+    if (dist_isend(d, p->s + 1, TAG(TAG_ACT, k), buf, n) != DIST_OK) return *comm = true, false;
+  }
+  return true;
+}
+
+/* Micro-batch m's backward: the output gradients from the next rank, the
+ * forward recomputed from the kept inputs, the parameter gradients
+ * summed, the input gradients on to the previous rank. */
+static bool backward(Pipeline *p, int m, const int64_t *order, bool *comm, char *err, size_t errlen) {
+  Dist *d = p->c.dist;
+  char what[96], name[32];
+  snprintf(what, sizeof what, "receiving gradients from rank %d", p->s + 1);
+  for (int k = 0; k < p->n_out; k++)
+    if (dist_recv(d, p->s + 1, TAG(TAG_GRAD, k), p->dy[k], p->out_bytes[k], what) != DIST_OK)
+      return *comm = true, false;
+  if (!set_data(p, p->bwd, order, err, errlen)) return false;
+  for (int k = 0; k < p->n_in; k++) {
+    snprintf(name, sizeof name, "stage_in.%d", k);
+    if (dlc_set_weight(p->bwd, name, p->stash[m * p->n_in + k], p->in_bytes[k]) != DLC_OK)
+      return run_failed(p->bwd, err, errlen);
+  }
+  for (int k = 0; k < p->n_out; k++) {
+    snprintf(name, sizeof name, "stage_dy.%d", k);
+    if (dlc_set_input(p->bwd, name, p->dy[k], p->out_bytes[k]) != DLC_OK) return run_failed(p->bwd, err, errlen);
+  }
+  if (dlc_run(p->bwd) != DLC_OK) return run_failed(p->bwd, err, errlen);
+  const void *out;
+  size_t n;
+  if (dlc_get_output(p->bwd, 0, &out, &n) != DLC_OK) return run_failed(p->bwd, err, errlen);
+  p->loss += *(const float *)out;
+  for (int j = 0; j < p->n_params; j++) {
+    StageParam *sp = &p->params[j];
+    if (dlc_get_output(p->bwd, sp->grad_out, &out, &n) != DLC_OK) return run_failed(p->bwd, err, errlen);
+    const float *g = out;
+    if (m == 0)
+      memcpy(sp->acc, g, sp->bytes);
+    else
+      for (size_t i = 0; i < sp->bytes / sizeof(float); i++) sp->acc[i] += g[i];
+  }
+  for (int k = 0; k < p->n_in; k++) {
+    if (dlc_get_output(p->bwd, p->in_grad_out[k], &out, &n) != DLC_OK) return run_failed(p->bwd, err, errlen);
+    unsigned char *buf = p->bsend[m * p->n_in + k];
+    memcpy(buf, out, n);
+    if (dist_isend(d, p->s - 1, TAG(TAG_GRAD, k), buf, n) != DIST_OK) return *comm = true, false;
+  }
+  return true;
+}
+
+/* The optimizer once, with the mean of the micro-batches' gradients (each
+ * the gradient of its micro-batch's mean loss, so their mean is the
+ * global batch's), then the new parameters into the other plans. */
+static bool update(Pipeline *p, float lr, char *err, size_t errlen) {
+  if (!p->opt) return true;
+  dlc_model *om = dlc_train_model(p->opt);
+  float scale = 1.0f / (float)p->m_count;
+  for (int j = 0; j < p->n_params; j++) {
+    StageParam *sp = &p->params[j];
+    for (size_t i = 0; i < sp->bytes / sizeof(float); i++) sp->acc[i] *= scale;
+    char name[512];
+    snprintf(name, sizeof name, "grad.%s", sp->name);
+    if (dlc_set_input(om, name, sp->acc, sp->bytes) != DLC_OK) return run_failed(om, err, errlen);
+  }
+  if (dlc_train_step(p->opt, lr, NULL) != DLC_OK) return run_failed(om, err, errlen);
+  return share_params(p, err, errlen);
+}
+
+bool pipe_step(Pipeline *p, const int64_t *order, float lr, float *loss, bool *comm, char *err, size_t errlen) {
+  Dist *d = p->c.dist;
+  *comm = false;
+  /* Every rank's status first: one that failed since the last step ends
+   * the others here with its message. */
+  if (dist_check(d, true, NULL) != DIST_OK) return *comm = true, false;
+  int M = p->m_count, S = p->n_stages;
+  /* GPipe: every forward, then every backward.  1F1B: S - s - 1 forwards
+   * to fill the pipe, then one forward and one backward in turn, then
+   * the backwards left.  Both take the backwards in micro-batch order,
+   * so the gradients are summed alike and the bits agree. */
+  int warm = p->c.one_f_one_b ? (S - p->s - 1 < M ? S - p->s - 1 : M) : M;
+  int f = 0, b = 0;
+  p->loss = 0;
+  bool ok = true;
+  for (; ok && f < warm; f++) ok = forward(p, f, order + f * p->b, comm, err, errlen);
+  while (ok && f < M) {
+    ok = forward(p, f, order + f * p->b, comm, err, errlen) && backward(p, b, order + b * p->b, comm, err, errlen);
+    f++, b++;
+  }
+  for (; ok && b < M; b++) ok = backward(p, b, order + b * p->b, comm, err, errlen);
+  if (ok && dist_wait_sends(d) != DIST_OK) ok = false, *comm = true;
+  if (!ok || !update(p, lr, err, errlen)) return false;
+  /* The loss: the last stage's mean of the micro-batches', to rank 0. */
+  float mean = p->loss / (float)M;
+  if (S > 1 && p->s == S - 1 && (dist_isend(d, 0, TAG(TAG_LOSS, 0), &mean, sizeof mean) != DIST_OK ||
+                                 dist_wait_sends(d) != DIST_OK))
+    return *comm = true, false;
+  if (S > 1 && p->s == 0 &&
+      dist_recv(d, S - 1, TAG(TAG_LOSS, 0), &mean, sizeof mean, "receiving the loss from the last stage") != DIST_OK)
+    return *comm = true, false;
+  *loss = mean;
+  return true;
+}
+
+void pipe_free(Pipeline *p) {
+  if (!p) return;
+  for (int i = 0; i < p->m_count * p->n_in; i++) {
+    if (p->stash) free(p->stash[i]);
+    if (p->bsend) free(p->bsend[i]);
+  }
+  for (int i = 0; p->fsend && i < p->m_count * p->n_out; i++) free(p->fsend[i]);
+  for (int k = 0; p->dy && k < p->n_out; k++) free(p->dy[k]);
+  for (int j = 0; p->params && j < p->n_params; j++) free(p->params[j].acc);
+  for (int i = 0; p->bufs && i < p->c.data->n; i++) free(p->bufs[i]);
+  free(p->stash), free(p->bsend), free(p->fsend), free(p->dy), free(p->params), free(p->bufs);
+  free(p->in_bytes), free(p->out_bytes), free(p->in_grad_out);
+  dlc_free(p->fwd);
+  dlc_free(p->bwd);
+  dlc_train_free(p->opt);
+  ctx_free(&p->ctx);
+  free(p);
+}

@@ -1,0 +1,321 @@
+/* The stage split of pipeline parallel training (stages.h says the
+ * contract): takes a forward graph with its loss and a stage count,
+ * returns the split and each stage's forward, backward and optimizer
+ * graphs, built from copies of the original nodes so that every stage
+ * computes exactly what one process computes for its part. */
+#include "passes/stages.h"
+
+#include "ir/eval.h"
+
+#include <float.h>
+#include <stdio.h>
+#include <string.h>
+
+static bool is_source(const Node *n) { return n->op == OP_INPUT || n->op == OP_PARAM || n->op == OP_CONST; }
+
+/* Node i's per-node cost for balancing: the FLOPs and the bytes it must
+ * move, added, since either may bound its time. */
+static double node_cost(const Node *n) {
+  IrCost c = ir_cost(n);
+  return c.flops + c.bytes;
+}
+
+/* What a cut before computing node p (1..n-1) would carry and whether it
+ * may be made, from each value's definition and last reader. */
+typedef struct CutInfo {
+  double *bytes;  /* [n + 1] */
+  bool *allowed;  /* [n + 1] */
+  double *prefix; /* [n + 1]: cost of the first p computing nodes */
+} CutInfo;
+
+/* By Value.id: the index of the last computing node that reads it, -1
+ * for none. */
+static int *last_readers(Graph *g, Node **order, int n, int n_values) {
+  int *last = ARENA_ARRAY(&g->ctx->arena, int, n_values + 1);
+  for (int v = 0; v <= n_values; v++) last[v] = -1;
+  for (int j = 0; j < n; j++)
+    for (int k = 0; k < order[j]->n_in; k++) last[order[j]->in[k]->id] = j;
+  return last;
+}
+
+static void cut_info(Graph *g, Node **order, int n, const int *last, int loss_at, CutInfo *ci) {
+  Arena *a = &g->ctx->arena;
+  double *d_bytes = ARENA_ARRAY(a, double, n + 2);
+  int *d_bad = ARENA_ARRAY(a, int, n + 2);
+  int n_ids = g->n_nodes + 1;
+  int *first_reader = ARENA_ARRAY(a, int, n_ids);
+  for (int k = 0; k < n_ids; k++) first_reader[k] = -1;
+  for (int i = 0; i < n; i++)
+    for (int k = 0; k < order[i]->n_in; k++) {
+      Node *def = order[i]->in[k]->def;
+      if (def->op == OP_PARAM && first_reader[def->id] < 0) first_reader[def->id] = i;
+    }
+  /* A param read before and after p pins p; so does a value crossing p
+   * that is not floating point. */
+  for (Node *m = g->first; m; m = m->next)
+    if (m->op == OP_PARAM && first_reader[m->id] >= 0 && first_reader[m->id] < last[m->out[0].id])
+      d_bad[first_reader[m->id] + 1]++, d_bad[last[m->out[0].id] + 1]--;
+  for (int i = 0; i < n; i++)
+    for (int r = 0; r < order[i]->n_out; r++) {
+      const Value *v = &order[i]->out[r];
+      int end = last[v->id];
+      if (end <= i) continue;
+      /* v crosses every cut p with i < p <= end */
+      double b = (double)ir_tensor_nbytes(&v->type);
+      d_bytes[i + 1] += b, d_bytes[end + 1] -= b;
+      if (!ir_dtype_is_float(v->type.dtype)) d_bad[i + 1]++, d_bad[end + 1]--;
+    }
+  ci->bytes = ARENA_ARRAY(a, double, n + 1);
+  ci->allowed = ARENA_ARRAY(a, bool, n + 1);
+  ci->prefix = ARENA_ARRAY(a, double, n + 1);
+  double bytes = 0;
+  int bad = 0;
+  for (int p = 1; p <= n; p++) {
+    bytes += d_bytes[p], bad += d_bad[p];
+    ci->bytes[p] = bytes;
+    ci->allowed[p] = bad == 0 && p <= loss_at;
+    ci->prefix[p] = ci->prefix[p - 1] + node_cost(order[p - 1]);
+  }
+}
+
+/* The cuts: minimise the largest stage's cost, then the bytes crossing
+ * within 10% of it.  best[k][i]: the first i nodes in k stages.  False
+ * when no allowed cuts give n_stages non-empty stages. */
+static bool choose_cuts(Arena *a, int n, int s_count, const CutInfo *ci, int *cuts) {
+  size_t w = (size_t)n + 1;
+  double *best = ARENA_ARRAY(a, double, w * (size_t)(s_count + 1));
+  double *bytes = ARENA_ARRAY(a, double, w * (size_t)(s_count + 1));
+  int *from = ARENA_ARRAY(a, int, w * (size_t)(s_count + 1));
+#define AT(t, k, i) t[(size_t)(k) * w + (size_t)(i)]
+  for (int k = 1; k <= s_count; k++)
+    for (int i = 0; i <= n; i++) {
+      AT(best, k, i) = DBL_MAX;
+      if (k == 1) {
+        if (i > 0) AT(best, k, i) = ci->prefix[i];
+        continue;
+      }
+      for (int j = k - 1; j < i; j++) {
+        if (!ci->allowed[j] || AT(best, k - 1, j) == DBL_MAX) continue;
+        double c = ci->prefix[i] - ci->prefix[j];
+        double m = c > AT(best, k - 1, j) ? c : AT(best, k - 1, j);
+        if (m < AT(best, k, i)) AT(best, k, i) = m;
+      }
+    }
+  if (AT(best, s_count, n) == DBL_MAX) return false;
+  double limit = AT(best, s_count, n) * 1.1 + 1e-9;
+  for (int k = 1; k <= s_count; k++)
+    for (int i = 0; i <= n; i++) {
+      AT(bytes, k, i) = DBL_MAX;
+      AT(from, k, i) = -1;
+      if (k == 1) {
+        if (i > 0 && ci->prefix[i] <= limit) AT(bytes, k, i) = 0;
+        continue;
+      }
+      for (int j = k - 1; j < i; j++) {
+        if (!ci->allowed[j] || AT(bytes, k - 1, j) == DBL_MAX || ci->prefix[i] - ci->prefix[j] > limit) continue;
+        double b = AT(bytes, k - 1, j) + ci->bytes[j];
+        if (b < AT(bytes, k, i)) AT(bytes, k, i) = b, AT(from, k, i) = j;
+      }
+    }
+  cuts[0] = 0;
+  cuts[s_count] = n;
+  for (int k = s_count, i = n; k > 1; k--) i = cuts[k - 1] = AT(from, k, i);
+#undef AT
+  return true;
+}
+
+bool pass_stage_split(Graph *g, int n_stages, StageSplit *out, char *err, size_t errlen) {
+  memset(out, 0, sizeof *out);
+  Arena *a = &g->ctx->arena;
+  ir_number(g);
+  int n = 0;
+  for (Node *m = g->first; m; m = m->next) n += !is_source(m);
+  if (n_stages < 1 || g->n_outputs < 1) {
+    snprintf(err, errlen, "a pipeline needs at least one stage and a loss");
+    return false;
+  }
+  if (n < n_stages) {
+    snprintf(err, errlen, "the model has %d operation%s: it cannot be cut into %d stages", n, n == 1 ? "" : "s",
+             n_stages);
+    return false;
+  }
+  Node **order = ARENA_ARRAY(a, Node *, n);
+  int *pos = ARENA_ARRAY(a, int, g->n_nodes + 1); /* by id: index among the computing nodes */
+  int k = 0;
+  for (Node *m = g->first; m; m = m->next)
+    if (!is_source(m)) pos[m->id] = k, order[k++] = m;
+  /* The loss must come from the last stage: no cut after its node. */
+  const Node *loss = g->outputs[0]->def;
+  int n_values = 0;
+  for (Node *m = g->first; m; m = m->next) n_values += m->n_out;
+  int *last = last_readers(g, order, n, n_values);
+  CutInfo ci;
+  cut_info(g, order, n, last, is_source(loss) ? 0 : pos[loss->id], &ci);
+  int *cuts = ARENA_ARRAY(a, int, n_stages + 1);
+  if (!choose_cuts(a, n, n_stages, &ci, cuts)) {
+    snprintf(err, errlen,
+             "the model cannot be cut into %d stages: each stage needs an operation, a parameter's readers "
+             "must share a stage, only floating-point values may cross a cut, and the last stage computes the loss",
+             n_stages);
+    return false;
+  }
+  out->n_stages = n_stages;
+  out->stage = ARENA_ARRAY(a, int, g->n_nodes + 1);
+  out->first = ARENA_ARRAY(a, int, n_stages);
+  out->last = ARENA_ARRAY(a, int, n_stages);
+  out->n_nodes = ARENA_ARRAY(a, int, n_stages);
+  out->cost = ARENA_ARRAY(a, double, n_stages);
+  out->param_bytes = ARENA_ARRAY(a, double, n_stages);
+  out->cut = ARENA_ARRAY(a, StageCut, n_stages);
+  out->total = ci.prefix[n];
+  for (Node *m = g->first; m; m = m->next) out->stage[m->id] = -1;
+  for (int s = 0; s < n_stages; s++) {
+    out->first[s] = order[cuts[s]]->id;
+    out->last[s] = order[cuts[s + 1] - 1]->id;
+    out->n_nodes[s] = cuts[s + 1] - cuts[s];
+    out->cost[s] = ci.prefix[cuts[s + 1]] - ci.prefix[cuts[s]];
+    for (int i = cuts[s]; i < cuts[s + 1]; i++) out->stage[order[i]->id] = s;
+  }
+  /* Each param's bytes to the stage of its first reader (they share one). */
+  bool *counted = ARENA_ARRAY(a, bool, g->n_nodes + 1);
+  for (int i = 0; i < n; i++)
+    for (int j = 0; j < order[i]->n_in; j++) {
+      const Node *p = order[i]->in[j]->def;
+      if (p->op == OP_PARAM && !counted[p->id])
+        counted[p->id] = true, out->param_bytes[out->stage[order[i]->id]] += (double)ir_tensor_nbytes(&p->out[0].type);
+    }
+  /* The values crossing cut s: defined before it, read at or after it. */
+  for (int s = 1; s < n_stages; s++) {
+    StageCut *c = &out->cut[s];
+    c->values = ARENA_ARRAY(a, Value *, 1);
+    int cap = 1;
+    for (int i = 0; i < cuts[s]; i++)
+      for (int r = 0; r < order[i]->n_out; r++) {
+        Value *v = &order[i]->out[r];
+        if (last[v->id] < cuts[s]) continue;
+        if (c->n == cap) {
+          c->values = arena_realloc(a, c->values, sizeof *c->values * (size_t)cap, sizeof *c->values * (size_t)cap * 2);
+          cap *= 2;
+        }
+        c->values[c->n++] = v;
+        c->bytes += (double)ir_tensor_nbytes(&v->type);
+      }
+  }
+  return true;
+}
+
+/* ---- the stage graphs ---- */
+
+typedef struct Builder {
+  Graph *from, *to;
+  Value **map; /* by Value.id of `from`: its value in `to` */
+} Builder;
+
+static Value *copy_node(Builder *b, Node *n) {
+  Value *in[n->n_in > 0 ? n->n_in : 1];
+  for (int i = 0; i < n->n_in; i++) {
+    Value *v = n->in[i];
+    if (!b->map[v->id]) copy_node(b, v->def); /* a source, first read here */
+    in[i] = b->map[v->id];
+  }
+  Node *c = ir_node_new(b->to, n->op, n->n_in, in, n->loc);
+  c->n_attrs = n->n_attrs;
+  c->attrs = n->attrs;
+  c->keep_f32 = n->keep_f32;
+  c->scope = n->scope;
+  for (int i = 0; i < n->n_out; i++) {
+    c->out[i].type = n->out[i].type;
+    b->map[n->out[i].id] = &c->out[i];
+  }
+  ir_append(b->to, c);
+  return &c->out[0];
+}
+
+static Value *binary(Graph *g, OpKind op, Value *x, Value *y) {
+  Node *n = ir_node_new(g, op, 2, (Value *[]){x, y}, x->def->loc);
+  char err[256];
+  if (!ir_infer(n, err, sizeof err)) return diag_error(g->ctx, n->loc, "%s", err), NULL;
+  ir_append(g, n);
+  return &n->out[0];
+}
+
+/* sum(x * y) over every axis, a scalar. */
+static Value *dot_all(Graph *g, Value *x, Value *y) {
+  Value *p = binary(g, OP_MUL, x, y);
+  if (!p || p->type.rank == 0) return p;
+  Node *n = ir_node_new(g, OP_REDUCE_SUM, 1, &p, x->def->loc);
+  int64_t axes[DL_MAX_RANK];
+  for (int i = 0; i < p->type.rank; i++) axes[i] = i;
+  ir_set_ints(g, n, "axes", p->type.rank, axes);
+  ir_set_int(g, n, "keepdims", 0);
+  char err[256];
+  if (!ir_infer(n, err, sizeof err)) return diag_error(g->ctx, n->loc, "%s", err), NULL;
+  ir_append(g, n);
+  return &n->out[0];
+}
+
+static Value *add_to(Graph *g, Value *sum, Value *v) { return !sum || !v ? v : binary(g, OP_ADD, sum, v); }
+
+static Graph *optimizer_graph(Builder *b, const StageSplit *sp, int s) {
+  Graph *g = b->to;
+  Value *loss = NULL;
+  bool *seen = ARENA_ARRAY(&g->ctx->arena, bool, b->from->n_nodes + 1);
+  for (Node *n = b->from->first; n; n = n->next) {
+    if (sp->stage[n->id] != s) continue;
+    for (int i = 0; i < n->n_in; i++) {
+      Node *p = n->in[i]->def;
+      if (p->op != OP_PARAM || seen[p->id] || !ir_dtype_is_float(p->out[0].type.dtype)) continue;
+      seen[p->id] = true;
+      Value *w = copy_node(b, p);
+      const char *name = arena_printf(&g->ctx->arena, "grad.%s", ir_attr_str(p, "name"));
+      Value *grad = &ir_source(g, OP_INPUT, &p->out[0].type, name, p->loc)->out[0];
+      if (!(loss = add_to(g, loss, dot_all(g, w, grad)))) return NULL;
+    }
+  }
+  if (!loss) return diag_error(g->ctx, (SrcLoc){0}, "stage %d has no parameters to train", s), NULL;
+  ir_set_outputs(g, 1, &loss, (const char *[]){"loss"});
+  return g;
+}
+
+Graph *pass_stage_graph(Graph *from, const StageSplit *sp, int s, StageKind kind) {
+  ir_number(from);
+  int n_values = 0;
+  for (Node *n = from->first; n; n = n->next) n_values += n->n_out;
+  Graph *g = ir_graph_new(from->ctx, arena_printf(&from->ctx->arena, "%s_stage%d", from->name, s));
+  Builder b = {from, g, ARENA_ARRAY(&from->ctx->arena, Value *, n_values + 1)};
+  if (kind == STAGE_OPTIMIZER) return optimizer_graph(&b, sp, s);
+  const StageCut *in = s > 0 ? &sp->cut[s] : NULL;
+  bool last = s == sp->n_stages - 1;
+  for (int k = 0; in && k < in->n; k++) {
+    const char *name = arena_printf(&g->ctx->arena, "stage_in.%d", k);
+    Value *v = in->values[k];
+    Node *src = ir_source(g, kind == STAGE_FORWARD ? OP_INPUT : OP_PARAM, &v->type, name, v->def->loc);
+    if (kind != STAGE_FORWARD) ir_set_str(g, src, "init", "zeros"); /* set per micro-batch */
+    b.map[v->id] = &src->out[0];
+  }
+  for (Node *n = from->first; n; n = n->next)
+    if (sp->stage[n->id] == s) copy_node(&b, n);
+  if (last) {
+    Value *loss = b.map[from->outputs[0]->id];
+    ir_set_outputs(g, 1, &loss, (const char *[]){"loss"});
+    return g;
+  }
+  const StageCut *o = &sp->cut[s + 1];
+  Value **outs = ARENA_ARRAY(&g->ctx->arena, Value *, o->n);
+  const char **names = ARENA_ARRAY(&g->ctx->arena, const char *, o->n);
+  Value *loss = NULL;
+  for (int k = 0; k < o->n; k++) {
+    outs[k] = b.map[o->values[k]->id];
+    names[k] = arena_printf(&g->ctx->arena, "stage_out.%d", k);
+    if (kind == STAGE_BACKWARD) {
+      const char *dy = arena_printf(&g->ctx->arena, "stage_dy.%d", k);
+      Value *d = &ir_source(g, OP_INPUT, &outs[k]->type, dy, outs[k]->def->loc)->out[0];
+      if (!(loss = add_to(g, loss, dot_all(g, outs[k], d)))) return NULL;
+    }
+  }
+  if (kind == STAGE_BACKWARD)
+    ir_set_outputs(g, 1, &loss, (const char *[]){"loss"});
+  else
+    ir_set_outputs(g, o->n, outs, names);
+  return g;
+}

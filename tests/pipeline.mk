@@ -1,0 +1,11 @@
+# Pipeline-parallel training under mpirun (tests/pipeline_cli.sh; skips
+# without mpirun) and the stage split without MPI (tests/test_stages.c).
+TESTS += tests/pipeline_cli.sh
+EXTRA_DIST += tests/pipeline_cli.sh tests/mpilib.sh tests/train/mlp4.dl tests/train/tied.ir
+if HAVE_CHECK
+check_PROGRAMS += tests/test_stages
+TESTS += tests/test_stages
+tests_test_stages_SOURCES = tests/test_stages.c tests/irjob.c tests/irjob.h
+tests_test_stages_CFLAGS = $(TEST_CFLAGS)
+tests_test_stages_LDADD = $(TEST_LIBS)
+endif

@@ -1,0 +1,88 @@
+#!/bin/sh
+# Pipeline-parallel `dlcc train --pipeline=S` under mpirun
+# (docs/parallel.md): a 4-layer MLP on 2 and 4 stages, GPipe and 1F1B,
+# 1 and 4 micro-batches, equal to one process at the same global batch
+# (f32 1e-5: every loss and every tensor of the checkpoint rank 0
+# writes), both schedules the same bits, --resume, a run repeated the
+# same bytes (on emu), the split rank 0 prints, a stage without parameters, the
+# refusals, and a rank that fails or vanishes ending every rank with a
+# message naming it.  Skips without mpirun or without MPI in dlcc.
+set -u
+. "${top_srcdir:-.}/tests/clilib.sh"
+dlcc="${top_builddir:-.}/dlcc"
+t="${top_srcdir:-.}/tests/train"
+. "${top_srcdir:-.}/tests/mpilib.sh"
+# 16 of the 22 samples (--drop-last), global batch 8: 2 steps an epoch.
+A="$t/mlp4.dl --loss=cross_entropy --optimizer=adamw --lr=0.05 --data $t/data --epochs 2 --drop-last --batch 8"
+
+# One process, then each pipeline against it.  The ref backend keeps
+# the 8 runs quick; emu below runs the generated kernels.
+expect 0 "" "$dlcc" train $A --backend=ref --save "$tmp/one.safetensors" --log "$tmp/one.jsonl"
+losses "$tmp/one.jsonl" >"$tmp/one.loss"
+for c in 2:1:gpipe 2:4:gpipe 2:1:1f1b 2:4:1f1b 4:1:gpipe 4:4:gpipe 4:1:1f1b 4:4:1f1b; do
+  s=${c%%:*} m=${c#*:}; m=${m%%:*} k=${c##*:}
+  expect 0 "" mpi "$s" "$dlcc" train $A --backend=ref --pipeline="$s" --micro-batches="$m" --schedule="$k" \
+    --save "$tmp/$s-$m-$k.safetensors" --log "$tmp/$s-$m-$k.jsonl"
+  close "$tmp/one.ckpt.safetensors" "$tmp/$s-$m-$k.ckpt.safetensors" "$s stages, $m micro-batches, $k"
+  losses "$tmp/$s-$m-$k.jsonl" >"$tmp/p.loss"
+  [ "$(wc -l <"$tmp/p.loss")" -eq 4 ] && agree "$tmp/one.loss" "$tmp/p.loss" && ok ||
+    fail "$c losses: $(paste "$tmp/one.loss" "$tmp/p.loss")"
+done
+# Rank 0 prints the split and the bubble; the last run's output.
+grep -q '^pipeline: 4 stages, 4 micro-batches of 2, 1F1B; bubble (S-1)/(M+S-1) = 42.9%$' "$tmp/out" && ok ||
+  fail "the split's header: $(cat "$tmp/out")"
+[ "$(grep -c '^  stage [0-3] (rank [0-3]): ' "$tmp/out")" -eq 4 ] && [ "$(grep -c '^  cut ' "$tmp/out")" -eq 3 ] &&
+  grep -q '^  stage 0 (rank 0): 1 op, .* of the cost, 320 bytes of parameters: fc1$' "$tmp/out" && ok ||
+  fail "the split: $(cat "$tmp/out")"
+# The backwards run in micro-batch order under both schedules: the same bits.
+cmp -s "$tmp/4-4-gpipe.ckpt.safetensors" "$tmp/4-4-1f1b.ckpt.safetensors" && ok || fail "GPipe and 1F1B differ"
+
+# --resume: one epoch, then one more from the checkpoint, as the two at once.
+expect 0 "" mpi 2 "$dlcc" train $A --backend=ref --pipeline=2 --micro-batches=2 --epochs 1 --save "$tmp/half.safetensors"
+expect 0 "" mpi 2 "$dlcc" train $A --backend=ref --pipeline=2 --micro-batches=2 --epochs 1 \
+  --resume "$tmp/half.ckpt.safetensors" --save "$tmp/resumed.safetensors"
+close "$tmp/one.ckpt.safetensors" "$tmp/resumed.ckpt.safetensors" "--resume"
+
+# emu: the stages' generated kernels, equal to one process, and twice the same bytes.
+expect 0 "" "$dlcc" train $A --backend=emu --save "$tmp/eone.safetensors"
+for n in 1 2; do
+  expect 0 "" mpi 2 "$dlcc" train $A --backend=emu --pipeline=2 --micro-batches=4 --schedule=1f1b \
+    --save "$tmp/emu$n.safetensors"
+done
+close "$tmp/eone.ckpt.safetensors" "$tmp/emu1.ckpt.safetensors" "emu, 2 stages"
+cmp -s "$tmp/emu1.ckpt.safetensors" "$tmp/emu2.ckpt.safetensors" && ok || fail "twice: not the same bytes"
+
+# A weight the loss reads again: the one cut leaves the last stage only
+# an add, without parameters; three stages cannot be made.
+mkdir "$tmp/xonly"; cp "$t/data/x.npy" "$tmp/xonly/"
+T="$t/tied.ir --data $tmp/xonly --drop-last --batch 8 --backend=ref"
+expect 0 "" "$dlcc" train $T --save "$tmp/t1.safetensors"
+expect 0 "" mpi 2 "$dlcc" train $T --pipeline=2 --save "$tmp/t2.safetensors"
+close "$tmp/t1.ckpt.safetensors" "$tmp/t2.ckpt.safetensors" "a stage without parameters"
+expect_sub 1 "dlcc: error: the model cannot be cut into 3 stages: each stage needs an operation, a parameter's readers must share a stage" \
+  mpi 3 "$dlcc" train $T --pipeline=3
+
+# Refusals.
+expect_sub 1 "dlcc: error: --pipeline=4 needs 4 ranks, one a stage, and this job has 2 (pipeline and data parallel do not combine yet)" \
+  mpi 2 "$dlcc" train $A --backend=ref --pipeline=4
+expect_sub 1 "dlcc: error: --batch=8 does not divide into 3 micro-batches: give a multiple of 3" \
+  mpi 2 "$dlcc" train $A --backend=ref --pipeline=2 --micro-batches=3
+expect_sub 1 "dlcc: error: --micro-batches is for pipeline parallel: give --pipeline=S too" \
+  "$dlcc" train $A --micro-batches=2
+expect_sub 1 "pipeline parallel does not take batchnorm yet" \
+  mpi 2 "$dlcc" train "$t/tinybn.dl" --loss=cross_entropy --data "$t/data" --batch 8 --drop-last --backend=ref --pipeline=2
+
+# Bad data on rank 1 only: rank 0 stops with rank 1's message.
+mkdir "$tmp/bad"; cp "$t/data/target.npy" "$tmp/bad/"; cp "$t/bad/x_f64.npy" "$tmp/bad/x.npy"
+expect_sub 1 "dlcc: error: rank 0 stops: rank 1: $tmp/bad/x.npy: samples of f64 [4], but the model's input 'x' takes f32 [4] per sample" \
+  mpi 1 "$dlcc" train $A --backend=ref --pipeline=2 --dist-timeout=30 : -np 1 "$dlcc" train $A --backend=ref \
+  --pipeline=2 --data "$tmp/bad"
+# A stage that leaves early (1 epoch where rank 0 runs 2): rank 0 waits
+# for the gradients of its next micro-batch, times out, says so, ends the job.
+start=$(date +%s)
+expect_sub 1 "dlcc: rank 0: receiving gradients from rank 1 timed out after 2 s waiting for the other ranks" \
+  mpi 1 "$dlcc" train $A --backend=ref --pipeline=2 --dist-timeout=2 : -np 1 "$dlcc" train $A --backend=ref \
+  --pipeline=2 --epochs 1
+[ $(($(date +%s) - start)) -lt 60 ] && ok || fail "the timeout took $(($(date +%s) - start)) s"
+
+finish pipeline_cli

@@ -1,0 +1,241 @@
+/* Check suite for the stage split of pipeline parallel training
+ * (passes/stages.c, docs/parallel.md), without MPI: stages are
+ * contiguous runs of the graph order, each non-empty, balanced (the
+ * largest stage within 10% of the best any cuts give, by brute force),
+ * cut where few bytes cross, the same split every time; the cuts a
+ * tied weight or an integer value forbid; the refusals' messages; and
+ * the stage graphs (forward, backward, optimizer) verify with the
+ * inputs and outputs the pipeline driver binds by name. */
+#include <check.h>
+#include <float.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "ir/eval.h"
+#include "ir/ir.h"
+#include "passes/stages.h"
+#include "tests/irjob.h"
+
+static Ctx ctx;
+
+static void setup(void) { ctx_init(&ctx); }
+static void teardown(void) { ctx_free(&ctx); }
+
+/* Four layers of matmul and relu, the middle two twice as wide, then a
+ * mean as the loss. */
+static const char chain[] =
+    "graph chain {\n"
+    "  %0 = input {name=\"x\"} : f32[4, 8]\n"
+    "  %1 = param {name=\"w1\", init=\"uniform(0.3)\"} : f32[8, 16]\n"
+    "  %2 = matmul %0, %1 : f32[4, 16]\n"
+    "  %3 = relu %2 : f32[4, 16]\n"
+    "  %4 = param {name=\"w2\", init=\"uniform(0.3)\"} : f32[16, 16]\n"
+    "  %5 = matmul %3, %4 : f32[4, 16]\n"
+    "  %6 = relu %5 : f32[4, 16]\n"
+    "  %7 = param {name=\"w3\", init=\"uniform(0.3)\"} : f32[16, 16]\n"
+    "  %8 = matmul %6, %7 : f32[4, 16]\n"
+    "  %9 = relu %8 : f32[4, 16]\n"
+    "  %10 = param {name=\"w4\", init=\"uniform(0.3)\"} : f32[16, 8]\n"
+    "  %11 = matmul %9, %10 : f32[4, 8]\n"
+    "  %12 = reduce_mean %11 {axes=[0, 1], keepdims=0} : f32[]\n"
+    "  return %12 as \"loss\"\n"
+    "}\n";
+
+static bool is_source(const Node *n) { return n->op == OP_INPUT || n->op == OP_PARAM || n->op == OP_CONST; }
+
+static double cost_of(const Node *n) {
+  IrCost c = ir_cost(n);
+  return c.flops + c.bytes;
+}
+
+/* The least largest stage over every way to cut the computing nodes
+ * into s contiguous non-empty runs (no cut after the loss's node). */
+static double brute_best(const double *cost, int n, int s, int from) {
+  if (s == 1) {
+    double t = 0;
+    for (int i = from; i < n; i++) t += cost[i];
+    return t;
+  }
+  double best = DBL_MAX, run = 0;
+  for (int end = from; end < n - (s - 1); end++) {
+    run += cost[end];
+    double rest = brute_best(cost, n, s - 1, end + 1);
+    double m = run > rest ? run : rest;
+    if (m < best) best = m;
+  }
+  return best;
+}
+
+static void check_split(Graph *g, int s_count, StageSplit *sp) {
+  char err[512];
+  ck_assert_msg(pass_stage_split(g, s_count, sp, err, sizeof err), "%s", err);
+  double cost[64];
+  int n = 0, prev = 0;
+  for (Node *m = g->first; m; m = m->next) {
+    int s = sp->stage[m->id];
+    if (is_source(m)) {
+      ck_assert_int_eq(s, -1);
+      continue;
+    }
+    /* contiguous: the stages rise by at most one along the order */
+    ck_assert_msg(s == prev || s == prev + 1, "node %d in stage %d after stage %d", m->id, s, prev);
+    prev = s;
+    cost[n++] = cost_of(m);
+  }
+  ck_assert_int_eq(prev, s_count - 1);
+  double worst = 0, sum = 0;
+  for (int s = 0; s < s_count; s++) {
+    ck_assert_int_gt(sp->n_nodes[s], 0);
+    worst = sp->cost[s] > worst ? sp->cost[s] : worst;
+    sum += sp->cost[s];
+  }
+  ck_assert(sum == sp->total);
+  double best = brute_best(cost, n, s_count, 0);
+  ck_assert_msg(worst <= best * 1.1 + 1e-9, "largest stage %g, the best cuts give %g", worst, best);
+}
+
+START_TEST(chain_is_balanced_and_contiguous) {
+  for (int s = 1; s <= 4; s++) {
+    Graph *g = compile_at(&ctx, chain, -1).g;
+    StageSplit sp;
+    check_split(g, s, &sp);
+    for (int c = 1; c < s; c++) {
+      ck_assert_int_eq(sp.cut[c].n, 1); /* a chain passes one activation */
+      ck_assert(sp.cut[c].bytes == 4 * 16 * 4 || sp.cut[c].bytes == 4 * 8 * 4);
+    }
+  }
+}
+END_TEST
+
+START_TEST(split_is_deterministic) {
+  StageSplit a, b;
+  Graph *ga = compile_at(&ctx, chain, -1).g, *gb = compile_at(&ctx, chain, -1).g;
+  check_split(ga, 3, &a);
+  check_split(gb, 3, &b);
+  ck_assert_int_eq(ga->n_nodes, gb->n_nodes);
+  for (int i = 0; i < ga->n_nodes; i++) ck_assert_int_eq(a.stage[i], b.stage[i]);
+}
+END_TEST
+
+/* Two equal halves joined by one f32[4, 16] or split where an f32[4, 64]
+ * would cross: the cut goes where fewer bytes cross, when the costs
+ * allow.  Here w2's matmul widens to 64 and the next narrows back. */
+START_TEST(cut_where_few_bytes_cross) {
+  const char *wide =
+      "graph wide {\n"
+      "  %0 = input {name=\"x\"} : f32[4, 16]\n"
+      "  %1 = param {name=\"a\", init=\"uniform(0.3)\"} : f32[16, 64]\n"
+      "  %2 = matmul %0, %1 : f32[4, 64]\n"
+      "  %3 = param {name=\"b\", init=\"uniform(0.3)\"} : f32[64, 16]\n"
+      "  %4 = matmul %2, %3 : f32[4, 16]\n"
+      "  %5 = tanh %4 : f32[4, 16]\n"
+      "  %6 = param {name=\"c\", init=\"uniform(0.3)\"} : f32[16, 64]\n"
+      "  %7 = matmul %5, %6 : f32[4, 64]\n"
+      "  %8 = param {name=\"d\", init=\"uniform(0.3)\"} : f32[64, 16]\n"
+      "  %9 = matmul %7, %8 : f32[4, 16]\n"
+      "  %10 = reduce_mean %9 {axes=[0, 1], keepdims=0} : f32[]\n"
+      "  return %10 as \"loss\"\n"
+      "}\n";
+  Graph *g = compile_at(&ctx, wide, -1).g;
+  StageSplit sp;
+  check_split(g, 2, &sp);
+  ck_assert_int_eq(sp.cut[1].n, 1);
+  ck_assert(sp.cut[1].bytes == 4 * 16 * 4);
+}
+END_TEST
+
+START_TEST(refusals) {
+  char err[512];
+  StageSplit sp;
+  /* a weight read first and by the loss pins every cut but the last */
+  const char *tied =
+      "graph tied {\n"
+      "  %0 = input {name=\"x\"} : f32[8, 4]\n"
+      "  %1 = param {name=\"w\", init=\"uniform(0.5)\"} : f32[4, 4]\n"
+      "  %2 = matmul %0, %1 : f32[8, 4]\n"
+      "  %3 = tanh %2 : f32[8, 4]\n"
+      "  %4 = reduce_mean %3 {axes=[0, 1], keepdims=0} : f32[]\n"
+      "  %5 = reduce_mean %1 {axes=[0, 1], keepdims=0} : f32[]\n"
+      "  %6 = add %4, %5 : f32[]\n"
+      "  return %6 as \"loss\"\n"
+      "}\n";
+  Graph *g = compile_at(&ctx, tied, -1).g;
+  ck_assert(pass_stage_split(g, 2, &sp, err, sizeof err));
+  ck_assert_int_eq(sp.stage[g->last->id], 1);
+  ck_assert_int_eq(sp.n_nodes[1], 1);
+  ck_assert(!pass_stage_split(g, 3, &sp, err, sizeof err));
+  ck_assert_str_eq(err, "the model cannot be cut into 3 stages: each stage needs an operation, a parameter's "
+                        "readers must share a stage, only floating-point values may cross a cut, and the last "
+                        "stage computes the loss");
+  ck_assert(!pass_stage_split(g, 6, &sp, err, sizeof err));
+  ck_assert_str_eq(err, "the model has 5 operations: it cannot be cut into 6 stages");
+  /* an integer value (argmax) may not cross a cut: the only cut left is
+   * before the add */
+  const char *ints =
+      "graph ints {\n"
+      "  %0 = input {name=\"x\"} : f32[8, 4]\n"
+      "  %1 = param {name=\"w\", init=\"uniform(0.5)\"} : f32[4, 4]\n"
+      "  %2 = matmul %0, %1 : f32[8, 4]\n"
+      "  %3 = argmax %2 {axis=1, keepdims=0} : i64[8]\n"
+      "  %4 = cast %3 {to=f32} : f32[8]\n"
+      "  %5 = reduce_mean %4 {axes=[0], keepdims=0} : f32[]\n"
+      "  %6 = reduce_mean %2 {axes=[0, 1], keepdims=0} : f32[]\n"
+      "  %7 = add %5, %6 : f32[]\n"
+      "  return %7 as \"loss\"\n"
+      "}\n";
+  g = compile_at(&ctx, ints, -1).g;
+  ck_assert(pass_stage_split(g, 2, &sp, err, sizeof err));
+  for (int k = 0; k < sp.cut[1].n; k++) ck_assert(ir_dtype_is_float(sp.cut[1].values[k]->type.dtype));
+}
+END_TEST
+
+static bool has_source(Graph *g, OpKind op, const char *name) {
+  for (Node *n = g->first; n; n = n->next)
+    if (n->op == op && strcmp(ir_attr_str(n, "name"), name) == 0) return true;
+  return false;
+}
+
+START_TEST(stage_graphs) {
+  Graph *g = compile_at(&ctx, chain, -1).g;
+  StageSplit sp;
+  check_split(g, 2, &sp);
+  Graph *f = pass_stage_graph(g, &sp, 0, STAGE_FORWARD);
+  ck_assert(f && ir_verify(f));
+  ck_assert_int_eq(f->n_outputs, 1);
+  ck_assert_str_eq(f->output_names[0], "stage_out.0");
+  ck_assert(has_source(f, OP_INPUT, "x") && has_source(f, OP_PARAM, "w1") && !has_source(f, OP_PARAM, "w4"));
+  Graph *b0 = pass_stage_graph(g, &sp, 0, STAGE_BACKWARD);
+  ck_assert(b0 && ir_verify(b0));
+  ck_assert(has_source(b0, OP_INPUT, "stage_dy.0"));
+  ck_assert_str_eq(b0->output_names[0], "loss");
+  ck_assert(b0->outputs[0]->type.rank == 0);
+  Graph *b1 = pass_stage_graph(g, &sp, 1, STAGE_BACKWARD);
+  ck_assert(b1 && ir_verify(b1));
+  ck_assert(has_source(b1, OP_PARAM, "stage_in.0") && has_source(b1, OP_PARAM, "w4") && !has_source(b1, OP_INPUT, "x"));
+  Graph *o1 = pass_stage_graph(g, &sp, 1, STAGE_OPTIMIZER);
+  ck_assert(o1 && ir_verify(o1));
+  ck_assert(has_source(o1, OP_INPUT, "grad.w4") && has_source(o1, OP_PARAM, "w4"));
+  ck_assert(!has_source(o1, OP_PARAM, "stage_in.0"));
+}
+END_TEST
+
+static Suite *stages_suite(void) {
+  Suite *s = suite_create("stages");
+  TCase *t = tcase_create("split");
+  tcase_add_checked_fixture(t, setup, teardown);
+  tcase_add_test(t, chain_is_balanced_and_contiguous);
+  tcase_add_test(t, split_is_deterministic);
+  tcase_add_test(t, cut_where_few_bytes_cross);
+  tcase_add_test(t, refusals);
+  tcase_add_test(t, stage_graphs);
+  suite_add_tcase(s, t);
+  return s;
+}
+
+int main(void) {
+  SRunner *r = srunner_create(stages_suite());
+  srunner_run_all(r, CK_NORMAL);
+  int failed = srunner_ntests_failed(r);
+  srunner_free(r);
+  return failed ? 1 : 0;
+}
