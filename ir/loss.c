@@ -143,11 +143,14 @@ static Value *class_loss(Build *b, const LossSpec *s, Value *x, Value *t) {
     per = op2(b, OP_ADD, mulk(b, per, 1 - eps), mulk(b, smooth, eps / (double)C));
   }
   if (s->reduction != LOSS_MEAN) return reduce(b, per, s->reduction);
-  /* The mean over the positions that count; none: 0 / 0, NaN, as
-   * PyTorch gives. */
+  /* The mean over the positions that count; none: 0 times 1 / 0, NaN,
+   * as PyTorch gives.  The sum times 1 / count rather than over count
+   * (at most an ulp apart): the gradient's dy is that 1 / count, so the
+   * count is read only by it and one kernel computes both. */
   Node *cast = ir_node_new(b->g, OP_CAST, 1, &valid, b->at);
   ir_set_dtype(b->g, cast, "to", b->dt);
-  return op2(b, OP_DIV, reduce_all(b, per, false), reduce_all(b, ir_grad_node(b->g, cast), false));
+  Value *count = reduce_all(b, ir_grad_node(b->g, cast), false);
+  return op2(b, OP_MUL, reduce_all(b, per, false), op2(b, OP_DIV, num(b, 1, count->type.dtype), count));
 }
 
 static Value *pointwise(Build *b, const LossSpec *s, Value *x, Value *y) {

@@ -336,8 +336,11 @@ static bool can_root(const Node *n) {
   OpClass cls = ir_ops[n->op].cls;
   if (cls == K_ELEMWISE || is_anchor_op(n->op) || is_leaf_op(n->op)) return true;
   /* A reshape of a computed value is free (it aliases the bytes), so a
-   * group never ends in one. */
-  return is_index_move(n->op) && n->op != OP_RESHAPE;
+   * group never ends in one.  Nor in a concat: it would take producers
+   * of a smaller shape away from the groups they root, where the values
+   * the backward keeps are side outputs (an LSTM step's h joined into
+   * the sequence); a concat joins the group of what reads it. */
+  return is_index_move(n->op) && n->op != OP_RESHAPE && n->op != OP_CONCAT;
 }
 
 /* Attention: matmul(softmax(f(matmul(Q, K))), V) over the last axis, f a
@@ -437,7 +440,7 @@ static int grow(Fuser *f, Node *root, int gid) {
   members[n++] = root;
   f->mark[root->id] = gid;
   Node *anchor = is_anchor_op(root->op) ? root : NULL;
-  bool padded = evaluated_under_test(root->op);
+  bool padded = evaluated_under_test(root->op), joins = root->op == OP_CONCAT;
   f->n_heap = 0;
   push_operands(f, root, gid, ROLE_EPI);
   if (!anchor) anchor = absorb_attention(f, root, gid, members, &n);
@@ -451,7 +454,11 @@ static int grow(Fuser *f, Node *root, int gid) {
     bool side = !uses_inside(f, p, gid);
     if (side && (n_side == MAX_SIDE || !side_output_ok(f, p, root, gid, role))) continue;
     OpClass cls = ir_ops[p->op].cls;
-    bool take = cls == K_ELEMWISE || is_index_move(p->op) || is_leaf_op(p->op);
+    /* A GEMM leaf is emitted where its group is lowered: under a concat
+     * (a bucket of gradients joined for one all-reduce) that would hold
+     * every GEMM back to the last one's place, so there they stay GEMMs
+     * of their own, read from memory. */
+    bool take = cls == K_ELEMWISE || is_index_move(p->op) || (is_leaf_op(p->op) && !joins);
     if (take && (role & ROLE_PRO) && cls == K_ELEMWISE && better_as_epilogue(f, p, 0)) take = false;
     if (!take && is_anchor_op(p->op) && !anchor && role == ROLE_EPI &&
         same_dims(&p->out[0].type, &root->out[0].type)) {
@@ -469,6 +476,7 @@ static int grow(Fuser *f, Node *root, int gid) {
     f->mark[p->id] = gid;
     push_operands(f, p, gid, role);
     padded = padded || evaluated_under_test(p->op);
+    joins = joins || p->op == OP_CONCAT;
     if (!anchor && !padded) anchor = absorb_attention(f, p, gid, members, &n);
   }
   /* Clear the roles of candidates left in the heap. */
