@@ -346,6 +346,7 @@ static void scan_block(InplaceScan *sc, const KBlock *blk, bool nested) {
         scan_block(sc, &st->orelse, nested);
         break;
       case KS_BARRIER:
+      case KS_GRID_SYNC:
       case KS_VLOAD:
       case KS_VSTORE:
       case KS_CHUNK:
@@ -806,7 +807,10 @@ static uint32_t intern_kernel(CgBuild *b, const Kernel *k) {
     name = arena_printf(&b->ctx->arena, "%s_%d_%d", k->hint, k->node ? k->node->out[0].id : 0, i);
   int i = b->n_kernels++;
   b->kernels[i] = (RtKernel){
-      .name = name, .uses_barriers = k->uses_barriers, .static_shared_bytes = k->shared_bytes};
+      .name = name,
+      .uses_barriers = k->uses_barriers,
+      .static_shared_bytes = k->shared_bytes,
+      .cooperative = k->cooperative};
   b->keys[i] = key;
   b->names[i] = name;
   b->first_contract[i] = -1;

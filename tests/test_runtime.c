@@ -260,7 +260,7 @@ END_TEST
 START_TEST(plan_wrong_version) {
   plan.version = 1; /* before init steps: its plan struct is shorter */
   ck_assert_int_eq(rt_plan_validate(&plan, err, sizeof err), -1);
-  ck_assert_str_eq(err, "plan: version 1, this runtime reads version 7: rebuild the model with this dlcc");
+  ck_assert_str_eq(err, "plan: version 1, this runtime reads version 8: rebuild the model with this dlcc");
 }
 END_TEST
 
@@ -282,6 +282,20 @@ START_TEST(plan_bad_kernel_index) {
   steps[0].launch.kernel = 3;
   ck_assert_int_eq(rt_plan_validate(&plan, err, sizeof err), -1);
   ck_assert_str_eq(err, "plan: step 0 (add %1): kernel index 3 out of range (the plan has 1 kernels)");
+}
+END_TEST
+
+START_TEST(plan_bad_cooperative_flag) {
+  RtKernel k = {.name = "add_bias", .cooperative = 2, .uses_barriers = 1};
+  plan.kernels = &k;
+  ck_assert_int_eq(rt_plan_validate(&plan, err, sizeof err), -1);
+  ck_assert_str_eq(err, "plan: kernel 0 (add_bias): cooperative is 2 (0, or 1 for a kernel with barriers)");
+  /* A grid barrier needs the block barriers' scheduling too. */
+  k.cooperative = 1, k.uses_barriers = 0;
+  ck_assert_int_eq(rt_plan_validate(&plan, err, sizeof err), -1);
+  ck_assert_str_eq(err, "plan: kernel 0 (add_bias): cooperative is 1 (0, or 1 for a kernel with barriers)");
+  k.uses_barriers = 1;
+  ck_assert_msg(rt_plan_validate(&plan, err, sizeof err) == 0, "%s", err);
 }
 END_TEST
 
@@ -398,11 +412,11 @@ START_TEST(device_unknown_backend) {
 END_TEST
 
 START_TEST(open_refuses_foreign_plan) {
-  plan.version = 8;
+  plan.version = 9;
   DlrtModel *m = NULL;
   ck_assert_int_eq(dlrt_open(&plan, "emu", &m), DLRT_E_PLAN);
   ck_assert_ptr_nonnull(m);
-  ck_assert_str_eq(dlrt_error(m), "plan: version 8, this runtime reads version 7: rebuild the model with this dlcc");
+  ck_assert_str_eq(dlrt_error(m), "plan: version 9, this runtime reads version 8: rebuild the model with this dlcc");
   ck_assert_int_eq(dlrt_run(m), DLRT_E_STATE);
   ck_assert_str_eq(dlrt_backend(m), "");
   dlrt_close(m);
@@ -1101,6 +1115,7 @@ static Suite *runtime_suite(void) {
   tcase_add_test(tc, plan_ref_out_of_range);
   tcase_add_test(tc, plan_ref_bad_output_index);
   tcase_add_test(tc, plan_bad_kernel_index);
+  tcase_add_test(tc, plan_bad_cooperative_flag);
   tcase_add_test(tc, plan_bad_arg_kind);
   tcase_add_test(tc, plan_gemm_past_buffer);
   tcase_add_test(tc, plan_gemm_epilogue);
