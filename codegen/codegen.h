@@ -61,6 +61,9 @@ typedef struct CgOptions {
   /* --no-gemm-batch: each linear its own GEMM, even beside others of
    * the same input (codegen/gemm_batch.c) */
   bool no_gemm_batch;
+  /* --no-persistent-rnn: every recurrent layer one step kernel per
+   * timestep, even where one persistent kernel would fit (docs/kernels.md) */
+  bool no_persistent_rnn;
 } CgOptions;
 
 /* cg_compile with options (NULL: the defaults). */

@@ -108,6 +108,9 @@ static const char usage[] =
     "                     (10 fraction bits; docs/tensorcores.md); default: exact f32\n"
     "  --no-tensor-cores  f16, bf16 and int8 convolutions on the FMA kernel too\n"
     "  --no-gemm-batch    linears of one input as one GEMM each, not one batched GEMM\n"
+    "  --no-persistent-rnn\n"
+    "                     recurrent layers as a kernel per timestep, not one kernel\n"
+    "                     for the whole sequence (docs/kernels.md)\n"
     "  --precision=P      f32 (default), f16 or bf16: activations and weights in P,\n"
     "                     sensitive ops in f32, f32 accumulation (docs/passes.md)\n"
     "  --grad             the gradients of a training step: output 0 must be the loss\n"
@@ -190,6 +193,7 @@ int driver_pass_option(const char *arg, PassOptions *po) {
       {"--tf32", offsetof(PassOptions, tf32)},
       {"--no-tensor-cores", offsetof(PassOptions, no_tensor_cores)},
       {"--no-gemm-batch", offsetof(PassOptions, no_gemm_batch)},
+      {"--no-persistent-rnn", offsetof(PassOptions, no_persistent_rnn)},
   };
   if (strncmp(arg, "--precision=", 12) == 0) {
     DType t;
@@ -238,7 +242,8 @@ CgOptions driver_cg_options(const PassOptions *po) {
                      .no_vectorize = po->no_vectorize,
                      .tf32 = po->tf32,
                      .no_tensor_cores = po->no_tensor_cores,
-                     .no_gemm_batch = po->no_gemm_batch};
+                     .no_gemm_batch = po->no_gemm_batch,
+                     .no_persistent_rnn = po->no_persistent_rnn};
 }
 
 const char driver_quant_usage[] =
