@@ -237,7 +237,9 @@ static bool rnn_persistent_fits(int64_t H, int64_t G) {
   if (smem > RNN_SHARED_BUDGET) return false;
   int64_t per = SM_THREADS / threads;
   if (SM_REGS / (RNN_PERSIST_REGS * threads) < per) per = SM_REGS / (RNN_PERSIST_REGS * threads);
-  if (SM_SHARED / smem < per) per = SM_SHARED / smem;
+  /* The block's static shared memory (the all-reduces') and the 1 KiB
+   * the SM reserves per block: 2 KiB over the slice. */
+  if (SM_SHARED / (smem + 2048) < per) per = SM_SHARED / (smem + 2048);
   return (H + W - 1) / W <= GPU_SMS * per;
 }
 
