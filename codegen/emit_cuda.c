@@ -282,7 +282,14 @@ static const char helpers[] =
     "__device__ __forceinline__ unsigned dl_pack_b4(unsigned char a, unsigned char b, unsigned char c,\n"
     "                                               unsigned char d) {\n"
     "  return (unsigned)a | (unsigned)b << 8 | (unsigned)c << 16 | (unsigned)d << 24;\n"
-    "}\n"
+    "}\n";
+
+/* clang-format on */
+
+/* KS_GRID_SYNC's barrier, in the source only when a kernel is
+ * cooperative. */
+/* clang-format off */
+static const char grid_sync[] =
     "#ifndef DLCC_EMU\n"
     "/* The grid-wide barrier of a cooperative launch (every block resident),\n"
     " * on bar[0] (arrivals) and bar[1] (generation), zero at the launch.  One\n"
@@ -316,6 +323,8 @@ static const char helpers[] =
     "}\n"
     "#endif\n";
 /* clang-format on */
+
+const char *cg_grid_sync_prelude(void) { return grid_sync; }
 
 /* Two 16-bit lanes travel in each 32-bit word of a vector (KS_VSTORE). */
 /* clang-format off */

@@ -347,6 +347,9 @@ bool cg_vectorize(Kernel *k);
  * needs_tc also the tensor-core instructions (mma, ldmatrix, cp.async:
  * emit_tc.c, docs/tensorcores.md). */
 const char *cg_cuda_prelude(Ctx *c, bool needs_fp16, bool needs_bf16, bool needs_tc);
+/* dl_grid_sync, KS_GRID_SYNC's barrier, under #ifndef DLCC_EMU (the emu
+ * header defines its own): for a plan with a cooperative kernel. */
+const char *cg_grid_sync_prelude(void);
 /* The tensor-core instructions' CUDA text (emit_tc.c), under #ifndef
  * DLCC_EMU: the emu header defines the same functions. */
 const char *cg_tc_prelude(void);

@@ -76,17 +76,23 @@ typedef struct RnnDot {
   KVar *u;
 } RnnDot;
 
+/* A serial loop in which lane tx takes e = tx, tx + 32, ... below H:
+ * the block under e's guard. */
+static KBlock *lane_walk(Kernel *k, KBlock *in, int64_t H, KVar *tx, KVar **e) {
+  KVar *kk = cg_kvar(k, "kk", KT_INDEX);
+  KStmt *lk = cg_kloop(k, in, kk, cg_kint(k, (H + RNN_LANES - 1) / RNN_LANES), KM_SERIAL);
+  *e = cg_klet(k, &lk->body, "e", KT_INDEX, cg_kadd(k, cg_kmul(k, cg_kv(k, kk), cg_kint(k, RNN_LANES)), cg_kv(k, tx)));
+  if (!(H % RNN_LANES)) return &lk->body;
+  return &cg_kif(k, &lk->body, cg_kcmp(k, KC_LT, cg_kv(k, *e), cg_kint(k, H)))->body;
+}
+
 static void rnn_dot(Kernel *k, KBlock *in, const Rnn *r, int64_t NB, KVar *const *bn, KVar *tx, const RnnDot *d,
                     KVar *acc[4][RNN_ROWS]) {
-  int64_t H = r->H, trips = (H + RNN_LANES - 1) / RNN_LANES;
+  int64_t H = r->H;
   for (int64_t g = 0; g < r->G; g++)
     for (int64_t q = 0; q < NB; q++) acc[g][q] = cg_klet(k, in, "acc", TY_F32, cg_kimm(k, 0, TY_F32));
-  KVar *kk = cg_kvar(k, "kk", KT_INDEX);
-  KStmt *lk = cg_kloop(k, in, kk, cg_kint(k, trips), KM_SERIAL);
-  KVar *e = cg_klet(k, &lk->body, "e", KT_INDEX,
-                    cg_kadd(k, cg_kmul(k, cg_kv(k, kk), cg_kint(k, RNN_LANES)), cg_kv(k, tx)));
-  KBlock *dot = H % RNN_LANES ? &cg_kif(k, &lk->body, cg_kcmp(k, KC_LT, cg_kv(k, e), cg_kint(k, H)))->body
-                              : &lk->body;
+  KVar *e;
+  KBlock *dot = lane_walk(k, in, H, tx, &e);
   KVar *hv[RNN_ROWS];
   for (int64_t q = 0; q < NB; q++)
     hv[q] = cg_klet(k, dot, "hv", TY_F32,
@@ -256,7 +262,6 @@ static void rnn_persistent(CgBuild *b, const Node *n, const Rnn *r, const char *
                            RtRef pair, const RnnStep *s) {
   int64_t N = r->N, T = r->T, H = r->H, G = r->G;
   int64_t W = rnn_units(H), NB = N < RNN_ROWS ? N : RNN_ROWS, blocks = (H + W - 1) / W;
-  int64_t trips = (H + RNN_LANES - 1) / RNN_LANES;
   Kernel *k = new_kernel(b, n, "persist", what);
   k->block[0] = RNN_LANES, k->block[1] = (uint32_t)W;
   k->grid[0] = (uint32_t)blocks;
@@ -274,12 +279,8 @@ static void rnn_persistent(CgBuild *b, const Node *n, const Rnn *r, const char *
   KExpr *jc = H % W ? cg_kidx(k, KI_MIN, cg_kv(k, j), cg_kint(k, H - 1)) : cg_kv(k, j);
   KVar *jr = cg_klet(k, in, "jc", KT_INDEX, jc);
   /* The slice: row (g, unit) of W_hh at (g * W + ty) * H. */
-  KVar *kk = cg_kvar(k, "kk", KT_INDEX);
-  KStmt *lk = cg_kloop(k, in, kk, cg_kint(k, trips), KM_SERIAL);
-  KVar *e = cg_klet(k, &lk->body, "e", KT_INDEX,
-                    cg_kadd(k, cg_kmul(k, cg_kv(k, kk), cg_kint(k, RNN_LANES)), cg_kv(k, tx)));
-  KBlock *cp = H % RNN_LANES ? &cg_kif(k, &lk->body, cg_kcmp(k, KC_LT, cg_kv(k, e), cg_kint(k, H)))->body
-                             : &lk->body;
+  KVar *e;
+  KBlock *cp = lane_walk(k, in, H, tx, &e);
   for (int64_t g = 0; g < G; g++) {
     KExpr *from = cg_kadd(k, cg_kmul(k, cg_kadd(k, cg_kint(k, g * H), cg_kv(k, jr)), cg_kint(k, H)), cg_kv(k, e));
     KExpr *to = cg_kadd(k, cg_kmul(k, cg_kadd(k, cg_kint(k, g * W), cg_kv(k, ty)), cg_kint(k, H)), cg_kv(k, e));

@@ -660,9 +660,11 @@ static int run_grid_cooperative(Sched *s, RtModule *m, const uint32_t grid[3]) {
   Fiber *all = s->fibers;
   int rc = 0;
   if (!saved || !st) rc = rt_device_fail(&s->dev->base, "emu: out of host memory for a grid of %u blocks", blocks);
+  bool dirty = s->dirty; /* each block's fibers may be one an earlier failed launch abandoned */
   for (unsigned b = 0; b < blocks && !rc; b++) {
     memcpy(saved + tls * b, (void *)lo, tls); /* the env pointer and friends, as they are */
     s->fibers = all + (size_t)b * n;
+    s->dirty = dirty;
     unsigned linear = 0;
     for (unsigned tz = 0; tz < s->env.block_dim.z; tz++)
       for (unsigned ty = 0; ty < s->env.block_dim.y; ty++)

@@ -225,15 +225,19 @@ CUresult CUDAAPI cuFuncSetAttribute(CUfunction f, CUfunction_attribute a, int v)
   max_dynamic_shared = v;
   return CUDA_SUCCESS;
 }
-CUresult CUDAAPI cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
-                                unsigned bz, unsigned shared, CUstream s, void **params, void **extra) {
+/* A launch, recorded while capturing, else counted under name. */
+static CUresult launch(const char *name) {
   if (capturing) {
     record(0, NULL, NULL, 0);
     return CUDA_SUCCESS;
   }
-  count("cuLaunchKernel");
+  count(name);
   launches++;
   return CUDA_SUCCESS;
+}
+CUresult CUDAAPI cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                                unsigned bz, unsigned shared, CUstream s, void **params, void **extra) {
+  return launch("cuLaunchKernel");
 }
 
 /* FAKECUDA_BLOCKS_PER_SM: the occupancy the driver reports (default 1). */
@@ -245,13 +249,7 @@ CUresult CUDAAPI cuOccupancyMaxActiveBlocksPerMultiprocessor(int *n, CUfunction 
 }
 CUresult CUDAAPI cuLaunchCooperativeKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
                                            unsigned by, unsigned bz, unsigned shared, CUstream s, void **params) {
-  if (capturing) {
-    record(0, NULL, NULL, 0);
-    return CUDA_SUCCESS;
-  }
-  count("cuLaunchCooperativeKernel");
-  launches++;
-  return CUDA_SUCCESS;
+  return launch("cuLaunchCooperativeKernel");
 }
 
 CUresult CUDAAPI cuMemAlloc(CUdeviceptr *p, size_t n) {
