@@ -294,8 +294,8 @@ static void put_kernels(FILE *f, const RtPlan *p) {
     const RtKernel *k = &p->kernels[i];
     fputs("  {.name = ", f);
     ir_put_c_string(f, k->name);
-    fprintf(f, ", .uses_barriers = %" PRIu32 "u, .static_shared_bytes = %" PRIu32 "u},\n", k->uses_barriers,
-            k->static_shared_bytes);
+    fprintf(f, ", .uses_barriers = %" PRIu32 "u, .static_shared_bytes = %" PRIu32 "u, .cooperative = %" PRIu32 "u},\n",
+            k->uses_barriers, k->static_shared_bytes, k->cooperative);
   }
   fputs("};\n\n", f);
 }

@@ -283,7 +283,48 @@ static const char helpers[] =
     "                                               unsigned char d) {\n"
     "  return (unsigned)a | (unsigned)b << 8 | (unsigned)c << 16 | (unsigned)d << 24;\n"
     "}\n";
+
 /* clang-format on */
+
+/* KS_GRID_SYNC's barrier, in the source only when a kernel is
+ * cooperative. */
+/* clang-format off */
+static const char grid_sync[] =
+    "#ifndef DLCC_EMU\n"
+    "/* The grid-wide barrier of a cooperative launch (every block resident),\n"
+    " * on bar[0] (arrivals) and bar[1] (generation), zero at the launch.  One\n"
+    " * thread per block arrives for it after __syncthreads, so the block's\n"
+    " * writes happen before its arrival; it reads the generation before it\n"
+    " * adds itself (the fence orders the two), so the last arriver cannot\n"
+    " * have moved it on unseen.  The last arriver puts the count back to 0\n"
+    " * before it bumps the generation, so no block reaches the next barrier\n"
+    " * before the reset, and bar is 0 again when the kernel ends.  The\n"
+    " * fences on both sides of the atomic make it a release and an acquire\n"
+    " * at GPU scope (PTX's fence.sc.gpu), so every write before the barrier\n"
+    " * is visible to every read after it, in any block.  The emu device\n"
+    " * defines dl_grid_sync as its scheduler's grid barrier instead of a spin. */\n"
+    "__device__ __forceinline__ void dl_grid_sync(int *bar) {\n"
+    "  __syncthreads();\n"
+    "  if (threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0) {\n"
+    "    volatile int *gen = bar + 1;\n"
+    "    int seen = *gen;\n"
+    "    __threadfence();\n"
+    "    if (atomicAdd(bar, 1) == (int)(gridDim.x * gridDim.y * gridDim.z) - 1) {\n"
+    "      atomicExch(bar, 0);\n"
+    "      __threadfence();\n"
+    "      *gen = seen + 1;\n"
+    "    } else {\n"
+    "      while (*gen == seen) {\n"
+    "      }\n"
+    "    }\n"
+    "    __threadfence();\n"
+    "  }\n"
+    "  __syncthreads();\n"
+    "}\n"
+    "#endif\n";
+/* clang-format on */
+
+const char *cg_grid_sync_prelude(void) { return grid_sync; }
 
 /* Two 16-bit lanes travel in each 32-bit word of a vector (KS_VSTORE). */
 /* clang-format off */
@@ -1104,6 +1145,10 @@ static void stmt(Out *o, const KStmt *s) {
     case KS_BARRIER:
       indent(o);
       fputs("__syncthreads();\n", o->f);
+      return;
+    case KS_GRID_SYNC:
+      indent(o);
+      fprintf(o->f, "dl_grid_sync(%s);\n", s->buf->name);
       return;
     case KS_VLOAD: {
       VecShape v = vec_shape(s->var->dtype, s->n_lanes);

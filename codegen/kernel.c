@@ -488,6 +488,12 @@ void cg_kbarrier(Kernel *k, KBlock *in) {
   k->uses_barriers = true;
 }
 
+void cg_kgrid_sync(Kernel *k, KBlock *in, KBuf *bar) {
+  append(k, in, KS_GRID_SYNC)->buf = bar;
+  bar->read = bar->written = true;
+  k->uses_barriers = k->cooperative = true;
+}
+
 void cg_kchunk(Kernel *k, KBlock *in, KBuf *b, KExpr *index, KExpr *const *values, int count) {
   int n = count, bytes = count * ir_dtype_size(b->dtype);
   if (bytes != 8 && bytes != 16) dl_internal(k->ctx, "a chunk store of %d bytes", bytes);

@@ -114,6 +114,11 @@ typedef enum {
   KS_STORE,   /* buf[index] = value */
   KS_IF,      /* if (cond) body else orelse */
   KS_BARRIER, /* __syncthreads() */
+  /* Every thread of every block of the grid arrives before any goes on,
+   * and what any wrote before it is visible to all after it
+   * (dl_grid_sync on buf, two zeroed i32 words: arrivals, generation);
+   * the kernel becomes cooperative (cg_kgrid_sync). */
+  KS_GRID_SYNC,
   KS_VLOAD,   /* declares the n_lanes vector var = buf[index .. index+n_lanes) (aligned to its size, at most 16) */
   KS_VSTORE,  /* buf[index .. index+n_lanes) = lanes[0 .. n_lanes) (the same alignment) */
   /* var = combine(var over the iterations of the enclosing loop mapped to
@@ -206,6 +211,7 @@ typedef struct Kernel {
   KBlock body;
   uint32_t grid[3], block[3];
   bool uses_barriers;
+  bool cooperative; /* has a KS_GRID_SYNC: launched cooperatively (RtKernel.cooperative) */
   bool uses_tc; /* calls the tensor-core functions (their prelude) */
   uint32_t shared_bytes;
   uint32_t dynamic_shared_bytes;
@@ -290,6 +296,10 @@ void cg_kset(Kernel *k, KBlock *in, KVar *var, KExpr *value);
 void cg_kstore(Kernel *k, KBlock *in, KBuf *b, KExpr *index, KExpr *value);
 KStmt *cg_kif(Kernel *k, KBlock *in, KExpr *cond); /* fill ->body (and ->orelse) */
 void cg_kbarrier(Kernel *k, KBlock *in);
+/* A grid-wide barrier on bar (a global i32 buffer of at least 2 elements,
+ * zero before the launch and zero again after it); every thread of the
+ * launch must reach it together, as __syncthreads. */
+void cg_kgrid_sync(Kernel *k, KBlock *in, KBuf *bar);
 /* One store of count values of b's dtype, 8 or 16 bytes in all, at
  * b[index] (aligned to its size). */
 void cg_kchunk(Kernel *k, KBlock *in, KBuf *b, KExpr *index, KExpr *const *values, int count);
@@ -337,6 +347,9 @@ bool cg_vectorize(Kernel *k);
  * needs_tc also the tensor-core instructions (mma, ldmatrix, cp.async:
  * emit_tc.c, docs/tensorcores.md). */
 const char *cg_cuda_prelude(Ctx *c, bool needs_fp16, bool needs_bf16, bool needs_tc);
+/* dl_grid_sync, KS_GRID_SYNC's barrier, under #ifndef DLCC_EMU (the emu
+ * header defines its own): for a plan with a cooperative kernel. */
+const char *cg_grid_sync_prelude(void);
 /* The tensor-core instructions' CUDA text (emit_tc.c), under #ifndef
  * DLCC_EMU: the emu header defines the same functions. */
 const char *cg_tc_prelude(void);

@@ -1,10 +1,16 @@
 /* Lowering of the recurrent layers: takes an lstm or gru node and
  * appends, per layer and direction, one GEMM for the input projection of
- * every timestep and then one fused step kernel per timestep (the
+ * every timestep and then either one persistent kernel for all timesteps
+ * (a cooperative launch whose blocks keep their slice of W_hh in shared
+ * memory and meet at a grid barrier between timesteps) or, where its grid
+ * would not fit the GPU at once, one fused step kernel per timestep (the
  * recurrent product and the gate update together) to the plan. */
 #include "lower.h"
 
 static const uint64_t F32_BYTES = 4;
+/* The persistent kernel's grid barrier: two i32 words, padded so that
+ * the states after them stay 16-byte aligned. */
+static const uint64_t BAR_BYTES = 16;
 
 /* A step kernel's block: the 32 lanes of a warp split the recurrent
  * product's sum over the hidden width; its warps are up to 8
@@ -57,6 +63,107 @@ static KExpr *rnn_gates(Kernel *k, KBlock *in, const Rnn *r, KExpr *const *gi, K
   return cg_kop2(k, OP_ADD, upd, keep);
 }
 
+/* The recurrent sums of one warp (unit j, batch rows bn[0 .. NB)):
+ * acc[g][q] = sum over e of W_hh[g*H + j][e] * h_{t-1}[bn[q]][e], its
+ * lanes splitting e, in f32, completed by a shuffle all-reduce that every
+ * lane reaches.  The weights are read from w at (g * gstride + u) * H + e:
+ * W_hh itself (gstride H, u the unit) or a block's copy in shared memory
+ * (gstride the block's units, u its warp); h_{t-1} of row bn[q] starts
+ * at bn[q] * H in h. */
+typedef struct RnnDot {
+  KBuf *h, *w;
+  int64_t gstride;
+  KVar *u;
+} RnnDot;
+
+/* A serial loop in which lane tx takes e = tx, tx + 32, ... below H:
+ * the block under e's guard. */
+static KBlock *lane_walk(Kernel *k, KBlock *in, int64_t H, KVar *tx, KVar **e) {
+  KVar *kk = cg_kvar(k, "kk", KT_INDEX);
+  KStmt *lk = cg_kloop(k, in, kk, cg_kint(k, (H + RNN_LANES - 1) / RNN_LANES), KM_SERIAL);
+  *e = cg_klet(k, &lk->body, "e", KT_INDEX, cg_kadd(k, cg_kmul(k, cg_kv(k, kk), cg_kint(k, RNN_LANES)), cg_kv(k, tx)));
+  if (!(H % RNN_LANES)) return &lk->body;
+  return &cg_kif(k, &lk->body, cg_kcmp(k, KC_LT, cg_kv(k, *e), cg_kint(k, H)))->body;
+}
+
+static void rnn_dot(Kernel *k, KBlock *in, const Rnn *r, int64_t NB, KVar *const *bn, KVar *tx, const RnnDot *d,
+                    KVar *acc[4][RNN_ROWS]) {
+  int64_t H = r->H;
+  for (int64_t g = 0; g < r->G; g++)
+    for (int64_t q = 0; q < NB; q++) acc[g][q] = cg_klet(k, in, "acc", TY_F32, cg_kimm(k, 0, TY_F32));
+  KVar *e;
+  KBlock *dot = lane_walk(k, in, H, tx, &e);
+  KVar *hv[RNN_ROWS];
+  for (int64_t q = 0; q < NB; q++)
+    hv[q] = cg_klet(k, dot, "hv", TY_F32,
+                    cg_kload(k, d->h, cg_kadd(k, cg_kmul(k, cg_kv(k, bn[q]), cg_kint(k, H)), cg_kv(k, e))));
+  for (int64_t g = 0; g < r->G; g++) {
+    KExpr *row = cg_kadd(k, cg_kint(k, g * d->gstride), cg_kv(k, d->u));
+    KExpr *wat = cg_kadd(k, cg_kmul(k, row, cg_kint(k, H)), cg_kv(k, e));
+    KVar *wv = cg_klet(k, dot, "wv", TY_F32, cg_kcast(k, cg_kload(k, d->w, wat), TY_F32));
+    for (int64_t q = 0; q < NB; q++)
+      cg_kset(k, dot, acc[g][q],
+              cg_kop2(k, OP_ADD, cg_kv(k, acc[g][q]), cg_kop2(k, OP_MUL, cg_kv(k, wv), cg_kv(k, hv[q]))));
+  }
+  for (int64_t g = 0; g < r->G; g++)
+    for (int64_t q = 0; q < NB; q++) cg_kallreduce(k, in, acc[g][q], OP_ADD, KM_BLOCK_X);
+}
+
+/* The new h of batch row bi and unit j at timestep tv from the recurrent
+ * sums gh (biases added here) and row's input projection in xp; LSTM's c
+ * updated in cb.  h_{t-1} for the GRU at hp[hp_at]. */
+static KVar *rnn_cell(CgBuild *b, Kernel *k, KBlock *one, const Rnn *r, const RnnStep *s, KBuf *xp, KBuf *cb,
+                      KBuf *hp, KExpr *hp_at, KVar *row, KVar *j, KVar *const *acc, KVar *at) {
+  int64_t GH = r->G * r->H;
+  KExpr *gi[4], *gh[4];
+  for (int64_t g = 0; g < r->G; g++) {
+    KExpr *col = cg_kadd(k, cg_kint(k, g * r->H), cg_kv(k, j));
+    gi[g] = cg_kload(k, xp, cg_kadd(k, cg_kmul(k, cg_kv(k, row), cg_kint(k, GH)), col));
+    gh[g] = cg_kv(k, acc[g]);
+    if (r->bias) {
+      gi[g] = cg_kop2(k, OP_ADD, gi[g], load_of(b, k, s->bih, "b_ih", col));
+      gh[g] = cg_kop2(k, OP_ADD, gh[g], load_of(b, k, s->bhh, "b_hh", col));
+    }
+  }
+  return cg_klet(k, one, "hn", TY_F32, rnn_gates(k, one, r, gi, gh, cb, hp, cg_kv(k, at), hp_at));
+}
+
+/* The buffers every recurrent kernel binds: the input projection, h_n,
+ * c (LSTM) and y, which starts at this direction's columns (the last row
+ * ends H short of the sequence's end for every direction but the last). */
+typedef struct RnnBufs {
+  KBuf *xp, *ho, *cb, *yb;
+} RnnBufs;
+
+static RnnBufs rnn_bufs(Kernel *k, const Rnn *r, const RnnStep *s) {
+  int64_t N = r->N, T = r->T, H = r->H;
+  return (RnnBufs){.xp = cg_kglobal(k, "xproj", TY_F32, T * N * r->G * H, s->xproj),
+                   .ho = cg_kglobal(k, "h_n", TY_F32, N * H, s->hout),
+                   .cb = r->lstm ? cg_kglobal(k, "c", TY_F32, N * H, s->c) : NULL,
+                   .yb = cg_kglobal(k, "y", TY_F32, T * N * r->dirs * H - (r->dirs - 1) * H, s->y)};
+}
+
+/* The row of xproj and y for batch row bi at timestep t. */
+static KExpr *rnn_row(Kernel *k, const Rnn *r, KExpr *bi, KExpr *t) {
+  return r->bf ? cg_kadd(k, cg_kmul(k, bi, cg_kint(k, r->T)), t) : cg_kadd(k, cg_kmul(k, t, cg_kint(k, r->N)), bi);
+}
+
+/* Batch row q of the warp's group from b0, clamped to the last (every
+ * lane reaches the all-reduce, so a row past the end computes on the
+ * last one's operands and stores nothing). */
+static void rnn_rows(Kernel *k, KBlock *in, const Rnn *r, int64_t NB, KVar *b0, KVar **bn) {
+  for (int64_t q = 0; q < NB; q++) {
+    KExpr *bq = cg_kadd(k, cg_kv(k, b0), cg_kint(k, q));
+    bn[q] = cg_klet(k, in, "bn", KT_INDEX, r->N % NB ? cg_kidx(k, KI_MIN, bq, cg_kint(k, r->N - 1)) : bq);
+  }
+}
+
+/* Row q of the group from b0, when it exists: its block. */
+static KBlock *rnn_row_if(Kernel *k, KBlock *upd, const Rnn *r, int64_t NB, KVar *b0, int64_t q) {
+  if (!(r->N % NB)) return upd;
+  return &cg_kif(k, upd, cg_kcmp(k, KC_LT, cg_kadd(k, cg_kv(k, b0), cg_kint(k, q)), cg_kint(k, r->N)))->body;
+}
+
 /* Timestep t of one layer and direction as one kernel: warp (unit j,
  * batch rows b0 ..) sums h_{t-1}[b] . W_hh[q*H + j] for every gate q
  * over its lanes (f32, then a shuffle all-reduce), and lane 0 applies
@@ -65,23 +172,18 @@ static KExpr *rnn_gates(Kernel *k, KBlock *in, const Rnn *r, KExpr *const *gi, K
  * holds the last one at the end.  t is a parameter so every timestep
  * shares the text. */
 static void rnn_step(CgBuild *b, const Node *n, const Rnn *r, const char *what, int64_t t, const RnnStep *s) {
-  int64_t N = r->N, T = r->T, H = r->H, G = r->G, GH = G * H;
+  int64_t N = r->N, T = r->T, H = r->H;
   int64_t W = rnn_units(H), NB = N < RNN_ROWS ? N : RNN_ROWS;
-  int64_t units = (H + W - 1) / W, tiles = units * ((N + NB - 1) / NB), trips = (H + RNN_LANES - 1) / RNN_LANES;
+  int64_t units = (H + W - 1) / W, tiles = units * ((N + NB - 1) / NB);
   Kernel *k = new_kernel(b, n, "step", what);
   k->block[0] = RNN_LANES, k->block[1] = (uint32_t)W;
   int64_t cap = cg_grid_cap(RNN_LANES * W);
   k->grid[0] = (uint32_t)(tiles > cap ? cap : tiles);
   /* Every timestep's launch keeps one contract: the buffers hold all T. */
   KVar *tv = cg_kparam_range(k, "t", KT_INDEX, t, 0, T - 1);
-  KBuf *xp = cg_kglobal(k, "xproj", TY_F32, T * N * GH, s->xproj);
+  RnnBufs bb = rnn_bufs(k, r, s);
   KBuf *hp = cg_kglobal(k, "hprev", TY_F32, N * H, s->hprev);
   KBuf *hx = cg_kglobal(k, "hnext", TY_F32, N * H, s->hnext);
-  KBuf *ho = cg_kglobal(k, "h_n", TY_F32, N * H, s->hout);
-  KBuf *cb = r->lstm ? cg_kglobal(k, "c", TY_F32, N * H, s->c) : NULL;
-  /* y starts at this direction's columns: the last row ends H short of
-   * the sequence's end for every direction but the last. */
-  KBuf *yb = cg_kglobal(k, "y", TY_F32, T * N * r->dirs * H - (r->dirs - 1) * H, s->y);
   KVar *tile = cg_kvar(k, "tile", KT_INDEX), *ty = cg_kvar(k, "ty", KT_INDEX), *tx = cg_kvar(k, "tx", KT_INDEX);
   KStmt *lt = cg_kloop(k, &k->body, tile, cg_kint(k, tiles), KM_GRID_X);
   KStmt *ly = cg_kloop(k, &lt->body, ty, cg_kint(k, W), KM_BLOCK_Y);
@@ -90,67 +192,143 @@ static void rnn_step(CgBuild *b, const Node *n, const Rnn *r, const char *what, 
   KExpr *jx = cg_kadd(k, cg_kmul(k, cg_kidx(k, KI_MOD, cg_kv(k, tile), cg_kint(k, units)), cg_kint(k, W)),
                       cg_kv(k, ty));
   KVar *j = cg_klet(k, in, "j", KT_INDEX, jx);
-  /* Every lane reaches the all-reduce, so a unit or row past the end
-   * computes on the last one's operands and stores nothing. */
   KExpr *jc = H % W ? cg_kidx(k, KI_MIN, cg_kv(k, j), cg_kint(k, H - 1)) : cg_kv(k, j);
   KVar *jr = cg_klet(k, in, "jc", KT_INDEX, jc);
   KVar *b0 = cg_klet(k, in, "b0", KT_INDEX,
                      cg_kmul(k, cg_kidx(k, KI_DIV, cg_kv(k, tile), cg_kint(k, units)), cg_kint(k, NB)));
   KVar *bn[RNN_ROWS], *acc[4][RNN_ROWS];
-  for (int64_t q = 0; q < NB; q++) {
-    KExpr *bq = cg_kadd(k, cg_kv(k, b0), cg_kint(k, q));
-    bn[q] = cg_klet(k, in, "bn", KT_INDEX, N % NB ? cg_kidx(k, KI_MIN, bq, cg_kint(k, N - 1)) : bq);
-  }
-  for (int64_t g = 0; g < G; g++)
-    for (int64_t q = 0; q < NB; q++) acc[g][q] = cg_klet(k, in, "acc", TY_F32, cg_kimm(k, 0, TY_F32));
-  KVar *kk = cg_kvar(k, "kk", KT_INDEX);
-  KStmt *lk = cg_kloop(k, in, kk, cg_kint(k, trips), KM_SERIAL);
-  KVar *e = cg_klet(k, &lk->body, "e", KT_INDEX,
-                    cg_kadd(k, cg_kmul(k, cg_kv(k, kk), cg_kint(k, RNN_LANES)), cg_kv(k, tx)));
-  KBlock *dot = H % RNN_LANES ? &cg_kif(k, &lk->body, cg_kcmp(k, KC_LT, cg_kv(k, e), cg_kint(k, H)))->body
-                              : &lk->body;
-  KVar *hv[RNN_ROWS];
-  for (int64_t q = 0; q < NB; q++)
-    hv[q] = cg_klet(k, dot, "hv", TY_F32, cg_kload(k, hp, cg_kadd(k, cg_kmul(k, cg_kv(k, bn[q]), cg_kint(k, H)),
-                                                                   cg_kv(k, e))));
-  for (int64_t g = 0; g < G; g++) {
-    KExpr *row = cg_kadd(k, cg_kint(k, g * H), cg_kv(k, jr));
-    KExpr *wat = cg_kadd(k, cg_kmul(k, row, cg_kint(k, H)), cg_kv(k, e));
-    KVar *wv = cg_klet(k, dot, "wv", TY_F32, cg_kcast(k, load_of(b, k, s->whh, "w_hh", wat), TY_F32));
-    for (int64_t q = 0; q < NB; q++)
-      cg_kset(k, dot, acc[g][q],
-              cg_kop2(k, OP_ADD, cg_kv(k, acc[g][q]), cg_kop2(k, OP_MUL, cg_kv(k, wv), cg_kv(k, hv[q]))));
-  }
-  for (int64_t g = 0; g < G; g++)
-    for (int64_t q = 0; q < NB; q++) cg_kallreduce(k, in, acc[g][q], OP_ADD, KM_BLOCK_X);
+  rnn_rows(k, in, r, NB, b0, bn);
+  RnnDot d = {.h = hp, .w = global_of(b, k, s->whh, "w_hh"), .gstride = H, .u = jr};
+  rnn_dot(k, in, r, NB, bn, tx, &d, acc);
   KExpr *lead = cg_kcmp(k, KC_EQ, cg_kv(k, tx), cg_kint(k, 0));
   if (H % W) lead = cg_kand(k, lead, cg_kcmp(k, KC_LT, cg_kv(k, j), cg_kint(k, H)));
   KBlock *upd = &cg_kif(k, in, lead)->body;
   for (int64_t q = 0; q < NB; q++) {
-    KBlock *one = upd;
-    if (N % NB)
-      one = &cg_kif(k, upd, cg_kcmp(k, KC_LT, cg_kadd(k, cg_kv(k, b0), cg_kint(k, q)), cg_kint(k, N)))->body;
+    KBlock *one = rnn_row_if(k, upd, r, NB, b0, q);
     KExpr *bi = cg_kv(k, bn[q]);
-    KExpr *rx = r->bf ? cg_kadd(k, cg_kmul(k, bi, cg_kint(k, T)), cg_kv(k, tv))
-                      : cg_kadd(k, cg_kmul(k, cg_kv(k, tv), cg_kint(k, N)), bi);
-    KVar *row = cg_klet(k, one, "row", KT_INDEX, rx);
-    KExpr *gi[4], *gh[4];
-    for (int64_t g = 0; g < G; g++) {
-      KExpr *col = cg_kadd(k, cg_kint(k, g * H), cg_kv(k, j));
-      gi[g] = cg_kload(k, xp, cg_kadd(k, cg_kmul(k, cg_kv(k, row), cg_kint(k, GH)), col));
-      gh[g] = cg_kv(k, acc[g][q]);
-      if (r->bias) {
-        gi[g] = cg_kop2(k, OP_ADD, gi[g], load_of(b, k, s->bih, "b_ih", col));
-        gh[g] = cg_kop2(k, OP_ADD, gh[g], load_of(b, k, s->bhh, "b_hh", col));
-      }
-    }
+    KVar *row = cg_klet(k, one, "row", KT_INDEX, rnn_row(k, r, bi, cg_kv(k, tv)));
     KVar *at = cg_klet(k, one, "at", KT_INDEX, cg_kadd(k, cg_kmul(k, bi, cg_kint(k, H)), cg_kv(k, j)));
-    KVar *hn = cg_klet(k, one, "hn", TY_F32, rnn_gates(k, one, r, gi, gh, cb, hp, cg_kv(k, at), cg_kv(k, at)));
+    KVar *gh[4] = {acc[0][q], acc[1][q], acc[2][q], acc[3][q]};
+    KVar *hn = rnn_cell(b, k, one, r, s, bb.xp, bb.cb, hp, cg_kv(k, at), row, j, gh, at);
     cg_kstore(k, one, hx, cg_kv(k, at), cg_kv(k, hn));
-    cg_kstore(k, one, ho, cg_kv(k, at), cg_kv(k, hn));
-    cg_kstore(k, one, yb, cg_kadd(k, cg_kmul(k, cg_kv(k, row), cg_kint(k, r->dirs * H)), cg_kv(k, j)),
+    cg_kstore(k, one, bb.ho, cg_kv(k, at), cg_kv(k, hn));
+    cg_kstore(k, one, bb.yb, cg_kadd(k, cg_kmul(k, cg_kv(k, row), cg_kint(k, r->dirs * H)), cg_kv(k, j)),
               cg_kv(k, hn));
   }
+  cg_launch(b, k);
+}
+
+/* ---- the persistent kernel ---- */
+
+/* The modelled GPU (an H200, sm_90; runtime/emu.c checks cooperative
+ * grids against the same) and what the persistent kernel may take of
+ * it: its W_hh slice in shared memory, at most RNN_PERSIST_REGS
+ * registers a thread (tests/sass_check.sh checks the real count). */
+enum {
+  GPU_SMS = 132,
+  SM_THREADS = 2048,
+  SM_REGS = 65536,
+  SM_SHARED = 228 * 1024,
+  RNN_SHARED_BUDGET = 200 * 1024,
+  RNN_PERSIST_REGS = 64,
+};
+
+/* Whether a layer of hidden width H with G gates runs as one persistent
+ * kernel: its ceil(H / W) blocks (W hidden units each, a warp per unit)
+ * must be resident at once, at as many per SM as threads, registers
+ * and the slice of W_hh in shared memory (G * W * H floats, at most
+ * RNN_SHARED_BUDGET) allow. */
+static bool rnn_persistent_fits(int64_t H, int64_t G) {
+  int64_t W = rnn_units(H), threads = RNN_LANES * W, smem = (int64_t)F32_BYTES * G * W * H;
+  if (smem > RNN_SHARED_BUDGET) return false;
+  int64_t per = SM_THREADS / threads;
+  if (SM_REGS / (RNN_PERSIST_REGS * threads) < per) per = SM_REGS / (RNN_PERSIST_REGS * threads);
+  /* The block's static shared memory (the all-reduces') and the 1 KiB
+   * the SM reserves per block: 2 KiB over the slice. */
+  if (SM_SHARED / (smem + 2048) < per) per = SM_SHARED / (smem + 2048);
+  return (H + W - 1) / W <= GPU_SMS * per;
+}
+
+/* Every timestep of one layer and direction as one cooperative kernel.
+ * Block u owns hidden units [u*W, u*W + W), a warp each: it copies their
+ * G rows of W_hh into shared memory once (each thread the elements it
+ * later reads itself, so no barrier is needed), zeroes its c, then per
+ * timestep computes its units' h_t for every batch row (as the step
+ * kernel: lanes split the sum, lane 0 applies the gates) into one half
+ * of the pair from the other, and meets every other block at the grid
+ * barrier before the next timestep reads h_t.  bar (two zeroed words)
+ * sits before the pair. */
+static void rnn_persistent(CgBuild *b, const Node *n, const Rnn *r, const char *what, int64_t dir, RtRef bar,
+                           RtRef pair, const RnnStep *s) {
+  int64_t N = r->N, T = r->T, H = r->H, G = r->G;
+  int64_t W = rnn_units(H), NB = N < RNN_ROWS ? N : RNN_ROWS, blocks = (H + W - 1) / W;
+  Kernel *k = new_kernel(b, n, "persist", what);
+  k->block[0] = RNN_LANES, k->block[1] = (uint32_t)W;
+  k->grid[0] = (uint32_t)blocks;
+  RnnBufs bb = rnn_bufs(k, r, s);
+  KBuf *hb = cg_kglobal(k, "h", TY_F32, 2 * N * H, pair);
+  KBuf *bw = cg_kglobal(k, "bar", TY_I32, 2, bar);
+  KBuf *ws = cg_kdynshared(k, "w_s", TY_F32, G * W * H, 0);
+  KBuf *wg = global_of(b, k, s->whh, "w_hh");
+  KVar *blk = cg_kvar(k, "blk", KT_INDEX), *ty = cg_kvar(k, "ty", KT_INDEX), *tx = cg_kvar(k, "tx", KT_INDEX);
+  KStmt *lb = cg_kloop(k, &k->body, blk, cg_kint(k, blocks), KM_GRID_X);
+  KStmt *ly = cg_kloop(k, &lb->body, ty, cg_kint(k, W), KM_BLOCK_Y);
+  KStmt *lx = cg_kloop(k, &ly->body, tx, cg_kint(k, RNN_LANES), KM_BLOCK_X);
+  KBlock *in = &lx->body;
+  KVar *j = cg_klet(k, in, "j", KT_INDEX, cg_kadd(k, cg_kmul(k, cg_kv(k, blk), cg_kint(k, W)), cg_kv(k, ty)));
+  KExpr *jc = H % W ? cg_kidx(k, KI_MIN, cg_kv(k, j), cg_kint(k, H - 1)) : cg_kv(k, j);
+  KVar *jr = cg_klet(k, in, "jc", KT_INDEX, jc);
+  /* The slice: row (g, unit) of W_hh at (g * W + ty) * H. */
+  KVar *e;
+  KBlock *cp = lane_walk(k, in, H, tx, &e);
+  for (int64_t g = 0; g < G; g++) {
+    KExpr *from = cg_kadd(k, cg_kmul(k, cg_kadd(k, cg_kint(k, g * H), cg_kv(k, jr)), cg_kint(k, H)), cg_kv(k, e));
+    KExpr *to = cg_kadd(k, cg_kmul(k, cg_kadd(k, cg_kint(k, g * W), cg_kv(k, ty)), cg_kint(k, H)), cg_kv(k, e));
+    cg_kstore(k, cp, ws, to, cg_kcast(k, cg_kload(k, wg, from), TY_F32));
+  }
+  KExpr *lead = cg_kcmp(k, KC_EQ, cg_kv(k, tx), cg_kint(k, 0));
+  if (H % W) lead = cg_kand(k, lead, cg_kcmp(k, KC_LT, cg_kv(k, j), cg_kint(k, H)));
+  if (bb.cb) {
+    KVar *zb = cg_kvar(k, "zb", KT_INDEX);
+    KStmt *lz = cg_kloop(k, &cg_kif(k, in, lead)->body, zb, cg_kint(k, N), KM_SERIAL);
+    cg_kstore(k, &lz->body, bb.cb, cg_kadd(k, cg_kmul(k, cg_kv(k, zb), cg_kint(k, H)), cg_kv(k, j)),
+              cg_kimm(k, 0, TY_F32));
+  }
+  KVar *i = cg_kvar(k, "i", KT_INDEX);
+  KStmt *li = cg_kloop(k, in, i, cg_kint(k, T), KM_SERIAL);
+  KBlock *step = &li->body;
+  KVar *tv = cg_klet(k, step, "t", KT_INDEX, dir ? cg_kidx(k, KI_SUB, cg_kint(k, T - 1), cg_kv(k, i)) : cg_kv(k, i));
+  /* h_{t-1} in rows [half * N, half * N + N) of the pair, h_t in the others. */
+  KVar *half = cg_klet(k, step, "half", KT_INDEX, cg_kidx(k, KI_MOD, cg_kv(k, i), cg_kint(k, 2)));
+  KVar *hprev = cg_klet(k, step, "hprev", KT_INDEX, cg_kmul(k, cg_kv(k, half), cg_kint(k, N * H)));
+  KVar *hnext = cg_klet(k, step, "hnext", KT_INDEX, cg_kidx(k, KI_SUB, cg_kint(k, N * H), cg_kv(k, hprev)));
+  KVar *grp = cg_kvar(k, "grp", KT_INDEX);
+  KStmt *lg = cg_kloop(k, step, grp, cg_kint(k, (N + NB - 1) / NB), KM_SERIAL);
+  KBlock *gb = &lg->body;
+  KVar *b0 = cg_klet(k, gb, "b0", KT_INDEX, cg_kmul(k, cg_kv(k, grp), cg_kint(k, NB)));
+  KVar *bn[RNN_ROWS], *acc[4][RNN_ROWS];
+  rnn_rows(k, gb, r, NB, b0, bn);
+  RnnDot d = {.h = hb, .w = ws, .gstride = W, .u = ty};
+  KVar *bh[RNN_ROWS];
+  for (int64_t q = 0; q < NB; q++)
+    bh[q] = cg_klet(k, gb, "bh", KT_INDEX, cg_kadd(k, cg_kv(k, bn[q]), cg_kmul(k, cg_kv(k, half), cg_kint(k, N))));
+  rnn_dot(k, gb, r, NB, bh, tx, &d, acc);
+  KBlock *upd = &cg_kif(k, gb, cg_kcmp(k, KC_EQ, cg_kv(k, tx), cg_kint(k, 0)))->body;
+  if (H % W) upd = &cg_kif(k, upd, cg_kcmp(k, KC_LT, cg_kv(k, j), cg_kint(k, H)))->body;
+  for (int64_t q = 0; q < NB; q++) {
+    KBlock *one = rnn_row_if(k, upd, r, NB, b0, q);
+    KExpr *bi = cg_kv(k, bn[q]);
+    KVar *row = cg_klet(k, one, "row", KT_INDEX, rnn_row(k, r, bi, cg_kv(k, tv)));
+    KVar *at = cg_klet(k, one, "at", KT_INDEX, cg_kadd(k, cg_kmul(k, bi, cg_kint(k, H)), cg_kv(k, j)));
+    KVar *gh[4] = {acc[0][q], acc[1][q], acc[2][q], acc[3][q]};
+    KVar *hn = rnn_cell(b, k, one, r, s, bb.xp, bb.cb, hb, cg_kadd(k, cg_kv(k, hprev), cg_kv(k, at)), row, j, gh, at);
+    cg_kstore(k, one, hb, cg_kadd(k, cg_kv(k, hnext), cg_kv(k, at)), cg_kv(k, hn));
+    cg_kstore(k, one, bb.yb, cg_kadd(k, cg_kmul(k, cg_kv(k, row), cg_kint(k, r->dirs * H)), cg_kv(k, j)),
+              cg_kv(k, hn));
+    KBlock *last = &cg_kif(k, one, cg_kcmp(k, KC_EQ, cg_kv(k, i), cg_kint(k, T - 1)))->body;
+    cg_kstore(k, last, bb.ho, cg_kv(k, at), cg_kv(k, hn));
+  }
+  cg_kgrid_sync(k, step, bw);
   cg_launch(b, k);
 }
 
@@ -180,6 +358,9 @@ bool lower_rnn(CgBuild *b, const Node *n) {
   RtRef in = cg_ref(b, x), yfinal = cg_ref(b, &n->out[0]);
   int64_t feat = x->type.dims[2];
   uint64_t state_bytes = (uint64_t)(N * H) * F32_BYTES;
+  /* One kernel for all timesteps where its grid fits the GPU at once
+   * (rnn_persistent_fits) unless --no-persistent-rnn; else one per step. */
+  bool persistent = !cg_options(b)->no_persistent_rnn && rnn_persistent_fits(H, r.G) && T * N > 0 && H > 0;
   for (int64_t l = 0; l < layers; l++) {
     RtRef seq =
         l == layers - 1 ? yfinal : cg_scratch(b, n, (uint64_t)(rows * r.dirs * H) * F32_BYTES);
@@ -188,13 +369,17 @@ bool lower_rnn(CgBuild *b, const Node *n) {
       const char *ld = arena_printf(ar, "l%" PRId64 " d%" PRId64, l, d);
       RtRef h = cg_ref_at(hn, (uint64_t)(l * r.dirs + d) * state_bytes);
       RtRef c = cg_ref_at(cn, (uint64_t)(l * r.dirs + d) * state_bytes);
-      if (r.lstm) cg_fill(b, n, arena_printf(ar, "%s c0", ld), c, TY_F32, N * H, 0.0);
+      if (r.lstm && !persistent) cg_fill(b, n, arena_printf(ar, "%s c0", ld), c, TY_F32, N * H, 0.0);
       if (rows == 0 || H == 0) {
+        if (r.lstm && persistent) cg_fill(b, n, arena_printf(ar, "%s c0", ld), c, TY_F32, N * H, 0.0);
         cg_fill(b, n, arena_printf(ar, "%s h0", ld), h, TY_F32, N * H, 0.0);
         continue;
       }
-      RtRef pair = cg_scratch(b, n, 2 * state_bytes);
-      cg_fill(b, n, arena_printf(ar, "%s h0", ld), pair, TY_F32, N * H, 0.0);
+      /* The persistent kernel's barrier words, then the pair of states
+       * (the first h_0 = 0): one fill zeroes both. */
+      uint64_t lead = persistent ? BAR_BYTES : 0;
+      RtRef bar = cg_scratch(b, n, lead + 2 * state_bytes), pair = cg_ref_at(bar, lead);
+      cg_fill(b, n, arena_printf(ar, "%s h0", ld), bar, TY_F32, (int64_t)(lead / F32_BYTES) + N * H, 0.0);
       RtRef xproj = cg_scratch(b, n, (uint64_t)(rows * GH) * F32_BYTES);
       RtGemm g = gemm_of(TY_F32, rows, GH, feat);
       g.trans_b = 1, g.ldb = feat;
@@ -207,6 +392,10 @@ bool lower_rnn(CgBuild *b, const Node *n) {
                    .whh = wt[1],
                    .bih = r.bias ? wt[2] : NULL,
                    .bhh = r.bias ? wt[3] : NULL};
+      if (persistent) {
+        rnn_persistent(b, n, &r, ld, d, bar, pair, &s);
+        continue;
+      }
       for (int64_t i = 0; i < T; i++) {
         int64_t t = d == 0 ? i : T - 1 - i;
         s.hprev = cg_ref_at(pair, (uint64_t)(i % 2) * state_bytes);

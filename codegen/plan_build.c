@@ -57,7 +57,7 @@ struct CgBuild {
   const char **names; /* == kernels[i].name */
   StrIndex by_key, by_name;
   int n_kernels, cap_kernels;
-  bool needs_fp16, needs_bf16, needs_tc, needs_philox;
+  bool needs_fp16, needs_bf16, needs_tc, needs_philox, needs_grid_sync;
   RtContract *contracts;
   int n_contracts, cap_contracts;
   int *first_contract; /* by kernel: its latest contract, or -1 */
@@ -356,6 +356,7 @@ static void scan_block(InplaceScan *sc, const KBlock *blk, bool nested) {
         scan_block(sc, &st->orelse, nested);
         break;
       case KS_BARRIER:
+      case KS_GRID_SYNC:
       case KS_VLOAD:
       case KS_VSTORE:
       case KS_CHUNK:
@@ -816,7 +817,10 @@ static uint32_t intern_kernel(CgBuild *b, const Kernel *k) {
     name = arena_printf(&b->ctx->arena, "%s_%d_%d", k->hint, k->node ? k->node->out[0].id : 0, i);
   int i = b->n_kernels++;
   b->kernels[i] = (RtKernel){
-      .name = name, .uses_barriers = k->uses_barriers, .static_shared_bytes = k->shared_bytes};
+      .name = name,
+      .uses_barriers = k->uses_barriers,
+      .static_shared_bytes = k->shared_bytes,
+      .cooperative = k->cooperative};
   b->keys[i] = key;
   b->names[i] = name;
   b->first_contract[i] = -1;
@@ -828,6 +832,7 @@ static uint32_t intern_kernel(CgBuild *b, const Kernel *k) {
   b->needs_fp16 |= strstr(b->texts[i], "__half") != NULL;
   b->needs_bf16 |= strstr(b->texts[i], "bfloat16") != NULL;
   b->needs_tc |= k->uses_tc;
+  b->needs_grid_sync |= k->cooperative;
   b->needs_philox |= strstr(b->texts[i], "dl_dropout_bits(") != NULL;
   return (uint32_t)i;
 }
@@ -1024,6 +1029,7 @@ static int emit_update_copies(CgBuild *b) {
 static const char *join_source(CgBuild *b) {
   const char *prelude = cg_cuda_prelude(b->ctx, b->needs_fp16, b->needs_bf16, b->needs_tc);
   if (b->needs_philox) prelude = arena_printf(&b->ctx->arena, "%s%s", prelude, cg_cuda_philox());
+  if (b->needs_grid_sync) prelude = arena_printf(&b->ctx->arena, "%s%s", prelude, cg_grid_sync_prelude());
   size_t len = strlen(prelude);
   for (int i = 0; i < b->n_kernels; i++) len += strlen(b->texts[i]) + 1;
   char *s = arena_alloc(&b->ctx->arena, len + 1), *p = s;

@@ -126,6 +126,7 @@ static void walk_block(Traffic *t, const KBlock *blk, double times) {
         break;
       case KS_BARRIER:
       case KS_ALLREDUCE: break;
+      case KS_GRID_SYNC: touch(t, st->buf, 2 * times, true); break;
       case KS_VLOAD:
         walk_expr(t, st->index, times);
         touch(t, st->buf, st->n_lanes * times, false);

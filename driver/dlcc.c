@@ -110,6 +110,9 @@ static const char usage[] =
     "  --no-gemm-batch    linears of one input as one GEMM each, not one batched GEMM\n"
     "  --no-split-keys    attention's keys in one block a query block, even where few\n"
     "                     blocks fill the GPU (no flash-decoding split)\n"
+    "  --no-persistent-rnn\n"
+    "                     recurrent layers as a kernel per timestep, not one kernel\n"
+    "                     for the whole sequence (docs/kernels.md)\n"
     "  --precision=P      f32 (default), f16 or bf16: activations and weights in P,\n"
     "                     sensitive ops in f32, f32 accumulation (docs/passes.md)\n"
     "  --grad             the gradients of a training step: output 0 must be the loss\n"
@@ -193,6 +196,7 @@ int driver_pass_option(const char *arg, PassOptions *po) {
       {"--no-tensor-cores", offsetof(PassOptions, no_tensor_cores)},
       {"--no-gemm-batch", offsetof(PassOptions, no_gemm_batch)},
       {"--no-split-keys", offsetof(PassOptions, no_split_keys)},
+      {"--no-persistent-rnn", offsetof(PassOptions, no_persistent_rnn)},
   };
   if (strncmp(arg, "--precision=", 12) == 0) {
     DType t;
@@ -242,7 +246,8 @@ CgOptions driver_cg_options(const PassOptions *po) {
                      .tf32 = po->tf32,
                      .no_tensor_cores = po->no_tensor_cores,
                      .no_gemm_batch = po->no_gemm_batch,
-                     .no_split_keys = po->no_split_keys};
+                     .no_split_keys = po->no_split_keys,
+                     .no_persistent_rnn = po->no_persistent_rnn};
 }
 
 const char driver_quant_usage[] =

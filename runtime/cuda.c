@@ -112,6 +112,8 @@ RtDevice *rt_cuda_open(char *err, size_t errlen) {
   X(cuFuncGetAttribute)                                                                            \
   X(cuFuncSetAttribute)                                                                            \
   X(cuLaunchKernel)                                                                                \
+  X(cuLaunchCooperativeKernel)                                                                     \
+  X(cuOccupancyMaxActiveBlocksPerMultiprocessor)                                                   \
   X(cuMemAlloc)                                                                                    \
   X(cuMemFree)                                                                                     \
   X(cuMemHostAlloc)                                                                                \
@@ -165,6 +167,7 @@ typedef struct CudaDevice {
   int driver_version; /* 13000 for CUDA 13.0 */
   int max_block[3], max_grid[3];
   int shared_optin; /* most shared memory a block may opt in to */
+  int sms, cooperative; /* multiprocessors; whether cooperative launches work */
   char arch[16];    /* "sm_90": what the plan's cubin must be built for */
 } CudaDevice;
 
@@ -173,6 +176,7 @@ struct RtModule {
   uint32_t n;
   CUfunction *fns;
   const char *const *names; /* the plan's kernel names, for messages */
+  bool *cooperative;        /* launched with cuLaunchCooperativeKernel */
 };
 
 static const RtDeviceOps cuda_ops;
@@ -629,6 +633,33 @@ static int check_block_limit(CudaDevice *d, const RtPlan *p, uint32_t k, CUfunct
   return 0;
 }
 
+/* A cooperative kernel's every grid must be resident at once, or
+ * cuLaunchCooperativeKernel fails (CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE)
+ * mid-run: checked at load against the occupancy the driver computes
+ * from the compiled kernel's registers and shared memory. */
+static int check_cooperative(CudaDevice *d, const RtPlan *p, uint32_t k, CUfunction fn) {
+  const char *name = p->kernels[k].name;
+  if (!d->cooperative)
+    return rt_device_fail(&d->base, "cuda: kernel '%s' needs a cooperative launch, which this GPU does not support",
+                          name);
+  for (uint32_t s = 0; s < all_steps(p); s++) {
+    const RtLaunch *l = &step_at(p, s)->launch;
+    if (step_at(p, s)->kind != RT_STEP_LAUNCH || l->kernel != k) continue;
+    int per = 0, threads = (int)(l->block[0] * l->block[1] * l->block[2]);
+    if (check(d, d->api.cuOccupancyMaxActiveBlocksPerMultiprocessor(&per, fn, threads, l->dynamic_shared_bytes),
+              "cuOccupancyMaxActiveBlocksPerMultiprocessor('%s')", name))
+      return -1;
+    uint64_t blocks = (uint64_t)l->grid[0] * l->grid[1] * l->grid[2], most = (uint64_t)per * (uint64_t)d->sms;
+    if (blocks > most)
+      return rt_device_fail(&d->base,
+                            "cuda: step %u launches cooperative kernel '%s' on %llu blocks of %d threads, but this "
+                            "GPU holds %llu at once (%d SMs x %d); dlcc --no-persistent-rnn builds recurrent "
+                            "layers without cooperative kernels",
+                            s, name, (unsigned long long)blocks, threads, (unsigned long long)most, d->sms, per);
+  }
+  return 0;
+}
+
 static void cuda_unload(RtDevice *base, RtModule *m) {
   CudaDevice *d = (CudaDevice *)base;
   if (!m) return;
@@ -638,6 +669,7 @@ static void cuda_unload(RtDevice *base, RtModule *m) {
   }
   free(m->fns);
   free((void *)m->names);
+  free(m->cooperative);
   free(m);
 }
 
@@ -674,8 +706,9 @@ static int cuda_load(RtDevice *base, const RtPlan *p, RtModule **out) {
   if (enter(d) || check_launch_dims(d, p)) return -1;
   RtModule *m = calloc(1, sizeof *m);
   uint32_t nk = p->n_kernels ? p->n_kernels : 1;
-  if (!m || !(m->fns = calloc(nk, sizeof *m->fns)) || !(m->names = calloc(nk, sizeof *m->names))) {
-    if (m) free(m->fns);
+  if (!m || !(m->fns = calloc(nk, sizeof *m->fns)) || !(m->names = calloc(nk, sizeof *m->names)) ||
+      !(m->cooperative = calloc(nk, sizeof *m->cooperative))) {
+    if (m) free(m->fns), free((void *)m->names);
     free(m);
     return rt_device_fail(base, "cuda: out of host memory loading the kernels");
   }
@@ -687,6 +720,8 @@ static int cuda_load(RtDevice *base, const RtPlan *p, RtModule **out) {
     if (check(d, d->api.cuModuleGetFunction(&m->fns[i], m->mod, name), "cuModuleGetFunction('%s')", name) ||
         check_block_limit(d, p, i, m->fns[i]) || opt_in_shared(d, p, i, m->fns[i]))
       goto fail;
+    m->cooperative[i] = p->kernels[i].cooperative != 0;
+    if (m->cooperative[i] && check_cooperative(d, p, i, m->fns[i])) goto fail;
   }
   if (has_gemm(p, true) && !d->blas && blas_setup(d)) goto fail;
   if (has_gemm(p, false) && !d->lt && lt_setup(d)) goto fail;
@@ -704,6 +739,14 @@ static int cuda_launch(RtDevice *base, RtModule *m, const RtLaunch *l, const voi
   CudaDevice *d = (CudaDevice *)base;
   if (enter(d)) return -1;
   if (l->kernel >= m->n) return rt_device_fail(base, "cuda: kernel index %u out of range", l->kernel);
+  if (m->cooperative[l->kernel])
+    return check(d,
+                 d->api.cuLaunchCooperativeKernel(m->fns[l->kernel], l->grid[0], l->grid[1], l->grid[2], l->block[0],
+                                                  l->block[1], l->block[2], l->dynamic_shared_bytes, d->stream,
+                                                  (void **)args),
+                 "cuLaunchCooperativeKernel('%s', grid %ux%ux%u, block %ux%ux%u, %u bytes of dynamic shared memory)",
+                 m->names[l->kernel], l->grid[0], l->grid[1], l->grid[2], l->block[0], l->block[1], l->block[2],
+                 l->dynamic_shared_bytes);
   return check(d,
                d->api.cuLaunchKernel(m->fns[l->kernel], l->grid[0], l->grid[1], l->grid[2], l->block[0],
                                      l->block[1], l->block[2], l->dynamic_shared_bytes, d->stream,
@@ -1066,7 +1109,9 @@ RtDevice *rt_cuda_open(char *err, size_t errlen) {
       attribute(d, &d->max_grid[0], CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X, "max grid x") ||
       attribute(d, &d->max_grid[1], CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y, "max grid y") ||
       attribute(d, &d->max_grid[2], CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z, "max grid z") ||
-      attribute(d, &d->shared_optin, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, "shared memory opt-in"))
+      attribute(d, &d->shared_optin, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, "shared memory opt-in") ||
+      attribute(d, &d->sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, "multiprocessors") ||
+      attribute(d, &d->cooperative, CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH, "cooperative launch"))
     goto fail;
   snprintf(d->arch, sizeof d->arch, "sm_%d%d", d->cc_major, d->cc_minor);
   if (check(d, d->api.cuDevicePrimaryCtxRetain(&d->ctx, d->dev), "cuDevicePrimaryCtxRetain")) goto fail;

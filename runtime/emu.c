@@ -72,6 +72,12 @@ enum {
   MAX_DYN_SHARED = 227 * 1024, /* the most shared memory a block can have (sm_90) */
   MAX_DYN_NAMES = 16,
   MAX_CP_PENDING = 4096, /* cp.async copies one thread may have in flight */
+  /* The modelled GPU (sm_90, an H200) for cooperative launches: a grid
+   * must fit on it at once, as cuLaunchCooperativeKernel demands. */
+  GPU_SMS = 132,
+  SM_THREADS = 2048,
+  SM_BLOCKS = 32,
+  SM_SHARED = 228 * 1024,
 };
 
 /* The compiler line after the compiler itself; the output and input
@@ -80,7 +86,7 @@ static const char *const cxx_flags[] = {
     "-x", "c++", "-std=c++17", "-O1", "-fPIC", "-shared", "-fno-strict-aliasing", "-DDLCC_EMU",
 };
 
-typedef enum { F_READY, F_WAIT_BLOCK, F_WAIT_WARP, F_DONE } FiberState;
+typedef enum { F_READY, F_WAIT_BLOCK, F_WAIT_WARP, F_WAIT_GRID, F_DONE } FiberState;
 
 /* Fiber.xkind beyond the header's DLCC_EMU_WARP_* */
 enum { XK_SYNCWARP = -1, XK_COLLECTIVE = -2 };
@@ -128,6 +134,7 @@ typedef struct Sched {
   Fiber *fibers;
   unsigned cap, n; /* fibers allocated; threads in the block */
   unsigned cur, n_done, n_block_wait, first_done;
+  unsigned n_grid_wait; /* threads of the running block at the grid barrier (cooperative) */
   bool fibered, failed, dirty;
   CpQueue serial_cp; /* the running thread's, when not fibered */
   ucontext_t main_ctx;
@@ -164,12 +171,14 @@ struct EmuDevice {
 typedef struct EmuKernel {
   char *name;
   void (*launcher)(void **);
-  bool uses_barriers;
+  bool uses_barriers, cooperative;
+  uint32_t static_shared_bytes;
 } EmuKernel;
 
 struct RtModule {
   void *dl;
   void (*set_env)(DlccEmuEnv *);
+  void (*tls_range)(uintptr_t *lo, uintptr_t *hi);
   uint32_t n;
   EmuKernel *kernels;
 };
@@ -345,12 +354,29 @@ static void hook_syncthreads(DlccEmuEnv *e) {
     tid_text(&s->fibers[s->first_done], t, sizeof t);
     thread_fail(s, "thread %s exited while others wait at __syncthreads (undefined in CUDA)", t);
   }
+  if (s->n_grid_wait) thread_fail(s, "waits at __syncthreads while others of its block wait at the grid barrier");
   f->state = F_WAIT_BLOCK;
   if (++s->n_block_wait == s->n) {
     for (unsigned i = 0; i < s->n; i++) s->fibers[i].state = F_READY;
     s->n_block_wait = 0;
   }
   fiber_yield(s, f, false);
+}
+
+/* The block's scheduler stops once all its threads are here (or have
+ * exited, which run_grid_cooperative reports); the grid's releases them. */
+static void hook_grid_sync(DlccEmuEnv *e) {
+  Sched *s = e->sched;
+  Fiber *f = &s->fibers[s->cur];
+  if (s->n_block_wait) thread_fail(s, "waits at the grid barrier while others of its block wait at __syncthreads");
+  f->state = F_WAIT_GRID;
+  s->n_grid_wait++;
+  fiber_yield(s, f, false);
+}
+
+static void nocoop_grid_sync(DlccEmuEnv *e) {
+  Sched *s = e->sched;
+  thread_fail(s, "kernel %s uses the grid barrier but the plan says it is not cooperative", s->kernel);
 }
 
 static void hook_syncwarp(DlccEmuEnv *e, unsigned mask) {
@@ -499,7 +525,8 @@ static int grow_fibers(Sched *s, unsigned n) {
   return 0;
 }
 
-static int run_block_fibered(Sched *s) {
+/* Makes the running block's fibers (s->fibers[0 .. n)) fresh threads. */
+static void block_start(Sched *s) {
   size_t page = (size_t)sysconf(_SC_PAGESIZE);
   for (unsigned i = 0; i < s->n; i++) {
     Fiber *f = &s->fibers[i];
@@ -515,9 +542,16 @@ static int run_block_fibered(Sched *s) {
     f->cp.n = f->cp.groups = 0; /* copies a thread never waited for die with its block */
   }
   s->dirty = false;
-  s->n_done = s->n_block_wait = 0;
+  s->n_done = s->n_block_wait = s->n_grid_wait = 0;
+}
+
+/* Runs the block until every thread has exited or waits at the grid
+ * barrier. */
+static int block_run(Sched *s) {
+  size_t page = (size_t)sysconf(_SC_PAGESIZE);
+  (void)page; /* the sanitizers' fiber switches use it */
   unsigned next = 0;
-  while (s->n_done < s->n) {
+  while (s->n_done + s->n_grid_wait < s->n) {
     unsigned i = 0, tries;
     for (tries = 0; tries < s->n; tries++) {
       i = (next + tries) % s->n;
@@ -597,9 +631,94 @@ static int run_grid_fibered(Sched *s, const uint32_t grid[3]) {
     for (unsigned by = 0; by < grid[1]; by++)
       for (unsigned bx = 0; bx < grid[0]; bx++) {
         s->env.block_idx = (DlccEmuDim3){bx, by, bz};
-        if (run_block_fibered(s)) return -1;
+        block_start(s);
+        if (block_run(s)) return -1;
       }
   return 0;
+}
+
+/* Where block b of a cooperative grid stands between its turns. */
+typedef struct CoopBlock {
+  unsigned n_done, first_done, n_grid_wait;
+} CoopBlock;
+
+/* A cooperative grid: every block's threads are fibers at once
+ * (s->fibers[b * n ..]); each block runs in turn until all its threads
+ * wait at the grid barrier, and once every block's do, all go on.  The
+ * module's thread-local block, where __shared__ lives, is swapped with
+ * the block's own copy around its turn, so shared memory is per block as
+ * on the GPU.  Blocks are resident together, so a block that exits while
+ * others wait at the barrier is CUDA's undefined hang: an error here. */
+static int run_grid_cooperative(Sched *s, RtModule *m, const uint32_t grid[3]) {
+  unsigned n = s->n, blocks = grid[0] * grid[1] * grid[2];
+  if (grow_fibers(s, blocks * n)) return -1;
+  uintptr_t lo = 0, hi = 0;
+  m->tls_range(&lo, &hi);
+  size_t tls = hi - lo;
+  char *saved = malloc(tls * blocks + 1);
+  CoopBlock *st = calloc(blocks, sizeof *st);
+  Fiber *all = s->fibers;
+  int rc = 0;
+  if (!saved || !st) rc = rt_device_fail(&s->dev->base, "emu: out of host memory for a grid of %u blocks", blocks);
+  bool dirty = s->dirty; /* each block's fibers may be one an earlier failed launch abandoned */
+  for (unsigned b = 0; b < blocks && !rc; b++) {
+    memcpy(saved + tls * b, (void *)lo, tls); /* the env pointer and friends, as they are */
+    s->fibers = all + (size_t)b * n;
+    s->dirty = dirty;
+    unsigned linear = 0;
+    for (unsigned tz = 0; tz < s->env.block_dim.z; tz++)
+      for (unsigned ty = 0; ty < s->env.block_dim.y; ty++)
+        for (unsigned tx = 0; tx < s->env.block_dim.x; tx++, linear++)
+          s->fibers[linear].tid = (DlccEmuDim3){tx, ty, tz}, s->fibers[linear].linear = linear;
+    block_start(s);
+  }
+  for (bool more = true; more && !rc;) {
+    unsigned waiting = 0, exited = 0;
+    for (unsigned b = 0; b < blocks && !rc; b++) {
+      if (st[b].n_done == n) continue;
+      s->fibers = all + (size_t)b * n;
+      s->env.block_idx = (DlccEmuDim3){b % grid[0], b / grid[0] % grid[1], b / grid[0] / grid[1]};
+      s->n_done = st[b].n_done, s->first_done = st[b].first_done, s->n_grid_wait = 0, s->n_block_wait = 0;
+      memcpy((void *)lo, saved + tls * b, tls);
+      rc = block_run(s);
+      memcpy(saved + tls * b, (void *)lo, tls);
+      st[b] = (CoopBlock){s->n_done, s->first_done, s->n_grid_wait};
+    }
+    for (unsigned b = 0; b < blocks && !rc; b++) {
+      waiting += st[b].n_grid_wait != 0;
+      exited += st[b].n_done != 0;
+      if (st[b].n_grid_wait && st[b].n_done) {
+        s->fibers = all + (size_t)b * n;
+        char t[48];
+        tid_text(&s->fibers[st[b].first_done], t, sizeof t);
+        rc = rt_device_fail(&s->dev->base,
+                            "emu: kernel %s, block %u: thread %s exited while others wait at the grid barrier",
+                            s->kernel, b, t);
+      }
+    }
+    if (!rc && waiting && exited)
+      rc = rt_device_fail(&s->dev->base,
+                          "emu: kernel %s: %u blocks exited while %u wait at the grid barrier (a hang on the GPU)",
+                          s->kernel, exited, waiting);
+    more = waiting != 0;
+    for (unsigned i = 0; more && !rc && i < blocks * n; i++)
+      if (all[i].state == F_WAIT_GRID) all[i].state = F_READY;
+  }
+  if (rc) s->dirty = true;
+  if (saved) memcpy((void *)lo, saved, tls); /* the launching thread's own values back */
+  s->fibers = all;
+  free(saved);
+  free(st);
+  return rc;
+}
+
+/* The blocks of a cooperative launch the modelled GPU holds at once:
+ * per SM, as many as its threads, block slots and shared memory allow. */
+static uint64_t coop_capacity(const uint32_t block[3], uint32_t shared_bytes) {
+  uint64_t threads = (uint64_t)block[0] * block[1] * block[2], per = SM_BLOCKS;
+  if (SM_THREADS / threads < per) per = SM_THREADS / threads;
+  if (shared_bytes && SM_SHARED / shared_bytes < per) per = SM_SHARED / shared_bytes;
+  return per * GPU_SMS;
 }
 
 static int record_launch(EmuDevice *e, RtModule *m, const RtLaunch *l, const void *const *arg_values);
@@ -623,6 +742,14 @@ static int emu_launch(RtDevice *d, RtModule *m, const RtLaunch *l, const void *c
   if (l->dynamic_shared_bytes > MAX_DYN_SHARED)
     return rt_device_fail(d, "emu: kernel %s: %u bytes of dynamic shared memory, more than a block can have (%u)",
                           k->name, l->dynamic_shared_bytes, (unsigned)MAX_DYN_SHARED);
+  uint64_t blocks = (uint64_t)g[0] * g[1] * g[2];
+  uint32_t shared = k->static_shared_bytes + l->dynamic_shared_bytes;
+  if (k->cooperative && blocks > coop_capacity(b, shared))
+    return rt_device_fail(d,
+                          "emu: kernel %s: a cooperative grid of %llu blocks of %llu threads (%u bytes of shared "
+                          "memory) does not fit at once on the modelled GPU (%d SMs: at most %llu)",
+                          k->name, (unsigned long long)blocks, (unsigned long long)threads, shared, (int)GPU_SMS,
+                          (unsigned long long)coop_capacity(b, shared));
   s->env = (DlccEmuEnv){
       .block_dim = {b[0], b[1], b[2]},
       .grid_dim = {g[0], g[1], g[2]},
@@ -634,6 +761,7 @@ static int emu_launch(RtDevice *d, RtModule *m, const RtLaunch *l, const void *c
       .cp_async = hook_cp_async,
       .cp_async_commit = hook_cp_async_commit,
       .cp_async_wait = hook_cp_async_wait,
+      .grid_sync = k->cooperative ? hook_grid_sync : nocoop_grid_sync,
       .sched = s,
   };
   s->n = (unsigned)threads;
@@ -645,7 +773,9 @@ static int emu_launch(RtDevice *d, RtModule *m, const RtLaunch *l, const void *c
   Sched *outer = emu_running;
   emu_running = s;
   m->set_env(&s->env);
-  int rc = s->fibered ? run_grid_fibered(s, g) : run_grid_serial(s, g);
+  int rc = k->cooperative ? run_grid_cooperative(s, m, g)
+           : s->fibered   ? run_grid_fibered(s, g)
+                          : run_grid_serial(s, g);
   emu_running = outer;
   return rc;
 }
@@ -1072,7 +1202,8 @@ static int bind_module(EmuDevice *e, const RtPlan *plan, const char *so, RtModul
   }
   unsigned (*abi)(void) = (unsigned (*)(void))dlsym(dl, "dlcc_emu_abi");
   void (*set_env)(DlccEmuEnv *) = (void (*)(DlccEmuEnv *))dlsym(dl, "dlcc_emu_set_env");
-  if (!abi || !set_env || abi() != DLCC_EMU_ABI) {
+  void (*tls_range)(uintptr_t *, uintptr_t *) = (void (*)(uintptr_t *, uintptr_t *))dlsym(dl, "dlcc_emu_tls_range");
+  if (!abi || !set_env || !tls_range || abi() != DLCC_EMU_ABI) {
     dlclose(dl);
     rt_device_fail(d, "emu: %s was not built with this runtime's dlcc_emu.h (ABI %u)", so, DLCC_EMU_ABI);
     return 1;
@@ -1086,6 +1217,7 @@ static int bind_module(EmuDevice *e, const RtPlan *plan, const char *so, RtModul
   }
   m->dl = dl;
   m->set_env = set_env;
+  m->tls_range = tls_range;
   for (uint32_t i = 0; i < plan->n_kernels; i++) {
     const RtKernel *k = &plan->kernels[i];
     EmuKernel *ek = &m->kernels[i];
@@ -1097,6 +1229,8 @@ static int bind_module(EmuDevice *e, const RtPlan *plan, const char *so, RtModul
     }
     ek->name = strdup(k->name);
     ek->uses_barriers = k->uses_barriers != 0;
+    ek->cooperative = k->cooperative != 0;
+    ek->static_shared_bytes = k->static_shared_bytes;
     ek->launcher = (void (*)(void **))dlsym(dl, sym);
     m->n = i + 1;
     if (!ek->name || !ek->launcher) {

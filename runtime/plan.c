@@ -406,9 +406,15 @@ int rt_plan_validate_in(const RtPlan *p, const RtRegion *regions, int n_regions,
     return fail(&c, "weights_bytes + derived_bytes overflows");
   if (p->n_kernels && !p->source && !p->n_binaries)
     return fail(&c, "%" PRIu32 " kernels but neither source nor binaries", p->n_kernels);
-  for (uint32_t i = 0; i < p->n_kernels; i++)
-    if (!p->kernels[i].name || !*p->kernels[i].name)
-      return fail(&c, "kernel %" PRIu32 " has no name", i);
+  for (uint32_t i = 0; i < p->n_kernels; i++) {
+    const RtKernel *k = &p->kernels[i];
+    if (!k->name || !*k->name) return fail(&c, "kernel %" PRIu32 " has no name", i);
+    if (k->cooperative > 1 || (k->cooperative && !k->uses_barriers))
+      return fail(&c,
+                  "kernel %" PRIu32 " (%.100s): cooperative is %" PRIu32
+                  " (0, or 1 for a kernel with barriers)",
+                  i, k->name, k->cooperative);
+  }
   for (uint32_t i = 0; i < p->n_binaries; i++) {
     const RtBinary *b = &p->binaries[i];
     if (!b->arch || !b->data || !b->size)

@@ -190,6 +190,12 @@ typedef struct RtKernel {
    * shuffles need the fiber scheduler. */
   uint32_t uses_barriers;
   uint32_t static_shared_bytes;
+  /* Version 8: 1 when the kernel has a grid-wide barrier (dl_grid_sync):
+   * every block of a launch must be resident at once, so the cuda device
+   * launches it with cuLaunchCooperativeKernel after checking at load
+   * that its grids fit the device, and emu runs all its blocks together.
+   * Such a kernel also has uses_barriers.  0 otherwise; nothing else. */
+  uint32_t cooperative;
 } RtKernel;
 
 /* Precompiled device code for one architecture (AOT). */

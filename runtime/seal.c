@@ -231,6 +231,7 @@ static void walk_kernels(Walk *w, const RtPlan *p) {
     put_str(w, k->name, what);
     put_u32(w, k->uses_barriers);
     put_u32(w, k->static_shared_bytes);
+    put_u32(w, k->cooperative);
   }
   if (p->contracts && !readable(w, p->contracts, p->n_contracts))
     outside(w, "the table of %" PRIu32 " contracts", p->n_contracts);

@@ -38,13 +38,21 @@ expect 0 "   1347644 cost: FLOPs per run" "$dlcc" -D N=1 "$src/examples/mlp.dl" 
 grep -q "  ; linear %3  \[802.8 kFLOP 1.6 MB\]$" "$tmp/mlp.plan" || fail "--emit=plan: no cost on the first GEMM"
 grep -q "  ; gelu %4 #k0  \[5.1 kFLOP 6.1 kB\]$" "$tmp/mlp.plan" || fail "--emit=plan: no cost on the bias-gelu kernel"
 
-# The LSTM example at -O2 (N=4, T=32, 2 layers): per layer the state
-# fills, the input projection and one fused step kernel per timestep
-# (docs/kernels.md), 72 steps with the embedding and the head (136 when
-# each timestep was a cuBLAS GEMM and a cell kernel).
+# The LSTM example at -O2 (N=4, T=32, 2 layers, H=512): per layer the
+# fill of h_0 and the grid barrier's words, the input projection and one
+# persistent kernel for all timesteps (docs/kernels.md), 8 steps with the
+# embedding and the head.  With --no-persistent-rnn the state fills, the
+# input projection and one fused step kernel per timestep, 72 steps (136
+# when each timestep was a cuBLAS GEMM and a cell kernel).
 expect_sub 0 "" "$dlcc" "$src/examples/lstm.dl" -O2 --emit=plan -o "$tmp/lstm.plan"
-grep -q "^steps 72$" "$tmp/lstm.plan" || fail "lstm.dl: $(grep '^steps' "$tmp/lstm.plan"), 72 wanted"
-[ "$(grep -c ' launch lstm_step_' "$tmp/lstm.plan")" = 64 ] || fail "lstm.dl: not one step kernel per timestep and layer"
+grep -q "^steps 8$" "$tmp/lstm.plan" || fail "lstm.dl: $(grep '^steps' "$tmp/lstm.plan"), 8 wanted"
+[ "$(grep -c ' launch lstm_persist_' "$tmp/lstm.plan")" = 2 ] || fail "lstm.dl: not one persistent kernel per layer"
+grep -q "^  kernel [0-9]* lstm_persist_[0-9]* barriers cooperative$" "$tmp/lstm.plan" ||
+  fail "lstm.dl: the persistent kernel is not cooperative in the plan"
+expect_sub 0 "" "$dlcc" "$src/examples/lstm.dl" -O2 --no-persistent-rnn --emit=plan -o "$tmp/lstm-steps.plan"
+grep -q "^steps 72$" "$tmp/lstm-steps.plan" || fail "lstm.dl --no-persistent-rnn: $(grep '^steps' "$tmp/lstm-steps.plan"), 72 wanted"
+[ "$(grep -c ' launch lstm_step_' "$tmp/lstm-steps.plan")" = 64 ] ||
+  fail "lstm.dl --no-persistent-rnn: not one step kernel per timestep and layer"
 
 # --grad (docs/training.md): a training step's gradients and the dropout
 # counter's update as outputs, IR that reads back, a run, and a model

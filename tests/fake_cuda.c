@@ -61,7 +61,8 @@ static const char *const counted[] = {"cuCtxSetCurrent",   "cuLaunchKernel",    
                                       "cuStreamSynchronize", "cuMemcpyHtoDAsync",  "cuMemcpyDtoHAsync",
                                       "cuMemcpyDtoDAsync", "cuStreamBeginCapture", "cuGraphInstantiate",
                                       "cuMemHostAlloc",    "cuStreamWaitEvent",    "cuEventRecord",
-                                      "cuEventSynchronize"};
+                                      "cuEventSynchronize", "cuLaunchCooperativeKernel",
+                                      "cuOccupancyMaxActiveBlocksPerMultiprocessor"};
 enum { N_COUNTED = sizeof counted / sizeof counted[0] };
 static int counts[N_COUNTED];
 static void count(const char *name) {
@@ -128,6 +129,8 @@ CUresult CUDAAPI cuDeviceGetAttribute(int *v, CUdevice_attribute a, CUdevice d) 
   case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y:
   case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z: *v = 65535; break;
   case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN: *v = 232448; break;
+  case CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT: *v = 132; break;
+  case CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH: *v = 1; break;
   default: *v = 0; break;
   }
   return CUDA_SUCCESS;
@@ -222,15 +225,31 @@ CUresult CUDAAPI cuFuncSetAttribute(CUfunction f, CUfunction_attribute a, int v)
   max_dynamic_shared = v;
   return CUDA_SUCCESS;
 }
-CUresult CUDAAPI cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
-                                unsigned bz, unsigned shared, CUstream s, void **params, void **extra) {
+/* A launch, recorded while capturing, else counted under name. */
+static CUresult launch(const char *name) {
   if (capturing) {
     record(0, NULL, NULL, 0);
     return CUDA_SUCCESS;
   }
-  count("cuLaunchKernel");
+  count(name);
   launches++;
   return CUDA_SUCCESS;
+}
+CUresult CUDAAPI cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                                unsigned bz, unsigned shared, CUstream s, void **params, void **extra) {
+  return launch("cuLaunchKernel");
+}
+
+/* FAKECUDA_BLOCKS_PER_SM: the occupancy the driver reports (default 1). */
+CUresult CUDAAPI cuOccupancyMaxActiveBlocksPerMultiprocessor(int *n, CUfunction f, int threads, size_t shared) {
+  const char *e = getenv("FAKECUDA_BLOCKS_PER_SM");
+  count("cuOccupancyMaxActiveBlocksPerMultiprocessor");
+  *n = e ? atoi(e) : 1;
+  return CUDA_SUCCESS;
+}
+CUresult CUDAAPI cuLaunchCooperativeKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+                                           unsigned by, unsigned bz, unsigned shared, CUstream s, void **params) {
+  return launch("cuLaunchCooperativeKernel");
 }
 
 CUresult CUDAAPI cuMemAlloc(CUdeviceptr *p, size_t n) {

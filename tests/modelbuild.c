@@ -37,7 +37,7 @@ static int build_job(Ctx *c, void *data) {
     diag_error(c, (SrcLoc){0}, "unknown mode '%s' (f32, f16, bf16 or int8)", b->mode);
     return 1;
   }
-  return pass_run_pipeline(g, &po, NULL) && cg_compile(g, &b->cg) ? 0 : 1;
+  return pass_run_pipeline(g, &po, NULL) && cg_compile_opts(g, &b->opts, &b->cg) ? 0 : 1;
 }
 
 bool test_build_model(Ctx *c, ModelBuild *b) { return ctx_guard(c, build_job, b) == 0; }

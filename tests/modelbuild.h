@@ -20,7 +20,8 @@ typedef struct ModelBuild {
   const char *mode;
   int n_defines;
   const Define *defines;
-  CgResult cg; /* out */
+  CgOptions opts; /* codegen's (zero: the defaults) */
+  CgResult cg;    /* out */
 } ModelBuild;
 
 bool test_build_model(Ctx *c, ModelBuild *b);

@@ -1,5 +1,6 @@
 /* For tests/sass_check.sh: takes a model file, a precision (f32, f16,
- * bf16 or int8), an output folder and -D NAME=VALUE defines; compiles the
+ * bf16 or int8), an output folder and -D NAME=VALUE defines (and
+ * --no-persistent-rnn, codegen's option); compiles the
  * model at -O2 as dlcc would, its kernels with NVRTC (the runtime's, with
  * its disk cache) for sm_90, or sm_90a when a kernel uses wgmma, and
  * writes DIR/model.cubin and DIR/kernels.txt:
@@ -106,12 +107,16 @@ static int write_report(const Job *j, const char *arch) {
 
 int main(int argc, char **argv) {
   if (argc < 4) {
-    fprintf(stderr, "usage: sass_kernels MODEL f32|f16|bf16|int8 DIR [-D NAME=VALUE]...\n");
+    fprintf(stderr, "usage: sass_kernels MODEL f32|f16|bf16|int8 DIR [-D NAME=VALUE]... [--no-persistent-rnn]\n");
     return 2;
   }
   Define defines[MAX_DEFINES];
   Job j = {.dir = argv[3], .b = {.path = argv[1], .mode = argv[2], .defines = defines}};
   for (int i = 4; i < argc; i++) {
+    if (!strcmp(argv[i], "--no-persistent-rnn")) {
+      j.b.opts.no_persistent_rnn = true;
+      continue;
+    }
     const char *d = !strcmp(argv[i], "-D") && i + 1 < argc ? argv[++i] : argv[i];
     const char *eq = strchr(d, '=');
     if (!eq || j.b.n_defines == MAX_DEFINES) {

@@ -283,6 +283,7 @@ START_TEST(plan_round_trips) {
     ck_assert_str_eq(p->kernels[i].name, q->kernels[i].name);
     ck_assert_uint_eq(p->kernels[i].uses_barriers, q->kernels[i].uses_barriers);
     ck_assert_uint_eq(p->kernels[i].static_shared_bytes, q->kernels[i].static_shared_bytes);
+    ck_assert_uint_eq(p->kernels[i].cooperative, q->kernels[i].cooperative);
   }
   ck_assert_uint_eq(p->n_steps, q->n_steps);
   int epilogues = 0;

@@ -38,6 +38,7 @@ typedef struct Job {
   const char *text;
   Graph *g;
   CgResult r;
+  CgOptions opts;
   bool ok;
 } Job;
 
@@ -46,17 +47,20 @@ static int compile_job(Ctx *c, void *data) {
   const SrcFile *f = ctx_add_file(c, "test.ir", j->text, strlen(j->text));
   j->g = ir_parse(c, f);
   if (!j->g || !ir_verify(j->g)) return 0;
-  j->ok = cg_compile(j->g, &j->r);
+  j->ok = cg_compile_opts(j->g, &j->opts, &j->r);
   return 0;
 }
 
-/* Parses, verifies and compiles text; fails the test on any error. */
-static Job compile_text(const char *text) {
-  Job j = {.text = text};
+/* Parses, verifies and compiles text (with opts); fails the test on any
+ * error. */
+static Job compile_text_opts(const char *text, CgOptions opts) {
+  Job j = {.text = text, .opts = opts};
   int rc = ctx_guard(&ctx, compile_job, &j);
   ck_assert_msg(rc == 0 && j.ok, "codegen failed:\n%s", diag_text(&ctx));
   return j;
 }
+
+static Job compile_text(const char *text) { return compile_text_opts(text, (CgOptions){0}); }
 
 /* ---- NVRTC ---- */
 
@@ -667,10 +671,10 @@ START_TEST(recurrent_gru) {
       "  return %y as \"y\", %h as \"h\"\n"
       "}\n",
       -1, 1);
-  /* Every timestep shares one step kernel (t is a parameter). */
+  /* One persistent kernel for all timesteps. */
   int cells = 0;
   for (uint32_t i = 0; i < j.r.plan->n_kernels; i++)
-    cells += strstr(j.r.plan->kernels[i].name, "step") != NULL;
+    cells += strstr(j.r.plan->kernels[i].name, "persist") != NULL && j.r.plan->kernels[i].cooperative;
   ck_assert_int_eq(cells, 1);
 }
 END_TEST
@@ -724,23 +728,35 @@ static char *rnn_text(const struct RnnCase *rc) {
   return t;
 }
 
-/* Against ir_eval on emu; per layer and direction the plan is the two
- * state fills (one for a GRU), the input projection and one step kernel
- * per timestep, all timesteps sharing its text. */
+/* Against ir_eval on emu, each case twice (_i even: the default, one
+ * persistent kernel per layer and direction; odd: --no-persistent-rnn).
+ * Persistent, per layer and direction the plan is the fill of the grid
+ * barrier's words and h_0, the input projection and the kernel; else
+ * the two state fills (one for a GRU), the input projection and one step
+ * kernel per timestep, all timesteps sharing its text. */
 START_TEST(recurrent_step_kernel) {
-  const struct RnnCase *rc = &rnn_cases[_i];
+  const struct RnnCase *rc = &rnn_cases[_i / 2];
+  bool persistent = _i % 2 == 0;
   char *text = rnn_text(rc);
-  Job j = compile_text(text);
+  Job j = compile_text_opts(text, (CgOptions){.no_persistent_rnn = !persistent});
   check_plan(&j.r);
-  if (_i == 0) test_nvrtc(j.r.source, "sm_90");
+  if (_i < 2) test_nvrtc(j.r.source, "sm_90");
   check_numbers(&j, -1, 1);
   const RtPlan *p = j.r.plan;
-  int64_t per = (rc->lstm ? 2 : 1) + 1 + rc->T, dirs = rc->bidir ? 2 : 1;
+  int64_t per = persistent ? 3 : (rc->lstm ? 2 : 1) + 1 + rc->T, dirs = rc->bidir ? 2 : 1;
   ck_assert_int_eq(p->n_steps, rc->layers * dirs * per);
   ck_assert_int_eq(count_steps(p, RT_STEP_GEMM), rc->layers * dirs);
-  int steps = 0;
-  for (uint32_t i = 0; i < p->n_kernels; i++) steps += strstr(p->kernels[i].name, "step") != NULL;
-  ck_assert_int_eq(steps, 1);
+  int steps = 0, persist = 0;
+  for (uint32_t i = 0; i < p->n_kernels; i++) {
+    steps += strstr(p->kernels[i].name, "_step_") != NULL;
+    persist += strstr(p->kernels[i].name, "_persist_") != NULL;
+    ck_assert_int_eq(p->kernels[i].cooperative, strstr(p->kernels[i].name, "_persist_") != NULL);
+  }
+  ck_assert_int_eq(steps, !persistent);
+  /* One text for every layer and direction but where they differ in
+   * shape (a second layer's input width does not reach the kernel) or
+   * direction. */
+  ck_assert_int_eq(persist, persistent ? dirs : 0);
   free(text);
 }
 END_TEST
@@ -1103,7 +1119,7 @@ static Suite *codegen_suite(void) {
   tcase_add_test(tc, reshape_aliases_and_copies);
   tcase_add_test(tc, recurrent_lstm);
   tcase_add_test(tc, recurrent_gru);
-  tcase_add_loop_test(tc, recurrent_step_kernel, 0, (int)(sizeof rnn_cases / sizeof rnn_cases[0]));
+  tcase_add_loop_test(tc, recurrent_step_kernel, 0, 2 * (int)(sizeof rnn_cases / sizeof rnn_cases[0]));
   tcase_add_test(tc, outputs_that_live_elsewhere);
   tcase_add_test(tc, const_operand_of_gemm_is_materialized);
   tcase_add_test(tc, identical_kernels_are_shared);

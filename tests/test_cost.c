@@ -632,22 +632,23 @@ static double graph_flops(Graph *g) {
   return f;
 }
 
-/* A recurrent layer is many steps: the input projection's GEMM, then a
- * step kernel per timestep that gets the rest (the recurrent product,
+/* A recurrent layer with --no-persistent-rnn is many steps: the input
+ * projection's GEMM, then a step kernel per timestep that gets the rest (the recurrent product,
  * the biases, the gates); all of them add up to the node's. */
+static const char RECURRENT_LAYER[] =
+    "graph g {\n"
+    "  %x = input {name=\"x\"} : f32[2, 3, 4]\n"
+    "  %wi = param {name=\"wi\"} : f32[32, 4]\n"
+    "  %wh = param {name=\"wh\"} : f32[32, 8]\n"
+    "  %bi = param {name=\"bi\"} : f32[32]\n"
+    "  %bh = param {name=\"bh\"} : f32[32]\n"
+    "  %y, %h, %c = lstm %x, %wi, %wh, %bi, %bh {hidden=8}"
+    " : f32[2, 3, 8], f32[1, 2, 8], f32[1, 2, 8]\n"
+    "  return %y as \"y\", %h as \"h\", %c as \"c\"\n"
+    "}\n";
+
 START_TEST(recurrent_steps_add_up) {
-  Job j = compile_at(&ctx,
-                     "graph g {\n"
-                     "  %x = input {name=\"x\"} : f32[2, 3, 4]\n"
-                     "  %wi = param {name=\"wi\"} : f32[32, 4]\n"
-                     "  %wh = param {name=\"wh\"} : f32[32, 8]\n"
-                     "  %bi = param {name=\"bi\"} : f32[32]\n"
-                     "  %bh = param {name=\"bh\"} : f32[32]\n"
-                     "  %y, %h, %c = lstm %x, %wi, %wh, %bi, %bh {hidden=8}"
-                     " : f32[2, 3, 8], f32[1, 2, 8], f32[1, 2, 8]\n"
-                     "  return %y as \"y\", %h as \"h\", %c as \"c\"\n"
-                     "}\n",
-                     0);
+  Job j = compile_opts(&ctx, RECURRENT_LAYER, 0, (CgOptions){.no_persistent_rnn = true});
   const RtPlan *p = j.cg.plan;
   double N = 2, H = 8, G = 4;
   int cells = 0;
@@ -662,6 +663,28 @@ START_TEST(recurrent_steps_add_up) {
                 4 * (N * G * H + G * H * H + 2 * G * H + N * H + 3 * N * H + 2 * N * H));
   }
   ck_assert_int_eq(cells, 3);
+  ck_assert_double_eq(plan_total(&j.cg).flops, ir_cost(node_of(j.g, OP_LSTM)).flops);
+}
+END_TEST
+
+/* The same layer as one persistent kernel: the FLOPs of every timestep;
+ * the sequence's projection rows and y, W_hh, both biases, the state
+ * pair, h_n, c and the grid barrier's words, each counted once. */
+START_TEST(recurrent_persistent_adds_up) {
+  Job j = compile_at(&ctx, RECURRENT_LAYER, 0);
+  const RtPlan *p = j.cg.plan;
+  double N = 2, H = 8, G = 4, T = 3;
+  int kernels = 0;
+  for (uint32_t s = 0; s < p->n_steps; s++) {
+    const RtStep *st = &p->steps[s];
+    if (st->kind != RT_STEP_LAUNCH || !strstr(p->kernels[st->launch.kernel].name, "_persist_")) continue;
+    kernels++;
+    /* projection rows, W_hh, biases; the pair read and written; y,
+     * h_n; c read and written; the barrier's two i32 words */
+    ASSERT_COST(j.cg.step_costs[s], T * N * H * (2 * G * H + 2 * G + 22),
+                4 * (T * N * G * H + G * H * H + 2 * G * H + 2 * 2 * N * H + T * N * H + N * H + 2 * N * H) + 8);
+  }
+  ck_assert_int_eq(kernels, 1);
   ck_assert_double_eq(plan_total(&j.cg).flops, ir_cost(node_of(j.g, OP_LSTM)).flops);
 }
 END_TEST
@@ -882,6 +905,7 @@ static Suite *cost_suite(void) {
   tcase_add_test(t, im2col_conv_steps);
   tcase_add_test(t, copy_and_fill_steps);
   tcase_add_test(t, recurrent_steps_add_up);
+  tcase_add_test(t, recurrent_persistent_adds_up);
   tcase_add_test(t, resnets_against_published_counts);
   tcase_add_test(t, plans_add_up_to_their_nodes);
   tcase_add_test(t, random_plans_add_up);

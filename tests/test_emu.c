@@ -166,9 +166,9 @@ enum {
 };
 
 static const RtKernel main_kernels[K_COUNT] = {
-    {"axpb", 0, 0},         {"block_sum", 1, 1024},  {"warp_ops", 1, 0},  {"histo", 0, 0},
-    {"transpose", 1, 1088}, {"f16_trip", 0, 0},      {"bf16_trip", 0, 0}, {"dyn_rev", 1, 0},
-    {"early_exit", 1, 256}, {"split_barrier", 1, 0}, {"warp_exit", 1, 0}, {"checks", 0, 0},
+    {"axpb", 0, 0, 0},         {"block_sum", 1, 1024, 0},  {"warp_ops", 1, 0, 0},  {"histo", 0, 0, 0},
+    {"transpose", 1, 1088, 0}, {"f16_trip", 0, 0, 0},      {"bf16_trip", 0, 0, 0}, {"dyn_rev", 1, 0, 0},
+    {"early_exit", 1, 256, 0}, {"split_barrier", 1, 0, 0}, {"warp_exit", 1, 0, 0}, {"checks", 0, 0, 0},
 };
 
 static char cache_root[256];
@@ -602,7 +602,7 @@ END_TEST
 
 START_TEST(compile_error_gives_compiler_message) {
   RtDevice *d = open_emu();
-  static const RtKernel k[] = {{"broken", 0, 0}};
+  static const RtKernel k[] = {{"broken", 0, 0, 0}};
   RtPlan p = make_plan("extern \"C\" __global__ void broken(float *x) { x[0] = no_such_name; }\n", k, 1);
   RtModule *m = NULL;
   ck_assert_int_eq(d->ops->load(d, &p, &m), -1);
@@ -616,7 +616,7 @@ END_TEST
 
 START_TEST(missing_launcher_is_named) {
   RtDevice *d = open_emu();
-  static const RtKernel k[] = {{"axpb", 0, 0}, {"not_there", 0, 0}};
+  static const RtKernel k[] = {{"axpb", 0, 0, 0}, {"not_there", 0, 0, 0}};
   RtPlan p = make_plan(MAIN_SRC, k, 2);
   RtModule *m = NULL;
   ck_assert_int_eq(d->ops->load(d, &p, &m), -1);
@@ -661,7 +661,7 @@ START_TEST(cache_hit_on_second_load) {
            "// %ld %d\nextern \"C\" __global__ void one(float *x) { x[threadIdx.x] = 1.0f + threadIdx.x; }\n"
            "#ifdef DLCC_EMU\nextern \"C\" void one__emu(void **a) { one(*(float **)a[0]); }\n#endif\n",
            (long)time(NULL), (int)getpid());
-  static const RtKernel k[] = {{"one", 0, 0}};
+  static const RtKernel k[] = {{"one", 0, 0, 0}};
   RtDevice *d = open_emu();
   RtModule *m = load_ok(d, src, k, 1);
   ck_assert_uint_eq(rt_emu_compile_count(d), 1);
@@ -969,7 +969,7 @@ START_TEST(plan_end_to_end_through_executor) {
   for (int i = 0; i < IN * OUT; i++) blob[i] = (float)((i * 5) % 7) - 3.0f;
   for (int j = 0; j < OUT; j++) blob[64 + j] = 0.5f * (float)j - 1.0f;
   for (int i = 0; i < B * IN; i++) x[i] = (float)((i * 3) % 5) - 2.0f;
-  static const RtKernel kernels[] = {{"bias_relu", 0, 0}};
+  static const RtKernel kernels[] = {{"bias_relu", 0, 0, 0}};
   static const RtTensorDesc weights[] = {
       {"w", RT_DT_F32, 2, {IN, OUT}, IN * OUT * 4, {RT_SPACE_WEIGHTS, 0, 0}},
       {"b", RT_DT_F32, 1, {OUT}, OUT * 4, {RT_SPACE_WEIGHTS, 0, 256}},
@@ -1052,6 +1052,92 @@ static int rm_tree(const char *path) {
   return system(cmd);
 }
 
+/* ---- cooperative grids ---- */
+
+/* Each round, every block publishes its value and then sums everyone's:
+ * without a real grid barrier a block reads values not yet written (or
+ * already replaced), and without per-block shared memory `mine` is one
+ * block's. */
+static const char COOP_SRC[] =
+    "extern \"C\" __global__ void coop_sum(const int *in, int *out, int *bar, int rounds) {\n"
+    "  __shared__ int mine;\n"
+    "  int b = blockIdx.x, nb = gridDim.x;\n"
+    "  if (threadIdx.x == 0) mine = in[b];\n"
+    "  __syncthreads();\n"
+    "  for (int r = 0; r < rounds; r++) {\n"
+    "    if (threadIdx.x == 0) out[b] = mine;\n"
+    "    dl_grid_sync(bar);\n"
+    "    int s = 0;\n"
+    "    for (int i = 0; i < nb; i++) s += out[i];\n"
+    "    if (threadIdx.x == nb % blockDim.x) mine = s + b;\n"
+    "    dl_grid_sync(bar);\n"
+    "  }\n"
+    "  if (threadIdx.x == 0) out[b] = mine;\n"
+    "}\n"
+    "#ifdef DLCC_EMU\n"
+    "extern \"C\" void coop_sum__emu(void **a) {\n"
+    "  coop_sum(*(const int **)a[0], *(int **)a[1], *(int **)a[2], *(int *)a[3]);\n"
+    "}\n"
+    "#endif\n"
+    "extern \"C\" __global__ void coop_exit(int *bar) {\n"
+    "  if (blockIdx.x == 1) return;\n"
+    "  dl_grid_sync(bar);\n"
+    "}\n"
+    "#ifdef DLCC_EMU\n"
+    "extern \"C\" void coop_exit__emu(void **a) { coop_exit(*(int **)a[0]); }\n"
+    "#endif\n";
+
+enum { C_SUM, C_EXIT, C_COUNT };
+static const RtKernel coop_kernels[C_COUNT] = {{"coop_sum", 1, 4, 1}, {"coop_exit", 1, 0, 1}};
+
+START_TEST(cooperative_grid_barrier_and_shared_per_block) {
+  enum { B = 6, ROUNDS = 3 };
+  RtDevice *d = open_emu();
+  RtModule *m = load_ok(d, COOP_SRC, coop_kernels, C_COUNT);
+  int in[B], out[B], bar[2] = {0, 0}, rounds = ROUNDS;
+  long long want[B];
+  for (int b = 0; b < B; b++) in[b] = want[b] = 10 * b + 1;
+  for (int r = 0; r < ROUNDS; r++) {
+    long long s = 0;
+    for (int b = 0; b < B; b++) s += want[b];
+    for (int b = 0; b < B; b++) want[b] = s + b;
+  }
+  RtDevPtr pi = dev_ptr(in), po = dev_ptr(out), pb = dev_ptr(bar);
+  const void *args[] = {&pi, &po, &pb, &rounds};
+  ck_assert_msg(launch(d, m, C_SUM, B, 1, 64, 1, 0, args) == 0, "%s", d->error);
+  for (int b = 0; b < B; b++) ck_assert_int_eq(out[b], want[b]);
+  close_dev(d, m);
+}
+END_TEST
+
+START_TEST(cooperative_grid_errors) {
+  RtDevice *d = open_emu();
+  RtModule *m = load_ok(d, COOP_SRC, coop_kernels, C_COUNT);
+  int in[1] = {0}, out[300], bar[2] = {0, 0}, rounds = 1;
+  RtDevPtr pi = dev_ptr(in), po = dev_ptr(out), pb = dev_ptr(bar);
+  const void *args[] = {&pi, &po, &pb, &rounds};
+  /* 1024 threads: two blocks per SM, so 264 fit and 265 do not. */
+  ck_assert_int_eq(launch(d, m, C_SUM, 265, 1, 1024, 1, 0, args), -1);
+  ck_assert_str_eq(d->error, "emu: kernel coop_sum: a cooperative grid of 265 blocks of 1024 threads (4 bytes of "
+                             "shared memory) does not fit at once on the modelled GPU (132 SMs: at most 264)");
+  const void *exit_args[] = {&pb};
+  ck_assert_int_eq(launch(d, m, C_EXIT, 3, 1, 32, 1, 0, exit_args), -1);
+  ck_assert_str_eq(d->error, "emu: kernel coop_exit: 1 blocks exited while 2 wait at the grid barrier (a hang on "
+                             "the GPU)");
+  close_dev(d, m);
+  /* A grid barrier in a kernel the plan does not call cooperative. */
+  RtKernel ks[C_COUNT];
+  memcpy(ks, coop_kernels, sizeof ks);
+  ks[C_EXIT].cooperative = 0;
+  d = open_emu();
+  m = load_ok(d, COOP_SRC, ks, C_COUNT);
+  ck_assert_int_eq(launch(d, m, C_EXIT, 1, 1, 32, 1, 0, exit_args), -1);
+  ck_assert_msg(strstr(d->error, "kernel coop_exit uses the grid barrier but the plan says it is not cooperative"),
+                "%s", d->error);
+  close_dev(d, m);
+}
+END_TEST
+
 static Suite *emu_suite(void) {
   Suite *s = suite_create("emu");
   TCase *k = tcase_create("kernels");
@@ -1066,6 +1152,8 @@ static Suite *emu_suite(void) {
   tcase_add_test(k, half_bits_match_cuda);
   tcase_add_test(k, bf16_bits_match_cuda);
   tcase_add_test(k, conversions_exhaustive_sweep);
+  tcase_add_test(k, cooperative_grid_barrier_and_shared_per_block);
+  tcase_add_test(k, cooperative_grid_errors);
   suite_add_tcase(s, k);
   TCase *e = tcase_create("errors");
   tcase_set_timeout(e, 300);

@@ -161,11 +161,13 @@ static double rel_error(const Tensor *a, const Tensor *b) {
   return worst;
 }
 
-static CgResult compile(Graph *g) {
+static CgResult compile_opts(Graph *g, CgOptions o) {
   CgResult cg;
-  ck_assert_msg(cg_compile(g, &cg), "codegen: %s", diag_text(g->ctx));
+  ck_assert_msg(cg_compile_opts(g, &o, &cg), "codegen: %s", diag_text(g->ctx));
   return cg;
 }
+
+static CgResult compile(Graph *g) { return compile_opts(g, (CgOptions){0}); }
 
 /* ---- NVRTC ---- */
 
@@ -190,9 +192,13 @@ static int gemms_of(const RtPlan *p, DType dt) {
  * tests below. */
 enum { TIGHT_F16_X1E4 = 20, TIGHT_BF16_X1E4 = 100 };
 
+/* _i past the examples' 2 * N_EXAMPLES: the LSTM again with its
+ * recurrent layers a step kernel per timestep (--no-persistent-rnn). */
 START_TEST(example_in_low_precision_on_emu) {
-  const Example *ex = &examples[_i / 2];
+  bool steps = _i >= 2 * N_EXAMPLES;
+  const Example *ex = steps ? &examples[2] : &examples[_i / 2];
   DType low = lows[_i % 2];
+  ck_assert(!steps || !strcmp(ex->file, "lstm.dl"));
   Ctx c32, clo;
   ctx_init(&c32);
   ctx_init(&clo);
@@ -211,7 +217,7 @@ START_TEST(example_in_low_precision_on_emu) {
   Data d;
   make_data(g32, 7, -1, 1, &d);
   Tensor *want = eval(g32, &d), *want_lo = eval(glo, &d);
-  CgResult cg = compile(glo);
+  CgResult cg = compile_opts(glo, (CgOptions){.no_persistent_rnn = steps});
   Tensor *got = run_emu(&cg, &d);
   double loose = low == TY_F16 ? 1e-2 : 2e-2, tight = (low == TY_F16 ? TIGHT_F16_X1E4 : TIGHT_BF16_X1E4) * 1e-4;
   for (int i = 0; i < g32->n_outputs; i++) {
@@ -656,7 +662,7 @@ static Suite *precision_suite(void) {
   Suite *s = suite_create("precision");
   TCase *tc = tcase_create("examples");
   tcase_set_timeout(tc, 600);
-  tcase_add_loop_test(tc, example_in_low_precision_on_emu, 0, 2 * N_EXAMPLES);
+  tcase_add_loop_test(tc, example_in_low_precision_on_emu, 0, 2 * N_EXAMPLES + 2);
   tcase_add_loop_test(tc, example_kernels_compile_for_sm80_and_sm90, 0, 2 * N_EXAMPLES);
   suite_add_tcase(s, tc);
   tc = tcase_create("ops");

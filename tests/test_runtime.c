@@ -285,6 +285,20 @@ START_TEST(plan_bad_kernel_index) {
 }
 END_TEST
 
+START_TEST(plan_bad_cooperative_flag) {
+  RtKernel k = {.name = "add_bias", .cooperative = 2, .uses_barriers = 1};
+  plan.kernels = &k;
+  ck_assert_int_eq(rt_plan_validate(&plan, err, sizeof err), -1);
+  ck_assert_str_eq(err, "plan: kernel 0 (add_bias): cooperative is 2 (0, or 1 for a kernel with barriers)");
+  /* A grid barrier needs the block barriers' scheduling too. */
+  k.cooperative = 1, k.uses_barriers = 0;
+  ck_assert_int_eq(rt_plan_validate(&plan, err, sizeof err), -1);
+  ck_assert_str_eq(err, "plan: kernel 0 (add_bias): cooperative is 1 (0, or 1 for a kernel with barriers)");
+  k.uses_barriers = 1;
+  ck_assert_msg(rt_plan_validate(&plan, err, sizeof err) == 0, "%s", err);
+}
+END_TEST
+
 START_TEST(plan_bad_arg_kind) {
   RtArg bad[6];
   memcpy(bad, args, sizeof bad);
@@ -870,6 +884,7 @@ static void fake_cuda_setup(void) {
   unsetenv("FAKECUDA_STATIC_SHARED");
   unsetenv("FAKECUDA_MAX_THREADS");
   unsetenv("FAKECUDA_NUM_REGS");
+  unsetenv("FAKECUDA_BLOCKS_PER_SM");
   plan.source = add_bias_src;
   plan.kernels = kernels;
   /* cuBLAS needs a real driver: the gemm becomes a copy of the input. */
@@ -949,6 +964,34 @@ START_TEST(cuda_fake_sticky_error) {
   ck_assert_msg(dlrt_open(&plan, "cuda", &m) == DLRT_OK, "%s", dlrt_error(m));
   dlrt_close(m);
   ck_assert_int_eq(resets(), before + 1);
+  dlclose(lib);
+}
+END_TEST
+
+/* A cooperative kernel: cuLaunchCooperativeKernel, after the load
+ * checked that its grid fits the GPU at the occupancy the driver gives. */
+START_TEST(cuda_fake_cooperative_launch) {
+  static const RtKernel coop[] = {{.name = "add_bias", .uses_barriers = 1, .cooperative = 1}};
+  plan.kernels = coop;
+  DlrtModel *m = NULL;
+  ck_assert_msg(dlrt_open(&plan, "cuda", &m) == DLRT_OK, "%s", dlrt_error(m));
+  ck_assert_int_eq(dlrt_set_input(m, 0, x_in, sizeof x_in), DLRT_OK);
+  ck_assert_int_eq(dlrt_run(m), DLRT_OK);
+  void *lib = fake_lib();
+  int (*calls)(const char *) = (int (*)(const char *))dlsym(lib, "fakecuda_calls");
+  ck_assert_ptr_nonnull(calls);
+  ck_assert_int_eq(calls("cuOccupancyMaxActiveBlocksPerMultiprocessor"), 1);
+  ck_assert_int_eq(calls("cuLaunchCooperativeKernel"), 1);
+  ck_assert_int_eq(calls("cuLaunchKernel"), 0);
+  dlrt_close(m);
+  /* A GPU that holds none of its blocks at once refuses the model. */
+  setenv("FAKECUDA_BLOCKS_PER_SM", "0", 1);
+  ck_assert_int_eq(dlrt_open(&plan, "cuda", &m), DLRT_E_COMPILE);
+  unsetenv("FAKECUDA_BLOCKS_PER_SM");
+  ck_assert_str_eq(dlrt_error(m), "open: loading the kernels of 't': cuda: step 0 launches cooperative kernel "
+                                  "'add_bias' on 2 blocks of 4 threads, but this GPU holds 0 at once (132 SMs x 0); "
+                                  "dlcc --no-persistent-rnn builds recurrent layers without cooperative kernels");
+  dlrt_close(m);
   dlclose(lib);
 }
 END_TEST
@@ -1130,6 +1173,7 @@ static Suite *runtime_suite(void) {
   tcase_add_test(tc, plan_ref_out_of_range);
   tcase_add_test(tc, plan_ref_bad_output_index);
   tcase_add_test(tc, plan_bad_kernel_index);
+  tcase_add_test(tc, plan_bad_cooperative_flag);
   tcase_add_test(tc, plan_bad_arg_kind);
   tcase_add_test(tc, plan_gemm_past_buffer);
   tcase_add_test(tc, plan_gemm_epilogue);
@@ -1177,6 +1221,7 @@ static Suite *runtime_suite(void) {
   tcase_add_test(tc, cuda_fake_out_of_memory);
   tcase_add_test(tc, cuda_fake_sticky_error);
   tcase_add_test(tc, cuda_fake_missing_kernel);
+  tcase_add_test(tc, cuda_fake_cooperative_launch);
   tcase_add_test(tc, cuda_fake_cublas_without_gpu);
   tcase_add_test(tc, cuda_fake_dynamic_shared_opt_in);
   tcase_add_test(tc, cuda_fake_grid_limit);

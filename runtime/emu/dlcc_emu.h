@@ -16,7 +16,11 @@
  * share it.  Atomics are plain read-modify-writes: fibers only switch at
  * barriers.  Dynamic shared memory, `extern __shared__ T name[];`, is
  * defined by the runtime in a second translation unit (227 KiB, the most
- * a block can have). */
+ * a block can have).  A cooperative launch (a kernel with the grid
+ * barrier dl_grid_sync) has every block's fibers alive at once; blocks
+ * take turns between grid barriers, and the runtime saves and restores
+ * this module's thread-local block (so each block's shared memory) as it
+ * switches (dlcc_emu_tls_range). */
 #ifndef DLCC_EMU_H
 #define DLCC_EMU_H
 
@@ -27,7 +31,7 @@
 
 /* Bumped whenever DlccEmuEnv or the exported entry points change: a
  * module compiled against another header is refused, not misread. */
-#define DLCC_EMU_ABI 2
+#define DLCC_EMU_ABI 3
 
 typedef struct DlccEmuDim3 {
   unsigned int x, y, z;
@@ -71,6 +75,9 @@ struct DlccEmuEnv {
   void (*cp_async)(DlccEmuEnv *e, void *dst, const void *src, unsigned int size, unsigned int src_bytes);
   void (*cp_async_commit)(DlccEmuEnv *e);
   void (*cp_async_wait)(DlccEmuEnv *e, unsigned int n);
+  /* dl_grid_sync (ABI 3): returns once every thread of every block of the
+   * cooperative launch has called it; shared memory stays the block's. */
+  void (*grid_sync)(DlccEmuEnv *e);
   void *sched; /* the runtime's */
 };
 
@@ -620,6 +627,20 @@ static inline bool __dlcc_in_smem(const void *p, size_t n) {
   }
   uintptr_t a = (uintptr_t)p;
   return a >= __dlcc_smem_lo && a <= __dlcc_smem_hi && __dlcc_smem_hi - a >= n;
+}
+
+/* The whole thread-local block of this module in the calling thread:
+ * every __shared__ variable, static and dynamic, lies in it. */
+extern "C" __attribute__((visibility("default"), used, weak)) void dlcc_emu_tls_range(uintptr_t *lo, uintptr_t *hi) {
+  __dlcc_in_smem(nullptr, 0);
+  *lo = __dlcc_smem_lo, *hi = __dlcc_smem_hi;
+}
+
+/* The grid barrier: the scheduler's, not codegen's spin on a counter
+ * (fibers switch only when told), so bar is not touched. */
+static inline void dl_grid_sync(int *bar) {
+  (void)bar;
+  __dlcc_env->grid_sync(__dlcc_env);
 }
 
 static void __dlcc_tc_trap(unsigned int line, const char *name, const char *fmt, ...)
