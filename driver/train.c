@@ -290,7 +290,7 @@ static bool api_ok(dlc_train *t, dlc_status st) {
 }
 
 /* The communicator a data-parallel step calls per gradient. */
-static int dist_comm(void *ctx, const char *device, uint64_t buf, uint64_t count, int bucket, char *err,
+static int dist_comm(void *ctx, const char *device, uint64_t buf, uint64_t count, int bucket, int op, char *err,
                      size_t errlen) {
   Run *r = ctx;
   Dist *d = r->dist;
@@ -299,7 +299,7 @@ static int dist_comm(void *ctx, const char *device, uint64_t buf, uint64_t count
     if (!r->nccl && !(r->nccl = nccl_comm_new(d, err, errlen))) return 1;
     if (bucket == DLRT_COMM_PROGRESS) return 0; /* NCCL's kernels move by themselves */
     return bucket == DLRT_COMM_WAIT ? nccl_comm_wait(r->nccl, err, errlen)
-                                    : nccl_comm_start(r->nccl, buf, count, err, errlen);
+                                    : nccl_comm_start(r->nccl, buf, count, op == DLRT_COMM_SUM, err, errlen);
 #else
     snprintf(err, errlen, "data parallel on %s needs NCCL, and this dlcc was built without it (configure looks "
                           "in the CUDA toolkit for nccl.h and libnccl.so): use --backend=emu", device);
@@ -308,7 +308,7 @@ static int dist_comm(void *ctx, const char *device, uint64_t buf, uint64_t count
   }
   DistStatus st = bucket == DLRT_COMM_WAIT       ? dist_wait(d)
                   : bucket == DLRT_COMM_PROGRESS ? dist_progress(d)
-                                                 : dist_start(d, (float *)(uintptr_t)buf, count);
+                                                 : dist_start(d, (float *)(uintptr_t)buf, count, op == DLRT_COMM_SUM);
   if (st == DIST_OK) return 0;
   snprintf(err, errlen, "%s", d->err);
   return 1;
