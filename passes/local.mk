@@ -18,4 +18,5 @@ libdlcc_core_la_SOURCES += \
 	passes/train_mode.c \
 	passes/loss.c passes/loss.h \
 	passes/optim.c passes/optim.h \
+	passes/tensor_par.c passes/tensor_par.h \
 	passes/memplan.c passes/memplan.h
