@@ -151,7 +151,7 @@ static bool fail(Tp *t, const char *why) {
 
 static bool mark(Tp *t, Value *v, int axis) {
   if (t->is_output[v->id])
-    return fail(t, arena_printf(arena(t), "the split value %%%d is an output of the model", v->id));
+    return fail(t, "a split value is an output of the model");
   t->axis[v->id] = axis;
   t->work[t->n_work++] = v;
   return true;
@@ -237,8 +237,10 @@ static bool resolve(Tp *t, Node *n, bool *ready) {
     }
   }
   if (!*ready) return true;
-  if (n->op == OP_ATTENTION && (n->n_in != 3 || a != heads_axis(n)))
-    return fail(t, n->n_in != 3 ? "attention with a mask" : "attention split along an axis other than its heads");
+  if (n->op == OP_ATTENTION && n->n_in != 3) return fail(t, "attention with a mask");
+  if (n->op == OP_ATTENTION && a != heads_axis(n))
+    return fail(t, arena_printf(arena(t), "attention over %lld heads, not a multiple of %d",
+                                (long long)n->in[0]->type.dims[heads_axis(n)], t->T));
   if (n->op != OP_ATTENTION)
     for (int i = 0; i < n->n_in; i++)
       if (t->axis[n->in[i]->id] >= 0 && !ir_type_eq(&n->in[i]->type, &n->out[0].type))
