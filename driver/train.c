@@ -628,7 +628,7 @@ static bool run_epoch(Run *r) {
   }
   if (r->tty) fputs("\r\033[K", stderr);
   r->epoch++;
-  if (r->eval && !gather_parts(r)) return false;
+  if (r->a->val && !gather_parts(r)) return false; /* rank 0 validates: every rank gathers */
   if (r->dist->rank) return true; /* rank 0 prints and validates */
   printf("epoch %" PRId64 ": train loss %.6f (mean of %" PRId64 " steps)\n", r->epoch,
          steps ? loss_sum / (double)steps : 0.0, steps);
