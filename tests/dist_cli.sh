@@ -135,6 +135,12 @@ grep -q "^tensor parallel: not split: self_attn.in_proj_weight\[0:8\]: a reshape
   grep -qx "tensor parallel: split: linear1.weight by output rows, linear2.weight by input columns" "$tmp/out" && ok ||
   fail "2 heads 4 ways: $(cat "$tmp/out")"
 close "$tmp/at1.ckpt.safetensors" "$tmp/at4.ckpt.safetensors" "attention whole, MLP 4-way"
+# The plan: the two regions' forward sums and the second's input
+# gradient (the first's input is the model's: no gradient).
+n=$("$dlcc" "$t/attn.dl" -D N=4 --loss=mse --grad --optimizer=sgd --tensor-parallel=2:1 --emit=plan 2>"$tmp/err" |
+    grep -c '^ *[0-9]*  allreduce_sum ')
+[ "$n" -eq 3 ] && grep -c "^dlcc: tensor parallel: split: " "$tmp/err" | grep -qx 2 && ok ||
+  fail "the tensor-parallel plan: $n sums; $(cat "$tmp/err")"
 expect_sub 1 "dlcc: error: --tensor-parallel=4 does not divide the 2 ranks of the launch (mpirun -np 4 for tensor parallel alone)" \
   mpi 2 "$dlcc" train $A --batch 8 --tensor-parallel=4
 expect_sub 1 "dlcc: error: --tensor-parallel=2 with 4 ranks would add data parallel over 2 groups, which is not built yet: launch 2 ranks" \
