@@ -96,12 +96,22 @@ static RtTensorDesc desc_of(const char *name, const Value *v, RtRef where) {
 }
 
 /* Until plan_memory, buffer k lives in its own slot of a virtual arena
- * at (k + 1) << SLOT_SHIFT, so every arena ref names its buffer. */
-enum { SLOT_SHIFT = 36 };
+ * at (k + 1) << SLOT_SHIFT, so every arena ref names its buffer: 1 TiB a
+ * buffer (past any GPU's memory), 2^24 buffers. */
+enum { SLOT_SHIFT = 40 };
 
 static RtRef place(CgBuild *b, uint64_t nbytes, const char *what) {
-  if (nbytes >> SLOT_SHIFT)
-    dl_internal(b->ctx, "%s: %" PRIu64 " bytes is more than one arena buffer may hold", what, nbytes);
+  /* a model can ask for this (a big batch of a big model): the user's
+   * error, reported, and the build goes on to fail at its end */
+  if (nbytes >> SLOT_SHIFT) {
+    diag_error(b->ctx, (SrcLoc){0}, "%s: %" PRIu64 " bytes in one buffer, more than the 1 TiB a plan's buffer may hold",
+               what, nbytes);
+    nbytes = 0;
+  }
+  if ((uint64_t)b->n_buffers + 1 >= (uint64_t)1 << (64 - SLOT_SHIFT)) {
+    diag_error(b->ctx, (SrcLoc){0}, "%s: more buffers than the 2^24 a plan may hold", what);
+    b->n_buffers = 0; /* the refs stay in range until the build fails at its end */
+  }
   RtRef r = {.space = RT_SPACE_ARENA, .offset = (uint64_t)(b->n_buffers + 1) << SLOT_SHIFT};
   if (b->n_buffers == b->cap_buffers) {
     int old = b->cap_buffers, cap = old ? 2 * old : 64;

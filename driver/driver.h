@@ -108,5 +108,9 @@ int driver_memplan_to(int argc, char **argv, FILE *out, FILE *err);
 /* `dlcc train MODEL --data DIR ...` (train.c): argv holds what follows
  * "train". */
 int driver_train(int argc, char **argv);
+/* `dlcc train MODEL --plan-parallel ...` (plan_parallel.c): the
+ * scale-out estimate of every split, nothing run; argv as for
+ * driver_train. */
+int driver_plan_parallel(int argc, char **argv);
 
 #endif

@@ -756,6 +756,8 @@ static bool parallel_shape(Run *r) {
 }
 
 int driver_train(int argc, char **argv) {
+  for (int i = 0; i < argc; i++)
+    if (strcmp(argv[i], "--plan-parallel") == 0) return driver_plan_parallel(argc, argv);
   TrainArgs a = {0};
   int rc = parse_train_args(argc, argv, &a);
   if (rc) return rc == 2 ? 0 : 1;

@@ -61,3 +61,4 @@ include tests/optim.mk
 include tests/tensor_par.mk
 include tests/train_cli.mk
 include tests/dist.mk
+include tests/scaleout.mk

@@ -1,0 +1,82 @@
+#!/bin/sh
+# `dlcc train --plan-parallel` (driver/plan_parallel.c): on GPT-2's block
+# every split of 8 GPUs is listed or refused with its reason, rows add up
+# and come fastest first, the attention and MLP pairs are found, two
+# nodes make the data-parallel all-reduce dearer than one, a CNN has no
+# tensor split, --data gives the same shapes as the model, a training
+# command line takes the flag as it is, and each bad request's message.
+set -u
+. "${top_srcdir:-.}/tests/clilib.sh"
+dlcc="${top_builddir:-.}/dlcc"
+ex="${top_srcdir:-.}/examples"
+t="${top_srcdir:-.}/tests/train"
+
+# The table's rows of $tmp/out, "split step sum" a line: the split as
+# DxTxS, the step, and compute + dp + tp + p2p + bubble.
+rows() {
+  awk '/^  [0-9]+ x [0-9]+ x [0-9]+  / && NF >= 14 {
+    printf "%sx%sx%s %s %.3f\n", $1, $3, $5, $12, $7 + $8 + $9 + $10 + $11 }' "$tmp/out"
+}
+
+expect 0 "" "$dlcc" train "$ex/gpt2_block.dl" --plan-parallel --batch=64 --loss=mse
+head -1 "$tmp/out" | grep -q 'not measured$' || fail "the first line does not say it is an estimate: $(head -1 "$tmp/out")"
+grep -q '^  tensor parallel splits 2 groups of linears (4 all-reduces a step); T must divide 4$' "$tmp/out" ||
+  fail "GPT-2's attention and MLP pairs were not found: $(cat "$tmp/out")"
+rows >"$tmp/rows"
+[ "$(wc -l <"$tmp/rows")" -eq 9 ] || fail "expected 9 splits of 8 GPUs, got: $(cat "$tmp/rows")"
+grep -q '^  1 x 8 x 1: not possible: a split dimension (features or heads) does not divide$' "$tmp/out" ||
+  fail "8-way tensor parallel over 4 heads was not refused: $(cat "$tmp/out")"
+awk '{ d = $2 - $3; if (d < -0.002 || d > 0.002) bad++ } END { exit bad > 0 }' "$tmp/rows" ||
+  fail "a row's parts do not add up to its step: $(cat "$tmp/rows")"
+sort -s -k2,2g "$tmp/rows" | cmp -s - "$tmp/rows" || fail "the rows are not fastest first: $(cat "$tmp/rows")"
+best=$(head -1 "$tmp/rows" | cut -d' ' -f1 | sed 's/x/ x /g')
+grep -q "^choose: $best (data x tensor x pipeline)$" "$tmp/out" || fail "the choice is not the fastest row: $(tail -1 "$tmp/out")"
+ok
+
+# Two nodes of four: 8-way data parallel crosses InfiniBand.
+dp8() { awk '$1 == 8 && $3 == 1 && $5 == 1 { print $8 }' "$tmp/out"; }
+one=$(dp8)
+expect 0 "" "$dlcc" train "$ex/gpt2_block.dl" --plan-parallel --batch=64 --loss=mse --gpus=4 --nodes=2
+two=$(dp8)
+awk -v a="$one" -v b="$two" 'BEGIN { exit !(b > a) }' || fail "two nodes' all-reduce ($two ms) is not dearer than one's ($one ms)"
+
+# A CNN: nothing to split by tensor, and every T > 1 refused.
+expect 0 "" "$dlcc" train "$t/cnnbn.dl" --plan-parallel --batch=64 --loss=cross_entropy --gpus=4
+grep -q '^  tensor parallel: no linear takes its input from another that a split could pair it with$' "$tmp/out" ||
+  fail "a CNN's tensor split: $(cat "$tmp/out")"
+[ "$(grep -c 'not possible: no linear pair to split$' "$tmp/out")" -eq 3 ] || fail "T = 2, 4 not all refused: $(cat "$tmp/out")"
+
+# --data binds the shapes as the model's free dims do; the training
+# command's other flags change nothing.
+expect 0 "" "$dlcc" train "$t/tiny.dl" --plan-parallel --batch=8 --loss=cross_entropy --gpus=2
+cp "$tmp/out" "$tmp/plain"
+expect 0 "" "$dlcc" train "$t/tiny.dl" --data "$t/data" --batch 8 --loss=cross_entropy --epochs 3 --lr=0.1 \
+  --save "$tmp/never.safetensors" --shuffle=false --plan-parallel --gpus=2
+cmp -s "$tmp/out" "$tmp/plain" || fail "--data or the training flags changed the estimate"
+[ ! -e "$tmp/never.safetensors" ] || fail "--plan-parallel trained and saved"
+
+# A batch that no data-parallel group divides, and micro-batches that do not divide.
+expect 0 "" "$dlcc" train "$t/tiny.dl" --plan-parallel --batch=3 --loss=cross_entropy --gpus=2
+grep -q '^  2 x 1 x 1: not possible: the batch does not divide among the data-parallel groups$' "$tmp/out" ||
+  fail "batch 3 on 2 ranks: $(cat "$tmp/out")"
+expect 0 "" "$dlcc" train "$t/tiny.dl" --plan-parallel --batch=8 --loss=cross_entropy --gpus=2 --micro-batches=3
+grep -q '^  1 x 1 x 2: not possible: the micro-batches do not divide a group.s batch$' "$tmp/out" ||
+  fail "3 micro-batches of 8: $(cat "$tmp/out")"
+
+# Bad requests.
+expect 1 "dlcc: error: train --plan-parallel needs --batch=B (see dlcc train --plan-parallel --help)" \
+  "$dlcc" train "$t/tiny.dl" --plan-parallel --loss=cross_entropy
+expect 1 "dlcc: error: train --plan-parallel needs --loss (see dlcc train --plan-parallel --help)" \
+  "$dlcc" train "$t/tiny.dl" --plan-parallel --batch=8
+expect 1 "dlcc: error: --gpu=h300 is not in the device table (h200, h100, a100)" \
+  "$dlcc" train "$t/tiny.dl" --plan-parallel --batch=8 --loss=mse --gpu=h300
+expect 1 "dlcc: error: --gpus expects GPUs per node, 1 to 1024, got '0'" \
+  "$dlcc" train "$t/tiny.dl" --plan-parallel --batch=8 --loss=mse --gpus=0
+expect 1 "dlcc: error: unknown option '--frobnicate' for train --plan-parallel (see dlcc train --plan-parallel --help)" \
+  "$dlcc" train "$t/tiny.dl" --plan-parallel --batch=8 --loss=mse --frobnicate
+expect_sub 1 "mlp.dl:3:11: error: dim 0 of input 'x' is not a name, so --plan-parallel cannot set the batch there" \
+  "$dlcc" train "${top_srcdir:-.}/tests/bench/train/mlp.dl" --plan-parallel --batch=8 --loss=mse
+expect 0 "" "$dlcc" train --plan-parallel --help
+grep -q '^usage: dlcc train MODEL --plan-parallel' "$tmp/out" || fail "--help: $(cat "$tmp/out")"
+
+finish scaleout_cli
