@@ -241,7 +241,10 @@ static bool split_tensors(Ctx *c, const dlc_options *o, Graph *g, bool loss_scal
                    : loss_scaling ? "f16 loss scaling (each rank sees a part of the split gradients)"
                    : o->quantize && strcmp(o->quantize, "none") ? "int8 quantization"
                                                                 : NULL;
-  if (no) return diag_error(c, (SrcLoc){0}, "tensor parallel over %d ranks does not support %s yet", o->tensor_parallel, no), false;
+  if (no) {
+    diag_error(c, (SrcLoc){0}, "tensor parallel over %d ranks does not support %s yet", o->tensor_parallel, no);
+    return false;
+  }
   return pass_tensor_parallel(g, o->tensor_parallel, o->tensor_rank, tp) && ir_verify(g);
 }
 

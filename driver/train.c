@@ -739,7 +739,8 @@ static bool parallel_shape(Run *r) {
   if (T == 1) return true;
   if (k % T)
     snprintf(last_error, sizeof last_error,
-             "--tensor-parallel=%d does not divide the %d ranks of the launch (mpirun -np %d for tensor parallel alone)",
+             "--tensor-parallel=%d does not divide the %d ranks of the launch "
+             "(mpirun -np %d for tensor parallel alone)",
              T, k, T);
   else if (k != T)
     snprintf(last_error, sizeof last_error,
