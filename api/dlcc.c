@@ -230,6 +230,43 @@ static bool optim_spec_from_api(Ctx *c, const dlc_options *opt, OptimSpec *out) 
   return true;
 }
 
+/* dlc_options.tensor_parallel: this rank's graph (passes/tensor_par.c),
+ * or false after reporting what it does not combine with. */
+static bool split_tensors(Ctx *c, const dlc_options *o, Graph *g, bool loss_scaling, TpResult *tp) {
+  const dlc_optimizer *opt = o->optimizer;
+  const char *no = o->tensor_rank < 0 || o->tensor_rank >= o->tensor_parallel ? "a rank outside [0, tensor_parallel)"
+                   : opt && opt->data_parallel                                ? "data parallel at the same time"
+                   : opt && opt->sync_bn                                      ? "sync_bn"
+                   : opt && opt->clip_grad_norm > 0 ? "clip_grad_norm (each rank holds a part of the split gradients)"
+                   : loss_scaling ? "f16 loss scaling (each rank sees a part of the split gradients)"
+                   : o->quantize && strcmp(o->quantize, "none") ? "int8 quantization"
+                                                                : NULL;
+  if (no) {
+    diag_error(c, (SrcLoc){0}, "tensor parallel over %d ranks does not support %s yet", o->tensor_parallel, no);
+    return false;
+  }
+  return pass_tensor_parallel(g, o->tensor_parallel, o->tensor_rank, tp) && ir_verify(g);
+}
+
+/* The optimizer's state of a split parameter NAME ("dlcc.optim.NAME.*")
+ * is split as NAME is. */
+static void split_optimizer_state(Graph *g, TpResult *tp) {
+  int n = tp->n_splits;
+  for (Node *p = g->first; p; p = p->next) {
+    const char *name = p->op == OP_PARAM ? ir_attr_str(p, "name") : NULL;
+    if (!name || strncmp(name, "dlcc.optim.", 11)) continue;
+    for (int i = 0; i < n; i++) {
+      size_t k = strlen(tp->splits[i].param);
+      if (strncmp(name + 11, tp->splits[i].param, k) || name[11 + k] != '.' || strchr(name + 12 + k, '.')) continue;
+      TpSplit *s = ARENA_ARRAY(&g->ctx->arena, TpSplit, tp->n_splits + 1);
+      memcpy(s, tp->splits, sizeof *s * (size_t)tp->n_splits);
+      s[tp->n_splits] = tp->splits[i];
+      s[tp->n_splits++].param = name;
+      tp->splits = s;
+    }
+  }
+}
+
 static int compile_job(Ctx *c, void *data) {
   CompileJob *job = data;
   Graph *g;
@@ -268,6 +305,7 @@ have_graph:
    * range and needs none, nor do gradients without an optimizer. */
   bool loss_scaling = job->opt && job->opt->optimizer && job->opt->precision &&
                       strcmp(job->opt->precision, "f16") == 0;
+  if (job->opt && job->opt->tensor_parallel > 1 && !split_tensors(c, job->opt, g, loss_scaling, &job->m->tp)) return 1;
   AutodiffOptions ado = {.loss_scale = loss_scaling,
                          .sync_bn = job->opt && job->opt->optimizer ? job->opt->optimizer->sync_bn : 0};
   if (job->opt && job->opt->grad && (!pass_autodiff(g, &ado) || !ir_verify(g))) return 1;
@@ -276,6 +314,7 @@ have_graph:
     if (!optim_spec_from_api(c, job->opt, &spec)) return 1;
     spec.loss_scaling = loss_scaling;
     if (!pass_append_optimizer(g, &spec) || !ir_verify(g)) return 1;
+    split_optimizer_state(g, &job->m->tp);
   }
   int level = job->opt ? job->opt->opt_level : 0;
   PassOptions po = {.opt_level = level == DLC_O0 ? 0 : level == 0 ? 2 : level,
@@ -466,6 +505,21 @@ const char *dlc_backend(const dlc_model *m) {
 const char *dlc_engine_report(dlc_model *m) {
   if (!m || !m->g) return "";
   return m->use_runtime ? dlrt_engine_report(m->rt) : "the reference interpreter: no graphs, no staging";
+}
+
+int dlc_num_tensor_splits(const dlc_model *m) { return m && m->g ? m->tp.n_splits : 0; }
+
+dlc_status dlc_tensor_split_info(const dlc_model *m, int index, dlc_tensor_split *out) {
+  if (!out || index < 0 || index >= dlc_num_tensor_splits(m)) return DLC_ERR_ARGUMENT;
+  const TpSplit *s = &m->tp.splits[index];
+  *out = (dlc_tensor_split){.param = s->param, .axis = s->axis, .start = s->start, .len = s->len};
+  return DLC_OK;
+}
+
+int dlc_num_tensor_notes(const dlc_model *m) { return m && m->g ? m->tp.n_lines : 0; }
+
+const char *dlc_tensor_note(const dlc_model *m, int index) {
+  return index >= 0 && index < dlc_num_tensor_notes(m) ? m->tp.lines[index] : NULL;
 }
 
 int dlc_num_inputs(const dlc_model *m) { return m && m->g ? m->n_inputs : 0; }

@@ -8,6 +8,7 @@
 
 #include "codegen/codegen.h"
 #include "dlcc.h"
+#include "passes/tensor_par.h"
 #include "dlcrt.h"
 #include "ir/eval.h"
 #include "passes/loss.h"
@@ -28,6 +29,7 @@ struct dlc_model {
   bool use_runtime;
   CgResult cg;
   DlrtModel *rt;
+  TpResult tp; /* dlc_options.tensor_parallel's splits and notes */
 };
 
 /* The loss dlcc train appends (api/train.c) to the model's output

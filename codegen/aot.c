@@ -416,7 +416,7 @@ static void put_step(FILE *f, const RtStep *s, uint32_t *arg_at) {
     put_ref(f, s->copy.dst);
     fputs(", .src = ", f);
     put_ref(f, s->copy.src);
-    fprintf(f, ", .nbytes = %" PRIu64 "ull}},\n", s->copy.nbytes);
+    fprintf(f, ", .nbytes = %" PRIu64 "ull, .reduce = %" PRIu32 "u}},\n", s->copy.nbytes, s->copy.reduce);
   }
 }
 

@@ -237,9 +237,13 @@ bool cg_lower_node(CgBuild *b, const Node *n) {
     case OP_DROPOUT:
     case OP_RESIZE_GRAD:
     case OP_OPTIM_UPDATE: return cg_lower_train(b, n);
+    case OP_TP_COPY: /* the identity forward: its gradient is the point */
+      cg_copy(b, n, NULL, cg_ref(b, &n->out[0]), cg_ref(b, n->in[0]), nbytes(&n->out[0].type));
+      return true;
     case OP_ALLREDUCE_MEAN:
+    case OP_ALLREDUCE_SUM:
       if (n->in[0]->type.dtype != TY_F32) {
-        diag_error(cg_build_ctx(b), n->loc, "allreduce_mean supports f32 only, got %s",
+        diag_error(cg_build_ctx(b), n->loc, "%s supports f32 only, got %s", ir_ops[n->op].name,
                    ir_dtype_name(n->in[0]->type.dtype));
         return false;
       }

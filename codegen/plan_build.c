@@ -960,13 +960,14 @@ void cg_copy(CgBuild *b, const Node *n, const char *what, RtRef dst, RtRef src, 
 
 void cg_allreduce(CgBuild *b, const Node *n, RtRef dst, RtRef src, uint64_t nbytes) {
   RtStep *s = add_step(b, RT_STEP_ALLREDUCE, n, NULL);
-  s->copy = (RtCopy){.dst = dst, .src = src, .nbytes = nbytes};
+  s->copy = (RtCopy){.dst = dst, .src = src, .nbytes = nbytes,
+                     .reduce = n->op == OP_ALLREDUCE_SUM ? RT_REDUCE_SUM : RT_REDUCE_MEAN};
   b->allreduce_pending = true;
 }
 
 static bool reads_allreduce(const Node *n) {
   for (int i = 0; i < n->n_in; i++)
-    if (n->in[i]->def->op == OP_ALLREDUCE_MEAN) return true;
+    if (n->in[i]->def->op == OP_ALLREDUCE_MEAN || n->in[i]->def->op == OP_ALLREDUCE_SUM) return true;
   return false;
 }
 

@@ -94,7 +94,10 @@ static void print_step(FILE *f, const RtPlan *p, const RtStep *s, const IrCost *
       }
       /* fall through */
     case RT_STEP_COPY:
-      fputs(s->kind == RT_STEP_COPY ? "copy " : "allreduce_mean ", f);
+      fputs(s->kind == RT_STEP_COPY                 ? "copy "
+            : s->copy.reduce == RT_REDUCE_SUM ? "allreduce_sum "
+                                              : "allreduce_mean ",
+            f);
       cg_print_ref(f, s->copy.dst);
       fputs(" <- ", f);
       cg_print_ref(f, s->copy.src);
@@ -183,7 +186,11 @@ static const char *step_note(Arena *a, const RtStep *s, IrCost c, bool init) {
                                : arena_printf(a, "gemm %" PRId64 "x%" PRId64 "x%" PRId64, s->gemm.m, s->gemm.n,
                                               s->gemm.k);
       break;
-    default: what = s->kind == RT_STEP_ALLREDUCE ? "allreduce_mean" : "copy"; break;
+    default:
+      what = s->kind != RT_STEP_ALLREDUCE           ? "copy"
+             : s->copy.reduce == RT_REDUCE_SUM ? "allreduce_sum"
+                                               : "allreduce_mean";
+      break;
   }
   return arena_printf(a, "%s%s: %s", init ? "init " : "", what, cost_text(a, c));
 }

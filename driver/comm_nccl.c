@@ -108,10 +108,10 @@ NcclComm *nccl_comm_new(Dist *d, char *err, size_t errlen) {
   return c;
 }
 
-int nccl_comm_start(NcclComm *c, uint64_t buf, uint64_t count, char *err, size_t errlen) {
+int nccl_comm_start(NcclComm *c, uint64_t buf, uint64_t count, bool sum, char *err, size_t errlen) {
   if (!c->comm) return snprintf(err, errlen, "rank %d: the NCCL communicator was aborted", c->d->rank), 1;
   void *p = (void *)(uintptr_t)buf;
-  ncclResult_t r = ncclAllReduce(p, p, (size_t)count, ncclFloat32, ncclAvg, c->comm, c->stream);
+  ncclResult_t r = ncclAllReduce(p, p, (size_t)count, ncclFloat32, sum ? ncclSum : ncclAvg, c->comm, c->stream);
   if (r != ncclSuccess && r != ncclInProgress) {
     snprintf(err, errlen, "rank %d: ncclAllReduce: %s (%s)", c->d->rank, ncclGetErrorString(r),
              ncclGetLastError(c->comm));

@@ -21,11 +21,11 @@ void nccl_pick_device(void);
  * NULL with a message in err. */
 NcclComm *nccl_comm_new(Dist *d, char *err, size_t errlen);
 /* Starts replacing buf (count f32 on the device) by its mean over the
- * ranks, on the communicator's stream; nccl_comm_wait ends every started
+ * ranks (with sum: their sum), on the communicator's stream; nccl_comm_wait ends every started
  * one.  Nonzero with a message naming the rank when NCCL fails or the
  * deadline passes (the communicator is then aborted, so no peer waits on
  * it). */
-int nccl_comm_start(NcclComm *c, uint64_t buf, uint64_t count, char *err, size_t errlen);
+int nccl_comm_start(NcclComm *c, uint64_t buf, uint64_t count, bool sum, char *err, size_t errlen);
 int nccl_comm_wait(NcclComm *c, char *err, size_t errlen);
 void nccl_comm_free(NcclComm *c);
 

@@ -138,10 +138,10 @@ typedef struct DistPending {
   float *x, *all; /* all: every rank's x, by rank */
   size_t n;
   MPI_Request req;
-  bool done;
+  bool done, sum;
 } DistPending;
 
-DistStatus dist_start(Dist *d, float *x, size_t n) {
+DistStatus dist_start(Dist *d, float *x, size_t n, bool sum) {
   if (d->size == 1) return DIST_OK;
   DistStatus st;
   if (!d->n_pending && (st = dist_check(d, true, NULL)) != DIST_OK) return st;
@@ -158,7 +158,7 @@ DistStatus dist_start(Dist *d, float *x, size_t n) {
     d->pending = p, d->cap_pending = cap;
   }
   DistPending *p = &d->pending[d->n_pending];
-  *p = (DistPending){.x = x, .n = n, .all = malloc(n * (size_t)d->size * sizeof *p->all + 1)};
+  *p = (DistPending){.x = x, .n = n, .sum = sum, .all = malloc(n * (size_t)d->size * sizeof *p->all + 1)};
   if (!p->all) goto oom;
   int rc = MPI_Iallgather(x, (int)n, MPI_FLOAT, p->all, (int)n, MPI_FLOAT, MPI_COMM_WORLD, &p->req);
   if (rc != MPI_SUCCESS) {
@@ -199,7 +199,7 @@ DistStatus dist_wait(Dist *d) {
     for (size_t j = 0; st == DIST_OK && j < p->n; j++) {
       float s = p->all[j];
       for (int q = 1; q < d->size; q++) s += p->all[(size_t)q * p->n + j];
-      p->x[j] = s / k;
+      p->x[j] = p->sum ? s : s / k;
     }
     free(p->all);
   }
@@ -210,7 +210,7 @@ DistStatus dist_wait(Dist *d) {
 }
 
 DistStatus dist_allreduce_mean(Dist *d, float *x, size_t n) {
-  DistStatus st = dist_start(d, x, n);
+  DistStatus st = dist_start(d, x, n, false);
   return st != DIST_OK ? st : dist_wait(d);
 }
 
@@ -254,6 +254,20 @@ DistStatus dist_wait_sends(Dist *d) {
   return st;
 }
 
+DistStatus dist_allgather(Dist *d, const void *mine, void *all, size_t bytes) {
+  if (d->size == 1) return memcpy(all, mine, bytes), DIST_OK;
+  DistStatus st = dist_check(d, true, NULL);
+  if (st != DIST_OK) return st;
+  if (bytes > (size_t)INT_MAX) {
+    snprintf(d->err, sizeof d->err, "rank %d: a gather of %zu bytes is more than one gather takes", d->rank, bytes);
+    return DIST_ERROR;
+  }
+  MPI_Request r;
+  int rc = MPI_Iallgather(mine, (int)bytes, MPI_BYTE, all, (int)bytes, MPI_BYTE, MPI_COMM_WORLD, &r);
+  return rc == MPI_SUCCESS ? wait_deadline(d, &r, "a gather of the tensor-parallel shards")
+                           : mpi_fail(d, "MPI_Iallgather", rc);
+}
+
 void dist_abort(Dist *d, int code) {
   fprintf(stderr, "dlcc: %s\n", d->err);
   fflush(stderr);
@@ -293,7 +307,12 @@ DistStatus dist_bcast(Dist *d, void *buf, size_t bytes) { return DIST_OK; }
 
 DistStatus dist_allreduce_mean(Dist *d, float *x, size_t n) { return DIST_OK; }
 
-DistStatus dist_start(Dist *d, float *x, size_t n) { return DIST_OK; }
+DistStatus dist_start(Dist *d, float *x, size_t n, bool sum) { return DIST_OK; }
+
+DistStatus dist_allgather(Dist *d, const void *mine, void *all, size_t bytes) {
+  memcpy(all, mine, bytes);
+  return DIST_OK;
+}
 
 DistStatus dist_progress(Dist *d) { return DIST_OK; }
 

@@ -64,9 +64,10 @@ DistStatus dist_allreduce_mean(Dist *d, float *x, size_t n);
 /* The same in parts: dist_start begins x's all-reduce and returns (x must
  * stay as it is until dist_wait); dist_progress drives the started ones
  * (MPI moves a nonblocking collective only inside MPI calls); dist_wait
- * ends them all, each x then the mean.  The first start after a wait
- * exchanges the ranks' status. */
-DistStatus dist_start(Dist *d, float *x, size_t n);
+ * ends them all, each x then the mean, or with sum the sum (the same
+ * rank-order sum, not divided: a tensor-parallel job's).  The first
+ * start after a wait exchanges the ranks' status. */
+DistStatus dist_start(Dist *d, float *x, size_t n, bool sum);
 DistStatus dist_progress(Dist *d);
 DistStatus dist_wait(Dist *d);
 /* Point to point, for pipeline stages (docs/parallel.md): dist_isend
@@ -76,6 +77,8 @@ DistStatus dist_wait(Dist *d);
 DistStatus dist_isend(Dist *d, int peer, int tag, const void *buf, size_t bytes);
 DistStatus dist_recv(Dist *d, int peer, int tag, void *buf, size_t bytes, const char *what);
 DistStatus dist_wait_sends(Dist *d);
+/* Every rank's bytes mine[0..bytes) to all, by rank (size * bytes). */
+DistStatus dist_allgather(Dist *d, const void *mine, void *all, size_t bytes);
 /* After a failure or timeout: prints the message and, when a peer may
  * still be waiting in a collective that can no longer complete, ends the
  * job with MPI_Abort (after the message, which is the point). */

@@ -21,6 +21,7 @@
 #include "passes/autodiff.h"
 #include "passes/optim.h"
 #include "passes/pass.h"
+#include "passes/tensor_par.h"
 
 typedef enum { EMIT_NONE, EMIT_AST, EMIT_IR, EMIT_DOT, EMIT_CUDA, EMIT_PLAN } Emit;
 
@@ -41,6 +42,7 @@ typedef struct Options {
   bool data_parallel; /* --data-parallel: each gradient's allreduce_mean */
   int sync_bn;        /* --sync-bn=K: batchnorm's statistics over K ranks */
   int bucket_mb;      /* --bucket-mb=M: gradients' all-reduces in buckets of M MiB */
+  int tp, tp_rank;    /* --tensor-parallel=T[:R]: rank R's graph of T */
   OptimSpec optim;
   DriverLoss loss;    /* --loss=NAME and its flags (passes/loss.c) */
   LossSpec loss_spec; /* what they ask for, when loss.name is set */
@@ -127,6 +129,8 @@ static const char usage[] =
     "                     of about M MiB (PyTorch DDP's bucket_cap_mb)\n"
     "  --sync-bn=K        with --grad: training-mode batchnorm's statistics over the\n"
     "                     global batch of K ranks (docs/parallel.md)\n"
+    "  --tensor-parallel=T[:R]  rank R's (default 0) share of a Megatron-style split\n"
+    "                     over T ranks, what was split and why not on stderr\n"
     "  --recompute[=SCOPE,...]  with --grad: activation checkpointing, the forward of\n"
     "                     each residual block (or of the `as` scopes named) computed\n"
     "                     again in the backward instead of kept (docs/training.md)\n";
@@ -424,6 +428,13 @@ static int parse_args(int argc, char **argv, Options *o) {
       o->data_parallel = true;
     } else if (strncmp(a, "--bucket-mb=", 12) == 0) {
       if (!driver_int_value("--bucket-mb", a + 12, 0, 1 << 20, "a whole number of MiB", &o->bucket_mb)) return 1;
+    } else if (strncmp(a, "--tensor-parallel=", 18) == 0) {
+      char t[32];
+      const char *colon = strchr(a + 18, ':');
+      snprintf(t, sizeof t, "%.*s", colon ? (int)(colon - a - 18) : 31, a + 18);
+      if (!driver_int_value("--tensor-parallel", t, 1, 1 << 20, "a number of ranks (1 or more)", &o->tp) ||
+          (colon && !driver_int_value("--tensor-parallel", colon + 1, 0, o->tp - 1, "a rank below T", &o->tp_rank)))
+        return 1;
     } else if (strncmp(a, "--sync-bn=", 10) == 0) {
       if (!driver_int_value("--sync-bn", a + 10, 1, 1 << 20, "a number of ranks (1 or more)", &o->sync_bn)) return 1;
     } else if (strcmp(a, "--external-weights") == 0) {
@@ -475,6 +486,11 @@ static int parse_args(int argc, char **argv, Options *o) {
   }
   if (o->bucket_mb && !o->data_parallel) {
     fputs("dlcc: error: --bucket-mb needs --data-parallel (it groups the gradients' all-reduces)\n", stderr);
+    return 1;
+  }
+  if (o->tp > 1 && (o->data_parallel || o->sync_bn || o->optim.clip_grad_norm > 0)) {
+    fputs("dlcc: error: --tensor-parallel does not combine with --data-parallel, --sync-bn or clip_grad_norm yet\n",
+          stderr);
     return 1;
   }
   if (o->data_parallel && !o->optimize) {
@@ -729,6 +745,12 @@ static int compile(Ctx *c, void *data) {
   if (o->loss.name) {
     if (!pass_append_loss(g, &o->loss_spec, o->loss.output, "target", NULL) || !ir_verify(g)) return 1;
     t = ctx_stage(c, "loss", t);
+  }
+  if (o->tp > 1) {
+    TpResult tp;
+    if (!pass_tensor_parallel(g, o->tp, o->tp_rank, &tp) || !ir_verify(g)) return 1;
+    for (int i = 0; i < tp.n_lines; i++) fprintf(stderr, "dlcc: tensor parallel: %s\n", tp.lines[i]);
+    t = ctx_stage(c, "tensor-parallel", t);
   }
   if (o->grad) {
     /* f16 steps scale the loss (api/dlcc.c says why) */

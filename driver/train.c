@@ -23,6 +23,7 @@
 #include "driver/driver.h"
 #include "driver/pipeline.h"
 #include "driver/train.h"
+#include "driver/train_tp.h"
 #include "dlcc.h"
 #include "dlcrt.h"
 #include "passes/optim.h"
@@ -36,7 +37,7 @@ typedef struct TrainArgs {
   bool set_momentum, set_dampening, set_weight_decay, set_betas, set_eps;
   bool nesterov, shuffle, drop_last, sync_bn;
   double dist_timeout, bucket_mb;
-  int64_t batch, epochs, pipeline, micro_batches;
+  int64_t batch, epochs, pipeline, micro_batches, tensor_parallel;
   uint64_t seed;
   dlc_options api;
   dlc_define defines[DRIVER_MAX_DEFINES];
@@ -82,7 +83,9 @@ static const char train_usage[] =
     "Or, with --pipeline=S under S ranks, the model is cut into S stages, one a rank:\n"
     "  --pipeline=S          pipeline parallel over S stages (S must be the rank count)\n"
     "  --micro-batches=M     micro-batches per --batch (default 1); the optimizer steps once\n"
-    "  --schedule=gpipe|1f1b the micro-batches' order (default gpipe); also --pipe-schedule=\n";
+    "  --schedule=gpipe|1f1b the micro-batches' order (default gpipe); also --pipe-schedule=\n"
+    "  --tensor-parallel=T   split linear pairs and attention heads over the T ranks instead\n"
+    "                        (Megatron-style; mpirun -np T: not combined with data parallel yet)\n";
 
 static bool real_arg(const char *flag, const char *v, double *out) {
   char *end;
@@ -181,6 +184,8 @@ static int parse_one(int argc, char **argv, int *i, TrainArgs *o) {
     if (!int_arg("--pipeline", v, 1, &o->pipeline)) return 1;
   } else if ((v = driver_flag_value(argc, argv, i, "--micro-batches"))) {
     if (!int_arg("--micro-batches", v, 1, &o->micro_batches)) return 1;
+  } else if ((v = driver_flag_value(argc, argv, i, "--tensor-parallel"))) {
+    if (!int_arg("--tensor-parallel", v, 1, &o->tensor_parallel)) return 1;
   } else if ((v = driver_flag_value(argc, argv, i, "--epochs"))) {
     if (!int_arg("--epochs", v, 0, &o->epochs)) return 1;
   } else if ((v = driver_flag_value(argc, argv, i, "--seed"))) {
@@ -232,6 +237,7 @@ static int parse_train_args(int argc, char **argv, TrainArgs *o) {
   o->shuffle = true;
   o->optimizer = "sgd";
   o->dist_timeout = 120;
+  o->tensor_parallel = 1;
   for (int i = 0; i < argc; i++) {
     if (strcmp(argv[i], "--help") == 0) {
       fputs(train_usage, stdout);
@@ -310,6 +316,8 @@ typedef struct Run {
 #endif
   int64_t local;   /* this rank's share of a full batch */
   Pipeline *pipe;  /* --pipeline: this rank's stage; step is then the whole model, kept for saving */
+  int tp, dp;      /* tensor-parallel ranks (--tensor-parallel), data-parallel groups: tp * dp ranks */
+  bool tp_noted; /* the split was printed (once, for the first step compiled) */
 } Run;
 
 /* The last error this rank printed, for the other ranks' messages. */
@@ -330,7 +338,7 @@ static bool api_ok(dlc_train *t, dlc_status st) {
 }
 
 /* The communicator a data-parallel step calls per gradient. */
-static int dist_comm(void *ctx, const char *device, uint64_t buf, uint64_t count, int bucket, char *err,
+static int dist_comm(void *ctx, const char *device, uint64_t buf, uint64_t count, int bucket, int op, char *err,
                      size_t errlen) {
   Run *r = ctx;
   Dist *d = r->dist;
@@ -339,7 +347,7 @@ static int dist_comm(void *ctx, const char *device, uint64_t buf, uint64_t count
     if (!r->nccl && !(r->nccl = nccl_comm_new(d, err, errlen))) return 1;
     if (bucket == DLRT_COMM_PROGRESS) return 0; /* NCCL's kernels move by themselves */
     return bucket == DLRT_COMM_WAIT ? nccl_comm_wait(r->nccl, err, errlen)
-                                    : nccl_comm_start(r->nccl, buf, count, err, errlen);
+                                    : nccl_comm_start(r->nccl, buf, count, op == DLRT_COMM_SUM, err, errlen);
 #else
     snprintf(err, errlen, "data parallel on %s needs NCCL, and this dlcc was built without it (configure looks "
                           "in the CUDA toolkit for nccl.h and libnccl.so): use --backend=emu", device);
@@ -348,7 +356,7 @@ static int dist_comm(void *ctx, const char *device, uint64_t buf, uint64_t count
   }
   DistStatus st = bucket == DLRT_COMM_WAIT       ? dist_wait(d)
                   : bucket == DLRT_COMM_PROGRESS ? dist_progress(d)
-                                                 : dist_start(d, (float *)(uintptr_t)buf, count);
+                                                 : dist_start(d, (float *)(uintptr_t)buf, count, op == DLRT_COMM_SUM);
   if (st == DIST_OK) return 0;
   snprintf(err, errlen, "%s", d->err);
   return 1;
@@ -374,11 +382,14 @@ static dlc_train *compile_for(Run *r, const TrainData *d, int64_t batch, bool ev
   dlc_train_options o;
   if (!train_options(r->a, &o)) return NULL;
   o.eval = eval;
-  o.optimizer.data_parallel = r->dist->size > 1 && !eval && !r->a->pipeline;
+  o.optimizer.data_parallel = r->dp > 1 && !eval && !r->a->pipeline;
   /* With --pipeline the whole step only checks the data and holds the
    * weights for saving: the interpreter's compile, which makes no plan. */
   if (r->a->pipeline && !eval) o.model.backend = "ref";
-  o.optimizer.sync_bn = r->a->sync_bn && !eval ? r->dist->size : 0;
+  o.optimizer.sync_bn = r->a->sync_bn && !eval ? r->dp : 0;
+  /* The eval model (rank 0's) runs whole, on the gathered weights. */
+  o.model.tensor_parallel = eval ? 1 : r->tp;
+  o.model.tensor_rank = r->dist->rank % r->tp;
   o.optimizer.bucket_mb = r->a->bucket_mb;
   dlc_input_shape *shapes = calloc((size_t)d->n, sizeof *shapes);
   int64_t *dims = calloc((size_t)d->n * RT_MAX_RANK, sizeof *dims);
@@ -416,7 +427,11 @@ static dlc_train *compile_for(Run *r, const TrainData *d, int64_t batch, bool ev
     dlc_train_free(t);
     return NULL;
   }
-  if (o.optimizer.data_parallel && !api_ok(t, dlc_train_set_comm(t, dist_comm, r))) {
+  dlc_model *m = dlc_train_model(t);
+  for (int i = 0; !r->dist->rank && i < dlc_num_tensor_notes(m) && !r->tp_noted; i++)
+    printf("tensor parallel: %s\n", dlc_tensor_note(m, i));
+  r->tp_noted = r->tp > 1;
+  if ((o.optimizer.data_parallel || o.model.tensor_parallel > 1) && !api_ok(t, dlc_train_set_comm(t, dist_comm, r))) {
     dlc_train_free(t);
     return NULL;
   }
@@ -479,9 +494,19 @@ static char *checkpoint_path(const char *out) {
   return p;
 }
 
+/* Tensor parallel: every rank's weights whole (each split part from its
+ * owner), before rank 0 writes or validates them. */
+static bool gather_parts(Run *r) {
+  char err[512];
+  if (r->tp == 1 || train_tp_gather(r->dist, r->step ? r->step : r->rest, err, sizeof err)) return true;
+  fprintf(stderr, "dlcc: error: %s\n", err);
+  keep_error(err);
+  return false;
+}
+
 static bool save(Run *r) {
   dlc_train *t = r->step ? r->step : r->rest;
-  if (!gather(r)) return false;
+  if (!gather(r) || !gather_parts(r)) return false;
   if (r->dist->rank) return true; /* one writer: the ranks hold the same weights */
   if (!api_ok(t, dlc_train_save(t, r->a->save, 0, 0, NULL, NULL))) return false;
   char epoch[32], step[32], seed[32], batch[32];
@@ -596,8 +621,8 @@ static bool train_batch(Run *r, dlc_train *t, const int64_t *order, int64_t n, f
   if (!api_ok(t, dlc_train_step(t, (float)lr, loss))) return false;
   /* The global batch's loss: the mean of the ranks' means, as every rank
    * takes as many samples. */
-  if (dist_allreduce_mean(r->dist, loss, 1) != DIST_OK) return false; /* end_ranks says why */
-  n *= r->dist->size;
+  if (r->dp > 1 && dist_allreduce_mean(r->dist, loss, 1) != DIST_OK) return false; /* end_ranks says why */
+  n *= r->dp;
   if (t == r->rest && r->step && !api_ok(r->step, dlc_train_copy_state(r->step, t))) return false;
   r->global_step++;
   r->steps_done++;
@@ -677,9 +702,9 @@ static bool run_epoch(Run *r) {
     bool last = k == full;
     /* Rank q takes the q-th equal slice of each batch, in the order
      * every rank computes alike from the seed. */
-    int64_t share = r->pipe ? b : (last ? r->rest_n : b) / r->dist->size;
-    if (!train_batch(r, last ? r->rest : r->step, r->order + k * b + (r->pipe ? 0 : r->dist->rank * share), share,
-                     &loss))
+    int64_t share = r->pipe ? b : (last ? r->rest_n : b) / r->dp;
+    if (!train_batch(r, last ? r->rest : r->step, r->order + k * b + (r->pipe ? 0 : r->dist->rank / r->tp * share),
+                     share, &loss))
       return false;
     loss_sum += loss;
     steps++;
@@ -687,7 +712,7 @@ static bool run_epoch(Run *r) {
   }
   if (r->tty) fputs("\r\033[K", stderr);
   r->epoch++;
-  if (r->a->val && !gather(r)) return false;
+  if (r->a->val && (!gather(r) || !gather_parts(r))) return false; /* rank 0 validates: every rank gathers */
   if (r->dist->rank) return true; /* rank 0 prints and validates */
   printf("epoch %" PRId64 ": train loss %.6f (mean of %" PRId64 " steps)\n", r->epoch,
          steps ? loss_sum / (double)steps : 0.0, steps);
@@ -747,7 +772,7 @@ static bool compile_steps(Run *r) {
                     ", and --drop-last skips them all\n", r->data.dir, r->data.count, b);
     return false;
   }
-  int k = r->dist->size;
+  int k = r->dp;
   if (r->a->pipeline) return compile_pipeline(r);
   if (k > 1 && (b % k || r->rest_n % k)) {
     snprintf(last_error, sizeof last_error,
@@ -834,6 +859,36 @@ static void end_ranks(Dist *d, bool ok) {
   dist_finish(d);
 }
 
+/* --tensor-parallel=T against the launch's ranks: T of them for now. */
+static bool parallel_shape(Run *r) {
+  int T = r->tp, k = r->dist->size;
+  /* a pipeline's ranks are its stages, none a data-parallel group */
+  if (r->a->pipeline && T == 1) return r->dp = 1, true;
+  if (T == 1) return true;
+  if (r->a->pipeline) {
+    snprintf(last_error, sizeof last_error, "--tensor-parallel does not combine with --pipeline yet");
+    fprintf(stderr, "dlcc: error: %s\n", last_error);
+    return false;
+  }
+  if (k % T)
+    snprintf(last_error, sizeof last_error,
+             "--tensor-parallel=%d does not divide the %d ranks of the launch "
+             "(mpirun -np %d for tensor parallel alone)",
+             T, k, T);
+  else if (k != T)
+    snprintf(last_error, sizeof last_error,
+             "--tensor-parallel=%d with %d ranks would add data parallel over %d groups, which is not built yet: "
+             "launch %d ranks",
+             T, k, k / T, T);
+  else if (r->a->sync_bn || r->a->bucket_mb > 0)
+    snprintf(last_error, sizeof last_error, "--tensor-parallel does not combine with %s (a data-parallel flag)",
+             r->a->sync_bn ? "--sync-bn" : "--bucket-mb");
+  else
+    return r->dp = 1, true;
+  fprintf(stderr, "dlcc: error: %s\n", last_error);
+  return false;
+}
+
 int driver_train(int argc, char **argv) {
   for (int i = 0; i < argc; i++)
     if (strcmp(argv[i], "--plan-parallel") == 0) return driver_plan_parallel(argc, argv);
@@ -848,8 +903,8 @@ int driver_train(int argc, char **argv) {
 #ifdef HAVE_NCCL
   if (dist.size > 1) nccl_pick_device();
 #endif
-  Run r = {.a = &a, .dist = &dist};
-  bool ok = setup(&r);
+  Run r = {.a = &a, .dist = &dist, .tp = (int)a.tensor_parallel, .dp = dist.size};
+  bool ok = parallel_shape(&r) && setup(&r);
   if (ok) {
     r.total_steps = (r.epoch + a.epochs) * r.steps_per_epoch;
     r.steps_todo = a.epochs * r.steps_per_epoch;
@@ -857,7 +912,7 @@ int driver_train(int argc, char **argv) {
     for (int64_t e = 0; ok && e < a.epochs; e++) ok = run_epoch(&r);
   }
   if (ok && a.save) ok = save(&r);
-  if (ok && dist.size > 1 && !dist.rank && !a.pipeline)
+  if (ok && r.dp > 1 && !dist.rank && !a.pipeline)
     printf("data parallel: %d ranks; rank 0's gradient all-reduces took %.3f s, %.3f s of it exposed (%.0f%% hidden "
            "behind the backward)\n",
            dist.size, dist.comm_s, dist.exposed_s,

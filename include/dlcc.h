@@ -183,6 +183,11 @@ typedef struct dlc_options {
    * backward, "SCOPE,..." the forward of those `as` scopes; NULL keeps
    * every activation.  Needs opt_level 2 (the default). */
   const char *recompute;
+  /* > 1: Megatron-style tensor parallelism over that many ranks, this
+   * process being rank tensor_rank (docs/parallel.md): linear pairs and
+   * attention heads split, their sums through the communicator
+   * (dlc_train_set_comm).  0 or 1: one process. */
+  int tensor_parallel, tensor_rank;
 } dlc_options;
 
 enum { DLC_O0 = -1 };
@@ -202,6 +207,23 @@ const char *dlc_backend(const dlc_model *m);
 /* How the runtime runs the model (dlrt_engine_report): CUDA graphs and
  * why not, the staging of inputs and outputs. */
 const char *dlc_engine_report(dlc_model *m);
+
+/* With tensor_parallel: the parts of parameters the ranks share out.
+ * Along axis, rank r of T owns [start + r * len / T, start + (r + 1) *
+ * len / T); every rank holds the whole tensor, but only its own part of
+ * it is read and kept up to date.  The optimizer's state of a split
+ * parameter is split the same way. */
+typedef struct dlc_tensor_split {
+  const char *param;
+  int axis;
+  int64_t start, len;
+} dlc_tensor_split;
+int dlc_num_tensor_splits(const dlc_model *m);
+dlc_status dlc_tensor_split_info(const dlc_model *m, int index, dlc_tensor_split *out);
+/* With tensor_parallel: what was split and what was not and why, a line
+ * each ("split: ...", "not split: NAME: why"). */
+int dlc_num_tensor_notes(const dlc_model *m);
+const char *dlc_tensor_note(const dlc_model *m, int index);
 
 int dlc_num_inputs(const dlc_model *m);
 int dlc_num_outputs(const dlc_model *m);
@@ -323,10 +345,10 @@ dlc_model *dlc_train_model(dlc_train *t);
  * loss, computed before the update. */
 dlc_status dlc_train_step(dlc_train *t, float lr, float *loss);
 /* The communicator (the same function as dlcrt.h's DlrtCommFn) that a step compiled with optimizer.data_parallel
- * hands each gradient to (dlcrt.h's dlrt_set_comm; docs/parallel.md).
- * DLC_ERR_ARGUMENT on the ref backend, which has none yet. */
-typedef int (*dlc_comm_fn)(void *ctx, const char *device, uint64_t buf, uint64_t count, int bucket, char *err,
-                           size_t errlen);
+ * hands each gradient to, and a step compiled with tensor_parallel its regions' sums (dlcrt.h's dlrt_set_comm;
+ * docs/parallel.md).  DLC_ERR_ARGUMENT on the ref backend, which has none yet. */
+typedef int (*dlc_comm_fn)(void *ctx, const char *device, uint64_t buf, uint64_t count, int bucket, int op,
+                           char *err, size_t errlen);
 dlc_status dlc_train_set_comm(dlc_train *t, dlc_comm_fn fn, void *ctx);
 /* The step's parameters and state (dlcc.* names too), in the order of
  * the model's state_dict; valid once the weights are bound.  A value is

@@ -186,9 +186,11 @@ DlrtStatus dlrt_set_graphs(DlrtModel *m, int on);
  * own bytes, waits for the device, and calls fn with them: count f32
  * values at buf (a host pointer on emu, a device pointer on cuda, named
  * by device, "emu" or "cuda"), bucket the step's number among the
- * all-reduces.  fn starts replacing them by their mean over the ranks
- * and may return before it is done; the plan's wait step calls fn with
- * bucket DLRT_COMM_WAIT (buf 0, count 0), which returns when every
+ * all-reduces, op DLRT_COMM_MEAN or DLRT_COMM_SUM.  fn starts replacing
+ * them by their mean over the ranks (a data-parallel gradient) or their
+ * sum (a tensor-parallel region's end or its input's gradient) and may
+ * return before it is done; the plan's wait step calls fn with
+ * bucket DLRT_COMM_WAIT (buf 0, count 0, op 0), which returns when every
  * started one is done, before any step reads a result.  Between the
  * steps in between, fn gets DLRT_COMM_PROGRESS, to drive transports
  * that progress only when called (MPI).  fn returns 0, or nonzero with
@@ -197,8 +199,10 @@ DlrtStatus dlrt_set_graphs(DlrtModel *m, int on);
  * step a copy. */
 #define DLRT_COMM_WAIT (-1)
 #define DLRT_COMM_PROGRESS (-2)
-typedef int (*DlrtCommFn)(void *ctx, const char *device, uint64_t buf, uint64_t count, int bucket, char *err,
-                          size_t errlen);
+#define DLRT_COMM_MEAN 0
+#define DLRT_COMM_SUM 1
+typedef int (*DlrtCommFn)(void *ctx, const char *device, uint64_t buf, uint64_t count, int bucket, int op,
+                          char *err, size_t errlen);
 DlrtStatus dlrt_set_comm(DlrtModel *m, DlrtCommFn fn, void *ctx);
 /* One line on how the model runs: "graphs on: 1 graph over 56 steps,
  * every step captured; staging pinned", or why not ("graphs off

@@ -218,6 +218,9 @@ static void vjp_neg(GradCall *c) { c->dx[0] = op1(c, OP_NEG, c->dy[0]); }
  * as every gradient before the optimizer's all-reduce) is the mean over
  * the ranks of dL_j/dy (--sync-bn's backward, docs/parallel.md). */
 static void vjp_allreduce_mean(GradCall *c) { c->dx[0] = op1(c, OP_ALLREDUCE_MEAN, c->dy[0]); }
+/* Megatron's f and g: each is the other's transpose. */
+static void vjp_tp_copy(GradCall *c) { c->dx[0] = op1(c, OP_ALLREDUCE_SUM, c->dy[0]); }
+static void vjp_allreduce_sum(GradCall *c) { c->dx[0] = c->dy[0]; }
 
 static void vjp_cast(GradCall *c) {
   Node *n = ir_node_new(c->g, OP_CAST, 1, &c->dy[0], c->n->loc);
@@ -989,6 +992,8 @@ static void vjp_dropout(GradCall *c) {
 #define GRAD_RESIZE_GRAD NONE
 #define GRAD_OPTIM_UPDATE NONE /* the end of a step, after every gradient */
 #define GRAD_ALLREDUCE_MEAN VJP(vjp_allreduce_mean)
+#define GRAD_TP_COPY VJP(vjp_tp_copy)
+#define GRAD_ALLREDUCE_SUM VJP(vjp_allreduce_sum)
 
 const GradRule ir_grad_rules[] = {
 #define OP(id, ...) GRAD_##id,

@@ -20,4 +20,5 @@ libdlcc_core_la_SOURCES += \
 	passes/loss.c passes/loss.h \
 	passes/optim.c passes/optim.h \
 	passes/stages.c passes/stages.h \
+	passes/tensor_par.c passes/tensor_par.h \
 	passes/memplan.c passes/memplan.h

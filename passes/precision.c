@@ -171,7 +171,8 @@ static Mode mode_of(const Node *n) {
     case OP_GRU:
     case OP_EMBEDDING_GRAD: /* sums in place in its result */
     case OP_OPTIM_UPDATE:
-    case OP_ALLREDUCE_MEAN: return MODE_F32;
+    case OP_ALLREDUCE_MEAN:
+    case OP_ALLREDUCE_SUM: return MODE_F32;
     case OP_CAST:
     case OP_ARGMAX:
     case OP_XENT: /* computes in f32 from any float type */

@@ -594,7 +594,8 @@ static DlrtStatus all_reduce(DlrtModel *m, const RtStep *st, uint32_t i, const c
   bool wait = !st->copy.nbytes;
   m->comm_pending = !wait;
   if (m->comm(m->comm_ctx, m->dev->ops->name, wait ? 0 : resolve(m, st->copy.dst), st->copy.nbytes / 4,
-              wait ? DLRT_COMM_WAIT : bucket, err, sizeof err))
+              wait ? DLRT_COMM_WAIT : bucket, st->copy.reduce == RT_REDUCE_SUM ? DLRT_COMM_SUM : DLRT_COMM_MEAN, err,
+              sizeof err))
     return set_error(m, DLRT_E_DEVICE, "%s %" PRIu32 " (%.120s): all-reduce: %s", what, i,
                      st->label ? st->label : "unlabelled", err[0] ? err : "the communicator failed");
   return DLRT_OK;
@@ -627,7 +628,7 @@ static DlrtStatus run_steps(DlrtModel *m, const RtStep *steps, uint32_t first, u
     }
     if (!rc && m->comm_pending && st->kind != RT_STEP_ALLREDUCE) {
       char err[512] = "";
-      if (m->comm(m->comm_ctx, d->ops->name, 0, 0, DLRT_COMM_PROGRESS, err, sizeof err))
+      if (m->comm(m->comm_ctx, d->ops->name, 0, 0, DLRT_COMM_PROGRESS, DLRT_COMM_MEAN, err, sizeof err))
         return set_error(m, DLRT_E_DEVICE, "%s %" PRIu32 ": all-reduce: %s", what, i,
                          err[0] ? err : "the communicator failed");
     }

@@ -446,12 +446,17 @@ int rt_plan_validate_in(const RtPlan *p, const RtRegion *regions, int n_regions,
       switch (s->kind) {
       case RT_STEP_LAUNCH: rc = check_launch(&c, &s->launch); break;
       case RT_STEP_GEMM: rc = check_gemm(&c, &s->gemm); break;
-      case RT_STEP_COPY: rc = check_copy(&c, &s->copy); break;
+      case RT_STEP_COPY:
+        rc = check_copy(&c, &s->copy);
+        if (!rc && s->copy.reduce) rc = fail(&c, "a copy with a reduction (%" PRIu32 ")", s->copy.reduce);
+        break;
       case RT_STEP_ALLREDUCE:
         /* 0 bytes: the wait for the all-reduces started before it. */
         if (!s->copy.nbytes) break;
         rc = check_copy(&c, &s->copy);
         if (!rc && s->copy.nbytes % 4) rc = fail(&c, "an all-reduce of %" PRIu64 " bytes is not f32", s->copy.nbytes);
+        if (!rc && s->copy.reduce >= RT_REDUCE_COUNT)
+          rc = fail(&c, "an all-reduce's reduction is %" PRIu32 " (0: mean, 1: sum)", s->copy.reduce);
         break;
       default: rc = fail(&c, "unknown step kind %" PRIu32, s->kind);
       }

@@ -159,14 +159,19 @@ typedef struct RtGemm {
   int64_t stride_bias;
 } RtGemm;
 
+/* What an all-reduce makes of the ranks' values (version 8). */
+typedef enum { RT_REDUCE_MEAN, RT_REDUCE_SUM, RT_REDUCE_COUNT } RtReduce;
+
 typedef struct RtCopy {
   RtRef dst, src;
   uint64_t nbytes;
+  uint32_t reduce; /* RT_STEP_ALLREDUCE: RtReduce; 0 in a copy */
 } RtCopy;
 
 /* RT_STEP_ALLREDUCE (version 6): copy's bytes (f32) from src to dst, then
  * the start of dst's replacement by its mean over the ranks of a
- * data-parallel job, through the communicator the host set
+ * data-parallel job (or, version 8, by their sum over the ranks of a
+ * tensor-parallel job: copy.reduce), through the communicator the host set
  * (dlrt_set_comm); without one, a copy.  One of 0 bytes waits for every
  * all-reduce started before it: codegen puts it before the first step
  * that reads a result, so the all-reduces overlap the steps between. */

@@ -307,6 +307,7 @@ static void walk_steps(Walk *w, const RtStep *steps, uint32_t n, bool init) {
       put_ref(w, s->copy.dst);
       put_ref(w, s->copy.src);
       put_u64(w, s->copy.nbytes);
+      put_u32(w, s->copy.reduce);
     }
   }
 }

@@ -59,6 +59,7 @@ include tests/pytorch.mk
 include tests/dot.mk
 include tests/hf_blocks.mk
 include tests/optim.mk
+include tests/tensor_par.mk
 include tests/train_cli.mk
 include tests/dist.mk
 include tests/scaleout.mk
