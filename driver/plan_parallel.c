@@ -25,6 +25,7 @@
 #include "passes/loss.h"
 #include "passes/optim.h"
 #include "passes/pass.h"
+#include "passes/tensor_par.h"
 
 typedef struct PlanArgs {
   const char *model_path, *model, *data, *gpu, *optimizer, *precision;
@@ -47,11 +48,20 @@ typedef struct Measured {
   double *node_s, *cut_bytes;
   /* From the first compile only (they do not depend on the batch). */
   double param_bytes, grad_bytes;
-  bool tp_splits;
-  int tp_groups;
-  double split_share; /* of the forward nodes' roofline time, in split groups */
-  int64_t tp_gcd;
+  /* Per tensor-parallel degree (Planner.t_values): what
+   * pass_tensor_parallel makes of this batch's step. */
+  struct TpFacts *tp;
 } Measured;
+
+/* Tensor parallel at one degree T, from the pass itself on rank 0's
+ * forward graph, so the estimate splits what training would. */
+typedef struct TpFacts {
+  int regions;      /* pairs and attention blocks split */
+  double work;      /* rank 0's forward roofline time over the whole one's */
+  double bytes;     /* all-reduced per step: forward sums and tp_copy's gradients */
+  int count;
+  char why[200];    /* no region: the pass's first "not split" line */
+} TpFacts;
 
 typedef struct Planner {
   const PlanArgs *a;
@@ -60,6 +70,8 @@ typedef struct Planner {
   TrainData data; /* with --data: the sample shapes */
   int n, cap;
   Measured **m; /* each its own allocation: rows point into them */
+  int n_t;
+  int t_values[64]; /* the tensor-parallel degrees the splits try (> 1) */
 } Planner;
 
 static const char usage[] =
@@ -167,29 +179,6 @@ static double bytes_at(const Value *v, DType act) {
   return n < 0 ? 0 : (double)n * ir_dtype_size(dt);
 }
 
-/* A linear (or matmul) of an activation by weights (parameters, or
- * parts of one such as in_proj_weight's thirds): what tensor
- * parallelism splits.  varies[] by node id: depends on a model input. */
-static bool param_product(const Node *n, const bool *varies) {
-  return (n->op == OP_LINEAR || n->op == OP_MATMUL) && n->n_in >= 2 && varies[n->in[0]->def->id] &&
-         !varies[n->in[1]->def->id];
-}
-
-/* The out features a column split divides. */
-static int64_t out_features(const Node *n) {
-  const TensorType *w = &n->in[1]->type;
-  return n->op == OP_LINEAR ? w->dims[0] : w->dims[w->rank - 1];
-}
-
-static int64_t gcd(int64_t a, int64_t b) {
-  while (b) {
-    int64_t t = a % b;
-    a = b;
-    b = t;
-  }
-  return a;
-}
-
 static ScaleUnits units_for(const Planner *p, bool matrix) {
   if (!matrix) return SCALE_ON_F32;
   if (p->precision == TY_F16 || p->precision == TY_BF16) return SCALE_ON_HALF;
@@ -204,157 +193,34 @@ static double node_time(const Planner *p, const Node *x) {
   return scale_step_time(p->dev, c.flops, c.bytes, units_for(p, matrix)) - p->dev->launch_s;
 }
 
-enum { TRACE_STEPS = 256 };
-
-typedef struct Trace {
-  const bool *taken;   /* by node id: already in a pair */
-  const bool *varies;  /* by node id: depends on a model input */
-  const bool *weighed; /* by node id: depends on a product by a parameter */
-  const Node *col[64];
-  int n_col, steps;
-  const Node *seen[TRACE_STEPS]; /* what the walk went through */
-  int64_t split_gcd; /* every dim along the path that T must divide */
-} Trace;
-
-/* Walks back from v through what computes per slice of a column-split
- * product's features (elementwise ops, dropout, reshapes, transposes,
- * softmax, attention, products of two activations) to the products
- * themselves.  False when it meets anything else: the value needs the
- * whole features there, and no split pair ends at v. */
-static bool trace_columns(const Value *v, Trace *t) {
-  const Node *n = v->def;
-  if (t->steps == TRACE_STEPS) return false;
-  t->seen[t->steps++] = n;
-  if (param_product(n, t->varies)) {
-    if (t->taken[n->id]) return false;
-    for (int i = 0; i < t->n_col; i++)
-      if (t->col[i] == n) return true;
-    if (t->n_col == 64) return false;
-    t->col[t->n_col++] = n;
-    t->split_gcd = gcd(t->split_gcd, out_features(n));
-    return true;
-  }
-  switch (ir_ops[n->op].cls) {
-    case K_ELEMWISE: {
-      bool any = false;
-      for (int i = 0; i < n->n_in; i++) {
-        /* scales, biases (a bias splits with its features) and masks
-         * made of inputs alone that broadcast over the features */
-        const Value *u = n->in[i];
-        if (!t->varies[u->def->id]) continue;
-        if (!t->weighed[u->def->id] && ir_type_numel(&u->type) < ir_type_numel(&n->out[0].type)) continue;
-        if (!trace_columns(n->in[i], t)) return false;
-        any = true;
-      }
-      return any;
-    }
-    default: break;
-  }
-  switch (n->op) {
-    case OP_DROPOUT:
-    case OP_TRANSPOSE:
-    case OP_EXPAND: /* grouped-query attention's repeated K/V heads */
-    case OP_SOFTMAX:
-    case OP_CAST:
-      return trace_columns(n->in[0], t);
-    case OP_RESHAPE: {
-      /* [.., F] <-> [.., H, d]: the split falls on the outermost of
-       * the dims that make up the features (the heads) */
-      const TensorType *in = &n->in[0]->type, *out = &n->out[0].type;
-      if (!in->rank || !out->rank) return false;
-      bool splits = out->dims[out->rank - 1] <= in->dims[in->rank - 1];
-      const TensorType *many = splits ? out : in;
-      int64_t whole = splits ? in->dims[in->rank - 1] : out->dims[out->rank - 1], prod = 1;
-      int k = many->rank - 1;
-      for (; k >= 0 && prod < whole; k--) prod *= many->dims[k];
-      if (prod != whole) return false;
-      t->split_gcd = gcd(t->split_gcd, many->dims[k + 1]);
-      return trace_columns(n->in[0], t);
-    }
-    case OP_SLICE: {
-      /* q, k and v out of one product: each part splits alike */
-      const TensorType *out = &n->out[0].type;
-      if (!out->rank) return false;
-      t->split_gcd = gcd(t->split_gcd, out->dims[out->rank - 1]);
-      return trace_columns(n->in[0], t);
-    }
-    case OP_CONCAT: /* rotary embeddings' halves, within a head */
-      for (int i = 0; i < n->n_in; i++)
-        if (t->varies[n->in[i]->def->id] && !trace_columns(n->in[i], t)) return false;
-      return true;
-    case OP_ATTENTION:
-      for (int i = 0; i < 3; i++)
-        if (!trace_columns(n->in[i], t)) return false;
-      return true;
-    case OP_MATMUL: /* q k^T, then p v */
-      return trace_columns(n->in[0], t) && trace_columns(n->in[1], t);
-    default:
-      return false;
-  }
+/* The forward's roofline time, sources aside. */
+static double forward_time(const Planner *p, const Graph *g) {
+  double t = 0;
+  for (const Node *x = g->first; x; x = x->next)
+    if (ir_ops[x->op].cls != K_SOURCE) t += node_time(p, x);
+  return t;
 }
 
-/* Megatron's pairs: each product by a parameter whose input traces back
- * to other such products (not yet in a pair) is split by rows, those by
- * columns; the row one's output is all-reduced forward and the column
- * ones' input gradient backward, once per distinct input. */
-static void find_tensor_pairs(const Planner *p, Graph *g, Measured *out) {
-  DType act = p->precision;
-  ir_number(g);
-  int n = 0;
-  for (Node *x = g->first; x; x = x->next) n = x->id + 1 > n ? x->id + 1 : n;
-  bool *taken = calloc((size_t)n + 1, sizeof *taken);
-  bool *varies = calloc((size_t)n + 1, sizeof *varies);
-  bool *weighed = calloc((size_t)n + 1, sizeof *weighed);
-  bool *split = calloc((size_t)n + 1, sizeof *split);
-  const Value **inputs = calloc((size_t)n + 1, sizeof *inputs);
-  if (!taken || !varies || !weighed || !split || !inputs) goto done;
-  for (Node *x = g->first; x; x = x->next) {
-    varies[x->id] = x->op == OP_INPUT;
-    for (int i = 0; i < x->n_in; i++) {
-      varies[x->id] |= varies[x->in[i]->def->id];
-      weighed[x->id] |= weighed[x->in[i]->def->id];
+/* What tensor parallelism over T ranks makes of forward graph g: the
+ * pass on a copy for rank 0 (its work, its sums), false on an error it
+ * reported. */
+static bool tp_facts(const Planner *p, Graph *g, int T, TpFacts *out) {
+  *out = (TpFacts){.work = 1};
+  Graph *r0 = ir_copy(g, "tensor parallel");
+  TpResult tr;
+  if (!r0 || !pass_tensor_parallel(r0, T, 0, &tr) || !ir_verify(r0)) return false;
+  out->regions = tr.n_regions;
+  for (int i = 0; i < tr.n_lines && !out->regions && !out->why[0]; i++)
+    if (strncmp(tr.lines[i], "not split: ", 11) == 0) snprintf(out->why, sizeof out->why, "%s", tr.lines[i] + 11);
+  if (!out->regions) return true;
+  double whole = forward_time(p, g);
+  out->work = whole > 0 ? forward_time(p, r0) / whole : 1;
+  for (const Node *x = r0->first; x; x = x->next)
+    if (x->op == OP_ALLREDUCE_SUM || x->op == OP_TP_COPY) {
+      out->bytes += bytes_at(&x->out[0], p->precision);
+      out->count++;
     }
-    weighed[x->id] |= param_product(x, varies);
-  }
-  int n_inputs = 0;
-  out->tp_gcd = 0;
-  for (Node *x = g->first; x; x = x->next) {
-    if (!param_product(x, varies) || taken[x->id]) continue;
-    Trace t = {.taken = taken, .varies = varies, .weighed = weighed};
-    if (!trace_columns(x->in[0], &t) || t.n_col == 0) continue;
-    taken[x->id] = true;
-    out->step.tp_bytes += bytes_at(&x->out[0], act);
-    out->step.tp_count++;
-    for (int i = 0; i < t.n_col; i++) {
-      taken[t.col[i]->id] = true;
-      const Value *in = t.col[i]->in[0];
-      bool seen = false;
-      for (int k = 0; k < n_inputs && !seen; k++) seen = inputs[k] == in;
-      if (seen) continue;
-      inputs[n_inputs++] = in;
-      out->step.tp_bytes += bytes_at(in, act);
-      out->step.tp_count++;
-    }
-    out->tp_gcd = gcd(out->tp_gcd, t.split_gcd);
-    out->tp_groups++;
-    out->tp_splits = true;
-    split[x->id] = true;
-    for (int i = 0; i < t.steps; i++) split[t.seen[i]->id] = true;
-  }
-  double all = 0, part = 0;
-  for (Node *x = g->first; x; x = x->next) {
-    if (ir_ops[x->op].cls == K_SOURCE) continue;
-    double time = node_time(p, x);
-    all += time;
-    if (split[x->id]) part += time;
-  }
-  out->split_share = all > 0 ? part / all : 0;
-done:
-  free(split);
-  free(taken);
-  free(varies);
-  free(weighed);
-  free(inputs);
+  return true;
 }
 
 /* The forward nodes' roofline times (no launch gaps: they are the shares
@@ -486,7 +352,13 @@ static int compile_at(Ctx *c, void *data) {
   if (!pass_append_loss(g, &a->loss_spec, a->loss.output, TRAIN_TARGET, NULL) || !ir_verify(g)) return 1;
   Measured *m = job->out;
   if (!job->optimizer) {
-    find_tensor_pairs(p, g, m);
+    m->tp = calloc((size_t)p->n_t + 1, sizeof *m->tp);
+    if (!m->tp) {
+      diag_error(c, (SrcLoc){0}, "out of memory");
+      return 1;
+    }
+    for (int i = 0; i < p->n_t; i++)
+      if (!tp_facts(p, g, p->t_values[i], &m->tp[i])) return 1;
     if (!stage_costs(p, g, m)) {
       diag_error(c, (SrcLoc){0}, "out of memory");
       return 1;
@@ -527,7 +399,6 @@ static int compile_at(Ctx *c, void *data) {
   if (job->optimizer) {
     job->weights_bytes = (double)cg.plan->weights_bytes + (double)cg.plan->derived_bytes;
   } else {
-    m->step.split_s = compute * m->split_share;
     m->step.arena_bytes = (double)cg.plan->arena_bytes;
   }
   return 0;
@@ -612,9 +483,18 @@ static void print_row(FILE *f, const Row *w, double single_s, int gpus) {
           r->samples_per_s, efficiency, r->memory / 1e9, w->why_not ? w->why_not : "");
 }
 
+/* Where T is in p->t_values. */
+static int t_index(const Planner *p, int t) {
+  int i = 0;
+  while (i < p->n_t - 1 && p->t_values[i] != t) i++;
+  return i;
+}
+
 static int plan(Planner *p) {
   const PlanArgs *a = p->a;
   int gpus = a->gpus * a->nodes;
+  for (int t = 2; t <= gpus && p->n_t < (int)(sizeof p->t_values / sizeof p->t_values[0]); t++)
+    if (gpus % t == 0) p->t_values[p->n_t++] = t;
   /* What does not depend on the batch, from the step at batch 1, and
    * the optimizer's time: the step with it less the step without. */
   const Measured *base = measure(p, 1);
@@ -637,8 +517,7 @@ static int plan(Planner *p) {
                       .grad_bytes = base->grad_bytes,
                       .optim_s = with.step.compute_s > base->step.compute_s ? with.step.compute_s - base->step.compute_s
                                                                              : 0,
-                      .bucket_bytes = a->bucket_mb * 1048576.0,
-                      .tp_splits = base->tp_splits};
+                      .bucket_bytes = a->bucket_mb * 1048576.0};
   /* one GPU alone at the global batch, for the efficiency column; a
    * model too big to compile at that batch has none */
   const Measured *single = measure(p, a->batch);
@@ -664,14 +543,6 @@ static int plan(Planner *p) {
         continue;
       }
       int64_t local = a->batch / d;
-      if (t > 1 && !base->tp_splits) {
-        w->why_not = "no linear pair to split";
-        continue;
-      }
-      if (t > 1 && base->tp_gcd % t) {
-        w->why_not = "a split dimension (features or heads) does not divide";
-        continue;
-      }
       if (s > 1) {
         int m = a->micro_batches ? a->micro_batches : default_micro_batches(local, s);
         w->split.micro_batches = m;
@@ -695,7 +566,19 @@ static int plan(Planner *p) {
         w->why_not = "more stages than operations";
         continue;
       }
-      w->r = scale_estimate(p->dev, &model, &w->split, &at->step);
+      ScaleStep step = at->step;
+      if (t > 1) {
+        const TpFacts *f = &at->tp[t_index(p, t)];
+        if (!f->regions) {
+          w->why_not = f->why[0] ? f->why : "no pair of linears to split";
+          continue;
+        }
+        /* rank 0's share of the forward's work, as the part T divides */
+        step.split_s = f->work < 1 ? step.compute_s * (1 - f->work) * t / (t - 1) : 0;
+        if (step.split_s > step.compute_s) step.split_s = step.compute_s;
+        step.tp_bytes = f->bytes, step.tp_count = f->count;
+      }
+      w->r = scale_estimate(p->dev, &model, &w->split, &step);
       if (w->r.memory > p->dev->memory) w->why_not = "does not fit in memory";
     }
   }
@@ -710,11 +593,12 @@ static int plan(Planner *p) {
     printf("  one GPU: %.3f ms a step\n", single_s * 1e3);
   printf("  parameters %.1f MB, gradients all-reduced %.1f MB, weights and optimizer state %.1f MB\n",
          base->param_bytes / 1e6, base->grad_bytes / 1e6, model.weight_bytes / 1e6);
-  if (base->tp_splits)
-    printf("  tensor parallel splits %d group%s of linears (%d all-reduces a step); T must divide %" PRId64 "\n",
-           base->tp_groups, base->tp_groups == 1 ? "" : "s", base->step.tp_count, base->tp_gcd);
-  else
-    printf("  tensor parallel: no linear takes its input from another that a split could pair it with\n");
+  if (p->n_t && base->tp[0].regions)
+    printf("  tensor parallel over %d ranks splits %d region%s of linears (%d all-reduces a step)\n", p->t_values[0],
+           base->tp[0].regions, base->tp[0].regions == 1 ? "" : "s", base->tp[0].count);
+  else if (p->n_t)
+    printf("  tensor parallel over %d ranks splits nothing: %s\n", p->t_values[0],
+           base->tp[0].why[0] ? base->tp[0].why : "no pair of linears to split");
   printf("  split: data x tensor x pipeline groups; times in ms per step, exposed communication only\n");
   printf("  %-14s %5s %9s %9s %9s %9s %9s %10s %11s %7s %9s\n", "D x T x S", "micro", "compute", "dp comm", "tp comm",
          "p2p", "bubble", "step", "samples/s", "effic.", "GB/GPU");
@@ -760,6 +644,7 @@ int driver_plan_parallel(int argc, char **argv) {
     free(p.m[i]->node_s);
     free(p.m[i]->cut_bytes);
     free(p.m[i]->said);
+    free(p.m[i]->tp);
     free(p.m[i]);
   }
   free(p.m);

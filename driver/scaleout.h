@@ -68,7 +68,8 @@ typedef struct ScaleStep {
   double arena_bytes;
   /* Tensor parallel's all-reduces for one local batch (Megatron's: the
    * output of each row-split linear forward, the input gradient of each
-   * column-split group backward): their bytes and count. */
+   * column-split group backward; passes/tensor_par.c's allreduce_sum and
+   * tp_copy): their bytes and count. */
   double tp_bytes;
   int tp_count;
   /* The forward nodes' costs in order, for the stage split, and the
@@ -85,8 +86,6 @@ typedef struct ScaleModel {
   double grad_bytes;   /* what data parallel all-reduces per step (f32) */
   double optim_s;      /* the optimizer's update on one GPU, all parameters */
   double bucket_bytes; /* DDP's bucket (25 MiB): the last one cannot overlap */
-  bool tp_splits;      /* the model has linears tensor parallel can split */
-  int tp_max;          /* and the largest T that divides every split dim */
 } ScaleModel;
 
 /* One split: D data x T tensor x S pipeline, G GPUs per node. */

@@ -1,14 +1,15 @@
 #!/bin/sh
-# `dlcc train --plan-parallel` (driver/plan_parallel.c): on GPT-2's block
-# every split of 8 GPUs is listed or refused with its reason, rows add up
-# and come fastest first, the attention and MLP pairs are found, two
-# nodes make the data-parallel all-reduce dearer than one, a CNN has no
-# tensor split, --data gives the same shapes as the model, a training
-# command line takes the flag as it is, and each bad request's message.
+# `dlcc train --plan-parallel` (driver/plan_parallel.c): on an encoder
+# layer every split of 8 GPUs is listed, rows add up and come fastest
+# first, the attention and MLP regions tensor parallel splits are found
+# (passes/tensor_par.c's own), two nodes make the data-parallel
+# all-reduce dearer than one, a T the layers do not divide is refused
+# with the pass's reason, --data gives the same shapes as the model, a
+# training command line takes the flag as it is, and each bad request's
+# message.
 set -u
 . "${top_srcdir:-.}/tests/clilib.sh"
 dlcc="${top_builddir:-.}/dlcc"
-ex="${top_srcdir:-.}/examples"
 t="${top_srcdir:-.}/tests/train"
 
 # The table's rows of $tmp/out, "split step sum" a line: the split as
@@ -18,14 +19,12 @@ rows() {
     printf "%sx%sx%s %s %.3f\n", $1, $3, $5, $12, $7 + $8 + $9 + $10 + $11 }' "$tmp/out"
 }
 
-expect 0 "" "$dlcc" train "$ex/gpt2_block.dl" --plan-parallel --batch=64 --loss=mse
+expect 0 "" "$dlcc" train "$t/attn.dl" --plan-parallel --batch=64 --loss=mse
 head -1 "$tmp/out" | grep -q 'not measured$' || fail "the first line does not say it is an estimate: $(head -1 "$tmp/out")"
-grep -q '^  tensor parallel splits 2 groups of linears (4 all-reduces a step); T must divide 4$' "$tmp/out" ||
-  fail "GPT-2's attention and MLP pairs were not found: $(cat "$tmp/out")"
+grep -q '^  tensor parallel over 2 ranks splits 2 regions of linears (4 all-reduces a step)$' "$tmp/out" ||
+  fail "the attention and MLP regions were not found: $(cat "$tmp/out")"
 rows >"$tmp/rows"
-[ "$(wc -l <"$tmp/rows")" -eq 9 ] || fail "expected 9 splits of 8 GPUs, got: $(cat "$tmp/rows")"
-grep -q '^  1 x 8 x 1: not possible: a split dimension (features or heads) does not divide$' "$tmp/out" ||
-  fail "8-way tensor parallel over 4 heads was not refused: $(cat "$tmp/out")"
+[ "$(wc -l <"$tmp/rows")" -eq 10 ] || fail "expected 10 splits of 8 GPUs, got: $(cat "$tmp/rows")"
 awk '{ d = $2 - $3; if (d < -0.002 || d > 0.002) bad++ } END { exit bad > 0 }' "$tmp/rows" ||
   fail "a row's parts do not add up to its step: $(cat "$tmp/rows")"
 sort -s -k2,2g "$tmp/rows" | cmp -s - "$tmp/rows" || fail "the rows are not fastest first: $(cat "$tmp/rows")"
@@ -36,15 +35,17 @@ ok
 # Two nodes of four: 8-way data parallel crosses InfiniBand.
 dp8() { awk '$1 == 8 && $3 == 1 && $5 == 1 { print $8 }' "$tmp/out"; }
 one=$(dp8)
-expect 0 "" "$dlcc" train "$ex/gpt2_block.dl" --plan-parallel --batch=64 --loss=mse --gpus=4 --nodes=2
+expect 0 "" "$dlcc" train "$t/attn.dl" --plan-parallel --batch=64 --loss=mse --gpus=4 --nodes=2
 two=$(dp8)
 awk -v a="$one" -v b="$two" 'BEGIN { exit !(b > a) }' || fail "two nodes' all-reduce ($two ms) is not dearer than one's ($one ms)"
 
-# A CNN: nothing to split by tensor, and every T > 1 refused.
+# A CNN whose one linear has 3 outputs: nothing splits, every T > 1
+# refused with the pass's reason.
 expect 0 "" "$dlcc" train "$t/cnnbn.dl" --plan-parallel --batch=64 --loss=cross_entropy --gpus=4
-grep -q '^  tensor parallel: no linear takes its input from another that a split could pair it with$' "$tmp/out" ||
-  fail "a CNN's tensor split: $(cat "$tmp/out")"
-[ "$(grep -c 'not possible: no linear pair to split$' "$tmp/out")" -eq 3 ] || fail "T = 2, 4 not all refused: $(cat "$tmp/out")"
+grep -q '^  tensor parallel over 2 ranks splits nothing: fc.weight: fc.weight has 3 output rows, not a multiple of 2$' \
+  "$tmp/out" || fail "a CNN's tensor split: $(cat "$tmp/out")"
+[ "$(grep -c 'not possible: fc.weight: fc.weight has 3 output rows, not a multiple of [24]$' "$tmp/out")" -eq 3 ] ||
+  fail "T = 2, 4 not all refused: $(cat "$tmp/out")"
 
 # --data binds the shapes as the model's free dims do; the training
 # command's other flags change nothing.
