@@ -423,6 +423,18 @@ static bool lower_argmax(CgBuild *b, const Node *n) {
 
 /* ---- normalizations: every element of the row, from its statistics ---- */
 
+/* A row kernel over sp for n and each row's largest x, in at: the first
+ * pass of softmax and of softmax_xent. */
+static KVar *rows_max(Rows *R, CgBuild *b, const Node *n, const RowSpace *sp, const Value *x, DType at) {
+  Kernel *k = rows_kernel(b, n);
+  rows_begin(R, b, k, sp, x->type.dtype, at, false);
+  KVar *mx = rows_acc(R, "mx", at, -INFINITY);
+  Pass P = rows_pass(R, rows_guard(R, NULL));
+  accumulate(k, &P, mx, OP_MAXIMUM, rows_value(R, &P, x, true, at));
+  rows_allreduce(R, mx, OP_MAXIMUM);
+  return mx;
+}
+
 static bool lower_softmax(CgBuild *b, const Node *n) {
   if (!cg_check_dtypes(b, n, false)) return false;
   const Value *x = n->in[0], *out = &n->out[0];
@@ -433,15 +445,11 @@ static bool lower_softmax(CgBuild *b, const Node *n) {
   mark(reduced, xt->rank, axis, axis + 1);
   RowSpace sp = row_space(xt->dims, xt->rank, reduced);
   DType at = xt->dtype == TY_F64 ? TY_F64 : TY_F32; /* f64 rows in double, as eval.c */
-  Kernel *k = rows_kernel(b, n);
   Rows R;
-  rows_begin(&R, b, k, &sp, xt->dtype, at, false);
-  KVar *mx = rows_acc(&R, "mx", at, -INFINITY);
-  Pass P = rows_pass(&R, rows_guard(&R, NULL));
-  accumulate(k, &P, mx, OP_MAXIMUM, rows_value(&R, &P, x, true, at));
-  rows_allreduce(&R, mx, OP_MAXIMUM);
+  KVar *mx = rows_max(&R, b, n, &sp, x, at);
+  Kernel *k = R.k;
   KVar *sum = rows_acc(&R, "sum", at, 0);
-  P = rows_pass(&R, rows_guard(&R, NULL));
+  Pass P = rows_pass(&R, rows_guard(&R, NULL));
   KVar *ex = cg_klet(k, P.body, "ex", at,
                      cg_kop1(k, OP_EXP, cg_kop2(k, OP_SUB, rows_value(&R, &P, x, false, at), cg_kv(k, mx))));
   /* softmax keeps exp(x - max), log_softmax x itself */
@@ -481,15 +489,11 @@ static bool lower_xent(CgBuild *b, const Node *n) {
   double eps = ir_attr_float(n, "smoothing");
   RowSpace sp = row_space(xt->dims, 2, reduced);
   DType at = xt->dtype == TY_F64 ? TY_F64 : TY_F32;
-  Kernel *k = rows_kernel(b, n);
   Rows R;
-  rows_begin(&R, b, k, &sp, xt->dtype, at, false);
-  KVar *mx = rows_acc(&R, "mx", at, -INFINITY);
-  Pass P = rows_pass(&R, rows_guard(&R, NULL));
-  accumulate(k, &P, mx, OP_MAXIMUM, rows_value(&R, &P, x, true, at));
-  rows_allreduce(&R, mx, OP_MAXIMUM);
+  KVar *mx = rows_max(&R, b, n, &sp, x, at);
+  Kernel *k = R.k;
   KVar *sum = rows_acc(&R, "sum", at, 0), *dev = eps > 0 ? rows_acc(&R, "dev", at, 0) : NULL;
-  P = rows_pass(&R, rows_guard(&R, NULL));
+  Pass P = rows_pass(&R, rows_guard(&R, NULL));
   KVar *d = cg_klet(k, P.body, "d", at, cg_kop2(k, OP_SUB, rows_value(&R, &P, x, false, at), cg_kv(k, mx)));
   accumulate(k, &P, sum, OP_ADD, cg_kop1(k, OP_EXP, cg_kv(k, d)));
   if (dev) accumulate(k, &P, dev, OP_ADD, cg_kv(k, d));

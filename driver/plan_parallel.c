@@ -175,7 +175,7 @@ static int parse_args(int argc, char **argv, PlanArgs *a) {
 
 static double bytes_at(const Value *v, DType act) {
   int64_t n = ir_type_numel(&v->type);
-  DType dt = ir_dtype_is_float(v->type.dtype) && v->type.dtype == TY_F32 ? act : v->type.dtype;
+  DType dt = v->type.dtype == TY_F32 ? act : v->type.dtype;
   return n < 0 ? 0 : (double)n * ir_dtype_size(dt);
 }
 
@@ -604,13 +604,11 @@ static int plan(Planner *p) {
          "p2p", "bubble", "step", "samples/s", "effic.", "GB/GPU");
   for (int i = 0; i < n; i++)
     if (rows[i].r.step_s > 0) print_row(stdout, &rows[i], single_s, gpus);
-  int skipped = 0;
-  for (int i = 0; i < n; i++) skipped += rows[i].r.step_s == 0;
   for (int i = 0; i < n; i++)
     if (rows[i].r.step_s == 0)
-      printf("  %d x %d x %d: not possible: %s%s%s\n", rows[i].split.data, rows[i].split.tensor,
+      printf("  %d x %d x %d: not possible: %s%s\n", rows[i].split.data, rows[i].split.tensor,
              rows[i].split.stages, rows[i].failed_batch ? "the step at a group's batch does not compile: " : "",
-             rows[i].why_not, "");
+             rows[i].why_not);
   if (n && !rows[0].why_not)
     printf("choose: %d x %d x %d (data x tensor x pipeline)\n", rows[0].split.data, rows[0].split.tensor,
            rows[0].split.stages);
