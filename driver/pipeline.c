@@ -145,8 +145,9 @@ static void print_scopes(FILE *f, Graph *g, const StageSplit *sp, int s) {
 static void print_split(Pipeline *p) {
   const StageSplit *sp = &p->sp;
   int S = p->n_stages, M = p->m_count;
-  printf("pipeline: %d stages, %d micro-batch%s of %" PRId64 ", %s; bubble (S-1)/(M+S-1) = %.1f%%\n", S, M,
-         M == 1 ? "" : "es", p->b, p->c.one_f_one_b ? "1F1B" : "GPipe", 100.0 * (S - 1) / (double)(M + S - 1));
+  printf("pipeline: %d stages%s, %d micro-batch%s of %" PRId64 ", %s; bubble (S-1)/(M+S-1) = %.1f%%\n", S,
+         sp->marked ? " at the model's stage() marks" : "", M, M == 1 ? "" : "es", p->b,
+         p->c.one_f_one_b ? "1F1B" : "GPipe", 100.0 * (S - 1) / (double)(M + S - 1));
   for (int s = 0; s < S; s++) {
     if (s > 0) {
       const StageCut *c = &sp->cut[s];

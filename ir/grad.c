@@ -994,6 +994,7 @@ static void vjp_dropout(GradCall *c) {
 #define GRAD_ALLREDUCE_MEAN VJP(vjp_allreduce_mean)
 #define GRAD_TP_COPY VJP(vjp_tp_copy)
 #define GRAD_ALLREDUCE_SUM VJP(vjp_allreduce_sum)
+#define GRAD_STAGE VJP(vjp_allreduce_sum) /* the identity's: dy */
 
 const GradRule ir_grad_rules[] = {
 #define OP(id, ...) GRAD_##id,

@@ -490,6 +490,7 @@ static Graph *build_every_op(Ctx *c, bool *covered) {
   ir_set_int(g, n, "bucket", 2);
   add(g, n);
   add(g, NODE(g, OP_ALLREDUCE_SUM, &add(g, NODE(g, OP_TP_COPY, x))->out[0]));
+  add(g, NODE(g, OP_STAGE, x));
 
   /* A string with every character the printer must escape. */
   param(g, "odd \"name\" with \\ and\nnewline", TY(TY_F32, 1));
