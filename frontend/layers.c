@@ -672,9 +672,10 @@ static Val bi_dropout(Lower *l, const Call *c) {
   if (!ok) return poison();
   if (!l->opt->training) return val_tensor(x);
   if (!need_float(l, c, x)) return poison();
-  Value *in[3] = {x, rng_state(l, "dlcc.seed", c->loc), rng_state(l, "dlcc.step", c->loc)};
-  if (!in[1] || !in[2]) return poison();
-  Node *n = fe_node(l, OP_DROPOUT, 3, in, c->loc);
+  Value *in[4] = {x, rng_state(l, "dlcc.seed", c->loc), rng_state(l, "dlcc.step", c->loc),
+                  rng_state(l, "dlcc.first_sample", c->loc)};
+  if (!in[1] || !in[2] || !in[3]) return poison();
+  Node *n = fe_node(l, OP_DROPOUT, 4, in, c->loc);
   ir_set_float(l->g, n, "p", p);
   ir_set_int(l->g, n, "stream", fe_map(l, &l->counters, "\x01dropout", true)->n++);
   return val_tensor(fe_emit(l, n));
