@@ -50,10 +50,13 @@ static void cut_info(Graph *g, Node **order, int n, const int *last, int loss_at
       Node *def = order[i]->in[k]->def;
       if (def->op == OP_PARAM && first_reader[def->id] < 0) first_reader[def->id] = i;
     }
-  /* A param read before and after p pins p; so does a value crossing p
-   * that is not floating point. */
+  /* A float param read before and after p pins p (it is trained in one
+   * stage; an integer one, such as dropout's step counter, is state each
+   * stage may hold a copy of); so does a value crossing p that is not
+   * floating point. */
   for (Node *m = g->first; m; m = m->next)
-    if (m->op == OP_PARAM && first_reader[m->id] >= 0 && first_reader[m->id] < last[m->out[0].id])
+    if (m->op == OP_PARAM && ir_dtype_is_float(m->out[0].type.dtype) && first_reader[m->id] >= 0 &&
+        first_reader[m->id] < last[m->out[0].id])
       d_bad[first_reader[m->id] + 1]++, d_bad[last[m->out[0].id] + 1]--;
   for (int i = 0; i < n; i++)
     for (int r = 0; r < order[i]->n_out; r++) {

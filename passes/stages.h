@@ -36,7 +36,7 @@ typedef struct StageSplit {
 /* Splits g (numbered by ir_number; arrays in g's arena).  Each stage gets
  * at least one computing node (input, param and const are sources: every
  * stage that reads one has its own); a cut may not separate two readers
- * of one param (each param lives in one stage) nor carry a value that is
+ * of one float param (each param lives in one stage) nor carry a value that is
  * not floating point (its gradient could not come back), and the loss
  * (output 0) is computed by the last stage.  When g has stage nodes (the
  * language's stage(x)), they say where the cuts are: g's list is put in
