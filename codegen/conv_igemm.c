@@ -217,11 +217,15 @@ typedef struct ConvTc {
   bool transpose;
   int64_t off[3];
   /* conv_transpose by stride phase: output pixel o = phi + s j reads
-   * only the taps r = r0(phi) + s q (dilation prime to the stride), the
-   * same count kern / s for every phase when s divides kern and the
-   * output: each phase a dense product, the phases a batch of the GEMM
-   * (z = group * P + phase), none of the gather's zeros multiplied. */
-  bool phased;
+   * only the taps r = r0(phi) + s q (dilation prime to the stride):
+   * each phase a dense product, the phases a batch of the GEMM (z =
+   * group * P + phase), none of the gather's zeros multiplied.  Every
+   * phase gets ceil(kern / s) taps and ceil(od / s) pixels; when s does
+   * not divide the kernel or the output (ragged: a 3x3 kernel at stride
+   * 2), a phase's taps past the kernel read zeros (weight and input)
+   * and its pixels past the output are not stored, so only those few
+   * zeros are multiplied, against the gather's s^d - 1 of every s^d. */
+  bool phased, ragged;
   int64_t P, TQ, OPP;             /* phases, taps and output pixels a phase */
   int64_t tq[3], opp[3], inv[3];  /* per dim: taps, pixels a phase; dil^-1 mod s */
   DType acc_t;
@@ -258,12 +262,12 @@ static void conv_geometry(ConvTc *cv, const Node *n) {
   cv->P = cv->TQ = cv->OPP = 1;
   for (int d = 0; d < cv->nsp && cv->phased; d++) {
     int64_t st = cv->stride[d];
-    cv->phased = cv->kern[d] % st == 0 && cv->od[d] % st == 0;
+    cv->ragged = cv->ragged || cv->kern[d] % st || cv->od[d] % st;
     cv->inv[d] = -1;
     for (int64_t v = 0; v < st && cv->phased; v++)
       if (cv->dil[d] * v % st == 1 % st) cv->inv[d] = v;
-    cv->phased = cv->phased && cv->inv[d] >= 0;
-    cv->tq[d] = cv->kern[d] / st, cv->opp[d] = cv->od[d] / st;
+    cv->phased = cv->inv[d] >= 0;
+    cv->tq[d] = (cv->kern[d] + st - 1) / st, cv->opp[d] = (cv->od[d] + st - 1) / st;
     cv->P *= st, cv->TQ *= cv->tq[d], cv->OPP *= cv->opp[d];
   }
   /* a stride of 1 everywhere has one phase: the gather has no zeros */
@@ -296,18 +300,26 @@ bool cg_conv_on_tc(CgBuild *b, const Node *n) {
   return ir_attr_int(n, "groups") == 1 || (cv.Cog >= 16 && cv.Kg >= 16);
 }
 
+/* Tap r = r0 + s q of phase z along dim d, q the tap's coordinate
+ * there; with a ragged split, *valid gains r < kern. */
+static KExpr *phase_tap(ConvTc *cv, Kernel *k, KExpr *z, KExpr *q, int d, KExpr **valid) {
+  KExpr *r = cg_kadd(k, first_tap(cv, k, phase_of(cv, k, z, d), d),
+                     cg_kmul(k, coord_of(k, q, cv->tq, cv->nsp, d), ki(k, cv->stride[d])));
+  if (cv->ragged && cv->kern[d] % cv->stride[d]) *valid = cg_kand(k, *valid, klt(k, r, cv->kern[d]));
+  return r;
+}
+
 /* A[z][row][kk]: W[z*Cog + row][kk], or conv_transpose's
- * W[z*Cg + kk / KK][row][kk % KK]. */
-static KExpr *w_index(ConvTc *cv, Kernel *k, KExpr *z, KExpr *row, KExpr *kk) {
+ * W[z*Cg + kk / KK][row][kk % KK]; *valid (phases) NULL or the
+ * condition that the tap is inside the kernel. */
+static KExpr *w_index(ConvTc *cv, Kernel *k, KExpr *z, KExpr *row, KExpr *kk, KExpr **valid) {
+  *valid = NULL;
   if (cv->phased) {
     /* kk = (ci, q...): tap r = r0 + s q of W[g Cg + ci][row][taps] */
     KExpr *ci = cg_kadd(k, cg_kmul(k, kdiv(k, z, cv->P), ki(k, cv->Cg)), kdiv(k, kk, cv->TQ));
     KExpr *q = kmod(k, kk, cv->TQ), *at = cg_kadd(k, cg_kmul(k, ci, ki(k, cv->Cog)), row);
-    for (int d = 0; d < cv->nsp; d++) {
-      KExpr *r = cg_kadd(k, first_tap(cv, k, phase_of(cv, k, z, d), d),
-                         cg_kmul(k, coord_of(k, q, cv->tq, cv->nsp, d), ki(k, cv->stride[d])));
-      at = cg_kadd(k, cg_kmul(k, at, ki(k, cv->kern[d])), r);
-    }
+    for (int d = 0; d < cv->nsp; d++)
+      at = cg_kadd(k, cg_kmul(k, at, ki(k, cv->kern[d])), phase_tap(cv, k, z, q, d, valid));
     return at;
   }
   if (cv->transpose) {
@@ -329,8 +341,7 @@ static KBuf *w_async(void *ctx, Kernel *k) {
 
 static KExpr *w_chunk(void *ctx, Kernel *k, KBlock *blk, KExpr *z, KExpr *row, KExpr *kk, KExpr **ok) {
   (void)blk;
-  *ok = NULL;
-  return w_index(ctx, k, z, row, kk);
+  return w_index(ctx, k, z, row, kk, ok); /* not for conv_transpose (w_async): ok stays NULL */
 }
 
 static void *w_row(void *ctx, Kernel *k, KBlock *blk, KExpr *z, KExpr *row) {
@@ -338,9 +349,21 @@ static void *w_row(void *ctx, Kernel *k, KBlock *blk, KExpr *z, KExpr *row) {
   return row;
 }
 
+/* v = 0, then v = load(at) where valid: a guarded read. */
+static KExpr *load_or_zero(ConvTc *cv, Kernel *k, KBlock *blk, const Value *x, const char *name, KExpr *at,
+                           KExpr *valid, double zero) {
+  DType dt = x->type.dtype;
+  KVar *v = cg_klet(k, blk, name[0] == 'w' ? "wv" : "xv", dt, cg_kimm(k, zero, dt));
+  KStmt *s = cg_kif(k, blk, valid);
+  cg_kset(k, &s->body, v, cg_operand_load(cv->b, k, &s->body, x, name, at));
+  return kv(k, v);
+}
+
 static KExpr *w_element(void *ctx, void *row, Kernel *k, KBlock *blk, KExpr *z, KExpr *kk) {
   ConvTc *cv = ctx;
-  return cg_operand_load(cv->b, k, blk, cv->w, "w", w_index(cv, k, z, row, kk));
+  KExpr *valid, *at = w_index(cv, k, z, row, kk, &valid);
+  if (!valid) return cg_operand_load(cv->b, k, blk, cv->w, "w", at);
+  return load_or_zero(cv, k, blk, cv->w, "w", at, valid, 0); /* with x at its zero point: no term */
 }
 
 static KExpr *let_index(Kernel *k, KBlock *blk, const char *stem, KExpr *e) {
@@ -400,6 +423,8 @@ static KExpr *x_element(void *ctx, void *row, Kernel *k, KBlock *blk, KExpr *z, 
     KExpr *pos = let_index(k, blk, "ip", cg_kidx(k, KI_SUB, r->base[d],
                                                   cg_kmul(k, coord_of(k, tap, cv->tq, cv->nsp, d), ki(k, cv->dil[d]))));
     inside = cg_kand(k, inside, cg_kand(k, cg_kcmp(k, KC_GE, pos, ki(k, 0)), klt(k, pos, cv->in[d])));
+    /* a tap past the kernel reads 0, not x (0 * inf would be NaN) */
+    if (cv->ragged) phase_tap(cv, k, z, tap, d, &inside);
     at = cg_kadd(k, cg_kmul(k, at, ki(k, cv->in[d])), pos);
   }
   for (int d = 0; d < cv->nsp && !cv->phased; d++) {
@@ -414,17 +439,14 @@ static KExpr *x_element(void *ctx, void *row, Kernel *k, KBlock *blk, KExpr *z, 
     at = cg_kadd(k, cg_kmul(k, at, ki(k, cv->in[d])), pos);
   }
   if (!inside) return cg_operand_load(cv->b, k, blk, cv->x, "x", at);
-  DType dt = cv->x->type.dtype;
-  KVar *v = cg_klet(k, blk, "xv", dt, cg_kimm(k, (double)cg_zero_point(cv->n), dt));
-  KStmt *s = cg_kif(k, blk, inside);
-  cg_kset(k, &s->body, v, cg_operand_load(cv->b, k, &s->body, cv->x, "x", at));
-  return kv(k, v);
+  return load_or_zero(cv, k, blk, cv->x, "x", at, inside, (double)cg_zero_point(cv->n));
 }
 
 static void conv_store(void *ctx, Kernel *k, KBlock *blk, KExpr *z, KExpr *m, KExpr *n, KExpr *acc) {
   ConvTc *cv = ctx;
   KExpr *co = let_index(k, blk, "co", cg_kadd(k, cg_kmul(k, cv->phased ? kdiv(k, z, cv->P) : z, ki(k, cv->Cog)), m));
   KExpr *pix = kmod(k, n, cv->OHW), *img = kdiv(k, n, cv->OHW);
+  KExpr *stored = NULL; /* a ragged phase's pixels past the output are not */
   if (cv->phased) {
     /* pixel j of phase phi: output phi + s j */
     KExpr *p = let_index(k, blk, "pj", kmod(k, n, cv->OPP));
@@ -432,9 +454,14 @@ static void conv_store(void *ctx, Kernel *k, KBlock *blk, KExpr *z, KExpr *m, KE
     pix = ki(k, 0);
     for (int d = 0; d < cv->nsp; d++) {
       KExpr *o = cg_kadd(k, phase_of(cv, k, z, d), cg_kmul(k, coord_of(k, p, cv->opp, cv->nsp, d), ki(k, cv->stride[d])));
+      if (cv->ragged && cv->od[d] % cv->stride[d]) {
+        o = let_index(k, blk, "od", o);
+        stored = cg_kand(k, stored, klt(k, o, cv->od[d]));
+      }
       pix = cg_kadd(k, cg_kmul(k, pix, ki(k, cv->od[d])), o);
     }
   }
+  if (stored) blk = &cg_kif(k, blk, stored)->body;
   KExpr *o = cg_kadd(k, cg_kmul(k, cg_kadd(k, cg_kmul(k, img, ki(k, cv->Co)), co), ki(k, cv->OHW)), pix);
   KExpr *oi = let_index(k, blk, "o", o), *val = acc;
   if (cv->n->n_in > 2)

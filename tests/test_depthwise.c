@@ -120,7 +120,7 @@ typedef struct TrCase {
   Conv conv;
   bool tf32;
   bool nvrtc;  /* compile the source for sm_90 too */
-  bool phases; /* by stride phase (the stride divides the kernel and the output) */
+  bool phases; /* by stride phase (a stride above 1, prime to the dilation) */
 } TrCase;
 
 /* n, c, co, groups, in, k, stride, pad, dilation; output_pad last */
@@ -130,22 +130,32 @@ static const TrCase tr_cases[] = {
      false, true, false},
     {{"f16 4x4 s2 pad 1, output_pad 1", "f16", 2, 1, 32, 16, 1, {6, 5}, {4, 4}, {2, 2}, {1, 1, 1, 1}, ONES,
       .bias = true, .transpose = true, .opad = {1, 1}},
-     false, false, false},
+     false, false, true},
     {{"bf16 3x3 s3, dilation 2, pad 2,1,0,3, output_pad 2,1", "bf16", 2, 3, 16, 24, 1, {5, 4}, {3, 3}, {3, 3},
       {2, 1, 0, 3}, {2, 2}, .bias = false, .transpose = true, .opad = {2, 1}},
-     false, false, false},
+     false, false, true},
     {{"bf16 groups 2 of 16, s2", "bf16", 2, 1, 32, 32, 2, {5, 5}, {3, 3}, {2, 2}, {1, 1, 1, 1}, ONES, .bias = true,
       .transpose = true, .opad = {1, 0}},
-     false, false, false},
+     false, false, true},
     {{"i8 4x4 s2, bias", "i8", 2, 2, 20, 24, 1, {5, 6}, {4, 4}, {2, 2}, {1, 0, 2, 1}, ONES, .bias = true,
       .transpose = true},
-     false, true, false},
+     false, true, true},
     {{"f16 3-d 3x3x3 s2", "f16", 3, 1, 16, 16, 1, {3, 4, 5}, {3, 3, 3}, {2, 2, 2}, {1, 1, 1, 1, 1, 1}, ONES,
       .bias = false, .transpose = true, .opad = {1, 1, 1}},
-     false, false, false},
+     false, false, true},
     {{"f32 under --tf32, s2", "f32", 2, 2, 24, 16, 1, {6, 6}, {3, 3}, {2, 2}, {1, 1, 1, 1}, ONES, .bias = true,
       .transpose = true, .opad = {1, 1}},
-     true, true, false},
+     true, true, true},
+    /* the gather: a dilation that shares a factor with the stride */
+    {{"f16 3x3 s2 dilation 2 (gather)", "f16", 2, 1, 16, 16, 1, {5, 6}, {3, 3}, {2, 2}, {1, 1, 1, 1}, {2, 2},
+      .bias = true, .transpose = true, .opad = {1, 0}},
+     false, true, false},
+    {{"f16 3x3 s2 (ragged phases: 2 and 1 taps), odd output, relu", "f16", 2, 2, 16, 16, 1, {5, 6}, {3, 3},
+      {2, 2}, {1, 1, 1, 1}, ONES, .bias = true, .relu = true, .transpose = true, .opad = {0, 1}},
+     false, true, true},
+    {{"bf16 2x2 s3 (a phase with no tap)", "bf16", 2, 1, 16, 16, 1, {4, 5}, {2, 2}, {3, 3}, {0}, ONES,
+      .bias = true, .transpose = true, .opad = {2, 1}},
+     false, false, true},
     /* by stride phase */
     {{"f16 2x2 s2 phases, bias relu", "f16", 2, 2, 32, 16, 1, {5, 6}, {2, 2}, {2, 2}, {0}, ONES, .bias = true,
       .relu = true, .transpose = true},
