@@ -42,8 +42,9 @@
 #      a fused elementwise map in GB/s against the measured copy
 #      bandwidth (tests/gpu/bw_bench, its own 60 s).
 #  11. (after 4) the execution engine (docs/runtime.md): the warm wall time
-#      of a run of ResNet-50 (batch 1, 64x64) and the LSTM with CUDA graphs
-#      and with --no-graphs, and the engine report (its own 60 s).
+#      of a run of ResNet-50 (batch 1, 64x64), the LSTM and the llama block
+#      with CUDA graphs and with --no-graphs (the llama block also with
+#      its branch streams off), and the engine report (its own 60 s).
 #  12. (after 11) training (docs/training.md): dlcc train's step losses on
 #      cuda against ref (the MLP, LeNet and LSTM of tests/train), ResNet-18
 #      training throughput (64x64, batch 64) in f32 and bf16, and PyTorch's
@@ -117,9 +118,12 @@ bandwidth_section() {
 engine_section() {
   echo "== execution engine: wall time per run, CUDA graphs on and off"
   local spec m defs mode flags lim
-  for spec in "resnet50 -D HW=64" "lstm"; do
+  for spec in "resnet50 -D HW=64" "lstm" "llama_block"; do
     read -r m defs <<<"$spec"
-    for mode in graphs no-graphs; do
+    modes="graphs no-graphs"
+    # the llama block's graph has independent steps on 2 streams
+    [ "$m" = llama_block ] && modes="graphs no-branches no-graphs"
+    for mode in $modes; do
       lim=$(slot 15)
       if [ "$lim" = 0 ]; then
         skipped "engine $m $mode"
@@ -127,8 +131,10 @@ engine_section() {
       fi
       flags=
       [ $mode = no-graphs ] && flags=--no-graphs
+      nobr=0
+      [ $mode = no-branches ] && nobr=1
       # shellcheck disable=SC2086
-      if run "$lim" "engine.$m.$mode" ./dlcc run "examples/$m.dl" $defs --backend=cuda --bench=200 --verbose $flags; then
+      if DLCC_NO_BRANCHES=$nobr run "$lim" "engine.$m.$mode" ./dlcc run "examples/$m.dl" $defs --backend=cuda --bench=200 --verbose $flags; then
         note "engine $m $mode: $(grep -m1 'bench:' "$work/engine.$m.$mode.out" | sed 's/^dlcc: bench: //');" \
           "$(grep -m1 'engine:' "$work/engine.$m.$mode.out" | sed 's/^dlcc: engine: //')"
       else
