@@ -296,6 +296,10 @@ typedef struct Run {
   TrainArgs *a;
   TrainData data, val;
   dlc_train *step, *rest, *eval; /* rest: the last partial batch; eval: --val */
+  /* Tensor parallel, rank 0: the whole step on the interpreter (no plan,
+   * no device memory), where the ranks' parts are gathered to be written
+   * or validated. */
+  dlc_train *whole;
   int64_t rest_n;                /* its size, 0 when none */
   int64_t steps_per_epoch, total_steps;
   int64_t epoch, global_step;    /* where training is: completed epochs, steps */
@@ -377,10 +381,14 @@ static void note_shapes(const TrainData *d, const dlc_input_shape *shapes) {
   fprintf(stderr, " (the batch, then a sample's shape)\n");
 }
 
-/* A step (or eval model) compiled for batch; NULL after printing why. */
-static dlc_train *compile_for(Run *r, const TrainData *d, int64_t batch, bool eval) {
+typedef enum { FOR_STEP, FOR_EVAL, FOR_WHOLE } CompileFor;
+
+/* A step (or eval model, or tensor parallel's whole step) compiled for
+ * batch; NULL after printing why. */
+static dlc_train *compile_for(Run *r, const TrainData *d, int64_t batch, CompileFor what) {
   dlc_train_options o;
   if (!train_options(r->a, &o)) return NULL;
+  bool eval = what == FOR_EVAL;
   o.eval = eval;
   o.optimizer.data_parallel = r->dp > 1 && !eval && !r->a->pipeline;
   /* With --pipeline the whole step only checks the data and holds the
@@ -388,7 +396,8 @@ static dlc_train *compile_for(Run *r, const TrainData *d, int64_t batch, bool ev
   if (r->a->pipeline && !eval) o.model.backend = "ref";
   o.optimizer.sync_bn = r->a->sync_bn && !eval ? r->dp : 0;
   /* The eval model (rank 0's) runs whole, on the gathered weights. */
-  o.model.tensor_parallel = eval ? 1 : r->tp;
+  o.model.tensor_parallel = what == FOR_STEP ? r->tp : 1;
+  if (what == FOR_WHOLE) o.model.backend = "ref";
   o.model.tensor_rank = r->dist->rank % r->tp;
   o.optimizer.bucket_mb = r->a->bucket_mb;
   dlc_input_shape *shapes = calloc((size_t)d->n, sizeof *shapes);
@@ -431,7 +440,7 @@ static dlc_train *compile_for(Run *r, const TrainData *d, int64_t batch, bool ev
   for (int i = 0; !r->dist->rank && i < dlc_num_tensor_notes(m) && !r->tp_noted; i++)
     printf("tensor parallel: %s\n", dlc_tensor_note(m, i));
   r->tp_noted = r->tp > 1;
-  if ((o.optimizer.data_parallel || o.model.tensor_parallel > 1) && !api_ok(t, dlc_train_set_comm(t, dist_comm, r))) {
+  if (what != FOR_WHOLE && (o.optimizer.data_parallel || o.model.tensor_parallel > 1) && !api_ok(t, dlc_train_set_comm(t, dist_comm, r))) {
     dlc_train_free(t);
     return NULL;
   }
@@ -498,14 +507,17 @@ static char *checkpoint_path(const char *out) {
  * owner), before rank 0 writes or validates them. */
 static bool gather_parts(Run *r) {
   char err[512];
-  if (r->tp == 1 || train_tp_gather(r->dist, r->step ? r->step : r->rest, err, sizeof err)) return true;
+  if (r->tp == 1 || train_tp_gather(r->dist, r->step ? r->step : r->rest, r->whole, err, sizeof err)) return true;
   fprintf(stderr, "dlcc: error: %s\n", err);
   keep_error(err);
   return false;
 }
 
+/* The step whose weights rank 0 writes or validates. */
+static dlc_train *weights_of(Run *r) { return r->whole ? r->whole : r->step ? r->step : r->rest; }
+
 static bool save(Run *r) {
-  dlc_train *t = r->step ? r->step : r->rest;
+  dlc_train *t = weights_of(r);
   if (!gather(r) || !gather_parts(r)) return false;
   if (r->dist->rank) return true; /* one writer: the ranks hold the same weights */
   if (!api_ok(t, dlc_train_save(t, r->a->save, 0, 0, NULL, NULL))) return false;
@@ -543,6 +555,7 @@ static bool broadcast_weights(Run *r, dlc_train *t) {
   for (int i = 0; ok && i < dlc_train_num_params(t); i++) {
     dlc_tensor_info info;
     if (!api_ok(t, dlc_train_param_info(t, i, &info))) return false;
+    if (train_tp_sharded(m, info.name, NULL)) continue; /* each rank cut its own parts from the same whole */
     void *buf = malloc(info.nbytes + 1);
     if (!buf) return false;
     ok = api_ok(t, dlc_get_weight(m, info.name, buf, info.nbytes));
@@ -567,6 +580,8 @@ static bool bind_weights(Run *r) {
     return false;
   }
   if (!broadcast_weights(r, t)) return false;
+  if (r->whole && !api_ok(r->whole, dlc_init_weights(dlc_train_model(r->whole), 0))) return false;
+  if (r->whole) train_tp_report(t, r->whole);
   if (r->pipe) {
     char err[1024];
     if (!pipe_bind(r->pipe, t, err, sizeof err)) {
@@ -666,7 +681,7 @@ static void score_batch(Run *r, int64_t n, double *loss_sum, int64_t *counted, i
 
 /* The validation set's loss (PyTorch's mean) and accuracy. */
 static bool validate(Run *r) {
-  dlc_train *t = r->step ? r->step : r->rest;
+  dlc_train *t = weights_of(r);
   if (!api_ok(r->eval, dlc_train_copy_state(r->eval, t))) return false;
   int64_t *order = malloc(sizeof *order * (size_t)r->val.count);
   if (!order) return false;
@@ -745,9 +760,9 @@ static bool compile_pipeline(Run *r) {
     fprintf(stderr, "dlcc: error: %s\n", last_error);
     return false;
   }
-  if (!(r->step = compile_for(r, &r->data, a->batch / m, false))) return false;
+  if (!(r->step = compile_for(r, &r->data, a->batch / m, FOR_STEP))) return false;
   if (!check_classes(r, &r->data)) return false;
-  if (a->val && !r->dist->rank && !(r->eval = compile_for(r, &r->val, a->batch, true))) return false;
+  if (a->val && !r->dist->rank && !(r->eval = compile_for(r, &r->val, a->batch, FOR_EVAL))) return false;
   dlc_train_options o;
   if (!train_options(a, &o)) return false;
   PipeConfig pc = {.model_path = a->model_path, .train = &o, .loss = a->loss.name ? &a->loss_spec : NULL,
@@ -784,9 +799,11 @@ static bool compile_steps(Run *r) {
     fprintf(stderr, "dlcc: error: %s\n", last_error);
     return false;
   }
-  if (full && !(r->step = compile_for(r, &r->data, b / k, false))) return false;
-  if (r->rest_n && !(r->rest = compile_for(r, &r->data, r->rest_n / k, false))) return false;
-  if (r->a->val && !r->dist->rank && !(r->eval = compile_for(r, &r->val, b, true))) return false;
+  if (full && !(r->step = compile_for(r, &r->data, b / k, FOR_STEP))) return false;
+  if (r->rest_n && !(r->rest = compile_for(r, &r->data, r->rest_n / k, FOR_STEP))) return false;
+  if (r->a->val && !r->dist->rank && !(r->eval = compile_for(r, &r->val, b, FOR_EVAL))) return false;
+  if (r->tp > 1 && !r->dist->rank && !(r->whole = compile_for(r, &r->data, full ? b / k : r->rest_n / k, FOR_WHOLE)))
+    return false;
   if (!check_classes(r, &r->data) || (r->a->val && !check_classes(r, &r->val))) return false;
   return true;
 }
@@ -836,6 +853,7 @@ static void teardown(Run *r) {
   dlc_train_free(r->step);
   dlc_train_free(r->rest);
   dlc_train_free(r->eval);
+  dlc_train_free(r->whole);
   pipe_free(r->pipe);
 #ifdef HAVE_NCCL
   nccl_comm_free(r->nccl);

@@ -210,16 +210,31 @@ const char *dlc_engine_report(dlc_model *m);
 
 /* With tensor_parallel: the parts of parameters the ranks share out.
  * Along axis, rank r of T owns [start + r * len / T, start + (r + 1) *
- * len / T); every rank holds the whole tensor, but only its own part of
- * it is read and kept up to date.  The optimizer's state of a split
- * parameter is split the same way. */
+ * len / T).  The optimizer's state of a split parameter is split the
+ * same way.  sharded: the parameter's splits tile its axis, and this
+ * rank's model holds only its parts (the weight is 1/T of the whole
+ * along axis, the parts one after another in the order of start); a
+ * file or a seed still gives the whole tensor, which each rank cuts.
+ * Otherwise every rank holds the whole tensor and reads and updates
+ * only its own part of it. */
 typedef struct dlc_tensor_split {
   const char *param;
   int axis;
   int64_t start, len;
+  int sharded;
 } dlc_tensor_split;
 int dlc_num_tensor_splits(const dlc_model *m);
 dlc_status dlc_tensor_split_info(const dlc_model *m, int index, dlc_tensor_split *out);
+/* A sharded weight's parts: copies between whole (the whole tensor,
+ * whole_dims, dims of them) and part (rank's part, the size the model
+ * holds): to_whole writes the elements rank owns into whole, else part
+ * from whole.  DLC_ERR_ARGUMENT when name is not a sharded weight. */
+dlc_status dlc_weight_part(const dlc_model *m, const char *name, int rank, int dims, const int64_t *whole_dims,
+                           void *whole, void *part, int to_whole);
+/* The device memory a compiled model's plan holds: its weights (a
+ * training step's optimizer state with them, each weight aligned) and
+ * its activation arena.  DLC_ERR_ARGUMENT on the ref backend (no plan). */
+dlc_status dlc_plan_memory(const dlc_model *m, uint64_t *weights_bytes, uint64_t *arena_bytes);
 /* With tensor_parallel: what was split and what was not and why, a line
  * each ("split: ...", "not split: NAME: why"). */
 int dlc_num_tensor_notes(const dlc_model *m);
