@@ -564,6 +564,14 @@ dlc_status dlc_weight_part(const dlc_model *m, const char *name, int rank, int d
              : DLC_ERR_ARGUMENT;
 }
 
+dlc_status dlc_set_comm(dlc_model *m, dlc_comm_fn fn, void *ctx) {
+  if (!m) return DLC_ERR_ARGUMENT;
+  if (!m->use_runtime || !m->rt)
+    return api_fail(m, DLC_ERR_ARGUMENT, "parallel runs are on emu or cuda: the ref backend has no communicator yet");
+  if (dlrt_set_comm(m->rt, fn, ctx)) return api_fail(m, DLC_ERR_RUN, "%s", dlrt_error(m->rt));
+  return DLC_OK;
+}
+
 dlc_status dlc_plan_memory(const dlc_model *m, uint64_t *weights_bytes, uint64_t *arena_bytes) {
   if (!m || !m->g || !m->use_runtime || !m->cg.plan || !weights_bytes || !arena_bytes) return DLC_ERR_ARGUMENT;
   *weights_bytes = m->cg.plan->weights_bytes;

@@ -331,3 +331,13 @@ void dist_abort(Dist *d, int code) {
 void dist_finish(Dist *d) {}
 
 #endif
+
+void dist_end(Dist *d, bool ok, const char *msg) {
+  if (d->size > 1) {
+    if (!d->peer_failed && !d->broken) dist_check(d, ok, msg ? msg : "failed (its message is above)");
+    if (d->broken) dist_abort(d, 1);
+    if (d->peer_failed && d->failed_rank != d->rank)
+      fprintf(stderr, "dlcc: error: rank %d stops: %s\n", d->rank, d->err);
+  }
+  dist_finish(d);
+}

@@ -84,5 +84,10 @@ DistStatus dist_allgather(Dist *d, const void *mine, void *all, size_t bytes);
  * job with MPI_Abort (after the message, which is the point). */
 void dist_abort(Dist *d, int code);
 void dist_finish(Dist *d);
+/* The ranks end together: a rank that failed (ok false, msg its error,
+ * or NULL when it printed it) hands its message to the others, which
+ * print it naming the rank; one that cannot reach them (a peer is gone)
+ * ends the job after printing why.  Then dist_finish. */
+void dist_end(Dist *d, bool ok, const char *msg);
 
 #endif

@@ -16,6 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "driver/comm.h"
 #ifdef HAVE_NCCL
 #include "driver/comm_nccl.h"
 #endif
@@ -315,9 +316,7 @@ typedef struct Run {
   int64_t steps_done, steps_todo, samples_done; /* in this run */
   int64_t classes; /* cross_entropy/nll: the class axis' size; 0 otherwise */
   Dist *dist;      /* the ranks: each takes batch / size samples of every batch */
-#ifdef HAVE_NCCL
-  NcclComm *nccl;  /* on cuda, made at the first all-reduce */
-#endif
+  DistComm comm;   /* the plans' all-reduces: data parallel's means, tensor parallel's sums */
   int64_t local;   /* this rank's share of a full batch */
   Pipeline *pipe;  /* --pipeline: this rank's stage; step is then the whole model, kept for saving */
   int tp, dp;      /* tensor-parallel ranks (--tensor-parallel), data-parallel groups: tp * dp ranks */
@@ -339,31 +338,6 @@ static bool api_ok(dlc_train *t, dlc_status st) {
     keep_error(dlc_train_error(t));
   }
   return st == DLC_OK;
-}
-
-/* The communicator a data-parallel step calls per gradient. */
-static int dist_comm(void *ctx, const char *device, uint64_t buf, uint64_t count, int bucket, int op, char *err,
-                     size_t errlen) {
-  Run *r = ctx;
-  Dist *d = r->dist;
-  if (strcmp(device, "emu") != 0) {
-#ifdef HAVE_NCCL
-    if (!r->nccl && !(r->nccl = nccl_comm_new(d, err, errlen))) return 1;
-    if (bucket == DLRT_COMM_PROGRESS) return 0; /* NCCL's kernels move by themselves */
-    return bucket == DLRT_COMM_WAIT ? nccl_comm_wait(r->nccl, err, errlen)
-                                    : nccl_comm_start(r->nccl, buf, count, op == DLRT_COMM_SUM, err, errlen);
-#else
-    snprintf(err, errlen, "data parallel on %s needs NCCL, and this dlcc was built without it (configure looks "
-                          "in the CUDA toolkit for nccl.h and libnccl.so): use --backend=emu", device);
-    return 1;
-#endif
-  }
-  DistStatus st = bucket == DLRT_COMM_WAIT       ? dist_wait(d)
-                  : bucket == DLRT_COMM_PROGRESS ? dist_progress(d)
-                                                 : dist_start(d, (float *)(uintptr_t)buf, count, op == DLRT_COMM_SUM);
-  if (st == DIST_OK) return 0;
-  snprintf(err, errlen, "%s", d->err);
-  return 1;
 }
 
 static bool is_class_loss(const DriverLoss *l) {
@@ -440,7 +414,7 @@ static dlc_train *compile_for(Run *r, const TrainData *d, int64_t batch, Compile
   for (int i = 0; !r->dist->rank && i < dlc_num_tensor_notes(m) && !r->tp_noted; i++)
     printf("tensor parallel: %s\n", dlc_tensor_note(m, i));
   r->tp_noted = r->tp > 1;
-  if (what != FOR_WHOLE && (o.optimizer.data_parallel || o.model.tensor_parallel > 1) && !api_ok(t, dlc_train_set_comm(t, dist_comm, r))) {
+  if (what != FOR_WHOLE && (o.optimizer.data_parallel || o.model.tensor_parallel > 1) && !api_ok(t, dlc_train_set_comm(t, dist_comm, &r->comm))) {
     dlc_train_free(t);
     return NULL;
   }
@@ -855,27 +829,13 @@ static void teardown(Run *r) {
   dlc_train_free(r->eval);
   dlc_train_free(r->whole);
   pipe_free(r->pipe);
-#ifdef HAVE_NCCL
-  nccl_comm_free(r->nccl);
-#endif
+  dist_comm_free(&r->comm);
   train_data_free(&r->data);
   train_data_free(&r->val);
   for (int i = 0; i < r->a->api.n_defines; i++) free((char *)r->a->defines[i].name);
 }
 
-/* The ranks end together: a rank that failed hands its message to the
- * others, which print it naming the rank; one that cannot reach them
- * (a peer is gone) ends the job after printing why. */
-static void end_ranks(Dist *d, bool ok) {
-  if (d->size > 1) {
-    if (!d->peer_failed && !d->broken)
-      dist_check(d, ok, last_error[0] ? last_error : "failed (its message is above)");
-    if (d->broken) dist_abort(d, 1);
-    if (d->peer_failed && d->failed_rank != d->rank)
-      fprintf(stderr, "dlcc: error: rank %d stops: %s\n", d->rank, d->err);
-  }
-  dist_finish(d);
-}
+static void end_ranks(Dist *d, bool ok) { dist_end(d, ok, last_error[0] ? last_error : NULL); }
 
 /* --tensor-parallel=T against the launch's ranks: T of them for now. */
 static bool parallel_shape(Run *r) {
@@ -921,7 +881,7 @@ int driver_train(int argc, char **argv) {
 #ifdef HAVE_NCCL
   if (dist.size > 1) nccl_pick_device();
 #endif
-  Run r = {.a = &a, .dist = &dist, .tp = (int)a.tensor_parallel, .dp = dist.size};
+  Run r = {.a = &a, .dist = &dist, .tp = (int)a.tensor_parallel, .dp = dist.size, .comm = {&dist, &dist, NULL, NULL}};
   bool ok = parallel_shape(&r) && setup(&r);
   if (ok) {
     r.total_steps = (r.epoch + a.epochs) * r.steps_per_epoch;

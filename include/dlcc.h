@@ -186,7 +186,7 @@ typedef struct dlc_options {
   /* > 1: Megatron-style tensor parallelism over that many ranks, this
    * process being rank tensor_rank (docs/parallel.md): linear pairs and
    * attention heads split, their sums through the communicator
-   * (dlc_train_set_comm).  0 or 1: one process. */
+   * (dlc_set_comm, dlc_train_set_comm).  0 or 1: one process. */
   int tensor_parallel, tensor_rank;
 } dlc_options;
 
@@ -365,6 +365,9 @@ dlc_status dlc_train_step(dlc_train *t, float lr, float *loss);
 typedef int (*dlc_comm_fn)(void *ctx, const char *device, uint64_t buf, uint64_t count, int bucket, int op,
                            char *err, size_t errlen);
 dlc_status dlc_train_set_comm(dlc_train *t, dlc_comm_fn fn, void *ctx);
+/* The same for a model: an inference model compiled with tensor_parallel
+ * (`dlcc run --tensor-parallel`) sums its regions through it. */
+dlc_status dlc_set_comm(dlc_model *m, dlc_comm_fn fn, void *ctx);
 /* The step's parameters and state (dlcc.* names too), in the order of
  * the model's state_dict; valid once the weights are bound.  A value is
  * read with dlc_get_weight (the step's updates are applied on the

@@ -76,6 +76,21 @@ n=$("$dlcc" "$t/attn.dl" -D N=4 --loss=mse --grad --optimizer=sgd --tensor-paral
     grep -c '^ *[0-9]*  allreduce_sum ')
 [ "$n" -eq 3 ] && grep -c "^dlcc: tensor parallel: split: " "$tmp/err" | grep -qx 2 && ok ||
   fail "the tensor-parallel plan: $n sums; $(cat "$tmp/err")"
+# Inference: dlcc run on 2 and 4 ranks, each cutting its parts from the
+# trained weights, gives one process's outputs (rank 0 writes them).
+R="$t/attn.dl --backend=emu --weights $tmp/at1.safetensors --input x=$t/attn/x.npy"
+mkdir "$tmp/r1" "$tmp/r2" "$tmp/r4"
+expect 0 "" "$dlcc" run $R --output-dir "$tmp/r1"
+for k in 2 4; do
+  expect 0 "" mpi $k "$dlcc" run $R --tensor-parallel=$k --output-dir "$tmp/r$k"
+  [ "$(grep -c '^y: f32\[12, 4, 8\]' "$tmp/out")" -eq 1 ] && ok || fail "run, $k ranks: rank 0 alone prints: $(cat "$tmp/out")"
+  npy_values "$tmp/r1/y.npy" >"$tmp/a.v"; npy_values "$tmp/r$k/y.npy" >"$tmp/b.v"
+  [ "$(wc -l <"$tmp/a.v")" -eq 384 ] && agree "$tmp/a.v" "$tmp/b.v" && ok || fail "run on $k ranks against one process"
+  [ "$(grep -c '^dlcc: tensor parallel: split: ' "$tmp/err")" -eq $((4 / k)) ] && ok || fail "run's split lines: $(cat "$tmp/err")"
+done
+expect_sub 1 "dlcc: error: --tensor-parallel=2 needs 2 ranks, and this launch has 1 (mpirun -np 2)" \
+  "$dlcc" run $R --tensor-parallel=2
+expect_sub 1 "dlcc: error: --tensor-parallel does not combine with --bench" "$dlcc" run $R --tensor-parallel=2 --bench=1
 expect_sub 1 "dlcc: error: --tensor-parallel=4 does not divide the 2 ranks of the launch (mpirun -np 4 for tensor parallel alone)" \
   mpi 2 "$dlcc" train $A --batch 8 --tensor-parallel=4
 expect_sub 1 "dlcc: error: --tensor-parallel=2 with 4 ranks would add data parallel over 2 groups, which is not built yet: launch 2 ranks" \
