@@ -235,7 +235,6 @@ static bool optim_spec_from_api(Ctx *c, const dlc_options *opt, OptimSpec *out) 
 static bool split_tensors(Ctx *c, const dlc_options *o, Graph *g, bool loss_scaling, TpResult *tp) {
   const dlc_optimizer *opt = o->optimizer;
   const char *no = o->tensor_rank < 0 || o->tensor_rank >= o->tensor_parallel ? "a rank outside [0, tensor_parallel)"
-                   : opt && opt->data_parallel                                ? "data parallel at the same time"
                    : opt && opt->sync_bn                                      ? "sync_bn"
                    : opt && opt->clip_grad_norm > 0 ? "clip_grad_norm (each rank holds a part of the split gradients)"
                    : loss_scaling ? "f16 loss scaling (each rank sees a part of the split gradients)"

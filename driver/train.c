@@ -320,6 +320,10 @@ typedef struct Run {
   int64_t local;   /* this rank's share of a full batch */
   Pipeline *pipe;  /* --pipeline: this rank's stage; step is then the whole model, kept for saving */
   int tp, dp;      /* tensor-parallel ranks (--tensor-parallel), data-parallel groups: tp * dp ranks */
+  /* The ranks of this rank's tensor group (consecutive world ranks) and
+   * of its data group (the ranks of the same tensor rank): the world
+   * itself when the job has one kind. */
+  Dist *tgroup, *dgroup;
   bool tp_noted; /* the split was printed (once, for the first step compiled) */
 } Run;
 
@@ -481,7 +485,7 @@ static char *checkpoint_path(const char *out) {
  * owner), before rank 0 writes or validates them. */
 static bool gather_parts(Run *r) {
   char err[512];
-  if (r->tp == 1 || train_tp_gather(r->dist, r->step ? r->step : r->rest, r->whole, err, sizeof err)) return true;
+  if (r->tp == 1 || train_tp_gather(r->tgroup, r->step ? r->step : r->rest, r->whole, err, sizeof err)) return true;
   fprintf(stderr, "dlcc: error: %s\n", err);
   keep_error(err);
   return false;
@@ -610,7 +614,7 @@ static bool train_batch(Run *r, dlc_train *t, const int64_t *order, int64_t n, f
   if (!api_ok(t, dlc_train_step(t, (float)lr, loss))) return false;
   /* The global batch's loss: the mean of the ranks' means, as every rank
    * takes as many samples. */
-  if (r->dp > 1 && dist_allreduce_mean(r->dist, loss, 1) != DIST_OK) return false; /* end_ranks says why */
+  if (r->dp > 1 && dist_allreduce_mean(r->dgroup, loss, 1) != DIST_OK) return false; /* end_ranks says why */
   n *= r->dp;
   if (t == r->rest && r->step && !api_ok(r->step, dlc_train_copy_state(r->step, t))) return false;
   r->global_step++;
@@ -837,7 +841,8 @@ static void teardown(Run *r) {
 
 static void end_ranks(Dist *d, bool ok) { dist_end(d, ok, last_error[0] ? last_error : NULL); }
 
-/* --tensor-parallel=T against the launch's ranks: T of them for now. */
+/* --tensor-parallel=T against the launch's ranks: D = ranks / T
+ * data-parallel groups of T consecutive ranks. */
 static bool parallel_shape(Run *r) {
   int T = r->tp, k = r->dist->size;
   /* a pipeline's ranks are its stages, none a data-parallel group */
@@ -851,20 +856,44 @@ static bool parallel_shape(Run *r) {
   if (k % T)
     snprintf(last_error, sizeof last_error,
              "--tensor-parallel=%d does not divide the %d ranks of the launch "
-             "(mpirun -np %d for tensor parallel alone)",
-             T, k, T);
-  else if (k != T)
-    snprintf(last_error, sizeof last_error,
-             "--tensor-parallel=%d with %d ranks would add data parallel over %d groups, which is not built yet: "
-             "launch %d ranks",
-             T, k, k / T, T);
+             "(mpirun -np %d for tensor parallel alone, a multiple of %d for data parallel over groups of %d)",
+             T, k, T, T, T);
   else if (r->a->sync_bn || r->a->bucket_mb > 0)
     snprintf(last_error, sizeof last_error, "--tensor-parallel does not combine with %s (a data-parallel flag)",
              r->a->sync_bn ? "--sync-bn" : "--bucket-mb");
   else
-    return r->dp = 1, true;
+    return r->dp = k / T, true;
   fprintf(stderr, "dlcc: error: %s\n", last_error);
   return false;
+}
+
+/* D x T ranks: world rank w is rank w % T of tensor group w / T, and
+ * rank w / T of data group w % T. */
+static bool make_groups(Run *r, Dist *tg, Dist *dg) {
+  Dist *d = r->dist;
+  r->tgroup = r->dgroup = d;
+  if (r->tp == 1 || r->dp == 1) return true;
+  if (!dist_split(d, d->rank / r->tp, d->rank % r->tp, tg)) return fprintf(stderr, "dlcc: error: %s\n", d->err), false;
+  if (!dist_split(d, d->rank % r->tp, d->rank / r->tp, dg)) {
+    dist_finish(tg);
+    return fprintf(stderr, "dlcc: error: %s\n", d->err), false;
+  }
+  r->tgroup = tg, r->dgroup = dg;
+  r->comm = (DistComm){tg, dg, NULL, NULL};
+  return true;
+}
+
+/* A group's collective failed: the world cannot end in step (its peers
+ * wait in other groups' collectives), so the job ends after the message. */
+static void end_groups(Run *r) {
+  Dist *d = r->dist;
+  for (Dist *g = r->tgroup; g && g != d; g = g == r->tgroup ? r->dgroup : NULL) {
+    if ((g->broken || g->peer_failed) && !d->broken) {
+      d->broken = true;
+      snprintf(d->err, sizeof d->err, "%s", g->err);
+    }
+    dist_finish(g);
+  }
 }
 
 int driver_train(int argc, char **argv) {
@@ -882,7 +911,8 @@ int driver_train(int argc, char **argv) {
   if (dist.size > 1) nccl_pick_device();
 #endif
   Run r = {.a = &a, .dist = &dist, .tp = (int)a.tensor_parallel, .dp = dist.size, .comm = {&dist, &dist, NULL, NULL}};
-  bool ok = parallel_shape(&r) && setup(&r);
+  Dist tgroup, dgroup;
+  bool ok = parallel_shape(&r) && make_groups(&r, &tgroup, &dgroup) && setup(&r);
   if (ok) {
     r.total_steps = (r.epoch + a.epochs) * r.steps_per_epoch;
     r.steps_todo = a.epochs * r.steps_per_epoch;
@@ -890,12 +920,15 @@ int driver_train(int argc, char **argv) {
     for (int64_t e = 0; ok && e < a.epochs; e++) ok = run_epoch(&r);
   }
   if (ok && a.save) ok = save(&r);
-  if (ok && r.dp > 1 && !dist.rank && !a.pipeline)
+  if (ok && r.dp > 1 && r.tp > 1 && !dist.rank)
+    printf("data parallel: %d groups of %d tensor-parallel ranks\n", r.dp, r.tp);
+  else if (ok && r.dp > 1 && !dist.rank && !a.pipeline)
     printf("data parallel: %d ranks; rank 0's gradient all-reduces took %.3f s, %.3f s of it exposed (%.0f%% hidden "
            "behind the backward)\n",
            dist.size, dist.comm_s, dist.exposed_s,
            dist.comm_s > 0 ? 100.0 * (1.0 - dist.exposed_s / dist.comm_s) : 0.0);
   teardown(&r);
+  end_groups(&r);
   end_ranks(&dist, ok);
   return ok ? 0 : 1;
 }

@@ -236,10 +236,10 @@ END_TEST
 START_TEST(refused_combinations) {
   dlc_optimizer sgd;
   dlc_optimizer_defaults("sgd", &sgd);
-  const char *want[] = {"data parallel at the same time", "clip_grad_norm (each rank holds a part of the split gradients)",
+  const char *want[] = {"sync_bn", "clip_grad_norm (each rank holds a part of the split gradients)",
                         "a rank outside [0, tensor_parallel)"};
   for (int k = 0; k < 3; k++) {
-    sgd.data_parallel = k == 0;
+    sgd.sync_bn = k == 0 ? 2 : 0;
     sgd.clip_grad_norm = k == 1;
     dlc_options o = {.backend = "ref", .tensor_parallel = 2, .tensor_rank = k == 2 ? 2 : 0, .grad = 1,
                      .optimizer = &sgd};

@@ -43,6 +43,17 @@ close "$tmp/tp1.ckpt.safetensors" "$tmp/tpe2.ckpt.safetensors" "tensor parallel 
 expect 0 "" mpi 4 "$dlcc" train $A --batch 8 --tensor-parallel=4 --save "$tmp/tp4.safetensors"
 close "$tmp/tp1.ckpt.safetensors" "$tmp/tp4.ckpt.safetensors" "4-way tensor parallel against one process"
 grep -q "^tensor parallel: rank 0 holds 232 of the 808 bytes" "$tmp/out" && ok || fail "4 ways: $(cat "$tmp/out")"
+# 2 x 2: data parallel over 2 tensor groups of 2 consecutive ranks, each
+# group on its half of every batch (4 samples, the last 3), the ranks
+# of a tensor rank averaging their shards' gradients: one process at
+# the global batch.
+expect 0 "" mpi 4 "$dlcc" train $A --batch 8 --val "$t/val" --tensor-parallel=2 --save "$tmp/dt.safetensors" \
+  --log "$tmp/dt.jsonl"
+grep -qx "data parallel: 2 groups of 2 tensor-parallel ranks" "$tmp/out" &&
+  grep '^epoch' "$tmp/out" | diff - "$tmp/tp1.out" >/dev/null && ok || fail "2 x 2: $(cat "$tmp/out")"
+close "$tmp/tp1.ckpt.safetensors" "$tmp/dt.ckpt.safetensors" "2 x 2 against one process"
+grep '"step"' "$tmp/dt.jsonl" | losses /dev/stdin >"$tmp/b.v"; grep '"step"' "$tmp/tp1.jsonl" | losses /dev/stdin >"$tmp/a.v"
+agree "$tmp/a.v" "$tmp/b.v" && ok || fail "2 x 2 losses: $(paste "$tmp/a.v" "$tmp/b.v")"
 # A transformer encoder layer: the q, k, v projections split by heads
 # with the output projection by columns, then the MLP.  SGD: the key
 # bias's gradient is zero but for rounding, which Adam's normalization
@@ -91,10 +102,8 @@ done
 expect_sub 1 "dlcc: error: --tensor-parallel=2 needs 2 ranks, and this launch has 1 (mpirun -np 2)" \
   "$dlcc" run $R --tensor-parallel=2
 expect_sub 1 "dlcc: error: --tensor-parallel does not combine with --bench" "$dlcc" run $R --tensor-parallel=2 --bench=1
-expect_sub 1 "dlcc: error: --tensor-parallel=4 does not divide the 2 ranks of the launch (mpirun -np 4 for tensor parallel alone)" \
+expect_sub 1 "dlcc: error: --tensor-parallel=4 does not divide the 2 ranks of the launch (mpirun -np 4 for tensor parallel alone, a multiple of 4 for data parallel over groups of 4)" \
   mpi 2 "$dlcc" train $A --batch 8 --tensor-parallel=4
-expect_sub 1 "dlcc: error: --tensor-parallel=2 with 4 ranks would add data parallel over 2 groups, which is not built yet: launch 2 ranks" \
-  mpi 4 "$dlcc" train $A --batch 8 --tensor-parallel=2
 expect_sub 1 "dlcc: error: --tensor-parallel expects a whole number >= 1, got '0'" \
   "$dlcc" train $A --batch 8 --tensor-parallel=0
 expect_sub 1 "tensor parallel over 2 ranks does not support clip_grad_norm (each rank holds a part of the split gradients) yet" \
