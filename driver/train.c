@@ -85,8 +85,9 @@ static const char train_usage[] =
     "  --pipeline=S          pipeline parallel over S stages (S must be the rank count)\n"
     "  --micro-batches=M     micro-batches per --batch (default 1); the optimizer steps once\n"
     "  --schedule=gpipe|1f1b the micro-batches' order (default gpipe); also --pipe-schedule=\n"
-    "  --tensor-parallel=T   split linear pairs and attention heads over the T ranks instead\n"
-    "                        (Megatron-style; mpirun -np T: not combined with data parallel yet)\n";
+    "  --tensor-parallel=T   split linear pairs and attention heads over T ranks, each holding\n"
+    "                        its parts of the weights (Megatron-style); mpirun -np D*T adds data\n"
+    "                        parallel over D groups of T consecutive ranks\n";
 
 static bool real_arg(const char *flag, const char *v, double *out) {
   char *end;
