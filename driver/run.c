@@ -126,6 +126,15 @@ static bool set_quant_options(RunOptions *o) {
   return true;
 }
 
+/* v as a whole number in [lo, hi] into *out. */
+static bool int_in(const char *v, long lo, long hi, int *out) {
+  char *end;
+  long n = strtol(v, &end, 10);
+  if (*end || end == v || n < lo || n > hi) return false;
+  *out = (int)n;
+  return true;
+}
+
 static int parse_run_args(int argc, char **argv, RunOptions *o) {
   DriverModelWords words = {&o->model_path, &o->api, o->defines};
   for (int i = 0; i < argc; i++) {
@@ -142,21 +151,15 @@ static int parse_run_args(int argc, char **argv, RunOptions *o) {
     } else if ((v = driver_flag_value(argc, argv, &i, "--output-dir"))) {
       o->output_dir = v;
     } else if ((v = driver_flag_value(argc, argv, &i, "--bench"))) {
-      char *end;
-      long b = strtol(v, &end, 10);
-      if (*end || end == v || b < 1 || b > 100000) {
+      if (!int_in(v, 1, 100000, &o->bench)) {
         fprintf(stderr, "dlcc: error: --bench expects a number of runs (1 to 100000), got '%s'\n", v);
         return 1;
       }
-      o->bench = (int)b;
     } else if ((v = driver_flag_value(argc, argv, &i, "--tensor-parallel"))) {
-      char *end;
-      long t = strtol(v, &end, 10);
-      if (*end || end == v || t < 1 || t > 4096) {
+      if (!int_in(v, 1, 4096, &o->tp)) {
         fprintf(stderr, "dlcc: error: --tensor-parallel expects a whole number >= 1, got '%s'\n", v);
         return 1;
       }
-      o->tp = (int)t;
     } else if (strcmp(a, "--no-graphs") == 0) {
       o->api.no_graphs = 1;
     } else if (strcmp(a, "--verbose") == 0) {
@@ -625,7 +628,8 @@ static int run_model(RunOptions *o, DistComm *comm) {
   if (!quiet) fputs(dlc_error(m), stderr); /* warnings */
   if (!quiet && (!o->backend || strcmp(o->backend, "auto") == 0))
     fprintf(stderr, "dlcc: running on %s\n", dlc_backend(m));
-  for (int i = 0; !quiet && i < dlc_num_tensor_notes(m); i++) fprintf(stderr, "dlcc: tensor parallel: %s\n", dlc_tensor_note(m, i));
+  for (int i = 0; !quiet && i < dlc_num_tensor_notes(m); i++)
+    fprintf(stderr, "dlcc: tensor parallel: %s\n", dlc_tensor_note(m, i));
   int rc = 1;
   OutputDir out = {.fd = -1};
   if (o->tp > 1 && dlc_set_comm(m, dist_comm, comm) != DLC_OK) {

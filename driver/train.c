@@ -419,7 +419,8 @@ static dlc_train *compile_for(Run *r, const TrainData *d, int64_t batch, Compile
   for (int i = 0; !r->dist->rank && i < dlc_num_tensor_notes(m) && !r->tp_noted; i++)
     printf("tensor parallel: %s\n", dlc_tensor_note(m, i));
   r->tp_noted = r->tp > 1;
-  if (what != FOR_WHOLE && (o.optimizer.data_parallel || o.model.tensor_parallel > 1) && !api_ok(t, dlc_train_set_comm(t, dist_comm, &r->comm))) {
+  bool comm = what != FOR_WHOLE && (o.optimizer.data_parallel || o.model.tensor_parallel > 1);
+  if (comm && !api_ok(t, dlc_train_set_comm(t, dist_comm, &r->comm))) {
     dlc_train_free(t);
     return NULL;
   }

@@ -514,7 +514,8 @@ static bool try_source(Tp *t, Node *s) {
 static int64_t local_start(const TpResult *tp, const TpSplit *s) {
   int64_t at = 0;
   for (int i = 0; i < tp->n_splits; i++)
-    if (strcmp(tp->splits[i].param, s->param) == 0 && tp->splits[i].start < s->start) at += tp->splits[i].len / tp->ranks;
+    if (strcmp(tp->splits[i].param, s->param) == 0 && tp->splits[i].start < s->start)
+      at += tp->splits[i].len / tp->ranks;
   return at;
 }
 
