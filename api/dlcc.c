@@ -235,7 +235,6 @@ static bool optim_spec_from_api(Ctx *c, const dlc_options *opt, OptimSpec *out) 
 static bool split_tensors(Ctx *c, const dlc_options *o, Graph *g, bool loss_scaling, TpResult *tp) {
   const dlc_optimizer *opt = o->optimizer;
   const char *no = o->tensor_rank < 0 || o->tensor_rank >= o->tensor_parallel ? "a rank outside [0, tensor_parallel)"
-                   : opt && opt->data_parallel                                ? "data parallel at the same time"
                    : opt && opt->sync_bn                                      ? "sync_bn"
                    : opt && opt->clip_grad_norm > 0 ? "clip_grad_norm (each rank holds a part of the split gradients)"
                    : loss_scaling ? "f16 loss scaling (each rank sees a part of the split gradients)"
@@ -264,6 +263,38 @@ static void split_optimizer_state(Graph *g, TpResult *tp) {
       s[tp->n_splits++].param = name;
       tp->splits = s;
     }
+  }
+}
+
+/* Tensor parallel: each sharded weight of map (whole, as a file or a
+ * seed gives it) cut to this rank's parts; false when memory ran out. */
+static bool tp_localize(const TpResult *tp, TensorMap *map) {
+  for (int i = 0; i < map->n; i++) {
+    Tensor *t = &map->tensors[i];
+    int axis;
+    if (!tp_is_sharded(tp, map->names[i], &axis)) continue;
+    TensorType local = t->type;
+    local.dims[axis] /= tp->ranks;
+    Tensor part;
+    if (!ir_tensor_alloc(&part, &local)) return false;
+    tp_copy_part(tp, map->names[i], tp->rank, t->type.rank, t->type.dims, (size_t)ir_dtype_size(t->type.dtype),
+                 t->data, part.data, false);
+    ir_tensor_free(t);
+    *t = part;
+  }
+  return true;
+}
+
+/* The sharded params of g in their whole shape (whole) or this rank's
+ * (not), so that a file or a seed binds them as one process would. */
+static void tp_param_shapes(Graph *g, const TpResult *tp, bool whole) {
+  for (Node *n = g->first; n; n = n->next) {
+    int axis;
+    if (n->op != OP_PARAM || !tp_is_sharded(tp, ir_attr_str(n, "name"), &axis)) continue;
+    if (whole)
+      n->out[0].type.dims[axis] *= tp->ranks;
+    else
+      n->out[0].type.dims[axis] /= tp->ranks;
   }
 }
 
@@ -315,6 +346,10 @@ have_graph:
     spec.loss_scaling = loss_scaling;
     if (!pass_append_optimizer(g, &spec) || !ir_verify(g)) return 1;
     split_optimizer_state(g, &job->m->tp);
+  }
+  if (job->m->have_params && !tp_localize(&job->m->tp, &job->m->params)) {
+    diag_error(c, (SrcLoc){0}, "out of memory cutting the weights to this rank's parts");
+    return 1;
   }
   int level = job->opt ? job->opt->opt_level : 0;
   PassOptions po = {.opt_level = level == DLC_O0 ? 0 : level == 0 ? 2 : level,
@@ -512,7 +547,34 @@ int dlc_num_tensor_splits(const dlc_model *m) { return m && m->g ? m->tp.n_split
 dlc_status dlc_tensor_split_info(const dlc_model *m, int index, dlc_tensor_split *out) {
   if (!out || index < 0 || index >= dlc_num_tensor_splits(m)) return DLC_ERR_ARGUMENT;
   const TpSplit *s = &m->tp.splits[index];
-  *out = (dlc_tensor_split){.param = s->param, .axis = s->axis, .start = s->start, .len = s->len};
+  *out = (dlc_tensor_split){.param = s->param, .axis = s->axis, .start = s->start, .len = s->len,
+                            .sharded = s->sharded};
+  return DLC_OK;
+}
+
+dlc_status dlc_weight_part(const dlc_model *m, const char *name, int rank, int dims, const int64_t *whole_dims,
+                           void *whole, void *part, int to_whole) {
+  if (!m || !m->g || !name || !whole_dims || !whole || !part || dims < 1 || dims > DL_MAX_RANK) return DLC_ERR_ARGUMENT;
+  const Tensor *t = m->have_params ? ir_tensor_map_find(&m->params, name) : NULL;
+  if (!t || t->type.rank != dims) return DLC_ERR_ARGUMENT;
+  return tp_copy_part(&m->tp, name, rank, dims, whole_dims, (size_t)ir_dtype_size(t->type.dtype), whole, part,
+                      to_whole != 0)
+             ? DLC_OK
+             : DLC_ERR_ARGUMENT;
+}
+
+dlc_status dlc_set_comm(dlc_model *m, dlc_comm_fn fn, void *ctx) {
+  if (!m) return DLC_ERR_ARGUMENT;
+  if (!m->use_runtime || !m->rt)
+    return api_fail(m, DLC_ERR_ARGUMENT, "parallel runs are on emu or cuda: the ref backend has no communicator yet");
+  if (dlrt_set_comm(m->rt, fn, ctx)) return api_fail(m, DLC_ERR_RUN, "%s", dlrt_error(m->rt));
+  return DLC_OK;
+}
+
+dlc_status dlc_plan_memory(const dlc_model *m, uint64_t *weights_bytes, uint64_t *arena_bytes) {
+  if (!m || !m->g || !m->use_runtime || !m->cg.plan || !weights_bytes || !arena_bytes) return DLC_ERR_ARGUMENT;
+  *weights_bytes = m->cg.plan->weights_bytes;
+  *arena_bytes = m->cg.plan->arena_bytes;
   return DLC_OK;
 }
 
@@ -593,7 +655,15 @@ static dlc_status weights(dlc_model *m, const char *path, uint64_t seed) {
   job->seed = seed;
   diag_clear(&m->ctx);
   dlc_status st = DLC_OK;
-  if (ctx_guard(&m->ctx, bind_job, job) < 0)
+  tp_param_shapes(m->g, &m->tp, true);
+  int rc = ctx_guard(&m->ctx, bind_job, job);
+  tp_param_shapes(m->g, &m->tp, false);
+  if (rc >= 0 && job->ok && !tp_localize(&m->tp, &job->map)) {
+    ir_tensor_map_free(&job->map);
+    free(job);
+    return fail(m, DLC_ERR_NOMEM, "dlcc: out of memory\n");
+  }
+  if (rc < 0)
     st = unwound(m);
   else if (!job->ok && path)
     st = fail(m, DLC_ERR_WEIGHTS, "%s", diag_text(&m->ctx));

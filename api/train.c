@@ -125,13 +125,7 @@ const char *dlc_train_error(const dlc_train *t) { return dlc_error(t ? t->m : NU
 dlc_model *dlc_train_model(dlc_train *t) { return t ? t->m : NULL; }
 
 dlc_status dlc_train_set_comm(dlc_train *t, dlc_comm_fn fn, void *ctx) {
-  if (!t || !t->m) return DLC_ERR_ARGUMENT;
-  if (!t->m->use_runtime || !t->m->rt)
-    return api_fail(t->m, DLC_ERR_ARGUMENT, "data parallel training runs on emu or cuda: the ref backend has no "
-                                            "communicator yet");
-  if (dlrt_set_comm(t->m->rt, fn, ctx))
-    return api_fail(t->m, DLC_ERR_RUN, "%s", dlrt_error(t->m->rt));
-  return DLC_OK;
+  return t ? dlc_set_comm(t->m, fn, ctx) : DLC_ERR_ARGUMENT;
 }
 
 dlc_status dlc_train_step(dlc_train *t, float lr, float *loss) {

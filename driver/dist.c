@@ -32,6 +32,9 @@ typedef struct DistMsg {
   char msg[DIST_MSG];
 } DistMsg;
 
+/* The communicator of d: a group's (dist_split) or the world's. */
+static MPI_Comm comm_of(const Dist *d) { return d->group ? *(MPI_Comm *)d->group : MPI_COMM_WORLD; }
+
 static double now_s(void) {
   struct timespec t;
   clock_gettime(CLOCK_MONOTONIC, &t);
@@ -104,7 +107,7 @@ DistStatus dist_check(Dist *d, bool ok, const char *msg) {
   }
   MPI_Request r;
   int rc = MPI_Iallgather(&mine, (int)sizeof mine, MPI_BYTE, all, (int)sizeof mine, MPI_BYTE,
-                          MPI_COMM_WORLD, &r);
+                          comm_of(d), &r);
   DistStatus st = rc == MPI_SUCCESS ? wait_deadline(d, &r, "the status exchange")
                                     : mpi_fail(d, "MPI_Iallgather", rc);
   for (int i = 0; st == DIST_OK && i < d->size; i++)
@@ -126,7 +129,7 @@ DistStatus dist_bcast(Dist *d, void *buf, size_t bytes) {
   for (size_t off = 0; off < bytes;) {
     size_t n = bytes - off < (size_t)INT_MAX ? bytes - off : (size_t)INT_MAX;
     MPI_Request r;
-    int rc = MPI_Ibcast((char *)buf + off, (int)n, MPI_BYTE, 0, MPI_COMM_WORLD, &r);
+    int rc = MPI_Ibcast((char *)buf + off, (int)n, MPI_BYTE, 0, comm_of(d), &r);
     if (rc != MPI_SUCCESS) return mpi_fail(d, "MPI_Ibcast", rc);
     if ((st = wait_deadline(d, &r, "the broadcast from rank 0")) != DIST_OK) return st;
     off += n;
@@ -160,7 +163,7 @@ DistStatus dist_start(Dist *d, float *x, size_t n, bool sum) {
   DistPending *p = &d->pending[d->n_pending];
   *p = (DistPending){.x = x, .n = n, .sum = sum, .all = malloc(n * (size_t)d->size * sizeof *p->all + 1)};
   if (!p->all) goto oom;
-  int rc = MPI_Iallgather(x, (int)n, MPI_FLOAT, p->all, (int)n, MPI_FLOAT, MPI_COMM_WORLD, &p->req);
+  int rc = MPI_Iallgather(x, (int)n, MPI_FLOAT, p->all, (int)n, MPI_FLOAT, comm_of(d), &p->req);
   if (rc != MPI_SUCCESS) {
     free(p->all);
     return mpi_fail(d, "MPI_Iallgather", rc);
@@ -234,7 +237,7 @@ DistStatus dist_isend(Dist *d, int peer, int tag, const void *buf, size_t bytes)
     }
     d->sends = p, d->cap_sends = cap;
   }
-  int rc = MPI_Isend(buf, (int)bytes, MPI_BYTE, peer, tag, MPI_COMM_WORLD, &d->sends[d->n_sends].req);
+  int rc = MPI_Isend(buf, (int)bytes, MPI_BYTE, peer, tag, comm_of(d), &d->sends[d->n_sends].req);
   if (rc != MPI_SUCCESS) return mpi_fail(d, "MPI_Isend", rc);
   d->n_sends++;
   return DIST_OK;
@@ -243,7 +246,7 @@ DistStatus dist_isend(Dist *d, int peer, int tag, const void *buf, size_t bytes)
 DistStatus dist_recv(Dist *d, int peer, int tag, void *buf, size_t bytes, const char *what) {
   if (bytes > (size_t)INT_MAX) return too_large(d, bytes);
   MPI_Request r;
-  int rc = MPI_Irecv(buf, (int)bytes, MPI_BYTE, peer, tag, MPI_COMM_WORLD, &r);
+  int rc = MPI_Irecv(buf, (int)bytes, MPI_BYTE, peer, tag, comm_of(d), &r);
   return rc == MPI_SUCCESS ? wait_deadline(d, &r, what) : mpi_fail(d, "MPI_Irecv", rc);
 }
 
@@ -263,7 +266,7 @@ DistStatus dist_allgather(Dist *d, const void *mine, void *all, size_t bytes) {
     return DIST_ERROR;
   }
   MPI_Request r;
-  int rc = MPI_Iallgather(mine, (int)bytes, MPI_BYTE, all, (int)bytes, MPI_BYTE, MPI_COMM_WORLD, &r);
+  int rc = MPI_Iallgather(mine, (int)bytes, MPI_BYTE, all, (int)bytes, MPI_BYTE, comm_of(d), &r);
   return rc == MPI_SUCCESS ? wait_deadline(d, &r, "a gather of the tensor-parallel shards")
                            : mpi_fail(d, "MPI_Iallgather", rc);
 }
@@ -274,7 +277,29 @@ void dist_abort(Dist *d, int code) {
   if (d->size > 1) MPI_Abort(MPI_COMM_WORLD, code);
 }
 
+bool dist_split(Dist *world, int color, int key, Dist *out) {
+  memset(out, 0, sizeof *out);
+  out->size = 1;
+  out->timeout = world->timeout;
+  if (world->size == 1) return true;
+  MPI_Comm *c = malloc(sizeof *c);
+  if (!c) return snprintf(world->err, sizeof world->err, "rank %d: out of memory", world->rank), false;
+  int rc = MPI_Comm_split(comm_of(world), color, key, c);
+  if (rc != MPI_SUCCESS) {
+    free(c);
+    return mpi_fail(world, "MPI_Comm_split", rc), false;
+  }
+  MPI_Comm_set_errhandler(*c, MPI_ERRORS_RETURN);
+  out->group = c;
+  MPI_Comm_rank(*c, &out->rank);
+  MPI_Comm_size(*c, &out->size);
+  return true;
+}
+
 void dist_finish(Dist *d) {
+  if (d->group) MPI_Comm_free(d->group);
+  free(d->group);
+  d->group = NULL;
   if (d->mpi) MPI_Finalize();
   d->mpi = false;
   free(d->pending);
@@ -328,6 +353,23 @@ void dist_abort(Dist *d, int code) {
   fprintf(stderr, "dlcc: %s\n", d->err);
 }
 
+bool dist_split(Dist *world, int color, int key, Dist *out) {
+  memset(out, 0, sizeof *out);
+  out->size = 1;
+  out->timeout = world->timeout;
+  return true;
+}
+
 void dist_finish(Dist *d) {}
 
 #endif
+
+void dist_end(Dist *d, bool ok, const char *msg) {
+  if (d->size > 1) {
+    if (!d->peer_failed && !d->broken) dist_check(d, ok, msg ? msg : "failed (its message is above)");
+    if (d->broken) dist_abort(d, 1);
+    if (d->peer_failed && d->failed_rank != d->rank)
+      fprintf(stderr, "dlcc: error: rank %d stops: %s\n", d->rank, d->err);
+  }
+  dist_finish(d);
+}

@@ -19,6 +19,7 @@
 typedef struct Dist {
   int rank, size;
   bool mpi;       /* MPI_Init ran here: dist_finish must finalize */
+  void *group;    /* a group's MPI communicator (dist_split); NULL: the world's */
   double timeout; /* seconds a collective may wait for its peers */
   /* What the last failed call found: every rank saw the same failure
    * (peer_failed, so no further exchange is due), or a collective could
@@ -51,6 +52,12 @@ typedef enum {
  * world of one.  false, with the reason in d->err, when the environment
  * asks for ranks and this dlcc has no MPI, or MPI_Init fails. */
 bool dist_init(Dist *d, double timeout);
+/* The ranks of world with the same color as a group of their own
+ * (MPI_Comm_split, ordered by key; every rank of world calls it), with
+ * world's deadline: its collectives, status exchanges and messages
+ * stay among them, and name the ranks by their number in the group.
+ * dist_finish frees it.  False with the reason in world->err. */
+bool dist_split(Dist *world, int color, int key, Dist *out);
 /* Every rank sends its status; any failure (the lowest rank's first)
  * comes back as DIST_PEER_FAILED with "rank R: MSG" in d->err.  A rank
  * that fails calls this with ok = false and its message, then exits. */
@@ -84,5 +91,10 @@ DistStatus dist_allgather(Dist *d, const void *mine, void *all, size_t bytes);
  * job with MPI_Abort (after the message, which is the point). */
 void dist_abort(Dist *d, int code);
 void dist_finish(Dist *d);
+/* The ranks end together: a rank that failed (ok false, msg its error,
+ * or NULL when it printed it) hands its message to the others, which
+ * print it naming the rank; one that cannot reach them (a peer is gone)
+ * ends the job after printing why.  Then dist_finish. */
+void dist_end(Dist *d, bool ok, const char *msg);
 
 #endif

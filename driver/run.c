@@ -20,12 +20,17 @@
 #include <unistd.h>
 
 #include "codegen/codegen.h"
+#include "driver/comm.h"
+#include "driver/dist.h"
 #include "driver/driver.h"
 #include "dlcc.h"
 #include "dlcrt.h"
 #include "ir/eval.h"
 #include "ir/names.h"
 #include "runtime/tensorio.h"
+#ifdef HAVE_NCCL
+#include "driver/comm_nccl.h"
+#endif
 
 typedef struct InputArg {
   const char *name, *path;
@@ -42,6 +47,8 @@ typedef struct RunOptions {
   uint64_t seed;
   int bench; /* --bench=N: time N more runs */
   bool verbose; /* --verbose: how the runtime ran it */
+  int tp;       /* --tensor-parallel=T: this process is one of T ranks */
+  Dist *dist;   /* with tp > 1: the ranks; rank 0 prints and writes */
   int n_inputs;
   InputArg inputs[64];
   dlc_input_shape input_shapes[64];
@@ -75,6 +82,9 @@ static const char run_usage[] =
     "  --no-graphs         launch every step on each run instead of replaying a\n"
     "                      captured CUDA graph (as DLCC_NO_GRAPHS=1; for debugging)\n"
     "  --verbose           say how the runtime ran it: graphs (or why not), staging\n"
+    "  --tensor-parallel=T under mpirun -np T: split the linear pairs and attention\n"
+    "                      heads over T ranks (docs/parallel.md), each holding its\n"
+    "                      parts of the weights; rank 0 prints and writes the outputs\n"
     "  --backend=B         where to run it: auto (default: cuda when a GPU answers,\n"
     "                      else emu), cuda, emu (the generated CUDA C on the CPU) or\n"
     "                      ref (the reference interpreter)\n"
@@ -116,6 +126,15 @@ static bool set_quant_options(RunOptions *o) {
   return true;
 }
 
+/* v as a whole number in [lo, hi] into *out. */
+static bool int_in(const char *v, long lo, long hi, int *out) {
+  char *end;
+  long n = strtol(v, &end, 10);
+  if (*end || end == v || n < lo || n > hi) return false;
+  *out = (int)n;
+  return true;
+}
+
 static int parse_run_args(int argc, char **argv, RunOptions *o) {
   DriverModelWords words = {&o->model_path, &o->api, o->defines};
   for (int i = 0; i < argc; i++) {
@@ -132,13 +151,15 @@ static int parse_run_args(int argc, char **argv, RunOptions *o) {
     } else if ((v = driver_flag_value(argc, argv, &i, "--output-dir"))) {
       o->output_dir = v;
     } else if ((v = driver_flag_value(argc, argv, &i, "--bench"))) {
-      char *end;
-      long b = strtol(v, &end, 10);
-      if (*end || end == v || b < 1 || b > 100000) {
+      if (!int_in(v, 1, 100000, &o->bench)) {
         fprintf(stderr, "dlcc: error: --bench expects a number of runs (1 to 100000), got '%s'\n", v);
         return 1;
       }
-      o->bench = (int)b;
+    } else if ((v = driver_flag_value(argc, argv, &i, "--tensor-parallel"))) {
+      if (!int_in(v, 1, 4096, &o->tp)) {
+        fprintf(stderr, "dlcc: error: --tensor-parallel expects a whole number >= 1, got '%s'\n", v);
+        return 1;
+      }
     } else if (strcmp(a, "--no-graphs") == 0) {
       o->api.no_graphs = 1;
     } else if (strcmp(a, "--verbose") == 0) {
@@ -585,7 +606,16 @@ static const char *model_output_name(void *m, int i) {
   return info.name;
 }
 
-static int run_model(RunOptions *o) {
+/* --tensor-parallel: what it does not combine with, or NULL. */
+static const char *tp_refusal(const RunOptions *o) {
+  if (has_suffix(o->model_path, ".so")) return "a model.so (compile the model: dlcc run MODEL.dl)";
+  if (o->bench) return "--bench";
+  if (o->backend && strcmp(o->backend, "ref") == 0) return "--backend=ref (no communicator: use emu or cuda)";
+  if (o->api.grad) return "--grad (dlcc train --tensor-parallel trains)";
+  return NULL;
+}
+
+static int run_model(RunOptions *o, DistComm *comm) {
   if (!read_inputs(o)) return 1;
   if (has_suffix(o->model_path, ".so")) return run_library(o);
   dlc_model *m;
@@ -594,10 +624,18 @@ static int run_model(RunOptions *o) {
     dlc_free(m);
     return 1;
   }
-  fputs(dlc_error(m), stderr); /* warnings */
-  if (!o->backend || strcmp(o->backend, "auto") == 0) fprintf(stderr, "dlcc: running on %s\n", dlc_backend(m));
+  bool quiet = o->dist && o->dist->rank; /* rank 0 prints and writes */
+  if (!quiet) fputs(dlc_error(m), stderr); /* warnings */
+  if (!quiet && (!o->backend || strcmp(o->backend, "auto") == 0))
+    fprintf(stderr, "dlcc: running on %s\n", dlc_backend(m));
+  for (int i = 0; !quiet && i < dlc_num_tensor_notes(m); i++)
+    fprintf(stderr, "dlcc: tensor parallel: %s\n", dlc_tensor_note(m, i));
   int rc = 1;
   OutputDir out = {.fd = -1};
+  if (o->tp > 1 && dlc_set_comm(m, dist_comm, comm) != DLC_OK) {
+    fputs(dlc_error(m), stderr);
+    goto done;
+  }
   /* An .onnx model brings its own weights. */
   bool keep = (!o->weights && !o->init_random && dlc_weights_bound(m)) || o->api.weights;
   if (!keep && (o->weights ? dlc_load_weights(m, o->weights) : dlc_init_weights(m, o->seed)) != DLC_OK) {
@@ -645,7 +683,7 @@ static int run_model(RunOptions *o) {
   }
   if (o->bench && (!bench_runs(m, o->bench) || !bench_batches(m, o->bench))) goto done;
   if (o->verbose) fprintf(stderr, "dlcc: engine: %s\n", dlc_engine_report(m));
-  int n_out = dlc_num_outputs(m);
+  int n_out = quiet ? 0 : dlc_num_outputs(m);
   if (o->output_dir && !output_dir_open(&out, o->output_dir, n_out, model_output_name, m)) goto done;
   rc = 0;
   for (int i = 0; i < n_out; i++) {
@@ -666,6 +704,39 @@ done:
   return rc;
 }
 
+/* --tensor-parallel=T: this process as one of the launch's T ranks. */
+static int run_parallel(RunOptions *o) {
+  const char *no = tp_refusal(o);
+  if (no) {
+    fprintf(stderr, "dlcc: error: --tensor-parallel does not combine with %s\n", no);
+    return 1;
+  }
+  Dist dist;
+  if (!dist_init(&dist, 120)) {
+    fprintf(stderr, "dlcc: error: %s\n", dist.err);
+    return 1;
+  }
+  if (dist.size != o->tp) {
+    char msg[200];
+    snprintf(msg, sizeof msg, "--tensor-parallel=%d needs %d ranks, and this launch has %d (mpirun -np %d)", o->tp,
+             o->tp, dist.size, o->tp);
+    if (!dist.rank) fprintf(stderr, "dlcc: error: %s\n", msg);
+    dist_end(&dist, false, msg);
+    return 1;
+  }
+#ifdef HAVE_NCCL
+  nccl_pick_device();
+#endif
+  o->dist = &dist;
+  o->api.tensor_parallel = o->tp;
+  o->api.tensor_rank = dist.rank;
+  DistComm comm = {&dist, &dist, NULL, NULL};
+  int rc = run_model(o, &comm);
+  dist_comm_free(&comm);
+  dist_end(&dist, rc == 0, NULL);
+  return rc;
+}
+
 int driver_run(int argc, char **argv) {
   RunOptions *o = calloc(1, sizeof *o);
   if (!o) {
@@ -673,7 +744,8 @@ int driver_run(int argc, char **argv) {
     return 1;
   }
   int rc = parse_run_args(argc, argv, o);
-  if (rc == 0) rc = run_model(o);
+  if (rc == 0 && o->tp > 1) rc = run_parallel(o);
+  else if (rc == 0) rc = run_model(o, NULL);
   else rc = rc == 2 ? 0 : 1;
   for (int i = 0; i < o->n_inputs; i++) {
     free((char *)o->inputs[i].name);

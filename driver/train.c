@@ -16,6 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "driver/comm.h"
 #ifdef HAVE_NCCL
 #include "driver/comm_nccl.h"
 #endif
@@ -84,8 +85,9 @@ static const char train_usage[] =
     "  --pipeline=S          pipeline parallel over S stages (S must be the rank count)\n"
     "  --micro-batches=M     micro-batches per --batch (default 1); the optimizer steps once\n"
     "  --schedule=gpipe|1f1b the micro-batches' order (default gpipe); also --pipe-schedule=\n"
-    "  --tensor-parallel=T   split linear pairs and attention heads over the T ranks instead\n"
-    "                        (Megatron-style; mpirun -np T: not combined with data parallel yet)\n";
+    "  --tensor-parallel=T   split linear pairs and attention heads over T ranks, each holding\n"
+    "                        its parts of the weights (Megatron-style); mpirun -np D*T adds data\n"
+    "                        parallel over D groups of T consecutive ranks\n";
 
 static bool real_arg(const char *flag, const char *v, double *out) {
   char *end;
@@ -296,6 +298,10 @@ typedef struct Run {
   TrainArgs *a;
   TrainData data, val;
   dlc_train *step, *rest, *eval; /* rest: the last partial batch; eval: --val */
+  /* Tensor parallel, rank 0: the whole step on the interpreter (no plan,
+   * no device memory), where the ranks' parts are gathered to be written
+   * or validated. */
+  dlc_train *whole;
   int64_t rest_n;                /* its size, 0 when none */
   int64_t steps_per_epoch, total_steps;
   int64_t epoch, global_step;    /* where training is: completed epochs, steps */
@@ -311,13 +317,15 @@ typedef struct Run {
   int64_t steps_done, steps_todo, samples_done; /* in this run */
   int64_t classes; /* cross_entropy/nll: the class axis' size; 0 otherwise */
   Dist *dist;      /* the ranks: each takes batch / size samples of every batch */
-#ifdef HAVE_NCCL
-  NcclComm *nccl;  /* on cuda, made at the first all-reduce */
-#endif
+  DistComm comm;   /* the plans' all-reduces: data parallel's means, tensor parallel's sums */
   int64_t local;   /* this rank's share of a full batch */
   int64_t first_sample; /* where this rank's share of the batch starts in it */
   Pipeline *pipe;  /* --pipeline: this rank's stage; step is then the whole model, kept for saving */
   int tp, dp;      /* tensor-parallel ranks (--tensor-parallel), data-parallel groups: tp * dp ranks */
+  /* The ranks of this rank's tensor group (consecutive world ranks) and
+   * of its data group (the ranks of the same tensor rank): the world
+   * itself when the job has one kind. */
+  Dist *tgroup, *dgroup;
   bool tp_noted; /* the split was printed (once, for the first step compiled) */
 } Run;
 
@@ -338,31 +346,6 @@ static bool api_ok(dlc_train *t, dlc_status st) {
   return st == DLC_OK;
 }
 
-/* The communicator a data-parallel step calls per gradient. */
-static int dist_comm(void *ctx, const char *device, uint64_t buf, uint64_t count, int bucket, int op, char *err,
-                     size_t errlen) {
-  Run *r = ctx;
-  Dist *d = r->dist;
-  if (strcmp(device, "emu") != 0) {
-#ifdef HAVE_NCCL
-    if (!r->nccl && !(r->nccl = nccl_comm_new(d, err, errlen))) return 1;
-    if (bucket == DLRT_COMM_PROGRESS) return 0; /* NCCL's kernels move by themselves */
-    return bucket == DLRT_COMM_WAIT ? nccl_comm_wait(r->nccl, err, errlen)
-                                    : nccl_comm_start(r->nccl, buf, count, op == DLRT_COMM_SUM, err, errlen);
-#else
-    snprintf(err, errlen, "data parallel on %s needs NCCL, and this dlcc was built without it (configure looks "
-                          "in the CUDA toolkit for nccl.h and libnccl.so): use --backend=emu", device);
-    return 1;
-#endif
-  }
-  DistStatus st = bucket == DLRT_COMM_WAIT       ? dist_wait(d)
-                  : bucket == DLRT_COMM_PROGRESS ? dist_progress(d)
-                                                 : dist_start(d, (float *)(uintptr_t)buf, count, op == DLRT_COMM_SUM);
-  if (st == DIST_OK) return 0;
-  snprintf(err, errlen, "%s", d->err);
-  return 1;
-}
-
 static bool is_class_loss(const DriverLoss *l) {
   return l->name && (l->kind == LOSS_CROSS_ENTROPY || l->kind == LOSS_NLL);
 }
@@ -378,10 +361,14 @@ static void note_shapes(const TrainData *d, const dlc_input_shape *shapes) {
   fprintf(stderr, " (the batch, then a sample's shape)\n");
 }
 
-/* A step (or eval model) compiled for batch; NULL after printing why. */
-static dlc_train *compile_for(Run *r, const TrainData *d, int64_t batch, bool eval) {
+typedef enum { FOR_STEP, FOR_EVAL, FOR_WHOLE } CompileFor;
+
+/* A step (or eval model, or tensor parallel's whole step) compiled for
+ * batch; NULL after printing why. */
+static dlc_train *compile_for(Run *r, const TrainData *d, int64_t batch, CompileFor what) {
   dlc_train_options o;
   if (!train_options(r->a, &o)) return NULL;
+  bool eval = what == FOR_EVAL;
   o.eval = eval;
   o.optimizer.data_parallel = r->dp > 1 && !eval && !r->a->pipeline;
   /* With --pipeline the whole step only checks the data and holds the
@@ -389,7 +376,8 @@ static dlc_train *compile_for(Run *r, const TrainData *d, int64_t batch, bool ev
   if (r->a->pipeline && !eval) o.model.backend = "ref";
   o.optimizer.sync_bn = r->a->sync_bn && !eval ? r->dp : 0;
   /* The eval model (rank 0's) runs whole, on the gathered weights. */
-  o.model.tensor_parallel = eval ? 1 : r->tp;
+  o.model.tensor_parallel = what == FOR_STEP ? r->tp : 1;
+  if (what == FOR_WHOLE) o.model.backend = "ref";
   o.model.tensor_rank = r->dist->rank % r->tp;
   o.optimizer.bucket_mb = r->a->bucket_mb;
   dlc_input_shape *shapes = calloc((size_t)d->n, sizeof *shapes);
@@ -432,7 +420,8 @@ static dlc_train *compile_for(Run *r, const TrainData *d, int64_t batch, bool ev
   for (int i = 0; !r->dist->rank && i < dlc_num_tensor_notes(m) && !r->tp_noted; i++)
     printf("tensor parallel: %s\n", dlc_tensor_note(m, i));
   r->tp_noted = r->tp > 1;
-  if ((o.optimizer.data_parallel || o.model.tensor_parallel > 1) && !api_ok(t, dlc_train_set_comm(t, dist_comm, r))) {
+  bool comm = what != FOR_WHOLE && (o.optimizer.data_parallel || o.model.tensor_parallel > 1);
+  if (comm && !api_ok(t, dlc_train_set_comm(t, dist_comm, &r->comm))) {
     dlc_train_free(t);
     return NULL;
   }
@@ -499,14 +488,17 @@ static char *checkpoint_path(const char *out) {
  * owner), before rank 0 writes or validates them. */
 static bool gather_parts(Run *r) {
   char err[512];
-  if (r->tp == 1 || train_tp_gather(r->dist, r->step ? r->step : r->rest, err, sizeof err)) return true;
+  if (r->tp == 1 || train_tp_gather(r->tgroup, r->step ? r->step : r->rest, r->whole, err, sizeof err)) return true;
   fprintf(stderr, "dlcc: error: %s\n", err);
   keep_error(err);
   return false;
 }
 
+/* The step whose weights rank 0 writes or validates. */
+static dlc_train *weights_of(Run *r) { return r->whole ? r->whole : r->step ? r->step : r->rest; }
+
 static bool save(Run *r) {
-  dlc_train *t = r->step ? r->step : r->rest;
+  dlc_train *t = weights_of(r);
   if (!gather(r) || !gather_parts(r)) return false;
   if (r->dist->rank) return true; /* one writer: the ranks hold the same weights */
   if (!api_ok(t, dlc_train_save(t, r->a->save, 0, 0, NULL, NULL))) return false;
@@ -544,6 +536,7 @@ static bool broadcast_weights(Run *r, dlc_train *t) {
   for (int i = 0; ok && i < dlc_train_num_params(t); i++) {
     dlc_tensor_info info;
     if (!api_ok(t, dlc_train_param_info(t, i, &info))) return false;
+    if (train_tp_sharded(m, info.name, NULL)) continue; /* each rank cut its own parts from the same whole */
     void *buf = malloc(info.nbytes + 1);
     if (!buf) return false;
     ok = api_ok(t, dlc_get_weight(m, info.name, buf, info.nbytes));
@@ -568,6 +561,8 @@ static bool bind_weights(Run *r) {
     return false;
   }
   if (!broadcast_weights(r, t)) return false;
+  if (r->whole && !api_ok(r->whole, dlc_init_weights(dlc_train_model(r->whole), 0))) return false;
+  if (r->whole) train_tp_report(t, r->whole);
   if (r->pipe) {
     char err[1024];
     if (!pipe_bind(r->pipe, t, err, sizeof err)) {
@@ -635,7 +630,7 @@ static bool train_batch(Run *r, dlc_train *t, const int64_t *order, int64_t n, f
   if (!api_ok(t, dlc_train_step(t, (float)lr, loss))) return false;
   /* The global batch's loss: the mean of the ranks' means, as every rank
    * takes as many samples. */
-  if (r->dp > 1 && dist_allreduce_mean(r->dist, loss, 1) != DIST_OK) return false; /* end_ranks says why */
+  if (r->dp > 1 && dist_allreduce_mean(r->dgroup, loss, 1) != DIST_OK) return false; /* end_ranks says why */
   n *= r->dp;
   if (t == r->rest && r->step && !api_ok(r->step, dlc_train_copy_state(r->step, t))) return false;
   r->global_step++;
@@ -680,7 +675,7 @@ static void score_batch(Run *r, int64_t n, double *loss_sum, int64_t *counted, i
 
 /* The validation set's loss (PyTorch's mean) and accuracy. */
 static bool validate(Run *r) {
-  dlc_train *t = r->step ? r->step : r->rest;
+  dlc_train *t = weights_of(r);
   if (!api_ok(r->eval, dlc_train_copy_state(r->eval, t))) return false;
   int64_t *order = malloc(sizeof *order * (size_t)r->val.count);
   if (!order) return false;
@@ -758,9 +753,9 @@ static bool compile_pipeline(Run *r) {
     fprintf(stderr, "dlcc: error: %s\n", last_error);
     return false;
   }
-  if (!(r->step = compile_for(r, &r->data, a->batch / m, false))) return false;
+  if (!(r->step = compile_for(r, &r->data, a->batch / m, FOR_STEP))) return false;
   if (!check_classes(r, &r->data)) return false;
-  if (a->val && !r->dist->rank && !(r->eval = compile_for(r, &r->val, a->batch, true))) return false;
+  if (a->val && !r->dist->rank && !(r->eval = compile_for(r, &r->val, a->batch, FOR_EVAL))) return false;
   dlc_train_options o;
   if (!train_options(a, &o)) return false;
   PipeConfig pc = {.model_path = a->model_path, .train = &o, .loss = a->loss.name ? &a->loss_spec : NULL,
@@ -797,9 +792,11 @@ static bool compile_steps(Run *r) {
     fprintf(stderr, "dlcc: error: %s\n", last_error);
     return false;
   }
-  if (full && !(r->step = compile_for(r, &r->data, b / k, false))) return false;
-  if (r->rest_n && !(r->rest = compile_for(r, &r->data, r->rest_n / k, false))) return false;
-  if (r->a->val && !r->dist->rank && !(r->eval = compile_for(r, &r->val, b, true))) return false;
+  if (full && !(r->step = compile_for(r, &r->data, b / k, FOR_STEP))) return false;
+  if (r->rest_n && !(r->rest = compile_for(r, &r->data, r->rest_n / k, FOR_STEP))) return false;
+  if (r->a->val && !r->dist->rank && !(r->eval = compile_for(r, &r->val, b, FOR_EVAL))) return false;
+  if (r->tp > 1 && !r->dist->rank && !(r->whole = compile_for(r, &r->data, full ? b / k : r->rest_n / k, FOR_WHOLE)))
+    return false;
   if (!check_classes(r, &r->data) || (r->a->val && !check_classes(r, &r->val))) return false;
   return true;
 }
@@ -849,30 +846,18 @@ static void teardown(Run *r) {
   dlc_train_free(r->step);
   dlc_train_free(r->rest);
   dlc_train_free(r->eval);
+  dlc_train_free(r->whole);
   pipe_free(r->pipe);
-#ifdef HAVE_NCCL
-  nccl_comm_free(r->nccl);
-#endif
+  dist_comm_free(&r->comm);
   train_data_free(&r->data);
   train_data_free(&r->val);
   for (int i = 0; i < r->a->api.n_defines; i++) free((char *)r->a->defines[i].name);
 }
 
-/* The ranks end together: a rank that failed hands its message to the
- * others, which print it naming the rank; one that cannot reach them
- * (a peer is gone) ends the job after printing why. */
-static void end_ranks(Dist *d, bool ok) {
-  if (d->size > 1) {
-    if (!d->peer_failed && !d->broken)
-      dist_check(d, ok, last_error[0] ? last_error : "failed (its message is above)");
-    if (d->broken) dist_abort(d, 1);
-    if (d->peer_failed && d->failed_rank != d->rank)
-      fprintf(stderr, "dlcc: error: rank %d stops: %s\n", d->rank, d->err);
-  }
-  dist_finish(d);
-}
+static void end_ranks(Dist *d, bool ok) { dist_end(d, ok, last_error[0] ? last_error : NULL); }
 
-/* --tensor-parallel=T against the launch's ranks: T of them for now. */
+/* --tensor-parallel=T against the launch's ranks: D = ranks / T
+ * data-parallel groups of T consecutive ranks. */
 static bool parallel_shape(Run *r) {
   int T = r->tp, k = r->dist->size;
   /* a pipeline's ranks are its stages, none a data-parallel group */
@@ -886,20 +871,44 @@ static bool parallel_shape(Run *r) {
   if (k % T)
     snprintf(last_error, sizeof last_error,
              "--tensor-parallel=%d does not divide the %d ranks of the launch "
-             "(mpirun -np %d for tensor parallel alone)",
-             T, k, T);
-  else if (k != T)
-    snprintf(last_error, sizeof last_error,
-             "--tensor-parallel=%d with %d ranks would add data parallel over %d groups, which is not built yet: "
-             "launch %d ranks",
-             T, k, k / T, T);
+             "(mpirun -np %d for tensor parallel alone, a multiple of %d for data parallel over groups of %d)",
+             T, k, T, T, T);
   else if (r->a->sync_bn || r->a->bucket_mb > 0)
     snprintf(last_error, sizeof last_error, "--tensor-parallel does not combine with %s (a data-parallel flag)",
              r->a->sync_bn ? "--sync-bn" : "--bucket-mb");
   else
-    return r->dp = 1, true;
+    return r->dp = k / T, true;
   fprintf(stderr, "dlcc: error: %s\n", last_error);
   return false;
+}
+
+/* D x T ranks: world rank w is rank w % T of tensor group w / T, and
+ * rank w / T of data group w % T. */
+static bool make_groups(Run *r, Dist *tg, Dist *dg) {
+  Dist *d = r->dist;
+  r->tgroup = r->dgroup = d;
+  if (r->tp == 1 || r->dp == 1) return true;
+  if (!dist_split(d, d->rank / r->tp, d->rank % r->tp, tg)) return fprintf(stderr, "dlcc: error: %s\n", d->err), false;
+  if (!dist_split(d, d->rank % r->tp, d->rank / r->tp, dg)) {
+    dist_finish(tg);
+    return fprintf(stderr, "dlcc: error: %s\n", d->err), false;
+  }
+  r->tgroup = tg, r->dgroup = dg;
+  r->comm = (DistComm){tg, dg, NULL, NULL};
+  return true;
+}
+
+/* A group's collective failed: the world cannot end in step (its peers
+ * wait in other groups' collectives), so the job ends after the message. */
+static void end_groups(Run *r) {
+  Dist *d = r->dist;
+  for (Dist *g = r->tgroup; g && g != d; g = g == r->tgroup ? r->dgroup : NULL) {
+    if ((g->broken || g->peer_failed) && !d->broken) {
+      d->broken = true;
+      snprintf(d->err, sizeof d->err, "%s", g->err);
+    }
+    dist_finish(g);
+  }
 }
 
 int driver_train(int argc, char **argv) {
@@ -916,8 +925,9 @@ int driver_train(int argc, char **argv) {
 #ifdef HAVE_NCCL
   if (dist.size > 1) nccl_pick_device();
 #endif
-  Run r = {.a = &a, .dist = &dist, .tp = (int)a.tensor_parallel, .dp = dist.size};
-  bool ok = parallel_shape(&r) && setup(&r);
+  Run r = {.a = &a, .dist = &dist, .tp = (int)a.tensor_parallel, .dp = dist.size, .comm = {&dist, &dist, NULL, NULL}};
+  Dist tgroup, dgroup;
+  bool ok = parallel_shape(&r) && make_groups(&r, &tgroup, &dgroup) && setup(&r);
   if (ok) {
     r.total_steps = (r.epoch + a.epochs) * r.steps_per_epoch;
     r.steps_todo = a.epochs * r.steps_per_epoch;
@@ -925,12 +935,15 @@ int driver_train(int argc, char **argv) {
     for (int64_t e = 0; ok && e < a.epochs; e++) ok = run_epoch(&r);
   }
   if (ok && a.save) ok = save(&r);
-  if (ok && r.dp > 1 && !dist.rank && !a.pipeline)
+  if (ok && r.dp > 1 && r.tp > 1 && !dist.rank)
+    printf("data parallel: %d groups of %d tensor-parallel ranks\n", r.dp, r.tp);
+  else if (ok && r.dp > 1 && !dist.rank && !a.pipeline)
     printf("data parallel: %d ranks; rank 0's gradient all-reduces took %.3f s, %.3f s of it exposed (%.0f%% hidden "
            "behind the backward)\n",
            dist.size, dist.comm_s, dist.exposed_s,
            dist.comm_s > 0 ? 100.0 * (1.0 - dist.exposed_s / dist.comm_s) : 0.0);
   teardown(&r);
+  end_groups(&r);
   end_ranks(&dist, ok);
   return ok ? 0 : 1;
 }

@@ -186,7 +186,7 @@ typedef struct dlc_options {
   /* > 1: Megatron-style tensor parallelism over that many ranks, this
    * process being rank tensor_rank (docs/parallel.md): linear pairs and
    * attention heads split, their sums through the communicator
-   * (dlc_train_set_comm).  0 or 1: one process. */
+   * (dlc_set_comm, dlc_train_set_comm).  0 or 1: one process. */
   int tensor_parallel, tensor_rank;
 } dlc_options;
 
@@ -210,16 +210,31 @@ const char *dlc_engine_report(dlc_model *m);
 
 /* With tensor_parallel: the parts of parameters the ranks share out.
  * Along axis, rank r of T owns [start + r * len / T, start + (r + 1) *
- * len / T); every rank holds the whole tensor, but only its own part of
- * it is read and kept up to date.  The optimizer's state of a split
- * parameter is split the same way. */
+ * len / T).  The optimizer's state of a split parameter is split the
+ * same way.  sharded: the parameter's splits tile its axis, and this
+ * rank's model holds only its parts (the weight is 1/T of the whole
+ * along axis, the parts one after another in the order of start); a
+ * file or a seed still gives the whole tensor, which each rank cuts.
+ * Otherwise every rank holds the whole tensor and reads and updates
+ * only its own part of it. */
 typedef struct dlc_tensor_split {
   const char *param;
   int axis;
   int64_t start, len;
+  int sharded;
 } dlc_tensor_split;
 int dlc_num_tensor_splits(const dlc_model *m);
 dlc_status dlc_tensor_split_info(const dlc_model *m, int index, dlc_tensor_split *out);
+/* A sharded weight's parts: copies between whole (the whole tensor,
+ * whole_dims, dims of them) and part (rank's part, the size the model
+ * holds): to_whole writes the elements rank owns into whole, else part
+ * from whole.  DLC_ERR_ARGUMENT when name is not a sharded weight. */
+dlc_status dlc_weight_part(const dlc_model *m, const char *name, int rank, int dims, const int64_t *whole_dims,
+                           void *whole, void *part, int to_whole);
+/* The device memory a compiled model's plan holds: its weights (a
+ * training step's optimizer state with them, each weight aligned) and
+ * its activation arena.  DLC_ERR_ARGUMENT on the ref backend (no plan). */
+dlc_status dlc_plan_memory(const dlc_model *m, uint64_t *weights_bytes, uint64_t *arena_bytes);
 /* With tensor_parallel: what was split and what was not and why, a line
  * each ("split: ...", "not split: NAME: why"). */
 int dlc_num_tensor_notes(const dlc_model *m);
@@ -350,6 +365,9 @@ dlc_status dlc_train_step(dlc_train *t, float lr, float *loss);
 typedef int (*dlc_comm_fn)(void *ctx, const char *device, uint64_t buf, uint64_t count, int bucket, int op,
                            char *err, size_t errlen);
 dlc_status dlc_train_set_comm(dlc_train *t, dlc_comm_fn fn, void *ctx);
+/* The same for a model: an inference model compiled with tensor_parallel
+ * (`dlcc run --tensor-parallel`) sums its regions through it. */
+dlc_status dlc_set_comm(dlc_model *m, dlc_comm_fn fn, void *ctx);
 /* The step's parameters and state (dlcc.* names too), in the order of
  * the model's state_dict; valid once the weights are bound.  A value is
  * read with dlc_get_weight (the step's updates are applied on the

@@ -509,8 +509,90 @@ static bool try_source(Tp *t, Node *s) {
   return false;
 }
 
+/* Where rank's part of split s starts in the sharded param: after its
+ * parts of the splits of the same param that start before s. */
+static int64_t local_start(const TpResult *tp, const TpSplit *s) {
+  int64_t at = 0;
+  for (int i = 0; i < tp->n_splits; i++)
+    if (strcmp(tp->splits[i].param, s->param) == 0 && tp->splits[i].start < s->start)
+      at += tp->splits[i].len / tp->ranks;
+  return at;
+}
+
+bool tp_is_sharded(const TpResult *tp, const char *name, int *axis) {
+  for (int i = 0; tp && name && i < tp->n_splits; i++)
+    if (tp->splits[i].sharded && strcmp(tp->splits[i].param, name) == 0) return *axis = tp->splits[i].axis, true;
+  return false;
+}
+
+bool tp_copy_part(const TpResult *tp, const char *name, int rank, int dims, const int64_t *whole_dims, size_t es,
+                  void *whole, void *part, bool to_whole) {
+  int axis;
+  if (!tp_is_sharded(tp, name, &axis) || axis >= dims || rank < 0 || rank >= tp->ranks) return false;
+  int64_t outer = 1, inner = 1, D = whole_dims[axis], L = D / tp->ranks;
+  for (int k = 0; k < axis; k++) outer *= whole_dims[k];
+  for (int k = axis + 1; k < dims; k++) inner *= whole_dims[k];
+  for (int i = 0; i < tp->n_splits; i++) {
+    const TpSplit *s = &tp->splits[i];
+    if (strcmp(s->param, name)) continue;
+    int64_t share = s->len / tp->ranks, at = local_start(tp, s);
+    size_t n = (size_t)(share * inner) * es;
+    for (int64_t o = 0; o < outer; o++) {
+      char *w = (char *)whole + (size_t)((o * D + s->start + rank * share) * inner) * es;
+      char *p = (char *)part + (size_t)((o * L + at) * inner) * es;
+      memcpy(to_whole ? w : p, to_whole ? p : w, n);
+    }
+  }
+  return true;
+}
+
+/* Param p (this rank's graph read it only through the slices of its
+ * parts) holds only its parts, when its splits tile the axis and no
+ * other param node shares its name. */
+static void shard_param(Tp *t, Node *p) {
+  TpResult *o = t->out;
+  const char *name = param_name(p);
+  TensorType *ty = &p->out[0].type;
+  int axis = -1;
+  int64_t covered = 0;
+  for (int i = 0; i < o->n_splits; i++)
+    if (strcmp(o->splits[i].param, name) == 0) axis = o->splits[i].axis, covered += o->splits[i].len;
+  if (axis < 0 || covered != ty->dims[axis]) return;
+  for (Node *n = t->g->first; n; n = n->next) {
+    if (n != p && n->op == OP_PARAM && strcmp(param_name(n), name) == 0) return;
+    for (int k = 0; k < n->n_in; k++)
+      if (n->in[k] == &p->out[0] && n->op != OP_SLICE) return;
+  }
+  ty->dims[axis] /= t->T;
+  for (int i = 0; i < o->n_splits; i++)
+    if (strcmp(o->splits[i].param, name) == 0) o->splits[i].sharded = true;
+  for (Node *n = t->g->first, *next; n; n = next) {
+    next = n->next;
+    if (n->op != OP_SLICE || n->in[0] != &p->out[0]) continue;
+    int ns;
+    int64_t s[DL_MAX_RANK], e[DL_MAX_RANK];
+    memcpy(s, ir_attr_ints(n, "starts", &ns), sizeof *s * (size_t)ty->rank);
+    memcpy(e, ir_attr_ints(n, "ends", &ns), sizeof *e * (size_t)ty->rank);
+    for (int i = 0; i < o->n_splits; i++) {
+      const TpSplit *sp = &o->splits[i];
+      int64_t share = sp->len / t->T;
+      if (strcmp(sp->param, name) == 0 && sp->start + t->rank * share == s[axis])
+        s[axis] = local_start(o, sp), e[axis] = s[axis] + share;
+    }
+    ir_set_ints(t->g, n, "starts", ty->rank, s);
+    ir_set_ints(t->g, n, "ends", ty->rank, e);
+    char err[256];
+    if (!ir_infer(n, err, sizeof err)) dl_internal(t->g->ctx, "tensor parallel shard: %s", err);
+    if (ir_type_eq(&n->out[0].type, ty)) {
+      ir_replace_uses(t->g, &n->out[0], &p->out[0]);
+      ir_remove(t->g, n);
+    }
+  }
+}
+
 bool pass_tensor_parallel(Graph *g, int ranks, int rank, TpResult *out) {
   memset(out, 0, sizeof *out);
+  out->ranks = ranks, out->rank = rank;
   if (ranks <= 1) return true;
   Tp t = {.g = g, .T = ranks, .rank = rank, .out = out};
   /* After each rewrite the graph is indexed again from the start: the
@@ -522,6 +604,8 @@ bool pass_tensor_parallel(Graph *g, int ranks, int rank, TpResult *out) {
     for (Node *s = g->first; s && !again; s = s->next)
       if (s->op == OP_LINEAR && !t.claimed[s->id] && !t.tried[s->id]) again = try_source(&t, s);
   }
+  for (Node *p = g->first; p; p = p->next)
+    if (p->op == OP_PARAM) shard_param(&t, p);
   ir_number(g);
   return true;
 }

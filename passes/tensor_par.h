@@ -16,13 +16,16 @@
 
 /* The part of a parameter the ranks share out: along axis, the range
  * [start, start + len), rank r owning [start + r * len / T, start + (r
- * + 1) * len / T).  Every rank keeps the whole parameter; only its own
- * part is read (and so has a gradient), so the rest goes stale and a
- * checkpoint takes each part from its owner. */
+ * + 1) * len / T).  When a parameter's splits tile its axis (sharded),
+ * the rank's graph holds only its parts: the param's axis is 1/T of the
+ * whole, its parts one after another in the order of start.  Otherwise
+ * (splits that leave rows over) every rank keeps the whole parameter and
+ * reads only its own part, the rest going stale. */
 typedef struct TpSplit {
   const char *param;
   int axis;
   int64_t start, len;
+  bool sharded;
 } TpSplit;
 
 typedef struct TpResult {
@@ -31,11 +34,21 @@ typedef struct TpResult {
   int n_lines;
   const char **lines; /* "split: ..." or "not split: NAME: why", in g's arena */
   int n_regions;      /* pairs (or attention blocks) split */
+  int ranks, rank;
 } TpResult;
 
 /* Rewrites g (a forward graph, before autodiff) for rank of ranks (> 1).
  * Layers that do not split stay whole on every rank, each with its line
  * in out->lines.  False after reporting an internal error to g->ctx. */
 bool pass_tensor_parallel(Graph *g, int ranks, int rank, TpResult *out);
+
+/* Whether param name is sharded; then *axis is its split axis. */
+bool tp_is_sharded(const TpResult *tp, const char *name, int *axis);
+/* Copies between a whole tensor of sharded param name (whole_dims, rank
+ * dims, es bytes an element) and rank's part of it: to_whole writes
+ * whole's elements that rank owns from part, else part from whole.
+ * False when name is not sharded. */
+bool tp_copy_part(const TpResult *tp, const char *name, int rank, int dims, const int64_t *whole_dims, size_t es,
+                  void *whole, void *part, bool to_whole);
 
 #endif

@@ -1,8 +1,9 @@
-# Data-parallel training under mpirun (tests/dist_cli.sh; skips without
+# Data-parallel and tensor-parallel training under mpirun
+# (tests/dist_cli.sh, tests/tp_cli.sh; skip without
 # mpirun), and the NCCL communicator built and linked where NCCL is
 # installed (no run: these machines have no GPU).
-TESTS += tests/dist_cli.sh
-EXTRA_DIST += tests/dist_cli.sh tests/lsan-mpi.supp tests/train/mlpdrop.dl tests/train/cnnbn.dl tests/train/cnnbn/half/x.npy tests/train/cnnbn/half/target.npy \
+TESTS += tests/dist_cli.sh tests/tp_cli.sh
+EXTRA_DIST += tests/dist_cli.sh tests/tp_cli.sh tests/lsan-mpi.supp tests/train/mlpdrop.dl tests/train/cnnbn.dl tests/train/cnnbn/half/x.npy tests/train/cnnbn/half/target.npy \
 	tests/train/cnnbn/twice/x.npy tests/train/cnnbn/twice/target.npy \
 	tests/train/attn.dl tests/train/attn/x.npy tests/train/attn/target.npy
 BENCHES += tests/bench/dist_overlap.sh

@@ -72,59 +72,6 @@ expect 0 "" mpi 2 "$dlcc" train $C --batch 4 --data "$t/cnnbn/half" --save "$tmp
 st_values "$tmp/bn4.ckpt.safetensors" >"$tmp/a.v"; st_values "$tmp/nosync.ckpt.safetensors" >"$tmp/b.v"
 agree "$tmp/a.v" "$tmp/b.v" && fail "per-rank batchnorm equals the global batch's" || ok
 
-# Tensor parallel (Megatron-style): the MLP's fc1 split by rows and fc2
-# by columns over 2 and 4 ranks, each rank on the whole batch, equals
-# one process (losses and every tensor of the checkpoint, gathered from
-# the ranks that own each part), the same bytes twice; the validation
-# runs on the gathered weights.
-expect 0 "" "$dlcc" train $A --batch 8 --val "$t/val" --save "$tmp/tp1.safetensors" --log "$tmp/tp1.jsonl"
-grep '^epoch' "$tmp/out" >"$tmp/tp1.out"
-expect 0 "" mpi 2 "$dlcc" train $A --batch 8 --val "$t/val" --tensor-parallel=2 --save "$tmp/tp2.safetensors" \
-  --log "$tmp/tp2.jsonl"
-grep -qx "tensor parallel: split: fc1.weight by output rows, fc2.weight by input columns" "$tmp/out" && ok ||
-  fail "the split line: $(cat "$tmp/out")"
-grep '^epoch' "$tmp/out" | diff - "$tmp/tp1.out" >/dev/null && ok || fail "2-way tensor parallel: $(cat "$tmp/out")"
-close "$tmp/tp1.ckpt.safetensors" "$tmp/tp2.ckpt.safetensors" "2-way tensor parallel against one process"
-grep '"step"' "$tmp/tp1.jsonl" | losses /dev/stdin >"$tmp/a.v"; grep '"step"' "$tmp/tp2.jsonl" | losses /dev/stdin >"$tmp/b.v"
-agree "$tmp/a.v" "$tmp/b.v" && ok || fail "2-way tensor parallel losses: $(paste "$tmp/a.v" "$tmp/b.v")"
-expect 0 "" mpi 2 "$dlcc" train $A --batch 8 --val "$t/val" --tensor-parallel=2 --save "$tmp/tp2b.safetensors"
-cmp -s "$tmp/tp2.ckpt.safetensors" "$tmp/tp2b.ckpt.safetensors" && ok || fail "tensor parallel twice: not bit-identical"
-expect 0 "" mpi 4 "$dlcc" train $A --batch 8 --tensor-parallel=4 --save "$tmp/tp4.safetensors"
-close "$tmp/tp1.ckpt.safetensors" "$tmp/tp4.ckpt.safetensors" "4-way tensor parallel against one process"
-# A transformer encoder layer: the q, k, v projections split by heads
-# with the output projection by columns, then the MLP.  SGD: the key
-# bias's gradient is zero but for rounding, which Adam's normalization
-# would blow up into updates of the rounding's sign.
-T="$t/attn.dl --loss=mse --optimizer=sgd --momentum=0.9 --lr=0.05 --backend=emu --data $t/attn --epochs 2 --batch 4"
-expect 0 "" "$dlcc" train $T --save "$tmp/at1.safetensors" --log "$tmp/at1.jsonl"
-expect 0 "" mpi 2 "$dlcc" train $T --tensor-parallel=2 --save "$tmp/at2.safetensors" --log "$tmp/at2.jsonl"
-[ "$(grep -c '^tensor parallel: split: ' "$tmp/out")" -eq 2 ] && ok || fail "attention's split lines: $(cat "$tmp/out")"
-close "$tmp/at1.ckpt.safetensors" "$tmp/at2.ckpt.safetensors" "attention, 2-way tensor parallel"
-losses "$tmp/at1.jsonl" >"$tmp/a.v"; losses "$tmp/at2.jsonl" >"$tmp/b.v"
-agree "$tmp/a.v" "$tmp/b.v" && ok || fail "attention tensor parallel losses: $(paste "$tmp/a.v" "$tmp/b.v")"
-# 2 heads do not split 4 ways: attention stays whole on every rank (and
-# the line says why), the MLP splits, and the result is still one
-# process's.
-expect 0 "" mpi 4 "$dlcc" train $T --tensor-parallel=4 --save "$tmp/at4.safetensors"
-grep -q "^tensor parallel: not split: self_attn.in_proj_weight\[0:8\]: a reshape to f32\[4, 4, 2, 4\] does not keep the split whole (heads not a multiple of 4)" "$tmp/out" &&
-  grep -qx "tensor parallel: split: linear1.weight by output rows, linear2.weight by input columns" "$tmp/out" && ok ||
-  fail "2 heads 4 ways: $(cat "$tmp/out")"
-close "$tmp/at1.ckpt.safetensors" "$tmp/at4.ckpt.safetensors" "attention whole, MLP 4-way"
-# The plan: the two regions' forward sums and the second's input
-# gradient (the first's input is the model's: no gradient).
-n=$("$dlcc" "$t/attn.dl" -D N=4 --loss=mse --grad --optimizer=sgd --tensor-parallel=2:1 --emit=plan 2>"$tmp/err" |
-    grep -c '^ *[0-9]*  allreduce_sum ')
-[ "$n" -eq 3 ] && grep -c "^dlcc: tensor parallel: split: " "$tmp/err" | grep -qx 2 && ok ||
-  fail "the tensor-parallel plan: $n sums; $(cat "$tmp/err")"
-expect_sub 1 "dlcc: error: --tensor-parallel=4 does not divide the 2 ranks of the launch (mpirun -np 4 for tensor parallel alone)" \
-  mpi 2 "$dlcc" train $A --batch 8 --tensor-parallel=4
-expect_sub 1 "dlcc: error: --tensor-parallel=2 with 4 ranks would add data parallel over 2 groups, which is not built yet: launch 2 ranks" \
-  mpi 4 "$dlcc" train $A --batch 8 --tensor-parallel=2
-expect_sub 1 "dlcc: error: --tensor-parallel expects a whole number >= 1, got '0'" \
-  "$dlcc" train $A --batch 8 --tensor-parallel=0
-expect_sub 1 "tensor parallel over 2 ranks does not support clip_grad_norm (each rank holds a part of the split gradients) yet" \
-  mpi 2 "$dlcc" train $A --batch 8 --tensor-parallel=2 --clip-grad-norm=1
-
 # Refusals, from every rank.
 expect_sub 1 "dlcc: error: --batch=7 does not divide among 2 ranks: give a multiple of 2" \
   mpi 2 "$dlcc" train $A --batch 7

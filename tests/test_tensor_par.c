@@ -4,7 +4,7 @@
  * partial sum plus W2's bias, and the ranks' results summed (less the
  * bias T - 1 times) equal the whole model's on random inputs at f32
  * 1e-5 (an MLP, attention over split heads, T = 2 and 4); what splits
- * and the parts each rank owns; what does not split and the line that
+ * and the parts each rank owns and holds; what does not split and the line that
  * says why; the all-reduces autodiff makes of tp_copy and allreduce_sum;
  * the combinations refused; RT_STEP_ALLREDUCE's reduction in the plan
  * and the loader's refusal of a bad one. */
@@ -104,15 +104,20 @@ START_TEST(what_splits) {
   expect_split(m, 0, "self_attn.in_proj_weight", 0, 0, 8);
   expect_split(m, 1, "self_attn.in_proj_bias", 0, 0, 8);
   expect_split(m, 6, "self_attn.out_proj.weight", 1, 0, 8);
-  /* Rank 1's rows of the q projection: the second half of its 8. */
+  /* Rank 1 holds the second half of each projection's 8 rows, one after
+   * another: in_proj_weight is [12, 8] there and v's rows are its [8, 12). */
   bool found = false;
   for (Node *n = m->g->first; n; n = n->next)
     if (n->op == OP_SLICE && strcmp(ir_attr_str(n->in[0]->def, "name"), "self_attn.in_proj_weight") == 0) {
       int k;
       const int64_t *s = ir_attr_ints(n, "starts", &k), *e = ir_attr_ints(n, "ends", NULL);
-      found |= s[0] == 4 && e[0] == 8 && s[1] == 0 && e[1] == 8;
+      ck_assert_int_eq(n->in[0]->type.dims[0], 12);
+      found |= s[0] == 8 && e[0] == 12 && s[1] == 0 && e[1] == 8;
     }
-  ck_assert_msg(found, "no slice of rows [4, 8) of in_proj_weight on rank 1");
+  ck_assert_msg(found, "no slice of rows [8, 12) of rank 1's in_proj_weight");
+  dlc_tensor_split sp;
+  ck_assert_int_eq(dlc_tensor_split_info(m, 0, &sp), DLC_OK);
+  ck_assert_int_eq(sp.sharded, 1);
   dlc_free(m);
   /* The optimizer's state follows its parameter. */
   dlc_optimizer sgd;
@@ -128,6 +133,34 @@ START_TEST(what_splits) {
   expect_split(m, 3, "dlcc.optim.fc1.weight.momentum_buffer", 0, 0, 8);
   expect_split(m, 5, "dlcc.optim.fc2.weight.momentum_buffer", 1, 0, 8);
   dlc_free(m);
+}
+END_TEST
+
+/* Each rank holds its parts of the seed's whole weights (fc1's rows,
+ * fc2's columns), which dlc_weight_part puts back together; fc2's bias
+ * is whole on every rank. */
+START_TEST(ranks_hold_their_parts) {
+  dlc_model *whole = compile_tp(mlp, 1, 0, 0);
+  float w1[32], w2[40], got1[32], got2[40], part1[16], part2[20];
+  ck_assert_int_eq(dlc_get_weight(whole, "fc1.weight", w1, sizeof w1), DLC_OK);
+  ck_assert_int_eq(dlc_get_weight(whole, "fc2.weight", w2, sizeof w2), DLC_OK);
+  memset(got1, 0, sizeof got1), memset(got2, 0, sizeof got2);
+  for (int r = 0; r < 2; r++) {
+    dlc_model *m = compile_tp(mlp, 2, r, 0);
+    ck_assert_int_eq(dlc_get_weight(m, "fc1.weight", part1, sizeof part1), DLC_OK);
+    ck_assert_int_eq(dlc_get_weight(m, "fc2.weight", part2, sizeof part2), DLC_OK);
+    ck_assert_int_eq(dlc_get_weight(m, "fc1.weight", w1, sizeof w1), DLC_ERR_ARGUMENT);
+    ck_assert(memcmp(part1, w1 + 16 * r, sizeof part1) == 0);
+    for (int i = 0; i < 5; i++) ck_assert(memcmp(part2 + 4 * i, w2 + 8 * i + 4 * r, 4 * sizeof *w2) == 0);
+    ck_assert_int_eq(dlc_weight_part(m, "fc1.weight", r, 2, (const int64_t[]){8, 4}, got1, part1, 1), DLC_OK);
+    ck_assert_int_eq(dlc_weight_part(m, "fc2.weight", r, 2, (const int64_t[]){5, 8}, got2, part2, 1), DLC_OK);
+    float b[5];
+    ck_assert_int_eq(dlc_get_weight(m, "fc2.bias", b, sizeof b), DLC_OK);
+    ck_assert_int_eq(dlc_weight_part(m, "fc2.bias", r, 1, (const int64_t[]){5}, b, b, 1), DLC_ERR_ARGUMENT);
+    dlc_free(m);
+  }
+  ck_assert(memcmp(got1, w1, sizeof w1) == 0 && memcmp(got2, w2, sizeof w2) == 0);
+  dlc_free(whole);
 }
 END_TEST
 
@@ -203,10 +236,10 @@ END_TEST
 START_TEST(refused_combinations) {
   dlc_optimizer sgd;
   dlc_optimizer_defaults("sgd", &sgd);
-  const char *want[] = {"data parallel at the same time", "clip_grad_norm (each rank holds a part of the split gradients)",
+  const char *want[] = {"sync_bn", "clip_grad_norm (each rank holds a part of the split gradients)",
                         "a rank outside [0, tensor_parallel)"};
   for (int k = 0; k < 3; k++) {
-    sgd.data_parallel = k == 0;
+    sgd.sync_bn = k == 0 ? 2 : 0;
     sgd.clip_grad_norm = k == 1;
     dlc_options o = {.backend = "ref", .tensor_parallel = 2, .tensor_rank = k == 2 ? 2 : 0, .grad = 1,
                      .optimizer = &sgd};
@@ -250,6 +283,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, mlp_ranks_sum_to_whole);
   tcase_add_test(tc, attention_heads_sum_to_whole);
   tcase_add_test(tc, what_splits);
+  tcase_add_test(tc, ranks_hold_their_parts);
   tcase_add_test(tc, what_does_not_split);
   tcase_add_test(tc, gradients_all_reduce);
   tcase_add_test(tc, refused_combinations);

@@ -1,0 +1,112 @@
+#!/bin/sh
+# Tensor-parallel `dlcc train` and `dlcc run` under mpirun on emu
+# (docs/parallel.md): T ranks equal one process (losses and every tensor
+# of the checkpoints at f32 1e-5), the same bytes twice, each rank
+# holding only its parts of the split parameters and their optimizer
+# state (the figures rank 0 prints and the plans'), and the refusals.
+# Skips without mpirun or without MPI in dlcc.
+set -u
+. "${top_srcdir:-.}/tests/clilib.sh"
+dlcc="${top_builddir:-.}/dlcc"
+t="${top_srcdir:-.}/tests/train"
+. "${top_srcdir:-.}/tests/mpilib.sh"
+A="$t/tiny.dl --loss=cross_entropy --optimizer=adamw --lr=0.05 --backend=emu --data $t/data --epochs 2"
+
+# Tensor parallel (Megatron-style): the MLP's fc1 split by rows and fc2
+# by columns over 2 and 4 ranks, each rank on the whole batch, equals
+# one process (losses and every tensor of the checkpoint, gathered from
+# the ranks that own each part), the same bytes twice; the validation
+# runs on the gathered weights.
+expect 0 "" "$dlcc" train $A --batch 8 --val "$t/val" --save "$tmp/tp1.safetensors" --log "$tmp/tp1.jsonl"
+grep '^epoch' "$tmp/out" >"$tmp/tp1.out"
+expect 0 "" mpi 2 "$dlcc" train $A --batch 8 --val "$t/val" --tensor-parallel=2 --save "$tmp/tp2.safetensors" \
+  --log "$tmp/tp2.jsonl"
+grep -qx "tensor parallel: split: fc1.weight by output rows, fc2.weight by input columns" "$tmp/out" && ok ||
+  fail "the split line: $(cat "$tmp/out")"
+# Rank 0 holds half of fc1 and fc2 (weights, biases of fc1, and their
+# Adam moments): 106 of the 202 floats; fc2's bias and the step count
+# are whole on every rank.
+grep -q "^tensor parallel: rank 0 holds 424 of the 808 bytes of parameters and optimizer state; its plan: " "$tmp/out" &&
+  ok || fail "what rank 0 holds: $(cat "$tmp/out")"
+grep '^epoch' "$tmp/out" | diff - "$tmp/tp1.out" >/dev/null && ok || fail "2-way tensor parallel: $(cat "$tmp/out")"
+close "$tmp/tp1.ckpt.safetensors" "$tmp/tp2.ckpt.safetensors" "2-way tensor parallel against one process"
+grep '"step"' "$tmp/tp1.jsonl" | losses /dev/stdin >"$tmp/a.v"; grep '"step"' "$tmp/tp2.jsonl" | losses /dev/stdin >"$tmp/b.v"
+agree "$tmp/a.v" "$tmp/b.v" && ok || fail "2-way tensor parallel losses: $(paste "$tmp/a.v" "$tmp/b.v")"
+expect 0 "" mpi 2 "$dlcc" train $A --batch 8 --val "$t/val" --tensor-parallel=2 --save "$tmp/tp2b.safetensors"
+cmp -s "$tmp/tp2.ckpt.safetensors" "$tmp/tp2b.ckpt.safetensors" && ok || fail "tensor parallel twice: not bit-identical"
+# --resume: each rank cuts its parts of the whole checkpoint (weights
+# and Adam's moments); one epoch and one more equal two.
+expect 0 "" mpi 2 "$dlcc" train $A --batch 8 --tensor-parallel=2 --epochs 1 --save "$tmp/tpe1.safetensors"
+expect 0 "" mpi 2 "$dlcc" train $A --batch 8 --tensor-parallel=2 --epochs 1 --resume "$tmp/tpe1.ckpt.safetensors" \
+  --save "$tmp/tpe2.safetensors"
+close "$tmp/tp1.ckpt.safetensors" "$tmp/tpe2.ckpt.safetensors" "tensor parallel resumed against one process"
+expect 0 "" mpi 4 "$dlcc" train $A --batch 8 --tensor-parallel=4 --save "$tmp/tp4.safetensors"
+close "$tmp/tp1.ckpt.safetensors" "$tmp/tp4.ckpt.safetensors" "4-way tensor parallel against one process"
+grep -q "^tensor parallel: rank 0 holds 232 of the 808 bytes" "$tmp/out" && ok || fail "4 ways: $(cat "$tmp/out")"
+# 2 x 2: data parallel over 2 tensor groups of 2 consecutive ranks, each
+# group on its half of every batch (4 samples, the last 3), the ranks
+# of a tensor rank averaging their shards' gradients: one process at
+# the global batch.
+expect 0 "" mpi 4 "$dlcc" train $A --batch 8 --val "$t/val" --tensor-parallel=2 --save "$tmp/dt.safetensors" \
+  --log "$tmp/dt.jsonl"
+grep -qx "data parallel: 2 groups of 2 tensor-parallel ranks" "$tmp/out" &&
+  grep '^epoch' "$tmp/out" | diff - "$tmp/tp1.out" >/dev/null && ok || fail "2 x 2: $(cat "$tmp/out")"
+close "$tmp/tp1.ckpt.safetensors" "$tmp/dt.ckpt.safetensors" "2 x 2 against one process"
+grep '"step"' "$tmp/dt.jsonl" | losses /dev/stdin >"$tmp/b.v"; grep '"step"' "$tmp/tp1.jsonl" | losses /dev/stdin >"$tmp/a.v"
+agree "$tmp/a.v" "$tmp/b.v" && ok || fail "2 x 2 losses: $(paste "$tmp/a.v" "$tmp/b.v")"
+# A transformer encoder layer: the q, k, v projections split by heads
+# with the output projection by columns, then the MLP.  SGD: the key
+# bias's gradient is zero but for rounding, which Adam's normalization
+# would blow up into updates of the rounding's sign.
+T="$t/attn.dl --loss=mse --optimizer=sgd --momentum=0.9 --lr=0.05 --backend=emu --data $t/attn --epochs 2 --batch 4"
+expect 0 "" "$dlcc" train $T --save "$tmp/at1.safetensors" --log "$tmp/at1.jsonl"
+expect 0 "" mpi 2 "$dlcc" train $T --tensor-parallel=2 --save "$tmp/at2.safetensors" --log "$tmp/at2.jsonl"
+[ "$(grep -c '^tensor parallel: split: ' "$tmp/out")" -eq 2 ] && ok || fail "attention's split lines: $(cat "$tmp/out")"
+close "$tmp/at1.ckpt.safetensors" "$tmp/at2.ckpt.safetensors" "attention, 2-way tensor parallel"
+losses "$tmp/at1.jsonl" >"$tmp/a.v"; losses "$tmp/at2.jsonl" >"$tmp/b.v"
+agree "$tmp/a.v" "$tmp/b.v" && ok || fail "attention tensor parallel losses: $(paste "$tmp/a.v" "$tmp/b.v")"
+# 2 heads do not split 4 ways: attention stays whole on every rank (and
+# the line says why), the MLP splits, and the result is still one
+# process's.
+expect 0 "" mpi 4 "$dlcc" train $T --tensor-parallel=4 --save "$tmp/at4.safetensors"
+grep -q "^tensor parallel: not split: self_attn.in_proj_weight\[0:8\]: a reshape to f32\[4, 4, 2, 4\] does not keep the split whole (heads not a multiple of 4)" "$tmp/out" &&
+  grep -qx "tensor parallel: split: linear1.weight by output rows, linear2.weight by input columns" "$tmp/out" && ok ||
+  fail "2 heads 4 ways: $(cat "$tmp/out")"
+close "$tmp/at1.ckpt.safetensors" "$tmp/at4.ckpt.safetensors" "attention whole, MLP 4-way"
+# Each rank's plan holds its parts: less weight memory and arena than
+# one process's (attention's projections and the MLP at 1/2; each
+# weight's 256-byte alignment and the layernorms stay).
+plan_mem() {
+  "$dlcc" "$t/attn.dl" -D N=4 --loss=mse --grad --optimizer=adamw --tensor-parallel=$1 --emit=plan 2>/dev/null | sed -n 2p
+}
+[ "$(plan_mem 1)" = "weights 12544 bytes, arena 7936 bytes" ] && [ "$(plan_mem 2:1)" = "weights 10240 bytes, arena 6144 bytes" ] &&
+  ok || fail "the plans' memory: $(plan_mem 1); $(plan_mem 2:1)"
+# The plan: the two regions' forward sums and the second's input
+# gradient (the first's input is the model's: no gradient).
+n=$("$dlcc" "$t/attn.dl" -D N=4 --loss=mse --grad --optimizer=sgd --tensor-parallel=2:1 --emit=plan 2>"$tmp/err" |
+    grep -c '^ *[0-9]*  allreduce_sum ')
+[ "$n" -eq 3 ] && grep -c "^dlcc: tensor parallel: split: " "$tmp/err" | grep -qx 2 && ok ||
+  fail "the tensor-parallel plan: $n sums; $(cat "$tmp/err")"
+# Inference: dlcc run on 2 and 4 ranks, each cutting its parts from the
+# trained weights, gives one process's outputs (rank 0 writes them).
+R="$t/attn.dl --backend=emu --weights $tmp/at1.safetensors --input x=$t/attn/x.npy"
+mkdir "$tmp/r1" "$tmp/r2" "$tmp/r4"
+expect 0 "" "$dlcc" run $R --output-dir "$tmp/r1"
+for k in 2 4; do
+  expect 0 "" mpi $k "$dlcc" run $R --tensor-parallel=$k --output-dir "$tmp/r$k"
+  [ "$(grep -c '^y: f32\[12, 4, 8\]' "$tmp/out")" -eq 1 ] && ok || fail "run, $k ranks: rank 0 alone prints: $(cat "$tmp/out")"
+  npy_values "$tmp/r1/y.npy" >"$tmp/a.v"; npy_values "$tmp/r$k/y.npy" >"$tmp/b.v"
+  [ "$(wc -l <"$tmp/a.v")" -eq 384 ] && agree "$tmp/a.v" "$tmp/b.v" && ok || fail "run on $k ranks against one process"
+  [ "$(grep -c '^dlcc: tensor parallel: split: ' "$tmp/err")" -eq $((4 / k)) ] && ok || fail "run's split lines: $(cat "$tmp/err")"
+done
+expect_sub 1 "dlcc: error: --tensor-parallel=2 needs 2 ranks, and this launch has 1 (mpirun -np 2)" \
+  "$dlcc" run $R --tensor-parallel=2
+expect_sub 1 "dlcc: error: --tensor-parallel does not combine with --bench" "$dlcc" run $R --tensor-parallel=2 --bench=1
+expect_sub 1 "dlcc: error: --tensor-parallel=4 does not divide the 2 ranks of the launch (mpirun -np 4 for tensor parallel alone, a multiple of 4 for data parallel over groups of 4)" \
+  mpi 2 "$dlcc" train $A --batch 8 --tensor-parallel=4
+expect_sub 1 "dlcc: error: --tensor-parallel expects a whole number >= 1, got '0'" \
+  "$dlcc" train $A --batch 8 --tensor-parallel=0
+expect_sub 1 "tensor parallel over 2 ranks does not support clip_grad_norm (each rank holds a part of the split gradients) yet" \
+  mpi 2 "$dlcc" train $A --batch 8 --tensor-parallel=2 --clip-grad-norm=1
+
+finish tp_cli
