@@ -41,7 +41,8 @@
  * (ir_reduce_siblings: a batchnorm's two gradient sums) into the later
  * one's, an accumulator each.
  *
- * What is never done: a value is never computed by two kernels: a
+ * What is never done: a value is never computed by two kernels (the
+ * copies passes/remat.c makes for that are nodes of their own): a
  * member used outside is stored by its group's kernel, and a member
  * read by a GEMM or a prologue elsewhere is not taken in.  A function
  * of the weights alone (params and consts, never an input) is never

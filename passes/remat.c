@@ -1,11 +1,14 @@
-/* Rematerialization of weight-only values: takes a graph just before
- * fusion, gives every weight-only consumer of a cheap weight-only value
- * (an elementwise op or an index move over params and consts) its own
- * copy of it, so that fusion evaluates it inside each consumer's kernel
- * instead of storing it for all of them.
+/* Rematerialization: takes a graph just before fusion, gives every
+ * consumer that evaluates a cheap value inline (an elementwise op or an
+ * index move, read by an elementwise op, an index move or a reduction's
+ * input) its own copy of it, so that fusion evaluates it inside each
+ * consumer's kernel instead of storing it for all of them:
+ *   - a weight-only value, for its weight-only consumers;
+ *   - a run's value, when the copies keep no more bytes alive than the
+ *     value took (worth_copying, below).
  *
  * Why: fusion never puts a value with several uses inside a group
- * (passes/fuse.c), so such a value is stored, and a weight-only one is
+ * (passes/fuse.c), so such a value is stored.  A weight-only one is
  * stored in the activation arena while the plan's init steps run
  * (codegen/initgraph.c).  int8 is where it costs: a bn-folded conv
  * weight W * s feeds both the reduce_max of its per-channel scale and
@@ -14,10 +17,12 @@
  * computes W * s as it loads it, and the arena holds activations alone.
  * Init steps run once per change of the weights, so computing an
  * elementwise op twice there is cheaper than any byte it would hold.
+ * A run's stored value costs a kernel that writes it and reads that read
+ * it back: a training batchnorm's xhat between its two backward
+ * kernels, the shifted x that both batch statistics sum.
  *
- * A run's values are never copied: a run computes each value once.  CSE
- * would merge the copies again, so this runs after the cleanups, right
- * before fuse. */
+ * CSE would merge the copies again, so this runs after the cleanups,
+ * right before fuse. */
 #include "passes/pass.h"
 
 /* Copies per value at most, and in all at most as many new nodes as the
@@ -48,43 +53,99 @@ typedef struct Use {
 } Use;
 
 /* The uses of p's value by nodes after it, up to cap; -1 when one is not
- * a weight-only inline reader. */
+ * an inline reader, or (for a weight-only p) not weight-only itself. */
 static int inline_uses(Node *p, const bool *weight_only, Use *uses, int cap) {
   int n = 0;
+  bool weight = weight_only[p->id];
   for (Node *u = p->next; u; u = u->next) {
     for (int i = 0; i < u->n_in; i++) {
       if (u->in[i] != &p->out[0]) continue;
-      /* Nodes made by this pass are after their original and weight-only. */
-      bool weight = u->id < 0 || weight_only[u->id];
-      if (!weight || !reads_inline(u, i) || n == cap) return -1;
+      /* Nodes made by this pass are after their original, and a copy is
+       * weight-only when its original is. */
+      if ((weight && u->id >= 0 && !weight_only[u->id]) || !reads_inline(u, i) || n == cap) return -1;
       uses[n++] = (Use){u, i};
     }
   }
   return n;
 }
 
+static int64_t bytes_of(const Value *v) { return ir_type_numel(&v->type) * ir_dtype_size(v->type.dtype); }
+
+/* A run's value p, read inline by all its uses, may be computed by each
+ * of them instead of stored when that holds no more bytes: the operands
+ * a copy keeps alive past their own last use (last[], by node id: the
+ * last position a value is read at, copies' reads counted at their
+ * readers'; one read where p's last reader is, or later, is alive
+ * anyway) are together at most p's own bytes, and an eighth more for
+ * the per-channel vectors that come beside an activation.  So a
+ * batchnorm's xhat = (x - mean) * rstd, read by the backward's sum of
+ * dy xhat and by dx, is recomputed from x in both instead of written
+ * between them, x living where xhat did; and x - shift, read by both
+ * batch statistics, is evaluated by each of the sums that one kernel
+ * computes side by side. */
+/* d's value is kept until position `at` anyway. */
+static bool alive(const Node *d, const bool *is_output, const int *last, int at) {
+  return ir_ops[d->op].cls == K_SOURCE || is_output[d->id] || last[d->id] >= at;
+}
+
+static bool reads_alive(const Node *n, const bool *is_output, const int *last, int at) {
+  for (int i = 0; i < n->n_in; i++)
+    if (!alive(n->in[i]->def, is_output, last, at)) return false;
+  return true;
+}
+
+static bool worth_copying(const Node *p, const bool *is_output, const int *last) {
+  if (!ir_dtype_is_float(p->out[0].type.dtype)) return false;
+  int64_t kept = 0, room = bytes_of(&p->out[0]);
+  for (int i = 0; i < p->n_in; i++) {
+    const Node *d = p->in[i]->def;
+    if (alive(d, is_output, last, last[p->id])) continue;
+    /* An index move that stays would be a kernel of its own: fusion
+     * stores a value with several readers, and only an elementwise one
+     * as another kernel's side output (a reshape aliases its bytes).  So
+     * it must be copied in turn when it is met, which it is when what it
+     * reads is alive anyway (x's slice in x - s). */
+    if (ir_ops[d->op].cls == K_MOVE && d->op != OP_RESHAPE) {
+      if (!reads_alive(d, is_output, last, last[p->id])) return false;
+      continue;
+    }
+    kept += bytes_of(p->in[i]);
+  }
+  return kept <= room + room / 8;
+}
+
 bool pass_remat(Graph *g, PassCtx *pc) {
   bool *weight_only = pass_weight_only(g);
-  int budget = g->n_nodes, copies = 0;
-  bool *is_output = ARENA_ARRAY(&g->ctx->arena, bool, g->n_nodes + 1);
+  int budget = g->n_nodes, copies = 0, run_copies = 0;
+  Arena *a = &g->ctx->arena;
+  bool *is_output = ARENA_ARRAY(a, bool, g->n_nodes + 1);
+  int *last = ARENA_ARRAY(a, int, g->n_nodes + 1);
   for (int i = 0; i < g->n_outputs; i++) is_output[g->outputs[i]->def->id] = true;
+  for (Node *n = g->first; n; n = n->next)
+    for (int i = 0; i < n->n_in; i++) last[n->in[i]->def->id] = n->id;
   /* Backwards, so that a copy's operands, met later, count the copy
-   * among their uses. */
+   * among their uses (and its reader's position as theirs). */
   for (Node *p = g->last; p; p = p->prev) {
-    if (p->id < 0 || !weight_only[p->id] || ir_ops[p->op].cls == K_SOURCE || !is_cheap(p) ||
-        is_output[p->id])
-      continue;
+    if (p->id < 0 || ir_ops[p->op].cls == K_SOURCE || !is_cheap(p) || is_output[p->id]) continue;
     Use uses[MAX_COPIES];
     int n = inline_uses(p, weight_only, uses, MAX_COPIES);
     if (n < 2 || copies + n - 1 > budget) continue;
+    bool weight = weight_only[p->id];
+    if (!weight && !worth_copying(p, is_output, last)) continue;
     for (int k = 1; k < n; k++) {
       Node *copy = pass_new_node(g, p->next, p->op, p->n_in, p->in, p, p->loc);
       copy->keep_f32 = p->keep_f32;
       copy->id = -1;
       uses[k].user->in[uses[k].operand] = &copy->out[0];
       copies++;
+      run_copies += !weight;
+    }
+    for (int i = 0; i < p->n_in; i++) {
+      int d = p->in[i]->def->id;
+      if (last[d] < last[p->id]) last[d] = last[p->id];
     }
   }
-  if (copies) pass_stat(pc, "remat: weight-only values copied", copies);
+  if (copies - run_copies) pass_stat(pc, "remat: weight-only values copied", copies - run_copies);
+  if (run_copies) pass_stat(pc, "remat: run values copied into their readers", run_copies);
   return copies > 0;
 }

@@ -55,7 +55,22 @@ static void replace_node(Graph *g, Node *first, Node *before, Value *const *with
 
 /* ---- batchnorm ---- */
 
-/* mean = E[x], var = E[(x - mean)^2] over every axis but 1,
+/* mean = E[x] and var = E[(x - mean)^2] over every axis but 1, both in
+ * one pass over x: with a shift s per channel (x's first element of the
+ * channel, x[0, c, 0, ...]) and d = x - s,
+ *   var = E[d^2] - E[d]^2,
+ * and E[x], E[d], E[d^2] three sums of the same rows that fusion
+ * computes in one kernel (ir_reduce_siblings; passes/remat.c gives each
+ * reader its own d and s).  The shift is what makes it accurate: E[x^2] -
+ * E[x]^2 unshifted cancels to nothing in f32 when the mean is large
+ * against the spread (mean 1000, spread 1e-2: E[x^2] = 1e6 carries an
+ * error of about 0.06, the variance is 1e-4), while d is of the order of
+ * the spread whenever s is a value of the channel, and E[d]^2 is then of
+ * the order of the variance (the cancellation costs the bits by which s
+ * lies off the mean, counted in standard deviations).  The mean is
+ * E[x] itself rather than s + E[d], so that s is read only inside the
+ * sums' kernel.  Rounding can still leave var a hair below zero: it is
+ * clamped at 0.  Then
  * y = batchnorm(x, weight, bias, mean, var) = (x - mean) / sqrt(var +
  * eps) * weight + bias, and
  * running = (1 - momentum) running + momentum batch, with the unbiased
@@ -63,15 +78,40 @@ static void replace_node(Graph *g, Node *first, Node *before, Value *const *with
  *
  * With sync_bn = K ranks, each holding m values per channel (the driver
  * splits every batch evenly), E is over the K * m values: each rank's
- * mean, then their mean over the ranks (allreduce_mean), is the global
- * mean, and the same for the squared deviations from it.  Two rounds
- * where SyncBatchNorm needs one (sum and sum of squares together), but
- * the variance is the one process's formula, centred, without the
- * cancellation of E[x^2] - E[x]^2.  The backward's two per-channel
- * means (of dy and of dy xhat) are all-reduced the same way by
- * batchnorm's rule (batch_stats K). */
+ * mean and variance as above, then the global mean is their mean over
+ * the ranks (allreduce_mean) and the global variance Chan's merge, the
+ * ranks' mean of var_k + (mean_k - mean)^2: exact for equal counts and
+ * free of cancellation.  Two rounds where SyncBatchNorm needs one, both
+ * over C values.  The backward's two per-channel means (of dy and of
+ * dy xhat) are all-reduced the same way by batchnorm's rule
+ * (batch_stats K). */
 static Value *over_ranks(Mode *md, Value *stat) {
   return md->sync_bn > 0 ? ir_grad_op(md->g, stat->def->loc, OP_ALLREDUCE_MEAN, 1, &stat) : stat;
+}
+
+/* The batch's mean and biased variance of x over axes, kept as [1, C,
+ * 1, ...] (see above). */
+static void batch_moments(Mode *md, SrcLoc at, Value *x, int n_axes, const int64_t *axes, Value **mean, Value **var) {
+  Graph *g = md->g;
+  const TensorType *xt = &x->type;
+  Node *first = ir_node_new(g, OP_SLICE, 1, &x, at);
+  int64_t st[DL_MAX_RANK], en[DL_MAX_RANK], sp[DL_MAX_RANK];
+  for (int d = 0; d < xt->rank; d++) st[d] = 0, en[d] = d == 1 ? xt->dims[1] : 1, sp[d] = 1;
+  ir_set_ints(g, first, "starts", xt->rank, st);
+  ir_set_ints(g, first, "ends", xt->rank, en);
+  ir_set_ints(g, first, "steps", xt->rank, sp);
+  Value *s = ir_grad_node(g, first);
+  Value *d = ir_grad_op2(g, at, OP_SUB, x, s);
+  Value *ed = ir_grad_mean(g, at, d, n_axes, axes, true);
+  Value *m2 = ir_grad_mean(g, at, ir_grad_op2(g, at, OP_MUL, d, d), n_axes, axes, true);
+  *mean = ir_grad_mean(g, at, x, n_axes, axes, true);
+  Value *v = ir_grad_op2(g, at, OP_SUB, m2, ir_grad_op2(g, at, OP_MUL, ed, ed));
+  *var = ir_grad_op(g, at, OP_RELU, 1, &v);
+  if (md->sync_bn <= 0) return;
+  Value *local = *mean;
+  *mean = over_ranks(md, local);
+  Value *off = ir_grad_op2(g, at, OP_SUB, local, *mean);
+  *var = over_ranks(md, ir_grad_op2(g, at, OP_ADD, *var, ir_grad_op2(g, at, OP_MUL, off, off)));
 }
 
 static void batchnorm(Mode *md, Node *n) {
@@ -94,9 +134,8 @@ static void batchnorm(Mode *md, Node *n) {
   double eps = ir_attr_float(n, "eps"), momentum = mom ? mom->f : 0.1;
   DType dt = xt->dtype;
   Node *first = g->last;
-  Value *mean = over_ranks(md, ir_grad_mean(g, at, x, n_axes, axes, true));
-  Value *xc = ir_grad_op2(g, at, OP_SUB, x, mean);
-  Value *var = over_ranks(md, ir_grad_mean(g, at, ir_grad_op2(g, at, OP_MUL, xc, xc), n_axes, axes, true));
+  Value *mean, *var;
+  batch_moments(md, at, x, n_axes, axes, &mean, &var);
   /* The normalization is the batchnorm op itself over the batch's
    * statistics (batch_stats): one map that fuses with what follows, and
    * a closed-form backward whose only sums are the weight's and the

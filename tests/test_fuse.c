@@ -36,7 +36,7 @@ static void teardown(void) { ctx_free(&ctx); }
 
 typedef struct Job {
   const char *text;
-  bool fuse;
+  bool fuse, remat; /* remat: passes/remat.c before fusion */
   CgOptions opts;
   Graph *g;
   CgResult r;
@@ -52,6 +52,7 @@ static int run_job(Ctx *c, void *data) {
   if (!ir_verify(j->g)) return 0;
   if (j->fuse) {
     PassCtx pc = {.ctx = c};
+    if (j->remat) pass_remat(j->g, &pc);
     pass_fuse(j->g, &pc);
     if (!ir_verify(j->g)) return 0;
   }
@@ -60,11 +61,14 @@ static int run_job(Ctx *c, void *data) {
   return 0;
 }
 
-static Job compile_with(const char *text, bool fuse, CgOptions opts) {
-  Job j = {.text = text, .fuse = fuse, .opts = opts};
+static Job compile_job(Job j) {
   int rc = ctx_guard(&ctx, run_job, &j);
   ck_assert_msg(rc == 0 && j.ok, "compile failed:\n%s", diag_text(&ctx));
   return j;
+}
+
+static Job compile_with(const char *text, bool fuse, CgOptions opts) {
+  return compile_job((Job){.text = text, .fuse = fuse, .opts = opts});
 }
 
 static Job fused(const char *text) { return compile_with(text, true, (CgOptions){0}); }
@@ -92,12 +96,15 @@ static void check_numbers(Job *j, double lo, double hi) {
   test_emu_matches_eval(j->g, j->r.plan, 11, lo, hi, 1e-5);
 }
 
-static Job check_fused(const char *text) {
-  Job j = fused(text);
+/* text fused (after remat when asked), through NVRTC, on emu. */
+static Job check_fused_with(const char *text, bool remat) {
+  Job j = compile_job((Job){.text = text, .fuse = true, .remat = remat});
   test_nvrtc(j.r.source, "sm_90");
   check_numbers(&j, -2, 2);
   return j;
 }
+
+static Job check_fused(const char *text) { return check_fused_with(text, false); }
 
 /* ---- which ops go together ---- */
 
@@ -503,6 +510,69 @@ START_TEST(value_used_by_two_groups_is_not_duplicated) {
   ck_assert_int_eq(group_of(j.g, 4), group_of(j.g, 5));
   ck_assert_int_eq(count_steps(j.r.plan, RT_STEP_GEMM), 1);
   ck_assert_int_eq(count_steps(j.r.plan, RT_STEP_LAUNCH), 2);
+}
+END_TEST
+
+/* remat (passes/remat.c) copies a run's cheap value into each reader
+ * that evaluates it inline when that holds no more bytes: a training
+ * batchnorm's xhat = (x - mean) * rstd, read by the sum of dy xhat and
+ * by dx, is computed in both kernels from x (which it replaces in the
+ * arena) and no kernel stores it.  Not when a copy would keep two
+ * dying operands instead of one value (a - b), nor when what stays is a
+ * slice of a larger value (an LSTM's gate, stored beside its forward
+ * kernel as before). */
+START_TEST(cheap_values_are_recomputed_by_their_readers) {
+  static const char xhat[] =
+      "graph bn_back {\n"
+      "  %x = input {name=\"x\"} : f32[4, 3, 5, 6]\n"
+      "  %dy = input {name=\"dy\"} : f32[4, 3, 5, 6]\n"
+      "  %m = input {name=\"mean\"} : f32[3, 1, 1]\n"
+      "  %r = input {name=\"rstd\"} : f32[3, 1, 1]\n"
+      "  %0 = sub %x, %m : f32[4, 3, 5, 6]\n"
+      "  %1 = mul %0, %r : f32[4, 3, 5, 6]\n"
+      "  %2 = mul %dy, %1 : f32[4, 3, 5, 6]\n"
+      "  %3 = reduce_sum %2 {axes=[0, 2, 3], keepdims=0} : f32[3]\n"
+      "  %4 = reshape %3 {shape=[3, 1, 1]} : f32[3, 1, 1]\n"
+      "  %5 = mul %1, %4 : f32[4, 3, 5, 6]\n"
+      "  %6 = sub %dy, %5 : f32[4, 3, 5, 6]\n"
+      "  return %6 as \"dx\", %3 as \"dw\"\n"
+      "}\n";
+  for (int remat = 0; remat < 2; remat++) {
+    Job j = check_fused_with(xhat, remat);
+    /* xhat stored by a kernel of its own, or computed by both */
+    ck_assert_int_eq(count_steps(j.r.plan, RT_STEP_LAUNCH), remat ? 2 : 3);
+    int xhats = 0;
+    for (Node *n = j.g->first; n; n = n->next)
+      xhats += n->op == OP_MUL && n->in[1]->def->op == OP_INPUT && strcmp(ir_attr_str(n->in[1]->def, "name"), "rstd") == 0;
+    ck_assert_int_eq(xhats, remat ? 2 : 1);
+  }
+  static const char *const kept[] = {
+      "graph two_dying {\n"
+      "  %a = input {name=\"a\"} : f32[64, 64]\n"
+      "  %b = input {name=\"b\"} : f32[64, 64]\n"
+      "  %0 = exp %a : f32[64, 64]\n"
+      "  %1 = exp %b : f32[64, 64]\n"
+      "  %2 = sub %0, %1 : f32[64, 64]\n"
+      "  %3 = reduce_sum %2 {axes=[1], keepdims=1} : f32[64, 1]\n"
+      "  %4 = mul %2, %3 : f32[64, 64]\n"
+      "  return %4 as \"o\"\n"
+      "}\n",
+      "graph gate {\n"
+      "  %a = input {name=\"a\"} : f32[8, 256]\n"
+      "  %0 = exp %a : f32[8, 256]\n"
+      "  %1 = slice %0 {starts=[0, 64], ends=[8, 128], steps=[1, 1]} : f32[8, 64]\n"
+      "  %2 = sigmoid %1 : f32[8, 64]\n"
+      "  %3 = reduce_sum %2 {axes=[1], keepdims=1} : f32[8, 1]\n"
+      "  %4 = mul %2, %3 : f32[8, 64]\n"
+      "  return %4 as \"o\"\n"
+      "}\n",
+  };
+  for (int k = 0; k < 2; k++) {
+    Job j = check_fused_with(kept[k], true);
+    int n = 0;
+    for (Node *m = j.g->first; m; m = m->next) n += m->op == (k ? OP_SIGMOID : OP_SUB);
+    ck_assert_int_eq(n, 1);
+  }
 }
 END_TEST
 
@@ -1054,6 +1124,7 @@ static Suite *fuse_suite(void) {
   tcase_add_test(t, elementwise_chain_is_one_kernel);
   tcase_add_test(t, shared_values_and_outputs_are_stored);
   tcase_add_test(t, value_used_by_two_groups_is_not_duplicated);
+  tcase_add_test(t, cheap_values_are_recomputed_by_their_readers);
   tcase_add_test(t, side_outputs_are_stored_beside_the_root);
   tcase_add_test(t, pads_are_fused);
   tcase_add_test(t, concats_are_fused);
