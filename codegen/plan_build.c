@@ -750,8 +750,11 @@ static RtStep *add_step(CgBuild *b, RtStepKind kind, const Node *n, const char *
   memset(s, 0, sizeof *s);
   s->kind = kind;
   s->label = cg_label(b->ctx, n, what);
-  /* What eval.c's messages start with, for the runtime's index errors. */
-  if (n->loc.file && n->loc.line == 0)
+  /* What eval.c's messages start with, for the runtime's index errors;
+   * a check's message is whole. */
+  if (n->op == OP_CHECK)
+    s->origin = ir_attr_str(n, "message");
+  else if (n->loc.file && n->loc.line == 0)
     s->origin = arena_printf(&b->ctx->arena, "%s: %s", n->loc.file->name, ir_op_origin(n));
   else if (n->loc.file)
     s->origin = arena_printf(&b->ctx->arena, "%s:%d:%d: %s", n->loc.file->name, n->loc.line, n->loc.col,

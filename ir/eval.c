@@ -125,6 +125,13 @@ static bool eval_node(Eval *e, const Node *n, Tensor *const *in, Tensor *out,
     case OP_ISINF:
     case OP_LOGICAL_NOT: return eval_bool_unary(n, in[0], out);
     case OP_WHERE: return eval_where(in[0], in[1], in[2], out);
+    case OP_CHECK: /* the message is whole: no location or op name before it */
+      if (get_i(in[1], 0) == 0) {
+        snprintf(e->err, e->errlen, "%s", ir_attr_str(n, "message"));
+        return false;
+      }
+      memcpy(out->data, in[0]->data, ir_tensor_nbytes(&out->type));
+      return true;
     case OP_REDUCE_SUM:
     case OP_REDUCE_MEAN:
     case OP_REDUCE_MAX:

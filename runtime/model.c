@@ -414,7 +414,8 @@ const char *dlrt_status_name(DlrtStatus s) {
       [DLRT_OK] = "DLRT_OK",           [DLRT_E_ARG] = "DLRT_E_ARG",         [DLRT_E_PLAN] = "DLRT_E_PLAN",
       [DLRT_E_NO_DEVICE] = "DLRT_E_NO_DEVICE", [DLRT_E_COMPILE] = "DLRT_E_COMPILE",
       [DLRT_E_DEVICE] = "DLRT_E_DEVICE",     [DLRT_E_BROKEN] = "DLRT_E_BROKEN",   [DLRT_E_STATE] = "DLRT_E_STATE",
-      [DLRT_E_IO] = "DLRT_E_IO",         [DLRT_E_NOMEM] = "DLRT_E_NOMEM",     [DLRT_E_INDEX] = "DLRT_E_INDEX"};
+      [DLRT_E_IO] = "DLRT_E_IO",         [DLRT_E_NOMEM] = "DLRT_E_NOMEM",     [DLRT_E_INDEX] = "DLRT_E_INDEX",
+      [DLRT_E_CHECK] = "DLRT_E_CHECK"};
   return (unsigned)s < sizeof names / sizeof names[0] ? names[s] : "DLRT_E_?";
 }
 
@@ -759,6 +760,10 @@ static DlrtStatus index_reports(DlrtModel *m, bool with_init) {
             first_report(m, &l->args[j], &p->contracts[l->contract].params[j], w) < 0)
           continue;
         if (init) m->init_dirty = true;
+        if (w[2] == RT_STATUS_CHECK)
+          return steps[i].origin ? set_error(m, DLRT_E_CHECK, "%s", steps[i].origin)
+                                 : set_error(m, DLRT_E_CHECK, "run: %sstep %" PRIu32 " (%s): its check failed",
+                                             init ? "init " : "", i, steps[i].label ? steps[i].label : "unlabelled");
         if (steps[i].origin)
           return set_error(m, DLRT_E_INDEX, "%s: index %" PRId64 " is out of range for axis %" PRId64
                            " of size %" PRId64, steps[i].origin, w[1], w[2], w[3]);

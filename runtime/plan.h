@@ -45,6 +45,9 @@ typedef enum { RT_SPACE_WEIGHTS, RT_SPACE_ARENA, RT_SPACE_INPUT, RT_SPACE_OUTPUT
  * size}.  A kernel keeps the lowest position (the element in the
  * reference interpreter's order) that had a bad index on that axis. */
 #define RT_STATUS_WORDS 4
+/* The axis word of a check's report (the op `check`, version 9): the
+ * run fails with the step's origin, which is the whole message. */
+#define RT_STATUS_CHECK (-1)
 
 typedef struct RtRef {
   uint32_t space; /* RtSpace */
