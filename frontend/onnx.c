@@ -555,6 +555,7 @@ static bool import_graph(Imp *im, const Onnx__ModelProto *m) {
     }
   }
   ir_set_outputs(im->g, n_out, outs, names);
+  ir_guards_fix(im->g);
   for (int j = 0; im->opt && j < im->opt->n_defines; j++)
     if (!im->dims.define_used[j])
       diag_warning(im->c, (SrcLoc){0}, "-D %s: the model has no free dim of that name",

@@ -430,6 +430,7 @@ bool ox_finish(Imp *im, Emit *e, Val **out) {
   if (!e->fold) {
     if (im->g->n_nodes >= im->max_nodes)
       return ox_bad(im, "model too large: more than %d operations in the imported graph", im->max_nodes);
+    n->guard = im->guard;
     ir_append(im->g, n);
     for (int i = 0; i < n->n_out; i++) out[i] = ox_val_of(im, &n->out[i]);
     propagate_hints(im, e, out);

@@ -94,7 +94,7 @@ static bool try_branch(Imp *im, const Onnx__GraphProto *gp, const char *what, Va
 }
 
 /* The outputs of the one branch that imported, each through a check
- * that the condition chose it: a run that takes the other branch fails
+ * that the condition (one bool) chose it: a run that takes the other branch fails
  * with a message naming the node, that branch and why it was not
  * compiled. */
 static bool checked_branch(Imp *im, ONode *n, Val *cond, bool then_ok, Val **outs, const char *reason) {
@@ -102,8 +102,7 @@ static bool checked_branch(Imp *im, ONode *n, Val *cond, bool then_ok, Val **out
   ox_node_str(im, where, sizeof where);
   const char *msg = arena_printf(&im->c->arena, "%s: the %s branch was chosen at run time but could not be compiled: %s",
                                  where, then_ok ? "else" : "then", reason);
-  Val *ok = ox_reshape(im, ox_cast(im, cond, TY_BOOL), 0, NULL);
-  if (ok && !then_ok) ok = ox_op1(im, OP_LOGICAL_NOT, ok);
+  Val *ok = then_ok ? cond : ox_op1(im, OP_LOGICAL_NOT, cond);
   for (int i = 0; ok && i < n->n_out; i++) {
     Emit e;
     Node *nd = ox_begin(im, &e, OP_CHECK, 2, (Val *[]){outs[i], ok});
@@ -126,12 +125,21 @@ bool ox_op_if(Imp *im, ONode *n) {
     bool yes = ir_tensor_get(cond->k, 0) != 0;
     return import_subgraph(im, yes ? gt : ge, yes ? "then_branch" : "else_branch", 0, NULL, n->out);
   }
+  /* Each branch's nodes carry its guard, so that a plan skips the
+   * branch the run does not take (ir/guard.c); the merge below is a
+   * `where` on the same condition. */
+  Val *c = ox_reshape(im, ox_cast(im, cond, TY_BOOL), 0, NULL);
+  if (!c) return false;
+  const Guard *outer = im->guard;
   char why_t[1024], why_e[1024];
+  im->guard = ir_guard_new(im->g, ox_use(im, c), true, outer);
   bool t_ok = try_branch(im, gt, "then_branch", t, why_t, sizeof why_t);
+  im->guard = ir_guard_new(im->g, ox_use(im, c), false, outer);
   bool e_ok = try_branch(im, ge, "else_branch", e, why_e, sizeof why_e);
+  im->guard = outer;
   if (!t_ok && !e_ok)
     return ox_bad(im, "neither branch can be compiled: then_branch: %s; else_branch: %s", why_t, why_e);
-  if (!t_ok || !e_ok) return checked_branch(im, n, cond, t_ok, t_ok ? t : e, t_ok ? why_e : why_t);
+  if (!t_ok || !e_ok) return checked_branch(im, n, c, t_ok, t_ok ? t : e, t_ok ? why_e : why_t);
   /* Branches of different shapes under a condition computed from a
    * given size (a hint that flows, onnx_build.c): the one it takes, as a
    * shape computed from that size would be. */
@@ -142,7 +150,6 @@ bool ox_op_if(Imp *im, ONode *n) {
     for (int i = 0; i < n->n_out; i++) n->out[i] = taken[i];
     return true;
   }
-  Val *c = ox_reshape(im, ox_cast(im, cond, TY_BOOL), 0, NULL);
   for (int i = 0; i < n->n_out; i++) {
     if (!ir_type_eq(&t[i]->type, &e[i]->type)) {
       char a[IR_TYPE_STR_MAX], b[IR_TYPE_STR_MAX];

@@ -67,6 +67,9 @@ typedef struct Imp {
   /* The node being imported. */
   const Onnx__NodeProto *np;
   int node_index;
+  /* The branch being imported of an If decided at run time (NULL: none):
+   * the nodes built now carry it (ir/guard.c). */
+  const Guard *guard;
   bool *attr_used;
   SrcLoc loc;
   int64_t fold_max;

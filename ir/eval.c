@@ -206,6 +206,24 @@ typedef struct Slot {
   bool is_output;
 } Slot;
 
+/* The slot of f's condition when the graph computes it, else NULL. */
+static Slot *cond_slot(Slot *slots, int nvals, const Guard *f) {
+  const Value *c = f->cond;
+  return c && c->id >= 0 && c->id < nvals && slots[c->id].v == c ? &slots[c->id] : NULL;
+}
+
+/* False when a condition of n's guard, computed already, says its
+ * branch is not taken: n is skipped (its results stay zeros, which only
+ * the If's `where` reads and does not select), as a plan skips its
+ * steps. */
+static bool guard_holds(Slot *slots, int nvals, const Node *n) {
+  for (const Guard *f = n->guard; f; f = f->outer) {
+    const Slot *s = cond_slot(slots, nvals, f);
+    if (s && s->ready && s->t.data && (((const unsigned char *)s->t.data)[0] != 0) != f->when) return false;
+  }
+  return true;
+}
+
 static void slot_release(Slot *s) {
   if (s->owned) ir_tensor_free(&s->t);
   s->t.data = NULL;
@@ -288,6 +306,12 @@ bool ir_eval_observe(Graph *g, const TensorMap *inputs, const TensorMap *params,
       }
       slots[v->id].last_use = k;
     }
+  k = 0;
+  for (Node *n = g->first; n && ok; n = n->next, k++)
+    for (const Guard *f = n->guard; f; f = f->outer) {
+      Slot *s = cond_slot(slots, nvals, f);
+      if (s && s->last_use < k) s->last_use = k;
+    }
   for (int i = 0; i < g->n_outputs && ok; i++) {
     const Value *v = g->outputs[i];
     if (!v || v->id < 0 || v->id >= nvals || slots[v->id].v != v)
@@ -321,7 +345,7 @@ bool ir_eval_observe(Graph *g, const TensorMap *inputs, const TensorMap *params,
         char b[IR_TYPE_STR_MAX];
         ok = fail(&e, "out of memory for %s", ir_type_str(&n->out[made].type, b, sizeof b));
       }
-    if (ok) ok = eval_node(&e, n, inp, out, &in_ix, &param_ix);
+    if (ok && (source || guard_holds(slots, nvals, n))) ok = eval_node(&e, n, inp, out, &in_ix, &param_ix);
     if (inp != in) free(inp);
     inp = in;
     if (!ok) {

@@ -617,6 +617,12 @@ static DlrtStatus run_steps(DlrtModel *m, const RtStep *steps, uint32_t first, u
       rc = d->ops->gemm(d, &st->gemm, resolve(m, st->gemm.a), resolve(m, st->gemm.b), resolve(m, st->gemm.c),
                         st->gemm.epilogue ? resolve(m, st->gemm.bias) : 0);
       break;
+    case RT_STEP_BRANCH: { /* the condition on the host, once the steps before it are done */
+      unsigned char c = 0;
+      rc = d->ops->synchronize(d) || d->ops->download(d, &c, resolve(m, st->branch.cond), 1);
+      if (!rc && (c != 0) != (st->branch.when != 0)) i += st->branch.skip;
+      break;
+    }
     default:
       rc = st->copy.nbytes && !same_ref(st->copy.dst, st->copy.src)
                ? d->ops->copy(d, resolve(m, st->copy.dst), resolve(m, st->copy.src), st->copy.nbytes)
@@ -665,6 +671,15 @@ static DlrtStatus capture(DlrtModel *m) {
   if (!pieces) return set_error(m, DLRT_E_NOMEM, "run: out of host memory for the graphs");
   uint32_t n = 0, outside = 0;
   char note[sizeof m->graph_note] = "";
+  for (uint32_t i = 0; i < p->n_steps; i++)
+    if (p->steps[i].kind == RT_STEP_BRANCH) {
+      /* A graph would keep the branch taken when it was captured. */
+      free(pieces);
+      snprintf(m->graph_note, sizeof m->graph_note,
+               "off: step %" PRIu32 " branches on a value computed at run time (read on the host)", i);
+      m->graphs = false;
+      return DLRT_OK;
+    }
   for (uint32_t i = 0; i < p->n_steps;) {
     const char *why = outside_graphs(m, &p->steps[i]);
     if (why) {
