@@ -3,8 +3,10 @@
  * graph order, inputs and outputs in their own spaces, everything else in
  * the arena, derived weights after the weights), lowers the init graph
  * (initgraph.c) into the init steps and then the rest node after node
- * through lower_kernels.c, and keeps one kernel per distinct text and
- * one contract (plan.h) per distinct way a launch uses it. */
+ * through lower_kernels.c, each inside branch steps that skip it when
+ * its If's branch is not taken (Node.guard), and keeps one kernel per
+ * distinct text and one contract (plan.h) per distinct way a launch
+ * uses it. */
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>

@@ -1,7 +1,9 @@
 /* The reference interpreter: takes a graph and host tensors for its
  * inputs and params, returns its outputs.  Each op is a plain loop over
  * its definition (see eval.h for the numeric rules); nothing here is
- * clever, because everything else is checked against it.  This file walks
+ * clever, because everything else is checked against it.  A node of an
+ * If's branch that the run does not take (Node.guard) is skipped, its
+ * results zeros, as a plan skips its steps.  This file walks
  * the graph and dispatches on the op; the ops live in eval_elem.c,
  * eval_reduce.c, eval_conv.c, eval_data.c and train_ops.c. */
 #include "eval_impl.h"

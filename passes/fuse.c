@@ -54,6 +54,10 @@
  * That is elementwise arithmetic on values loaded anyway, never a GEMM,
  * a reduction or a window.
  *
+ * Nodes of an If's branches (Node.guard, ir/guard.c) join only groups
+ * of their own guard, so that a plan can skip a branch's kernels, and
+ * each guard's condition is stored (a plan's branch reads it).
+ *
  * Greedy, from the last node back: each node not yet in a group roots
  * one and absorbs producers in decreasing order, so every consumer of a
  * candidate has been decided when the candidate is. */

@@ -233,6 +233,41 @@ START_TEST(test_nested_branches_in_the_plan) {
 }
 END_TEST
 
+/* The loader refuses a branch that jumps past the steps, a condition
+ * that is no bool, outside its input, or in OUTPUT. */
+START_TEST(test_bad_branches_refused) {
+  Graph *g = onnxb_import(nested_model(), NULL);
+  ck_assert_msg(g != NULL, "import failed:\n%s", diag_text(&ctx));
+  CgResult cg;
+  ck_assert_msg(cg_compile(g, &cg), "codegen: %s", diag_text(&ctx));
+  RtPlan p = *cg.plan;
+  RtStep *steps = malloc(sizeof *steps * p.n_steps);
+  p.steps = steps;
+  static const struct {
+    uint32_t skip, when, space, offset;
+    const char *want;
+  } cases[] = {
+      {14, 1, RT_SPACE_INPUT, 0, "a branch skips 14 steps, past the last step before the updates (13 follow)"},
+      {8, 2, RT_SPACE_INPUT, 0, "a branch taken when its condition is 2 (a bool is 0 or 1)"},
+      {8, 1, RT_SPACE_INPUT, 1, "branch condition: offset 1 + 1 bytes is outside INPUT 1 (1 bytes)"},
+      {8, 1, RT_SPACE_OUTPUT, 0, "a branch condition in OUTPUT, which steps only write"},
+  };
+  for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
+    memcpy(steps, cg.plan->steps, sizeof *steps * p.n_steps);
+    ck_assert_int_eq(steps[0].kind, RT_STEP_BRANCH);
+    steps[0].branch.skip = cases[k].skip;
+    steps[0].branch.when = cases[k].when;
+    steps[0].branch.cond.space = cases[k].space;
+    steps[0].branch.cond.offset = cases[k].offset;
+    steps[0].branch.cond.index = cases[k].space == RT_SPACE_OUTPUT ? 0 : 1;
+    char err[512];
+    ck_assert_int_eq(rt_plan_validate(&p, err, sizeof err), -1);
+    ck_assert_msg(strstr(err, "step 0 (exp %4 branch): ") && strstr(err, cases[k].want), "%s", err);
+  }
+  free(steps);
+}
+END_TEST
+
 /* The branch not taken does not run: its gather of an index out of range
  * fails neither the reference interpreter nor emu, while the
  * compute-both plan reports it; taken, it fails both with the gather's
@@ -302,6 +337,7 @@ static Suite *if_suite(void) {
   tcase_add_test(tc, test_both_branches_refused);
   tcase_add_test(tc, test_nested_branches_in_the_plan);
   tcase_add_test(tc, test_untaken_branch_does_not_run);
+  tcase_add_test(tc, test_bad_branches_refused);
   suite_add_tcase(s, tc);
   return s;
 }
