@@ -261,6 +261,7 @@ bool cg_lower_node(CgBuild *b, const Node *n) {
     case OP_RESIZE_GRAD:
     case OP_OPTIM_UPDATE: return cg_lower_train(b, n);
     case OP_TP_COPY: /* the identity forward: its gradient is the point */
+    case OP_STAGE:   /* simplify removes it; -O0 keeps it */
       cg_copy(b, n, NULL, cg_ref(b, &n->out[0]), cg_ref(b, n->in[0]), nbytes(&n->out[0].type));
       return true;
     case OP_ALLREDUCE_MEAN:

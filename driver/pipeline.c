@@ -54,6 +54,12 @@ struct Pipeline {
   unsigned char **dy;         /* [k]: the gradient of stage output k */
   void **bufs;                /* per data array: a micro-batch */
   float loss;
+  /* Dropout's state when the stage has dropouts: the whole model's seed
+   * and step count (one process's dlcc.step, advanced per global batch,
+   * not per plan run), set into both plans before each micro-batch with
+   * the micro-batch's first sample, so the masks are one process's. */
+  bool dropout;
+  int64_t seed, step;
 };
 
 static bool is_stage_name(const char *name) {
@@ -114,11 +120,10 @@ static int build_graph(Ctx *ctx, void *data) {
     if (!pass_append_loss(g, c->loss, c->loss_output, TRAIN_TARGET, tp) || !ir_verify(g)) return 1;
   }
   for (Node *m = g->first; m; m = m->next)
-    if (m->op == OP_BATCHNORM || m->op == OP_DROPOUT) {
+    if (m->op == OP_BATCHNORM) {
       diag_error(ctx, m->loc,
-                 "pipeline parallel does not take %s yet (a stage would see its micro-batch's statistics or "
-                 "draw its own masks): train this model with data parallel or in one process",
-                 m->op == OP_BATCHNORM ? "batchnorm" : "dropout");
+                 "pipeline parallel does not take batchnorm yet (a stage would see its micro-batch's statistics): "
+                 "train this model with data parallel or in one process");
       return 1;
     }
   job->g = g;
@@ -145,8 +150,9 @@ static void print_scopes(FILE *f, Graph *g, const StageSplit *sp, int s) {
 static void print_split(Pipeline *p) {
   const StageSplit *sp = &p->sp;
   int S = p->n_stages, M = p->m_count;
-  printf("pipeline: %d stages, %d micro-batch%s of %" PRId64 ", %s; bubble (S-1)/(M+S-1) = %.1f%%\n", S, M,
-         M == 1 ? "" : "es", p->b, p->c.one_f_one_b ? "1F1B" : "GPipe", 100.0 * (S - 1) / (double)(M + S - 1));
+  printf("pipeline: %d stages%s, %d micro-batch%s of %" PRId64 ", %s; bubble (S-1)/(M+S-1) = %.1f%%\n", S,
+         sp->marked ? " at the model's stage() marks" : "", M, M == 1 ? "" : "es", p->b,
+         p->c.one_f_one_b ? "1F1B" : "GPipe", 100.0 * (S - 1) / (double)(M + S - 1));
   for (int s = 0; s < S; s++) {
     if (s > 0) {
       const StageCut *c = &sp->cut[s];
@@ -341,6 +347,7 @@ Pipeline *pipe_new(const PipeConfig *c, char *err, size_t errlen) {
   for (Node *n = p->g->first; n; n = n->next)
     for (int i = 0; i < n->n_in && p->sp.stage[n->id] >= 0; i++)
       if (n->in[i]->def->op == OP_PARAM) p->param_stage[n->in[i]->def->id] = p->sp.stage[n->id];
+  for (Node *n = p->g->first; n; n = n->next) p->dropout |= n->op == OP_DROPOUT && p->sp.stage[n->id] == p->s;
   if (p->s == 0) print_split(p);
   StageGraphs sg = {.p = p};
   rc = ctx_guard(&p->ctx, build_stage, &sg);
@@ -357,6 +364,11 @@ Pipeline *pipe_new(const PipeConfig *c, char *err, size_t errlen) {
 }
 
 /* ---- parameters in and out ---- */
+
+static bool run_failed(dlc_model *m, char *err, size_t errlen) {
+  snprintf(err, errlen, "%s", dlc_error(m));
+  return false;
+}
 
 static bool copy_weight(dlc_model *from, dlc_model *to, const char *name, size_t bytes, char *err, size_t errlen) {
   void *buf = malloc(bytes ? bytes : 1);
@@ -381,8 +393,29 @@ static bool share_params(Pipeline *p, char *err, size_t errlen) {
   return true;
 }
 
+static bool has_param(dlc_train *t, const char *name) {
+  for (int i = 0; i < dlc_train_num_params(t); i++) {
+    dlc_tensor_info info;
+    if (dlc_train_param_info(t, i, &info) == DLC_OK && strcmp(info.name, name) == 0) return true;
+  }
+  return false;
+}
+
+/* dlcc.seed, dlcc.step and dlcc.first_sample into a plan with dropouts. */
+static bool set_rng(Pipeline *p, dlc_model *m, int64_t first, char *err, size_t errlen) {
+  if (!m || !p->dropout) return true;
+  if (dlc_set_weight(m, "dlcc.seed", &p->seed, sizeof p->seed) != DLC_OK ||
+      dlc_set_weight(m, "dlcc.step", &p->step, sizeof p->step) != DLC_OK ||
+      dlc_set_weight(m, "dlcc.first_sample", &first, sizeof first) != DLC_OK)
+    return run_failed(m, err, errlen);
+  return true;
+}
+
 bool pipe_bind(Pipeline *p, dlc_train *whole, char *err, size_t errlen) {
   dlc_model *wm = dlc_train_model(whole), *om = dlc_train_model(p->opt);
+  if ((has_param(whole, "dlcc.seed") && dlc_get_weight(wm, "dlcc.seed", &p->seed, sizeof p->seed) != DLC_OK) ||
+      (has_param(whole, "dlcc.step") && dlc_get_weight(wm, "dlcc.step", &p->step, sizeof p->step) != DLC_OK))
+    return run_failed(wm, err, errlen);
   /* Bound first (any values: each is set below, the stage inputs per
    * micro-batch). */
   if ((p->fwd && dlc_init_weights(p->fwd, 0) != DLC_OK) || dlc_init_weights(p->bwd, 0) != DLC_OK ||
@@ -399,14 +432,14 @@ bool pipe_bind(Pipeline *p, dlc_train *whole, char *err, size_t errlen) {
 
 /* The rank whose stage holds the whole model's tensor `name`: the stage
  * of the param it is, or whose optimizer state it is
- * ("dlcc.optim.NAME.exp_avg"); rank 0 for the rest (the step counter,
- * which every stage counts alike). */
+ * ("dlcc.optim.NAME.exp_avg"); rank 0 for the rest (the step counters,
+ * which every stage counts alike, dropout's seed). */
 static int owner_of(const Pipeline *p, const char *name) {
   const char *prefix = "dlcc.optim.";
   size_t np = strlen(prefix), best = 0;
   int owner = 0;
   for (Node *n = p->g->first; n; n = n->next) {
-    if (n->op != OP_PARAM || p->param_stage[n->id] < 0) continue;
+    if (n->op != OP_PARAM || p->param_stage[n->id] < 0 || !ir_dtype_is_float(n->out[0].type.dtype)) continue;
     const char *pn = ir_attr_str(n, "name");
     size_t len = strlen(pn);
     bool state = strncmp(name, prefix, np) == 0 && strncmp(name + np, pn, len) == 0 && name[np + len] == '.';
@@ -415,18 +448,12 @@ static int owner_of(const Pipeline *p, const char *name) {
   return owner;
 }
 
-static bool has_param(dlc_train *t, const char *name) {
-  for (int i = 0; i < dlc_train_num_params(t); i++) {
-    dlc_tensor_info info;
-    if (dlc_train_param_info(t, i, &info) == DLC_OK && strcmp(info.name, name) == 0) return true;
-  }
-  return false;
-}
-
 bool pipe_gather(Pipeline *p, dlc_train *whole, bool *comm, char *err, size_t errlen) {
   Dist *d = p->c.dist;
   dlc_model *wm = dlc_train_model(whole), *om = dlc_train_model(p->opt);
   *comm = false;
+  if (has_param(whole, "dlcc.step") && dlc_set_weight(wm, "dlcc.step", &p->step, sizeof p->step) != DLC_OK)
+    return run_failed(wm, err, errlen);
   bool ok = true;
   for (int i = 0; ok && i < dlc_train_num_params(whole); i++) {
     dlc_tensor_info info;
@@ -478,11 +505,6 @@ static bool set_data(Pipeline *p, dlc_model *m, const int64_t *order, char *err,
   return true;
 }
 
-static bool run_failed(dlc_model *m, char *err, size_t errlen) {
-  snprintf(err, errlen, "%s", dlc_error(m));
-  return false;
-}
-
 /* Micro-batch m's forward: the stage inputs from the previous rank, kept
  * for the backward; the outputs on to the next. */
 static bool forward(Pipeline *p, int m, const int64_t *order, bool *comm, char *err, size_t errlen) {
@@ -493,7 +515,7 @@ static bool forward(Pipeline *p, int m, const int64_t *order, bool *comm, char *
     if (dist_recv(d, p->s - 1, TAG(TAG_ACT, k), p->stash[m * p->n_in + k], p->in_bytes[k], what) != DIST_OK)
       return *comm = true, false;
   if (!p->fwd) return true; /* the last stage's forward is in its backward */
-  if (!set_data(p, p->fwd, order, err, errlen)) return false;
+  if (!set_data(p, p->fwd, order, err, errlen) || !set_rng(p, p->fwd, m * p->b, err, errlen)) return false;
   for (int k = 0; k < p->n_in; k++) {
     char name[32];
     snprintf(name, sizeof name, "stage_in.%d", k);
@@ -522,7 +544,7 @@ static bool backward(Pipeline *p, int m, const int64_t *order, bool *comm, char 
   for (int k = 0; k < p->n_out; k++)
     if (dist_recv(d, p->s + 1, TAG(TAG_GRAD, k), p->dy[k], p->out_bytes[k], what) != DIST_OK)
       return *comm = true, false;
-  if (!set_data(p, p->bwd, order, err, errlen)) return false;
+  if (!set_data(p, p->bwd, order, err, errlen) || !set_rng(p, p->bwd, m * p->b, err, errlen)) return false;
   for (int k = 0; k < p->n_in; k++) {
     snprintf(name, sizeof name, "stage_in.%d", k);
     if (dlc_set_weight(p->bwd, name, p->stash[m * p->n_in + k], p->in_bytes[k]) != DLC_OK)
@@ -596,6 +618,7 @@ bool pipe_step(Pipeline *p, const int64_t *order, float lr, float *loss, bool *c
   for (; ok && b < M; b++) ok = backward(p, b, order + b * p->b, comm, err, errlen);
   if (ok && dist_wait_sends(d) != DIST_OK) ok = false, *comm = true;
   if (!ok || !update(p, lr, err, errlen)) return false;
+  p->step++;
   /* The loss: the last stage's mean of the micro-batches', to rank 0. */
   float mean = p->loss / (float)M;
   if (S > 1 && p->s == S - 1 && (dist_isend(d, 0, TAG(TAG_LOSS, 0), &mean, sizeof mean) != DIST_OK ||

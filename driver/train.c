@@ -315,6 +315,7 @@ typedef struct Run {
   NcclComm *nccl;  /* on cuda, made at the first all-reduce */
 #endif
   int64_t local;   /* this rank's share of a full batch */
+  int64_t first_sample; /* where this rank's share of the batch starts in it */
   Pipeline *pipe;  /* --pipeline: this rank's stage; step is then the whole model, kept for saving */
   int tp, dp;      /* tensor-parallel ranks (--tensor-parallel), data-parallel groups: tp * dp ranks */
   bool tp_noted; /* the split was printed (once, for the first step compiled) */
@@ -601,6 +602,19 @@ static void log_step(Run *r, float loss, double lr) {
             r->global_step, (double)loss, lr);
 }
 
+/* Tells t's dropouts where this rank's slice starts in the global batch
+ * (the param dlcc.first_sample, ops.def), so that the ranks draw the
+ * masks one process draws instead of each the same ones. */
+static bool set_first_sample(dlc_train *t, int64_t first) {
+  for (int i = 0; i < dlc_train_num_params(t); i++) {
+    dlc_tensor_info info;
+    if (!api_ok(t, dlc_train_param_info(t, i, &info))) return false;
+    if (strcmp(info.name, "dlcc.first_sample") == 0)
+      return api_ok(t, dlc_set_weight(dlc_train_model(t), info.name, &first, sizeof first));
+  }
+  return true;
+}
+
 /* One step on samples order[0..n) by t (the full-batch step or the rest). */
 static bool train_batch(Run *r, dlc_train *t, const int64_t *order, int64_t n, float *loss) {
   if (r->pipe) {
@@ -616,7 +630,7 @@ static bool train_batch(Run *r, dlc_train *t, const int64_t *order, int64_t n, f
     return true;
   }
   if (t == r->rest && r->step && !api_ok(t, dlc_train_copy_state(t, r->step))) return false;
-  if (!set_batch(r, t, &r->data, order, n, 0)) return false;
+  if (!set_first_sample(t, r->first_sample) || !set_batch(r, t, &r->data, order, n, 0)) return false;
   double lr = train_sched_lr(&r->sched, r->a->lr, r->global_step, r->total_steps);
   if (!api_ok(t, dlc_train_step(t, (float)lr, loss))) return false;
   /* The global batch's loss: the mean of the ranks' means, as every rank
@@ -703,9 +717,8 @@ static bool run_epoch(Run *r) {
     /* Rank q takes the q-th equal slice of each batch, in the order
      * every rank computes alike from the seed. */
     int64_t share = r->pipe ? b : (last ? r->rest_n : b) / r->dp;
-    if (!train_batch(r, last ? r->rest : r->step, r->order + k * b + (r->pipe ? 0 : r->dist->rank / r->tp * share),
-                     share, &loss))
-      return false;
+    r->first_sample = r->pipe ? 0 : r->dist->rank / r->tp * share;
+    if (!train_batch(r, last ? r->rest : r->step, r->order + k * b + r->first_sample, share, &loss)) return false;
     loss_sum += loss;
     steps++;
     progress(r, k + 1, loss);

@@ -672,12 +672,22 @@ static Val bi_dropout(Lower *l, const Call *c) {
   if (!ok) return poison();
   if (!l->opt->training) return val_tensor(x);
   if (!need_float(l, c, x)) return poison();
-  Value *in[3] = {x, rng_state(l, "dlcc.seed", c->loc), rng_state(l, "dlcc.step", c->loc)};
-  if (!in[1] || !in[2]) return poison();
-  Node *n = fe_node(l, OP_DROPOUT, 3, in, c->loc);
+  Value *in[4] = {x, rng_state(l, "dlcc.seed", c->loc), rng_state(l, "dlcc.step", c->loc),
+                  rng_state(l, "dlcc.first_sample", c->loc)};
+  if (!in[1] || !in[2] || !in[3]) return poison();
+  Node *n = fe_node(l, OP_DROPOUT, 4, in, c->loc);
   ir_set_float(l->g, n, "p", p);
   ir_set_int(l->g, n, "stream", fe_map(l, &l->counters, "\x01dropout", true)->n++);
   return val_tensor(fe_emit(l, n));
+}
+
+/* stage(x): where the model ends a pipeline stage (docs/parallel.md).
+ * Only training splits a model, so anything else takes x itself. */
+static Val bi_stage(Lower *l, const Call *c) {
+  Value *x;
+  if (!fe_arg_tensor(l, c, 0, &x) || !need_float(l, c, x)) return poison();
+  if (!l->opt->training) return val_tensor(x);
+  return val_tensor(fe_unary(l, OP_STAGE, x, c->loc));
 }
 
 /* ---- losses (passes/loss.c builds them) ---- */
@@ -1332,6 +1342,7 @@ static const Builtin builtins[] = {
     {"gru", bi_gru, "x,hidden|layers,bias,batch_first,bidirectional", false},
     {"multihead_attention", bi_mha, "q,k,v,heads|bias,attn_mask,key_padding_mask,is_causal,kv_heads", false},
     {"dropout", bi_dropout, "x|p", false},
+    {"stage", bi_stage, "x", false},
     {"cross_entropy", bi_loss, "input,target|ignore_index,label_smoothing,reduction", false},
     {"nll_loss", bi_loss, "input,target|ignore_index,reduction", false},
     {"mse_loss", bi_loss, "input,target|reduction", false},

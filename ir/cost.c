@@ -189,6 +189,7 @@ static const OpCost op_cost[] = {
     [OP_OPTIM_UPDATE] = {RULE_OPTIM, 0, 0},
     [OP_ALLREDUCE_MEAN] = {RULE_LINEAR, 0, 0}, /* the communicator's, not the device's */
     [OP_TP_COPY] = {RULE_LINEAR, 0, 0},
+    [OP_STAGE] = {RULE_LINEAR, 0, 0},
     [OP_ALLREDUCE_SUM] = {RULE_LINEAR, 0, 0},
 };
 static_assert(ARRAY_LEN(op_cost) == OP_COUNT, "every op of ops.def has a row in op_cost");

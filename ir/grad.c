@@ -853,7 +853,8 @@ static void vjp_topk(GradCall *c) {
 
 /* The same mask on the gradient: the same seed, offset and stream. */
 static void vjp_dropout(GradCall *c) {
-  c->dx[0] = finish(c->g, like(c, OP_DROPOUT, 3, (Value *[]){c->dy[0], c->n->in[1], c->n->in[2]}));
+  Value *in[4] = {c->dy[0], c->n->in[1], c->n->in[2], c->n->n_in > 3 ? c->n->in[3] : NULL};
+  c->dx[0] = finish(c->g, like(c, OP_DROPOUT, c->n->n_in, in));
 }
 
 /* ---- the table ----
@@ -995,6 +996,7 @@ static void vjp_dropout(GradCall *c) {
 #define GRAD_ALLREDUCE_MEAN VJP(vjp_allreduce_mean)
 #define GRAD_TP_COPY VJP(vjp_tp_copy)
 #define GRAD_ALLREDUCE_SUM VJP(vjp_allreduce_sum)
+#define GRAD_STAGE VJP(vjp_allreduce_sum) /* the identity's: dy */
 
 const GradRule ir_grad_rules[] = {
 #define OP(id, ...) GRAD_##id,

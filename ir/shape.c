@@ -1469,10 +1469,11 @@ bool shape_xent(const Node *n, TensorType *out, char *err, size_t errlen) {
 bool shape_dropout(const Node *n, TensorType *out, char *err, size_t errlen) {
   if (!operands_ok(n, err, errlen)) return false;
   if (!need_float(n, in_type(n, 0), err, errlen)) return false;
-  for (int i = 1; i < 3; i++) {
+  static const char *const what[] = {"", "seed", "offset", "first sample"};
+  for (int i = 1; i < n->n_in; i++) {
     const TensorType *k = &n->in[i]->type;
     if (k->dtype != TY_I64 || ir_type_numel(k) != 1)
-      return fail(err, errlen, "dropout: the %s must be one i64, got %s", i == 1 ? "seed" : "offset", ts(k).s);
+      return fail(err, errlen, "dropout: the %s must be one i64, got %s", what[i], ts(k).s);
   }
   const Attr *p = ir_attr(n, "p"), *stream = ir_attr(n, "stream");
   if (!p || p->kind != AK_FLOAT || !(p->f >= 0 && p->f <= 1))

@@ -202,14 +202,22 @@ static bool eval_xent(const Node *n, const Tensor *x, const Tensor *t, const Ten
   return true;
 }
 
+/* Where x's elements are in the global batch's counter space: first
+ * (x's first sample in the global batch) times the elements of a sample. */
+int64_t ir_dropout_base(const TensorType *x, int64_t first) {
+  int64_t count = ir_type_numel(x);
+  return x->rank == 0 || x->dims[0] == 0 ? first * count : first * (count / x->dims[0]);
+}
+
 static void eval_dropout(const Node *n, const Tensor *x, const Tensor *seed, const Tensor *offset,
-                         Tensor *out) {
+                         const Tensor *first, Tensor *out) {
   double p = ir_attr_float(n, "p");
   uint32_t thr = ir_dropout_threshold(p), stream = (uint32_t)ir_attr_int(n, "stream");
   double scale = ir_dropout_scale(p, x->type.dtype);
   uint64_t s = (uint64_t)*(const int64_t *)seed->data, off = (uint64_t)*(const int64_t *)offset->data;
+  uint64_t base = first ? (uint64_t)ir_dropout_base(&x->type, *(const int64_t *)first->data) : 0;
   for (int64_t i = 0, count = ir_type_numel(&x->type); i < count; i++) {
-    bool keep = ir_dropout_bits(s, off, (uint64_t)i, stream) >= thr;
+    bool keep = ir_dropout_bits(s, off, base + (uint64_t)i, stream) >= thr;
     ir_tensor_set(out, i, keep ? ir_tensor_get(x, i) * scale : 0.0);
   }
 }
@@ -311,7 +319,7 @@ bool ir_eval_train_op(const Node *n, Tensor *const *in, Tensor *out, char *err, 
     case OP_XENT: return eval_xent(n, in[0], in[1], NULL, out, NULL, err, errlen);
     case OP_XENT_GRAD: return eval_xent(n, in[0], in[1], in[2], NULL, out, err, errlen);
     case OP_XENT_BOTH: return eval_xent(n, in[0], in[1], in[2], &out[0], &out[1], err, errlen);
-    case OP_DROPOUT: eval_dropout(n, in[0], in[1], in[2], out); return true;
+    case OP_DROPOUT: eval_dropout(n, in[0], in[1], in[2], n->n_in > 3 ? in[3] : NULL, out); return true;
     case OP_RESIZE_GRAD:
       if (eval_resize_grad(n, in[0], out)) return true;
       snprintf(err, errlen, "out of memory");

@@ -74,6 +74,7 @@ static Value *identity_of(const Node *n) {
     case OP_RESHAPE:
     case OP_EXPAND: return same_type(in[0], out) ? in[0] : NULL;
     case OP_CONCAT: return n->n_in == 1 ? in[0] : NULL;
+    case OP_STAGE: return in[0]; /* read by the pipeline split before any pass */
     case OP_TRANSPOSE: {
       int count;
       const int64_t *perm = ir_attr_ints(n, "perm", &count);

@@ -50,10 +50,13 @@ static void cut_info(Graph *g, Node **order, int n, const int *last, int loss_at
       Node *def = order[i]->in[k]->def;
       if (def->op == OP_PARAM && first_reader[def->id] < 0) first_reader[def->id] = i;
     }
-  /* A param read before and after p pins p; so does a value crossing p
-   * that is not floating point. */
+  /* A float param read before and after p pins p (it is trained in one
+   * stage; an integer one, such as dropout's step counter, is state each
+   * stage may hold a copy of); so does a value crossing p that is not
+   * floating point. */
   for (Node *m = g->first; m; m = m->next)
-    if (m->op == OP_PARAM && first_reader[m->id] >= 0 && first_reader[m->id] < last[m->out[0].id])
+    if (m->op == OP_PARAM && ir_dtype_is_float(m->out[0].type.dtype) && first_reader[m->id] >= 0 &&
+        first_reader[m->id] < last[m->out[0].id])
       d_bad[first_reader[m->id] + 1]++, d_bad[last[m->out[0].id] + 1]--;
   for (int i = 0; i < n; i++)
     for (int r = 0; r < order[i]->n_out; r++) {
@@ -124,6 +127,86 @@ static bool choose_cuts(Arena *a, int n, int s_count, const CutInfo *ci, int *cu
   return true;
 }
 
+/* "file:line:col" of a node, for messages that go out as plain text. */
+static const char *where(Arena *a, const Node *n) {
+  const SrcLoc *l = &n->loc;
+  if (!l->file) return "the model";
+  if (l->line <= 0) return arena_printf(a, "%s", l->file->name);
+  return arena_printf(a, "%s:%d:%d", l->file->name, l->line, l->col);
+}
+
+/* The stages the model's stage() marks ask for: level[id] of every
+ * computing node, and the graph's list put in stage order (a stable sort
+ * by level, sources first, still topological since no operand is in a
+ * later stage than its reader).  A node is at least in its operands'
+ * stage, one later past a mark, and, so that no value crosses a cut it
+ * need not, as late as its readers allow (the loss in the last stage).
+ * Returns the number of stages, 0 without marks, -1 after writing err. */
+static int marked_stages(Graph *g, int n_stages, int *level, char *err, size_t errlen) {
+  Arena *a = &g->ctx->arena;
+  const Node *first_mark = NULL;
+  int n_nodes = 0, n_levels = 1;
+  for (Node *m = g->first; m; m = m->next, n_nodes++) {
+    level[m->id] = 0;
+    if (is_source(m)) continue;
+    for (int i = 0; i < m->n_in; i++) {
+      const Node *d = m->in[i]->def;
+      if (is_source(d)) continue;
+      int l = level[d->id] + (d->op == OP_STAGE);
+      if (l > level[m->id]) level[m->id] = l;
+    }
+    if (m->op == OP_STAGE) {
+      if (!first_mark) first_mark = m;
+      if (level[m->id] + 2 > n_levels) n_levels = level[m->id] + 2;
+    }
+  }
+  if (!first_mark) return 0;
+  if (n_levels != n_stages) {
+    snprintf(err, errlen, "the model's stage() marks (the first at %s) make %d stages, but the pipeline has %d",
+             where(a, first_mark), n_levels, n_stages);
+    return -1;
+  }
+  Node **list = ARENA_ARRAY(a, Node *, n_nodes);
+  int k = 0;
+  for (Node *m = g->first; m; m = m->next) list[k++] = m;
+  int *earliest_reader = ARENA_ARRAY(a, int, g->n_nodes + 1);
+  for (int i = 0; i < n_nodes; i++) earliest_reader[list[i]->id] = n_levels;
+  const Node *loss = g->outputs[0]->def;
+  for (int i = n_nodes - 1; i >= 0; i--) {
+    Node *m = list[i];
+    if (is_source(m)) continue;
+    bool read = earliest_reader[m->id] < n_levels || m == loss;
+    if (m->op != OP_STAGE && read) level[m->id] = m == loss ? n_levels - 1 : earliest_reader[m->id];
+    for (int j = 0; j < m->n_in; j++)
+      if (level[m->id] < earliest_reader[m->in[j]->def->id]) earliest_reader[m->in[j]->def->id] = level[m->id];
+  }
+  int *count = ARENA_ARRAY(a, int, n_levels);
+  for (int i = 0; i < n_nodes; i++)
+    if (!is_source(list[i])) count[level[list[i]->id]]++;
+  for (int s = 0; s < n_levels; s++)
+    if (!count[s]) {
+      snprintf(err, errlen, "stage %d of the model's stage() marks (the first at %s) has no operations", s,
+               where(a, first_mark));
+      return -1;
+    }
+  int *sorted_level = ARENA_ARRAY(a, int, n_nodes);
+  k = 0;
+  g->first = g->last = NULL;
+  for (int pass = -1; pass < n_levels; pass++)
+    for (int i = 0; i < n_nodes; i++) {
+      Node *m = list[i];
+      if (is_source(m) ? pass != -1 : level[m->id] != pass) continue;
+      sorted_level[k++] = level[m->id];
+      m->prev = g->last, m->next = NULL;
+      if (g->last) g->last->next = m;
+      else g->first = m;
+      g->last = m;
+    }
+  ir_number(g);
+  for (Node *m = g->first; m; m = m->next) level[m->id] = sorted_level[m->id];
+  return n_levels;
+}
+
 bool pass_stage_split(Graph *g, int n_stages, StageSplit *out, char *err, size_t errlen) {
   memset(out, 0, sizeof *out);
   Arena *a = &g->ctx->arena;
@@ -139,6 +222,9 @@ bool pass_stage_split(Graph *g, int n_stages, StageSplit *out, char *err, size_t
              n_stages);
     return false;
   }
+  int *level = ARENA_ARRAY(a, int, g->n_nodes + 1);
+  int marked = marked_stages(g, n_stages, level, err, errlen);
+  if (marked < 0) return false;
   Node **order = ARENA_ARRAY(a, Node *, n);
   int *pos = ARENA_ARRAY(a, int, g->n_nodes + 1); /* by id: index among the computing nodes */
   int k = 0;
@@ -152,7 +238,21 @@ bool pass_stage_split(Graph *g, int n_stages, StageSplit *out, char *err, size_t
   CutInfo ci;
   cut_info(g, order, n, last, is_source(loss) ? 0 : pos[loss->id], &ci);
   int *cuts = ARENA_ARRAY(a, int, n_stages + 1);
-  if (!choose_cuts(a, n, n_stages, &ci, cuts)) {
+  if (marked) {
+    for (int i = n - 1; i >= 0; i--) cuts[level[order[i]->id]] = i;
+    cuts[n_stages] = n;
+    for (int s = 1; s < n_stages; s++)
+      if (!ci.allowed[cuts[s]]) {
+        const Node *mark = NULL;
+        for (int i = cuts[s - 1]; i < cuts[s]; i++)
+          if (order[i]->op == OP_STAGE) mark = order[i];
+        snprintf(err, errlen,
+                 "the stage() mark at %s cannot end stage %d: a parameter's readers must share a stage, only "
+                 "floating-point values may cross a cut, and the last stage computes the loss",
+                 mark ? where(a, mark) : "?", s - 1);
+        return false;
+      }
+  } else if (!choose_cuts(a, n, n_stages, &ci, cuts)) {
     snprintf(err, errlen,
              "the model cannot be cut into %d stages: each stage needs an operation, a parameter's readers "
              "must share a stage, only floating-point values may cross a cut, and the last stage computes the loss",
@@ -160,6 +260,7 @@ bool pass_stage_split(Graph *g, int n_stages, StageSplit *out, char *err, size_t
     return false;
   }
   out->n_stages = n_stages;
+  out->marked = marked > 0;
   out->stage = ARENA_ARRAY(a, int, g->n_nodes + 1);
   out->first = ARENA_ARRAY(a, int, n_stages);
   out->last = ARENA_ARRAY(a, int, n_stages);

@@ -23,6 +23,7 @@ typedef struct StageCut {
 
 typedef struct StageSplit {
   int n_stages;
+  bool marked;       /* cut at the model's stage() marks, not by cost */
   int *stage;        /* by Node.id: a computing node's stage, -1 for a source */
   int *first, *last; /* per stage: its first and last computing node's id */
   int *n_nodes;      /* per stage: computing nodes */
@@ -35,10 +36,13 @@ typedef struct StageSplit {
 /* Splits g (numbered by ir_number; arrays in g's arena).  Each stage gets
  * at least one computing node (input, param and const are sources: every
  * stage that reads one has its own); a cut may not separate two readers
- * of one param (each param lives in one stage) nor carry a value that is
+ * of one float param (each param lives in one stage) nor carry a value that is
  * not floating point (its gradient could not come back), and the loss
- * (output 0) is computed by the last stage.  Among the allowed cuts it
- * takes the least largest stage cost, then, within 10% of that, the
+ * (output 0) is computed by the last stage.  When g has stage nodes (the
+ * language's stage(x)), they say where the cuts are: g's list is put in
+ * stage order, each node as late as its readers allow, and the marks
+ * must make exactly n_stages stages.  Otherwise, among the allowed cuts
+ * it takes the least largest stage cost, then, within 10% of that, the
  * fewest bytes crossing the cuts; ties go to the earlier cut, so the
  * split is the same every run.  False with a message when g cannot be
  * cut into n_stages stages. */

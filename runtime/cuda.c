@@ -160,7 +160,15 @@ typedef struct CudaDevice {
   CUevent marks[RT_EVENTS];
   cublasHandle_t blas; /* int8 products */
   cublasLtHandle_t lt;  /* float products */
-  CUdeviceptr lt_workspace; /* cuBLASLt's and cuBLAS's: one stream, one call at a time */
+  CUdeviceptr lt_workspace; /* cuBLASLt's and cuBLAS's on the device's stream: one call at a time */
+  /* Branch streams of a capture (cuda_use_branch): branch b > 0's stream
+   * and cuBLAS workspace, made by cuda_prepare_branches; the events; the
+   * branch the model's calls go to now, and the one cuBLAS is set to. */
+  CUstream branch_stream[RT_BRANCHES];
+  CUdeviceptr branch_workspace[RT_BRANCHES];
+  CUevent *branch_events;
+  int n_branch_events;
+  int branch, blas_branch;
   struct LtGemm *lt_gemms; /* one setup per distinct GEMM (cuda_lt_gemm) */
   int n_lt_gemms, cap_lt_gemms;
   int cc_major, cc_minor;
@@ -271,6 +279,12 @@ static void cuda_destroy(RtDevice *base) {
   lt_release(d);
   for (int i = 0; i < RT_EVENTS; i++)
     if (d->marks[i]) d->api.cuEventDestroy(d->marks[i]);
+  for (int i = 0; i < d->n_branch_events; i++) d->api.cuEventDestroy(d->branch_events[i]);
+  free(d->branch_events);
+  for (int b = 1; b < RT_BRANCHES; b++) {
+    if (d->branch_stream[b]) d->api.cuStreamDestroy(d->branch_stream[b]);
+    if (d->branch_workspace[b]) d->api.cuMemFree(d->branch_workspace[b]);
+  }
   if (d->copy) d->api.cuStreamDestroy(d->copy);
   if (d->joined) d->api.cuEventDestroy(d->joined);
   if (d->done) d->api.cuEventDestroy(d->done);
@@ -371,6 +385,13 @@ struct RtGraph {
   CUgraphExec exec;
 };
 
+/* Where the model's calls go: the device's stream, or during a capture
+ * the branch the executor chose. */
+static CUstream now_stream(const CudaDevice *d) { return d->branch ? d->branch_stream[d->branch] : d->stream; }
+static CUdeviceptr now_workspace(const CudaDevice *d) {
+  return d->branch ? d->branch_workspace[d->branch] : d->lt_workspace;
+}
+
 /* Thread-local mode: only this thread's calls are held to the rules of
  * capture, so another model capturing on another thread is no concern. */
 static int cuda_capture_begin(RtDevice *base) {
@@ -436,14 +457,14 @@ static int cuda_signal(RtDevice *base, void *stream) {
 static int cuda_copy(RtDevice *base, RtDevPtr dst, RtDevPtr src, uint64_t nbytes) {
   CudaDevice *d = (CudaDevice *)base;
   if (enter(d)) return -1;
-  return check(d, d->api.cuMemcpyDtoDAsync((CUdeviceptr)dst, (CUdeviceptr)src, nbytes, d->stream),
+  return check(d, d->api.cuMemcpyDtoDAsync((CUdeviceptr)dst, (CUdeviceptr)src, nbytes, now_stream(d)),
                "cuMemcpyDtoDAsync(%llu bytes)", (unsigned long long)nbytes);
 }
 
 static int cuda_memset0(RtDevice *base, RtDevPtr dst, uint64_t nbytes) {
   CudaDevice *d = (CudaDevice *)base;
   if (enter(d)) return -1;
-  return check(d, d->api.cuMemsetD8Async((CUdeviceptr)dst, 0, nbytes, d->stream),
+  return check(d, d->api.cuMemsetD8Async((CUdeviceptr)dst, 0, nbytes, now_stream(d)),
                "cuMemsetD8Async(%llu bytes)", (unsigned long long)nbytes);
 }
 
@@ -742,14 +763,14 @@ static int cuda_launch(RtDevice *base, RtModule *m, const RtLaunch *l, const voi
   if (m->cooperative[l->kernel])
     return check(d,
                  d->api.cuLaunchCooperativeKernel(m->fns[l->kernel], l->grid[0], l->grid[1], l->grid[2], l->block[0],
-                                                  l->block[1], l->block[2], l->dynamic_shared_bytes, d->stream,
+                                                  l->block[1], l->block[2], l->dynamic_shared_bytes, now_stream(d),
                                                   (void **)args),
                  "cuLaunchCooperativeKernel('%s', grid %ux%ux%u, block %ux%ux%u, %u bytes of dynamic shared memory)",
                  m->names[l->kernel], l->grid[0], l->grid[1], l->grid[2], l->block[0], l->block[1], l->block[2],
                  l->dynamic_shared_bytes);
   return check(d,
                d->api.cuLaunchKernel(m->fns[l->kernel], l->grid[0], l->grid[1], l->grid[2], l->block[0],
-                                     l->block[1], l->block[2], l->dynamic_shared_bytes, d->stream,
+                                     l->block[1], l->block[2], l->dynamic_shared_bytes, now_stream(d),
                                      (void **)args, NULL),
                "cuLaunchKernel('%s', grid %ux%ux%u, block %ux%ux%u, %u bytes of dynamic shared memory)",
                m->names[l->kernel], l->grid[0], l->grid[1], l->grid[2], l->block[0], l->block[1], l->block[2],
@@ -772,6 +793,13 @@ static int cuda_gemm_i8(CudaDevice *d, const RtGemm *g, const RtBlasGemm *x, RtD
                           "alpha 1, beta 0",
                           (long long)g->m, (long long)g->n, (long long)g->k, (long long)g->lda, (long long)g->ldb,
                           (long long)g->stride_a, (long long)g->stride_b);
+  if (d->blas_branch != d->branch) { /* cuBLAS follows the branch: its stream and workspace */
+    if (check_blas(d, cublasSetStream(d->blas, (cudaStream_t)now_stream(d)), "cublasSetStream") ||
+        check_blas(d, cublasSetWorkspace(d->blas, (void *)(uintptr_t)now_workspace(d), LT_WORKSPACE_BYTES),
+                   "cublasSetWorkspace"))
+      return -1;
+    d->blas_branch = d->branch;
+  }
   int32_t alpha = 1, beta = 0;
   cublasStatus_t s = cublasGemmStridedBatchedEx(
       d->blas, x->trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, x->trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, x->m, x->n, x->k,
@@ -983,12 +1011,68 @@ static int cuda_gemm(RtDevice *base, const RtGemm *g, RtDevPtr a, RtDevPtr b, Rt
   cublasStatus_t s =
       cublasLtMatmul(d->lt, e->desc, &alpha, (const void *)(uintptr_t)b, e->a, (const void *)(uintptr_t)a, e->b, &beta,
                      (const void *)(uintptr_t)c, e->c, (void *)(uintptr_t)c, e->c, &e->algo,
-                     (void *)(uintptr_t)d->lt_workspace, LT_WORKSPACE_BYTES, (cudaStream_t)d->stream);
+                     (void *)(uintptr_t)now_workspace(d), LT_WORKSPACE_BYTES, (cudaStream_t)now_stream(d));
   char what[200];
   snprintf(what, sizeof what, "cublasLtMatmul(%s, m=%lld n=%lld k=%lld batch=%lld, epilogue %s)",
            g->dtype == RT_DT_F16 ? "f16" : g->dtype == RT_DT_BF16 ? "bf16" : "f32", (long long)g->m, (long long)g->n,
            (long long)g->k, (long long)g->batch, epilogue_names[g->epilogue]);
   return check_lt(d, s, what);
+}
+
+/* ---- branch streams (device.h): made before a capture, used in it ---- */
+
+static int cuda_prepare_branches(RtDevice *base, int branches, int events) {
+  CudaDevice *d = (CudaDevice *)base;
+  if (enter(d)) return -1;
+  if (branches > RT_BRANCHES || events > RT_BRANCH_EVENTS)
+    return rt_device_fail(base, "cuda: %d branches and %d events (at most %d and %d)", branches, events, RT_BRANCHES,
+                          RT_BRANCH_EVENTS);
+  for (int b = 1; b < branches; b++) {
+    if (!d->branch_stream[b] &&
+        check(d, d->api.cuStreamCreate(&d->branch_stream[b], CU_STREAM_NON_BLOCKING), "cuStreamCreate(branch %d)", b))
+      return -1;
+    /* two GEMMs side by side may not share a workspace */
+    if ((d->blas || d->lt) && !d->branch_workspace[b] &&
+        check(d, d->api.cuMemAlloc(&d->branch_workspace[b], LT_WORKSPACE_BYTES),
+              "cuMemAlloc(%d bytes of cuBLAS workspace for branch %d)", LT_WORKSPACE_BYTES, b))
+      return -1;
+  }
+  if (!d->branch_events && !(d->branch_events = calloc(RT_BRANCH_EVENTS, sizeof *d->branch_events)))
+    return rt_device_fail(base, "cuda: out of host memory for branch events");
+  for (; d->n_branch_events < events; d->n_branch_events++)
+    if (check(d, d->api.cuEventCreate(&d->branch_events[d->n_branch_events], CU_EVENT_DISABLE_TIMING),
+              "cuEventCreate(branch event %d)", d->n_branch_events))
+      return -1;
+  return 0;
+}
+
+static int branch_ok(CudaDevice *d, int b, int e) {
+  if (d->base.broken) return -1;
+  if (b < 0 || b >= RT_BRANCHES || (b && !d->branch_stream[b]))
+    return rt_device_fail(&d->base, "cuda: branch %d was not prepared", b);
+  if (e >= d->n_branch_events) return rt_device_fail(&d->base, "cuda: branch event %d was not prepared", e);
+  return 0;
+}
+
+static int cuda_use_branch(RtDevice *base, int b) {
+  CudaDevice *d = (CudaDevice *)base;
+  if (branch_ok(d, b, -1)) return -1;
+  d->branch = b;
+  return 0;
+}
+
+static int cuda_branch_mark(RtDevice *base, int e, int b) {
+  CudaDevice *d = (CudaDevice *)base;
+  if (branch_ok(d, b, e) || e < 0) return e < 0 ? rt_device_fail(base, "cuda: branch event %d", e) : -1;
+  return check(d, d->api.cuEventRecord(d->branch_events[e], b ? d->branch_stream[b] : d->stream),
+               "cuEventRecord(branch %d, event %d)", b, e);
+}
+
+static int cuda_branch_wait(RtDevice *base, int e, int b) {
+  CudaDevice *d = (CudaDevice *)base;
+  if (branch_ok(d, b, e) || e < 0) return e < 0 ? rt_device_fail(base, "cuda: branch event %d", e) : -1;
+  return check(d, d->api.cuStreamWaitEvent(b ? d->branch_stream[b] : d->stream, d->branch_events[e], 0),
+               "cuStreamWaitEvent(branch %d, event %d)", b, e);
 }
 
 /* Lane 1 and the events, made at the first overlapped run. */
@@ -1060,6 +1144,10 @@ static const RtDeviceOps cuda_ops = {
     .mark = cuda_mark,
     .wait_mark = cuda_wait_mark,
     .sync_mark = cuda_sync_mark,
+    .prepare_branches = cuda_prepare_branches,
+    .use_branch = cuda_use_branch,
+    .branch_mark = cuda_branch_mark,
+    .branch_wait = cuda_branch_wait,
 };
 
 static int attribute(CudaDevice *d, int *v, CUdevice_attribute a, const char *what) {

@@ -15,6 +15,7 @@ libdlcrt_la_SOURCES += \
 	runtime/device.h \
 	runtime/runtime.h \
 	runtime/plan.c \
+	runtime/branches.c \
 	runtime/seal.c \
 	runtime/model.c \
 	runtime/device.c \

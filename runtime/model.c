@@ -83,6 +83,8 @@ struct DlrtModel {
   StepArgs args, init_args;
   /* CUDA graphs. */
   bool graphs;        /* wanted: DLCC_NO_GRAPHS unset, dlrt_set_graphs */
+  bool branches;      /* independent steps on branch streams in a graph: DLCC_NO_BRANCHES unset */
+  uint32_t most_lanes; /* the most branches a captured graph uses */
   bool warm;          /* a run's steps completed since the arguments last changed */
   Piece *pieces;      /* once captured */
   uint32_t n_pieces;
@@ -322,6 +324,8 @@ static DlrtStatus open_on_device(DlrtModel *m, const RtPlan *plan, RtDevice *dev
   m->init_dirty = true;
   const char *off = getenv("DLCC_NO_GRAPHS");
   m->graphs = dev->ops->capture_begin && !(off && *off && strcmp(off, "0"));
+  const char *no_branches = getenv("DLCC_NO_BRANCHES");
+  m->branches = !(no_branches && *no_branches && strcmp(no_branches, "0"));
   if (!dev->ops->capture_begin)
     snprintf(m->graph_note, sizeof m->graph_note, "the %s device cannot capture graphs", dev->ops->name);
   else if (!m->graphs)
@@ -664,6 +668,55 @@ static const char *outside_graphs(DlrtModel *m, const RtStep *s) {
   return m->dev->ops->uncapturable ? m->dev->ops->uncapturable(m->dev, s) : NULL;
 }
 
+/* The branch schedule of steps [first, first + n), made before their
+ * capture (the device prepares its streams and events outside it): one
+ * lane when branches are off or the device has none. */
+static DlrtStatus plan_branches(DlrtModel *m, uint32_t first, uint32_t n, RtBranches *b) {
+  RtDevice *d = m->dev;
+  memset(b, 0, sizeof *b);
+  b->lanes = 1;
+  if (!m->branches || !d->ops->use_branch) return DLRT_OK;
+  if (rt_branches_plan(m->plan, first, n, RT_BRANCHES, b))
+    return set_error(m, DLRT_E_NOMEM, "run: out of host memory for the branch streams");
+  if (b->lanes > 1 && b->n_events <= RT_BRANCH_EVENTS && !d->ops->prepare_branches(d, (int)b->lanes, (int)b->n_events))
+    return DLRT_OK;
+  rt_branches_free(b); /* too many events, or no streams: in order */
+  b->lanes = 1;
+  m->error[0] = 0;
+  if (d->broken) return device_error(m, "run: making branch streams");
+  return DLRT_OK;
+}
+
+/* Steps [first, first + n) into the capture: on their branches, with the
+ * events that order them, or with one lane in order on the device's
+ * stream. */
+static DlrtStatus capture_steps(DlrtModel *m, uint32_t first, uint32_t n, const RtBranches *b) {
+  RtDevice *d = m->dev;
+  const char *what = "run: capturing step";
+  if (b->lanes <= 1) return run_steps(m, m->plan->steps, first, n, &m->args, what);
+  bool started[RT_BRANCHES] = {false};
+  DlrtStatus s = DLRT_OK;
+  int rc = d->ops->branch_mark(d, b->fork, 0);
+  for (uint32_t j = 0; !rc && !s && j < n; j++) {
+    const RtBranchStep *bs = &b->step[j];
+    int lane = (int)bs->lane;
+    rc = d->ops->use_branch(d, lane);
+    if (!rc && lane && !started[lane]) rc = d->ops->branch_wait(d, b->fork, lane);
+    started[lane] = true;
+    for (uint32_t w = 0; !rc && w < bs->n_waits; w++) rc = d->ops->branch_wait(d, b->waits[bs->wait_first + w], lane);
+    if (!rc) s = run_steps(m, m->plan->steps, first + j, 1, &m->args, what);
+    if (!rc && !s && bs->mark >= 0) rc = d->ops->branch_mark(d, bs->mark, lane);
+  }
+  if (!rc && !s) rc = d->ops->use_branch(d, 0);
+  for (uint32_t w = 0; !rc && !s && w < b->n_joins; w++) rc = d->ops->branch_wait(d, b->waits[b->join_first + w], 0);
+  if (!rc && !s && b->lanes > m->most_lanes) m->most_lanes = b->lanes;
+  if (rc && !s) {
+    d->ops->use_branch(d, 0); /* so that the capture can end */
+    return device_error(m, "run: capturing branch streams");
+  }
+  return s;
+}
+
 static DlrtStatus capture(DlrtModel *m) {
   const RtPlan *p = m->plan;
   RtDevice *d = m->dev;
@@ -680,6 +733,7 @@ static DlrtStatus capture(DlrtModel *m) {
       m->graphs = false;
       return DLRT_OK;
     }
+  m->most_lanes = 0;
   for (uint32_t i = 0; i < p->n_steps;) {
     const char *why = outside_graphs(m, &p->steps[i]);
     if (why) {
@@ -694,8 +748,19 @@ static DlrtStatus capture(DlrtModel *m) {
     while (j < p->n_steps && !outside_graphs(m, &p->steps[j])) j++;
     Piece *pc = &pieces[n++];
     *pc = (Piece){i, j - i, NULL};
-    if (d->ops->capture_begin(d)) goto failed;
-    DlrtStatus s = run_steps(m, p->steps, i, j - i, &m->args, "run: capturing step");
+    RtBranches br;
+    DlrtStatus s = plan_branches(m, i, j - i, &br);
+    if (s) {
+      m->pieces = pieces, m->n_pieces = n;
+      drop_graphs(m);
+      return s;
+    }
+    if (d->ops->capture_begin(d)) {
+      rt_branches_free(&br);
+      goto failed;
+    }
+    s = capture_steps(m, i, j - i, &br);
+    rt_branches_free(&br);
     RtGraph *g = NULL;
     if (d->ops->capture_end(d, &g) || s) goto failed;
     pc->graph = g;
@@ -704,8 +769,10 @@ static DlrtStatus capture(DlrtModel *m) {
   m->pieces = pieces;
   m->n_pieces = n;
   uint32_t graphs = n - outside;
-  snprintf(m->graph_note, sizeof m->graph_note, "on: %" PRIu32 " graph%s over %" PRIu32 " steps%s%s", graphs,
-           graphs == 1 ? "" : "s", p->n_steps - outside, outside ? "" : ", every step captured", note);
+  char lanes[64] = "";
+  if (m->most_lanes > 1) snprintf(lanes, sizeof lanes, ", independent steps on up to %" PRIu32 " streams", m->most_lanes);
+  snprintf(m->graph_note, sizeof m->graph_note, "on: %" PRIu32 " graph%s over %" PRIu32 " steps%s%s%s", graphs,
+           graphs == 1 ? "" : "s", p->n_steps - outside, outside ? "" : ", every step captured", lanes, note);
   return DLRT_OK;
 failed:
   m->pieces = pieces;

@@ -324,6 +324,50 @@ static int check_gemm(Check *c, const RtGemm *g) {
   return 0;
 }
 
+int rt_step_access(const RtPlan *p, const RtStep *s, RtAccessRange *out, int max) {
+  int n = 0;
+#define ADD(r, bytes, w)                                                                  \
+  do {                                                                                  \
+    if (n == max) return -1;                                                            \
+    out[n++] = (RtAccessRange){(r), (bytes), (w)};                                      \
+  } while (0)
+  switch (s->kind) {
+  case RT_STEP_LAUNCH: {
+    const RtLaunch *l = &s->launch;
+    const RtContract *k = &p->contracts[l->contract];
+    for (uint32_t i = 0; i < l->n_args && i < k->n_params; i++)
+      if (l->args[i].kind == RT_ARG_PTR)
+        ADD(l->args[i].ref, k->params[i].nbytes, (k->params[i].access & RT_ACCESS_WRITE) != 0);
+    break;
+  }
+  case RT_STEP_GEMM: {
+    const RtGemm *g = &s->gemm;
+    int es = rt_dtype_bytes(g->dtype), esc = g->dtype == RT_DT_I8 ? 4 : es;
+    uint64_t ea = 0, eb = 0, ec = 0, ebias = 0;
+    bool bgrad = g->epilogue == RT_EPILOGUE_BGRAD;
+    int64_t bias_len = bgrad ? g->m : g->n;
+    if (!matrix_extent(g->trans_a ? g->k : g->m, g->trans_a ? g->m : g->k, g->lda, g->batch, g->stride_a, es, &ea) ||
+        !matrix_extent(g->trans_b ? g->n : g->k, g->trans_b ? g->k : g->n, g->ldb, g->batch, g->stride_b, es, &eb) ||
+        !matrix_extent(g->m, g->n, g->ldc, g->batch, g->stride_c, esc, &ec) ||
+        (g->epilogue && !matrix_extent(1, bias_len, bias_len, g->batch, g->stride_bias, es, &ebias)))
+      return -1;
+    ADD(g->a, ea, false);
+    ADD(g->b, eb, false);
+    ADD(g->c, ec, true);
+    if (g->epilogue) ADD(g->bias, ebias, bgrad);
+    break;
+  }
+  default:
+    if (s->copy.nbytes) {
+      ADD(s->copy.src, s->copy.nbytes, false);
+      ADD(s->copy.dst, s->copy.nbytes, true);
+    }
+    break;
+  }
+#undef ADD
+  return n;
+}
+
 static bool overlaps(RtRef a, RtRef b, uint64_t n) {
   if (a.space != b.space || a.index != b.index) return false;
   return a.offset < b.offset + n && b.offset < a.offset + n;

@@ -48,6 +48,50 @@ int rt_plan_check_seal(const RtPlan *plan, const RtRegion *regions, int n_region
  * holds addr: how many were written to out, 0 when no object holds it. */
 int rt_loaded_regions(const void *addr, RtRegion *out, int max);
 const char *rt_space_name(uint32_t space);
+
+/* What a step of a validated plan may touch: nbytes at ref, written or
+ * only read (a launch's pointer arguments as its contract bounds them, a
+ * GEMM's A, B, C and bias, a copy's source and destination). */
+typedef struct RtAccessRange {
+  RtRef ref;
+  uint64_t nbytes;
+  bool write;
+} RtAccessRange;
+/* The ranges of step s into out: how many, or -1 when more than max. */
+int rt_step_access(const RtPlan *p, const RtStep *s, RtAccessRange *out, int max);
+
+/* branches.c: steps [first, first + n) of a plan on up to max_lanes
+ * streams (lane 0 the device's).  A step waits for the events of the
+ * earlier steps it conflicts with (they touch a common byte, one of them
+ * writing) that its lane has not already waited for, directly or through
+ * another wait; it continues the lane of such a step when that step was
+ * the last on its lane, else takes a free lane, so independent chains of
+ * steps (the branches of an inception block, two layers' GEMMs) run side
+ * by side inside a captured graph.  Steps all in one chain stay on lane
+ * 0 with no event.  A cooperative launch (every block resident) and an
+ * all-reduce wait for every lane and keep lane 0. */
+typedef struct RtBranchStep {
+  uint32_t lane;
+  int32_t mark;        /* the event recorded on its lane after it, -1 for none */
+  uint32_t wait_first; /* its waits: events waits[wait_first .. + n_waits) */
+  uint32_t n_waits;
+} RtBranchStep;
+typedef struct RtBranches {
+  uint32_t first, n;
+  RtBranchStep *step;
+  int32_t *waits;
+  uint32_t n_events; /* events numbered 0 .. n_events - 1, each recorded once */
+  uint32_t lanes;    /* lanes used; 1: the steps form one chain */
+  /* With lanes > 1: the fork, recorded on lane 0 before the first step
+   * and waited for by each other lane before its first step; and the
+   * events lane 0 waits for after the last, waits[join_first ..
+   * + n_joins), so that every lane ends joined to lane 0. */
+  int32_t fork;
+  uint32_t join_first, n_joins;
+} RtBranches;
+/* 0, or -1 when out of memory. */
+int rt_branches_plan(const RtPlan *p, uint32_t first, uint32_t n, uint32_t max_lanes, RtBranches *out);
+void rt_branches_free(RtBranches *b);
 int rt_dtype_bytes(uint32_t dtype); /* RtDTypeCode; 0 when unknown */
 
 /* dlrt_open on a device the caller opened.  The model takes ownership of

@@ -2,7 +2,7 @@
 # Data-parallel `dlcc train` under mpirun on emu (docs/parallel.md): 2 and
 # 4 ranks equal one process at the same global batch (f32 1e-5), a last
 # partial batch split among the ranks, bit-identical run to run and with
-# gradients in buckets, a CNN
+# gradients in buckets, dropout's masks as one process draws them, a CNN
 # with per-rank batchnorm statistics against the one process that sees
 # the same statistics, --sync-bn against one process at the global
 # batch, the refusals, and a rank that fails or vanishes
@@ -40,6 +40,14 @@ done
 expect 0 "" "$dlcc" train $A --batch 8 --drop-last --save "$tmp/one_d.safetensors"
 expect 0 "" mpi 4 "$dlcc" train $A --batch 8 --drop-last --save "$tmp/four.safetensors"
 close "$tmp/one_d.ckpt.safetensors" "$tmp/four.ckpt.safetensors" "4 ranks against one"
+
+# Dropout: each rank draws the masks of its slice of the global batch
+# (dlcc.first_sample), so 2 ranks equal one process, the last partial
+# batch (3 a rank) too; were the ranks' masks alike they would not.
+D="$t/mlpdrop.dl --loss=cross_entropy --optimizer=adamw --lr=0.05 --backend=emu --data $t/data --epochs 2 --batch 8"
+expect 0 "" "$dlcc" train $D --save "$tmp/drop1.safetensors"
+expect 0 "" mpi 2 "$dlcc" train $D --save "$tmp/drop2.safetensors"
+close "$tmp/drop1.ckpt.safetensors" "$tmp/drop2.ckpt.safetensors" "dropout on 2 ranks against one"
 
 # The CNN with batchnorm: each rank normalizes over its own 4 images
 # (PyTorch DDP).  "twice" repeats each batch of 4, so both ranks see the

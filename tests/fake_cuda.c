@@ -13,7 +13,14 @@
  *   FAKECUDA_CAPTURE_ERROR=E  cuStreamEndCapture returns CUresult E
  * Stream capture records kernels, device copies and memsets into a
  * graph instead of running them; cuGraphLaunch runs the copies and
- * memsets and counts the kernels.  Every entry point of interest counts
+ * memsets and counts the kernels.  Streams the fake made take part in a
+ * capture as CUDA's do: the origin, and any stream that waits for an
+ * event recorded on a stream taking part; the capture ends with
+ * CUDA_ERROR_STREAM_CAPTURE_UNJOINED unless the origin follows every
+ * call of every such stream through its waits.  Stricter than the
+ * driver: a call on another stream during a capture (CUDA would run it
+ * at once, outside the graph) fails with
+ * CUDA_ERROR_STREAM_CAPTURE_ISOLATION.  Every entry point of interest counts
  * its calls (fakecuda_calls("cuLaunchKernel")). */
 #include <cuda.h>
 #include <stdbool.h>
@@ -25,8 +32,12 @@
 struct CUctx_st {
   int unused;
 };
+enum { MAX_STREAMS = 64, MAX_EVENTS = 8192 };
+/* clock[k]: the last call of stream k this stream is known to follow. */
 struct CUstream_st {
-  int unused;
+  bool used, capturing;
+  int calls;
+  int clock[MAX_STREAMS];
 };
 struct CUmod_st {
   void *image;
@@ -36,8 +47,17 @@ struct CUfunc_st {
   int unused;
 };
 struct CUevent_st {
-  int unused;
+  bool captured;
+  int clock[MAX_STREAMS];
 };
+static struct CUstream_st streams[MAX_STREAMS];
+static int n_streams;
+static struct CUevent_st events[MAX_EVENTS];
+static int n_events;
+/* One of ours, or NULL (the caller's, or the legacy default). */
+static struct CUstream_st *ours(CUstream s) {
+  return s >= streams && s < streams + n_streams ? s : NULL;
+}
 
 /* One recorded call of a capture. */
 typedef struct Node {
@@ -55,6 +75,14 @@ struct CUgraphExec_st {
 };
 static struct CUgraph_st *capturing;
 static int graph_kernels;
+
+/* A call queued on s during a capture: s must take part. */
+static CUresult captured_call(CUstream s) {
+  struct CUstream_st *st = ours(s);
+  if (!st || !st->capturing) return CUDA_ERROR_STREAM_CAPTURE_ISOLATION;
+  st->clock[st - streams] = ++st->calls;
+  return CUDA_SUCCESS;
+}
 
 /* Calls counted by name, for the tests. */
 static const char *const counted[] = {"cuCtxSetCurrent",   "cuLaunchKernel",       "cuGraphLaunch",
@@ -86,7 +114,6 @@ static void record(int kind, void *dst, const void *src, size_t n) {
 }
 
 static struct CUctx_st ctx;
-static struct CUstream_st stream;
 static struct CUfunc_st func;
 static size_t allocated;
 static int launches;
@@ -226,10 +253,11 @@ CUresult CUDAAPI cuFuncSetAttribute(CUfunction f, CUfunction_attribute a, int v)
   return CUDA_SUCCESS;
 }
 /* A launch, recorded while capturing, else counted under name. */
-static CUresult launch(const char *name) {
+static CUresult launch(const char *name, CUstream s) {
   if (capturing) {
-    record(0, NULL, NULL, 0);
-    return CUDA_SUCCESS;
+    CUresult r = captured_call(s);
+    if (r == CUDA_SUCCESS) record(0, NULL, NULL, 0);
+    return r;
   }
   count(name);
   launches++;
@@ -237,7 +265,7 @@ static CUresult launch(const char *name) {
 }
 CUresult CUDAAPI cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
                                 unsigned bz, unsigned shared, CUstream s, void **params, void **extra) {
-  return launch("cuLaunchKernel");
+  return launch("cuLaunchKernel", s);
 }
 
 /* FAKECUDA_BLOCKS_PER_SM: the occupancy the driver reports (default 1). */
@@ -249,7 +277,7 @@ CUresult CUDAAPI cuOccupancyMaxActiveBlocksPerMultiprocessor(int *n, CUfunction 
 }
 CUresult CUDAAPI cuLaunchCooperativeKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
                                            unsigned by, unsigned bz, unsigned shared, CUstream s, void **params) {
-  return launch("cuLaunchCooperativeKernel");
+  return launch("cuLaunchCooperativeKernel", s);
 }
 
 CUresult CUDAAPI cuMemAlloc(CUdeviceptr *p, size_t n) {
@@ -295,30 +323,44 @@ CUresult CUDAAPI cuMemcpyDtoHAsync(void *dst, CUdeviceptr src, size_t n, CUstrea
 }
 CUresult CUDAAPI cuMemcpyDtoDAsync(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s) {
   count("cuMemcpyDtoDAsync");
-  if (capturing) record(1, (void *)(uintptr_t)dst, (const void *)(uintptr_t)src, n);
-  else memcpy((void *)(uintptr_t)dst, (void *)(uintptr_t)src, n);
+  if (capturing) {
+    CUresult r = captured_call(s);
+    if (r == CUDA_SUCCESS) record(1, (void *)(uintptr_t)dst, (const void *)(uintptr_t)src, n);
+    return r;
+  }
+  memcpy((void *)(uintptr_t)dst, (void *)(uintptr_t)src, n);
   return CUDA_SUCCESS;
 }
 CUresult CUDAAPI cuMemsetD8Async(CUdeviceptr dst, unsigned char v, size_t n, CUstream s) {
-  if (capturing) record(2, (void *)(uintptr_t)dst, NULL, n);
-  else memset((void *)(uintptr_t)dst, v, n);
+  if (capturing) {
+    CUresult r = captured_call(s);
+    if (r == CUDA_SUCCESS) record(2, (void *)(uintptr_t)dst, NULL, n);
+    return r;
+  }
+  memset((void *)(uintptr_t)dst, v, n);
   return CUDA_SUCCESS;
 }
 
 CUresult CUDAAPI cuStreamBeginCapture(CUstream s, CUstreamCaptureMode mode) {
   count("cuStreamBeginCapture");
-  if (capturing) return CUDA_ERROR_ILLEGAL_STATE;
+  if (capturing || !ours(s)) return CUDA_ERROR_ILLEGAL_STATE;
   capturing = calloc(1, sizeof *capturing);
+  for (int i = 0; i < n_streams; i++) streams[i].capturing = false;
+  ours(s)->capturing = true;
   return capturing ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
 }
 CUresult CUDAAPI cuStreamEndCapture(CUstream s, CUgraph *g) {
-  if (!capturing) return CUDA_ERROR_ILLEGAL_STATE;
+  if (!capturing || !ours(s) || !ours(s)->capturing) return CUDA_ERROR_ILLEGAL_STATE;
   const char *e = getenv("FAKECUDA_CAPTURE_ERROR");
-  if (e) {
+  CUresult r = e ? (CUresult)atoi(e) : CUDA_SUCCESS;
+  for (int i = 0; i < n_streams && r == CUDA_SUCCESS; i++)
+    if (streams[i].capturing && ours(s)->clock[i] < streams[i].calls) r = CUDA_ERROR_STREAM_CAPTURE_UNJOINED;
+  for (int i = 0; i < n_streams; i++) streams[i].capturing = false;
+  if (r != CUDA_SUCCESS) {
     free(capturing->nodes);
     free(capturing);
     capturing = NULL;
-    return (CUresult)atoi(e);
+    return r;
   }
   *g = capturing;
   capturing = NULL;
@@ -359,14 +401,17 @@ CUresult CUDAAPI cuGraphLaunch(CUgraphExec x, CUstream s) {
   return CUDA_SUCCESS;
 }
 
-static struct CUevent_st event;
 CUresult CUDAAPI cuEventCreate(CUevent *e, unsigned int flags) {
-  *e = &event;
+  if (n_events == MAX_EVENTS) return CUDA_ERROR_OUT_OF_MEMORY;
+  *e = &events[n_events++];
   return CUDA_SUCCESS;
 }
 CUresult CUDAAPI cuEventDestroy(CUevent e) { return CUDA_SUCCESS; }
 CUresult CUDAAPI cuEventRecord(CUevent e, CUstream s) {
   count("cuEventRecord");
+  struct CUstream_st *st = ours(s);
+  e->captured = capturing && st && st->capturing;
+  if (e->captured) memcpy(e->clock, st->clock, sizeof e->clock);
   return CUDA_SUCCESS;
 }
 CUresult CUDAAPI cuEventSynchronize(CUevent e) {
@@ -375,14 +420,29 @@ CUresult CUDAAPI cuEventSynchronize(CUevent e) {
 }
 CUresult CUDAAPI cuStreamWaitEvent(CUstream s, CUevent e, unsigned int flags) {
   count("cuStreamWaitEvent");
+  struct CUstream_st *st = ours(s);
+  if (capturing && e->captured && st) {
+    st->capturing = true; /* a fork joins the capture */
+    for (int k = 0; k < MAX_STREAMS; k++)
+      if (e->clock[k] > st->clock[k]) st->clock[k] = e->clock[k];
+  }
   return CUDA_SUCCESS;
 }
 
 CUresult CUDAAPI cuStreamCreate(CUstream *s, unsigned int flags) {
-  *s = &stream;
+  int i = 0;
+  while (i < n_streams && streams[i].used) i++;
+  if (i == MAX_STREAMS) return CUDA_ERROR_OUT_OF_MEMORY;
+  if (i == n_streams) n_streams++;
+  memset(&streams[i], 0, sizeof streams[i]);
+  streams[i].used = true;
+  *s = &streams[i];
   return CUDA_SUCCESS;
 }
-CUresult CUDAAPI cuStreamDestroy(CUstream s) { return CUDA_SUCCESS; }
+CUresult CUDAAPI cuStreamDestroy(CUstream s) {
+  if (ours(s)) s->used = false;
+  return CUDA_SUCCESS;
+}
 CUresult CUDAAPI cuStreamSynchronize(CUstream s) {
   count("cuStreamSynchronize");
   const char *e = getenv("FAKECUDA_SYNC_ERROR");

@@ -1,7 +1,7 @@
 # Pipeline-parallel training under mpirun (tests/pipeline_cli.sh; skips
 # without mpirun) and the stage split without MPI (tests/test_stages.c).
 TESTS += tests/pipeline_cli.sh
-EXTRA_DIST += tests/pipeline_cli.sh tests/mpilib.sh tests/train/mlp4.dl tests/train/tied.ir
+EXTRA_DIST += tests/pipeline_cli.sh tests/mpilib.sh tests/train/mlp4.dl tests/train/mlp4_staged.dl tests/train/tied.ir tests/train/mlpdrop.dl
 if HAVE_CHECK
 check_PROGRAMS += tests/test_stages
 TESTS += tests/test_stages

@@ -4,9 +4,9 @@
 # 1 and 4 micro-batches, equal to one process at the same global batch
 # (f32 1e-5: every loss and every tensor of the checkpoint rank 0
 # writes), both schedules the same bits, --resume, a run repeated the
-# same bytes (on emu), the split rank 0 prints, a stage without parameters, the
-# refusals, and a rank that fails or vanishes ending every rank with a
-# message naming it.  Skips without mpirun or without MPI in dlcc.
+# same bytes (on emu), the split rank 0 prints, stages the model marks,
+# dropout, a stage without parameters, the refusals, and a rank that
+# fails or vanishes ending every rank with a message naming it.  Skips without mpirun or without MPI in dlcc.
 set -u
 . "${top_srcdir:-.}/tests/clilib.sh"
 dlcc="${top_builddir:-.}/dlcc"
@@ -61,6 +61,24 @@ expect 0 "" mpi 2 "$dlcc" train $T --pipeline=2 --save "$tmp/t2.safetensors"
 close "$tmp/t1.ckpt.safetensors" "$tmp/t2.ckpt.safetensors" "a stage without parameters"
 expect_sub 1 "dlcc: error: the model cannot be cut into 3 stages: each stage needs an operation, a parameter's readers must share a stage" \
   mpi 3 "$dlcc" train $T --pipeline=3
+
+# Stages the model chooses with stage(): fc1 | fc2, fc3 | fc4, whatever
+# the cost says; equal to one process; a count that disagrees refused.
+S="$t/mlp4_staged.dl --loss=cross_entropy --optimizer=adamw --lr=0.05 --data $t/data --epochs 2 --drop-last --batch 8"
+expect 0 "" mpi 3 "$dlcc" train $S --backend=ref --pipeline=3 --micro-batches=2 --save "$tmp/marked.safetensors"
+close "$tmp/one.ckpt.safetensors" "$tmp/marked.ckpt.safetensors" "stage() marks"
+grep -q "^pipeline: 3 stages at the model's stage() marks, 2 micro-batches" "$tmp/out" &&
+  grep -q '^  stage 1 (rank 1): 5 ops, .*: fc2, fc3$' "$tmp/out" && ok || fail "the marked split: $(cat "$tmp/out")"
+expect_sub 1 "dlcc: error: the model's stage() marks (the first at $t/mlp4_staged.dl:4:8) make 3 stages, but the pipeline has 2" \
+  mpi 2 "$dlcc" train $S --backend=ref --pipeline=2
+
+# Dropout in both stages: each micro-batch draws one process's masks
+# for its samples, with one process's step count (the checkpoint's
+# dlcc.step too).
+D="$t/mlpdrop.dl --loss=cross_entropy --optimizer=adamw --lr=0.05 --data $t/data --epochs 2 --drop-last --batch 8 --backend=ref"
+expect 0 "" "$dlcc" train $D --save "$tmp/drop1.safetensors"
+expect 0 "" mpi 2 "$dlcc" train $D --pipeline=2 --micro-batches=4 --schedule=1f1b --save "$tmp/drop2.safetensors"
+close "$tmp/drop1.ckpt.safetensors" "$tmp/drop2.ckpt.safetensors" "dropout on 2 stages"
 
 # Refusals.
 expect_sub 1 "dlcc: error: --pipeline=4 needs 4 ranks, one a stage, and this job has 2 (pipeline and data parallel do not combine yet)" \

@@ -17,6 +17,7 @@
 
 #include "dlcc.h"
 #include "dlcrt.h"
+#include "runtime/runtime.h"
 #include "tests/modelbuild.h"
 
 static const char *srcdir(void) {
@@ -74,6 +75,110 @@ START_TEST(emu_replay_matches_reference) {
   ck_assert_str_eq(dlc_engine_report(off), "graphs off (dlrt_set_graphs); staging in host memory");
   free(x);
   dlc_free(g), dlc_free(off), dlc_free(ref);
+}
+END_TEST
+
+/* Branch streams on emu: the inception-style block's graph runs its
+ * branches on 3 streams (emu replays the highest stream first, so a
+ * missing order between two steps that share bytes gives wrong numbers
+ * here), equal to the reference and bit for bit to graphs off. */
+START_TEST(emu_branches_match_reference) {
+  char path[4096];
+  snprintf(path, sizeof path, "%s/tests/engine/branches.dl", srcdir());
+  dlc_model *g = compile(path, "emu", 0), *off = compile(path, "emu", 1), *ref = compile(path, "ref", 0);
+  dlc_tensor_info in;
+  ck_assert_int_eq(dlc_input_info(g, 0, &in), DLC_OK);
+  size_t n = in.nbytes / sizeof(float);
+  float *x = malloc(in.nbytes);
+  for (int run = 0; run < 4; run++) {
+    for (size_t i = 0; i < n; i++) x[i] = frand();
+    size_t nb, nb_off, nb_ref;
+    const float *y = run_with(g, x, in.nbytes, &nb), *y_off = run_with(off, x, in.nbytes, &nb_off),
+                *y_ref = run_with(ref, x, in.nbytes, &nb_ref);
+    ck_assert_int_eq(memcmp(y, y_off, nb), 0);
+    for (size_t i = 0; i < nb / sizeof(float); i++)
+      ck_assert_msg(fabsf(y[i] - y_ref[i]) <= 1e-4f * (1 + fabsf(y_ref[i])), "run %d y[%zu] = %g, ref %g", run, i,
+                    y[i], y_ref[i]);
+  }
+  ck_assert_str_eq(dlc_engine_report(g), "graphs on: 1 graph over 7 steps, every step captured, independent steps "
+                                         "on up to 3 streams; staging in host memory");
+  free(x);
+  dlc_free(g), dlc_free(off), dlc_free(ref);
+}
+END_TEST
+
+/* The schedule itself, on plans with branches and reused arena bytes:
+ * for every two steps that touch a common byte, one writing, the later
+ * runs after the earlier by its stream's order or a chain of waits
+ * (vector clocks computed here from the schedule alone), every event is
+ * recorded before it is waited for, and a chain of steps uses one
+ * stream and no event. */
+static void check_schedule(const RtPlan *p) {
+  RtBranches b;
+  ck_assert_int_eq(rt_branches_plan(p, 0, p->n_steps, RT_BRANCHES, &b), 0);
+  uint32_t n = p->n_steps, L = b.lanes;
+  int64_t *clock = calloc((size_t)n * L, sizeof *clock), lane_clock[RT_BRANCHES][RT_BRANCHES];
+  int64_t *event_clock = calloc(b.n_events, sizeof *event_clock * RT_BRANCHES);
+  bool *recorded = calloc(b.n_events, 1);
+  for (uint32_t a = 0; a < RT_BRANCHES; a++)
+    for (uint32_t c = 0; c < RT_BRANCHES; c++) lane_clock[a][c] = -1;
+  for (uint32_t j = 0; j < n; j++) {
+    const RtBranchStep *s = &b.step[j];
+    ck_assert_uint_lt(s->lane, L);
+    for (uint32_t w = 0; w < s->n_waits; w++) {
+      int32_t e = b.waits[s->wait_first + w];
+      ck_assert(recorded[e]);
+      for (uint32_t c = 0; c < L; c++)
+        if (event_clock[e * RT_BRANCHES + c] > lane_clock[s->lane][c])
+          lane_clock[s->lane][c] = event_clock[e * RT_BRANCHES + c];
+    }
+    lane_clock[s->lane][s->lane] = j;
+    for (uint32_t c = 0; c < L; c++) clock[(size_t)j * L + c] = lane_clock[s->lane][c];
+    if (s->mark >= 0) {
+      ck_assert(!recorded[s->mark]);
+      recorded[s->mark] = true;
+      for (uint32_t c = 0; c < L; c++) event_clock[s->mark * RT_BRANCHES + c] = lane_clock[s->lane][c];
+    }
+  }
+  RtAccessRange ri[64], rj[64];
+  for (uint32_t j = 0; j < n; j++) {
+    int nj = rt_step_access(p, &p->steps[j], rj, 64);
+    for (uint32_t i = 0; i < j; i++) {
+      int ni = rt_step_access(p, &p->steps[i], ri, 64);
+      bool conflict = false;
+      for (int x = 0; x < ni; x++)
+        for (int y = 0; y < nj; y++)
+          conflict |= (ri[x].write || rj[y].write) && ri[x].ref.space == rj[y].ref.space &&
+                      ri[x].ref.index == rj[y].ref.index && ri[x].ref.offset < rj[y].ref.offset + rj[y].nbytes &&
+                      rj[y].ref.offset < ri[x].ref.offset + ri[x].nbytes;
+      if (conflict)
+        ck_assert_msg(clock[(size_t)j * L + b.step[i].lane] >= i, "step %u is not ordered after step %u", j, i);
+    }
+  }
+  free(clock), free(event_clock), free(recorded);
+  rt_branches_free(&b);
+}
+
+START_TEST(branch_schedule_orders_every_conflict) {
+  Ctx c;
+  ctx_init(&c);
+  char path[4096];
+  const char *models[] = {"tests/engine/branches.dl", "examples/lstm.dl", "examples/transformer.dl",
+                          "examples/mobilenetv2.dl"};
+  uint32_t most = 0;
+  for (size_t k = 0; k < sizeof models / sizeof *models; k++) {
+    snprintf(path, sizeof path, "%s/%s", srcdir(), models[k]);
+    ModelBuild mb = {.path = path, .mode = "f32"};
+    ck_assert_msg(test_build_model(&c, &mb), "%s", diag_text(&c));
+    check_schedule(mb.cg.plan);
+    RtBranches b;
+    ck_assert_int_eq(rt_branches_plan(mb.cg.plan, 0, mb.cg.plan->n_steps, RT_BRANCHES, &b), 0);
+    if (k == 0) ck_assert_uint_eq(b.lanes, 3);
+    if (k == 3) ck_assert_msg(b.lanes == 1 && b.n_events == 0, "a chain took %u streams", b.lanes);
+    most = b.lanes > most ? b.lanes : most;
+    rt_branches_free(&b);
+  }
+  ctx_free(&c);
 }
 END_TEST
 
@@ -297,6 +402,34 @@ START_TEST(fake_warm_resnet_is_one_graph_launch) {
 }
 END_TEST
 
+/* Branch streams through the driver (the fake checks what CUDA checks:
+ * every stream of the capture forked from it by an event and joined
+ * back): the capture succeeds with the block's branches on 3 streams,
+ * each event of the schedule recorded once and waited for, and the
+ * graph holds every kernel. */
+START_TEST(fake_branches_capture) {
+  char path[4096];
+  snprintf(path, sizeof path, "%s/tests/engine/branches.dl", srcdir());
+  dlc_model *m = compile(path, "cuda", 0);
+  static float x[2 * 3 * 12 * 12];
+  int d[N_WATCHED];
+  count_run(m, x, sizeof x, d); /* warm-up */
+  int launches = d[1];
+  int records = calls("cuEventRecord"), waits = calls("cuStreamWaitEvent");
+  count_run(m, x, sizeof x, d); /* the capture */
+  ck_assert_int_eq(d[7], 1);
+  int graph_kernels = calls("graph kernels");
+  count_run(m, x, sizeof x, d);
+  ck_assert_int_eq(calls("graph kernels") - graph_kernels, launches);
+  ck_assert_str_eq(dlc_engine_report(m), "graphs on: 1 graph over 7 steps, every step captured, independent steps "
+                                         "on up to 3 streams; staging pinned");
+  /* the schedule's events, each recorded once (the fork too) and waited for */
+  ck_assert_int_ge(calls("cuEventRecord") - records, 3);
+  ck_assert_int_ge(calls("cuStreamWaitEvent") - waits, calls("cuEventRecord") - records);
+  dlc_free(m);
+}
+END_TEST
+
 /* A capture the driver refuses: graphs off for the model, said why, and
  * the run launches its steps instead. */
 START_TEST(fake_capture_failure_falls_back) {
@@ -380,6 +513,8 @@ static Suite *engine_suite(void) {
   tcase_add_test(tc, emu_replay_matches_reference);
   tcase_add_test(tc, emu_bound_io_and_async);
   tcase_add_test(tc, emu_batch_stream);
+  tcase_add_test(tc, emu_branches_match_reference);
+  tcase_add_test(tc, branch_schedule_orders_every_conflict);
   suite_add_tcase(s, tc);
 #ifdef HAVE_CUDA
   tc = tcase_create("fake_driver");
@@ -387,6 +522,7 @@ static Suite *engine_suite(void) {
   tcase_set_timeout(tc, 300);
   tcase_add_test(tc, fake_warm_resnet_is_one_graph_launch);
   tcase_add_test(tc, fake_capture_failure_falls_back);
+  tcase_add_test(tc, fake_branches_capture);
   tcase_add_test(tc, fake_pageable_staging_and_caller_stream);
   tcase_add_test(tc, fake_batch_stream_overlaps);
   suite_add_tcase(s, tc);

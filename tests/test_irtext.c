@@ -493,6 +493,7 @@ static Graph *build_every_op(Ctx *c, bool *covered) {
   n = NODE(g, OP_CHECK, x, input(g, "ok", scalar(TY_BOOL)));
   ir_set_str(g, n, "message", "m.onnx: node 2 'If_0' (If): the \"else\" branch was chosen");
   add(g, n);
+  add(g, NODE(g, OP_STAGE, x));
 
   /* A string with every character the printer must escape. */
   param(g, "odd \"name\" with \\ and\nnewline", TY(TY_F32, 1));

@@ -3,8 +3,8 @@
  * contiguous runs of the graph order, each non-empty, balanced (the
  * largest stage within 10% of the best any cuts give, by brute force),
  * cut where few bytes cross, the same split every time; the cuts a
- * tied weight or an integer value forbid; the refusals' messages; and
- * the stage graphs (forward, backward, optimizer) verify with the
+ * tied weight or an integer value forbid; the refusals' messages; the
+ * cuts the model's stage() marks ask for; and the stage graphs (forward, backward, optimizer) verify with the
  * inputs and outputs the pipeline driver binds by name. */
 #include <check.h>
 #include <float.h>
@@ -90,6 +90,7 @@ static void check_split(Graph *g, int s_count, StageSplit *sp) {
     sum += sp->cost[s];
   }
   ck_assert(sum == sp->total);
+  if (sp->marked) return; /* the model chose: no balance to check */
   double best = brute_best(cost, n, s_count, 0);
   ck_assert_msg(worst <= best * 1.1 + 1e-9, "largest stage %g, the best cuts give %g", worst, best);
 }
@@ -189,6 +190,64 @@ START_TEST(refusals) {
 }
 END_TEST
 
+/* stage marks: x's mean, read only by the loss, is computed in the last
+ * stage (as late as its reader allows), not before the first mark where
+ * the graph has it; the cuts carry only the marked values. */
+static const char marked[] =
+    "graph marked {\n"
+    "  %0 = input {name=\"x\"} : f32[4, 8]\n"
+    "  %1 = param {name=\"w1\", init=\"uniform(0.3)\"} : f32[8, 16]\n"
+    "  %2 = param {name=\"w2\", init=\"uniform(0.3)\"} : f32[16, 8]\n"
+    "  %3 = matmul %0, %1 : f32[4, 16]\n"
+    "  %4 = reduce_mean %0 {axes=[0, 1], keepdims=0} : f32[]\n"
+    "  %5 = stage %3 : f32[4, 16]\n"
+    "  %6 = relu %5 : f32[4, 16]\n"
+    "  %7 = stage %6 : f32[4, 16]\n"
+    "  %8 = matmul %7, %2 : f32[4, 8]\n"
+    "  %9 = reduce_mean %8 {axes=[0, 1], keepdims=0} : f32[]\n"
+    "  %10 = add %9, %4 : f32[]\n"
+    "  return %10 as \"loss\"\n"
+    "}\n";
+
+START_TEST(stage_marks) {
+  StageSplit sp;
+  char err[512];
+  Graph *g = compile_at(&ctx, marked, -1).g;
+  ck_assert(!pass_stage_split(g, 2, &sp, err, sizeof err));
+  ck_assert_msg(strstr(err, "stage() marks (the first at ") && strstr(err, ") make 3 stages, but the pipeline has 2"),
+                "%s", err);
+  check_split(g, 3, &sp);
+  ck_assert(sp.marked);
+  int want[3] = {2, 2, 4}, got[3] = {0};
+  for (Node *m = g->first; m; m = m->next) {
+    if (is_source(m)) continue;
+    got[sp.stage[m->id]]++;
+    if (m->op == OP_REDUCE_MEAN && m->in[0]->def->op == OP_INPUT) ck_assert_int_eq(sp.stage[m->id], 2);
+    if (m->op == OP_STAGE) ck_assert_int_eq(sp.stage[m->id], m == g->last ? -1 : sp.stage[m->in[0]->def->id]);
+  }
+  for (int s = 0; s < 3; s++) ck_assert_int_eq(got[s], want[s]);
+  for (int s = 1; s < 3; s++) {
+    ck_assert_int_eq(sp.cut[s].n, 1);
+    ck_assert_int_eq(sp.cut[s].values[0]->def->op, OP_STAGE);
+  }
+  /* a weight read on both sides of the mark cannot be cut there */
+  const char *tied =
+      "graph tied {\n"
+      "  %0 = input {name=\"x\"} : f32[4, 4]\n"
+      "  %1 = param {name=\"w\", init=\"uniform(0.5)\"} : f32[4, 4]\n"
+      "  %2 = matmul %0, %1 : f32[4, 4]\n"
+      "  %3 = stage %2 : f32[4, 4]\n"
+      "  %4 = matmul %3, %1 : f32[4, 4]\n"
+      "  %5 = reduce_mean %4 {axes=[0, 1], keepdims=0} : f32[]\n"
+      "  return %5 as \"loss\"\n"
+      "}\n";
+  g = compile_at(&ctx, tied, -1).g;
+  ck_assert(!pass_stage_split(g, 2, &sp, err, sizeof err));
+  ck_assert_msg(strstr(err, "the stage() mark at ") && strstr(err, " cannot end stage 0: a parameter's readers"), "%s",
+                err);
+}
+END_TEST
+
 static bool has_source(Graph *g, OpKind op, const char *name) {
   for (Node *n = g->first; n; n = n->next)
     if (n->op == op && strcmp(ir_attr_str(n, "name"), name) == 0) return true;
@@ -228,6 +287,7 @@ static Suite *stages_suite(void) {
   tcase_add_test(t, cut_where_few_bytes_cross);
   tcase_add_test(t, refusals);
   tcase_add_test(t, stage_graphs);
+  tcase_add_test(t, stage_marks);
   suite_add_tcase(s, t);
   return s;
 }
