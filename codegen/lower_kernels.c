@@ -54,6 +54,28 @@ static bool lower_iota(CgBuild *b, const Node *n) {
   return true;
 }
 
+/* check (ops.def): x copied; the element-0 thread reports a false
+ * condition (RT_STATUS_CHECK), also when x is empty. */
+static bool lower_check(CgBuild *b, const Node *n) {
+  const Value *out = &n->out[0];
+  int64_t count = numel(&out->type);
+  Kernel *k = cg_kernel_new(cg_build_ctx(b), n, "check", "check");
+  TensorType space = flat(TY_I64, count ? count : 1);
+  Map m;
+  map_begin(&m, k, &space);
+  if (count) cg_store_at(b, k, &m.main, out, m.i, load_in(b, k, &m.main, n->in[0], "x", m.i));
+  KExpr *ok = cg_kcast(k, load_in(b, k, &m.main, n->in[1], "ok", cg_kint(k, 0)), TY_I64);
+  KExpr *bad = cg_kand(k, cg_kcmp(k, KC_EQ, m.i, cg_kint(k, 0)), cg_kcmp(k, KC_EQ, ok, cg_kimm(k, 0, TY_I64)));
+  KBuf *reports = cg_kglobal(k, "reports", TY_I64, RT_STATUS_WORDS, cg_status(b, 1));
+  KBlock *report = &cg_kif(k, &m.main, bad)->body;
+  const int64_t words[RT_STATUS_WORDS] = {1, 0, RT_STATUS_CHECK, 0};
+  for (int w = 0; w < RT_STATUS_WORDS; w++)
+    cg_kstore(k, report, reports, cg_kint(k, w), cg_kimm(k, (double)words[w], TY_I64));
+  map_end(&m);
+  cg_launch(b, k);
+  return true;
+}
+
 /* ---- elementwise ---- */
 
 static bool is_quant(OpKind op) { return op == OP_QUANTIZE || op == OP_DEQUANTIZE; }
@@ -228,6 +250,7 @@ bool cg_lower_node(CgBuild *b, const Node *n) {
     case OP_SCATTER_ND: return lower_scatter_nd(b, n);
     case OP_TOPK: return lower_topk(b, n);
     case OP_IOTA: return lower_iota(b, n);
+    case OP_CHECK: return lower_check(b, n);
     case OP_LSTM:
     case OP_GRU: return lower_rnn(b, n);
     case OP_CONV_WEIGHT_GRAD:

@@ -3,8 +3,10 @@
  * graph order, inputs and outputs in their own spaces, everything else in
  * the arena, derived weights after the weights), lowers the init graph
  * (initgraph.c) into the init steps and then the rest node after node
- * through lower_kernels.c, and keeps one kernel per distinct text and
- * one contract (plan.h) per distinct way a launch uses it. */
+ * through lower_kernels.c, each inside branch steps that skip it when
+ * its If's branch is not taken (Node.guard), and keeps one kernel per
+ * distinct text and one contract (plan.h) per distinct way a launch
+ * uses it. */
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,6 +16,8 @@
 #include "passes/memplan.h"
 
 enum { ALIGN = 256 };
+/* Ifs nested deeper than this compute their inner branches both. */
+enum { MAX_BRANCH_DEPTH = 16 };
 
 /* Strings by hash (index_find, index_add): slots hold a position in an
  * array of strings, plus one; 0 is empty. */
@@ -63,6 +67,13 @@ struct CgBuild {
   int *first_contract; /* by kernel: its latest contract, or -1 */
   int *next_contract;  /* by contract: the kernel's one before, or -1 */
   uint64_t status_top; /* STATUS: the index reports handed out */
+
+  /* Branches (RT_STEP_BRANCH) open around the steps being lowered, the
+   * outermost first, each with its step's index; done: nodes lowered. */
+  const Guard *open[MAX_BRANCH_DEPTH];
+  int open_step[MAX_BRANCH_DEPTH];
+  int n_open;
+  bool *done;
 
   RtTensorDesc *weights, *inputs, *outputs;
   int n_weights, n_inputs;
@@ -444,6 +455,7 @@ static int step_refs(CgBuild *b, StepRef *out) {
         ADD(st->copy.src);
         ADD(st->copy.dst);
         break;
+      case RT_STEP_BRANCH: ADD(st->branch.cond); break;
     }
   }
 #undef ADD
@@ -655,6 +667,7 @@ bool cg_check_memory(const CgResult *r, char *err, size_t len) {
       if (st->gemm.epilogue) refs[nr++] = st->gemm.bias;
     }
     if (st->kind == RT_STEP_COPY || st->kind == RT_STEP_ALLREDUCE) refs[0] = st->copy.src, refs[1] = st->copy.dst, nr = 2;
+    if (st->kind == RT_STEP_BRANCH) refs[0] = st->branch.cond, nr = 1;
     for (uint32_t q = 0; q < n_args + (uint32_t)nr && ok; q++) {
       RtRef ref;
       if (q < n_args) {
@@ -750,8 +763,11 @@ static RtStep *add_step(CgBuild *b, RtStepKind kind, const Node *n, const char *
   memset(s, 0, sizeof *s);
   s->kind = kind;
   s->label = cg_label(b->ctx, n, what);
-  /* What eval.c's messages start with, for the runtime's index errors. */
-  if (n->loc.file && n->loc.line == 0)
+  /* What eval.c's messages start with, for the runtime's index errors;
+   * a check's message is whole. */
+  if (n->op == OP_CHECK)
+    s->origin = ir_attr_str(n, "message");
+  else if (n->loc.file && n->loc.line == 0)
     s->origin = arena_printf(&b->ctx->arena, "%s: %s", n->loc.file->name, ir_op_origin(n));
   else if (n->loc.file)
     s->origin = arena_printf(&b->ctx->arena, "%s:%d:%d: %s", n->loc.file->name, n->loc.line, n->loc.col,
@@ -1057,8 +1073,76 @@ static void note_unit(CgBuild *b, const Node *n, const CgGroup *grp, int first) 
       (CgUnit){.node = n, .group = grp, .first = first, .end = b->n_steps, .flops_elsewhere = elsewhere};
 }
 
+/* ---- branches: the steps of an If's branch skipped when not taken ---- */
+
+/* The frames of guard gd the plan can branch on before node n: those
+ * whose condition an earlier step computed (or a source holds) in memory.
+ * A frame it cannot is computed whatever the condition. */
+static const Guard *branchable(CgBuild *b, const Guard *gd) {
+  const Guard *keep = gd;
+  for (const Guard *f = gd; f; f = f->outer) {
+    const Node *d = f->cond->def;
+    bool ready = ir_ops[d->op].cls == K_SOURCE ? d->op != OP_CONST : b->done[d->id];
+    if (!ready || !cg_has_ref(b, f->cond) || f->depth > MAX_BRANCH_DEPTH) keep = f->outer;
+  }
+  return keep;
+}
+
+/* Ends the open branches past the first keep: each skips the steps
+ * from it up to step end. */
+static void close_branches(CgBuild *b, int keep, int end) {
+  while (b->n_open > keep) {
+    int at = b->open_step[--b->n_open];
+    b->steps[at].branch.skip = (uint32_t)(end - at - 1);
+  }
+}
+
+/* Steps [mark, n_steps) rotated by k: the last k first. */
+static void rotate_steps(CgBuild *b, int mark, int k) {
+  int n = b->n_steps - mark;
+  Arena *a = &b->ctx->arena;
+  RtStep *st = ARENA_ARRAY(a, RtStep, n);
+  CgStepNote *no = ARENA_ARRAY(a, CgStepNote, n);
+  const Node **sn = ARENA_ARRAY(a, const Node *, n);
+  for (int i = 0; i < n; i++) {
+    int from = mark + (i + n - k) % n;
+    st[i] = b->steps[from], no[i] = b->notes[from], sn[i] = b->step_nodes[from];
+  }
+  memcpy(b->steps + mark, st, sizeof *st * (size_t)n);
+  memcpy(b->notes + mark, no, sizeof *no * (size_t)n);
+  memcpy(b->step_nodes + mark, sn, sizeof *sn * (size_t)n);
+}
+
+/* Node n (or its group) lowered into steps [mark, n_steps): puts them
+ * inside the branches of its guard, those it shares with the open ones
+ * kept, the others closed before them, its own opened just before them.
+ * Returns where its own steps now start. */
+static int place_in_branches(CgBuild *b, const Node *n, const CgGroup *grp, int mark) {
+  if (b->n_steps == mark) return mark;
+  const Guard *gd = n->guard;
+  for (int i = 0; grp && i < grp->n; i++) gd = ir_guard_common(gd, grp->members[i]->guard);
+  gd = branchable(b, gd);
+  const Guard *chain[MAX_BRANCH_DEPTH];
+  int depth = 0;
+  for (const Guard *f = gd; f; f = f->outer) depth++;
+  int i = depth;
+  for (const Guard *f = gd; f; f = f->outer) chain[--i] = f;
+  int keep = 0;
+  while (keep < b->n_open && keep < depth && b->open[keep] == chain[keep]) keep++;
+  close_branches(b, keep, mark);
+  for (i = keep; i < depth; i++) {
+    RtStep *s = add_step(b, RT_STEP_BRANCH, n, "branch");
+    s->branch = (RtBranch){.cond = cg_ref(b, chain[i]->cond), .when = chain[i]->when};
+    b->open[b->n_open] = chain[i];
+    b->open_step[b->n_open++] = mark + (i - keep);
+  }
+  if (depth > keep) rotate_steps(b, mark, depth - keep);
+  return mark + (depth - keep);
+}
+
 /* One node at a time, or a whole fusion group at its root: those of the
- * init graph (init) or the others. */
+ * init graph (init) or the others; a run's inside the branches of their
+ * guards. */
 static void lower_nodes(CgBuild *b, CgGroup **groups, bool init) {
   for (Node *n = b->g->first; n && !diag_should_stop(b->ctx); n = n->next) {
     if (b->init.node[n->id] != init) continue;
@@ -1066,14 +1150,19 @@ static void lower_nodes(CgBuild *b, CgGroup **groups, bool init) {
     if (n->group < 0 || groups[n->id]) wait_allreduces(b, n, n->group < 0 ? NULL : groups[n->id]);
     if (n->group < 0) {
       cg_lower_node(b, n);
+      if (!init) first = place_in_branches(b, n, NULL, first);
       note_unit(b, n, NULL, first);
+      b->done[n->id] = true;
     } else if (groups[n->id]) {
       b->group = groups[n->id];
       cg_lower_group(b, groups[n->id]);
       b->group = NULL;
+      if (!init) first = place_in_branches(b, n, groups[n->id], first);
       note_unit(b, NULL, groups[n->id], first);
+      for (int i = 0; i < groups[n->id]->n; i++) b->done[groups[n->id]->members[i]->id] = true;
     }
   }
+  close_branches(b, 0, b->n_steps);
 }
 
 /* Init steps see the weights, the derived region and arena values of
@@ -1107,6 +1196,7 @@ bool cg_compile_opts(Graph *g, const CgOptions *o, CgResult *out) {
   Ctx *c = g->ctx;
   memset(out, 0, sizeof *out);
   int errors = c->diag.errors;
+  ir_guards_fix(g); /* after every pass; a group's branch is its members' widest guard */
   ir_number(g);
   CgBuild *b = ARENA_NEW(&c->arena, CgBuild);
   b->ctx = c;
@@ -1117,6 +1207,7 @@ bool cg_compile_opts(Graph *g, const CgOptions *o, CgResult *out) {
   b->has_home = ARENA_ARRAY(&c->arena, bool, b->n_values + 1);
   b->value = ARENA_ARRAY(&c->arena, const Value *, b->n_values + 1);
   b->unshaped = ARENA_ARRAY(&c->arena, const Value *, b->n_values + 1);
+  b->done = ARENA_ARRAY(&c->arena, bool, (g->last ? g->last->id : 0) + 2);
   for (Node *n = g->first; n; n = n->next)
     for (int i = 0; i < n->n_out; i++) {
       const Value *v = &n->out[i];

@@ -103,6 +103,12 @@ static void print_step(FILE *f, const RtPlan *p, const RtStep *s, const IrCost *
       cg_print_ref(f, s->copy.src);
       fprintf(f, " %" PRIu64 " bytes", s->copy.nbytes);
       break;
+    case RT_STEP_BRANCH:
+      fputs("branch unless ", f);
+      cg_print_ref(f, s->branch.cond);
+      fprintf(f, " is %s: skip %" PRIu32 " step%s", s->branch.when ? "true" : "false", s->branch.skip,
+              s->branch.skip == 1 ? "" : "s");
+      break;
     default: fprintf(f, "step kind %" PRIu32, s->kind);
   }
   /* A label may quote a model's names (a plan read from a model.so): one line, whatever they hold. */
@@ -186,6 +192,7 @@ static const char *step_note(Arena *a, const RtStep *s, IrCost c, bool init) {
                                : arena_printf(a, "gemm %" PRId64 "x%" PRId64 "x%" PRId64, s->gemm.m, s->gemm.n,
                                               s->gemm.k);
       break;
+    case RT_STEP_BRANCH: what = "branch"; break;
     default:
       what = s->kind != RT_STEP_ALLREDUCE           ? "copy"
              : s->copy.reduce == RT_REDUCE_SUM ? "allreduce_sum"

@@ -127,8 +127,8 @@ static const OpEntry onnx_ops[] = {
     {"HardSwish", ox_op_unary, NULL},
     {"Identity", ox_op_identity, NULL},
     {"If", ox_op_if,
-     "a condition known at import imports the branch taken; else both branches are computed and where "
-     "selects (one type per output)"},
+     "a condition known at import imports the branch taken; else the plan runs the branch the run takes "
+     "(one type per output), and a branch that cannot be compiled fails the run that takes it"},
     {"InstanceNormalization", ox_op_instancenorm, NULL},
     {"IsInf", ox_op_isinf, "detect_negative, detect_positive"},
     {"IsNaN", ox_op_logic, NULL},
@@ -555,6 +555,7 @@ static bool import_graph(Imp *im, const Onnx__ModelProto *m) {
     }
   }
   ir_set_outputs(im->g, n_out, outs, names);
+  ir_guards_fix(im->g);
   for (int j = 0; im->opt && j < im->opt->n_defines; j++)
     if (!im->dims.define_used[j])
       diag_warning(im->c, (SrcLoc){0}, "-D %s: the model has no free dim of that name",

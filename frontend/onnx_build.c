@@ -89,21 +89,25 @@ void ox_scope_end(Imp *im, int mark) {
   im->scope--;
 }
 
+void ox_node_str(const Imp *im, char *buf, size_t len) {
+  const Onnx__NodeProto *np = im->np;
+  if (!np) {
+    snprintf(buf, len, "%s", im->file);
+    return;
+  }
+  const char *name = np->name && *np->name ? np->name : NULL;
+  snprintf(buf, len, "%s: node %d%s%s%s (%s)", im->file, im->node_index, name ? " '" : "", name ? name : "",
+           name ? "'" : "", np->op_type ? np->op_type : "?");
+}
+
 __attribute__((format(printf, 2, 3))) bool ox_bad(Imp *im, const char *fmt, ...) {
-  char msg[1024];
+  char msg[1024], where[512];
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
-  const Onnx__NodeProto *np = im->np;
-  if (np) {
-    const char *name = np->name && *np->name ? np->name : NULL;
-    diag_error(im->c, (SrcLoc){0}, "%s: node %d%s%s%s (%s): %s", im->file, im->node_index,
-               name ? " '" : "", name ? name : "", name ? "'" : "", np->op_type ? np->op_type : "?",
-               msg);
-  } else {
-    diag_error(im->c, (SrcLoc){0}, "%s: %s", im->file, msg);
-  }
+  ox_node_str(im, where, sizeof where);
+  diag_error(im->c, (SrcLoc){0}, "%s: %s", where, msg);
   return false;
 }
 
@@ -426,6 +430,7 @@ bool ox_finish(Imp *im, Emit *e, Val **out) {
   if (!e->fold) {
     if (im->g->n_nodes >= im->max_nodes)
       return ox_bad(im, "model too large: more than %d operations in the imported graph", im->max_nodes);
+    n->guard = im->guard;
     ir_append(im->g, n);
     for (int i = 0; i < n->n_out; i++) out[i] = ox_val_of(im, &n->out[i]);
     propagate_hints(im, e, out);

@@ -2,7 +2,8 @@
  * returns their results as ordinary ops.  An If whose condition is known
  * at import imports the branch taken; otherwise both branches are
  * imported and each output is a `where` of the condition (both are
- * computed every run).  Loop and Scan are unrolled when the number of
+ * computed every run); when one branch cannot be imported, the other
+ * alone, each output through a `check` that the run chose it.  Loop and Scan are unrolled when the number of
  * steps is known at import.  A branch or loop decided on the device at
  * run time needs plan-level control flow, which dlcc does not have yet. */
 #include "config.h"
@@ -71,6 +72,47 @@ static bool known_scalar(const Val *v, double *out) {
   return true;
 }
 
+/* Imports a branch of an If decided at run time.  When it cannot be
+ * imported (a shape or type that does not hold at the bound dims), false
+ * with the importer's message in reason, taken back off the diagnostics:
+ * the other branch may still serve.  What it built stays unused in the
+ * graph, where dce removes it. */
+static bool try_branch(Imp *im, const Onnx__GraphProto *gp, const char *what, Val **out, char *reason,
+                       size_t len) {
+  Diag *d = &im->c->diag;
+  size_t at = d->len;
+  int errors = d->errors;
+  if (import_subgraph(im, gp, what, 0, NULL, out)) return true;
+  const char *text = d->text ? d->text + at : "", *lead = "dlcc: error: ";
+  size_t file = strlen(im->file);
+  if (strncmp(text, lead, strlen(lead)) == 0) text += strlen(lead);
+  if (strncmp(text, im->file, file) == 0 && strncmp(text + file, ": ", 2) == 0) text += file + 2;
+  snprintf(reason, len, "%.*s", (int)strcspn(text, "\n"), text);
+  if (d->text) d->text[at] = '\0';
+  d->len = at, d->errors = errors;
+  return false;
+}
+
+/* The outputs of the one branch that imported, each through a check
+ * that the condition (one bool) chose it: a run that takes the other branch fails
+ * with a message naming the node, that branch and why it was not
+ * compiled. */
+static bool checked_branch(Imp *im, ONode *n, Val *cond, bool then_ok, Val **outs, const char *reason) {
+  char where[512];
+  ox_node_str(im, where, sizeof where);
+  const char *msg = arena_printf(&im->c->arena, "%s: the %s branch was chosen at run time but could not be compiled: %s",
+                                 where, then_ok ? "else" : "then", reason);
+  Val *ok = then_ok ? cond : ox_op1(im, OP_LOGICAL_NOT, cond);
+  for (int i = 0; ok && i < n->n_out; i++) {
+    Emit e;
+    Node *nd = ox_begin(im, &e, OP_CHECK, 2, (Val *[]){outs[i], ok});
+    ir_set_str(im->g, nd, "message", msg);
+    if (!(n->out[i] = ox_emit1(im, &e))) return false;
+    n->out[i]->held = outs[i]->held;
+  }
+  return ok != NULL;
+}
+
 bool ox_op_if(Imp *im, ONode *n) {
   Val *cond = ox_in_req(im, n, 0);
   const Onnx__GraphProto *gt = graph_attr(im, "then_branch"), *ge = graph_attr(im, "else_branch");
@@ -83,8 +125,21 @@ bool ox_op_if(Imp *im, ONode *n) {
     bool yes = ir_tensor_get(cond->k, 0) != 0;
     return import_subgraph(im, yes ? gt : ge, yes ? "then_branch" : "else_branch", 0, NULL, n->out);
   }
-  if (!import_subgraph(im, gt, "then_branch", 0, NULL, t) || !import_subgraph(im, ge, "else_branch", 0, NULL, e))
-    return false;
+  /* Each branch's nodes carry its guard, so that a plan skips the
+   * branch the run does not take (ir/guard.c); the merge below is a
+   * `where` on the same condition. */
+  Val *c = ox_reshape(im, ox_cast(im, cond, TY_BOOL), 0, NULL);
+  if (!c) return false;
+  const Guard *outer = im->guard;
+  char why_t[1024], why_e[1024];
+  im->guard = ir_guard_new(im->g, ox_use(im, c), true, outer);
+  bool t_ok = try_branch(im, gt, "then_branch", t, why_t, sizeof why_t);
+  im->guard = ir_guard_new(im->g, ox_use(im, c), false, outer);
+  bool e_ok = try_branch(im, ge, "else_branch", e, why_e, sizeof why_e);
+  im->guard = outer;
+  if (!t_ok && !e_ok)
+    return ox_bad(im, "neither branch can be compiled: then_branch: %s; else_branch: %s", why_t, why_e);
+  if (!t_ok || !e_ok) return checked_branch(im, n, c, t_ok, t_ok ? t : e, t_ok ? why_e : why_t);
   /* Branches of different shapes under a condition computed from a
    * given size (a hint that flows, onnx_build.c): the one it takes, as a
    * shape computed from that size would be. */
@@ -95,7 +150,6 @@ bool ox_op_if(Imp *im, ONode *n) {
     for (int i = 0; i < n->n_out; i++) n->out[i] = taken[i];
     return true;
   }
-  Val *c = ox_reshape(im, ox_cast(im, cond, TY_BOOL), 0, NULL);
   for (int i = 0; i < n->n_out; i++) {
     if (!ir_type_eq(&t[i]->type, &e[i]->type)) {
       char a[IR_TYPE_STR_MAX], b[IR_TYPE_STR_MAX];

@@ -67,6 +67,9 @@ typedef struct Imp {
   /* The node being imported. */
   const Onnx__NodeProto *np;
   int node_index;
+  /* The branch being imported of an If decided at run time (NULL: none):
+   * the nodes built now carry it (ir/guard.c). */
+  const Guard *guard;
   bool *attr_used;
   SrcLoc loc;
   int64_t fold_max;
@@ -127,6 +130,9 @@ Entry *ox_add_entry(Imp *im, const char *name, int producer);
 int ox_scope_begin(Imp *im);
 void ox_scope_end(Imp *im, int mark);
 bool ox_bad(Imp *im, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* "model.onnx: node 3 'If_0' (If)": the node being imported, as ox_bad
+ * names it. */
+void ox_node_str(const Imp *im, char *buf, size_t len);
 /* Reports that an allocation of what failed and unwinds out of the
  * import (it never returns). */
 _Noreturn void ox_oom(Imp *im, const char *what);

@@ -49,8 +49,11 @@ typedef enum DlrtStatus {
   DLRT_E_STATE,     /* the model failed to open, or an input was never set */
   DLRT_E_IO,        /* a file could not be read (model.so, weights) */
   DLRT_E_NOMEM,     /* out of host memory */
-  DLRT_E_INDEX      /* an index in the data is out of range (gather, scatter, embedding): the
+  DLRT_E_INDEX,     /* an index in the data is out of range (gather, scatter, embedding): the
                      * message is the reference interpreter's, with the op's location */
+  DLRT_E_CHECK      /* a check of the model failed at run time (an ONNX If took the branch
+                     * that could not be compiled): the message is the reference
+                     * interpreter's, naming the node, the branch and why */
 } DlrtStatus;
 
 /* Same order as dlcc's dtypes; BOOL is one byte, 0 or 1; U8 an unsigned byte. */

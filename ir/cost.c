@@ -123,6 +123,7 @@ static const OpCost op_cost[] = {
     [OP_LOGICAL_OR] = {RULE_LINEAR, 0, 1},
     [OP_LOGICAL_XOR] = {RULE_LINEAR, 0, 1},
     [OP_WHERE] = {RULE_LINEAR, 0, 1},
+    [OP_CHECK] = {RULE_LINEAR, 0, 0},
     /* A reduction combines each input element into its accumulator once;
      * a mean then divides each result. */
     [OP_REDUCE_SUM] = {RULE_LINEAR, 1, 0},

@@ -1,7 +1,9 @@
 /* The reference interpreter: takes a graph and host tensors for its
  * inputs and params, returns its outputs.  Each op is a plain loop over
  * its definition (see eval.h for the numeric rules); nothing here is
- * clever, because everything else is checked against it.  This file walks
+ * clever, because everything else is checked against it.  A node of an
+ * If's branch that the run does not take (Node.guard) is skipped, its
+ * results zeros, as a plan skips its steps.  This file walks
  * the graph and dispatches on the op; the ops live in eval_elem.c,
  * eval_reduce.c, eval_conv.c, eval_data.c and train_ops.c. */
 #include "eval_impl.h"
@@ -126,6 +128,13 @@ static bool eval_node(Eval *e, const Node *n, Tensor *const *in, Tensor *out,
     case OP_ISINF:
     case OP_LOGICAL_NOT: return eval_bool_unary(n, in[0], out);
     case OP_WHERE: return eval_where(in[0], in[1], in[2], out);
+    case OP_CHECK: /* the message is whole: no location or op name before it */
+      if (get_i(in[1], 0) == 0) {
+        snprintf(e->err, e->errlen, "%s", ir_attr_str(n, "message"));
+        return false;
+      }
+      memcpy(out->data, in[0]->data, ir_tensor_nbytes(&out->type));
+      return true;
     case OP_REDUCE_SUM:
     case OP_REDUCE_MEAN:
     case OP_REDUCE_MAX:
@@ -199,6 +208,24 @@ typedef struct Slot {
   int last_use; /* index of the last node reading it; -1: none */
   bool is_output;
 } Slot;
+
+/* The slot of f's condition when the graph computes it, else NULL. */
+static Slot *cond_slot(Slot *slots, int nvals, const Guard *f) {
+  const Value *c = f->cond;
+  return c && c->id >= 0 && c->id < nvals && slots[c->id].v == c ? &slots[c->id] : NULL;
+}
+
+/* False when a condition of n's guard, computed already, says its
+ * branch is not taken: n is skipped (its results stay zeros, which only
+ * the If's `where` reads and does not select), as a plan skips its
+ * steps. */
+static bool guard_holds(Slot *slots, int nvals, const Node *n) {
+  for (const Guard *f = n->guard; f; f = f->outer) {
+    const Slot *s = cond_slot(slots, nvals, f);
+    if (s && s->ready && s->t.data && (((const unsigned char *)s->t.data)[0] != 0) != f->when) return false;
+  }
+  return true;
+}
 
 static void slot_release(Slot *s) {
   if (s->owned) ir_tensor_free(&s->t);
@@ -282,6 +309,12 @@ bool ir_eval_observe(Graph *g, const TensorMap *inputs, const TensorMap *params,
       }
       slots[v->id].last_use = k;
     }
+  k = 0;
+  for (Node *n = g->first; n && ok; n = n->next, k++)
+    for (const Guard *f = n->guard; f; f = f->outer) {
+      Slot *s = cond_slot(slots, nvals, f);
+      if (s && s->last_use < k) s->last_use = k;
+    }
   for (int i = 0; i < g->n_outputs && ok; i++) {
     const Value *v = g->outputs[i];
     if (!v || v->id < 0 || v->id >= nvals || slots[v->id].v != v)
@@ -315,7 +348,7 @@ bool ir_eval_observe(Graph *g, const TensorMap *inputs, const TensorMap *params,
         char b[IR_TYPE_STR_MAX];
         ok = fail(&e, "out of memory for %s", ir_type_str(&n->out[made].type, b, sizeof b));
       }
-    if (ok) ok = eval_node(&e, n, inp, out, &in_ix, &param_ix);
+    if (ok && (source || guard_holds(slots, nvals, n))) ok = eval_node(&e, n, inp, out, &in_ix, &param_ix);
     if (inp != in) free(inp);
     inp = in;
     if (!ok) {

@@ -941,6 +941,7 @@ static void vjp_dropout(GradCall *c) {
 #define GRAD_LOGICAL_OR ZERO
 #define GRAD_LOGICAL_XOR ZERO
 #define GRAD_WHERE VJP(vjp_where)
+#define GRAD_CHECK NONE /* an imported If's guard: not trained through */
 #define GRAD_REDUCE_SUM VJP(vjp_reduce)
 #define GRAD_REDUCE_MEAN VJP(vjp_reduce)
 #define GRAD_REDUCE_MAX VJP(vjp_reduce)

@@ -70,6 +70,7 @@ typedef struct Attr {
 } Attr;
 
 typedef struct Node Node;
+typedef struct Guard Guard;
 
 typedef struct Value {
   TensorType type;
@@ -96,6 +97,9 @@ struct Node {
    * "#f32"): passes that lower precision (passes/precision.c, later
    * quantization) leave this node in f32. */
   bool keep_f32;
+  /* When the node is needed at all (an ONNX If's branch, ir/guard.c);
+   * NULL: always.  Not printed: the IR text computes both branches. */
+  const Guard *guard;
   /* The `as` scope the language built it in ("layer1.0", "" at the
    * top); NULL when unknown (the IR text, ONNX).  A pass's node takes
    * the scope of the node it is inserted before.  Only --emit=dot
@@ -253,6 +257,30 @@ Node *ir_const(Graph *g, double value, DType dt, SrcLoc loc);
 
 /* Numbers every value in order (Value.id) and every node (Node.id). */
 void ir_number(Graph *g);
+
+/* A branch of an If decided at run time: the nodes it guards are needed
+ * only when cond (one bool) is `when` and every outer guard holds; a
+ * plan skips their steps otherwise (RT_STEP_BRANCH).  Frames are shared
+ * and never change: a node's guard is a chain, compared by pointer. */
+struct Guard {
+  Value *cond;
+  bool when;
+  const Guard *outer; /* NULL: the model's top level */
+  int depth;          /* 1 at the top level */
+};
+const Guard *ir_guard_new(Graph *g, Value *cond, bool when, const Guard *outer);
+/* True when chain a lies inside chain b (b is a or one of a's outers). */
+bool ir_guard_within(const Guard *a, const Guard *b);
+/* The innermost frame both a and b lie within (NULL: the top level). */
+const Guard *ir_guard_common(const Guard *a, const Guard *b);
+/* Widens guards until each holds what uses it: every user is guarded
+ * within the node's guard, except a `where` on a branch's condition
+ * reading the branch's value on that branch's side (the If's merge); a
+ * graph output, or a value a guard's condition is, is needed always; a
+ * condition must be computed earlier in the graph.  Run after anything
+ * that moves or merges nodes (the importer's end, fusion's start), it
+ * only ever drops guards, so a plan computes at worst both branches. */
+void ir_guards_fix(Graph *g);
 
 /* Checks structure, operand order, arities, attributes and that every
  * result type equals what the shape rule infers.  Reports to g->ctx's

@@ -2,6 +2,7 @@ libdlcc_core_la_SOURCES += \
 	ir/arena.c ir/arena.h \
 	ir/diag.c ir/diag.h \
 	ir/ir.c ir/ir.h ir/ops.def \
+	ir/guard.c \
 	ir/shape.c \
 	ir/verify.c \
 	ir/print.c \

@@ -428,6 +428,15 @@ bool shape_where(const Node *n, TensorType *out, char *err, size_t errlen) {
   return true;
 }
 
+bool shape_check(const Node *n, TensorType *out, char *err, size_t errlen) {
+  if (!operands_ok(n, err, errlen)) return false;
+  if (!need_bool(n, 1, "the condition (operand 2)", err, errlen)) return false;
+  if (ir_type_numel(in_type(n, 1)) != 1)
+    return fail(err, errlen, "%s: the condition must hold one value, not %s", op_name(n), ts(in_type(n, 1)).s);
+  out[0] = *in_type(n, 0);
+  return true;
+}
+
 /* ---- reductions and normalizations ---- */
 
 bool shape_reduce(const Node *n, TensorType *out, char *err, size_t errlen) {

@@ -55,6 +55,10 @@
  * That is elementwise arithmetic on values loaded anyway, never a GEMM,
  * a reduction or a window.
  *
+ * Nodes of an If's branches (Node.guard, ir/guard.c) join only groups
+ * of their own guard, so that a plan can skip a branch's kernels, and
+ * each guard's condition is stored (a plan's branch reads it).
+ *
  * Greedy, from the last node back: each node not yet in a group roots
  * one and absorbs producers in decreasing order, so every consumer of a
  * candidate has been decided when the candidate is. */
@@ -420,7 +424,7 @@ static Node *absorb_attention(Fuser *f, Node *p, int gid, Node **members, int *n
   int len = attention_chain(f, p, chain, (int)ARRAY_LEN(chain));
   if (!len || *n + len > MAX_MEMBERS) return NULL;
   for (int i = 0; i < len; i++)
-    if (f->weight_only[chain[i]->id] != f->weight_only[p->id]) return NULL;
+    if (f->weight_only[chain[i]->id] != f->weight_only[p->id] || chain[i]->guard != p->guard) return NULL;
   for (int i = 0; i < len; i++) {
     members[(*n)++] = chain[i];
     f->mark[chain[i]->id] = gid;
@@ -450,7 +454,7 @@ static int grow(Fuser *f, Node *root, int gid) {
     int role = f->role[p->id];
     f->role[p->id] = 0;
     if (n == MAX_MEMBERS || p->group >= 0 || f->mark[p->id] == gid) continue;
-    if (p->n_out != 1 || !types_ok(p)) continue;
+    if (p->n_out != 1 || !types_ok(p) || p->guard != root->guard) continue;
     if (f->weight_only[p->id] && !f->weight_only[root->id]) continue;
     bool side = !uses_inside(f, p, gid);
     if (side && (n_side == MAX_SIDE || !side_output_ok(f, p, root, gid, role))) continue;
@@ -519,7 +523,7 @@ static int map_size(const Fuser *f, const Node *root, int *const *members, const
 static bool may_join(const Fuser *f, const Node *rb, const Node *ra, int *const *members, const int *count,
                      int *sides) {
   if (ir_ops[rb->op].cls != K_ELEMWISE || !same_layout(&rb->out[0].type, &ra->out[0].type) ||
-      f->weight_only[rb->id] || f->weight_only[ra->id])
+      f->weight_only[rb->id] || f->weight_only[ra->id] || rb->guard != ra->guard)
     return false;
   int n = rb->group < 0 ? 1 : count[rb->group];
   *sides = 0;
@@ -570,7 +574,7 @@ static bool live_at(const Fuser *f, const Value *v, int at) {
  * costs a buffer held longer (the peak the memory planner reaches). */
 static bool may_join_reduction(const Fuser *f, const Node *rb, const Node *ra, int *const *members,
                                const int *count) {
-  if (!ir_reduce_siblings(rb, ra)) return false;
+  if (!ir_reduce_siblings(rb, ra) || rb->guard != ra->guard) return false;
   int n = rb->group < 0 ? 1 : count[rb->group];
   for (int i = 0; i < n; i++) {
     const Node *m = rb->group < 0 ? rb : f->node_of[members[rb->group][i]];
@@ -676,6 +680,7 @@ static int join_maps(Fuser *f, int provisional, int *n_fused) {
 
 bool pass_fuse(Graph *g, PassCtx *pc) {
   Arena *a = &g->ctx->arena;
+  ir_guards_fix(g); /* the passes before may have merged across branches */
   ir_number(g);
   int n_nodes = 0, n_values = 0;
   for (Node *n = g->first; n; n = n->next) {
@@ -711,6 +716,9 @@ bool pass_fuse(Graph *g, PassCtx *pc) {
       f.uses[f.use_start[v] + fill[v]++] = n->id;
     }
   for (int i = 0; i < g->n_outputs; i++) f.is_output[g->outputs[i]->id] = true;
+  /* A plan's branch reads its condition from memory. */
+  for (Node *n = g->first; n; n = n->next)
+    for (const Guard *gd = n->guard; gd; gd = gd->outer) f.is_output[gd->cond->id] = true;
 
   /* Build with provisional ids counting down, then number groups in the
    * order of their roots. */

@@ -165,6 +165,9 @@ Node *pass_new_node(Graph *g, Node *before, OpKind op, int n_in, Value *const *i
   char err[256];
   if (!ir_fill_defaults(g, n, err, sizeof err) || !ir_infer(n, err, sizeof err))
     dl_internal(g->ctx, "a pass built a bad %s: %s", ir_ops[op].name, err);
+  /* Needed where the node it comes before is (ir_guards_fix widens it
+   * if something outside that branch reads it). */
+  n->guard = before ? before->guard : NULL;
   ir_insert_before(g, before, n);
   return n;
 }

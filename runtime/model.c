@@ -418,7 +418,8 @@ const char *dlrt_status_name(DlrtStatus s) {
       [DLRT_OK] = "DLRT_OK",           [DLRT_E_ARG] = "DLRT_E_ARG",         [DLRT_E_PLAN] = "DLRT_E_PLAN",
       [DLRT_E_NO_DEVICE] = "DLRT_E_NO_DEVICE", [DLRT_E_COMPILE] = "DLRT_E_COMPILE",
       [DLRT_E_DEVICE] = "DLRT_E_DEVICE",     [DLRT_E_BROKEN] = "DLRT_E_BROKEN",   [DLRT_E_STATE] = "DLRT_E_STATE",
-      [DLRT_E_IO] = "DLRT_E_IO",         [DLRT_E_NOMEM] = "DLRT_E_NOMEM",     [DLRT_E_INDEX] = "DLRT_E_INDEX"};
+      [DLRT_E_IO] = "DLRT_E_IO",         [DLRT_E_NOMEM] = "DLRT_E_NOMEM",     [DLRT_E_INDEX] = "DLRT_E_INDEX",
+      [DLRT_E_CHECK] = "DLRT_E_CHECK"};
   return (unsigned)s < sizeof names / sizeof names[0] ? names[s] : "DLRT_E_?";
 }
 
@@ -620,6 +621,12 @@ static DlrtStatus run_steps(DlrtModel *m, const RtStep *steps, uint32_t first, u
       rc = d->ops->gemm(d, &st->gemm, resolve(m, st->gemm.a), resolve(m, st->gemm.b), resolve(m, st->gemm.c),
                         st->gemm.epilogue ? resolve(m, st->gemm.bias) : 0);
       break;
+    case RT_STEP_BRANCH: { /* the condition on the host, once the steps before it are done */
+      unsigned char c = 0;
+      rc = d->ops->synchronize(d) || d->ops->download(d, &c, resolve(m, st->branch.cond), 1);
+      if (!rc && (c != 0) != (st->branch.when != 0)) i += st->branch.skip;
+      break;
+    }
     default:
       rc = st->copy.nbytes && !same_ref(st->copy.dst, st->copy.src)
                ? d->ops->copy(d, resolve(m, st->copy.dst), resolve(m, st->copy.src), st->copy.nbytes)
@@ -717,6 +724,15 @@ static DlrtStatus capture(DlrtModel *m) {
   if (!pieces) return set_error(m, DLRT_E_NOMEM, "run: out of host memory for the graphs");
   uint32_t n = 0, outside = 0;
   char note[sizeof m->graph_note] = "";
+  for (uint32_t i = 0; i < p->n_steps; i++)
+    if (p->steps[i].kind == RT_STEP_BRANCH) {
+      /* A graph would keep the branch taken when it was captured. */
+      free(pieces);
+      snprintf(m->graph_note, sizeof m->graph_note,
+               "off: step %" PRIu32 " branches on a value computed at run time (read on the host)", i);
+      m->graphs = false;
+      return DLRT_OK;
+    }
   m->most_lanes = 0;
   for (uint32_t i = 0; i < p->n_steps;) {
     const char *why = outside_graphs(m, &p->steps[i]);
@@ -826,6 +842,10 @@ static DlrtStatus index_reports(DlrtModel *m, bool with_init) {
             first_report(m, &l->args[j], &p->contracts[l->contract].params[j], w) < 0)
           continue;
         if (init) m->init_dirty = true;
+        if (w[2] == RT_STATUS_CHECK)
+          return steps[i].origin ? set_error(m, DLRT_E_CHECK, "%s", steps[i].origin)
+                                 : set_error(m, DLRT_E_CHECK, "run: %sstep %" PRIu32 " (%s): its check failed",
+                                             init ? "init " : "", i, steps[i].label ? steps[i].label : "unlabelled");
         if (steps[i].origin)
           return set_error(m, DLRT_E_INDEX, "%s: index %" PRId64 " is out of range for axis %" PRId64
                            " of size %" PRId64, steps[i].origin, w[1], w[2], w[3]);

@@ -382,6 +382,19 @@ static int check_copy(Check *c, const RtCopy *k) {
   return 0;
 }
 
+/* A branch of step i of n (updates aside): its condition one byte that
+ * a step may read, its skip inside the steps before the updates. */
+static int check_branch(Check *c, const RtBranch *k, uint32_t i, uint32_t n) {
+  if (c->init) return fail(c, "a branch among the init steps (they run whole)");
+  if (check_not_status(c, "branch condition", k->cond) || check_ref(c, "branch condition", k->cond, 1)) return -1;
+  if (k->cond.space == RT_SPACE_OUTPUT) return fail(c, "a branch condition in OUTPUT, which steps only write");
+  if (k->when > 1) return fail(c, "a branch taken when its condition is %" PRIu32 " (a bool is 0 or 1)", k->when);
+  if (k->skip > n - 1 - i)
+    return fail(c, "a branch skips %" PRIu32 " steps, past the last step before the updates (%" PRIu32 " follow)",
+                k->skip, n - 1 - i);
+  return 0;
+}
+
 /* An update step: the whole of one OUTPUT over exactly one weight's
  * bytes, that weight not updated before (written[] by weight). */
 static int check_update(Check *c, const RtStep *s, bool *written) {
@@ -502,6 +515,7 @@ int rt_plan_validate_in(const RtPlan *p, const RtRegion *regions, int n_regions,
         if (!rc && s->copy.reduce >= RT_REDUCE_COUNT)
           rc = fail(&c, "an all-reduce's reduction is %" PRIu32 " (0: mean, 1: sum)", s->copy.reduce);
         break;
+      case RT_STEP_BRANCH: rc = check_branch(&c, &s->branch, i, n - p->n_update_steps); break;
       default: rc = fail(&c, "unknown step kind %" PRIu32, s->kind);
       }
     }

@@ -35,7 +35,7 @@
 #include <stdint.h>
 
 #define RT_PLAN_MAGIC 0x444c4350u /* "DLCP" */
-#define RT_PLAN_VERSION 8u
+#define RT_PLAN_VERSION 9u
 #define RT_MAX_RANK 8
 
 typedef enum { RT_SPACE_WEIGHTS, RT_SPACE_ARENA, RT_SPACE_INPUT, RT_SPACE_OUTPUT, RT_SPACE_STATUS } RtSpace;
@@ -45,6 +45,9 @@ typedef enum { RT_SPACE_WEIGHTS, RT_SPACE_ARENA, RT_SPACE_INPUT, RT_SPACE_OUTPUT
  * size}.  A kernel keeps the lowest position (the element in the
  * reference interpreter's order) that had a bad index on that axis. */
 #define RT_STATUS_WORDS 4
+/* The axis word of a check's report (the op `check`, version 9): the
+ * run fails with the step's origin, which is the whole message. */
+#define RT_STATUS_CHECK (-1)
 
 typedef struct RtRef {
   uint32_t space; /* RtSpace */
@@ -175,7 +178,23 @@ typedef struct RtCopy {
  * (dlrt_set_comm); without one, a copy.  One of 0 bytes waits for every
  * all-reduce started before it: codegen puts it before the first step
  * that reads a result, so the all-reduces overlap the steps between. */
-typedef enum { RT_STEP_LAUNCH, RT_STEP_GEMM, RT_STEP_COPY, RT_STEP_ALLREDUCE } RtStepKind;
+typedef enum { RT_STEP_LAUNCH, RT_STEP_GEMM, RT_STEP_COPY, RT_STEP_ALLREDUCE, RT_STEP_BRANCH } RtStepKind;
+
+/* RT_STEP_BRANCH (version 9): an ONNX If decided at run time.  The byte
+ * at cond is a bool (0 or 1) that earlier steps computed; when it is not
+ * `when`, the next `skip` steps are skipped, a branch's steps that the run
+ * does not take.  Branches nest: the skipped steps may hold branches
+ * whose own steps end inside them.  Only in a run's steps (not init
+ * steps, not the updates); the runtime reads the byte on the host (a
+ * synchronous 1-byte copy on cuda), so a plan with branches runs
+ * uncaptured.  Whatever a skipped step would have written keeps stale
+ * bytes, which only a `where` on the same condition reads (and does not
+ * select). */
+typedef struct RtBranch {
+  RtRef cond;
+  uint32_t when; /* 0 or 1 */
+  uint32_t skip;
+} RtBranch;
 
 typedef struct RtStep {
   uint32_t kind;     /* RtStepKind */
@@ -186,6 +205,7 @@ typedef struct RtStep {
   RtLaunch launch;
   RtGemm gemm;
   RtCopy copy;
+  RtBranch branch; /* version 9 */
 } RtStep;
 
 typedef struct RtKernel {

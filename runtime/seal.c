@@ -308,6 +308,10 @@ static void walk_steps(Walk *w, const RtStep *steps, uint32_t n, bool init) {
       put_ref(w, s->copy.src);
       put_u64(w, s->copy.nbytes);
       put_u32(w, s->copy.reduce);
+    } else if (s->kind == RT_STEP_BRANCH) {
+      put_ref(w, s->branch.cond);
+      put_u32(w, s->branch.when);
+      put_u32(w, s->branch.skip);
     }
   }
 }

@@ -19,6 +19,13 @@ tests_test_onnx_signal_SOURCES = tests/test_onnx_signal.c tests/onnxbuild.c test
 tests_test_onnx_signal_CPPFLAGS = $(AM_CPPFLAGS) $(CUDA_CPPFLAGS)
 tests_test_onnx_signal_CFLAGS = $(TEST_CFLAGS)
 tests_test_onnx_signal_LDADD = $(TEST_LIBS) $(CUDA_LIBS)
+# If decided at run time: a refused branch checked, on emu too.
+check_PROGRAMS += tests/test_onnx_if
+TESTS += tests/test_onnx_if
+tests_test_onnx_if_SOURCES = tests/test_onnx_if.c tests/onnxbuild.c tests/onnxbuild.h tests/testutil.c tests/testutil.h
+tests_test_onnx_if_CPPFLAGS = $(AM_CPPFLAGS) $(CUDA_CPPFLAGS)
+tests_test_onnx_if_CFLAGS = $(TEST_CFLAGS)
+tests_test_onnx_if_LDADD = $(TEST_LIBS) $(CUDA_LIBS)
 endif
 # tests/onnx_node.sh runs test_onnx_node on the newest node tests a
 # python3's onnx can generate (into tests/onnx-node-latest/), else on
@@ -27,9 +34,11 @@ check_PROGRAMS += tests/test_onnx_node
 TESTS += tests/onnx_node.sh
 tests_test_onnx_node_SOURCES = tests/test_onnx_node.c
 tests_test_onnx_node_LDADD = libdlcc_core.la libdlcrt.la $(CJSON_LIBS) -lm
-TESTS += tests/onnx_cli.sh tests/onnx_models.sh
+TESTS += tests/onnx_cli.sh tests/onnx_models.sh tests/onnx_silero.sh
 endif
-EXTRA_DIST += tests/onnx_node.sh tests/onnx/node_tests.py tests/onnx_cli.sh tests/onnx_models.sh tests/onnx/models.py
+EXTRA_DIST += tests/onnx_node.sh tests/onnx/node_tests.py tests/onnx_cli.sh tests/onnx_models.sh tests/onnx/models.py \
+	tests/onnx_silero.sh tests/onnx/silero/input.npy tests/onnx/silero/state.npy tests/onnx/silero/sr.npy \
+	tests/onnx/silero/want_output.npy tests/onnx/silero/want_stateN.npy
 clean-local: clean-onnx-node-latest
 clean-onnx-node-latest:
 	rm -rf tests/onnx-node-latest

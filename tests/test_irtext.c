@@ -490,6 +490,9 @@ static Graph *build_every_op(Ctx *c, bool *covered) {
   ir_set_int(g, n, "bucket", 2);
   add(g, n);
   add(g, NODE(g, OP_ALLREDUCE_SUM, &add(g, NODE(g, OP_TP_COPY, x))->out[0]));
+  n = NODE(g, OP_CHECK, x, input(g, "ok", scalar(TY_BOOL)));
+  ir_set_str(g, n, "message", "m.onnx: node 2 'If_0' (If): the \"else\" branch was chosen");
+  add(g, n);
   add(g, NODE(g, OP_STAGE, x));
 
   /* A string with every character the printer must escape. */

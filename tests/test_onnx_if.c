@@ -1,0 +1,351 @@
+/* ONNX If decided at run time (frontend/onnx_control.c): takes models
+ * built here with protobuf-c, checks the reference interpreter and the
+ * generated kernels on emu against each other and against numbers worked
+ * out here.  A branch that cannot be imported at the model's shapes
+ * becomes a check: the other branch runs, and a run whose condition picks
+ * the refused one fails with one exact message on both; both branches
+ * refused is an import error with both reasons. */
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "codegen/codegen.h"
+#include "dlcrt.h"
+#include "frontend/onnx.h"
+#include "ir/eval.h"
+#include "onnxbuild.h"
+#include "runtime/device.h"
+#include "runtime/runtime.h"
+#include "tests/testutil.h"
+
+#define ctx onnxb_ctx
+#define params onnxb_params
+
+static int count_op(Graph *g, OpKind op) {
+  int k = 0;
+  for (Node *n = g->first; n; n = n->next) k += n->op == op;
+  return k;
+}
+
+/* A branch of no inputs giving out: 2x, or x reshaped to [2], which x
+ * (f32[3], from the outer graph) cannot be. */
+static Model *branch(bool bad, const char *out) {
+  Model *m = model_new(17);
+  if (bad) {
+    add_init_i64(m, "two", 1, (const int64_t[]){2});
+    add_node(m, "Reshape", "x,two", out);
+  } else {
+    add_node(m, "Add", "x,x", out);
+  }
+  add_output(m, out);
+  return m;
+}
+
+/* y = If(c, then, else) of x f32[3] and c bool[1]. */
+static Model *if_model(bool then_bad, bool else_bad) {
+  Model *b = model_new(17);
+  add_input(b, "x", 1, (const int64_t[]){3});
+  add_input_typed(b, "c", ONNX__TENSOR_PROTO__DATA_TYPE__BOOL, 1, (const int64_t[]){1});
+  Onnx__NodeProto *n = add_node(b, "If", "c", "y");
+  n->name = str("If_7");
+  attr(n, "then_branch", ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__GRAPH)->g = &branch(then_bad, "y1")->g;
+  attr(n, "else_branch", ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__GRAPH)->g = &branch(else_bad, "y2")->g;
+  add_output(b, "y");
+  return b;
+}
+
+static const float xs[3] = {1, -2, 4};
+
+/* g run with condition c by the reference interpreter and on emu (when
+ * emu starts here; the kernels compiled by NVRTC too): both succeed with
+ * 2x, or both fail with the message want. */
+static void expect_run(Graph *g, uint8_t c, const char *want) {
+  Tensor in[2] = {{ir_type_make(TY_F32, 1, (const int64_t[]){3}), (void *)xs},
+                  {ir_type_make(TY_BOOL, 1, (const int64_t[]){1}), &c}};
+  TensorMap inputs = {2, (const char *[]){"x", "c"}, in};
+  Tensor y;
+  char err[1024];
+  bool ok = ir_eval(g, &inputs, &params, &y, err, sizeof err);
+  if (want) {
+    ck_assert_msg(!ok, "ir_eval ran the refused branch");
+    ck_assert_str_eq(err, want);
+  } else {
+    ck_assert_msg(ok, "eval: %s", err);
+    for (int i = 0; i < 3; i++) ck_assert_double_eq(ir_tensor_get(&y, i), 2 * xs[i]);
+    ir_tensor_free(&y);
+  }
+  char why[256];
+  RtDevice *dev = rt_emu_open(why, sizeof why);
+  if (!dev) return;
+  rt_device_close(dev);
+  CgResult cg;
+  ck_assert_msg(cg_compile(g, &cg), "codegen: %s", diag_text(&ctx));
+  test_nvrtc(cg.source, "sm_90");
+  Tensor *out = NULL;
+  int s = test_run_emu_status(cg.plan, &params, &inputs, &out, err, sizeof err);
+  if (want) {
+    ck_assert_int_eq(s, DLRT_E_CHECK);
+    ck_assert_ptr_null(out);
+    ck_assert_str_eq(err, want);
+    return;
+  }
+  ck_assert_msg(s == DLRT_OK, "emu: %s", err);
+  for (int i = 0; i < 3; i++) ck_assert_double_eq(ir_tensor_get(&out[0], i), 2 * xs[i]);
+  ir_tensor_free(&out[0]);
+  free(out);
+}
+
+static const char reshape_why[] = "node 0 'n0' (Reshape): reshape: cannot reshape f32[3] (3 elements) to [2] (2 elements)";
+
+/* The refused branch is either one: the other runs, through a check. */
+START_TEST(test_refused_branch_is_checked) {
+  for (int bad_then = 0; bad_then < 2; bad_then++) {
+    Graph *g = onnxb_import(if_model(bad_then, !bad_then), NULL);
+    ck_assert_msg(g != NULL, "import failed:\n%s", diag_text(&ctx));
+    ck_assert_str_eq(diag_text(&ctx), "");
+    ck_assert_int_eq(count_op(g, OP_CHECK), 1);
+    ck_assert_int_eq(count_op(g, OP_WHERE), 0);
+    char want[512];
+    snprintf(want, sizeof want,
+             "/tmp/model.onnx: node 0 'If_7' (If): the %s branch was chosen at run time but could not be "
+             "compiled: %s",
+             bad_then ? "then" : "else", reshape_why);
+    expect_run(g, (uint8_t)!bad_then, NULL);
+    expect_run(g, (uint8_t)bad_then, want);
+  }
+}
+END_TEST
+
+START_TEST(test_both_branches_refused) {
+  ck_assert(onnxb_import(if_model(true, true), NULL) == NULL);
+  char want[1024];
+  snprintf(want, sizeof want,
+           "dlcc: error: /tmp/model.onnx: node 0 'If_7' (If): neither branch can be compiled: then_branch: %s; "
+           "else_branch: %s\n",
+           reshape_why, reshape_why);
+  ck_assert_str_eq(diag_text(&ctx), want);
+}
+END_TEST
+
+/* ---- branches in the plan ---- */
+
+/* A branch of no inputs: ops applied to x in turn ("Mul2": times the
+ * outer graph's `two`), its last result named out. */
+static Model *chain_branch(const char *const *ops, int n, const char *out) {
+  Model *m = model_new(17);
+  char prev[32] = "x", name[32];
+  for (int i = 0; i < n; i++) {
+    snprintf(name, sizeof name, i == n - 1 ? "%s" : "%s_%d", out, i);
+    char ins[80];
+    snprintf(ins, sizeof ins, strcmp(ops[i], "Mul2") ? "%s" : "%s,two", prev);
+    add_node(m, strcmp(ops[i], "Mul2") ? ops[i] : "Mul", ins, name);
+    snprintf(prev, sizeof prev, "%s", name);
+  }
+  add_output(m, out);
+  return m;
+}
+
+static void set_branches(Onnx__NodeProto *n, Model *t, Model *e) {
+  attr(n, "then_branch", ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__GRAPH)->g = &t->g;
+  attr(n, "else_branch", ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__GRAPH)->g = &e->g;
+}
+
+/* y = If(c, tanh(If(c2, relu(exp x), 2 sigmoid x)), relu(2 (-x))) of
+ * x f32[4, 8]. */
+static Model *nested_model(void) {
+  Model *b = model_new(17);
+  add_input(b, "x", 2, (const int64_t[]){4, 8});
+  add_input_typed(b, "c", ONNX__TENSOR_PROTO__DATA_TYPE__BOOL, 0, NULL);
+  add_input_typed(b, "c2", ONNX__TENSOR_PROTO__DATA_TYPE__BOOL, 1, (const int64_t[]){1});
+  add_init_f32(b, "two", 0, NULL, 1, (const float[]){2});
+  Model *t = model_new(17);
+  set_branches(add_node(t, "If", "c2", "inner"), chain_branch((const char *[]){"Exp", "Relu"}, 2, "it"),
+               chain_branch((const char *[]){"Sigmoid", "Mul2"}, 2, "ie"));
+  add_node(t, "Tanh", "inner", "t_out");
+  add_output(t, "t_out");
+  set_branches(add_node(b, "If", "c", "y"), t, chain_branch((const char *[]){"Neg", "Mul2", "Relu"}, 3, "e"));
+  add_output(b, "y");
+  return b;
+}
+
+static double nested_want(double x, int c, int c2) {
+  return c ? tanh(c2 ? fmax(exp(x), 0) : 2 / (1 + exp(-x))) : fmax(-2 * x, 0);
+}
+
+static int count_branches(const RtPlan *p) {
+  int k = 0;
+  for (uint32_t i = 0; i < p->n_steps; i++) k += p->steps[i].kind == RT_STEP_BRANCH;
+  return k;
+}
+
+/* The plan skips the branches not taken (four branch steps, the inner
+ * ones inside the outer then's), and gives what the reference
+ * interpreter and the compute-both plan (the same graph unguarded) give,
+ * for every outcome of both conditions. */
+START_TEST(test_nested_branches_in_the_plan) {
+  Graph *g = onnxb_import(nested_model(), NULL);
+  ck_assert_msg(g != NULL, "import failed:\n%s", diag_text(&ctx));
+  CgResult cg, both;
+  ck_assert_msg(cg_compile(g, &cg), "codegen: %s", diag_text(&ctx));
+  ck_assert_int_eq(count_branches(cg.plan), 4);
+  char err[512];
+  ck_assert_msg(rt_plan_validate(cg.plan, err, sizeof err) == 0, "%s", err);
+  char *text = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&text, &len);
+  cg_print_plan(f, cg.plan);
+  fclose(f);
+  ck_assert_msg(strstr(text, "branch unless in1+0 is true: skip 8 steps"), "%s", text);
+  ck_assert_msg(strstr(text, "branch unless in2+0 is false: skip 2 steps"), "%s", text);
+  free(text);
+  for (Node *n = g->first; n; n = n->next) n->guard = NULL;
+  ck_assert_msg(cg_compile(g, &both), "codegen: %s", diag_text(&ctx));
+  ck_assert_int_eq(count_branches(both.plan), 0);
+  float xv[32];
+  uint64_t seed = 3;
+  for (int i = 0; i < 32; i++) xv[i] = (float)((double)(test_splitmix64(&seed) >> 11) / (double)(1ull << 53) * 4 - 2);
+  char why[256];
+  RtDevice *dev = rt_emu_open(why, sizeof why);
+  if (dev) rt_device_close(dev);
+  for (int c = 0; c < 2; c++)
+    for (int c2 = 0; c2 < 2; c2++) {
+      uint8_t cv = (uint8_t)c, c2v = (uint8_t)c2;
+      Tensor in[3] = {{ir_type_make(TY_F32, 2, (const int64_t[]){4, 8}), xv},
+                      {ir_type_make(TY_BOOL, 0, NULL), &cv},
+                      {ir_type_make(TY_BOOL, 1, (const int64_t[]){1}), &c2v}};
+      TensorMap inputs = {3, (const char *[]){"x", "c", "c2"}, in};
+      Tensor y;
+      ck_assert_msg(ir_eval(g, &inputs, &params, &y, err, sizeof err), "eval: %s", err);
+      for (int i = 0; i < 32; i++) ck_assert_double_eq_tol(ir_tensor_get(&y, i), nested_want(xv[i], c, c2), 1e-6);
+      if (dev) {
+        Tensor *got = test_run_emu(cg.plan, &params, &inputs), *ref = test_run_emu(both.plan, &params, &inputs);
+        for (int i = 0; i < 32; i++) {
+          ck_assert_double_eq_tol(ir_tensor_get(&got[0], i), ir_tensor_get(&y, i), 1e-6);
+          ck_assert_double_eq(ir_tensor_get(&got[0], i), ir_tensor_get(&ref[0], i));
+        }
+        ir_tensor_free(&got[0]), ir_tensor_free(&ref[0]);
+        free(got), free(ref);
+      }
+      ir_tensor_free(&y);
+    }
+}
+END_TEST
+
+/* The loader refuses a branch that jumps past the steps, a condition
+ * that is no bool, outside its input, or in OUTPUT. */
+START_TEST(test_bad_branches_refused) {
+  Graph *g = onnxb_import(nested_model(), NULL);
+  ck_assert_msg(g != NULL, "import failed:\n%s", diag_text(&ctx));
+  CgResult cg;
+  ck_assert_msg(cg_compile(g, &cg), "codegen: %s", diag_text(&ctx));
+  RtPlan p = *cg.plan;
+  RtStep *steps = malloc(sizeof *steps * p.n_steps);
+  p.steps = steps;
+  static const struct {
+    uint32_t skip, when, space, offset;
+    const char *want;
+  } cases[] = {
+      {14, 1, RT_SPACE_INPUT, 0, "a branch skips 14 steps, past the last step before the updates (13 follow)"},
+      {8, 2, RT_SPACE_INPUT, 0, "a branch taken when its condition is 2 (a bool is 0 or 1)"},
+      {8, 1, RT_SPACE_INPUT, 1, "branch condition: offset 1 + 1 bytes is outside INPUT 1 (1 bytes)"},
+      {8, 1, RT_SPACE_OUTPUT, 0, "a branch condition in OUTPUT, which steps only write"},
+  };
+  for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
+    memcpy(steps, cg.plan->steps, sizeof *steps * p.n_steps);
+    ck_assert_int_eq(steps[0].kind, RT_STEP_BRANCH);
+    steps[0].branch.skip = cases[k].skip;
+    steps[0].branch.when = cases[k].when;
+    steps[0].branch.cond.space = cases[k].space;
+    steps[0].branch.cond.offset = cases[k].offset;
+    steps[0].branch.cond.index = cases[k].space == RT_SPACE_OUTPUT ? 0 : 1;
+    char err[512];
+    ck_assert_int_eq(rt_plan_validate(&p, err, sizeof err), -1);
+    ck_assert_msg(strstr(err, "step 0 (exp %4 branch): ") && strstr(err, cases[k].want), "%s", err);
+  }
+  free(steps);
+}
+END_TEST
+
+/* The branch not taken does not run: its gather of an index out of range
+ * fails neither the reference interpreter nor emu, while the
+ * compute-both plan reports it; taken, it fails both with the gather's
+ * message. */
+START_TEST(test_untaken_branch_does_not_run) {
+  Model *b = model_new(17);
+  add_input(b, "x", 1, (const int64_t[]){3});
+  add_input_typed(b, "c", ONNX__TENSOR_PROTO__DATA_TYPE__BOOL, 0, NULL);
+  add_input_typed(b, "i", ONNX__TENSOR_PROTO__DATA_TYPE__INT64, 1, (const int64_t[]){3});
+  Model *t = model_new(17);
+  add_node(t, "Gather", "x,i", "y1");
+  add_output(t, "y1");
+  set_branches(add_node(b, "If", "c", "y"), t, chain_branch((const char *[]){"Neg"}, 1, "y2"));
+  add_output(b, "y");
+  Graph *g = onnxb_import(b, NULL);
+  ck_assert_msg(g != NULL, "import failed:\n%s", diag_text(&ctx));
+  CgResult cg, both;
+  ck_assert_msg(cg_compile(g, &cg), "codegen: %s", diag_text(&ctx));
+  const float x[3] = {1, -2, 4};
+  const int64_t idx[3] = {0, 7, 2};
+  char why[256], err[512];
+  RtDevice *dev = rt_emu_open(why, sizeof why);
+  if (dev) rt_device_close(dev);
+  for (int c = 0; c < 2; c++) {
+    uint8_t cv = (uint8_t)c;
+    Tensor in[3] = {{ir_type_make(TY_F32, 1, (const int64_t[]){3}), (void *)x},
+                    {ir_type_make(TY_BOOL, 0, NULL), &cv},
+                    {ir_type_make(TY_I64, 1, (const int64_t[]){3}), (void *)idx}};
+    TensorMap inputs = {3, (const char *[]){"x", "c", "i"}, in};
+    Tensor y, *out = NULL;
+    const char *want = "/tmp/model.onnx:1:1: gather: index 7 is out of range for axis 0 of size 3";
+    bool ok = ir_eval(g, &inputs, &params, &y, err, sizeof err);
+    if (c) {
+      ck_assert(!ok);
+      ck_assert_str_eq(err, want);
+    } else {
+      ck_assert_msg(ok, "eval: %s", err);
+      for (int k = 0; k < 3; k++) ck_assert_double_eq(ir_tensor_get(&y, k), -x[k]);
+      ir_tensor_free(&y);
+    }
+    if (!dev) continue;
+    int s = test_run_emu_status(cg.plan, &params, &inputs, &out, err, sizeof err);
+    if (c) {
+      ck_assert_int_eq(s, DLRT_E_INDEX);
+      ck_assert_str_eq(err, want);
+      continue;
+    }
+    ck_assert_msg(s == DLRT_OK, "emu: %s", err);
+    for (int k = 0; k < 3; k++) ck_assert_double_eq(ir_tensor_get(&out[0], k), -x[k]);
+    ir_tensor_free(&out[0]);
+    free(out);
+    for (Node *n = g->first; n; n = n->next) n->guard = NULL;
+    ck_assert_msg(cg_compile(g, &both), "codegen: %s", diag_text(&ctx));
+    ck_assert_int_eq(test_run_emu_status(both.plan, &params, &inputs, &out, err, sizeof err), DLRT_E_INDEX);
+    g = onnxb_import(b, NULL); /* guarded again for c = 1 */
+    ck_assert_msg(g && cg_compile(g, &cg), "%s", diag_text(&ctx));
+  }
+}
+END_TEST
+
+static Suite *if_suite(void) {
+  Suite *s = suite_create("onnx_if");
+  TCase *tc = tcase_create("if");
+  tcase_add_checked_fixture(tc, onnxb_setup, onnxb_teardown);
+  tcase_set_timeout(tc, 60);
+  tcase_add_test(tc, test_refused_branch_is_checked);
+  tcase_add_test(tc, test_both_branches_refused);
+  tcase_add_test(tc, test_nested_branches_in_the_plan);
+  tcase_add_test(tc, test_untaken_branch_does_not_run);
+  tcase_add_test(tc, test_bad_branches_refused);
+  suite_add_tcase(s, tc);
+  return s;
+}
+
+int main(void) {
+  SRunner *r = srunner_create(if_suite());
+  srunner_run_all(r, CK_NORMAL);
+  int failed = srunner_ntests_failed(r);
+  srunner_free(r);
+  return failed ? 1 : 0;
+}
