@@ -161,14 +161,14 @@ typedef struct CudaDevice {
   cublasHandle_t blas; /* int8 products */
   cublasLtHandle_t lt;  /* float products */
   CUdeviceptr lt_workspace; /* cuBLASLt's and cuBLAS's on the device's stream: one call at a time */
-  /* Branch streams of a capture (cuda_use_branch): branch b > 0's stream
-   * and cuBLAS workspace, made by cuda_prepare_branches; the events; the
-   * branch the model's calls go to now, and the one cuBLAS is set to. */
-  CUstream branch_stream[RT_BRANCHES];
-  CUdeviceptr branch_workspace[RT_BRANCHES];
-  CUevent *branch_events;
-  int n_branch_events;
-  int branch, blas_branch;
+  /* Side streams of a capture (cuda_use_stream): stream b > 0's stream
+   * and cuBLAS workspace, made by cuda_prepare_streams; the events; the
+   * stream the model's calls go to now, and the one cuBLAS is set to. */
+  CUstream side_stream[RT_SIDE_STREAMS];
+  CUdeviceptr side_workspace[RT_SIDE_STREAMS];
+  CUevent *stream_events;
+  int n_stream_events;
+  int side, blas_stream; /* the side stream calls go to now (0: the device's), cuBLAS's */
   struct LtGemm *lt_gemms; /* one setup per distinct GEMM (cuda_lt_gemm) */
   int n_lt_gemms, cap_lt_gemms;
   int cc_major, cc_minor;
@@ -279,11 +279,11 @@ static void cuda_destroy(RtDevice *base) {
   lt_release(d);
   for (int i = 0; i < RT_EVENTS; i++)
     if (d->marks[i]) d->api.cuEventDestroy(d->marks[i]);
-  for (int i = 0; i < d->n_branch_events; i++) d->api.cuEventDestroy(d->branch_events[i]);
-  free(d->branch_events);
-  for (int b = 1; b < RT_BRANCHES; b++) {
-    if (d->branch_stream[b]) d->api.cuStreamDestroy(d->branch_stream[b]);
-    if (d->branch_workspace[b]) d->api.cuMemFree(d->branch_workspace[b]);
+  for (int i = 0; i < d->n_stream_events; i++) d->api.cuEventDestroy(d->stream_events[i]);
+  free(d->stream_events);
+  for (int b = 1; b < RT_SIDE_STREAMS; b++) {
+    if (d->side_stream[b]) d->api.cuStreamDestroy(d->side_stream[b]);
+    if (d->side_workspace[b]) d->api.cuMemFree(d->side_workspace[b]);
   }
   if (d->copy) d->api.cuStreamDestroy(d->copy);
   if (d->joined) d->api.cuEventDestroy(d->joined);
@@ -386,10 +386,10 @@ struct RtGraph {
 };
 
 /* Where the model's calls go: the device's stream, or during a capture
- * the branch the executor chose. */
-static CUstream now_stream(const CudaDevice *d) { return d->branch ? d->branch_stream[d->branch] : d->stream; }
+ * the stream the executor chose. */
+static CUstream now_stream(const CudaDevice *d) { return d->side ? d->side_stream[d->side] : d->stream; }
 static CUdeviceptr now_workspace(const CudaDevice *d) {
-  return d->branch ? d->branch_workspace[d->branch] : d->lt_workspace;
+  return d->side ? d->side_workspace[d->side] : d->lt_workspace;
 }
 
 /* Thread-local mode: only this thread's calls are held to the rules of
@@ -793,12 +793,12 @@ static int cuda_gemm_i8(CudaDevice *d, const RtGemm *g, const RtBlasGemm *x, RtD
                           "alpha 1, beta 0",
                           (long long)g->m, (long long)g->n, (long long)g->k, (long long)g->lda, (long long)g->ldb,
                           (long long)g->stride_a, (long long)g->stride_b);
-  if (d->blas_branch != d->branch) { /* cuBLAS follows the branch: its stream and workspace */
+  if (d->blas_stream != d->side) { /* cuBLAS follows the stream: its stream and workspace */
     if (check_blas(d, cublasSetStream(d->blas, (cudaStream_t)now_stream(d)), "cublasSetStream") ||
         check_blas(d, cublasSetWorkspace(d->blas, (void *)(uintptr_t)now_workspace(d), LT_WORKSPACE_BYTES),
                    "cublasSetWorkspace"))
       return -1;
-    d->blas_branch = d->branch;
+    d->blas_stream = d->side;
   }
   int32_t alpha = 1, beta = 0;
   cublasStatus_t s = cublasGemmStridedBatchedEx(
@@ -1019,60 +1019,60 @@ static int cuda_gemm(RtDevice *base, const RtGemm *g, RtDevPtr a, RtDevPtr b, Rt
   return check_lt(d, s, what);
 }
 
-/* ---- branch streams (device.h): made before a capture, used in it ---- */
+/* ---- side streams (device.h): made before a capture, used in it ---- */
 
-static int cuda_prepare_branches(RtDevice *base, int branches, int events) {
+static int cuda_prepare_streams(RtDevice *base, int streams, int events) {
   CudaDevice *d = (CudaDevice *)base;
   if (enter(d)) return -1;
-  if (branches > RT_BRANCHES || events > RT_BRANCH_EVENTS)
-    return rt_device_fail(base, "cuda: %d branches and %d events (at most %d and %d)", branches, events, RT_BRANCHES,
-                          RT_BRANCH_EVENTS);
-  for (int b = 1; b < branches; b++) {
-    if (!d->branch_stream[b] &&
-        check(d, d->api.cuStreamCreate(&d->branch_stream[b], CU_STREAM_NON_BLOCKING), "cuStreamCreate(branch %d)", b))
+  if (streams > RT_SIDE_STREAMS || events > RT_STREAM_EVENTS)
+    return rt_device_fail(base, "cuda: %d streams and %d events (at most %d and %d)", streams, events, RT_SIDE_STREAMS,
+                          RT_STREAM_EVENTS);
+  for (int b = 1; b < streams; b++) {
+    if (!d->side_stream[b] &&
+        check(d, d->api.cuStreamCreate(&d->side_stream[b], CU_STREAM_NON_BLOCKING), "cuStreamCreate(stream %d)", b))
       return -1;
     /* two GEMMs side by side may not share a workspace */
-    if ((d->blas || d->lt) && !d->branch_workspace[b] &&
-        check(d, d->api.cuMemAlloc(&d->branch_workspace[b], LT_WORKSPACE_BYTES),
-              "cuMemAlloc(%d bytes of cuBLAS workspace for branch %d)", LT_WORKSPACE_BYTES, b))
+    if ((d->blas || d->lt) && !d->side_workspace[b] &&
+        check(d, d->api.cuMemAlloc(&d->side_workspace[b], LT_WORKSPACE_BYTES),
+              "cuMemAlloc(%d bytes of cuBLAS workspace for stream %d)", LT_WORKSPACE_BYTES, b))
       return -1;
   }
-  if (!d->branch_events && !(d->branch_events = calloc(RT_BRANCH_EVENTS, sizeof *d->branch_events)))
-    return rt_device_fail(base, "cuda: out of host memory for branch events");
-  for (; d->n_branch_events < events; d->n_branch_events++)
-    if (check(d, d->api.cuEventCreate(&d->branch_events[d->n_branch_events], CU_EVENT_DISABLE_TIMING),
-              "cuEventCreate(branch event %d)", d->n_branch_events))
+  if (!d->stream_events && !(d->stream_events = calloc(RT_STREAM_EVENTS, sizeof *d->stream_events)))
+    return rt_device_fail(base, "cuda: out of host memory for stream events");
+  for (; d->n_stream_events < events; d->n_stream_events++)
+    if (check(d, d->api.cuEventCreate(&d->stream_events[d->n_stream_events], CU_EVENT_DISABLE_TIMING),
+              "cuEventCreate(stream event %d)", d->n_stream_events))
       return -1;
   return 0;
 }
 
-static int branch_ok(CudaDevice *d, int b, int e) {
+static int stream_ok(CudaDevice *d, int b, int e) {
   if (d->base.broken) return -1;
-  if (b < 0 || b >= RT_BRANCHES || (b && !d->branch_stream[b]))
-    return rt_device_fail(&d->base, "cuda: branch %d was not prepared", b);
-  if (e >= d->n_branch_events) return rt_device_fail(&d->base, "cuda: branch event %d was not prepared", e);
+  if (b < 0 || b >= RT_SIDE_STREAMS || (b && !d->side_stream[b]))
+    return rt_device_fail(&d->base, "cuda: stream %d was not prepared", b);
+  if (e >= d->n_stream_events) return rt_device_fail(&d->base, "cuda: stream event %d was not prepared", e);
   return 0;
 }
 
-static int cuda_use_branch(RtDevice *base, int b) {
+static int cuda_use_stream(RtDevice *base, int b) {
   CudaDevice *d = (CudaDevice *)base;
-  if (branch_ok(d, b, -1)) return -1;
-  d->branch = b;
+  if (stream_ok(d, b, -1)) return -1;
+  d->side = b;
   return 0;
 }
 
-static int cuda_branch_mark(RtDevice *base, int e, int b) {
+static int cuda_stream_mark(RtDevice *base, int e, int b) {
   CudaDevice *d = (CudaDevice *)base;
-  if (branch_ok(d, b, e) || e < 0) return e < 0 ? rt_device_fail(base, "cuda: branch event %d", e) : -1;
-  return check(d, d->api.cuEventRecord(d->branch_events[e], b ? d->branch_stream[b] : d->stream),
-               "cuEventRecord(branch %d, event %d)", b, e);
+  if (stream_ok(d, b, e) || e < 0) return e < 0 ? rt_device_fail(base, "cuda: stream event %d", e) : -1;
+  return check(d, d->api.cuEventRecord(d->stream_events[e], b ? d->side_stream[b] : d->stream),
+               "cuEventRecord(stream %d, event %d)", b, e);
 }
 
-static int cuda_branch_wait(RtDevice *base, int e, int b) {
+static int cuda_stream_wait(RtDevice *base, int e, int b) {
   CudaDevice *d = (CudaDevice *)base;
-  if (branch_ok(d, b, e) || e < 0) return e < 0 ? rt_device_fail(base, "cuda: branch event %d", e) : -1;
-  return check(d, d->api.cuStreamWaitEvent(b ? d->branch_stream[b] : d->stream, d->branch_events[e], 0),
-               "cuStreamWaitEvent(branch %d, event %d)", b, e);
+  if (stream_ok(d, b, e) || e < 0) return e < 0 ? rt_device_fail(base, "cuda: stream event %d", e) : -1;
+  return check(d, d->api.cuStreamWaitEvent(b ? d->side_stream[b] : d->stream, d->stream_events[e], 0),
+               "cuStreamWaitEvent(stream %d, event %d)", b, e);
 }
 
 /* Lane 1 and the events, made at the first overlapped run. */
@@ -1144,10 +1144,10 @@ static const RtDeviceOps cuda_ops = {
     .mark = cuda_mark,
     .wait_mark = cuda_wait_mark,
     .sync_mark = cuda_sync_mark,
-    .prepare_branches = cuda_prepare_branches,
-    .use_branch = cuda_use_branch,
-    .branch_mark = cuda_branch_mark,
-    .branch_wait = cuda_branch_wait,
+    .prepare_streams = cuda_prepare_streams,
+    .use_stream = cuda_use_stream,
+    .stream_mark = cuda_stream_mark,
+    .stream_wait = cuda_stream_wait,
 };
 
 static int attribute(CudaDevice *d, int *v, CUdevice_attribute a, const char *what) {

@@ -82,24 +82,24 @@ typedef struct RtDeviceOps {
   int (*mark)(RtDevice *d, int e, int lane);
   int (*wait_mark)(RtDevice *d, int e, int lane);
   int (*sync_mark)(RtDevice *d, int e);
-  /* Branch streams, only between capture_begin and capture_end (the
-   * executor's schedule: rt_branches_plan): branch 0 is the device's
-   * stream, branches 1 .. RT_BRANCHES - 1 streams made at first use.
-   * use_branch queues the launches, GEMMs, copies and memsets that
-   * follow on branch b; branch_mark records event e (0 .. RT_BRANCH_EVENTS
-   * - 1, made at first use) on branch b, branch_wait makes branch b wait
-   * for its last record.  The capture must end with every branch joined
-   * to branch 0.  prepare_branches, outside a capture, makes what a
-   * capture on `branches` branches with `events` events needs (streams,
-   * events, a cuBLAS workspace per branch), since a capture may not
+  /* Side streams, only between capture_begin and capture_end (the
+   * executor's schedule: rt_stream_plan): stream 0 is the device's
+   * stream, streams 1 .. RT_SIDE_STREAMS - 1 streams made at first use.
+   * use_stream queues the launches, GEMMs, copies and memsets that
+   * follow on stream b; stream_mark records event e (0 .. RT_STREAM_EVENTS
+   * - 1, made at first use) on stream b, stream_wait makes stream b wait
+   * for its last record.  The capture must end with every stream joined
+   * to stream 0.  prepare_streams, outside a capture, makes what a
+   * capture on `streams` streams with `events` events needs (streams,
+   * events, a cuBLAS workspace per stream), since a capture may not
    * allocate. */
-  int (*prepare_branches)(RtDevice *d, int branches, int events);
-  int (*use_branch)(RtDevice *d, int b);
-  int (*branch_mark)(RtDevice *d, int e, int b);
-  int (*branch_wait)(RtDevice *d, int e, int b);
+  int (*prepare_streams)(RtDevice *d, int streams, int events);
+  int (*use_stream)(RtDevice *d, int b);
+  int (*stream_mark)(RtDevice *d, int e, int b);
+  int (*stream_wait)(RtDevice *d, int e, int b);
 } RtDeviceOps;
 
-enum { RT_EVENTS = 8, RT_BRANCHES = 4, RT_BRANCH_EVENTS = 4096 };
+enum { RT_EVENTS = 8, RT_SIDE_STREAMS = 4, RT_STREAM_EVENTS = 4096 };
 
 struct RtDevice {
   const RtDeviceOps *ops;

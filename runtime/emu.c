@@ -166,7 +166,7 @@ struct EmuDevice {
   unsigned compiles;
   Sched sched;
   RtGraph *capturing; /* between capture_begin and capture_end */
-  int branch;         /* use_branch's, during a capture */
+  int side;           /* use_stream's, during a capture */
 };
 
 typedef struct EmuKernel {
@@ -825,14 +825,14 @@ typedef struct Node {
   const void **argp;      /* argp[i] == &values[i] */
   RtDevPtr p[4];          /* gemm a, b, c, bias; copy dst, src; memset dst */
   uint64_t nbytes;
-  int branch;             /* the stream it was queued on */
+  int side;               /* the stream it was queued on: 0 the device's, else a side stream */
   int event;              /* NODE_MARK, NODE_WAIT */
 } Node;
 
 struct RtGraph {
   Node *nodes;
   uint32_t n, cap;
-  int branches; /* branches used: 1 for a capture on the device's stream alone */
+  int sides; /* streams used: 1 for a capture on the device's stream alone */
 };
 
 static Node *new_node(EmuDevice *e, NodeKind kind) {
@@ -850,8 +850,8 @@ static Node *new_node(EmuDevice *e, NodeKind kind) {
   Node *n = &g->nodes[g->n++];
   memset(n, 0, sizeof *n);
   n->kind = kind;
-  n->branch = e->branch;
-  if (e->branch + 1 > g->branches) g->branches = e->branch + 1;
+  n->side = e->side;
+  if (e->side + 1 > g->sides) g->sides = e->side + 1;
   return n;
 }
 
@@ -932,78 +932,78 @@ static int emu_capture_begin(RtDevice *d) {
   if (e->capturing) return rt_device_fail(d, "emu: cuStreamBeginCapture on a stream already capturing");
   if (!(e->capturing = calloc(1, sizeof *e->capturing)))
     return rt_device_fail(d, "emu: out of host memory capturing a graph");
-  e->capturing->branches = 1;
-  e->branch = 0;
+  e->capturing->sides = 1;
+  e->side = 0;
   return 0;
 }
 
-/* ---- branch streams: recorded with their events, replayed out of order */
+/* ---- side streams: recorded with their events, replayed out of order */
 
-static int emu_prepare_branches(RtDevice *d, int branches, int events) {
+static int emu_prepare_streams(RtDevice *d, int streams, int events) {
   if (d->broken) return -1;
-  if (branches > RT_BRANCHES || events > RT_BRANCH_EVENTS)
-    return rt_device_fail(d, "emu: %d branches and %d events (at most %d and %d)", branches, events, RT_BRANCHES,
-                          RT_BRANCH_EVENTS);
+  if (streams > RT_SIDE_STREAMS || events > RT_STREAM_EVENTS)
+    return rt_device_fail(d, "emu: %d streams and %d events (at most %d and %d)", streams, events, RT_SIDE_STREAMS,
+                          RT_STREAM_EVENTS);
   return 0;
 }
 
-static int emu_use_branch(RtDevice *d, int b) {
+static int emu_use_stream(RtDevice *d, int b) {
   EmuDevice *e = (EmuDevice *)d;
   if (d->broken) return -1;
-  if (!e->capturing) return rt_device_fail(d, "emu: branch streams outside a capture");
-  if (b < 0 || b >= RT_BRANCHES) return rt_device_fail(d, "emu: branch %d of %d", b, RT_BRANCHES);
-  e->branch = b;
+  if (!e->capturing) return rt_device_fail(d, "emu: side streams outside a capture");
+  if (b < 0 || b >= RT_SIDE_STREAMS) return rt_device_fail(d, "emu: stream %d of %d", b, RT_SIDE_STREAMS);
+  e->side = b;
   return 0;
 }
 
-static int branch_event(RtDevice *d, NodeKind kind, int ev, int b) {
+static int stream_event(RtDevice *d, NodeKind kind, int ev, int b) {
   EmuDevice *e = (EmuDevice *)d;
   if (d->broken) return -1;
-  if (!e->capturing) return rt_device_fail(d, "emu: branch events outside a capture");
-  if (b < 0 || b >= RT_BRANCHES || ev < 0 || ev >= RT_BRANCH_EVENTS)
-    return rt_device_fail(d, "emu: event %d on branch %d", ev, b);
-  int keep = e->branch;
-  e->branch = b;
+  if (!e->capturing) return rt_device_fail(d, "emu: stream events outside a capture");
+  if (b < 0 || b >= RT_SIDE_STREAMS || ev < 0 || ev >= RT_STREAM_EVENTS)
+    return rt_device_fail(d, "emu: event %d on stream %d", ev, b);
+  int keep = e->side;
+  e->side = b;
   Node *n = new_node(e, kind);
-  e->branch = keep;
+  e->side = keep;
   if (!n) return -1;
   n->event = ev;
   return 0;
 }
 
-static int emu_branch_mark(RtDevice *d, int ev, int b) { return branch_event(d, NODE_MARK, ev, b); }
-static int emu_branch_wait(RtDevice *d, int ev, int b) { return branch_event(d, NODE_WAIT, ev, b); }
+static int emu_stream_mark(RtDevice *d, int ev, int b) { return stream_event(d, NODE_MARK, ev, b); }
+static int emu_stream_wait(RtDevice *d, int ev, int b) { return stream_event(d, NODE_WAIT, ev, b); }
 
-/* What cuStreamEndCapture demands of branches: each one entered the
+/* What cuStreamEndCapture demands of streams: each one entered the
  * capture by waiting for an event (a stream that did not is not being
- * captured), and branch 0 ends after every node of every branch, through
+ * captured), and stream 0 ends after every node of every stream, through
  * waits for events recorded after them (directly or through another
- * branch).  Vector clocks: for each branch, the last node of each branch
+ * stream).  Vector clocks: for each stream, the last node of each stream
  * it is known to follow. */
-static int check_branches(RtDevice *d, const RtGraph *g) {
-  int64_t clock[RT_BRANCHES][RT_BRANCHES], last[RT_BRANCHES];
-  int64_t(*at_mark)[RT_BRANCHES] = calloc(RT_BRANCH_EVENTS, sizeof *at_mark);
+static int check_streams(RtDevice *d, const RtGraph *g) {
+  int64_t clock[RT_SIDE_STREAMS][RT_SIDE_STREAMS], last[RT_SIDE_STREAMS];
+  int64_t(*at_mark)[RT_SIDE_STREAMS] = calloc(RT_STREAM_EVENTS, sizeof *at_mark);
   if (!at_mark) return rt_device_fail(d, "emu: out of host memory checking a capture");
-  memset(at_mark, 0xff, sizeof *at_mark * RT_BRANCH_EVENTS); /* -1: never recorded */
-  for (int b = 0; b < RT_BRANCHES; b++) {
+  memset(at_mark, 0xff, sizeof *at_mark * RT_STREAM_EVENTS); /* -1: never recorded */
+  for (int b = 0; b < RT_SIDE_STREAMS; b++) {
     last[b] = -1;
-    for (int c = 0; c < RT_BRANCHES; c++) clock[b][c] = -1;
+    for (int c = 0; c < RT_SIDE_STREAMS; c++) clock[b][c] = -1;
   }
   int rc = 0;
   for (uint32_t i = 0; i < g->n && !rc; i++) {
     const Node *n = &g->nodes[i];
-    int b = n->branch;
+    int b = n->side;
     if (b > 0 && last[b] < 0 && n->kind != NODE_WAIT)
-      rc = rt_device_fail(d, "emu: branch %d joined the capture without waiting for an event", b);
+      rc = rt_device_fail(d, "emu: stream %d joined the capture without waiting for an event", b);
     if (n->kind == NODE_WAIT)
-      for (int c = 0; c < RT_BRANCHES; c++)
+      for (int c = 0; c < RT_SIDE_STREAMS; c++)
         if (at_mark[n->event][c] > clock[b][c]) clock[b][c] = at_mark[n->event][c];
     last[b] = clock[b][b] = i;
     if (n->kind == NODE_MARK) memcpy(at_mark[n->event], clock[b], sizeof clock[b]);
   }
-  for (int b = 1; b < g->branches && !rc; b++)
+  for (int b = 1; b < g->sides && !rc; b++)
     if (last[b] >= 0 && clock[0][b] < last[b])
-      rc = rt_device_fail(d, "emu: branch %d is not joined to branch 0 at the end of the capture", b);
+      rc = rt_device_fail(d, "emu: stream %d is not joined to stream 0 at the end of the capture", b);
   free(at_mark);
   return rc;
 }
@@ -1015,10 +1015,10 @@ static int emu_capture_end(RtDevice *d, RtGraph **out) {
   RtGraph *g = e->capturing;
   e->capturing = NULL;
   if (!g) return rt_device_fail(d, "emu: cuStreamEndCapture without a capture");
-  bool whole = !d->broken && e->branch == 0;
+  bool whole = !d->broken && e->side == 0;
   for (uint32_t i = 0; i < g->n && whole; i++) whole = g->nodes[i].kind != NODE_LAUNCH || g->nodes[i].argp;
-  if (!d->broken && e->branch) rt_device_fail(d, "emu: the capture ends on branch %d, not the device's stream", e->branch);
-  if (!whole || check_branches(d, g)) {
+  if (!d->broken && e->side) rt_device_fail(d, "emu: the capture ends on stream %d, not the device's stream", e->side);
+  if (!whole || check_streams(d, g)) {
     emu_graph_destroy(d, g);
     return -1;
   }
@@ -1036,28 +1036,28 @@ static int run_node(RtDevice *d, const Node *n) {
   }
 }
 
-/* The nodes in an order a GPU could take: each branch in its own order,
- * a wait after its event's record, and otherwise the highest branch
+/* The nodes in an order a GPU could take: each stream in its own order,
+ * a wait after its event's record, and otherwise the highest stream
  * first, so that a step the schedule failed to order after another it
  * conflicts with runs before it here and gives wrong numbers. */
 static int emu_graph_launch(RtDevice *d, RtGraph *g) {
-  if (g->branches <= 1) {
+  if (g->sides <= 1) {
     int rc = 0;
     for (uint32_t i = 0; i < g->n && !rc; i++) rc = run_node(d, &g->nodes[i]);
     return rc;
   }
-  uint32_t next[RT_BRANCHES] = {0};
-  bool *recorded = calloc(RT_BRANCH_EVENTS, sizeof *recorded);
+  uint32_t next[RT_SIDE_STREAMS] = {0};
+  bool *recorded = calloc(RT_STREAM_EVENTS, sizeof *recorded);
   if (!recorded) return rt_device_fail(d, "emu: out of host memory replaying a graph");
   int rc = 0;
   for (uint32_t done = 0; done < g->n && !rc;) {
     int pick = -1;
-    for (int b = g->branches - 1; b >= 0 && pick < 0; b--) {
-      while (next[b] < g->n && g->nodes[next[b]].branch != b) next[b]++;
+    for (int b = g->sides - 1; b >= 0 && pick < 0; b--) {
+      while (next[b] < g->n && g->nodes[next[b]].side != b) next[b]++;
       if (next[b] < g->n && (g->nodes[next[b]].kind != NODE_WAIT || recorded[g->nodes[next[b]].event])) pick = b;
     }
     if (pick < 0) {
-      rc = rt_device_fail(d, "emu: the graph's branches wait for events never recorded before them");
+      rc = rt_device_fail(d, "emu: the graph's streams wait for events never recorded before them");
       break;
     }
     const Node *n = &g->nodes[next[pick]++];
@@ -1557,8 +1557,8 @@ static const RtDeviceOps emu_ops = {
     .mark = emu_mark,
     .wait_mark = emu_mark,
     .sync_mark = emu_sync_mark,
-    .prepare_branches = emu_prepare_branches,
-    .use_branch = emu_use_branch,
-    .branch_mark = emu_branch_mark,
-    .branch_wait = emu_branch_wait,
+    .prepare_streams = emu_prepare_streams,
+    .use_stream = emu_use_stream,
+    .stream_mark = emu_stream_mark,
+    .stream_wait = emu_stream_wait,
 };

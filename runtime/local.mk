@@ -15,7 +15,7 @@ libdlcrt_la_SOURCES += \
 	runtime/device.h \
 	runtime/runtime.h \
 	runtime/plan.c \
-	runtime/branches.c \
+	runtime/streams.c \
 	runtime/seal.c \
 	runtime/model.c \
 	runtime/device.c \

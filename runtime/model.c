@@ -83,8 +83,8 @@ struct DlrtModel {
   StepArgs args, init_args;
   /* CUDA graphs. */
   bool graphs;        /* wanted: DLCC_NO_GRAPHS unset, dlrt_set_graphs */
-  bool branches;      /* independent steps on branch streams in a graph: DLCC_NO_BRANCHES unset */
-  uint32_t most_lanes; /* the most branches a captured graph uses */
+  bool side_streams;  /* independent steps on side streams in a graph: DLCC_NO_SIDE_STREAMS unset */
+  uint32_t most_lanes; /* the most streams a captured graph uses */
   bool warm;          /* a run's steps completed since the arguments last changed */
   Piece *pieces;      /* once captured */
   uint32_t n_pieces;
@@ -324,8 +324,8 @@ static DlrtStatus open_on_device(DlrtModel *m, const RtPlan *plan, RtDevice *dev
   m->init_dirty = true;
   const char *off = getenv("DLCC_NO_GRAPHS");
   m->graphs = dev->ops->capture_begin && !(off && *off && strcmp(off, "0"));
-  const char *no_branches = getenv("DLCC_NO_BRANCHES");
-  m->branches = !(no_branches && *no_branches && strcmp(no_branches, "0"));
+  const char *no_sides = getenv("DLCC_NO_SIDE_STREAMS");
+  m->side_streams = !(no_sides && *no_sides && strcmp(no_sides, "0"));
   if (!dev->ops->capture_begin)
     snprintf(m->graph_note, sizeof m->graph_note, "the %s device cannot capture graphs", dev->ops->name);
   else if (!m->graphs)
@@ -668,51 +668,51 @@ static const char *outside_graphs(DlrtModel *m, const RtStep *s) {
   return m->dev->ops->uncapturable ? m->dev->ops->uncapturable(m->dev, s) : NULL;
 }
 
-/* The branch schedule of steps [first, first + n), made before their
+/* The side-stream schedule of steps [first, first + n), made before their
  * capture (the device prepares its streams and events outside it): one
- * lane when branches are off or the device has none. */
-static DlrtStatus plan_branches(DlrtModel *m, uint32_t first, uint32_t n, RtBranches *b) {
+ * lane when side streams are off or the device has none. */
+static DlrtStatus plan_streams(DlrtModel *m, uint32_t first, uint32_t n, RtStreamPlan *b) {
   RtDevice *d = m->dev;
   memset(b, 0, sizeof *b);
   b->lanes = 1;
-  if (!m->branches || !d->ops->use_branch) return DLRT_OK;
-  if (rt_branches_plan(m->plan, first, n, RT_BRANCHES, b))
-    return set_error(m, DLRT_E_NOMEM, "run: out of host memory for the branch streams");
-  if (b->lanes > 1 && b->n_events <= RT_BRANCH_EVENTS && !d->ops->prepare_branches(d, (int)b->lanes, (int)b->n_events))
+  if (!m->side_streams || !d->ops->use_stream) return DLRT_OK;
+  if (rt_stream_plan(m->plan, first, n, RT_SIDE_STREAMS, b))
+    return set_error(m, DLRT_E_NOMEM, "run: out of host memory for the side streams");
+  if (b->lanes > 1 && b->n_events <= RT_STREAM_EVENTS && !d->ops->prepare_streams(d, (int)b->lanes, (int)b->n_events))
     return DLRT_OK;
-  rt_branches_free(b); /* too many events, or no streams: in order */
+  rt_stream_plan_free(b); /* too many events, or no streams: in order */
   b->lanes = 1;
   m->error[0] = 0;
-  if (d->broken) return device_error(m, "run: making branch streams");
+  if (d->broken) return device_error(m, "run: making side streams");
   return DLRT_OK;
 }
 
-/* Steps [first, first + n) into the capture: on their branches, with the
+/* Steps [first, first + n) into the capture: on their streams, with the
  * events that order them, or with one lane in order on the device's
  * stream. */
-static DlrtStatus capture_steps(DlrtModel *m, uint32_t first, uint32_t n, const RtBranches *b) {
+static DlrtStatus capture_steps(DlrtModel *m, uint32_t first, uint32_t n, const RtStreamPlan *b) {
   RtDevice *d = m->dev;
   const char *what = "run: capturing step";
   if (b->lanes <= 1) return run_steps(m, m->plan->steps, first, n, &m->args, what);
-  bool started[RT_BRANCHES] = {false};
+  bool started[RT_SIDE_STREAMS] = {false};
   DlrtStatus s = DLRT_OK;
-  int rc = d->ops->branch_mark(d, b->fork, 0);
+  int rc = d->ops->stream_mark(d, b->fork, 0);
   for (uint32_t j = 0; !rc && !s && j < n; j++) {
-    const RtBranchStep *bs = &b->step[j];
+    const RtStreamStep *bs = &b->step[j];
     int lane = (int)bs->lane;
-    rc = d->ops->use_branch(d, lane);
-    if (!rc && lane && !started[lane]) rc = d->ops->branch_wait(d, b->fork, lane);
+    rc = d->ops->use_stream(d, lane);
+    if (!rc && lane && !started[lane]) rc = d->ops->stream_wait(d, b->fork, lane);
     started[lane] = true;
-    for (uint32_t w = 0; !rc && w < bs->n_waits; w++) rc = d->ops->branch_wait(d, b->waits[bs->wait_first + w], lane);
+    for (uint32_t w = 0; !rc && w < bs->n_waits; w++) rc = d->ops->stream_wait(d, b->waits[bs->wait_first + w], lane);
     if (!rc) s = run_steps(m, m->plan->steps, first + j, 1, &m->args, what);
-    if (!rc && !s && bs->mark >= 0) rc = d->ops->branch_mark(d, bs->mark, lane);
+    if (!rc && !s && bs->mark >= 0) rc = d->ops->stream_mark(d, bs->mark, lane);
   }
-  if (!rc && !s) rc = d->ops->use_branch(d, 0);
-  for (uint32_t w = 0; !rc && !s && w < b->n_joins; w++) rc = d->ops->branch_wait(d, b->waits[b->join_first + w], 0);
+  if (!rc && !s) rc = d->ops->use_stream(d, 0);
+  for (uint32_t w = 0; !rc && !s && w < b->n_joins; w++) rc = d->ops->stream_wait(d, b->waits[b->join_first + w], 0);
   if (!rc && !s && b->lanes > m->most_lanes) m->most_lanes = b->lanes;
   if (rc && !s) {
-    d->ops->use_branch(d, 0); /* so that the capture can end */
-    return device_error(m, "run: capturing branch streams");
+    d->ops->use_stream(d, 0); /* so that the capture can end */
+    return device_error(m, "run: capturing side streams");
   }
   return s;
 }
@@ -748,19 +748,19 @@ static DlrtStatus capture(DlrtModel *m) {
     while (j < p->n_steps && !outside_graphs(m, &p->steps[j])) j++;
     Piece *pc = &pieces[n++];
     *pc = (Piece){i, j - i, NULL};
-    RtBranches br;
-    DlrtStatus s = plan_branches(m, i, j - i, &br);
+    RtStreamPlan br;
+    DlrtStatus s = plan_streams(m, i, j - i, &br);
     if (s) {
       m->pieces = pieces, m->n_pieces = n;
       drop_graphs(m);
       return s;
     }
     if (d->ops->capture_begin(d)) {
-      rt_branches_free(&br);
+      rt_stream_plan_free(&br);
       goto failed;
     }
     s = capture_steps(m, i, j - i, &br);
-    rt_branches_free(&br);
+    rt_stream_plan_free(&br);
     RtGraph *g = NULL;
     if (d->ops->capture_end(d, &g) || s) goto failed;
     pc->graph = g;

@@ -357,12 +357,14 @@ int rt_step_access(const RtPlan *p, const RtStep *s, RtAccessRange *out, int max
     if (g->epilogue) ADD(g->bias, ebias, bgrad);
     break;
   }
-  default:
+  case RT_STEP_COPY:
+  case RT_STEP_ALLREDUCE:
     if (s->copy.nbytes) {
       ADD(s->copy.src, s->copy.nbytes, false);
       ADD(s->copy.dst, s->copy.nbytes, true);
     }
     break;
+  default: return -1; /* a branch: it orders everything around it */
   }
 #undef ADD
   return n;

@@ -57,10 +57,11 @@ typedef struct RtAccessRange {
   uint64_t nbytes;
   bool write;
 } RtAccessRange;
-/* The ranges of step s into out: how many, or -1 when more than max. */
+/* The ranges of step s into out: how many, or -1 when more than max or
+ * for a branch step (it orders everything). */
 int rt_step_access(const RtPlan *p, const RtStep *s, RtAccessRange *out, int max);
 
-/* branches.c: steps [first, first + n) of a plan on up to max_lanes
+/* streams.c: steps [first, first + n) of a plan on up to max_lanes
  * streams (lane 0 the device's).  A step waits for the events of the
  * earlier steps it conflicts with (they touch a common byte, one of them
  * writing) that its lane has not already waited for, directly or through
@@ -70,15 +71,15 @@ int rt_step_access(const RtPlan *p, const RtStep *s, RtAccessRange *out, int max
  * by side inside a captured graph.  Steps all in one chain stay on lane
  * 0 with no event.  A cooperative launch (every block resident) and an
  * all-reduce wait for every lane and keep lane 0. */
-typedef struct RtBranchStep {
+typedef struct RtStreamStep {
   uint32_t lane;
   int32_t mark;        /* the event recorded on its lane after it, -1 for none */
   uint32_t wait_first; /* its waits: events waits[wait_first .. + n_waits) */
   uint32_t n_waits;
-} RtBranchStep;
-typedef struct RtBranches {
+} RtStreamStep;
+typedef struct RtStreamPlan {
   uint32_t first, n;
-  RtBranchStep *step;
+  RtStreamStep *step;
   int32_t *waits;
   uint32_t n_events; /* events numbered 0 .. n_events - 1, each recorded once */
   uint32_t lanes;    /* lanes used; 1: the steps form one chain */
@@ -88,10 +89,10 @@ typedef struct RtBranches {
    * + n_joins), so that every lane ends joined to lane 0. */
   int32_t fork;
   uint32_t join_first, n_joins;
-} RtBranches;
+} RtStreamPlan;
 /* 0, or -1 when out of memory. */
-int rt_branches_plan(const RtPlan *p, uint32_t first, uint32_t n, uint32_t max_lanes, RtBranches *out);
-void rt_branches_free(RtBranches *b);
+int rt_stream_plan(const RtPlan *p, uint32_t first, uint32_t n, uint32_t max_lanes, RtStreamPlan *out);
+void rt_stream_plan_free(RtStreamPlan *b);
 int rt_dtype_bytes(uint32_t dtype); /* RtDTypeCode; 0 when unknown */
 
 /* dlrt_open on a device the caller opened.  The model takes ownership of

@@ -8,4 +8,4 @@ tests_test_engine_SOURCES = tests/test_engine.c tests/modelbuild.c tests/modelbu
 tests_test_engine_CFLAGS = $(TEST_CFLAGS)
 tests_test_engine_LDADD = $(TEST_LIBS) -ldl
 endif
-EXTRA_DIST += tests/engine/branches.dl
+EXTRA_DIST += tests/engine/inception.dl

@@ -78,13 +78,13 @@ START_TEST(emu_replay_matches_reference) {
 }
 END_TEST
 
-/* Branch streams on emu: the inception-style block's graph runs its
+/* Side streams on emu: the inception-style block's graph runs its
  * branches on 3 streams (emu replays the highest stream first, so a
  * missing order between two steps that share bytes gives wrong numbers
  * here), equal to the reference and bit for bit to graphs off. */
-START_TEST(emu_branches_match_reference) {
+START_TEST(emu_side_streams_match_reference) {
   char path[4096];
-  snprintf(path, sizeof path, "%s/tests/engine/branches.dl", srcdir());
+  snprintf(path, sizeof path, "%s/tests/engine/inception.dl", srcdir());
   dlc_model *g = compile(path, "emu", 0), *off = compile(path, "emu", 1), *ref = compile(path, "ref", 0);
   dlc_tensor_info in;
   ck_assert_int_eq(dlc_input_info(g, 0, &in), DLC_OK);
@@ -114,30 +114,30 @@ END_TEST
  * recorded before it is waited for, and a chain of steps uses one
  * stream and no event. */
 static void check_schedule(const RtPlan *p) {
-  RtBranches b;
-  ck_assert_int_eq(rt_branches_plan(p, 0, p->n_steps, RT_BRANCHES, &b), 0);
+  RtStreamPlan b;
+  ck_assert_int_eq(rt_stream_plan(p, 0, p->n_steps, RT_SIDE_STREAMS, &b), 0);
   uint32_t n = p->n_steps, L = b.lanes;
-  int64_t *clock = calloc((size_t)n * L, sizeof *clock), lane_clock[RT_BRANCHES][RT_BRANCHES];
-  int64_t *event_clock = calloc(b.n_events, sizeof *event_clock * RT_BRANCHES);
+  int64_t *clock = calloc((size_t)n * L, sizeof *clock), lane_clock[RT_SIDE_STREAMS][RT_SIDE_STREAMS];
+  int64_t *event_clock = calloc(b.n_events, sizeof *event_clock * RT_SIDE_STREAMS);
   bool *recorded = calloc(b.n_events, 1);
-  for (uint32_t a = 0; a < RT_BRANCHES; a++)
-    for (uint32_t c = 0; c < RT_BRANCHES; c++) lane_clock[a][c] = -1;
+  for (uint32_t a = 0; a < RT_SIDE_STREAMS; a++)
+    for (uint32_t c = 0; c < RT_SIDE_STREAMS; c++) lane_clock[a][c] = -1;
   for (uint32_t j = 0; j < n; j++) {
-    const RtBranchStep *s = &b.step[j];
+    const RtStreamStep *s = &b.step[j];
     ck_assert_uint_lt(s->lane, L);
     for (uint32_t w = 0; w < s->n_waits; w++) {
       int32_t e = b.waits[s->wait_first + w];
       ck_assert(recorded[e]);
       for (uint32_t c = 0; c < L; c++)
-        if (event_clock[e * RT_BRANCHES + c] > lane_clock[s->lane][c])
-          lane_clock[s->lane][c] = event_clock[e * RT_BRANCHES + c];
+        if (event_clock[e * RT_SIDE_STREAMS + c] > lane_clock[s->lane][c])
+          lane_clock[s->lane][c] = event_clock[e * RT_SIDE_STREAMS + c];
     }
     lane_clock[s->lane][s->lane] = j;
     for (uint32_t c = 0; c < L; c++) clock[(size_t)j * L + c] = lane_clock[s->lane][c];
     if (s->mark >= 0) {
       ck_assert(!recorded[s->mark]);
       recorded[s->mark] = true;
-      for (uint32_t c = 0; c < L; c++) event_clock[s->mark * RT_BRANCHES + c] = lane_clock[s->lane][c];
+      for (uint32_t c = 0; c < L; c++) event_clock[s->mark * RT_SIDE_STREAMS + c] = lane_clock[s->lane][c];
     }
   }
   RtAccessRange ri[64], rj[64];
@@ -156,14 +156,14 @@ static void check_schedule(const RtPlan *p) {
     }
   }
   free(clock), free(event_clock), free(recorded);
-  rt_branches_free(&b);
+  rt_stream_plan_free(&b);
 }
 
-START_TEST(branch_schedule_orders_every_conflict) {
+START_TEST(stream_schedule_orders_every_conflict) {
   Ctx c;
   ctx_init(&c);
   char path[4096];
-  const char *models[] = {"tests/engine/branches.dl", "examples/lstm.dl", "examples/transformer.dl",
+  const char *models[] = {"tests/engine/inception.dl", "examples/lstm.dl", "examples/transformer.dl",
                           "examples/mobilenetv2.dl"};
   uint32_t most = 0;
   for (size_t k = 0; k < sizeof models / sizeof *models; k++) {
@@ -171,12 +171,12 @@ START_TEST(branch_schedule_orders_every_conflict) {
     ModelBuild mb = {.path = path, .mode = "f32"};
     ck_assert_msg(test_build_model(&c, &mb), "%s", diag_text(&c));
     check_schedule(mb.cg.plan);
-    RtBranches b;
-    ck_assert_int_eq(rt_branches_plan(mb.cg.plan, 0, mb.cg.plan->n_steps, RT_BRANCHES, &b), 0);
+    RtStreamPlan b;
+    ck_assert_int_eq(rt_stream_plan(mb.cg.plan, 0, mb.cg.plan->n_steps, RT_SIDE_STREAMS, &b), 0);
     if (k == 0) ck_assert_uint_eq(b.lanes, 3);
     if (k == 3) ck_assert_msg(b.lanes == 1 && b.n_events == 0, "a chain took %u streams", b.lanes);
     most = b.lanes > most ? b.lanes : most;
-    rt_branches_free(&b);
+    rt_stream_plan_free(&b);
   }
   ctx_free(&c);
 }
@@ -402,14 +402,14 @@ START_TEST(fake_warm_resnet_is_one_graph_launch) {
 }
 END_TEST
 
-/* Branch streams through the driver (the fake checks what CUDA checks:
+/* Side streams through the driver (the fake checks what CUDA checks:
  * every stream of the capture forked from it by an event and joined
  * back): the capture succeeds with the block's branches on 3 streams,
  * each event of the schedule recorded once and waited for, and the
  * graph holds every kernel. */
-START_TEST(fake_branches_capture) {
+START_TEST(fake_side_streams_capture) {
   char path[4096];
-  snprintf(path, sizeof path, "%s/tests/engine/branches.dl", srcdir());
+  snprintf(path, sizeof path, "%s/tests/engine/inception.dl", srcdir());
   dlc_model *m = compile(path, "cuda", 0);
   static float x[2 * 3 * 12 * 12];
   int d[N_WATCHED];
@@ -513,8 +513,8 @@ static Suite *engine_suite(void) {
   tcase_add_test(tc, emu_replay_matches_reference);
   tcase_add_test(tc, emu_bound_io_and_async);
   tcase_add_test(tc, emu_batch_stream);
-  tcase_add_test(tc, emu_branches_match_reference);
-  tcase_add_test(tc, branch_schedule_orders_every_conflict);
+  tcase_add_test(tc, emu_side_streams_match_reference);
+  tcase_add_test(tc, stream_schedule_orders_every_conflict);
   suite_add_tcase(s, tc);
 #ifdef HAVE_CUDA
   tc = tcase_create("fake_driver");
@@ -522,7 +522,7 @@ static Suite *engine_suite(void) {
   tcase_set_timeout(tc, 300);
   tcase_add_test(tc, fake_warm_resnet_is_one_graph_launch);
   tcase_add_test(tc, fake_capture_failure_falls_back);
-  tcase_add_test(tc, fake_branches_capture);
+  tcase_add_test(tc, fake_side_streams_capture);
   tcase_add_test(tc, fake_pageable_staging_and_caller_stream);
   tcase_add_test(tc, fake_batch_stream_overlaps);
   suite_add_tcase(s, tc);

@@ -44,7 +44,7 @@
 #  11. (after 4) the execution engine (docs/runtime.md): the warm wall time
 #      of a run of ResNet-50 (batch 1, 64x64), the LSTM and the llama block
 #      with CUDA graphs and with --no-graphs (the llama block also with
-#      its branch streams off), and the engine report (its own 60 s).
+#      its side streams off), and the engine report (its own 60 s).
 #  12. (after 11) training (docs/training.md): dlcc train's step losses on
 #      cuda against ref (the MLP, LeNet and LSTM of tests/train), ResNet-18
 #      training throughput (64x64, batch 64) in f32 and bf16, and PyTorch's
@@ -122,7 +122,7 @@ engine_section() {
     read -r m defs <<<"$spec"
     modes="graphs no-graphs"
     # the llama block's graph has independent steps on 2 streams
-    [ "$m" = llama_block ] && modes="graphs no-branches no-graphs"
+    [ "$m" = llama_block ] && modes="graphs no-side-streams no-graphs"
     for mode in $modes; do
       lim=$(slot 15)
       if [ "$lim" = 0 ]; then
@@ -132,9 +132,9 @@ engine_section() {
       flags=
       [ $mode = no-graphs ] && flags=--no-graphs
       nobr=0
-      [ $mode = no-branches ] && nobr=1
+      [ $mode = no-side-streams ] && nobr=1
       # shellcheck disable=SC2086
-      if DLCC_NO_BRANCHES=$nobr run "$lim" "engine.$m.$mode" ./dlcc run "examples/$m.dl" $defs --backend=cuda --bench=200 --verbose $flags; then
+      if DLCC_NO_SIDE_STREAMS=$nobr run "$lim" "engine.$m.$mode" ./dlcc run "examples/$m.dl" $defs --backend=cuda --bench=200 --verbose $flags; then
         note "engine $m $mode: $(grep -m1 'bench:' "$work/engine.$m.$mode.out" | sed 's/^dlcc: bench: //');" \
           "$(grep -m1 'engine:' "$work/engine.$m.$mode.out" | sed 's/^dlcc: engine: //')"
       else

@@ -1,4 +1,4 @@
-/* Branch streams (runtime.h says the contract): takes a stretch of a
+/* Side streams (runtime.h says the contract): takes a stretch of a
  * plan's steps, returns the lane each runs on and the events that order
  * the lanes, so that a captured graph runs independent steps side by
  * side.
@@ -75,7 +75,7 @@ typedef struct Planner {
 
 /* Lane L waits for step i (on lane K): an event after i, unless L
  * already follows it. */
-static bool wait_for(Planner *pl, RtBranches *b, uint32_t L, uint32_t i, uint32_t *n_waits, uint32_t *cap) {
+static bool wait_for(Planner *pl, RtStreamPlan *b, uint32_t L, uint32_t i, uint32_t *n_waits, uint32_t *cap) {
   uint32_t K = b->step[i].lane;
   if (K == L || pl->known[L][K] >= (int64_t)i) return true;
   if (b->step[i].mark < 0) b->step[i].mark = (int32_t)b->n_events++;
@@ -95,7 +95,7 @@ static bool wait_for(Planner *pl, RtBranches *b, uint32_t L, uint32_t i, uint32_
 /* The lane for a step with conflicts dep[]: the lane of its latest
  * conflict that is still its lane's last step, else an unused lane, else
  * the lane idle longest. */
-static uint32_t choose_lane(const Planner *pl, const RtBranches *b, uint32_t j) {
+static uint32_t choose_lane(const Planner *pl, const RtStreamPlan *b, uint32_t j) {
   for (int64_t i = (int64_t)j - 1; i >= 0; i--)
     if (pl->dep[i] && pl->tail[b->step[i].lane] == i) return b->step[i].lane;
   uint32_t best = 0;
@@ -106,7 +106,7 @@ static uint32_t choose_lane(const Planner *pl, const RtBranches *b, uint32_t j) 
   return best;
 }
 
-int rt_branches_plan(const RtPlan *p, uint32_t first, uint32_t n, uint32_t max_lanes, RtBranches *out) {
+int rt_stream_plan(const RtPlan *p, uint32_t first, uint32_t n, uint32_t max_lanes, RtStreamPlan *out) {
   memset(out, 0, sizeof *out);
   out->first = first, out->n = n, out->lanes = 1;
   if (!n) return 0;
@@ -140,7 +140,7 @@ int rt_branches_plan(const RtPlan *p, uint32_t first, uint32_t n, uint32_t max_l
         if (pl.tail[L] >= 0) pl.dep[pl.tail[L]] = true;
     if (last_barrier >= 0) pl.dep[last_barrier] = true;
     uint32_t L = barrier ? 0 : choose_lane(&pl, out, j);
-    RtBranchStep *bs = &out->step[j];
+    RtStreamStep *bs = &out->step[j];
     bs->lane = L, bs->mark = -1, bs->wait_first = n_waits;
     /* the latest conflict first: a lane's earlier steps come with it */
     for (int64_t i = (int64_t)j - 1; ok && i >= 0; i--)
@@ -170,13 +170,13 @@ int rt_branches_plan(const RtPlan *p, uint32_t first, uint32_t n, uint32_t max_l
   free(pl.clock);
   free(pl.dep);
   if (!ok) {
-    rt_branches_free(out);
+    rt_stream_plan_free(out);
     return -1;
   }
   return 0;
 }
 
-void rt_branches_free(RtBranches *b) {
+void rt_stream_plan_free(RtStreamPlan *b) {
   free(b->step);
   free(b->waits);
   memset(b, 0, sizeof *b);
