@@ -822,7 +822,7 @@ typedef struct Node {
   const RtGemm *gemm;
   uint64_t *values;       /* NODE_LAUNCH: one 8-byte slot per argument */
   const void **argp;      /* argp[i] == &values[i] */
-  RtDevPtr p[4];          /* gemm a, b, c, bias; copy dst, src; memset dst */
+  RtDevPtr p[5];          /* gemm a, b, c, c_in, bias; copy dst, src; memset dst */
   uint64_t nbytes;
 } Node;
 
@@ -892,19 +892,19 @@ static int emu_memset0(RtDevice *d, RtDevPtr dst, uint64_t nbytes) {
   return 0;
 }
 
-static int emu_gemm(RtDevice *d, const RtGemm *g, RtDevPtr a, RtDevPtr b, RtDevPtr c, RtDevPtr bias) {
+static int emu_gemm(RtDevice *d, const RtGemm *g, RtDevPtr a, RtDevPtr b, RtDevPtr c, RtDevPtr c_in, RtDevPtr bias) {
   if (d->broken) return -1;
   EmuDevice *e = (EmuDevice *)d;
   if (e->capturing) {
     Node *n = new_node(e, NODE_GEMM);
     if (!n) return -1;
     n->gemm = g;
-    n->p[0] = a, n->p[1] = b, n->p[2] = c, n->p[3] = bias;
+    n->p[0] = a, n->p[1] = b, n->p[2] = c, n->p[3] = c_in, n->p[4] = bias;
     return 0;
   }
   char err[512];
   if (rt_emu_gemm(g, (const void *)(uintptr_t)a, (const void *)(uintptr_t)b, (void *)(uintptr_t)c,
-                  (void *)(uintptr_t)bias, err, sizeof err))
+                  (const void *)(uintptr_t)c_in, (void *)(uintptr_t)bias, err, sizeof err))
     return rt_device_fail(d, "%s", err);
   return 0;
 }
@@ -952,7 +952,7 @@ static int emu_graph_launch(RtDevice *d, RtGraph *g) {
     const Node *n = &g->nodes[i];
     switch (n->kind) {
     case NODE_LAUNCH: rc = emu_launch(d, n->mod, n->launch, n->argp); break;
-    case NODE_GEMM: rc = emu_gemm(d, n->gemm, n->p[0], n->p[1], n->p[2], n->p[3]); break;
+    case NODE_GEMM: rc = emu_gemm(d, n->gemm, n->p[0], n->p[1], n->p[2], n->p[3], n->p[4]); break;
     case NODE_COPY: rc = emu_copy(d, n->p[0], n->p[1], n->nbytes); break;
     default: rc = emu_memset0(d, n->p[0], n->nbytes); break;
     }
