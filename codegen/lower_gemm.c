@@ -420,7 +420,8 @@ static uint32_t activation_epilogue(const Node *act, DType dt) {
 
 /* add(p, bias) of grp, p a float matmul of matrices (not vectors) that
  * sums over something, bias stored and n values along p's last axis
- * (ones elsewhere): p, with the bias in *bias; else NULL. */
+ * (ones elsewhere): p, with the bias in *bias; else NULL.  Not f64: its
+ * product is a kernel of ours, which takes no epilogue. */
 static const Node *matmul_plus_bias(const CgGroup *grp, const Node *add, const Value **bias) {
   if (add->op != OP_ADD) return NULL;
   for (int i = 0; i < 2; i++) {
@@ -429,7 +430,7 @@ static const Node *matmul_plus_bias(const CgGroup *grp, const Node *add, const V
     if (p->op != OP_MATMUL || p->group != grp->id || !ir_type_eq(&p->out[0].type, &add->out[0].type)) continue;
     const TensorType *pt = &p->out[0].type, *vt = &v->type, *at = &p->in[0]->type;
     int64_t nn = pt->dims[pt->rank - 1], k = ir_matmul_trans(p, 0) ? at->dims[at->rank - 2] : at->dims[at->rank - 1];
-    if (!ir_dtype_is_float(pt->dtype) || pt->dtype != at->dtype || at->rank < 2 || p->in[1]->type.rank < 2 ||
+    if (!ir_dtype_is_float(pt->dtype) || pt->dtype == TY_F64 || pt->dtype != at->dtype || at->rank < 2 || p->in[1]->type.rank < 2 ||
         vt->dtype != pt->dtype || vt->rank < 1 || vt->dims[vt->rank - 1] != nn || numel(vt) != nn || k == 0 ||
         numel(pt) == 0)
       continue;
@@ -517,8 +518,7 @@ static const Node *residual_product(CgBuild *b, const CgGroup *grp, const Value 
       if (p->op == OP_LINEAR && p->n_in > 2) *bias = p->in[2];
       return p;
     }
-    /* f64 products are kernels of ours, which take no epilogue */
-    const Node *mm = grp->n == 3 && dt != TY_F64 ? matmul_plus_bias(grp, p, bias) : NULL;
+    const Node *mm = grp->n == 3 ? matmul_plus_bias(grp, p, bias) : NULL;
     if (mm) return mm;
   }
   return NULL;

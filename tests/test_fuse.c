@@ -675,6 +675,18 @@ START_TEST(residual_add_is_the_gemms_c) {
                        false, (CgOptions){0});
   check_numbers(&d, -2, 2);
   ck_assert_int_eq(d.r.plan->n_steps, 1);
+  /* An f64 matmul plus a bias is our GEMM kernel and the group's: no
+   * cuBLASLt epilogue (it was an internal error) */
+  Job e = compile_with("graph mb64 {\n"
+                       "  %x = input {name=\"x\"} : f64[6, 40]\n"
+                       "  %w = param {name=\"w\"} : f64[40, 24]\n"
+                       "  %b = param {name=\"b\"} : f64[24]\n"
+                       "  %0 = matmul %x, %w : f64[6, 24] #k0\n"
+                       "  %1 = add %0, %b : f64[6, 24] #k0\n"
+                       "  return %1 as \"a\"\n"
+                       "}\n",
+                       false, (CgOptions){0});
+  check_numbers(&e, -2, 2);
   ck_assert_ptr_nonnull(strstr(d.r.source, "c_in"));
 }
 END_TEST
