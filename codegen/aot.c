@@ -404,6 +404,10 @@ static void put_step(FILE *f, const RtStep *s, uint32_t *arg_at) {
     put_ref(f, g->b);
     fputs(",\n            .c = ", f);
     put_ref(f, g->c);
+    if (g->beta != 0.0f) {
+      fputs(",\n            .c_in = ", f);
+      put_ref(f, g->c_in);
+    }
     if (g->epilogue) {
       fprintf(f, ",\n            .epilogue = %" PRIu32 "u, .bias = ", g->epilogue);
       put_ref(f, g->bias);

@@ -6,7 +6,8 @@
  * q, k and v are [B, H, S, d] or (layout "bshd") [B, S, H, d]: only
  * the rows' stride and a head's first row differ.
  *
- * One block per (batch, query head, BM query rows), 4 warps.  The block's
+ * One block per (batch, query head, 64 query rows), 4 warps; for Sq up
+ * to 16 (decoding), 16 rows and one warp.  The block's
  * Q rows sit in shared memory; K and V pass through it BN keys at a time,
  * double-buffered: tile j + 1 is on its way (cp.async) while tile j is
  * computed.  Per tile: S = Q K^T into a shared f32 tile; then one thread
@@ -33,8 +34,8 @@
 #include "kshort.h"
 
 enum {
-  BM = 64,      /* query rows a block */
-  THREADS = 128,
+  BM = 64,        /* query rows a block */
+  BM_SHORT = 16,  /* ... when Sq is at most this (decoding's one row) */
   CHUNK = 16,   /* bytes a cp.async moves */
   MAX_D = 256,  /* O's registers grow with d */
   SPAD = 4,     /* f32 elements padding a row of S (bank spread) */
@@ -48,6 +49,10 @@ typedef struct Attn {
   KTcKind kind;
   DType dt;
   int es, epc;  /* element bytes, elements a chunk */
+  /* Query rows a block (BM, or BM_SHORT for a short Sq) and its threads:
+   * 2 per row, a warp per 16 rows on the tensor cores, two halves of
+   * the keys and of O's columns a row on FMA. */
+  int64_t bm, threads;
   int64_t B, H, Hkv, Sq, Sk, d, dp, ld, bn, kt;
   int64_t rsq, rskv; /* elements between rows of q (and the result), of k and v */
   KBuf *q, *kb, *vb, *out, *mask;
@@ -88,9 +93,9 @@ static void load_tile(Attn *A, KBlock *blk, KBuf *src, KExpr *base, int64_t rstr
   int64_t cpr = A->dp / A->epc, chunks = rows * cpr;
   bool async = A->d % A->epc == 0;
   KExpr *l;
-  KBlock *lb = loop(k, blk, "l", ki(k, cdiv(chunks, THREADS)), KM_UNROLL, &l);
-  KExpr *e = ilet(k, lb, "e", kmad(k, l, THREADS, A->tid));
-  if (chunks % THREADS) lb = &cg_kif(k, lb, klt(k, e, ki(k, chunks)))->body;
+  KBlock *lb = loop(k, blk, "l", ki(k, cdiv(chunks, A->threads)), KM_UNROLL, &l);
+  KExpr *e = ilet(k, lb, "e", kmad(k, l, A->threads, A->tid));
+  if (chunks % A->threads) lb = &cg_kif(k, lb, klt(k, e, ki(k, chunks)))->body;
   KExpr *r = ilet(k, lb, "r", kdiv(k, e, cpr)), *c = ilet(k, lb, "c", cg_kmul(k, kmod(k, e, cpr), ki(k, A->epc)));
   KExpr *grow = ilet(k, lb, "gr", cg_kadd(k, row0, r));
   KExpr *at = cg_kadd(k, dst0, kmad(k, r, A->ld, c));
@@ -156,11 +161,11 @@ static void scores_tc(Attn *A, KBlock *blk, KExpr *st) {
   cg_kchunk(k, hb, A->ss, kmad(k, row, A->sld, col), pair, 2);
 }
 
-/* The same on FMA: thread t takes row t % BM and half t / BM of the keys. */
+/* The same on FMA: thread t takes row t % bm and half t / bm of the keys. */
 static void scores_fma(Attn *A, KBlock *blk, KExpr *st) {
   Kernel *k = A->k;
   int64_t half = A->bn / 2;
-  KExpr *r = ilet(k, blk, "r", kmod(k, A->tid, BM)), *c0 = ilet(k, blk, "c0", cg_kmul(k, kdiv(k, A->tid, BM), ki(k, half)));
+  KExpr *r = ilet(k, blk, "r", kmod(k, A->tid, A->bm)), *c0 = ilet(k, blk, "c0", cg_kmul(k, kdiv(k, A->tid, A->bm), ki(k, half)));
   KExpr *c, *i;
   KBlock *cb = loop(k, blk, "c", ki(k, half), KM_SERIAL, &c);
   KExpr *key = ilet(k, cb, "kc", cg_kadd(k, c0, c));
@@ -178,7 +183,7 @@ static void scores_fma(Attn *A, KBlock *blk, KExpr *st) {
 static void softmax_tile(Attn *A, KBlock *blk, KExpr *j, KVar *m, KVar *l) {
   Kernel *k = A->k;
   const Node *n = A->n;
-  KBlock *rb = &cg_kif(k, blk, klt(k, A->tid, ki(k, BM)))->body;
+  KBlock *rb = &cg_kif(k, blk, klt(k, A->tid, ki(k, A->bm)))->body;
   KExpr *r = A->tid, *qi = ilet(k, rb, "qi", cg_kadd(k, A->q0, r));
   double scale = ir_attr(n, "scale") ? ir_attr_float(n, "scale") : 1 / sqrt((double)A->d);
   KVar *mt = cg_kvar(k, "mt", TY_F32);
@@ -250,12 +255,12 @@ static void pv_tc(Attn *A, KBlock *blk, KExpr *st, KBuf *oacc) {
   cg_kmma(k, nb, A->kind, oacc, cg_kadd(k, cg_kmul(k, nj, ki(k, 8)), ki(k, 4)), pf, ki(k, 0), vf, ki(k, 2));
 }
 
-/* The same on FMA: thread t takes row t % BM and half t / BM of O's
+/* The same on FMA: thread t takes row t % bm and half t / bm of O's
  * columns, P being in S's tile. */
 static void pv_fma(Attn *A, KBlock *blk, KExpr *st, KBuf *oacc) {
   Kernel *k = A->k;
   int64_t half = A->dp / 2;
-  KExpr *r = ilet(k, blk, "r", kmod(k, A->tid, BM)), *u0 = ilet(k, blk, "u0", cg_kmul(k, kdiv(k, A->tid, BM), ki(k, half)));
+  KExpr *r = ilet(k, blk, "r", kmod(k, A->tid, A->bm)), *u0 = ilet(k, blk, "u0", cg_kmul(k, kdiv(k, A->tid, A->bm), ki(k, half)));
   KExpr *a = kv(k, cg_klet(k, blk, "alpha", TY_F32, cg_kload(k, A->rowv, r)));
   KExpr *u, *c, *u2;
   KBlock *ub = loop(k, blk, "u", ki(k, half), KM_UNROLL, &u);
@@ -271,7 +276,7 @@ static void pv_fma(Attn *A, KBlock *blk, KExpr *st, KBuf *oacc) {
 static void store_out(Attn *A, KBlock *blk, KExpr *row, KExpr *col, KExpr *o) {
   Kernel *k = A->k;
   KExpr *qi = cg_kadd(k, A->q0, row);
-  KExpr *ok = cg_kand(k, A->Sq % BM ? klt(k, qi, ki(k, A->Sq)) : NULL, A->dp != A->d ? klt(k, col, ki(k, A->d)) : NULL);
+  KExpr *ok = cg_kand(k, A->Sq % A->bm ? klt(k, qi, ki(k, A->Sq)) : NULL, A->dp != A->d ? klt(k, col, ki(k, A->d)) : NULL);
   KBlock *at = ok ? &cg_kif(k, blk, ok)->body : blk;
   KExpr *y = cg_kop2(k, OP_MUL, o, cg_kload(k, A->rowv, row));
   cg_kstore(k, at, A->obuf, cg_kadd(k, A->obase, kmad(k, qi, A->ors, col)), cg_kcast(k, y, A->obuf->dtype));
@@ -288,7 +293,7 @@ static void store_all(Attn *A, KBlock *blk, KBuf *oacc) {
     store_out(A, eb, ilet(k, eb, "row", row), ilet(k, eb, "col", col), cg_kload(k, oacc, kmad(k, nb, 4, e)));
     return;
   }
-  KExpr *r = ilet(k, blk, "r", kmod(k, A->tid, BM)), *u0 = ilet(k, blk, "u0", cg_kmul(k, kdiv(k, A->tid, BM), ki(k, A->dp / 2)));
+  KExpr *r = ilet(k, blk, "r", kmod(k, A->tid, A->bm)), *u0 = ilet(k, blk, "u0", cg_kmul(k, kdiv(k, A->tid, A->bm), ki(k, A->dp / 2)));
   KBlock *ub = loop(k, blk, "u", ki(k, A->dp / 2), KM_UNROLL, &u);
   store_out(A, ub, r, ilet(k, ub, "col", cg_kadd(k, u0, u)), cg_kload(k, oacc, u));
 }
@@ -393,10 +398,14 @@ bool cg_lower_attention(CgBuild *b, const Node *n) {
   A->kt = cdiv(A->Sk, A->bn);
   A->sld = A->bn + SPAD;
   A->pld = A->bn + 8;
-  int64_t gx = cdiv(A->Sq, BM);
+  /* A decoding step's few query rows take a block of their own size,
+   * not 63 empty rows of 64. */
+  A->bm = A->Sq <= BM_SHORT ? BM_SHORT : BM;
+  A->threads = 2 * A->bm;
+  int64_t gx = cdiv(A->Sq, A->bm);
   split_keys(A, gx);
-  const char *what = arena_printf(&c->arena, "flash attention %s, %dx%" PRId64 " tiles, d %" PRId64 "%s",
-                                  A->tc ? (A->kind == KTC_F16 ? "mma f16" : "mma bf16") : "fma f32", BM, A->bn, A->d,
+  const char *what = arena_printf(&c->arena, "flash attention %s, %" PRId64 "x%" PRId64 " tiles, d %" PRId64 "%s",
+                                  A->tc ? (A->kind == KTC_F16 ? "mma f16" : "mma bf16") : "fma f32", A->bm, A->bn, A->d,
                                   A->splits > 1 ? arena_printf(&c->arena, ", keys in %" PRId64 " splits",
                                                                A->splits) : "");
   Kernel *k = A->k = cg_kernel_new(c, n, "attention", what);
@@ -410,7 +419,8 @@ bool cg_lower_attention(CgBuild *b, const Node *n) {
     for (int i = mt->rank - 1; i >= 0; st *= mt->dims[i], i--) A->ms[4 - mt->rank + i] = mt->dims[i] == 1 ? 0 : st;
   }
   const Value *out = &n->out[0];
-  A->out = cg_kglobal(k, "out", A->dt, ir_type_numel(&out->type), cg_ref(b, out));
+  /* split, the parts go to scratch and combine writes the result */
+  if (A->splits == 1) A->out = cg_kglobal(k, "out", A->dt, ir_type_numel(&out->type), cg_ref(b, out));
   RtRef opart = {0}, ml = {0};
   int64_t rows = A->B * A->H * A->Sq;
   if (A->splits > 1) {
@@ -420,29 +430,29 @@ bool cg_lower_attention(CgBuild *b, const Node *n) {
     A->ml = cg_kglobal(k, "ml", TY_F32, A->splits * rows * 2, ml);
   }
   uint32_t off = 0, bytes;
-  A->qs = cg_kdynshared(k, "Qs", A->dt, BM * A->ld, off);
-  off += (uint32_t)(BM * A->ld * A->es);
+  A->qs = cg_kdynshared(k, "Qs", A->dt, A->bm * A->ld, off);
+  off += (uint32_t)(A->bm * A->ld * A->es);
   A->ks = cg_kdynshared(k, "Ks", A->dt, 2 * A->bn * A->ld, off);
   off += bytes = (uint32_t)(2 * A->bn * A->ld * A->es);
   A->vs = cg_kdynshared(k, "Vs", A->dt, 2 * A->bn * A->ld, off);
   off += bytes;
-  A->ss = cg_kdynshared(k, "Ss", TY_F32, BM * A->sld, off);
-  off += (uint32_t)(BM * A->sld * 4);
+  A->ss = cg_kdynshared(k, "Ss", TY_F32, A->bm * A->sld, off);
+  off += (uint32_t)(A->bm * A->sld * 4);
   if (A->tc) {
-    A->ps = cg_kdynshared(k, "Ps", A->dt, BM * A->pld, off);
-    off += (uint32_t)(BM * A->pld * A->es);
+    A->ps = cg_kdynshared(k, "Ps", A->dt, A->bm * A->pld, off);
+    off += (uint32_t)(A->bm * A->pld * A->es);
   }
-  A->rowv = cg_kdynshared(k, "rowv", TY_F32, BM, off);
+  A->rowv = cg_kdynshared(k, "rowv", TY_F32, A->bm, off);
 
   KExpr *qx, *t;
   KBlock *body = loop(k, &k->body, "qx", ki(k, gx), KM_GRID_X, &qx);
   body = loop(k, body, "hy", ki(k, A->H), KM_GRID_Y, &A->hy);
   body = loop(k, body, "bz", ki(k, A->B * A->splits), KM_GRID_Z, &A->bz);
-  body = loop(k, body, "t", ki(k, THREADS), KM_BLOCK_X, &t);
+  body = loop(k, body, "t", ki(k, A->threads), KM_BLOCK_X, &t);
   A->tid = t;
   A->lane = ilet(k, body, "lane", kmod(k, t, 32));
   A->warp = ilet(k, body, "warp", kdiv(k, t, 32));
-  A->q0 = ilet(k, body, "q0", cg_kmul(k, qx, ki(k, BM)));
+  A->q0 = ilet(k, body, "q0", cg_kmul(k, qx, ki(k, A->bm)));
   if (A->splits > 1) {
     KExpr *z = A->bz;
     A->bz = ilet(k, body, "bb", kdiv(k, z, A->splits));
@@ -460,7 +470,7 @@ bool cg_lower_attention(CgBuild *b, const Node *n) {
   KExpr *ntile = ki(k, A->kt);
   if (ir_attr_int(n, "causal")) {
     /* the last tile with a key j <= the block's last query row */
-    KExpr *last = kdiv(k, cg_kadd(k, A->q0, ki(k, BM - 1)), A->bn);
+    KExpr *last = kdiv(k, cg_kadd(k, A->q0, ki(k, A->bm - 1)), A->bn);
     ntile = ilet(k, body, "nt", cg_kidx(k, KI_MIN, cg_kadd(k, last, ki(k, 1)), ki(k, A->kt)));
   }
   KVar *m = cg_klet(k, body, "m", TY_F32, f32(k, -INFINITY)), *l = cg_klet(k, body, "l", TY_F32, f32(k, 0));
@@ -481,7 +491,7 @@ bool cg_lower_attention(CgBuild *b, const Node *n) {
     first = &cg_kif(k, body, klt(k, ki(k, 0), count))->body;
   }
   bool async = A->d % A->epc == 0;
-  load_tile(A, body, A->q, A->qbase, A->rsq, A->q0, BM, A->Sq, A->qs, ki(k, 0));
+  load_tile(A, body, A->q, A->qbase, A->rsq, A->q0, A->bm, A->Sq, A->qs, ki(k, 0));
   load_tile(A, first, A->kb, A->kvbase, A->rskv, krow0, A->bn, A->Sk, A->ks, ki(k, 0));
   load_tile(A, first, A->vb, A->kvbase, A->rskv, krow0, A->bn, A->Sk, A->vs, ki(k, 0));
   if (async) cg_kcp_commit(k, body);
@@ -515,13 +525,13 @@ bool cg_lower_attention(CgBuild *b, const Node *n) {
   cg_kbarrier(k, body);
   /* this split's part of [splits, B, H, Sq]: its head's first row */
   KExpr *head = A->splits > 1 ? ilet(k, body, "hd", kmad(k, kmad(k, A->sp, A->B, A->bz), A->H, A->hy)) : NULL;
-  KBlock *rb = &cg_kif(k, body, klt(k, A->tid, ki(k, BM)))->body;
+  KBlock *rb = &cg_kif(k, body, klt(k, A->tid, ki(k, A->bm)))->body;
   if (A->splits > 1) {
     /* O unnormalized, and each row's m and l */
     A->obuf = A->opart, A->obase = cg_kmul(k, head, ki(k, A->Sq * A->d)), A->ors = A->d;
     cg_kstore(k, rb, A->rowv, A->tid, f32(k, 1));
     KExpr *qi = cg_kadd(k, A->q0, A->tid);
-    KBlock *wb = A->Sq % BM ? &cg_kif(k, rb, klt(k, qi, ki(k, A->Sq)))->body : rb;
+    KBlock *wb = A->Sq % A->bm ? &cg_kif(k, rb, klt(k, qi, ki(k, A->Sq)))->body : rb;
     KExpr *mla = ilet(k, wb, "mla", cg_kmul(k, kmad(k, head, A->Sq, qi), ki(k, 2)));
     cg_kstore(k, wb, A->ml, mla, kv(k, m));
     cg_kstore(k, wb, A->ml, cg_kadd(k, mla, ki(k, 1)), kv(k, l));
@@ -536,7 +546,7 @@ bool cg_lower_attention(CgBuild *b, const Node *n) {
   k->grid[0] = (uint32_t)(gx < INT32_MAX ? gx : INT32_MAX);
   k->grid[1] = (uint32_t)(A->H < 65535 ? A->H : 65535);
   k->grid[2] = (uint32_t)(A->B * A->splits < 65535 ? A->B * A->splits : 65535);
-  k->block[0] = THREADS;
+  k->block[0] = A->threads;
   cg_launch(b, k);
   if (A->splits > 1) combine(A, opart, ml);
   return true;

@@ -676,7 +676,7 @@ static bool lower_product_sum(CgBuild *b, const CgGroup *grp) {
 
 bool cg_lower_group(CgBuild *b, const CgGroup *grp) {
   if (!group_lowerable(b, grp)) return false;
-  if (cg_lower_gemm_epilogue(b, grp)) return true;
+  if (cg_lower_gemm_epilogue(b, grp) || cg_lower_gemm_residual(b, grp)) return true;
   if (lower_product_sum(b, grp)) return true;
   /* The leaves' GEMMs first: they read memory only. */
   for (int i = 0; i < grp->n; i++)

@@ -580,6 +580,12 @@ void cg_note_elsewhere(CgBuild *b, double flops);
  * linear or matmul, *bias its bias; RT_EPILOGUE_NONE when grp is no
  * such group (lower_gemm.c). */
 uint32_t cg_gemm_epilogue_of(const CgGroup *grp, const Node **product, const Value **bias);
+/* A group that is residual + (a linear, a matmul, or a matmul plus a
+ * bias along its last axis), with no activation between, the residual
+ * stored and of the root's type: one GEMM that reads the residual as C
+ * (beta 1) beside the D it writes (lower_gemm.c); false, having done
+ * nothing, for any other group. */
+bool cg_lower_gemm_residual(CgBuild *b, const CgGroup *grp);
 
 /* The options of this compilation (codegen.h). */
 const struct CgOptions *cg_options(CgBuild *b);

@@ -36,6 +36,12 @@ RtGemm gemm_of(DType dt, int64_t m, int64_t nn, int64_t k) {
 
 static DType gemm_c_dtype(const RtGemm *g) { return g->dtype == RT_DT_I8 ? TY_I32 : (DType)g->dtype; }
 
+/* Whether g adds a C read from bytes other than its own (a residual). */
+static bool reads_c_apart(const RtGemm *g) {
+  return g->beta != 0.0f &&
+         (g->c_in.space != g->c.space || g->c_in.index != g->c.index || g->c_in.offset != g->c.offset);
+}
+
 /* cuBLAS's int8 GEMM (cublasGemmEx with CUDA_R_8I A and B, CUDA_R_32I C,
  * CUBLAS_COMPUTE_32I) takes alpha and beta of 0 or 1 only, A and B 32-bit
  * aligned and lda, ldb multiples of 4 (the cuBLAS guide on cublasGemmEx);
@@ -51,7 +57,8 @@ static bool blas_takes_int8(const RtGemm *g) {
  * products summed in int32, wrapping, as eval.c), or an f64 one (summed
  * in double; the plan's GEMM step is f32/f16/bf16/int8, and a direct
  * kernel keeps f64 off cuBLAS and out of the emulator's GEMM).  One
- * thread per element of C; beta 1 adds C's old value. */
+ * thread per element of C; beta 1 adds C_in's element (C's old value,
+ * or a residual's). */
 static void gemm_kernel(CgBuild *b, const Node *n, const char *what, const RtGemm *g) {
   DType et = g->dtype == RT_DT_I8 ? TY_I8 : (DType)g->dtype, ct = gemm_c_dtype(g);
   Kernel *k = new_kernel(b, n, et == TY_I8 ? "gemm_i8" : "gemm_f64", what ? what : "gemm");
@@ -77,7 +84,10 @@ static void gemm_kernel(CgBuild *b, const Node *n, const char *what, const RtGem
   KExpr *ci = cg_kadd(k, cg_kmul(k, bi, cg_kint(k, g->stride_c)),
                       cg_kadd(k, cg_kmul(k, i, cg_kint(k, g->ldc)), j));
   KExpr *v = cg_kv(k, acc);
-  if (g->beta != 0.0f) v = cg_kop2(k, OP_ADD, cg_kload(k, C, ci), v);
+  if (g->beta != 0.0f) {
+    KBuf *cin = reads_c_apart(g) ? cg_kglobal(k, "c_in", ct, last * g->stride_c + g->m * g->ldc, g->c_in) : C;
+    v = cg_kop2(k, OP_ADD, cg_kload(k, cin, ci), v);
+  }
   cg_kstore(k, &m.main, C, ci, v);
   map_end(&m);
   cg_launch(b, k);
@@ -193,6 +203,10 @@ void emit_gemm(CgBuild *b, const Node *n, const char *what, const RtGemm *g) {
   if (g->k == 0) {
     /* A product over nothing is 0: C stays as it is when added to. */
     if (g->beta == 0.0f) cg_fill(b, n, what, g->c, gemm_c_dtype(g), g->batch * g->m * g->n, 0.0);
+    if (g->beta != 0.0f && g->epilogue)
+      dl_internal(cg_build_ctx(b), "gemm over k = 0 with beta %g and epilogue %u", (double)g->beta, g->epilogue);
+    if (reads_c_apart(g))
+      cg_copy(b, n, what, g->c, g->c_in, (uint64_t)(g->batch * g->m * g->n) * (uint64_t)ir_dtype_size(gemm_c_dtype(g)));
     return;
   }
   if (g->dtype == TY_F64) {
@@ -235,15 +249,17 @@ bool lower_matmul(CgBuild *b, const Node *n) {
   return cg_lower_matmul_into(b, n, cg_ref(b, &n->out[0]), 0.0f);
 }
 
-static bool matmul_gemms(CgBuild *b, const Node *n, RtRef rc, float beta, uint32_t epilogue, RtRef bias);
+static bool matmul_gemms(CgBuild *b, const Node *n, RtRef rc, RtRef cin, float beta, uint32_t epilogue, RtRef bias);
 
 bool cg_lower_matmul_into(CgBuild *b, const Node *n, RtRef rc, float beta) {
-  return matmul_gemms(b, n, rc, beta, RT_EPILOGUE_NONE, (RtRef){0});
+  return matmul_gemms(b, n, rc, rc, beta, RT_EPILOGUE_NONE, (RtRef){0});
 }
 
-/* matmul n's GEMMs into rc, each with the epilogue (its bias shared by
+/* matmul n's GEMMs into rc, each adding beta times cin's matching
+ * elements (laid out as rc) and with the epilogue (its bias shared by
  * every batch). */
-static bool matmul_gemms(CgBuild *b, const Node *n, RtRef rc, float beta, uint32_t epilogue, RtRef bias) {
+static bool matmul_gemms(CgBuild *b, const Node *n, RtRef rc, RtRef cin, float beta, uint32_t epilogue,
+                         RtRef bias) {
   if (!product_dtypes(b, n)) return false;
   TensorType at = ir_matmul_operand(n, 0), bt = ir_matmul_operand(n, 1);
   bool ta = ir_matmul_trans(n, 0), tb = ir_matmul_trans(n, 1);
@@ -264,6 +280,7 @@ static bool matmul_gemms(CgBuild *b, const Node *n, RtRef rc, float beta, uint32
   RtGemm g = gemm_of(dt, m, nn, k);
   g.a = ra, g.b = rb, g.c = rc;
   g.beta = beta;
+  if (beta != 0.0f) g.c_in = cin;
   g.epilogue = epilogue, g.bias = bias;
   g.trans_a = ta, g.trans_b = tb;
   if (ta) g.lda = m;
@@ -297,6 +314,7 @@ static bool matmul_gemms(CgBuild *b, const Node *n, RtRef rc, float beta, uint32
       one.a = cg_ref_at(ra, (uint64_t)(oa * m * k) * es);
       one.b = cg_ref_at(rb, (uint64_t)(ob * k * nn) * es);
       one.c = cg_ref_at(rc, (uint64_t)(bi * m * nn) * esc);
+      if (beta != 0.0f) one.c_in = cg_ref_at(cin, (uint64_t)(bi * m * nn) * esc);
       emit_gemm(b, n, arena_printf(&cg_build_ctx(b)->arena, "batch %" PRId64, bi), &one);
     }
   }
@@ -402,7 +420,8 @@ static uint32_t activation_epilogue(const Node *act, DType dt) {
 
 /* add(p, bias) of grp, p a float matmul of matrices (not vectors) that
  * sums over something, bias stored and n values along p's last axis
- * (ones elsewhere): p, with the bias in *bias; else NULL. */
+ * (ones elsewhere): p, with the bias in *bias; else NULL.  Not f64: its
+ * product is a kernel of ours, which takes no epilogue. */
 static const Node *matmul_plus_bias(const CgGroup *grp, const Node *add, const Value **bias) {
   if (add->op != OP_ADD) return NULL;
   for (int i = 0; i < 2; i++) {
@@ -411,7 +430,7 @@ static const Node *matmul_plus_bias(const CgGroup *grp, const Node *add, const V
     if (p->op != OP_MATMUL || p->group != grp->id || !ir_type_eq(&p->out[0].type, &add->out[0].type)) continue;
     const TensorType *pt = &p->out[0].type, *vt = &v->type, *at = &p->in[0]->type;
     int64_t nn = pt->dims[pt->rank - 1], k = ir_matmul_trans(p, 0) ? at->dims[at->rank - 2] : at->dims[at->rank - 1];
-    if (!ir_dtype_is_float(pt->dtype) || pt->dtype != at->dtype || at->rank < 2 || p->in[1]->type.rank < 2 ||
+    if (!ir_dtype_is_float(pt->dtype) || pt->dtype == TY_F64 || pt->dtype != at->dtype || at->rank < 2 || p->in[1]->type.rank < 2 ||
         vt->dtype != pt->dtype || vt->rank < 1 || vt->dims[vt->rank - 1] != nn || numel(vt) != nn || k == 0 ||
         numel(pt) == 0)
       continue;
@@ -445,11 +464,77 @@ bool cg_lower_gemm_epilogue(CgBuild *b, const CgGroup *grp) {
   const Value *bias = NULL;
   uint32_t e = cg_gemm_epilogue_of(grp, &lin, &bias);
   if (!e) return false;
-  if (lin->op == OP_MATMUL) return matmul_gemms(b, lin, cg_ref(b, &act->out[0]), 0.0f, e, cg_ref(b, bias));
+  if (lin->op == OP_MATMUL) return matmul_gemms(b, lin, cg_ref(b, &act->out[0]), (RtRef){0}, 0.0f, e, cg_ref(b, bias));
   if (emit_gemm_batch(b, lin)) return true;
   RtGemm g = linear_gemm(b, lin, cg_ref(b, &act->out[0]));
   g.epilogue = e;
   g.bias = cg_ref(b, lin->in[2]);
   emit_gemm(b, act, arena_printf(&cg_build_ctx(b)->arena, "#k%d", grp->id), &g);
+  return true;
+}
+
+/* ---- a residual added by the GEMM ---- */
+
+/* Whether r can be the GEMM's C beside its D: exactly the root's type
+ * (no broadcast), and stored before the group runs (no member of it,
+ * no const the GEMM would need filled first). */
+static bool stored_residual(CgBuild *b, const CgGroup *grp, const Value *r) {
+  return ir_type_eq(&r->type, &grp->root->out[0].type) && r->def->group != grp->id && cg_has_ref(b, r);
+}
+
+/* A product of matrices that sums over something, in the dtype of its
+ * result, whose GEMM is its own (not part of a batch of linears). */
+static bool plain_product(CgBuild *b, const Node *p, DType dt) {
+  if (p->op != OP_LINEAR && p->op != OP_MATMUL) return false;
+  if (p->in[0]->type.dtype != dt || p->in[1]->type.dtype != dt || p->out[0].type.dtype != dt) return false;
+  const TensorType *at = &p->in[0]->type;
+  if (p->op == OP_LINEAR)
+    return at->dims[at->rank - 1] > 0 && (p->n_in < 3 || bias_in_epilogue(p)) && !cg_gemm_batch_of(b, p);
+  if (at->rank < 2 || p->in[1]->type.rank < 2) return false;
+  return (ir_matmul_trans(p, 0) ? at->dims[at->rank - 2] : at->dims[at->rank - 1]) > 0;
+}
+
+/* The group residual + (product [+ bias]) with nothing between: its root
+ * an add of a stored value of the root's type (stored_residual) and a
+ * linear (its bias, if any, in cuBLASLt's BIAS epilogue), a matmul, or a
+ * matmul plus a bias (matmul_plus_bias).  cuBLASLt adds beta * C before
+ * the epilogue's activation, so an activation between the product and
+ * the add never maps.  Returns the product, the residual in *res and the
+ * bias or NULL in *bias; NULL for any other group. */
+static const Node *residual_product(CgBuild *b, const CgGroup *grp, const Value **res, const Value **bias) {
+  const Node *add = grp->root;
+  DType dt = add->out[0].type.dtype;
+  if (add->op != OP_ADD || grp->anchor || grp->attention || grp->n_side || grp->n_siblings ||
+      (dt != TY_F32 && dt != TY_F16 && dt != TY_BF16 && dt != TY_F64))
+    return NULL;
+  for (int i = 0; i < 2; i++) {
+    const Node *p = add->in[i]->def;
+    if (p->group != grp->id || !ir_type_eq(&p->out[0].type, &add->out[0].type) ||
+        !stored_residual(b, grp, add->in[1 - i]))
+      continue;
+    *res = add->in[1 - i];
+    *bias = NULL;
+    if (grp->n == 2 && plain_product(b, p, dt)) {
+      if (p->op == OP_LINEAR && p->n_in > 2) *bias = p->in[2];
+      return p;
+    }
+    const Node *mm = grp->n == 3 ? matmul_plus_bias(grp, p, bias) : NULL;
+    if (mm) return mm;
+  }
+  return NULL;
+}
+
+bool cg_lower_gemm_residual(CgBuild *b, const CgGroup *grp) {
+  const Value *res = NULL, *bias = NULL;
+  const Node *p = residual_product(b, grp, &res, &bias);
+  if (!p) return false;
+  const Node *add = grp->root;
+  RtRef rc = cg_ref(b, &add->out[0]), rr = cg_ref(b, res), rbias = bias ? cg_ref(b, bias) : (RtRef){0};
+  uint32_t e = bias ? RT_EPILOGUE_BIAS : RT_EPILOGUE_NONE;
+  if (p->op == OP_MATMUL) return matmul_gemms(b, p, rc, rr, 1.0f, e, rbias);
+  RtGemm g = linear_gemm(b, p, rc);
+  g.beta = 1.0f, g.c_in = rr;
+  g.epilogue = e, g.bias = rbias;
+  emit_gemm(b, add, arena_printf(&cg_build_ctx(b)->arena, "#k%d", grp->id), &g);
   return true;
 }

@@ -448,6 +448,7 @@ static int step_refs(CgBuild *b, StepRef *out) {
         ADD(st->gemm.a);
         ADD(st->gemm.b);
         ADD(st->gemm.c);
+        if (st->gemm.beta != 0.0f) ADD(st->gemm.c_in);
         if (st->gemm.epilogue) ADD(st->gemm.bias);
         break;
       case RT_STEP_COPY:
@@ -658,12 +659,13 @@ bool cg_check_memory(const CgResult *r, char *err, size_t len) {
       live[at] = (LiveAt){x->ref.offset, x->ref.offset + x->nbytes, k};
     }
     const RtStep *st = s < p->n_init_steps ? &p->init_steps[s] : &p->steps[s - p->n_init_steps];
-    RtRef refs[4];
+    RtRef refs[5];
     int nr = 0;
     const RtArg *args = st->kind == RT_STEP_LAUNCH ? st->launch.args : NULL;
     uint32_t n_args = st->kind == RT_STEP_LAUNCH ? st->launch.n_args : 0;
     if (st->kind == RT_STEP_GEMM) {
       refs[0] = st->gemm.a, refs[1] = st->gemm.b, refs[2] = st->gemm.c, nr = 3;
+      if (st->gemm.beta != 0.0f) refs[nr++] = st->gemm.c_in;
       if (st->gemm.epilogue) refs[nr++] = st->gemm.bias;
     }
     if (st->kind == RT_STEP_COPY || st->kind == RT_STEP_ALLREDUCE) refs[0] = st->copy.src, refs[1] = st->copy.dst, nr = 2;

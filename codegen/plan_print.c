@@ -45,13 +45,17 @@ static void print_gemm(FILE *f, const RtGemm *g) {
   if (g->batch != 1)
     fprintf(f, " batch=%" PRId64 " strides=%" PRId64 ",%" PRId64 ",%" PRId64, g->batch, g->stride_a,
             g->stride_b, g->stride_c);
-  if (g->alpha != 1.0f || g->beta != 0.0f) fprintf(f, " alpha=%g beta=%g", g->alpha, g->beta);
+  if (g->alpha != 1.0f || (g->beta != 0.0f && g->beta != 1.0f)) fprintf(f, " alpha=%g beta=%g", g->alpha, g->beta);
   fputs(" a=", f);
   cg_print_ref(f, g->a);
   fputs(" b=", f);
   cg_print_ref(f, g->b);
   fputs(" c=", f);
   cg_print_ref(f, g->c);
+  if (g->beta != 0.0f) {
+    fputs(" + C=", f);
+    cg_print_ref(f, g->c_in);
+  }
   static const char *const epilogues[] = {"", "bias", "relu+bias", "gelu+bias", "bgrad"};
   _Static_assert(sizeof epilogues / sizeof epilogues[0] == RT_EPILOGUE_COUNT, "a name per epilogue");
   if (g->epilogue) {

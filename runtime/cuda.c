@@ -981,7 +981,8 @@ static LtGemm *lt_gemm_for(CudaDevice *d, const LtKey *key, const void *bias) {
   return e;
 }
 
-static int cuda_gemm(RtDevice *base, const RtGemm *g, RtDevPtr a, RtDevPtr b, RtDevPtr c, RtDevPtr bias) {
+static int cuda_gemm(RtDevice *base, const RtGemm *g, RtDevPtr a, RtDevPtr b, RtDevPtr c, RtDevPtr c_in,
+                     RtDevPtr bias) {
   CudaDevice *d = (CudaDevice *)base;
   if (enter(d)) return -1;
   RtBlasGemm x;
@@ -993,13 +994,17 @@ static int cuda_gemm(RtDevice *base, const RtGemm *g, RtDevPtr a, RtDevPtr b, Rt
   if (!d->lt) return rt_device_fail(base, "cuda: gemm before cuBLASLt was set up (plan loaded?)");
   if (g->epilogue >= RT_EPILOGUE_COUNT) return rt_device_fail(base, "cuda: gemm epilogue %u is unknown", g->epilogue);
   size_t es = g->dtype == RT_DT_F32 ? 4 : 2;
+  /* cuBLASLt reads C (c_in: a residual, or D itself) and writes D (c)
+   * through one layout; one alignment serves both, the lesser. */
+  if (g->beta == 0.0f) c_in = c;
+  uint32_t align_c = alignment(c, x.stride_c, x.batch, es), align_cin = alignment(c_in, x.stride_c, x.batch, es);
   LtKey key = {.dtype = g->dtype, .epilogue = g->epilogue, .trans_a = (uint32_t)x.trans_a,
                 .trans_b = (uint32_t)x.trans_b, .m = x.m, .n = x.n, .k = x.k, .lda = x.lda, .ldb = x.ldb,
                 .ldc = x.ldc, .batch = x.batch, .stride_a = x.stride_a, .stride_b = x.stride_b,
                 .stride_c = x.stride_c, .stride_bias = g->epilogue ? g->stride_bias : 0,
                 /* cuBLAS's A is the plan's b, its B the plan's a */
                 .align = {alignment(b, x.stride_a, x.batch, es), alignment(a, x.stride_b, x.batch, es),
-                          alignment(c, x.stride_c, x.batch, es),
+                          align_c < align_cin ? align_c : align_cin,
                           g->epilogue ? alignment(bias, g->stride_bias, x.batch, es) : 0}};
   const void *bias_p = (const void *)(uintptr_t)bias;
   LtGemm *e = lt_gemm_for(d, &key, bias_p);
@@ -1010,12 +1015,12 @@ static int cuda_gemm(RtDevice *base, const RtGemm *g, RtDevPtr a, RtDevPtr b, Rt
   float alpha = g->alpha, beta = g->beta;
   cublasStatus_t s =
       cublasLtMatmul(d->lt, e->desc, &alpha, (const void *)(uintptr_t)b, e->a, (const void *)(uintptr_t)a, e->b, &beta,
-                     (const void *)(uintptr_t)c, e->c, (void *)(uintptr_t)c, e->c, &e->algo,
+                     (const void *)(uintptr_t)c_in, e->c, (void *)(uintptr_t)c, e->c, &e->algo,
                      (void *)(uintptr_t)now_workspace(d), LT_WORKSPACE_BYTES, (cudaStream_t)now_stream(d));
   char what[200];
-  snprintf(what, sizeof what, "cublasLtMatmul(%s, m=%lld n=%lld k=%lld batch=%lld, epilogue %s)",
+  snprintf(what, sizeof what, "cublasLtMatmul(%s, m=%lld n=%lld k=%lld batch=%lld, epilogue %s%s)",
            g->dtype == RT_DT_F16 ? "f16" : g->dtype == RT_DT_BF16 ? "bf16" : "f32", (long long)g->m, (long long)g->n,
-           (long long)g->k, (long long)g->batch, epilogue_names[g->epilogue]);
+           (long long)g->k, (long long)g->batch, epilogue_names[g->epilogue], c_in != c ? ", + C" : "");
   return check_lt(d, s, what);
 }
 

@@ -40,8 +40,9 @@ typedef struct RtDeviceOps {
   void (*unload)(RtDevice *d, RtModule *m);
   /* args[i] already resolved: pointers are device addresses. */
   int (*launch)(RtDevice *d, RtModule *m, const RtLaunch *l, const void *const *arg_values);
-  /* bias: the epilogue's (0 when g->epilogue is NONE). */
-  int (*gemm)(RtDevice *d, const RtGemm *g, RtDevPtr a, RtDevPtr b, RtDevPtr c, RtDevPtr bias);
+  /* c_in: where beta * C is read (0 when g->beta is 0); bias: the
+   * epilogue's (0 when g->epilogue is NONE). */
+  int (*gemm)(RtDevice *d, const RtGemm *g, RtDevPtr a, RtDevPtr b, RtDevPtr c, RtDevPtr c_in, RtDevPtr bias);
   int (*synchronize)(RtDevice *d);
 
   /* The rest may be NULL (a device of the tests): the executor then uses
@@ -116,9 +117,11 @@ RtDevice *rt_emu_open(char *err, size_t errlen);
 /* Host compiler runs this emu device has made (a test asserts the kernel
  * cache hit: 0 on a second load); 0 for any other device. */
 unsigned rt_emu_compile_count(const RtDevice *d);
-/* emu's cuBLAS: g on host pointers (emu_gemm.c); bias NULL when g has
- * no epilogue, written by a BGRAD one. */
-int rt_emu_gemm(const RtGemm *g, const void *a, const void *b, void *c, void *bias, char *err, size_t errlen);
+/* emu's cuBLAS: g on host pointers (emu_gemm.c); c_in NULL when beta
+ * is 0 (c itself or apart from it otherwise); bias NULL when g has no
+ * epilogue, written by a BGRAD one. */
+int rt_emu_gemm(const RtGemm *g, const void *a, const void *b, void *c, const void *c_in, void *bias, char *err,
+                size_t errlen);
 void rt_device_close(RtDevice *d);
 const char *rt_device_error(const RtDevice *d);
 /* Records a formatted message (first error wins while broken). */

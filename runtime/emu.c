@@ -823,7 +823,7 @@ typedef struct Node {
   const RtGemm *gemm;
   uint64_t *values;       /* NODE_LAUNCH: one 8-byte slot per argument */
   const void **argp;      /* argp[i] == &values[i] */
-  RtDevPtr p[4];          /* gemm a, b, c, bias; copy dst, src; memset dst */
+  RtDevPtr p[5];          /* gemm a, b, c, c_in, bias; copy dst, src; memset dst */
   uint64_t nbytes;
   int side;               /* the stream it was queued on: 0 the device's, else a side stream */
   int event;              /* NODE_MARK, NODE_WAIT */
@@ -898,19 +898,19 @@ static int emu_memset0(RtDevice *d, RtDevPtr dst, uint64_t nbytes) {
   return 0;
 }
 
-static int emu_gemm(RtDevice *d, const RtGemm *g, RtDevPtr a, RtDevPtr b, RtDevPtr c, RtDevPtr bias) {
+static int emu_gemm(RtDevice *d, const RtGemm *g, RtDevPtr a, RtDevPtr b, RtDevPtr c, RtDevPtr c_in, RtDevPtr bias) {
   if (d->broken) return -1;
   EmuDevice *e = (EmuDevice *)d;
   if (e->capturing) {
     Node *n = new_node(e, NODE_GEMM);
     if (!n) return -1;
     n->gemm = g;
-    n->p[0] = a, n->p[1] = b, n->p[2] = c, n->p[3] = bias;
+    n->p[0] = a, n->p[1] = b, n->p[2] = c, n->p[3] = c_in, n->p[4] = bias;
     return 0;
   }
   char err[512];
   if (rt_emu_gemm(g, (const void *)(uintptr_t)a, (const void *)(uintptr_t)b, (void *)(uintptr_t)c,
-                  (void *)(uintptr_t)bias, err, sizeof err))
+                  (const void *)(uintptr_t)c_in, (void *)(uintptr_t)bias, err, sizeof err))
     return rt_device_fail(d, "%s", err);
   return 0;
 }
@@ -1029,7 +1029,7 @@ static int emu_capture_end(RtDevice *d, RtGraph **out) {
 static int run_node(RtDevice *d, const Node *n) {
   switch (n->kind) {
   case NODE_LAUNCH: return emu_launch(d, n->mod, n->launch, n->argp);
-  case NODE_GEMM: return emu_gemm(d, n->gemm, n->p[0], n->p[1], n->p[2], n->p[3]);
+  case NODE_GEMM: return emu_gemm(d, n->gemm, n->p[0], n->p[1], n->p[2], n->p[3], n->p[4]);
   case NODE_COPY: return emu_copy(d, n->p[0], n->p[1], n->nbytes);
   case NODE_MEMSET: return emu_memset0(d, n->p[0], n->nbytes);
   default: return 0;

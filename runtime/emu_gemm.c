@@ -114,10 +114,15 @@ static double epilogue(const RtGemm *g, const void *bias, int64_t j, double v) {
   return v;
 }
 
-int rt_emu_gemm(const RtGemm *g, const void *a, const void *b, void *c, void *bias, char *err, size_t errlen) {
+int rt_emu_gemm(const RtGemm *g, const void *a, const void *b, void *c, const void *c_in, void *bias, char *err,
+                size_t errlen) {
   if (check_args(g, err, errlen)) return -1;
   if (g->epilogue && !bias) {
     snprintf(err, errlen, "emu gemm: an epilogue without its bias");
+    return -1;
+  }
+  if (g->beta != 0.0f && !c_in) {
+    snprintf(err, errlen, "emu gemm: beta %g without a C to read", (double)g->beta);
     return -1;
   }
   int64_t m = g->m, n = g->n, k = g->k;
@@ -140,6 +145,7 @@ int rt_emu_gemm(const RtGemm *g, const void *a, const void *b, void *c, void *bi
     const char *ab = (const char *)a + (size_t)(bi * g->stride_a) * es;
     const char *bb = (const char *)b + (size_t)(bi * g->stride_b) * es;
     char *cb = (char *)c + (size_t)(bi * g->stride_c) * es;
+    const char *cib = g->beta != 0.0f ? (const char *)c_in + (size_t)(bi * g->stride_c) * es : NULL;
     const char *biasb = g->epilogue ? (const char *)bias + (size_t)(bi * g->stride_bias) * es : NULL;
     /* A batch stride of 0 broadcasts one operand: pack it once. */
     if (bi == 0 || g->stride_a) pack(ad, g->dtype, ab, g->lda, g->trans_a, m, k);
@@ -166,11 +172,13 @@ int rt_emu_gemm(const RtGemm *g, const void *a, const void *b, void *c, void *bi
         }
       }
     }
-    /* beta == 0 never reads C, as cuBLAS: C may hold NaN garbage. */
+    /* beta == 0 never reads C, as cuBLAS: C may hold NaN garbage.  C_in
+     * is C or shares none of its bytes, so each element is read before
+     * it is written. */
     for (int64_t i = 0; i < m; i++)
       for (int64_t j = 0; j < n; j++) {
         double v = (double)g->alpha * acc[i * n + j];
-        if (g->beta != 0.0f) v += (double)g->beta * load_elem(g->dtype, cb, i * g->ldc + j);
+        if (g->beta != 0.0f) v += (double)g->beta * load_elem(g->dtype, cib, i * g->ldc + j);
         store_elem(g->dtype, cb, i * g->ldc + j, epilogue(g, biasb, j, v));
       }
   }

@@ -619,6 +619,7 @@ static DlrtStatus run_steps(DlrtModel *m, const RtStep *steps, uint32_t first, u
       break;
     case RT_STEP_GEMM:
       rc = d->ops->gemm(d, &st->gemm, resolve(m, st->gemm.a), resolve(m, st->gemm.b), resolve(m, st->gemm.c),
+                        st->gemm.beta != 0.0f ? resolve(m, st->gemm.c_in) : 0,
                         st->gemm.epilogue ? resolve(m, st->gemm.bias) : 0);
       break;
     case RT_STEP_BRANCH: { /* the condition on the host, once the steps before it are done */

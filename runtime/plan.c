@@ -266,6 +266,8 @@ static bool spans(RtRef a, uint64_t na, RtRef b, uint64_t nb) {
   return a.offset < b.offset + nb && b.offset < a.offset + na;
 }
 
+static bool same_ref(RtRef a, RtRef b) { return a.space == b.space && a.index == b.index && a.offset == b.offset; }
+
 static int check_gemm(Check *c, const RtGemm *g) {
   if (g->dtype != RT_DT_F32 && g->dtype != RT_DT_F16 && g->dtype != RT_DT_BF16 && g->dtype != RT_DT_I8)
     return fail(c, "gemm: dtype %" PRIu32 " (only f32, f16, bf16, i8)", g->dtype);
@@ -305,6 +307,14 @@ static int check_gemm(Check *c, const RtGemm *g) {
   if (check_ref(c, "gemm a", g->a, ea) || check_ref(c, "gemm b", g->b, eb) ||
       check_ref(c, "gemm c", g->c, ec) || check_writable(c, "gemm c", g->c))
     return -1;
+  if (g->beta == 0.0f && (g->c_in.space || g->c_in.index || g->c_in.offset))
+    return fail(c, "gemm: c_in without a beta to read it");
+  if (g->beta != 0.0f &&
+      (check_not_status(c, "gemm c_in", g->c_in) || check_ref(c, "gemm c_in", g->c_in, ec)))
+    return -1;
+  /* C is written while C_in is read: the same bytes element for element, or none */
+  if (g->beta != 0.0f && !same_ref(g->c_in, g->c) && spans(g->c_in, ec, g->c, ec))
+    return fail(c, "gemm: c_in overlaps C without being C");
   if (!g->epilogue && g->stride_bias)
     return fail(c, "gemm: stride_bias %" PRId64 " without an epilogue's bias", g->stride_bias);
   bool bgrad = g->epilogue == RT_EPILOGUE_BGRAD;
@@ -354,6 +364,7 @@ int rt_step_access(const RtPlan *p, const RtStep *s, RtAccessRange *out, int max
     ADD(g->a, ea, false);
     ADD(g->b, eb, false);
     ADD(g->c, ec, true);
+    if (g->beta != 0.0f) ADD(g->c_in, ec, false); /* C itself or a residual apart from it */
     if (g->epilogue) ADD(g->bias, ebias, bgrad);
     break;
   }

@@ -130,12 +130,17 @@ typedef enum {
 
 /* Row-major, strided-batched GEMM:
  *   for b in [0, batch):
- *     C_b[m x n] = epilogue(alpha * op(A_b) @ op(B_b) + beta * C_b)
+ *     C_b[m x n] = epilogue(alpha * op(A_b) @ op(B_b) + beta * Cin_b)
  * op(A) is A (stored m x k, leading dimension lda) or, with trans_a, the
  * transpose of A stored k x m.  Likewise B (k x n, or n x k with
  * trans_b).  X_b starts at X + b * stride_x elements.  Inputs in dtype,
  * accumulation in f32 (TF32 off), the epilogue on the f32 sum, C rounded
- * once into dtype.  The epilogue's bias is n contiguous values of dtype,
+ * once into dtype.  Cin is c_in (version 9), laid out as C (ldc,
+ * stride_c): C itself (a sum accumulated in place) or bytes apart from
+ * it (a residual added on the way: cuBLASLt's C beside its D); read
+ * only when beta is not 0, and all zero when beta is 0.  cuBLASLt adds
+ * beta * C before the epilogue's bias and activation, so residual +
+ * act(A @ B + bias) is one GEMM only without an act.  The epilogue's bias is n contiguous values of dtype,
  * bias_b[j] added to column j of every row of batch b, where bias_b
  * starts at bias + b * stride_bias elements (version 7; 0: one bias for
  * every batch, the only value a GEMM without an epilogue may have).  The cuda
@@ -160,6 +165,8 @@ typedef struct RtGemm {
   /* Version 7: batch b's bias starts stride_bias elements after batch
    * b - 1's (several linears of one input in one GEMM). */
   int64_t stride_bias;
+  /* Version 9: where beta * C is read from (above). */
+  RtRef c_in;
 } RtGemm;
 
 /* What an all-reduce makes of the ranks' values (version 8). */

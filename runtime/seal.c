@@ -284,6 +284,7 @@ static void walk_gemm(Walk *w, const RtGemm *g) {
   put_ref(w, g->c);
   put_u32(w, g->epilogue);
   put_ref(w, g->bias);
+  put_ref(w, g->c_in);
 }
 
 /* Only the member of a step's kind: the others are unused. */

@@ -25,6 +25,7 @@
 
 typedef struct Job {
   const char *text;
+  CgOptions opts;
   Graph *g;
   CgResult r;
   bool ok;
@@ -38,7 +39,7 @@ static int run_job(Ctx *c, void *data) {
   Job *j = data;
   j->g = ir_parse(c, ctx_add_file(c, "test.ir", j->text, strlen(j->text)));
   if (!j->g || !ir_verify(j->g)) return 0;
-  j->ok = cg_compile(j->g, &j->r);
+  j->ok = cg_compile_opts(j->g, &j->opts, &j->r);
   return 0;
 }
 
@@ -170,6 +171,33 @@ START_TEST(split_keys) {
   ck_assert_int_eq(steps_with(&j, "keys in 3 splits"), 1);
   if (dt != TY_F16) check(dt, 1, 1, 1, 2, 200, 256, "", NULL);
   check(dt, 1, 2, 1, 40, 400, 64, "", "bool[40, 1]");
+}
+END_TEST
+
+/* Decoding: up to 16 query rows take a block of 16 rows and one warp
+ * (32 threads), not 64 rows of which 63 stay empty; Sq = 1 over 1, 17
+ * and 300 keys (the last split, and with --no-split-keys one launch),
+ * and 16 rows causal (the bound).  The split kernel writes its parts
+ * only: the result is no argument of it. */
+START_TEST(decode) {
+  DType dt = dtypes[_i];
+  static const int64_t keys[] = {1, 17, 300};
+  for (int i = 0; i < 3; i++) {
+    Job j = check(dt, 2, 4, 2, 1, keys[i], 64, "", NULL);
+    ck_assert_int_eq(steps_with(&j, "16x"), 1);
+    ck_assert_uint_eq(j.r.plan->steps[0].launch.block[0], 32);
+    ck_assert_int_eq((int)j.r.plan->n_steps, keys[i] == 300 ? 2 : 1);
+  }
+  Job s = compile_attention(dt, 2, 4, 2, 1, 300, 64, "", NULL);
+  const RtLaunch *l = &s.r.plan->steps[0].launch;
+  for (uint32_t a = 0; a < l->n_args; a++)
+    ck_assert_uint_ne(l->args[a].ref.space, RT_SPACE_OUTPUT);
+  Job one = {.text = s.text, .opts = {.no_split_keys = true}};
+  ck_assert(ctx_guard(&ctx, run_job, &one) == 0 && one.ok);
+  ck_assert_int_eq((int)one.r.plan->n_steps, 1);
+  ck_assert(test_emu_matches_eval(one.g, one.r.plan, 29, -2, 2, tolerance(dt)));
+  Job c = check(dt, 1, 2, 1, 16, 70, 64, "{causal=1}", NULL);
+  ck_assert_int_eq(steps_with(&c, "16x"), 1);
 }
 END_TEST
 
@@ -607,6 +635,7 @@ static Suite *suite(void) {
   tcase_add_loop_test(tc, head_dims, 0, 3);
   tcase_add_loop_test(tc, layout_bshd, 0, 3);
   tcase_add_loop_test(tc, split_keys, 0, 3);
+  tcase_add_loop_test(tc, decode, 0, 3);
   tcase_add_loop_test(tc, pass_equals_unfused, 0, 3);
   tcase_add_test(tc, pass_leaves);
   tcase_add_test(tc, text_and_cost);

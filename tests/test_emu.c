@@ -768,7 +768,7 @@ static void run_gemm_case(RtDevice *d, const GemmCase *gc) {
               .stride_c = sc,
               .alpha = gc->alpha,
               .beta = gc->beta};
-  int rc = d->ops->gemm(d, &g, dev_ptr(a), dev_ptr(b), dev_ptr(c), 0);
+  int rc = d->ops->gemm(d, &g, dev_ptr(a), dev_ptr(b), dev_ptr(c), g.beta != 0.0f ? dev_ptr(c) : 0, 0);
   ck_assert_msg(rc == 0, "%s", d->error);
   for (int64_t bi = 0; bi < gc->batch; bi++)
     for (int64_t i = 0; i < m; i++)
@@ -831,7 +831,7 @@ START_TEST(gemm_half_inputs) {
 END_TEST
 
 /* cuBLASLt's epilogues as plan.h defines them: bias[j] added to the f32
- * sum (after alpha and beta), then relu or gelu's tanh form, rounded once
+ * sum (after alpha and beta times C_in, here apart from C), then relu or gelu's tanh form, rounded once
  * into the dtype; the bias shared by every batch, or (stride_bias, for
  * the bias and gelu epilogues here) one bias per batch.  Checked against those
  * formulas here, not against the code under test. */
@@ -852,12 +852,13 @@ START_TEST(gemm_epilogues) {
           store_in(dt, b, i - B * M * K, v);
       }
       for (int i = 0; i < B * N; i++) store_in(dt, bias, i, 0.25f * (float)(i - 3 - 2 * (i / N)));
-      for (int i = 0; i < B * M * N; i++) store_in(dt, c0, i, 0.125f * (float)(i % 5));
-      memcpy(c, c0, sizeof c);
+      /* C_in apart from C (a residual): C's old values are never read */
+      for (int i = 0; i < B * M * N; i++) store_in(dt, c0, i, 0.125f * (float)(i % 5)), store_in(dt, c, i, NAN);
       RtGemm g = {.dtype = dt, .m = M, .n = N, .k = K, .lda = K, .ldb = N, .ldc = N, .batch = B,
                   .stride_a = M * K, .stride_c = M * N, .alpha = 1.0f, .beta = 0.5f, .epilogue = e,
                   .stride_bias = sbias};
-      ck_assert_msg(d->ops->gemm(d, &g, dev_ptr(a), dev_ptr(b), dev_ptr(c), dev_ptr(bias)) == 0, "%s", d->error);
+      ck_assert_msg(d->ops->gemm(d, &g, dev_ptr(a), dev_ptr(b), dev_ptr(c), dev_ptr(c0), dev_ptr(bias)) == 0, "%s",
+                    d->error);
       int negatives = 0;
       for (int bi = 0; bi < B; bi++)
         for (int i = 0; i < M; i++)
@@ -880,13 +881,13 @@ START_TEST(gemm_epilogues) {
   int32_t r[4];
   RtGemm g = {.dtype = RT_DT_I8, .m = 1, .n = 1, .k = 1, .lda = 1, .ldb = 1, .ldc = 1, .batch = 1, .alpha = 1,
               .epilogue = RT_EPILOGUE_BIAS};
-  ck_assert_int_eq(d->ops->gemm(d, &g, dev_ptr(q), dev_ptr(q), dev_ptr(r), dev_ptr(r)), -1);
+  ck_assert_int_eq(d->ops->gemm(d, &g, dev_ptr(q), dev_ptr(q), dev_ptr(r), 0, dev_ptr(r)), -1);
   ck_assert_str_eq(d->error, "emu gemm: epilogue 1 on an i8 gemm");
   close_dev(d, NULL);
   d = open_emu();
   float x[4] = {0};
   g.dtype = RT_DT_F32;
-  ck_assert_int_eq(d->ops->gemm(d, &g, dev_ptr(x), dev_ptr(x), dev_ptr(x), 0), -1);
+  ck_assert_int_eq(d->ops->gemm(d, &g, dev_ptr(x), dev_ptr(x), dev_ptr(x), 0, 0), -1);
   ck_assert_str_eq(d->error, "emu gemm: an epilogue without its bias");
   close_dev(d, NULL);
 }
@@ -912,7 +913,7 @@ START_TEST(gemm_bias_grad) {
     for (int i = 0; i <= M; i++) store_in(dt, bias, i, 99.0f); /* the one past m stays */
     RtGemm g = {.dtype = dt, .trans_a = 1, .m = M, .n = N, .k = K, .lda = M, .ldb = N, .ldc = N, .batch = 1,
                 .alpha = 1.0f, .epilogue = RT_EPILOGUE_BGRAD};
-    ck_assert_msg(d->ops->gemm(d, &g, dev_ptr(a), dev_ptr(b), dev_ptr(c), dev_ptr(bias)) == 0, "%s", d->error);
+    ck_assert_msg(d->ops->gemm(d, &g, dev_ptr(a), dev_ptr(b), dev_ptr(c), g.beta != 0.0f ? dev_ptr(c) : 0, dev_ptr(bias)) == 0, "%s", d->error);
     double tol = dt == RT_DT_F32 ? 1e-6 : dt == RT_DT_F16 ? 1e-3 : 8e-3;
     for (int i = 0; i < M; i++) {
       double s = 0;
@@ -936,11 +937,16 @@ START_TEST(gemm_rejects_bad_arguments) {
   RtDevice *d = open_emu();
   float x[4] = {0};
   RtGemm g = {.dtype = RT_DT_I32, .m = 1, .n = 1, .k = 1, .lda = 1, .ldb = 1, .ldc = 1, .batch = 1, .alpha = 1};
-  ck_assert_int_eq(d->ops->gemm(d, &g, dev_ptr(x), dev_ptr(x), dev_ptr(x), 0), -1);
+  ck_assert_int_eq(d->ops->gemm(d, &g, dev_ptr(x), dev_ptr(x), dev_ptr(x), 0, 0), -1);
   ck_assert_msg(strstr(d->error, "dtype"), "%s", d->error);
   g.dtype = RT_DT_F32, g.k = 4;
-  ck_assert_int_eq(d->ops->gemm(d, &g, dev_ptr(x), dev_ptr(x), dev_ptr(x), 0), -1);
+  ck_assert_int_eq(d->ops->gemm(d, &g, dev_ptr(x), dev_ptr(x), dev_ptr(x), 0, 0), -1);
   ck_assert_msg(strstr(d->error, "leading dimension"), "%s", d->error);
+  close_dev(d, NULL);
+  d = open_emu();
+  g.k = 1, g.beta = 1;
+  ck_assert_int_eq(d->ops->gemm(d, &g, dev_ptr(x), dev_ptr(x), dev_ptr(x), 0, 0), -1);
+  ck_assert_str_eq(d->error, "emu gemm: beta 1 without a C to read");
   close_dev(d, NULL);
 }
 END_TEST

@@ -663,6 +663,104 @@ START_TEST(matmul_bias_is_one_gemm) {
 }
 END_TEST
 
+/* residual + (product [+ bias]) is one GEMM that reads the residual as
+ * cuBLASLt's C beside the D it writes (beta 1, c_in): a linear with and
+ * without its bias, a matmul plus a bias (ONNX's MatMul, Add, Add), a
+ * matmul whose batches broadcast (a GEMM per batch, each C its own
+ * slice), and f64 (our kernel, C_in a buffer of its own).  Not one when
+ * an activation lies between (cuBLASLt adds C before it), the residual
+ * broadcasts, or the residual is computed in the group. */
+START_TEST(residual_add_is_the_gemms_c) {
+  Job j = check_fused("graph res {\n"
+                      "  %x = input {name=\"x\"} : f32[6, 40]\n"
+                      "  %r = input {name=\"r\"} : f32[6, 24]\n"
+                      "  %w = param {name=\"fc.weight\"} : f32[24, 40]\n"
+                      "  %b = param {name=\"fc.bias\"} : f32[24]\n"
+                      "  %0 = linear %x, %w, %b : f32[6, 24]\n"
+                      "  %1 = add %r, %0 : f32[6, 24]\n"
+                      "  %w2 = param {name=\"fc2.weight\"} : f32[24, 24]\n"
+                      "  %2 = linear %1, %w2 : f32[6, 24]\n"
+                      "  %3 = add %2, %1 : f32[6, 24]\n"
+                      "  %y = input {name=\"y\"} : f32[2, 3, 6, 24]\n"
+                      "  %v = param {name=\"m.weight\"} : f32[3, 24, 24]\n"
+                      "  %c = param {name=\"m.bias\"} : f32[24]\n"
+                      "  %4 = matmul %y, %v : f32[2, 3, 6, 24]\n"
+                      "  %5 = add %4, %c : f32[2, 3, 6, 24]\n"
+                      "  %6 = add %y, %5 : f32[2, 3, 6, 24]\n"
+                      "  %7 = matmul %6, %v : f32[2, 3, 6, 24]\n"
+                      "  %8 = add %7, %3 : f32[2, 3, 6, 24]\n"
+                      "  return %3 as \"a\", %6 as \"b\", %8 as \"c\"\n"
+                      "}\n");
+  const RtPlan *p = j.r.plan;
+  ck_assert_int_eq(count_steps(p, RT_STEP_LAUNCH), 1); /* %8: %3 broadcasts */
+  ck_assert_int_eq(p->steps[0].kind, RT_STEP_GEMM);
+  ck_assert(p->steps[0].gemm.beta == 1.0f);
+  ck_assert_uint_eq(p->steps[0].gemm.epilogue, RT_EPILOGUE_BIAS);
+  ck_assert_uint_eq(p->steps[0].gemm.c_in.space, RT_SPACE_INPUT);
+  ck_assert_uint_eq(p->steps[0].gemm.c_in.index, 1);
+  ck_assert_str_eq(p->steps[0].label, "add %5 #k0");
+  ck_assert(p->steps[1].gemm.beta == 1.0f);
+  ck_assert_uint_eq(p->steps[1].gemm.epilogue, RT_EPILOGUE_NONE);
+  /* %1, written by the first */
+  ck_assert_uint_eq(p->steps[1].gemm.c_in.space, p->steps[0].gemm.c.space);
+  ck_assert_uint_eq(p->steps[1].gemm.c_in.offset, p->steps[0].gemm.c.offset);
+  /* %6: one GEMM per batch of 2 x 3, each reading its slice of y */
+  for (int i = 0; i < 6; i++) {
+    const RtGemm *g = &p->steps[2 + i].gemm;
+    ck_assert(g->beta == 1.0f);
+    ck_assert_uint_eq(g->epilogue, RT_EPILOGUE_BIAS);
+    ck_assert_uint_eq(g->c_in.space, RT_SPACE_INPUT);
+    ck_assert_uint_eq(g->c_in.offset, (uint64_t)i * 6 * 24 * 4);
+  }
+  for (uint32_t i = 8; i < p->n_steps; i++)
+    if (p->steps[i].kind == RT_STEP_GEMM) ck_assert(p->steps[i].gemm.beta == 0.0f);
+
+  /* An activation between, a residual computed in the group */
+  Job k = check_fused("graph nores {\n"
+                      "  %x = input {name=\"x\"} : f32[6, 40]\n"
+                      "  %r = input {name=\"r\"} : f32[6, 24]\n"
+                      "  %w = param {name=\"fc.weight\"} : f32[24, 40]\n"
+                      "  %0 = linear %x, %w : f32[6, 24]\n"
+                      "  %1 = relu %0 : f32[6, 24]\n"
+                      "  %2 = add %1, %r : f32[6, 24]\n"
+                      "  %3 = linear %x, %w : f32[6, 24]\n"
+                      "  %4 = exp %r : f32[6, 24]\n"
+                      "  %5 = add %3, %4 : f32[6, 24]\n"
+                      "  return %2 as \"a\", %5 as \"b\"\n"
+                      "}\n");
+  for (uint32_t i = 0; i < k.r.plan->n_steps; i++)
+    if (k.r.plan->steps[i].kind == RT_STEP_GEMM) ck_assert(k.r.plan->steps[i].gemm.beta == 0.0f);
+  ck_assert_int_eq(count_steps(k.r.plan, RT_STEP_LAUNCH), 2);
+
+  /* f64 (a group written by hand: fusion leaves f64 alone): our GEMM
+   * kernel loads C_in */
+  Job d = compile_with("graph res64 {\n"
+                       "  %x = input {name=\"x\"} : f64[6, 40]\n"
+                       "  %r = input {name=\"r\"} : f64[6, 24]\n"
+                       "  %w = param {name=\"fc.weight\"} : f64[24, 40]\n"
+                       "  %0 = linear %x, %w : f64[6, 24] #k0\n"
+                       "  %1 = add %0, %r : f64[6, 24] #k0\n"
+                       "  return %1 as \"a\"\n"
+                       "}\n",
+                       false, (CgOptions){0});
+  check_numbers(&d, -2, 2);
+  ck_assert_int_eq(d.r.plan->n_steps, 1);
+  /* An f64 matmul plus a bias is our GEMM kernel and the group's: no
+   * cuBLASLt epilogue (it was an internal error) */
+  Job e = compile_with("graph mb64 {\n"
+                       "  %x = input {name=\"x\"} : f64[6, 40]\n"
+                       "  %w = param {name=\"w\"} : f64[40, 24]\n"
+                       "  %b = param {name=\"b\"} : f64[24]\n"
+                       "  %0 = matmul %x, %w : f64[6, 24] #k0\n"
+                       "  %1 = add %0, %b : f64[6, 24] #k0\n"
+                       "  return %1 as \"a\"\n"
+                       "}\n",
+                       false, (CgOptions){0});
+  check_numbers(&e, -2, 2);
+  ck_assert_ptr_nonnull(strstr(d.r.source, "c_in"));
+}
+END_TEST
+
 START_TEST(reduction_prologue_and_epilogue) {
   Job j = check_fused(
       "graph reduce {\n"
@@ -1129,6 +1227,7 @@ static Suite *fuse_suite(void) {
   tcase_add_test(t, pads_are_fused);
   tcase_add_test(t, concats_are_fused);
   tcase_add_test(t, conv_transpose_takes_an_epilogue);
+  tcase_add_test(t, residual_add_is_the_gemms_c);
   tcase_add_test(t, i64_arithmetic_is_fused);
   tcase_add_test(t, independent_maps_share_a_kernel);
   tcase_add_test(t, sibling_reductions_share_a_kernel);

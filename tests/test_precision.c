@@ -408,6 +408,42 @@ START_TEST(linear_activations_in_the_epilogue) {
 }
 END_TEST
 
+/* residual + (linear with or without its bias, or matmul plus a bias):
+ * at -O2 one GEMM each that reads the residual as C (beta 1), the sum
+ * rounded once, where the interpreter rounds the product and then the
+ * add: within check_ops's 4 units in the last place. */
+static const char residual_text[] = "graph res {\n"
+                                    "  %x = input {name=\"x\"} : @[6, 16]\n"
+                                    "  %r = input {name=\"r\"} : @[6, 9]\n"
+                                    "  %w = param {name=\"fc.weight\"} : @[9, 16]\n"
+                                    "  %b = param {name=\"fc.bias\"} : @[9]\n"
+                                    "  %y = linear %x, %w, %b : @[6, 9]\n"
+                                    "  %z = add %r, %y : @[6, 9]\n"
+                                    "  %w2 = param {name=\"fc2.weight\"} : @[9, 9]\n"
+                                    "  %g = linear %z, %w2 : @[6, 9]\n"
+                                    "  %h = add %g, %z : @[6, 9]\n"
+                                    "  %v = param {name=\"m.weight\"} : @[9, 9]\n"
+                                    "  %m = matmul %h, %v : @[6, 9]\n"
+                                    "  %mb = add %m, %b : @[6, 9]\n"
+                                    "  %o = add %mb, %r : @[6, 9]\n"
+                                    "  return %z as \"z\", %h as \"h\", %o as \"o\"\n"
+                                    "}\n";
+
+START_TEST(residual_in_the_gemm) {
+  check_ops(residual_text, -1, 1);
+  for (int t = 0; t < 2; t++) {
+    Ctx c;
+    ctx_init(&c);
+    char *src = with_dtype(residual_text, lows[t]);
+    CgResult cg = compile(optimize(parse_ir(&c, src), TY_F32, 2));
+    ck_assert_int_eq(gemms_of(cg.plan, lows[t]), 3);
+    for (uint32_t i = 0; i < cg.plan->n_steps; i++) ck_assert(cg.plan->steps[i].gemm.beta == 1.0f);
+    free(src);
+    ctx_free(&c);
+  }
+}
+END_TEST
+
 START_TEST(convolutions_and_pools) {
   check_ops("graph conv {\n"
             "  %x = input {name=\"x\"} : @[2, 3, 11, 11]\n"
@@ -671,6 +707,7 @@ static Suite *precision_suite(void) {
   tcase_add_test(tc, reductions_and_normalizations);
   tcase_add_test(tc, matrix_products);
   tcase_add_test(tc, linear_activations_in_the_epilogue);
+  tcase_add_test(tc, residual_in_the_gemm);
   tcase_add_test(tc, convolutions_and_pools);
   tcase_add_test(tc, bn_folds_before_precision);
   tcase_add_test(tc, data_movement);

@@ -195,8 +195,9 @@ static int fake_launch(RtDevice *d, RtModule *m, const RtLaunch *l, const void *
   return 0;
 }
 /* Row-major, f32, no batch or transposes: all the test plans use. */
-static int fake_gemm(RtDevice *d, const RtGemm *g, RtDevPtr pa, RtDevPtr pb, RtDevPtr pc, RtDevPtr bias) {
-  if (d->broken || bias) return -1;
+static int fake_gemm(RtDevice *d, const RtGemm *g, RtDevPtr pa, RtDevPtr pb, RtDevPtr pc, RtDevPtr pcin,
+                     RtDevPtr bias) {
+  if (d->broken || bias || pcin) return -1;
   const float *a = (const float *)(uintptr_t)pa, *b = (const float *)(uintptr_t)pb;
   float *c = (float *)(uintptr_t)pc;
   for (int64_t i = 0; i < g->m; i++)
@@ -385,6 +386,28 @@ START_TEST(plan_gemm_bias_grad) {
   g->alpha = 1, g->beta = 1;
   ck_assert_int_eq(rt_plan_validate(&plan, err, sizeof err), -1);
   ck_assert_str_eq(err, "plan: step 1 (matmul %2): gemm: a bgrad epilogue takes batch 1, alpha 1 and beta 0");
+}
+END_TEST
+
+/* beta * C_in: C itself, or C's shape in bytes of their own (a
+ * residual), in range; no C_in without a beta. */
+START_TEST(plan_gemm_c_in) {
+  RtGemm *g = &steps[1].gemm; /* C: 2 x 2 floats at out0+0 */
+  g->beta = 1;
+  g->c_in = (RtRef){RT_SPACE_ARENA, 0, 48};
+  ck_assert_int_eq(rt_plan_validate(&plan, err, sizeof err), 0);
+  g->c_in.offset = 52;
+  ck_assert_int_eq(rt_plan_validate(&plan, err, sizeof err), -1);
+  ck_assert_str_eq(err, "plan: step 1 (matmul %2): gemm c_in: offset 52 + 16 bytes is outside ARENA (64 bytes)");
+  g->c_in = g->c;
+  ck_assert_int_eq(rt_plan_validate(&plan, err, sizeof err), 0);
+  g->c = (RtRef){RT_SPACE_ARENA, 0, 48};
+  g->c_in.space = RT_SPACE_ARENA, g->c_in.offset = 44;
+  ck_assert_int_eq(rt_plan_validate(&plan, err, sizeof err), -1);
+  ck_assert_str_eq(err, "plan: step 1 (matmul %2): gemm: c_in overlaps C without being C");
+  g->beta = 0;
+  ck_assert_int_eq(rt_plan_validate(&plan, err, sizeof err), -1);
+  ck_assert_str_eq(err, "plan: step 1 (matmul %2): gemm: c_in without a beta to read it");
 }
 END_TEST
 
@@ -678,7 +701,7 @@ START_TEST(gemm_to_blas_matches_emu) {
     memcpy(c_blas, c_emu, nc * sizeof *c_blas);
     RtBlasGemm x;
     ck_assert_msg(rt_gemm_to_blas(&g, &x, err, sizeof err) == 0, "%s", err);
-    ck_assert_msg(rt_emu_gemm(&g, a, b, c_emu, NULL, err, sizeof err) == 0, "%s", err);
+    ck_assert_msg(rt_emu_gemm(&g, a, b, c_emu, g.beta != 0.0f ? c_emu : NULL, NULL, err, sizeof err) == 0, "%s", err);
     blas_gemm_ref(&x, g.alpha, b, a, g.beta, c_blas); /* cuBLAS's A is the plan's b */
     for (size_t i = 0; i < nc; i++)
       ck_assert_msg(c_emu[i] == c_blas[i],
@@ -1178,6 +1201,7 @@ static Suite *runtime_suite(void) {
   tcase_add_test(tc, plan_gemm_past_buffer);
   tcase_add_test(tc, plan_gemm_epilogue);
   tcase_add_test(tc, plan_gemm_bias_grad);
+  tcase_add_test(tc, plan_gemm_c_in);
   tcase_add_test(tc, plan_gemm_writes_weights);
   tcase_add_test(tc, plan_desc_size_mismatch);
   tcase_add_test(tc, plan_copy_overlap);

@@ -244,12 +244,12 @@ static int f_launch(RtDevice *d, RtModule *m, const RtLaunch *l, const void *con
   }
   return 0;
 }
-static int f_gemm(RtDevice *d, const RtGemm *g, RtDevPtr a, RtDevPtr b, RtDevPtr c, RtDevPtr bias) {
+static int f_gemm(RtDevice *d, const RtGemm *g, RtDevPtr a, RtDevPtr b, RtDevPtr c, RtDevPtr c_in, RtDevPtr bias) {
   /* Small enough to compute: on the allocations themselves, under ASan. */
   if (g->m * g->n > 1 << 16 || g->k > 1 << 10 || g->batch > 64) return 0;
   char err[256];
   if (rt_emu_gemm(g, (const void *)(uintptr_t)a, (const void *)(uintptr_t)b, (void *)(uintptr_t)c,
-                  (void *)(uintptr_t)bias, err, sizeof err))
+                  (const void *)(uintptr_t)c_in, (void *)(uintptr_t)bias, err, sizeof err))
     return rt_device_fail(d, "%s", err);
   return 0;
 }

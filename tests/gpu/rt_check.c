@@ -145,10 +145,11 @@ typedef struct Case {
   float beta;
   uint32_t epilogue; /* RtEpilogue, its bias from input 3 */
   int64_t stride_bias; /* 0: one bias for every batch */
+  int apart; /* C_in is input 4, not C: a residual beside D */
 } Case;
 
 /* C (initial values from input 2, copied in) = epilogue(alpha op(A) op(B)
- * + beta C). */
+ * + beta C_in), C_in C itself or (apart) input 4. */
 static void gemm_case(const char *backend, const Case *c) {
   static const char *const names[] = {"f32", "f16", "bf16"};
   static const char *const epilogues[] = {"", " +bias", " relu(+bias)", " gelu(+bias)", " bgrad"};
@@ -169,11 +170,12 @@ static void gemm_case(const char *backend, const Case *c) {
   bool bgrad = c->epilogue == RT_EPILOGUE_BGRAD; /* bias: m sums of op(A)'s rows, output 1 */
   size_t nbias = bgrad ? (size_t)c->m : (size_t)((c->batch - 1) * c->stride_bias + c->n);
   void *a = malloc(na * es), *b = malloc(nb * es), *c0 = malloc(nc * es), *want = malloc(nc * es),
-       *got = malloc(nc * es), *bias = malloc(nbias * es), *got_bias = malloc(nbias * es);
+       *got = malloc(nc * es), *bias = malloc(nbias * es), *got_bias = malloc(nbias * es), *cin = malloc(nc * es);
   for (size_t i = 0; i < na; i++) store(c->dt, a, i, uniform());
   for (size_t i = 0; i < nb; i++) store(c->dt, b, i, uniform());
   for (size_t i = 0; i < nc; i++) store(c->dt, c0, i, uniform());
   for (size_t i = 0; i < nbias; i++) store(c->dt, bias, i, uniform());
+  for (size_t i = 0; i < nc; i++) store(c->dt, cin, i, uniform());
   memcpy(want, c0, nc * es);
   char err[512];
   char what[200];
@@ -181,16 +183,20 @@ static void gemm_case(const char *backend, const Case *c) {
            names[c->dt], c->ta ? "T" : "N", c->tb ? "T" : "N", (long long)c->m, (long long)c->n, (long long)c->k,
            (long long)c->batch, c->bcast == 1 ? " (A broadcast)" : c->bcast == 2 ? " (B broadcast)" : "",
            (double)c->beta, epilogues[c->epilogue], (long long)c->stride_bias);
-  if (rt_emu_gemm(&g, a, b, want, c->epilogue ? bias : NULL, err, sizeof err)) {
+  if (c->apart) snprintf(what + strlen(what), sizeof what - strlen(what), " + C apart");
+  if (rt_emu_gemm(&g, a, b, want, c->beta == 0.0f ? NULL : c->apart ? cin : want, c->epilogue ? bias : NULL, err,
+                  sizeof err)) {
     report(false, "%s: emu: %s", what, err);
     goto done;
   }
-  RtTensorDesc in[4] = {flat("a", c->dt, na, RT_SPACE_INPUT, 0), flat("b", c->dt, nb, RT_SPACE_INPUT, 1),
-                        flat("c0", c->dt, nc, RT_SPACE_INPUT, 2), flat("bias", c->dt, nbias, RT_SPACE_INPUT, 3)};
+  RtTensorDesc in[5] = {flat("a", c->dt, na, RT_SPACE_INPUT, 0), flat("b", c->dt, nb, RT_SPACE_INPUT, 1),
+                        flat("c0", c->dt, nc, RT_SPACE_INPUT, 2), flat("bias", c->dt, nbias, RT_SPACE_INPUT, 3),
+                        flat("cin", c->dt, nc, RT_SPACE_INPUT, 4)};
   RtTensorDesc out[2] = {flat("c", c->dt, nc, RT_SPACE_OUTPUT, 0), flat("bias", c->dt, nbias, RT_SPACE_OUTPUT, 1)};
   g.a = (RtRef){RT_SPACE_INPUT, 0, 0};
   g.b = (RtRef){RT_SPACE_INPUT, 1, 0};
   g.c = (RtRef){RT_SPACE_OUTPUT, 0, 0};
+  if (c->beta != 0.0f) g.c_in = c->apart ? (RtRef){RT_SPACE_INPUT, 4, 0} : g.c;
   if (c->epilogue) g.bias = (RtRef){bgrad ? RT_SPACE_OUTPUT : RT_SPACE_INPUT, bgrad ? 1 : 3, 0};
   RtStep steps[2] = {
       {.kind = RT_STEP_COPY, .label = "c = c0", .copy = {.dst = g.c, .src = {RT_SPACE_INPUT, 2, 0}, .nbytes = nc * es}},
@@ -198,12 +204,12 @@ static void gemm_case(const char *backend, const Case *c) {
   /* The kernels ride along unused: emu wants source to load. */
   RtPlan plan = {.magic = RT_PLAN_MAGIC, .version = RT_PLAN_VERSION, .model_name = "rt_check", .source = kernel_src,
                  .n_kernels = 3, .kernels = kernels, .n_contracts = 3, .contracts = contracts,
-                 .n_steps = 2, .steps = steps, .n_inputs = 4, .inputs = in,
+                 .n_steps = 2, .steps = steps, .n_inputs = 5, .inputs = in,
                  .n_outputs = bgrad ? 2 : 1, .outputs = out};
   DlrtModel *m = open_plan(&plan, backend, what);
   if (!m) goto done;
   if (dlrt_set_input(m, 0, a, na * es) || dlrt_set_input(m, 1, b, nb * es) || dlrt_set_input(m, 2, c0, nc * es) ||
-      dlrt_set_input(m, 3, bias, nbias * es) || dlrt_run(m) || dlrt_get_output(m, 0, got, nc * es) ||
+      dlrt_set_input(m, 3, bias, nbias * es) || dlrt_set_input(m, 4, cin, nc * es) || dlrt_run(m) || dlrt_get_output(m, 0, got, nc * es) ||
       (bgrad && dlrt_get_output(m, 1, got_bias, nbias * es))) {
     report(false, "%s: %s", what, dlrt_error(m));
     dlrt_close(m);
@@ -229,7 +235,7 @@ static void gemm_case(const char *backend, const Case *c) {
   double rel = worst / (scale > 0 ? scale : 1), tol = c->dt == RT_DT_F32 ? 1e-5 : c->dt == RT_DT_F16 ? 5e-3 : 2e-2;
   report(rel <= tol, "%s: max rel err %.3g (tolerance %.0e) at %zu", what, rel, tol, at);
 done:
-  free(a), free(b), free(c0), free(want), free(got), free(bias), free(got_bias);
+  free(a), free(b), free(c0), free(want), free(got), free(bias), free(got_bias), free(cin);
 }
 
 /* int8: i8 A and B, i32 C, exact.  Leading dimensions and batch strides
@@ -255,7 +261,7 @@ static void gemm_i8_case(const char *backend, uint32_t ta, uint32_t tb, int64_t 
   char err[512], what[160];
   snprintf(what, sizeof what, "gemm i8->i32 %s%s m=%lld n=%lld k=%lld batch=%lld", ta ? "T" : "N", tb ? "T" : "N",
            (long long)m, (long long)n, (long long)k, (long long)batch);
-  if (rt_emu_gemm(&g, a, b, want, NULL, err, sizeof err)) {
+  if (rt_emu_gemm(&g, a, b, want, NULL, NULL, err, sizeof err)) {
     report(false, "%s: emu: %s", what, err);
     goto done;
   }
@@ -303,34 +309,41 @@ static void gemm_checks(const char *backend, bool big) {
   }
   for (uint32_t dt = RT_DT_F32; dt <= RT_DT_BF16; dt++) {
     for (uint32_t t = 0; t < 4; t++) {
-      Case c = {dt, t & 1, t >> 1, 5, 7, 3, 1, 0, 0.0f, 0, 0};
+      Case c = {dt, t & 1, t >> 1, 5, 7, 3, 1, 0, 0.0f, 0, 0, 0};
       gemm_case(backend, &c);
-      c = (Case){dt, t & 1, t >> 1, 33, 17, 40, 3, 1 + (int)(t & 1), 0.5f, 0, 0};
+      c = (Case){dt, t & 1, t >> 1, 33, 17, 40, 3, 1 + (int)(t & 1), 0.5f, 0, 0, 0};
       gemm_case(backend, &c);
     }
     /* The epilogues codegen asks for (a linear layer: B transposed, no
      * batch; gelu in f16 and bf16 only), and one batched with beta. */
     /* A linear's weight and bias gradients, dy^T x and dy's column sums
      * (A = dy transposed, batch 1, beta 0), as codegen asks for them. */
-    Case bg = {dt, 1, 0, 10, 512, 8, 1, 0, 0.0f, RT_EPILOGUE_BGRAD, 0};
+    Case bg = {dt, 1, 0, 10, 512, 8, 1, 0, 0.0f, RT_EPILOGUE_BGRAD, 0, 0};
     gemm_case(backend, &bg);
-    bg = (Case){dt, 1, 0, 120, 400, 64, 1, 0, 0.0f, RT_EPILOGUE_BGRAD, 0};
+    bg = (Case){dt, 1, 0, 120, 400, 64, 1, 0, 0.0f, RT_EPILOGUE_BGRAD, 0, 0};
     gemm_case(backend, &bg);
     for (uint32_t e = RT_EPILOGUE_BIAS; e < RT_EPILOGUE_BGRAD; e++) {
       if (e == RT_EPILOGUE_GELU_BIAS && dt == RT_DT_F32) continue;
-      Case c = {dt, 0, 1, 33, 17, 40, 1, 0, 0.0f, e, 0};
+      Case c = {dt, 0, 1, 33, 17, 40, 1, 0, 0.0f, e, 0, 0};
       gemm_case(backend, &c);
-      c = (Case){dt, 0, 0, 9, 24, 16, 3, 1, 0.5f, e, 0};
+      c = (Case){dt, 0, 0, 9, 24, 16, 3, 1, 0.5f, e, 0, 0};
       gemm_case(backend, &c);
+      /* A residual added by the GEMM (codegen's residual + linear) */
+      if (e == RT_EPILOGUE_BIAS) {
+        c = (Case){dt, 0, 1, 33, 17, 40, 1, 0, 1.0f, e, 0, 1};
+        gemm_case(backend, &c);
+        c = (Case){dt, 0, 0, 9, 24, 16, 3, 1, 1.0f, RT_EPILOGUE_NONE, 0, 1};
+        gemm_case(backend, &c);
+      }
       /* Linears of one input as one GEMM (codegen/gemm_batch.c): A
        * shared, one bias per batch (cuBLASLt's BIAS_BATCH_STRIDE), at
        * the stride codegen pads to 256 bytes and at an odd one. */
-      c = (Case){dt, 0, 1, 32, 64, 48, 3, 1, 0.0f, e, dt == RT_DT_F32 ? 64 : 128};
+      c = (Case){dt, 0, 1, 32, 64, 48, 3, 1, 0.0f, e, dt == RT_DT_F32 ? 64 : 128, 0};
       gemm_case(backend, &c);
-      c = (Case){dt, 0, 1, 20, 24, 40, 4, 1, 0.0f, e, 27};
+      c = (Case){dt, 0, 1, 20, 24, 40, 4, 1, 0.0f, e, 27, 0};
       gemm_case(backend, &c);
       if (big) {
-        c = (Case){dt, 0, 1, 128, 2048, 512, 1, 0, 0.0f, e, 0};
+        c = (Case){dt, 0, 1, 128, 2048, 512, 1, 0, 0.0f, e, 0, 0};
         gemm_case(backend, &c);
       }
     }
@@ -338,10 +351,11 @@ static void gemm_checks(const char *backend, bool big) {
     /* Shapes the models use (a conv as a GEMM, attention, a linear
      * layer), and big ones where cuBLAS picks tensor-core and split-K
      * kernels; k = 4096 makes TF32 visible (about 1e-3). */
-    Case shapes[] = {{dt, 0, 0, 64, 12544, 147, 1, 0, 0.0f, 0, 0},  {dt, 0, 0, 16, 16, 64, 16, 0, 0.0f, 0, 0},
-                     {dt, 0, 1, 8, 512, 784, 1, 0, 0.0f, 0, 0},     {dt, 0, 1, 128, 2048, 512, 1, 0, 1.0f, 0, 0},
-                     {dt, 0, 0, 256, 256, 4096, 1, 0, 0.0f, 0, 0},  {dt, 1, 1, 768, 768, 768, 2, 2, 0.0f, 0, 0},
-                     {dt, 0, 1, 64, 64, 65536, 1, 0, 0.0f, 0, 0}};
+    Case shapes[] = {{dt, 0, 0, 64, 12544, 147, 1, 0, 0.0f, 0, 0, 0},  {dt, 0, 0, 16, 16, 64, 16, 0, 0.0f, 0, 0, 0},
+                     {dt, 0, 1, 8, 512, 784, 1, 0, 0.0f, 0, 0, 0},     {dt, 0, 1, 128, 2048, 512, 1, 0, 1.0f, 0, 0, 0},
+                     {dt, 0, 1, 128, 512, 2048, 1, 0, 1.0f, RT_EPILOGUE_BIAS, 0, 1},
+                     {dt, 0, 0, 256, 256, 4096, 1, 0, 0.0f, 0, 0, 0},  {dt, 1, 1, 768, 768, 768, 2, 2, 0.0f, 0, 0, 0},
+                     {dt, 0, 1, 64, 64, 65536, 1, 0, 0.0f, 0, 0, 0}};
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) gemm_case(backend, &shapes[i]);
   }
 }
