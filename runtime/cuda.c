@@ -397,6 +397,7 @@ static CUdeviceptr now_workspace(const CudaDevice *d) {
 static int cuda_capture_begin(RtDevice *base) {
   CudaDevice *d = (CudaDevice *)base;
   if (enter(d)) return -1;
+  d->side = 0; /* a capture starts, and ends, on the device's stream */
   return check(d, d->api.cuStreamBeginCapture(d->stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL),
                "cuStreamBeginCapture");
 }
@@ -404,6 +405,7 @@ static int cuda_capture_begin(RtDevice *base) {
 static int cuda_capture_end(RtDevice *base, RtGraph **out) {
   CudaDevice *d = (CudaDevice *)base;
   if (d->base.broken) return -1;
+  d->side = 0;
   CUgraph graph = NULL;
   if (check(d, d->api.cuStreamEndCapture(d->stream, &graph), "cuStreamEndCapture")) return -1;
   RtGraph *g = calloc(1, sizeof *g);

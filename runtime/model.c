@@ -711,10 +711,10 @@ static DlrtStatus capture_steps(DlrtModel *m, uint32_t first, uint32_t n, const 
   if (!rc && !s) rc = d->ops->use_stream(d, 0);
   for (uint32_t w = 0; !rc && !s && w < b->n_joins; w++) rc = d->ops->stream_wait(d, b->waits[b->join_first + w], 0);
   if (!rc && !s && b->lanes > m->most_lanes) m->most_lanes = b->lanes;
-  if (rc && !s) {
-    d->ops->use_stream(d, 0); /* so that the capture can end */
-    return device_error(m, "run: capturing side streams");
-  }
+  if (rc && !s) s = device_error(m, "run: capturing side streams");
+  /* back on the device's stream whatever failed: every later call goes
+   * where the capture ended, and where the host waits */
+  if (s) d->ops->use_stream(d, 0);
   return s;
 }
 
@@ -724,7 +724,7 @@ static DlrtStatus capture(DlrtModel *m) {
   Piece *pieces = calloc(p->n_steps ? p->n_steps : 1, sizeof *pieces);
   if (!pieces) return set_error(m, DLRT_E_NOMEM, "run: out of host memory for the graphs");
   uint32_t n = 0, outside = 0;
-  char note[sizeof m->graph_note] = "";
+  char note[sizeof m->graph_note] = "", step_error[400] = "";
   for (uint32_t i = 0; i < p->n_steps; i++)
     if (p->steps[i].kind == RT_STEP_BRANCH) {
       /* A graph would keep the branch taken when it was captured. */
@@ -762,6 +762,8 @@ static DlrtStatus capture(DlrtModel *m) {
     }
     s = capture_steps(m, i, j - i, &br);
     rt_stream_plan_free(&br);
+    /* the step's own message, which ending the broken capture overwrites */
+    if (s) snprintf(step_error, sizeof step_error, "%.399s", m->error);
     RtGraph *g = NULL;
     if (d->ops->capture_end(d, &g) || s) goto failed;
     pc->graph = g;
@@ -781,7 +783,7 @@ failed:
   drop_graphs(m);
   m->error[0] = 0;
   if (d->broken) return device_error(m, "run: capturing a graph");
-  snprintf(m->graph_note, sizeof m->graph_note, "off: capture failed: %.400s", rt_device_error(d));
+  snprintf(m->graph_note, sizeof m->graph_note, "off: capture failed: %.400s", step_error[0] ? step_error : rt_device_error(d));
   m->graphs = false;
   return DLRT_OK;
 }

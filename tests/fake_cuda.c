@@ -11,6 +11,8 @@
  *   FAKECUDA_NUM_REGS=N       ... using N registers a thread (32)
  *   FAKECUDA_NO_PINNED=1      cuMemHostAlloc fails (out of memory)
  *   FAKECUDA_CAPTURE_ERROR=E  cuStreamEndCapture returns CUresult E
+ *   FAKECUDA_FAIL_CAPTURED_LAUNCH=N  the Nth launch inside a capture fails
+ *                             (CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES)
  * Stream capture records kernels, device copies and memsets into a
  * graph instead of running them; cuGraphLaunch runs the copies and
  * memsets and counts the kernels.  Streams the fake made take part in a
@@ -75,6 +77,10 @@ struct CUgraphExec_st {
 };
 static struct CUgraph_st *capturing;
 static int graph_kernels;
+/* Launches outside a capture on a stream other than the last capture's
+ * origin (the device's stream): work the host would not wait for. */
+static CUstream origin;
+static int stray_launches, captured_launches;
 
 /* A call queued on s during a capture: s must take part. */
 static CUresult captured_call(CUstream s) {
@@ -97,10 +103,13 @@ static void count(const char *name) {
   for (int i = 0; i < N_COUNTED; i++)
     if (!strcmp(counted[i], name)) counts[i]++;
 }
-/* Calls of name so far (-1: not counted); kernels run by graphs. */
+/* Calls of name so far (-1: not counted); kernels run by graphs ("graph
+ * kernels"); launches outside a capture on a stream other than the last
+ * capture's origin ("stray launches"). */
 int fakecuda_calls(const char *name);
 int fakecuda_calls(const char *name) {
   if (!strcmp(name, "graph kernels")) return graph_kernels;
+  if (!strcmp(name, "stray launches")) return stray_launches;
   for (int i = 0; i < N_COUNTED; i++)
     if (!strcmp(counted[i], name)) return counts[i];
   return -1;
@@ -253,14 +262,18 @@ CUresult CUDAAPI cuFuncSetAttribute(CUfunction f, CUfunction_attribute a, int v)
   return CUDA_SUCCESS;
 }
 /* A launch, recorded while capturing, else counted under name. */
+
 static CUresult launch(const char *name, CUstream s) {
   if (capturing) {
+    const char *fail = getenv("FAKECUDA_FAIL_CAPTURED_LAUNCH");
+    if (fail && ++captured_launches == atoi(fail)) return CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES;
     CUresult r = captured_call(s);
     if (r == CUDA_SUCCESS) record(0, NULL, NULL, 0);
     return r;
   }
   count(name);
   launches++;
+  if (origin && s != origin) stray_launches++;
   return CUDA_SUCCESS;
 }
 CUresult CUDAAPI cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
@@ -345,6 +358,7 @@ CUresult CUDAAPI cuStreamBeginCapture(CUstream s, CUstreamCaptureMode mode) {
   count("cuStreamBeginCapture");
   if (capturing || !ours(s)) return CUDA_ERROR_ILLEGAL_STATE;
   capturing = calloc(1, sizeof *capturing);
+  origin = s;
   for (int i = 0; i < n_streams; i++) streams[i].capturing = false;
   ours(s)->capturing = true;
   return capturing ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
@@ -456,6 +470,7 @@ CUresult CUDAAPI cuGetErrorName(CUresult r, const char **s) {
   case CUDA_ERROR_NOT_FOUND: *s = "CUDA_ERROR_NOT_FOUND"; return CUDA_SUCCESS;
   case CUDA_ERROR_INVALID_IMAGE: *s = "CUDA_ERROR_INVALID_IMAGE"; return CUDA_SUCCESS;
   case CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED: *s = "CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED"; return CUDA_SUCCESS;
+  case CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES: *s = "CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES"; return CUDA_SUCCESS;
   default: *s = NULL; return CUDA_ERROR_INVALID_VALUE;
   }
 }

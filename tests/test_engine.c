@@ -429,6 +429,31 @@ START_TEST(fake_side_streams_capture) {
 }
 END_TEST
 
+/* A step that fails inside a capture on a side stream: graphs off with
+ * that step's message, and every later launch back on the device's
+ * stream, where the host waits. */
+START_TEST(fake_side_stream_failure_falls_back) {
+  char path[4096];
+  snprintf(path, sizeof path, "%s/tests/engine/inception.dl", srcdir());
+  dlc_model *m = compile(path, "cuda", 0);
+  static float x[2 * 3 * 12 * 12];
+  int d[N_WATCHED];
+  count_run(m, x, sizeof x, d); /* warm-up */
+  setenv("FAKECUDA_FAIL_CAPTURED_LAUNCH", "3", 1); /* steps 1 and 2 are on a side stream */
+  count_run(m, x, sizeof x, d);
+  unsetenv("FAKECUDA_FAIL_CAPTURED_LAUNCH");
+  int stray = calls("stray launches");
+  count_run(m, x, sizeof x, d);
+  ck_assert_int_eq(d[1], 7);
+  ck_assert_int_eq(calls("stray launches"), stray);
+  const char *r = dlc_engine_report(m);
+  ck_assert_msg(strstr(r, "graphs off: capture failed: run: capturing step 2 ") &&
+                    strstr(r, "CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES"),
+                "%s", r);
+  dlc_free(m);
+}
+END_TEST
+
 /* A capture the driver refuses: graphs off for the model, said why, and
  * the run launches its steps instead. */
 START_TEST(fake_capture_failure_falls_back) {
@@ -522,6 +547,7 @@ static Suite *engine_suite(void) {
   tcase_add_test(tc, fake_warm_resnet_is_one_graph_launch);
   tcase_add_test(tc, fake_capture_failure_falls_back);
   tcase_add_test(tc, fake_side_streams_capture);
+  tcase_add_test(tc, fake_side_stream_failure_falls_back);
   tcase_add_test(tc, fake_pageable_staging_and_caller_stream);
   tcase_add_test(tc, fake_batch_stream_overlaps);
   suite_add_tcase(s, tc);
