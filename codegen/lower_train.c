@@ -276,7 +276,7 @@ static void lower_dropout(CgBuild *b, const Node *n) {
   bits->a[2] = cg_kcast(k, i, TY_I64);
   if (n->n_in > 3) {
     /* ir_dropout_base, with first read at run time */
-    int64_t per = ir_dropout_base(&x->type, 1);
+    int64_t per = ir_dropout_base(&x->type, ir_attr_int(n, "batch"), 1);
     KExpr *first = cg_kload(k, buf_of(b, k, n->in[3], "first"), iv(k, 0));
     bits->a[2] = cg_kop2(k, OP_ADD, bits->a[2], cg_kop2(k, OP_MUL, first, cg_kimm(k, (double)per, TY_I64)));
   }

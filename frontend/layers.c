@@ -677,6 +677,15 @@ static Val bi_dropout(Lower *l, const Call *c) {
   if (!in[1] || !in[2] || !in[3]) return poison();
   Node *n = fe_node(l, OP_DROPOUT, 4, in, c->loc);
   ir_set_float(l->g, n, "p", p);
+  /* The samples x comes from, the first input's axis 0 (the batch the
+   * trainer splits): a flattened [N*T, D] still counts T*D a sample. */
+  for (Node *m = l->g->first; m; m = m->next)
+    if (m->op == OP_INPUT) {
+      if (m->out[0].type.rank > 0 && m->out[0].type.dims[0] > 0 &&
+          ir_type_numel(&x->type) % m->out[0].type.dims[0] == 0)
+        ir_set_int(l->g, n, "batch", m->out[0].type.dims[0]);
+      break;
+    }
   ir_set_int(l->g, n, "stream", fe_map(l, &l->counters, "\x01dropout", true)->n++);
   return val_tensor(fe_emit(l, n));
 }

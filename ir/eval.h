@@ -164,8 +164,9 @@ void ir_philox4x32_10(const uint32_t ctr[4], const uint32_t key[2], uint32_t out
 uint32_t ir_dropout_bits(uint64_t seed, uint64_t offset, uint64_t i, uint32_t stream);
 uint32_t ir_dropout_threshold(double p);
 double ir_dropout_scale(double p, DType dt);
-/* The element index where a dropout of x whose batch starts at sample
- * `first` of the global batch begins drawing (ops.def). */
-int64_t ir_dropout_base(const TensorType *x, int64_t first);
+/* The element index where a dropout of x, from a batch of `batch`
+ * samples (0: x's axis 0) that starts at sample `first` of the global
+ * batch, begins drawing (ops.def). */
+int64_t ir_dropout_base(const TensorType *x, int64_t batch, int64_t first);
 
 #endif

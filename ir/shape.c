@@ -1480,6 +1480,9 @@ bool shape_dropout(const Node *n, TensorType *out, char *err, size_t errlen) {
     return fail(err, errlen, "dropout: p must be a probability from 0 to 1");
   if (!stream || stream->kind != AK_INT || stream->i < 0 || stream->i > UINT32_MAX)
     return fail(err, errlen, "dropout: stream must be from 0 to 2^32 - 1");
+  const Attr *batch = ir_attr(n, "batch");
+  if (!batch || batch->kind != AK_INT || batch->i < 0)
+    return fail(err, errlen, "dropout: batch must be 0 (x's axis 0) or the samples x is computed from");
   out[0] = n->in[0]->type;
   return true;
 }

@@ -204,8 +204,9 @@ static bool eval_xent(const Node *n, const Tensor *x, const Tensor *t, const Ten
 
 /* Where x's elements are in the global batch's counter space: first
  * (x's first sample in the global batch) times the elements of a sample. */
-int64_t ir_dropout_base(const TensorType *x, int64_t first) {
+int64_t ir_dropout_base(const TensorType *x, int64_t batch, int64_t first) {
   int64_t count = ir_type_numel(x);
+  if (batch > 0 && count % batch == 0) return first * (count / batch);
   return x->rank == 0 || x->dims[0] == 0 ? first * count : first * (count / x->dims[0]);
 }
 
@@ -215,7 +216,7 @@ static void eval_dropout(const Node *n, const Tensor *x, const Tensor *seed, con
   uint32_t thr = ir_dropout_threshold(p), stream = (uint32_t)ir_attr_int(n, "stream");
   double scale = ir_dropout_scale(p, x->type.dtype);
   uint64_t s = (uint64_t)*(const int64_t *)seed->data, off = (uint64_t)*(const int64_t *)offset->data;
-  uint64_t base = first ? (uint64_t)ir_dropout_base(&x->type, *(const int64_t *)first->data) : 0;
+  uint64_t base = first ? (uint64_t)ir_dropout_base(&x->type, ir_attr_int(n, "batch"), *(const int64_t *)first->data) : 0;
   for (int64_t i = 0, count = ir_type_numel(&x->type); i < count; i++) {
     bool keep = ir_dropout_bits(s, off, base + (uint64_t)i, stream) >= thr;
     ir_tensor_set(out, i, keep ? ir_tensor_get(x, i) * scale : 0.0);
