@@ -479,7 +479,7 @@ bool pipe_gather(Pipeline *p, dlc_train *whole, bool *comm, char *err, size_t er
         ok = false, *comm = true;
     } else {
       char what[96];
-      snprintf(what, sizeof what, "receiving stage %d's parameters from rank %d", owner, owner);
+      snprintf(what, sizeof what, "receiving stage %d's parameters from rank %d", owner, d->world_rank + owner);
       if (dist_recv(d, owner, TAG(TAG_GATHER, 0), buf, info.nbytes, what) != DIST_OK)
         ok = false, *comm = true;
       else if (dlc_set_weight(wm, info.name, buf, info.nbytes) != DLC_OK)
@@ -514,12 +514,14 @@ static bool set_data(Pipeline *p, dlc_model *m, const int64_t *order, char *err,
 static bool forward(Pipeline *p, int m, const int64_t *order, bool *comm, char *err, size_t errlen) {
   Dist *d = p->c.dist;
   char what[96];
-  snprintf(what, sizeof what, "receiving activations from rank %d", p->s - 1);
+  snprintf(what, sizeof what, "receiving activations from rank %d", p->c.world->rank - 1);
   for (int k = 0; k < p->n_in; k++)
     if (dist_recv(d, p->s - 1, TAG(TAG_ACT, k), p->stash[m * p->n_in + k], p->in_bytes[k], what) != DIST_OK)
       return *comm = true, false;
   if (!p->fwd) return true; /* the last stage's forward is in its backward */
-  if (!set_data(p, p->fwd, order, err, errlen) || !set_rng(p, p->fwd, p->c.first_sample + m * p->b, err, errlen)) return false;
+  if (!set_data(p, p->fwd, order, err, errlen) ||
+      !set_rng(p, p->fwd, p->c.first_sample + m * p->b, err, errlen))
+    return false;
   for (int k = 0; k < p->n_in; k++) {
     char name[32];
     snprintf(name, sizeof name, "stage_in.%d", k);
@@ -544,11 +546,13 @@ static bool forward(Pipeline *p, int m, const int64_t *order, bool *comm, char *
 static bool backward(Pipeline *p, int m, const int64_t *order, bool *comm, char *err, size_t errlen) {
   Dist *d = p->c.dist;
   char what[96], name[32];
-  snprintf(what, sizeof what, "receiving gradients from rank %d", p->s + 1);
+  snprintf(what, sizeof what, "receiving gradients from rank %d", p->c.world->rank + 1);
   for (int k = 0; k < p->n_out; k++)
     if (dist_recv(d, p->s + 1, TAG(TAG_GRAD, k), p->dy[k], p->out_bytes[k], what) != DIST_OK)
       return *comm = true, false;
-  if (!set_data(p, p->bwd, order, err, errlen) || !set_rng(p, p->bwd, p->c.first_sample + m * p->b, err, errlen)) return false;
+  if (!set_data(p, p->bwd, order, err, errlen) ||
+      !set_rng(p, p->bwd, p->c.first_sample + m * p->b, err, errlen))
+    return false;
   for (int k = 0; k < p->n_in; k++) {
     snprintf(name, sizeof name, "stage_in.%d", k);
     if (dlc_set_weight(p->bwd, name, p->stash[m * p->n_in + k], p->in_bytes[k]) != DLC_OK)

@@ -16,6 +16,14 @@ t="${top_srcdir:-.}/tests/train"
 # 16 of the 22 samples (--drop-last), global batch 8: 2 steps an epoch.
 A="$t/mlp4.dl --loss=cross_entropy --optimizer=adamw --lr=0.05 --data $t/data --epochs 2 --drop-last --batch 8"
 
+# against RUN WHAT: RUN's checkpoint and its 4 losses are one process's.
+against() {
+  close "$tmp/one.ckpt.safetensors" "$tmp/$1.ckpt.safetensors" "$2"
+  losses "$tmp/$1.jsonl" >"$tmp/p.loss"
+  [ "$(wc -l <"$tmp/p.loss")" -eq 4 ] && agree "$tmp/one.loss" "$tmp/p.loss" && ok ||
+    fail "$2 losses: $(paste "$tmp/one.loss" "$tmp/p.loss")"
+}
+
 # One process, then each pipeline against it.  The ref backend keeps
 # the 8 runs quick; emu below runs the generated kernels.
 expect 0 "" "$dlcc" train $A --backend=ref --save "$tmp/one.safetensors" --log "$tmp/one.jsonl"
@@ -24,10 +32,7 @@ for c in 2:1:gpipe 2:4:gpipe 2:1:1f1b 2:4:1f1b 4:1:gpipe 4:4:gpipe 4:1:1f1b 4:4:
   s=${c%%:*} m=${c#*:}; m=${m%%:*} k=${c##*:}
   expect 0 "" mpi "$s" "$dlcc" train $A --backend=ref --pipeline="$s" --micro-batches="$m" --schedule="$k" \
     --save "$tmp/$s-$m-$k.safetensors" --log "$tmp/$s-$m-$k.jsonl"
-  close "$tmp/one.ckpt.safetensors" "$tmp/$s-$m-$k.ckpt.safetensors" "$s stages, $m micro-batches, $k"
-  losses "$tmp/$s-$m-$k.jsonl" >"$tmp/p.loss"
-  [ "$(wc -l <"$tmp/p.loss")" -eq 4 ] && agree "$tmp/one.loss" "$tmp/p.loss" && ok ||
-    fail "$c losses: $(paste "$tmp/one.loss" "$tmp/p.loss")"
+  against "$s-$m-$k" "$s stages, $m micro-batches, $k"
 done
 # Rank 0 prints the split and the bubble; the last run's output.
 grep -q '^pipeline: 4 stages, 4 micro-batches of 2, 1F1B; bubble (S-1)/(M+S-1) = 42.9%$' "$tmp/out" && ok ||
@@ -88,10 +93,7 @@ close "$tmp/drop1.ckpt.safetensors" "$tmp/drop2.ckpt.safetensors" "dropout on 2 
 for k in gpipe 1f1b; do
   expect 0 "" mpi 4 "$dlcc" train $A --backend=ref --pipeline=2 --micro-batches=2 --schedule=$k \
     --save "$tmp/dp-$k.safetensors" --log "$tmp/dp-$k.jsonl"
-  close "$tmp/one.ckpt.safetensors" "$tmp/dp-$k.ckpt.safetensors" "2 pipelines of 2 stages, $k"
-  losses "$tmp/dp-$k.jsonl" >"$tmp/p.loss"
-  [ "$(wc -l <"$tmp/p.loss")" -eq 4 ] && agree "$tmp/one.loss" "$tmp/p.loss" && ok ||
-    fail "2 x 2 $k losses: $(paste "$tmp/one.loss" "$tmp/p.loss")"
+  against "dp-$k" "2 pipelines of 2 stages, $k"
 done
 grep -qx '  data parallel: 2 pipelines of 2 stages (world rank w is stage w % 2 of pipeline w / 2), each 4 samples of every batch' \
   "$tmp/out" && [ "$(grep -c '^epoch ' "$tmp/out")" -eq 2 ] && ok || fail "2 x 2: rank 0 alone prints: $(cat "$tmp/out")"
