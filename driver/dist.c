@@ -45,7 +45,7 @@ static DistStatus mpi_fail(Dist *d, const char *what, int rc) {
   char s[MPI_MAX_ERROR_STRING];
   int len = 0;
   if (MPI_Error_string(rc, s, &len) != MPI_SUCCESS) snprintf(s, sizeof s, "error %d", rc);
-  snprintf(d->err, sizeof d->err, "rank %d: %s failed: %s", d->rank, what, s);
+  snprintf(d->err, sizeof d->err, "rank %d: %s failed: %s", d->world_rank, what, s);
   d->broken = true;
   return DIST_ERROR;
 }
@@ -66,7 +66,7 @@ static DistStatus wait_deadline(Dist *d, MPI_Request *r, const char *what) {
       snprintf(d->err, sizeof d->err,
                "rank %d: %s timed out after %g s waiting for the other ranks "
                "(one of them died, hangs or is much slower; --dist-timeout=S sets the limit)",
-               d->rank, what, d->timeout);
+               d->world_rank, what, d->timeout);
       d->broken = true;
       return DIST_TIMEOUT;
     }
@@ -93,6 +93,7 @@ bool dist_init(Dist *d, double timeout) {
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
   MPI_Comm_rank(MPI_COMM_WORLD, &d->rank);
   MPI_Comm_size(MPI_COMM_WORLD, &d->size);
+  d->world_rank = d->rank;
   return true;
 }
 
@@ -102,7 +103,7 @@ DistStatus dist_check(Dist *d, bool ok, const char *msg) {
   if (!ok) snprintf(mine.msg, sizeof mine.msg, "%s", msg ? msg : "failed");
   DistMsg *all = calloc((size_t)d->size, sizeof *all);
   if (!all) {
-    snprintf(d->err, sizeof d->err, "rank %d: out of memory for the status exchange", d->rank);
+    snprintf(d->err, sizeof d->err, "rank %d: out of memory for the status exchange", d->world_rank);
     return DIST_ERROR;
   }
   MPI_Request r;
@@ -151,7 +152,7 @@ DistStatus dist_start(Dist *d, float *x, size_t n, bool sum) {
   if (!d->n_pending) d->round_start = d->round_end = now_s();
   if (n > (size_t)INT_MAX / (size_t)d->size) {
     snprintf(d->err, sizeof d->err, "rank %d: an all-reduce of %zu values is more than one gather takes",
-             d->rank, n);
+             d->world_rank, n);
     return DIST_ERROR;
   }
   if (d->n_pending == d->cap_pending) {
@@ -171,7 +172,7 @@ DistStatus dist_start(Dist *d, float *x, size_t n, bool sum) {
   d->n_pending++;
   return DIST_OK;
 oom:
-  snprintf(d->err, sizeof d->err, "rank %d: out of memory for an all-reduce of %zu values", d->rank, n);
+  snprintf(d->err, sizeof d->err, "rank %d: out of memory for an all-reduce of %zu values", d->world_rank, n);
   d->broken = true;
   return DIST_ERROR;
 }
@@ -222,7 +223,7 @@ typedef struct DistSend {
 } DistSend;
 
 static DistStatus too_large(Dist *d, size_t bytes) {
-  snprintf(d->err, sizeof d->err, "rank %d: a message of %zu bytes is more than one send takes", d->rank, bytes);
+  snprintf(d->err, sizeof d->err, "rank %d: a message of %zu bytes is more than one send takes", d->world_rank, bytes);
   return DIST_ERROR;
 }
 
@@ -232,7 +233,7 @@ DistStatus dist_isend(Dist *d, int peer, int tag, const void *buf, size_t bytes)
     int cap = d->cap_sends ? 2 * d->cap_sends : 16;
     DistSend *p = realloc(d->sends, sizeof *p * (size_t)cap);
     if (!p) {
-      snprintf(d->err, sizeof d->err, "rank %d: out of memory for a send", d->rank);
+      snprintf(d->err, sizeof d->err, "rank %d: out of memory for a send", d->world_rank);
       return DIST_ERROR;
     }
     d->sends = p, d->cap_sends = cap;
@@ -262,7 +263,8 @@ DistStatus dist_allgather(Dist *d, const void *mine, void *all, size_t bytes) {
   DistStatus st = dist_check(d, true, NULL);
   if (st != DIST_OK) return st;
   if (bytes > (size_t)INT_MAX) {
-    snprintf(d->err, sizeof d->err, "rank %d: a gather of %zu bytes is more than one gather takes", d->rank, bytes);
+    snprintf(d->err, sizeof d->err, "rank %d: a gather of %zu bytes is more than one gather takes", d->world_rank,
+             bytes);
     return DIST_ERROR;
   }
   MPI_Request r;
@@ -283,7 +285,7 @@ bool dist_split(Dist *world, int color, int key, Dist *out) {
   out->timeout = world->timeout;
   if (world->size == 1) return true;
   MPI_Comm *c = malloc(sizeof *c);
-  if (!c) return snprintf(world->err, sizeof world->err, "rank %d: out of memory", world->rank), false;
+  if (!c) return snprintf(world->err, sizeof world->err, "rank %d: out of memory", world->world_rank), false;
   int rc = MPI_Comm_split(comm_of(world), color, key, c);
   if (rc != MPI_SUCCESS) {
     free(c);
@@ -291,6 +293,7 @@ bool dist_split(Dist *world, int color, int key, Dist *out) {
   }
   MPI_Comm_set_errhandler(*c, MPI_ERRORS_RETURN);
   out->group = c;
+  out->world_rank = world->world_rank;
   MPI_Comm_rank(*c, &out->rank);
   MPI_Comm_size(*c, &out->size);
   return true;

@@ -18,6 +18,7 @@
 
 typedef struct Dist {
   int rank, size;
+  int world_rank; /* this process's rank in the launch, which messages name (rank is the group's) */
   bool mpi;       /* MPI_Init ran here: dist_finish must finalize */
   void *group;    /* a group's MPI communicator (dist_split); NULL: the world's */
   double timeout; /* seconds a collective may wait for its peers */
@@ -55,8 +56,9 @@ bool dist_init(Dist *d, double timeout);
 /* The ranks of world with the same color as a group of their own
  * (MPI_Comm_split, ordered by key; every rank of world calls it), with
  * world's deadline: its collectives, status exchanges and messages
- * stay among them, and name the ranks by their number in the group.
- * dist_finish frees it.  False with the reason in world->err. */
+ * stay among them, and name the ranks by their number in the group
+ * (its own errors name this process by its world rank).  dist_finish
+ * frees it.  False with the reason in world->err. */
 bool dist_split(Dist *world, int color, int key, Dist *out);
 /* Every rank sends its status; any failure (the lowest rank's first)
  * comes back as DIST_PEER_FAILED with "rank R: MSG" in d->err.  A rank

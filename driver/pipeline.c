@@ -153,6 +153,10 @@ static void print_split(Pipeline *p) {
   printf("pipeline: %d stages%s, %d micro-batch%s of %" PRId64 ", %s; bubble (S-1)/(M+S-1) = %.1f%%\n", S,
          sp->marked ? " at the model's stage() marks" : "", M, M == 1 ? "" : "es", p->b,
          p->c.one_f_one_b ? "1F1B" : "GPipe", 100.0 * (S - 1) / (double)(M + S - 1));
+  int D = p->c.replicas ? p->c.replicas->size : 1;
+  if (D > 1)
+    printf("  data parallel: %d pipelines of %d stages (world rank w is stage w %% %d of pipeline w / %d), "
+           "each %" PRId64 " samples of every batch\n", D, S, S, S, p->c.batch);
   for (int s = 0; s < S; s++) {
     if (s > 0) {
       const StageCut *c = &sp->cut[s];
@@ -348,7 +352,7 @@ Pipeline *pipe_new(const PipeConfig *c, char *err, size_t errlen) {
     for (int i = 0; i < n->n_in && p->sp.stage[n->id] >= 0; i++)
       if (n->in[i]->def->op == OP_PARAM) p->param_stage[n->in[i]->def->id] = p->sp.stage[n->id];
   for (Node *n = p->g->first; n; n = n->next) p->dropout |= n->op == OP_DROPOUT && p->sp.stage[n->id] == p->s;
-  if (p->s == 0) print_split(p);
+  if (c->world->rank == 0) print_split(p);
   StageGraphs sg = {.p = p};
   rc = ctx_guard(&p->ctx, build_stage, &sg);
   if (rc || p->ctx.diag.errors) {
@@ -475,7 +479,7 @@ bool pipe_gather(Pipeline *p, dlc_train *whole, bool *comm, char *err, size_t er
         ok = false, *comm = true;
     } else {
       char what[96];
-      snprintf(what, sizeof what, "receiving stage %d's parameters from rank %d", owner, owner);
+      snprintf(what, sizeof what, "receiving stage %d's parameters from rank %d", owner, d->world_rank + owner);
       if (dist_recv(d, owner, TAG(TAG_GATHER, 0), buf, info.nbytes, what) != DIST_OK)
         ok = false, *comm = true;
       else if (dlc_set_weight(wm, info.name, buf, info.nbytes) != DLC_OK)
@@ -510,12 +514,14 @@ static bool set_data(Pipeline *p, dlc_model *m, const int64_t *order, char *err,
 static bool forward(Pipeline *p, int m, const int64_t *order, bool *comm, char *err, size_t errlen) {
   Dist *d = p->c.dist;
   char what[96];
-  snprintf(what, sizeof what, "receiving activations from rank %d", p->s - 1);
+  snprintf(what, sizeof what, "receiving activations from rank %d", p->c.world->rank - 1);
   for (int k = 0; k < p->n_in; k++)
     if (dist_recv(d, p->s - 1, TAG(TAG_ACT, k), p->stash[m * p->n_in + k], p->in_bytes[k], what) != DIST_OK)
       return *comm = true, false;
   if (!p->fwd) return true; /* the last stage's forward is in its backward */
-  if (!set_data(p, p->fwd, order, err, errlen) || !set_rng(p, p->fwd, m * p->b, err, errlen)) return false;
+  if (!set_data(p, p->fwd, order, err, errlen) ||
+      !set_rng(p, p->fwd, p->c.first_sample + m * p->b, err, errlen))
+    return false;
   for (int k = 0; k < p->n_in; k++) {
     char name[32];
     snprintf(name, sizeof name, "stage_in.%d", k);
@@ -540,11 +546,13 @@ static bool forward(Pipeline *p, int m, const int64_t *order, bool *comm, char *
 static bool backward(Pipeline *p, int m, const int64_t *order, bool *comm, char *err, size_t errlen) {
   Dist *d = p->c.dist;
   char what[96], name[32];
-  snprintf(what, sizeof what, "receiving gradients from rank %d", p->s + 1);
+  snprintf(what, sizeof what, "receiving gradients from rank %d", p->c.world->rank + 1);
   for (int k = 0; k < p->n_out; k++)
     if (dist_recv(d, p->s + 1, TAG(TAG_GRAD, k), p->dy[k], p->out_bytes[k], what) != DIST_OK)
       return *comm = true, false;
-  if (!set_data(p, p->bwd, order, err, errlen) || !set_rng(p, p->bwd, m * p->b, err, errlen)) return false;
+  if (!set_data(p, p->bwd, order, err, errlen) ||
+      !set_rng(p, p->bwd, p->c.first_sample + m * p->b, err, errlen))
+    return false;
   for (int k = 0; k < p->n_in; k++) {
     snprintf(name, sizeof name, "stage_in.%d", k);
     if (dlc_set_weight(p->bwd, name, p->stash[m * p->n_in + k], p->in_bytes[k]) != DLC_OK)
@@ -579,14 +587,22 @@ static bool backward(Pipeline *p, int m, const int64_t *order, bool *comm, char 
 
 /* The optimizer once, with the mean of the micro-batches' gradients (each
  * the gradient of its micro-batch's mean loss, so their mean is the
- * global batch's), then the new parameters into the other plans. */
-static bool update(Pipeline *p, float lr, char *err, size_t errlen) {
+ * pipeline's share's), averaged over the stage's D copies in rank order
+ * (equal shares: the global batch's, the same bits on each copy), then
+ * the new parameters into the other plans. */
+static bool update(Pipeline *p, float lr, bool *comm, char *err, size_t errlen) {
   if (!p->opt) return true;
   dlc_model *om = dlc_train_model(p->opt);
   float scale = 1.0f / (float)p->m_count;
+  Dist *rd = p->c.replicas;
   for (int j = 0; j < p->n_params; j++) {
     StageParam *sp = &p->params[j];
     for (size_t i = 0; i < sp->bytes / sizeof(float); i++) sp->acc[i] *= scale;
+    if (rd && dist_start(rd, sp->acc, sp->bytes / sizeof(float), false) != DIST_OK) return *comm = true, false;
+  }
+  if (rd && dist_wait(rd) != DIST_OK) return *comm = true, false;
+  for (int j = 0; j < p->n_params; j++) {
+    StageParam *sp = &p->params[j];
     char name[512];
     snprintf(name, sizeof name, "grad.%s", sp->name);
     if (dlc_set_input(om, name, sp->acc, sp->bytes) != DLC_OK) return run_failed(om, err, errlen);
@@ -600,7 +616,7 @@ bool pipe_step(Pipeline *p, const int64_t *order, float lr, float *loss, bool *c
   *comm = false;
   /* Every rank's status first: one that failed since the last step ends
    * the others here with its message. */
-  if (dist_check(d, true, NULL) != DIST_OK) return *comm = true, false;
+  if (dist_check(p->c.world, true, NULL) != DIST_OK) return *comm = true, false;
   int M = p->m_count, S = p->n_stages;
   /* GPipe: every forward, then every backward.  1F1B: S - s - 1 forwards
    * to fill the pipe, then one forward and one backward in turn, then
@@ -617,7 +633,7 @@ bool pipe_step(Pipeline *p, const int64_t *order, float lr, float *loss, bool *c
   }
   for (; ok && b < M; b++) ok = backward(p, b, order + b * p->b, comm, err, errlen);
   if (ok && dist_wait_sends(d) != DIST_OK) ok = false, *comm = true;
-  if (!ok || !update(p, lr, err, errlen)) return false;
+  if (!ok || !update(p, lr, comm, err, errlen)) return false;
   p->step++;
   /* The loss: the last stage's mean of the micro-batches', to rank 0. */
   float mean = p->loss / (float)M;
@@ -627,6 +643,8 @@ bool pipe_step(Pipeline *p, const int64_t *order, float lr, float *loss, bool *c
   if (S > 1 && p->s == 0 &&
       dist_recv(d, S - 1, TAG(TAG_LOSS, 0), &mean, sizeof mean, "receiving the loss from the last stage") != DIST_OK)
     return *comm = true, false;
+  /* The global batch's: the mean of the pipelines' (equal shares). */
+  if (p->c.replicas && p->s == 0 && dist_allreduce_mean(p->c.replicas, &mean, 1) != DIST_OK) return *comm = true, false;
   *loss = mean;
   return true;
 }

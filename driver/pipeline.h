@@ -1,10 +1,12 @@
 /* Pipeline parallel `dlcc train` (pipeline.c, docs/parallel.md): takes
- * the model, the loss, the data and the ranks of an mpirun of S
- * processes, splits the model into S stages (passes/stages.c), compiles
- * this rank's stage into its own plans, and runs each global batch as M
- * micro-batches under the GPipe or 1F1B schedule, activations sent
- * forward and their gradients back point to point, the gradients
- * accumulated over the micro-batches and the optimizer stepped once. */
+ * the model, the loss, the data and the ranks of an mpirun of D * S
+ * processes (D pipelines of S stages), splits the model into S stages
+ * (passes/stages.c), compiles this rank's stage into its own plans, and
+ * runs its pipeline's share of each global batch as M micro-batches
+ * under the GPipe or 1F1B schedule, activations sent forward and their
+ * gradients back point to point, the gradients accumulated over the
+ * micro-batches, averaged over the D copies of the stage, and the
+ * optimizer stepped once. */
 #ifndef DLCC_DRIVER_PIPELINE_H
 #define DLCC_DRIVER_PIPELINE_H
 
@@ -23,9 +25,12 @@ typedef struct PipeConfig {
   const LossSpec *loss;           /* NULL: the model's output 0 is its loss */
   int loss_output;
   const TrainData *data;
-  int64_t batch, micro; /* the global batch and M, micro-batches per batch */
+  int64_t batch, micro; /* the pipeline's share of a global batch and M, its micro-batches */
+  int64_t first_sample; /* where the pipeline's share starts in the global batch (dropout's masks) */
   bool one_f_one_b;     /* else GPipe */
-  Dist *dist;           /* rank r computes stage r */
+  Dist *dist;           /* the pipeline's ranks: rank s computes stage s */
+  Dist *world;          /* every rank: the status exchanged before each batch; rank 0 prints */
+  Dist *replicas;       /* the D ranks holding this stage (data parallel), NULL when D is 1 */
 } PipeConfig;
 
 typedef struct Pipeline Pipeline;
@@ -36,12 +41,13 @@ Pipeline *pipe_new(const PipeConfig *c, char *err, size_t errlen);
 /* This rank's stage takes its parameters and optimizer state from whole,
  * a training step of the whole model holding every rank's values. */
 bool pipe_bind(Pipeline *p, dlc_train *whole, char *err, size_t errlen);
-/* One global batch: samples order[0..batch), rank 0 gets the loss (the
- * mean of the micro-batches').  A failed exchange leaves the reason in
- * the Dist's err with *comm set. */
+/* One global batch: the pipeline's samples order[0..batch); stage 0 gets
+ * the loss (the mean of the micro-batches', then of the pipelines').  A
+ * failed exchange leaves the reason in the Dist's err with *comm set. */
 bool pipe_step(Pipeline *p, const int64_t *order, float lr, float *loss, bool *comm, char *err, size_t errlen);
-/* Every stage's parameters and optimizer state into rank 0's whole, so
- * that it saves (or validates) as one process would; every rank calls it. */
+/* Every stage's parameters and optimizer state into stage 0's whole, so
+ * that world rank 0 saves (or validates) as one process would; every
+ * rank calls it. */
 bool pipe_gather(Pipeline *p, dlc_train *whole, bool *comm, char *err, size_t errlen);
 void pipe_free(Pipeline *p);
 

@@ -82,7 +82,8 @@ static const char train_usage[] =
     "  --bucket-mb=M         gradients share all-reduces in buckets of about M MiB, as\n"
     "                        PyTorch DDP's bucket_cap_mb (25 there); 0, the default: one each\n"
     "Or, with --pipeline=S under S ranks, the model is cut into S stages, one a rank:\n"
-    "  --pipeline=S          pipeline parallel over S stages (S must be the rank count)\n"
+    "  --pipeline=S          pipeline parallel over S stages; mpirun -np D*S adds data\n"
+    "                        parallel over D pipelines of S consecutive ranks\n"
     "  --micro-batches=M     micro-batches per --batch (default 1); the optimizer steps once\n"
     "  --schedule=gpipe|1f1b the micro-batches' order (default gpipe); also --pipe-schedule=\n"
     "  --tensor-parallel=T   split linear pairs and attention heads over T ranks, each holding\n"
@@ -322,9 +323,9 @@ typedef struct Run {
   int64_t first_sample; /* where this rank's share of the batch starts in it */
   Pipeline *pipe;  /* --pipeline: this rank's stage; step is then the whole model, kept for saving */
   int tp, dp;      /* tensor-parallel ranks (--tensor-parallel), data-parallel groups: tp * dp ranks */
-  /* The ranks of this rank's tensor group (consecutive world ranks) and
-   * of its data group (the ranks of the same tensor rank): the world
-   * itself when the job has one kind. */
+  /* The ranks of this rank's tensor group or pipeline (consecutive world
+   * ranks) and of its data group (the ranks of the same tensor rank or
+   * stage): the world itself when the job has one kind. */
   Dist *tgroup, *dgroup;
   bool tp_noted; /* the split was printed (once, for the first step compiled) */
 } Run;
@@ -620,7 +621,7 @@ static bool train_batch(Run *r, dlc_train *t, const int64_t *order, int64_t n, f
     if (!pipe_ok(ok, comm, err)) return false;
     r->global_step++;
     r->steps_done++;
-    r->samples_done += n;
+    r->samples_done += n * r->dp;
     log_step(r, *loss, lr);
     return true;
   }
@@ -709,10 +710,11 @@ static bool run_epoch(Run *r) {
   for (int64_t k = 0; k < full + (r->rest_n > 0); k++) {
     float loss;
     bool last = k == full;
-    /* Rank q takes the q-th equal slice of each batch, in the order
+    /* Data group q (a tensor group or a pipeline: world ranks
+     * q * per ..) takes the q-th equal slice of each batch, in the order
      * every rank computes alike from the seed. */
-    int64_t share = r->pipe ? b : (last ? r->rest_n : b) / r->dp;
-    r->first_sample = r->pipe ? 0 : r->dist->rank / r->tp * share;
+    int64_t share = (last ? r->rest_n : b) / r->dp, per = r->pipe ? r->a->pipeline : r->tp;
+    r->first_sample = r->dist->rank / per * share;
     if (!train_batch(r, last ? r->rest : r->step, r->order + k * b + r->first_sample, share, &loss)) return false;
     loss_sum += loss;
     steps++;
@@ -734,15 +736,15 @@ static bool run_epoch(Run *r) {
  * check, the weights), then this rank's stage. */
 static bool compile_pipeline(Run *r) {
   TrainArgs *a = r->a;
-  int64_t s = a->pipeline, m = a->micro_batches;
-  if (r->dist->size != s)
-    snprintf(last_error, sizeof last_error,
-             "--pipeline=%" PRId64 " needs %" PRId64 " ranks, one a stage, and this job has %d (pipeline and data "
-             "parallel do not combine yet)", s, s, r->dist->size);
-  else if (a->batch % m)
+  int64_t m = a->micro_batches, D = r->dp;
+  if (D == 1 && a->batch % m)
     snprintf(last_error, sizeof last_error,
              "--batch=%" PRId64 " does not divide into %" PRId64 " micro-batches: give a multiple of %" PRId64,
              a->batch, m, m);
+  else if (a->batch % (D * m))
+    snprintf(last_error, sizeof last_error,
+             "--batch=%" PRId64 " does not divide into %" PRId64 " pipelines of %" PRId64
+             " micro-batches: give a multiple of %" PRId64, a->batch, D, m, D * m);
   else if (r->rest_n)
     snprintf(last_error, sizeof last_error,
              "the last batch of %" PRId64 " samples is smaller than --batch=%" PRId64 ": add --drop-last, or give a "
@@ -753,14 +755,16 @@ static bool compile_pipeline(Run *r) {
     fprintf(stderr, "dlcc: error: %s\n", last_error);
     return false;
   }
-  if (!(r->step = compile_for(r, &r->data, a->batch / m, FOR_STEP))) return false;
+  if (!(r->step = compile_for(r, &r->data, a->batch / (D * m), FOR_STEP))) return false;
   if (!check_classes(r, &r->data)) return false;
   if (a->val && !r->dist->rank && !(r->eval = compile_for(r, &r->val, a->batch, FOR_EVAL))) return false;
   dlc_train_options o;
   if (!train_options(a, &o)) return false;
   PipeConfig pc = {.model_path = a->model_path, .train = &o, .loss = a->loss.name ? &a->loss_spec : NULL,
-                   .loss_output = a->loss.output, .data = &r->data, .batch = a->batch, .micro = m,
-                   .one_f_one_b = a->pipe_schedule && strcmp(a->pipe_schedule, "1f1b") == 0, .dist = r->dist};
+                   .loss_output = a->loss.output, .data = &r->data, .batch = a->batch / D, .micro = m,
+                   .first_sample = r->dist->rank / a->pipeline * (a->batch / D),
+                   .one_f_one_b = a->pipe_schedule && strcmp(a->pipe_schedule, "1f1b") == 0, .dist = r->tgroup,
+                   .world = r->dist, .replicas = D > 1 ? r->dgroup : NULL};
   char err[4096];
   if (!(r->pipe = pipe_new(&pc, err, sizeof err))) {
     fprintf(stderr, strstr(err, ": error: ") ? "%s\n" : "dlcc: error: %s\n", err); /* located: as diag wrote it */
@@ -856,19 +860,22 @@ static void teardown(Run *r) {
 
 static void end_ranks(Dist *d, bool ok) { dist_end(d, ok, last_error[0] ? last_error : NULL); }
 
-/* --tensor-parallel=T against the launch's ranks: D = ranks / T
- * data-parallel groups of T consecutive ranks. */
+/* --tensor-parallel=T or --pipeline=S against the launch's ranks: D =
+ * ranks / T data-parallel groups of T consecutive ranks, or D pipelines
+ * of S. */
 static bool parallel_shape(Run *r) {
-  int T = r->tp, k = r->dist->size;
-  /* a pipeline's ranks are its stages, none a data-parallel group */
-  if (r->a->pipeline && T == 1) return r->dp = 1, true;
-  if (T == 1) return true;
-  if (r->a->pipeline) {
+  int T = r->tp, k = r->dist->size, S = (int)r->a->pipeline;
+  if (S && T > 1)
     snprintf(last_error, sizeof last_error, "--tensor-parallel does not combine with --pipeline yet");
-    fprintf(stderr, "dlcc: error: %s\n", last_error);
-    return false;
-  }
-  if (k % T)
+  else if (S && k % S)
+    snprintf(last_error, sizeof last_error,
+             "--pipeline=%d does not divide the %d rank%s of the launch (mpirun -np %d for one pipeline, a multiple "
+             "of %d for data parallel over pipelines of %d)", S, k, k == 1 ? "" : "s", S, S, S);
+  else if (S)
+    return r->dp = k / S, true;
+  else if (T == 1)
+    return true;
+  else if (k % T)
     snprintf(last_error, sizeof last_error,
              "--tensor-parallel=%d does not divide the %d ranks of the launch "
              "(mpirun -np %d for tensor parallel alone, a multiple of %d for data parallel over groups of %d)",
@@ -883,18 +890,20 @@ static bool parallel_shape(Run *r) {
 }
 
 /* D x T ranks: world rank w is rank w % T of tensor group w / T, and
- * rank w / T of data group w % T. */
+ * rank w / T of data group w % T.  D x S the same with pipelines of S
+ * stages for tensor groups (tgroup is then the pipeline's ranks). */
 static bool make_groups(Run *r, Dist *tg, Dist *dg) {
   Dist *d = r->dist;
+  int per = r->a->pipeline ? (int)r->a->pipeline : r->tp;
   r->tgroup = r->dgroup = d;
-  if (r->tp == 1 || r->dp == 1) return true;
-  if (!dist_split(d, d->rank / r->tp, d->rank % r->tp, tg)) return fprintf(stderr, "dlcc: error: %s\n", d->err), false;
-  if (!dist_split(d, d->rank % r->tp, d->rank / r->tp, dg)) {
+  if (r->dp == 1 || (per == 1 && !r->a->pipeline)) return true;
+  if (!dist_split(d, d->rank / per, d->rank % per, tg)) return fprintf(stderr, "dlcc: error: %s\n", d->err), false;
+  if (!dist_split(d, d->rank % per, d->rank / per, dg)) {
     dist_finish(tg);
     return fprintf(stderr, "dlcc: error: %s\n", d->err), false;
   }
   r->tgroup = tg, r->dgroup = dg;
-  r->comm = (DistComm){tg, dg, NULL, NULL};
+  if (!r->a->pipeline) r->comm = (DistComm){tg, dg, NULL, NULL};
   return true;
 }
 

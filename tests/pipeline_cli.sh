@@ -5,8 +5,9 @@
 # (f32 1e-5: every loss and every tensor of the checkpoint rank 0
 # writes), both schedules the same bits, --resume, a run repeated the
 # same bytes (on emu), the split rank 0 prints, stages the model marks,
-# dropout, a stage without parameters, the refusals, and a rank that
-# fails or vanishes ending every rank with a message naming it.  Skips without mpirun or without MPI in dlcc.
+# dropout, a stage without parameters, 2 pipelines of 2 stages (data
+# parallel over pipelines), the refusals, and a rank that fails or
+# vanishes ending every rank with a message naming it.  Skips without mpirun or without MPI in dlcc.
 set -u
 . "${top_srcdir:-.}/tests/clilib.sh"
 dlcc="${top_builddir:-.}/dlcc"
@@ -14,6 +15,14 @@ t="${top_srcdir:-.}/tests/train"
 . "${top_srcdir:-.}/tests/mpilib.sh"
 # 16 of the 22 samples (--drop-last), global batch 8: 2 steps an epoch.
 A="$t/mlp4.dl --loss=cross_entropy --optimizer=adamw --lr=0.05 --data $t/data --epochs 2 --drop-last --batch 8"
+
+# against RUN WHAT: RUN's checkpoint and its 4 losses are one process's.
+against() {
+  close "$tmp/one.ckpt.safetensors" "$tmp/$1.ckpt.safetensors" "$2"
+  losses "$tmp/$1.jsonl" >"$tmp/p.loss"
+  [ "$(wc -l <"$tmp/p.loss")" -eq 4 ] && agree "$tmp/one.loss" "$tmp/p.loss" && ok ||
+    fail "$2 losses: $(paste "$tmp/one.loss" "$tmp/p.loss")"
+}
 
 # One process, then each pipeline against it.  The ref backend keeps
 # the 8 runs quick; emu below runs the generated kernels.
@@ -23,10 +32,7 @@ for c in 2:1:gpipe 2:4:gpipe 2:1:1f1b 2:4:1f1b 4:1:gpipe 4:4:gpipe 4:1:1f1b 4:4:
   s=${c%%:*} m=${c#*:}; m=${m%%:*} k=${c##*:}
   expect 0 "" mpi "$s" "$dlcc" train $A --backend=ref --pipeline="$s" --micro-batches="$m" --schedule="$k" \
     --save "$tmp/$s-$m-$k.safetensors" --log "$tmp/$s-$m-$k.jsonl"
-  close "$tmp/one.ckpt.safetensors" "$tmp/$s-$m-$k.ckpt.safetensors" "$s stages, $m micro-batches, $k"
-  losses "$tmp/$s-$m-$k.jsonl" >"$tmp/p.loss"
-  [ "$(wc -l <"$tmp/p.loss")" -eq 4 ] && agree "$tmp/one.loss" "$tmp/p.loss" && ok ||
-    fail "$c losses: $(paste "$tmp/one.loss" "$tmp/p.loss")"
+  against "$s-$m-$k" "$s stages, $m micro-batches, $k"
 done
 # Rank 0 prints the split and the bubble; the last run's output.
 grep -q '^pipeline: 4 stages, 4 micro-batches of 2, 1F1B; bubble (S-1)/(M+S-1) = 42.9%$' "$tmp/out" && ok ||
@@ -80,9 +86,30 @@ expect 0 "" "$dlcc" train $D --save "$tmp/drop1.safetensors"
 expect 0 "" mpi 2 "$dlcc" train $D --pipeline=2 --micro-batches=4 --schedule=1f1b --save "$tmp/drop2.safetensors"
 close "$tmp/drop1.ckpt.safetensors" "$tmp/drop2.ckpt.safetensors" "dropout on 2 stages"
 
+# Data parallel over pipelines: 4 ranks, 2 pipelines of 2 stages, each
+# 4 samples of every batch in 2 micro-batches of 2; every loss and the
+# checkpoint one process's, both schedules the same bits, twice the
+# same bytes; dropout draws one process's masks for each pipeline's samples.
+for k in gpipe 1f1b; do
+  expect 0 "" mpi 4 "$dlcc" train $A --backend=ref --pipeline=2 --micro-batches=2 --schedule=$k \
+    --save "$tmp/dp-$k.safetensors" --log "$tmp/dp-$k.jsonl"
+  against "dp-$k" "2 pipelines of 2 stages, $k"
+done
+grep -qx '  data parallel: 2 pipelines of 2 stages (world rank w is stage w % 2 of pipeline w / 2), each 4 samples of every batch' \
+  "$tmp/out" && [ "$(grep -c '^epoch ' "$tmp/out")" -eq 2 ] && ok || fail "2 x 2: rank 0 alone prints: $(cat "$tmp/out")"
+cmp -s "$tmp/dp-gpipe.ckpt.safetensors" "$tmp/dp-1f1b.ckpt.safetensors" && ok || fail "2 x 2: GPipe and 1F1B differ"
+expect 0 "" mpi 4 "$dlcc" train $A --backend=ref --pipeline=2 --micro-batches=2 --save "$tmp/dp-again.safetensors"
+cmp -s "$tmp/dp-gpipe.ckpt.safetensors" "$tmp/dp-again.ckpt.safetensors" && ok || fail "2 x 2 twice: not the same bytes"
+expect 0 "" mpi 4 "$dlcc" train $D --pipeline=2 --micro-batches=2 --schedule=1f1b --save "$tmp/drop4.safetensors"
+close "$tmp/drop1.ckpt.safetensors" "$tmp/drop4.ckpt.safetensors" "dropout on 2 pipelines of 2 stages"
+
 # Refusals.
-expect_sub 1 "dlcc: error: --pipeline=4 needs 4 ranks, one a stage, and this job has 2 (pipeline and data parallel do not combine yet)" \
+expect_sub 1 "dlcc: error: --pipeline=4 does not divide the 2 ranks of the launch (mpirun -np 4 for one pipeline, a multiple of 4 for data parallel over pipelines of 4)" \
   mpi 2 "$dlcc" train $A --backend=ref --pipeline=4
+expect_sub 1 "dlcc: error: --batch=12 does not divide into 2 pipelines of 4 micro-batches: give a multiple of 8" \
+  mpi 4 "$dlcc" train $A --backend=ref --pipeline=2 --micro-batches=4 --batch 12
+expect_sub 1 "dlcc: error: --tensor-parallel does not combine with --pipeline yet" \
+  mpi 4 "$dlcc" train $A --backend=ref --pipeline=2 --tensor-parallel=2
 expect_sub 1 "dlcc: error: --batch=8 does not divide into 3 micro-batches: give a multiple of 3" \
   mpi 2 "$dlcc" train $A --backend=ref --pipeline=2 --micro-batches=3
 expect_sub 1 "dlcc: error: --micro-batches is for pipeline parallel: give --pipeline=S too" \
@@ -94,6 +121,10 @@ expect_sub 1 "pipeline parallel does not take batchnorm yet" \
 mkdir "$tmp/bad"; cp "$t/data/target.npy" "$tmp/bad/"; cp "$t/bad/x_f64.npy" "$tmp/bad/x.npy"
 expect_sub 1 "dlcc: error: rank 0 stops: rank 1: $tmp/bad/x.npy: samples of f64 [4], but the model's input 'x' takes f32 [4] per sample" \
   mpi 1 "$dlcc" train $A --backend=ref --pipeline=2 --dist-timeout=30 : -np 1 "$dlcc" train $A --backend=ref \
+  --pipeline=2 --data "$tmp/bad"
+# The same on 2 x 2: rank 3 (pipeline 1's stage 1) ends the other three with its message.
+expect_sub 1 "dlcc: error: rank 0 stops: rank 3: $tmp/bad/x.npy: samples of f64 [4]" \
+  mpi 3 "$dlcc" train $A --backend=ref --pipeline=2 --dist-timeout=30 : -np 1 "$dlcc" train $A --backend=ref \
   --pipeline=2 --data "$tmp/bad"
 # A stage that leaves early (1 epoch where rank 0 runs 2): rank 0 waits
 # for the gradients of its next micro-batch, times out, says so, ends the job.
