@@ -163,7 +163,9 @@ DlrtStatus dlrt_wait(DlrtModel *m);
  * unbound input must be set again).  Changing a binding recaptures the
  * graphs at the next run: keep buffers fixed to keep runs cheap.  The
  * memory must outlive its binding.  dlrt_get_output of a bound output
- * reads the device memory (a synchronous copy). */
+ * reads the device memory (a synchronous copy).  A bound output may not
+ * share a byte with another bound input or output (DLRT_E_ARG; inputs
+ * may share). */
 DlrtStatus dlrt_bind_input(DlrtModel *m, int index, uint64_t device_ptr);
 DlrtStatus dlrt_bind_output(DlrtModel *m, int index, uint64_t device_ptr);
 /* A stream of batches with copies overlapped: feed fills batch `batch`'s

@@ -1002,6 +1002,38 @@ static DlrtStatus rebind(DlrtModel *m) {
   return DLRT_OK;
 }
 
+/* Whether [a, a + an) and [b, b + bn) share a byte. */
+static bool ranges_meet(uint64_t a, uint64_t an, uint64_t b, uint64_t bn) {
+  return an && bn && a < b + bn && b < a + an;
+}
+
+/* A bound output must share no byte with any other bound input or output:
+ * the plan writes it while it may still read the others, and its side
+ * streams order steps only by the buffers the plan knows apart.  Inputs
+ * may share memory with each other: both are only read. */
+static DlrtStatus check_overlap(DlrtModel *m, bool input, int index, uint64_t ptr) {
+  const RtPlan *p = m->plan;
+  const RtTensorDesc *t = input ? &p->inputs[index] : &p->outputs[index];
+  for (int side = 0; side < 2; side++) {
+    bool other_input = side == 0;
+    if (input && other_input) continue;
+    uint32_t n = other_input ? p->n_inputs : p->n_outputs;
+    for (uint32_t i = 0; i < n; i++) {
+      if (other_input == input && (int)i == index) continue;
+      bool bound = other_input ? m->input_bound[i] : m->output_bound[i];
+      const RtTensorDesc *o = other_input ? &p->inputs[i] : &p->outputs[i];
+      uint64_t optr = other_input ? m->inputs[i] : m->outputs[i];
+      if (bound && ranges_meet(ptr, t->nbytes, optr, o->nbytes))
+        return set_error(m, DLRT_E_ARG,
+                         "bind_%s '%s': its %" PRIu64 " bytes at 0x%" PRIx64 " overlap %s '%s' bound at 0x%" PRIx64
+                         " (%" PRIu64 " bytes): an output must not share memory with another bound input or output",
+                         input ? "input" : "output", t->name, t->nbytes, ptr, other_input ? "input" : "output",
+                         o->name, optr, o->nbytes);
+    }
+  }
+  return DLRT_OK;
+}
+
 static DlrtStatus bind(DlrtModel *m, bool input, int index, uint64_t device_ptr) {
   DlrtStatus s = usable(m);
   if (s) return s;
@@ -1010,6 +1042,7 @@ static DlrtStatus bind(DlrtModel *m, bool input, int index, uint64_t device_ptr)
   const char *what = input ? "input" : "output";
   if (index < 0 || (uint32_t)index >= n)
     return set_error(m, DLRT_E_ARG, "bind_%s: no %s %d (the model has %" PRIu32 ")", what, what, index, n);
+  if (device_ptr && (s = check_overlap(m, input, index, device_ptr))) return s;
   RtDevPtr *cur = input ? &m->inputs[index] : &m->outputs[index];
   RtDevPtr want = device_ptr ? device_ptr : input ? m->own_inputs[index] : m->own_outputs[index];
   if (input) {

@@ -9,6 +9,7 @@
 
 #include <check.h>
 #include <dlfcn.h>
+#include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -237,6 +238,24 @@ START_TEST(emu_bound_io_and_async) {
                                   "emulator (pass NULL)");
   ck_assert_int_eq(dlrt_bind_input(m, 1, 0), DLRT_E_ARG);
   ck_assert_str_eq(dlrt_error(m), "bind_input: no input 1 (the model has 1)");
+  /* An output may not share a byte with a bound input, either way round;
+   * the refused binding leaves the old one in place. */
+  float shared[64];
+  char want_msg[512];
+  ck_assert_int_eq(dlrt_bind_input(m, 0, (uint64_t)(uintptr_t)shared), DLRT_OK);
+  ck_assert_int_eq(dlrt_bind_output(m, 0, (uint64_t)(uintptr_t)(shared + 31)), DLRT_E_ARG);
+  snprintf(want_msg, sizeof want_msg,
+           "bind_output 'output': its 128 bytes at 0x%" PRIx64 " overlap input 'x' bound at 0x%" PRIx64
+           " (128 bytes): an output must not share memory with another bound input or output",
+           (uint64_t)(uintptr_t)(shared + 31), (uint64_t)(uintptr_t)shared);
+  ck_assert_str_eq(dlrt_error(m), want_msg);
+  ck_assert_int_eq(dlrt_bind_output(m, 0, (uint64_t)(uintptr_t)y[1]), DLRT_OK);
+  ck_assert_int_eq(dlrt_bind_input(m, 0, (uint64_t)(uintptr_t)(y[1] + 31)), DLRT_E_ARG);
+  ck_assert_int_eq(dlrt_bind_output(m, 0, (uint64_t)(uintptr_t)(shared + 32)), DLRT_OK); /* adjacent: fine */
+  for (int i = 0; i < 32; i++) shared[i] = x[1][i];
+  ck_assert_msg(dlrt_run(m) == DLRT_OK, "%s", dlrt_error(m));
+  ew_expect(x[1], want);
+  for (int i = 0; i < 32; i++) ck_assert_float_eq_tol(shared[32 + i], want[i], 1e-6f);
   dlrt_close(m);
   ctx_free(&bt.c);
 }
