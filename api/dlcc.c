@@ -783,17 +783,8 @@ static dlc_status run_on_runtime(dlc_model *m) {
       return fail(m, DLC_ERR_RUN, "dlcc: error: %s\n", dlrt_error(m->rt));
   }
   if (dlrt_run(m->rt) != DLRT_OK) return fail(m, DLC_ERR_RUN, "dlcc: error: %s\n", dlrt_error(m->rt));
-  for (int i = 0; i < m->g->n_outputs; i++) {
-    Tensor *t = &m->outputs[i];
-    if (!ir_tensor_alloc(t, &m->g->outputs[i]->type)) {
-      free_outputs(m);
-      return fail(m, DLC_ERR_NOMEM, "dlcc: out of memory\n");
-    }
-    if (dlrt_get_output(m->rt, i, t->data, ir_tensor_nbytes(&t->type)) != DLRT_OK) {
-      free_outputs(m);
-      return fail(m, DLC_ERR_RUN, "dlcc: error: %s\n", dlrt_error(m->rt));
-    }
-  }
+  /* Each output is copied out when it is first asked for (fetch_output):
+   * a training step's state stays on the device unless someone reads it. */
   m->have_outputs = true;
   clear_error(m);
   return DLC_OK;
@@ -841,12 +832,26 @@ dlc_status dlc_run(dlc_model *m) {
   return st;
 }
 
+/* Output index of the last run on the runtime, copied out of it once. */
+static dlc_status fetch_output(dlc_model *m, int index) {
+  Tensor *t = &m->outputs[index];
+  if (!m->use_runtime || t->data) return DLC_OK;
+  if (!ir_tensor_alloc(t, &m->g->outputs[index]->type)) return fail(m, DLC_ERR_NOMEM, "dlcc: out of memory\n");
+  if (dlrt_get_output(m->rt, index, t->data, ir_tensor_nbytes(&t->type)) != DLRT_OK) {
+    ir_tensor_free(t);
+    return fail(m, DLC_ERR_RUN, "dlcc: error: %s\n", dlrt_error(m->rt));
+  }
+  return DLC_OK;
+}
+
 dlc_status dlc_get_output(dlc_model *m, int index, const void **data, size_t *nbytes) {
   if (!m || !data || !nbytes) return DLC_ERR_ARGUMENT;
   if (!m->g) return no_model(m);
   if (index < 0 || index >= m->g->n_outputs)
     return fail(m, DLC_ERR_ARGUMENT, "dlcc: error: the model has no output %d\n", index);
   if (!m->have_outputs) return fail(m, DLC_ERR_ARGUMENT, "dlcc: error: the model has not run yet\n");
+  dlc_status st = fetch_output(m, index);
+  if (st != DLC_OK) return st;
   *data = m->outputs[index].data;
   *nbytes = ir_tensor_nbytes(&m->outputs[index].type);
   return DLC_OK;

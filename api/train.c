@@ -136,9 +136,11 @@ dlc_status dlc_train_step(dlc_train *t, float lr, float *loss) {
     return api_fail(m, DLC_ERR_ARGUMENT, "dlcc: error: an eval model takes no step: dlc_run it\n");
   dlc_status st = dlc_set_input(m, OPTIM_LR_INPUT, &lr, sizeof lr);
   if (st == DLC_OK) st = dlc_run(m);
-  if (st != DLC_OK) return st;
-  const Tensor *l = &m->outputs[0];
-  if (loss) *loss = *(const float *)l->data;
+  if (st != DLC_OK || !loss) return st;
+  const void *l;
+  size_t n;
+  if ((st = dlc_get_output(m, 0, &l, &n)) != DLC_OK) return st;
+  *loss = *(const float *)l;
   return DLC_OK;
 }
 

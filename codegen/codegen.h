@@ -67,6 +67,9 @@ typedef struct CgOptions {
   /* --no-persistent-rnn: every recurrent layer one step kernel per
    * timestep, even where one persistent kernel would fit (docs/kernels.md) */
   bool no_persistent_rnn;
+  /* --no-update-in-place: a training step's update outputs computed apart
+   * and copied over their params after the step (docs/training.md) */
+  bool no_update_in_place;
 } CgOptions;
 
 /* cg_compile with options (NULL: the defaults). */

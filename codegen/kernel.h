@@ -61,6 +61,11 @@ typedef struct KBuf {
    * the total may pass the 48 KiB a kernel may declare statically. */
   bool dynamic;
   uint32_t offset;
+  /* An output that may be given this input's bytes (a training step's
+   * update written over its param): every thread reads the input only at
+   * the element it then stores here, before that store.  Said by the
+   * lowering that knows it; NULL: none. */
+  const struct KBuf *overwrites;
 } KBuf;
 
 /* A scalar: loop variable, local register, or scalar kernel parameter. */

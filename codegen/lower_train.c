@@ -500,6 +500,26 @@ static void optim_segment(Optim *o, KBlock *blk, int j, KExpr *ix) {
 #undef BUF
 }
 
+/* The kernel's buffer at ref, if it has one. */
+static KBuf *kernel_buf(Kernel *k, RtRef ref) {
+  for (int i = 0; i < k->n_params; i++)
+    if (k->params[i].buf && cg_same_ref(k->params[i].arg.ref, ref)) return k->params[i].buf;
+  return NULL;
+}
+
+/* Each of segment j's results may take its state's bytes (the update in
+ * place): its element ix is read at ix alone, before ix is stored. */
+static void optim_overwrites(Optim *o, int j) {
+  const Node *n = o->batch[j];
+  static const int pairs[3][2] = {{0, 0}, {5, 1}, {6, 2}}; /* param, then the momentum or the moments */
+  for (int q = 0; q < 3; q++) {
+    int in = pairs[q][0], out = pairs[q][1];
+    if (in >= n->n_in || out >= n->n_out) continue;
+    KBuf *from = kernel_buf(o->k, cg_ref(o->b, n->in[in])), *to = kernel_buf(o->k, cg_ref(o->b, &n->out[out]));
+    if (from && to && to->written && from->read && !from->written) to->overwrites = from;
+  }
+}
+
 /* Segments [lo, hi) under a binary search on the element's index i. */
 static void optim_segments(Optim *o, KBlock *blk, KExpr *i, int lo, int hi) {
   if (hi - lo == 1) {
@@ -532,6 +552,7 @@ static void lower_optim_update(CgBuild *b, const Node *n) {
   if (ir_attr_int(n, "skip_nonfinite"))
     o.finite = cg_kcmp(k, KC_EQ, fop(k, OP_SUB, o.scale, o.scale), f32(k, 0));
   if (offset[count]) optim_segments(&o, body, i, 0, count);
+  for (int j = 0; j < count; j++) optim_overwrites(&o, j);
   cg_launch(b, k);
 }
 

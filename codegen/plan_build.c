@@ -13,6 +13,7 @@
 
 #include "codegen.h"
 #include "kernel.h"
+#include "runtime/runtime.h"
 #include "passes/memplan.h"
 
 enum { ALIGN = 256 };
@@ -84,6 +85,10 @@ struct CgBuild {
   /* memory planning (plan_memory) */
   struct InplaceHint *hints;
   int n_hints, cap_hints;
+  /* Launches that may write an update output over its param's bytes. */
+  struct InplaceHint *update_hints;
+  int n_update_hints, cap_update_hints;
+  int n_updates_in_place;
   uint64_t naive_bytes, lower_bound;
   const char *memplan;
   int n_inplace;
@@ -328,9 +333,10 @@ static void scan_expr(InplaceScan *sc, const KExpr *e) {
   if (!e || !sc->ok) return;
   if (e->kind == KE_LOAD) {
     if (e->buf == sc->out) sc->ok = false;
-    if (e->buf == sc->in &&
-        (sc->stored || !e->a[0] || e->a[0]->kind != KE_VAR || e->a[0]->var != sc->i))
-      sc->ok = false;
+    /* one element: its index 0 is the only i there is */
+    bool at_i = e->a[0] && ((e->a[0]->kind == KE_VAR && e->a[0]->var == sc->i) ||
+                            (e->a[0]->kind == KE_INT && e->a[0]->i == 0 && sc->in->numel == 1));
+    if (e->buf == sc->in && (sc->stored || !at_i)) sc->ok = false;
   }
   for (int k = 0; k < 3; k++) scan_expr(sc, e->a[k]);
 }
@@ -385,6 +391,9 @@ static void scan_block(InplaceScan *sc, const KBlock *blk, bool nested) {
 /* Pure elementwise only: the body is one grid-stride loop (each i to one
  * thread), out is stored once per i at i, and in is read at i alone. */
 static bool may_write_over(const Kernel *k, const KBuf *in, const KBuf *out) {
+  if (out->overwrites == in && in->space == KSP_GLOBAL && out->space == KSP_GLOBAL && !in->written &&
+      out->written && in->numel == out->numel && ir_dtype_size(in->dtype) == ir_dtype_size(out->dtype))
+    return true;
   const KStmt *loop = k->body.first;
   if (!loop || loop->next || loop->kind != KS_LOOP || loop->map != KM_GRID_STRIDE) return false;
   if (in->space != KSP_GLOBAL || out->space != KSP_GLOBAL || in->written || !out->written)
@@ -396,7 +405,49 @@ static bool may_write_over(const Kernel *k, const KBuf *in, const KBuf *out) {
   return sc.ok && sc.stores == 1;
 }
 
+static void push_hint(CgBuild *b, InplaceHint **hints, int *n, int *cap, InplaceHint h) {
+  if (*n == *cap) {
+    int old = *cap, grown = old ? 2 * old : 64;
+    *hints = arena_realloc(&b->ctx->arena, *hints, sizeof(InplaceHint) * (size_t)old,
+                           sizeof(InplaceHint) * (size_t)grown);
+    *cap = grown;
+  }
+  (*hints)[(*n)++] = h;
+}
+
+/* The weight output i updates, or -1 (no update, or none of its bytes). */
+static int update_weight(CgBuild *b, int i) {
+  const char *param = ir_output_update(b->g, i);
+  if (!param) return -1;
+  for (int w = 0; w < b->n_weights; w++)
+    if (strcmp(b->weights[w].name, param) == 0)
+      return b->weights[w].nbytes == value_bytes(b->g->outputs[i]) ? w : -1;
+  return -1;
+}
+
+/* A launch that computes an update output from its param, reading each
+ * element before it stores it there, may write it over the param
+ * (decided for good once the steps exist: emit_update_copies). */
+static void note_update_inplace(CgBuild *b, Kernel *k, int step) {
+  for (int o = 0; o < k->n_params; o++) {
+    KParam *po = &k->params[o];
+    if (!po->buf || po->arg.ref.space != RT_SPACE_OUTPUT || po->arg.ref.offset) continue;
+    int w = update_weight(b, (int)po->arg.ref.index);
+    if (w < 0) continue;
+    for (int i = 0; i < k->n_params; i++) {
+      KParam *pi = &k->params[i];
+      if (i == o || !pi->buf || !cg_same_ref(pi->arg.ref, b->weights[w].where) ||
+          !may_write_over(k, pi->buf, po->buf))
+        continue;
+      pi->may_alias = po->may_alias = true;
+      push_hint(b, &b->update_hints, &b->n_update_hints, &b->cap_update_hints,
+                (InplaceHint){step, pi->arg.ref, po->arg.ref});
+    }
+  }
+}
+
 static void note_inplace(CgBuild *b, Kernel *k, int step) {
+  note_update_inplace(b, k, step);
   for (int o = 0; o < k->n_params; o++) {
     KParam *po = &k->params[o];
     if (!po->buf || po->arg.ref.space != RT_SPACE_ARENA) continue;
@@ -407,18 +458,12 @@ static void note_inplace(CgBuild *b, Kernel *k, int step) {
       /* Decided before the planner runs, so both lose __restrict__
        * whether or not the planner then shares their bytes. */
       pi->may_alias = po->may_alias = true;
-      if (b->n_hints == b->cap_hints) {
-        int old = b->cap_hints, cap = old ? 2 * old : 64;
-        b->hints = arena_realloc(&b->ctx->arena, b->hints, sizeof(InplaceHint) * (size_t)old,
-                                 sizeof(InplaceHint) * (size_t)cap);
-        b->cap_hints = cap;
-      }
-      b->hints[b->n_hints++] = (InplaceHint){step, pi->arg.ref, po->arg.ref};
+      push_hint(b, &b->hints, &b->n_hints, &b->cap_hints, (InplaceHint){step, pi->arg.ref, po->arg.ref});
     }
   }
 }
 
-/* Every arena ref the steps hold, with its step.  A new kind of step or
+/* Every ref of one space the steps hold, with its step.  A new kind of step or
  * a new ref in one must be added here (the plan validator would refuse
  * the unplanned offset). */
 typedef struct StepRef {
@@ -426,11 +471,11 @@ typedef struct StepRef {
   int step;
 } StepRef;
 
-static int step_refs(CgBuild *b, StepRef *out) {
+static int step_refs(CgBuild *b, RtSpace space, StepRef *out) {
   int n = 0;
 #define ADD(r)                                                \
   do {                                                        \
-    if ((r).space == RT_SPACE_ARENA) {                        \
+    if ((r).space == space) {                                 \
       if (out) out[n] = (StepRef){&(r), s};                   \
       n++;                                                    \
     }                                                         \
@@ -506,9 +551,9 @@ static bool take_inplace(CgBuild *b, const InplaceHint *h, const StepRef *refs, 
 static void plan_memory(CgBuild *b) {
   Arena *a = &b->ctx->arena;
   int nb = b->n_buffers;
-  int n_refs = step_refs(b, NULL);
+  int n_refs = step_refs(b, RT_SPACE_ARENA, NULL);
   StepRef *refs = ARENA_ARRAY(a, StepRef, n_refs + 1);
-  step_refs(b, refs);
+  step_refs(b, RT_SPACE_ARENA, refs);
   int *first_ref = ARENA_ARRAY(a, int, b->n_steps + 1);
   for (int s = 0, r = 0; s <= b->n_steps; s++) {
     while (r < n_refs && refs[r].step < s) r++;
@@ -1024,12 +1069,78 @@ static void emit_output_copies(CgBuild *b) {
  * each update output copied over its param's bytes in WEIGHTS, the one
  * write a run makes there (RtPlan.n_update_steps).  Appended after the
  * memory plan: they touch no arena. */
+/* Whether step t touches [at, at + n) of ref's space and index, and
+ * whether it writes there; false for a step rt_step_access cannot say
+ * (a branch: then *unknown). */
+static bool step_touches(CgBuild *b, int t, RtRef at, uint64_t n, bool *writes, bool *unknown) {
+  RtPlan view = {.contracts = b->contracts, .n_contracts = (uint32_t)b->n_contracts};
+  const RtStep *st = &b->steps[t];
+  int max = st->kind == RT_STEP_LAUNCH ? (int)st->launch.n_args + 1 : 8;
+  RtAccessRange *acc = ARENA_ARRAY(&b->ctx->arena, RtAccessRange, max);
+  int k = rt_step_access(&view, st, acc, max);
+  *writes = false;
+  if (k < 0) return *unknown = true, false;
+  bool met = false;
+  for (int j = 0; j < k; j++) {
+    RtRef r = acc[j].ref;
+    if (r.space != at.space || r.index != at.index || !acc[j].nbytes || !n) continue;
+    if (r.offset < at.offset + n && at.offset < r.offset + acc[j].nbytes) {
+      met = true;
+      *writes |= acc[j].write;
+    }
+  }
+  return met;
+}
+
+/* Update output i computed straight over weight w, with no copy: when
+ * one launch or GEMM writes the output, no other step reads the param's
+ * old bytes after it (nor writes them before), and the writer itself
+ * reads the param only as a hint says it may (each element before it
+ * stores there).  The output's refs become the weight's and its desc
+ * says where it lives (docs/training.md). */
+static bool update_in_place(CgBuild *b, int i, int w) {
+  const RtTensorDesc *wd = &b->weights[w];
+  RtRef out = {.space = RT_SPACE_OUTPUT, .index = (uint32_t)i};
+  int s = -1;
+  bool writes, unknown = false;
+  for (int t = b->n_init_steps; t < b->n_steps; t++)
+    if (step_touches(b, t, out, wd->nbytes, &writes, &unknown) && writes) {
+      if (s >= 0) return false;
+      s = t;
+    }
+  if (s < 0 || unknown || (b->steps[s].kind != RT_STEP_LAUNCH && b->steps[s].kind != RT_STEP_GEMM)) return false;
+  if (step_touches(b, s, wd->where, wd->nbytes, &writes, &unknown)) {
+    bool hinted = false;
+    for (int h = 0; h < b->n_update_hints; h++)
+      hinted |= b->update_hints[h].step == s && cg_same_ref(b->update_hints[h].out, out) &&
+                cg_same_ref(b->update_hints[h].in, wd->where);
+    if (!hinted) return false;
+  }
+  for (int t = b->n_init_steps; t < b->n_steps; t++)
+    if (t != s && step_touches(b, t, wd->where, wd->nbytes, &writes, &unknown) && (t > s || writes)) return false;
+  int n_refs = step_refs(b, RT_SPACE_OUTPUT, NULL);
+  StepRef *refs = ARENA_ARRAY(&b->ctx->arena, StepRef, n_refs + 1);
+  step_refs(b, RT_SPACE_OUTPUT, refs);
+  for (int r = 0; r < n_refs; r++) {
+    RtRef *ref = refs[r].ref;
+    if (ref->index == (uint32_t)i)
+      *ref = (RtRef){.space = RT_SPACE_WEIGHTS, .offset = wd->where.offset + ref->offset};
+  }
+  b->outputs[i].where = wd->where;
+  return true;
+}
+
 static int emit_update_copies(CgBuild *b) {
   Graph *g = b->g;
   int count = 0;
   for (int i = 0; i < g->n_outputs; i++) {
     const char *param = ir_output_update(g, i);
     if (!param) continue;
+    int in_place = update_weight(b, i);
+    if (in_place >= 0 && !b->opts.no_update_in_place && update_in_place(b, i, in_place)) {
+      b->n_updates_in_place++;
+      continue;
+    }
     const Value *v = g->outputs[i];
     int w = 0;
     while (w < b->n_weights && strcmp(b->weights[w].name, param) != 0) w++;

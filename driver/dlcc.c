@@ -115,6 +115,9 @@ static const char usage[] =
     "  --no-persistent-rnn\n"
     "                     recurrent layers as a kernel per timestep, not one kernel\n"
     "                     for the whole sequence (docs/kernels.md)\n"
+    "  --no-update-in-place\n"
+    "                     a training step's updates into outputs copied over the\n"
+    "                     params after it, not written over them (docs/training.md)\n"
     "  --precision=P      f32 (default), f16 or bf16: activations and weights in P,\n"
     "                     sensitive ops in f32, f32 accumulation (docs/passes.md)\n"
     "  --grad             the gradients of a training step: output 0 must be the loss\n"
@@ -201,6 +204,7 @@ int driver_pass_option(const char *arg, PassOptions *po) {
       {"--no-gemm-batch", offsetof(PassOptions, no_gemm_batch)},
       {"--no-split-keys", offsetof(PassOptions, no_split_keys)},
       {"--no-persistent-rnn", offsetof(PassOptions, no_persistent_rnn)},
+      {"--no-update-in-place", offsetof(PassOptions, no_update_in_place)},
   };
   if (strncmp(arg, "--precision=", 12) == 0) {
     DType t;
@@ -251,7 +255,8 @@ CgOptions driver_cg_options(const PassOptions *po) {
                      .no_tensor_cores = po->no_tensor_cores,
                      .no_gemm_batch = po->no_gemm_batch,
                      .no_split_keys = po->no_split_keys,
-                     .no_persistent_rnn = po->no_persistent_rnn};
+                     .no_persistent_rnn = po->no_persistent_rnn,
+                     .no_update_in_place = po->no_update_in_place};
 }
 
 const char driver_quant_usage[] =

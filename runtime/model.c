@@ -71,6 +71,12 @@ struct DlrtModel {
   RtDevPtr *inputs, *outputs;
   RtDevPtr *own_inputs, *own_outputs;
   bool *input_bound, *output_bound;
+  /* By output: state a training step updates (its param's new value, in
+   * place in WEIGHTS or copied there by an update step), which a run
+   * leaves on the device: dlrt_get_output reads it there. */
+  bool *output_state;
+  bool stage_state;   /* run_batches: state comes down with the rest */
+  bool updates;       /* a run writes WEIGHTS (update steps or state in place) */
   Staging *in_stage, *out_stage;
   bool *input_dirty; /* staged since the last run: copied up at the next */
   char staging_note[256]; /* why staging is pageable, or "" */
@@ -183,9 +189,9 @@ static void release(DlrtModel *m) {
   m->weights = m->arena = m->status = 0;
   free(m->inputs), free(m->outputs), free(m->input_set), free(m->weight_set);
   free(m->own_inputs), free(m->own_outputs), free(m->input_bound), free(m->output_bound);
-  free(m->in_stage), free(m->out_stage), free(m->input_dirty);
+  free(m->in_stage), free(m->out_stage), free(m->input_dirty), free(m->output_state);
   m->own_inputs = m->own_outputs = NULL;
-  m->input_bound = m->output_bound = m->input_dirty = NULL;
+  m->input_bound = m->output_bound = m->input_dirty = m->output_state = NULL;
   m->in_stage = m->out_stage = NULL;
   StepArgs *lists[2] = {&m->args, &m->init_args};
   for (int l = 0; l < 2; l++) {
@@ -272,13 +278,14 @@ static DlrtStatus open_on_device(DlrtModel *m, const RtPlan *plan, RtDevice *dev
   m->own_outputs = calloc(no, sizeof *m->own_outputs);
   m->input_bound = calloc(ni, sizeof *m->input_bound);
   m->output_bound = calloc(no, sizeof *m->output_bound);
+  m->output_state = calloc(no, sizeof *m->output_state);
   m->input_dirty = calloc(ni, sizeof *m->input_dirty);
   m->in_stage = calloc(ni, sizeof *m->in_stage);
   m->out_stage = calloc(no, sizeof *m->out_stage);
   m->input_set = calloc(ni, sizeof *m->input_set);
   m->weight_set = calloc(plan->n_weights + 1, sizeof *m->weight_set);
   if (!m->inputs || !m->outputs || !m->own_inputs || !m->own_outputs || !m->input_bound || !m->output_bound ||
-      !m->input_dirty || !m->in_stage || !m->out_stage || !m->input_set || !m->weight_set) {
+      !m->output_state || !m->input_dirty || !m->in_stage || !m->out_stage || !m->input_set || !m->weight_set) {
     s = set_error(m, DLRT_E_NOMEM, "open: out of host memory");
     goto fail;
   }
@@ -287,6 +294,8 @@ static DlrtStatus open_on_device(DlrtModel *m, const RtPlan *plan, RtDevice *dev
       (s = alloc_space(m, plan->arena_bytes, &m->arena, "the activation arena")) ||
       (s = alloc_space(m, plan->status_bytes, &m->status, "the index reports")))
     goto fail;
+  for (uint32_t i = 0; i < plan->n_outputs; i++)
+    if (plan->outputs[i].where.space == RT_SPACE_WEIGHTS) m->outputs[i] = m->weights + plan->outputs[i].where.offset;
   if (plan->status_bytes && (s = alloc_staging(m, plan->status_bytes, &m->status_host))) goto fail;
   for (uint32_t i = 0; i < plan->n_inputs; i++) {
     char what[128];
@@ -297,12 +306,19 @@ static DlrtStatus open_on_device(DlrtModel *m, const RtPlan *plan, RtDevice *dev
     m->inputs[i] = m->own_inputs[i];
     m->input_set[i] = plan->inputs[i].nbytes == 0;
   }
+  m->updates = plan->n_update_steps != 0;
+  for (uint32_t i = plan->n_steps - plan->n_update_steps; i < plan->n_steps; i++)
+    m->output_state[plan->steps[i].copy.src.index] = true; /* validated: a whole OUTPUT */
   for (uint32_t i = 0; i < plan->n_outputs; i++) {
     char what[128];
     snprintf(what, sizeof what, "output '%.80s'", plan->outputs[i].name);
-    if ((s = alloc_space(m, plan->outputs[i].nbytes, &m->own_outputs[i], what)) ||
-        (s = alloc_staging(m, plan->outputs[i].nbytes, &m->out_stage[i])))
-      goto fail;
+    if ((s = alloc_staging(m, plan->outputs[i].nbytes, &m->out_stage[i]))) goto fail;
+    /* In place: the weight's own bytes, allocated with the weights below. */
+    if (plan->outputs[i].where.space == RT_SPACE_WEIGHTS) {
+      m->output_state[i] = m->updates = true;
+      continue;
+    }
+    if ((s = alloc_space(m, plan->outputs[i].nbytes, &m->own_outputs[i], what))) goto fail;
     m->outputs[i] = m->own_outputs[i];
   }
   m->all_weights = plan->weights_bytes == 0;
@@ -891,12 +907,12 @@ static DlrtStatus queue_run(DlrtModel *m) {
     m->input_dirty[i] = false;
   }
   if ((s = queue_steps(m))) return s;
-  /* The update steps wrote WEIGHTS: what derives from them is stale. */
-  if (p->n_update_steps) m->init_dirty = true;
+  /* The run wrote WEIGHTS: what derives from them is stale. */
+  if (m->updates) m->init_dirty = true;
   int (*down)(RtDevice *, void *, RtDevPtr, uint64_t) =
       d->ops->download_async ? d->ops->download_async : d->ops->download;
   for (uint32_t i = 0; i < p->n_outputs; i++) {
-    if (m->output_bound[i] || !p->outputs[i].nbytes) continue;
+    if (m->output_bound[i] || !p->outputs[i].nbytes || (m->output_state[i] && !m->stage_state)) continue;
     if (down(d, m->out_stage[i].p, m->outputs[i], p->outputs[i].nbytes)) {
       char ctx[160];
       snprintf(ctx, sizeof ctx, "run: copying output '%.80s' from the device", p->outputs[i].name);
@@ -953,7 +969,7 @@ int rt_model_enqueue(DlrtModel *m, void *stream) {
   if (stream && (!d->ops->wait_on || d->ops->wait_on(d, stream)))
     return d->ops->wait_on ? device_error(m, "enqueue") : set_error(m, DLRT_E_ARG, "enqueue: no streams here");
   if ((s = queue_steps(m))) return s;
-  if (m->plan->n_update_steps) m->init_dirty = true;
+  if (m->updates) m->init_dirty = true;
   if (stream && d->ops->signal(d, stream)) return device_error(m, "enqueue");
   return DLRT_OK;
 }
@@ -970,8 +986,8 @@ DlrtStatus dlrt_get_output(DlrtModel *m, int index, void *data, size_t nbytes) {
     return set_error(m, DLRT_E_ARG, "get_output '%s': room for %zu bytes given, it is %" PRIu64 " bytes",
                      t->name, nbytes, t->nbytes);
   if (!nbytes) return DLRT_OK;
-  /* A bound output was never staged: read the caller's memory. */
-  if (m->output_bound[index]) {
+  /* A bound output was never staged, nor was state: read the device. */
+  if (m->output_bound[index] || m->output_state[index]) {
     if (m->dev->ops->download(m->dev, data, m->outputs[index], nbytes)) return device_error(m, "get_output");
     return DLRT_OK;
   }
@@ -1043,6 +1059,9 @@ static DlrtStatus bind(DlrtModel *m, bool input, int index, uint64_t device_ptr)
   if (index < 0 || (uint32_t)index >= n)
     return set_error(m, DLRT_E_ARG, "bind_%s: no %s %d (the model has %" PRIu32 ")", what, what, index, n);
   if (device_ptr && (s = check_overlap(m, input, index, device_ptr))) return s;
+  if (!input && p->outputs[index].where.space == RT_SPACE_WEIGHTS)
+    return set_error(m, DLRT_E_ARG, "bind_output '%s': it is a weight the run updates in place, so it cannot be bound",
+                     p->outputs[index].name);
   RtDevPtr *cur = input ? &m->inputs[index] : &m->outputs[index];
   RtDevPtr want = device_ptr ? device_ptr : input ? m->own_inputs[index] : m->own_outputs[index];
   if (input) {
@@ -1287,8 +1306,11 @@ DlrtStatus dlrt_run_batches(DlrtModel *m, DlrtFeedFn feed, DlrtDrainFn drain, vo
   /* A training step's updates make the init steps due before each next
    * batch, which only one run after another does. */
   bool lanes = d->ops->lane_copy && d->ops->mark && d->ops->wait_mark && d->ops->sync_mark &&
-               !(p->n_update_steps && p->n_init_steps);
+               !(m->updates && p->n_init_steps);
+  /* Every batch's outputs are drained, state among them. */
+  m->stage_state = true;
   s = lanes ? pipelined(m, feed, drain, user, &done) : one_by_one(m, feed, drain, user, &done);
+  m->stage_state = false;
   if (n_batches) *n_batches = done;
   return s;
 }

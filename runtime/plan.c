@@ -44,6 +44,9 @@ const char *rt_space_name(uint32_t space) {
 typedef struct Check {
   const RtPlan *p;
   bool init; /* checking init steps: they write only the derived region */
+  /* By weight: an output lives in its bytes (a training step's update
+   * written in place), so a run's steps may write there. */
+  bool *state;
   char *err;
   size_t errlen;
   char where[160]; /* "step 3 (conv2d %12): " */
@@ -99,8 +102,19 @@ static int check_ref(Check *c, const char *what, RtRef r, uint64_t nbytes) {
   return 0;
 }
 
-static int check_writable(Check *c, const char *what, RtRef r) {
+/* Whether [r, r + n) of WEIGHTS lies inside one weight an output lives in. */
+static bool in_state(const Check *c, RtRef r, uint64_t n) {
+  for (uint32_t w = 0; c->state && w < c->p->n_weights; w++) {
+    const RtTensorDesc *t = &c->p->weights[w];
+    if (c->state[w] && r.offset >= t->where.offset && n <= t->nbytes && r.offset - t->where.offset <= t->nbytes - n)
+      return true;
+  }
+  return false;
+}
+
+static int check_writable(Check *c, const char *what, RtRef r, uint64_t n) {
   if (r.space == RT_SPACE_STATUS) return 0;
+  if (!c->init && r.space == RT_SPACE_WEIGHTS && r.index == 0 && in_state(c, r, n)) return 0;
   bool derived = r.space == RT_SPACE_WEIGHTS && r.offset >= c->p->weights_bytes && c->p->derived_bytes;
   if (c->init && r.space == RT_SPACE_WEIGHTS && !derived)
     return fail(c, "%s: writes WEIGHTS at offset %" PRIu64 ", outside the derived region at %" PRIu64
@@ -227,7 +241,7 @@ static int check_launch(Check *c, const RtLaunch *l) {
       /* Only what the kernel may touch from there, and writes only where
        * this step may write. */
       if (check_ref(c, what, a->ref, q->nbytes)) return -1;
-      if ((q->access & RT_ACCESS_WRITE) && check_writable(c, what, a->ref)) return -1;
+      if ((q->access & RT_ACCESS_WRITE) && check_writable(c, what, a->ref, q->nbytes)) return -1;
       if (a->ref.space == RT_SPACE_STATUS &&
           (a->ref.offset % 8 || q->nbytes % (RT_STATUS_WORDS * 8) || !(q->access & RT_ACCESS_WRITE)))
         return fail(c, "%s: a STATUS argument must be whole reports of %d words", what, RT_STATUS_WORDS);
@@ -305,7 +319,7 @@ static int check_gemm(Check *c, const RtGemm *g) {
       check_not_status(c, "gemm c", g->c))
     return -1;
   if (check_ref(c, "gemm a", g->a, ea) || check_ref(c, "gemm b", g->b, eb) ||
-      check_ref(c, "gemm c", g->c, ec) || check_writable(c, "gemm c", g->c))
+      check_ref(c, "gemm c", g->c, ec) || check_writable(c, "gemm c", g->c, ec))
     return -1;
   if (g->beta == 0.0f && (g->c_in.space || g->c_in.index || g->c_in.offset))
     return fail(c, "gemm: c_in without a beta to read it");
@@ -327,7 +341,7 @@ static int check_gemm(Check *c, const RtGemm *g) {
   if (g->epilogue &&
       (check_not_status(c, "gemm bias", g->bias) || check_ref(c, "gemm bias", g->bias, eb_bias)))
     return -1;
-  if (bgrad && check_writable(c, "gemm bias", g->bias)) return -1;
+  if (bgrad && check_writable(c, "gemm bias", g->bias, eb_bias)) return -1;
   /* bgrad writes the bias while A, B and C are in use */
   if (bgrad && (spans(g->bias, eb_bias, g->a, ea) || spans(g->bias, eb_bias, g->b, eb) || spans(g->bias, eb_bias, g->c, ec)))
     return fail(c, "gemm: the bgrad epilogue's bias overlaps A, B or C");
@@ -389,7 +403,7 @@ static bool overlaps(RtRef a, RtRef b, uint64_t n) {
 static int check_copy(Check *c, const RtCopy *k) {
   if (check_not_status(c, "copy dst", k->dst) || check_not_status(c, "copy src", k->src)) return -1;
   if (check_ref(c, "copy dst", k->dst, k->nbytes) || check_ref(c, "copy src", k->src, k->nbytes) ||
-      check_writable(c, "copy dst", k->dst))
+      check_writable(c, "copy dst", k->dst, k->nbytes))
     return -1;
   if (overlaps(k->dst, k->src, k->nbytes)) return fail(c, "copy: source and destination overlap");
   return 0;
@@ -406,6 +420,26 @@ static int check_branch(Check *c, const RtBranch *k, uint32_t i, uint32_t n) {
     return fail(c, "a branch skips %" PRIu32 " steps, past the last step before the updates (%" PRIu32 " follow)",
                 k->skip, n - 1 - i);
   return 0;
+}
+
+/* Output i: its own OUTPUT, or exactly one weight's bytes, which the run
+ * then updates in place (state[] by weight; written[] too, so at most once). */
+static int check_output(Check *c, uint32_t i, bool *written, bool *state) {
+  const RtTensorDesc *t = &c->p->outputs[i];
+  if (t->where.space != RT_SPACE_WEIGHTS) return check_desc(c, "output", i, t, RT_SPACE_OUTPUT);
+  if (check_desc(c, "output", i, t, RT_SPACE_WEIGHTS)) return -1;
+  for (uint32_t w = 0; w < c->p->n_weights; w++) {
+    const RtTensorDesc *d = &c->p->weights[w];
+    if (d->where.offset != t->where.offset || d->nbytes != t->nbytes || t->where.index != 0) continue;
+    if (d->dtype != t->dtype)
+      return fail(c, "output %" PRIu32 " '%.60s' lives in weight '%.60s' of another dtype", i, t->name, d->name);
+    if (written[w]) return fail(c, "weight '%.60s' is updated twice", d->name);
+    written[w] = state[w] = true;
+    return 0;
+  }
+  return fail(c, "output %" PRIu32 " '%.60s' lives at WEIGHTS offset %" PRIu64 " (%" PRIu64
+              " bytes), which is not exactly one weight's bytes",
+              i, t->name, t->where.offset, t->nbytes);
 }
 
 /* An update step: the whole of one OUTPUT over exactly one weight's
@@ -495,13 +529,16 @@ int rt_plan_validate_in(const RtPlan *p, const RtRegion *regions, int n_regions,
     if (check_desc(&c, "weight", i, &p->weights[i], RT_SPACE_WEIGHTS)) return -1;
   for (uint32_t i = 0; i < p->n_inputs; i++)
     if (check_desc(&c, "input", i, &p->inputs[i], RT_SPACE_INPUT)) return -1;
-  for (uint32_t i = 0; i < p->n_outputs; i++)
-    if (check_desc(&c, "output", i, &p->outputs[i], RT_SPACE_OUTPUT)) return -1;
   if (p->n_update_steps > p->n_steps)
     return fail(&c, "%" PRIu32 " update steps but %" PRIu32 " steps", p->n_update_steps, p->n_steps);
-  bool *written = calloc(p->n_weights + 1, sizeof *written);
+  /* written: by weight, updated (by an output in place or an update step) */
+  bool *written = calloc(2 * (p->n_weights + 1), sizeof *written);
   if (!written) return fail(&c, "out of memory");
+  bool *state = written + p->n_weights + 1;
   int rc = 0;
+  for (uint32_t i = 0; i < p->n_outputs && !rc; i++)
+    rc = check_output(&c, i, written, state);
+  c.state = state;
   for (int init = 1; init >= 0 && !rc; init--) {
     c.init = init;
     uint32_t n = init ? p->n_init_steps : p->n_steps;

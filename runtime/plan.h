@@ -35,7 +35,7 @@
 #include <stdint.h>
 
 #define RT_PLAN_MAGIC 0x444c4350u /* "DLCP" */
-#define RT_PLAN_VERSION 9u
+#define RT_PLAN_VERSION 10u
 #define RT_MAX_RANK 8
 
 typedef enum { RT_SPACE_WEIGHTS, RT_SPACE_ARENA, RT_SPACE_INPUT, RT_SPACE_OUTPUT, RT_SPACE_STATUS } RtSpace;
@@ -68,7 +68,11 @@ typedef struct RtTensorDesc {
   uint32_t rank;
   int64_t dims[RT_MAX_RANK];
   uint64_t nbytes;
-  RtRef where; /* weights: offset in WEIGHTS; inputs/outputs: their own space */
+  /* weights: offset in WEIGHTS; inputs and outputs: their own space, or
+   * an output (version 10) exactly one weight's bytes: a training step's
+   * update written over its param in place, which the run's steps may
+   * then write (and the run leaves on the device). */
+  RtRef where;
 } RtTensorDesc;
 
 typedef enum { RT_ARG_PTR, RT_ARG_I32, RT_ARG_I64, RT_ARG_F32 } RtArgKind;

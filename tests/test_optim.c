@@ -16,6 +16,7 @@
 
 #include "codegen/codegen.h"
 #include "dlcc.h"
+#include "dlcrt.h"
 #include "frontend/ast.h"
 #include "ir/ir.h"
 #include "passes/autodiff.h"
@@ -167,7 +168,21 @@ static int optim_launches(const RtPlan *p) {
   return count;
 }
 
-/* Every param's update in one launch, however many params. */
+/* Outputs that update a param: how many, and how many live in its bytes. */
+static int updates_in_place(const Graph *g, const RtPlan *p, int *updates) {
+  int in_place = 0;
+  *updates = 0;
+  for (int i = 0; i < g->n_outputs; i++) {
+    if (!ir_output_update(g, i)) continue;
+    (*updates)++;
+    in_place += p->outputs[i].where.space == RT_SPACE_WEIGHTS;
+  }
+  return in_place;
+}
+
+/* Every param's update in one launch, however many params, written over
+ * the params (no copy after it), or with --no-update-in-place one copy
+ * per update. */
 START_TEST(test_one_launch) {
   static const char deep[] =
       "model deep(x: f32[4, 6], t: f32[4, 3]) -> f32[] {\n"
@@ -184,11 +199,18 @@ START_TEST(test_one_launch) {
       OptimSpec o = optim_spec_default((OptimKind)kind);
       o.momentum = 0.9;
       Graph *g = step_graph(&c, model ? deep : mlp, &o);
-      CgResult cg;
-      ck_assert_msg(cg_compile(g, &cg), "%s", diag_text(&c));
-      ck_assert_int_eq(optim_launches(cg.plan), 1);
-      if (model) test_nvrtc(cg.source, "sm_90");
-      ck_assert_int_eq(cg.plan->n_update_steps, (model ? 10 : 4) * (kind == OPTIM_SGD ? 2 : 3) + 1);
+      int want = (model ? 10 : 4) * (kind == OPTIM_SGD ? 2 : 3) + 1, updates;
+      for (int copies = 0; copies < 2; copies++) {
+        CgResult cg;
+        ck_assert_msg(cg_compile_opts(g, &(CgOptions){.no_update_in_place = copies}, &cg), "%s", diag_text(&c));
+        ck_assert_int_eq(optim_launches(cg.plan), 1);
+        if (model) test_nvrtc(cg.source, "sm_90");
+        ck_assert_int_eq(updates_in_place(g, cg.plan, &updates), copies ? 0 : want);
+        ck_assert_int_eq(updates, want);
+        ck_assert_int_eq(cg.plan->n_update_steps, copies ? want : 0);
+        char err[512];
+        ck_assert_msg(rt_plan_validate(cg.plan, err, sizeof err) == 0, "%s", err);
+      }
       ctx_free(&c);
     }
 }
@@ -205,7 +227,7 @@ START_TEST(test_plan_updates) {
   for (int i = 0; i < g->n_outputs; i++) updates += ir_output_update(g, i) != NULL;
   ck_assert_int_eq(updates, 4 * 3 + 1); /* 4 params, 2 moments each, the step counter */
   CgResult cg;
-  ck_assert_msg(cg_compile(g, &cg), "%s", diag_text(&c));
+  ck_assert_msg(cg_compile_opts(g, &(CgOptions){.no_update_in_place = true}, &cg), "%s", diag_text(&c));
   const RtPlan *p = cg.plan;
   ck_assert_int_eq(p->n_update_steps, updates);
   char err[512];
@@ -225,6 +247,186 @@ START_TEST(test_plan_updates) {
   ck_assert_int_eq(rt_plan_validate(&fewer, err, sizeof err), -1);
   ck_assert_msg(strstr(err, "writes into WEIGHTS, which the model only reads"), "%s", err);
   free(steps);
+  ctx_free(&c);
+}
+END_TEST
+
+/* Steps run on emu with every update in place and with every update
+ * copied: the weights after three steps and every output (state read
+ * back from the device) are the same bits, and an update output reads
+ * as its param's new value. */
+static void run_steps(const RtPlan *p, uint8_t **weights, uint8_t **outputs) {
+  DlrtModel *m = NULL;
+  ck_assert_msg(dlrt_open(p, "emu", &m) == DLRT_OK, "%s", dlrt_error(m));
+  srand(7);
+  for (uint32_t w = 0; w < p->n_weights; w++) {
+    const RtTensorDesc *d = &p->weights[w];
+    float *v = calloc(d->nbytes / 4 + 1, sizeof *v);
+    for (uint64_t i = 0; strncmp(d->name, "dlcc.", 5) != 0 && i < d->nbytes / 4; i++)
+      v[i] = (float)rand() / RAND_MAX - 0.5f;
+    ck_assert_int_eq(dlrt_set_weight(m, d->name, v, d->nbytes), DLRT_OK);
+    free(v);
+  }
+  for (uint32_t i = 0; i < p->n_inputs; i++) {
+    const RtTensorDesc *d = &p->inputs[i];
+    float *v = malloc(d->nbytes + 4);
+    for (uint64_t k = 0; k < d->nbytes / 4; k++) v[k] = 0.1f * ((float)rand() / RAND_MAX);
+    ck_assert_int_eq(dlrt_set_input(m, (int)i, v, d->nbytes), DLRT_OK);
+    free(v);
+  }
+  for (int step = 0; step < 3; step++) ck_assert_msg(dlrt_run(m) == DLRT_OK, "%s", dlrt_error(m));
+  ck_assert_str_eq(dlrt_backend(m), "emu");
+  for (uint32_t w = 0; w < p->n_weights; w++) {
+    weights[w] = malloc(p->weights[w].nbytes + 1);
+    ck_assert_int_eq(dlrt_get_weight(m, p->weights[w].name, weights[w], p->weights[w].nbytes), DLRT_OK);
+  }
+  for (uint32_t i = 0; i < p->n_outputs; i++) {
+    outputs[i] = malloc(p->outputs[i].nbytes + 1);
+    ck_assert_msg(dlrt_get_output(m, (int)i, outputs[i], p->outputs[i].nbytes) == DLRT_OK, "%s", dlrt_error(m));
+  }
+  dlrt_close(m);
+}
+
+START_TEST(test_in_place_equals_copies) {
+  Ctx c;
+  ctx_init(&c);
+  OptimSpec o = optim_spec_default(OPTIM_ADAM);
+  o.weight_decay = 0.01;
+  Graph *g = step_graph(&c, cnn, &o);
+  uint8_t **w[2], **out[2];
+  const RtPlan *plans[2];
+  for (int copies = 0; copies < 2; copies++) {
+    CgResult cg;
+    ck_assert_msg(cg_compile_opts(g, &(CgOptions){.no_update_in_place = copies}, &cg), "%s", diag_text(&c));
+    plans[copies] = cg.plan;
+    /* Unfused (no pass pipeline here), batchnorm's running statistics
+     * are a chain of kernels whose last does not read the param: in
+     * place all the same, every read of the old value being before it. */
+    int updates, in_place = updates_in_place(g, cg.plan, &updates);
+    ck_assert_int_eq(updates, 18); /* 4 params and their moments, 2 running statistics, the step */
+    if (copies) ck_assert_int_eq(in_place, 0);
+    else ck_assert_int_eq(in_place, 18);
+    w[copies] = calloc(cg.plan->n_weights + 1, sizeof *w[copies]);
+    out[copies] = calloc(cg.plan->n_outputs + 1, sizeof *out[copies]);
+    run_steps(cg.plan, w[copies], out[copies]);
+  }
+  const RtPlan *p = plans[0];
+  ck_assert_int_eq(p->n_weights, plans[1]->n_weights);
+  for (uint32_t i = 0; i < p->n_weights; i++)
+    ck_assert_msg(memcmp(w[0][i], w[1][i], p->weights[i].nbytes) == 0, "weight '%s'", p->weights[i].name);
+  int checked = 0;
+  for (uint32_t i = 0; i < p->n_outputs; i++) {
+    ck_assert_msg(memcmp(out[0][i], out[1][i], p->outputs[i].nbytes) == 0, "output '%s'", p->outputs[i].name);
+    const char *param = ir_output_update(g, (int)i);
+    for (uint32_t k = 0; param && k < p->n_weights; k++)
+      if (strcmp(p->weights[k].name, param) == 0) {
+        for (int copies = 0; copies < 2; copies++)
+          ck_assert_msg(memcmp(out[copies][i], w[copies][k], p->weights[k].nbytes) == 0, "output '%s' (copies %d)",
+                        p->outputs[i].name, copies);
+        checked++;
+      }
+    free(out[0][i]), free(out[1][i]);
+  }
+  ck_assert_int_gt(checked, 10);
+  for (uint32_t i = 0; i < p->n_weights; i++) free(w[0][i]), free(w[1][i]);
+  for (int k = 0; k < 2; k++) free(w[k]), free(out[k]);
+  ctx_free(&c);
+}
+END_TEST
+
+/* An update that a later step's read of the old value forbids, or whose
+ * writer reads the param other than element for element, is copied; the
+ * one beside it with neither goes in place. */
+START_TEST(test_in_place_refused) {
+  static const char text[] =
+      "graph g {\n"
+      "  %0 = input {name=\"x\"} : f32[4]\n"
+      "  %1 = param {name=\"p\"} : f32[4]\n"
+      "  %2 = param {name=\"q\"} : f32[4]\n"
+      "  %3 = param {name=\"r\"} : f32[2, 2]\n"
+      "  %4 = add %1, %0 : f32[4]\n"
+      "  %5 = mul %1, %0 : f32[4]\n"
+      "  %6 = add %2, %0 : f32[4]\n"
+      "  %7 = transpose %3 {perm=[1, 0]} : f32[2, 2]\n"
+      "  return %4 as \"p.new\" updates \"p\", %5 as \"late\", %6 as \"q.new\" updates \"q\", "
+      "%7 as \"r.new\" updates \"r\"\n"
+      "}\n";
+  Ctx c;
+  ctx_init(&c);
+  Graph *g = ir_parse(&c, ctx_add_file(&c, "u.ir", text, strlen(text)));
+  ck_assert_msg(g, "%s", diag_text(&c));
+  CgResult cg;
+  ck_assert_msg(cg_compile(g, &cg), "%s", diag_text(&c));
+  const RtPlan *p = cg.plan;
+  ck_assert_int_eq(p->outputs[0].where.space, RT_SPACE_OUTPUT); /* %5 reads p after %4 */
+  ck_assert_int_eq(p->outputs[2].where.space, RT_SPACE_WEIGHTS);
+  ck_assert_int_eq(p->outputs[3].where.space, RT_SPACE_OUTPUT); /* a transpose reads across elements */
+  ck_assert_int_eq(p->n_update_steps, 2);
+  char err[512];
+  ck_assert_msg(rt_plan_validate(p, err, sizeof err) == 0, "%s", err);
+  DlrtModel *m = NULL;
+  ck_assert_msg(dlrt_open(p, "emu", &m) == DLRT_OK, "%s", dlrt_error(m));
+  float x[4] = {1, 2, 3, 4}, pv[4] = {5, 6, 7, 8}, qv[4] = {-1, -2, -3, -4}, rv[4] = {1, 2, 3, 4}, got[4];
+  ck_assert_int_eq(dlrt_set_weight(m, "p", pv, sizeof pv), DLRT_OK);
+  ck_assert_int_eq(dlrt_set_weight(m, "q", qv, sizeof qv), DLRT_OK);
+  ck_assert_int_eq(dlrt_set_weight(m, "r", rv, sizeof rv), DLRT_OK);
+  ck_assert_int_eq(dlrt_set_input(m, 0, x, sizeof x), DLRT_OK);
+  ck_assert_msg(dlrt_run(m) == DLRT_OK, "%s", dlrt_error(m));
+  ck_assert_int_eq(dlrt_get_output(m, 1, got, sizeof got), DLRT_OK);
+  for (int i = 0; i < 4; i++) ck_assert_float_eq(got[i], pv[i] * x[i]); /* the old p */
+  ck_assert_int_eq(dlrt_get_weight(m, "p", got, sizeof got), DLRT_OK);
+  for (int i = 0; i < 4; i++) ck_assert_float_eq(got[i], pv[i] + x[i]);
+  ck_assert_int_eq(dlrt_get_output(m, 2, got, sizeof got), DLRT_OK);
+  for (int i = 0; i < 4; i++) ck_assert_float_eq(got[i], qv[i] + x[i]);
+  ck_assert_int_eq(dlrt_get_weight(m, "r", got, sizeof got), DLRT_OK);
+  ck_assert(got[0] == 1 && got[1] == 3 && got[2] == 2 && got[3] == 4);
+  /* an output in place is the weight: it cannot be bound elsewhere */
+  ck_assert_int_eq(dlrt_bind_output(m, 2, (uint64_t)(uintptr_t)got), DLRT_E_ARG);
+  ck_assert_str_eq(dlrt_error(m), "bind_output 'q.new': it is a weight the run updates in place, so it cannot be bound");
+  dlrt_close(m);
+  ctx_free(&c);
+}
+END_TEST
+
+/* In place, an update output's desc is exactly its weight's bytes, and
+ * only those weights may be written by a run's steps. */
+START_TEST(test_plan_updates_in_place) {
+  Ctx c;
+  ctx_init(&c);
+  OptimSpec o = optim_spec_default(OPTIM_ADAM);
+  Graph *g = step_graph(&c, mlp, &o);
+  CgResult cg;
+  ck_assert_msg(cg_compile(g, &cg), "%s", diag_text(&c));
+  const RtPlan *p = cg.plan;
+  int updates;
+  ck_assert_int_eq(updates_in_place(g, p, &updates), updates);
+  ck_assert_int_eq(p->n_update_steps, 0);
+  char err[512];
+  ck_assert_msg(rt_plan_validate(p, err, sizeof err) == 0, "%s", err);
+  int first = -1, second = -1;
+  for (int i = 0; i < g->n_outputs && second < 0; i++)
+    if (ir_output_update(g, i)) *(first < 0 ? &first : &second) = i;
+  ck_assert_int_ge(second, 0);
+  RtTensorDesc *outs = malloc(p->n_outputs * sizeof *outs);
+  RtPlan bad = *p;
+  bad.outputs = outs;
+  memcpy(outs, p->outputs, p->n_outputs * sizeof *outs);
+  outs[first].where.offset += 4;
+  ck_assert_int_eq(rt_plan_validate(&bad, err, sizeof err), -1);
+  ck_assert_msg(strstr(err, "which is not exactly one weight's bytes"), "%s", err);
+  memcpy(outs, p->outputs, p->n_outputs * sizeof *outs);
+  outs[second].where = outs[first].where;
+  outs[second].nbytes = outs[first].nbytes;
+  memcpy(outs[second].dims, outs[first].dims, sizeof outs[first].dims);
+  outs[second].rank = outs[first].rank;
+  ck_assert_int_eq(rt_plan_validate(&bad, err, sizeof err), -1);
+  ck_assert_msg(strstr(err, "is updated twice"), "%s", err);
+  /* back in OUTPUT, its weight is no longer the run's to write */
+  memcpy(outs, p->outputs, p->n_outputs * sizeof *outs);
+  outs[first].where = (RtRef){.space = RT_SPACE_OUTPUT, .index = (uint32_t)first};
+  ck_assert_int_eq(rt_plan_validate(&bad, err, sizeof err), -1);
+  ck_assert_msg(strstr(err, "writes into WEIGHTS, which the model only reads"), "%s", err);
+  free(outs);
   ctx_free(&c);
 }
 END_TEST
@@ -379,6 +581,9 @@ static Suite *optim_suite(void) {
   tcase_set_timeout(t, 300);
   tcase_add_loop_test(t, test_numpy_ref, 0, (int)ARRAY_LEN(ref_runs));
   tcase_add_loop_test(t, test_numpy_emu_some, 0, (int)ARRAY_LEN(emu_runs));
+  tcase_add_test(t, test_plan_updates_in_place);
+  tcase_add_test(t, test_in_place_equals_copies);
+  tcase_add_test(t, test_in_place_refused);
   tcase_add_test(t, test_emu_equals_ref);
   tcase_add_test(t, test_plan_updates);
   tcase_add_test(t, test_one_launch);
