@@ -20,6 +20,10 @@
  *     weights' slice (plus the bias's slice): GPT-2's c_attn split into
  *     q, k and v becomes three products codegen batches as one GEMM, and
  *     no kernel copies the slices out
+ *   a product by a weight matrix that has a sibling (another product of
+ *     the same x by a weight matrix of that shape), plus a bias vector
+ *     when that add is its one use -> linear(x, W^T, bias): an ONNX
+ *     export's q, k and v (MatMul then Add each) batch as one GEMM too
  * An identity only applies when the result has x's type exactly (x*1 with
  * a larger 1 broadcasts).  Operands left unused are dce's. */
 #include <string.h>
@@ -226,6 +230,24 @@ static bool divisible(const Slicer *S, const Value *v) {
   return uses == 1 || uses == S->slice_uses[p->id];
 }
 
+/* linear(x, w^T, bias) for a weight matrix w [K, N], or linear(x, w,
+ * bias) when w_nk (stored [N, K] already): the transpose is computed
+ * with the weights, once. */
+static Value *linear_by(Slicer *S, Value *x, Value *w, bool w_nk, Value *bias) {
+  if (!w_nk) {
+    static const int64_t swap[2] = {1, 0};
+    Node *t = ir_node_new(S->g, OP_TRANSPOSE, 1, &w, S->before->loc);
+    t->scope = S->before->scope;
+    ir_set_ints(S->g, t, "perm", 2, swap);
+    char err[256];
+    if (!ir_infer(t, err, sizeof err)) dl_internal(S->g->ctx, "simplify: a weight's transpose: %s", err);
+    ir_insert_before(S->g, S->before, t);
+    w = &t->out[0];
+  }
+  Value *in[3] = {x, w, bias};
+  return &pass_new_node(S->g, S->before, OP_LINEAR, bias ? 3 : 2, in, NULL, S->before->loc)->out[0];
+}
+
 /* x @ W[:, lo:hi] (+ bias) as linear(x, W[:, lo:hi]^T, bias) when v is
  * x @ W with W a weight matrix and x of rank 2 or more; NULL otherwise.
  * The transposed part is computed with the weights, once. */
@@ -236,19 +258,7 @@ static Value *as_linear(Slicer *S, Value *v, int64_t lo, int64_t hi, Value *bias
   if (!is_weight(S, w) || is_weight(S, x) || w->type.rank != 2 || x->type.rank < 2 || ir_matmul_trans(p, 0))
     return NULL;
   bool wt = ir_matmul_trans(p, 1); /* W stored [N, K] already */
-  Value *part = slice_of(S, w, wt ? 0 : 1, lo, hi);
-  if (!wt) {
-    static const int64_t swap[2] = {1, 0};
-    Node *t = ir_node_new(S->g, OP_TRANSPOSE, 1, &part, S->before->loc);
-    t->scope = S->before->scope;
-    ir_set_ints(S->g, t, "perm", 2, swap);
-    char err[256];
-    if (!ir_infer(t, err, sizeof err)) dl_internal(S->g->ctx, "simplify: a weight's transpose: %s", err);
-    ir_insert_before(S->g, S->before, t);
-    part = &t->out[0];
-  }
-  Value *in[3] = {x, part, bias};
-  return &pass_new_node(S->g, S->before, OP_LINEAR, bias ? 3 : 2, in, NULL, S->before->loc)->out[0];
+  return linear_by(S, x, slice_of(S, w, wt ? 0 : 1, lo, hi), wt, bias);
 }
 
 /* v[..., lo:hi] computed from parts of v's operands where v is a product
@@ -305,6 +315,52 @@ static Value *sliced_product(Slicer *S, Value *v, int64_t lo, int64_t hi, int de
   }
 }
 
+/* x @ W by a weight matrix, x of rank 2 or more and not transposed, in a
+ * float dtype: a product a linear computes as well. */
+static bool weight_product(const Slicer *S, const Node *p) {
+  if (p->op != OP_MATMUL || ir_matmul_trans(p, 0)) return false;
+  const Value *x = p->in[0], *w = p->in[1];
+  DType dt = x->type.dtype;
+  return is_weight(S, w) && !is_weight(S, x) && w->type.rank == 2 && x->type.rank >= 2 && w->type.dtype == dt &&
+         (dt == TY_F32 || dt == TY_F16 || dt == TY_BF16);
+}
+
+static int64_t product_n(const Node *p) { return p->out[0].type.dims[p->out[0].type.rank - 1]; }
+
+/* By id: the weight products that have a sibling (a product of the same
+ * x by a weight matrix of the same shape), so that as linears codegen
+ * batches them into one GEMM (an ONNX export's q, k and v projections,
+ * MatMul then Add each); by an Add's id, the sibling product it alone
+ * adds a bias vector to (that Add becomes the linear with its bias), and
+ * such products marked in to_add. */
+static void find_siblings(Slicer *S, bool *sibling, const Node **biased, bool *to_add) {
+  Graph *g = S->g;
+  int n = 0;
+  const Node **prods = ARENA_ARRAY(&g->ctx->arena, const Node *, S->n_ids + 1);
+  for (const Node *p = g->first; p; p = p->next)
+    if (p->id >= 0 && p->id < S->n_ids && weight_product(S, p)) prods[n++] = p;
+  for (int i = 0; i < n; i++)
+    for (int j = 0; j < n; j++)
+      if (i != j && prods[i]->in[0] == prods[j]->in[0] && product_n(prods[i]) == product_n(prods[j]) &&
+          ir_type_eq(&prods[i]->in[1]->type, &prods[j]->in[1]->type) &&
+          ir_matmul_trans(prods[i], 1) == ir_matmul_trans(prods[j], 1))
+        sibling[prods[i]->id] = true;
+  for (const Node *a = g->first; a; a = a->next) {
+    if (a->op != OP_ADD || a->id < 0 || a->id >= S->n_ids) continue;
+    for (int k = 0; k < 2; k++) {
+      const Value *v = a->in[k], *b = a->in[1 - k];
+      const Node *p = v->def;
+      if (p->id >= 0 && p->id < S->n_ids && sibling[p->id] && pass_uses(S->uses, v) == 1 && is_weight(S, b) &&
+          b->type.rank == 1 && b->type.dims[0] == product_n(p) && b->type.dtype == v->type.dtype &&
+          ir_type_eq(&a->out[0].type, &v->type)) {
+        biased[a->id] = p;
+        to_add[p->id] = true;
+        break;
+      }
+    }
+  }
+}
+
 bool pass_simplify(Graph *g, PassCtx *pc) {
   Slicer S = {.g = g, .weights = pass_weight_only(g), .uses = pass_uses_new(g)};
   for (Node *n = g->first; n; n = n->next) S.n_ids = n->id + 1 > S.n_ids ? n->id + 1 : S.n_ids;
@@ -314,16 +370,29 @@ bool pass_simplify(Graph *g, PassCtx *pc) {
     if (last_axis_slice(n, &lo, &hi)) slice_uses[n->in[0]->def->id]++;
   }
   S.slice_uses = slice_uses;
+  bool *sibling = ARENA_ARRAY(&g->ctx->arena, bool, S.n_ids + 1);
+  const Node **biased = ARENA_ARRAY(&g->ctx->arena, const Node *, S.n_ids + 1);
+  bool *to_add = ARENA_ARRAY(&g->ctx->arena, bool, S.n_ids + 1);
+  find_siblings(&S, sibling, biased, to_add);
   PassRewrite *rw = pass_rewrite_new(g);
-  int identities = 0, pairs = 0, parts = 0;
+  int identities = 0, pairs = 0, parts = 0, linears = 0;
   for (Node *n = g->first, *next; n; n = next) {
     next = n->next;
     pass_rewrite_operands(rw, n);
     if (ir_ops[n->op].cls == K_SOURCE || n->n_out != 1 || n->n_in == 0) continue;
     Value *x = identity_of(n);
     int64_t lo, hi;
+    bool old = n->id >= 0 && n->id < S.n_ids;
+    const Node *p = old && n->op == OP_ADD ? biased[n->id] : NULL;
     if (x) {
       identities++;
+    } else if (p || (old && n->op == OP_MATMUL && sibling[n->id] && !to_add[n->id])) {
+      S.before = n;
+      Value *bias = p ? n->in[n->in[0]->def == p ? 1 : 0] : NULL;
+      if (!p) p = n;
+      x = linear_by(&S, p->in[0], p->in[1], ir_matmul_trans(p, 1), bias);
+      linears++;
+      next = n->next;
     } else if (last_axis_slice(n, &lo, &hi) && (S.before = n, x = sliced_product(&S, n->in[0], lo, hi, 0))) {
       /* nodes made here have no id: the walk, which reaches them next,
        * leaves them alone */
@@ -345,5 +414,6 @@ bool pass_simplify(Graph *g, PassCtx *pc) {
   if (identities) pass_stat(pc, "simplify: identities removed", identities);
   if (pairs) pass_stat(pc, "simplify: pairs combined", pairs);
   if (parts) pass_stat(pc, "simplify: slices of products computed as products of slices", parts);
-  return identities + pairs + parts > 0;
+  if (linears) pass_stat(pc, "simplify: products by weights made linears to batch", linears);
+  return identities + pairs + parts + linears > 0;
 }

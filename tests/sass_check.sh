@@ -43,7 +43,8 @@ b=${top_builddir:-.}
 s=${top_srcdir:-.}
 EXPECTED_WITHOUT_TC=${EXPECTED_WITHOUT_TC-convs-int8}
 
-. "$s/tests/find_cuobjdump.sh" sass_check
+find_cuobjdump_for=sass_check
+. "$s/tests/find_cuobjdump.sh"
 if ! command -v python3 >/dev/null; then
   echo "sass_check: no python3: skipped"
   exit 77

@@ -6,7 +6,8 @@
 # tests/find_cuobjdump.sh says where it looks).  Skipped without.
 set -u
 b=${top_builddir:-.}
-. "${top_srcdir:-.}/tests/find_cuobjdump.sh" tc_sass
+find_cuobjdump_for=tc_sass
+. "${top_srcdir:-.}/tests/find_cuobjdump.sh"
 export DLCC_CACHE_DIR=off
 tmp=$(mktemp -d) || exit 99
 trap 'rm -rf "$tmp"' EXIT

@@ -88,6 +88,57 @@ START_TEST(qkv_is_one_gemm) {
 }
 END_TEST
 
+/* q, k and v as an ONNX export writes them, MatMul by a [K, N] weight
+ * then Add of a bias vector: simplify makes each a linear (the weight
+ * transposed once, with the weights) so that they batch as one GEMM; the
+ * plan on emu computes what the graph as written does.  A lone product
+ * stays a matmul. */
+START_TEST(onnx_style_qkv_is_one_gemm) {
+  static const DType dts[] = {TY_F32, TY_F16, TY_BF16};
+  for (size_t d = 0; d < 3; d++)
+    for (int bias = 0; bias < 2; bias++) {
+      const char *dt = ir_dtype_name(dts[d]);
+      char text[2048], *at = text;
+      at += sprintf(at, "graph qkv {\n  %%x = input {name=\"x\"} : %s[2, 5, 24]\n", dt);
+      const char *names[] = {"q", "k", "v"};
+      for (int i = 0; i < 3; i++) {
+        at += sprintf(at, "  %%w%s = param {name=\"%s.weight\"} : %s[24, 16]\n", names[i], names[i], dt);
+        at += sprintf(at, "  %%m%s = matmul %%x, %%w%s : %s[2, 5, 16]\n", names[i], names[i], dt);
+        if (bias)
+          at += sprintf(at,
+                        "  %%b%s = param {name=\"%s.bias\"} : %s[16]\n"
+                        "  %%%s = add %%m%s, %%b%s : %s[2, 5, 16]\n",
+                        names[i], names[i], dt, names[i], names[i], names[i], dt);
+        else
+          at += sprintf(at, "  %%%s = relu %%m%s : %s[2, 5, 16]\n", names[i], names[i], dt);
+      }
+      sprintf(at,
+              "  %%s = mul %%q, %%k : %s[2, 5, 16]\n"
+              "  %%y = mul %%s, %%v : %s[2, 5, 16]\n"
+              "  return %%y as \"y\"\n}\n",
+              dt, dt);
+      Job j = compile_at(&ctx, text, 2);
+      int n;
+      const RtStep *s = only_gemm(j.cg.plan, &n);
+      ck_assert_int_eq(n, 1);
+      ck_assert_int_eq(s->gemm.batch, 3);
+      ck_assert_int_eq(s->gemm.trans_b, 1);
+      Job as_written = compile_at(&ctx, text, -1);
+      test_emu_matches_eval(as_written.g, j.cg.plan, 11 + d, -1, 1, tolerance(dts[d]));
+    }
+  /* one product by a weight: nothing to batch, no transpose made */
+  Job lone = compile_at(&ctx,
+                        "graph one {\n  %x = input {name=\"x\"} : f32[3, 8]\n"
+                        "  %w = param {name=\"w\"} : f32[8, 4]\n"
+                        "  %y = matmul %x, %w : f32[3, 4]\n  return %y as \"y\"\n}\n",
+                        2);
+  int n;
+  only_gemm(lone.cg.plan, &n);
+  ck_assert_int_eq(n, 1);
+  ck_assert_int_eq(lone.cg.plan->n_init_steps, 0);
+}
+END_TEST
+
 /* Two linears each under its relu: one GEMM, cuBLASLt's relu+bias
  * epilogue with one bias per batch, writing both relus side by side for
  * the product after them. */
@@ -216,6 +267,7 @@ static Suite *gemm_batch_suite(void) {
   tcase_add_checked_fixture(t, setup, teardown);
   tcase_set_timeout(t, 120);
   tcase_add_test(t, qkv_is_one_gemm);
+  tcase_add_test(t, onnx_style_qkv_is_one_gemm);
   tcase_add_test(t, activation_epilogues_batch);
   tcase_add_test(t, int8_products_batch);
   tcase_add_test(t, what_stays_apart);
