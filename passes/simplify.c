@@ -337,11 +337,22 @@ static void find_siblings(Slicer *S, bool *sibling, const Node **biased, bool *t
   Graph *g = S->g;
   int n = 0;
   const Node **prods = ARENA_ARRAY(&g->ctx->arena, const Node *, S->n_ids + 1);
+  /* A product cut into slices, or plus a bias and then cut, is the rule
+   * above's (its parts batch), and two products by one weight are cse's. */
+  bool *cut = ARENA_ARRAY(&g->ctx->arena, bool, S->n_ids + 1);
+  for (const Node *a = g->first; a; a = a->next)
+    if (a->op == OP_ADD && a->id >= 0 && a->id < S->n_ids && S->slice_uses[a->id])
+      for (int k = 0; k < 2; k++) {
+        const Node *d = a->in[k]->def;
+        if (d->id >= 0 && d->id < S->n_ids) cut[d->id] = true;
+      }
   for (const Node *p = g->first; p; p = p->next)
-    if (p->id >= 0 && p->id < S->n_ids && weight_product(S, p)) prods[n++] = p;
+    if (p->id >= 0 && p->id < S->n_ids && weight_product(S, p) && !S->slice_uses[p->id] && !cut[p->id])
+      prods[n++] = p;
   for (int i = 0; i < n; i++)
     for (int j = 0; j < n; j++)
-      if (i != j && prods[i]->in[0] == prods[j]->in[0] && product_n(prods[i]) == product_n(prods[j]) &&
+      if (i != j && prods[i]->in[0] == prods[j]->in[0] && prods[i]->in[1] != prods[j]->in[1] &&
+          product_n(prods[i]) == product_n(prods[j]) &&
           ir_type_eq(&prods[i]->in[1]->type, &prods[j]->in[1]->type) &&
           ir_matmul_trans(prods[i], 1) == ir_matmul_trans(prods[j], 1))
         sibling[prods[i]->id] = true;
@@ -350,7 +361,8 @@ static void find_siblings(Slicer *S, bool *sibling, const Node **biased, bool *t
     for (int k = 0; k < 2; k++) {
       const Value *v = a->in[k], *b = a->in[1 - k];
       const Node *p = v->def;
-      if (p->id >= 0 && p->id < S->n_ids && sibling[p->id] && pass_uses(S->uses, v) == 1 && is_weight(S, b) &&
+      if (p->id >= 0 && p->id < S->n_ids && sibling[p->id] && pass_uses(S->uses, v) == 1 && !S->slice_uses[a->id] &&
+          is_weight(S, b) &&
           b->type.rank == 1 && b->type.dims[0] == product_n(p) && b->type.dtype == v->type.dtype &&
           ir_type_eq(&a->out[0].type, &v->type)) {
         biased[a->id] = p;
