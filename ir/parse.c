@@ -47,6 +47,10 @@ typedef struct Parser {
   int errors_before; /* the context's count when this parse began */
   int max_nodes;
   bool stop; /* a limit was reached: read no further */
+  /* The guard frames read so far: one frame is one object (a node's
+   * guard is compared by pointer). */
+  const Guard **guards;
+  int n_guards, cap_guards;
 } Parser;
 
 /* ---- names ---- */
@@ -424,6 +428,44 @@ static bool check_unique_name(Parser *p, NameMap *m, const Node *n, const char *
   return true;
 }
 
+/* One "if [!]%c" of a node's guard, inside the frames before it: c one
+ * bool defined above. */
+static bool parse_guard_frame(Parser *p, Node *n) {
+  skip_ws(p);
+  bool when = p->line[p->pos] != '!';
+  if (!when) p->pos++;
+  size_t at;
+  const char *name = value_name(p, &at);
+  if (!name) return false;
+  const ValEntry *e = map_find(&p->values, name);
+  if (!e || !e->value) {
+    if (!e) error_at(p, at, "%%%s is not defined", name);
+    return false;
+  }
+  Value *cond = e->value;
+  if (cond->type.dtype != TY_BOOL || ir_type_numel(&cond->type) != 1) {
+    char t[IR_TYPE_STR_MAX];
+    error_at(p, at, "a guard's condition must be one bool, and %%%s is %s", name,
+             ir_type_str(&cond->type, t, sizeof t));
+    return false;
+  }
+  for (int i = 0; i < p->n_guards; i++) {
+    const Guard *f = p->guards[i];
+    if (f->cond == cond && f->when == when && f->outer == n->guard) {
+      n->guard = f;
+      return true;
+    }
+  }
+  if (p->n_guards == p->cap_guards) {
+    int bigger = p->cap_guards ? 2 * p->cap_guards : 8;
+    p->guards = arena_realloc(&p->c->arena, p->guards, sizeof *p->guards * (size_t)p->cap_guards,
+                              sizeof *p->guards * (size_t)bigger);
+    p->cap_guards = bigger;
+  }
+  n->guard = p->guards[p->n_guards++] = ir_guard_new(p->g, cond, when, n->guard);
+  return true;
+}
+
 /* "%a, %b = op %x, %y {attrs} : t1, t2 ; loc" */
 static void parse_node(Parser *p) {
   Arena *a = &p->c->arena;
@@ -545,6 +587,12 @@ static void parse_node(Parser *p) {
       goto fail;
     }
     n->group = (int)g;
+    skip_ws(p);
+  }
+  while (strncmp(p->line + p->pos, "if", 2) == 0 && !is_name_char(p->line[p->pos + 2])) {
+    p->pos += 2;
+    if (!parse_guard_frame(p, n)) goto fail;
+    skip_ws(p);
   }
   if (!at_end(p)) {
     error_at(p, p->pos, "expected ',' or the end of the line after the type, found %s", found(p));

@@ -37,6 +37,14 @@ static void print_type(FILE *f, const TensorType *t) {
   fputs(ir_type_str(t, buf, sizeof buf), f);
 }
 
+/* " if %c if !%d": the If branches a node is needed on, outermost first. */
+static void print_guard(FILE *f, const Guard *g) {
+  if (!g) return;
+  print_guard(f, g->outer);
+  fputs(g->when ? " if " : " if !", f);
+  print_value(f, g->cond);
+}
+
 /* Everything of a node's line but the indent and the location comment. */
 static void print_node_body(FILE *f, const Node *n) {
   for (int i = 0; i < n->n_out; i++) {
@@ -63,6 +71,7 @@ static void print_node_body(FILE *f, const Node *n) {
   }
   if (n->keep_f32) fputs(" #f32", f);
   if (n->group >= 0) fprintf(f, " #k%d", n->group);
+  print_guard(f, n->guard);
 }
 
 static void print_node(FILE *f, const Node *n) {

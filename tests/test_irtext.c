@@ -643,6 +643,42 @@ END_TEST
 
 /* ---- parse errors: the exact text, with location and caret ---- */
 
+/* The If branches a node is needed on (an ONNX If decided at run time,
+ * ir/guard.c): " if %c", " if !%c" after the types, outermost first; one
+ * frame is one Guard for every node that names it. */
+START_TEST(round_trip_guards) {
+  static const char text[] =
+      "; dlcc IR\n"
+      "graph g {\n"
+      "  %0 = input {name=\"x\"} : f32[4]\n"
+      "  %1 = input {name=\"c\"} : bool[]\n"
+      "  %2 = input {name=\"d\"} : bool[1]\n"
+      "  %3 = relu %0 : f32[4] if %1\n"
+      "  %4 = neg %3 : f32[4] if %1 if !%2\n"
+      "  %5 = abs %3 : f32[4] if %1 if %2\n"
+      "  %6 = where %2, %5, %4 : f32[4] if %1\n"
+      "  %7 = exp %0 : f32[4] #k3 if !%1\n"
+      "  %8 = where %1, %6, %7 : f32[4]\n"
+      "  return %8 as \"y\"\n"
+      "}\n";
+  Graph *g = parse_ok(text);
+  ck_assert_str_eq(print_str(g), text);
+  assert_round_trip(g);
+  const Node *n[9] = {0};
+  int i = 0;
+  for (const Node *m = g->first; m && i < 9; m = m->next) n[i++] = m;
+  ck_assert_ptr_null(n[0]->guard);
+  ck_assert_ptr_eq(n[3]->guard, n[6]->guard);         /* one frame, one object */
+  ck_assert_ptr_eq(n[4]->guard->outer, n[3]->guard);  /* nested inside it */
+  ck_assert_ptr_eq(n[5]->guard->outer, n[3]->guard);
+  ck_assert_ptr_ne(n[4]->guard, n[5]->guard);
+  ck_assert(!n[4]->guard->when && n[5]->guard->when && n[4]->guard->depth == 2);
+  ck_assert_ptr_eq(n[7]->guard->cond, &n[1]->out[0]);
+  ck_assert(!n[7]->guard->when && n[7]->group == 3);
+  ck_assert_ptr_null(n[8]->guard);
+}
+END_TEST
+
 static void assert_parse_error(const char *text, const char *expected) {
   diag_clear(&C);
   Graph *g = parse_str(&C, text);
@@ -739,6 +775,26 @@ START_TEST(error_values) {
                      "t.ir:3:27: error: output name \"y\" is used twice\n"
                      "      return %0 as \"y\", %0 as \"y\"\n"
                      "                              ^\n");
+}
+END_TEST
+
+START_TEST(error_guards) {
+  assert_parse_error(HEAD "  %1 = relu %0 : f32[8, 12] if %9\n" TAIL,
+                     "t.ir:3:32: error: %9 is not defined\n"
+                     "      %1 = relu %0 : f32[8, 12] if %9\n"
+                     "                                   ^\n");
+  assert_parse_error(HEAD "  %1 = relu %0 : f32[8, 12] if !%0\n" TAIL,
+                     "t.ir:3:33: error: a guard's condition must be one bool, and %0 is f32[8, 12]\n"
+                     "      %1 = relu %0 : f32[8, 12] if !%0\n"
+                     "                                    ^\n");
+  assert_parse_error(HEAD "  %1 = relu %0 : f32[8, 12] if\n" TAIL,
+                     "t.ir:3:31: error: expected a value such as %0, found end of line\n"
+                     "      %1 = relu %0 : f32[8, 12] if\n"
+                     "                                  ^\n");
+  assert_parse_error(HEAD "  %1 = relu %0 : f32[8, 12] iff %0\n" TAIL,
+                     "t.ir:3:29: error: expected ',' or the end of the line after the type, found 'iff'\n"
+                     "      %1 = relu %0 : f32[8, 12] iff %0\n"
+                     "                                ^\n");
 }
 END_TEST
 
@@ -1312,6 +1368,7 @@ static Suite *irtext_suite(void) {
   tcase_add_test(t, print_quotes_graph_name_unless_identifier);
   tcase_add_test(t, round_trip_every_op);
   tcase_add_test(t, round_trip_keeps_values);
+  tcase_add_test(t, round_trip_guards);
   suite_add_tcase(s, t);
 
   t = tcase_create("parse");
@@ -1324,6 +1381,7 @@ static Suite *irtext_suite(void) {
   tcase_add_test(t, error_attributes);
   tcase_add_test(t, error_result_counts);
   tcase_add_test(t, error_values);
+  tcase_add_test(t, error_guards);
   tcase_add_test(t, error_structure);
   tcase_add_test(t, error_graph_without_nodes);
   tcase_add_test(t, error_nul_byte);
