@@ -137,9 +137,9 @@ DlrtStatus dlrt_set_input_by_name(DlrtModel *m, const char *name, const void *da
 DlrtStatus dlrt_run(DlrtModel *m);
 /* Copies output index (nbytes: exactly its size) from the last run.  An
  * output that updates a weight (a training step's param, moment or
- * running statistic) stays on the device through the run: this reads its
- * current value there (a synchronous copy), the weight's after a later
- * dlrt_set_weight. */
+ * running statistic) stays on the device through the run: this copies
+ * it from there when asked (synchronously), so for an update written in
+ * place over its weight, a dlrt_set_weight since the run shows. */
 DlrtStatus dlrt_get_output(DlrtModel *m, int index, void *data, size_t nbytes);
 DlrtStatus dlrt_get_output_by_name(DlrtModel *m, const char *name, void *data, size_t nbytes);
 
