@@ -60,7 +60,7 @@ static bool error_v(Lower *l, SrcLoc loc, SrcLoc note_loc, const char *note_msg,
   if (fe_map(l, &l->reported, key, false)) {
     /* The same mistake in every iteration of a long loop: after enough
      * repeats nothing new will be learned from going on. */
-    if (++l->n_dup > 10000) l->halt = true;
+    if (++l->n_dup > 100) l->halt = true;
     return false;
   }
   fe_map(l, &l->reported, key, true);
