@@ -388,6 +388,11 @@ static bool micro_batch(PipeRun *p, int m, bool *comm) {
     const void *y;
     size_t n;
     if (dlc_get_output(p->m, k, &y, &n) != DLC_OK) return model_failed(p);
+    /* The plan's output must be the micro-batch's slice the buffers are
+     * sized for (a precision that changed an output's type is not). */
+    size_t want = last ? ir_tensor_nbytes(&p->g->outputs[k]->type) : p->out_bytes[k];
+    if (n != want)
+      return fail(p, "stage %d's output %d is %zu bytes, where the split expects %zu", p->s, k, n, want);
     if (last) {
       memcpy((unsigned char *)p->outputs[k] + (size_t)m * n, y, n);
       continue;
