@@ -150,7 +150,7 @@ static void print_scopes(FILE *f, Graph *g, const StageSplit *sp, int s) {
 void pipe_print_split(Graph *g, const StageSplit *sp, int M, int64_t b, const char *schedule, int D,
                       int64_t per_pipeline) {
   int S = sp->n_stages;
-  printf("pipeline: %d stages%s, %d micro-batch%s", S, sp->marked ? " at the model's stage() marks" : "", M,
+  printf("pipeline: %d stage%s%s, %d micro-batch%s", S, S == 1 ? "" : "s", sp->marked ? " at the model's stage() marks" : "", M,
          M == 1 ? "" : "es");
   if (b > 0) printf(" of %" PRId64, b);
   printf(", %s; bubble (S-1)/(M+S-1) = %.1f%%\n", schedule, 100.0 * (S - 1) / (double)(M + S - 1));

@@ -31,7 +31,7 @@ typedef struct RunOptions {
   int bench; /* --bench=N: time N more runs */
   bool verbose; /* --verbose: how the runtime ran it */
   int tp;       /* --tensor-parallel=T: this process is one of T ranks */
-  int pipeline; /* --pipeline=S: this process is stage s of S (run_pipe.c) */
+  int pipeline; /* --pipeline=S: this process holds one of S stages (run_pipe.c) */
   int micro;    /* --micro-batches=M, 0 when not given */
   int dist_timeout; /* --dist-timeout=S, 0 when not given */
   Dist *dist;   /* with tp > 1: the ranks; rank 0 prints and writes */
@@ -68,8 +68,8 @@ bool run_output_dir_open(OutputDir *d, const char *path, int n, const char *(*na
 bool run_write_output(const OutputDir *d, int i, const dlc_tensor_info *info, const void *data, size_t nbytes);
 void run_output_dir_close(OutputDir *d);
 
-/* --pipeline=S (run_pipe.c): this process as stage s of an mpirun of S
- * ranks; returns the exit status. */
+/* --pipeline=S (run_pipe.c): this process as stage w % S of pipeline
+ * w / S in an mpirun of D * S ranks; returns the exit status. */
 int run_pipeline(RunOptions *o);
 
 #endif

@@ -43,8 +43,10 @@ typedef struct ModelInput {
 
 typedef struct PipeRun {
   RunOptions *o;
-  Dist *d;
+  Dist *world; /* every rank: the status exchange, the outputs' gather */
+  Dist *d;     /* this pipeline's ranks: rank s holds stage s */
   int s, S, M;
+  int q, D;    /* this rank's pipeline of D (data parallel over pipelines) */
   Ctx ctx;
   Graph *whole; /* lowered at the whole batch: the types one process has */
   Graph *g;     /* lowered at a micro-batch: the graph that is split */
@@ -170,14 +172,19 @@ static bool graphs(PipeRun *p) {
     return fail(p, "pipeline parallel takes a .dl or .ir model, not ONNX");
   if (n > 3 && strcmp(o->model_path + n - 3, ".so") == 0)
     return fail(p, "--pipeline compiles each stage: give the model's .dl or .ir, not a library");
-  for (int i = 0; i < o->n_inputs && p->M > 1; i++) {
+  int parts = p->D * p->M; /* the batch's: each pipeline's share in M micro-batches */
+  for (int i = 0; i < o->n_inputs && parts > 1; i++) {
     const RtTensor *t = &o->inputs[i].data;
-    if (!t->rank || t->dims[0] % p->M)
+    if ((!t->rank || t->dims[0] % parts) && p->D == 1)
       return fail(p, "--micro-batches=%d does not divide input '%s' (%s): its axis 0, the batch, is %" PRId64
                   "; give a batch that is a multiple of %d", p->M, o->inputs[i].name, o->inputs[i].path,
-                  t->rank ? t->dims[0] : 0, p->M);
+                  t->rank ? t->dims[0] : 0, parts);
+    if (!t->rank || t->dims[0] % parts)
+      return fail(p, "input '%s' (%s): its axis 0, the batch, is %" PRId64 ", which does not divide into %d "
+                  "pipelines of %d micro-batch%s: give a batch that is a multiple of %d", o->inputs[i].name,
+                  o->inputs[i].path, t->rank ? t->dims[0] : 0, p->D, p->M, p->M == 1 ? "" : "es", parts);
   }
-  LowerJob whole = {.o = o, .divide = 1}, micro = {.o = o, .divide = p->M};
+  LowerJob whole = {.o = o, .divide = 1}, micro = {.o = o, .divide = parts};
   int rc = ctx_guard(&p->ctx, lower, &whole);
   if (rc || p->ctx.diag.errors) return fail_diag(p, rc);
   rc = ctx_guard(&p->ctx, lower, &micro);
@@ -198,12 +205,12 @@ static bool graphs(PipeRun *p) {
     const Node *u = input_named(p->g, in->name);
     if (!u) return fail(p, "the model's input '%s' is missing at a micro-batch", in->name);
     in->micro = u->out[0].type;
-    int part = part_of(&in->whole, &in->micro, p->M);
+    int part = part_of(&in->whole, &in->micro, parts);
     char tw[IR_TYPE_STR_MAX], tm[IR_TYPE_STR_MAX];
     if (part < 0)
       return fail(p, "input '%s' is %s for the whole batch but %s for a micro-batch: it cannot be cut along "
                   "axis 0 into %d", in->name, ir_type_str(&in->whole, tw, sizeof tw),
-                  ir_type_str(&in->micro, tm, sizeof tm), p->M);
+                  ir_type_str(&in->micro, tm, sizeof tm), parts);
     in->part = (Part)part;
     for (int i = 0; i < o->n_inputs; i++)
       if (strcmp(o->inputs[i].name, in->name) == 0) in->given = &o->inputs[i];
@@ -216,9 +223,9 @@ static bool graphs(PipeRun *p) {
   for (int i = 0; i < p->g->n_outputs; i++) {
     const TensorType *w = &p->whole->outputs[i]->type, *u = &p->g->outputs[i]->type;
     char tw[IR_TYPE_STR_MAX], tm[IR_TYPE_STR_MAX];
-    if (part_of(w, u, p->M) != (p->M > 1 ? PART_SPLIT : PART_WHOLE))
+    if (part_of(w, u, parts) != (parts > 1 ? PART_SPLIT : PART_WHOLE))
       return fail(p, "output '%s' is %s for the whole batch and %s for a micro-batch: only outputs whose axis 0 "
-                  "is the batch can be gathered from micro-batches (give --micro-batches=1)",
+                  "is the batch can be gathered from micro-batches (give --micro-batches=1, one pipeline)",
                   p->whole->output_names[i], ir_type_str(w, tw, sizeof tw), ir_type_str(u, tm, sizeof tm));
   }
   return true;
@@ -350,11 +357,12 @@ static bool prepare(PipeRun *p) {
 static bool setup(PipeRun *p) {
   if (!graphs(p)) return false;
   if (!pass_stage_split_inference(p->g, p->S, &p->sp, p->err, sizeof p->err)) return false;
-  if (p->d->rank == 0) {
+  if (p->world->rank == 0) {
     int64_t b = 0;
     for (int i = 0; i < p->n_inputs && !b; i++)
-      if (p->inputs[i].part == PART_SPLIT || p->M == 1) b = p->inputs[i].micro.rank ? p->inputs[i].micro.dims[0] : 0;
-    pipe_print_split(p->g, &p->sp, p->M, b, "GPipe forward", 1, 0);
+      if (p->inputs[i].part == PART_SPLIT || p->D * p->M == 1)
+        b = p->inputs[i].micro.rank ? p->inputs[i].micro.dims[0] : 0;
+    pipe_print_split(p->g, &p->sp, p->M, b, "GPipe forward", p->D, b * p->M);
   }
   return compile_stage(p) && bind_weights(p) && prepare(p);
 }
@@ -366,7 +374,7 @@ static bool setup(PipeRun *p) {
  * outputs on to the next rank, or into the whole batch's outputs. */
 static bool micro_batch(PipeRun *p, int m, bool *comm) {
   char what[96];
-  snprintf(what, sizeof what, "receiving activations from rank %d", p->s - 1);
+  snprintf(what, sizeof what, "receiving activations from rank %d", p->world->rank - 1);
   for (int k = 0; k < p->n_in; k++)
     if (dist_recv(p->d, p->s - 1, k % 4096, p->recv[k], p->in_bytes[k], what) != DIST_OK)
       return *comm = true, false;
@@ -375,11 +383,12 @@ static bool micro_batch(PipeRun *p, int m, bool *comm) {
     snprintf(name, sizeof name, "stage_in.%d", k);
     if (dlc_input_index(p->m, name) >= 0 && dlc_set_input(p->m, name, p->recv[k], p->in_bytes[k]) != DLC_OK) return model_failed(p);
   }
+  size_t part = (size_t)p->q * (size_t)p->M + (size_t)m; /* of the whole batch's D * M */
   for (int i = 0; i < p->n_inputs; i++) {
     const ModelInput *in = &p->inputs[i];
     if (dlc_input_index(p->m, in->name) < 0) continue; /* not read by this stage */
     size_t bytes = ir_tensor_nbytes(&in->micro);
-    const unsigned char *data = (const unsigned char *)in->data + (in->part == PART_SPLIT ? (size_t)m * bytes : 0);
+    const unsigned char *data = (const unsigned char *)in->data + (in->part == PART_SPLIT ? part * bytes : 0);
     if (dlc_set_input(p->m, in->name, data, bytes) != DLC_OK) return model_failed(p);
   }
   if (dlc_run(p->m) != DLC_OK) return model_failed(p);
@@ -394,7 +403,7 @@ static bool micro_batch(PipeRun *p, int m, bool *comm) {
     if (n != want)
       return fail(p, "stage %d's output %d is %zu bytes, where the split expects %zu", p->s, k, n, want);
     if (last) {
-      memcpy((unsigned char *)p->outputs[k] + (size_t)m * n, y, n);
+      memcpy((unsigned char *)p->outputs[k] + part * n, y, n);
       continue;
     }
     unsigned char *buf = p->send[m * p->n_out + k];
@@ -402,6 +411,29 @@ static bool micro_batch(PipeRun *p, int m, bool *comm) {
     if (dist_isend(p->d, p->s + 1, k % 4096, buf, n) != DIST_OK) return *comm = true, false;
   }
   return true;
+}
+
+/* D pipelines: each last stage holds its pipeline's rows of every
+ * output; they go to pipeline 0's last stage (world rank S - 1), which
+ * writes them all. */
+static bool gather_outputs(PipeRun *p, bool *comm) {
+  if (p->D == 1 || p->s != p->S - 1) return true;
+  Dist *w = p->world;
+  for (int i = 0; i < p->whole->n_outputs; i++) {
+    size_t share = ir_tensor_nbytes(&p->whole->outputs[i]->type) / (size_t)p->D;
+    unsigned char *out = p->outputs[i];
+    if (p->q > 0) {
+      if (dist_isend(w, p->S - 1, i % 4096, out + (size_t)p->q * share, share) != DIST_OK) return *comm = true, false;
+      continue;
+    }
+    for (int q = 1; q < p->D; q++) {
+      char what[96];
+      snprintf(what, sizeof what, "receiving outputs from rank %d", q * p->S + p->S - 1);
+      if (dist_recv(w, q * p->S + p->S - 1, i % 4096, out + (size_t)q * share, share, what) != DIST_OK)
+        return *comm = true, false;
+    }
+  }
+  return dist_wait_sends(w) == DIST_OK || (*comm = true, false);
 }
 
 static const char *whole_output_name(void *g, int i) { return ((Graph *)g)->output_names[i]; }
@@ -446,41 +478,61 @@ static const char *refusal(const RunOptions *o) {
   return NULL;
 }
 
+/* A pipeline group's failed exchange ends the job from the world (its
+ * peers wait in other groups' exchanges), after its message. */
+static void end_group(Dist *world, Dist *group) {
+  if (group == world) return;
+  if ((group->broken || group->peer_failed) && !world->broken) {
+    world->broken = true;
+    snprintf(world->err, sizeof world->err, "%s", group->err);
+  }
+  dist_finish(group);
+}
+
 int run_pipeline(RunOptions *o) {
   const char *no = refusal(o);
   if (no) {
     fprintf(stderr, "dlcc: error: %s\n", no);
     return 1;
   }
-  Dist d;
-  if (!dist_init(&d, o->dist_timeout ? o->dist_timeout : 120)) {
-    fprintf(stderr, "dlcc: error: %s\n", d.err);
+  Dist world, group;
+  if (!dist_init(&world, o->dist_timeout ? o->dist_timeout : 120)) {
+    fprintf(stderr, "dlcc: error: %s\n", world.err);
     return 1;
   }
 #ifdef HAVE_NCCL
-  if (d.size > 1) nccl_pick_device(); /* one GPU a stage */
+  if (world.size > 1) nccl_pick_device(); /* one GPU a stage */
 #endif
-  PipeRun p = {.o = o, .d = &d, .s = d.rank, .S = o->pipeline, .M = o->micro ? o->micro : 1};
+  /* Consecutive ranks form a pipeline, as dlcc train's: world rank w is
+   * stage w % S of pipeline w / S. */
+  int S = o->pipeline;
+  PipeRun p = {.o = o, .world = &world, .d = &world, .s = world.rank % S, .S = S, .M = o->micro ? o->micro : 1,
+               .q = world.rank / S, .D = world.size / S};
   ctx_init(&p.ctx);
-  bool ok;
-  if (d.size != p.S) {
-    ok = fail(&p, "--pipeline=%d needs %d ranks, and this launch has %d (mpirun -np %d; data parallel over "
-              "pipelines is not built for dlcc run)", p.S, p.S, d.size, p.S);
-  } else {
-    ok = run_read_inputs(o) ? setup(&p) : fail(&p, "reading the inputs failed (the message is above)");
-  }
+  bool ok = true;
+  if (world.size % S)
+    ok = fail(&p, "--pipeline=%d does not divide the %d rank%s of the launch (mpirun -np %d for one pipeline, a "
+              "multiple of %d for data parallel over pipelines of %d)", S, world.size, world.size == 1 ? "" : "s", S,
+              S, S);
+  else if (p.D > 1 && !dist_split(&world, p.q, p.s, &group))
+    ok = fail(&p, "%s", world.err);
+  else if (p.D > 1)
+    p.d = &group;
+  if (ok) ok = run_read_inputs(o) ? setup(&p) : fail(&p, "reading the inputs failed (the message is above)");
   bool comm = false;
   /* Every rank's status before the first message: one that failed ends
    * them all here, naming itself (dist_end sends its message). */
-  if (ok && dist_check(&d, true, NULL) != DIST_OK) ok = false, comm = true;
-  if (ok && (!o->backend || strcmp(o->backend, "auto") == 0) && d.rank == 0)
+  if (ok && dist_check(&world, true, NULL) != DIST_OK) ok = false, comm = true;
+  if (ok && (!o->backend || strcmp(o->backend, "auto") == 0) && world.rank == 0)
     fprintf(stderr, "dlcc: running on %s\n", dlc_backend(p.m));
   for (int m = 0; ok && m < p.M; m++) ok = micro_batch(&p, m, &comm);
-  if (ok && dist_wait_sends(&d) != DIST_OK) ok = false, comm = true;
-  if (ok && p.s == p.S - 1) ok = write_outputs(&p);
+  if (ok && dist_wait_sends(p.d) != DIST_OK) ok = false, comm = true;
+  if (ok) ok = gather_outputs(&p, &comm);
+  if (ok && p.s == S - 1 && p.q == 0) ok = write_outputs(&p);
   /* A local failure is printed here; a failed exchange, by dist_end. */
   if (!ok && !comm && !strstr(p.err, "(the message is above)")) print_error(p.err);
   pipe_run_free(&p);
-  dist_end(&d, ok, ok || comm ? NULL : p.err);
+  end_group(&world, p.d);
+  dist_end(&world, ok, ok || comm ? NULL : p.err);
   return ok ? 0 : 1;
 }

@@ -6,7 +6,8 @@
 # --weights and with random weights and inputs; a model that carries an
 # early output, a skip from its input, an integer output, a batchnorm
 # and a weight two stages read (tests/pipeinf/multi.dl); the split rank
-# 0 prints; the refusals; a bad input on one rank ending every rank with
+# 0 prints; 2 pipelines of 2 stages (data parallel over pipelines, one
+# writer); the refusals; a bad input on one rank ending every rank with
 # its message.  Skips without mpirun or without MPI in dlcc.
 set -u
 . "${top_srcdir:-.}/tests/clilib.sh"
@@ -65,6 +66,15 @@ expect 0 "" mpi 3 "$dlcc" run "$t/mlp4_staged.dl" --input x="$p/x8.npy" --backen
 grep -q "^pipeline: 3 stages at the model's stage() marks, 1 micro-batch of 8" "$tmp/out" &&
   grep -q '^  stage 1 (rank 1): 5 ops, .*: fc2, fc3$' "$tmp/out" && ok || fail "the marked split: $(cat "$tmp/out")"
 
+# Data parallel over pipelines: 4 ranks, 2 pipelines of 2 stages, each
+# 4 samples in 2 micro-batches; world rank 1 (pipeline 0's last stage)
+# gathers the other's rows and writes every output.
+expect 0 "" mpi 4 "$dlcc" run "$p/multi.dl" --input x="$p/x8.npy" --backend=emu --pipeline=2 --micro-batches=2 \
+  --output-dir "$tmp/dp"
+same "$tmp/one-emu-multi" "$tmp/dp" "2 pipelines of 2 stages"
+grep -qx '  data parallel: 2 pipelines of 2 stages (world rank w is stage w % 2 of pipeline w / 2), each 4 samples of every batch' \
+  "$tmp/out" && [ "$(grep -c '^logits: ' "$tmp/out")" -eq 1 ] && ok || fail "2 x 2: one writer: $(cat "$tmp/out")"
+
 # Random weights and inputs: each stage draws what one process draws.
 expect 0 "" "$dlcc" run "$t/mlp4.dl" -D N=6 --seed=3 --backend=emu --output-dir "$tmp/rand1"
 expect 0 "" mpi 2 "$dlcc" run "$t/mlp4.dl" -D N=6 --seed=3 --backend=emu --pipeline=2 --output-dir "$tmp/rand2"
@@ -73,11 +83,13 @@ same "$tmp/rand1" "$tmp/rand2" "random weights and inputs"
 # Refusals.
 expect_sub 1 "dlcc: error: --micro-batches=4 does not divide input 'x' ($t/data/x.npy): its axis 0, the batch, is 22; give a batch that is a multiple of 4" \
   mpi 2 "$dlcc" run "$t/mlp4.dl" --input x="$t/data/x.npy" --backend=ref --pipeline=2 --micro-batches=4
-expect_sub 1 "dlcc: error: --pipeline=2 needs 2 ranks, and this launch has 3 (mpirun -np 2" \
+expect_sub 1 "dlcc: error: --pipeline=2 does not divide the 3 ranks of the launch (mpirun -np 2 for one pipeline, a multiple of 2 for data parallel over pipelines of 2)" \
   mpi 3 "$dlcc" run "$t/mlp4.dl" --input x="$p/x8.npy" --backend=ref --pipeline=2
+expect_sub 1 "dlcc: error: input 'x' ($p/x8.npy): its axis 0, the batch, is 8, which does not divide into 3 pipelines of 1 micro-batch: give a batch that is a multiple of 3" \
+  mpi 6 "$dlcc" run "$t/mlp4.dl" --input x="$p/x8.npy" --backend=ref --pipeline=2
 expect_sub 1 "dlcc: error: the model's stage() marks (the first at $t/mlp4_staged.dl:4:8) make 3 stages, but the pipeline has 2" \
   mpi 2 "$dlcc" run "$t/mlp4_staged.dl" --input x="$p/x8.npy" --backend=ref --pipeline=2
-expect_sub 1 "dlcc: error: output 'loss' is f32[] for the whole batch and f32[] for a micro-batch: only outputs whose axis 0 is the batch can be gathered from micro-batches (give --micro-batches=1)" \
+expect_sub 1 "dlcc: error: output 'loss' is f32[] for the whole batch and f32[] for a micro-batch: only outputs whose axis 0 is the batch can be gathered from micro-batches (give --micro-batches=1, one pipeline)" \
   mpi 2 "$dlcc" run "$t/tied.ir" --backend=ref --pipeline=2 --micro-batches=2
 expect 1 "dlcc: error: --micro-batches is for pipeline parallel: give --pipeline=S too" \
   "$dlcc" run "$t/mlp4.dl" --input x="$p/x8.npy" --micro-batches=2
