@@ -72,16 +72,20 @@ static bool fail(PipeRun *p, const char *fmt, ...) {
   return false;
 }
 
-/* The diagnostics of p->ctx as one message, without the last newline. */
-static bool fail_diag(PipeRun *p, int rc) {
-  fail(p, "%s", rc < 0 ? "out of memory" : diag_text(&p->ctx));
+/* A compiler's message text as p's error, without the last newline.
+ * Its lines begin "dlcc: error: " or "FILE:L:C: error: " and print as
+ * they are (print_error); one line of the first kind loses the prefix,
+ * which print_error and the other ranks' "rank R: " put back or replace. */
+static bool fail_text(PipeRun *p, const char *text) {
+  fail(p, "%s", text ? text : "out of memory");
   size_t n = strlen(p->err);
   while (n && p->err[n - 1] == '\n') p->err[--n] = 0;
-  /* diag_text's lines begin "dlcc: error: " or "FILE:L:C: error: ";
-   * the message goes out after a "dlcc: error: " of its own. */
-  if (strncmp(p->err, "dlcc: error: ", 13) == 0) memmove(p->err, p->err + 13, strlen(p->err + 13) + 1);
+  if (strncmp(p->err, "dlcc: error: ", 13) == 0 && !strchr(p->err, '\n'))
+    memmove(p->err, p->err + 13, strlen(p->err + 13) + 1);
   return false;
 }
+
+static bool fail_diag(PipeRun *p, int rc) { return fail_text(p, rc < 0 ? NULL : diag_text(&p->ctx)); }
 
 /* msg on stderr as one process prints it: the compiler's located
  * diagnostics as they are, other lines each after "dlcc: error: ". */
@@ -252,13 +256,7 @@ static int build_stage(Ctx *ctx, void *data) {
   return (p->stage = pass_stage_graph(p->g, &p->sp, p->s, STAGE_FORWARD)) ? 0 : 1;
 }
 
-static bool model_failed(PipeRun *p) {
-  fail(p, "%s", dlc_error(p->m));
-  size_t n = strlen(p->err);
-  while (n && p->err[n - 1] == '\n') p->err[--n] = 0;
-  if (strncmp(p->err, "dlcc: error: ", 13) == 0) memmove(p->err, p->err + 13, strlen(p->err + 13) + 1);
-  return false;
-}
+static bool model_failed(PipeRun *p) { return fail_text(p, dlc_error(p->m)); }
 
 /* The stage's IR through the ordinary compiler, with the user's backend,
  * precision and -O (the shapes and defines are in the IR). */
@@ -278,6 +276,7 @@ static bool compile_stage(PipeRun *p) {
   free(text);
   if (st != DLC_OK) {
     model_failed(p);
+    if (strchr(p->err, '\n')) return false; /* the compiler's lines, as they are */
     char msg[sizeof p->err];
     snprintf(msg, sizeof msg, "%s", p->err);
     return fail(p, "stage %d's plan: %s", p->s, msg);

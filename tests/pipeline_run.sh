@@ -75,6 +75,10 @@ same "$tmp/one-emu-multi" "$tmp/dp" "2 pipelines of 2 stages"
 grep -qx '  data parallel: 2 pipelines of 2 stages (world rank w is stage w % 2 of pipeline w / 2), each 4 samples of every batch' \
   "$tmp/out" && [ "$(grep -c '^logits: ' "$tmp/out")" -eq 1 ] && ok || fail "2 x 2: one writer: $(cat "$tmp/out")"
 
+# --pipeline=1 on 2 ranks: data-parallel inference, 2 whole copies.
+expect 0 "" mpi 2 "$dlcc" run "$p/multi.dl" --input x="$p/x8.npy" --backend=emu --pipeline=1 --output-dir "$tmp/dp1"
+same "$tmp/one-emu-multi" "$tmp/dp1" "2 pipelines of 1 stage"
+
 # Random weights and inputs: each stage draws what one process draws.
 expect 0 "" "$dlcc" run "$t/mlp4.dl" -D N=6 --seed=3 --backend=emu --output-dir "$tmp/rand1"
 expect 0 "" mpi 2 "$dlcc" run "$t/mlp4.dl" -D N=6 --seed=3 --backend=emu --pipeline=2 --output-dir "$tmp/rand2"
