@@ -147,16 +147,16 @@ static void print_scopes(FILE *f, Graph *g, const StageSplit *sp, int s) {
   if (!shown) fputs("(no named layers)", f);
 }
 
-static void print_split(Pipeline *p) {
-  const StageSplit *sp = &p->sp;
-  int S = p->n_stages, M = p->m_count;
-  printf("pipeline: %d stages%s, %d micro-batch%s of %" PRId64 ", %s; bubble (S-1)/(M+S-1) = %.1f%%\n", S,
-         sp->marked ? " at the model's stage() marks" : "", M, M == 1 ? "" : "es", p->b,
-         p->c.one_f_one_b ? "1F1B" : "GPipe", 100.0 * (S - 1) / (double)(M + S - 1));
-  int D = p->c.replicas ? p->c.replicas->size : 1;
+void pipe_print_split(Graph *g, const StageSplit *sp, int M, int64_t b, const char *schedule, int D,
+                      int64_t per_pipeline) {
+  int S = sp->n_stages;
+  printf("pipeline: %d stage%s%s, %d micro-batch%s", S, S == 1 ? "" : "s", sp->marked ? " at the model's stage() marks" : "", M,
+         M == 1 ? "" : "es");
+  if (b > 0) printf(" of %" PRId64, b);
+  printf(", %s; bubble (S-1)/(M+S-1) = %.1f%%\n", schedule, 100.0 * (S - 1) / (double)(M + S - 1));
   if (D > 1)
     printf("  data parallel: %d pipelines of %d stages (world rank w is stage w %% %d of pipeline w / %d), "
-           "each %" PRId64 " samples of every batch\n", D, S, S, S, p->c.batch);
+           "each %" PRId64 " samples of every batch\n", D, S, S, S, per_pipeline);
   for (int s = 0; s < S; s++) {
     if (s > 0) {
       const StageCut *c = &sp->cut[s];
@@ -169,10 +169,15 @@ static void print_split(Pipeline *p) {
     }
     printf("  stage %d (rank %d): %d op%s, %.1f%% of the cost, %.0f bytes of parameters: ", s, s, sp->n_nodes[s],
            sp->n_nodes[s] == 1 ? "" : "s", sp->total > 0 ? 100.0 * sp->cost[s] / sp->total : 0.0, sp->param_bytes[s]);
-    print_scopes(stdout, p->g, sp, s);
+    print_scopes(stdout, g, sp, s);
     printf("\n");
   }
   fflush(stdout);
+}
+
+static void print_split(Pipeline *p) {
+  pipe_print_split(p->g, &p->sp, p->m_count, p->b, p->c.one_f_one_b ? "1F1B" : "GPipe",
+                   p->c.replicas ? p->c.replicas->size : 1, p->c.batch);
 }
 
 /* ---- this rank's plans ---- */

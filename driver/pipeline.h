@@ -18,6 +18,7 @@
 #include "driver/train.h"
 #include "dlcc.h"
 #include "passes/loss.h"
+#include "passes/stages.h"
 
 typedef struct PipeConfig {
   const char *model_path;
@@ -50,5 +51,11 @@ bool pipe_step(Pipeline *p, const int64_t *order, float lr, float *loss, bool *c
  * rank calls it. */
 bool pipe_gather(Pipeline *p, dlc_train *whole, bool *comm, char *err, size_t errlen);
 void pipe_free(Pipeline *p);
+/* The split as rank 0 prints it (dlcc train and dlcc run): the header
+ * with M micro-batches of b samples (b 0: not said), the schedule's name
+ * and the bubble, the data-parallel line when D > 1, then each stage
+ * (ops, share of the cost, parameter bytes, layers) and each cut. */
+void pipe_print_split(Graph *g, const StageSplit *sp, int M, int64_t b, const char *schedule, int D,
+                      int64_t per_pipeline);
 
 #endif

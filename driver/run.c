@@ -23,6 +23,7 @@
 #include "driver/comm.h"
 #include "driver/dist.h"
 #include "driver/driver.h"
+#include "driver/run.h"
 #include "dlcc.h"
 #include "dlcrt.h"
 #include "ir/eval.h"
@@ -31,31 +32,6 @@
 #ifdef HAVE_NCCL
 #include "driver/comm_nccl.h"
 #endif
-
-typedef struct InputArg {
-  const char *name, *path;
-  RtTensor data; /* read before the model compiles: its shape binds free dims */
-  bool read;
-} InputArg;
-
-typedef struct RunOptions {
-  const char *model_path;
-  const char *weights;
-  bool init_random; /* --init=random: also over an .onnx file's own weights */
-  const char *output_dir;
-  const char *backend;
-  uint64_t seed;
-  int bench; /* --bench=N: time N more runs */
-  bool verbose; /* --verbose: how the runtime ran it */
-  int tp;       /* --tensor-parallel=T: this process is one of T ranks */
-  Dist *dist;   /* with tp > 1: the ranks; rank 0 prints and writes */
-  int n_inputs;
-  InputArg inputs[64];
-  dlc_input_shape input_shapes[64];
-  DriverQuant quant;
-  dlc_options api;
-  dlc_define defines[DRIVER_MAX_DEFINES];
-} RunOptions;
 
 static const char run_usage[] =
     "usage: dlcc run MODEL [options]\n"
@@ -85,6 +61,14 @@ static const char run_usage[] =
     "  --tensor-parallel=T under mpirun -np T: split the linear pairs and attention\n"
     "                      heads over T ranks (docs/parallel.md), each holding its\n"
     "                      parts of the weights; rank 0 prints and writes the outputs\n"
+    "  --pipeline=S        under mpirun -np S: cut the model into S stages, one a rank\n"
+    "                      (at its stage() marks, else balanced by the cost model),\n"
+    "                      each rank compiling and binding only its stage's part;\n"
+    "                      the last rank prints and writes the outputs (docs/parallel.md);\n"
+    "                      -np D*S runs D pipelines, each on 1/D of the batch\n"
+    "  --micro-batches=M   with --pipeline: stream the batch (every input's axis 0)\n"
+    "                      through the stages as M micro-batches (default 1)\n"
+    "  --dist-timeout=S    with --pipeline: seconds a rank waits for another (default 120)\n"
     "  --backend=B         where to run it: auto (default: cuda when a GPU answers,\n"
     "                      else emu), cuda, emu (the generated CUDA C on the CPU) or\n"
     "                      ref (the reference interpreter)\n"
@@ -158,6 +142,21 @@ static int parse_run_args(int argc, char **argv, RunOptions *o) {
     } else if ((v = driver_flag_value(argc, argv, &i, "--tensor-parallel"))) {
       if (!int_in(v, 1, 4096, &o->tp)) {
         fprintf(stderr, "dlcc: error: --tensor-parallel expects a whole number >= 1, got '%s'\n", v);
+        return 1;
+      }
+    } else if ((v = driver_flag_value(argc, argv, &i, "--pipeline"))) {
+      if (!int_in(v, 1, 4096, &o->pipeline)) {
+        fprintf(stderr, "dlcc: error: --pipeline expects a number of stages (1 to 4096), got '%s'\n", v);
+        return 1;
+      }
+    } else if ((v = driver_flag_value(argc, argv, &i, "--micro-batches"))) {
+      if (!int_in(v, 1, 1 << 20, &o->micro)) {
+        fprintf(stderr, "dlcc: error: --micro-batches expects a whole number >= 1, got '%s'\n", v);
+        return 1;
+      }
+    } else if ((v = driver_flag_value(argc, argv, &i, "--dist-timeout"))) {
+      if (!int_in(v, 1, 86400, &o->dist_timeout)) {
+        fprintf(stderr, "dlcc: error: --dist-timeout expects seconds (1 to 86400), got '%s'\n", v);
         return 1;
       }
     } else if (strcmp(a, "--no-graphs") == 0) {
@@ -289,7 +288,7 @@ static bool alloc_input(const dlc_tensor_info *info, Tensor *t) {
 
 /* Floats U(-1, 1); integers in [0, index_bound) for indices, else [0, 10);
  * bools true or false, half and half.  False after a message. */
-static bool random_input(const dlc_tensor_info *info, uint64_t seed, Tensor *t) {
+bool run_random_input(const dlc_tensor_info *info, uint64_t seed, Tensor *t) {
   if (!alloc_input(info, t)) return false;
   const TensorType type = t->type;
   uint64_t state = seed ^ hash_name(info->name);
@@ -311,7 +310,7 @@ static void type_text(const dlc_tensor_info *info, char *buf, size_t len) {
 
 /* Reads every --input file; their shapes go to the compiler
  * (dlc_options.input_shapes), which binds the model's free dims to them. */
-static bool read_inputs(RunOptions *o) {
+bool run_read_inputs(RunOptions *o) {
   for (int i = 0; i < o->n_inputs; i++) {
     InputArg *in = &o->inputs[i];
     char err[512];
@@ -327,36 +326,40 @@ static bool read_inputs(RunOptions *o) {
   return true;
 }
 
+bool run_input_matches(const InputArg *in, const dlc_tensor_info *info, char *err, size_t errlen) {
+  const RtTensor *rt = &in->data;
+  bool same = (int)rt->dtype == (int)info->dtype && rt->rank == info->rank;
+  for (int i = 0; same && i < rt->rank; i++) same = rt->dims[i] == info->dims[i];
+  if (same) return true;
+  char want[IR_TYPE_STR_MAX], got[IR_TYPE_STR_MAX] = "?";
+  type_text(info, want, sizeof want);
+  if (rt->dtype <= RT_U8) { /* a dtype dlcc has */
+    dlc_tensor_info file = {.dtype = (dlc_dtype)rt->dtype, .rank = rt->rank};
+    memcpy(file.dims, rt->dims, sizeof file.dims);
+    type_text(&file, got, sizeof got);
+  } else {
+    snprintf(got, sizeof got, "%s data", rt_dtype_name(rt->dtype));
+  }
+  /* NumPy makes float64 and int64 unless told otherwise. */
+  static const char *const np_names[] = {"float32", "float16", NULL, "int8", "int32", "int64", "bool_", "uint8"};
+  const char *np = (int)rt->dtype != (int)info->dtype && (unsigned)info->dtype < ARRAY_LEN(np_names)
+                       ? np_names[info->dtype] : NULL;
+  snprintf(err, errlen, "input '%s': %s holds %s, the model expects %s%s%s%s", in->name, in->path, got, want,
+           np ? " (save it with x.astype(np." : "", np ? np : "", np ? "))" : "");
+  return false;
+}
+
 /* The input's data (read by read_inputs) if it has the type the model
  * expects. */
 static bool load_input(const InputArg *in, const dlc_tensor_info *info, const RtTensor **out) {
-  const RtTensor *rt = &in->data;
-  *out = rt;
-  bool same = (int)rt->dtype == (int)info->dtype && rt->rank == info->rank;
-  for (int i = 0; same && i < rt->rank; i++) same = rt->dims[i] == info->dims[i];
-  if (!same) {
-    char want[IR_TYPE_STR_MAX], got[IR_TYPE_STR_MAX] = "?";
-    type_text(info, want, sizeof want);
-    if (rt->dtype <= RT_U8) { /* a dtype dlcc has */
-      dlc_tensor_info file = {.dtype = (dlc_dtype)rt->dtype, .rank = rt->rank};
-      memcpy(file.dims, rt->dims, sizeof file.dims);
-      type_text(&file, got, sizeof got);
-    } else {
-      snprintf(got, sizeof got, "%s data", rt_dtype_name(rt->dtype));
-    }
-    /* NumPy makes float64 and int64 unless told otherwise. */
-    static const char *const np_names[] = {"float32", "float16", NULL, "int8", "int32", "int64", "bool_",
-                                           "uint8"};
-    const char *np = (int)rt->dtype != (int)info->dtype && (unsigned)info->dtype < ARRAY_LEN(np_names)
-                         ? np_names[info->dtype] : NULL;
-    fprintf(stderr, "dlcc: error: input '%s': %s holds %s, the model expects %s%s%s%s\n", in->name,
-            in->path, got, want, np ? " (save it with x.astype(np." : "", np ? np : "", np ? "))" : "");
-    return false;
-  }
-  return true;
+  char err[1024];
+  *out = &in->data;
+  if (run_input_matches(in, info, err, sizeof err)) return true;
+  fprintf(stderr, "dlcc: error: %s\n", err);
+  return false;
 }
 
-static void print_summary(const dlc_tensor_info *info, const void *data) {
+void run_print_summary(const dlc_tensor_info *info, const void *data) {
   char type[IR_TYPE_STR_MAX];
   type_text(info, type, sizeof type);
   Tensor t = {ir_type_make((DType)info->dtype, info->rank, info->dims), (void *)data};
@@ -377,13 +380,7 @@ static void print_summary(const dlc_tensor_info *info, const void *data) {
 /* --output-dir: the folder, opened once, and each output's file in it
  * (docs/names.md): NAME.npy when NAME is a plain file name, else its
  * encoding, always inside the folder and distinct. */
-typedef struct OutputDir {
-  const char *path;
-  int fd;
-  SafeName *files;
-} OutputDir;
-
-static void output_dir_close(OutputDir *d) {
+void run_output_dir_close(OutputDir *d) {
   if (d->fd >= 0) close(d->fd);
   free(d->files);
   d->fd = -1;
@@ -391,7 +388,7 @@ static void output_dir_close(OutputDir *d) {
 }
 
 /* name_of(model, i): output i's name, for the n outputs. */
-static bool output_dir_open(OutputDir *d, const char *path, int n, const char *(*name_of)(void *, int), void *model) {
+bool run_output_dir_open(OutputDir *d, const char *path, int n, const char *(*name_of)(void *, int), void *model) {
   *d = (OutputDir){.path = path, .fd = -1};
   if (mkdir(path, 0777) != 0 && errno != EEXIST) {
     fprintf(stderr, "dlcc: error: cannot create '%s': %s\n", path, strerror(errno));
@@ -404,20 +401,20 @@ static bool output_dir_open(OutputDir *d, const char *path, int n, const char *(
   d->files = calloc((size_t)n + 1, sizeof *d->files);
   if (!d->files) {
     fputs("dlcc: out of memory\n", stderr);
-    output_dir_close(d);
+    run_output_dir_close(d);
     return false;
   }
   for (int i = 0; i < n; i++) ir_name_file(name_of(model, i), &d->files[i]);
   if (!ir_names_unique(d->files, n, '~', IR_FILE_STEM_MAX, true)) {
     fputs("dlcc: out of memory\n", stderr);
-    output_dir_close(d);
+    run_output_dir_close(d);
     return false;
   }
   for (int i = 0; i < n; i++) strcat(d->files[i].s, ".npy");
   return true;
 }
 
-static bool write_output(const OutputDir *d, int i, const dlc_tensor_info *info, const void *data, size_t nbytes) {
+bool run_write_output(const OutputDir *d, int i, const dlc_tensor_info *info, const void *data, size_t nbytes) {
   const char *file = d->files[i].s;
   char *path = NULL;
   if (asprintf(&path, "%s/%s", d->path, file) < 0) return false;
@@ -520,7 +517,7 @@ static int run_library(RunOptions *o) {
       }
     } else {
       Tensor t = {0};
-      ok = random_input(&info, o->seed, &t);
+      ok = run_random_input(&info, o->seed, &t);
       if (ok && dlrt_set_input(m, i, t.data, info.nbytes) != DLRT_OK) {
         fprintf(stderr, "dlcc: error: %s\n", dlrt_error(m));
         ok = false;
@@ -535,7 +532,7 @@ static int run_library(RunOptions *o) {
   }
   if (o->verbose) fprintf(stderr, "dlcc: engine: %s\n", dlrt_engine_report(m));
   int n_out = dlrt_num_outputs(m);
-  if (o->output_dir && !output_dir_open(&out, o->output_dir, n_out, library_output_name, m)) goto done;
+  if (o->output_dir && !run_output_dir_open(&out, o->output_dir, n_out, library_output_name, m)) goto done;
   rc = 0;
   for (int i = 0; i < n_out && rc == 0; i++) {
     DlrtTensorInfo ti;
@@ -547,13 +544,13 @@ static int run_library(RunOptions *o) {
       fprintf(stderr, "dlcc: error: %s\n", data ? dlrt_error(m) : "out of memory");
       rc = 1;
     } else {
-      print_summary(&info, data);
-      if (o->output_dir && !write_output(&out, i, &info, data, info.nbytes)) rc = 1;
+      run_print_summary(&info, data);
+      if (o->output_dir && !run_write_output(&out, i, &info, data, info.nbytes)) rc = 1;
     }
     free(data);
   }
 done:
-  output_dir_close(&out);
+  run_output_dir_close(&out);
   if (so) dlclose(so);
   dlrt_close(m);
   return rc;
@@ -616,7 +613,7 @@ static const char *tp_refusal(const RunOptions *o) {
 }
 
 static int run_model(RunOptions *o, DistComm *comm) {
-  if (!read_inputs(o)) return 1;
+  if (!run_read_inputs(o)) return 1;
   if (has_suffix(o->model_path, ".so")) return run_library(o);
   dlc_model *m;
   if (dlc_compile_file(o->model_path, &o->api, &m) != DLC_OK) {
@@ -668,7 +665,7 @@ static int run_model(RunOptions *o, DistComm *comm) {
       ok = read && dlc_set_input(m, info.name, rt->data, rt->nbytes) == DLC_OK;
     } else {
       Tensor t = {0};
-      read = random_input(&info, o->seed, &t);
+      read = run_random_input(&info, o->seed, &t);
       ok = read && dlc_set_input(m, info.name, t.data, info.nbytes) == DLC_OK;
       ir_tensor_free(&t);
     }
@@ -684,7 +681,7 @@ static int run_model(RunOptions *o, DistComm *comm) {
   if (o->bench && (!bench_runs(m, o->bench) || !bench_batches(m, o->bench))) goto done;
   if (o->verbose) fprintf(stderr, "dlcc: engine: %s\n", dlc_engine_report(m));
   int n_out = quiet ? 0 : dlc_num_outputs(m);
-  if (o->output_dir && !output_dir_open(&out, o->output_dir, n_out, model_output_name, m)) goto done;
+  if (o->output_dir && !run_output_dir_open(&out, o->output_dir, n_out, model_output_name, m)) goto done;
   rc = 0;
   for (int i = 0; i < n_out; i++) {
     dlc_tensor_info info;
@@ -695,11 +692,11 @@ static int run_model(RunOptions *o, DistComm *comm) {
       rc = 1;
       break;
     }
-    print_summary(&info, data);
-    if (o->output_dir && !write_output(&out, i, &info, data, nbytes)) rc = 1;
+    run_print_summary(&info, data);
+    if (o->output_dir && !run_write_output(&out, i, &info, data, nbytes)) rc = 1;
   }
 done:
-  output_dir_close(&out);
+  run_output_dir_close(&out);
   dlc_free(m);
   return rc;
 }
@@ -744,7 +741,8 @@ int driver_run(int argc, char **argv) {
     return 1;
   }
   int rc = parse_run_args(argc, argv, o);
-  if (rc == 0 && o->tp > 1) rc = run_parallel(o);
+  if (rc == 0 && (o->pipeline || o->micro || o->dist_timeout)) rc = run_pipeline(o);
+  else if (rc == 0 && o->tp > 1) rc = run_parallel(o);
   else if (rc == 0) rc = run_model(o, NULL);
   else rc = rc == 2 ? 0 : 1;
   for (int i = 0; i < o->n_inputs; i++) {

@@ -191,6 +191,9 @@ typedef struct LowerOptions {
    * drawing from the params dlcc.seed and dlcc.step; otherwise it is the
    * identity, as in inference. */
   bool training;
+  /* Keep stage(x) as the IR's stage node for a pipeline to cut at
+   * (dlcc run --pipeline); training keeps it anyway. */
+  bool stages;
 } LowerOptions;
 
 /* Evaluates the program's compile-time structure (lets, blocks, loops,

@@ -691,11 +691,12 @@ static Val bi_dropout(Lower *l, const Call *c) {
 }
 
 /* stage(x): where the model ends a pipeline stage (docs/parallel.md).
- * Only training splits a model, so anything else takes x itself. */
+ * Only a pipeline splits a model (training, or inference asking for the
+ * marks), so anything else takes x itself. */
 static Val bi_stage(Lower *l, const Call *c) {
   Value *x;
   if (!fe_arg_tensor(l, c, 0, &x) || !need_float(l, c, x)) return poison();
-  if (!l->opt->training) return val_tensor(x);
+  if (!l->opt->training && !l->opt->stages) return val_tensor(x);
   return val_tensor(fe_unary(l, OP_STAGE, x, c->loc));
 }
 

@@ -30,15 +30,18 @@ typedef struct CutInfo {
 
 /* By Value.id: the index of the last computing node that reads it, -1
  * for none. */
-static int *last_readers(Graph *g, Node **order, int n, int n_values) {
+static int *last_readers(Graph *g, Node **order, int n, int n_values, bool inference) {
   int *last = ARENA_ARRAY(&g->ctx->arena, int, n_values + 1);
   for (int v = 0; v <= n_values; v++) last[v] = -1;
   for (int j = 0; j < n; j++)
     for (int k = 0; k < order[j]->n_in; k++) last[order[j]->in[k]->id] = j;
+  /* An inference output is read past the last node: it reaches the last
+   * stage, which returns it. */
+  for (int i = 0; inference && i < g->n_outputs; i++) last[g->outputs[i]->id] = n;
   return last;
 }
 
-static void cut_info(Graph *g, Node **order, int n, const int *last, int loss_at, CutInfo *ci) {
+static void cut_info(Graph *g, Node **order, int n, const int *last, int loss_at, bool inference, CutInfo *ci) {
   Arena *a = &g->ctx->arena;
   double *d_bytes = ARENA_ARRAY(a, double, n + 2);
   int *d_bad = ARENA_ARRAY(a, int, n + 2);
@@ -53,8 +56,8 @@ static void cut_info(Graph *g, Node **order, int n, const int *last, int loss_at
   /* A float param read before and after p pins p (it is trained in one
    * stage; an integer one, such as dropout's step counter, is state each
    * stage may hold a copy of); so does a value crossing p that is not
-   * floating point. */
-  for (Node *m = g->first; m; m = m->next)
+   * floating point.  Inference sends no gradient back: neither pins. */
+  for (Node *m = g->first; m && !inference; m = m->next)
     if (m->op == OP_PARAM && ir_dtype_is_float(m->out[0].type.dtype) && first_reader[m->id] >= 0 &&
         first_reader[m->id] < last[m->out[0].id])
       d_bad[first_reader[m->id] + 1]++, d_bad[last[m->out[0].id] + 1]--;
@@ -66,7 +69,7 @@ static void cut_info(Graph *g, Node **order, int n, const int *last, int loss_at
       /* v crosses every cut p with i < p <= end */
       double b = (double)ir_tensor_nbytes(&v->type);
       d_bytes[i + 1] += b, d_bytes[end + 1] -= b;
-      if (!ir_dtype_is_float(v->type.dtype)) d_bad[i + 1]++, d_bad[end + 1]--;
+      if (!inference && !ir_dtype_is_float(v->type.dtype)) d_bad[i + 1]++, d_bad[end + 1]--;
     }
   ci->bytes = ARENA_ARRAY(a, double, n + 1);
   ci->allowed = ARENA_ARRAY(a, bool, n + 1);
@@ -142,7 +145,7 @@ static const char *where(Arena *a, const Node *n) {
  * stage, one later past a mark, and, so that no value crosses a cut it
  * need not, as late as its readers allow (the loss in the last stage).
  * Returns the number of stages, 0 without marks, -1 after writing err. */
-static int marked_stages(Graph *g, int n_stages, int *level, char *err, size_t errlen) {
+static int marked_stages(Graph *g, int n_stages, bool inference, int *level, char *err, size_t errlen) {
   Arena *a = &g->ctx->arena;
   const Node *first_mark = NULL;
   int n_nodes = 0, n_levels = 1;
@@ -172,11 +175,15 @@ static int marked_stages(Graph *g, int n_stages, int *level, char *err, size_t e
   int *earliest_reader = ARENA_ARRAY(a, int, g->n_nodes + 1);
   for (int i = 0; i < n_nodes; i++) earliest_reader[list[i]->id] = n_levels;
   const Node *loss = g->outputs[0]->def;
+  /* Inference returns every output from the last stage: each counts as
+   * read there. */
+  for (int i = 0; inference && i < g->n_outputs; i++) earliest_reader[g->outputs[i]->def->id] = n_levels - 1;
   for (int i = n_nodes - 1; i >= 0; i--) {
     Node *m = list[i];
     if (is_source(m)) continue;
-    bool read = earliest_reader[m->id] < n_levels || m == loss;
-    if (m->op != OP_STAGE && read) level[m->id] = m == loss ? n_levels - 1 : earliest_reader[m->id];
+    bool is_loss = m == loss && !inference;
+    bool read = earliest_reader[m->id] < n_levels || is_loss;
+    if (m->op != OP_STAGE && read) level[m->id] = is_loss ? n_levels - 1 : earliest_reader[m->id];
     for (int j = 0; j < m->n_in; j++)
       if (level[m->id] < earliest_reader[m->in[j]->def->id]) earliest_reader[m->in[j]->def->id] = level[m->id];
   }
@@ -207,14 +214,14 @@ static int marked_stages(Graph *g, int n_stages, int *level, char *err, size_t e
   return n_levels;
 }
 
-bool pass_stage_split(Graph *g, int n_stages, StageSplit *out, char *err, size_t errlen) {
+static bool split(Graph *g, int n_stages, bool inference, StageSplit *out, char *err, size_t errlen) {
   memset(out, 0, sizeof *out);
   Arena *a = &g->ctx->arena;
   ir_number(g);
   int n = 0;
   for (Node *m = g->first; m; m = m->next) n += !is_source(m);
   if (n_stages < 1 || g->n_outputs < 1) {
-    snprintf(err, errlen, "a pipeline needs at least one stage and a loss");
+    snprintf(err, errlen, "a pipeline needs at least one stage and %s", inference ? "an output" : "a loss");
     return false;
   }
   if (n < n_stages) {
@@ -223,7 +230,7 @@ bool pass_stage_split(Graph *g, int n_stages, StageSplit *out, char *err, size_t
     return false;
   }
   int *level = ARENA_ARRAY(a, int, g->n_nodes + 1);
-  int marked = marked_stages(g, n_stages, level, err, errlen);
+  int marked = marked_stages(g, n_stages, inference, level, err, errlen);
   if (marked < 0) return false;
   Node **order = ARENA_ARRAY(a, Node *, n);
   int *pos = ARENA_ARRAY(a, int, g->n_nodes + 1); /* by id: index among the computing nodes */
@@ -234,9 +241,12 @@ bool pass_stage_split(Graph *g, int n_stages, StageSplit *out, char *err, size_t
   const Node *loss = g->outputs[0]->def;
   int n_values = 0;
   for (Node *m = g->first; m; m = m->next) n_values += m->n_out;
-  int *last = last_readers(g, order, n, n_values);
+  int *last = last_readers(g, order, n, n_values, inference);
   CutInfo ci;
-  cut_info(g, order, n, last, is_source(loss) ? 0 : pos[loss->id], &ci);
+  cut_info(g, order, n, last, inference ? n : is_source(loss) ? 0 : pos[loss->id], inference, &ci);
+  const char *rules = inference ? "each stage needs an operation"
+                                : "each stage needs an operation, a parameter's readers must share a stage, only "
+                                  "floating-point values may cross a cut, and the last stage computes the loss";
   int *cuts = ARENA_ARRAY(a, int, n_stages + 1);
   if (marked) {
     for (int i = n - 1; i >= 0; i--) cuts[level[order[i]->id]] = i;
@@ -253,14 +263,12 @@ bool pass_stage_split(Graph *g, int n_stages, StageSplit *out, char *err, size_t
         return false;
       }
   } else if (!choose_cuts(a, n, n_stages, &ci, cuts)) {
-    snprintf(err, errlen,
-             "the model cannot be cut into %d stages: each stage needs an operation, a parameter's readers "
-             "must share a stage, only floating-point values may cross a cut, and the last stage computes the loss",
-             n_stages);
+    snprintf(err, errlen, "the model cannot be cut into %d stages: %s", n_stages, rules);
     return false;
   }
   out->n_stages = n_stages;
   out->marked = marked > 0;
+  out->inference = inference;
   out->stage = ARENA_ARRAY(a, int, g->n_nodes + 1);
   out->first = ARENA_ARRAY(a, int, n_stages);
   out->last = ARENA_ARRAY(a, int, n_stages);
@@ -277,13 +285,15 @@ bool pass_stage_split(Graph *g, int n_stages, StageSplit *out, char *err, size_t
     out->cost[s] = ci.prefix[cuts[s + 1]] - ci.prefix[cuts[s]];
     for (int i = cuts[s]; i < cuts[s + 1]; i++) out->stage[order[i]->id] = s;
   }
-  /* Each param's bytes to the stage of its first reader (they share one). */
-  bool *counted = ARENA_ARRAY(a, bool, g->n_nodes + 1);
+  /* Each param's bytes to the stage of its first reader (they share one;
+   * under inference, to every stage that reads it: each holds a copy). */
+  int *counted = ARENA_ARRAY(a, int, g->n_nodes + 1); /* by id: 1 + the last stage counted in */
   for (int i = 0; i < n; i++)
     for (int j = 0; j < order[i]->n_in; j++) {
       const Node *p = order[i]->in[j]->def;
-      if (p->op == OP_PARAM && !counted[p->id])
-        counted[p->id] = true, out->param_bytes[out->stage[order[i]->id]] += (double)ir_tensor_nbytes(&p->out[0].type);
+      int s = out->stage[order[i]->id];
+      if (p->op == OP_PARAM && (!counted[p->id] || (inference && counted[p->id] != s + 1)))
+        counted[p->id] = s + 1, out->param_bytes[s] += (double)ir_tensor_nbytes(&p->out[0].type);
     }
   /* The values crossing cut s: defined before it, read at or after it. */
   for (int s = 1; s < n_stages; s++) {
@@ -303,6 +313,14 @@ bool pass_stage_split(Graph *g, int n_stages, StageSplit *out, char *err, size_t
       }
   }
   return true;
+}
+
+bool pass_stage_split(Graph *g, int n_stages, StageSplit *out, char *err, size_t errlen) {
+  return split(g, n_stages, false, out, err, errlen);
+}
+
+bool pass_stage_split_inference(Graph *g, int n_stages, StageSplit *out, char *err, size_t errlen) {
+  return split(g, n_stages, true, out, err, errlen);
 }
 
 /* ---- the stage graphs ---- */
@@ -396,6 +414,16 @@ Graph *pass_stage_graph(Graph *from, const StageSplit *sp, int s, StageKind kind
   }
   for (Node *n = from->first; n; n = n->next)
     if (sp->stage[n->id] == s) copy_node(&b, n);
+  if (last && sp->inference) {
+    Value **outs = ARENA_ARRAY(&g->ctx->arena, Value *, from->n_outputs);
+    for (int i = 0; i < from->n_outputs; i++) {
+      Value *v = from->outputs[i];
+      if (!b.map[v->id]) copy_node(&b, v->def); /* an output that is an input or a param */
+      outs[i] = b.map[v->id];
+    }
+    ir_set_outputs(g, from->n_outputs, outs, from->output_names);
+    return g;
+  }
   if (last) {
     Value *loss = b.map[from->outputs[0]->id];
     ir_set_outputs(g, 1, &loss, (const char *[]){"loss"});

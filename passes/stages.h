@@ -1,6 +1,6 @@
-/* The stage split of pipeline parallel training (stages.c,
- * docs/parallel.md): takes a verified forward graph whose output 0 is its
- * loss and a stage count S, returns S contiguous runs of its topological
+/* The stage split of pipeline parallelism (stages.c, docs/parallel.md):
+ * takes a verified forward graph whose output 0 is its loss (training) or
+ * an inference graph (every output wanted) and a stage count S, returns S contiguous runs of its topological
  * order balanced by the cost model (ir_cost), and builds each stage's own
  * graphs: the forward (stage inputs to the values its cut passes on), the
  * backward (re-materialisation: stage inputs and the gradients of its
@@ -24,6 +24,7 @@ typedef struct StageCut {
 typedef struct StageSplit {
   int n_stages;
   bool marked;       /* cut at the model's stage() marks, not by cost */
+  bool inference;    /* pass_stage_split_inference's: the last stage returns every output */
   int *stage;        /* by Node.id: a computing node's stage, -1 for a source */
   int *first, *last; /* per stage: its first and last computing node's id */
   int *n_nodes;      /* per stage: computing nodes */
@@ -47,10 +48,17 @@ typedef struct StageSplit {
  * split is the same every run.  False with a message when g cannot be
  * cut into n_stages stages. */
 bool pass_stage_split(Graph *g, int n_stages, StageSplit *out, char *err, size_t errlen);
+/* The same for inference (dlcc run --pipeline): no gradient comes back,
+ * so any value may cross a cut and a param read by several stages is
+ * copied into each (param_bytes counts it in every one); every output of
+ * g reaches the last stage, computed there or passed on through the cuts
+ * (with marks, a node that is only an output is as late as it can be). */
+bool pass_stage_split_inference(Graph *g, int n_stages, StageSplit *out, char *err, size_t errlen);
 
 typedef enum {
   /* inputs "stage_in.K" (the values of cut s), outputs "stage_out.K"
-   * (those of cut s+1); not for the last stage */
+   * (those of cut s+1); not for the last stage, except under an
+   * inference split: there it returns g's outputs under their names */
   STAGE_FORWARD,
   /* "stage_in.K" are params, so their gradients come out beside the
    * weights'; inputs "stage_dy.K" take the gradients of the outputs and

@@ -5,7 +5,10 @@
  * cut where few bytes cross, the same split every time; the cuts a
  * tied weight or an integer value forbid; the refusals' messages; the
  * cuts the model's stage() marks ask for; and the stage graphs (forward, backward, optimizer) verify with the
- * inputs and outputs the pipeline driver binds by name. */
+ * inputs and outputs the pipeline driver binds by name.  The inference
+ * split (dlcc run --pipeline): the cuts training forbids allowed, a
+ * weight copied into each stage that reads it, every output brought to
+ * the last stage, which returns them under their names. */
 #include <check.h>
 #include <float.h>
 #include <stdio.h>
@@ -278,6 +281,91 @@ START_TEST(stage_graphs) {
 }
 END_TEST
 
+/* Every stage graph of an inference split verifies; the last returns g's
+ * outputs by name; the others return their cut. */
+static void check_inference_graphs(Graph *g, const StageSplit *sp) {
+  for (int s = 0; s < sp->n_stages; s++) {
+    Graph *f = pass_stage_graph(g, sp, s, STAGE_FORWARD);
+    ck_assert(f && ir_verify(f));
+    if (s < sp->n_stages - 1) {
+      ck_assert_int_eq(f->n_outputs, sp->cut[s + 1].n);
+      continue;
+    }
+    ck_assert_int_eq(f->n_outputs, g->n_outputs);
+    for (int i = 0; i < g->n_outputs; i++) {
+      ck_assert_str_eq(f->output_names[i], g->output_names[i]);
+      ck_assert(ir_type_eq(&f->outputs[i]->type, &g->outputs[i]->type));
+    }
+  }
+}
+
+START_TEST(inference_split) {
+  StageSplit sp;
+  char err[512];
+  /* the tied weight: 3 stages now, w in the first and the last, counted in both */
+  const char *tied =
+      "graph tied {\n"
+      "  %0 = input {name=\"x\"} : f32[8, 4]\n"
+      "  %1 = param {name=\"w\", init=\"uniform(0.5)\"} : f32[4, 4]\n"
+      "  %2 = matmul %0, %1 : f32[8, 4]\n"
+      "  %3 = tanh %2 : f32[8, 4]\n"
+      "  %4 = reduce_mean %3 {axes=[0, 1], keepdims=0} : f32[]\n"
+      "  %5 = reduce_mean %1 {axes=[0, 1], keepdims=0} : f32[]\n"
+      "  %6 = add %4, %5 : f32[]\n"
+      "  return %6 as \"y\"\n"
+      "}\n";
+  Graph *g = compile_at(&ctx, tied, -1).g;
+  ck_assert(!pass_stage_split(g, 3, &sp, err, sizeof err));
+  ck_assert_msg(pass_stage_split_inference(g, 3, &sp, err, sizeof err), "%s", err);
+  ck_assert(sp.inference);
+  ck_assert_int_eq(sp.stage[g->last->id], 2);
+  double w = 64, sum = 0;
+  for (int s = 0; s < 3; s++) sum += sp.param_bytes[s];
+  ck_assert(sp.param_bytes[0] == w && sum == 2 * w);
+  check_inference_graphs(g, &sp);
+  /* an integer output computed first: it crosses every cut to the last
+   * stage, beside the float output; an output the next stage reads too */
+  const char *ints =
+      "graph ints {\n"
+      "  %0 = input {name=\"x\"} : f32[8, 4]\n"
+      "  %1 = param {name=\"w\", init=\"uniform(0.5)\"} : f32[4, 4]\n"
+      "  %2 = matmul %0, %1 : f32[8, 4]\n"
+      "  %3 = argmax %2 {axis=1, keepdims=0} : i64[8]\n"
+      "  %4 = tanh %2 : f32[8, 4]\n"
+      "  %5 = matmul %4, %1 : f32[8, 4]\n"
+      "  %6 = relu %5 : f32[8, 4]\n"
+      "  return %6 as \"y\", %3 as \"cls\", %4 as \"h\", %0 as \"x_again\"\n"
+      "}\n";
+  g = compile_at(&ctx, ints, -1).g;
+  ck_assert_msg(pass_stage_split_inference(g, 4, &sp, err, sizeof err), "%s", err);
+  bool int_crosses = false;
+  for (int k = 0; k < sp.cut[3].n; k++) int_crosses |= sp.cut[3].values[k]->type.dtype == TY_I64;
+  ck_assert(int_crosses);
+  check_inference_graphs(g, &sp);
+  ck_assert(!pass_stage_split_inference(g, 6, &sp, err, sizeof err));
+  ck_assert_str_eq(err, "the model has 5 operations: it cannot be cut into 6 stages");
+  /* marks: an output the marked value is computed from stays before the
+   * mark (its reader is there) and reaches the last stage through the cuts */
+  const char *marks =
+      "graph marks {\n"
+      "  %0 = input {name=\"x\"} : f32[4, 8]\n"
+      "  %1 = param {name=\"w1\", init=\"uniform(0.3)\"} : f32[8, 8]\n"
+      "  %2 = matmul %0, %1 : f32[4, 8]\n"
+      "  %3 = relu %2 : f32[4, 8]\n"
+      "  %4 = stage %3 : f32[4, 8]\n"
+      "  %5 = matmul %4, %1 : f32[4, 8]\n"
+      "  return %5 as \"y\", %3 as \"h\"\n"
+      "}\n";
+  g = compile_at(&ctx, marks, -1).g;
+  ck_assert_msg(pass_stage_split_inference(g, 2, &sp, err, sizeof err), "%s", err);
+  ck_assert(sp.marked);
+  for (Node *m = g->first; m; m = m->next)
+    if (m->op == OP_RELU) ck_assert_int_eq(sp.stage[m->id], 0);
+  ck_assert_int_eq(sp.cut[1].n, 2);
+  check_inference_graphs(g, &sp);
+}
+END_TEST
+
 static Suite *stages_suite(void) {
   Suite *s = suite_create("stages");
   TCase *t = tcase_create("split");
@@ -288,6 +376,7 @@ static Suite *stages_suite(void) {
   tcase_add_test(t, refusals);
   tcase_add_test(t, stage_graphs);
   tcase_add_test(t, stage_marks);
+  tcase_add_test(t, inference_split);
   suite_add_tcase(s, t);
   return s;
 }

@@ -1,0 +1,537 @@
+/* Pipeline-parallel inference, `mpirun -np S dlcc run MODEL --pipeline=S
+ * [--micro-batches=M]` (docs/parallel.md): takes the model, its --input
+ * files and the S ranks of the launch; cuts the inference graph into S
+ * stages as the training pipeline does (passes/stages.c: at the model's
+ * stage() marks, else balanced by the cost model), compiles and binds on
+ * each rank only its own stage, streams the batch through the stages as
+ * M micro-batches (GPipe's forward: stage s sends micro-batch m on while
+ * it computes m + 1) and has the last rank gather, print and write the
+ * outputs, which are a one-process run's.  Returns the exit status; a
+ * rank that fails before the run ends every rank with its message. */
+#include "config.h"
+
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "api/weights.h"
+#include "driver/pipeline.h"
+#include "driver/run.h"
+#include "frontend/ast.h"
+#include "frontend/dims.h"
+#include "ir/ir.h"
+#include "passes/stages.h"
+#ifdef HAVE_NCCL
+#include "driver/comm_nccl.h"
+#endif
+
+/* How a model input or output of one micro-batch stands to the whole
+ * batch's: cut along axis 0 (SPLIT), or the same tensor for every
+ * micro-batch (WHOLE: an input that does not depend on the batch). */
+typedef enum { PART_WHOLE, PART_SPLIT } Part;
+
+typedef struct ModelInput {
+  const char *name;
+  TensorType whole, micro;
+  Part part;
+  const InputArg *given; /* NULL: drawn at random as one process draws it */
+  Tensor drawn;
+  const void *data;      /* the whole batch's */
+} ModelInput;
+
+typedef struct PipeRun {
+  RunOptions *o;
+  Dist *world; /* every rank: the status exchange, the outputs' gather */
+  Dist *d;     /* this pipeline's ranks: rank s holds stage s */
+  int s, S, M;
+  int q, D;    /* this rank's pipeline of D (data parallel over pipelines) */
+  Ctx ctx;
+  Graph *whole; /* lowered at the whole batch: the types one process has */
+  Graph *g;     /* lowered at a micro-batch: the graph that is split */
+  StageSplit sp;
+  Graph *stage; /* this rank's stage */
+  dlc_model *m;
+  int n_inputs;
+  ModelInput *inputs; /* by the whole graph's inputs */
+  int n_in, n_out;    /* values of cut s and of cut s + 1 */
+  size_t *in_bytes, *out_bytes;
+  unsigned char **recv; /* [k]: stage_in.k of the micro-batch at hand */
+  unsigned char **send; /* [m][k]: stage_out.k of micro-batch m, in flight */
+  void **outputs;       /* the last stage's: each output of the whole batch */
+  char err[2048];
+} PipeRun;
+
+static bool fail(PipeRun *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static bool fail(PipeRun *p, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(p->err, sizeof p->err, fmt, ap);
+  va_end(ap);
+  return false;
+}
+
+/* A compiler's message text as p's error, without the last newline.
+ * Its lines begin "dlcc: error: " or "FILE:L:C: error: " and print as
+ * they are (print_error); one line of the first kind loses the prefix,
+ * which print_error and the other ranks' "rank R: " put back or replace. */
+static bool fail_text(PipeRun *p, const char *text) {
+  fail(p, "%s", text ? text : "out of memory");
+  size_t n = strlen(p->err);
+  while (n && p->err[n - 1] == '\n') p->err[--n] = 0;
+  if (strncmp(p->err, "dlcc: error: ", 13) == 0 && !strchr(p->err, '\n'))
+    memmove(p->err, p->err + 13, strlen(p->err + 13) + 1);
+  return false;
+}
+
+static bool fail_diag(PipeRun *p, int rc) { return fail_text(p, rc < 0 ? NULL : diag_text(&p->ctx)); }
+
+/* msg on stderr as one process prints it: the compiler's located
+ * diagnostics as they are, other lines each after "dlcc: error: ". */
+static void print_error(const char *msg) {
+  if (strstr(msg, ": error: ")) {
+    fprintf(stderr, "%s\n", msg);
+    return;
+  }
+  for (const char *line = msg; *line;) {
+    size_t n = strcspn(line, "\n");
+    fprintf(stderr, "dlcc: error: %.*s\n", (int)n, line);
+    line += n + (line[n] == '\n');
+  }
+}
+
+/* ---- the graphs ---- */
+
+typedef struct LowerJob {
+  const RunOptions *o;
+  int divide; /* each --input's axis 0 over this */
+  Graph *g;
+} LowerJob;
+
+static int lower(Ctx *ctx, void *data) {
+  LowerJob *job = data;
+  const RunOptions *o = job->o;
+  const SrcFile *f = ctx_load_file(ctx, o->model_path);
+  if (!f) return 1;
+  Graph *g;
+  size_t n = strlen(o->model_path);
+  if (n > 3 && strcmp(o->model_path + n - 3, ".ir") == 0) {
+    g = ir_parse(ctx, f);
+  } else {
+    Program *prog = fe_parse(ctx, f);
+    if (!prog) return 1;
+    Define *defs = ARENA_ARRAY(&ctx->arena, Define, o->api.n_defines + 1);
+    for (int i = 0; i < o->api.n_defines; i++) defs[i] = (Define){o->api.defines[i].name, o->api.defines[i].value};
+    InputShape *shapes = ARENA_ARRAY(&ctx->arena, InputShape, o->n_inputs + 1);
+    for (int i = 0; i < o->n_inputs; i++) {
+      const RtTensor *t = &o->inputs[i].data;
+      int64_t *dims = ARENA_ARRAY(&ctx->arena, int64_t, t->rank + 1);
+      for (int k = 0; k < t->rank; k++) dims[k] = t->dims[k];
+      if (t->rank) dims[0] /= job->divide;
+      shapes[i] = (InputShape){o->inputs[i].name, t->rank, dims};
+    }
+    LowerOptions lo = {.model = o->api.model, .n_defines = o->api.n_defines, .defines = defs,
+                       .n_input_shapes = o->n_inputs, .input_shapes = shapes, .stages = true};
+    g = fe_lower(ctx, prog, &lo);
+  }
+  if (!g || !ir_verify(g)) return 1;
+  job->g = g;
+  return 0;
+}
+
+static void info_of(const char *name, const TensorType *t, dlc_tensor_info *out) {
+  memset(out, 0, sizeof *out);
+  out->name = name;
+  out->dtype = (dlc_dtype)t->dtype;
+  out->rank = t->rank;
+  for (int i = 0; i < t->rank; i++) out->dims[i] = t->dims[i];
+  out->nbytes = ir_tensor_nbytes(t);
+}
+
+/* A micro-batch's type against the whole batch's: the same, or axis 0
+ * divided by M, or neither (-1). */
+static int part_of(const TensorType *whole, const TensorType *micro, int M) {
+  if (whole->dtype != micro->dtype || whole->rank != micro->rank) return -1;
+  bool same = true, split = whole->rank > 0 && whole->dims[0] == micro->dims[0] * M;
+  for (int i = 0; i < whole->rank; i++) {
+    same &= whole->dims[i] == micro->dims[i];
+    if (i > 0) split &= whole->dims[i] == micro->dims[i];
+  }
+  return same ? PART_WHOLE : split ? PART_SPLIT : -1;
+}
+
+static const Node *input_named(Graph *g, const char *name) {
+  for (Node *n = g->first; n; n = n->next)
+    if (n->op == OP_INPUT && strcmp(ir_attr_str(n, "name"), name) == 0) return n;
+  return NULL;
+}
+
+/* Both graphs, their inputs and outputs matched, the --input files
+ * checked against the whole batch's types as one process checks them. */
+static bool graphs(PipeRun *p) {
+  RunOptions *o = p->o;
+  size_t n = strlen(o->model_path);
+  if (n > 5 && strcmp(o->model_path + n - 5, ".onnx") == 0)
+    return fail(p, "pipeline parallel takes a .dl or .ir model, not ONNX");
+  if (n > 3 && strcmp(o->model_path + n - 3, ".so") == 0)
+    return fail(p, "--pipeline compiles each stage: give the model's .dl or .ir, not a library");
+  int parts = p->D * p->M; /* the batch's: each pipeline's share in M micro-batches */
+  for (int i = 0; i < o->n_inputs && parts > 1; i++) {
+    const RtTensor *t = &o->inputs[i].data;
+    if ((!t->rank || t->dims[0] % parts) && p->D == 1)
+      return fail(p, "--micro-batches=%d does not divide input '%s' (%s): its axis 0, the batch, is %" PRId64
+                  "; give a batch that is a multiple of %d", p->M, o->inputs[i].name, o->inputs[i].path,
+                  t->rank ? t->dims[0] : 0, parts);
+    if (!t->rank || t->dims[0] % parts)
+      return fail(p, "input '%s' (%s): its axis 0, the batch, is %" PRId64 ", which does not divide into %d "
+                  "pipelines of %d micro-batch%s: give a batch that is a multiple of %d", o->inputs[i].name,
+                  o->inputs[i].path, t->rank ? t->dims[0] : 0, p->D, p->M, p->M == 1 ? "" : "es", parts);
+  }
+  LowerJob whole = {.o = o, .divide = 1}, micro = {.o = o, .divide = parts};
+  int rc = ctx_guard(&p->ctx, lower, &whole);
+  if (rc || p->ctx.diag.errors) return fail_diag(p, rc);
+  rc = ctx_guard(&p->ctx, lower, &micro);
+  if (rc || p->ctx.diag.errors) return fail_diag(p, rc);
+  p->whole = whole.g, p->g = micro.g;
+  for (int i = 0; i < o->n_inputs; i++)
+    if (!input_named(p->whole, o->inputs[i].name))
+      return fail(p, "--input %s=%s: the model has no input '%s'", o->inputs[i].name, o->inputs[i].path,
+                  o->inputs[i].name);
+  for (Node *m = p->whole->first; m; m = m->next) p->n_inputs += m->op == OP_INPUT;
+  p->inputs = ARENA_ARRAY(&p->ctx.arena, ModelInput, p->n_inputs + 1);
+  int k = 0;
+  for (Node *m = p->whole->first; m; m = m->next) {
+    if (m->op != OP_INPUT) continue;
+    ModelInput *in = &p->inputs[k++];
+    in->name = ir_attr_str(m, "name");
+    in->whole = m->out[0].type;
+    const Node *u = input_named(p->g, in->name);
+    if (!u) return fail(p, "the model's input '%s' is missing at a micro-batch", in->name);
+    in->micro = u->out[0].type;
+    int part = part_of(&in->whole, &in->micro, parts);
+    char tw[IR_TYPE_STR_MAX], tm[IR_TYPE_STR_MAX];
+    if (part < 0)
+      return fail(p, "input '%s' is %s for the whole batch but %s for a micro-batch: it cannot be cut along "
+                  "axis 0 into %d", in->name, ir_type_str(&in->whole, tw, sizeof tw),
+                  ir_type_str(&in->micro, tm, sizeof tm), parts);
+    in->part = (Part)part;
+    for (int i = 0; i < o->n_inputs; i++)
+      if (strcmp(o->inputs[i].name, in->name) == 0) in->given = &o->inputs[i];
+    dlc_tensor_info info;
+    info_of(in->name, &in->whole, &info);
+    if (in->given && !run_input_matches(in->given, &info, p->err, sizeof p->err)) return false;
+    if (in->given) in->data = in->given->data.data;
+  }
+  if (p->g->n_outputs != p->whole->n_outputs) return fail(p, "the model's outputs differ at a micro-batch");
+  for (int i = 0; i < p->g->n_outputs; i++) {
+    const TensorType *w = &p->whole->outputs[i]->type, *u = &p->g->outputs[i]->type;
+    char tw[IR_TYPE_STR_MAX], tm[IR_TYPE_STR_MAX];
+    if (part_of(w, u, parts) != (parts > 1 ? PART_SPLIT : PART_WHOLE))
+      return fail(p, "output '%s' is %s for the whole batch and %s for a micro-batch: only outputs whose axis 0 "
+                  "is the batch can be gathered from micro-batches (give --micro-batches=1, one pipeline)",
+                  p->whole->output_names[i], ir_type_str(w, tw, sizeof tw), ir_type_str(u, tm, sizeof tm));
+  }
+  return true;
+}
+
+/* ---- this rank's stage ---- */
+
+static char *graph_text(Graph *g) {
+  char *text = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&text, &len);
+  if (!f) return NULL;
+  ir_print(f, g);
+  if (fclose(f) != 0) {
+    free(text);
+    return NULL;
+  }
+  return text;
+}
+
+static int build_stage(Ctx *ctx, void *data) {
+  (void)ctx;
+  PipeRun *p = data;
+  return (p->stage = pass_stage_graph(p->g, &p->sp, p->s, STAGE_FORWARD)) ? 0 : 1;
+}
+
+static bool model_failed(PipeRun *p) { return fail_text(p, dlc_error(p->m)); }
+
+/* The stage's IR through the ordinary compiler, with the user's backend,
+ * precision and -O (the shapes and defines are in the IR). */
+static bool compile_stage(PipeRun *p) {
+  int rc = ctx_guard(&p->ctx, build_stage, p);
+  if (rc || p->ctx.diag.errors) return fail_diag(p, rc);
+  char *text = graph_text(p->stage), name[64];
+  if (!text) return fail(p, "out of memory");
+  snprintf(name, sizeof name, "stage%d.ir", p->s);
+  dlc_options o = p->o->api;
+  o.model = NULL;
+  o.n_defines = 0;
+  o.defines = NULL;
+  o.n_input_shapes = 0;
+  o.input_shapes = NULL;
+  dlc_status st = dlc_compile_string(name, text, &o, &p->m);
+  free(text);
+  if (st != DLC_OK) {
+    model_failed(p);
+    if (strchr(p->err, '\n')) return false; /* the compiler's lines, as they are */
+    char msg[sizeof p->err];
+    snprintf(msg, sizeof msg, "%s", p->err);
+    return fail(p, "stage %d's plan: %s", p->s, msg);
+  }
+  return true;
+}
+
+/* The stage's parameters as one process binds the whole model's: from
+ * --weights, checked whole against the whole model (the same messages),
+ * then each of the stage's set into its plan; or random from --seed,
+ * which draws each parameter from its name, so a stage draws what one
+ * process draws. */
+static bool bind_weights(PipeRun *p) {
+  if (dlc_init_weights(p->m, p->o->seed) != DLC_OK) return model_failed(p);
+  if (!p->o->weights) return true;
+  TensorMap map = {0};
+  if (!api_bind_weights(p->whole, p->o->weights, &map, p->err, sizeof p->err)) {
+    size_t n = strlen(p->err);
+    while (n && p->err[n - 1] == '\n') p->err[--n] = 0;
+    return false;
+  }
+  bool ok = true;
+  for (int i = 0; ok && i < map.n; i++) {
+    bool mine = false;
+    for (Node *n = p->stage->first; n && !mine; n = n->next)
+      mine = n->op == OP_PARAM && strcmp(ir_attr_str(n, "name"), map.names[i]) == 0;
+    if (mine && dlc_set_weight(p->m, map.names[i], map.tensors[i].data, ir_tensor_nbytes(&map.tensors[i].type)) !=
+                    DLC_OK)
+      ok = model_failed(p);
+  }
+  ir_tensor_map_free(&map);
+  return ok;
+}
+
+static void *alloc_or(size_t n, bool *ok) {
+  void *q = calloc(1, n ? n : 1);
+  if (!q) *ok = false;
+  return q;
+}
+
+/* The inputs the stage reads (drawn when not given), and the buffers. */
+static bool prepare(PipeRun *p) {
+  for (int i = 0; i < p->n_inputs; i++) {
+    ModelInput *in = &p->inputs[i];
+    if (in->given || dlc_input_index(p->m, in->name) < 0) continue;
+    dlc_tensor_info info;
+    info_of(in->name, &in->whole, &info);
+    info.index_bound = ir_index_bound(p->whole, &input_named(p->whole, in->name)->out[0]);
+    if (!run_random_input(&info, p->o->seed, &in->drawn)) return fail(p, "drawing input '%s' failed", in->name);
+    in->data = in->drawn.data;
+  }
+  bool ok = true;
+  const StageCut *in = p->s > 0 ? &p->sp.cut[p->s] : NULL;
+  const StageCut *out = p->s < p->S - 1 ? &p->sp.cut[p->s + 1] : NULL;
+  p->n_in = in ? in->n : 0;
+  p->n_out = out ? out->n : 0;
+  p->in_bytes = alloc_or(sizeof(size_t) * (size_t)p->n_in, &ok);
+  p->out_bytes = alloc_or(sizeof(size_t) * (size_t)p->n_out, &ok);
+  p->recv = alloc_or(sizeof *p->recv * (size_t)p->n_in, &ok);
+  p->send = alloc_or(sizeof *p->send * (size_t)p->n_out * (size_t)p->M, &ok);
+  for (int k = 0; ok && k < p->n_in; k++) {
+    p->in_bytes[k] = ir_tensor_nbytes(&in->values[k]->type);
+    p->recv[k] = alloc_or(p->in_bytes[k], &ok);
+  }
+  for (int k = 0; ok && k < p->n_out; k++) {
+    p->out_bytes[k] = ir_tensor_nbytes(&out->values[k]->type);
+    for (int m = 0; ok && m < p->M; m++) p->send[m * p->n_out + k] = alloc_or(p->out_bytes[k], &ok);
+  }
+  if (p->s == p->S - 1) {
+    p->outputs = alloc_or(sizeof *p->outputs * (size_t)p->whole->n_outputs, &ok);
+    for (int i = 0; ok && i < p->whole->n_outputs; i++)
+      p->outputs[i] = alloc_or(ir_tensor_nbytes(&p->whole->outputs[i]->type), &ok);
+  }
+  return ok || fail(p, "out of memory for stage %d's buffers", p->s);
+}
+
+static bool setup(PipeRun *p) {
+  if (!graphs(p)) return false;
+  if (!pass_stage_split_inference(p->g, p->S, &p->sp, p->err, sizeof p->err)) return false;
+  if (p->world->rank == 0) {
+    int64_t b = 0;
+    for (int i = 0; i < p->n_inputs && !b; i++)
+      if (p->inputs[i].part == PART_SPLIT || p->D * p->M == 1)
+        b = p->inputs[i].micro.rank ? p->inputs[i].micro.dims[0] : 0;
+    pipe_print_split(p->g, &p->sp, p->M, b, "GPipe forward", p->D, b * p->M);
+  }
+  return compile_stage(p) && bind_weights(p) && prepare(p);
+}
+
+/* ---- the run ---- */
+
+/* Micro-batch m: the cut's values from the previous rank, the model's
+ * inputs the stage reads (their part of the batch), the plan, and its
+ * outputs on to the next rank, or into the whole batch's outputs. */
+static bool micro_batch(PipeRun *p, int m, bool *comm) {
+  char what[96];
+  snprintf(what, sizeof what, "receiving activations from rank %d", p->world->rank - 1);
+  for (int k = 0; k < p->n_in; k++)
+    if (dist_recv(p->d, p->s - 1, k % 4096, p->recv[k], p->in_bytes[k], what) != DIST_OK)
+      return *comm = true, false;
+  for (int k = 0; k < p->n_in; k++) {
+    char name[32];
+    snprintf(name, sizeof name, "stage_in.%d", k);
+    if (dlc_input_index(p->m, name) >= 0 && dlc_set_input(p->m, name, p->recv[k], p->in_bytes[k]) != DLC_OK) return model_failed(p);
+  }
+  size_t part = (size_t)p->q * (size_t)p->M + (size_t)m; /* of the whole batch's D * M */
+  for (int i = 0; i < p->n_inputs; i++) {
+    const ModelInput *in = &p->inputs[i];
+    if (dlc_input_index(p->m, in->name) < 0) continue; /* not read by this stage */
+    size_t bytes = ir_tensor_nbytes(&in->micro);
+    const unsigned char *data = (const unsigned char *)in->data + (in->part == PART_SPLIT ? part * bytes : 0);
+    if (dlc_set_input(p->m, in->name, data, bytes) != DLC_OK) return model_failed(p);
+  }
+  if (dlc_run(p->m) != DLC_OK) return model_failed(p);
+  bool last = p->s == p->S - 1;
+  for (int k = 0; k < (last ? p->whole->n_outputs : p->n_out); k++) {
+    const void *y;
+    size_t n;
+    if (dlc_get_output(p->m, k, &y, &n) != DLC_OK) return model_failed(p);
+    /* The plan's output must be the micro-batch's slice the buffers are
+     * sized for (a precision that changed an output's type is not). */
+    size_t want = last ? ir_tensor_nbytes(&p->g->outputs[k]->type) : p->out_bytes[k];
+    if (n != want)
+      return fail(p, "stage %d's output %d is %zu bytes, where the split expects %zu", p->s, k, n, want);
+    if (last) {
+      memcpy((unsigned char *)p->outputs[k] + part * n, y, n);
+      continue;
+    }
+    unsigned char *buf = p->send[m * p->n_out + k];
+    memcpy(buf, y, n);
+    if (dist_isend(p->d, p->s + 1, k % 4096, buf, n) != DIST_OK) return *comm = true, false;
+  }
+  return true;
+}
+
+/* D pipelines: each last stage holds its pipeline's rows of every
+ * output; they go to pipeline 0's last stage (world rank S - 1), which
+ * writes them all. */
+static bool gather_outputs(PipeRun *p, bool *comm) {
+  if (p->D == 1 || p->s != p->S - 1) return true;
+  Dist *w = p->world;
+  for (int i = 0; i < p->whole->n_outputs; i++) {
+    size_t share = ir_tensor_nbytes(&p->whole->outputs[i]->type) / (size_t)p->D;
+    unsigned char *out = p->outputs[i];
+    if (p->q > 0) {
+      if (dist_isend(w, p->S - 1, i % 4096, out + (size_t)p->q * share, share) != DIST_OK) return *comm = true, false;
+      continue;
+    }
+    for (int q = 1; q < p->D; q++) {
+      char what[96];
+      snprintf(what, sizeof what, "receiving outputs from rank %d", q * p->S + p->S - 1);
+      if (dist_recv(w, q * p->S + p->S - 1, i % 4096, out + (size_t)q * share, share, what) != DIST_OK)
+        return *comm = true, false;
+    }
+  }
+  return dist_wait_sends(w) == DIST_OK || (*comm = true, false);
+}
+
+static const char *whole_output_name(void *g, int i) { return ((Graph *)g)->output_names[i]; }
+
+/* The last rank: each output's line and file. */
+static bool write_outputs(PipeRun *p) {
+  Graph *w = p->whole;
+  OutputDir out = {.fd = -1};
+  if (p->o->output_dir && !run_output_dir_open(&out, p->o->output_dir, w->n_outputs, whole_output_name, w))
+    return fail(p, "cannot write the outputs (the message is above)");
+  bool ok = true;
+  for (int i = 0; i < w->n_outputs; i++) {
+    dlc_tensor_info info;
+    info_of(w->output_names[i], &w->outputs[i]->type, &info);
+    run_print_summary(&info, p->outputs[i]);
+    if (p->o->output_dir && !run_write_output(&out, i, &info, p->outputs[i], info.nbytes))
+      ok = fail(p, "cannot write output '%s' (the message is above)", info.name);
+  }
+  fflush(stdout);
+  run_output_dir_close(&out);
+  return ok;
+}
+
+static void pipe_run_free(PipeRun *p) {
+  for (int i = 0; p->inputs && i < p->n_inputs; i++) ir_tensor_free(&p->inputs[i].drawn);
+  for (int k = 0; p->recv && k < p->n_in; k++) free(p->recv[k]);
+  for (int i = 0; p->send && i < p->n_out * p->M; i++) free(p->send[i]);
+  for (int i = 0; p->outputs && i < p->whole->n_outputs; i++) free(p->outputs[i]);
+  free(p->recv), free(p->send), free(p->outputs), free(p->in_bytes), free(p->out_bytes);
+  dlc_free(p->m);
+  ctx_free(&p->ctx);
+}
+
+/* What --pipeline does not combine with, or NULL. */
+static const char *refusal(const RunOptions *o) {
+  if (!o->pipeline) return o->micro ? "--micro-batches is for pipeline parallel: give --pipeline=S too"
+                                    : "--dist-timeout is for pipeline parallel: give --pipeline=S too";
+  if (o->tp > 1) return "--tensor-parallel does not combine with --pipeline yet";
+  if (o->bench) return "--bench does not combine with --pipeline";
+  if (o->api.grad) return "--grad does not combine with --pipeline (dlcc train --pipeline trains)";
+  if (o->quant.int8) return "--quantize=int8 does not combine with --pipeline yet";
+  return NULL;
+}
+
+/* A pipeline group's failed exchange ends the job from the world (its
+ * peers wait in other groups' exchanges), after its message. */
+static void end_group(Dist *world, Dist *group) {
+  if (group == world) return;
+  if ((group->broken || group->peer_failed) && !world->broken) {
+    world->broken = true;
+    snprintf(world->err, sizeof world->err, "%s", group->err);
+  }
+  dist_finish(group);
+}
+
+int run_pipeline(RunOptions *o) {
+  const char *no = refusal(o);
+  if (no) {
+    fprintf(stderr, "dlcc: error: %s\n", no);
+    return 1;
+  }
+  Dist world, group;
+  if (!dist_init(&world, o->dist_timeout ? o->dist_timeout : 120)) {
+    fprintf(stderr, "dlcc: error: %s\n", world.err);
+    return 1;
+  }
+#ifdef HAVE_NCCL
+  if (world.size > 1) nccl_pick_device(); /* one GPU a stage */
+#endif
+  /* Consecutive ranks form a pipeline, as dlcc train's: world rank w is
+   * stage w % S of pipeline w / S. */
+  int S = o->pipeline;
+  PipeRun p = {.o = o, .world = &world, .d = &world, .s = world.rank % S, .S = S, .M = o->micro ? o->micro : 1,
+               .q = world.rank / S, .D = world.size / S};
+  ctx_init(&p.ctx);
+  bool ok = true;
+  if (world.size % S)
+    ok = fail(&p, "--pipeline=%d does not divide the %d rank%s of the launch (mpirun -np %d for one pipeline, a "
+              "multiple of %d for data parallel over pipelines of %d)", S, world.size, world.size == 1 ? "" : "s", S,
+              S, S);
+  else if (p.D > 1 && !dist_split(&world, p.q, p.s, &group))
+    ok = fail(&p, "%s", world.err);
+  else if (p.D > 1)
+    p.d = &group;
+  if (ok) ok = run_read_inputs(o) ? setup(&p) : fail(&p, "reading the inputs failed (the message is above)");
+  bool comm = false;
+  /* Every rank's status before the first message: one that failed ends
+   * them all here, naming itself (dist_end sends its message). */
+  if (ok && dist_check(&world, true, NULL) != DIST_OK) ok = false, comm = true;
+  if (ok && (!o->backend || strcmp(o->backend, "auto") == 0) && world.rank == 0)
+    fprintf(stderr, "dlcc: running on %s\n", dlc_backend(p.m));
+  for (int m = 0; ok && m < p.M; m++) ok = micro_batch(&p, m, &comm);
+  if (ok && dist_wait_sends(p.d) != DIST_OK) ok = false, comm = true;
+  if (ok) ok = gather_outputs(&p, &comm);
+  if (ok && p.s == S - 1 && p.q == 0) ok = write_outputs(&p);
+  /* A local failure is printed here; a failed exchange, by dist_end. */
+  if (!ok && !comm && !strstr(p.err, "(the message is above)")) print_error(p.err);
+  pipe_run_free(&p);
+  end_group(&world, p.d);
+  dist_end(&world, ok, ok || comm ? NULL : p.err);
+  return ok ? 0 : 1;
+}
