@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <stdio.h>
 
 typedef struct Seg {
   uint64_t start, end;
@@ -998,6 +999,409 @@ static bool sky_search(Solver *s, uint64_t *best, uint64_t *best_off, int64_t bu
   return found;
 }
 
+/* ---- time sweep search ---- */
+
+/* Placements built along time: the buffers in order of lower, each in
+ * a free interval of [0, limit) at that step, flush with its bottom or
+ * its top (the buffers ending before it have given their bytes back).
+ * Where a step has no slack (the limit equals its live total) its
+ * starters must fill the holes left by the buffers that ended exactly;
+ * a choice that leaves a hole no starter still to come there fits, with
+ * more such bytes than the step's slack, dies at once.  Among the
+ * places a buffer fits: an exact hole first, then next to a buffer that
+ * ends when it ends (their bytes come back as one hole), then the
+ * tightest hole.  That finds the packings of problems cut from a
+ * rectangle (optimum == bound) that the skyline search misses.  Depth
+ * first with limited discrepancy under limits rising from the bound. */
+enum { PK_CHILDREN = 4 };
+
+typedef struct Run {
+  uint64_t start, end;
+  int b; /* the buffer in the occupied list; -1 in the free list */
+} Run;
+
+typedef struct PkLog {
+  bool occ; /* which list */
+  int pos, n_ins, n_rem;
+  Run rem[2];
+} PkLog;
+
+typedef struct PkKid {
+  uint64_t off;
+  int hole, b;
+} PkKid;
+
+typedef struct PkLevel {
+  PkKid kids[PK_CHILDREN];
+  int nk, c, disc;
+  bool done;
+  int64_t rel_mark, mark;
+} PkLevel;
+
+typedef struct Pack {
+  Solver *s;
+  int *order;    /* by lower, then larger extent, later upper, index */
+  int *grp_start, *grp_end; /* per position: its run of equal lower */
+  int *rel;      /* buffers by upper */
+  int *rel_cnt;  /* per position: how many buffers end by its lower */
+  uint64_t *live; /* per position: the live total at its lower */
+  int64_t hi_max;
+  Run *fr, *oc; /* free and occupied intervals, by start */
+  int nfr, noc;
+  PkLog *log;
+  int64_t n_log;
+  uint64_t *off;
+  bool *placed;
+  int n_ev;
+  int64_t *ev_t;     /* every distinct lower and upper */
+  uint64_t *ev_live; /* the live total from it to the next */
+  int *ev_grp;       /* the position of the first buffer starting there; -1: none */
+  uint64_t limit;
+  int64_t stop;
+} Pack;
+
+static int cmp_pk(const void *pa, const void *pb) {
+  const Key *a = pa, *b = pb; /* k1: lower (ascending), k2: extent, idx */
+  if (a->k1 != b->k1) return a->k1 < b->k1 ? -1 : 1;
+  if (a->k2 != b->k2) return a->k2 > b->k2 ? -1 : 1;
+  return (a->idx > b->idx) - (a->idx < b->idx);
+}
+
+static void pk_init(Pack *p, Solver *s) {
+  Arena *a = s->a;
+  int m = s->m;
+  memset(p, 0, sizeof *p);
+  p->s = s;
+  int64_t min_lo = s->lo[0];
+  for (int i = 0; i < m; i++) {
+    if (s->lo[i] < min_lo) min_lo = s->lo[i];
+    if (s->hi[i] > p->hi_max) p->hi_max = s->hi[i];
+  }
+  Key *keys = ARENA_ARRAY(a, Key, m + 1);
+  for (int i = 0; i < m; i++) keys[i] = (Key){(uint64_t)(s->lo[i] - min_lo), s->ext[i], i};
+  qsort(keys, (size_t)m, sizeof *keys, cmp_pk);
+  p->order = ARENA_ARRAY(a, int, m + 1);
+  for (int i = 0; i < m; i++) p->order[i] = keys[i].idx;
+  p->grp_end = ARENA_ARRAY(a, int, m + 1);
+  for (int d = m - 1; d >= 0; d--)
+    p->grp_end[d] = d + 1 < m && s->lo[p->order[d + 1]] == s->lo[p->order[d]] ? p->grp_end[d + 1] : d + 1;
+  p->grp_start = ARENA_ARRAY(a, int, m + 1);
+  for (int d = 1; d < m; d++)
+    p->grp_start[d] = s->lo[p->order[d - 1]] == s->lo[p->order[d]] ? p->grp_start[d - 1] : d;
+  for (int i = 0; i < m; i++) keys[i] = (Key){(uint64_t)(s->hi[i] - min_lo), 0, i};
+  qsort(keys, (size_t)m, sizeof *keys, cmp_pk);
+  p->rel = ARENA_ARRAY(a, int, m + 1);
+  for (int i = 0; i < m; i++) p->rel[i] = keys[i].idx;
+  p->rel_cnt = ARENA_ARRAY(a, int, m + 1);
+  p->live = ARENA_ARRAY(a, uint64_t, m + 1);
+  uint64_t live = 0;
+  for (int d = 0, r = 0; d < m; d++) {
+    int b = p->order[d];
+    while (r < m && s->hi[p->rel[r]] <= s->lo[b]) live -= s->ext[p->rel[r++]];
+    p->rel_cnt[d] = r;
+    if (d == 0 || s->lo[p->order[d - 1]] != s->lo[b])
+      for (int q = d; q < p->grp_end[d]; q++) live += s->ext[p->order[q]];
+    p->live[d] = live;
+  }
+  p->ev_t = ARENA_ARRAY(a, int64_t, 2 * m + 1);
+  p->ev_live = ARENA_ARRAY(a, uint64_t, 2 * m + 1);
+  p->ev_grp = ARENA_ARRAY(a, int, 2 * m + 1);
+  live = 0;
+  for (int d = 0, r = 0, n = 0; d < m || r < m;) {
+    int64_t t = r < m ? s->hi[p->rel[r]] : INT64_MAX;
+    if (d < m && s->lo[p->order[d]] < t) t = s->lo[p->order[d]];
+    p->ev_grp[n] = -1;
+    while (r < m && s->hi[p->rel[r]] == t) live -= s->ext[p->rel[r++]];
+    if (d < m && s->lo[p->order[d]] == t) {
+      p->ev_grp[n] = d;
+      for (; d < m && s->lo[p->order[d]] == t; d++) live += s->ext[p->order[d]];
+    }
+    p->ev_t[n] = t, p->ev_live[n] = live;
+    p->n_ev = ++n;
+  }
+  p->fr = ARENA_ARRAY(a, Run, m + 2);
+  p->oc = ARENA_ARRAY(a, Run, m + 2);
+  p->log = ARENA_ARRAY(a, PkLog, 4 * (int64_t)m + 8);
+  p->off = ARENA_ARRAY(a, uint64_t, m + 1);
+  p->placed = ARENA_ARRAY(a, bool, m + 1);
+}
+
+/* Replaces n_rem runs of a list at pos with ins[0..n_ins), logged. */
+static void pk_replace(Pack *p, bool occ, int pos, int n_rem, const Run *ins, int n_ins) {
+  Run *l = occ ? p->oc : p->fr;
+  int *n = occ ? &p->noc : &p->nfr;
+  PkLog *g = &p->log[p->n_log++];
+  g->occ = occ, g->pos = pos, g->n_ins = n_ins, g->n_rem = n_rem;
+  for (int i = 0; i < n_rem; i++) g->rem[i] = l[pos + i];
+  memmove(l + pos + n_ins, l + pos + n_rem, sizeof(Run) * (size_t)(*n - pos - n_rem));
+  for (int i = 0; i < n_ins; i++) l[pos + i] = ins[i];
+  *n += n_ins - n_rem;
+  p->s->work += (*n - pos) / 8 + 1;
+}
+
+static void pk_undo(Pack *p, int64_t mark) {
+  while (p->n_log > mark) {
+    PkLog *g = &p->log[--p->n_log];
+    Run *l = g->occ ? p->oc : p->fr;
+    int *n = g->occ ? &p->noc : &p->nfr;
+    memmove(l + g->pos + g->n_rem, l + g->pos + g->n_ins, sizeof(Run) * (size_t)(*n - g->pos - g->n_ins));
+    for (int i = 0; i < g->n_rem; i++) l[g->pos + i] = g->rem[i];
+    *n += g->n_rem - g->n_ins;
+  }
+}
+
+/* The first run of l[0..n) starting after v. */
+static int run_after(const Run *l, int n, uint64_t v) {
+  int lo = 0, hi = n;
+  while (lo < hi) {
+    int mid = (lo + hi) / 2;
+    if (l[mid].start <= v) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
+}
+
+static void pk_release(Pack *p, int b) {
+  Solver *s = p->s;
+  uint64_t o = p->off[b], e = o + s->ext[b];
+  pk_replace(p, true, run_after(p->oc, p->noc, o) - 1, 1, NULL, 0);
+  int pos = run_after(p->fr, p->nfr, o), first = pos, n_rem = 0;
+  Run r = {o, e, -1};
+  if (pos > 0 && p->fr[pos - 1].end == o) r.start = p->fr[pos - 1].start, first--, n_rem++;
+  if (pos < p->nfr && p->fr[pos].start == e) r.end = p->fr[pos].end, n_rem++;
+  pk_replace(p, false, first, n_rem, &r, 1);
+}
+
+static void pk_place(Pack *p, int b, int hole, uint64_t o) {
+  Solver *s = p->s;
+  Run h = p->fr[hole], ins[2];
+  uint64_t e = o + s->ext[b];
+  int n = 0;
+  if (o > h.start) ins[n++] = (Run){h.start, o, -1};
+  if (h.end > e) ins[n++] = (Run){e, h.end, -1};
+  pk_replace(p, false, hole, 1, ins, n);
+  Run r = {o, e, b};
+  pk_replace(p, true, run_after(p->oc, p->noc, o), 0, &r, 1);
+  p->off[b] = o;
+  p->placed[b] = true;
+}
+
+/* How far b's end is from the end of the buffer whose bytes meet it at
+ * edge (below it when top, else above it); the arena's edges count as
+ * ending last. */
+static uint64_t pk_mismatch(const Pack *p, int b, uint64_t edge, bool below) {
+  const Solver *s = p->s;
+  int64_t hi = p->hi_max;
+  int i = run_after(p->oc, p->noc, edge);
+  if (below) {
+    if (i > 0 && p->oc[i - 1].end == edge) hi = s->hi[p->oc[i - 1].b];
+  } else if (i > 0 && p->oc[i - 1].start == edge) {
+    hi = s->hi[p->oc[i - 1].b];
+  } else if (i < p->noc && p->oc[i].start == edge) {
+    hi = s->hi[p->oc[i].b];
+  }
+  return (uint64_t)(hi > s->hi[b] ? hi - s->hi[b] : s->hi[b] - hi);
+}
+
+static bool pk_kid_before(uint64_t score, uint64_t size, uint64_t off, const uint64_t *ks,
+                          const uint64_t *kz, const PkKid *k) {
+  if (score != *ks) return score < *ks;
+  if (size != *kz) return size < *kz;
+  return off < k->off;
+}
+
+/* Enters position d: gives back the bytes of the buffers that ended by
+ * its lower and lists where order[d] may go.  False (nothing logged)
+ * when it fits nowhere or the work is spent. */
+static bool pk_enter(Pack *p, PkLevel *lv, int d, int disc) {
+  Solver *s = p->s;
+  if (s->work > p->stop) return false;
+  lv->rel_mark = p->n_log;
+  for (int r = d ? p->rel_cnt[d - 1] : 0; r < p->rel_cnt[d]; r++) pk_release(p, p->rel[r]);
+  uint64_t score[PK_CHILDREN], size[PK_CHILDREN];
+  int want = disc + 1 < PK_CHILDREN ? disc + 1 : PK_CHILDREN, nk = 0;
+  for (int q = p->grp_start[d]; q < p->grp_end[d]; q++) {
+    int b = p->order[q];
+    if (p->placed[b]) continue;
+    uint64_t ext = s->ext[b], al = s->al[b];
+    s->work += p->nfr;
+    for (int h = 0; h < p->nfr; h++) {
+      const Run *r = &p->fr[h];
+      uint64_t lo = align_up(r->start, al);
+      if (lo + ext > r->end || lo + ext < lo) continue;
+      uint64_t hi = (r->end - ext) / al * al, sz = r->end - r->start;
+      for (int side = 0; side < 2; side++) {
+        uint64_t o = side ? hi : lo;
+        if (side && hi == lo) break;
+        uint64_t sc = sz == ext ? 0 : 1 + (side ? pk_mismatch(p, b, r->end, false) : pk_mismatch(p, b, r->start, true));
+        int at = nk < want ? nk++ : want;
+        while (at > 0 && pk_kid_before(sc, sz, o, &score[at - 1], &size[at - 1], &lv->kids[at - 1])) {
+          if (at < want) lv->kids[at] = lv->kids[at - 1], score[at] = score[at - 1], size[at] = size[at - 1];
+          at--;
+        }
+        if (at < want) lv->kids[at] = (PkKid){o, h, b}, score[at] = sc, size[at] = sz;
+      }
+    }
+  }
+  if (nk == 0) {
+    pk_undo(p, lv->rel_mark);
+    return false;
+  }
+  lv->nk = nk, lv->c = 0, lv->disc = disc, lv->done = false;
+  return true;
+}
+
+/* Whether some of the extents e[0..n) add up to within [need, cap]. */
+static bool pk_subset(const Solver *s, const int *bufs, int n, uint64_t need, uint64_t cap, uint64_t sum) {
+  if (sum >= need) return true;
+  for (int i = 0; i < n; i++) {
+    uint64_t e = s->ext[bufs[i]];
+    if (sum + e <= cap && pk_subset(s, bufs + i + 1, n - i - 1, need, cap, sum + e)) return true;
+  }
+  return false;
+}
+
+/* The bytes of oc[i] and its neighbours that end with it come back as
+ * one block at that step; when buffers living on past it (or the arena's
+ * edges) bound the block on both sides, the buffers starting there must
+ * fill it up to the step's slack.  False when no subset of them can. */
+static bool pk_block_ok(Pack *p, int i) {
+  Solver *s = p->s;
+  int64_t h = s->hi[p->oc[i].b];
+  uint64_t size = p->oc[i].end - p->oc[i].start;
+  int k = i;
+  for (;;) {
+    if (k == 0) {
+      if (p->oc[k].start != 0) return true;
+      break;
+    }
+    const Run *q = &p->oc[k - 1];
+    if (q->end != p->oc[k].start || s->hi[q->b] < h) return true;
+    if (s->hi[q->b] > h) break;
+    size += q->end - q->start, k--;
+  }
+  for (k = i;;) {
+    if (k == p->noc - 1) {
+      if (p->oc[k].end != p->limit) return true;
+      break;
+    }
+    const Run *q = &p->oc[k + 1];
+    if (q->start != p->oc[k].end || s->hi[q->b] < h) return true;
+    if (s->hi[q->b] > h) break;
+    size += q->end - q->start, k++;
+  }
+  s->work += i - k + 8;
+  int lo = 0, hi = p->n_ev;
+  while (lo < hi) {
+    int mid = (lo + hi) / 2;
+    if (p->ev_t[mid] < h) lo = mid + 1;
+    else hi = mid;
+  }
+  if (lo >= p->n_ev || p->ev_t[lo] != h) return true;
+  uint64_t slack = p->limit > p->ev_live[lo] ? p->limit - p->ev_live[lo] : 0;
+  if (size <= slack) return true;
+  int g = p->ev_grp[lo];
+  if (g < 0) return false;
+  int n = p->grp_end[g] - g;
+  if (n > 14) return true;
+  s->work += (int64_t)1 << (n / 2);
+  return pk_subset(s, p->order + g, n, size - slack, size, 0);
+}
+
+/* Places order[d] as lv's child c; false when the starters left at its
+ * lower can no longer fit: the largest fits no hole, or the holes too
+ * small for the smallest add up to more than the step's slack. */
+static bool pk_apply(Pack *p, PkLevel *lv, int d) {
+  Solver *s = p->s;
+  lv->mark = p->n_log;
+  lv->done = true;
+  int b = lv->kids[lv->c].b;
+  pk_place(p, b, lv->kids[lv->c].hole, lv->kids[lv->c].off);
+  int i = run_after(p->oc, p->noc, lv->kids[lv->c].off) - 1;
+  if (!pk_block_ok(p, i)) return false;
+  if (i > 0 && p->oc[i - 1].end == p->oc[i].start && s->hi[p->oc[i - 1].b] < s->hi[b] && !pk_block_ok(p, i - 1))
+    return false;
+  if (i + 1 < p->noc && p->oc[i + 1].start == p->oc[i].end && s->hi[p->oc[i + 1].b] < s->hi[b] &&
+      !pk_block_ok(p, i + 1))
+    return false;
+  int g = p->grp_end[d];
+  if (d + 1 >= g) return true;
+  uint64_t big = 0, small = UINT64_MAX;
+  for (int q = p->grp_start[d]; q < g; q++) {
+    int x = p->order[q];
+    if (p->placed[x]) continue;
+    if (s->ext[x] > big) big = s->ext[x];
+    if (s->ext[x] < small) small = s->ext[x];
+  }
+  uint64_t slack = p->limit - p->live[d], lost = 0, widest = 0;
+  s->work += p->nfr;
+  for (int h = 0; h < p->nfr; h++) {
+    uint64_t sz = p->fr[h].end - p->fr[h].start;
+    if (sz > widest) widest = sz;
+    if (sz < small) lost += sz;
+  }
+  if (getenv("PKDBG2") && d >= 35) fprintf(stderr, "d %d b %d off %llu widest %llu big %llu lost %llu slack %llu nfr %d\n", d, b, (unsigned long long)p->off[b], (unsigned long long)widest, (unsigned long long)big, (unsigned long long)lost, (unsigned long long)slack, p->nfr);
+  return widest >= big && lost <= slack;
+}
+
+static int dbg_max;
+static bool pk_descend(Pack *p, PkLevel *path, int disc) {
+  Solver *s = p->s;
+  p->nfr = 1, p->noc = 0, p->n_log = 0;
+  memset(p->placed, 0, sizeof(bool) * (size_t)s->m);
+  p->fr[0] = (Run){0, p->limit, -1};
+  if (!pk_enter(p, &path[0], 0, disc)) return false;
+  int d = 0;
+  while (d >= 0) {
+    PkLevel *lv = &path[d];
+    if (lv->done) {
+      p->placed[lv->kids[lv->c].b] = false;
+      pk_undo(p, lv->mark);
+      lv->done = false;
+      lv->c++;
+    }
+    if (lv->c >= lv->nk || lv->c > lv->disc || s->work > p->stop) {
+      pk_undo(p, lv->rel_mark);
+      d--;
+      continue;
+    }
+    if (!pk_apply(p, lv, d)) continue;
+    if (d + 1 == s->m) return true;
+    if (getenv("PKDBG") && d + 1 > dbg_max) dbg_max = d + 1;
+    if (pk_enter(p, &path[d + 1], d + 1, lv->disc - lv->c)) d++;
+  }
+  return false;
+}
+
+/* Looks for a top below *best within budget work, under limits rising
+ * from the bound; true with the offsets in best_off when it finds one. */
+static bool pk_search(Solver *s, uint64_t *best, uint64_t *best_off, int64_t budget) {
+  Pack p;
+  pk_init(&p, s);
+  PkLevel *path = ARENA_ARRAY(s->a, PkLevel, s->m + 1);
+  static const double steps[] = {1.0, 1.01, 1.03, 1.06, 1.10};
+  int n_steps = (int)(sizeof steps / sizeof steps[0]);
+  int64_t end = s->work + budget;
+  for (int t = 0; t < n_steps && s->work < end && *best > s->lb; t++) {
+    uint64_t limit = (uint64_t)((double)s->lb * steps[t]);
+    p.limit = limit >= *best ? *best - 1 : limit < s->lb ? s->lb : limit;
+    p.stop = s->work + (end - s->work) / (n_steps - t);
+    for (int disc = 0; disc <= s->m && s->work < p.stop; disc++) {
+      dbg_max = 0;
+      bool ok = pk_descend(&p, path, disc);
+      if (getenv("PKDBG")) fprintf(stderr, "limit %.3f disc %d max depth %d/%d work %lld\n", (double)p.limit / (double)s->lb, disc, dbg_max, s->m, (long long)s->work);
+      if (!ok) continue;
+      uint64_t top = 0;
+      for (int i = 0; i < s->m; i++)
+        if (p.off[i] + s->ext[i] > top) top = p.off[i] + s->ext[i];
+      *best = top;
+      memcpy(best_off, p.off, sizeof(uint64_t) * (size_t)s->m);
+      return true;
+    }
+  }
+  return false;
+}
+
 /* ---- the interface ---- */
 
 uint64_t pass_memplan_lower_bound(Arena *a, const MemBuf *bufs, int n) {
@@ -1050,7 +1454,11 @@ void pass_memplan_solve(Arena *a, MemBuf *bufs, int n, const MemPlanOptions *opt
   if (!o->greedy_only && o->budget >= 0 && best > s.lb) {
     uint64_t *off2 = ARENA_ARRAY(a, uint64_t, m + 1);
     const char *how = "";
-    if (sky_search(&s, &best, off2, budget / 4)) {
+    if (pk_search(&s, &best, off2, budget / 4)) {
+      memcpy(best_off, off2, sizeof(uint64_t) * (size_t)m);
+      how = "+sweep";
+    }
+    if (best > s.lb && sky_search(&s, &best, off2, budget / 4)) {
       memcpy(best_off, off2, sizeof(uint64_t) * (size_t)m);
       how = "+skyline";
     }
