@@ -2,7 +2,9 @@
  * alignments (memplan.h), returns their offsets in one arena and how
  * that arena compares with the lower bound.
  *
- * It is dynamic storage allocation, NP-hard in general, so: a conflict
+ * It is dynamic storage allocation, NP-hard in general, so: first a
+ * presolve that merges buffers whose bytes can go together (coalescing,
+ * below), solved before the problem as given; then a conflict
  * graph (buffers live at a common step) built by one sweep; greedy
  * placement in several orders, each buffer at the lowest (first-fit) or
  * tightest (best-fit) gap among its already placed neighbours; the best
