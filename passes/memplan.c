@@ -1062,7 +1062,8 @@ static void coal_keys(const Coal *c, CoalKey *ends, CoalKey *starts) {
  * ending where it starts or starting where it ends: the bytes one hands
  * to the other, which the join then merges; else every run whole.
  * Returns the merges. */
-enum { COAL_SUBSET = 6 };
+/* A run of k roots gives 2^k - 1 sums, at most 11 a root for k <= 6. */
+enum { COAL_SUBSET = 6, COAL_SUMS = 11 };
 
 typedef struct CoalSum {
   int64_t t;
@@ -1103,23 +1104,17 @@ static bool coal_run_ok(const Coal *c, const CoalKey *k, int cnt, uint64_t *al) 
   return true;
 }
 
-static int coal_stack(Arena *a, Coal *c, CoalKey *k, bool targeted) {
+/* ends and starts (NULL: untargeted) hold COAL_SUMS entries a root. */
+static int coal_stack(Coal *c, CoalKey *k, CoalSum *ends, CoalSum *starts) {
+  bool targeted = ends != NULL;
   int n = c->n_root, merges = 0;
   for (int i = 0; i < n; i++) {
     int x = c->roots[i];
     k[i] = (CoalKey){c->lo[x], c->hi[x], 0, x};
   }
   qsort(k, (size_t)n, sizeof *k, cmp_coal);
-  CoalSum *ends = NULL, *starts = NULL;
   int64_t n_sum = 0;
   if (targeted) {
-    int64_t cap = 0;
-    for (int i = 0, j; i < n; i = j) {
-      for (j = i; j < n && k[j].t1 == k[i].t1 && k[j].t2 == k[i].t2; j++) {}
-      cap += j - i <= COAL_SUBSET ? (1 << (j - i)) : 0;
-    }
-    ends = ARENA_ARRAY(a, CoalSum, cap + 1);
-    starts = ARENA_ARRAY(a, CoalSum, cap + 1);
     for (int i = 0, j; i < n; i = j) {
       for (j = i; j < n && k[j].t1 == k[i].t1 && k[j].t2 == k[i].t2; j++) {}
       uint64_t al;
@@ -1190,7 +1185,10 @@ static void coal_roots(Coal *c, int first) {
   c->n_root = n;
 }
 
-/* Merges to a fixpoint; false when nothing merged. */
+/* Merges to a fixpoint (or COAL_WORK roots a buffer); false when
+ * nothing merged. */
+enum { COAL_WORK = 40 };
+
 static bool coalesce(Arena *a, const MemBuf *bufs, int n, Coal *c) {
   memset(c, 0, sizeof *c);
   int cap = 2 * n + 1;
@@ -1203,6 +1201,8 @@ static bool coalesce(Arena *a, const MemBuf *bufs, int n, Coal *c) {
   c->roots = ARENA_ARRAY(a, int, cap);
   CoalKey *k1 = ARENA_ARRAY(a, CoalKey, n + 1), *k2 = ARENA_ARRAY(a, CoalKey, n + 1);
   CoalKey *k3 = ARENA_ARRAY(a, CoalKey, n + 1);
+  CoalSum *ends = ARENA_ARRAY(a, CoalSum, COAL_SUMS * (int64_t)n + 1);
+  CoalSum *starts = ARENA_ARRAY(a, CoalSum, COAL_SUMS * (int64_t)n + 1);
   for (int i = 0; i < n; i++) {
     const MemBuf *b = &bufs[i];
     uint64_t al = b->align > 1 ? b->align : 1;
@@ -1212,18 +1212,22 @@ static bool coalesce(Arena *a, const MemBuf *bufs, int n, Coal *c) {
   /* joins first: two buffers of one extent meeting at a step rarely do
    * by chance, while equal steps often do */
   int total = 0;
-  for (;;) {
+  /* a round sorts the roots; a problem built to merge one pair a round
+   * would make that quadratic, so the rounds share a budget (problems
+   * cut from a rectangle use 3-5 times the buffers) */
+  int64_t work = 0;
+  for (; work <= COAL_WORK * (int64_t)n; work += c->n_root) {
     int first = c->n_node;
     int merges = coal_chain(c, k1, k2);
     coal_roots(c, first);
     if (!merges) {
       first = c->n_node;
-      merges = coal_stack(a, c, k3, true);
+      merges = coal_stack(c, k3, ends, starts);
       coal_roots(c, first);
     }
     if (!merges) {
       first = c->n_node;
-      merges = coal_stack(a, c, k3, false);
+      merges = coal_stack(c, k3, NULL, NULL);
       coal_roots(c, first);
     }
     total += merges;
