@@ -2,17 +2,17 @@
  * alignments (memplan.h), returns their offsets in one arena and how
  * that arena compares with the lower bound.
  *
- * It is dynamic storage allocation, NP-hard in general, so: first a
- * presolve that merges buffers whose bytes can go together (coalescing,
- * below), solved before the problem as given; then a conflict
+ * It is dynamic storage allocation, NP-hard in general, so: a conflict
  * graph (buffers live at a common step) built by one sweep; greedy
  * placement in several orders, each buffer at the lowest (first-fit) or
  * tightest (best-fit) gap among its already placed neighbours; the best
  * of those; a skyline search for tight packings; a branch and bound;
  * then iterated greedy: move a buffer that touches the top
  * earlier in the winning order, re-place from there, keep the change
- * when the arena does not grow.  The search is seeded and bounded by
- * work, not time, so a model always gets the same plan. */
+ * when the arena does not grow.  Where all that misses the bound, the
+ * same again on a smaller problem whose buffers are merged where their
+ * bytes can go together (coalescing, below).  The search is seeded and
+ * bounded by work, not time, so a model always gets the same plan. */
 #include "memplan.h"
 
 #include <stdlib.h>
@@ -1310,18 +1310,19 @@ static void solve_direct(Arena *a, MemBuf *bufs, int n, const MemPlanOptions *o,
   for (int i = 0; i < m; i++) bufs[s.orig[i]].offset = best_off[i];
 }
 
-/* The merged problem first, with half the budget: where it reaches the
- * bound that is the answer; else the problem as given, with all of it,
- * and the smaller plan of the two. */
+/* The problem as given first, with the whole budget; where that misses
+ * the bound, the merged problem with half of it, kept where smaller.
+ * Not the other way round: a merged buffer hands its bytes on to the
+ * next of its extent, so steps that could run side by side (separate
+ * streams) would wait on each other where the plain plan reaches the
+ * bound anyway (every example's). */
 void pass_memplan_solve(Arena *a, MemBuf *bufs, int n, const MemPlanOptions *opt,
                         MemPlanResult *r) {
   MemPlanOptions none = {0};
   const MemPlanOptions *o = opt ? opt : &none;
+  solve_direct(a, bufs, n, o, r);
   Coal c;
-  if (o->greedy_only || o->budget < 0 || !coalesce(a, bufs, n, &c)) {
-    solve_direct(a, bufs, n, o, r);
-    return;
-  }
+  if (o->greedy_only || o->budget < 0 || r->arena <= r->lower_bound || !coalesce(a, bufs, n, &c)) return;
   MemBuf *mb = ARENA_ARRAY(a, MemBuf, c.n_root + 1);
   for (int i = 0; i < c.n_root; i++) {
     int x = c.roots[i];
@@ -1331,19 +1332,14 @@ void pass_memplan_solve(Arena *a, MemBuf *bufs, int n, const MemPlanOptions *opt
   mo.budget = (o->budget > 0 ? o->budget : DEFAULT_BUDGET) / 2;
   MemPlanResult rc;
   solve_direct(a, mb, c.n_root, &mo, &rc);
-  uint64_t greedy = rc.greedy;
-  if (rc.arena > rc.lower_bound) {
-    solve_direct(a, bufs, n, o, r);
-    if (r->arena <= rc.arena) return;
-    greedy = r->greedy;
-  }
+  if (rc.arena >= r->arena) return;
   uint64_t *off = ARENA_ARRAY(a, uint64_t, c.n_node + 1);
   for (int i = 0; i < c.n_root; i++) off[c.roots[i]] = mb[i].offset;
   for (int x = c.n_node - 1; x >= 0; x--)
     if (c.parent[x] >= 0) off[x] = off[c.parent[x]] + c.rel[x];
   for (int i = 0; i < n; i++) bufs[i].offset = c.ext[i] ? off[i] : 0;
-  *r = rc;
-  r->greedy = greedy;
+  r->arena = rc.arena;
+  r->iterations += rc.iterations;
   r->heuristic = arena_printf(a, "coalesced %d->%d, %s", n, c.n_root, rc.heuristic);
 }
 
