@@ -9,8 +9,10 @@
  * of those; a skyline search for tight packings; a branch and bound;
  * then iterated greedy: move a buffer that touches the top
  * earlier in the winning order, re-place from there, keep the change
- * when the arena does not grow.  The search is seeded and bounded by
- * work, not time, so a model always gets the same plan. */
+ * when the arena does not grow.  Where all that misses the bound, the
+ * same again on a smaller problem whose buffers are merged where their
+ * bytes can go together (coalescing, below).  The search is seeded and
+ * bounded by work, not time, so a model always gets the same plan. */
 #include "memplan.h"
 
 #include <stdlib.h>
@@ -998,6 +1000,242 @@ static bool sky_search(Solver *s, uint64_t *best, uint64_t *best_off, int64_t bu
   return found;
 }
 
+/* ---- coalescing ---- */
+
+/* Buffers live over the same steps can be stacked into one, and a
+ * buffer that starts as one of the same extent ends can take over its
+ * bytes; either way the merged buffer's placement gives its members
+ * theirs, and the live total at every step (so the bound) is unchanged.
+ * Repeated to a fixpoint this undoes a cutting of a rectangle of time x
+ * bytes into pieces, the problems whose bound is their optimum and
+ * where the searches above stay 1.2-1.5x off; on other problems it is a
+ * restriction, so the solver keeps whichever plan is smaller.  Nodes
+ * 0..n) are the caller's buffers, later ones the merges; a node's
+ * members sit at rel bytes above it. */
+typedef struct Coal {
+  int n_node;
+  int64_t *lo, *hi;
+  uint64_t *ext, *al, *rel;
+  int *parent;
+  int *roots; /* the merged problem: nodes without a parent */
+  int n_root;
+} Coal;
+
+typedef struct CoalKey {
+  int64_t t1, t2;
+  uint64_t ext;
+  int node;
+} CoalKey;
+
+static int cmp_coal(const void *pa, const void *pb) {
+  const CoalKey *a = pa, *b = pb;
+  if (a->t1 != b->t1) return a->t1 < b->t1 ? -1 : 1;
+  if (a->t2 != b->t2) return a->t2 < b->t2 ? -1 : 1;
+  if (a->ext != b->ext) return a->ext < b->ext ? -1 : 1;
+  return (a->node > b->node) - (a->node < b->node);
+}
+
+static int coal_new(Coal *c, int64_t lo, int64_t hi, uint64_t ext, uint64_t al) {
+  int k = c->n_node++;
+  c->lo[k] = lo, c->hi[k] = hi, c->ext[k] = ext, c->al[k] = al, c->parent[k] = -1;
+  return k;
+}
+
+static void coal_adopt(Coal *c, int parent, int child, uint64_t rel) {
+  c->parent[child] = parent, c->rel[child] = rel;
+}
+
+static void coal_keys(const Coal *c, CoalKey *ends, CoalKey *starts) {
+  int n = c->n_root;
+  for (int i = 0; i < n; i++) {
+    int x = c->roots[i];
+    ends[i] = (CoalKey){c->hi[x], 0, c->ext[x], x};
+    starts[i] = (CoalKey){c->lo[x], 0, c->ext[x], x};
+  }
+  qsort(ends, (size_t)n, sizeof *ends, cmp_coal);
+  qsort(starts, (size_t)n, sizeof *starts, cmp_coal);
+}
+
+/* Stacks roots with equal steps whose extents keep each other's
+ * alignment.  Targeted (sums given): only a subset, of a run of at most
+ * COAL_SUBSET roots, whose extents add up to those of some run's subset
+ * ending where it starts or starting where it ends: the bytes one hands
+ * to the other, which the join then merges; else every run whole.
+ * Returns the merges. */
+/* A run of k roots gives 2^k - 1 sums, at most 11 a root for k <= 6. */
+enum { COAL_SUBSET = 6, COAL_SUMS = 11 };
+
+typedef struct CoalSum {
+  int64_t t;
+  uint64_t sum;
+} CoalSum;
+
+static int cmp_sum(const void *pa, const void *pb) {
+  const CoalSum *a = pa, *b = pb;
+  if (a->t != b->t) return a->t < b->t ? -1 : 1;
+  return (a->sum > b->sum) - (a->sum < b->sum);
+}
+
+static bool coal_has_sum(const CoalSum *k, int64_t n, int64_t t, uint64_t sum) {
+  int64_t lo = 0, hi = n;
+  while (lo < hi) {
+    int64_t mid = (lo + hi) / 2;
+    if (k[mid].t < t || (k[mid].t == t && k[mid].sum < sum)) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo < n && k[lo].t == t && k[lo].sum == sum;
+}
+
+static uint64_t coal_subset_sum(const Coal *c, const CoalKey *k, uint32_t mask) {
+  uint64_t sum = 0;
+  for (int q = 0; mask; q++, mask >>= 1)
+    if (mask & 1) sum += c->ext[k[q].node];
+  return sum;
+}
+
+/* The runs of roots with equal steps in k (sorted); false when some
+ * extent could overflow a sum or break another's alignment. */
+static bool coal_run_ok(const Coal *c, const CoalKey *k, int cnt, uint64_t *al) {
+  *al = 1;
+  for (int q = 0; q < cnt; q++)
+    if (c->al[k[q].node] > *al) *al = c->al[k[q].node];
+  for (int q = 0; q < cnt; q++)
+    if (c->ext[k[q].node] % *al || c->ext[k[q].node] > UINT64_MAX / 64 / (uint64_t)cnt) return false;
+  return true;
+}
+
+/* ends and starts (NULL: untargeted) hold COAL_SUMS entries a root. */
+static int coal_stack(Coal *c, CoalKey *k, CoalSum *ends, CoalSum *starts) {
+  bool targeted = ends != NULL;
+  int n = c->n_root, merges = 0;
+  for (int i = 0; i < n; i++) {
+    int x = c->roots[i];
+    k[i] = (CoalKey){c->lo[x], c->hi[x], 0, x};
+  }
+  qsort(k, (size_t)n, sizeof *k, cmp_coal);
+  int64_t n_sum = 0;
+  if (targeted) {
+    for (int i = 0, j; i < n; i = j) {
+      for (j = i; j < n && k[j].t1 == k[i].t1 && k[j].t2 == k[i].t2; j++) {}
+      uint64_t al;
+      if (j - i > COAL_SUBSET || !coal_run_ok(c, k + i, j - i, &al)) continue;
+      for (uint32_t mask = 1; mask < 1u << (j - i); mask++, n_sum++) {
+        uint64_t sum = coal_subset_sum(c, k + i, mask);
+        ends[n_sum] = (CoalSum){k[i].t2, sum};
+        starts[n_sum] = (CoalSum){k[i].t1, sum};
+      }
+    }
+    qsort(ends, (size_t)n_sum, sizeof *ends, cmp_sum);
+    qsort(starts, (size_t)n_sum, sizeof *starts, cmp_sum);
+  }
+  for (int i = 0, j; i < n; i = j) {
+    for (j = i; j < n && k[j].t1 == k[i].t1 && k[j].t2 == k[i].t2; j++) {}
+    int cnt = j - i;
+    uint64_t al;
+    if (cnt < 2 || (targeted && cnt > COAL_SUBSET) || !coal_run_ok(c, k + i, cnt, &al)) continue;
+    uint32_t pick = 0; /* untargeted: every root of the run */
+    if (targeted) {
+      for (uint32_t mask = 3; mask < 1u << cnt && !pick; mask++) {
+        if (!(mask & (mask - 1))) continue;
+        uint64_t sum = coal_subset_sum(c, k + i, mask);
+        if (coal_has_sum(ends, n_sum, k[i].t1, sum) || coal_has_sum(starts, n_sum, k[i].t2, sum)) pick = mask;
+      }
+      if (!pick) continue;
+    }
+    int p = coal_new(c, k[i].t1, k[i].t2, 0, al);
+    for (int q = 0; q < cnt; q++)
+      if (!targeted || (pick >> q & 1)) coal_adopt(c, p, k[i + q].node, c->ext[p]), c->ext[p] += c->ext[k[i + q].node];
+    merges++;
+  }
+  return merges;
+}
+
+/* Joins a root ending at some step to one of the same extent starting
+ * there (pairs in order of node, each root in one pair a round). */
+static int coal_chain(Coal *c, CoalKey *ends, CoalKey *starts) {
+  int n = c->n_root, merges = 0;
+  coal_keys(c, ends, starts);
+  for (int i = 0, j = 0; i < n && j < n;) {
+    CoalKey *e = &ends[i], *s = &starts[j];
+    if (e->t1 != s->t1 || e->ext != s->ext) {
+      if (e->t1 < s->t1 || (e->t1 == s->t1 && e->ext < s->ext)) i++;
+      else j++;
+      continue;
+    }
+    int x = e->node, y = s->node;
+    /* a root merged already this round has a parent now */
+    if (c->parent[x] >= 0) { i++; continue; }
+    if (c->parent[y] >= 0 || x == y) { j++; continue; }
+    uint64_t al = c->al[x] > c->al[y] ? c->al[x] : c->al[y];
+    int p = coal_new(c, c->lo[x], c->hi[y], e->ext, al);
+    coal_adopt(c, p, x, 0);
+    coal_adopt(c, p, y, 0);
+    merges++, i++, j++;
+  }
+  return merges;
+}
+
+/* The roots after a merge step: the old ones still without a parent,
+ * then the nodes it made (from first on). */
+static void coal_roots(Coal *c, int first) {
+  int n = 0;
+  for (int i = 0; i < c->n_root; i++)
+    if (c->parent[c->roots[i]] < 0) c->roots[n++] = c->roots[i];
+  for (int x = first; x < c->n_node; x++) c->roots[n++] = x;
+  c->n_root = n;
+}
+
+/* Merges to a fixpoint (or COAL_WORK roots a buffer); false when
+ * nothing merged. */
+enum { COAL_WORK = 40 };
+
+static bool coalesce(Arena *a, const MemBuf *bufs, int n, Coal *c) {
+  memset(c, 0, sizeof *c);
+  int cap = 2 * n + 1;
+  c->lo = ARENA_ARRAY(a, int64_t, cap);
+  c->hi = ARENA_ARRAY(a, int64_t, cap);
+  c->ext = ARENA_ARRAY(a, uint64_t, cap);
+  c->al = ARENA_ARRAY(a, uint64_t, cap);
+  c->rel = ARENA_ARRAY(a, uint64_t, cap);
+  c->parent = ARENA_ARRAY(a, int, cap);
+  c->roots = ARENA_ARRAY(a, int, cap);
+  CoalKey *k1 = ARENA_ARRAY(a, CoalKey, n + 1), *k2 = ARENA_ARRAY(a, CoalKey, n + 1);
+  CoalKey *k3 = ARENA_ARRAY(a, CoalKey, n + 1);
+  CoalSum *ends = ARENA_ARRAY(a, CoalSum, COAL_SUMS * (int64_t)n + 1);
+  CoalSum *starts = ARENA_ARRAY(a, CoalSum, COAL_SUMS * (int64_t)n + 1);
+  for (int i = 0; i < n; i++) {
+    const MemBuf *b = &bufs[i];
+    uint64_t al = b->align > 1 ? b->align : 1;
+    coal_new(c, b->lower, b->upper, b->size && b->lower < b->upper ? align_up(b->size, al) : 0, al);
+    if (c->ext[i]) c->roots[c->n_root++] = i;
+  }
+  /* joins first: two buffers of one extent meeting at a step rarely do
+   * by chance, while equal steps often do */
+  int total = 0;
+  /* a round sorts the roots; a problem built to merge one pair a round
+   * would make that quadratic, so the rounds share a budget (problems
+   * cut from a rectangle use 3-5 times the buffers) */
+  int64_t work = 0;
+  for (; work <= COAL_WORK * (int64_t)n; work += c->n_root) {
+    int first = c->n_node;
+    int merges = coal_chain(c, k1, k2);
+    coal_roots(c, first);
+    if (!merges) {
+      first = c->n_node;
+      merges = coal_stack(c, k3, ends, starts);
+      coal_roots(c, first);
+    }
+    if (!merges) {
+      first = c->n_node;
+      merges = coal_stack(c, k3, NULL, NULL);
+      coal_roots(c, first);
+    }
+    total += merges;
+    if (!merges) break;
+  }
+  return total > 0;
+}
+
 /* ---- the interface ---- */
 
 uint64_t pass_memplan_lower_bound(Arena *a, const MemBuf *bufs, int n) {
@@ -1006,10 +1244,7 @@ uint64_t pass_memplan_lower_bound(Arena *a, const MemBuf *bufs, int n) {
   return s.lb;
 }
 
-void pass_memplan_solve(Arena *a, MemBuf *bufs, int n, const MemPlanOptions *opt,
-                        MemPlanResult *r) {
-  MemPlanOptions none = {0};
-  const MemPlanOptions *o = opt ? opt : &none;
+static void solve_direct(Arena *a, MemBuf *bufs, int n, const MemPlanOptions *o, MemPlanResult *r) {
   memset(r, 0, sizeof *r);
   for (int i = 0; i < n; i++) bufs[i].offset = 0;
   Solver s;
@@ -1073,6 +1308,39 @@ void pass_memplan_solve(Arena *a, MemBuf *bufs, int n, const MemPlanOptions *opt
   }
   r->arena = best;
   for (int i = 0; i < m; i++) bufs[s.orig[i]].offset = best_off[i];
+}
+
+/* The problem as given first, with the whole budget; where that misses
+ * the bound, the merged problem with half of it, kept where smaller.
+ * Not the other way round: a merged buffer hands its bytes on to the
+ * next of its extent, so steps that could run side by side (separate
+ * streams) would wait on each other where the plain plan reaches the
+ * bound anyway (every example's). */
+void pass_memplan_solve(Arena *a, MemBuf *bufs, int n, const MemPlanOptions *opt,
+                        MemPlanResult *r) {
+  MemPlanOptions none = {0};
+  const MemPlanOptions *o = opt ? opt : &none;
+  solve_direct(a, bufs, n, o, r);
+  Coal c;
+  if (o->greedy_only || o->budget < 0 || r->arena <= r->lower_bound || !coalesce(a, bufs, n, &c)) return;
+  MemBuf *mb = ARENA_ARRAY(a, MemBuf, c.n_root + 1);
+  for (int i = 0; i < c.n_root; i++) {
+    int x = c.roots[i];
+    mb[i] = (MemBuf){.id = x, .lower = c.lo[x], .upper = c.hi[x], .size = c.ext[x], .align = c.al[x]};
+  }
+  MemPlanOptions mo = *o;
+  mo.budget = (o->budget > 0 ? o->budget : DEFAULT_BUDGET) / 2;
+  MemPlanResult rc;
+  solve_direct(a, mb, c.n_root, &mo, &rc);
+  if (rc.arena >= r->arena) return;
+  uint64_t *off = ARENA_ARRAY(a, uint64_t, c.n_node + 1);
+  for (int i = 0; i < c.n_root; i++) off[c.roots[i]] = mb[i].offset;
+  for (int x = c.n_node - 1; x >= 0; x--)
+    if (c.parent[x] >= 0) off[x] = off[c.parent[x]] + c.rel[x];
+  for (int i = 0; i < n; i++) bufs[i].offset = c.ext[i] ? off[i] : 0;
+  r->arena = rc.arena;
+  r->iterations += rc.iterations;
+  r->heuristic = arena_printf(a, "coalesced %d->%d, %s", n, c.n_root, rc.heuristic);
 }
 
 bool pass_memplan_check(Arena *a, const MemBuf *bufs, int n,

@@ -8,13 +8,17 @@
  * A buffer occupies its extent: its size rounded up to its alignment,
  * at an offset that is a multiple of its alignment.  The lower bound is
  * the largest total of extents live at one step; no placement beats it.
- * The solver runs several greedy orders (by size, lifetime, size x
- * lifetime, start, peak pressure; first-fit and best-fit), keeps the
+ * A solve runs several greedy orders (by size, lifetime, size
+ * x lifetime, start, peak pressure; first-fit and best-fit), keeps the
  * best, then improves it under a work budget: a skyline search (bottom-
  * left placements along the time axis, which finds tight packings),
  * a branch and bound over canonical placements (up to a few thousand
- * buffers), then a seeded local search on the greedy order.  Work, not time, bounds both, so the
- * same problem always gets the same offsets. */
+ * buffers), then a seeded local search on the greedy order.  Where
+ * that misses the bound, it solves again with half the budget a smaller
+ * problem (coalesced: a buffer that starts where one of the same extent
+ * ends takes over its bytes, buffers live over the same steps stack) and
+ * keeps the smaller plan.  Work, not time, bounds them all, so the same
+ * problem always gets the same offsets. */
 #ifndef DLCC_PASSES_MEMPLAN_H
 #define DLCC_PASSES_MEMPLAN_H
 
