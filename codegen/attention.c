@@ -10,21 +10,22 @@
  * to 16 (decoding), 16 rows and one warp.  The block's
  * Q rows sit in shared memory; K and V pass through it BN keys at a time,
  * double-buffered: tile j + 1 is on its way (cp.async) while tile j is
- * computed.  Per tile: S = Q K^T into a shared f32 tile; then one thread
- * per query row applies scale, mask, causality and the key bound, and
- * runs the online softmax (a running max m and sum l in its registers):
+ * computed.  Per tile: S = Q K^T; scale, mask, causality and the key
+ * bound; the online softmax (a running max m and sum l per row):
  * P = exp(S - m_new), alpha = exp(m_old - m_new); then O = alpha O + P V
  * in registers.  At the end O / l is stored (0 where l is 0: a row with
  * every key masked).  Under causal, the tiles wholly above the diagonal
  * are never loaded nor computed.
  *
- * f16 and bf16 take the tensor cores: both products are mma.sync
- * m16n8k16 with f32 accumulators, fragments from ldmatrix (.trans for
- * V, whose rows are the k dimension of P V), and P rounded to the
- * operands' dtype in shared memory on its way from the one product to
- * the other.  f32 is the same structure on FMA, exact to f32 rounding.
- * docs/attention.md says why the softmax goes through shared memory
- * rather than staying in the mma fragments. */
+ * f16 and bf16 take the tensor cores, as FlashAttention-2: both
+ * products are mma.sync m16n8k16 with f32 accumulators, fragments of Q,
+ * K and V from ldmatrix (.trans for V, whose rows are the k dimension of
+ * P V), and S never leaves the accumulators: each row's max and sum
+ * over the four lanes that hold it by two shuffles, P packed to f16x2 or
+ * bf16x2 straight into the A fragments of P V.  A warp's rows are its
+ * own, so no barrier sits within a tile.  f32 is the same loop on FMA,
+ * exact to f32 rounding, with S in shared memory and a thread per row
+ * for the softmax. */
 #include <inttypes.h>
 #include <math.h>
 #include <string.h>
