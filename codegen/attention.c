@@ -10,21 +10,22 @@
  * to 16 (decoding), 16 rows and one warp.  The block's
  * Q rows sit in shared memory; K and V pass through it BN keys at a time,
  * double-buffered: tile j + 1 is on its way (cp.async) while tile j is
- * computed.  Per tile: S = Q K^T into a shared f32 tile; then one thread
- * per query row applies scale, mask, causality and the key bound, and
- * runs the online softmax (a running max m and sum l in its registers):
+ * computed.  Per tile: S = Q K^T; scale, mask, causality and the key
+ * bound; the online softmax (a running max m and sum l per row):
  * P = exp(S - m_new), alpha = exp(m_old - m_new); then O = alpha O + P V
  * in registers.  At the end O / l is stored (0 where l is 0: a row with
  * every key masked).  Under causal, the tiles wholly above the diagonal
  * are never loaded nor computed.
  *
- * f16 and bf16 take the tensor cores: both products are mma.sync
- * m16n8k16 with f32 accumulators, fragments from ldmatrix (.trans for
- * V, whose rows are the k dimension of P V), and P rounded to the
- * operands' dtype in shared memory on its way from the one product to
- * the other.  f32 is the same structure on FMA, exact to f32 rounding.
- * docs/attention.md says why the softmax goes through shared memory
- * rather than staying in the mma fragments. */
+ * f16 and bf16 take the tensor cores, as FlashAttention-2: both
+ * products are mma.sync m16n8k16 with f32 accumulators, fragments of Q,
+ * K and V from ldmatrix (.trans for V, whose rows are the k dimension of
+ * P V), and S never leaves the accumulators: each row's max and sum
+ * over the four lanes that hold it by two shuffles, P packed to f16x2 or
+ * bf16x2 straight into the A fragments of P V.  A warp's rows are its
+ * own, so no barrier sits within a tile.  f32 is the same loop on FMA,
+ * exact to f32 rounding, with S in shared memory and a thread per row
+ * for the softmax. */
 #include <inttypes.h>
 #include <math.h>
 #include <string.h>
@@ -56,8 +57,9 @@ typedef struct Attn {
   int64_t B, H, Hkv, Sq, Sk, d, dp, ld, bn, kt;
   int64_t rsq, rskv; /* elements between rows of q (and the result), of k and v */
   KBuf *q, *kb, *vb, *out, *mask;
-  KBuf *qs, *ks, *vs, *ss, *ps, *rowv;
-  int64_t sld, pld; /* S's and P's row strides */
+  KBuf *qs, *ks, *vs, *ss, *rowv;
+  KBuf *sacc; /* tensor cores: S, then P, in the m16n8 accumulators of bn / 8 blocks of keys */
+  int64_t sld;      /* S's row stride (FMA) */
   int64_t ms[4];    /* the mask's strides over [B, H, Sq, Sk] */
   KExpr *tid, *lane, *warp, *bz, *hy, *q0, *qbase, *kvbase;
   /* Split keys (flash-decoding): the key tiles in `splits` ranges of
@@ -126,17 +128,17 @@ static KExpr *kv_at(Attn *A, KExpr *st, KExpr *row, KExpr *col) {
   return cg_kadd(k, cg_kmul(k, st, ki(k, A->bn * A->ld)), kmad(k, row, A->ld, col));
 }
 
-/* S = Q K^T of stage st into ss, on the tensor cores: warp w takes query
- * rows 16w .. 16w + 15 and every key; per 16 of d, A from Q (ldmatrix.x4
- * of rows lane % 16 at column 8 (lane / 16)) and two blocks of 8 keys of
- * B from K (rows 8 (lane / 16) + lane % 8 at column 8 ((lane / 8) % 2)):
- * docs/tensorcores.md's fragment layouts. */
+/* S = Q K^T of stage st into sacc, on the tensor cores: warp w takes
+ * query rows 16w .. 16w + 15 and every key; per 16 of d, A from Q
+ * (ldmatrix.x4 of rows lane % 16 at column 8 (lane / 16)) and two blocks
+ * of 8 keys of B from K (rows 8 (lane / 16) + lane % 8 at column
+ * 8 ((lane / 8) % 2)): docs/tensorcores.md's fragment layouts. */
 static void scores_tc(Attn *A, KBlock *blk, KExpr *st) {
   Kernel *k = A->k;
   int64_t nb = A->bn / 8;
-  KBuf *acc = cg_klocal(k, "sacc", TY_F32, nb * 4, KSP_REGISTER);
+  KBuf *acc = A->sacc;
   KBuf *af = cg_kfrag(k, "qf", 4), *bf = cg_kfrag(k, "kf", 4);
-  KExpr *z, *ks, *nj, *ni, *h;
+  KExpr *z, *ks, *nj;
   KBlock *zb = loop(k, blk, "z", ki(k, nb * 4), KM_UNROLL, &z);
   cg_kstore(k, zb, acc, z, f32(k, 0));
   KBlock *kb = loop(k, blk, "ks", ki(k, A->dp / 16), KM_SERIAL, &ks);
@@ -150,15 +152,6 @@ static void scores_tc(Attn *A, KBlock *blk, KExpr *st) {
   cg_kldmatrix(k, nbk, bf, ki(k, 0), 4, false, A->ks, kv_at(A, st, brow, bcol));
   cg_kmma(k, nbk, A->kind, acc, cg_kmul(k, nj, ki(k, 8)), af, ki(k, 0), bf, ki(k, 0));
   cg_kmma(k, nbk, A->kind, acc, cg_kadd(k, cg_kmul(k, nj, ki(k, 8)), ki(k, 4)), af, ki(k, 0), bf, ki(k, 2));
-  /* the accumulators (rows g and g + 8, columns 2t, 2t + 1 of each block
-   * of 8) to S, a pair at a time */
-  KBlock *nbb = loop(k, blk, "ni", ki(k, nb), KM_UNROLL, &ni);
-  KBlock *hb = loop(k, nbb, "h", ki(k, 2), KM_UNROLL, &h);
-  KExpr *row = cg_kadd(k, cg_kmul(k, A->warp, ki(k, 16)), kmad(k, h, 8, kdiv(k, A->lane, 4)));
-  KExpr *col = kmad(k, ni, 8, cg_kmul(k, kmod(k, A->lane, 4), ki(k, 2)));
-  KExpr *slot = kmad(k, ni, 4, cg_kmul(k, h, ki(k, 2)));
-  KExpr *pair[2] = {cg_kload(k, acc, slot), cg_kload(k, acc, cg_kadd(k, slot, ki(k, 1)))};
-  cg_kchunk(k, hb, A->ss, kmad(k, row, A->sld, col), pair, 2);
 }
 
 /* The same on FMA: thread t takes row t % bm and half t / bm of the keys. */
@@ -176,23 +169,14 @@ static void scores_fma(Attn *A, KBlock *blk, KExpr *st) {
   cg_kstore(k, cb, A->ss, kmad(k, r, A->sld, key), kv(k, acc));
 }
 
-/* The online softmax of tile j, one thread per query row r: each score
- * scaled, masked (to -inf), its row's new max m, P = exp(S - m) (0 when
- * m is -inf: nothing of the row is left yet), the row's alpha = exp(m_old
- * - m) to rowv[r] for O, and l = alpha l + sum P. */
-static void softmax_tile(Attn *A, KBlock *blk, KExpr *j, KVar *m, KVar *l) {
+/* Score x of query row qi and key: times scale, plus the additive mask,
+ * -inf where a bool mask, causality or the key bound hides it (lets into
+ * blk). */
+static KExpr *masked_score(Attn *A, KBlock *blk, KExpr *x, KExpr *qi, KExpr *key) {
   Kernel *k = A->k;
   const Node *n = A->n;
-  KBlock *rb = &cg_kif(k, blk, klt(k, A->tid, ki(k, A->bm)))->body;
-  KExpr *r = A->tid, *qi = ilet(k, rb, "qi", cg_kadd(k, A->q0, r));
   double scale = ir_attr(n, "scale") ? ir_attr_float(n, "scale") : 1 / sqrt((double)A->d);
-  KVar *mt = cg_kvar(k, "mt", TY_F32);
-  KStmt *red = cg_kreduce(k, rb, mt, f32(k, -INFINITY), OP_MAXIMUM, cg_kvar(k, "c", KT_INDEX), ki(k, A->bn));
-  KExpr *c = kv(k, red->rvar);
-  KBlock *cb = &red->body;
-  KExpr *key = ilet(k, cb, "key", kmad(k, j, A->bn, c));
-  KExpr *at = ilet(k, cb, "sa", kmad(k, r, A->sld, c));
-  KExpr *s = cg_kop2(k, OP_MUL, cg_kload(k, A->ss, at), f32(k, (float)scale));
+  KExpr *s = cg_kop2(k, OP_MUL, x, f32(k, (float)scale));
   KExpr *ok = A->Sk % A->bn ? klt(k, key, ki(k, A->Sk)) : NULL;
   if (ir_attr_int(n, "causal")) ok = cg_kand(k, ok, cg_kcmp(k, KC_LE, key, qi));
   if (A->mask) {
@@ -201,11 +185,28 @@ static void softmax_tile(Attn *A, KBlock *blk, KExpr *j, KVar *m, KVar *l) {
                          cg_kadd(k, cg_kmul(k, qi, ki(k, A->ms[2])), cg_kmul(k, key, ki(k, A->ms[3]))));
     KExpr *mv = cg_ksel(k, in, cg_kcast(k, cg_kload(k, A->mask, mat), TY_F32), f32(k, 0));
     if (A->mask->dtype == TY_BOOL)
-      ok = cg_kand(k, ok, cg_kcmp(k, KC_NE, kv(k, cg_klet(k, cb, "mk", TY_F32, mv)), f32(k, 0)));
+      ok = cg_kand(k, ok, cg_kcmp(k, KC_NE, kv(k, cg_klet(k, blk, "mk", TY_F32, mv)), f32(k, 0)));
     else
       s = cg_kop2(k, OP_ADD, s, mv);
   }
-  KExpr *sv = kv(k, cg_klet(k, cb, "s", TY_F32, ok ? cg_ksel(k, ok, s, f32(k, -INFINITY)) : s));
+  return kv(k, cg_klet(k, blk, "s", TY_F32, ok ? cg_ksel(k, ok, s, f32(k, -INFINITY)) : s));
+}
+
+/* The online softmax of tile j on FMA, one thread per query row r: each
+ * score masked, its row's new max m, P = exp(S - m) (0 when m is -inf:
+ * nothing of the row is left yet), the row's alpha = exp(m_old - m) to
+ * rowv[r] for O, and l = alpha l + sum P. */
+static void softmax_tile(Attn *A, KBlock *blk, KExpr *j, KVar *m, KVar *l) {
+  Kernel *k = A->k;
+  KBlock *rb = &cg_kif(k, blk, klt(k, A->tid, ki(k, A->bm)))->body;
+  KExpr *r = A->tid, *qi = ilet(k, rb, "qi", cg_kadd(k, A->q0, r));
+  KVar *mt = cg_kvar(k, "mt", TY_F32);
+  KStmt *red = cg_kreduce(k, rb, mt, f32(k, -INFINITY), OP_MAXIMUM, cg_kvar(k, "c", KT_INDEX), ki(k, A->bn));
+  KExpr *c = kv(k, red->rvar);
+  KBlock *cb = &red->body;
+  KExpr *key = ilet(k, cb, "key", kmad(k, j, A->bn, c));
+  KExpr *at = ilet(k, cb, "sa", kmad(k, r, A->sld, c));
+  KExpr *sv = masked_score(A, cb, cg_kload(k, A->ss, at), qi, key);
   cg_kstore(k, cb, A->ss, at, sv);
   red->value = sv;
   KExpr *mn = kv(k, cg_klet(k, rb, "mn", TY_F32, cg_kop2(k, OP_MAXIMUM, kv(k, m), kv(k, mt))));
@@ -219,33 +220,84 @@ static void softmax_tile(Attn *A, KBlock *blk, KExpr *j, KVar *m, KVar *l) {
   KExpr *c2 = kv(k, red2->rvar);
   KExpr *p = cg_ksel(k, none, f32(k, 0), cg_kop1(k, OP_EXP, cg_kop2(k, OP_SUB, cg_kload(k, A->ss, kmad(k, r, A->sld, c2)), mn)));
   KExpr *pv = kv(k, cg_klet(k, pb, "p", TY_F32, p));
-  if (A->tc)
-    cg_kstore(k, pb, A->ps, kmad(k, r, A->pld, c2), cg_kcast(k, pv, A->dt));
-  else
-    cg_kstore(k, pb, A->ss, kmad(k, r, A->sld, c2), pv);
+  cg_kstore(k, pb, A->ss, kmad(k, r, A->sld, c2), pv);
   red2->value = pv;
   cg_kset(k, rb, l, cg_kop2(k, OP_ADD, cg_kop2(k, OP_MUL, kv(k, l), av), kv(k, sum)));
   cg_kset(k, rb, m, mn);
 }
 
-/* O = alpha O + P V on the tensor cores: warp w's rows of O are its 16
- * rows of P; A from P as in scores_tc, B from V by ldmatrix.x4.trans
- * (keys are V's rows: matrices keys 0-7 and 8-15 of d columns 0-7, then
- * of 8-15), two blocks of 8 columns of O each. */
+/* x combined with its value in the other three lanes of its quad (the
+ * four lanes holding one row of an m16n8 accumulator): two shuffles. */
+static KExpr *quad_reduce(Attn *A, KBlock *blk, KExpr *x, OpKind op) {
+  Kernel *k = A->k;
+  for (int sh = 1; sh <= 2; sh *= 2) {
+    KExpr *other = cg_kshfl_xor(k, x, sh, 4);
+    x = kv(k, cg_klet(k, blk, "q", TY_F32, cg_kop2(k, op, x, kv(k, cg_klet(k, blk, "sh", TY_F32, other)))));
+  }
+  return x;
+}
+
+/* The online softmax of tile j on the tensor cores, in the accumulators
+ * where scores_tc left S: lane (g, t) of warp w holds rows 16w + g (h
+ * 0) and 16w + g + 8 (h 1), columns 8 ni + 2 t and the next of each
+ * block ni of 8 keys, in sacc[4 ni + 2 h ..].  Per row the lane's max,
+ * then the quad's (quad_reduce); m_new, alpha and P = exp(S - m_new) as
+ * on FMA, P back into sacc, O's rows times alpha.  mr and lr hold the
+ * rows' m and the lane's part of l (its columns' P only: summed over
+ * the quad once, after the last tile). */
+static void softmax_tc(Attn *A, KBlock *blk, KExpr *j, KBuf *mr, KBuf *lr, KBuf *oacc) {
+  Kernel *k = A->k;
+  int64_t nb = A->bn / 8;
+  KExpr *h, *c, *c2, *z, *e;
+  KBlock *hb = loop(k, blk, "h", ki(k, 2), KM_UNROLL, &h);
+  KExpr *g = kdiv(k, A->lane, 4), *tq = kmod(k, A->lane, 4);
+  KExpr *qi = ilet(k, hb, "qi", cg_kadd(k, A->q0, kmad(k, A->warp, 16, kmad(k, h, 8, g))));
+  KVar *mt = cg_klet(k, hb, "mt", TY_F32, f32(k, -INFINITY));
+  KBlock *cb = loop(k, hb, "c", ki(k, nb * 2), KM_UNROLL, &c);
+  KExpr *slot = ilet(k, cb, "sl", kmad(k, kdiv(k, c, 2), 4, kmad(k, h, 2, kmod(k, c, 2))));
+  KExpr *key = ilet(k, cb, "key", kmad(k, j, A->bn, kmad(k, kdiv(k, c, 2), 8, kmad(k, tq, 2, kmod(k, c, 2)))));
+  KExpr *sv = masked_score(A, cb, cg_kload(k, A->sacc, slot), qi, key);
+  cg_kstore(k, cb, A->sacc, slot, sv);
+  cg_kset(k, cb, mt, cg_kop2(k, OP_MAXIMUM, kv(k, mt), sv));
+  KExpr *mrow = quad_reduce(A, hb, kv(k, mt), OP_MAXIMUM);
+  KExpr *mold = kv(k, cg_klet(k, hb, "mo", TY_F32, cg_kload(k, mr, h)));
+  KExpr *mn = kv(k, cg_klet(k, hb, "mn", TY_F32, cg_kop2(k, OP_MAXIMUM, mold, mrow)));
+  KExpr *none = kv(k, cg_klet(k, hb, "none", TY_I32, cg_kcmp(k, KC_EQ, mn, f32(k, -INFINITY))));
+  KExpr *av = kv(k, cg_klet(k, hb, "alpha", TY_F32,
+                            cg_ksel(k, none, f32(k, 1), cg_kop1(k, OP_EXP, cg_kop2(k, OP_SUB, mold, mn)))));
+  KVar *sum = cg_klet(k, hb, "sum", TY_F32, f32(k, 0));
+  KBlock *pb = loop(k, hb, "c", ki(k, nb * 2), KM_UNROLL, &c2);
+  KExpr *ps = ilet(k, pb, "sl", kmad(k, kdiv(k, c2, 2), 4, kmad(k, h, 2, kmod(k, c2, 2))));
+  KExpr *p = cg_ksel(k, none, f32(k, 0), cg_kop1(k, OP_EXP, cg_kop2(k, OP_SUB, cg_kload(k, A->sacc, ps), mn)));
+  KExpr *pv = kv(k, cg_klet(k, pb, "p", TY_F32, p));
+  cg_kstore(k, pb, A->sacc, ps, pv);
+  cg_kset(k, pb, sum, cg_kop2(k, OP_ADD, kv(k, sum), pv));
+  cg_kstore(k, hb, lr, h, cg_kop2(k, OP_ADD, cg_kop2(k, OP_MUL, cg_kload(k, lr, h), av), kv(k, sum)));
+  cg_kstore(k, hb, mr, h, mn);
+  /* O's rows of this h: elements 2h, 2h + 1 of each block of 8 columns */
+  KBlock *zb = loop(k, hb, "z", ki(k, A->dp / 8), KM_UNROLL, &z);
+  KBlock *eb = loop(k, zb, "e", ki(k, 2), KM_UNROLL, &e);
+  KExpr *oa = kmad(k, z, 4, kmad(k, h, 2, e));
+  cg_kstore(k, eb, oacc, oa, cg_kop2(k, OP_MUL, cg_kload(k, oacc, oa), av));
+}
+
+/* O += P V on the tensor cores (softmax_tc scaled O by alpha): warp w's
+ * rows of O are its 16 rows of P.  A is P packed from the accumulators
+ * as they are: the m16n8 layouts of key blocks 2 ks and 2 ks + 1 side by
+ * side are the m16k16 A layout of keys 16 ks .. 16 ks + 15 (a0 a1 <-
+ * c0 c1 of the first, a2 a3 <- its c2 c3, a4 .. a7 the same of the
+ * second; docs/tensorcores.md).  B from V by ldmatrix.x4.trans (keys
+ * are V's rows: matrices keys 0-7 and 8-15 of d columns 0-7, then of
+ * 8-15), two blocks of 8 columns of O each. */
 static void pv_tc(Attn *A, KBlock *blk, KExpr *st, KBuf *oacc) {
   Kernel *k = A->k;
   KBuf *pf = cg_kfrag(k, "pf", 4), *vf = cg_kfrag(k, "vf", 4);
-  KExpr *g = kdiv(k, A->lane, 4), *row = cg_kadd(k, cg_kmul(k, A->warp, ki(k, 16)), g);
-  KExpr *ag = kv(k, cg_klet(k, blk, "ag", TY_F32, cg_kload(k, A->rowv, row)));
-  KExpr *ag8 = kv(k, cg_klet(k, blk, "ag8", TY_F32, cg_kload(k, A->rowv, cg_kadd(k, row, ki(k, 8)))));
-  KExpr *z, *ks, *nj;
-  KBlock *zb = loop(k, blk, "z", ki(k, A->dp / 8 * 4), KM_UNROLL, &z);
-  KExpr *a = cg_ksel(k, klt(k, kmod(k, z, 4), ki(k, 2)), ag, ag8);
-  cg_kstore(k, zb, oacc, z, cg_kop2(k, OP_MUL, cg_kload(k, oacc, z), a));
+  KExpr *ks, *nj, *r;
   KBlock *kb = loop(k, blk, "ks", ki(k, A->bn / 16), KM_UNROLL, &ks);
-  KExpr *prow = cg_kadd(k, cg_kmul(k, A->warp, ki(k, 16)), kmod(k, A->lane, 16));
-  KExpr *pcol = cg_kadd(k, cg_kmul(k, ks, ki(k, 16)), cg_kmul(k, kdiv(k, A->lane, 16), ki(k, 8)));
-  cg_kldmatrix(k, kb, pf, ki(k, 0), 4, false, A->ps, kmad(k, prow, A->pld, pcol));
+  KBlock *rb = loop(k, kb, "r", ki(k, 4), KM_UNROLL, &r);
+  /* register r: block 2 ks + r / 2, elements 2 (r % 2) and the next */
+  KExpr *at = ilet(k, rb, "pa", kmad(k, ks, 8, kmad(k, kdiv(k, r, 2), 4, cg_kmul(k, kmod(k, r, 2), ki(k, 2)))));
+  cg_kpack(k, rb, A->kind, pf, r, cg_kload(k, A->sacc, at), cg_kload(k, A->sacc, cg_kadd(k, at, ki(k, 1))));
   KBlock *nb = loop(k, kb, "nj", ki(k, A->dp / 16), KM_UNROLL, &nj);
   KExpr *vrow = cg_kadd(k, cg_kmul(k, ks, ki(k, 16)),
                         cg_kadd(k, kmod(k, A->lane, 8), cg_kmul(k, kmod(k, kdiv(k, A->lane, 8), 2), ki(k, 8))));
@@ -272,17 +324,20 @@ static void pv_fma(Attn *A, KBlock *blk, KExpr *st, KBuf *oacc) {
   cg_kstore(k, ub2, oacc, u2, cg_kop2(k, OP_ADD, cg_kload(k, oacc, u2), x));
 }
 
-/* O / l to the result: rowv holds 1 / l (0 for a row with no key). */
-static void store_out(Attn *A, KBlock *blk, KExpr *row, KExpr *col, KExpr *o) {
+/* O times w (1 / l, 0 for a row with no key; 1 for a split's part) to
+ * obuf. */
+static void store_out(Attn *A, KBlock *blk, KExpr *row, KExpr *col, KExpr *o, KExpr *w) {
   Kernel *k = A->k;
   KExpr *qi = cg_kadd(k, A->q0, row);
   KExpr *ok = cg_kand(k, A->Sq % A->bm ? klt(k, qi, ki(k, A->Sq)) : NULL, A->dp != A->d ? klt(k, col, ki(k, A->d)) : NULL);
   KBlock *at = ok ? &cg_kif(k, blk, ok)->body : blk;
-  KExpr *y = cg_kop2(k, OP_MUL, o, cg_kload(k, A->rowv, row));
+  KExpr *y = cg_kop2(k, OP_MUL, o, w);
   cg_kstore(k, at, A->obuf, cg_kadd(k, A->obase, kmad(k, qi, A->ors, col)), cg_kcast(k, y, A->obuf->dtype));
 }
 
-static void store_all(Attn *A, KBlock *blk, KBuf *oacc) {
+/* On the tensor cores w is the lane's rows' (inv[0] for row g, inv[1]
+ * for g + 8), on FMA rowv's. */
+static void store_all(Attn *A, KBlock *blk, KBuf *oacc, KBuf *inv) {
   Kernel *k = A->k;
   KExpr *nb, *e, *u;
   if (A->tc) {
@@ -290,12 +345,13 @@ static void store_all(Attn *A, KBlock *blk, KBuf *oacc) {
     KBlock *eb = loop(k, bb, "e", ki(k, 4), KM_UNROLL, &e);
     KExpr *row = cg_kadd(k, cg_kmul(k, A->warp, ki(k, 16)), kmad(k, kdiv(k, e, 2), 8, kdiv(k, A->lane, 4)));
     KExpr *col = kmad(k, nb, 8, kmad(k, kmod(k, A->lane, 4), 2, kmod(k, e, 2)));
-    store_out(A, eb, ilet(k, eb, "row", row), ilet(k, eb, "col", col), cg_kload(k, oacc, kmad(k, nb, 4, e)));
+    store_out(A, eb, ilet(k, eb, "row", row), ilet(k, eb, "col", col), cg_kload(k, oacc, kmad(k, nb, 4, e)),
+              cg_kload(k, inv, kdiv(k, e, 2)));
     return;
   }
   KExpr *r = ilet(k, blk, "r", kmod(k, A->tid, A->bm)), *u0 = ilet(k, blk, "u0", cg_kmul(k, kdiv(k, A->tid, A->bm), ki(k, A->dp / 2)));
   KBlock *ub = loop(k, blk, "u", ki(k, A->dp / 2), KM_UNROLL, &u);
-  store_out(A, ub, r, ilet(k, ub, "col", cg_kadd(k, u0, u)), cg_kload(k, oacc, u));
+  store_out(A, ub, r, ilet(k, ub, "col", cg_kadd(k, u0, u)), cg_kload(k, oacc, u), cg_kload(k, A->rowv, r));
 }
 
 /* Flash-decoding: when the grid would leave most of the GPU idle (few
@@ -397,7 +453,6 @@ bool cg_lower_attention(CgBuild *b, const Node *n) {
   A->bn = !A->tc && A->dp > 128 ? 32 : 64;
   A->kt = cdiv(A->Sk, A->bn);
   A->sld = A->bn + SPAD;
-  A->pld = A->bn + 8;
   /* A decoding step's few query rows take a block of their own size,
    * not 63 empty rows of 64. */
   A->bm = A->Sq <= BM_SHORT ? BM_SHORT : BM;
@@ -436,13 +491,12 @@ bool cg_lower_attention(CgBuild *b, const Node *n) {
   off += bytes = (uint32_t)(2 * A->bn * A->ld * A->es);
   A->vs = cg_kdynshared(k, "Vs", A->dt, 2 * A->bn * A->ld, off);
   off += bytes;
-  A->ss = cg_kdynshared(k, "Ss", TY_F32, A->bm * A->sld, off);
-  off += (uint32_t)(A->bm * A->sld * 4);
-  if (A->tc) {
-    A->ps = cg_kdynshared(k, "Ps", A->dt, A->bm * A->pld, off);
-    off += (uint32_t)(A->bm * A->pld * A->es);
+  /* On the tensor cores S and P stay in registers (softmax_tc). */
+  if (!A->tc) {
+    A->ss = cg_kdynshared(k, "Ss", TY_F32, A->bm * A->sld, off);
+    off += (uint32_t)(A->bm * A->sld * 4);
+    A->rowv = cg_kdynshared(k, "rowv", TY_F32, A->bm, off);
   }
-  A->rowv = cg_kdynshared(k, "rowv", TY_F32, A->bm, off);
 
   KExpr *qx, *t;
   KBlock *body = loop(k, &k->body, "qx", ki(k, gx), KM_GRID_X, &qx);
@@ -473,10 +527,25 @@ bool cg_lower_attention(CgBuild *b, const Node *n) {
     KExpr *last = kdiv(k, cg_kadd(k, A->q0, ki(k, A->bm - 1)), A->bn);
     ntile = ilet(k, body, "nt", cg_kidx(k, KI_MIN, cg_kadd(k, last, ki(k, 1)), ki(k, A->kt)));
   }
-  KVar *m = cg_klet(k, body, "m", TY_F32, f32(k, -INFINITY)), *l = cg_klet(k, body, "l", TY_F32, f32(k, 0));
+  /* A row's running max m and sum l: one thread's registers on FMA; on
+   * the tensor cores, for each of the lane's two rows, m and the lane's
+   * part of l (mr, lr). */
+  KVar *m = NULL, *l = NULL;
+  KBuf *mr = NULL, *lr = NULL;
+  KExpr *z;
+  if (A->tc) {
+    A->sacc = cg_klocal(k, "sacc", TY_F32, A->bn / 8 * 4, KSP_REGISTER);
+    mr = cg_klocal(k, "mr", TY_F32, 2, KSP_REGISTER);
+    lr = cg_klocal(k, "lr", TY_F32, 2, KSP_REGISTER);
+    KBlock *hb = loop(k, body, "h", ki(k, 2), KM_UNROLL, &z);
+    cg_kstore(k, hb, mr, z, f32(k, -INFINITY));
+    cg_kstore(k, hb, lr, z, f32(k, 0));
+  } else {
+    m = cg_klet(k, body, "m", TY_F32, f32(k, -INFINITY));
+    l = cg_klet(k, body, "l", TY_F32, f32(k, 0));
+  }
   int64_t n_acc = A->tc ? A->dp / 8 * 4 : A->dp / 2;
   KBuf *oacc = cg_klocal(k, "o", TY_F32, n_acc, KSP_REGISTER);
-  KExpr *z;
   KBlock *zb = loop(k, body, "z", ki(k, n_acc), KM_UNROLL, &z);
   cg_kstore(k, zb, oacc, z, f32(k, 0));
   /* this block's tiles: t0 .. t0 + count - 1 (a split past the causal
@@ -510,38 +579,61 @@ bool cg_lower_attention(CgBuild *b, const Node *n) {
   load_tile(A, pre, A->vb, A->kvbase, A->rskv, row0, A->bn, A->Sk, A->vs, at);
   if (async) cg_kcp_commit(k, lb);
   KExpr *st = ilet(k, lb, "st", kmod(k, j, 2));
-  if (A->tc)
-    scores_tc(A, lb, st);
-  else
-    scores_fma(A, lb, st);
-  cg_kbarrier(k, lb);
-  softmax_tile(A, lb, A->splits > 1 ? ilet(k, lb, "jt", cg_kadd(k, t0, j)) : j, m, l);
-  cg_kbarrier(k, lb);
-  if (A->tc)
-    pv_tc(A, lb, st, oacc);
-  else
-    pv_fma(A, lb, st, oacc);
-
-  cg_kbarrier(k, body);
+  KExpr *jt = A->splits > 1 ? ilet(k, lb, "jt", cg_kadd(k, t0, j)) : j;
   /* this split's part of [splits, B, H, Sq]: its head's first row */
   KExpr *head = A->splits > 1 ? ilet(k, body, "hd", kmad(k, kmad(k, A->sp, A->B, A->bz), A->H, A->hy)) : NULL;
-  KBlock *rb = &cg_kif(k, body, klt(k, A->tid, ki(k, A->bm)))->body;
-  if (A->splits > 1) {
-    /* O unnormalized, and each row's m and l */
+  if (A->splits > 1)
     A->obuf = A->opart, A->obase = cg_kmul(k, head, ki(k, A->Sq * A->d)), A->ors = A->d;
-    cg_kstore(k, rb, A->rowv, A->tid, f32(k, 1));
-    KExpr *qi = cg_kadd(k, A->q0, A->tid);
-    KBlock *wb = A->Sq % A->bm ? &cg_kif(k, rb, klt(k, qi, ki(k, A->Sq)))->body : rb;
-    KExpr *mla = ilet(k, wb, "mla", cg_kmul(k, kmad(k, head, A->Sq, qi), ki(k, 2)));
-    cg_kstore(k, wb, A->ml, mla, kv(k, m));
-    cg_kstore(k, wb, A->ml, cg_kadd(k, mla, ki(k, 1)), kv(k, l));
-  } else {
+  else
     A->obuf = A->out, A->obase = A->qbase, A->ors = A->rsq;
-    KExpr *pos = cg_kcmp(k, KC_GT, kv(k, l), f32(k, 0));
-    cg_kstore(k, rb, A->rowv, A->tid, cg_ksel(k, pos, cg_kop2(k, OP_DIV, f32(k, 1), kv(k, l)), f32(k, 0)));
+  if (A->tc) {
+    /* no barrier within the tile: each warp's S and P are its own registers */
+    scores_tc(A, lb, st);
+    softmax_tc(A, lb, jt, mr, lr, oacc);
+    pv_tc(A, lb, st, oacc);
+    /* each row's l, summed over its quad; then w = 1 / l (0 for l = 0),
+     * or for a split's part 1, its rows' m and l written by lane t = 0 */
+    KBuf *inv = cg_klocal(k, "inv", TY_F32, 2, KSP_REGISTER);
+    KExpr *h;
+    KBlock *hb = loop(k, body, "h", ki(k, 2), KM_UNROLL, &h);
+    KExpr *lsum = quad_reduce(A, hb, kv(k, cg_klet(k, hb, "lt", TY_F32, cg_kload(k, lr, h))), OP_ADD);
+    if (A->splits > 1) {
+      cg_kstore(k, hb, inv, h, f32(k, 1));
+      KExpr *qi = ilet(k, hb, "qi", cg_kadd(k, A->q0, kmad(k, A->warp, 16, kmad(k, h, 8, kdiv(k, A->lane, 4)))));
+      KExpr *w = cg_kcmp(k, KC_EQ, kmod(k, A->lane, 4), ki(k, 0));
+      if (A->Sq % A->bm) w = cg_kand(k, w, klt(k, qi, ki(k, A->Sq)));
+      KBlock *wb = &cg_kif(k, hb, w)->body;
+      KExpr *mla = ilet(k, wb, "mla", cg_kmul(k, kmad(k, head, A->Sq, qi), ki(k, 2)));
+      cg_kstore(k, wb, A->ml, mla, cg_kload(k, mr, h));
+      cg_kstore(k, wb, A->ml, cg_kadd(k, mla, ki(k, 1)), lsum);
+    } else {
+      KExpr *pos = cg_kcmp(k, KC_GT, lsum, f32(k, 0));
+      cg_kstore(k, hb, inv, h, cg_ksel(k, pos, cg_kop2(k, OP_DIV, f32(k, 1), lsum), f32(k, 0)));
+    }
+    store_all(A, body, oacc, inv);
+  } else {
+    scores_fma(A, lb, st);
+    cg_kbarrier(k, lb);
+    softmax_tile(A, lb, jt, m, l);
+    cg_kbarrier(k, lb);
+    pv_fma(A, lb, st, oacc);
+    cg_kbarrier(k, body);
+    KBlock *rb = &cg_kif(k, body, klt(k, A->tid, ki(k, A->bm)))->body;
+    if (A->splits > 1) {
+      /* O unnormalized, and each row's m and l */
+      cg_kstore(k, rb, A->rowv, A->tid, f32(k, 1));
+      KExpr *qi = cg_kadd(k, A->q0, A->tid);
+      KBlock *wb = A->Sq % A->bm ? &cg_kif(k, rb, klt(k, qi, ki(k, A->Sq)))->body : rb;
+      KExpr *mla = ilet(k, wb, "mla", cg_kmul(k, kmad(k, head, A->Sq, qi), ki(k, 2)));
+      cg_kstore(k, wb, A->ml, mla, kv(k, m));
+      cg_kstore(k, wb, A->ml, cg_kadd(k, mla, ki(k, 1)), kv(k, l));
+    } else {
+      KExpr *pos = cg_kcmp(k, KC_GT, kv(k, l), f32(k, 0));
+      cg_kstore(k, rb, A->rowv, A->tid, cg_ksel(k, pos, cg_kop2(k, OP_DIV, f32(k, 1), kv(k, l)), f32(k, 0)));
+    }
+    cg_kbarrier(k, body);
+    store_all(A, body, oacc, NULL);
   }
-  cg_kbarrier(k, body);
-  store_all(A, body, oacc);
 
   k->grid[0] = (uint32_t)(gx < INT32_MAX ? gx : INT32_MAX);
   k->grid[1] = (uint32_t)(A->H < 65535 ? A->H : 65535);

@@ -915,6 +915,11 @@ static void expr(Out *o, const KExpr *e) {
       fputc(')', o->f);
       return;
     case KE_LANE: lane(o, e->var->name, e->dtype, e->sub, (int)e->i); return;
+    case KE_SHFL_XOR:
+      fputs("__shfl_xor_sync(0xffffffffu, ", o->f);
+      expr_as(o, e->a[0], e->dtype);
+      fprintf(o->f, ", %d, %d)", (int)e->i, e->sub);
+      return;
   }
 }
 
@@ -1171,7 +1176,8 @@ static void stmt(Out *o, const KStmt *s) {
     case KS_CP_ASYNC:
     case KS_CP_COMMIT:
     case KS_CP_WAIT:
-    case KS_TF32: tc_stmt(o, s); return;
+    case KS_TF32:
+    case KS_PACK: tc_stmt(o, s); return;
   }
 }
 
@@ -1258,6 +1264,15 @@ static void tc_stmt(Out *o, const KStmt *s) {
       fprintf(o->f, "] = dl_tf32(__uint_as_float(%s[", s->buf->name);
       expr(o, s->index);
       fputs("]));\n", o->f);
+      return;
+    case KS_PACK:
+      fprintf(o->f, "%s[", s->buf->name);
+      expr(o, s->index);
+      fprintf(o->f, "] = %s(", s->tc == KTC_F16 ? "dl_pack_f16x2" : "dl_pack_bf16x2");
+      expr_as(o, s->chunk[0], TY_F32);
+      fputs(", ", o->f);
+      expr_as(o, s->chunk[1], TY_F32);
+      fputs(");\n", o->f);
       return;
     default: dl_internal(o->k->ctx, "statement %d is not a tensor-core statement", (int)s->kind);
   }

@@ -423,6 +423,18 @@ KExpr *cg_kdp4a(Kernel *k, KExpr *a, KExpr *b, KExpr *c) {
   return e;
 }
 
+KExpr *cg_kshfl_xor(Kernel *k, KExpr *a, int lane_xor, int width) {
+  if ((a->dtype != TY_F32 && a->dtype != TY_I32) || width < 2 || width > 32 || (width & (width - 1)) ||
+      lane_xor < 1 || lane_xor >= width)
+    dl_internal(k->ctx, "cg_kshfl_xor of a %s by %d within %d lanes", ir_dtype_name(a->dtype), lane_xor, width);
+  KExpr *e = new_expr(k, KE_SHFL_XOR, a->dtype);
+  e->a[0] = a;
+  e->i = lane_xor;
+  e->sub = width;
+  k->uses_barriers = true; /* the emu runs warp shuffles as it runs barriers: on fibers */
+  return e;
+}
+
 /* ---- statements ---- */
 
 static KStmt *append(Kernel *k, KBlock *in, KStmtKind kind) {
@@ -589,6 +601,19 @@ void cg_ktf32(Kernel *k, KBlock *in, KBuf *frag, KExpr *at) {
   KStmt *s = append_tc(k, in, KS_TF32, false);
   frag->read = frag->written = true;
   s->buf = frag, s->index = at;
+}
+
+void cg_kpack(Kernel *k, KBlock *in, KTcKind tc, KBuf *frag, KExpr *at, KExpr *lo, KExpr *hi) {
+  expect_space(k, frag, KSP_FRAGMENT, "pack");
+  if ((tc != KTC_F16 && tc != KTC_BF16) || lo->dtype != TY_F32 || hi->dtype != TY_F32)
+    dl_internal(k->ctx, "pack of %s and %s to kind %d", ir_dtype_name(lo->dtype), ir_dtype_name(hi->dtype), (int)tc);
+  KStmt *s = append_tc(k, in, KS_PACK, false);
+  frag->written = true;
+  s->tc = tc;
+  s->buf = frag, s->index = at;
+  s->chunk = ARENA_ARRAY(&k->ctx->arena, KExpr *, 2);
+  s->chunk[0] = lo, s->chunk[1] = hi;
+  s->count = 2;
 }
 
 void cg_kallreduce(Kernel *k, KBlock *in, KVar *var, OpKind combine, KMap across) {

@@ -28,7 +28,7 @@ typedef enum {
   KSP_REGISTER, /* per-thread array of numel elements */
   /* per-thread array of numel 32-bit registers holding matrix fragments
    * as the tensor-core instructions take them (raw bits, `unsigned`);
-   * only the KS_MMA/KS_LDMATRIX/KS_TF32 statements touch them */
+   * only the KS_MMA/KS_LDMATRIX/KS_TF32/KS_PACK statements touch them */
   KSP_FRAGMENT,
 } KSpace;
 
@@ -90,6 +90,11 @@ typedef enum {
   KE_LANE,   /* lane i (0 .. sub-1) of the sub-lane vector var (a KS_VLOAD's) */
   KE_PACK4,  /* the four i8 of buf[a[0] .. a[0]+3] as one int (a[0] a multiple of 4) */
   KE_DP4A,   /* a[2] + the four products of a[0]'s and a[1]'s signed bytes (CUDA's __dp4a) */
+  /* a[0] (32 bits) as lane (this lane ^ i) of this lane's group of sub
+   * consecutive lanes computed it (__shfl_xor_sync, i < sub); all 32
+   * lanes of the warp evaluate it together, so never in a select's arm
+   * nor under a condition that splits a warp */
+  KE_SHFL_XOR,
 } KExprKind;
 
 /* KI_XOR on non-negative indices only (shared-memory swizzles). */
@@ -147,6 +152,11 @@ typedef enum {
   KS_CP_COMMIT, /* closes this thread's group of KS_CP_ASYNC */
   KS_CP_WAIT,   /* until at most count of this thread's committed groups are still pending */
   KS_TF32,      /* fragment buf[index] = its f32 bits rounded to tf32 (cvt.rna) */
+  /* fragment buf[index] = chunk[0] in its low 16 bits, chunk[1] in its
+   * high ones, two f32 values each rounded to nearest even to f16 (tc
+   * KTC_F16) or bf16 (KTC_BF16): cvt.rn.{f16,bf16}x2.f32.  Two m16n8
+   * accumulators side by side, packed so, are an m16k16 A fragment. */
+  KS_PACK,
 } KStmtKind;
 
 /* Which mma.sync a KS_MMA is: operand types, shape and accumulator. */
@@ -285,6 +295,10 @@ KExpr *cg_klogic(Kernel *k, const Node *n, KExpr *const *in);
  * product with another four, added to c: exact in int32 (wrapping). */
 KExpr *cg_kpack4(Kernel *k, KBuf *b, KExpr *index);
 KExpr *cg_kdp4a(Kernel *k, KExpr *a, KExpr *b, KExpr *c);
+/* a (f32 or i32) from lane (lane ^ lane_xor) of this lane's group of
+ * width lanes (a power of two up to 32, lane_xor below it): KE_SHFL_XOR.
+ * Put it in a let reached by the whole warp. */
+KExpr *cg_kshfl_xor(Kernel *k, KExpr *a, int lane_xor, int width);
 /* n's quantize (an i8 result) or dequantize (f32) of x by the f32 scale
  * (NULL: n's scale attribute) and n's zero point, as eval.c computes them
  * (emit_cuda.c's dl_quantize and dl_dequantize). */
@@ -325,6 +339,9 @@ void cg_kcp_async(Kernel *k, KBlock *in, int bytes, KBuf *smem, KExpr *smem_at, 
 void cg_kcp_commit(Kernel *k, KBlock *in);
 void cg_kcp_wait(Kernel *k, KBlock *in, int pending);
 void cg_ktf32(Kernel *k, KBlock *in, KBuf *frag, KExpr *at);
+/* Fragment frag[at] = lo and hi (f32) as f16x2 (tc KTC_F16) or bf16x2
+ * (KTC_BF16), lo in the low half: KS_PACK. */
+void cg_kpack(Kernel *k, KBlock *in, KTcKind tc, KBuf *frag, KExpr *at, KExpr *lo, KExpr *hi);
 /* var = combine (OP_ADD, OP_MUL, OP_MAXIMUM, OP_MINIMUM) of var over the
  * iterations of the enclosing loop mapped to across (KM_BLOCK_X or
  * KM_BLOCK_Y), whose extent must equal the launch's block[0] (a power of

@@ -383,6 +383,7 @@ static void scan_block(InplaceScan *sc, const KBlock *blk, bool nested) {
       case KS_CP_COMMIT:
       case KS_CP_WAIT:
       case KS_TF32:
+      case KS_PACK:
       case KS_ALLREDUCE: sc->ok = false; break;
     }
   }

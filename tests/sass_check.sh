@@ -14,7 +14,9 @@
 #   - a kernel whose text calls the tensor-core instructions has HMMA,
 #     IMMA or a GMMA in its SASS;
 #   - an attention kernel on tensor cores (f16, bf16) has HMMA
-#     (mma.sync) and LDGSTS (cp.async) in its SASS; the attention builds
+#     (mma.sync), LDGSTS (cp.async), SHFL.BFLY (its softmax's quad
+#     shuffles) and F2FP (P packed to f16x2/bf16x2) in its SASS, and
+#     (as every kernel) no local memory; the attention builds
 #     have one per head dim; every attention kernel's registers and
 #     shared memory are printed;
 #   - every depthwise kernel (conv_depthwise.c, named *_dw_N) loads its
@@ -162,7 +164,7 @@ for name in sorted(os.listdir(tmp)):
             problems += 1
         if k.startswith("attention") and marked:
             attention += 1
-            missing = [w for w in ("HMMA", "LDGSTS") if not re.search(r"\b%s\b" % w, text)]
+            missing = [w for w in ("HMMA", "LDGSTS", "SHFL.BFLY", "F2FP") if not re.search(r"\b%s\b" % re.escape(w), text)]
             if missing:
                 fail("%s: %s has no %s in its SASS" % (name, k, " or ".join(missing)))
                 problems += 1

@@ -145,6 +145,22 @@ START_TEST(head_dims) {
 }
 END_TEST
 
+/* The tensor cores' softmax in the mma accumulators (quad shuffles, P
+ * packed as the A fragment of P V) at the edges of its layouts: d = 80
+ * (five 16-column steps of O, an odd number of its ldmatrix pairs) over
+ * odd lengths with 3 query heads a key/value head, causal and a key
+ * padding mask; d = 256 in f16 (bf16 is in head_dims) with an additive
+ * mask and odd lengths; about half the rows fully masked (a bool
+ * [Sq, 1]), so that quads whose rows have no key sit beside quads whose
+ * rows have some. */
+START_TEST(register_softmax) {
+  DType dt = dtypes[1 + _i];
+  check(dt, 2, 6, 2, 67, 77, 80, "{causal=1}", "bool[2, 1, 1, 77]");
+  if (dt == TY_F16) check(dt, 1, 2, 1, 19, 45, 256, "", "%s[1, 2, 19, 45]");
+  check(dt, 1, 2, 2, 31, 45, 64, "", "bool[31, 1]");
+}
+END_TEST
+
 /* Steps of j's plan whose label has `what`. */
 static int steps_with(const Job *j, const char *what) {
   int n = 0;
@@ -222,8 +238,17 @@ START_TEST(text_and_cost) {
     ck_assert_int_eq(strstr(src, dt == TY_BF16 ? "dl_mma_bf16(&" : "dl_mma_f16(&") != NULL, tc);
     ck_assert_int_eq(strstr(src, "dl_ldmatrix_x4_trans(&") != NULL, tc);
     ck_assert_ptr_nonnull(strstr(src, "dl_cp_async16(&"));
+    /* the softmax: in the accumulators on the tensor cores, through
+     * shared S (and alpha, 1 / l per row) on FMA */
+    ck_assert_int_eq(strstr(src, "__shfl_xor_sync(0xffffffffu, ") != NULL, tc);
+    ck_assert_int_eq(strstr(src, dt == TY_BF16 ? "= dl_pack_bf16x2(" : "= dl_pack_f16x2(") != NULL, tc);
+    ck_assert_int_eq(strstr(src, " *Ss") != NULL, !tc);
+    ck_assert_int_eq(strstr(src, " *rowv") != NULL, !tc);
     ck_assert_int_eq(j.r.plan->n_steps, 1);
     const RtStep *st = &j.r.plan->steps[0];
+    /* Q, two stages of K and of V (rows of 64 + 8 halves); f32: rows of
+     * 64 + 4 floats, and S and rowv */
+    ck_assert_uint_eq(st->launch.dynamic_shared_bytes, tc ? 46080 : 104704);
     ck_assert_int_eq(st->kind, RT_STEP_LAUNCH);
     ck_assert_ptr_nonnull(strstr(j.r.plan->kernels[st->launch.kernel].name, "attention"));
     IrCost c = j.r.step_costs[0];
@@ -633,6 +658,7 @@ static Suite *suite(void) {
   tcase_add_loop_test(tc, padding, 0, 3);
   tcase_add_loop_test(tc, lengths, 0, 3);
   tcase_add_loop_test(tc, head_dims, 0, 3);
+  tcase_add_loop_test(tc, register_softmax, 0, 2);
   tcase_add_loop_test(tc, layout_bshd, 0, 3);
   tcase_add_loop_test(tc, split_keys, 0, 3);
   tcase_add_loop_test(tc, decode, 0, 3);

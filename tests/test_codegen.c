@@ -1047,6 +1047,133 @@ START_TEST(tensor_core_statements) {
 }
 END_TEST
 
+/* The two pieces FlashAttention-2's softmax needs (docs/attention.md):
+ * a shuffle within a quad of lanes and the pack of f32 registers into an
+ * f16x2 or bf16x2 fragment register.  One warp builds the two m16n8
+ * accumulators of a 16x16 tile in registers, value 1 + i 2^-(m+1) at
+ * element i (m: the dtype's fraction bits, so every odd i is a tie that
+ * nearest-even rounds down or up by its neighbour's parity), packs them
+ * as the A fragment of an mma as FlashAttention-2 does (a0 a1 <- c0 c1
+ * of the first block, a2 a3 <- its c2 c3, a4 .. a7 the same of the
+ * second), B built by packs too (column n: 1 at row n, 2 at row n + 8),
+ * so D[r][n] = A[r][n] + 2 A[r][n + 8] exactly.  Then each lane's max
+ * over its quad by two shuffles (xor 1, 2 within 4 lanes).  Printed,
+ * compiled by NVRTC, and run on emu against the host's rounding. */
+static void shuffle_and_pack_in(KTcKind tc) {
+  bool bf = tc == KTC_BF16;
+  int frac = bf ? 7 : 10;
+  Kernel *k = cg_kernel_new(&ctx, NULL, "pack", NULL);
+  RtRef rd = {.space = RT_SPACE_OUTPUT};
+  KBuf *d = cg_kglobal(k, "d", TY_F32, 288, rd);
+  KBuf *c = cg_klocal(k, "c", TY_F32, 8, KSP_REGISTER), *acc = cg_klocal(k, "acc", TY_F32, 4, KSP_REGISTER);
+  KBuf *af = cg_kfrag(k, "af", 4), *bfr = cg_kfrag(k, "bf", 2);
+  KVar *t = cg_kvar(k, "t", KT_INDEX), *e = cg_kvar(k, "e", KT_INDEX);
+  KBlock *w = &cg_kloop(k, &k->body, t, cg_kint(k, 32), KM_BLOCK_X)->body;
+  KExpr *tv = cg_kv(k, t), *ev = cg_kv(k, e);
+  KExpr *g = cg_kidx(k, KI_DIV, tv, cg_kint(k, 4)), *tq = cg_kidx(k, KI_MOD, tv, cg_kint(k, 4));
+  /* c[4 nb + e]: row g + 8 (e / 2), column 8 nb + 2 tq + e % 2 */
+  KBlock *eb = &cg_kloop(k, w, e, cg_kint(k, 8), KM_UNROLL)->body;
+  KExpr *row = cg_kadd(k, g, cg_kmul(k, cg_kidx(k, KI_DIV, cg_kidx(k, KI_MOD, ev, cg_kint(k, 4)), cg_kint(k, 2)), cg_kint(k, 8)));
+  KExpr *col = cg_kadd(k, cg_kmul(k, cg_kidx(k, KI_DIV, ev, cg_kint(k, 4)), cg_kint(k, 8)),
+                       cg_kadd(k, cg_kmul(k, tq, cg_kint(k, 2)), cg_kidx(k, KI_MOD, ev, cg_kint(k, 2))));
+  KExpr *i = cg_kcast(k, cg_kadd(k, cg_kmul(k, row, cg_kint(k, 16)), col), TY_F32);
+  cg_kstore(k, eb, c, ev, cg_kop2(k, OP_ADD, cg_kimm(k, 1, TY_F32), cg_kop2(k, OP_MUL, i, cg_kimm(k, ldexp(1, -(frac + 1)), TY_F32))));
+  for (int r = 0; r < 4; r++)
+    cg_kpack(k, w, tc, af, cg_kint(k, r), cg_kload(k, c, cg_kint(k, 2 * r)), cg_kload(k, c, cg_kint(k, 2 * r + 1)));
+  /* B[kk][n], n = g: kk = 2 tq (+ 1) in b[0], 2 tq + 8 (+ 1) in b[1] */
+  for (int r = 0; r < 2; r++) {
+    KExpr *v[2];
+    for (int h = 0; h < 2; h++) {
+      KExpr *kk = cg_kadd(k, cg_kmul(k, tq, cg_kint(k, 2)), cg_kint(k, 8 * r + h));
+      v[h] = cg_ksel(k, cg_kcmp(k, KC_EQ, kk, g), cg_kimm(k, 1, TY_F32),
+                     cg_ksel(k, cg_kcmp(k, KC_EQ, kk, cg_kadd(k, g, cg_kint(k, 8))), cg_kimm(k, 2, TY_F32),
+                             cg_kimm(k, 0, TY_F32)));
+    }
+    cg_kpack(k, w, tc, bfr, cg_kint(k, r), v[0], v[1]);
+  }
+  for (int z = 0; z < 4; z++) cg_kstore(k, w, acc, cg_kint(k, z), cg_kimm(k, 0, TY_F32));
+  cg_kmma(k, w, tc, acc, cg_kint(k, 0), af, cg_kint(k, 0), bfr, cg_kint(k, 0));
+  for (int z = 0; z < 4; z++) {
+    KExpr *at = cg_kadd(k, cg_kmul(k, cg_kadd(k, g, cg_kint(k, 8 * (z / 2))), cg_kint(k, 8)),
+                        cg_kadd(k, cg_kmul(k, tq, cg_kint(k, 2)), cg_kint(k, z % 2)));
+    cg_kstore(k, w, d, at, cg_kload(k, acc, cg_kint(k, z)));
+  }
+  /* quad max of (t * 37) % 11 */
+  KExpr *x = cg_kv(k, cg_klet(k, w, "x", TY_F32, cg_kcast(k, cg_kidx(k, KI_MOD, cg_kmul(k, tv, cg_kint(k, 37)), cg_kint(k, 11)), TY_F32)));
+  for (int sh = 1; sh <= 2; sh *= 2) {
+    KExpr *o = cg_kv(k, cg_klet(k, w, "o", TY_F32, cg_kshfl_xor(k, x, sh, 4)));
+    x = cg_kv(k, cg_klet(k, w, "x", TY_F32, cg_kop2(k, OP_MAXIMUM, x, o)));
+  }
+  cg_kstore(k, w, d, cg_kadd(k, tv, cg_kint(k, 128)), x);
+  /* and the A fragment's bits themselves (a swap of the halves in both
+   * A and B would leave D as it is) */
+  for (int r = 0; r < 4; r++) {
+    KExpr *bits = cg_kop1(k, OP_BITCAST, cg_kload(k, af, cg_kint(k, r)));
+    bits->dtype = TY_F32;
+    cg_kstore(k, w, d, cg_kadd(k, cg_kmul(k, tv, cg_kint(k, 4)), cg_kint(k, 160 + r)), bits);
+  }
+  k->block[0] = 32;
+  cg_kernel_finish(k);
+  ck_assert(k->uses_tc && k->uses_barriers);
+  const char *text = cg_emit_kernel(&ctx, k, "pack", true);
+  ck_assert_ptr_nonnull(strstr(text, bf ? "af2[0] = dl_pack_bf16x2(c0[0], c0[1]);\n" : "af2[0] = dl_pack_f16x2(c0[0], c0[1]);\n"));
+  ck_assert_ptr_nonnull(strstr(text, "= __shfl_xor_sync(0xffffffffu, x"));
+  ck_assert_ptr_nonnull(strstr(text, ", 2, 4);\n"));
+  const char *source = arena_printf(&ctx.arena, "%s\n%s", cg_cuda_prelude(&ctx, !bf, bf, true), text);
+  test_nvrtc(source, "sm_90");
+
+  char why[512];
+  if (!emu_available(why, sizeof why)) return;
+  RtArg args[1] = {{.kind = RT_ARG_PTR, .ref = rd}};
+  RtKernel kern = {.name = "pack", .uses_barriers = 1};
+  RtStep step = {.kind = RT_STEP_LAUNCH,
+                 .label = "pack %0",
+                 .launch = {.grid = {1, 1, 1}, .block = {32, 1, 1}, .n_args = 1, .args = args}};
+  RtParam params[1] = {{.kind = RT_ARG_PTR, .access = RT_ACCESS_WRITE, .nbytes = 1152}};
+  RtContract contract = {.grid = {1, 1, 1}, .block = {32, 1, 1}, .n_params = 1, .params = params};
+  RtTensorDesc outd = {.name = "d", .rank = 1, .dims = {288}, .nbytes = 1152, .where = rd};
+  RtPlan plan = one_launch(source, &kern, &contract, &step, 0, NULL, &outd);
+  float got[288];
+  DlrtModel *m;
+  ck_assert_msg(dlrt_open(&plan, "emu", &m) == DLRT_OK, "%s", dlrt_error(m));
+  ck_assert_msg(dlrt_run(m) == DLRT_OK, "%s", dlrt_error(m));
+  ck_assert_msg(dlrt_get_output(m, 0, got, sizeof got) == DLRT_OK, "%s", dlrt_error(m));
+  dlrt_close(m);
+  for (int r = 0; r < 16; r++)
+    for (int n = 0; n < 8; n++) {
+      double a[2];
+      for (int h = 0; h < 2; h++) {
+        double v = 1 + (r * 16 + n + 8 * h) * ldexp(1, -(frac + 1));
+        a[h] = bf ? ir_bf16_to_double(ir_bf16_from_double(v)) : ir_f16_to_double(ir_f16_from_double(v));
+      }
+      float want = (float)(a[0] + 2 * a[1]);
+      ck_assert_msg(got[r * 8 + n] == want, "%s D[%d][%d] = %.9g, want %.9g", bf ? "bf16" : "f16", r, n,
+                    got[r * 8 + n], want);
+    }
+  for (int l = 0; l < 32; l++) {
+    int want = 0;
+    for (int q = l & ~3; q < (l & ~3) + 4; q++) want = (q * 37) % 11 > want ? (q * 37) % 11 : want;
+    ck_assert_msg(got[128 + l] == (float)want, "lane %d: quad max %g, want %d", l, got[128 + l], want);
+    /* register r: c[2r] low, c[2r + 1] high; c[e] at row l / 4 + 8 (e % 4 / 2), column 8 (e / 4) + 2 (l % 4) + e % 2 */
+    for (int r = 0; r < 4; r++) {
+      uint32_t want_bits = 0, bits;
+      for (int h = 0; h < 2; h++) {
+        int el = 2 * r + h, at = (l / 4 + 8 * (el % 4 / 2)) * 16 + 8 * (el / 4) + 2 * (l % 4) + el % 2;
+        double v = 1 + at * ldexp(1, -(frac + 1));
+        want_bits |= (uint32_t)(bf ? ir_bf16_from_double(v) : ir_f16_from_double(v)) << (16 * h);
+      }
+      memcpy(&bits, &got[160 + 4 * l + r], 4);
+      ck_assert_msg(bits == want_bits, "lane %d a[%d] = 0x%08x, want 0x%08x", l, r, bits, want_bits);
+    }
+  }
+}
+
+START_TEST(shuffle_and_pack) {
+  shuffle_and_pack_in(KTC_F16);
+  shuffle_and_pack_in(KTC_BF16);
+}
+END_TEST
+
 START_TEST(plan_text) {
   Job j = compile_text(
       "graph printed {\n"
@@ -1130,6 +1257,7 @@ static Suite *codegen_suite(void) {
   tcase_add_test(tt, huge_tensors_index_in_64_bits);
   tcase_add_test(tt, shared_memory_and_barriers);
   tcase_add_test(tt, tensor_core_statements);
+  tcase_add_test(tt, shuffle_and_pack);
   tcase_add_test(tt, plan_text);
   tcase_add_test(tt, unsupported_dtype_is_reported);
   suite_add_tcase(s, tt);

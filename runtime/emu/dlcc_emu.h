@@ -671,6 +671,20 @@ static inline unsigned int dl_tf32(float x) {
   return (u + 0x1000u) & 0xffffe000u;
 }
 
+/* cvt.rn.f16x2.f32 d, a, b and cvt.rn.bf16x2.f32: "For .f16x2 and .bf16x2
+ * instruction type, two inputs a and b of .f32 type are converted into
+ * .f16 or .bf16 type and the converted values are packed in the
+ * destination register d, such that the value converted from input a is
+ * stored in the upper half of d and the value converted from input b is
+ * stored in the lower half of d"; .rn rounds to nearest even.  Here lo is
+ * b, hi is a (codegen/emit_tc.c passes them so). */
+static inline unsigned int dl_pack_f16x2(float lo, float hi) {
+  return (unsigned int)dlcc_emu_f32_to_f16(lo) | (unsigned int)dlcc_emu_f32_to_f16(hi) << 16;
+}
+static inline unsigned int dl_pack_bf16x2(float lo, float hi) {
+  return (unsigned int)dlcc_emu_f32_to_bf16(lo) | (unsigned int)dlcc_emu_f32_to_bf16(hi) << 16;
+}
+
 /* ---- mma.sync.aligned ----
  * Fragments, PTX ISA section "Matrix multiply-accumulate operation using
  * mma instruction", with groupID = %laneid >> 2, threadID_in_group =
