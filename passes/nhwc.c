@@ -236,5 +236,12 @@ bool pass_nhwc(Graph *g, PassCtx *pc) {
     for (int i = 0; i < n->n_in; i++) n->in[i] = nchw_of(&S, n->in[i]);
   }
   for (int i = 0; i < g->n_outputs; i++) g->outputs[i] = nchw_of(&S, g->outputs[i]);
+  /* quant-report compares each product's result with the f32 graph's */
+  QuantSummary *qs = o->quant_summary;
+  for (int i = 0; qs && i < qs->n_layers; i++) {
+    const Value *r = qs->layers[i].result;
+    if (r->id >= 0 && r->id < n_values && S.values[r->id] == r && converted(&S, r->def))
+      qs->layers[i].channels_last = true;
+  }
   return true;
 }

@@ -68,6 +68,7 @@ typedef struct QuantLayer {
   double scale;       /* that operand's scale: amax / 127, or (amax - lo) / 255 with a zero point */
   int zero_point;     /* 0 (symmetric), or where a real 0 lands when the graph bounds the
                        * activation below by lo > -amax (-128 for a relu's) */
+  bool channels_last; /* result is [N, H, W, C] now: the nhwc pass put it in a region */
 } QuantLayer;
 
 typedef struct QuantSummary {

@@ -386,6 +386,42 @@ START_TEST(nhwc_errors) {
 }
 END_TEST
 
+typedef struct ExJob {
+  const char *file;
+  Graph *g;
+} ExJob;
+
+static int lower_ex(Ctx *c, void *data) {
+  ExJob *j = data;
+  Define d[2] = {{"N", 2}, {"HW", 64}};
+  j->g = test_lower_example(c, j->file, 2, d);
+  if (!j->g) return 0;
+  PassOptions po = {.opt_level = 2, .precision = TY_F16, .verify_each = true};
+  if (!pass_run_pipeline(j->g, &po, NULL)) j->g = NULL;
+  return 0;
+}
+
+/* The examples in f16: every convolution but the first (3 channels) in
+ * one channels-last region, entered after the max pool and left into
+ * the global pool: two transposes of activations. */
+START_TEST(resnets) {
+  static const struct {
+    const char *file;
+    int convs;
+  } ex[] = {{"resnet18.dl", 20}, {"resnet50.dl", 53}};
+  Ctx c;
+  ctx_init(&c);
+  ExJob j = {.file = ex[_i].file};
+  ck_assert_int_eq(ctx_guard(&c, lower_ex, &j), 0);
+  ck_assert_msg(j.g != NULL, "%s", diag_text(&c));
+  Count k = count(j.g);
+  ck_assert_int_eq(k.nhwc, ex[_i].convs - 1);
+  ck_assert_int_eq(k.nchw, 1);
+  ck_assert_int_eq(k.transposes, 2);
+  ctx_free(&c);
+}
+END_TEST
+
 static Suite *nhwc_suite(void) {
   Suite *s = suite_create("nhwc");
   TCase *t = tcase_create("nhwc");
@@ -396,6 +432,7 @@ static Suite *nhwc_suite(void) {
   tcase_add_test(t, left_alone);
   tcase_add_test(t, nhwc_conv_op);
   tcase_add_test(t, nhwc_errors);
+  tcase_add_loop_test(t, resnets, 0, 2);
   suite_add_tcase(s, t);
   return s;
 }
