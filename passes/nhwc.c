@@ -14,9 +14,14 @@
  * full-shape operands.  A value of the region made outside it (an input,
  * a pool's result) enters through a transpose to NHWC; one used outside
  * (a pool, a reshape, the graph's output) leaves through one back.  The
- * rule for when it pays: a region is rewritten only when it holds two
- * convolutions or more and no more transposes than convolutions, so a
- * single convolution between NCHW ops never gains two transposes.  Each
+ * rule for when it pays: a region is rewritten only when two or more of
+ * its convolutions read another convolution's result (or an elementwise
+ * function of one), and it has no more transposes than such
+ * convolutions.  A convolution that reads an entry gains nothing (fusion
+ * evaluates the transpose in its loads, which are then register-staged),
+ * so a single convolution between NCHW ops is left alone, and so is
+ * MobileNet's pair of a block's projection and the next block's
+ * expansion between depthwise convolutions.  Each
  * transpose reads and writes one activation; what a convolution gains
  * (its im2col operand by cp.async instead of register staging) is not
  * measured here (no GPU), so the rule is a conservative estimate. */
@@ -32,7 +37,7 @@ typedef struct Nhwc {
   int *parent;       /* union-find over value ids */
   Value **values;    /* by id */
   bool *inside;      /* by node id: a convolution or agnostic op of a region */
-  int *convs, *edges; /* by root value id */
+  int *convs, *edges; /* by root value id: convolutions that gain (fed inputs); transposes */
   bool *convert;     /* by root value id */
   Value **as_nhwc;   /* by value id: its transpose in, or channel vector's reshape */
   Value **as_nchw;   /* by value id: its transpose out */
@@ -160,9 +165,21 @@ static void find_regions(Nhwc *S) {
   /* entries: a value made outside that an inside node reads in full;
    * exits: a value made inside that an outside node or the graph's
    * output reads */
-  bool *entry = ARENA_ARRAY(&g->ctx->arena, bool, S->n_values), *exit_ = ARENA_ARRAY(&g->ctx->arena, bool, S->n_values);
+  Arena *a = &g->ctx->arena;
+  bool *entry = ARENA_ARRAY(a, bool, S->n_values), *exit_ = ARENA_ARRAY(a, bool, S->n_values);
+  /* fed: a convolution's result, or an agnostic op's over one (its
+   * epilogue, or stored); a convolution gains when its input is fed.
+   * Over an entry's transpose alone (a clip of a depthwise conv's
+   * result) fusion evaluates the transpose in the convolution's loads,
+   * which are then register-staged anyway. */
+  bool *fed = ARENA_ARRAY(a, bool, S->n_values);
   for (Node *n = g->first; n; n = n->next) {
-    if (S->inside[n->id] && n->op == OP_CONV2D) S->convs[find(S, n->out[0].id)]++;
+    if (S->inside[n->id] && n->op == OP_CONV2D) {
+      fed[n->out[0].id] = true;
+      if (fed[n->in[0]->id]) S->convs[find(S, n->out[0].id)]++;
+    } else if (S->inside[n->id]) {
+      for (int i = 0; i < n->n_in; i++) fed[n->out[0].id] = fed[n->out[0].id] || fed[n->in[i]->id];
+    }
     for (int i = 0; i < n->n_in; i++) {
       Value *v = n->in[i];
       bool made_inside = S->inside[v->def->id];
