@@ -34,10 +34,16 @@ void api_quant_report_free(QuantReport *r) {
 
 double api_quant_rel_rms(const QuantErr *e) { return e->ref_sq > 0 ? sqrt(e->err_sq / e->ref_sq) : 0; }
 
-static void add_err(QuantErr *e, const Tensor *ref, const Tensor *got) {
+/* got may be ref's [N, C, H, W] channels last (the nhwc pass). */
+static void add_err(QuantErr *e, const Tensor *ref, const Tensor *got, bool channels_last) {
   int64_t count = ir_type_numel(&ref->type);
+  const int64_t *dims = ref->type.dims;
+  channels_last = channels_last && ref->type.rank == 4;
+  int64_t hw = channels_last ? dims[2] * dims[3] : 1, c = channels_last ? dims[1] : 1;
   for (int64_t i = 0; i < count; i++) {
-    double r = ir_tensor_get(ref, i), d = ir_tensor_get(got, i) - r;
+    /* element (n, ch, p) of ref is (n, p, ch) of got */
+    int64_t at = channels_last ? (i / (c * hw) * hw + i % hw) * c + i / hw % c : i;
+    double r = ir_tensor_get(ref, i), d = ir_tensor_get(got, at) - r;
     e->ref_sq += r * r;
     e->err_sq += d * d;
     e->max_err = fmax(e->max_err, fabs(d));
@@ -75,7 +81,7 @@ static void watch(void *ud, const Value *v, const Tensor *t) {
       memcpy(w->saved[i].data, t->data, ir_tensor_nbytes(&t->type));
     } else if (w->quantized && v == l->result && w->saved[i].data &&
                ir_type_numel(&w->saved[i].type) == ir_type_numel(&t->type)) {
-      add_err(&w->r->layers[i], &w->saved[i], t);
+      add_err(&w->r->layers[i], &w->saved[i], t, l->channels_last);
     }
   }
 }
@@ -112,7 +118,7 @@ bool api_quant_report_add(QuantReport *r, Graph *ref, Graph *q, const TensorMap 
       ok = false;
       break;
     }
-    add_err(&o->err, a, b);
+    add_err(&o->err, a, b, false);
     int rank = a->type.rank;
     int64_t cols = rank >= 2 ? a->type.dims[rank - 1] : 0;
     o->classifier = rank >= 2 && cols > 1 && ir_dtype_is_float(a->type.dtype);

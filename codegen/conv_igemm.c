@@ -61,11 +61,14 @@ static bool conv_fma(CgBuild *b, const Node *n) {
   const int64_t *stride = ir_attr_ints(n, "stride", &cnt), *pad = ir_attr_ints(n, "pad", &cnt);
   const int64_t *dil = ir_attr_ints(n, "dilation", &cnt);
   const Value *x = n->in[0], *w = n->in[1], *out = &n->out[0];
-  /* 2 or 3 spatial dims: in, kern and od hold them, outermost first */
+  /* 2 or 3 spatial dims: in, kern and od hold them, outermost first;
+   * channels last (nhwc) has them from axis 1 and K ordered (tap, ci) */
   int nsp = x->type.rank - 2;
+  bool nhwc = ir_conv_nhwc(n);
+  int sx = nhwc ? 1 : 2;
   const int64_t *xd = x->type.dims, *wd = w->type.dims;
-  const int64_t *in = xd + 2, *kern = wd + 2, *od = out->type.dims + 2;
-  int64_t N = xd[0], C = xd[1], Co = wd[0], OHW = 1, KK = 1;
+  const int64_t *in = xd + sx, *kern = wd + sx, *od = out->type.dims + sx;
+  int64_t N = xd[0], C = xd[nhwc ? 3 : 1], Co = wd[0], OHW = 1, KK = 1;
   for (int d = 0; d < nsp; d++) OHW *= od[d], KK *= kern[d];
   int64_t K = C * KK, NC = N * OHW;
   if (ir_type_numel(&out->type) == 0) return true;
@@ -122,8 +125,8 @@ static bool conv_fma(CgBuild *b, const Node *n) {
                      cg_kadd(k, cg_kmul(k, kv(k, kt), ki(k, TK)), kdiv(k, kv(k, eb), TN)));
   KVar *img = cg_klet(k, bb, "img", KT_INDEX, kdiv(k, kv(k, col), OHW));
   KVar *p = cg_klet(k, bb, "p", KT_INDEX, kmod(k, kv(k, col), OHW));
-  KVar *ci = cg_klet(k, bb, "ci", KT_INDEX, kdiv(k, kv(k, bk), KK));
-  KVar *r = cg_klet(k, bb, "r", KT_INDEX, kmod(k, kv(k, bk), KK));
+  KVar *ci = cg_klet(k, bb, "ci", KT_INDEX, nhwc ? kmod(k, kv(k, bk), C) : kdiv(k, kv(k, bk), KK));
+  KVar *r = cg_klet(k, bb, "r", KT_INDEX, nhwc ? kdiv(k, kv(k, bk), C) : kmod(k, kv(k, bk), KK));
   /* The input position of output pixel p at tap r, per spatial dim. */
   static const char *const pos_names[] = {"id", "ih", "iw"};
   KVar *pos[3] = {NULL};
@@ -139,8 +142,9 @@ static bool conv_fma(CgBuild *b, const Node *n) {
     b_ok = cg_kand(k, b_ok, cg_kcmp(k, KC_GE, kv(k, pos[d]), ki(k, 0)));
     b_ok = cg_kand(k, b_ok, klt(k, kv(k, pos[d]), in[d]));
   }
-  KExpr *x_at = cg_kadd(k, cg_kmul(k, kv(k, img), ki(k, C)), kv(k, ci));
+  KExpr *x_at = nhwc ? kv(k, img) : cg_kadd(k, cg_kmul(k, kv(k, img), ki(k, C)), kv(k, ci));
   for (int d = 0; d < nsp; d++) x_at = cg_kadd(k, cg_kmul(k, x_at, ki(k, in[d])), kv(k, pos[d]));
+  if (nhwc) x_at = cg_kadd(k, cg_kmul(k, x_at, ki(k, C)), kv(k, ci));
   KExpr *b_at = tile_at(k, kdiv(k, kv(k, eb), TN), kmod(k, kv(k, eb), TN), TN, packed);
   /* int8 padding reads the zero point (a real 0); past K or NC the fill
    * meets a zero of W or is never stored, so it may be the same. */
@@ -179,8 +183,9 @@ static bool conv_fma(CgBuild *b, const Node *n) {
                      cg_kadd(k, cg_kmul(k, kv(k, bn), ki(k, TN)), cg_kadd(k, cg_kmul(k, kv(k, tx), ki(k, RT)), kv(k, j2))));
   KExpr *ok = cg_kand(k, Co % TM ? klt(k, kv(k, m), Co) : NULL, NC % TN ? klt(k, kv(k, oc), NC) : NULL);
   if (ok) sb = &cg_kif(k, sb, ok)->body;
-  KExpr *oidx = cg_kadd(k, cg_kmul(k, cg_kadd(k, cg_kmul(k, kdiv(k, kv(k, oc), OHW), ki(k, Co)), kv(k, m)), ki(k, OHW)),
-                        kmod(k, kv(k, oc), OHW));
+  KExpr *oidx = nhwc ? cg_kadd(k, cg_kmul(k, kv(k, oc), ki(k, Co)), kv(k, m))
+                     : cg_kadd(k, cg_kmul(k, cg_kadd(k, cg_kmul(k, kdiv(k, kv(k, oc), OHW), ki(k, Co)), kv(k, m)), ki(k, OHW)),
+                               kmod(k, kv(k, oc), OHW));
   KVar *oi = cg_klet(k, sb, "o", KT_INDEX, oidx);
   KExpr *val = cg_kload(k, acc, cg_kadd(k, cg_kmul(k, kv(k, i2), ki(k, RT)), kv(k, j2)));
   if (n->n_in > 2)
@@ -200,8 +205,9 @@ static bool conv_fma(CgBuild *b, const Node *n) {
  * The same product as a CgTcGemm per group g (z): A = W[g*Cog + m][k]
  * (K contiguous: cp.async when it is a plain aligned array), B = the
  * im2col matrix, row n an output pixel, element k = (ci, taps) read from
- * x in NCHW, so register-staged.  An NHWC input would make B's chunks
- * contiguous too: an operand with async_buf and chunk_at. */
+ * x in NCHW, so register-staged.  In layout nhwc k = (taps, ci) and W is
+ * [Co][kH][kW][C]: with C a multiple of a 16-byte chunk each chunk of a
+ * B row is 16 contiguous bytes of one tap, loaded by cp.async too. */
 
 typedef struct ConvTc {
   CgBuild *b;
@@ -211,6 +217,7 @@ typedef struct ConvTc {
   const int64_t *in, *kern, *od, *stride, *pad, *dil;
   int64_t C, Co, Cg, Cog, KK, Kg, OHW; /* Cg: input channels a group */
   bool padded;
+  bool nhwc; /* conv2d in layout nhwc: k = (tap, ci) */
   /* conv_transpose: W is [C][Cog][taps], and tap r of output o reads
    * input (o + pad - r * dil) / stride where that divides; off keeps the
    * dividend non-negative (a multiple of the stride) */
@@ -245,10 +252,12 @@ static void conv_geometry(ConvTc *cv, const Node *n) {
   cv->stride = ir_attr_ints(n, "stride", &cnt);
   cv->pad = ir_attr_ints(n, "pad", &cnt);
   cv->dil = ir_attr_ints(n, "dilation", &cnt);
-  cv->in = cv->x->type.dims + 2, cv->kern = cv->w->type.dims + 2, cv->od = cv->out->type.dims + 2;
+  cv->nhwc = ir_conv_nhwc(n);
+  int sx = cv->nhwc ? 1 : 2, cx = cv->nhwc ? 1 + cv->nsp : 1;
+  cv->in = cv->x->type.dims + sx, cv->kern = cv->w->type.dims + sx, cv->od = cv->out->type.dims + sx;
   int64_t groups = ir_attr_int(n, "groups");
   cv->transpose = n->op == OP_CONV_TRANSPOSE2D || n->op == OP_CONV_TRANSPOSE3D;
-  cv->C = cv->x->type.dims[1], cv->Co = cv->out->type.dims[1], cv->Cg = cv->C / groups;
+  cv->C = cv->x->type.dims[cx], cv->Co = cv->out->type.dims[cx], cv->Cg = cv->C / groups;
   cv->Cog = cv->Co / groups;
   cv->KK = 1, cv->OHW = 1;
   for (int d = 0; d < cv->nsp; d++) {
@@ -410,11 +419,54 @@ static KExpr *x_hit(ConvTc *cv, Kernel *k, KBlock *blk, ConvRow *r, int d, KExpr
   return cg_kidx(k, KI_SUB, kdiv(k, t, s), ki(k, cv->off[d] / s));
 }
 
+/* nhwc (groups 1): the index of x at element kk = (tap, ci) of the row's
+ * pixel, and in *inside (NULL: always) whether it lies in the image. */
+static KExpr *nhwc_at(ConvTc *cv, ConvRow *r, Kernel *k, KBlock *blk, KExpr *kk, KExpr **inside) {
+  KExpr *tap = let_index(k, blk, "tap", kdiv(k, kk, cv->C)), *at = r->img;
+  *inside = NULL;
+  for (int d = 0; d < cv->nsp; d++) {
+    KExpr *td = coord_of(k, tap, cv->kern, cv->nsp, d);
+    KExpr *pos = let_index(k, blk, "ip", cg_kadd(k, r->base[d], cg_kmul(k, td, ki(k, cv->dil[d]))));
+    if (cv->padded) *inside = cg_kand(k, *inside, cg_kand(k, cg_kcmp(k, KC_GE, pos, ki(k, 0)), klt(k, pos, cv->in[d])));
+    at = cg_kadd(k, cg_kmul(k, at, ki(k, cv->in[d])), pos);
+  }
+  return cg_kadd(k, cg_kmul(k, at, ki(k, cv->C)), kmod(k, kk, cv->C));
+}
+
+static KExpr *x_nhwc(ConvTc *cv, ConvRow *r, Kernel *k, KBlock *blk, KExpr *kk) {
+  KExpr *inside, *at = nhwc_at(cv, r, k, blk, kk, &inside);
+  if (!inside) return cg_operand_load(cv->b, k, blk, cv->x, "x", at);
+  return load_or_zero(cv, k, blk, cv->x, "x", at, inside, (double)cg_zero_point(cv->n));
+}
+
+/* nhwc's B by cp.async: x a plain aligned array whose channels fill
+ * whole 16-byte chunks (a chunk never straddles two taps), and its
+ * padding a real 0 (a zero point would need other bytes than the
+ * zero-fill). */
+static KBuf *x_async(void *ctx, Kernel *k) {
+  ConvTc *cv = ctx;
+  double c;
+  int64_t per_chunk = 16 / ir_dtype_size(cv->x->type.dtype);
+  if (!cv->nhwc || cv->C % per_chunk || cg_is_fused(cv->b, cv->x) || cg_const_of(cv->b, cv->x, &c)) return NULL;
+  if (cv->padded && cg_zero_point(cv->n) != 0) return NULL;
+  RtRef ref = cg_ref(cv->b, cv->x);
+  if (ref.offset % 16) return NULL;
+  return cg_kglobal(k, "x", cv->x->type.dtype, ir_type_numel(&cv->x->type), ref);
+}
+
+static void *x_row(void *ctx, Kernel *k, KBlock *blk, KExpr *z, KExpr *row);
+
+static KExpr *x_chunk(void *ctx, Kernel *k, KBlock *blk, KExpr *z, KExpr *row, KExpr *kk, KExpr **ok) {
+  ConvTc *cv = ctx;
+  return nhwc_at(cv, x_row(ctx, k, blk, z, row), k, blk, kk, ok);
+}
+
 /* x at tap kk of the row's pixel, the zero point (int8's real 0) in the
  * padding. */
 static KExpr *x_element(void *ctx, void *row, Kernel *k, KBlock *blk, KExpr *z, KExpr *kk) {
   ConvTc *cv = ctx;
   ConvRow *r = row;
+  if (cv->nhwc) return x_nhwc(cv, r, k, blk, kk);
   int64_t per = cv->phased ? cv->TQ : cv->KK;
   KExpr *ci = cg_kadd(k, cg_kmul(k, cv->phased ? kdiv(k, z, cv->P) : z, ki(k, cv->Cg)), kdiv(k, kk, per));
   KExpr *tap = let_index(k, blk, "tap", kmod(k, kk, per));
@@ -462,7 +514,8 @@ static void conv_store(void *ctx, Kernel *k, KBlock *blk, KExpr *z, KExpr *m, KE
     }
   }
   if (stored) blk = &cg_kif(k, blk, stored)->body;
-  KExpr *o = cg_kadd(k, cg_kmul(k, cg_kadd(k, cg_kmul(k, img, ki(k, cv->Co)), co), ki(k, cv->OHW)), pix);
+  KExpr *o = cv->nhwc ? cg_kadd(k, cg_kmul(k, n, ki(k, cv->Co)), co)
+                      : cg_kadd(k, cg_kmul(k, cg_kadd(k, cg_kmul(k, img, ki(k, cv->Co)), co), ki(k, cv->OHW)), pix);
   KExpr *oi = let_index(k, blk, "o", o), *val = acc;
   if (cv->n->n_in > 2)
     val = cg_kop2(k, OP_ADD, val, cg_kcast(k, cg_operand_load(cv->b, k, blk, cv->n->in[2], "bias", co), cv->acc_t));
@@ -481,7 +534,10 @@ static void conv_tc(CgBuild *b, const Node *n) {
   KTcKind tc;
   cg_tc_kind(cv->x->type.dtype, true, &tc);
   cv->acc_t = tc == KTC_S8 ? TY_I32 : TY_F32;
-  const char *gemm = cv->phased ? "implicit gemm (stride phases)" : cv->transpose ? "implicit gemm (gather)" : "implicit gemm";
+  const char *gemm = cv->phased      ? "implicit gemm (stride phases)"
+                     : cv->transpose ? "implicit gemm (gather)"
+                     : cv->nhwc      ? "implicit gemm (nhwc)"
+                                     : "implicit gemm";
   CgTcGemm g = {
       .node = n,
       .hint = arena_printf(&c->arena, "%s_igemm", grp && grp->n > 1 ? cg_group_hint(c, grp) : ir_ops[n->op].name),
@@ -493,9 +549,10 @@ static void conv_tc(CgBuild *b, const Node *n) {
       .batch = ir_attr_int(n, "groups") * (cv->phased ? cv->P : 1),
       .a = {.rows = cv->Cog, .k_major = true, .async_buf = w_async, .chunk_at = w_chunk, .row_begin = w_row,
             .element = w_element},
-      .b = {.rows = cv->x->type.dims[0] * (cv->phased ? cv->OPP : cv->OHW), .k_major = false, .row_begin = x_row,
-            .element = x_element},
+      .b = {.rows = cv->x->type.dims[0] * (cv->phased ? cv->OPP : cv->OHW), .k_major = cv->nhwc,
+            .async_buf = cv->nhwc ? x_async : NULL, .chunk_at = x_chunk, .row_begin = x_row, .element = x_element},
       .ctx = cv,
+      .store_m_major = cv->nhwc,
       .store = conv_store,
   };
   cg_tc_gemm(b, &g);

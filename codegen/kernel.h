@@ -507,6 +507,8 @@ typedef struct CgTcGemm {
   int64_t m, n, k, batch;
   CgTcOperand a, b;
   void *ctx; /* the callbacks' */
+  /* the epilogue's threads walk along m (C[n][m] contiguous: nhwc) */
+  bool store_m_major;
   /* element (m, n) of batch z: acc is its sum (f32, or i32 for KTC_S8) */
   void (*store)(void *ctx, Kernel *k, KBlock *blk, KExpr *z, KExpr *m, KExpr *n, KExpr *acc);
 } CgTcGemm;

@@ -192,7 +192,8 @@ bool lower_conv(CgBuild *b, const Node *n) {
   if (!product_dtypes(b, n)) return false;
   if (numel(&n->out[0].type) == 0) return true;
   int64_t groups = ir_attr_int(n, "groups");
-  if (n->group >= 0 && (groups == 1 || cg_conv_on_tc(b, n))) return cg_lower_conv_igemm(b, n);
+  /* channels last has only the implicit GEMM (groups 1) */
+  if ((n->group >= 0 || ir_conv_nhwc(n)) && (groups == 1 || cg_conv_on_tc(b, n))) return cg_lower_conv_igemm(b, n);
   ConvGeo cg = conv_geo(n);
   if (groups == 1)
     conv_gemm(b, n, &cg);

@@ -339,7 +339,14 @@ static void epilogue(Gen *G, KBlock *body, KExpr *m0, KExpr *n0, KExpr *ks, KBuf
   KStmt *loop = cg_kloop(k, body, l, ki(k, G->t.bm * G->t.bn / G->threads), KM_SERIAL);
   KBlock *lb = &loop->body;
   KExpr *e = ilet(k, lb, "e", cg_kadd(k, cg_kmul(k, kv(k, l), ki(k, G->threads)), G->tid));
-  KExpr *r = ilet(k, lb, "r", kdiv(k, e, G->t.bn)), *c = ilet(k, lb, "c", kmod(k, e, G->t.bn));
+  /* consecutive threads on consecutive n (NCHW's pixels), or on
+   * consecutive m where C's columns are contiguous in memory (nhwc's
+   * channels; the shared reads then stride by a row, 4-way conflicts) */
+  KExpr *r, *c;
+  if (g->store_m_major)
+    r = ilet(k, lb, "r", kmod(k, e, G->t.bm)), c = ilet(k, lb, "c", kdiv(k, e, G->t.bm));
+  else
+    r = ilet(k, lb, "r", kdiv(k, e, G->t.bn)), c = ilet(k, lb, "c", kmod(k, e, G->t.bn));
   KExpr *m = ilet(k, lb, "m", cg_kadd(k, m0, r)), *n = ilet(k, lb, "n", cg_kadd(k, n0, c));
   KExpr *ok = cg_kand(k, g->m % G->t.bm ? klt(k, m, ki(k, g->m)) : NULL, g->n % G->t.bn ? klt(k, n, ki(k, g->n)) : NULL);
   if (ok) lb = &cg_kif(k, lb, ok)->body;

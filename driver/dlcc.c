@@ -109,6 +109,8 @@ static const char usage[] =
     "  --tf32             f32 convolutions on tensor cores, operands rounded to tf32\n"
     "                     (10 fraction bits; docs/tensorcores.md); default: exact f32\n"
     "  --no-tensor-cores  f16, bf16 and int8 convolutions on the FMA kernel too\n"
+    "  --no-nhwc          convolutions stay NCHW: no channels-last regions for the\n"
+    "                     tensor cores (docs/passes.md, nhwc)\n"
     "  --no-gemm-batch    linears of one input as one GEMM each, not one batched GEMM\n"
     "  --no-split-keys    attention's keys in one block a query block, even where few\n"
     "                     blocks fill the GPU (no flash-decoding split)\n"
@@ -201,6 +203,7 @@ int driver_pass_option(const char *arg, PassOptions *po) {
       {"--no-vectorize", offsetof(PassOptions, no_vectorize)},
       {"--tf32", offsetof(PassOptions, tf32)},
       {"--no-tensor-cores", offsetof(PassOptions, no_tensor_cores)},
+      {"--no-nhwc", offsetof(PassOptions, no_nhwc)},
       {"--no-gemm-batch", offsetof(PassOptions, no_gemm_batch)},
       {"--no-split-keys", offsetof(PassOptions, no_split_keys)},
       {"--no-persistent-rnn", offsetof(PassOptions, no_persistent_rnn)},

@@ -138,10 +138,11 @@ static bool window_of(Eval *e, const Node *n, const TensorType *x, const TensorT
     return fail(e, "kernel, stride and dilation need %d entries, pad %d", nsp, 2 * nsp);
   win->nsp = nsp;
   win->in_size = win->out_size = win->k_size = 1;
+  int sx = ir_conv_nhwc(n) ? 1 : 2; /* the first spatial axis */
   for (int d = 0; d < nsp; d++) {
-    win->in[d] = x->dims[2 + d];
-    win->out[d] = out->dims[2 + d];
-    win->k[d] = w ? w->dims[2 + d] : kern[d];
+    win->in[d] = x->dims[sx + d];
+    win->out[d] = out->dims[sx + d];
+    win->k[d] = w ? w->dims[sx + d] : kern[d];
     win->stride[d] = stride[d], win->dil[d] = dil[d];
     win->lo[d] = pad[d], win->hi[d] = pad[nsp + d];
     if (win->stride[d] < 1 || win->dil[d] < 1 || win->k[d] < 1)
@@ -186,6 +187,41 @@ static int64_t window_tap(const Window *w, const int64_t *oc, const int64_t *kc,
   return inside ? at : -1;
 }
 
+/* conv2d in layout "nhwc" (groups 1): x [N,H,W,C], W [Co,kH,kW,C], out
+ * [N,OH,OW,Co].  The terms are added in the order of the nchw loop
+ * below (channel, then taps), so a graph and its nhwc rewrite give the
+ * same numbers, not merely close ones. */
+static bool eval_conv_nhwc(Eval *e, const Node *n, const Window *win, const Tensor *x, const Tensor *w,
+                           const Tensor *b, Tensor *out) {
+  (void)e;
+  int64_t N = x->type.dims[0], C = x->type.dims[x->type.rank - 1], Co = w->type.dims[0];
+  bool ints = is_int(x) && is_int(w) && is_int(out);
+  const Attr *zpa = ir_attr(n, "zero_point");
+  int64_t zp = zpa ? zpa->i : 0;
+  for (int64_t nb = 0; nb < N; nb++)
+    for (int64_t o = 0; o < win->out_size; o++) {
+      int64_t oc[MAX_SPATIAL];
+      window_out_coords(win, o, oc);
+      for (int64_t co = 0; co < Co; co++) {
+        Acc acc = {.ints = ints};
+        for (int64_t ci = 0; ci < C; ci++) {
+          int64_t kc[MAX_SPATIAL] = {0, 0, 0};
+          for (int64_t t = 0; t < win->k_size; t++, window_next_tap(win, kc)) {
+            int64_t wi = (co * win->k_size + t) * C + ci, at = window_tap(win, oc, kc, NULL);
+            if (at < 0) {
+              if (zp) acc.i = wadd(acc.i, wmul(zp, get_i(w, wi)));
+              continue;
+            }
+            acc_mac(&acc, x, (nb * win->in_size + at) * C + ci, w, wi);
+          }
+        }
+        if (b) acc_add(&acc, b, co);
+        acc_store(&acc, out, (nb * win->out_size + o) * Co + co);
+      }
+    }
+  return true;
+}
+
 /* conv2d and conv3d: each output element sums its window over the
  * channels of its group, in the order (channel, then taps row-major). */
 bool eval_conv(Eval *e, const Node *n, const Tensor *x, const Tensor *w, const Tensor *b,
@@ -194,10 +230,13 @@ bool eval_conv(Eval *e, const Node *n, const Tensor *x, const Tensor *w, const T
   if (!window_of(e, n, &x->type, &w->type, &out->type, &win)) return false;
   int64_t groups = ir_attr_int(n, "groups");
   const TensorType *xt = &x->type, *wt = &w->type, *ot = &out->type;
-  int64_t N = xt->dims[0], C = xt->dims[1], Co = wt->dims[0], Cg = wt->dims[1];
+  bool nhwc = ir_conv_nhwc(n);
+  int cx = nhwc ? xt->rank - 1 : 1;
+  int64_t N = xt->dims[0], C = xt->dims[cx], Co = wt->dims[0], Cg = wt->dims[cx];
   if (groups < 1 || C % groups || Co % groups || Cg != C / groups || ot->dims[0] != N ||
-      ot->dims[1] != Co)
+      ot->dims[cx] != Co || (nhwc && groups != 1))
     return fail(e, "channels do not fit groups");
+  if (nhwc) return eval_conv_nhwc(e, n, &win, x, w, b, out);
   if (b && numel(&b->type) != Co) return fail(e, "bias must have %" PRId64 " elements", Co);
   int64_t cog = Co / groups;
   bool ints = is_int(x) && is_int(w) && is_int(out);

@@ -836,6 +836,9 @@ static void vjp_scatter(GradCall *c) {
   }
 }
 
+/* The rule is written for NCHW (the nhwc pass runs after autodiff). */
+static const char *lacks_nhwc(const Node *n) { return ir_conv_nhwc(n) ? "conv2d in layout \"nhwc\"" : NULL; }
+
 static const char *lacks_scatter(const Node *n) {
   const char *r = ir_attr_str(n, "reduction");
   if (strcmp(r, "none") == 0 || strcmp(r, "add") == 0) return NULL;
@@ -957,7 +960,7 @@ static void vjp_dropout(GradCall *c) {
 #define GRAD_BATCHNORM RULE(vjp_batchnorm, 1u << 3 | 1u << 4, false)
 #define GRAD_MATMUL VJP(vjp_matmul)
 #define GRAD_LINEAR VJP(vjp_linear)
-#define GRAD_CONV2D VJP(vjp_conv)
+#define GRAD_CONV2D PARTIAL(vjp_conv, lacks_nhwc)
 #define GRAD_CONV_TRANSPOSE2D VJP(vjp_conv_transpose)
 #define GRAD_CONV3D VJP(vjp_conv)
 #define GRAD_CONV_TRANSPOSE3D VJP(vjp_conv_transpose)

@@ -186,6 +186,12 @@ bool ir_matmul_trans(const Node *n, int i) {
   return a && a->kind == AK_INT && a->i != 0;
 }
 
+bool ir_conv_nhwc(const Node *n) {
+  if (n->op != OP_CONV2D) return false;
+  const Attr *a = ir_attr(n, "layout");
+  return a && a->kind == AK_STR && strcmp(a->s, "nhwc") == 0;
+}
+
 TensorType ir_matmul_operand(const Node *n, int i) {
   TensorType t = n->in[i]->type;
   if (ir_matmul_trans(n, i) && t.rank >= 2) {

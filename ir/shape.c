@@ -692,10 +692,17 @@ static bool conv_shape(const Node *n, int nsp, TensorType *out, char *err, size_
   if (!need_numbers(n, err, errlen)) return false;
   const char *name = op_name(n);
   const TensorType *x = in_type(n, 0), *w = in_type(n, 1);
-  if (!need_rank(n, x, 2 + nsp, image_layout(nsp), err, errlen)) return false;
+  /* channels last: the channel axis of x, W and the result is the last,
+   * the spatial axes 1 .. nsp */
+  const Attr *layout = ir_attr(n, "layout");
+  bool nhwc = layout && layout->kind == AK_STR && strcmp(layout->s, "nhwc") == 0;
+  if (layout && (layout->kind != AK_STR || (!nhwc && strcmp(layout->s, "nchw") != 0)))
+    return fail(err, errlen, "%s: layout must be \"nchw\" or \"nhwc\"", name);
+  if (!need_rank(n, x, 2 + nsp, nhwc ? "[N, H, W, C]" : image_layout(nsp), err, errlen)) return false;
   if (w->rank != 2 + nsp)
-    return fail(err, errlen, "%s expects a %d-d weight [Cout, C/groups, %s], got %s", name,
-                2 + nsp, kernel_dims(nsp), ts(w).s);
+    return fail(err, errlen, "%s expects a %d-d weight %s, got %s", name, 2 + nsp,
+                nhwc ? "[Cout, kH, kW, C]" : nsp == 3 ? "[Cout, C/groups, kD, kH, kW]" : "[Cout, C/groups, kH, kW]",
+                ts(w).s);
   if (!same_dtype(n, x, w, err, errlen)) return false;
   const int64_t *stride, *pad, *dil;
   int64_t groups;
@@ -703,17 +710,19 @@ static bool conv_shape(const Node *n, int nsp, TensorType *out, char *err, size_
   if (!attr_ints_min(n, "pad", 2 * nsp, 0, &pad, err, errlen)) return false;
   if (!attr_ints_min(n, "dilation", nsp, 1, &dil, err, errlen)) return false;
   if (!attr_int_min(n, "groups", 1, &groups, err, errlen)) return false;
-  int64_t c = x->dims[1], cout = w->dims[0];
+  if (nhwc && groups != 1) return fail(err, errlen, "%s: layout \"nhwc\" takes groups=1 only", name);
+  int cx = nhwc ? 1 + nsp : 1, sx = nhwc ? 1 : 2; /* channel and first spatial axis */
+  int64_t c = x->dims[cx], cout = w->dims[0];
   if (c % groups != 0 || cout % groups != 0)
     return fail(err, errlen,
                 "%s: groups=%" PRId64 " must divide the input channels (%" PRId64
                 ") and the output channels (%" PRId64 ")",
                 name, groups, c, cout);
-  if (w->dims[1] != c / groups)
+  if (w->dims[cx] != c / groups)
     return fail(err, errlen,
                 "%s: weight %s expects %" PRId64 " input channels per group, but input %s "
                 "has %" PRId64 " with groups=%" PRId64,
-                name, ts(w).s, w->dims[1], ts(x).s, c / groups, groups);
+                name, ts(w).s, w->dims[cx], ts(x).s, c / groups, groups);
   if (!zero_point_ok(n, TY_I8, err, errlen)) return false;
   if (ir_attr(n, "zero_point") && x->dtype != TY_I8)
     return fail(err, errlen, "%s: zero_point is for int8 operands, not %s", name, ir_dtype_name(x->dtype));
@@ -725,18 +734,18 @@ static bool conv_shape(const Node *n, int nsp, TensorType *out, char *err, size_
   }
   out[0] = *x;
   out[0].dtype = acc;
-  out[0].dims[1] = cout;
+  out[0].dims[cx] = cout;
   for (int i = 0; i < nsp; i++) {
-    int64_t o = window_out(x->dims[2 + i], pad[i], pad[nsp + i], w->dims[2 + i], stride[i], dil[i],
+    int64_t o = window_out(x->dims[sx + i], pad[i], pad[nsp + i], w->dims[sx + i], stride[i], dil[i],
                            false);
     if (o < 1)
       return fail(err, errlen,
                   "%s: kernel %s %" PRId64 " (dilation %" PRId64 ") does not fit the input "
                   "%s %" PRId64 " with padding %" PRId64 "+%" PRId64
                   ": the output would be empty (empty tensors are not supported)",
-                  name, side_name(nsp, i), w->dims[2 + i], dil[i], side_name(nsp, i), x->dims[2 + i],
+                  name, side_name(nsp, i), w->dims[sx + i], dil[i], side_name(nsp, i), x->dims[sx + i],
                   pad[i], pad[nsp + i]);
-    out[0].dims[2 + i] = o;
+    out[0].dims[sx + i] = o;
   }
   return true;
 }

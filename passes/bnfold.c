@@ -38,6 +38,7 @@ static Node *fold_bn(Graph *g, Node *bn, const PassUses *uses) {
   Value *y = bn->in[0];
   Node *mm = y->def;
   if (mm->op != OP_CONV2D && mm->op != OP_CONV3D && mm->op != OP_LINEAR) return NULL;
+  if (ir_conv_nhwc(mm)) return NULL; /* its channels are the last axis, not 1 */
   if (ir_attr(bn, "batch_stats")) return NULL; /* statistics of y itself, not constants */
   if (mm->op == OP_LINEAR && y->type.rank != 2) return NULL; /* channel must be dim 1 */
   if (pass_uses(uses, y) != 1) return NULL;                   /* someone needs y unnormalized */

@@ -9,6 +9,7 @@ libdlcc_core_la_SOURCES += \
 	passes/dce.c \
 	passes/bnfold.c \
 	passes/attention.c \
+	passes/nhwc.c \
 	passes/precision.c \
 	passes/quantize.c \
 	passes/recompute.c \

@@ -68,6 +68,7 @@ typedef struct QuantLayer {
   double scale;       /* that operand's scale: amax / 127, or (amax - lo) / 255 with a zero point */
   int zero_point;     /* 0 (symmetric), or where a real 0 lands when the graph bounds the
                        * activation below by lo > -amax (-128 for a relu's) */
+  bool channels_last; /* result is [N, H, W, C] now: the nhwc pass put it in a region */
 } QuantLayer;
 
 typedef struct QuantSummary {
@@ -93,6 +94,7 @@ typedef struct PassOptions {
   bool no_vectorize;        /* --no-vectorize: codegen's float4 pass off */
   bool tf32;                /* --tf32: codegen's f32 convolutions on tensor cores */
   bool no_tensor_cores;     /* --no-tensor-cores: codegen's convolutions on FMA only */
+  bool no_nhwc;             /* --no-nhwc: the nhwc pass leaves every convolution NCHW */
   bool no_gemm_batch;       /* --no-gemm-batch: codegen's linears one GEMM each */
   bool no_split_keys;       /* --no-split-keys: attention's keys in one block a query block */
   bool no_persistent_rnn;   /* --no-persistent-rnn: codegen's recurrent layers a kernel per step */

@@ -84,7 +84,8 @@ static const Stage pipeline_o2[] = {
     {"simplify", 1, false}, {"fold", 1, false},      {"cse", 1, false},
     {"dce", 1, false},      {"bn-fold", 0, false},   {"scale-shift", 0, false},
     {"attention", 0, false}, {"precision", 0, false}, {"simplify", 2, false}, {"fold", 2, false},
-    {"cse", 2, false},      {"dce", 2, false},       {"xent-join", 0, false}, {"recompute", 0, false},
+    {"cse", 2, false},      {"dce", 2, false},       {"nhwc", 0, false},
+    {"xent-join", 0, false}, {"recompute", 0, false},
     {"remat", 0, false},
     {"fuse", 0, true},
 };
@@ -97,7 +98,8 @@ static const Stage pipeline_o2_int8[] = {
     {"dce", 1, false},      {"bn-fold", 0, false},  {"scale-shift", 0, false},
     {"attention", 0, false}, {"simplify", 2, false}, {"fold", 2, false},     {"cse", 2, false},
     {"dce", 2, false},      {"quantize", 0, false}, {"fold", 3, false},
-    {"cse", 3, false},      {"dce", 3, false},      {"xent-join", 0, false}, {"recompute", 0, false},
+    {"cse", 3, false},      {"dce", 3, false},      {"nhwc", 0, false},
+    {"xent-join", 0, false}, {"recompute", 0, false},
     {"remat", 0, false},
     {"fuse", 0, true},
 };

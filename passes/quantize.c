@@ -67,6 +67,7 @@ static bool is_weight(const Quant *q, const Value *v) { return q->weight[v->def-
 /* Which operand of product n is the weight, or -1 when n stays f32. */
 static int weight_operand(const Quant *q, const Node *n) {
   if (n->op != OP_CONV2D && n->op != OP_LINEAR && n->op != OP_MATMUL) return -1;
+  if (ir_conv_nhwc(n)) return -1; /* per-channel scales and padding are written for NCHW */
   if (n->keep_f32) return -1;
   for (int i = 0; i < n->n_in; i++)
     if (n->in[i]->type.dtype != TY_F32) return -1;

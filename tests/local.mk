@@ -49,6 +49,7 @@ include tests/loss.mk
 include tests/xent.mk
 EXTRA_DIST += tests/loss_ref.py
 include tests/tcgemm.mk
+include tests/nhwc.mk
 include tests/depthwise.mk
 include tests/sass.mk
 include tests/gpubench.mk

@@ -29,7 +29,7 @@ static int build_job(Ctx *c, void *data) {
   ModelBuild *b = data;
   Graph *g = load(c, b);
   if (!g || !ir_verify(g)) return 1;
-  PassOptions po = {.opt_level = 2};
+  PassOptions po = {.opt_level = 2, .no_nhwc = b->no_nhwc};
   if (!strcmp(b->mode, "int8")) {
     po.quantize_int8 = true;
     po.calibrate = fixed_ranges;

@@ -21,6 +21,7 @@ typedef struct ModelBuild {
   int n_defines;
   const Define *defines;
   CgOptions opts; /* codegen's (zero: the defaults) */
+  bool no_nhwc;   /* --no-nhwc */
   CgResult cg;    /* out */
 } ModelBuild;
 

@@ -19,6 +19,10 @@
 #     (as every kernel) no local memory; the attention builds
 #     have one per head dim; every attention kernel's registers and
 #     shared memory are printed;
+#   - a convolution that copies its im2col operand by cp.async (layout
+#     nhwc, passes/nhwc.c) has at least as many LDGSTS in its SASS as
+#     cp.async copies in its text, weights' and im2col's together; each
+#     ResNet-50 build has such convolutions;
 #   - every depthwise kernel (conv_depthwise.c, named *_dw_N) loads its
 #     input tile 16 bytes at a time (LDG.E.128); the f16 and bf16 convs
 #     builds have both conv-transposes on tensor cores (HMMA);
@@ -133,11 +137,12 @@ for name in sorted(os.listdir(tmp)):
         elif w[0] == "gemm":
             gemms.append((w[1], float(w[2]), " ".join(w[3:])))
         elif w[0] == "kernel":
-            kernels.append((w[1], float(w[2]), int(w[3]), int(w[4]), int(w[5]), w[6] == "1", int(w[7])))
+            kernels.append((w[1], float(w[2]), int(w[3]), int(w[4]), int(w[5]), w[6] == "1", int(w[7]),
+                            int(w[8]), int(w[9])))
     on_tc = sum(f for dt, f, _ in gemms if dt in ("f16", "bf16", "i8"))
-    problems = attention = transposed = 0
+    problems = attention = transposed = im2col_async = 0
     depthwise = 0.0
-    for k, flops, launches, threads, dyn, marked, blocks in kernels:
+    for k, flops, launches, threads, dyn, marked, blocks, async_a, async_b in kernels:
         if k not in res or k not in sass:
             fail("%s: kernel %s is not in the cubin" % (name, k))
             problems += 1
@@ -168,6 +173,16 @@ for name in sorted(os.listdir(tmp)):
             if missing:
                 fail("%s: %s has no %s in its SASS" % (name, k, " or ".join(missing)))
                 problems += 1
+        if async_b:
+            # an nhwc conv's im2col operand by cp.async: each copy in the
+            # text is an LDGSTS of its own, so there are at least as many
+            # as the A and B copies together
+            im2col_async += 1
+            ldgsts = len(re.findall(r"\bLDGSTS\b", text))
+            if ldgsts < async_a + async_b:
+                fail("%s: %s copies its im2col operand by cp.async (%d copies, %d of the weights) but its SASS "
+                     "has %d LDGSTS" % (name, k, async_b, async_a, ldgsts))
+                problems += 1
         if k.startswith("conv_transpose") and has_mma:
             transposed += 1
         if DEPTHWISE.search(k):
@@ -190,6 +205,11 @@ for name in sorted(os.listdir(tmp)):
     if name.startswith("attention") and attention != 2:
         fail("%s: %d attention kernels on tensor cores, 2 wanted (head dims 64 and 128)" % (name, attention))
         problems += 1
+    if name.startswith("resnet50") and not im2col_async:
+        fail("%s: no convolution loads its im2col operand by cp.async (LDGSTS): the nhwc pass" % name)
+        problems += 1
+    if im2col_async:
+        print("     %s: %d kernels load the im2col operand by cp.async (nhwc), LDGSTS in each" % (name, im2col_async))
     if name in ("convs-f16", "convs-bf16") and transposed != 2:
         fail("%s: %d conv-transpose kernels with HMMA, 2 wanted" % (name, transposed))
         problems += 1

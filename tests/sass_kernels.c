@@ -7,11 +7,14 @@
  *   arch sm_90
  *   run NAME FLOPS                      the run's FLOPs (the cost model's)
  *   gemm DTYPE FLOPS LABEL              each cuBLAS step of a run
- *   kernel NAME FLOPS LAUNCHES THREADS DYN_SHARED TC MIN_BLOCKS
+ *   kernel NAME FLOPS LAUNCHES THREADS DYN_SHARED TC MIN_BLOCKS ASYNC_A ASYNC_B
  * one kernel line per kernel of the plan: the run's FLOPs its launches
  * carry, its largest block and dynamic shared memory over every launch,
  * TC 1 when its text calls the tensor-core instructions (dl_mma_*,
- * wgmma), MIN_BLOCKS its __launch_bounds__ blocks per SM (1 without).
+ * wgmma), MIN_BLOCKS its __launch_bounds__ blocks per SM (1 without),
+ * ASYNC_A and ASYNC_B its cp.async call sites into a tensor-core GEMM's
+ * A and B stages (B: a convolution's im2col operand, by cp.async in
+ * layout nhwc).
  * int8 with tests/modelbuild's fixed ranges.  Exits 1 with a message on
  * any error. */
 #include <stdio.h>
@@ -44,12 +47,14 @@ static const char *kernel_text(const char *src, const char *name, size_t *len) {
   return NULL;
 }
 
-static bool has(const char *text, size_t len, const char *what) {
+static int occurrences(const char *text, size_t len, const char *what) {
   size_t n = strlen(what);
-  for (size_t i = 0; i + n <= len; i++)
-    if (!memcmp(text + i, what, n)) return true;
-  return false;
+  int count = 0;
+  for (size_t i = 0; text && i + n <= len; i++) count += !memcmp(text + i, what, n);
+  return count;
 }
+
+static bool has(const char *text, size_t len, const char *what) { return occurrences(text, len, what) > 0; }
 
 /* __launch_bounds__(threads, blocks): blocks, else 1. */
 static int min_blocks(const char *text, size_t len) {
@@ -99,8 +104,9 @@ static int write_report(const Job *j, const char *arch) {
     size_t len;
     const char *text = kernel_text(p->source, p->kernels[k].name, &len);
     bool tc = text && (has(text, len, "dl_mma_") || has(text, len, "wgmma"));
-    fprintf(f, "kernel %s %.0f %llu %llu %u %d %d\n", p->kernels[k].name, flops, (unsigned long long)launches,
-            (unsigned long long)threads, dyn, tc, min_blocks(text, len));
+    fprintf(f, "kernel %s %.0f %llu %llu %u %d %d %d %d\n", p->kernels[k].name, flops, (unsigned long long)launches,
+            (unsigned long long)threads, dyn, tc, min_blocks(text, len), occurrences(text, len, "dl_cp_async16(&As"),
+            occurrences(text, len, "dl_cp_async16(&Bs"));
   }
   return fclose(f) ? 1 : 0;
 }
@@ -115,6 +121,10 @@ int main(int argc, char **argv) {
   for (int i = 4; i < argc; i++) {
     if (!strcmp(argv[i], "--no-persistent-rnn")) {
       j.b.opts.no_persistent_rnn = true;
+      continue;
+    }
+    if (!strcmp(argv[i], "--no-nhwc")) {
+      j.b.no_nhwc = true;
       continue;
     }
     const char *d = !strcmp(argv[i], "-D") && i + 1 < argc ? argv[++i] : argv[i];

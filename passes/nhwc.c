@@ -1,0 +1,264 @@
+/* Channels last for tensor-core convolutions: takes a graph after
+ * precision or quantize, returns it with chains of conv2d that the
+ * tensor cores take (f16, bf16, int8, f32 under --tf32; groups 1; input
+ * channels a multiple of a 16-byte chunk) and the layout-agnostic ops
+ * between them (elementwise ops whose other operands are the same shape,
+ * a per-channel vector or a scalar) in layout "nhwc", with a transpose
+ * where such a region meets anything else.  The weights become [Co, kH,
+ * kW, C] through a transpose of the param, which codegen computes once
+ * at load (an init step), and the user's inputs and outputs keep their
+ * layout.
+ *
+ * A region is the set of 4-d values joined by those ops: a convolution
+ * joins its input and its result, an agnostic op its result and its
+ * full-shape operands.  A value of the region made outside it (an input,
+ * a pool's result) enters through a transpose to NHWC; one used outside
+ * (a pool, a reshape, the graph's output) leaves through one back.  The
+ * rule for when it pays: a region is rewritten only when two or more of
+ * its convolutions read another convolution's result (or an elementwise
+ * function of one), and it has no more transposes than such
+ * convolutions.  A convolution that reads an entry gains nothing (fusion
+ * evaluates the transpose in its loads, which are then register-staged),
+ * so a single convolution between NCHW ops is left alone, and so is
+ * MobileNet's pair of a block's projection and the next block's
+ * expansion between depthwise convolutions.  Each
+ * transpose reads and writes one activation; what a convolution gains
+ * (its im2col operand by cp.async instead of register staging) is not
+ * measured here (no GPU), so the rule is a conservative estimate. */
+#include <string.h>
+
+#include "passes/pass.h"
+
+static const int64_t to_nhwc[4] = {0, 2, 3, 1}, to_nchw[4] = {0, 3, 1, 2};
+
+typedef struct Nhwc {
+  Graph *g;
+  const PassOptions *o;
+  int *parent;       /* union-find over value ids */
+  Value **values;    /* by id */
+  bool *inside;      /* by node id: a convolution or agnostic op of a region */
+  int *convs, *edges; /* by root value id: convolutions that gain (fed inputs); transposes */
+  bool *convert;     /* by root value id */
+  Value **as_nhwc;   /* by value id: its transpose in, or channel vector's reshape */
+  Value **as_nchw;   /* by value id: its transpose out */
+  int n_values;
+} Nhwc;
+
+static int find(Nhwc *S, int v) {
+  while (S->parent[v] != v) v = S->parent[v] = S->parent[S->parent[v]];
+  return v;
+}
+
+static void join(Nhwc *S, const Value *a, const Value *b) {
+  int x = find(S, a->id), y = find(S, b->id);
+  if (x != y) S->parent[x] = y;
+}
+
+/* A convolution the tensor cores take with whole 16-byte chunks of
+ * channels (codegen's cp.async of the im2col operand). */
+static bool conv_eligible(const Nhwc *S, const Node *n) {
+  if (n->op != OP_CONV2D || ir_conv_nhwc(n) || ir_attr_int(n, "groups") != 1) return false;
+  const TensorType *x = &n->in[0]->type;
+  DType dt = x->dtype;
+  if (x->rank != 4 || n->in[1]->type.dtype != dt || n->guard) return false;
+  bool ok = dt == TY_F16 || dt == TY_BF16 || (dt == TY_I8 && n->out[0].type.dtype == TY_I32) ||
+            (dt == TY_F32 && S->o->tf32);
+  return ok && x->dims[1] % (16 / ir_dtype_size(dt)) == 0;
+}
+
+/* Operand kinds of an agnostic op: 0 the full shape, 1 a per-channel
+ * vector ([C, 1, 1], [1, C, 1, 1]), 2 a scalar (every dim 1), -1 none. */
+static int operand_kind(const Value *v, const TensorType *out) {
+  const TensorType *t = &v->type;
+  if (ir_type_eq(t, out) || (t->rank == 4 && memcmp(t->dims, out->dims, sizeof(int64_t) * 4) == 0)) return 0;
+  if (t->rank > 4) return -1;
+  bool scalar = true, channel = true;
+  for (int i = 0; i < t->rank; i++) {
+    int axis = 4 - t->rank + i;
+    scalar = scalar && t->dims[i] == 1;
+    channel = channel && t->dims[i] == (axis == 1 ? out->dims[1] : 1);
+  }
+  return scalar ? 2 : channel && t->rank >= 3 ? 1 : -1;
+}
+
+static bool agnostic(const Node *n) {
+  if (ir_ops[n->op].cls != K_ELEMWISE || n->op == OP_BATCHNORM || n->n_out != 1 || n->guard) return false;
+  const TensorType *out = &n->out[0].type;
+  if (out->rank != 4) return false;
+  bool full = false;
+  for (int i = 0; i < n->n_in; i++) {
+    int kind = operand_kind(n->in[i], out);
+    /* a [1, C, 1, 1] another agnostic op makes might be NHWC itself */
+    if (kind < 0 || (kind == 1 && n->in[i]->type.rank == 4 && agnostic(n->in[i]->def))) return false;
+    full = full || kind == 0;
+  }
+  return full;
+}
+
+static Node *new_move(Nhwc *S, OpKind op, Value *v, Node *before, int rank, const int64_t *dims) {
+  Node *t = ir_node_new(S->g, op, 1, &v, before->loc);
+  t->scope = before->scope;
+  ir_set_ints(S->g, t, op == OP_TRANSPOSE ? "perm" : "shape", rank, dims);
+  char err[256];
+  if (!ir_infer(t, err, sizeof err)) dl_internal(S->g->ctx, "nhwc: %s", err);
+  ir_insert_before(S->g, before, t);
+  t->id = t->out[0].id = -1; /* past the tables: neither inside nor an exit */
+  return t;
+}
+
+/* v for an inside node: itself when made inside (already NHWC), else
+ * its transpose in, made once before its first such use. */
+static Value *nhwc_of(Nhwc *S, Value *v, Node *before, int kind) {
+  if (kind == 2) return v;
+  if (kind == 0 && v->def->id >= 0 && S->inside[v->def->id]) return v;
+  if (!S->as_nhwc[v->id]) {
+    if (kind == 0) {
+      S->as_nhwc[v->id] = &new_move(S, OP_TRANSPOSE, v, before, 4, to_nhwc)->out[0];
+    } else {
+      /* a channel vector broadcasts along NHWC's last axis as [C] or [1, 1, 1, C] */
+      int64_t c = v->type.dims[v->type.rank == 4 ? 1 : 0];
+      int64_t dims[4] = {1, 1, 1, c};
+      S->as_nhwc[v->id] =
+          &new_move(S, OP_RESHAPE, v, before, v->type.rank == 4 ? 4 : 1, v->type.rank == 4 ? dims : &c)->out[0];
+    }
+  }
+  return S->as_nhwc[v->id];
+}
+
+static bool converted(Nhwc *S, const Node *n) { return n->id >= 0 && S->inside[n->id] && S->convert[find(S, n->out[0].id)]; }
+
+/* v for an outside use: its transpose back when an inside node of a
+ * converted region made it, made once right after it. */
+static Value *nchw_of(Nhwc *S, Value *v) {
+  if (v->id < 0 || v->id >= S->n_values || !converted(S, v->def)) return v;
+  if (!S->as_nchw[v->id]) {
+    Node *after = v->def->next;
+    Node *t = ir_node_new(S->g, OP_TRANSPOSE, 1, &v, v->def->loc);
+    t->scope = v->def->scope;
+    ir_set_ints(S->g, t, "perm", 4, to_nchw);
+    char err[256];
+    if (!ir_infer(t, err, sizeof err)) dl_internal(S->g->ctx, "nhwc: %s", err);
+    if (after)
+      ir_insert_before(S->g, after, t);
+    else
+      ir_append(S->g, t);
+    t->id = t->out[0].id = -1;
+    S->as_nchw[v->id] = &t->out[0];
+  }
+  return S->as_nchw[v->id];
+}
+
+/* The regions: members, then their convolutions and boundary transposes. */
+static void find_regions(Nhwc *S) {
+  Graph *g = S->g;
+  for (Node *n = g->first; n; n = n->next) {
+    for (int i = 0; i < n->n_out; i++) S->values[n->out[i].id] = &n->out[i];
+    if (conv_eligible(S, n)) {
+      S->inside[n->id] = true;
+      join(S, n->in[0], &n->out[0]);
+    } else if (agnostic(n)) {
+      S->inside[n->id] = true;
+      for (int i = 0; i < n->n_in; i++)
+        if (operand_kind(n->in[i], &n->out[0].type) == 0) join(S, n->in[i], &n->out[0]);
+    }
+  }
+  /* entries: a value made outside that an inside node reads in full;
+   * exits: a value made inside that an outside node or the graph's
+   * output reads */
+  Arena *a = &g->ctx->arena;
+  bool *entry = ARENA_ARRAY(a, bool, S->n_values), *exit_ = ARENA_ARRAY(a, bool, S->n_values);
+  /* fed: a convolution's result, or an agnostic op's over one (its
+   * epilogue, or stored); a convolution gains when its input is fed.
+   * Over an entry's transpose alone (a clip of a depthwise conv's
+   * result) fusion evaluates the transpose in the convolution's loads,
+   * which are then register-staged anyway. */
+  bool *fed = ARENA_ARRAY(a, bool, S->n_values);
+  for (Node *n = g->first; n; n = n->next) {
+    if (S->inside[n->id] && n->op == OP_CONV2D) {
+      fed[n->out[0].id] = true;
+      if (fed[n->in[0]->id]) S->convs[find(S, n->out[0].id)]++;
+    } else if (S->inside[n->id]) {
+      for (int i = 0; i < n->n_in; i++) fed[n->out[0].id] = fed[n->out[0].id] || fed[n->in[i]->id];
+    }
+    for (int i = 0; i < n->n_in; i++) {
+      Value *v = n->in[i];
+      bool made_inside = S->inside[v->def->id];
+      if (S->inside[n->id] && !made_inside && (n->op == OP_CONV2D ? i == 0 : operand_kind(v, &n->out[0].type) == 0))
+        entry[v->id] = true;
+      if (!S->inside[n->id] && made_inside) exit_[v->id] = true;
+    }
+  }
+  for (int i = 0; i < g->n_outputs; i++)
+    if (S->inside[g->outputs[i]->def->id]) exit_[g->outputs[i]->id] = true;
+  for (int v = 0; v < S->n_values; v++) S->edges[find(S, v)] += entry[v] + exit_[v];
+  for (int v = 0; v < S->n_values; v++)
+    S->convert[v] = find(S, v) == v && S->convs[v] >= 2 && S->edges[v] <= S->convs[v];
+}
+
+bool pass_nhwc(Graph *g, PassCtx *pc) {
+  const PassOptions *o = pc->options;
+  if (!o || o->no_nhwc || o->no_tensor_cores) return false;
+  ir_number(g);
+  int n_values = 0, n_nodes = g->n_nodes;
+  for (Node *n = g->first; n; n = n->next)
+    for (int i = 0; i < n->n_out; i++)
+      if (n->out[i].id >= n_values) n_values = n->out[i].id + 1;
+  int max_node = 0;
+  for (Node *n = g->first; n; n = n->next)
+    if (n->id >= max_node) max_node = n->id + 1;
+  Arena *a = &g->ctx->arena;
+  Nhwc S = {.g = g, .o = o, .n_values = n_values};
+  S.parent = ARENA_ARRAY(a, int, n_values);
+  for (int v = 0; v < n_values; v++) S.parent[v] = v;
+  S.values = ARENA_ARRAY(a, Value *, n_values);
+  S.inside = ARENA_ARRAY(a, bool, max_node);
+  S.convs = ARENA_ARRAY(a, int, n_values);
+  S.edges = ARENA_ARRAY(a, int, n_values);
+  S.convert = ARENA_ARRAY(a, bool, n_values);
+  S.as_nhwc = ARENA_ARRAY(a, Value *, n_values);
+  S.as_nchw = ARENA_ARRAY(a, Value *, n_values);
+  find_regions(&S);
+  bool any = false;
+  for (int v = 0; v < n_values; v++) any = any || S.convert[v];
+  if (!any) return false;
+  /* the nodes as they were: the moves made below are not revisited */
+  Node **order = ARENA_ARRAY(a, Node *, n_nodes);
+  int count = 0;
+  for (Node *n = g->first; n && count < n_nodes; n = n->next) order[count++] = n;
+  for (int j = 0; j < count; j++) {
+    Node *n = order[j];
+    if (converted(&S, n)) {
+      if (n->op == OP_CONV2D) {
+        pass_stat(pc, "nhwc: convolutions channels last", 1);
+        n->in[0] = nhwc_of(&S, n->in[0], n, 0);
+        Value *w = n->in[1];
+        /* W [Co, C, kH, kW] -> [Co, kH, kW, C]: over the weights alone */
+        n->in[1] = &new_move(&S, OP_TRANSPOSE, w, n, 4, to_nhwc)->out[0];
+        ir_set_str(g, n, "layout", "nhwc");
+      } else {
+        for (int i = 0; i < n->n_in; i++) {
+          /* what an inside node made is NHWC already; the rest keep
+           * their types, and n's result is still the NCHW one */
+          int kind = converted(&S, n->in[i]->def) ? 0 : operand_kind(n->in[i], &n->out[0].type);
+          n->in[i] = nhwc_of(&S, n->in[i], n, kind);
+        }
+      }
+      char err[256];
+      if (!ir_infer(n, err, sizeof err)) dl_internal(g->ctx, "nhwc: %s", err);
+    }
+  }
+  for (int j = 0; j < count; j++) {
+    Node *n = order[j];
+    if (converted(&S, n)) continue;
+    for (int i = 0; i < n->n_in; i++) n->in[i] = nchw_of(&S, n->in[i]);
+  }
+  for (int i = 0; i < g->n_outputs; i++) g->outputs[i] = nchw_of(&S, g->outputs[i]);
+  /* quant-report compares each product's result with the f32 graph's */
+  QuantSummary *qs = o->quant_summary;
+  for (int i = 0; qs && i < qs->n_layers; i++) {
+    const Value *r = qs->layers[i].result;
+    if (r->id >= 0 && r->id < n_values && S.values[r->id] == r && converted(&S, r->def))
+      qs->layers[i].channels_last = true;
+  }
+  return true;
+}

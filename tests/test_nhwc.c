@@ -1,0 +1,467 @@
+/* Channels last (passes/nhwc.c, conv2d layout "nhwc"): the reference
+ * interpreter's nhwc conv against the nchw one between transposes; the
+ * pass on ResNet-style blocks (conv-bn-relu-conv-bn-add-relu) in f16,
+ * bf16, int8 and tf32: which convolutions it rewrites, where the
+ * transposes go, the rewritten graph's numbers equal to the unrewritten
+ * one's on ir_eval, the emu's within the tensor cores' tolerance of
+ * them, the im2col operand by cp.async, and every source through NVRTC;
+ * what it leaves alone (a single conv, channels no multiple of a
+ * chunk, --no-nhwc, --no-tensor-cores); the FMA kernel on an nhwc conv;
+ * and the shape rule's errors. */
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "codegen/codegen.h"
+#include "ir/eval.h"
+#include "ir/ir.h"
+#include "passes/pass.h"
+#include "tests/convcheck.h"
+#include "tests/testutil.h"
+
+typedef struct NJob {
+  const char *text;
+  PassOptions po;
+  CgOptions cgo;
+  bool compile;
+  Graph *g;
+  CgResult cg;
+  bool ok;
+} NJob;
+
+static int run_njob(Ctx *c, void *data) {
+  NJob *j = data;
+  const SrcFile *f = ctx_add_file(c, "test.ir", j->text, strlen(j->text));
+  j->g = ir_parse(c, f);
+  if (!j->g || !ir_verify(j->g)) return 0;
+  j->po.verify_each = true;
+  if (!pass_run_pipeline(j->g, &j->po, NULL) || !ir_verify(j->g)) return 0;
+  j->ok = !j->compile || cg_compile_opts(j->g, &j->cgo, &j->cg);
+  return 0;
+}
+
+static NJob njob(Ctx *c, const char *text, PassOptions po, CgOptions cgo, bool compile) {
+  NJob j = {.text = text, .po = po, .cgo = cgo, .compile = compile};
+  int rc = ctx_guard(c, run_njob, &j);
+  ck_assert_msg(rc == 0 && j.ok, "failed:\n%s\n%s", diag_text(c), text);
+  return j;
+}
+
+/* Random inputs and params of g (by name: a batch norm's "var" in [0.5,
+ * 1.5], integers whole in [-100, 100], floats U(-1, 1)). */
+typedef struct Feeds {
+  TensorMap inputs, params;
+  const char *in_names[32], *p_names[32];
+  Tensor in[32], p[32];
+} Feeds;
+
+static void feed(Graph *g, uint64_t seed, Feeds *d) {
+  memset(d, 0, sizeof *d);
+  uint64_t s = seed;
+  for (Node *n = g->first; n; n = n->next) {
+    if (n->op != OP_INPUT && n->op != OP_PARAM) continue;
+    TensorMap *m = n->op == OP_INPUT ? &d->inputs : &d->params;
+    ck_assert_int_lt(m->n, 32);
+    Tensor *t = n->op == OP_INPUT ? &d->in[m->n] : &d->p[m->n];
+    ck_assert(ir_tensor_alloc(t, &n->out[0].type));
+    const char *name = ir_attr_str(n, "name");
+    bool fl = ir_dtype_is_float(t->type.dtype), var = strstr(name, "var") != NULL;
+    for (int64_t i = 0, count = ir_type_numel(&t->type); i < count; i++) {
+      double u = (double)(test_splitmix64(&s) >> 11) / 9007199254740992.0;
+      ir_tensor_set(t, i, var ? 0.5 + u : fl ? 2 * u - 1 : floor(201 * u) - 100);
+    }
+    (n->op == OP_INPUT ? d->in_names : d->p_names)[m->n++] = name;
+  }
+  d->inputs.names = d->in_names, d->inputs.tensors = d->in;
+  d->params.names = d->p_names, d->params.tensors = d->p;
+}
+
+static void unfeed(Feeds *d) {
+  for (int i = 0; i < d->inputs.n; i++) ir_tensor_free(&d->in[i]);
+  for (int i = 0; i < d->params.n; i++) ir_tensor_free(&d->p[i]);
+}
+
+static Tensor eval1(Graph *g, const Feeds *d) {
+  Tensor *out = calloc((size_t)g->n_outputs, sizeof *out);
+  char err[512];
+  ck_assert_msg(ir_eval(g, &d->inputs, &d->params, out, err, sizeof err), "ir_eval: %s", err);
+  Tensor t = out[0];
+  for (int i = 1; i < g->n_outputs; i++) ir_tensor_free(&out[i]);
+  free(out);
+  return t;
+}
+
+static bool same_bytes(const Tensor *a, const Tensor *b) {
+  return ir_type_eq(&a->type, &b->type) &&
+         memcmp(a->data, b->data, (size_t)ir_type_numel(&a->type) * ir_dtype_size(a->type.dtype)) == 0;
+}
+
+static double rel_error(const Tensor *got, const Tensor *want) {
+  int64_t count = ir_type_numel(&want->type);
+  double scale = 1e-30, worst = 0;
+  for (int64_t i = 0; i < count; i++) scale = fmax(scale, fabs(ir_tensor_get(want, i)));
+  for (int64_t i = 0; i < count; i++) {
+    double e = fabs(ir_tensor_get(got, i) - ir_tensor_get(want, i)) / scale;
+    if (!(e <= worst)) worst = e;
+  }
+  return worst;
+}
+
+typedef struct Count {
+  int nhwc, nchw, transposes; /* convolutions by layout; transposes of activations */
+} Count;
+
+static Count count(Graph *g) {
+  Count k = {0};
+  bool *weights = pass_weight_only(g);
+  for (Node *n = g->first; n; n = n->next) {
+    if (n->op == OP_CONV2D) ir_conv_nhwc(n) ? k.nhwc++ : k.nchw++;
+    if (n->op == OP_TRANSPOSE && !weights[n->id]) k.transposes++;
+  }
+  return k;
+}
+
+/* Two ResNet basic blocks, conv-bn-relu-conv-bn-add-relu each, over x
+ * [2, C, 9, 9], in dt, weights and batch norms as params. */
+static char *block_text(const char *dt, int c) {
+  char *t = malloc(8192);
+  int len = sprintf(t, "graph block {\n  %%x0 = input {name=\"x\"} : %s[2, %d, 9, 9]\n", dt, c);
+  for (int b = 0; b < 2; b++) {
+    for (int i = 1; i <= 2; i++) {
+      len += sprintf(t + len,
+                     "  %%w%d_%d = param {name=\"l%d.conv%d.weight\"} : %s[%d, %d, 3, 3]\n"
+                     "  %%c%d_%d = conv2d %%%s%d, %%w%d_%d {pad=[1, 1, 1, 1]} : %s[2, %d, 9, 9]\n",
+                     b, i, b, i, dt, c, c, b, i, i == 1 ? "x" : "r", b, b, i, dt, c);
+      static const char *const bn[] = {"weight", "bias", "running_mean", "running_var"};
+      for (int k = 0; k < 4; k++)
+        len += sprintf(t + len, "  %%bn%d_%d_%d = param {name=\"l%d.bn%d.%s\"} : %s[%d]\n", b, i, k, b, i, bn[k], dt, c);
+      len += sprintf(t + len,
+                     "  %%n%d_%d = batchnorm %%c%d_%d, %%bn%d_%d_0, %%bn%d_%d_1, %%bn%d_%d_2, %%bn%d_%d_3 : %s[2, %d, 9, 9]\n",
+                     b, i, b, i, b, i, b, i, b, i, b, i, dt, c);
+      if (i == 1) len += sprintf(t + len, "  %%r%d = relu %%n%d_1 : %s[2, %d, 9, 9]\n", b, b, dt, c);
+    }
+    len += sprintf(t + len,
+                   "  %%a%d = add %%n%d_2, %%x%d : %s[2, %d, 9, 9]\n"
+                   "  %%x%d = relu %%a%d : %s[2, %d, 9, 9]\n",
+                   b, b, b, dt, c, b + 1, b, dt, c);
+  }
+  sprintf(t + len, "  return %%x2 as \"y\"\n}\n");
+  return t;
+}
+
+/* The int8 block as the quantize pass leaves one: quantized activations,
+ * per-channel dequantization, a relu's zero point -128 in the second
+ * conv (1x1, no padding: by cp.async even so), the residual a dequantize
+ * of x, then a strided 3x3 conv with padding. */
+static const char *const i8_block =
+    "graph q {\n"
+    "  %x = input {name=\"x\"} : i8[2, 32, 9, 9]\n"
+    "  %w1 = param {name=\"w1\"} : i8[32, 32, 3, 3]\n"
+    "  %c1 = conv2d %x, %w1 {pad=[1, 1, 1, 1]} : i32[2, 32, 9, 9]\n"
+    "  %s1 = param {name=\"s1\"} : f32[32, 1, 1]\n"
+    "  %d1 = dequantize %c1, %s1 : f32[2, 32, 9, 9]\n"
+    "  %b1 = param {name=\"b1\"} : f32[32, 1, 1]\n"
+    "  %e1 = add %d1, %b1 : f32[2, 32, 9, 9]\n"
+    "  %r1 = relu %e1 : f32[2, 32, 9, 9]\n"
+    "  %q1 = quantize %r1 {scale=0.5, zero_point=-128} : i8[2, 32, 9, 9]\n"
+    "  %w2 = param {name=\"w2\"} : i8[32, 32, 1, 1]\n"
+    "  %c2 = conv2d %q1, %w2 {zero_point=-128} : i32[2, 32, 9, 9]\n"
+    "  %s2 = param {name=\"s2\"} : f32[1, 32, 1, 1]\n"
+    "  %d2 = dequantize %c2, %s2 : f32[2, 32, 9, 9]\n"
+    "  %dx = dequantize %x {scale=0.25} : f32[2, 32, 9, 9]\n"
+    "  %a = add %d2, %dx : f32[2, 32, 9, 9]\n"
+    "  %y = relu %a : f32[2, 32, 9, 9]\n"
+    "  %q3 = quantize %y {scale=0.25} : i8[2, 32, 9, 9]\n"
+    "  %w3 = param {name=\"w3\"} : i8[16, 32, 3, 3]\n"
+    "  %c3 = conv2d %q3, %w3 {stride=[2, 2], pad=[1, 1, 1, 1]} : i32[2, 16, 5, 5]\n"
+    "  %d3 = dequantize %c3 {scale=0.125} : f32[2, 16, 5, 5]\n"
+    "  return %d3 as \"y\"\n"
+    "}\n";
+
+/* text at -O2 with and without the pass: the rewritten graph has
+ * want_nhwc channels-last convolutions and want_t activation
+ * transposes, computes the very numbers of the other on ir_eval, and
+ * its plan on emu is within tol of them.  Returns the compiled source's
+ * copy (malloc'd) for the caller's checks. */
+static char *check_block(const char *text, PassOptions po, CgOptions cgo, int want_nhwc, int want_t, double tol) {
+  Ctx c0, c1;
+  ctx_init(&c0);
+  ctx_init(&c1);
+  po.opt_level = 2;
+  PassOptions off = po;
+  off.no_nhwc = true;
+  NJob ref = njob(&c0, text, off, cgo, false);
+  NJob j = njob(&c1, text, po, cgo, true);
+  Count k = count(j.g);
+  ck_assert_msg(k.nhwc == want_nhwc && k.transposes == want_t, "%d nhwc convs, %d transposes:\n%s", k.nhwc,
+                k.transposes, test_print_ir(j.g));
+  ck_assert_int_eq(count(ref.g).nhwc, 0);
+  test_nvrtc(j.cg.source, "sm_90");
+  for (uint64_t seed = 1; seed <= 2; seed++) {
+    Feeds d;
+    feed(j.g, seed, &d);
+    Tensor want = eval1(ref.g, &d), mine = eval1(j.g, &d);
+    ck_assert_msg(same_bytes(&want, &mine), "the nhwc graph's numbers differ on ir_eval");
+    Tensor *got = test_run_emu(j.cg.plan, &d.params, &d.inputs);
+    double e = ir_dtype_is_float(want.type.dtype) ? rel_error(&got[0], &want) : !same_bytes(&got[0], &want);
+    if (getenv("DLCC_TEST_VERBOSE")) fprintf(stderr, "emu %.3g off ir_eval\n", e);
+    ck_assert_msg(e <= tol, "emu %.3g off ir_eval", e);
+    ir_tensor_free(&want);
+    ir_tensor_free(&mine);
+    ir_tensor_free(&got[0]);
+    free(got);
+    unfeed(&d);
+  }
+  char *src = strdup(j.cg.source);
+  ctx_free(&c0);
+  ctx_free(&c1);
+  return src;
+}
+
+/* The number of cp.async copies whose source is x's buffer (the im2col
+ * operand; the weights' buffer is w). */
+static int x_copies(const char *src) {
+  int n = 0;
+  for (const char *p = src; (p = strstr(p, "dl_cp_async16(")); p++) {
+    const char *end = strchr(p, ';');
+    const char *x = strstr(p, ", &x[");
+    n += x && end && x < end;
+  }
+  return n;
+}
+
+START_TEST(block_f16_bf16) {
+  static const char *const dts[] = {"f16", "bf16"};
+  const char *dt = dts[_i];
+  char *text = block_text(dt, 32);
+  /* x in, y out: the four convs channels last, the first block's add
+   * reads x's transpose */
+  char *src = check_block(text, (PassOptions){0}, (CgOptions){0}, 4, 2, conv_tolerance(dt));
+  ck_assert_msg(x_copies(src) >= 1, "no cp.async of an im2col operand");
+  ck_assert_ptr_nonnull(strstr(src, dts[_i][0] == 'f' ? "dl_mma_f16(&" : "dl_mma_bf16(&"));
+  free(src);
+  free(text);
+}
+END_TEST
+
+START_TEST(block_i8) {
+  char *src = check_block(i8_block, (PassOptions){0}, (CgOptions){0}, 3, 2, 0);
+  ck_assert_ptr_nonnull(strstr(src, "dl_mma_s8(&"));
+  ck_assert_int_ge(x_copies(src), 1);
+  free(src);
+}
+END_TEST
+
+START_TEST(block_tf32) {
+  char *text = block_text("f32", 16);
+  PassOptions po = {.tf32 = true};
+  /* four tf32 layers in a row, each about 3e-4 of its output's scale
+   * (docs/tensorcores.md; measured here: 6.7e-4 and 9.0e-4 at the end) */
+  char *src = check_block(text, po, (CgOptions){.tf32 = true}, 4, 2, 2e-3);
+  ck_assert_ptr_nonnull(strstr(src, "dl_mma_tf32(&"));
+  free(src);
+  free(text);
+}
+END_TEST
+
+/* What the pass leaves NCHW. */
+START_TEST(left_alone) {
+  Ctx c;
+  ctx_init(&c);
+  PassOptions o2 = {.opt_level = 2};
+  /* f32 without --tf32: no tensor cores */
+  char *f32 = block_text("f32", 16);
+  ck_assert_int_eq(count(njob(&c, f32, o2, (CgOptions){0}, false).g).nhwc, 0);
+  /* 12 channels: no whole 16-byte chunks of f16 */
+  char *c12 = block_text("f16", 12);
+  ck_assert_int_eq(count(njob(&c, c12, o2, (CgOptions){0}, false).g).nhwc, 0);
+  /* the options */
+  char *f16 = block_text("f16", 16);
+  PassOptions off = o2;
+  off.no_nhwc = true;
+  ck_assert_int_eq(count(njob(&c, f16, off, (CgOptions){0}, false).g).nhwc, 0);
+  off = o2;
+  off.no_tensor_cores = true;
+  ck_assert_int_eq(count(njob(&c, f16, off, (CgOptions){.no_tensor_cores = true}, false).g).nhwc, 0);
+  /* a single conv between two pools: two transposes for one conv */
+  const char *single = "graph s {\n"
+                       "  %x = input {name=\"x\"} : f16[2, 16, 8, 8]\n"
+                       "  %p = maxpool2d %x {kernel=[2, 2], stride=[2, 2]} : f16[2, 16, 4, 4]\n"
+                       "  %w = param {name=\"w\"} : f16[16, 16, 3, 3]\n"
+                       "  %c = conv2d %p, %w {pad=[1, 1, 1, 1]} : f16[2, 16, 4, 4]\n"
+                       "  %r = relu %c : f16[2, 16, 4, 4]\n"
+                       "  %q = maxpool2d %r {kernel=[2, 2], stride=[2, 2]} : f16[2, 16, 2, 2]\n"
+                       "  return %q as \"y\"\n"
+                       "}\n";
+  Count k = count(njob(&c, single, o2, (CgOptions){0}, false).g);
+  ck_assert_int_eq(k.nhwc, 0);
+  ck_assert_int_eq(k.transposes, 0);
+  /* two convs whose results both leave to pools: the first reads an
+   * entry, so one conv gains, for three transposes */
+  const char *leaky = "graph l {\n"
+                      "  %x = input {name=\"x\"} : f16[2, 16, 8, 8]\n"
+                      "  %w = param {name=\"w\"} : f16[16, 16, 3, 3]\n"
+                      "  %c = conv2d %x, %w {pad=[1, 1, 1, 1]} : f16[2, 16, 8, 8]\n"
+                      "  %p = maxpool2d %c {kernel=[2, 2], stride=[2, 2]} : f16[2, 16, 4, 4]\n"
+                      "  %d = conv2d %c, %w {pad=[1, 1, 1, 1]} : f16[2, 16, 8, 8]\n"
+                      "  %q = maxpool2d %d {kernel=[2, 2], stride=[2, 2]} : f16[2, 16, 4, 4]\n"
+                      "  %s = global_avgpool %c : f16[2, 16, 1, 1]\n"
+                      "  return %p as \"p\", %q as \"q\", %s as \"s\"\n"
+                      "}\n";
+  ck_assert_int_eq(count(njob(&c, leaky, o2, (CgOptions){0}, false).g).nhwc, 0);
+  /* one basic block: the first conv reads the entry x, so only the
+   * second gains, against two transposes */
+  char *one = block_text("f16", 16);
+  *strstr(one, "  %w1_1") = 0;
+  strcat(one, "  return %x1 as \"y\"\n}\n");
+  ck_assert_int_eq(count(njob(&c, one, o2, (CgOptions){0}, false).g).nhwc, 0);
+  free(one);
+  free(f32);
+  free(c12);
+  free(f16);
+  ctx_free(&c);
+}
+END_TEST
+
+/* An nhwc conv written in the IR equals the nchw one between
+ * transposes, on ir_eval exactly and on emu by the FMA kernel (f32),
+ * with a stride, dilation and asymmetric padding. */
+START_TEST(nhwc_conv_op) {
+  const char *nhwc = "graph a {\n"
+                     "  %x = input {name=\"x\"} : f32[2, 9, 10, 5]\n"
+                     "  %w = input {name=\"w\"} : f32[7, 3, 2, 5]\n"
+                     "  %b = input {name=\"b\"} : f32[7]\n"
+                     "  %y = conv2d %x, %w, %b {stride=[2, 1], pad=[1, 0, 2, 1], dilation=[1, 2], layout=\"nhwc\"} "
+                     ": f32[2, 5, 9, 7]\n"
+                     "  return %y as \"y\"\n"
+                     "}\n";
+  const char *nchw = "graph b {\n"
+                     "  %x = input {name=\"x\"} : f32[2, 9, 10, 5]\n"
+                     "  %w = input {name=\"w\"} : f32[7, 3, 2, 5]\n"
+                     "  %b = input {name=\"b\"} : f32[7]\n"
+                     "  %xt = transpose %x {perm=[0, 3, 1, 2]} : f32[2, 5, 9, 10]\n"
+                     "  %wt = transpose %w {perm=[0, 3, 1, 2]} : f32[7, 5, 3, 2]\n"
+                     "  %c = conv2d %xt, %wt, %b {stride=[2, 1], pad=[1, 0, 2, 1], dilation=[1, 2]} : f32[2, 7, 5, 9]\n"
+                     "  %y = transpose %c {perm=[0, 2, 3, 1]} : f32[2, 5, 9, 7]\n"
+                     "  return %y as \"y\"\n"
+                     "}\n";
+  Ctx c;
+  ctx_init(&c);
+  NJob a = njob(&c, nhwc, (PassOptions){0}, (CgOptions){0}, true);
+  NJob b = njob(&c, nchw, (PassOptions){0}, (CgOptions){0}, false);
+  test_nvrtc(a.cg.source, "sm_90");
+  Feeds d;
+  feed(a.g, 5, &d);
+  Tensor want = eval1(b.g, &d), mine = eval1(a.g, &d);
+  ck_assert(same_bytes(&want, &mine));
+  Tensor *got = test_run_emu(a.cg.plan, &d.params, &d.inputs);
+  ck_assert_double_le(rel_error(&got[0], &want), 1e-6);
+  ir_tensor_free(&want);
+  ir_tensor_free(&mine);
+  ir_tensor_free(&got[0]);
+  free(got);
+  unfeed(&d);
+  ctx_free(&c);
+}
+END_TEST
+
+static const char *shape_error(const char *text) {
+  static char msg[1024];
+  Ctx c;
+  ctx_init(&c);
+  NJob j = {.text = text, .po = {0}};
+  ctx_guard(&c, run_njob, &j);
+  ck_assert(!j.ok);
+  snprintf(msg, sizeof msg, "%s", diag_text(&c));
+  ctx_free(&c);
+  return msg;
+}
+
+START_TEST(nhwc_errors) {
+  const char *m = shape_error("graph e {\n"
+                              "  %x = input {name=\"x\"} : f32[1, 4, 4, 8]\n"
+                              "  %w = input {name=\"w\"} : f32[8, 3, 3, 4]\n"
+                              "  %y = conv2d %x, %w {groups=2, layout=\"nhwc\"} : f32[1, 2, 2, 8]\n"
+                              "  return %y as \"y\"\n}\n");
+  ck_assert_msg(strstr(m, "layout \"nhwc\" takes groups=1 only"), "%s", m);
+  m = shape_error("graph e {\n"
+                  "  %x = input {name=\"x\"} : f32[1, 4, 4, 8]\n"
+                  "  %w = input {name=\"w\"} : f32[8, 3, 3, 8]\n"
+                  "  %y = conv2d %x, %w {layout=\"nhcw\"} : f32[1, 2, 2, 8]\n"
+                  "  return %y as \"y\"\n}\n");
+  ck_assert_msg(strstr(m, "layout must be \"nchw\" or \"nhwc\""), "%s", m);
+  m = shape_error("graph e {\n"
+                  "  %x = input {name=\"x\"} : f32[1, 4, 4, 8]\n"
+                  "  %w = input {name=\"w\"} : f32[8, 8, 3, 3]\n"
+                  "  %y = conv2d %x, %w {layout=\"nhwc\"} : f32[1, 2, 2, 8]\n"
+                  "  return %y as \"y\"\n}\n");
+  ck_assert_msg(strstr(m, "expects 3 input channels per group") || strstr(m, "input channels"), "%s", m);
+}
+END_TEST
+
+typedef struct ExJob {
+  const char *file;
+  Graph *g;
+} ExJob;
+
+static int lower_ex(Ctx *c, void *data) {
+  ExJob *j = data;
+  Define d[2] = {{"N", 2}, {"HW", 64}};
+  j->g = test_lower_example(c, j->file, 2, d);
+  if (!j->g) return 0;
+  PassOptions po = {.opt_level = 2, .precision = TY_F16, .verify_each = true};
+  if (!pass_run_pipeline(j->g, &po, NULL)) j->g = NULL;
+  return 0;
+}
+
+/* The examples in f16: every convolution but the first (3 channels) in
+ * one channels-last region, entered after the max pool and left into
+ * the global pool: two transposes of activations.  MobileNetV2's
+ * pointwise pairs between depthwise convolutions stay NCHW. */
+START_TEST(resnets) {
+  static const struct {
+    const char *file;
+    int convs;
+  } ex[] = {{"resnet18.dl", 20}, {"resnet50.dl", 53}, {"mobilenetv2.dl", 0}};
+  Ctx c;
+  ctx_init(&c);
+  ExJob j = {.file = ex[_i].file};
+  ck_assert_int_eq(ctx_guard(&c, lower_ex, &j), 0);
+  ck_assert_msg(j.g != NULL, "%s", diag_text(&c));
+  Count k = count(j.g);
+  if (!ex[_i].convs) {
+    ck_assert_int_eq(k.nhwc, 0);
+    ck_assert_int_eq(k.transposes, 0);
+  } else {
+    ck_assert_int_eq(k.nhwc, ex[_i].convs - 1);
+    ck_assert_int_eq(k.nchw, 1);
+    ck_assert_int_eq(k.transposes, 2);
+  }
+  ctx_free(&c);
+}
+END_TEST
+
+static Suite *nhwc_suite(void) {
+  Suite *s = suite_create("nhwc");
+  TCase *t = tcase_create("nhwc");
+  tcase_set_timeout(t, 600);
+  tcase_add_loop_test(t, block_f16_bf16, 0, 2);
+  tcase_add_test(t, block_i8);
+  tcase_add_test(t, block_tf32);
+  tcase_add_test(t, left_alone);
+  tcase_add_test(t, nhwc_conv_op);
+  tcase_add_test(t, nhwc_errors);
+  tcase_add_loop_test(t, resnets, 0, 3);
+  suite_add_tcase(s, t);
+  return s;
+}
+
+int main(void) {
+  SRunner *r = srunner_create(nhwc_suite());
+  srunner_run_all(r, CK_NORMAL);
+  int failed = srunner_ntests_failed(r);
+  srunner_free(r);
+  return failed ? 1 : 0;
+}
