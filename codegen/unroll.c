@@ -69,7 +69,17 @@ typedef struct Lanes {
   Ptrs once;              /* lane-invariant loads, as lets (KS_LET) of the rewritten body */
   KBlock *pre;            /* where those lets go, in the order they are found */
   int lane;               /* the lane being instantiated; -1: symbolic */
+  /* Inside an arm of a select or the right of && / ||: a load there
+   * happens only when its guard holds (a pad's read past the edge), so
+   * it is neither hoisted nor widened into a vector (which would read
+   * the bytes the guard keeps it from). */
+  int guarded;
 } Lanes;
+
+/* Whether operand j of e is evaluated only under a condition. */
+static bool conditional_operand(const KExpr *e, int j) {
+  return (e->kind == KE_SELECT && j > 0) || ((e->kind == KE_AND || e->kind == KE_OR) && j == 1);
+}
 
 static void collect_lets(Kernel *k, Lanes *L, const KBlock *b) {
   for (const KStmt *s = b->first; s; s = s->next) {
@@ -198,7 +208,7 @@ static KExpr *rebuild(Lanes *L, KExpr *e) {
       return cg_kidx(k, (KIdxOp)e->sub, a, b);
     }
     case KE_LOAD:
-      if (L->lane < 0 && find(&L->written, e->buf) < 0) {
+      if (L->lane < 0 && !L->guarded && find(&L->written, e->buf) < 0) {
         /* A broadcast operand: loaded once for all lanes. */
         KExpr *index = rebuild(L, e->a[0]);
         if (!varies(L, index)) {
@@ -228,7 +238,12 @@ static KExpr *rebuild(Lanes *L, KExpr *e) {
   }
   KExpr *c = ARENA_NEW(&k->ctx->arena, KExpr);
   *c = *e;
-  for (int j = 0; j < 3; j++) c->a[j] = rebuild(L, e->a[j]);
+  for (int j = 0; j < 3; j++) {
+    bool cond = conditional_operand(e, j);
+    L->guarded += cond;
+    c->a[j] = rebuild(L, e->a[j]);
+    L->guarded -= cond;
+  }
   return c;
 }
 
@@ -237,7 +252,8 @@ static KExpr *rebuild(Lanes *L, KExpr *e) {
 static void find_loads(Lanes *L, KExpr *e) {
   if (!e) return;
   if (e->kind == KE_LOAD && find(&L->written, e->buf) < 0) vector_at(L, e->buf, e->a[0], true);
-  for (int j = 0; j < 3; j++) find_loads(L, e->a[j]);
+  for (int j = 0; j < 3; j++)
+    if (!conditional_operand(e, j)) find_loads(L, e->a[j]);
 }
 
 static KStmt *new_stmt(Kernel *k, KBlock *in, KStmtKind kind) {
