@@ -182,19 +182,6 @@ static void print_split(Pipeline *p) {
 
 /* ---- this rank's plans ---- */
 
-static char *graph_text(Graph *g) {
-  char *text = NULL;
-  size_t len = 0;
-  FILE *f = open_memstream(&text, &len);
-  if (!f) return NULL;
-  ir_print(f, g);
-  if (fclose(f) != 0) {
-    free(text);
-    return NULL;
-  }
-  return text;
-}
-
 typedef struct StageGraphs {
   Pipeline *p;
   Graph *graph[3];
@@ -228,7 +215,7 @@ static bool compile_stage(Pipeline *p, Graph *const *graphs, char *err, size_t e
   const char *what[] = {"forward", "backward", "optimizer"};
   for (int k = STAGE_FORWARD; k <= STAGE_OPTIMIZER; k++) {
     if (!graphs[k]) continue;
-    char *text = graph_text(graphs[k]), name[64];
+    char *text = ir_print_text(graphs[k]), name[64];
     if (!text) return snprintf(err, errlen, "out of memory"), false;
     snprintf(name, sizeof name, "stage%d.%s.ir", p->s, what[k]);
     dlc_status st;

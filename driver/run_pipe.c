@@ -237,19 +237,6 @@ static bool graphs(PipeRun *p) {
 
 /* ---- this rank's stage ---- */
 
-static char *graph_text(Graph *g) {
-  char *text = NULL;
-  size_t len = 0;
-  FILE *f = open_memstream(&text, &len);
-  if (!f) return NULL;
-  ir_print(f, g);
-  if (fclose(f) != 0) {
-    free(text);
-    return NULL;
-  }
-  return text;
-}
-
 static int build_stage(Ctx *ctx, void *data) {
   (void)ctx;
   PipeRun *p = data;
@@ -263,7 +250,7 @@ static bool model_failed(PipeRun *p) { return fail_text(p, dlc_error(p->m)); }
 static bool compile_stage(PipeRun *p) {
   int rc = ctx_guard(&p->ctx, build_stage, p);
   if (rc || p->ctx.diag.errors) return fail_diag(p, rc);
-  char *text = graph_text(p->stage), name[64];
+  char *text = ir_print_text(p->stage), name[64];
   if (!text) return fail(p, "out of memory");
   snprintf(name, sizeof name, "stage%d.ir", p->s);
   dlc_options o = p->o->api;

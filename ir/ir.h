@@ -291,6 +291,8 @@ bool ir_verify(Graph *g);
 
 /* Text format (docs/ir.md): printed and parsed back to identical text. */
 void ir_print(FILE *f, Graph *g);
+/* ir_print's text as one malloc'd string, or NULL out of memory. */
+char *ir_print_text(Graph *g);
 Graph *ir_parse(Ctx *c, const SrcFile *file); /* NULL after reporting errors */
 /* ir_parse with a limit below IR_MAX_NODES, for tests and fuzzers. */
 Graph *ir_parse_max(Ctx *c, const SrcFile *file, int max_nodes);

@@ -820,20 +820,12 @@ Graph *ir_parse_max(Ctx *c, const SrcFile *file, int max_nodes) {
 }
 
 Graph *ir_copy(Graph *g, const char *name) {
-  char *text = NULL;
-  size_t len = 0;
-  FILE *f = open_memstream(&text, &len);
-  if (!f) return NULL;
-  ir_print(f, g);
-  bool cut = ferror(f);
-  if (fclose(f) != 0 || cut) {
-    free(text);
-    return NULL;
-  }
+  char *text = ir_print_text(g);
   /* Into the arena before parsing: the file must outlive the messages
    * that show its lines, and nothing malloc'd may be held when an
    * allocation failure unwinds out of ir_parse. */
   if (!text) return NULL;
+  size_t len = strlen(text);
   ctx_hold(g->ctx, text);
   char *kept = arena_strndup(&g->ctx->arena, text, len);
   ctx_release(g->ctx, text);

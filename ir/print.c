@@ -133,3 +133,17 @@ void ir_print(FILE *f, Graph *g) {
   }
   fputs("\n}\n", f);
 }
+
+char *ir_print_text(Graph *g) {
+  char *text = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&text, &len);
+  if (!f) return NULL;
+  ir_print(f, g);
+  bool cut = ferror(f);
+  if (fclose(f) != 0 || cut) {
+    free(text);
+    return NULL;
+  }
+  return text;
+}
