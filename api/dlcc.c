@@ -587,7 +587,7 @@ const char *dlc_tensor_note(const dlc_model *m, int index) {
 int dlc_num_inputs(const dlc_model *m) { return m && m->g ? m->n_inputs : 0; }
 int dlc_num_outputs(const dlc_model *m) { return m && m->g ? m->g->n_outputs : 0; }
 
-static void fill_info(dlc_tensor_info *out, const char *name, const TensorType *t) {
+void api_tensor_info(dlc_tensor_info *out, const char *name, const TensorType *t) {
   memset(out, 0, sizeof *out);
   out->name = name;
   out->dtype = (dlc_dtype)t->dtype;
@@ -600,14 +600,14 @@ static void fill_info(dlc_tensor_info *out, const char *name, const TensorType *
 dlc_status dlc_input_info(const dlc_model *m, int index, dlc_tensor_info *out) {
   if (!m || !m->g || !out || index < 0 || index >= m->n_inputs) return DLC_ERR_ARGUMENT;
   Node *n = m->inputs[index];
-  fill_info(out, ir_attr(n, "name")->s, &n->out[0].type);
+  api_tensor_info(out, ir_attr(n, "name")->s, &n->out[0].type);
   out->index_bound = ir_index_bound(m->g, &n->out[0]);
   return DLC_OK;
 }
 
 dlc_status dlc_output_info(const dlc_model *m, int index, dlc_tensor_info *out) {
   if (!m || !m->g || !out || index < 0 || index >= m->g->n_outputs) return DLC_ERR_ARGUMENT;
-  fill_info(out, m->g->output_names[index], &m->g->outputs[index]->type);
+  api_tensor_info(out, m->g->output_names[index], &m->g->outputs[index]->type);
   return DLC_OK;
 }
 

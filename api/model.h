@@ -47,6 +47,8 @@ typedef struct ApiTrainSpec {
 
 /* Keeps the message of a failed call on m (dlc_error); returns st. */
 dlc_status api_fail(dlc_model *m, dlc_status st, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* out describes a tensor of type t called name (name is not copied). */
+void api_tensor_info(dlc_tensor_info *out, const char *name, const TensorType *t);
 /* dlc_compile_file with spec's loss appended after lowering. */
 dlc_status api_compile_train(const char *path, const dlc_options *opt, const ApiTrainSpec *spec,
                              dlc_model **out);

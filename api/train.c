@@ -150,13 +150,7 @@ int dlc_train_num_params(const dlc_train *t) {
 
 dlc_status dlc_train_param_info(const dlc_train *t, int index, dlc_tensor_info *out) {
   if (!out || index < 0 || index >= dlc_train_num_params(t)) return DLC_ERR_ARGUMENT;
-  const TensorType *ty = &t->m->params.tensors[index].type;
-  memset(out, 0, sizeof *out);
-  out->name = t->m->params.names[index];
-  out->dtype = (dlc_dtype)ty->dtype;
-  out->rank = ty->rank;
-  for (int i = 0; i < ty->rank; i++) out->dims[i] = ty->dims[i];
-  out->nbytes = ir_tensor_nbytes(ty);
+  api_tensor_info(out, t->m->params.names[index], &t->m->params.tensors[index].type);
   return DLC_OK;
 }
 

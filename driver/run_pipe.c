@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "api/model.h"
 #include "api/weights.h"
 #include "driver/pipeline.h"
 #include "driver/run.h"
@@ -140,15 +141,6 @@ static int lower(Ctx *ctx, void *data) {
   return 0;
 }
 
-static void info_of(const char *name, const TensorType *t, dlc_tensor_info *out) {
-  memset(out, 0, sizeof *out);
-  out->name = name;
-  out->dtype = (dlc_dtype)t->dtype;
-  out->rank = t->rank;
-  for (int i = 0; i < t->rank; i++) out->dims[i] = t->dims[i];
-  out->nbytes = ir_tensor_nbytes(t);
-}
-
 /* A micro-batch's type against the whole batch's: the same, or axis 0
  * divided by M, or neither (-1). */
 static int part_of(const TensorType *whole, const TensorType *micro, int M) {
@@ -219,7 +211,7 @@ static bool graphs(PipeRun *p) {
     for (int i = 0; i < o->n_inputs; i++)
       if (strcmp(o->inputs[i].name, in->name) == 0) in->given = &o->inputs[i];
     dlc_tensor_info info;
-    info_of(in->name, &in->whole, &info);
+    api_tensor_info(&info, in->name, &in->whole);
     if (in->given && !run_input_matches(in->given, &info, p->err, sizeof p->err)) return false;
     if (in->given) in->data = in->given->data.data;
   }
@@ -310,7 +302,7 @@ static bool prepare(PipeRun *p) {
     ModelInput *in = &p->inputs[i];
     if (in->given || dlc_input_index(p->m, in->name) < 0) continue;
     dlc_tensor_info info;
-    info_of(in->name, &in->whole, &info);
+    api_tensor_info(&info, in->name, &in->whole);
     info.index_bound = ir_index_bound(p->whole, &input_named(p->whole, in->name)->out[0]);
     if (!run_random_input(&info, p->o->seed, &in->drawn)) return fail(p, "drawing input '%s' failed", in->name);
     in->data = in->drawn.data;
@@ -433,7 +425,7 @@ static bool write_outputs(PipeRun *p) {
   bool ok = true;
   for (int i = 0; i < w->n_outputs; i++) {
     dlc_tensor_info info;
-    info_of(w->output_names[i], &w->outputs[i]->type, &info);
+    api_tensor_info(&info, w->output_names[i], &w->outputs[i]->type);
     run_print_summary(&info, p->outputs[i]);
     if (p->o->output_dir && !run_write_output(&out, i, &info, p->outputs[i], info.nbytes))
       ok = fail(p, "cannot write output '%s' (the message is above)", info.name);
