@@ -100,18 +100,6 @@ static void random_inputs(Graph *g, uint64_t seed, Feeds *d) {
   d->inputs.tensors = d->t;
 }
 
-/* Largest |got - want| over want's largest magnitude. */
-static double rel_error(const Tensor *got, const Tensor *want) {
-  int64_t count = ir_type_numel(&want->type);
-  double scale = 1e-30, worst = 0;
-  for (int64_t i = 0; i < count; i++) scale = fmax(scale, fabs(ir_tensor_get(want, i)));
-  for (int64_t i = 0; i < count; i++) {
-    double e = fabs(ir_tensor_get(got, i) - ir_tensor_get(want, i)) / scale;
-    if (!(e <= worst)) worst = e;
-  }
-  return worst;
-}
-
 const char *conv_step_with(const RtPlan *p, const char *s) {
   for (uint32_t i = 0; i < p->n_steps; i++)
     if (strstr(p->steps[i].label, s)) return p->steps[i].label;
@@ -127,7 +115,7 @@ double conv_run_against_eval(Job *j, uint64_t seed) {
   Tensor *got = test_run_emu(j->cg.plan, NULL, &d.inputs);
   ck_assert(ir_type_eq(&got[0].type, &want[0].type));
   double e = ir_dtype_is_float(want[0].type.dtype)
-                 ? rel_error(&got[0], &want[0])
+                 ? test_rel_error(&got[0], &want[0])
                  : memcmp(got[0].data, want[0].data, (size_t)ir_type_numel(&want->type) * ir_dtype_size(want->type.dtype)) != 0;
   free_outputs(want, 1);
   free_outputs(got, 1);

@@ -98,17 +98,6 @@ static bool same_bytes(const Tensor *a, const Tensor *b) {
          memcmp(a->data, b->data, (size_t)ir_type_numel(&a->type) * ir_dtype_size(a->type.dtype)) == 0;
 }
 
-static double rel_error(const Tensor *got, const Tensor *want) {
-  int64_t count = ir_type_numel(&want->type);
-  double scale = 1e-30, worst = 0;
-  for (int64_t i = 0; i < count; i++) scale = fmax(scale, fabs(ir_tensor_get(want, i)));
-  for (int64_t i = 0; i < count; i++) {
-    double e = fabs(ir_tensor_get(got, i) - ir_tensor_get(want, i)) / scale;
-    if (!(e <= worst)) worst = e;
-  }
-  return worst;
-}
-
 typedef struct Count {
   int nhwc, nchw, transposes; /* convolutions by layout; transposes of activations */
 } Count;
@@ -205,7 +194,7 @@ static char *check_block(const char *text, PassOptions po, CgOptions cgo, int wa
     Tensor want = eval1(ref.g, &d), mine = eval1(j.g, &d);
     ck_assert_msg(same_bytes(&want, &mine), "the nhwc graph's numbers differ on ir_eval");
     Tensor *got = test_run_emu(j.cg.plan, &d.params, &d.inputs);
-    double e = ir_dtype_is_float(want.type.dtype) ? rel_error(&got[0], &want) : !same_bytes(&got[0], &want);
+    double e = ir_dtype_is_float(want.type.dtype) ? test_rel_error(&got[0], &want) : !same_bytes(&got[0], &want);
     if (getenv("DLCC_TEST_VERBOSE")) fprintf(stderr, "emu %.3g off ir_eval\n", e);
     ck_assert_msg(e <= tol, "emu %.3g off ir_eval", e);
     ir_tensor_free(&want);
@@ -357,7 +346,7 @@ START_TEST(nhwc_conv_op) {
   Tensor want = eval1(b.g, &d), mine = eval1(a.g, &d);
   ck_assert(same_bytes(&want, &mine));
   Tensor *got = test_run_emu(a.cg.plan, &d.params, &d.inputs);
-  ck_assert_double_le(rel_error(&got[0], &want), 1e-6);
+  ck_assert_double_le(test_rel_error(&got[0], &want), 1e-6);
   ir_tensor_free(&want);
   ir_tensor_free(&mine);
   ir_tensor_free(&got[0]);

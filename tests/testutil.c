@@ -169,3 +169,14 @@ char *test_print_ir(Graph *g) {
   fclose(f);
   return buf;
 }
+
+double test_rel_error(const Tensor *got, const Tensor *want) {
+  int64_t count = ir_type_numel(&want->type);
+  double scale = 1e-30, worst = 0;
+  for (int64_t i = 0; i < count; i++) scale = fmax(scale, fabs(ir_tensor_get(want, i)));
+  for (int64_t i = 0; i < count; i++) {
+    double e = fabs(ir_tensor_get(got, i) - ir_tensor_get(want, i)) / scale;
+    if (!(e <= worst)) worst = e;
+  }
+  return worst;
+}

@@ -58,4 +58,8 @@ char *test_print_ir(Graph *g);
  * mismatch fails the calling test. */
 bool test_emu_matches_eval(Graph *g, const RtPlan *p, uint64_t seed, double lo, double hi, double tol);
 
+/* The largest |got - want| over want's largest magnitude (at least
+ * 1e-30): NaN in got counts as the worst. */
+double test_rel_error(const Tensor *got, const Tensor *want);
+
 #endif
