@@ -182,6 +182,19 @@ static const char MMA_KERNELS[] =
     "  out[threadIdx.x] = dl_smem_addr(&s[threadIdx.x]) - dl_smem_addr(&s[0]);\n"
     "  out[32 + threadIdx.x] = dl_smem_addr(&dyn[threadIdx.x]) - dl_smem_addr(&dyn[0]);\n"
     "}\n"
+    /* The attention kernel's register softmax: cvt.rn.{f16,bf16}x2 packs
+     * of pairs of x (out[0, n/2) and [n/2, n)), and a quad's max by two
+     * shfl.xor (out[n, 3n/2), as bits; zeros made +0 first, because
+     * fmaxf may pick either sign of zero). */
+    "extern \"C\" __global__ void pack_shfl(const float *x, unsigned *out, int n) {\n"
+    "  int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+    "  out[i] = dl_pack_f16x2(x[2 * i], x[2 * i + 1]);\n"
+    "  out[n / 2 + i] = dl_pack_bf16x2(x[2 * i], x[2 * i + 1]);\n"
+    "  float v = x[i] == 0.0f ? 0.0f : x[i];\n"
+    "  v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));\n"
+    "  v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));\n"
+    "  out[n + i] = __float_as_uint(v);\n"
+    "}\n"
     /* What must fail. */
     "extern \"C\" __global__ void diverge(const unsigned *in, float *out, int how) {\n"
     "  int lane = threadIdx.x % 32;\n"
@@ -236,6 +249,7 @@ static const char MMA_KERNELS[] =
     "extern \"C\" void cp_sizes__emu(void **a) { cp_sizes(*(const unsigned char **)a[0], *(unsigned char **)a[1]); }\n"
     "extern \"C\" void smem_addr__emu(void **a) { smem_addr(*(unsigned **)a[0]); }\n"
     "extern \"C\" void diverge__emu(void **a) { diverge(*(const unsigned **)a[0], *(float **)a[1], *(int *)a[2]); }\n"
+    "extern \"C\" void pack_shfl__emu(void **a) { pack_shfl(*(const float **)a[0], *(unsigned **)a[1], *(int *)a[2]); }\n"
     "extern \"C\" void bad_addr__emu(void **a) { bad_addr(*(const unsigned short **)a[0], *(int *)a[1]); }\n"
     "#endif\n";
 /* clang-format on */
@@ -250,6 +264,7 @@ enum {
   MK_CP_GROUPS,
   MK_CP_SIZES,
   MK_SMEM_ADDR,
+  MK_PACK_SHFL,
   MK_DIVERGE,
   MK_BAD_ADDR,
   MK_COUNT
@@ -258,7 +273,7 @@ enum {
 static const RtKernel mma_kernels[MK_COUNT] = {
     {"mma16816", 1, 0, 0},  {"mma16832", 1, 0, 0}, {"mma1688", 1, 0, 0},  {"tf32_bits", 0, 0, 0},
     {"mma_pipe", 1, 0, 0},  {"ldsm_x1", 1, 0, 0},  {"cp_groups", 1, 0, 0}, {"cp_sizes", 0, 0, 0},
-    {"smem_addr", 0, 0, 0}, {"diverge", 1, 0, 0},  {"bad_addr", 1, 0, 0},
+    {"smem_addr", 0, 0, 0}, {"pack_shfl", 1, 0, 0}, {"diverge", 1, 0, 0},  {"bad_addr", 1, 0, 0},
 };
 
 #endif

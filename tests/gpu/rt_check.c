@@ -12,7 +12,8 @@
  *   args   kernel arguments of 4 and 8 bytes mixed, and more than 48 KiB
  *          of dynamic shared memory (the opt-in).
  *   tc     the tensor-core instructions (tests/mma_kernels.h: mma in f16,
- *          bf16, s8, tf32, cvt.rna.tf32, ldmatrix, cp.async) on inputs
+ *          bf16, s8, tf32, cvt.rna.tf32, ldmatrix, cp.async, and the
+ *          attention softmax's cvt.rn.{f16,bf16}x2 packs and shfl.xor) on inputs
  *          whose sums are exact: every output byte must equal the emu's,
  *          whose fragment tables come from the PTX ISA.
  *   fault  (cuda only) a kernel that faults: the model must report a
@@ -465,7 +466,7 @@ static void tc_fill(TcData *d) {
    .launch = {.kernel = k, .grid = {blocks, 1, 1}, .block = {threads, 1, 1}, \
               .n_args = sizeof list / sizeof *list, .args = list}}
 
-enum { TC_OUTPUTS = 12 };
+enum { TC_OUTPUTS = 13 };
 
 /* Runs every case on backend; the outputs, concatenated, in out. */
 static bool tc_run(const char *backend, const TcData *d, const char *source, uint8_t *out, const RtTensorDesc *outs) {
@@ -499,12 +500,14 @@ static bool tc_run(const char *backend, const TcData *d, const char *source, uin
   RtArg x1[] = {TC_IN(16), TC_OUT(9)};
   RtArg grp[] = {TC_IN(17), TC_OUT(10)};
   RtArg sz[] = {TC_IN(18), TC_OUT(11)};
+  RtArg pk[] = {TC_IN(10), TC_OUT(12), TC_I32(TC_X)};
   RtStep steps[] = {TC_STEP("mma16816 f16", MK_16816, 32, 1, f16),   TC_STEP("mma16816 bf16", MK_16816, 32, 1, bf16),
                     TC_STEP("mma16832", MK_16832, 32, 1, s8),        TC_STEP("mma1688", MK_1688, 32, 1, tf32),
                     TC_STEP("tf32_bits", MK_TF32, 128, TC_X / 128, cvt), TC_STEP("pipe", MK_PIPE, 64, 1, pipe[0]),
                     TC_STEP("pipe", MK_PIPE, 64, 1, pipe[1]),        TC_STEP("pipe", MK_PIPE, 64, 1, pipe[2]),
                     TC_STEP("pipe", MK_PIPE, 64, 1, pipe[3]),        TC_STEP("ldsm_x1", MK_LDSM_X1, 32, 1, x1),
-                    TC_STEP("cp_groups", MK_CP_GROUPS, 32, 1, grp),  TC_STEP("cp_sizes", MK_CP_SIZES, 32, 1, sz)};
+                    TC_STEP("cp_groups", MK_CP_GROUPS, 32, 1, grp),  TC_STEP("cp_sizes", MK_CP_SIZES, 32, 1, sz),
+                    TC_STEP("pack_shfl", MK_PACK_SHFL, 128, TC_X / 2 / 128, pk)};
   /* One contract per step, read off its arguments: each pointer may touch
    * its whole tensor (inputs read, outputs written), each size is itself. */
   enum { TC_STEPS = sizeof steps / sizeof *steps, TC_MAX_ARGS = 10 };
@@ -563,7 +566,8 @@ static void tc_checks(const char *backend) {
       flat("cp.async + ldmatrix.x4.trans + .x2 (A k-major, B n-major)", RT_DT_F32, 256, RT_SPACE_OUTPUT, 7),
       flat("cp.async + ldmatrix.x4.trans + .x2.trans (A k-major, B k-major)", RT_DT_F32, 256, RT_SPACE_OUTPUT, 8),
       flat("ldmatrix.x1, .x1.trans", RT_DT_I32, 64, RT_SPACE_OUTPUT, 9),
-      flat("cp.async groups", RT_DT_I32, 224, RT_SPACE_OUTPUT, 10), flat("cp.async sizes", RT_DT_U8, 896, RT_SPACE_OUTPUT, 11)};
+      flat("cp.async groups", RT_DT_I32, 224, RT_SPACE_OUTPUT, 10), flat("cp.async sizes", RT_DT_U8, 896, RT_SPACE_OUTPUT, 11),
+      flat("cvt.rn.f16x2, cvt.rn.bf16x2, shfl.xor quad max", RT_DT_I32, TC_X / 2 * 3, RT_SPACE_OUTPUT, 12)};
   size_t total = 0;
   for (int o = 0; o < TC_OUTPUTS; o++) total += outs[o].nbytes;
   uint8_t *got = malloc(total), *want = malloc(total);
