@@ -96,13 +96,34 @@ START_TEST(emu_side_streams_match_reference) {
 }
 END_TEST
 
+/* A plan built in the test, run through dlrt directly. */
+typedef struct Built {
+  Ctx c;
+  ModelBuild b;
+} Built;
+
+static const char ew_text[] = "model ew(x: f32[4, 8]) -> f32[4, 8] {\n  return tanh(relu(x) * 0.5) + x\n}\n";
+
+static void build(Built *bt, const char *text) {
+  ctx_init(&bt->c);
+  char path[] = "/tmp/dlcc-engine-XXXXXX.dl";
+  int fd = mkstemps(path, 3);
+  ck_assert_int_ge(fd, 0);
+  ck_assert_int_eq(write(fd, text, strlen(text)), (ssize_t)strlen(text));
+  close(fd);
+  bt->b = (ModelBuild){.path = path, .mode = "f32"};
+  ck_assert_msg(test_build_model(&bt->c, &bt->b), "%s", diag_text(&bt->c));
+  unlink(path);
+}
+
 /* The schedule itself, on plans with branches and reused arena bytes:
  * for every two steps that touch a common byte, one writing, the later
  * runs after the earlier by its stream's order or a chain of waits
  * (vector clocks computed here from the schedule alone), every event is
- * recorded before it is waited for, and a chain of steps uses one
- * stream and no event. */
-static void check_schedule(const RtPlan *p) {
+ * recorded before it is waited for, a barrier step is ordered against
+ * every other step, and a chain of steps uses one stream and no event.
+ * Counts the barriers into *barriers. */
+static void check_schedule(const RtPlan *p, int *barriers) {
   RtStreamPlan b;
   ck_assert_int_eq(rt_stream_plan(p, 0, p->n_steps, RT_SIDE_STREAMS, &b), 0);
   uint32_t n = p->n_steps, L = b.lanes;
@@ -144,6 +165,23 @@ static void check_schedule(const RtPlan *p) {
         ck_assert_msg(clock[(size_t)j * L + b.step[i].lane] >= i, "step %u is not ordered after step %u", j, i);
     }
   }
+  /* A barrier (a cooperative launch needs every block resident, an
+   * all-reduce the host's communicator, a step of unknown ranges may
+   * touch anything) runs after every step before it and before every
+   * step after it, conflict or not. */
+  for (uint32_t j = 0; j < n; j++) {
+    const RtStep *s = &p->steps[j];
+    bool barrier = s->kind == RT_STEP_ALLREDUCE || rt_step_access(p, s, rj, 64) < 0 ||
+                   (s->kind == RT_STEP_LAUNCH && p->kernels[s->launch.kernel].cooperative);
+    if (!barrier) continue;
+    (*barriers)++;
+    for (uint32_t i = 0; i < n; i++) {
+      if (i < j)
+        ck_assert_msg(clock[(size_t)j * L + b.step[i].lane] >= i, "barrier %u does not follow step %u", j, i);
+      if (i > j)
+        ck_assert_msg(clock[(size_t)i * L + b.step[j].lane] >= j, "step %u does not follow barrier %u", i, j);
+    }
+  }
   free(clock), free(event_clock), free(recorded);
   rt_stream_plan_free(&b);
 }
@@ -158,7 +196,10 @@ START_TEST(stream_schedule_orders_every_conflict) {
     snprintf(path, sizeof path, "%s/%s", srcdir(), models[k]);
     ModelBuild mb = {.path = path, .mode = "f32"};
     ck_assert_msg(test_build_model(&c, &mb), "%s", diag_text(&c));
-    check_schedule(mb.cg.plan);
+    int barriers = 0;
+    check_schedule(mb.cg.plan, &barriers);
+    /* the LSTM's two persistent (cooperative) kernels */
+    if (k == 1) ck_assert_int_eq(barriers, 2);
     RtStreamPlan b;
     ck_assert_int_eq(rt_stream_plan(mb.cg.plan, 0, mb.cg.plan->n_steps, RT_SIDE_STREAMS, &b), 0);
     if (k == 0) ck_assert_uint_eq(b.lanes, 3);
@@ -167,28 +208,17 @@ START_TEST(stream_schedule_orders_every_conflict) {
     rt_stream_plan_free(&b);
   }
   ctx_free(&c);
+  /* A cooperative kernel beside an independent step: only the barrier
+   * rule orders them. */
+  Built bt;
+  build(&bt, "model two(x: f32[4, 6, 8], z: f32[64, 64]) -> (f32[4, 6, 16], f32[64, 64]) {\n"
+             "  y, h, c = lstm(x, 16)\n  return y, tanh(z) * 2.0 + z\n}\n");
+  int barriers = 0;
+  check_schedule(bt.b.cg.plan, &barriers);
+  ck_assert_int_eq(barriers, 1);
+  ctx_free(&bt.c);
 }
 END_TEST
-
-/* A plan built in the test, run through dlrt directly. */
-typedef struct Built {
-  Ctx c;
-  ModelBuild b;
-} Built;
-
-static const char ew_text[] = "model ew(x: f32[4, 8]) -> f32[4, 8] {\n  return tanh(relu(x) * 0.5) + x\n}\n";
-
-static void build(Built *bt, const char *text) {
-  ctx_init(&bt->c);
-  char path[] = "/tmp/dlcc-engine-XXXXXX.dl";
-  int fd = mkstemps(path, 3);
-  ck_assert_int_ge(fd, 0);
-  ck_assert_int_eq(write(fd, text, strlen(text)), (ssize_t)strlen(text));
-  close(fd);
-  bt->b = (ModelBuild){.path = path, .mode = "f32"};
-  ck_assert_msg(test_build_model(&bt->c, &bt->b), "%s", diag_text(&bt->c));
-  unlink(path);
-}
 
 static void ew_expect(const float *x, float *y) {
   for (int i = 0; i < 32; i++) y[i] = tanhf(fmaxf(x[i], 0) * 0.5f) + x[i];
