@@ -19,6 +19,7 @@
 #include "frontend/dims.h"
 #include "ir/eval.h"
 #include "ir/ir.h"
+#include "passes/autodiff.h"
 #include "passes/stages.h"
 
 /* Message tags: what travels, and the cut value's number.  Messages
@@ -49,6 +50,13 @@ struct Pipeline {
   int *in_grad_out;           /* the backward's output "stage_in.K.grad" */
   int n_params;
   StageParam *params;
+  /* The stage's batchnorm running statistics: the backward plan
+   * recomputes each micro-batch's forward and updates them, and it alone
+   * holds them (the forward normalizes with the batch's, the optimizer
+   * does not train them). */
+  int n_states;
+  const char **state_names;
+  size_t *state_bytes;
   unsigned char **stash;      /* [m][k]: the stage inputs of micro-batch m, kept for its backward */
   unsigned char **fsend, **bsend; /* [m][k]: activations and input gradients in flight */
   unsigned char **dy;         /* [k]: the gradient of stage output k */
@@ -119,13 +127,6 @@ static int build_graph(Ctx *ctx, void *data) {
     }
     if (!pass_append_loss(g, c->loss, c->loss_output, TRAIN_TARGET, tp) || !ir_verify(g)) return 1;
   }
-  for (Node *m = g->first; m; m = m->next)
-    if (m->op == OP_BATCHNORM) {
-      diag_error(ctx, m->loc,
-                 "pipeline parallel does not take batchnorm yet (a stage would see its micro-batch's statistics): "
-                 "train this model with data parallel or in one process");
-      return 1;
-    }
   job->g = g;
   return 0;
 }
@@ -344,6 +345,15 @@ Pipeline *pipe_new(const PipeConfig *c, char *err, size_t errlen) {
     for (int i = 0; i < n->n_in && p->sp.stage[n->id] >= 0; i++)
       if (n->in[i]->def->op == OP_PARAM) p->param_stage[n->in[i]->def->id] = p->sp.stage[n->id];
   for (Node *n = p->g->first; n; n = n->next) p->dropout |= n->op == OP_DROPOUT && p->sp.stage[n->id] == p->s;
+  bool *trains = pass_trainable_params(p->g);
+  p->state_names = ARENA_ARRAY(&p->ctx.arena, const char *, p->g->n_nodes + 1);
+  p->state_bytes = ARENA_ARRAY(&p->ctx.arena, size_t, p->g->n_nodes + 1);
+  for (Node *n = p->g->first; n; n = n->next)
+    if (n->op == OP_PARAM && ir_dtype_is_float(n->out[0].type.dtype) && !trains[n->id] &&
+        p->param_stage[n->id] == p->s) {
+      p->state_names[p->n_states] = ir_attr_str(n, "name");
+      p->state_bytes[p->n_states++] = ir_tensor_nbytes(&n->out[0].type);
+    }
   if (c->world->rank == 0) print_split(p);
   StageGraphs sg = {.p = p};
   rc = ctx_guard(&p->ctx, build_stage, &sg);
@@ -423,7 +433,23 @@ bool pipe_bind(Pipeline *p, dlc_train *whole, char *err, size_t errlen) {
         !copy_weight(wm, om, info.name, info.nbytes, err, errlen))
       return false;
   }
+  for (int i = 0; i < p->n_states; i++)
+    if (!copy_weight(wm, p->bwd, p->state_names[i], p->state_bytes[i], err, errlen)) return false;
   return share_params(p, err, errlen);
+}
+
+static bool is_state(const Pipeline *p, const char *name) {
+  for (int i = 0; i < p->n_states; i++)
+    if (strcmp(p->state_names[i], name) == 0) return true;
+  return false;
+}
+
+/* Where this rank keeps the whole model's tensor `name` that its stage
+ * owns: the optimizer's plan (a parameter, its optimizer state), the
+ * backward's (running statistics), or none (whole keeps its own). */
+static dlc_model *holder_of(Pipeline *p, const char *name) {
+  if (p->opt && has_param(p->opt, name)) return dlc_train_model(p->opt);
+  return is_state(p, name) ? p->bwd : NULL;
 }
 
 /* The rank whose stage holds the whole model's tensor `name`: the stage
@@ -446,7 +472,7 @@ static int owner_of(const Pipeline *p, const char *name) {
 
 bool pipe_gather(Pipeline *p, dlc_train *whole, bool *comm, char *err, size_t errlen) {
   Dist *d = p->c.dist;
-  dlc_model *wm = dlc_train_model(whole), *om = dlc_train_model(p->opt);
+  dlc_model *wm = dlc_train_model(whole);
   *comm = false;
   if (has_param(whole, "dlcc.step") && dlc_set_weight(wm, "dlcc.step", &p->step, sizeof p->step) != DLC_OK)
     return run_failed(wm, err, errlen);
@@ -456,17 +482,17 @@ bool pipe_gather(Pipeline *p, dlc_train *whole, bool *comm, char *err, size_t er
     if (dlc_train_param_info(whole, i, &info) != DLC_OK) continue;
     int owner = owner_of(p, info.name);
     if (owner != d->rank && d->rank != 0) continue;
-    if (owner == d->rank && (!p->opt || !has_param(p->opt, info.name)))
-      continue; /* not the stage's: whole keeps its own */
+    dlc_model *holder = owner == d->rank ? holder_of(p, info.name) : NULL;
+    if (owner == d->rank && !holder) continue; /* not the stage's: whole keeps its own */
     if (owner == 0) {
-      ok = copy_weight(om, wm, info.name, info.nbytes, err, errlen);
+      ok = copy_weight(holder, wm, info.name, info.nbytes, err, errlen);
       continue;
     }
     void *buf = malloc(info.nbytes ? info.nbytes : 1);
     if (!buf) return snprintf(err, errlen, "out of memory"), false;
     if (d->rank == owner) {
-      ok = dlc_get_weight(om, info.name, buf, info.nbytes) == DLC_OK;
-      if (!ok) snprintf(err, errlen, "%s", dlc_error(om));
+      ok = dlc_get_weight(holder, info.name, buf, info.nbytes) == DLC_OK;
+      if (!ok) snprintf(err, errlen, "%s", dlc_error(holder));
       if (ok && (dist_isend(d, 0, TAG(TAG_GATHER, 0), buf, info.nbytes) != DIST_OK || dist_wait_sends(d) != DIST_OK))
         ok = false, *comm = true;
     } else {

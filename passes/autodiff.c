@@ -55,7 +55,7 @@ static bool stops(OpKind op, int i) { return i < 32 && (ir_grad_rules[op].stops 
 
 /* Float params with a use where gradients flow: not the buffers that
  * only feed batchnorm's running statistics.  By node id. */
-static bool *find_trainable(Graph *g) {
+bool *pass_trainable_params(Graph *g) {
   ir_number(g);
   bool *used = ARENA_ARRAY(&g->ctx->arena, bool, g->n_nodes + 1);
   for (Node *n = g->first; n; n = n->next)
@@ -196,7 +196,7 @@ bool pass_autodiff(Graph *g, const AutodiffOptions *o) {
   if (!o) o = &defaults;
   AD ad = {.g = g, .c = g->ctx};
   if (!check_loss(&ad, o->loss)) return false;
-  bool *trainable_by_id = find_trainable(g);
+  bool *trainable_by_id = pass_trainable_params(g);
   int n_params = 0;
   for (Node *n = g->first; n; n = n->next) n_params += trainable_by_id[n->id];
   Node **params = ARENA_ARRAY(&ad.c->arena, Node *, n_params + 1);

@@ -51,4 +51,16 @@ bool pass_autodiff(Graph *g, const AutodiffOptions *o);
  * ir_set_output_update.  False after reporting errors to g->ctx. */
 bool pass_train_mode(Graph *g, const AutodiffOptions *o);
 
+/* Only the batchnorms of g to training mode, normalizing with each
+ * batch's statistics, and no state update: the forward plan of a
+ * pipeline stage, whose backward plan recomputes the same batchnorms
+ * and alone keeps the running statistics.  False after reporting
+ * errors to g->ctx (a batchnorm over one value per channel). */
+bool pass_train_batchnorm(Graph *g);
+
+/* By Node.id (g numbered here): the params a training step trains, the
+ * float params with a use that gradients flow through; not the buffers
+ * that only feed batchnorm's running statistics. */
+bool *pass_trainable_params(Graph *g);
+
 #endif

@@ -5,6 +5,8 @@
  * computes exactly what one process computes for its part. */
 #include "passes/stages.h"
 
+#include "passes/autodiff.h"
+
 #include "ir/eval.h"
 
 #include <float.h>
@@ -379,11 +381,13 @@ static Graph *optimizer_graph(Builder *b, const StageSplit *sp, int s) {
   Graph *g = b->to;
   Value *loss = NULL;
   bool *seen = ARENA_ARRAY(&g->ctx->arena, bool, b->from->n_nodes + 1);
+  /* Not batchnorm's running statistics: the backward plan keeps them. */
+  bool *trains = pass_trainable_params(b->from);
   for (Node *n = b->from->first; n; n = n->next) {
     if (sp->stage[n->id] != s) continue;
     for (int i = 0; i < n->n_in; i++) {
       Node *p = n->in[i]->def;
-      if (p->op != OP_PARAM || seen[p->id] || !ir_dtype_is_float(p->out[0].type.dtype)) continue;
+      if (p->op != OP_PARAM || seen[p->id] || !trains[p->id]) continue;
       seen[p->id] = true;
       Value *w = copy_node(b, p);
       const char *name = arena_printf(&g->ctx->arena, "grad.%s", ir_attr_str(p, "name"));
@@ -442,9 +446,14 @@ Graph *pass_stage_graph(Graph *from, const StageSplit *sp, int s, StageKind kind
       if (!(loss = add_to(g, loss, dot_all(g, outs[k], d)))) return NULL;
     }
   }
-  if (kind == STAGE_BACKWARD)
+  if (kind == STAGE_BACKWARD) {
     ir_set_outputs(g, 1, &loss, (const char *[]){"loss"});
-  else
-    ir_set_outputs(g, o->n, outs, names);
+    return g;
+  }
+  ir_set_outputs(g, o->n, outs, names);
+  /* Training-mode batchnorm in a training forward: the backward
+   * recomputes it and alone updates the running statistics, once a
+   * micro-batch. */
+  if (!sp->inference && !pass_train_batchnorm(g)) return NULL;
   return g;
 }

@@ -23,6 +23,7 @@
 typedef struct Mode {
   Graph *g;
   int sync_bn; /* AutodiffOptions' */
+  bool no_running; /* batch statistics only: the running ones left alone */
   int n_updates, cap_updates;
   Value **updates;
   const char **names;
@@ -146,6 +147,11 @@ static void batchnorm(Mode *md, Node *n) {
   ir_set_float(g, bn, "eps", eps);
   ir_set_int(g, bn, "batch_stats", md->sync_bn > 0 ? md->sync_bn : 1);
   Value *y = ir_grad_node(g, bn);
+  if (md->no_running) {
+    for (Node *k = first->next; k; k = k->next) k->keep_f32 = true;
+    replace_node(g, first->next, n, &y);
+    return;
+  }
   double count = (double)m * (md->sync_bn > 0 ? md->sync_bn : 1);
   double unbias[2] = {1, count / (count - 1)};
   for (int i = 0; i < 2; i++) {
@@ -380,4 +386,14 @@ bool pass_train_mode(Graph *g, const AutodiffOptions *o) {
   for (int i = 0; i < total; i++)
     if (marks[i]) ir_set_output_update(g, i, marks[i]);
   return true;
+}
+
+bool pass_train_batchnorm(Graph *g) {
+  Mode md = {.g = g, .no_running = true};
+  Node *last = g->last;
+  for (Node *n = g->first, *next; n; n = next) {
+    next = n == last ? NULL : n->next;
+    if (n->op == OP_BATCHNORM && !ir_attr(n, "batch_stats")) batchnorm(&md, n);
+  }
+  return !md.failed;
 }

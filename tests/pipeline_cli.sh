@@ -5,7 +5,7 @@
 # (f32 1e-5: every loss and every tensor of the checkpoint rank 0
 # writes), both schedules the same bits, --resume, a run repeated the
 # same bytes (on emu), the split rank 0 prints, stages the model marks,
-# dropout, a stage without parameters, 2 pipelines of 2 stages (data
+# dropout, batchnorm (per micro-batch), a stage without parameters, 2 pipelines of 2 stages (data
 # parallel over pipelines), the refusals, and a rank that fails or
 # vanishes ending every rank with a message naming it.  Skips without mpirun or without MPI in dlcc.
 set -u
@@ -103,6 +103,33 @@ cmp -s "$tmp/dp-gpipe.ckpt.safetensors" "$tmp/dp-again.ckpt.safetensors" && ok |
 expect 0 "" mpi 4 "$dlcc" train $D --pipeline=2 --micro-batches=2 --schedule=1f1b --save "$tmp/drop4.safetensors"
 close "$tmp/drop1.ckpt.safetensors" "$tmp/drop4.ckpt.safetensors" "dropout on 2 pipelines of 2 stages"
 
+# Batchnorm: each micro-batch normalizes over its own samples and
+# updates the running statistics once (PyTorch's pipelines).  With one
+# micro-batch that is one process, the batchnorm in the last stage (the
+# cost's cut: only the backward plan runs it) or in the first (the
+# marks': its forward plan normalizes too).  "twice" repeats each batch
+# of 4, so 2 micro-batches of 4 see the same images: the weights are one
+# process's at batch 4, and the running statistics take two updates by
+# the same statistics, one of momentum 1 - 0.9^2 (cnnbn_m19.dl).
+O="--loss=cross_entropy --optimizer=sgd --momentum=0.9 --lr=0.1 --shuffle=false --epochs 2"
+expect 0 "" "$dlcc" train "$t/cnnbn.dl" $O --backend=ref --batch 4 --data "$t/cnnbn/half" --save "$tmp/bn1.safetensors"
+expect 0 "" mpi 2 "$dlcc" train "$t/cnnbn.dl" $O --backend=ref --batch 4 --data "$t/cnnbn/half" --pipeline=2 \
+  --save "$tmp/bnlast.safetensors"
+grep -q '^  stage 1 (rank 1): .*: bn, fc$' "$tmp/out" && ok || fail "the batchnorm's stage: $(cat "$tmp/out")"
+close "$tmp/bn1.ckpt.safetensors" "$tmp/bnlast.ckpt.safetensors" "batchnorm in the last stage, 1 micro-batch"
+expect 0 "" mpi 2 "$dlcc" train "$t/cnnbn_staged.dl" $O --backend=emu --batch 4 --data "$t/cnnbn/half" --pipeline=2 \
+  --save "$tmp/bnfirst.safetensors"
+grep -q '^  stage 0 (rank 0): .*: conv, bn$' "$tmp/out" && ok || fail "the batchnorm's stage: $(cat "$tmp/out")"
+close "$tmp/bn1.ckpt.safetensors" "$tmp/bnfirst.ckpt.safetensors" "batchnorm in the first stage, 1 micro-batch"
+expect 0 "" "$dlcc" train "$t/cnnbn_m19.dl" $O --backend=ref --batch 4 --data "$t/cnnbn/half" --save "$tmp/m19.safetensors"
+for c in cnnbn:ref cnnbn_staged:emu; do
+  expect 0 "" mpi 2 "$dlcc" train "$t/${c%%:*}.dl" $O --backend="${c#*:}" --batch 8 --micro-batches=2 \
+    --data "$t/cnnbn/twice" --pipeline=2 --save "$tmp/bn2.safetensors"
+  close "$tmp/m19.ckpt.safetensors" "$tmp/bn2.ckpt.safetensors" "$c: batchnorm over 2 micro-batches"
+done
+st_values "$tmp/bn1.ckpt.safetensors" >"$tmp/a.v"; st_values "$tmp/bn2.ckpt.safetensors" >"$tmp/b.v"
+agree "$tmp/a.v" "$tmp/b.v" && fail "2 micro-batches' running statistics equal one update's" || ok
+
 # Refusals.
 expect_sub 1 "dlcc: error: --pipeline=4 does not divide the 2 ranks of the launch (mpirun -np 4 for one pipeline, a multiple of 4 for data parallel over pipelines of 4)" \
   mpi 2 "$dlcc" train $A --backend=ref --pipeline=4
@@ -114,8 +141,6 @@ expect_sub 1 "dlcc: error: --batch=8 does not divide into 3 micro-batches: give 
   mpi 2 "$dlcc" train $A --backend=ref --pipeline=2 --micro-batches=3
 expect_sub 1 "dlcc: error: --micro-batches is for pipeline parallel: give --pipeline=S too" \
   "$dlcc" train $A --micro-batches=2
-expect_sub 1 "pipeline parallel does not take batchnorm yet" \
-  mpi 2 "$dlcc" train "$t/tinybn.dl" --loss=cross_entropy --data "$t/data" --batch 8 --drop-last --backend=ref --pipeline=2
 
 # Bad data on rank 1 only: rank 0 stops with rank 1's message.
 mkdir "$tmp/bad"; cp "$t/data/target.npy" "$tmp/bad/"; cp "$t/bad/x_f64.npy" "$tmp/bad/x.npy"
