@@ -22,6 +22,7 @@
 #include "driver/run.h"
 #include "frontend/ast.h"
 #include "frontend/dims.h"
+#include "frontend/onnx.h"
 #include "ir/ir.h"
 #include "passes/stages.h"
 #ifdef HAVE_NCCL
@@ -50,6 +51,7 @@ typedef struct PipeRun {
   int q, D;    /* this rank's pipeline of D (data parallel over pipelines) */
   Ctx ctx;
   Graph *whole; /* lowered at the whole batch: the types one process has */
+  TensorMap onnx_params; /* an ONNX model's initializers, its weights (n 0 for .dl and .ir) */
   Graph *g;     /* lowered at a micro-batch: the graph that is split */
   StageSplit sp;
   Graph *stage; /* this rank's stage */
@@ -108,30 +110,42 @@ typedef struct LowerJob {
   const RunOptions *o;
   int divide; /* each --input's axis 0 over this */
   Graph *g;
+  TensorMap params; /* an ONNX model's */
 } LowerJob;
+
+static bool is_onnx(const char *path) {
+  size_t n = strlen(path);
+  return n > 5 && strcmp(path + n - 5, ".onnx") == 0;
+}
 
 static int lower(Ctx *ctx, void *data) {
   LowerJob *job = data;
   const RunOptions *o = job->o;
-  const SrcFile *f = ctx_load_file(ctx, o->model_path);
-  if (!f) return 1;
   Graph *g;
   size_t n = strlen(o->model_path);
-  if (n > 3 && strcmp(o->model_path + n - 3, ".ir") == 0) {
+  Define *defs = ARENA_ARRAY(&ctx->arena, Define, o->api.n_defines + 1);
+  for (int i = 0; i < o->api.n_defines; i++) defs[i] = (Define){o->api.defines[i].name, o->api.defines[i].value};
+  /* The --input files' shapes, axis 0 divided: they bind free dims. */
+  InputShape *shapes = ARENA_ARRAY(&ctx->arena, InputShape, o->n_inputs + 1);
+  for (int i = 0; i < o->n_inputs; i++) {
+    const RtTensor *t = &o->inputs[i].data;
+    int64_t *dims = ARENA_ARRAY(&ctx->arena, int64_t, t->rank + 1);
+    for (int k = 0; k < t->rank; k++) dims[k] = t->dims[k];
+    if (t->rank) dims[0] /= job->divide;
+    shapes[i] = (InputShape){o->inputs[i].name, t->rank, dims};
+  }
+  const SrcFile *f = NULL;
+  if (is_onnx(o->model_path)) {
+    OnnxOptions oo = {.n_defines = o->api.n_defines, .defines = defs, .n_input_shapes = o->n_inputs,
+                      .input_shapes = shapes};
+    g = fe_onnx_import(ctx, o->model_path, &oo, &job->params);
+  } else if (!(f = ctx_load_file(ctx, o->model_path))) {
+    return 1;
+  } else if (n > 3 && strcmp(o->model_path + n - 3, ".ir") == 0) {
     g = ir_parse(ctx, f);
   } else {
     Program *prog = fe_parse(ctx, f);
     if (!prog) return 1;
-    Define *defs = ARENA_ARRAY(&ctx->arena, Define, o->api.n_defines + 1);
-    for (int i = 0; i < o->api.n_defines; i++) defs[i] = (Define){o->api.defines[i].name, o->api.defines[i].value};
-    InputShape *shapes = ARENA_ARRAY(&ctx->arena, InputShape, o->n_inputs + 1);
-    for (int i = 0; i < o->n_inputs; i++) {
-      const RtTensor *t = &o->inputs[i].data;
-      int64_t *dims = ARENA_ARRAY(&ctx->arena, int64_t, t->rank + 1);
-      for (int k = 0; k < t->rank; k++) dims[k] = t->dims[k];
-      if (t->rank) dims[0] /= job->divide;
-      shapes[i] = (InputShape){o->inputs[i].name, t->rank, dims};
-    }
     LowerOptions lo = {.model = o->api.model, .n_defines = o->api.n_defines, .defines = defs,
                        .n_input_shapes = o->n_inputs, .input_shapes = shapes, .stages = true};
     g = fe_lower(ctx, prog, &lo);
@@ -164,8 +178,6 @@ static const Node *input_named(Graph *g, const char *name) {
 static bool graphs(PipeRun *p) {
   RunOptions *o = p->o;
   size_t n = strlen(o->model_path);
-  if (n > 5 && strcmp(o->model_path + n - 5, ".onnx") == 0)
-    return fail(p, "pipeline parallel takes a .dl or .ir model, not ONNX");
   if (n > 3 && strcmp(o->model_path + n - 3, ".so") == 0)
     return fail(p, "--pipeline compiles each stage: give the model's .dl or .ir, not a library");
   int parts = p->D * p->M; /* the batch's: each pipeline's share in M micro-batches */
@@ -183,7 +195,9 @@ static bool graphs(PipeRun *p) {
   LowerJob whole = {.o = o, .divide = 1}, micro = {.o = o, .divide = parts};
   int rc = ctx_guard(&p->ctx, lower, &whole);
   if (rc || p->ctx.diag.errors) return fail_diag(p, rc);
+  p->onnx_params = whole.params;
   rc = ctx_guard(&p->ctx, lower, &micro);
+  ir_tensor_map_free(&micro.params); /* the same initializers again */
   if (rc || p->ctx.diag.errors) return fail_diag(p, rc);
   p->whole = whole.g, p->g = micro.g;
   for (int i = 0; i < o->n_inputs; i++)
@@ -263,32 +277,42 @@ static bool compile_stage(PipeRun *p) {
   return true;
 }
 
-/* The stage's parameters as one process binds the whole model's: from
+/* Each of map's tensors that the stage reads into its plan. */
+static bool bind_stage_weights(PipeRun *p, const TensorMap *map) {
+  bool ok = true;
+  for (int i = 0; ok && i < map->n; i++) {
+    bool mine = false;
+    for (Node *n = p->stage->first; n && !mine; n = n->next)
+      mine = n->op == OP_PARAM && strcmp(ir_attr_str(n, "name"), map->names[i]) == 0;
+    if (mine && dlc_set_weight(p->m, map->names[i], map->tensors[i].data,
+                               ir_tensor_nbytes(&map->tensors[i].type)) != DLC_OK)
+      ok = model_failed(p);
+  }
+  return ok;
+}
+
+/* The stage's parameters as one process binds the whole model's: an
+ * ONNX model's initializers, or from
  * --weights, checked whole against the whole model (the same messages),
  * then each of the stage's set into its plan; or random from --seed,
  * which draws each parameter from its name, so a stage draws what one
  * process draws. */
 static bool bind_weights(PipeRun *p) {
   if (dlc_init_weights(p->m, p->o->seed) != DLC_OK) return model_failed(p);
-  if (!p->o->weights) return true;
-  TensorMap map = {0};
-  if (!api_bind_weights(p->whole, p->o->weights, &map, p->err, sizeof p->err)) {
+  if (!p->o->weights && !p->onnx_params.n) return true;
+  TensorMap map = {0}, *from = &map;
+  if (!p->o->weights) { /* an ONNX model's own, unless --weights replaces them */
+    from = &p->onnx_params;
+  } else if (!api_bind_weights(p->whole, p->o->weights, &map, p->err, sizeof p->err)) {
     size_t n = strlen(p->err);
     while (n && p->err[n - 1] == '\n') p->err[--n] = 0;
     return false;
   }
-  bool ok = true;
-  for (int i = 0; ok && i < map.n; i++) {
-    bool mine = false;
-    for (Node *n = p->stage->first; n && !mine; n = n->next)
-      mine = n->op == OP_PARAM && strcmp(ir_attr_str(n, "name"), map.names[i]) == 0;
-    if (mine && dlc_set_weight(p->m, map.names[i], map.tensors[i].data, ir_tensor_nbytes(&map.tensors[i].type)) !=
-                    DLC_OK)
-      ok = model_failed(p);
-  }
+  bool ok = bind_stage_weights(p, from);
   ir_tensor_map_free(&map);
   return ok;
 }
+
 
 static void *alloc_or(size_t n, bool *ok) {
   void *q = calloc(1, n ? n : 1);
@@ -442,6 +466,7 @@ static void pipe_run_free(PipeRun *p) {
   for (int i = 0; p->outputs && i < p->whole->n_outputs; i++) free(p->outputs[i]);
   free(p->recv), free(p->send), free(p->outputs), free(p->in_bytes), free(p->out_bytes);
   dlc_free(p->m);
+  ir_tensor_map_free(&p->onnx_params);
   ctx_free(&p->ctx);
 }
 

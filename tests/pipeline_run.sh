@@ -5,7 +5,8 @@
 # every output .npy equal to a one-process run's (f32 1e-6), with
 # --weights and with random weights and inputs; a model that carries an
 # early output, a skip from its input, an integer output, a batchnorm
-# and a weight two stages read (tests/pipeinf/multi.dl); the split rank
+# and a weight two stages read (tests/pipeinf/multi.dl); an ONNX model
+# with its own weights (tests/pipeinf/mlp3.onnx); the split rank
 # 0 prints; 2 pipelines of 2 stages (data parallel over pipelines, one
 # writer); the refusals; a bad input on one rank ending every rank with
 # its message.  Skips without mpirun or without MPI in dlcc.
@@ -83,6 +84,18 @@ same "$tmp/one-emu-multi" "$tmp/dp1" "2 pipelines of 1 stage"
 expect 0 "" "$dlcc" run "$t/mlp4.dl" -D N=6 --seed=3 --backend=emu --output-dir "$tmp/rand1"
 expect 0 "" mpi 2 "$dlcc" run "$t/mlp4.dl" -D N=6 --seed=3 --backend=emu --pipeline=2 --output-dir "$tmp/rand2"
 same "$tmp/rand1" "$tmp/rand2" "random weights and inputs"
+
+# An ONNX model brings its own weights: each stage binds its
+# initializers (when this dlcc reads ONNX).
+if "$dlcc" --onnx-support >/dev/null 2>&1; then
+  expect 0 "" "$dlcc" run "$p/mlp3.onnx" --input x="$p/x8.npy" --backend=ref --output-dir "$tmp/onnx1"
+  for c in emu:2:4 ref:3:1; do
+    b=${c%%:*} c=${c#*:}; s=${c%%:*} k=${c#*:}
+    expect 0 "" mpi "$s" "$dlcc" run "$p/mlp3.onnx" --input x="$p/x8.npy" --backend=$b --pipeline="$s" \
+      --micro-batches="$k" --output-dir "$tmp/onnx-$b-$s"
+    same "$tmp/onnx1" "$tmp/onnx-$b-$s" "ONNX on $b, $s stages, $k micro-batches"
+  done
+fi
 
 # Refusals.
 expect_sub 1 "dlcc: error: --micro-batches=4 does not divide input 'x' ($t/data/x.npy): its axis 0, the batch, is 22; give a batch that is a multiple of 4" \
