@@ -17,6 +17,7 @@
 
 #include "frontend/ast.h"
 #include "frontend/dims.h"
+#include "frontend/onnx.h"
 #include "ir/eval.h"
 #include "ir/ir.h"
 #include "passes/autodiff.h"
@@ -87,29 +88,35 @@ typedef struct BuildJob {
 static int build_graph(Ctx *ctx, void *data) {
   BuildJob *job = data;
   const PipeConfig *c = job->c;
-  const SrcFile *f = ctx_load_file(ctx, c->model_path);
-  if (!f) return 1;
   size_t n = strlen(c->model_path);
+  const dlc_options *mo = &c->train->model;
+  const TrainData *d = c->data;
+  Define *defs = ARENA_ARRAY(&ctx->arena, Define, mo->n_defines + 1);
+  for (int i = 0; i < mo->n_defines; i++) defs[i] = (Define){mo->defines[i].name, mo->defines[i].value};
+  /* The data's arrays at a micro-batch: they bind the inputs' shapes. */
+  InputShape *shapes = ARENA_ARRAY(&ctx->arena, InputShape, d->n + 1);
+  for (int i = 0; i < d->n; i++) {
+    int64_t *dims = ARENA_ARRAY(&ctx->arena, int64_t, d->a[i].t.rank);
+    dims[0] = job->micro_batch;
+    for (int k = 1; k < d->a[i].t.rank; k++) dims[k] = d->a[i].t.dims[k];
+    shapes[i] = (InputShape){d->a[i].name, d->a[i].t.rank, dims};
+  }
   Graph *g;
-  if (n > 3 && strcmp(c->model_path + n - 3, ".ir") == 0) {
-    g = ir_parse(ctx, f);
-  } else if (n > 5 && strcmp(c->model_path + n - 5, ".onnx") == 0) {
-    diag_error(ctx, (SrcLoc){0}, "pipeline parallel takes a .dl or .ir model, not ONNX");
+  const SrcFile *f = NULL;
+  if (n > 5 && strcmp(c->model_path + n - 5, ".onnx") == 0) {
+    /* The weights come from the whole model's step (pipe_bind), which
+     * holds the initializers: these are dropped. */
+    OnnxOptions oo = {.n_defines = mo->n_defines, .defines = defs, .n_input_shapes = d->n, .input_shapes = shapes};
+    TensorMap params;
+    g = fe_onnx_import(ctx, c->model_path, &oo, &params);
+    ir_tensor_map_free(&params);
+  } else if (!(f = ctx_load_file(ctx, c->model_path))) {
     return 1;
+  } else if (n > 3 && strcmp(c->model_path + n - 3, ".ir") == 0) {
+    g = ir_parse(ctx, f);
   } else {
     Program *p = fe_parse(ctx, f);
     if (!p) return 1;
-    const dlc_options *mo = &c->train->model;
-    const TrainData *d = c->data;
-    Define *defs = ARENA_ARRAY(&ctx->arena, Define, mo->n_defines + 1);
-    for (int i = 0; i < mo->n_defines; i++) defs[i] = (Define){mo->defines[i].name, mo->defines[i].value};
-    InputShape *shapes = ARENA_ARRAY(&ctx->arena, InputShape, d->n + 1);
-    for (int i = 0; i < d->n; i++) {
-      int64_t *dims = ARENA_ARRAY(&ctx->arena, int64_t, d->a[i].t.rank);
-      dims[0] = job->micro_batch;
-      for (int k = 1; k < d->a[i].t.rank; k++) dims[k] = d->a[i].t.dims[k];
-      shapes[i] = (InputShape){d->a[i].name, d->a[i].t.rank, dims};
-    }
     LowerOptions lo = {.model = mo->model, .n_defines = mo->n_defines, .defines = defs, .training = true,
                        .n_input_shapes = d->n, .input_shapes = shapes};
     g = fe_lower(ctx, p, &lo);

@@ -5,7 +5,7 @@
 # (f32 1e-5: every loss and every tensor of the checkpoint rank 0
 # writes), both schedules the same bits, --resume, a run repeated the
 # same bytes (on emu), the split rank 0 prints, stages the model marks,
-# dropout, batchnorm (per micro-batch), a stage without parameters, 2 pipelines of 2 stages (data
+# dropout, batchnorm (per micro-batch), an ONNX model, a stage without parameters, 2 pipelines of 2 stages (data
 # parallel over pipelines), the refusals, and a rank that fails or
 # vanishes ending every rank with a message naming it.  Skips without mpirun or without MPI in dlcc.
 set -u
@@ -129,6 +129,15 @@ for c in cnnbn:ref cnnbn_staged:emu; do
 done
 st_values "$tmp/bn1.ckpt.safetensors" >"$tmp/a.v"; st_values "$tmp/bn2.ckpt.safetensors" >"$tmp/b.v"
 agree "$tmp/a.v" "$tmp/b.v" && fail "2 micro-batches' running statistics equal one update's" || ok
+
+# An ONNX model (when this dlcc reads ONNX): its initializers are the
+# whole model's weights, which each stage takes its part of.
+if "$dlcc" --onnx-support >/dev/null 2>&1; then
+  X="${top_srcdir:-.}/tests/pipeinf/mlp3.onnx --loss=cross_entropy --optimizer=adamw --lr=0.05 --data $t/data --epochs 2 --drop-last --batch 8"
+  expect 0 "" "$dlcc" train $X --backend=ref --save "$tmp/onnx1.safetensors"
+  expect 0 "" mpi 2 "$dlcc" train $X --backend=emu --pipeline=2 --micro-batches=2 --save "$tmp/onnx2.safetensors"
+  close "$tmp/onnx1.ckpt.safetensors" "$tmp/onnx2.ckpt.safetensors" "an ONNX model on 2 stages"
+fi
 
 # Refusals.
 expect_sub 1 "dlcc: error: --pipeline=4 does not divide the 2 ranks of the launch (mpirun -np 4 for one pipeline, a multiple of 4 for data parallel over pipelines of 4)" \
