@@ -206,3 +206,114 @@ bool cg_lower_conv_depthwise(CgBuild *b, const Node *n) {
   cg_launch(b, k);
   return true;
 }
+
+/* ---- channels last ----
+ *
+ * conv2d in layout "nhwc" with groups = C (passes/nhwc.c keeps
+ * MobileNet's depthwise convolutions in its channels-last regions): x
+ * [N, H, W, C], W [Co, kH, kW, 1], the result [N, OH, OW, Co].  A
+ * thread computes V consecutive output channels of one output pixel:
+ * where x is a plain aligned array, C a multiple of a 16-byte chunk and
+ * the multiplier 1, V is a chunk and each tap is one 16-byte load of V
+ * channels (a warp reads 512 consecutive bytes of one pixel row), else
+ * V is 1.  Neighbouring pixels' threads reread a tap's input from L1
+ * and L2 rather than from a staged tile: the kernel moves each
+ * activation byte about once through DRAM, which is what bounds it.
+ * With V > 1 the block first copies the weights into shared memory as
+ * [kH*kW][Co], so that a tap's V weights are one 16-byte load too (a
+ * block spans 256 * V channels of consecutive pixels: each weight
+ * serves several pixels); else each is a scalar load. */
+enum { NHWC_THREADS = 256, NHWC_MAX_W_BYTES = 32 * 1024 };
+
+bool cg_lower_conv_depthwise_nhwc(CgBuild *b, const Node *n) {
+  const Value *x = n->in[0], *w = n->in[1], *out = &n->out[0];
+  const int64_t *xd = x->type.dims, *wd = w->type.dims, *od = out->type.dims;
+  if (x->type.rank != 4 || wd[3] != 1 || ir_attr_int(n, "groups") != xd[3]) return false;
+  int cnt;
+  const int64_t *stride = ir_attr_ints(n, "stride", &cnt), *pad = ir_attr_ints(n, "pad", &cnt);
+  const int64_t *dil = ir_attr_ints(n, "dilation", &cnt);
+  int64_t N = xd[0], H = xd[1], W = xd[2], C = xd[3], Co = wd[0], KH = wd[1], KW = wd[2];
+  int64_t OH = od[1], OW = od[2], mult = Co / C, KK = KH * KW;
+  DType acc_t = out->type.dtype == TY_I32 ? TY_I32 : TY_F32;
+  int64_t V = VEC_BYTES / ir_dtype_size(x->type.dtype);
+  double cst;
+  if (mult != 1 || C % V || V < 2 || cg_is_fused(b, x) || cg_const_of(b, x, &cst) ||
+      cg_ref(b, x).offset % VEC_BYTES)
+    V = 1;
+  int64_t groups_of_v = Co / V, total = N * OH * OW * groups_of_v, blocks = cdiv(total, NHWC_THREADS);
+  if (blocks > INT32_MAX) return false;
+  Ctx *c = cg_build_ctx(b);
+  const CgGroup *grp = cg_group(b);
+  const char *what = arena_printf(&c->arena, "%sdepthwise, channels last, %" PRId64 " channel%s a thread%s",
+                                  grp ? arena_printf(&c->arena, "#k%d ", grp->id) : "", V, V == 1 ? "" : "s",
+                                  V > 1 ? ", 16-byte loads" : "");
+  Kernel *k = new_kernel(b, n, "dw", what);
+  KBuf *acc = cg_klocal(k, "acc", acc_t, V, KSP_REGISTER);
+  KVar *bt = cg_kvar(k, "bt", KT_INDEX), *t = cg_kvar(k, "t", KT_INDEX);
+  KStmt *lx = cg_kloop(k, &k->body, bt, ki(k, blocks), KM_GRID_X);
+  KBlock *body = &cg_kloop(k, &lx->body, t, ki(k, NHWC_THREADS), KM_BLOCK_X)->body;
+  KBuf *ws = NULL;
+  DType wt = w->type.dtype;
+  if (V > 1 && Co * KK * ir_dtype_size(wt) <= NHWC_MAX_W_BYTES && VEC_BYTES / ir_dtype_size(wt) == V) {
+    /* ws[q * Co + co] = w[co * KK + q], every thread of the block */
+    ws = cg_klocal(k, "ws", wt, Co * KK, KSP_SHARED);
+    KVar *l = cg_kvar(k, "l", KT_INDEX);
+    KBlock *lb = &cg_kloop(k, body, l, ki(k, cdiv(Co * KK, NHWC_THREADS)), KM_SERIAL)->body;
+    KExpr *wi = ilet(k, lb, "wi", cg_kadd(k, kv(k, t), cg_kmul(k, kv(k, l), ki(k, NHWC_THREADS))));
+    if ((Co * KK) % NHWC_THREADS) lb = &cg_kif(k, lb, klt(k, wi, ki(k, Co * KK)))->body;
+    KExpr *src = cg_kadd(k, cg_kmul(k, kmod(k, wi, Co), ki(k, KK)), kdiv(k, wi, Co));
+    cg_kstore(k, lb, ws, wi, cg_operand_load(b, k, lb, w, "w", src));
+    cg_kbarrier(k, body);
+  }
+  KExpr *e = ilet(k, body, "e", cg_kadd(k, cg_kmul(k, kv(k, bt), ki(k, NHWC_THREADS)), kv(k, t)));
+  if (total % NHWC_THREADS) body = &cg_kif(k, body, klt(k, e, ki(k, total)))->body;
+  /* e = ((img * OH + oh) * OW + ow) * (Co / V) + cv: channels fastest */
+  KExpr *co0 = ilet(k, body, "co0", cg_kmul(k, kmod(k, e, groups_of_v), ki(k, V)));
+  KExpr *pix = ilet(k, body, "pix", kdiv(k, e, groups_of_v));
+  KExpr *ow = ilet(k, body, "ow", kmod(k, pix, OW));
+  KExpr *oh = ilet(k, body, "oh", kmod(k, kdiv(k, pix, OW), OH));
+  KExpr *img = ilet(k, body, "img", kdiv(k, pix, OW * OH));
+  KExpr *ci0 = mult == 1 ? co0 : ilet(k, body, "ci0", kdiv(k, co0, mult));
+  KVar *j, *kh, *kw;
+  KBlock *zb = &cg_kloop(k, body, j = cg_kvar(k, "j", KT_INDEX), ki(k, V), KM_UNROLL)->body;
+  cg_kstore(k, zb, acc, kv(k, j), cg_kimm(k, 0, acc_t));
+  KBlock *hb = &cg_kloop(k, body, kh = cg_kvar(k, "kh", KT_INDEX), ki(k, KH), KM_UNROLL)->body;
+  KBlock *vb = &cg_kloop(k, hb, kw = cg_kvar(k, "kw", KT_INDEX), ki(k, KW), KM_UNROLL)->body;
+  KExpr *ih = ilet(k, vb, "ih", cg_kidx(k, KI_SUB, cg_kadd(k, cg_kmul(k, oh, ki(k, stride[0])), cg_kmul(k, kv(k, kh), ki(k, dil[0]))), ki(k, pad[0])));
+  KExpr *iw = ilet(k, vb, "iw", cg_kidx(k, KI_SUB, cg_kadd(k, cg_kmul(k, ow, ki(k, stride[1])), cg_kmul(k, kv(k, kw), ki(k, dil[1]))), ki(k, pad[1])));
+  KExpr *inside = cg_kand(k, cg_kand(k, cg_kcmp(k, KC_GE, ih, ki(k, 0)), klt(k, ih, ki(k, H))),
+                          cg_kand(k, cg_kcmp(k, KC_GE, iw, ki(k, 0)), klt(k, iw, ki(k, W))));
+  KExpr *xi = cg_kadd(k, cg_kmul(k, cg_kadd(k, cg_kmul(k, cg_kadd(k, cg_kmul(k, img, ki(k, H)), ih), ki(k, W)), iw), ki(k, C)), ci0);
+  KExpr *tap = cg_kadd(k, cg_kmul(k, kv(k, kh), ki(k, KW)), kv(k, kw));
+  KStmt *g = cg_kif(k, vb, inside);
+  KVar *xv = V > 1 ? cg_kvload(k, &g->body, "xv", global_of(b, k, x, "x"), xi, (int)V) : NULL;
+  KVar *wvec = ws ? cg_kvload(k, &g->body, "wv", ws, cg_kadd(k, cg_kmul(k, tap, ki(k, Co)), co0), (int)V) : NULL;
+  int64_t zp = cg_zero_point(n);
+  for (int64_t l = 0; l < V; l++) {
+    KExpr *co = cg_kadd(k, co0, ki(k, l));
+    KExpr *wv = cg_kcast(k, wvec ? cg_klane(k, wvec, (int)V, (int)l)
+                                 : cg_operand_load(b, k, &g->body, w, "w", cg_kadd(k, cg_kmul(k, co, ki(k, KK)), tap)),
+                         acc_t);
+    KExpr *xl = xv ? cg_klane(k, xv, (int)V, (int)l) : cg_operand_load(b, k, &g->body, x, "x", xi);
+    KExpr *prod = cg_kop2(k, OP_MUL, cg_kcast(k, xl, acc_t), wv);
+    cg_kstore(k, &g->body, acc, ki(k, l), cg_kop2(k, OP_ADD, cg_kload(k, acc, ki(k, l)), prod));
+    if (zp) { /* int8's padding reads the zero point (a real 0) */
+      KExpr *wp = cg_kcast(k, cg_operand_load(b, k, &g->orelse, w, "w", cg_kadd(k, cg_kmul(k, co, ki(k, KK)), tap)), acc_t);
+      KExpr *pp = cg_kop2(k, OP_MUL, cg_kimm(k, (double)zp, acc_t), wp);
+      cg_kstore(k, &g->orelse, acc, ki(k, l), cg_kop2(k, OP_ADD, cg_kload(k, acc, ki(k, l)), pp));
+    }
+  }
+  KExpr *o0 = ilet(k, body, "o", cg_kadd(k, cg_kmul(k, pix, ki(k, Co)), co0));
+  for (int64_t l = 0; l < V; l++) {
+    KExpr *co = cg_kadd(k, co0, ki(k, l)), *val = cg_kload(k, acc, ki(k, l));
+    if (n->n_in > 2)
+      val = cg_kop2(k, OP_ADD, val, cg_kcast(k, cg_operand_load(b, k, body, n->in[2], "bias", co), acc_t));
+    KExpr *oi = cg_kadd(k, o0, ki(k, l));
+    if (!cg_fused_store(b, k, body, out, oi, val))
+      cg_kstore(k, body, global_of(b, k, out, "out"), oi, cg_kcast(k, val, out->type.dtype));
+  }
+  k->grid[0] = (uint32_t)blocks;
+  k->block[0] = NHWC_THREADS;
+  cg_launch(b, k);
+  return true;
+}

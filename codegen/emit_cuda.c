@@ -1321,10 +1321,11 @@ char *cg_emit_kernel(Ctx *c, const Kernel *k, const char *name, bool with_commen
       fprintf(f, "  %s *%s = (%s *)(dl_smem + %u);\n", ctype(k, b->dtype), b->name, ctype(k, b->dtype), b->offset);
       continue;
     }
-    /* i8 tiles are read four bytes at a time (KE_PACK4) */
-    const char *space = b->space != KSP_SHARED ? ""
-                        : b->dtype == TY_I8  ? "__shared__ __align__(16) "
-                                             : "__shared__ ";
+    /* i8 tiles are read four bytes at a time (KE_PACK4), 16-bit ones
+     * (the depthwise kernel's weights) in 16-byte vectors */
+    const char *space = b->space != KSP_SHARED                                ? ""
+                        : b->dtype == TY_I8 || ir_dtype_size(b->dtype) == 2 ? "__shared__ __align__(16) "
+                                                                             : "__shared__ ";
     const char *type = b->space == KSP_FRAGMENT ? "unsigned" : ctype(k, b->dtype);
     fprintf(f, "  %s%s %s[%" PRId64 "];\n", space, type, b->name, b->numel);
   }

@@ -475,6 +475,9 @@ bool cg_conv_on_tc(CgBuild *b, const Node *n);
  * stages input tiles in shared memory (conv_depthwise.c); false, having
  * done nothing, when the node is no such conv or its tile would not fit. */
 bool cg_lower_conv_depthwise(CgBuild *b, const Node *n);
+/* The same for layout "nhwc" (x [N, H, W, C], W [Co, kH, kW, 1]); false
+ * only for a grid past 2^31 blocks. */
+bool cg_lower_conv_depthwise_nhwc(CgBuild *b, const Node *n);
 
 /* ---- tensor-core GEMMs (tc_gemm.c, docs/tensorcores.md) ---- */
 

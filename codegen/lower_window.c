@@ -192,7 +192,12 @@ bool lower_conv(CgBuild *b, const Node *n) {
   if (!product_dtypes(b, n)) return false;
   if (numel(&n->out[0].type) == 0) return true;
   int64_t groups = ir_attr_int(n, "groups");
-  /* channels last has only the implicit GEMM (groups 1) */
+  /* channels last: the implicit GEMM (groups 1) or the depthwise kernel */
+  if (ir_conv_nhwc(n) && groups > 1) {
+    if (cg_lower_conv_depthwise_nhwc(b, n)) return true;
+    diag_error(cg_build_ctx(b), n->loc, "conv2d: a channels-last depthwise convolution past 2^31 blocks of threads");
+    return false;
+  }
   if ((n->group >= 0 || ir_conv_nhwc(n)) && (groups == 1 || cg_conv_on_tc(b, n))) return cg_lower_conv_igemm(b, n);
   ConvGeo cg = conv_geo(n);
   if (groups == 1)

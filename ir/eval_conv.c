@@ -196,13 +196,14 @@ static void window_taps(const Window *w, int64_t o, int64_t *taps) {
   for (int64_t t = 0; t < w->k_size; t++, window_next_tap(w, kc)) taps[t] = window_tap(w, oc, kc, NULL);
 }
 
-/* conv2d in layout "nhwc" (groups 1): x [N,H,W,C], W [Co,kH,kW,C], out
- * [N,OH,OW,Co].  The terms are added in the order of the nchw loop
+/* conv2d in layout "nhwc" (groups 1 or depthwise): x [N,H,W,C], W
+ * [Co,kH,kW,C/groups], out [N,OH,OW,Co].  The terms are added in the order of the nchw loop
  * below (channel, then taps), so a graph and its nhwc rewrite give the
  * same numbers, not merely close ones. */
 static bool eval_conv_nhwc(Eval *e, const Node *n, const Window *win, const Tensor *x, const Tensor *w,
-                           const Tensor *b, Tensor *out) {
+                           const Tensor *b, Tensor *out, int64_t groups) {
   int64_t N = x->type.dims[0], C = x->type.dims[x->type.rank - 1], Co = w->type.dims[0];
+  int64_t Cg = C / groups, cog = Co / groups;
   bool ints = is_int(x) && is_int(w) && is_int(out);
   const Attr *zpa = ir_attr(n, "zero_point");
   int64_t zp = zpa ? zpa->i : 0;
@@ -213,14 +214,15 @@ static bool eval_conv_nhwc(Eval *e, const Node *n, const Window *win, const Tens
       window_taps(win, o, taps);
       for (int64_t co = 0; co < Co; co++) {
         Acc acc = {.ints = ints};
-        for (int64_t ci = 0; ci < C; ci++)
+        int64_t c0 = co / cog * Cg; /* the group's first input channel */
+        for (int64_t ci = 0; ci < Cg; ci++)
           for (int64_t t = 0; t < win->k_size; t++) {
-            int64_t wi = (co * win->k_size + t) * C + ci, at = taps[t];
+            int64_t wi = (co * win->k_size + t) * Cg + ci, at = taps[t];
             if (at < 0) {
               if (zp) acc.i = wadd(acc.i, wmul(zp, get_i(w, wi)));
               continue;
             }
-            acc_mac(&acc, x, (nb * win->in_size + at) * C + ci, w, wi);
+            acc_mac(&acc, x, (nb * win->in_size + at) * C + c0 + ci, w, wi);
           }
         if (b) acc_add(&acc, b, co);
         acc_store(&acc, out, (nb * win->out_size + o) * Co + co);
@@ -241,10 +243,9 @@ bool eval_conv(Eval *e, const Node *n, const Tensor *x, const Tensor *w, const T
   bool nhwc = ir_conv_nhwc(n);
   int cx = nhwc ? xt->rank - 1 : 1;
   int64_t N = xt->dims[0], C = xt->dims[cx], Co = wt->dims[0], Cg = wt->dims[cx];
-  if (groups < 1 || C % groups || Co % groups || Cg != C / groups || ot->dims[0] != N ||
-      ot->dims[cx] != Co || (nhwc && groups != 1))
+  if (groups < 1 || C % groups || Co % groups || Cg != C / groups || ot->dims[0] != N || ot->dims[cx] != Co)
     return fail(e, "channels do not fit groups");
-  if (nhwc) return eval_conv_nhwc(e, n, &win, x, w, b, out);
+  if (nhwc) return eval_conv_nhwc(e, n, &win, x, w, b, out, groups);
   if (b && numel(&b->type) != Co) return fail(e, "bias must have %" PRId64 " elements", Co);
   int64_t cog = Co / groups;
   bool ints = is_int(x) && is_int(w) && is_int(out);

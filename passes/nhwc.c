@@ -4,7 +4,9 @@
  * channels a multiple of a 16-byte chunk) and the layout-agnostic ops
  * between them (elementwise ops whose other operands are the same shape,
  * a per-channel vector or a scalar) in layout "nhwc", with a transpose
- * where such a region meets anything else.  The weights become [Co, kH,
+ * where such a region meets anything else (depthwise convolutions
+ * whose channels fill chunks join the regions too, with their own
+ * channels-last kernel, so MobileNet's blocks are one region).  The weights become [Co, kH,
  * kW, C] through a transpose of the param, which codegen computes once
  * at load (an init step), and the user's inputs and outputs keep their
  * layout.
@@ -19,9 +21,7 @@
  * function of one), and it has no more transposes than such
  * convolutions.  A convolution that reads an entry gains nothing (fusion
  * evaluates the transpose in its loads, which are then register-staged),
- * so a single convolution between NCHW ops is left alone, and so is
- * MobileNet's pair of a block's projection and the next block's
- * expansion between depthwise convolutions.  Each
+ * so a single convolution between NCHW ops is left alone.  Each
  * transpose reads and writes one activation; what a convolution gains
  * (its im2col operand by cp.async instead of register staging) is not
  * measured here (no GPU), so the rule is a conservative estimate. */
@@ -64,6 +64,24 @@ static bool conv_eligible(const Nhwc *S, const Node *n) {
   bool ok = dt == TY_F16 || dt == TY_BF16 || (dt == TY_I8 && n->out[0].type.dtype == TY_I32) ||
             (dt == TY_F32 && S->o->tf32);
   return ok && x->dims[1] % (16 / ir_dtype_size(dt)) == 0;
+}
+
+/* A depthwise convolution (groups = C, one output channel each) whose
+ * channels fill whole 16-byte chunks, in a dtype the regions take: its
+ * channels-last kernel (codegen/conv_depthwise.c) reads a chunk of
+ * channels a tap, so it joins a region instead of cutting it
+ * (MobileNet's blocks).  It does not count as a convolution that gains:
+ * its kernel is bandwidth-bound in either layout. */
+static bool depthwise_eligible(const Nhwc *S, const Node *n) {
+  if (n->op != OP_CONV2D || ir_conv_nhwc(n) || n->guard) return false;
+  const TensorType *x = &n->in[0]->type, *w = &n->in[1]->type;
+  if (x->rank != 4 || w->rank != 4 || w->dtype != x->dtype) return false;
+  int64_t C = x->dims[1];
+  if (ir_attr_int(n, "groups") != C || C < 2 || w->dims[0] != C || w->dims[1] != 1) return false;
+  DType dt = x->dtype;
+  bool ok = dt == TY_F16 || dt == TY_BF16 || (dt == TY_I8 && n->out[0].type.dtype == TY_I32) ||
+            (dt == TY_F32 && S->o->tf32);
+  return ok && C % (16 / ir_dtype_size(dt)) == 0;
 }
 
 /* Operand kinds of an agnostic op: 0 the full shape, 1 a per-channel
@@ -153,7 +171,7 @@ static void find_regions(Nhwc *S) {
   Graph *g = S->g;
   for (Node *n = g->first; n; n = n->next) {
     for (int i = 0; i < n->n_out; i++) S->values[n->out[i].id] = &n->out[i];
-    if (conv_eligible(S, n)) {
+    if (conv_eligible(S, n) || depthwise_eligible(S, n)) {
       S->inside[n->id] = true;
       join(S, n->in[0], &n->out[0]);
     } else if (agnostic(n)) {
@@ -176,7 +194,7 @@ static void find_regions(Nhwc *S) {
   for (Node *n = g->first; n; n = n->next) {
     if (S->inside[n->id] && n->op == OP_CONV2D) {
       fed[n->out[0].id] = true;
-      if (fed[n->in[0]->id]) S->convs[find(S, n->out[0].id)]++;
+      if (fed[n->in[0]->id] && ir_attr_int(n, "groups") == 1) S->convs[find(S, n->out[0].id)]++;
     } else if (S->inside[n->id]) {
       for (int i = 0; i < n->n_in; i++) fed[n->out[0].id] = fed[n->out[0].id] || fed[n->in[i]->id];
     }
