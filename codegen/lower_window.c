@@ -533,7 +533,11 @@ bool lower_pool(CgBuild *b, const Node *n) {
   bool include_pad = !is_max && ir_attr_int(n, "count_include_pad");
   const Value *x = n->in[0], *out = &n->out[0];
   int nsp = x->type.rank - 2;
-  const int64_t *in = x->type.dims + 2, *od = out->type.dims + 2;
+  /* channels last: spatial dims from axis 1, the channel last; a
+   * thread's neighbours take the next channels, contiguous in x */
+  bool nhwc = ir_nhwc(n);
+  int sx = nhwc ? 1 : 2;
+  const int64_t *in = x->type.dims + sx, *od = out->type.dims + sx;
   if (numel(&out->type) == 0) return true;
   int64_t pmin[MAX_SPATIAL], pmax[MAX_SPATIAL], zeros[MAX_SPATIAL] = {0, 0, 0};
   int64_t lo[MAX_SPATIAL], hi[MAX_SPATIAL];
@@ -542,9 +546,10 @@ bool lower_pool(CgBuild *b, const Node *n) {
   Kernel *k = new_kernel(b, n, NULL, NULL);
   Map m;
   map_begin(&m, k, &out->type);
-  /* The (n, c) plane: every output plane has OH*OW elements. */
-  KVar *plane =
-      cg_klet(k, &m.main, "plane", KT_INDEX, cg_kidx(k, KI_DIV, m.i, cg_kint(k, product(od, nsp))));
+  /* The (n, c) plane: every output plane has OH*OW elements (nhwc: the
+   * image, its channel apart). */
+  KVar *plane = cg_klet(k, &m.main, "plane", KT_INDEX,
+                        nhwc ? map_coord(&m, 0) : cg_kidx(k, KI_DIV, m.i, cg_kint(k, product(od, nsp))));
   KVar *acc = cg_klet(k, &m.main, "acc", at, cg_kimm(k, is_max ? lowest : 0.0, at));
   KVar *count = is_max ? NULL : cg_klet(k, &m.main, "count", KT_INDEX, cg_kint(k, 0));
   KVar *tap[MAX_SPATIAL], *pos[MAX_SPATIAL] = {NULL};
@@ -553,7 +558,7 @@ bool lower_pool(CgBuild *b, const Node *n) {
   for (int d = 0; d < nsp; d++) {
     body = &cg_kloop(k, body, tap[d], cg_kint(k, kern[d]), KM_SERIAL)->body;
     pos[d] = cg_klet(k, body, spatial_name(pos_names, nsp, d), KT_INDEX,
-                     window_pos(k, map_coord(&m, 2 + d), stride[d], pad[d], cg_kv(k, tap[d]), dil[d]));
+                     window_pos(k, map_coord(&m, sx + d), stride[d], pad[d], cg_kv(k, tap[d]), dil[d]));
   }
   KExpr *inc = count ? cg_kadd(k, cg_kv(k, count), cg_kint(k, 1)) : NULL;
   if (include_pad) {
@@ -566,7 +571,9 @@ bool lower_pool(CgBuild *b, const Node *n) {
   }
   KExpr *inside = window_inside(k, nsp, pos, zeros, in, pmin, pmax);
   KBlock *in_x = inside ? &cg_kif(k, body, inside)->body : body;
-  KExpr *v = cg_kcast(k, load_in(b, k, in_x, x, "x", window_index(k, cg_kv(k, plane), nsp, in, pos)), at);
+  KExpr *xi = window_index(k, cg_kv(k, plane), nsp, in, pos);
+  if (nhwc) xi = cg_kadd(k, cg_kmul(k, xi, cg_kint(k, x->type.dims[1 + nsp])), map_coord(&m, 1 + nsp));
+  KExpr *v = cg_kcast(k, load_in(b, k, in_x, x, "x", xi), at);
   cg_kset(k, in_x, acc, cg_kop2(k, is_max ? OP_MAXIMUM : OP_ADD, cg_kv(k, acc), v));
   if (count && !include_pad) cg_kset(k, in_x, count, inc);
   KExpr *res = cg_kv(k, acc);

@@ -138,7 +138,7 @@ static bool window_of(Eval *e, const Node *n, const TensorType *x, const TensorT
     return fail(e, "kernel, stride and dilation need %d entries, pad %d", nsp, 2 * nsp);
   win->nsp = nsp;
   win->in_size = win->out_size = win->k_size = 1;
-  int sx = ir_conv_nhwc(n) ? 1 : 2; /* the first spatial axis */
+  int sx = ir_nhwc(n) ? 1 : 2; /* the first spatial axis */
   for (int d = 0; d < nsp; d++) {
     win->in[d] = x->dims[sx + d];
     win->out[d] = out->dims[sx + d];
@@ -500,10 +500,15 @@ bool eval_pool(Eval *e, const Node *n, const Tensor *x, Tensor *out) {
   if (!window_of(e, n, &x->type, NULL, &out->type, &win)) return false;
   bool is_max = n->op == OP_MAXPOOL2D || n->op == OP_MAXPOOL3D;
   bool include_pad = !is_max && ir_attr_int(n, "count_include_pad");
-  int64_t NC = x->type.dims[0] * x->type.dims[1];
+  /* A plane (image nb, channel ch) at x[xb + at * step], out[ob + o * step]. */
+  bool nhwc = ir_nhwc(n);
+  int64_t N = x->type.dims[0], C = x->type.dims[nhwc ? x->type.rank - 1 : 1], step = nhwc ? C : 1;
   bool ints = is_int(x);
-  for (int64_t c = 0; c < NC; c++)
+  for (int64_t c = 0; c < N * C; c++)
     for (int64_t o = 0; o < win.out_size; o++) {
+      int64_t nb = c / C, ch = c % C;
+      int64_t xb = nhwc ? nb * win.in_size * C + ch : c * win.in_size;
+      int64_t ob = nhwc ? nb * win.out_size * C + ch : c * win.out_size;
       int64_t oc[MAX_SPATIAL], kc[MAX_SPATIAL] = {0, 0, 0};
       window_out_coords(&win, o, oc);
       double mf = -INFINITY, sf = 0;
@@ -516,7 +521,7 @@ bool eval_pool(Eval *e, const Node *n, const Tensor *x, Tensor *out) {
         int64_t at = window_tap(&win, oc, kc, &in_pad);
         padded += in_pad;
         if (at < 0) continue;
-        int64_t i = c * win.in_size + at;
+        int64_t i = xb + at * step;
         real++;
         if (ints) {
           int64_t v = get_i(x, i);
@@ -528,7 +533,7 @@ bool eval_pool(Eval *e, const Node *n, const Tensor *x, Tensor *out) {
           sf += v;
         }
       }
-      int64_t at = c * win.out_size + o;
+      int64_t at = ob + o * step;
       int64_t div = include_pad ? padded : real;
       if (is_max) {
         if (ints)

@@ -894,7 +894,12 @@ static bool pool_shape(const Node *n, int nsp, TensorType *out, char *err, size_
   if (!operands_ok(n, err, errlen)) return false;
   if (!need_numbers(n, err, errlen)) return false;
   const TensorType *x = in_type(n, 0);
-  if (!need_rank(n, x, 2 + nsp, image_layout(nsp), err, errlen)) return false;
+  const Attr *layout = ir_attr(n, "layout");
+  bool nhwc = layout && layout->kind == AK_STR && strcmp(layout->s, "nhwc") == 0;
+  if (layout && (layout->kind != AK_STR || (!nhwc && strcmp(layout->s, "nchw") != 0)))
+    return fail(err, errlen, "%s: layout must be \"nchw\" or \"nhwc\"", op_name(n));
+  if (!need_rank(n, x, 2 + nsp, nhwc ? "[N, H, W, C]" : image_layout(nsp), err, errlen)) return false;
+  int sx = nhwc ? 1 : 2; /* the first spatial axis */
   const int64_t *kernel, *stride, *pad, *dil;
   bool ceil_mode, include_pad;
   if (!attr_ints_min(n, "kernel", nsp, 1, &kernel, err, errlen)) return false;
@@ -913,15 +918,15 @@ static bool pool_shape(const Node *n, int nsp, TensorType *out, char *err, size_
       return fail(err, errlen,
                   "%s: padding %s %" PRId64 "+%" PRId64 " is more than half the kernel %s %" PRId64,
                   op_name(n), side, pad[i], pad[nsp + i], side, kernel[i]);
-    int64_t o = window_out(x->dims[2 + i], pad[i], pad[nsp + i], kernel[i], stride[i], dil[i],
+    int64_t o = window_out(x->dims[sx + i], pad[i], pad[nsp + i], kernel[i], stride[i], dil[i],
                            ceil_mode);
     if (o < 1)
       return fail(err, errlen,
                   "%s: kernel %s %" PRId64 " (dilation %" PRId64 ") does not fit the input "
                   "%s %" PRId64 " with padding %" PRId64 "+%" PRId64
                   ": the output would be empty (empty tensors are not supported)",
-                  op_name(n), side, kernel[i], dil[i], side, x->dims[2 + i], pad[i], pad[nsp + i]);
-    out[0].dims[2 + i] = o;
+                  op_name(n), side, kernel[i], dil[i], side, x->dims[sx + i], pad[i], pad[nsp + i]);
+    out[0].dims[sx + i] = o;
   }
   return true;
 }

@@ -6,7 +6,8 @@
  * a per-channel vector or a scalar) in layout "nhwc", with a transpose
  * where such a region meets anything else (depthwise convolutions
  * whose channels fill chunks join the regions too, with their own
- * channels-last kernel, so MobileNet's blocks are one region).  The weights become [Co, kH,
+ * channels-last kernel, so MobileNet's blocks are one region, and so do
+ * 2-d max and average pools).  The weights become [Co, kH,
  * kW, C] through a transpose of the param, which codegen computes once
  * at load (an init step), and the user's inputs and outputs keep their
  * layout.
@@ -83,6 +84,18 @@ static bool depthwise_eligible(const Nhwc *S, const Node *n) {
             (dt == TY_F32 && S->o->tf32);
   return ok && C % (16 / ir_dtype_size(dt)) == 0;
 }
+
+/* A 2-d max or average pool: channels last it reads a thread's channel
+ * next to its neighbours' (codegen/lower_window.c), so it may join a
+ * region as the convolutions do (VGG's, U-Net's and Inception's pools
+ * between convolutions), passing on whether its input was fed. */
+static bool pool_eligible(const Node *n) {
+  return (n->op == OP_MAXPOOL2D || n->op == OP_AVGPOOL2D) && !ir_nhwc(n) && !n->guard && n->in[0]->type.rank == 4;
+}
+
+/* A node of a region whose operand 0 is its image (a convolution or a
+ * pool: the result's spatial dims differ from the operand's). */
+static bool windowed(const Node *n) { return n->op == OP_CONV2D || n->op == OP_MAXPOOL2D || n->op == OP_AVGPOOL2D; }
 
 /* Operand kinds of an agnostic op: 0 the full shape, 1 a per-channel
  * vector ([C, 1, 1], [1, C, 1, 1]), 2 a scalar (every dim 1), -1 none. */
@@ -169,15 +182,23 @@ static Value *nchw_of(Nhwc *S, Value *v) {
 /* The regions: members, then their convolutions and boundary transposes. */
 static void find_regions(Nhwc *S) {
   Graph *g = S->g;
+  /* A pool joins only over a convolution's result (through agnostic ops
+   * and pools): ResNet's stem max pool stays outside, so the region is
+   * entered after it, at a quarter of the bytes. */
+  bool *from_conv = ARENA_ARRAY(&g->ctx->arena, bool, S->n_values);
   for (Node *n = g->first; n; n = n->next) {
     for (int i = 0; i < n->n_out; i++) S->values[n->out[i].id] = &n->out[i];
-    if (conv_eligible(S, n) || depthwise_eligible(S, n)) {
+    if (conv_eligible(S, n) || depthwise_eligible(S, n) || (pool_eligible(n) && from_conv[n->in[0]->id])) {
       S->inside[n->id] = true;
       join(S, n->in[0], &n->out[0]);
+      from_conv[n->out[0].id] = true;
     } else if (agnostic(n)) {
       S->inside[n->id] = true;
       for (int i = 0; i < n->n_in; i++)
-        if (operand_kind(n->in[i], &n->out[0].type) == 0) join(S, n->in[i], &n->out[0]);
+        if (operand_kind(n->in[i], &n->out[0].type) == 0) {
+          join(S, n->in[i], &n->out[0]);
+          from_conv[n->out[0].id] = from_conv[n->out[0].id] || from_conv[n->in[i]->id];
+        }
     }
   }
   /* entries: a value made outside that an inside node reads in full;
@@ -201,7 +222,7 @@ static void find_regions(Nhwc *S) {
     for (int i = 0; i < n->n_in; i++) {
       Value *v = n->in[i];
       bool made_inside = S->inside[v->def->id];
-      if (S->inside[n->id] && !made_inside && (n->op == OP_CONV2D ? i == 0 : operand_kind(v, &n->out[0].type) == 0))
+      if (S->inside[n->id] && !made_inside && (windowed(n) ? i == 0 : operand_kind(v, &n->out[0].type) == 0))
         entry[v->id] = true;
       if (!S->inside[n->id] && made_inside) exit_[v->id] = true;
     }
@@ -252,6 +273,10 @@ bool pass_nhwc(Graph *g, PassCtx *pc) {
         Value *w = n->in[1];
         /* W [Co, C, kH, kW] -> [Co, kH, kW, C]: over the weights alone */
         n->in[1] = &new_move(&S, OP_TRANSPOSE, w, n, 4, to_nhwc)->out[0];
+        ir_set_str(g, n, "layout", "nhwc");
+      } else if (windowed(n)) {
+        pass_stat(pc, "nhwc: pools channels last", 1);
+        n->in[0] = nhwc_of(&S, n->in[0], n, 0);
         ir_set_str(g, n, "layout", "nhwc");
       } else {
         for (int i = 0; i < n->n_in; i++) {

@@ -330,6 +330,48 @@ START_TEST(mobilenet_on_emu) {
 }
 END_TEST
 
+/* VGG-style: conv, relu, a padded max pool in ceil mode, conv, relu,
+ * an average pool that counts its padding, a 1x1 conv.  The pools join
+ * the region (between convolutions they no longer end it): three
+ * channels-last convs, two pools, x's transpose in and y's out. */
+static char *vgg_text(const char *dt) {
+  char *t = malloc(4096);
+  snprintf(t, 4096,
+           "graph vgg {\n"
+           "  %%x = input {name=\"x\"} : %s[2, 16, 12, 12]\n"
+           "  %%w1 = param {name=\"w1\"} : %s[32, 16, 3, 3]\n"
+           "  %%c1 = conv2d %%x, %%w1 {pad=[1, 1, 1, 1]} : %s[2, 32, 12, 12]\n"
+           "  %%r1 = relu %%c1 : %s[2, 32, 12, 12]\n"
+           "  %%p1 = maxpool2d %%r1 {kernel=[3, 3], stride=[2, 2], pad=[1, 1, 0, 0], ceil_mode=1} : %s[2, 32, 6, 6]\n"
+           "  %%w2 = param {name=\"w2\"} : %s[32, 32, 3, 3]\n"
+           "  %%c2 = conv2d %%p1, %%w2 {pad=[1, 1, 1, 1]} : %s[2, 32, 6, 6]\n"
+           "  %%r2 = relu %%c2 : %s[2, 32, 6, 6]\n"
+           "  %%p2 = avgpool2d %%r2 {kernel=[3, 3], stride=[2, 2], pad=[1, 1, 1, 1]} : %s[2, 32, 3, 3]\n"
+           "  %%w3 = param {name=\"w3\"} : %s[16, 32, 1, 1]\n"
+           "  %%c3 = conv2d %%p2, %%w3 : %s[2, 16, 3, 3]\n"
+           "  return %%c3 as \"y\"\n"
+           "}\n",
+           dt, dt, dt, dt, dt, dt, dt, dt, dt, dt, dt);
+  return t;
+}
+
+START_TEST(pools_in_region) {
+  static const char *const dts[] = {"f16", "bf16"};
+  char *text = vgg_text(dts[_i]);
+  char *src = check_block(text, (PassOptions){0}, (CgOptions){0}, 3, 2, conv_tolerance(dts[_i]));
+  free(src);
+  /* both pools channels last */
+  Ctx c;
+  ctx_init(&c);
+  NJob j = njob(&c, text, (PassOptions){.opt_level = 2}, (CgOptions){0}, false);
+  int pools = 0;
+  for (Node *n = j.g->first; n; n = n->next) pools += (n->op == OP_MAXPOOL2D || n->op == OP_AVGPOOL2D) && ir_nhwc(n);
+  ck_assert_int_eq(pools, 2);
+  ctx_free(&c);
+  free(text);
+}
+END_TEST
+
 START_TEST(left_alone) {
   Ctx c;
   ctx_init(&c);
@@ -511,6 +553,7 @@ static Suite *nhwc_suite(void) {
   tcase_add_test(t, left_alone);
   tcase_add_loop_test(t, depthwise_in_region, 0, 2);
   tcase_add_test(t, mobilenet_on_emu);
+  tcase_add_loop_test(t, pools_in_region, 0, 2);
   tcase_add_test(t, nhwc_conv_op);
   tcase_add_test(t, nhwc_errors);
   tcase_add_loop_test(t, resnets, 0, 3);
