@@ -687,6 +687,16 @@ static const char *side_name(int nsp, int i) {
 static const char *image_layout(int nsp) { return nsp == 3 ? "[N, C, D, H, W]" : "[N, C, H, W]"; }
 static const char *kernel_dims(int nsp) { return nsp == 3 ? "kD, kH, kW" : "kH, kW"; }
 
+/* A conv2d's or 2-d pool's layout attribute: absent or "nchw"
+ * (PyTorch's), or "nhwc" (channels last, the nhwc pass's). */
+static bool layout_of(const Node *n, bool *nhwc, char *err, size_t errlen) {
+  const Attr *layout = ir_attr(n, "layout");
+  *nhwc = layout && layout->kind == AK_STR && strcmp(layout->s, "nhwc") == 0;
+  if (layout && (layout->kind != AK_STR || (!*nhwc && strcmp(layout->s, "nchw") != 0)))
+    return fail(err, errlen, "%s: layout must be \"nchw\" or \"nhwc\"", op_name(n));
+  return true;
+}
+
 static bool conv_shape(const Node *n, int nsp, TensorType *out, char *err, size_t errlen) {
   if (!operands_ok(n, err, errlen)) return false;
   if (!need_numbers(n, err, errlen)) return false;
@@ -694,10 +704,8 @@ static bool conv_shape(const Node *n, int nsp, TensorType *out, char *err, size_
   const TensorType *x = in_type(n, 0), *w = in_type(n, 1);
   /* channels last: the channel axis of x, W and the result is the last,
    * the spatial axes 1 .. nsp */
-  const Attr *layout = ir_attr(n, "layout");
-  bool nhwc = layout && layout->kind == AK_STR && strcmp(layout->s, "nhwc") == 0;
-  if (layout && (layout->kind != AK_STR || (!nhwc && strcmp(layout->s, "nchw") != 0)))
-    return fail(err, errlen, "%s: layout must be \"nchw\" or \"nhwc\"", name);
+  bool nhwc;
+  if (!layout_of(n, &nhwc, err, errlen)) return false;
   if (!need_rank(n, x, 2 + nsp, nhwc ? "[N, H, W, C]" : image_layout(nsp), err, errlen)) return false;
   if (w->rank != 2 + nsp)
     return fail(err, errlen, "%s expects a %d-d weight %s, got %s", name, 2 + nsp,
@@ -894,10 +902,8 @@ static bool pool_shape(const Node *n, int nsp, TensorType *out, char *err, size_
   if (!operands_ok(n, err, errlen)) return false;
   if (!need_numbers(n, err, errlen)) return false;
   const TensorType *x = in_type(n, 0);
-  const Attr *layout = ir_attr(n, "layout");
-  bool nhwc = layout && layout->kind == AK_STR && strcmp(layout->s, "nhwc") == 0;
-  if (layout && (layout->kind != AK_STR || (!nhwc && strcmp(layout->s, "nchw") != 0)))
-    return fail(err, errlen, "%s: layout must be \"nchw\" or \"nhwc\"", op_name(n));
+  bool nhwc;
+  if (!layout_of(n, &nhwc, err, errlen)) return false;
   if (!need_rank(n, x, 2 + nsp, nhwc ? "[N, H, W, C]" : image_layout(nsp), err, errlen)) return false;
   int sx = nhwc ? 1 : 2; /* the first spatial axis */
   const int64_t *kernel, *stride, *pad, *dil;
