@@ -68,7 +68,7 @@ static bool conv_fma(CgBuild *b, const Node *n) {
   int sx = nhwc ? 1 : 2;
   const int64_t *xd = x->type.dims, *wd = w->type.dims;
   const int64_t *in = xd + sx, *kern = wd + sx, *od = out->type.dims + sx;
-  int64_t N = xd[0], C = xd[nhwc ? 3 : 1], Co = wd[0], OHW = 1, KK = 1;
+  int64_t N = xd[0], C = xd[nhwc ? 1 + nsp : 1], Co = wd[0], OHW = 1, KK = 1;
   for (int d = 0; d < nsp; d++) OHW *= od[d], KK *= kern[d];
   int64_t K = C * KK, NC = N * OHW;
   if (ir_type_numel(&out->type) == 0) return true;

@@ -186,10 +186,18 @@ bool ir_matmul_trans(const Node *n, int i) {
   return a && a->kind == AK_INT && a->i != 0;
 }
 
-bool ir_conv_nhwc(const Node *n) { return n->op == OP_CONV2D && ir_nhwc(n); }
+bool ir_conv_nhwc(const Node *n) { return (n->op == OP_CONV2D || n->op == OP_CONV3D) && ir_nhwc(n); }
 
 bool ir_nhwc(const Node *n) {
-  if (n->op != OP_CONV2D && n->op != OP_MAXPOOL2D && n->op != OP_AVGPOOL2D) return false;
+  switch (n->op) {
+    case OP_CONV2D:
+    case OP_CONV3D:
+    case OP_MAXPOOL2D:
+    case OP_AVGPOOL2D:
+    case OP_MAXPOOL3D:
+    case OP_AVGPOOL3D: break;
+    default: return false;
+  }
   const Attr *a = ir_attr(n, "layout");
   return a && a->kind == AK_STR && strcmp(a->s, "nhwc") == 0;
 }

@@ -12,7 +12,8 @@
  * at load (an init step), and the user's inputs and outputs keep their
  * layout.
  *
- * A region is the set of 4-d values joined by those ops: a convolution
+ * conv3d and the 3-d pools likewise over 5-d values ([N, D, H, W, C]).
+ * A region is the set of 4-d (or 5-d) values joined by those ops: a convolution
  * joins its input and its result, an agnostic op its result and its
  * full-shape operands.  A value of the region made outside it (an input,
  * a pool's result) enters through a transpose to NHWC; one used outside
@@ -30,7 +31,16 @@
 
 #include "passes/pass.h"
 
-static const int64_t to_nhwc[4] = {0, 2, 3, 1}, to_nchw[4] = {0, 3, 1, 2};
+/* The moves between the layouts of a 4-d (2 spatial dims) or 5-d value. */
+static const int64_t to_nhwc4[4] = {0, 2, 3, 1}, to_nchw4[4] = {0, 3, 1, 2};
+static const int64_t to_nhwc5[5] = {0, 2, 3, 4, 1}, to_nchw5[5] = {0, 4, 1, 2, 3};
+static const int64_t *to_nhwc(int rank) { return rank == 5 ? to_nhwc5 : to_nhwc4; }
+static const int64_t *to_nchw(int rank) { return rank == 5 ? to_nchw5 : to_nchw4; }
+/* An image of the op's rank: 4-d for the 2-d ops, 5-d for the 3-d ones. */
+static bool image_rank_ok(const Node *n, int rank) {
+  bool three = n->op == OP_CONV3D || n->op == OP_MAXPOOL3D || n->op == OP_AVGPOOL3D;
+  return rank == (three ? 5 : 4);
+}
 
 typedef struct Nhwc {
   Graph *g;
@@ -58,10 +68,10 @@ static void join(Nhwc *S, const Value *a, const Value *b) {
 /* A convolution the tensor cores take with whole 16-byte chunks of
  * channels (codegen's cp.async of the im2col operand). */
 static bool conv_eligible(const Nhwc *S, const Node *n) {
-  if (n->op != OP_CONV2D || ir_conv_nhwc(n) || ir_attr_int(n, "groups") != 1) return false;
+  if ((n->op != OP_CONV2D && n->op != OP_CONV3D) || ir_conv_nhwc(n) || ir_attr_int(n, "groups") != 1) return false;
   const TensorType *x = &n->in[0]->type;
   DType dt = x->dtype;
-  if (x->rank != 4 || n->in[1]->type.dtype != dt || n->guard) return false;
+  if (!image_rank_ok(n, x->rank) || n->in[1]->type.dtype != dt || n->guard) return false;
   bool ok = dt == TY_F16 || dt == TY_BF16 || (dt == TY_I8 && n->out[0].type.dtype == TY_I32) ||
             (dt == TY_F32 && S->o->tf32);
   return ok && x->dims[1] % (16 / ir_dtype_size(dt)) == 0;
@@ -90,37 +100,43 @@ static bool depthwise_eligible(const Nhwc *S, const Node *n) {
  * region as the convolutions do (VGG's, U-Net's and Inception's pools
  * between convolutions), passing on whether its input was fed. */
 static bool pool_eligible(const Node *n) {
-  return (n->op == OP_MAXPOOL2D || n->op == OP_AVGPOOL2D) && !ir_nhwc(n) && !n->guard && n->in[0]->type.rank == 4;
+  bool pool = n->op == OP_MAXPOOL2D || n->op == OP_AVGPOOL2D || n->op == OP_MAXPOOL3D || n->op == OP_AVGPOOL3D;
+  return pool && !ir_nhwc(n) && !n->guard && image_rank_ok(n, n->in[0]->type.rank);
 }
 
 /* A node of a region whose operand 0 is its image (a convolution or a
  * pool: the result's spatial dims differ from the operand's). */
-static bool windowed(const Node *n) { return n->op == OP_CONV2D || n->op == OP_MAXPOOL2D || n->op == OP_AVGPOOL2D; }
+static bool windowed(const Node *n) {
+  return n->op == OP_CONV2D || n->op == OP_CONV3D || n->op == OP_MAXPOOL2D || n->op == OP_AVGPOOL2D ||
+         n->op == OP_MAXPOOL3D || n->op == OP_AVGPOOL3D;
+}
 
-/* Operand kinds of an agnostic op: 0 the full shape, 1 a per-channel
- * vector ([C, 1, 1], [1, C, 1, 1]), 2 a scalar (every dim 1), -1 none. */
+/* Operand kinds of an agnostic op of an R-d result: 0 the full shape, 1
+ * a per-channel vector ([C, 1, 1], [1, C, 1, 1] in 4-d), 2 a scalar
+ * (every dim 1), -1 none. */
 static int operand_kind(const Value *v, const TensorType *out) {
   const TensorType *t = &v->type;
-  if (ir_type_eq(t, out) || (t->rank == 4 && memcmp(t->dims, out->dims, sizeof(int64_t) * 4) == 0)) return 0;
-  if (t->rank > 4) return -1;
+  int R = out->rank;
+  if (ir_type_eq(t, out) || (t->rank == R && memcmp(t->dims, out->dims, sizeof(int64_t) * (size_t)R) == 0)) return 0;
+  if (t->rank > R) return -1;
   bool scalar = true, channel = true;
   for (int i = 0; i < t->rank; i++) {
-    int axis = 4 - t->rank + i;
+    int axis = R - t->rank + i;
     scalar = scalar && t->dims[i] == 1;
     channel = channel && t->dims[i] == (axis == 1 ? out->dims[1] : 1);
   }
-  return scalar ? 2 : channel && t->rank >= 3 ? 1 : -1;
+  return scalar ? 2 : channel && t->rank >= R - 1 ? 1 : -1;
 }
 
 static bool agnostic(const Node *n) {
   if (ir_ops[n->op].cls != K_ELEMWISE || n->op == OP_BATCHNORM || n->n_out != 1 || n->guard) return false;
   const TensorType *out = &n->out[0].type;
-  if (out->rank != 4) return false;
+  if (out->rank != 4 && out->rank != 5) return false;
   bool full = false;
   for (int i = 0; i < n->n_in; i++) {
     int kind = operand_kind(n->in[i], out);
     /* a [1, C, 1, 1] another agnostic op makes might be NHWC itself */
-    if (kind < 0 || (kind == 1 && n->in[i]->type.rank == 4 && agnostic(n->in[i]->def))) return false;
+    if (kind < 0 || (kind == 1 && n->in[i]->type.rank == out->rank && agnostic(n->in[i]->def))) return false;
     full = full || kind == 0;
   }
   return full;
@@ -143,14 +159,17 @@ static Value *nhwc_of(Nhwc *S, Value *v, Node *before, int kind) {
   if (kind == 2) return v;
   if (kind == 0 && v->def->id >= 0 && S->inside[v->def->id]) return v;
   if (!S->as_nhwc[v->id]) {
+    int R = v->type.rank;
     if (kind == 0) {
-      S->as_nhwc[v->id] = &new_move(S, OP_TRANSPOSE, v, before, 4, to_nhwc)->out[0];
+      S->as_nhwc[v->id] = &new_move(S, OP_TRANSPOSE, v, before, R, to_nhwc(R))->out[0];
     } else {
-      /* a channel vector broadcasts along NHWC's last axis as [C] or [1, 1, 1, C] */
-      int64_t c = v->type.dims[v->type.rank == 4 ? 1 : 0];
-      int64_t dims[4] = {1, 1, 1, c};
-      S->as_nhwc[v->id] =
-          &new_move(S, OP_RESHAPE, v, before, v->type.rank == 4 ? 4 : 1, v->type.rank == 4 ? dims : &c)->out[0];
+      /* a channel vector broadcasts along NHWC's last axis as [C] or,
+       * of the image's rank, [1, 1, 1, C] */
+      bool full_rank = R == before->out[0].type.rank;
+      int64_t c = v->type.dims[full_rank ? 1 : 0];
+      int64_t dims[5] = {1, 1, 1, 1, 1};
+      dims[R - 1] = c;
+      S->as_nhwc[v->id] = &new_move(S, OP_RESHAPE, v, before, full_rank ? R : 1, full_rank ? dims : &c)->out[0];
     }
   }
   return S->as_nhwc[v->id];
@@ -166,7 +185,7 @@ static Value *nchw_of(Nhwc *S, Value *v) {
     Node *after = v->def->next;
     Node *t = ir_node_new(S->g, OP_TRANSPOSE, 1, &v, v->def->loc);
     t->scope = v->def->scope;
-    ir_set_ints(S->g, t, "perm", 4, to_nchw);
+    ir_set_ints(S->g, t, "perm", v->type.rank, to_nchw(v->type.rank));
     char err[256];
     if (!ir_infer(t, err, sizeof err)) dl_internal(S->g->ctx, "nhwc: %s", err);
     if (after)
@@ -213,7 +232,7 @@ static void find_regions(Nhwc *S) {
    * which are then register-staged anyway. */
   bool *fed = ARENA_ARRAY(a, bool, S->n_values);
   for (Node *n = g->first; n; n = n->next) {
-    if (S->inside[n->id] && n->op == OP_CONV2D) {
+    if (S->inside[n->id] && (n->op == OP_CONV2D || n->op == OP_CONV3D)) {
       fed[n->out[0].id] = true;
       if (fed[n->in[0]->id] && ir_attr_int(n, "groups") == 1) S->convs[find(S, n->out[0].id)]++;
     } else if (S->inside[n->id]) {
@@ -267,12 +286,12 @@ bool pass_nhwc(Graph *g, PassCtx *pc) {
   for (int j = 0; j < count; j++) {
     Node *n = order[j];
     if (converted(&S, n)) {
-      if (n->op == OP_CONV2D) {
+      if (n->op == OP_CONV2D || n->op == OP_CONV3D) {
         pass_stat(pc, "nhwc: convolutions channels last", 1);
         n->in[0] = nhwc_of(&S, n->in[0], n, 0);
         Value *w = n->in[1];
         /* W [Co, C, kH, kW] -> [Co, kH, kW, C]: over the weights alone */
-        n->in[1] = &new_move(&S, OP_TRANSPOSE, w, n, 4, to_nhwc)->out[0];
+        n->in[1] = &new_move(&S, OP_TRANSPOSE, w, n, w->type.rank, to_nhwc(w->type.rank))->out[0];
         ir_set_str(g, n, "layout", "nhwc");
       } else if (windowed(n)) {
         pass_stat(pc, "nhwc: pools channels last", 1);

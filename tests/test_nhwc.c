@@ -106,7 +106,7 @@ static Count count(Graph *g) {
   Count k = {0};
   bool *weights = pass_weight_only(g);
   for (Node *n = g->first; n; n = n->next) {
-    if (n->op == OP_CONV2D) ir_conv_nhwc(n) ? k.nhwc++ : k.nchw++;
+    if (n->op == OP_CONV2D || n->op == OP_CONV3D) ir_conv_nhwc(n) ? k.nhwc++ : k.nchw++;
     if (n->op == OP_TRANSPOSE && !weights[n->id]) k.transposes++;
   }
   return k;
@@ -372,6 +372,41 @@ START_TEST(pools_in_region) {
 }
 END_TEST
 
+/* 3-d: conv3d with a per-channel bias add, relu, a 3-d max pool,
+ * conv3d, relu, a 1x1x1 conv3d: all channels last over [N, D, H, W, C]
+ * values, the bias reshaped to [C], x's transpose in and y's out. */
+static char *c3d_text(const char *dt) {
+  char *t = malloc(4096);
+  snprintf(t, 4096,
+           "graph c3 {\n"
+           "  %%x = input {name=\"x\"} : %s[2, 16, 6, 8, 8]\n"
+           "  %%w1 = param {name=\"w1\"} : %s[32, 16, 3, 3, 3]\n"
+           "  %%c1 = conv3d %%x, %%w1 {pad=[1, 1, 1, 1, 1, 1]} : %s[2, 32, 6, 8, 8]\n"
+           "  %%b1 = param {name=\"b1\"} : %s[32, 1, 1, 1]\n"
+           "  %%a1 = add %%c1, %%b1 : %s[2, 32, 6, 8, 8]\n"
+           "  %%r1 = relu %%a1 : %s[2, 32, 6, 8, 8]\n"
+           "  %%p1 = maxpool3d %%r1 {kernel=[2, 2, 2], stride=[2, 2, 2]} : %s[2, 32, 3, 4, 4]\n"
+           "  %%w2 = param {name=\"w2\"} : %s[32, 32, 3, 3, 3]\n"
+           "  %%c2 = conv3d %%p1, %%w2 {pad=[1, 1, 1, 1, 1, 1]} : %s[2, 32, 3, 4, 4]\n"
+           "  %%r2 = relu %%c2 : %s[2, 32, 3, 4, 4]\n"
+           "  %%w3 = param {name=\"w3\"} : %s[16, 32, 1, 1, 1]\n"
+           "  %%c3 = conv3d %%r2, %%w3 : %s[2, 16, 3, 4, 4]\n"
+           "  return %%c3 as \"y\"\n"
+           "}\n",
+           dt, dt, dt, dt, dt, dt, dt, dt, dt, dt, dt, dt);
+  return t;
+}
+
+START_TEST(conv3d_in_region) {
+  static const char *const dts[] = {"f16", "bf16"};
+  char *text = c3d_text(dts[_i]);
+  char *src = check_block(text, (PassOptions){0}, (CgOptions){0}, 3, 2, conv_tolerance(dts[_i]));
+  ck_assert_msg(x_copies(src) >= 1, "no cp.async of a 3-d im2col operand");
+  free(src);
+  free(text);
+}
+END_TEST
+
 START_TEST(left_alone) {
   Ctx c;
   ctx_init(&c);
@@ -490,7 +525,7 @@ START_TEST(nhwc_errors) {
                               "  %w = input {name=\"w\"} : f32[8, 3, 3, 4]\n"
                               "  %y = conv2d %x, %w {groups=2, layout=\"nhwc\"} : f32[1, 2, 2, 8]\n"
                               "  return %y as \"y\"\n}\n");
-  ck_assert_msg(strstr(m, "layout \"nhwc\" takes groups=1 or depthwise (groups=8, the input channels) only"), "%s", m);
+  ck_assert_msg(strstr(m, "layout \"nhwc\" takes groups=1 or, in 2-d, depthwise (groups=8, the input channels) only"), "%s", m);
   m = shape_error("graph e {\n"
                   "  %x = input {name=\"x\"} : f32[1, 4, 4, 8]\n"
                   "  %w = input {name=\"w\"} : f32[8, 3, 3, 8]\n"
@@ -554,6 +589,7 @@ static Suite *nhwc_suite(void) {
   tcase_add_loop_test(t, depthwise_in_region, 0, 2);
   tcase_add_test(t, mobilenet_on_emu);
   tcase_add_loop_test(t, pools_in_region, 0, 2);
+  tcase_add_loop_test(t, conv3d_in_region, 0, 2);
   tcase_add_test(t, nhwc_conv_op);
   tcase_add_test(t, nhwc_errors);
   tcase_add_loop_test(t, resnets, 0, 3);
