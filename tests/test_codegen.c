@@ -1253,6 +1253,9 @@ static Suite *codegen_suite(void) {
   suite_add_tcase(s, tc);
   TCase *tt = tcase_create("text");
   tcase_add_checked_fixture(tt, setup, teardown);
+  /* NVRTC compiles here, seconds each on a loaded machine (Check's
+   * default is 4 s) */
+  tcase_set_timeout(tt, 120);
   tcase_add_test(tt, kernel_text_is_readable);
   tcase_add_test(tt, huge_tensors_index_in_64_bits);
   tcase_add_test(tt, shared_memory_and_barriers);
