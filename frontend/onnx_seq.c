@@ -61,13 +61,18 @@ static Val *need_tensor(Imp *im, const ONode *n, int i) {
 
 /* A position in a sequence of n values, known at import, counted from
  * the end when negative: in [-n, n-1], or [-n, n] for an insertion. */
-static bool position(Imp *im, Val *p, int64_t n, bool insert, int64_t *out) {
+static bool position(Imp *im, const Val *seq, Val *p, bool insert, int64_t *out) {
+  int64_t n = seq->n_elems;
   int64_t x[64];
   int k;
   if (p->kind != VK_TENSOR) return ox_bad(im, "the position is %s, a tensor expected", ox_kind_name(p));
   if (!ox_const_ints(im, p, "a sequence position", &k, x)) return false;
   if (k != 1) return ox_bad(im, "the position holds %d values, one expected", k);
   int64_t hi = insert ? n : n - 1;
+  if (n == 0 && !insert && seq->name)
+    return ox_bad(im, "position %" PRId64 " of '%s', which is empty (a sequence graph input holds the elements "
+                      "given: %s.0, %s.1, ...)",
+                  x[0], seq->name, seq->name, seq->name);
   if (x[0] < -n || x[0] > hi)
     return ox_bad(im, "position %" PRId64 " is out of range for a sequence of %" PRId64 " (%" PRId64 " to %" PRId64 ")",
                   x[0], n, -n, hi);
@@ -107,14 +112,14 @@ bool ox_op_sequence_empty(Imp *im, ONode *n) {
 bool ox_op_sequence_at(Imp *im, ONode *n) {
   Val *s = need_seq(im, n, 0), *p = s ? ox_in_req(im, n, 1) : NULL;
   int64_t i;
-  if (!p || !position(im, p, s->n_elems, false, &i)) return false;
+  if (!p || !position(im, s, p, false, &i)) return false;
   return (n->out[0] = s->elems[i]);
 }
 
 bool ox_op_sequence_insert(Imp *im, ONode *n) {
   Val *s = need_seq(im, n, 0), *x = s ? need_tensor(im, n, 1) : NULL, *p = ox_in_opt(n, 2);
   int64_t at = s ? s->n_elems : 0;
-  if (!x || (p && !position(im, p, s->n_elems, true, &at)) || !same_dtype(im, s, x, "the tensor")) return false;
+  if (!x || (p && !position(im, s, p, true, &at)) || !same_dtype(im, s, x, "the tensor")) return false;
   if (s->n_elems >= MAX_SEQ) return ox_bad(im, "the sequence would hold more than %d values", (int)MAX_SEQ);
   Val *r = new_container(im, VK_SEQ, s->n_elems + 1, s->elem_dtype);
   for (int i = 0, j = 0; i <= s->n_elems; i++) r->elems[i] = i == at ? x : s->elems[j++];
@@ -124,9 +129,9 @@ bool ox_op_sequence_insert(Imp *im, ONode *n) {
 bool ox_op_sequence_erase(Imp *im, ONode *n) {
   Val *s = need_seq(im, n, 0), *p = ox_in_opt(n, 1);
   if (!s) return false;
-  if (s->n_elems == 0) return ox_bad(im, "SequenceErase of an empty sequence");
+  if (s->n_elems == 0) return ox_bad(im, "SequenceErase of an empty sequence%s", s->name ? " (a sequence graph input holds the elements given)" : "");
   int64_t at = s->n_elems - 1;
-  if (p && !position(im, p, s->n_elems, false, &at)) return false;
+  if (p && !position(im, s, p, false, &at)) return false;
   Val *r = new_container(im, VK_SEQ, s->n_elems - 1, s->elem_dtype);
   for (int i = 0, j = 0; i < s->n_elems; i++)
     if (i != at) r->elems[j++] = s->elems[i];

@@ -177,6 +177,15 @@ START_TEST(test_refusals_name_what) {
   add_output(b, "y");
   expect_error(b, NULL, "node 1 'n1' (Add): input 1 ('s') is a sequence: Add takes tensors");
   onnxb_teardown(), onnxb_setup();
+  /* a sequence input given no elements, indexed */
+  b = model_new(17);
+  add_seq_input(b, "s");
+  add_init_i64(b, "p", 1, (const int64_t[]){0});
+  add_node(b, "SequenceAt", "s,p", "y");
+  add_output(b, "y");
+  expect_error(b, NULL, "node 0 'n0' (SequenceAt): position 0 of 's', which is empty (a sequence graph input holds "
+                        "the elements given: s.0, s.1, ...)");
+  onnxb_teardown(), onnxb_setup();
   /* a sequence of sequences as a graph input */
   b = model_new(17);
   add_info(b, wrap(wrap(value_info("ss", F32, 1, (const int64_t[]){2}, NULL), false), false));
