@@ -168,12 +168,13 @@ bool ox_op_split_to_sequence(Imp *im, ONode *n) {
     if (!t || !ox_const_ints(im, sp, "SplitToSequence's split", &k, v)) return false;
     if (t->type.rank == 0) {
       if (v[0] <= 0) return ox_bad(im, "split is %" PRId64 ", a positive size expected", v[0]);
-      if ((len + v[0] - 1) / v[0] > MAX_SEQ) return ox_bad(im, "more than %d pieces", (int)MAX_SEQ);
+      if (len / v[0] + (len % v[0] != 0) > MAX_SEQ) return ox_bad(im, "more than %d pieces", (int)MAX_SEQ);
       for (int64_t at = 0; at < len; at += v[0]) sizes[count++] = len - at < v[0] ? len - at : v[0];
     } else {
       int64_t sum = 0;
       for (int i = 0; i < k; i++) {
-        if (v[i] < 0) return ox_bad(im, "split[%d] is %" PRId64 ", negative", i, v[i]);
+        if (v[i] < 0 || v[i] > len) /* also keeps the sum from overflowing */
+          return ox_bad(im, "split[%d] is %" PRId64 ", outside 0 to the axis's %" PRId64, i, v[i], len);
         sum += v[i];
         sizes[count++] = v[i];
       }
