@@ -319,7 +319,12 @@ static bool fits(const Onnx__TypeProto *tp, const TensorType *t) {
 }
 
 static Val *tensor_input(Imp *im, const char *onnx_name, const char *name, const Onnx__TypeProto *tp) {
-  if (ox_find_entry(im, name)) {
+  bool renamed = strcmp(name, onnx_name) != 0; /* an optional tensor keeps its name */
+  bool clash = renamed && ox_find_entry(im, name) != NULL;
+  const Onnx__GraphProto *gp = im->m->graph;
+  for (size_t i = 0; !clash && renamed && i < gp->n_input; i++)
+    clash = gp->input[i]->name && strcmp(gp->input[i]->name, name) == 0;
+  if (clash) {
     ox_bad(im, "graph input '%s' flattens to '%s', which the model also names", onnx_name, name);
     return NULL;
   }

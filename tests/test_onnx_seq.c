@@ -186,6 +186,16 @@ START_TEST(test_refusals_name_what) {
   expect_error(b, NULL, "node 0 'n0' (SequenceAt): position 0 of 's', which is empty (a sequence graph input holds "
                         "the elements given: s.0, s.1, ...)");
   onnxb_teardown(), onnxb_setup();
+  /* a flattened name that another input has (declared after it) */
+  b = model_new(17);
+  add_seq_input(b, "s");
+  add_input(b, "s.0", 1, (const int64_t[]){2});
+  add_node(b, "SequenceLength", "s", "y");
+  add_output(b, "y");
+  InputShape one = {"s.0", 1, (const int64_t[]){2}};
+  expect_error(b, &(OnnxOptions){.n_input_shapes = 1, .input_shapes = &one},
+               "graph input 's' flattens to 's.0', which the model also names");
+  onnxb_teardown(), onnxb_setup();
   /* a sequence of sequences as a graph input */
   b = model_new(17);
   add_info(b, wrap(wrap(value_info("ss", F32, 1, (const int64_t[]){2}, NULL), false), false));
