@@ -141,6 +141,7 @@ static Val *select_container(Imp *im, Val *c, int out, Val *t, Val *e) {
   Val *r = ARENA_NEW(&im->c->arena, Val);
   *r = *t;
   r->name = NULL;
+  r->flat_input = false;
   r->elems = ARENA_ARRAY(&im->c->arena, Val *, t->n_elems + 1);
   for (int i = 0; i < t->n_elems; i++) {
     r->elems[i] = t->elems[i]->kind == VK_TENSOR ? ox_where(im, c, t->elems[i], e->elems[i])

@@ -44,6 +44,7 @@ typedef struct Val {
   int n_elems;
   struct Val **elems;
   DType elem_dtype;
+  bool flat_input; /* a graph input's: as long as the caller gave */
 } Val;
 
 typedef struct Entry {

@@ -16,10 +16,12 @@
  * the graph, and a graph input's elements are counted one by one). */
 enum { MAX_SEQ = 4096 };
 
+/* The ops that take a sequence or optional operand; any other refuses
+ * one, naming it.  If and Loop carry them through their subgraphs. */
 static const char *const container_ops[] = {
-    "ConcatFromSequence", "Identity",     "Optional",     "OptionalGetElement", "OptionalHasElement",
-    "SequenceAt",         "SequenceConstruct", "SequenceEmpty", "SequenceErase", "SequenceInsert",
-    "SequenceLength",     "SequenceMap",  "SplitToSequence", "If",           "Loop",
+    "ConcatFromSequence", "Identity",      "If",            "Loop",           "Optional",
+    "OptionalGetElement", "OptionalHasElement", "SequenceAt", "SequenceConstruct", "SequenceEmpty",
+    "SequenceErase",      "SequenceInsert", "SequenceLength", "SequenceMap",    "SplitToSequence",
 };
 
 bool ox_takes_containers(const char *op_type) {
@@ -69,7 +71,7 @@ static bool position(Imp *im, const Val *seq, Val *p, bool insert, int64_t *out)
   if (!ox_const_ints(im, p, "a sequence position", &k, x)) return false;
   if (k != 1) return ox_bad(im, "the position holds %d values, one expected", k);
   int64_t hi = insert ? n : n - 1;
-  if (n == 0 && !insert && seq->name)
+  if (n == 0 && !insert && seq->flat_input && seq->name)
     return ox_bad(im, "position %" PRId64 " of '%s', which is empty (a sequence graph input holds the elements "
                       "given: %s.0, %s.1, ...)",
                   x[0], seq->name, seq->name, seq->name);
@@ -129,7 +131,9 @@ bool ox_op_sequence_insert(Imp *im, ONode *n) {
 bool ox_op_sequence_erase(Imp *im, ONode *n) {
   Val *s = need_seq(im, n, 0), *p = ox_in_opt(n, 1);
   if (!s) return false;
-  if (s->n_elems == 0) return ox_bad(im, "SequenceErase of an empty sequence%s", s->name ? " (a sequence graph input holds the elements given)" : "");
+  if (s->n_elems == 0)
+    return ox_bad(im, "SequenceErase of an empty sequence%s",
+                  s->flat_input ? " (a sequence graph input holds the elements given)" : "");
   int64_t at = s->n_elems - 1;
   if (p && !position(im, s, p, false, &at)) return false;
   Val *r = new_container(im, VK_SEQ, s->n_elems - 1, s->elem_dtype);
@@ -376,6 +380,8 @@ static Val *seq_input(Imp *im, const char *name, const Onnx__TypeProto *tp) {
     return NULL;
   }
   Val *s = new_container(im, VK_SEQ, count, dt);
+  s->flat_input = true;
+  s->name = arena_strdup(&im->c->arena, name);
   for (int i = 0; i < count; i++)
     if (!(s->elems[i] = tensor_input(im, name, arena_printf(&im->c->arena, "%s.%d", name, i), et))) return NULL;
   return s;

@@ -161,6 +161,14 @@ START_TEST(test_positions_checked) {
   expect_error(at_model((const int64_t[]){-3}), NULL,
                "node 1 'n1' (SequenceAt): position -3 is out of range for a sequence of 2 (-2 to 1)");
   onnxb_teardown(), onnxb_setup();
+  /* an empty sequence of the model's own: no word of inputs */
+  Model *b = model_new(17);
+  add_init_i64(b, "p", 1, (const int64_t[]){0});
+  add_node(b, "SequenceEmpty", "", "s");
+  add_node(b, "SequenceAt", "s,p", "y");
+  add_output(b, "y");
+  expect_error(b, NULL, "node 1 'n1' (SequenceAt): position 0 is out of range for a sequence of 0 (0 to -1)");
+  onnxb_teardown(), onnxb_setup();
   expect_error(at_model(NULL), NULL,
                "node 1 'n1' (SequenceAt): a sequence position computed at run time is not supported: it "
                "determines a shape or the ops built, so it must be an initializer, a Constant or follow from "
