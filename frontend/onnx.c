@@ -72,6 +72,7 @@ static const OpEntry onnx_ops[] = {
     {"Clip", ox_op_clip, "min and max constant or computed at run time (one value each)"},
     {"Col2Im", ox_op_col2im, "1 to 3 spatial dims, constant image and block shapes; a grouped conv_transpose"},
     {"Concat", ox_op_concat, NULL},
+    {"ConcatFromSequence", ox_op_concat_from_sequence, "a sequence known at import; new_axis"},
     {"Constant", ox_op_constant, "value, value_float(s), value_int(s)"},
     {"ConstantOfShape", ox_op_constant_of_shape, "constant shape"},
     {"Conv", ox_op_conv_qdq,
@@ -163,6 +164,9 @@ static const OpEntry onnx_ops[] = {
     {"NonZero", ox_op_nonzero, "input known at import; a constant"},
     {"Not", ox_op_logic, NULL},
     {"OneHot", ox_op_one_hot, "constant depth; equal to an iota and a where"},
+    {"Optional", ox_op_optional, "resolved at import: present with an input, absent without"},
+    {"OptionalGetElement", ox_op_optional_get_element, "an optional present at import (a tensor or sequence passes)"},
+    {"OptionalHasElement", ox_op_optional_has_element, "folded at import"},
     {"Or", ox_op_logic, NULL},
     {"Pad", ox_op_pad, "modes constant, reflect, edge (and wrap from opset 19); constant pads"},
     {"Pow", ox_op_binary, NULL},
@@ -200,6 +204,13 @@ static const OpEntry onnx_ops[] = {
      "keep_aspect_ratio_policy"},
     {"Scan", ox_op_scan, "opset 9 on; unrolled over the scan axis (up to 1024 steps)"},
     {"Selu", ox_op_elu_family, NULL},
+    {"SequenceAt", ox_op_sequence_at, "a position known at import (negative from the end)"},
+    {"SequenceConstruct", ox_op_sequence_construct, "a list of values at import"},
+    {"SequenceEmpty", ox_op_sequence_empty, NULL},
+    {"SequenceErase", ox_op_sequence_erase, "a position known at import"},
+    {"SequenceInsert", ox_op_sequence_insert, "a position known at import"},
+    {"SequenceLength", ox_op_sequence_length, "folded at import"},
+    {"SequenceMap", ox_op_sequence_map, "the body imported once per element"},
     {"Shrink", ox_op_shrink, NULL},
     {"Shape", ox_op_shape, "folded at import"},
     {"Sigmoid", ox_op_unary, NULL},
@@ -214,6 +225,7 @@ static const OpEntry onnx_ops[] = {
     {"Softsign", ox_op_softsign, NULL},
     {"SpaceToDepth", ox_op_depth_space, NULL},
     {"Split", ox_op_split, NULL},
+    {"SplitToSequence", ox_op_split_to_sequence, "constant split; keepdims"},
     {"Sqrt", ox_op_unary, NULL},
     {"Squeeze", ox_op_squeeze, NULL},
     {"STFT", ox_op_stft, "constant frame_step and frame_length, a window, onesided; frames by a gather, then DFT's matmul"},
@@ -265,11 +277,10 @@ void fe_onnx_print_support(FILE *f) {
  * (a dim_param, "?", -1 or unset): -D or the input's given shape binds it
  * (frontend/dims.c); "?" and an empty name are no symbol, so two such
  * dims need not agree. */
-static bool input_type(Imp *im, const Onnx__ValueInfoProto *vi, TensorType *out, volatile int32_t *held) {
-  const char *name = vi->name ? vi->name : "";
-  const Onnx__TypeProto *tp = vi->type;
+bool ox_tensor_input_type(Imp *im, const char *name, const Onnx__TypeProto *tp, bool symbols, TensorType *out,
+                          volatile int32_t *held) {
   if (!tp || tp->value_case != ONNX__TYPE_PROTO__VALUE_TENSOR_TYPE || !tp->tensor_type)
-    return ox_bad(im, "graph input '%s' is not a tensor (sequences, maps and optionals are not supported)", name);
+    return ox_bad(im, "graph input '%s' is not a tensor (maps and sparse tensors are not supported)", name);
   const Onnx__TypeProto__Tensor *tt = tp->tensor_type;
   DType dt;
   *held = 0;
@@ -291,7 +302,7 @@ static bool input_type(Imp *im, const Onnx__ValueInfoProto *vi, TensorType *out,
     if (d && d->value_case == ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_VALUE && d->dim_value >= 0) {
       v = d->dim_value;
     } else {
-      const char *sym = d && d->value_case == ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_PARAM &&
+      const char *sym = symbols && d && d->value_case == ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_PARAM &&
                                 d->dim_param && *d->dim_param && strcmp(d->dim_param, "?") != 0
                             ? d->dim_param
                             : NULL;
@@ -400,6 +411,11 @@ static bool import_node(Imp *im, const Onnx__GraphProto *gp, int idx) {
    * op would compute in the wider dtype and give it as the narrow one. */
   bool casts = strcmp(np->op_type, "Cast") == 0 || strcmp(np->op_type, "CastLike") == 0 ||
                strcmp(np->op_type, "QuantizeLinear") == 0 || strcmp(np->op_type, "DequantizeLinear") == 0;
+  if (!ox_takes_containers(np->op_type))
+    for (int i = 0; i < on.n_in; i++)
+      if (on.in[i] && on.in[i]->kind != VK_TENSOR)
+        return ox_bad(im, "input %d ('%s') is %s: %s takes tensors", i + 1, np->input[i], ox_kind_name(on.in[i]),
+                      np->op_type);
   for (int i = 0; i < on.n_in; i++)
     if (on.in[i] && on.in[i]->held && !casts)
       return ox_bad(im, "%s operands are not supported (only Cast, CastLike, QuantizeLinear and DequantizeLinear read them)",
@@ -504,9 +520,14 @@ static bool import_graph(Imp *im, const Onnx__ModelProto *m) {
     Entry *e = ox_find_entry(im, vi->name);
     if (e && e->val->k) continue; /* an initializer's default: a param */
     if (e) return ox_bad(im, "graph input '%s' is declared twice", vi->name);
+    if (vi->type && (vi->type->value_case == ONNX__TYPE_PROTO__VALUE_SEQUENCE_TYPE ||
+                     vi->type->value_case == ONNX__TYPE_PROTO__VALUE_OPTIONAL_TYPE)) {
+      if (!ox_container_input(im, vi)) return false;
+      continue;
+    }
     TensorType t;
     volatile int32_t held = 0; /* volatile: ox_bad may longjmp */
-    if (!input_type(im, vi, &t, &held)) return false;
+    if (!ox_tensor_input_type(im, vi->name, vi->type, true, &t, &held)) return false;
     e = ox_add_entry(im, vi->name, -1);
     e->val = ox_val_of(im, &ir_source(im->g, OP_INPUT, &t, vi->name, im->loc)->out[0]);
     e->val->name = e->name;
@@ -521,14 +542,32 @@ static bool import_graph(Imp *im, const Onnx__ModelProto *m) {
   im->np = NULL;
   im->loc = (SrcLoc){0};
   if (gp->n_output == 0) return ox_bad(im, "the graph has no outputs");
-  int n_out = (int)gp->n_output;
-  Value **outs = ARENA_ARRAY(a, Value *, n_out);
-  const char **names = ARENA_ARRAY(a, const char *, n_out);
-  for (int i = 0; i < n_out; i++) {
-    const Onnx__ValueInfoProto *vi = gp->output[i];
+  /* A sequence or optional output flattens to its tensors, so there may
+   * be more IR outputs than ONNX ones, or fewer. */
+  int n_out = 0, cap_out = (int)gp->n_output;
+  Value **outs = ARENA_ARRAY(a, Value *, cap_out + 1);
+  const char **names = ARENA_ARRAY(a, const char *, cap_out + 1);
+  for (size_t o = 0; o < gp->n_output; o++) {
+    const Onnx__ValueInfoProto *vi = gp->output[o];
     Entry *e = vi->name && *vi->name ? ox_find_entry(im, vi->name) : NULL;
     if (!e || !e->val)
       return ox_bad(im, "graph output '%s' is not computed by any node", vi->name ? vi->name : "");
+    if (e->val->kind != VK_TENSOR) {
+      int n;
+      Val **vals;
+      const char **flat;
+      if (!ox_flatten_output(im, e->val, e->name, &n, &vals, &flat)) return false;
+      if (n_out + n + (int)(gp->n_output - o) > cap_out) {
+        cap_out = 2 * (n_out + n + (int)(gp->n_output - o));
+        Value **o2 = ARENA_ARRAY(a, Value *, cap_out);
+        const char **n2 = ARENA_ARRAY(a, const char *, cap_out);
+        if (n_out) memcpy(o2, outs, sizeof *outs * (size_t)n_out), memcpy(n2, names, sizeof *names * (size_t)n_out);
+        outs = o2, names = n2;
+      }
+      for (int j = 0; j < n; j++) outs[n_out] = ox_use(im, vals[j]), names[n_out++] = flat[j];
+      continue;
+    }
+    int i = n_out++;
     outs[i] = ox_use(im, e->val);
     names[i] = e->name;
     /* A declared output type must agree with what the graph computes. */
@@ -554,6 +593,7 @@ static bool import_graph(Imp *im, const Onnx__ModelProto *m) {
       }
     }
   }
+  if (n_out == 0) return ox_bad(im, "the graph's outputs are all absent optionals or empty sequences: no tensor to compute");
   ir_set_outputs(im->g, n_out, outs, names);
   ir_guards_fix(im->g);
   for (int j = 0; im->opt && j < im->opt->n_defines; j++)
@@ -708,6 +748,15 @@ Graph *fe_onnx_import(Ctx *c, const char *path, const OnnxOptions *opt, TensorMa
 bool fe_onnx_read_tensor(const char *path, Tensor *out, char **name, char *err, size_t errlen) {
   *out = (Tensor){0};
   if (name) *name = NULL;
+  snprintf(err, errlen, "%s", no_onnx);
+  return false;
+}
+
+bool fe_onnx_read_value(const char *path, int max, int *n, Tensor *out, char **names, bool *one_tensor, char *err,
+                        size_t errlen) {
+  (void)path, (void)max, (void)out, (void)names;
+  *n = 0;
+  *one_tensor = false;
   snprintf(err, errlen, "%s", no_onnx);
   return false;
 }

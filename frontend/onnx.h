@@ -55,6 +55,17 @@ Graph *fe_onnx_import_bytes(Ctx *c, const char *name, const void *data, size_t l
  * into *name (malloc'd, "" when unnamed).  False with a message in err. */
 bool fe_onnx_read_tensor(const char *path, Tensor *out, char **name, char *err, size_t errlen);
 
+/* Reads a serialized TensorProto, SequenceProto or OptionalProto (the
+ * backend tests' data) as up to max tensors: a tensor is itself; a
+ * sequence "s" of n tensors is n tensors named "s.0" ... "s.<n-1>" (the
+ * graph inputs a sequence input flattens to); an optional is its value's
+ * tensors, or none when empty.  *one_tensor: the message held exactly
+ * one tensor directly, which is a one-element sequence or an optional
+ * tensor (whose input is named "s"): the files do not say which.  The
+ * names are malloc'd.  False with a message in err. */
+bool fe_onnx_read_value(const char *path, int max, int *n, Tensor *out, char **names, bool *one_tensor, char *err,
+                        size_t errlen);
+
 /* `dlcc --onnx-support`: the ONNX ops that import, with their limits. */
 void fe_onnx_print_support(FILE *f);
 

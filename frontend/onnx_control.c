@@ -17,10 +17,8 @@
  * the body in the graph). */
 enum { MAX_UNROLL = 1024 };
 
-/* Imports subgraph gp in a scope of its own, its inputs bound by position
- * to in[0..n_in); out gets its outputs.  The node being imported stays
- * the importer's current node afterwards. */
-static bool import_subgraph(Imp *im, const Onnx__GraphProto *gp, const char *what, int n_in, Val **in,
+/* The node being imported stays the importer's current node afterwards. */
+bool ox_import_subgraph(Imp *im, const Onnx__GraphProto *gp, const char *what, int n_in, Val **in,
                             Val **out) {
   const Onnx__NodeProto *np = im->np;
   int idx = im->node_index;
@@ -82,7 +80,7 @@ static bool try_branch(Imp *im, const Onnx__GraphProto *gp, const char *what, Va
   Diag *d = &im->c->diag;
   size_t at = d->len;
   int errors = d->errors;
-  if (import_subgraph(im, gp, what, 0, NULL, out)) return true;
+  if (ox_import_subgraph(im, gp, what, 0, NULL, out)) return true;
   const char *text = d->text ? d->text + at : "", *lead = "dlcc: error: ";
   size_t file = strlen(im->file);
   if (strncmp(text, lead, strlen(lead)) == 0) text += strlen(lead);
@@ -102,6 +100,11 @@ static bool checked_branch(Imp *im, ONode *n, Val *cond, bool then_ok, Val **out
   ox_node_str(im, where, sizeof where);
   const char *msg = arena_printf(&im->c->arena, "%s: the %s branch was chosen at run time but could not be compiled: %s",
                                  where, then_ok ? "else" : "then", reason);
+  for (int i = 0; i < n->n_out; i++)
+    if (outs[i]->kind != VK_TENSOR)
+      return ox_bad(im, "output %d is %s and the %s branch cannot be compiled (%s): a sequence or optional is not "
+                        "checked at run time",
+                    i + 1, ox_kind_name(outs[i]), then_ok ? "else" : "then", reason);
   Val *ok = then_ok ? cond : ox_op1(im, OP_LOGICAL_NOT, cond);
   for (int i = 0; ok && i < n->n_out; i++) {
     Emit e;
@@ -113,17 +116,53 @@ static bool checked_branch(Imp *im, ONode *n, Val *cond, bool then_ok, Val **out
   return ok != NULL;
 }
 
+/* Two branches' values agree in kind, length and element types. */
+static bool same_shape(const Val *a, const Val *b) {
+  if (a->kind != b->kind) return false;
+  if (a->kind == VK_TENSOR) return ir_type_eq(&a->type, &b->type);
+  if (a->n_elems != b->n_elems) return false;
+  for (int i = 0; i < a->n_elems; i++)
+    if (!same_shape(a->elems[i], b->elems[i])) return false;
+  return true;
+}
+
+/* A sequence or optional chosen at run time: element by element, when
+ * both branches' agree in length and types (the lengths are known at
+ * import, the values need not be). */
+static Val *select_container(Imp *im, Val *c, int out, Val *t, Val *e) {
+  if (!same_shape(t, e)) {
+    ox_bad(im,
+           "output %d is %s of %d values in then_branch and %s of %d in else_branch (or their types differ): with "
+           "a condition computed at run time a sequence or optional must have one length and type",
+           out + 1, ox_kind_name(t), t->kind == VK_TENSOR ? 1 : t->n_elems, ox_kind_name(e),
+           e->kind == VK_TENSOR ? 1 : e->n_elems);
+    return NULL;
+  }
+  Val *r = ARENA_NEW(&im->c->arena, Val);
+  *r = *t;
+  r->name = NULL;
+  r->flat_input = false;
+  r->elems = ARENA_ARRAY(&im->c->arena, Val *, t->n_elems + 1);
+  for (int i = 0; i < t->n_elems; i++) {
+    r->elems[i] = t->elems[i]->kind == VK_TENSOR ? ox_where(im, c, t->elems[i], e->elems[i])
+                                                 : select_container(im, c, out, t->elems[i], e->elems[i]);
+    if (!r->elems[i]) return NULL;
+  }
+  return r;
+}
+
 bool ox_op_if(Imp *im, ONode *n) {
   Val *cond = ox_in_req(im, n, 0);
   const Onnx__GraphProto *gt = graph_attr(im, "then_branch"), *ge = graph_attr(im, "else_branch");
   if (!cond || !gt || !ge) return false;
+  if (cond->kind != VK_TENSOR) return ox_bad(im, "the condition is %s, a tensor expected", ox_kind_name(cond));
   if (ir_type_numel(&cond->type) != 1) return ox_bad(im, "the condition must hold one value");
   if ((int)gt->n_output != n->n_out || (int)ge->n_output != n->n_out)
     return ox_bad(im, "the branches give %zu and %zu outputs, the node %d", gt->n_output, ge->n_output, n->n_out);
   Val **t = ARENA_ARRAY(&im->c->arena, Val *, n->n_out + 1), **e = ARENA_ARRAY(&im->c->arena, Val *, n->n_out + 1);
   if (cond->k) { /* a constant condition: the branch taken, alone */
     bool yes = ir_tensor_get(cond->k, 0) != 0;
-    return import_subgraph(im, yes ? gt : ge, yes ? "then_branch" : "else_branch", 0, NULL, n->out);
+    return ox_import_subgraph(im, yes ? gt : ge, yes ? "then_branch" : "else_branch", 0, NULL, n->out);
   }
   /* Each branch's nodes carry its guard, so that a plan skips the
    * branch the run does not take (ir/guard.c); the merge below is a
@@ -144,13 +183,17 @@ bool ox_op_if(Imp *im, ONode *n) {
    * given size (a hint that flows, onnx_build.c): the one it takes, as a
    * shape computed from that size would be. */
   bool same = true;
-  for (int i = 0; i < n->n_out; i++) same &= ir_type_eq(&t[i]->type, &e[i]->type);
+  for (int i = 0; i < n->n_out; i++) same &= same_shape(t[i], e[i]);
   if (!same && cond->hint && cond->hint_flows) {
     Val **taken = ir_tensor_get(cond->hint, 0) != 0 ? t : e;
     for (int i = 0; i < n->n_out; i++) n->out[i] = taken[i];
     return true;
   }
   for (int i = 0; i < n->n_out; i++) {
+    if (t[i]->kind != VK_TENSOR || e[i]->kind != VK_TENSOR) {
+      if (!(n->out[i] = select_container(im, c, i, t[i], e[i]))) return false;
+      continue;
+    }
     if (!ir_type_eq(&t[i]->type, &e[i]->type)) {
       char a[IR_TYPE_STR_MAX], b[IR_TYPE_STR_MAX];
       return ox_bad(im,
@@ -216,6 +259,8 @@ bool ox_op_loop(Imp *im, ONode *n) {
                   n_carried, n->n_out);
   double trips = 9e18, c = 1;
   Val *vm = ox_in_opt(n, 0), *vc = ox_in_opt(n, 1);
+  if ((vm && vm->kind != VK_TENSOR) || (vc && vc->kind != VK_TENSOR))
+    return ox_bad(im, "the trip count and the condition must be tensors");
   if (vm && !known_scalar(vm, &trips))
     return ox_bad(im, "a trip count computed at run time is not supported (the loop is unrolled at import)");
   if (vc && !known_scalar(vc, &c))
@@ -233,12 +278,16 @@ bool ox_op_loop(Imp *im, ONode *n) {
       return ox_bad(im, "the loop runs more than %d steps, more than dlcc unrolls", (int)MAX_UNROLL);
     state[0] = ox_scalar(im, (double)step, TY_I64);
     state[1] = ox_scalar(im, 1, TY_BOOL);
-    if (!import_subgraph(im, body, "the body", 2 + n_carried, state, outs)) return false;
+    if (!ox_import_subgraph(im, body, "the body", 2 + n_carried, state, outs)) return false;
     if (!known_scalar(outs[0], &c))
       return ox_bad(im, "the body computes its condition at run time: not supported (the loop is unrolled at "
                         "import; a loop in the plan is future work)");
     for (int i = 0; i < n_carried; i++) state[2 + i] = outs[1 + i];
-    for (int k = 0; k < n_scan; k++) scans[k][step] = outs[1 + n_carried + k];
+    for (int k = 0; k < n_scan; k++) {
+      if (outs[1 + n_carried + k]->kind != VK_TENSOR)
+        return ox_bad(im, "scan output %d is %s: only tensors are stacked", k + 1, ox_kind_name(outs[1 + n_carried + k]));
+      scans[k][step] = outs[1 + n_carried + k];
+    }
   }
   for (int i = 0; i < n_carried; i++) n->out[i] = state[2 + i];
   for (int k = 0; k < n_scan; k++) {
@@ -293,9 +342,13 @@ bool ox_op_scan(Imp *im, ONode *n) {
         if (i != axis[j]) d[m++] = s->type.dims[i];
       vals[n_state + j] = ox_reshape(im, s, s->type.rank - 1, d);
     }
-    if (!import_subgraph(im, body, "the body", n->n_in, vals, outs)) return false;
+    if (!ox_import_subgraph(im, body, "the body", n->n_in, vals, outs)) return false;
     for (int i = 0; i < n_state; i++) vals[i] = outs[i];
-    for (int k = 0; k < n_scan_out; k++) ys[k][nod >= 0 && out_dirs[k] ? T - 1 - t : t] = outs[n_state + k];
+    for (int k = 0; k < n_scan_out; k++) {
+      if (outs[n_state + k]->kind != VK_TENSOR)
+        return ox_bad(im, "scan output %d is %s: only tensors are stacked", k + 1, ox_kind_name(outs[n_state + k]));
+      ys[k][nod >= 0 && out_dirs[k] ? T - 1 - t : t] = outs[n_state + k];
+    }
   }
   for (int i = 0; i < n_state; i++) n->out[i] = vals[i];
   for (int k = 0; k < n_scan_out; k++) {

@@ -18,6 +18,8 @@
 #include "frontend/onnx.h"
 #include "frontend/onnx.pb-c.h"
 
+typedef enum { VK_TENSOR, VK_SEQ, VK_OPT } ValKind;
+
 /* What the importer knows about one ONNX value. */
 typedef struct Val {
   const char *name; /* ONNX name; NULL for temporaries */
@@ -34,6 +36,15 @@ typedef struct Val {
   /* The narrow ONNX type (FLOAT8E4M3FN, INT4, ...) whose values this one
    * holds in its wider dtype (ox_held_format), or 0. */
   int32_t held;
+  /* A sequence or an optional, resolved at import (onnx_seq.c): not an IR
+   * value but a list of them.  A sequence holds n_elems values; an
+   * optional 0 (absent) or 1 (a tensor or a sequence).  elem_dtype is a
+   * sequence's element dtype, known even when it is empty. */
+  ValKind kind;
+  int n_elems;
+  struct Val **elems;
+  DType elem_dtype;
+  bool flat_input; /* a graph input's: as long as the caller gave */
 } Val;
 
 typedef struct Entry {
@@ -220,6 +231,31 @@ bool ox_import_nodes(Imp *im, const Onnx__GraphProto *gp);
 
 /* onnx_control.c: If, Loop and Scan. */
 OpFn ox_op_if, ox_op_loop, ox_op_scan;
+
+/* onnx_seq.c: sequences and optionals, resolved at import. */
+OpFn ox_op_sequence_construct, ox_op_sequence_empty, ox_op_sequence_at, ox_op_sequence_insert, ox_op_sequence_erase,
+    ox_op_sequence_length, ox_op_split_to_sequence, ox_op_concat_from_sequence, ox_op_sequence_map, ox_op_optional,
+    ox_op_optional_has_element, ox_op_optional_get_element;
+/* True for the ops that take a sequence or optional operand. */
+bool ox_takes_containers(const char *op_type);
+const char *ox_kind_name(const Val *v);
+/* A graph input of sequence or optional type, flattened: a sequence
+ * "x" of n elements is the inputs "x.0" ... "x.<n-1>", n being how many
+ * of them the caller gives; an optional "x" is present when the caller
+ * gives "x" (or, holding a sequence, "x.0"...). */
+bool ox_container_input(Imp *im, const Onnx__ValueInfoProto *vi);
+/* The tensors a graph output flattens to (a sequence's elements, an
+ * optional's element or nothing), with their names; false after
+ * reporting. */
+bool ox_flatten_output(Imp *im, Val *v, const char *name, int *n, Val ***vals, const char ***names);
+/* onnx.c: a graph input's tensor type, its free dims bound as for any
+ * input; without symbols a dim_param is no symbol (a sequence's
+ * elements may differ where their type says "N"). */
+bool ox_tensor_input_type(Imp *im, const char *name, const Onnx__TypeProto *tp, bool symbols, TensorType *out,
+                          volatile int32_t *held);
+/* onnx_control.c: a subgraph imported in a scope of its own, its inputs
+ * bound by position to in[0..n_in), its outputs into out. */
+bool ox_import_subgraph(Imp *im, const Onnx__GraphProto *gp, const char *what, int n_in, Val **in, Val **out);
 
 /* onnx_attention.c: Attention as its unfused graph. */
 OpFn ox_op_attention;

@@ -379,3 +379,125 @@ bool fe_onnx_read_tensor(const char *path, Tensor *out, char **name, char *err, 
   if (!ok) efail(err, errlen, "'%s': %s", path, msg);
   return ok;
 }
+
+/* ---- SequenceProto and OptionalProto (onnx-data.proto, which the
+ * build does not compile): read by hand.  Both number their fields
+ * alike: 1 name, 2 elem_type, 3 tensor(s), 5 sequence(s), 7 optional(s);
+ * 4 and 6 (sparse tensors, maps) are refused. */
+
+typedef struct Wire {
+  const uint8_t *p, *end;
+} Wire;
+
+static bool wire_varint(Wire *w, uint64_t *out) {
+  uint64_t v = 0;
+  for (int shift = 0; shift < 64 && w->p < w->end; shift += 7) {
+    uint8_t b = *w->p++;
+    v |= (uint64_t)(b & 0x7f) << shift;
+    if (!(b & 0x80)) {
+      *out = v;
+      return true;
+    }
+  }
+  return false;
+}
+
+/* The next field: its number, wire type, and for length-delimited ones
+ * the bytes; false at the end or on malformed input (*bad set). */
+static bool wire_next(Wire *w, uint32_t *field, int *type, Wire *bytes, bool *bad) {
+  uint64_t tag, len;
+  *bad = false;
+  if (w->p >= w->end) return false;
+  if (!wire_varint(w, &tag)) return !(*bad = true);
+  *field = (uint32_t)(tag >> 3), *type = (int)(tag & 7);
+  switch (*type) {
+    case 0: return wire_varint(w, &len) || !(*bad = true);
+    case 1: if (w->end - w->p < 8) return !(*bad = true); w->p += 8; return true;
+    case 5: if (w->end - w->p < 4) return !(*bad = true); w->p += 4; return true;
+    case 2:
+      if (!wire_varint(w, &len) || len > (uint64_t)(w->end - w->p)) return !(*bad = true);
+      *bytes = (Wire){w->p, w->p + len};
+      w->p += len;
+      return true;
+    default: return !(*bad = true);
+  }
+}
+
+typedef struct Flat {
+  const char *dir;
+  int max, n;
+  Tensor *out;
+  char **names;
+  int tensors_here; /* tensors directly in the outermost message */
+} Flat;
+
+static bool flat_value(Flat *f, Wire w, const char *name, int depth, char *err, size_t errlen) {
+  if (depth > 2) return efail(err, errlen, "sequences nested deeper than an optional of a sequence");
+  uint32_t field;
+  int type;
+  Wire bytes;
+  bool bad;
+  while (wire_next(&w, &field, &type, &bytes, &bad)) {
+    if (type != 2) continue;
+    if (field == 4 || field == 6 || field == 7)
+      return efail(err, errlen, "a %s is not supported", field == 4 ? "sparse tensor" : field == 6 ? "map" : "nested optional");
+    if (field == 5 && !flat_value(f, bytes, name, depth + 1, err, errlen)) return false;
+    if (field != 3) continue;
+    if (f->n == f->max) return efail(err, errlen, "more than %d tensors", f->max);
+    Onnx__TensorProto *t = onnx__tensor_proto__unpack(NULL, (size_t)(bytes.end - bytes.p), bytes.p);
+    if (!t) return efail(err, errlen, "element %d is not a TensorProto", f->n);
+    char msg[512];
+    bool ok = tensor_from_proto(t, f->dir, true, &f->out[f->n], msg, sizeof msg);
+    onnx__tensor_proto__free_unpacked(t, NULL);
+    if (!ok) return efail(err, errlen, "element %d: %s", f->n, msg);
+    size_t len = strlen(name) + 24;
+    if (!(f->names[f->n] = malloc(len))) {
+      ir_tensor_free(&f->out[f->n]);
+      return efail(err, errlen, "out of memory");
+    }
+    snprintf(f->names[f->n], len, "%s.%d", name, f->n);
+    f->n++;
+    if (depth == 0) f->tensors_here++;
+  }
+  return bad ? efail(err, errlen, "malformed protobuf") : true;
+}
+
+bool fe_onnx_read_value(const char *path, int max, int *n, Tensor *out, char **names, bool *one_tensor, char *err,
+                        size_t errlen) {
+  *n = 0;
+  *one_tensor = false;
+  if (max < 1) return efail(err, errlen, "no room for a tensor");
+  if (fe_onnx_read_tensor(path, &out[0], &names[0], err, errlen)) {
+    *n = 1;
+    return true;
+  }
+  size_t len;
+  uint8_t *buf = ox_read_whole(path, &len, err, errlen);
+  if (!buf) return false;
+  /* the name first: the elements are called after it */
+  Wire w = {buf, buf + len}, bytes = {0};
+  uint32_t field;
+  int type;
+  bool bad;
+  char name[256] = "";
+  while (wire_next(&w, &field, &type, &bytes, &bad))
+    if (field == 1 && type == 2) {
+      size_t k = (size_t)(bytes.end - bytes.p) < sizeof name - 1 ? (size_t)(bytes.end - bytes.p) : sizeof name - 1;
+      memcpy(name, bytes.p, k);
+      name[k] = 0;
+    }
+  char *dir = dir_dup(path);
+  Flat f = {.dir = dir ? dir : ".", .max = max, .out = out, .names = names};
+  char msg[512] = "";
+  bool ok = !bad && flat_value(&f, (Wire){buf, buf + len}, name, 0, msg, sizeof msg);
+  free(dir);
+  free(buf);
+  if (!ok) {
+    for (int i = 0; i < f.n; i++) ir_tensor_free(&out[i]), free(names[i]);
+    return efail(err, errlen, "'%s' is neither a TensorProto nor a SequenceProto or OptionalProto%s%s", path,
+                 msg[0] ? ": " : "", msg);
+  }
+  *n = f.n;
+  *one_tensor = f.tensors_here == 1;
+  return true;
+}

@@ -26,6 +26,12 @@ tests_test_onnx_if_SOURCES = tests/test_onnx_if.c tests/onnxbuild.c tests/onnxbu
 tests_test_onnx_if_CPPFLAGS = $(AM_CPPFLAGS) $(CUDA_CPPFLAGS)
 tests_test_onnx_if_CFLAGS = $(TEST_CFLAGS)
 tests_test_onnx_if_LDADD = $(TEST_LIBS) $(CUDA_LIBS)
+# Sequences and optionals resolved at import, and what is refused.
+check_PROGRAMS += tests/test_onnx_seq
+TESTS += tests/test_onnx_seq
+tests_test_onnx_seq_SOURCES = tests/test_onnx_seq.c tests/onnxbuild.c tests/onnxbuild.h
+tests_test_onnx_seq_CFLAGS = $(TEST_CFLAGS)
+tests_test_onnx_seq_LDADD = $(TEST_LIBS)
 endif
 # tests/onnx_node.sh runs test_onnx_node on the newest node tests a
 # python3's onnx can generate (into tests/onnx-node-latest/), else on

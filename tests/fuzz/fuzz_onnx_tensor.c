@@ -1,5 +1,7 @@
 /* libFuzzer target for serialized ONNX TensorProtos (the backend tests'
- * input_0.pb, read by `dlcc run --input x=x.pb`): takes any bytes as the
+ * input_0.pb, read by `dlcc run --input x=x.pb`) and the SequenceProto
+ * and OptionalProto files read beside them (fe_onnx_read_value, a
+ * hand-written wire reader): takes any bytes as the
  * file, written beside ext.bin so external data resolves.  Rejected
  * input must leave a message; an accepted tensor must have a name, data
  * (possibly empty) and a type dlcc can hold. */
@@ -23,6 +25,23 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       fuzz_fail("an accepted tensor has a bad shape (rank %d)", t.type.rank);
     ir_tensor_free(&t);
     free(name);
+  }
+  /* the same bytes as a sequence or optional (the tensor first) */
+  Tensor ts[8];
+  char *names[8];
+  int n = -1;
+  bool one;
+  err[0] = 0;
+  if (!fe_onnx_read_value(path, 8, &n, ts, names, &one, err, sizeof err)) {
+    fuzz_require_message("fe_onnx_read_value", err);
+    if (n != 0) fuzz_fail("a rejected value counted %d tensors", n);
+  } else {
+    if (n < 0 || n > 8) fuzz_fail("an accepted value has %d tensors", n);
+    for (int i = 0; i < n; i++) {
+      if (!names[i] || (!ts[i].data && ir_type_numel(&ts[i].type) > 0)) fuzz_fail("element %d has no name or data", i);
+      ir_tensor_free(&ts[i]);
+      free(names[i]);
+    }
   }
   free(path);
   return 0;
