@@ -425,9 +425,9 @@ bool lower_rnn(CgBuild *b, const Node *n) {
 
 /* ---- lstm_bptt: the backward walk of one layer and direction ---- */
 
-/* What every lstm_bptt kernel binds: the op's operands (p, w_hh, dy,
- * dh_n, dc_n are read through load_f32), c of every step [T, N, H] and
- * the running dc [N, H] (scratch), dp (the result). */
+/* What every lstm_bptt kernel binds: the op's operands (px, ph, w_hh,
+ * dy, dh_n, dc_n, read through load_f32), c of every step [T, N, H]
+ * and the running dc [N, H] (scratch), dp (the result). */
 typedef struct Bptt {
   const Node *n;
   Rnn r; /* one direction, time first */
@@ -437,6 +437,12 @@ typedef struct Bptt {
 
 static KExpr *bp_load(CgBuild *b, Kernel *k, const Bptt *bp, int i, const char *name, KExpr *at) {
   return load_f32(b, k, NULL, bp->n->in[i], name, at);
+}
+
+/* p = px + ph at index v */
+static KExpr *bp_gate(CgBuild *b, Kernel *k, const Bptt *bp, KVar *v, int64_t off) {
+  KExpr *x = bp_load(b, k, bp, 0, "px", cg_kadd(k, cg_kv(k, v), cg_kint(k, off)));
+  return cg_kop2(k, OP_ADD, x, bp_load(b, k, bp, 1, "ph", cg_kadd(k, cg_kv(k, v), cg_kint(k, off))));
 }
 
 /* (t * N + bi) * width + j */
@@ -451,15 +457,15 @@ static KExpr *bp_at(Kernel *k, const Bptt *bp, KVar *t, KVar *bi, int64_t width,
 static void bptt_scan(CgBuild *b, Kernel *k, KBlock *in, const Bptt *bp, KBuf *cb, KBuf *dcb, KVar *bi, KVar *j) {
   int64_t T = bp->r.T, H = bp->r.H;
   KVar *at = cg_klet(k, in, "at", KT_INDEX, cg_kadd(k, cg_kmul(k, cg_kv(k, bi), cg_kint(k, H)), cg_kv(k, j)));
-  cg_kstore(k, in, dcb, cg_kv(k, at), bp_load(b, k, bp, 4, "dc_n", cg_kv(k, at)));
+  cg_kstore(k, in, dcb, cg_kv(k, at), bp_load(b, k, bp, 5, "dc_n", cg_kv(k, at)));
   KVar *cs = cg_klet(k, in, "cs", TY_F32, cg_kimm(k, 0, TY_F32));
   KVar *s = cg_kvar(k, "s", KT_INDEX);
   KBlock *ls = &cg_kloop(k, in, s, cg_kint(k, T), KM_SERIAL)->body;
   KVar *t = cg_klet(k, ls, "t", KT_INDEX, bp->rev ? cg_kidx(k, KI_SUB, cg_kint(k, T - 1), cg_kv(k, s)) : cg_kv(k, s));
   KVar *pr = cg_klet(k, ls, "pr", KT_INDEX, bp_at(k, bp, t, bi, 4 * H, j));
-  KExpr *ig = cg_kop1(k, OP_SIGMOID, bp_load(b, k, bp, 0, "p", cg_kv(k, pr)));
-  KExpr *fg = cg_kop1(k, OP_SIGMOID, bp_load(b, k, bp, 0, "p", cg_kadd(k, cg_kv(k, pr), cg_kint(k, H))));
-  KExpr *gg = cg_kop1(k, OP_TANH, bp_load(b, k, bp, 0, "p", cg_kadd(k, cg_kv(k, pr), cg_kint(k, 2 * H))));
+  KExpr *ig = cg_kop1(k, OP_SIGMOID, bp_gate(b, k, bp, pr, 0));
+  KExpr *fg = cg_kop1(k, OP_SIGMOID, bp_gate(b, k, bp, pr, H));
+  KExpr *gg = cg_kop1(k, OP_TANH, bp_gate(b, k, bp, pr, 2 * H));
   cg_kset(k, ls, cs, cg_kop2(k, OP_ADD, cg_kop2(k, OP_MUL, fg, cg_kv(k, cs)), cg_kop2(k, OP_MUL, ig, gg)));
   cg_kstore(k, ls, cb, bp_at(k, bp, t, bi, H, j), cg_kv(k, cs));
 }
@@ -474,8 +480,7 @@ static void bptt_cell(CgBuild *b, Kernel *k, KBlock *in, const Bptt *bp, KBuf *c
   KVar *pr = cg_klet(k, in, "pr", KT_INDEX, bp_at(k, bp, t, bi, 4 * H, j));
   KVar *gate[4];
   for (int g = 0; g < 4; g++) {
-    KExpr *v = bp_load(b, k, bp, 0, "p", cg_kadd(k, cg_kv(k, pr), cg_kint(k, g * H)));
-    gate[g] = cg_klet(k, in, "gt", TY_F32, cg_kop1(k, g == 2 ? OP_TANH : OP_SIGMOID, v));
+    gate[g] = cg_klet(k, in, "gt", TY_F32, cg_kop1(k, g == 2 ? OP_TANH : OP_SIGMOID, bp_gate(b, k, bp, pr, g * H)));
   }
   KVar *ct = cg_klet(k, in, "ct", TY_F32, cg_kop1(k, OP_TANH, cg_kload(k, cb, bp_at(k, bp, t, bi, H, j))));
   /* c_{t-1}: the step before in the forward's order, 0 at its first */
@@ -485,8 +490,8 @@ static void bptt_cell(CgBuild *b, Kernel *k, KBlock *in, const Bptt *bp, KBuf *c
   KExpr *first_fwd = cg_kcmp(k, KC_EQ, cg_kv(k, i), cg_kint(k, T - 1));
   KVar *cp = cg_klet(k, in, "cp", TY_F32,
                      cg_ksel(k, first_fwd, cg_kimm(k, 0, TY_F32), cg_kload(k, cb, bp_at(k, bp, tpv, bi, H, j))));
-  KExpr *carried = cg_ksel(k, cg_kcmp(k, KC_EQ, cg_kv(k, i), cg_kint(k, 0)), bp_load(b, k, bp, 3, "dh_n", cg_kv(k, at)), rec);
-  KVar *dh = cg_klet(k, in, "dh", TY_F32, cg_kop2(k, OP_ADD, bp_load(b, k, bp, 2, "dy", bp_at(k, bp, t, bi, H, j)), carried));
+  KExpr *carried = cg_ksel(k, cg_kcmp(k, KC_EQ, cg_kv(k, i), cg_kint(k, 0)), bp_load(b, k, bp, 4, "dh_n", cg_kv(k, at)), rec);
+  KVar *dh = cg_klet(k, in, "dh", TY_F32, cg_kop2(k, OP_ADD, bp_load(b, k, bp, 3, "dy", bp_at(k, bp, t, bi, H, j)), carried));
 #define V(x) cg_kv(k, x)
 #define MUL(a, c) cg_kop2(k, OP_MUL, a, c)
 #define ONE_MINUS(x) cg_kop2(k, OP_SUB, cg_kimm(k, 1, TY_F32), x)
@@ -552,7 +557,7 @@ static void bptt_persistent(CgBuild *b, const Bptt *bp, RtRef bar) {
   KBuf *dp = global_of(b, k, &bp->n->out[0], "dp");
   KBuf *bw = cg_kglobal(k, "bar", TY_I32, 2, bar);
   KBuf *ws = cg_kdynshared(k, "w_s", TY_F32, G * W * H, 0);
-  KBuf *wg = global_of(b, k, bp->n->in[1], "w_hh");
+  KBuf *wg = global_of(b, k, bp->n->in[2], "w_hh");
   KVar *blk = cg_kvar(k, "blk", KT_INDEX), *ty = cg_kvar(k, "ty", KT_INDEX), *tx = cg_kvar(k, "tx", KT_INDEX);
   KStmt *lb = cg_kloop(k, &k->body, blk, cg_kint(k, blocks), KM_GRID_X);
   KStmt *ly = cg_kloop(k, &lb->body, ty, cg_kint(k, W), KM_BLOCK_Y);
@@ -626,7 +631,7 @@ static void bptt_steps(CgBuild *b, const Bptt *bp) {
     KVar *b0 = cg_klet(k, in, "b0", KT_INDEX,
                        cg_kmul(k, cg_kidx(k, KI_DIV, cg_kv(k, tile), cg_kint(k, units)), cg_kint(k, NB)));
     KVar *t = bptt_t(k, in, bp, i);
-    RnnDot d = {.h = dp, .w = global_of(b, k, bp->n->in[1], "w_hh"), .gstride = H, .u = jr, .trans = true,
+    RnnDot d = {.h = dp, .w = global_of(b, k, bp->n->in[2], "w_hh"), .gstride = H, .u = jr, .trans = true,
                 .hrow = 4 * H, .hgate = H};
     bptt_group(b, k, in, bp, cb, dcb, dp, b0, tx, j, i, t, &d);
     cg_launch(b, k);

@@ -627,7 +627,7 @@ bool eval_rnn(Eval *e, const Node *n, int n_in, Tensor *const *in, Tensor *outs)
 /* lstm_bptt (ops.def), in double: c rescanned from p, then the steps
  * walked backward with dh and dc per batch row. */
 bool eval_lstm_bptt(Eval *e, const Node *n, Tensor *const *in, Tensor *out) {
-  const Tensor *p = in[0], *w = in[1], *dy = in[2], *dhn = in[3], *dcn = in[4];
+  const Tensor *p = in[0], *ph = in[1], *w = in[2], *dy = in[3], *dhn = in[4], *dcn = in[5];
   int64_t T = p->type.dims[0], N = p->type.dims[1], H = p->type.dims[2] / 4;
   bool rev = ir_attr_int(n, "reverse") != 0;
   double *c = calloc((size_t)(T * N * H) + 1, sizeof(double)), *dh = calloc((size_t)(N * H) + 1, sizeof(double));
@@ -636,7 +636,7 @@ bool eval_lstm_bptt(Eval *e, const Node *n, Tensor *const *in, Tensor *out) {
     free(c), free(dh), free(dc), free(dp);
     return fail(e, "out of memory");
   }
-#define P(t, b, r) ir_tensor_get(p, ((t) * N + (b)) * 4 * H + (r))
+#define P(t, b, r) (ir_tensor_get(p, ((t) * N + (b)) * 4 * H + (r)) + ir_tensor_get(ph, ((t) * N + (b)) * 4 * H + (r)))
   for (int64_t s = 0; s < T; s++) {
     int64_t t = rev ? T - 1 - s : s, tp = rev ? t + 1 : t - 1;
     for (int64_t b = 0; b < N; b++)

@@ -865,10 +865,11 @@ static void vjp_dropout(GradCall *c) {
 /* An lstm of one layer, time first (passes/train_mode.c splits every
  * other into these).  Per direction d, with y_d its columns of y:
  *   h_{t-1}: y_d one step back in the direction's time (zeros first);
- *   p = x W_ih^T + b_ih + h_{t-1} W_hh^T + b_hh, every step's gates
- *       before their activations, as the forward computed them: one
- *       GEMM each rather than [T, N, 4H] more kept by the forward;
- *   dp = lstm_bptt(p, W_hh, dy_d, dh_n, dc_n): the only sequential part;
+ *   x W_ih^T + b_ih and h_{t-1} W_hh^T + b_hh, whose sum p is every
+ *       step's gates before their activations, as the forward computed
+ *       them: two GEMMs rather than [T, N, 4H] more kept by the forward
+ *       (lstm_bptt adds them as it reads them);
+ *   dp = lstm_bptt(both, W_hh, dy_d, dh_n, dc_n): the only sequential part;
  * then dx += dp W_ih, dW_ih = dp^T x, dW_hh = dp^T h_{t-1} and both
  * biases' sum of dp over every step and row, GEMMs and a reduction
  * over all T * N rows at once. */
@@ -907,12 +908,11 @@ static void vjp_lstm(GradCall *c) {
     }
     Value *xi = ir_grad_op(c->g, n->loc, OP_LINEAR, per == 4 ? 3 : 2, (Value *[]){x, w[0], per == 4 ? w[2] : NULL});
     Value *hh = ir_grad_op(c->g, n->loc, OP_LINEAR, per == 4 ? 3 : 2, (Value *[]){hprev, w[1], per == 4 ? w[3] : NULL});
-    Value *p = add(c, xi, hh);
     Value *dyd = c->dy[0] ? (dirs == 1 ? c->dy[0] : slice(c, c->dy[0], (int64_t[]){0, 0, d * H},
                                                          (int64_t[]){T, N, (d + 1) * H}, ones))
                           : zeros_like(c, &(Value){.type = seq});
-    Node *bp = ir_node_new(c->g, OP_LSTM_BPTT, 5,
-                           (Value *[]){p, w[1], dyd, lstm_state(c, 1, d, &st), lstm_state(c, 2, d, &st)}, n->loc);
+    Node *bp = ir_node_new(c->g, OP_LSTM_BPTT, 6,
+                           (Value *[]){xi, hh, w[1], dyd, lstm_state(c, 1, d, &st), lstm_state(c, 2, d, &st)}, n->loc);
     ir_set_int(c->g, bp, "reverse", d);
     Value *dp = finish(c->g, bp);
     Value *dp2 = ir_grad_reshape(c->g, n->loc, dp, 2, (int64_t[]){rows, 4 * H});
