@@ -445,9 +445,10 @@ static KExpr *bp_gate(CgBuild *b, Kernel *k, const Bptt *bp, KVar *v, int64_t of
   return cg_kop2(k, OP_ADD, x, bp_load(b, k, bp, 1, "ph", cg_kadd(k, cg_kv(k, v), cg_kint(k, off))));
 }
 
-/* (t * N + bi) * width + j */
+/* Element j of step t's row bi, rows width apart (rnn_row's order, as
+ * the forward's y). */
 static KExpr *bp_at(Kernel *k, const Bptt *bp, KVar *t, KVar *bi, int64_t width, KVar *j) {
-  KExpr *row = cg_kadd(k, cg_kmul(k, cg_kv(k, t), cg_kint(k, bp->r.N)), cg_kv(k, bi));
+  KExpr *row = rnn_row(k, &bp->r, cg_kv(k, bi), cg_kv(k, t));
   return cg_kadd(k, cg_kmul(k, row, cg_kint(k, width)), cg_kv(k, j));
 }
 
@@ -522,7 +523,7 @@ static void bptt_group(CgBuild *b, Kernel *k, KBlock *in, const Bptt *bp, KBuf *
   KVar *bn[RNN_ROWS] = {0}, *rows[RNN_ROWS] = {0}, *acc[4][RNN_ROWS];
   rnn_rows(k, in, r, NB, b0, bn);
   for (int64_t q = 0; q < NB; q++)
-    rows[q] = cg_klet(k, in, "rn", KT_INDEX, cg_kadd(k, cg_kmul(k, cg_kv(k, tnv), cg_kint(k, N)), cg_kv(k, bn[q])));
+    rows[q] = cg_klet(k, in, "rn", KT_INDEX, rnn_row(k, r, cg_kv(k, bn[q]), cg_kv(k, tnv)));
   rnn_dot(k, in, r, NB, rows, tx, dot, acc);
   KExpr *lead = cg_kcmp(k, KC_EQ, cg_kv(k, tx), cg_kint(k, 0));
   if (H % rnn_units(H)) lead = cg_kand(k, lead, cg_kcmp(k, KC_LT, cg_kv(k, j), cg_kint(k, H)));
@@ -646,7 +647,8 @@ bool lower_lstm_bptt(CgBuild *b, const Node *n) {
     if (n->in[i]->type.dtype != TY_F32) return unsupported(b, n, n->in[i]->type.dtype);
   const int64_t *pd = n->out[0].type.dims;
   Bptt bp = {.n = n, .rev = ir_attr_int(n, "reverse") != 0};
-  bp.r = (Rnn){.lstm = true, .T = pd[0], .N = pd[1], .H = pd[2] / 4, .G = 4, .dirs = 1};
+  bool bf = ir_attr_int(n, "batch_first") != 0;
+  bp.r = (Rnn){.lstm = true, .bf = bf, .T = pd[bf ? 1 : 0], .N = pd[bf ? 0 : 1], .H = pd[2] / 4, .G = 4, .dirs = 1};
   int64_t T = bp.r.T, N = bp.r.N, H = bp.r.H;
   if (T * N * H == 0) return true; /* dp is empty */
   uint64_t dc_bytes = (uint64_t)(N * H) * F32_BYTES;

@@ -628,15 +628,17 @@ bool eval_rnn(Eval *e, const Node *n, int n_in, Tensor *const *in, Tensor *outs)
  * walked backward with dh and dc per batch row. */
 bool eval_lstm_bptt(Eval *e, const Node *n, Tensor *const *in, Tensor *out) {
   const Tensor *p = in[0], *ph = in[1], *w = in[2], *dy = in[3], *dhn = in[4], *dcn = in[5];
-  int64_t T = p->type.dims[0], N = p->type.dims[1], H = p->type.dims[2] / 4;
-  bool rev = ir_attr_int(n, "reverse") != 0;
+  bool rev = ir_attr_int(n, "reverse") != 0, bf = ir_attr_int(n, "batch_first") != 0;
+  int64_t T = p->type.dims[bf ? 1 : 0], N = p->type.dims[bf ? 0 : 1], H = p->type.dims[2] / 4;
   double *c = calloc((size_t)(T * N * H) + 1, sizeof(double)), *dh = calloc((size_t)(N * H) + 1, sizeof(double));
   double *dc = calloc((size_t)(N * H) + 1, sizeof(double)), *dp = calloc((size_t)(T * N * 4 * H) + 1, sizeof(double));
   if (!c || !dh || !dc || !dp) {
     free(c), free(dh), free(dc), free(dp);
     return fail(e, "out of memory");
   }
-#define P(t, b, r) (ir_tensor_get(p, ((t) * N + (b)) * 4 * H + (r)) + ir_tensor_get(ph, ((t) * N + (b)) * 4 * H + (r)))
+/* the row of step t and batch row b in p, ph, dy and dp */
+#define ROW(t, b) (bf ? (b) * T + (t) : (t) * N + (b))
+#define P(t, b, r) (ir_tensor_get(p, ROW(t, b) * 4 * H + (r)) + ir_tensor_get(ph, ROW(t, b) * 4 * H + (r)))
   for (int64_t s = 0; s < T; s++) {
     int64_t t = rev ? T - 1 - s : s, tp = rev ? t + 1 : t - 1;
     for (int64_t b = 0; b < N; b++)
@@ -654,9 +656,9 @@ bool eval_lstm_bptt(Eval *e, const Node *n, Tensor *const *in, Tensor *out) {
         double ig = sigmoid(P(t, b, j)), fg = sigmoid(P(t, b, H + j));
         double gg = tanh(P(t, b, 2 * H + j)), og = sigmoid(P(t, b, 3 * H + j));
         double ct = tanh(c[(t * N + b) * H + j]), prev = s ? c[(tp * N + b) * H + j] : 0;
-        double h = dh[at] + ir_tensor_get(dy, (t * N + b) * H + j);
+        double h = dh[at] + ir_tensor_get(dy, ROW(t, b) * H + j);
         double d = dc[at] + h * og * (1 - ct * ct);
-        double *row = dp + (t * N + b) * 4 * H;
+        double *row = dp + ROW(t, b) * 4 * H;
         row[j] = d * gg * ig * (1 - ig);
         row[H + j] = d * prev * fg * (1 - fg);
         row[2 * H + j] = d * ig * (1 - gg * gg);
@@ -667,11 +669,12 @@ bool eval_lstm_bptt(Eval *e, const Node *n, Tensor *const *in, Tensor *out) {
     for (int64_t b = 0; b < N; b++)
       for (int64_t j = 0; j < H; j++) {
         double sum = 0;
-        for (int64_t r = 0; r < 4 * H; r++) sum += dp[(t * N + b) * 4 * H + r] * ir_tensor_get(w, r * H + j);
+        for (int64_t r = 0; r < 4 * H; r++) sum += dp[ROW(t, b) * 4 * H + r] * ir_tensor_get(w, r * H + j);
         dh[b * H + j] = sum;
       }
   }
 #undef P
+#undef ROW
   for (int64_t i = 0; i < T * N * 4 * H; i++) ir_tensor_set(out, i, dp[i]);
   free(c), free(dh), free(dc), free(dp);
   return true;

@@ -1344,7 +1344,7 @@ bool shape_gru(const Node *n, TensorType *out, char *err, size_t errlen) {
 }
 
 /* px, ph [T, N, 4H], w_hh [4H, H], dy [T, N, H], dh_n and dc_n [N, H]
- * -> dp, p's type. */
+ * -> dp, p's type (T and N swapped with batch_first). */
 bool shape_lstm_bptt(const Node *n, TensorType *out, char *err, size_t errlen) {
   if (!operands_ok(n, err, errlen)) return false;
   const TensorType *p = &n->in[0]->type, *w = &n->in[2]->type, *dy = &n->in[3]->type;
@@ -1353,9 +1353,9 @@ bool shape_lstm_bptt(const Node *n, TensorType *out, char *err, size_t errlen) {
     if (!same_dtype(n, p, in_type(n, i), err, errlen)) return false;
   if (p->rank != 3 || p->dims[2] % 4)
     return fail(err, errlen, "%s expects px [T, N, 4H], got %s", op_name(n), ts(p).s);
-  int64_t T = p->dims[0], N = p->dims[1], H = p->dims[2] / 4;
+  int64_t N = p->dims[ir_attr_int(n, "batch_first") ? 0 : 1], H = p->dims[2] / 4;
   TensorType wt = ir_type_make(p->dtype, 2, (int64_t[]){4 * H, H});
-  TensorType yt = ir_type_make(p->dtype, 3, (int64_t[]){T, N, H});
+  TensorType yt = ir_type_make(p->dtype, 3, (int64_t[]){p->dims[0], p->dims[1], H});
   TensorType st = ir_type_make(p->dtype, 2, (int64_t[]){N, H});
   if (!ir_type_eq(in_type(n, 1), p))
     return fail(err, errlen, "%s: ph must be %s, got %s", op_name(n), ts(p).s, ts(in_type(n, 1)).s);

@@ -4,7 +4,7 @@
  * ir_set_output_update:
  *   - batchnorm normalizes with the batch's statistics and updates the
  *     running ones as PyTorch's training mode does;
- *   - an lstm becomes one time-first lstm per layer, whose gradient rule
+ *   - an lstm becomes one lstm per layer, whose gradient rule
  *     (ir/grad.c) backpropagates through time with lstm_bptt;
  *   - gru (and lstm under unroll_rnn) is unrolled over time (one GEMM
  *     for every step's input projection, then per step the hidden
@@ -279,17 +279,17 @@ static void recurrent(Mode *md, Node *n) {
   replace_node(g, first->next, n, with);
 }
 
-/* An lstm as one lstm per layer, time first: the form its gradient
- * rule takes (layer l's y is layer l + 1's x, h_n and c_n the layers'
- * joined). */
+/* An lstm as one lstm per layer, the form its gradient rule takes
+ * (layer l's y is layer l + 1's x, h_n and c_n the layers' joined). */
 static void lstm_layers(Mode *md, Node *n) {
   Graph *g = md->g;
   Rnn r = {g, n->loc};
-  bool bf = ir_attr_int(n, "batch_first") != 0, bias = ir_attr_int(n, "bias") != 0;
+  bool bias = ir_attr_int(n, "bias") != 0;
   int64_t layers = ir_attr_int(n, "layers");
   int dirs = ir_attr_int(n, "bidirectional") ? 2 : 1, per = (bias ? 4 : 2) * dirs;
+  if (layers == 1) return;
   Node *first = g->last;
-  Value *seq = bf ? swap01(&r, n->in[0]) : n->in[0];
+  Value *seq = n->in[0];
   Arena *a = &g->ctx->arena;
   Value **hn = ARENA_ARRAY(a, Value *, layers), **cn = ARENA_ARRAY(a, Value *, layers);
   Value **in = ARENA_ARRAY(a, Value *, 1 + per);
@@ -299,12 +299,12 @@ static void lstm_layers(Mode *md, Node *n) {
     Node *one = ir_node_new(g, OP_LSTM, 1 + per, in, r.at);
     ir_set_int(g, one, "hidden", ir_attr_int(n, "hidden"));
     ir_set_int(g, one, "bidirectional", dirs == 2);
-    ir_set_int(g, one, "batch_first", 0);
+    ir_set_int(g, one, "batch_first", ir_attr_int(n, "batch_first"));
     ir_set_int(g, one, "bias", bias);
     seq = ir_grad_node(g, one);
     hn[l] = &one->out[1], cn[l] = &one->out[2];
   }
-  Value *with[3] = {bf ? swap01(&r, seq) : seq, join(&r, (int)layers, hn, 0), join(&r, (int)layers, cn, 0)};
+  Value *with[3] = {seq, join(&r, (int)layers, hn, 0), join(&r, (int)layers, cn, 0)};
   replace_node(g, first->next, n, with);
 }
 
