@@ -873,6 +873,8 @@ static void vjp_dropout(GradCall *c) {
  * then dx += dp W_ih, dW_ih = dp^T x, dW_hh = dp^T h_{t-1} and both
  * biases' sum of dp over every step and row, GEMMs and a reduction
  * over all T * N rows at once, in either layout. */
+/* Result k's gradient (h_n's or c_n's) for direction d as [N, H];
+ * zeros where none reaches it. */
 static Value *lstm_state(GradCall *c, int k, int d, const TensorType *st) {
   Value *dy = c->dy[k];
   int64_t D = c->n->out[k].type.dims[0], N = st->dims[0], H = st->dims[1];
@@ -1062,7 +1064,7 @@ static const char *lacks_lstm(const Node *n) {
 #define GRAD_SCATTER_ND PARTIAL(vjp_scatter, lacks_scatter)
 #define GRAD_TOPK VJP(vjp_topk)
 #define GRAD_IOTA NONE
-#define GRAD_LSTM PARTIAL(vjp_lstm, lacks_lstm) /* one layer, time first: passes/train_mode.c */
+#define GRAD_LSTM PARTIAL(vjp_lstm, lacks_lstm) /* one layer: passes/train_mode.c splits the rest */
 #define GRAD_GRU NONE
 #define GRAD_LSTM_BPTT NONE /* no second derivatives */
 #define GRAD_ATTENTION NONE /* training mode writes it out first (passes/train_mode.c) */
