@@ -117,6 +117,8 @@ static const char usage[] =
     "  --no-persistent-rnn\n"
     "                     recurrent layers as a kernel per timestep, not one kernel\n"
     "                     for the whole sequence (docs/kernels.md)\n"
+    "  --unroll-rnn       a training step's lstm unrolled over time, not one\n"
+    "                     backward kernel per layer (docs/training.md)\n"
     "  --no-update-in-place\n"
     "                     a training step's updates into outputs copied over the\n"
     "                     params after it, not written over them (docs/training.md)\n"
@@ -207,6 +209,7 @@ int driver_pass_option(const char *arg, PassOptions *po) {
       {"--no-gemm-batch", offsetof(PassOptions, no_gemm_batch)},
       {"--no-split-keys", offsetof(PassOptions, no_split_keys)},
       {"--no-persistent-rnn", offsetof(PassOptions, no_persistent_rnn)},
+      {"--unroll-rnn", offsetof(PassOptions, unroll_rnn)},
       {"--no-update-in-place", offsetof(PassOptions, no_update_in_place)},
   };
   if (strncmp(arg, "--precision=", 12) == 0) {
@@ -764,7 +767,7 @@ static int compile(Ctx *c, void *data) {
     /* f16 steps scale the loss (api/dlcc.c says why) */
     OptimSpec spec = o->optim;
     spec.loss_scaling = o->optimize && o->passes.precision == TY_F16;
-    AutodiffOptions ado = {.loss_scale = spec.loss_scaling, .sync_bn = o->sync_bn};
+    AutodiffOptions ado = {.loss_scale = spec.loss_scaling, .sync_bn = o->sync_bn, .unroll_rnn = o->passes.unroll_rnn};
     if (!pass_autodiff(g, &ado) || !ir_verify(g)) return 1;
     t = ctx_stage(c, "autodiff", t);
     spec.data_parallel = o->data_parallel;

@@ -169,6 +169,9 @@ static const OpCost op_cost[] = {
     [OP_IOTA] = {RULE_LINEAR, 0, 2},         /* start + step * coordinate */
     [OP_LSTM] = {RULE_RNN, 0, 0},
     [OP_GRU] = {RULE_RNN, 0, 0},
+    /* the cell's backward per gate element; the recurrent product (2H
+     * per element of dp) is not counted */
+    [OP_LSTM_BPTT] = {RULE_LINEAR, 0, 20},
     [OP_CONV_WEIGHT_GRAD] = {RULE_CONV_WEIGHT_GRAD, 0, 0},
     [OP_MAXPOOL_GRAD] = {RULE_POOL_GRAD, 1, 1}, /* a comparison per tap finds the argmax; an add */
     [OP_AVGPOOL_GRAD] = {RULE_POOL_GRAD, 1, 1}, /* an add per tap, a division per window */

@@ -647,3 +647,59 @@ bool eval_rnn(Eval *e, const Node *n, int n_in, Tensor *const *in, Tensor *outs)
   free(seq), free(next), free(h), free(c), free(gi), free(gh), free(xv);
   return ok;
 }
+
+/* lstm_bptt (ops.def), in double: c rescanned from p, then the steps
+ * walked backward with dh and dc per batch row. */
+bool eval_lstm_bptt(Eval *e, const Node *n, Tensor *const *in, Tensor *out) {
+  const Tensor *p = in[0], *ph = in[1], *w = in[2], *dy = in[3], *dhn = in[4], *dcn = in[5];
+  bool rev = ir_attr_int(n, "reverse") != 0, bf = ir_attr_int(n, "batch_first") != 0;
+  int64_t T = p->type.dims[bf ? 1 : 0], N = p->type.dims[bf ? 0 : 1], H = p->type.dims[2] / 4;
+  double *c = calloc((size_t)(T * N * H) + 1, sizeof(double)), *dh = calloc((size_t)(N * H) + 1, sizeof(double));
+  double *dc = calloc((size_t)(N * H) + 1, sizeof(double)), *dp = calloc((size_t)(T * N * 4 * H) + 1, sizeof(double));
+  if (!c || !dh || !dc || !dp) {
+    free(c), free(dh), free(dc), free(dp);
+    return fail(e, "out of memory");
+  }
+/* the row of step t and batch row b in p, ph, dy and dp */
+#define ROW(t, b) (bf ? (b) * T + (t) : (t) * N + (b))
+#define P(t, b, r) (ir_tensor_get(p, ROW(t, b) * 4 * H + (r)) + ir_tensor_get(ph, ROW(t, b) * 4 * H + (r)))
+  for (int64_t s = 0; s < T; s++) {
+    int64_t t = rev ? T - 1 - s : s, tp = rev ? t + 1 : t - 1;
+    for (int64_t b = 0; b < N; b++)
+      for (int64_t j = 0; j < H; j++) {
+        double prev = s ? c[(tp * N + b) * H + j] : 0;
+        c[(t * N + b) * H + j] = sigmoid(P(t, b, H + j)) * prev + sigmoid(P(t, b, j)) * tanh(P(t, b, 2 * H + j));
+      }
+  }
+  for (int64_t i = 0; i < N * H; i++) dh[i] = ir_tensor_get(dhn, i), dc[i] = ir_tensor_get(dcn, i);
+  for (int64_t s = T - 1; s >= 0; s--) {
+    int64_t t = rev ? T - 1 - s : s, tp = rev ? t + 1 : t - 1;
+    for (int64_t b = 0; b < N; b++)
+      for (int64_t j = 0; j < H; j++) {
+        int64_t at = b * H + j;
+        double ig = sigmoid(P(t, b, j)), fg = sigmoid(P(t, b, H + j));
+        double gg = tanh(P(t, b, 2 * H + j)), og = sigmoid(P(t, b, 3 * H + j));
+        double ct = tanh(c[(t * N + b) * H + j]), prev = s ? c[(tp * N + b) * H + j] : 0;
+        double h = dh[at] + ir_tensor_get(dy, ROW(t, b) * H + j);
+        double d = dc[at] + h * og * (1 - ct * ct);
+        double *row = dp + ROW(t, b) * 4 * H;
+        row[j] = d * gg * ig * (1 - ig);
+        row[H + j] = d * prev * fg * (1 - fg);
+        row[2 * H + j] = d * ig * (1 - gg * gg);
+        row[3 * H + j] = h * ct * og * (1 - og);
+        dc[at] = d * fg;
+      }
+    /* dh_{t-1} = dp_t W_hh */
+    for (int64_t b = 0; b < N; b++)
+      for (int64_t j = 0; j < H; j++) {
+        double sum = 0;
+        for (int64_t r = 0; r < 4 * H; r++) sum += dp[ROW(t, b) * 4 * H + r] * ir_tensor_get(w, r * H + j);
+        dh[b * H + j] = sum;
+      }
+  }
+#undef P
+#undef ROW
+  for (int64_t i = 0; i < T * N * 4 * H; i++) ir_tensor_set(out, i, dp[i]);
+  free(c), free(dh), free(dc), free(dp);
+  return true;
+}

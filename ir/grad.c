@@ -860,6 +860,87 @@ static void vjp_dropout(GradCall *c) {
   c->dx[0] = finish(c->g, like(c, OP_DROPOUT, c->n->n_in, in));
 }
 
+/* ---- recurrent layers ---- */
+
+/* An lstm of one layer (passes/train_mode.c splits every other into
+ * these).  Per direction d, with y_d its columns of y:
+ *   h_{t-1}: y_d one step back in the direction's time (zeros first);
+ *   x W_ih^T + b_ih and h_{t-1} W_hh^T + b_hh, whose sum p is every
+ *       step's gates before their activations, as the forward computed
+ *       them: two GEMMs rather than [T, N, 4H] more kept by the forward
+ *       (lstm_bptt adds them as it reads them);
+ *   dp = lstm_bptt(both, W_hh, dy_d, dh_n, dc_n): the only sequential part;
+ * then dx += dp W_ih, dW_ih = dp^T x, dW_hh = dp^T h_{t-1} and both
+ * biases' sum of dp over every step and row, GEMMs and a reduction
+ * over all T * N rows at once, in either layout. */
+/* Result k's gradient (h_n's or c_n's) for direction d as [N, H];
+ * zeros where none reaches it. */
+static Value *lstm_state(GradCall *c, int k, int d, const TensorType *st) {
+  Value *dy = c->dy[k];
+  int64_t D = c->n->out[k].type.dims[0], N = st->dims[0], H = st->dims[1];
+  if (!dy) return zeros_like(c, &(Value){.type = *st});
+  if (D == 1) return ir_grad_reshape(c->g, c->n->loc, dy, 2, st->dims);
+  Value *one = slice(c, dy, (int64_t[]){d, 0, 0}, (int64_t[]){d + 1, N, H}, (int64_t[]){1, 1, 1});
+  return ir_grad_reshape(c->g, c->n->loc, one, 2, st->dims);
+}
+
+static void vjp_lstm(GradCall *c) {
+  const Node *n = c->n;
+  Value *x = n->in[0];
+  const TensorType *yt = &n->out[0].type;
+  int ax = ir_attr_int(n, "batch_first") ? 1 : 0; /* time's axis */
+  int64_t T = yt->dims[ax], N = yt->dims[1 - ax], H = ir_attr_int(n, "hidden"), F = x->type.dims[2];
+  int dirs = ir_attr_int(n, "bidirectional") ? 2 : 1, per = ir_attr_int(n, "bias") ? 4 : 2;
+  TensorType st = ir_type_make(x->type.dtype, 2, (int64_t[]){N, H});
+  TensorType seq = ir_type_make(x->type.dtype, 3, (int64_t[]){yt->dims[0], yt->dims[1], H});
+  Value *y = (Value *)&n->out[0], *dx = NULL;
+  int64_t ones[3] = {1, 1, 1}, rows = T * N;
+  for (int d = 0; d < dirs; d++) {
+    Value *const *w = n->in + 1 + d * per;
+    int widx = 1 + d * per;
+    bool want = c->need[0];
+    for (int i = 0; i < per; i++) want = want || c->need[widx + i];
+    if (!want) continue;
+    Value *hprev = zeros_like(c, &(Value){.type = seq});
+    if (T > 1) {
+      /* forward: y_d[0 .. T-1) moved one step later; reverse: y_d[1 .. T) one earlier */
+      int64_t lo[3] = {0, 0, d * H}, hi[3] = {yt->dims[0], yt->dims[1], (d + 1) * H}, pads[6] = {0};
+      lo[ax] = d ? 1 : 0, hi[ax] = d ? T : T - 1;
+      Value *part = slice(c, y, lo, hi, ones);
+      pads[d ? 3 + ax : ax] = 1;
+      hprev = pad(c, part, pads);
+    }
+    Value *xi = ir_grad_op(c->g, n->loc, OP_LINEAR, per == 4 ? 3 : 2, (Value *[]){x, w[0], per == 4 ? w[2] : NULL});
+    Value *hh = ir_grad_op(c->g, n->loc, OP_LINEAR, per == 4 ? 3 : 2, (Value *[]){hprev, w[1], per == 4 ? w[3] : NULL});
+    Value *dyd = c->dy[0] ? (dirs == 1 ? c->dy[0] : slice(c, c->dy[0], (int64_t[]){0, 0, d * H},
+                                                         (int64_t[]){yt->dims[0], yt->dims[1], (d + 1) * H}, ones))
+                          : zeros_like(c, &(Value){.type = seq});
+    Node *bp = ir_node_new(c->g, OP_LSTM_BPTT, 6,
+                           (Value *[]){xi, hh, w[1], dyd, lstm_state(c, 1, d, &st), lstm_state(c, 2, d, &st)}, n->loc);
+    ir_set_int(c->g, bp, "reverse", d);
+    ir_set_int(c->g, bp, "batch_first", ax);
+    Value *dp = finish(c->g, bp);
+    Value *dp2 = ir_grad_reshape(c->g, n->loc, dp, 2, (int64_t[]){rows, 4 * H});
+    if (c->need[0]) {
+      Value *dxd = mm(c, dp, w[0], false, false);
+      dx = dx ? add(c, dx, dxd) : dxd;
+    }
+    if (c->need[widx]) c->dx[widx] = mm(c, dp2, ir_grad_reshape(c->g, n->loc, x, 2, (int64_t[]){rows, F}), true, false);
+    if (c->need[widx + 1])
+      c->dx[widx + 1] = mm(c, dp2, ir_grad_reshape(c->g, n->loc, hprev, 2, (int64_t[]){rows, H}), true, false);
+    if (per == 4 && (c->need[widx + 2] || c->need[widx + 3])) {
+      Value *db = sum(c, dp2, 1, (int64_t[]){0}, false);
+      if (c->need[widx + 2]) c->dx[widx + 2] = db;
+      if (c->need[widx + 3]) c->dx[widx + 3] = db;
+    }
+  }
+  if (c->need[0]) c->dx[0] = dx;
+}
+
+static const char *lacks_lstm(const Node *n) {
+  return ir_attr_int(n, "layers") != 1 ? "lstm of more than one layer (training mode splits it)" : NULL;
+}
+
 /* ---- the table ----
  * One line per op of ops.def, in its order: a new op does not compile
  * until its line says what its gradient is. */
@@ -983,8 +1064,9 @@ static void vjp_dropout(GradCall *c) {
 #define GRAD_SCATTER_ND PARTIAL(vjp_scatter, lacks_scatter)
 #define GRAD_TOPK VJP(vjp_topk)
 #define GRAD_IOTA NONE
-#define GRAD_LSTM NONE /* training mode unrolls it first (passes/train_mode.c) */
+#define GRAD_LSTM PARTIAL(vjp_lstm, lacks_lstm) /* one layer: passes/train_mode.c splits the rest */
 #define GRAD_GRU NONE
+#define GRAD_LSTM_BPTT NONE /* no second derivatives */
 #define GRAD_ATTENTION NONE /* training mode writes it out first (passes/train_mode.c) */
 #define GRAD_CONV_WEIGHT_GRAD NONE /* no second derivatives */
 #define GRAD_MAXPOOL_GRAD NONE

@@ -1356,6 +1356,32 @@ bool shape_gru(const Node *n, TensorType *out, char *err, size_t errlen) {
   return shape_recurrent(n, 3, out, err, errlen);
 }
 
+/* px, ph [T, N, 4H], w_hh [4H, H], dy [T, N, H], dh_n and dc_n [N, H]
+ * -> dp, p's type (T and N swapped with batch_first). */
+bool shape_lstm_bptt(const Node *n, TensorType *out, char *err, size_t errlen) {
+  if (!operands_ok(n, err, errlen)) return false;
+  const TensorType *p = &n->in[0]->type, *w = &n->in[2]->type, *dy = &n->in[3]->type;
+  if (!need_float(n, p, err, errlen)) return false;
+  for (int i = 1; i < 6; i++)
+    if (!same_dtype(n, p, in_type(n, i), err, errlen)) return false;
+  if (p->rank != 3 || p->dims[2] % 4)
+    return fail(err, errlen, "%s expects px [T, N, 4H], got %s", op_name(n), ts(p).s);
+  int64_t N = p->dims[ir_attr_int(n, "batch_first") ? 0 : 1], H = p->dims[2] / 4;
+  TensorType wt = ir_type_make(p->dtype, 2, (int64_t[]){4 * H, H});
+  TensorType yt = ir_type_make(p->dtype, 3, (int64_t[]){p->dims[0], p->dims[1], H});
+  TensorType st = ir_type_make(p->dtype, 2, (int64_t[]){N, H});
+  if (!ir_type_eq(in_type(n, 1), p))
+    return fail(err, errlen, "%s: ph must be %s, got %s", op_name(n), ts(p).s, ts(in_type(n, 1)).s);
+  if (!ir_type_eq(w, &wt)) return fail(err, errlen, "%s: w_hh must be %s, got %s", op_name(n), ts(&wt).s, ts(w).s);
+  if (!ir_type_eq(dy, &yt)) return fail(err, errlen, "%s: dy must be %s, got %s", op_name(n), ts(&yt).s, ts(dy).s);
+  for (int i = 4; i < 6; i++)
+    if (!ir_type_eq(in_type(n, i), &st))
+      return fail(err, errlen, "%s: %s must be %s, got %s", op_name(n), i == 4 ? "dh_n" : "dc_n", ts(&st).s,
+                  ts(in_type(n, i)).s);
+  out[0] = *p;
+  return true;
+}
+
 /* ---- training (ir/train_ops.c has their meaning) ---- */
 
 /* A gradient op is checked against the forward op it belongs to by

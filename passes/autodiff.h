@@ -26,6 +26,11 @@ typedef struct AutodiffOptions {
    * gradients) and the running variance is unbiased over the global
    * count.  0: each rank's own statistics. */
   int sync_bn;
+  /* --unroll-rnn: training mode unrolls every lstm over time too, as it
+   * does every gru (the graph of ops with gradient rules that the
+   * lstm's own rule is checked against).  false: one time-first lstm
+   * per layer, whose rule backpropagates through lstm_bptt. */
+  bool unroll_rnn;
 } AutodiffOptions;
 
 #define AMP_SCALE_PARAM "dlcc.amp.scale"

@@ -4,10 +4,13 @@
  * ir_set_output_update:
  *   - batchnorm normalizes with the batch's statistics and updates the
  *     running ones as PyTorch's training mode does;
- *   - lstm and gru are unrolled over time (one GEMM for every step's
- *     input projection, then per step the hidden projection and the
- *     gates), so their gradient is backpropagation through time built
- *     from the rules of linear, slice, sigmoid, tanh, mul and add;
+ *   - an lstm becomes one lstm per layer, whose gradient rule
+ *     (ir/grad.c) backpropagates through time with lstm_bptt;
+ *   - gru (and lstm under unroll_rnn) is unrolled over time (one GEMM
+ *     for every step's input projection, then per step the hidden
+ *     projection and the gates), so its gradient is backpropagation
+ *     through time built from the rules of linear, slice, sigmoid, tanh,
+ *     mul and add;
  *   - attention is written out as its two matmuls and a softmax (the
  *     fused op has no backward kernel yet), with its mask, causal cut,
  *     grouped K/V heads and PyTorch's zeros for a row with no key left;
@@ -24,6 +27,7 @@ typedef struct Mode {
   Graph *g;
   int sync_bn; /* AutodiffOptions' */
   bool no_running; /* batch statistics only: the running ones left alone */
+  bool unroll_rnn;
   int n_updates, cap_updates;
   Value **updates;
   const char **names;
@@ -281,6 +285,35 @@ static void recurrent(Mode *md, Node *n) {
   replace_node(g, first->next, n, with);
 }
 
+/* An lstm as one lstm per layer, the form its gradient rule takes
+ * (layer l's y is layer l + 1's x, h_n and c_n the layers' joined). */
+static void lstm_layers(Mode *md, Node *n) {
+  Graph *g = md->g;
+  Rnn r = {g, n->loc};
+  bool bias = ir_attr_int(n, "bias") != 0;
+  int64_t layers = ir_attr_int(n, "layers");
+  int dirs = ir_attr_int(n, "bidirectional") ? 2 : 1, per = (bias ? 4 : 2) * dirs;
+  if (layers == 1) return;
+  Node *first = g->last;
+  Value *seq = n->in[0];
+  Arena *a = &g->ctx->arena;
+  Value **hn = ARENA_ARRAY(a, Value *, layers), **cn = ARENA_ARRAY(a, Value *, layers);
+  Value **in = ARENA_ARRAY(a, Value *, 1 + per);
+  for (int64_t l = 0; l < layers; l++) {
+    in[0] = seq;
+    memcpy(in + 1, n->in + 1 + l * per, sizeof(Value *) * (size_t)per);
+    Node *one = ir_node_new(g, OP_LSTM, 1 + per, in, r.at);
+    ir_set_int(g, one, "hidden", ir_attr_int(n, "hidden"));
+    ir_set_int(g, one, "bidirectional", dirs == 2);
+    ir_set_int(g, one, "batch_first", ir_attr_int(n, "batch_first"));
+    ir_set_int(g, one, "bias", bias);
+    seq = ir_grad_node(g, one);
+    hn[l] = &one->out[1], cn[l] = &one->out[2];
+  }
+  Value *with[3] = {seq, join(&r, (int)layers, hn, 0), join(&r, (int)layers, cn, 0)};
+  replace_node(g, first->next, n, with);
+}
+
 /* ---- attention, written out ---- */
 
 static Value *swap12(Rnn *r, Value *x) { return with_ints(r, OP_TRANSPOSE, x, "perm", 4, (int64_t[]){0, 2, 1, 3}); }
@@ -362,12 +395,13 @@ static void attention(Mode *md, Node *n) {
 /* ---- the graph ---- */
 
 bool pass_train_mode(Graph *g, const AutodiffOptions *o) {
-  Mode md = {.g = g, .sync_bn = o->sync_bn};
+  Mode md = {.g = g, .sync_bn = o->sync_bn, .unroll_rnn = o->unroll_rnn};
   Node *last = g->last;
   for (Node *n = g->first, *next; n; n = next) {
     next = n == last ? NULL : n->next;
     if (n->op == OP_BATCHNORM && !o->inference) batchnorm(&md, n);
-    if (n->op == OP_LSTM || n->op == OP_GRU) recurrent(&md, n);
+    if (n->op == OP_LSTM && !md.unroll_rnn) lstm_layers(&md, n);
+    else if (n->op == OP_LSTM || n->op == OP_GRU) recurrent(&md, n);
     if (n->op == OP_ATTENTION) attention(&md, n);
     if (n->op == OP_PARAM && strcmp(ir_attr_str(n, "name"), "dlcc.step") == 0 && n->out[0].type.dtype == TY_I64) {
       Value *one = ir_grad_scalar(g, n->loc, 1, TY_I64);

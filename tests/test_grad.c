@@ -846,12 +846,24 @@ START_TEST(test_dropout) {
 }
 END_TEST
 
-/* Training mode's unrolled layer (or written-out attention) computes
- * what the op computes. */
+static void same_values(Graph *g, Graph *u, const Spec *s);
+
+/* Training mode's unrolled layer (or written-out attention), and its
+ * lstm split into layers, computes what the op computes. */
 static void same_as_unrolled(Graph *g, const Spec *s) {
-  Graph *u = ir_copy(g, "unrolled");
-  ck_assert(u && pass_train_mode(u, &(AutodiffOptions){0}) && ir_verify(u));
-  for (Node *n = u->first; n; n = n->next) ck_assert(n->op != OP_LSTM && n->op != OP_GRU && n->op != OP_ATTENTION);
+  for (int unroll = 0; unroll < 2; unroll++) {
+    Graph *u = ir_copy(g, "unrolled");
+    ck_assert(u && pass_train_mode(u, &(AutodiffOptions){.unroll_rnn = unroll}) && ir_verify(u));
+    /* without unroll_rnn an lstm stays, as one lstm per layer */
+    for (Node *n = u->first; n; n = n->next) {
+      ck_assert(n->op != OP_GRU && n->op != OP_ATTENTION && (n->op != OP_LSTM || !unroll));
+      if (n->op == OP_LSTM) ck_assert(ir_attr_int(n, "layers") == 1);
+    }
+    same_values(g, u, s);
+  }
+}
+
+static void same_values(Graph *g, Graph *u, const Spec *s) {
   Maps m;
   draw(g, s, &m);
   Tensor a, b;

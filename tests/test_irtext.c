@@ -437,6 +437,13 @@ static Graph *build_every_op(Ctx *c, bool *covered) {
   n = NODE(g, OP_GRU, seq, gwi, gwh, gbi, gbh);
   ir_set_int(g, n, "hidden", 7);
   Node *gru = add(g, n);
+  /* lstm_bptt, batch first (seq's [4, 5] is [N, T]), walking backward */
+  Value *gates = input(g, "gates", TY(TY_F32, 4, 5, 28)), *dseq = input(g, "dseq", TY(TY_F32, 4, 5, 7));
+  Value *dlast = input(g, "dlast", TY(TY_F32, 4, 7));
+  n = NODE(g, OP_LSTM_BPTT, gates, gates, input(g, "w_hh", TY(TY_F32, 28, 7)), dseq, dlast, dlast);
+  ir_set_int(g, n, "reverse", 1);
+  ir_set_int(g, n, "batch_first", 1);
+  add(g, n);
   /* Training (docs/training.md): the gradients' ops, dropout, an update. */
   Value *pic = input(g, "pic", TY(TY_F32, 1, 2, 4, 4)), *dpic = input(g, "dpic", TY(TY_F32, 1, 2, 2, 2));
   n = NODE(g, OP_CONV_WEIGHT_GRAD, pic, dpic);

@@ -484,6 +484,27 @@ START_TEST(lstm_shapes) {
 }
 END_TEST
 
+/* lstm_bptt: p's type in both layouts, each operand's type named. */
+START_TEST(lstm_bptt_shapes) {
+  OK(node(OP_LSTM_BPTT, 6, val("f32[5, 3, 16]"), val("f32[5, 3, 16]"), val("f32[16, 4]"), val("f32[5, 3, 4]"),
+          val("f32[3, 4]"), val("f32[3, 4]")),
+     "f32[5, 3, 16]");
+  Node *n = node(OP_LSTM_BPTT, 6, val("f32[3, 5, 16]"), val("f32[3, 5, 16]"), val("f32[16, 4]"), val("f32[3, 5, 4]"),
+                 val("f32[3, 4]"), val("f32[3, 4]"));
+  ir_set_int(g, n, "batch_first", 1);
+  OK(n, "f32[3, 5, 16]");
+  FAILS(node(OP_LSTM_BPTT, 6, val("f32[5, 3, 15]"), val("f32[5, 3, 15]"), val("f32[16, 4]"), val("f32[5, 3, 4]"),
+             val("f32[3, 4]"), val("f32[3, 4]")),
+        "lstm_bptt expects px [T, N, 4H], got f32[5, 3, 15]");
+  FAILS(node(OP_LSTM_BPTT, 6, val("f32[5, 3, 16]"), val("f32[5, 3, 16]"), val("f32[4, 16]"), val("f32[5, 3, 4]"),
+             val("f32[3, 4]"), val("f32[3, 4]")),
+        "lstm_bptt: w_hh must be f32[16, 4], got f32[4, 16]");
+  FAILS(node(OP_LSTM_BPTT, 6, val("f32[5, 3, 16]"), val("f32[5, 3, 16]"), val("f32[16, 4]"), val("f32[5, 3, 4]"),
+             val("f32[5, 4]"), val("f32[3, 4]")),
+        "lstm_bptt: dh_n must be f32[3, 4], got f32[5, 4]");
+}
+END_TEST
+
 START_TEST(gru_shapes) {
   Node *n = recurrent(OP_GRU, "f32[3, 7, 5]", 5, 6, 3, true, false, 0);
   OK(n, "f32[3, 7, 12]");
@@ -597,6 +618,7 @@ static Suite *shape_suite(void) {
   tcase_add_test(tc, gather_ranks);
   tcase_add_test(tc, lstm_shapes);
   tcase_add_test(tc, gru_shapes);
+  tcase_add_test(tc, lstm_bptt_shapes);
   tcase_add_test(tc, recurrent_errors);
   tcase_add_test(tc, overflow_is_an_error);
   tcase_add_test(tc, malformed_attributes);

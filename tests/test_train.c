@@ -22,6 +22,7 @@
 #include "ir/eval.h"
 #include "ir/grad.h"
 #include "passes/autodiff.h"
+#include "passes/optim.h"
 #include "passes/pass.h"
 #include "tests/irjob.h"
 #include "tests/testutil.h"
@@ -453,6 +454,114 @@ static Graph *example_step(Ctx *c, const Example *ex) {
   return g;
 }
 
+/* ---- lstm through lstm_bptt against the unrolled form ---- */
+
+/* A training step of an lstm (its sequence, last h and last c all in
+ * the loss) with SGD, the reference interpreter's outputs of the
+ * lstm_bptt form (the default) equal to those of the unrolled form
+ * (--unroll-rnn) within 1e-5 of each output's scale, and the step on
+ * emu equal to the reference within 1e-5, with the persistent kernel
+ * and (persist 0) with a kernel per step. */
+typedef struct LstmCase {
+  int layers, bidirectional, batch_first, bias, T, persist;
+  int last_only; /* the loss reads h_n alone: no gradient reaches y or c_n */
+} LstmCase;
+
+static const LstmCase lstm_cases[] = {
+    {1, 0, 1, 1, 5, 1, 0}, {2, 0, 1, 1, 3, 1, 0}, {1, 1, 0, 1, 5, 1, 0}, {2, 1, 1, 0, 3, 1, 0},
+    {1, 0, 0, 0, 1, 1, 0}, {2, 1, 0, 1, 1, 0, 0}, {2, 1, 1, 1, 5, 0, 0}, {1, 0, 1, 0, 7, 0, 0},
+    {2, 1, 1, 1, 5, 1, 1}, {1, 0, 1, 1, 4, 0, 1},
+};
+
+static Graph *lstm_step(Ctx *c, const LstmCase *k, bool unroll) {
+  int64_t N = 3, I = 4, H = 5, D = k->bidirectional ? 2 : 1;
+  int64_t a = k->batch_first ? N : k->T, b = k->batch_first ? k->T : N;
+  char text[1024];
+  snprintf(text, sizeof text,
+           "model m(x: f32[%lld, %lld, %lld], t: f32[%lld, %lld, %lld]) -> f32[] {\n"
+           "  y, h, c = lstm(x, %lld, layers=%d, bidirectional=%s, batch_first=%s, bias=%s) as lstm\n"
+           "  return %s\n"
+           "}\n",
+           (long long)a, (long long)b, (long long)I, (long long)a, (long long)b, (long long)(D * H), (long long)H,
+           k->layers, k->bidirectional ? "true" : "false", k->batch_first ? "true" : "false",
+           k->bias ? "true" : "false", k->last_only ? "mean(h * h)" : "mean(y * t) + mean(h * h) + mean(c) * 0.5");
+  const SrcFile *f = ctx_add_file(c, "lstm.dl", text, strlen(text));
+  Program *p = f ? fe_parse(c, f) : NULL;
+  LowerOptions lo = {.training = true};
+  Graph *g = p ? fe_lower(c, p, &lo) : NULL;
+  ck_assert_msg(g && ir_verify(g), "%s", diag_text(c));
+  AutodiffOptions ado = {.unroll_rnn = unroll};
+  OptimSpec sgd = optim_spec_default(OPTIM_SGD);
+  sgd.keep_grads = true;
+  ck_assert_msg(pass_autodiff(g, &ado) && ir_verify(g) && pass_append_optimizer(g, &sgd) && ir_verify(g), "%s",
+                diag_text(c));
+  int bptt = 0;
+  for (Node *n = g->first; n; n = n->next) {
+    bptt += n->op == OP_LSTM_BPTT;
+    if (unroll) ck_assert(n->op != OP_LSTM);
+  }
+  ck_assert_int_eq(bptt, unroll ? 0 : k->layers * D);
+  return g;
+}
+
+START_TEST(test_lstm_bptt) {
+  const LstmCase *k = &lstm_cases[_i];
+  Ctx c;
+  ctx_init(&c);
+  Graph *g = lstm_step(&c, k, false), *u = lstm_step(&c, k, true), *cg_g = ir_copy(g, "step");
+  TensorMap params;
+  char err[512];
+  ck_assert_msg(ir_init_params(g, 3, IR_INIT_RANDOM, &params, err, sizeof err), "%s", err);
+  Data d = {0};
+  uint64_t state = 9;
+  for (Node *n = g->first; n; n = n->next) {
+    if (n->op != OP_INPUT) continue;
+    Tensor *in = &d.t[d.inputs.n];
+    ck_assert(ir_tensor_alloc(in, &n->out[0].type));
+    for (int64_t i = 0, count = ir_type_numel(&in->type); i < count; i++)
+      ir_tensor_set(in, i, (double)(test_splitmix64(&state) >> 11) * 0x1p-52 - 1);
+    d.names[d.inputs.n++] = ir_attr_str(n, "name");
+  }
+  d.inputs.names = d.names, d.inputs.tensors = d.t;
+  ck_assert_int_eq(g->n_outputs, u->n_outputs);
+  Tensor *want = calloc((size_t)g->n_outputs, sizeof *want), *unrolled = calloc((size_t)u->n_outputs, sizeof *want);
+  ck_assert_msg(ir_eval(g, &d.inputs, &params, want, err, sizeof err), "ir_eval: %s", err);
+  ck_assert_msg(ir_eval(u, &d.inputs, &params, unrolled, err, sizeof err), "ir_eval (unrolled): %s", err);
+  char what[200];
+  for (int i = 0; i < g->n_outputs; i++) {
+    ck_assert_str_eq(g->output_names[i], u->output_names[i]);
+    snprintf(what, sizeof what, "case %d: %s against the unrolled form", _i, g->output_names[i]);
+    expect_close(&want[i], &unrolled[i], 1e-5, what);
+  }
+  PassOptions po = {.opt_level = 2, .verify_each = true, .no_persistent_rnn = !k->persist};
+  CgResult cg;
+  ck_assert_msg(cg_g && pass_run_pipeline(cg_g, &po, NULL) &&
+                    cg_compile_opts(cg_g, &(CgOptions){.no_persistent_rnn = !k->persist}, &cg),
+                "%s", diag_text(&c));
+  /* the walk's kernels: a text per direction (layers share it, unless
+   * one reads a folded dy of zeros) */
+  int persist = 0, step = 0;
+  for (uint32_t i = 0; i < cg.plan->n_kernels; i++) {
+    persist += strstr(cg.plan->kernels[i].name, "lstm_bptt_persist") != NULL;
+    step += strstr(cg.plan->kernels[i].name, "lstm_bptt_step") != NULL;
+  }
+  int texts = (k->bidirectional ? 2 : 1) * (k->last_only && k->layers > 1 ? 2 : 1);
+  ck_assert_int_eq(persist, k->persist ? texts : 0);
+  ck_assert_int_eq(step, k->persist ? 0 : texts);
+  Tensor *got = test_run_emu(cg.plan, &params, &d.inputs);
+  for (int i = 0; i < g->n_outputs; i++) {
+    snprintf(what, sizeof what, "case %d: %s on emu", _i, g->output_names[i]);
+    expect_close(&got[i], &want[i], 1e-5, what);
+  }
+  free_outputs(want, g->n_outputs);
+  free_outputs(unrolled, u->n_outputs);
+  free_outputs(got, cg_g->n_outputs);
+  free_inputs(&d);
+  ir_tensor_map_free(&params);
+  ctx_free(&c);
+}
+END_TEST
+
 START_TEST(test_example) {
   const Example *ex = &examples[_i];
   Ctx c;
@@ -648,6 +757,10 @@ static Suite *train_suite(void) {
   TCase *ex = tcase_create("examples");
   tcase_set_timeout(ex, 600);
   tcase_add_loop_test(ex, test_example, 0, (int)ARRAY_LEN(examples));
+  TCase *bptt = tcase_create("lstm_bptt");
+  tcase_set_timeout(bptt, 600);
+  tcase_add_loop_test(bptt, test_lstm_bptt, 0, (int)ARRAY_LEN(lstm_cases));
+  suite_add_tcase(s, bptt);
   suite_add_tcase(s, ex);
   return s;
 }
