@@ -99,6 +99,7 @@ typedef struct PassOptions {
   bool no_split_keys;       /* --no-split-keys: attention's keys in one block a query block */
   bool no_persistent_rnn;   /* --no-persistent-rnn: codegen's recurrent layers a kernel per step */
   bool no_update_in_place;  /* --no-update-in-place: a step's updates copied over the params */
+  bool no_merge_launches;   /* --no-merge-launches: no two kernels share a launch */
   /* --precision=f16|bf16: the precision pass runs (at -O2 after bn-fold,
    * so folded weights are computed in f32 and then cast; below -O2
    * first).  TY_F32, the zero, leaves the graph in f32. */
