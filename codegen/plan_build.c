@@ -1017,8 +1017,28 @@ static bool steps_order(CgBuild *b, int t, int u) {
 }
 
 /* How far back a launch may move to share an earlier one: its results
- * then live from there, so not far. */
-enum { MERGE_REACH = 8 };
+ * then live from there, so not far; and the arena bytes whose life a
+ * move lengthens (a moved-up kernel's results, a moved-down one's
+ * operands that nothing after reads) are at most MERGE_HOLD_BYTES, so
+ * that sharing a launch never holds a large activation (fuse.c's
+ * sibling reductions keep the same rule). */
+enum { MERGE_REACH = 8, MERGE_HOLD_BYTES = 16384 };
+
+static uint64_t param_bytes(const KParam *p) {
+  return (uint64_t)p->buf->numel * (uint64_t)ir_dtype_size(p->buf->dtype);
+}
+
+/* Whether kernel k reads the bytes of p: where k joins p's kernel at the
+ * end, p's operand lives there anyway. */
+static bool read_by(const Kernel *k, const KParam *p) {
+  RtAccessRange mine = {p->arg.ref, param_bytes(p), false};
+  for (int i = 0; i < k->n_params; i++) {
+    const KParam *q = &k->params[i];
+    RtAccessRange r = {q->arg.ref, q->buf ? param_bytes(q) : 0, false};
+    if (q->buf && ranges_meet(&mine, &r)) return true;
+  }
+  return false;
+}
 
 /* The earlier launch kernel k can join (horizontal fusion: one launch
  * runs both on their own blocks), or -1: the nearest one before which
@@ -1026,12 +1046,17 @@ enum { MERGE_REACH = 8 };
  * shape cg_kernel_merge accepts.  A launch with index reports keeps its
  * own step, whose node the runtime's messages name. */
 static int merge_target(CgBuild *b, Kernel *k) {
-  if (b->merge_from < 0 || b->opts.no_merge_launches || b->n_open) return -1;
+  if (b->merge_from < 0 || !b->opts.merge_launches || b->n_open) return -1;
   for (int i = 0; i < k->n_params; i++)
     if (k->params[i].buf && k->params[i].arg.ref.space == RT_SPACE_STATUS) return -1;
+  uint64_t made = 0; /* the arena bytes k writes: born at t, not at the end */
+  for (int i = 0; i < k->n_params; i++)
+    if (k->params[i].buf && k->params[i].buf->written && k->params[i].arg.ref.space == RT_SPACE_ARENA)
+      made += param_bytes(&k->params[i]);
   for (int t = b->n_steps - 1; t >= b->merge_from && t >= b->n_steps - MERGE_REACH; t--) {
     if (step_orders(b, t, k)) return -1;
-    if (b->steps[t].kind == RT_STEP_LAUNCH && b->step_kernel[t] && cg_kernel_can_merge(b->step_kernel[t], k))
+    if (b->steps[t].kind == RT_STEP_LAUNCH && b->step_kernel[t] && cg_kernel_can_merge(b->step_kernel[t], k) &&
+        (t == b->n_steps - 1 || made <= MERGE_HOLD_BYTES))
       return t;
   }
   return -1;
@@ -1041,7 +1066,7 @@ static int merge_target(CgBuild *b, Kernel *k) {
  * launch that can move down past every step after it, to share kernel
  * k's launch at the end (a loss's sum beside the backward's first map). */
 static int merge_down_target(CgBuild *b, Kernel *k) {
-  if (b->merge_from < 0 || b->opts.no_merge_launches || b->n_open) return -1;
+  if (b->merge_from < 0 || !b->opts.merge_launches || b->n_open) return -1;
   for (int i = 0; i < k->n_params; i++)
     if (k->params[i].buf && k->params[i].arg.ref.space == RT_SPACE_STATUS) return -1;
   for (int t = b->n_steps - 1; t >= b->merge_from && t >= b->n_steps - MERGE_REACH; t--) {
@@ -1050,7 +1075,14 @@ static int merge_down_target(CgBuild *b, Kernel *k) {
       continue;
     bool free = true;
     for (int u = t + 1; u < b->n_steps && free; u++) free = !steps_order(b, t, u);
-    if (free) return t;
+    const Kernel *a = b->step_kernel[t];
+    uint64_t held = 0; /* its operands that may live to the end for it alone */
+    for (int i = 0; free && i < a->n_params; i++) {
+      const KParam *p = &a->params[i];
+      if (p->buf && !p->buf->written && p->arg.ref.space == RT_SPACE_ARENA && !read_by(k, p))
+        held += param_bytes(p);
+    }
+    if (free && held <= MERGE_HOLD_BYTES) return t;
   }
   return -1;
 }

@@ -122,7 +122,8 @@ static const char usage[] =
     "                     params after it, not written over them (docs/training.md)\n"
     "  --no-merge-launches\n"
     "                     every kernel its own launch, even beside an independent\n"
-    "                     one it could share a launch with (docs/passes.md)\n"
+    "                     one it could share a launch with (docs/kernels.md); so\n"
+    "                     at -O0\n"
     "  --precision=P      f32 (default), f16 or bf16: activations and weights in P,\n"
     "                     sensitive ops in f32, f32 accumulation (docs/passes.md)\n"
     "  --grad             the gradients of a training step: output 0 must be the loss\n"
@@ -264,7 +265,8 @@ CgOptions driver_cg_options(const PassOptions *po) {
                      .no_split_keys = po->no_split_keys,
                      .no_persistent_rnn = po->no_persistent_rnn,
                      .no_update_in_place = po->no_update_in_place,
-                     .no_merge_launches = po->no_merge_launches};
+                     /* -O0 keeps a launch per kernel, as a baseline to read */
+                     .merge_launches = !po->no_merge_launches && po->opt_level > 0};
 }
 
 const char driver_quant_usage[] =

@@ -324,11 +324,18 @@ END_TEST
  * batchnorm's new running statistics beside its inverse deviation.  A
  * map read before the later one's root stays apart. */
 /* Kernels with no path between them share a launch (plan_build.c's
- * merge_launch, docs/kernels.md): a row reduction (blocks of 1 x 256 or
- * wider, barriers) beside a map (256 threads), each on its own blocks,
- * through NVRTC and on emu against ir_eval; apart with
- * --no-merge-launches; a kernel that reads another's result keeps its
- * own launch. */
+ * merge_launch, CgOptions.merge_launches, docs/kernels.md): row
+ * reductions (blocks of 1 x 256 or wider, barriers) beside a map (256
+ * threads), each on its own blocks, through NVRTC and on emu against
+ * ir_eval; apart without the option; a kernel that reads another's
+ * result keeps its own launch. */
+static Job check_merged(const char *text) {
+  Job j = compile_with(text, true, (CgOptions){.merge_launches = true});
+  test_nvrtc(j.r.source, "sm_90");
+  check_numbers(&j, -2, 2);
+  return j;
+}
+
 START_TEST(independent_kernels_share_a_launch) {
   static const char text[] = "graph hfuse {\n"
                              "  %x = input {name=\"x\"} : f32[6, 300]\n"
@@ -338,17 +345,17 @@ START_TEST(independent_kernels_share_a_launch) {
                              "  %2 = reduce_max %x {axes=[0]} : f32[300]\n"
                              "  return %0 as \"s\", %1 as \"t\", %2 as \"m\"\n"
                              "}\n";
-  Job j = check_fused(text);
+  Job j = check_merged(text);
   ck_assert_int_eq(count_steps(j.r.plan, RT_STEP_LAUNCH), 1);
   ck_assert_int_eq(j.r.plan->n_kernels, 1);
   ck_assert_ptr_nonnull(strstr(j.r.source, "dl_bx = blockIdx.x - "));
   ck_assert_ptr_nonnull(strstr(j.r.plan->steps[j.r.plan->n_init_steps].label, "tanh %"));
-  Job a = compile_with(text, true, (CgOptions){.no_merge_launches = true});
+  Job a = fused(text);
   ck_assert_int_eq(count_steps(a.r.plan, RT_STEP_LAUNCH), 3);
   ck_assert_int_eq(a.r.plan->n_kernels, 3);
   /* exp's result is returned, so stored by a kernel of its own, and the
    * sum reads it: two launches */
-  Job d = check_fused("graph dep {\n"
+  Job d = check_merged("graph dep {\n"
                       "  %x = input {name=\"x\"} : f32[6, 300]\n"
                       "  %0 = exp %x : f32[6, 300]\n"
                       "  %1 = reduce_sum %0 {axes=[1]} : f32[6]\n"
@@ -404,9 +411,7 @@ START_TEST(independent_maps_share_a_kernel) {
       "}\n");
   ck_assert_int_ge(group_of(j.g, 3), 0);
   ck_assert_int_ne(group_of(j.g, 3), group_of(j.g, 6));
-  /* three kernels; the map of y, independent of the other two, shares
-   * the first one's launch (docs/kernels.md) */
-  ck_assert_int_eq(j.r.plan->n_steps, 2);
+  ck_assert_int_eq(j.r.plan->n_steps, 3);
 }
 END_TEST
 
@@ -509,8 +514,7 @@ START_TEST(product_sums_accumulate_in_the_gemm) {
 END_TEST
 
 /* A pool's gradient (one thread per element of its result) runs the
- * relu's gradient after it at its store: one kernel each, the two
- * independent kernels in one launch. */
+ * relu's gradient after it at its store: one kernel each. */
 START_TEST(pool_gradients_take_an_epilogue) {
   Job j = check_fused(
       "graph back {\n"
@@ -527,8 +531,7 @@ START_TEST(pool_gradients_take_an_epilogue) {
       "}\n");
   ck_assert_int_eq(group_of(j.g, 3), group_of(j.g, 6));
   ck_assert_int_eq(group_of(j.g, 7), group_of(j.g, 8));
-  ck_assert_int_eq(j.r.plan->n_steps, 1);
-  ck_assert_int_eq(j.r.plan->n_kernels, 1);
+  ck_assert_int_eq(j.r.plan->n_steps, 2);
 }
 END_TEST
 
@@ -769,9 +772,7 @@ START_TEST(residual_add_is_the_gemms_c) {
                       "}\n");
   for (uint32_t i = 0; i < k.r.plan->n_steps; i++)
     if (k.r.plan->steps[i].kind == RT_STEP_GEMM) ck_assert(k.r.plan->steps[i].gemm.beta == 0.0f);
-  /* two kernels, independent: one launch (docs/kernels.md) */
-  ck_assert_int_eq(count_steps(k.r.plan, RT_STEP_LAUNCH), 1);
-  ck_assert_int_eq(k.r.plan->n_kernels, 1);
+  ck_assert_int_eq(count_steps(k.r.plan, RT_STEP_LAUNCH), 2);
 
   /* f64 (a group written by hand: fusion leaves f64 alone): our GEMM
    * kernel loads C_in */
@@ -831,8 +832,7 @@ START_TEST(reduction_prologue_and_epilogue) {
   ck_assert_int_eq(group_of(j.g, 6), s);
   ck_assert_int_eq(group_of(j.g, 8), m);
   ck_assert_int_eq(group_of(j.g, 9), group_of(j.g, 10));
-  /* the mean's and layernorm's kernels, independent, share a launch */
-  ck_assert_int_eq(j.r.plan->n_steps, 2);
+  ck_assert_int_eq(j.r.plan->n_steps, 3);
 }
 END_TEST
 
@@ -1181,7 +1181,8 @@ static int rand_job(Ctx *c, void *data) {
   if (!pass_run_pipeline(g, &po, NULL)) return 1;
   for (Node *n = g->first; n; n = n->next) rj->groups += n->group >= 0;
   rj->j.g = g;
-  rj->j.ok = cg_compile(g, &rj->j.r);
+  /* with merged launches: every part's kernel through NVRTC and emu too */
+  rj->j.ok = cg_compile_opts(g, &(CgOptions){.merge_launches = true}, &rj->j.r);
   return 0;
 }
 

@@ -579,9 +579,9 @@ START_TEST(test_bench_step_launches) {
   Graph *ref = bench_step(&c, bs->file, optim), *g = ir_copy(ref, "step"), *h = ir_copy(ref, "apart");
   PassOptions po = {.opt_level = 2, .verify_each = true};
   CgResult cg, cg_apart;
-  ck_assert_msg(pass_run_pipeline(g, &po, NULL) && cg_compile(g, &cg), "%s: %s", bs->file, diag_text(&c));
-  ck_assert_msg(pass_run_pipeline(h, &po, NULL) &&
-                    cg_compile_opts(h, &(CgOptions){.no_merge_launches = true}, &cg_apart),
+  ck_assert_msg(pass_run_pipeline(g, &po, NULL) && cg_compile_opts(g, &(CgOptions){.merge_launches = true}, &cg),
+                "%s: %s", bs->file, diag_text(&c));
+  ck_assert_msg(pass_run_pipeline(h, &po, NULL) && cg_compile(h, &cg_apart),
                 "%s: %s", bs->file, diag_text(&c));
   int merged = count_launches(cg.plan), apart = count_launches(cg_apart.plan);
   printf("%s (optimizer %d): %d launches, %d apart\n", bs->file, optim, merged, apart);
