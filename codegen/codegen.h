@@ -70,6 +70,11 @@ typedef struct CgOptions {
   /* --no-update-in-place: a training step's update outputs computed apart
    * and copied over their params after the step (docs/training.md) */
   bool no_update_in_place;
+  /* Independent kernels share launches (horizontal fusion, plan_build.c's
+   * merge_target): dlcc and dlc_compile at -O1 and -O2 unless
+   * --no-merge-launches; off by default here, so that a plan built
+   * directly is a launch per kernel */
+  bool merge_launches;
 } CgOptions;
 
 /* cg_compile with options (NULL: the defaults). */

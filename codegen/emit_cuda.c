@@ -354,7 +354,20 @@ typedef struct Out {
   FILE *f;
   const Kernel *k;
   int depth;
+  /* How the body names its thread and block indices and sizes: CUDA's
+   * built-ins, or in a merged kernel's part (cg_kernel_merge) its own
+   * (dl_tx, a constant blockDim) computed from them. */
+  const char *tid[3], *bdim[3], *bid_x, *gdim_x;
+  char bdim_buf[3][16], gdim_buf[16];
 } Out;
+
+static void builtin_names(Out *o) {
+  static const char *const tid[] = {"threadIdx.x", "threadIdx.y", "threadIdx.z"};
+  static const char *const bdim[] = {"blockDim.x", "blockDim.y", "blockDim.z"};
+  for (int i = 0; i < 3; i++) o->tid[i] = tid[i], o->bdim[i] = bdim[i];
+  o->bid_x = "blockIdx.x";
+  o->gdim_x = "gridDim.x";
+}
 
 static const char *ctype(const Kernel *k, DType dt) {
   switch (dt) {
@@ -930,7 +943,6 @@ static void tc_stmt(Out *o, const KStmt *s);
 static void loop_head(Out *o, const KVar *v, const KExpr *extent, KMap map) {
   const Kernel *k = o->k;
   const char *it = ctype(k, v->dtype);
-  static const char *const axis[] = {"x", "y", "z"};
   switch (map) {
     case KM_UNROLL:
     case KM_LANES: /* cg_unroll makes these KM_UNROLL or KM_SERIAL */
@@ -945,10 +957,10 @@ static void loop_head(Out *o, const KVar *v, const KExpr *extent, KMap map) {
       return;
     case KM_GRID_STRIDE:
       indent(o);
-      fprintf(o->f, "for (%s %s = (%s)blockIdx.x * blockDim.x + threadIdx.x; %s < ", it, v->name,
-              it, v->name);
+      fprintf(o->f, "for (%s %s = (%s)%s * %s + %s; %s < ", it, v->name, it, o->bid_x, o->bdim[0], o->tid[0],
+              v->name);
       expr(o, extent);
-      fprintf(o->f, "; %s += (%s)blockDim.x * gridDim.x) {\n", v->name, it);
+      fprintf(o->f, "; %s += (%s)%s * %s) {\n", v->name, it, o->bdim[0], o->gdim_x);
       return;
     case KM_GRID_X:
     case KM_GRID_Y:
@@ -959,10 +971,12 @@ static void loop_head(Out *o, const KVar *v, const KExpr *extent, KMap map) {
       bool grid = map <= KM_GRID_Z;
       int ax = grid ? (int)(map - KM_GRID_X) : (int)(map - KM_BLOCK_X);
       indent(o);
-      fprintf(o->f, "for (%s %s = %s.%s; %s < ", it, v->name, grid ? "blockIdx" : "threadIdx",
-              axis[ax], v->name);
+      static const char *const bid[] = {"blockIdx.x", "blockIdx.y", "blockIdx.z"};
+      static const char *const gdim[] = {"gridDim.x", "gridDim.y", "gridDim.z"};
+      fprintf(o->f, "for (%s %s = %s; %s < ", it, v->name,
+              grid ? (ax ? bid[ax] : o->bid_x) : o->tid[ax], v->name);
       expr(o, extent);
-      fprintf(o->f, "; %s += %s.%s) {\n", v->name, grid ? "gridDim" : "blockDim", axis[ax]);
+      fprintf(o->f, "; %s += %s) {\n", v->name, grid ? (ax ? gdim[ax] : o->gdim_x) : o->bdim[ax]);
       return;
     }
   }
@@ -1049,23 +1063,23 @@ static void allreduce(Out *o, const KStmt *s) {
   if (s->buf) {
     unsigned slots = s->map == KM_BLOCK_X ? x / 32 : y;
     if (s->map == KM_BLOCK_X && y > 1) {
-      snprintf(slot, sizeof slot, "threadIdx.y * %u + (threadIdx.x >> 5)", slots);
-      snprintf(first, sizeof first, "threadIdx.y * %u", slots);
-      snprintf(at, sizeof at, "threadIdx.y * %u + dl_w", slots);
+      snprintf(slot, sizeof slot, "%s * %u + (%s >> 5)", o->tid[1], slots, o->tid[0]);
+      snprintf(first, sizeof first, "%s * %u", o->tid[1], slots);
+      snprintf(at, sizeof at, "%s * %u + dl_w", o->tid[1], slots);
     } else if (s->map == KM_BLOCK_X) {
-      snprintf(slot, sizeof slot, "threadIdx.x >> 5");
+      snprintf(slot, sizeof slot, "%s >> 5", o->tid[0]);
       snprintf(first, sizeof first, "0");
       snprintf(at, sizeof at, "dl_w");
     } else {
-      snprintf(slot, sizeof slot, "threadIdx.y * %u + threadIdx.x", x);
-      snprintf(first, sizeof first, "threadIdx.x");
-      snprintf(at, sizeof at, "dl_w * %u + threadIdx.x", x);
+      snprintf(slot, sizeof slot, "%s * %u + %s", o->tid[1], x, o->tid[0]);
+      snprintf(first, sizeof first, "%s", o->tid[0]);
+      snprintf(at, sizeof at, "dl_w * %u + %s", x, o->tid[0]);
     }
     indent(o);
     fputs("__syncthreads();\n", o->f);
     indent(o);
-    fprintf(o->f, "%s%s[%s] = %s;\n", s->map == KM_BLOCK_X ? "if ((threadIdx.x & 31u) == 0) " : "",
-            s->buf->name, slot, acc);
+    if (s->map == KM_BLOCK_X) fprintf(o->f, "if ((%s & 31u) == 0) ", o->tid[0]);
+    fprintf(o->f, "%s[%s] = %s;\n", s->buf->name, slot, acc);
     indent(o);
     fputs("__syncthreads();\n", o->f);
     indent(o);
@@ -1285,6 +1299,62 @@ static void param_type(Out *o, const KParam *p) {
     fprintf(o->f, "%s%s *", p->buf->written ? "" : "const ", ctype(o->k, p->buf->dtype));
 }
 
+/* A merged kernel's parts, each on its range of blocks.  A part sees the
+ * thread and block indices of a launch of its own: its thread index from
+ * the launch's linear one (warps are runs of linear indices, so its
+ * warps are whole warps of the launch), its block index from its first
+ * block; the threads past its size idle (cg_kernel_merge allows that
+ * only without barriers, in whole warps). */
+static void merged_parts(Out *o) {
+  const Kernel *m = o->k;
+  const uint32_t *mb = m->block;
+  uint64_t first = 0;
+  indent(o);
+  fprintf(o->f, "const unsigned dl_lin = threadIdx.x + %uu * (threadIdx.y + %uu * threadIdx.z);\n", mb[0], mb[1]);
+  for (int i = 0; i < m->n_parts; i++) {
+    const Kernel *p = m->parts[i];
+    const uint32_t *pb = p->block;
+    indent(o);
+    fprintf(o->f, "%sif (blockIdx.x < %" PRIu64 "u) {\n", i ? "else " : "", first + p->grid[0]);
+    o->depth++;
+    bool idle = pb[0] * pb[1] * pb[2] != mb[0] * mb[1] * mb[2];
+    if (idle) {
+      indent(o);
+      fprintf(o->f, "if (dl_lin < %uu) {\n", pb[0] * pb[1] * pb[2]);
+      o->depth++;
+    }
+    indent(o);
+    fprintf(o->f,
+            "const unsigned dl_tx = dl_lin %% %uu, dl_ty = dl_lin / %uu %% %uu, dl_tz = dl_lin / %uu, "
+            "dl_bx = blockIdx.x - %" PRIu64 "u;\n",
+            pb[0], pb[0], pb[1], pb[0] * pb[1], first);
+    /* unused in most parts */
+    indent(o);
+    fputs("(void)dl_tx, (void)dl_ty, (void)dl_tz, (void)dl_bx;\n", o->f);
+    Out po = *o;
+    po.k = p;
+    static const char *const tid[] = {"dl_tx", "dl_ty", "dl_tz"};
+    for (int a = 0; a < 3; a++) {
+      snprintf(po.bdim_buf[a], sizeof po.bdim_buf[a], "%uu", pb[a]);
+      po.tid[a] = tid[a];
+    }
+    snprintf(po.gdim_buf, sizeof po.gdim_buf, "%uu", p->grid[0]);
+    for (int a = 0; a < 3; a++) po.bdim[a] = po.bdim_buf[a];
+    po.gdim_x = po.gdim_buf;
+    po.bid_x = "dl_bx";
+    block(&po, &p->body);
+    if (idle) {
+      o->depth--;
+      indent(o);
+      fputs("}\n", o->f);
+    }
+    o->depth--;
+    indent(o);
+    fputs("}\n", o->f);
+    first += p->grid[0];
+  }
+}
+
 char *cg_emit_kernel(Ctx *c, const Kernel *k, const char *name, bool with_comment) {
   if (!k->finished) dl_internal(c, "kernel %s emitted before it was finished", k->hint);
   /* Nothing may come from the arena while the stream is open: an
@@ -1295,6 +1365,7 @@ char *cg_emit_kernel(Ctx *c, const Kernel *k, const char *name, bool with_commen
   FILE *f = open_memstream(&text, &len);
   if (!f) ctx_out_of_memory(c);
   Out o = {.f = f, .k = k, .depth = 1};
+  builtin_names(&o);
   if (label) {
     const Node *n = k->node;
     fputs("// ", f);
@@ -1329,7 +1400,10 @@ char *cg_emit_kernel(Ctx *c, const Kernel *k, const char *name, bool with_commen
     const char *type = b->space == KSP_FRAGMENT ? "unsigned" : ctype(k, b->dtype);
     fprintf(f, "  %s%s %s[%" PRId64 "];\n", space, type, b->name, b->numel);
   }
-  block(&o, &k->body);
+  if (k->n_parts)
+    merged_parts(&o);
+  else
+    block(&o, &k->body);
   fputs("}\n", f);
   fprintf(f, "#ifdef DLCC_EMU\nextern \"C\" void %s__emu(void **args) {\n  %s(", name, name);
   for (int i = 0; i < k->n_params; i++) {

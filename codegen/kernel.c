@@ -636,3 +636,85 @@ void cg_kallreduce(Kernel *k, KBlock *in, KVar *var, OpKind combine, KMap across
   if (slots) s->buf = cg_klocal(k, "red", var->dtype, slots, KSP_SHARED);
   k->uses_barriers = true; /* the emu runs warp shuffles as it runs barriers: on fibers */
 }
+
+/* ---- horizontal fusion: independent kernels in one launch ---- */
+
+static bool has_grid_sync(const KBlock *blk) {
+  for (const KStmt *s = blk->first; s; s = s->next)
+    if (s->kind == KS_GRID_SYNC || has_grid_sync(&s->body) || has_grid_sync(&s->orelse)) return true;
+  return false;
+}
+
+static uint32_t threads_of(const Kernel *k) { return k->block[0] * k->block[1] * k->block[2]; }
+
+/* A part with fewer threads than the launch leaves the rest idle, so it
+ * must not wait for them at a barrier nor split a warp's shuffles. */
+static bool fits_in(const Kernel *p, uint32_t threads) {
+  return threads_of(p) == threads || (!p->uses_barriers && threads_of(p) % 32 == 0);
+}
+
+static void rename_part(Kernel *p, int i) {
+  Arena *a = &p->ctx->arena;
+  for (int j = 0; j < p->n_params; j++) {
+    KParam *q = &p->params[j];
+    if (q->var) q->var->name = arena_printf(a, "p%d_%s", i, q->var->name);
+    if (q->buf) q->buf->name = arena_printf(a, "p%d_%s", i, q->buf->name);
+  }
+  for (int j = 0; j < p->n_locals; j++) p->locals[j]->name = arena_printf(a, "p%d_%s", i, p->locals[j]->name);
+}
+
+static DType index_of(const Kernel *k) {
+  return k->finished ? k->index : k->largest >= ((int64_t)1 << 30) ? TY_I64 : TY_I32;
+}
+
+bool cg_kernel_can_merge(const Kernel *a, const Kernel *b) {
+  if (!a->finished || b->n_parts) return false;
+  const Kernel *const *pa = a->n_parts ? (const Kernel *const *)a->parts : &a;
+  int na = a->n_parts ? a->n_parts : 1;
+  uint32_t threads = threads_of(a), tb = threads_of(b);
+  for (int i = 0; i < na; i++)
+    if (pa[i]->grid[1] != 1 || pa[i]->grid[2] != 1) return false;
+  if (b->grid[1] != 1 || b->grid[2] != 1 || b->cooperative || a->cooperative || has_grid_sync(&b->body) ||
+      index_of(b) != a->index || (uint64_t)a->grid[0] + b->grid[0] > INT32_MAX)
+    return false;
+  /* 48 KiB: what a kernel may declare statically */
+  if ((uint64_t)a->shared_bytes + b->shared_bytes > 48 * 1024) return false;
+  uint32_t most = tb > threads ? tb : threads;
+  for (int i = 0; i < na; i++)
+    if (!fits_in(pa[i], most)) return false;
+  return fits_in(b, most);
+}
+
+Kernel *cg_kernel_merge(Kernel *a, Kernel *b) {
+  if (!b->finished || !cg_kernel_can_merge(a, b)) return NULL;
+  Kernel *const *pa = a->n_parts ? a->parts : &a;
+  int na = a->n_parts ? a->n_parts : 1;
+  uint32_t threads = threads_of(a), tb = threads_of(b);
+  const uint32_t *block = tb > threads ? b->block : a->block;
+  Ctx *c = a->ctx;
+  Kernel *m = cg_kernel_new(c, a->node, arena_printf(&c->arena, "%s__%s", a->hint, b->hint), a->what);
+  m->parts = ARENA_ARRAY(&c->arena, Kernel *, na + 1);
+  for (int i = 0; i < na; i++) m->parts[i] = pa[i];
+  m->parts[na] = b;
+  m->n_parts = na + 1;
+  rename_part(b, na);
+  for (int i = 0; i < m->n_parts; i++) {
+    Kernel *p = m->parts[i];
+    for (int j = 0; j < p->n_params; j++) *add_param(m) = p->params[j];
+    m->n_locals += p->n_locals;
+    m->uses_barriers |= p->uses_barriers;
+    m->uses_tc |= p->uses_tc;
+    if (p->dynamic_shared_bytes > m->dynamic_shared_bytes) m->dynamic_shared_bytes = p->dynamic_shared_bytes;
+    if (p->largest > m->largest) m->largest = p->largest;
+  }
+  m->locals = ARENA_ARRAY(&c->arena, KBuf *, m->n_locals + 1);
+  m->cap_locals = m->n_locals;
+  for (int i = 0, n = 0; i < m->n_parts; i++)
+    for (int j = 0; j < m->parts[i]->n_locals; j++) m->locals[n++] = m->parts[i]->locals[j];
+  m->shared_bytes = a->shared_bytes + b->shared_bytes;
+  m->grid[0] = a->grid[0] + b->grid[0];
+  memcpy(m->block, block, sizeof m->block);
+  m->index = a->index;
+  m->finished = true;
+  return m;
+}

@@ -231,6 +231,12 @@ typedef struct Kernel {
   uint32_t shared_bytes;
   uint32_t dynamic_shared_bytes;
   bool finished;
+  /* A merged kernel (cg_kernel_merge): the finished kernels it runs side
+   * by side, part i on its own range of blockIdx.x, each with the thread
+   * and block indices it was built for.  Its params and locals are the
+   * parts' (renamed apart), its body empty. */
+  struct Kernel **parts;
+  int n_parts;
 } Kernel;
 
 /* ---- builders (kernel.c) ---- */
@@ -259,6 +265,15 @@ KVar *cg_kvar(Kernel *k, const char *stem, DType dt);
 /* Picks the index type and orders the parameters (read-only buffers,
  * written buffers, scalars).  Idempotent. */
 void cg_kernel_finish(Kernel *k);
+/* One launch for two finished kernels with no dependence between them
+ * (horizontal fusion; the caller checks that): b's blocks after a's
+ * (a may itself be a merge).  NULL when they cannot share a launch:
+ * grids of more than one dimension, a grid sync, index types that
+ * differ, too much static shared memory, or a smaller block that is not
+ * whole warps without barriers (its spare threads idle). */
+Kernel *cg_kernel_merge(Kernel *a, Kernel *b);
+/* Whether cg_kernel_merge(a, b) will merge them, b not yet finished. */
+bool cg_kernel_can_merge(const Kernel *a, const Kernel *b);
 /* 1-D launch for total threads: block 256, grid capped (grid-stride loops
  * cover the rest) at cg_grid_cap blocks. */
 void cg_kernel_grid_1d(Kernel *k, int64_t total);

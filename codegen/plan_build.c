@@ -51,7 +51,13 @@ struct CgBuild {
   RtStep *steps;
   CgStepNote *notes; /* beside steps: what each launch's kernel touches */
   const Node **step_nodes; /* beside steps: the node each was made for */
+  Kernel **step_kernel;    /* beside steps: a launch's kernel (merge_launch) */
   int n_steps, cap_steps;
+  /* The first step a later launch may share (merge_launch): a run's
+   * first; -1 in init and where no launch is merged. */
+  int merge_from;
+  int unit_first; /* the first step of the unit being lowered (lower_nodes) */
+  int merged_at;  /* the step the unit's last launch joined, or -1 */
   int n_init_steps;
   CgUnit *units; /* which steps each node or group became, for their cost */
   int n_units, cap_units;
@@ -803,10 +809,13 @@ static RtStep *add_step(CgBuild *b, RtStepKind kind, const Node *n, const char *
                              sizeof(CgStepNote) * (size_t)cap);
     b->step_nodes = arena_realloc(&b->ctx->arena, b->step_nodes, sizeof(Node *) * (size_t)b->cap_steps,
                                   sizeof(Node *) * (size_t)cap);
+    b->step_kernel = arena_realloc(&b->ctx->arena, b->step_kernel, sizeof(Kernel *) * (size_t)b->cap_steps,
+                                   sizeof(Kernel *) * (size_t)cap);
     b->cap_steps = cap;
   }
   b->notes[b->n_steps] = (CgStepNote){0};
   b->step_nodes[b->n_steps] = n;
+  b->step_kernel[b->n_steps] = NULL;
   RtStep *s = &b->steps[b->n_steps++];
   memset(s, 0, sizeof *s);
   s->kind = kind;
@@ -957,18 +966,161 @@ RtRef cg_status(CgBuild *b, int n_reports) {
   return r;
 }
 
-void cg_launch(CgBuild *b, Kernel *k) {
-  /* Read in place on the scalar nest (the step about to be added): a
-   * vectorized map is just as safe, but its two loops are harder to read. */
-  note_inplace(b, k, b->n_steps);
-  CgStepNote note = cg_note_kernel(k);
-  /* The kernel-IR passes, before the text exists. */
-  if (!b->opts.no_vectorize) cg_vectorize(k);
-  cg_unroll(k, b->opts.no_unroll ? 0 : b->opts.unroll > 0 ? b->opts.unroll : 8);
-  cg_kernel_finish(k);
+/* ---- horizontal fusion: independent kernels share a launch ---- */
+
+static bool ranges_meet(const RtAccessRange *x, const RtAccessRange *y) {
+  return x->ref.space == y->ref.space && x->ref.index == y->ref.index && x->nbytes && y->nbytes &&
+         x->ref.offset < y->ref.offset + y->nbytes && y->ref.offset < x->ref.offset + x->nbytes;
+}
+
+/* Whether step t and kernel k (not yet a step) must keep their order:
+ * one writes a byte the other touches.  Arena refs are still slots
+ * (plan_memory has not run), so distinct values never meet. */
+static bool step_orders(CgBuild *b, int t, const Kernel *k) {
+  RtPlan view = {.contracts = b->contracts, .n_contracts = (uint32_t)b->n_contracts};
+  const RtStep *st = &b->steps[t];
+  if (st->kind == RT_STEP_ALLREDUCE) return true; /* its wait is a step of its own */
+  int max = st->kind == RT_STEP_LAUNCH ? (int)st->launch.n_args + 1 : 8;
+  RtAccessRange *acc = ARENA_ARRAY(&b->ctx->arena, RtAccessRange, max);
+  int n = rt_step_access(&view, st, acc, max);
+  if (n < 0) return true;
+  for (int i = 0; i < k->n_params; i++) {
+    const KParam *p = &k->params[i];
+    if (!p->buf) continue;
+    if (p->arg.ref.space == RT_SPACE_STATUS) return true; /* its reports name the step's node */
+    RtAccessRange mine = {p->arg.ref, (uint64_t)p->buf->numel * (uint64_t)ir_dtype_size(p->buf->dtype),
+                          p->buf->written};
+    for (int j = 0; j < n; j++)
+      if ((mine.write || acc[j].write) && ranges_meet(&mine, &acc[j])) return true;
+  }
+  return false;
+}
+
+static int accesses(CgBuild *b, int t, RtAccessRange **out) {
+  RtPlan view = {.contracts = b->contracts, .n_contracts = (uint32_t)b->n_contracts};
+  const RtStep *st = &b->steps[t];
+  if (st->kind == RT_STEP_ALLREDUCE) return -1;
+  int max = st->kind == RT_STEP_LAUNCH ? (int)st->launch.n_args + 1 : 8;
+  *out = ARENA_ARRAY(&b->ctx->arena, RtAccessRange, max);
+  return rt_step_access(&view, st, *out, max);
+}
+
+/* Whether steps t and u must keep their order. */
+static bool steps_order(CgBuild *b, int t, int u) {
+  RtAccessRange *x, *y;
+  int nx = accesses(b, t, &x), ny = accesses(b, u, &y);
+  if (nx < 0 || ny < 0) return true;
+  for (int i = 0; i < nx; i++)
+    for (int j = 0; j < ny; j++)
+      if ((x[i].write || y[j].write) && ranges_meet(&x[i], &y[j])) return true;
+  return false;
+}
+
+/* How far back a launch may move to share an earlier one: its results
+ * then live from there, so not far; and the arena bytes whose life a
+ * move lengthens (a moved-up kernel's results, a moved-down one's
+ * operands that nothing after reads) are at most MERGE_HOLD_BYTES, so
+ * that sharing a launch never holds a large activation (fuse.c's
+ * sibling reductions keep the same rule). */
+enum { MERGE_REACH = 8, MERGE_HOLD_BYTES = 16384 };
+
+static uint64_t param_bytes(const KParam *p) {
+  return (uint64_t)p->buf->numel * (uint64_t)ir_dtype_size(p->buf->dtype);
+}
+
+/* Whether kernel k reads the bytes of p: where k joins p's kernel at the
+ * end, p's operand lives there anyway. */
+static bool read_by(const Kernel *k, const KParam *p) {
+  RtAccessRange mine = {p->arg.ref, param_bytes(p), false};
+  for (int i = 0; i < k->n_params; i++) {
+    const KParam *q = &k->params[i];
+    RtAccessRange r = {q->arg.ref, q->buf ? param_bytes(q) : 0, false};
+    if (q->buf && ranges_meet(&mine, &r)) return true;
+  }
+  return false;
+}
+
+/* The earlier launch kernel k can join (horizontal fusion: one launch
+ * runs both on their own blocks), or -1: the nearest one before which
+ * nothing k reads is written and nothing k writes is touched, with a
+ * shape cg_kernel_merge accepts.  A launch with index reports keeps its
+ * own step, whose node the runtime's messages name. */
+static int merge_target(CgBuild *b, Kernel *k) {
+  if (b->merge_from < 0 || !b->opts.merge_launches || b->n_open) return -1;
+  for (int i = 0; i < k->n_params; i++)
+    if (k->params[i].buf && k->params[i].arg.ref.space == RT_SPACE_STATUS) return -1;
+  uint64_t made = 0; /* the arena bytes k writes: born at t, not at the end */
+  for (int i = 0; i < k->n_params; i++)
+    if (k->params[i].buf && k->params[i].buf->written && k->params[i].arg.ref.space == RT_SPACE_ARENA)
+      made += param_bytes(&k->params[i]);
+  for (int t = b->n_steps - 1; t >= b->merge_from && t >= b->n_steps - MERGE_REACH; t--) {
+    if (step_orders(b, t, k)) return -1;
+    if (b->steps[t].kind == RT_STEP_LAUNCH && b->step_kernel[t] && cg_kernel_can_merge(b->step_kernel[t], k) &&
+        (t == b->n_steps - 1 || made <= MERGE_HOLD_BYTES))
+      return t;
+  }
+  return -1;
+}
+
+/* Or the other way (merge_target found none): the nearest earlier
+ * launch that can move down past every step after it, to share kernel
+ * k's launch at the end (a loss's sum beside the backward's first map). */
+static int merge_down_target(CgBuild *b, Kernel *k) {
+  if (b->merge_from < 0 || !b->opts.merge_launches || b->n_open) return -1;
+  for (int i = 0; i < k->n_params; i++)
+    if (k->params[i].buf && k->params[i].arg.ref.space == RT_SPACE_STATUS) return -1;
+  for (int t = b->n_steps - 1; t >= b->merge_from && t >= b->n_steps - MERGE_REACH; t--) {
+    if (b->steps[t].kind != RT_STEP_LAUNCH || !b->step_kernel[t] || !cg_kernel_can_merge(b->step_kernel[t], k) ||
+        step_orders(b, t, k))
+      continue;
+    bool free = true;
+    for (int u = t + 1; u < b->n_steps && free; u++) free = !steps_order(b, t, u);
+    const Kernel *a = b->step_kernel[t];
+    uint64_t held = 0; /* its operands that may live to the end for it alone */
+    for (int i = 0; free && i < a->n_params; i++) {
+      const KParam *p = &a->params[i];
+      if (p->buf && !p->buf->written && p->arg.ref.space == RT_SPACE_ARENA && !read_by(k, p))
+        held += param_bytes(p);
+    }
+    if (free && held <= MERGE_HOLD_BYTES) return t;
+  }
+  return -1;
+}
+
+/* Step t moved to the end, the steps after it one earlier. */
+static void move_to_end(CgBuild *b, int t) {
+  int n = b->n_steps;
+  RtStep st = b->steps[t];
+  CgStepNote no = b->notes[t];
+  const Node *sn = b->step_nodes[t];
+  Kernel *sk = b->step_kernel[t];
+  memmove(b->steps + t, b->steps + t + 1, sizeof *b->steps * (size_t)(n - t - 1));
+  memmove(b->notes + t, b->notes + t + 1, sizeof *b->notes * (size_t)(n - t - 1));
+  memmove(b->step_nodes + t, b->step_nodes + t + 1, sizeof *b->step_nodes * (size_t)(n - t - 1));
+  memmove(b->step_kernel + t, b->step_kernel + t + 1, sizeof *b->step_kernel * (size_t)(n - t - 1));
+  b->steps[n - 1] = st, b->notes[n - 1] = no, b->step_nodes[n - 1] = sn, b->step_kernel[n - 1] = sk;
+  for (int h = 0; h < b->n_hints; h++)
+    b->hints[h].step = b->hints[h].step == t ? n - 1 : b->hints[h].step - (b->hints[h].step > t);
+  for (int h = 0; h < b->n_update_hints; h++) {
+    int *at = &b->update_hints[h].step;
+    *at = *at == t ? n - 1 : *at - (*at > t);
+  }
+  /* a unit of that step alone follows it (the merged step's cost is its
+   * parts' units'); one of more steps loses it */
+  for (int u = 0; u < b->n_units; u++) {
+    CgUnit *un = &b->units[u];
+    if (un->first == t && un->end == t + 1) {
+      un->first = n - 1, un->end = n;
+      continue;
+    }
+    un->first -= un->first > t;
+    un->end -= un->end > t;
+  }
+  if (b->unit_first > t) b->unit_first--;
+}
+
+static void set_launch(CgBuild *b, RtStep *s, Kernel *k) {
   uint32_t idx = intern_kernel(b, k);
-  RtStep *s = add_step(b, RT_STEP_LAUNCH, k->node, k->what);
-  b->notes[b->n_steps - 1] = note;
   RtLaunch *l = &s->launch;
   l->kernel = idx;
   l->contract = intern_contract(b, k, idx);
@@ -979,6 +1131,42 @@ void cg_launch(CgBuild *b, Kernel *k) {
   RtArg *args = ARENA_ARRAY(&b->ctx->arena, RtArg, k->n_params + 1);
   for (int i = 0; i < k->n_params; i++) args[i] = k->params[i].arg;
   l->args = args;
+}
+
+void cg_launch(CgBuild *b, Kernel *k) {
+  int t = merge_target(b, k);
+  if (t < 0 && (t = merge_down_target(b, k)) >= 0) {
+    move_to_end(b, t);
+    t = b->n_steps - 1;
+  }
+  /* Read in place on the scalar nest (at the step it will be part of): a
+   * vectorized map is just as safe, but its two loops are harder to read. */
+  note_inplace(b, k, t >= 0 ? t : b->n_steps);
+  CgStepNote note = cg_note_kernel(k);
+  /* The kernel-IR passes, before the text exists. */
+  if (!b->opts.no_vectorize) cg_vectorize(k);
+  cg_unroll(k, b->opts.no_unroll ? 0 : b->opts.unroll > 0 ? b->opts.unroll : 8);
+  cg_kernel_finish(k);
+  Kernel *m = t >= 0 ? cg_kernel_merge(b->step_kernel[t], k) : NULL;
+  if (m) {
+    RtStep *s = &b->steps[t];
+    set_launch(b, s, m);
+    b->step_kernel[t] = m;
+    b->merged_at = t;
+    s->label = arena_printf(&b->ctx->arena, "%s, %s", s->label, cg_label(b->ctx, k->node, k->what));
+    CgStepNote *n = &b->notes[t];
+    n->bytes += note.bytes, n->ops += note.ops, n->reads |= note.reads;
+    return;
+  }
+  if (t >= 0) {
+    /* its hints were for step t: it stays a step of its own */
+    dl_internal(b->ctx, "kernel %s: no launch to share after all", k->hint);
+    return;
+  }
+  RtStep *s = add_step(b, RT_STEP_LAUNCH, k->node, k->what);
+  b->notes[b->n_steps - 1] = note;
+  b->step_kernel[b->n_steps - 1] = k;
+  set_launch(b, s, k);
 }
 
 void cg_gemm(CgBuild *b, const Node *n, const char *what, const RtGemm *g) {
@@ -1116,6 +1304,18 @@ static bool update_in_place(CgBuild *b, int i, int w) {
       hinted |= b->update_hints[h].step == s && cg_same_ref(b->update_hints[h].out, out) &&
                 cg_same_ref(b->update_hints[h].in, wd->where);
     if (!hinted) return false;
+    /* In a merged launch another part may read the param too, at the
+     * same time as the hinted part writes it: one argument may name it. */
+    const RtStep *st = &b->steps[s];
+    if (st->kind == RT_STEP_LAUNCH && b->step_kernel[s] && b->step_kernel[s]->n_parts) {
+      int named = 0;
+      for (uint32_t j = 0; j < st->launch.n_args; j++) {
+        const RtArg *arg = &st->launch.args[j];
+        named += arg->kind == RT_ARG_PTR && arg->ref.space == wd->where.space &&
+                 arg->ref.offset < wd->where.offset + wd->nbytes && wd->where.offset <= arg->ref.offset;
+      }
+      if (named != 1) return false;
+    }
   }
   for (int t = b->n_init_steps; t < b->n_steps; t++)
     if (t != s && step_touches(b, t, wd->where, wd->nbytes, &writes, &unknown) && (t > s || writes)) return false;
@@ -1157,6 +1357,39 @@ static int emit_update_copies(CgBuild *b) {
   return count;
 }
 
+/* A kernel that later joined another's launch (merge_launch) may have
+ * no launch of its own left: it leaves the plan, with its contracts. */
+static void drop_unlaunched(CgBuild *b) {
+  Arena *a = &b->ctx->arena;
+  int *kmap = ARENA_ARRAY(a, int, b->n_kernels + 1), *cmap = ARENA_ARRAY(a, int, b->n_contracts + 1);
+  for (int i = 0; i < b->n_kernels; i++) kmap[i] = -1;
+  for (int i = 0; i < b->n_contracts; i++) cmap[i] = -1;
+  for (int s = 0; s < b->n_steps; s++)
+    if (b->steps[s].kind == RT_STEP_LAUNCH) kmap[b->steps[s].launch.kernel] = cmap[b->steps[s].launch.contract] = 0;
+  int nk = 0, nc = 0;
+  for (int i = 0; i < b->n_kernels; i++) {
+    if (kmap[i] < 0) continue;
+    kmap[i] = nk;
+    b->kernels[nk] = b->kernels[i], b->keys[nk] = b->keys[i], b->texts[nk] = b->texts[i], b->names[nk] = b->names[i];
+    nk++;
+  }
+  for (int i = 0; i < b->n_contracts; i++) {
+    if (cmap[i] < 0) continue;
+    cmap[i] = nc;
+    b->contracts[nc] = b->contracts[i];
+    b->contracts[nc].kernel = (uint32_t)kmap[b->contracts[i].kernel];
+    nc++;
+  }
+  for (int s = 0; s < b->n_steps; s++) {
+    RtLaunch *l = &b->steps[s].launch;
+    if (b->steps[s].kind != RT_STEP_LAUNCH) continue;
+    l->kernel = (uint32_t)kmap[l->kernel];
+    l->contract = (uint32_t)cmap[l->contract];
+  }
+  /* the indexes by key and name are no longer asked */
+  b->n_kernels = nk, b->n_contracts = nc;
+}
+
 static const char *join_source(CgBuild *b) {
   const char *prelude = cg_cuda_prelude(b->ctx, b->needs_fp16, b->needs_bf16, b->needs_tc);
   if (b->needs_philox) prelude = arena_printf(&b->ctx->arena, "%s%s", prelude, cg_cuda_philox());
@@ -1176,7 +1409,12 @@ static const char *join_source(CgBuild *b) {
 static void note_unit(CgBuild *b, const Node *n, const CgGroup *grp, int first) {
   double elsewhere = b->flops_elsewhere;
   b->flops_elsewhere = 0;
-  if (b->n_steps == first) return;
+  int end = b->n_steps;
+  if (end == first) {
+    /* its one launch joined an earlier step: its cost is part of that one's */
+    if (b->merged_at < 0) return;
+    first = b->merged_at, end = first + 1;
+  }
   if (b->n_units == b->cap_units) {
     int old = b->cap_units, cap = old ? 2 * old : 64;
     b->units = arena_realloc(&b->ctx->arena, b->units, sizeof(CgUnit) * (size_t)old,
@@ -1184,7 +1422,7 @@ static void note_unit(CgBuild *b, const Node *n, const CgGroup *grp, int first) 
     b->cap_units = cap;
   }
   b->units[b->n_units++] =
-      (CgUnit){.node = n, .group = grp, .first = first, .end = b->n_steps, .flops_elsewhere = elsewhere};
+      (CgUnit){.node = n, .group = grp, .first = first, .end = end, .flops_elsewhere = elsewhere};
 }
 
 /* ---- branches: the steps of an If's branch skipped when not taken ---- */
@@ -1218,10 +1456,12 @@ static void rotate_steps(CgBuild *b, int mark, int k) {
   RtStep *st = ARENA_ARRAY(a, RtStep, n);
   CgStepNote *no = ARENA_ARRAY(a, CgStepNote, n);
   const Node **sn = ARENA_ARRAY(a, const Node *, n);
+  Kernel **sk = ARENA_ARRAY(a, Kernel *, n);
   for (int i = 0; i < n; i++) {
     int from = mark + (i + n - k) % n;
-    st[i] = b->steps[from], no[i] = b->notes[from], sn[i] = b->step_nodes[from];
+    st[i] = b->steps[from], no[i] = b->notes[from], sn[i] = b->step_nodes[from], sk[i] = b->step_kernel[from];
   }
+  memcpy(b->step_kernel + mark, sk, sizeof *sk * (size_t)n);
   memcpy(b->steps + mark, st, sizeof *st * (size_t)n);
   memcpy(b->notes + mark, no, sizeof *no * (size_t)n);
   memcpy(b->step_nodes + mark, sn, sizeof *sn * (size_t)n);
@@ -1260,18 +1500,19 @@ static int place_in_branches(CgBuild *b, const Node *n, const CgGroup *grp, int 
 static void lower_nodes(CgBuild *b, CgGroup **groups, bool init) {
   for (Node *n = b->g->first; n && !diag_should_stop(b->ctx); n = n->next) {
     if (b->init.node[n->id] != init) continue;
-    int first = b->n_steps;
+    b->unit_first = b->n_steps; /* merge_launch may move a step before it to the end */
+    b->merged_at = -1;
     if (n->group < 0 || groups[n->id]) wait_allreduces(b, n, n->group < 0 ? NULL : groups[n->id]);
     if (n->group < 0) {
       cg_lower_node(b, n);
-      if (!init) first = place_in_branches(b, n, NULL, first);
+      int first = init ? b->unit_first : place_in_branches(b, n, NULL, b->unit_first);
       note_unit(b, n, NULL, first);
       b->done[n->id] = true;
     } else if (groups[n->id]) {
       b->group = groups[n->id];
       cg_lower_group(b, groups[n->id]);
       b->group = NULL;
-      if (!init) first = place_in_branches(b, n, groups[n->id], first);
+      int first = init ? b->unit_first : place_in_branches(b, n, groups[n->id], b->unit_first);
       note_unit(b, NULL, groups[n->id], first);
       for (int i = 0; i < groups[n->id]->n; i++) b->done[groups[n->id]->members[i]->id] = true;
     }
@@ -1315,6 +1556,7 @@ bool cg_compile_opts(Graph *g, const CgOptions *o, CgResult *out) {
   CgBuild *b = ARENA_NEW(&c->arena, CgBuild);
   b->ctx = c;
   b->g = g;
+  b->merge_from = -1;
   if (o) b->opts = *o;
   for (Node *n = g->first; n; n = n->next) b->n_values += n->n_out;
   b->home = ARENA_ARRAY(&c->arena, RtRef, b->n_values + 1);
@@ -1339,12 +1581,16 @@ bool cg_compile_opts(Graph *g, const CgOptions *o, CgResult *out) {
   lower_nodes(b, groups, true);
   copy_batch_weights(b);
   end_init(b, run_home, run_has_home);
+  b->merge_from = b->n_steps;
+  for (Node *n = g->first; n; n = n->next)
+    if (n->guard) b->merge_from = -1; /* steps move between branches */
   lower_nodes(b, groups, false);
   if (c->diag.errors > errors) return false;
   emit_output_copies(b);
   plan_memory(b);
   int n_updates = emit_update_copies(b);
   if (c->diag.errors > errors) return false;
+  drop_unlaunched(b);
 
   RtPlan *p = ARENA_NEW(&c->arena, RtPlan);
   p->magic = RT_PLAN_MAGIC;

@@ -219,6 +219,9 @@ static IrCost unit_cost(const CgUnit *u) {
 IrCost *cg_plan_costs(Ctx *c, const RtStep *steps, const CgStepNote *notes, int n_steps,
                       const CgUnit *units, int n_units) {
   IrCost *cost = ARENA_ARRAY(&c->arena, IrCost, n_steps + 1);
+  /* a launch that runs several kernels (plan_build.c's merged launches)
+   * is the step of each of their units: their costs add */
+  bool *whole_set = ARENA_ARRAY(&c->arena, bool, n_steps + 1);
   for (int s = 0; s < n_steps; s++) cost[s] = step_cost(&steps[s], &notes[s]);
   for (int i = 0; i < n_units; i++) {
     const CgUnit *u = &units[i];
@@ -230,7 +233,11 @@ IrCost *cg_plan_costs(Ctx *c, const RtStep *steps, const CgStepNote *notes, int 
     const RtStep *one = &steps[u->first];
     if (u->end - u->first == 1 &&
         (one->kind == RT_STEP_GEMM || (one->kind == RT_STEP_LAUNCH && notes[u->first].reads))) {
-      cost[u->first] = whole;
+      if (whole_set[u->first])
+        cost[u->first].flops += whole.flops, cost[u->first].bytes += whole.bytes;
+      else
+        cost[u->first] = whole;
+      whole_set[u->first] = true;
       continue;
     }
     /* Several steps: what the GEMMs do not compute is the launches'
@@ -247,8 +254,10 @@ IrCost *cg_plan_costs(Ctx *c, const RtStep *steps, const CgStepNote *notes, int 
       continue;
     }
     for (int s = u->first; s < u->end; s++)
-      if (steps[s].kind == RT_STEP_LAUNCH && notes[s].reads)
+      if (steps[s].kind == RT_STEP_LAUNCH && notes[s].reads) {
         cost[s].flops += weight > 0 ? rest * notes[s].ops / weight : rest / n_launches;
+        whole_set[s] = true;
+      }
   }
   return cost;
 }

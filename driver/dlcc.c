@@ -122,6 +122,10 @@ static const char usage[] =
     "  --no-update-in-place\n"
     "                     a training step's updates into outputs copied over the\n"
     "                     params after it, not written over them (docs/training.md)\n"
+    "  --no-merge-launches\n"
+    "                     every kernel its own launch, even beside an independent\n"
+    "                     one it could share a launch with (docs/kernels.md); so\n"
+    "                     at -O0\n"
     "  --precision=P      f32 (default), f16 or bf16: activations and weights in P,\n"
     "                     sensitive ops in f32, f32 accumulation (docs/passes.md)\n"
     "  --grad             the gradients of a training step: output 0 must be the loss\n"
@@ -211,6 +215,7 @@ int driver_pass_option(const char *arg, PassOptions *po) {
       {"--no-persistent-rnn", offsetof(PassOptions, no_persistent_rnn)},
       {"--unroll-rnn", offsetof(PassOptions, unroll_rnn)},
       {"--no-update-in-place", offsetof(PassOptions, no_update_in_place)},
+      {"--no-merge-launches", offsetof(PassOptions, no_merge_launches)},
   };
   if (strncmp(arg, "--precision=", 12) == 0) {
     DType t;
@@ -262,7 +267,9 @@ CgOptions driver_cg_options(const PassOptions *po) {
                      .no_gemm_batch = po->no_gemm_batch,
                      .no_split_keys = po->no_split_keys,
                      .no_persistent_rnn = po->no_persistent_rnn,
-                     .no_update_in_place = po->no_update_in_place};
+                     .no_update_in_place = po->no_update_in_place,
+                     /* -O0 keeps a launch per kernel, as a baseline to read */
+                     .merge_launches = !po->no_merge_launches && po->opt_level > 0};
 }
 
 const char driver_quant_usage[] =

@@ -323,6 +323,48 @@ END_TEST
  * as one kernel, the earlier's result a side output of the later: a
  * batchnorm's new running statistics beside its inverse deviation.  A
  * map read before the later one's root stays apart. */
+/* Kernels with no path between them share a launch (plan_build.c's
+ * merge_launch, CgOptions.merge_launches, docs/kernels.md): row
+ * reductions (blocks of 1 x 256 or wider, barriers) beside a map (256
+ * threads), each on its own blocks, through NVRTC and on emu against
+ * ir_eval; apart without the option; a kernel that reads another's
+ * result keeps its own launch. */
+static Job check_merged(const char *text) {
+  Job j = compile_with(text, true, (CgOptions){.merge_launches = true});
+  test_nvrtc(j.r.source, "sm_90");
+  check_numbers(&j, -2, 2);
+  return j;
+}
+
+START_TEST(independent_kernels_share_a_launch) {
+  static const char text[] = "graph hfuse {\n"
+                             "  %x = input {name=\"x\"} : f32[6, 300]\n"
+                             "  %y = input {name=\"y\"} : f32[1000]\n"
+                             "  %0 = reduce_sum %x {axes=[1]} : f32[6]\n"
+                             "  %1 = tanh %y : f32[1000]\n"
+                             "  %2 = reduce_max %x {axes=[0]} : f32[300]\n"
+                             "  return %0 as \"s\", %1 as \"t\", %2 as \"m\"\n"
+                             "}\n";
+  Job j = check_merged(text);
+  ck_assert_int_eq(count_steps(j.r.plan, RT_STEP_LAUNCH), 1);
+  ck_assert_int_eq(j.r.plan->n_kernels, 1);
+  ck_assert_ptr_nonnull(strstr(j.r.source, "dl_bx = blockIdx.x - "));
+  ck_assert_ptr_nonnull(strstr(j.r.plan->steps[j.r.plan->n_init_steps].label, "tanh %"));
+  Job a = fused(text);
+  ck_assert_int_eq(count_steps(a.r.plan, RT_STEP_LAUNCH), 3);
+  ck_assert_int_eq(a.r.plan->n_kernels, 3);
+  /* exp's result is returned, so stored by a kernel of its own, and the
+   * sum reads it: two launches */
+  Job d = check_merged("graph dep {\n"
+                      "  %x = input {name=\"x\"} : f32[6, 300]\n"
+                      "  %0 = exp %x : f32[6, 300]\n"
+                      "  %1 = reduce_sum %0 {axes=[1]} : f32[6]\n"
+                      "  return %0 as \"e\", %1 as \"s\"\n"
+                      "}\n");
+  ck_assert_int_eq(count_steps(d.r.plan, RT_STEP_LAUNCH), 2);
+}
+END_TEST
+
 START_TEST(independent_maps_share_a_kernel) {
   Job j = check_fused(
       "graph stats {\n"
@@ -1139,7 +1181,8 @@ static int rand_job(Ctx *c, void *data) {
   if (!pass_run_pipeline(g, &po, NULL)) return 1;
   for (Node *n = g->first; n; n = n->next) rj->groups += n->group >= 0;
   rj->j.g = g;
-  rj->j.ok = cg_compile(g, &rj->j.r);
+  /* with merged launches: every part's kernel through NVRTC and emu too */
+  rj->j.ok = cg_compile_opts(g, &(CgOptions){.merge_launches = true}, &rj->j.r);
   return 0;
 }
 
@@ -1249,6 +1292,7 @@ static Suite *fuse_suite(void) {
   tcase_add_test(t, residual_add_is_the_gemms_c);
   tcase_add_test(t, i64_arithmetic_is_fused);
   tcase_add_test(t, independent_maps_share_a_kernel);
+  tcase_add_test(t, independent_kernels_share_a_launch);
   tcase_add_test(t, sibling_reductions_share_a_kernel);
   tcase_add_test(t, product_sums_accumulate_in_the_gemm);
   tcase_add_test(t, pool_gradients_take_an_epilogue);

@@ -22,6 +22,7 @@
 #include "ir/eval.h"
 #include "ir/grad.h"
 #include "passes/autodiff.h"
+#include "passes/loss.h"
 #include "passes/optim.h"
 #include "passes/pass.h"
 #include "tests/irjob.h"
@@ -628,6 +629,116 @@ START_TEST(test_example) {
 }
 END_TEST
 
+/* ---- make bench's training steps: independent kernels share launches ---- */
+
+/* tests/bench/train's models with --loss=cross_entropy --grad (and an
+ * optimizer), lowered as dlcc does; launches at -O2 with and without
+ * merged launches (plan_build.c's merge_launch, docs/passes.md). */
+typedef struct BenchStep {
+  const char *file;
+  int merged, apart; /* launches of the step without an optimizer */
+} BenchStep;
+
+static const BenchStep bench_steps[] = {
+    {"mlp.dl", 5, 7},
+    {"lenet.dl", 11, 16},
+    {"bn_cnn.dl", 21, 24},
+};
+
+static Graph *bench_step(Ctx *c, const char *file, int optim) {
+  char path[512];
+  snprintf(path, sizeof path, "%s/tests/bench/train/%s", getenv("top_srcdir") ? getenv("top_srcdir") : ".", file);
+  const SrcFile *f = ctx_load_file(c, path);
+  ck_assert_msg(f != NULL, "%s", diag_text(c));
+  Program *p = fe_parse(c, f);
+  LowerOptions lo = {.training = true};
+  Graph *g = p ? fe_lower(c, p, &lo) : NULL;
+  ck_assert_msg(g && ir_verify(g), "%s: %s", file, diag_text(c));
+  LossSpec ls = loss_spec_default(LOSS_CROSS_ENTROPY);
+  ck_assert_msg(pass_append_loss(g, &ls, 0, "target", NULL) && ir_verify(g), "%s: %s", file, diag_text(c));
+  AutodiffOptions ado = {0};
+  ck_assert_msg(pass_autodiff(g, &ado) && ir_verify(g), "%s: %s", file, diag_text(c));
+  if (optim) {
+    OptimSpec os = optim_spec_default(optim == 1 ? OPTIM_SGD : OPTIM_ADAM);
+    ck_assert_msg(pass_append_optimizer(g, &os) && ir_verify(g), "%s: %s", file, diag_text(c));
+  }
+  return g;
+}
+
+static int count_launches(const RtPlan *p) {
+  int n = 0;
+  for (uint32_t i = 0; i < p->n_steps; i++) n += p->steps[i].kind == RT_STEP_LAUNCH;
+  return n;
+}
+
+/* Each model without an optimizer, with SGD and with Adam: the step's
+ * launches (the figures of docs/training.md without one: fewer than
+ * with every kernel its own launch), every output of the merged plan on
+ * emu equal bit for bit to the plan with a launch per kernel (a part
+ * computes what its kernel computed alone) and within 1e-5 of ir_eval's
+ * scale; Adam's within 1e-3 (its first step is g / (|g| + 1e-8), which
+ * turns a gradient of about 1e-12 where ir_eval's is 0 into a tenth of
+ * the learning rate: measured 1.1e-4 of the scale in the MLP). */
+START_TEST(test_bench_step_launches) {
+  const BenchStep *bs = &bench_steps[_i / 3];
+  int optim = _i % 3;
+  Ctx c;
+  ctx_init(&c);
+  Graph *ref = bench_step(&c, bs->file, optim), *g = ir_copy(ref, "step"), *h = ir_copy(ref, "apart");
+  PassOptions po = {.opt_level = 2, .verify_each = true};
+  CgResult cg, cg_apart;
+  ck_assert_msg(pass_run_pipeline(g, &po, NULL) && cg_compile_opts(g, &(CgOptions){.merge_launches = true}, &cg),
+                "%s: %s", bs->file, diag_text(&c));
+  ck_assert_msg(pass_run_pipeline(h, &po, NULL) && cg_compile(h, &cg_apart),
+                "%s: %s", bs->file, diag_text(&c));
+  int merged = count_launches(cg.plan), apart = count_launches(cg_apart.plan);
+  printf("%s (optimizer %d): %d launches, %d apart\n", bs->file, optim, merged, apart);
+  ck_assert_int_lt(merged, apart);
+  if (!optim) {
+    ck_assert_int_eq(merged, bs->merged);
+    ck_assert_int_eq(apart, bs->apart);
+  }
+  TensorMap params;
+  char err[512];
+  ck_assert_msg(ir_init_params(ref, 3, IR_INIT_RANDOM, &params, err, sizeof err), "%s", err);
+  Data d = {0};
+  uint64_t state = 9;
+  for (Node *n = ref->first; n; n = n->next) {
+    if (n->op != OP_INPUT) continue;
+    Tensor *in = &d.t[d.inputs.n];
+    ck_assert(ir_tensor_alloc(in, &n->out[0].type));
+    int64_t bound = ir_index_bound(ref, &n->out[0]);
+    for (int64_t i = 0, count = ir_type_numel(&in->type); i < count; i++) {
+      uint64_t r = test_splitmix64(&state);
+      /* classes in range, a few ignored (-100) */
+      double v = bound ? (r % 7 == 0 ? -100.0 : (double)(r % (uint64_t)bound)) : (double)(r >> 11) * 0x1p-52 - 1;
+      if (ir_dtype_is_float(in->type.dtype) && strcmp(ir_attr_str(n, "name"), OPTIM_LR_INPUT) == 0) v = 0.01;
+      ir_tensor_set(in, i, v);
+    }
+    d.names[d.inputs.n++] = ir_attr_str(n, "name");
+  }
+  d.inputs.names = d.names, d.inputs.tensors = d.t;
+  Tensor *want = calloc((size_t)ref->n_outputs, sizeof *want);
+  ck_assert_msg(ir_eval(ref, &d.inputs, &params, want, err, sizeof err), "%s: ir_eval: %s", bs->file, err);
+  Tensor *got = test_run_emu(cg.plan, &params, &d.inputs);
+  Tensor *alone = test_run_emu(cg_apart.plan, &params, &d.inputs);
+  for (int i = 0; i < ref->n_outputs; i++) {
+    char what[160];
+    snprintf(what, sizeof what, "%s (optimizer %d): %s", bs->file, optim, ref->output_names[i]);
+    char apart_what[200];
+    snprintf(apart_what, sizeof apart_what, "%s, merged against apart", what);
+    expect_close(&got[i], &alone[i], 0, apart_what);
+    expect_close(&got[i], &want[i], optim == 2 ? 1e-3 : 1e-5, what);
+  }
+  free_outputs(want, ref->n_outputs);
+  free_outputs(got, g->n_outputs);
+  free_outputs(alone, h->n_outputs);
+  free_inputs(&d);
+  ir_tensor_map_free(&params);
+  ctx_free(&c);
+}
+END_TEST
+
 /* The new running statistics are PyTorch's: (1 - momentum) running +
  * momentum batch, the variance unbiased; computed here from the input. */
 START_TEST(test_running_stats) {
@@ -762,6 +873,10 @@ static Suite *train_suite(void) {
   tcase_add_loop_test(bptt, test_lstm_bptt, 0, (int)ARRAY_LEN(lstm_cases));
   suite_add_tcase(s, bptt);
   suite_add_tcase(s, ex);
+  TCase *bench = tcase_create("bench_steps");
+  tcase_set_timeout(bench, 600);
+  tcase_add_loop_test(bench, test_bench_step_launches, 0, 3 * (int)ARRAY_LEN(bench_steps));
+  suite_add_tcase(s, bench);
   return s;
 }
 
