@@ -1156,6 +1156,21 @@ START_TEST(guarded_loads_stay_guarded) {
     ck_assert_int_eq(guarded_float4_reads(o.r.source, "x"), 0);
     ck_assert_msg(strstr(o.r.source, "? x["), "x not read under its guard");
   }
+  /* where's operands at the vector's own elements, but each lane's mask
+   * picks one: the mask is read as a uint4, the operands lane by lane */
+  Job w = check_fused(
+      "graph w {\n"
+      "  %m = input {name=\"m\"} : bool[1024]\n"
+      "  %x = input {name=\"x\"} : f32[1024]\n"
+      "  %y = input {name=\"y\"} : f32[1024]\n"
+      "  %0 = where %m, %x, %y : f32[1024]\n"
+      "  %1 = exp %0 : f32[1024]\n"
+      "  return %1 as \"out\"\n"
+      "}\n");
+  ck_assert_ptr_nonnull(strstr(w.r.source, "*(const uint4 *)&x["));
+  ck_assert_int_eq(guarded_float4_reads(w.r.source, "x_1") + guarded_float4_reads(w.r.source, "x_2"), 0);
+  ck_assert_ptr_null(strstr(w.r.source, "float4 *)&x_1["));
+  ck_assert_msg(strstr(w.r.source, "? x_1["), "where's operands not read under its mask");
 }
 END_TEST
 
@@ -1182,8 +1197,9 @@ START_TEST(lane_invariant_guards_read_vectors) {
       "  %1 = exp %0 : f32[8, 40]\n"
       "  return %1 as \"out\"\n"
       "}\n");
+  /* the group's loads are all named x: x_1 is the first operand */
   ck_assert_int_eq(guarded_float4_reads(c.r.source, "x"), 1);
-  ck_assert_int_eq(guarded_float4_reads(c.r.source, "y"), 1);
+  ck_assert_int_eq(guarded_float4_reads(c.r.source, "x_1"), 1);
   static const char *const cat3 =
       "graph cat {\n"
       "  %a = input {name=\"a\"} : f32[8, 8]\n"
@@ -1207,7 +1223,8 @@ START_TEST(lane_invariant_guards_read_vectors) {
       "  return %1 as \"out\"\n"
       "}\n");
   ck_assert_ptr_nonnull(strstr(odd.r.source, "make_float4("));
-  ck_assert_int_eq(guarded_float4_reads(odd.r.source, "x") + guarded_float4_reads(odd.r.source, "y"), 0);
+  ck_assert_int_eq(guarded_float4_reads(odd.r.source, "x") + guarded_float4_reads(odd.r.source, "x_1"), 0);
+  ck_assert_msg(strstr(odd.r.source, "? x_1[") && strstr(odd.r.source, ": x["), "operands not read under their guards");
   Job odd3 = compile_with(
       "graph cat {\n"
       "  %a = input {name=\"a\"} : f32[8, 5]\n"
