@@ -81,6 +81,11 @@ typedef struct Lanes {
    * differs between lanes. */
   KExpr *path;
   bool path_ok;
+  /* The lanes split_map made (map_lane its lane var): base + v runs over
+   * [0, map_n) of the map's n = map_n elements, so a read at base + v of
+   * a buffer of map_n or more elements is inside it whatever guards it. */
+  KVar *map_lane, *map_base;
+  int64_t map_n;
 } Lanes;
 
 /* Whether operand j of e is evaluated only under a condition. */
@@ -328,7 +333,18 @@ static KExpr *rebuild(Lanes *L, KExpr *e) {
  * that are the same for every lane (then under their conjunction). */
 static void find_loads(Lanes *L, KExpr *e) {
   if (!e) return;
-  if (e->kind == KE_LOAD && find(&L->written, e->buf) < 0) vector_at(L, e->buf, e->a[0], true);
+  if (e->kind == KE_LOAD && find(&L->written, e->buf) < 0) {
+    KExpr *path = L->path, *base;
+    bool path_ok = L->path_ok;
+    /* Read whatever the guards where every byte is inside the buffer
+     * (dropout's kept elements, where's operands): the lanes use only
+     * what their guards let them. */
+    if (L->map_base && split_lane(L, e->a[0], &base) && base->kind == KE_VAR && base->var == L->map_base &&
+        e->buf->numel >= L->map_n)
+      L->path = NULL, L->path_ok = true;
+    vector_at(L, e->buf, e->a[0], true);
+    L->path = path, L->path_ok = path_ok;
+  }
   for (int j = 0; j < 3; j++) {
     KExpr *path = L->path;
     bool path_ok = L->path_ok;
@@ -370,6 +386,7 @@ static bool vectorize_lanes(Kernel *k, Lanes *kl, KStmt *loop) {
   KBlock out = {0};
   Lanes L = {.k = k, .let_var = kl->let_var, .let_val = kl->let_val, .v = loop->var,
              .n = (int)loop->extent->i, .pre = &out, .lane = -1, .path_ok = true};
+  if (loop->var == kl->map_lane) L.map_lane = kl->map_lane, L.map_base = kl->map_base, L.map_n = kl->map_n;
   for (const KStmt *s = body; s; s = s->next) {
     if (s->kind == KS_SET) push(k, &L.set_var, s->var);
     if (s->kind == KS_STORE) push(k, &L.written, s->buf);
@@ -496,7 +513,7 @@ static int map_lanes(const Kernel *k) {
 /* for i in grid-stride [0, n): body  becomes
  *   for i4 in grid-stride [0, n / L): base = i4 * L; for v in lanes L: i = base + v; body
  *   for t in grid-stride [0, n % L): i = n / L * L + t; body */
-static bool split_map(Kernel *k) {
+static bool split_map(Kernel *k, Lanes *kl) {
   KStmt *loop = k->body.first;
   if (!loop || loop->next || loop->kind != KS_LOOP || loop->map != KM_GRID_STRIDE) return false;
   if (loop->extent->kind != KE_VAR || k->n_locals) return false;
@@ -533,12 +550,13 @@ static bool split_map(Kernel *k) {
   ti->next = old.first;
   tail->body.last = old.last;
   cg_kernel_grid_1d(k, (n + lanes - 1) / lanes);
+  kl->map_lane = lane, kl->map_base = base, kl->map_n = n;
   return true;
 }
 
 bool cg_vectorize(Kernel *k) {
-  split_map(k);
   Lanes kl = {.k = k};
+  split_map(k, &kl);
   collect_lets(k, &kl, &k->body);
   return vectorize_block(k, &kl, &k->body);
 }
