@@ -1170,15 +1170,34 @@ static void stmt(Out *o, const KStmt *s) {
       fprintf(o->f, "dl_grid_sync(%s);\n", s->buf->name);
       return;
     case KS_VLOAD: {
+      /* Guarded: zeros, then the words read only where the guard holds. */
       VecShape v = vec_shape(s->var->dtype, s->n_lanes);
-      for (int w = 0; w < v.words; w++) {
+      for (int w = 0; w < v.words && s->cond; w++) {
         indent(o);
         fprintf(o->f, "%s ", v.type);
+        word_name(o, s->var->name, &v, w);
+        fputs(" = {};\n", o->f);
+      }
+      if (s->cond) {
+        indent(o);
+        fputs("if (", o->f);
+        expr(o, s->cond);
+        fputs(") {\n", o->f);
+        o->depth++;
+      }
+      for (int w = 0; w < v.words; w++) {
+        indent(o);
+        if (!s->cond) fprintf(o->f, "%s ", v.type);
         word_name(o, s->var->name, &v, w);
         fprintf(o->f, " = *(const %s *)&%s[", v.type, s->buf->name);
         expr(o, s->index);
         if (w) fprintf(o->f, " + %d", w * v.per_word);
         fputs("];\n", o->f);
+      }
+      if (s->cond) {
+        o->depth--;
+        indent(o);
+        fputs("}\n", o->f);
       }
       return;
     }

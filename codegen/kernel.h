@@ -129,7 +129,11 @@ typedef enum {
    * (dl_grid_sync on buf, two zeroed i32 words: arrivals, generation);
    * the kernel becomes cooperative (cg_kgrid_sync). */
   KS_GRID_SYNC,
-  KS_VLOAD,   /* declares the n_lanes vector var = buf[index .. index+n_lanes) (aligned to its size, at most 16) */
+  /* declares the n_lanes vector var = buf[index .. index+n_lanes) (aligned
+   * to its size, at most 16); with cond, read only where cond holds and
+   * zeros elsewhere (a guarded operand whose guard is the same for every
+   * lane: cg_vectorize) */
+  KS_VLOAD,
   KS_VSTORE,  /* buf[index .. index+n_lanes) = lanes[0 .. n_lanes) (the same alignment) */
   /* var = combine(var over the iterations of the enclosing loop mapped to
    * threadIdx.x (map KM_BLOCK_X: warp shuffles, then across warps through

@@ -66,6 +66,7 @@ typedef struct Lanes {
   Ptrs set_var;           /* assigned in the body: vary by lane */
   Ptrs written;           /* buffers stored in the body */
   Ptrs vl_buf, vl_at, vl_var; /* vector loads: buf[at .. at + n) */
+  Ptrs vl_guard;              /* ... under this lane-free guard (NULL: always) */
   Ptrs once;              /* lane-invariant loads, as lets (KS_LET) of the rewritten body */
   KBlock *pre;            /* where those lets go, in the order they are found */
   int lane;               /* the lane being instantiated; -1: symbolic */
@@ -74,6 +75,17 @@ typedef struct Lanes {
    * it is neither hoisted nor widened into a vector (which would read
    * the bytes the guard keeps it from). */
   int guarded;
+  /* At a lane (and in find_loads): the conjunction of the guards of the
+   * arms the walk is in, each in the form that is the same for every
+   * lane (invariant_form; NULL: none), or !path_ok where one of them
+   * differs between lanes. */
+  KExpr *path;
+  bool path_ok;
+  /* The lanes split_map made (map_lane its lane var): base + v runs over
+   * [0, map_n) of the map's n = map_n elements, so a read at base + v of
+   * a buffer of map_n or more elements is inside it whatever guards it. */
+  KVar *map_lane, *map_base;
+  int64_t map_n;
 } Lanes;
 
 /* Whether operand j of e is evaluated only under a condition. */
@@ -139,8 +151,13 @@ static bool split_lane(Lanes *L, KExpr *e, KExpr **base) {
     *base = cg_kint(L->k, 0);
     return true;
   }
-  if (e->kind != KE_IDX || e->sub != KI_ADD) return false;
+  if (e->kind != KE_IDX || (e->sub != KI_ADD && e->sub != KI_SUB)) return false;
   KExpr *x;
+  if (e->sub == KI_SUB) { /* (x + v) - b: a pad's or a concat's shifted read */
+    if (!split_lane(L, e->a[0], &x) || varies(L, e->a[1])) return false;
+    *base = cg_kidx(L->k, KI_SUB, x, e->a[1]);
+    return true;
+  }
   if (split_lane(L, e->a[0], &x) && !varies(L, e->a[1])) {
     *base = cg_kadd(L->k, x, e->a[1]);
     return true;
@@ -170,14 +187,74 @@ static int word_bytes(const Kernel *k, const KBuf *b, int n) {
 static KVar *vector_at(Lanes *L, KBuf *b, KExpr *index, bool add) {
   KExpr *base;
   if (!split_lane(L, index, &base) || !is_multiple(L, base, L->n) || !word_bytes(L->k, b, L->n)) return NULL;
+  /* One read whatever the lane serves a guarded use too; a guarded read
+   * serves only uses under the same guard (elsewhere it may be zeros). */
   for (int j = 0; j < L->vl_buf.n; j++)
-    if (L->vl_buf.p[j] == b && expr_equal(L->vl_at.p[j], base)) return L->vl_var.p[j];
-  if (!add) return NULL;
+    if (L->vl_buf.p[j] == b && expr_equal(L->vl_at.p[j], base) &&
+        (!L->vl_guard.p[j] || (L->path_ok && expr_equal(L->vl_guard.p[j], L->path))))
+      return L->vl_var.p[j];
+  if (!add || !L->path_ok) return NULL;
   push(L->k, &L->vl_buf, b);
   push(L->k, &L->vl_at, base);
+  push(L->k, &L->vl_guard, L->path);
   KVar *var = cg_kvar(L->k, "v", b->dtype);
   push(L->k, &L->vl_var, var);
   return var;
+}
+
+/* c (symbolic) in a form without the lane that has c's value at every
+ * lane, or NULL where that is not proved.  Besides what does not vary,
+ * a comparison r + v < b (>=; r and b lane-invariant) is r < b at every
+ * lane when b - r is a multiple of the lane count n: with D = b - r,
+ * r + v < b means v < D, true for every v in [0, n) when D >= n and for
+ * none when D <= 0, and a multiple of n is one or the other.  r + v <= b
+ * (>) likewise when b + 1 - r is.  A pad's edge or a concat's boundary
+ * at a multiple of n along the vectorized dim, or any guard on an outer
+ * coordinate (which (b + v) / d simplified to b / d), passes. */
+static KExpr *invariant_form(Lanes *L, KExpr *c) {
+  Kernel *k = L->k;
+  if (!varies(L, c)) return c;
+  switch (c->kind) {
+    case KE_AND:
+    case KE_OR: {
+      KExpr *a = invariant_form(L, c->a[0]), *b = a ? invariant_form(L, c->a[1]) : NULL;
+      if (!b) return NULL;
+      return c->kind == KE_AND ? cg_kand(k, a, b) : cg_kor(k, a, b);
+    }
+    case KE_NOT: {
+      KExpr *a = invariant_form(L, c->a[0]);
+      return a ? cg_knot(k, a) : NULL;
+    }
+    case KE_CMP: {
+      static const KCmpOp flipped[] = {[KC_LT] = KC_GT, [KC_LE] = KC_GE, [KC_GT] = KC_LT,
+                                       [KC_GE] = KC_LE, [KC_EQ] = KC_EQ, [KC_NE] = KC_NE};
+      KCmpOp op = (KCmpOp)c->sub;
+      KExpr *a = c->a[0], *b = c->a[1], *r;
+      if (varies(L, b)) {
+        if (varies(L, a)) return NULL;
+        a = c->a[1], b = c->a[0], op = flipped[op];
+      }
+      if (a->dtype != KT_INDEX || b->dtype != KT_INDEX || op == KC_EQ || op == KC_NE || !split_lane(L, a, &r))
+        return NULL;
+      KExpr *edge = op == KC_LT || op == KC_GE ? b : cg_kadd(k, b, cg_kint(k, 1));
+      if (!is_multiple(L, cg_kidx(k, KI_SUB, edge, r), L->n)) return NULL;
+      return cg_kcmp(k, op, r, b);
+    }
+    default: return NULL;
+  }
+}
+
+/* Adds to L's path the guard of operand j of e (a conditional one). */
+static void enter_operand(Lanes *L, const KExpr *e, int j) {
+  if (!L->path_ok) return;
+  KExpr *g = invariant_form(L, e->a[0]);
+  if (!g) {
+    L->path_ok = false;
+    return;
+  }
+  /* a select's second arm and the right of || run where the test fails */
+  if ((e->kind == KE_SELECT && j == 2) || e->kind == KE_OR) g = cg_knot(L->k, g);
+  L->path = cg_kand(L->k, L->path, g);
 }
 
 /* Symbolic (lane -1): v kept, inlined index lets substituted, x / d and
@@ -240,20 +317,41 @@ static KExpr *rebuild(Lanes *L, KExpr *e) {
   *c = *e;
   for (int j = 0; j < 3; j++) {
     bool cond = conditional_operand(e, j);
+    KExpr *path = L->path;
+    bool path_ok = L->path_ok;
     L->guarded += cond;
+    if (cond && L->lane >= 0) enter_operand(L, e, j);
     c->a[j] = rebuild(L, e->a[j]);
     L->guarded -= cond;
+    L->path = path, L->path_ok = path_ok;
   }
   return c;
 }
 
 /* The vector loads a symbolic expression makes: buffers the body does
- * not write, read at base + v. */
+ * not write, read at base + v, either wherever the lane or under guards
+ * that are the same for every lane (then under their conjunction). */
 static void find_loads(Lanes *L, KExpr *e) {
   if (!e) return;
-  if (e->kind == KE_LOAD && find(&L->written, e->buf) < 0) vector_at(L, e->buf, e->a[0], true);
-  for (int j = 0; j < 3; j++)
-    if (!conditional_operand(e, j)) find_loads(L, e->a[j]);
+  if (e->kind == KE_LOAD && find(&L->written, e->buf) < 0) {
+    KExpr *path = L->path, *base;
+    bool path_ok = L->path_ok;
+    /* Read whatever the guards where every byte is inside the buffer
+     * (dropout's kept elements, where's operands): the lanes use only
+     * what their guards let them. */
+    if (L->map_base && split_lane(L, e->a[0], &base) && base->kind == KE_VAR && base->var == L->map_base &&
+        e->buf->numel >= L->map_n)
+      L->path = NULL, L->path_ok = true;
+    vector_at(L, e->buf, e->a[0], true);
+    L->path = path, L->path_ok = path_ok;
+  }
+  for (int j = 0; j < 3; j++) {
+    KExpr *path = L->path;
+    bool path_ok = L->path_ok;
+    if (conditional_operand(e, j)) enter_operand(L, e, j);
+    find_loads(L, e->a[j]);
+    L->path = path, L->path_ok = path_ok;
+  }
 }
 
 static KStmt *new_stmt(Kernel *k, KBlock *in, KStmtKind kind) {
@@ -287,7 +385,8 @@ static bool vectorize_lanes(Kernel *k, Lanes *kl, KStmt *loop) {
     if (s->kind != KS_LET && s->kind != KS_SET && s->kind != KS_STORE) return false;
   KBlock out = {0};
   Lanes L = {.k = k, .let_var = kl->let_var, .let_val = kl->let_val, .v = loop->var,
-             .n = (int)loop->extent->i, .pre = &out, .lane = -1};
+             .n = (int)loop->extent->i, .pre = &out, .lane = -1, .path_ok = true};
+  if (loop->var == kl->map_lane) L.map_lane = kl->map_lane, L.map_base = kl->map_base, L.map_n = kl->map_n;
   for (const KStmt *s = body; s; s = s->next) {
     if (s->kind == KS_SET) push(k, &L.set_var, s->var);
     if (s->kind == KS_STORE) push(k, &L.written, s->buf);
@@ -327,6 +426,7 @@ static bool vectorize_lanes(Kernel *k, Lanes *kl, KStmt *loop) {
     vl->var = L.vl_var.p[j];
     vl->buf = L.vl_buf.p[j];
     vl->index = L.vl_at.p[j];
+    vl->cond = L.vl_guard.p[j];
     vl->n_lanes = L.n;
   }
   KExpr ***lanes = ARENA_ARRAY(&k->ctx->arena, KExpr **, n_st + 1);
@@ -413,7 +513,7 @@ static int map_lanes(const Kernel *k) {
 /* for i in grid-stride [0, n): body  becomes
  *   for i4 in grid-stride [0, n / L): base = i4 * L; for v in lanes L: i = base + v; body
  *   for t in grid-stride [0, n % L): i = n / L * L + t; body */
-static bool split_map(Kernel *k) {
+static bool split_map(Kernel *k, Lanes *kl) {
   KStmt *loop = k->body.first;
   if (!loop || loop->next || loop->kind != KS_LOOP || loop->map != KM_GRID_STRIDE) return false;
   if (loop->extent->kind != KE_VAR || k->n_locals) return false;
@@ -450,12 +550,13 @@ static bool split_map(Kernel *k) {
   ti->next = old.first;
   tail->body.last = old.last;
   cg_kernel_grid_1d(k, (n + lanes - 1) / lanes);
+  kl->map_lane = lane, kl->map_base = base, kl->map_n = n;
   return true;
 }
 
 bool cg_vectorize(Kernel *k) {
-  split_map(k);
   Lanes kl = {.k = k};
+  split_map(k, &kl);
   collect_lets(k, &kl, &k->body);
   return vectorize_block(k, &kl, &k->body);
 }

@@ -1139,11 +1139,36 @@ START_TEST(contiguous_maps_are_vectorized) {
 }
 END_TEST
 
+/* How many float4 reads of buf src makes, each asserted to be a guarded
+ * one: assigned (not declared) on the line right after an `if (...) {`
+ * of its own, the vector zeros where the guard fails. */
+static int guarded_float4_reads(const char *src, const char *buf) {
+  char pat[64];
+  snprintf(pat, sizeof pat, " = *(const float4 *)&%s[", buf);
+  int n = 0;
+  for (const char *p = strstr(src, pat); p; p = strstr(p + 1, pat), n++) {
+    const char *line = p;
+    while (line > src && line[-1] != '\n') line--;
+    const char *q = line;
+    while (*q == ' ') q++;
+    ck_assert_msg(strncmp(q, "float4 ", 7) != 0, "%s read as a float4 outside a guard", buf);
+    ck_assert_msg(line - src >= 2 && line[-2] == '{', "%s's float4 read not right under a guard", buf);
+    const char *prev = line - 1;
+    while (prev > src && prev[-1] != '\n') prev--;
+    while (*prev == ' ') prev++;
+    ck_assert_msg(strncmp(prev, "if (", 4) == 0, "%s's float4 read not right under an if", buf);
+  }
+  return n;
+}
+
 /* A pad's read of x happens only inside the rows x covers (a select's
- * arm): the map's stores are vectors, but x is read lane by lane under
- * that guard, never as a float4 at a row before x's first (which read
- * 2 rows before the buffer: a training step of the transformer example
- * crashed on emu when a fresh heap put nothing there). */
+ * arm).  Here the guard is a row's, the same for the 4 lanes of a
+ * vector (344 columns, a multiple of 4): x is read as a float4 under it,
+ * zeros elsewhere, never at a row before x's first (an unguarded float4
+ * there read 2 rows before the buffer: a training step of the
+ * transformer example crashed on emu when a fresh heap put nothing
+ * there).  343 columns, or a pad of 3 columns: the guard differs between
+ * the lanes of a vector, and x is read lane by lane under it. */
 START_TEST(guarded_loads_stay_guarded) {
   Job j = check_fused(
       "graph pad {\n"
@@ -1153,8 +1178,125 @@ START_TEST(guarded_loads_stay_guarded) {
       "  return %1 as \"out\"\n"
       "}\n");
   ck_assert_ptr_nonnull(strstr(j.r.source, "make_float4("));
-  ck_assert_msg(!strstr(j.r.source, "*(const float4 *)&x["), "x read as a float4 outside its guard");
-  ck_assert_msg(strstr(j.r.source, "? x["), "x not read under its guard");
+  ck_assert_int_eq(guarded_float4_reads(j.r.source, "x"), 1);
+  static const char *const odd[] = {
+      "graph pad {\n"
+      "  %x = input {name=\"x\"} : f32[4, 343]\n"
+      "  %0 = pad %x {pads=[2, 0, 2, 0]} : f32[8, 343]\n"
+      "  %1 = exp %0 : f32[8, 343]\n"
+      "  return %1 as \"out\"\n"
+      "}\n",
+      "graph pad {\n"
+      "  %x = input {name=\"x\"} : f32[8, 341]\n"
+      "  %0 = pad %x {pads=[0, 3, 0, 0]} : f32[8, 344]\n"
+      "  %1 = exp %0 : f32[8, 344]\n"
+      "  return %1 as \"out\"\n"
+      "}\n"};
+  for (int i = 0; i < 2; i++) {
+    Job o = check_fused(odd[i]);
+    ck_assert_ptr_nonnull(strstr(o.r.source, "make_float4("));
+    ck_assert_int_eq(guarded_float4_reads(o.r.source, "x"), 0);
+    ck_assert_msg(strstr(o.r.source, "? x["), "x not read under its guard");
+  }
+}
+END_TEST
+
+/* where's operands at the map's own element: each lane's mask picks
+ * one, a guard that differs between lanes, but every element of the
+ * vector is inside the operand (base + v < n, the operand n elements):
+ * they are read as float4s whatever the mask, the mask as a uint4.  A
+ * broadcast operand ([1024] into [4, 1024]) is not n elements long and
+ * is read lane by lane under the mask. */
+START_TEST(in_bounds_guarded_loads_read_vectors) {
+  Job w = check_fused(
+      "graph w {\n"
+      "  %m = input {name=\"m\"} : bool[1024]\n"
+      "  %x = input {name=\"x\"} : f32[1024]\n"
+      "  %y = input {name=\"y\"} : f32[1024]\n"
+      "  %0 = where %m, %x, %y : f32[1024]\n"
+      "  %1 = exp %0 : f32[1024]\n"
+      "  return %1 as \"out\"\n"
+      "}\n");
+  ck_assert_ptr_nonnull(strstr(w.r.source, "*(const uint4 *)&x["));
+  ck_assert_ptr_nonnull(strstr(w.r.source, " = *(const float4 *)&x_1["));
+  ck_assert_ptr_nonnull(strstr(w.r.source, " = *(const float4 *)&x_2["));
+  Job b = check_fused(
+      "graph w {\n"
+      "  %m = input {name=\"m\"} : bool[4, 1024]\n"
+      "  %x = input {name=\"x\"} : f32[4, 1024]\n"
+      "  %y = input {name=\"y\"} : f32[1024]\n"
+      "  %0 = where %m, %x, %y : f32[4, 1024]\n"
+      "  %1 = exp %0 : f32[4, 1024]\n"
+      "  return %1 as \"out\"\n"
+      "}\n");
+  ck_assert_ptr_nonnull(strstr(b.r.source, " = *(const float4 *)&x_1["));
+  ck_assert_ptr_null(strstr(b.r.source, "float4 *)&x_2["));
+  ck_assert_msg(strstr(b.r.source, ": x_2["), "the broadcast operand not read under the mask");
+}
+END_TEST
+
+/* Guards on the vectorized dim itself are the same for a vector's lanes
+ * where the edge falls at a multiple of 4: a pad of 4 columns, concats
+ * at columns 16 (fused) and 8 and 20 (a concat kernel of its own: nested
+ * selects, the later operands under the negated tests).  Each operand
+ * is read as float4s under its guard.  At columns 17 and 5 they are not,
+ * and the operands are read lane by lane. */
+START_TEST(lane_invariant_guards_read_vectors) {
+  Job p = check_fused(
+      "graph pad {\n"
+      "  %x = input {name=\"x\"} : f32[8, 340]\n"
+      "  %0 = pad %x {pads=[0, 4, 0, 0]} : f32[8, 344]\n"
+      "  %1 = exp %0 : f32[8, 344]\n"
+      "  return %1 as \"out\"\n"
+      "}\n");
+  ck_assert_int_eq(guarded_float4_reads(p.r.source, "x"), 1);
+  Job c = check_fused(
+      "graph cat {\n"
+      "  %x = input {name=\"x\"} : f32[8, 16]\n"
+      "  %y = input {name=\"y\"} : f32[8, 24]\n"
+      "  %0 = concat %x, %y {axis=1} : f32[8, 40]\n"
+      "  %1 = exp %0 : f32[8, 40]\n"
+      "  return %1 as \"out\"\n"
+      "}\n");
+  /* the group's loads are all named x: x_1 is the first operand */
+  ck_assert_int_eq(guarded_float4_reads(c.r.source, "x"), 1);
+  ck_assert_int_eq(guarded_float4_reads(c.r.source, "x_1"), 1);
+  static const char *const cat3 =
+      "graph cat {\n"
+      "  %a = input {name=\"a\"} : f32[8, 8]\n"
+      "  %b = input {name=\"b\"} : f32[8, 12]\n"
+      "  %c = input {name=\"c\"} : f32[8, 20]\n"
+      "  %0 = concat %a, %b, %c {axis=1} : f32[8, 40]\n"
+      "  return %0 as \"out\"\n"
+      "}\n";
+  Job s = compile_with(cat3, false, (CgOptions){0});
+  test_nvrtc(s.r.source, "sm_90");
+  check_numbers(&s, -2, 2);
+  ck_assert_int_eq(guarded_float4_reads(s.r.source, "x0") + guarded_float4_reads(s.r.source, "x1") +
+                       guarded_float4_reads(s.r.source, "x2"),
+                   3);
+  Job odd = check_fused(
+      "graph cat {\n"
+      "  %x = input {name=\"x\"} : f32[8, 17]\n"
+      "  %y = input {name=\"y\"} : f32[8, 23]\n"
+      "  %0 = concat %x, %y {axis=1} : f32[8, 40]\n"
+      "  %1 = exp %0 : f32[8, 40]\n"
+      "  return %1 as \"out\"\n"
+      "}\n");
+  ck_assert_ptr_nonnull(strstr(odd.r.source, "make_float4("));
+  ck_assert_int_eq(guarded_float4_reads(odd.r.source, "x") + guarded_float4_reads(odd.r.source, "x_1"), 0);
+  ck_assert_msg(strstr(odd.r.source, "? x_1[") && strstr(odd.r.source, ": x["), "operands not read under their guards");
+  Job odd3 = compile_with(
+      "graph cat {\n"
+      "  %a = input {name=\"a\"} : f32[8, 5]\n"
+      "  %b = input {name=\"b\"} : f32[8, 15]\n"
+      "  %c = input {name=\"c\"} : f32[8, 20]\n"
+      "  %0 = concat %a, %b, %c {axis=1} : f32[8, 40]\n"
+      "  return %0 as \"out\"\n"
+      "}\n",
+      false, (CgOptions){0});
+  check_numbers(&odd3, -2, 2);
+  ck_assert_int_eq(guarded_float4_reads(odd3.r.source, "x0") + guarded_float4_reads(odd3.r.source, "x1"), 0);
 }
 END_TEST
 
@@ -1317,6 +1459,8 @@ static Suite *fuse_suite(void) {
   tcase_add_test(t, contiguous_maps_are_vectorized);
   tcase_add_test(t, small_maps_stay_scalar);
   tcase_add_test(t, guarded_loads_stay_guarded);
+  tcase_add_test(t, lane_invariant_guards_read_vectors);
+  tcase_add_test(t, in_bounds_guarded_loads_read_vectors);
   tcase_add_test(t, launch_targets);
   tcase_add_test(t, random_graphs_fused_on_emu);
   suite_add_tcase(s, t);
