@@ -263,6 +263,45 @@ static bool rnn_persistent_fits(int64_t H, int64_t G) {
   return (H + W - 1) / W <= GPU_SMS * per;
 }
 
+/* What the persistent kernels (the forward's and the backward walk's)
+ * open with: block blk owns hidden units [blk*W, blk*W + W), unit j
+ * (clamped to jr) the warp ty, lanes tx; each thread copies into the
+ * dynamic shared slice w_s, G rows of H at (g * W + ty) * H, the
+ * elements it later reads itself, so no barrier is needed: row (g, unit)
+ * of W_hh, or its column (W_hh[g*H + e][unit]) when `columns`; lead is
+ * lane 0 of a warp whose unit exists. */
+typedef struct PersistFrame {
+  KBuf *ws;
+  KVar *blk, *ty, *tx, *j, *jr;
+  KBlock *in;
+  KExpr *lead;
+} PersistFrame;
+
+static PersistFrame persist_frame(Kernel *k, KBuf *wg, int64_t blocks, int64_t W, int64_t H, int64_t G,
+                                  bool columns) {
+  PersistFrame f;
+  f.ws = cg_kdynshared(k, "w_s", TY_F32, G * W * H, 0);
+  f.blk = cg_kvar(k, "blk", KT_INDEX), f.ty = cg_kvar(k, "ty", KT_INDEX), f.tx = cg_kvar(k, "tx", KT_INDEX);
+  KStmt *lb = cg_kloop(k, &k->body, f.blk, cg_kint(k, blocks), KM_GRID_X);
+  KStmt *ly = cg_kloop(k, &lb->body, f.ty, cg_kint(k, W), KM_BLOCK_Y);
+  KStmt *lx = cg_kloop(k, &ly->body, f.tx, cg_kint(k, RNN_LANES), KM_BLOCK_X);
+  f.in = &lx->body;
+  f.j = cg_klet(k, f.in, "j", KT_INDEX, cg_kadd(k, cg_kmul(k, cg_kv(k, f.blk), cg_kint(k, W)), cg_kv(k, f.ty)));
+  KExpr *jc = H % W ? cg_kidx(k, KI_MIN, cg_kv(k, f.j), cg_kint(k, H - 1)) : cg_kv(k, f.j);
+  f.jr = cg_klet(k, f.in, "jc", KT_INDEX, jc);
+  KVar *e;
+  KBlock *cp = lane_walk(k, f.in, H, f.tx, &e);
+  for (int64_t g = 0; g < G; g++) {
+    KExpr *row = cg_kadd(k, cg_kint(k, g * H), cg_kv(k, columns ? e : f.jr)), *col = cg_kv(k, columns ? f.jr : e);
+    KExpr *from = cg_kadd(k, cg_kmul(k, row, cg_kint(k, H)), col);
+    KExpr *to = cg_kadd(k, cg_kmul(k, cg_kadd(k, cg_kint(k, g * W), cg_kv(k, f.ty)), cg_kint(k, H)), cg_kv(k, e));
+    cg_kstore(k, cp, f.ws, to, cg_kcast(k, cg_kload(k, wg, from), TY_F32));
+  }
+  f.lead = cg_kcmp(k, KC_EQ, cg_kv(k, f.tx), cg_kint(k, 0));
+  if (H % W) f.lead = cg_kand(k, f.lead, cg_kcmp(k, KC_LT, cg_kv(k, f.j), cg_kint(k, H)));
+  return f;
+}
+
 /* Every timestep of one layer and direction as one cooperative kernel.
  * Block u owns hidden units [u*W, u*W + W), a warp each: it copies their
  * G rows of W_hh into shared memory once (each thread the elements it
@@ -282,26 +321,12 @@ static void rnn_persistent(CgBuild *b, const Node *n, const Rnn *r, const char *
   RnnBufs bb = rnn_bufs(k, r, s);
   KBuf *hb = cg_kglobal(k, "h", TY_F32, 2 * N * H, pair);
   KBuf *bw = cg_kglobal(k, "bar", TY_I32, 2, bar);
-  KBuf *ws = cg_kdynshared(k, "w_s", TY_F32, G * W * H, 0);
-  KBuf *wg = global_of(b, k, s->whh, "w_hh");
-  KVar *blk = cg_kvar(k, "blk", KT_INDEX), *ty = cg_kvar(k, "ty", KT_INDEX), *tx = cg_kvar(k, "tx", KT_INDEX);
-  KStmt *lb = cg_kloop(k, &k->body, blk, cg_kint(k, blocks), KM_GRID_X);
-  KStmt *ly = cg_kloop(k, &lb->body, ty, cg_kint(k, W), KM_BLOCK_Y);
-  KStmt *lx = cg_kloop(k, &ly->body, tx, cg_kint(k, RNN_LANES), KM_BLOCK_X);
-  KBlock *in = &lx->body;
-  KVar *j = cg_klet(k, in, "j", KT_INDEX, cg_kadd(k, cg_kmul(k, cg_kv(k, blk), cg_kint(k, W)), cg_kv(k, ty)));
-  KExpr *jc = H % W ? cg_kidx(k, KI_MIN, cg_kv(k, j), cg_kint(k, H - 1)) : cg_kv(k, j);
-  KVar *jr = cg_klet(k, in, "jc", KT_INDEX, jc);
   /* The slice: row (g, unit) of W_hh at (g * W + ty) * H. */
-  KVar *e;
-  KBlock *cp = lane_walk(k, in, H, tx, &e);
-  for (int64_t g = 0; g < G; g++) {
-    KExpr *from = cg_kadd(k, cg_kmul(k, cg_kadd(k, cg_kint(k, g * H), cg_kv(k, jr)), cg_kint(k, H)), cg_kv(k, e));
-    KExpr *to = cg_kadd(k, cg_kmul(k, cg_kadd(k, cg_kint(k, g * W), cg_kv(k, ty)), cg_kint(k, H)), cg_kv(k, e));
-    cg_kstore(k, cp, ws, to, cg_kcast(k, cg_kload(k, wg, from), TY_F32));
-  }
-  KExpr *lead = cg_kcmp(k, KC_EQ, cg_kv(k, tx), cg_kint(k, 0));
-  if (H % W) lead = cg_kand(k, lead, cg_kcmp(k, KC_LT, cg_kv(k, j), cg_kint(k, H)));
+  PersistFrame f = persist_frame(k, global_of(b, k, s->whh, "w_hh"), blocks, W, H, G, false);
+  KBuf *ws = f.ws;
+  KVar *ty = f.ty, *tx = f.tx, *j = f.j;
+  KBlock *in = f.in;
+  KExpr *lead = f.lead;
   if (bb.cb) {
     KVar *zb = cg_kvar(k, "zb", KT_INDEX);
     KStmt *lz = cg_kloop(k, &cg_kif(k, in, lead)->body, zb, cg_kint(k, N), KM_SERIAL);
@@ -557,27 +582,13 @@ static void bptt_persistent(CgBuild *b, const Bptt *bp, RtRef bar) {
   KBuf *cb = cg_kglobal(k, "c", TY_F32, T * N * H, bp->c), *dcb = cg_kglobal(k, "dc", TY_F32, N * H, bp->dc);
   KBuf *dp = global_of(b, k, &bp->n->out[0], "dp");
   KBuf *bw = cg_kglobal(k, "bar", TY_I32, 2, bar);
-  KBuf *ws = cg_kdynshared(k, "w_s", TY_F32, G * W * H, 0);
-  KBuf *wg = global_of(b, k, bp->n->in[2], "w_hh");
-  KVar *blk = cg_kvar(k, "blk", KT_INDEX), *ty = cg_kvar(k, "ty", KT_INDEX), *tx = cg_kvar(k, "tx", KT_INDEX);
-  KStmt *lb = cg_kloop(k, &k->body, blk, cg_kint(k, blocks), KM_GRID_X);
-  KStmt *ly = cg_kloop(k, &lb->body, ty, cg_kint(k, W), KM_BLOCK_Y);
-  KStmt *lx = cg_kloop(k, &ly->body, tx, cg_kint(k, RNN_LANES), KM_BLOCK_X);
-  KBlock *in = &lx->body;
-  KVar *j = cg_klet(k, in, "j", KT_INDEX, cg_kadd(k, cg_kmul(k, cg_kv(k, blk), cg_kint(k, W)), cg_kv(k, ty)));
-  KExpr *jc = H % W ? cg_kidx(k, KI_MIN, cg_kv(k, j), cg_kint(k, H - 1)) : cg_kv(k, j);
-  KVar *jr = cg_klet(k, in, "jc", KT_INDEX, jc);
   /* The slice: W_hh[g*H + e][unit] at (g * W + ty) * H + e, copied by
    * the thread that reads it. */
-  KVar *e;
-  KBlock *cp = lane_walk(k, in, H, tx, &e);
-  for (int64_t g = 0; g < G; g++) {
-    KExpr *from = cg_kadd(k, cg_kmul(k, cg_kadd(k, cg_kint(k, g * H), cg_kv(k, e)), cg_kint(k, H)), cg_kv(k, jr));
-    KExpr *to = cg_kadd(k, cg_kmul(k, cg_kadd(k, cg_kint(k, g * W), cg_kv(k, ty)), cg_kint(k, H)), cg_kv(k, e));
-    cg_kstore(k, cp, ws, to, cg_kcast(k, cg_kload(k, wg, from), TY_F32));
-  }
-  KExpr *lead = cg_kcmp(k, KC_EQ, cg_kv(k, tx), cg_kint(k, 0));
-  if (H % W) lead = cg_kand(k, lead, cg_kcmp(k, KC_LT, cg_kv(k, j), cg_kint(k, H)));
+  PersistFrame f = persist_frame(k, global_of(b, k, bp->n->in[2], "w_hh"), blocks, W, H, G, true);
+  KBuf *ws = f.ws;
+  KVar *ty = f.ty, *tx = f.tx, *j = f.j;
+  KBlock *in = f.in;
+  KExpr *lead = f.lead;
   KVar *zb = cg_kvar(k, "zb", KT_INDEX);
   KStmt *lz = cg_kloop(k, &cg_kif(k, in, lead)->body, zb, cg_kint(k, N), KM_SERIAL);
   bptt_scan(b, k, &lz->body, bp, cb, dcb, zb, j);
