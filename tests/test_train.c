@@ -563,6 +563,30 @@ START_TEST(test_lstm_bptt) {
 }
 END_TEST
 
+/* Inputs of ref from a fixed seed: floats in [-1, 1), token ids and
+ * classes in range (with some_ignored, one in seven -100, the ignored
+ * class), the optimizer's learning rate 0.01. */
+static void draw_inputs(Graph *ref, Data *d, bool some_ignored) {
+  memset(d, 0, sizeof *d);
+  uint64_t state = 9;
+  for (Node *n = ref->first; n; n = n->next) {
+    if (n->op != OP_INPUT) continue;
+    Tensor *in = &d->t[d->inputs.n];
+    ck_assert(ir_tensor_alloc(in, &n->out[0].type));
+    int64_t bound = ir_index_bound(ref, &n->out[0]);
+    for (int64_t i = 0, count = ir_type_numel(&in->type); i < count; i++) {
+      uint64_t r = test_splitmix64(&state);
+      double v = !bound                         ? (double)(r >> 11) * 0x1p-52 - 1
+                 : some_ignored && r % 7 == 0 ? -100.0
+                                              : (double)(r % (uint64_t)bound);
+      if (ir_dtype_is_float(in->type.dtype) && strcmp(ir_attr_str(n, "name"), OPTIM_LR_INPUT) == 0) v = 0.01;
+      ir_tensor_set(in, i, v);
+    }
+    d->names[d->inputs.n++] = ir_attr_str(n, "name");
+  }
+  d->inputs.names = d->names, d->inputs.tensors = d->t;
+}
+
 START_TEST(test_example) {
   const Example *ex = &examples[_i];
   Ctx c;
@@ -574,21 +598,8 @@ START_TEST(test_example) {
   TensorMap params;
   char err[512];
   ck_assert_msg(ir_init_params(ref, 3, IR_INIT_RANDOM, &params, err, sizeof err), "%s", err);
-  /* Inputs: floats in [-1, 1), token ids in range. */
-  Data d = {0};
-  uint64_t state = 9;
-  for (Node *n = ref->first; n; n = n->next) {
-    if (n->op != OP_INPUT) continue;
-    Tensor *in = &d.t[d.inputs.n];
-    ck_assert(ir_tensor_alloc(in, &n->out[0].type));
-    int64_t bound = ir_index_bound(ref, &n->out[0]);
-    for (int64_t i = 0, count = ir_type_numel(&in->type); i < count; i++) {
-      uint64_t r = test_splitmix64(&state);
-      ir_tensor_set(in, i, bound ? (double)(r % (uint64_t)bound) : (double)(r >> 11) * 0x1p-52 - 1);
-    }
-    d.names[d.inputs.n++] = ir_attr_str(n, "name");
-  }
-  d.inputs.names = d.names, d.inputs.tensors = d.t;
+  Data d;
+  draw_inputs(ref, &d, false);
   Tensor *want = calloc((size_t)ref->n_outputs, sizeof *want);
   ck_assert_msg(ir_eval(ref, &d.inputs, &params, want, err, sizeof err), "%s: ir_eval: %s", ex->file, err);
   Tensor *got = test_run_emu(cg.plan, &params, &d.inputs);
@@ -701,23 +712,8 @@ START_TEST(test_bench_step_launches) {
   TensorMap params;
   char err[512];
   ck_assert_msg(ir_init_params(ref, 3, IR_INIT_RANDOM, &params, err, sizeof err), "%s", err);
-  Data d = {0};
-  uint64_t state = 9;
-  for (Node *n = ref->first; n; n = n->next) {
-    if (n->op != OP_INPUT) continue;
-    Tensor *in = &d.t[d.inputs.n];
-    ck_assert(ir_tensor_alloc(in, &n->out[0].type));
-    int64_t bound = ir_index_bound(ref, &n->out[0]);
-    for (int64_t i = 0, count = ir_type_numel(&in->type); i < count; i++) {
-      uint64_t r = test_splitmix64(&state);
-      /* classes in range, a few ignored (-100) */
-      double v = bound ? (r % 7 == 0 ? -100.0 : (double)(r % (uint64_t)bound)) : (double)(r >> 11) * 0x1p-52 - 1;
-      if (ir_dtype_is_float(in->type.dtype) && strcmp(ir_attr_str(n, "name"), OPTIM_LR_INPUT) == 0) v = 0.01;
-      ir_tensor_set(in, i, v);
-    }
-    d.names[d.inputs.n++] = ir_attr_str(n, "name");
-  }
-  d.inputs.names = d.names, d.inputs.tensors = d.t;
+  Data d;
+  draw_inputs(ref, &d, true);
   Tensor *want = calloc((size_t)ref->n_outputs, sizeof *want);
   ck_assert_msg(ir_eval(ref, &d.inputs, &params, want, err, sizeof err), "%s: ir_eval: %s", bs->file, err);
   Tensor *got = test_run_emu(cg.plan, &params, &d.inputs);
