@@ -219,10 +219,11 @@ bool cg_lower_conv_depthwise(CgBuild *b, const Node *n) {
  * V is 1.  Neighbouring pixels' threads reread a tap's input from L1
  * and L2 rather than from a staged tile: the kernel moves each
  * activation byte about once through DRAM, which is what bounds it.
- * With V > 1 the block first copies the weights into shared memory as
- * [kH*kW][Co], so that a tap's V weights are one 16-byte load too (a
- * block spans 256 * V channels of consecutive pixels: each weight
- * serves several pixels); else each is a scalar load. */
+ * A block takes CT groups of V channels (CT the largest divisor of the
+ * groups up to 32) of 256 / CT consecutive pixels, so with V > 1 it
+ * first copies its channels' weights into shared memory as [kH*kW][CT*V],
+ * and a tap's V weights are one 16-byte load too, each serving every
+ * pixel of the block; else each is a scalar load. */
 enum { NHWC_THREADS = 256, NHWC_MAX_W_BYTES = 32 * 1024 };
 
 bool cg_lower_conv_depthwise_nhwc(CgBuild *b, const Node *n) {
@@ -240,8 +241,14 @@ bool cg_lower_conv_depthwise_nhwc(CgBuild *b, const Node *n) {
   if (mult != 1 || C % V || V < 2 || cg_is_fused(b, x) || cg_const_of(b, x, &cst) ||
       cg_ref(b, x).offset % VEC_BYTES)
     V = 1;
-  int64_t groups_of_v = Co / V, total = N * OH * OW * groups_of_v, blocks = cdiv(total, NHWC_THREADS);
-  if (blocks > INT32_MAX) return false;
+  /* A block: CT channel groups (of V) by PIX pixels, CT the largest
+   * divisor of the groups up to a warp, so that it stages the weights of
+   * its own channels only. */
+  int64_t groups_of_v = Co / V, CT = 1;
+  for (int64_t d = 1; d <= 32 && d <= groups_of_v; d++)
+    if (groups_of_v % d == 0) CT = d;
+  int64_t PIX = NHWC_THREADS / CT, threads = CT * PIX, pixels = N * OH * OW, blocks = cdiv(pixels, PIX);
+  if (blocks > INT32_MAX || groups_of_v / CT > 65535) return false;
   Ctx *c = cg_build_ctx(b);
   const CgGroup *grp = cg_group(b);
   const char *what = arena_printf(&c->arena, "%sdepthwise, channels last, %" PRId64 " channel%s a thread%s",
@@ -249,27 +256,31 @@ bool cg_lower_conv_depthwise_nhwc(CgBuild *b, const Node *n) {
                                   V > 1 ? ", 16-byte loads" : "");
   Kernel *k = new_kernel(b, n, "dw", what);
   KBuf *acc = cg_klocal(k, "acc", acc_t, V, KSP_REGISTER);
-  KVar *bt = cg_kvar(k, "bt", KT_INDEX), *t = cg_kvar(k, "t", KT_INDEX);
+  KVar *bt = cg_kvar(k, "bt", KT_INDEX), *bc = cg_kvar(k, "bc", KT_INDEX), *t = cg_kvar(k, "t", KT_INDEX);
   KStmt *lx = cg_kloop(k, &k->body, bt, ki(k, blocks), KM_GRID_X);
-  KBlock *body = &cg_kloop(k, &lx->body, t, ki(k, NHWC_THREADS), KM_BLOCK_X)->body;
+  KStmt *ly = cg_kloop(k, &lx->body, bc, ki(k, groups_of_v / CT), KM_GRID_Y);
+  KBlock *body = &cg_kloop(k, &ly->body, t, ki(k, threads), KM_BLOCK_X)->body;
+  /* the block's first output channel */
+  KExpr *cb = ilet(k, body, "cb", cg_kmul(k, kv(k, bc), ki(k, CT * V)));
   KBuf *ws = NULL;
   DType wt = w->type.dtype;
-  if (V > 1 && Co * KK * ir_dtype_size(wt) <= NHWC_MAX_W_BYTES && VEC_BYTES / ir_dtype_size(wt) == V) {
-    /* ws[q * Co + co] = w[co * KK + q], every thread of the block */
-    ws = cg_klocal(k, "ws", wt, Co * KK, KSP_SHARED);
+  int64_t CW = CT * V; /* the block's channels */
+  if (V > 1 && CW * KK * ir_dtype_size(wt) <= NHWC_MAX_W_BYTES && VEC_BYTES / ir_dtype_size(wt) == V) {
+    /* ws[q * CW + cl] = w[(cb + cl) * KK + q], every thread of the block */
+    ws = cg_klocal(k, "ws", wt, CW * KK, KSP_SHARED);
     KVar *l = cg_kvar(k, "l", KT_INDEX);
-    KBlock *lb = &cg_kloop(k, body, l, ki(k, cdiv(Co * KK, NHWC_THREADS)), KM_SERIAL)->body;
-    KExpr *wi = ilet(k, lb, "wi", cg_kadd(k, kv(k, t), cg_kmul(k, kv(k, l), ki(k, NHWC_THREADS))));
-    if ((Co * KK) % NHWC_THREADS) lb = &cg_kif(k, lb, klt(k, wi, ki(k, Co * KK)))->body;
-    KExpr *src = cg_kadd(k, cg_kmul(k, kmod(k, wi, Co), ki(k, KK)), kdiv(k, wi, Co));
+    KBlock *lb = &cg_kloop(k, body, l, ki(k, cdiv(CW * KK, threads)), KM_SERIAL)->body;
+    KExpr *wi = ilet(k, lb, "wi", cg_kadd(k, kv(k, t), cg_kmul(k, kv(k, l), ki(k, threads))));
+    if ((CW * KK) % threads) lb = &cg_kif(k, lb, klt(k, wi, ki(k, CW * KK)))->body;
+    KExpr *src = cg_kadd(k, cg_kmul(k, cg_kadd(k, cb, kmod(k, wi, CW)), ki(k, KK)), kdiv(k, wi, CW));
     cg_kstore(k, lb, ws, wi, cg_operand_load(b, k, lb, w, "w", src));
     cg_kbarrier(k, body);
   }
-  KExpr *e = ilet(k, body, "e", cg_kadd(k, cg_kmul(k, kv(k, bt), ki(k, NHWC_THREADS)), kv(k, t)));
-  if (total % NHWC_THREADS) body = &cg_kif(k, body, klt(k, e, ki(k, total)))->body;
-  /* e = ((img * OH + oh) * OW + ow) * (Co / V) + cv: channels fastest */
-  KExpr *co0 = ilet(k, body, "co0", cg_kmul(k, kmod(k, e, groups_of_v), ki(k, V)));
-  KExpr *pix = ilet(k, body, "pix", kdiv(k, e, groups_of_v));
+  /* thread t: channel group t % CT of the block's, pixel t / CT of its */
+  KExpr *pix = ilet(k, body, "pix", cg_kadd(k, cg_kmul(k, kv(k, bt), ki(k, PIX)), kdiv(k, kv(k, t), CT)));
+  if (pixels % PIX) body = &cg_kif(k, body, klt(k, pix, ki(k, pixels)))->body;
+  KExpr *cl0 = ilet(k, body, "cl0", cg_kmul(k, kmod(k, kv(k, t), CT), ki(k, V)));
+  KExpr *co0 = ilet(k, body, "co0", cg_kadd(k, cb, cl0));
   KExpr *ow = ilet(k, body, "ow", kmod(k, pix, OW));
   KExpr *oh = ilet(k, body, "oh", kmod(k, kdiv(k, pix, OW), OH));
   KExpr *img = ilet(k, body, "img", kdiv(k, pix, OW * OH));
@@ -287,7 +298,7 @@ bool cg_lower_conv_depthwise_nhwc(CgBuild *b, const Node *n) {
   KExpr *tap = cg_kadd(k, cg_kmul(k, kv(k, kh), ki(k, KW)), kv(k, kw));
   KStmt *g = cg_kif(k, vb, inside);
   KVar *xv = V > 1 ? cg_kvload(k, &g->body, "xv", global_of(b, k, x, "x"), xi, (int)V) : NULL;
-  KVar *wvec = ws ? cg_kvload(k, &g->body, "wv", ws, cg_kadd(k, cg_kmul(k, tap, ki(k, Co)), co0), (int)V) : NULL;
+  KVar *wvec = ws ? cg_kvload(k, &g->body, "wv", ws, cg_kadd(k, cg_kmul(k, tap, ki(k, CW)), cl0), (int)V) : NULL;
   int64_t zp = cg_zero_point(n);
   for (int64_t l = 0; l < V; l++) {
     KExpr *co = cg_kadd(k, co0, ki(k, l));
@@ -313,7 +324,8 @@ bool cg_lower_conv_depthwise_nhwc(CgBuild *b, const Node *n) {
       cg_kstore(k, body, global_of(b, k, out, "out"), oi, cg_kcast(k, val, out->type.dtype));
   }
   k->grid[0] = (uint32_t)blocks;
-  k->block[0] = NHWC_THREADS;
+  k->grid[1] = (uint32_t)(groups_of_v / CT);
+  k->block[0] = (uint32_t)threads;
   cg_launch(b, k);
   return true;
 }
