@@ -361,7 +361,8 @@ have_graph:
     return 1;
   }
   if (!run_passes(c, job, g, &po)) return 1;
-  CgOptions cgo = {.tf32 = job->opt && job->opt->tf32, .merge_launches = po.opt_level > 0};
+  CgOptions cgo = {.tf32 = job->opt && job->opt->tf32,
+                   .merge_launches = po.opt_level > 0 && !(job->opt && job->opt->no_merge_launches)};
   if (job->m->use_runtime && !cg_compile_opts(g, &cgo, &job->m->cg)) return 1;
   job->m->g = g;
   index_inputs(job->m);

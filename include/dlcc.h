@@ -188,6 +188,11 @@ typedef struct dlc_options {
    * attention heads split, their sums through the communicator
    * (dlc_set_comm, dlc_train_set_comm).  0 or 1: one process. */
   int tensor_parallel, tensor_rank;
+  /* Nonzero: every kernel a launch of its own, as dlcc's
+   * --no-merge-launches; else at opt_level 1 and 2 independent kernels
+   * may share a launch (docs/kernels.md), which also leaves fewer
+   * independent steps for side streams. */
+  int no_merge_launches;
 } dlc_options;
 
 enum { DLC_O0 = -1 };

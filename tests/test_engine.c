@@ -32,8 +32,11 @@ static float frand(void) {
   return (float)((rng >> 40) & 0xffff) / 32768.0f - 1.0f;
 }
 
+/* Launches unmerged: the side-stream tests need the plan's independent
+ * kernels as steps of their own (merging would put inception's branches
+ * into one launch: merged_branches_leave_one_stream). */
 static dlc_model *compile(const char *path, const char *backend, int no_graphs) {
-  dlc_options o = {.backend = backend, .no_graphs = no_graphs};
+  dlc_options o = {.backend = backend, .no_graphs = no_graphs, .no_merge_launches = 1};
   dlc_model *m = NULL;
   ck_assert_msg(dlc_compile_file(path, &o, &m) == DLC_OK, "%s", dlc_error(m));
   ck_assert_int_eq(dlc_init_weights(m, 7), DLC_OK);
@@ -466,6 +469,25 @@ START_TEST(fake_side_streams_capture) {
 }
 END_TEST
 
+/* With launches merged (dlc_compile's default) the block's independent
+ * branches share launches: fewer steps, one stream. */
+START_TEST(merged_branches_leave_one_stream) {
+  char path[4096];
+  snprintf(path, sizeof path, "%s/tests/engine/inception.dl", srcdir());
+  dlc_options o = {.backend = "cuda"};
+  dlc_model *m = NULL;
+  ck_assert_msg(dlc_compile_file(path, &o, &m) == DLC_OK, "%s", dlc_error(m));
+  ck_assert_int_eq(dlc_init_weights(m, 7), DLC_OK);
+  static float x[2 * 3 * 12 * 12];
+  int d[N_WATCHED];
+  count_run(m, x, sizeof x, d); /* warm-up */
+  count_run(m, x, sizeof x, d); /* the capture */
+  ck_assert_int_eq(d[7], 1);
+  ck_assert_str_eq(dlc_engine_report(m), "graphs on: 1 graph over 4 steps, every step captured; staging pinned");
+  dlc_free(m);
+}
+END_TEST
+
 /* A step that fails inside a capture on a side stream: graphs off with
  * that step's message, and every later launch back on the device's
  * stream, where the host waits. */
@@ -585,6 +607,7 @@ static Suite *engine_suite(void) {
   tcase_add_test(tc, fake_capture_failure_falls_back);
   tcase_add_test(tc, fake_side_streams_capture);
   tcase_add_test(tc, fake_side_stream_failure_falls_back);
+  tcase_add_test(tc, merged_branches_leave_one_stream);
   tcase_add_test(tc, fake_pageable_staging_and_caller_stream);
   tcase_add_test(tc, fake_batch_stream_overlaps);
   suite_add_tcase(s, tc);
