@@ -504,11 +504,11 @@ bool eval_pool(Eval *e, const Node *n, const Tensor *x, Tensor *out) {
   bool nhwc = ir_nhwc(n);
   int64_t N = x->type.dims[0], C = x->type.dims[nhwc ? x->type.rank - 1 : 1], step = nhwc ? C : 1;
   bool ints = is_int(x);
-  for (int64_t c = 0; c < N * C; c++)
+  for (int64_t c = 0; c < N * C; c++) {
+    int64_t nb = c / C, ch = c % C;
+    int64_t xb = nhwc ? nb * win.in_size * C + ch : c * win.in_size;
+    int64_t ob = nhwc ? nb * win.out_size * C + ch : c * win.out_size;
     for (int64_t o = 0; o < win.out_size; o++) {
-      int64_t nb = c / C, ch = c % C;
-      int64_t xb = nhwc ? nb * win.in_size * C + ch : c * win.in_size;
-      int64_t ob = nhwc ? nb * win.out_size * C + ch : c * win.out_size;
       int64_t oc[MAX_SPATIAL], kc[MAX_SPATIAL] = {0, 0, 0};
       window_out_coords(&win, o, oc);
       double mf = -INFINITY, sf = 0;
@@ -546,6 +546,7 @@ bool eval_pool(Eval *e, const Node *n, const Tensor *x, Tensor *out) {
         ir_tensor_set(out, at, div ? sf / (double)div : 0.0);
       }
     }
+  }
   return true;
 }
 
