@@ -46,9 +46,13 @@ static bool reads_c_apart(const RtGemm *g) {
  * CUBLAS_COMPUTE_32I) takes alpha and beta of 0 or 1 only, A and B 32-bit
  * aligned and lda, ldb multiples of 4 (the cuBLAS guide on cublasGemmEx);
  * in a strided batch every matrix must start aligned.  Every space starts
- * 256-byte aligned, so the refs' offsets decide, here at compile time. */
+ * 256-byte aligned, so the refs' offsets decide, here at compile time.
+ * And B transposed, A not (cuBLAS's TN, in its column-major terms): the
+ * only form that ran for every shape on the H200 (the plan's rule,
+ * runtime/plan.c). */
 static bool blas_takes_int8(const RtGemm *g) {
-  bool ok = g->lda % 4 == 0 && g->ldb % 4 == 0 && g->a.offset % 4 == 0 && g->b.offset % 4 == 0;
+  bool ok = !g->trans_a && g->trans_b && g->lda % 4 == 0 && g->ldb % 4 == 0 && g->a.offset % 4 == 0 &&
+            g->b.offset % 4 == 0;
   if (g->batch > 1) ok = ok && g->stride_a % 4 == 0 && g->stride_b % 4 == 0;
   return ok && (g->alpha == 0.0f || g->alpha == 1.0f) && (g->beta == 0.0f || g->beta == 1.0f);
 }
@@ -196,7 +200,7 @@ static void gemm_i8_tc(CgBuild *b, const Node *n, const char *what, const RtGemm
 
 /* Appends g, or nothing when C is empty, or zeros when k is 0 (C is
  * always contiguous here); an f64 g, or an int8 g that cuBLAS cannot
- * run, becomes a kernel of ours (int8 on tensor cores unless
+ * run (any but its TN form), becomes a kernel of ours (int8 on tensor cores unless
  * --no-tensor-cores). */
 void emit_gemm(CgBuild *b, const Node *n, const char *what, const RtGemm *g) {
   if (g->m == 0 || g->n == 0 || g->batch == 0) return;

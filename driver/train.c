@@ -592,10 +592,14 @@ static void progress(Run *r, int64_t step_in_epoch, float loss) {
   fflush(stderr);
 }
 
+/* "seconds" is the wall time since training began, at the step's end:
+ * differences between steps give the throughput without the compile and
+ * the first step's warm-up (tests/gpu/check.sh). */
 static void log_step(Run *r, float loss, double lr) {
   if (r->log && !r->dist->rank)
-    fprintf(r->log, "{\"epoch\": %" PRId64 ", \"step\": %" PRId64 ", \"loss\": %.9g, \"lr\": %.9g}\n", r->epoch + 1,
-            r->global_step, (double)loss, lr);
+    fprintf(r->log,
+            "{\"epoch\": %" PRId64 ", \"step\": %" PRId64 ", \"loss\": %.9g, \"seconds\": %.6f, \"lr\": %.9g}\n",
+            r->epoch + 1, r->global_step, (double)loss, now() - r->t0, lr);
 }
 
 /* Tells t's dropouts where this rank's slice starts in the global batch

@@ -192,6 +192,12 @@ static const RtDeviceOps cuda_ops;
 /* cuda devices open in this process, all on the one primary context. */
 static pthread_mutex_t open_lock = PTHREAD_MUTEX_INITIALIZER;
 static int open_devices;
+/* Whether a sticky error ended a context of this process, and whether
+ * the reset after it failed: CUDA documents these errors as needing a
+ * new process, and on the H200's driver a retain after the reset still
+ * answered ILLEGAL_ADDRESS, so a later open says so plainly. */
+static bool process_faulted;
+static CUresult reset_result;
 
 /* Errors after which the context is unusable: the driver's cuda.h says
  * so for each ("the context cannot be used anymore", "any further CUDA
@@ -301,7 +307,13 @@ static void cuda_destroy(RtDevice *base) {
     bool last = --open_devices == 0;
     pthread_mutex_unlock(&open_lock);
     d->api.cuDevicePrimaryCtxRelease(d->dev);
-    if (d->base.broken && last) d->api.cuDevicePrimaryCtxReset(d->dev);
+    if (d->base.broken) {
+      CUresult r = last ? d->api.cuDevicePrimaryCtxReset(d->dev) : CUDA_SUCCESS;
+      pthread_mutex_lock(&open_lock);
+      process_faulted = true;
+      if (r != CUDA_SUCCESS) reset_result = r;
+      pthread_mutex_unlock(&open_lock);
+    }
     d->api.cuCtxSetCurrent(NULL);
     current_ctx = NULL;
   }
@@ -1209,7 +1221,24 @@ RtDevice *rt_cuda_open(char *err, size_t errlen) {
       attribute(d, &d->cooperative, CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH, "cooperative launch"))
     goto fail;
   snprintf(d->arch, sizeof d->arch, "sm_%d%d", d->cc_major, d->cc_minor);
-  if (check(d, d->api.cuDevicePrimaryCtxRetain(&d->ctx, d->dev), "cuDevicePrimaryCtxRetain")) goto fail;
+  CUresult retained = d->api.cuDevicePrimaryCtxRetain(&d->ctx, d->dev);
+  pthread_mutex_lock(&open_lock);
+  bool faulted = process_faulted;
+  CUresult reset = reset_result;
+  pthread_mutex_unlock(&open_lock);
+  if (retained != CUDA_SUCCESS && is_sticky(retained) && faulted) {
+    const char *name = NULL;
+    if (!d->api.cuGetErrorName || d->api.cuGetErrorName(retained, &name) != CUDA_SUCCESS) name = NULL;
+    char after_reset[64] = "";
+    if (reset) snprintf(after_reset, sizeof after_reset, "; resetting the context failed: CUDA error %d", (int)reset);
+    d->ctx = NULL;
+    rt_device_fail(&d->base,
+                   "cuda: the GPU is unusable to this process since an earlier model's kernel fault (%s%s): CUDA "
+                   "recovers from such an error only in a new process; run again",
+                   name ? name : "a sticky error", after_reset);
+    goto fail;
+  }
+  if (check(d, retained, "cuDevicePrimaryCtxRetain")) goto fail;
   pthread_mutex_lock(&open_lock);
   open_devices++;
   pthread_mutex_unlock(&open_lock);

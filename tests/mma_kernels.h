@@ -134,10 +134,16 @@ static const char MMA_KERNELS[] =
     "  out[lane] = r[0], out[lane + 32] = rt[0];\n"
     "}\n"
     /* cp.async groups: what a thread sees of its own copies before and
-     * after each wait.  out[32 * step + t]. */
-    "extern \"C\" __global__ void cp_groups(const unsigned *src, unsigned *out) {\n"
+     * after each wait.  out[32 * step + t].  A copy whose group no wait
+     * has covered yet may or may not have landed (the H200 had landed
+     * the newest committed group at wait_group 1, the emu lands a group
+     * at its wait): there the kernel stores only whether the word is the
+     * old or the new one, 1 either way, never a torn or foreign value;
+     * raw (test_mma, on the emu alone) stores the word itself. */
+    "extern \"C\" __global__ void cp_groups(const unsigned *src, unsigned *out, int raw) {\n"
     "  __shared__ __align__(16) unsigned s[3][32];\n"
     "  int t = threadIdx.x;\n"
+    "#define OLD_OR_NEW(v, i) (raw ? (v) : (unsigned)((v) == 0xdeadbeefu || (v) == src[i]))\n"
     "  s[0][t] = s[1][t] = s[2][t] = 0xdeadbeefu;\n"
     "  dl_cp_async_commit();\n" /* an empty group, trivially complete */
     "  dl_cp_async_wait<0>();\n"
@@ -147,16 +153,17 @@ static const char MMA_KERNELS[] =
     "  dl_cp_async4(&s[1][t], &src[32 + t], 4);\n"
     "  dl_cp_async_commit();\n"
     "  dl_cp_async4(&s[2][t], &src[64 + t], 4);\n"
-    "  out[t] = s[0][t];\n"
+    "  out[t] = OLD_OR_NEW(s[0][t], t);\n"
     "  __syncthreads();\n"
-    "  out[32 + t] = s[0][t];\n"
+    "  out[32 + t] = OLD_OR_NEW(s[0][t], t);\n"
     "  dl_cp_async_wait<1>();\n"
-    "  out[64 + t] = s[0][t], out[96 + t] = s[1][t];\n"
+    "  out[64 + t] = s[0][t], out[96 + t] = OLD_OR_NEW(s[1][t], 32 + t);\n"
     "  dl_cp_async_wait<0>();\n"
-    "  out[128 + t] = s[1][t], out[160 + t] = s[2][t];\n"
+    "  out[128 + t] = s[1][t], out[160 + t] = OLD_OR_NEW(s[2][t], 64 + t);\n"
     "  dl_cp_async_commit();\n"
     "  dl_cp_async_wait<0>();\n"
     "  out[192 + t] = s[2][t];\n"
+    "#undef OLD_OR_NEW\n"
     "}\n"
     /* Every size and src_bytes: 16 (.cg), 8 and 4 (.ca), zero-filled past
      * src_bytes.  No barrier: the emu runs it without fibers. */
@@ -245,7 +252,7 @@ static const char MMA_KERNELS[] =
     "           *(float **)a[3], *(int *)a[4], *(int *)a[5], *(int *)a[6], *(int *)a[7], *(int *)a[8], *(int *)a[9]);\n"
     "}\n"
     "extern \"C\" void ldsm_x1__emu(void **a) { ldsm_x1(*(const unsigned short **)a[0], *(unsigned **)a[1]); }\n"
-    "extern \"C\" void cp_groups__emu(void **a) { cp_groups(*(const unsigned **)a[0], *(unsigned **)a[1]); }\n"
+    "extern \"C\" void cp_groups__emu(void **a) { cp_groups(*(const unsigned **)a[0], *(unsigned **)a[1], *(int *)a[2]); }\n"
     "extern \"C\" void cp_sizes__emu(void **a) { cp_sizes(*(const unsigned char **)a[0], *(unsigned char **)a[1]); }\n"
     "extern \"C\" void smem_addr__emu(void **a) { smem_addr(*(unsigned **)a[0]); }\n"
     "extern \"C\" void diverge__emu(void **a) { diverge(*(const unsigned **)a[0], *(float **)a[1], *(int *)a[2]); }\n"

@@ -357,6 +357,15 @@ START_TEST(plan_gemm_epilogue) {
   steps[1].gemm.dtype = RT_DT_I8;
   ck_assert_int_eq(rt_plan_validate(&plan, err, sizeof err), -1);
   ck_assert_str_eq(err, "plan: step 1 (matmul %2): gemm: an i8 gemm takes no epilogue");
+  steps[1].gemm.epilogue = RT_EPILOGUE_NONE;
+  steps[1].gemm.stride_bias = 0;
+  steps[1].gemm.bias = (RtRef){0};
+  for (int t = 0; t < 3; t++) { /* NN, TN, TT: what cuBLAS refused on the H200 */
+    steps[1].gemm.trans_a = (uint32_t)(t >= 1), steps[1].gemm.trans_b = (uint32_t)(t == 2);
+    ck_assert_int_eq(rt_plan_validate(&plan, err, sizeof err), -1);
+    ck_assert_str_eq(err, "plan: step 1 (matmul %2): gemm: an i8 gemm takes A untransposed and B transposed (B stored "
+                          "[n][k]; cuBLAS's TN form)");
+  }
 }
 END_TEST
 
@@ -1043,6 +1052,7 @@ START_TEST(cuda_fake_cublas_without_gpu) {
   dlrt_close(m);
   steps[1].gemm.dtype = RT_DT_I8;
   steps[1].gemm.lda = steps[1].gemm.ldb = steps[1].gemm.k = 4; /* cuBLAS's int8 rules */
+  steps[1].gemm.trans_b = 1;
   steps[1].gemm.a.offset = 0;
   ck_assert_int_eq(dlrt_open(&plan, "cuda", &m), DLRT_E_COMPILE);
   ck_assert_msg(strstr(dlrt_error(m), "open: loading the kernels of 't': cublas: cublasCreate: CUBLAS_STATUS_"),

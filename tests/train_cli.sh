@@ -60,7 +60,7 @@ done
 
 # The log: one object per step with epoch, step, loss and lr (the last
 # partial batch of 6 is a step of its own); a validation object per epoch.
-head -1 "$tmp/ref.jsonl" | grep -q '^{"epoch": 1, "step": 1, "loss": [0-9.e-]*, "lr": 0.05}$' ||
+head -1 "$tmp/ref.jsonl" | grep -q '^{"epoch": 1, "step": 1, "loss": [0-9.e-]*, "seconds": [0-9.]*, "lr": 0.05}$' ||
   fail "log line: $(head -1 "$tmp/ref.jsonl")"
 sed -n 4p "$tmp/ref.jsonl" | grep -q '^{"epoch": 1, "val_loss": [0-9.e-]*, "val_accuracy": [0-9.e-]*}$' ||
   fail "validation log line: $(sed -n 4p "$tmp/ref.jsonl")"

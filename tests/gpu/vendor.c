@@ -327,6 +327,10 @@ double gpu_cublas_us(Gpu *g, BenchType t, int m, int n, int k, char *err, size_t
     snprintf(err, errlen, "int8 needs k %% 4 == 0 (k = %d)", k);
     return -1;
   }
+  /* dlrt_close unsets the context on this thread (runtime/cuda.c), and
+   * the layer was timed just before: on the H200 every vendor row failed
+   * with CUDA error 201 until this. */
+  if (cu_check(g, g->cuCtxSetCurrent(g->ctx), "cuCtxSetCurrent", err, errlen)) return -1;
   BlasCall x = {.g = g, .t = t, .m = m, .n = n, .k = k};
   double us = -1;
   if (!random_buffer(g, t, (size_t)k * m, &x.a, err, errlen) && !random_buffer(g, t, (size_t)k * n, &x.b, err, errlen) &&
@@ -430,6 +434,7 @@ double gpu_cudnn_us(Gpu *g, BenchType t, const ConvShape *s, char *err, size_t e
     snprintf(err, errlen, "int8 needs channels %% 4 == 0 (%d in, %d out)", s->c, s->k);
     return -1;
   }
+  if (cu_check(g, g->cuCtxSetCurrent(g->ctx), "cuCtxSetCurrent", err, errlen)) return -1; /* as gpu_cublas_us */
   char why_nhwc[512], why_nchw[512];
   double nhwc = dnn_layout(g, t, s, DNN_NHWC, why_nhwc, sizeof why_nhwc);
   double nchw = t == BT_I8 ? -1 : dnn_layout(g, t, s, DNN_NCHW, why_nchw, sizeof why_nchw);
