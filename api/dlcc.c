@@ -833,6 +833,31 @@ dlc_status dlc_run(dlc_model *m) {
   return st;
 }
 
+int dlc_num_steps(const dlc_model *m) { return m && m->g && m->use_runtime ? dlrt_num_steps(m->rt) : 0; }
+
+dlc_status dlc_profile(dlc_model *m, dlc_step_time *steps, int n) {
+  if (!m || !steps) return DLC_ERR_ARGUMENT;
+  if (!m->g) return no_model(m);
+  if (!m->use_runtime) return fail(m, DLC_ERR_RUN, "dlcc: error: profile: the reference interpreter runs no steps\n");
+  if (!m->have_outputs) return fail(m, DLC_ERR_RUN, "dlcc: error: profile: run the model once first (dlc_run)\n");
+  double *us = malloc((size_t)(n > 0 ? n : 1) * sizeof *us);
+  if (!us) return fail(m, DLC_ERR_NOMEM, "dlcc: out of memory\n");
+  free_outputs(m);
+  if (dlrt_profile(m->rt, us, n) != DLRT_OK) {
+    free(us);
+    return fail(m, DLC_ERR_RUN, "dlcc: error: %s\n", dlrt_error(m->rt));
+  }
+  m->have_outputs = true;
+  for (int i = 0; i < n; i++) {
+    /* the costs count the init steps first (plan_print.c) */
+    IrCost c = m->cg.step_costs ? m->cg.step_costs[m->cg.plan->n_init_steps + (uint32_t)i] : (IrCost){0, 0};
+    steps[i] = (dlc_step_time){.label = dlrt_step_label(m->rt, i), .us = us[i], .flops = c.flops, .bytes = c.bytes};
+  }
+  free(us);
+  clear_error(m);
+  return DLC_OK;
+}
+
 /* Output index of the last run on the runtime, copied out of it once. */
 static dlc_status fetch_output(dlc_model *m, int index) {
   Tensor *t = &m->outputs[index];

@@ -55,6 +55,9 @@ static const char run_usage[] =
     "  --bench=N           after the first run, time N more (inputs in, outputs out)\n"
     "                      and print their mean and minimum in ms; then stream N\n"
     "                      batches with copies overlapping compute (dlc_run_batches)\n"
+    "  --profile[=N]       after the first run, time every step once (GPU time on cuda)\n"
+    "                      and print the N slowest (default 20) with their FLOPs and\n"
+    "                      bytes from the cost report: where a run's time goes\n"
     "  --no-graphs         launch every step on each run instead of replaying a\n"
     "                      captured CUDA graph (as DLCC_NO_GRAPHS=1; for debugging)\n"
     "  --verbose           say how the runtime ran it: graphs (or why not), staging\n"
@@ -163,6 +166,13 @@ static int parse_run_args(int argc, char **argv, RunOptions *o) {
       o->api.no_graphs = 1;
     } else if (strcmp(a, "--verbose") == 0) {
       o->verbose = true;
+    } else if (strcmp(a, "--profile") == 0) {
+      o->profile = 20;
+    } else if ((v = driver_flag_value(argc, argv, &i, "--profile"))) {
+      if (!int_in(v, 1, 1000000, &o->profile)) {
+        fprintf(stderr, "dlcc: error: --profile expects a number of steps to show (1 or more), got '%s'\n", v);
+        return 1;
+      }
     } else if ((v = driver_flag_value(argc, argv, &i, "--backend"))) {
       o->backend = v;
     } else if ((v = driver_flag_value(argc, argv, &i, "--init"))) {
@@ -433,6 +443,46 @@ bool run_write_output(const OutputDir *d, int i, const dlc_tensor_info *info, co
   return ok;
 }
 
+/* --profile=N: the table of the N slowest steps, then the sum over all
+ * of them and what the cost report says of the whole. */
+static int by_time(const void *a, const void *b) {
+  const dlc_step_time *x = *(const dlc_step_time *const *)a, *y = *(const dlc_step_time *const *)b;
+  return x->us < y->us ? 1 : x->us > y->us ? -1 : x < y ? -1 : x > y;
+}
+
+static void print_profile(const char *backend, dlc_step_time *steps, int n, int top) {
+  const dlc_step_time **order = malloc((size_t)(n > 0 ? n : 1) * sizeof *order);
+  if (!order) {
+    fputs("dlcc: error: profile: out of memory\n", stderr);
+    return;
+  }
+  double total = 0, flops = 0, bytes = 0;
+  for (int i = 0; i < n; i++) {
+    order[i] = &steps[i];
+    total += steps[i].us, flops += steps[i].flops, bytes += steps[i].bytes;
+  }
+  qsort(order, (size_t)n, sizeof *order, by_time);
+  fprintf(stderr, "dlcc: profile: %d steps on %s, %.1f us in all (%s), the %d slowest:\n", n, backend, total,
+          strcmp(backend, "cuda") ? "host time" : "GPU time, launched one by one", top < n ? top : n);
+  fprintf(stderr, "  %5s %10s %6s %9s %8s %8s  %s\n", "step", "us", "share", "GFLOP", "TFLOP/s", "GB/s", "label");
+  for (int k = 0; k < n && k < top; k++) {
+    const dlc_step_time *s = order[k];
+    double sec = s->us * 1e-6;
+    char cost[40] = "        -        -        -";
+    if (s->flops > 0 || s->bytes > 0)
+      snprintf(cost, sizeof cost, "%9.3f %8.1f %8.1f", s->flops * 1e-9, sec > 0 ? s->flops * 1e-12 / sec : 0.0,
+               sec > 0 ? s->bytes * 1e-9 / sec : 0.0);
+    fprintf(stderr, "  %5d %10.1f %5.1f%% %s  %.110s\n", (int)(s - steps), s->us,
+            total > 0 ? 100.0 * s->us / total : 0.0, cost, s->label);
+  }
+  if (total > 0 && (flops > 0 || bytes > 0))
+    fprintf(stderr, "  all   %10.1f        %9.3f %8.1f %8.1f\n", total, flops * 1e-9, flops * 1e-6 / total,
+            bytes * 1e-3 / total);
+  else if (total > 0)
+    fprintf(stderr, "  all   %10.1f  (a model.so has no cost report: dlcc run MODEL.dl --profile has)\n", total);
+  free(order);
+}
+
 /* A model.so's input as the compiler API describes one. */
 static void library_info(const DlrtTensorInfo *t, int64_t bound, dlc_tensor_info *out) {
   memset(out, 0, sizeof *out);
@@ -531,6 +581,20 @@ static int run_library(RunOptions *o) {
     goto done;
   }
   if (o->verbose) fprintf(stderr, "dlcc: engine: %s\n", dlrt_engine_report(m));
+  if (o->profile) {
+    int n = dlrt_num_steps(m);
+    double *us = malloc((size_t)(n > 0 ? n : 1) * sizeof *us);
+    dlc_step_time *st = calloc((size_t)(n > 0 ? n : 1), sizeof *st);
+    bool ok = us && st && dlrt_profile(m, us, n) == DLRT_OK;
+    if (ok) {
+      for (int i = 0; i < n; i++) st[i] = (dlc_step_time){.label = dlrt_step_label(m, i), .us = us[i]};
+      print_profile(dlrt_backend(m), st, n, o->profile);
+    } else {
+      fprintf(stderr, "dlcc: error: %s\n", us && st ? dlrt_error(m) : "out of memory");
+    }
+    free(us), free(st);
+    if (!ok) goto done;
+  }
   int n_out = dlrt_num_outputs(m);
   if (o->output_dir && !run_output_dir_open(&out, o->output_dir, n_out, library_output_name, m)) goto done;
   rc = 0;
@@ -680,6 +744,17 @@ static int run_model(RunOptions *o, DistComm *comm) {
   }
   if (o->bench && (!bench_runs(m, o->bench) || !bench_batches(m, o->bench))) goto done;
   if (o->verbose) fprintf(stderr, "dlcc: engine: %s\n", dlc_engine_report(m));
+  if (o->profile && !quiet) {
+    int n = dlc_num_steps(m);
+    dlc_step_time *st = calloc((size_t)(n > 0 ? n : 1), sizeof *st);
+    if (!st || dlc_profile(m, st, n) != DLC_OK) {
+      fputs(st ? dlc_error(m) : "dlcc: error: out of memory\n", stderr);
+      free(st);
+      goto done;
+    }
+    print_profile(dlc_backend(m), st, n, o->profile);
+    free(st);
+  }
   int n_out = quiet ? 0 : dlc_num_outputs(m);
   if (o->output_dir && !run_output_dir_open(&out, o->output_dir, n_out, model_output_name, m)) goto done;
   rc = 0;

@@ -30,6 +30,7 @@ typedef struct RunOptions {
   uint64_t seed;
   int bench; /* --bench=N: time N more runs */
   bool verbose; /* --verbose: how the runtime ran it */
+  int profile;  /* --profile[=N]: time each step once, print the N slowest (0: off) */
   int tp;       /* --tensor-parallel=T: this process is one of T ranks */
   int pipeline; /* --pipeline=S: this process holds one of S stages (run_pipe.c) */
   int micro;    /* --micro-batches=M, 0 when not given */

@@ -213,6 +213,19 @@ const char *dlc_backend(const dlc_model *m);
  * why not, the staging of inputs and outputs. */
 const char *dlc_engine_report(dlc_model *m);
 
+/* Where a run's time goes (dlrt_profile): after a dlc_run, one more run
+ * with every step launched by itself and timed; steps[i] gets step i's
+ * label (as --emit=plan prints it, owned by the model), microseconds
+ * (GPU time on cuda) and the cost report's FLOPs and minimum bytes
+ * (docs/cost.md).  n must be dlc_num_steps; the reference interpreter
+ * has no steps (0). */
+typedef struct dlc_step_time {
+  const char *label;
+  double us, flops, bytes;
+} dlc_step_time;
+int dlc_num_steps(const dlc_model *m);
+dlc_status dlc_profile(dlc_model *m, dlc_step_time *steps, int n);
+
 /* With tensor_parallel: the parts of parameters the ranks share out.
  * Along axis, rank r of T owns [start + r * len / T, start + (r + 1) *
  * len / T).  The optimizer's state of a split parameter is split the

@@ -219,6 +219,18 @@ DlrtStatus dlrt_set_comm(DlrtModel *m, DlrtCommFn fn, void *ctx);
  * staging in pageable memory and why).  Owned by the model. */
 const char *dlrt_engine_report(DlrtModel *m);
 
+/* Where a run's time goes: one run, like dlrt_run but with every step
+ * launched by itself on one stream (no graph), timed step by step: on
+ * cuda GPU time between events around each step (a step's launch gaps
+ * show in its neighbours' sums only as idle time: add them up to compare
+ * with a graph's run), on emu the host's.  step_us[i] gets step i's
+ * microseconds (0 for a step a branch skipped); n must be
+ * dlrt_num_steps.  Outputs are as after dlrt_run. */
+int dlrt_num_steps(const DlrtModel *m);
+/* Step i's label as --emit=plan prints it ("" when none), owned by the model. */
+const char *dlrt_step_label(const DlrtModel *m, int i);
+DlrtStatus dlrt_profile(DlrtModel *m, double *step_us, int n);
+
 #ifdef __cplusplus
 }
 #endif

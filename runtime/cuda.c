@@ -131,6 +131,7 @@ RtDevice *rt_cuda_open(char *err, size_t errlen) {
   X(cuEventRecord)                                                                                 \
   X(cuStreamWaitEvent)                                                                             \
   X(cuEventSynchronize)                                                                            \
+  X(cuEventElapsedTime)                                                                            \
   X(cuMemcpyDtoDAsync)                                                                             \
   X(cuMemsetD8Async)                                                                               \
   X(cuStreamCreate)                                                                                \
@@ -158,6 +159,8 @@ typedef struct CudaDevice {
   CUevent joined, done; /* ordering with a caller's stream (cuda_wait_on, cuda_signal) */
   CUstream copy;        /* lane 1 (dlrt_run_batches), made at first use */
   CUevent marks[RT_EVENTS];
+  CUevent *clock; /* the step clock's points (timing events), made at first use */
+  uint32_t n_clock;
   cublasHandle_t blas; /* int8 products */
   cublasLtHandle_t lt;  /* float products */
   CUdeviceptr lt_workspace; /* cuBLASLt's and cuBLAS's on the device's stream: one call at a time */
@@ -287,6 +290,8 @@ static void cuda_destroy(RtDevice *base) {
     if (d->marks[i]) d->api.cuEventDestroy(d->marks[i]);
   for (int i = 0; i < d->n_stream_events; i++) d->api.cuEventDestroy(d->stream_events[i]);
   free(d->stream_events);
+  for (uint32_t i = 0; i < d->n_clock; i++) d->api.cuEventDestroy(d->clock[i]);
+  free(d->clock);
   for (int b = 1; b < RT_SIDE_STREAMS; b++) {
     if (d->side_stream[b]) d->api.cuStreamDestroy(d->side_stream[b]);
     if (d->side_workspace[b]) d->api.cuMemFree(d->side_workspace[b]);
@@ -1135,6 +1140,38 @@ static int cuda_sync_mark(RtDevice *base, int e) {
   return check(d, d->api.cuEventSynchronize(d->marks[e]), "cuEventSynchronize(event %d: a kernel or copy failed)", e);
 }
 
+/* The step clock (dlrt_profile): timing events on the device's stream,
+ * one per point, kept for the next profile. */
+static int cuda_clock_mark(RtDevice *base, uint32_t i) {
+  CudaDevice *d = (CudaDevice *)base;
+  if (enter(d)) return -1;
+  if (i >= d->n_clock) {
+    CUevent *grown = realloc(d->clock, (i + 1) * sizeof *grown);
+    if (!grown) return rt_device_fail(base, "cuda: out of host memory for %u timing events", i + 1);
+    d->clock = grown;
+    while (d->n_clock <= i) {
+      if (check(d, d->api.cuEventCreate(&d->clock[d->n_clock], CU_EVENT_DEFAULT), "cuEventCreate (timing)"))
+        return -1;
+      d->n_clock++;
+    }
+  }
+  return check(d, d->api.cuEventRecord(d->clock[i], now_stream(d)), "cuEventRecord (step clock %u)", i);
+}
+
+static int cuda_clock_read(RtDevice *base, uint32_t n, double *us) {
+  CudaDevice *d = (CudaDevice *)base;
+  if (enter(d)) return -1;
+  if (n >= d->n_clock && n) return rt_device_fail(base, "cuda: the step clock has %u points, not %u", d->n_clock, n + 1);
+  for (uint32_t i = 0; i < n; i++) {
+    float ms = 0;
+    if (check(d, d->api.cuEventElapsedTime(&ms, d->clock[i], d->clock[i + 1]), "cuEventElapsedTime (step clock %u)",
+              i))
+      return -1;
+    us[i] = 1000.0 * (double)ms;
+  }
+  return 0;
+}
+
 static const RtDeviceOps cuda_ops = {
     .name = "cuda",
     .destroy = cuda_destroy,
@@ -1167,6 +1204,8 @@ static const RtDeviceOps cuda_ops = {
     .use_stream = cuda_use_stream,
     .stream_mark = cuda_stream_mark,
     .stream_wait = cuda_stream_wait,
+    .clock_mark = cuda_clock_mark,
+    .clock_read = cuda_clock_read,
 };
 
 static int attribute(CudaDevice *d, int *v, CUdevice_attribute a, const char *what) {

@@ -98,6 +98,13 @@ typedef struct RtDeviceOps {
   int (*use_stream)(RtDevice *d, int b);
   int (*stream_mark)(RtDevice *d, int e, int b);
   int (*stream_wait)(RtDevice *d, int e, int b);
+  /* The step clock (dlrt_profile): clock_mark records point i on the
+   * device's stream, after what is queued before it; clock_read, once
+   * the stream is synchronized, gives the n intervals between points
+   * 0 .. n in microseconds (GPU time on cuda, host time on emu, which
+   * runs each call before it returns). */
+  int (*clock_mark)(RtDevice *d, uint32_t i);
+  int (*clock_read)(RtDevice *d, uint32_t n, double *us);
 } RtDeviceOps;
 
 enum { RT_EVENTS = 8, RT_SIDE_STREAMS = 4, RT_STREAM_EVENTS = 4096 };

@@ -29,6 +29,7 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <ucontext.h>
 #include <unistd.h>
 
@@ -167,6 +168,8 @@ struct EmuDevice {
   Sched sched;
   RtGraph *capturing; /* between capture_begin and capture_end */
   int side;           /* use_stream's, during a capture */
+  double *clock;      /* the step clock's points, host seconds */
+  uint32_t n_clock;
 };
 
 typedef struct EmuKernel {
@@ -1077,6 +1080,30 @@ static int emu_lane_copy(RtDevice *d, bool up, void *host, RtDevPtr dev, uint64_
 static int emu_mark(RtDevice *d, int e, int lane) { return d->broken ? -1 : 0; }
 static int emu_sync_mark(RtDevice *d, int e) { return d->broken ? -1 : 0; }
 
+/* The step clock: every call has run when it returns, so a point is the
+ * host's time now. */
+static int emu_clock_mark(RtDevice *d, uint32_t i) {
+  EmuDevice *e = (EmuDevice *)d;
+  if (d->broken) return -1;
+  if (i >= e->n_clock) {
+    double *grown = realloc(e->clock, (i + 1) * sizeof *grown);
+    if (!grown) return rt_device_fail(d, "emu: out of host memory for %u clock points", i + 1);
+    e->clock = grown;
+    e->n_clock = i + 1;
+  }
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  e->clock[i] = (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+  return 0;
+}
+
+static int emu_clock_read(RtDevice *d, uint32_t n, double *us) {
+  EmuDevice *e = (EmuDevice *)d;
+  if (n && n >= e->n_clock) return rt_device_fail(d, "emu: the step clock has %u points, not %u", e->n_clock, n + 1);
+  for (uint32_t i = 0; i < n; i++) us[i] = 1e6 * (e->clock[i + 1] - e->clock[i]);
+  return 0;
+}
+
 /* A caller's stream has nothing queued to order with either. */
 static int emu_no_stream(RtDevice *d, void *stream) {
   return stream ? rt_device_fail(d, "emu: no CUDA streams on the CPU emulator (pass NULL)") : 0;
@@ -1437,6 +1464,7 @@ static void emu_destroy(RtDevice *d) {
   free(e->cxx_text);
   free(e->extra_text);
   free(e->header_text);
+  free(e->clock);
   emu_graph_destroy(d, e->capturing);
   free(e);
 }
@@ -1561,4 +1589,6 @@ static const RtDeviceOps emu_ops = {
     .use_stream = emu_use_stream,
     .stream_mark = emu_stream_mark,
     .stream_wait = emu_stream_wait,
+    .clock_mark = emu_clock_mark,
+    .clock_read = emu_clock_read,
 };

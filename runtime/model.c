@@ -102,6 +102,10 @@ struct DlrtModel {
   DlrtCommFn comm;     /* dlrt_set_comm's, or NULL */
   void *comm_ctx;
   bool comm_pending; /* all-reduces started and not yet waited for */
+  /* dlrt_profile's run: the step each clock point after the first ends
+   * (NULL outside a profile), and the points recorded. */
+  uint32_t *clock_step;
+  uint32_t clock_points;
   char error[1024];
 };
 
@@ -660,6 +664,10 @@ static DlrtStatus run_steps(DlrtModel *m, const RtStep *steps, uint32_t first, u
         return set_error(m, DLRT_E_DEVICE, "%s %" PRIu32 ": all-reduce: %s", what, i,
                          err[0] ? err : "the communicator failed");
     }
+    if (!rc && m->clock_step && steps == m->plan->steps) {
+      m->clock_step[m->clock_points] = i;
+      rc = d->ops->clock_mark(d, ++m->clock_points);
+    }
     if (rc) {
       char ctx[200];
       snprintf(ctx, sizeof ctx, "%s %" PRIu32 " (%.120s)", what, i, st->label ? st->label : "unlabelled");
@@ -808,6 +816,11 @@ failed:
 static DlrtStatus queue_steps(DlrtModel *m) {
   const RtPlan *p = m->plan;
   DlrtStatus s;
+  if (m->clock_step) {
+    m->clock_points = 0;
+    if (m->dev->ops->clock_mark(m->dev, 0)) return device_error(m, "profile: the step clock");
+    return run_steps(m, p->steps, 0, p->n_steps, &m->args, "profile: step");
+  }
   if (m->graphs && m->warm && !m->pieces && (s = capture(m))) return s;
   if (!m->graphs || !m->pieces) return run_steps(m, p->steps, 0, p->n_steps, &m->args, "run: step");
   for (uint32_t i = 0; i < m->n_pieces; i++) {
@@ -936,6 +949,41 @@ DlrtStatus dlrt_run(DlrtModel *m) {
   DlrtStatus s = usable(m);
   if (s || (s = queue_run(m))) return s;
   return finish_run(m);
+}
+
+int dlrt_num_steps(const DlrtModel *m) { return m && m->plan ? (int)m->plan->n_steps : 0; }
+
+const char *dlrt_step_label(const DlrtModel *m, int i) {
+  if (!m || !m->plan || i < 0 || (uint32_t)i >= m->plan->n_steps) return "";
+  const char *l = m->plan->steps[i].label;
+  return l ? l : "";
+}
+
+DlrtStatus dlrt_profile(DlrtModel *m, double *step_us, int n) {
+  DlrtStatus s = usable(m);
+  if (s) return s;
+  const RtPlan *p = m->plan;
+  if (!step_us || n != (int)p->n_steps)
+    return set_error(m, DLRT_E_ARG, "profile: room for %d step times, the plan has %" PRIu32, n, p->n_steps);
+  if (!m->dev->ops->clock_mark || !m->dev->ops->clock_read)
+    return set_error(m, DLRT_E_STATE, "profile: the %s device has no step clock", m->dev->ops->name);
+  uint32_t *steps = malloc(((size_t)p->n_steps + 1) * sizeof *steps);
+  double *us = malloc(((size_t)p->n_steps + 1) * sizeof *us);
+  if (!steps || !us) {
+    free(steps), free(us);
+    return set_error(m, DLRT_E_NOMEM, "profile: out of host memory");
+  }
+  m->clock_step = steps;
+  s = queue_run(m);
+  if (!s) s = finish_run(m);
+  m->clock_step = NULL;
+  if (!s && m->dev->ops->clock_read(m->dev, m->clock_points, us)) s = device_error(m, "profile: reading the step clock");
+  if (!s) {
+    for (int i = 0; i < n; i++) step_us[i] = 0;
+    for (uint32_t k = 0; k < m->clock_points; k++) step_us[steps[k]] += us[k];
+  }
+  free(steps), free(us);
+  return s;
 }
 
 DlrtStatus dlrt_run_async(DlrtModel *m, void *stream) {

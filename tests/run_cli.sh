@@ -101,4 +101,19 @@ expect 0 "" "$dlcc" run "$tmp/drop.dl" --grad --backend=ref --weights "$tmp/good
 grep -q "^fc.bias.grad: f32\[4\]" "$tmp/out" || fail "--grad with --weights: $(cat "$tmp/out")"
 grep -q "^dlcc.step: i64\[\]  min 1  max 1" "$tmp/out" || fail "dlcc.step did not start at 0: $(cat "$tmp/out")"
 
+# --profile: every step timed once, the slowest first, with the cost
+# report's FLOPs (linear 3 -> 4 over 2 rows: 48 FLOP, and the bias adds).
+"$dlcc" run "$tmp/tiny.dl" --backend=emu --weights "$tmp/good.safetensors" --profile=5 >"$tmp/out" 2>"$tmp/err" ||
+  fail "--profile: $(cat "$tmp/err")"
+grep -q '^dlcc: profile: [0-9]* steps on emu, [0-9.]* us in all (host time), the [0-9]* slowest:$' "$tmp/err" ||
+  fail "--profile: no header: $(cat "$tmp/err")"
+grep -q '^ *0 *[0-9.]* *100.0% *0.000 .* linear %' "$tmp/err" || fail "--profile: no row for step 0: $(cat "$tmp/err")"
+cp "$tmp/out" "$tmp/profiled"
+"$dlcc" run "$tmp/tiny.dl" --backend=emu --weights "$tmp/good.safetensors" >"$tmp/out" 2>"$tmp/err"
+cmp -s "$tmp/out" "$tmp/profiled" || fail "--profile changed the output: $(cat "$tmp/profiled") against $(cat "$tmp/out")"
+expect 1 "dlcc: error: --profile expects a number of steps to show (1 or more), got '0'" \
+  "$dlcc" run "$tmp/tiny.dl" --profile=0
+expect 1 "dlcc: error: profile: the reference interpreter runs no steps" \
+  "$dlcc" run "$tmp/tiny.dl" --backend=ref --weights "$tmp/good.safetensors" --profile
+
 finish

@@ -70,8 +70,8 @@ budget=${GPU_CHECK_BUDGET:-450}
 
 note() { printf '%s\n' "$*" | tee -a "$summary"; }
 # GPU_CHECK_PARTS: the parts to run, by name, space-separated (default:
-# all): rt_check bandwidth models precision layers model sanitizer calib
-# engine train aot.  The parts after the build are independent, except
+# all): rt_check bandwidth models precision layers model profile
+# sanitizer calib engine train aot.  The parts after the build are independent, except
 # precision, which compares with the models part's f32 outputs.  So a
 # session with little device time left can rerun what it changed:
 #   GPU_CHECK_PARTS="rt_check layers train" GPU_CHECK_LAYER_MODES=f16 ...
@@ -511,6 +511,25 @@ else
     grep -v '^torch [0-9]' "$work/torch.out" >>"$summary"
   fi
 fi
+
+echo "== where ResNet-50's time goes: dlcc run --profile (GPU time per step)"
+# Every step launched by itself and timed by events; the slowest 25 with
+# their TFLOP/s and GB/s against the cost report.  What to speed up next.
+section profile
+for mode in f16 int8; do
+  lim=$(slot 60)
+  if [ "$lim" = 0 ]; then
+    skipped "profile resnet50 $mode"
+    continue
+  fi
+  flags=(--precision=$mode)
+  [ $mode = int8 ] && flags=(--quantize=int8)
+  if run "$lim" "profile.$mode" ./dlcc run examples/resnet50.dl -D N=64 "${flags[@]}" --backend=cuda --profile=25; then
+    sed -n '/^dlcc: profile:/,/^  all/p' "$work/profile.$mode.out" | sed "s/^/profile resnet50 N=64 $mode: /" >>"$summary"
+  else
+    fail "profile resnet50 $mode: $(grep -m1 'error\|timed out' "$work/profile.$mode.out" | cut -c1-160)"
+  fi
+done
 
 echo "== compute-sanitizer"
 section sanitizer
