@@ -174,9 +174,13 @@ static bool split_lane(Lanes *L, KExpr *e, KExpr **base) {
  * the word. */
 static int word_bytes(const Kernel *k, const KBuf *b, int n) {
   /* f64, i16 and the unsigned types wider than u8: no vector spelling */
-  if (b->space != KSP_GLOBAL || b->dtype == TY_F64 || b->dtype >= TY_I16) return 0;
+  if ((b->space != KSP_GLOBAL && !(b->space == KSP_SHARED && b->dynamic)) || b->dtype == TY_F64 ||
+      b->dtype >= TY_I16)
+    return 0;
   int bytes = n * ir_dtype_size(b->dtype), word = bytes < 16 ? bytes : 16;
   if (word < 4) return 0;
+  /* carved from the dynamic shared memory at a multiple of 16 bytes */
+  if (b->space == KSP_SHARED) return word;
   for (int i = 0; i < k->n_params; i++)
     if (k->params[i].buf == b) return k->params[i].arg.ref.offset % (uint64_t)word == 0 ? word : 0;
   return 0;
