@@ -211,6 +211,10 @@ static bool types_ok(const Node *n) {
 static bool operand_fusible(const Fuser *f, const Node *m, int i) {
   if (m->op == OP_LINEAR) return i == 2;
   if (m->op == OP_MATMUL) return f->attention[m->id];
+  /* A channels-last conv's channel pad (passes/nhwc.c) is stored: in
+   * the loads it would make the im2col operand register-staged. */
+  if ((m->op == OP_CONV2D || m->op == OP_CONV3D) && i == 0 && ir_conv_nhwc(m) && m->in[0]->def->op == OP_PAD)
+    return false;
   if (m->op == OP_CONV2D || m->op == OP_CONV3D || m->op == OP_CONV_TRANSPOSE2D || m->op == OP_CONV_TRANSPOSE3D)
     return true;
   if (reads_memory_only(m->op)) return false;

@@ -65,8 +65,20 @@ static void join(Nhwc *S, const Value *a, const Value *b) {
   if (x != y) S->parent[x] = y;
 }
 
+/* The channels of a convolution's operands channels last: C, or C
+ * padded with zeros to whole 16-byte chunks (an RGB stem: 3 -> 8 in
+ * f16) where that at most triples the products, in a float dtype (an
+ * int8 pad would have to hold the zero point); 0 when neither. */
+static int64_t padded_channels(DType dt, int64_t C) {
+  int64_t q = 16 / ir_dtype_size(dt), up = (C + q - 1) / q * q;
+  if (up == C) return C;
+  return dt != TY_I8 && up <= 3 * C ? up : 0;
+}
+
 /* A convolution the tensor cores take with whole 16-byte chunks of
- * channels (codegen's cp.async of the im2col operand). */
+ * channels (codegen's cp.async of the im2col operand), padded ones too.
+ * The first H200 run had ResNet-50's NCHW stem (C = 3, register-staged)
+ * at 32 TFLOP/s, 11% of the whole model's time. */
 static bool conv_eligible(const Nhwc *S, const Node *n) {
   if ((n->op != OP_CONV2D && n->op != OP_CONV3D) || ir_conv_nhwc(n) || ir_attr_int(n, "groups") != 1) return false;
   const TensorType *x = &n->in[0]->type;
@@ -74,7 +86,7 @@ static bool conv_eligible(const Nhwc *S, const Node *n) {
   if (!image_rank_ok(n, x->rank) || n->in[1]->type.dtype != dt || n->guard) return false;
   bool ok = dt == TY_F16 || dt == TY_BF16 || (dt == TY_I8 && n->out[0].type.dtype == TY_I32) ||
             (dt == TY_F32 && S->o->tf32);
-  return ok && x->dims[1] % (16 / ir_dtype_size(dt)) == 0;
+  return ok && padded_channels(dt, x->dims[1]) != 0;
 }
 
 /* A depthwise convolution (groups = C, one output channel each) whose
@@ -173,6 +185,24 @@ static Value *nhwc_of(Nhwc *S, Value *v, Node *before, int kind) {
     }
   }
   return S->as_nhwc[v->id];
+}
+
+/* v (channels last) with zeros after its C channels up to c: a node of
+ * its own, which fusion never takes into the convolution's loads
+ * (passes/fuse.c), so the convolution reads whole chunks by cp.async. */
+static Value *pad_channels(Nhwc *S, Value *v, Node *before, int64_t c) {
+  int R = v->type.rank;
+  int64_t pads[10] = {0};
+  pads[2 * R - 1] = c - v->type.dims[R - 1];
+  Node *t = ir_node_new(S->g, OP_PAD, 1, &v, before->loc);
+  t->scope = before->scope;
+  ir_set_ints(S->g, t, "pads", 2 * R, pads);
+  ir_set_float(S->g, t, "value", 0.0);
+  char err[256];
+  if (!ir_infer(t, err, sizeof err)) dl_internal(S->g->ctx, "nhwc: %s", err);
+  ir_insert_before(S->g, before, t);
+  t->id = t->out[0].id = -1;
+  return &t->out[0];
 }
 
 static bool converted(Nhwc *S, const Node *n) { return n->id >= 0 && S->inside[n->id] && S->convert[find(S, n->out[0].id)]; }
@@ -288,10 +318,19 @@ bool pass_nhwc(Graph *g, PassCtx *pc) {
     if (converted(&S, n)) {
       if (n->op == OP_CONV2D || n->op == OP_CONV3D) {
         pass_stat(pc, "nhwc: convolutions channels last", 1);
+        /* W is still [Co, C / groups, ...]; x may be channels last
+         * already.  Depthwise ones never pad (depthwise_eligible). */
+        int64_t c = n->in[1]->type.dims[1] * ir_attr_int(n, "groups");
+        int64_t cp = padded_channels(n->in[0]->type.dtype, c);
         n->in[0] = nhwc_of(&S, n->in[0], n, 0);
         Value *w = n->in[1];
         /* W [Co, C, kH, kW] -> [Co, kH, kW, C]: over the weights alone */
         n->in[1] = &new_move(&S, OP_TRANSPOSE, w, n, w->type.rank, to_nhwc(w->type.rank))->out[0];
+        if (cp != c) {
+          pass_stat(pc, "nhwc: convolutions' channels padded to 16-byte chunks", 1);
+          n->in[0] = pad_channels(&S, n->in[0], n, cp);
+          n->in[1] = pad_channels(&S, n->in[1], n, cp);
+        }
         ir_set_str(g, n, "layout", "nhwc");
       } else if (windowed(n)) {
         pass_stat(pc, "nhwc: pools channels last", 1);

@@ -255,6 +255,57 @@ START_TEST(block_tf32) {
 }
 END_TEST
 
+/* Channels that do not fill 16-byte chunks are padded with zeros (a
+ * pad of x's transpose, one of each weight's), so every conv of the
+ * 12-channel block is channels last and reads its im2col by cp.async;
+ * an RGB stem (3 channels, 7x7 stride 2, then a max pool) joins the
+ * region with its pool, which is entered at x itself. */
+static int count_op(Graph *g, OpKind op) {
+  int n = 0;
+  for (Node *m = g->first; m; m = m->next) n += m->op == op;
+  return n;
+}
+
+START_TEST(padded_channels) {
+  static const char *const dts[] = {"f16", "bf16"};
+  const char *dt = dts[_i];
+  char *text = block_text(dt, 12);
+  char *src = check_block(text, (PassOptions){0}, (CgOptions){0}, 4, 2, conv_tolerance(dt));
+  /* the four convs share two kernels, each reading x by cp.async */
+  ck_assert_int_ge(x_copies(src), 2);
+  free(src);
+  free(text);
+  char stem[2048];
+  snprintf(stem, sizeof stem,
+           "graph stem {\n"
+           "  %%x = input {name=\"x\"} : %s[2, 3, 20, 20]\n"
+           "  %%w = param {name=\"w\"} : %s[16, 3, 7, 7]\n"
+           "  %%c = conv2d %%x, %%w {stride=[2, 2], pad=[3, 3, 3, 3]} : %s[2, 16, 10, 10]\n"
+           "  %%r = relu %%c : %s[2, 16, 10, 10]\n"
+           "  %%p = maxpool2d %%r {kernel=[3, 3], stride=[2, 2], pad=[1, 1, 1, 1]} : %s[2, 16, 5, 5]\n"
+           "  %%w1 = param {name=\"w1\"} : %s[16, 16, 3, 3]\n"
+           "  %%c1 = conv2d %%p, %%w1 {pad=[1, 1, 1, 1]} : %s[2, 16, 5, 5]\n"
+           "  %%r1 = relu %%c1 : %s[2, 16, 5, 5]\n"
+           "  %%w2 = param {name=\"w2\"} : %s[16, 16, 3, 3]\n"
+           "  %%c2 = conv2d %%r1, %%w2 {pad=[1, 1, 1, 1]} : %s[2, 16, 5, 5]\n"
+           "  return %%c2 as \"y\"\n"
+           "}\n",
+           dt, dt, dt, dt, dt, dt, dt, dt, dt, dt);
+  src = check_block(stem, (PassOptions){0}, (CgOptions){0}, 3, 2, conv_tolerance(dt));
+  /* the stem's x arrives by cp.async from the pad's kernel too */
+  ck_assert_int_ge(x_copies(src), 3);
+  free(src);
+  Ctx c;
+  ctx_init(&c);
+  NJob j = njob(&c, stem, (PassOptions){.opt_level = 2}, (CgOptions){0}, false);
+  ck_assert_int_eq(count_op(j.g, OP_PAD), 2); /* x's and w's */
+  int pools = 0;
+  for (Node *n = j.g->first; n; n = n->next) pools += n->op == OP_MAXPOOL2D && ir_nhwc(n);
+  ck_assert_int_eq(pools, 1);
+  ctx_free(&c);
+}
+END_TEST
+
 /* What the pass leaves NCHW. */
 /* A MobileNetV2-style pair of blocks: expand 1x1, clip, depthwise 3x3
  * (bias), clip, project 1x1, the residual add; then a strided depthwise
@@ -297,9 +348,9 @@ START_TEST(depthwise_in_region) {
 }
 END_TEST
 
-/* MobileNetV2 in f16: one channels-last region from the first block on
- * (its depthwise conv reads the stem's transpose through its prologue,
- * a channel a thread), numbers on emu as ir_eval's. */
+/* MobileNetV2 in f16: one channels-last region from the stem on (its 3
+ * channels padded to 8; every depthwise conv then reads a stored NHWC
+ * value, 8 channels a thread), numbers on emu as ir_eval's. */
 typedef struct MobileJob {
   Graph *g;
   CgResult cg;
@@ -321,9 +372,9 @@ START_TEST(mobilenet_on_emu) {
   MobileJob j = {0};
   ck_assert_msg(ctx_guard(&c, mobile_job, &j) == 0 && j.ok, "%s", diag_text(&c));
   Count k = count(j.g);
-  ck_assert_int_eq(k.nchw, 1);
+  ck_assert_int_eq(k.nchw, 0);
   ck_assert_int_eq(k.transposes, 2);
-  ck_assert_ptr_nonnull(strstr(j.cg.source, "depthwise, channels last, 1 channel a thread"));
+  ck_assert_ptr_null(strstr(j.cg.source, "depthwise, channels last, 1 channel a thread"));
   ck_assert_ptr_nonnull(strstr(j.cg.source, "depthwise, channels last, 8 channels a thread, 16-byte loads"));
   ck_assert(test_emu_matches_eval(j.g, j.cg.plan, 5, -1, 1, 0.05));
   ctx_free(&c);
@@ -414,8 +465,9 @@ START_TEST(left_alone) {
   /* f32 without --tf32: no tensor cores */
   char *f32 = block_text("f32", 16);
   ck_assert_int_eq(count(njob(&c, f32, o2, (CgOptions){0}, false).g).nhwc, 0);
-  /* 12 channels: no whole 16-byte chunks of f16 */
-  char *c12 = block_text("f16", 12);
+  /* 2 channels: padded to a chunk of f16 they would be 4 times the
+   * products */
+  char *c12 = block_text("f16", 2);
   ck_assert_int_eq(count(njob(&c, c12, o2, (CgOptions){0}, false).g).nhwc, 0);
   /* the options */
   char *f16 = block_text("f16", 16);
@@ -556,10 +608,10 @@ static int lower_ex(Ctx *c, void *data) {
   return 0;
 }
 
-/* The examples in f16: every convolution but the first (3 channels) in
- * one channels-last region, entered after the max pool and left into
- * the global pool: two transposes of activations.  MobileNetV2's
- * depthwise convolutions are in the region too. */
+/* The examples in f16: every convolution in one channels-last region,
+ * the first (3 channels) padded to 8, entered at x and left into the
+ * global pool: two transposes of activations.  MobileNetV2's depthwise
+ * convolutions are in the region too. */
 START_TEST(resnets) {
   static const struct {
     const char *file;
@@ -571,9 +623,10 @@ START_TEST(resnets) {
   ck_assert_int_eq(ctx_guard(&c, lower_ex, &j), 0);
   ck_assert_msg(j.g != NULL, "%s", diag_text(&c));
   Count k = count(j.g);
-  ck_assert_int_eq(k.nhwc, ex[_i].convs - 1);
-  ck_assert_int_eq(k.nchw, 1);
+  ck_assert_int_eq(k.nhwc, ex[_i].convs);
+  ck_assert_int_eq(k.nchw, 0);
   ck_assert_int_eq(k.transposes, 2);
+  ck_assert_int_eq(count_op(j.g, OP_PAD), 2); /* the stem's x and W, 3 channels to 8 */
   ctx_free(&c);
 }
 END_TEST
@@ -586,6 +639,7 @@ static Suite *nhwc_suite(void) {
   tcase_add_test(t, block_i8);
   tcase_add_test(t, block_tf32);
   tcase_add_test(t, left_alone);
+  tcase_add_loop_test(t, padded_channels, 0, 2);
   tcase_add_loop_test(t, depthwise_in_region, 0, 2);
   tcase_add_test(t, mobilenet_on_emu);
   tcase_add_loop_test(t, pools_in_region, 0, 2);
