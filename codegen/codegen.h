@@ -64,6 +64,9 @@ typedef struct CgOptions {
   /* --no-split-keys: attention's key tiles in one block per query block
    * even where few blocks fill the GPU (codegen/attention.c) */
   bool no_split_keys;
+  /* --no-split-k: a convolution's tile sums all of K in one block, even
+   * where its tiles are fewer than the SMs (tc_gemm.c, conv_igemm.c) */
+  bool no_split_k;
   /* --no-persistent-rnn: every recurrent layer one step kernel per
    * timestep, even where one persistent kernel would fit (docs/kernels.md) */
   bool no_persistent_rnn;

@@ -55,6 +55,53 @@ static KExpr *coord_of(Kernel *k, KExpr *p, const int64_t *dims, int count, int 
   return d > 0 ? kmod(k, e, dims[d]) : e;
 }
 
+/* Slices of K for the FMA kernel: when its tiles are fewer than the SMs
+ * (a batch of 1 past the first layers: ResNet-50 in f32 at 64x64 had
+ * grids of 2 to 32 blocks, each summing K up to 4608 alone, and took
+ * 4.5 ms a run on the H200), enough slices of at least 8 K tiles to
+ * fill them, 16 at most. */
+enum { FMA_SMS = CG_TC_TARGET_SMS, FMA_MIN_SLICE = 8, FMA_MAX_SPLIT = 16 };
+static int64_t fma_split(int64_t tiles, int64_t kt_n) {
+  int64_t s = (FMA_SMS + tiles - 1) / tiles;
+  if (s > FMA_MAX_SPLIT) s = FMA_MAX_SPLIT;
+  if (s > kt_n / FMA_MIN_SLICE) s = kt_n / FMA_MIN_SLICE;
+  return s > 1 ? s : 1;
+}
+
+/* The FMA kernel's split-K sums: part[s][m][oc] added in slice order
+ * (the same sums on every run), then the bias and the group's epilogue,
+ * one thread per element of the output. */
+static void fma_reduce(CgBuild *b, const Node *n, Kernel *k0, RtRef part, int64_t split, int64_t Co, int64_t NC,
+                       int64_t OHW, bool nhwc, DType at_t) {
+  Ctx *c = cg_build_ctx(b);
+  const Value *out = &n->out[0];
+  Kernel *k = cg_kernel_new(c, n, arena_printf(&c->arena, "%s_splitk", k0->hint),
+                            arena_printf(&c->arena, "%s, the %" PRId64 " slices added", k0->what, split));
+  int64_t total = Co * NC;
+  KBuf *pb = cg_kglobal(k, "part", at_t, split * total, part);
+  KVar *nv = cg_kparam(k, "n", KT_INDEX, total, 0);
+  KVar *i = cg_kvar(k, "i", KT_INDEX);
+  KStmt *loop = cg_kloop(k, &k->body, i, kv(k, nv), KM_GRID_STRIDE);
+  cg_kernel_grid_1d(k, total);
+  KBlock *blk = &loop->body;
+  KVar *acc = cg_kvar(k, "acc", at_t), *sv = cg_kvar(k, "s", KT_INDEX);
+  KStmt *red = cg_kreduce(k, blk, acc, cg_kimm(k, 0, at_t), OP_ADD, sv, ki(k, split));
+  red->value = cg_kload(k, pb, cg_kadd(k, cg_kmul(k, kv(k, sv), ki(k, total)), kv(k, i)));
+  KVar *m = cg_klet(k, blk, "m", KT_INDEX, kdiv(k, kv(k, i), NC));
+  KVar *oc = cg_klet(k, blk, "oc", KT_INDEX, kmod(k, kv(k, i), NC));
+  KExpr *oidx = nhwc ? cg_kadd(k, cg_kmul(k, kv(k, oc), ki(k, Co)), kv(k, m))
+                     : cg_kadd(k, cg_kmul(k, cg_kadd(k, cg_kmul(k, kdiv(k, kv(k, oc), OHW), ki(k, Co)), kv(k, m)), ki(k, OHW)),
+                               kmod(k, kv(k, oc), OHW));
+  KVar *oi = cg_klet(k, blk, "o", KT_INDEX, oidx);
+  KExpr *val = kv(k, acc);
+  if (n->n_in > 2) val = cg_kop2(k, OP_ADD, val, cg_kcast(k, cg_operand_load(b, k, blk, n->in[2], "bias", kv(k, m)), at_t));
+  if (!cg_fused_store(b, k, blk, out, kv(k, oi), val)) {
+    KBuf *o = cg_kglobal(k, "out", out->type.dtype, ir_type_numel(&out->type), cg_ref(b, out));
+    cg_kstore(k, blk, o, kv(k, oi), cg_kcast(k, val, out->type.dtype));
+  }
+  cg_launch(b, k);
+}
+
 static bool conv_fma(CgBuild *b, const Node *n) {
   Ctx *c = cg_build_ctx(b);
   int cnt;
@@ -74,9 +121,12 @@ static bool conv_fma(CgBuild *b, const Node *n) {
   if (ir_type_numel(&out->type) == 0) return true;
   const CgGroup *grp = cg_group(b);
   const char *hint = grp && grp->n > 1 ? cg_group_hint(c, grp) : ir_ops[n->op].name;
-  const char *what = grp ? arena_printf(&c->arena, "#k%d implicit gemm", grp->id) : "implicit gemm";
-  Kernel *k = cg_kernel_new(c, n, arena_printf(&c->arena, "%s_igemm", hint), what);
   int64_t mt = (Co + TM - 1) / TM, nt = (NC + TN - 1) / TN, kt_n = (K + TK - 1) / TK;
+  int64_t split = cg_options(b)->no_split_k ? 1 : fma_split(mt * nt, kt_n), per = (kt_n + split - 1) / split;
+  split = (kt_n + per - 1) / per; /* no slice without a tile */
+  const char *what = arena_printf(&c->arena, "%simplicit gemm%s", grp ? arena_printf(&c->arena, "#k%d ", grp->id) : "",
+                                  split > 1 ? arena_printf(&c->arena, ", split-K %" PRId64, split) : "");
+  Kernel *k = cg_kernel_new(c, n, arena_printf(&c->arena, "%s_igemm", hint), what);
   /* Tiles in the operands' type when both are one half type (half the
    * shared memory), else f32; products accumulate in f32 either way.  An
    * int8 product keeps i8 tiles and sums exactly in int32. */
@@ -89,7 +139,9 @@ static bool conv_fma(CgBuild *b, const Node *n) {
   KVar *bn = cg_kvar(k, "bn", KT_INDEX), *bm = cg_kvar(k, "bm", KT_INDEX), *t = cg_kvar(k, "t", KT_INDEX);
   KStmt *lx = cg_kloop(k, &k->body, bn, ki(k, nt), KM_GRID_X);
   KStmt *ly = cg_kloop(k, &lx->body, bm, ki(k, mt), KM_GRID_Y);
-  KStmt *lt = cg_kloop(k, &ly->body, t, ki(k, THREADS), KM_BLOCK_X);
+  KVar *bz = cg_kvar(k, "bz", KT_INDEX);
+  KStmt *lsz = split > 1 ? cg_kloop(k, &ly->body, bz, ki(k, split), KM_GRID_Z) : ly;
+  KStmt *lt = cg_kloop(k, &lsz->body, t, ki(k, THREADS), KM_BLOCK_X);
   KBlock *body = &lt->body;
   KVar *tx = cg_klet(k, body, "tx", KT_INDEX, kmod(k, kv(k, t), TN / RT));
   KVar *ty = cg_klet(k, body, "ty", KT_INDEX, kdiv(k, kv(k, t), TN / RT));
@@ -97,8 +149,12 @@ static bool conv_fma(CgBuild *b, const Node *n) {
   KStmt *lz = cg_kloop(k, body, z, ki(k, RT * RT), KM_UNROLL);
   cg_kstore(k, &lz->body, acc, kv(k, z), cg_kimm(k, 0, at_t));
 
-  KVar *kt = cg_kvar(k, "kt", KT_INDEX);
-  KStmt *lk = cg_kloop(k, body, kt, ki(k, kt_n), KM_SERIAL);
+  /* slice bz sums K tiles [bz per, bz per + per); the last one's tiles
+   * past K read zeros (the guards on K below) */
+  KVar *kl = cg_kvar(k, "kt", KT_INDEX);
+  KStmt *lk = cg_kloop(k, body, kl, ki(k, per), KM_SERIAL);
+  KExpr *kt_at = split > 1 ? cg_kadd(k, cg_kmul(k, kv(k, bz), ki(k, per)), kv(k, kl)) : kv(k, kl);
+  bool k_ragged = K % TK || per * split != kt_n;
   /* W tile: consecutive threads read consecutive k of one row. */
   KVar *la = cg_kvar(k, "l", KT_INDEX);
   KStmt *lla = cg_kloop(k, &lk->body, la, ki(k, TM * TK / THREADS), KM_UNROLL);
@@ -106,9 +162,9 @@ static bool conv_fma(CgBuild *b, const Node *n) {
   KVar *am = cg_klet(k, &lla->body, "am", KT_INDEX,
                      cg_kadd(k, cg_kmul(k, kv(k, bm), ki(k, TM)), kdiv(k, kv(k, ea), TK)));
   KVar *ak = cg_klet(k, &lla->body, "ak", KT_INDEX,
-                     cg_kadd(k, cg_kmul(k, kv(k, kt), ki(k, TK)), kmod(k, kv(k, ea), TK)));
+                     cg_kadd(k, cg_kmul(k, kt_at, ki(k, TK)), kmod(k, kv(k, ea), TK)));
   KExpr *a_at = tile_at(k, kmod(k, kv(k, ea), TK), kdiv(k, kv(k, ea), TK), TM, packed);
-  KExpr *a_ok = cg_kand(k, Co % TM ? klt(k, kv(k, am), Co) : NULL, K % TK ? klt(k, kv(k, ak), K) : NULL);
+  KExpr *a_ok = cg_kand(k, Co % TM ? klt(k, kv(k, am), Co) : NULL, k_ragged ? klt(k, kv(k, ak), K) : NULL);
   KExpr *w_at = cg_kadd(k, cg_kmul(k, kv(k, am), ki(k, K)), kv(k, ak));
   if (a_ok)
     guarded_fill(b, k, &lla->body, a_ok, As, a_at, w, "w", w_at, 0);
@@ -122,7 +178,7 @@ static bool conv_fma(CgBuild *b, const Node *n) {
   KVar *col = cg_klet(k, bb, "col", KT_INDEX,
                       cg_kadd(k, cg_kmul(k, kv(k, bn), ki(k, TN)), kmod(k, kv(k, eb), TN)));
   KVar *bk = cg_klet(k, bb, "bk", KT_INDEX,
-                     cg_kadd(k, cg_kmul(k, kv(k, kt), ki(k, TK)), kdiv(k, kv(k, eb), TN)));
+                     cg_kadd(k, cg_kmul(k, kt_at, ki(k, TK)), kdiv(k, kv(k, eb), TN)));
   KVar *img = cg_klet(k, bb, "img", KT_INDEX, kdiv(k, kv(k, col), OHW));
   KVar *p = cg_klet(k, bb, "p", KT_INDEX, kmod(k, kv(k, col), OHW));
   KVar *ci = cg_klet(k, bb, "ci", KT_INDEX, nhwc ? kmod(k, kv(k, bk), C) : kdiv(k, kv(k, bk), KK));
@@ -137,7 +193,7 @@ static bool conv_fma(CgBuild *b, const Node *n) {
     pos[d] = cg_klet(k, bb, pos_names[3 - nsp + d], KT_INDEX, e);
     padded = padded || pad[d] || pad[nsp + d] || (od[d] - 1) * stride[d] + (kern[d] - 1) * dil[d] >= in[d];
   }
-  KExpr *b_ok = cg_kand(k, NC % TN ? klt(k, kv(k, col), NC) : NULL, K % TK ? klt(k, kv(k, bk), K) : NULL);
+  KExpr *b_ok = cg_kand(k, NC % TN ? klt(k, kv(k, col), NC) : NULL, k_ragged ? klt(k, kv(k, bk), K) : NULL);
   for (int d = 0; d < nsp && padded; d++) {
     b_ok = cg_kand(k, b_ok, cg_kcmp(k, KC_GE, kv(k, pos[d]), ki(k, 0)));
     b_ok = cg_kand(k, b_ok, klt(k, kv(k, pos[d]), in[d]));
@@ -183,6 +239,20 @@ static bool conv_fma(CgBuild *b, const Node *n) {
                      cg_kadd(k, cg_kmul(k, kv(k, bn), ki(k, TN)), cg_kadd(k, cg_kmul(k, kv(k, tx), ki(k, RT)), kv(k, j2))));
   KExpr *ok = cg_kand(k, Co % TM ? klt(k, kv(k, m), Co) : NULL, NC % TN ? klt(k, kv(k, oc), NC) : NULL);
   if (ok) sb = &cg_kif(k, sb, ok)->body;
+  if (split > 1) {
+    /* this slice's partial sums; fma_reduce adds them and stores */
+    RtRef part = cg_scratch(b, n, (uint64_t)(split * Co * NC) * 4);
+    KBuf *pb = cg_kglobal(k, "part", at_t, split * Co * NC, part);
+    KExpr *at = cg_kadd(k, cg_kmul(k, cg_kadd(k, cg_kmul(k, kv(k, bz), ki(k, Co)), kv(k, m)), ki(k, NC)), kv(k, oc));
+    cg_kstore(k, sb, pb, at, cg_kload(k, acc, cg_kadd(k, cg_kmul(k, kv(k, i2), ki(k, RT)), kv(k, j2))));
+    k->grid[0] = (uint32_t)(nt < 65535 ? nt : 65535);
+    k->grid[1] = (uint32_t)(mt < 65535 ? mt : 65535);
+    k->grid[2] = (uint32_t)split;
+    k->block[0] = THREADS;
+    cg_launch(b, k);
+    fma_reduce(b, n, k, part, split, Co, NC, OHW, nhwc, at_t);
+    return true;
+  }
   KExpr *oidx = nhwc ? cg_kadd(k, cg_kmul(k, kv(k, oc), ki(k, Co)), kv(k, m))
                      : cg_kadd(k, cg_kmul(k, cg_kadd(k, cg_kmul(k, kdiv(k, kv(k, oc), OHW), ki(k, Co)), kv(k, m)), ki(k, OHW)),
                                kmod(k, kv(k, oc), OHW));

@@ -22,6 +22,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "codegen.h"
 #include "kernel.h"
 #include "kshort.h"
 
@@ -449,6 +450,11 @@ void cg_tc_gemm(CgBuild *b, const CgTcGemm *g) {
   Ctx *c = cg_build_ctx(b);
   Gen G0 = {.b = b, .g = g}, *G = &G0;
   G->t = cg_tc_choose(g->m, g->n, g->k, g->batch, g->tc);
+  if (cg_options(b)->no_split_k && G->t.split > 1) {
+    /* the same tile, its stages as for the whole of K */
+    G->t.split = 1;
+    G->t.stages = stages_for(cdiv(g->k, ROW_BYTES / elem_bytes(g->tc)));
+  }
   G->es = elem_bytes(g->tc);
   G->epc = CHUNK / G->es;
   G->bk = ROW_BYTES / G->es;

@@ -113,7 +113,8 @@ static const char usage[] =
     "                     tensor cores (docs/passes.md, nhwc)\n"
     "  --no-gemm-batch    linears of one input as one GEMM each, not one batched GEMM\n"
     "  --no-split-keys    attention's keys in one block a query block, even where few\n"
-    "                     blocks fill the GPU (no flash-decoding split)\n"
+    "                     blocks fill the GPU (no flash-decoding split)\n"    "  --no-split-k       a convolution's tile sums all of K in one block, even where\n"
+    "                     its tiles are fewer than the SMs (no split-K)\n"
     "  --no-persistent-rnn\n"
     "                     recurrent layers as a kernel per timestep, not one kernel\n"
     "                     for the whole sequence (docs/kernels.md)\n"
@@ -212,6 +213,7 @@ int driver_pass_option(const char *arg, PassOptions *po) {
       {"--no-nhwc", offsetof(PassOptions, no_nhwc)},
       {"--no-gemm-batch", offsetof(PassOptions, no_gemm_batch)},
       {"--no-split-keys", offsetof(PassOptions, no_split_keys)},
+      {"--no-split-k", offsetof(PassOptions, no_split_k)},
       {"--no-persistent-rnn", offsetof(PassOptions, no_persistent_rnn)},
       {"--unroll-rnn", offsetof(PassOptions, unroll_rnn)},
       {"--no-update-in-place", offsetof(PassOptions, no_update_in_place)},
@@ -266,6 +268,7 @@ CgOptions driver_cg_options(const PassOptions *po) {
                      .no_tensor_cores = po->no_tensor_cores,
                      .no_gemm_batch = po->no_gemm_batch,
                      .no_split_keys = po->no_split_keys,
+                     .no_split_k = po->no_split_k,
                      .no_persistent_rnn = po->no_persistent_rnn,
                      .no_update_in_place = po->no_update_in_place,
                      /* -O0 keeps a launch per kernel, as a baseline to read */

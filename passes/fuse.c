@@ -211,9 +211,13 @@ static bool types_ok(const Node *n) {
 static bool operand_fusible(const Fuser *f, const Node *m, int i) {
   if (m->op == OP_LINEAR) return i == 2;
   if (m->op == OP_MATMUL) return f->attention[m->id];
-  /* A channels-last conv's channel pad (passes/nhwc.c) is stored: in
-   * the loads it would make the im2col operand register-staged. */
-  if ((m->op == OP_CONV2D || m->op == OP_CONV3D) && i == 0 && ir_conv_nhwc(m) && m->in[0]->def->op == OP_PAD)
+  /* A channels-last conv (passes/nhwc.c) reads its image from memory:
+   * a producer evaluated in its loads would make the im2col operand
+   * register-staged, where a stored one arrives by cp.async.  So its
+   * channel pad is stored, and an int8 conv's quantize goes to the
+   * producer's kernel (a side output beside the f32 residual) instead
+   * of being redone at every tap of the consumer's loads. */
+  if ((m->op == OP_CONV2D || m->op == OP_CONV3D) && i == 0 && ir_conv_nhwc(m) && ir_attr_int(m, "groups") == 1)
     return false;
   if (m->op == OP_CONV2D || m->op == OP_CONV3D || m->op == OP_CONV_TRANSPOSE2D || m->op == OP_CONV_TRANSPOSE3D)
     return true;

@@ -97,6 +97,7 @@ typedef struct PassOptions {
   bool no_nhwc;             /* --no-nhwc: the nhwc pass leaves every convolution NCHW */
   bool no_gemm_batch;       /* --no-gemm-batch: codegen's linears one GEMM each */
   bool no_split_keys;       /* --no-split-keys: attention's keys in one block a query block */
+  bool no_split_k;          /* --no-split-k: every convolution's K in one block a tile */
   bool no_persistent_rnn;   /* --no-persistent-rnn: codegen's recurrent layers a kernel per step */
   bool unroll_rnn;          /* --unroll-rnn: training mode unrolls lstm over time (AutodiffOptions) */
   bool no_update_in_place;  /* --no-update-in-place: a step's updates copied over the params */

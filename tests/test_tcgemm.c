@@ -104,6 +104,34 @@ START_TEST(conv_on_tensor_cores) {
 }
 END_TEST
 
+/* The FMA kernel's split-K (f32, and int8 off the tensor cores): one
+ * 64x64 tile of outputs over K = 512 * 9, so 16 slices added in order
+ * by a second kernel that applies the bias and the group's epilogue;
+ * --no-split-k keeps one block on all of K.  Against ir_eval on emu. */
+START_TEST(fma_split_k) {
+  static const Conv convs[] = {
+      {"f32 FMA split-K, bias, bn, residual", "f32", 2, 1, 512, 64, 1, {3, 3}, {3, 3}, ONES3, {1, 1, 1, 1}, ONES3,
+       .bias = true, .bn = true, .residual = true},
+      {"i8 FMA split-K", "i8", 2, 1, 1024, 32, 1, {3, 3}, {3, 3}, ONES3, {1, 1, 1, 1}, ONES3, .bias = true},
+  };
+  const Conv *p = &convs[_i / 2];
+  bool off = _i % 2;
+  char *text = conv_text(p);
+  Ctx c;
+  ctx_init(&c);
+  Job j = compile_opts(&c, text, 2, (CgOptions){.no_tensor_cores = true, .no_split_k = off});
+  ck_assert_msg(!conv_step_with(j.cg.plan, "tensor cores"), "%s: a tensor-core step", p->what);
+  ck_assert_msg(!conv_step_with(j.cg.plan, "split-K 16") == off, "%s: split-K 16 %sexpected", p->what, off ? "not " : "");
+  ck_assert_msg(!conv_step_with(j.cg.plan, "slices added") == off, "%s: the slices' sum", p->what);
+  ck_assert(!strstr(j.cg.source, "atomic"));
+  double e = conv_run_against_eval(&j, 5);
+  /* f32: the slices' sums regroup the terms */
+  ck_assert_msg(e <= (p->dt[0] == 'i' ? 0 : 1e-5), "%s: %.3g off ir_eval", p->what, e);
+  ctx_free(&c);
+  free(text);
+}
+END_TEST
+
 /* text at -O2, through NVRTC, with its products on s8 tensor cores. */
 static Job compile_s8(Ctx *c, const char *text) {
   Job j = compile_opts(c, text, 2, (CgOptions){0});
@@ -234,6 +262,7 @@ static Suite *tcgemm_suite(void) {
   TCase *t = tcase_create("conv");
   tcase_set_timeout(t, 300);
   tcase_add_loop_test(t, conv_on_tensor_cores, 0, (int)ARRAY_LEN(conv_cases));
+  tcase_add_loop_test(t, fma_split_k, 0, 4);
   tcase_add_test(t, i8_fused_requantize_chain);
   tcase_add_test(t, f32_exact_unless_tf32);
   tcase_add_test(t, fallbacks);
