@@ -515,19 +515,23 @@ fi
 echo "== where ResNet-50's time goes: dlcc run --profile (GPU time per step)"
 # Every step launched by itself and timed by events; the slowest 25 with
 # their TFLOP/s and GB/s against the cost report.  What to speed up next.
+# f32 at batch 1 shows the FMA kernel's split-K (docs/ir.md).
 section profile
-for mode in f16 int8; do
+mkdir -p "$work/calib-r50"
+selected && npy "$work/calib-r50/0.npy" 1 3 224 224
+for spec in "f16 64" "int8 64" "f32 1"; do
+  read -r mode batch <<<"$spec"
   lim=$(slot 60)
   if [ "$lim" = 0 ]; then
-    skipped "profile resnet50 $mode"
+    skipped "profile resnet50 $mode N=$batch"
     continue
   fi
   flags=(--precision=$mode)
-  [ $mode = int8 ] && flags=(--quantize=int8)
-  if run "$lim" "profile.$mode" ./dlcc run examples/resnet50.dl -D N=64 "${flags[@]}" --backend=cuda --profile=25; then
-    sed -n '/^dlcc: profile:/,/^  all/p' "$work/profile.$mode.out" | sed "s/^/profile resnet50 N=64 $mode: /" >>"$summary"
+  [ $mode = int8 ] && flags=(--quantize=int8 "--calibrate=$work/calib-r50")
+  if run "$lim" "profile.$mode" ./dlcc run examples/resnet50.dl -D N=$batch "${flags[@]}" --backend=cuda --profile=25; then
+    sed -n '/^dlcc: profile:/,/^  all/p' "$work/profile.$mode.out" | sed "s/^/profile resnet50 N=$batch $mode: /" >>"$summary"
   else
-    fail "profile resnet50 $mode: $(grep -m1 'error\|timed out' "$work/profile.$mode.out" | cut -c1-160)"
+    fail "profile resnet50 $mode N=$batch: $(grep -m1 'error\|timed out' "$work/profile.$mode.out" | cut -c1-160)"
   fi
 done
 
