@@ -552,6 +552,12 @@ CgTcTile cg_tc_choose(int64_t m, int64_t n, int64_t k, int64_t batch, KTcKind tc
 bool cg_tc_kind(DType dt, bool tf32, KTcKind *tc);
 /* Appends g's kernel(s). */
 void cg_tc_gemm(CgBuild *b, const CgTcGemm *g);
+/* The same on the CUDA cores in f32 (fma_gemm.c): every operand by its
+ * element callbacks (async_buf and chunk_at unused), g->tc not KTC_S8. */
+void cg_fma_gemm(CgBuild *b, const CgTcGemm *g);
+/* The split-K partial sums part[z][slice][m][n] (acc_t) of g added in
+ * slice order, one thread per element of C, each handed to g->store. */
+void cg_gemm_reduce_slices(CgBuild *b, const CgTcGemm *g, int split, DType acc_t, RtRef part);
 
 /* ---- cost (plan_cost.c, docs/cost.md) ---- */
 

@@ -10,7 +10,7 @@ libdlcc_core_la_SOURCES += \
 	codegen/fuse_lower.c \
 	codegen/conv_igemm.c \
 	codegen/conv_depthwise.c \
-	codegen/tc_gemm.c \
+	codegen/tc_gemm.c codegen/fma_gemm.c \
 	codegen/attention.c \
 	codegen/initgraph.c \
 	codegen/gemm_batch.c \

@@ -9,6 +9,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "codegen.h"
 #include "ir/eval.h"
 #include "kernel.h"
 
@@ -107,8 +108,122 @@ static KExpr *linear(Kernel *k, KVar *const *pos, const int64_t *dims, int nsp) 
   return at;
 }
 
-/* dW[co, ci, t]: over the batch, then the output positions. */
+/* ---- the weight gradient as a GEMM ----
+ * dW[z cog + m][ci][tap] = sum over k = (img, o) of dy[img][z cog + m][o]
+ * x[img][z Cg + ci][pos(o, tap)]: per group z a product of M = cog rows
+ * of dy by N = Cg * taps rows of the im2col, over K = batch * output
+ * positions, both K-contiguous within an image.  On the tensor cores in
+ * f16 and bf16 (tc_gemm.c), else on the FMA GEMM (fma_gemm.c); both cut
+ * the long K into slices when the tiles are fewer than the SMs. */
+typedef struct WGrad {
+  CgBuild *b;
+  const Node *n;
+  const Value *x, *dy, *out;
+  Geo g;
+  int64_t C, Co, Cg, cog;
+} WGrad;
+
+typedef struct WRow {
+  KExpr *xc;       /* x's channel */
+  KExpr *tap[3];   /* the tap's coordinate per spatial dim */
+} WRow;
+
+static void *wg_dy_row(void *ctx, Kernel *k, KBlock *blk, KExpr *z, KExpr *row) {
+  WGrad *w = ctx;
+  return cg_kv(k, let(k, blk, "co", cg_kadd(k, idx(k, KI_MUL, z, w->cog), row)));
+}
+
+static KExpr *wg_dy(void *ctx, void *row, Kernel *k, KBlock *blk, KExpr *z, KExpr *kk) {
+  WGrad *w = ctx;
+  (void)z;
+  KVar *img = let(k, blk, "img", idx(k, KI_DIV, kk, w->g.out_size));
+  KExpr *o = idx(k, KI_MOD, kk, w->g.out_size);
+  KExpr *at = cg_kadd(k, idx(k, KI_MUL, cg_kadd(k, idx(k, KI_MUL, cg_kv(k, img), w->Co), row), w->g.out_size), o);
+  return cg_kload(k, buf_of(w->b, k, w->dy, "dy"), at);
+}
+
+static void *wg_x_row(void *ctx, Kernel *k, KBlock *blk, KExpr *z, KExpr *row) {
+  WGrad *w = ctx;
+  WRow *r = ARENA_NEW(&k->ctx->arena, WRow);
+  KVar *t = let(k, blk, "tap", idx(k, KI_MOD, row, w->g.k_size));
+  r->xc = cg_kv(k, let(k, blk, "xc", cg_kadd(k, idx(k, KI_MUL, z, w->Cg), idx(k, KI_DIV, row, w->g.k_size))));
+  for (int d = 0; d < w->g.nsp; d++)
+    r->tap[d] = cg_kv(k, let(k, blk, "td", coord(k, cg_kv(k, t), w->g.k, w->g.nsp, d)));
+  return r;
+}
+
+static KExpr *wg_x(void *ctx, void *row, Kernel *k, KBlock *blk, KExpr *z, KExpr *kk) {
+  WGrad *w = ctx;
+  WRow *r = row;
+  (void)z;
+  KVar *img = let(k, blk, "img", idx(k, KI_DIV, kk, w->g.out_size));
+  KVar *o = let(k, blk, "o", idx(k, KI_MOD, kk, w->g.out_size));
+  KVar *pos[3] = {NULL};
+  KExpr *inside = NULL;
+  for (int d = 0; d < w->g.nsp; d++) {
+    KExpr *p = cg_kadd(k, idx(k, KI_MUL, coord(k, cg_kv(k, o), w->g.out, w->g.nsp, d), w->g.stride[d]),
+                       idx(k, KI_MUL, r->tap[d], w->g.dil[d]));
+    pos[d] = let(k, blk, "p", idx(k, KI_SUB, p, w->g.lo[d]));
+    inside = cg_kand(k, inside, cg_kcmp(k, KC_GE, cg_kv(k, pos[d]), iv(k, 0)));
+    inside = cg_kand(k, inside, cg_kcmp(k, KC_LT, cg_kv(k, pos[d]), iv(k, w->g.in[d])));
+  }
+  KExpr *at = cg_kadd(k, idx(k, KI_MUL, cg_kadd(k, idx(k, KI_MUL, cg_kv(k, img), w->C), r->xc), w->g.in_size),
+                      linear(k, pos, w->g.in, w->g.nsp));
+  if (!inside) return cg_kload(k, buf_of(w->b, k, w->x, "x"), at);
+  DType dt = w->x->type.dtype;
+  KVar *v = cg_klet(k, blk, "xv", dt, cg_kimm(k, 0, dt));
+  cg_kset(k, &cg_kif(k, blk, inside)->body, v, cg_kload(k, buf_of(w->b, k, w->x, "x"), at));
+  return cg_kv(k, v);
+}
+
+static void wg_store(void *ctx, Kernel *k, KBlock *blk, KExpr *z, KExpr *m, KExpr *n, KExpr *acc) {
+  WGrad *w = ctx;
+  KExpr *at = cg_kadd(k, idx(k, KI_MUL, cg_kadd(k, idx(k, KI_MUL, z, w->cog), m), w->Cg * w->g.k_size), n);
+  store(w->b, k, blk, w->out, cg_kv(k, let(k, blk, "wi", at)), acc);
+}
+
+/* conv_weight_grad as the GEMM above; false, having done nothing, for
+ * operands of two dtypes or an empty product (the direct loop takes
+ * them). */
+static bool conv_weight_grad_gemm(CgBuild *b, const Node *n) {
+  const Value *x = n->in[0], *dy = n->in[1], *out = &n->out[0];
+  if (x->type.dtype != dy->type.dtype || ir_dtype_is_float(x->type.dtype) == false) return false;
+  Ctx *c = cg_build_ctx(b);
+  WGrad *w = ARENA_NEW(&c->arena, WGrad);
+  *w = (WGrad){.b = b, .n = n, .x = x, .dy = dy, .out = out, .g = geo_of(n, &x->type, &dy->type)};
+  int64_t groups = ir_attr_int(n, "groups");
+  w->C = x->type.dims[1], w->Co = out->type.dims[0], w->Cg = out->type.dims[1], w->cog = w->Co / groups;
+  int64_t K = x->type.dims[0] * w->g.out_size;
+  if (K == 0 || numel(&out->type) == 0) return false;
+  const CgOptions *o = cg_options(b);
+  KTcKind tc = KTC_F16;
+  bool on_tc = !o->no_tensor_cores && cg_tc_kind(x->type.dtype, o->tf32, &tc);
+  const CgGroup *grp = cg_group(b);
+  CgTcGemm g = {
+      .node = n,
+      .hint = grp && grp->anchor == n && grp->n > 1 ? cg_group_hint(c, grp) : ir_ops[n->op].name,
+      .what = "weight gradient as a gemm",
+      .tc = tc,
+      .m = w->cog,
+      .n = w->Cg * w->g.k_size,
+      .k = K,
+      .batch = groups,
+      .a = {.rows = w->cog, .k_major = true, .row_begin = wg_dy_row, .element = wg_dy},
+      .b = {.rows = w->Cg * w->g.k_size, .k_major = true, .row_begin = wg_x_row, .element = wg_x},
+      .ctx = w,
+      .store = wg_store,
+  };
+  if (on_tc)
+    cg_tc_gemm(b, &g);
+  else
+    cg_fma_gemm(b, &g);
+  return true;
+}
+
+/* dW[co, ci, t]: over the batch, then the output positions, one thread
+ * per weight (what conv_weight_grad_gemm leaves). */
 static void lower_conv_weight_grad(CgBuild *b, const Node *n) {
+  if (conv_weight_grad_gemm(b, n)) return;
   const Value *x = n->in[0], *dy = n->in[1], *out = &n->out[0];
   Geo g = geo_of(n, &x->type, &dy->type);
   int64_t N = x->type.dims[0], C = x->type.dims[1], Co = out->type.dims[0], Cg = out->type.dims[1];

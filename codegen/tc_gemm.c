@@ -425,8 +425,9 @@ static const char *tc_name(KTcKind tc) {
 }
 
 /* The slices' sums in slice order, one thread per element of C. */
-static void reduce_slices(CgBuild *b, const CgTcGemm *g, const CgTcTile *t, DType acc_t, RtRef part) {
+void cg_gemm_reduce_slices(CgBuild *b, const CgTcGemm *g, int split, DType acc_t, RtRef part) {
   Ctx *c = cg_build_ctx(b);
+  const CgTcTile split_only = {.split = split}, *t = &split_only;
   Kernel *k = cg_kernel_new(c, g->node, arena_printf(&c->arena, "%s_splitk", g->hint),
                             arena_printf(&c->arena, "%s, the %d slices added", g->what, t->split));
   int64_t mn = g->m * g->n, total = g->batch * mn;
@@ -545,5 +546,5 @@ void cg_tc_gemm(CgBuild *b, const CgTcGemm *g) {
   k->grid[2] = (uint32_t)(tz < 65535 ? tz : 65535);
   k->block[0] = (uint32_t)G->threads;
   cg_launch(b, k);
-  if (G->t.split > 1) reduce_slices(b, g, &G->t, G->acc_t, part);
+  if (G->t.split > 1) cg_gemm_reduce_slices(b, g, G->t.split, G->acc_t, part);
 }

@@ -118,6 +118,46 @@ START_TEST(test_conv_weight_grad) {
 }
 END_TEST
 
+/* The weight gradient as a GEMM over K = batch x output positions
+ * (lower_train.c): f32 on the FMA GEMM with K = 1024 cut into 8 slices
+ * (one 64x64 tile: 16 x 72), f16 and bf16 on the tensor cores (their
+ * split too), grouped and strided. */
+START_TEST(test_conv_weight_grad_gemm) {
+  static const char *const texts[] = {
+      "graph g {\n"
+      "  %x = input {name=\"x\"} : f32[4, 8, 16, 16]\n"
+      "  %dy = input {name=\"dy\"} : f32[4, 16, 16, 16]\n"
+      "  %w = conv_weight_grad %x, %dy {kernel=[3, 3], stride=[1, 1], pad=[1, 1, 1, 1], dilation=[1, 1]} : f32[16, 8, 3, 3]\n"
+      "  return %w as \"dw\"\n"
+      "}\n",
+      "graph g {\n"
+      "  %x = input {name=\"x\"} : bf16[4, 16, 8, 8]\n"
+      "  %dy = input {name=\"dy\"} : bf16[4, 32, 8, 8]\n"
+      "  %w = conv_weight_grad %x, %dy {kernel=[3, 3], stride=[1, 1], pad=[1, 1, 1, 1], dilation=[1, 1]} : bf16[32, 16, 3, 3]\n"
+      "  return %w as \"dw\"\n"
+      "}\n",
+      "graph g {\n"
+      "  %x = input {name=\"x\"} : f16[2, 32, 9, 9]\n"
+      "  %dy = input {name=\"dy\"} : f16[2, 32, 5, 5]\n"
+      "  %w = conv_weight_grad %x, %dy {kernel=[3, 3], stride=[2, 2], pad=[1, 1, 1, 1], dilation=[1, 1], groups=2} : f16[32, 16, 3, 3]\n"
+      "  return %w as \"dw\"\n"
+      "}\n",
+  };
+  static const char *const steps[] = {"fma 64x64x16, split-K 8", "tensor cores bf16", "tensor cores f16"};
+  Both b;
+  both_run(&b, texts[_i], values, 2, 2);
+  bool found = false;
+  for (uint32_t i = 0; i < b.j.cg.plan->n_steps; i++)
+    found = found || (b.j.cg.plan->steps[i].label && strstr(b.j.cg.plan->steps[i].label, steps[_i]));
+  ck_assert_msg(found, "no step '%s'", steps[_i]);
+  /* f32 exact up to the slices' regrouping; a half result rounds once
+   * (bf16: 2^-8 relative, f16: 2^-11) */
+  static const double tol[] = {1e-5, 8e-3, 2e-3};
+  expect_close(&b.got[0], &b.want[0], tol[_i], "dw");
+  both_free(&b);
+}
+END_TEST
+
 /* The gradients' transposed products: GEMM flags on emu against eval,
  * batched with B broadcast (a shared B too, which A^T cannot fold into
  * rows). */
@@ -650,10 +690,13 @@ typedef struct BenchStep {
   int merged, apart; /* launches of the step without an optimizer */
 } BenchStep;
 
+/* LeNet and the BN CNN: each conv_weight_grad, a GEMM over K = batch x
+ * output positions with a single 64x64 tile, is split 16 ways and adds
+ * its slices in a second kernel (lower_train.c), 2 launches more each. */
 static const BenchStep bench_steps[] = {
     {"mlp.dl", 5, 7},
-    {"lenet.dl", 11, 16},
-    {"bn_cnn.dl", 21, 24},
+    {"lenet.dl", 13, 18},
+    {"bn_cnn.dl", 23, 26},
 };
 
 static Graph *bench_step(Ctx *c, const char *file, int optim) {
@@ -843,6 +886,7 @@ static Suite *train_suite(void) {
   TCase *ops = tcase_create("ops");
   tcase_set_timeout(ops, 180);
   tcase_add_test(ops, test_conv_weight_grad);
+  tcase_add_loop_test(ops, test_conv_weight_grad_gemm, 0, 3);
   tcase_add_test(ops, test_matmul_trans);
   tcase_add_test(ops, test_resize_grad);
   tcase_add_test(ops, test_pool_grads);

@@ -1,0 +1,161 @@
+/* A GEMM-shaped problem on the CUDA cores: the CgTcGemm of tc_gemm.c
+ * (operands and epilogue as callbacks) for the dtypes and options that
+ * take no tensor cores: f32 without --tf32, or --no-tensor-cores.  Exact
+ * f32 products summed in f32, in K order within a slice.
+ *
+ * A block computes a 64x64 tile of C with 256 threads, 4x4 results a
+ * thread; K passes through shared memory 16 at a time, each thread
+ * loading 4 elements of each operand (one row of each: its row_begin
+ * once, its element per k), consecutive threads along K where the
+ * operand is K-contiguous, else down the rows.  When the tiles are fewer
+ * than the SMs, K is cut into slices as the tensor cores' kernel cuts it
+ * (cg_gemm_reduce_slices adds them in order, then the epilogue).
+ *
+ * It serves the training ops whose products had one thread per result
+ * and a serial loop over the batch: conv_weight_grad (lower_train.c),
+ * which on the H200 left dlcc's ResNet-18 f32 training step at a third
+ * of PyTorch's throughput. */
+#include "codegen.h"
+#include "kernel.h"
+#include "kshort.h"
+
+enum {
+  TM = 64,
+  TN = 64,
+  TK = 16,
+  RT = 4,
+  THREADS = 256,
+  PER_THREAD = TM * TK / THREADS, /* each operand's elements a thread loads per K tile */
+  SLICE_MIN = 8,                  /* K tiles a slice sums at least */
+  SPLIT_MAX = 16,
+};
+
+static int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+/* One operand's loads: the thread's row of the tile and its first k. */
+typedef struct Loader {
+  const CgTcOperand *op;
+  KExpr *row, *k0; /* within the tile */
+  KExpr *grow;     /* in the problem */
+  KExpr *row_ok;   /* NULL: always */
+  void *data;      /* row_begin's */
+  KBuf *sm;        /* [TK][64] */
+} Loader;
+
+static void setup_loader(Kernel *k, KBlock *body, const CgTcGemm *g, Loader *L, const CgTcOperand *op, KExpr *tid,
+                         KExpr *tile0, KExpr *z, const char *name) {
+  L->op = op;
+  if (op->k_major) {
+    L->row = ilet(k, body, "r", kdiv(k, tid, TK / PER_THREAD));
+    L->k0 = ilet(k, body, "k0", cg_kmul(k, kmod(k, tid, TK / PER_THREAD), ki(k, PER_THREAD)));
+  } else {
+    L->row = ilet(k, body, "r", kmod(k, tid, TM));
+    L->k0 = ilet(k, body, "k0", cg_kmul(k, kdiv(k, tid, TM), ki(k, PER_THREAD)));
+  }
+  L->grow = ilet(k, body, "g", cg_kadd(k, tile0, L->row));
+  L->row_ok = op->rows % TM ? klt(k, L->grow, ki(k, op->rows)) : NULL;
+  /* a row past the edge computes its lets too, and never loads */
+  L->data = op->row_begin ? op->row_begin(g->ctx, k, body, z, L->grow) : NULL;
+  L->sm = cg_klocal(k, name, TY_F32, TK * TM, KSP_SHARED);
+}
+
+/* The thread's elements of K tile kt (global k from kbase) into shared
+ * memory, zeros past an edge. */
+static void load_tile(Kernel *k, KBlock *blk, const CgTcGemm *g, Loader *L, KExpr *z, KExpr *kbase, KExpr *k_end) {
+  KVar *e = cg_kvar(k, "e", KT_INDEX);
+  KBlock *eb = &cg_kloop(k, blk, e, ki(k, PER_THREAD), KM_UNROLL)->body;
+  KExpr *kl = ilet(k, eb, "kl", cg_kadd(k, L->k0, kv(k, e)));
+  KExpr *kk = ilet(k, eb, "kk", cg_kadd(k, kbase, kl));
+  KExpr *at = cg_kadd(k, cg_kmul(k, kl, ki(k, TM)), L->row);
+  cg_kstore(k, eb, L->sm, at, cg_kimm(k, 0, TY_F32));
+  KExpr *ok = cg_kand(k, L->row_ok, klt(k, kk, k_end));
+  KBlock *in = &cg_kif(k, eb, ok)->body;
+  cg_kstore(k, in, L->sm, at, cg_kcast(k, L->op->element(g->ctx, L->data, k, in, z, kk), TY_F32));
+}
+
+void cg_fma_gemm(CgBuild *b, const CgTcGemm *g) {
+  Ctx *c = cg_build_ctx(b);
+  if (!g->a.element || !g->b.element) dl_internal(c, "fma gemm: an operand without element loads");
+  if (g->tc == KTC_S8) dl_internal(c, "fma gemm: int8 operands");
+  int64_t mt = cdiv(g->m, TM), nt = cdiv(g->n, TN), kt_n = cdiv(g->k, TK);
+  int64_t split = 1;
+  if (!cg_options(b)->no_split_k) {
+    int64_t tiles = mt * nt * g->batch;
+    split = cdiv(CG_TC_TARGET_SMS, tiles);
+    if (split > SPLIT_MAX) split = SPLIT_MAX;
+    if (split > kt_n / SLICE_MIN) split = kt_n / SLICE_MIN;
+    if (split < 1) split = 1;
+  }
+  int64_t per = cdiv(kt_n, split);
+  split = cdiv(kt_n, per);
+  const char *what = arena_printf(&c->arena, "%s, fma 64x64x16%s", g->what,
+                                  split > 1 ? arena_printf(&c->arena, ", split-K %lld", (long long)split) : "");
+  Kernel *k = cg_kernel_new(c, g->node, arena_printf(&c->arena, "%s_fma", g->hint), what);
+  int64_t tz = g->batch * split;
+  KVar *bn = cg_kvar(k, "bn", KT_INDEX), *bm = cg_kvar(k, "bm", KT_INDEX), *bz = cg_kvar(k, "bz", KT_INDEX);
+  KVar *t = cg_kvar(k, "t", KT_INDEX);
+  KStmt *lx = cg_kloop(k, &k->body, bn, ki(k, nt), KM_GRID_X);
+  KStmt *ly = cg_kloop(k, &lx->body, bm, ki(k, mt), KM_GRID_Y);
+  KStmt *lz = cg_kloop(k, &ly->body, bz, ki(k, tz), KM_GRID_Z);
+  KBlock *body = &cg_kloop(k, &lz->body, t, ki(k, THREADS), KM_BLOCK_X)->body;
+  KExpr *tid = kv(k, t);
+  KExpr *z = tz == 1 ? ki(k, 0) : split > 1 ? ilet(k, body, "z", kdiv(k, kv(k, bz), split)) : kv(k, bz);
+  KExpr *ks = split > 1 ? ilet(k, body, "ks", kmod(k, kv(k, bz), split)) : ki(k, 0);
+  KExpr *m0 = ilet(k, body, "m0", cg_kmul(k, kv(k, bm), ki(k, TM)));
+  KExpr *n0 = ilet(k, body, "n0", cg_kmul(k, kv(k, bn), ki(k, TN)));
+  Loader la, lb;
+  setup_loader(k, body, g, &la, &g->a, tid, m0, z, "As");
+  setup_loader(k, body, g, &lb, &g->b, tid, n0, z, "Bs");
+  KExpr *tx = ilet(k, body, "tx", kmod(k, tid, TN / RT)), *ty = ilet(k, body, "ty", kdiv(k, tid, TN / RT));
+  KBuf *acc = cg_klocal(k, "acc", TY_F32, RT * RT, KSP_REGISTER);
+  KVar *zi = cg_kvar(k, "i", KT_INDEX);
+  cg_kstore(k, &cg_kloop(k, body, zi, ki(k, RT * RT), KM_UNROLL)->body, acc, kv(k, zi), cg_kimm(k, 0, TY_F32));
+  /* slice ks sums K tiles [ks per, ks per + per), the last one's past K
+   * zeros */
+  KVar *j = cg_kvar(k, "kt", KT_INDEX);
+  KBlock *lk = &cg_kloop(k, body, j, ki(k, per), KM_SERIAL)->body;
+  KExpr *kbase = ilet(k, lk, "kb", cg_kmul(k, cg_kadd(k, cg_kmul(k, ks, ki(k, per)), kv(k, j)), ki(k, TK)));
+  KExpr *k_end = ki(k, g->k);
+  load_tile(k, lk, g, &la, z, kbase, k_end);
+  load_tile(k, lk, g, &lb, z, kbase, k_end);
+  cg_kbarrier(k, lk);
+  KVar *kk = cg_kvar(k, "kk", KT_INDEX), *i = cg_kvar(k, "i", KT_INDEX), *jj = cg_kvar(k, "j", KT_INDEX);
+  KBlock *kb = &cg_kloop(k, lk, kk, ki(k, TK), KM_UNROLL)->body;
+  KBlock *ib = &cg_kloop(k, kb, i, ki(k, RT), KM_UNROLL)->body;
+  KExpr *a_at = cg_kadd(k, cg_kmul(k, kv(k, kk), ki(k, TM)), cg_kadd(k, cg_kmul(k, ty, ki(k, RT)), kv(k, i)));
+  KVar *av = cg_klet(k, ib, "a", TY_F32, cg_kload(k, la.sm, a_at));
+  KBlock *jb = &cg_kloop(k, ib, jj, ki(k, RT), KM_UNROLL)->body;
+  KExpr *b_at = cg_kadd(k, cg_kmul(k, kv(k, kk), ki(k, TN)), cg_kadd(k, cg_kmul(k, tx, ki(k, RT)), kv(k, jj)));
+  KExpr *slot = cg_kadd(k, cg_kmul(k, kv(k, i), ki(k, RT)), kv(k, jj));
+  cg_kstore(k, jb, acc, slot,
+            cg_kop2(k, OP_ADD, cg_kload(k, acc, slot), cg_kop2(k, OP_MUL, kv(k, av), cg_kload(k, lb.sm, b_at))));
+  cg_kbarrier(k, lk);
+  /* the results: each to store, or to this slice's partial sums */
+  RtRef part = {0};
+  KBuf *pb = NULL;
+  if (split > 1) {
+    int64_t numel = g->batch * split * g->m * g->n;
+    part = cg_scratch(b, g->node, (uint64_t)numel * 4);
+    pb = cg_kglobal(k, "part", TY_F32, numel, part);
+  }
+  KVar *i2 = cg_kvar(k, "i", KT_INDEX), *j2 = cg_kvar(k, "j", KT_INDEX);
+  KBlock *sb = &cg_kloop(k, &cg_kloop(k, body, i2, ki(k, RT), KM_UNROLL)->body, j2, ki(k, RT), KM_UNROLL)->body;
+  KExpr *m = ilet(k, sb, "m", cg_kadd(k, m0, cg_kadd(k, cg_kmul(k, ty, ki(k, RT)), kv(k, i2))));
+  KExpr *n = ilet(k, sb, "n", cg_kadd(k, n0, cg_kadd(k, cg_kmul(k, tx, ki(k, RT)), kv(k, j2))));
+  KExpr *ok = cg_kand(k, g->m % TM ? klt(k, m, ki(k, g->m)) : NULL, g->n % TN ? klt(k, n, ki(k, g->n)) : NULL);
+  if (ok) sb = &cg_kif(k, sb, ok)->body;
+  KExpr *v = cg_kload(k, acc, cg_kadd(k, cg_kmul(k, kv(k, i2), ki(k, RT)), kv(k, j2)));
+  if (pb) {
+    KExpr *slice = cg_kadd(k, cg_kmul(k, z, ki(k, split)), ks);
+    KExpr *at = cg_kadd(k, cg_kmul(k, cg_kadd(k, cg_kmul(k, slice, ki(k, g->m)), m), ki(k, g->n)), n);
+    cg_kstore(k, sb, pb, at, v);
+  } else {
+    g->store(g->ctx, k, sb, z, m, n, v);
+  }
+  k->grid[0] = (uint32_t)(nt < INT32_MAX ? nt : INT32_MAX);
+  k->grid[1] = (uint32_t)(mt < 65535 ? mt : 65535);
+  k->grid[2] = (uint32_t)(tz < 65535 ? tz : 65535);
+  k->block[0] = THREADS;
+  cg_launch(b, k);
+  if (pb) cg_gemm_reduce_slices(b, g, (int)split, TY_F32, part);
+}
