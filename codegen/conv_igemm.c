@@ -595,7 +595,10 @@ static void conv_store(void *ctx, Kernel *k, KBlock *blk, KExpr *z, KExpr *m, KE
   }
 }
 
-static void conv_tc(CgBuild *b, const Node *n) {
+/* The convolution as a CgTcGemm, on the tensor cores or (fma) the CUDA
+ * cores' GEMM (fma_gemm.c), which takes every operand by its element
+ * callbacks. */
+static void conv_gemm(CgBuild *b, const Node *n, bool fma) {
   Ctx *c = cg_build_ctx(b);
   ConvTc *cv = ARENA_NEW(&c->arena, ConvTc);
   cv->b = b;
@@ -625,14 +628,33 @@ static void conv_tc(CgBuild *b, const Node *n) {
       .store_m_major = cv->nhwc,
       .store = conv_store,
   };
-  cg_tc_gemm(b, &g);
+  if (fma)
+    cg_fma_gemm(b, &g);
+  else
+    cg_tc_gemm(b, &g);
 }
 
 bool cg_lower_conv_igemm(CgBuild *b, const Node *n) {
   if (ir_type_numel(&n->out[0].type) == 0) return true;
   if (cg_conv_on_tc(b, n)) {
-    conv_tc(b, n);
+    conv_gemm(b, n, false);
     return true;
   }
   return conv_fma(b, n);
+}
+
+/* A float conv_transpose off the tensor cores (f32 without --tf32: a
+ * training step's data gradient) as the same GEMM on the FMA kernel,
+ * where a group fills enough of a tile; false, having done nothing,
+ * otherwise (the direct gather of lower_window.c takes it). */
+bool cg_lower_conv_transpose_fma(CgBuild *b, const Node *n) {
+  DType dt = n->in[0]->type.dtype;
+  if (n->op != OP_CONV_TRANSPOSE2D && n->op != OP_CONV_TRANSPOSE3D) return false;
+  if (!ir_dtype_is_float(dt) || dt == TY_F64 || n->in[1]->type.dtype != dt || ir_type_numel(&n->out[0].type) == 0)
+    return false;
+  ConvTc cv = {0};
+  conv_geometry(&cv, n);
+  if (ir_attr_int(n, "groups") != 1 && (cv.Cog < 16 || cv.Kg < 16)) return false;
+  conv_gemm(b, n, true);
+  return true;
 }

@@ -490,6 +490,10 @@ bool cg_lower_gemm_epilogue(CgBuild *b, const CgGroup *grp);
  * conv_transpose only where it says so. */
 bool cg_lower_conv_igemm(CgBuild *b, const Node *n);
 bool cg_conv_on_tc(CgBuild *b, const Node *n);
+/* A float conv_transpose off the tensor cores as that GEMM on the CUDA
+ * cores (fma_gemm.c); false, having done nothing, where it does not
+ * apply (int8, tiny groups). */
+bool cg_lower_conv_transpose_fma(CgBuild *b, const Node *n);
 /* A depthwise conv2d (groups == input channels) as one kernel that
  * stages input tiles in shared memory (conv_depthwise.c); false, having
  * done nothing, when the node is no such conv or its tile would not fit. */

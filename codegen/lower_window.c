@@ -234,6 +234,7 @@ static const char *const hit_names[MAX_SPATIAL] = {"td", "th", "tw"};
 bool lower_conv_transpose(CgBuild *b, const Node *n) {
   if (!product_dtypes(b, n)) return false;
   if (numel(&n->out[0].type) > 0 && cg_conv_on_tc(b, n)) return cg_lower_conv_igemm(b, n);
+  if (cg_lower_conv_transpose_fma(b, n)) return true;
   int cnt;
   const int64_t *stride = ir_attr_ints(n, "stride", &cnt), *pad = ir_attr_ints(n, "pad", &cnt);
   const int64_t *dil = ir_attr_ints(n, "dilation", &cnt);

@@ -217,8 +217,33 @@ START_TEST(conv_transpose_on_tensor_cores) {
 }
 END_TEST
 
-/* The direct gather: f32 without --tf32, groups of fewer than 16 output
- * channels, --no-tensor-cores; int8 there too, exactly. */
+/* The same cases off the tensor cores (--no-tensor-cores), every float
+ * one on the FMA GEMM (fma_gemm.c) with the same operand callbacks:
+ * the phases or the gather, f32 sums rounded once to the result's type. */
+START_TEST(conv_transpose_on_fma) {
+  const TrCase *tc = &tr_cases[_i];
+  const Conv *p = &tc->conv;
+  bool i8 = strcmp(p->dt, "i8") == 0; /* the direct gather, exact int32 sums */
+  char *text = conv_text(p);
+  Ctx c;
+  ctx_init(&c);
+  Job j = compile_opts(&c, text, 2, (CgOptions){.no_tensor_cores = true});
+  ck_assert_msg(!conv_step_with(j.cg.plan, "tensor cores"), "%s", p->what);
+  ck_assert_msg(!conv_step_with(j.cg.plan, tc->phases ? "implicit gemm (stride phases), fma"
+                                                     : "implicit gemm (gather), fma") == i8,
+                "%s", p->what);
+  double tol = strcmp(p->dt, "f32") == 0 ? 1e-5 : i8 ? 0 : conv_tolerance(p->dt);
+  double e = conv_run_against_eval(&j, 3);
+  if (getenv("DLCC_TEST_VERBOSE")) fprintf(stderr, "fma %-44s %.3g\n", p->what, e);
+  ck_assert_msg(e <= tol, "%s: %.3g off ir_eval\n%s", p->what, e, text);
+  ctx_free(&c);
+  free(text);
+}
+END_TEST
+
+/* The direct gather: groups of fewer than 16 output channels, int8
+ * without the tensor cores (exact int32 sums); f32 without --tf32 takes
+ * the FMA GEMM. */
 START_TEST(conv_transpose_direct) {
   Conv f32 = {"f32 s2", "f32", 2, 1, 16, 16, 1, {5, 5}, {3, 3}, {2, 2}, {1, 1, 1, 1}, ONES, .bias = true,
               .transpose = true, .opad = {1, 1}};
@@ -251,6 +276,7 @@ static Suite *depthwise_suite(void) {
   TCase *tr = tcase_create("conv_transpose");
   tcase_set_timeout(tr, 300);
   tcase_add_loop_test(tr, conv_transpose_on_tensor_cores, 0, (int)ARRAY_LEN(tr_cases));
+  tcase_add_loop_test(tr, conv_transpose_on_fma, 0, (int)ARRAY_LEN(tr_cases));
   tcase_add_test(tr, conv_transpose_direct);
   suite_add_tcase(s, tr);
   return s;
