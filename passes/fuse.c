@@ -208,17 +208,29 @@ static bool types_ok(const Node *n) {
 /* Which operands of a member its kernel reads through the fused
  * evaluation (the others are read from memory by a GEMM, or are params
  * an anchor indexes itself). */
+/* A channels-last conv (passes/nhwc.c) reads its image from memory: a
+ * producer evaluated in its loads would make the im2col operand
+ * register-staged, where a stored one arrives by cp.async.  So its
+ * channel pad is stored, and an int8 conv's quantize goes to the
+ * producer's kernel (a side output beside the f32 residual) instead of
+ * being redone at every tap of the consumer's loads.  Except at a
+ * region's entry: elementwise ops over the transpose to NHWC are
+ * register-staged either way, and in the loads they cost no kernel of
+ * their own (the nhwc pass's rule counts on that). */
+static bool reads_region_entry(const Node *d) {
+  for (int depth = 0; depth < 8; depth++) {
+    if (d->op == OP_TRANSPOSE) return true;
+    if (ir_ops[d->op].cls != K_ELEMWISE || d->n_in < 1) return false;
+    d = d->in[0]->def;
+  }
+  return false;
+}
+
 static bool operand_fusible(const Fuser *f, const Node *m, int i) {
   if (m->op == OP_LINEAR) return i == 2;
   if (m->op == OP_MATMUL) return f->attention[m->id];
-  /* A channels-last conv (passes/nhwc.c) reads its image from memory:
-   * a producer evaluated in its loads would make the im2col operand
-   * register-staged, where a stored one arrives by cp.async.  So its
-   * channel pad is stored, and an int8 conv's quantize goes to the
-   * producer's kernel (a side output beside the f32 residual) instead
-   * of being redone at every tap of the consumer's loads. */
   if ((m->op == OP_CONV2D || m->op == OP_CONV3D) && i == 0 && ir_conv_nhwc(m) && ir_attr_int(m, "groups") == 1)
-    return false;
+    return reads_region_entry(m->in[0]->def);
   if (m->op == OP_CONV2D || m->op == OP_CONV3D || m->op == OP_CONV_TRANSPOSE2D || m->op == OP_CONV_TRANSPOSE3D)
     return true;
   if (reads_memory_only(m->op)) return false;
