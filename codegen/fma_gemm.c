@@ -28,6 +28,10 @@ enum {
   PER_THREAD = TM * TK / THREADS, /* each operand's elements a thread loads per K tile */
   SLICE_MIN = 8,                  /* K tiles a slice sums at least */
   SPLIT_MAX = 16,
+  /* K tiles below which no split pays for its second launch: a data
+   * gradient's K (channels x taps, 288 in a small CNN) is not split, a
+   * weight gradient's (batch x positions) is */
+  SPLIT_MIN_K_TILES = 32,
 };
 
 static int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
@@ -79,7 +83,7 @@ void cg_fma_gemm(CgBuild *b, const CgTcGemm *g) {
   if (g->tc == KTC_S8) dl_internal(c, "fma gemm: int8 operands");
   int64_t mt = cdiv(g->m, TM), nt = cdiv(g->n, TN), kt_n = cdiv(g->k, TK);
   int64_t split = 1;
-  if (!cg_options(b)->no_split_k) {
+  if (!cg_options(b)->no_split_k && kt_n >= SPLIT_MIN_K_TILES) {
     int64_t tiles = mt * nt * g->batch;
     split = cdiv(CG_TC_TARGET_SMS, tiles);
     if (split > SPLIT_MAX) split = SPLIT_MAX;
