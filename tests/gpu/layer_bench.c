@@ -137,24 +137,20 @@ static char *layer_text(const Layer *l, BenchType t) {
   const char *dt = t == BT_F16 ? "f16" : t == BT_BF16 ? "bf16" : "f32";
   char *s = malloc(1024);
   if (!s) return NULL;
-  if (l->conv && (t == BT_F16 || t == BT_BF16) && l->s.c % 8 == 0) {
+  if (l->conv) {
     const ConvShape *c = &l->s;
+    bool nhwc = (t == BT_F16 || t == BT_BF16) && c->c % 8 == 0;
+    /* x, W and y's dims after N (or Co), in the layout's order */
+    int x1 = nhwc ? c->h : c->c, x2 = nhwc ? c->w : c->h, x3 = nhwc ? c->c : c->w;
+    int w1 = nhwc ? c->r : c->c, w2 = nhwc ? c->s : c->r, w3 = nhwc ? c->c : c->s;
+    int y1 = nhwc ? c->oh : c->k, y2 = nhwc ? c->ow : c->oh, y3 = nhwc ? c->k : c->ow;
     snprintf(s, 1024,
              "graph layer {\n  %%x = input {name=\"x\"} : %s[%d, %d, %d, %d]\n"
              "  %%w = param {name=\"w\"} : %s[%d, %d, %d, %d]\n"
-             "  %%y = conv2d %%x, %%w {stride=[%d, %d], pad=[%d, %d, %d, %d], dilation=[%d, %d], groups=1,"
-             " layout=\"nhwc\"} : %s[%d, %d, %d, %d]\n  return %%y as \"y\"\n}\n",
-             dt, c->n, c->h, c->w, c->c, dt, c->k, c->r, c->s, c->c, c->stride, c->stride, c->pad, c->pad, c->pad,
-             c->pad, c->dilation, c->dilation, dt, c->n, c->oh, c->ow, c->k);
-  } else if (l->conv) {
-    const ConvShape *c = &l->s;
-    snprintf(s, 1024,
-             "graph layer {\n  %%x = input {name=\"x\"} : %s[%d, %d, %d, %d]\n"
-             "  %%w = param {name=\"w\"} : %s[%d, %d, %d, %d]\n"
-             "  %%y = conv2d %%x, %%w {stride=[%d, %d], pad=[%d, %d, %d, %d], dilation=[%d, %d], groups=1}"
+             "  %%y = conv2d %%x, %%w {stride=[%d, %d], pad=[%d, %d, %d, %d], dilation=[%d, %d], groups=1%s}"
              " : %s[%d, %d, %d, %d]\n  return %%y as \"y\"\n}\n",
-             dt, c->n, c->c, c->h, c->w, dt, c->k, c->c, c->r, c->s, c->stride, c->stride, c->pad, c->pad, c->pad,
-             c->pad, c->dilation, c->dilation, dt, c->n, c->k, c->oh, c->ow);
+             dt, c->n, x1, x2, x3, dt, c->k, w1, w2, w3, c->stride, c->stride, c->pad, c->pad, c->pad, c->pad,
+             c->dilation, c->dilation, nhwc ? ", layout=\"nhwc\"" : "", dt, c->n, y1, y2, y3);
   } else {
     snprintf(s, 1024,
              "graph layer {\n  %%x = input {name=\"x\"} : %s[%d, %d]\n  %%w = param {name=\"w\"} : %s[%d, %d]\n"
