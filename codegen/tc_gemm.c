@@ -195,7 +195,14 @@ static void setup_side(Gen *G, KBlock *body, int s, KExpr *tile0) {
     KExpr *idx = ilet(k, body, "e", cg_kadd(k, G->tid, ki(k, l * T)));
     S->slot_ok[l] = (l + 1) * T > chunks ? klt(k, idx, ki(k, chunks)) : NULL;
     S->row[l] = ilet(k, body, "r", S->op->k_major ? kdiv(k, idx, CHUNKS) : kmod(k, idx, S->rows));
-    S->chunk[l] = ilet(k, body, "c", S->op->k_major ? kmod(k, idx, CHUNKS) : kdiv(k, idx, S->rows));
+    /* Along a row, every slot of a thread is the same chunk (T is a
+     * multiple of CHUNKS): one expression, so that the per-stage K
+     * arithmetic of its chunks (a conv's tap and channel) is one too
+     * (the compiler cannot see (t + l T) % 4 == t % 4 for itself). */
+    if (S->op->k_major && l > 0 && T % CHUNKS == 0)
+      S->chunk[l] = S->chunk[0];
+    else
+      S->chunk[l] = ilet(k, body, "c", S->op->k_major ? kmod(k, idx, CHUNKS) : kdiv(k, idx, S->rows));
     S->grow[l] = ilet(k, body, "g", cg_kadd(k, tile0, S->row[l]));
     KExpr *phys = cg_kidx(k, KI_XOR, S->chunk[l], swizzle(k, S->row[l]));
     S->soff[l] = ilet(k, body, "so", cg_kadd(k, cg_kmul(k, S->row[l], ki(k, G->bk)), cg_kmul(k, phys, ki(k, G->epc))));
