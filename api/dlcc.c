@@ -338,7 +338,8 @@ have_graph:
                       strcmp(job->opt->precision, "f16") == 0;
   if (job->opt && job->opt->tensor_parallel > 1 && !split_tensors(c, job->opt, g, loss_scaling, &job->m->tp)) return 1;
   AutodiffOptions ado = {.loss_scale = loss_scaling,
-                         .sync_bn = job->opt && job->opt->optimizer ? job->opt->optimizer->sync_bn : 0};
+                         .sync_bn = job->opt && job->opt->optimizer ? job->opt->optimizer->sync_bn : 0,
+                         .unroll_rnn = job->opt && job->opt->unroll_rnn};
   if (job->opt && job->opt->grad && (!pass_autodiff(g, &ado) || !ir_verify(g))) return 1;
   if (job->opt && job->opt->optimizer) {
     OptimSpec spec;
@@ -362,6 +363,7 @@ have_graph:
   }
   if (!run_passes(c, job, g, &po)) return 1;
   CgOptions cgo = {.tf32 = job->opt && job->opt->tf32,
+                   .no_split_k = job->opt && job->opt->no_split_k,
                    .merge_launches = po.opt_level > 0 && !(job->opt && job->opt->no_merge_launches)};
   if (job->m->use_runtime && !cg_compile_opts(g, &cgo, &job->m->cg)) return 1;
   job->m->g = g;

@@ -65,6 +65,12 @@ int driver_model_word(int argc, char **argv, int *i, const char *cmd, DriverMode
     m->api->opt_level = a[2] == '0' ? DLC_O0 : a[2] - '0';
   } else if (strcmp(a, "--recompute") == 0 || strncmp(a, "--recompute=", 12) == 0) {
     m->api->recompute = a[11] ? a + 12 : "";
+  } else if (strcmp(a, "--no-split-k") == 0) {
+    m->api->no_split_k = 1;
+  } else if (strcmp(a, "--no-merge-launches") == 0) {
+    m->api->no_merge_launches = 1;
+  } else if (strcmp(a, "--unroll-rnn") == 0) {
+    m->api->unroll_rnn = 1;
   } else if (a[0] == '-') {
     fprintf(stderr, "dlcc: error: unknown option '%s' for %s (see dlcc %s --help)\n", a, cmd, cmd);
     return 1;

@@ -60,7 +60,7 @@ static const char run_usage[] =
     "                      bytes from the cost report: where a run's time goes\n"
     "  --no-graphs         launch every step on each run instead of replaying a\n"
     "                      captured CUDA graph (as DLCC_NO_GRAPHS=1; for debugging)\n"
-    "  --verbose           say how the runtime ran it: graphs (or why not), staging\n"
+    "  --verbose           say how the runtime ran it: graphs (or why not), staging\n"    "  --no-split-k --no-merge-launches --unroll-rnn   as for dlcc (dlcc --help)\n"
     "  --tensor-parallel=T under mpirun -np T: split the linear pairs and attention\n"
     "                      heads over T ranks (docs/parallel.md), each holding its\n"
     "                      parts of the weights; rank 0 prints and writes the outputs\n"

@@ -74,6 +74,7 @@ static const char train_usage[] =
     "  --log=FILE.jsonl      one JSON object per step (epoch, step, loss, lr)\n"
     "  --backend=B --precision=P -O0/-O1/-O2 -D NAME=VALUE --model=NAME   as for dlcc run\n"
     "  --recompute[=SCOPE,...]  activation checkpointing, as for dlcc (docs/training.md)\n"
+    "  --unroll-rnn --no-split-k --no-merge-launches   as for dlcc\n"
     "\n"
     "Under mpirun or srun each rank trains on its share of every global --batch and the\n"
     "gradients are averaged across ranks (docs/parallel.md):\n"

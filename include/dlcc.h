@@ -193,6 +193,13 @@ typedef struct dlc_options {
    * may share a launch (docs/kernels.md), which also leaves fewer
    * independent steps for side streams. */
   int no_merge_launches;
+  /* Nonzero, as dlcc's --no-split-k: a convolution's tile sums all of
+   * K in one block, even where its tiles are fewer than the SMs. */
+  int no_split_k;
+  /* With grad, as dlcc's --unroll-rnn: an lstm's gradient through its
+   * recurrence unrolled over time instead of the lstm_bptt op
+   * (docs/training.md). */
+  int unroll_rnn;
 } dlc_options;
 
 enum { DLC_O0 = -1 };

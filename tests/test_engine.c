@@ -82,6 +82,56 @@ static void replay_matches_reference(const char *model, float tol, const char *r
   dlc_free(g), dlc_free(off), dlc_free(ref);
 }
 
+/* The compile options reach codegen and autodiff (dlc_options'
+ * no_split_k and unroll_rnn: fewer steps, more steps), and dlc_profile
+ * times every step with its label and the cost report's FLOPs. */
+static int steps_of(const char *text, dlc_options o) {
+  dlc_model *m = NULL;
+  ck_assert_msg(dlc_compile_string("t.dl", text, &o, &m) == DLC_OK, "%s", dlc_error(m));
+  int n = dlc_num_steps(m);
+  dlc_free(m);
+  return n;
+}
+
+START_TEST(api_options_and_profile) {
+  /* one 64x64 tile of outputs over K = 256 x 9: the FMA kernel splits K */
+  const char *conv = "model c(x: f32[1, 256, 8, 8]) -> f32[1, 64, 8, 8] {\n"
+                     "  return conv2d(x, 64, kernel=3, pad=1, bias=false) as conv\n"
+                     "}\n";
+  int split = steps_of(conv, (dlc_options){.backend = "emu"});
+  int whole = steps_of(conv, (dlc_options){.backend = "emu", .no_split_k = 1});
+  ck_assert_int_eq(whole, 1);
+  ck_assert_int_eq(split, 2); /* the slices and their sum */
+  const char *rnn = "model r(x: f32[2, 5, 3]) -> f32[] {\n"
+                    "  h, hn, cn = lstm(x, hidden=8, layers=1) as lstm\n"
+                    "  return mean(h)\n"
+                    "}\n";
+  int bptt = steps_of(rnn, (dlc_options){.backend = "emu", .grad = 1});
+  int unrolled = steps_of(rnn, (dlc_options){.backend = "emu", .grad = 1, .unroll_rnn = 1});
+  ck_assert_msg(unrolled > bptt, "unrolled %d steps, lstm_bptt %d", unrolled, bptt);
+  dlc_model *m = NULL;
+  dlc_options o = {.backend = "emu"};
+  ck_assert_msg(dlc_compile_string("t.dl", conv, &o, &m) == DLC_OK, "%s", dlc_error(m));
+  ck_assert_int_eq(dlc_init_weights(m, 3), DLC_OK);
+  dlc_step_time st[2];
+  ck_assert_int_eq(dlc_profile(m, st, 2), DLC_ERR_RUN); /* before a run */
+  float x[256 * 64];
+  for (int i = 0; i < 256 * 64; i++) x[i] = frand();
+  size_t nbytes;
+  run_with(m, x, sizeof x, &nbytes);
+  ck_assert_msg(dlc_profile(m, st, 2) == DLC_OK, "%s", dlc_error(m));
+  ck_assert_ptr_nonnull(strstr(st[0].label, "split-K"));
+  ck_assert_ptr_nonnull(strstr(st[1].label, "slices added"));
+  ck_assert(st[0].us > 0 && st[1].us > 0);
+  /* the conv's FLOPs on its first kernel (the taps inside the image:
+   * just under 2 x 64 x 256 x 9 x 64), the sum's a few per output */
+  double full = 2.0 * 64 * 256 * 9 * 64;
+  ck_assert_msg(st[0].flops > 0.99 * full && st[0].flops <= full, "%g FLOPs", st[0].flops);
+  ck_assert_msg(st[1].flops < st[0].flops / 100, "%g FLOPs in the sum", st[1].flops);
+  dlc_free(m);
+}
+END_TEST
+
 START_TEST(emu_replay_matches_reference) {
   replay_matches_reference("examples/mlp.dl", 1e-5f,
                            "graphs on: 1 graph over 6 steps, every step captured; staging in host memory");
@@ -594,6 +644,7 @@ static Suite *engine_suite(void) {
   TCase *tc = tcase_create("emu");
   tcase_set_timeout(tc, 120);
   tcase_add_test(tc, emu_replay_matches_reference);
+  tcase_add_test(tc, api_options_and_profile);
   tcase_add_test(tc, emu_bound_io_and_async);
   tcase_add_test(tc, emu_batch_stream);
   tcase_add_test(tc, emu_side_streams_match_reference);
