@@ -34,6 +34,9 @@ enum {
   SPLIT_MIN_K_TILES = 32,
 };
 
+/* setup_loader lays both operands' tiles out alike */
+_Static_assert(TM == TN, "the A and B tiles have as many rows");
+
 static int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 /* One operand's loads: the thread's row of the tile and its first k. */
