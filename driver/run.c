@@ -450,7 +450,7 @@ static int by_time(const void *a, const void *b) {
   return x->us < y->us ? 1 : x->us > y->us ? -1 : x < y ? -1 : x > y;
 }
 
-static void print_profile(const char *backend, dlc_step_time *steps, int n, int top) {
+void run_print_profile(const char *backend, dlc_step_time *steps, int n, int top) {
   const dlc_step_time **order = malloc((size_t)(n > 0 ? n : 1) * sizeof *order);
   if (!order) {
     fputs("dlcc: error: profile: out of memory\n", stderr);
@@ -588,7 +588,7 @@ static int run_library(RunOptions *o) {
     bool ok = us && st && dlrt_profile(m, us, n) == DLRT_OK;
     if (ok) {
       for (int i = 0; i < n; i++) st[i] = (dlc_step_time){.label = dlrt_step_label(m, i), .us = us[i]};
-      print_profile(dlrt_backend(m), st, n, o->profile);
+      run_print_profile(dlrt_backend(m), st, n, o->profile);
     } else {
       fprintf(stderr, "dlcc: error: %s\n", us && st ? dlrt_error(m) : "out of memory");
     }
@@ -752,7 +752,7 @@ static int run_model(RunOptions *o, DistComm *comm) {
       free(st);
       goto done;
     }
-    print_profile(dlc_backend(m), st, n, o->profile);
+    run_print_profile(dlc_backend(m), st, n, o->profile);
     free(st);
   }
   int n_out = quiet ? 0 : dlc_num_outputs(m);

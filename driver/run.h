@@ -55,6 +55,9 @@ bool run_input_matches(const InputArg *in, const dlc_tensor_info *info, char *er
 bool run_random_input(const dlc_tensor_info *info, uint64_t seed, Tensor *t);
 /* One output's line: name, type, min, max, mean, first values. */
 void run_print_summary(const dlc_tensor_info *info, const void *data);
+/* --profile's table on stderr: the top slowest of the n steps (a
+ * dlc_profile's), their share, TFLOP/s and GB/s, then the sum. */
+void run_print_profile(const char *backend, dlc_step_time *steps, int n, int top);
 
 /* --output-dir: the folder, opened once, and each output's file in it. */
 typedef struct OutputDir {

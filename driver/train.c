@@ -23,6 +23,7 @@
 #include "driver/dist.h"
 #include "driver/driver.h"
 #include "driver/pipeline.h"
+#include "driver/run.h"
 #include "driver/train.h"
 #include "driver/train_tp.h"
 #include "dlcc.h"
@@ -39,6 +40,7 @@ typedef struct TrainArgs {
   bool nesterov, shuffle, drop_last, sync_bn;
   double dist_timeout, bucket_mb;
   int64_t batch, epochs, pipeline, micro_batches, tensor_parallel;
+  int profile; /* --profile[=N]: after training, one more step timed kernel by kernel */
   uint64_t seed;
   dlc_options api;
   dlc_define defines[DRIVER_MAX_DEFINES];
@@ -75,6 +77,8 @@ static const char train_usage[] =
     "  --backend=B --precision=P -O0/-O1/-O2 -D NAME=VALUE --model=NAME   as for dlcc run\n"
     "  --recompute[=SCOPE,...]  activation checkpointing, as for dlcc (docs/training.md)\n"
     "  --unroll-rnn --no-split-k --no-merge-launches   as for dlcc\n"
+    "  --profile[=N]         after training (and --save), one more step timed kernel by\n"
+    "                        kernel, the N slowest (default 20) printed as dlcc run's\n"
     "\n"
     "Under mpirun or srun each rank trains on its share of every global --batch and the\n"
     "gradients are averaged across ranks (docs/parallel.md):\n"
@@ -182,6 +186,12 @@ static int parse_one(int argc, char **argv, int *i, TrainArgs *o) {
   } else if (r) {
     if (!real_arg(flag, v, r)) return 1;
     if (given) *given = true;
+  } else if (strcmp(a, "--profile") == 0) {
+    o->profile = 20;
+  } else if ((v = driver_flag_value(argc, argv, i, "--profile"))) {
+    int64_t top;
+    if (!int_arg("--profile", v, 1, &top)) return 1;
+    o->profile = top > 1000000 ? 1000000 : (int)top;
   } else if ((v = driver_flag_value(argc, argv, i, "--batch"))) {
     if (!int_arg("--batch", v, 1, &o->batch)) return 1;
   } else if ((v = driver_flag_value(argc, argv, i, "--pipeline"))) {
@@ -498,6 +508,30 @@ static bool gather_parts(Run *r) {
 
 /* The step whose weights rank 0 writes or validates. */
 static dlc_train *weights_of(Run *r) { return r->whole ? r->whole : r->step ? r->step : r->rest; }
+
+/* --profile: one more full-batch step, every kernel timed (dlc_profile:
+ * GPU time on cuda); the weights it updates are not saved again. */
+static bool profile_step(Run *r) {
+  if (r->dp > 1 || r->tp > 1 || r->pipe) {
+    fputs("dlcc: error: --profile times one process's step: not under mpirun, --pipeline or --tensor-parallel\n",
+          stderr);
+    keep_error("--profile with several ranks");
+    return false;
+  }
+  dlc_train *t = r->step ? r->step : r->rest;
+  dlc_model *m = dlc_train_model(t);
+  int n = dlc_num_steps(m);
+  dlc_step_time *st = calloc((size_t)(n > 0 ? n : 1), sizeof *st);
+  if (!st || dlc_profile(m, st, n) != DLC_OK) {
+    fputs(st ? dlc_error(m) : "dlcc: error: out of memory\n", stderr);
+    free(st);
+    keep_error("--profile failed");
+    return false;
+  }
+  run_print_profile(dlc_backend(m), st, n, r->a->profile);
+  free(st);
+  return true;
+}
 
 static bool save(Run *r) {
   dlc_train *t = weights_of(r);
@@ -949,6 +983,7 @@ int driver_train(int argc, char **argv) {
     for (int64_t e = 0; ok && e < a.epochs; e++) ok = run_epoch(&r);
   }
   if (ok && a.save) ok = save(&r);
+  if (ok && a.profile) ok = profile_step(&r);
   if (ok && r.dp > 1 && r.tp > 1 && !dist.rank)
     printf("data parallel: %d groups of %d tensor-parallel ranks\n", r.dp, r.tp);
   else if (ok && r.dp > 1 && !dist.rank && !a.pipeline)

@@ -147,4 +147,17 @@ expect 1 "$tmp/noparam.dl:2:28: error: sgd: the model has no trainable parameter
 expect_sub 1 "error: the loss must be one float value to differentiate, but output 'logits' is f32[8, 3]" \
   "$dlcc" train "$t/tiny.dl" --batch 8 --backend=ref --data "$t/data"
 
+# --profile: after training, one more step timed kernel by kernel (emu's
+# host time), the slowest first; the trained weights were saved before it.
+expect 0 "" "$dlcc" train $A --data "$t/data" --epochs 1 --backend=emu --shuffle=false --profile=3 \
+  --save "$tmp/prof.safetensors"
+grep -q '^dlcc: profile: [0-9]* steps on emu, [0-9.]* us in all (host time), the 3 slowest:$' "$tmp/err" ||
+  fail "--profile: no table: $(cat "$tmp/err")"
+[ "$(grep -c '^ *[0-9][0-9]* *[0-9.]* *[0-9.]*% ' "$tmp/err")" = 3 ] || fail "--profile=3: not 3 rows: $(cat "$tmp/err")"
+[ -s "$tmp/prof.safetensors" ] || fail "--profile: --save wrote nothing"
+expect 1 "dlcc: error: --profile expects a whole number >= 1, got '0'" \
+  "$dlcc" train $A --data "$t/data" --backend=ref --profile=0
+expect_sub 1 "profile: the reference interpreter runs no steps" \
+  "$dlcc" train $A --data "$t/data" --epochs 1 --backend=ref --profile
+
 finish train_cli

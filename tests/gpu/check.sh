@@ -224,7 +224,9 @@ PY
     # warm-up (comparing a 1-epoch with a 3-epoch process measured the
     # kernel cache instead: the second process found every cubin cached).
     # shellcheck disable=SC2086
-    if run "$lim" "train.r18.$prec" ./dlcc train $args --epochs=3 --log "$work/train.r18.$prec.jsonl"; then
+    # --profile=25: then one more step, kernel by kernel (GPU time)
+    if run "$lim" "train.r18.$prec" ./dlcc train $args --epochs=3 --log "$work/train.r18.$prec.jsonl" --profile=25; then
+      sed -n '/^dlcc: profile:/,/^  all/p' "$work/train.r18.$prec.out" | sed "s/^/profile train resnet18 $prec: /" >>"$summary"
       note "train resnet18 $prec (64x64, batch 64): $(python3 - "$work/train.r18.$prec.jsonl" <<'PY'
 import json, sys
 steps = [json.loads(l) for l in open(sys.argv[1]) if '"step"' in l]
