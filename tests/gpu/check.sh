@@ -71,7 +71,7 @@ budget=${GPU_CHECK_BUDGET:-450}
 note() { printf '%s\n' "$*" | tee -a "$summary"; }
 # GPU_CHECK_PARTS: the parts to run, by name, space-separated (default:
 # all): rt_check bandwidth models precision layers model profile
-# sanitizer calib engine train aot.  The parts after the build are independent, except
+# sanitizer calib engine train ncu aot.  The parts after the build are independent, except
 # precision, which compares with the models part's f32 outputs.  So a
 # session with little device time left can rerun what it changed:
 #   GPU_CHECK_PARTS="rt_check layers train" GPU_CHECK_LAYER_MODES=f16 ...
@@ -618,6 +618,28 @@ fi
 
 engine_section
 train_section
+
+echo "== ncu: why the tensor-core convolutions run where they do"
+# Nsight Compute on the first ResNet-50 f16 convolutions at batch 64
+# (every step launched by itself): speed of light, occupancy, warp
+# stalls.  --clock-control none leaves the card's clocks alone.  The
+# device notes say ncu reads the counters on the Firecracker machines
+# (driver 580.159.04, as the first run had) and not on gVisor.
+section ncu
+ncu_bin=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+lim=$(slot 120)
+if [ "$lim" = 0 ]; then
+  skipped "ncu"
+elif [ -z "$ncu_bin" ]; then
+  note "ncu: n/a (no ncu on this machine)"
+elif run "$lim" ncu "$ncu_bin" --clock-control none -k regex:igemm_tc --launch-count 6 --section SpeedOfLight \
+    --section Occupancy --section WarpStateStats --section LaunchStats \
+    ./dlcc run examples/resnet50.dl -D N=64 --precision=f16 --backend=cuda --no-graphs; then
+  grep -E 'igemm_tc|Compute \(SM\) Throughput|Memory Throughput|Achieved Occupancy|Registers Per Thread|Warp Cycles Per Issued|Block Limit' \
+    "$work/ncu.out" | sed 's/^/ncu: /' >>"$summary"
+else
+  note "ncu: rc $?: $(grep -m1 -i 'error' "$work/ncu.out" | cut -c1-160)"
+fi
 
 echo "== AOT: a model.so on cuda against the same .so on emu"
 section aot
