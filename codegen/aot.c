@@ -544,7 +544,8 @@ static bool write_model_c(Aot *a, Graph *g, const RtBinary *bins, int n_bins, co
   fprintf(f, "  .weights_data = %s,\n", p->weights_bytes && !o->external_weights ? "dlcc_aot_weights" : "NULL");
   fprintf(f, "  .n_contracts = %" PRIu32 "u, .contracts = %s,\n  .status_bytes = %" PRIu64 "ull,\n",
           p->n_contracts, p->n_contracts ? "contracts" : "NULL", p->status_bytes);
-  fprintf(f, "  .n_update_steps = %" PRIu32 "u,\n", p->n_update_steps);
+  fprintf(f, "  .n_update_steps = %" PRIu32 "u,\n  .sync_bytes = %" PRIu64 "ull,\n", p->n_update_steps,
+          p->sync_bytes);
   uint64_t seal[RT_SEAL_COUNT];
   if (!seal_plan(a, bins, n_bins, seal)) return false;
   fprintf(f, "  .sealed = 0x%08xu,\n  .seal = {", RT_PLAN_SEALED);

@@ -6,45 +6,20 @@
  * are evaluated) and runs the group's epilogue in its stores
  * (cg_fused_store).  f16, bf16 and int8 (and f32 under --tf32) go to the
  * tensor-core GEMM (tc_gemm.c), grouped ones too when a group has
- * channels enough; f32 stays on the exact FMA kernel below. */
+ * channels enough; f32 and everything under --no-tensor-cores to the
+ * same GEMM on the CUDA cores (fma_gemm.c): exact in f32, int8 summed
+ * in int32. */
 #include <inttypes.h>
 #include <string.h>
 
 #include "codegen.h"
 #include "kernel.h"
 
-/* ---- convolution as an implicit GEMM ----
- * C[Co][N*OH*OW] = W[Co][C*KH*KW] x cols, where cols is never stored (a
- * conv3d's the same with OD*OH*OW columns and C*KD*KH*KW rows): a
- * block computes a 64x64 tile of C with 256 threads of 4x4 results each,
- * staging 16-deep slices of W and of the im2col matrix in shared memory;
- * the im2col indexing sits in the loads and the bias and the group's
- * epilogue in the stores. */
-enum { TM = 64, TN = 64, TK = 16, RT = 4, THREADS = 256 };
-
 static KExpr *kv(Kernel *k, KVar *v) { return cg_kv(k, v); }
 static KExpr *ki(Kernel *k, int64_t v) { return cg_kint(k, v); }
 static KExpr *kdiv(Kernel *k, KExpr *a, int64_t d) { return cg_kidx(k, KI_DIV, a, ki(k, d)); }
 static KExpr *kmod(Kernel *k, KExpr *a, int64_t d) { return cg_kidx(k, KI_MOD, a, ki(k, d)); }
 static KExpr *klt(Kernel *k, KExpr *a, int64_t v) { return cg_kcmp(k, KC_LT, a, ki(k, v)); }
-
-/* dst[at] = cond ? load : fill, as an if so that a fused load's lets
- * stay inside the guard. */
-static void guarded_fill(CgBuild *b, Kernel *k, KBlock *in, KExpr *cond, KBuf *dst, KExpr *at,
-                         const Value *v, const char *name, KExpr *index, int64_t fill) {
-  KStmt *s = cg_kif(k, in, cond);
-  cg_kstore(k, &s->body, dst, at, cg_operand_load(b, k, &s->body, v, name, index));
-  cg_kstore(k, &s->orelse, dst, at, cg_kimm(k, (double)fill, dst->dtype));
-}
-
-/* Where element (kk, col) of a TK x width tile lives: row after row, or
- * (packed, for int8) with four consecutive kk of one col in one 32-bit
- * word, [TK/4][width][4], so that __dp4a reads them at once. */
-static KExpr *tile_at(Kernel *k, KExpr *kk, KExpr *col, int64_t width, bool packed) {
-  if (!packed) return cg_kadd(k, cg_kmul(k, kk, ki(k, width)), col);
-  KExpr *word = cg_kadd(k, cg_kmul(k, kdiv(k, kk, 4), ki(k, width)), col);
-  return cg_kadd(k, cg_kmul(k, word, ki(k, 4)), kmod(k, kk, 4));
-}
 
 /* Coordinate d of a position p (linear over dims[0 .. count)): p
  * divided by the dims inside d, modulo dims[d] but for the outermost. */
@@ -53,222 +28,6 @@ static KExpr *coord_of(Kernel *k, KExpr *p, const int64_t *dims, int count, int 
   for (int j = d + 1; j < count; j++) inner *= dims[j];
   KExpr *e = kdiv(k, p, inner);
   return d > 0 ? kmod(k, e, dims[d]) : e;
-}
-
-/* Slices of K for the FMA kernel: when its tiles are fewer than the SMs
- * (a batch of 1 past the first layers: ResNet-50 in f32 at 64x64 had
- * grids of 2 to 32 blocks, each summing K up to 4608 alone, and took
- * 4.5 ms a run on the H200), enough slices of at least 8 K tiles to
- * fill them, 16 at most. */
-enum { FMA_SMS = CG_TC_TARGET_SMS, FMA_MIN_SLICE = 8, FMA_MAX_SPLIT = 16 };
-static int64_t fma_split(int64_t tiles, int64_t kt_n) {
-  int64_t s = (FMA_SMS + tiles - 1) / tiles;
-  if (s > FMA_MAX_SPLIT) s = FMA_MAX_SPLIT;
-  if (s > kt_n / FMA_MIN_SLICE) s = kt_n / FMA_MIN_SLICE;
-  return s > 1 ? s : 1;
-}
-
-/* The FMA kernel's split-K sums: part[s][m][oc] added in slice order
- * (the same sums on every run), then the bias and the group's epilogue,
- * one thread per element of the output. */
-static void fma_reduce(CgBuild *b, const Node *n, Kernel *k0, RtRef part, int64_t split, int64_t Co, int64_t NC,
-                       int64_t OHW, bool nhwc, DType at_t) {
-  Ctx *c = cg_build_ctx(b);
-  const Value *out = &n->out[0];
-  Kernel *k = cg_kernel_new(c, n, arena_printf(&c->arena, "%s_splitk", k0->hint),
-                            arena_printf(&c->arena, "%s, the %" PRId64 " slices added", k0->what, split));
-  int64_t total = Co * NC;
-  KBuf *pb = cg_kglobal(k, "part", at_t, split * total, part);
-  KVar *nv = cg_kparam(k, "n", KT_INDEX, total, 0);
-  KVar *i = cg_kvar(k, "i", KT_INDEX);
-  KStmt *loop = cg_kloop(k, &k->body, i, kv(k, nv), KM_GRID_STRIDE);
-  cg_kernel_grid_1d(k, total);
-  KBlock *blk = &loop->body;
-  KVar *acc = cg_kvar(k, "acc", at_t), *sv = cg_kvar(k, "s", KT_INDEX);
-  KStmt *red = cg_kreduce(k, blk, acc, cg_kimm(k, 0, at_t), OP_ADD, sv, ki(k, split));
-  red->value = cg_kload(k, pb, cg_kadd(k, cg_kmul(k, kv(k, sv), ki(k, total)), kv(k, i)));
-  KVar *m = cg_klet(k, blk, "m", KT_INDEX, kdiv(k, kv(k, i), NC));
-  KVar *oc = cg_klet(k, blk, "oc", KT_INDEX, kmod(k, kv(k, i), NC));
-  KExpr *oidx = nhwc ? cg_kadd(k, cg_kmul(k, kv(k, oc), ki(k, Co)), kv(k, m))
-                     : cg_kadd(k, cg_kmul(k, cg_kadd(k, cg_kmul(k, kdiv(k, kv(k, oc), OHW), ki(k, Co)), kv(k, m)), ki(k, OHW)),
-                               kmod(k, kv(k, oc), OHW));
-  KVar *oi = cg_klet(k, blk, "o", KT_INDEX, oidx);
-  KExpr *val = kv(k, acc);
-  if (n->n_in > 2) val = cg_kop2(k, OP_ADD, val, cg_kcast(k, cg_operand_load(b, k, blk, n->in[2], "bias", kv(k, m)), at_t));
-  if (!cg_fused_store(b, k, blk, out, kv(k, oi), val)) {
-    KBuf *o = cg_kglobal(k, "out", out->type.dtype, ir_type_numel(&out->type), cg_ref(b, out));
-    cg_kstore(k, blk, o, kv(k, oi), cg_kcast(k, val, out->type.dtype));
-  }
-  cg_launch(b, k);
-}
-
-static bool conv_fma(CgBuild *b, const Node *n) {
-  Ctx *c = cg_build_ctx(b);
-  int cnt;
-  const int64_t *stride = ir_attr_ints(n, "stride", &cnt), *pad = ir_attr_ints(n, "pad", &cnt);
-  const int64_t *dil = ir_attr_ints(n, "dilation", &cnt);
-  const Value *x = n->in[0], *w = n->in[1], *out = &n->out[0];
-  /* 2 or 3 spatial dims: in, kern and od hold them, outermost first;
-   * channels last (nhwc) has them from axis 1 and K ordered (tap, ci) */
-  int nsp = x->type.rank - 2;
-  bool nhwc = ir_conv_nhwc(n);
-  int sx = nhwc ? 1 : 2;
-  const int64_t *xd = x->type.dims, *wd = w->type.dims;
-  const int64_t *in = xd + sx, *kern = wd + sx, *od = out->type.dims + sx;
-  int64_t N = xd[0], C = xd[nhwc ? 1 + nsp : 1], Co = wd[0], OHW = 1, KK = 1;
-  for (int d = 0; d < nsp; d++) OHW *= od[d], KK *= kern[d];
-  int64_t K = C * KK, NC = N * OHW;
-  if (ir_type_numel(&out->type) == 0) return true;
-  const CgGroup *grp = cg_group(b);
-  const char *hint = grp && grp->n > 1 ? cg_group_hint(c, grp) : ir_ops[n->op].name;
-  int64_t mt = (Co + TM - 1) / TM, nt = (NC + TN - 1) / TN, kt_n = (K + TK - 1) / TK;
-  int64_t split = cg_options(b)->no_split_k ? 1 : fma_split(mt * nt, kt_n), per = (kt_n + split - 1) / split;
-  split = (kt_n + per - 1) / per; /* no slice without a tile */
-  const char *what = arena_printf(&c->arena, "%simplicit gemm%s", grp ? arena_printf(&c->arena, "#k%d ", grp->id) : "",
-                                  split > 1 ? arena_printf(&c->arena, ", split-K %" PRId64, split) : "");
-  Kernel *k = cg_kernel_new(c, n, arena_printf(&c->arena, "%s_igemm", hint), what);
-  /* Tiles in the operands' type when both are one half type (half the
-   * shared memory), else f32; products accumulate in f32 either way.  An
-   * int8 product keeps i8 tiles and sums exactly in int32. */
-  DType tile = x->type.dtype == w->type.dtype ? x->type.dtype : TY_F32;
-  DType at_t = out->type.dtype == TY_I32 ? TY_I32 : TY_F32;
-  bool packed = at_t == TY_I32; /* tiles laid out for __dp4a (tile_at) */
-  KBuf *As = cg_klocal(k, "As", tile, TK * TM, KSP_SHARED);
-  KBuf *Bs = cg_klocal(k, "Bs", tile, TK * TN, KSP_SHARED);
-  KBuf *acc = cg_klocal(k, "acc", at_t, RT * RT, KSP_REGISTER);
-  KVar *bn = cg_kvar(k, "bn", KT_INDEX), *bm = cg_kvar(k, "bm", KT_INDEX), *t = cg_kvar(k, "t", KT_INDEX);
-  KStmt *lx = cg_kloop(k, &k->body, bn, ki(k, nt), KM_GRID_X);
-  KStmt *ly = cg_kloop(k, &lx->body, bm, ki(k, mt), KM_GRID_Y);
-  KVar *bz = cg_kvar(k, "bz", KT_INDEX);
-  KStmt *lsz = split > 1 ? cg_kloop(k, &ly->body, bz, ki(k, split), KM_GRID_Z) : ly;
-  KStmt *lt = cg_kloop(k, &lsz->body, t, ki(k, THREADS), KM_BLOCK_X);
-  KBlock *body = &lt->body;
-  KVar *tx = cg_klet(k, body, "tx", KT_INDEX, kmod(k, kv(k, t), TN / RT));
-  KVar *ty = cg_klet(k, body, "ty", KT_INDEX, kdiv(k, kv(k, t), TN / RT));
-  KVar *z = cg_kvar(k, "z", KT_INDEX);
-  KStmt *lz = cg_kloop(k, body, z, ki(k, RT * RT), KM_UNROLL);
-  cg_kstore(k, &lz->body, acc, kv(k, z), cg_kimm(k, 0, at_t));
-
-  /* slice bz sums K tiles [bz per, bz per + per); the last one's tiles
-   * past K read zeros (the guards on K below) */
-  KVar *kl = cg_kvar(k, "kt", KT_INDEX);
-  KStmt *lk = cg_kloop(k, body, kl, ki(k, per), KM_SERIAL);
-  KExpr *kt_at = split > 1 ? cg_kadd(k, cg_kmul(k, kv(k, bz), ki(k, per)), kv(k, kl)) : kv(k, kl);
-  bool k_ragged = K % TK || per * split != kt_n;
-  /* W tile: consecutive threads read consecutive k of one row. */
-  KVar *la = cg_kvar(k, "l", KT_INDEX);
-  KStmt *lla = cg_kloop(k, &lk->body, la, ki(k, TM * TK / THREADS), KM_UNROLL);
-  KVar *ea = cg_klet(k, &lla->body, "e", KT_INDEX, cg_kadd(k, kv(k, t), cg_kmul(k, kv(k, la), ki(k, THREADS))));
-  KVar *am = cg_klet(k, &lla->body, "am", KT_INDEX,
-                     cg_kadd(k, cg_kmul(k, kv(k, bm), ki(k, TM)), kdiv(k, kv(k, ea), TK)));
-  KVar *ak = cg_klet(k, &lla->body, "ak", KT_INDEX,
-                     cg_kadd(k, cg_kmul(k, kt_at, ki(k, TK)), kmod(k, kv(k, ea), TK)));
-  KExpr *a_at = tile_at(k, kmod(k, kv(k, ea), TK), kdiv(k, kv(k, ea), TK), TM, packed);
-  KExpr *a_ok = cg_kand(k, Co % TM ? klt(k, kv(k, am), Co) : NULL, k_ragged ? klt(k, kv(k, ak), K) : NULL);
-  KExpr *w_at = cg_kadd(k, cg_kmul(k, kv(k, am), ki(k, K)), kv(k, ak));
-  if (a_ok)
-    guarded_fill(b, k, &lla->body, a_ok, As, a_at, w, "w", w_at, 0);
-  else
-    cg_kstore(k, &lla->body, As, a_at, cg_operand_load(b, k, &lla->body, w, "w", w_at));
-  /* im2col tile: consecutive threads read consecutive output pixels. */
-  KVar *lb = cg_kvar(k, "l", KT_INDEX);
-  KStmt *llb = cg_kloop(k, &lk->body, lb, ki(k, TN * TK / THREADS), KM_UNROLL);
-  KBlock *bb = &llb->body;
-  KVar *eb = cg_klet(k, bb, "e", KT_INDEX, cg_kadd(k, kv(k, t), cg_kmul(k, kv(k, lb), ki(k, THREADS))));
-  KVar *col = cg_klet(k, bb, "col", KT_INDEX,
-                      cg_kadd(k, cg_kmul(k, kv(k, bn), ki(k, TN)), kmod(k, kv(k, eb), TN)));
-  KVar *bk = cg_klet(k, bb, "bk", KT_INDEX,
-                     cg_kadd(k, cg_kmul(k, kt_at, ki(k, TK)), kdiv(k, kv(k, eb), TN)));
-  KVar *img = cg_klet(k, bb, "img", KT_INDEX, kdiv(k, kv(k, col), OHW));
-  KVar *p = cg_klet(k, bb, "p", KT_INDEX, kmod(k, kv(k, col), OHW));
-  KVar *ci = cg_klet(k, bb, "ci", KT_INDEX, nhwc ? kmod(k, kv(k, bk), C) : kdiv(k, kv(k, bk), KK));
-  KVar *r = cg_klet(k, bb, "r", KT_INDEX, nhwc ? kdiv(k, kv(k, bk), C) : kmod(k, kv(k, bk), KK));
-  /* The input position of output pixel p at tap r, per spatial dim. */
-  static const char *const pos_names[] = {"id", "ih", "iw"};
-  KVar *pos[3] = {NULL};
-  bool padded = false;
-  for (int d = 0; d < nsp; d++) {
-    KExpr *e = cg_kadd(k, cg_kidx(k, KI_SUB, cg_kmul(k, coord_of(k, kv(k, p), od, nsp, d), ki(k, stride[d])), ki(k, pad[d])),
-                       cg_kmul(k, coord_of(k, kv(k, r), kern, nsp, d), ki(k, dil[d])));
-    pos[d] = cg_klet(k, bb, pos_names[3 - nsp + d], KT_INDEX, e);
-    padded = padded || pad[d] || pad[nsp + d] || (od[d] - 1) * stride[d] + (kern[d] - 1) * dil[d] >= in[d];
-  }
-  KExpr *b_ok = cg_kand(k, NC % TN ? klt(k, kv(k, col), NC) : NULL, k_ragged ? klt(k, kv(k, bk), K) : NULL);
-  for (int d = 0; d < nsp && padded; d++) {
-    b_ok = cg_kand(k, b_ok, cg_kcmp(k, KC_GE, kv(k, pos[d]), ki(k, 0)));
-    b_ok = cg_kand(k, b_ok, klt(k, kv(k, pos[d]), in[d]));
-  }
-  KExpr *x_at = nhwc ? kv(k, img) : cg_kadd(k, cg_kmul(k, kv(k, img), ki(k, C)), kv(k, ci));
-  for (int d = 0; d < nsp; d++) x_at = cg_kadd(k, cg_kmul(k, x_at, ki(k, in[d])), kv(k, pos[d]));
-  if (nhwc) x_at = cg_kadd(k, cg_kmul(k, x_at, ki(k, C)), kv(k, ci));
-  KExpr *b_at = tile_at(k, kdiv(k, kv(k, eb), TN), kmod(k, kv(k, eb), TN), TN, packed);
-  /* int8 padding reads the zero point (a real 0); past K or NC the fill
-   * meets a zero of W or is never stored, so it may be the same. */
-  if (b_ok)
-    guarded_fill(b, k, bb, b_ok, Bs, b_at, x, "x", x_at, cg_zero_point(n));
-  else
-    cg_kstore(k, bb, Bs, b_at, cg_operand_load(b, k, bb, x, "x", x_at));
-  cg_kbarrier(k, &lk->body);
-  /* The 4x4 register tile. */
-  KVar *kk = cg_kvar(k, "kk", KT_INDEX), *i = cg_kvar(k, "i", KT_INDEX), *j = cg_kvar(k, "j", KT_INDEX);
-  /* int8: four k at a time, one __dp4a each */
-  KStmt *lkk = cg_kloop(k, &lk->body, kk, ki(k, packed ? TK / 4 : TK), KM_UNROLL);
-  KStmt *li = cg_kloop(k, &lkk->body, i, ki(k, RT), KM_UNROLL);
-  KExpr *a_in = cg_kadd(k, cg_kmul(k, kv(k, kk), ki(k, TM)), cg_kadd(k, cg_kmul(k, kv(k, ty), ki(k, RT)), kv(k, i)));
-  KVar *av = cg_klet(k, &li->body, "a", at_t,
-                     packed ? cg_kpack4(k, As, cg_kmul(k, a_in, ki(k, 4))) : cg_kload(k, As, a_in));
-  KStmt *lj = cg_kloop(k, &li->body, j, ki(k, RT), KM_UNROLL);
-  KExpr *b_in = cg_kadd(k, cg_kmul(k, kv(k, kk), ki(k, TN)), cg_kadd(k, cg_kmul(k, kv(k, tx), ki(k, RT)), kv(k, j)));
-  KExpr *slot = cg_kadd(k, cg_kmul(k, kv(k, i), ki(k, RT)), kv(k, j));
-  KExpr *sum;
-  if (packed)
-    sum = cg_kdp4a(k, kv(k, av), cg_kpack4(k, Bs, cg_kmul(k, b_in, ki(k, 4))), cg_kload(k, acc, slot));
-  else
-    sum = cg_kop2(k, OP_ADD, cg_kload(k, acc, slot),
-                  cg_kop2(k, OP_MUL, kv(k, av), cg_kcast(k, cg_kload(k, Bs, b_in), at_t)));
-  cg_kstore(k, &lj->body, acc, slot, sum);
-  cg_kbarrier(k, &lk->body);
-  /* Stores, with the bias and the epilogue. */
-  KVar *i2 = cg_kvar(k, "i", KT_INDEX), *j2 = cg_kvar(k, "j", KT_INDEX);
-  KStmt *si = cg_kloop(k, body, i2, ki(k, RT), KM_UNROLL);
-  KStmt *sj = cg_kloop(k, &si->body, j2, ki(k, RT), KM_UNROLL);
-  KBlock *sb = &sj->body;
-  KVar *m = cg_klet(k, sb, "m", KT_INDEX,
-                    cg_kadd(k, cg_kmul(k, kv(k, bm), ki(k, TM)), cg_kadd(k, cg_kmul(k, kv(k, ty), ki(k, RT)), kv(k, i2))));
-  KVar *oc = cg_klet(k, sb, "oc", KT_INDEX,
-                     cg_kadd(k, cg_kmul(k, kv(k, bn), ki(k, TN)), cg_kadd(k, cg_kmul(k, kv(k, tx), ki(k, RT)), kv(k, j2))));
-  KExpr *ok = cg_kand(k, Co % TM ? klt(k, kv(k, m), Co) : NULL, NC % TN ? klt(k, kv(k, oc), NC) : NULL);
-  if (ok) sb = &cg_kif(k, sb, ok)->body;
-  if (split > 1) {
-    /* this slice's partial sums; fma_reduce adds them and stores */
-    RtRef part = cg_scratch(b, n, (uint64_t)(split * Co * NC) * 4);
-    KBuf *pb = cg_kglobal(k, "part", at_t, split * Co * NC, part);
-    KExpr *at = cg_kadd(k, cg_kmul(k, cg_kadd(k, cg_kmul(k, kv(k, bz), ki(k, Co)), kv(k, m)), ki(k, NC)), kv(k, oc));
-    cg_kstore(k, sb, pb, at, cg_kload(k, acc, cg_kadd(k, cg_kmul(k, kv(k, i2), ki(k, RT)), kv(k, j2))));
-    k->grid[0] = (uint32_t)(nt < 65535 ? nt : 65535);
-    k->grid[1] = (uint32_t)(mt < 65535 ? mt : 65535);
-    k->grid[2] = (uint32_t)split;
-    k->block[0] = THREADS;
-    cg_launch(b, k);
-    fma_reduce(b, n, k, part, split, Co, NC, OHW, nhwc, at_t);
-    return true;
-  }
-  KExpr *oidx = nhwc ? cg_kadd(k, cg_kmul(k, kv(k, oc), ki(k, Co)), kv(k, m))
-                     : cg_kadd(k, cg_kmul(k, cg_kadd(k, cg_kmul(k, kdiv(k, kv(k, oc), OHW), ki(k, Co)), kv(k, m)), ki(k, OHW)),
-                               kmod(k, kv(k, oc), OHW));
-  KVar *oi = cg_klet(k, sb, "o", KT_INDEX, oidx);
-  KExpr *val = cg_kload(k, acc, cg_kadd(k, cg_kmul(k, kv(k, i2), ki(k, RT)), kv(k, j2)));
-  if (n->n_in > 2)
-    val = cg_kop2(k, OP_ADD, val, cg_kcast(k, cg_operand_load(b, k, sb, n->in[2], "bias", kv(k, m)), at_t));
-  if (!cg_fused_store(b, k, sb, out, kv(k, oi), val)) {
-    KBuf *o = cg_kglobal(k, "out", out->type.dtype, ir_type_numel(&out->type), cg_ref(b, out));
-    cg_kstore(k, sb, o, kv(k, oi), cg_kcast(k, val, out->type.dtype));
-  }
-  k->grid[0] = (uint32_t)(nt < 65535 ? nt : 65535);
-  k->grid[1] = (uint32_t)(mt < 65535 ? mt : 65535);
-  k->block[0] = THREADS;
-  cg_launch(b, k);
-  return true;
 }
 
 /* ---- on tensor cores ----
@@ -604,7 +363,7 @@ static void conv_gemm(CgBuild *b, const Node *n, bool fma) {
   cv->b = b;
   conv_geometry(cv, n);
   const CgGroup *grp = cg_group(b);
-  KTcKind tc;
+  KTcKind tc = KTC_TF32; /* the FMA kernel's f32, unless int8 */
   cg_tc_kind(cv->x->type.dtype, true, &tc);
   cv->acc_t = tc == KTC_S8 ? TY_I32 : TY_F32;
   const char *gemm = cv->phased      ? "implicit gemm (stride phases)"
@@ -636,11 +395,8 @@ static void conv_gemm(CgBuild *b, const Node *n, bool fma) {
 
 bool cg_lower_conv_igemm(CgBuild *b, const Node *n) {
   if (ir_type_numel(&n->out[0].type) == 0) return true;
-  if (cg_conv_on_tc(b, n)) {
-    conv_gemm(b, n, false);
-    return true;
-  }
-  return conv_fma(b, n);
+  conv_gemm(b, n, !cg_conv_on_tc(b, n));
+  return true;
 }
 
 /* A float conv_transpose off the tensor cores (f32 without --tf32: a

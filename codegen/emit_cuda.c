@@ -326,6 +326,30 @@ static const char grid_sync[] =
 
 const char *cg_grid_sync_prelude(void) { return grid_sync; }
 
+/* KS_LAST_ARRIVAL's counter.  Every thread fences its own stores before
+ * the barrier, so they are visible at GPU scope before one thread adds
+ * the block's arrival; the last arriver resets the counter for the next
+ * launch (no other block touches it again in this one) and fences
+ * again before the block reads what the others stored.  The verdict
+ * goes to every thread through shared memory. */
+/* clang-format off */
+static const char arrival[] =
+    "__device__ __forceinline__ int dl_last_arrival(int *counter, int count, int *verdict) {\n"
+    "  __threadfence();\n"
+    "  __syncthreads();\n"
+    "  if (threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0) {\n"
+    "    int last = atomicAdd(counter, 1) == count - 1;\n"
+    "    if (last) atomicExch(counter, 0);\n"
+    "    __threadfence();\n"
+    "    *verdict = last;\n"
+    "  }\n"
+    "  __syncthreads();\n"
+    "  return *verdict;\n"
+    "}\n";
+/* clang-format on */
+
+const char *cg_arrival_prelude(void) { return arrival; }
+
 /* Two 16-bit lanes travel in each 32-bit word of a vector (KS_VSTORE). */
 /* clang-format off */
 static const char helpers_f16[] =
@@ -1168,6 +1192,12 @@ static void stmt(Out *o, const KStmt *s) {
     case KS_GRID_SYNC:
       indent(o);
       fprintf(o->f, "dl_grid_sync(%s);\n", s->buf->name);
+      return;
+    case KS_LAST_ARRIVAL:
+      indent(o);
+      fprintf(o->f, "const int %s = dl_last_arrival(&%s[", s->var->name, s->buf->name);
+      expr(o, s->index);
+      fprintf(o->f, "], %d, %s);\n", s->count, s->src->name);
       return;
     case KS_VLOAD: {
       /* Guarded: zeros, then the words read only where the guard holds. */

@@ -506,6 +506,20 @@ void cg_kgrid_sync(Kernel *k, KBlock *in, KBuf *bar) {
   k->uses_barriers = k->cooperative = true;
 }
 
+KVar *cg_klast_arrival(Kernel *k, KBlock *in, KBuf *counter, KExpr *index, int64_t count) {
+  if (counter->dtype != TY_I32 || count < 1 || count > INT32_MAX)
+    dl_internal(k->ctx, "cg_klast_arrival on %s counting %lld", ir_dtype_name(counter->dtype), (long long)count);
+  KStmt *s = append(k, in, KS_LAST_ARRIVAL);
+  s->var = cg_kvar(k, "last", TY_I32);
+  s->buf = counter;
+  s->index = index;
+  s->count = (int)count;
+  s->src = cg_klocal(k, "verdict", TY_I32, 1, KSP_SHARED);
+  counter->read = counter->written = true;
+  k->uses_barriers = k->counts_arrivals = true;
+  return s->var;
+}
+
 void cg_kchunk(Kernel *k, KBlock *in, KBuf *b, KExpr *index, KExpr *const *values, int count) {
   int n = count, bytes = count * ir_dtype_size(b->dtype);
   if (bytes != 8 && bytes != 16) dl_internal(k->ctx, "a chunk store of %d bytes", bytes);
@@ -674,6 +688,8 @@ bool cg_kernel_can_merge(const Kernel *a, const Kernel *b) {
   uint32_t threads = threads_of(a), tb = threads_of(b);
   for (int i = 0; i < na; i++)
     if (pa[i]->grid[1] != 1 || pa[i]->grid[2] != 1) return false;
+  /* a counter of arrivals counts the blocks of its own kernel */
+  if (a->counts_arrivals || b->counts_arrivals) return false;
   if (b->grid[1] != 1 || b->grid[2] != 1 || b->cooperative || a->cooperative || has_grid_sync(&b->body) ||
       index_of(b) != a->index || (uint64_t)a->grid[0] + b->grid[0] > INT32_MAX)
     return false;

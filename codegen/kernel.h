@@ -129,6 +129,15 @@ typedef enum {
    * (dl_grid_sync on buf, two zeroed i32 words: arrivals, generation);
    * the kernel becomes cooperative (cg_kgrid_sync). */
   KS_GRID_SYNC,
+  /* Every thread of the block reaches it together, after its global
+   * stores; declares the i32 var = 1 in every thread of the block that
+   * arrives count-th at the counter buf[index] (a SYNC word), which it
+   * then puts back to 0, and 0 in the others.  What every block stored
+   * before it arrived is visible to the last one after it (fences at
+   * GPU scope), so the last block may combine the others' results:
+   * split-K's slices, added in a fixed order (tc_gemm.c).  The counter
+   * verdict passes through src, one shared i32 (dl_last_arrival). */
+  KS_LAST_ARRIVAL,
   /* declares the n_lanes vector var = buf[index .. index+n_lanes) (aligned
    * to its size, at most 16); with cond, read only where cond holds and
    * zeros elsewhere (a guarded operand whose guard is the same for every
@@ -231,6 +240,7 @@ typedef struct Kernel {
   uint32_t grid[3], block[3];
   bool uses_barriers;
   bool cooperative; /* has a KS_GRID_SYNC: launched cooperatively (RtKernel.cooperative) */
+  bool counts_arrivals; /* has a KS_LAST_ARRIVAL: the plan's prelude has dl_last_arrival */
   bool uses_tc; /* calls the tensor-core functions (their prelude) */
   uint32_t shared_bytes;
   uint32_t dynamic_shared_bytes;
@@ -338,6 +348,10 @@ void cg_kbarrier(Kernel *k, KBlock *in);
  * zero before the launch and zero again after it); every thread of the
  * launch must reach it together, as __syncthreads. */
 void cg_kgrid_sync(Kernel *k, KBlock *in, KBuf *bar);
+/* KS_LAST_ARRIVAL: whether this block is the count-th to arrive at
+ * counter[index] (a global i32 buffer in SYNC); every thread of the
+ * block must reach it together, as __syncthreads. */
+KVar *cg_klast_arrival(Kernel *k, KBlock *in, KBuf *counter, KExpr *index, int64_t count);
 /* One store of count values of b's dtype, 8 or 16 bytes in all, at
  * b[index] (aligned to its size). */
 void cg_kchunk(Kernel *k, KBlock *in, KBuf *b, KExpr *index, KExpr *const *values, int count);
@@ -391,6 +405,10 @@ const char *cg_cuda_prelude(Ctx *c, bool needs_fp16, bool needs_bf16, bool needs
 /* dl_grid_sync, KS_GRID_SYNC's barrier, under #ifndef DLCC_EMU (the emu
  * header defines its own): for a plan with a cooperative kernel. */
 const char *cg_grid_sync_prelude(void);
+/* dl_last_arrival, KS_LAST_ARRIVAL's counter, for a plan with a kernel
+ * that counts arrivals (the same text on the emu: its atomics and
+ * fences are the header's). */
+const char *cg_arrival_prelude(void);
 /* The tensor-core instructions' CUDA text (emit_tc.c), under #ifndef
  * DLCC_EMU: the emu header defines the same functions. */
 const char *cg_tc_prelude(void);
@@ -418,6 +436,9 @@ RtRef cg_scratch(CgBuild *b, const Node *n, uint64_t nbytes);
 /* n_reports fresh index reports in STATUS (RT_STATUS_WORDS int64 each),
  * for one launch's index checks. */
 RtRef cg_status(CgBuild *b, int n_reports);
+/* n_words fresh i32 counters in SYNC, zero before each launch that is
+ * handed them, which must leave them zero (cg_klast_arrival does). */
+RtRef cg_sync_words(CgBuild *b, int64_t n_words);
 RtRef cg_ref_at(RtRef r, uint64_t byte_offset);
 bool cg_same_ref(RtRef a, RtRef b);
 /* Appends a launch of k (finished here; identical text shares one kernel). */
@@ -544,7 +565,7 @@ typedef struct CgTcTile {
   int bm, bn;   /* the block's tile of C */
   int wm, wn;   /* warps along M and N */
   int stages;   /* K stages in flight */
-  int split;    /* slices of K added by a second kernel (1: none) */
+  int split;    /* slices of K, added by the tile's last (1: none) */
 } CgTcTile;
 
 /* The SMs the tile choice fills: an H200's. */
@@ -556,12 +577,21 @@ CgTcTile cg_tc_choose(int64_t m, int64_t n, int64_t k, int64_t batch, KTcKind tc
 bool cg_tc_kind(DType dt, bool tf32, KTcKind *tc);
 /* Appends g's kernel(s). */
 void cg_tc_gemm(CgBuild *b, const CgTcGemm *g);
-/* The same on the CUDA cores in f32 (fma_gemm.c): every operand by its
- * element callbacks (async_buf and chunk_at unused), g->tc not KTC_S8. */
+/* The same on the CUDA cores (fma_gemm.c): every operand by its element
+ * callbacks (async_buf and chunk_at unused), in f32, or exactly in
+ * int32 for KTC_S8. */
 void cg_fma_gemm(CgBuild *b, const CgTcGemm *g);
-/* The split-K partial sums part[z][slice][m][n] (acc_t) of g added in
- * slice order, one thread per element of C, each handed to g->store. */
-void cg_gemm_reduce_slices(CgBuild *b, const CgTcGemm *g, int split, DType acc_t, RtRef part);
+/* Split-K inside one kernel.  Slice ks of batch z keeps its partial
+ * sum of C[z][m][n] at part[cg_gemm_slice_at(...)] (part[z][ks][m][n]);
+ * after storing them, every thread of the block reaches
+ * cg_gemm_last_slice, which counts the tile's slices on a fresh counter
+ * of tiles words in SYNC and returns the block that only the tile's
+ * last slice to arrive runs; there cg_gemm_slices_sum adds the slices
+ * in slice order (the same sums on every run, whichever came last). */
+KExpr *cg_gemm_slice_at(Kernel *k, const CgTcGemm *g, int64_t split, KExpr *z, KExpr *ks, KExpr *m, KExpr *n);
+KBlock *cg_gemm_last_slice(CgBuild *b, Kernel *k, KBlock *body, int64_t tiles, KExpr *tile, int64_t split);
+KExpr *cg_gemm_slices_sum(Kernel *k, KBlock *in, const CgTcGemm *g, KBuf *part, int64_t split, KExpr *z, KExpr *m,
+                          KExpr *n);
 
 /* ---- cost (plan_cost.c, docs/cost.md) ---- */
 

@@ -68,12 +68,13 @@ struct CgBuild {
   const char **names; /* == kernels[i].name */
   StrIndex by_key, by_name;
   int n_kernels, cap_kernels;
-  bool needs_fp16, needs_bf16, needs_tc, needs_philox, needs_grid_sync;
+  bool needs_fp16, needs_bf16, needs_tc, needs_philox, needs_grid_sync, needs_arrival;
   RtContract *contracts;
   int n_contracts, cap_contracts;
   int *first_contract; /* by kernel: its latest contract, or -1 */
   int *next_contract;  /* by contract: the kernel's one before, or -1 */
   uint64_t status_top; /* STATUS: the index reports handed out */
+  uint64_t sync_top;   /* SYNC: the counters handed out */
 
   /* Branches (RT_STEP_BRANCH) open around the steps being lowered, the
    * outermost first, each with its step's index; done: nodes lowered. */
@@ -380,6 +381,7 @@ static void scan_block(InplaceScan *sc, const KBlock *blk, bool nested) {
         break;
       case KS_BARRIER:
       case KS_GRID_SYNC:
+      case KS_LAST_ARRIVAL:
       case KS_VLOAD:
       case KS_VSTORE:
       case KS_CHUNK:
@@ -906,6 +908,7 @@ static uint32_t intern_kernel(CgBuild *b, const Kernel *k) {
   b->needs_bf16 |= strstr(b->texts[i], "bfloat16") != NULL;
   b->needs_tc |= k->uses_tc;
   b->needs_grid_sync |= k->cooperative;
+  b->needs_arrival |= k->counts_arrivals;
   b->needs_philox |= strstr(b->texts[i], "dl_dropout_bits(") != NULL;
   return (uint32_t)i;
 }
@@ -963,6 +966,12 @@ static uint32_t intern_contract(CgBuild *b, const Kernel *k, uint32_t idx) {
 RtRef cg_status(CgBuild *b, int n_reports) {
   RtRef r = {.space = RT_SPACE_STATUS, .offset = b->status_top};
   b->status_top += (uint64_t)n_reports * RT_STATUS_WORDS * 8;
+  return r;
+}
+
+RtRef cg_sync_words(CgBuild *b, int64_t n_words) {
+  RtRef r = {.space = RT_SPACE_SYNC, .offset = b->sync_top};
+  b->sync_top += (uint64_t)n_words * 4;
   return r;
 }
 
@@ -1394,6 +1403,7 @@ static const char *join_source(CgBuild *b) {
   const char *prelude = cg_cuda_prelude(b->ctx, b->needs_fp16, b->needs_bf16, b->needs_tc);
   if (b->needs_philox) prelude = arena_printf(&b->ctx->arena, "%s%s", prelude, cg_cuda_philox());
   if (b->needs_grid_sync) prelude = arena_printf(&b->ctx->arena, "%s%s", prelude, cg_grid_sync_prelude());
+  if (b->needs_arrival) prelude = arena_printf(&b->ctx->arena, "%s%s", prelude, cg_arrival_prelude());
   size_t len = strlen(prelude);
   for (int i = 0; i < b->n_kernels; i++) len += strlen(b->texts[i]) + 1;
   char *s = arena_alloc(&b->ctx->arena, len + 1), *p = s;
@@ -1602,6 +1612,7 @@ bool cg_compile_opts(Graph *g, const CgOptions *o, CgResult *out) {
   p->n_contracts = (uint32_t)b->n_contracts;
   p->contracts = b->contracts;
   p->status_bytes = b->status_top;
+  p->sync_bytes = b->sync_top;
   p->n_init_steps = (uint32_t)b->n_init_steps;
   p->init_steps = b->n_init_steps ? b->steps : NULL;
   p->n_steps = (uint32_t)(b->n_steps - b->n_init_steps);

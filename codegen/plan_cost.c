@@ -127,6 +127,10 @@ static void walk_block(Traffic *t, const KBlock *blk, double times) {
       case KS_BARRIER:
       case KS_ALLREDUCE: break;
       case KS_GRID_SYNC: touch(t, st->buf, 2 * times, true); break;
+      case KS_LAST_ARRIVAL:
+        walk_expr(t, st->index, times);
+        touch(t, st->buf, times, true);
+        break;
       case KS_VLOAD:
         walk_expr(t, st->cond, times);
         walk_expr(t, st->index, times);

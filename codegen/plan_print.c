@@ -22,6 +22,7 @@ void cg_print_ref(FILE *f, RtRef r) {
     case RT_SPACE_INPUT: fprintf(f, "in%" PRIu32 "+%" PRIu64, r.index, r.offset); return;
     case RT_SPACE_OUTPUT: fprintf(f, "out%" PRIu32 "+%" PRIu64, r.index, r.offset); return;
     case RT_SPACE_STATUS: fprintf(f, "status+%" PRIu64, r.offset); return;
+    case RT_SPACE_SYNC: fprintf(f, "sync+%" PRIu64, r.offset); return;
   }
   fprintf(f, "?%" PRIu32 "+%" PRIu64, r.space, r.offset);
 }
@@ -137,6 +138,7 @@ void cg_print_plan_costs(FILE *f, const RtPlan *p, const IrCost *costs) {
                                 p->weights_bytes);
   fprintf(f, "arena %" PRIu64 " bytes", p->arena_bytes);
   if (p->status_bytes) fprintf(f, ", index reports %" PRIu64 " bytes", p->status_bytes);
+  if (p->sync_bytes) fprintf(f, ", counters %" PRIu64 " bytes", p->sync_bytes);
   fputc('\n', f);
   for (uint32_t i = 0; i < p->n_inputs; i++) print_desc(f, "input ", i, &p->inputs[i]);
   for (uint32_t i = 0; i < p->n_outputs; i++) print_desc(f, "output ", i, &p->outputs[i]);

@@ -150,6 +150,8 @@ typedef struct Gen {
   DType tile, acc_t;
   Side side[2];
   KExpr *tid, *lane, *z, *kt_end, *wrow0, *wcol0;
+  KExpr *bm, *bn;  /* the tile's coordinates, of tm x tn a batch */
+  int64_t tm, tn;
   /* ldmatrix: this lane's first row offset, chunk and swizzle, per side */
   KExpr *a_row, *a_chunk, *a_swz, *b_row, *b_chunk, *b_swz;
   KBuf *acc, *af, *bf;
@@ -372,9 +374,31 @@ static void epilogue_lanes(Gen *G, KBlock *body, KExpr *m0, KExpr *n0) {
   cg_kbarrier(k, body);
 }
 
+/* Element e of the tile per thread, a row of the tile at a time:
+ * consecutive threads on consecutive n (NCHW's pixels), or on
+ * consecutive m where C's columns are contiguous in memory (nhwc's
+ * channels).  Returns the block that runs for the elements inside C,
+ * with their coordinates in the tile (*r, *c) and in C (*m, *n). */
+static KBlock *walk_tile(Gen *G, KBlock *body, KExpr *m0, KExpr *n0, KExpr **r, KExpr **c, KExpr **m, KExpr **n) {
+  Kernel *k = G->k;
+  const CgTcGemm *g = G->g;
+  KVar *l = cg_kvar(k, "l", KT_INDEX);
+  KBlock *lb = &cg_kloop(k, body, l, ki(k, G->t.bm * G->t.bn / G->threads), KM_SERIAL)->body;
+  KExpr *e = ilet(k, lb, "e", cg_kadd(k, cg_kmul(k, kv(k, l), ki(k, G->threads)), G->tid));
+  if (g->store_m_major)
+    *r = ilet(k, lb, "r", kmod(k, e, G->t.bm)), *c = ilet(k, lb, "c", kdiv(k, e, G->t.bm));
+  else
+    *r = ilet(k, lb, "r", kdiv(k, e, G->t.bn)), *c = ilet(k, lb, "c", kmod(k, e, G->t.bn));
+  *m = ilet(k, lb, "m", cg_kadd(k, m0, *r)), *n = ilet(k, lb, "n", cg_kadd(k, n0, *c));
+  KExpr *ok = cg_kand(k, g->m % G->t.bm ? klt(k, *m, ki(k, g->m)) : NULL, g->n % G->t.bn ? klt(k, *n, ki(k, g->n)) : NULL);
+  return ok ? &cg_kif(k, lb, ok)->body : lb;
+}
+
 /* The accumulators to shared memory ([BM][BN + CPAD]: float2 stores of a
- * half-warp reach 16 distinct bank pairs), then element by element, a
- * row of the tile at a time, to store or to this slice's partial sums. */
+ * half-warp reach 16 distinct bank pairs), then element by element to
+ * store, or to this slice's partial sums, which the tile's last slice
+ * then adds (the shared reads of an m-major walk stride by a row: 4-way
+ * conflicts). */
 static void epilogue(Gen *G, KBlock *body, KExpr *m0, KExpr *n0, KExpr *ks, KBuf *part) {
   Kernel *k = G->k;
   const CgTcGemm *g = G->g;
@@ -399,31 +423,20 @@ static void epilogue(Gen *G, KBlock *body, KExpr *m0, KExpr *n0, KExpr *ks, KBuf
   KExpr *pair[2] = {cg_kload(k, G->acc, slot), cg_kload(k, G->acc, cg_kadd(k, slot, ki(k, 1)))};
   cg_kchunk(k, bh, cs, cg_kadd(k, cg_kmul(k, row, ki(k, cst)), col), pair, 2);
   cg_kbarrier(k, body);
-  KVar *l = cg_kvar(k, "l", KT_INDEX);
-  KStmt *loop = cg_kloop(k, body, l, ki(k, G->t.bm * G->t.bn / G->threads), KM_SERIAL);
-  KBlock *lb = &loop->body;
-  KExpr *e = ilet(k, lb, "e", cg_kadd(k, cg_kmul(k, kv(k, l), ki(k, G->threads)), G->tid));
-  /* consecutive threads on consecutive n (NCHW's pixels), or on
-   * consecutive m where C's columns are contiguous in memory (nhwc's
-   * channels; the shared reads then stride by a row, 4-way conflicts) */
-  KExpr *r, *c;
-  if (g->store_m_major)
-    r = ilet(k, lb, "r", kmod(k, e, G->t.bm)), c = ilet(k, lb, "c", kdiv(k, e, G->t.bm));
-  else
-    r = ilet(k, lb, "r", kdiv(k, e, G->t.bn)), c = ilet(k, lb, "c", kmod(k, e, G->t.bn));
-  KExpr *m = ilet(k, lb, "m", cg_kadd(k, m0, r)), *n = ilet(k, lb, "n", cg_kadd(k, n0, c));
-  KExpr *ok = cg_kand(k, g->m % G->t.bm ? klt(k, m, ki(k, g->m)) : NULL, g->n % G->t.bn ? klt(k, n, ki(k, g->n)) : NULL);
-  if (ok) lb = &cg_kif(k, lb, ok)->body;
+  KExpr *r, *c, *m, *n;
+  KBlock *lb = walk_tile(G, body, m0, n0, &r, &c, &m, &n);
   KExpr *v = kv(k, cg_klet(k, lb, "y", G->acc_t, cg_kload(k, cs, cg_kadd(k, cg_kmul(k, r, ki(k, cst)), c))));
-  if (part) {
-    KExpr *slice = cg_kadd(k, cg_kmul(k, G->z, ki(k, G->t.split)), ks);
-    KExpr *at = cg_kadd(k, cg_kmul(k, cg_kadd(k, cg_kmul(k, slice, ki(k, g->m)), m), ki(k, g->n)), n);
-    cg_kstore(k, lb, part, at, v);
-  } else {
+  if (part)
+    cg_kstore(k, lb, part, cg_gemm_slice_at(k, g, G->t.split, G->z, ks, m, n), v);
+  else
     g->store(g->ctx, k, lb, G->z, m, n, v);
-  }
   /* the next tile's loads reuse these bytes */
   cg_kbarrier(k, body);
+  if (!part) return;
+  KExpr *tile = cg_kadd(k, cg_kmul(k, cg_kadd(k, cg_kmul(k, G->z, ki(k, G->tm)), G->bm), ki(k, G->tn)), G->bn);
+  KBlock *fix = cg_gemm_last_slice(G->b, k, body, G->tm * G->tn * g->batch, tile, G->t.split);
+  lb = walk_tile(G, fix, m0, n0, &r, &c, &m, &n);
+  g->store(g->ctx, k, lb, G->z, m, n, cg_gemm_slices_sum(k, lb, g, part, G->t.split, G->z, m, n));
 }
 
 static const char *tc_name(KTcKind tc) {
@@ -431,27 +444,23 @@ static const char *tc_name(KTcKind tc) {
   return names[tc];
 }
 
-/* The slices' sums in slice order, one thread per element of C. */
-void cg_gemm_reduce_slices(CgBuild *b, const CgTcGemm *g, int split, DType acc_t, RtRef part) {
-  Ctx *c = cg_build_ctx(b);
-  const CgTcTile split_only = {.split = split}, *t = &split_only;
-  Kernel *k = cg_kernel_new(c, g->node, arena_printf(&c->arena, "%s_splitk", g->hint),
-                            arena_printf(&c->arena, "%s, the %d slices added", g->what, t->split));
-  int64_t mn = g->m * g->n, total = g->batch * mn;
-  KBuf *pb = cg_kglobal(k, "part", acc_t, total * t->split, part);
-  KVar *nv = cg_kparam(k, "n", KT_INDEX, total, 0);
-  KVar *i = cg_kvar(k, "i", KT_INDEX);
-  KStmt *loop = cg_kloop(k, &k->body, i, kv(k, nv), KM_GRID_STRIDE);
-  cg_kernel_grid_1d(k, total);
-  KBlock *blk = &loop->body;
-  KExpr *z = ilet(k, blk, "z", kdiv(k, kv(k, i), mn)), *at = ilet(k, blk, "mn", kmod(k, kv(k, i), mn));
-  KVar *acc = cg_kvar(k, "acc", acc_t), *s = cg_kvar(k, "s", KT_INDEX);
-  KStmt *red = cg_kreduce(k, blk, acc, cg_kimm(k, 0, acc_t), OP_ADD, s, ki(k, t->split));
-  KExpr *slice = cg_kadd(k, cg_kmul(k, z, ki(k, t->split)), kv(k, s));
-  red->value = cg_kload(k, pb, cg_kadd(k, cg_kmul(k, slice, ki(k, mn)), at));
-  KExpr *m = ilet(k, blk, "m", kdiv(k, at, g->n)), *n = ilet(k, blk, "n", kmod(k, at, g->n));
-  g->store(g->ctx, k, blk, z, m, n, kv(k, acc));
-  cg_launch(b, k);
+KExpr *cg_gemm_slice_at(Kernel *k, const CgTcGemm *g, int64_t split, KExpr *z, KExpr *ks, KExpr *m, KExpr *n) {
+  KExpr *slice = cg_kadd(k, cg_kmul(k, z, ki(k, split)), ks);
+  return cg_kadd(k, cg_kmul(k, cg_kadd(k, cg_kmul(k, slice, ki(k, g->m)), m), ki(k, g->n)), n);
+}
+
+KBlock *cg_gemm_last_slice(CgBuild *b, Kernel *k, KBlock *body, int64_t tiles, KExpr *tile, int64_t split) {
+  KBuf *count = cg_kglobal(k, "count", TY_I32, tiles, cg_sync_words(b, tiles));
+  KVar *last = cg_klast_arrival(k, body, count, tile, split);
+  return &cg_kif(k, body, cg_kcmp(k, KC_NE, kv(k, last), cg_kint(k, 0)))->body;
+}
+
+KExpr *cg_gemm_slices_sum(Kernel *k, KBlock *in, const CgTcGemm *g, KBuf *part, int64_t split, KExpr *z, KExpr *m,
+                          KExpr *n) {
+  KVar *acc = cg_kvar(k, "acc", part->dtype), *s = cg_kvar(k, "s", KT_INDEX);
+  KStmt *red = cg_kreduce(k, in, acc, cg_kimm(k, 0, part->dtype), OP_ADD, s, ki(k, split));
+  red->value = cg_kload(k, part, cg_gemm_slice_at(k, g, split, z, kv(k, s), m, n));
+  return kv(k, acc);
 }
 
 void cg_tc_gemm(CgBuild *b, const CgTcGemm *g) {
@@ -504,6 +513,7 @@ void cg_tc_gemm(CgBuild *b, const CgTcGemm *g) {
   KStmt *lt = cg_kloop(k, &lz->body, t, ki(k, G->threads), KM_BLOCK_X);
   KBlock *body = &lt->body;
   G->tid = kv(k, t);
+  G->bm = kv(k, bm), G->bn = kv(k, bn), G->tm = tm, G->tn = tn;
   G->z = tz == 1 ? ki(k, 0) : G->t.split > 1 ? ilet(k, body, "z", kdiv(k, kv(k, bz), G->t.split)) : kv(k, bz);
   KExpr *ks = G->t.split > 1 ? ilet(k, body, "ks", kmod(k, kv(k, bz), G->t.split)) : ki(k, 0);
   KExpr *kt0 = ilet(k, body, "kt0", cg_kmul(k, ks, ki(k, G->kt_split)));
@@ -553,5 +563,4 @@ void cg_tc_gemm(CgBuild *b, const CgTcGemm *g) {
   k->grid[2] = (uint32_t)(tz < 65535 ? tz : 65535);
   k->block[0] = (uint32_t)G->threads;
   cg_launch(b, k);
-  if (G->t.split > 1) cg_gemm_reduce_slices(b, g, G->t.split, G->acc_t, part);
 }

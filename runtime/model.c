@@ -64,7 +64,7 @@ struct DlrtModel {
   RtModule *mod;
   void *so; /* from dlrt_open_file */
   bool ready;
-  RtDevPtr weights, arena, status;
+  RtDevPtr weights, arena, status, sync;
   Staging status_host; /* the STATUS space, read back by every run */
   /* What the steps use: the model's own buffers, or the caller's
    * (dlrt_bind_input/output). */
@@ -145,6 +145,7 @@ static RtDevPtr resolve(const DlrtModel *m, RtRef r) {
   case RT_SPACE_ARENA: return m->arena + r.offset;
   case RT_SPACE_INPUT: return m->inputs[r.index] + r.offset;
   case RT_SPACE_STATUS: return m->status + r.offset;
+  case RT_SPACE_SYNC: return m->sync + r.offset;
   default: return m->outputs[r.index] + r.offset;
   }
 }
@@ -177,6 +178,7 @@ static void release(DlrtModel *m) {
     if (m->weights) d->ops->free(d, m->weights);
     if (m->arena) d->ops->free(d, m->arena);
     if (m->status) d->ops->free(d, m->status);
+    if (m->sync) d->ops->free(d, m->sync);
     free_staging(d, &m->status_host);
     for (uint32_t i = 0; p && m->own_inputs && i < p->n_inputs; i++) {
       if (m->own_inputs[i]) d->ops->free(d, m->own_inputs[i]);
@@ -190,7 +192,7 @@ static void release(DlrtModel *m) {
   }
   m->dev = NULL;
   m->mod = NULL;
-  m->weights = m->arena = m->status = 0;
+  m->weights = m->arena = m->status = m->sync = 0;
   free(m->inputs), free(m->outputs), free(m->input_set), free(m->weight_set);
   free(m->own_inputs), free(m->own_outputs), free(m->input_bound), free(m->output_bound);
   free(m->in_stage), free(m->out_stage), free(m->input_dirty), free(m->output_state);
@@ -296,7 +298,8 @@ static DlrtStatus open_on_device(DlrtModel *m, const RtPlan *plan, RtDevice *dev
   /* The derived region follows the weights in the same allocation. */
   if ((s = alloc_space(m, plan->weights_bytes + plan->derived_bytes, &m->weights, "the weights")) ||
       (s = alloc_space(m, plan->arena_bytes, &m->arena, "the activation arena")) ||
-      (s = alloc_space(m, plan->status_bytes, &m->status, "the index reports")))
+      (s = alloc_space(m, plan->status_bytes, &m->status, "the index reports")) ||
+      (s = alloc_space(m, plan->sync_bytes, &m->sync, "the kernels' counters")))
     goto fail;
   for (uint32_t i = 0; i < plan->n_outputs; i++)
     if (plan->outputs[i].where.space == RT_SPACE_WEIGHTS) m->outputs[i] = m->weights + plan->outputs[i].where.offset;

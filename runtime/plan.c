@@ -37,6 +37,7 @@ const char *rt_space_name(uint32_t space) {
   case RT_SPACE_INPUT: return "INPUT";
   case RT_SPACE_OUTPUT: return "OUTPUT";
   case RT_SPACE_STATUS: return "STATUS";
+  case RT_SPACE_SYNC: return "SYNC";
   }
   return "?";
 }
@@ -71,13 +72,14 @@ static int64_t space_size(const RtPlan *p, RtRef r) {
   case RT_SPACE_INPUT: return r.index < p->n_inputs ? (int64_t)p->inputs[r.index].nbytes : -1;
   case RT_SPACE_OUTPUT: return r.index < p->n_outputs ? (int64_t)p->outputs[r.index].nbytes : -1;
   case RT_SPACE_STATUS: return r.index == 0 ? (int64_t)p->status_bytes : -1;
+  case RT_SPACE_SYNC: return r.index == 0 ? (int64_t)p->sync_bytes : -1;
   }
   return -1;
 }
 
 /* ref names nbytes inside one space. */
 static int check_ref(Check *c, const char *what, RtRef r, uint64_t nbytes) {
-  if (r.space > RT_SPACE_STATUS) return fail(c, "%s: unknown memory space %" PRIu32, what, r.space);
+  if (r.space > RT_SPACE_SYNC) return fail(c, "%s: unknown memory space %" PRIu32, what, r.space);
   if (c->init && (r.space == RT_SPACE_INPUT || r.space == RT_SPACE_OUTPUT))
     return fail(c, "%s: uses %s, but init steps run on the weights alone", what, rt_space_name(r.space));
   int64_t size = space_size(c->p, r);
@@ -113,7 +115,7 @@ static bool in_state(const Check *c, RtRef r, uint64_t n) {
 }
 
 static int check_writable(Check *c, const char *what, RtRef r, uint64_t n) {
-  if (r.space == RT_SPACE_STATUS) return 0;
+  if (r.space == RT_SPACE_STATUS || r.space == RT_SPACE_SYNC) return 0;
   if (!c->init && r.space == RT_SPACE_WEIGHTS && r.index == 0 && in_state(c, r, n)) return 0;
   bool derived = r.space == RT_SPACE_WEIGHTS && r.offset >= c->p->weights_bytes && c->p->derived_bytes;
   if (c->init && r.space == RT_SPACE_WEIGHTS && !derived)
@@ -245,6 +247,8 @@ static int check_launch(Check *c, const RtLaunch *l) {
       if (a->ref.space == RT_SPACE_STATUS &&
           (a->ref.offset % 8 || q->nbytes % (RT_STATUS_WORDS * 8) || !(q->access & RT_ACCESS_WRITE)))
         return fail(c, "%s: a STATUS argument must be whole reports of %d words", what, RT_STATUS_WORDS);
+      if (a->ref.space == RT_SPACE_SYNC && (a->ref.offset % 4 || q->nbytes % 4 || !(q->access & RT_ACCESS_WRITE)))
+        return fail(c, "%s: a SYNC argument must be whole i32 words the kernel writes", what);
       break;
     case RT_ARG_I32:
     case RT_ARG_I64:
@@ -269,8 +273,9 @@ static bool matrix_extent(int64_t rows, int64_t cols, int64_t ld, int64_t batch,
   return !__builtin_mul_overflow(e, (uint64_t)esize, out);
 }
 
-/* STATUS is for kernels' index reports only. */
+/* STATUS is for kernels' index reports only, SYNC for their counters. */
 static int check_not_status(Check *c, const char *what, RtRef r) {
+  if (r.space == RT_SPACE_SYNC) return fail(c, "%s: SYNC holds kernels' counters, not tensors", what);
   return r.space == RT_SPACE_STATUS ? fail(c, "%s: STATUS holds index reports, not tensors", what) : 0;
 }
 
@@ -512,6 +517,7 @@ int rt_plan_validate_in(const RtPlan *p, const RtRegion *regions, int n_regions,
       return fail(&c, "%" PRIu32 " %s but no table", tables[i].n, tables[i].name);
   if (p->weights_bytes + p->derived_bytes < p->weights_bytes)
     return fail(&c, "weights_bytes + derived_bytes overflows");
+  if (p->sync_bytes % 4) return fail(&c, "sync_bytes %" PRIu64 " is not whole i32 words", p->sync_bytes);
   if (p->n_kernels && !p->source && !p->n_binaries)
     return fail(&c, "%" PRIu32 " kernels but neither source nor binaries", p->n_kernels);
   for (uint32_t i = 0; i < p->n_kernels; i++) {

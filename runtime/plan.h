@@ -17,7 +17,9 @@
  * independent and an aliasing bug in the offsets shows up as wrong
  * numbers on every device.  STATUS (version 3) is where kernels that read
  * indices report one out of range (RT_STATUS_WORDS); the runtime zeroes
- * it and reads it after every run.
+ * it and reads it after every run.  SYNC (version 11) holds the words
+ * blocks of one launch count their arrivals on (split-K's tiles): zero
+ * when the model opens, and every launch leaves the words it uses zero.
  *
  * Code and data.  The kernel source, the binaries, the kernel table and
  * its contracts (RtContract: what a kernel touches when launched so) are
@@ -35,10 +37,17 @@
 #include <stdint.h>
 
 #define RT_PLAN_MAGIC 0x444c4350u /* "DLCP" */
-#define RT_PLAN_VERSION 10u
+#define RT_PLAN_VERSION 11u
 #define RT_MAX_RANK 8
 
-typedef enum { RT_SPACE_WEIGHTS, RT_SPACE_ARENA, RT_SPACE_INPUT, RT_SPACE_OUTPUT, RT_SPACE_STATUS } RtSpace;
+typedef enum {
+  RT_SPACE_WEIGHTS,
+  RT_SPACE_ARENA,
+  RT_SPACE_INPUT,
+  RT_SPACE_OUTPUT,
+  RT_SPACE_STATUS,
+  RT_SPACE_SYNC,
+} RtSpace;
 
 /* One report of an index check in STATUS, per checked axis of a launch:
  * int64 words {position + 1 (0: none), the index as read, the axis, its
@@ -301,6 +310,9 @@ typedef struct RtPlan {
    * leaves the derived region stale, so the init steps run again before
    * the next run. */
   uint32_t n_update_steps;
+  /* Version 11: bytes of SYNC (a multiple of 4: i32 words).  A kernel
+   * argument there is written by its launch and left zero by it. */
+  uint64_t sync_bytes;
   /* RT_PLAN_SEALED: seal[] holds a checksum of each part (RtSealPart),
    * which dlrt_open verifies after checking that every table, string and
    * blob lies inside the object the plan was loaded from; 0: a plan built

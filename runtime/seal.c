@@ -345,7 +345,7 @@ static void walk_header(Walk *w, const RtPlan *p) {
   const uint32_t counts[] = {p->n_kernels, p->n_binaries, p->n_steps, p->n_weights, p->n_inputs,
                              p->n_outputs, p->n_init_steps, p->n_contracts, p->n_update_steps};
   for (size_t i = 0; i < sizeof counts / sizeof *counts; i++) put_u32(w, counts[i]);
-  const uint64_t sizes[] = {p->arena_bytes, p->weights_bytes, p->derived_bytes, p->status_bytes};
+  const uint64_t sizes[] = {p->arena_bytes, p->weights_bytes, p->derived_bytes, p->status_bytes, p->sync_bytes};
   for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++) put_u64(w, sizes[i]);
 }
 

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "codegen/kernel.h"
 #include "tests/testutil.h"
 
 int64_t conv_out_dim(const Conv *p, int d) {
@@ -121,6 +122,13 @@ double conv_run_against_eval(Job *j, uint64_t seed) {
   free_outputs(got, 1);
   for (int i = 0; i < d.inputs.n; i++) ir_tensor_free(&d.t[i]);
   return e;
+}
+
+bool conv_no_atomic_sums(const char *src) {
+  const char *pre = cg_arrival_prelude(), *at = strstr(src, pre);
+  for (const char *a = strstr(src, "atomic"); a; a = strstr(a + 1, "atomic"))
+    if (!at || a < at || a >= at + strlen(pre)) return false;
+  return true;
 }
 
 double conv_tolerance(const char *dt) {

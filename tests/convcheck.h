@@ -35,6 +35,9 @@ char *conv_text(const Conv *p);
  * error over the output's scale; for integers 0 when every byte agrees,
  * else 1. */
 double conv_run_against_eval(Job *j, uint64_t seed);
+/* Whether every atomic of src is a counter's (the arrival prelude's):
+ * nothing is added by atomics, so sums keep a fixed order. */
+bool conv_no_atomic_sums(const char *src);
 /* The first step whose label has s, or NULL. */
 const char *conv_step_with(const RtPlan *p, const char *s);
 /* Four units in the last place of the output's scale for f16 and bf16

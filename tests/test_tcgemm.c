@@ -49,7 +49,9 @@ static void check_conv(const Conv *p, int split, int async) {
     ck_assert_msg(!strstr(j.cg.source, "dl_cp_async16(&") == !async, "%s: cp.async %s expected", p->what,
                   async ? "" : "not");
   /* a fixed order: nothing is added by atomics */
-  ck_assert(!strstr(j.cg.source, "atomic"));
+  ck_assert(conv_no_atomic_sums(j.cg.source));
+  ck_assert_msg(!strstr(j.cg.source, "dl_last_arrival(&") == !conv_step_with(j.cg.plan, "split-K"),
+                "%s: the slices' counter iff split", p->what);
   double e = conv_run_against_eval(&j, 11);
   if (getenv("DLCC_TEST_VERBOSE")) fprintf(stderr, "%-40s %.3g\n", p->what, e);
   ck_assert_msg(e <= conv_tolerance(p->dt), "%s: %.3g off ir_eval\n%s", p->what, e, text);
@@ -105,9 +107,10 @@ START_TEST(conv_on_tensor_cores) {
 END_TEST
 
 /* The FMA kernel's split-K (f32, and int8 off the tensor cores): one
- * 64x64 tile of outputs over K = 512 * 9, so 16 slices added in order
- * by a second kernel that applies the bias and the group's epilogue;
- * --no-split-k keeps one block on all of K.  Against ir_eval on emu. */
+ * 64x64 tile of outputs over K = 512 * 9, so 16 slices, which the last
+ * to finish adds in order before the bias and the group's epilogue, in
+ * the one launch; --no-split-k keeps one block on all of K.  Against
+ * ir_eval on emu. */
 START_TEST(fma_split_k) {
   static const Conv convs[] = {
       {"f32 FMA split-K, bias, bn, residual", "f32", 2, 1, 512, 64, 1, {3, 3}, {3, 3}, ONES3, {1, 1, 1, 1}, ONES3,
@@ -122,8 +125,11 @@ START_TEST(fma_split_k) {
   Job j = compile_opts(&c, text, 2, (CgOptions){.no_tensor_cores = true, .no_split_k = off});
   ck_assert_msg(!conv_step_with(j.cg.plan, "tensor cores"), "%s: a tensor-core step", p->what);
   ck_assert_msg(!conv_step_with(j.cg.plan, "split-K 16") == off, "%s: split-K 16 %sexpected", p->what, off ? "not " : "");
-  ck_assert_msg(!conv_step_with(j.cg.plan, "slices added") == off, "%s: the slices' sum", p->what);
-  ck_assert(!strstr(j.cg.source, "atomic"));
+  ck_assert_msg(j.cg.plan->n_steps == 1, "%s: %u steps", p->what, j.cg.plan->n_steps);
+  ck_assert_msg(!strstr(j.cg.source, "dl_last_arrival(&") == off, "%s: the slices' counter", p->what);
+  ck_assert_msg(j.cg.plan->sync_bytes == (off ? 0 : 4), "%s: %llu bytes of counters", p->what,
+                (unsigned long long)j.cg.plan->sync_bytes);
+  ck_assert(conv_no_atomic_sums(j.cg.source));
   double e = conv_run_against_eval(&j, 5);
   /* f32: the slices' sums regroup the terms */
   ck_assert_msg(e <= (p->dt[0] == 'i' ? 0 : 1e-5), "%s: %.3g off ir_eval", p->what, e);
