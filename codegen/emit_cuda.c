@@ -326,18 +326,20 @@ static const char grid_sync[] =
 
 const char *cg_grid_sync_prelude(void) { return grid_sync; }
 
-/* KS_LAST_ARRIVAL's counter.  Every thread fences its own stores before
- * the barrier, so they are visible at GPU scope before one thread adds
- * the block's arrival; the last arriver resets the counter for the next
- * launch (no other block touches it again in this one) and fences
- * again before the block reads what the others stored.  The verdict
- * goes to every thread through shared memory. */
+/* KS_LAST_ARRIVAL's counter, as dl_grid_sync arrives: after the
+ * block's barrier one thread fences (PTX's fences are cumulative, so the
+ * block's stores the barrier ordered before it are released with it)
+ * and adds the block's arrival; the last arriver resets the counter for
+ * the next launch (no other block touches it again in this one) and
+ * fences again, the acquire of every other block's stores, before the
+ * block reads them.  The verdict goes to every thread through shared
+ * memory. */
 /* clang-format off */
 static const char arrival[] =
     "__device__ __forceinline__ int dl_last_arrival(int *counter, int count, int *verdict) {\n"
-    "  __threadfence();\n"
     "  __syncthreads();\n"
     "  if (threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0) {\n"
+    "    __threadfence();\n"
     "    int last = atomicAdd(counter, 1) == count - 1;\n"
     "    if (last) atomicExch(counter, 0);\n"
     "    __threadfence();\n"

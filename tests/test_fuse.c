@@ -1381,9 +1381,8 @@ static int model_job(Ctx *c, void *data) {
   PassOptions po = {.opt_level = j->level, .verify_each = true};
   if (!pass_run_pipeline(g, &po, NULL)) return 1;
   CgResult r;
-  /* fusion's launches: split-K's reductions (batch 1 in f32: one per
-   * split convolution) are a trade for parallelism, not fusion's */
-  if (!cg_compile_opts(g, &(CgOptions){.no_split_k = true}, &r)) return 1;
+  /* split-K adds no launch: a tile's last slice adds the slices */
+  if (!cg_compile_opts(g, &(CgOptions){0}, &r)) return 1;
   j->steps = (int)r.plan->n_steps;
   return 0;
 }
