@@ -376,10 +376,58 @@ const char *cg_cuda_prelude(Ctx *c, bool needs_fp16, bool needs_bf16, bool needs
                       needs_tc ? cg_tc_prelude() : "");
 }
 
+/* A set of variables (open addressing on the pointer), malloc'd: the
+ * emitter may not take from the arena while its stream is open.  An
+ * allocation that fails leaves the set as it was, which only costs the
+ * cheaper division below. */
+typedef struct VarSet {
+  const KVar **slot;
+  size_t cap, n;
+} VarSet;
+
+static size_t var_hash(const KVar *v, size_t cap) { return ((uintptr_t)v >> 4) * 0x9e3779b97f4a7c15ull & (cap - 1); }
+
+static bool var_in(const VarSet *s, const KVar *v) {
+  if (!s->cap) return false;
+  for (size_t i = var_hash(v, s->cap);; i = (i + 1) & (s->cap - 1)) {
+    if (!s->slot[i]) return false;
+    if (s->slot[i] == v) return true;
+  }
+}
+
+static void var_add(VarSet *s, const KVar *v) {
+  if (var_in(s, v)) return;
+  if (2 * (s->n + 1) > s->cap) {
+    size_t cap = s->cap ? 2 * s->cap : 64;
+    const KVar **slot = calloc(cap, sizeof *slot);
+    if (!slot) return;
+    for (size_t i = 0; i < s->cap; i++) {
+      if (!s->slot[i]) continue;
+      size_t j = var_hash(s->slot[i], cap);
+      while (slot[j]) j = (j + 1) & (cap - 1);
+      slot[j] = s->slot[i];
+    }
+    free(s->slot);
+    s->slot = slot, s->cap = cap;
+  }
+  size_t i = var_hash(v, s->cap);
+  while (s->slot[i]) i = (i + 1) & (s->cap - 1);
+  s->slot[i] = v;
+  s->n++;
+}
+
 typedef struct Out {
   FILE *f;
   const Kernel *k;
   int depth;
+  /* Index variables known to be >= 0 wherever they are read (loop
+   * variables, parameters whose range starts at 0, lets of such values
+   * that nothing sets again), so that dividing one by a positive
+   * constant may be unsigned: a shift or a mask for a power of 2, where
+   * C's signed division spends instructions on a sign it does not have
+   * (the tensor-core kernels' lane arithmetic, which ptxas recomputes
+   * inside the main loop). */
+  VarSet nonneg, reassigned;
   /* How the body names its thread and block indices and sizes: CUDA's
    * built-ins, or in a merged kernel's part (cg_kernel_merge) its own
    * (dl_tx, a constant blockDim) computed from them. */
@@ -865,6 +913,48 @@ static void lane(Out *o, const char *var, DType dt, int n, int l) {
   fputs(dt == TY_BOOL ? ")) != 0)" : "))", o->f);
 }
 
+/* Whether index expression e is >= 0 (as C evaluates it, given that no
+ * index arithmetic overflows: the kernel's index type is chosen so). */
+static bool nonneg(const Out *o, const KExpr *e) {
+  switch (e->kind) {
+    case KE_INT: return e->i >= 0;
+    case KE_VAR: return var_in(&o->nonneg, e->var);
+    case KE_IDX:
+      switch (e->sub) {
+        case KI_SUB: return false;
+        case KI_MAX: return nonneg(o, e->a[0]) || nonneg(o, e->a[1]);
+        default: return nonneg(o, e->a[0]) && nonneg(o, e->a[1]);
+      }
+    case KE_SELECT: return nonneg(o, e->a[1]) && nonneg(o, e->a[2]);
+    default: return false;
+  }
+}
+
+/* e / c or e % c of a non-negative index e and a constant c > 0 as
+ * unsigned arithmetic; false, having printed nothing, otherwise. */
+static bool unsigned_divide(Out *o, const KExpr *e) {
+  const KExpr *d = e->a[1];
+  if ((e->sub != KI_DIV && e->sub != KI_MOD) || e->dtype != KT_INDEX || d->kind != KE_INT || d->i <= 0 ||
+      !nonneg(o, e->a[0]))
+    return false;
+  bool wide = is_wide(o->k, KT_INDEX);
+  if ((d->i & (d->i - 1)) == 0) {
+    int shift = 0;
+    while ((INT64_C(1) << shift) < d->i) shift++;
+    fputc('(', o->f);
+    expr(o, e->a[0]);
+    if (e->sub == KI_DIV)
+      fprintf(o->f, " >> %d)", shift);
+    else
+      fprintf(o->f, " & %" PRId64 "%s)", d->i - 1, wide ? "LL" : "");
+    return true;
+  }
+  fprintf(o->f, wide ? "((long long)((unsigned long long)" : "((int)((unsigned)");
+  expr(o, e->a[0]);
+  fprintf(o->f, " %c %" PRId64 "%s))", e->sub == KI_DIV ? '/' : '%', d->i, wide ? "ULL" : "U");
+  return true;
+}
+
 static void expr(Out *o, const KExpr *e) {
   static const char *const idx_ops[] = {"+", "-", "*", "/", "%"};
   static const char *const cmp_ops[] = {"<", "<=", ">", ">=", "==", "!="};
@@ -886,6 +976,7 @@ static void expr(Out *o, const KExpr *e) {
       return;
     case KE_VAR: fputs(e->var->name, o->f); return;
     case KE_IDX:
+      if (unsigned_divide(o, e)) return;
       if (e->sub == KI_XOR)
         infix(o, "^", e->a[0], e->a[1]);
       else if (e->sub == KI_MIN || e->sub == KI_MAX)
@@ -968,6 +1059,8 @@ static void tc_stmt(Out *o, const KStmt *s);
 
 static void loop_head(Out *o, const KVar *v, const KExpr *extent, KMap map) {
   const Kernel *k = o->k;
+  /* every mapping counts up from 0 or from a thread or block index */
+  if (!var_in(&o->reassigned, v)) var_add(&o->nonneg, v);
   const char *it = ctype(k, v->dtype);
   switch (map) {
     case KM_UNROLL:
@@ -1154,6 +1247,8 @@ static void stmt(Out *o, const KStmt *s) {
       fprintf(o->f, "%s %s = ", ctype(k, s->var->dtype), s->var->name);
       expr_as(o, s->value, s->var->dtype);
       fputs(";\n", o->f);
+      if (s->var->dtype == KT_INDEX && !var_in(&o->reassigned, s->var) && nonneg(o, s->value))
+        var_add(&o->nonneg, s->var);
       return;
     case KS_SET:
       indent(o);
@@ -1394,6 +1489,7 @@ static void merged_parts(Out *o) {
     po.gdim_x = po.gdim_buf;
     po.bid_x = "dl_bx";
     block(&po, &p->body);
+    o->nonneg = po.nonneg; /* the set may have grown (moved) */
     if (idle) {
       o->depth--;
       indent(o);
@@ -1403,6 +1499,15 @@ static void merged_parts(Out *o) {
     indent(o);
     fputs("}\n", o->f);
     first += p->grid[0];
+  }
+}
+
+/* The variables a statement of blk assigns after their declaration. */
+static void find_reassigned(VarSet *set, const KBlock *blk) {
+  for (const KStmt *s = blk->first; s; s = s->next) {
+    if (s->kind == KS_SET || s->kind == KS_ALLREDUCE) var_add(set, s->var);
+    find_reassigned(set, &s->body);
+    find_reassigned(set, &s->orelse);
   }
 }
 
@@ -1417,6 +1522,11 @@ char *cg_emit_kernel(Ctx *c, const Kernel *k, const char *name, bool with_commen
   if (!f) ctx_out_of_memory(c);
   Out o = {.f = f, .k = k, .depth = 1};
   builtin_names(&o);
+  find_reassigned(&o.reassigned, &k->body);
+  for (int i = 0; i < k->n_parts; i++) find_reassigned(&o.reassigned, &k->parts[i]->body);
+  for (int i = 0; i < k->n_params; i++)
+    if (k->params[i].var && k->params[i].var->dtype == KT_INDEX && k->params[i].lo >= 0)
+      var_add(&o.nonneg, k->params[i].var);
   if (label) {
     const Node *n = k->node;
     fputs("// ", f);
@@ -1470,6 +1580,8 @@ char *cg_emit_kernel(Ctx *c, const Kernel *k, const char *name, bool with_commen
    * would be cut short. */
   /* glibc's fclose can lose the buffer on a failed final realloc and
    * still return 0: no text is out of memory too. */
+  free(o.nonneg.slot);
+  free(o.reassigned.slot);
   bool cut = ferror(f);
   if (fclose(f) != 0 || cut || !text) {
     free(text);

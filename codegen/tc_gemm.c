@@ -153,7 +153,7 @@ typedef struct Gen {
   KExpr *bm, *bn;  /* the tile's coordinates, of tm x tn a batch */
   int64_t tm, tn;
   /* ldmatrix: this lane's first row offset, chunk and swizzle, per side */
-  KExpr *a_row, *a_chunk, *a_swz, *b_row, *b_chunk, *b_swz;
+  KExpr *a_off[ROW_BYTES / KSTEP], *b_off[ROW_BYTES / KSTEP];
   KBuf *acc, *af, *bf;
 } Gen;
 
@@ -276,18 +276,27 @@ static void put(Gen *G, KBlock *blk, int s, KExpr *st) {
 
 static bool any_async(const Gen *G) { return G->side[0].gbuf || G->side[1].gbuf; }
 
-/* The rows this lane names to ldmatrix and their swizzle, which mi and
- * nj do not change: a warp's rows start at a multiple of 16 and mi, nj
- * step by 16, so (row / 2) % 4 is the lane's part of the row's alone. */
+/* The element of a stage this lane names to ldmatrix at each k-step,
+ * for the first 16 rows of its warp's A (B) tile: a warp's rows start at
+ * a multiple of 16 and mi, nj step by 16, so the swizzle (row / 2) % 4
+ * is the lane's part of the row's alone, and the other rows are these
+ * plus constants.  Set once, so that a stage's ldmatrix addresses are
+ * these registers plus immediates. */
 static void lane_rows(Gen *G, KBlock *body) {
   Kernel *k = G->k;
   KExpr *ar = kmod(k, G->lane, 16), *br = cg_kadd(k, cg_kmul(k, kdiv(k, G->lane, 16), ki(k, 8)), kmod(k, G->lane, 8));
-  G->a_row = ilet(k, body, "ar", cg_kmul(k, cg_kadd(k, G->wrow0, ar), ki(k, G->bk)));
-  G->a_chunk = ilet(k, body, "ac", kdiv(k, G->lane, 16));
-  G->a_swz = ilet(k, body, "as", swizzle(k, ar));
-  G->b_row = ilet(k, body, "br", cg_kmul(k, cg_kadd(k, G->wcol0, br), ki(k, G->bk)));
-  G->b_chunk = ilet(k, body, "bc", kmod(k, kdiv(k, G->lane, 8), 2));
-  G->b_swz = ilet(k, body, "bs", swizzle(k, br));
+  KExpr *a_row = cg_kmul(k, cg_kadd(k, G->wrow0, ar), ki(k, G->bk));
+  KExpr *b_row = cg_kmul(k, cg_kadd(k, G->wcol0, br), ki(k, G->bk));
+  KExpr *a_chunk = kdiv(k, G->lane, 16), *b_chunk = kmod(k, kdiv(k, G->lane, 8), 2);
+  KExpr *ac = cg_kidx(k, KI_XOR, a_chunk, swizzle(k, ar)), *bc = cg_kidx(k, KI_XOR, b_chunk, swizzle(k, br));
+  G->a_off[0] = ilet(k, body, "ao", cg_kadd(k, a_row, cg_kmul(k, ac, ki(k, G->epc))));
+  G->b_off[0] = ilet(k, body, "bo", cg_kadd(k, b_row, cg_kmul(k, bc, ki(k, G->epc))));
+  /* k-step ks reads logical chunk 2 ks + c (c the lane's 0 or 1), whose
+   * swizzled place is the first step's with bit 1 flipped: one XOR of
+   * the offset, as a row is 4 chunks and starts at a multiple of them */
+  _Static_assert(ROW_BYTES / KSTEP == 2 && KSTEP / CHUNK == 2, "two k-steps of two chunks a stage row");
+  G->a_off[1] = ilet(k, body, "ao", cg_kidx(k, KI_XOR, G->a_off[0], ki(k, 2 * G->epc)));
+  G->b_off[1] = ilet(k, body, "bo", cg_kidx(k, KI_XOR, G->b_off[0], ki(k, 2 * G->epc)));
 }
 
 /* The mma work on stage st: per k-step, the warp's A fragments (16 rows
@@ -297,31 +306,27 @@ static void lane_rows(Gen *G, KBlock *body) {
  * The lane's rows and their swizzle are set once (lane_rows). */
 static void compute(Gen *G, KBlock *blk, KExpr *st) {
   Kernel *k = G->k;
-  KVar *ks, *mi, *nj, *r, *mi2, *ni2;
-  KBlock *step = &unrolled(k, blk, "ks", ROW_BYTES / KSTEP, &ks)->body;
-  KExpr *c2 = cg_kmul(k, kv(k, ks), ki(k, KSTEP / CHUNK));
-  KBlock *la = &unrolled(k, step, "mi", G->mi, &mi)->body;
-  KExpr *arow = cg_kadd(k, G->a_row, cg_kmul(k, kv(k, mi), ki(k, 16 * G->bk)));
-  KExpr *achunk = cg_kidx(k, KI_XOR, cg_kadd(k, c2, G->a_chunk), G->a_swz);
-  cg_kldmatrix(k, la, G->af, cg_kmul(k, kv(k, mi), ki(k, 4)), 4, false, G->side[0].sm,
-               stage_at(G, 0, st, cg_kadd(k, arow, cg_kmul(k, achunk, ki(k, G->epc)))));
-  KBlock *lb = &unrolled(k, step, "nj", G->ni / 2, &nj)->body;
-  KExpr *brow = cg_kadd(k, G->b_row, cg_kmul(k, kv(k, nj), ki(k, 16 * G->bk)));
-  KExpr *bchunk = cg_kidx(k, KI_XOR, cg_kadd(k, c2, G->b_chunk), G->b_swz);
-  cg_kldmatrix(k, lb, G->bf, cg_kmul(k, kv(k, nj), ki(k, 4)), 4, false, G->side[1].sm,
-               stage_at(G, 1, st, cg_kadd(k, brow, cg_kmul(k, bchunk, ki(k, G->epc)))));
-  if (G->g->tc == KTC_TF32) {
-    /* ldmatrix moved the f32 bits; the mma takes tf32 */
-    KBlock *ra = &unrolled(k, step, "r", G->mi * 4, &r)->body;
-    cg_ktf32(k, ra, G->af, kv(k, r));
-    KBlock *rb = &unrolled(k, step, "r", G->ni * 2, &r)->body;
-    cg_ktf32(k, rb, G->bf, kv(k, r));
+  for (int ks = 0; ks < ROW_BYTES / KSTEP; ks++) {
+    KVar *mi, *nj, *r, *mi2, *ni2;
+    KBlock *la = &unrolled(k, blk, "mi", G->mi, &mi)->body;
+    cg_kldmatrix(k, la, G->af, cg_kmul(k, kv(k, mi), ki(k, 4)), 4, false, G->side[0].sm,
+                 stage_at(G, 0, st, cg_kadd(k, G->a_off[ks], cg_kmul(k, kv(k, mi), ki(k, 16 * G->bk)))));
+    KBlock *lb = &unrolled(k, blk, "nj", G->ni / 2, &nj)->body;
+    cg_kldmatrix(k, lb, G->bf, cg_kmul(k, kv(k, nj), ki(k, 4)), 4, false, G->side[1].sm,
+                 stage_at(G, 1, st, cg_kadd(k, G->b_off[ks], cg_kmul(k, kv(k, nj), ki(k, 16 * G->bk)))));
+    if (G->g->tc == KTC_TF32) {
+      /* ldmatrix moved the f32 bits; the mma takes tf32 */
+      KBlock *ra = &unrolled(k, blk, "r", G->mi * 4, &r)->body;
+      cg_ktf32(k, ra, G->af, kv(k, r));
+      KBlock *rb = &unrolled(k, blk, "r", G->ni * 2, &r)->body;
+      cg_ktf32(k, rb, G->bf, kv(k, r));
+    }
+    KBlock *pm = &unrolled(k, blk, "mi", G->mi, &mi2)->body;
+    KBlock *pn = &unrolled(k, pm, "ni", G->ni, &ni2)->body;
+    KExpr *slot = cg_kmul(k, cg_kadd(k, cg_kmul(k, kv(k, mi2), ki(k, G->ni)), kv(k, ni2)), ki(k, 4));
+    cg_kmma(k, pn, G->g->tc, G->acc, slot, G->af, cg_kmul(k, kv(k, mi2), ki(k, 4)), G->bf,
+            cg_kmul(k, kv(k, ni2), ki(k, 2)));
   }
-  KBlock *pm = &unrolled(k, step, "mi", G->mi, &mi2)->body;
-  KBlock *pn = &unrolled(k, pm, "ni", G->ni, &ni2)->body;
-  KExpr *slot = cg_kmul(k, cg_kadd(k, cg_kmul(k, kv(k, mi2), ki(k, G->ni)), kv(k, ni2)), ki(k, 4));
-  cg_kmma(k, pn, G->g->tc, G->acc, slot, G->af, cg_kmul(k, kv(k, mi2), ki(k, 4)), G->bf,
-          cg_kmul(k, kv(k, ni2), ki(k, 2)));
 }
 
 /* The m-major epilogue where C's m comes in whole runs of EPI_LANES
@@ -533,20 +538,27 @@ void cg_tc_gemm(CgBuild *b, const CgTcGemm *g) {
   lane_rows(G, body);
 
   /* Iteration j loads K tile j into stage j % stages and, from j =
-   * stages - 1 on, computes tile j - (stages - 1): the first iterations
-   * are the prologue, with the same loads. */
-  KVar *j = cg_kvar(k, "j", KT_INDEX);
-  KBlock *lb = &cg_kloop(k, body, j, ki(k, G->kt_split + stages - 1), KM_SERIAL)->body;
+   * stages - 1 on, computes tile j - (stages - 1), in stage (j + 1) %
+   * stages: the first iterations are the prologue, with the same loads.
+   * The iterations go stages at a time, unrolled, so that both stages
+   * are constants of the code: every shared-memory address of a stage
+   * (ldmatrix's, cp.async's) is a register plus an immediate. */
+  int64_t iters = G->kt_split + stages - 1;
+  KVar *q = cg_kvar(k, "q", KT_INDEX), *u;
+  KBlock *qb = &cg_kloop(k, body, q, ki(k, cdiv(iters, stages)), KM_SERIAL)->body;
+  KBlock *lb = &unrolled(k, qb, "u", stages, &u)->body;
+  KExpr *j = ilet(k, lb, "j", cg_kadd(k, cg_kmul(k, kv(k, q), ki(k, stages)), kv(k, u)));
+  if (iters % stages) lb = &cg_kif(k, lb, klt(k, j, ki(k, iters)))->body;
   if (any_async(G)) cg_kcp_wait(k, lb, stages - 2);
   cg_kbarrier(k, lb);
-  KExpr *nk = ilet(k, lb, "nk", cg_kadd(k, kt0, kv(k, j))), *stw = ilet(k, lb, "sw", kmod(k, kv(k, j), stages));
+  KExpr *nk = ilet(k, lb, "nk", cg_kadd(k, kt0, j)), *stw = kv(k, u);
   for (int s = 0; s < 2; s++)
     if (G->side[s].gbuf) issue_async(G, lb, s, nk, stw);
   if (any_async(G)) cg_kcp_commit(k, lb);
   for (int s = 0; s < 2; s++)
     if (!G->side[s].gbuf) fetch(G, lb, s, nk);
-  KBlock *cb = &cg_kif(k, lb, cg_kcmp(k, KC_GE, kv(k, j), ki(k, stages - 1)))->body;
-  compute(G, cb, ilet(k, cb, "sr", kmod(k, cg_kidx(k, KI_SUB, kv(k, j), ki(k, stages - 1)), stages)));
+  KBlock *cb = &cg_kif(k, lb, cg_kcmp(k, KC_GE, j, ki(k, stages - 1)))->body;
+  compute(G, cb, kmod(k, cg_kadd(k, kv(k, u), ki(k, 1)), stages));
   for (int s = 0; s < 2; s++)
     if (!G->side[s].gbuf) put(G, lb, s, stw);
 

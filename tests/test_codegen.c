@@ -843,7 +843,8 @@ START_TEST(huge_tensors_index_in_64_bits) {
   check_plan(&j.r);
   test_nvrtc(j.r.source, "sm_90");
   ck_assert_ptr_nonnull(strstr(j.r.source, "long long n) {"));
-  ck_assert_ptr_nonnull(strstr(j.r.source, "% 1073741824LL)"));
+  /* the coordinate of a non-negative index: a 64-bit mask */
+  ck_assert_ptr_nonnull(strstr(j.r.source, "& 1073741823LL)"));
   ck_assert_int_eq(j.r.plan->steps[0].launch.args[3].kind, RT_ARG_I64);
   ck_assert_int_eq(j.r.plan->steps[0].launch.args[3].i, 3 * (int64_t)1073741824);
 }
@@ -940,6 +941,40 @@ END_TEST
  * dynamic shared memory by cp.async, loads fragments by ldmatrix, runs
  * one mma and stores D as float2 chunks.  Printed, compiled by NVRTC,
  * and run on emu against a plain product (small integers: exact). */
+/* Division of an index by a positive constant is unsigned (a shift and
+ * a mask for a power of 2) only where the index is provably >= 0: a
+ * loop variable, a let of sums and products of such, not a difference,
+ * not a variable set again later. */
+START_TEST(nonneg_index_division) {
+  Kernel *k = cg_kernel_new(&ctx, NULL, "div", NULL);
+  KBuf *o = cg_kglobal(k, "o", TY_I32, 64, (RtRef){.space = RT_SPACE_OUTPUT});
+  KVar *t = cg_kvar(k, "t", KT_INDEX);
+  KBlock *w = &cg_kloop(k, &k->body, t, cg_kint(k, 64), KM_BLOCK_X)->body;
+  KExpr *tv = cg_kv(k, t);
+  KVar *a = cg_klet(k, w, "a", KT_INDEX, cg_kadd(k, cg_kmul(k, tv, cg_kint(k, 3)), cg_kint(k, 1)));
+  KVar *d = cg_klet(k, w, "d", KT_INDEX, cg_kidx(k, KI_SUB, tv, cg_kint(k, 3)));
+  KVar *s = cg_klet(k, w, "s", KT_INDEX, tv);
+  cg_kset(k, w, s, cg_kv(k, d));
+  KExpr *sum = cg_kadd(k, cg_kidx(k, KI_DIV, cg_kv(k, a), cg_kint(k, 8)), cg_kidx(k, KI_MOD, cg_kv(k, a), cg_kint(k, 6)));
+  sum = cg_kadd(k, sum, cg_kidx(k, KI_DIV, cg_kv(k, d), cg_kint(k, 8)));
+  sum = cg_kadd(k, sum, cg_kidx(k, KI_MOD, cg_kv(k, s), cg_kint(k, 4)));
+  cg_kstore(k, w, o, tv, cg_kcast(k, sum, TY_I32));
+  k->block[0] = 64;
+  cg_kernel_finish(k);
+  const char *text = cg_emit_kernel(&ctx, k, "div", false);
+  char want[64];
+  snprintf(want, sizeof want, "(%s >> 3)", a->name);
+  ck_assert_msg(strstr(text, want), "no %s in\n%s", want, text);
+  snprintf(want, sizeof want, "((int)((unsigned)%s %% 6U))", a->name);
+  ck_assert_msg(strstr(text, want), "no %s in\n%s", want, text);
+  snprintf(want, sizeof want, "(%s / 8)", d->name);
+  ck_assert_msg(strstr(text, want), "no %s in\n%s", want, text);
+  snprintf(want, sizeof want, "(%s %% 4)", s->name);
+  ck_assert_msg(strstr(text, want), "no %s in\n%s", want, text);
+  test_nvrtc(text, "sm_90");
+}
+END_TEST
+
 START_TEST(tensor_core_statements) {
   Kernel *k = cg_kernel_new(&ctx, NULL, "mma16x8", NULL);
   RtRef ra = {.space = RT_SPACE_INPUT, .index = 0}, rb = {.space = RT_SPACE_INPUT, .index = 1};
@@ -985,8 +1020,9 @@ START_TEST(tensor_core_statements) {
                                      "  __half *As0 = (__half *)(dl_smem + 0);\n"
                                      "  __half *Bs1 = (__half *)(dl_smem + 512);\n"
                                      "  float acc2[4];\n  unsigned af3[4];\n  unsigned bf4[2];\n"));
-  ck_assert_ptr_nonnull(strstr(text, "dl_cp_async16(&As0[(((t5 / 2) * 16) + ((t5 % 2) * 8))], "
-                                     "&a[(((t5 / 2) * 16) + ((t5 % 2) * 8))], (unsigned)16);"));
+  /* a thread index divided by a power of 2 shifts and masks */
+  ck_assert_ptr_nonnull(strstr(text, "dl_cp_async16(&As0[(((t5 >> 1) * 16) + ((t5 & 1) * 8))], "
+                                     "&a[(((t5 >> 1) * 16) + ((t5 & 1) * 8))], (unsigned)16);"));
   ck_assert_ptr_nonnull(strstr(text, "dl_cp_async_commit();\n"));
   ck_assert_ptr_nonnull(strstr(text, "dl_cp_async_wait<0>();\n"));
   ck_assert_ptr_nonnull(strstr(text, "dl_ldmatrix_x4(&af3[0], &As0["));
@@ -1260,6 +1296,7 @@ static Suite *codegen_suite(void) {
   tcase_add_test(tt, huge_tensors_index_in_64_bits);
   tcase_add_test(tt, shared_memory_and_barriers);
   tcase_add_test(tt, tensor_core_statements);
+  tcase_add_test(tt, nonneg_index_division);
   tcase_add_test(tt, shuffle_and_pack);
   tcase_add_test(tt, plan_text);
   tcase_add_test(tt, unsupported_dtype_is_reported);

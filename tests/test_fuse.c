@@ -1132,7 +1132,7 @@ START_TEST(contiguous_maps_are_vectorized) {
   Job j = check_fused(vec_text);
   ck_assert_ptr_nonnull(strstr(j.r.source, "float4 v"));
   ck_assert_ptr_nonnull(strstr(j.r.source, "make_float4("));
-  ck_assert_ptr_nonnull(strstr(j.r.source, "(n - ((n / 4) * 4))"));
+  ck_assert_ptr_nonnull(strstr(j.r.source, "(n - ((n >> 2) * 4))"));
   Job off = compile_with(vec_text, true, (CgOptions){.no_vectorize = true});
   ck_assert_ptr_null(strstr(off.r.source, "float4"));
   check_numbers(&off, -2, 2);
