@@ -268,16 +268,15 @@ static KExpr *x_nhwc(ConvTc *cv, ConvRow *r, Kernel *k, KBlock *blk, KExpr *kk) 
   return load_or_zero(cv, k, blk, cv->x, "x", at, inside, (double)cg_zero_point(cv->n));
 }
 
-/* nhwc's B by cp.async: x a plain aligned array whose channels fill
- * whole 16-byte chunks (a chunk never straddles two taps), and its
- * padding a real 0 (a zero point would need other bytes than the
- * zero-fill). */
+/* nhwc's B by whole 16-byte chunks: x a plain aligned array whose
+ * channels fill them (a chunk never straddles two taps); the padding
+ * reads the operand's fill (int8's zero point), cp.async's zeros where
+ * that is 0. */
 static KBuf *x_async(void *ctx, Kernel *k) {
   ConvTc *cv = ctx;
   double c;
   int64_t per_chunk = 16 / ir_dtype_size(cv->x->type.dtype);
   if (!cv->nhwc || cv->C % per_chunk || cg_is_fused(cv->b, cv->x) || cg_const_of(cv->b, cv->x, &c)) return NULL;
-  if (cv->padded && cg_zero_point(cv->n) != 0) return NULL;
   RtRef ref = cg_ref(cv->b, cv->x);
   if (ref.offset % 16) return NULL;
   return cg_kglobal(k, "x", cv->x->type.dtype, ir_type_numel(&cv->x->type), ref);
@@ -382,7 +381,8 @@ static void conv_gemm(CgBuild *b, const Node *n, bool fma) {
       .a = {.rows = cv->Cog, .k_major = true, .async_buf = w_async, .chunk_at = w_chunk, .row_begin = w_row,
             .element = w_element},
       .b = {.rows = cv->x->type.dims[0] * (cv->phased ? cv->OPP : cv->OHW), .k_major = cv->nhwc,
-            .async_buf = cv->nhwc ? x_async : NULL, .chunk_at = x_chunk, .row_begin = x_row, .element = x_element},
+            .async_buf = cv->nhwc ? x_async : NULL, .chunk_at = x_chunk, .row_begin = x_row, .element = x_element,
+            .fill = cv->padded ? (double)cg_zero_point(n) : 0},
       .ctx = cv,
       .store_m_major = cv->nhwc,
       .store = conv_store,

@@ -537,12 +537,16 @@ typedef struct CgTcOperand {
    * its buffer, else NULL (then nothing may have been added to k). */
   KBuf *(*async_buf)(void *ctx, Kernel *k);
   /* With async_buf: the index in it of element (row, kk), kk a multiple
-   * of a chunk; *ok (or NULL) whether that chunk exists (else zeros). */
+   * of a chunk; *ok (or NULL) whether that chunk exists (else fill). */
   KExpr *(*chunk_at)(void *ctx, Kernel *k, KBlock *blk, KExpr *z, KExpr *row, KExpr *kk, KExpr **ok);
   /* Otherwise element by element: what a row needs once (may be NULL),
    * then element (row, kk) of the tile's dtype, statements into blk. */
   void *(*row_begin)(void *ctx, Kernel *k, KBlock *blk, KExpr *z, KExpr *row);
   KExpr *(*element)(void *ctx, void *row, Kernel *k, KBlock *blk, KExpr *z, KExpr *kk);
+  /* What a chunk that chunk_at says does not exist reads (int8's padding
+   * at the zero point); cp.async fills zeros, so with another value the
+   * chunks come through registers, a 16-byte load each. */
+  double fill;
 } CgTcOperand;
 
 /* C[z][m][n] = sum over k < K of A[z][m][k] * B[z][n][k], for z < batch,

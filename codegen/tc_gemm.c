@@ -130,6 +130,10 @@ typedef struct Side {
   int64_t rows; /* of the tile: BM or BN */
   KBuf *sm;     /* the operand's stages, [stage][rows][64 bytes] */
   KBuf *gbuf;   /* cp.async's source, or NULL: staged in registers ... */
+  /* gbuf whose chunks outside the operand read op->fill, not the zeros
+   * cp.async fills with: each chunk one 16-byte load into the staging
+   * registers instead (int8's padding at a nonzero zero point) */
+  bool vec;
   KBuf *stage;  /* ... these, a chunk per slot */
   int n_slots;
   KExpr *row[MAX_SLOTS], *chunk[MAX_SLOTS], *grow[MAX_SLOTS];
@@ -274,7 +278,26 @@ static void put(Gen *G, KBlock *blk, int s, KExpr *st) {
   }
 }
 
-static bool any_async(const Gen *G) { return G->side[0].gbuf || G->side[1].gbuf; }
+static bool async_side(const Side *S) { return S->gbuf && !S->vec; }
+static bool any_async(const Gen *G) { return async_side(&G->side[0]) || async_side(&G->side[1]); }
+
+/* The vector-staged side s's chunks of K tile kt into its staging
+ * registers: a 16-byte load where the chunk exists, op->fill elsewhere. */
+static void fetch_chunks(Gen *G, KBlock *blk, int s, KExpr *kt) {
+  Kernel *k = G->k;
+  Side *S = &G->side[s];
+  for (int l = 0; l < S->n_slots; l++) {
+    for (int e = 0; e < G->epc; e++) cg_kstore(k, blk, S->stage, ki(k, l * G->epc + e), cg_kimm(k, S->op->fill, G->tile));
+    KBlock *at = S->slot_ok[l] ? &cg_kif(k, blk, S->slot_ok[l])->body : blk;
+    KExpr *kk = ilet(k, at, "kk", chunk_k(G, kt, S->chunk[l]));
+    KExpr *inner = NULL;
+    KExpr *idx = S->op->chunk_at(G->g->ctx, k, at, G->z, S->grow[l], kk, &inner);
+    KExpr *ok = cg_kand(k, cg_kand(k, S->row_ok[l], k_ok(G, kt, kk)), inner);
+    KBlock *in = ok ? &cg_kif(k, at, ok)->body : at;
+    KVar *v = cg_kvload(k, in, "xv", S->gbuf, idx, G->epc);
+    for (int e = 0; e < G->epc; e++) cg_kstore(k, in, S->stage, ki(k, l * G->epc + e), cg_klane(k, v, G->epc, e));
+  }
+}
 
 /* The element of a stage this lane names to ldmatrix at each k-step,
  * for the first 16 rows of its warp's A (B) tile: a warp's rows start at
@@ -497,11 +520,12 @@ void cg_tc_gemm(CgBuild *b, const CgTcGemm *g) {
     S->op = s ? &g->b : &g->a;
     S->rows = s ? G->t.bn : G->t.bm;
     S->gbuf = g->k % G->epc == 0 && S->op->async_buf ? S->op->async_buf(g->ctx, k) : NULL;
+    S->vec = S->gbuf && S->op->fill != 0;
   }
   for (int s = 0; s < 2; s++) {
     Side *S = &G->side[s];
     S->n_slots = (int)cdiv(S->rows * CHUNKS, G->threads);
-    if (!S->gbuf) S->stage = cg_klocal(k, s ? "sb" : "sa", G->tile, (int64_t)S->n_slots * G->epc, KSP_REGISTER);
+    if (!async_side(S)) S->stage = cg_klocal(k, s ? "sb" : "sa", G->tile, (int64_t)S->n_slots * G->epc, KSP_REGISTER);
   }
   uint32_t a_bytes = (uint32_t)(stages * G->t.bm * ROW_BYTES);
   G->side[0].sm = cg_kdynshared(k, "As", G->tile, (int64_t)stages * G->t.bm * G->bk, 0);
@@ -553,14 +577,17 @@ void cg_tc_gemm(CgBuild *b, const CgTcGemm *g) {
   cg_kbarrier(k, lb);
   KExpr *nk = ilet(k, lb, "nk", cg_kadd(k, kt0, j)), *stw = kv(k, u);
   for (int s = 0; s < 2; s++)
-    if (G->side[s].gbuf) issue_async(G, lb, s, nk, stw);
+    if (async_side(&G->side[s])) issue_async(G, lb, s, nk, stw);
   if (any_async(G)) cg_kcp_commit(k, lb);
   for (int s = 0; s < 2; s++)
-    if (!G->side[s].gbuf) fetch(G, lb, s, nk);
+    if (G->side[s].vec)
+      fetch_chunks(G, lb, s, nk);
+    else if (!G->side[s].gbuf)
+      fetch(G, lb, s, nk);
   KBlock *cb = &cg_kif(k, lb, cg_kcmp(k, KC_GE, j, ki(k, stages - 1)))->body;
   compute(G, cb, kmod(k, cg_kadd(k, kv(k, u), ki(k, 1)), stages));
   for (int s = 0; s < 2; s++)
-    if (!G->side[s].gbuf) put(G, lb, s, stw);
+    if (!async_side(&G->side[s])) put(G, lb, s, stw);
 
   RtRef part = {0};
   KBuf *pb = NULL;

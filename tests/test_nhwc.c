@@ -243,6 +243,44 @@ START_TEST(block_i8) {
 }
 END_TEST
 
+/* Padded int8 convs whose inputs are at zero point -128 (after a relu):
+ * cp.async would fill their padding with zeros, so their x chunks come
+ * through registers, one 16-byte load each (uint4), the padding the zero
+ * point. */
+static const char *const i8_padded_zero_point =
+    "graph q {\n"
+    "  %x = input {name=\"x\"} : i8[2, 32, 9, 9]\n"
+    "  %w1 = param {name=\"w1\"} : i8[32, 32, 3, 3]\n"
+    "  %c1 = conv2d %x, %w1 {pad=[1, 1, 1, 1]} : i32[2, 32, 9, 9]\n"
+    "  %d1 = dequantize %c1 {scale=0.01} : f32[2, 32, 9, 9]\n"
+    "  %r1 = relu %d1 : f32[2, 32, 9, 9]\n"
+    "  %q1 = quantize %r1 {scale=0.5, zero_point=-128} : i8[2, 32, 9, 9]\n"
+    "  %w2 = param {name=\"w2\"} : i8[32, 32, 3, 3]\n"
+    "  %c2 = conv2d %q1, %w2 {pad=[1, 1, 1, 1], zero_point=-128} : i32[2, 32, 9, 9]\n"
+    "  %d2 = dequantize %c2 {scale=0.02} : f32[2, 32, 9, 9]\n"
+    "  %r2 = relu %d2 : f32[2, 32, 9, 9]\n"
+    "  %q2 = quantize %r2 {scale=0.25, zero_point=-128} : i8[2, 32, 9, 9]\n"
+    "  %w3 = param {name=\"w3\"} : i8[16, 32, 3, 3]\n"
+    "  %c3 = conv2d %q2, %w3 {stride=[2, 2], pad=[1, 1, 1, 1], zero_point=-128} : i32[2, 16, 5, 5]\n"
+    "  %d3 = dequantize %c3 {scale=0.125} : f32[2, 16, 5, 5]\n"
+    "  return %d3 as \"y\"\n"
+    "}\n";
+
+static int count_of(const char *src, const char *s) {
+  int n = 0;
+  for (const char *p = src; (p = strstr(p, s)); p++) n++;
+  return n;
+}
+
+START_TEST(block_i8_padded_zero_point) {
+  char *src = check_block(i8_padded_zero_point, (PassOptions){0}, (CgOptions){0}, 3, 2, 0);
+  ck_assert_int_eq(x_copies(src), 0);
+  ck_assert_int_ge(count_of(src, "*(const uint4 *)&x["), 2);
+  ck_assert_ptr_nonnull(strstr(src, "(-128)"));
+  free(src);
+}
+END_TEST
+
 START_TEST(block_tf32) {
   char *text = block_text("f32", 16);
   PassOptions po = {.tf32 = true};
@@ -637,6 +675,7 @@ static Suite *nhwc_suite(void) {
   tcase_set_timeout(t, 600);
   tcase_add_loop_test(t, block_f16_bf16, 0, 2);
   tcase_add_test(t, block_i8);
+  tcase_add_test(t, block_i8_padded_zero_point);
   tcase_add_test(t, block_tf32);
   tcase_add_test(t, left_alone);
   tcase_add_loop_test(t, padded_channels, 0, 2);
