@@ -26,6 +26,9 @@
 #   - every depthwise kernel (conv_depthwise.c, named *_dw_N) loads its
 #     input tile 16 bytes at a time (LDG.E.128); the f16 and bf16 convs
 #     builds have both conv-transposes on tensor cores (HMMA);
+#   - (a figure, not a check) the main loops' SASS instructions per
+#     tensor-core instruction, over the stretches between barriers that
+#     have any, weighted by the kernels' FLOPs;
 #   - at least 95% of the run's FLOPs (the cost model's) are on tensor
 #     cores: in kernels with those instructions, or in cuBLAS's f16, bf16
 #     and int8 GEMMs.  The depthwise kernels' FLOPs are left out of the
@@ -101,7 +104,26 @@ VEC_LOAD = re.compile(r"\bLDG\.E\.128\b")
 SPILL = re.compile(r"\b(LDL|STL)(\.[\w.]+)?\b")
 REGS_PER_SM, SMEM_PER_SM, SMEM_PER_BLOCK, RESERVED, THREADS_PER_SM = 65536, 233472, 232448, 1024, 2048
 RNN_PERSIST_REGS = 64  # codegen/lower_rnn.c
+INSN = re.compile(r"/\*[0-9a-f]{4,}\*/\s+([^;]*);")
 status = 0
+
+def main_loop(lines):
+    """Instructions and tensor-core instructions of the stretches between
+    barriers that hold tensor-core instructions: a main loop's stages."""
+    n = mma = seg_n = seg_m = 0
+    for line in lines:
+        m = INSN.search(line)
+        if not m or m.group(1).strip().startswith("NOP"):
+            continue
+        seg_n += 1
+        seg_m += bool(MMA.search(m.group(1)))
+        if "BAR.SYNC" in m.group(1):
+            if seg_m:
+                n, mma = n + seg_n, mma + seg_m
+            seg_n = seg_m = 0
+    if seg_m:
+        n, mma = n + seg_n, mma + seg_m
+    return n, mma
 
 def fail(msg):
     global status
@@ -141,7 +163,7 @@ for name in sorted(os.listdir(tmp)):
                             int(w[8]), int(w[9])))
     on_tc = sum(f for dt, f, _ in gemms if dt in ("f16", "bf16", "i8"))
     problems = attention = transposed = im2col_async = 0
-    depthwise = 0.0
+    depthwise = loop_flops = loop_cost = 0.0
     for k, flops, launches, threads, dyn, marked, blocks, async_a, async_b in kernels:
         if k not in res or k not in sass:
             fail("%s: kernel %s is not in the cubin" % (name, k))
@@ -151,6 +173,10 @@ for name in sorted(os.listdir(tmp)):
         has_mma = bool(MMA.search(text))
         if has_mma:
             on_tc += flops
+            n, mma = main_loop(sass[k])
+            if mma and flops:
+                loop_flops += flops
+                loop_cost += flops * n / mma
         spills = sorted(set(m.group(0) for m in SPILL.finditer(text)))
         if r.get("LOCAL", 0) or spills:
             fail("%s: %s spills: %d bytes of local memory a thread%s" %
@@ -231,7 +257,9 @@ for name in sorted(os.listdir(tmp)):
     elif share < 0.95:
         print("XFAIL %s: %.1f%% of the FLOPs on tensor cores (named in EXPECTED_WITHOUT_TC); "
               "the most without: %s" % (name, 100 * share, why))
-    print("%s %s: %d kernels, %d cuBLAS GEMMs, %.3g GFLOP a run, %.1f%% on tensor cores, %d problems" %
-          ("ok  " if not problems else "FAIL", name, len(kernels), len(gemms), total / 1e9, 100 * share, problems))
+    loops = (", main loops %.2f SASS instructions a tensor-core one" % (loop_cost / loop_flops)) if loop_flops else ""
+    print("%s %s: %d kernels, %d cuBLAS GEMMs, %.3g GFLOP a run, %.1f%% on tensor cores%s, %d problems" %
+          ("ok  " if not problems else "FAIL", name, len(kernels), len(gemms), total / 1e9, 100 * share, loops,
+           problems))
 sys.exit(status)
 PY
