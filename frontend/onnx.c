@@ -202,6 +202,7 @@ static const OpEntry onnx_ops[] = {
      "constant scales or sizes (and roi); every mode, coordinate transformation and nearest_mode, "
      "cubic_coeff_a, exclude_outside, extrapolation_value, antialias, axes, "
      "keep_aspect_ratio_policy"},
+    {"ReverseSequence", ox_op_reverse_sequence, "batch_axis and time_axis 0 and 1; run-time lengths"},
     {"Scan", ox_op_scan, "opset 9 on; unrolled over the scan axis (up to 1024 steps)"},
     {"Selu", ox_op_elu_family, NULL},
     {"SequenceAt", ox_op_sequence_at, "a position known at import (negative from the end)"},
@@ -231,9 +232,11 @@ static const OpEntry onnx_ops[] = {
     {"STFT", ox_op_stft, "constant frame_step and frame_length, a window, onesided; frames by a gather, then DFT's matmul"},
     {"Sub", ox_op_binary, NULL},
     {"Sum", ox_op_variadic, NULL},
+    {"SwiGLU", ox_op_swiglu, "alpha"},
     {"Swish", ox_op_swish, NULL},
     {"Tan", ox_op_unary, NULL},
     {"Tanh", ox_op_unary, NULL},
+    {"TensorScatter", ox_op_tensor_scatter, "linear and circular; run-time write_indices"},
     {"ThresholdedRelu", ox_op_thresholded_relu, NULL},
     {"Tile", ox_op_tile, "constant repeats"},
     {"TopK", ox_op_topk, "constant K; sorted results"},

@@ -211,13 +211,14 @@ Val *ox_from_2d(Imp *im, Val *y, int spatial);
 OpFn ox_op_reshape, ox_op_flatten, ox_op_squeeze, ox_op_unsqueeze, ox_op_transpose, ox_op_concat, ox_op_split,
     ox_op_slice, ox_op_gather, ox_op_gather_elements, ox_op_gather_nd, ox_op_scatter_elements,
     ox_op_scatter_nd, ox_op_topk, ox_op_one_hot, ox_op_eye_like, ox_op_expand, ox_op_tile, ox_op_pad,
-    ox_op_depth_space, ox_op_constant, ox_op_constant_of_shape, ox_op_shape, ox_op_size, ox_op_range;
+    ox_op_depth_space, ox_op_constant, ox_op_constant_of_shape, ox_op_shape, ox_op_size, ox_op_range,
+    ox_op_reverse_sequence, ox_op_tensor_scatter;
 
 /* onnx_resize.c: Resize, Upsample and GridSample. */
 OpFn ox_op_resize, ox_op_grid_sample;
 
 /* onnx_newer.c: newer opsets' ops by decomposition. */
-OpFn ox_op_mish, ox_op_swish, ox_op_mvn, ox_op_lp_norm, ox_op_cumulative, ox_op_center_crop_pad, ox_op_window,
+OpFn ox_op_mish, ox_op_swish, ox_op_swiglu, ox_op_mvn, ox_op_lp_norm, ox_op_cumulative, ox_op_center_crop_pad, ox_op_window,
     ox_op_rotary;
 /* onnx_einsum.c */
 OpFn ox_op_einsum;

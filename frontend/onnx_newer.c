@@ -1,5 +1,5 @@
 /* ONNX ops of the newer opsets that the IR holds by decomposition: Mish,
- * Swish, MeanVarianceNormalization, LpNormalization, RotaryEmbedding,
+ * Swish, SwiGLU, MeanVarianceNormalization, LpNormalization, RotaryEmbedding,
  * CumSum and CumProd, CenterCropPad, and the window functions (constants).  Takes one node's operands, returns
  * its results; a float op of several IR ops computes f16/bf16 in f32 and
  * rounds once. */
@@ -29,6 +29,19 @@ bool ox_op_swish(Imp *im, ONode *n) {
   Val *w = ox_widen(im, x);
   return (n->out[0] = ox_narrow(im, ox_op2(im, OP_MUL, w, ox_op1(im, OP_SIGMOID, ox_op2s(im, OP_MUL, w, alpha))),
                                 x->type.dtype));
+}
+
+/* SwiGLU (opset 28): Swish_alpha(a) * b, a and b of one shape. */
+bool ox_op_swiglu(Imp *im, ONode *n) {
+  Val *a = ox_in_req(im, n, 0), *b = ox_in_req(im, n, 1);
+  double alpha;
+  if (!a || !b || !ox_attr_float(im, "alpha", 1.0, &alpha) || !ox_need_float_in(im, a)) return false;
+  if (b->type.dtype != a->type.dtype || !ox_same_dims(&b->type, a->type.rank, a->type.dims))
+    return ox_bad(im, "A and B must have one dtype and one shape (SwiGLU does not broadcast)");
+  Val *wa = ox_widen(im, a);
+  Val *gate = alpha == 1 ? ox_op1(im, OP_SILU, wa)
+                         : ox_op2(im, OP_MUL, wa, ox_op1(im, OP_SIGMOID, ox_op2s(im, OP_MUL, wa, alpha)));
+  return (n->out[0] = ox_narrow(im, ox_op2(im, OP_MUL, gate, ox_widen(im, b)), a->type.dtype));
 }
 
 /* Mean and variance over axes (kept as dims of 1). */

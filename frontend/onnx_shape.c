@@ -308,6 +308,95 @@ bool ox_op_gather_elements(Imp *im, ONode *n) {
   return (n->out[0] = ox_emit1(im, &e));
 }
 
+/* idx (i64, broadcasting to x) expanded to x's dims, for an element
+ * gather or scatter that wants an index per element. */
+static Val *expand_to(Imp *im, Val *idx, const TensorType *t) {
+  if (!idx || ox_same_dims(&idx->type, t->rank, t->dims)) return idx;
+  Emit e;
+  Node *ex = ox_begin(im, &e, OP_EXPAND, 1, &idx);
+  ir_set_ints(im->g, ex, "shape", t->rank, t->dims);
+  return ox_emit1(im, &e);
+}
+
+static bool is_int(DType t) { return !ir_dtype_is_float(t) && t != TY_BOOL; }
+
+/* A [B] vector of lengths or positions placed along axis of a rank-r
+ * i64 tensor (1 in the other dims). */
+static Val *along_axis(Imp *im, Val *v, int r, int axis) {
+  int64_t dims[DL_MAX_RANK];
+  for (int d = 0; d < r; d++) dims[d] = d == axis ? v->type.dims[0] : 1;
+  return ox_reshape(im, ox_cast(im, v, TY_I64), r, dims);
+}
+
+/* ReverseSequence: each batch entry b's first sequence_lens[b] steps
+ * along time_axis reversed, the rest as they were: an element gather
+ * along time of t' = len - 1 - t where t < len, else t.  A length past
+ * the time axis reads out of range, which the gather reports at run
+ * time (ONNX leaves it undefined). */
+bool ox_op_reverse_sequence(Imp *im, ONode *n) {
+  Val *x = ox_in_req(im, n, 0), *lens = ox_in_req(im, n, 1);
+  int64_t ba, ta;
+  if (!x || !lens || !ox_attr_int(im, "batch_axis", 1, &ba) || !ox_attr_int(im, "time_axis", 0, &ta)) return false;
+  int r = x->type.rank;
+  if (r < 2) return ox_bad(im, "the input must have rank 2 or more, not %d", r);
+  if ((ba != 0 && ba != 1) || (ta != 0 && ta != 1) || ba == ta)
+    return ox_bad(im, "batch_axis %" PRId64 " and time_axis %" PRId64 " must be 0 and 1, one each", ba, ta);
+  if (!is_int(lens->type.dtype) || lens->type.rank != 1 || lens->type.dims[0] != x->type.dims[ba])
+    return ox_bad(im, "sequence_lens must be an integer vector of the batch's %" PRId64 " lengths",
+                  x->type.dims[ba]);
+  Val *len = along_axis(im, lens, r, (int)ba), *t = ox_iota_along(im, r, (int)ta, x->type.dims[ta]);
+  Val *rev = ox_op2(im, OP_SUB, ox_op2s(im, OP_SUB, len, 1), t);
+  Val *idx = expand_to(im, ox_where(im, ox_op2(im, OP_LESS, t, len), rev, t), &x->type);
+  if (!idx) return false;
+  Emit e;
+  Node *g = ox_begin(im, &e, OP_GATHER_ELEMENTS, 2, (Val *[]){x, idx});
+  ir_set_int(im->g, g, "axis", ta);
+  return (n->out[0] = ox_emit1(im, &e));
+}
+
+/* TensorScatter (opset 24): past_cache with update written along axis
+ * at write_indices[b] (0 without them) onwards, modulo the axis in
+ * mode circular: a scatter of update at those positions.  A linear
+ * write past the axis is an index out of range at run time. */
+bool ox_op_tensor_scatter(Imp *im, ONode *n) {
+  Val *past = ox_in_req(im, n, 0), *upd = ox_in_req(im, n, 1), *w = ox_in_opt(n, 2);
+  int64_t axis_attr;
+  const char *mode;
+  int axis;
+  if (!past || !upd || !ox_attr_int(im, "axis", -2, &axis_attr) || !ox_attr_str(im, "mode", "linear", &mode))
+    return false;
+  int r = past->type.rank;
+  if (!ox_norm_axis(im, axis_attr, r, &axis)) return false;
+  if (axis == 0) return ox_bad(im, "axis 0 is the batch; the sequence axis must be another");
+  bool circular = strcmp(mode, "circular") == 0;
+  if (!circular && strcmp(mode, "linear") != 0)
+    return ox_bad(im, "mode '%s' is not supported (linear or circular)", mode);
+  if (upd->type.rank != r || upd->type.dtype != past->type.dtype)
+    return ox_bad(im, "update must have past_cache's rank and dtype");
+  for (int d = 0; d < r; d++)
+    if (d != axis && upd->type.dims[d] != past->type.dims[d])
+      return ox_bad(im, "update's dim %d is %" PRId64 ", past_cache's %" PRId64, d, upd->type.dims[d],
+                    past->type.dims[d]);
+  if (upd->type.dims[axis] > past->type.dims[axis])
+    return ox_bad(im, "update's %" PRId64 " steps do not fit the cache's %" PRId64, upd->type.dims[axis],
+                  past->type.dims[axis]);
+  Val *idx = ox_iota_along(im, r, axis, upd->type.dims[axis]);
+  if (w) {
+    if (!is_int(w->type.dtype) || w->type.rank != 1 || w->type.dims[0] != past->type.dims[0])
+      return ox_bad(im, "write_indices must be an integer vector of the batch's %" PRId64 " positions",
+                    past->type.dims[0]);
+    idx = ox_op2(im, OP_ADD, idx, along_axis(im, w, r, 0));
+  }
+  if (circular) idx = ox_op2(im, OP_MOD, idx, ox_scalar(im, (double)past->type.dims[axis], TY_I64));
+  idx = expand_to(im, idx, &upd->type);
+  if (!idx) return false;
+  Emit e;
+  Node *sc = ox_begin(im, &e, OP_SCATTER_ELEMENTS, 3, (Val *[]){past, idx, upd});
+  ir_set_int(im->g, sc, "axis", axis);
+  ir_set_str(im->g, sc, "reduction", "none");
+  return (n->out[0] = ox_emit1(im, &e));
+}
+
 bool ox_op_gather_nd(Imp *im, ONode *n) {
   Val *data = ox_in_req(im, n, 0), *idx = ox_in_req(im, n, 1);
   int64_t batch;

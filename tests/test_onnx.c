@@ -938,6 +938,49 @@ START_TEST(test_unsupported_op_attr_dtype) {
 }
 END_TEST
 
+/* ReverseSequence, TensorScatter and SwiGLU refuse what they cannot
+ * mean, naming the node (their numbers: the node tests). */
+START_TEST(test_sequence_ops_refused) {
+  int64_t xd[2] = {3, 4}, ld[1] = {4}, bad[1] = {3};
+  Model *b = model_new(13);
+  add_input(b, "x", 2, xd);
+  b->ins[b->g.n_input++] = value_info("lens", ONNX__TENSOR_PROTO__DATA_TYPE__INT64, 1, ld, NULL);
+  attr_i(add_node(b, "ReverseSequence", "x,lens", "y"), "batch_axis", 1);
+  attr_i(b->nodes[0], "time_axis", 1);
+  add_output(b, "y");
+  expect_error(import(b), "(ReverseSequence): batch_axis 1 and time_axis 1 must be 0 and 1, one each");
+  diag_clear(&ctx);
+  b = model_new(13);
+  add_input(b, "x", 2, xd);
+  b->ins[b->g.n_input++] = value_info("lens", ONNX__TENSOR_PROTO__DATA_TYPE__INT64, 1, bad, NULL);
+  add_node(b, "ReverseSequence", "x,lens", "y");
+  add_output(b, "y");
+  expect_error(import(b), "(ReverseSequence): sequence_lens must be an integer vector of the batch's 4 lengths");
+  diag_clear(&ctx);
+  int64_t pd[3] = {2, 5, 4}, ud[3] = {2, 6, 4};
+  b = model_new(24);
+  add_input(b, "past", 3, pd);
+  add_input(b, "upd", 3, ud);
+  attr_i(add_node(b, "TensorScatter", "past,upd", "y"), "axis", 1);
+  add_output(b, "y");
+  expect_error(import(b), "(TensorScatter): update's 6 steps do not fit the cache's 5");
+  diag_clear(&ctx);
+  b = model_new(24);
+  add_input(b, "past", 3, pd);
+  add_input(b, "upd", 3, pd);
+  attr_s(add_node(b, "TensorScatter", "past,upd", "y"), "mode", "ring");
+  add_output(b, "y");
+  expect_error(import(b), "(TensorScatter): mode 'ring' is not supported (linear or circular)");
+  diag_clear(&ctx);
+  b = model_new(24);
+  add_input(b, "a", 2, xd);
+  add_input(b, "b", 1, ld);
+  add_node(b, "SwiGLU", "a,b", "y");
+  add_output(b, "y");
+  expect_error(import(b), "(SwiGLU): A and B must have one dtype and one shape (SwiGLU does not broadcast)");
+}
+END_TEST
+
 START_TEST(test_runtime_shape_refused) {
   Model *b = model_new(13);
   int64_t xd[2] = {2, 3}, sd[1] = {2};
@@ -1085,6 +1128,7 @@ static Suite *onnx_suite(void) {
   tcase_add_test(tc, test_initializer_size_mismatch);
   tcase_add_test(tc, test_unsupported_op_attr_dtype);
   tcase_add_test(tc, test_runtime_shape_refused);
+  tcase_add_test(tc, test_sequence_ops_refused);
   tcase_add_test(tc, test_external_data);
   tcase_add_test(tc, test_api_runs_without_weights_file);
   tcase_add_test(tc, test_rms_normalization);

@@ -52,6 +52,8 @@ static const char *const default_emu[] = {
     "test_scatternd_multiply", "test_top_k_smallest", "test_hardmax_axis_0", "test_onehot_negative_indices",
     "test_eyelike_populate_off_main_diagonal", "test_lrn", "test_sce_mean_weight_ii_4d",
     "test_nllloss_NCd1d2_with_weight_reduction_mean",
+    /* run-time lengths and positions: an element gather and scatter */
+    "test_reversesequence_batch", "test_tensorscatter_circular", "test_swiglu_alpha",
     /* Resize as gathers and weighted sums, GridSample */
     "test_resize_upsample_sizes_cubic", "test_resize_downsample_scales_linear_align_corners",
     "test_resize_tf_crop_and_resize", "test_resize_upsample_sizes_nearest_ceil_half_pixel",
