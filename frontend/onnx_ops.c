@@ -389,7 +389,17 @@ bool ox_op_dropout(Imp *im, ONode *n) {
     if (!ox_const_scalar(im, n->in[2], "Dropout's training_mode", &training)) return false;
     if (training != 0) return ox_bad(im, "training_mode=true is not supported (inference only)");
   }
-  if (n->n_out > 1 && n->want[1]) return ox_bad(im, "the mask output is not supported");
+  /* inference keeps every element: the mask is all true */
+  if (n->n_out > 1 && n->want[1]) {
+    Val *keep = ox_scalar(im, 1, TY_BOOL);
+    if (x->type.rank) {
+      Emit e;
+      Node *ex = ox_begin(im, &e, OP_EXPAND, 1, &keep);
+      ir_set_ints(im->g, ex, "shape", x->type.rank, x->type.dims);
+      keep = ox_emit1(im, &e);
+    }
+    if (!(n->out[1] = keep)) return false;
+  }
   return (n->out[0] = x);
 }
 

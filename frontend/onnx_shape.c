@@ -708,14 +708,15 @@ bool ox_op_depth_space(Imp *im, ONode *n) {
   int64_t b;
   const char *mode = "DCR";
   if (!x || !ox_attr_int(im, "blocksize", 0, &b)) return false;
-  if (to_space && !ox_attr_str(im, "mode", "DCR", &mode)) return false;
+  /* SpaceToDepth has a mode from opset 25 on, DepthToSpace from 11 */
+  if (!ox_attr_str(im, "mode", "DCR", &mode)) return false;
+  bool dcr = strcmp(mode, "DCR") == 0;
+  if (!dcr && strcmp(mode, "CRD") != 0) return ox_bad(im, "mode='%s' is not supported", mode);
   if (x->type.rank != 4) return ox_bad(im, "needs a 4-d input [N, C, H, W]");
   if (b < 1) return ox_bad(im, "blocksize must be >= 1");
   int64_t N = x->type.dims[0], C = x->type.dims[1], H = x->type.dims[2], W = x->type.dims[3];
   if (to_space) {
     if (C % (b * b)) return ox_bad(im, "channels %" PRId64 " are not a multiple of blocksize^2", C);
-    bool dcr = strcmp(mode, "DCR") == 0;
-    if (!dcr && strcmp(mode, "CRD") != 0) return ox_bad(im, "mode='%s' is not supported", mode);
     int64_t c = C / (b * b);
     int64_t d6[6] = {N, b, b, c, H, W}, c6[6] = {N, c, b, b, H, W};
     static const int64_t pd[6] = {0, 3, 4, 1, 5, 2}, pc[6] = {0, 1, 4, 2, 5, 3};
@@ -724,9 +725,11 @@ bool ox_op_depth_space(Imp *im, ONode *n) {
                 ox_reshape(im, ox_transpose(im, ox_reshape(im, x, 6, dcr ? d6 : c6), dcr ? pd : pc), 4, out));
   }
   if (H % b || W % b) return ox_bad(im, "H and W must be multiples of the blocksize");
+  /* [N, C, H/b, b, W/b, b]: DCR's channel (bh b + bw) C + c, CRD's
+   * c b^2 + bh b + bw */
   int64_t d6[6] = {N, C, H / b, b, W / b, b}, out[4] = {N, C * b * b, H / b, W / b};
-  static const int64_t p[6] = {0, 3, 5, 1, 2, 4};
-  return (n->out[0] = ox_reshape(im, ox_transpose(im, ox_reshape(im, x, 6, d6), p), 4, out));
+  static const int64_t pd[6] = {0, 3, 5, 1, 2, 4}, pc[6] = {0, 1, 3, 5, 2, 4};
+  return (n->out[0] = ox_reshape(im, ox_transpose(im, ox_reshape(im, x, 6, d6), dcr ? pd : pc), 4, out));
 }
 
 /* ---- values known at import ---- */
