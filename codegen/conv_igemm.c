@@ -250,8 +250,8 @@ static KExpr *x_hit(ConvTc *cv, Kernel *k, KBlock *blk, ConvRow *r, int d, KExpr
 
 /* nhwc (groups 1): the index of x at element kk = (tap, ci) of the row's
  * pixel, and in *inside (NULL: always) whether it lies in the image. */
-static KExpr *nhwc_at(ConvTc *cv, ConvRow *r, Kernel *k, KBlock *blk, KExpr *kk, KExpr **inside) {
-  KExpr *tap = let_index(k, blk, "tap", kdiv(k, kk, cv->C)), *at = r->img;
+static KExpr *nhwc_at(ConvTc *cv, ConvRow *r, Kernel *k, KBlock *blk, KExpr *z, KExpr *kk, KExpr **inside) {
+  KExpr *tap = let_index(k, blk, "tap", kdiv(k, kk, cv->Cg)), *at = r->img;
   *inside = NULL;
   for (int d = 0; d < cv->nsp; d++) {
     KExpr *td = coord_of(k, tap, cv->kern, cv->nsp, d);
@@ -259,24 +259,27 @@ static KExpr *nhwc_at(ConvTc *cv, ConvRow *r, Kernel *k, KBlock *blk, KExpr *kk,
     if (cv->padded) *inside = cg_kand(k, *inside, cg_kand(k, cg_kcmp(k, KC_GE, pos, ki(k, 0)), klt(k, pos, cv->in[d])));
     at = cg_kadd(k, cg_kmul(k, at, ki(k, cv->in[d])), pos);
   }
-  return cg_kadd(k, cg_kmul(k, at, ki(k, cv->C)), kmod(k, kk, cv->C));
+  /* group z's channels, Cg of the pixel's C */
+  KExpr *ci = kmod(k, kk, cv->Cg);
+  if (cv->Cg != cv->C) ci = cg_kadd(k, cg_kmul(k, z, ki(k, cv->Cg)), ci);
+  return cg_kadd(k, cg_kmul(k, at, ki(k, cv->C)), ci);
 }
 
-static KExpr *x_nhwc(ConvTc *cv, ConvRow *r, Kernel *k, KBlock *blk, KExpr *kk) {
-  KExpr *inside, *at = nhwc_at(cv, r, k, blk, kk, &inside);
+static KExpr *x_nhwc(ConvTc *cv, ConvRow *r, Kernel *k, KBlock *blk, KExpr *z, KExpr *kk) {
+  KExpr *inside, *at = nhwc_at(cv, r, k, blk, z, kk, &inside);
   if (!inside) return cg_operand_load(cv->b, k, blk, cv->x, "x", at);
   return load_or_zero(cv, k, blk, cv->x, "x", at, inside, (double)cg_zero_point(cv->n));
 }
 
 /* nhwc's B by whole 16-byte chunks: x a plain aligned array whose
- * channels fill them (a chunk never straddles two taps); the padding
+ * channels (a group's) fill them (a chunk never straddles two taps); the padding
  * reads the operand's fill (int8's zero point), cp.async's zeros where
  * that is 0. */
 static KBuf *x_async(void *ctx, Kernel *k) {
   ConvTc *cv = ctx;
   double c;
   int64_t per_chunk = 16 / ir_dtype_size(cv->x->type.dtype);
-  if (!cv->nhwc || cv->C % per_chunk || cg_is_fused(cv->b, cv->x) || cg_const_of(cv->b, cv->x, &c)) return NULL;
+  if (!cv->nhwc || cv->Cg % per_chunk || cg_is_fused(cv->b, cv->x) || cg_const_of(cv->b, cv->x, &c)) return NULL;
   RtRef ref = cg_ref(cv->b, cv->x);
   if (ref.offset % 16) return NULL;
   return cg_kglobal(k, "x", cv->x->type.dtype, ir_type_numel(&cv->x->type), ref);
@@ -286,7 +289,7 @@ static void *x_row(void *ctx, Kernel *k, KBlock *blk, KExpr *z, KExpr *row);
 
 static KExpr *x_chunk(void *ctx, Kernel *k, KBlock *blk, KExpr *z, KExpr *row, KExpr *kk, KExpr **ok) {
   ConvTc *cv = ctx;
-  return nhwc_at(cv, x_row(ctx, k, blk, z, row), k, blk, kk, ok);
+  return nhwc_at(cv, x_row(ctx, k, blk, z, row), k, blk, z, kk, ok);
 }
 
 /* x at tap kk of the row's pixel, the zero point (int8's real 0) in the
@@ -294,7 +297,7 @@ static KExpr *x_chunk(void *ctx, Kernel *k, KBlock *blk, KExpr *z, KExpr *row, K
 static KExpr *x_element(void *ctx, void *row, Kernel *k, KBlock *blk, KExpr *z, KExpr *kk) {
   ConvTc *cv = ctx;
   ConvRow *r = row;
-  if (cv->nhwc) return x_nhwc(cv, r, k, blk, kk);
+  if (cv->nhwc) return x_nhwc(cv, r, k, blk, z, kk);
   int64_t per = cv->phased ? cv->TQ : cv->KK;
   KExpr *ci = cg_kadd(k, cg_kmul(k, cv->phased ? kdiv(k, z, cv->P) : z, ki(k, cv->Cg)), kdiv(k, kk, per));
   KExpr *tap = let_index(k, blk, "tap", kmod(k, kk, per));

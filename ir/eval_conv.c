@@ -196,7 +196,7 @@ static void window_taps(const Window *w, int64_t o, int64_t *taps) {
   for (int64_t t = 0; t < w->k_size; t++, window_next_tap(w, kc)) taps[t] = window_tap(w, oc, kc, NULL);
 }
 
-/* conv2d in layout "nhwc" (groups 1 or depthwise): x [N,H,W,C], W
+/* conv2d and conv3d in layout "nhwc" (any groups): x [N,H,W,C], W
  * [Co,kH,kW,C/groups], out [N,OH,OW,Co].  The terms are added in the order of the nchw loop
  * below (channel, then taps), so a graph and its nhwc rewrite give the
  * same numbers, not merely close ones. */

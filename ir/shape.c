@@ -720,9 +720,6 @@ static bool conv_shape(const Node *n, int nsp, TensorType *out, char *err, size_
   if (!attr_int_min(n, "groups", 1, &groups, err, errlen)) return false;
   int cx = nhwc ? 1 + nsp : 1, sx = nhwc ? 1 : 2; /* channel and first spatial axis */
   int64_t c = x->dims[cx], cout = w->dims[0];
-  if (nhwc && groups != 1 && (groups != c || nsp != 2))
-    return fail(err, errlen, "%s: layout \"nhwc\" takes groups=1 or, in 2-d, depthwise (groups=%" PRId64 ", the input channels) only",
-                name, c);
   if (c % groups != 0 || cout % groups != 0)
     return fail(err, errlen,
                 "%s: groups=%" PRId64 " must divide the input channels (%" PRId64

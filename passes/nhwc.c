@@ -78,15 +78,23 @@ static int64_t padded_channels(DType dt, int64_t C) {
 /* A convolution the tensor cores take with whole 16-byte chunks of
  * channels (codegen's cp.async of the im2col operand), padded ones too.
  * The first H200 run had ResNet-50's NCHW stem (C = 3, register-staged)
- * at 32 TFLOP/s, 11% of the whole model's time. */
+ * at 32 TFLOP/s, 11% of the whole model's time.  A grouped one (not
+ * depthwise: ResNeXt's, RegNet's) when each group's channels fill whole
+ * chunks, unpadded, and a group's product fills an mma (16 output
+ * channels and 16 of K at the least, codegen's cg_conv_on_tc): its
+ * chunks are then a group's channels of one tap. */
 static bool conv_eligible(const Nhwc *S, const Node *n) {
-  if ((n->op != OP_CONV2D && n->op != OP_CONV3D) || ir_conv_nhwc(n) || ir_attr_int(n, "groups") != 1) return false;
-  const TensorType *x = &n->in[0]->type;
+  if ((n->op != OP_CONV2D && n->op != OP_CONV3D) || ir_conv_nhwc(n)) return false;
+  const TensorType *x = &n->in[0]->type, *w = &n->in[1]->type;
   DType dt = x->dtype;
-  if (!image_rank_ok(n, x->rank) || n->in[1]->type.dtype != dt || n->guard) return false;
+  if (!image_rank_ok(n, x->rank) || w->dtype != dt || n->guard) return false;
   bool ok = dt == TY_F16 || dt == TY_BF16 || (dt == TY_I8 && n->out[0].type.dtype == TY_I32) ||
             (dt == TY_F32 && S->o->tf32);
-  return ok && padded_channels(dt, x->dims[1]) != 0;
+  int64_t groups = ir_attr_int(n, "groups");
+  if (groups == 1) return ok && padded_channels(dt, x->dims[1]) != 0;
+  int64_t cg = x->dims[1] / groups, cog = w->dims[0] / groups, taps = 1;
+  for (int d = 2; d < w->rank; d++) taps *= w->dims[d];
+  return ok && groups != x->dims[1] && cg % (16 / ir_dtype_size(dt)) == 0 && cog >= 16 && cg * taps >= 16;
 }
 
 /* A depthwise convolution (groups = C, one output channel each) whose
@@ -264,7 +272,9 @@ static void find_regions(Nhwc *S) {
   for (Node *n = g->first; n; n = n->next) {
     if (S->inside[n->id] && (n->op == OP_CONV2D || n->op == OP_CONV3D)) {
       fed[n->out[0].id] = true;
-      if (fed[n->in[0]->id] && ir_attr_int(n, "groups") == 1) S->convs[find(S, n->out[0].id)]++;
+      /* a depthwise conv gains nothing (depthwise_eligible) */
+      bool depthwise = ir_attr_int(n, "groups") > 1 && ir_attr_int(n, "groups") == n->in[0]->type.dims[1];
+      if (fed[n->in[0]->id] && !depthwise) S->convs[find(S, n->out[0].id)]++;
     } else if (S->inside[n->id]) {
       for (int i = 0; i < n->n_in; i++) fed[n->out[0].id] = fed[n->out[0].id] || fed[n->in[i]->id];
     }
@@ -319,7 +329,8 @@ bool pass_nhwc(Graph *g, PassCtx *pc) {
       if (n->op == OP_CONV2D || n->op == OP_CONV3D) {
         pass_stat(pc, "nhwc: convolutions channels last", 1);
         /* W is still [Co, C / groups, ...]; x may be channels last
-         * already.  Depthwise ones never pad (depthwise_eligible). */
+         * already.  Grouped ones never pad (their groups' channels fill
+         * whole chunks: conv_eligible, depthwise_eligible). */
         int64_t c = n->in[1]->type.dims[1] * ir_attr_int(n, "groups");
         int64_t cp = padded_channels(n->in[0]->type.dtype, c);
         n->in[0] = nhwc_of(&S, n->in[0], n, 0);
