@@ -187,21 +187,12 @@ static void *w_row(void *ctx, Kernel *k, KBlock *blk, KExpr *z, KExpr *row) {
   return row;
 }
 
-/* v = 0, then v = load(at) where valid: a guarded read. */
-static KExpr *load_or_zero(ConvTc *cv, Kernel *k, KBlock *blk, const Value *x, const char *name, KExpr *at,
-                           KExpr *valid, double zero) {
-  DType dt = x->type.dtype;
-  KVar *v = cg_klet(k, blk, name[0] == 'w' ? "wv" : "xv", dt, cg_kimm(k, zero, dt));
-  KStmt *s = cg_kif(k, blk, valid);
-  cg_kset(k, &s->body, v, cg_operand_load(cv->b, k, &s->body, x, name, at));
-  return kv(k, v);
-}
-
+/* A[z][row][kk], 0 at a phase's taps past the kernel. */
 static KExpr *w_element(void *ctx, void *row, Kernel *k, KBlock *blk, KExpr *z, KExpr *kk) {
   ConvTc *cv = ctx;
   KExpr *valid, *at = w_index(cv, k, z, row, kk, &valid);
   if (!valid) return cg_operand_load(cv->b, k, blk, cv->w, "w", at);
-  return load_or_zero(cv, k, blk, cv->w, "w", at, valid, 0); /* with x at its zero point: no term */
+  return cg_operand_load_or(cv->b, k, blk, cv->w, "w", at, valid, 0); /* with x at its zero point: no term */
 }
 
 static KExpr *let_index(Kernel *k, KBlock *blk, const char *stem, KExpr *e) {
@@ -268,7 +259,7 @@ static KExpr *nhwc_at(ConvTc *cv, ConvRow *r, Kernel *k, KBlock *blk, KExpr *z, 
 static KExpr *x_nhwc(ConvTc *cv, ConvRow *r, Kernel *k, KBlock *blk, KExpr *z, KExpr *kk) {
   KExpr *inside, *at = nhwc_at(cv, r, k, blk, z, kk, &inside);
   if (!inside) return cg_operand_load(cv->b, k, blk, cv->x, "x", at);
-  return load_or_zero(cv, k, blk, cv->x, "x", at, inside, (double)cg_zero_point(cv->n));
+  return cg_operand_load_or(cv->b, k, blk, cv->x, "x", at, inside, (double)cg_zero_point(cv->n));
 }
 
 /* nhwc's B by whole 16-byte chunks: x a plain aligned array whose
@@ -322,7 +313,7 @@ static KExpr *x_element(void *ctx, void *row, Kernel *k, KBlock *blk, KExpr *z, 
     at = cg_kadd(k, cg_kmul(k, at, ki(k, cv->in[d])), pos);
   }
   if (!inside) return cg_operand_load(cv->b, k, blk, cv->x, "x", at);
-  return load_or_zero(cv, k, blk, cv->x, "x", at, inside, (double)cg_zero_point(cv->n));
+  return cg_operand_load_or(cv->b, k, blk, cv->x, "x", at, inside, (double)cg_zero_point(cv->n));
 }
 
 static void conv_store(void *ctx, Kernel *k, KBlock *blk, KExpr *z, KExpr *m, KExpr *n, KExpr *acc) {

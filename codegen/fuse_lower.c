@@ -524,6 +524,15 @@ KExpr *cg_operand_load(CgBuild *b, Kernel *k, KBlock *blk, const Value *v, const
   return cg_kload(k, cg_kglobal(k, name, v->type.dtype, ir_type_numel(&v->type), cg_ref(b, v)), index);
 }
 
+KExpr *cg_operand_load_or(CgBuild *b, Kernel *k, KBlock *blk, const Value *v, const char *name, KExpr *index,
+                          KExpr *cond, double fill) {
+  DType dt = v->type.dtype;
+  KVar *r = cg_klet(k, blk, arena_printf(&k->ctx->arena, "%sv", name), dt, cg_kimm(k, fill, dt));
+  KBlock *in = &cg_kif(k, blk, cond)->body;
+  cg_kset(k, in, r, cg_operand_load(b, k, in, v, name, index));
+  return cg_kv(k, r);
+}
+
 bool cg_fused_store(CgBuild *b, Kernel *k, KBlock *blk, const Value *out, KExpr *index,
                     KExpr *value) {
   const CgGroup *grp = cg_group(b);

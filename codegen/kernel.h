@@ -494,6 +494,11 @@ KExpr *cg_fused_load(CgBuild *b, Kernel *k, KBlock *blk, const Value *v, KExpr *
 /* v[index] as an operand: computed (cg_fused_load), a splat const's
  * immediate, or loaded from v's bytes as a buffer called name. */
 KExpr *cg_operand_load(CgBuild *b, Kernel *k, KBlock *blk, const Value *v, const char *name, KExpr *index);
+/* The same read only where cond holds, fill elsewhere (a convolution's
+ * padding: 0, or int8's zero point), as a let set inside an if, so that
+ * a fused operand's lets stay under the guard. */
+KExpr *cg_operand_load_or(CgBuild *b, Kernel *k, KBlock *blk, const Value *v, const char *name, KExpr *index,
+                          KExpr *cond, double fill);
 /* When out is the anchor of the group being lowered and members follow
  * it: stores the root's element (and the side outputs') at index
  * computed from value (the anchor's element) and returns true; else

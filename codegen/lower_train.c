@@ -170,10 +170,7 @@ static KExpr *wg_x(void *ctx, void *row, Kernel *k, KBlock *blk, KExpr *z, KExpr
   KExpr *at = cg_kadd(k, idx(k, KI_MUL, cg_kadd(k, idx(k, KI_MUL, cg_kv(k, img), w->C), r->xc), w->g.in_size),
                       linear(k, pos, w->g.in, w->g.nsp));
   if (!inside) return cg_kload(k, buf_of(w->b, k, w->x, "x"), at);
-  DType dt = w->x->type.dtype;
-  KVar *v = cg_klet(k, blk, "xv", dt, cg_kimm(k, 0, dt));
-  cg_kset(k, &cg_kif(k, blk, inside)->body, v, cg_kload(k, buf_of(w->b, k, w->x, "x"), at));
-  return cg_kv(k, v);
+  return cg_operand_load_or(w->b, k, blk, w->x, "x", at, inside, 0);
 }
 
 static void wg_store(void *ctx, Kernel *k, KBlock *blk, KExpr *z, KExpr *m, KExpr *n, KExpr *acc) {
