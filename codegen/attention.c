@@ -13,7 +13,11 @@
  * computed.  Per tile: S = Q K^T; scale, mask, causality and the key
  * bound; the online softmax (a running max m and sum l per row):
  * P = exp(S - m_new), alpha = exp(m_old - m_new); then O = alpha O + P V
- * in registers.  At the end O / l is stored (0 where l is 0: a row with
+ * in registers.  On the tensor cores the scores are kept in base-2
+ * units (the scale and an additive mask times log2 e), so that each
+ * exponential is one exp2f, one MUFU.EX2, where expf is a range
+ * reduction around one; P is rounded to f16 or bf16 for P V anyway.
+ * The f32 path keeps expf.  At the end O / l is stored (0 where l is 0: a row with
  * every key masked).  Under causal, the tiles wholly above the diagonal
  * are never loaded nor computed.
  *
@@ -169,14 +173,27 @@ static void scores_fma(Attn *A, KBlock *blk, KExpr *st) {
   cg_kstore(k, cb, A->ss, kmad(k, r, A->sld, key), kv(k, acc));
 }
 
+/* What a row's exponentials subtract: its max m, or 0 while m is -inf
+ * (nothing of the row is left yet, so every score is -inf too): then
+ * each exp(s - 0) is 0, and so is alpha = exp(m_old - 0), with no select
+ * per element (a select's arms are evaluated lazily: a branch each). */
+static KExpr *exp_base(Kernel *k, KBlock *blk, KExpr *m) {
+  KExpr *none = cg_kcmp(k, KC_EQ, m, f32(k, -INFINITY));
+  return kv(k, cg_klet(k, blk, "mb", TY_F32, cg_ksel(k, none, f32(k, 0), m)));
+}
+
+/* e^x on FMA, 2^x on the tensor cores (their scores in base-2 units). */
+static KExpr *exp_of(const Attn *A, Kernel *k, KExpr *x) { return A->tc ? cg_kexp2(k, x) : cg_kop1(k, OP_EXP, x); }
+
 /* Score x of query row qi and key: times scale, plus the additive mask,
- * -inf where a bool mask, causality or the key bound hides it (lets into
- * blk). */
+ * on the tensor cores in base-2 units (times log2 e), -inf where a bool
+ * mask, causality or the key bound hides it (lets into blk). */
 static KExpr *masked_score(Attn *A, KBlock *blk, KExpr *x, KExpr *qi, KExpr *key) {
   Kernel *k = A->k;
   const Node *n = A->n;
   double scale = ir_attr(n, "scale") ? ir_attr_float(n, "scale") : 1 / sqrt((double)A->d);
-  KExpr *s = cg_kop2(k, OP_MUL, x, f32(k, (float)scale));
+  double unit = A->tc ? M_LOG2E : 1;
+  KExpr *s = cg_kop2(k, OP_MUL, x, f32(k, (float)(scale * unit)));
   KExpr *ok = A->Sk % A->bn ? klt(k, key, ki(k, A->Sk)) : NULL;
   if (ir_attr_int(n, "causal")) ok = cg_kand(k, ok, cg_kcmp(k, KC_LE, key, qi));
   if (A->mask) {
@@ -187,7 +204,7 @@ static KExpr *masked_score(Attn *A, KBlock *blk, KExpr *x, KExpr *qi, KExpr *key
     if (A->mask->dtype == TY_BOOL)
       ok = cg_kand(k, ok, cg_kcmp(k, KC_NE, kv(k, cg_klet(k, blk, "mk", TY_F32, mv)), f32(k, 0)));
     else
-      s = cg_kop2(k, OP_ADD, s, mv);
+      s = cg_kop2(k, OP_ADD, s, A->tc ? cg_kop2(k, OP_MUL, mv, f32(k, (float)unit)) : mv);
   }
   return kv(k, cg_klet(k, blk, "s", TY_F32, ok ? cg_ksel(k, ok, s, f32(k, -INFINITY)) : s));
 }
@@ -210,15 +227,14 @@ static void softmax_tile(Attn *A, KBlock *blk, KExpr *j, KVar *m, KVar *l) {
   cg_kstore(k, cb, A->ss, at, sv);
   red->value = sv;
   KExpr *mn = kv(k, cg_klet(k, rb, "mn", TY_F32, cg_kop2(k, OP_MAXIMUM, kv(k, m), kv(k, mt))));
-  KExpr *none = kv(k, cg_klet(k, rb, "none", TY_I32, cg_kcmp(k, KC_EQ, mn, f32(k, -INFINITY))));
-  KExpr *alpha = cg_ksel(k, none, f32(k, 1), cg_kop1(k, OP_EXP, cg_kop2(k, OP_SUB, kv(k, m), mn)));
-  KExpr *av = kv(k, cg_klet(k, rb, "alpha", TY_F32, alpha));
+  KExpr *base = exp_base(k, rb, mn);
+  KExpr *av = kv(k, cg_klet(k, rb, "alpha", TY_F32, exp_of(A, k, cg_kop2(k, OP_SUB, kv(k, m), base))));
   cg_kstore(k, rb, A->rowv, r, av);
   KVar *sum = cg_kvar(k, "sum", TY_F32);
   KStmt *red2 = cg_kreduce(k, rb, sum, f32(k, 0), OP_ADD, cg_kvar(k, "c", KT_INDEX), ki(k, A->bn));
   KBlock *pb = &red2->body;
   KExpr *c2 = kv(k, red2->rvar);
-  KExpr *p = cg_ksel(k, none, f32(k, 0), cg_kop1(k, OP_EXP, cg_kop2(k, OP_SUB, cg_kload(k, A->ss, kmad(k, r, A->sld, c2)), mn)));
+  KExpr *p = exp_of(A, k, cg_kop2(k, OP_SUB, cg_kload(k, A->ss, kmad(k, r, A->sld, c2)), base));
   KExpr *pv = kv(k, cg_klet(k, pb, "p", TY_F32, p));
   cg_kstore(k, pb, A->ss, kmad(k, r, A->sld, c2), pv);
   red2->value = pv;
@@ -262,13 +278,12 @@ static void softmax_tc(Attn *A, KBlock *blk, KExpr *j, KBuf *mr, KBuf *lr, KBuf 
   KExpr *mrow = quad_reduce(A, hb, kv(k, mt), OP_MAXIMUM);
   KExpr *mold = kv(k, cg_klet(k, hb, "mo", TY_F32, cg_kload(k, mr, h)));
   KExpr *mn = kv(k, cg_klet(k, hb, "mn", TY_F32, cg_kop2(k, OP_MAXIMUM, mold, mrow)));
-  KExpr *none = kv(k, cg_klet(k, hb, "none", TY_I32, cg_kcmp(k, KC_EQ, mn, f32(k, -INFINITY))));
-  KExpr *av = kv(k, cg_klet(k, hb, "alpha", TY_F32,
-                            cg_ksel(k, none, f32(k, 1), cg_kop1(k, OP_EXP, cg_kop2(k, OP_SUB, mold, mn)))));
+  KExpr *base = exp_base(k, hb, mn);
+  KExpr *av = kv(k, cg_klet(k, hb, "alpha", TY_F32, exp_of(A, k, cg_kop2(k, OP_SUB, mold, base))));
   KVar *sum = cg_klet(k, hb, "sum", TY_F32, f32(k, 0));
   KBlock *pb = loop(k, hb, "c", ki(k, nb * 2), KM_UNROLL, &c2);
   KExpr *ps = ilet(k, pb, "sl", kmad(k, kdiv(k, c2, 2), 4, kmad(k, h, 2, kmod(k, c2, 2))));
-  KExpr *p = cg_ksel(k, none, f32(k, 0), cg_kop1(k, OP_EXP, cg_kop2(k, OP_SUB, cg_kload(k, A->sacc, ps), mn)));
+  KExpr *p = exp_of(A, k, cg_kop2(k, OP_SUB, cg_kload(k, A->sacc, ps), base));
   KExpr *pv = kv(k, cg_klet(k, pb, "p", TY_F32, p));
   cg_kstore(k, pb, A->sacc, ps, pv);
   cg_kset(k, pb, sum, cg_kop2(k, OP_ADD, kv(k, sum), pv));
@@ -394,7 +409,7 @@ static void combine(Attn *A, RtRef opart_ref, RtRef ml_ref) {
                          cg_kvar(k, "s", KT_INDEX), ki(k, A->splits));
   mx->value = cg_kload(k, ml, cg_kmul(k, kmad(k, kv(k, mx->rvar), rows, row), ki(k, 2)));
   KExpr *M = kv(k, mx->var);
-  KExpr *none = kv(k, cg_klet(k, blk, "none", TY_I32, cg_kcmp(k, KC_EQ, M, f32(k, -INFINITY))));
+  KExpr *base = exp_base(k, blk, M);
   KStmt *red[2];
   for (int w = 0; w < 2; w++) {
     red[w] = cg_kreduce(k, blk, cg_kvar(k, w ? "o" : "l", TY_F32), f32(k, 0), OP_ADD, cg_kvar(k, "s", KT_INDEX),
@@ -402,7 +417,7 @@ static void combine(Attn *A, RtRef opart_ref, RtRef ml_ref) {
     KBlock *rb = &red[w]->body;
     KExpr *part = ilet(k, rb, "pr", kmad(k, kv(k, red[w]->rvar), rows, row));
     KExpr *ms = cg_kload(k, ml, cg_kmul(k, part, ki(k, 2)));
-    KExpr *wt = kv(k, cg_klet(k, rb, "wt", TY_F32, cg_ksel(k, none, f32(k, 0), cg_kop1(k, OP_EXP, cg_kop2(k, OP_SUB, ms, M)))));
+    KExpr *wt = kv(k, cg_klet(k, rb, "wt", TY_F32, exp_of(A, k, cg_kop2(k, OP_SUB, ms, base))));
     KExpr *x = w ? cg_kload(k, opart, kmad(k, part, A->d, col)) : cg_kload(k, ml, cg_kadd(k, cg_kmul(k, part, ki(k, 2)), ki(k, 1)));
     red[w]->value = cg_kop2(k, OP_MUL, x, wt);
   }

@@ -501,7 +501,7 @@ static void print_num(Out *o, double v, DType dt) {
 /* C's float math function for e's dtype: expf for f32, exp for f64. */
 static const char *math_fn(const KExpr *e, const char *f32_name) {
   static const char *const names[][2] = {
-      {"fabsf", "fabs"}, {"tanhf", "tanh"}, {"expf", "exp"},   {"logf", "log"},     {"sqrtf", "sqrt"},
+      {"fabsf", "fabs"}, {"tanhf", "tanh"}, {"expf", "exp"}, {"exp2f", "exp2"},   {"logf", "log"},     {"sqrtf", "sqrt"},
       {"erff", "erf"},   {"sinf", "sin"},   {"cosf", "cos"},   {"rintf", "rint"},   {"floorf", "floor"},
       {"ceilf", "ceil"}, {"tanf", "tan"},   {"asinf", "asin"}, {"acosf", "acos"},   {"atanf", "atan"},
       {"sinhf", "sinh"}, {"coshf", "cosh"}, {"asinhf", "asinh"}, {"acoshf", "acosh"}, {"atanhf", "atanh"},
@@ -736,7 +736,7 @@ static void op_float(Out *o, const KExpr *e) {
     case OP_SILU: fcall1(o, "dl_silu", a); return;
     case OP_HARDSIGMOID: fcall1(o, "dl_hardsigmoid", a); return;
     case OP_HARDSWISH: fcall1(o, "dl_hardswish", a); return;
-    case OP_EXP: fcall1(o, math_fn(e, "expf"), a); return;
+    case OP_EXP: fcall1(o, math_fn(e, e->flag ? "exp2f" : "expf"), a); return;
     case OP_LOG: fcall1(o, math_fn(e, "logf"), a); return;
     case OP_SQRT: fcall1(o, math_fn(e, "sqrtf"), a); return;
     case OP_RSQRT: fprintf(o->f, "(1.0f / %s(", math_fn(e, "sqrtf")), fexpr(o, a), fputs("))", o->f); return;

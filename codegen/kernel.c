@@ -354,6 +354,12 @@ KExpr *cg_kop1(Kernel *k, OpKind op, KExpr *a) {
   return e;
 }
 
+KExpr *cg_kexp2(Kernel *k, KExpr *a) {
+  KExpr *e = cg_kop1(k, OP_EXP, a);
+  e->flag = true;
+  return e;
+}
+
 void cg_fp_round_attrs(KExpr *r, const Node *n) {
   r->i = ir_narrow_index(ir_narrow_find(ir_attr_str(n, "format")));
   r->flag = ir_attr_int(n, "saturate") != 0;

@@ -110,7 +110,7 @@ struct KExpr {
   int64_t i; /* KE_INT; KE_OP quantize/dequantize: the zero point */
   double f;  /* KE_FLOAT; KE_OP: leaky_relu alpha, clip min, quantize's lowest code */
   double f2; /* KE_OP: clip max, quantize's highest code */
-  bool flag; /* KE_OP: gelu with the tanh approximation; mod with fmod=1 (C's sign) */
+  bool flag; /* KE_OP: gelu with the tanh approximation; mod with fmod=1 (C's sign); exp in base 2 */
   KVar *var;
   KBuf *buf;
   KExpr *a[3];
@@ -313,6 +313,10 @@ KExpr *cg_knot(Kernel *k, KExpr *a);
 KExpr *cg_ksel(Kernel *k, KExpr *c, KExpr *a, KExpr *b);
 KExpr *cg_kload(Kernel *k, KBuf *b, KExpr *index);
 KExpr *cg_kop1(Kernel *k, OpKind op, KExpr *a);
+/* 2^a (OP_EXP with flag: exp2f, one MUFU.EX2 where expf reduces its
+ * range around one first): the attention's online softmax, its scores
+ * in base-2 units. */
+KExpr *cg_kexp2(Kernel *k, KExpr *a);
 /* An fp_round node's format (index into ir/narrow.c's table) and saturate. */
 void cg_fp_round_attrs(KExpr *r, const Node *n);
 KExpr *cg_kop2(Kernel *k, OpKind op, KExpr *a, KExpr *b);
