@@ -248,7 +248,8 @@ static KExpr *quad_reduce(Attn *A, KBlock *blk, KExpr *x, OpKind op) {
   Kernel *k = A->k;
   for (int sh = 1; sh <= 2; sh *= 2) {
     KExpr *other = cg_kshfl_xor(k, x, sh, 4);
-    x = kv(k, cg_klet(k, blk, "q", TY_F32, cg_kop2(k, op, x, kv(k, cg_klet(k, blk, "sh", TY_F32, other)))));
+    KExpr *y = kv(k, cg_klet(k, blk, "sh", TY_F32, other));
+    x = kv(k, cg_klet(k, blk, "q", TY_F32, op == OP_MAXIMUM ? cg_kfmax(k, x, y) : cg_kop2(k, op, x, y)));
   }
   return x;
 }
@@ -274,10 +275,11 @@ static void softmax_tc(Attn *A, KBlock *blk, KExpr *j, KBuf *mr, KBuf *lr, KBuf 
   KExpr *key = ilet(k, cb, "key", kmad(k, j, A->bn, kmad(k, kdiv(k, c, 2), 8, kmad(k, tq, 2, kmod(k, c, 2)))));
   KExpr *sv = masked_score(A, cb, cg_kload(k, A->sacc, slot), qi, key);
   cg_kstore(k, cb, A->sacc, slot, sv);
-  cg_kset(k, cb, mt, cg_kop2(k, OP_MAXIMUM, kv(k, mt), sv));
+  /* maxima that skip a NaN score: its P is NaN, and so the row */
+  cg_kset(k, cb, mt, cg_kfmax(k, kv(k, mt), sv));
   KExpr *mrow = quad_reduce(A, hb, kv(k, mt), OP_MAXIMUM);
   KExpr *mold = kv(k, cg_klet(k, hb, "mo", TY_F32, cg_kload(k, mr, h)));
-  KExpr *mn = kv(k, cg_klet(k, hb, "mn", TY_F32, cg_kop2(k, OP_MAXIMUM, mold, mrow)));
+  KExpr *mn = kv(k, cg_klet(k, hb, "mn", TY_F32, cg_kfmax(k, mold, mrow)));
   KExpr *base = exp_base(k, hb, mn);
   KExpr *av = kv(k, cg_klet(k, hb, "alpha", TY_F32, exp_of(A, k, cg_kop2(k, OP_SUB, mold, base))));
   KVar *sum = cg_klet(k, hb, "sum", TY_F32, f32(k, 0));
@@ -422,7 +424,7 @@ static void combine(Attn *A, RtRef opart_ref, RtRef ml_ref) {
     red[w]->value = cg_kop2(k, OP_MUL, x, wt);
   }
   KExpr *L = kv(k, red[0]->var), *O = kv(k, red[1]->var);
-  KExpr *y = cg_ksel(k, cg_kcmp(k, KC_GT, L, f32(k, 0)), cg_kop2(k, OP_DIV, O, L), f32(k, 0));
+  KExpr *y = cg_ksel(k, cg_kcmp(k, KC_EQ, L, f32(k, 0)), f32(k, 0), cg_kop2(k, OP_DIV, O, L));
   KExpr *at = i;
   if (strcmp(ir_attr_str(n, "layout"), "bshd") == 0) {
     /* row (b H + h) Sq + q to [B, Sq, H, d]'s (b Sq + q) H + h */
@@ -622,8 +624,8 @@ bool cg_lower_attention(CgBuild *b, const Node *n) {
       cg_kstore(k, wb, A->ml, mla, cg_kload(k, mr, h));
       cg_kstore(k, wb, A->ml, cg_kadd(k, mla, ki(k, 1)), lsum);
     } else {
-      KExpr *pos = cg_kcmp(k, KC_GT, lsum, f32(k, 0));
-      cg_kstore(k, hb, inv, h, cg_ksel(k, pos, cg_kop2(k, OP_DIV, f32(k, 1), lsum), f32(k, 0)));
+      KExpr *none = cg_kcmp(k, KC_EQ, lsum, f32(k, 0));
+      cg_kstore(k, hb, inv, h, cg_ksel(k, none, f32(k, 0), cg_kop2(k, OP_DIV, f32(k, 1), lsum)));
     }
     store_all(A, body, oacc, inv);
   } else {
@@ -643,8 +645,8 @@ bool cg_lower_attention(CgBuild *b, const Node *n) {
       cg_kstore(k, wb, A->ml, mla, kv(k, m));
       cg_kstore(k, wb, A->ml, cg_kadd(k, mla, ki(k, 1)), kv(k, l));
     } else {
-      KExpr *pos = cg_kcmp(k, KC_GT, kv(k, l), f32(k, 0));
-      cg_kstore(k, rb, A->rowv, A->tid, cg_ksel(k, pos, cg_kop2(k, OP_DIV, f32(k, 1), kv(k, l)), f32(k, 0)));
+      KExpr *none = cg_kcmp(k, KC_EQ, kv(k, l), f32(k, 0));
+      cg_kstore(k, rb, A->rowv, A->tid, cg_ksel(k, none, f32(k, 0), cg_kop2(k, OP_DIV, f32(k, 1), kv(k, l))));
     }
     cg_kbarrier(k, body);
     store_all(A, body, oacc, NULL);

@@ -764,7 +764,7 @@ static void op_float(Out *o, const KExpr *e) {
     case OP_DIV: finfix(o, "/", a, b); return;
     case OP_POW: fcall2(o, math_fn(e, "powf"), a, b); return;
     case OP_MOD: fcall2(o, e->flag ? math_fn(e, "fmodf") : "dl_mod", a, b); return;
-    case OP_MAXIMUM: fcall2(o, "dl_max", a, b); return;
+    case OP_MAXIMUM: fcall2(o, e->flag ? "fmaxf" : "dl_max", a, b); return;
     case OP_MINIMUM: fcall2(o, "dl_min", a, b); return;
     case OP_EQ: cmp_float(o, e, "=="); return;
     case OP_NE: cmp_float(o, e, "!="); return;

@@ -360,6 +360,13 @@ KExpr *cg_kexp2(Kernel *k, KExpr *a) {
   return e;
 }
 
+KExpr *cg_kfmax(Kernel *k, KExpr *a, KExpr *b) {
+  if (a->dtype != TY_F32 || b->dtype != TY_F32) dl_internal(k->ctx, "cg_kfmax of %s", ir_dtype_name(a->dtype));
+  KExpr *e = cg_kop2(k, OP_MAXIMUM, a, b);
+  e->flag = true;
+  return e;
+}
+
 void cg_fp_round_attrs(KExpr *r, const Node *n) {
   r->i = ir_narrow_index(ir_narrow_find(ir_attr_str(n, "format")));
   r->flag = ir_attr_int(n, "saturate") != 0;

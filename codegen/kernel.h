@@ -110,7 +110,8 @@ struct KExpr {
   int64_t i; /* KE_INT; KE_OP quantize/dequantize: the zero point */
   double f;  /* KE_FLOAT; KE_OP: leaky_relu alpha, clip min, quantize's lowest code */
   double f2; /* KE_OP: clip max, quantize's highest code */
-  bool flag; /* KE_OP: gelu with the tanh approximation; mod with fmod=1 (C's sign); exp in base 2 */
+  bool flag; /* KE_OP: gelu with the tanh approximation; mod with fmod=1 (C's sign); exp in base 2;
+              * a float maximum that ignores a NaN operand (fmaxf) */
   KVar *var;
   KBuf *buf;
   KExpr *a[3];
@@ -317,6 +318,11 @@ KExpr *cg_kop1(Kernel *k, OpKind op, KExpr *a);
  * range around one first): the attention's online softmax, its scores
  * in base-2 units. */
 KExpr *cg_kexp2(Kernel *k, KExpr *a);
+/* The larger of two f32 values, a NaN operand ignored (fmaxf, one
+ * FMNMX where the IR's maximum propagates NaN in five): only where a
+ * NaN reaches the result another way (the attention's row max, whose
+ * NaN score makes its P NaN). */
+KExpr *cg_kfmax(Kernel *k, KExpr *a, KExpr *b);
 /* An fp_round node's format (index into ir/narrow.c's table) and saturate. */
 void cg_fp_round_attrs(KExpr *r, const Node *n);
 KExpr *cg_kop2(Kernel *k, OpKind op, KExpr *a, KExpr *b);

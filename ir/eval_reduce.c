@@ -214,7 +214,7 @@ bool eval_attention(const Node *n, Tensor *const *in, Tensor *out) {
             s[j] = mask->type.dtype == TY_BOOL ? (m != 0 ? s[j] : -INFINITY) : s[j] + m;
           }
           if (causal && j > i) s[j] = -INFINITY;
-          if (s[j] > mx) mx = s[j];
+          if (s[j] > mx || isnan(s[j])) mx = s[j]; /* a NaN score makes the row NaN */
         }
         for (int64_t j = 0; j < Sk; j++) {
           s[j] = mx == -INFINITY ? 0 : exp(s[j] - mx);
@@ -223,7 +223,8 @@ bool eval_attention(const Node *n, Tensor *const *in, Tensor *out) {
         for (int64_t c = 0; c < d; c++) {
           double o = 0;
           for (int64_t j = 0; j < Sk; j++) o += s[j] * ir_tensor_get(v, ROW(b, kh, j, Hkv, Sk) + c);
-          ir_tensor_set(out, qi + c, sum > 0 ? o / sum : 0);
+          /* 0 for a row with no key; a NaN score's NaN stays */
+          ir_tensor_set(out, qi + c, sum == 0 ? 0 : o / sum);
         }
       }
     }
