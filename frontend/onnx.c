@@ -43,6 +43,7 @@ static const OpEntry onnx_ops[] = {
     {"Acos", ox_op_unary, NULL},
     {"Acosh", ox_op_unary, NULL},
     {"Add", ox_op_binary, "NumPy broadcasting"},
+    {"AffineGrid", ox_op_affine_grid, "2-d and 3-d, align_corners; constant size"},
     {"And", ox_op_logic, NULL},
     {"ArgMax", ox_op_argmax, NULL},
     {"BitCast", ox_op_bitcast, "between dtypes of one size"},

@@ -188,6 +188,55 @@ bool ox_op_window(Imp *im, ONode *n) {
   return (n->out[0] = w);
 }
 
+/* AffineGrid (opset 20): theta [N, 2, 3] (or [N, 3, 4]) applied to the
+ * homogeneous positions (x, y[, z], 1) of an H x W (D x H x W) grid
+ * spread over [-1, 1] (pixel centres at the ends with align_corners,
+ * else pixel edges), as torch.nn.functional.affine_grid: the positions
+ * are a constant [P, k + 1], the grid their product by theta^T,
+ * [N, H, W, k].  size must be known at import (it is the output's
+ * shape). */
+bool ox_op_affine_grid(Imp *im, ONode *n) {
+  Val *theta = ox_in_req(im, n, 0), *sv = ox_in_req(im, n, 1);
+  int64_t align, size[8];
+  int k;
+  if (!theta || !sv || !ox_attr_int(im, "align_corners", 0, &align) || !ox_need_float_in(im, theta) ||
+      !ox_const_ints(im, sv, "the size", &k, size))
+    return false;
+  if (k != 4 && k != 5) return ox_bad(im, "size must be [N, C, H, W] or [N, C, D, H, W], not %d values", k);
+  int sp = k - 2; /* spatial dims: 2 or 3 */
+  const TensorType *tt = &theta->type;
+  if (tt->rank != 3 || tt->dims[0] != size[0] || tt->dims[1] != sp || tt->dims[2] != sp + 1)
+    return ox_bad(im, "theta must be [%" PRId64 ", %d, %d] for a size of %d values", size[0], sp, sp + 1, k);
+  int64_t P = 1;
+  for (int d = 0; d < sp; d++) {
+    if (size[2 + d] < 1) return ox_bad(im, "size %" PRId64 " must be at least 1", size[2 + d]);
+    P *= size[2 + d];
+    if (P > im->fold_max) return ox_bad(im, "a grid of more than %" PRId64 " positions is not supported", im->fold_max);
+  }
+  Val *w = ox_widen(im, theta);
+  int64_t pd[2] = {P, sp + 1};
+  TensorType bt = ir_type_make(w->type.dtype, 2, pd);
+  Val *base = ox_known_new(im, &bt);
+  for (int64_t p = 0; p < P; p++) {
+    int64_t rest = p;
+    /* the position's coordinates, x (the last dim) first */
+    for (int d = sp - 1; d >= 0; d--) {
+      int64_t len = size[2 + d], i = rest % len;
+      rest /= len;
+      double c = align ? (len > 1 ? -1 + 2.0 * (double)i / (double)(len - 1) : -1)
+                       : -1 + (2.0 * (double)i + 1) / (double)len;
+      ir_tensor_set(base->k, p * (sp + 1) + (sp - 1 - d), c);
+    }
+    ir_tensor_set(base->k, p * (sp + 1) + sp, 1);
+  }
+  static const int64_t swap[3] = {0, 2, 1};
+  Val *g = ox_op2(im, OP_MATMUL, base, ox_transpose(im, w, swap));
+  int64_t od[5] = {size[0]};
+  for (int d = 0; d < sp; d++) od[1 + d] = size[2 + d];
+  od[1 + sp] = sp;
+  return (n->out[0] = ox_narrow(im, ox_reshape(im, g, sp + 2, od), theta->type.dtype));
+}
+
 /* RotaryEmbedding (opset 23), as onnx's reference computes it: X as
  * [B, S, H, D] (a 4-d [B, H, S, D] transposed, a 3-d [B, S, H D] split
  * by num_heads), its first rotary_embedding_dim (default D) values of
