@@ -722,21 +722,76 @@ static Val *wide_pool(Imp *im, OpKind op, Val *x, Window win, int64_t ceil_mode,
   return y;
 }
 
+/* MaxPool's Indices: for each output, the flattened position in x
+ * (row-major over [N, C, spatial...]; storage_order 1: a plane's
+ * positions column-major, h + w H) of the first maximum of its window.
+ * Each tap's strided slice of the padded x (lowest in the padding, so
+ * never the maximum: every window holds an element) stacked along a last
+ * axis, its argmax the tap, the tap's position from the output's. */
+static Val *pool_indices(Imp *im, Val *x2, const Window *win, const TensorType *yt, int64_t storage_order) {
+  int m = win->nsp, r = 2 + m;
+  int64_t taps = 1;
+  for (int i = 0; i < m; i++) taps *= win->kernel[i];
+  Val *xp = pad_window(im, x2, win, lowest(x2->type.dtype));
+  Val **slices = ARENA_ARRAY(&im->c->arena, Val *, taps);
+  int64_t ud[DL_MAX_RANK + 1];
+  for (int d = 0; d < r; d++) ud[d] = yt->dims[d];
+  ud[r] = 1;
+  for (int64_t t = 0; t < taps; t++) {
+    Val *s = xp;
+    for (int i = m - 1, rest = (int)t; i >= 0; rest /= (int)win->kernel[i], i--) {
+      int64_t kd = rest % win->kernel[i], start = kd * win->dil[i];
+      s = ox_slice_axis(im, s, 2 + i, start, start + (yt->dims[2 + i] - 1) * win->stride[i] + 1, win->stride[i]);
+    }
+    slices[t] = ox_reshape(im, s, r + 1, ud);
+  }
+  Val *all = taps > 1 ? ox_concat(im, (int)taps, slices, r) : slices[0];
+  if (!all) return NULL;
+  Emit e;
+  Node *am = ox_begin(im, &e, OP_ARGMAX, 1, &all);
+  ir_set_int(im->g, am, "axis", r);
+  ir_set_int(im->g, am, "keepdims", 0);
+  Val *tap = ox_cast(im, ox_emit1(im, &e), TY_I64);
+  /* position along each spatial dim, then the flattened index */
+  Val *flat = ox_op2(im, OP_ADD, ox_op2s(im, OP_MUL, ox_iota_along(im, r, 0, yt->dims[0]), (double)x2->type.dims[1]),
+                     ox_iota_along(im, r, 1, yt->dims[1]));
+  Val *pos[3] = {NULL};
+  int64_t inner = taps;
+  for (int i = 0; i < m; i++) {
+    inner /= win->kernel[i];
+    Val *kd = ox_op2s(im, OP_MOD, ox_op2s(im, OP_DIV, tap, (double)inner), (double)win->kernel[i]);
+    Val *o = ox_op2s(im, OP_SUB, ox_op2s(im, OP_MUL, ox_iota_along(im, r, 2 + i, yt->dims[2 + i]), (double)win->stride[i]),
+                     (double)win->pad[i]);
+    pos[i] = ox_op2(im, OP_ADD, o, ox_op2s(im, OP_MUL, kd, (double)win->dil[i]));
+  }
+  int64_t plane = 1;
+  for (int i = 0; i < m; i++) plane *= x2->type.dims[2 + i];
+  Val *within = pos[0];
+  if (storage_order && m == 2)
+    within = ox_op2(im, OP_ADD, pos[0], ox_op2s(im, OP_MUL, pos[1], (double)x2->type.dims[2]));
+  else
+    for (int i = 1; i < m; i++) within = ox_op2(im, OP_ADD, ox_op2s(im, OP_MUL, within, (double)x2->type.dims[2 + i]), pos[i]);
+  return ox_op2(im, OP_ADD, ox_op2s(im, OP_MUL, flat, (double)plane), within);
+}
+
 /* MaxPool, AveragePool and LpPool (the window sum of |x|^p, an average
  * counting the zero padding times the window's size, to the 1/p). */
 bool ox_op_pool(Imp *im, ONode *n) {
   bool is_max = strcmp(im->np->op_type, "MaxPool") == 0, is_lp = strcmp(im->np->op_type, "LpPool") == 0;
   Val *x = ox_in_req(im, n, 0);
-  int64_t ceil_mode, include_pad = 0, p = 2;
+  int64_t ceil_mode, include_pad = 0, p = 2, storage_order = 0;
   if (!x || !ox_attr_int(im, "ceil_mode", 0, &ceil_mode)) return false;
-  if (is_max && !ox_attr_only(im, "storage_order", 0, 0)) return false;
+  if (is_max && !ox_attr_int(im, "storage_order", 0, &storage_order)) return false;
+  if (storage_order != 0 && storage_order != 1)
+    return ox_bad(im, "storage_order=%" PRId64 " is not supported (0 or 1)", storage_order);
+  bool indices = is_max && n->n_out > 1 && n->want[1];
   if (!is_max && !is_lp && !ox_attr_int(im, "count_include_pad", 0, &include_pad)) return false;
   if (is_lp) {
     if (!ox_attr_int(im, "p", 2, &p) || !ox_need_float_in(im, x)) return false;
     if (p < 1) return ox_bad(im, "p=%" PRId64 " is not supported (1 or more)", p);
     include_pad = 1;
   }
-  if (is_max && n->n_out > 1 && n->want[1]) return ox_bad(im, "the Indices output is not supported");
+  if (indices && ceil_mode) return ox_bad(im, "the Indices output with ceil_mode=1 is not supported");
   Window win;
   if (!spatial_window(im, x, NULL, 3, &win)) return false;
   int m = win.nsp;
@@ -753,6 +808,10 @@ bool ox_op_pool(Imp *im, ONode *n) {
   OpKind op = is_max ? (m == 3 ? OP_MAXPOOL3D : OP_MAXPOOL2D) : (m == 3 ? OP_AVGPOOL3D : OP_AVGPOOL2D);
   Val *y = wide ? wide_pool(im, op, x2, win, ceil_mode, include_pad)
                 : pool_node(im, op, x2, &win, ceil_mode, include_pad);
+  if (indices && y) {
+    if (win.nsp == 3 && storage_order) return ox_bad(im, "storage_order=1 is supported for 2-d pools only");
+    if (!(n->out[1] = ox_from_2d(im, pool_indices(im, x2, &win, &y->type, storage_order), win.spatial))) return false;
+  }
   y = ox_from_2d(im, y, win.spatial);
   if (is_lp) {
     double size = 1;
