@@ -62,7 +62,7 @@ static const OpEntry onnx_ops[] = {
     {"Atan", ox_op_unary, NULL},
     {"Atanh", ox_op_unary, NULL},
     {"AveragePool", ox_op_pool, "1-d and 2-d; pads less than the kernel (past half of it: an explicit pad)"},
-    {"BatchNormalization", ox_op_batchnorm, "inference (training_mode=0, one output)"},
+    {"BatchNormalization", ox_op_batchnorm, "inference, and training_mode=1: batch statistics, the running ones moved by momentum as outputs 2 and 3"},
     {"BlackmanWindow", ox_op_window, "a constant: size must be known"},
     {"Cast", ox_op_cast,
      "to FLOAT, FLOAT16, BFLOAT16, INT8, UINT8, INT32, INT64, BOOL (nonzero is true; "

@@ -843,20 +843,53 @@ bool ox_op_global_pool(Imp *im, ONode *n) {
 
 /* ---- normalizations ---- */
 
+/* BatchNormalization: the IR's batchnorm of the running statistics; in
+ * training_mode (opset 14 on) of the batch's, computed here (mean and
+ * population variance over every axis but 1, as onnx's reference), the
+ * op marked batch_stats (not constants: bn-fold leaves it, the gradient
+ * rule differentiates them), with the running statistics moved toward
+ * them by momentum as outputs 2 and 3. */
 bool ox_op_batchnorm(Imp *im, ONode *n) {
   double eps, momentum;
+  int64_t training;
   if (!ox_attr_float(im, "epsilon", 1e-5, &eps) || !ox_attr_float(im, "momentum", 0.9, &momentum) ||
-      !ox_attr_only(im, "training_mode", 0, 0) || !ox_attr_only(im, "spatial", 1, 1) ||
+      !ox_attr_int(im, "training_mode", 0, &training) || !ox_attr_only(im, "spatial", 1, 1) ||
       !ox_attr_only(im, "is_test", 1, 1))
     return false;
-  for (int i = 1; i < n->n_out; i++)
-    if (n->want[i]) return ox_bad(im, "output %d (training statistics) is not supported", i + 1);
+  if (training != 0 && training != 1) return ox_bad(im, "training_mode=%" PRId64 " must be 0 or 1", training);
+  for (int i = 1; i < n->n_out && !training; i++)
+    if (n->want[i]) return ox_bad(im, "output %d (training statistics) needs training_mode=1", i + 1);
   Val *in[5];
   for (int i = 0; i < 5; i++)
     if (!(in[i] = ox_in_req(im, n, i))) return false;
+  Val *x = in[0];
+  if (training) {
+    if (!ox_need_float_in(im, x)) return false;
+    if (x->type.rank < 2) return ox_bad(im, "needs an input [N, C, ...] of rank >= 2");
+    int64_t axes[DL_MAX_RANK];
+    int k = 0;
+    for (int d = 0; d < x->type.rank; d++)
+      if (d != 1) axes[k++] = d;
+    Val *w = ox_widen(im, x);
+    Val *mean = ox_reduce(im, OP_REDUCE_MEAN, w, k, axes, true);
+    Val *dev = ox_op2(im, OP_SUB, w, mean);
+    Val *var = ox_reduce(im, OP_REDUCE_MEAN, ox_op2(im, OP_MUL, dev, dev), k, axes, false);
+    int64_t c = x->type.dims[1];
+    mean = ox_reshape(im, mean, 1, &c);
+    Val *stat[2] = {mean, var};
+    for (int i = 0; i < 2; i++) {
+      DType dt = in[3 + i]->type.dtype;
+      Val *moved = ox_op2(im, OP_ADD, ox_op2s(im, OP_MUL, ox_widen(im, in[3 + i]), momentum),
+                          ox_op2s(im, OP_MUL, stat[i], 1 - momentum));
+      if (n->n_out > 1 + i && n->want[1 + i] && !(n->out[1 + i] = ox_narrow(im, moved, dt))) return false;
+      in[3 + i] = ox_narrow(im, stat[i], dt);
+    }
+    if (!in[3] || !in[4]) return false;
+  }
   Emit e;
   Node *b = ox_begin(im, &e, OP_BATCHNORM, 5, in);
   ir_set_float(im->g, b, "eps", eps);
+  if (training) ir_set_int(im->g, b, "batch_stats", 1);
   return (n->out[0] = ox_emit1(im, &e));
 }
 
