@@ -424,15 +424,28 @@ static bool lower_argmax(CgBuild *b, const Node *n) {
 /* ---- normalizations: every element of the row, from its statistics ---- */
 
 /* A row kernel over sp for n and each row's largest x, in at: the first
- * pass of softmax and of softmax_xent. */
+ * pass of softmax and of softmax_xent.  In f32 a NaN is skipped (fmaxf:
+ * one instruction where the NaN-propagating maximum takes five): its
+ * exp(x - max) is NaN, and so the row's sum and every result. */
 static KVar *rows_max(Rows *R, CgBuild *b, const Node *n, const RowSpace *sp, const Value *x, DType at) {
   Kernel *k = rows_kernel(b, n);
   rows_begin(R, b, k, sp, x->type.dtype, at, false);
   KVar *mx = rows_acc(R, "mx", at, -INFINITY);
   Pass P = rows_pass(R, rows_guard(R, NULL));
-  accumulate(k, &P, mx, OP_MAXIMUM, rows_value(R, &P, x, true, at));
+  KExpr *v = rows_value(R, &P, x, true, at);
+  if (at == TY_F32)
+    cg_kset(k, P.body, mx, cg_kfmax(k, cg_kv(k, mx), v));
+  else
+    accumulate(k, &P, mx, OP_MAXIMUM, v);
   rows_allreduce(R, mx, OP_MAXIMUM);
   return mx;
+}
+
+/* e^d, as 2^(d log2 e) (one MUFU.EX2 where expf is a range reduction
+ * around one) when the result is rounded to a half type anyway. */
+static KExpr *row_exp(Kernel *k, KExpr *d, DType out) {
+  if (out == TY_F16 || out == TY_BF16) return cg_kexp2(k, cg_kop2(k, OP_MUL, d, cg_kimm(k, M_LOG2E, d->dtype)));
+  return cg_kop1(k, OP_EXP, d);
 }
 
 static bool lower_softmax(CgBuild *b, const Node *n) {
@@ -450,8 +463,8 @@ static bool lower_softmax(CgBuild *b, const Node *n) {
   Kernel *k = R.k;
   KVar *sum = rows_acc(&R, "sum", at, 0);
   Pass P = rows_pass(&R, rows_guard(&R, NULL));
-  KVar *ex = cg_klet(k, P.body, "ex", at,
-                     cg_kop1(k, OP_EXP, cg_kop2(k, OP_SUB, rows_value(&R, &P, x, false, at), cg_kv(k, mx))));
+  DType ot = out->type.dtype;
+  KVar *ex = cg_klet(k, P.body, "ex", at, row_exp(k, cg_kop2(k, OP_SUB, rows_value(&R, &P, x, false, at), cg_kv(k, mx)), ot));
   /* softmax keeps exp(x - max), log_softmax x itself */
   if (R.cache && !lsm) cg_kstore(k, P.body, R.cache, P.slot, cg_kv(k, ex));
   accumulate(k, &P, sum, OP_ADD, cg_kv(k, ex));
@@ -463,7 +476,7 @@ static bool lower_softmax(CgBuild *b, const Node *n) {
   if (lsm)
     y = cg_kop2(k, OP_SUB, cg_kop2(k, OP_SUB, v, cg_kv(k, mx)), cg_kv(k, lsum));
   else
-    y = cg_kop2(k, OP_DIV, R.cache ? v : cg_kop1(k, OP_EXP, cg_kop2(k, OP_SUB, v, cg_kv(k, mx))), cg_kv(k, sum));
+    y = cg_kop2(k, OP_DIV, R.cache ? v : row_exp(k, cg_kop2(k, OP_SUB, v, cg_kv(k, mx)), ot), cg_kv(k, sum));
   cg_store_at(b, k, P.body, out, P.at, y);
   cg_launch(b, k);
   return true;
