@@ -1,9 +1,10 @@
 /* Tensor-core GEMM kernels: takes a GEMM-shaped problem (CgTcGemm:
  * C[z][m][n] = sum over k of A[z][m][k] B[z][n][k], operands read and
  * results stored through the caller's callbacks), returns nothing but
- * appends its kernel to the plan, and when K is split a second kernel
- * that adds the slices in a fixed order.  Convolutions (fuse_lower.c)
- * and the int8 GEMM kernel (lower_gemm.c) are its callers.
+ * appends its kernel to the plan; when K is split, the last slice of a
+ * tile to finish adds the slices in a fixed order (cg_gemm_last_slice).
+ * Convolutions (conv_igemm.c) and the int8 GEMM kernel (lower_gemm.c)
+ * are its callers.
  *
  * The kernel (docs/tensorcores.md).  A block computes a BM x BN tile of
  * C with WM x WN warps.  K passes through shared memory one stage at a
@@ -85,9 +86,11 @@ enum {
    * elements of C gain one k-step: an H200 SM moves ~20 bytes a cycle
    * from memory and does ~1024 f16 multiply-adds, 16 per element-step. */
   BYTE_COST = 4,
-  /* The slices' kernel is one launch more: ~2 us between launches, the
-   * time an SM takes for ~230k element-steps. */
-  LAUNCH_COST = 230000,
+  /* The tile's last slice adds the slices alone, after the others: about
+   * what the second launch that added them cost until plan version 11
+   * (~2 us between launches, the time an SM takes for ~230k
+   * element-steps); an estimate either way, kept so. */
+  FIXUP_COST = 230000,
 };
 
 static int stages_for(int64_t kt) { return kt >= MAX_STAGES - 1 ? MAX_STAGES : kt < 1 ? 2 : (int)kt + 1; }
@@ -112,7 +115,7 @@ CgTcTile cg_tc_choose(int64_t m, int64_t n, int64_t k, int64_t batch, KTcKind tc
       if (split > 1 && (tiles >= CG_TC_TARGET_SMS || kts < MIN_SPLIT_STAGES)) continue;
       int64_t per_sm = cdiv(tiles * split, CG_TC_TARGET_SMS);
       double cost = (double)per_sm * s->bm * s->bn * (double)kts * 2 / s->eff;
-      if (split > 1) cost += (double)split * m * n * batch * 8 * BYTE_COST / CG_TC_TARGET_SMS + LAUNCH_COST;
+      if (split > 1) cost += (double)split * m * n * batch * 8 * BYTE_COST / CG_TC_TARGET_SMS + FIXUP_COST;
       if (cost < best_cost) {
         best_cost = cost;
         best = (CgTcTile){s->bm, s->bn, s->wm, s->wn, stages_for(kts), split};

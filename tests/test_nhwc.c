@@ -592,6 +592,28 @@ START_TEST(left_alone) {
 }
 END_TEST
 
+/* An nhwc graph against the same conv between transposes: the same
+ * bytes on ir_eval, within f32 rounding on emu (the FMA kernel). */
+static void nhwc_equals_nchw(const char *nhwc, const char *nchw, uint64_t seed) {
+  Ctx c;
+  ctx_init(&c);
+  NJob a = njob(&c, nhwc, (PassOptions){0}, (CgOptions){0}, true);
+  NJob b = njob(&c, nchw, (PassOptions){0}, (CgOptions){0}, false);
+  test_nvrtc(a.cg.source, "sm_90");
+  Feeds d;
+  feed(a.g, seed, &d);
+  Tensor want = eval1(b.g, &d), mine = eval1(a.g, &d);
+  ck_assert(same_bytes(&want, &mine));
+  Tensor *got = test_run_emu(a.cg.plan, &d.params, &d.inputs);
+  ck_assert_double_le(test_rel_error(&got[0], &want), 1e-6);
+  ir_tensor_free(&want);
+  ir_tensor_free(&mine);
+  ir_tensor_free(&got[0]);
+  free(got);
+  unfeed(&d);
+  ctx_free(&c);
+}
+
 /* An nhwc conv written in the IR equals the nchw one between
  * transposes, on ir_eval exactly and on emu by the FMA kernel (f32),
  * with a stride, dilation and asymmetric padding. */
@@ -614,23 +636,7 @@ START_TEST(nhwc_conv_op) {
                      "  %y = transpose %c {perm=[0, 2, 3, 1]} : f32[2, 5, 9, 7]\n"
                      "  return %y as \"y\"\n"
                      "}\n";
-  Ctx c;
-  ctx_init(&c);
-  NJob a = njob(&c, nhwc, (PassOptions){0}, (CgOptions){0}, true);
-  NJob b = njob(&c, nchw, (PassOptions){0}, (CgOptions){0}, false);
-  test_nvrtc(a.cg.source, "sm_90");
-  Feeds d;
-  feed(a.g, 5, &d);
-  Tensor want = eval1(b.g, &d), mine = eval1(a.g, &d);
-  ck_assert(same_bytes(&want, &mine));
-  Tensor *got = test_run_emu(a.cg.plan, &d.params, &d.inputs);
-  ck_assert_double_le(test_rel_error(&got[0], &want), 1e-6);
-  ir_tensor_free(&want);
-  ir_tensor_free(&mine);
-  ir_tensor_free(&got[0]);
-  free(got);
-  unfeed(&d);
-  ctx_free(&c);
+  nhwc_equals_nchw(nhwc, nchw, 5);
 }
 END_TEST
 
@@ -653,22 +659,7 @@ START_TEST(nhwc_grouped_conv_op) {
                      "  %y = transpose %c {perm=[0, 2, 3, 1]} : f32[2, 4, 6, 6]\n"
                      "  return %y as \"y\"\n"
                      "}\n";
-  Ctx c;
-  ctx_init(&c);
-  NJob a = njob(&c, nhwc, (PassOptions){0}, (CgOptions){0}, true);
-  NJob b = njob(&c, nchw, (PassOptions){0}, (CgOptions){0}, false);
-  Feeds d;
-  feed(a.g, 7, &d);
-  Tensor want = eval1(b.g, &d), mine = eval1(a.g, &d);
-  ck_assert(same_bytes(&want, &mine));
-  Tensor *got = test_run_emu(a.cg.plan, &d.params, &d.inputs);
-  ck_assert_double_le(test_rel_error(&got[0], &want), 1e-6);
-  ir_tensor_free(&want);
-  ir_tensor_free(&mine);
-  ir_tensor_free(&got[0]);
-  free(got);
-  unfeed(&d);
-  ctx_free(&c);
+  nhwc_equals_nchw(nhwc, nchw, 7);
 }
 END_TEST
 
