@@ -113,8 +113,9 @@ static bool quant_params(Imp *im, const TensorType *x, Val *scale, Val *zp, int6
     out->zp[i] = z ? (int32_t)ir_tensor_get(z, i) : 0;
   }
   *zdt = z ? z->type.dtype : TY_COUNT;
-  if (z && z->type.dtype != TY_I8 && z->type.dtype != TY_U8 && z->type.dtype != TY_I32)
-    return ox_bad(im, "%s: a zero point of dtype %s is not supported (INT8, UINT8, INT32)", what,
+  if (z && z->type.dtype != TY_I8 && z->type.dtype != TY_U8 && z->type.dtype != TY_I32 &&
+      z->type.dtype != TY_I16 && z->type.dtype != TY_U16)
+    return ox_bad(im, "%s: a zero point of dtype %s is not supported (INT8, UINT8, INT16, UINT16, INT32)", what,
                   ir_dtype_name(z->type.dtype));
   return true;
 }
@@ -443,6 +444,26 @@ static Val *dequantize_held(Imp *im, Val *x, Val *s, Val *z, int64_t axis) {
   return emit_dequantize(im, x, p);
 }
 
+/* 16-bit codes (opset 21's INT16 and UINT16), which the IR's quantize
+ * (8-bit) does not hold: rint(x / scale) + zp saturated to the type, in
+ * f32 (exact: |codes| < 2^24), and back: (q - zp) * scale. */
+static Val *quantize16(Imp *im, Val *x, const Quant *p, DType to) {
+  int r = x->type.rank;
+  Val *q = ox_op1(im, OP_ROUND, by_scales(im, OP_DIV, ox_cast(im, x, TY_F32), p));
+  q = ox_op2(im, OP_ADD, q, ox_cast(im, zps_along(im, p, r), TY_F32));
+  if (!q) return NULL;
+  Emit e;
+  Node *c = ox_begin(im, &e, OP_CLIP, 1, &q);
+  ir_set_float(im->g, c, "min", to == TY_I16 ? -32768 : 0);
+  ir_set_float(im->g, c, "max", to == TY_I16 ? 32767 : 65535);
+  return ox_cast(im, ox_emit1(im, &e), to);
+}
+
+static Val *dequantize16(Imp *im, Val *q, const Quant *p) {
+  Val *d = ox_op2(im, OP_SUB, ox_cast(im, q, TY_F32), ox_cast(im, zps_along(im, p, q->type.rank), TY_F32));
+  return d ? by_scales(im, OP_MUL, d, p) : NULL;
+}
+
 /* ---- the ops ---- */
 
 bool ox_op_quantize_linear(Imp *im, ONode *n) {
@@ -463,8 +484,13 @@ bool ox_op_quantize_linear(Imp *im, ONode *n) {
   } else if (out_dt && !ox_dtype_from_onnx((int32_t)out_dt, &to)) {
     return ox_bad(im, "output_dtype %s is not supported", ox_onnx_type_name((int32_t)out_dt));
   }
+  if (to == TY_I16 || to == TY_U16) {
+    if (x->type.dtype == TY_I32) x = ox_cast(im, x, TY_F32);
+    if (!ox_need_float_in(im, x)) return false;
+    return (n->out[0] = quantize16(im, x, &p, to));
+  }
   if (to != TY_U8 && to != TY_I8)
-    return ox_bad(im, "quantizing to %s is not supported (INT8 or UINT8)", ir_dtype_name(to));
+    return ox_bad(im, "quantizing to %s is not supported (INT8, UINT8, INT16 or UINT16)", ir_dtype_name(to));
   /* The result of an int8 product: requantize its accumulator. */
   const Quant *d = x->dq;
   if (d && d->acc && p.axis < 0) {
@@ -491,13 +517,19 @@ bool ox_op_dequantize_linear(Imp *im, ONode *n) {
     DType sdt = s->k ? s->k->type.dtype : s->hint ? s->hint->type.dtype : TY_F32;
     return (n->out[0] = sdt == TY_F32 ? y : ox_cast(im, y, sdt));
   }
-  if (qt != TY_I8 && qt != TY_U8 && qt != TY_I32)
-    return ox_bad(im, "x of dtype %s is not supported (INT8, UINT8 or INT32)", ir_dtype_name(qt));
+  bool wide = qt == TY_I16 || qt == TY_U16;
+  if (qt != TY_I8 && qt != TY_U8 && qt != TY_I32 && !wide)
+    return ox_bad(im, "x of dtype %s is not supported (INT8, UINT8, INT16, UINT16 or INT32)", ir_dtype_name(qt));
   Quant *p = ARENA_NEW(&im->c->arena, Quant);
   if (!quant_params(im, &x->type, s, z, axis, "x", p, &zdt)) return false;
   if (zdt != TY_COUNT && zdt != qt)
     return ox_bad(im, "x_zero_point is %s but x is %s", ir_dtype_name(zdt), ir_dtype_name(qt));
   p->q = x;
+  if (wide) {
+    if (!(y = dequantize16(im, x, p))) return false;
+    DType sdt = s->k ? s->k->type.dtype : s->hint ? s->hint->type.dtype : TY_F32;
+    return (n->out[0] = sdt == TY_F32 ? y : ox_cast(im, y, sdt));
+  }
   y = emit_dequantize(im, x, p);
   if (!y) return false;
   y->dq = p;
