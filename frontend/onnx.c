@@ -93,7 +93,7 @@ static const OpEntry onnx_ops[] = {
     {"DFT", ox_op_dft,
      "opsets 17 and 20: a constant length and axis, inverse, onesided (irfft); an O(N^2) matmul by "
      "a table of twiddles"},
-    {"DequantizeLinear", ox_op_dequantize_linear, "UINT8, INT8, INT32; per tensor or per axis"},
+    {"DequantizeLinear", ox_op_dequantize_linear, "UINT8, INT8, UINT16, INT16, INT32; per tensor, per axis or blocked"},
     {"Div", ox_op_binary, NULL},
     {"Dropout", ox_op_dropout, "inference: the identity, its mask all true"},
     {"Einsum", ox_op_einsum, "one or two operands: diagonals, sums, one batched matmul"},
@@ -175,7 +175,7 @@ static const OpEntry onnx_ops[] = {
     {"QLinearConv", ox_op_qlinear_conv, "UINT8/INT8; w scales and zero points per tensor or per channel"},
     {"QLinearMatMul", ox_op_qlinear_matmul, "UINT8/INT8; a per tensor, b per tensor or per column"},
     {"QuantizeLinear", ox_op_quantize_linear,
-     "to UINT8 or INT8, per tensor or per axis (saturating, "
+     "to UINT8, INT8, UINT16 or INT16, per tensor, per axis or blocked (saturating, "
      "round half to even)"},
     {"Range", ox_op_range, "constant inputs"},
     {"Reciprocal", ox_op_unary, NULL},

@@ -464,6 +464,78 @@ static Val *dequantize16(Imp *im, Val *q, const Quant *p) {
   return d ? by_scales(im, OP_MUL, d, p) : NULL;
 }
 
+/* Blocked quantization (opset 21): the scale (and zero point) has x's
+ * shape but for axis, where each of its values serves block_size
+ * consecutive elements of x.  Each operand gathered along axis to x's
+ * shape (element i reads i / block_size), then the codes computed
+ * elementwise in f32 (exact for 8- and 16-bit codes) and saturated to
+ * the type. */
+static Val *blocked(Imp *im, Val *v, const TensorType *x, int axis, int64_t block) {
+  const TensorType *t = &v->type;
+  bool ok = t->rank == x->rank;
+  for (int d = 0; ok && d < x->rank; d++)
+    ok = d == axis ? t->dims[d] == (x->dims[d] + block - 1) / block : t->dims[d] == x->dims[d];
+  if (!ok) {
+    char ts[96], xs[96];
+    ox_bad(im, "a blocked scale or zero point %s does not fit x %s in blocks of %" PRId64 " along axis %d",
+           ir_type_str(t, ts, sizeof ts), ir_type_str(x, xs, sizeof xs), block, axis);
+    return NULL;
+  }
+  int64_t len = x->dims[axis];
+  TensorType it = ir_type_make(TY_I64, 1, &len);
+  Val *idx = ox_known_new(im, &it);
+  for (int64_t i = 0; i < len; i++) ((int64_t *)idx->k->data)[i] = i / block;
+  return ox_gather(im, v, idx, axis);
+}
+
+static bool code_range(DType to, double *lo, double *hi) {
+  switch (to) {
+    case TY_I8: *lo = -128, *hi = 127; return true;
+    case TY_U8: *lo = 0, *hi = 255; return true;
+    case TY_I16: *lo = -32768, *hi = 32767; return true;
+    case TY_U16: *lo = 0, *hi = 65535; return true;
+    default: return false;
+  }
+}
+
+static bool quantize_blocked(Imp *im, ONode *n, Val *x, Val *s, Val *z, int64_t axis_attr, int64_t block,
+                             int64_t out_dt) {
+  int axis;
+  DType to = z ? z->type.dtype : TY_U8;
+  if (!z && out_dt && !ox_dtype_from_onnx((int32_t)out_dt, &to))
+    return ox_bad(im, "output_dtype %s is not supported", ox_onnx_type_name((int32_t)out_dt));
+  double lo, hi;
+  if (x->held || (z && z->held) || !code_range(to, &lo, &hi))
+    return ox_bad(im, "blocked quantization to %s is not supported (INT8, UINT8, INT16, UINT16)",
+                  ir_dtype_name(to));
+  if (!ox_norm_axis(im, axis_attr, x->type.rank, &axis) || !ox_need_float_in(im, x)) return false;
+  Val *q = ox_op2(im, OP_DIV, ox_cast(im, x, TY_F32), ox_cast(im, blocked(im, s, &x->type, axis, block), TY_F32));
+  q = ox_op1(im, OP_ROUND, q);
+  if (z) q = ox_op2(im, OP_ADD, q, ox_cast(im, blocked(im, z, &x->type, axis, block), TY_F32));
+  if (!q) return false;
+  Emit e;
+  Node *c = ox_begin(im, &e, OP_CLIP, 1, &q);
+  ir_set_float(im->g, c, "min", lo);
+  ir_set_float(im->g, c, "max", hi);
+  return (n->out[0] = ox_cast(im, ox_emit1(im, &e), to));
+}
+
+static bool dequantize_blocked(Imp *im, ONode *n, Val *x, Val *s, Val *z, int64_t axis_attr, int64_t block) {
+  int axis;
+  double lo, hi;
+  if (x->held || !code_range(x->type.dtype, &lo, &hi))
+    return ox_bad(im, "blocked quantization of %s is not supported (INT8, UINT8, INT16, UINT16)",
+                  x->held ? ox_onnx_type_name(x->held) : ir_dtype_name(x->type.dtype));
+  if (z && z->type.dtype != x->type.dtype)
+    return ox_bad(im, "x_zero_point is %s but x is %s", ir_dtype_name(z->type.dtype), ir_dtype_name(x->type.dtype));
+  if (!ox_norm_axis(im, axis_attr, x->type.rank, &axis) || !ox_need_float_in(im, s)) return false;
+  Val *d = ox_cast(im, x, TY_F32);
+  if (z) d = ox_op2(im, OP_SUB, d, ox_cast(im, blocked(im, z, &x->type, axis, block), TY_F32));
+  Val *sf = blocked(im, s, &x->type, axis, block);
+  Val *y = d && sf ? ox_op2(im, OP_MUL, d, ox_cast(im, sf, TY_F32)) : NULL;
+  return y && (n->out[0] = s->type.dtype == TY_F32 ? y : ox_cast(im, y, s->type.dtype));
+}
+
 /* ---- the ops ---- */
 
 bool ox_op_quantize_linear(Imp *im, ONode *n) {
@@ -472,7 +544,8 @@ bool ox_op_quantize_linear(Imp *im, ONode *n) {
   if (!x || !s || !ox_attr_int(im, "axis", 1, &axis) || !ox_attr_int(im, "saturate", 1, &sat) ||
       !ox_attr_int(im, "block_size", 0, &block) || !ox_attr_int(im, "output_dtype", 0, &out_dt))
     return false;
-  if (block) return ox_bad(im, "blocked quantization (block_size=%" PRId64 ") is not supported", block);
+  if (block < 0) return ox_bad(im, "block_size %" PRId64 " is negative", block);
+  if (block) return quantize_blocked(im, n, x, s, z, axis, block, out_dt);
   DType held_dt;
   int32_t held = z ? z->held : out_dt && ox_held_format((int32_t)out_dt, &held_dt) ? (int32_t)out_dt : 0;
   if (held) return (n->out[0] = quantize_held(im, x, s, z, axis, held, sat != 0));
@@ -509,7 +582,8 @@ bool ox_op_dequantize_linear(Imp *im, ONode *n) {
   int64_t axis, block;
   if (!x || !s || !ox_attr_int(im, "axis", 1, &axis) || !ox_attr_int(im, "block_size", 0, &block))
     return false;
-  if (block) return ox_bad(im, "blocked quantization (block_size=%" PRId64 ") is not supported", block);
+  if (block < 0) return ox_bad(im, "block_size %" PRId64 " is negative", block);
+  if (block) return dequantize_blocked(im, n, x, s, z, axis, block);
   DType qt = x->type.dtype, zdt;
   Val *y = NULL;
   if (x->held) {

@@ -56,7 +56,8 @@ static const char *const default_emu[] = {
     "test_reversesequence_batch", "test_tensorscatter_circular", "test_swiglu_alpha",
     "test_spacetodepth_crd_mode_example", "test_dropout_default_mask", "test_affine_grid_3d_align_corners",
     "test_maxpool_with_argmax_2d_precomputed_strides", "test_batchnorm_example_training_mode",
-    "test_quantizelinear_int16", "test_dequantizelinear_uint16",
+    "test_quantizelinear_int16", "test_dequantizelinear_uint16", "test_quantizelinear_blocked_asymmetric",
+    "test_dequantizelinear_blocked",
     /* Resize as gathers and weighted sums, GridSample */
     "test_resize_upsample_sizes_cubic", "test_resize_downsample_scales_linear_align_corners",
     "test_resize_tf_crop_and_resize", "test_resize_upsample_sizes_nearest_ceil_half_pixel",

@@ -686,9 +686,12 @@ START_TEST(test_errors) {
   b = model_new(21);
   add_input(b, "x", 1, &d4);
   scalar_init(b, "s", T_F32, &one, 4);
-  attr_i(add_node(b, "QuantizeLinear", "x,s", "q"), "block_size", 2);
+  /* blocked: the scale has x's shape but along the axis */
+  Onnx__NodeProto *qn = add_node(b, "QuantizeLinear", "x,s", "q");
+  attr_i(qn, "block_size", 2);
+  attr_i(qn, "axis", 0);
   add_output(b, "q");
-  expect_error(b, "blocked quantization (block_size=2) is not supported");
+  expect_error(b, "a blocked scale or zero point f32[] does not fit x f32[4] in blocks of 2 along axis 0");
 
   float s2[2] = {1, 2};
   int64_t d2 = 2;
