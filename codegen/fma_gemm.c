@@ -165,10 +165,7 @@ void cg_fma_gemm(CgBuild *b, const CgTcGemm *g) {
   }
   for (int pass = 0; pass < (pb ? 2 : 1); pass++) {
     KBlock *in = body;
-    if (pass) {
-      KExpr *at = cg_kadd(k, cg_kmul(k, cg_kadd(k, cg_kmul(k, z, ki(k, mt)), kv(k, bm)), ki(k, nt)), kv(k, bn));
-      in = cg_gemm_last_slice(b, k, body, mt * nt * g->batch, at, split);
-    }
+    if (pass) in = cg_gemm_last_slice(b, k, body, g, mt, nt, z, kv(k, bm), kv(k, bn), split);
     KVar *i2 = cg_kvar(k, "i", KT_INDEX), *j2 = cg_kvar(k, "j", KT_INDEX);
     KBlock *sb = &cg_kloop(k, &cg_kloop(k, in, i2, ki(k, RT), KM_UNROLL)->body, j2, ki(k, RT), KM_UNROLL)->body;
     KExpr *m = ilet(k, sb, "m", cg_kadd(k, m0, cg_kadd(k, cg_kmul(k, ty, ki(k, RT)), kv(k, i2))));

@@ -603,12 +603,14 @@ void cg_fma_gemm(CgBuild *b, const CgTcGemm *g);
 /* Split-K inside one kernel.  Slice ks of batch z keeps its partial
  * sum of C[z][m][n] at part[cg_gemm_slice_at(...)] (part[z][ks][m][n]);
  * after storing them, every thread of the block reaches
- * cg_gemm_last_slice, which counts the tile's slices on a fresh counter
- * of tiles words in SYNC and returns the block that only the tile's
- * last slice to arrive runs; there cg_gemm_slices_sum adds the slices
- * in slice order (the same sums on every run, whichever came last). */
+ * cg_gemm_last_slice, which counts the slices of tile (z, bm, bn) (of
+ * tm x tn a batch) on a fresh counter per tile in SYNC and returns the
+ * block that only the tile's last slice to arrive runs; there
+ * cg_gemm_slices_sum adds the slices in slice order (the same sums on
+ * every run, whichever came last). */
 KExpr *cg_gemm_slice_at(Kernel *k, const CgTcGemm *g, int64_t split, KExpr *z, KExpr *ks, KExpr *m, KExpr *n);
-KBlock *cg_gemm_last_slice(CgBuild *b, Kernel *k, KBlock *body, int64_t tiles, KExpr *tile, int64_t split);
+KBlock *cg_gemm_last_slice(CgBuild *b, Kernel *k, KBlock *body, const CgTcGemm *g, int64_t tm, int64_t tn,
+                           KExpr *z, KExpr *bm, KExpr *bn, int64_t split);
 KExpr *cg_gemm_slices_sum(Kernel *k, KBlock *in, const CgTcGemm *g, KBuf *part, int64_t split, KExpr *z, KExpr *m,
                           KExpr *n);
 

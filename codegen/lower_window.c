@@ -194,9 +194,7 @@ bool lower_conv(CgBuild *b, const Node *n) {
   int64_t groups = ir_attr_int(n, "groups");
   /* channels last: the implicit GEMM (groups 1, or a group's channels
    * in whole chunks: passes/nhwc.c) or the depthwise kernel */
-  bool depthwise = groups > 1 && groups == n->in[0]->type.dims[n->in[0]->type.rank - 1] &&
-                   n->out[0].type.dims[n->out[0].type.rank - 1] == groups;
-  if (ir_conv_nhwc(n) && groups > 1 && !depthwise) return cg_lower_conv_igemm(b, n);
+  if (ir_conv_nhwc(n) && groups > 1 && !ir_conv_depthwise(n)) return cg_lower_conv_igemm(b, n);
   if (ir_conv_nhwc(n) && groups > 1) {
     if (cg_lower_conv_depthwise_nhwc(b, n)) return true;
     diag_error(cg_build_ctx(b), n->loc, "conv2d: a channels-last depthwise convolution past 2^31 blocks of threads");

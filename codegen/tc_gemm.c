@@ -236,15 +236,24 @@ static KExpr *chunk_k(Gen *G, KExpr *kt, KExpr *chunk) {
 
 /* cp.async of side s's chunks of K tile kt into stage st; a chunk past
  * an edge is 16 zero bytes. */
+/* Slot l's chunk of K tile kt in gbuf: its index, and in *ok whether it
+ * exists (NULL: always), lets into at. */
+static KExpr *chunk_src(Gen *G, KBlock *at, const Side *S, int l, KExpr *kt, KExpr **ok) {
+  Kernel *k = G->k;
+  KExpr *kk = ilet(k, at, "kk", chunk_k(G, kt, S->chunk[l]));
+  KExpr *inner = NULL;
+  KExpr *idx = S->op->chunk_at(G->g->ctx, k, at, G->z, S->grow[l], kk, &inner);
+  *ok = cg_kand(k, cg_kand(k, S->row_ok[l], k_ok(G, kt, kk)), inner);
+  return idx;
+}
+
 static void issue_async(Gen *G, KBlock *blk, int s, KExpr *kt, KExpr *st) {
   Kernel *k = G->k;
   Side *S = &G->side[s];
   for (int l = 0; l < S->n_slots; l++) {
     KBlock *at = S->slot_ok[l] ? &cg_kif(k, blk, S->slot_ok[l])->body : blk;
-    KExpr *kk = ilet(k, at, "kk", chunk_k(G, kt, S->chunk[l]));
-    KExpr *inner = NULL;
-    KExpr *idx = S->op->chunk_at(G->g->ctx, k, at, G->z, S->grow[l], kk, &inner);
-    KExpr *ok = kv(k, cg_klet(k, at, "ok", TY_I32, cg_kand(k, cg_kand(k, S->row_ok[l], k_ok(G, kt, kk)), inner)));
+    KExpr *exists, *idx = chunk_src(G, at, S, l, kt, &exists);
+    KExpr *ok = kv(k, cg_klet(k, at, "ok", TY_I32, exists));
     cg_kcp_async(k, at, CHUNK, S->sm, stage_at(G, s, st, S->soff[l]), S->gbuf,
                  cg_ksel(k, ok, idx, ki(k, 0)), cg_ksel(k, ok, ki(k, CHUNK), ki(k, 0)));
   }
@@ -292,10 +301,7 @@ static void fetch_chunks(Gen *G, KBlock *blk, int s, KExpr *kt) {
   for (int l = 0; l < S->n_slots; l++) {
     for (int e = 0; e < G->epc; e++) cg_kstore(k, blk, S->stage, ki(k, l * G->epc + e), cg_kimm(k, S->op->fill, G->tile));
     KBlock *at = S->slot_ok[l] ? &cg_kif(k, blk, S->slot_ok[l])->body : blk;
-    KExpr *kk = ilet(k, at, "kk", chunk_k(G, kt, S->chunk[l]));
-    KExpr *inner = NULL;
-    KExpr *idx = S->op->chunk_at(G->g->ctx, k, at, G->z, S->grow[l], kk, &inner);
-    KExpr *ok = cg_kand(k, cg_kand(k, S->row_ok[l], k_ok(G, kt, kk)), inner);
+    KExpr *ok, *idx = chunk_src(G, at, S, l, kt, &ok);
     KBlock *in = ok ? &cg_kif(k, at, ok)->body : at;
     KVar *v = cg_kvload(k, in, "xv", S->gbuf, idx, G->epc);
     for (int e = 0; e < G->epc; e++) cg_kstore(k, in, S->stage, ki(k, l * G->epc + e), cg_klane(k, v, G->epc, e));
@@ -464,8 +470,7 @@ static void epilogue(Gen *G, KBlock *body, KExpr *m0, KExpr *n0, KExpr *ks, KBuf
   /* the next tile's loads reuse these bytes */
   cg_kbarrier(k, body);
   if (!part) return;
-  KExpr *tile = cg_kadd(k, cg_kmul(k, cg_kadd(k, cg_kmul(k, G->z, ki(k, G->tm)), G->bm), ki(k, G->tn)), G->bn);
-  KBlock *fix = cg_gemm_last_slice(G->b, k, body, G->tm * G->tn * g->batch, tile, G->t.split);
+  KBlock *fix = cg_gemm_last_slice(G->b, k, body, g, G->tm, G->tn, G->z, G->bm, G->bn, G->t.split);
   lb = walk_tile(G, fix, m0, n0, &r, &c, &m, &n);
   g->store(g->ctx, k, lb, G->z, m, n, cg_gemm_slices_sum(k, lb, g, part, G->t.split, G->z, m, n));
 }
@@ -480,7 +485,10 @@ KExpr *cg_gemm_slice_at(Kernel *k, const CgTcGemm *g, int64_t split, KExpr *z, K
   return cg_kadd(k, cg_kmul(k, cg_kadd(k, cg_kmul(k, slice, ki(k, g->m)), m), ki(k, g->n)), n);
 }
 
-KBlock *cg_gemm_last_slice(CgBuild *b, Kernel *k, KBlock *body, int64_t tiles, KExpr *tile, int64_t split) {
+KBlock *cg_gemm_last_slice(CgBuild *b, Kernel *k, KBlock *body, const CgTcGemm *g, int64_t tm, int64_t tn,
+                           KExpr *z, KExpr *bm, KExpr *bn, int64_t split) {
+  int64_t tiles = tm * tn * g->batch;
+  KExpr *tile = cg_kadd(k, cg_kmul(k, cg_kadd(k, cg_kmul(k, z, ki(k, tm)), bm), ki(k, tn)), bn);
   KBuf *count = cg_kglobal(k, "count", TY_I32, tiles, cg_sync_words(b, tiles));
   KVar *last = cg_klast_arrival(k, body, count, tile, split);
   return &cg_kif(k, body, cg_kcmp(k, KC_NE, kv(k, last), cg_kint(k, 0)))->body;

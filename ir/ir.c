@@ -188,6 +188,14 @@ bool ir_matmul_trans(const Node *n, int i) {
 
 bool ir_conv_nhwc(const Node *n) { return (n->op == OP_CONV2D || n->op == OP_CONV3D) && ir_nhwc(n); }
 
+bool ir_conv_depthwise(const Node *n) {
+  if (n->op != OP_CONV2D && n->op != OP_CONV3D) return false;
+  const TensorType *x = &n->in[0]->type, *y = &n->out[0].type;
+  int cx = ir_nhwc(n) ? x->rank - 1 : 1;
+  int64_t groups = ir_attr_int(n, "groups");
+  return groups > 1 && groups == x->dims[cx] && groups == y->dims[cx];
+}
+
 bool ir_nhwc(const Node *n) {
   switch (n->op) {
     case OP_CONV2D:

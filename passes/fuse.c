@@ -226,19 +226,13 @@ static bool reads_region_entry(const Node *d) {
   return false;
 }
 
-/* A channels-last depthwise conv has a kernel of its own that stages
- * its input tile itself (codegen/conv_depthwise.c): a producer in its
- * loads costs no cp.async. */
-static bool nhwc_depthwise(const Node *m) {
-  int64_t groups = ir_attr_int(m, "groups");
-  const TensorType *x = &m->in[0]->type;
-  return groups > 1 && groups == x->dims[x->rank - 1];
-}
-
 static bool operand_fusible(const Fuser *f, const Node *m, int i) {
   if (m->op == OP_LINEAR) return i == 2;
   if (m->op == OP_MATMUL) return f->attention[m->id];
-  if ((m->op == OP_CONV2D || m->op == OP_CONV3D) && i == 0 && ir_conv_nhwc(m) && !nhwc_depthwise(m))
+  /* (a depthwise one has a kernel of its own that stages its input tile
+   * itself, codegen/conv_depthwise.c: a producer in its loads costs no
+   * cp.async) */
+  if ((m->op == OP_CONV2D || m->op == OP_CONV3D) && i == 0 && ir_conv_nhwc(m) && !ir_conv_depthwise(m))
     return reads_region_entry(m->in[0]->def);
   if (m->op == OP_CONV2D || m->op == OP_CONV3D || m->op == OP_CONV_TRANSPOSE2D || m->op == OP_CONV_TRANSPOSE3D)
     return true;

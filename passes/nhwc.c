@@ -273,8 +273,7 @@ static void find_regions(Nhwc *S) {
     if (S->inside[n->id] && (n->op == OP_CONV2D || n->op == OP_CONV3D)) {
       fed[n->out[0].id] = true;
       /* a depthwise conv gains nothing (depthwise_eligible) */
-      bool depthwise = ir_attr_int(n, "groups") > 1 && ir_attr_int(n, "groups") == n->in[0]->type.dims[1];
-      if (fed[n->in[0]->id] && !depthwise) S->convs[find(S, n->out[0].id)]++;
+      if (fed[n->in[0]->id] && !ir_conv_depthwise(n)) S->convs[find(S, n->out[0].id)]++;
     } else if (S->inside[n->id]) {
       for (int i = 0; i < n->n_in; i++) fed[n->out[0].id] = fed[n->out[0].id] || fed[n->in[i]->id];
     }
