@@ -722,6 +722,8 @@ static Val *wide_pool(Imp *im, OpKind op, Val *x, Window win, int64_t ceil_mode,
   return y;
 }
 
+enum { MAX_INDEX_TAPS = 1024 };
+
 /* MaxPool's Indices: for each output, the flattened position in x
  * (row-major over [N, C, spatial...]; storage_order 1: a plane's
  * positions column-major, h + w H) of the first maximum of its window.
@@ -810,6 +812,13 @@ bool ox_op_pool(Imp *im, ONode *n) {
                 : pool_node(im, op, x2, &win, ceil_mode, include_pad);
   if (indices && y) {
     if (win.nsp == 3 && storage_order) return ox_bad(im, "storage_order=1 is supported for 2-d pools only");
+    /* a slice of the input per tap: bounded, so a huge window is an
+     * error rather than a graph of that many nodes */
+    int64_t taps = 1;
+    for (int i = 0; i < m; i++) taps *= win.kernel[i];
+    if (taps > MAX_INDEX_TAPS)
+      return ox_bad(im, "the Indices output of a %" PRId64 "-tap window is not supported (at most %d taps)", taps,
+                    MAX_INDEX_TAPS);
     if (!(n->out[1] = ox_from_2d(im, pool_indices(im, x2, &win, &y->type, storage_order), win.spatial))) return false;
   }
   y = ox_from_2d(im, y, win.spatial);

@@ -981,6 +981,28 @@ START_TEST(test_sequence_ops_refused) {
 }
 END_TEST
 
+/* MaxPool's Indices: a window of more taps than the bound, and
+ * ceil_mode, are refused naming the node. */
+START_TEST(test_pool_indices_refused) {
+  int64_t xd[4] = {1, 1, 64, 64};
+  Model *b = model_new(13);
+  add_input(b, "x", 4, xd);
+  attr_is(add_node(b, "MaxPool", "x", "y,i"), "kernel_shape", 2, (int64_t[]){64, 64});
+  add_output(b, "y");
+  add_output(b, "i");
+  expect_error(import(b), "(MaxPool): the Indices output of a 4096-tap window is not supported (at most 1024 taps)");
+  diag_clear(&ctx);
+  b = model_new(13);
+  add_input(b, "x", 4, xd);
+  Onnx__NodeProto *p = add_node(b, "MaxPool", "x", "y,i");
+  attr_is(p, "kernel_shape", 2, (int64_t[]){2, 2});
+  attr_i(p, "ceil_mode", 1);
+  add_output(b, "y");
+  add_output(b, "i");
+  expect_error(import(b), "(MaxPool): the Indices output with ceil_mode=1 is not supported");
+}
+END_TEST
+
 START_TEST(test_runtime_shape_refused) {
   Model *b = model_new(13);
   int64_t xd[2] = {2, 3}, sd[1] = {2};
@@ -1129,6 +1151,7 @@ static Suite *onnx_suite(void) {
   tcase_add_test(tc, test_unsupported_op_attr_dtype);
   tcase_add_test(tc, test_runtime_shape_refused);
   tcase_add_test(tc, test_sequence_ops_refused);
+  tcase_add_test(tc, test_pool_indices_refused);
   tcase_add_test(tc, test_external_data);
   tcase_add_test(tc, test_api_runs_without_weights_file);
   tcase_add_test(tc, test_rms_normalization);
