@@ -152,7 +152,7 @@ static const OpEntry onnx_ops[] = {
      "UINT8/INT8, zero points per tensor, per row of A, per column of B"},
     {"Max", ox_op_variadic, NULL},
     {"MaxPool", ox_op_pool,
-     "1-d, 2-d and 3-d; Indices (not with ceil_mode); pads less than the kernel (past half of it: an explicit pad)"},
+     "1-d, 2-d and 3-d; Indices (not with ceil_mode, up to 1024 taps); pads less than the kernel (past half of it: an explicit pad)"},
     {"MaxUnpool", ox_op_max_unpool, "output_shape constant; a scatter_nd into zeros"},
     {"Mean", ox_op_variadic, NULL},
     {"MeanVarianceNormalization", ox_op_mvn, NULL},

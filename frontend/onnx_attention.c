@@ -121,11 +121,7 @@ static Val *repeat_heads(Imp *im, Val *x, int64_t reps) {
   const int64_t *d = x->type.dims;
   int64_t b = d[0], h = d[1], s = d[2], e = d[3];
   Val *u = ox_reshape(im, x, 5, (int64_t[]){b, h, 1, s, e});
-  if (!u) return NULL;
-  Emit em;
-  Node *ex = ox_begin(im, &em, OP_EXPAND, 1, &u);
-  ir_set_ints(im->g, ex, "shape", 5, (int64_t[]){b, h, reps, s, e});
-  return ox_reshape(im, ox_emit1(im, &em), 4, (int64_t[]){b, h * reps, s, e});
+  return ox_reshape(im, ox_expand(im, u, 5, (int64_t[]){b, h, reps, s, e}), 4, (int64_t[]){b, h * reps, s, e});
 }
 
 static Val *softmax_last(Imp *im, Val *x) {

@@ -256,13 +256,7 @@ static Value *triangle(Imp *im, const Val *v) {
   Val *y = ox_where(im, ox_op2(im, OP_GREATER, iota[1], iota[0]), ox_scalar(im, above, dt), ox_scalar(im, below, dt));
   bool leading_ones = true;
   for (int i = 0; i < r - 2; i++) leading_ones &= t->type.dims[i] == 1;
-  if (leading_ones) {
-    y = ox_reshape(im, y, r, t->type.dims);
-  } else if (y) {
-    Node *ex = ox_begin(im, &e, OP_EXPAND, 1, &y);
-    ir_set_ints(im->g, ex, "shape", r, t->type.dims);
-    y = ox_emit1(im, &e);
-  }
+  y = leading_ones ? ox_reshape(im, y, r, t->type.dims) : ox_expand(im, y, r, t->type.dims);
   return y ? ox_use(im, y) : NULL;
 }
 
@@ -496,6 +490,15 @@ Val *ox_reshape(Imp *im, Val *x, int rank, const int64_t *dims) {
   if (ox_same_dims(&x->type, rank, dims)) return x;
   Emit e;
   Node *n = ox_begin(im, &e, OP_RESHAPE, 1, &x);
+  ir_set_ints(im->g, n, "shape", rank, dims);
+  return ox_emit1(im, &e);
+}
+
+Val *ox_expand(Imp *im, Val *x, int rank, const int64_t *dims) {
+  if (!x) return NULL;
+  if (ox_same_dims(&x->type, rank, dims)) return x;
+  Emit e;
+  Node *n = ox_begin(im, &e, OP_EXPAND, 1, &x);
   ir_set_ints(im->g, n, "shape", rank, dims);
   return ox_emit1(im, &e);
 }

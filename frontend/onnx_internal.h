@@ -165,6 +165,8 @@ Val *ox_op2s(Imp *im, OpKind op, Val *a, double s);
 Val *ox_op1f(Imp *im, OpKind op, Val *x, const char *attr, double v);
 bool ox_same_dims(const TensorType *t, int rank, const int64_t *dims);
 Val *ox_reshape(Imp *im, Val *x, int rank, const int64_t *dims);
+/* x broadcast to dims (OP_EXPAND; x itself when it has them). */
+Val *ox_expand(Imp *im, Val *x, int rank, const int64_t *dims);
 Val *ox_transpose(Imp *im, Val *x, const int64_t *perm);
 Val *ox_cast(Imp *im, Val *x, DType dt);
 Val *ox_widen(Imp *im, Val *x);

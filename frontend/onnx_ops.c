@@ -391,14 +391,7 @@ bool ox_op_dropout(Imp *im, ONode *n) {
   }
   /* inference keeps every element: the mask is all true */
   if (n->n_out > 1 && n->want[1]) {
-    Val *keep = ox_scalar(im, 1, TY_BOOL);
-    if (x->type.rank) {
-      Emit e;
-      Node *ex = ox_begin(im, &e, OP_EXPAND, 1, &keep);
-      ir_set_ints(im->g, ex, "shape", x->type.rank, x->type.dims);
-      keep = ox_emit1(im, &e);
-    }
-    if (!(n->out[1] = keep)) return false;
+    if (!(n->out[1] = ox_expand(im, ox_scalar(im, 1, TY_BOOL), x->type.rank, x->type.dims))) return false;
   }
   return (n->out[0] = x);
 }

@@ -308,16 +308,6 @@ bool ox_op_gather_elements(Imp *im, ONode *n) {
   return (n->out[0] = ox_emit1(im, &e));
 }
 
-/* idx (i64, broadcasting to x) expanded to x's dims, for an element
- * gather or scatter that wants an index per element. */
-static Val *expand_to(Imp *im, Val *idx, const TensorType *t) {
-  if (!idx || ox_same_dims(&idx->type, t->rank, t->dims)) return idx;
-  Emit e;
-  Node *ex = ox_begin(im, &e, OP_EXPAND, 1, &idx);
-  ir_set_ints(im->g, ex, "shape", t->rank, t->dims);
-  return ox_emit1(im, &e);
-}
-
 static bool is_int(DType t) { return !ir_dtype_is_float(t) && t != TY_BOOL; }
 
 /* A [B] vector of lengths or positions placed along axis of a rank-r
@@ -346,7 +336,8 @@ bool ox_op_reverse_sequence(Imp *im, ONode *n) {
                   x->type.dims[ba]);
   Val *len = along_axis(im, lens, r, (int)ba), *t = ox_iota_along(im, r, (int)ta, x->type.dims[ta]);
   Val *rev = ox_op2(im, OP_SUB, ox_op2s(im, OP_SUB, len, 1), t);
-  Val *idx = expand_to(im, ox_where(im, ox_op2(im, OP_LESS, t, len), rev, t), &x->type);
+  /* an index per element, as the element gather wants */
+  Val *idx = ox_expand(im, ox_where(im, ox_op2(im, OP_LESS, t, len), rev, t), x->type.rank, x->type.dims);
   if (!idx) return false;
   Emit e;
   Node *g = ox_begin(im, &e, OP_GATHER_ELEMENTS, 2, (Val *[]){x, idx});
@@ -388,7 +379,7 @@ bool ox_op_tensor_scatter(Imp *im, ONode *n) {
     idx = ox_op2(im, OP_ADD, idx, along_axis(im, w, r, 0));
   }
   if (circular) idx = ox_op2(im, OP_MOD, idx, ox_scalar(im, (double)past->type.dims[axis], TY_I64));
-  idx = expand_to(im, idx, &upd->type);
+  idx = ox_expand(im, idx, upd->type.rank, upd->type.dims);
   if (!idx) return false;
   Emit e;
   Node *sc = ox_begin(im, &e, OP_SCATTER_ELEMENTS, 3, (Val *[]){past, idx, upd});
@@ -559,11 +550,7 @@ bool ox_op_expand(Imp *im, ONode *n) {
       return ox_bad(im, "shape entry %" PRId64 " is not supported (dims must be >= 1)", shape[i]);
   if (!broadcast_dims(x->type.dims, x->type.rank, shape, k, out, &r))
     return ox_bad(im, "the input does not broadcast to the shape");
-  if (ox_same_dims(&x->type, r, out)) return (n->out[0] = x);
-  Emit e;
-  Node *ex = ox_begin(im, &e, OP_EXPAND, 1, &x);
-  ir_set_ints(im->g, ex, "shape", r, out);
-  return (n->out[0] = ox_emit1(im, &e));
+  return (n->out[0] = ox_expand(im, x, r, out));
 }
 
 bool ox_op_tile(Imp *im, ONode *n) {
@@ -586,12 +573,7 @@ bool ox_op_tile(Imp *im, ONode *n) {
       if (i != a) j++;
     }
     for (int i = 0; i < r; i++) d3[i] = i == a ? reps[a] * y->type.dims[a] : y->type.dims[i];
-    Val *u = ox_reshape(im, y, r + 1, d1);
-    if (!u) return false;
-    Emit e;
-    Node *ex = ox_begin(im, &e, OP_EXPAND, 1, &u);
-    ir_set_ints(im->g, ex, "shape", r + 1, d2);
-    y = ox_reshape(im, ox_emit1(im, &e), r, d3);
+    y = ox_reshape(im, ox_expand(im, ox_reshape(im, y, r + 1, d1), r + 1, d2), r, d3);
   }
   return (n->out[0] = y);
 }
