@@ -485,23 +485,20 @@ bool ox_same_dims(const TensorType *t, int rank, const int64_t *dims) {
   return true;
 }
 
-Val *ox_reshape(Imp *im, Val *x, int rank, const int64_t *dims) {
+/* x as dims by op (reshape or expand, both with a "shape"), x itself
+ * when it has them. */
+static Val *to_shape(Imp *im, OpKind op, Val *x, int rank, const int64_t *dims) {
   if (!x) return NULL;
   if (ox_same_dims(&x->type, rank, dims)) return x;
   Emit e;
-  Node *n = ox_begin(im, &e, OP_RESHAPE, 1, &x);
+  Node *n = ox_begin(im, &e, op, 1, &x);
   ir_set_ints(im->g, n, "shape", rank, dims);
   return ox_emit1(im, &e);
 }
 
-Val *ox_expand(Imp *im, Val *x, int rank, const int64_t *dims) {
-  if (!x) return NULL;
-  if (ox_same_dims(&x->type, rank, dims)) return x;
-  Emit e;
-  Node *n = ox_begin(im, &e, OP_EXPAND, 1, &x);
-  ir_set_ints(im->g, n, "shape", rank, dims);
-  return ox_emit1(im, &e);
-}
+Val *ox_reshape(Imp *im, Val *x, int rank, const int64_t *dims) { return to_shape(im, OP_RESHAPE, x, rank, dims); }
+
+Val *ox_expand(Imp *im, Val *x, int rank, const int64_t *dims) { return to_shape(im, OP_EXPAND, x, rank, dims); }
 
 Val *ox_transpose(Imp *im, Val *x, const int64_t *perm) {
   if (!x) return NULL;
