@@ -701,8 +701,6 @@ bool cg_kernel_can_merge(const Kernel *a, const Kernel *b) {
   uint32_t threads = threads_of(a), tb = threads_of(b);
   for (int i = 0; i < na; i++)
     if (pa[i]->grid[1] != 1 || pa[i]->grid[2] != 1) return false;
-  /* a counter of arrivals counts the blocks of its own kernel */
-  if (a->counts_arrivals || b->counts_arrivals) return false;
   if (b->grid[1] != 1 || b->grid[2] != 1 || b->cooperative || a->cooperative || has_grid_sync(&b->body) ||
       index_of(b) != a->index || (uint64_t)a->grid[0] + b->grid[0] > INT32_MAX)
     return false;
@@ -733,6 +731,7 @@ Kernel *cg_kernel_merge(Kernel *a, Kernel *b) {
     m->n_locals += p->n_locals;
     m->uses_barriers |= p->uses_barriers;
     m->uses_tc |= p->uses_tc;
+    m->counts_arrivals |= p->counts_arrivals;
     if (p->dynamic_shared_bytes > m->dynamic_shared_bytes) m->dynamic_shared_bytes = p->dynamic_shared_bytes;
     if (p->largest > m->largest) m->largest = p->largest;
   }

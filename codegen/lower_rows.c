@@ -112,6 +112,8 @@ typedef struct Rows {
   DType cache_dt;
   int64_t splits;           /* parts each row is cut into, one a tile (1: whole rows) */
   KVar *split;              /* the tile's part, when splits > 1 */
+  KVar *row_tile;           /* and its rows' tile, of row_tiles */
+  int64_t row_tiles;
 } Rows;
 
 /* An access of n lanes when the row is x's innermost elements and
@@ -128,7 +130,8 @@ static int row_lanes(const RowSpace *sp, DType dt) {
 /* Rows few and long leave most of the GPU idle: cut each into parts,
  * one a tile, when the whole rows' threads would fill less than half of
  * it, as long as every thread still makes PER_LANE accesses (and the
- * input is large enough for a second launch to pay). */
+ * input is large enough for the parts' round trip through memory to
+ * pay). */
 static int64_t split_count(const Rows *R, int64_t row_tiles, int64_t accesses) {
   int64_t threads = row_tiles * R->width * R->per_block, gpu = cg_gpu_threads();
   if (2 * threads >= gpu || R->sp->rows * R->sp->len < SPLIT_MIN) return 1;
@@ -169,7 +172,7 @@ static void rows_begin(Rows *R, CgBuild *b, Kernel *k, const RowSpace *sp, DType
     k->block[0] = (uint32_t)x, k->block[1] = (uint32_t)y;
     R->across = KM_BLOCK_Y;
   }
-  int64_t row_tiles = ntiles;
+  int64_t row_tiles = R->row_tiles = ntiles;
   ntiles *= R->splits;
   int64_t cap = cg_grid_cap((int64_t)k->block[0] * k->block[1]);
   k->grid[0] = (uint32_t)(ntiles < 1 ? 1 : ntiles > cap ? cap : ntiles);
@@ -180,7 +183,8 @@ static void rows_begin(Rows *R, CgBuild *b, Kernel *k, const RowSpace *sp, DType
   R->tile = &lx->body;
   if (R->splits > 1) {
     R->split = cg_klet(k, R->tile, "part", KT_INDEX, cg_kidx(k, KI_DIV, cg_kv(k, tile), cg_kint(k, row_tiles)));
-    tile = cg_klet(k, R->tile, "rows", KT_INDEX, cg_kidx(k, KI_MOD, cg_kv(k, tile), cg_kint(k, row_tiles)));
+    tile = R->row_tile =
+        cg_klet(k, R->tile, "rows", KT_INDEX, cg_kidx(k, KI_MOD, cg_kv(k, tile), cg_kint(k, row_tiles)));
   }
   KExpr *q, *base;
   if (!R->column) {
@@ -314,8 +318,10 @@ static Combine combine_of(const Node *n) {
 
 /* One or more reductions over the same rows (the anchor's siblings in
  * its fusion group, ir_reduce_siblings): one kernel, an accumulator each
- * per row, their loads in one pass; split rows leave parts per
- * reduction that a second kernel combines. */
+ * per row, their loads in one pass.  Split rows leave a part per tile
+ * and reduction in memory; the last tile of a row's parts to arrive
+ * (KS_LAST_ARRIVAL, a counter per row tile) combines them in part order,
+ * whichever tile came last, and stores the result. */
 static bool lower_reduce(CgBuild *b, const Node *n) {
   if (!cg_check_dtypes(b, n, false)) return false;
   if (cg_gemm_bias_grad(b, n)) return true;
@@ -347,30 +353,36 @@ static bool lower_reduce(CgBuild *b, const Node *n) {
   Pass P = rows_pass(&R, rows_guard(&R, NULL));
   for (int j = 0; j < nr; j++) accumulate(k, &P, acc[j], cb[j].op, rows_value(&R, &P, red[j]->in[0], true, at));
   for (int j = 0; j < nr; j++) rows_allreduce(&R, acc[j], cb[j].op);
-  KBlock *st = rows_guard(&R, R.width > 1 ? cg_kcmp(k, KC_EQ, cg_kv(k, R.lane), cg_kint(k, 0)) : NULL);
+  KExpr *first_lane = R.width > 1 ? cg_kcmp(k, KC_EQ, cg_kv(k, R.lane), cg_kint(k, 0)) : NULL;
+  KBlock *st = rows_guard(&R, first_lane);
   if (R.splits > 1) {
-    /* Each part's values, then a second kernel combines the parts of
-     * each row in order: [splits, rows] reduced over its first axis. */
+    /* parts[split][row] */
     int64_t count = R.splits * sp.rows;
-    RtRef ref[1 + CG_MAX_SIBLINGS];
+    KBuf *parts[1 + CG_MAX_SIBLINGS];
     for (int j = 0; j < nr; j++) {
-      ref[j] = cg_scratch(b, red[j], (uint64_t)count * (uint64_t)ir_dtype_size(at));
-      KBuf *parts = cg_kglobal(k, "part", at, count, ref[j]);
-      cg_kstore(k, st, parts, cg_kadd(k, cg_kmul(k, cg_kv(k, R.split), cg_kint(k, sp.rows)), cg_kv(k, R.row)),
+      RtRef ref = cg_scratch(b, red[j], (uint64_t)count * (uint64_t)ir_dtype_size(at));
+      parts[j] = cg_kglobal(k, "part", at, count, ref);
+      cg_kstore(k, st, parts[j], cg_kadd(k, cg_kmul(k, cg_kv(k, R.split), cg_kint(k, sp.rows)), cg_kv(k, R.row)),
                 cg_kv(k, acc[j]));
     }
-    cg_launch(b, k);
-    int64_t dims[2] = {R.splits, sp.rows};
-    bool over[2] = {true, false};
-    RowSpace ps = row_space(dims, 2, over);
-    k = cg_node_kernel(b, n, "parts", NULL);
-    rows_begin(&R, b, k, &ps, at, TY_COUNT, false);
-    for (int j = 0; j < nr; j++) acc[j] = rows_acc(&R, "acc", at, cb[j].init);
-    P = rows_pass(&R, rows_guard(&R, NULL));
+    KBuf *arrived = cg_kglobal(k, "arrived", TY_I32, R.row_tiles, cg_sync_words(b, R.row_tiles));
+    KVar *last = cg_klast_arrival(k, R.tile, arrived, cg_kv(k, R.row_tile), R.splits);
+    KBlock *fix = &cg_kif(k, R.tile, cg_kcmp(k, KC_NE, cg_kv(k, last), cg_kint(k, 0)))->body;
+    /* The row's threads take the parts in turn, then combine as the
+     * parts' own threads did. */
+    KVar *t = cg_kvar(k, "t", KT_INDEX);
+    for (int j = 0; j < nr; j++) acc[j] = cg_klet(k, fix, "total", at, cg_kimm(k, cb[j].init, at));
+    KBlock *rows = R.valid ? &cg_kif(k, fix, R.valid)->body : fix;
+    KBlock *each = &cg_kloop(k, rows, t, cg_kint(k, (R.splits + R.width - 1) / R.width), KM_SERIAL)->body;
+    KVar *s = cg_klet(k, each, "s", KT_INDEX, cg_kadd(k, cg_kmul(k, cg_kv(k, t), cg_kint(k, R.width)), cg_kv(k, R.lane)));
+    if (R.splits % R.width) each = &cg_kif(k, each, cg_kcmp(k, KC_LT, cg_kv(k, s), cg_kint(k, R.splits)))->body;
+    KExpr *at_part = cg_kadd(k, cg_kmul(k, cg_kv(k, s), cg_kint(k, sp.rows)), cg_kv(k, R.row));
     for (int j = 0; j < nr; j++)
-      accumulate(k, &P, acc[j], cb[j].op, cg_kload(k, cg_kglobal(k, "part", at, count, ref[j]), P.at));
-    for (int j = 0; j < nr; j++) rows_allreduce(&R, acc[j], cb[j].op);
-    st = rows_guard(&R, R.width > 1 ? cg_kcmp(k, KC_EQ, cg_kv(k, R.lane), cg_kint(k, 0)) : NULL);
+      cg_kset(k, each, acc[j], cg_kop2(k, cb[j].op, cg_kv(k, acc[j]), cg_kload(k, parts[j], at_part)));
+    if (R.width > 1)
+      for (int j = 0; j < nr; j++) cg_kallreduce(k, fix, acc[j], cb[j].op, R.across);
+    KExpr *c = cg_kand(k, R.valid, first_lane);
+    st = c ? &cg_kif(k, fix, c)->body : fix;
   }
   for (int j = 0; j < nr; j++) {
     KExpr *res = cg_kv(k, acc[j]);

@@ -328,7 +328,8 @@ END_TEST
  * reductions (blocks of 1 x 256 or wider, barriers) beside a map (256
  * threads), each on its own blocks, through NVRTC and on emu against
  * ir_eval; apart without the option; a kernel that reads another's
- * result keeps its own launch. */
+ * result keeps its own launch; split rows' reductions, each with its
+ * counters of arrivals. */
 static Job check_merged(const char *text) {
   Job j = compile_with(text, true, (CgOptions){.merge_launches = true});
   test_nvrtc(j.r.source, "sm_90");
@@ -362,6 +363,18 @@ START_TEST(independent_kernels_share_a_launch) {
                       "  return %0 as \"e\", %1 as \"s\"\n"
                       "}\n");
   ck_assert_int_eq(count_steps(d.r.plan, RT_STEP_LAUNCH), 2);
+  /* two reductions of rows cut into parts: each part of the launch
+   * counts the arrivals of its own rows' parts */
+  Job p = check_merged("graph parts {\n"
+                       "  %x = input {name=\"x\"} : f32[2, 70000]\n"
+                       "  %y = input {name=\"y\"} : f32[3, 50000]\n"
+                       "  %0 = reduce_sum %x {axes=[1]} : f32[2]\n"
+                       "  %1 = reduce_max %y {axes=[1]} : f32[3]\n"
+                       "  return %0 as \"s\", %1 as \"m\"\n"
+                       "}\n");
+  ck_assert_int_eq(count_steps(p.r.plan, RT_STEP_LAUNCH), 1);
+  ck_assert_uint_eq(p.r.plan->sync_bytes, (2 + 3) * 4);
+  ck_assert_ptr_nonnull(strstr(p.r.source, "dl_last_arrival(&p1_arrived["));
 }
 END_TEST
 
@@ -443,9 +456,11 @@ START_TEST(sibling_reductions_share_a_kernel) {
     ck_assert_int_ge(k, 0);
     ck_assert_int_eq(group_of(j.g, 4), k);
     ck_assert_int_eq(group_of(j.g, 6), k);
-    /* one reduction kernel (with its parts kernel when rows are split),
-     * then the add */
-    ck_assert_int_eq(count_steps(j.r.plan, RT_STEP_LAUNCH), big ? 3 : 2);
+    /* one reduction kernel (its rows split in parts when big), then
+     * the add */
+    ck_assert_int_eq(count_steps(j.r.plan, RT_STEP_LAUNCH), 2);
+    /* a counter for each of the 4 rows (of 65,536: a block each) */
+    ck_assert_uint_eq(j.r.plan->sync_bytes, big ? 4 * 4 : 0);
   }
   /* One reduction reads the other's result: no join. */
   Job j = check_fused(
