@@ -87,7 +87,8 @@ static void find_side_outputs(Ctx *c, Graph *g, CgGroup **slots, int cap) {
       CgGroup *grp = group_of(slots, cap, n->group);
       bool sibling = false;
       for (int k = 0; k < grp->n_siblings; k++) sibling |= grp->siblings[k] == n;
-      if (n == grp->root || sibling) continue; /* the anchor's lowering stores them */
+      /* the anchor's lowering stores them, but an epilogue's */
+      if (n == grp->root || (sibling && grp->anchor == grp->root)) continue;
       if (pass == 1) grp->side[grp->n_side] = n;
       grp->n_side++;
     }
@@ -120,7 +121,7 @@ CgGroup **cg_find_groups(Ctx *c, Graph *g) {
     grp->n++;
     if (ir_ops[n->op].cls != K_ELEMWISE && n->op != OP_MATMUL && n->op != OP_LINEAR &&
         ir_ops[n->op].cls != K_MOVE) {
-      if (grp->anchor == grp->root && n != grp->root && ir_reduce_siblings(n, grp->root) &&
+      if (grp->anchor && n != grp->anchor && ir_reduce_siblings(n, grp->anchor) &&
           grp->n_siblings < CG_MAX_SIBLINGS)
         grp->siblings[grp->n_siblings++] = n;
       else
@@ -176,8 +177,10 @@ typedef struct Eval {
   Kernel *k;
   KBlock *blk; /* where lets go; NULL: pure expressions (inside a guard) */
   const CgGroup *grp;
-  const Value *bound; /* the anchor's result ... */
-  KExpr *bound_e;     /* ... is this expression at the root's site */
+  /* The anchor's result (and its sibling reductions') ... */
+  const Value *bound[1 + CG_MAX_SIBLINGS];
+  KExpr *bound_e[1 + CG_MAX_SIBLINGS]; /* ... is this expression at the root's site */
+  int n_bound;
   Memo *memo;
   int n_memo, cap_memo;
 } Eval;
@@ -188,6 +191,14 @@ static Site *site_new(Eval *E, const TensorType *t, KExpr *lin) {
   strides_of(t, s->st);
   s->lin = lin;
   return s;
+}
+
+/* E's bindings for pure expressions (no lets: inside a guard). */
+static Eval inner(const Eval *E) {
+  Eval in = {.b = E->b, .k = E->k, .grp = E->grp, .n_bound = E->n_bound};
+  memcpy(in.bound, E->bound, sizeof in.bound);
+  memcpy(in.bound_e, E->bound_e, sizeof in.bound_e);
+  return in;
 }
 
 static KExpr *let(Eval *E, const char *stem, DType dt, KExpr *e) {
@@ -308,7 +319,7 @@ static KExpr *pad(Eval *E, const Node *n, Site *s) {
   KExpr *fill = cg_kimm(k, ir_attr_float(n, "value"), vt->dtype);
   if (!ir_type_numel(xt)) return fill;
   if (!cond) return eval(E, x, site_new(E, xt, let(E, "at", KT_INDEX, idx)));
-  Eval in = {.b = E->b, .k = k, .grp = E->grp, .bound = E->bound, .bound_e = E->bound_e};
+  Eval in = inner(E);
   return cg_ksel(k, cond, cg_kcast(k, eval(&in, x, site_new(&in, xt, idx)), vt->dtype), fill);
 }
 
@@ -333,7 +344,7 @@ static KExpr *concat(Eval *E, const Node *n, Site *s) {
       KExpr *cd = d == axis ? cg_kidx(k, KI_SUB, c, cg_kint(k, off)) : value_coord(E, s, vt, d);
       idx = cg_kadd(k, idx, cg_kmul(k, cd, cg_kint(k, xst[d])));
     }
-    Eval in = {.b = E->b, .k = k, .grp = E->grp, .bound = E->bound, .bound_e = E->bound_e};
+    Eval in = inner(E);
     KExpr *x = cg_kcast(k, eval(&in, n->in[i], site_new(&in, xt, idx)), vt->dtype);
     r = r ? cg_ksel(k, cg_kcmp(k, KC_LT, c, cg_kint(k, end)), x, r) : x;
     end = off;
@@ -414,8 +425,9 @@ static KExpr *score(Eval *E, KBlock *blk, KExpr *bl, KExpr *row, KExpr *t) {
   KExpr *kk = eval(&in, m1->in[1], site_new(&in, kt, let(&in, "ki", KT_INDEX, ki)));
   red->value = cg_kop2(k, OP_MUL, cg_kcast(k, q, TY_F32), cg_kcast(k, kk, TY_F32));
   /* The scores are the first matmul's result: rounded to its type. */
-  Eval f = {.b = E->b, .k = k, .blk = blk, .grp = E->grp, .bound = &m1->out[0],
-            .bound_e = cg_kcast(k, cg_kv(k, sc), m1->out[0].type.dtype)};
+  Eval f = {.b = E->b, .k = k, .blk = blk, .grp = E->grp, .n_bound = 1};
+  f.bound[0] = &m1->out[0];
+  f.bound_e[0] = cg_kcast(k, cg_kv(k, sc), m1->out[0].type.dtype);
   KExpr *si = cg_kadd(k, cg_kmul(k, cg_kadd(k, cg_kmul(k, bl, cg_kint(k, S)), row), cg_kint(k, T)), t);
   return let(&f, "x", TY_F32, eval(&f, sm->in[0], site_new(&f, st, let(&f, "si", KT_INDEX, si))));
 }
@@ -450,7 +462,8 @@ static KExpr *attention(Eval *E, const Node *m2, Site *s) {
 }
 
 static KExpr *eval(Eval *E, const Value *v, Site *s) {
-  if (v == E->bound) return E->bound_e;
+  for (int i = 0; i < E->n_bound; i++)
+    if (v == E->bound[i]) return E->bound_e[i];
   for (int i = 0; i < E->n_memo; i++)
     if (E->memo[i].v == v && E->memo[i].s == s) return E->memo[i].e;
   const Node *n = v->def;
@@ -502,6 +515,77 @@ static void store_root_and_sides(Eval *E, KExpr *index) {
   cg_kstore(k, E->blk, o, index, cg_kcast(k, r, root->type.dtype));
 }
 
+/* ---- an epilogue's update over its input ---- */
+
+/* The reads of one buffer in a kernel: all of them, and those at one
+ * index by the thread that then stores there (before the store). */
+typedef struct Reads {
+  const KBuf *in;
+  const KVar *at;
+  int all, at_index, stores;
+} Reads;
+
+static void reads_in_expr(Reads *r, const KExpr *e, bool here) {
+  if (!e) return;
+  if (e->kind == KE_LOAD && e->buf == r->in) {
+    r->all++;
+    r->at_index += here && e->a[0] && e->a[0]->kind == KE_VAR && e->a[0]->var == r->at;
+  }
+  for (int i = 0; i < 3; i++) reads_in_expr(r, e->a[i], here);
+}
+
+static void reads_in_block(Reads *r, const KBlock *blk, const KBlock *here_blk, bool here);
+
+static void reads_in_stmt(Reads *r, const KStmt *s, const KBlock *here_blk, bool here) {
+  const KExpr *exprs[] = {s->extent, s->init, s->value, s->cond, s->index, s->src_at, s->src2_at};
+  for (size_t i = 0; i < ARRAY_LEN(exprs); i++) reads_in_expr(r, exprs[i], here);
+  for (int i = 0; s->kind == KS_VSTORE && i < s->n_lanes; i++) reads_in_expr(r, s->lanes[i], here);
+  for (int i = 0; s->kind == KS_CHUNK && i < s->count; i++) reads_in_expr(r, s->chunk[i], here);
+  /* read other than by a load, or written: never at one index */
+  if (s->src == r->in || s->src2 == r->in || s->buf == r->in) r->all++;
+  reads_in_block(r, &s->body, here_blk, here);
+  reads_in_block(r, &s->orelse, here_blk, here);
+}
+
+static void reads_in_block(Reads *r, const KBlock *blk, const KBlock *here_blk, bool here) {
+  bool top = blk == here_blk, stored = false;
+  for (const KStmt *s = blk->first; s; s = s->next) {
+    stored = stored || (top && s->kind == KS_STORE);
+    reads_in_stmt(r, s, here_blk, here || (top && !stored));
+  }
+}
+
+static int stores_of(const KBlock *blk, const KBuf *out) {
+  int n = 0;
+  for (const KStmt *s = blk->first; s; s = s->next)
+    n += (s->kind == KS_STORE && s->buf == out) + stores_of(&s->body, out) + stores_of(&s->orelse, out);
+  return n;
+}
+
+/* Each buffer the epilogue stores in blk at the thread's index var (a
+ * reduction's row) may take the bytes of an input of its size that the
+ * whole kernel reads only there, before the epilogue's stores (a
+ * batchnorm's new running statistics over the old: the update in place,
+ * plan_build.c). */
+static void mark_overwrites(Kernel *k, const KBlock *blk, const KExpr *index) {
+  if (index->kind != KE_VAR) return;
+  for (const KStmt *s = blk->first; s; s = s->next) {
+    KBuf *out = s->buf;
+    if (s->kind != KS_STORE || out->overwrites || s->index->kind != KE_VAR || s->index->var != index->var ||
+        stores_of(&k->body, out) != 1)
+      continue;
+    for (int p = 0; p < k->n_params && !out->overwrites; p++) {
+      const KBuf *in = k->params[p].buf;
+      if (!in || in == out || in->written || in->numel != out->numel ||
+          ir_dtype_size(in->dtype) != ir_dtype_size(out->dtype))
+        continue;
+      Reads r = {.in = in, .at = index->var};
+      reads_in_block(&r, &k->body, blk, false);
+      if (r.all && r.all == r.at_index) out->overwrites = in;
+    }
+  }
+}
+
 /* ---- the hooks the anchors' lowerings call ---- */
 
 bool cg_is_fused(CgBuild *b, const Value *v) {
@@ -537,9 +621,25 @@ bool cg_fused_store(CgBuild *b, Kernel *k, KBlock *blk, const Value *out, KExpr 
                     KExpr *value) {
   const CgGroup *grp = cg_group(b);
   if (!grp || !grp->anchor || out->def != grp->anchor || grp->anchor == grp->root) return false;
-  Eval E = {.b = b, .k = k, .blk = blk, .grp = grp, .bound = out, .bound_e = value};
-  E.bound_e = let(&E, "y", out->type.dtype, value);
+  Eval E = {.b = b, .k = k, .blk = blk, .grp = grp, .n_bound = 1};
+  E.bound[0] = out;
+  E.bound_e[0] = let(&E, "y", out->type.dtype, value);
   store_root_and_sides(&E, index);
+  return true;
+}
+
+bool cg_fused_store_rows(CgBuild *b, Kernel *k, KBlock *blk, const Node *const *red, KExpr *const *values, int n,
+                         KExpr *index) {
+  const CgGroup *grp = cg_group(b);
+  if (!grp || !grp->anchor || red[0] != grp->anchor || grp->anchor == grp->root) return false;
+  if (n > 1 + CG_MAX_SIBLINGS) dl_internal(k->ctx, "%d reductions bound in one epilogue", n);
+  Eval E = {.b = b, .k = k, .blk = blk, .grp = grp, .n_bound = n};
+  for (int i = 0; i < n; i++) {
+    E.bound[i] = &red[i]->out[0];
+    E.bound_e[i] = let(&E, "y", red[i]->out[0].type.dtype, values[i]);
+  }
+  store_root_and_sides(&E, index);
+  mark_overwrites(k, blk, index);
   return true;
 }
 
@@ -605,19 +705,25 @@ static bool group_lowerable(CgBuild *b, const CgGroup *grp) {
     }
   }
   if (anchor && anchor != root && !grp->attention) {
-    /* Members after the anchor run at its store, element for element. */
+    /* Members after the anchor run at its store, element for element:
+     * after row reductions, reshapes too and any dims of as many
+     * elements (no broadcast reorders equal counts). */
+    bool rows = ir_reduce_siblings(anchor, anchor);
+    int64_t count = ir_type_numel(&anchor->out[0].type);
     bool *dep = ARENA_ARRAY(&c->arena, bool, grp->n);
     for (int i = 0; i < grp->n; i++) {
       const Node *n = grp->members[i];
-      if (n == anchor) {
+      if (n == anchor || (rows && ir_reduce_siblings(n, anchor))) {
         dep[i] = true;
         continue;
       }
       for (int j = 0; j < n->n_in; j++)
         for (int q = 0; q < i; q++)
           if (dep[q] && n->in[j] == &grp->members[q]->out[0]) dep[i] = true;
-      if (dep[i] && (ir_ops[n->op].cls != K_ELEMWISE ||
-                     !same_dims(&n->out[0].type, &anchor->out[0].type))) {
+      bool ok = rows ? (ir_ops[n->op].cls == K_ELEMWISE || n->op == OP_RESHAPE) &&
+                           ir_type_numel(&n->out[0].type) == count
+                     : ir_ops[n->op].cls == K_ELEMWISE && same_dims(&n->out[0].type, &anchor->out[0].type);
+      if (dep[i] && !ok) {
         diag_error(c, n->loc, "codegen cannot lower fusion group k%d: %s after its %s is not "
                    "elementwise of the same shape", grp->id, ir_ops[n->op].name, ir_ops[anchor->op].name);
         return false;

@@ -481,8 +481,9 @@ typedef struct CgGroup {
   /* An attention, matmul(softmax(f(matmul(Q, K))), V): its two matmuls,
    * computed inside the kernel (the anchor is the softmax); else NULL. */
   const Node *attention, *scores;
-  /* Reductions over the anchor's rows (ir_reduce_siblings; the anchor is
-   * then the root), computed and stored beside it. */
+  /* Reductions over the anchor's rows (ir_reduce_siblings), computed
+   * beside it: stored by its lowering when the anchor is the root, else
+   * read by the epilogue (a map over the rows) and side outputs. */
   const Node *siblings[CG_MAX_SIBLINGS];
   int n_siblings;
 } CgGroup;
@@ -515,6 +516,11 @@ KExpr *cg_operand_load_or(CgBuild *b, Kernel *k, KBlock *blk, const Value *v, co
  * false and nothing happens. */
 bool cg_fused_store(CgBuild *b, Kernel *k, KBlock *blk, const Value *out, KExpr *index,
                     KExpr *value);
+/* The same for a row reduction anchor with its siblings (red[0] the
+ * anchor, values their results at row index), whose epilogue may read
+ * any of them. */
+bool cg_fused_store_rows(CgBuild *b, Kernel *k, KBlock *blk, const Node *const *red, KExpr *const *values, int n,
+                         KExpr *index);
 /* "conv2d_batchnorm_relu" for kernel names. */
 const char *cg_group_hint(Ctx *c, const CgGroup *grp);
 /* A group that is linear(x, W, b) then relu or gelu(tanh) as one GEMM

@@ -384,11 +384,13 @@ static bool lower_reduce(CgBuild *b, const Node *n) {
     KExpr *c = cg_kand(k, R.valid, first_lane);
     st = c ? &cg_kif(k, fix, c)->body : fix;
   }
+  KExpr *res[1 + CG_MAX_SIBLINGS];
   for (int j = 0; j < nr; j++) {
-    KExpr *res = cg_kv(k, acc[j]);
-    if (cb[j].mean) res = cg_kop2(k, OP_DIV, res, cg_kimm(k, (double)sp.len, at));
-    cg_store_at(b, k, st, &red[j]->out[0], cg_kv(k, R.row), res);
+    res[j] = cg_kv(k, acc[j]);
+    if (cb[j].mean) res[j] = cg_kop2(k, OP_DIV, res[j], cg_kimm(k, (double)sp.len, at));
   }
+  if (!cg_fused_store_rows(b, k, st, red, res, nr, cg_kv(k, R.row)))
+    for (int j = 0; j < nr; j++) cg_store_at(b, k, st, &red[j]->out[0], cg_kv(k, R.row), res[j]);
   cg_launch(b, k);
   return true;
 }

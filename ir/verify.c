@@ -279,24 +279,41 @@ static int *group_roots(Graph *g, int count) {
   return root;
 }
 
-/* A member used outside its group (or a graph output) is a side output
- * its group's kernel stores beside the root (passes/fuse.c): elementwise,
- * of the root's elements, and every outside use computed after the root
- * (user_at: where its user runs; -1 for a graph output). */
-static bool side_output_ok(const Node *d, const Node *root, int user_at) {
-  /* a sibling reduction's result, stored beside the root's */
-  if (ir_reduce_siblings(d, root)) return user_at < 0 || user_at > root->id;
-  if (ir_ops[d->op].cls != K_ELEMWISE || d->n_out != 1) return false;
-  /* Its dims are the root's, size-1 dims aside: the same linear index. */
-  const TensorType *a = &d->out[0].type, *b = &root->out[0].type;
+/* Whether a and b have the same dims once the 1s are dropped: the same
+ * elements at the same linear index. */
+static bool same_layout(const TensorType *a, const TensorType *b) {
   int i = 0, j = 0;
   for (;;) {
     while (i < a->rank && a->dims[i] == 1) i++;
     while (j < b->rank && b->dims[j] == 1) j++;
-    if (i == a->rank || j == b->rank) break;
+    if (i == a->rank || j == b->rank) return i == a->rank && j == b->rank;
     if (a->dims[i++] != b->dims[j++]) return false;
   }
-  return i == a->rank && j == b->rank && (user_at < 0 || user_at > root->id);
+}
+
+/* A member used outside its group (or a graph output) is a side output
+ * its group's kernel stores beside the root (passes/fuse.c): elementwise,
+ * or a reduction of the group's anchor's rows (the anchor itself or a
+ * sibling), of the root's elements, and every outside use computed
+ * after the root (user_at: where its user runs; -1 for a graph output). */
+static bool side_output_ok(const Node *d, const Node *root, const Node *anchor, int user_at) {
+  bool reduction = anchor && ir_reduce_siblings(d, anchor);
+  if ((ir_ops[d->op].cls != K_ELEMWISE && !reduction) || d->n_out != 1) return false;
+  return same_layout(&d->out[0].type, &root->out[0].type) && (user_at < 0 || user_at > root->id);
+}
+
+/* Each member's group anchor by node id (the last reduction, window,
+ * convolution or pool gradient of its group in list order), or NULL. */
+static const Node **group_anchors(Graph *g, int count, const int *root) {
+  const Node **anchor = ARENA_ARRAY(&g->ctx->arena, const Node *, count + 1);
+  for (Node *n = g->first; n; n = n->next) {
+    OpClass cls = ir_ops[n->op].cls;
+    bool pool_grad = n->op == OP_MAXPOOL_GRAD || n->op == OP_AVGPOOL_GRAD;
+    if (n->group >= 0 && (cls == K_REDUCE || cls == K_WINDOW || n->op == OP_CONV2D || n->op == OP_CONV3D || pool_grad))
+      anchor[root[n->id]] = n;
+  }
+  for (Node *n = g->first; n; n = n->next) anchor[n->id] = n->group >= 0 ? anchor[root[n->id]] : NULL;
+  return anchor;
 }
 
 /* Fusion groups (Node.group): every member but the last in list order
@@ -306,8 +323,9 @@ static bool side_output_ok(const Node *d, const Node *root, int user_at) {
  * outside; at most one reduction, window or convolution (the loop nest
  * the rest is fused around; matmul and linear are GEMMs that write their
  * own bytes, the group's kernel reads them), but for reductions that are
- * siblings of a reduction root (ir_reduce_siblings: the same rows, so
- * one kernel's accumulators).  A path that leaves a group and
+ * siblings of the group's anchor, its last (ir_reduce_siblings: the same
+ * rows, so one kernel's accumulators; an epilogue over the rows may read
+ * them all).  A path that leaves a group and
  * comes back would need a non-root member used outside, so groups are
  * convex and emitting each at its root keeps the graph's order. */
 static void check_groups(Verifier *v, int count) {
@@ -327,6 +345,7 @@ static void check_groups(Verifier *v, int count) {
   int *root = group_roots(g, count);
   const Node **node_of = ARENA_ARRAY(a, const Node *, count + 1);
   for (Node *n = g->first; n; n = n->next) node_of[n->id] = n;
+  const Node **anchors = group_anchors(g, count, root);
   for (Node *n = g->last; n; n = n->prev) {
     if (n->group < 0) {
       if (n->group != -1) fail(v, n, "fusion group %d is not -1 or a group number", n->group);
@@ -339,7 +358,7 @@ static void check_groups(Verifier *v, int count) {
     if (cls == K_SOURCE || (cls == K_OPAQUE && !pool_grad))
       fail(v, n, "a %s cannot be in a fusion group", ir_ops[n->op].name);
     bool anchor = cls == K_REDUCE || cls == K_WINDOW || n->op == OP_CONV2D || n->op == OP_CONV3D || pool_grad;
-    bool sibling = root[n->id] != n->id && ir_reduce_siblings(n, node_of[root[n->id]]);
+    bool sibling = anchors[n->id] && anchors[n->id] != n && ir_reduce_siblings(n, anchors[n->id]);
     if (anchor && !sibling && !set_add_ptr(&anchored, group_key(n->group)))
       fail(v, n, "fusion group k%d holds two reductions, windows or convolutions", n->group);
     is_root[n->id] = set_add_ptr(&seen, group_key(n->group));
@@ -350,13 +369,14 @@ static void check_groups(Verifier *v, int count) {
       const Node *d = n->in[i]->def;
       /* n runs at its group's root */
       int at = root[n->id] >= 0 ? root[n->id] : n->id;
-      if (d->group >= 0 && !is_root[d->id] && d->group != n->group && !side_output_ok(d, node_of[root[d->id]], at))
+      if (d->group >= 0 && !is_root[d->id] && d->group != n->group &&
+          !side_output_ok(d, node_of[root[d->id]], anchors[d->id], at))
         fail(v, n, "operand %d is inside fusion group k%d, not its root (nor an elementwise side output of "
                    "its shape used after it)", i, d->group);
     }
   for (int i = 0; i < g->n_outputs; i++) {
     const Node *d = g->outputs[i]->def;
-    if (d->group >= 0 && !is_root[d->id] && !side_output_ok(d, node_of[root[d->id]], -1))
+    if (d->group >= 0 && !is_root[d->id] && !side_output_ok(d, node_of[root[d->id]], anchors[d->id], -1))
       fail(v, d, "graph output \"%s\" is inside fusion group k%d, not its root (nor an elementwise side "
                  "output of its shape)", g->output_names[i], d->group);
   }

@@ -641,6 +641,104 @@ static int merge_groups(Fuser *f, Node *ra, Node *rb, int bsize, int **members, 
   return provisional;
 }
 
+/* The root of the group of node m, or m when it stands alone. */
+static Node *root_of(const Fuser *f, const Node *m, int *const *members, const int *count) {
+  return m->group < 0 ? f->node_of[m->id] : f->node_of[members[m->group][count[m->group] - 1]];
+}
+
+/* The i-th of the n members of the group rooted at r (r alone: n = 1). */
+static const Node *member(const Fuser *f, const Node *r, int *const *members, int i) {
+  return r->group < 0 ? r : f->node_of[members[r->group][i]];
+}
+
+static int size_of(const Node *r, const int *count) { return r->group < 0 ? 1 : count[r->group]; }
+
+/* A map over a reduction's rows (rooted at ra) that reads the results of
+ * the reductions of one group (rooted at the reduction rb, earlier: rb
+ * and its siblings): that root, or NULL.  Each member of the map is
+ * elementwise or a reshape with as many elements as rb has rows, so an
+ * operand a reduction gives is read at the element being computed (no
+ * broadcast can reorder equal counts): a batchnorm's variance and new
+ * running statistics from its sums. */
+static Node *rows_map_source(const Fuser *f, const Node *ra, int *const *members, const int *count) {
+  Node *rb = NULL;
+  for (int i = 0; i < size_of(ra, count); i++) {
+    const Node *m = member(f, ra, members, i);
+    if (ir_ops[m->op].cls != K_ELEMWISE && m->op != OP_RESHAPE) return NULL;
+    for (int j = 0; j < m->n_in; j++) {
+      const Node *d = m->in[j]->def;
+      if (d == ra || (ra->group >= 0 && d->group == ra->group) || !ir_reduce_siblings(d, d)) continue;
+      Node *r = root_of(f, d, members, count);
+      if (rb && r != rb) return NULL;
+      rb = r;
+    }
+  }
+  if (!rb || !ir_reduce_siblings(rb, rb) || rb->id > ra->id) return NULL;
+  int64_t rows = ir_type_numel(&rb->out[0].type);
+  for (int i = 0; i < size_of(ra, count); i++)
+    if (ir_type_numel(&member(f, ra, members, i)->out[0].type) != rows) return NULL;
+  return rb;
+}
+
+/* The reductions of rb's group may move into the map ra's kernel as its
+ * anchor and siblings (the map their epilogue): the map reads nothing
+ * else of the group (its loads' members stay the group's), every other
+ * use of the reductions' results runs after ra, and what the group
+ * reads from memory is kept until ra anyway (as in may_join_reduction:
+ * a launch saved never holds a buffer longer).  Counts the results
+ * stored beside the root. */
+static bool may_take_reductions(const Fuser *f, const Node *rb, const Node *ra, int *const *members,
+                                const int *count, int *stored) {
+  if (rb->guard != ra->guard || f->weight_only[ra->id] || f->weight_only[rb->id]) return false;
+  for (int i = 0; i < size_of(ra, count); i++) {
+    const Node *m = member(f, ra, members, i);
+    for (int j = 0; j < m->n_in; j++) {
+      const Node *d = m->in[j]->def;
+      if (rb->group >= 0 && d->group == rb->group && !ir_reduce_siblings(d, d)) return false;
+    }
+  }
+  *stored = 0;
+  for (int i = 0; i < size_of(rb, count); i++) {
+    const Node *m = member(f, rb, members, i);
+    if (ir_reduce_siblings(m, m)) {
+      const Value *val = &m->out[0];
+      bool outside = f->is_output[val->id];
+      for (int u = f->use_start[val->id]; u < f->use_start[val->id + 1]; u++) {
+        const Node *user = f->node_of[f->uses[u]];
+        if (user == ra || (ra->group >= 0 && user->group == ra->group)) continue;
+        if (emitted_at(f, user) <= ra->id) return false;
+        outside = true;
+      }
+      *stored += outside;
+    }
+    for (int k = 0; k < m->n_in; k++) {
+      const Node *d = m->in[k]->def;
+      if ((rb->group < 0 || d->group != rb->group) && !live_at(f, m->in[k], ra->id)) return false;
+    }
+  }
+  return true;
+}
+
+/* Maps of a reduction's rows take in the reductions they read (above):
+ * the reductions' kernel evaluates the map where it stores, and the map
+ * costs no launch of its own.  Returns the new provisional count. */
+static int join_rows_maps(Fuser *f, int **members, int *count, int provisional, int *n_fused) {
+  for (Node *ra = f->g->first; ra; ra = ra->next) {
+    if (root_of(f, ra, members, count) != ra) continue;
+    int size = map_size(f, ra, members, count), reductions, stored;
+    Node *rb = size ? rows_map_source(f, ra, members, count) : NULL;
+    int bsize = rb ? reduce_size(f, rb, members, count, &reductions) : 0;
+    if (!bsize || size + bsize > MAX_MEMBERS || !may_take_reductions(f, rb, ra, members, count, &stored))
+      continue;
+    int sides = 0;
+    for (int k = 0; ra->group >= 0 && k < count[ra->group] - 1; k++)
+      if (!uses_inside(f, f->node_of[members[ra->group][k]], ra->group)) sides++;
+    if (sides + stored > MAX_SIDE) continue;
+    provisional = merge_groups(f, ra, rb, bsize, members, count, provisional, n_fused);
+  }
+  return provisional;
+}
+
 /* Maps of one shape with no path between them share one kernel, rooted
  * at the later: the earlier's stored values become side outputs (a
  * batchnorm's new running statistics and its inverse deviation, all
@@ -698,7 +796,7 @@ static int join_maps(Fuser *f, int provisional, int *n_fused) {
       gone[j] = true;
     }
   }
-  return provisional;
+  return join_rows_maps(f, members, count, provisional, n_fused);
 }
 
 bool pass_fuse(Graph *g, PassCtx *pc) {

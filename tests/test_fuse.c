@@ -428,6 +428,58 @@ START_TEST(independent_maps_share_a_kernel) {
 }
 END_TEST
 
+/* A map over a reduction's rows that reads its results (a batchnorm's
+ * variance and new running statistics from its sums) is their
+ * kernel's epilogue, its values side outputs where read outside; a
+ * param it updates is written in place (its kernel reads each element
+ * only where it then stores it).  Not when a result is read by a kernel
+ * that runs before the map. */
+START_TEST(rows_map_takes_in_its_reductions) {
+  static const char *const shapes[] = {"f32[6, 300]", "f32[4, 70000]"};
+  for (int big = 0; big < 2; big++) {
+    int rows = big ? 4 : 6;
+    char text[2048];
+    snprintf(text, sizeof text,
+             "graph stats {\n"
+             "  %%x = input {name=\"x\"} : %s\n"
+             "  %%r = param {name=\"r\"} : f32[%d, 1]\n"
+             "  %%0 = reduce_mean %%x {axes=[1]} : f32[%d]\n"
+             "  %%1 = mul %%x, %%x : %s\n"
+             "  %%2 = reduce_mean %%1 {axes=[1], keepdims=1} : f32[%d, 1]\n"
+             "  %%3 = reshape %%0 {shape=[%d, 1]} : f32[%d, 1]\n"
+             "  %%4 = mul %%3, %%3 : f32[%d, 1]\n"
+             "  %%5 = sub %%2, %%4 : f32[%d, 1]\n"
+             "  %%k = const {value=0.9} : f32[]\n"
+             "  %%6 = mul %%r, %%k : f32[%d, 1]\n"
+             "  %%7 = add %%6, %%5 : f32[%d, 1]\n"
+             "  return %%5 as \"var\", %%0 as \"mean\", %%7 as \"r.new\" updates \"r\"\n"
+             "}\n",
+             shapes[big], rows, rows, shapes[big], rows, rows, rows, rows, rows, rows, rows);
+    Job j = check_fused(text);
+    int k = group_of(j.g, 2);
+    ck_assert_int_ge(k, 0);
+    ck_assert_int_eq(group_of(j.g, 4), k);
+    ck_assert_int_eq(group_of(j.g, 7), k);
+    ck_assert_int_eq(group_of(j.g, 10), k);
+    ck_assert_int_eq(count_steps(j.r.plan, RT_STEP_LAUNCH), 1);
+    ck_assert_int_eq(count_steps(j.r.plan, RT_STEP_COPY), 0);
+    ck_assert_uint_eq(j.r.plan->sync_bytes, big ? 4 * 4 : 0);
+  }
+  /* the sum is read by the map over x before the product of the rows */
+  Job j = check_fused("graph early {\n"
+                      "  %x = input {name=\"x\"} : f32[6, 300]\n"
+                      "  %0 = reduce_sum %x {axes=[1]} : f32[6]\n"
+                      "  %1 = reduce_max %x {axes=[1]} : f32[6]\n"
+                      "  %2 = reshape %0 {shape=[6, 1]} : f32[6, 1]\n"
+                      "  %3 = sub %x, %2 : f32[6, 300]\n"
+                      "  %4 = mul %0, %1 : f32[6]\n"
+                      "  return %3 as \"d\", %4 as \"p\"\n"
+                      "}\n");
+  ck_assert_int_ne(group_of(j.g, 1), group_of(j.g, 5));
+  ck_assert_int_eq(count_steps(j.r.plan, RT_STEP_LAUNCH), 3);
+}
+END_TEST
+
 /* Reductions of one input shape over the same axes with no path between
  * them (a batchnorm's two gradient sums) share one kernel, an
  * accumulator each per row: with and without split rows, sums, maxima
@@ -456,9 +508,10 @@ START_TEST(sibling_reductions_share_a_kernel) {
     ck_assert_int_ge(k, 0);
     ck_assert_int_eq(group_of(j.g, 4), k);
     ck_assert_int_eq(group_of(j.g, 6), k);
-    /* one reduction kernel (its rows split in parts when big), then
-     * the add */
-    ck_assert_int_eq(count_steps(j.r.plan, RT_STEP_LAUNCH), 2);
+    ck_assert_int_eq(group_of(j.g, 8), k);
+    /* one reduction kernel (its rows split in parts when big), the add
+     * of two of the results its epilogue */
+    ck_assert_int_eq(count_steps(j.r.plan, RT_STEP_LAUNCH), 1);
     /* a counter for each of the 4 rows (of 65,536: a block each) */
     ck_assert_uint_eq(j.r.plan->sync_bytes, big ? 4 * 4 : 0);
   }
@@ -1452,6 +1505,7 @@ static Suite *fuse_suite(void) {
   tcase_add_test(t, independent_maps_share_a_kernel);
   tcase_add_test(t, independent_kernels_share_a_launch);
   tcase_add_test(t, sibling_reductions_share_a_kernel);
+  tcase_add_test(t, rows_map_takes_in_its_reductions);
   tcase_add_test(t, product_sums_accumulate_in_the_gemm);
   tcase_add_test(t, pool_gradients_take_an_epilogue);
   tcase_add_test(t, gemm_epilogue_is_one_kernel);
