@@ -39,7 +39,10 @@
  * into the later one's kernel, the earlier's values its side outputs;
  * and reductions over the same rows with no path between them
  * (ir_reduce_siblings: a batchnorm's two gradient sums) into the later
- * one's, an accumulator each.
+ * one's, an accumulator each.  Last, a map over the rows that reads such
+ * reductions' results takes them in as its anchor and siblings, the map
+ * their epilogue (a batchnorm's variance and new running statistics
+ * from its sums).
  *
  * What is never done: a value is never computed by two kernels (the
  * copies passes/remat.c makes for that are nodes of their own): a
