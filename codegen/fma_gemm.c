@@ -116,12 +116,10 @@ void cg_fma_gemm(CgBuild *b, const CgTcGemm *g) {
                                   split > 1 ? arena_printf(&c->arena, ", split-K %lld", (long long)split) : "");
   Kernel *k = cg_kernel_new(c, g->node, arena_printf(&c->arena, "%s_fma", g->hint), what);
   int64_t tz = g->batch * split;
-  KVar *bn = cg_kvar(k, "bn", KT_INDEX), *bm = cg_kvar(k, "bm", KT_INDEX), *bz = cg_kvar(k, "bz", KT_INDEX);
-  KVar *t = cg_kvar(k, "t", KT_INDEX);
-  KStmt *lx = cg_kloop(k, &k->body, bn, ki(k, nt), KM_GRID_X);
-  KStmt *ly = cg_kloop(k, &lx->body, bm, ki(k, mt), KM_GRID_Y);
-  KStmt *lz = cg_kloop(k, &ly->body, bz, ki(k, tz), KM_GRID_Z);
-  KBlock *body = &cg_kloop(k, &lz->body, t, ki(k, THREADS), KM_BLOCK_X)->body;
+  KVar *at[3], *t = cg_kvar(k, "t", KT_INDEX);
+  KBlock *tiles = cg_ktiles(k, (const int64_t[3]){nt, mt, tz}, (const char *const[3]){"bn", "bm", "bz"}, at);
+  KVar *bn = at[0], *bm = at[1], *bz = at[2];
+  KBlock *body = &cg_kloop(k, tiles, t, ki(k, THREADS), KM_BLOCK_X)->body;
   KExpr *tid = kv(k, t);
   KExpr *z = tz == 1 ? ki(k, 0) : split > 1 ? ilet(k, body, "z", kdiv(k, kv(k, bz), split)) : kv(k, bz);
   KExpr *ks = split > 1 ? ilet(k, body, "ks", kmod(k, kv(k, bz), split)) : ki(k, 0);
@@ -180,9 +178,6 @@ void cg_fma_gemm(CgBuild *b, const CgTcGemm *g) {
     else
       g->store(g->ctx, k, sb, z, m, n, v);
   }
-  k->grid[0] = (uint32_t)(nt < INT32_MAX ? nt : INT32_MAX);
-  k->grid[1] = (uint32_t)(mt < 65535 ? mt : 65535);
-  k->grid[2] = (uint32_t)(tz < 65535 ? tz : 65535);
   k->block[0] = THREADS;
   cg_launch(b, k);
 }

@@ -508,6 +508,22 @@ KStmt *cg_kif(Kernel *k, KBlock *in, KExpr *cond) {
   return s;
 }
 
+KBlock *cg_ktiles(Kernel *k, const int64_t n[3], const char *const stem[3], KVar *at[3]) {
+  int64_t total = n[0] * n[1] * n[2];
+  KVar *tile = cg_kvar(k, "tile", KT_INDEX);
+  KBlock *body = &cg_kloop(k, &k->body, tile, cg_kint(k, total), KM_GRID_X)->body;
+  int64_t inner = 1;
+  for (int d = 0; d < 3; d++) {
+    KExpr *c = cg_kidx(k, KI_DIV, cg_kv(k, tile), cg_kint(k, inner));
+    if (d < 2) c = cg_kidx(k, KI_MOD, c, cg_kint(k, n[d]));
+    at[d] = cg_klet(k, body, stem[d], KT_INDEX, n[d] == 1 ? cg_kint(k, 0) : c);
+    inner *= n[d];
+  }
+  k->grid[0] = (uint32_t)(total < INT32_MAX ? total : INT32_MAX);
+  k->grid[1] = k->grid[2] = 1;
+  return body;
+}
+
 void cg_kbarrier(Kernel *k, KBlock *in) {
   append(k, in, KS_BARRIER);
   k->uses_barriers = true;

@@ -350,6 +350,12 @@ KStmt *cg_kloop(Kernel *k, KBlock *in, KVar *var, KExpr *extent, KMap map); /* f
 KStmt *cg_kreduce(Kernel *k, KBlock *in, KVar *acc, KExpr *init, OpKind combine, KVar *rvar,
                   KExpr *extent); /* fill ->body, then set ->value */
 KVar *cg_klet(Kernel *k, KBlock *in, const char *stem, DType dt, KExpr *value);
+/* Blocks over a space of n[0] x n[1] x n[2] tiles (a GEMM's columns,
+ * rows, batch and K slices) in the grid's x alone, n[0] fastest, so that
+ * the kernel may share a launch (cg_kernel_merge takes 1-d grids): the
+ * tile loop's body, each tile's coordinates lets there (at[d], named
+ * stem[d]); sets k->grid. */
+KBlock *cg_ktiles(Kernel *k, const int64_t n[3], const char *const stem[3], KVar *at[3]);
 void cg_kset(Kernel *k, KBlock *in, KVar *var, KExpr *value);
 void cg_kstore(Kernel *k, KBlock *in, KBuf *b, KExpr *index, KExpr *value);
 KStmt *cg_kif(Kernel *k, KBlock *in, KExpr *cond); /* fill ->body (and ->orelse) */

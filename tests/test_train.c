@@ -692,15 +692,16 @@ typedef struct BenchStep {
 
 /* LeNet and the BN CNN: each conv_weight_grad, a GEMM over K = batch x
  * output positions with a single 64x64 tile, is split 16 ways, its last
- * slice adding the slices in the same launch (lower_train.c), which
- * shares no launch with another kernel.  The BN CNN's batch statistics:
+ * slice adding the slices in the same launch (lower_train.c); its tiles
+ * and slices on the grid's x alone (cg_ktiles), it shares a launch with
+ * the bias gradient's sum.  The BN CNN's batch statistics:
  * one launch a batchnorm, its new running statistics the epilogue of
  * their sums (passes/fuse.c join_rows_maps), rows cut into parts added
  * by the last part to arrive (lower_rows.c). */
 static const BenchStep bench_steps[] = {
     {"mlp.dl", 5, 7},
-    {"lenet.dl", 13, 16},
-    {"bn_cnn.dl", 18, 20},
+    {"lenet.dl", 12, 16},
+    {"bn_cnn.dl", 17, 20},
 };
 
 static Graph *bench_step(Ctx *c, const char *file, int optim) {
