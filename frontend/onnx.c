@@ -93,9 +93,12 @@ static const OpEntry onnx_ops[] = {
     {"DFT", ox_op_dft,
      "opsets 17 and 20: a constant length and axis, inverse, onesided (irfft); an O(N^2) matmul by "
      "a table of twiddles"},
-    {"DequantizeLinear", ox_op_dequantize_linear, "UINT8, INT8, UINT16, INT16, INT32; per tensor, per axis or blocked"},
+    {"DequantizeLinear", ox_op_dequantize_linear,
+     "UINT8, INT8, UINT16, INT16, INT32; per tensor, per axis or blocked; a scale and zero point computed at run "
+     "time (one value or one per slice) as elementwise ops"},
     {"Div", ox_op_binary, NULL},
     {"Dropout", ox_op_dropout, "inference: the identity, its mask all true"},
+    {"DynamicQuantizeLinear", ox_op_dynamic_quantize_linear, "FLOAT to UINT8, its scale and zero point computed at run time"},
     {"Einsum", ox_op_einsum, "one or two operands: diagonals, sums, one batched matmul"},
     {"Elu", ox_op_elu_family, NULL},
     {"Equal", ox_op_logic, NULL},
@@ -176,7 +179,7 @@ static const OpEntry onnx_ops[] = {
     {"QLinearMatMul", ox_op_qlinear_matmul, "UINT8/INT8; a per tensor, b per tensor or per column"},
     {"QuantizeLinear", ox_op_quantize_linear,
      "to UINT8, INT8, UINT16 or INT16, per tensor, per axis or blocked (saturating, "
-     "round half to even)"},
+     "round half to even); a scale and zero point computed at run time as elementwise ops"},
     {"Range", ox_op_range, "constant inputs"},
     {"Reciprocal", ox_op_unary, NULL},
     {"ReduceL1", ox_op_reduce, NULL},

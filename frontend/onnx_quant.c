@@ -175,12 +175,18 @@ static Val *requantize(Imp *im, Val *acc, const Quant *m, int32_t zy, DType to) 
 /* An operand of an integer product in i8, with its zero points in i8's
  * terms (one, or one per slice along axis); `zero`: all of them 0, so
  * the product needs no correction for them. */
+static bool known(const Val *v) { return !v || v->k || v->hint; }
+
 typedef struct Int8 {
   Val *v;
   int axis;
   int64_t n;
   int32_t *zp;
   bool zero;
+  /* A zero point computed at run time (DynamicQuantizeLinear's), as an
+   * i32 of the i8 codes shaped to broadcast over the product (a: [] or
+   * [M, 1]; b: [] or [N]), in place of zp; or NULL. */
+  Val *zrt;
 } Int8;
 
 /* A u8 code c as the i8 code c - 128: dequantize by 1 around 128, then
@@ -315,7 +321,8 @@ static Val *int_conv(Imp *im, const Int8 *x, const Int8 *w, Val *bias, const Win
 static Val *int_matmul(Imp *im, const Int8 *a, const Int8 *b) {
   int64_t K = a->v->type.dims[a->v->type.rank - 1];
   Val *acc = ox_op2(im, OP_MATMUL, a->v, b->v);
-  Val *za = a->zero ? NULL : zp8_along(im, a, 0, 2), *zb = b->zero ? NULL : zp8_along(im, b, 0, 1);
+  Val *za = a->zrt ? a->zrt : a->zero ? NULL : zp8_along(im, a, 0, 2);
+  Val *zb = b->zrt ? b->zrt : b->zero ? NULL : zp8_along(im, b, 0, 1);
   if (za) acc = minus_product(im, acc, col_sums(im, b->v), za);
   if (zb) acc = minus_product(im, acc, row_sums(im, a->v), zb);
   if (za && zb) acc = ox_op2(im, OP_ADD, acc, ox_op2s(im, OP_MUL, ox_op2(im, OP_MUL, za, zb), (double)K));
@@ -353,7 +360,7 @@ static Int8 transposed(Imp *im, Int8 b) {
 /* a @ b: the linear form when b is a known matrix and a's zero point one
  * value (weights), else the matmul form. */
 static Val *int_product(Imp *im, const Int8 *a, const Int8 *b) {
-  if (b->v->k && b->v->type.rank == 2 && a->n == 1 && (b->axis < 0 || b->axis == 1)) {
+  if (b->v->k && b->v->type.rank == 2 && a->n == 1 && (b->axis < 0 || b->axis == 1) && !a->zrt && !b->zrt) {
     Int8 w = transposed(im, *b);
     return int_linear(im, a, &w, NULL);
   }
@@ -498,6 +505,51 @@ static bool code_range(DType to, double *lo, double *hi) {
   }
 }
 
+/* rint(x / s) + z saturated to `to`, computed in f32 (exact for 8- and
+ * 16-bit codes), s and z (or NULL) broadcasting against x. */
+static Val *quantize_elementwise(Imp *im, Val *x, Val *s, Val *z, DType to) {
+  double lo, hi;
+  if (!code_range(to, &lo, &hi)) {
+    ox_bad(im, "quantizing to %s is not supported here (INT8, UINT8, INT16, UINT16)", ir_dtype_name(to));
+    return NULL;
+  }
+  Val *q = ox_op1(im, OP_ROUND, ox_op2(im, OP_DIV, ox_cast(im, x, TY_F32), ox_cast(im, s, TY_F32)));
+  if (z) q = ox_op2(im, OP_ADD, q, ox_cast(im, z, TY_F32));
+  if (!q) return NULL;
+  Emit e;
+  Node *c = ox_begin(im, &e, OP_CLIP, 1, &q);
+  ir_set_float(im->g, c, "min", lo);
+  ir_set_float(im->g, c, "max", hi);
+  return ox_cast(im, ox_emit1(im, &e), to);
+}
+
+/* (x - z) s in f32, in the scale's dtype. */
+static Val *dequantize_elementwise(Imp *im, Val *x, Val *s, Val *z) {
+  Val *d = ox_cast(im, x, TY_F32);
+  if (z) d = ox_op2(im, OP_SUB, d, ox_cast(im, z, TY_F32));
+  Val *y = d ? ox_op2(im, OP_MUL, d, ox_cast(im, s, TY_F32)) : NULL;
+  return y && s->type.dtype != TY_F32 ? ox_cast(im, y, s->type.dtype) : y;
+}
+
+/* A scale or zero point computed at run time (DynamicQuantizeLinear's,
+ * or its expanded form's), shaped to broadcast against x: one value, or
+ * one per slice along axis. */
+static Val *runtime_param(Imp *im, Val *v, const TensorType *x, int64_t axis_attr, const char *what) {
+  char ts[IR_TYPE_STR_MAX];
+  if (ir_type_numel(&v->type) == 1) return ox_reshape(im, v, 0, NULL);
+  int axis;
+  bool rank1 = v->type.rank == 1;
+  if (rank1 && !ox_norm_axis(im, axis_attr, x->rank, &axis)) return NULL;
+  if (!rank1 || x->dims[axis] != v->type.dims[0]) {
+    ox_bad(im, "%s %s computed at run time must be one value or one per slice along axis %" PRId64, what,
+           ir_type_str(&v->type, ts, sizeof ts), axis_attr);
+    return NULL;
+  }
+  int64_t dims[DL_MAX_RANK];
+  for (int d = 0; d < x->rank; d++) dims[d] = d == axis ? v->type.dims[0] : 1;
+  return ox_reshape(im, v, x->rank, dims);
+}
+
 static bool quantize_blocked(Imp *im, ONode *n, Val *x, Val *s, Val *z, int64_t axis_attr, int64_t block,
                              int64_t out_dt) {
   int axis;
@@ -509,15 +561,35 @@ static bool quantize_blocked(Imp *im, ONode *n, Val *x, Val *s, Val *z, int64_t 
     return ox_bad(im, "blocked quantization to %s is not supported (INT8, UINT8, INT16, UINT16)",
                   ir_dtype_name(to));
   if (!ox_norm_axis(im, axis_attr, x->type.rank, &axis) || !ox_need_float_in(im, x)) return false;
-  Val *q = ox_op2(im, OP_DIV, ox_cast(im, x, TY_F32), ox_cast(im, blocked(im, s, &x->type, axis, block), TY_F32));
-  q = ox_op1(im, OP_ROUND, q);
-  if (z) q = ox_op2(im, OP_ADD, q, ox_cast(im, blocked(im, z, &x->type, axis, block), TY_F32));
-  if (!q) return false;
-  Emit e;
-  Node *c = ox_begin(im, &e, OP_CLIP, 1, &q);
-  ir_set_float(im->g, c, "min", lo);
-  ir_set_float(im->g, c, "max", hi);
-  return (n->out[0] = ox_cast(im, ox_emit1(im, &e), to));
+  Val *sb = blocked(im, s, &x->type, axis, block), *zb = z ? blocked(im, z, &x->type, axis, block) : NULL;
+  return sb && (!z || zb) && (n->out[0] = quantize_elementwise(im, x, sb, zb, to));
+}
+
+/* QuantizeLinear or DequantizeLinear whose scale or zero point is
+ * computed at run time: elementwise, as the blocked form. */
+static bool quantize_runtime(Imp *im, ONode *n, Val *x, Val *s, Val *z, int64_t axis, int64_t out_dt) {
+  DType to = z ? z->type.dtype : TY_U8;
+  if (!z && out_dt && !ox_dtype_from_onnx((int32_t)out_dt, &to))
+    return ox_bad(im, "output_dtype %s is not supported", ox_onnx_type_name((int32_t)out_dt));
+  if (x->held || (z && z->held) || !ox_need_float_in(im, x) || !ox_need_float_in(im, s)) {
+    if (x->held || (z && z->held)) ox_bad(im, "a scale computed at run time for %s is not supported",
+                                          ox_onnx_type_name(z && z->held ? z->held : x->held));
+    return false;
+  }
+  Val *sb = runtime_param(im, s, &x->type, axis, "y's scale"), *zb = z ? runtime_param(im, z, &x->type, axis, "y's zero point") : NULL;
+  return sb && (!z || zb) && (n->out[0] = quantize_elementwise(im, x, sb, zb, to));
+}
+
+static bool dequantize_runtime(Imp *im, ONode *n, Val *x, Val *s, Val *z, int64_t axis) {
+  double lo, hi;
+  if (x->held || !code_range(x->type.dtype, &lo, &hi))
+    return ox_bad(im, "dequantizing %s with a scale computed at run time is not supported (INT8, UINT8, INT16, "
+                  "UINT16)", x->held ? ox_onnx_type_name(x->held) : ir_dtype_name(x->type.dtype));
+  if (z && z->type.dtype != x->type.dtype)
+    return ox_bad(im, "x_zero_point is %s but x is %s", ir_dtype_name(z->type.dtype), ir_dtype_name(x->type.dtype));
+  if (!ox_need_float_in(im, s)) return false;
+  Val *sb = runtime_param(im, s, &x->type, axis, "x's scale"), *zb = z ? runtime_param(im, z, &x->type, axis, "x's zero point") : NULL;
+  return sb && (!z || zb) && (n->out[0] = dequantize_elementwise(im, x, sb, zb));
 }
 
 static bool dequantize_blocked(Imp *im, ONode *n, Val *x, Val *s, Val *z, int64_t axis_attr, int64_t block) {
@@ -529,11 +601,8 @@ static bool dequantize_blocked(Imp *im, ONode *n, Val *x, Val *s, Val *z, int64_
   if (z && z->type.dtype != x->type.dtype)
     return ox_bad(im, "x_zero_point is %s but x is %s", ir_dtype_name(z->type.dtype), ir_dtype_name(x->type.dtype));
   if (!ox_norm_axis(im, axis_attr, x->type.rank, &axis) || !ox_need_float_in(im, s)) return false;
-  Val *d = ox_cast(im, x, TY_F32);
-  if (z) d = ox_op2(im, OP_SUB, d, ox_cast(im, blocked(im, z, &x->type, axis, block), TY_F32));
-  Val *sf = blocked(im, s, &x->type, axis, block);
-  Val *y = d && sf ? ox_op2(im, OP_MUL, d, ox_cast(im, sf, TY_F32)) : NULL;
-  return y && (n->out[0] = s->type.dtype == TY_F32 ? y : ox_cast(im, y, s->type.dtype));
+  Val *sb = blocked(im, s, &x->type, axis, block), *zb = z ? blocked(im, z, &x->type, axis, block) : NULL;
+  return sb && (!z || zb) && (n->out[0] = dequantize_elementwise(im, x, sb, zb));
 }
 
 /* ---- the ops ---- */
@@ -546,6 +615,7 @@ bool ox_op_quantize_linear(Imp *im, ONode *n) {
     return false;
   if (block < 0) return ox_bad(im, "block_size %" PRId64 " is negative", block);
   if (block) return quantize_blocked(im, n, x, s, z, axis, block, out_dt);
+  if (!known(s) || !known(z)) return quantize_runtime(im, n, x, s, z, axis, out_dt);
   DType held_dt;
   int32_t held = z ? z->held : out_dt && ox_held_format((int32_t)out_dt, &held_dt) ? (int32_t)out_dt : 0;
   if (held) return (n->out[0] = quantize_held(im, x, s, z, axis, held, sat != 0));
@@ -577,6 +647,38 @@ bool ox_op_quantize_linear(Imp *im, ONode *n) {
   return (n->out[0] = emit_quantize(im, x, &p, to));
 }
 
+/* x's codes in UINT8 over [min(x, 0), max(x, 0)], scale and zero point
+ * computed at run time, as onnxruntime and the ONNX reference do: scale
+ * = (max - min) / 255 (1 / 255 when max = min), zero point = rint of
+ * -min / scale saturated, y = rint(x / scale) + zero point saturated. */
+bool ox_op_dynamic_quantize_linear(Imp *im, ONode *n) {
+  Val *x = ox_in_req(im, n, 0);
+  if (!x) return false;
+  if (x->type.dtype != TY_F32) return ox_bad(im, "x must be FLOAT, got %s", ir_dtype_name(x->type.dtype));
+  if (ir_type_numel(&x->type) == 0) return ox_bad(im, "x is empty: its range has no value");
+  int64_t axes[DL_MAX_RANK];
+  for (int d = 0; d < x->type.rank; d++) axes[d] = d;
+  Val *zero = ox_scalar(im, 0, TY_F32);
+  Val *hi = ox_op2(im, OP_MAXIMUM, ox_reduce(im, OP_REDUCE_MAX, x, x->type.rank, axes, false), zero);
+  Val *lo = ox_op2(im, OP_MINIMUM, ox_reduce(im, OP_REDUCE_MIN, x, x->type.rank, axes, false), zero);
+  Val *same = ox_op2(im, OP_EQUAL, hi, lo);
+  Val *scale = ox_op2s(im, OP_DIV, ox_where(im, same, ox_scalar(im, 1, TY_F32), ox_op2(im, OP_SUB, hi, lo)), 255);
+  /* qmin - min / scale, saturated, then rounded */
+  Val *zf = ox_op2(im, OP_SUB, zero, ox_op2(im, OP_DIV, lo, scale));
+  if (!zf) return false;
+  Emit e;
+  Node *c = ox_begin(im, &e, OP_CLIP, 1, &zf);
+  ir_set_float(im->g, c, "min", 0);
+  ir_set_float(im->g, c, "max", 255);
+  Val *zp = ox_op1(im, OP_ROUND, ox_emit1(im, &e));
+  Val *y = quantize_elementwise(im, x, scale, zp, TY_U8);
+  if (!y) return false;
+  n->out[0] = y;
+  n->out[1] = scale;
+  n->out[2] = ox_cast(im, zp, TY_U8);
+  return n->out[2] != NULL;
+}
+
 bool ox_op_dequantize_linear(Imp *im, ONode *n) {
   Val *x = ox_in_req(im, n, 0), *s = ox_in_req(im, n, 1), *z = ox_in_opt(n, 2);
   int64_t axis, block;
@@ -584,6 +686,7 @@ bool ox_op_dequantize_linear(Imp *im, ONode *n) {
     return false;
   if (block < 0) return ox_bad(im, "block_size %" PRId64 " is negative", block);
   if (block) return dequantize_blocked(im, n, x, s, z, axis, block);
+  if (!known(s) || !known(z)) return dequantize_runtime(im, n, x, s, z, axis);
   DType qt = x->type.dtype, zdt;
   Val *y = NULL;
   if (x->held) {
@@ -666,6 +769,30 @@ bool ox_op_qlinear_conv(Imp *im, ONode *n) {
   return (n->out[0] = ox_from_2d(im, acc ? requantize(im, acc, &m, yq.zp[0], to) : NULL, win.spatial));
 }
 
+/* q's zero point z computed at run time as an i32 of q's i8 codes (a u8
+ * code c is c - 128 there: to_int8 left that offset in its zp): one
+ * value, or one per slice along axis (a's rows: [M, 1]; b's columns:
+ * [N]). */
+static Val *runtime_zp(Imp *im, Val *z, const Int8 *codes, Val *q, int axis, bool rows) {
+  char ts[IR_TYPE_STR_MAX];
+  if (z->type.dtype != q->type.dtype) {
+    ox_bad(im, "the zero point is %s but its operand is %s", ir_dtype_name(z->type.dtype), ir_dtype_name(q->type.dtype));
+    return NULL;
+  }
+  int64_t n = ir_type_numel(&z->type), dims[2] = {n, 1};
+  Val *shaped;
+  if (n == 1)
+    shaped = ox_reshape(im, z, 0, NULL);
+  else if (z->type.rank == 1 && n == q->type.dims[axis])
+    shaped = ox_reshape(im, z, rows ? 2 : 1, dims);
+  else {
+    ox_bad(im, "a zero point %s computed at run time must be one value or one per %s",
+           ir_type_str(&z->type, ts, sizeof ts), rows ? "row of A" : "column of B");
+    return NULL;
+  }
+  return ox_op2s(im, OP_ADD, ox_cast(im, shaped, TY_I32), codes->zp[0]);
+}
+
 /* a, b and their zero points (MatMulInteger: per row of a, per column
  * of b) or all of QLinearMatMul's (a per tensor, b per column). */
 static bool matmul_operands(Imp *im, ONode *n, bool qlinear, Int8 *ai, Int8 *bi, Quant *aq, Quant *bq) {
@@ -676,10 +803,17 @@ static bool matmul_operands(Imp *im, ONode *n, bool qlinear, Int8 *ai, Int8 *bi,
   Val *as = qlinear ? ox_in_req(im, n, 1) : NULL, *bs = qlinear ? ox_in_req(im, n, 4) : NULL;
   if (qlinear && (!as || !bs)) return false;
   DType zdt;
-  if (!quant_params(im, &a->type, as, ox_in_opt(n, 2), qlinear ? -1 : a->type.rank - 2, "a", aq, &zdt) ||
-      !quant_params(im, &b->type, bs, ox_in_opt(n, qlinear ? 5 : 3), b->type.rank - 1, "b", bq, &zdt))
+  /* MatMulInteger's zero points may be computed at run time */
+  Val *az = ox_in_opt(n, 2), *bz = ox_in_opt(n, qlinear ? 5 : 3);
+  Val *a_rt = !qlinear && !known(az) ? az : NULL, *b_rt = !qlinear && !known(bz) ? bz : NULL;
+  if (!quant_params(im, &a->type, as, a_rt ? NULL : az, qlinear ? -1 : a->type.rank - 2, "a", aq, &zdt) ||
+      !quant_params(im, &b->type, bs, b_rt ? NULL : bz, b->type.rank - 1, "b", bq, &zdt))
     return false;
-  return to_int8(im, a, aq, "A", ai) && to_int8(im, b, bq, "B", bi);
+  if ((a_rt && a->k) || (b_rt && b->k))
+    return ox_bad(im, "a zero point computed at run time for a constant operand is not supported");
+  if (!to_int8(im, a, aq, "A", ai) || !to_int8(im, b, bq, "B", bi)) return false;
+  return (!a_rt || (ai->zrt = runtime_zp(im, a_rt, ai, a, a->type.rank - 2, true))) &&
+         (!b_rt || (bi->zrt = runtime_zp(im, b_rt, bi, b, b->type.rank - 1, false)));
 }
 
 bool ox_op_matmul_integer(Imp *im, ONode *n) {

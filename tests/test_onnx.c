@@ -908,6 +908,49 @@ START_TEST(test_initializer_size_mismatch) {
 }
 END_TEST
 
+/* onnxruntime's dynamic int8 format: DynamicQuantizeLinear's zero point
+ * (computed at run time) feeds MatMulInteger, which subtracts it with
+ * elementwise ops; one of the wrong shape, or one for a constant
+ * operand, is refused where it is read. */
+START_TEST(test_runtime_zero_points) {
+  Model *b = model_new(13);
+  int64_t xd[2] = {3, 8}, wd[2] = {8, 4}, zd[1] = {5};
+  int8_t w[32];
+  for (int i = 0; i < 32; i++) w[i] = (int8_t)(i % 7 - 3);
+  add_input(b, "x", 2, xd);
+  add_init_raw(b, "w", ONNX__TENSOR_PROTO__DATA_TYPE__INT8, 2, wd, w, sizeof w);
+  add_node(b, "DynamicQuantizeLinear", "x", "xq,xs,xz");
+  add_node(b, "MatMulInteger", "xq,w,xz", "acc");
+  add_output(b, "acc");
+  Graph *g = must_import(b);
+  ck_assert_int_eq(count_op(g, OP_REDUCE_MAX), 1);
+  ck_assert_int_eq(count_op(g, OP_REDUCE_MIN), 1);
+  ck_assert_int_ge(count_op(g, OP_MATMUL), 1);
+  diag_clear(&ctx);
+  /* five zero points for three rows */
+  b = model_new(13);
+  add_input(b, "x", 2, xd);
+  add_input_typed(b, "z", ONNX__TENSOR_PROTO__DATA_TYPE__UINT8, 1, zd);
+  add_init_raw(b, "w", ONNX__TENSOR_PROTO__DATA_TYPE__INT8, 2, wd, w, sizeof w);
+  add_node(b, "DynamicQuantizeLinear", "x", "xq,xs,xz");
+  add_node(b, "MatMulInteger", "xq,w,z", "acc");
+  add_output(b, "acc");
+  expect_error(import(b), "(MatMulInteger): a zero point u8[5] computed at run time must be one value or one per "
+                          "row of A");
+  diag_clear(&ctx);
+  /* a constant A with a zero point computed at run time */
+  b = model_new(13);
+  int64_t one = 1;
+  add_input_typed(b, "z", ONNX__TENSOR_PROTO__DATA_TYPE__INT8, 1, &one);
+  add_init_raw(b, "a", ONNX__TENSOR_PROTO__DATA_TYPE__INT8, 2, (int64_t[]){4, 8}, w, sizeof w);
+  add_init_raw(b, "w", ONNX__TENSOR_PROTO__DATA_TYPE__INT8, 2, wd, w, sizeof w);
+  add_node(b, "MatMulInteger", "a,w,z", "acc");
+  add_output(b, "acc");
+  expect_error(import(b), "(MatMulInteger): a zero point computed at run time for a constant operand is not "
+                          "supported");
+}
+END_TEST
+
 START_TEST(test_unsupported_op_attr_dtype) {
   Model *b = relu_model();
   b->nodes[0]->op_type = str("Frobnicate");
@@ -1148,6 +1191,7 @@ static Suite *onnx_suite(void) {
   tcase_add_test(tc, test_dangling_input);
   tcase_add_test(tc, test_huge_dimension);
   tcase_add_test(tc, test_initializer_size_mismatch);
+  tcase_add_test(tc, test_runtime_zero_points);
   tcase_add_test(tc, test_unsupported_op_attr_dtype);
   tcase_add_test(tc, test_runtime_shape_refused);
   tcase_add_test(tc, test_sequence_ops_refused);

@@ -657,14 +657,45 @@ END_TEST
 
 /* ---- errors ---- */
 
-START_TEST(test_errors) {
-  int64_t d4 = 4;
+/* A scale and zero point computed at run time (DynamicQuantizeLinear's
+ * expanded form): QuantizeLinear and DequantizeLinear as elementwise
+ * ops, on the interpreter and emu alike, each value by hand. */
+START_TEST(test_runtime_scale) {
+  int64_t d6 = 6;
   Model *b = model_new(13);
-  add_input(b, "x", 1, &d4);
+  add_input(b, "x", 1, &d6);
   add_input(b, "s", 0, NULL);
+  add_input_typed(b, "z", T_U8, 0, NULL);
+  add_node(b, "QuantizeLinear", "x,s,z", "q");
+  add_node(b, "DequantizeLinear", "q,s,z", "y");
+  add_output(b, "q");
+  add_output(b, "y");
+  Graph *g = import(b);
+  Inputs in = {0};
+  static const float xv[6] = {-3.0f, -0.26f, 0.25f, 0.75f, 10.0f, 200.0f};
+  memcpy(add_tensor(&in, "x", TY_F32, 1, &d6)->data, xv, sizeof xv);
+  *(float *)add_tensor(&in, "s", TY_F32, 0, NULL)->data = 0.5f;
+  *(uint8_t *)add_tensor(&in, "z", TY_U8, 0, NULL)->data = 3;
+  Tensor *out = eval_and_emu(g, &in, NULL);
+  /* rint(x / 0.5) + 3 saturated (half to even: 0.5 -> 0, 1.5 -> 2) */
+  static const uint8_t want_q[6] = {0, 2, 3, 5, 23, 255};
+  for (int i = 0; i < 6; i++) {
+    ck_assert_int_eq(((uint8_t *)out[0].data)[i], want_q[i]);
+    ck_assert_float_eq(((float *)out[1].data)[i], (want_q[i] - 3) * 0.5f);
+  }
+  free_outputs(out, 2);
+  free_inputs(&in);
+}
+END_TEST
+
+START_TEST(test_errors) {
+  int64_t d4 = 4, d3 = 3;
+  Model *b = model_new(13);
+  add_input(b, "x", 2, (int64_t[]){2, 4});
+  add_input(b, "s", 1, &d3);
   add_node(b, "QuantizeLinear", "x,s", "q");
   add_output(b, "q");
-  expect_error(b, "y's scale computed at run time is not supported");
+  expect_error(b, "y's scale f32[3] computed at run time must be one value or one per slice along axis 1");
 
   float s = 0, one = 1;
   int8_t zi = 0;
@@ -717,6 +748,7 @@ static Suite *qdq_suite(void) {
   tcase_add_checked_fixture(q, setup, teardown);
   tcase_set_timeout(q, 120);
   tcase_add_test(q, test_quantize_dequantize_linear);
+  tcase_add_test(q, test_runtime_scale);
   tcase_add_test(q, test_qdq_conv_runs_as_int8);
   tcase_add_test(q, test_qdq_gemm_is_an_int8_gemm);
   tcase_add_test(q, test_qlinearconv_u8_weight_zero_points);

@@ -4,7 +4,8 @@ the recurrent variants dlcc unrolls, a transformer encoder layer and Resize and
 GridSample nodes with onnx.helper (random weights as
 initializers), runs each with onnxruntime and with `dlcc run` (reference
 interpreter and emu), and compares the outputs (rtol 1e-4, atol 1e-4 of the
-output's largest magnitude).  The int8 QDQ form of the CNN (onnxruntime's
+output's largest magnitude).  An MLP in onnxruntime's dynamic int8 format
+(quantize_dynamic) is compared the same way.  The int8 QDQ form of the CNN (onnxruntime's
 quantize_static where it imports, else the same format made here) must
 agree within one quantization step of its output.  Exits 77 when onnx,
 onnxruntime or numpy is missing.
@@ -496,6 +497,63 @@ def resnet_qdq():
     return q, feeds, extra, {"step": float(inits[last.input[1]]), "by": how}
 
 
+def mlp_dynamic():
+    """A two-layer MLP on [2, 5, 64] inputs in onnxruntime's dynamic int8
+    format (quantize_dynamic: each MatMul's input quantized at run time by
+    DynamicQuantizeLinear, its scale and zero point computed then,
+    MatMulInteger with that zero point, i8 weights; made here the same
+    way where the tool does not import).  Every code is exact, so dlcc
+    matches as closely as f32 models do."""
+    b = Builder()
+    w1, b1 = b.weight("w1", 64, 96), b.weight("b1", 96)
+    w2, b2 = b.weight("w2", 96, 10), b.weight("b2", 10)
+    h = b.op("Relu", [b.op("Add", [b.op("MatMul", ["x", w1]), b1])])
+    b.op("Add", [b.op("MatMul", [h, w2]), b2], outs=["y"])
+    m = b.model("mlp_dynamic", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 5, 64])],
+                [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 5, 10])])
+    feeds = {"x": rng.standard_normal((2, 5, 64)).astype(np.float32)}
+    try:
+        from onnxruntime.quantization import QuantType, quantize_dynamic
+
+        with tempfile.TemporaryDirectory() as d:
+            onnx.save(m, os.path.join(d, "f.onnx"))
+            quantize_dynamic(os.path.join(d, "f.onnx"), os.path.join(d, "q.onnx"), weight_type=QuantType.QInt8)
+            q = onnx.load(os.path.join(d, "q.onnx"))
+    except ImportError:
+        q = dynamic_by_hand(m)
+    q.graph.name = "mlp_dynamic"
+    ops = {n.op_type for n in q.graph.node}
+    assert {"DynamicQuantizeLinear", "MatMulInteger"} <= ops, ops
+    return q, feeds, []
+
+
+def dynamic_by_hand(m):
+    """quantize_dynamic's format for m's MatMuls with a known B: i8
+    weights per tensor, symmetric; the input by DynamicQuantizeLinear."""
+    inits = {t.name: numpy_helper.to_array(t) for t in m.graph.initializer}
+    nodes, extra = [], []
+    for n in m.graph.node:
+        if n.op_type != "MatMul" or n.input[1] not in inits:
+            nodes.append(n)
+            continue
+        a, w = n.input[0], inits[n.input[1]]
+        ws = np.float32(np.abs(w).max() / 127)
+        extra += [numpy_helper.from_array(np.clip(np.rint(w / ws), -127, 127).astype(np.int8), n.input[1] + "_q"),
+                  numpy_helper.from_array(np.array(ws, np.float32), n.input[1] + "_s")]
+        nodes += [helper.make_node("DynamicQuantizeLinear", [a], [a + "_q", a + "_s", a + "_z"]),
+                  helper.make_node("Mul", [a + "_s", n.input[1] + "_s"], [a + "_ws"]),
+                  helper.make_node("MatMulInteger", [a + "_q", n.input[1] + "_q", a + "_z"], [a + "_i"]),
+                  helper.make_node("Cast", [a + "_i"], [a + "_f"], to=TensorProto.FLOAT),
+                  helper.make_node("Mul", [a + "_f", a + "_ws"], [n.output[0]])]
+    keep = [t for t in m.graph.initializer if not any(n.op_type == "MatMulInteger" and t.name + "_q" in n.input
+                                                      for n in nodes)]
+    g = helper.make_graph(nodes, m.graph.name, m.graph.input, m.graph.output, keep + extra)
+    q = helper.make_model(g, opset_imports=m.opset_import)
+    q.ir_version = m.ir_version
+    onnx.checker.check_model(q)
+    return q
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--dlcc", required=True)
@@ -505,8 +563,8 @@ def main():
     tmp = args.keep or tempfile.mkdtemp(prefix="dlcc-onnx-models-")
     os.makedirs(tmp, exist_ok=True)
     failures = 0
-    for build in (resnet, recurrent, unrolled, encoder, resnet_qdq, video3d, resize, ts_encoder, attention23,
-                  control, runtime_operands):
+    for build in (resnet, recurrent, unrolled, encoder, resnet_qdq, mlp_dynamic, video3d, resize, ts_encoder,
+                  attention23, control, runtime_operands):
         if build is attention23 and onnx.defs.onnx_opset_version() < 23:
             print(f"skip attention23: onnx {onnx.__version__} has no opset 23")
             continue
