@@ -79,7 +79,7 @@ static const OpEntry onnx_ops[] = {
     {"Conv", ox_op_conv_qdq,
      "1-d and 2-d, any auto_pad, pads, strides, dilations, group; of "
      "DequantizeLinear's x and w: an int8 convolution"},
-    {"ConvInteger", ox_op_conv_integer, "UINT8/INT8, zero points per tensor (w: or per channel)"},
+    {"ConvInteger", ox_op_conv_integer, "UINT8/INT8, zero points per tensor (w: or per channel; x: or computed at run time)"},
     {"ConvTranspose", ox_op_conv_transpose,
      "1-d and 2-d, any auto_pad, pads or output_shape, strides, dilations, group, "
      "output_padding"},
@@ -152,7 +152,7 @@ static const OpEntry onnx_ops[] = {
      "peepholes, clip, input_forget, other activations, initial state, sequence_lens"},
     {"MatMul", ox_op_matmul_qdq, "of DequantizeLinear's A and B: an int8 matmul"},
     {"MatMulInteger", ox_op_matmul_integer,
-     "UINT8/INT8, zero points per tensor, per row of A, per column of B"},
+     "UINT8/INT8, zero points per tensor, per row of A, per column of B, or computed at run time"},
     {"Max", ox_op_variadic, NULL},
     {"MaxPool", ox_op_pool,
      "1-d, 2-d and 3-d; Indices (not with ceil_mode, up to 1024 taps); pads less than the kernel (past half of it: an explicit pad)"},

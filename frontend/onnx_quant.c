@@ -297,7 +297,33 @@ static Val *conv_node(Imp *im, Val *x, Val *w, Val *b, const Window *win, int64_
  * over each window's K taps: the zx terms are per output channel and go
  * into the i32 bias, the zw term needs the windows' sums of x (a conv2d
  * with ones) and is there only when a weight zero point is not 0. */
+/* The same with zx computed at run time (DynamicQuantizeLinear's): the
+ * padding cannot read it, so the conv2d pads with 0 and every term is
+ * summed over each window's taps inside the image (valid), which the
+ * convolutions of ones give:
+ *   sum_valid (x - zx)(w - zw) = conv(x, w) - zx conv(1, w)
+ *                                - zw conv(x, 1) + zx zw conv(1, 1)
+ * conv(1, w) and conv(1, 1) are known at import (an image of ones). */
+static Val *int_conv_runtime_zp(Imp *im, const Int8 *x, const Int8 *w, Val *bias, const Window *win,
+                                int64_t group) {
+  const TensorType *wt = &w->v->type, *xt = &x->v->type;
+  TensorType one_x = *xt;
+  one_x.dims[0] = 1;
+  Val *ones = ox_known_new(im, &one_x);
+  memset(ones->k->data, 1, (size_t)ir_type_numel(&one_x));
+  Val *acc = conv_node(im, x->v, w->v, bias, win, group, 0);
+  acc = minus_product(im, acc, conv_node(im, ones, w->v, NULL, win, group, 0), x->zrt);
+  if (w->zero || !acc) return acc;
+  Val *ones_w = ox_known_new(im, wt);
+  memset(ones_w->k->data, 1, (size_t)ir_type_numel(wt));
+  Val *zw = zp8_along(im, w, 0, 3);
+  acc = minus_product(im, acc, conv_node(im, x->v, ones_w, NULL, win, group, 0), zw);
+  Val *taps = conv_node(im, ones, ones_w, NULL, win, group, 0);
+  return ox_op2(im, OP_ADD, acc, ox_op2(im, OP_MUL, taps, ox_op2(im, OP_MUL, zw, x->zrt)));
+}
+
 static Val *int_conv(Imp *im, const Int8 *x, const Int8 *w, Val *bias, const Window *win, int64_t group) {
+  if (x->zrt) return int_conv_runtime_zp(im, x, w, bias, win, group);
   const TensorType *wt = &w->v->type;
   int64_t K = wt->dims[1] * wt->dims[2] * wt->dims[3];
   int32_t zx = x->zp[0];
@@ -714,6 +740,34 @@ bool ox_op_dequantize_linear(Imp *im, ONode *n) {
   return (n->out[0] = sdt == TY_F32 ? y : ox_cast(im, y, sdt)); /* opset 19: y has the scale's dtype */
 }
 
+/* q's zero point z computed at run time as an i32 of q's i8 codes (a u8
+ * code c is c - 128 there: to_int8 left that offset in its zp): one
+ * value, or one per slice along axis (a's rows: [M, 1]; b's columns:
+ * [N]). */
+typedef enum { ZP_ONE, ZP_ROWS, ZP_COLUMNS } ZpShape;
+
+static Val *runtime_zp(Imp *im, Val *z, const Int8 *codes, Val *q, int axis, ZpShape kind) {
+  static const char *const per[] = {"", " or one per row of A", " or one per column of B"};
+  char ts[IR_TYPE_STR_MAX];
+  bool rows = kind == ZP_ROWS;
+  if (z->type.dtype != q->type.dtype) {
+    ox_bad(im, "the zero point is %s but its operand is %s", ir_dtype_name(z->type.dtype), ir_dtype_name(q->type.dtype));
+    return NULL;
+  }
+  int64_t n = ir_type_numel(&z->type), dims[2] = {n, 1};
+  Val *shaped;
+  if (n == 1)
+    shaped = ox_reshape(im, z, 0, NULL);
+  else if (kind != ZP_ONE && z->type.rank == 1 && n == q->type.dims[axis])
+    shaped = ox_reshape(im, z, rows ? 2 : 1, dims);
+  else {
+    ox_bad(im, "a zero point %s computed at run time must be one value%s", ir_type_str(&z->type, ts, sizeof ts),
+           per[kind]);
+    return NULL;
+  }
+  return ox_op2s(im, OP_ADD, ox_cast(im, shaped, TY_I32), codes->zp[0]);
+}
+
 /* x, w and their zero points (ConvInteger) or all of QLinearConv's. */
 static bool conv_operands(Imp *im, ONode *n, bool qlinear, Int8 *xi, Int8 *wi, Quant *xq, Quant *wq,
                           Window *win, int64_t *group) {
@@ -725,10 +779,14 @@ static bool conv_operands(Imp *im, ONode *n, bool qlinear, Int8 *xi, Int8 *wi, Q
   DType zdt;
   Val *xs = qlinear ? ox_in_req(im, n, 1) : NULL, *ws = qlinear ? ox_in_req(im, n, 4) : NULL;
   if (qlinear && (!xs || !ws)) return false;
-  if (!quant_params(im, &x->type, xs, ox_in_opt(n, 2), -1, "x", xq, &zdt) ||
+  /* ConvInteger's x zero point may be computed at run time */
+  Val *xz = ox_in_opt(n, 2), *x_rt = !qlinear && !known(xz) ? xz : NULL;
+  if (!quant_params(im, &x->type, xs, x_rt ? NULL : xz, -1, "x", xq, &zdt) ||
       !quant_params(im, &w->type, ws, ox_in_opt(n, qlinear ? 5 : 3), 0, "w", wq, &zdt))
     return false;
-  return to_int8(im, ox_to_2d(im, x), xq, "x", xi) && to_int8(im, ox_to_2d(im, w), wq, "w", wi);
+  if (x_rt && x->k) return ox_bad(im, "a zero point computed at run time for a constant operand is not supported");
+  if (!to_int8(im, ox_to_2d(im, x), xq, "x", xi) || !to_int8(im, ox_to_2d(im, w), wq, "w", wi)) return false;
+  return !x_rt || (xi->zrt = runtime_zp(im, x_rt, xi, x, 0, ZP_ONE));
 }
 
 bool ox_op_conv_integer(Imp *im, ONode *n) {
@@ -769,30 +827,6 @@ bool ox_op_qlinear_conv(Imp *im, ONode *n) {
   return (n->out[0] = ox_from_2d(im, acc ? requantize(im, acc, &m, yq.zp[0], to) : NULL, win.spatial));
 }
 
-/* q's zero point z computed at run time as an i32 of q's i8 codes (a u8
- * code c is c - 128 there: to_int8 left that offset in its zp): one
- * value, or one per slice along axis (a's rows: [M, 1]; b's columns:
- * [N]). */
-static Val *runtime_zp(Imp *im, Val *z, const Int8 *codes, Val *q, int axis, bool rows) {
-  char ts[IR_TYPE_STR_MAX];
-  if (z->type.dtype != q->type.dtype) {
-    ox_bad(im, "the zero point is %s but its operand is %s", ir_dtype_name(z->type.dtype), ir_dtype_name(q->type.dtype));
-    return NULL;
-  }
-  int64_t n = ir_type_numel(&z->type), dims[2] = {n, 1};
-  Val *shaped;
-  if (n == 1)
-    shaped = ox_reshape(im, z, 0, NULL);
-  else if (z->type.rank == 1 && n == q->type.dims[axis])
-    shaped = ox_reshape(im, z, rows ? 2 : 1, dims);
-  else {
-    ox_bad(im, "a zero point %s computed at run time must be one value or one per %s",
-           ir_type_str(&z->type, ts, sizeof ts), rows ? "row of A" : "column of B");
-    return NULL;
-  }
-  return ox_op2s(im, OP_ADD, ox_cast(im, shaped, TY_I32), codes->zp[0]);
-}
-
 /* a, b and their zero points (MatMulInteger: per row of a, per column
  * of b) or all of QLinearMatMul's (a per tensor, b per column). */
 static bool matmul_operands(Imp *im, ONode *n, bool qlinear, Int8 *ai, Int8 *bi, Quant *aq, Quant *bq) {
@@ -812,8 +846,8 @@ static bool matmul_operands(Imp *im, ONode *n, bool qlinear, Int8 *ai, Int8 *bi,
   if ((a_rt && a->k) || (b_rt && b->k))
     return ox_bad(im, "a zero point computed at run time for a constant operand is not supported");
   if (!to_int8(im, a, aq, "A", ai) || !to_int8(im, b, bq, "B", bi)) return false;
-  return (!a_rt || (ai->zrt = runtime_zp(im, a_rt, ai, a, a->type.rank - 2, true))) &&
-         (!b_rt || (bi->zrt = runtime_zp(im, b_rt, bi, b, b->type.rank - 1, false)));
+  return (!a_rt || (ai->zrt = runtime_zp(im, a_rt, ai, a, a->type.rank - 2, ZP_ROWS))) &&
+         (!b_rt || (bi->zrt = runtime_zp(im, b_rt, bi, b, b->type.rank - 1, ZP_COLUMNS)));
 }
 
 bool ox_op_matmul_integer(Imp *im, ONode *n) {

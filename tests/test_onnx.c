@@ -909,9 +909,9 @@ START_TEST(test_initializer_size_mismatch) {
 END_TEST
 
 /* onnxruntime's dynamic int8 format: DynamicQuantizeLinear's zero point
- * (computed at run time) feeds MatMulInteger, which subtracts it with
- * elementwise ops; one of the wrong shape, or one for a constant
- * operand, is refused where it is read. */
+ * (computed at run time) feeds MatMulInteger (or ConvInteger), which
+ * subtracts its terms with elementwise ops; one of the wrong shape, or
+ * one for a constant operand, is refused where it is read. */
 START_TEST(test_runtime_zero_points) {
   Model *b = model_new(13);
   int64_t xd[2] = {3, 8}, wd[2] = {8, 4}, zd[1] = {5};
@@ -948,6 +948,16 @@ START_TEST(test_runtime_zero_points) {
   add_output(b, "acc");
   expect_error(import(b), "(MatMulInteger): a zero point computed at run time for a constant operand is not "
                           "supported");
+  diag_clear(&ctx);
+  /* ConvInteger's x zero point: one value */
+  b = model_new(13);
+  int64_t img[4] = {1, 2, 5, 5}, k[4] = {4, 2, 1, 1}, three = 3;
+  add_input_typed(b, "x", ONNX__TENSOR_PROTO__DATA_TYPE__UINT8, 4, img);
+  add_input_typed(b, "z", ONNX__TENSOR_PROTO__DATA_TYPE__UINT8, 1, &three);
+  add_init_raw(b, "w", ONNX__TENSOR_PROTO__DATA_TYPE__INT8, 4, k, w, 8);
+  add_node(b, "ConvInteger", "x,w,z", "acc");
+  add_output(b, "acc");
+  expect_error(import(b), "(ConvInteger): a zero point u8[3] computed at run time must be one value");
 }
 END_TEST
 

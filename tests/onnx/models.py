@@ -4,8 +4,8 @@ the recurrent variants dlcc unrolls, a transformer encoder layer and Resize and
 GridSample nodes with onnx.helper (random weights as
 initializers), runs each with onnxruntime and with `dlcc run` (reference
 interpreter and emu), and compares the outputs (rtol 1e-4, atol 1e-4 of the
-output's largest magnitude).  An MLP in onnxruntime's dynamic int8 format
-(quantize_dynamic) is compared the same way.  The int8 QDQ form of the CNN (onnxruntime's
+output's largest magnitude).  An MLP and a CNN in onnxruntime's dynamic
+int8 format (quantize_dynamic) are compared the same way.  The int8 QDQ form of the CNN (onnxruntime's
 quantize_static where it imports, else the same format made here) must
 agree within one quantization step of its output.  Exits 77 when onnx,
 onnxruntime or numpy is missing.
@@ -527,26 +527,76 @@ def mlp_dynamic():
     return q, feeds, []
 
 
-def dynamic_by_hand(m):
-    """quantize_dynamic's format for m's MatMuls with a known B: i8
-    weights per tensor, symmetric; the input by DynamicQuantizeLinear."""
+def cnn_dynamic():
+    """Two convolutions (padded; strided and grouped) with relu in
+    onnxruntime's dynamic int8 format: DynamicQuantizeLinear feeding
+    ConvInteger its zero point (which the padding cannot read: dlcc sums
+    the terms over the taps inside the image), u8 weights with zero
+    points (a second product for the sums of x)."""
+    b = Builder()
+    w1, b1 = b.weight("w1", 8, 3, 3, 3), b.weight("b1", 8)
+    w2, b2 = b.weight("w2", 6, 4, 3, 3), b.weight("b2", 6)
+    h = b.op("Relu", [b.op("Conv", ["x", w1, b1], pads=[1, 1, 1, 1])])
+    b.op("Conv", [h, w2, b2], outs=["y"], pads=[1, 1, 1, 1], strides=[2, 2], group=2)
+    m = b.model("cnn_dynamic", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 12, 12])],
+                [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 6, 6, 6])])
+    feeds = {"x": rng.standard_normal((2, 3, 12, 12)).astype(np.float32)}
+    try:
+        from onnxruntime.quantization import QuantType, quantize_dynamic
+
+        with tempfile.TemporaryDirectory() as d:
+            onnx.save(m, os.path.join(d, "f.onnx"))
+            quantize_dynamic(os.path.join(d, "f.onnx"), os.path.join(d, "q.onnx"), weight_type=QuantType.QUInt8)
+            q = onnx.load(os.path.join(d, "q.onnx"))
+    except ImportError:
+        q = dynamic_by_hand(m, np.uint8)
+    q.graph.name = "cnn_dynamic"
+    ops = {n.op_type for n in q.graph.node}
+    assert {"DynamicQuantizeLinear", "ConvInteger"} <= ops, ops
+    return q, feeds, []
+
+
+def dynamic_by_hand(m, wtype=np.int8):
+    """quantize_dynamic's format for m's MatMuls with a known B and its
+    Convs: weights per tensor (i8 symmetric, or u8 over their range with
+    a zero point); the input by DynamicQuantizeLinear."""
     inits = {t.name: numpy_helper.to_array(t) for t in m.graph.initializer}
-    nodes, extra = [], []
+    nodes, extra, done = [], [], set()
     for n in m.graph.node:
-        if n.op_type != "MatMul" or n.input[1] not in inits:
+        if n.op_type not in ("MatMul", "Conv") or n.input[1] not in inits:
             nodes.append(n)
             continue
-        a, w = n.input[0], inits[n.input[1]]
-        ws = np.float32(np.abs(w).max() / 127)
-        extra += [numpy_helper.from_array(np.clip(np.rint(w / ws), -127, 127).astype(np.int8), n.input[1] + "_q"),
-                  numpy_helper.from_array(np.array(ws, np.float32), n.input[1] + "_s")]
+        a, wn = n.input[0], n.input[1]
+        w = inits[wn]
+        if wtype == np.int8:
+            ws, wz = np.float32(np.abs(w).max() / 127), 0
+        else:
+            lo, hi = min(float(w.min()), 0.0), max(float(w.max()), 0.0)
+            ws = np.float32((hi - lo) / 255)
+            wz = int(np.clip(np.rint(-lo / ws), 0, 255))
+        info = np.iinfo(wtype)
+        wq = np.clip(np.rint(w / ws) + wz, info.min, info.max).astype(wtype)
+        extra += [numpy_helper.from_array(wq, wn + "_q"), numpy_helper.from_array(np.array(ws, np.float32), wn + "_s"),
+                  numpy_helper.from_array(np.array(wz, wtype), wn + "_z")]
+        done.add(wn)
+        out = n.output[0]
         nodes += [helper.make_node("DynamicQuantizeLinear", [a], [a + "_q", a + "_s", a + "_z"]),
-                  helper.make_node("Mul", [a + "_s", n.input[1] + "_s"], [a + "_ws"]),
-                  helper.make_node("MatMulInteger", [a + "_q", n.input[1] + "_q", a + "_z"], [a + "_i"]),
-                  helper.make_node("Cast", [a + "_i"], [a + "_f"], to=TensorProto.FLOAT),
-                  helper.make_node("Mul", [a + "_f", a + "_ws"], [n.output[0]])]
-    keep = [t for t in m.graph.initializer if not any(n.op_type == "MatMulInteger" and t.name + "_q" in n.input
-                                                      for n in nodes)]
+                  helper.make_node("Mul", [a + "_s", wn + "_s"], [a + "_ws"])]
+        if n.op_type == "MatMul":
+            nodes.append(helper.make_node("MatMulInteger", [a + "_q", wn + "_q", a + "_z", wn + "_z"], [out + "_i"]))
+        else:
+            attrs = {at.name: helper.get_attribute_value(at) for at in n.attribute}
+            nodes.append(helper.make_node("ConvInteger", [a + "_q", wn + "_q", a + "_z", wn + "_z"], [out + "_i"],
+                                          **attrs))
+        scaled = out + "_m" if len(n.input) > 2 else out
+        nodes += [helper.make_node("Cast", [out + "_i"], [out + "_f"], to=TensorProto.FLOAT),
+                  helper.make_node("Mul", [out + "_f", a + "_ws"], [scaled])]
+        if len(n.input) > 2:  # Conv's bias, per channel
+            c = inits[n.input[2]].shape[0]
+            extra.append(numpy_helper.from_array(inits[n.input[2]].reshape(1, c, 1, 1), n.input[2] + "_r"))
+            nodes.append(helper.make_node("Add", [scaled, n.input[2] + "_r"], [out]))
+            done.add(n.input[2])
+    keep = [t for t in m.graph.initializer if t.name not in done]
     g = helper.make_graph(nodes, m.graph.name, m.graph.input, m.graph.output, keep + extra)
     q = helper.make_model(g, opset_imports=m.opset_import)
     q.ir_version = m.ir_version
@@ -563,8 +613,8 @@ def main():
     tmp = args.keep or tempfile.mkdtemp(prefix="dlcc-onnx-models-")
     os.makedirs(tmp, exist_ok=True)
     failures = 0
-    for build in (resnet, recurrent, unrolled, encoder, resnet_qdq, mlp_dynamic, video3d, resize, ts_encoder,
-                  attention23, control, runtime_operands):
+    for build in (resnet, recurrent, unrolled, encoder, resnet_qdq, mlp_dynamic, cnn_dynamic, video3d, resize,
+                  ts_encoder, attention23, control, runtime_operands):
         if build is attention23 and onnx.defs.onnx_opset_version() < 23:
             print(f"skip attention23: onnx {onnx.__version__} has no opset 23")
             continue
