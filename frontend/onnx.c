@@ -68,6 +68,8 @@ static const OpEntry onnx_ops[] = {
      "to FLOAT, FLOAT16, BFLOAT16, INT8, UINT8, INT32, INT64, BOOL (nonzero is true; "
      "a float to UINT8 truncates and wraps, as onnxruntime)"},
     {"CastLike", ox_op_cast, NULL},
+    {"CausalConvWithState", ox_op_causal_conv,
+     "depthwise, its past state joined on the left (zeros without one); activation none, silu or swish"},
     {"Ceil", ox_op_unary, NULL},
     {"Celu", ox_op_elu_family, NULL},
     {"Clip", ox_op_clip, "min and max constant or computed at run time (one value each)"},

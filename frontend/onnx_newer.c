@@ -1,6 +1,7 @@
 /* ONNX ops of the newer opsets that the IR holds by decomposition: Mish,
  * Swish, SwiGLU, MeanVarianceNormalization, LpNormalization, RotaryEmbedding,
- * CumSum and CumProd, CenterCropPad, and the window functions (constants).  Takes one node's operands, returns
+ * CumSum and CumProd, CenterCropPad, CausalConvWithState, and the window
+ * functions (constants).  Takes one node's operands, returns
  * its results; a float op of several IR ops computes f16/bf16 in f32 and
  * rounds once. */
 #include "config.h"
@@ -310,4 +311,54 @@ bool ox_op_rotary(Imp *im, ONode *n) {
   Val *y = ox_narrow(im, rot, xt->dtype);
   if (!y) return false;
   return (n->out[0] = r == 4 ? ox_transpose(im, y, swap_hs) : ox_reshape(im, y, 3, xt->dims));
+}
+
+/* CausalConvWithState: a depthwise 1-d convolution over [B, C, L] whose
+ * k - 1 left taps read past_state [B, C, k - 1] (zeros without one),
+ * then silu (or swish, the same) or nothing; present_state is the last
+ * k - 1 positions of past_state joined with the input.  The convolution
+ * is the IR's conv2d over [B, C, 1, k - 1 + L], groups C. */
+bool ox_op_causal_conv(Imp *im, ONode *n) {
+  Val *x = ox_in_req(im, n, 0), *w = ox_in_req(im, n, 1), *b = ox_in_opt(n, 2), *past = ox_in_opt(n, 3);
+  const char *act;
+  if (!x || !w || !ox_attr_str(im, "activation", "none", &act) || !ox_need_float_in(im, x)) return false;
+  bool silu = strcmp(act, "silu") == 0 || strcmp(act, "swish") == 0;
+  if (!silu && strcmp(act, "none") != 0)
+    return ox_bad(im, "activation '%s' is not supported (none, silu, swish)", act);
+  char xs[IR_TYPE_STR_MAX], ws[IR_TYPE_STR_MAX];
+  const TensorType *xt = &x->type, *wt = &w->type;
+  if (xt->rank != 3 || wt->rank != 3 || wt->dims[0] != xt->dims[1] || wt->dims[1] != 1 || wt->dims[2] < 1 ||
+      wt->dtype != xt->dtype)
+    return ox_bad(im, "input %s and weight %s must be [B, C, L] and [C, 1, k] of one dtype",
+                  ir_type_str(xt, xs, sizeof xs), ir_type_str(wt, ws, sizeof ws));
+  int64_t B = xt->dims[0], C = xt->dims[1], L = xt->dims[2], k = wt->dims[2];
+  if (b && (b->type.rank != 1 || b->type.dims[0] != C || b->type.dtype != xt->dtype))
+    return ox_bad(im, "bias %s must be [%" PRId64 "] of the input's dtype", ir_type_str(&b->type, ws, sizeof ws), C);
+  int64_t sd[3] = {B, C, k - 1};
+  if (past && (past->type.dtype != xt->dtype || !ox_same_dims(&past->type, 3, sd)))
+    return ox_bad(im, "past_state %s must be [%" PRId64 ", %" PRId64 ", %" PRId64 "] of the input's dtype",
+                  ir_type_str(&past->type, ws, sizeof ws), B, C, k - 1);
+  Val *padded = x;
+  if (k > 1) {
+    if (!past) {
+      TensorType zt = ir_type_make(xt->dtype, 3, sd);
+      past = ox_known_new(im, &zt); /* zeros */
+    }
+    Val *parts[2] = {past, x};
+    padded = ox_concat(im, 2, parts, 2);
+  }
+  int64_t wd[4] = {C, 1, 1, k};
+  Val *in[3] = {ox_to_2d(im, padded), ox_reshape(im, w, 4, wd), b};
+  if (!in[0] || !in[1]) return false;
+  Emit e;
+  Node *c = ox_begin(im, &e, OP_CONV2D, b ? 3 : 2, in);
+  ir_set_ints(im->g, c, "stride", 2, (const int64_t[]){1, 1});
+  ir_set_ints(im->g, c, "pad", 4, (const int64_t[]){0, 0, 0, 0});
+  ir_set_ints(im->g, c, "dilation", 2, (const int64_t[]){1, 1});
+  ir_set_int(im->g, c, "groups", C);
+  Val *y = ox_from_2d(im, ox_emit1(im, &e), 1);
+  if (y && silu) y = ox_op1(im, OP_SILU, y);
+  n->out[0] = y;
+  n->out[1] = ox_slice_axis(im, padded, 2, L, L + k - 1, 1);
+  return y && n->out[1];
 }

@@ -380,6 +380,56 @@ START_TEST(test_if_branches) {
 }
 END_TEST
 
+/* CausalConvWithState over [1, 2, 3] with k = 3: the two left taps read
+ * past_state (zeros without one), silu after; present_state is the last
+ * two positions of the state and input joined; k = 1 leaves an empty
+ * state.  Values by hand. */
+START_TEST(test_causal_conv_with_state) {
+  const float x[6] = {1, 2, 3, -1, 0, 2}, w[6] = {1, 0, 2, 0.5f, -1, 1}, past[4] = {4, 5, 1, 1};
+  for (int with_past = 0; with_past < 2; with_past++) {
+    Model *b = model_new(26);
+    add_input(b, "x", 3, (const int64_t[]){1, 2, 3});
+    add_init_f32(b, "w", 3, (const int64_t[]){2, 1, 3}, 6, w);
+    if (with_past) add_init_f32(b, "p", 3, (const int64_t[]){1, 2, 2}, 4, past);
+    attr_s(add_node(b, "CausalConvWithState", with_past ? "x,w,,p" : "x,w", "y,s"), "activation", "none");
+    add_output(b, "y");
+    add_output(b, "s");
+    Graph *g = must_import(b);
+    Tensor in = {ir_type_make(TY_F32, 3, (const int64_t[]){1, 2, 3}), (void *)x}, out[2];
+    TensorMap inputs = {1, (const char *[]){"x"}, &in};
+    char err[256];
+    ck_assert_msg(ir_eval(g, &inputs, &params, out, err, sizeof err), "%s", err);
+    /* channel 0 taps 1, 0, 2 over [p0 p1 1 2 3]; channel 1 taps 0.5, -1,
+     * 1 over [p2 p3 -1 0 2] */
+    if (with_past) {
+      expect_values(&out[0], 6, (const double[]){6, 9, 7, -1.5, 1.5, 1.5}, "y");
+      expect_values(&out[1], 4, (const double[]){2, 3, 0, 2}, "s");
+    } else {
+      expect_values(&out[0], 6, (const double[]){2, 4, 7, -1, 1, 1.5}, "y");
+      expect_values(&out[1], 4, (const double[]){2, 3, 0, 2}, "s");
+    }
+    diag_clear(&ctx);
+  }
+  Model *b = model_new(26);
+  add_input(b, "x", 3, (const int64_t[]){1, 2, 3});
+  add_init_f32(b, "w", 3, (const int64_t[]){2, 1, 1}, 2, (const float[]){2, -1});
+  attr_s(add_node(b, "CausalConvWithState", "x,w", "y,s"), "activation", "silu");
+  add_output(b, "y");
+  add_output(b, "s");
+  Graph *g = must_import(b);
+  ck_assert_int_eq(count_op(g, OP_SILU), 1);
+  ck_assert_int_eq(ir_type_numel(&g->outputs[1]->type), 0);
+  diag_clear(&ctx);
+  b = model_new(26);
+  add_input(b, "x", 3, (const int64_t[]){1, 2, 3});
+  add_init_f32(b, "w", 3, (const int64_t[]){2, 1, 3}, 6, w);
+  attr_s(add_node(b, "CausalConvWithState", "x,w", "y,s"), "activation", "gelu");
+  add_output(b, "y");
+  add_output(b, "s");
+  expect_error(import(b), "(CausalConvWithState): activation 'gelu' is not supported (none, silu, swish)");
+}
+END_TEST
+
 /* Loop of 3 steps: v += x, the scan output the v each step starts with.
  * Scan backwards over the rows of [3, 3]: s += row, each s kept. */
 START_TEST(test_loop_scan_unrolled) {
@@ -1202,6 +1252,7 @@ static Suite *onnx_suite(void) {
   tcase_add_test(tc, test_huge_dimension);
   tcase_add_test(tc, test_initializer_size_mismatch);
   tcase_add_test(tc, test_runtime_zero_points);
+  tcase_add_test(tc, test_causal_conv_with_state);
   tcase_add_test(tc, test_unsupported_op_attr_dtype);
   tcase_add_test(tc, test_runtime_shape_refused);
   tcase_add_test(tc, test_sequence_ops_refused);
