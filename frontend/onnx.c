@@ -143,6 +143,8 @@ static const OpEntry onnx_ops[] = {
     {"LeakyRelu", ox_op_leaky_relu, NULL},
     {"Less", ox_op_logic, NULL},
     {"LessOrEqual", ox_op_logic, NULL},
+    {"LinearAttention", ox_op_linear_attention,
+     "linear, gated, delta and gated_delta; GQA; unrolled over time (at most 1,024 steps)"},
     {"Log", ox_op_unary, NULL},
     {"LogSoftmax", ox_op_softmax, NULL},
     {"Loop", ox_op_loop, "unrolled (up to 1024 steps): trip count and condition known at import"},

@@ -278,3 +278,106 @@ bool ox_op_attention(Imp *im, ONode *n) {
   for (int i = 0; i < n->n_out && i < 4; i++) n->out[i] = res[i];
   return true;
 }
+
+/* ---- LinearAttention (opset 26) ---- */
+
+enum { LINEAR_ATTN_MAX_STEPS = 1024 };
+
+/* x [B, T, n] as [B, heads, T, n / heads] in f32, or NULL. */
+static Val *heads_f32(Imp *im, Val *x, int64_t heads, const char *what) {
+  return ox_widen(im, split_heads(im, x, heads, what));
+}
+
+/* The recurrence of ONNX's reference, unrolled over T (as the RNNs are):
+ * per step the state [B, H_kv, d_k, d_v] decays by exp(g) (gated), the
+ * value is corrected by what the state recalls of the key, times beta
+ * (delta), the key's outer product with it is added, and each query
+ * head reads its KV head's state (GQA) times the scale; all in f32. */
+bool ox_op_linear_attention(Imp *im, ONode *n) {
+  Val *q = ox_in_req(im, n, 0), *k = ox_in_req(im, n, 1), *v = ox_in_req(im, n, 2);
+  Val *past = ox_in_opt(n, 3), *decay = ox_in_opt(n, 4), *beta = ox_in_opt(n, 5);
+  int64_t qh, kh, chunk;
+  double scale;
+  const char *rule;
+  if (!q || !k || !v || !ox_attr_int(im, "q_num_heads", 0, &qh) || !ox_attr_int(im, "kv_num_heads", 0, &kh) ||
+      !ox_attr_int(im, "chunk_size", 64, &chunk) || !ox_attr_float(im, "scale", 0, &scale) ||
+      !ox_attr_str(im, "update_rule", "gated_delta", &rule) || !ox_need_float_in(im, q))
+    return false;
+  bool gated = strcmp(rule, "gated") == 0 || strcmp(rule, "gated_delta") == 0;
+  bool delta = strcmp(rule, "delta") == 0 || strcmp(rule, "gated_delta") == 0;
+  if (!gated && !delta && strcmp(rule, "linear") != 0)
+    return ox_bad(im, "update_rule '%s' is not supported (linear, gated, delta, gated_delta)", rule);
+  if (qh <= 0 || kh <= 0 || qh % kh)
+    return ox_bad(im, "q_num_heads (%" PRId64 ") must be a positive multiple of kv_num_heads (%" PRId64 ")", qh, kh);
+  if (gated != (decay != NULL)) return ox_bad(im, "update_rule '%s' %s the decay input", rule, gated ? "needs" : "takes no");
+  if (delta != (beta != NULL)) return ox_bad(im, "update_rule '%s' %s the beta input", rule, delta ? "needs" : "takes no");
+  char ts[IR_TYPE_STR_MAX];
+  Val *const qkv[3] = {q, k, v};
+  for (int i = 0; i < 3; i++)
+    if (qkv[i]->type.rank != 3 || qkv[i]->type.dims[0] != q->type.dims[0] || qkv[i]->type.dims[1] != q->type.dims[1])
+      return ox_bad(im, "query, key and value must be [B, T, heads * D] of one B and T; %s is %s",
+                    i == 0 ? "query" : i == 1 ? "key" : "value", ir_type_str(&qkv[i]->type, ts, sizeof ts));
+  int64_t B = q->type.dims[0], T = q->type.dims[1];
+  if (T > LINEAR_ATTN_MAX_STEPS)
+    return ox_bad(im, "unrolled, this is %" PRId64 " steps, more than dlcc unrolls (%d)", T,
+                  (int)LINEAR_ATTN_MAX_STEPS);
+  Val *q4 = heads_f32(im, q, qh, "query"), *k4 = heads_f32(im, k, kh, "key"), *v4 = heads_f32(im, v, kh, "value");
+  if (!q4 || !k4 || !v4) return false;
+  int64_t dk = q4->type.dims[3], dv = v4->type.dims[3], group = qh / kh;
+  if (k4->type.dims[3] != dk)
+    return ox_bad(im, "key's head size %" PRId64 " differs from query's %" PRId64, k4->type.dims[3], dk);
+  /* decay as [B, H_kv, T, 1 or d_k], beta as [B, H_kv or 1, T, 1] */
+  Val *g4 = NULL, *b4 = NULL;
+  if (decay) {
+    int64_t last = decay->type.rank == 3 ? decay->type.dims[2] : -1;
+    if (decay->type.rank != 3 || decay->type.dims[0] != B || decay->type.dims[1] != T ||
+        (last != kh && last != kh * dk))
+      return ox_bad(im, "decay %s must be [%" PRId64 ", %" PRId64 ", %" PRId64 " or %" PRId64 "]",
+                    ir_type_str(&decay->type, ts, sizeof ts), B, T, kh, kh * dk);
+    g4 = heads_f32(im, decay, kh, "decay");
+  }
+  if (beta) {
+    int64_t last = beta->type.rank == 3 ? beta->type.dims[2] : -1;
+    if (beta->type.rank != 3 || beta->type.dims[0] != B || beta->type.dims[1] != T || (last != kh && last != 1))
+      return ox_bad(im, "beta %s must be [%" PRId64 ", %" PRId64 ", %" PRId64 " or 1]",
+                    ir_type_str(&beta->type, ts, sizeof ts), B, T, kh);
+    b4 = heads_f32(im, beta, last, "beta");
+  }
+  int64_t sd[4] = {B, kh, dk, dv};
+  Val *state;
+  DType state_dt = q->type.dtype;
+  if (past) {
+    if (!ox_same_dims(&past->type, 4, sd) || !ir_dtype_is_float(past->type.dtype))
+      return ox_bad(im, "past_state %s must be a float [%" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 "]",
+                    ir_type_str(&past->type, ts, sizeof ts), B, kh, dk, dv);
+    state_dt = past->type.dtype;
+    state = ox_widen(im, past);
+  } else {
+    TensorType zt = ir_type_make(TY_F32, 4, sd);
+    state = ox_known_new(im, &zt);
+  }
+  double s = scale == 0 ? 1 / sqrt((double)dk) : scale;
+  static const int64_t swap_last[4] = {0, 1, 3, 2};
+  Val **outs = ARENA_ARRAY(&im->c->arena, Val *, T + 1);
+  for (int64_t t = 0; t < T; t++) {
+    Val *qt = ox_slice_axis(im, q4, 2, t, t + 1, 1), *kt = ox_slice_axis(im, k4, 2, t, t + 1, 1);
+    Val *vt = ox_slice_axis(im, v4, 2, t, t + 1, 1);
+    if (gated) /* [B, H, 1, 1 or d_k] -> [B, H, 1 or d_k, 1]: over d_v */
+      state = ox_op2(im, OP_MUL, state, ox_transpose(im, ox_op1(im, OP_EXP, ox_slice_axis(im, g4, 2, t, t + 1, 1)),
+                                                        swap_last));
+    if (delta) /* beta (v - k S) */
+      vt = ox_op2(im, OP_MUL, ox_slice_axis(im, b4, 2, t, t + 1, 1),
+                  ox_op2(im, OP_SUB, vt, ox_op2(im, OP_MATMUL, kt, state)));
+    state = ox_op2(im, OP_ADD, state, ox_op2(im, OP_MATMUL, ox_transpose(im, kt, swap_last), vt));
+    /* each KV head's group of query heads reads its state */
+    Val *qg = ox_reshape(im, qt, 4, (int64_t[]){B, kh, group, dk});
+    Val *o = ox_op2s(im, OP_MUL, ox_op2(im, OP_MATMUL, qg, state), s);
+    outs[t] = ox_reshape(im, o, 4, (int64_t[]){B, qh, 1, dv});
+    if (!outs[t]) return false;
+  }
+  static const int64_t back[4] = {0, 2, 1, 3};
+  Val *y = ox_reshape(im, ox_transpose(im, ox_concat(im, (int)T, outs, 2), back), 3, (int64_t[]){B, T, qh * dv});
+  n->out[0] = ox_narrow(im, y, q->type.dtype);
+  n->out[1] = ox_narrow(im, state, state_dt);
+  return n->out[0] && n->out[1];
+}

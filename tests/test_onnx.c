@@ -430,6 +430,95 @@ START_TEST(test_causal_conv_with_state) {
 }
 END_TEST
 
+/* LinearAttention against the recurrence written out here (ONNX's
+ * reference, in double): B 1, T 4, 2 query heads reading 1 KV head,
+ * d_k 2, d_v 3, for each update rule (decay per key dim, beta per head),
+ * with and without a past state. */
+static void linear_attention_ref(const char *rule, const float *q, const float *k, const float *v, const float *g,
+                                 const float *beta, const float *past, double *y, double *state) {
+  enum { T = 4, QH = 2, DK = 2, DV = 3 };
+  bool gated = strstr(rule, "gated") != NULL, delta = strstr(rule, "delta") != NULL;
+  for (int i = 0; i < DK * DV; i++) state[i] = past ? past[i] : 0;
+  for (int t = 0; t < T; t++) {
+    double vt[DV];
+    for (int m = 0; m < DV; m++) vt[m] = v[t * DV + m];
+    if (gated)
+      for (int d = 0; d < DK; d++)
+        for (int m = 0; m < DV; m++) state[d * DV + m] *= exp(g[t * DK + d]);
+    if (delta)
+      for (int m = 0; m < DV; m++) {
+        double r = 0;
+        for (int d = 0; d < DK; d++) r += state[d * DV + m] * k[t * DK + d];
+        vt[m] = beta[t] * (vt[m] - r);
+      }
+    for (int d = 0; d < DK; d++)
+      for (int m = 0; m < DV; m++) state[d * DV + m] += k[t * DK + d] * vt[m];
+    for (int h = 0; h < QH; h++)
+      for (int m = 0; m < DV; m++) {
+        double o = 0;
+        for (int d = 0; d < DK; d++) o += q[t * QH * DK + h * DK + d] * state[d * DV + m];
+        y[t * QH * DV + h * DV + m] = o / sqrt((double)DK);
+      }
+  }
+}
+
+START_TEST(test_linear_attention) {
+  static const char *const rules[] = {"linear", "gated", "delta", "gated_delta"};
+  float q[16], k[8], v[12], g[8], beta[4], past[6];
+  srand(7);
+  for (int i = 0; i < 16; i++) q[i] = (float)rand() / RAND_MAX - 0.5f;
+  for (int i = 0; i < 8; i++) k[i] = (float)rand() / RAND_MAX - 0.5f, g[i] = -(float)rand() / RAND_MAX;
+  for (int i = 0; i < 12; i++) v[i] = (float)rand() / RAND_MAX - 0.5f;
+  for (int i = 0; i < 4; i++) beta[i] = (float)rand() / RAND_MAX;
+  for (int i = 0; i < 6; i++) past[i] = (float)rand() / RAND_MAX - 0.5f;
+  for (int r = 0; r < 4; r++)
+    for (int with_past = 0; with_past < 2; with_past++) {
+      bool gated = strstr(rules[r], "gated") != NULL, delta = strstr(rules[r], "delta") != NULL;
+      Model *b = model_new(26);
+      add_input(b, "q", 3, (const int64_t[]){1, 4, 4});
+      add_init_f32(b, "k", 3, (const int64_t[]){1, 4, 2}, 8, k);
+      add_init_f32(b, "v", 3, (const int64_t[]){1, 4, 3}, 12, v);
+      if (with_past) add_init_f32(b, "p", 4, (const int64_t[]){1, 1, 2, 3}, 6, past);
+      if (gated) add_init_f32(b, "g", 3, (const int64_t[]){1, 4, 2}, 8, g);
+      if (delta) add_init_f32(b, "beta", 3, (const int64_t[]){1, 4, 1}, 4, beta);
+      char ins[64];
+      snprintf(ins, sizeof ins, "q,k,v,%s,%s,%s", with_past ? "p" : "", gated ? "g" : "", delta ? "beta" : "");
+      Onnx__NodeProto *n = add_node(b, "LinearAttention", ins, "y,s");
+      attr_i(n, "q_num_heads", 2);
+      attr_i(n, "kv_num_heads", 1);
+      attr_s(n, "update_rule", rules[r]);
+      add_output(b, "y");
+      add_output(b, "s");
+      Graph *gr = must_import(b);
+      Tensor in = {ir_type_make(TY_F32, 3, (const int64_t[]){1, 4, 4}), q}, out[2];
+      TensorMap inputs = {1, (const char *[]){"q"}, &in};
+      char err[256];
+      ck_assert_msg(ir_eval(gr, &inputs, &params, out, err, sizeof err), "%s", err);
+      double y[24], st[6];
+      linear_attention_ref(rules[r], q, k, v, g, beta, with_past ? past : NULL, y, st);
+      for (int i = 0; i < 24; i++)
+        ck_assert_msg(fabs(ir_tensor_get(&out[0], i) - y[i]) < 1e-5, "%s: y[%d] %g, want %g", rules[r], i,
+                      ir_tensor_get(&out[0], i), y[i]);
+      for (int i = 0; i < 6; i++)
+        ck_assert_msg(fabs(ir_tensor_get(&out[1], i) - st[i]) < 1e-5, "%s: state[%d] %g, want %g", rules[r], i,
+                      ir_tensor_get(&out[1], i), st[i]);
+      ir_tensor_free(&out[0]);
+      ir_tensor_free(&out[1]);
+      diag_clear(&ctx);
+    }
+  Model *b = model_new(26);
+  add_input(b, "q", 3, (const int64_t[]){1, 4, 4});
+  add_init_f32(b, "k", 3, (const int64_t[]){1, 4, 2}, 8, k);
+  add_init_f32(b, "v", 3, (const int64_t[]){1, 4, 3}, 12, v);
+  Onnx__NodeProto *n = add_node(b, "LinearAttention", "q,k,v", "y,s");
+  attr_i(n, "q_num_heads", 2);
+  attr_i(n, "kv_num_heads", 1);
+  add_output(b, "y");
+  add_output(b, "s");
+  expect_error(import(b), "(LinearAttention): update_rule 'gated_delta' needs the decay input");
+}
+END_TEST
+
 /* Loop of 3 steps: v += x, the scan output the v each step starts with.
  * Scan backwards over the rows of [3, 3]: s += row, each s kept. */
 START_TEST(test_loop_scan_unrolled) {
@@ -1253,6 +1342,7 @@ static Suite *onnx_suite(void) {
   tcase_add_test(tc, test_initializer_size_mismatch);
   tcase_add_test(tc, test_runtime_zero_points);
   tcase_add_test(tc, test_causal_conv_with_state);
+  tcase_add_test(tc, test_linear_attention);
   tcase_add_test(tc, test_unsupported_op_attr_dtype);
   tcase_add_test(tc, test_runtime_shape_refused);
   tcase_add_test(tc, test_sequence_ops_refused);
