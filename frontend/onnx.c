@@ -99,7 +99,7 @@ static const OpEntry onnx_ops[] = {
      "UINT8, INT8, UINT16, INT16, INT32; per tensor, per axis or blocked; a scale and zero point computed at run "
      "time (one value or one per slice) as elementwise ops"},
     {"Div", ox_op_binary, NULL},
-    {"Dropout", ox_op_dropout, "inference: the identity, its mask all true"},
+    {"Dropout", ox_op_dropout, "inference (or training with ratio 0): the identity, its mask all true"},
     {"DynamicQuantizeLinear", ox_op_dynamic_quantize_linear, "FLOAT to UINT8, its scale and zero point computed at run time"},
     {"Einsum", ox_op_einsum, "one or two operands: diagonals, sums, one batched matmul"},
     {"Elu", ox_op_elu_family, NULL},
@@ -163,6 +163,7 @@ static const OpEntry onnx_ops[] = {
     {"MaxUnpool", ox_op_max_unpool, "output_shape constant; a scatter_nd into zeros"},
     {"Mean", ox_op_variadic, NULL},
     {"MeanVarianceNormalization", ox_op_mvn, NULL},
+    {"MelWeightMatrix", ox_op_mel_weight_matrix, "known operands: a constant, as the reference computes it"},
     {"Min", ox_op_variadic, NULL},
     {"Mish", ox_op_mish, NULL},
     {"Mod", ox_op_mod, "fmod 0 and 1, integers and floats"},

@@ -387,7 +387,11 @@ bool ox_op_dropout(Imp *im, ONode *n) {
   if (ox_in_opt(n, 2)) {
     double training;
     if (!ox_const_scalar(im, n->in[2], "Dropout's training_mode", &training)) return false;
-    if (training != 0) return ox_bad(im, "training_mode=true is not supported (inference only)");
+    /* training with a ratio of 0 drops nothing: the identity again */
+    if (ox_in_opt(n, 1) && training != 0 && !ox_const_scalar(im, n->in[1], "Dropout's ratio", &ratio)) return false;
+    if (training != 0 && ratio != 0)
+      return ox_bad(im, "training_mode=true with a ratio of %g is not supported (random; inference and ratio 0 "
+                    "only)", ratio);
   }
   /* inference keeps every element: the mask is all true */
   if (n->n_out > 1 && n->want[1]) {

@@ -5,7 +5,7 @@
  * STFT's frames a `gather` times the window; Col2Im is a grouped
  * `conv_transpose2d`/`3d` whose one-hot weight puts each block position
  * in its place; MaxUnpool a `scatter_nd` of the values into zeros at
- * their flat indices. */
+ * their flat indices; MelWeightMatrix a constant computed at import. */
 #include "config.h"
 
 #include <inttypes.h>
@@ -305,4 +305,58 @@ bool ox_op_max_unpool(Imp *im, ONode *n) {
     y = ox_emit1(im, &e);
   }
   return (n->out[0] = y);
+}
+
+/* MelWeightMatrix (opset 17): a constant [dft_length / 2 + 1,
+ * num_mel_bins] of triangular filters, computed at import as ONNX's
+ * reference does it (the edges' mel values in the inputs' float type,
+ * then in double, the bins floored to whole spectrogram bins), so the
+ * operands must be known. */
+bool ox_op_mel_weight_matrix(Imp *im, ONode *n) {
+  double mel_bins, dft, rate, lo, hi;
+  int64_t code;
+  Val *lv = ox_in_req(im, n, 3), *hv = ox_in_req(im, n, 4);
+  if (!lv || !hv || !ox_const_scalar(im, ox_in_req(im, n, 0), "num_mel_bins", &mel_bins) ||
+      !ox_const_scalar(im, ox_in_req(im, n, 1), "dft_length", &dft) ||
+      !ox_const_scalar(im, ox_in_req(im, n, 2), "sample_rate", &rate) ||
+      !ox_const_scalar(im, lv, "lower_edge_hertz", &lo) || !ox_const_scalar(im, hv, "upper_edge_hertz", &hi) ||
+      !ox_attr_int(im, "output_datatype", 1, &code))
+    return false;
+  DType dt;
+  if (!ox_dtype_from_onnx((int32_t)code, &dt))
+    return ox_bad(im, "output_datatype %s is not supported", ox_onnx_type_name((int32_t)code));
+  if (!(mel_bins >= 1 && mel_bins <= 1 << 16 && dft >= 1 && dft <= 1 << 24 && rate >= 1 && lo >= 0 && hi > lo))
+    return ox_bad(im, "num_mel_bins %g, dft_length %g, sample_rate %g and edges %g to %g Hz do not make a filter bank "
+                  "(at most 65,536 bins of a DFT of at most 2^24, 0 <= lower < upper)", mel_bins, dft, rate, lo, hi);
+  int64_t M = (int64_t)mel_bins, S = (int64_t)dft / 2 + 1;
+  if (M * S > (int64_t)1 << 26) return ox_bad(im, "a %" PRId64 " x %" PRId64 " filter bank is too large", S, M);
+  /* 2595 log10(1 + f / 700), each step in the edges' type up to the
+   * division by ln 10 (NumPy's promotion in the reference) */
+  bool f32 = lv->type.dtype != TY_F64;
+  double edge[2] = {lo, hi}, mel[2];
+  for (int i = 0; i < 2; i++) {
+    double a = f32 ? (float)((float)edge[i] / 700.0f) : edge[i] / 700;
+    double b = f32 ? (float)log1p(a) : log1p(a);
+    double c = f32 ? (float)(2595.0f * (float)b) : 2595 * b;
+    mel[i] = c / log(10.0);
+  }
+  double step = (mel[1] - mel[0]) / (double)(M + 2);
+  int64_t *bin = ARENA_ARRAY(&im->c->arena, int64_t, M + 2);
+  for (int64_t i = 0; i < M + 2; i++) {
+    double f = 700 * expm1(((double)i * step + mel[0]) / 2595 * log(10.0));
+    bin[i] = (int64_t)floor((dft + 1) * f / rate);
+    if (bin[i] < 0 || bin[i] >= S)
+      return ox_bad(im, "upper_edge_hertz %g puts a filter past the %" PRId64 " spectrogram bins", hi, S);
+  }
+  TensorType t = ir_type_make(dt, 2, (int64_t[]){S, M});
+  Val *w = ox_known_new(im, &t);
+  for (int64_t i = 0; i < M; i++) {
+    int64_t l = bin[i], c = bin[i + 1], r = bin[i + 2];
+    if (c == l)
+      ir_tensor_set(w->k, c * M + i, 1);
+    else
+      for (int64_t j = l; j <= c; j++) ir_tensor_set(w->k, j * M + i, (double)(j - l) / (double)(c - l));
+    for (int64_t j = c; j < r; j++) ir_tensor_set(w->k, j * M + i, (double)(r - j) / (double)(r - c));
+  }
+  return (n->out[0] = w);
 }
