@@ -246,6 +246,8 @@ static const OpEntry onnx_ops[] = {
     {"Tan", ox_op_unary, NULL},
     {"Tanh", ox_op_unary, NULL},
     {"TensorScatter", ox_op_tensor_scatter, "linear and circular; run-time write_indices"},
+    {"TfIdfVectorizer", ox_op_tfidf,
+     "INT32/INT64 tokens and pool_int64s; TF, IDF, TFIDF; n-grams up to 16, skips up to 64"},
     {"ThresholdedRelu", ox_op_thresholded_relu, NULL},
     {"Tile", ox_op_tile, "constant repeats"},
     {"TopK", ox_op_topk, "constant K; sorted results"},

@@ -226,6 +226,8 @@ OpFn ox_op_mish, ox_op_swish, ox_op_swiglu, ox_op_affine_grid, ox_op_mvn, ox_op_
 OpFn ox_op_einsum;
 /* onnx_select.c: NonZero, Compress, Unique of values known at import. */
 OpFn ox_op_nonzero, ox_op_compress, ox_op_unique;
+/* onnx_text.c: TfIdfVectorizer over integer tokens. */
+OpFn ox_op_tfidf;
 /* onnx_signal.c: DFT, STFT, Col2Im, MaxUnpool, MelWeightMatrix. */
 OpFn ox_op_dft, ox_op_stft, ox_op_col2im, ox_op_max_unpool, ox_op_mel_weight_matrix;
 

@@ -200,6 +200,13 @@ void attr_is(Onnx__NodeProto *n, const char *name, int k, const int64_t *v) {
   if (k > 0) memcpy(a->ints, v, sizeof(int64_t) * (size_t)k);
 }
 
+void attr_fs(Onnx__NodeProto *n, const char *name, int k, const float *v) {
+  Onnx__AttributeProto *a = attr(n, name, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__FLOATS);
+  a->n_floats = (size_t)k;
+  a->floats = mem(sizeof(float) * (size_t)(k + 1));
+  if (k > 0) memcpy(a->floats, v, sizeof(float) * (size_t)k);
+}
+
 uint8_t *pack_model(Model *b, size_t *len) {
   *len = onnx__model_proto__get_packed_size(&b->m);
   uint8_t *buf = mem(*len + 1);

@@ -48,6 +48,7 @@ void attr_i(Onnx__NodeProto *n, const char *name, int64_t v);
 void attr_f(Onnx__NodeProto *n, const char *name, float v);
 void attr_s(Onnx__NodeProto *n, const char *name, const char *v);
 void attr_is(Onnx__NodeProto *n, const char *name, int k, const int64_t *v);
+void attr_fs(Onnx__NodeProto *n, const char *name, int k, const float *v);
 uint8_t *pack_model(Model *b, size_t *len);
 
 /* A Check fixture for a suite that imports models: its context and the

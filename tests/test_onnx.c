@@ -519,6 +519,56 @@ START_TEST(test_linear_attention) {
 }
 END_TEST
 
+/* TfIdfVectorizer over [1 2 1 3 2 1], unigrams 1 and 2, bigrams (1 2),
+ * (2 1), (3 3), skips up to 1: by hand (and as ONNX's reference gives)
+ * the counts are 3, 2; (1 2) once at distance 1 and once at 2, (2 1)
+ * twice at 1; (3 3) never.  IDF without weights: 1 where present. */
+START_TEST(test_tfidf_vectorizer) {
+  static const struct {
+    const char *mode;
+    bool weights;
+    double want[5];
+  } cases[] = {{"TF", false, {3, 2, 2, 2, 0}},
+               {"TFIDF", true, {1.5, 2, 4, 8, 0}},
+               {"IDF", true, {0.5, 1, 2, 4, 0}},
+               {"IDF", false, {1, 1, 1, 1, 0}},
+               {"TFIDF", false, {3, 2, 2, 2, 0}}};
+  const int64_t x[6] = {1, 2, 1, 3, 2, 1};
+  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+    Model *b = model_new(9);
+    add_input_typed(b, "x", ONNX__TENSOR_PROTO__DATA_TYPE__INT64, 1, (const int64_t[]){6});
+    Onnx__NodeProto *n = add_node(b, "TfIdfVectorizer", "x", "y");
+    attr_s(n, "mode", cases[c].mode);
+    attr_i(n, "min_gram_length", 1);
+    attr_i(n, "max_gram_length", 2);
+    attr_i(n, "max_skip_count", 1);
+    attr_is(n, "ngram_counts", 2, (const int64_t[]){0, 2});
+    attr_is(n, "ngram_indexes", 5, (const int64_t[]){0, 1, 2, 3, 4});
+    attr_is(n, "pool_int64s", 8, (const int64_t[]){1, 2, 1, 2, 2, 1, 3, 3});
+    if (cases[c].weights) attr_fs(n, "weights", 5, (const float[]){0.5f, 1, 2, 4, 8});
+    add_output(b, "y");
+    Graph *g = must_import(b);
+    Tensor in = {ir_type_make(TY_I64, 1, (const int64_t[]){6}), (void *)x}, y;
+    TensorMap inputs = {1, (const char *[]){"x"}, &in};
+    char err[256];
+    ck_assert_msg(ir_eval(g, &inputs, &params, &y, err, sizeof err), "%s", err);
+    expect_values(&y, 5, cases[c].want, cases[c].mode);
+    diag_clear(&ctx);
+  }
+  Model *b = model_new(9);
+  add_input_typed(b, "x", ONNX__TENSOR_PROTO__DATA_TYPE__INT64, 1, (const int64_t[]){6});
+  Onnx__NodeProto *n = add_node(b, "TfIdfVectorizer", "x", "y");
+  attr_s(n, "mode", "TF");
+  attr_i(n, "min_gram_length", 1);
+  attr_i(n, "max_gram_length", 1);
+  attr_is(n, "ngram_counts", 1, (const int64_t[]){0});
+  attr_is(n, "ngram_indexes", 1, (const int64_t[]){0});
+  attr_is(n, "pool_int64s", 3, (const int64_t[]){1, 2, 3});
+  add_output(b, "y");
+  expect_error(import(b), "(TfIdfVectorizer): the pool has more n-grams than ngram_indexes has entries (1)");
+}
+END_TEST
+
 /* Loop of 3 steps: v += x, the scan output the v each step starts with.
  * Scan backwards over the rows of [3, 3]: s += row, each s kept. */
 START_TEST(test_loop_scan_unrolled) {
@@ -1343,6 +1393,7 @@ static Suite *onnx_suite(void) {
   tcase_add_test(tc, test_runtime_zero_points);
   tcase_add_test(tc, test_causal_conv_with_state);
   tcase_add_test(tc, test_linear_attention);
+  tcase_add_test(tc, test_tfidf_vectorizer);
   tcase_add_test(tc, test_unsupported_op_attr_dtype);
   tcase_add_test(tc, test_runtime_shape_refused);
   tcase_add_test(tc, test_sequence_ops_refused);
