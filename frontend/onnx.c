@@ -98,6 +98,7 @@ static const OpEntry onnx_ops[] = {
     {"DequantizeLinear", ox_op_dequantize_linear,
      "UINT8, INT8, UINT16, INT16, INT32; per tensor, per axis or blocked; a scale and zero point computed at run "
      "time (one value or one per slice) as elementwise ops"},
+    {"Det", ox_op_det, "matrices up to 4x4 (Leibniz's formula)"},
     {"Div", ox_op_binary, NULL},
     {"Dropout", ox_op_dropout, "inference (or training with ratio 0): the identity, its mask all true"},
     {"DynamicQuantizeLinear", ox_op_dynamic_quantize_linear, "FLOAT to UINT8, its scale and zero point computed at run time"},

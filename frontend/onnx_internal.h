@@ -221,7 +221,7 @@ OpFn ox_op_resize, ox_op_grid_sample;
 
 /* onnx_newer.c: newer opsets' ops by decomposition. */
 OpFn ox_op_mish, ox_op_swish, ox_op_swiglu, ox_op_affine_grid, ox_op_mvn, ox_op_lp_norm, ox_op_cumulative, ox_op_center_crop_pad, ox_op_window,
-    ox_op_rotary, ox_op_causal_conv;
+    ox_op_rotary, ox_op_causal_conv, ox_op_det;
 /* onnx_einsum.c */
 OpFn ox_op_einsum;
 /* onnx_select.c: NonZero, Compress, Unique of values known at import. */

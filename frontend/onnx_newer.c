@@ -1,7 +1,7 @@
 /* ONNX ops of the newer opsets that the IR holds by decomposition: Mish,
  * Swish, SwiGLU, MeanVarianceNormalization, LpNormalization, RotaryEmbedding,
- * CumSum and CumProd, CenterCropPad, CausalConvWithState, and the window
- * functions (constants).  Takes one node's operands, returns
+ * CumSum and CumProd, CenterCropPad, CausalConvWithState, Det, and the
+ * window functions (constants).  Takes one node's operands, returns
  * its results; a float op of several IR ops computes f16/bf16 in f32 and
  * rounds once. */
 #include "config.h"
@@ -361,4 +361,50 @@ bool ox_op_causal_conv(Imp *im, ONode *n) {
   n->out[0] = y;
   n->out[1] = ox_slice_axis(im, padded, 2, L, L + k - 1, 1);
   return y && n->out[1];
+}
+
+enum { DET_MAX = 4 };
+
+/* Det of [..., n, n] for n <= 4 by Leibniz's formula (at most 24
+ * products of n entries, in f32 for half types): exact enough at these
+ * sizes, where an unrolled LU would need its pivots chosen at run time. */
+bool ox_op_det(Imp *im, ONode *n) {
+  Val *x = ox_in_req(im, n, 0);
+  if (!x || !ox_need_float_in(im, x)) return false;
+  const TensorType *t = &x->type;
+  char ts[IR_TYPE_STR_MAX];
+  if (t->rank < 2 || t->dims[t->rank - 1] != t->dims[t->rank - 2])
+    return ox_bad(im, "X %s is not a batch of square matrices", ir_type_str(t, ts, sizeof ts));
+  int r = t->rank, m = (int)t->dims[r - 1];
+  if (m > DET_MAX) return ox_bad(im, "Det of %dx%d matrices is not supported (at most %dx%d)", m, m, DET_MAX, DET_MAX);
+  Val *w = ox_widen(im, x), *sum = NULL;
+  int64_t out[DL_MAX_RANK], flat[DL_MAX_RANK];
+  for (int d = 0; d < r - 2; d++) out[d] = flat[d] = t->dims[d];
+  flat[r - 2] = (int64_t)m * m;
+  /* the entries as [..., 1] columns of [..., m * m] */
+  Val *cells = m ? ox_reshape(im, w, r - 1, flat) : NULL;
+  int perm[DET_MAX] = {0, 1, 2, 3};
+  if (m == 0) return (n->out[0] = ox_narrow(im, ox_expand(im, ox_scalar(im, 1, TY_F32), r - 2, out), t->dtype));
+  /* every permutation, in lexicographic order, with its sign */
+  for (;;) {
+    int inversions = 0;
+    for (int i = 0; i < m; i++)
+      for (int j = i + 1; j < m; j++) inversions += perm[i] > perm[j];
+    Val *term = NULL;
+    for (int i = 0; i < m; i++) {
+      Val *e = ox_slice_axis(im, cells, r - 2, (int64_t)i * m + perm[i], (int64_t)i * m + perm[i] + 1, 1);
+      term = term ? ox_op2(im, OP_MUL, term, e) : e;
+    }
+    sum = !sum ? (inversions % 2 ? ox_op1(im, OP_NEG, term) : term)
+               : ox_op2(im, inversions % 2 ? OP_SUB : OP_ADD, sum, term);
+    int i = m - 2;
+    while (i >= 0 && perm[i] > perm[i + 1]) i--;
+    if (i < 0) break;
+    int j = m - 1;
+    while (perm[j] < perm[i]) j--;
+    int s = perm[i];
+    perm[i] = perm[j], perm[j] = s;
+    for (int a = i + 1, b = m - 1; a < b; a++, b--) s = perm[a], perm[a] = perm[b], perm[b] = s;
+  }
+  return (n->out[0] = ox_narrow(im, ox_reshape(im, sum, r - 2, out), t->dtype));
 }

@@ -569,6 +569,30 @@ START_TEST(test_tfidf_vectorizer) {
 }
 END_TEST
 
+/* Det by Leibniz's formula: a batch of a 3x3 (det -1) and, alone, a
+ * 4x4 permuted diagonal (-24); 5x5 is refused. */
+START_TEST(test_det) {
+  static const float m3[18] = {2, 1, 1, 1, 3, 2, 1, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0, 1};
+  static const float m4[16] = {0, 2, 0, 0, 1, 0, 0, 0, 0, 0, 3, 0, 0, 0, 0, 4};
+  for (int four = 0; four < 2; four++) {
+    Model *b = model_new(11);
+    int64_t d3[3] = {2, 3, 3}, d4[2] = {4, 4};
+    add_input(b, "x", four ? 2 : 3, four ? d4 : d3);
+    add_node(b, "Det", "x", "y");
+    add_output(b, "y");
+    Graph *g = must_import(b);
+    Tensor y = run1(g, "x", four ? 2 : 3, four ? d4 : d3, four ? m4 : m3);
+    expect_values(&y, four ? 1 : 2, four ? (const double[]){-24} : (const double[]){-1, 1}, "det");
+    diag_clear(&ctx);
+  }
+  Model *b = model_new(11);
+  add_input(b, "x", 2, (const int64_t[]){5, 5});
+  add_node(b, "Det", "x", "y");
+  add_output(b, "y");
+  expect_error(import(b), "(Det): Det of 5x5 matrices is not supported (at most 4x4)");
+}
+END_TEST
+
 /* Loop of 3 steps: v += x, the scan output the v each step starts with.
  * Scan backwards over the rows of [3, 3]: s += row, each s kept. */
 START_TEST(test_loop_scan_unrolled) {
@@ -1394,6 +1418,7 @@ static Suite *onnx_suite(void) {
   tcase_add_test(tc, test_causal_conv_with_state);
   tcase_add_test(tc, test_linear_attention);
   tcase_add_test(tc, test_tfidf_vectorizer);
+  tcase_add_test(tc, test_det);
   tcase_add_test(tc, test_unsupported_op_attr_dtype);
   tcase_add_test(tc, test_runtime_shape_refused);
   tcase_add_test(tc, test_sequence_ops_refused);
