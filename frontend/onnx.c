@@ -199,6 +199,7 @@ static const OpEntry onnx_ops[] = {
     {"ReduceSum", ox_op_reduce, "axes as attribute or constant input, per opset"},
     {"ReduceSumSquare", ox_op_reduce, NULL},
     {"RMSNormalization", ox_op_rms_norm, "stash_type=1"},
+    {"RoiAlign", ox_op_roi_align, "avg and max, half_pixel and output_half_pixel; sampling_ratio given (> 0)"},
     {"RotaryEmbedding", ox_op_rotary, "3-d and 4-d X, position_ids or per-position caches, interleaved, "
      "rotary_embedding_dim"},
     {"RNN", ox_op_rnn, "unrolled (up to 1024 steps); the activations, clip, initial state, sequence_lens"},

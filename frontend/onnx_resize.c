@@ -461,3 +461,100 @@ bool ox_op_grid_sample(Imp *im, ONode *n) {
   ir_set_int(im->g, g, "align_corners", align);
   return (n->out[0] = ox_emit1(im, &e));
 }
+
+/* RoiAlign (opsets 10 and 16): for each roi [x1, y1, x2, y2] (times
+ * spatial_scale, less half a pixel under half_pixel) of image
+ * batch_indices[r], a PH x PW grid of bins, each the average (or the
+ * largest weighted corner, as ONNX's reference and onnxruntime take it)
+ * of G x G bilinear samples at the bin's sub-cell centres, a sample
+ * outside [-1, size] counting 0.  Written as ops: the samples'
+ * coordinates from the rois (elementwise), the four corners' rows of
+ * X laid out [N H W, C] gathered, weighted and reduced.  G is
+ * sampling_ratio, which must be given (0 asks for a grid per roi from
+ * its size, a shape only the data decides). */
+bool ox_op_roi_align(Imp *im, ONode *n) {
+  Val *x = ox_in_req(im, n, 0), *rois = ox_in_req(im, n, 1), *bi = ox_in_req(im, n, 2);
+  const char *ctm, *mode;
+  int64_t PH, PW, G;
+  double scale;
+  if (!x || !rois || !bi || !ox_need_float_in(im, x) || !ox_need_float_in(im, rois) ||
+      !ox_attr_str(im, "coordinate_transformation_mode", im->opset >= 16 ? "half_pixel" : "output_half_pixel", &ctm) ||
+      !ox_attr_str(im, "mode", "avg", &mode) || !ox_attr_int(im, "output_height", 1, &PH) ||
+      !ox_attr_int(im, "output_width", 1, &PW) || !ox_attr_int(im, "sampling_ratio", 0, &G) ||
+      !ox_attr_float(im, "spatial_scale", 1.0, &scale))
+    return false;
+  bool half = strcmp(ctm, "half_pixel") == 0, avg = strcmp(mode, "avg") == 0;
+  if (!half && strcmp(ctm, "output_half_pixel") != 0)
+    return ox_bad(im, "coordinate_transformation_mode '%s' is not supported (half_pixel, output_half_pixel)", ctm);
+  if (!avg && strcmp(mode, "max") != 0) return ox_bad(im, "mode '%s' is not supported (avg, max)", mode);
+  if (G <= 0 || G > 64)
+    return ox_bad(im, "sampling_ratio %" PRId64 " is not supported (1 to 64: with 0 each roi's grid follows its size)", G);
+  if (PH < 1 || PW < 1 || PH > 4096 || PW > 4096)
+    return ox_bad(im, "output size %" PRId64 "x%" PRId64 " is not supported", PH, PW);
+  char ts[IR_TYPE_STR_MAX];
+  const TensorType *xt = &x->type;
+  if (xt->rank != 4) return ox_bad(im, "X %s must be [N, C, H, W]", ir_type_str(xt, ts, sizeof ts));
+  int64_t N = xt->dims[0], C = xt->dims[1], H = xt->dims[2], W = xt->dims[3];
+  if (rois->type.rank != 2 || rois->type.dims[1] != 4)
+    return ox_bad(im, "rois %s must be [num_rois, 4]", ir_type_str(&rois->type, ts, sizeof ts));
+  int64_t R = rois->type.dims[0];
+  if (bi->type.rank != 1 || bi->type.dims[0] != R || ir_dtype_is_float(bi->type.dtype))
+    return ox_bad(im, "batch_indices %s must be [%" PRId64 "] integers", ir_type_str(&bi->type, ts, sizeof ts), R);
+  int64_t r5[5] = {R, 1, 1, 1, 1};
+  Val *corner[4];
+  Val *rf = ox_cast(im, rois, TY_F32);
+  for (int i = 0; i < 4; i++) {
+    Val *c = ox_op2s(im, OP_MUL, ox_reshape(im, ox_slice_axis(im, rf, 1, i, i + 1, 1), 5, r5), scale);
+    corner[i] = half ? ox_op2s(im, OP_SUB, c, 0.5) : c;
+  }
+  /* each sample's (bin + (i + 0.5) / G) along y [1, PH, 1, G, 1] and x [1, 1, PW, 1, G] */
+  TensorType yt = ir_type_make(TY_F32, 5, (int64_t[]){1, PH, 1, G, 1});
+  TensorType xt5 = ir_type_make(TY_F32, 5, (int64_t[]){1, 1, PW, 1, G});
+  Val *ys = ox_known_new(im, &yt), *xs = ox_known_new(im, &xt5);
+  for (int64_t p = 0; p < PH; p++)
+    for (int64_t i = 0; i < G; i++) ir_tensor_set(ys->k, p * G + i, (double)p + ((double)i + 0.5) / (double)G);
+  for (int64_t p = 0; p < PW; p++)
+    for (int64_t i = 0; i < G; i++) ir_tensor_set(xs->k, p * G + i, (double)p + ((double)i + 0.5) / (double)G);
+  Val *at[2], *lo[2], *hi[2], *frac[2], *valid = NULL;
+  for (int a = 0; a < 2; a++) { /* a 0: y (corners 1, 3), a 1: x (corners 0, 2) */
+    Val *start = corner[1 - a], *len = ox_op2(im, OP_SUB, corner[3 - a], start);
+    int64_t size = a ? W : H, bins = a ? PW : PH;
+    if (!half) len = ox_op2(im, OP_MAXIMUM, len, ox_scalar(im, 1, TY_F32));
+    Val *p = ox_op2(im, OP_ADD, start, ox_op2(im, OP_MUL, ox_op2s(im, OP_DIV, len, (double)bins), a ? xs : ys));
+    Val *in = ox_op2(im, OP_LOGICAL_AND, ox_op2(im, OP_GREATER_EQUAL, p, ox_scalar(im, -1, TY_F32)),
+                     ox_op2(im, OP_LESS_EQUAL, p, ox_scalar(im, (double)size, TY_F32)));
+    valid = valid ? ox_op2(im, OP_LOGICAL_AND, valid, in) : in;
+    p = ox_op2(im, OP_MAXIMUM, p, ox_scalar(im, 0, TY_F32));
+    Val *fl = ox_op1(im, OP_FLOOR, p), *last = ox_scalar(im, (double)(size - 1), TY_F32);
+    Val *edge = ox_op2(im, OP_GREATER_EQUAL, fl, last);
+    lo[a] = ox_cast(im, ox_op2(im, OP_MINIMUM, fl, last), TY_I64);
+    hi[a] = ox_cast(im, ox_op2(im, OP_MINIMUM, ox_op2s(im, OP_ADD, fl, 1), last), TY_I64);
+    frac[a] = ox_where(im, edge, ox_scalar(im, 0, TY_F32), ox_op2(im, OP_SUB, p, fl));
+    at[a] = p;
+  }
+  (void)at;
+  /* the corners' rows of X as [N H W, C], and their weights */
+  Val *base = ox_op2s(im, OP_MUL, ox_reshape(im, ox_cast(im, bi, TY_I64), 5, r5), (double)(H * W));
+  Val *table = ox_reshape(im, ox_transpose(im, ox_widen(im, x), (const int64_t[]){0, 2, 3, 1}), 2,
+                          (int64_t[]){N * H * W, C});
+  Val *ly = frac[0], *lx = frac[1];
+  Val *hy = ox_op2(im, OP_SUB, ox_scalar(im, 1, TY_F32), ly), *hx = ox_op2(im, OP_SUB, ox_scalar(im, 1, TY_F32), lx);
+  Val *wts[4] = {ox_op2(im, OP_MUL, hy, hx), ox_op2(im, OP_MUL, hy, lx), ox_op2(im, OP_MUL, ly, hx),
+                 ox_op2(im, OP_MUL, ly, lx)};
+  Val *rows[2] = {lo[0], hi[0]}, *cols[2] = {lo[1], hi[1]};
+  int64_t w6[6] = {R, PH, PW, G, G, 1};
+  Val *acc = NULL;
+  for (int k = 0; k < 4; k++) {
+    Val *pos = ox_op2(im, OP_ADD, base, ox_op2(im, OP_ADD, ox_op2s(im, OP_MUL, rows[k / 2], (double)W), cols[k % 2]));
+    pos = ox_expand(im, pos, 5, (int64_t[]){R, PH, PW, G, G});
+    Val *wk = ox_where(im, valid, wts[k], ox_scalar(im, 0, TY_F32));
+    wk = ox_reshape(im, ox_expand(im, wk, 5, (int64_t[]){R, PH, PW, G, G}), 6, w6);
+    Val *term = ox_op2(im, OP_MUL, ox_gather(im, table, pos, 0), wk);
+    acc = !acc ? term : ox_op2(im, avg ? OP_ADD : OP_MAXIMUM, acc, term);
+  }
+  const int64_t samples[2] = {3, 4};
+  Val *y = ox_reduce(im, avg ? OP_REDUCE_SUM : OP_REDUCE_MAX, acc, 2, samples, false);
+  if (avg) y = ox_op2s(im, OP_DIV, y, (double)(G * G));
+  y = ox_transpose(im, y, (const int64_t[]){0, 3, 1, 2});
+  return (n->out[0] = ox_narrow(im, y, xt->dtype));
+}

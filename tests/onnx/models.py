@@ -5,7 +5,7 @@ GridSample nodes with onnx.helper (random weights as
 initializers), runs each with onnxruntime and with `dlcc run` (reference
 interpreter and emu), and compares the outputs (rtol 1e-4, atol 1e-4 of the
 output's largest magnitude).  An MLP and a CNN in onnxruntime's dynamic
-int8 format (quantize_dynamic) are compared the same way.  The int8 QDQ form of the CNN (onnxruntime's
+int8 format (quantize_dynamic), and RoiAlign, are compared the same way.  The int8 QDQ form of the CNN (onnxruntime's
 quantize_static where it imports, else the same format made here) must
 agree within one quantization step of its output.  Exits 77 when onnx,
 onnxruntime or numpy is missing.
@@ -604,6 +604,27 @@ def dynamic_by_hand(m, wtype=np.int8):
     return q
 
 
+def roi_align():
+    """RoiAlign (opset 16) on rois given at run time, some reaching past
+    the image: the average of 2x2 samples under half_pixel, and the
+    largest weighted corner of 3x3 under output_half_pixel, as
+    onnxruntime computes them."""
+    b = Builder()
+    b.op("RoiAlign", ["x", "rois", "idx"], outs=["avg"], output_height=3, output_width=2, sampling_ratio=2,
+         spatial_scale=0.5, mode="avg", coordinate_transformation_mode="half_pixel")
+    b.op("RoiAlign", ["x", "rois", "idx"], outs=["max"], output_height=2, output_width=4, sampling_ratio=3,
+         spatial_scale=0.5, mode="max", coordinate_transformation_mode="output_half_pixel")
+    m = b.model("roi_align", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 10, 12]),
+                              helper.make_tensor_value_info("rois", TensorProto.FLOAT, [4, 4]),
+                              helper.make_tensor_value_info("idx", TensorProto.INT64, [4])],
+                [helper.make_tensor_value_info("avg", TensorProto.FLOAT, [4, 3, 3, 2]),
+                 helper.make_tensor_value_info("max", TensorProto.FLOAT, [4, 3, 2, 4])], opset=16)
+    rois = np.array([[0, 0, 9, 7], [4.5, 2.25, 20, 19], [-6, -4, 5, 3], [10, 6, 30, 26]], np.float32)
+    feeds = {"x": rng.standard_normal((2, 3, 10, 12)).astype(np.float32), "rois": rois,
+             "idx": np.array([0, 1, 1, 0], np.int64)}
+    return m, feeds, []
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--dlcc", required=True)
@@ -614,7 +635,7 @@ def main():
     os.makedirs(tmp, exist_ok=True)
     failures = 0
     for build in (resnet, recurrent, unrolled, encoder, resnet_qdq, mlp_dynamic, cnn_dynamic, video3d, resize,
-                  ts_encoder, attention23, control, runtime_operands):
+                  roi_align, ts_encoder, attention23, control, runtime_operands):
         if build is attention23 and onnx.defs.onnx_opset_version() < 23:
             print(f"skip attention23: onnx {onnx.__version__} has no opset 23")
             continue
