@@ -273,6 +273,23 @@ static const OpEntry *find_op(const char *name) {
   return NULL;
 }
 
+/* The ops of ONNX's preview domain that dlcc imports. */
+static const char preview_domain[] = "ai.onnx.preview";
+static const OpEntry preview_ops[] = {
+    {"FlexAttention", ox_op_flex_attention, "score_mod and prob_mod as subgraphs of the scores; fewer KV heads"},
+};
+
+static const OpEntry *find_preview_op(const char *domain, const char *name) {
+  if (strcmp(domain, preview_domain) != 0) return NULL;
+  for (size_t i = 0; i < ARRAY_LEN(preview_ops); i++)
+    if (strcmp(preview_ops[i].name, name) == 0) return &preview_ops[i];
+  return NULL;
+}
+
+static const char *preview_note(const char *domain) {
+  return strcmp(domain, preview_domain) == 0 ? " (of it, FlexAttention is)" : "";
+}
+
 bool fe_onnx_enabled(void) { return true; }
 
 void fe_onnx_print_support(FILE *f) {
@@ -285,6 +302,9 @@ void fe_onnx_print_support(FILE *f) {
           ONNX_OPSET_KNOWN);
   for (size_t i = 0; i < ARRAY_LEN(onnx_ops); i++)
     fprintf(f, "  %-22s%s\n", onnx_ops[i].name, onnx_ops[i].note ? onnx_ops[i].note : "");
+  fprintf(f, "\nops of the domain %s:\n", preview_domain);
+  for (size_t i = 0; i < ARRAY_LEN(preview_ops); i++)
+    fprintf(f, "  %-22s%s\n", preview_ops[i].name, preview_ops[i].note);
 }
 
 /* ---- graphs ---- */
@@ -406,9 +426,13 @@ static bool import_node(Imp *im, const Onnx__GraphProto *gp, int idx) {
   im->loc = (SrcLoc){im->src, idx + 1, 1};
   im->attr_used = ARENA_ARRAY(&im->c->arena, bool, np->n_attribute + 1);
   if (!np->op_type || !*np->op_type) return ox_bad(im, "the node has no op_type");
-  if (np->domain && *np->domain && strcmp(np->domain, "ai.onnx") != 0)
-    return ox_bad(im, "ops of domain '%s' are not supported", np->domain);
-  const OpEntry *op = find_op(np->op_type);
+  const OpEntry *op;
+  if (np->domain && *np->domain && strcmp(np->domain, "ai.onnx") != 0) {
+    op = find_preview_op(np->domain, np->op_type);
+    if (!op) return ox_bad(im, "ops of domain '%s' are not supported%s", np->domain, preview_note(np->domain));
+  } else {
+    op = find_op(np->op_type);
+  }
   if (!op)
     return ox_bad(im, "op %s is not supported (dlcc --onnx-support lists the ones that are)", np->op_type);
   for (size_t i = 0; i < np->n_attribute; i++)

@@ -381,3 +381,70 @@ bool ox_op_linear_attention(Imp *im, ONode *n) {
   n->out[1] = ox_narrow(im, state, state_dt);
   return n->out[0] && n->out[1];
 }
+
+/* ---- FlexAttention (ai.onnx.preview) ---- */
+
+/* mod(x) by the graph attribute `name` (one input, one output), or x
+ * when the node has none; in dt. */
+static Val *apply_mod(Imp *im, const char *name, Val *x, DType dt) {
+  const Onnx__AttributeProto *a = ox_find_attr(im, name);
+  if (!a || !x) return x;
+  if (!a->g) {
+    ox_bad(im, "attribute '%s' must be a graph", name);
+    return NULL;
+  }
+  if (a->g->n_output != 1) {
+    ox_bad(im, "%s has %zu outputs, 1 expected", name, a->g->n_output);
+    return NULL;
+  }
+  Val *out;
+  if (!ox_import_subgraph(im, a->g, name, 1, &x, &out)) return NULL;
+  if (!ox_same_dims(&out->type, x->type.rank, x->type.dims)) {
+    char os[IR_TYPE_STR_MAX], xs[IR_TYPE_STR_MAX];
+    ox_bad(im, "%s gives %s for scores %s: it must keep their shape", name, ir_type_str(&out->type, os, sizeof os),
+           ir_type_str(&x->type, xs, sizeof xs));
+    return NULL;
+  }
+  return ox_cast(im, out, dt);
+}
+
+/* softmax(score_mod(Q K^T scale)) -> prob_mod -> times V, as the
+ * preview domain's reference computes it: Q and K each times sqrt(scale)
+ * in their dtype, the scores then in softmax_precision (f32 for half
+ * types), K and V repeated for fewer KV heads; the mods imported as
+ * subgraphs of the scores. */
+bool ox_op_flex_attention(Imp *im, ONode *n) {
+  Val *q = ox_in_req(im, n, 0), *k = ox_in_req(im, n, 1), *v = ox_in_req(im, n, 2);
+  double scale;
+  int64_t prec;
+  if (!q || !k || !v || !ox_attr_float(im, "scale", 0, &scale) || !ox_attr_int(im, "softmax_precision", 0, &prec) ||
+      !ox_need_float_in(im, q))
+    return false;
+  /* the graphs are read below */
+  for (size_t i = 0; i < im->np->n_attribute; i++) {
+    const char *an = im->np->attribute[i]->name;
+    if (strcmp(an, "score_mod") == 0 || strcmp(an, "prob_mod") == 0) im->attr_used[i] = true;
+  }
+  char ts[IR_TYPE_STR_MAX];
+  Val *const qkv[3] = {q, k, v};
+  for (int i = 0; i < 3; i++)
+    if (qkv[i]->type.rank != 4 || qkv[i]->type.dims[0] != q->type.dims[0] || qkv[i]->type.dtype != q->type.dtype)
+      return ox_bad(im, "Q, K and V must be [B, heads, length, size] of one B and dtype; %s is %s", "QKV" + i,
+                    ir_type_str(&qkv[i]->type, ts, sizeof ts));
+  int64_t qh = q->type.dims[1], kh = k->type.dims[1], E = q->type.dims[3];
+  if (v->type.dims[1] != kh || v->type.dims[2] != k->type.dims[2] || k->type.dims[3] != E || qh % kh)
+    return ox_bad(im, "K and V must share heads and length, K and Q their size, and Q's heads be a multiple of K's");
+  DType dt = q->type.dtype, cdt = dt == TY_F64 ? TY_F64 : TY_F32;
+  if (prec && !ox_dtype_from_onnx((int32_t)prec, &cdt))
+    return ox_bad(im, "softmax_precision %s is not supported", ox_onnx_type_name((int32_t)prec));
+  if (!ir_dtype_is_float(cdt)) return ox_bad(im, "softmax_precision must be a float type");
+  double s = scale == 0 ? 1 / sqrt((double)E) : scale;
+  Val *root = ox_cast(im, ox_scalar(im, sqrtf((float)s), TY_F32), dt);
+  static const int64_t swap_last[4] = {0, 1, 3, 2};
+  Val *kr = repeat_heads(im, k, qh / kh), *vr = repeat_heads(im, v, qh / kh);
+  Val *scores = ox_op2(im, OP_MATMUL, ox_op2(im, OP_MUL, q, root),
+                       ox_transpose(im, ox_op2(im, OP_MUL, kr, root), swap_last));
+  scores = apply_mod(im, "score_mod", ox_cast(im, scores, cdt), cdt);
+  Val *probs = apply_mod(im, "prob_mod", softmax_last(im, scores), cdt);
+  return (n->out[0] = ox_cast(im, ox_op2(im, OP_MATMUL, probs, ox_cast(im, vr, cdt)), v->type.dtype));
+}

@@ -263,8 +263,8 @@ bool ox_tensor_input_type(Imp *im, const char *name, const Onnx__TypeProto *tp, 
 bool ox_import_subgraph(Imp *im, const Onnx__GraphProto *gp, const char *what, int n_in, Val **in, Val **out);
 
 /* onnx_attention.c: Attention as its unfused graph; LinearAttention
- * unrolled over time. */
-OpFn ox_op_attention, ox_op_linear_attention;
+ * unrolled over time; the preview domain's FlexAttention. */
+OpFn ox_op_attention, ox_op_linear_attention, ox_op_flex_attention;
 
 /* onnx_rnn.c: RNN, GRU and LSTM, unrolled. */
 OpFn ox_op_rnn;

@@ -593,6 +593,45 @@ START_TEST(test_det) {
 }
 END_TEST
 
+/* FlexAttention of the preview domain with a score_mod that zeroes the
+ * scores (s - s): every query weighs the keys alike, so each output row
+ * is V's column means; without a mod the scores are Q K^T / sqrt(4),
+ * checked against softmax by hand for one row. */
+START_TEST(test_flex_attention) {
+  const float q[8] = {1, 0, 0, 0, 0, 2, 0, 0}, k[12] = {1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 1, 0};
+  const float v[6] = {1, 2, 3, 4, 5, 9};
+  for (int mod = 0; mod < 2; mod++) {
+    Model *b = model_new(17);
+    add_input(b, "q", 4, (const int64_t[]){1, 1, 2, 4});
+    add_init_f32(b, "k", 4, (const int64_t[]){1, 1, 3, 4}, 12, k);
+    add_init_f32(b, "v", 4, (const int64_t[]){1, 1, 3, 2}, 6, v);
+    Onnx__NodeProto *n = add_node(b, "FlexAttention", "q,k,v", "y");
+    n->domain = str("ai.onnx.preview");
+    if (mod) {
+      Model *sm = subgraph("s", "t");
+      add_node(sm, "Sub", "s,s", "t");
+      attr(n, "score_mod", ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__GRAPH)->g = &sm->g;
+    }
+    add_output(b, "y");
+    Graph *g = must_import(b);
+    Tensor y = run1(g, "q", 4, (const int64_t[]){1, 1, 2, 4}, q);
+    /* row 0 scores 0.5, 0, 0; row 1: 0, 1, 0 */
+    double e5 = exp(0.5), e1 = exp(1.0);
+    double r0[2] = {(1 * e5 + 3 + 5) / (e5 + 2), (2 * e5 + 4 + 9) / (e5 + 2)};
+    double r1[2] = {(1 + 3 * e1 + 5) / (e1 + 2), (2 + 4 * e1 + 9) / (e1 + 2)};
+    expect_values(&y, 4, mod ? (const double[]){3, 5, 3, 5} : (const double[]){r0[0], r0[1], r1[0], r1[1]},
+                  mod ? "uniform" : "softmax");
+    diag_clear(&ctx);
+  }
+  Model *b = model_new(17);
+  add_input(b, "q", 4, (const int64_t[]){1, 1, 2, 4});
+  Onnx__NodeProto *n = add_node(b, "FlexAttentionX", "q,q,q", "y");
+  n->domain = str("ai.onnx.preview");
+  add_output(b, "y");
+  expect_error(import(b), "ops of domain 'ai.onnx.preview' are not supported (of it, FlexAttention is)");
+}
+END_TEST
+
 /* Loop of 3 steps: v += x, the scan output the v each step starts with.
  * Scan backwards over the rows of [3, 3]: s += row, each s kept. */
 START_TEST(test_loop_scan_unrolled) {
@@ -1419,6 +1458,7 @@ static Suite *onnx_suite(void) {
   tcase_add_test(tc, test_linear_attention);
   tcase_add_test(tc, test_tfidf_vectorizer);
   tcase_add_test(tc, test_det);
+  tcase_add_test(tc, test_flex_attention);
   tcase_add_test(tc, test_unsupported_op_attr_dtype);
   tcase_add_test(tc, test_runtime_shape_refused);
   tcase_add_test(tc, test_sequence_ops_refused);
