@@ -91,6 +91,7 @@ static const OpEntry onnx_ops[] = {
     {"CumProd", ox_op_cumulative, "constant axis, exclusive, reverse; log2(n) shifted products"},
     {"CumSum", ox_op_cumulative, "constant axis, exclusive, reverse; log2(n) shifted sums"},
     {"Cosh", ox_op_unary, NULL},
+    {"DeformConv", ox_op_deform_conv, "2-d; groups, offset groups, mask, bias (bilinear samples gathered, then a GEMM)"},
     {"DepthToSpace", ox_op_depth_space, "DCR and CRD"},
     {"DFT", ox_op_dft,
      "opsets 17 and 20: a constant length and axis, inverse, onesided (irfft); an O(N^2) matmul by "

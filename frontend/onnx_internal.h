@@ -217,7 +217,7 @@ OpFn ox_op_reshape, ox_op_flatten, ox_op_squeeze, ox_op_unsqueeze, ox_op_transpo
     ox_op_reverse_sequence, ox_op_tensor_scatter;
 
 /* onnx_resize.c: Resize, Upsample and GridSample. */
-OpFn ox_op_resize, ox_op_grid_sample, ox_op_roi_align;
+OpFn ox_op_resize, ox_op_grid_sample, ox_op_roi_align, ox_op_deform_conv;
 
 /* onnx_newer.c: newer opsets' ops by decomposition. */
 OpFn ox_op_mish, ox_op_swish, ox_op_swiglu, ox_op_affine_grid, ox_op_mvn, ox_op_lp_norm, ox_op_cumulative, ox_op_center_crop_pad, ox_op_window,

@@ -558,3 +558,107 @@ bool ox_op_roi_align(Imp *im, ONode *n) {
   y = ox_transpose(im, y, (const int64_t[]){0, 3, 1, 2});
   return (n->out[0] = ox_narrow(im, y, xt->dtype));
 }
+
+/* DeformConv (opset 19), 2-d: each tap (i, j) of output (oh, ow) reads
+ * X bilinearly at (oh s - pad + i d + offset_y, ow s - pad + j d +
+ * offset_x), its offsets per offset group, corners outside the image
+ * reading 0 (GridSample with align_corners and zero padding, as the
+ * reference has it), times the mask when given; then the convolution is
+ * the GEMM of the weights with those columns, per group, and the bias.
+ * Written as ops: the sample positions elementwise, X laid out [N og H
+ * W, C / og] and its four corners' rows gathered. */
+bool ox_op_deform_conv(Imp *im, ONode *n) {
+  Val *x = ox_in_req(im, n, 0), *w = ox_in_req(im, n, 1), *off = ox_in_req(im, n, 2), *b = ox_in_opt(n, 3);
+  Val *mask = ox_in_opt(n, 4);
+  int64_t group, og;
+  int nk, ns, np, nd;
+  const int64_t *ks, *st, *pads, *dil;
+  if (!x || !w || !off || !ox_attr_int(im, "group", 1, &group) || !ox_attr_int(im, "offset_group", 1, &og) ||
+      !ox_attr_ints(im, "kernel_shape", &nk, &ks) || !ox_attr_ints(im, "strides", &ns, &st) ||
+      !ox_attr_ints(im, "pads", &np, &pads) || !ox_attr_ints(im, "dilations", &nd, &dil) ||
+      !ox_need_float_in(im, x) || !ox_need_float_in(im, off))
+    return false;
+  char xs[IR_TYPE_STR_MAX], ws[IR_TYPE_STR_MAX], os[IR_TYPE_STR_MAX];
+  const TensorType *xt = &x->type, *wt = &w->type, *ot = &off->type;
+  if (xt->rank != 4 || wt->rank != 4 || ot->rank != 4)
+    return ox_bad(im, "a %d-d DeformConv is not supported (2-d: X [N, C, H, W])", xt->rank - 2);
+  int64_t N = xt->dims[0], C = xt->dims[1], H = xt->dims[2], W = xt->dims[3];
+  int64_t Co = wt->dims[0], KH = wt->dims[2], KW = wt->dims[3], OH = ot->dims[2], OW = ot->dims[3];
+  if ((nk >= 0 && (nk != 2 || ks[0] != KH || ks[1] != KW)) || (ns >= 0 && ns != 2) || (np >= 0 && np != 4) ||
+      (nd >= 0 && nd != 2))
+    return ox_bad(im, "kernel_shape, strides, pads and dilations must fit a 2-d convolution of W %s",
+                  ir_type_str(wt, ws, sizeof ws));
+  int64_t sh = ns > 0 ? st[0] : 1, sw = ns > 0 ? st[1] : 1, dh = nd > 0 ? dil[0] : 1, dw = nd > 0 ? dil[1] : 1;
+  int64_t pt = np > 0 ? pads[0] : 0, pl = np > 0 ? pads[1] : 0, pb = np > 0 ? pads[2] : 0, pr = np > 0 ? pads[3] : 0;
+  if (group < 1 || og < 1 || C % group || Co % group || wt->dims[1] * group != C || C % og || sh < 1 || sw < 1 ||
+      dh < 1 || dw < 1 || ot->dims[0] != N || ot->dims[1] != og * KH * KW * 2 ||
+      OH != (H + pt + pb - (KH - 1) * dh - 1) / sh + 1 || OW != (W + pl + pr - (KW - 1) * dw - 1) / sw + 1)
+    return ox_bad(im, "X %s, W %s and offset %s do not make a DeformConv of group %" PRId64 " and offset_group %" PRId64,
+                  ir_type_str(xt, xs, sizeof xs), ir_type_str(wt, ws, sizeof ws), ir_type_str(ot, os, sizeof os),
+                  group, og);
+  int64_t md[4] = {N, og * KH * KW, OH, OW};
+  if (mask && !ox_same_dims(&mask->type, 4, md))
+    return ox_bad(im, "mask %s must be [%" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 "]",
+                  ir_type_str(&mask->type, os, sizeof os), N, og * KH * KW, OH, OW);
+  if (b && (b->type.rank != 1 || b->type.dims[0] != Co))
+    return ox_bad(im, "B %s must be [%" PRId64 "]", ir_type_str(&b->type, os, sizeof os), Co);
+  int64_t s6[6] = {N, og, KH, KW, OH, OW};
+  /* positions [N, og, KH, KW, OH, OW]: the tap's place plus its offset */
+  Val *o7 = ox_reshape(im, ox_widen(im, off), 7, (int64_t[]){N, og, KH, KW, 2, OH, OW});
+  TensorType ht = ir_type_make(TY_F32, 6, (int64_t[]){1, 1, KH, 1, OH, 1});
+  TensorType wtt = ir_type_make(TY_F32, 6, (int64_t[]){1, 1, 1, KW, 1, OW});
+  Val *hb = ox_known_new(im, &ht), *wb = ox_known_new(im, &wtt);
+  for (int64_t i = 0; i < KH; i++)
+    for (int64_t o = 0; o < OH; o++) ir_tensor_set(hb->k, i * OH + o, (double)(o * sh - pt + i * dh));
+  for (int64_t j = 0; j < KW; j++)
+    for (int64_t o = 0; o < OW; o++) ir_tensor_set(wb->k, j * OW + o, (double)(o * sw - pl + j * dw));
+  Val *pos[2];
+  for (int a = 0; a < 2; a++)
+    pos[a] = ox_op2(im, OP_ADD, ox_reshape(im, ox_slice_axis(im, o7, 4, a, a + 1, 1), 6, s6), a ? wb : hb);
+  /* the four corners: index into X as [N og H W, C / og], weight 0 outside */
+  int64_t cog = C / og;
+  Val *table = ox_reshape(im, ox_transpose(im, ox_reshape(im, ox_widen(im, x), 4, (int64_t[]){N, og, cog, H * W}),
+                                           (const int64_t[]){0, 1, 3, 2}),
+                          2, (int64_t[]){N * og * H * W, cog});
+  TensorType bt = ir_type_make(TY_I64, 6, (int64_t[]){N, og, 1, 1, 1, 1});
+  Val *base = ox_known_new(im, &bt);
+  for (int64_t i = 0; i < N * og; i++) ir_tensor_set(base->k, i, (double)(i * H * W));
+  Val *fl[2], *fr[2];
+  for (int a = 0; a < 2; a++) {
+    fl[a] = ox_op1(im, OP_FLOOR, pos[a]);
+    fr[a] = ox_op2(im, OP_SUB, pos[a], fl[a]);
+  }
+  Val *acc = NULL;
+  for (int k = 0; k < 4; k++) {
+    Val *cw = NULL, *inside = NULL, *idx = base;
+    for (int a = 0; a < 2; a++) {
+      int step = a ? k % 2 : k / 2;
+      int64_t size = a ? W : H;
+      Val *c = step ? ox_op2s(im, OP_ADD, fl[a], 1) : fl[a];
+      Val *f = step ? fr[a] : ox_op2(im, OP_SUB, ox_scalar(im, 1, TY_F32), fr[a]);
+      cw = cw ? ox_op2(im, OP_MUL, cw, f) : f;
+      Val *in = ox_op2(im, OP_LOGICAL_AND, ox_op2(im, OP_GREATER_EQUAL, c, ox_scalar(im, 0, TY_F32)),
+                       ox_op2(im, OP_LESS_EQUAL, c, ox_scalar(im, (double)(size - 1), TY_F32)));
+      inside = inside ? ox_op2(im, OP_LOGICAL_AND, inside, in) : in;
+      Val *ci = ox_cast(im, ox_op2(im, OP_MINIMUM, ox_op2(im, OP_MAXIMUM, c, ox_scalar(im, 0, TY_F32)),
+                                    ox_scalar(im, (double)(size - 1), TY_F32)),
+                        TY_I64);
+      idx = ox_op2(im, OP_ADD, idx, a ? ci : ox_op2s(im, OP_MUL, ci, (double)W));
+    }
+    cw = ox_where(im, inside, cw, ox_scalar(im, 0, TY_F32));
+    Val *v = ox_gather(im, table, ox_expand(im, idx, 6, s6), 0); /* [N, og, KH, KW, OH, OW, cog] */
+    Val *term = ox_op2(im, OP_MUL, v, ox_reshape(im, ox_expand(im, cw, 6, s6), 7,
+                                                 (int64_t[]){N, og, KH, KW, OH, OW, 1}));
+    acc = acc ? ox_op2(im, OP_ADD, acc, term) : term;
+  }
+  if (mask)
+    acc = ox_op2(im, OP_MUL, acc, ox_reshape(im, ox_widen(im, mask), 7, (int64_t[]){N, og, KH, KW, OH, OW, 1}));
+  /* columns [N, group, C / group KH KW, OH OW], then the weights' GEMM */
+  Val *cols = ox_transpose(im, acc, (const int64_t[]){0, 1, 6, 2, 3, 4, 5});
+  int64_t cg = C / group, K = cg * KH * KW;
+  cols = ox_reshape(im, cols, 4, (int64_t[]){N, group, K, OH * OW});
+  Val *wm = ox_reshape(im, ox_widen(im, w), 4, (int64_t[]){1, group, Co / group, K});
+  Val *y = ox_reshape(im, ox_op2(im, OP_MATMUL, wm, cols), 4, (int64_t[]){N, Co, OH, OW});
+  if (b) y = ox_op2(im, OP_ADD, y, ox_reshape(im, ox_widen(im, b), 3, (int64_t[]){Co, 1, 1}));
+  return (n->out[0] = ox_narrow(im, y, xt->dtype));
+}

@@ -632,6 +632,54 @@ START_TEST(test_flex_attention) {
 }
 END_TEST
 
+/* DeformConv with zero offsets is Conv (strides, dilations, pads and
+ * groups alike); with every x offset +1 it is Conv of X shifted left
+ * by one column (a zero column entering at the right), and a mask of
+ * 0.5 halves it (the bias aside). */
+START_TEST(test_deform_conv) {
+  enum { N = 1, C = 4, H = 6, W = 7, CO = 4, KH = 3, KW = 2, OH = 2, OW = 7, OFF = 2 * KH * KW * 2 };
+  float x[N * C * H * W], xs[N * C * H * W], w[CO * 2 * KH * KW], off[OFF * OH * OW], half[KH * KW * 2 * OH * OW];
+  srand(11);
+  for (int i = 0; i < N * C * H * W; i++) x[i] = (float)rand() / RAND_MAX - 0.5f;
+  for (int i = 0; i < N * C * H * W; i++) xs[i] = i % W == W - 1 ? 0 : x[i + 1];
+  for (int i = 0; i < CO * 2 * KH * KW; i++) w[i] = (float)rand() / RAND_MAX - 0.5f;
+  for (int i = 0; i < KH * KW * 2 * OH * OW; i++) half[i] = 0.5f;
+  for (int shift = 0; shift < 2; shift++) {
+    for (int i = 0; i < OFF * OH * OW; i++) off[i] = shift && (i / (OH * OW)) % 2 ? 1.0f : 0.0f;
+    Model *b = model_new(19);
+    add_input(b, "x", 4, (const int64_t[]){N, C, H, W});
+    add_init_f32(b, "xs", 4, (const int64_t[]){N, C, H, W}, N * C * H * W, xs);
+    add_init_f32(b, "w", 4, (const int64_t[]){CO, 2, KH, KW}, CO * 2 * KH * KW, w);
+    add_init_f32(b, "off", 4, (const int64_t[]){N, OFF, OH, OW}, OFF * OH * OW, off);
+    add_init_f32(b, "m", 4, (const int64_t[]){N, KH * KW * 2, OH, OW}, KH * KW * 2 * OH * OW, half);
+    Onnx__NodeProto *d = add_node(b, "DeformConv", "x,w,off,,m", "y"), *c = add_node(b, "Conv", shift ? "xs,w" : "x,w", "z");
+    for (int k = 0; k < 2; k++) {
+      Onnx__NodeProto *n = k ? c : d;
+      attr_i(n, "group", 2);
+      attr_is(n, "strides", 2, (const int64_t[]){2, 1});
+      attr_is(n, "dilations", 2, (const int64_t[]){2, 1});
+      attr_is(n, "pads", 4, (const int64_t[]){1, 0, 0, 1});
+    }
+    attr_i(d, "offset_group", 2);
+    add_output(b, "y");
+    add_output(b, "z");
+    Graph *g = must_import(b);
+    Tensor in = {ir_type_make(TY_F32, 4, (const int64_t[]){N, C, H, W}), x}, out[2];
+    TensorMap inputs = {1, (const char *[]){"x"}, &in};
+    char err[256];
+    ck_assert_msg(ir_eval(g, &inputs, &params, out, err, sizeof err), "%s", err);
+    ck_assert_int_eq(ir_type_numel(&out[0].type), N * CO * OH * OW);
+    ck_assert_int_eq(ir_type_numel(&out[1].type), N * CO * OH * OW);
+    for (int i = 0; i < N * CO * OH * OW; i++)
+      ck_assert_msg(fabs(ir_tensor_get(&out[0], i) - 0.5 * ir_tensor_get(&out[1], i)) < 1e-5,
+                    "shift %d: y[%d] %g, conv/2 %g", shift, i, ir_tensor_get(&out[0], i), ir_tensor_get(&out[1], i));
+    ir_tensor_free(&out[0]);
+    ir_tensor_free(&out[1]);
+    diag_clear(&ctx);
+  }
+}
+END_TEST
+
 /* Loop of 3 steps: v += x, the scan output the v each step starts with.
  * Scan backwards over the rows of [3, 3]: s += row, each s kept. */
 START_TEST(test_loop_scan_unrolled) {
@@ -1459,6 +1507,7 @@ static Suite *onnx_suite(void) {
   tcase_add_test(tc, test_tfidf_vectorizer);
   tcase_add_test(tc, test_det);
   tcase_add_test(tc, test_flex_attention);
+  tcase_add_test(tc, test_deform_conv);
   tcase_add_test(tc, test_unsupported_op_attr_dtype);
   tcase_add_test(tc, test_runtime_shape_refused);
   tcase_add_test(tc, test_sequence_ops_refused);

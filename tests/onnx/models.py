@@ -5,7 +5,8 @@ GridSample nodes with onnx.helper (random weights as
 initializers), runs each with onnxruntime and with `dlcc run` (reference
 interpreter and emu), and compares the outputs (rtol 1e-4, atol 1e-4 of the
 output's largest magnitude).  An MLP and a CNN in onnxruntime's dynamic
-int8 format (quantize_dynamic), and RoiAlign, are compared the same way.  The int8 QDQ form of the CNN (onnxruntime's
+int8 format (quantize_dynamic), RoiAlign and DeformConv are compared the
+same way.  The int8 QDQ form of the CNN (onnxruntime's
 quantize_static where it imports, else the same format made here) must
 agree within one quantization step of its output.  Exits 77 when onnx,
 onnxruntime or numpy is missing.
@@ -625,6 +626,27 @@ def roi_align():
     return m, feeds, []
 
 
+def deform_conv():
+    """DeformConv (opset 19) with 2 groups and 2 offset groups, strides,
+    dilations, uneven pads, a mask and a bias, its offsets reaching past
+    the image, as onnxruntime computes it."""
+    N, C, H, W, Co, KH, KW, og = 2, 4, 9, 8, 6, 3, 2, 2
+    pads, (sh, sw), (dh, dw) = [1, 0, 1, 2], (2, 1), (1, 2)
+    OH, OW = (H + pads[0] + pads[2] - (KH - 1) * dh - 1) // sh + 1, (W + pads[1] + pads[3] - (KW - 1) * dw - 1) // sw + 1
+    b = Builder()
+    w, bias = b.weight("w", Co, C // 2, KH, KW), b.weight("b", Co)
+    b.op("DeformConv", ["x", w, "off", bias, "mask"], outs=["y"], group=2, offset_group=og, strides=[sh, sw],
+         dilations=[dh, dw], pads=pads, kernel_shape=[KH, KW])
+    m = b.model("deform_conv", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [N, C, H, W]),
+                                helper.make_tensor_value_info("off", TensorProto.FLOAT, [N, og * KH * KW * 2, OH, OW]),
+                                helper.make_tensor_value_info("mask", TensorProto.FLOAT, [N, og * KH * KW, OH, OW])],
+                [helper.make_tensor_value_info("y", TensorProto.FLOAT, [N, Co, OH, OW])], opset=19)
+    feeds = {"x": rng.standard_normal((N, C, H, W)).astype(np.float32),
+             "off": (rng.standard_normal((N, og * KH * KW * 2, OH, OW)) * 2).astype(np.float32),
+             "mask": rng.uniform(0, 1, (N, og * KH * KW, OH, OW)).astype(np.float32)}
+    return m, feeds, []
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--dlcc", required=True)
@@ -635,7 +657,7 @@ def main():
     os.makedirs(tmp, exist_ok=True)
     failures = 0
     for build in (resnet, recurrent, unrolled, encoder, resnet_qdq, mlp_dynamic, cnn_dynamic, video3d, resize,
-                  roi_align, ts_encoder, attention23, control, runtime_operands):
+                  roi_align, deform_conv, ts_encoder, attention23, control, runtime_operands):
         if build is attention23 and onnx.defs.onnx_opset_version() < 23:
             print(f"skip attention23: onnx {onnx.__version__} has no opset 23")
             continue
