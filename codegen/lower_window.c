@@ -370,7 +370,7 @@ typedef struct Sampler {
   Kernel *k;
   KBlock *at;
   KExpr *plane; /* the first element of x[n, c] */
-  int64_t H, W;
+  int64_t D, H, W; /* D 1 in 2-d */
   bool align, border, reflection;
 } Sampler;
 
@@ -464,29 +464,35 @@ bool lower_grid_sample(CgBuild *b, const Node *n) {
   const Value *x = n->in[0], *grid = n->in[1], *out = &n->out[0];
   const char *mode = ir_attr_str(n, "mode"), *pad = ir_attr_str(n, "padding_mode");
   bool nearest = strcmp(mode, "nearest") == 0, cubic = strcmp(mode, "bicubic") == 0;
-  int64_t C = x->type.dims[1], Ho = out->type.dims[2], Wo = out->type.dims[3];
+  /* [N, C, H, W], or a volume [N, C, D, H, W] with grid [..., 3] (x, y, z) */
+  int sp = x->type.rank - 2;
+  bool volume = sp == 3;
+  int64_t C = x->type.dims[1];
   if (numel(&out->type) == 0) return true;
   Kernel *k = new_kernel(b, n, NULL, NULL);
   Map m;
   map_begin(&m, k, &out->type);
-  Sampler s = {.k = k, .at = &m.main, .H = x->type.dims[2], .W = x->type.dims[3],
+  Sampler s = {.k = k, .at = &m.main, .D = volume ? x->type.dims[2] : 1, .H = x->type.dims[sp], .W = x->type.dims[sp + 1],
                .align = ir_attr_int(n, "align_corners") != 0,
                .border = strcmp(pad, "border") == 0, .reflection = strcmp(pad, "reflection") == 0};
   KExpr *nb = map_coord(&m, 0);
   s.plane = cg_kv(k, cg_klet(k, &m.main, "plane", KT_INDEX,
                              cg_kmul(k, cg_kadd(k, cg_kmul(k, nb, cg_kint(k, C)), map_coord(&m, 1)),
-                                     cg_kint(k, s.H * s.W))));
-  KExpr *point = cg_kadd(k, cg_kmul(k, cg_kadd(k, cg_kmul(k, nb, cg_kint(k, Ho)), map_coord(&m, 2)),
-                                    cg_kint(k, Wo)),
-                         map_coord(&m, 3));
-  KVar *g = cg_klet(k, &m.main, "g", KT_INDEX, cg_kmul(k, point, cg_kint(k, 2)));
+                                     cg_kint(k, s.D * s.H * s.W))));
+  KExpr *point = nb;
+  for (int d = 0; d < sp; d++)
+    point = cg_kadd(k, cg_kmul(k, point, cg_kint(k, out->type.dims[2 + d])), map_coord(&m, 2 + d));
+  KVar *g = cg_klet(k, &m.main, "g", KT_INDEX, cg_kmul(k, point, cg_kint(k, sp)));
   KExpr *gx = load_f32(b, k, &m.main, grid, "grid", cg_kv(k, g));
   KExpr *gy = load_f32(b, k, &m.main, grid, "grid", cg_kadd(k, cg_kv(k, g), cg_kint(k, 1)));
-  KExpr *sx = gs_source(&s, gx, s.W, nearest), *sy = gs_source(&s, gy, s.H, nearest);
-  int taps = nearest ? 1 : cubic ? 4 : 2, first = cubic ? -1 : 0;
+  KExpr *sx = gs_source(&s, gx, s.W, nearest), *sy = gs_source(&s, gy, s.H, nearest), *sz = NULL;
+  if (volume) sz = gs_source(&s, load_f32(b, k, &m.main, grid, "grid", cg_kadd(k, cg_kv(k, g), cg_kint(k, 2))), s.D,
+                             nearest);
+  int taps = nearest ? 1 : cubic ? 4 : 2, first = cubic ? -1 : 0, dtaps = volume && !nearest ? 2 : 1;
   KExpr *x0 = nearest ? sx : flet(&s, "x0", cg_kop1(k, OP_FLOOR, sx));
   KExpr *y0 = nearest ? sy : flet(&s, "y0", cg_kop1(k, OP_FLOOR, sy));
-  KExpr *wx[4] = {f32(k, 1)}, *wy[4] = {f32(k, 1)};
+  KExpr *z0 = !volume ? NULL : nearest ? sz : flet(&s, "z0", cg_kop1(k, OP_FLOOR, sz));
+  KExpr *wx[4] = {f32(k, 1)}, *wy[4] = {f32(k, 1)}, *wz[2] = {f32(k, 1)};
   if (!nearest) {
     KExpr *tx = flet(&s, "tx", fop(k, OP_SUB, sx, x0)), *ty = flet(&s, "ty", fop(k, OP_SUB, sy, y0));
     if (cubic) {
@@ -496,22 +502,35 @@ bool lower_grid_sample(CgBuild *b, const Node *n) {
       wx[0] = fop(k, OP_SUB, f32(k, 1), tx), wx[1] = tx;
       wy[0] = fop(k, OP_SUB, f32(k, 1), ty), wy[1] = ty;
     }
+    if (volume) {
+      KExpr *tz = flet(&s, "tz", fop(k, OP_SUB, sz, z0));
+      wz[0] = fop(k, OP_SUB, f32(k, 1), tz), wz[1] = tz;
+    }
   }
-  KExpr *row_at[4], *row_in[4], *col_at[4], *col_in[4];
+  KExpr *row_at[4], *row_in[4], *col_at[4], *col_in[4], *dep_at[2] = {cg_kint(k, 0)}, *dep_in[2] = {NULL};
   for (int i = 0; i < taps; i++) {
     row_at[i] = gs_tap(&s, fop(k, OP_ADD, y0, f32(k, first + i)), s.H, &row_in[i]);
     col_at[i] = gs_tap(&s, fop(k, OP_ADD, x0, f32(k, first + i)), s.W, &col_in[i]);
   }
-  /* Along each row first, then down the rows, as eval.c. */
+  for (int d = 0; volume && d < dtaps; d++) dep_at[d] = gs_tap(&s, fop(k, OP_ADD, z0, f32(k, d)), s.D, &dep_in[d]);
+  /* Along each row first, then down the rows, then across the depth
+   * taps, as eval.c. */
   KExpr *v = f32(k, 0);
-  for (int i = 0; i < taps; i++) {
-    KExpr *row = f32(k, 0);
-    for (int j = 0; j < taps; j++) {
-      KExpr *xi = cg_kadd(k, s.plane, cg_kadd(k, cg_kmul(k, row_at[i], cg_kint(k, s.W)), col_at[j]));
-      KExpr *p = cg_ksel(k, cg_kand(k, row_in[i], col_in[j]), load_f32(b, k, &m.main, x, "x", xi), f32(k, 0));
-      row = flet(&s, "row", fop(k, OP_ADD, row, fop(k, OP_MUL, wx[j], p)));
+  for (int d = 0; d < dtaps; d++) {
+    KExpr *plane = f32(k, 0);
+    for (int i = 0; i < taps; i++) {
+      KExpr *row = f32(k, 0);
+      for (int j = 0; j < taps; j++) {
+        KExpr *at = cg_kadd(k, cg_kmul(k, cg_kadd(k, cg_kmul(k, dep_at[d], cg_kint(k, s.H)), row_at[i]), cg_kint(k, s.W)),
+                            col_at[j]);
+        KExpr *xi = cg_kadd(k, s.plane, at);
+        KExpr *in = cg_kand(k, dep_in[d], cg_kand(k, row_in[i], col_in[j]));
+        KExpr *p = cg_ksel(k, in, load_f32(b, k, &m.main, x, "x", xi), f32(k, 0));
+        row = flet(&s, "row", fop(k, OP_ADD, row, fop(k, OP_MUL, wx[j], p)));
+      }
+      plane = flet(&s, "plane_v", fop(k, OP_ADD, plane, fop(k, OP_MUL, wy[i], row)));
     }
-    v = flet(&s, "acc", fop(k, OP_ADD, v, fop(k, OP_MUL, wy[i], row)));
+    v = volume ? flet(&s, "acc", fop(k, OP_ADD, v, fop(k, OP_MUL, wz[d], plane))) : plane;
   }
   map_store(b, &m, out, v);
   map_end(&m);

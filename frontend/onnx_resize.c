@@ -451,8 +451,10 @@ bool ox_op_grid_sample(Imp *im, ONode *n) {
     return false;
   if (strcmp(mode, "linear") == 0) mode = "bilinear";
   if (strcmp(mode, "cubic") == 0) mode = "bicubic";
-  if (in[0]->type.rank != 4)
-    return ox_bad(im, "a %d-d input is not supported (4-d [N, C, H, W] is)", in[0]->type.rank);
+  if (in[0]->type.rank != 4 && in[0]->type.rank != 5)
+    return ox_bad(im, "a %d-d input is not supported ([N, C, H, W] and [N, C, D, H, W] are)", in[0]->type.rank);
+  if (in[0]->type.rank == 5 && strcmp(mode, "bicubic") == 0)
+    return ox_bad(im, "mode cubic is not supported for a volume (ONNX defines it for 2-d)");
   if (!ox_need_float_in(im, in[0]) || !ox_need_float_in(im, in[1])) return false;
   Emit e;
   Node *g = ox_begin(im, &e, OP_GRID_SAMPLE, 2, in);

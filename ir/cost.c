@@ -297,11 +297,13 @@ static double flops_of(const Node *n) {
       /* bilinear: a multiply-add for each of the 2x2 neighbours */
       return strcmp(ir_attr_str(n, "mode"), "bilinear") == 0 ? 8 * no : 0;
     case RULE_GRID_SAMPLE: {
-      /* the taps' multiply-adds (bilinear 2x2, bicubic 4x4; nearest
-       * copies one), and x and y unnormalized per grid point */
+      /* the taps' multiply-adds (bilinear 2x2, 2x2x2 in a volume,
+       * bicubic 4x4; nearest copies one), and each coordinate
+       * unnormalized per grid point */
       const char *mode = ir_attr_str(n, "mode");
-      double taps = strcmp(mode, "bilinear") == 0 ? 4 : strcmp(mode, "bicubic") == 0 ? 16 : 0;
-      return 2 * taps * no + 4 * (numel(&n->in[1]->type) / 2);
+      bool volume = n->in[0]->type.rank == 5;
+      double taps = strcmp(mode, "bilinear") == 0 ? (volume ? 8 : 4) : strcmp(mode, "bicubic") == 0 ? 16 : 0;
+      return 2 * taps * no + 2 * numel(&n->in[1]->type);
     }
     case RULE_SCATTER:
       return strcmp(ir_attr_str(n, "reduction"), "none") == 0 ? 0 : numel(&n->in[2]->type);

@@ -383,8 +383,8 @@ bool eval_resize(Eval *e, const Node *n, const Tensor *x, Tensor *out) {
 
 typedef struct Sampler {
   const Tensor *x;
-  int64_t plane, H, W; /* plane: the first element of x[n, c] */
-  bool align, border, reflection;
+  int64_t plane, D, H, W; /* plane: the first element of x[n, c]; D 1 in 2-d */
+  bool volume, align, border, reflection;
 } Sampler;
 
 /* v folded back into [lo, hi] by the nearer border, as often as needed. */
@@ -421,12 +421,13 @@ static float gs_index(const Sampler *s, float i, int64_t len, bool *inside) {
   return i;
 }
 
-static float gs_pixel(const Sampler *s, float row, float col) {
-  bool in_r, in_c;
+static float gs_pixel(const Sampler *s, float depth, float row, float col) {
+  bool in_d = true, in_r, in_c;
+  if (s->volume) depth = gs_index(s, depth, s->D, &in_d);
   row = gs_index(s, row, s->H, &in_r);
   col = gs_index(s, col, s->W, &in_c);
-  if (!in_r || !in_c) return 0;
-  return (float)ir_tensor_get(s->x, s->plane + (int64_t)row * s->W + (int64_t)col);
+  if (!in_d || !in_r || !in_c) return 0;
+  return (float)ir_tensor_get(s->x, s->plane + ((int64_t)depth * s->H + (int64_t)row) * s->W + (int64_t)col);
 }
 
 /* The point a normalized grid coordinate g names along an axis of len
@@ -448,11 +449,13 @@ static void gs_cubic(float t, float *c) {
   c[3] = ((A * u1 - 5 * A) * u1 + 8 * A) * u1 - 4 * A;
 }
 
-static float gs_sample(const Sampler *s, const char *mode, float gx, float gy) {
-  bool nearest = strcmp(mode, "nearest") == 0;
+/* gz: a volume's depth coordinate (ignored when 2-d). */
+static float gs_sample(const Sampler *s, const char *mode, float gx, float gy, float gz) {
+  bool nearest = strcmp(mode, "nearest") == 0, volume = s->volume;
   float x = gs_source(s, gx, s->W, nearest), y = gs_source(s, gy, s->H, nearest);
-  if (nearest) return gs_pixel(s, truncf(y), truncf(x));
-  float x0 = floorf(x), y0 = floorf(y), wx[4], wy[4];
+  float z = volume ? gs_source(s, gz, s->D, nearest) : 0;
+  if (nearest) return gs_pixel(s, truncf(z), truncf(y), truncf(x));
+  float x0 = floorf(x), y0 = floorf(y), z0 = floorf(z), wx[4], wy[4], wz[2] = {1 - (z - z0), z - z0};
   int taps = 2, first = 0;
   if (strcmp(mode, "bicubic") == 0) {
     taps = 4, first = -1;
@@ -462,34 +465,45 @@ static float gs_sample(const Sampler *s, const char *mode, float gx, float gy) {
     wx[0] = 1 - (x - x0), wx[1] = x - x0;
     wy[0] = 1 - (y - y0), wy[1] = y - y0;
   }
-  /* Along each row first, then down the rows, as the reference. */
+  /* Along each row first, then down the rows, then across the depth
+   * taps, as the reference. */
   float v = 0;
-  for (int i = 0; i < taps; i++) {
-    float row = 0;
-    for (int j = 0; j < taps; j++)
-      row += wx[j] * gs_pixel(s, y0 + (float)(first + i), x0 + (float)(first + j));
-    v += wy[i] * row;
+  for (int d = 0; d < (volume ? 2 : 1); d++) {
+    float plane = 0;
+    for (int i = 0; i < taps; i++) {
+      float row = 0;
+      for (int j = 0; j < taps; j++)
+        row += wx[j] * gs_pixel(s, z0 + (float)d, y0 + (float)(first + i), x0 + (float)(first + j));
+      plane += wy[i] * row;
+    }
+    v += volume ? wz[d] * plane : plane;
   }
   return v;
 }
 
 bool eval_grid_sample(const Node *n, const Tensor *x, const Tensor *grid, Tensor *out) {
   const char *mode = ir_attr_str(n, "mode"), *pad = ir_attr_str(n, "padding_mode");
+  /* [N, C, H, W] or a volume [N, C, D, H, W] (grid [..., 3]: x, y, z) */
+  int sp = x->type.rank - 2;
   Sampler s = {.x = x,
-               .H = x->type.dims[2],
-               .W = x->type.dims[3],
+               .volume = sp == 3,
+               .D = sp == 3 ? x->type.dims[2] : 1,
+               .H = x->type.dims[sp == 3 ? 3 : 2],
+               .W = x->type.dims[sp == 3 ? 4 : 3],
                .align = ir_attr_int(n, "align_corners") != 0,
                .border = strcmp(pad, "border") == 0,
                .reflection = strcmp(pad, "reflection") == 0};
   int64_t N = x->type.dims[0], C = x->type.dims[1];
-  int64_t points = out->type.dims[2] * out->type.dims[3];
+  int64_t points = 1;
+  for (int d = 2; d < out->type.rank; d++) points *= out->type.dims[d];
   for (int64_t b = 0; b < N; b++)
     for (int64_t c = 0; c < C; c++) {
-      s.plane = (b * C + c) * s.H * s.W;
+      s.plane = (b * C + c) * s.D * s.H * s.W;
       for (int64_t p = 0; p < points; p++) {
-        int64_t g = (b * points + p) * 2;
+        int64_t g = (b * points + p) * sp;
         float gx = (float)ir_tensor_get(grid, g), gy = (float)ir_tensor_get(grid, g + 1);
-        ir_tensor_set(out, (b * C + c) * points + p, gs_sample(&s, mode, gx, gy));
+        float gz = sp == 3 ? (float)ir_tensor_get(grid, g + 2) : 0;
+        ir_tensor_set(out, (b * C + c) * points + p, gs_sample(&s, mode, gx, gy, gz));
       }
     }
   return true;

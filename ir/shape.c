@@ -878,17 +878,20 @@ bool shape_grid_sample(const Node *n, TensorType *out, char *err, size_t errlen)
   if (!operands_ok(n, err, errlen)) return false;
   const TensorType *x = in_type(n, 0), *grid = in_type(n, 1);
   bool align;
-  if (!need_rank(n, x, 4, "[N, C, H, W]", err, errlen) || !need_float(n, x, err, errlen) ||
-      !need_float(n, grid, err, errlen) || !attr_choice(n, "mode", modes, 3, err, errlen) ||
-      !attr_choice(n, "padding_mode", pads, 3, err, errlen) ||
+  if (x->rank != 5 && !need_rank(n, x, 4, "[N, C, H, W] (or a volume [N, C, D, H, W])", err, errlen))
+    return false;
+  if (!need_float(n, x, err, errlen) || !need_float(n, grid, err, errlen) ||
+      !attr_choice(n, "mode", modes, 3, err, errlen) || !attr_choice(n, "padding_mode", pads, 3, err, errlen) ||
       !attr_flag(n, "align_corners", &align, err, errlen))
     return false;
-  if (grid->rank != 4 || grid->dims[0] != x->dims[0] || grid->dims[3] != 2)
-    return fail(err, errlen, "grid_sample: grid must be [N, Ho, Wo, 2] with x's N = %" PRId64 ", got %s",
-                x->dims[0], ts(grid).s);
+  int sp = x->rank - 2;
+  if (sp == 3 && strcmp(ir_attr_str(n, "mode"), "bicubic") == 0)
+    return fail(err, errlen, "grid_sample: bicubic is for 2-d inputs, x is %s", ts(x).s);
+  if (grid->rank != x->rank || grid->dims[0] != x->dims[0] || grid->dims[grid->rank - 1] != sp)
+    return fail(err, errlen, "grid_sample: grid must be [N, %s, %d] with x's N = %" PRId64 ", got %s",
+                sp == 3 ? "Do, Ho, Wo" : "Ho, Wo", sp, x->dims[0], ts(grid).s);
   out[0] = *x;
-  out[0].dims[2] = grid->dims[1];
-  out[0].dims[3] = grid->dims[2];
+  for (int d = 0; d < sp; d++) out[0].dims[2 + d] = grid->dims[1 + d];
   int64_t count = ir_type_numel(&out[0]);
   if (count < 0 || count > DL_MAX_ELEMS)
     return fail(err, errlen, "grid_sample: the output %s is too large", ts(&out[0]).s);

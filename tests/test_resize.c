@@ -544,6 +544,55 @@ START_TEST(emu_grid_sample) {
 }
 END_TEST
 
+/* A volume [N, C, D, H, W] at grid [N, Do, Ho, Wo, 3]: trilinear and
+ * nearest (bicubic is 2-d only), every padding and align_corners; and
+ * one point by hand: the volume's centre of x = 1..8 over [1, 1, 2, 2, 2]
+ * with align_corners is the mean 4.5, and (1, -1, 1) the corner x[1][0][1] = 6. */
+START_TEST(emu_grid_sample_volume) {
+  static const char *const modes[] = {"bilinear", "nearest"};
+  static const char *const pads[] = {"zeros", "border", "reflection"};
+  char text[8192];
+  int at = snprintf(text, sizeof text,
+                    "graph gs {\n"
+                    "  %%0 = input {name=\"x\"} : f32[2, 2, 3, 4, 5]\n"
+                    "  %%1 = input {name=\"grid\"} : f32[2, 2, 3, 2, 3]\n");
+  int v = 2;
+  for (int m = 0; m < 2; m++)
+    for (int p = 0; p < 3; p++)
+      for (int a = 0; a < 2; a++, v++)
+        at += snprintf(text + at, sizeof text - (size_t)at,
+                       "  %%%d = grid_sample %%0, %%1 {mode=\"%s\", padding_mode=\"%s\", align_corners=%d} : "
+                       "f32[2, 2, 2, 3, 2]\n",
+                       v, modes[m], pads[p], a);
+  at += snprintf(text + at, sizeof text - (size_t)at, "  return");
+  for (int i = 2; i < v; i++) at += snprintf(text + at, sizeof text - (size_t)at, "%s %%%d as \"y%d\"", i > 2 ? "," : "", i, i);
+  snprintf(text + at, sizeof text - (size_t)at, "\n}\n");
+  emu_matches_eval(text, 1e-5);
+
+  Ctx c;
+  ctx_init(&c);
+  Graph *g = ir_graph_new(&c, "gs");
+  TensorType xt = ir_type_make(TY_F32, 5, (const int64_t[]){1, 1, 2, 2, 2});
+  TensorType gt = ir_type_make(TY_F32, 5, (const int64_t[]){1, 1, 1, 2, 3});
+  Value *x = &ir_source(g, OP_INPUT, &xt, "x", (SrcLoc){0})->out[0];
+  Value *grid = &ir_source(g, OP_INPUT, &gt, "grid", (SrcLoc){0})->out[0];
+  Node *s = ir_node_new(g, OP_GRID_SAMPLE, 2, (Value *[]){x, grid}, (SrcLoc){0});
+  ir_set_str(g, s, "mode", "bilinear");
+  ir_set_str(g, s, "padding_mode", "zeros");
+  ir_set_int(g, s, "align_corners", 1);
+  char err[256];
+  ck_assert_msg(ir_infer(s, err, sizeof err), "%s", err);
+  ir_append(g, s);
+  ir_set_outputs(g, 1, (Value *[]){&s->out[0]}, (const char *[]){"y"});
+  Tensor in[2] = {{x->type, (float[]){1, 2, 3, 4, 5, 6, 7, 8}}, {grid->type, (float[]){0, 0, 0, 1, -1, 1}}}, y;
+  TensorMap inputs = {2, (const char *[]){"x", "grid"}, in};
+  ck_assert_msg(ir_eval(g, &inputs, NULL, &y, err, sizeof err), "%s", err);
+  expect_near(&y, (const double[]){4.5, 6}, 2, 1e-6, "volume by hand");
+  ir_tensor_free(&y);
+  ctx_free(&c);
+}
+END_TEST
+
 /* f16 data sampled at an f32 grid, stored as f16: computed in f32 by both. */
 START_TEST(emu_grid_sample_f16) {
   emu_matches_eval("graph gs {\n"
@@ -683,6 +732,7 @@ static Suite *resize_suite(void) {
   TCase *g = tcase_create("codegen");
   tcase_set_timeout(g, 120);
   tcase_add_test(g, emu_grid_sample);
+  tcase_add_test(g, emu_grid_sample_volume);
   tcase_add_test(g, emu_grid_sample_f16);
   suite_add_tcase(s, g);
   return s;

@@ -5,8 +5,8 @@ GridSample nodes with onnx.helper (random weights as
 initializers), runs each with onnxruntime and with `dlcc run` (reference
 interpreter and emu), and compares the outputs (rtol 1e-4, atol 1e-4 of the
 output's largest magnitude).  An MLP and a CNN in onnxruntime's dynamic
-int8 format (quantize_dynamic), RoiAlign and DeformConv are compared the
-same way.  The int8 QDQ form of the CNN (onnxruntime's
+int8 format (quantize_dynamic), a volume's GridSample, RoiAlign and
+DeformConv are compared the same way.  The int8 QDQ form of the CNN (onnxruntime's
 quantize_static where it imports, else the same format made here) must
 agree within one quantization step of its output.  Exits 77 when onnx,
 onnxruntime or numpy is missing.
@@ -605,6 +605,22 @@ def dynamic_by_hand(m, wtype=np.int8):
     return q
 
 
+def grid_sample3d():
+    """GridSample of a volume (opset 20): trilinear with reflection, and
+    nearest with border padding and align_corners, at points reaching
+    past the volume, as onnxruntime computes them."""
+    b = Builder()
+    b.op("GridSample", ["vol", "grid"], outs=["lin"], mode="linear", padding_mode="reflection")
+    b.op("GridSample", ["vol", "grid"], outs=["near"], mode="nearest", padding_mode="border", align_corners=1)
+    m = b.model("grid_sample3d", [helper.make_tensor_value_info("vol", TensorProto.FLOAT, [2, 3, 4, 5, 6]),
+                                  helper.make_tensor_value_info("grid", TensorProto.FLOAT, [2, 3, 4, 2, 3])],
+                [helper.make_tensor_value_info("lin", TensorProto.FLOAT, [2, 3, 3, 4, 2]),
+                 helper.make_tensor_value_info("near", TensorProto.FLOAT, [2, 3, 3, 4, 2])], opset=20)
+    feeds = {"vol": rng.standard_normal((2, 3, 4, 5, 6)).astype(np.float32),
+             "grid": rng.uniform(-1.6, 1.6, (2, 3, 4, 2, 3)).astype(np.float32)}
+    return m, feeds, []
+
+
 def roi_align():
     """RoiAlign (opset 16) on rois given at run time, some reaching past
     the image: the average of 2x2 samples under half_pixel, and the
@@ -657,7 +673,7 @@ def main():
     os.makedirs(tmp, exist_ok=True)
     failures = 0
     for build in (resnet, recurrent, unrolled, encoder, resnet_qdq, mlp_dynamic, cnn_dynamic, video3d, resize,
-                  roi_align, deform_conv, ts_encoder, attention23, control, runtime_operands):
+                  grid_sample3d, roi_align, deform_conv, ts_encoder, attention23, control, runtime_operands):
         if build is attention23 and onnx.defs.onnx_opset_version() < 23:
             print(f"skip attention23: onnx {onnx.__version__} has no opset 23")
             continue
