@@ -520,26 +520,32 @@ static void emu_matches_eval(const char *text, double tol) {
   ctx_free(&c);
 }
 
-/* Every mode, padding and align_corners in one graph. */
-START_TEST(emu_grid_sample) {
+/* A graph of grid_sample x [xt] at grid [gt] into [ot] in the first
+ * n_modes modes (bilinear, nearest, bicubic), every padding and
+ * align_corners. */
+static void every_mode(char *text, size_t size, const char *xt, const char *gt, const char *ot, int n_modes) {
   static const char *const modes[] = {"bilinear", "nearest", "bicubic"};
   static const char *const pads[] = {"zeros", "border", "reflection"};
-  char text[8192];
-  int at = snprintf(text, sizeof text,
+  int at = snprintf(text, size,
                     "graph gs {\n"
-                    "  %%0 = input {name=\"x\"} : f32[2, 3, 4, 5]\n"
-                    "  %%1 = input {name=\"grid\"} : f32[2, 3, 7, 2]\n");
+                    "  %%0 = input {name=\"x\"} : f32%s\n"
+                    "  %%1 = input {name=\"grid\"} : f32%s\n",
+                    xt, gt);
   int v = 2;
-  for (int m = 0; m < 3; m++)
+  for (int m = 0; m < n_modes; m++)
     for (int p = 0; p < 3; p++)
       for (int a = 0; a < 2; a++, v++)
-        at += snprintf(text + at, sizeof text - (size_t)at,
-                       "  %%%d = grid_sample %%0, %%1 {mode=\"%s\", padding_mode=\"%s\", align_corners=%d} : "
-                       "f32[2, 3, 3, 7]\n",
-                       v, modes[m], pads[p], a);
-  at += snprintf(text + at, sizeof text - (size_t)at, "  return");
-  for (int i = 2; i < v; i++) at += snprintf(text + at, sizeof text - (size_t)at, "%s %%%d as \"y%d\"", i > 2 ? "," : "", i, i);
-  snprintf(text + at, sizeof text - (size_t)at, "\n}\n");
+        at += snprintf(text + at, size - (size_t)at,
+                       "  %%%d = grid_sample %%0, %%1 {mode=\"%s\", padding_mode=\"%s\", align_corners=%d} : f32%s\n",
+                       v, modes[m], pads[p], a, ot);
+  at += snprintf(text + at, size - (size_t)at, "  return");
+  for (int i = 2; i < v; i++) at += snprintf(text + at, size - (size_t)at, "%s %%%d as \"y%d\"", i > 2 ? "," : "", i, i);
+  snprintf(text + at, size - (size_t)at, "\n}\n");
+}
+
+START_TEST(emu_grid_sample) {
+  char text[8192];
+  every_mode(text, sizeof text, "[2, 3, 4, 5]", "[2, 3, 7, 2]", "[2, 3, 3, 7]", 3);
   emu_matches_eval(text, 1e-5);
 }
 END_TEST
@@ -549,24 +555,8 @@ END_TEST
  * one point by hand: the volume's centre of x = 1..8 over [1, 1, 2, 2, 2]
  * with align_corners is the mean 4.5, and (1, -1, 1) the corner x[1][0][1] = 6. */
 START_TEST(emu_grid_sample_volume) {
-  static const char *const modes[] = {"bilinear", "nearest"};
-  static const char *const pads[] = {"zeros", "border", "reflection"};
   char text[8192];
-  int at = snprintf(text, sizeof text,
-                    "graph gs {\n"
-                    "  %%0 = input {name=\"x\"} : f32[2, 2, 3, 4, 5]\n"
-                    "  %%1 = input {name=\"grid\"} : f32[2, 2, 3, 2, 3]\n");
-  int v = 2;
-  for (int m = 0; m < 2; m++)
-    for (int p = 0; p < 3; p++)
-      for (int a = 0; a < 2; a++, v++)
-        at += snprintf(text + at, sizeof text - (size_t)at,
-                       "  %%%d = grid_sample %%0, %%1 {mode=\"%s\", padding_mode=\"%s\", align_corners=%d} : "
-                       "f32[2, 2, 2, 3, 2]\n",
-                       v, modes[m], pads[p], a);
-  at += snprintf(text + at, sizeof text - (size_t)at, "  return");
-  for (int i = 2; i < v; i++) at += snprintf(text + at, sizeof text - (size_t)at, "%s %%%d as \"y%d\"", i > 2 ? "," : "", i, i);
-  snprintf(text + at, sizeof text - (size_t)at, "\n}\n");
+  every_mode(text, sizeof text, "[2, 2, 3, 4, 5]", "[2, 2, 3, 2, 3]", "[2, 2, 2, 3, 2]", 2);
   emu_matches_eval(text, 1e-5);
 
   Ctx c;

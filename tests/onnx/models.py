@@ -513,19 +513,7 @@ def mlp_dynamic():
     m = b.model("mlp_dynamic", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 5, 64])],
                 [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 5, 10])])
     feeds = {"x": rng.standard_normal((2, 5, 64)).astype(np.float32)}
-    try:
-        from onnxruntime.quantization import QuantType, quantize_dynamic
-
-        with tempfile.TemporaryDirectory() as d:
-            onnx.save(m, os.path.join(d, "f.onnx"))
-            quantize_dynamic(os.path.join(d, "f.onnx"), os.path.join(d, "q.onnx"), weight_type=QuantType.QInt8)
-            q = onnx.load(os.path.join(d, "q.onnx"))
-    except ImportError:
-        q = dynamic_by_hand(m)
-    q.graph.name = "mlp_dynamic"
-    ops = {n.op_type for n in q.graph.node}
-    assert {"DynamicQuantizeLinear", "MatMulInteger"} <= ops, ops
-    return q, feeds, []
+    return quantized_dynamic(m, np.int8, "MatMulInteger"), feeds, []
 
 
 def cnn_dynamic():
@@ -542,19 +530,27 @@ def cnn_dynamic():
     m = b.model("cnn_dynamic", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 12, 12])],
                 [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 6, 6, 6])])
     feeds = {"x": rng.standard_normal((2, 3, 12, 12)).astype(np.float32)}
+    return quantized_dynamic(m, np.uint8, "ConvInteger"), feeds, []
+
+
+def quantized_dynamic(m, wtype, product):
+    """m by onnxruntime's quantize_dynamic (weights of wtype), or in its
+    format by dynamic_by_hand where the tool does not import; it must
+    hold DynamicQuantizeLinear and the product op."""
     try:
         from onnxruntime.quantization import QuantType, quantize_dynamic
 
         with tempfile.TemporaryDirectory() as d:
             onnx.save(m, os.path.join(d, "f.onnx"))
-            quantize_dynamic(os.path.join(d, "f.onnx"), os.path.join(d, "q.onnx"), weight_type=QuantType.QUInt8)
+            quantize_dynamic(os.path.join(d, "f.onnx"), os.path.join(d, "q.onnx"),
+                             weight_type=QuantType.QInt8 if wtype == np.int8 else QuantType.QUInt8)
             q = onnx.load(os.path.join(d, "q.onnx"))
     except ImportError:
-        q = dynamic_by_hand(m, np.uint8)
-    q.graph.name = "cnn_dynamic"
+        q = dynamic_by_hand(m, wtype)
+    q.graph.name = m.graph.name
     ops = {n.op_type for n in q.graph.node}
-    assert {"DynamicQuantizeLinear", "ConvInteger"} <= ops, ops
-    return q, feeds, []
+    assert {"DynamicQuantizeLinear", product} <= ops, ops
+    return q
 
 
 def dynamic_by_hand(m, wtype=np.int8):
