@@ -13,6 +13,7 @@
 #include "config.h"
 
 #include <inttypes.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "frontend/onnx_internal.h"
@@ -43,8 +44,14 @@ typedef struct Gram {
   int64_t id; /* from 1 */
 } Gram;
 
-static bool same_gram(const Gram *a, const Gram *b) {
-  return a->n == b->n && memcmp(a->items, b->items, sizeof(int64_t) * (size_t)a->n) == 0;
+/* By size, then items, then id: equal n-grams next to each other, the
+ * last of them (the one the reference keeps) last. */
+static int gram_order(const void *pa, const void *pb) {
+  const Gram *a = pa, *b = pb;
+  if (a->n != b->n) return a->n < b->n ? -1 : 1;
+  for (int i = 0; i < a->n; i++)
+    if (a->items[i] != b->items[i]) return a->items[i] < b->items[i] ? -1 : 1;
+  return (a->id > b->id) - (a->id < b->id);
 }
 
 bool ox_op_tfidf(Imp *im, ONode *n) {
@@ -84,15 +91,19 @@ bool ox_op_tfidf(Imp *im, ONode *n) {
     int64_t start = counts[i], end = i + 1 < n_counts ? counts[i + 1] : (int64_t)n_pool, size = (int64_t)i + 1;
     if (start < 0 || end < start || end > (int64_t)n_pool)
       return ox_bad(im, "ngram_counts does not split the pool of %zu items", n_pool);
-    for (int64_t at = start; at + size <= end; at += size, id++) {
-      if (size < lo || size > hi) continue;
-      Gram g = {(int)size, pool + at, id};
-      int k = 0;
-      while (k < n_grams && !same_gram(&grams[k], &g)) k++;
-      grams[k] = g;
-      if (k == n_grams) n_grams++;
-    }
+    for (int64_t at = start; at + size <= end; at += size, id++)
+      if (size >= lo && size <= hi) grams[n_grams++] = (Gram){(int)size, pool + at, id};
   }
+  /* a repeated n-gram counts under its last id only */
+  qsort(grams, (size_t)n_grams, sizeof *grams, gram_order);
+  int kept = 0;
+  for (int k = 0; k < n_grams; k++) {
+    if (k + 1 < n_grams && grams[k].n == grams[k + 1].n &&
+        memcmp(grams[k].items, grams[k + 1].items, sizeof(int64_t) * (size_t)grams[k].n) == 0)
+      continue;
+    grams[kept++] = grams[k];
+  }
+  n_grams = kept;
   int64_t out_size = 0;
   for (size_t i = 0; i < n_idx; i++) {
     if (idx[i] < 0 || idx[i] >= MAX_OUT) return ox_bad(im, "ngram_indexes[%zu] = %" PRId64 " is out of range", i, idx[i]);
@@ -103,6 +114,9 @@ bool ox_op_tfidf(Imp *im, ONode *n) {
       return ox_bad(im, "the pool has more n-grams than ngram_indexes has entries (%zu)", n_idx);
   if (n_w && (int64_t)n_w < out_size)
     return ox_bad(im, "%zu weights for %" PRId64 " output columns", n_w, out_size);
+  /* each size's table [its n-grams, out_size] is a constant */
+  if ((int64_t)n_grams * out_size > (int64_t)1 << 24)
+    return ox_bad(im, "%d n-grams into %" PRId64 " columns is too large a table", n_grams, out_size);
   bool flat = x->type.rank == 1;
   int64_t B = flat ? 1 : x->type.dims[0], C = x->type.dims[flat ? 0 : 1];
   Val *x2 = flat ? ox_reshape(im, x, 2, (int64_t[]){1, C}) : x;
