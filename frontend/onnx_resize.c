@@ -517,7 +517,7 @@ bool ox_op_roi_align(Imp *im, ONode *n) {
     for (int64_t i = 0; i < G; i++) ir_tensor_set(ys->k, p * G + i, (double)p + ((double)i + 0.5) / (double)G);
   for (int64_t p = 0; p < PW; p++)
     for (int64_t i = 0; i < G; i++) ir_tensor_set(xs->k, p * G + i, (double)p + ((double)i + 0.5) / (double)G);
-  Val *at[2], *lo[2], *hi[2], *frac[2], *valid = NULL;
+  Val *lo[2], *hi[2], *frac[2], *valid = NULL;
   for (int a = 0; a < 2; a++) { /* a 0: y (corners 1, 3), a 1: x (corners 0, 2) */
     Val *start = corner[1 - a], *len = ox_op2(im, OP_SUB, corner[3 - a], start);
     int64_t size = a ? W : H, bins = a ? PW : PH;
@@ -532,9 +532,7 @@ bool ox_op_roi_align(Imp *im, ONode *n) {
     lo[a] = ox_cast(im, ox_op2(im, OP_MINIMUM, fl, last), TY_I64);
     hi[a] = ox_cast(im, ox_op2(im, OP_MINIMUM, ox_op2s(im, OP_ADD, fl, 1), last), TY_I64);
     frac[a] = ox_where(im, edge, ox_scalar(im, 0, TY_F32), ox_op2(im, OP_SUB, p, fl));
-    at[a] = p;
   }
-  (void)at;
   /* the corners' rows of X as [N H W, C], and their weights */
   Val *base = ox_op2s(im, OP_MUL, ox_reshape(im, ox_cast(im, bi, TY_I64), 5, r5), (double)(H * W));
   Val *table = ox_reshape(im, ox_transpose(im, ox_widen(im, x), (const int64_t[]){0, 2, 3, 1}), 2,

@@ -61,7 +61,7 @@ bool ox_op_tfidf(Imp *im, ONode *n) {
   size_t n_pool, n_counts, n_idx, n_w, n_strings;
   const int64_t *pool, *counts, *idx;
   const float *w;
-  const void *pv, *cv, *iv, *wv, *sv;
+  const void *pv, *cv, *iv, *wv;
   if (!x || !ox_attr_int(im, "min_gram_length", 0, &lo) || !ox_attr_int(im, "max_gram_length", 0, &hi) ||
       !ox_attr_int(im, "max_skip_count", 0, &skip) || !ox_attr_str(im, "mode", "TF", &mode) ||
       !long_attr(im, "pool_int64s", ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INTS, MAX_POOL, &n_pool, &pv) ||
@@ -71,7 +71,6 @@ bool ox_op_tfidf(Imp *im, ONode *n) {
     return false;
   const Onnx__AttributeProto *strs = ox_find_attr(im, "pool_strings");
   n_strings = strs ? strs->n_strings : 0;
-  (void)sv;
   pool = pv, counts = cv, idx = iv, w = wv;
   bool tf = strcmp(mode, "TF") == 0, idf = strcmp(mode, "IDF") == 0, tfidf = strcmp(mode, "TFIDF") == 0;
   if (!tf && !idf && !tfidf) return ox_bad(im, "mode '%s' is not supported (TF, IDF, TFIDF)", mode);
