@@ -68,7 +68,8 @@ typedef struct Attn {
   KExpr *tid, *lane, *warp, *bz, *hy, *q0, *qbase, *kvbase;
   /* Split keys (flash-decoding): the key tiles in `splits` ranges of
    * `tps` tiles, each its own block writing an unnormalized part of O and
-   * its rows' m and l; a second kernel combines them. */
+   * its rows' m and l; the last of a query block's splits to arrive
+   * combines them (combine_parts). */
   int64_t splits, tps;
   KExpr *sp;
   KBuf *opart, *ml;
@@ -374,9 +375,9 @@ static void store_all(Attn *A, KBlock *blk, KBuf *oacc, KBuf *inv) {
 /* Flash-decoding: when the grid would leave most of the GPU idle (few
  * query blocks: decoding's one query row, a small batch), the key tiles
  * go to `splits` blocks per query block instead of one, at least two
- * tiles each, up to about two blocks per SM of an H200; a second kernel
- * combines the parts.  Not for fewer than 4 key tiles, nor under
- * --no-split-keys. */
+ * tiles each, up to about two blocks per SM of an H200; the last split
+ * of a query block to arrive combines the parts.  Not for fewer than 4
+ * key tiles, nor under --no-split-keys. */
 static void split_keys(Attn *A, int64_t gx) {
   A->splits = 1, A->tps = A->kt;
   int64_t blocks = gx * A->H * A->B, target = 2 * CG_TC_TARGET_SMS;
@@ -389,51 +390,53 @@ static void split_keys(Attn *A, int64_t gx) {
   A->splits = cdiv(A->kt, A->tps);
 }
 
-/* The parts to the result, one thread an element: with M the largest of
- * the rows' parts' m, O = sum O_s exp(m_s - M) / sum l_s exp(m_s - M)
- * (0 for a row no part saw a key of), in split order. */
-static void combine(Attn *A, RtRef opart_ref, RtRef ml_ref) {
+/* The parts to the result, by the last of the query block's splits to
+ * arrive (KS_LAST_ARRIVAL, a counter per query block, head and batch
+ * row), its threads an element each in turn: with M the largest of the
+ * rows' parts' m, O = sum O_s exp(m_s - M) / sum l_s exp(m_s - M) (0
+ * for a row no part saw a key of), in split order, whichever split
+ * came last. */
+static void combine_parts(Attn *A, KBlock *body, KExpr *qx, int64_t gx) {
   CgBuild *b = A->b;
   const Node *n = A->n;
-  Kernel *k = cg_kernel_new(cg_build_ctx(b), n, "attention_combine",
-                            arena_printf(&cg_build_ctx(b)->arena, "flash attention, %" PRId64 " key splits combined",
-                                         A->splits));
-  int64_t rows = A->B * A->H * A->Sq, total = rows * A->d;
-  KBuf *opart = cg_kglobal(k, "opart", TY_F32, A->splits * total, opart_ref);
-  KBuf *ml = cg_kglobal(k, "ml", TY_F32, A->splits * rows * 2, ml_ref);
-  KBuf *out = cg_kglobal(k, "out", A->dt, total, cg_ref(b, &n->out[0]));
-  KVar *nv = cg_kparam(k, "n", KT_INDEX, total, 0), *iv = cg_kvar(k, "i", KT_INDEX);
-  KBlock *blk = &cg_kloop(k, &k->body, iv, kv(k, nv), KM_GRID_STRIDE)->body;
-  cg_kernel_grid_1d(k, total);
-  KExpr *i = kv(k, iv);
-  KExpr *row = ilet(k, blk, "row", kdiv(k, i, A->d)), *col = ilet(k, blk, "col", kmod(k, i, A->d));
+  Kernel *k = A->k;
+  int64_t rows = A->B * A->H * A->Sq, tiles = gx * A->H * A->B;
+  KExpr *tile = kmad(k, kmad(k, A->bz, A->H, A->hy), gx, qx);
+  KBuf *arrived = cg_kglobal(k, "arrived", TY_I32, tiles, cg_sync_words(b, tiles));
+  KVar *last = cg_klast_arrival(k, body, arrived, tile, A->splits);
+  KBlock *fix = &cg_kif(k, body, cg_kcmp(k, KC_NE, kv(k, last), ki(k, 0)))->body;
+  KBuf *out = cg_kglobal(k, "out", A->dt, rows * A->d, cg_ref(b, &n->out[0]));
+  KExpr *it;
+  KBlock *blk = loop(k, fix, "ci", ki(k, cdiv(A->bm * A->d, A->threads)), KM_SERIAL, &it);
+  KExpr *e = ilet(k, blk, "ce", kmad(k, it, A->threads, A->tid));
+  KExpr *qi = ilet(k, blk, "cq", cg_kadd(k, A->q0, kdiv(k, e, A->d))), *col = ilet(k, blk, "col", kmod(k, e, A->d));
+  KExpr *ok = cg_kand(k, (A->bm * A->d) % A->threads ? klt(k, e, ki(k, A->bm * A->d)) : NULL,
+                      A->Sq % A->bm ? klt(k, qi, ki(k, A->Sq)) : NULL);
+  if (ok) blk = &cg_kif(k, blk, ok)->body;
+  KExpr *row = ilet(k, blk, "row", kmad(k, kmad(k, A->bz, A->H, A->hy), A->Sq, qi));
   KStmt *mx = cg_kreduce(k, blk, cg_kvar(k, "mx", TY_F32), f32(k, -INFINITY), OP_MAXIMUM,
                          cg_kvar(k, "s", KT_INDEX), ki(k, A->splits));
-  mx->value = cg_kload(k, ml, cg_kmul(k, kmad(k, kv(k, mx->rvar), rows, row), ki(k, 2)));
-  KExpr *M = kv(k, mx->var);
-  KExpr *base = exp_base(k, blk, M);
+  mx->value = cg_kload(k, A->ml, cg_kmul(k, kmad(k, kv(k, mx->rvar), rows, row), ki(k, 2)));
+  KExpr *base = exp_base(k, blk, kv(k, mx->var));
   KStmt *red[2];
   for (int w = 0; w < 2; w++) {
     red[w] = cg_kreduce(k, blk, cg_kvar(k, w ? "o" : "l", TY_F32), f32(k, 0), OP_ADD, cg_kvar(k, "s", KT_INDEX),
                         ki(k, A->splits));
     KBlock *rb = &red[w]->body;
     KExpr *part = ilet(k, rb, "pr", kmad(k, kv(k, red[w]->rvar), rows, row));
-    KExpr *ms = cg_kload(k, ml, cg_kmul(k, part, ki(k, 2)));
+    KExpr *ms = cg_kload(k, A->ml, cg_kmul(k, part, ki(k, 2)));
     KExpr *wt = kv(k, cg_klet(k, rb, "wt", TY_F32, exp_of(A, k, cg_kop2(k, OP_SUB, ms, base))));
-    KExpr *x = w ? cg_kload(k, opart, kmad(k, part, A->d, col)) : cg_kload(k, ml, cg_kadd(k, cg_kmul(k, part, ki(k, 2)), ki(k, 1)));
+    KExpr *x = w ? cg_kload(k, A->opart, kmad(k, part, A->d, col))
+                 : cg_kload(k, A->ml, cg_kadd(k, cg_kmul(k, part, ki(k, 2)), ki(k, 1)));
     red[w]->value = cg_kop2(k, OP_MUL, x, wt);
   }
   KExpr *L = kv(k, red[0]->var), *O = kv(k, red[1]->var);
   KExpr *y = cg_ksel(k, cg_kcmp(k, KC_EQ, L, f32(k, 0)), f32(k, 0), cg_kop2(k, OP_DIV, O, L));
-  KExpr *at = i;
-  if (strcmp(ir_attr_str(n, "layout"), "bshd") == 0) {
-    /* row (b H + h) Sq + q to [B, Sq, H, d]'s (b Sq + q) H + h */
-    KExpr *bh = kdiv(k, row, A->Sq), *q = kmod(k, row, A->Sq);
-    KExpr *bq = kmad(k, kdiv(k, bh, A->H), A->Sq, q);
-    at = kmad(k, kmad(k, bq, A->H, kmod(k, bh, A->H)), A->d, col);
-  }
+  /* [B, H, Sq, d]: row d + col; [B, Sq, H, d]: ((b Sq + q) H + h) d + col */
+  KExpr *at = kmad(k, row, A->d, col);
+  if (strcmp(ir_attr_str(n, "layout"), "bshd") == 0)
+    at = kmad(k, kmad(k, kmad(k, A->bz, A->Sq, qi), A->H, A->hy), A->d, col);
   cg_kstore(k, blk, out, at, cg_kcast(k, y, A->dt));
-  cg_launch(b, k);
 }
 
 static KBuf *operand(Attn *A, int i, const char *name) {
@@ -491,7 +494,7 @@ bool cg_lower_attention(CgBuild *b, const Node *n) {
     for (int i = mt->rank - 1; i >= 0; st *= mt->dims[i], i--) A->ms[4 - mt->rank + i] = mt->dims[i] == 1 ? 0 : st;
   }
   const Value *out = &n->out[0];
-  /* split, the parts go to scratch and combine writes the result */
+  /* split, the parts go to scratch and combine_parts writes the result */
   if (A->splits == 1) A->out = cg_kglobal(k, "out", A->dt, ir_type_numel(&out->type), cg_ref(b, out));
   RtRef opart = {0}, ml = {0};
   int64_t rows = A->B * A->H * A->Sq;
@@ -651,12 +654,12 @@ bool cg_lower_attention(CgBuild *b, const Node *n) {
     cg_kbarrier(k, body);
     store_all(A, body, oacc, NULL);
   }
+  if (A->splits > 1) combine_parts(A, body, qx, gx);
 
   k->grid[0] = (uint32_t)(gx < INT32_MAX ? gx : INT32_MAX);
   k->grid[1] = (uint32_t)(A->H < 65535 ? A->H : 65535);
   k->grid[2] = (uint32_t)(A->B * A->splits < 65535 ? A->B * A->splits : 65535);
   k->block[0] = A->threads;
   cg_launch(b, k);
-  if (A->splits > 1) combine(A, opart, ml);
   return true;
 }

@@ -209,21 +209,26 @@ static int steps_with(const Job *j, const char *what) {
 }
 
 /* Flash-decoding: few query blocks and at least 4 key tiles split the
- * keys over blocks and combine the parts.  One query row over 300 keys
+ * keys over blocks, and the last split of a query block to arrive
+ * combines the parts, in the same launch.  One query row over 300 keys
  * with grouped heads; causal over 300 keys where the first query block's
  * second split has no tile left (its part empty); layout "bshd" with a
  * key padding mask over 520 keys in 3 splits; f32's 32-key tiles at
  * d = 256; rows with every key masked stay zeros.  Each on emu against
- * the interpreter, and the split's two launches in the plan. */
+ * the interpreter, and one launch with its counters in the plan. */
 START_TEST(split_keys) {
   DType dt = dtypes[_i];
   Job j = check(dt, 2, 4, 2, 1, 300, 64, "", NULL);
   ck_assert_int_eq(steps_with(&j, "keys in 2 splits"), 1);
-  ck_assert_int_eq(steps_with(&j, "2 key splits combined"), 1);
+  ck_assert_int_eq((int)j.r.plan->n_steps, 1);
+  /* a counter per query block, head and batch row: 1 x 4 x 2 */
+  ck_assert_uint_eq(j.r.plan->sync_bytes, 8 * 4);
   j = check(dt, 1, 2, 2, 70, 300, 64, "{causal=1}", "%s[70, 300]");
-  ck_assert_int_eq(steps_with(&j, "key splits combined"), 1);
+  ck_assert_int_eq(steps_with(&j, "keys in"), 1);
+  ck_assert_int_eq((int)j.r.plan->n_steps, 1);
   j = check(dt, 2, 2, 1, 3, 520, 128, "{layout=\"bshd\"}", "bool[2, 1, 1, 520]");
   ck_assert_int_eq(steps_with(&j, "keys in 3 splits"), 1);
+  ck_assert_int_eq((int)j.r.plan->n_steps, 1);
   if (dt != TY_F16) check(dt, 1, 1, 1, 2, 200, 256, "", NULL);
   check(dt, 1, 2, 1, 40, 400, 64, "", "bool[40, 1]");
 }
@@ -231,9 +236,9 @@ END_TEST
 
 /* Decoding: up to 16 query rows take a block of 16 rows and one warp
  * (32 threads), not 64 rows of which 63 stay empty; Sq = 1 over 1, 17
- * and 300 keys (the last split, and with --no-split-keys one launch),
- * and 16 rows causal (the bound).  The split kernel writes its parts
- * only: the result is no argument of it. */
+ * and 300 keys (split, and with --no-split-keys), one launch each, and
+ * 16 rows causal (the bound).  The split kernel writes the result from
+ * the last split's combination, and counts arrivals in SYNC. */
 START_TEST(decode) {
   DType dt = dtypes[_i];
   static const int64_t keys[] = {1, 17, 300};
@@ -241,12 +246,17 @@ START_TEST(decode) {
     Job j = check(dt, 2, 4, 2, 1, keys[i], 64, "", NULL);
     ck_assert_int_eq(steps_with(&j, "16x"), 1);
     ck_assert_uint_eq(j.r.plan->steps[0].launch.block[0], 32);
-    ck_assert_int_eq((int)j.r.plan->n_steps, keys[i] == 300 ? 2 : 1);
+    ck_assert_int_eq((int)j.r.plan->n_steps, 1);
   }
   Job s = compile_attention(dt, 2, 4, 2, 1, 300, 64, "", NULL);
   const RtLaunch *l = &s.r.plan->steps[0].launch;
-  for (uint32_t a = 0; a < l->n_args; a++)
-    ck_assert_uint_ne(l->args[a].ref.space, RT_SPACE_OUTPUT);
+  int outputs = 0, counters = 0;
+  for (uint32_t a = 0; a < l->n_args; a++) {
+    outputs += l->args[a].kind == RT_ARG_PTR && l->args[a].ref.space == RT_SPACE_OUTPUT;
+    counters += l->args[a].kind == RT_ARG_PTR && l->args[a].ref.space == RT_SPACE_SYNC;
+  }
+  ck_assert_int_eq(outputs, 1);
+  ck_assert_int_eq(counters, 1);
   Job one = {.text = s.text, .opts = {.no_split_keys = true}};
   ck_assert(ctx_guard(&ctx, run_job, &one) == 0 && one.ok);
   ck_assert_int_eq((int)one.r.plan->n_steps, 1);
