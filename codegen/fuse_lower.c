@@ -522,7 +522,7 @@ static void store_root_and_sides(Eval *E, KExpr *index) {
 typedef struct Reads {
   const KBuf *in;
   const KVar *at;
-  int all, at_index, stores;
+  int all, at_index;
 } Reads;
 
 static void reads_in_expr(Reads *r, const KExpr *e, bool here) {
