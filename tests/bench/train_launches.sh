@@ -1,5 +1,6 @@
 #!/bin/sh
-# make bench, training's part: for each model of tests/bench/train/, the
+# make bench, training's part: for each model of tests/bench/train/ (and
+# examples/resnet18.dl), the
 # launches (kernels) and steps (kernels + cuBLAS GEMMs + copies) of its
 # inference plan and of its training step's plan (--loss=... --grad, no
 # optimizer), at -O2, and issue 15's target: a step within 3x the
@@ -20,9 +21,11 @@ counts() {
 status=0
 echo "training step vs inference, launches / steps (-O2, no optimizer)"
 printf '  %-8s %-12s %-16s %-14s %7s  %s\n' model loss inference "training step" ratio "target (3x launches)"
-for m in mlp:cross_entropy lenet:cross_entropy bn_cnn:cross_entropy lstm:mse_loss; do
+for m in mlp:cross_entropy lenet:cross_entropy bn_cnn:cross_entropy lstm:mse_loss resnet18:mse_loss; do
   name=${m%%:*} loss=${m#*:}
   file=$top_srcdir/tests/bench/train/$name.dl
+  # and one of the examples: a whole ResNet-18 (batch 1, 224 x 224)
+  [ -f "$file" ] || file=$top_srcdir/examples/$name.dl
   set -- $(counts "$file"); li=$1 si=$2
   set -- $(counts "$file" --loss="$loss" --grad); lt=$1 st=$2
   if [ "$li" = - ] || [ "$lt" = - ]; then
