@@ -297,18 +297,117 @@ bool ox_op_loop(Imp *im, ONode *n) {
   return true;
 }
 
-/* Scan (opset 9 on): unrolled over the scan axis, whose length is static. */
+/* One scan, unrolled: vals holds the n_state initial states then the
+ * n_scan_in inputs (each scanned along axis[j], backwards where dir[j]);
+ * on return vals' first n_state are the final states and ys[k][t] the
+ * k-th scan output of step t (stored backwards where odir[k]), T the
+ * steps.  ONNX's Scan of opset 9 on, and each batch element of opset 8's. */
+static bool scan_unrolled(Imp *im, const Onnx__GraphProto *body, int n_state, int n_scan_in, Val **vals,
+                          const int *axis, const int64_t *dir, int n_scan_out, const int64_t *odir, Val ***ys,
+                          int64_t *steps) {
+  Arena *a = &im->c->arena;
+  int n_in = n_state + n_scan_in;
+  Val **xs = ARENA_ARRAY(a, Val *, n_scan_in + 1), **outs = ARENA_ARRAY(a, Val *, n_state + n_scan_out + 1);
+  int64_t T = -1;
+  for (int j = 0; j < n_scan_in; j++) {
+    xs[j] = vals[n_state + j];
+    int64_t len = xs[j]->type.dims[axis[j]];
+    if (T >= 0 && len != T) return ox_bad(im, "the scan inputs have lengths %" PRId64 " and %" PRId64, T, len);
+    T = len;
+  }
+  if (T > MAX_UNROLL) return ox_bad(im, "the scan runs %" PRId64 " steps, more than dlcc unrolls (%d)", T, (int)MAX_UNROLL);
+  for (int k = 0; k < n_scan_out; k++) ys[k] = ARENA_ARRAY(a, Val *, T + 1);
+  for (int64_t t = 0; t < T; t++) {
+    for (int j = 0; j < n_scan_in; j++) {
+      int64_t at = dir && dir[j] ? T - 1 - t : t, d[DL_MAX_RANK];
+      Val *sl = ox_slice_axis(im, xs[j], axis[j], at, at + 1, 1);
+      if (!sl) return false;
+      for (int i = 0, m = 0; i < sl->type.rank; i++)
+        if (i != axis[j]) d[m++] = sl->type.dims[i];
+      vals[n_state + j] = ox_reshape(im, sl, sl->type.rank - 1, d);
+    }
+    if (!ox_import_subgraph(im, body, "the body", n_in, vals, outs)) return false;
+    for (int i = 0; i < n_state; i++) vals[i] = outs[i];
+    for (int k = 0; k < n_scan_out; k++) {
+      if (outs[n_state + k]->kind != VK_TENSOR)
+        return ox_bad(im, "scan output %d is %s: only tensors are stacked", k + 1, ox_kind_name(outs[n_state + k]));
+      ys[k][odir && odir[k] ? T - 1 - t : t] = outs[n_state + k];
+    }
+  }
+  if (n_scan_out && T == 0) return ox_bad(im, "a scan of no steps is not supported");
+  *steps = T;
+  return true;
+}
+
+/* Scan of opset 8: a batch axis first on every state and scan input
+ * (the sequence axis second), the body run per batch element; unrolled
+ * per element and stacked again.  sequence_lens, when given, must be
+ * known and every length the whole sequence. */
+static bool scan_batched(Imp *im, ONode *n, const Onnx__GraphProto *body, int64_t n_scan_in) {
+  int nd;
+  const int64_t *dirs;
+  if (!ox_attr_ints(im, "directions", &nd, &dirs)) return false;
+  int n_state = n->n_in - 1 - (int)n_scan_in, n_scan_out = n->n_out - n_state;
+  if (n_scan_in < 1 || n_state < 0 || n_scan_out < 0 || (int)body->n_output != n->n_out ||
+      (nd >= 0 && nd != n_scan_in))
+    return ox_bad(im, "num_scan_inputs %" PRId64 " and directions do not fit %d inputs and a body of %zu outputs",
+                  n_scan_in, n->n_in, body->n_output);
+  Arena *a = &im->c->arena;
+  Val **in = ARENA_ARRAY(a, Val *, n->n_in + 1);
+  for (int i = 1; i < n->n_in; i++)
+    if (!(in[i] = ox_in_req(im, n, i))) return false;
+  int64_t B = -1;
+  for (int i = 1; i < n->n_in; i++) {
+    int need = i > n_state ? 2 : 1;
+    if (in[i]->type.rank < need || (B >= 0 && in[i]->type.dims[0] != B))
+      return ox_bad(im, "input %d must have the batch axis first (and a scan input the sequence second)", i);
+    B = in[i]->type.dims[0];
+  }
+  Val *lens = ox_in_opt(n, 0);
+  if (lens) {
+    int64_t T = in[n_state + 1]->type.dims[1], l[64];
+    int nl;
+    if (B > 64 || !ox_const_ints(im, lens, "sequence_lens", &nl, l)) return false;
+    for (int b = 0; b < nl; b++)
+      if (l[b] != T) return ox_bad(im, "sequence_lens[%d] is %" PRId64 ": only whole sequences (%" PRId64 ") are supported", b, l[b], T);
+  }
+  if (B < 1 || B > MAX_UNROLL) return ox_bad(im, "a batch of %" PRId64 " is not supported (1 to %d)", B, (int)MAX_UNROLL);
+  int *axis = ARENA_ARRAY(a, int, n_scan_in + 1);
+  for (int j = 0; j < n_scan_in; j++) axis[j] = 0; /* the sequence axis, once the batch's is gone */
+  Val **vals = ARENA_ARRAY(a, Val *, n->n_in + 1), ***per = ARENA_ARRAY(a, Val **, n->n_out + 1);
+  for (int o = 0; o < n->n_out; o++) per[o] = ARENA_ARRAY(a, Val *, B + 1);
+  Val ***ys = ARENA_ARRAY(a, Val **, n_scan_out + 1);
+  for (int64_t b = 0; b < B; b++) {
+    for (int i = 1; i < n->n_in; i++) {
+      Val *sl = ox_slice_axis(im, in[i], 0, b, b + 1, 1);
+      if (!sl) return false;
+      vals[i - 1] = ox_reshape(im, sl, sl->type.rank - 1, sl->type.dims + 1);
+    }
+    int64_t T;
+    if (!scan_unrolled(im, body, n_state, (int)n_scan_in, vals, axis, nd >= 0 ? dirs : NULL, n_scan_out, NULL, ys, &T))
+      return false;
+    for (int i = 0; i < n_state; i++) per[i][b] = vals[i];
+    for (int k = 0; k < n_scan_out; k++)
+      if (!(per[n_state + k][b] = stack(im, (int)T, ys[k], 0))) return false;
+  }
+  for (int o = 0; o < n->n_out; o++)
+    if (!(n->out[o] = stack(im, (int)B, per[o], 0))) return false;
+  return true;
+}
+
+/* Scan (opset 9 on): unrolled over the scan axis, whose length is static;
+ * opset 8's batched form per batch element. */
 bool ox_op_scan(Imp *im, ONode *n) {
   const Onnx__GraphProto *body = graph_attr(im, "body");
   int64_t n_scan_in;
+  if (!body || !ox_attr_int(im, "num_scan_inputs", -1, &n_scan_in)) return false;
+  if (im->opset < 9) return scan_batched(im, n, body, n_scan_in);
   int nia, nid, noa, nod;
   const int64_t *in_axes, *in_dirs, *out_axes, *out_dirs;
-  if (!body || !ox_attr_int(im, "num_scan_inputs", -1, &n_scan_in) ||
-      !ox_attr_ints(im, "scan_input_axes", &nia, &in_axes) || !ox_attr_ints(im, "scan_input_directions", &nid, &in_dirs) ||
+  if (!ox_attr_ints(im, "scan_input_axes", &nia, &in_axes) || !ox_attr_ints(im, "scan_input_directions", &nid, &in_dirs) ||
       !ox_attr_ints(im, "scan_output_axes", &noa, &out_axes) ||
       !ox_attr_ints(im, "scan_output_directions", &nod, &out_dirs))
     return false;
-  if (im->opset < 9) return ox_bad(im, "Scan before opset 9 (with a batch axis) is not supported");
   int n_state = n->n_in - (int)n_scan_in, n_scan_out = n->n_out - n_state;
   if (n_scan_in < 1 || n_state < 0 || n_scan_out < 0 || (int)body->n_output != n->n_out)
     return ox_bad(im, "num_scan_inputs %" PRId64 " does not fit %d inputs and a body of %zu outputs", n_scan_in,
@@ -317,42 +416,19 @@ bool ox_op_scan(Imp *im, ONode *n) {
       (nod >= 0 && nod != n_scan_out))
     return ox_bad(im, "the scan axes and directions need one entry per scan input and output");
   Arena *a = &im->c->arena;
-  Val **vals = ARENA_ARRAY(a, Val *, n->n_in + 1), **outs = ARENA_ARRAY(a, Val *, n->n_out + 1);
-  Val **xs = ARENA_ARRAY(a, Val *, n_scan_in + 1);
+  Val **vals = ARENA_ARRAY(a, Val *, n->n_in + 1);
   int *axis = ARENA_ARRAY(a, int, n_scan_in + 1);
-  int64_t T = -1;
   for (int i = 0; i < n->n_in; i++)
     if (!(vals[i] = ox_in_req(im, n, i))) return false;
-  for (int j = 0; j < n_scan_in; j++) {
-    xs[j] = vals[n_state + j];
-    if (!ox_norm_axis(im, nia >= 0 ? in_axes[j] : 0, xs[j]->type.rank, &axis[j])) return false;
-    int64_t len = xs[j]->type.dims[axis[j]];
-    if (T >= 0 && len != T) return ox_bad(im, "the scan inputs have lengths %" PRId64 " and %" PRId64, T, len);
-    T = len;
-  }
-  if (T > MAX_UNROLL) return ox_bad(im, "the scan runs %" PRId64 " steps, more than dlcc unrolls (%d)", T, (int)MAX_UNROLL);
+  for (int j = 0; j < n_scan_in; j++)
+    if (!ox_norm_axis(im, nia >= 0 ? in_axes[j] : 0, vals[n_state + j]->type.rank, &axis[j])) return false;
   Val ***ys = ARENA_ARRAY(a, Val **, n_scan_out + 1);
-  for (int k = 0; k < n_scan_out; k++) ys[k] = ARENA_ARRAY(a, Val *, T + 1);
-  for (int64_t t = 0; t < T; t++) {
-    for (int j = 0; j < n_scan_in; j++) {
-      int64_t at = nid >= 0 && in_dirs[j] ? T - 1 - t : t, d[DL_MAX_RANK];
-      Val *s = ox_slice_axis(im, xs[j], axis[j], at, at + 1, 1);
-      if (!s) return false;
-      for (int i = 0, m = 0; i < s->type.rank; i++)
-        if (i != axis[j]) d[m++] = s->type.dims[i];
-      vals[n_state + j] = ox_reshape(im, s, s->type.rank - 1, d);
-    }
-    if (!ox_import_subgraph(im, body, "the body", n->n_in, vals, outs)) return false;
-    for (int i = 0; i < n_state; i++) vals[i] = outs[i];
-    for (int k = 0; k < n_scan_out; k++) {
-      if (outs[n_state + k]->kind != VK_TENSOR)
-        return ox_bad(im, "scan output %d is %s: only tensors are stacked", k + 1, ox_kind_name(outs[n_state + k]));
-      ys[k][nod >= 0 && out_dirs[k] ? T - 1 - t : t] = outs[n_state + k];
-    }
-  }
+  int64_t T;
+  if (!scan_unrolled(im, body, n_state, (int)n_scan_in, vals, axis, nid >= 0 ? in_dirs : NULL, n_scan_out,
+                     nod >= 0 ? out_dirs : NULL, ys, &T))
+    return false;
   for (int i = 0; i < n_state; i++) n->out[i] = vals[i];
   for (int k = 0; k < n_scan_out; k++) {
-    if (T == 0) return ox_bad(im, "a scan of no steps is not supported");
     int r = ys[k][0]->type.rank + 1, ax;
     if (!ox_norm_axis(im, noa >= 0 ? out_axes[k] : 0, r, &ax) || !(n->out[n_state + k] = stack(im, (int)T, ys[k], ax)))
       return false;

@@ -680,6 +680,37 @@ START_TEST(test_deform_conv) {
 }
 END_TEST
 
+/* Scan of opset 8: a batch axis first, the body per batch element
+ * (state s += x_t, scanned out): rows [1 2 3] and [4 5 6] from 0 give
+ * 1 3 6 and 4 9 15; sequence_lens shorter than the sequence refused. */
+START_TEST(test_scan8) {
+  for (int lens = 0; lens < 2; lens++) {
+    Model *b = model_new(8);
+    add_init_f32(b, "s0", 2, (const int64_t[]){2, 1}, 2, (const float[]){0, 0});
+    add_input(b, "x", 3, (const int64_t[]){2, 3, 1});
+    if (lens) add_init_i64(b, "lens", 2, (const int64_t[]){3, 2});
+    Model *body = subgraph("s,xt", "s2,o");
+    body->ins[0] = value_info("s", ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT, 1, (const int64_t[]){1}, NULL);
+    body->ins[1] = value_info("xt", ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT, 1, (const int64_t[]){1}, NULL);
+    add_node(body, "Add", "s,xt", "s2");
+    add_node(body, "Identity", "s2", "o");
+    Onnx__NodeProto *n = add_node(b, "Scan", lens ? "lens,s0,x" : ",s0,x", "fin,ys");
+    attr_i(n, "num_scan_inputs", 1);
+    attr(n, "body", ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__GRAPH)->g = &body->g;
+    add_output(b, "ys");
+    add_output(b, "fin");
+    if (lens) {
+      expect_error(import(b), "(Scan): sequence_lens[1] is 2: only whole sequences (3) are supported");
+      continue;
+    }
+    Graph *g = must_import(b);
+    Tensor y = run1(g, "x", 3, (const int64_t[]){2, 3, 1}, (const float[]){1, 2, 3, 4, 5, 6});
+    expect_values(&y, 6, (const double[]){1, 3, 6, 4, 9, 15}, "ys");
+    diag_clear(&ctx);
+  }
+}
+END_TEST
+
 /* Loop of 3 steps: v += x, the scan output the v each step starts with.
  * Scan backwards over the rows of [3, 3]: s += row, each s kept. */
 START_TEST(test_loop_scan_unrolled) {
@@ -1508,6 +1539,7 @@ static Suite *onnx_suite(void) {
   tcase_add_test(tc, test_det);
   tcase_add_test(tc, test_flex_attention);
   tcase_add_test(tc, test_deform_conv);
+  tcase_add_test(tc, test_scan8);
   tcase_add_test(tc, test_unsupported_op_attr_dtype);
   tcase_add_test(tc, test_runtime_shape_refused);
   tcase_add_test(tc, test_sequence_ops_refused);

@@ -5,8 +5,8 @@ GridSample nodes with onnx.helper (random weights as
 initializers), runs each with onnxruntime and with `dlcc run` (reference
 interpreter and emu), and compares the outputs (rtol 1e-4, atol 1e-4 of the
 output's largest magnitude).  An MLP and a CNN in onnxruntime's dynamic
-int8 format (quantize_dynamic), a volume's GridSample, RoiAlign and
-DeformConv are compared the same way.  The int8 QDQ form of the CNN (onnxruntime's
+int8 format (quantize_dynamic), a volume's GridSample, RoiAlign,
+DeformConv and opset 8's batched Scan are compared the same way.  The int8 QDQ form of the CNN (onnxruntime's
 quantize_static where it imports, else the same format made here) must
 agree within one quantization step of its output.  Exits 77 when onnx,
 onnxruntime or numpy is missing.
@@ -601,6 +601,29 @@ def dynamic_by_hand(m, wtype=np.int8):
     return q
 
 
+def scan8():
+    """Scan of opset 8 (a batch axis first, the body per batch element):
+    a state and two scan inputs, the second read backwards, as
+    onnxruntime runs it."""
+    body = helper.make_graph(
+        [helper.make_node("Mul", ["a", "c"], ["ac"]), helper.make_node("Add", ["s", "ac"], ["s2"]),
+         helper.make_node("Sub", ["s2", "c"], ["o"])],
+        "body", [helper.make_tensor_value_info(n, TensorProto.FLOAT, [2]) for n in ("s", "a", "c")],
+        [helper.make_tensor_value_info("s2", TensorProto.FLOAT, [2]), helper.make_tensor_value_info("o", TensorProto.FLOAT, [2])])
+    node = helper.make_node("Scan", ["", "init", "x", "y"], ["fin", "out"], num_scan_inputs=2, directions=[0, 1],
+                            body=body)
+    g = helper.make_graph([node], "scan8", [helper.make_tensor_value_info("init", TensorProto.FLOAT, [2, 2]),
+                                            helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4, 2]),
+                                            helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4, 2])],
+                          [helper.make_tensor_value_info("fin", TensorProto.FLOAT, [2, 2]),
+                           helper.make_tensor_value_info("out", TensorProto.FLOAT, [2, 4, 2])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 8)])
+    m.ir_version = 3
+    feeds = {k: rng.standard_normal(shape).astype(np.float32)
+             for k, shape in (("init", (2, 2)), ("x", (2, 4, 2)), ("y", (2, 4, 2)))}
+    return m, feeds, []
+
+
 def grid_sample3d():
     """GridSample of a volume (opset 20): trilinear with reflection, and
     nearest with border padding and align_corners, at points reaching
@@ -669,7 +692,7 @@ def main():
     os.makedirs(tmp, exist_ok=True)
     failures = 0
     for build in (resnet, recurrent, unrolled, encoder, resnet_qdq, mlp_dynamic, cnn_dynamic, video3d, resize,
-                  grid_sample3d, roi_align, deform_conv, ts_encoder, attention23, control, runtime_operands):
+                  grid_sample3d, roi_align, deform_conv, scan8, ts_encoder, attention23, control, runtime_operands):
         if build is attention23 and onnx.defs.onnx_opset_version() < 23:
             print(f"skip attention23: onnx {onnx.__version__} has no opset 23")
             continue
