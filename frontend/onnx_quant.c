@@ -576,58 +576,46 @@ static Val *runtime_param(Imp *im, Val *v, const TensorType *x, int64_t axis_att
   return ox_reshape(im, v, x->rank, dims);
 }
 
-static bool quantize_blocked(Imp *im, ONode *n, Val *x, Val *s, Val *z, int64_t axis_attr, int64_t block,
-                             int64_t out_dt) {
+/* v (a scale or zero point) shaped to broadcast against x: blocked
+ * along axis_attr (block > 0), else computed at run time (one value, or
+ * one per slice along the axis); NULL for no v or after reporting. */
+static Val *param_shaped(Imp *im, Val *v, const TensorType *x, int64_t axis_attr, int64_t block, const char *what) {
+  if (!v) return NULL;
+  if (!block) return runtime_param(im, v, x, axis_attr, what);
   int axis;
+  return ox_norm_axis(im, axis_attr, x->rank, &axis) ? blocked(im, v, x, axis, block) : NULL;
+}
+
+/* QuantizeLinear as elementwise ops: blocked (block > 0), or with a
+ * scale or zero point computed at run time. */
+static bool quantize_by_ops(Imp *im, ONode *n, Val *x, Val *s, Val *z, int64_t axis_attr, int64_t block,
+                            int64_t out_dt) {
   DType to = z ? z->type.dtype : TY_U8;
   if (!z && out_dt && !ox_dtype_from_onnx((int32_t)out_dt, &to))
     return ox_bad(im, "output_dtype %s is not supported", ox_onnx_type_name((int32_t)out_dt));
   double lo, hi;
   if (x->held || (z && z->held) || !code_range(to, &lo, &hi))
-    return ox_bad(im, "blocked quantization to %s is not supported (INT8, UINT8, INT16, UINT16)",
-                  ir_dtype_name(to));
-  if (!ox_norm_axis(im, axis_attr, x->type.rank, &axis) || !ox_need_float_in(im, x)) return false;
-  Val *sb = blocked(im, s, &x->type, axis, block), *zb = z ? blocked(im, z, &x->type, axis, block) : NULL;
+    return ox_bad(im, "%s to %s is not supported (INT8, UINT8, INT16, UINT16)",
+                  block ? "blocked quantization" : "quantization by a scale computed at run time",
+                  z && z->held ? ox_onnx_type_name(z->held) : ir_dtype_name(to));
+  if (!ox_need_float_in(im, x) || (!block && !ox_need_float_in(im, s))) return false;
+  Val *sb = param_shaped(im, s, &x->type, axis_attr, block, "y's scale");
+  Val *zb = param_shaped(im, z, &x->type, axis_attr, block, "y's zero point");
   return sb && (!z || zb) && (n->out[0] = quantize_elementwise(im, x, sb, zb, to));
 }
 
-/* QuantizeLinear or DequantizeLinear whose scale or zero point is
- * computed at run time: elementwise, as the blocked form. */
-static bool quantize_runtime(Imp *im, ONode *n, Val *x, Val *s, Val *z, int64_t axis, int64_t out_dt) {
-  DType to = z ? z->type.dtype : TY_U8;
-  if (!z && out_dt && !ox_dtype_from_onnx((int32_t)out_dt, &to))
-    return ox_bad(im, "output_dtype %s is not supported", ox_onnx_type_name((int32_t)out_dt));
-  if (x->held || (z && z->held) || !ox_need_float_in(im, x) || !ox_need_float_in(im, s)) {
-    if (x->held || (z && z->held)) ox_bad(im, "a scale computed at run time for %s is not supported",
-                                          ox_onnx_type_name(z && z->held ? z->held : x->held));
-    return false;
-  }
-  Val *sb = runtime_param(im, s, &x->type, axis, "y's scale"), *zb = z ? runtime_param(im, z, &x->type, axis, "y's zero point") : NULL;
-  return sb && (!z || zb) && (n->out[0] = quantize_elementwise(im, x, sb, zb, to));
-}
-
-static bool dequantize_runtime(Imp *im, ONode *n, Val *x, Val *s, Val *z, int64_t axis) {
+/* DequantizeLinear the same way. */
+static bool dequantize_by_ops(Imp *im, ONode *n, Val *x, Val *s, Val *z, int64_t axis_attr, int64_t block) {
   double lo, hi;
   if (x->held || !code_range(x->type.dtype, &lo, &hi))
-    return ox_bad(im, "dequantizing %s with a scale computed at run time is not supported (INT8, UINT8, INT16, "
-                  "UINT16)", x->held ? ox_onnx_type_name(x->held) : ir_dtype_name(x->type.dtype));
-  if (z && z->type.dtype != x->type.dtype)
-    return ox_bad(im, "x_zero_point is %s but x is %s", ir_dtype_name(z->type.dtype), ir_dtype_name(x->type.dtype));
-  if (!ox_need_float_in(im, s)) return false;
-  Val *sb = runtime_param(im, s, &x->type, axis, "x's scale"), *zb = z ? runtime_param(im, z, &x->type, axis, "x's zero point") : NULL;
-  return sb && (!z || zb) && (n->out[0] = dequantize_elementwise(im, x, sb, zb));
-}
-
-static bool dequantize_blocked(Imp *im, ONode *n, Val *x, Val *s, Val *z, int64_t axis_attr, int64_t block) {
-  int axis;
-  double lo, hi;
-  if (x->held || !code_range(x->type.dtype, &lo, &hi))
-    return ox_bad(im, "blocked quantization of %s is not supported (INT8, UINT8, INT16, UINT16)",
+    return ox_bad(im, "%s of %s is not supported (INT8, UINT8, INT16, UINT16)",
+                  block ? "blocked quantization" : "dequantization by a scale computed at run time",
                   x->held ? ox_onnx_type_name(x->held) : ir_dtype_name(x->type.dtype));
   if (z && z->type.dtype != x->type.dtype)
     return ox_bad(im, "x_zero_point is %s but x is %s", ir_dtype_name(z->type.dtype), ir_dtype_name(x->type.dtype));
-  if (!ox_norm_axis(im, axis_attr, x->type.rank, &axis) || !ox_need_float_in(im, s)) return false;
-  Val *sb = blocked(im, s, &x->type, axis, block), *zb = z ? blocked(im, z, &x->type, axis, block) : NULL;
+  if (!ox_need_float_in(im, s)) return false;
+  Val *sb = param_shaped(im, s, &x->type, axis_attr, block, "x's scale");
+  Val *zb = param_shaped(im, z, &x->type, axis_attr, block, "x's zero point");
   return sb && (!z || zb) && (n->out[0] = dequantize_elementwise(im, x, sb, zb));
 }
 
@@ -640,8 +628,7 @@ bool ox_op_quantize_linear(Imp *im, ONode *n) {
       !ox_attr_int(im, "block_size", 0, &block) || !ox_attr_int(im, "output_dtype", 0, &out_dt))
     return false;
   if (block < 0) return ox_bad(im, "block_size %" PRId64 " is negative", block);
-  if (block) return quantize_blocked(im, n, x, s, z, axis, block, out_dt);
-  if (!known(s) || !known(z)) return quantize_runtime(im, n, x, s, z, axis, out_dt);
+  if (block || !known(s) || !known(z)) return quantize_by_ops(im, n, x, s, z, axis, block, out_dt);
   DType held_dt;
   int32_t held = z ? z->held : out_dt && ox_held_format((int32_t)out_dt, &held_dt) ? (int32_t)out_dt : 0;
   if (held) return (n->out[0] = quantize_held(im, x, s, z, axis, held, sat != 0));
@@ -711,8 +698,7 @@ bool ox_op_dequantize_linear(Imp *im, ONode *n) {
   if (!x || !s || !ox_attr_int(im, "axis", 1, &axis) || !ox_attr_int(im, "block_size", 0, &block))
     return false;
   if (block < 0) return ox_bad(im, "block_size %" PRId64 " is negative", block);
-  if (block) return dequantize_blocked(im, n, x, s, z, axis, block);
-  if (!known(s) || !known(z)) return dequantize_runtime(im, n, x, s, z, axis);
+  if (block || !known(s) || !known(z)) return dequantize_by_ops(im, n, x, s, z, axis, block);
   DType qt = x->type.dtype, zdt;
   Val *y = NULL;
   if (x->held) {
