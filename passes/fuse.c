@@ -542,6 +542,23 @@ static int map_size(const Fuser *f, const Node *root, int *const *members, const
   return count[gid];
 }
 
+/* The i-th of the size_of members of the group rooted at r (r alone:
+ * one, itself). */
+static const Node *member(const Fuser *f, const Node *r, int *const *members, int i) {
+  return r->group < 0 ? r : f->node_of[members[r->group][i]];
+}
+
+static int size_of(const Node *r, const int *count) { return r->group < 0 ? 1 : count[r->group]; }
+
+/* The side outputs the group rooted at r has already: members used
+ * outside it, the root aside. */
+static int sides_of(const Fuser *f, const Node *r, int *const *members, const int *count) {
+  int sides = 0;
+  for (int k = 0; k < size_of(r, count) - 1; k++)
+    sides += !uses_inside(f, member(f, r, members, k), r->group);
+  return sides;
+}
+
 /* B (rooted at rb) may be computed in A's kernel (rooted at ra, later):
  * its root is elementwise of ra's shape, and each of its values read
  * outside B is read after ra, or inside A by its kernel.  Counts B's
@@ -551,10 +568,9 @@ static bool may_join(const Fuser *f, const Node *rb, const Node *ra, int *const 
   if (ir_ops[rb->op].cls != K_ELEMWISE || !same_layout(&rb->out[0].type, &ra->out[0].type) ||
       f->weight_only[rb->id] || f->weight_only[ra->id] || rb->guard != ra->guard)
     return false;
-  int n = rb->group < 0 ? 1 : count[rb->group];
   *sides = 0;
-  for (int i = 0; i < n; i++) {
-    const Node *m = rb->group < 0 ? rb : f->node_of[members[rb->group][i]];
+  for (int i = 0; i < size_of(rb, count); i++) {
+    const Node *m = member(f, rb, members, i);
     const Value *val = &m->out[0];
     bool outside = f->is_output[val->id];
     for (int u = f->use_start[val->id]; u < f->use_start[val->id + 1]; u++) {
@@ -601,9 +617,8 @@ static bool live_at(const Fuser *f, const Value *v, int at) {
 static bool may_join_reduction(const Fuser *f, const Node *rb, const Node *ra, int *const *members,
                                const int *count) {
   if (!ir_reduce_siblings(rb, ra) || rb->guard != ra->guard) return false;
-  int n = rb->group < 0 ? 1 : count[rb->group];
-  for (int i = 0; i < n; i++) {
-    const Node *m = rb->group < 0 ? rb : f->node_of[members[rb->group][i]];
+  for (int i = 0; i < size_of(rb, count); i++) {
+    const Node *m = member(f, rb, members, i);
     const Value *val = &m->out[0];
     if (m != rb && f->is_output[val->id]) return false;
     for (int u = f->use_start[val->id]; u < f->use_start[val->id + 1]; u++) {
@@ -648,13 +663,6 @@ static int merge_groups(Fuser *f, Node *ra, Node *rb, int bsize, int **members, 
 static Node *root_of(const Fuser *f, const Node *m, int *const *members, const int *count) {
   return m->group < 0 ? f->node_of[m->id] : f->node_of[members[m->group][count[m->group] - 1]];
 }
-
-/* The i-th of the n members of the group rooted at r (r alone: n = 1). */
-static const Node *member(const Fuser *f, const Node *r, int *const *members, int i) {
-  return r->group < 0 ? r : f->node_of[members[r->group][i]];
-}
-
-static int size_of(const Node *r, const int *count) { return r->group < 0 ? 1 : count[r->group]; }
 
 /* A map over a reduction's rows (rooted at ra) that reads the results of
  * the reductions of one group (rooted at the reduction rb, earlier: rb
@@ -733,10 +741,7 @@ static int join_rows_maps(Fuser *f, int **members, int *count, int provisional, 
     int bsize = rb ? reduce_size(f, rb, members, count, &reductions) : 0;
     if (!bsize || size + bsize > MAX_MEMBERS || !may_take_reductions(f, rb, ra, members, count, &stored))
       continue;
-    int sides = 0;
-    for (int k = 0; ra->group >= 0 && k < count[ra->group] - 1; k++)
-      if (!uses_inside(f, f->node_of[members[ra->group][k]], ra->group)) sides++;
-    if (sides + stored > MAX_SIDE) continue;
+    if (sides_of(f, ra, members, count) + stored > MAX_SIDE) continue;
     provisional = merge_groups(f, ra, rb, bsize, members, count, provisional, n_fused);
   }
   return provisional;
@@ -776,14 +781,7 @@ static int join_maps(Fuser *f, int provisional, int *n_fused) {
     int reductions = 0, size = map_size(f, ra, members, count), sides = ra->group < 0 ? 0 : MAX_SIDE;
     bool reduce = size == 0;
     if (reduce) size = reduce_size(f, ra, members, count, &reductions);
-    if (ra->group >= 0 && !reduce) {
-      /* The side outputs A has already. */
-      sides = 0;
-      for (int k = 0; k < count[ra->group] - 1; k++) {
-        const Node *m = f->node_of[members[ra->group][k]];
-        if (!uses_inside(f, m, ra->group)) sides++;
-      }
-    }
+    if (ra->group >= 0 && !reduce) sides = sides_of(f, ra, members, count);
     for (int j = i - 1; j >= 0 && j >= i - WINDOW; j--) {
       Node *rb = roots[j];
       int bs = 0, bred = 0;
