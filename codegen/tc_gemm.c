@@ -234,8 +234,6 @@ static KExpr *chunk_k(Gen *G, KExpr *kt, KExpr *chunk) {
   return cg_kadd(k, cg_kmul(k, kt, ki(k, G->bk)), cg_kmul(k, chunk, ki(k, G->epc)));
 }
 
-/* cp.async of side s's chunks of K tile kt into stage st; a chunk past
- * an edge is 16 zero bytes. */
 /* Slot l's chunk of K tile kt in gbuf: its index, and in *ok whether it
  * exists (NULL: always), lets into at. */
 static KExpr *chunk_src(Gen *G, KBlock *at, const Side *S, int l, KExpr *kt, KExpr **ok) {
@@ -247,6 +245,8 @@ static KExpr *chunk_src(Gen *G, KBlock *at, const Side *S, int l, KExpr *kt, KEx
   return idx;
 }
 
+/* cp.async of side s's chunks of K tile kt into stage st; a chunk past
+ * an edge is 16 zero bytes. */
 static void issue_async(Gen *G, KBlock *blk, int s, KExpr *kt, KExpr *st) {
   Kernel *k = G->k;
   Side *S = &G->side[s];
