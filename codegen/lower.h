@@ -195,7 +195,7 @@ bool lower_matmul(CgBuild *b, const Node *n);
 bool lower_linear(CgBuild *b, const Node *n);
 /* lower_rnn.c */
 bool lower_rnn(CgBuild *b, const Node *n);
-bool lower_lstm_bptt(CgBuild *b, const Node *n);
+bool lower_bptt(CgBuild *b, const Node *n);
 /* lower_window.c */
 bool lower_conv(CgBuild *b, const Node *n);
 bool lower_conv_transpose(CgBuild *b, const Node *n);

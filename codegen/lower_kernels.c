@@ -253,7 +253,8 @@ bool cg_lower_node(CgBuild *b, const Node *n) {
     case OP_CHECK: return lower_check(b, n);
     case OP_LSTM:
     case OP_GRU: return lower_rnn(b, n);
-    case OP_LSTM_BPTT: return lower_lstm_bptt(b, n);
+    case OP_LSTM_BPTT:
+    case OP_GRU_BPTT: return lower_bptt(b, n);
     case OP_CONV_WEIGHT_GRAD:
     case OP_MAXPOOL_GRAD:
     case OP_AVGPOOL_GRAD:

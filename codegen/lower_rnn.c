@@ -74,7 +74,7 @@ typedef struct RnnDot {
   KBuf *h, *w;
   int64_t gstride;
   KVar *u;
-  /* lstm_bptt's sums (dh = dp W_hh) read W_hh transposed, at (g *
+  /* the backward walks' sums (dh = dp W_hh) read W_hh transposed, at (g *
    * gstride + e) * H + u, and a vector per gate: row bn[q] of h starts
    * at bn[q] * hrow, gate g's part g * hgate further.  0: the forward's
    * h (hrow H, one vector for every gate). */
@@ -448,16 +448,18 @@ bool lower_rnn(CgBuild *b, const Node *n) {
   return true;
 }
 
-/* ---- lstm_bptt: the backward walk of one layer and direction ---- */
+/* ---- lstm_bptt and gru_bptt: the backward walk of one layer and direction ---- */
 
-/* What every lstm_bptt kernel binds: the op's operands (px, ph, w_hh,
- * dy, dh_n, dc_n, read through load_f32), c of every step [T, N, H]
- * and the running dc [N, H] (scratch), dp (the result). */
+/* What every walk kernel binds: the op's operands (px, ph, w_hh, dy,
+ * dh_n, then dc_n or hprev, read through load_f32), the lstm's c of
+ * every step [T, N, H] (scratch), the carried term [N, H] (scratch: the
+ * lstm's dc, the gru's dh z, the path from h_t to h_{t-1} that skips
+ * W_hh), and the results (dp, or dpx and dph). */
 typedef struct Bptt {
   const Node *n;
   Rnn r; /* one direction, time first */
   bool rev;
-  RtRef c, dc;
+  RtRef c, carry;
 } Bptt;
 
 static KExpr *bp_load(CgBuild *b, Kernel *k, const Bptt *bp, int i, const char *name, KExpr *at) {
@@ -477,9 +479,10 @@ static KExpr *bp_at(Kernel *k, const Bptt *bp, KVar *t, KVar *bi, int64_t width,
   return cg_kadd(k, cg_kmul(k, row, cg_kint(k, width)), cg_kv(k, j));
 }
 
-/* c of (row bi, unit j) at every step, scanned from p in the forward's
- * order, and dc set to dc_n: one thread per (bi, j), which alone reads
- * them back (the persistent kernel needs no barrier for them). */
+/* The lstm's c of (row bi, unit j) at every step, scanned from p in the
+ * forward's order, and dc set to dc_n: one thread per (bi, j), which
+ * alone reads them back (the persistent kernel needs no barrier for
+ * them). */
 static void bptt_scan(CgBuild *b, Kernel *k, KBlock *in, const Bptt *bp, KBuf *cb, KBuf *dcb, KVar *bi, KVar *j) {
   int64_t T = bp->r.T, H = bp->r.H;
   KVar *at = cg_klet(k, in, "at", KT_INDEX, cg_kadd(k, cg_kmul(k, cg_kv(k, bi), cg_kint(k, H)), cg_kv(k, j)));
@@ -496,11 +499,29 @@ static void bptt_scan(CgBuild *b, Kernel *k, KBlock *in, const Bptt *bp, KBuf *c
   cg_kstore(k, ls, cb, bp_at(k, bp, t, bi, H, j), cg_kv(k, cs));
 }
 
+/* The kernel's view of the walk's buffers. */
+typedef struct BpBufs {
+  KBuf *c, *carry, *dp, *dph; /* c: the lstm's; dph: the gru's (dp is then dpx) */
+} BpBufs;
+
+static BpBufs bp_bufs(CgBuild *b, Kernel *k, const Bptt *bp) {
+  int64_t T = bp->r.T, N = bp->r.N, H = bp->r.H;
+  BpBufs bb = {.carry = cg_kglobal(k, bp->r.lstm ? "dc" : "dhz", TY_F32, N * H, bp->carry),
+               .dp = global_of(b, k, &bp->n->out[0], bp->r.lstm ? "dp" : "dpx")};
+  if (bp->r.lstm) bb.c = cg_kglobal(k, "c", TY_F32, T * N * H, bp->c);
+  else bb.dph = global_of(b, k, &bp->n->out[1], "dph");
+  return bb;
+}
+
+#define V(x) cg_kv(k, x)
+#define MUL(a, c) cg_kop2(k, OP_MUL, a, c)
+#define ONE_MINUS(x) cg_kop2(k, OP_SUB, cg_kimm(k, 1, TY_F32), x)
+
 /* Step i of the walk (timestep t) for row bi and unit j, as ir/eval's:
  * dh = dy[t] + (dh_n at the first step, else rec = dp[t'] W_hh), the
  * gates' gradients into dp[t], dc carried on. */
-static void bptt_cell(CgBuild *b, Kernel *k, KBlock *in, const Bptt *bp, KBuf *cb, KBuf *dcb, KBuf *dp, KVar *i,
-                      KVar *t, KVar *bi, KVar *j, KExpr *rec) {
+static void lstm_cell(CgBuild *b, Kernel *k, KBlock *in, const Bptt *bp, const BpBufs *bb, KVar *i, KVar *t, KVar *bi,
+                      KVar *j, KExpr *rec) {
   int64_t T = bp->r.T, H = bp->r.H;
   KVar *at = cg_klet(k, in, "at", KT_INDEX, cg_kadd(k, cg_kmul(k, cg_kv(k, bi), cg_kint(k, H)), cg_kv(k, j)));
   KVar *pr = cg_klet(k, in, "pr", KT_INDEX, bp_at(k, bp, t, bi, 4 * H, j));
@@ -508,38 +529,69 @@ static void bptt_cell(CgBuild *b, Kernel *k, KBlock *in, const Bptt *bp, KBuf *c
   for (int g = 0; g < 4; g++) {
     gate[g] = cg_klet(k, in, "gt", TY_F32, cg_kop1(k, g == 2 ? OP_TANH : OP_SIGMOID, bp_gate(b, k, bp, pr, g * H)));
   }
-  KVar *ct = cg_klet(k, in, "ct", TY_F32, cg_kop1(k, OP_TANH, cg_kload(k, cb, bp_at(k, bp, t, bi, H, j))));
+  KVar *ct = cg_klet(k, in, "ct", TY_F32, cg_kop1(k, OP_TANH, cg_kload(k, bb->c, bp_at(k, bp, t, bi, H, j))));
   /* c_{t-1}: the step before in the forward's order, 0 at its first */
   KExpr *tp = bp->rev ? cg_kidx(k, KI_MIN, cg_kadd(k, cg_kv(k, t), cg_kint(k, 1)), cg_kint(k, T - 1))
                       : cg_kidx(k, KI_MAX, cg_kidx(k, KI_SUB, cg_kv(k, t), cg_kint(k, 1)), cg_kint(k, 0));
   KVar *tpv = cg_klet(k, in, "tp", KT_INDEX, tp);
   KExpr *first_fwd = cg_kcmp(k, KC_EQ, cg_kv(k, i), cg_kint(k, T - 1));
   KVar *cp = cg_klet(k, in, "cp", TY_F32,
-                     cg_ksel(k, first_fwd, cg_kimm(k, 0, TY_F32), cg_kload(k, cb, bp_at(k, bp, tpv, bi, H, j))));
+                     cg_ksel(k, first_fwd, cg_kimm(k, 0, TY_F32), cg_kload(k, bb->c, bp_at(k, bp, tpv, bi, H, j))));
   KExpr *carried = cg_ksel(k, cg_kcmp(k, KC_EQ, cg_kv(k, i), cg_kint(k, 0)), bp_load(b, k, bp, 4, "dh_n", cg_kv(k, at)), rec);
   KVar *dh = cg_klet(k, in, "dh", TY_F32, cg_kop2(k, OP_ADD, bp_load(b, k, bp, 3, "dy", bp_at(k, bp, t, bi, H, j)), carried));
-#define V(x) cg_kv(k, x)
-#define MUL(a, c) cg_kop2(k, OP_MUL, a, c)
-#define ONE_MINUS(x) cg_kop2(k, OP_SUB, cg_kimm(k, 1, TY_F32), x)
   KExpr *dtanh = ONE_MINUS(MUL(V(ct), V(ct)));
-  KVar *d = cg_klet(k, in, "d", TY_F32, cg_kop2(k, OP_ADD, cg_kload(k, dcb, V(at)), MUL(MUL(V(dh), V(gate[3])), dtanh)));
+  KVar *d = cg_klet(k, in, "d", TY_F32, cg_kop2(k, OP_ADD, cg_kload(k, bb->carry, V(at)), MUL(MUL(V(dh), V(gate[3])), dtanh)));
   KExpr *dsig[4] = {MUL(V(gate[0]), ONE_MINUS(V(gate[0]))), MUL(V(gate[1]), ONE_MINUS(V(gate[1]))),
                     ONE_MINUS(MUL(V(gate[2]), V(gate[2]))), MUL(V(gate[3]), ONE_MINUS(V(gate[3])))};
   KExpr *dg[4] = {MUL(MUL(V(d), V(gate[2])), dsig[0]), MUL(MUL(V(d), V(cp)), dsig[1]),
                   MUL(MUL(V(d), V(gate[0])), dsig[2]), MUL(MUL(V(dh), V(ct)), dsig[3])};
-  for (int g = 0; g < 4; g++) cg_kstore(k, in, dp, cg_kadd(k, V(pr), cg_kint(k, g * H)), dg[g]);
-  cg_kstore(k, in, dcb, V(at), MUL(V(d), V(gate[1])));
+  for (int g = 0; g < 4; g++) cg_kstore(k, in, bb->dp, cg_kadd(k, V(pr), cg_kint(k, g * H)), dg[g]);
+  cg_kstore(k, in, bb->carry, V(at), MUL(V(d), V(gate[1])));
+}
+
+/* The gru's step, as ir/eval's: dh = dy[t] + (dh_n at the first step,
+ * else dh_{t'} z_{t'} + rec = dph[t'] W_hh); r, z and n recomputed from
+ * px and ph; dpx and dph differ in n's part, where ph was multiplied
+ * by r. */
+static void gru_cell(CgBuild *b, Kernel *k, KBlock *in, const Bptt *bp, const BpBufs *bb, KVar *i, KVar *t, KVar *bi,
+                     KVar *j, KExpr *rec) {
+  int64_t H = bp->r.H;
+  KVar *at = cg_klet(k, in, "at", KT_INDEX, cg_kadd(k, cg_kmul(k, cg_kv(k, bi), cg_kint(k, H)), cg_kv(k, j)));
+  KVar *pr = cg_klet(k, in, "pr", KT_INDEX, bp_at(k, bp, t, bi, 3 * H, j));
+  KVar *hr = cg_klet(k, in, "hr", KT_INDEX, bp_at(k, bp, t, bi, H, j));
+  KVar *rg = cg_klet(k, in, "rg", TY_F32, cg_kop1(k, OP_SIGMOID, bp_gate(b, k, bp, pr, 0)));
+  KVar *zg = cg_klet(k, in, "zg", TY_F32, cg_kop1(k, OP_SIGMOID, bp_gate(b, k, bp, pr, H)));
+  KVar *hn = cg_klet(k, in, "hn", TY_F32, bp_load(b, k, bp, 1, "ph", cg_kadd(k, V(pr), cg_kint(k, 2 * H))));
+  KExpr *xn = bp_load(b, k, bp, 0, "px", cg_kadd(k, V(pr), cg_kint(k, 2 * H)));
+  KVar *ng = cg_klet(k, in, "ng", TY_F32, cg_kop1(k, OP_TANH, cg_kop2(k, OP_ADD, xn, MUL(V(rg), V(hn)))));
+  KExpr *later = cg_kop2(k, OP_ADD, cg_kload(k, bb->carry, V(at)), rec);
+  KExpr *carried = cg_ksel(k, cg_kcmp(k, KC_EQ, V(i), cg_kint(k, 0)), bp_load(b, k, bp, 4, "dh_n", V(at)), later);
+  KVar *dh = cg_klet(k, in, "dh", TY_F32, cg_kop2(k, OP_ADD, bp_load(b, k, bp, 3, "dy", V(hr)), carried));
+  KVar *dn = cg_klet(k, in, "dn", TY_F32, MUL(MUL(V(dh), ONE_MINUS(V(zg))), ONE_MINUS(MUL(V(ng), V(ng)))));
+  KVar *dr = cg_klet(k, in, "dr", TY_F32, MUL(MUL(V(dn), V(hn)), MUL(V(rg), ONE_MINUS(V(rg)))));
+  KExpr *hp = bp_load(b, k, bp, 5, "hprev", V(hr));
+  KVar *dz = cg_klet(k, in, "dz", TY_F32,
+                     MUL(MUL(V(dh), cg_kop2(k, OP_SUB, hp, V(ng))), MUL(V(zg), ONE_MINUS(V(zg)))));
+  KVar *gates[2] = {dr, dz};
+  for (int g = 0; g < 2; g++) {
+    cg_kstore(k, in, bb->dp, cg_kadd(k, V(pr), cg_kint(k, g * H)), V(gates[g]));
+    cg_kstore(k, in, bb->dph, cg_kadd(k, V(pr), cg_kint(k, g * H)), V(gates[g]));
+  }
+  cg_kstore(k, in, bb->dp, cg_kadd(k, V(pr), cg_kint(k, 2 * H)), V(dn));
+  cg_kstore(k, in, bb->dph, cg_kadd(k, V(pr), cg_kint(k, 2 * H)), MUL(V(dn), V(rg)));
+  cg_kstore(k, in, bb->carry, V(at), MUL(V(dh), V(zg)));
+}
 #undef V
 #undef MUL
 #undef ONE_MINUS
-}
 
 /* One group of batch rows from b0 at walk step i: the warp's unit j sums
- * dp[t'] W_hh over its lanes for each row (the step walked before, t' =
- * t + 1, or t - 1 when reverse; at the first step a row of dp not yet
- * written, which the select drops), then lane 0 applies the cell. */
-static void bptt_group(CgBuild *b, Kernel *k, KBlock *in, const Bptt *bp, KBuf *cb, KBuf *dcb, KBuf *dp, KVar *b0,
-                       KVar *tx, KVar *j, KVar *i, KVar *t, const RnnDot *dot) {
+ * dp[t'] W_hh (the gru's dph) over its lanes for each row (the step
+ * walked before, t' = t + 1, or t - 1 when reverse; at the first step a
+ * row not yet written, which the cell's select drops), then lane 0
+ * applies the cell. */
+static void bptt_group(CgBuild *b, Kernel *k, KBlock *in, const Bptt *bp, const BpBufs *bb, KVar *b0, KVar *tx,
+                       KVar *j, KVar *i, KVar *t, const RnnDot *dot) {
   const Rnn *r = &bp->r;
   int64_t N = r->N, T = r->T, H = r->H, NB = N < RNN_ROWS ? N : RNN_ROWS;
   KExpr *tn = bp->rev ? cg_kidx(k, KI_MOD, cg_kadd(k, cg_kv(k, t), cg_kint(k, T - 1)), cg_kint(k, T))
@@ -555,9 +607,9 @@ static void bptt_group(CgBuild *b, Kernel *k, KBlock *in, const Bptt *bp, KBuf *
   KBlock *upd = &cg_kif(k, in, lead)->body;
   for (int64_t q = 0; q < NB; q++) {
     KBlock *one = rnn_row_if(k, upd, r, NB, b0, q);
-    KExpr *rec = cg_kop2(k, OP_ADD, cg_kop2(k, OP_ADD, cg_kv(k, acc[0][q]), cg_kv(k, acc[1][q])),
-                         cg_kop2(k, OP_ADD, cg_kv(k, acc[2][q]), cg_kv(k, acc[3][q])));
-    bptt_cell(b, k, one, bp, cb, dcb, dp, i, t, bn[q], j, rec);
+    KExpr *rec = cg_kv(k, acc[0][q]);
+    for (int64_t g = 1; g < r->G; g++) rec = cg_kop2(k, OP_ADD, rec, cg_kv(k, acc[g][q]));
+    (r->lstm ? lstm_cell : gru_cell)(b, k, one, bp, bb, i, t, bn[q], j, rec);
   }
 }
 
@@ -567,11 +619,18 @@ static KVar *bptt_t(Kernel *k, KBlock *in, const Bptt *bp, KVar *i) {
   return cg_klet(k, in, "t", KT_INDEX, t);
 }
 
+/* What the recurrent sums read: the previous step's dp (the gru's dph),
+ * G gates of H per row. */
+static RnnDot bp_dot(const Bptt *bp, const BpBufs *bb, KBuf *w, int64_t gstride, KVar *u) {
+  return (RnnDot){.h = bp->r.lstm ? bb->dp : bb->dph, .w = w, .gstride = gstride, .u = u, .trans = true,
+                  .hrow = bp->r.G * bp->r.H, .hgate = bp->r.H};
+}
+
 /* The whole walk as one cooperative kernel, as rnn_persistent: block u
  * owns units [u*W, u*W + W), a warp each, with their columns of W_hh
- * (G rows of W) in shared memory; its lead lanes scan c, then per step
- * every warp sums dp[t'] W_hh for its unit, lane 0 writes dp[t], and the
- * grid meets at the barrier before dp[t] is read. */
+ * (G rows of W) in shared memory; the lstm's lead lanes scan c, then per
+ * step every warp sums dp[t'] W_hh for its unit, lane 0 writes dp[t],
+ * and the grid meets at the barrier before dp[t] is read. */
 static void bptt_persistent(CgBuild *b, const Bptt *bp, RtRef bar) {
   const Rnn *r = &bp->r;
   int64_t N = r->N, T = r->T, H = r->H, G = r->G;
@@ -579,94 +638,95 @@ static void bptt_persistent(CgBuild *b, const Bptt *bp, RtRef bar) {
   Kernel *k = new_kernel(b, bp->n, "persist", NULL);
   k->block[0] = RNN_LANES, k->block[1] = (uint32_t)W;
   k->grid[0] = (uint32_t)blocks;
-  KBuf *cb = cg_kglobal(k, "c", TY_F32, T * N * H, bp->c), *dcb = cg_kglobal(k, "dc", TY_F32, N * H, bp->dc);
-  KBuf *dp = global_of(b, k, &bp->n->out[0], "dp");
+  BpBufs bb = bp_bufs(b, k, bp);
   KBuf *bw = cg_kglobal(k, "bar", TY_I32, 2, bar);
   /* The slice: W_hh[g*H + e][unit] at (g * W + ty) * H + e, copied by
    * the thread that reads it. */
   PersistFrame f = persist_frame(k, global_of(b, k, bp->n->in[2], "w_hh"), blocks, W, H, G, true);
-  KBuf *ws = f.ws;
   KVar *ty = f.ty, *tx = f.tx, *j = f.j;
   KBlock *in = f.in;
-  KExpr *lead = f.lead;
-  KVar *zb = cg_kvar(k, "zb", KT_INDEX);
-  KStmt *lz = cg_kloop(k, &cg_kif(k, in, lead)->body, zb, cg_kint(k, N), KM_SERIAL);
-  bptt_scan(b, k, &lz->body, bp, cb, dcb, zb, j);
+  if (r->lstm) {
+    KVar *zb = cg_kvar(k, "zb", KT_INDEX);
+    KStmt *lz = cg_kloop(k, &cg_kif(k, in, f.lead)->body, zb, cg_kint(k, N), KM_SERIAL);
+    bptt_scan(b, k, &lz->body, bp, bb.c, bb.carry, zb, j);
+  }
   KVar *i = cg_kvar(k, "i", KT_INDEX);
   KBlock *step = &cg_kloop(k, in, i, cg_kint(k, T), KM_SERIAL)->body;
   KVar *t = bptt_t(k, step, bp, i);
   KVar *grp = cg_kvar(k, "grp", KT_INDEX);
   KBlock *gb = &cg_kloop(k, step, grp, cg_kint(k, (N + NB - 1) / NB), KM_SERIAL)->body;
   KVar *b0 = cg_klet(k, gb, "b0", KT_INDEX, cg_kmul(k, cg_kv(k, grp), cg_kint(k, NB)));
-  RnnDot d = {.h = dp, .w = ws, .gstride = W, .u = ty, .hrow = 4 * H, .hgate = H};
-  bptt_group(b, k, gb, bp, cb, dcb, dp, b0, tx, j, i, t, &d);
+  RnnDot d = bp_dot(bp, &bb, f.ws, W, ty);
+  d.trans = false; /* the slice holds W_hh's columns as rows */
+  bptt_group(b, k, gb, bp, &bb, b0, tx, j, i, t, &d);
   cg_kgrid_sync(k, step, bw);
   cg_launch(b, k);
 }
 
-/* Where the grid does not fit: c's scan as one kernel (a thread per
- * row and unit), then one kernel per walk step, as rnn_step's tiles
- * with W_hh read from global memory. */
+/* Where the grid does not fit: the lstm's scan of c as one kernel (a
+ * thread per row and unit), then one kernel per walk step, as
+ * rnn_step's tiles with W_hh read from global memory. */
 static void bptt_steps(CgBuild *b, const Bptt *bp) {
   const Rnn *r = &bp->r;
   int64_t N = r->N, T = r->T, H = r->H;
   Arena *ar = &cg_build_ctx(b)->arena;
-  Kernel *k = new_kernel(b, bp->n, "scan", NULL);
-  KVar *v = cg_kvar(k, "v", KT_INDEX);
-  KBlock *in = &cg_kloop(k, &k->body, v, cg_kint(k, N * H), KM_GRID_STRIDE)->body;
-  cg_kernel_grid_1d(k, N * H);
-  KBuf *cb = cg_kglobal(k, "c", TY_F32, T * N * H, bp->c), *dcb = cg_kglobal(k, "dc", TY_F32, N * H, bp->dc);
-  KVar *bi = cg_klet(k, in, "bi", KT_INDEX, cg_kidx(k, KI_DIV, cg_kv(k, v), cg_kint(k, H)));
-  KVar *j = cg_klet(k, in, "j", KT_INDEX, cg_kidx(k, KI_MOD, cg_kv(k, v), cg_kint(k, H)));
-  bptt_scan(b, k, in, bp, cb, dcb, bi, j);
-  cg_launch(b, k);
+  if (r->lstm) {
+    Kernel *k = new_kernel(b, bp->n, "scan", NULL);
+    KVar *v = cg_kvar(k, "v", KT_INDEX);
+    KBlock *in = &cg_kloop(k, &k->body, v, cg_kint(k, N * H), KM_GRID_STRIDE)->body;
+    cg_kernel_grid_1d(k, N * H);
+    BpBufs bb = bp_bufs(b, k, bp);
+    KVar *bi = cg_klet(k, in, "bi", KT_INDEX, cg_kidx(k, KI_DIV, cg_kv(k, v), cg_kint(k, H)));
+    KVar *j = cg_klet(k, in, "j", KT_INDEX, cg_kidx(k, KI_MOD, cg_kv(k, v), cg_kint(k, H)));
+    bptt_scan(b, k, in, bp, bb.c, bb.carry, bi, j);
+    cg_launch(b, k);
+  }
   int64_t W = rnn_units(H), NB = N < RNN_ROWS ? N : RNN_ROWS;
   int64_t units = (H + W - 1) / W, tiles = units * ((N + NB - 1) / NB);
   for (int64_t s = 0; s < T; s++) {
-    k = new_kernel(b, bp->n, "step", arena_printf(ar, "i%" PRId64, s));
+    Kernel *k = new_kernel(b, bp->n, "step", arena_printf(ar, "i%" PRId64, s));
     k->block[0] = RNN_LANES, k->block[1] = (uint32_t)W;
     int64_t cap = cg_grid_cap(RNN_LANES * W);
     k->grid[0] = (uint32_t)(tiles > cap ? cap : tiles);
     KVar *i = cg_kparam_range(k, "i", KT_INDEX, s, 0, T - 1);
-    cb = cg_kglobal(k, "c", TY_F32, T * N * H, bp->c), dcb = cg_kglobal(k, "dc", TY_F32, N * H, bp->dc);
-    KBuf *dp = global_of(b, k, &bp->n->out[0], "dp");
+    BpBufs bb = bp_bufs(b, k, bp);
     KVar *tile = cg_kvar(k, "tile", KT_INDEX), *ty = cg_kvar(k, "ty", KT_INDEX), *tx = cg_kvar(k, "tx", KT_INDEX);
     KStmt *lt = cg_kloop(k, &k->body, tile, cg_kint(k, tiles), KM_GRID_X);
     KStmt *ly = cg_kloop(k, &lt->body, ty, cg_kint(k, W), KM_BLOCK_Y);
     KStmt *lx = cg_kloop(k, &ly->body, tx, cg_kint(k, RNN_LANES), KM_BLOCK_X);
-    in = &lx->body;
+    KBlock *in = &lx->body;
     KExpr *jx = cg_kadd(k, cg_kmul(k, cg_kidx(k, KI_MOD, cg_kv(k, tile), cg_kint(k, units)), cg_kint(k, W)),
                         cg_kv(k, ty));
-    j = cg_klet(k, in, "j", KT_INDEX, jx);
+    KVar *j = cg_klet(k, in, "j", KT_INDEX, jx);
     KExpr *jc = H % W ? cg_kidx(k, KI_MIN, cg_kv(k, j), cg_kint(k, H - 1)) : cg_kv(k, j);
     KVar *jr = cg_klet(k, in, "jc", KT_INDEX, jc);
     KVar *b0 = cg_klet(k, in, "b0", KT_INDEX,
                        cg_kmul(k, cg_kidx(k, KI_DIV, cg_kv(k, tile), cg_kint(k, units)), cg_kint(k, NB)));
     KVar *t = bptt_t(k, in, bp, i);
-    RnnDot d = {.h = dp, .w = global_of(b, k, bp->n->in[2], "w_hh"), .gstride = H, .u = jr, .trans = true,
-                .hrow = 4 * H, .hgate = H};
-    bptt_group(b, k, in, bp, cb, dcb, dp, b0, tx, j, i, t, &d);
+    RnnDot d = bp_dot(bp, &bb, global_of(b, k, bp->n->in[2], "w_hh"), H, jr);
+    bptt_group(b, k, in, bp, &bb, b0, tx, j, i, t, &d);
     cg_launch(b, k);
   }
 }
 
-/* lstm_bptt (ops.def): one persistent kernel where its grid fits (the
- * forward's rule, the same shared slice of W_hh), else a scan and a
- * kernel per step. */
-bool lower_lstm_bptt(CgBuild *b, const Node *n) {
+/* lstm_bptt and gru_bptt (ops.def): one persistent kernel where its
+ * grid fits (the forward's rule, the same shared slice of W_hh), else
+ * (the lstm's scan and) a kernel per step. */
+bool lower_bptt(CgBuild *b, const Node *n) {
   for (int i = 0; i < n->n_in; i++)
     if (n->in[i]->type.dtype != TY_F32) return unsupported(b, n, n->in[i]->type.dtype);
   const int64_t *pd = n->out[0].type.dims;
+  bool lstm = n->op == OP_LSTM_BPTT, bf = ir_attr_int(n, "batch_first") != 0;
+  int64_t G = lstm ? 4 : 3;
   Bptt bp = {.n = n, .rev = ir_attr_int(n, "reverse") != 0};
-  bool bf = ir_attr_int(n, "batch_first") != 0;
-  bp.r = (Rnn){.lstm = true, .bf = bf, .T = pd[bf ? 1 : 0], .N = pd[bf ? 0 : 1], .H = pd[2] / 4, .G = 4, .dirs = 1};
+  bp.r = (Rnn){.lstm = lstm, .bf = bf, .T = pd[bf ? 1 : 0], .N = pd[bf ? 0 : 1], .H = pd[2] / G, .G = G, .dirs = 1};
   int64_t T = bp.r.T, N = bp.r.N, H = bp.r.H;
-  if (T * N * H == 0) return true; /* dp is empty */
-  uint64_t dc_bytes = (uint64_t)(N * H) * F32_BYTES;
-  bool persistent = !cg_options(b)->no_persistent_rnn && rnn_persistent_fits(H, 4);
-  uint64_t lead = persistent ? BAR_BYTES : 0;
-  RtRef bar = cg_scratch(b, n, lead + dc_bytes + (uint64_t)(T * N * H) * F32_BYTES);
-  bp.dc = cg_ref_at(bar, lead), bp.c = cg_ref_at(bar, lead + dc_bytes);
+  if (T * N * H == 0) return true; /* the results are empty */
+  uint64_t carry_bytes = (uint64_t)(N * H) * F32_BYTES;
+  bool persistent = !cg_options(b)->no_persistent_rnn && rnn_persistent_fits(H, G);
+  uint64_t lead = persistent ? BAR_BYTES : 0, c_bytes = lstm ? (uint64_t)(T * N * H) * F32_BYTES : 0;
+  RtRef bar = cg_scratch(b, n, lead + carry_bytes + c_bytes);
+  bp.carry = cg_ref_at(bar, lead), bp.c = cg_ref_at(bar, lead + carry_bytes);
   if (!persistent) {
     bptt_steps(b, &bp);
     return true;

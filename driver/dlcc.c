@@ -118,7 +118,7 @@ static const char usage[] =
     "  --no-persistent-rnn\n"
     "                     recurrent layers as a kernel per timestep, not one kernel\n"
     "                     for the whole sequence (docs/kernels.md)\n"
-    "  --unroll-rnn       a training step's lstm unrolled over time, not one\n"
+    "  --unroll-rnn       a training step's lstm or gru unrolled over time, not one\n"
     "                     backward kernel per layer (docs/training.md)\n"
     "  --no-update-in-place\n"
     "                     a training step's updates into outputs copied over the\n"

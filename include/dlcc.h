@@ -196,9 +196,9 @@ typedef struct dlc_options {
   /* Nonzero, as dlcc's --no-split-k: a convolution's tile sums all of
    * K in one block, even where its tiles are fewer than the SMs. */
   int no_split_k;
-  /* With grad, as dlcc's --unroll-rnn: an lstm's gradient through its
-   * recurrence unrolled over time instead of the lstm_bptt op
-   * (docs/training.md). */
+  /* With grad, as dlcc's --unroll-rnn: an lstm's or gru's gradient
+   * through its recurrence unrolled over time instead of the lstm_bptt
+   * or gru_bptt op (docs/training.md). */
   int unroll_rnn;
 } dlc_options;
 

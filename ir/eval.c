@@ -182,6 +182,7 @@ static bool eval_node(Eval *e, const Node *n, Tensor *const *in, Tensor *out,
     case OP_LSTM:
     case OP_GRU: return eval_rnn(e, n, n->n_in, in, out);
     case OP_LSTM_BPTT: return eval_lstm_bptt(e, n, in, out);
+    case OP_GRU_BPTT: return eval_gru_bptt(e, n, in, out);
     case OP_CONV_WEIGHT_GRAD:
     case OP_MAXPOOL_GRAD:
     case OP_AVGPOOL_GRAD:

@@ -718,3 +718,52 @@ bool eval_lstm_bptt(Eval *e, const Node *n, Tensor *const *in, Tensor *out) {
   free(c), free(dh), free(dc), free(dp);
   return true;
 }
+
+/* gru_bptt (ops.def), in double: the steps walked backward with the
+ * carried dh per batch row, h_{t-1} read from hprev. */
+bool eval_gru_bptt(Eval *e, const Node *n, Tensor *const *in, Tensor *out) {
+  const Tensor *px = in[0], *ph = in[1], *w = in[2], *dy = in[3], *dhn = in[4], *hprev = in[5];
+  bool rev = ir_attr_int(n, "reverse") != 0, bf = ir_attr_int(n, "batch_first") != 0;
+  int64_t T = px->type.dims[bf ? 1 : 0], N = px->type.dims[bf ? 0 : 1], H = px->type.dims[2] / 3;
+  double *dh = calloc((size_t)(N * H) + 1, sizeof(double)), *dpx = calloc((size_t)(T * N * 3 * H) + 1, sizeof(double));
+  double *dph = calloc((size_t)(T * N * 3 * H) + 1, sizeof(double));
+  if (!dh || !dpx || !dph) {
+    free(dh), free(dpx), free(dph);
+    return fail(e, "out of memory");
+  }
+#define ROW(t, b) (bf ? (b) * T + (t) : (t) * N + (b))
+#define X(t, b, r) ir_tensor_get(px, ROW(t, b) * 3 * H + (r))
+#define HH(t, b, r) ir_tensor_get(ph, ROW(t, b) * 3 * H + (r))
+  for (int64_t i = 0; i < N * H; i++) dh[i] = ir_tensor_get(dhn, i);
+  for (int64_t s = T - 1; s >= 0; s--) {
+    int64_t t = rev ? T - 1 - s : s;
+    for (int64_t b = 0; b < N; b++)
+      for (int64_t j = 0; j < H; j++) {
+        double rg = sigmoid(X(t, b, j) + HH(t, b, j)), zg = sigmoid(X(t, b, H + j) + HH(t, b, H + j));
+        double hn = HH(t, b, 2 * H + j), ng = tanh(X(t, b, 2 * H + j) + rg * hn);
+        double h = dh[b * H + j] + ir_tensor_get(dy, ROW(t, b) * H + j);
+        double dn = h * (1 - zg) * (1 - ng * ng);
+        double dr = dn * hn * rg * (1 - rg);
+        double dz = h * (ir_tensor_get(hprev, ROW(t, b) * H + j) - ng) * zg * (1 - zg);
+        double *xr = dpx + ROW(t, b) * 3 * H, *hr = dph + ROW(t, b) * 3 * H;
+        xr[j] = hr[j] = dr;
+        xr[H + j] = hr[H + j] = dz;
+        xr[2 * H + j] = dn;
+        hr[2 * H + j] = dn * rg;
+        dh[b * H + j] = h * zg; /* the path through h_t = ... + z h_{t-1} */
+      }
+    /* dh_{t-1} += dph_t W_hh */
+    for (int64_t b = 0; b < N; b++)
+      for (int64_t j = 0; j < H; j++) {
+        double sum = 0;
+        for (int64_t r = 0; r < 3 * H; r++) sum += dph[ROW(t, b) * 3 * H + r] * ir_tensor_get(w, r * H + j);
+        dh[b * H + j] += sum;
+      }
+  }
+#undef X
+#undef HH
+#undef ROW
+  for (int64_t i = 0; i < T * N * 3 * H; i++) ir_tensor_set(&out[0], i, dpx[i]), ir_tensor_set(&out[1], i, dph[i]);
+  free(dh), free(dpx), free(dph);
+  return true;
+}

@@ -266,6 +266,7 @@ bool eval_grid_sample(const Node *n, const Tensor *x, const Tensor *grid, Tensor
 bool eval_pool(Eval *e, const Node *n, const Tensor *x, Tensor *out);
 bool eval_rnn(Eval *e, const Node *n, int n_in, Tensor *const *in, Tensor *outs);
 bool eval_lstm_bptt(Eval *e, const Node *n, Tensor *const *in, Tensor *out);
+bool eval_gru_bptt(Eval *e, const Node *n, Tensor *const *in, Tensor *out);
 /* eval_data.c */
 bool eval_transpose(Eval *e, const Node *n, const Tensor *x, Tensor *out);
 bool eval_expand(Eval *e, const Tensor *x, Tensor *out);

@@ -862,20 +862,22 @@ static void vjp_dropout(GradCall *c) {
 
 /* ---- recurrent layers ---- */
 
-/* An lstm of one layer (passes/train_mode.c splits every other into
- * these).  Per direction d, with y_d its columns of y:
+/* An lstm or a gru of one layer (passes/train_mode.c splits every other
+ * into these).  Per direction d, with y_d its columns of y:
  *   h_{t-1}: y_d one step back in the direction's time (zeros first);
- *   x W_ih^T + b_ih and h_{t-1} W_hh^T + b_hh, whose sum p is every
- *       step's gates before their activations, as the forward computed
- *       them: two GEMMs rather than [T, N, 4H] more kept by the forward
- *       (lstm_bptt adds them as it reads them);
- *   dp = lstm_bptt(both, W_hh, dy_d, dh_n, dc_n): the only sequential part;
- * then dx += dp W_ih, dW_ih = dp^T x, dW_hh = dp^T h_{t-1} and both
- * biases' sum of dp over every step and row, GEMMs and a reduction
- * over all T * N rows at once, in either layout. */
+ *   px = x W_ih^T + b_ih and ph = h_{t-1} W_hh^T + b_hh, every step's
+ *       gates before their activations as the forward computed them:
+ *       two GEMMs rather than [T, N, GH] more kept by the forward;
+ *   the walk, the only sequential part: dp = lstm_bptt(px, ph, W_hh,
+ *       dy_d, dh_n, dc_n), the gradient of both px and ph (the lstm adds
+ *       them), or dpx, dph = gru_bptt(px, ph, W_hh, dy_d, dh_n, h_{t-1})
+ *       (the gru's r multiplies ph's n, so the two differ);
+ * then dx += dpx W_ih, dW_ih = dpx^T x, dW_hh = dph^T h_{t-1} and the
+ * biases' sums of dpx and dph over every step and row, GEMMs and
+ * reductions over all T * N rows at once, in either layout. */
 /* Result k's gradient (h_n's or c_n's) for direction d as [N, H];
  * zeros where none reaches it. */
-static Value *lstm_state(GradCall *c, int k, int d, const TensorType *st) {
+static Value *rnn_state(GradCall *c, int k, int d, const TensorType *st) {
   Value *dy = c->dy[k];
   int64_t D = c->n->out[k].type.dims[0], N = st->dims[0], H = st->dims[1];
   if (!dy) return zeros_like(c, &(Value){.type = *st});
@@ -884,12 +886,14 @@ static Value *lstm_state(GradCall *c, int k, int d, const TensorType *st) {
   return ir_grad_reshape(c->g, c->n->loc, one, 2, st->dims);
 }
 
-static void vjp_lstm(GradCall *c) {
+static void vjp_recurrent(GradCall *c) {
   const Node *n = c->n;
+  bool lstm = n->op == OP_LSTM;
   Value *x = n->in[0];
   const TensorType *yt = &n->out[0].type;
   int ax = ir_attr_int(n, "batch_first") ? 1 : 0; /* time's axis */
   int64_t T = yt->dims[ax], N = yt->dims[1 - ax], H = ir_attr_int(n, "hidden"), F = x->type.dims[2];
+  int64_t GH = (lstm ? 4 : 3) * H;
   int dirs = ir_attr_int(n, "bidirectional") ? 2 : 1, per = ir_attr_int(n, "bias") ? 4 : 2;
   TensorType st = ir_type_make(x->type.dtype, 2, (int64_t[]){N, H});
   TensorType seq = ir_type_make(x->type.dtype, 3, (int64_t[]){yt->dims[0], yt->dims[1], H});
@@ -915,30 +919,30 @@ static void vjp_lstm(GradCall *c) {
     Value *dyd = c->dy[0] ? (dirs == 1 ? c->dy[0] : slice(c, c->dy[0], (int64_t[]){0, 0, d * H},
                                                          (int64_t[]){yt->dims[0], yt->dims[1], (d + 1) * H}, ones))
                           : zeros_like(c, &(Value){.type = seq});
-    Node *bp = ir_node_new(c->g, OP_LSTM_BPTT, 6,
-                           (Value *[]){xi, hh, w[1], dyd, lstm_state(c, 1, d, &st), lstm_state(c, 2, d, &st)}, n->loc);
+    Value *last = lstm ? rnn_state(c, 2, d, &st) : hprev;
+    Node *bp = ir_node_new(c->g, lstm ? OP_LSTM_BPTT : OP_GRU_BPTT, 6,
+                           (Value *[]){xi, hh, w[1], dyd, rnn_state(c, 1, d, &st), last}, n->loc);
     ir_set_int(c->g, bp, "reverse", d);
     ir_set_int(c->g, bp, "batch_first", ax);
-    Value *dp = finish(c->g, bp);
-    Value *dp2 = ir_grad_reshape(c->g, n->loc, dp, 2, (int64_t[]){rows, 4 * H});
+    Value *dpx = finish(c->g, bp), *dph = lstm ? dpx : &bp->out[1];
+    Value *dpx2 = ir_grad_reshape(c->g, n->loc, dpx, 2, (int64_t[]){rows, GH});
+    Value *dph2 = lstm ? dpx2 : ir_grad_reshape(c->g, n->loc, dph, 2, (int64_t[]){rows, GH});
     if (c->need[0]) {
-      Value *dxd = mm(c, dp, w[0], false, false);
+      Value *dxd = mm(c, dpx, w[0], false, false);
       dx = dx ? add(c, dx, dxd) : dxd;
     }
-    if (c->need[widx]) c->dx[widx] = mm(c, dp2, ir_grad_reshape(c->g, n->loc, x, 2, (int64_t[]){rows, F}), true, false);
+    if (c->need[widx]) c->dx[widx] = mm(c, dpx2, ir_grad_reshape(c->g, n->loc, x, 2, (int64_t[]){rows, F}), true, false);
     if (c->need[widx + 1])
-      c->dx[widx + 1] = mm(c, dp2, ir_grad_reshape(c->g, n->loc, hprev, 2, (int64_t[]){rows, H}), true, false);
-    if (per == 4 && (c->need[widx + 2] || c->need[widx + 3])) {
-      Value *db = sum(c, dp2, 1, (int64_t[]){0}, false);
-      if (c->need[widx + 2]) c->dx[widx + 2] = db;
-      if (c->need[widx + 3]) c->dx[widx + 3] = db;
-    }
+      c->dx[widx + 1] = mm(c, dph2, ir_grad_reshape(c->g, n->loc, hprev, 2, (int64_t[]){rows, H}), true, false);
+    if (per == 4 && c->need[widx + 2]) c->dx[widx + 2] = sum(c, dpx2, 1, (int64_t[]){0}, false);
+    if (per == 4 && c->need[widx + 3])
+      c->dx[widx + 3] = lstm && c->dx[widx + 2] ? c->dx[widx + 2] : sum(c, dph2, 1, (int64_t[]){0}, false);
   }
   if (c->need[0]) c->dx[0] = dx;
 }
 
-static const char *lacks_lstm(const Node *n) {
-  return ir_attr_int(n, "layers") != 1 ? "lstm of more than one layer (training mode splits it)" : NULL;
+static const char *lacks_layers(const Node *n) {
+  return ir_attr_int(n, "layers") != 1 ? "recurrent layer of more than one layer (training mode splits it)" : NULL;
 }
 
 /* ---- the table ----
@@ -1064,9 +1068,10 @@ static const char *lacks_lstm(const Node *n) {
 #define GRAD_SCATTER_ND PARTIAL(vjp_scatter, lacks_scatter)
 #define GRAD_TOPK VJP(vjp_topk)
 #define GRAD_IOTA NONE
-#define GRAD_LSTM PARTIAL(vjp_lstm, lacks_lstm) /* one layer: passes/train_mode.c splits the rest */
-#define GRAD_GRU NONE
+#define GRAD_LSTM PARTIAL(vjp_recurrent, lacks_layers) /* one layer: passes/train_mode.c splits the rest */
+#define GRAD_GRU PARTIAL(vjp_recurrent, lacks_layers)
 #define GRAD_LSTM_BPTT NONE /* no second derivatives */
+#define GRAD_GRU_BPTT NONE
 #define GRAD_ATTENTION NONE /* training mode writes it out first (passes/train_mode.c) */
 #define GRAD_CONV_WEIGHT_GRAD NONE /* no second derivatives */
 #define GRAD_MAXPOOL_GRAD NONE

@@ -1356,30 +1356,45 @@ bool shape_gru(const Node *n, TensorType *out, char *err, size_t errlen) {
   return shape_recurrent(n, 3, out, err, errlen);
 }
 
-/* px, ph [T, N, 4H], w_hh [4H, H], dy [T, N, H], dh_n and dc_n [N, H]
- * -> dp, p's type (T and N swapped with batch_first). */
-bool shape_lstm_bptt(const Node *n, TensorType *out, char *err, size_t errlen) {
+/* The backward walks of one recurrent layer and direction, G gates:
+ * px, ph [T, N, GH], w_hh [GH, H], dy [T, N, H], dh_n [N, H], then the
+ * lstm's dc_n [N, H] or the gru's hprev [T, N, H] -> the gradients of
+ * p (lstm) or of px and ph (gru), p's type (T and N swapped with
+ * batch_first). */
+static bool shape_bptt(const Node *n, int64_t G, TensorType *out, char *err, size_t errlen) {
   if (!operands_ok(n, err, errlen)) return false;
   const TensorType *p = &n->in[0]->type, *w = &n->in[2]->type, *dy = &n->in[3]->type;
   if (!need_float(n, p, err, errlen)) return false;
   for (int i = 1; i < 6; i++)
     if (!same_dtype(n, p, in_type(n, i), err, errlen)) return false;
-  if (p->rank != 3 || p->dims[2] % 4)
-    return fail(err, errlen, "%s expects px [T, N, 4H], got %s", op_name(n), ts(p).s);
-  int64_t N = p->dims[ir_attr_int(n, "batch_first") ? 0 : 1], H = p->dims[2] / 4;
-  TensorType wt = ir_type_make(p->dtype, 2, (int64_t[]){4 * H, H});
+  if (p->rank != 3 || p->dims[2] % G)
+    return fail(err, errlen, "%s expects px [T, N, %" PRId64 "H], got %s", op_name(n), G, ts(p).s);
+  int64_t N = p->dims[ir_attr_int(n, "batch_first") ? 0 : 1], H = p->dims[2] / G;
+  TensorType wt = ir_type_make(p->dtype, 2, (int64_t[]){G * H, H});
   TensorType yt = ir_type_make(p->dtype, 3, (int64_t[]){p->dims[0], p->dims[1], H});
   TensorType st = ir_type_make(p->dtype, 2, (int64_t[]){N, H});
   if (!ir_type_eq(in_type(n, 1), p))
     return fail(err, errlen, "%s: ph must be %s, got %s", op_name(n), ts(p).s, ts(in_type(n, 1)).s);
   if (!ir_type_eq(w, &wt)) return fail(err, errlen, "%s: w_hh must be %s, got %s", op_name(n), ts(&wt).s, ts(w).s);
   if (!ir_type_eq(dy, &yt)) return fail(err, errlen, "%s: dy must be %s, got %s", op_name(n), ts(&yt).s, ts(dy).s);
-  for (int i = 4; i < 6; i++)
-    if (!ir_type_eq(in_type(n, i), &st))
-      return fail(err, errlen, "%s: %s must be %s, got %s", op_name(n), i == 4 ? "dh_n" : "dc_n", ts(&st).s,
-                  ts(in_type(n, i)).s);
+  bool lstm = G == 4;
+  const char *names[2] = {"dh_n", lstm ? "dc_n" : "hprev"};
+  const TensorType *want[2] = {&st, lstm ? &st : &yt};
+  for (int i = 0; i < 2; i++)
+    if (!ir_type_eq(in_type(n, 4 + i), want[i]))
+      return fail(err, errlen, "%s: %s must be %s, got %s", op_name(n), names[i], ts(want[i]).s,
+                  ts(in_type(n, 4 + i)).s);
   out[0] = *p;
+  if (!lstm) out[1] = *p;
   return true;
+}
+
+bool shape_lstm_bptt(const Node *n, TensorType *out, char *err, size_t errlen) {
+  return shape_bptt(n, 4, out, err, errlen);
+}
+
+bool shape_gru_bptt(const Node *n, TensorType *out, char *err, size_t errlen) {
+  return shape_bptt(n, 3, out, err, errlen);
 }
 
 /* ---- training (ir/train_ops.c has their meaning) ---- */

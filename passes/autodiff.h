@@ -26,10 +26,10 @@ typedef struct AutodiffOptions {
    * gradients) and the running variance is unbiased over the global
    * count.  0: each rank's own statistics. */
   int sync_bn;
-  /* --unroll-rnn: training mode unrolls every lstm over time too, as it
-   * does every gru (the graph of ops with gradient rules that the
-   * lstm's own rule is checked against).  false: one time-first lstm
-   * per layer, whose rule backpropagates through lstm_bptt. */
+  /* --unroll-rnn: training mode unrolls every lstm and gru over time
+   * (the graph of ops with gradient rules that their own rule is
+   * checked against).  false: one lstm or gru per layer, whose rule
+   * backpropagates through lstm_bptt or gru_bptt. */
   bool unroll_rnn;
 } AutodiffOptions;
 

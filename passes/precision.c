@@ -170,6 +170,7 @@ static Mode mode_of(const Node *n) {
     case OP_LSTM:
     case OP_GRU:
     case OP_LSTM_BPTT:
+    case OP_GRU_BPTT:
     case OP_EMBEDDING_GRAD: /* sums in place in its result */
     case OP_OPTIM_UPDATE:
     case OP_ALLREDUCE_MEAN:

@@ -4,11 +4,12 @@
  * ir_set_output_update:
  *   - batchnorm normalizes with the batch's statistics and updates the
  *     running ones as PyTorch's training mode does;
- *   - an lstm becomes one lstm per layer, whose gradient rule
- *     (ir/grad.c) backpropagates through time with lstm_bptt;
- *   - gru (and lstm under unroll_rnn) is unrolled over time (one GEMM
+ *   - an lstm or gru becomes one per layer, whose gradient rule
+ *     (ir/grad.c) backpropagates through time with lstm_bptt or
+ *     gru_bptt;
+ *   - under unroll_rnn they are unrolled over time instead (one GEMM
  *     for every step's input projection, then per step the hidden
- *     projection and the gates), so its gradient is backpropagation
+ *     projection and the gates), so their gradient is backpropagation
  *     through time built from the rules of linear, slice, sigmoid, tanh,
  *     mul and add;
  *   - attention is written out as its two matmuls and a softmax (the
@@ -285,11 +286,12 @@ static void recurrent(Mode *md, Node *n) {
   replace_node(g, first->next, n, with);
 }
 
-/* An lstm as one lstm per layer, the form its gradient rule takes
+/* An lstm or gru as one per layer, the form its gradient rule takes
  * (layer l's y is layer l + 1's x, h_n and c_n the layers' joined). */
-static void lstm_layers(Mode *md, Node *n) {
+static void rnn_layers(Mode *md, Node *n) {
   Graph *g = md->g;
   Rnn r = {g, n->loc};
+  bool lstm = n->op == OP_LSTM;
   bool bias = ir_attr_int(n, "bias") != 0;
   int64_t layers = ir_attr_int(n, "layers");
   int dirs = ir_attr_int(n, "bidirectional") ? 2 : 1, per = (bias ? 4 : 2) * dirs;
@@ -302,15 +304,15 @@ static void lstm_layers(Mode *md, Node *n) {
   for (int64_t l = 0; l < layers; l++) {
     in[0] = seq;
     memcpy(in + 1, n->in + 1 + l * per, sizeof(Value *) * (size_t)per);
-    Node *one = ir_node_new(g, OP_LSTM, 1 + per, in, r.at);
+    Node *one = ir_node_new(g, n->op, 1 + per, in, r.at);
     ir_set_int(g, one, "hidden", ir_attr_int(n, "hidden"));
     ir_set_int(g, one, "bidirectional", dirs == 2);
     ir_set_int(g, one, "batch_first", ir_attr_int(n, "batch_first"));
     ir_set_int(g, one, "bias", bias);
     seq = ir_grad_node(g, one);
-    hn[l] = &one->out[1], cn[l] = &one->out[2];
+    hn[l] = &one->out[1], cn[l] = lstm ? &one->out[2] : NULL;
   }
-  Value *with[3] = {seq, join(&r, (int)layers, hn, 0), join(&r, (int)layers, cn, 0)};
+  Value *with[3] = {seq, join(&r, (int)layers, hn, 0), lstm ? join(&r, (int)layers, cn, 0) : NULL};
   replace_node(g, first->next, n, with);
 }
 
@@ -400,8 +402,10 @@ bool pass_train_mode(Graph *g, const AutodiffOptions *o) {
   for (Node *n = g->first, *next; n; n = next) {
     next = n == last ? NULL : n->next;
     if (n->op == OP_BATCHNORM && !o->inference) batchnorm(&md, n);
-    if (n->op == OP_LSTM && !md.unroll_rnn) lstm_layers(&md, n);
-    else if (n->op == OP_LSTM || n->op == OP_GRU) recurrent(&md, n);
+    if (n->op == OP_LSTM || n->op == OP_GRU) {
+      if (md.unroll_rnn) recurrent(&md, n);
+      else rnn_layers(&md, n);
+    }
     if (n->op == OP_ATTENTION) attention(&md, n);
     if (n->op == OP_PARAM && strcmp(ir_attr_str(n, "name"), "dlcc.step") == 0 && n->out[0].type.dtype == TY_I64) {
       Value *one = ir_grad_scalar(g, n->loc, 1, TY_I64);

@@ -14,4 +14,4 @@ BENCHES += tests/bench/launches.sh
 EXTRA_DIST += tests/bench/launches.sh
 BENCHES += tests/bench/train_launches.sh
 EXTRA_DIST += tests/bench/train_launches.sh tests/bench/train/mlp.dl tests/bench/train/lenet.dl \
-	tests/bench/train/bn_cnn.dl tests/bench/train/lstm.dl
+	tests/bench/train/bn_cnn.dl tests/bench/train/lstm.dl tests/bench/train/gru.dl

@@ -854,10 +854,11 @@ static void same_as_unrolled(Graph *g, const Spec *s) {
   for (int unroll = 0; unroll < 2; unroll++) {
     Graph *u = ir_copy(g, "unrolled");
     ck_assert(u && pass_train_mode(u, &(AutodiffOptions){.unroll_rnn = unroll}) && ir_verify(u));
-    /* without unroll_rnn an lstm stays, as one lstm per layer */
+    /* without unroll_rnn an lstm or gru stays, as one per layer */
     for (Node *n = u->first; n; n = n->next) {
-      ck_assert(n->op != OP_GRU && n->op != OP_ATTENTION && (n->op != OP_LSTM || !unroll));
-      if (n->op == OP_LSTM) ck_assert(ir_attr_int(n, "layers") == 1);
+      bool rnn = n->op == OP_LSTM || n->op == OP_GRU;
+      ck_assert(n->op != OP_ATTENTION && (!rnn || !unroll));
+      if (rnn) ck_assert(ir_attr_int(n, "layers") == 1);
     }
     same_values(g, u, s);
   }

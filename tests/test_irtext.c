@@ -444,6 +444,10 @@ static Graph *build_every_op(Ctx *c, bool *covered) {
   ir_set_int(g, n, "reverse", 1);
   ir_set_int(g, n, "batch_first", 1);
   add(g, n);
+  /* gru_bptt, time first, its two results */
+  Value *ggates = input(g, "ggates", TY(TY_F32, 5, 4, 21)), *gseq = input(g, "gseq", TY(TY_F32, 5, 4, 7));
+  n = NODE(g, OP_GRU_BPTT, ggates, ggates, gwh, gseq, dlast, gseq);
+  add(g, n);
   /* Training (docs/training.md): the gradients' ops, dropout, an update. */
   Value *pic = input(g, "pic", TY(TY_F32, 1, 2, 4, 4)), *dpic = input(g, "dpic", TY(TY_F32, 1, 2, 2, 2));
   n = NODE(g, OP_CONV_WEIGHT_GRAD, pic, dpic);

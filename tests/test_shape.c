@@ -505,6 +505,21 @@ START_TEST(lstm_bptt_shapes) {
 }
 END_TEST
 
+/* gru_bptt: two results of p's type; hprev is a sequence, not a state. */
+START_TEST(gru_bptt_shapes) {
+  Node *n = node(OP_GRU_BPTT, 6, val("f32[5, 3, 12]"), val("f32[5, 3, 12]"), val("f32[12, 4]"), val("f32[5, 3, 4]"),
+                 val("f32[3, 4]"), val("f32[5, 3, 4]"));
+  OK(n, "f32[5, 3, 12]");
+  ck_assert_str_eq(type_of(n, 1), "f32[5, 3, 12]");
+  FAILS(node(OP_GRU_BPTT, 6, val("f32[5, 3, 16]"), val("f32[5, 3, 16]"), val("f32[16, 4]"), val("f32[5, 3, 4]"),
+             val("f32[3, 4]"), val("f32[5, 3, 4]")),
+        "gru_bptt expects px [T, N, 3H], got f32[5, 3, 16]");
+  FAILS(node(OP_GRU_BPTT, 6, val("f32[5, 3, 12]"), val("f32[5, 3, 12]"), val("f32[12, 4]"), val("f32[5, 3, 4]"),
+             val("f32[3, 4]"), val("f32[3, 4]")),
+        "gru_bptt: hprev must be f32[5, 3, 4], got f32[3, 4]");
+}
+END_TEST
+
 START_TEST(gru_shapes) {
   Node *n = recurrent(OP_GRU, "f32[3, 7, 5]", 5, 6, 3, true, false, 0);
   OK(n, "f32[3, 7, 12]");
@@ -619,6 +634,7 @@ static Suite *shape_suite(void) {
   tcase_add_test(tc, lstm_shapes);
   tcase_add_test(tc, gru_shapes);
   tcase_add_test(tc, lstm_bptt_shapes);
+  tcase_add_test(tc, gru_bptt_shapes);
   tcase_add_test(tc, recurrent_errors);
   tcase_add_test(tc, overflow_is_an_error);
   tcase_add_test(tc, malformed_attributes);

@@ -495,38 +495,40 @@ static Graph *example_step(Ctx *c, const Example *ex) {
   return g;
 }
 
-/* ---- lstm through lstm_bptt against the unrolled form ---- */
+/* ---- lstm and gru through lstm_bptt and gru_bptt against the unrolled form ---- */
 
-/* A training step of an lstm (its sequence, last h and last c all in
- * the loss) with SGD, the reference interpreter's outputs of the
- * lstm_bptt form (the default) equal to those of the unrolled form
- * (--unroll-rnn) within 1e-5 of each output's scale, and the step on
- * emu equal to the reference within 1e-5, with the persistent kernel
+/* A training step of an lstm or gru (its sequence, last h and the
+ * lstm's last c all in the loss) with SGD, the reference interpreter's
+ * outputs of the bptt form (the default) equal to those of the unrolled
+ * form (--unroll-rnn) within 1e-5 of each output's scale, and the step
+ * on emu equal to the reference within 1e-5, with the persistent kernel
  * and (persist 0) with a kernel per step. */
-typedef struct LstmCase {
-  int layers, bidirectional, batch_first, bias, T, persist;
+typedef struct RnnCase {
+  int gru, layers, bidirectional, batch_first, bias, T, persist;
   int last_only; /* the loss reads h_n alone: no gradient reaches y or c_n */
-} LstmCase;
+} RnnCase;
 
-static const LstmCase lstm_cases[] = {
-    {1, 0, 1, 1, 5, 1, 0}, {2, 0, 1, 1, 3, 1, 0}, {1, 1, 0, 1, 5, 1, 0}, {2, 1, 1, 0, 3, 1, 0},
-    {1, 0, 0, 0, 1, 1, 0}, {2, 1, 0, 1, 1, 0, 0}, {2, 1, 1, 1, 5, 0, 0}, {1, 0, 1, 0, 7, 0, 0},
-    {2, 1, 1, 1, 5, 1, 1}, {1, 0, 1, 1, 4, 0, 1},
+static const RnnCase rnn_cases[] = {
+    {0, 1, 0, 1, 1, 5, 1, 0}, {0, 2, 0, 1, 1, 3, 1, 0}, {0, 1, 1, 0, 1, 5, 1, 0}, {0, 2, 1, 1, 0, 3, 1, 0},
+    {0, 1, 0, 0, 0, 1, 1, 0}, {0, 2, 1, 0, 1, 1, 0, 0}, {0, 2, 1, 1, 1, 5, 0, 0}, {0, 1, 0, 1, 0, 7, 0, 0},
+    {0, 2, 1, 1, 1, 5, 1, 1}, {0, 1, 0, 1, 1, 4, 0, 1}, {1, 1, 0, 1, 1, 5, 1, 0}, {1, 2, 1, 0, 1, 4, 1, 0},
+    {1, 2, 1, 1, 0, 3, 0, 0}, {1, 1, 0, 0, 1, 1, 1, 0}, {1, 1, 1, 1, 1, 6, 0, 0}, {1, 2, 0, 1, 1, 4, 1, 1},
 };
 
-static Graph *lstm_step(Ctx *c, const LstmCase *k, bool unroll) {
+static Graph *rnn_step(Ctx *c, const RnnCase *k, bool unroll) {
   int64_t N = 3, I = 4, H = 5, D = k->bidirectional ? 2 : 1;
   int64_t a = k->batch_first ? N : k->T, b = k->batch_first ? k->T : N;
   char text[1024];
   snprintf(text, sizeof text,
            "model m(x: f32[%lld, %lld, %lld], t: f32[%lld, %lld, %lld]) -> f32[] {\n"
-           "  y, h, c = lstm(x, %lld, layers=%d, bidirectional=%s, batch_first=%s, bias=%s) as lstm\n"
+           "  %s = %s(x, %lld, layers=%d, bidirectional=%s, batch_first=%s, bias=%s) as rnn\n"
            "  return %s\n"
            "}\n",
-           (long long)a, (long long)b, (long long)I, (long long)a, (long long)b, (long long)(D * H), (long long)H,
-           k->layers, k->bidirectional ? "true" : "false", k->batch_first ? "true" : "false",
-           k->bias ? "true" : "false", k->last_only ? "mean(h * h)" : "mean(y * t) + mean(h * h) + mean(c) * 0.5");
-  const SrcFile *f = ctx_add_file(c, "lstm.dl", text, strlen(text));
+           (long long)a, (long long)b, (long long)I, (long long)a, (long long)b, (long long)(D * H),
+           k->gru ? "y, h" : "y, h, c", k->gru ? "gru" : "lstm", (long long)H, k->layers,
+           k->bidirectional ? "true" : "false", k->batch_first ? "true" : "false", k->bias ? "true" : "false",
+           k->last_only ? "mean(h * h)" : k->gru ? "mean(y * t) + mean(h * h)" : "mean(y * t) + mean(h * h) + mean(c) * 0.5");
+  const SrcFile *f = ctx_add_file(c, "rnn.dl", text, strlen(text));
   Program *p = f ? fe_parse(c, f) : NULL;
   LowerOptions lo = {.training = true};
   Graph *g = p ? fe_lower(c, p, &lo) : NULL;
@@ -538,18 +540,18 @@ static Graph *lstm_step(Ctx *c, const LstmCase *k, bool unroll) {
                 diag_text(c));
   int bptt = 0;
   for (Node *n = g->first; n; n = n->next) {
-    bptt += n->op == OP_LSTM_BPTT;
-    if (unroll) ck_assert(n->op != OP_LSTM);
+    bptt += n->op == (k->gru ? OP_GRU_BPTT : OP_LSTM_BPTT);
+    if (unroll) ck_assert(n->op != OP_LSTM && n->op != OP_GRU);
   }
   ck_assert_int_eq(bptt, unroll ? 0 : k->layers * D);
   return g;
 }
 
-START_TEST(test_lstm_bptt) {
-  const LstmCase *k = &lstm_cases[_i];
+START_TEST(test_rnn_bptt) {
+  const RnnCase *k = &rnn_cases[_i];
   Ctx c;
   ctx_init(&c);
-  Graph *g = lstm_step(&c, k, false), *u = lstm_step(&c, k, true), *cg_g = ir_copy(g, "step");
+  Graph *g = rnn_step(&c, k, false), *u = rnn_step(&c, k, true), *cg_g = ir_copy(g, "step");
   TensorMap params;
   char err[512];
   ck_assert_msg(ir_init_params(g, 3, IR_INIT_RANDOM, &params, err, sizeof err), "%s", err);
@@ -582,9 +584,13 @@ START_TEST(test_lstm_bptt) {
   /* the walk's kernels: a text per direction (layers share it, unless
    * one reads a folded dy of zeros) */
   int persist = 0, step = 0;
+  const char *walk = k->gru ? "gru_bptt" : "lstm_bptt";
+  char persist_name[32], step_name[32];
+  snprintf(persist_name, sizeof persist_name, "%s_persist", walk);
+  snprintf(step_name, sizeof step_name, "%s_step", walk);
   for (uint32_t i = 0; i < cg.plan->n_kernels; i++) {
-    persist += strstr(cg.plan->kernels[i].name, "lstm_bptt_persist") != NULL;
-    step += strstr(cg.plan->kernels[i].name, "lstm_bptt_step") != NULL;
+    persist += strstr(cg.plan->kernels[i].name, persist_name) != NULL;
+    step += strstr(cg.plan->kernels[i].name, step_name) != NULL;
   }
   int texts = (k->bidirectional ? 2 : 1) * (k->last_only && k->layers > 1 ? 2 : 1);
   ck_assert_int_eq(persist, k->persist ? texts : 0);
@@ -913,9 +919,9 @@ static Suite *train_suite(void) {
   TCase *ex = tcase_create("examples");
   tcase_set_timeout(ex, 600);
   tcase_add_loop_test(ex, test_example, 0, (int)ARRAY_LEN(examples));
-  TCase *bptt = tcase_create("lstm_bptt");
+  TCase *bptt = tcase_create("rnn_bptt");
   tcase_set_timeout(bptt, 600);
-  tcase_add_loop_test(bptt, test_lstm_bptt, 0, (int)ARRAY_LEN(lstm_cases));
+  tcase_add_loop_test(bptt, test_rnn_bptt, 0, (int)ARRAY_LEN(rnn_cases));
   suite_add_tcase(s, bptt);
   suite_add_tcase(s, ex);
   TCase *bench = tcase_create("bench_steps");

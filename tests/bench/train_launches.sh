@@ -21,7 +21,7 @@ counts() {
 status=0
 echo "training step vs inference, launches / steps (-O2, no optimizer)"
 printf '  %-8s %-12s %-16s %-14s %7s  %s\n' model loss inference "training step" ratio "target (3x launches)"
-for m in mlp:cross_entropy lenet:cross_entropy bn_cnn:cross_entropy lstm:mse_loss resnet18:mse_loss; do
+for m in mlp:cross_entropy lenet:cross_entropy bn_cnn:cross_entropy lstm:mse_loss gru:mse_loss resnet18:mse_loss; do
   name=${m%%:*} loss=${m#*:}
   file=$top_srcdir/tests/bench/train/$name.dl
   # and one of the examples: a whole ResNet-18 (batch 1, 224 x 224)
