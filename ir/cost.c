@@ -172,7 +172,7 @@ static const OpCost op_cost[] = {
     /* the cell's backward per gate element; the recurrent product (2H
      * per element of dp) is not counted */
     [OP_LSTM_BPTT] = {RULE_LINEAR, 0, 20},
-    [OP_GRU_BPTT] = {RULE_LINEAR, 0, 12},
+    [OP_GRU_BPTT] = {RULE_LINEAR, 0, 12}, /* likewise per element of dpx (dph's n part one more multiply) */
     [OP_CONV_WEIGHT_GRAD] = {RULE_CONV_WEIGHT_GRAD, 0, 0},
     [OP_MAXPOOL_GRAD] = {RULE_POOL_GRAD, 1, 1}, /* a comparison per tap finds the argmax; an add */
     [OP_AVGPOOL_GRAD] = {RULE_POOL_GRAD, 1, 1}, /* an add per tap, a division per window */
