@@ -223,7 +223,7 @@ static bool optim_spec_from_api(Ctx *c, const dlc_options *opt, OptimSpec *out) 
   *out = (OptimSpec){.kind = kind, .momentum = o->momentum, .dampening = o->dampening, .nesterov = o->nesterov,
                      .weight_decay = o->weight_decay, .beta1 = o->beta1, .beta2 = o->beta2, .eps = o->eps,
                      .clip_grad_norm = o->clip_grad_norm, .keep_grads = o->keep_grads,
-                     .data_parallel = o->data_parallel};
+                     .data_parallel = o->data_parallel, .grad_stats_input = o->grad_stats_input != 0};
   if (!(o->bucket_mb >= 0 && o->bucket_mb < 1e6))
     return diag_error(c, (SrcLoc){0}, "bucket_mb must be in [0, 1e6) MiB, got %g", o->bucket_mb), false;
   out->bucket_bytes = (int64_t)(o->bucket_mb * 1024 * 1024);
@@ -334,10 +334,18 @@ have_graph:
     return 1;
   /* f16 training steps scale the loss (GradScaler); bf16 has f32's
    * range and needs none, nor do gradients without an optimizer. */
-  bool loss_scaling = job->opt && job->opt->optimizer && job->opt->precision &&
-                      strcmp(job->opt->precision, "f16") == 0;
+  bool f16_step = job->opt && job->opt->optimizer && job->opt->precision && strcmp(job->opt->precision, "f16") == 0;
+  int split = job->opt ? job->opt->loss_scale : 0;
+  if (split && split != DLC_LOSS_SCALE_SEED && split != DLC_LOSS_SCALE_FED) {
+    diag_error(c, (SrcLoc){0}, "loss_scale must be 0, DLC_LOSS_SCALE_SEED or DLC_LOSS_SCALE_FED, got %d", split);
+    return 1;
+  }
+  /* A pipeline's stages split the scaler: the last one's backward seeds
+   * with the scale, each optimizer unscales what it is fed. */
+  bool seed_scaled = split ? split == DLC_LOSS_SCALE_SEED : f16_step;
+  bool loss_scaling = split ? split == DLC_LOSS_SCALE_FED : f16_step;
   if (job->opt && job->opt->tensor_parallel > 1 && !split_tensors(c, job->opt, g, loss_scaling, &job->m->tp)) return 1;
-  AutodiffOptions ado = {.loss_scale = loss_scaling,
+  AutodiffOptions ado = {.loss_scale = seed_scaled,
                          .sync_bn = job->opt && job->opt->optimizer ? job->opt->optimizer->sync_bn : 0,
                          .unroll_rnn = job->opt && job->opt->unroll_rnn};
   if (job->opt && job->opt->grad && (!pass_autodiff(g, &ado) || !ir_verify(g))) return 1;
@@ -345,6 +353,7 @@ have_graph:
     OptimSpec spec;
     if (!optim_spec_from_api(c, job->opt, &spec)) return 1;
     spec.loss_scaling = loss_scaling;
+    spec.scaled_elsewhere = split == DLC_LOSS_SCALE_FED;
     if (!pass_append_optimizer(g, &spec) || !ir_verify(g)) return 1;
     split_optimizer_state(g, &job->m->tp);
   }

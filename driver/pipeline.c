@@ -11,6 +11,7 @@
 #include "driver/pipeline.h"
 
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,6 +22,7 @@
 #include "ir/eval.h"
 #include "ir/ir.h"
 #include "passes/autodiff.h"
+#include "passes/optim.h"
 #include "passes/stages.h"
 
 /* Message tags: what travels, and the cut value's number.  Messages
@@ -63,6 +65,10 @@ struct Pipeline {
   unsigned char **dy;         /* [k]: the gradient of stage output k */
   void **bufs;                /* per data array: a micro-batch */
   float loss;
+  /* The clip's norm or f16's loss scaler: both span every stage's
+   * gradients, so each step the stages sum their share (grad_stats) and
+   * feed the totals to their optimizers (dlc_optimizer.grad_stats_input). */
+  bool clip, loss_scaling;
   /* Dropout's state when the stage has dropouts: the whole model's seed
    * and step count (one process's dlcc.step, advanced per global batch,
    * not per plan run), set into both plans before each micro-batch with
@@ -221,6 +227,7 @@ static dlc_options stage_options(const Pipeline *p) {
 
 static bool compile_stage(Pipeline *p, Graph *const *graphs, char *err, size_t errlen) {
   const char *what[] = {"forward", "backward", "optimizer"};
+  bool last = p->s == p->n_stages - 1;
   for (int k = STAGE_FORWARD; k <= STAGE_OPTIMIZER; k++) {
     if (!graphs[k]) continue;
     char *text = ir_print_text(graphs[k]), name[64];
@@ -234,11 +241,16 @@ static bool compile_stage(Pipeline *p, Graph *const *graphs, char *err, size_t e
       o.loss = NULL;
       o.loss_output = 0;
       o.target_rank = 0;
+      o.optimizer.grad_stats_input = p->clip || p->loss_scaling;
+      /* the gradients it is fed are scaled: it unscales them */
+      if (p->loss_scaling) o.model.loss_scale = DLC_LOSS_SCALE_FED;
       st = dlc_train_compile_string(name, text, &o, &p->opt);
       msg = dlc_train_error(p->opt);
     } else {
       dlc_options o = stage_options(p);
       o.grad = k == STAGE_BACKWARD;
+      /* the loss's gradient starts at the scale, as in one process */
+      if (p->loss_scaling && last && o.grad) o.loss_scale = DLC_LOSS_SCALE_SEED;
       dlc_model **m = k == STAGE_FORWARD ? &p->fwd : &p->bwd;
       st = dlc_compile_string(name, text, &o, m);
       msg = dlc_error(*m);
@@ -330,6 +342,9 @@ Pipeline *pipe_new(const PipeConfig *c, char *err, size_t errlen) {
   p->n_stages = c->dist->size;
   p->m_count = (int)c->micro;
   p->b = c->batch / c->micro;
+  const char *prec = c->train->model.precision;
+  p->loss_scaling = prec && strcmp(prec, "f16") == 0;
+  p->clip = c->train->optimizer.clip_grad_norm > 0;
   ctx_init(&p->ctx);
   BuildJob job = {.c = c, .micro_batch = p->b};
   int rc = ctx_guard(&p->ctx, build_graph, &job);
@@ -369,6 +384,15 @@ Pipeline *pipe_new(const PipeConfig *c, char *err, size_t errlen) {
     pipe_free(p);
     return NULL;
   }
+  /* The last stage's backward reads the scale its optimizer updates. */
+  if (p->loss_scaling && p->s == p->n_stages - 1 && !sg.graph[STAGE_OPTIMIZER]) {
+    snprintf(err, errlen,
+             "--precision=f16 under a pipeline needs parameters in the last stage, whose optimizer keeps the loss "
+             "scale; stage %d has none",
+             p->s);
+    pipe_free(p);
+    return NULL;
+  }
   if (!compile_stage(p, sg.graph, err, errlen) || !prepare(p, sg.graph[STAGE_OPTIMIZER], err, errlen)) {
     pipe_free(p);
     return NULL;
@@ -394,7 +418,12 @@ static bool copy_weight(dlc_model *from, dlc_model *to, const char *name, size_t
   return st == DLC_OK;
 }
 
-/* The stage's parameters from the optimizer's plan into the others. */
+/* The stage's parameters from the optimizer's plan into the others, and
+ * in the last stage the loss scale it updates, over M, into the backward
+ * that seeds with it: each micro-batch's gradient is that of its mean
+ * loss over M, so that the sum over the micro-batches is the mean and
+ * each sample's share of every f16 value in the backward is what it is
+ * in one process (S / B), which overflows where one process's does. */
 static bool share_params(Pipeline *p, char *err, size_t errlen) {
   dlc_model *om = dlc_train_model(p->opt); /* NULL in a stage without parameters */
   for (int j = 0; j < p->n_params; j++) {
@@ -402,6 +431,12 @@ static bool share_params(Pipeline *p, char *err, size_t errlen) {
     if ((p->fwd && !copy_weight(om, p->fwd, sp->name, sp->bytes, err, errlen)) ||
         !copy_weight(om, p->bwd, sp->name, sp->bytes, err, errlen))
       return false;
+  }
+  if (p->loss_scaling && p->s == p->n_stages - 1) {
+    float s;
+    if (dlc_get_weight(om, AMP_SCALE_PARAM, &s, sizeof s) != DLC_OK) return run_failed(om, err, errlen);
+    s /= (float)p->m_count;
+    if (dlc_set_weight(p->bwd, AMP_SCALE_PARAM, &s, sizeof s) != DLC_OK) return run_failed(p->bwd, err, errlen);
   }
   return true;
 }
@@ -461,9 +496,12 @@ static dlc_model *holder_of(Pipeline *p, const char *name) {
 
 /* The rank whose stage holds the whole model's tensor `name`: the stage
  * of the param it is, or whose optimizer state it is
- * ("dlcc.optim.NAME.exp_avg"); rank 0 for the rest (the step counters,
- * which every stage counts alike, dropout's seed). */
+ * ("dlcc.optim.NAME.exp_avg"); the last stage for the loss scaler's
+ * (every optimizer keeps the same, the last one surely); rank 0 for the
+ * rest (the step counters, which every stage counts alike, dropout's
+ * seed). */
 static int owner_of(const Pipeline *p, const char *name) {
+  if (strncmp(name, "dlcc.amp.", 9) == 0) return p->n_stages - 1;
   const char *prefix = "dlcc.optim.";
   size_t np = strlen(prefix), best = 0;
   int owner = 0;
@@ -616,9 +654,7 @@ static bool backward(Pipeline *p, int m, const int64_t *order, bool *comm, char 
  * (equal shares: the global batch's, the same bits on each copy), then
  * the new parameters into the other plans. */
 static bool update(Pipeline *p, float lr, bool *comm, char *err, size_t errlen) {
-  if (!p->opt) return true;
-  dlc_model *om = dlc_train_model(p->opt);
-  float scale = 1.0f / (float)p->m_count;
+  float scale = p->loss_scaling ? 1.0f : 1.0f / (float)p->m_count; /* the seed divided already */
   Dist *rd = p->c.replicas;
   for (int j = 0; j < p->n_params; j++) {
     StageParam *sp = &p->params[j];
@@ -626,6 +662,31 @@ static bool update(Pipeline *p, float lr, bool *comm, char *err, size_t errlen) 
     if (rd && dist_start(rd, sp->acc, sp->bytes / sizeof(float), false) != DIST_OK) return *comm = true, false;
   }
   if (rd && dist_wait(rd) != DIST_OK) return *comm = true, false;
+  /* Every stage's share of the statistics its optimizer is fed, summed
+   * over the pipeline in rank order (the same bits on every stage and,
+   * the gradients being the same, in every pipeline); a stage without
+   * parameters adds zeros. */
+  float stats[2] = {0, 0}; /* the sum of squares, the count of gradients holding inf or NaN */
+  if (p->clip || p->loss_scaling) {
+    double sumsq = 0;
+    bool bad = false;
+    for (int j = 0; j < p->n_params; j++) {
+      const StageParam *sp = &p->params[j];
+      for (size_t i = 0; i < sp->bytes / sizeof(float); i++) {
+        double g = sp->acc[i];
+        sumsq += g * g;
+        bad |= !isfinite(sp->acc[i]);
+      }
+    }
+    stats[0] = (float)sumsq, stats[1] = bad;
+    if (dist_start(p->c.dist, stats, 2, true) != DIST_OK || dist_wait(p->c.dist) != DIST_OK) return *comm = true, false;
+  }
+  if (!p->opt) return true;
+  dlc_model *om = dlc_train_model(p->opt);
+  float nonfinite = stats[1] > 0 ? NAN : 0.0f;
+  if ((p->clip && dlc_set_input(om, OPTIM_SUMSQ_INPUT, &stats[0], sizeof(float)) != DLC_OK) ||
+      (p->loss_scaling && dlc_set_input(om, OPTIM_NONFINITE_INPUT, &nonfinite, sizeof nonfinite) != DLC_OK))
+    return run_failed(om, err, errlen);
   for (int j = 0; j < p->n_params; j++) {
     StageParam *sp = &p->params[j];
     char name[512];

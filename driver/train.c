@@ -236,19 +236,9 @@ static bool pipe_args_check(TrainArgs *o) {
     fprintf(stderr, "dlcc: error: unknown pipeline schedule '%s' (expected gpipe or 1f1b)\n", o->pipe_schedule);
     return false;
   }
-  bad = o->sync_bn         ? "--sync-bn"
-        : o->bucket_mb > 0 ? "--bucket-mb"
-        : o->clip > 0      ? "--clip-grad-norm (its norm spans the stages)"
-                           : NULL;
+  bad = o->sync_bn ? "--sync-bn" : o->bucket_mb > 0 ? "--bucket-mb" : NULL;
   if (bad) {
     fprintf(stderr, "dlcc: error: pipeline parallel does not take %s yet\n", bad);
-    return false;
-  }
-  /* bf16 needs no loss scale; f16's dynamic one (skip the step on an
-   * overflow anywhere) would have to be agreed across the stages */
-  if (o->api.precision && strcmp(o->api.precision, "f16") == 0) {
-    fprintf(stderr, "dlcc: error: pipeline parallel does not take --precision=f16 yet (its dynamic loss scale "
-                    "spans the stages); --precision=bf16 it does\n");
     return false;
   }
   return true;

@@ -101,6 +101,15 @@ typedef struct dlc_optimizer {
    * about that many MiB (PyTorch DDP's bucket_cap_mb), filled in the
    * order the backward completes them; 0: one all-reduce a gradient */
   double bucket_mb;
+  /* Nonzero: the step's parameters are some of a model's (a pipeline's
+   * stage, docs/parallel.md), so the clip's norm and the loss scaler's
+   * overflow check span gradients this step does not see: they come from
+   * the f32 scalar inputs "dlcc.optim.grad_sumsq" (the sum of squares of
+   * every gradient of the model, as fed: scaled under loss scaling) and
+   * "dlcc.optim.nonfinite" (NaN when any gradient of the model holds inf
+   * or NaN, else 0), set before each step; each input exists only where
+   * clip_grad_norm or loss scaling needs it. */
+  int grad_stats_input;
 } dlc_optimizer;
 
 typedef struct dlc_options {
@@ -200,9 +209,20 @@ typedef struct dlc_options {
    * through its recurrence unrolled over time instead of the lstm_bptt
    * or gru_bptt op (docs/training.md). */
   int unroll_rnn;
+  /* f16 loss scaling (torch.cuda.amp.GradScaler) for a training step
+   * split over plans, as a pipeline's stages (docs/parallel.md):
+   * DLC_LOSS_SCALE_SEED (with grad): the loss's gradient is the param
+   * dlcc.amp.scale instead of 1, as in a whole f16 step, with no
+   * optimizer in this plan to unscale; DLC_LOSS_SCALE_FED (with an
+   * optimizer): the gradients the step computes are scaled already, so
+   * its seed stays 1 while the optimizer unscales them, skips the step
+   * on inf or NaN and updates dlcc.amp.scale.  0: precision "f16" with an
+   * optimizer does both, anything else neither. */
+  int loss_scale;
 } dlc_options;
 
 enum { DLC_O0 = -1 };
+enum { DLC_LOSS_SCALE_SEED = 1, DLC_LOSS_SCALE_FED = 2 };
 
 /* Compiles a .dl source, .ir text or .onnx model file (by its suffix).  *out is set
  * even on failure (so dlc_error can tell why), except when memory ran out

@@ -118,6 +118,17 @@ static Node *find_param(Graph *g, const char *name) {
   return NULL;
 }
 
+/* The loss scale: autodiff's param, or (OptimSpec.scaled_elsewhere) one
+ * of the same name and start. */
+static Node *amp_scale(Graph *g, SrcLoc at) {
+  Node *p = find_param(g, AMP_SCALE_PARAM);
+  if (p) return p;
+  TensorType scalar = {.dtype = TY_F32};
+  p = ir_source(g, OP_PARAM, &scalar, AMP_SCALE_PARAM, at);
+  ir_set_str(g, p, "init", AMP_INIT_SCALE);
+  return p;
+}
+
 /* grad's mean over the ranks, placed right after the node that computes
  * grad: the plan keeps graph order, so each all-reduce is issued as soon
  * as its gradient is complete.  Gradients come out of the backward in
@@ -229,13 +240,15 @@ static void shared(Step *s, Value *step, int n_grads, Value *const *grads) {
   s->scale = num(s, 1);
   Value *inv = NULL, *z = NULL;
   if (o->loss_scaling) {
-    inv = op2(s, OP_DIV, num(s, 1), &find_param(s->g, AMP_SCALE_PARAM)->out[0]);
-    z = nonfinite(s, n_grads, grads);
+    inv = op2(s, OP_DIV, num(s, 1), &amp_scale(s->g, s->at)->out[0]);
+    z = o->grad_stats_input ? &ir_source(s->g, OP_INPUT, &scalar, OPTIM_NONFINITE_INPUT, s->at)->out[0]
+                            : nonfinite(s, n_grads, grads);
     s->found_inf = op1(s, OP_ISNAN, z);
   }
   if (o->clip_grad_norm > 0) {
     Value *total = NULL;
-    for (int i = 0; i < n_grads; i++) {
+    if (o->grad_stats_input) total = &ir_source(s->g, OP_INPUT, &scalar, OPTIM_SUMSQ_INPUT, s->at)->out[0];
+    for (int i = 0; i < n_grads && !o->grad_stats_input; i++) {
       Value *sq = sum_of_squares(s, grads[i]);
       total = total ? op2(s, OP_ADD, total, sq) : sq;
     }
@@ -253,7 +266,7 @@ static void shared(Step *s, Value *step, int n_grads, Value *const *grads) {
 static void update_scale(Step *s) {
   Graph *g = s->g;
   TensorType scalar = {.dtype = TY_F32};
-  Value *scale = &find_param(g, AMP_SCALE_PARAM)->out[0];
+  Value *scale = &amp_scale(g, s->at)->out[0];
   Node *tracker = ir_source(g, OP_PARAM, &scalar, AMP_GROWTH_PARAM, s->at);
   ir_set_str(g, tracker, "init", "zeros");
   Value *clean = op2(s, OP_ADD, &tracker->out[0], num(s, 1));
@@ -317,10 +330,11 @@ bool pass_append_optimizer(Graph *g, const OptimSpec *o) {
   TensorType scalar = {.dtype = TY_F32};
   Node *step = ir_source(g, OP_PARAM, &scalar, OPTIM_STEP_PARAM, s.at);
   ir_set_str(g, step, "init", "zeros");
-  if (o->loss_scaling && !find_param(g, AMP_SCALE_PARAM)) {
+  if (o->loss_scaling && !o->scaled_elsewhere && !find_param(g, AMP_SCALE_PARAM)) {
     diag_error(c, (SrcLoc){0}, "loss scaling: the gradients were not scaled (no param '%s')", AMP_SCALE_PARAM);
     return false;
   }
+  if (o->loss_scaling) amp_scale(g, s.at);
   Node *scalars_from = g->last;
   shared(&s, &step->out[0], n_grads, grads);
   Value *next_step = s.step1;

@@ -43,6 +43,15 @@ typedef struct OptimSpec {
    * scale: halved on such a step, doubled after AMP_GROWTH_INTERVAL clean
    * steps in a row (counted by the param AMP_GROWTH_PARAM). */
   bool loss_scaling;
+  /* With loss_scaling: the gradients were scaled before they reached
+   * this graph (a pipeline stage's optimizer is fed them), so it has no
+   * scale param from autodiff and makes its own (AMP_SCALE_PARAM, the
+   * same start), which the caller keeps equal to the one that scaled. */
+  bool scaled_elsewhere;
+  /* The clip's sum of squares and the overflow check over the whole
+   * model from the inputs OPTIM_SUMSQ_INPUT and OPTIM_NONFINITE_INPUT
+   * (dlc_optimizer.grad_stats_input) instead of this step's gradients. */
+  bool grad_stats_input;
 } OptimSpec;
 
 #define AMP_GROWTH_INTERVAL 2000
@@ -59,6 +68,8 @@ const char *optim_name(OptimKind kind);
  * the bias corrections read is the param OPTIM_STEP_PARAM (f32 scalar,
  * 0 before the first step, advanced by the step as an update). */
 #define OPTIM_LR_INPUT "dlcc.lr"
+#define OPTIM_SUMSQ_INPUT "dlcc.optim.grad_sumsq"
+#define OPTIM_NONFINITE_INPUT "dlcc.optim.nonfinite"
 #define OPTIM_STEP_PARAM "dlcc.optim.step"
 
 /* Rewrites g, the output of pass_autodiff (NAME.grad outputs after the

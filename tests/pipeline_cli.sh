@@ -5,7 +5,8 @@
 # (f32 1e-5: every loss and every tensor of the checkpoint rank 0
 # writes), both schedules the same bits, --resume, a run repeated the
 # same bytes (on emu), the split rank 0 prints, stages the model marks,
-# dropout, batchnorm (per micro-batch), an ONNX model, a stage without parameters, bf16 (--precision), 2 pipelines of 2 stages (data
+# dropout, batchnorm (per micro-batch), an ONNX model, a stage without parameters, bf16 and f16 (--precision), the
+# f16 loss scaler and --clip-grad-norm over every stage's gradients, 2 pipelines of 2 stages (data
 # parallel over pipelines), the refusals, and a rank that fails or
 # vanishes ending every rank with a message naming it.  Skips without mpirun or without MPI in dlcc.
 set -u
@@ -82,6 +83,48 @@ for b in ref emu; do
   agree_at 1e-2 "$tmp/onebf.loss" "$tmp/bf.loss" && agree_at 1e-2 "$tmp/onebf.v" "$tmp/bf.v" && ok ||
     fail "bf16 on $b, 2 stages: $(paste "$tmp/onebf.loss" "$tmp/bf.loss")"
   ! agree "$tmp/onef.loss" "$tmp/bf.loss" && ok || fail "bf16 on $b: the losses of f32"
+done
+
+# f16, as bf16, under the dynamic loss scale: the last stage's backward
+# seeds with the scale (over M), every stage's optimizer unscales.
+expect 0 "" "$dlcc" train $B --backend=ref --precision=f16 --save "$tmp/oneh.safetensors" --log "$tmp/oneh.jsonl"
+losses "$tmp/oneh.jsonl" >"$tmp/oneh.loss"
+st_values "$tmp/oneh.ckpt.safetensors" >"$tmp/oneh.v"
+for b in ref emu; do
+  expect 0 "" mpi 2 "$dlcc" train $B --backend=$b --precision=f16 --pipeline=2 --micro-batches=4 \
+    --save "$tmp/h-$b.safetensors" --log "$tmp/h-$b.jsonl"
+  losses "$tmp/h-$b.jsonl" >"$tmp/h.loss"
+  st_values "$tmp/h-$b.ckpt.safetensors" >"$tmp/h.v"
+  agree_at 1e-2 "$tmp/oneh.loss" "$tmp/h.loss" && agree_at 1e-2 "$tmp/oneh.v" "$tmp/h.v" && ok ||
+    fail "f16 on $b, 2 stages: $(paste "$tmp/oneh.loss" "$tmp/h.loss")"
+done
+# Overflows that only the last stage's gradients hold (mlp4_offset.dl):
+# every stage skips those steps, so the checkpoint's last three values,
+# the loss scale, the step count and GradScaler's count of clean steps,
+# are one process's exactly (one micro-batch: with M of them each f16
+# sum is over B/M samples and may stay finite where the whole batch's
+# overflows).
+O="$t/mlp4_offset.dl --loss=cross_entropy --optimizer=sgd --lr=0.01 --data $t/data --epochs 3 --drop-last --batch 8 --precision=f16"
+expect 0 "" "$dlcc" train $O --backend=ref --save "$tmp/oneo.safetensors" --log "$tmp/oneo.jsonl"
+st_values "$tmp/oneo.ckpt.safetensors" | tail -3 >"$tmp/oneo.amp"
+[ "$(head -1 "$tmp/oneo.amp")" != 65536 ] && ok || fail "mlp4_offset.dl: one process skipped no step"
+for b in ref emu; do
+  expect 0 "" mpi 2 "$dlcc" train $O --backend=$b --pipeline=2 --save "$tmp/o-$b.safetensors"
+  st_values "$tmp/o-$b.ckpt.safetensors" | tail -3 >"$tmp/o.amp"
+  cmp -s "$tmp/oneo.amp" "$tmp/o.amp" && ok || fail "f16 on $b: the scaler's state $(paste "$tmp/oneo.amp" "$tmp/o.amp")"
+done
+
+# --clip-grad-norm: the norm over every stage's gradients, as one process's (f32 1e-5).
+expect 0 "" "$dlcc" train $A --backend=ref --clip-grad-norm=0.5 --save "$tmp/onec.safetensors" --log "$tmp/onec.jsonl"
+losses "$tmp/onec.jsonl" >"$tmp/onec.loss"
+! agree "$tmp/one.loss" "$tmp/onec.loss" && ok || fail "--clip-grad-norm=0.5 clipped nothing"
+for c in 2:2 4:1; do
+  s=${c%%:*} m=${c#*:}
+  expect 0 "" mpi "$s" "$dlcc" train $A --backend=ref --clip-grad-norm=0.5 --pipeline="$s" --micro-batches="$m" \
+    --save "$tmp/c.safetensors" --log "$tmp/c.jsonl"
+  losses "$tmp/c.jsonl" >"$tmp/c.loss"
+  agree "$tmp/onec.loss" "$tmp/c.loss" && ok || fail "--clip-grad-norm on $s stages: $(paste "$tmp/onec.loss" "$tmp/c.loss")"
+  close "$tmp/onec.ckpt.safetensors" "$tmp/c.ckpt.safetensors" "--clip-grad-norm on $s stages"
 done
 
 # A weight the loss reads again: the one cut leaves the last stage only
@@ -174,8 +217,10 @@ expect_sub 1 "dlcc: error: --tensor-parallel does not combine with --pipeline ye
   mpi 4 "$dlcc" train $A --backend=ref --pipeline=2 --tensor-parallel=2
 expect_sub 1 "dlcc: error: --batch=8 does not divide into 3 micro-batches: give a multiple of 3" \
   mpi 2 "$dlcc" train $A --backend=ref --pipeline=2 --micro-batches=3
-expect_sub 1 "dlcc: error: pipeline parallel does not take --precision=f16 yet (its dynamic loss scale spans the stages); --precision=bf16 it does" \
-  mpi 2 "$dlcc" train $A --backend=ref --pipeline=2 --precision=f16
+expect_sub 1 "dlcc: error: pipeline parallel does not take --sync-bn yet" \
+  mpi 2 "$dlcc" train $A --backend=ref --pipeline=2 --sync-bn
+expect_sub 1 "--precision=f16 under a pipeline needs parameters in the last stage, whose optimizer keeps the loss scale; stage 1 has none" \
+  mpi 2 "$dlcc" train $T --pipeline=2 --precision=f16
 expect_sub 1 "dlcc: error: --micro-batches is for pipeline parallel: give --pipeline=S too" \
   "$dlcc" train $A --micro-batches=2
 

@@ -182,6 +182,83 @@ START_TEST(compile_string_as_file) {
 }
 END_TEST
 
+/* dlc_optimizer.grad_stats_input (a pipeline stage's optimizer): the
+ * clip's sum of squares is the input's, not the step's own gradients':
+ * 0 leaves the step unclipped (the same weights as without a clip), a
+ * huge one all but stops it; with f16's split loss scaling
+ * (DLC_LOSS_SCALE_FED) the overflow flag is an input too, and NaN there
+ * skips the step.  A loss_scale out of range is refused. */
+static dlc_train *compile_stats(double clip, const char *precision, int loss_scale) {
+  dlc_train_options o;
+  ck_assert_int_eq(dlc_train_options_init(&o, "sgd"), DLC_OK);
+  int64_t xd[2] = {8, 4}, td[1] = {8};
+  dlc_input_shape shapes[2] = {{"x", 2, xd}, {"target", 1, td}};
+  o.model.backend = "ref";
+  o.model.n_input_shapes = 2;
+  o.model.input_shapes = shapes;
+  o.model.precision = precision;
+  o.model.loss_scale = loss_scale;
+  o.loss = "cross_entropy";
+  o.optimizer.clip_grad_norm = clip;
+  o.optimizer.grad_stats_input = clip > 0 || loss_scale;
+  dlc_train *t;
+  dlc_status st = dlc_train_compile(model_path("tiny.dl"), &o, &t);
+  if (st != DLC_OK) fprintf(stderr, "%s", dlc_train_error(t));
+  ck_assert_int_eq(st, DLC_OK);
+  ck_assert_int_eq(dlc_init_weights(dlc_train_model(t), 3), DLC_OK);
+  set_batch(t, 8);
+  return t;
+}
+
+static void stats_step(dlc_train *t, const char *input, float value, float *bias) {
+  ck_assert_int_eq(dlc_set_input(dlc_train_model(t), input, &value, sizeof value), DLC_OK);
+  ck_assert_int_eq(dlc_train_step(t, 0.25f, NULL), DLC_OK);
+  ck_assert_int_eq(dlc_get_weight(dlc_train_model(t), "fc2.bias", bias, 3 * sizeof *bias), DLC_OK);
+}
+
+START_TEST(grad_stats_from_inputs) {
+  float plain[3], zero[3], huge[3], before[3];
+  dlc_train *t = compile_tiny(8, "sgd", 0, 0);
+  ck_assert_int_eq(dlc_init_weights(dlc_train_model(t), 3), DLC_OK);
+  set_batch(t, 8);
+  ck_assert_int_eq(dlc_get_weight(dlc_train_model(t), "fc2.bias", before, sizeof before), DLC_OK);
+  ck_assert_int_eq(dlc_train_step(t, 0.25f, NULL), DLC_OK);
+  ck_assert_int_eq(dlc_get_weight(dlc_train_model(t), "fc2.bias", plain, sizeof plain), DLC_OK);
+  dlc_train_free(t);
+  t = compile_stats(0.5, NULL, 0);
+  stats_step(t, "dlcc.optim.grad_sumsq", 0, zero);
+  dlc_train_free(t);
+  t = compile_stats(0.5, NULL, 0);
+  stats_step(t, "dlcc.optim.grad_sumsq", 1e12f, huge);
+  dlc_train_free(t);
+  for (int i = 0; i < 3; i++) {
+    ck_assert_float_eq(zero[i], plain[i]);
+    ck_assert(plain[i] != before[i] && fabsf(huge[i] - before[i]) < 1e-6f * fabsf(plain[i] - before[i]) + 1e-9f);
+  }
+  /* f16, the gradients scaled elsewhere: a NaN flag skips the step and
+   * halves the scale, 0 takes it */
+  float skipped[3], taken[3], scale;
+  t = compile_stats(0, "f16", DLC_LOSS_SCALE_FED);
+  stats_step(t, "dlcc.optim.nonfinite", NAN, skipped);
+  ck_assert_int_eq(dlc_get_weight(dlc_train_model(t), "dlcc.amp.scale", &scale, sizeof scale), DLC_OK);
+  ck_assert_float_eq(scale, 32768);
+  stats_step(t, "dlcc.optim.nonfinite", 0, taken);
+  dlc_train_free(t);
+  for (int i = 0; i < 3; i++) ck_assert(skipped[i] == before[i] && taken[i] != before[i]);
+  dlc_train_options o;
+  ck_assert_int_eq(dlc_train_options_init(&o, "sgd"), DLC_OK);
+  int64_t xd[2] = {8, 4};
+  dlc_input_shape shape = {"x", 2, xd};
+  o.model.backend = "ref";
+  o.model.n_input_shapes = 1;
+  o.model.input_shapes = &shape;
+  o.model.loss_scale = 3;
+  ck_assert_int_eq(dlc_train_compile(model_path("tiny.dl"), &o, &t), DLC_ERR_COMPILE);
+  ck_assert_ptr_nonnull(strstr(dlc_train_error(t), "loss_scale must be 0, DLC_LOSS_SCALE_SEED or DLC_LOSS_SCALE_FED, got 3"));
+  dlc_train_free(t);
+}
+END_TEST
+
 START_TEST(copy_state_and_save) {
   dlc_train *t = compile_tiny(8, "adamw", 0, 0), *rest = compile_tiny(6, "adamw", 0, 0);
   dlc_train *eval = compile_tiny(8, "adamw", 1, 0);
@@ -310,6 +387,7 @@ int main(void) {
   tcase_add_test(tc, data_order);
   tcase_add_test(tc, sgd_step_updates_by_the_gradient);
   tcase_add_test(tc, compile_string_as_file);
+  tcase_add_test(tc, grad_stats_from_inputs);
   tcase_add_test(tc, copy_state_and_save);
   tcase_add_test(tc, batchnorm_state_dict);
   tcase_add_test(tc, option_errors);
