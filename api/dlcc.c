@@ -232,12 +232,10 @@ static bool optim_spec_from_api(Ctx *c, const dlc_options *opt, OptimSpec *out) 
 
 /* dlc_options.tensor_parallel: this rank's graph (passes/tensor_par.c),
  * or false after reporting what it does not combine with. */
-static bool split_tensors(Ctx *c, const dlc_options *o, Graph *g, bool loss_scaling, TpResult *tp) {
+static bool split_tensors(Ctx *c, const dlc_options *o, Graph *g, TpResult *tp) {
   const dlc_optimizer *opt = o->optimizer;
   const char *no = o->tensor_rank < 0 || o->tensor_rank >= o->tensor_parallel ? "a rank outside [0, tensor_parallel)"
                    : opt && opt->sync_bn                                      ? "sync_bn"
-                   : opt && opt->clip_grad_norm > 0 ? "clip_grad_norm (each rank holds a part of the split gradients)"
-                   : loss_scaling ? "f16 loss scaling (each rank sees a part of the split gradients)"
                    : o->quantize && strcmp(o->quantize, "none") ? "int8 quantization"
                                                                 : NULL;
   if (no) {
@@ -344,7 +342,7 @@ have_graph:
    * with the scale, each optimizer unscales what it is fed. */
   bool seed_scaled = split ? split == DLC_LOSS_SCALE_SEED : f16_step;
   bool loss_scaling = split ? split == DLC_LOSS_SCALE_FED : f16_step;
-  if (job->opt && job->opt->tensor_parallel > 1 && !split_tensors(c, job->opt, g, loss_scaling, &job->m->tp)) return 1;
+  if (job->opt && job->opt->tensor_parallel > 1 && !split_tensors(c, job->opt, g, &job->m->tp)) return 1;
   AutodiffOptions ado = {.loss_scale = seed_scaled,
                          .sync_bn = job->opt && job->opt->optimizer ? job->opt->optimizer->sync_bn : 0,
                          .unroll_rnn = job->opt && job->opt->unroll_rnn};
@@ -354,6 +352,10 @@ have_graph:
     if (!optim_spec_from_api(c, job->opt, &spec)) return 1;
     spec.loss_scaling = loss_scaling;
     spec.scaled_elsewhere = split == DLC_LOSS_SCALE_FED;
+    /* the clip's norm and the overflow check span the tensor group */
+    const char **parts = ARENA_ARRAY(&c->arena, const char *, job->m->tp.n_splits + 1);
+    for (int i = 0; i < job->m->tp.n_splits; i++) parts[spec.n_tp_parts++] = job->m->tp.splits[i].param;
+    spec.tp_parts = parts;
     if (!pass_append_optimizer(g, &spec) || !ir_verify(g)) return 1;
     split_optimizer_state(g, &job->m->tp);
   }

@@ -39,6 +39,7 @@ typedef struct Step {
   Value *step1; /* dlcc.optim.step + 1: this step's number, from 1 */
   Value *scale; /* the gradients' scale: clip_grad_norm's, or 1; times 1 / the loss scale */
   Value *found_inf; /* loss scaling: bool, a gradient holds inf or NaN; else NULL */
+  bool *parted;     /* by gradient: this tensor-parallel rank holds a part of it (OptimSpec.tp_parts) */
   /* The outputs the step gains: updates of params and of their state. */
   int n_new;
   Value **new_values;
@@ -214,16 +215,27 @@ static void all_reduce_buckets(Graph *g, int n_grads, Value **grads, int64_t buc
 }
 
 /* Zero when every element of every gradient is finite, else NaN. */
-static Value *nonfinite(Step *s, int n_grads, Value *const *grads) {
-  Value *z = NULL;
+static Value *nonfinite_of(Step *s, Value *grad) {
+  Value *z = op2(s, OP_MUL, grad, num(s, 0)); /* inf * 0 and NaN * 0: NaN */
+  int64_t axes[DL_MAX_RANK];
+  for (int d = 0; d < z->type.rank; d++) axes[d] = d;
+  return z->type.rank ? ir_grad_sum(s->g, s->at, z, z->type.rank, axes, false) : z;
+}
+
+/* Σ f(grad) over every gradient of the model.  Under tensor parallelism
+ * (OptimSpec.tp_parts) a gradient this rank holds a part of (the rest
+ * being other ranks', or zeros) is summed over the tensor group with
+ * one allreduce_sum of those terms; the others are every rank's whole
+ * and the same, counted once. */
+static Value *model_sum(Step *s, int n_grads, Value *const *grads, Value *(*f)(Step *, Value *)) {
+  Value *whole = NULL, *parts = NULL;
   for (int i = 0; i < n_grads; i++) {
-    Value *zi = op2(s, OP_MUL, grads[i], num(s, 0)); /* inf * 0 and NaN * 0: NaN */
-    int64_t axes[DL_MAX_RANK];
-    for (int d = 0; d < zi->type.rank; d++) axes[d] = d;
-    if (zi->type.rank) zi = ir_grad_sum(s->g, s->at, zi, zi->type.rank, axes, false);
-    z = z ? op2(s, OP_ADD, z, zi) : zi;
+    Value *v = f(s, grads[i]);
+    Value **into = s->parted[i] ? &parts : &whole;
+    *into = *into ? op2(s, OP_ADD, *into, v) : v;
   }
-  return z;
+  if (parts) parts = ir_grad_op(s->g, s->at, OP_ALLREDUCE_SUM, 1, &parts);
+  return whole && parts ? op2(s, OP_ADD, whole, parts) : whole ? whole : parts;
 }
 
 /* The shared scalars of this step, built once before any param's.
@@ -242,16 +254,12 @@ static void shared(Step *s, Value *step, int n_grads, Value *const *grads) {
   if (o->loss_scaling) {
     inv = op2(s, OP_DIV, num(s, 1), &amp_scale(s->g, s->at)->out[0]);
     z = o->grad_stats_input ? &ir_source(s->g, OP_INPUT, &scalar, OPTIM_NONFINITE_INPUT, s->at)->out[0]
-                            : nonfinite(s, n_grads, grads);
+                            : model_sum(s, n_grads, grads, nonfinite_of);
     s->found_inf = op1(s, OP_ISNAN, z);
   }
   if (o->clip_grad_norm > 0) {
-    Value *total = NULL;
-    if (o->grad_stats_input) total = &ir_source(s->g, OP_INPUT, &scalar, OPTIM_SUMSQ_INPUT, s->at)->out[0];
-    for (int i = 0; i < n_grads && !o->grad_stats_input; i++) {
-      Value *sq = sum_of_squares(s, grads[i]);
-      total = total ? op2(s, OP_ADD, total, sq) : sq;
-    }
+    Value *total = o->grad_stats_input ? &ir_source(s->g, OP_INPUT, &scalar, OPTIM_SUMSQ_INPUT, s->at)->out[0]
+                                       : model_sum(s, n_grads, grads, sum_of_squares);
     Value *norm = op1(s, OP_SQRT, total);
     if (inv) norm = op2(s, OP_MUL, norm, inv);
     norm = op2(s, OP_ADD, norm, num(s, 1e-6));
@@ -336,6 +344,10 @@ bool pass_append_optimizer(Graph *g, const OptimSpec *o) {
   }
   if (o->loss_scaling) amp_scale(g, s.at);
   Node *scalars_from = g->last;
+  s.parted = ARENA_ARRAY(&c->arena, bool, n_grads + 1);
+  for (int i = 0; i < n_grads; i++)
+    for (int k = 0; k < o->n_tp_parts; k++)
+      s.parted[i] |= strcmp(ir_attr_str(params[i], "name"), o->tp_parts[k]) == 0;
   shared(&s, &step->out[0], n_grads, grads);
   Value *next_step = s.step1;
   if (s.found_inf) {

@@ -52,6 +52,13 @@ typedef struct OptimSpec {
    * model from the inputs OPTIM_SUMSQ_INPUT and OPTIM_NONFINITE_INPUT
    * (dlc_optimizer.grad_stats_input) instead of this step's gradients. */
   bool grad_stats_input;
+  /* Tensor parallelism: the params of which each rank holds a part (a
+   * shard, or its rows of a whole one; their gradients are zero
+   * elsewhere), whose terms of the clip's norm and of the overflow
+   * check are summed over the tensor group (allreduce_sum); every other
+   * param is whole and the same on every rank, its terms counted once. */
+  int n_tp_parts;
+  const char *const *tp_parts;
 } OptimSpec;
 
 #define AMP_GROWTH_INTERVAL 2000

@@ -1,7 +1,7 @@
 # What the mpirun tests (tests/dist_cli.sh, tests/pipeline_cli.sh) share:
 # source it after tests/clilib.sh with $dlcc set.  Skips (exit 77)
 # without mpirun or without MPI in dlcc; gives mpi (mpirun under a
-# timeout, leak checking kept), st_values, agree, close and losses.
+# timeout, leak checking kept), st_values, agree, agree_at, close and losses.
 command -v mpirun >/dev/null 2>&1 || { echo "SKIP: no mpirun (apt-get install openmpi-bin libopenmpi-dev)"; exit 77; }
 # As root (CI's containers) OpenMPI wants both; on 2 cores, oversubscribe.
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
@@ -28,6 +28,11 @@ st_values() {
 agree() {
   paste "$1" "$2" | awk '{ d = $1 - $2; if (d < 0) d = -d; m = $1 < 0 ? -$1 : $1
       if (d > 1e-5 * m + 1e-6) bad++ } END { exit bad > 0 || NR == 0 }'
+}
+# agree_at T A.v B.v: the same at tolerance T (relative and absolute).
+agree_at() {
+  paste "$2" "$3" | awk -v t="$1" '{ d = $1 - $2; if (d < 0) d = -d; m = $1 < 0 ? -$1 : $1
+      if (d > t * m + t) bad++ } END { exit bad > 0 || NR == 0 }'
 }
 # close A B WHAT: the two files' values agree at f32 1e-5.
 close() {

@@ -65,10 +65,6 @@ cmp -s "$tmp/emu1.ckpt.safetensors" "$tmp/emu2.ckpt.safetensors" && ok || fail "
 # process at bf16's precision, not bit for bit, and differs from f32.
 # SGD: Adam's update is about lr whatever the gradient, so a gradient
 # near 0 whose sign bf16's rounding flips moves a weight by 2 lr.
-agree_at() {
-  paste "$2" "$3" | awk -v t="$1" '{ d = $1 - $2; if (d < 0) d = -d; m = $1 < 0 ? -$1 : $1
-      if (d > t * m + t) bad++ } END { exit bad > 0 || NR == 0 }'
-}
 B="$t/mlp4.dl --loss=cross_entropy --optimizer=sgd --lr=0.05 --data $t/data --epochs 2 --drop-last --batch 8"
 expect 0 "" "$dlcc" train $B --backend=ref --log "$tmp/onef.jsonl"
 expect 0 "" "$dlcc" train $B --backend=ref --precision=bf16 --save "$tmp/onebf.safetensors" --log "$tmp/onebf.jsonl"

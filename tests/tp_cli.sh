@@ -109,7 +109,36 @@ expect_sub 1 "dlcc: error: --tensor-parallel=4 does not divide the 2 ranks of th
   mpi 2 "$dlcc" train $A --batch 8 --tensor-parallel=4
 expect_sub 1 "dlcc: error: --tensor-parallel expects a whole number >= 1, got '0'" \
   "$dlcc" train $A --batch 8 --tensor-parallel=0
-expect_sub 1 "tensor parallel over 2 ranks does not support clip_grad_norm (each rank holds a part of the split gradients) yet" \
-  mpi 2 "$dlcc" train $A --batch 8 --tensor-parallel=2 --clip-grad-norm=1
+
+# --clip-grad-norm: the norm's terms of the split gradients summed over
+# the tensor group, the whole ones' counted once: one process's (1e-5),
+# which clipping changed.
+expect 0 "" "$dlcc" train $A --batch 8 --clip-grad-norm=0.3 --save "$tmp/c1.safetensors" --log "$tmp/c1.jsonl"
+grep '"step"' "$tmp/c1.jsonl" | losses /dev/stdin >"$tmp/c1.v"
+grep '"step"' "$tmp/tp1.jsonl" | losses /dev/stdin >"$tmp/a.v"
+! agree "$tmp/a.v" "$tmp/c1.v" && ok || fail "--clip-grad-norm=0.3 clipped nothing"
+for k in 2 4; do
+  expect 0 "" mpi $k "$dlcc" train $A --batch 8 --clip-grad-norm=0.3 --tensor-parallel=$k --save "$tmp/c$k.safetensors" \
+    --log "$tmp/c$k.jsonl"
+  grep '"step"' "$tmp/c$k.jsonl" | losses /dev/stdin >"$tmp/b.v"
+  agree "$tmp/c1.v" "$tmp/b.v" && ok || fail "--clip-grad-norm on $k ranks: $(paste "$tmp/c1.v" "$tmp/b.v")"
+  close "$tmp/c1.ckpt.safetensors" "$tmp/c$k.ckpt.safetensors" "--clip-grad-norm on $k ranks"
+done
+# f16 with the loss scaler: its overflow check over the tensor group
+# too.  The values at f16's precision (SGD); mlp4_offset.dl's overflows
+# skip the same steps, so the scaler's state (the checkpoint's last
+# three values: the scale, the step count, the count of clean steps)
+# is one process's exactly.
+H="$t/tiny.dl --loss=cross_entropy --optimizer=sgd --lr=0.05 --backend=emu --data $t/data --epochs 2 --batch 8 --precision=f16"
+expect 0 "" "$dlcc" train $H --save "$tmp/h1.safetensors"
+expect 0 "" mpi 2 "$dlcc" train $H --tensor-parallel=2 --save "$tmp/h2.safetensors"
+st_values "$tmp/h1.ckpt.safetensors" >"$tmp/a.v"; st_values "$tmp/h2.ckpt.safetensors" >"$tmp/b.v"
+agree_at 1e-2 "$tmp/a.v" "$tmp/b.v" && ok || fail "f16 on 2 ranks against one process"
+O="$t/mlp4_offset.dl --loss=cross_entropy --optimizer=sgd --lr=0.01 --backend=emu --data $t/data --epochs 3 --drop-last --batch 8 --precision=f16"
+expect 0 "" "$dlcc" train $O --save "$tmp/o1.safetensors"
+expect 0 "" mpi 2 "$dlcc" train $O --tensor-parallel=2 --save "$tmp/o2.safetensors"
+st_values "$tmp/o1.ckpt.safetensors" | tail -3 >"$tmp/a.v"; st_values "$tmp/o2.ckpt.safetensors" | tail -3 >"$tmp/b.v"
+[ "$(head -1 "$tmp/a.v")" != 65536 ] && cmp -s "$tmp/a.v" "$tmp/b.v" && ok ||
+  fail "f16 overflows on 2 ranks: the scaler's state $(paste "$tmp/a.v" "$tmp/b.v")"
 
 finish tp_cli
