@@ -44,6 +44,13 @@
  * has other uses (a residual connection) it is stored as f32 and the next
  * product quantizes it as it loads.
  *
+ * conv3d and the conv-transposes take the same rewrite with a symmetric
+ * activation (zero point 0, whatever its lower bound): they have no
+ * zero_point attribute, so their padding and a conv-transpose's holes
+ * read 0, which then stands for a real 0.  A conv-transpose's output
+ * channel is its weight's axis 1 within each group ([Cin, Cout/G, k..]
+ * viewed as [G, Cin/G, Cout/G, k..] for the scales).
+ *
  * Left in f32: products marked #f32 (precision="f32"), products of two
  * activations (attention's scores; ranges of both sides would compound)
  * or of two weights (computed once at load anyway), and products whose
@@ -60,20 +67,32 @@ typedef struct Quant {
   double *amax;          /* their ranges, same order */
   int n_wanted;
   Node **xq;             /* by wanted index: its quantize node, made once */
+  Node **xq_sym;         /* ... the symmetric one (symmetric_only's products) */
 } Quant;
+
+static bool is_conv(const Node *n) {
+  return n->op == OP_CONV2D || n->op == OP_CONV3D || n->op == OP_CONV_TRANSPOSE2D || n->op == OP_CONV_TRANSPOSE3D;
+}
+
+static bool is_product(const Node *n) { return is_conv(n) || n->op == OP_LINEAR || n->op == OP_MATMUL; }
+
+/* No zero_point attribute: the activation's zero point must be 0. */
+static bool symmetric_only(const Node *n) { return is_conv(n) && n->op != OP_CONV2D; }
+
+static bool is_transpose(const Node *n) { return n->op == OP_CONV_TRANSPOSE2D || n->op == OP_CONV_TRANSPOSE3D; }
 
 static bool is_weight(const Quant *q, const Value *v) { return q->weight[v->def->id]; }
 
 /* Which operand of product n is the weight, or -1 when n stays f32. */
 static int weight_operand(const Quant *q, const Node *n) {
-  if (n->op != OP_CONV2D && n->op != OP_LINEAR && n->op != OP_MATMUL) return -1;
+  if (!is_product(n)) return -1;
   if (ir_conv_nhwc(n)) return -1; /* per-channel scales and padding are written for NCHW */
   if (n->keep_f32) return -1;
   for (int i = 0; i < n->n_in; i++)
     if (n->in[i]->type.dtype != TY_F32) return -1;
   bool w0 = is_weight(q, n->in[0]), w1 = is_weight(q, n->in[1]);
   if (w0 == w1) return -1;
-  if (n->op != OP_MATMUL) return w1 ? 1 : -1; /* conv2d and linear: the weight is operand 1 */
+  if (n->op != OP_MATMUL) return w1 ? 1 : -1; /* convolutions and linear: the weight is operand 1 */
   /* A 1-d matmul operand loses its dim in the result, and with it the
    * place a per-channel scale would broadcast to. */
   if (n->in[0]->type.rank < 2 || n->in[1]->type.rank < 2) return -1;
@@ -198,7 +217,7 @@ static Value *quantize_by(Graph *g, Node *before, Value *x, double scale, int ze
  * output channel (and a matmul's batch). */
 static int contraction_axes(const Node *n, int wi, const Value *w, int64_t *axes) {
   int rank = w->type.rank, k = 0;
-  if (n->op == OP_CONV2D || n->op == OP_LINEAR) {
+  if (is_conv(n) || n->op == OP_LINEAR) {
     for (int d = 1; d < rank; d++) axes[k++] = d; /* channel: dim 0 */
   } else {
     axes[k++] = wi == 1 ? rank - 2 : rank - 1; /* x @ W: W's rows; W @ x: its columns */
@@ -226,13 +245,14 @@ static Value *weight_scales(Graph *g, Node *before, const Node *n, int n_axes, c
   return add_node(g, before, OP_DIV, 2, d, n->loc);
 }
 
-/* The weight scales shaped for product n's result: [Co, 1, 1] against
- * NCHW, [out] against [..., out], and as they are for a matmul (a [1, N]
- * or [M, 1] broadcasts into [..., M, N]). */
+/* Per-channel values (scales, a bias) shaped for product n's result:
+ * [Co, 1, 1] against NCHW (one 1 more for a volume), [out] against [...,
+ * out], and as they are for a matmul (a [1, N] or [M, 1] broadcasts into
+ * [..., M, N]). */
 static Value *result_scales(Graph *g, Node *before, const Node *n, Value *ws) {
-  int64_t co = ws->type.dims[0];
-  if (n->op == OP_CONV2D) return reshape(g, before, ws, 3, (int64_t[]){co, 1, 1}, n->loc);
-  if (n->op == OP_LINEAR) return reshape(g, before, ws, 1, &co, n->loc);
+  int64_t dims[DL_MAX_RANK] = {ir_type_numel(&ws->type), 1, 1, 1};
+  if (is_conv(n)) return reshape(g, before, ws, n->out[0].type.rank - 1, dims, n->loc);
+  if (n->op == OP_LINEAR) return reshape(g, before, ws, 1, dims, n->loc);
   return ws;
 }
 
@@ -258,20 +278,36 @@ static Value *quantize_product(Quant *q, Node *n, int wi, const Value *orig_x, Q
   double amax = q->amax[k];
   int zp;
   int work = 4096;
-  float sx = activation_scale(amax, lower_bound(orig_x, 0, &work), &zp);
-  if (!q->xq[k]) q->xq[k] = quantize_by(g, n, n->in[xi], sx, zp, NULL, loc)->def;
+  bool sym = symmetric_only(n);
+  float sx = activation_scale(amax, sym ? -INFINITY : lower_bound(orig_x, 0, &work), &zp);
+  Node **xq = sym ? &q->xq_sym[k] : &q->xq[k];
+  if (!*xq) *xq = quantize_by(g, n, n->in[xi], sx, zp, NULL, loc)->def;
 
-  Value *w = n->in[wi];
+  /* A conv-transpose's weight viewed as [G, Cin/G, Cout/G, k..] for its
+   * scales, then quantized back in its own shape. */
+  Value *w = n->in[wi], *wv = w;
   int64_t axes[DL_MAX_RANK];
-  int n_axes = contraction_axes(n, wi, w, axes);
-  Value *ws = weight_scales(g, n, n, n_axes, axes, w);
-  Value *wq = quantize_by(g, n, w, 0, 0, ws, loc);
+  int n_axes;
+  if (is_transpose(n)) {
+    int r = w->type.rank;
+    int64_t G = ir_attr_int(n, "groups"), dims[DL_MAX_RANK] = {G, w->type.dims[0] / G};
+    for (int d = 1; d < r; d++) dims[d + 1] = w->type.dims[d];
+    wv = reshape(g, n, w, r + 1, dims, loc);
+    n_axes = 0;
+    axes[n_axes++] = 1;
+    for (int d = 3; d <= r; d++) axes[n_axes++] = d;
+  } else {
+    n_axes = contraction_axes(n, wi, w, axes);
+  }
+  Value *ws = weight_scales(g, n, n, n_axes, axes, wv);
+  Value *wq = quantize_by(g, n, wv, 0, 0, ws, loc);
+  if (wv != w) wq = reshape(g, n, wq, w->type.rank, w->type.dims, loc);
 
   Value *in[2];
-  in[xi] = &q->xq[k]->out[0];
+  in[xi] = &(*xq)->out[0];
   in[wi] = wq;
   Node *p = pass_new_node(g, n, n->op, 2, in, n, loc);
-  if (zp && n->op == OP_CONV2D) {
+  if (zp && n->op == OP_CONV2D) { /* zp is 0 for every other convolution */
     ir_set_int(g, p, "zero_point", zp);
     char err[256];
     if (!ir_infer(p, err, sizeof err)) dl_internal(g->ctx, "quantize: conv2d: %s", err);
@@ -294,7 +330,7 @@ static Value *quantize_product(Quant *q, Node *n, int wi, const Value *orig_x, Q
   }
   if (n->n_in > 2) {
     Value *b = n->in[2];
-    if (n->op == OP_CONV2D) b = reshape(g, n, b, 3, (int64_t[]){b->type.dims[0], 1, 1}, loc);
+    if (is_conv(n)) b = result_scales(g, n, n, b);
     Value *sb[2] = {shift, b};
     shift = shift ? add_node(g, n, OP_ADD, 2, sb, loc) : b;
   }
@@ -344,7 +380,7 @@ bool pass_quantize(Graph *g, PassCtx *pc) {
   mark_weights(&q);
   int products = 0, kept = 0;
   for (Node *n = g->first; n; n = n->next)
-    if (n->op == OP_CONV2D || n->op == OP_LINEAR || n->op == OP_MATMUL) {
+    if (is_product(n)) {
       if (weight_operand(&q, n) >= 0)
         products++;
       else if (!q.weight[n->id])
@@ -361,6 +397,7 @@ bool pass_quantize(Graph *g, PassCtx *pc) {
   }
   q.amax = ARENA_ARRAY(&c->arena, double, q.n_wanted);
   q.xq = ARENA_ARRAY(&c->arena, Node *, q.n_wanted);
+  q.xq_sym = ARENA_ARRAY(&c->arena, Node *, q.n_wanted);
   int errors = c->diag.errors;
   if (!o->calibrate(o->calibrate_ud, g, q.n_wanted, q.wanted, q.amax)) {
     if (c->diag.errors == errors) diag_error(c, (SrcLoc){0}, "calibration failed");

@@ -289,6 +289,85 @@ START_TEST(test_kept_in_f32) {
 }
 END_TEST
 
+/* ---- convolutions without a zero point ---- */
+
+/* conv3d and the conv-transposes (groups 1 and 2, strides 2, an
+ * output_pad) in int8 with symmetric activations even after a relu (no
+ * zero_point attribute: their padding and holes read 0) and per-channel
+ * weight scales along a conv-transpose's output channels: every
+ * convolution int8, within 5% RMS of the f32 graph on the interpreter,
+ * and its kernels on emu equal to the interpreter's int8 graph byte for
+ * byte, NVRTC compiling them for sm_90. */
+static const char *const sym_models[] = {
+    "model up(x: f32[2, 8, 6, 6]) -> y: f32[2, 8, 24, 24] {\n"
+    "  y = relu(conv2d(x, 16, kernel=3, pad=1) as c1)\n"
+    "  y = relu(conv_transpose2d(y, 16, kernel=4, stride=2, pad=1) as up1)\n"
+    "  return conv_transpose2d(y, 8, kernel=3, stride=2, pad=1, output_pad=1, groups=2) as up2\n"
+    "}\n",
+    "model vol(x: f32[1, 4, 4, 5, 5]) -> y: f32[1, 4, 8, 10, 10] {\n"
+    "  y = relu(conv3d(x, 8, kernel=3, pad=1) as c1)\n"
+    "  return conv_transpose3d(y, 4, kernel=2, stride=2) as up1\n"
+    "}\n",
+};
+
+START_TEST(test_symmetric_convolutions) {
+  Ctx c;
+  ctx_init(&c);
+  const char *text = sym_models[_i];
+  Graph *graphs[2];
+  for (int k = 0; k < 2; k++) {
+    Program *p = fe_parse(&c, ctx_add_file(&c, "sym.dl", text, strlen(text)));
+    ck_assert_msg(p, "%s", diag_text(&c));
+    LowerOptions lo = {0};
+    ck_assert_msg((graphs[k] = fe_lower(&c, p, &lo)) && ir_verify(graphs[k]), "%s", diag_text(&c));
+  }
+  Graph *f32 = graphs[0], *g = graphs[1];
+  TensorMap params;
+  char err[512];
+  ck_assert_msg(ir_init_params(g, 9, IR_INIT_RANDOM, &params, err, sizeof err), "%s", err);
+  rng_state = 31;
+  Calib calib = {.params = &params, .batches = 4};
+  QuantSummary s;
+  quantize(g, 2, &calib, &s);
+  int convs = 0;
+  for (Node *n = g->first; n; n = n->next)
+    if (n->op == OP_CONV2D || n->op == OP_CONV3D || n->op == OP_CONV_TRANSPOSE2D || n->op == OP_CONV_TRANSPOSE3D) {
+      ck_assert_int_eq(n->in[0]->type.dtype, TY_I8);
+      ck_assert_int_eq(n->in[1]->type.dtype, TY_I8);
+      ck_assert_int_eq(n->out[0].type.dtype, TY_I32);
+      convs++;
+    }
+  ck_assert_int_eq(convs, _i ? 2 : 3);
+  ck_assert_int_eq(s.n_layers, convs);
+  ck_assert_int_eq(s.n_kept_f32, 0);
+  for (int i = 1; i < s.n_layers; i++) ck_assert_int_eq(s.layers[i].zero_point, 0); /* after a relu */
+  Batch b;
+  batch_random(&b, g);
+  Tensor want, got32;
+  ck_assert_msg(ir_eval(g, &b.map, &params, &want, err, sizeof err), "%s", err);
+  ck_assert_msg(ir_eval(f32, &b.map, &params, &got32, err, sizeof err), "%s", err);
+  double se = 0, sr = 0;
+  for (int64_t i = 0, count = ir_type_numel(&want.type); i < count; i++) {
+    double d = ir_tensor_get(&want, i) - ir_tensor_get(&got32, i);
+    se += d * d, sr += ir_tensor_get(&got32, i) * ir_tensor_get(&got32, i);
+  }
+  ck_assert_msg(sr > 0 && sqrt(se / sr) < 0.05, "model %d: rel rms %.3e against f32", _i, sqrt(se / sr));
+  CgResult cg;
+  ck_assert_msg(cg_compile(g, &cg), "%s", diag_text(&c));
+  test_nvrtc(cg.source, "sm_90");
+  Tensor *got = test_run_emu(cg.plan, &params, &b.map);
+  ck_assert(ir_type_eq(&got[0].type, &want.type));
+  ck_assert_msg(memcmp(got[0].data, want.data, ir_tensor_nbytes(&want.type)) == 0, "model %d: emu and ir_eval differ", _i);
+  ir_tensor_free(&got[0]);
+  free(got);
+  ir_tensor_free(&want);
+  ir_tensor_free(&got32);
+  batch_free(&b);
+  ir_tensor_map_free(&params);
+  ctx_free(&c);
+}
+END_TEST
+
 /* ---- accuracy against f32 ---- */
 
 /* Writes `count` random batches for g's single input into a fresh
@@ -486,6 +565,7 @@ int main(void) {
   tcase_add_test(t, test_calibration_failure_fails_the_pipeline);
   tcase_add_test(t, test_quantize_needs_a_calibrator_and_f32);
   tcase_add_test(t, test_kept_in_f32);
+  tcase_add_loop_test(t, test_symmetric_convolutions, 0, 2);
   suite_add_tcase(s, t);
   TCase *a = tcase_create("accuracy");
   tcase_set_timeout(a, 600);
