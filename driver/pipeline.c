@@ -334,7 +334,7 @@ static bool prepare(Pipeline *p, const Graph *opt_graph, char *err, size_t errle
   return ok;
 }
 
-Pipeline *pipe_new(const PipeConfig *c, char *err, size_t errlen) {
+static Pipeline *create(const PipeConfig *c, const Pipeline *like, char *err, size_t errlen) {
   Pipeline *p = calloc(1, sizeof *p);
   if (!p) return snprintf(err, errlen, "out of memory"), NULL;
   p->c = *c;
@@ -356,7 +356,8 @@ Pipeline *pipe_new(const PipeConfig *c, char *err, size_t errlen) {
     return NULL;
   }
   p->g = job.g;
-  if (!pass_stage_split(p->g, p->n_stages, &p->sp, err, errlen)) {
+  if (!(like ? pass_stage_split_like(p->g, &like->sp, &p->sp, err, errlen)
+             : pass_stage_split(p->g, p->n_stages, &p->sp, err, errlen))) {
     pipe_free(p);
     return NULL;
   }
@@ -376,7 +377,7 @@ Pipeline *pipe_new(const PipeConfig *c, char *err, size_t errlen) {
       p->state_names[p->n_states] = ir_attr_str(n, "name");
       p->state_bytes[p->n_states++] = ir_tensor_nbytes(&n->out[0].type);
     }
-  if (c->world->rank == 0) print_split(p);
+  if (c->world->rank == 0 && !like) print_split(p);
   StageGraphs sg = {.p = p};
   rc = ctx_guard(&p->ctx, build_stage, &sg);
   if (rc || p->ctx.diag.errors) {
@@ -398,6 +399,12 @@ Pipeline *pipe_new(const PipeConfig *c, char *err, size_t errlen) {
     return NULL;
   }
   return p;
+}
+
+Pipeline *pipe_new(const PipeConfig *c, char *err, size_t errlen) { return create(c, NULL, err, errlen); }
+
+Pipeline *pipe_new_like(const PipeConfig *c, const Pipeline *like, char *err, size_t errlen) {
+  return create(c, like, err, errlen);
 }
 
 /* ---- parameters in and out ---- */
@@ -478,6 +485,19 @@ bool pipe_bind(Pipeline *p, dlc_train *whole, char *err, size_t errlen) {
   for (int i = 0; i < p->n_states; i++)
     if (!copy_weight(wm, p->bwd, p->state_names[i], p->state_bytes[i], err, errlen)) return false;
   return share_params(p, err, errlen);
+}
+
+bool pipe_copy_state(Pipeline *to, const Pipeline *from, char *err, size_t errlen) {
+  to->seed = from->seed, to->step = from->step;
+  for (int i = 0; to->opt && i < dlc_train_num_params(to->opt); i++) {
+    dlc_tensor_info info;
+    if (dlc_train_param_info(to->opt, i, &info) != DLC_OK ||
+        !copy_weight(dlc_train_model(from->opt), dlc_train_model(to->opt), info.name, info.nbytes, err, errlen))
+      return false;
+  }
+  for (int i = 0; i < to->n_states; i++)
+    if (!copy_weight(from->bwd, to->bwd, to->state_names[i], to->state_bytes[i], err, errlen)) return false;
+  return share_params(to, err, errlen);
 }
 
 static bool is_state(const Pipeline *p, const char *name) {

@@ -36,6 +36,15 @@ typedef struct PipeConfig {
 
 typedef struct Pipeline Pipeline;
 
+/* Splits and compiles this rank's stage at another batch (a last,
+ * smaller one) with like's stages; prints nothing.  NULL after writing
+ * the reason into err. */
+Pipeline *pipe_new_like(const PipeConfig *c, const Pipeline *like, char *err, size_t errlen);
+/* to's parameters, optimizer state, running statistics and step counts
+ * from from's (two pipelines of one stage at two batch sizes), then into
+ * to's other plans. */
+bool pipe_copy_state(Pipeline *to, const Pipeline *from, char *err, size_t errlen);
+
 /* Splits and compiles this rank's stage; rank 0 prints the split.  NULL
  * after writing the reason into err. */
 Pipeline *pipe_new(const PipeConfig *c, char *err, size_t errlen);

@@ -332,6 +332,7 @@ typedef struct Run {
   int64_t local;   /* this rank's share of a full batch */
   int64_t first_sample; /* where this rank's share of the batch starts in it */
   Pipeline *pipe;  /* --pipeline: this rank's stage; step is then the whole model, kept for saving */
+  Pipeline *pipe_rest; /* ... its plans for a last partial batch (rest stays NULL) */
   int tp, dp;      /* tensor-parallel ranks (--tensor-parallel), data-parallel groups: tp * dp ranks */
   /* The ranks of this rank's tensor group or pipeline (consecutive world
    * ranks) and of its data group (the ranks of the same tensor rank or
@@ -600,7 +601,7 @@ static bool bind_weights(Run *r) {
   if (r->whole) train_tp_report(t, r->whole);
   if (r->pipe) {
     char err[1024];
-    if (!pipe_bind(r->pipe, t, err, sizeof err)) {
+    if (!pipe_bind(r->pipe, t, err, sizeof err) || (r->pipe_rest && !pipe_bind(r->pipe_rest, t, err, sizeof err))) {
       fprintf(stderr, "dlcc: error: %s\n", err);
       keep_error(err);
       return false;
@@ -649,13 +650,17 @@ static bool set_first_sample(dlc_train *t, int64_t first) {
   return true;
 }
 
-/* One step on samples order[0..n) by t (the full-batch step or the rest). */
+/* One step on samples order[0..n) by t (the full-batch step or the rest;
+ * under a pipeline the rest is NULL and pipe_rest takes it). */
 static bool train_batch(Run *r, dlc_train *t, const int64_t *order, int64_t n, float *loss) {
   if (r->pipe) {
     char err[1024];
     bool comm = false;
     double lr = train_sched_lr(&r->sched, r->a->lr, r->global_step, r->total_steps);
-    bool ok = pipe_step(r->pipe, order, (float)lr, loss, &comm, err, sizeof err);
+    Pipeline *p = t ? r->pipe : r->pipe_rest;
+    bool ok = p == r->pipe || pipe_copy_state(p, r->pipe, err, sizeof err);
+    ok = ok && pipe_step(p, order, (float)lr, loss, &comm, err, sizeof err);
+    if (ok && p != r->pipe) ok = pipe_copy_state(r->pipe, p, err, sizeof err);
     if (!pipe_ok(ok, comm, err)) return false;
     r->global_step++;
     r->steps_done++;
@@ -783,10 +788,10 @@ static bool compile_pipeline(Run *r) {
     snprintf(last_error, sizeof last_error,
              "--batch=%" PRId64 " does not divide into %" PRId64 " pipelines of %" PRId64
              " micro-batches: give a multiple of %" PRId64, a->batch, D, m, D * m);
-  else if (r->rest_n)
+  else if (r->rest_n % D)
     snprintf(last_error, sizeof last_error,
-             "the last batch of %" PRId64 " samples is smaller than --batch=%" PRId64 ": add --drop-last, or give a "
-             "--batch that divides the samples (a stage compiles one micro-batch size)", r->rest_n, a->batch);
+             "the last batch of %" PRId64 " samples does not divide among %" PRId64 " pipelines: add --drop-last, or "
+             "give a --batch that leaves a multiple of %" PRId64, r->rest_n, D, D);
   else
     last_error[0] = 0;
   if (last_error[0]) {
@@ -809,6 +814,22 @@ static bool compile_pipeline(Run *r) {
     keep_error(err);
     return false;
   }
+  if (!r->rest_n) return true;
+  /* The last partial batch: the same stages, compiled again for the
+   * pipeline's share of it in as many equal micro-batches as divide it,
+   * up to M (their mean is the batch's mean loss, as one process's). */
+  int64_t share = r->rest_n / D, mr = m;
+  while (share % mr) mr--;
+  pc.batch = share, pc.micro = mr;
+  pc.first_sample = r->dist->rank / a->pipeline * share;
+  if (!(r->pipe_rest = pipe_new_like(&pc, r->pipe, err, sizeof err))) {
+    fprintf(stderr, strstr(err, ": error: ") ? "%s\n" : "dlcc: error: %s\n", err);
+    keep_error(err);
+    return false;
+  }
+  if (!r->dist->rank)
+    printf("pipeline: the last batch, %" PRId64 " samples, as %" PRId64 " micro-batch%s of %" PRId64 "%s\n", r->rest_n,
+           mr, mr == 1 ? "" : "es", share / mr, D > 1 ? " in each pipeline" : "");
   return true;
 }
 
@@ -890,6 +911,7 @@ static void teardown(Run *r) {
   dlc_train_free(r->eval);
   dlc_train_free(r->whole);
   pipe_free(r->pipe);
+  pipe_free(r->pipe_rest);
   dist_comm_free(&r->comm);
   train_data_free(&r->data);
   train_data_free(&r->val);

@@ -216,7 +216,8 @@ static int marked_stages(Graph *g, int n_stages, bool inference, int *level, cha
   return n_levels;
 }
 
-static bool split(Graph *g, int n_stages, bool inference, StageSplit *out, char *err, size_t errlen) {
+static bool split(Graph *g, int n_stages, bool inference, const StageSplit *like, StageSplit *out, char *err,
+                  size_t errlen) {
   memset(out, 0, sizeof *out);
   Arena *a = &g->ctx->arena;
   ir_number(g);
@@ -232,8 +233,14 @@ static bool split(Graph *g, int n_stages, bool inference, StageSplit *out, char 
     return false;
   }
   int *level = ARENA_ARRAY(a, int, g->n_nodes + 1);
+  /* marks cut where they stand at any batch size */
   int marked = marked_stages(g, n_stages, inference, level, err, errlen);
   if (marked < 0) return false;
+  if (like && like->cuts[n_stages] != n) {
+    snprintf(err, errlen, "the model has %d operations at this batch size, %d at the other: the stages cannot be the same",
+             n, like->cuts[n_stages]);
+    return false;
+  }
   Node **order = ARENA_ARRAY(a, Node *, n);
   int *pos = ARENA_ARRAY(a, int, g->n_nodes + 1); /* by id: index among the computing nodes */
   int k = 0;
@@ -250,7 +257,14 @@ static bool split(Graph *g, int n_stages, bool inference, StageSplit *out, char 
                                 : "each stage needs an operation, a parameter's readers must share a stage, only "
                                   "floating-point values may cross a cut, and the last stage computes the loss";
   int *cuts = ARENA_ARRAY(a, int, n_stages + 1);
-  if (marked) {
+  if (like && !marked) {
+    memcpy(cuts, like->cuts, sizeof *cuts * (size_t)(n_stages + 1));
+    for (int s = 1; s < n_stages; s++)
+      if (!ci.allowed[cuts[s]]) {
+        snprintf(err, errlen, "the cut before stage %d is not allowed at this batch size: %s", s, rules);
+        return false;
+      }
+  } else if (marked) {
     for (int i = n - 1; i >= 0; i--) cuts[level[order[i]->id]] = i;
     cuts[n_stages] = n;
     for (int s = 1; s < n_stages; s++)
@@ -270,6 +284,7 @@ static bool split(Graph *g, int n_stages, bool inference, StageSplit *out, char 
   }
   out->n_stages = n_stages;
   out->marked = marked > 0;
+  out->cuts = cuts;
   out->inference = inference;
   out->stage = ARENA_ARRAY(a, int, g->n_nodes + 1);
   out->first = ARENA_ARRAY(a, int, n_stages);
@@ -318,11 +333,15 @@ static bool split(Graph *g, int n_stages, bool inference, StageSplit *out, char 
 }
 
 bool pass_stage_split(Graph *g, int n_stages, StageSplit *out, char *err, size_t errlen) {
-  return split(g, n_stages, false, out, err, errlen);
+  return split(g, n_stages, false, NULL, out, err, errlen);
+}
+
+bool pass_stage_split_like(Graph *g, const StageSplit *like, StageSplit *out, char *err, size_t errlen) {
+  return split(g, like->n_stages, like->inference, like, out, err, errlen);
 }
 
 bool pass_stage_split_inference(Graph *g, int n_stages, StageSplit *out, char *err, size_t errlen) {
-  return split(g, n_stages, true, out, err, errlen);
+  return split(g, n_stages, true, NULL, out, err, errlen);
 }
 
 /* ---- the stage graphs ---- */

@@ -32,6 +32,7 @@ typedef struct StageSplit {
   double *param_bytes; /* per stage */
   double total;
   StageCut *cut; /* cut[s] for s in 1..n_stages-1: between stages s-1 and s; cut[0] empty */
+  int *cuts;     /* stage s's computing nodes are [cuts[s], cuts[s + 1]) in list order */
 } StageSplit;
 
 /* Splits g (numbered by ir_number; arrays in g's arena).  Each stage gets
@@ -48,6 +49,13 @@ typedef struct StageSplit {
  * split is the same every run.  False with a message when g cannot be
  * cut into n_stages stages. */
 bool pass_stage_split(Graph *g, int n_stages, StageSplit *out, char *err, size_t errlen);
+/* The same cuts as `like`, a split of the same model lowered at another
+ * batch size (the same operations in the same order): a pipeline's plans
+ * for a last, smaller batch, whose parameters must live in the same
+ * stages whatever the cost model says at that size.  False with a
+ * message when g's operations do not line up with like's or a cut is
+ * not allowed in g. */
+bool pass_stage_split_like(Graph *g, const StageSplit *like, StageSplit *out, char *err, size_t errlen);
 /* The same for inference (dlcc run --pipeline): no gradient comes back,
  * so any value may cross a cut and a param read by several stages is
  * copied into each (param_bytes counts it in every one); every output of

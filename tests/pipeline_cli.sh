@@ -5,7 +5,7 @@
 # (f32 1e-5: every loss and every tensor of the checkpoint rank 0
 # writes), both schedules the same bits, --resume, a run repeated the
 # same bytes (on emu), the split rank 0 prints, stages the model marks,
-# dropout, batchnorm (per micro-batch), an ONNX model, a stage without parameters, bf16 and f16 (--precision), the
+# a last partial batch, dropout, batchnorm (per micro-batch), an ONNX model, a stage without parameters, bf16 and f16 (--precision), the
 # f16 loss scaler and --clip-grad-norm over every stage's gradients, 2 pipelines of 2 stages (data
 # parallel over pipelines), the refusals, and a rank that fails or
 # vanishes ending every rank with a message naming it.  Skips without mpirun or without MPI in dlcc.
@@ -43,6 +43,25 @@ grep -q '^pipeline: 4 stages, 4 micro-batches of 2, 1F1B; bubble (S-1)/(M+S-1) =
   fail "the split: $(cat "$tmp/out")"
 # The backwards run in micro-batch order under both schedules: the same bits.
 cmp -s "$tmp/4-4-gpipe.ckpt.safetensors" "$tmp/4-4-1f1b.ckpt.safetensors" && ok || fail "GPipe and 1F1B differ"
+
+# The last partial batch (22 samples, batch 8: 6 left): the same stages
+# compiled again for it, in 3 micro-batches of 2 (1 in each of 2
+# pipelines), equal to one process training on it too.
+R="$t/mlp4.dl --loss=cross_entropy --optimizer=adamw --lr=0.05 --data $t/data --epochs 2 --batch 8"
+expect 0 "" "$dlcc" train $R --backend=ref --save "$tmp/rone.safetensors" --log "$tmp/rone.jsonl"
+losses "$tmp/rone.jsonl" >"$tmp/rone.loss"
+for c in 2:ref:"3 micro-batches of 2" 4:emu:"3 micro-batches of 1 in each pipeline"; do
+  k=${c%%:*} b=${c#*:}; b=${b%%:*} line=${c##*:}
+  expect 0 "" mpi "$k" "$dlcc" train $R --backend=$b --pipeline=2 --micro-batches=4 --save "$tmp/r$k.safetensors" \
+    --log "$tmp/r$k.jsonl"
+  grep -qx "pipeline: the last batch, 6 samples, as $line" "$tmp/out" && ok || fail "the last batch's line: $(cat "$tmp/out")"
+  losses "$tmp/r$k.jsonl" >"$tmp/r.loss"
+  [ "$(wc -l <"$tmp/r.loss")" -eq 6 ] && agree "$tmp/rone.loss" "$tmp/r.loss" && ok ||
+    fail "a last partial batch on $k ranks: $(paste "$tmp/rone.loss" "$tmp/r.loss")"
+  close "$tmp/rone.ckpt.safetensors" "$tmp/r$k.ckpt.safetensors" "a last partial batch on $k ranks"
+done
+expect_sub 1 "dlcc: error: the last batch of 6 samples does not divide among 4 pipelines: add --drop-last, or give a --batch that leaves a multiple of 4" \
+  mpi 4 "$dlcc" train $R --batch 16 --backend=ref --pipeline=1
 
 # --resume: one epoch, then one more from the checkpoint, as the two at once.
 expect 0 "" mpi 2 "$dlcc" train $A --backend=ref --pipeline=2 --micro-batches=2 --epochs 1 --save "$tmp/half.safetensors"
