@@ -5,7 +5,7 @@
 # (f32 1e-5: every loss and every tensor of the checkpoint rank 0
 # writes), both schedules the same bits, --resume, a run repeated the
 # same bytes (on emu), the split rank 0 prints, stages the model marks,
-# a last partial batch, dropout, batchnorm (per micro-batch), an ONNX model, a stage without parameters, bf16 and f16 (--precision), the
+# a last partial batch, a transformer layer, dropout, batchnorm (per micro-batch), an ONNX model, a stage without parameters, bf16 and f16 (--precision), the
 # f16 loss scaler and --clip-grad-norm over every stage's gradients, 2 pipelines of 2 stages (data
 # parallel over pipelines), the refusals, and a rank that fails or
 # vanishes ending every rank with a message naming it.  Skips without mpirun or without MPI in dlcc.
@@ -62,6 +62,21 @@ for c in 2:ref:"3 micro-batches of 2" 4:emu:"3 micro-batches of 1 in each pipeli
 done
 expect_sub 1 "dlcc: error: the last batch of 6 samples does not divide among 4 pipelines: add --drop-last, or give a --batch that leaves a multiple of 4" \
   mpi 4 "$dlcc" train $R --batch 16 --backend=ref --pipeline=1
+
+# A transformer encoder layer (tests/train/attn.dl: attention, layernorms,
+# an MLP) on 2 and 3 stages on emu, the second cut inside the attention's
+# heads, with its last partial batch: one process's at 1e-5.
+T="$t/attn.dl --loss=mse --optimizer=sgd --momentum=0.9 --lr=0.05 --data $t/attn --epochs 2 --batch 4"
+expect 0 "" "$dlcc" train $T --backend=ref --save "$tmp/tone.safetensors" --log "$tmp/tone.jsonl"
+losses "$tmp/tone.jsonl" >"$tmp/tone.loss"
+for c in 2:gpipe 3:1f1b; do
+  s=${c%%:*} k=${c#*:}
+  expect 0 "" mpi "$s" "$dlcc" train $T --backend=emu --pipeline="$s" --micro-batches=2 --schedule="$k" \
+    --save "$tmp/t$s.safetensors" --log "$tmp/t$s.jsonl"
+  losses "$tmp/t$s.jsonl" >"$tmp/t.loss"
+  agree "$tmp/tone.loss" "$tmp/t.loss" && ok || fail "the transformer layer on $s stages: $(paste "$tmp/tone.loss" "$tmp/t.loss")"
+  close "$tmp/tone.ckpt.safetensors" "$tmp/t$s.ckpt.safetensors" "the transformer layer on $s stages"
+done
 
 # --resume: one epoch, then one more from the checkpoint, as the two at once.
 expect 0 "" mpi 2 "$dlcc" train $A --backend=ref --pipeline=2 --micro-batches=2 --epochs 1 --save "$tmp/half.safetensors"
