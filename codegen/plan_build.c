@@ -31,6 +31,7 @@ struct CgBuild {
   Ctx *ctx;
   Graph *g;
   bool allreduce_pending; /* an all-reduce started that no wait step has ended */
+  const Node *allreduce_last; /* ... the last one started (for the closing wait's label) */
   const CgGroup *group; /* the fusion group being lowered */
   CgOptions opts;
   int n_values;
@@ -1224,6 +1225,7 @@ void cg_allreduce(CgBuild *b, const Node *n, RtRef dst, RtRef src, uint64_t nbyt
   s->copy = (RtCopy){.dst = dst, .src = src, .nbytes = nbytes,
                      .reduce = n->op == OP_ALLREDUCE_SUM ? RT_REDUCE_SUM : RT_REDUCE_MEAN};
   b->allreduce_pending = true;
+  b->allreduce_last = n;
 }
 
 static bool reads_allreduce(const Node *n) {
@@ -1241,6 +1243,15 @@ static void wait_allreduces(CgBuild *b, const Node *n, const CgGroup *grp) {
   for (int i = 0; grp && !reads && i < grp->n; i++) reads = reads_allreduce(grp->members[i]);
   if (!reads) return;
   add_step(b, RT_STEP_ALLREDUCE, n, "wait for the all-reduces");
+  b->allreduce_pending = false;
+}
+
+/* The end of the init steps or of a run's: all-reduces still in flight
+ * are waited for there, as their results may be read by no node (an
+ * output, or a value the other list reads). */
+static void end_allreduces(CgBuild *b) {
+  if (!b->allreduce_pending) return;
+  add_step(b, RT_STEP_ALLREDUCE, b->allreduce_last, "wait for the all-reduces");
   b->allreduce_pending = false;
 }
 
@@ -1589,6 +1600,7 @@ bool cg_compile_opts(Graph *g, const CgOptions *o, CgResult *out) {
   bool *run_has_home = ARENA_ARRAY(&c->arena, bool, b->n_values + 1);
   begin_init(b, run_home, run_has_home);
   lower_nodes(b, groups, true);
+  end_allreduces(b);
   copy_batch_weights(b);
   end_init(b, run_home, run_has_home);
   b->merge_from = b->n_steps;
@@ -1596,6 +1608,7 @@ bool cg_compile_opts(Graph *g, const CgOptions *o, CgResult *out) {
     if (n->guard) b->merge_from = -1; /* steps move between branches */
   lower_nodes(b, groups, false);
   if (c->diag.errors > errors) return false;
+  end_allreduces(b);
   emit_output_copies(b);
   plan_memory(b);
   int n_updates = emit_update_copies(b);

@@ -10,6 +10,8 @@
 
 #include "driver/pipeline.h"
 
+#include "driver/comm.h"
+
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
@@ -31,11 +33,21 @@
 enum { TAG_ACT, TAG_GRAD, TAG_LOSS, TAG_GATHER, TAG_KINDS };
 #define TAG(kind, k) ((kind) + TAG_KINDS * ((k) % 4096))
 
+/* How a parameter is held under tensor parallelism inside the stage
+ * (the forward and backward plans'; the optimizer's holds it whole). */
+typedef enum { TP_WHOLE, TP_SHARDED, TP_PART } TpHold;
+
 typedef struct StageParam {
   const char *name;
-  size_t bytes;
-  int grad_out; /* the backward's output "NAME.grad" */
-  float *acc;   /* the gradient summed over the micro-batches */
+  size_t bytes;      /* whole */
+  int rank;          /* its dims, whole */
+  int64_t dims[DLC_MAX_RANK];
+  int grad_out;      /* the backward's output "NAME.grad" */
+  TpHold hold;       /* TP_SHARDED: the backward's gradient is this rank's part; TP_PART: whole, zero but
+                      * for this rank's rows */
+  size_t part_bytes; /* the backward's gradient */
+  float *acc;        /* that gradient summed over the micro-batches */
+  float *grad;       /* the whole gradient the optimizer takes (acc itself when TP_WHOLE) */
 } StageParam;
 
 struct Pipeline {
@@ -69,6 +81,7 @@ struct Pipeline {
    * gradients, so each step the stages sum their share (grad_stats) and
    * feed the totals to their optimizers (dlc_optimizer.grad_stats_input). */
   bool clip, loss_scaling;
+  DistComm comm; /* the forward's and backward's all-reduces over the tensor group */
   /* Dropout's state when the stage has dropouts: the whole model's seed
    * and step count (one process's dlcc.step, advanced per global batch,
    * not per plan run), set into both plans before each micro-batch with
@@ -79,6 +92,11 @@ struct Pipeline {
 
 static bool is_stage_name(const char *name) {
   return strncmp(name, "stage_", 6) == 0 || strncmp(name, "grad.", 5) == 0 || strncmp(name, "dlcc.", 5) == 0;
+}
+
+static bool run_failed(dlc_model *m, char *err, size_t errlen) {
+  snprintf(err, errlen, "%s", dlc_error(m));
+  return false;
 }
 
 /* ---- the whole model and its split ---- */
@@ -162,15 +180,21 @@ static void print_scopes(FILE *f, Graph *g, const StageSplit *sp, int s) {
 }
 
 void pipe_print_split(Graph *g, const StageSplit *sp, int M, int64_t b, const char *schedule, int D,
-                      int64_t per_pipeline) {
+                      int64_t per_pipeline, int T) {
   int S = sp->n_stages;
   printf("pipeline: %d stage%s%s, %d micro-batch%s", S, S == 1 ? "" : "s", sp->marked ? " at the model's stage() marks" : "", M,
          M == 1 ? "" : "es");
   if (b > 0) printf(" of %" PRId64, b);
   printf(", %s; bubble (S-1)/(M+S-1) = %.1f%%\n", schedule, 100.0 * (S - 1) / (double)(M + S - 1));
-  if (D > 1)
+  if (T > 1)
+    printf("  tensor parallel: each stage on %d consecutive ranks (world rank w is rank w %% %d of stage (w / %d) %% "
+           "%d of pipeline w / %d)\n", T, T, T, S, S * T);
+  if (D > 1 && T == 1)
     printf("  data parallel: %d pipelines of %d stages (world rank w is stage w %% %d of pipeline w / %d), "
            "each %" PRId64 " samples of every batch\n", D, S, S, S, per_pipeline);
+  else if (D > 1)
+    printf("  data parallel: %d pipelines of %d stages of %d ranks, each %" PRId64 " samples of every batch\n", D, S, T,
+           per_pipeline);
   for (int s = 0; s < S; s++) {
     if (s > 0) {
       const StageCut *c = &sp->cut[s];
@@ -181,8 +205,12 @@ void pipe_print_split(Graph *g, const StageSplit *sp, int M, int64_t b, const ch
       }
       printf("\n");
     }
-    printf("  stage %d (rank %d): %d op%s, %.1f%% of the cost, %.0f bytes of parameters: ", s, s, sp->n_nodes[s],
-           sp->n_nodes[s] == 1 ? "" : "s", sp->total > 0 ? 100.0 * sp->cost[s] / sp->total : 0.0, sp->param_bytes[s]);
+    if (T > 1)
+      printf("  stage %d (ranks %d-%d)", s, s * T, s * T + T - 1);
+    else
+      printf("  stage %d (rank %d)", s, s);
+    printf(": %d op%s, %.1f%% of the cost, %.0f bytes of parameters: ", sp->n_nodes[s], sp->n_nodes[s] == 1 ? "" : "s",
+           sp->total > 0 ? 100.0 * sp->cost[s] / sp->total : 0.0, sp->param_bytes[s]);
     print_scopes(stdout, g, sp, s);
     printf("\n");
   }
@@ -191,7 +219,7 @@ void pipe_print_split(Graph *g, const StageSplit *sp, int M, int64_t b, const ch
 
 static void print_split(Pipeline *p) {
   pipe_print_split(p->g, &p->sp, p->m_count, p->b, p->c.one_f_one_b ? "1F1B" : "GPipe",
-                   p->c.replicas ? p->c.replicas->size : 1, p->c.batch);
+                   p->c.replicas ? p->c.replicas->size : 1, p->c.batch, p->c.tensor ? p->c.tensor->size : 1);
 }
 
 /* ---- this rank's plans ---- */
@@ -251,9 +279,14 @@ static bool compile_stage(Pipeline *p, Graph *const *graphs, char *err, size_t e
       o.grad = k == STAGE_BACKWARD;
       /* the loss's gradient starts at the scale, as in one process */
       if (p->loss_scaling && last && o.grad) o.loss_scale = DLC_LOSS_SCALE_SEED;
+      if (p->c.tensor) o.tensor_parallel = p->c.tensor->size, o.tensor_rank = p->c.tensor->rank;
       dlc_model **m = k == STAGE_FORWARD ? &p->fwd : &p->bwd;
       st = dlc_compile_string(name, text, &o, m);
       msg = dlc_error(*m);
+      if (st == DLC_OK && p->c.tensor) {
+        st = dlc_set_comm(*m, dist_comm, &p->comm);
+        msg = dlc_error(*m);
+      }
     }
     free(text);
     if (st != DLC_OK) {
@@ -262,6 +295,31 @@ static bool compile_stage(Pipeline *p, Graph *const *graphs, char *err, size_t e
     }
   }
   return true;
+}
+
+/* The forward and backward plans must split the stage's parameters
+ * alike: the optimizer's whole values are cut into both the same way. */
+static bool same_splits(const Pipeline *p, char *err, size_t errlen) {
+  if (!p->fwd || !p->c.tensor) return true;
+  int n = dlc_num_tensor_splits(p->bwd);
+  bool same = n == dlc_num_tensor_splits(p->fwd);
+  for (int i = 0; same && i < n; i++) {
+    dlc_tensor_split a, b;
+    same = dlc_tensor_split_info(p->fwd, i, &a) == DLC_OK && dlc_tensor_split_info(p->bwd, i, &b) == DLC_OK &&
+           strcmp(a.param, b.param) == 0 && a.axis == b.axis && a.start == b.start && a.len == b.len &&
+           a.sharded == b.sharded;
+  }
+  if (!same) snprintf(err, errlen, "stage %d: its forward and backward plans split its parameters differently", p->s);
+  return same;
+}
+
+static TpHold hold_of(dlc_model *m, const char *name) {
+  TpHold h = TP_WHOLE;
+  for (int i = 0; i < dlc_num_tensor_splits(m); i++) {
+    dlc_tensor_split s;
+    if (dlc_tensor_split_info(m, i, &s) == DLC_OK && strcmp(s.param, name) == 0) h = s.sharded ? TP_SHARDED : TP_PART;
+  }
+  return h;
 }
 
 static int output_named(dlc_model *m, const char *name) {
@@ -305,6 +363,8 @@ static bool prepare(Pipeline *p, const Graph *opt_graph, char *err, size_t errle
     StageParam *sp = &p->params[j++];
     sp->name = ir_attr_str(n, "name");
     sp->bytes = ir_tensor_nbytes(&n->out[0].type);
+    sp->rank = n->out[0].type.rank;
+    memcpy(sp->dims, n->out[0].type.dims, sizeof(int64_t) * (size_t)sp->rank);
     if (n->out[0].type.dtype != TY_F32)
       return snprintf(err, errlen, "pipeline parallel trains f32 parameters; '%s' is %s", sp->name,
                       ir_dtype_name(n->out[0].type.dtype)), false;
@@ -312,7 +372,12 @@ static bool prepare(Pipeline *p, const Graph *opt_graph, char *err, size_t errle
     snprintf(name, sizeof name, "%s.grad", sp->name);
     if ((sp->grad_out = output_named(p->bwd, name)) < 0)
       return snprintf(err, errlen, "stage %d: the loss does not depend on '%s'", p->s, sp->name), false;
-    sp->acc = alloc_or(sp->bytes, &ok);
+    dlc_tensor_info gi;
+    if (dlc_output_info(p->bwd, sp->grad_out, &gi) != DLC_OK) return run_failed(p->bwd, err, errlen);
+    sp->hold = hold_of(p->bwd, sp->name);
+    sp->part_bytes = gi.nbytes;
+    sp->acc = alloc_or(sp->part_bytes, &ok);
+    sp->grad = sp->hold == TP_WHOLE ? sp->acc : alloc_or(sp->bytes, &ok);
   }
   int M = p->m_count;
   p->stash = alloc_or(sizeof *p->stash * (size_t)(M * p->n_in), &ok);
@@ -394,9 +459,18 @@ static Pipeline *create(const PipeConfig *c, const Pipeline *like, char *err, si
     pipe_free(p);
     return NULL;
   }
-  if (!compile_stage(p, sg.graph, err, errlen) || !prepare(p, sg.graph[STAGE_OPTIMIZER], err, errlen)) {
+  p->comm = (DistComm){c->tensor, c->tensor, NULL, NULL};
+  if (!compile_stage(p, sg.graph, err, errlen) || !same_splits(p, err, errlen) ||
+      !prepare(p, sg.graph[STAGE_OPTIMIZER], err, errlen)) {
     pipe_free(p);
     return NULL;
+  }
+  /* What each stage split: said by its first rank in the first pipeline
+   * (a line at a time: the stages' lines may interleave) */
+  bool first = c->tensor && c->tensor->rank == 0 && (!c->replicas || c->replicas->rank == 0) && !like;
+  for (int i = 0; first && i < dlc_num_tensor_notes(p->bwd); i++) {
+    printf("  stage %d: tensor parallel: %s\n", p->s, dlc_tensor_note(p->bwd, i));
+    fflush(stdout);
   }
   return p;
 }
@@ -409,10 +483,6 @@ Pipeline *pipe_new_like(const PipeConfig *c, const Pipeline *like, char *err, si
 
 /* ---- parameters in and out ---- */
 
-static bool run_failed(dlc_model *m, char *err, size_t errlen) {
-  snprintf(err, errlen, "%s", dlc_error(m));
-  return false;
-}
 
 static bool copy_weight(dlc_model *from, dlc_model *to, const char *name, size_t bytes, char *err, size_t errlen) {
   void *buf = malloc(bytes ? bytes : 1);
@@ -425,6 +495,23 @@ static bool copy_weight(dlc_model *from, dlc_model *to, const char *name, size_t
   return st == DLC_OK;
 }
 
+/* A sharded parameter's whole value from the optimizer's plan, this
+ * rank's part of it into the forward and backward plans. */
+static bool share_part(Pipeline *p, dlc_model *om, const StageParam *sp, char *err, size_t errlen) {
+  unsigned char *whole = malloc(sp->bytes + sp->part_bytes + 1);
+  if (!whole) return snprintf(err, errlen, "out of memory"), false;
+  unsigned char *part = whole + sp->bytes;
+  bool ok = dlc_get_weight(om, sp->name, whole, sp->bytes) == DLC_OK || run_failed(om, err, errlen);
+  ok = ok && (dlc_weight_part(p->bwd, sp->name, p->c.tensor->rank, sp->rank, sp->dims, whole, part, 0) == DLC_OK ||
+              run_failed(p->bwd, err, errlen));
+  for (int k = 0; ok && k < 2; k++) {
+    dlc_model *m = k ? p->bwd : p->fwd;
+    if (m && dlc_set_weight(m, sp->name, part, sp->part_bytes) != DLC_OK) ok = run_failed(m, err, errlen);
+  }
+  free(whole);
+  return ok;
+}
+
 /* The stage's parameters from the optimizer's plan into the others, and
  * in the last stage the loss scale it updates, over M, into the backward
  * that seeds with it: each micro-batch's gradient is that of its mean
@@ -435,6 +522,10 @@ static bool share_params(Pipeline *p, char *err, size_t errlen) {
   dlc_model *om = dlc_train_model(p->opt); /* NULL in a stage without parameters */
   for (int j = 0; j < p->n_params; j++) {
     const StageParam *sp = &p->params[j];
+    if (sp->hold == TP_SHARDED) {
+      if (!share_part(p, om, sp, err, errlen)) return false;
+      continue;
+    }
     if ((p->fwd && !copy_weight(om, p->fwd, sp->name, sp->bytes, err, errlen)) ||
         !copy_weight(om, p->bwd, sp->name, sp->bytes, err, errlen))
       return false;
@@ -655,15 +746,44 @@ static bool backward(Pipeline *p, int m, const int64_t *order, bool *comm, char 
     if (dlc_get_output(p->bwd, sp->grad_out, &out, &n) != DLC_OK) return run_failed(p->bwd, err, errlen);
     const float *g = out;
     if (m == 0)
-      memcpy(sp->acc, g, sp->bytes);
+      memcpy(sp->acc, g, sp->part_bytes);
     else
-      for (size_t i = 0; i < sp->bytes / sizeof(float); i++) sp->acc[i] += g[i];
+      for (size_t i = 0; i < sp->part_bytes / sizeof(float); i++) sp->acc[i] += g[i];
   }
   for (int k = 0; k < p->n_in; k++) {
     if (dlc_get_output(p->bwd, p->in_grad_out[k], &out, &n) != DLC_OK) return run_failed(p->bwd, err, errlen);
     unsigned char *buf = p->bsend[m * p->n_in + k];
     memcpy(buf, out, n);
     if (dist_isend(d, p->s - 1, TAG(TAG_GRAD, k), buf, n) != DIST_OK) return *comm = true, false;
+  }
+  return true;
+}
+
+/* Under tensor parallelism each stage parameter's whole gradient on
+ * every rank of the tensor group, for the optimizer's whole copy: a
+ * shard's parts gathered, a whole parameter's rows (each rank's gradient
+ * zero but for its own) summed in rank order; a parameter no rank splits
+ * has the same gradient on every rank already. */
+static bool whole_grads(Pipeline *p, bool *comm, char *err, size_t errlen) {
+  Dist *tg = p->c.tensor;
+  for (int j = 0; tg && j < p->n_params; j++) {
+    StageParam *sp = &p->params[j];
+    if (sp->hold == TP_PART) {
+      memcpy(sp->grad, sp->acc, sp->bytes);
+      if (dist_start(tg, sp->grad, sp->bytes / sizeof(float), true) != DIST_OK || dist_wait(tg) != DIST_OK)
+        return *comm = true, false;
+    } else if (sp->hold == TP_SHARDED) {
+      unsigned char *all = malloc(sp->part_bytes * (size_t)tg->size + 1);
+      if (!all) return snprintf(err, errlen, "out of memory"), false;
+      bool ok = dist_allgather(tg, sp->acc, all, sp->part_bytes) == DIST_OK;
+      if (!ok) *comm = true;
+      for (int q = 0; ok && q < tg->size; q++)
+        if (dlc_weight_part(p->bwd, sp->name, q, sp->rank, sp->dims, sp->grad, all + (size_t)q * sp->part_bytes, 1) !=
+            DLC_OK)
+          ok = run_failed(p->bwd, err, errlen);
+      free(all);
+      if (!ok) return false;
+    }
   }
   return true;
 }
@@ -678,10 +798,11 @@ static bool update(Pipeline *p, float lr, bool *comm, char *err, size_t errlen) 
   Dist *rd = p->c.replicas;
   for (int j = 0; j < p->n_params; j++) {
     StageParam *sp = &p->params[j];
-    for (size_t i = 0; i < sp->bytes / sizeof(float); i++) sp->acc[i] *= scale;
-    if (rd && dist_start(rd, sp->acc, sp->bytes / sizeof(float), false) != DIST_OK) return *comm = true, false;
+    for (size_t i = 0; i < sp->part_bytes / sizeof(float); i++) sp->acc[i] *= scale;
+    if (rd && dist_start(rd, sp->acc, sp->part_bytes / sizeof(float), false) != DIST_OK) return *comm = true, false;
   }
   if (rd && dist_wait(rd) != DIST_OK) return *comm = true, false;
+  if (!whole_grads(p, comm, err, errlen)) return false;
   /* Every stage's share of the statistics its optimizer is fed, summed
    * over the pipeline in rank order (the same bits on every stage and,
    * the gradients being the same, in every pipeline); a stage without
@@ -693,9 +814,9 @@ static bool update(Pipeline *p, float lr, bool *comm, char *err, size_t errlen) 
     for (int j = 0; j < p->n_params; j++) {
       const StageParam *sp = &p->params[j];
       for (size_t i = 0; i < sp->bytes / sizeof(float); i++) {
-        double g = sp->acc[i];
+        double g = sp->grad[i];
         sumsq += g * g;
-        bad |= !isfinite(sp->acc[i]);
+        bad |= !isfinite(sp->grad[i]);
       }
     }
     stats[0] = (float)sumsq, stats[1] = bad;
@@ -711,7 +832,7 @@ static bool update(Pipeline *p, float lr, bool *comm, char *err, size_t errlen) 
     StageParam *sp = &p->params[j];
     char name[512];
     snprintf(name, sizeof name, "grad.%s", sp->name);
-    if (dlc_set_input(om, name, sp->acc, sp->bytes) != DLC_OK) return run_failed(om, err, errlen);
+    if (dlc_set_input(om, name, sp->grad, sp->bytes) != DLC_OK) return run_failed(om, err, errlen);
   }
   if (dlc_train_step(p->opt, lr, NULL) != DLC_OK) return run_failed(om, err, errlen);
   return share_params(p, err, errlen);
@@ -763,13 +884,17 @@ void pipe_free(Pipeline *p) {
   }
   for (int i = 0; p->fsend && i < p->m_count * p->n_out; i++) free(p->fsend[i]);
   for (int k = 0; p->dy && k < p->n_out; k++) free(p->dy[k]);
-  for (int j = 0; p->params && j < p->n_params; j++) free(p->params[j].acc);
+  for (int j = 0; p->params && j < p->n_params; j++) {
+    if (p->params[j].grad != p->params[j].acc) free(p->params[j].grad);
+    free(p->params[j].acc);
+  }
   for (int i = 0; p->bufs && i < p->c.data->n; i++) free(p->bufs[i]);
   free(p->stash), free(p->bsend), free(p->fsend), free(p->dy), free(p->params), free(p->bufs);
   free(p->in_bytes), free(p->out_bytes), free(p->in_grad_out);
   dlc_free(p->fwd);
   dlc_free(p->bwd);
   dlc_train_free(p->opt);
+  dist_comm_free(&p->comm);
   ctx_free(&p->ctx);
   free(p);
 }

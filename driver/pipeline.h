@@ -32,6 +32,12 @@ typedef struct PipeConfig {
   Dist *dist;           /* the pipeline's ranks: rank s computes stage s */
   Dist *world;          /* every rank: the status exchanged before each batch; rank 0 prints */
   Dist *replicas;       /* the D ranks holding this stage (data parallel), NULL when D is 1 */
+  /* The T ranks sharing this stage Megatron-style (--tensor-parallel;
+   * this rank is tensor->rank), NULL when T is 1: the forward and
+   * backward plans split their linear pairs and attention heads, the
+   * optimizer's plan holds the stage's parameters whole on every one of
+   * them and steps them alike from the gathered gradients. */
+  Dist *tensor;
 } PipeConfig;
 
 typedef struct Pipeline Pipeline;
@@ -65,6 +71,6 @@ void pipe_free(Pipeline *p);
  * and the bubble, the data-parallel line when D > 1, then each stage
  * (ops, share of the cost, parameter bytes, layers) and each cut. */
 void pipe_print_split(Graph *g, const StageSplit *sp, int M, int64_t b, const char *schedule, int D,
-                      int64_t per_pipeline);
+                      int64_t per_pipeline, int T);
 
 #endif

@@ -364,7 +364,7 @@ static bool setup(PipeRun *p) {
     for (int i = 0; i < p->n_inputs && !b; i++)
       if (p->inputs[i].part == PART_SPLIT || p->D * p->M == 1)
         b = p->inputs[i].micro.rank ? p->inputs[i].micro.dims[0] : 0;
-    pipe_print_split(p->g, &p->sp, p->M, b, "GPipe forward", p->D, b * p->M);
+    pipe_print_split(p->g, &p->sp, p->M, b, "GPipe forward", p->D, b * p->M, 1);
   }
   return compile_stage(p) && bind_weights(p) && prepare(p);
 }

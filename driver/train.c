@@ -338,6 +338,7 @@ typedef struct Run {
    * ranks) and of its data group (the ranks of the same tensor rank or
    * stage): the world itself when the job has one kind. */
   Dist *tgroup, *dgroup;
+  Dist *sgroup; /* D x T x S: the T ranks of this rank's stage (tgroup is its pipeline) */
   bool tp_noted; /* the split was printed (once, for the first step compiled) */
 } Run;
 
@@ -387,8 +388,9 @@ static dlc_train *compile_for(Run *r, const TrainData *d, int64_t batch, Compile
    * weights for saving: the interpreter's compile, which makes no plan. */
   if (r->a->pipeline && !eval) o.model.backend = "ref";
   o.optimizer.sync_bn = r->a->sync_bn && !eval ? r->dp : 0;
-  /* The eval model (rank 0's) runs whole, on the gathered weights. */
-  o.model.tensor_parallel = what == FOR_STEP ? r->tp : 1;
+  /* The eval model (rank 0's) runs whole, on the gathered weights; so
+   * does a pipeline's whole step (its stages split themselves). */
+  o.model.tensor_parallel = what == FOR_STEP && !r->a->pipeline ? r->tp : 1;
   if (what == FOR_WHOLE) o.model.backend = "ref";
   o.model.tensor_rank = r->dist->rank % r->tp;
   o.optimizer.bucket_mb = r->a->bucket_mb;
@@ -500,7 +502,9 @@ static char *checkpoint_path(const char *out) {
  * owner), before rank 0 writes or validates them. */
 static bool gather_parts(Run *r) {
   char err[512];
-  if (r->tp == 1 || train_tp_gather(r->tgroup, r->step ? r->step : r->rest, r->whole, err, sizeof err)) return true;
+  /* (a pipeline's optimizers hold their stages whole) */
+  if (r->tp == 1 || r->pipe || train_tp_gather(r->tgroup, r->step ? r->step : r->rest, r->whole, err, sizeof err))
+    return true;
   fprintf(stderr, "dlcc: error: %s\n", err);
   keep_error(err);
   return false;
@@ -756,7 +760,7 @@ static bool run_epoch(Run *r) {
     /* Data group q (a tensor group or a pipeline: world ranks
      * q * per ..) takes the q-th equal slice of each batch, in the order
      * every rank computes alike from the seed. */
-    int64_t share = (last ? r->rest_n : b) / r->dp, per = r->pipe ? r->a->pipeline : r->tp;
+    int64_t share = (last ? r->rest_n : b) / r->dp, per = r->pipe ? r->a->pipeline * r->tp : r->tp;
     r->first_sample = r->dist->rank / per * share;
     if (!train_batch(r, last ? r->rest : r->step, r->order + k * b + r->first_sample, share, &loss)) return false;
     loss_sum += loss;
@@ -805,9 +809,9 @@ static bool compile_pipeline(Run *r) {
   if (!train_options(a, &o)) return false;
   PipeConfig pc = {.model_path = a->model_path, .train = &o, .loss = a->loss.name ? &a->loss_spec : NULL,
                    .loss_output = a->loss.output, .data = &r->data, .batch = a->batch / D, .micro = m,
-                   .first_sample = r->dist->rank / a->pipeline * (a->batch / D),
+                   .first_sample = r->dist->rank / (a->pipeline * r->tp) * (a->batch / D),
                    .one_f_one_b = a->pipe_schedule && strcmp(a->pipe_schedule, "1f1b") == 0, .dist = r->tgroup,
-                   .world = r->dist, .replicas = D > 1 ? r->dgroup : NULL};
+                   .world = r->dist, .replicas = D > 1 ? r->dgroup : NULL, .tensor = r->tp > 1 ? r->sgroup : NULL};
   char err[4096];
   if (!(r->pipe = pipe_new(&pc, err, sizeof err))) {
     fprintf(stderr, strstr(err, ": error: ") ? "%s\n" : "dlcc: error: %s\n", err); /* located: as diag wrote it */
@@ -821,7 +825,7 @@ static bool compile_pipeline(Run *r) {
   int64_t share = r->rest_n / D, mr = m;
   while (share % mr) mr--;
   pc.batch = share, pc.micro = mr;
-  pc.first_sample = r->dist->rank / a->pipeline * share;
+  pc.first_sample = r->dist->rank / (a->pipeline * r->tp) * share;
   if (!(r->pipe_rest = pipe_new_like(&pc, r->pipe, err, sizeof err))) {
     fprintf(stderr, strstr(err, ": error: ") ? "%s\n" : "dlcc: error: %s\n", err);
     keep_error(err);
@@ -925,8 +929,13 @@ static void end_ranks(Dist *d, bool ok) { dist_end(d, ok, last_error[0] ? last_e
  * of S. */
 static bool parallel_shape(Run *r) {
   int T = r->tp, k = r->dist->size, S = (int)r->a->pipeline;
-  if (S && T > 1)
-    snprintf(last_error, sizeof last_error, "--tensor-parallel does not combine with --pipeline yet");
+  if (S && T > 1 && k % (S * T))
+    snprintf(last_error, sizeof last_error,
+             "--pipeline=%d with --tensor-parallel=%d does not divide the %d rank%s of the launch (mpirun -np %d for "
+             "one pipeline, a multiple of %d for data parallel over pipelines)", S, T, k, k == 1 ? "" : "s", S * T,
+             S * T);
+  else if (S && T > 1)
+    return r->dp = k / (S * T), true;
   else if (S && k % S)
     snprintf(last_error, sizeof last_error,
              "--pipeline=%d does not divide the %d rank%s of the launch (mpirun -np %d for one pipeline, a multiple "
@@ -949,11 +958,34 @@ static bool parallel_shape(Run *r) {
   return false;
 }
 
+/* D x T x S ranks: world rank w = (q S + s) T + t is rank t of stage s
+ * of pipeline q.  Its stage's T ranks are consecutive (sgroup), its
+ * pipeline (tgroup) the S ranks of its q and t, its data group the D of
+ * its s and t. */
+static bool make_pipeline_tp_groups(Run *r, Dist *tg, Dist *dg, Dist *sg) {
+  Dist *d = r->dist;
+  int T = r->tp, S = (int)r->a->pipeline, w = d->rank;
+  int t = w % T, s = w / T % S, q = w / (S * T);
+  if (!dist_split(d, q * T + t, s, tg)) return fprintf(stderr, "dlcc: error: %s\n", d->err), false;
+  r->tgroup = tg;
+  if (!dist_split(d, q * S + s, t, sg)) return fprintf(stderr, "dlcc: error: %s\n", d->err), false;
+  r->sgroup = sg;
+  if (r->dp > 1) {
+    if (!dist_split(d, s * T + t, q, dg)) return fprintf(stderr, "dlcc: error: %s\n", d->err), false;
+    r->dgroup = dg;
+  }
+  return true;
+}
+
 /* D x T ranks: world rank w is rank w % T of tensor group w / T, and
  * rank w / T of data group w % T.  D x S the same with pipelines of S
  * stages for tensor groups (tgroup is then the pipeline's ranks). */
-static bool make_groups(Run *r, Dist *tg, Dist *dg) {
+static bool make_groups(Run *r, Dist *tg, Dist *dg, Dist *sg) {
   Dist *d = r->dist;
+  if (r->a->pipeline && r->tp > 1) {
+    r->tgroup = r->dgroup = d;
+    return make_pipeline_tp_groups(r, tg, dg, sg);
+  }
   int per = r->a->pipeline ? (int)r->a->pipeline : r->tp;
   r->tgroup = r->dgroup = d;
   if (r->dp == 1 || (per == 1 && !r->a->pipeline)) return true;
@@ -970,8 +1002,10 @@ static bool make_groups(Run *r, Dist *tg, Dist *dg) {
 /* A group's collective failed: the world cannot end in step (its peers
  * wait in other groups' collectives), so the job ends after the message. */
 static void end_groups(Run *r) {
-  Dist *d = r->dist;
-  for (Dist *g = r->tgroup; g && g != d; g = g == r->tgroup ? r->dgroup : NULL) {
+  Dist *d = r->dist, *groups[3] = {r->tgroup, r->dgroup, r->sgroup};
+  for (int i = 0; i < 3; i++) {
+    Dist *g = groups[i];
+    if (!g || g == d) continue;
     if ((g->broken || g->peer_failed) && !d->broken) {
       d->broken = true;
       snprintf(d->err, sizeof d->err, "%s", g->err);
@@ -995,8 +1029,8 @@ int driver_train(int argc, char **argv) {
   if (dist.size > 1) nccl_pick_device();
 #endif
   Run r = {.a = &a, .dist = &dist, .tp = (int)a.tensor_parallel, .dp = dist.size, .comm = {&dist, &dist, NULL, NULL}};
-  Dist tgroup, dgroup;
-  bool ok = parallel_shape(&r) && make_groups(&r, &tgroup, &dgroup) && setup(&r);
+  Dist tgroup, dgroup, sgroup;
+  bool ok = parallel_shape(&r) && make_groups(&r, &tgroup, &dgroup, &sgroup) && setup(&r);
   if (ok) {
     r.total_steps = (r.epoch + a.epochs) * r.steps_per_epoch;
     r.steps_todo = a.epochs * r.steps_per_epoch;
@@ -1005,7 +1039,7 @@ int driver_train(int argc, char **argv) {
   }
   if (ok && a.save) ok = save(&r);
   if (ok && a.profile) ok = profile_step(&r);
-  if (ok && r.dp > 1 && r.tp > 1 && !dist.rank)
+  if (ok && r.dp > 1 && r.tp > 1 && !dist.rank && !a.pipeline)
     printf("data parallel: %d groups of %d tensor-parallel ranks\n", r.dp, r.tp);
   else if (ok && r.dp > 1 && !dist.rank && !a.pipeline)
     printf("data parallel: %d ranks; rank 0's gradient all-reduces took %.3f s, %.3f s of it exposed (%.0f%% hidden "

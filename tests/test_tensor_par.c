@@ -236,13 +236,11 @@ END_TEST
 START_TEST(refused_combinations) {
   dlc_optimizer sgd;
   dlc_optimizer_defaults("sgd", &sgd);
-  const char *want[] = {"sync_bn", "clip_grad_norm (each rank holds a part of the split gradients)",
-                        "a rank outside [0, tensor_parallel)"};
+  const char *want[] = {"sync_bn", "int8 quantization", "a rank outside [0, tensor_parallel)"};
   for (int k = 0; k < 3; k++) {
     sgd.sync_bn = k == 0 ? 2 : 0;
-    sgd.clip_grad_norm = k == 1;
     dlc_options o = {.backend = "ref", .tensor_parallel = 2, .tensor_rank = k == 2 ? 2 : 0, .grad = 1,
-                     .optimizer = &sgd};
+                     .optimizer = &sgd, .quantize = k == 1 ? "int8" : NULL, .calibrate_dir = k == 1 ? "nowhere" : NULL};
     dlc_model *m = NULL;
     ck_assert_int_ne(dlc_compile_string("m.dl", "model m(x: f32[3, 4]) -> f32[] {\n  return mean(linear(relu(linear(x, 8) as fc1), 5) as fc2)\n}\n", &o, &m), DLC_OK);
     char msg[200];
