@@ -93,7 +93,8 @@ static const char train_usage[] =
     "  --schedule=gpipe|1f1b the micro-batches' order (default gpipe); also --pipe-schedule=\n"
     "  --tensor-parallel=T   split linear pairs and attention heads over T ranks, each holding\n"
     "                        its parts of the weights (Megatron-style); mpirun -np D*T adds data\n"
-    "                        parallel over D groups of T consecutive ranks\n";
+    "                        parallel over D groups of T consecutive ranks; with --pipeline=S,\n"
+    "                        each stage on T consecutive ranks (mpirun -np D*S*T)\n";
 
 static bool real_arg(const char *flag, const char *v, double *out) {
   char *end;
