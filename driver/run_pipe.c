@@ -18,6 +18,7 @@
 
 #include "api/model.h"
 #include "api/weights.h"
+#include "driver/comm.h"
 #include "driver/pipeline.h"
 #include "driver/run.h"
 #include "frontend/ast.h"
@@ -49,6 +50,9 @@ typedef struct PipeRun {
   Dist *d;     /* this pipeline's ranks: rank s holds stage s */
   int s, S, M;
   int q, D;    /* this rank's pipeline of D (data parallel over pipelines) */
+  int t, T;    /* this rank of its stage's T (--tensor-parallel inside the stages) */
+  Dist *tensor; /* the stage's T ranks, NULL when T is 1 */
+  DistComm comm; /* the stage plan's all-reduces, over tensor */
   Ctx ctx;
   Graph *whole; /* lowered at the whole batch: the types one process has */
   TensorMap onnx_params; /* an ONNX model's initializers, its weights (n 0 for .dl and .ir) */
@@ -265,8 +269,15 @@ static bool compile_stage(PipeRun *p) {
   o.defines = NULL;
   o.n_input_shapes = 0;
   o.input_shapes = NULL;
+  if (p->tensor) o.tensor_parallel = p->T, o.tensor_rank = p->t;
   dlc_status st = dlc_compile_string(name, text, &o, &p->m);
   free(text);
+  if (st == DLC_OK && p->tensor) st = dlc_set_comm(p->m, dist_comm, &p->comm);
+  /* what each stage split: said by its first rank in the first pipeline */
+  for (int i = 0; st == DLC_OK && p->tensor && !p->t && !p->q && i < dlc_num_tensor_notes(p->m); i++) {
+    printf("  stage %d: tensor parallel: %s\n", p->s, dlc_tensor_note(p->m, i));
+    fflush(stdout);
+  }
   if (st != DLC_OK) {
     model_failed(p);
     if (strchr(p->err, '\n')) return false; /* the compiler's lines, as they are */
@@ -277,16 +288,36 @@ static bool compile_stage(PipeRun *p) {
   return true;
 }
 
-/* Each of map's tensors that the stage reads into its plan. */
+/* Whether m holds only a part of name (tensor parallel's shards). */
+static bool sharded(dlc_model *m, const char *name) {
+  for (int i = 0; i < dlc_num_tensor_splits(m); i++) {
+    dlc_tensor_split s;
+    if (dlc_tensor_split_info(m, i, &s) == DLC_OK && s.sharded && strcmp(s.param, name) == 0) return true;
+  }
+  return false;
+}
+
+/* Each of map's tensors that the stage reads into its plan (a shard's
+ * part of it under tensor parallelism). */
 static bool bind_stage_weights(PipeRun *p, const TensorMap *map) {
   bool ok = true;
   for (int i = 0; ok && i < map->n; i++) {
     bool mine = false;
     for (Node *n = p->stage->first; n && !mine; n = n->next)
       mine = n->op == OP_PARAM && strcmp(ir_attr_str(n, "name"), map->names[i]) == 0;
-    if (mine && dlc_set_weight(p->m, map->names[i], map->tensors[i].data,
-                               ir_tensor_nbytes(&map->tensors[i].type)) != DLC_OK)
-      ok = model_failed(p);
+    if (!mine) continue;
+    const Tensor *w = &map->tensors[i];
+    size_t bytes = ir_tensor_nbytes(&w->type);
+    if (!sharded(p->m, map->names[i])) {
+      if (dlc_set_weight(p->m, map->names[i], w->data, bytes) != DLC_OK) ok = model_failed(p);
+      continue;
+    }
+    void *part = malloc(bytes / (size_t)p->T + 1);
+    if (!part) return fail(p, "out of memory");
+    ok = (dlc_weight_part(p->m, map->names[i], p->t, w->type.rank, w->type.dims, w->data, part, 0) == DLC_OK &&
+          dlc_set_weight(p->m, map->names[i], part, bytes / (size_t)p->T) == DLC_OK) ||
+         model_failed(p);
+    free(part);
   }
   return ok;
 }
@@ -364,7 +395,7 @@ static bool setup(PipeRun *p) {
     for (int i = 0; i < p->n_inputs && !b; i++)
       if (p->inputs[i].part == PART_SPLIT || p->D * p->M == 1)
         b = p->inputs[i].micro.rank ? p->inputs[i].micro.dims[0] : 0;
-    pipe_print_split(p->g, &p->sp, p->M, b, "GPipe forward", p->D, b * p->M, 1);
+    pipe_print_split(p->g, &p->sp, p->M, b, "GPipe forward", p->D, b * p->M, p->T);
   }
   return compile_stage(p) && bind_weights(p) && prepare(p);
 }
@@ -376,7 +407,7 @@ static bool setup(PipeRun *p) {
  * outputs on to the next rank, or into the whole batch's outputs. */
 static bool micro_batch(PipeRun *p, int m, bool *comm) {
   char what[96];
-  snprintf(what, sizeof what, "receiving activations from rank %d", p->world->rank - 1);
+  snprintf(what, sizeof what, "receiving activations from rank %d", p->world->rank - p->T);
   for (int k = 0; k < p->n_in; k++)
     if (dist_recv(p->d, p->s - 1, k % 4096, p->recv[k], p->in_bytes[k], what) != DIST_OK)
       return *comm = true, false;
@@ -416,22 +447,26 @@ static bool micro_batch(PipeRun *p, int m, bool *comm) {
 }
 
 /* D pipelines: each last stage holds its pipeline's rows of every
- * output; they go to pipeline 0's last stage (world rank S - 1), which
- * writes them all. */
+ * output; they go to pipeline 0's last stage (world rank (S - 1) T, its
+ * first rank: a stage's T ranks hold the same outputs), which writes
+ * them all. */
 static bool gather_outputs(PipeRun *p, bool *comm) {
-  if (p->D == 1 || p->s != p->S - 1) return true;
+  if (p->D == 1 || p->s != p->S - 1 || p->t) return true;
   Dist *w = p->world;
+  int T = p->T;
   for (int i = 0; i < p->whole->n_outputs; i++) {
     size_t share = ir_tensor_nbytes(&p->whole->outputs[i]->type) / (size_t)p->D;
     unsigned char *out = p->outputs[i];
     if (p->q > 0) {
-      if (dist_isend(w, p->S - 1, i % 4096, out + (size_t)p->q * share, share) != DIST_OK) return *comm = true, false;
+      if (dist_isend(w, (p->S - 1) * T, i % 4096, out + (size_t)p->q * share, share) != DIST_OK)
+        return *comm = true, false;
       continue;
     }
     for (int q = 1; q < p->D; q++) {
       char what[96];
-      snprintf(what, sizeof what, "receiving outputs from rank %d", q * p->S + p->S - 1);
-      if (dist_recv(w, q * p->S + p->S - 1, i % 4096, out + (size_t)q * share, share, what) != DIST_OK)
+      int from = (q * p->S + p->S - 1) * T;
+      snprintf(what, sizeof what, "receiving outputs from rank %d", from);
+      if (dist_recv(w, from, i % 4096, out + (size_t)q * share, share, what) != DIST_OK)
         return *comm = true, false;
     }
   }
@@ -466,6 +501,7 @@ static void pipe_run_free(PipeRun *p) {
   for (int i = 0; p->outputs && i < p->whole->n_outputs; i++) free(p->outputs[i]);
   free(p->recv), free(p->send), free(p->outputs), free(p->in_bytes), free(p->out_bytes);
   dlc_free(p->m);
+  dist_comm_free(&p->comm);
   ir_tensor_map_free(&p->onnx_params);
   ctx_free(&p->ctx);
 }
@@ -474,7 +510,6 @@ static void pipe_run_free(PipeRun *p) {
 static const char *refusal(const RunOptions *o) {
   if (!o->pipeline) return o->micro ? "--micro-batches is for pipeline parallel: give --pipeline=S too"
                                     : "--dist-timeout is for pipeline parallel: give --pipeline=S too";
-  if (o->tp > 1) return "--tensor-parallel does not combine with --pipeline yet";
   if (o->bench) return "--bench does not combine with --pipeline";
   if (o->api.grad) return "--grad does not combine with --pipeline (dlcc train --pipeline trains)";
   if (o->quant.int8) return "--quantize=int8 does not combine with --pipeline yet";
@@ -498,7 +533,7 @@ int run_pipeline(RunOptions *o) {
     fprintf(stderr, "dlcc: error: %s\n", no);
     return 1;
   }
-  Dist world, group;
+  Dist world, group, tensor;
   if (!dist_init(&world, o->dist_timeout ? o->dist_timeout : 120)) {
     fprintf(stderr, "dlcc: error: %s\n", world.err);
     return 1;
@@ -506,21 +541,32 @@ int run_pipeline(RunOptions *o) {
 #ifdef HAVE_NCCL
   if (world.size > 1) nccl_pick_device(); /* one GPU a stage */
 #endif
-  /* Consecutive ranks form a pipeline, as dlcc train's: world rank w is
-   * stage w % S of pipeline w / S. */
-  int S = o->pipeline;
-  PipeRun p = {.o = o, .world = &world, .d = &world, .s = world.rank % S, .S = S, .M = o->micro ? o->micro : 1,
-               .q = world.rank / S, .D = world.size / S};
+  /* As dlcc train's: world rank w = (q S + s) T + t is rank t of stage s
+   * of pipeline q (T = 1: stage w % S of pipeline w / S); the ranks of
+   * one t and q are that pipeline's row, which the messages follow. */
+  int S = o->pipeline, T = o->tp > 1 ? o->tp : 1, w = world.rank;
+  PipeRun p = {.o = o, .world = &world, .d = &world, .s = w / T % S, .S = S, .M = o->micro ? o->micro : 1,
+               .q = w / (S * T), .D = world.size / (S * T), .t = w % T, .T = T};
   ctx_init(&p.ctx);
   bool ok = true;
-  if (world.size % S)
+  if (world.size % (S * T) && T == 1)
     ok = fail(&p, "--pipeline=%d does not divide the %d rank%s of the launch (mpirun -np %d for one pipeline, a "
               "multiple of %d for data parallel over pipelines of %d)", S, world.size, world.size == 1 ? "" : "s", S,
               S, S);
-  else if (p.D > 1 && !dist_split(&world, p.q, p.s, &group))
+  else if (world.size % (S * T))
+    ok = fail(&p, "--pipeline=%d with --tensor-parallel=%d does not divide the %d rank%s of the launch (mpirun -np %d "
+              "for one pipeline, a multiple of %d for data parallel over pipelines)", S, T, world.size,
+              world.size == 1 ? "" : "s", S * T, S * T);
+  else if ((p.D > 1 || T > 1) && !dist_split(&world, p.q * T + p.t, p.s, &group))
     ok = fail(&p, "%s", world.err);
-  else if (p.D > 1)
+  else if (p.D > 1 || T > 1)
     p.d = &group;
+  if (ok && T > 1) {
+    if (!dist_split(&world, p.q * S + p.s, p.t, &tensor))
+      ok = fail(&p, "%s", world.err);
+    else
+      p.tensor = &tensor, p.comm = (DistComm){&tensor, &tensor, NULL, NULL};
+  }
   if (ok) ok = run_read_inputs(o) ? setup(&p) : fail(&p, "reading the inputs failed (the message is above)");
   bool comm = false;
   /* Every rank's status before the first message: one that failed ends
@@ -531,11 +577,12 @@ int run_pipeline(RunOptions *o) {
   for (int m = 0; ok && m < p.M; m++) ok = micro_batch(&p, m, &comm);
   if (ok && dist_wait_sends(p.d) != DIST_OK) ok = false, comm = true;
   if (ok) ok = gather_outputs(&p, &comm);
-  if (ok && p.s == S - 1 && p.q == 0) ok = write_outputs(&p);
+  if (ok && p.s == S - 1 && p.q == 0 && p.t == 0) ok = write_outputs(&p);
   /* A local failure is printed here; a failed exchange, by dist_end. */
   if (!ok && !comm && !strstr(p.err, "(the message is above)")) print_error(p.err);
   pipe_run_free(&p);
   end_group(&world, p.d);
+  if (p.tensor) end_group(&world, p.tensor);
   dist_end(&world, ok, ok || comm ? NULL : p.err);
   return ok ? 0 : 1;
 }

@@ -8,7 +8,7 @@
 # and a weight two stages read (tests/pipeinf/multi.dl); an ONNX model
 # with its own weights (tests/pipeinf/mlp3.onnx); the split rank
 # 0 prints; 2 pipelines of 2 stages (data parallel over pipelines, one
-# writer); the refusals; a bad input on one rank ending every rank with
+# writer); tensor parallel inside the stages (D x T x S); the refusals; a bad input on one rank ending every rank with
 # its message.  Skips without mpirun or without MPI in dlcc.
 set -u
 . "${top_srcdir:-.}/tests/clilib.sh"
@@ -97,6 +97,22 @@ if "$dlcc" --onnx-support >/dev/null 2>&1; then
   done
 fi
 
+# Tensor parallel inside the stages: the transformer layer (random
+# weights, one process's draw) on 2 stages of 2 ranks, and on 2
+# pipelines of them with 2 micro-batches each; the attention heads split
+# in stage 0, the MLP in stage 1; the outputs one process's.
+A="$t/attn.dl --input x=$t/attn/x.npy --backend=emu"
+expect 0 "" "$dlcc" run $A --output-dir "$tmp/aone"
+for c in 4:1 8:2; do
+  k=${c%%:*} m=${c#*:}
+  expect 0 "" mpi $k "$dlcc" run $A --pipeline=2 --tensor-parallel=2 --micro-batches=$m --output-dir "$tmp/a$k"
+  grep -q "^  stage 0: tensor parallel: split: self_attn.in_proj_weight" "$tmp/out" &&
+    grep -qx "  stage 1: tensor parallel: split: linear1.weight by output rows, linear2.weight by input columns" "$tmp/out" &&
+    grep -q "^  stage 1 (ranks 2-3): " "$tmp/out" && ok || fail "$k ranks: the split: $(cat "$tmp/out")"
+  [ "$(grep -c '^y: f32\[12, 4, 8\]' "$tmp/out")" -eq 1 ] && ok || fail "$k ranks: one writer: $(cat "$tmp/out")"
+  same "$tmp/aone" "$tmp/a$k" "the transformer layer on $k ranks"
+done
+
 # Refusals.
 expect_sub 1 "dlcc: error: --micro-batches=4 does not divide input 'x' ($t/data/x.npy): its axis 0, the batch, is 22; give a batch that is a multiple of 4" \
   mpi 2 "$dlcc" run "$t/mlp4.dl" --input x="$t/data/x.npy" --backend=ref --pipeline=2 --micro-batches=4
@@ -110,8 +126,8 @@ expect_sub 1 "dlcc: error: output 'loss' is f32[] for the whole batch and f32[] 
   mpi 2 "$dlcc" run "$t/tied.ir" --backend=ref --pipeline=2 --micro-batches=2
 expect 1 "dlcc: error: --micro-batches is for pipeline parallel: give --pipeline=S too" \
   "$dlcc" run "$t/mlp4.dl" --input x="$p/x8.npy" --micro-batches=2
-expect 1 "dlcc: error: --tensor-parallel does not combine with --pipeline yet" \
-  "$dlcc" run "$t/mlp4.dl" --input x="$p/x8.npy" --pipeline=2 --tensor-parallel=2
+expect_sub 1 "dlcc: error: --pipeline=2 with --tensor-parallel=2 does not divide the 2 ranks of the launch (mpirun -np 4 for one pipeline, a multiple of 4 for data parallel over pipelines)" \
+  mpi 2 "$dlcc" run "$t/mlp4.dl" --input x="$p/x8.npy" --backend=emu --pipeline=2 --tensor-parallel=2
 # The whole file is checked against the whole model, as one process does.
 expect_sub 1 "dlcc: error: $tmp/w.ckpt.safetensors: unexpected tensor 'dlcc.optim.step' (the model has no such parameter)" \
   mpi 2 "$dlcc" run "$t/mlp4.dl" --weights "$tmp/w.ckpt.safetensors" --input x="$p/x8.npy" --backend=ref --pipeline=2
