@@ -274,21 +274,40 @@ static const OpEntry *find_op(const char *name) {
   return NULL;
 }
 
-/* The ops of ONNX's preview domain that dlcc imports. */
-static const char preview_domain[] = "ai.onnx.preview";
+/* The ops of ONNX's preview domains that dlcc imports. */
 static const OpEntry preview_ops[] = {
     {"FlexAttention", ox_op_flex_attention, "score_mod and prob_mod as subgraphs of the scores; fewer KV heads"},
 };
+static const OpEntry training_ops[] = {
+    {"Adagrad", ox_op_adagrad, "any number of tensors"},
+    {"Adam", ox_op_adam, "any number of tensors"},
+    {"Momentum", ox_op_momentum, "standard and nesterov"},
+};
+static const struct {
+  const char *name, *note;
+  const OpEntry *ops;
+  size_t n_ops;
+} domains[] = {
+    {"ai.onnx.preview", " (of it, FlexAttention is)", preview_ops, ARRAY_LEN(preview_ops)},
+    {"ai.onnx.preview.training", " (of it, Adagrad, Adam and Momentum are)", training_ops, ARRAY_LEN(training_ops)},
+};
+
+static int domain_index(const char *domain) {
+  for (size_t d = 0; domain && d < ARRAY_LEN(domains); d++)
+    if (strcmp(domains[d].name, domain) == 0) return (int)d;
+  return -1;
+}
 
 static const OpEntry *find_preview_op(const char *domain, const char *name) {
-  if (strcmp(domain, preview_domain) != 0) return NULL;
-  for (size_t i = 0; i < ARRAY_LEN(preview_ops); i++)
-    if (strcmp(preview_ops[i].name, name) == 0) return &preview_ops[i];
+  int d = domain_index(domain);
+  for (size_t i = 0; d >= 0 && i < domains[d].n_ops; i++)
+    if (strcmp(domains[d].ops[i].name, name) == 0) return &domains[d].ops[i];
   return NULL;
 }
 
 static const char *preview_note(const char *domain) {
-  return strcmp(domain, preview_domain) == 0 ? " (of it, FlexAttention is)" : "";
+  int d = domain_index(domain);
+  return d >= 0 ? domains[d].note : "";
 }
 
 bool fe_onnx_enabled(void) { return true; }
@@ -303,9 +322,10 @@ void fe_onnx_print_support(FILE *f) {
           ONNX_OPSET_KNOWN);
   for (size_t i = 0; i < ARRAY_LEN(onnx_ops); i++)
     fprintf(f, "  %-22s%s\n", onnx_ops[i].name, onnx_ops[i].note ? onnx_ops[i].note : "");
-  fprintf(f, "\nops of the domain %s:\n", preview_domain);
-  for (size_t i = 0; i < ARRAY_LEN(preview_ops); i++)
-    fprintf(f, "  %-22s%s\n", preview_ops[i].name, preview_ops[i].note);
+  for (size_t d = 0; d < ARRAY_LEN(domains); d++) {
+    fprintf(f, "\nops of the domain %s:\n", domains[d].name);
+    for (size_t i = 0; i < domains[d].n_ops; i++) fprintf(f, "  %-22s%s\n", domains[d].ops[i].name, domains[d].ops[i].note);
+  }
 }
 
 /* ---- graphs ---- */
@@ -431,6 +451,9 @@ static bool import_node(Imp *im, const Onnx__GraphProto *gp, int idx) {
   if (np->domain && *np->domain && strcmp(np->domain, "ai.onnx") != 0) {
     op = find_preview_op(np->domain, np->op_type);
     if (!op) return ox_bad(im, "ops of domain '%s' are not supported%s", np->domain, preview_note(np->domain));
+  } else if (im->no_onnx_opset) {
+    return ox_bad(im, "op %s of the ONNX domain, which the model does not import (only %s)", np->op_type,
+                  im->no_onnx_opset);
   } else {
     op = find_op(np->op_type);
   }
@@ -528,9 +551,17 @@ static bool import_graph(Imp *im, const Onnx__ModelProto *m) {
     if (!o->domain || !*o->domain || strcmp(o->domain, "ai.onnx") == 0) im->opset = o->version;
   }
   if (im->opset < 0) {
+    /* A model of preview ops alone (the training domain's node tests)
+     * has no ONNX ops to give an opset to. */
     const char *other = m->n_opset_import && m->opset_import[0]->domain ? m->opset_import[0]->domain : NULL;
-    if (other) return ox_bad(im, "opset domain '%s' is not supported (only the ONNX opset)", other);
-    return ox_bad(im, "the model imports no ONNX opset");
+    if (other && domain_index(other) >= 0) {
+      im->no_onnx_opset = other;
+      im->opset = ONNX_OPSET_KNOWN;
+    } else if (other) {
+      return ox_bad(im, "opset domain '%s' is not supported (only the ONNX opset and its preview domains)", other);
+    } else {
+      return ox_bad(im, "the model imports no ONNX opset");
+    }
   }
   if (im->opset < 1) return ox_bad(im, "opset %" PRId64 " is invalid", im->opset);
   if (im->opset > ONNX_OPSET_KNOWN)

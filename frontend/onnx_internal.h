@@ -64,6 +64,7 @@ typedef struct Imp {
   const OnnxOptions *opt;
   DimBinder dims; /* free input dims: -D and the given inputs' shapes */
   int64_t opset;
+  const char *no_onnx_opset; /* the model imports only this preview domain: no ONNX op may appear */
   /* Every ONNX name, hashed; the table doubles as it fills, so that a
    * model's names are found in constant time however many there are. */
   Entry **buckets;
@@ -265,6 +266,7 @@ bool ox_import_subgraph(Imp *im, const Onnx__GraphProto *gp, const char *what, i
 /* onnx_attention.c: Attention as its unfused graph; LinearAttention
  * unrolled over time; the preview domain's FlexAttention. */
 OpFn ox_op_attention, ox_op_linear_attention, ox_op_flex_attention;
+OpFn ox_op_adagrad, ox_op_adam, ox_op_momentum; /* onnx_training.c */
 
 /* onnx_rnn.c: RNN, GRU and LSTM, unrolled. */
 OpFn ox_op_rnn;

@@ -632,6 +632,60 @@ START_TEST(test_flex_attention) {
 }
 END_TEST
 
+/* The training preview domain's optimizers against their rules by hand:
+ * Adam at step 2 (bias-corrected, weight decay before and after),
+ * Nesterov momentum at step 0 (beta taken as 1), Adagrad with a decayed
+ * rate; X the input, the rest initializers; a mode that is not one of
+ * the two refused. */
+START_TEST(test_training_domain) {
+  const float x[2] = {1, -2}, g[2] = {0.5f, 0.25f}, v[2] = {0.1f, -0.2f}, h[2] = {0.04f, 0.09f};
+  const char *ops[3] = {"Adam", "Momentum", "Adagrad"};
+  for (int k = 0; k < 3; k++) {
+    Model *b = model_new(17);
+    int64_t d[1] = {2};
+    add_input(b, "X", 1, d);
+    add_init_f32(b, "R", 0, NULL, 1, (const float[]){0.1f});
+    add_init_i64(b, "T", 1, (const int64_t[]){k == 1 ? 0 : 2});
+    add_init_f32(b, "G", 1, d, 2, g);
+    add_init_f32(b, "V", 1, d, 2, k == 2 ? h : v);
+    add_init_f32(b, "H", 1, d, 2, h);
+    Onnx__NodeProto *n = add_node(b, ops[k], k ? "R,T,X,G,V" : "R,T,X,G,V,H", k ? "Xn,Vn" : "Xn,Vn,Hn");
+    n->domain = str("ai.onnx.preview.training");
+    if (k == 0) attr_f(n, "norm_coefficient", 0.01f), attr_f(n, "norm_coefficient_post", 0.1f), attr_f(n, "epsilon", 1e-3f);
+    if (k == 1) attr_f(n, "alpha", 0.9f), attr_f(n, "beta", 0.5f), attr_s(n, "mode", "nesterov");
+    if (k == 2) attr_f(n, "decay_factor", 0.5f), attr_f(n, "epsilon", 1e-3f);
+    add_output(b, "Xn");
+    Graph *gr = must_import(b);
+    Tensor y = run1(gr, "X", 1, d, x);
+    double want[2];
+    for (int i = 0; i < 2; i++) {
+      if (k == 0) {
+        double gr2 = 0.01 * x[i] + g[i], vn = 0.9 * v[i] + 0.1 * gr2, hn = 0.999 * h[i] + 0.001 * gr2 * gr2;
+        double r = 0.1 * sqrt(1 - pow(0.999, 2)) / (1 - pow(0.9, 2));
+        want[i] = 0.9 * (x[i] - r * vn / (sqrt(hn) + 1e-3));
+      } else if (k == 1) {
+        double vn = 0.9 * v[i] + 1.0 * g[i]; /* beta 1 at step 0 */
+        want[i] = x[i] - 0.1 * (g[i] + 0.9 * vn);
+      } else {
+        double hn = h[i] + g[i] * g[i];
+        want[i] = x[i] - 0.1 / (1 + 2 * 0.5) * g[i] / (sqrt(hn) + 1e-3);
+      }
+    }
+    expect_values(&y, 2, want, ops[k]);
+    ir_tensor_free(&y);
+  }
+  Model *b = model_new(17);
+  add_input(b, "X", 1, (const int64_t[]){2});
+  add_init_f32(b, "R", 0, NULL, 1, (const float[]){0.1f});
+  add_init_i64(b, "T", 1, (const int64_t[]){1});
+  Onnx__NodeProto *n = add_node(b, "Momentum", "R,T,X,X,X", "Xn,Vn");
+  n->domain = str("ai.onnx.preview.training");
+  attr_s(n, "mode", "heavy-ball");
+  add_output(b, "Xn");
+  expect_error(import(b), "mode 'heavy-ball' is not one of standard and nesterov");
+}
+END_TEST
+
 /* DeformConv with zero offsets is Conv (strides, dilations, pads and
  * groups alike); with every x offset +1 it is Conv of X shifted left
  * by one column (a zero column entering at the right), and a mask of
@@ -1538,6 +1592,7 @@ static Suite *onnx_suite(void) {
   tcase_add_test(tc, test_tfidf_vectorizer);
   tcase_add_test(tc, test_det);
   tcase_add_test(tc, test_flex_attention);
+  tcase_add_test(tc, test_training_domain);
   tcase_add_test(tc, test_deform_conv);
   tcase_add_test(tc, test_scan8);
   tcase_add_test(tc, test_unsupported_op_attr_dtype);
