@@ -283,6 +283,10 @@ static const OpEntry training_ops[] = {
     {"Adam", ox_op_adam, "any number of tensors"},
     {"Momentum", ox_op_momentum, "standard and nesterov"},
 };
+static const OpEntry ml_ops[] = {
+    {"ArrayFeatureExtractor", ox_op_array_feature_extractor, NULL},
+    {"Binarizer", ox_op_binarizer, NULL},
+};
 static const struct {
   const char *name, *note;
   const OpEntry *ops;
@@ -290,6 +294,7 @@ static const struct {
 } domains[] = {
     {"ai.onnx.preview", " (of it, FlexAttention is)", preview_ops, ARRAY_LEN(preview_ops)},
     {"ai.onnx.preview.training", " (of it, Adagrad, Adam and Momentum are)", training_ops, ARRAY_LEN(training_ops)},
+    {"ai.onnx.ml", " (of it, ArrayFeatureExtractor and Binarizer are)", ml_ops, ARRAY_LEN(ml_ops)},
 };
 
 static int domain_index(const char *domain) {
@@ -324,7 +329,8 @@ void fe_onnx_print_support(FILE *f) {
     fprintf(f, "  %-22s%s\n", onnx_ops[i].name, onnx_ops[i].note ? onnx_ops[i].note : "");
   for (size_t d = 0; d < ARRAY_LEN(domains); d++) {
     fprintf(f, "\nops of the domain %s:\n", domains[d].name);
-    for (size_t i = 0; i < domains[d].n_ops; i++) fprintf(f, "  %-22s%s\n", domains[d].ops[i].name, domains[d].ops[i].note);
+    for (size_t i = 0; i < domains[d].n_ops; i++)
+      fprintf(f, "  %-22s%s\n", domains[d].ops[i].name, domains[d].ops[i].note ? domains[d].ops[i].note : "");
   }
 }
 

@@ -686,6 +686,35 @@ START_TEST(test_training_domain) {
 }
 END_TEST
 
+/* The ML domain's tensor ops: Binarizer (x > threshold as 1 or 0) and
+ * ArrayFeatureExtractor (columns of the last axis, [1, K] for a 1-d X). */
+START_TEST(test_ml_domain) {
+  Model *b = model_new(17);
+  add_input(b, "X", 2, (const int64_t[]){2, 3});
+  Onnx__NodeProto *n = add_node(b, "Binarizer", "X", "Y");
+  n->domain = str("ai.onnx.ml");
+  attr_f(n, "threshold", 0.5f);
+  add_output(b, "Y");
+  Tensor y = run1(must_import(b), "X", 2, (const int64_t[]){2, 3}, xdata);
+  expect_values(&y, 6, (const double[]){1, 0, 1, 0, 0, 1}, "Binarizer");
+  ir_tensor_free(&y);
+  for (int rank = 1; rank <= 2; rank++) {
+    b = model_new(17);
+    int64_t dims[2] = {rank == 1 ? 6 : 2, 3};
+    add_input(b, "X", rank, dims);
+    add_init_i64(b, "I", 2, (const int64_t[]){2, 0});
+    n = add_node(b, "ArrayFeatureExtractor", "X,I", "Y");
+    n->domain = str("ai.onnx.ml");
+    add_output(b, "Y");
+    Graph *g = must_import(b);
+    ck_assert(same_dims(&g->outputs[0]->type, 2, rank == 1 ? (const int64_t[]){1, 2} : (const int64_t[]){2, 2}));
+    y = run1(g, "X", rank, dims, xdata);
+    expect_values(&y, 2 * rank, (const double[]){3, 1, 2, 0.5}, "ArrayFeatureExtractor");
+    ir_tensor_free(&y);
+  }
+}
+END_TEST
+
 /* DeformConv with zero offsets is Conv (strides, dilations, pads and
  * groups alike); with every x offset +1 it is Conv of X shifted left
  * by one column (a zero column entering at the right), and a mask of
@@ -1593,6 +1622,7 @@ static Suite *onnx_suite(void) {
   tcase_add_test(tc, test_det);
   tcase_add_test(tc, test_flex_attention);
   tcase_add_test(tc, test_training_domain);
+  tcase_add_test(tc, test_ml_domain);
   tcase_add_test(tc, test_deform_conv);
   tcase_add_test(tc, test_scan8);
   tcase_add_test(tc, test_unsupported_op_attr_dtype);
