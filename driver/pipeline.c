@@ -483,7 +483,6 @@ Pipeline *pipe_new_like(const PipeConfig *c, const Pipeline *like, char *err, si
 
 /* ---- parameters in and out ---- */
 
-
 static bool copy_weight(dlc_model *from, dlc_model *to, const char *name, size_t bytes, char *err, size_t errlen) {
   void *buf = malloc(bytes ? bytes : 1);
   if (!buf) return snprintf(err, errlen, "out of memory"), false;
