@@ -25,6 +25,14 @@ against() {
     fail "$2 losses: $(paste "$tmp/one.loss" "$tmp/p.loss")"
 }
 
+# same_as RUN ONE WHAT: RUN's losses and checkpoint are ONE's (f32 1e-5).
+same_as() {
+  losses "$tmp/$1.jsonl" >"$tmp/run.loss"
+  losses "$tmp/$2.jsonl" >"$tmp/one.l"
+  agree "$tmp/one.l" "$tmp/run.loss" && ok || fail "$3: losses $(paste "$tmp/one.l" "$tmp/run.loss")"
+  close "$tmp/$2.ckpt.safetensors" "$tmp/$1.ckpt.safetensors" "$3"
+}
+
 # One process, then each pipeline against it.  The ref backend keeps
 # the 8 runs quick; emu below runs the generated kernels.
 expect 0 "" "$dlcc" train $A --backend=ref --save "$tmp/one.safetensors" --log "$tmp/one.jsonl"
@@ -68,14 +76,11 @@ expect_sub 1 "dlcc: error: the last batch of 6 samples does not divide among 4 p
 # heads, with its last partial batch: one process's at 1e-5.
 T="$t/attn.dl --loss=mse --optimizer=sgd --momentum=0.9 --lr=0.05 --data $t/attn --epochs 2 --batch 4"
 expect 0 "" "$dlcc" train $T --backend=ref --save "$tmp/tone.safetensors" --log "$tmp/tone.jsonl"
-losses "$tmp/tone.jsonl" >"$tmp/tone.loss"
 for c in 2:gpipe 3:1f1b; do
   s=${c%%:*} k=${c#*:}
   expect 0 "" mpi "$s" "$dlcc" train $T --backend=emu --pipeline="$s" --micro-batches=2 --schedule="$k" \
     --save "$tmp/t$s.safetensors" --log "$tmp/t$s.jsonl"
-  losses "$tmp/t$s.jsonl" >"$tmp/t.loss"
-  agree "$tmp/tone.loss" "$tmp/t.loss" && ok || fail "the transformer layer on $s stages: $(paste "$tmp/tone.loss" "$tmp/t.loss")"
-  close "$tmp/tone.ckpt.safetensors" "$tmp/t$s.ckpt.safetensors" "the transformer layer on $s stages"
+  same_as "t$s" tone "the transformer layer on $s stages"
 done
 
 # --resume: one epoch, then one more from the checkpoint, as the two at once.
@@ -158,9 +163,7 @@ expect 0 "" mpi 4 "$dlcc" train $R --backend=emu --pipeline=2 --tensor-parallel=
 grep -qx "  stage 1: tensor parallel: split: fc3.weight by output rows, fc4.weight by input columns" "$tmp/out" &&
   grep -qx "  stage 0 (ranks 0-1): 3 ops, 47.5% of the cost, 1408 bytes of parameters: fc1, fc2" "$tmp/out" && ok ||
   fail "the split with tensor parallel: $(cat "$tmp/out")"
-losses "$tmp/x4.jsonl" >"$tmp/x.loss"
-agree "$tmp/rone.loss" "$tmp/x.loss" && ok || fail "2 stages of 2 ranks: $(paste "$tmp/rone.loss" "$tmp/x.loss")"
-close "$tmp/rone.ckpt.safetensors" "$tmp/x4.ckpt.safetensors" "2 stages of 2 ranks"
+same_as x4 rone "2 stages of 2 ranks"
 expect 0 "" mpi 4 "$dlcc" train $A --backend=emu --clip-grad-norm=0.5 --pipeline=2 --tensor-parallel=2 \
   --micro-batches=2 --save "$tmp/xc.safetensors"
 close "$tmp/onec.ckpt.safetensors" "$tmp/xc.ckpt.safetensors" "--clip-grad-norm on 2 stages of 2 ranks"
@@ -169,9 +172,7 @@ expect 0 "" mpi 8 "$dlcc" train $T --backend=emu --pipeline=2 --tensor-parallel=
 grep -qx "  data parallel: 2 pipelines of 2 stages of 2 ranks, each 2 samples of every batch" "$tmp/out" &&
   grep -q "^  stage 0: tensor parallel: split: self_attn.in_proj_weight" "$tmp/out" && ok ||
   fail "2 x 2 x 2: $(cat "$tmp/out")"
-losses "$tmp/x8.jsonl" >"$tmp/x.loss"
-agree "$tmp/tone.loss" "$tmp/x.loss" && ok || fail "2 x 2 x 2: $(paste "$tmp/tone.loss" "$tmp/x.loss")"
-close "$tmp/tone.ckpt.safetensors" "$tmp/x8.ckpt.safetensors" "the transformer layer on 2 x 2 x 2 ranks"
+same_as x8 tone "the transformer layer on 2 x 2 x 2 ranks"
 # part.ir: stage 1 starts with a split linear, so the gradient it sends
 # back is an all-reduce's result read by nothing but the plan's output
 # (which must wait for it: 2 stages of 2 ranks equal to one process).

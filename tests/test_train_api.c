@@ -81,15 +81,25 @@ START_TEST(data_order) {
 }
 END_TEST
 
+/* A step of tiny.dl's kind on ref at batch: x [batch, 4], class
+ * targets, cross_entropy; shapes and dims (3) hold what o points to. */
+static void tiny_options(dlc_train_options *o, const char *optimizer, int64_t batch, dlc_input_shape *shapes,
+                         int64_t *dims) {
+  ck_assert_int_eq(dlc_train_options_init(o, optimizer), DLC_OK);
+  dims[0] = dims[2] = batch, dims[1] = 4;
+  shapes[0] = (dlc_input_shape){"x", 2, dims};
+  shapes[1] = (dlc_input_shape){"target", 1, dims + 2};
+  o->model.backend = "ref";
+  o->model.n_input_shapes = 2;
+  o->model.input_shapes = shapes;
+  o->loss = "cross_entropy";
+}
+
 static dlc_train *compile_model(const char *file, int64_t batch, const char *optimizer, int eval, int keep_grads) {
   dlc_train_options o;
-  ck_assert_int_eq(dlc_train_options_init(&o, optimizer), DLC_OK);
-  int64_t xd[2] = {batch, 4}, td[1] = {batch};
-  dlc_input_shape shapes[2] = {{"x", 2, xd}, {"target", 1, td}};
-  o.model.backend = "ref";
-  o.model.n_input_shapes = 2;
-  o.model.input_shapes = shapes;
-  o.loss = "cross_entropy";
+  dlc_input_shape shapes[2];
+  int64_t dims[3];
+  tiny_options(&o, optimizer, batch, shapes, dims);
   o.eval = eval;
   o.optimizer.keep_grads = keep_grads;
   dlc_train *t;
@@ -157,13 +167,9 @@ START_TEST(compile_string_as_file) {
   fclose(in);
   text[n] = 0;
   dlc_train_options o;
-  ck_assert_int_eq(dlc_train_options_init(&o, "adam"), DLC_OK);
-  int64_t xd[2] = {8, 4}, td[1] = {8};
-  dlc_input_shape shapes[2] = {{"x", 2, xd}, {"target", 1, td}};
-  o.model.backend = "ref";
-  o.model.n_input_shapes = 2;
-  o.model.input_shapes = shapes;
-  o.loss = "cross_entropy";
+  dlc_input_shape shapes[2];
+  int64_t dims[3];
+  tiny_options(&o, "adam", 8, shapes, dims);
   ck_assert_int_eq(dlc_train_compile_string("tiny.dl", text, &o, &s), DLC_OK);
   float lf, ls, wf[3], ws[3];
   for (int k = 0; k < 2; k++) {
@@ -190,15 +196,11 @@ END_TEST
  * skips the step.  A loss_scale out of range is refused. */
 static dlc_train *compile_stats(double clip, const char *precision, int loss_scale) {
   dlc_train_options o;
-  ck_assert_int_eq(dlc_train_options_init(&o, "sgd"), DLC_OK);
-  int64_t xd[2] = {8, 4}, td[1] = {8};
-  dlc_input_shape shapes[2] = {{"x", 2, xd}, {"target", 1, td}};
-  o.model.backend = "ref";
-  o.model.n_input_shapes = 2;
-  o.model.input_shapes = shapes;
+  dlc_input_shape shapes[2];
+  int64_t dims[3];
+  tiny_options(&o, "sgd", 8, shapes, dims);
   o.model.precision = precision;
   o.model.loss_scale = loss_scale;
-  o.loss = "cross_entropy";
   o.optimizer.clip_grad_norm = clip;
   o.optimizer.grad_stats_input = clip > 0 || loss_scale;
   dlc_train *t;
