@@ -39,15 +39,16 @@ typedef enum { TP_WHOLE, TP_SHARDED, TP_PART } TpHold;
 
 typedef struct StageParam {
   const char *name;
-  size_t bytes;      /* whole */
-  int rank;          /* its dims, whole */
+  size_t bytes;      /* as every plan of the stage holds it: a shard's part */
+  int rank;          /* its whole dims */
   int64_t dims[DLC_MAX_RANK];
   int grad_out;      /* the backward's output "NAME.grad" */
-  TpHold hold;       /* TP_SHARDED: the backward's gradient is this rank's part; TP_PART: whole, zero but
-                      * for this rank's rows */
-  size_t part_bytes; /* the backward's gradient */
-  float *acc;        /* that gradient summed over the micro-batches */
-  float *grad;       /* the whole gradient the optimizer takes (acc itself when TP_WHOLE) */
+  /* TP_SHARDED: every plan holds this rank's part, the optimizer's state
+   * too; TP_PART: whole, the backward's gradient zero but for this rank's
+   * rows (summed over the stage's ranks for the optimizer) */
+  TpHold hold;
+  float *acc;        /* the backward's gradient summed over the micro-batches */
+  float *grad;       /* what the optimizer takes (acc itself but for TP_PART) */
 } StageParam;
 
 struct Pipeline {
@@ -82,6 +83,7 @@ struct Pipeline {
    * feed the totals to their optimizers (dlc_optimizer.grad_stats_input). */
   bool clip, loss_scaling;
   DistComm comm; /* the forward's and backward's all-reduces over the tensor group */
+  bool speaks;   /* the first rank of its stage in the first pipeline (the full batch's plans) */
   /* Dropout's state when the stage has dropouts: the whole model's seed
    * and step count (one process's dlcc.step, advanced per global batch,
    * not per plan run), set into both plans before each micro-batch with
@@ -253,11 +255,38 @@ static dlc_options stage_options(const Pipeline *p) {
   return o;
 }
 
+static TpHold hold_of(dlc_model *m, const char *name, int *axis);
+
+/* Under tensor parallelism the optimizer holds this rank's part of each
+ * parameter the backward shards, and so of its state (Megatron's
+ * memory): the param and its gradient input ("grad.NAME") in the
+ * optimizer's graph take the part's shape, and the types after them
+ * follow. */
+static bool shard_optimizer_graph(Pipeline *p, Graph *g, char *err, size_t errlen) {
+  for (Node *n = g->first; n; n = n->next) {
+    if (n->op != OP_PARAM && n->op != OP_INPUT) continue;
+    const char *name = ir_attr_str(n, "name");
+    if (n->op == OP_INPUT && strncmp(name, "grad.", 5) == 0) name += 5;
+    int axis;
+    if (hold_of(p->bwd, name, &axis) != TP_SHARDED) continue;
+    TensorType *t = &n->out[0].type;
+    if (axis >= t->rank || t->dims[axis] % p->c.tensor->size)
+      return snprintf(err, errlen, "stage %d: '%s' does not shard %d ways", p->s, name, p->c.tensor->size), false;
+    t->dims[axis] /= p->c.tensor->size;
+  }
+  char why[256];
+  for (Node *n = g->first; n; n = n->next)
+    if (n->op != OP_PARAM && n->op != OP_INPUT && n->op != OP_CONST && !ir_infer(n, why, sizeof why))
+      return snprintf(err, errlen, "stage %d's optimizer on its parts: %s", p->s, why), false;
+  return true;
+}
+
 static bool compile_stage(Pipeline *p, Graph *const *graphs, char *err, size_t errlen) {
   const char *what[] = {"forward", "backward", "optimizer"};
   bool last = p->s == p->n_stages - 1;
   for (int k = STAGE_FORWARD; k <= STAGE_OPTIMIZER; k++) {
     if (!graphs[k]) continue;
+    if (k == STAGE_OPTIMIZER && p->c.tensor && !shard_optimizer_graph(p, graphs[k], err, errlen)) return false;
     char *text = ir_print_text(graphs[k]), name[64];
     if (!text) return snprintf(err, errlen, "out of memory"), false;
     snprintf(name, sizeof name, "stage%d.%s.ir", p->s, what[k]);
@@ -313,11 +342,14 @@ static bool same_splits(const Pipeline *p, char *err, size_t errlen) {
   return same;
 }
 
-static TpHold hold_of(dlc_model *m, const char *name) {
+/* How m holds name; *axis its split axis (when axis is not NULL). */
+static TpHold hold_of(dlc_model *m, const char *name, int *axis) {
   TpHold h = TP_WHOLE;
   for (int i = 0; i < dlc_num_tensor_splits(m); i++) {
     dlc_tensor_split s;
-    if (dlc_tensor_split_info(m, i, &s) == DLC_OK && strcmp(s.param, name) == 0) h = s.sharded ? TP_SHARDED : TP_PART;
+    if (dlc_tensor_split_info(m, i, &s) != DLC_OK || strcmp(s.param, name)) continue;
+    h = s.sharded ? TP_SHARDED : TP_PART;
+    if (axis) *axis = s.axis;
   }
   return h;
 }
@@ -334,6 +366,13 @@ static void *alloc_or(size_t n, bool *ok) {
   void *q = calloc(1, n ? n : 1);
   if (!q) *ok = false;
   return q;
+}
+
+/* The whole model's param node of that name (the stage's are among them). */
+static const Node *whole_param(const Pipeline *p, const char *name) {
+  for (const Node *n = p->g->first; n; n = n->next)
+    if (n->op == OP_PARAM && strcmp(ir_attr_str(n, "name"), name) == 0) return n;
+  return NULL;
 }
 
 /* The buffers, and where the backward's outputs are. */
@@ -363,8 +402,9 @@ static bool prepare(Pipeline *p, const Graph *opt_graph, char *err, size_t errle
     StageParam *sp = &p->params[j++];
     sp->name = ir_attr_str(n, "name");
     sp->bytes = ir_tensor_nbytes(&n->out[0].type);
-    sp->rank = n->out[0].type.rank;
-    memcpy(sp->dims, n->out[0].type.dims, sizeof(int64_t) * (size_t)sp->rank);
+    const Node *w = whole_param(p, sp->name);
+    sp->rank = w->out[0].type.rank;
+    memcpy(sp->dims, w->out[0].type.dims, sizeof(int64_t) * (size_t)sp->rank);
     if (n->out[0].type.dtype != TY_F32)
       return snprintf(err, errlen, "pipeline parallel trains f32 parameters; '%s' is %s", sp->name,
                       ir_dtype_name(n->out[0].type.dtype)), false;
@@ -372,12 +412,14 @@ static bool prepare(Pipeline *p, const Graph *opt_graph, char *err, size_t errle
     snprintf(name, sizeof name, "%s.grad", sp->name);
     if ((sp->grad_out = output_named(p->bwd, name)) < 0)
       return snprintf(err, errlen, "stage %d: the loss does not depend on '%s'", p->s, sp->name), false;
+    sp->hold = hold_of(p->bwd, sp->name, NULL);
     dlc_tensor_info gi;
     if (dlc_output_info(p->bwd, sp->grad_out, &gi) != DLC_OK) return run_failed(p->bwd, err, errlen);
-    sp->hold = hold_of(p->bwd, sp->name);
-    sp->part_bytes = gi.nbytes;
-    sp->acc = alloc_or(sp->part_bytes, &ok);
-    sp->grad = sp->hold == TP_WHOLE ? sp->acc : alloc_or(sp->bytes, &ok);
+    if (gi.nbytes != sp->bytes)
+      return snprintf(err, errlen, "stage %d: the backward's gradient of '%s' is %zu bytes, the optimizer's %zu", p->s,
+                      sp->name, gi.nbytes, sp->bytes), false;
+    sp->acc = alloc_or(sp->bytes, &ok);
+    sp->grad = sp->hold == TP_PART ? alloc_or(sp->bytes, &ok) : sp->acc;
   }
   int M = p->m_count;
   p->stash = alloc_or(sizeof *p->stash * (size_t)(M * p->n_in), &ok);
@@ -397,6 +439,24 @@ static bool prepare(Pipeline *p, const Graph *opt_graph, char *err, size_t errle
   for (int i = 0; ok && i < d->n; i++) p->bufs[i] = alloc_or(d->a[i].sample_bytes * (size_t)p->b, &ok);
   if (!ok) snprintf(err, errlen, "out of memory");
   return ok;
+}
+
+/* The shard whose part `name` is in the optimizer's plan: the param
+ * itself or its state ("dlcc.optim.NAME.exp_avg"), or NULL when name is
+ * held whole. */
+static const StageParam *shard_of(const Pipeline *p, const char *name) {
+  const char *prefix = "dlcc.optim.";
+  size_t np = strlen(prefix);
+  for (int j = 0; p->c.tensor && j < p->n_params; j++) {
+    const StageParam *sp = &p->params[j];
+    size_t len = strlen(sp->name);
+    if (sp->hold != TP_SHARDED) continue;
+    if (strcmp(name, sp->name) == 0) return sp;
+    if (strncmp(name, prefix, np) == 0 && strncmp(name + np, sp->name, len) == 0 && name[np + len] == '.' &&
+        !strchr(name + np + len + 1, '.'))
+      return sp;
+  }
+  return NULL;
 }
 
 static Pipeline *create(const PipeConfig *c, const Pipeline *like, char *err, size_t errlen) {
@@ -472,6 +532,7 @@ static Pipeline *create(const PipeConfig *c, const Pipeline *like, char *err, si
     printf("  stage %d: tensor parallel: %s\n", p->s, dlc_tensor_note(p->bwd, i));
     fflush(stdout);
   }
+  p->speaks = first;
   return p;
 }
 
@@ -494,23 +555,6 @@ static bool copy_weight(dlc_model *from, dlc_model *to, const char *name, size_t
   return st == DLC_OK;
 }
 
-/* A sharded parameter's whole value from the optimizer's plan, this
- * rank's part of it into the forward and backward plans. */
-static bool share_part(Pipeline *p, dlc_model *om, const StageParam *sp, char *err, size_t errlen) {
-  unsigned char *whole = malloc(sp->bytes + sp->part_bytes + 1);
-  if (!whole) return snprintf(err, errlen, "out of memory"), false;
-  unsigned char *part = whole + sp->bytes;
-  bool ok = dlc_get_weight(om, sp->name, whole, sp->bytes) == DLC_OK || run_failed(om, err, errlen);
-  ok = ok && (dlc_weight_part(p->bwd, sp->name, p->c.tensor->rank, sp->rank, sp->dims, whole, part, 0) == DLC_OK ||
-              run_failed(p->bwd, err, errlen));
-  for (int k = 0; ok && k < 2; k++) {
-    dlc_model *m = k ? p->bwd : p->fwd;
-    if (m && dlc_set_weight(m, sp->name, part, sp->part_bytes) != DLC_OK) ok = run_failed(m, err, errlen);
-  }
-  free(whole);
-  return ok;
-}
-
 /* The stage's parameters from the optimizer's plan into the others, and
  * in the last stage the loss scale it updates, over M, into the backward
  * that seeds with it: each micro-batch's gradient is that of its mean
@@ -521,10 +565,6 @@ static bool share_params(Pipeline *p, char *err, size_t errlen) {
   dlc_model *om = dlc_train_model(p->opt); /* NULL in a stage without parameters */
   for (int j = 0; j < p->n_params; j++) {
     const StageParam *sp = &p->params[j];
-    if (sp->hold == TP_SHARDED) {
-      if (!share_part(p, om, sp, err, errlen)) return false;
-      continue;
-    }
     if ((p->fwd && !copy_weight(om, p->fwd, sp->name, sp->bytes, err, errlen)) ||
         !copy_weight(om, p->bwd, sp->name, sp->bytes, err, errlen))
       return false;
@@ -556,6 +596,43 @@ static bool set_rng(Pipeline *p, dlc_model *m, int64_t first, char *err, size_t 
   return true;
 }
 
+/* This rank's part of the whole tensor info names (sp's or its state's)
+ * from wm into om. */
+static bool bind_part(Pipeline *p, dlc_model *wm, dlc_model *om, const StageParam *sp, const dlc_tensor_info *info,
+                      char *err, size_t errlen) {
+  size_t whole_bytes = info->nbytes * (size_t)p->c.tensor->size;
+  unsigned char *whole = malloc(whole_bytes + info->nbytes + 1);
+  if (!whole) return snprintf(err, errlen, "out of memory"), false;
+  unsigned char *part = whole + whole_bytes;
+  bool ok = dlc_get_weight(wm, info->name, whole, whole_bytes) == DLC_OK || run_failed(wm, err, errlen);
+  ok = ok && (dlc_weight_part(p->bwd, sp->name, p->c.tensor->rank, sp->rank, sp->dims, whole, part, 0) == DLC_OK ||
+              run_failed(p->bwd, err, errlen));
+  ok = ok && (dlc_set_weight(om, info->name, part, info->nbytes) == DLC_OK || run_failed(om, err, errlen));
+  free(whole);
+  return ok;
+}
+
+/* The whole value of info (a tensor holder keeps for this stage) into
+ * buf: a shard's (or its state's) parts gathered from the stage's tensor
+ * ranks, which all come here for it in the same order. */
+static bool fetch_whole(Pipeline *p, dlc_model *holder, const dlc_tensor_info *info, void *buf, bool *comm, char *err,
+                        size_t errlen) {
+  const StageParam *sp = shard_of(p, info->name);
+  if (!sp) return dlc_get_weight(holder, info->name, buf, info->nbytes) == DLC_OK || run_failed(holder, err, errlen);
+  Dist *tg = p->c.tensor;
+  size_t part = info->nbytes / (size_t)tg->size;
+  unsigned char *mine = malloc(part * (size_t)(tg->size + 1) + 1);
+  if (!mine) return snprintf(err, errlen, "out of memory"), false;
+  unsigned char *all = mine + part;
+  bool ok = dlc_get_weight(holder, info->name, mine, part) == DLC_OK || run_failed(holder, err, errlen);
+  if (ok && dist_allgather(tg, mine, all, part) != DIST_OK) ok = false, *comm = true;
+  for (int q = 0; ok && q < tg->size; q++)
+    if (dlc_weight_part(p->bwd, sp->name, q, sp->rank, sp->dims, buf, all + (size_t)q * part, 1) != DLC_OK)
+      ok = run_failed(p->bwd, err, errlen);
+  free(mine);
+  return ok;
+}
+
 bool pipe_bind(Pipeline *p, dlc_train *whole, char *err, size_t errlen) {
   dlc_model *wm = dlc_train_model(whole), *om = dlc_train_model(p->opt);
   if ((has_param(whole, "dlcc.seed") && dlc_get_weight(wm, "dlcc.seed", &p->seed, sizeof p->seed) != DLC_OK) ||
@@ -568,12 +645,25 @@ bool pipe_bind(Pipeline *p, dlc_train *whole, char *err, size_t errlen) {
     return snprintf(err, errlen, "binding stage %d's weights failed", p->s), false;
   for (int i = 0; i < dlc_train_num_params(p->opt); i++) {
     dlc_tensor_info info;
-    if (dlc_train_param_info(p->opt, i, &info) != DLC_OK ||
-        !copy_weight(wm, om, info.name, info.nbytes, err, errlen))
+    if (dlc_train_param_info(p->opt, i, &info) != DLC_OK) return run_failed(om, err, errlen);
+    const StageParam *sp = shard_of(p, info.name);
+    if (!(sp ? bind_part(p, wm, om, sp, &info, err, errlen) : copy_weight(wm, om, info.name, info.nbytes, err, errlen)))
       return false;
   }
   for (int i = 0; i < p->n_states; i++)
     if (!copy_weight(wm, p->bwd, p->state_names[i], p->state_bytes[i], err, errlen)) return false;
+  size_t held = 0, all = 0;
+  for (int i = 0; p->speaks && p->opt && i < dlc_train_num_params(p->opt); i++) {
+    dlc_tensor_info info;
+    if (dlc_train_param_info(p->opt, i, &info) != DLC_OK) continue;
+    held += info.nbytes;
+    all += shard_of(p, info.name) ? info.nbytes * (size_t)p->c.tensor->size : info.nbytes;
+  }
+  if (p->speaks && p->opt) {
+    printf("  stage %d: tensor parallel: rank 0 holds %zu of the %zu bytes of its parameters and optimizer state\n",
+           p->s, held, all);
+    fflush(stdout);
+  }
   return share_params(p, err, errlen);
 }
 
@@ -639,15 +729,13 @@ bool pipe_gather(Pipeline *p, dlc_train *whole, bool *comm, char *err, size_t er
     if (owner != d->rank && d->rank != 0) continue;
     dlc_model *holder = owner == d->rank ? holder_of(p, info.name) : NULL;
     if (owner == d->rank && !holder) continue; /* not the stage's: whole keeps its own */
-    if (owner == 0) {
-      ok = copy_weight(holder, wm, info.name, info.nbytes, err, errlen);
-      continue;
-    }
     void *buf = malloc(info.nbytes ? info.nbytes : 1);
     if (!buf) return snprintf(err, errlen, "out of memory"), false;
-    if (d->rank == owner) {
-      ok = dlc_get_weight(holder, info.name, buf, info.nbytes) == DLC_OK;
-      if (!ok) snprintf(err, errlen, "%s", dlc_error(holder));
+    if (owner == 0) {
+      ok = fetch_whole(p, holder, &info, buf, comm, err, errlen);
+      if (ok && dlc_set_weight(wm, info.name, buf, info.nbytes) != DLC_OK) ok = run_failed(wm, err, errlen);
+    } else if (d->rank == owner) {
+      ok = fetch_whole(p, holder, &info, buf, comm, err, errlen);
       if (ok && (dist_isend(d, 0, TAG(TAG_GATHER, 0), buf, info.nbytes) != DIST_OK || dist_wait_sends(d) != DIST_OK))
         ok = false, *comm = true;
     } else {
@@ -745,9 +833,9 @@ static bool backward(Pipeline *p, int m, const int64_t *order, bool *comm, char 
     if (dlc_get_output(p->bwd, sp->grad_out, &out, &n) != DLC_OK) return run_failed(p->bwd, err, errlen);
     const float *g = out;
     if (m == 0)
-      memcpy(sp->acc, g, sp->part_bytes);
+      memcpy(sp->acc, g, sp->bytes);
     else
-      for (size_t i = 0; i < sp->part_bytes / sizeof(float); i++) sp->acc[i] += g[i];
+      for (size_t i = 0; i < sp->bytes / sizeof(float); i++) sp->acc[i] += g[i];
   }
   for (int k = 0; k < p->n_in; k++) {
     if (dlc_get_output(p->bwd, p->in_grad_out[k], &out, &n) != DLC_OK) return run_failed(p->bwd, err, errlen);
@@ -758,31 +846,19 @@ static bool backward(Pipeline *p, int m, const int64_t *order, bool *comm, char 
   return true;
 }
 
-/* Under tensor parallelism each stage parameter's whole gradient on
- * every rank of the tensor group, for the optimizer's whole copy: a
- * shard's parts gathered, a whole parameter's rows (each rank's gradient
- * zero but for its own) summed in rank order; a parameter no rank splits
- * has the same gradient on every rank already. */
-static bool whole_grads(Pipeline *p, bool *comm, char *err, size_t errlen) {
+/* Under tensor parallelism the gradient of a parameter the stage's
+ * ranks hold whole but each reads only its rows of: zero but for those
+ * rows on each rank, so summed over them in rank order it is the whole
+ * one.  A shard's part and an unsplit parameter's gradient (the same on
+ * every rank) the optimizer takes as they are. */
+static bool part_grads(Pipeline *p, bool *comm) {
   Dist *tg = p->c.tensor;
   for (int j = 0; tg && j < p->n_params; j++) {
     StageParam *sp = &p->params[j];
-    if (sp->hold == TP_PART) {
-      memcpy(sp->grad, sp->acc, sp->bytes);
-      if (dist_start(tg, sp->grad, sp->bytes / sizeof(float), true) != DIST_OK || dist_wait(tg) != DIST_OK)
-        return *comm = true, false;
-    } else if (sp->hold == TP_SHARDED) {
-      unsigned char *all = malloc(sp->part_bytes * (size_t)tg->size + 1);
-      if (!all) return snprintf(err, errlen, "out of memory"), false;
-      bool ok = dist_allgather(tg, sp->acc, all, sp->part_bytes) == DIST_OK;
-      if (!ok) *comm = true;
-      for (int q = 0; ok && q < tg->size; q++)
-        if (dlc_weight_part(p->bwd, sp->name, q, sp->rank, sp->dims, sp->grad, all + (size_t)q * sp->part_bytes, 1) !=
-            DLC_OK)
-          ok = run_failed(p->bwd, err, errlen);
-      free(all);
-      if (!ok) return false;
-    }
+    if (sp->hold != TP_PART) continue;
+    memcpy(sp->grad, sp->acc, sp->bytes);
+    if (dist_start(tg, sp->grad, sp->bytes / sizeof(float), true) != DIST_OK || dist_wait(tg) != DIST_OK)
+      return *comm = true, false;
   }
   return true;
 }
@@ -797,21 +873,24 @@ static bool update(Pipeline *p, float lr, bool *comm, char *err, size_t errlen) 
   Dist *rd = p->c.replicas;
   for (int j = 0; j < p->n_params; j++) {
     StageParam *sp = &p->params[j];
-    for (size_t i = 0; i < sp->part_bytes / sizeof(float); i++) sp->acc[i] *= scale;
-    if (rd && dist_start(rd, sp->acc, sp->part_bytes / sizeof(float), false) != DIST_OK) return *comm = true, false;
+    for (size_t i = 0; i < sp->bytes / sizeof(float); i++) sp->acc[i] *= scale;
+    if (rd && dist_start(rd, sp->acc, sp->bytes / sizeof(float), false) != DIST_OK) return *comm = true, false;
   }
   if (rd && dist_wait(rd) != DIST_OK) return *comm = true, false;
-  if (!whole_grads(p, comm, err, errlen)) return false;
+  if (!part_grads(p, comm)) return false;
   /* Every stage's share of the statistics its optimizer is fed, summed
-   * over the pipeline in rank order (the same bits on every stage and,
-   * the gradients being the same, in every pipeline); a stage without
-   * parameters adds zeros. */
+   * over the stage's tensor ranks (their parts of the shards; the whole
+   * parameters once, by rank 0) and then over the pipeline, in rank
+   * order (the same bits on every stage and, the gradients being the
+   * same, in every pipeline); a stage without parameters adds zeros. */
   float stats[2] = {0, 0}; /* the sum of squares, the count of gradients holding inf or NaN */
   if (p->clip || p->loss_scaling) {
     double sumsq = 0;
     bool bad = false;
+    Dist *tg = p->c.tensor;
     for (int j = 0; j < p->n_params; j++) {
       const StageParam *sp = &p->params[j];
+      if (tg && tg->rank && sp->hold != TP_SHARDED) continue;
       for (size_t i = 0; i < sp->bytes / sizeof(float); i++) {
         double g = sp->grad[i];
         sumsq += g * g;
@@ -819,6 +898,7 @@ static bool update(Pipeline *p, float lr, bool *comm, char *err, size_t errlen) 
       }
     }
     stats[0] = (float)sumsq, stats[1] = bad;
+    if (tg && (dist_start(tg, stats, 2, true) != DIST_OK || dist_wait(tg) != DIST_OK)) return *comm = true, false;
     if (dist_start(p->c.dist, stats, 2, true) != DIST_OK || dist_wait(p->c.dist) != DIST_OK) return *comm = true, false;
   }
   if (!p->opt) return true;

@@ -163,6 +163,16 @@ expect 0 "" mpi 4 "$dlcc" train $R --backend=emu --pipeline=2 --tensor-parallel=
 grep -qx "  stage 1: tensor parallel: split: fc3.weight by output rows, fc4.weight by input columns" "$tmp/out" &&
   grep -qx "  stage 0 (ranks 0-1): 3 ops, 47.5% of the cost, 1408 bytes of parameters: fc1, fc2" "$tmp/out" && ok ||
   fail "the split with tensor parallel: $(cat "$tmp/out")"
+# Each rank holds its parts of the stage's shards and their Adam moments:
+# stage 1, fc3's 8 rows and bias, fc4's 8 columns, fc4's bias whole, times
+# 3, and the step count.
+grep -qx "  stage 1: tensor parallel: rank 0 holds 1960 of the 3880 bytes of its parameters and optimizer state" \
+  "$tmp/out" && ok || fail "what a rank holds: $(cat "$tmp/out")"
+# --resume cuts each rank's parts of the checkpoint's weights and moments.
+expect 0 "" mpi 4 "$dlcc" train $R --backend=emu --pipeline=2 --tensor-parallel=2 --epochs 1 --save "$tmp/xh1.safetensors"
+expect 0 "" mpi 4 "$dlcc" train $R --backend=emu --pipeline=2 --tensor-parallel=2 --epochs 1 \
+  --resume "$tmp/xh1.ckpt.safetensors" --save "$tmp/xh2.safetensors"
+close "$tmp/rone.ckpt.safetensors" "$tmp/xh2.ckpt.safetensors" "2 stages of 2 ranks resumed"
 same_as x4 rone "2 stages of 2 ranks"
 expect 0 "" mpi 4 "$dlcc" train $A --backend=emu --clip-grad-norm=0.5 --pipeline=2 --tensor-parallel=2 \
   --micro-batches=2 --save "$tmp/xc.safetensors"
