@@ -51,6 +51,14 @@ typedef struct StageParam {
   float *grad;       /* what the optimizer takes (acc itself but for TP_PART) */
 } StageParam;
 
+typedef struct DeferredBn {
+  const char *mean, *var; /* the running statistics' names */
+  double momentum;
+  int64_t channels, count; /* values per channel in a micro-batch */
+  float *old_mean, *old_var, *new_mean, *new_var;
+  double *sum_mean, *sum_var, *sum_sq; /* over the micro-batches: means, (count - 1) var, count mean^2 */
+} DeferredBn;
+
 struct Pipeline {
   PipeConfig c;
   int s, n_stages, m_count;
@@ -73,6 +81,11 @@ struct Pipeline {
   int n_states;
   const char **state_names;
   size_t *state_bytes;
+  /* --deferred-bn: the stage's batchnorms and, per global batch, the
+   * running statistics before it and the sums of the micro-batches'
+   * statistics (recovered from each one's update, then undone). */
+  int n_bns;
+  DeferredBn *bns;
   unsigned char **stash;      /* [m][k]: the stage inputs of micro-batch m, kept for its backward */
   unsigned char **fsend, **bsend; /* [m][k]: activations and input gradients in flight */
   unsigned char **dy;         /* [k]: the gradient of stage output k */
@@ -459,6 +472,36 @@ static const StageParam *shard_of(const Pipeline *p, const char *name) {
   return NULL;
 }
 
+/* The stage's batchnorms in training mode whose running statistics it
+ * keeps: their names, momentum (PyTorch's 0.1 when unset) and values per
+ * channel at the micro-batch. */
+static bool deferred_bns(Pipeline *p) {
+  Arena *a = &p->ctx.arena;
+  for (Node *n = p->g->first; n; n = n->next) p->n_bns += n->op == OP_BATCHNORM && p->sp.stage[n->id] == p->s;
+  p->bns = ARENA_ARRAY(a, DeferredBn, p->n_bns + 1);
+  int k = 0;
+  for (Node *n = p->g->first; n; n = n->next) {
+    if (n->op != OP_BATCHNORM || p->sp.stage[n->id] != p->s) continue;
+    if (n->in[3]->def->op != OP_PARAM || n->in[4]->def->op != OP_PARAM) {
+      p->n_bns--;
+      continue;
+    }
+    DeferredBn *b = &p->bns[k++];
+    const Attr *mom = ir_attr(n, "momentum");
+    b->mean = ir_attr_str(n->in[3]->def, "name");
+    b->var = ir_attr_str(n->in[4]->def, "name");
+    b->momentum = mom ? mom->f : 0.1;
+    b->channels = n->in[0]->type.dims[1];
+    b->count = b->channels ? ir_type_numel(&n->in[0]->type) / b->channels : 0;
+    size_t C = (size_t)b->channels + 1;
+    b->old_mean = ARENA_ARRAY(a, float, C), b->old_var = ARENA_ARRAY(a, float, C);
+    b->new_mean = ARENA_ARRAY(a, float, C), b->new_var = ARENA_ARRAY(a, float, C);
+    b->sum_mean = ARENA_ARRAY(a, double, C), b->sum_var = ARENA_ARRAY(a, double, C);
+    b->sum_sq = ARENA_ARRAY(a, double, C);
+  }
+  return true;
+}
+
 static Pipeline *create(const PipeConfig *c, const Pipeline *like, char *err, size_t errlen) {
   Pipeline *p = calloc(1, sizeof *p);
   if (!p) return snprintf(err, errlen, "out of memory"), NULL;
@@ -502,6 +545,11 @@ static Pipeline *create(const PipeConfig *c, const Pipeline *like, char *err, si
       p->state_names[p->n_states] = ir_attr_str(n, "name");
       p->state_bytes[p->n_states++] = ir_tensor_nbytes(&n->out[0].type);
     }
+  if (c->deferred_bn && !deferred_bns(p)) {
+    snprintf(err, errlen, "out of memory");
+    pipe_free(p);
+    return NULL;
+  }
   if (c->world->rank == 0 && !like) print_split(p);
   StageGraphs sg = {.p = p};
   rc = ctx_guard(&p->ctx, build_stage, &sg);
@@ -804,6 +852,71 @@ static bool forward(Pipeline *p, int m, const int64_t *order, bool *comm, char *
 /* Micro-batch m's backward: the output gradients from the next rank, the
  * forward recomputed from the kept inputs, the parameter gradients
  * summed, the input gradients on to the previous rank. */
+/* --deferred-bn.  Before a global batch: each running statistic as it
+ * is, the sums cleared. */
+static bool deferred_begin(Pipeline *p, char *err, size_t errlen) {
+  for (int k = 0; k < p->n_bns; k++) {
+    DeferredBn *b = &p->bns[k];
+    size_t bytes = sizeof(float) * (size_t)b->channels;
+    if (dlc_get_weight(p->bwd, b->mean, b->old_mean, bytes) != DLC_OK ||
+        dlc_get_weight(p->bwd, b->var, b->old_var, bytes) != DLC_OK)
+      return run_failed(p->bwd, err, errlen);
+    for (int64_t c = 0; c < b->channels; c++) b->sum_mean[c] = b->sum_var[c] = b->sum_sq[c] = 0;
+  }
+  return true;
+}
+
+/* After a micro-batch's backward: its batch statistics from the update
+ * the plan made, new = (1 - momentum) old + momentum stat, added to the
+ * sums; the update undone.  (Solving for stat divides the update's
+ * rounding by the momentum; the final update multiplies it back.) */
+static bool deferred_add(Pipeline *p, char *err, size_t errlen) {
+  for (int k = 0; k < p->n_bns; k++) {
+    DeferredBn *b = &p->bns[k];
+    size_t bytes = sizeof(float) * (size_t)b->channels;
+    if (b->momentum == 0) continue;
+    if (dlc_get_weight(p->bwd, b->mean, b->new_mean, bytes) != DLC_OK ||
+        dlc_get_weight(p->bwd, b->var, b->new_var, bytes) != DLC_OK ||
+        dlc_set_weight(p->bwd, b->mean, b->old_mean, bytes) != DLC_OK ||
+        dlc_set_weight(p->bwd, b->var, b->old_var, bytes) != DLC_OK)
+      return run_failed(p->bwd, err, errlen);
+    double keep = 1 - b->momentum;
+    for (int64_t c = 0; c < b->channels; c++) {
+      double mean = (b->new_mean[c] - keep * b->old_mean[c]) / b->momentum;
+      double var = (b->new_var[c] - keep * b->old_var[c]) / b->momentum; /* unbiased, over count */
+      b->sum_mean[c] += mean;
+      b->sum_var[c] += (double)(b->count - 1) * var;
+      b->sum_sq[c] += (double)b->count * mean * mean;
+    }
+  }
+  return true;
+}
+
+/* After the global batch: one update by the statistics of all M
+ * micro-batches' values together (the mean of the means; the unbiased
+ * variance over all M count values from each one's and its mean's
+ * distance to the whole mean). */
+static bool deferred_end(Pipeline *p, char *err, size_t errlen) {
+  double M = p->m_count;
+  for (int k = 0; k < p->n_bns; k++) {
+    DeferredBn *b = &p->bns[k];
+    if (b->momentum == 0) continue;
+    double n = M * (double)b->count, keep = 1 - b->momentum;
+    for (int64_t c = 0; c < b->channels; c++) {
+      double mean = b->sum_mean[c] / M;
+      double ss = b->sum_var[c] + b->sum_sq[c] - n * mean * mean;
+      double var = n > 1 ? (ss > 0 ? ss : 0) / (n - 1) : 0;
+      b->new_mean[c] = (float)(keep * b->old_mean[c] + b->momentum * mean);
+      b->new_var[c] = (float)(keep * b->old_var[c] + b->momentum * var);
+    }
+    size_t bytes = sizeof(float) * (size_t)b->channels;
+    if (dlc_set_weight(p->bwd, b->mean, b->new_mean, bytes) != DLC_OK ||
+        dlc_set_weight(p->bwd, b->var, b->new_var, bytes) != DLC_OK)
+      return run_failed(p->bwd, err, errlen);
+  }
+  return true;
+}
+
 static bool backward(Pipeline *p, int m, const int64_t *order, bool *comm, char *err, size_t errlen) {
   Dist *d = p->c.dist;
   char what[96], name[32];
@@ -824,6 +937,7 @@ static bool backward(Pipeline *p, int m, const int64_t *order, bool *comm, char 
     if (dlc_set_input(p->bwd, name, p->dy[k], p->out_bytes[k]) != DLC_OK) return run_failed(p->bwd, err, errlen);
   }
   if (dlc_run(p->bwd) != DLC_OK) return run_failed(p->bwd, err, errlen);
+  if (!deferred_add(p, err, errlen)) return false;
   const void *out;
   size_t n;
   if (dlc_get_output(p->bwd, 0, &out, &n) != DLC_OK) return run_failed(p->bwd, err, errlen);
@@ -931,7 +1045,7 @@ bool pipe_step(Pipeline *p, const int64_t *order, float lr, float *loss, bool *c
   int warm = p->c.one_f_one_b ? (S - p->s - 1 < M ? S - p->s - 1 : M) : M;
   int f = 0, b = 0;
   p->loss = 0;
-  bool ok = true;
+  bool ok = deferred_begin(p, err, errlen);
   for (; ok && f < warm; f++) ok = forward(p, f, order + f * p->b, comm, err, errlen);
   while (ok && f < M) {
     ok = forward(p, f, order + f * p->b, comm, err, errlen) && backward(p, b, order + b * p->b, comm, err, errlen);
@@ -939,7 +1053,7 @@ bool pipe_step(Pipeline *p, const int64_t *order, float lr, float *loss, bool *c
   }
   for (; ok && b < M; b++) ok = backward(p, b, order + b * p->b, comm, err, errlen);
   if (ok && dist_wait_sends(d) != DIST_OK) ok = false, *comm = true;
-  if (!ok || !update(p, lr, comm, err, errlen)) return false;
+  if (!ok || !deferred_end(p, err, errlen) || !update(p, lr, comm, err, errlen)) return false;
   p->step++;
   /* The loss: the last stage's mean of the micro-batches', to rank 0. */
   float mean = p->loss / (float)M;

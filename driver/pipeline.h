@@ -38,6 +38,10 @@ typedef struct PipeConfig {
    * optimizer's plan holds the stage's parameters whole on every one of
    * them and steps them alike from the gathered gradients. */
   Dist *tensor;
+  /* Batchnorm's running statistics updated once a global batch, by the
+   * statistics of all its micro-batches together (torchgpipe's
+   * DeferredBatchNorm), not once a micro-batch. */
+  bool deferred_bn;
 } PipeConfig;
 
 typedef struct Pipeline Pipeline;

@@ -37,7 +37,7 @@ typedef struct TrainArgs {
   LossSpec loss_spec;
   double lr, momentum, dampening, weight_decay, beta1, beta2, eps, clip;
   bool set_momentum, set_dampening, set_weight_decay, set_betas, set_eps;
-  bool nesterov, shuffle, drop_last, sync_bn;
+  bool nesterov, shuffle, drop_last, sync_bn, deferred_bn;
   double dist_timeout, bucket_mb;
   int64_t batch, epochs, pipeline, micro_batches, tensor_parallel;
   int profile; /* --profile[=N]: after training, one more step timed kernel by kernel */
@@ -91,6 +91,8 @@ static const char train_usage[] =
     "                        parallel over D pipelines of S consecutive ranks\n"
     "  --micro-batches=M     micro-batches per --batch (default 1); the optimizer steps once\n"
     "  --schedule=gpipe|1f1b the micro-batches' order (default gpipe); also --pipe-schedule=\n"
+    "  --deferred-bn         batchnorm's running statistics updated once a batch, from\n"
+    "                        all its micro-batches (torchgpipe's deferred_batch_norm)\n"
     "  --tensor-parallel=T   split linear pairs and attention heads over T ranks, each holding\n"
     "                        its parts of the weights (Megatron-style); mpirun -np D*T adds data\n"
     "                        parallel over D groups of T consecutive ranks; with --pipeline=S,\n"
@@ -157,8 +159,8 @@ static double *real_flag(TrainArgs *o, const char *flag, bool **given) {
 /* --shuffle[=B], --drop-last[=B], --nesterov[=B]: the destination, and
  * in *v the value ("true" when none is given); NULL for other flags. */
 static bool *bool_flag(TrainArgs *o, const char *a, const char **v) {
-  static const char *const names[] = {"--shuffle", "--drop-last", "--nesterov", "--sync-bn"};
-  bool *dst[] = {&o->shuffle, &o->drop_last, &o->nesterov, &o->sync_bn};
+  static const char *const names[] = {"--shuffle", "--drop-last", "--nesterov", "--sync-bn", "--deferred-bn"};
+  bool *dst[] = {&o->shuffle, &o->drop_last, &o->nesterov, &o->sync_bn, &o->deferred_bn};
   for (size_t k = 0; k < ARRAY_LEN(names); k++) {
     size_t n = strlen(names[k]);
     if (strncmp(a, names[k], n) == 0 && (a[n] == '=' || !a[n])) {
@@ -228,7 +230,10 @@ static int parse_one(int argc, char **argv, int *i, TrainArgs *o) {
 static bool pipe_args_check(TrainArgs *o) {
   const char *bad = NULL;
   if (!o->pipeline) {
-    bad = o->micro_batches ? "--micro-batches" : o->pipe_schedule ? "--schedule=gpipe|1f1b" : NULL;
+    bad = o->micro_batches   ? "--micro-batches"
+          : o->pipe_schedule ? "--schedule=gpipe|1f1b"
+          : o->deferred_bn   ? "--deferred-bn"
+                             : NULL;
     if (bad) fprintf(stderr, "dlcc: error: %s is for pipeline parallel: give --pipeline=S too\n", bad);
     return !bad;
   }
@@ -812,7 +817,8 @@ static bool compile_pipeline(Run *r) {
                    .loss_output = a->loss.output, .data = &r->data, .batch = a->batch / D, .micro = m,
                    .first_sample = r->dist->rank / (a->pipeline * r->tp) * (a->batch / D),
                    .one_f_one_b = a->pipe_schedule && strcmp(a->pipe_schedule, "1f1b") == 0, .dist = r->tgroup,
-                   .world = r->dist, .replicas = D > 1 ? r->dgroup : NULL, .tensor = r->tp > 1 ? r->sgroup : NULL};
+                   .world = r->dist, .replicas = D > 1 ? r->dgroup : NULL, .tensor = r->tp > 1 ? r->sgroup : NULL,
+                   .deferred_bn = a->deferred_bn};
   char err[4096];
   if (!(r->pipe = pipe_new(&pc, err, sizeof err))) {
     fprintf(stderr, strstr(err, ": error: ") ? "%s\n" : "dlcc: error: %s\n", err); /* located: as diag wrote it */

@@ -5,7 +5,7 @@
 # (f32 1e-5: every loss and every tensor of the checkpoint rank 0
 # writes), both schedules the same bits, --resume, a run repeated the
 # same bytes (on emu), the split rank 0 prints, stages the model marks,
-# a last partial batch, a transformer layer, tensor parallel inside the stages (D x T x S), dropout, batchnorm (per micro-batch), an ONNX model, a stage without parameters, bf16 and f16 (--precision), the
+# a last partial batch, a transformer layer, tensor parallel inside the stages (D x T x S), dropout, --deferred-bn, batchnorm (per micro-batch), an ONNX model, a stage without parameters, bf16 and f16 (--precision), the
 # f16 loss scaler and --clip-grad-norm over every stage's gradients, 2 pipelines of 2 stages (data
 # parallel over pipelines), the refusals, and a rank that fails or
 # vanishes ending every rank with a message naming it.  Skips without mpirun or without MPI in dlcc.
@@ -265,6 +265,18 @@ for c in cnnbn:ref cnnbn_staged:emu; do
 done
 st_values "$tmp/bn1.ckpt.safetensors" >"$tmp/a.v"; st_values "$tmp/bn2.ckpt.safetensors" >"$tmp/b.v"
 agree "$tmp/a.v" "$tmp/b.v" && fail "2 micro-batches' running statistics equal one update's" || ok
+# --deferred-bn: the running statistics updated once a batch by all its
+# micro-batches' values: on "twice" (each micro-batch normalizes as the
+# whole batch of 8 would) one process at batch 8, running statistics
+# (unbiased over the 8) included; refused without --pipeline.
+expect 0 "" "$dlcc" train "$t/cnnbn.dl" $O --backend=ref --batch 8 --data "$t/cnnbn/twice" --save "$tmp/bn8.safetensors"
+for c in cnnbn:ref cnnbn_staged:emu; do
+  expect 0 "" mpi 2 "$dlcc" train "$t/${c%%:*}.dl" $O --backend="${c#*:}" --batch 8 --micro-batches=2 \
+    --data "$t/cnnbn/twice" --pipeline=2 --deferred-bn --save "$tmp/bnd.safetensors"
+  close "$tmp/bn8.ckpt.safetensors" "$tmp/bnd.ckpt.safetensors" "$c: --deferred-bn over 2 micro-batches"
+done
+expect 1 "dlcc: error: --deferred-bn is for pipeline parallel: give --pipeline=S too" \
+  "$dlcc" train "$t/cnnbn.dl" $O --batch 8 --data "$t/cnnbn/twice" --deferred-bn
 
 # An ONNX model (when this dlcc reads ONNX): its initializers are the
 # whole model's weights, which each stage takes its part of.
