@@ -10,7 +10,8 @@ EXTRA_DIST += tests/train_cli.sh tests/train/tiny.dl tests/train/tinybn.dl tests
 	tests/train/bad/target21.npy tests/train/bad/x_f64.npy tests/train/bad/x5.npy tests/train/bad/x0.npy \
 	tests/train/bad/target0.npy tests/train/bad/target_class.npy \
 	tests/train/alt/target_i32.npy tests/train/alt/target_prob.npy \
-	tests/train/lenet8/x.npy tests/train/lenet8/target.npy tests/train/seqsign/x.npy tests/train/seqsign/target.npy
+	tests/train/lenet8/x.npy tests/train/lenet8/target.npy tests/train/seqsign/x.npy tests/train/seqsign/target.npy \
+	tests/train/seqsign_gru.dl
 if HAVE_CHECK
 check_PROGRAMS += tests/test_train_api
 TESTS += tests/test_train_api

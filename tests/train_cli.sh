@@ -47,10 +47,12 @@ paste "$tmp/i64.l" "$tmp/prob.l" | awk '{ d = $1 - $2; if (d < 0) d = -d; if (d 
 grep -q '"val_n": 22}$' "$tmp/prob.jsonl" || fail "probabilities have an accuracy: $(cat "$tmp/prob.jsonl")"
 
 # The training examples (examples/train/) a step and a partial batch on
-# each backend: the same losses.
-for m in lenet8 seqsign; do
+# each backend: the same losses; and seqsign with a GRU (gru_bptt).
+for m in lenet8 seqsign seqsign_gru; do
+  dl="${top_srcdir:-.}/examples/train/$m.dl" data="$t/$m"
+  [ "$m" = seqsign_gru ] && dl="$t/seqsign_gru.dl" data="$t/seqsign"
   for b in ref emu; do
-    expect 0 "" "$dlcc" train "${top_srcdir:-.}/examples/train/$m.dl" --data "$t/$m" --batch 4 --loss=cross_entropy \
+    expect 0 "" "$dlcc" train "$dl" --data "$data" --batch 4 --loss=cross_entropy \
       --optimizer=adam --lr=0.01 --backend=$b --log "$tmp/$m.$b.jsonl"
     losses "$tmp/$m.$b.jsonl" >"$tmp/$m.$b.l"
   done

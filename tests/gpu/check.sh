@@ -46,7 +46,7 @@
 #      with CUDA graphs and with --no-graphs (the llama block also with
 #      its side streams off), and the engine report (its own 60 s).
 #  12. (after 11) training (docs/training.md): dlcc train's step losses on
-#      cuda against ref (the MLP, LeNet and LSTM of tests/train), ResNet-18
+#      cuda against ref (the MLP, LeNet, LSTM and GRU of tests/train), ResNet-18
 #      training throughput (64x64, batch 64) in f32 and bf16, and PyTorch's
 #      same step, eager and torch.compile (tests/gpu/train_bench.py).
 # Nothing stops at the first failure; each command has a timeout.  The
@@ -177,7 +177,7 @@ train_section() {
     return
   fi
   local m b lim prec args
-  for m in tiny lenet8 seqsign; do
+  for m in tiny lenet8 seqsign seqsign_gru; do
     lim=$(slot 60)
     if [ "$lim" = 0 ]; then
       skipped "train $m"
@@ -185,6 +185,7 @@ train_section() {
     fi
     case $m in
       tiny) args="tests/train/tiny.dl --data tests/train/data --batch 8 --optimizer=adamw --lr=0.05" ;;
+      seqsign_gru) args="tests/train/seqsign_gru.dl --data tests/train/seqsign --batch 4 --optimizer=adam --lr=0.01" ;;
       *) args="examples/train/$m.dl --data tests/train/$m --batch 4 --optimizer=adam --lr=0.01" ;;
     esac
     for b in ref cuda; do
