@@ -4,7 +4,9 @@
  * (a cooperative launch whose blocks keep their slice of W_hh in shared
  * memory and meet at a grid barrier between timesteps) or, where its grid
  * would not fit the GPU at once, one fused step kernel per timestep (the
- * recurrent product and the gate update together) to the plan. */
+ * recurrent product and the gate update together) to the plan.  The
+ * training step's backward walks through time (lstm_bptt, gru_bptt) are
+ * lowered the same two ways, at the end of the file. */
 #include "lower.h"
 
 static const uint64_t F32_BYTES = 4;
