@@ -193,7 +193,7 @@ bool ir_conv_depthwise(const Node *n) {
   const TensorType *x = &n->in[0]->type, *y = &n->out[0].type;
   int cx = ir_nhwc(n) ? x->rank - 1 : 1;
   int64_t groups = ir_attr_int(n, "groups");
-  return groups > 1 && groups == x->dims[cx] && groups == y->dims[cx];
+  return groups > 1 && groups == x->dims[cx] && y->dims[cx] % groups == 0;
 }
 
 bool ir_nhwc(const Node *n) {

@@ -211,8 +211,9 @@ TensorType ir_matmul_operand(const Node *n, int i);
 bool ir_conv_nhwc(const Node *n);
 /* The same for a conv or a max or average pool, 2-d or 3-d. */
 bool ir_nhwc(const Node *n);
-/* A conv2d or conv3d with one output channel per input channel (groups
- * = input channels = output channels), in either layout. */
+/* A conv2d or conv3d whose groups are its input channels, each giving
+ * the same number of output channels (1, or a depth multiplier's k), in
+ * either layout. */
 bool ir_conv_depthwise(const Node *n);
 
 void ir_set_int(Graph *g, Node *n, const char *name, int64_t v);

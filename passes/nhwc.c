@@ -97,18 +97,23 @@ static bool conv_eligible(const Nhwc *S, const Node *n) {
   return ok && groups != x->dims[1] && cg % (16 / ir_dtype_size(dt)) == 0 && cog >= 16 && cg * taps >= 16;
 }
 
-/* A depthwise convolution (groups = C, one output channel each) whose
- * channels fill whole 16-byte chunks, in a dtype the regions take: its
- * channels-last kernel (codegen/conv_depthwise.c) reads a chunk of
- * channels a tap, so it joins a region instead of cutting it
- * (MobileNet's blocks).  It does not count as a convolution that gains:
- * its kernel is bandwidth-bound in either layout. */
+/* A depthwise convolution (groups = C, one output channel each, or a
+ * multiplier's k each: Cout = k C) whose channels fill whole 16-byte
+ * chunks, in a dtype the regions take: its channels-last kernel
+ * (codegen/conv_depthwise.c) reads a chunk of channels a tap (with a
+ * multiplier, a channel a thread: still no transpose in and out), so it
+ * joins a region instead of cutting it (MobileNet's blocks).  It does
+ * not count as a convolution that gains: its kernel is bandwidth-bound
+ * in either layout. */
 static bool depthwise_eligible(const Nhwc *S, const Node *n) {
   if (n->op != OP_CONV2D || ir_conv_nhwc(n) || n->guard) return false;
   const TensorType *x = &n->in[0]->type, *w = &n->in[1]->type;
   if (x->rank != 4 || w->rank != 4 || w->dtype != x->dtype) return false;
   int64_t C = x->dims[1];
-  if (ir_attr_int(n, "groups") != C || C < 2 || w->dims[0] != C || w->dims[1] != 1) return false;
+  /* (a multiplier of 16 or more stays NCHW, where its groups go to the
+   * tensor cores: codegen/conv_depthwise.c's last paragraph) */
+  if (ir_attr_int(n, "groups") != C || C < 2 || w->dims[0] % C || w->dims[0] / C >= 16 || w->dims[1] != 1)
+    return false;
   DType dt = x->dtype;
   bool ok = dt == TY_F16 || dt == TY_BF16 || (dt == TY_I8 && n->out[0].type.dtype == TY_I32) ||
             (dt == TY_F32 && S->o->tf32);

@@ -387,8 +387,9 @@ END_TEST
  * conv, relu and a 1x1 conv.  Every conv, the depthwise ones too, is
  * channels last, with x's transpose in and y's out; the depthwise
  * kernel reads 16 bytes of channels a tap. */
-static char *mobile_text(const char *dt) {
+static char *mobile_text(const char *dt, int mult) {
   char *t = malloc(4096);
+  int64_t c2 = 32 * mult;
   snprintf(t, 4096,
            "graph mobile {\n"
            "  %%x = input {name=\"x\"} : %s[2, 32, 9, 9]\n"
@@ -402,22 +403,26 @@ static char *mobile_text(const char *dt) {
            "  %%w2 = param {name=\"w2\"} : %s[32, 64, 1, 1]\n"
            "  %%c2 = conv2d %%r2, %%w2 : %s[2, 32, 9, 9]\n"
            "  %%a = add %%c2, %%x : %s[2, 32, 9, 9]\n"
-           "  %%wd2 = param {name=\"wd2\"} : %s[32, 1, 3, 3]\n"
-           "  %%d2 = conv2d %%a, %%wd2 {stride=[2, 2], pad=[1, 1, 1, 1], groups=32} : %s[2, 32, 5, 5]\n"
-           "  %%r3 = relu %%d2 : %s[2, 32, 5, 5]\n"
-           "  %%w3 = param {name=\"w3\"} : %s[16, 32, 1, 1]\n"
+           "  %%wd2 = param {name=\"wd2\"} : %s[%lld, 1, 3, 3]\n"
+           "  %%d2 = conv2d %%a, %%wd2 {stride=[2, 2], pad=[1, 1, 1, 1], groups=32} : %s[2, %lld, 5, 5]\n"
+           "  %%r3 = relu %%d2 : %s[2, %lld, 5, 5]\n"
+           "  %%w3 = param {name=\"w3\"} : %s[16, %lld, 1, 1]\n"
            "  %%c3 = conv2d %%r3, %%w3 : %s[2, 16, 5, 5]\n"
            "  return %%c3 as \"y\"\n"
            "}\n",
-           dt, dt, dt, dt, dt, dt, dt, dt, dt, dt, dt, dt, dt, dt, dt, dt);
+           dt, dt, dt, dt, dt, dt, dt, dt, dt, dt, dt, dt, (long long)c2, dt, (long long)c2, dt, (long long)c2, dt,
+           (long long)c2, dt);
   return t;
 }
 
 START_TEST(depthwise_in_region) {
   static const char *const dts[] = {"f16", "bf16"};
-  char *text = mobile_text(dts[_i]);
-  char *src = check_block(text, (PassOptions){0}, (CgOptions){0}, 5, 2, conv_tolerance(dts[_i]));
+  char *text = mobile_text(dts[_i % 2], 1 + _i / 2);
+  char *src = check_block(text, (PassOptions){0}, (CgOptions){0}, 5, 2, conv_tolerance(dts[_i % 2]));
   ck_assert_msg(strstr(src, "depthwise, channels last, 8 channels a thread, 16-byte loads"), "%s", src);
+  /* a multiplier of 2 (the second depthwise conv) stays in the region,
+   * a channel a thread */
+  if (_i / 2) ck_assert_msg(strstr(src, "depthwise, channels last, 1 channel a thread"), "no kernel for the multiplier");
   free(src);
   free(text);
 }
@@ -748,7 +753,7 @@ static Suite *nhwc_suite(void) {
   tcase_add_test(t, block_tf32);
   tcase_add_test(t, left_alone);
   tcase_add_loop_test(t, padded_channels, 0, 2);
-  tcase_add_loop_test(t, depthwise_in_region, 0, 2);
+  tcase_add_loop_test(t, depthwise_in_region, 0, 4);
   tcase_add_test(t, mobilenet_on_emu);
   tcase_add_loop_test(t, pools_in_region, 0, 2);
   tcase_add_loop_test(t, conv3d_in_region, 0, 2);
