@@ -111,7 +111,7 @@ static bool depthwise_eligible(const Nhwc *S, const Node *n) {
   if (x->rank != 4 || w->rank != 4 || w->dtype != x->dtype) return false;
   int64_t C = x->dims[1];
   /* (a multiplier of 16 or more stays NCHW, where its groups go to the
-   * tensor cores: codegen/conv_depthwise.c's last paragraph) */
+   * tensor cores, docs/tensorcores.md's depthwise section) */
   if (ir_attr_int(n, "groups") != C || C < 2 || w->dims[0] % C || w->dims[0] / C >= 16 || w->dims[1] != 1)
     return false;
   DType dt = x->dtype;
