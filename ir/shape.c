@@ -778,6 +778,9 @@ static bool conv_transpose_shape(const Node *n, int nsp, TensorType *out, char *
     return fail(err, errlen, "%s expects a %d-d weight [Cin, Cout/groups, %s], got %s", name,
                 2 + nsp, kernel_dims(nsp), ts(w).s);
   if (!same_dtype(n, x, w, err, errlen)) return false;
+  for (int i = 0; i < nsp; i++)
+    if (w->dims[2 + i] < 1)
+      return fail(err, errlen, "%s: weight %s has an empty kernel (empty tensors are not supported)", name, ts(w).s);
   const int64_t *stride, *pad, *opad, *dil;
   int64_t groups;
   if (!attr_ints_min(n, "stride", nsp, 1, &stride, err, errlen)) return false;

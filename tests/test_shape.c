@@ -505,6 +505,16 @@ START_TEST(lstm_bptt_shapes) {
 }
 END_TEST
 
+/* A conv-transpose's empty kernel is an error, not arithmetic on a
+ * kernel extent of -1 (fuzz_ir found the signed overflow). */
+START_TEST(conv_transpose_empty_kernel) {
+  FAILS(node(OP_CONV_TRANSPOSE3D, 3, val("f32[1, 3, 2, 3, 3]"), val("f32[3, 3, 1, 0, 1]"), val("f32[3]")),
+        "conv_transpose3d: weight f32[3, 3, 1, 0, 1] has an empty kernel (empty tensors are not supported)");
+  FAILS(node(OP_CONV_TRANSPOSE2D, 2, val("f32[1, 3, 4, 4]"), val("f32[3, 2, 0, 2]")),
+        "conv_transpose2d: weight f32[3, 2, 0, 2] has an empty kernel (empty tensors are not supported)");
+}
+END_TEST
+
 /* gru_bptt: two results of p's type; hprev is a sequence, not a state. */
 START_TEST(gru_bptt_shapes) {
   Node *n = node(OP_GRU_BPTT, 6, val("f32[5, 3, 12]"), val("f32[5, 3, 12]"), val("f32[12, 4]"), val("f32[5, 3, 4]"),
@@ -635,6 +645,7 @@ static Suite *shape_suite(void) {
   tcase_add_test(tc, gru_shapes);
   tcase_add_test(tc, lstm_bptt_shapes);
   tcase_add_test(tc, gru_bptt_shapes);
+  tcase_add_test(tc, conv_transpose_empty_kernel);
   tcase_add_test(tc, recurrent_errors);
   tcase_add_test(tc, overflow_is_an_error);
   tcase_add_test(tc, malformed_attributes);
