@@ -55,19 +55,12 @@ static IntsText ints_text(const int64_t *v, int count) {
   return r;
 }
 
-/* ---- checked arithmetic on non-negative int64 ---- */
+/* ---- checked int64 arithmetic (any signs: a model's dims may make
+ * an extent negative before a rule refuses it) ---- */
 
-static bool add_ok(int64_t a, int64_t b, int64_t *r) {
-  if (a > INT64_MAX - b) return false;
-  *r = a + b;
-  return true;
-}
+static bool add_ok(int64_t a, int64_t b, int64_t *r) { return !__builtin_add_overflow(a, b, r); }
 
-static bool mul_ok(int64_t a, int64_t b, int64_t *r) {
-  if (a != 0 && b > INT64_MAX / a) return false;
-  *r = a * b;
-  return true;
-}
+static bool mul_ok(int64_t a, int64_t b, int64_t *r) { return !__builtin_mul_overflow(a, b, r); }
 
 /* ---- operands and attributes ---- */
 
