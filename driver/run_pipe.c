@@ -21,6 +21,7 @@
 #include "driver/comm.h"
 #include "driver/pipeline.h"
 #include "driver/run.h"
+#include "driver/train_tp.h"
 #include "frontend/ast.h"
 #include "frontend/dims.h"
 #include "frontend/onnx.h"
@@ -288,15 +289,6 @@ static bool compile_stage(PipeRun *p) {
   return true;
 }
 
-/* Whether m holds only a part of name (tensor parallel's shards). */
-static bool sharded(dlc_model *m, const char *name) {
-  for (int i = 0; i < dlc_num_tensor_splits(m); i++) {
-    dlc_tensor_split s;
-    if (dlc_tensor_split_info(m, i, &s) == DLC_OK && s.sharded && strcmp(s.param, name) == 0) return true;
-  }
-  return false;
-}
-
 /* Each of map's tensors that the stage reads into its plan (a shard's
  * part of it under tensor parallelism). */
 static bool bind_stage_weights(PipeRun *p, const TensorMap *map) {
@@ -308,7 +300,7 @@ static bool bind_stage_weights(PipeRun *p, const TensorMap *map) {
     if (!mine) continue;
     const Tensor *w = &map->tensors[i];
     size_t bytes = ir_tensor_nbytes(&w->type);
-    if (!sharded(p->m, map->names[i])) {
+    if (!train_tp_sharded(p->m, map->names[i], NULL)) {
       if (dlc_set_weight(p->m, map->names[i], w->data, bytes) != DLC_OK) ok = model_failed(p);
       continue;
     }

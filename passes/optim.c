@@ -63,13 +63,15 @@ static Value *state(Step *s, const char *param, const char *key, const TensorTyp
   return &n->out[0];
 }
 
-static Value *sum_of_squares(Step *s, Value *x) {
-  Value *sq = op2(s, OP_MUL, x, x);
-  if (x->type.rank == 0) return sq;
+/* The sum of every element of v, a scalar. */
+static Value *sum_all(Step *s, Value *v) {
+  if (v->type.rank == 0) return v;
   int64_t axes[DL_MAX_RANK];
-  for (int d = 0; d < x->type.rank; d++) axes[d] = d;
-  return ir_grad_sum(s->g, s->at, sq, x->type.rank, axes, false);
+  for (int d = 0; d < v->type.rank; d++) axes[d] = d;
+  return ir_grad_sum(s->g, s->at, v, v->type.rank, axes, false);
 }
+
+static Value *sum_of_squares(Step *s, Value *x) { return sum_all(s, op2(s, OP_MUL, x, x)); }
 
 /* One param's step: an optim_update node (ops.def has its rule, which
  * is torch.optim's for the kind), its results the updates. */
@@ -216,10 +218,7 @@ static void all_reduce_buckets(Graph *g, int n_grads, Value **grads, int64_t buc
 
 /* Zero when every element of every gradient is finite, else NaN. */
 static Value *nonfinite_of(Step *s, Value *grad) {
-  Value *z = op2(s, OP_MUL, grad, num(s, 0)); /* inf * 0 and NaN * 0: NaN */
-  int64_t axes[DL_MAX_RANK];
-  for (int d = 0; d < z->type.rank; d++) axes[d] = d;
-  return z->type.rank ? ir_grad_sum(s->g, s->at, z, z->type.rank, axes, false) : z;
+  return sum_all(s, op2(s, OP_MUL, grad, num(s, 0))); /* inf * 0 and NaN * 0: NaN */
 }
 
 /* Σ f(grad) over every gradient of the model.  Under tensor parallelism
