@@ -79,13 +79,6 @@ typedef struct Attn {
   int64_t ors;
 } Attn;
 
-static KExpr *kmad(Kernel *k, KExpr *a, int64_t m, KExpr *b) { return cg_kadd(k, cg_kmul(k, a, ki(k, m)), b); }
-static KBlock *loop(Kernel *k, KBlock *in, const char *stem, KExpr *n, KMap map, KExpr **var) {
-  KVar *v = cg_kvar(k, stem, KT_INDEX);
-  *var = kv(k, v);
-  return &cg_kloop(k, in, v, n, map)->body;
-}
-static KExpr *f32(Kernel *k, double v) { return cg_kimm(k, v, TY_F32); }
 
 static int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 static int64_t round_up(int64_t a, int64_t b) { return cdiv(a, b) * b; }
@@ -100,7 +93,7 @@ static void load_tile(Attn *A, KBlock *blk, KBuf *src, KExpr *base, int64_t rstr
   int64_t cpr = A->dp / A->epc, chunks = rows * cpr;
   bool async = A->d % A->epc == 0;
   KExpr *l;
-  KBlock *lb = loop(k, blk, "l", ki(k, cdiv(chunks, A->threads)), KM_UNROLL, &l);
+  KBlock *lb = kloop(k, blk, "l", ki(k, cdiv(chunks, A->threads)), KM_UNROLL, &l);
   KExpr *e = ilet(k, lb, "e", kmad(k, l, A->threads, A->tid));
   if (chunks % A->threads) lb = &cg_kif(k, lb, klt(k, e, ki(k, chunks)))->body;
   KExpr *r = ilet(k, lb, "r", kdiv(k, e, cpr)), *c = ilet(k, lb, "c", cg_kmul(k, kmod(k, e, cpr), ki(k, A->epc)));
@@ -120,7 +113,7 @@ static void load_tile(Attn *A, KBlock *blk, KBuf *src, KExpr *base, int64_t rstr
     return;
   }
   KExpr *u;
-  KBlock *ub = loop(k, lb, "u", ki(k, A->epc), KM_UNROLL, &u);
+  KBlock *ub = kloop(k, lb, "u", ki(k, A->epc), KM_UNROLL, &u);
   KExpr *col = ilet(k, ub, "col", cg_kadd(k, c, u));
   KExpr *ok = cg_kand(k, row_ok, klt(k, col, ki(k, A->d)));
   KExpr *x = cg_kload(k, src, cg_kadd(k, src_at, u));
@@ -144,13 +137,13 @@ static void scores_tc(Attn *A, KBlock *blk, KExpr *st) {
   KBuf *acc = A->sacc;
   KBuf *af = cg_kfrag(k, "qf", 4), *bf = cg_kfrag(k, "kf", 4);
   KExpr *z, *ks, *nj;
-  KBlock *zb = loop(k, blk, "z", ki(k, nb * 4), KM_UNROLL, &z);
-  cg_kstore(k, zb, acc, z, f32(k, 0));
-  KBlock *kb = loop(k, blk, "ks", ki(k, A->dp / 16), KM_SERIAL, &ks);
+  KBlock *zb = kloop(k, blk, "z", ki(k, nb * 4), KM_UNROLL, &z);
+  cg_kstore(k, zb, acc, z, kf32(k, 0));
+  KBlock *kb = kloop(k, blk, "ks", ki(k, A->dp / 16), KM_SERIAL, &ks);
   KExpr *arow = cg_kadd(k, cg_kmul(k, A->warp, ki(k, 16)), kmod(k, A->lane, 16));
   KExpr *acol = cg_kadd(k, cg_kmul(k, ks, ki(k, 16)), cg_kmul(k, kdiv(k, A->lane, 16), ki(k, 8)));
   cg_kldmatrix(k, kb, af, ki(k, 0), 4, false, A->qs, kmad(k, arow, A->ld, acol));
-  KBlock *nbk = loop(k, kb, "nj", ki(k, nb / 2), KM_UNROLL, &nj);
+  KBlock *nbk = kloop(k, kb, "nj", ki(k, nb / 2), KM_UNROLL, &nj);
   KExpr *brow = cg_kadd(k, cg_kmul(k, nj, ki(k, 16)),
                         cg_kadd(k, cg_kmul(k, kdiv(k, A->lane, 16), ki(k, 8)), kmod(k, A->lane, 8)));
   KExpr *bcol = cg_kadd(k, cg_kmul(k, ks, ki(k, 16)), cg_kmul(k, kmod(k, kdiv(k, A->lane, 8), 2), ki(k, 8)));
@@ -165,10 +158,10 @@ static void scores_fma(Attn *A, KBlock *blk, KExpr *st) {
   int64_t half = A->bn / 2;
   KExpr *r = ilet(k, blk, "r", kmod(k, A->tid, A->bm)), *c0 = ilet(k, blk, "c0", cg_kmul(k, kdiv(k, A->tid, A->bm), ki(k, half)));
   KExpr *c, *i;
-  KBlock *cb = loop(k, blk, "c", ki(k, half), KM_SERIAL, &c);
+  KBlock *cb = kloop(k, blk, "c", ki(k, half), KM_SERIAL, &c);
   KExpr *key = ilet(k, cb, "kc", cg_kadd(k, c0, c));
   KVar *acc = cg_kvar(k, "dot", TY_F32), *iv = cg_kvar(k, "i", KT_INDEX);
-  KStmt *red = cg_kreduce(k, cb, acc, f32(k, 0), OP_ADD, iv, ki(k, A->dp));
+  KStmt *red = cg_kreduce(k, cb, acc, kf32(k, 0), OP_ADD, iv, ki(k, A->dp));
   i = kv(k, iv);
   red->value = cg_kop2(k, OP_MUL, cg_kload(k, A->qs, kmad(k, r, A->ld, i)), cg_kload(k, A->ks, kv_at(A, st, key, i)));
   cg_kstore(k, cb, A->ss, kmad(k, r, A->sld, key), kv(k, acc));
@@ -179,8 +172,8 @@ static void scores_fma(Attn *A, KBlock *blk, KExpr *st) {
  * each exp(s - 0) is 0, and so is alpha = exp(m_old - 0), with no select
  * per element (a select's arms are evaluated lazily: a branch each). */
 static KExpr *exp_base(Kernel *k, KBlock *blk, KExpr *m) {
-  KExpr *none = cg_kcmp(k, KC_EQ, m, f32(k, -INFINITY));
-  return kv(k, cg_klet(k, blk, "mb", TY_F32, cg_ksel(k, none, f32(k, 0), m)));
+  KExpr *none = cg_kcmp(k, KC_EQ, m, kf32(k, -INFINITY));
+  return kv(k, cg_klet(k, blk, "mb", TY_F32, cg_ksel(k, none, kf32(k, 0), m)));
 }
 
 /* e^x on FMA, 2^x on the tensor cores (their scores in base-2 units). */
@@ -194,20 +187,20 @@ static KExpr *masked_score(Attn *A, KBlock *blk, KExpr *x, KExpr *qi, KExpr *key
   const Node *n = A->n;
   double scale = ir_attr(n, "scale") ? ir_attr_float(n, "scale") : 1 / sqrt((double)A->d);
   double unit = A->tc ? M_LOG2E : 1;
-  KExpr *s = cg_kop2(k, OP_MUL, x, f32(k, (float)(scale * unit)));
+  KExpr *s = cg_kop2(k, OP_MUL, x, kf32(k, (float)(scale * unit)));
   KExpr *ok = A->Sk % A->bn ? klt(k, key, ki(k, A->Sk)) : NULL;
   if (ir_attr_int(n, "causal")) ok = cg_kand(k, ok, cg_kcmp(k, KC_LE, key, qi));
   if (A->mask) {
     KExpr *in = cg_kand(k, klt(k, qi, ki(k, A->Sq)), klt(k, key, ki(k, A->Sk)));
     KExpr *mat = cg_kadd(k, cg_kadd(k, cg_kmul(k, A->bz, ki(k, A->ms[0])), cg_kmul(k, A->hy, ki(k, A->ms[1]))),
                          cg_kadd(k, cg_kmul(k, qi, ki(k, A->ms[2])), cg_kmul(k, key, ki(k, A->ms[3]))));
-    KExpr *mv = cg_ksel(k, in, cg_kcast(k, cg_kload(k, A->mask, mat), TY_F32), f32(k, 0));
+    KExpr *mv = cg_ksel(k, in, cg_kcast(k, cg_kload(k, A->mask, mat), TY_F32), kf32(k, 0));
     if (A->mask->dtype == TY_BOOL)
-      ok = cg_kand(k, ok, cg_kcmp(k, KC_NE, kv(k, cg_klet(k, blk, "mk", TY_F32, mv)), f32(k, 0)));
+      ok = cg_kand(k, ok, cg_kcmp(k, KC_NE, kv(k, cg_klet(k, blk, "mk", TY_F32, mv)), kf32(k, 0)));
     else
-      s = cg_kop2(k, OP_ADD, s, A->tc ? cg_kop2(k, OP_MUL, mv, f32(k, (float)unit)) : mv);
+      s = cg_kop2(k, OP_ADD, s, A->tc ? cg_kop2(k, OP_MUL, mv, kf32(k, (float)unit)) : mv);
   }
-  return kv(k, cg_klet(k, blk, "s", TY_F32, ok ? cg_ksel(k, ok, s, f32(k, -INFINITY)) : s));
+  return kv(k, cg_klet(k, blk, "s", TY_F32, ok ? cg_ksel(k, ok, s, kf32(k, -INFINITY)) : s));
 }
 
 /* The online softmax of tile j on FMA, one thread per query row r: each
@@ -219,7 +212,7 @@ static void softmax_tile(Attn *A, KBlock *blk, KExpr *j, KVar *m, KVar *l) {
   KBlock *rb = &cg_kif(k, blk, klt(k, A->tid, ki(k, A->bm)))->body;
   KExpr *r = A->tid, *qi = ilet(k, rb, "qi", cg_kadd(k, A->q0, r));
   KVar *mt = cg_kvar(k, "mt", TY_F32);
-  KStmt *red = cg_kreduce(k, rb, mt, f32(k, -INFINITY), OP_MAXIMUM, cg_kvar(k, "c", KT_INDEX), ki(k, A->bn));
+  KStmt *red = cg_kreduce(k, rb, mt, kf32(k, -INFINITY), OP_MAXIMUM, cg_kvar(k, "c", KT_INDEX), ki(k, A->bn));
   KExpr *c = kv(k, red->rvar);
   KBlock *cb = &red->body;
   KExpr *key = ilet(k, cb, "key", kmad(k, j, A->bn, c));
@@ -232,7 +225,7 @@ static void softmax_tile(Attn *A, KBlock *blk, KExpr *j, KVar *m, KVar *l) {
   KExpr *av = kv(k, cg_klet(k, rb, "alpha", TY_F32, exp_of(A, k, cg_kop2(k, OP_SUB, kv(k, m), base))));
   cg_kstore(k, rb, A->rowv, r, av);
   KVar *sum = cg_kvar(k, "sum", TY_F32);
-  KStmt *red2 = cg_kreduce(k, rb, sum, f32(k, 0), OP_ADD, cg_kvar(k, "c", KT_INDEX), ki(k, A->bn));
+  KStmt *red2 = cg_kreduce(k, rb, sum, kf32(k, 0), OP_ADD, cg_kvar(k, "c", KT_INDEX), ki(k, A->bn));
   KBlock *pb = &red2->body;
   KExpr *c2 = kv(k, red2->rvar);
   KExpr *p = exp_of(A, k, cg_kop2(k, OP_SUB, cg_kload(k, A->ss, kmad(k, r, A->sld, c2)), base));
@@ -267,11 +260,11 @@ static void softmax_tc(Attn *A, KBlock *blk, KExpr *j, KBuf *mr, KBuf *lr, KBuf 
   Kernel *k = A->k;
   int64_t nb = A->bn / 8;
   KExpr *h, *c, *c2, *z, *e;
-  KBlock *hb = loop(k, blk, "h", ki(k, 2), KM_UNROLL, &h);
+  KBlock *hb = kloop(k, blk, "h", ki(k, 2), KM_UNROLL, &h);
   KExpr *g = kdiv(k, A->lane, 4), *tq = kmod(k, A->lane, 4);
   KExpr *qi = ilet(k, hb, "qi", cg_kadd(k, A->q0, kmad(k, A->warp, 16, kmad(k, h, 8, g))));
-  KVar *mt = cg_klet(k, hb, "mt", TY_F32, f32(k, -INFINITY));
-  KBlock *cb = loop(k, hb, "c", ki(k, nb * 2), KM_UNROLL, &c);
+  KVar *mt = cg_klet(k, hb, "mt", TY_F32, kf32(k, -INFINITY));
+  KBlock *cb = kloop(k, hb, "c", ki(k, nb * 2), KM_UNROLL, &c);
   KExpr *slot = ilet(k, cb, "sl", kmad(k, kdiv(k, c, 2), 4, kmad(k, h, 2, kmod(k, c, 2))));
   KExpr *key = ilet(k, cb, "key", kmad(k, j, A->bn, kmad(k, kdiv(k, c, 2), 8, kmad(k, tq, 2, kmod(k, c, 2)))));
   KExpr *sv = masked_score(A, cb, cg_kload(k, A->sacc, slot), qi, key);
@@ -283,8 +276,8 @@ static void softmax_tc(Attn *A, KBlock *blk, KExpr *j, KBuf *mr, KBuf *lr, KBuf 
   KExpr *mn = kv(k, cg_klet(k, hb, "mn", TY_F32, cg_kfmax(k, mold, mrow)));
   KExpr *base = exp_base(k, hb, mn);
   KExpr *av = kv(k, cg_klet(k, hb, "alpha", TY_F32, exp_of(A, k, cg_kop2(k, OP_SUB, mold, base))));
-  KVar *sum = cg_klet(k, hb, "sum", TY_F32, f32(k, 0));
-  KBlock *pb = loop(k, hb, "c", ki(k, nb * 2), KM_UNROLL, &c2);
+  KVar *sum = cg_klet(k, hb, "sum", TY_F32, kf32(k, 0));
+  KBlock *pb = kloop(k, hb, "c", ki(k, nb * 2), KM_UNROLL, &c2);
   KExpr *ps = ilet(k, pb, "sl", kmad(k, kdiv(k, c2, 2), 4, kmad(k, h, 2, kmod(k, c2, 2))));
   KExpr *p = exp_of(A, k, cg_kop2(k, OP_SUB, cg_kload(k, A->sacc, ps), base));
   KExpr *pv = kv(k, cg_klet(k, pb, "p", TY_F32, p));
@@ -293,8 +286,8 @@ static void softmax_tc(Attn *A, KBlock *blk, KExpr *j, KBuf *mr, KBuf *lr, KBuf 
   cg_kstore(k, hb, lr, h, cg_kop2(k, OP_ADD, cg_kop2(k, OP_MUL, cg_kload(k, lr, h), av), kv(k, sum)));
   cg_kstore(k, hb, mr, h, mn);
   /* O's rows of this h: elements 2h, 2h + 1 of each block of 8 columns */
-  KBlock *zb = loop(k, hb, "z", ki(k, A->dp / 8), KM_UNROLL, &z);
-  KBlock *eb = loop(k, zb, "e", ki(k, 2), KM_UNROLL, &e);
+  KBlock *zb = kloop(k, hb, "z", ki(k, A->dp / 8), KM_UNROLL, &z);
+  KBlock *eb = kloop(k, zb, "e", ki(k, 2), KM_UNROLL, &e);
   KExpr *oa = kmad(k, z, 4, kmad(k, h, 2, e));
   cg_kstore(k, eb, oacc, oa, cg_kop2(k, OP_MUL, cg_kload(k, oacc, oa), av));
 }
@@ -311,12 +304,12 @@ static void pv_tc(Attn *A, KBlock *blk, KExpr *st, KBuf *oacc) {
   Kernel *k = A->k;
   KBuf *pf = cg_kfrag(k, "pf", 4), *vf = cg_kfrag(k, "vf", 4);
   KExpr *ks, *nj, *r;
-  KBlock *kb = loop(k, blk, "ks", ki(k, A->bn / 16), KM_UNROLL, &ks);
-  KBlock *rb = loop(k, kb, "r", ki(k, 4), KM_UNROLL, &r);
+  KBlock *kb = kloop(k, blk, "ks", ki(k, A->bn / 16), KM_UNROLL, &ks);
+  KBlock *rb = kloop(k, kb, "r", ki(k, 4), KM_UNROLL, &r);
   /* register r: block 2 ks + r / 2, elements 2 (r % 2) and the next */
   KExpr *at = ilet(k, rb, "pa", kmad(k, ks, 8, kmad(k, kdiv(k, r, 2), 4, cg_kmul(k, kmod(k, r, 2), ki(k, 2)))));
   cg_kpack(k, rb, A->kind, pf, r, cg_kload(k, A->sacc, at), cg_kload(k, A->sacc, cg_kadd(k, at, ki(k, 1))));
-  KBlock *nb = loop(k, kb, "nj", ki(k, A->dp / 16), KM_UNROLL, &nj);
+  KBlock *nb = kloop(k, kb, "nj", ki(k, A->dp / 16), KM_UNROLL, &nj);
   KExpr *vrow = cg_kadd(k, cg_kmul(k, ks, ki(k, 16)),
                         cg_kadd(k, kmod(k, A->lane, 8), cg_kmul(k, kmod(k, kdiv(k, A->lane, 8), 2), ki(k, 8))));
   KExpr *vcol = cg_kadd(k, cg_kmul(k, nj, ki(k, 16)), cg_kmul(k, kdiv(k, A->lane, 16), ki(k, 8)));
@@ -333,11 +326,11 @@ static void pv_fma(Attn *A, KBlock *blk, KExpr *st, KBuf *oacc) {
   KExpr *r = ilet(k, blk, "r", kmod(k, A->tid, A->bm)), *u0 = ilet(k, blk, "u0", cg_kmul(k, kdiv(k, A->tid, A->bm), ki(k, half)));
   KExpr *a = kv(k, cg_klet(k, blk, "alpha", TY_F32, cg_kload(k, A->rowv, r)));
   KExpr *u, *c, *u2;
-  KBlock *ub = loop(k, blk, "u", ki(k, half), KM_UNROLL, &u);
+  KBlock *ub = kloop(k, blk, "u", ki(k, half), KM_UNROLL, &u);
   cg_kstore(k, ub, oacc, u, cg_kop2(k, OP_MUL, cg_kload(k, oacc, u), a));
-  KBlock *cb = loop(k, blk, "c", ki(k, A->bn), KM_SERIAL, &c);
+  KBlock *cb = kloop(k, blk, "c", ki(k, A->bn), KM_SERIAL, &c);
   KExpr *p = kv(k, cg_klet(k, cb, "p", TY_F32, cg_kload(k, A->ss, kmad(k, r, A->sld, c))));
-  KBlock *ub2 = loop(k, cb, "u", ki(k, half), KM_UNROLL, &u2);
+  KBlock *ub2 = kloop(k, cb, "u", ki(k, half), KM_UNROLL, &u2);
   KExpr *x = cg_kop2(k, OP_MUL, p, cg_kload(k, A->vs, kv_at(A, st, c, cg_kadd(k, u0, u2))));
   cg_kstore(k, ub2, oacc, u2, cg_kop2(k, OP_ADD, cg_kload(k, oacc, u2), x));
 }
@@ -359,8 +352,8 @@ static void store_all(Attn *A, KBlock *blk, KBuf *oacc, KBuf *inv) {
   Kernel *k = A->k;
   KExpr *nb, *e, *u;
   if (A->tc) {
-    KBlock *bb = loop(k, blk, "nb", ki(k, A->dp / 8), KM_UNROLL, &nb);
-    KBlock *eb = loop(k, bb, "e", ki(k, 4), KM_UNROLL, &e);
+    KBlock *bb = kloop(k, blk, "nb", ki(k, A->dp / 8), KM_UNROLL, &nb);
+    KBlock *eb = kloop(k, bb, "e", ki(k, 4), KM_UNROLL, &e);
     KExpr *row = cg_kadd(k, cg_kmul(k, A->warp, ki(k, 16)), kmad(k, kdiv(k, e, 2), 8, kdiv(k, A->lane, 4)));
     KExpr *col = kmad(k, nb, 8, kmad(k, kmod(k, A->lane, 4), 2, kmod(k, e, 2)));
     store_out(A, eb, ilet(k, eb, "row", row), ilet(k, eb, "col", col), cg_kload(k, oacc, kmad(k, nb, 4, e)),
@@ -368,7 +361,7 @@ static void store_all(Attn *A, KBlock *blk, KBuf *oacc, KBuf *inv) {
     return;
   }
   KExpr *r = ilet(k, blk, "r", kmod(k, A->tid, A->bm)), *u0 = ilet(k, blk, "u0", cg_kmul(k, kdiv(k, A->tid, A->bm), ki(k, A->dp / 2)));
-  KBlock *ub = loop(k, blk, "u", ki(k, A->dp / 2), KM_UNROLL, &u);
+  KBlock *ub = kloop(k, blk, "u", ki(k, A->dp / 2), KM_UNROLL, &u);
   store_out(A, ub, r, ilet(k, ub, "col", cg_kadd(k, u0, u)), cg_kload(k, oacc, u), cg_kload(k, A->rowv, r));
 }
 
@@ -407,20 +400,20 @@ static void combine_parts(Attn *A, KBlock *body, KExpr *qx, int64_t gx) {
   KBlock *fix = &cg_kif(k, body, cg_kcmp(k, KC_NE, kv(k, last), ki(k, 0)))->body;
   KBuf *out = cg_kglobal(k, "out", A->dt, rows * A->d, cg_ref(b, &n->out[0]));
   KExpr *it;
-  KBlock *blk = loop(k, fix, "ci", ki(k, cdiv(A->bm * A->d, A->threads)), KM_SERIAL, &it);
+  KBlock *blk = kloop(k, fix, "ci", ki(k, cdiv(A->bm * A->d, A->threads)), KM_SERIAL, &it);
   KExpr *e = ilet(k, blk, "ce", kmad(k, it, A->threads, A->tid));
   KExpr *qi = ilet(k, blk, "cq", cg_kadd(k, A->q0, kdiv(k, e, A->d))), *col = ilet(k, blk, "col", kmod(k, e, A->d));
   KExpr *ok = cg_kand(k, (A->bm * A->d) % A->threads ? klt(k, e, ki(k, A->bm * A->d)) : NULL,
                       A->Sq % A->bm ? klt(k, qi, ki(k, A->Sq)) : NULL);
   if (ok) blk = &cg_kif(k, blk, ok)->body;
   KExpr *row = ilet(k, blk, "row", kmad(k, kmad(k, A->bz, A->H, A->hy), A->Sq, qi));
-  KStmt *mx = cg_kreduce(k, blk, cg_kvar(k, "mx", TY_F32), f32(k, -INFINITY), OP_MAXIMUM,
+  KStmt *mx = cg_kreduce(k, blk, cg_kvar(k, "mx", TY_F32), kf32(k, -INFINITY), OP_MAXIMUM,
                          cg_kvar(k, "s", KT_INDEX), ki(k, A->splits));
   mx->value = cg_kload(k, A->ml, cg_kmul(k, kmad(k, kv(k, mx->rvar), rows, row), ki(k, 2)));
   KExpr *base = exp_base(k, blk, kv(k, mx->var));
   KStmt *red[2];
   for (int w = 0; w < 2; w++) {
-    red[w] = cg_kreduce(k, blk, cg_kvar(k, w ? "o" : "l", TY_F32), f32(k, 0), OP_ADD, cg_kvar(k, "s", KT_INDEX),
+    red[w] = cg_kreduce(k, blk, cg_kvar(k, w ? "o" : "l", TY_F32), kf32(k, 0), OP_ADD, cg_kvar(k, "s", KT_INDEX),
                         ki(k, A->splits));
     KBlock *rb = &red[w]->body;
     KExpr *part = ilet(k, rb, "pr", kmad(k, kv(k, red[w]->rvar), rows, row));
@@ -431,7 +424,7 @@ static void combine_parts(Attn *A, KBlock *body, KExpr *qx, int64_t gx) {
     red[w]->value = cg_kop2(k, OP_MUL, x, wt);
   }
   KExpr *L = kv(k, red[0]->var), *O = kv(k, red[1]->var);
-  KExpr *y = cg_ksel(k, cg_kcmp(k, KC_EQ, L, f32(k, 0)), f32(k, 0), cg_kop2(k, OP_DIV, O, L));
+  KExpr *y = cg_ksel(k, cg_kcmp(k, KC_EQ, L, kf32(k, 0)), kf32(k, 0), cg_kop2(k, OP_DIV, O, L));
   /* [B, H, Sq, d]: row d + col; [B, Sq, H, d]: ((b Sq + q) H + h) d + col */
   KExpr *at = kmad(k, row, A->d, col);
   if (strcmp(ir_attr_str(n, "layout"), "bshd") == 0)
@@ -519,10 +512,10 @@ bool cg_lower_attention(CgBuild *b, const Node *n) {
   }
 
   KExpr *qx, *t;
-  KBlock *body = loop(k, &k->body, "qx", ki(k, gx), KM_GRID_X, &qx);
-  body = loop(k, body, "hy", ki(k, A->H), KM_GRID_Y, &A->hy);
-  body = loop(k, body, "bz", ki(k, A->B * A->splits), KM_GRID_Z, &A->bz);
-  body = loop(k, body, "t", ki(k, A->threads), KM_BLOCK_X, &t);
+  KBlock *body = kloop(k, &k->body, "qx", ki(k, gx), KM_GRID_X, &qx);
+  body = kloop(k, body, "hy", ki(k, A->H), KM_GRID_Y, &A->hy);
+  body = kloop(k, body, "bz", ki(k, A->B * A->splits), KM_GRID_Z, &A->bz);
+  body = kloop(k, body, "t", ki(k, A->threads), KM_BLOCK_X, &t);
   A->tid = t;
   A->lane = ilet(k, body, "lane", kmod(k, t, 32));
   A->warp = ilet(k, body, "warp", kdiv(k, t, 32));
@@ -557,17 +550,17 @@ bool cg_lower_attention(CgBuild *b, const Node *n) {
     A->sacc = cg_klocal(k, "sacc", TY_F32, A->bn / 8 * 4, KSP_REGISTER);
     mr = cg_klocal(k, "mr", TY_F32, 2, KSP_REGISTER);
     lr = cg_klocal(k, "lr", TY_F32, 2, KSP_REGISTER);
-    KBlock *hb = loop(k, body, "h", ki(k, 2), KM_UNROLL, &z);
-    cg_kstore(k, hb, mr, z, f32(k, -INFINITY));
-    cg_kstore(k, hb, lr, z, f32(k, 0));
+    KBlock *hb = kloop(k, body, "h", ki(k, 2), KM_UNROLL, &z);
+    cg_kstore(k, hb, mr, z, kf32(k, -INFINITY));
+    cg_kstore(k, hb, lr, z, kf32(k, 0));
   } else {
-    m = cg_klet(k, body, "m", TY_F32, f32(k, -INFINITY));
-    l = cg_klet(k, body, "l", TY_F32, f32(k, 0));
+    m = cg_klet(k, body, "m", TY_F32, kf32(k, -INFINITY));
+    l = cg_klet(k, body, "l", TY_F32, kf32(k, 0));
   }
   int64_t n_acc = A->tc ? A->dp / 8 * 4 : A->dp / 2;
   KBuf *oacc = cg_klocal(k, "o", TY_F32, n_acc, KSP_REGISTER);
-  KBlock *zb = loop(k, body, "z", ki(k, n_acc), KM_UNROLL, &z);
-  cg_kstore(k, zb, oacc, z, f32(k, 0));
+  KBlock *zb = kloop(k, body, "z", ki(k, n_acc), KM_UNROLL, &z);
+  cg_kstore(k, zb, oacc, z, kf32(k, 0));
   /* this block's tiles: t0 .. t0 + count - 1 (a split past the causal
    * bound has none, and still writes its empty part) */
   KExpr *t0 = ki(k, 0), *count = ntile, *krow0 = ki(k, 0);
@@ -586,7 +579,7 @@ bool cg_lower_attention(CgBuild *b, const Node *n) {
   if (async) cg_kcp_commit(k, body);
 
   KExpr *j;
-  KBlock *lb = loop(k, body, "j", count, KM_SERIAL, &j);
+  KBlock *lb = kloop(k, body, "j", count, KM_SERIAL, &j);
   if (async) cg_kcp_wait(k, lb, 0);
   cg_kbarrier(k, lb);
   /* tile j + 1 into the other stage, which tile j - 1 left before the
@@ -615,10 +608,10 @@ bool cg_lower_attention(CgBuild *b, const Node *n) {
      * or for a split's part 1, its rows' m and l written by lane t = 0 */
     KBuf *inv = cg_klocal(k, "inv", TY_F32, 2, KSP_REGISTER);
     KExpr *h;
-    KBlock *hb = loop(k, body, "h", ki(k, 2), KM_UNROLL, &h);
+    KBlock *hb = kloop(k, body, "h", ki(k, 2), KM_UNROLL, &h);
     KExpr *lsum = quad_reduce(A, hb, kv(k, cg_klet(k, hb, "lt", TY_F32, cg_kload(k, lr, h))), OP_ADD);
     if (A->splits > 1) {
-      cg_kstore(k, hb, inv, h, f32(k, 1));
+      cg_kstore(k, hb, inv, h, kf32(k, 1));
       KExpr *qi = ilet(k, hb, "qi", cg_kadd(k, A->q0, kmad(k, A->warp, 16, kmad(k, h, 8, kdiv(k, A->lane, 4)))));
       KExpr *w = cg_kcmp(k, KC_EQ, kmod(k, A->lane, 4), ki(k, 0));
       if (A->Sq % A->bm) w = cg_kand(k, w, klt(k, qi, ki(k, A->Sq)));
@@ -627,8 +620,8 @@ bool cg_lower_attention(CgBuild *b, const Node *n) {
       cg_kstore(k, wb, A->ml, mla, cg_kload(k, mr, h));
       cg_kstore(k, wb, A->ml, cg_kadd(k, mla, ki(k, 1)), lsum);
     } else {
-      KExpr *none = cg_kcmp(k, KC_EQ, lsum, f32(k, 0));
-      cg_kstore(k, hb, inv, h, cg_ksel(k, none, f32(k, 0), cg_kop2(k, OP_DIV, f32(k, 1), lsum)));
+      KExpr *none = cg_kcmp(k, KC_EQ, lsum, kf32(k, 0));
+      cg_kstore(k, hb, inv, h, cg_ksel(k, none, kf32(k, 0), cg_kop2(k, OP_DIV, kf32(k, 1), lsum)));
     }
     store_all(A, body, oacc, inv);
   } else {
@@ -641,15 +634,15 @@ bool cg_lower_attention(CgBuild *b, const Node *n) {
     KBlock *rb = &cg_kif(k, body, klt(k, A->tid, ki(k, A->bm)))->body;
     if (A->splits > 1) {
       /* O unnormalized, and each row's m and l */
-      cg_kstore(k, rb, A->rowv, A->tid, f32(k, 1));
+      cg_kstore(k, rb, A->rowv, A->tid, kf32(k, 1));
       KExpr *qi = cg_kadd(k, A->q0, A->tid);
       KBlock *wb = A->Sq % A->bm ? &cg_kif(k, rb, klt(k, qi, ki(k, A->Sq)))->body : rb;
       KExpr *mla = ilet(k, wb, "mla", cg_kmul(k, kmad(k, head, A->Sq, qi), ki(k, 2)));
       cg_kstore(k, wb, A->ml, mla, kv(k, m));
       cg_kstore(k, wb, A->ml, cg_kadd(k, mla, ki(k, 1)), kv(k, l));
     } else {
-      KExpr *none = cg_kcmp(k, KC_EQ, kv(k, l), f32(k, 0));
-      cg_kstore(k, rb, A->rowv, A->tid, cg_ksel(k, none, f32(k, 0), cg_kop2(k, OP_DIV, f32(k, 1), kv(k, l))));
+      KExpr *none = cg_kcmp(k, KC_EQ, kv(k, l), kf32(k, 0));
+      cg_kstore(k, rb, A->rowv, A->tid, cg_ksel(k, none, kf32(k, 0), cg_kop2(k, OP_DIV, kf32(k, 1), kv(k, l))));
     }
     cg_kbarrier(k, body);
     store_all(A, body, oacc, NULL);

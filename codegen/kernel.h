@@ -739,6 +739,8 @@ void cg_store_at(CgBuild *b, Kernel *k, KBlock *blk, const Value *out, KExpr *in
 bool cg_lower_rows(CgBuild *b, const Node *n);
 /* attention.c: the attention op as one FlashAttention-style kernel. */
 bool cg_lower_attention(CgBuild *b, const Node *n);
+/* attention_grad.c: its gradient as two kernels (dq; dk and dv). */
+bool cg_lower_attention_grad(CgBuild *b, const Node *n);
 /* A kernel that fills count elements of dtype at ref with value. */
 void cg_fill(CgBuild *b, const Node *n, const char *what, RtRef ref, DType dt, int64_t count,
              double value);

@@ -16,4 +16,14 @@ static inline KExpr *ilet(Kernel *k, KBlock *in, const char *stem, KExpr *e) {
   return e->kind == KE_INT || e->kind == KE_VAR ? e : kv(k, cg_klet(k, in, stem, KT_INDEX, e));
 }
 
+/* a * m + b */
+static inline KExpr *kmad(Kernel *k, KExpr *a, int64_t m, KExpr *b) { return cg_kadd(k, cg_kmul(k, a, ki(k, m)), b); }
+static inline KExpr *kf32(Kernel *k, double v) { return cg_kimm(k, v, TY_F32); }
+/* A loop of n iterations over a fresh index (*var) in `in`: its body. */
+static inline KBlock *kloop(Kernel *k, KBlock *in, const char *stem, KExpr *n, KMap map, KExpr **var) {
+  KVar *v = cg_kvar(k, stem, KT_INDEX);
+  *var = kv(k, v);
+  return &cg_kloop(k, in, v, n, map)->body;
+}
+
 #endif

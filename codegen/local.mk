@@ -12,6 +12,7 @@ libdlcc_core_la_SOURCES += \
 	codegen/conv_depthwise.c \
 	codegen/tc_gemm.c codegen/fma_gemm.c \
 	codegen/attention.c \
+	codegen/attention_grad.c \
 	codegen/initgraph.c \
 	codegen/gemm_batch.c \
 	codegen/unroll.c \

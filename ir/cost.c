@@ -35,6 +35,7 @@ typedef enum {
   RULE_TOPK,
   RULE_RNN,
   RULE_ATTENTION,
+  RULE_ATTENTION_GRAD,
   RULE_CONV_WEIGHT_GRAD,
   RULE_POOL_GRAD, /* per_in per tap of each window of dy, per_out per element of dy */
   RULE_RESIZE_GRAD,
@@ -173,6 +174,7 @@ static const OpCost op_cost[] = {
      * per element of dp) is not counted */
     [OP_LSTM_BPTT] = {RULE_LINEAR, 0, 20},
     [OP_GRU_BPTT] = {RULE_LINEAR, 0, 12}, /* likewise per element of dpx (dph's n part one more multiply) */
+    [OP_ATTENTION_GRAD] = {RULE_ATTENTION_GRAD, 0, 0},
     [OP_CONV_WEIGHT_GRAD] = {RULE_CONV_WEIGHT_GRAD, 0, 0},
     [OP_MAXPOOL_GRAD] = {RULE_POOL_GRAD, 1, 1}, /* a comparison per tap finds the argmax; an add */
     [OP_AVGPOOL_GRAD] = {RULE_POOL_GRAD, 1, 1}, /* an add per tap, a division per window */
@@ -319,6 +321,14 @@ static double flops_of(const Node *n) {
        * few operations per score are left out, as FlashAttention counts */
       const TensorType *k = &n->in[1]->type;
       return 4 * nx * (double)k->dims[strcmp(ir_attr_str(n, "layout"), "bshd") == 0 ? 1 : 2];
+    }
+    case RULE_ATTENTION_GRAD: {
+      /* the products the kernels compute, each Sq x Sk x d multiply-adds
+       * per query head: q k^T three times (the row statistics, then P in
+       * each of the two kernels), dy v^T twice, dS k, dS^T q and P^T dy;
+       * FlashAttention-2 counts 5 (it keeps the statistics and shares P) */
+      const TensorType *k = &n->in[1]->type;
+      return 16 * nx * (double)k->dims[strcmp(ir_attr_str(n, "layout"), "bshd") == 0 ? 1 : 2];
     }
     case RULE_CONV_WEIGHT_GRAD: {
       /* a multiply-add per weight, batch row and output position */

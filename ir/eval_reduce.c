@@ -177,59 +177,119 @@ bool eval_norm(Eval *e, const Node *n, const Tensor *x, const Tensor *w, const T
   return true;
 }
 
+/* An attention node's shape and attributes as the evaluators read them. */
+typedef struct AttnDims {
+  bool bshd, causal;
+  int64_t B, H, Sq, d, Hkv, Sk;
+  double scale;
+  int64_t ms[4]; /* the mask's strides over [B, H, Sq, Sk], 0 where it broadcasts */
+} AttnDims;
+
+static AttnDims attn_dims(const Node *n, const Tensor *q, const Tensor *k, const Tensor *mask) {
+  AttnDims a = {.bshd = strcmp(ir_attr_str(n, "layout"), "bshd") == 0, .causal = ir_attr_int(n, "causal") != 0};
+  int hx = a.bshd ? 2 : 1, sx = a.bshd ? 1 : 2;
+  const int64_t *qd = q->type.dims;
+  a.B = qd[0], a.H = qd[hx], a.Sq = qd[sx], a.d = qd[3], a.Hkv = k->type.dims[hx], a.Sk = k->type.dims[sx];
+  a.scale = ir_attr(n, "scale") ? ir_attr_float(n, "scale") : 1 / sqrt((double)a.d);
+  if (mask) {
+    const TensorType *mt = &mask->type;
+    int64_t st = 1;
+    for (int i = mt->rank - 1; i >= 0; st *= mt->dims[i], i--) a.ms[4 - mt->rank + i] = mt->dims[i] == 1 ? 0 : st;
+  }
+  return a;
+}
+
+/* Row s of head h of batch row b of q or k (heads and len its own) as an
+ * element offset. */
+static int64_t attn_row(const AttnDims *a, int64_t b, int64_t h, int64_t s, int64_t heads, int64_t len) {
+  return a->bshd ? ((b * len + s) * heads + h) * a->d : ((b * heads + h) * len + s) * a->d;
+}
+
+/* p[0 .. Sk) = query row i's softmax(q k^T * scale + mask) for head h of
+ * batch row b: all zeros for a row with no key left (PyTorch's
+ * _safe_softmax), NaNs where a score is NaN. */
+static void attn_probs(const AttnDims *a, const Tensor *q, const Tensor *k, const Tensor *mask, int64_t b,
+                       int64_t h, int64_t i, double *p) {
+  int64_t kh = h / (a->H / a->Hkv), qi = attn_row(a, b, h, i, a->H, a->Sq);
+  double mx = -INFINITY, sum = 0;
+  for (int64_t j = 0; j < a->Sk; j++) {
+    int64_t kj = attn_row(a, b, kh, j, a->Hkv, a->Sk);
+    double dot = 0;
+    for (int64_t c = 0; c < a->d; c++) dot += ir_tensor_get(q, qi + c) * ir_tensor_get(k, kj + c);
+    p[j] = dot * a->scale;
+    if (mask) {
+      double m = ir_tensor_get(mask, b * a->ms[0] + h * a->ms[1] + i * a->ms[2] + j * a->ms[3]);
+      p[j] = mask->type.dtype == TY_BOOL ? (m != 0 ? p[j] : -INFINITY) : p[j] + m;
+    }
+    if (a->causal && j > i) p[j] = -INFINITY;
+    if (p[j] > mx || isnan(p[j])) mx = p[j]; /* a NaN score makes the row NaN */
+  }
+  for (int64_t j = 0; j < a->Sk; j++) {
+    p[j] = mx == -INFINITY ? 0 : exp(p[j] - mx);
+    sum += p[j];
+  }
+  for (int64_t j = 0; j < a->Sk; j++) p[j] = sum == 0 ? 0 : p[j] / sum;
+}
+
 /* softmax(q k^T * scale + mask) v for each batch, head and query row,
  * in double; a row with no key left gives zeros. */
 bool eval_attention(const Node *n, Tensor *const *in, Tensor *out) {
   const Tensor *q = in[0], *k = in[1], *v = in[2], *mask = n->n_in > 3 ? in[3] : NULL;
-  bool bshd = strcmp(ir_attr_str(n, "layout"), "bshd") == 0;
-  int hx = bshd ? 2 : 1, sx = bshd ? 1 : 2;
-  const int64_t *qd = q->type.dims;
-  int64_t B = qd[0], H = qd[hx], Sq = qd[sx], d = qd[3], Hkv = k->type.dims[hx], Sk = k->type.dims[sx];
-  double scale = ir_attr(n, "scale") ? ir_attr_float(n, "scale") : 1 / sqrt((double)d);
-  bool causal = ir_attr_int(n, "causal") != 0;
-  /* rows (b, h, s) of q/out and of k/v as element offsets */
-#define ROW(b, h, s, heads, len) (bshd ? (((b) * (len) + (s)) * (heads) + (h)) * d : (((b) * (heads) + (h)) * (len) + (s)) * d)
-  /* the mask's strides over [B, H, Sq, Sk], 0 where it broadcasts */
-  int64_t ms[4] = {0, 0, 0, 0};
-  if (mask) {
-    const TensorType *mt = &mask->type;
-    int64_t st = 1;
-    for (int i = mt->rank - 1; i >= 0; st *= mt->dims[i], i--) ms[4 - mt->rank + i] = mt->dims[i] == 1 ? 0 : st;
-  }
-  double *s = malloc(sizeof *s * (size_t)(Sk ? Sk : 1));
-  if (!s) return false;
-  for (int64_t b = 0; b < B; b++)
-    for (int64_t h = 0; h < H; h++) {
-      int64_t kh = h / (H / Hkv);
-      for (int64_t i = 0; i < Sq; i++) {
-        int64_t qi = ROW(b, h, i, H, Sq);
-        double mx = -INFINITY, sum = 0;
-        for (int64_t j = 0; j < Sk; j++) {
-          int64_t kj = ROW(b, kh, j, Hkv, Sk);
-          double dot = 0;
-          for (int64_t c = 0; c < d; c++) dot += ir_tensor_get(q, qi + c) * ir_tensor_get(k, kj + c);
-          s[j] = dot * scale;
-          if (mask) {
-            double m = ir_tensor_get(mask, b * ms[0] + h * ms[1] + i * ms[2] + j * ms[3]);
-            s[j] = mask->type.dtype == TY_BOOL ? (m != 0 ? s[j] : -INFINITY) : s[j] + m;
-          }
-          if (causal && j > i) s[j] = -INFINITY;
-          if (s[j] > mx || isnan(s[j])) mx = s[j]; /* a NaN score makes the row NaN */
-        }
-        for (int64_t j = 0; j < Sk; j++) {
-          s[j] = mx == -INFINITY ? 0 : exp(s[j] - mx);
-          sum += s[j];
-        }
-        for (int64_t c = 0; c < d; c++) {
+  AttnDims a = attn_dims(n, q, k, mask);
+  double *p = malloc(sizeof *p * (size_t)(a.Sk ? a.Sk : 1));
+  if (!p) return false;
+  for (int64_t b = 0; b < a.B; b++)
+    for (int64_t h = 0; h < a.H; h++)
+      for (int64_t i = 0; i < a.Sq; i++) {
+        attn_probs(&a, q, k, mask, b, h, i, p);
+        int64_t qi = attn_row(&a, b, h, i, a.H, a.Sq), kh = h / (a.H / a.Hkv);
+        for (int64_t c = 0; c < a.d; c++) {
           double o = 0;
-          for (int64_t j = 0; j < Sk; j++) o += s[j] * ir_tensor_get(v, ROW(b, kh, j, Hkv, Sk) + c);
-          /* 0 for a row with no key; a NaN score's NaN stays */
-          ir_tensor_set(out, qi + c, sum == 0 ? 0 : o / sum);
+          for (int64_t j = 0; j < a.Sk; j++) o += p[j] * ir_tensor_get(v, attn_row(&a, b, kh, j, a.Hkv, a.Sk) + c);
+          ir_tensor_set(out, qi + c, o);
         }
       }
-    }
-#undef ROW
-  free(s);
+  free(p);
+  return true;
+}
+
+/* attention_grad (ops.def) in double: per query row, P recomputed, D =
+ * rowsum(dy * out), dS = P * (dy v^T - D); dq = scale dS k, and dk +=
+ * scale dS^T q, dv += P^T dy over the heads and rows in order. */
+bool eval_attention_grad(const Node *n, Tensor *const *in, Tensor *out) {
+  const Tensor *q = in[0], *k = in[1], *v = in[2], *o = in[3], *dy = in[4], *mask = n->n_in > 5 ? in[5] : NULL;
+  AttnDims a = attn_dims(n, q, k, mask);
+  /* dk and dv summed in double, then rounded once to their dtype */
+  int64_t kn = numel(&k->type);
+  double *p = malloc(sizeof *p * ((size_t)(a.Sk ? a.Sk : 1) * 2 + (size_t)kn * 2));
+  if (!p) return false;
+  double *ds = p + (a.Sk ? a.Sk : 1), *dk = ds + (a.Sk ? a.Sk : 1), *dv = dk + kn;
+  memset(dk, 0, sizeof *dk * (size_t)kn * 2);
+  for (int64_t b = 0; b < a.B; b++)
+    for (int64_t h = 0; h < a.H; h++)
+      for (int64_t i = 0; i < a.Sq; i++) {
+        attn_probs(&a, q, k, mask, b, h, i, p);
+        int64_t qi = attn_row(&a, b, h, i, a.H, a.Sq), kh = h / (a.H / a.Hkv);
+        double D = 0;
+        for (int64_t c = 0; c < a.d; c++) D += ir_tensor_get(dy, qi + c) * ir_tensor_get(o, qi + c);
+        for (int64_t j = 0; j < a.Sk; j++) {
+          int64_t kj = attn_row(&a, b, kh, j, a.Hkv, a.Sk);
+          double dp = 0;
+          for (int64_t c = 0; c < a.d; c++) dp += ir_tensor_get(dy, qi + c) * ir_tensor_get(v, kj + c);
+          ds[j] = p[j] * (dp - D);
+          for (int64_t c = 0; c < a.d; c++) {
+            dk[kj + c] += a.scale * ds[j] * ir_tensor_get(q, qi + c);
+            dv[kj + c] += p[j] * ir_tensor_get(dy, qi + c);
+          }
+        }
+        for (int64_t c = 0; c < a.d; c++) {
+          double g = 0;
+          for (int64_t j = 0; j < a.Sk; j++) g += ds[j] * ir_tensor_get(k, attn_row(&a, b, kh, j, a.Hkv, a.Sk) + c);
+          ir_tensor_set(&out[0], qi + c, a.scale * g);
+        }
+      }
+  for (int64_t e = 0; e < kn; e++) ir_tensor_set(&out[1], e, dk[e]), ir_tensor_set(&out[2], e, dv[e]);
+  free(p);
   return true;
 }
 

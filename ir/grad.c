@@ -941,6 +941,23 @@ static void vjp_recurrent(GradCall *c) {
   if (c->need[0]) c->dx[0] = dx;
 }
 
+/* ---- attention ---- */
+
+/* attention_grad (ops.def) gives all three at once, without the Sq x Sk
+ * probabilities ever in memory; the mask gets none (GradRule.stops): a
+ * trainable mask keeps attention written out (passes/train_mode.c). */
+static void vjp_attention(GradCall *c) {
+  const Node *n = c->n;
+  Value *in[6] = {n->in[0], n->in[1], n->in[2], (Value *)&n->out[0], c->dy[0], n->n_in > 3 ? n->in[3] : NULL};
+  Node *g = ir_node_new(c->g, OP_ATTENTION_GRAD, n->n_in > 3 ? 6 : 5, in, n->loc);
+  ir_set_int(c->g, g, "causal", ir_attr_int(n, "causal"));
+  if (ir_attr(n, "scale")) ir_set_float(c->g, g, "scale", ir_attr_float(n, "scale"));
+  ir_set_str(c->g, g, "layout", ir_attr_str(n, "layout"));
+  finish(c->g, g);
+  for (int i = 0; i < 3; i++)
+    if (c->need[i]) c->dx[i] = &g->out[i];
+}
+
 static const char *lacks_layers(const Node *n) {
   return ir_attr_int(n, "layers") != 1 ? "recurrent layer of more than one layer (training mode splits it)" : NULL;
 }
@@ -1072,7 +1089,8 @@ static const char *lacks_layers(const Node *n) {
 #define GRAD_GRU PARTIAL(vjp_recurrent, lacks_layers)
 #define GRAD_LSTM_BPTT NONE /* no second derivatives */
 #define GRAD_GRU_BPTT NONE
-#define GRAD_ATTENTION NONE /* training mode writes it out first (passes/train_mode.c) */
+#define GRAD_ATTENTION RULE(vjp_attention, 1u << 3, false)
+#define GRAD_ATTENTION_GRAD NONE /* no second derivatives */
 #define GRAD_CONV_WEIGHT_GRAD NONE /* no second derivatives */
 #define GRAD_MAXPOOL_GRAD NONE
 #define GRAD_AVGPOOL_GRAD NONE

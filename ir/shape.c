@@ -539,7 +539,9 @@ bool shape_group_norm(const Node *n, TensorType *out, char *err, size_t errlen) 
 /* q [B, Hq, Sq, d], k and v [B, Hkv, Sk, d] (layout "bshd": S before H),
  * Hkv dividing Hq, and a mask (bool or q's dtype) that broadcasts to
  * [B, Hq, Sq, Sk]. */
-bool shape_attention(const Node *n, TensorType *out, char *err, size_t errlen) {
+/* q, k, v of an attention or attention_grad node, and its mask at
+ * operand mask_at when it has one. */
+static bool attention_operands(const Node *n, int mask_at, char *err, size_t errlen) {
   if (!operands_ok(n, err, errlen)) return false;
   const char *layout = ir_attr_str(n, "layout");
   bool bshd = strcmp(layout, "bshd") == 0;
@@ -556,8 +558,8 @@ bool shape_attention(const Node *n, TensorType *out, char *err, size_t errlen) {
     return fail(err, errlen, "attention: the %" PRId64 " key/value heads must divide the %" PRId64 " query heads",
                 k->dims[hx], q->dims[hx]);
   if (!need_type(n, 2, "v", k, " (k's type)", err, errlen)) return false;
-  if (n->n_in > 3) {
-    const TensorType *m = in_type(n, 3);
+  if (n->n_in > mask_at) {
+    const TensorType *m = in_type(n, mask_at);
     int64_t full[4] = {q->dims[0], q->dims[hx], q->dims[sx], k->dims[sx]}, dims[DL_MAX_RANK];
     int rank;
     if (m->dtype != TY_BOOL && m->dtype != q->dtype)
@@ -566,7 +568,23 @@ bool shape_attention(const Node *n, TensorType *out, char *err, size_t errlen) {
       return fail(err, errlen, "attention: the mask %s does not broadcast to [%" PRId64 ", %" PRId64 ", %" PRId64
                   ", %" PRId64 "]", ts(m).s, full[0], full[1], full[2], full[3]);
   }
-  out[0] = *q;
+  return true;
+}
+
+bool shape_attention(const Node *n, TensorType *out, char *err, size_t errlen) {
+  if (!attention_operands(n, 3, err, errlen)) return false;
+  out[0] = *in_type(n, 0);
+  return true;
+}
+
+/* q, k, v, out, dy [, mask] -> q's, k's and v's types; out and dy are
+ * the attention's result type (q's). */
+bool shape_attention_grad(const Node *n, TensorType *out, char *err, size_t errlen) {
+  if (!attention_operands(n, 5, err, errlen)) return false;
+  const TensorType *q = in_type(n, 0);
+  if (!need_type(n, 3, "out", q, " (q's type)", err, errlen) || !need_type(n, 4, "dy", q, " (q's type)", err, errlen))
+    return false;
+  out[0] = *q, out[1] = *in_type(n, 1), out[2] = *in_type(n, 2);
   return true;
 }
 

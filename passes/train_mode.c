@@ -12,9 +12,12 @@
  *     projection and the gates), so their gradient is backpropagation
  *     through time built from the rules of linear, slice, sigmoid, tanh,
  *     mul and add;
- *   - attention is written out as its two matmuls and a softmax (the
- *     fused op has no backward kernel yet), with its mask, causal cut,
- *     grouped K/V heads and PyTorch's zeros for a row with no key left;
+ *   - attention stays one op, its gradient attention_grad (ir/grad.c),
+ *     except where its additive mask depends on a float param (a learned
+ *     position bias): the mask's gradient is a whole Sq x Sk matrix per
+ *     head, so that attention is written out as its two matmuls and a
+ *     softmax, with its mask, causal cut, grouped K/V heads and
+ *     PyTorch's zeros for a row with no key left;
  *   - the step counter dropout draws with, the param dlcc.step, advances
  *     by one.
  * Dropout itself arrives as its op from the frontend (LowerOptions). */
@@ -394,10 +397,26 @@ static void attention(Mode *md, Node *n) {
   replace_node(g, first->next, n, &o);
 }
 
+/* By node id: whether its results depend on a float param (one that
+ * may train; those that do not only cost the fused kernel). */
+static bool *on_params(Graph *g) {
+  ir_number(g);
+  bool *dep = ARENA_ARRAY(&g->ctx->arena, bool, g->n_nodes + 1);
+  for (Node *n = g->first; n; n = n->next) {
+    bool any = n->op == OP_PARAM && ir_dtype_is_float(n->out[0].type.dtype);
+    for (int i = 0; i < n->n_in && !any; i++) any = n->in[i] && dep[n->in[i]->def->id];
+    dep[n->id] = any;
+  }
+  return dep;
+}
+
 /* ---- the graph ---- */
 
 bool pass_train_mode(Graph *g, const AutodiffOptions *o) {
   Mode md = {.g = g, .sync_bn = o->sync_bn, .unroll_rnn = o->unroll_rnn};
+  bool *learned = NULL; /* by node id, once an attention has a float mask */
+  for (Node *n = g->first; n && !learned; n = n->next)
+    if (n->op == OP_ATTENTION && n->n_in > 3 && n->in[3]->type.dtype != TY_BOOL) learned = on_params(g);
   Node *last = g->last;
   for (Node *n = g->first, *next; n; n = next) {
     next = n == last ? NULL : n->next;
@@ -406,7 +425,7 @@ bool pass_train_mode(Graph *g, const AutodiffOptions *o) {
       if (md.unroll_rnn) recurrent(&md, n);
       else rnn_layers(&md, n);
     }
-    if (n->op == OP_ATTENTION) attention(&md, n);
+    if (n->op == OP_ATTENTION && learned && n->n_in > 3 && learned[n->in[3]->def->id]) attention(&md, n);
     if (n->op == OP_PARAM && strcmp(ir_attr_str(n, "name"), "dlcc.step") == 0 && n->out[0].type.dtype == TY_I64) {
       Value *one = ir_grad_scalar(g, n->loc, 1, TY_I64);
       add_update(&md, ir_grad_op2(g, n->loc, OP_ADD, &n->out[0], one), "dlcc.step");

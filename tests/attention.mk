@@ -9,3 +9,14 @@ tests_test_attention_CPPFLAGS = $(AM_CPPFLAGS) $(CUDA_CPPFLAGS)
 tests_test_attention_CFLAGS = $(TEST_CFLAGS)
 tests_test_attention_LDADD = $(TEST_LIBS) $(CUDA_LIBS)
 endif
+
+# Its gradient's two kernels (codegen/attention_grad.c) on emu against
+# ir_eval (tests/test_attention_grad.c).
+if HAVE_CHECK
+check_PROGRAMS += tests/test_attention_grad
+TESTS += tests/test_attention_grad
+tests_test_attention_grad_SOURCES = tests/test_attention_grad.c tests/testutil.c tests/testutil.h
+tests_test_attention_grad_CPPFLAGS = $(AM_CPPFLAGS) $(CUDA_CPPFLAGS)
+tests_test_attention_grad_CFLAGS = $(TEST_CFLAGS)
+tests_test_attention_grad_LDADD = $(TEST_LIBS) $(CUDA_LIBS)
+endif

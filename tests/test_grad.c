@@ -857,7 +857,7 @@ static void same_as_unrolled(Graph *g, const Spec *s) {
     /* without unroll_rnn an lstm or gru stays, as one per layer */
     for (Node *n = u->first; n; n = n->next) {
       bool rnn = n->op == OP_LSTM || n->op == OP_GRU;
-      ck_assert(n->op != OP_ATTENTION && (!rnn || !unroll));
+      ck_assert(!rnn || !unroll);
       if (rnn) ck_assert(ir_attr_int(n, "layers") == 1);
     }
     same_values(g, u, s);
@@ -945,17 +945,19 @@ START_TEST(test_attention) {
 }
 END_TEST
 
-/* The attention op, which training mode writes out as matmuls and a
- * softmax: the same values as the op, then its gradients, with grouped
- * K/V heads, both layouts, a boolean mask (rows with no key left give
- * zeros and no NaN in the gradient), an additive one, causal. */
+/* The attention op: its gradients (attention_grad, or written out as
+ * matmuls and a softmax where its additive mask is a param that trains:
+ * the same values as the op first), with grouped K/V heads, both
+ * layouts, a boolean mask (rows with no key left give zeros and no NaN
+ * in the gradient), an additive one, a learned one, causal. */
 START_TEST(test_attention_op) {
   static const struct {
     const char *layout;
     int64_t hq, hkv;
-    int mask; /* 0 none, 1 bool [B, 1, Sq, Sk], 2 additive [Sq, Sk] */
+    int mask; /* 0 none, 1 bool [B, 1, Sq, Sk], 2 additive [Sq, Sk], 3 a param [1, H, Sq, Sk] */
     int causal;
-  } cases[] = {{"bhsd", 2, 1, 0, 0}, {"bshd", 2, 2, 1, 1}, {"bhsd", 4, 2, 2, 0}, {"bshd", 2, 1, 1, 0}};
+  } cases[] = {{"bhsd", 2, 1, 0, 0}, {"bshd", 2, 2, 1, 1}, {"bhsd", 4, 2, 2, 0}, {"bshd", 2, 1, 1, 0},
+               {"bhsd", 2, 1, 3, 1}, {"bshd", 4, 1, 0, 1}};
   for (size_t k = 0; k < ARRAY_LEN(cases); k++) {
     Ctx c;
     Graph *g = begin(&c);
@@ -967,6 +969,7 @@ START_TEST(test_attention_op) {
     in[2] = param(g, "v", 4, bshd ? (int64_t[]){B, Sk, hkv, d} : (int64_t[]){B, hkv, Sk, d});
     if (cases[k].mask == 1) in[3] = source(g, OP_INPUT, "mask", TY_BOOL, 4, (int64_t[]){B, 1, Sq, Sk});
     if (cases[k].mask == 2) in[3] = source(g, OP_INPUT, "mask", TY_F64, 2, (int64_t[]){Sq, Sk});
+    if (cases[k].mask == 3) in[3] = param(g, "bias", 4, (int64_t[]){1, hq, Sq, Sk});
     Node *n = node(g, OP_ATTENTION, cases[k].mask ? 4 : 3, in);
     ir_set_str(g, n, "layout", cases[k].layout);
     ir_set_int(g, n, "causal", cases[k].causal);
@@ -974,7 +977,12 @@ START_TEST(test_attention_op) {
     output(g, fin(g, n));
     Spec s = spec(ANY);
     same_as_unrolled(g, &s);
-    check_with(&c, g, "attention op", &s);
+    Graph *u = ir_copy(g, "trained");
+    ck_assert(u && pass_train_mode(u, &(AutodiffOptions){0}));
+    int ops = 0;
+    for (Node *x = u->first; x; x = x->next) ops += x->op == OP_ATTENTION;
+    ck_assert_int_eq(ops, cases[k].mask != 3);
+    check_with(&c, u, "attention op", &s);
   }
 }
 END_TEST

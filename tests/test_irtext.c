@@ -425,6 +425,11 @@ static Graph *build_every_op(Ctx *c, bool *covered) {
   ir_set_int(g, n, "causal", 1);
   ir_set_float(g, n, "scale", 0.5);
   add(g, n);
+  /* its gradient, three results, the mask last */
+  n = NODE(g, OP_ATTENTION_GRAD, aq, ak, ak, aq, aq, am_);
+  ir_set_int(g, n, "causal", 1);
+  ir_set_float(g, n, "scale", 0.5);
+  add(g, n);
 
   Value *seq = input(g, "seq", TY(TY_F32, 4, 5, 6));
   Value *lwi = param(g, "lstm.w_ih", TY(TY_F32, 28, 6)), *lwh = param(g, "lstm.w_hh", TY(TY_F32, 28, 7));

@@ -311,6 +311,13 @@ static dlc_model *compile_on(const char *text, const char *backend, int grad) {
   for (int i = 0; i < dlc_num_inputs(m); i++) {
     dlc_tensor_info in;
     ck_assert_int_eq(dlc_input_info(m, i, &in), DLC_OK);
+    if (in.dtype == DLC_BOOL) { /* a mask: every fourth element set */
+      unsigned char *bits = malloc(in.nbytes);
+      for (size_t k = 0; k < in.nbytes; k++) bits[k] = k % 4 == 3;
+      ck_assert_int_eq(dlc_set_input(m, in.name, bits, in.nbytes), DLC_OK);
+      free(bits);
+      continue;
+    }
     ck_assert_int_eq(in.dtype, DLC_F32);
     size_t n = in.nbytes / sizeof(float);
     float *data = malloc(in.nbytes);
@@ -404,6 +411,16 @@ static const char norms[] =
     "  return mean(y * t)\n"
     "}\n";
 
+/* Attention through attention_grad's two kernels: grouped causal
+ * self-attention over 70 tokens (two 64-row tiles) beside attention
+ * with a key padding mask over another length (a bool input). */
+static const char transformer[] =
+    "model tf(x: f32[2, 70, 16], m: f32[2, 9, 16], pad: bool[2, 9], t: f32[2, 70, 16]) -> f32[] {\n"
+    "  a = multihead_attention(x, x, x, 4, is_causal=true, kv_heads=2) as self_attn\n"
+    "  b = multihead_attention(a, m, m, 2, key_padding_mask=pad) as cross_attn\n"
+    "  return mean(layernorm(x + b) as norm * t)\n"
+    "}\n";
+
 START_TEST(test_mlp) { ck_assert_int_eq(check_step("mlp", mlp), 1 + 6); }
 END_TEST
 
@@ -437,6 +454,10 @@ START_TEST(test_low_precision) {
 END_TEST
 
 START_TEST(test_norms) { ck_assert_int_eq(check_step("norms", norms), 1 + 5); }
+END_TEST
+
+/* 4 weights of each attention, the layernorm's 2 */
+START_TEST(test_transformer) { ck_assert_int_eq(check_step("transformer", transformer), 1 + 4 + 4 + 2); }
 END_TEST
 
 /* ---- every example model: a step on emu equal to ref ---- */
@@ -914,6 +935,7 @@ static Suite *train_suite(void) {
   tcase_add_test(models, test_bn_cnn);
   tcase_add_test(models, test_rnn);
   tcase_add_test(models, test_norms);
+  tcase_add_test(models, test_transformer);
   tcase_add_test(models, test_running_stats);
   tcase_add_test(models, test_stats_large_mean);
   tcase_add_loop_test(models, test_low_precision, 0, 2);

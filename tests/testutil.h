@@ -57,6 +57,9 @@ char *test_print_ir(Graph *g);
  * False (nothing checked) when the emu device cannot start here; any
  * mismatch fails the calling test. */
 bool test_emu_matches_eval(Graph *g, const RtPlan *p, uint64_t seed, double lo, double hi, double tol);
+/* The same, each output within tol of its largest magnitude
+ * (test_rel_error): for sums whose terms cancel (gradients). */
+bool test_emu_near_eval(Graph *g, const RtPlan *p, uint64_t seed, double lo, double hi, double tol);
 
 /* The largest |got - want| over want's largest magnitude (at least
  * 1e-30): NaN in got counts as the worst. */

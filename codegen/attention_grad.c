@@ -1,0 +1,403 @@
+/* attention_grad (ir/ops.def) as two kernels in the FlashAttention-2
+ * style: no Sq x Sk matrix ever reaches global memory, the probabilities
+ * are recomputed tile by tile from q and k.
+ *
+ *   dq: one block per (batch, query head, tile of query rows).  A first
+ *       walk over the key tiles finds each row's max and sum (the online
+ *       softmax of the forward, without P V), so lse = m + log l, and D
+ *       = rowsum(dy * out); both go to a scratch for the second kernel.
+ *       A second walk recomputes S, P = exp(S - lse), dP = dy V^T and
+ *       dS = P (dP - D) per tile, and dq += dS K in registers.
+ *   dk, dv: one block per (batch, key/value head, tile of key rows),
+ *       walking the query tiles of every query head that reads this
+ *       key/value head (grouped and multi-query attention: the sum over
+ *       heads is in the accumulators, in head order, so it is the same
+ *       run to run): P and dS again, transposed, then dv += P^T dy and dk
+ *       += dS^T q.  Under causal the query tiles wholly above the
+ *       diagonal are skipped (and, in the dq kernel, the key tiles past
+ *       it).
+ *
+ * FlashAttention-2 keeps the forward's lse instead of the first walk,
+ * and computes dq with atomics in the dk/dv kernel; dq as its own walk
+ * keeps the sums in one order (the same bits every run) at the price of
+ * recomputing S and dP once more (ir/cost.c counts what is computed).
+ *
+ * Every dtype computes in f32 on FMA: the tiles are converted to f32 in
+ * shared memory as they load, with an odd row stride so that a warp
+ * walking 32 rows (one each) hits 32 banks.  A thread owns one row of
+ * its block's tile and `tpr` threads share it: in the dot-product phase
+ * each takes 1/tpr of the other side's rows, in the accumulation phase
+ * 1/tpr of the columns (at most COLS accumulators of each kind). */
+#include <inttypes.h>
+#include <math.h>
+#include <string.h>
+
+#include "codegen.h"
+#include "kernel.h"
+#include "kshort.h"
+
+enum {
+  MAX_D = 256, /* as the forward's */
+  COLS = 32,   /* accumulators of each kind a thread at most */
+};
+
+typedef struct Bwd {
+  CgBuild *b;
+  const Node *n;
+  Kernel *k;
+  DType dt;
+  bool bshd, causal;
+  int64_t B, H, Hkv, G, Sq, Sk, d, dp, ld;
+  int64_t rsq, rskv; /* elements between rows of q (out, dy, dq), of k (v, dk, dv) */
+  int64_t tile;      /* rows of every tile, queries and keys alike */
+  int64_t tpr, cols; /* threads sharing a row; columns each accumulates */
+  int64_t threads, sld;
+  int64_t ms[4]; /* the mask's strides over [B, H, Sq, Sk] */
+  double scale;
+  RtRef stats;   /* per query row (b, h, i): lse and D, f32 */
+  KBuf *mask, *st;
+  KExpr *tid, *row, *part, *bz;
+} Bwd;
+
+static int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+static KBuf *operand(Bwd *W, const Value *v, const char *name) {
+  return cg_kglobal(W->k, name, v->type.dtype, ir_type_numel(&v->type), cg_ref(W->b, v));
+}
+
+/* Row 0 of head h of batch row bz in a q-like (heads H, rows Sq) or
+ * k-like (Hkv, Sk) tensor. */
+static KExpr *head_base(Bwd *W, KBlock *blk, KExpr *h, int64_t heads, int64_t len) {
+  Kernel *k = W->k;
+  if (W->bshd) return ilet(k, blk, "hb", cg_kmul(k, kmad(k, W->bz, len * heads, h), ki(k, W->d)));
+  return ilet(k, blk, "hb", cg_kmul(k, kmad(k, W->bz, heads, h), ki(k, len * W->d)));
+}
+
+/* Rows row0 .. row0 + tile of a head (row 0 at base, rows rstride apart,
+ * S of them) into shared f32 dst, dp columns (those past d and the rows
+ * past S zero). */
+static void load_tile(Bwd *W, KBlock *blk, KBuf *src, KExpr *base, int64_t rstride, KExpr *row0, int64_t S,
+                      KBuf *dst) {
+  Kernel *k = W->k;
+  int64_t total = W->tile * W->dp;
+  KExpr *it;
+  KBlock *lb = kloop(k, blk, "l", ki(k, cdiv(total, W->threads)), KM_SERIAL, &it);
+  KExpr *e = ilet(k, lb, "e", kmad(k, it, W->threads, W->tid));
+  if (total % W->threads) lb = &cg_kif(k, lb, klt(k, e, ki(k, total)))->body;
+  KExpr *r = ilet(k, lb, "r", kdiv(k, e, W->dp)), *c = ilet(k, lb, "c", kmod(k, e, W->dp));
+  KExpr *grow = ilet(k, lb, "gr", cg_kadd(k, row0, r));
+  KExpr *ok = cg_kand(k, S % W->tile || !S ? klt(k, grow, ki(k, S)) : NULL,
+                      W->dp != W->d ? klt(k, c, ki(k, W->d)) : NULL);
+  KExpr *x = cg_kcast(k, cg_kload(k, src, cg_kadd(k, base, kmad(k, grow, rstride, c))), TY_F32);
+  cg_kstore(k, lb, dst, kmad(k, r, W->ld, c), ok ? cg_ksel(k, ok, x, kf32(k, 0)) : x);
+}
+
+/* The dot product of row a of shared A and row b of shared B over dp. */
+static KExpr *dot(Bwd *W, KBlock *blk, KBuf *A, KExpr *a, KBuf *B, KExpr *b) {
+  Kernel *k = W->k;
+  KVar *acc = cg_kvar(k, "dot", TY_F32), *iv = cg_kvar(k, "i", KT_INDEX);
+  KStmt *red = cg_kreduce(k, blk, acc, kf32(k, 0), OP_ADD, iv, ki(k, W->dp));
+  KExpr *i = kv(k, iv);
+  red->value = cg_kop2(k, OP_MUL, cg_kload(k, A, kmad(k, a, W->ld, i)), cg_kload(k, B, kmad(k, b, W->ld, i)));
+  return kv(k, acc);
+}
+
+/* The score of query qi (of head h) and key from their dot product x:
+ * times scale, plus an additive mask; -inf where a bool mask, causality
+ * or either bound leaves it out (the forward's masked_score, in base e). */
+static KExpr *score(Bwd *W, KBlock *blk, KExpr *x, KExpr *h, KExpr *qi, KExpr *key) {
+  Kernel *k = W->k;
+  KExpr *s = cg_kop2(k, OP_MUL, x, kf32(k, (float)W->scale));
+  KExpr *ok = cg_kand(k, W->Sk % W->tile ? klt(k, key, ki(k, W->Sk)) : NULL,
+                      W->Sq % W->tile ? klt(k, qi, ki(k, W->Sq)) : NULL);
+  if (W->causal) ok = cg_kand(k, ok, cg_kcmp(k, KC_LE, key, qi));
+  if (W->mask) {
+    KExpr *in = cg_kand(k, klt(k, qi, ki(k, W->Sq)), klt(k, key, ki(k, W->Sk)));
+    KExpr *at = cg_kadd(k, cg_kadd(k, cg_kmul(k, W->bz, ki(k, W->ms[0])), cg_kmul(k, h, ki(k, W->ms[1]))),
+                        cg_kadd(k, cg_kmul(k, qi, ki(k, W->ms[2])), cg_kmul(k, key, ki(k, W->ms[3]))));
+    KExpr *mv = cg_ksel(k, in, cg_kcast(k, cg_kload(k, W->mask, at), TY_F32), kf32(k, 0));
+    if (W->mask->dtype == TY_BOOL)
+      ok = cg_kand(k, ok, cg_kcmp(k, KC_NE, kv(k, cg_klet(k, blk, "mk", TY_F32, mv)), kf32(k, 0)));
+    else
+      s = cg_kop2(k, OP_ADD, s, mv);
+  }
+  return kv(k, cg_klet(k, blk, "s", TY_F32, ok ? cg_ksel(k, ok, s, kf32(k, -INFINITY)) : s));
+}
+
+/* A kernel over (tiles, heads, batch) blocks of `threads`, with the
+ * thread's row of the block's tile and its part of the row. */
+static KBlock *new_kernel(Bwd *W, const char *hint, const char *what, int64_t tiles, int64_t heads, KExpr **tx,
+                          KExpr **hy) {
+  Ctx *c = cg_build_ctx(W->b);
+  Kernel *k = W->k = cg_kernel_new(c, W->n, hint, arena_printf(&c->arena, "%s, fma f32, %" PRId64 "-row tiles, d %" PRId64,
+                                                               what, W->tile, W->d));
+  KExpr *t;
+  KBlock *body = kloop(k, &k->body, "tx", ki(k, tiles), KM_GRID_X, tx);
+  body = kloop(k, body, "hy", ki(k, heads), KM_GRID_Y, hy);
+  body = kloop(k, body, "bz", ki(k, W->B), KM_GRID_Z, &W->bz);
+  body = kloop(k, body, "t", ki(k, W->threads), KM_BLOCK_X, &t);
+  W->tid = t;
+  W->row = ilet(k, body, "rw", kmod(k, t, W->tile));
+  W->part = ilet(k, body, "pt", kdiv(k, t, W->tile));
+  k->grid[0] = (uint32_t)(tiles < INT32_MAX ? tiles : INT32_MAX);
+  k->grid[1] = (uint32_t)(heads < 65535 ? heads : 65535);
+  k->grid[2] = (uint32_t)(W->B < 65535 ? W->B : 65535);
+  k->block[0] = (uint32_t)W->threads;
+  return body;
+}
+
+/* numel f32 of the launch's shared memory from byte offset *off, which
+ * moves past them. */
+static KBuf *shared(Bwd *W, const char *stem, int64_t numel, uint32_t *off) {
+  KBuf *s = cg_kdynshared(W->k, stem, TY_F32, numel, *off);
+  *off += (uint32_t)((numel * 4 + 15) / 16 * 16);
+  return s;
+}
+
+/* acc[0 .. cols) += x(r) * src[r][u0 + u] over the tile's rows r of src
+ * (x loaded from xs's row `mine`, column r). */
+static void accumulate(Bwd *W, KBlock *blk, KBuf *acc, KBuf *xs, KExpr *mine, KBuf *src, KExpr *u0) {
+  Kernel *k = W->k;
+  KExpr *r, *u;
+  KBlock *rb = kloop(k, blk, "r", ki(k, W->tile), KM_SERIAL, &r);
+  KExpr *x = kv(k, cg_klet(k, rb, "x", TY_F32, cg_kload(k, xs, kmad(k, mine, W->sld, r))));
+  KBlock *ub = kloop(k, rb, "u", ki(k, W->cols), KM_UNROLL, &u);
+  KExpr *y = cg_kop2(k, OP_MUL, x, cg_kload(k, src, kmad(k, r, W->ld, cg_kadd(k, u0, u))));
+  cg_kstore(k, ub, acc, u, cg_kop2(k, OP_ADD, cg_kload(k, acc, u), y));
+}
+
+/* acc's columns, times w, to row `row` (of S) of dst's head at base. */
+static void store_rows(Bwd *W, KBlock *blk, KBuf *acc, double w, KBuf *dst, KExpr *base, int64_t rstride,
+                       KExpr *row, int64_t S, KExpr *u0) {
+  Kernel *k = W->k;
+  KExpr *u;
+  if (S % W->tile) blk = &cg_kif(k, blk, klt(k, row, ki(k, S)))->body;
+  KBlock *ub = kloop(k, blk, "u", ki(k, W->cols), KM_UNROLL, &u);
+  KExpr *col = ilet(k, ub, "col", cg_kadd(k, u0, u));
+  if (W->dp != W->d) ub = &cg_kif(k, ub, klt(k, col, ki(k, W->d)))->body;
+  KExpr *y = w == 1 ? cg_kload(k, acc, u) : cg_kop2(k, OP_MUL, cg_kload(k, acc, u), kf32(k, (float)w));
+  cg_kstore(k, ub, dst, cg_kadd(k, base, kmad(k, row, rstride, col)), cg_kcast(k, y, dst->dtype));
+}
+
+static void zero(Kernel *k, KBlock *blk, KBuf *acc, int64_t n) {
+  KExpr *z;
+  KBlock *zb = kloop(k, blk, "z", ki(k, n), KM_UNROLL, &z);
+  cg_kstore(k, zb, acc, z, kf32(k, 0));
+}
+
+/* ---- dq, and each query row's lse and D ---- */
+
+static void dq_kernel(Bwd *W) {
+  const Node *n = W->n;
+  int64_t qt = cdiv(W->Sq, W->tile), kt = cdiv(W->Sk, W->tile), rows = W->B * W->H * W->Sq;
+  KExpr *qx, *hy;
+  KBlock *body = new_kernel(W, "attention_grad_dq", "attention backward dq", qt, W->H, &qx, &hy);
+  Kernel *k = W->k;
+  KBuf *q = operand(W, n->in[0], "q"), *kb = operand(W, n->in[1], "k"), *vb = operand(W, n->in[2], "v");
+  KBuf *o = operand(W, n->in[3], "out"), *dy = operand(W, n->in[4], "dy");
+  KBuf *dq = operand(W, &n->out[0], "dq");
+  W->mask = n->n_in > 5 ? operand(W, n->in[5], "mask") : NULL;
+  W->st = cg_kglobal(k, "stats", TY_F32, rows * 2, W->stats);
+  uint32_t off = 0;
+  KBuf *qs = shared(W, "Qs", W->tile * W->ld, &off), *dos = shared(W, "dOs", W->tile * W->ld, &off);
+  KBuf *ks = shared(W, "Ks", W->tile * W->ld, &off), *vs = shared(W, "Vs", W->tile * W->ld, &off);
+  KBuf *ss = shared(W, "Ss", W->tile * W->sld, &off);
+  KBuf *ls = shared(W, "Ls", W->tile, &off), *ds = shared(W, "Ds", W->tile, &off);
+
+  KExpr *q0 = ilet(k, body, "q0", cg_kmul(k, qx, ki(k, W->tile)));
+  KExpr *qbase = head_base(W, body, hy, W->H, W->Sq);
+  KExpr *kvbase = head_base(W, body, kdiv(k, hy, W->G), W->Hkv, W->Sk);
+  KExpr *r = W->row, *qi = ilet(k, body, "qi", cg_kadd(k, q0, r));
+  load_tile(W, body, q, qbase, W->rsq, q0, W->Sq, qs);
+  load_tile(W, body, dy, qbase, W->rsq, q0, W->Sq, dos);
+  cg_kbarrier(k, body);
+  KExpr *mine = klt(k, W->tid, ki(k, W->tile)); /* the row's first thread */
+  KBlock *own = &cg_kif(k, body, mine)->body;
+  {
+    /* D = rowsum(dy * out), out read once, straight from memory */
+    KVar *acc = cg_kvar(k, "D", TY_F32), *iv = cg_kvar(k, "c", KT_INDEX);
+    KStmt *red = cg_kreduce(k, own, acc, kf32(k, 0), OP_ADD, iv, ki(k, W->d));
+    KExpr *ok = W->Sq % W->tile ? klt(k, qi, ki(k, W->Sq)) : NULL;
+    KExpr *ov = cg_kcast(k, cg_kload(k, o, cg_kadd(k, qbase, kmad(k, qi, W->rsq, kv(k, iv)))), TY_F32);
+    red->value = cg_kop2(k, OP_MUL, cg_kload(k, dos, kmad(k, r, W->ld, kv(k, iv))), ok ? cg_ksel(k, ok, ov, kf32(k, 0)) : ov);
+    cg_kstore(k, own, ds, r, kv(k, acc));
+  }
+  KExpr *ntile = ki(k, kt);
+  if (W->causal) /* the key tiles up to the block's last query row */
+    ntile = ilet(k, body, "nt", cg_kidx(k, KI_MIN, cg_kadd(k, kdiv(k, cg_kadd(k, q0, ki(k, W->tile - 1)), W->tile), ki(k, 1)),
+                                        ki(k, kt)));
+  int64_t per = W->tile / W->tpr; /* keys a thread scores per tile */
+  KExpr *c0 = ilet(k, body, "c0", cg_kmul(k, W->part, ki(k, per)));
+
+  /* the first walk: each row's running max m and sum l */
+  KVar *m = cg_klet(k, body, "m", TY_F32, kf32(k, -INFINITY)), *l = cg_klet(k, body, "l", TY_F32, kf32(k, 0));
+  KExpr *j, *c;
+  KBlock *lb = kloop(k, body, "j", ntile, KM_SERIAL, &j);
+  KExpr *k0 = ilet(k, lb, "k0", cg_kmul(k, j, ki(k, W->tile)));
+  cg_kbarrier(k, lb);
+  load_tile(W, lb, kb, kvbase, W->rskv, k0, W->Sk, ks);
+  cg_kbarrier(k, lb);
+  KBlock *cb = kloop(k, lb, "c", ki(k, per), KM_SERIAL, &c);
+  KExpr *key = ilet(k, cb, "kc", cg_kadd(k, c0, c));
+  KExpr *s = score(W, cb, dot(W, cb, qs, r, ks, key), hy, qi, cg_kadd(k, k0, key));
+  cg_kstore(k, cb, ss, kmad(k, r, W->sld, key), s);
+  cg_kbarrier(k, lb);
+  KBlock *rb = &cg_kif(k, lb, mine)->body;
+  KStmt *mx = cg_kreduce(k, rb, cg_kvar(k, "mt", TY_F32), kf32(k, -INFINITY), OP_MAXIMUM, cg_kvar(k, "c", KT_INDEX),
+                         ki(k, W->tile));
+  mx->value = cg_kload(k, ss, kmad(k, r, W->sld, kv(k, mx->rvar)));
+  KExpr *mn = kv(k, cg_klet(k, rb, "mn", TY_F32, cg_kop2(k, OP_MAXIMUM, kv(k, m), kv(k, mx->var))));
+  /* exponentials relative to 0 while nothing of the row is left (m -inf) */
+  KExpr *base = kv(k, cg_klet(k, rb, "mb", TY_F32, cg_ksel(k, cg_kcmp(k, KC_EQ, mn, kf32(k, -INFINITY)), kf32(k, 0), mn)));
+  KStmt *sum = cg_kreduce(k, rb, cg_kvar(k, "sum", TY_F32), kf32(k, 0), OP_ADD, cg_kvar(k, "c", KT_INDEX), ki(k, W->tile));
+  sum->value = cg_kop1(k, OP_EXP, cg_kop2(k, OP_SUB, cg_kload(k, ss, kmad(k, r, W->sld, kv(k, sum->rvar))), base));
+  KExpr *alpha = cg_kop1(k, OP_EXP, cg_kop2(k, OP_SUB, kv(k, m), base));
+  cg_kset(k, rb, l, cg_kop2(k, OP_ADD, cg_kop2(k, OP_MUL, kv(k, l), alpha), kv(k, sum->var)));
+  cg_kset(k, rb, m, mn);
+
+  /* lse (+inf for a row with no key left, so that every P of it is 0),
+   * to shared for the second walk and with D to the scratch */
+  KBlock *fb = &cg_kif(k, body, mine)->body;
+  KExpr *none = cg_kcmp(k, KC_EQ, kv(k, l), kf32(k, 0));
+  KExpr *lse = kv(k, cg_klet(k, fb, "lse", TY_F32,
+                             cg_ksel(k, none, kf32(k, INFINITY), cg_kop2(k, OP_ADD, kv(k, m), cg_kop1(k, OP_LOG, kv(k, l))))));
+  cg_kstore(k, fb, ls, r, lse);
+  KBlock *wb = W->Sq % W->tile ? &cg_kif(k, fb, klt(k, qi, ki(k, W->Sq)))->body : fb;
+  KExpr *at = ilet(k, wb, "sa", cg_kmul(k, kmad(k, kmad(k, W->bz, W->H, hy), W->Sq, qi), ki(k, 2)));
+  cg_kstore(k, wb, W->st, at, lse);
+  cg_kstore(k, wb, W->st, cg_kadd(k, at, ki(k, 1)), cg_kload(k, ds, r));
+
+  /* the second walk: dS per tile, dq += dS K */
+  KBuf *acc = cg_klocal(k, "dq", TY_F32, W->cols, KSP_REGISTER);
+  zero(k, body, acc, W->cols);
+  KExpr *u0 = ilet(k, body, "u0", cg_kmul(k, W->part, ki(k, W->cols)));
+  KBlock *pb = kloop(k, body, "j", ntile, KM_SERIAL, &j);
+  k0 = ilet(k, pb, "k0", cg_kmul(k, j, ki(k, W->tile)));
+  cg_kbarrier(k, pb);
+  load_tile(W, pb, kb, kvbase, W->rskv, k0, W->Sk, ks);
+  load_tile(W, pb, vb, kvbase, W->rskv, k0, W->Sk, vs);
+  cg_kbarrier(k, pb);
+  KExpr *lrow = kv(k, cg_klet(k, pb, "lrow", TY_F32, cg_kload(k, ls, r)));
+  KExpr *drow = kv(k, cg_klet(k, pb, "drow", TY_F32, cg_kload(k, ds, r)));
+  cb = kloop(k, pb, "c", ki(k, per), KM_SERIAL, &c);
+  key = ilet(k, cb, "kc", cg_kadd(k, c0, c));
+  s = score(W, cb, dot(W, cb, qs, r, ks, key), hy, qi, cg_kadd(k, k0, key));
+  KExpr *p = kv(k, cg_klet(k, cb, "p", TY_F32, cg_kop1(k, OP_EXP, cg_kop2(k, OP_SUB, s, lrow))));
+  KExpr *dpv = dot(W, cb, dos, r, vs, key);
+  cg_kstore(k, cb, ss, kmad(k, r, W->sld, key), cg_kop2(k, OP_MUL, p, cg_kop2(k, OP_SUB, dpv, drow)));
+  cg_kbarrier(k, pb);
+  accumulate(W, pb, acc, ss, r, ks, u0);
+  store_rows(W, body, acc, W->scale, dq, qbase, W->rsq, qi, W->Sq, u0);
+  cg_launch(W->b, k);
+}
+
+/* ---- dk and dv ---- */
+
+static void dkdv_kernel(Bwd *W) {
+  const Node *n = W->n;
+  int64_t qt = cdiv(W->Sq, W->tile), kt = cdiv(W->Sk, W->tile), rows = W->B * W->H * W->Sq;
+  KExpr *kx, *hy;
+  KBlock *body = new_kernel(W, "attention_grad_dkdv", "attention backward dk dv", kt, W->Hkv, &kx, &hy);
+  Kernel *k = W->k;
+  KBuf *q = operand(W, n->in[0], "q"), *kb = operand(W, n->in[1], "k"), *vb = operand(W, n->in[2], "v");
+  KBuf *dy = operand(W, n->in[4], "dy");
+  KBuf *dk = operand(W, &n->out[1], "dk"), *dv = operand(W, &n->out[2], "dv");
+  W->mask = n->n_in > 5 ? operand(W, n->in[5], "mask") : NULL;
+  W->st = cg_kglobal(k, "stats", TY_F32, rows ? rows * 2 : 2, W->stats);
+  uint32_t off = 0;
+  KBuf *ks = shared(W, "Ks", W->tile * W->ld, &off), *vs = shared(W, "Vs", W->tile * W->ld, &off);
+  KBuf *qs = shared(W, "Qs", W->tile * W->ld, &off), *dos = shared(W, "dOs", W->tile * W->ld, &off);
+  KBuf *ps = shared(W, "Ps", W->tile * W->sld, &off), *dss = shared(W, "dSs", W->tile * W->sld, &off);
+  KBuf *ls = shared(W, "Ls", W->tile, &off), *ds = shared(W, "Ds", W->tile, &off);
+
+  KExpr *k0 = ilet(k, body, "k0", cg_kmul(k, kx, ki(k, W->tile)));
+  KExpr *kvbase = head_base(W, body, hy, W->Hkv, W->Sk);
+  KExpr *c = W->row, *key = ilet(k, body, "key", cg_kadd(k, k0, c));
+  load_tile(W, body, kb, kvbase, W->rskv, k0, W->Sk, ks);
+  load_tile(W, body, vb, kvbase, W->rskv, k0, W->Sk, vs);
+  KBuf *dka = cg_klocal(k, "dka", TY_F32, W->cols, KSP_REGISTER), *dva = cg_klocal(k, "dva", TY_F32, W->cols, KSP_REGISTER);
+  zero(k, body, dka, W->cols);
+  zero(k, body, dva, W->cols);
+  int64_t per = W->tile / W->tpr; /* queries a thread scores per tile */
+  KExpr *r0 = ilet(k, body, "r0", cg_kmul(k, W->part, ki(k, per)));
+  KExpr *u0 = ilet(k, body, "u0", cg_kmul(k, W->part, ki(k, W->cols)));
+  /* under causal, queries from the block's first key on: tiles are square */
+  KExpr *i0 = W->causal ? kx : ki(k, 0);
+  KExpr *g, *ii, *r;
+  KBlock *gb = kloop(k, body, "g", ki(k, W->G), KM_SERIAL, &g);
+  KExpr *h = ilet(k, gb, "h", kmad(k, hy, W->G, g));
+  KExpr *qbase = head_base(W, gb, h, W->H, W->Sq);
+  KBlock *ib = kloop(k, gb, "ii", W->causal ? ilet(k, gb, "ni", cg_kidx(k, KI_MAX, cg_kidx(k, KI_SUB, ki(k, qt), i0), ki(k, 0))) : ki(k, qt),
+                     KM_SERIAL, &ii);
+  KExpr *q0 = ilet(k, ib, "q0", cg_kmul(k, cg_kadd(k, i0, ii), ki(k, W->tile)));
+  cg_kbarrier(k, ib);
+  load_tile(W, ib, q, qbase, W->rsq, q0, W->Sq, qs);
+  load_tile(W, ib, dy, qbase, W->rsq, q0, W->Sq, dos);
+  {
+    /* each query row's lse and D (a row past Sq: lse +inf, so P is 0) */
+    KBlock *sb = &cg_kif(k, ib, klt(k, W->tid, ki(k, W->tile)))->body;
+    KExpr *qr = ilet(k, sb, "qr", cg_kadd(k, q0, W->tid));
+    KExpr *in = klt(k, qr, ki(k, W->Sq));
+    KExpr *at = ilet(k, sb, "sa", cg_kmul(k, kmad(k, kmad(k, W->bz, W->H, h), W->Sq, qr), ki(k, 2)));
+    cg_kstore(k, sb, ls, W->tid, cg_ksel(k, in, cg_kload(k, W->st, at), kf32(k, INFINITY)));
+    cg_kstore(k, sb, ds, W->tid, cg_ksel(k, in, cg_kload(k, W->st, cg_kadd(k, at, ki(k, 1))), kf32(k, 0)));
+  }
+  cg_kbarrier(k, ib);
+  KBlock *rb = kloop(k, ib, "r", ki(k, per), KM_SERIAL, &r);
+  KExpr *qrow = ilet(k, rb, "qrow", cg_kadd(k, r0, r));
+  KExpr *s = score(W, rb, dot(W, rb, qs, qrow, ks, c), h, cg_kadd(k, q0, qrow), key);
+  KExpr *p = kv(k, cg_klet(k, rb, "p", TY_F32, cg_kop1(k, OP_EXP, cg_kop2(k, OP_SUB, s, cg_kload(k, ls, qrow)))));
+  KExpr *dpv = dot(W, rb, dos, qrow, vs, c);
+  KExpr *at = ilet(k, rb, "pa", kmad(k, c, W->sld, qrow));
+  cg_kstore(k, rb, ps, at, p);
+  cg_kstore(k, rb, dss, at, cg_kop2(k, OP_MUL, p, cg_kop2(k, OP_SUB, dpv, cg_kload(k, ds, qrow))));
+  cg_kbarrier(k, ib);
+  accumulate(W, ib, dva, ps, c, dos, u0);
+  accumulate(W, ib, dka, dss, c, qs, u0);
+  store_rows(W, body, dka, W->scale, dk, kvbase, W->rskv, key, W->Sk, u0);
+  store_rows(W, body, dva, 1, dv, kvbase, W->rskv, key, W->Sk, u0);
+  cg_launch(W->b, k);
+}
+
+bool cg_lower_attention_grad(CgBuild *b, const Node *n) {
+  Ctx *c = cg_build_ctx(b);
+  const TensorType *qt = &n->in[0]->type, *kt = &n->in[1]->type;
+  Bwd W0 = {.b = b, .n = n}, *W = &W0;
+  W->bshd = strcmp(ir_attr_str(n, "layout"), "bshd") == 0;
+  W->causal = ir_attr_int(n, "causal") != 0;
+  int hx = W->bshd ? 2 : 1, sx = W->bshd ? 1 : 2;
+  W->dt = qt->dtype;
+  W->B = qt->dims[0], W->H = qt->dims[hx], W->Sq = qt->dims[sx], W->d = qt->dims[3];
+  W->Hkv = kt->dims[hx], W->Sk = kt->dims[sx];
+  if (W->dt != TY_F32 && W->dt != TY_F16 && W->dt != TY_BF16) {
+    diag_error(c, n->loc, "codegen does not support attention_grad on %s yet", ir_dtype_name(W->dt));
+    return false;
+  }
+  if (W->d > MAX_D) {
+    diag_error(c, n->loc, "attention_grad: the fused kernels take head dims up to %d, got %" PRId64, MAX_D, W->d);
+    return false;
+  }
+  if (!W->B || !W->H || !W->d) return true; /* every result empty */
+  W->G = W->H / W->Hkv;
+  W->rsq = W->bshd ? W->H * W->d : W->d;
+  W->rskv = W->bshd ? W->Hkv * W->d : W->d;
+  W->scale = ir_attr(n, "scale") ? ir_attr_float(n, "scale") : 1 / sqrt((double)W->d);
+  W->dp = (W->d + 15) / 16 * 16;
+  W->ld = W->dp + 1;
+  W->tile = W->dp <= 128 ? 64 : 32;
+  W->sld = W->tile + 1;
+  W->tpr = 2;
+  while (W->dp / W->tpr > COLS) W->tpr *= 2;
+  W->cols = W->dp / W->tpr;
+  W->threads = W->tile * W->tpr;
+  if (n->n_in > 5) {
+    const TensorType *mt = &n->in[5]->type;
+    int64_t st = 1;
+    for (int i = mt->rank - 1; i >= 0; st *= mt->dims[i], i--) W->ms[4 - mt->rank + i] = mt->dims[i] == 1 ? 0 : st;
+  }
+  int64_t rows = W->B * W->H * W->Sq;
+  W->stats = cg_scratch(b, n, (uint64_t)(rows ? rows : 1) * 2 * 4);
+  if (W->Sq) dq_kernel(W);
+  if (W->Sk) dkdv_kernel(W);
+  return true;
+}

