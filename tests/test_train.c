@@ -437,8 +437,9 @@ END_TEST
 
 /* group_norm's and rms_norm's closed forms, nearest upsampling's block sums. */
 /* Mixed precision (docs/training.md): the batchnorm CNN (convolutions'
- * weight gradients, avgpool's, dropout) in bf16 and f16 and LeNet
- * (maxpool's) in f16, on emu against the f32 interpreter, every output
+ * weight gradients, avgpool's, dropout) and the transformer
+ * (attention_grad's kernels on f16/bf16 operands) in bf16 and f16 and
+ * LeNet (maxpool's) in f16, on emu against the f32 interpreter, every output
  * within 2.5% (bf16) or 1% (f16) of its scale (measured: 1.5% and
  * 0.65%).  LeNet in bf16 parts by up to 14% where a relu's input lies
  * within bf16's rounding of 0 and the two runs pass different units. */
@@ -448,6 +449,7 @@ START_TEST(test_low_precision) {
   ck_assert_int_eq(check_step(step_precision, bn_cnn), 1 + 8 + 4 + 1);
   ck_assert_int_eq(check_step(step_precision, bn_shifted), 1 + 2 + 2);
   if (_i) ck_assert_int_eq(check_step(step_precision, lenet), 1 + 10);
+  ck_assert_int_eq(check_step(step_precision, transformer), 1 + 4 + 4 + 2);
   step_precision = NULL;
   step_rtol = 1e-5;
 }
