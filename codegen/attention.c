@@ -36,6 +36,7 @@
 
 #include "codegen.h"
 #include "kernel.h"
+#include "attn.h"
 #include "kshort.h"
 
 enum {
@@ -83,26 +84,21 @@ typedef struct Attn {
 static int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 static int64_t round_up(int64_t a, int64_t b) { return cdiv(a, b) * b; }
 
-/* Rows [row0, row0 + rows) of one head of q, k or v (its row 0 at
- * element base, rows rstride apart) into shared dst, dp columns a row
- * (those past d, and rows past S, zero): by cp.async when rows are whole
- * chunks, else element by element. */
-static void load_tile(Attn *A, KBlock *blk, KBuf *src, KExpr *base, int64_t rstride, KExpr *row0, int64_t rows,
-                      int64_t S, KBuf *dst, KExpr *dst0) {
-  Kernel *k = A->k;
-  int64_t cpr = A->dp / A->epc, chunks = rows * cpr;
-  bool async = A->d % A->epc == 0;
+void cg_attn_load(const AttnTiles *t, KBlock *blk, KBuf *src, KExpr *base, int64_t rstride, KExpr *row0,
+                  int64_t rows, int64_t S, KBuf *dst, KExpr *dst0) {
+  Kernel *k = t->k;
+  int64_t cpr = t->dp / t->epc, chunks = rows * cpr;
   KExpr *l;
-  KBlock *lb = kloop(k, blk, "l", ki(k, cdiv(chunks, A->threads)), KM_UNROLL, &l);
-  KExpr *e = ilet(k, lb, "e", kmad(k, l, A->threads, A->tid));
-  if (chunks % A->threads) lb = &cg_kif(k, lb, klt(k, e, ki(k, chunks)))->body;
-  KExpr *r = ilet(k, lb, "r", kdiv(k, e, cpr)), *c = ilet(k, lb, "c", cg_kmul(k, kmod(k, e, cpr), ki(k, A->epc)));
+  KBlock *lb = kloop(k, blk, "l", ki(k, cdiv(chunks, t->threads)), KM_UNROLL, &l);
+  KExpr *e = ilet(k, lb, "e", kmad(k, l, t->threads, t->tid));
+  if (chunks % t->threads) lb = &cg_kif(k, lb, klt(k, e, ki(k, chunks)))->body;
+  KExpr *r = ilet(k, lb, "r", kdiv(k, e, cpr)), *c = ilet(k, lb, "c", cg_kmul(k, kmod(k, e, cpr), ki(k, t->epc)));
   KExpr *grow = ilet(k, lb, "gr", cg_kadd(k, row0, r));
-  KExpr *at = cg_kadd(k, dst0, kmad(k, r, A->ld, c));
+  KExpr *at = cg_kadd(k, dst0, kmad(k, r, t->ld, c));
   KExpr *src_at = cg_kadd(k, base, kmad(k, grow, rstride, c));
   KExpr *row_ok = S % rows || !S ? klt(k, grow, ki(k, S)) : NULL;
-  if (async) {
-    KExpr *ok = cg_kand(k, row_ok, A->dp != A->d ? klt(k, c, ki(k, A->d)) : NULL);
+  if (cg_attn_async(t)) {
+    KExpr *ok = cg_kand(k, row_ok, t->dp != t->d ? klt(k, c, ki(k, t->d)) : NULL);
     if (ok) {
       KExpr *okv = kv(k, cg_klet(k, lb, "ok", TY_I32, ok));
       src_at = cg_ksel(k, okv, src_at, ki(k, 0));
@@ -113,11 +109,17 @@ static void load_tile(Attn *A, KBlock *blk, KBuf *src, KExpr *base, int64_t rstr
     return;
   }
   KExpr *u;
-  KBlock *ub = kloop(k, lb, "u", ki(k, A->epc), KM_UNROLL, &u);
+  KBlock *ub = kloop(k, lb, "u", ki(k, t->epc), KM_UNROLL, &u);
   KExpr *col = ilet(k, ub, "col", cg_kadd(k, c, u));
-  KExpr *ok = cg_kand(k, row_ok, klt(k, col, ki(k, A->d)));
+  KExpr *ok = cg_kand(k, row_ok, klt(k, col, ki(k, t->d)));
   KExpr *x = cg_kload(k, src, cg_kadd(k, src_at, u));
-  cg_kstore(k, ub, dst, cg_kadd(k, at, u), cg_ksel(k, ok, x, cg_kimm(k, 0, A->dt)));
+  cg_kstore(k, ub, dst, cg_kadd(k, at, u), cg_ksel(k, ok, x, cg_kimm(k, 0, t->dt)));
+}
+
+static void load_tile(Attn *A, KBlock *blk, KBuf *src, KExpr *base, int64_t rstride, KExpr *row0, int64_t rows,
+                      int64_t S, KBuf *dst, KExpr *dst0) {
+  AttnTiles t = {A->k, A->dt, A->d, A->dp, A->ld, A->threads, A->epc, A->tid};
+  cg_attn_load(&t, blk, src, base, rstride, row0, rows, S, dst, dst0);
 }
 
 /* Element (row, col) of stage st of the K or V tiles. */
@@ -126,30 +128,33 @@ static KExpr *kv_at(Attn *A, KExpr *st, KExpr *row, KExpr *col) {
   return cg_kadd(k, cg_kmul(k, st, ki(k, A->bn * A->ld)), kmad(k, row, A->ld, col));
 }
 
-/* S = Q K^T of stage st into sacc, on the tensor cores: warp w takes
- * query rows 16w .. 16w + 15 and every key; per 16 of d, A from Q
- * (ldmatrix.x4 of rows lane % 16 at column 8 (lane / 16)) and two blocks
- * of 8 keys of B from K (rows 8 (lane / 16) + lane % 8 at column
- * 8 ((lane / 8) % 2)): docs/tensorcores.md's fragment layouts. */
-static void scores_tc(Attn *A, KBlock *blk, KExpr *st) {
-  Kernel *k = A->k;
-  int64_t nb = A->bn / 8;
-  KBuf *acc = A->sacc;
-  KBuf *af = cg_kfrag(k, "qf", 4), *bf = cg_kfrag(k, "kf", 4);
+void cg_attn_mma_abt(Kernel *k, KBlock *blk, KTcKind kind, KExpr *lane, KBuf *acc, int64_t nb, KBuf *a, KExpr *a0,
+                     int64_t lda, KBuf *b, KExpr *b0, int64_t ldb, int64_t kdim) {
+  /* per 16 of kdim, A by ldmatrix.x4 of rows lane % 16 at column
+   * 8 (lane / 16), and two blocks of 8 rows of B by another (rows
+   * 8 (lane / 16) + lane % 8 at column 8 ((lane / 8) % 2)) */
+  KBuf *af = cg_kfrag(k, "af", 4), *bf = cg_kfrag(k, "bf", 4);
   KExpr *z, *ks, *nj;
   KBlock *zb = kloop(k, blk, "z", ki(k, nb * 4), KM_UNROLL, &z);
   cg_kstore(k, zb, acc, z, kf32(k, 0));
-  KBlock *kb = kloop(k, blk, "ks", ki(k, A->dp / 16), KM_SERIAL, &ks);
-  KExpr *arow = cg_kadd(k, cg_kmul(k, A->warp, ki(k, 16)), kmod(k, A->lane, 16));
-  KExpr *acol = cg_kadd(k, cg_kmul(k, ks, ki(k, 16)), cg_kmul(k, kdiv(k, A->lane, 16), ki(k, 8)));
-  cg_kldmatrix(k, kb, af, ki(k, 0), 4, false, A->qs, kmad(k, arow, A->ld, acol));
+  KBlock *kb = kloop(k, blk, "ks", ki(k, kdim / 16), KM_SERIAL, &ks);
+  KExpr *acol = cg_kadd(k, cg_kmul(k, ks, ki(k, 16)), cg_kmul(k, kdiv(k, lane, 16), ki(k, 8)));
+  cg_kldmatrix(k, kb, af, ki(k, 0), 4, false, a, cg_kadd(k, a0, kmad(k, kmod(k, lane, 16), lda, acol)));
   KBlock *nbk = kloop(k, kb, "nj", ki(k, nb / 2), KM_UNROLL, &nj);
   KExpr *brow = cg_kadd(k, cg_kmul(k, nj, ki(k, 16)),
-                        cg_kadd(k, cg_kmul(k, kdiv(k, A->lane, 16), ki(k, 8)), kmod(k, A->lane, 8)));
-  KExpr *bcol = cg_kadd(k, cg_kmul(k, ks, ki(k, 16)), cg_kmul(k, kmod(k, kdiv(k, A->lane, 8), 2), ki(k, 8)));
-  cg_kldmatrix(k, nbk, bf, ki(k, 0), 4, false, A->ks, kv_at(A, st, brow, bcol));
-  cg_kmma(k, nbk, A->kind, acc, cg_kmul(k, nj, ki(k, 8)), af, ki(k, 0), bf, ki(k, 0));
-  cg_kmma(k, nbk, A->kind, acc, cg_kadd(k, cg_kmul(k, nj, ki(k, 8)), ki(k, 4)), af, ki(k, 0), bf, ki(k, 2));
+                        cg_kadd(k, cg_kmul(k, kdiv(k, lane, 16), ki(k, 8)), kmod(k, lane, 8)));
+  KExpr *bcol = cg_kadd(k, cg_kmul(k, ks, ki(k, 16)), cg_kmul(k, kmod(k, kdiv(k, lane, 8), 2), ki(k, 8)));
+  cg_kldmatrix(k, nbk, bf, ki(k, 0), 4, false, b, cg_kadd(k, b0, kmad(k, brow, ldb, bcol)));
+  cg_kmma(k, nbk, kind, acc, cg_kmul(k, nj, ki(k, 8)), af, ki(k, 0), bf, ki(k, 0));
+  cg_kmma(k, nbk, kind, acc, cg_kadd(k, cg_kmul(k, nj, ki(k, 8)), ki(k, 4)), af, ki(k, 0), bf, ki(k, 2));
+}
+
+/* S = Q K^T of stage st into sacc: warp w takes query rows 16w ..
+ * 16w + 15 and every key. */
+static void scores_tc(Attn *A, KBlock *blk, KExpr *st) {
+  Kernel *k = A->k;
+  cg_attn_mma_abt(k, blk, A->kind, A->lane, A->sacc, A->bn / 8, A->qs, cg_kmul(k, A->warp, ki(k, 16 * A->ld)), A->ld,
+                  A->ks, cg_kmul(k, st, ki(k, A->bn * A->ld)), A->ld, A->dp);
 }
 
 /* The same on FMA: thread t takes row t % bm and half t / bm of the keys. */
@@ -236,10 +241,7 @@ static void softmax_tile(Attn *A, KBlock *blk, KExpr *j, KVar *m, KVar *l) {
   cg_kset(k, rb, m, mn);
 }
 
-/* x combined with its value in the other three lanes of its quad (the
- * four lanes holding one row of an m16n8 accumulator): two shuffles. */
-static KExpr *quad_reduce(Attn *A, KBlock *blk, KExpr *x, OpKind op) {
-  Kernel *k = A->k;
+KExpr *cg_attn_quad(Kernel *k, KBlock *blk, KExpr *x, OpKind op) {
   for (int sh = 1; sh <= 2; sh *= 2) {
     KExpr *other = cg_kshfl_xor(k, x, sh, 4);
     KExpr *y = kv(k, cg_klet(k, blk, "sh", TY_F32, other));
@@ -252,7 +254,7 @@ static KExpr *quad_reduce(Attn *A, KBlock *blk, KExpr *x, OpKind op) {
  * where scores_tc left S: lane (g, t) of warp w holds rows 16w + g (h
  * 0) and 16w + g + 8 (h 1), columns 8 ni + 2 t and the next of each
  * block ni of 8 keys, in sacc[4 ni + 2 h ..].  Per row the lane's max,
- * then the quad's (quad_reduce); m_new, alpha and P = exp(S - m_new) as
+ * then the quad's (cg_attn_quad); m_new, alpha and P = exp(S - m_new) as
  * on FMA, P back into sacc, O's rows times alpha.  mr and lr hold the
  * rows' m and the lane's part of l (its columns' P only: summed over
  * the quad once, after the last tile). */
@@ -271,7 +273,7 @@ static void softmax_tc(Attn *A, KBlock *blk, KExpr *j, KBuf *mr, KBuf *lr, KBuf 
   cg_kstore(k, cb, A->sacc, slot, sv);
   /* maxima that skip a NaN score: its P is NaN, and so the row */
   cg_kset(k, cb, mt, cg_kfmax(k, kv(k, mt), sv));
-  KExpr *mrow = quad_reduce(A, hb, kv(k, mt), OP_MAXIMUM);
+  KExpr *mrow = cg_attn_quad(k, hb, kv(k, mt), OP_MAXIMUM);
   KExpr *mold = kv(k, cg_klet(k, hb, "mo", TY_F32, cg_kload(k, mr, h)));
   KExpr *mn = kv(k, cg_klet(k, hb, "mn", TY_F32, cg_kfmax(k, mold, mrow)));
   KExpr *base = exp_base(k, hb, mn);
@@ -292,30 +294,37 @@ static void softmax_tc(Attn *A, KBlock *blk, KExpr *j, KBuf *mr, KBuf *lr, KBuf 
   cg_kstore(k, eb, oacc, oa, cg_kop2(k, OP_MUL, cg_kload(k, oacc, oa), av));
 }
 
-/* O += P V on the tensor cores (softmax_tc scaled O by alpha): warp w's
- * rows of O are its 16 rows of P.  A is P packed from the accumulators
- * as they are: the m16n8 layouts of key blocks 2 ks and 2 ks + 1 side by
- * side are the m16k16 A layout of keys 16 ks .. 16 ks + 15 (a0 a1 <-
- * c0 c1 of the first, a2 a3 <- its c2 c3, a4 .. a7 the same of the
- * second; docs/tensorcores.md).  B from V by ldmatrix.x4.trans (keys
- * are V's rows: matrices keys 0-7 and 8-15 of d columns 0-7, then of
- * 8-15), two blocks of 8 columns of O each. */
-static void pv_tc(Attn *A, KBlock *blk, KExpr *st, KBuf *oacc) {
-  Kernel *k = A->k;
+void cg_attn_mma_pb(Kernel *k, KBlock *blk, KTcKind kind, KExpr *lane, KBuf *acc, int64_t ncols, KBuf *pacc,
+                    int64_t kdim, KBuf *b, KExpr *b0, int64_t ldb) {
+  /* A is P packed from the accumulators as they are: the m16n8 layouts
+   * of blocks 2 ks and 2 ks + 1 side by side are the m16k16 A layout
+   * of columns 16 ks .. 16 ks + 15 (a0 a1 <- c0 c1 of the first, a2 a3
+   * <- its c2 c3, a4 .. a7 the same of the second; docs/tensorcores.md).
+   * B by ldmatrix.x4.trans (B's rows are the k dimension: matrices rows
+   * 0-7 and 8-15 of columns 0-7, then of 8-15), two blocks of 8
+   * columns of acc each. */
   KBuf *pf = cg_kfrag(k, "pf", 4), *vf = cg_kfrag(k, "vf", 4);
   KExpr *ks, *nj, *r;
-  KBlock *kb = kloop(k, blk, "ks", ki(k, A->bn / 16), KM_UNROLL, &ks);
+  KBlock *kb = kloop(k, blk, "ks", ki(k, kdim / 16), KM_UNROLL, &ks);
   KBlock *rb = kloop(k, kb, "r", ki(k, 4), KM_UNROLL, &r);
   /* register r: block 2 ks + r / 2, elements 2 (r % 2) and the next */
   KExpr *at = ilet(k, rb, "pa", kmad(k, ks, 8, kmad(k, kdiv(k, r, 2), 4, cg_kmul(k, kmod(k, r, 2), ki(k, 2)))));
-  cg_kpack(k, rb, A->kind, pf, r, cg_kload(k, A->sacc, at), cg_kload(k, A->sacc, cg_kadd(k, at, ki(k, 1))));
-  KBlock *nb = kloop(k, kb, "nj", ki(k, A->dp / 16), KM_UNROLL, &nj);
+  cg_kpack(k, rb, kind, pf, r, cg_kload(k, pacc, at), cg_kload(k, pacc, cg_kadd(k, at, ki(k, 1))));
+  KBlock *nb = kloop(k, kb, "nj", ki(k, ncols / 16), KM_UNROLL, &nj);
   KExpr *vrow = cg_kadd(k, cg_kmul(k, ks, ki(k, 16)),
-                        cg_kadd(k, kmod(k, A->lane, 8), cg_kmul(k, kmod(k, kdiv(k, A->lane, 8), 2), ki(k, 8))));
-  KExpr *vcol = cg_kadd(k, cg_kmul(k, nj, ki(k, 16)), cg_kmul(k, kdiv(k, A->lane, 16), ki(k, 8)));
-  cg_kldmatrix(k, nb, vf, ki(k, 0), 4, true, A->vs, kv_at(A, st, vrow, vcol));
-  cg_kmma(k, nb, A->kind, oacc, cg_kmul(k, nj, ki(k, 8)), pf, ki(k, 0), vf, ki(k, 0));
-  cg_kmma(k, nb, A->kind, oacc, cg_kadd(k, cg_kmul(k, nj, ki(k, 8)), ki(k, 4)), pf, ki(k, 0), vf, ki(k, 2));
+                        cg_kadd(k, kmod(k, lane, 8), cg_kmul(k, kmod(k, kdiv(k, lane, 8), 2), ki(k, 8))));
+  KExpr *vcol = cg_kadd(k, cg_kmul(k, nj, ki(k, 16)), cg_kmul(k, kdiv(k, lane, 16), ki(k, 8)));
+  cg_kldmatrix(k, nb, vf, ki(k, 0), 4, true, b, cg_kadd(k, b0, kmad(k, vrow, ldb, vcol)));
+  cg_kmma(k, nb, kind, acc, cg_kmul(k, nj, ki(k, 8)), pf, ki(k, 0), vf, ki(k, 0));
+  cg_kmma(k, nb, kind, acc, cg_kadd(k, cg_kmul(k, nj, ki(k, 8)), ki(k, 4)), pf, ki(k, 0), vf, ki(k, 2));
+}
+
+/* O += P V (softmax_tc scaled O by alpha): warp w's rows of O are its
+ * 16 rows of P. */
+static void pv_tc(Attn *A, KBlock *blk, KExpr *st, KBuf *oacc) {
+  Kernel *k = A->k;
+  cg_attn_mma_pb(k, blk, A->kind, A->lane, oacc, A->dp, A->sacc, A->bn, A->vs, cg_kmul(k, st, ki(k, A->bn * A->ld)),
+                 A->ld);
 }
 
 /* The same on FMA: thread t takes row t % bm and half t / bm of O's
@@ -609,7 +618,7 @@ bool cg_lower_attention(CgBuild *b, const Node *n) {
     KBuf *inv = cg_klocal(k, "inv", TY_F32, 2, KSP_REGISTER);
     KExpr *h;
     KBlock *hb = kloop(k, body, "h", ki(k, 2), KM_UNROLL, &h);
-    KExpr *lsum = quad_reduce(A, hb, kv(k, cg_klet(k, hb, "lt", TY_F32, cg_kload(k, lr, h))), OP_ADD);
+    KExpr *lsum = cg_attn_quad(k, hb, kv(k, cg_klet(k, hb, "lt", TY_F32, cg_kload(k, lr, h))), OP_ADD);
     if (A->splits > 1) {
       cg_kstore(k, hb, inv, h, kf32(k, 1));
       KExpr *qi = ilet(k, hb, "qi", cg_kadd(k, A->q0, kmad(k, A->warp, 16, kmad(k, h, 8, kdiv(k, A->lane, 4)))));

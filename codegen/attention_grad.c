@@ -22,22 +22,37 @@
  * keeps the sums in one order (the same bits every run) at the price of
  * recomputing S and dP once more (ir/cost.c counts what is computed).
  *
- * Every dtype computes in f32 on FMA: the tiles are converted to f32 in
- * shared memory as they load, with an odd row stride so that a warp
- * walking 32 rows (one each) hits 32 banks.  A thread owns one row of
- * its block's tile and `tpr` threads share it: in the dot-product phase
- * each takes 1/tpr of the other side's rows, in the accumulation phase
- * 1/tpr of the columns (at most COLS accumulators of each kind). */
+ * f16 and bf16 up to d = 128 take the tensor cores (dq_kernel_tc,
+ * dkdv_kernel_tc), FlashAttention-2's structure: a warp owns 16 rows of
+ * the block's 64 and every product of them is mma.sync m16n8k16 with
+ * f32 accumulators (codegen/attn.h's two shapes: A B^T from shared
+ * memory, and P B with P the accumulators of the one before, rounded to
+ * f16/bf16 in registers), so no barrier sits within a tile: dq's walk
+ * computes S = Q K^T and dP = dy V^T, dS in their accumulators, dq +=
+ * dS K; the dk/dv walk computes S^T = K Q^T and dP^T = V dy^T, so that
+ * P^T and dS^T are already A operands for dv += P^T dy and dk += dS^T
+ * q.  Scores are in base-2 units there (exp2, as the forward's).
+ *
+ * f32 (and d past 128, where the accumulators would spill) computes on
+ * FMA: the tiles are converted to f32 in shared memory as they load,
+ * with an odd row stride so that a warp walking 32 rows (one each) hits
+ * 32 banks.  A thread owns one row of its block's tile and `tpr`
+ * threads share it: in the dot-product phase each takes 1/tpr of the
+ * other side's rows, in the accumulation phase 1/tpr of the columns (at
+ * most COLS accumulators of each kind). */
 #include <inttypes.h>
 #include <math.h>
 #include <string.h>
 
 #include "codegen.h"
+#include "attn.h"
 #include "kernel.h"
 #include "kshort.h"
 
 enum {
   MAX_D = 256, /* as the forward's */
+  BM = 64,     /* the tensor cores: the block's own rows, 16 a warp */
+  MAX_TC_D = 128, /* past it, the tensor cores' accumulators spill: FMA */
   COLS = 32,   /* accumulators of each kind a thread at most */
 };
 
@@ -54,6 +69,14 @@ typedef struct Bwd {
   int64_t threads, sld;
   int64_t ms[4]; /* the mask's strides over [B, H, Sq, Sk] */
   double scale;
+  /* the tensor cores (f16, bf16 up to d = 128): the block's own tile of
+   * 64 rows, a warp per 16, the other side's tiles bn rows; tiles in
+   * dt, rows ld = dp + a chunk apart; scores in base-2 units (exp2) */
+  bool tc;
+  KTcKind kind;
+  int64_t bn;           /* the other side's tile rows in the kernel being built */
+  int64_t qtile, ktile; /* rows of its query and key tiles */
+  KExpr *lane, *warp;
   RtRef stats;   /* per query row (b, h, i): lse and D, f32 */
   KBuf *mask, *st;
   KExpr *tid, *row, *part, *bz;
@@ -104,12 +127,14 @@ static KExpr *dot(Bwd *W, KBlock *blk, KBuf *A, KExpr *a, KBuf *B, KExpr *b) {
 
 /* The score of query qi (of head h) and key from their dot product x:
  * times scale, plus an additive mask; -inf where a bool mask, causality
- * or either bound leaves it out (the forward's masked_score, in base e). */
+ * or either bound leaves it out (the forward's masked_score: in base-2
+ * units on the tensor cores, base e on FMA). */
 static KExpr *score(Bwd *W, KBlock *blk, KExpr *x, KExpr *h, KExpr *qi, KExpr *key) {
   Kernel *k = W->k;
-  KExpr *s = cg_kop2(k, OP_MUL, x, kf32(k, (float)W->scale));
-  KExpr *ok = cg_kand(k, W->Sk % W->tile ? klt(k, key, ki(k, W->Sk)) : NULL,
-                      W->Sq % W->tile ? klt(k, qi, ki(k, W->Sq)) : NULL);
+  double unit = W->tc ? M_LOG2E : 1;
+  KExpr *s = cg_kop2(k, OP_MUL, x, kf32(k, (float)(W->scale * unit)));
+  KExpr *ok = cg_kand(k, W->Sk % W->ktile ? klt(k, key, ki(k, W->Sk)) : NULL,
+                      W->Sq % W->qtile ? klt(k, qi, ki(k, W->Sq)) : NULL);
   if (W->causal) ok = cg_kand(k, ok, cg_kcmp(k, KC_LE, key, qi));
   if (W->mask) {
     KExpr *in = cg_kand(k, klt(k, qi, ki(k, W->Sq)), klt(k, key, ki(k, W->Sk)));
@@ -119,7 +144,7 @@ static KExpr *score(Bwd *W, KBlock *blk, KExpr *x, KExpr *h, KExpr *qi, KExpr *k
     if (W->mask->dtype == TY_BOOL)
       ok = cg_kand(k, ok, cg_kcmp(k, KC_NE, kv(k, cg_klet(k, blk, "mk", TY_F32, mv)), kf32(k, 0)));
     else
-      s = cg_kop2(k, OP_ADD, s, mv);
+      s = cg_kop2(k, OP_ADD, s, W->tc ? cg_kop2(k, OP_MUL, mv, kf32(k, (float)unit)) : mv);
   }
   return kv(k, cg_klet(k, blk, "s", TY_F32, ok ? cg_ksel(k, ok, s, kf32(k, -INFINITY)) : s));
 }
@@ -129,16 +154,22 @@ static KExpr *score(Bwd *W, KBlock *blk, KExpr *x, KExpr *h, KExpr *qi, KExpr *k
 static KBlock *new_kernel(Bwd *W, const char *hint, const char *what, int64_t tiles, int64_t heads, KExpr **tx,
                           KExpr **hy) {
   Ctx *c = cg_build_ctx(W->b);
-  Kernel *k = W->k = cg_kernel_new(c, W->n, hint, arena_printf(&c->arena, "%s, fma f32, %" PRId64 "-row tiles, d %" PRId64,
-                                                               what, W->tile, W->d));
+  const char *how = W->tc ? arena_printf(&c->arena, "mma %s, 64x%" PRId64 " tiles", W->kind == KTC_F16 ? "f16" : "bf16", W->bn)
+                          : arena_printf(&c->arena, "fma f32, %" PRId64 "-row tiles", W->tile);
+  Kernel *k = W->k = cg_kernel_new(c, W->n, hint, arena_printf(&c->arena, "%s, %s, d %" PRId64, what, how, W->d));
   KExpr *t;
   KBlock *body = kloop(k, &k->body, "tx", ki(k, tiles), KM_GRID_X, tx);
   body = kloop(k, body, "hy", ki(k, heads), KM_GRID_Y, hy);
   body = kloop(k, body, "bz", ki(k, W->B), KM_GRID_Z, &W->bz);
   body = kloop(k, body, "t", ki(k, W->threads), KM_BLOCK_X, &t);
   W->tid = t;
-  W->row = ilet(k, body, "rw", kmod(k, t, W->tile));
-  W->part = ilet(k, body, "pt", kdiv(k, t, W->tile));
+  if (W->tc) {
+    W->lane = ilet(k, body, "lane", kmod(k, t, 32));
+    W->warp = ilet(k, body, "warp", kdiv(k, t, 32));
+  } else {
+    W->row = ilet(k, body, "rw", kmod(k, t, W->tile));
+    W->part = ilet(k, body, "pt", kdiv(k, t, W->tile));
+  }
   k->grid[0] = (uint32_t)(tiles < INT32_MAX ? tiles : INT32_MAX);
   k->grid[1] = (uint32_t)(heads < 65535 ? heads : 65535);
   k->grid[2] = (uint32_t)(W->B < 65535 ? W->B : 65535);
@@ -189,6 +220,7 @@ static void zero(Kernel *k, KBlock *blk, KBuf *acc, int64_t n) {
 
 static void dq_kernel(Bwd *W) {
   const Node *n = W->n;
+  W->qtile = W->ktile = W->tile;
   int64_t qt = cdiv(W->Sq, W->tile), kt = cdiv(W->Sk, W->tile), rows = W->B * W->H * W->Sq;
   KExpr *qx, *hy;
   KBlock *body = new_kernel(W, "attention_grad_dq", "attention backward dq", qt, W->H, &qx, &hy);
@@ -295,6 +327,7 @@ static void dq_kernel(Bwd *W) {
 
 static void dkdv_kernel(Bwd *W) {
   const Node *n = W->n;
+  W->qtile = W->ktile = W->tile;
   int64_t qt = cdiv(W->Sq, W->tile), kt = cdiv(W->Sk, W->tile), rows = W->B * W->H * W->Sq;
   KExpr *kx, *hy;
   KBlock *body = new_kernel(W, "attention_grad_dkdv", "attention backward dk dv", kt, W->Hkv, &kx, &hy);
@@ -359,6 +392,272 @@ static void dkdv_kernel(Bwd *W) {
   cg_launch(W->b, k);
 }
 
+/* ---- the tensor cores ---- */
+
+static AttnTiles tiles_of(Bwd *W) {
+  return (AttnTiles){W->k, W->dt, W->d, W->dp, W->ld, W->threads, (int)(16 / ir_dtype_size(W->dt)), W->tid};
+}
+
+/* rows of a head into shared dst (in dt) */
+static void load_tc(Bwd *W, KBlock *blk, KBuf *src, KExpr *base, int64_t rstride, KExpr *row0, int64_t rows,
+                    int64_t S, KBuf *dst) {
+  AttnTiles t = tiles_of(W);
+  cg_attn_load(&t, blk, src, base, rstride, row0, rows, S, dst, ki(W->k, 0));
+}
+
+/* the loads issued so far landed, for every thread */
+static void loads_done(Bwd *W, KBlock *blk) {
+  AttnTiles t = tiles_of(W);
+  if (cg_attn_async(&t)) {
+    cg_kcp_commit(W->k, blk);
+    cg_kcp_wait(W->k, blk, 0);
+  }
+  cg_kbarrier(W->k, blk);
+}
+
+/* rows tiles of dt in shared memory from *off */
+static KBuf *shared_dt(Bwd *W, const char *stem, int64_t rows, uint32_t *off) {
+  KBuf *s = cg_kdynshared(W->k, stem, W->dt, rows * W->ld, *off);
+  *off += (uint32_t)((rows * W->ld * ir_dtype_size(W->dt) + 15) / 16 * 16);
+  return s;
+}
+
+/* The m16n8 accumulators of a warp's 16 rows (the first row0): lane
+ * (g, t) holds rows row0 + g (h 0) and row0 + g + 8 (h 1); of block c /
+ * 2 of 8 columns, columns 2t and 2t + 1 (c % 2), at slot 4 (c / 2) +
+ * 2h + c % 2.  rows_of is the loop over h (its body), cols_of the loop
+ * over c within it. */
+static KBlock *rows_of(Bwd *W, KBlock *blk, KExpr *row0, KExpr **h, KExpr **row) {
+  Kernel *k = W->k;
+  KBlock *hb = kloop(k, blk, "h", ki(k, 2), KM_UNROLL, h);
+  *row = ilet(k, hb, "ar", cg_kadd(k, row0, kmad(k, *h, 8, kdiv(k, W->lane, 4))));
+  return hb;
+}
+
+static KBlock *cols_of(Bwd *W, KBlock *hb, KExpr *h, int64_t nb, KExpr **slot, KExpr **col) {
+  Kernel *k = W->k;
+  KExpr *c;
+  KBlock *cb = kloop(k, hb, "c", ki(k, nb * 2), KM_UNROLL, &c);
+  *slot = ilet(k, cb, "sl", kmad(k, kdiv(k, c, 2), 4, kmad(k, h, 2, kmod(k, c, 2))));
+  *col = ilet(k, cb, "ac", kmad(k, kdiv(k, c, 2), 8, kmad(k, kmod(k, W->lane, 4), 2, kmod(k, c, 2))));
+  return cb;
+}
+
+/* acc (dp / 8 blocks, the warp's rows from row0, S of them) times w to
+ * dst's head at base */
+static void store_acc(Bwd *W, KBlock *blk, KBuf *acc, double w, KBuf *dst, KExpr *base, int64_t rstride, KExpr *row0,
+                      int64_t S) {
+  Kernel *k = W->k;
+  KExpr *h, *row, *slot, *col;
+  KBlock *hb = rows_of(W, blk, row0, &h, &row);
+  KBlock *cb = cols_of(W, hb, h, W->dp / 8, &slot, &col);
+  KExpr *ok = cg_kand(k, klt(k, row, ki(k, S)), W->dp != W->d ? klt(k, col, ki(k, W->d)) : NULL);
+  KBlock *at = &cg_kif(k, cb, ok)->body;
+  KExpr *y = cg_kload(k, acc, slot);
+  if (w != 1) y = cg_kop2(k, OP_MUL, y, kf32(k, (float)w));
+  cg_kstore(k, at, dst, cg_kadd(k, base, kmad(k, row, rstride, col)), cg_kcast(k, y, dst->dtype));
+}
+
+/* D = rowsum(dy * out) for a tile's rows (q0 the first) into shared
+ * ds: a thread a row, dy from the shared tile dos, out from memory. */
+static void row_dots(Bwd *W, KBlock *blk, KBuf *dos, KBuf *o, KExpr *qbase, KExpr *q0, int64_t rows, KBuf *ds) {
+  Kernel *k = W->k;
+  KBlock *own = &cg_kif(k, blk, klt(k, W->tid, ki(k, rows)))->body;
+  KExpr *qi = ilet(k, own, "qi", cg_kadd(k, q0, W->tid));
+  KVar *acc = cg_kvar(k, "D", TY_F32), *iv = cg_kvar(k, "c", KT_INDEX);
+  KStmt *red = cg_kreduce(k, own, acc, kf32(k, 0), OP_ADD, iv, ki(k, W->d));
+  KExpr *ok = W->Sq % rows ? klt(k, qi, ki(k, W->Sq)) : NULL;
+  KExpr *ov = cg_kcast(k, cg_kload(k, o, cg_kadd(k, qbase, kmad(k, qi, W->rsq, kv(k, iv)))), TY_F32);
+  KExpr *dv = cg_kcast(k, cg_kload(k, dos, kmad(k, W->tid, W->ld, kv(k, iv))), TY_F32);
+  red->value = cg_kop2(k, OP_MUL, dv, ok ? cg_ksel(k, ok, ov, kf32(k, 0)) : ov);
+  cg_kstore(k, own, ds, W->tid, kv(k, acc));
+}
+
+static void zero_regs(Kernel *k, KBlock *blk, KBuf *acc, int64_t n, double v) {
+  KExpr *z;
+  KBlock *zb = kloop(k, blk, "z", ki(k, n), KM_UNROLL, &z);
+  cg_kstore(k, zb, acc, z, kf32(k, v));
+}
+
+/* dq on the tensor cores: warp w owns query rows q0 + 16w .. + 15, and
+ * their statistics in its lanes' registers (the forward's softmax_tc:
+ * each row's max over its quad, the lane's part of the sum). */
+static void dq_kernel_tc(Bwd *W) {
+  const Node *n = W->n;
+  W->bn = W->dp <= 64 ? 64 : 32;
+  W->qtile = BM, W->ktile = W->bn;
+  int64_t qt = cdiv(W->Sq, BM), kt = cdiv(W->Sk, W->bn), rows = W->B * W->H * W->Sq, nb = W->bn / 8;
+  KExpr *qx, *hy;
+  KBlock *body = new_kernel(W, "attention_grad_dq", "attention backward dq", qt, W->H, &qx, &hy);
+  Kernel *k = W->k;
+  KBuf *q = operand(W, n->in[0], "q"), *kb = operand(W, n->in[1], "k"), *vb = operand(W, n->in[2], "v");
+  KBuf *o = operand(W, n->in[3], "out"), *dy = operand(W, n->in[4], "dy");
+  KBuf *dq = operand(W, &n->out[0], "dq");
+  W->mask = n->n_in > 5 ? operand(W, n->in[5], "mask") : NULL;
+  W->st = cg_kglobal(k, "stats", TY_F32, rows * 2, W->stats);
+  uint32_t off = 0;
+  KBuf *qs = shared_dt(W, "Qs", BM, &off), *dos = shared_dt(W, "dOs", BM, &off);
+  KBuf *ks = shared_dt(W, "Ks", W->bn, &off), *vs = shared_dt(W, "Vs", W->bn, &off);
+  KBuf *ds = shared(W, "Ds", BM, &off);
+
+  KExpr *q0 = ilet(k, body, "q0", cg_kmul(k, qx, ki(k, BM)));
+  KExpr *qbase = head_base(W, body, hy, W->H, W->Sq);
+  KExpr *kvbase = head_base(W, body, kdiv(k, hy, W->G), W->Hkv, W->Sk);
+  KExpr *wrow = ilet(k, body, "wr", kmad(k, W->warp, 16, q0)); /* the warp's first query row */
+  KExpr *a0 = ilet(k, body, "a0", cg_kmul(k, W->warp, ki(k, 16 * W->ld)));
+  load_tc(W, body, q, qbase, W->rsq, q0, BM, W->Sq, qs);
+  load_tc(W, body, dy, qbase, W->rsq, q0, BM, W->Sq, dos);
+  loads_done(W, body);
+  row_dots(W, body, dos, o, qbase, q0, BM, ds);
+  cg_kbarrier(k, body);
+  KExpr *ntile = ki(k, kt);
+  if (W->causal) /* the key tiles up to the block's last query row */
+    ntile = ilet(k, body, "nt", cg_kidx(k, KI_MIN, cg_kadd(k, kdiv(k, cg_kadd(k, q0, ki(k, BM - 1)), W->bn), ki(k, 1)),
+                                        ki(k, kt)));
+  KBuf *sacc = cg_klocal(k, "sacc", TY_F32, nb * 4, KSP_REGISTER);
+  KBuf *mr = cg_klocal(k, "mr", TY_F32, 2, KSP_REGISTER), *lr = cg_klocal(k, "lr", TY_F32, 2, KSP_REGISTER);
+  zero_regs(k, body, mr, 2, -INFINITY);
+  zero_regs(k, body, lr, 2, 0);
+
+  /* the first walk */
+  KExpr *j, *h, *row, *slot, *col;
+  KBlock *lb = kloop(k, body, "j", ntile, KM_SERIAL, &j);
+  KExpr *k0 = ilet(k, lb, "k0", cg_kmul(k, j, ki(k, W->bn)));
+  cg_kbarrier(k, lb);
+  load_tc(W, lb, kb, kvbase, W->rskv, k0, W->bn, W->Sk, ks);
+  loads_done(W, lb);
+  cg_attn_mma_abt(k, lb, W->kind, W->lane, sacc, nb, qs, a0, W->ld, ks, ki(k, 0), W->ld, W->dp);
+  KBlock *hb = rows_of(W, lb, wrow, &h, &row);
+  KVar *mt = cg_klet(k, hb, "mt", TY_F32, kf32(k, -INFINITY));
+  KBlock *cb = cols_of(W, hb, h, nb, &slot, &col);
+  KExpr *sv = score(W, cb, cg_kload(k, sacc, slot), hy, row, cg_kadd(k, k0, col));
+  cg_kstore(k, cb, sacc, slot, sv);
+  cg_kset(k, cb, mt, cg_kfmax(k, kv(k, mt), sv)); /* NaN skipped: its P makes the row NaN */
+  KExpr *mold = kv(k, cg_klet(k, hb, "mo", TY_F32, cg_kload(k, mr, h)));
+  KExpr *mn = kv(k, cg_klet(k, hb, "mn", TY_F32, cg_kfmax(k, mold, cg_attn_quad(k, hb, kv(k, mt), OP_MAXIMUM))));
+  KExpr *base = kv(k, cg_klet(k, hb, "mb", TY_F32, cg_ksel(k, cg_kcmp(k, KC_EQ, mn, kf32(k, -INFINITY)), kf32(k, 0), mn)));
+  KVar *sum = cg_klet(k, hb, "sum", TY_F32, kf32(k, 0));
+  cb = cols_of(W, hb, h, nb, &slot, &col);
+  cg_kset(k, cb, sum, cg_kop2(k, OP_ADD, kv(k, sum), cg_kexp2(k, cg_kop2(k, OP_SUB, cg_kload(k, sacc, slot), base))));
+  KExpr *alpha = cg_kexp2(k, cg_kop2(k, OP_SUB, mold, base));
+  cg_kstore(k, hb, lr, h, cg_kop2(k, OP_ADD, cg_kop2(k, OP_MUL, cg_kload(k, lr, h), alpha), kv(k, sum)));
+  cg_kstore(k, hb, mr, h, mn);
+
+  /* lse in base-2 units (+inf for a row with no key left), to the
+   * lanes' registers and, with D, to the scratch (lane t = 0 of the quad) */
+  KBuf *lse = cg_klocal(k, "lse", TY_F32, 2, KSP_REGISTER);
+  hb = rows_of(W, body, wrow, &h, &row);
+  KExpr *lsum = cg_attn_quad(k, hb, kv(k, cg_klet(k, hb, "lt", TY_F32, cg_kload(k, lr, h))), OP_ADD);
+  KExpr *log2l = cg_kop2(k, OP_MUL, cg_kop1(k, OP_LOG, lsum), kf32(k, (float)M_LOG2E));
+  KExpr *lv = kv(k, cg_klet(k, hb, "lv", TY_F32, cg_ksel(k, cg_kcmp(k, KC_EQ, lsum, kf32(k, 0)), kf32(k, INFINITY),
+                                                        cg_kop2(k, OP_ADD, cg_kload(k, mr, h), log2l))));
+  cg_kstore(k, hb, lse, h, lv);
+  KExpr *w = cg_kand(k, cg_kcmp(k, KC_EQ, kmod(k, W->lane, 4), ki(k, 0)), klt(k, row, ki(k, W->Sq)));
+  KBlock *wb = &cg_kif(k, hb, w)->body;
+  KExpr *at = ilet(k, wb, "sa", cg_kmul(k, kmad(k, kmad(k, W->bz, W->H, hy), W->Sq, row), ki(k, 2)));
+  cg_kstore(k, wb, W->st, at, lv);
+  cg_kstore(k, wb, W->st, cg_kadd(k, at, ki(k, 1)), cg_kload(k, ds, cg_kidx(k, KI_SUB, row, q0)));
+
+  /* the second walk: S, dP = dy V^T, dS = P (dP - D) in the
+   * accumulators, dq += dS K */
+  KBuf *dpacc = cg_klocal(k, "dpacc", TY_F32, nb * 4, KSP_REGISTER);
+  KBuf *dqacc = cg_klocal(k, "dqacc", TY_F32, W->dp / 8 * 4, KSP_REGISTER);
+  zero_regs(k, body, dqacc, W->dp / 8 * 4, 0);
+  lb = kloop(k, body, "j", ntile, KM_SERIAL, &j);
+  k0 = ilet(k, lb, "k0", cg_kmul(k, j, ki(k, W->bn)));
+  cg_kbarrier(k, lb);
+  load_tc(W, lb, kb, kvbase, W->rskv, k0, W->bn, W->Sk, ks);
+  load_tc(W, lb, vb, kvbase, W->rskv, k0, W->bn, W->Sk, vs);
+  loads_done(W, lb);
+  cg_attn_mma_abt(k, lb, W->kind, W->lane, sacc, nb, qs, a0, W->ld, ks, ki(k, 0), W->ld, W->dp);
+  cg_attn_mma_abt(k, lb, W->kind, W->lane, dpacc, nb, dos, a0, W->ld, vs, ki(k, 0), W->ld, W->dp);
+  hb = rows_of(W, lb, wrow, &h, &row);
+  KExpr *lh = kv(k, cg_klet(k, hb, "lh", TY_F32, cg_kload(k, lse, h)));
+  KExpr *dh = kv(k, cg_klet(k, hb, "dh", TY_F32, cg_kload(k, ds, cg_kidx(k, KI_SUB, row, q0))));
+  cb = cols_of(W, hb, h, nb, &slot, &col);
+  sv = score(W, cb, cg_kload(k, sacc, slot), hy, row, cg_kadd(k, k0, col));
+  KExpr *p = kv(k, cg_klet(k, cb, "p", TY_F32, cg_kexp2(k, cg_kop2(k, OP_SUB, sv, lh))));
+  cg_kstore(k, cb, sacc, slot, cg_kop2(k, OP_MUL, p, cg_kop2(k, OP_SUB, cg_kload(k, dpacc, slot), dh)));
+  cg_attn_mma_pb(k, lb, W->kind, W->lane, dqacc, W->dp, sacc, W->bn, ks, ki(k, 0), W->ld);
+  store_acc(W, body, dqacc, W->scale, dq, qbase, W->rsq, wrow, W->Sq);
+  cg_launch(W->b, k);
+}
+
+/* dk and dv on the tensor cores: warp w owns key rows k0 + 16w .. + 15;
+ * the products transposed (S^T = K Q^T, dP^T = V dy^T), so that P^T and
+ * dS^T are the A operands of dv += P^T dy and dk += dS^T q as they lie
+ * in the accumulators. */
+static void dkdv_kernel_tc(Bwd *W) {
+  const Node *n = W->n;
+  /* past d = 64, dk's and dv's accumulators are 128 registers a thread:
+   * query tiles of 16 keep S^T and dP^T to 16 more */
+  W->bn = W->dp <= 64 ? 64 : 16;
+  W->qtile = W->bn, W->ktile = BM;
+  int64_t qt = cdiv(W->Sq, W->bn), kt = cdiv(W->Sk, BM), rows = W->B * W->H * W->Sq, nb = W->bn / 8;
+  KExpr *kx, *hy;
+  KBlock *body = new_kernel(W, "attention_grad_dkdv", "attention backward dk dv", kt, W->Hkv, &kx, &hy);
+  Kernel *k = W->k;
+  KBuf *q = operand(W, n->in[0], "q"), *kb = operand(W, n->in[1], "k"), *vb = operand(W, n->in[2], "v");
+  KBuf *dy = operand(W, n->in[4], "dy");
+  KBuf *dk = operand(W, &n->out[1], "dk"), *dv = operand(W, &n->out[2], "dv");
+  W->mask = n->n_in > 5 ? operand(W, n->in[5], "mask") : NULL;
+  W->st = cg_kglobal(k, "stats", TY_F32, rows ? rows * 2 : 2, W->stats);
+  uint32_t off = 0;
+  KBuf *ks = shared_dt(W, "Ks", BM, &off), *vs = shared_dt(W, "Vs", BM, &off);
+  KBuf *qs = shared_dt(W, "Qs", W->bn, &off), *dos = shared_dt(W, "dOs", W->bn, &off);
+  KBuf *ls = shared(W, "Ls", W->bn, &off), *ds = shared(W, "Ds", W->bn, &off);
+
+  KExpr *k0 = ilet(k, body, "k0", cg_kmul(k, kx, ki(k, BM)));
+  KExpr *kvbase = head_base(W, body, hy, W->Hkv, W->Sk);
+  KExpr *wrow = ilet(k, body, "wr", kmad(k, W->warp, 16, k0)); /* the warp's first key row */
+  KExpr *a0 = ilet(k, body, "a0", cg_kmul(k, W->warp, ki(k, 16 * W->ld)));
+  load_tc(W, body, kb, kvbase, W->rskv, k0, BM, W->Sk, ks);
+  load_tc(W, body, vb, kvbase, W->rskv, k0, BM, W->Sk, vs);
+  loads_done(W, body);
+  KBuf *sacc = cg_klocal(k, "sacc", TY_F32, nb * 4, KSP_REGISTER);
+  KBuf *dpacc = cg_klocal(k, "dpacc", TY_F32, nb * 4, KSP_REGISTER);
+  KBuf *dka = cg_klocal(k, "dka", TY_F32, W->dp / 8 * 4, KSP_REGISTER);
+  KBuf *dva = cg_klocal(k, "dva", TY_F32, W->dp / 8 * 4, KSP_REGISTER);
+  zero_regs(k, body, dka, W->dp / 8 * 4, 0);
+  zero_regs(k, body, dva, W->dp / 8 * 4, 0);
+  /* under causal, the query tiles from the one holding query k0 on */
+  KExpr *i0 = W->causal ? ilet(k, body, "i0", kdiv(k, k0, W->bn)) : ki(k, 0);
+  KExpr *g, *ii, *h, *row, *slot, *col;
+  KBlock *gb = kloop(k, body, "g", ki(k, W->G), KM_SERIAL, &g);
+  KExpr *qh = ilet(k, gb, "qh", kmad(k, hy, W->G, g));
+  KExpr *qbase = head_base(W, gb, qh, W->H, W->Sq);
+  KBlock *ib = kloop(k, gb, "ii", W->causal ? ilet(k, gb, "ni", cg_kidx(k, KI_MAX, cg_kidx(k, KI_SUB, ki(k, qt), i0), ki(k, 0)))
+                                            : ki(k, qt),
+                     KM_SERIAL, &ii);
+  KExpr *q0 = ilet(k, ib, "q0", cg_kmul(k, cg_kadd(k, i0, ii), ki(k, W->bn)));
+  cg_kbarrier(k, ib);
+  load_tc(W, ib, q, qbase, W->rsq, q0, W->bn, W->Sq, qs);
+  load_tc(W, ib, dy, qbase, W->rsq, q0, W->bn, W->Sq, dos);
+  {
+    /* each query row's lse and D (a row past Sq: lse +inf, so P is 0) */
+    KBlock *sb = &cg_kif(k, ib, klt(k, W->tid, ki(k, W->bn)))->body;
+    KExpr *qr = ilet(k, sb, "qr", cg_kadd(k, q0, W->tid));
+    KExpr *in = klt(k, qr, ki(k, W->Sq));
+    KExpr *at = ilet(k, sb, "sa", cg_kmul(k, kmad(k, kmad(k, W->bz, W->H, qh), W->Sq, qr), ki(k, 2)));
+    cg_kstore(k, sb, ls, W->tid, cg_ksel(k, in, cg_kload(k, W->st, at), kf32(k, INFINITY)));
+    cg_kstore(k, sb, ds, W->tid, cg_ksel(k, in, cg_kload(k, W->st, cg_kadd(k, at, ki(k, 1))), kf32(k, 0)));
+  }
+  loads_done(W, ib);
+  cg_attn_mma_abt(k, ib, W->kind, W->lane, sacc, nb, ks, a0, W->ld, qs, ki(k, 0), W->ld, W->dp);
+  cg_attn_mma_abt(k, ib, W->kind, W->lane, dpacc, nb, vs, a0, W->ld, dos, ki(k, 0), W->ld, W->dp);
+  KBlock *hb = rows_of(W, ib, wrow, &h, &row);
+  KBlock *cb = cols_of(W, hb, h, nb, &slot, &col);
+  KExpr *sv = score(W, cb, cg_kload(k, sacc, slot), qh, cg_kadd(k, q0, col), row);
+  KExpr *p = kv(k, cg_klet(k, cb, "p", TY_F32, cg_kexp2(k, cg_kop2(k, OP_SUB, sv, cg_kload(k, ls, col)))));
+  cg_kstore(k, cb, sacc, slot, p);
+  cg_kstore(k, cb, dpacc, slot, cg_kop2(k, OP_MUL, p, cg_kop2(k, OP_SUB, cg_kload(k, dpacc, slot), cg_kload(k, ds, col))));
+  cg_attn_mma_pb(k, ib, W->kind, W->lane, dva, W->dp, sacc, W->bn, dos, ki(k, 0), W->ld);
+  cg_attn_mma_pb(k, ib, W->kind, W->lane, dka, W->dp, dpacc, W->bn, qs, ki(k, 0), W->ld);
+  store_acc(W, body, dka, W->scale, dk, kvbase, W->rskv, wrow, W->Sk);
+  store_acc(W, body, dva, 1, dv, kvbase, W->rskv, wrow, W->Sk);
+  cg_launch(W->b, k);
+}
+
 bool cg_lower_attention_grad(CgBuild *b, const Node *n) {
   Ctx *c = cg_build_ctx(b);
   const TensorType *qt = &n->in[0]->type, *kt = &n->in[1]->type;
@@ -383,13 +682,14 @@ bool cg_lower_attention_grad(CgBuild *b, const Node *n) {
   W->rskv = W->bshd ? W->Hkv * W->d : W->d;
   W->scale = ir_attr(n, "scale") ? ir_attr_float(n, "scale") : 1 / sqrt((double)W->d);
   W->dp = (W->d + 15) / 16 * 16;
-  W->ld = W->dp + 1;
+  W->tc = W->dt != TY_F32 && W->dp <= MAX_TC_D && !cg_options(b)->no_tensor_cores && cg_tc_kind(W->dt, false, &W->kind);
+  W->ld = W->tc ? W->dp + 16 / ir_dtype_size(W->dt) : W->dp + 1;
   W->tile = W->dp <= 128 ? 64 : 32;
   W->sld = W->tile + 1;
   W->tpr = 2;
   while (W->dp / W->tpr > COLS) W->tpr *= 2;
   W->cols = W->dp / W->tpr;
-  W->threads = W->tile * W->tpr;
+  W->threads = W->tc ? 4 * 32 : W->tile * W->tpr;
   if (n->n_in > 5) {
     const TensorType *mt = &n->in[5]->type;
     int64_t st = 1;
@@ -397,7 +697,7 @@ bool cg_lower_attention_grad(CgBuild *b, const Node *n) {
   }
   int64_t rows = W->B * W->H * W->Sq;
   W->stats = cg_scratch(b, n, (uint64_t)(rows ? rows : 1) * 2 * 4);
-  if (W->Sq) dq_kernel(W);
-  if (W->Sk) dkdv_kernel(W);
+  if (W->Sq) W->tc ? dq_kernel_tc(W) : dq_kernel(W);
+  if (W->Sk) W->tc ? dkdv_kernel_tc(W) : dkdv_kernel(W);
   return true;
 }

@@ -1,7 +1,7 @@
 # codegen: graph -> kernel IR -> CUDA C text and the launch plan.
 libdlcc_core_la_SOURCES += \
 	codegen/codegen.h \
-	codegen/kernel.h codegen/kernel.c codegen/kshort.h \
+	codegen/kernel.h codegen/kernel.c codegen/kshort.h codegen/attn.h \
 	codegen/lower.h codegen/lower_kernels.c codegen/lower_gemm.c \
 	codegen/lower_rnn.c \
 	codegen/lower_window.c codegen/lower_move.c \

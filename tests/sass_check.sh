@@ -3,7 +3,9 @@
 # ResNet-50 at batch 64, of the transformer layer and of
 # tests/sass_convs.dl (depthwise convolutions and conv-transposes), and
 # the f16 and bf16 builds of tests/sass_attention.dl (the attention
-# kernel at head dims 64 and 128), compiled by the runtime's NVRTC for sm_90 (sm_90a
+# kernel at head dims 64 and 128) and of tests/sass_attention_grad.ir
+# (its backward's two kernels at the same head dims), compiled by the
+# runtime's NVRTC for sm_90 (sm_90a
 # when a kernel uses wgmma) through tests/sass_kernels, disassembled with
 # cuobjdump.  For every build:
 #   - no kernel spills: 0 bytes of local memory, no LDL/STL;
@@ -15,10 +17,11 @@
 #     IMMA or a GMMA in its SASS;
 #   - an attention kernel on tensor cores (f16, bf16) has HMMA
 #     (mma.sync), LDGSTS (cp.async), SHFL.BFLY (its softmax's quad
-#     shuffles) and F2FP (P packed to f16x2/bf16x2) in its SASS, and
-#     (as every kernel) no local memory; the attention builds
-#     have one per head dim; every attention kernel's registers and
-#     shared memory are printed;
+#     shuffles; not the backward's dk/dv kernel, which has no row
+#     statistics to find) and F2FP (P packed to f16x2/bf16x2) in its
+#     SASS, and (as every kernel) no local memory; the attention builds
+#     have one per head dim, the backward's two; every attention
+#     kernel's registers and shared memory are printed;
 #   - a convolution that copies its im2col operand by cp.async (layout
 #     nhwc, passes/nhwc.c) has at least as many LDGSTS in its SASS as
 #     cp.async copies in its text, weights' and im2col's together; each
@@ -66,11 +69,13 @@ tmp=$(mktemp -d) || exit 99
 trap 'rm -rf "$tmp"' EXIT
 
 # One build: sass_kernels, then cuobjdump's resource usage and SASS.
-build() { # build NAME MODEL MODE DEFINES... (MODEL: a path under the source tree, no .dl)
+build() { # build NAME MODEL MODE DEFINES... (MODEL: a path under the source tree, no .dl or .ir)
   name=$1 model=$2 mode=$3
   shift 3
   mkdir -p "$tmp/$name"
-  if ! "$b/tests/sass_kernels" "$s/$model.dl" "$mode" "$tmp/$name" "$@" >"$tmp/$name/log" 2>&1 ||
+  file="$s/$model.dl"
+  [ -f "$file" ] || file="$s/$model.ir"
+  if ! "$b/tests/sass_kernels" "$file" "$mode" "$tmp/$name" "$@" >"$tmp/$name/log" 2>&1 ||
     ! "$cuobjdump" -res-usage "$tmp/$name/model.cubin" >"$tmp/$name/res" 2>>"$tmp/$name/log" ||
     ! "$cuobjdump" -sass "$tmp/$name/model.cubin" >"$tmp/$name/sass" 2>>"$tmp/$name/log"; then
     echo "FAIL $name: $(tail -5 "$tmp/$name/log")"
@@ -86,6 +91,9 @@ for mode in f16 bf16 int8; do
 done
 build attention-f16 tests/sass_attention f16 &
 build attention-bf16 tests/sass_attention bf16 &
+wait
+build grad-attention-f16 tests/sass_attention_grad f16 &
+build grad-attention-bf16 tests/sass_attention_grad bf16 &
 wait
 build convs-f16 tests/sass_convs f16 &
 build convs-bf16 tests/sass_convs bf16 &
@@ -195,7 +203,8 @@ for name in sorted(os.listdir(tmp)):
             problems += 1
         if k.startswith("attention") and marked:
             attention += 1
-            missing = [w for w in ("HMMA", "LDGSTS", "SHFL.BFLY", "F2FP") if not re.search(r"\b%s\b" % re.escape(w), text)]
+            wanted = ("HMMA", "LDGSTS", "F2FP") + (() if "_dkdv_" in k else ("SHFL.BFLY",))
+            missing = [w for w in wanted if not re.search(r"\b%s\b" % re.escape(w), text)]
             if missing:
                 fail("%s: %s has no %s in its SASS" % (name, k, " or ".join(missing)))
                 problems += 1
@@ -230,6 +239,10 @@ for name in sorted(os.listdir(tmp)):
                   (name, k, r["REG"], smem, dyn, "no spills" if not r.get("LOCAL", 0) else "spills"))
     if name.startswith("attention") and attention != 2:
         fail("%s: %d attention kernels on tensor cores, 2 wanted (head dims 64 and 128)" % (name, attention))
+        problems += 1
+    if name.startswith("grad-attention") and attention != 4:
+        fail("%s: %d attention backward kernels on tensor cores, 4 wanted (dq and dk dv, head dims 64 and 128)"
+             % (name, attention))
         problems += 1
     if name.startswith("resnet50") and not im2col_async:
         fail("%s: no convolution loads its im2col operand by cp.async (LDGSTS): the nhwc pass" % name)

@@ -43,7 +43,7 @@ static double tolerance(DType dt) { return dt == TY_F32 ? 5e-6 : dt == TY_F16 ? 
  * v [B, Hkv, Sk, d], out and dy q's type, in dt, with attrs and, when
  * mask_type is not NULL, a mask of that type (%1$s in it is dt's name);
  * compiled, through NVRTC, and run on emu against the interpreter,
- * inputs in [-1, 1). */
+ * inputs in [-2, 2) (a bool mask half true). */
 static void check(DType dt, int64_t B, int64_t H, int64_t Hkv, int64_t Sq, int64_t Sk, int64_t d, const char *attrs,
                   const char *mask_type) {
   const char *t = ir_dtype_name(dt);
@@ -73,7 +73,7 @@ static void check(DType dt, int64_t B, int64_t H, int64_t Hkv, int64_t Sq, int64
   int rc = ctx_guard(&ctx, run_job, &j);
   ck_assert_msg(rc == 0 && j.ok, "compile failed:\n%s\n%s", s, diag_text(&ctx));
   test_nvrtc(j.r.source, "sm_90");
-  ck_assert(test_emu_near_eval(j.g, j.r.plan, 17, -1, 1, tolerance(dt)));
+  ck_assert(test_emu_near_eval(j.g, j.r.plan, 17, -2, 2, tolerance(dt)));
 }
 
 static const DType dtypes[] = {TY_F32, TY_F16, TY_BF16};
