@@ -33,6 +33,10 @@
 #      (layer_bench model), next to PyTorch eager and
 #      torch.compile(max-autotune) when import torch works
 #      (tests/gpu/torch_bench.py, the compile capped by the budget);
+#      then attention forward and backward (layer_bench attention: B=8,
+#      H=12, S=2048 and 512, d=64 and 128, causal and not, f16 or
+#      GPU_CHECK_ATTN_MODES) in TFLOP/s next to PyTorch's SDPA
+#      (tests/gpu/torch_attn.py);
 #   8. compute-sanitizer: memcheck on mlp, resnet18 (HW=64) and
 #      rt_check's kernels, racecheck on lenet's shared-memory kernels;
 #      memcheck and racecheck on resnet18 (HW=32) in f16, bf16 and int8;
@@ -70,8 +74,8 @@ budget=${GPU_CHECK_BUDGET:-450}
 
 note() { printf '%s\n' "$*" | tee -a "$summary"; }
 # GPU_CHECK_PARTS: the parts to run, by name, space-separated (default:
-# all): rt_check bandwidth models precision layers model profile
-# sanitizer calib engine train ncu aot.  The parts after the build are independent, except
+# all): rt_check bandwidth models precision layers model attention
+# profile sanitizer calib engine train ncu aot.  The parts after the build are independent, except
 # precision, which compares with the models part's f32 outputs.  So a
 # session with little device time left can rerun what it changed:
 #   GPU_CHECK_PARTS="rt_check layers train" GPU_CHECK_LAYER_MODES=f16 ...
@@ -512,6 +516,31 @@ else
     timeout "$lim" python3 "$src/tests/gpu/torch_bench.py" --dlcc "$work/model.out" --batches 1,64 \
       --dtypes f16,bf16,f32 --compile f16 --eager-cap 60 --compile-cap $((lim - 70)) 2>&1 | tee "$work/torch.out"
     grep -v '^torch [0-9]' "$work/torch.out" >>"$summary"
+  fi
+fi
+
+echo "== attention: forward and backward, dlcc next to PyTorch's SDPA (GPU time)"
+section attention
+lim=$(slot 110)
+if [ "$lim" = 0 ]; then
+  skipped "attention benchmark"
+else
+  timeout "$lim" ./tests/gpu/layer_bench attention --batches=8 --heads=12 --seqs=2048,512 --dims=64,128 \
+    --modes="${GPU_CHECK_ATTN_MODES:-f16}" 2>&1 | tee "$work/attention.out"
+  rc=${PIPESTATUS[0]}
+  grep '^attention' "$work/attention.out" >>"$summary"
+  case $rc in
+    0) ;;
+    124) fail "attention benchmark: timed out after ${lim} s (the lines above are what it measured)" ;;
+    *) fail "attention benchmark: rc $rc: $(grep -m1 'FAILED' "$work/attention.out" | cut -c1-200)" ;;
+  esac
+  lim=$(slot 60)
+  if [ "$lim" -lt 20 ]; then
+    skipped "PyTorch's SDPA comparison"
+  else
+    timeout "$lim" python3 "$src/tests/gpu/torch_attn.py" --dlcc "$work/attention.out" 2>&1 |
+      tee "$work/torch_attn.out"
+    grep -E '^(attention|target|torch)' "$work/torch_attn.out" | sed 's/^attention/torch attention/' >>"$summary"
   fi
 fi
 

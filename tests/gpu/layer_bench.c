@@ -11,6 +11,14 @@
  *       one table per mode and batch, then its averages.
  *   layer_bench model MODEL.dl [options]
  *       the whole model per mode and batch, timed the same way.
+ *   layer_bench attention [--seqs=512,2048] [--dims=64,128] [--heads=12]
+ *       the attention op (forward) and attention_grad (its backward: dq,
+ *       dk, dv from q, k, v, the result and its gradient) alone, q, k and
+ *       v [N, H, S, d] (--batches gives N, default 8), causal and not, per
+ *       mode (--modes, default f16,bf16): GPU microseconds and TFLOP/s,
+ *       counted as FlashAttention counts them (forward 4 N H S^2 d, half
+ *       under causal; backward 2.5 times the forward), for
+ *       tests/gpu/torch_attn.py to set beside PyTorch's SDPA.
  *   layer_bench symbols
  *       resolves every cuBLAS and cuDNN function it calls (no GPU needed).
  * Options: --batches=1,64 (the model's N), --modes=f16,bf16,int8,f32,tf32
@@ -52,6 +60,7 @@ typedef struct Layer {
 typedef struct Options {
   const char *cmd, *model, *backend;
   int n_batches, batches[MAX_BATCHES];
+  int n_seqs, seqs[MAX_BATCHES], n_dims, dims[MAX_BATCHES], heads; /* attention */
   bool modes[BT_COUNT];
   int jobs;
   int n_defines;
@@ -394,19 +403,95 @@ static int model_cmd(const Options *o, Gpu *g) {
   return 0;
 }
 
+/* ---- attention ---- */
+
+/* The forward (grad false) or backward of one attention in dt, as IR
+ * text; malloc'd. */
+static char *attention_text(const char *dt, int n, int h, int seq, int d, bool causal, bool grad) {
+  char *s = malloc(2048), t[96];
+  if (!s) return NULL;
+  snprintf(t, sizeof t, "%s[%d, %d, %d, %d]", dt, n, h, seq, d);
+  if (grad)
+    snprintf(s, 2048,
+             "graph attention_grad {\n  %%q = input {name=\"q\"} : %s\n  %%k = input {name=\"k\"} : %s\n"
+             "  %%v = input {name=\"v\"} : %s\n  %%o = input {name=\"o\"} : %s\n  %%dy = input {name=\"dy\"} : %s\n"
+             "  %%dq, %%dk, %%dv = attention_grad %%q, %%k, %%v, %%o, %%dy {causal=%d} : %s, %s, %s\n"
+             "  return %%dq as \"dq\", %%dk as \"dk\", %%dv as \"dv\"\n}\n",
+             t, t, t, t, t, causal, t, t, t);
+  else
+    snprintf(s, 2048,
+             "graph attention {\n  %%q = input {name=\"q\"} : %s\n  %%k = input {name=\"k\"} : %s\n"
+             "  %%v = input {name=\"v\"} : %s\n  %%o = attention %%q, %%k, %%v {causal=%d} : %s\n"
+             "  return %%o as \"o\"\n}\n",
+             t, t, t, causal, t);
+  return s;
+}
+
+static int attention_cmd(const Options *o, Gpu *g) {
+  printf("\n== attention on %s: forward and backward (%s; TFLOP/s as FlashAttention counts: forward 4 N H S^2 d,\n"
+         "   half under causal, backward 2.5x the forward)\n",
+         o->backend, g ? "GPU time: CUDA events around back-to-back runs" : "wall-clock time of one run");
+  for (int t = 0; t < BT_COUNT; t++) {
+    if (!o->modes[t] || t == BT_TF32 || t == BT_I8) continue;
+    for (int b = 0; b < o->n_batches; b++)
+      for (int si = 0; si < o->n_seqs; si++)
+        for (int di = 0; di < o->n_dims; di++)
+          for (int causal = 0; causal < 2; causal++) {
+            int n = o->batches[b], seq = o->seqs[si], d = o->dims[di];
+            double fwd = 4.0 * n * o->heads * (double)seq * seq * d / (causal ? 2 : 1);
+            printf("attention %-4s N=%d H=%d S=%d d=%d causal=%d", mode_names[t], n, o->heads, seq, d, causal);
+            for (int grad = 0; grad < 2; grad++) {
+              char *text = attention_text(mode_names[t], n, o->heads, seq, d, causal, grad);
+              ModelBuild mb = {.text = text, .mode = mode_names[t]};
+              char err[2048] = "";
+              double us = text ? time_build(g, o, &mb, err, sizeof err) : -1;
+              double flops = grad ? 2.5 * fwd : fwd;
+              if (us < 0) {
+                printf("  %s FAILED: %.300s", grad ? "bwd" : "fwd", err);
+                failures++;
+              } else {
+                printf("  %s %10.1f us %7.1f TFLOP/s", grad ? "bwd" : "fwd", us, flops / us * 1e-6);
+              }
+              free(text);
+              fflush(stdout);
+            }
+            printf("\n");
+          }
+  }
+  return 0;
+}
+
 /* ---- options ---- */
 
+/* a,b,c into v (at most MAX_BATCHES); their count */
+static int int_list(const char *a, int *v) {
+  int n = 0;
+  for (char *p = (char *)a; *p && n < MAX_BATCHES; p += *p == ',') v[n++] = (int)strtol(p, &p, 10);
+  return n;
+}
+
+
 static int parse(int argc, char **argv, Options *o) {
-  *o = (Options){.backend = "cuda", .n_batches = 2, .batches = {1, 64}, .jobs = 8};
+  *o = (Options){.backend = "cuda", .n_batches = 2, .batches = {1, 64}, .jobs = 8, .n_seqs = 2, .seqs = {512, 2048},
+                 .n_dims = 2, .dims = {64, 128}, .heads = 12};
   for (int t = 0; t < BT_COUNT; t++) o->modes[t] = true;
   if (argc < 2) return -1;
   o->cmd = argv[1];
+  bool attention = !strcmp(o->cmd, "attention");
+  if (attention) {
+    o->n_batches = 1, o->batches[0] = 8;
+    for (int t = 0; t < BT_COUNT; t++) o->modes[t] = t == BT_F16 || t == BT_BF16;
+  }
   for (int i = 2; i < argc; i++) {
     const char *a = argv[i];
     if (!strncmp(a, "--batches=", 10)) {
-      o->n_batches = 0;
-      for (char *p = (char *)a + 10; *p && o->n_batches < MAX_BATCHES; p += *p == ',')
-        o->batches[o->n_batches++] = (int)strtol(p, &p, 10);
+      o->n_batches = int_list(a + 10, o->batches);
+    } else if (!strncmp(a, "--seqs=", 7)) {
+      o->n_seqs = int_list(a + 7, o->seqs);
+    } else if (!strncmp(a, "--dims=", 7)) {
+      o->n_dims = int_list(a + 7, o->dims);
+    } else if (!strncmp(a, "--heads=", 8)) {
+      o->heads = atoi(a + 8);
     } else if (!strncmp(a, "--modes=", 8)) {
       for (int t = 0; t < BT_COUNT; t++) {
         const char *at = strstr(a + 8, mode_names[t]);
@@ -426,7 +511,7 @@ static int parse(int argc, char **argv, Options *o) {
       return -1;
     }
   }
-  return (strcmp(o->cmd, "symbols") && !o->model) || o->jobs < 1 ? -1 : 0;
+  return (strcmp(o->cmd, "symbols") && !attention && !o->model) || o->jobs < 1 || o->heads < 1 ? -1 : 0;
 }
 
 int main(int argc, char **argv) {
@@ -434,6 +519,8 @@ int main(int argc, char **argv) {
   if (parse(argc, argv, &o)) {
     fprintf(stderr, "usage: layer_bench layers|model MODEL.dl [--batches=1,64] [--modes=f16,bf16,int8,f32,tf32]\n"
                     "                   [--backend=cuda|emu] [--jobs=N] [-D NAME=VALUE]...\n"
+                    "       layer_bench attention [--batches=8] [--heads=12] [--seqs=512,2048] [--dims=64,128]\n"
+                    "                   [--modes=f16,bf16] [--backend=cuda|emu]\n"
                     "       layer_bench symbols\n");
     return 2;
   }
@@ -455,7 +542,8 @@ int main(int argc, char **argv) {
   bool per_layer = !strcmp(o.cmd, "layers");
   for (int b = 0; per_layer && b < o.n_batches; b++)
     if ((n_layers[b] = model_layers(&o, o.batches[b], layers[b])) < 0) return 1;
-  if (cuda(&o)) prefill(&o, per_layer ? layers : NULL, n_layers);
+  bool attention = !strcmp(o.cmd, "attention");
+  if (cuda(&o) && !attention) prefill(&o, per_layer ? layers : NULL, n_layers);
   Gpu *g = NULL;
   if (cuda(&o) && !(g = gpu_open(err, sizeof err))) {
     printf("FAIL no GPU: %s\n", err);
@@ -466,7 +554,10 @@ int main(int argc, char **argv) {
       const char *lib = i ? "cudnn" : "cublas";
       if (gpu_lib_error(g, lib)[0]) printf("note: %s n/a: %s\n", lib, gpu_lib_error(g, lib));
     }
-  int rc = per_layer ? layers_cmd(&o, g, layers, n_layers) : !strcmp(o.cmd, "model") ? model_cmd(&o, g) : 2;
+  int rc = per_layer                 ? layers_cmd(&o, g, layers, n_layers)
+           : attention               ? attention_cmd(&o, g)
+           : !strcmp(o.cmd, "model") ? model_cmd(&o, g)
+                                     : 2;
   gpu_close(g);
   for (int i = 0; i < o.n_defines; i++) free((void *)o.defines[i].name);
   return rc ? rc : failures ? 1 : 0;

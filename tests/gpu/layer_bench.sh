@@ -2,8 +2,9 @@
 # make check: tests/gpu/layer_bench without a GPU, so that a mistake in it
 # fails here and not in the GPU machine's few minutes: every cuBLAS and
 # cuDNN function it calls resolves, and on the emu device LeNet's layers
-# (f16 and int8, each compiled alone) and its whole run (f32) go through
-# the same code as on cuda, each with a time.
+# (f16 and int8, each compiled alone), its whole run (f32) and attention
+# forward and backward go through the same code as on cuda, each with a
+# time.
 set -u
 b=${top_builddir:-.}
 s=${top_srcdir:-.}
@@ -23,3 +24,9 @@ out=$("$bench" model "$s/examples/lenet.dl" --backend=emu --batches=2 --modes=f3
 rc=$?
 echo "$out"
 [ $rc = 0 ] && echo "$out" | grep -qE '^model f32 +N=2 +[0-9.]+ ms$' || exit 1
+# attention forward and backward at one small shape, causal and not
+out=$("$bench" attention --backend=emu --batches=1 --heads=2 --seqs=20 --dims=16 --modes=f16 2>&1)
+rc=$?
+echo "$out"
+rows=$(echo "$out" | grep -cE '^attention f16 +N=1 H=2 S=20 d=16 causal=[01]  fwd +[0-9.]+ us .*  bwd +[0-9.]+ us')
+[ $rc = 0 ] && [ "$rows" = 2 ] || { echo "FAIL layer_bench attention: $rows timed rows, expected 2"; exit 1; }
