@@ -2,6 +2,8 @@
  * attention node (ir/ops.def: q [B, Hq, Sq, d], k and v [B, Hkv, Sk, d],
  * an optional mask, causal and scale), returns nothing but appends its
  * launch to the plan.  No score matrix ever reaches global memory.
+ * attention_lse (a training step's forward) also writes each row's
+ * logsumexp, m + log l, for its backward (attention_grad.c).
  *
  * q, k and v are [B, H, S, d] or (layout "bshd") [B, S, H, d]: only
  * the rows' stride and a head's first row differ.
@@ -74,6 +76,8 @@ typedef struct Attn {
   int64_t splits, tps;
   KExpr *sp;
   KBuf *opart, *ml;
+  /* attention_lse's second result: each row's logsumexp */
+  KBuf *lse;
   /* Where store_out writes: the result (q's dtype) or O's part (f32). */
   KBuf *obuf;
   KExpr *obase;
@@ -184,28 +188,39 @@ static KExpr *exp_base(Kernel *k, KBlock *blk, KExpr *m) {
 /* e^x on FMA, 2^x on the tensor cores (their scores in base-2 units). */
 static KExpr *exp_of(const Attn *A, Kernel *k, KExpr *x) { return A->tc ? cg_kexp2(k, x) : cg_kop1(k, OP_EXP, x); }
 
-/* Score x of query row qi and key: times scale, plus the additive mask,
- * on the tensor cores in base-2 units (times log2 e), -inf where a bool
- * mask, causality or the key bound hides it (lets into blk). */
+void cg_attn_mask_strides(const TensorType *t, int64_t ms[4]) {
+  int64_t st = 1;
+  for (int i = 0; i < 4; i++) ms[i] = 0;
+  for (int i = t->rank - 1; i >= 0; st *= t->dims[i], i--) ms[4 - t->rank + i] = t->dims[i] == 1 ? 0 : st;
+}
+
+KExpr *cg_attn_score(Kernel *k, KBlock *blk, const AttnScore *sc, KExpr *x, KExpr *bz, KExpr *h, KExpr *qi,
+                     KExpr *key, KExpr *keep) {
+  KExpr *s = cg_kop2(k, OP_MUL, x, kf32(k, (float)(sc->scale * sc->unit)));
+  KExpr *ok = keep;
+  if (sc->causal) ok = cg_kand(k, ok, cg_kcmp(k, KC_LE, key, qi));
+  if (sc->mask) {
+    KExpr *in = cg_kand(k, klt(k, qi, ki(k, sc->Sq)), klt(k, key, ki(k, sc->Sk)));
+    KExpr *at = cg_kadd(k, cg_kadd(k, cg_kmul(k, bz, ki(k, sc->ms[0])), cg_kmul(k, h, ki(k, sc->ms[1]))),
+                        cg_kadd(k, cg_kmul(k, qi, ki(k, sc->ms[2])), cg_kmul(k, key, ki(k, sc->ms[3]))));
+    KExpr *mv = cg_ksel(k, in, cg_kcast(k, cg_kload(k, sc->mask, at), TY_F32), kf32(k, 0));
+    if (sc->mask->dtype == TY_BOOL)
+      ok = cg_kand(k, ok, cg_kcmp(k, KC_NE, kv(k, cg_klet(k, blk, "mk", TY_F32, mv)), kf32(k, 0)));
+    else
+      s = cg_kop2(k, OP_ADD, s, sc->unit != 1 ? cg_kop2(k, OP_MUL, mv, kf32(k, (float)sc->unit)) : mv);
+  }
+  return kv(k, cg_klet(k, blk, "s", TY_F32, ok ? cg_ksel(k, ok, s, kf32(k, -INFINITY)) : s));
+}
+
+/* Score x of query row qi and key: the key bound where the last tile
+ * is partial (lets into blk). */
 static KExpr *masked_score(Attn *A, KBlock *blk, KExpr *x, KExpr *qi, KExpr *key) {
   Kernel *k = A->k;
   const Node *n = A->n;
-  double scale = ir_attr(n, "scale") ? ir_attr_float(n, "scale") : 1 / sqrt((double)A->d);
-  double unit = A->tc ? M_LOG2E : 1;
-  KExpr *s = cg_kop2(k, OP_MUL, x, kf32(k, (float)(scale * unit)));
-  KExpr *ok = A->Sk % A->bn ? klt(k, key, ki(k, A->Sk)) : NULL;
-  if (ir_attr_int(n, "causal")) ok = cg_kand(k, ok, cg_kcmp(k, KC_LE, key, qi));
-  if (A->mask) {
-    KExpr *in = cg_kand(k, klt(k, qi, ki(k, A->Sq)), klt(k, key, ki(k, A->Sk)));
-    KExpr *mat = cg_kadd(k, cg_kadd(k, cg_kmul(k, A->bz, ki(k, A->ms[0])), cg_kmul(k, A->hy, ki(k, A->ms[1]))),
-                         cg_kadd(k, cg_kmul(k, qi, ki(k, A->ms[2])), cg_kmul(k, key, ki(k, A->ms[3]))));
-    KExpr *mv = cg_ksel(k, in, cg_kcast(k, cg_kload(k, A->mask, mat), TY_F32), kf32(k, 0));
-    if (A->mask->dtype == TY_BOOL)
-      ok = cg_kand(k, ok, cg_kcmp(k, KC_NE, kv(k, cg_klet(k, blk, "mk", TY_F32, mv)), kf32(k, 0)));
-    else
-      s = cg_kop2(k, OP_ADD, s, A->tc ? cg_kop2(k, OP_MUL, mv, kf32(k, (float)unit)) : mv);
-  }
-  return kv(k, cg_klet(k, blk, "s", TY_F32, ok ? cg_ksel(k, ok, s, kf32(k, -INFINITY)) : s));
+  AttnScore sc = {A->mask, {A->ms[0], A->ms[1], A->ms[2], A->ms[3]}, A->Sq, A->Sk,
+                  ir_attr(n, "scale") ? ir_attr_float(n, "scale") : 1 / sqrt((double)A->d), A->tc ? M_LOG2E : 1,
+                  ir_attr_int(n, "causal") != 0};
+  return cg_attn_score(k, blk, &sc, x, A->bz, A->hy, qi, key, A->Sk % A->bn ? klt(k, key, ki(k, A->Sk)) : NULL);
 }
 
 /* The online softmax of tile j on FMA, one thread per query row r: each
@@ -374,6 +389,16 @@ static void store_all(Attn *A, KBlock *blk, KBuf *oacc, KBuf *inv) {
   store_out(A, ub, r, ilet(k, ub, "col", cg_kadd(k, u0, u)), cg_kload(k, oacc, u), cg_kload(k, A->rowv, r));
 }
 
+/* attention_lse's lse of query row qi from its max m (in base-2 units
+ * on the tensor cores) and sum l: m + log l in base e, +inf for l = 0
+ * (a row with no key left). */
+static void store_lse(Attn *A, KBlock *blk, KExpr *qi, KExpr *m, KExpr *l) {
+  Kernel *k = A->k;
+  KExpr *mt = A->tc ? cg_kop2(k, OP_MUL, m, kf32(k, (float)M_LN2)) : m;
+  KExpr *v = cg_ksel(k, cg_kcmp(k, KC_EQ, l, kf32(k, 0)), kf32(k, INFINITY), cg_kop2(k, OP_ADD, mt, cg_kop1(k, OP_LOG, l)));
+  cg_kstore(k, blk, A->lse, kmad(k, kmad(k, A->bz, A->H, A->hy), A->Sq, qi), v);
+}
+
 /* Flash-decoding: when the grid would leave most of the GPU idle (few
  * query blocks: decoding's one query row, a small batch), the key tiles
  * go to `splits` blocks per query block instead of one, at least two
@@ -434,6 +459,7 @@ static void combine_parts(Attn *A, KBlock *body, KExpr *qx, int64_t gx) {
   }
   KExpr *L = kv(k, red[0]->var), *O = kv(k, red[1]->var);
   KExpr *y = cg_ksel(k, cg_kcmp(k, KC_EQ, L, kf32(k, 0)), kf32(k, 0), cg_kop2(k, OP_DIV, O, L));
+  if (A->lse) store_lse(A, &cg_kif(k, blk, cg_kcmp(k, KC_EQ, col, ki(k, 0)))->body, qi, base, L);
   /* [B, H, Sq, d]: row d + col; [B, Sq, H, d]: ((b Sq + q) H + h) d + col */
   KExpr *at = kmad(k, row, A->d, col);
   if (strcmp(ir_attr_str(n, "layout"), "bshd") == 0)
@@ -465,6 +491,10 @@ bool cg_lower_attention(CgBuild *b, const Node *n) {
     diag_error(c, n->loc, "attention: the fused kernel takes head dims up to %d, got %" PRId64, MAX_D, A->d);
     return false;
   }
+  if (n->op == OP_ATTENTION_LSE && !A->d && A->B && A->H && A->Sq) {
+    diag_error(c, n->loc, "attention_lse: a head dim of 0 (each row's lse would still depend on its keys)");
+    return false;
+  }
   /* nothing to compute: an empty result */
   if (!A->B || !A->H || !A->Sq || !A->d) return true;
   A->tc = A->dt != TY_F32 && !cg_options(b)->no_tensor_cores && cg_tc_kind(A->dt, false, &A->kind);
@@ -491,11 +521,10 @@ bool cg_lower_attention(CgBuild *b, const Node *n) {
   A->vb = operand(A, 2, "v");
   if (n->n_in > 3) {
     A->mask = operand(A, 3, "mask");
-    const TensorType *mt = &n->in[3]->type;
-    int64_t st = 1;
-    for (int i = mt->rank - 1; i >= 0; st *= mt->dims[i], i--) A->ms[4 - mt->rank + i] = mt->dims[i] == 1 ? 0 : st;
+    cg_attn_mask_strides(&n->in[3]->type, A->ms);
   }
   const Value *out = &n->out[0];
+  if (n->op == OP_ATTENTION_LSE) A->lse = cg_kglobal(k, "lse", TY_F32, ir_type_numel(&n->out[1].type), cg_ref(b, &n->out[1]));
   /* split, the parts go to scratch and combine_parts writes the result */
   if (A->splits == 1) A->out = cg_kglobal(k, "out", A->dt, ir_type_numel(&out->type), cg_ref(b, out));
   RtRef opart = {0}, ml = {0};
@@ -631,6 +660,11 @@ bool cg_lower_attention(CgBuild *b, const Node *n) {
     } else {
       KExpr *none = cg_kcmp(k, KC_EQ, lsum, kf32(k, 0));
       cg_kstore(k, hb, inv, h, cg_ksel(k, none, kf32(k, 0), cg_kop2(k, OP_DIV, kf32(k, 1), lsum)));
+      if (A->lse) {
+        KExpr *qi = ilet(k, hb, "qi", cg_kadd(k, A->q0, kmad(k, A->warp, 16, kmad(k, h, 8, kdiv(k, A->lane, 4)))));
+        KExpr *w = cg_kand(k, cg_kcmp(k, KC_EQ, kmod(k, A->lane, 4), ki(k, 0)), klt(k, qi, ki(k, A->Sq)));
+        store_lse(A, &cg_kif(k, hb, w)->body, qi, cg_kload(k, mr, h), lsum);
+      }
     }
     store_all(A, body, oacc, inv);
   } else {
@@ -652,6 +686,10 @@ bool cg_lower_attention(CgBuild *b, const Node *n) {
     } else {
       KExpr *none = cg_kcmp(k, KC_EQ, kv(k, l), kf32(k, 0));
       cg_kstore(k, rb, A->rowv, A->tid, cg_ksel(k, none, kf32(k, 0), cg_kop2(k, OP_DIV, kf32(k, 1), kv(k, l))));
+      if (A->lse) {
+        KExpr *qi = ilet(k, rb, "qi", cg_kadd(k, A->q0, A->tid));
+        store_lse(A, A->Sq % A->bm ? &cg_kif(k, rb, klt(k, qi, ki(k, A->Sq)))->body : rb, qi, kv(k, m), kv(k, l));
+      }
     }
     cg_kbarrier(k, body);
     store_all(A, body, oacc, NULL);

@@ -1,13 +1,12 @@
 /* attention_grad (ir/ops.def) as two kernels in the FlashAttention-2
  * style: no Sq x Sk matrix ever reaches global memory, the probabilities
- * are recomputed tile by tile from q and k.
+ * are recomputed tile by tile from q, k and the forward's lse (each
+ * query row's logsumexp, attention_lse's second result).
  *
- *   dq: one block per (batch, query head, tile of query rows).  A first
- *       walk over the key tiles finds each row's max and sum (the online
- *       softmax of the forward, without P V), so lse = m + log l, and D
- *       = rowsum(dy * out); both go to a scratch for the second kernel.
- *       A second walk recomputes S, P = exp(S - lse), dP = dy V^T and
- *       dS = P (dP - D) per tile, and dq += dS K in registers.
+ *   dq: one block per (batch, query head, tile of query rows): D =
+ *       rowsum(dy * out) per row, to a scratch for the second kernel;
+ *       then a walk over the key tiles computes S, P = exp(S - lse), dP =
+ *       dy V^T and dS = P (dP - D) per tile, and dq += dS K in registers.
  *   dk, dv: one block per (batch, key/value head, tile of key rows),
  *       walking the query tiles of every query head that reads this
  *       key/value head (grouped and multi-query attention: the sum over
@@ -17,10 +16,10 @@
  *       diagonal are skipped (and, in the dq kernel, the key tiles past
  *       it).
  *
- * FlashAttention-2 keeps the forward's lse instead of the first walk,
- * and computes dq with atomics in the dk/dv kernel; dq as its own walk
- * keeps the sums in one order (the same bits every run) at the price of
- * recomputing S and dP once more (ir/cost.c counts what is computed).
+ * FlashAttention-2 adds dq with atomics from the dk/dv kernel instead;
+ * dq as its own walk keeps the sums in one order (the same bits every
+ * run) at the price of computing S and dP twice (ir/cost.c counts what
+ * is computed).
  *
  * f16 and bf16 up to d = 128 take the tensor cores (dq_kernel_tc,
  * dkdv_kernel_tc), FlashAttention-2's structure: a warp owns 16 rows of
@@ -77,8 +76,8 @@ typedef struct Bwd {
   int64_t bn;           /* the other side's tile rows in the kernel being built */
   int64_t qtile, ktile; /* rows of its query and key tiles */
   KExpr *lane, *warp;
-  RtRef stats;   /* per query row (b, h, i): lse and D, f32 */
-  KBuf *mask, *st;
+  RtRef stats;   /* per query row (b, h, i): D, f32 */
+  KBuf *mask, *lse, *st;
   KExpr *tid, *row, *part, *bz;
 } Bwd;
 
@@ -125,28 +124,40 @@ static KExpr *dot(Bwd *W, KBlock *blk, KBuf *A, KExpr *a, KBuf *B, KExpr *b) {
   return kv(k, acc);
 }
 
-/* The score of query qi (of head h) and key from their dot product x:
- * times scale, plus an additive mask; -inf where a bool mask, causality
- * or either bound leaves it out (the forward's masked_score: in base-2
- * units on the tensor cores, base e on FMA). */
+/* The score of query qi (of head h) and key from their dot product x
+ * (the forward's: in base-2 units on the tensor cores, base e on FMA),
+ * -inf past either bound. */
 static KExpr *score(Bwd *W, KBlock *blk, KExpr *x, KExpr *h, KExpr *qi, KExpr *key) {
   Kernel *k = W->k;
-  double unit = W->tc ? M_LOG2E : 1;
-  KExpr *s = cg_kop2(k, OP_MUL, x, kf32(k, (float)(W->scale * unit)));
-  KExpr *ok = cg_kand(k, W->Sk % W->ktile ? klt(k, key, ki(k, W->Sk)) : NULL,
-                      W->Sq % W->qtile ? klt(k, qi, ki(k, W->Sq)) : NULL);
-  if (W->causal) ok = cg_kand(k, ok, cg_kcmp(k, KC_LE, key, qi));
-  if (W->mask) {
-    KExpr *in = cg_kand(k, klt(k, qi, ki(k, W->Sq)), klt(k, key, ki(k, W->Sk)));
-    KExpr *at = cg_kadd(k, cg_kadd(k, cg_kmul(k, W->bz, ki(k, W->ms[0])), cg_kmul(k, h, ki(k, W->ms[1]))),
-                        cg_kadd(k, cg_kmul(k, qi, ki(k, W->ms[2])), cg_kmul(k, key, ki(k, W->ms[3]))));
-    KExpr *mv = cg_ksel(k, in, cg_kcast(k, cg_kload(k, W->mask, at), TY_F32), kf32(k, 0));
-    if (W->mask->dtype == TY_BOOL)
-      ok = cg_kand(k, ok, cg_kcmp(k, KC_NE, kv(k, cg_klet(k, blk, "mk", TY_F32, mv)), kf32(k, 0)));
-    else
-      s = cg_kop2(k, OP_ADD, s, W->tc ? cg_kop2(k, OP_MUL, mv, kf32(k, (float)unit)) : mv);
+  AttnScore sc = {W->mask, {W->ms[0], W->ms[1], W->ms[2], W->ms[3]}, W->Sq, W->Sk, W->scale, W->tc ? M_LOG2E : 1,
+                  W->causal};
+  KExpr *keep = cg_kand(k, W->Sk % W->ktile ? klt(k, key, ki(k, W->Sk)) : NULL,
+                        W->Sq % W->qtile ? klt(k, qi, ki(k, W->Sq)) : NULL);
+  return cg_attn_score(k, blk, &sc, x, W->bz, h, qi, key, keep);
+}
+
+/* The node's tensors as kernel k's buffers (the dq kernel's or the dk/dv
+ * kernel's), and W's mask, lse and the scratch of D. */
+typedef struct Bufs {
+  KBuf *q, *k, *v, *o, *dy, *dq, *dk, *dv;
+} Bufs;
+
+static Bufs bind(Bwd *W, bool dq) {
+  const Node *n = W->n;
+  int64_t rows = W->B * W->H * W->Sq;
+  Bufs f = {operand(W, n->in[0], "q"), operand(W, n->in[1], "k"), operand(W, n->in[2], "v"), NULL,
+            operand(W, n->in[4], "dy"), NULL, NULL, NULL};
+  if (dq) {
+    f.o = operand(W, n->in[3], "out");
+    f.dq = operand(W, &n->out[0], "dq");
+  } else {
+    f.dk = operand(W, &n->out[1], "dk");
+    f.dv = operand(W, &n->out[2], "dv");
   }
-  return kv(k, cg_klet(k, blk, "s", TY_F32, ok ? cg_ksel(k, ok, s, kf32(k, -INFINITY)) : s));
+  W->mask = n->n_in > 6 ? operand(W, n->in[6], "mask") : NULL;
+  W->lse = operand(W, n->in[5], "lse");
+  W->st = cg_kglobal(W->k, "dsum", TY_F32, rows ? rows : 1, W->stats);
+  return f;
 }
 
 /* A kernel over (tiles, heads, batch) blocks of `threads`, with the
@@ -216,20 +227,16 @@ static void zero(Kernel *k, KBlock *blk, KBuf *acc, int64_t n) {
   cg_kstore(k, zb, acc, z, kf32(k, 0));
 }
 
-/* ---- dq, and each query row's lse and D ---- */
+/* ---- dq, and each query row's D ---- */
 
 static void dq_kernel(Bwd *W) {
-  const Node *n = W->n;
   W->qtile = W->ktile = W->tile;
-  int64_t qt = cdiv(W->Sq, W->tile), kt = cdiv(W->Sk, W->tile), rows = W->B * W->H * W->Sq;
+  int64_t qt = cdiv(W->Sq, W->tile), kt = cdiv(W->Sk, W->tile);
   KExpr *qx, *hy;
   KBlock *body = new_kernel(W, "attention_grad_dq", "attention backward dq", qt, W->H, &qx, &hy);
   Kernel *k = W->k;
-  KBuf *q = operand(W, n->in[0], "q"), *kb = operand(W, n->in[1], "k"), *vb = operand(W, n->in[2], "v");
-  KBuf *o = operand(W, n->in[3], "out"), *dy = operand(W, n->in[4], "dy");
-  KBuf *dq = operand(W, &n->out[0], "dq");
-  W->mask = n->n_in > 5 ? operand(W, n->in[5], "mask") : NULL;
-  W->st = cg_kglobal(k, "stats", TY_F32, rows * 2, W->stats);
+  Bufs f = bind(W, true);
+  KBuf *q = f.q, *kb = f.k, *vb = f.v, *o = f.o, *dy = f.dy, *dq = f.dq;
   uint32_t off = 0;
   KBuf *qs = shared(W, "Qs", W->tile * W->ld, &off), *dos = shared(W, "dOs", W->tile * W->ld, &off);
   KBuf *ks = shared(W, "Ks", W->tile * W->ld, &off), *vs = shared(W, "Vs", W->tile * W->ld, &off);
@@ -254,6 +261,14 @@ static void dq_kernel(Bwd *W) {
     red->value = cg_kop2(k, OP_MUL, cg_kload(k, dos, kmad(k, r, W->ld, kv(k, iv))), ok ? cg_ksel(k, ok, ov, kf32(k, 0)) : ov);
     cg_kstore(k, own, ds, r, kv(k, acc));
   }
+
+  /* each row's lse from the forward (+inf past Sq: no P), D to the
+   * scratch for the dk/dv kernel */
+  KExpr *row = ilet(k, own, "row", kmad(k, kmad(k, W->bz, W->H, hy), W->Sq, qi));
+  KExpr *in = W->Sq % W->tile ? klt(k, qi, ki(k, W->Sq)) : NULL;
+  KExpr *lv = cg_kload(k, W->lse, row);
+  cg_kstore(k, own, ls, r, in ? cg_ksel(k, in, lv, kf32(k, INFINITY)) : lv);
+  cg_kstore(k, in ? &cg_kif(k, own, in)->body : own, W->st, row, cg_kload(k, ds, r));
   KExpr *ntile = ki(k, kt);
   if (W->causal) /* the key tiles up to the block's last query row */
     ntile = ilet(k, body, "nt", cg_kidx(k, KI_MIN, cg_kadd(k, kdiv(k, cg_kadd(k, q0, ki(k, W->tile - 1)), W->tile), ki(k, 1)),
@@ -261,59 +276,22 @@ static void dq_kernel(Bwd *W) {
   int64_t per = W->tile / W->tpr; /* keys a thread scores per tile */
   KExpr *c0 = ilet(k, body, "c0", cg_kmul(k, W->part, ki(k, per)));
 
-  /* the first walk: each row's running max m and sum l */
-  KVar *m = cg_klet(k, body, "m", TY_F32, kf32(k, -INFINITY)), *l = cg_klet(k, body, "l", TY_F32, kf32(k, 0));
-  KExpr *j, *c;
-  KBlock *lb = kloop(k, body, "j", ntile, KM_SERIAL, &j);
-  KExpr *k0 = ilet(k, lb, "k0", cg_kmul(k, j, ki(k, W->tile)));
-  cg_kbarrier(k, lb);
-  load_tile(W, lb, kb, kvbase, W->rskv, k0, W->Sk, ks);
-  cg_kbarrier(k, lb);
-  KBlock *cb = kloop(k, lb, "c", ki(k, per), KM_SERIAL, &c);
-  KExpr *key = ilet(k, cb, "kc", cg_kadd(k, c0, c));
-  KExpr *s = score(W, cb, dot(W, cb, qs, r, ks, key), hy, qi, cg_kadd(k, k0, key));
-  cg_kstore(k, cb, ss, kmad(k, r, W->sld, key), s);
-  cg_kbarrier(k, lb);
-  KBlock *rb = &cg_kif(k, lb, mine)->body;
-  KStmt *mx = cg_kreduce(k, rb, cg_kvar(k, "mt", TY_F32), kf32(k, -INFINITY), OP_MAXIMUM, cg_kvar(k, "c", KT_INDEX),
-                         ki(k, W->tile));
-  mx->value = cg_kload(k, ss, kmad(k, r, W->sld, kv(k, mx->rvar)));
-  KExpr *mn = kv(k, cg_klet(k, rb, "mn", TY_F32, cg_kop2(k, OP_MAXIMUM, kv(k, m), kv(k, mx->var))));
-  /* exponentials relative to 0 while nothing of the row is left (m -inf) */
-  KExpr *base = kv(k, cg_klet(k, rb, "mb", TY_F32, cg_ksel(k, cg_kcmp(k, KC_EQ, mn, kf32(k, -INFINITY)), kf32(k, 0), mn)));
-  KStmt *sum = cg_kreduce(k, rb, cg_kvar(k, "sum", TY_F32), kf32(k, 0), OP_ADD, cg_kvar(k, "c", KT_INDEX), ki(k, W->tile));
-  sum->value = cg_kop1(k, OP_EXP, cg_kop2(k, OP_SUB, cg_kload(k, ss, kmad(k, r, W->sld, kv(k, sum->rvar))), base));
-  KExpr *alpha = cg_kop1(k, OP_EXP, cg_kop2(k, OP_SUB, kv(k, m), base));
-  cg_kset(k, rb, l, cg_kop2(k, OP_ADD, cg_kop2(k, OP_MUL, kv(k, l), alpha), kv(k, sum->var)));
-  cg_kset(k, rb, m, mn);
-
-  /* lse (+inf for a row with no key left, so that every P of it is 0),
-   * to shared for the second walk and with D to the scratch */
-  KBlock *fb = &cg_kif(k, body, mine)->body;
-  KExpr *none = cg_kcmp(k, KC_EQ, kv(k, l), kf32(k, 0));
-  KExpr *lse = kv(k, cg_klet(k, fb, "lse", TY_F32,
-                             cg_ksel(k, none, kf32(k, INFINITY), cg_kop2(k, OP_ADD, kv(k, m), cg_kop1(k, OP_LOG, kv(k, l))))));
-  cg_kstore(k, fb, ls, r, lse);
-  KBlock *wb = W->Sq % W->tile ? &cg_kif(k, fb, klt(k, qi, ki(k, W->Sq)))->body : fb;
-  KExpr *at = ilet(k, wb, "sa", cg_kmul(k, kmad(k, kmad(k, W->bz, W->H, hy), W->Sq, qi), ki(k, 2)));
-  cg_kstore(k, wb, W->st, at, lse);
-  cg_kstore(k, wb, W->st, cg_kadd(k, at, ki(k, 1)), cg_kload(k, ds, r));
-
-  /* the second walk: dS per tile, dq += dS K */
+  /* the walk: dS per tile, dq += dS K */
   KBuf *acc = cg_klocal(k, "dq", TY_F32, W->cols, KSP_REGISTER);
   zero(k, body, acc, W->cols);
   KExpr *u0 = ilet(k, body, "u0", cg_kmul(k, W->part, ki(k, W->cols)));
+  KExpr *j, *c;
   KBlock *pb = kloop(k, body, "j", ntile, KM_SERIAL, &j);
-  k0 = ilet(k, pb, "k0", cg_kmul(k, j, ki(k, W->tile)));
+  KExpr *k0 = ilet(k, pb, "k0", cg_kmul(k, j, ki(k, W->tile)));
   cg_kbarrier(k, pb);
   load_tile(W, pb, kb, kvbase, W->rskv, k0, W->Sk, ks);
   load_tile(W, pb, vb, kvbase, W->rskv, k0, W->Sk, vs);
   cg_kbarrier(k, pb);
   KExpr *lrow = kv(k, cg_klet(k, pb, "lrow", TY_F32, cg_kload(k, ls, r)));
   KExpr *drow = kv(k, cg_klet(k, pb, "drow", TY_F32, cg_kload(k, ds, r)));
-  cb = kloop(k, pb, "c", ki(k, per), KM_SERIAL, &c);
-  key = ilet(k, cb, "kc", cg_kadd(k, c0, c));
-  s = score(W, cb, dot(W, cb, qs, r, ks, key), hy, qi, cg_kadd(k, k0, key));
+  KBlock *cb = kloop(k, pb, "c", ki(k, per), KM_SERIAL, &c);
+  KExpr *key = ilet(k, cb, "kc", cg_kadd(k, c0, c));
+  KExpr *s = score(W, cb, dot(W, cb, qs, r, ks, key), hy, qi, cg_kadd(k, k0, key));
   KExpr *p = kv(k, cg_klet(k, cb, "p", TY_F32, cg_kop1(k, OP_EXP, cg_kop2(k, OP_SUB, s, lrow))));
   KExpr *dpv = dot(W, cb, dos, r, vs, key);
   cg_kstore(k, cb, ss, kmad(k, r, W->sld, key), cg_kop2(k, OP_MUL, p, cg_kop2(k, OP_SUB, dpv, drow)));
@@ -326,17 +304,13 @@ static void dq_kernel(Bwd *W) {
 /* ---- dk and dv ---- */
 
 static void dkdv_kernel(Bwd *W) {
-  const Node *n = W->n;
   W->qtile = W->ktile = W->tile;
-  int64_t qt = cdiv(W->Sq, W->tile), kt = cdiv(W->Sk, W->tile), rows = W->B * W->H * W->Sq;
+  int64_t qt = cdiv(W->Sq, W->tile), kt = cdiv(W->Sk, W->tile);
   KExpr *kx, *hy;
   KBlock *body = new_kernel(W, "attention_grad_dkdv", "attention backward dk dv", kt, W->Hkv, &kx, &hy);
   Kernel *k = W->k;
-  KBuf *q = operand(W, n->in[0], "q"), *kb = operand(W, n->in[1], "k"), *vb = operand(W, n->in[2], "v");
-  KBuf *dy = operand(W, n->in[4], "dy");
-  KBuf *dk = operand(W, &n->out[1], "dk"), *dv = operand(W, &n->out[2], "dv");
-  W->mask = n->n_in > 5 ? operand(W, n->in[5], "mask") : NULL;
-  W->st = cg_kglobal(k, "stats", TY_F32, rows ? rows * 2 : 2, W->stats);
+  Bufs f = bind(W, false);
+  KBuf *q = f.q, *kb = f.k, *vb = f.v, *dy = f.dy, *dk = f.dk, *dv = f.dv;
   uint32_t off = 0;
   KBuf *ks = shared(W, "Ks", W->tile * W->ld, &off), *vs = shared(W, "Vs", W->tile * W->ld, &off);
   KBuf *qs = shared(W, "Qs", W->tile * W->ld, &off), *dos = shared(W, "dOs", W->tile * W->ld, &off);
@@ -371,9 +345,9 @@ static void dkdv_kernel(Bwd *W) {
     KBlock *sb = &cg_kif(k, ib, klt(k, W->tid, ki(k, W->tile)))->body;
     KExpr *qr = ilet(k, sb, "qr", cg_kadd(k, q0, W->tid));
     KExpr *in = klt(k, qr, ki(k, W->Sq));
-    KExpr *at = ilet(k, sb, "sa", cg_kmul(k, kmad(k, kmad(k, W->bz, W->H, h), W->Sq, qr), ki(k, 2)));
-    cg_kstore(k, sb, ls, W->tid, cg_ksel(k, in, cg_kload(k, W->st, at), kf32(k, INFINITY)));
-    cg_kstore(k, sb, ds, W->tid, cg_ksel(k, in, cg_kload(k, W->st, cg_kadd(k, at, ki(k, 1))), kf32(k, 0)));
+    KExpr *at = ilet(k, sb, "sa", kmad(k, kmad(k, W->bz, W->H, h), W->Sq, qr));
+    cg_kstore(k, sb, ls, W->tid, cg_ksel(k, in, cg_kload(k, W->lse, at), kf32(k, INFINITY)));
+    cg_kstore(k, sb, ds, W->tid, cg_ksel(k, in, cg_kload(k, W->st, at), kf32(k, 0)));
   }
   cg_kbarrier(k, ib);
   KBlock *rb = kloop(k, ib, "r", ki(k, per), KM_SERIAL, &r);
@@ -479,22 +453,16 @@ static void zero_regs(Kernel *k, KBlock *blk, KBuf *acc, int64_t n, double v) {
   cg_kstore(k, zb, acc, z, kf32(k, v));
 }
 
-/* dq on the tensor cores: warp w owns query rows q0 + 16w .. + 15, and
- * their statistics in its lanes' registers (the forward's softmax_tc:
- * each row's max over its quad, the lane's part of the sum). */
+/* dq on the tensor cores: warp w owns query rows q0 + 16w .. + 15. */
 static void dq_kernel_tc(Bwd *W) {
-  const Node *n = W->n;
   W->bn = W->dp <= 64 ? 64 : 32;
   W->qtile = BM, W->ktile = W->bn;
-  int64_t qt = cdiv(W->Sq, BM), kt = cdiv(W->Sk, W->bn), rows = W->B * W->H * W->Sq, nb = W->bn / 8;
+  int64_t qt = cdiv(W->Sq, BM), kt = cdiv(W->Sk, W->bn), nb = W->bn / 8;
   KExpr *qx, *hy;
   KBlock *body = new_kernel(W, "attention_grad_dq", "attention backward dq", qt, W->H, &qx, &hy);
   Kernel *k = W->k;
-  KBuf *q = operand(W, n->in[0], "q"), *kb = operand(W, n->in[1], "k"), *vb = operand(W, n->in[2], "v");
-  KBuf *o = operand(W, n->in[3], "out"), *dy = operand(W, n->in[4], "dy");
-  KBuf *dq = operand(W, &n->out[0], "dq");
-  W->mask = n->n_in > 5 ? operand(W, n->in[5], "mask") : NULL;
-  W->st = cg_kglobal(k, "stats", TY_F32, rows * 2, W->stats);
+  Bufs f = bind(W, true);
+  KBuf *q = f.q, *kb = f.k, *vb = f.v, *o = f.o, *dy = f.dy, *dq = f.dq;
   uint32_t off = 0;
   KBuf *qs = shared_dt(W, "Qs", BM, &off), *dos = shared_dt(W, "dOs", BM, &off);
   KBuf *ks = shared_dt(W, "Ks", W->bn, &off), *vs = shared_dt(W, "Vs", W->bn, &off);
@@ -515,56 +483,26 @@ static void dq_kernel_tc(Bwd *W) {
     ntile = ilet(k, body, "nt", cg_kidx(k, KI_MIN, cg_kadd(k, kdiv(k, cg_kadd(k, q0, ki(k, BM - 1)), W->bn), ki(k, 1)),
                                         ki(k, kt)));
   KBuf *sacc = cg_klocal(k, "sacc", TY_F32, nb * 4, KSP_REGISTER);
-  KBuf *mr = cg_klocal(k, "mr", TY_F32, 2, KSP_REGISTER), *lr = cg_klocal(k, "lr", TY_F32, 2, KSP_REGISTER);
-  zero_regs(k, body, mr, 2, -INFINITY);
-  zero_regs(k, body, lr, 2, 0);
 
-  /* the first walk */
+  /* the lane's two rows' lse from the forward, in base-2 units (+inf
+   * past Sq: no P); D to the scratch for the dk/dv kernel */
   KExpr *j, *h, *row, *slot, *col;
-  KBlock *lb = kloop(k, body, "j", ntile, KM_SERIAL, &j);
-  KExpr *k0 = ilet(k, lb, "k0", cg_kmul(k, j, ki(k, W->bn)));
-  cg_kbarrier(k, lb);
-  load_tc(W, lb, kb, kvbase, W->rskv, k0, W->bn, W->Sk, ks);
-  loads_done(W, lb);
-  cg_attn_mma_abt(k, lb, W->kind, W->lane, sacc, nb, qs, a0, W->ld, ks, ki(k, 0), W->ld, W->dp);
-  KBlock *hb = rows_of(W, lb, wrow, &h, &row);
-  KVar *mt = cg_klet(k, hb, "mt", TY_F32, kf32(k, -INFINITY));
-  KBlock *cb = cols_of(W, hb, h, nb, &slot, &col);
-  KExpr *sv = score(W, cb, cg_kload(k, sacc, slot), hy, row, cg_kadd(k, k0, col));
-  cg_kstore(k, cb, sacc, slot, sv);
-  cg_kset(k, cb, mt, cg_kfmax(k, kv(k, mt), sv)); /* NaN skipped: its P makes the row NaN */
-  KExpr *mold = kv(k, cg_klet(k, hb, "mo", TY_F32, cg_kload(k, mr, h)));
-  KExpr *mn = kv(k, cg_klet(k, hb, "mn", TY_F32, cg_kfmax(k, mold, cg_attn_quad(k, hb, kv(k, mt), OP_MAXIMUM))));
-  KExpr *base = kv(k, cg_klet(k, hb, "mb", TY_F32, cg_ksel(k, cg_kcmp(k, KC_EQ, mn, kf32(k, -INFINITY)), kf32(k, 0), mn)));
-  KVar *sum = cg_klet(k, hb, "sum", TY_F32, kf32(k, 0));
-  cb = cols_of(W, hb, h, nb, &slot, &col);
-  cg_kset(k, cb, sum, cg_kop2(k, OP_ADD, kv(k, sum), cg_kexp2(k, cg_kop2(k, OP_SUB, cg_kload(k, sacc, slot), base))));
-  KExpr *alpha = cg_kexp2(k, cg_kop2(k, OP_SUB, mold, base));
-  cg_kstore(k, hb, lr, h, cg_kop2(k, OP_ADD, cg_kop2(k, OP_MUL, cg_kload(k, lr, h), alpha), kv(k, sum)));
-  cg_kstore(k, hb, mr, h, mn);
-
-  /* lse in base-2 units (+inf for a row with no key left), to the
-   * lanes' registers and, with D, to the scratch (lane t = 0 of the quad) */
   KBuf *lse = cg_klocal(k, "lse", TY_F32, 2, KSP_REGISTER);
-  hb = rows_of(W, body, wrow, &h, &row);
-  KExpr *lsum = cg_attn_quad(k, hb, kv(k, cg_klet(k, hb, "lt", TY_F32, cg_kload(k, lr, h))), OP_ADD);
-  KExpr *log2l = cg_kop2(k, OP_MUL, cg_kop1(k, OP_LOG, lsum), kf32(k, (float)M_LOG2E));
-  KExpr *lv = kv(k, cg_klet(k, hb, "lv", TY_F32, cg_ksel(k, cg_kcmp(k, KC_EQ, lsum, kf32(k, 0)), kf32(k, INFINITY),
-                                                        cg_kop2(k, OP_ADD, cg_kload(k, mr, h), log2l))));
-  cg_kstore(k, hb, lse, h, lv);
-  KExpr *w = cg_kand(k, cg_kcmp(k, KC_EQ, kmod(k, W->lane, 4), ki(k, 0)), klt(k, row, ki(k, W->Sq)));
-  KBlock *wb = &cg_kif(k, hb, w)->body;
-  KExpr *at = ilet(k, wb, "sa", cg_kmul(k, kmad(k, kmad(k, W->bz, W->H, hy), W->Sq, row), ki(k, 2)));
-  cg_kstore(k, wb, W->st, at, lv);
-  cg_kstore(k, wb, W->st, cg_kadd(k, at, ki(k, 1)), cg_kload(k, ds, cg_kidx(k, KI_SUB, row, q0)));
+  KBlock *hb = rows_of(W, body, wrow, &h, &row);
+  KExpr *in = klt(k, row, ki(k, W->Sq));
+  KExpr *at = ilet(k, hb, "sa", kmad(k, kmad(k, W->bz, W->H, hy), W->Sq, row));
+  KExpr *l2 = cg_kop2(k, OP_MUL, cg_kload(k, W->lse, at), kf32(k, (float)M_LOG2E));
+  cg_kstore(k, hb, lse, h, cg_ksel(k, in, l2, kf32(k, INFINITY)));
+  KBlock *wb = &cg_kif(k, hb, cg_kand(k, cg_kcmp(k, KC_EQ, kmod(k, W->lane, 4), ki(k, 0)), in))->body;
+  cg_kstore(k, wb, W->st, at, cg_kload(k, ds, cg_kidx(k, KI_SUB, row, q0)));
 
-  /* the second walk: S, dP = dy V^T, dS = P (dP - D) in the
-   * accumulators, dq += dS K */
+  /* the walk: S, dP = dy V^T, dS = P (dP - D) in the accumulators,
+   * dq += dS K */
   KBuf *dpacc = cg_klocal(k, "dpacc", TY_F32, nb * 4, KSP_REGISTER);
   KBuf *dqacc = cg_klocal(k, "dqacc", TY_F32, W->dp / 8 * 4, KSP_REGISTER);
   zero_regs(k, body, dqacc, W->dp / 8 * 4, 0);
-  lb = kloop(k, body, "j", ntile, KM_SERIAL, &j);
-  k0 = ilet(k, lb, "k0", cg_kmul(k, j, ki(k, W->bn)));
+  KBlock *lb = kloop(k, body, "j", ntile, KM_SERIAL, &j);
+  KExpr *k0 = ilet(k, lb, "k0", cg_kmul(k, j, ki(k, W->bn)));
   cg_kbarrier(k, lb);
   load_tc(W, lb, kb, kvbase, W->rskv, k0, W->bn, W->Sk, ks);
   load_tc(W, lb, vb, kvbase, W->rskv, k0, W->bn, W->Sk, vs);
@@ -574,8 +512,8 @@ static void dq_kernel_tc(Bwd *W) {
   hb = rows_of(W, lb, wrow, &h, &row);
   KExpr *lh = kv(k, cg_klet(k, hb, "lh", TY_F32, cg_kload(k, lse, h)));
   KExpr *dh = kv(k, cg_klet(k, hb, "dh", TY_F32, cg_kload(k, ds, cg_kidx(k, KI_SUB, row, q0))));
-  cb = cols_of(W, hb, h, nb, &slot, &col);
-  sv = score(W, cb, cg_kload(k, sacc, slot), hy, row, cg_kadd(k, k0, col));
+  KBlock *cb = cols_of(W, hb, h, nb, &slot, &col);
+  KExpr *sv = score(W, cb, cg_kload(k, sacc, slot), hy, row, cg_kadd(k, k0, col));
   KExpr *p = kv(k, cg_klet(k, cb, "p", TY_F32, cg_kexp2(k, cg_kop2(k, OP_SUB, sv, lh))));
   cg_kstore(k, cb, sacc, slot, cg_kop2(k, OP_MUL, p, cg_kop2(k, OP_SUB, cg_kload(k, dpacc, slot), dh)));
   cg_attn_mma_pb(k, lb, W->kind, W->lane, dqacc, W->dp, sacc, W->bn, ks, ki(k, 0), W->ld);
@@ -588,20 +526,16 @@ static void dq_kernel_tc(Bwd *W) {
  * dS^T are the A operands of dv += P^T dy and dk += dS^T q as they lie
  * in the accumulators. */
 static void dkdv_kernel_tc(Bwd *W) {
-  const Node *n = W->n;
   /* past d = 64, dk's and dv's accumulators are 128 registers a thread:
    * query tiles of 16 keep S^T and dP^T to 16 more */
   W->bn = W->dp <= 64 ? 64 : 16;
   W->qtile = W->bn, W->ktile = BM;
-  int64_t qt = cdiv(W->Sq, W->bn), kt = cdiv(W->Sk, BM), rows = W->B * W->H * W->Sq, nb = W->bn / 8;
+  int64_t qt = cdiv(W->Sq, W->bn), kt = cdiv(W->Sk, BM), nb = W->bn / 8;
   KExpr *kx, *hy;
   KBlock *body = new_kernel(W, "attention_grad_dkdv", "attention backward dk dv", kt, W->Hkv, &kx, &hy);
   Kernel *k = W->k;
-  KBuf *q = operand(W, n->in[0], "q"), *kb = operand(W, n->in[1], "k"), *vb = operand(W, n->in[2], "v");
-  KBuf *dy = operand(W, n->in[4], "dy");
-  KBuf *dk = operand(W, &n->out[1], "dk"), *dv = operand(W, &n->out[2], "dv");
-  W->mask = n->n_in > 5 ? operand(W, n->in[5], "mask") : NULL;
-  W->st = cg_kglobal(k, "stats", TY_F32, rows ? rows * 2 : 2, W->stats);
+  Bufs f = bind(W, false);
+  KBuf *q = f.q, *kb = f.k, *vb = f.v, *dy = f.dy, *dk = f.dk, *dv = f.dv;
   uint32_t off = 0;
   KBuf *ks = shared_dt(W, "Ks", BM, &off), *vs = shared_dt(W, "Vs", BM, &off);
   KBuf *qs = shared_dt(W, "Qs", W->bn, &off), *dos = shared_dt(W, "dOs", W->bn, &off);
@@ -638,9 +572,10 @@ static void dkdv_kernel_tc(Bwd *W) {
     KBlock *sb = &cg_kif(k, ib, klt(k, W->tid, ki(k, W->bn)))->body;
     KExpr *qr = ilet(k, sb, "qr", cg_kadd(k, q0, W->tid));
     KExpr *in = klt(k, qr, ki(k, W->Sq));
-    KExpr *at = ilet(k, sb, "sa", cg_kmul(k, kmad(k, kmad(k, W->bz, W->H, qh), W->Sq, qr), ki(k, 2)));
-    cg_kstore(k, sb, ls, W->tid, cg_ksel(k, in, cg_kload(k, W->st, at), kf32(k, INFINITY)));
-    cg_kstore(k, sb, ds, W->tid, cg_ksel(k, in, cg_kload(k, W->st, cg_kadd(k, at, ki(k, 1))), kf32(k, 0)));
+    KExpr *at = ilet(k, sb, "sa", kmad(k, kmad(k, W->bz, W->H, qh), W->Sq, qr));
+    KExpr *l2 = cg_kop2(k, OP_MUL, cg_kload(k, W->lse, at), kf32(k, (float)M_LOG2E)); /* base-2 units */
+    cg_kstore(k, sb, ls, W->tid, cg_ksel(k, in, l2, kf32(k, INFINITY)));
+    cg_kstore(k, sb, ds, W->tid, cg_ksel(k, in, cg_kload(k, W->st, at), kf32(k, 0)));
   }
   loads_done(W, ib);
   cg_attn_mma_abt(k, ib, W->kind, W->lane, sacc, nb, ks, a0, W->ld, qs, ki(k, 0), W->ld, W->dp);
@@ -690,13 +625,9 @@ bool cg_lower_attention_grad(CgBuild *b, const Node *n) {
   while (W->dp / W->tpr > COLS) W->tpr *= 2;
   W->cols = W->dp / W->tpr;
   W->threads = W->tc ? 4 * 32 : W->tile * W->tpr;
-  if (n->n_in > 5) {
-    const TensorType *mt = &n->in[5]->type;
-    int64_t st = 1;
-    for (int i = mt->rank - 1; i >= 0; st *= mt->dims[i], i--) W->ms[4 - mt->rank + i] = mt->dims[i] == 1 ? 0 : st;
-  }
+  if (n->n_in > 6) cg_attn_mask_strides(&n->in[6]->type, W->ms);
   int64_t rows = W->B * W->H * W->Sq;
-  W->stats = cg_scratch(b, n, (uint64_t)(rows ? rows : 1) * 2 * 4);
+  W->stats = cg_scratch(b, n, (uint64_t)(rows ? rows : 1) * 4);
   if (W->Sq) W->tc ? dq_kernel_tc(W) : dq_kernel(W);
   if (W->Sk) W->tc ? dkdv_kernel_tc(W) : dkdv_kernel(W);
   return true;

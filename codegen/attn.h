@@ -43,6 +43,25 @@ void cg_attn_mma_abt(Kernel *k, KBlock *blk, KTcKind kind, KExpr *lane, KBuf *ac
  * (rows ldb apart); acc ncols / 8 accumulators as above. */
 void cg_attn_mma_pb(Kernel *k, KBlock *blk, KTcKind kind, KExpr *lane, KBuf *acc, int64_t ncols, KBuf *pacc,
                     int64_t kdim, KBuf *b, KExpr *b0, int64_t ldb);
+/* How a score is made from a dot product: scale and an additive mask
+ * times unit (log2 e on the tensor cores, whose scores are in base-2
+ * units; else 1), a bool mask, causality.  mask NULL: none; ms its
+ * strides over [B, H, Sq, Sk] (0 where it broadcasts). */
+typedef struct AttnScore {
+  KBuf *mask;
+  int64_t ms[4];
+  int64_t Sq, Sk;
+  double scale, unit;
+  bool causal;
+} AttnScore;
+
+/* The mask's strides over [B, H, Sq, Sk] for a mask of type t. */
+void cg_attn_mask_strides(const TensorType *t, int64_t ms[4]);
+/* The score of query qi of head h of batch row bz and key from their
+ * dot product x, -inf where a bool mask, causality or `keep` (the
+ * caller's bounds; NULL: none) leaves the key out: a let in blk. */
+KExpr *cg_attn_score(Kernel *k, KBlock *blk, const AttnScore *sc, KExpr *x, KExpr *bz, KExpr *h, KExpr *qi,
+                     KExpr *key, KExpr *keep);
 /* x (f32) combined by op over the four lanes of its quad (the lanes
  * holding one row of an m16n8 accumulator): two shuffles. */
 KExpr *cg_attn_quad(Kernel *k, KBlock *blk, KExpr *x, OpKind op);

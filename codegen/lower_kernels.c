@@ -232,7 +232,8 @@ bool cg_lower_node(CgBuild *b, const Node *n) {
     case OP_CONV_TRANSPOSE3D: return lower_conv_transpose(b, n);
     case OP_RESIZE: return lower_resize(b, n);
     case OP_GRID_SAMPLE: return lower_grid_sample(b, n);
-    case OP_ATTENTION: return cg_lower_attention(b, n);
+    case OP_ATTENTION:
+    case OP_ATTENTION_LSE: return cg_lower_attention(b, n);
     case OP_ATTENTION_GRAD: return cg_lower_attention_grad(b, n);
     case OP_MAXPOOL2D:
     case OP_AVGPOOL2D:

@@ -174,6 +174,7 @@ static const OpCost op_cost[] = {
      * per element of dp) is not counted */
     [OP_LSTM_BPTT] = {RULE_LINEAR, 0, 20},
     [OP_GRU_BPTT] = {RULE_LINEAR, 0, 12}, /* likewise per element of dpx (dph's n part one more multiply) */
+    [OP_ATTENTION_LSE] = {RULE_ATTENTION, 0, 0},
     [OP_ATTENTION_GRAD] = {RULE_ATTENTION_GRAD, 0, 0},
     [OP_CONV_WEIGHT_GRAD] = {RULE_CONV_WEIGHT_GRAD, 0, 0},
     [OP_MAXPOOL_GRAD] = {RULE_POOL_GRAD, 1, 1}, /* a comparison per tap finds the argmax; an add */
@@ -324,11 +325,11 @@ static double flops_of(const Node *n) {
     }
     case RULE_ATTENTION_GRAD: {
       /* the products the kernels compute, each Sq x Sk x d multiply-adds
-       * per query head: q k^T three times (the row statistics, then P in
-       * each of the two kernels), dy v^T twice, dS k, dS^T q and P^T dy;
-       * FlashAttention-2 counts 5 (it keeps the statistics and shares P) */
+       * per query head: q k^T and dy v^T twice (P and dP in each of the
+       * two kernels), dS k, dS^T q and P^T dy; FlashAttention-2 counts 5
+       * (its dq by atomics from the dk/dv kernel shares P and dP) */
       const TensorType *k = &n->in[1]->type;
-      return 16 * nx * (double)k->dims[strcmp(ir_attr_str(n, "layout"), "bshd") == 0 ? 1 : 2];
+      return 14 * nx * (double)k->dims[strcmp(ir_attr_str(n, "layout"), "bshd") == 0 ? 1 : 2];
     }
     case RULE_CONV_WEIGHT_GRAD: {
       /* a multiply-add per weight, batch row and output position */

@@ -205,13 +205,13 @@ static int64_t attn_row(const AttnDims *a, int64_t b, int64_t h, int64_t s, int6
   return a->bshd ? ((b * len + s) * heads + h) * a->d : ((b * heads + h) * len + s) * a->d;
 }
 
-/* p[0 .. Sk) = query row i's softmax(q k^T * scale + mask) for head h of
- * batch row b: all zeros for a row with no key left (PyTorch's
- * _safe_softmax), NaNs where a score is NaN. */
-static void attn_probs(const AttnDims *a, const Tensor *q, const Tensor *k, const Tensor *mask, int64_t b,
-                       int64_t h, int64_t i, double *p) {
+/* p[0 .. Sk) = query row i's scores q k^T * scale + mask for head h of
+ * batch row b, -inf where a bool mask or causality leaves a key out;
+ * returns their max (NaN when one is NaN). */
+static double attn_scores(const AttnDims *a, const Tensor *q, const Tensor *k, const Tensor *mask, int64_t b,
+                          int64_t h, int64_t i, double *p) {
   int64_t kh = h / (a->H / a->Hkv), qi = attn_row(a, b, h, i, a->H, a->Sq);
-  double mx = -INFINITY, sum = 0;
+  double mx = -INFINITY;
   for (int64_t j = 0; j < a->Sk; j++) {
     int64_t kj = attn_row(a, b, kh, j, a->Hkv, a->Sk);
     double dot = 0;
@@ -224,15 +224,26 @@ static void attn_probs(const AttnDims *a, const Tensor *q, const Tensor *k, cons
     if (a->causal && j > i) p[j] = -INFINITY;
     if (p[j] > mx || isnan(p[j])) mx = p[j]; /* a NaN score makes the row NaN */
   }
+  return mx;
+}
+
+/* p[0 .. Sk) = the row's softmax of its scores: all zeros for a row with
+ * no key left (PyTorch's _safe_softmax), NaNs where a score is NaN.
+ * Returns the row's logsumexp, +inf for a row with no key left. */
+static double attn_probs(const AttnDims *a, const Tensor *q, const Tensor *k, const Tensor *mask, int64_t b,
+                         int64_t h, int64_t i, double *p) {
+  double mx = attn_scores(a, q, k, mask, b, h, i, p), sum = 0;
   for (int64_t j = 0; j < a->Sk; j++) {
     p[j] = mx == -INFINITY ? 0 : exp(p[j] - mx);
     sum += p[j];
   }
   for (int64_t j = 0; j < a->Sk; j++) p[j] = sum == 0 ? 0 : p[j] / sum;
+  return sum == 0 ? INFINITY : mx + log(sum);
 }
 
 /* softmax(q k^T * scale + mask) v for each batch, head and query row,
- * in double; a row with no key left gives zeros. */
+ * in double; a row with no key left gives zeros.  attention_lse's second
+ * result: each row's logsumexp. */
 bool eval_attention(const Node *n, Tensor *const *in, Tensor *out) {
   const Tensor *q = in[0], *k = in[1], *v = in[2], *mask = n->n_in > 3 ? in[3] : NULL;
   AttnDims a = attn_dims(n, q, k, mask);
@@ -241,7 +252,8 @@ bool eval_attention(const Node *n, Tensor *const *in, Tensor *out) {
   for (int64_t b = 0; b < a.B; b++)
     for (int64_t h = 0; h < a.H; h++)
       for (int64_t i = 0; i < a.Sq; i++) {
-        attn_probs(&a, q, k, mask, b, h, i, p);
+        double lse = attn_probs(&a, q, k, mask, b, h, i, p);
+        if (n->n_out > 1) ir_tensor_set(&out[1], (b * a.H + h) * a.Sq + i, lse);
         int64_t qi = attn_row(&a, b, h, i, a.H, a.Sq), kh = h / (a.H / a.Hkv);
         for (int64_t c = 0; c < a.d; c++) {
           double o = 0;
@@ -253,11 +265,13 @@ bool eval_attention(const Node *n, Tensor *const *in, Tensor *out) {
   return true;
 }
 
-/* attention_grad (ops.def) in double: per query row, P recomputed, D =
- * rowsum(dy * out), dS = P * (dy v^T - D); dq = scale dS k, and dk +=
- * scale dS^T q, dv += P^T dy over the heads and rows in order. */
+/* attention_grad (ops.def) in double: per query row, P = exp(S - lse)
+ * from the given lse, D = rowsum(dy * out), dS = P * (dy v^T - D); dq =
+ * scale dS k, and dk += scale dS^T q, dv += P^T dy over the heads and
+ * rows in order. */
 bool eval_attention_grad(const Node *n, Tensor *const *in, Tensor *out) {
-  const Tensor *q = in[0], *k = in[1], *v = in[2], *o = in[3], *dy = in[4], *mask = n->n_in > 5 ? in[5] : NULL;
+  const Tensor *q = in[0], *k = in[1], *v = in[2], *o = in[3], *dy = in[4], *lse = in[5];
+  const Tensor *mask = n->n_in > 6 ? in[6] : NULL;
   AttnDims a = attn_dims(n, q, k, mask);
   /* dk and dv summed in double, then rounded once to their dtype */
   int64_t kn = numel(&k->type);
@@ -268,7 +282,9 @@ bool eval_attention_grad(const Node *n, Tensor *const *in, Tensor *out) {
   for (int64_t b = 0; b < a.B; b++)
     for (int64_t h = 0; h < a.H; h++)
       for (int64_t i = 0; i < a.Sq; i++) {
-        attn_probs(&a, q, k, mask, b, h, i, p);
+        attn_scores(&a, q, k, mask, b, h, i, p);
+        double l = ir_tensor_get(lse, (b * a.H + h) * a.Sq + i);
+        for (int64_t j = 0; j < a.Sk; j++) p[j] = exp(p[j] - l); /* 0 where l is +inf or p[j] -inf */
         int64_t qi = attn_row(&a, b, h, i, a.H, a.Sq), kh = h / (a.H / a.Hkv);
         double D = 0;
         for (int64_t c = 0; c < a.d; c++) D += ir_tensor_get(dy, qi + c) * ir_tensor_get(o, qi + c);

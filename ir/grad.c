@@ -944,15 +944,21 @@ static void vjp_recurrent(GradCall *c) {
 /* ---- attention ---- */
 
 /* attention_grad (ops.def) gives all three at once, without the Sq x Sk
- * probabilities ever in memory; the mask gets none (GradRule.stops): a
- * trainable mask keeps attention written out (passes/train_mode.c). */
+ * probabilities ever in memory, from the rows' logsumexp: attention_lse's
+ * second result (training mode's forward), or for a plain attention an
+ * attention_lse recomputed beside the backward.  The mask gets none
+ * (GradRule.stops): a trainable mask keeps attention written out
+ * (passes/train_mode.c). */
 static void vjp_attention(GradCall *c) {
   const Node *n = c->n;
-  Value *in[6] = {n->in[0], n->in[1], n->in[2], (Value *)&n->out[0], c->dy[0], n->n_in > 3 ? n->in[3] : NULL};
-  Node *g = ir_node_new(c->g, OP_ATTENTION_GRAD, n->n_in > 3 ? 6 : 5, in, n->loc);
-  ir_set_int(c->g, g, "causal", ir_attr_int(n, "causal"));
-  if (ir_attr(n, "scale")) ir_set_float(c->g, g, "scale", ir_attr_float(n, "scale"));
-  ir_set_str(c->g, g, "layout", ir_attr_str(n, "layout"));
+  Value *lse = n->op == OP_ATTENTION_LSE ? (Value *)&n->out[1] : NULL;
+  if (!lse) {
+    Node *f = like(c, OP_ATTENTION_LSE, n->n_in, n->in);
+    finish(c->g, f);
+    lse = &f->out[1];
+  }
+  Value *in[7] = {n->in[0], n->in[1], n->in[2], (Value *)&n->out[0], c->dy[0], lse, n->n_in > 3 ? n->in[3] : NULL};
+  Node *g = like(c, OP_ATTENTION_GRAD, n->n_in > 3 ? 7 : 6, in);
   finish(c->g, g);
   for (int i = 0; i < 3; i++)
     if (c->need[i]) c->dx[i] = &g->out[i];
@@ -1090,6 +1096,7 @@ static const char *lacks_layers(const Node *n) {
 #define GRAD_LSTM_BPTT NONE /* no second derivatives */
 #define GRAD_GRU_BPTT NONE
 #define GRAD_ATTENTION RULE(vjp_attention, 1u << 3, false)
+#define GRAD_ATTENTION_LSE RULE(vjp_attention, 1u << 3, false) /* lse: only attention_grad reads it */
 #define GRAD_ATTENTION_GRAD NONE /* no second derivatives */
 #define GRAD_CONV_WEIGHT_GRAD NONE /* no second derivatives */
 #define GRAD_MAXPOOL_GRAD NONE

@@ -577,12 +577,28 @@ bool shape_attention(const Node *n, TensorType *out, char *err, size_t errlen) {
   return true;
 }
 
-/* q, k, v, out, dy [, mask] -> q's, k's and v's types; out and dy are
- * the attention's result type (q's). */
-bool shape_attention_grad(const Node *n, TensorType *out, char *err, size_t errlen) {
-  if (!attention_operands(n, 5, err, errlen)) return false;
+/* Each query row's lse: f32 [B, H, Sq] in either layout. */
+static TensorType lse_type(const Node *n) {
   const TensorType *q = in_type(n, 0);
-  if (!need_type(n, 3, "out", q, " (q's type)", err, errlen) || !need_type(n, 4, "dy", q, " (q's type)", err, errlen))
+  bool bshd = strcmp(ir_attr_str(n, "layout"), "bshd") == 0;
+  return ir_type_make(TY_F32, 3, (int64_t[]){q->dims[0], q->dims[bshd ? 2 : 1], q->dims[bshd ? 1 : 2]});
+}
+
+bool shape_attention_lse(const Node *n, TensorType *out, char *err, size_t errlen) {
+  if (!attention_operands(n, 3, err, errlen)) return false;
+  out[0] = *in_type(n, 0);
+  out[1] = lse_type(n);
+  return true;
+}
+
+/* q, k, v, out, dy, lse [, mask] -> q's, k's and v's types; out and dy
+ * are the attention's result type (q's), lse attention_lse's. */
+bool shape_attention_grad(const Node *n, TensorType *out, char *err, size_t errlen) {
+  if (!attention_operands(n, 6, err, errlen)) return false;
+  const TensorType *q = in_type(n, 0);
+  TensorType lt = lse_type(n);
+  if (!need_type(n, 3, "out", q, " (q's type)", err, errlen) || !need_type(n, 4, "dy", q, " (q's type)", err, errlen) ||
+      !need_type(n, 5, "lse", &lt, " (attention_lse's)", err, errlen))
     return false;
   out[0] = *q, out[1] = *in_type(n, 1), out[2] = *in_type(n, 2);
   return true;

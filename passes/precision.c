@@ -186,6 +186,17 @@ static Mode mode_of(const Node *n) {
   return MODE_LOW;
 }
 
+/* Operand i of n stays f32 in any mode (convert_node says why). */
+static bool keeps_f32(const Node *n, int i) {
+  switch (n->op) {
+    case OP_GRID_SAMPLE: return i == 1;
+    case OP_XENT_GRAD:
+    case OP_XENT_BOTH: return i == 2;
+    case OP_ATTENTION_GRAD: return i == 5;
+    default: return false;
+  }
+}
+
 /* Rewrites n's operands for its mode and infers its types again. */
 static void convert_node(Prec *p, Node *n, Mode mode) {
   DType want = mode == MODE_LOW ? p->low : TY_F32;
@@ -200,10 +211,11 @@ static void convert_node(Prec *p, Node *n, Mode mode) {
   /* Gather's indices and every other integer operand keep their type;
    * grid_sample's grid stays f32: in f16 a position on a 1000-pixel axis
    * would be off by up to half a pixel; so does softmax_xent_grad's dy,
-   * the loss's f32 gradient. */
+   * the loss's f32 gradient, and attention_grad's lse (attention_lse
+   * writes it in f32 whatever its dtype). */
   for (int i = 0; i < n->n_in; i++)
     if (is_float(n->in[i]->type.dtype))
-      n->in[i] = convert(p, n->in[i], (n->op == OP_GRID_SAMPLE && i == 1) || ((n->op == OP_XENT_GRAD || n->op == OP_XENT_BOTH) && i == 2) ? TY_F32 : want, n);
+      n->in[i] = convert(p, n->in[i], keeps_f32(n, i) ? TY_F32 : want, n);
   char err[256];
   if (!ir_infer(n, err, sizeof err)) dl_internal(p->g->ctx, "precision: %s: %s", ir_ops[n->op].name, err);
   if (mode == MODE_F32) p->kept++;

@@ -12,8 +12,9 @@
  *     projection and the gates), so their gradient is backpropagation
  *     through time built from the rules of linear, slice, sigmoid, tanh,
  *     mul and add;
- *   - attention stays one op, its gradient attention_grad (ir/grad.c),
- *     except where its additive mask depends on a float param (a learned
+ *   - attention stays one op, attention_lse (its rows' logsumexp a
+ *     second result), its gradient attention_grad (ir/grad.c), except
+ *     where its additive mask depends on a float param (a learned
  *     position bias): the mask's gradient is a whole Sq x Sk matrix per
  *     head, so that attention is written out as its two matmuls and a
  *     softmax, with its mask, causal cut, grouped K/V heads and
@@ -397,6 +398,21 @@ static void attention(Mode *md, Node *n) {
   replace_node(g, first->next, n, &o);
 }
 
+/* A fused attention that stays fused: attention_lse, whose rows'
+ * logsumexp its gradient reads (ir/grad.c), so that the backward needs
+ * no pass over the keys to find them again. */
+static void keep_lse(Mode *md, Node *n) {
+  Graph *g = md->g;
+  Node *first = g->last;
+  Node *f = ir_node_new(g, OP_ATTENTION_LSE, n->n_in, n->in, n->loc);
+  ir_set_int(g, f, "causal", ir_attr_int(n, "causal"));
+  if (ir_attr(n, "scale")) ir_set_float(g, f, "scale", ir_attr_float(n, "scale"));
+  ir_set_str(g, f, "layout", ir_attr_str(n, "layout"));
+  f->keep_f32 = n->keep_f32;
+  Value *o = ir_grad_node(g, f);
+  replace_node(g, first->next, n, &o);
+}
+
 /* By node id: whether its results depend on a float param (one that
  * may train; those that do not only cost the fused kernel). */
 static bool *on_params(Graph *g) {
@@ -425,7 +441,10 @@ bool pass_train_mode(Graph *g, const AutodiffOptions *o) {
       if (md.unroll_rnn) recurrent(&md, n);
       else rnn_layers(&md, n);
     }
-    if (n->op == OP_ATTENTION && learned && n->n_in > 3 && learned[n->in[3]->def->id]) attention(&md, n);
+    if (n->op == OP_ATTENTION) {
+      if (learned && n->n_in > 3 && learned[n->in[3]->def->id]) attention(&md, n);
+      else keep_lse(&md, n);
+    }
     if (n->op == OP_PARAM && strcmp(ir_attr_str(n, "name"), "dlcc.step") == 0 && n->out[0].type.dtype == TY_I64) {
       Value *one = ir_grad_scalar(g, n->loc, 1, TY_I64);
       add_update(&md, ir_grad_op2(g, n->loc, OP_ADD, &n->out[0], one), "dlcc.step");

@@ -1,5 +1,7 @@
-/* Check suite for attention's gradient (attention_grad, its two kernels
- * in codegen/attention_grad.c): on emu against ir_eval in f32, f16 and
+/* Check suite for attention's training: attention_lse's forward (the
+ * result and each row's logsumexp, codegen/attention.c) and
+ * attention_grad's two kernels (codegen/attention_grad.c), the
+ * gradients from that lse: on emu against ir_eval in f32, f16 and
  * bf16 for every mask (none, causal, bool, additive, key padding, rows
  * with every key masked), Sq != Sk both ways, lengths that are no
  * multiple of a tile, grouped and multi-query heads, d = 20 to 256 (the
@@ -39,10 +41,11 @@ static int run_job(Ctx *c, void *data) {
  * operands and results. */
 static double tolerance(DType dt) { return dt == TY_F32 ? 5e-6 : dt == TY_F16 ? 2e-3 : 8e-3; }
 
-/* attention_grad of q [B, H, Sq, d] ([B, Sq, H, d] under bshd), k and
- * v [B, Hkv, Sk, d], out and dy q's type, in dt, with attrs and, when
- * mask_type is not NULL, a mask of that type (%1$s in it is dt's name);
- * compiled, through NVRTC, and run on emu against the interpreter,
+/* attention_lse and attention_grad of q [B, H, Sq, d] ([B, Sq, H, d]
+ * under bshd), k and v [B, Hkv, Sk, d], dy q's type, in dt, with attrs
+ * and, when mask_type is not NULL, a mask of that type (%1$s in it is
+ * dt's name): the result, each row's lse, dq, dk and dv; compiled,
+ * through NVRTC, and run on emu against the interpreter,
  * inputs in [-2, 2) (a bool mask half true). */
 static void check(DType dt, int64_t B, int64_t H, int64_t Hkv, int64_t Sq, int64_t Sk, int64_t d, const char *attrs,
                   const char *mask_type) {
@@ -57,18 +60,20 @@ static void check(DType dt, int64_t B, int64_t H, int64_t Hkv, int64_t Sq, int64
                                 bshd ? Sq : H, bshd ? H : Sq, d);
   const char *kt = arena_printf(&ctx.arena, "%s[%" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 "]", t, B,
                                 bshd ? Sk : Hkv, bshd ? Hkv : Sk, d);
+  const char *lt = arena_printf(&ctx.arena, "f32[%" PRId64 ", %" PRId64 ", %" PRId64 "]", B, H, Sq);
   char *s = arena_printf(&ctx.arena,
                          "graph attn {\n"
                          "  %%q = input {name=\"q\"} : %s\n"
                          "  %%k = input {name=\"k\"} : %s\n"
                          "  %%v = input {name=\"v\"} : %s\n"
-                         "  %%o = input {name=\"o\"} : %s\n"
                          "  %%dy = input {name=\"dy\"} : %s\n"
                          "%s"
-                         "  %%dq, %%dk, %%dv = attention_grad %%q, %%k, %%v, %%o, %%dy%s %s : %s, %s, %s\n"
-                         "  return %%dq as \"dq\", %%dk as \"dk\", %%dv as \"dv\"\n"
+                         "  %%o, %%lse = attention_lse %%q, %%k, %%v%s %s : %s, %s\n"
+                         "  %%dq, %%dk, %%dv = attention_grad %%q, %%k, %%v, %%o, %%dy, %%lse%s %s : %s, %s, %s\n"
+                         "  return %%dq as \"dq\", %%dk as \"dk\", %%dv as \"dv\", %%o as \"o\", %%lse as \"lse\"\n"
                          "}\n",
-                         qt, kt, kt, qt, qt, mask_in, mask_type ? ", %m" : "", attrs, qt, kt, kt);
+                         qt, kt, kt, qt, mask_in, mask_type ? ", %m" : "", attrs, qt, lt, mask_type ? ", %m" : "", attrs,
+                         qt, kt, kt);
   Job j = {.text = s};
   int rc = ctx_guard(&ctx, run_job, &j);
   ck_assert_msg(rc == 0 && j.ok, "compile failed:\n%s\n%s", s, diag_text(&ctx));

@@ -425,8 +425,12 @@ static Graph *build_every_op(Ctx *c, bool *covered) {
   ir_set_int(g, n, "causal", 1);
   ir_set_float(g, n, "scale", 0.5);
   add(g, n);
-  /* its gradient, three results, the mask last */
-  n = NODE(g, OP_ATTENTION_GRAD, aq, ak, ak, aq, aq, am_);
+  /* with each row's lse, and its gradient: three results, the mask last */
+  n = NODE(g, OP_ATTENTION_LSE, aq, ak, ak, am_);
+  ir_set_int(g, n, "causal", 1);
+  add(g, n);
+  Value *alse = &n->out[1];
+  n = NODE(g, OP_ATTENTION_GRAD, aq, ak, ak, aq, aq, alse, am_);
   ir_set_int(g, n, "causal", 1);
   ir_set_float(g, n, "scale", 0.5);
   add(g, n);

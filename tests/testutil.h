@@ -61,8 +61,9 @@ bool test_emu_matches_eval(Graph *g, const RtPlan *p, uint64_t seed, double lo, 
  * (test_rel_error): for sums whose terms cancel (gradients). */
 bool test_emu_near_eval(Graph *g, const RtPlan *p, uint64_t seed, double lo, double hi, double tol);
 
-/* The largest |got - want| over want's largest magnitude (at least
- * 1e-30): NaN in got counts as the worst. */
+/* The largest |got - want| over want's largest finite magnitude (at
+ * least 1e-30): NaN in got counts as the worst, an infinity as 0 where
+ * both are the same one and the worst where not. */
 double test_rel_error(const Tensor *got, const Tensor *want);
 
 #endif

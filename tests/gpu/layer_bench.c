@@ -406,7 +406,8 @@ static int model_cmd(const Options *o, Gpu *g) {
 /* ---- attention ---- */
 
 /* The forward (grad false) or backward of one attention in dt, as IR
- * text; malloc'd. */
+ * text (the backward's lse an input: random values time the same);
+ * malloc'd. */
 static char *attention_text(const char *dt, int n, int h, int seq, int d, bool causal, bool grad) {
   char *s = malloc(2048), t[96];
   if (!s) return NULL;
@@ -415,9 +416,10 @@ static char *attention_text(const char *dt, int n, int h, int seq, int d, bool c
     snprintf(s, 2048,
              "graph attention_grad {\n  %%q = input {name=\"q\"} : %s\n  %%k = input {name=\"k\"} : %s\n"
              "  %%v = input {name=\"v\"} : %s\n  %%o = input {name=\"o\"} : %s\n  %%dy = input {name=\"dy\"} : %s\n"
-             "  %%dq, %%dk, %%dv = attention_grad %%q, %%k, %%v, %%o, %%dy {causal=%d} : %s, %s, %s\n"
+             "  %%lse = input {name=\"lse\"} : f32[%d, %d, %d]\n"
+             "  %%dq, %%dk, %%dv = attention_grad %%q, %%k, %%v, %%o, %%dy, %%lse {causal=%d} : %s, %s, %s\n"
              "  return %%dq as \"dq\", %%dk as \"dk\", %%dv as \"dv\"\n}\n",
-             t, t, t, t, t, causal, t, t, t);
+             t, t, t, t, t, n, h, seq, causal, t, t, t);
   else
     snprintf(s, 2048,
              "graph attention {\n  %%q = input {name=\"q\"} : %s\n  %%k = input {name=\"k\"} : %s\n"

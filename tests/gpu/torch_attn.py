@@ -17,31 +17,11 @@ import argparse
 import re
 import sys
 
+from torch_bench import gpu_ms  # beside this file: events around back-to-back calls
+
 LINE = re.compile(r"^attention (\w+) +N=(\d+) H=(\d+) S=(\d+) d=(\d+) causal=(\d)"
                   r"(?:  fwd +([\d.]+) us +[\d.]+ TFLOP/s)?(?:  bwd +([\d.]+) us +[\d.]+ TFLOP/s)?")
 DTYPES = {"f16": "float16", "bf16": "bfloat16", "f32": "float32"}
-
-
-def gpu_ms(torch, fn):
-    """Median milliseconds of one call: events around back-to-back calls."""
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    fn()
-    stop.record()
-    stop.synchronize()
-    reps = max(1, min(200, int(20.0 / max(start.elapsed_time(stop), 1e-3))))
-    times = []
-    for _ in range(5):
-        start.record()
-        for _ in range(reps):
-            fn()
-        stop.record()
-        stop.synchronize()
-        times.append(start.elapsed_time(stop) / reps)
-    return sorted(times)[2]
 
 
 def torch_times(torch, mode, n, h, s, d, causal):
