@@ -103,13 +103,17 @@ START_TEST(padding) {
 END_TEST
 
 /* Sq != Sk both ways (causal with more keys than queries leaves key
- * tiles no query reaches: dk and dv 0 there), Sk = 1, a scale of its
- * own with 4 query heads over 2, no keys (dq 0), no queries (dk, dv 0) */
+ * tiles no query reaches: dk and dv 0 there; 5 rows over 300 keys split
+ * the forward's keys), Sk = 1, a scale of its own with 4 query heads
+ * over 2, no keys (dq 0), no queries (dk, dv 0) */
 START_TEST(lengths) {
   DType dt = dtypes[_i];
   check(dt, 1, 4, 2, 5, 70, 16, "{scale=0.3}", NULL);
   check(dt, 1, 2, 1, 70, 1, 16, "", NULL);
   check(dt, 1, 2, 1, 20, 150, 16, "{causal=1}", NULL);
+  /* few query rows over many keys: the forward splits the keys, its lse
+   * from the combine */
+  check(dt, 1, 2, 1, 5, 300, 16, "", "bool[5, 300]");
   check(dt, 1, 2, 1, 5, 0, 16, "", NULL);
   check(dt, 1, 2, 1, 0, 5, 16, "", NULL);
 }
