@@ -125,7 +125,7 @@ static KExpr *dot(Bwd *W, KBlock *blk, KBuf *A, KExpr *a, KBuf *B, KExpr *b) {
 }
 
 /* The score of query qi (of head h) and key from their dot product x
- * (the forward's: in base-2 units on the tensor cores, base e on FMA),
+ * (in base-2 units on this kernel's tensor-core path, base e on FMA),
  * -inf past either bound. */
 static KExpr *score(Bwd *W, KBlock *blk, KExpr *x, KExpr *h, KExpr *qi, KExpr *key) {
   Kernel *k = W->k;
@@ -221,10 +221,41 @@ static void store_rows(Bwd *W, KBlock *blk, KBuf *acc, double w, KBuf *dst, KExp
   cg_kstore(k, ub, dst, cg_kadd(k, base, kmad(k, row, rstride, col)), cg_kcast(k, y, dst->dtype));
 }
 
-static void zero(Kernel *k, KBlock *blk, KBuf *acc, int64_t n) {
+
+/* D = rowsum(dy * out) for the tile's `rows` rows (q0 the first) into
+ * shared ds: each warp a share of the rows, its lanes over a row's
+ * columns (out read coalesced from memory, dy from the shared tile dos,
+ * rows ld apart), the lanes' parts summed by shuffles. */
+static void row_dots(Bwd *W, KBlock *blk, KBuf *dos, KBuf *o, KExpr *qbase, KExpr *q0, int64_t rows, KBuf *ds) {
+  Kernel *k = W->k;
+  int64_t warps = W->threads / 32, per = cdiv(rows, warps);
+  KExpr *lane = ilet(k, blk, "dl", kmod(k, W->tid, 32)), *warp = ilet(k, blk, "dw", kdiv(k, W->tid, 32));
+  KExpr *i, *c;
+  KBlock *rb = kloop(k, blk, "dr", ki(k, per), KM_SERIAL, &i);
+  KExpr *r = ilet(k, rb, "r", kmad(k, warp, per, i));
+  KExpr *qi = ilet(k, rb, "qi", cg_kadd(k, q0, r));
+  KVar *acc = cg_klet(k, rb, "D", TY_F32, kf32(k, 0));
+  KBlock *cb = kloop(k, rb, "dc", ki(k, cdiv(W->d, 32)), KM_SERIAL, &c);
+  KExpr *col = ilet(k, cb, "col", kmad(k, c, 32, lane));
+  KExpr *ok = cg_kand(k, cg_kand(k, W->d % 32 ? klt(k, col, ki(k, W->d)) : NULL, rows % warps ? klt(k, r, ki(k, rows)) : NULL),
+                      W->Sq % rows ? klt(k, qi, ki(k, W->Sq)) : NULL);
+  KExpr *ov = cg_kcast(k, cg_kload(k, o, cg_kadd(k, qbase, kmad(k, qi, W->rsq, col))), TY_F32);
+  KExpr *x = cg_kop2(k, OP_MUL, cg_kcast(k, cg_kload(k, dos, kmad(k, r, W->ld, col)), TY_F32), ov);
+  cg_kset(k, cb, acc, cg_kop2(k, OP_ADD, kv(k, acc), ok ? cg_ksel(k, ok, x, kf32(k, 0)) : x));
+  KExpr *sum = kv(k, acc);
+  for (int sh = 16; sh >= 1; sh /= 2) {
+    KExpr *y = kv(k, cg_klet(k, rb, "sh", TY_F32, cg_kshfl_xor(k, sum, sh, 32)));
+    sum = kv(k, cg_klet(k, rb, "ds", TY_F32, cg_kop2(k, OP_ADD, sum, y)));
+  }
+  KExpr *w = cg_kand(k, cg_kcmp(k, KC_EQ, lane, ki(k, 0)), rows % warps ? klt(k, r, ki(k, rows)) : NULL);
+  cg_kstore(k, &cg_kif(k, rb, w)->body, ds, r, sum);
+}
+
+/* acc[0 .. n) = v (registers) */
+static void zero_regs(Kernel *k, KBlock *blk, KBuf *acc, int64_t n, double v) {
   KExpr *z;
   KBlock *zb = kloop(k, blk, "z", ki(k, n), KM_UNROLL, &z);
-  cg_kstore(k, zb, acc, z, kf32(k, 0));
+  cg_kstore(k, zb, acc, z, kf32(k, v));
 }
 
 /* ---- dq, and each query row's D ---- */
@@ -250,17 +281,9 @@ static void dq_kernel(Bwd *W) {
   load_tile(W, body, q, qbase, W->rsq, q0, W->Sq, qs);
   load_tile(W, body, dy, qbase, W->rsq, q0, W->Sq, dos);
   cg_kbarrier(k, body);
-  KExpr *mine = klt(k, W->tid, ki(k, W->tile)); /* the row's first thread */
-  KBlock *own = &cg_kif(k, body, mine)->body;
-  {
-    /* D = rowsum(dy * out), out read once, straight from memory */
-    KVar *acc = cg_kvar(k, "D", TY_F32), *iv = cg_kvar(k, "c", KT_INDEX);
-    KStmt *red = cg_kreduce(k, own, acc, kf32(k, 0), OP_ADD, iv, ki(k, W->d));
-    KExpr *ok = W->Sq % W->tile ? klt(k, qi, ki(k, W->Sq)) : NULL;
-    KExpr *ov = cg_kcast(k, cg_kload(k, o, cg_kadd(k, qbase, kmad(k, qi, W->rsq, kv(k, iv)))), TY_F32);
-    red->value = cg_kop2(k, OP_MUL, cg_kload(k, dos, kmad(k, r, W->ld, kv(k, iv))), ok ? cg_ksel(k, ok, ov, kf32(k, 0)) : ov);
-    cg_kstore(k, own, ds, r, kv(k, acc));
-  }
+  row_dots(W, body, dos, o, qbase, q0, W->tile, ds);
+  cg_kbarrier(k, body);
+  KBlock *own = &cg_kif(k, body, klt(k, W->tid, ki(k, W->tile)))->body; /* the row's first thread */
 
   /* each row's lse from the forward (+inf past Sq: no P), D to the
    * scratch for the dk/dv kernel */
@@ -278,7 +301,7 @@ static void dq_kernel(Bwd *W) {
 
   /* the walk: dS per tile, dq += dS K */
   KBuf *acc = cg_klocal(k, "dq", TY_F32, W->cols, KSP_REGISTER);
-  zero(k, body, acc, W->cols);
+  zero_regs(k, body, acc, W->cols, 0);
   KExpr *u0 = ilet(k, body, "u0", cg_kmul(k, W->part, ki(k, W->cols)));
   KExpr *j, *c;
   KBlock *pb = kloop(k, body, "j", ntile, KM_SERIAL, &j);
@@ -323,8 +346,8 @@ static void dkdv_kernel(Bwd *W) {
   load_tile(W, body, kb, kvbase, W->rskv, k0, W->Sk, ks);
   load_tile(W, body, vb, kvbase, W->rskv, k0, W->Sk, vs);
   KBuf *dka = cg_klocal(k, "dka", TY_F32, W->cols, KSP_REGISTER), *dva = cg_klocal(k, "dva", TY_F32, W->cols, KSP_REGISTER);
-  zero(k, body, dka, W->cols);
-  zero(k, body, dva, W->cols);
+  zero_regs(k, body, dka, W->cols, 0);
+  zero_regs(k, body, dva, W->cols, 0);
   int64_t per = W->tile / W->tpr; /* queries a thread scores per tile */
   KExpr *r0 = ilet(k, body, "r0", cg_kmul(k, W->part, ki(k, per)));
   KExpr *u0 = ilet(k, body, "u0", cg_kmul(k, W->part, ki(k, W->cols)));
@@ -432,26 +455,6 @@ static void store_acc(Bwd *W, KBlock *blk, KBuf *acc, double w, KBuf *dst, KExpr
   cg_kstore(k, at, dst, cg_kadd(k, base, kmad(k, row, rstride, col)), cg_kcast(k, y, dst->dtype));
 }
 
-/* D = rowsum(dy * out) for a tile's rows (q0 the first) into shared
- * ds: a thread a row, dy from the shared tile dos, out from memory. */
-static void row_dots(Bwd *W, KBlock *blk, KBuf *dos, KBuf *o, KExpr *qbase, KExpr *q0, int64_t rows, KBuf *ds) {
-  Kernel *k = W->k;
-  KBlock *own = &cg_kif(k, blk, klt(k, W->tid, ki(k, rows)))->body;
-  KExpr *qi = ilet(k, own, "qi", cg_kadd(k, q0, W->tid));
-  KVar *acc = cg_kvar(k, "D", TY_F32), *iv = cg_kvar(k, "c", KT_INDEX);
-  KStmt *red = cg_kreduce(k, own, acc, kf32(k, 0), OP_ADD, iv, ki(k, W->d));
-  KExpr *ok = W->Sq % rows ? klt(k, qi, ki(k, W->Sq)) : NULL;
-  KExpr *ov = cg_kcast(k, cg_kload(k, o, cg_kadd(k, qbase, kmad(k, qi, W->rsq, kv(k, iv)))), TY_F32);
-  KExpr *dv = cg_kcast(k, cg_kload(k, dos, kmad(k, W->tid, W->ld, kv(k, iv))), TY_F32);
-  red->value = cg_kop2(k, OP_MUL, dv, ok ? cg_ksel(k, ok, ov, kf32(k, 0)) : ov);
-  cg_kstore(k, own, ds, W->tid, kv(k, acc));
-}
-
-static void zero_regs(Kernel *k, KBlock *blk, KBuf *acc, int64_t n, double v) {
-  KExpr *z;
-  KBlock *zb = kloop(k, blk, "z", ki(k, n), KM_UNROLL, &z);
-  cg_kstore(k, zb, acc, z, kf32(k, v));
-}
 
 /* dq on the tensor cores: warp w owns query rows q0 + 16w .. + 15. */
 static void dq_kernel_tc(Bwd *W) {
@@ -612,6 +615,11 @@ bool cg_lower_attention_grad(CgBuild *b, const Node *n) {
     return false;
   }
   if (!W->B || !W->H || !W->d) return true; /* every result empty */
+  if (W->H > 65535 || W->B > 65535) { /* the grid's y and z */
+    diag_error(c, n->loc, "attention_grad: at most 65535 heads and batch rows, got %" PRId64 " and %" PRId64, W->H,
+               W->B);
+    return false;
+  }
   W->G = W->H / W->Hkv;
   W->rsq = W->bshd ? W->H * W->d : W->d;
   W->rskv = W->bshd ? W->Hkv * W->d : W->d;

@@ -129,12 +129,16 @@ START_TEST(layout_bshd) {
 END_TEST
 
 /* d = 64 and 128 (threads sharing a row: 2, 4), 256 (32-row tiles, 8
- * threads a row) */
+ * threads a row; f16 and bf16 on FMA there), 80 causal over several
+ * tiles (the tensor cores' 32-key dq tiles and 16-query dk/dv tiles), 40
+ * (whole chunks, columns past d zero-filled by cp.async) */
 START_TEST(head_dims) {
   DType dt = dtypes[_i];
   check(dt, 1, 1, 1, 40, 70, 64, "{causal=1}", NULL);
   check(dt, 1, 2, 1, 17, 33, 128, "", NULL);
-  if (dt != TY_F16) check(dt, 1, 1, 1, 40, 35, 256, "{causal=1}", NULL);
+  check(dt, 1, 1, 1, 40, 35, 256, "{causal=1}", NULL);
+  check(dt, 1, 2, 1, 130, 150, 80, "{causal=1}", NULL);
+  check(dt, 2, 2, 2, 33, 20, 40, "", "bool[2, 1, 1, 20]");
 }
 END_TEST
 

@@ -57,8 +57,10 @@ char *test_print_ir(Graph *g);
  * False (nothing checked) when the emu device cannot start here; any
  * mismatch fails the calling test. */
 bool test_emu_matches_eval(Graph *g, const RtPlan *p, uint64_t seed, double lo, double hi, double tol);
-/* The same, each output within tol of its largest magnitude
- * (test_rel_error): for sums whose terms cancel (gradients). */
+/* The same, each output within tol of its largest magnitude or of 1,
+ * whichever is larger (as test_rel_error, an infinity matching itself):
+ * for sums whose terms cancel (gradients; attention's dq with one key
+ * is 0 exactly, its rounding error not). */
 bool test_emu_near_eval(Graph *g, const RtPlan *p, uint64_t seed, double lo, double hi, double tol);
 
 /* The largest |got - want| over want's largest finite magnitude (at
