@@ -26,7 +26,8 @@
  * the block's 64 and every product of them is mma.sync m16n8k16 with
  * f32 accumulators (codegen/attn.h's two shapes: A B^T from shared
  * memory, and P B with P the accumulators of the one before, rounded to
- * f16/bf16 in registers), so no barrier sits within a tile: dq's walk
+ * f16/bf16 in registers), so no barrier sits within a tile, and the
+ * walked tiles are double-buffered (cp.async): dq's walk
  * computes S = Q K^T and dP = dy V^T, dS in their accumulators, dq +=
  * dS K; the dk/dv walk computes S^T = K Q^T and dP^T = V dy^T, so that
  * P^T and dS^T are already A operands for dv += P^T dy and dk += dS^T
@@ -402,6 +403,13 @@ static void load_tc(Bwd *W, KBlock *blk, KBuf *src, KExpr *base, int64_t rstride
   cg_attn_load(&t, blk, src, base, rstride, row0, rows, S, dst, ki(W->k, 0));
 }
 
+/* the same into dst from element dst0 (a stage) */
+static void load_tc_at(Bwd *W, KBlock *blk, KBuf *src, KExpr *base, int64_t rstride, KExpr *row0, int64_t rows,
+                       int64_t S, KBuf *dst, KExpr *dst0) {
+  AttnTiles t = tiles_of(W);
+  cg_attn_load(&t, blk, src, base, rstride, row0, rows, S, dst, dst0);
+}
+
 /* the loads issued so far landed, for every thread */
 static void loads_done(Bwd *W, KBlock *blk) {
   AttnTiles t = tiles_of(W);
@@ -409,6 +417,20 @@ static void loads_done(Bwd *W, KBlock *blk) {
     cg_kcp_commit(W->k, blk);
     cg_kcp_wait(W->k, blk, 0);
   }
+  cg_kbarrier(W->k, blk);
+}
+
+/* The walks' two stages: the next tile's loads are issued (into the
+ * other stage) right after the barrier that ends every read of it, and
+ * committed; at the top of the next iteration they are waited for. */
+static void commit(Bwd *W, KBlock *blk) {
+  AttnTiles t = tiles_of(W);
+  if (cg_attn_async(&t)) cg_kcp_commit(W->k, blk);
+}
+
+static void landed(Bwd *W, KBlock *blk) {
+  AttnTiles t = tiles_of(W);
+  if (cg_attn_async(&t)) cg_kcp_wait(W->k, blk, 0);
   cg_kbarrier(W->k, blk);
 }
 
@@ -468,7 +490,7 @@ static void dq_kernel_tc(Bwd *W) {
   KBuf *q = f.q, *kb = f.k, *vb = f.v, *o = f.o, *dy = f.dy, *dq = f.dq;
   uint32_t off = 0;
   KBuf *qs = shared_dt(W, "Qs", BM, &off), *dos = shared_dt(W, "dOs", BM, &off);
-  KBuf *ks = shared_dt(W, "Ks", W->bn, &off), *vs = shared_dt(W, "Vs", W->bn, &off);
+  KBuf *ks = shared_dt(W, "Ks", 2 * W->bn, &off), *vs = shared_dt(W, "Vs", 2 * W->bn, &off); /* two stages */
   KBuf *ds = shared(W, "Ds", BM, &off);
 
   KExpr *q0 = ilet(k, body, "q0", cg_kmul(k, qx, ki(k, BM)));
@@ -500,18 +522,28 @@ static void dq_kernel_tc(Bwd *W) {
   cg_kstore(k, wb, W->st, at, cg_kload(k, ds, cg_kidx(k, KI_SUB, row, q0)));
 
   /* the walk: S, dP = dy V^T, dS = P (dP - D) in the accumulators,
-   * dq += dS K */
+   * dq += dS K; tile j + 1 of K and V on its way while tile j is
+   * computed */
   KBuf *dpacc = cg_klocal(k, "dpacc", TY_F32, nb * 4, KSP_REGISTER);
   KBuf *dqacc = cg_klocal(k, "dqacc", TY_F32, W->dp / 8 * 4, KSP_REGISTER);
   zero_regs(k, body, dqacc, W->dp / 8 * 4, 0);
+  int64_t stage = W->bn * W->ld;
+  load_tc_at(W, body, kb, kvbase, W->rskv, ki(k, 0), W->bn, W->Sk, ks, ki(k, 0));
+  load_tc_at(W, body, vb, kvbase, W->rskv, ki(k, 0), W->bn, W->Sk, vs, ki(k, 0));
+  commit(W, body);
   KBlock *lb = kloop(k, body, "j", ntile, KM_SERIAL, &j);
   KExpr *k0 = ilet(k, lb, "k0", cg_kmul(k, j, ki(k, W->bn)));
-  cg_kbarrier(k, lb);
-  load_tc(W, lb, kb, kvbase, W->rskv, k0, W->bn, W->Sk, ks);
-  load_tc(W, lb, vb, kvbase, W->rskv, k0, W->bn, W->Sk, vs);
-  loads_done(W, lb);
-  cg_attn_mma_abt(k, lb, W->kind, W->lane, sacc, nb, qs, a0, W->ld, ks, ki(k, 0), W->ld, W->dp);
-  cg_attn_mma_abt(k, lb, W->kind, W->lane, dpacc, nb, dos, a0, W->ld, vs, ki(k, 0), W->ld, W->dp);
+  landed(W, lb);
+  KExpr *nj = ilet(k, lb, "jn", cg_kadd(k, j, ki(k, 1)));
+  KBlock *pre = &cg_kif(k, lb, klt(k, nj, ntile))->body;
+  KExpr *nst = ilet(k, pre, "ns", cg_kmul(k, kmod(k, nj, 2), ki(k, stage)));
+  KExpr *nk0 = ilet(k, pre, "nk", cg_kmul(k, nj, ki(k, W->bn)));
+  load_tc_at(W, pre, kb, kvbase, W->rskv, nk0, W->bn, W->Sk, ks, nst);
+  load_tc_at(W, pre, vb, kvbase, W->rskv, nk0, W->bn, W->Sk, vs, nst);
+  commit(W, lb);
+  KExpr *st = ilet(k, lb, "st", cg_kmul(k, kmod(k, j, 2), ki(k, stage)));
+  cg_attn_mma_abt(k, lb, W->kind, W->lane, sacc, nb, qs, a0, W->ld, ks, st, W->ld, W->dp);
+  cg_attn_mma_abt(k, lb, W->kind, W->lane, dpacc, nb, dos, a0, W->ld, vs, st, W->ld, W->dp);
   hb = rows_of(W, lb, wrow, &h, &row);
   KExpr *lh = kv(k, cg_klet(k, hb, "lh", TY_F32, cg_kload(k, lse, h)));
   KExpr *dh = kv(k, cg_klet(k, hb, "dh", TY_F32, cg_kload(k, ds, cg_kidx(k, KI_SUB, row, q0))));
@@ -519,9 +551,36 @@ static void dq_kernel_tc(Bwd *W) {
   KExpr *sv = score(W, cb, cg_kload(k, sacc, slot), hy, row, cg_kadd(k, k0, col));
   KExpr *p = kv(k, cg_klet(k, cb, "p", TY_F32, cg_kexp2(k, cg_kop2(k, OP_SUB, sv, lh))));
   cg_kstore(k, cb, sacc, slot, cg_kop2(k, OP_MUL, p, cg_kop2(k, OP_SUB, cg_kload(k, dpacc, slot), dh)));
-  cg_attn_mma_pb(k, lb, W->kind, W->lane, dqacc, W->dp, sacc, W->bn, ks, ki(k, 0), W->ld);
+  cg_attn_mma_pb(k, lb, W->kind, W->lane, dqacc, W->dp, sacc, W->bn, ks, st, W->ld);
   store_acc(W, body, dqacc, W->scale, dq, qbase, W->rsq, wrow, W->Sq);
   cg_launch(W->b, k);
+}
+
+/* Tile t of the dk/dv kernel's walk (query head hy G + t / ni, query
+ * rows from (i0 + t % ni) bn) into stage sq: its q and dy rows, and each
+ * row's lse (in base-2 units) and D (a row past Sq: lse +inf, so P is
+ * 0).  ni is not 0 where t is (callers see to it, t 0 aside). */
+static void walk_tile(Bwd *W, KBlock *blk, KExpr *hy, KExpr *t, KExpr *ni, KExpr *i0, KExpr *sq, KBuf *qs, KBuf *dos,
+                      KBuf *ls, KBuf *ds) {
+  Kernel *k = W->k;
+  const Node *n = W->n;
+  bool first = t->kind == KE_INT && t->i == 0;
+  KExpr *qh = first ? ilet(k, blk, "wh", cg_kmul(k, hy, ki(k, W->G)))
+                    : ilet(k, blk, "wh", kmad(k, hy, W->G, cg_kidx(k, KI_DIV, t, ni)));
+  KExpr *q0 = first ? ilet(k, blk, "wq", cg_kmul(k, i0, ki(k, W->bn)))
+                    : ilet(k, blk, "wq", cg_kmul(k, cg_kadd(k, i0, cg_kidx(k, KI_MOD, t, ni)), ki(k, W->bn)));
+  KExpr *qbase = head_base(W, blk, qh, W->H, W->Sq);
+  KExpr *st = ilet(k, blk, "ws", cg_kmul(k, sq, ki(k, W->bn * W->ld)));
+  load_tc_at(W, blk, operand(W, n->in[0], "q"), qbase, W->rsq, q0, W->bn, W->Sq, qs, st);
+  load_tc_at(W, blk, operand(W, n->in[4], "dy"), qbase, W->rsq, q0, W->bn, W->Sq, dos, st);
+  KBlock *sb = &cg_kif(k, blk, klt(k, W->tid, ki(k, W->bn)))->body;
+  KExpr *qr = ilet(k, sb, "qr", cg_kadd(k, q0, W->tid));
+  KExpr *in = klt(k, qr, ki(k, W->Sq));
+  KExpr *at = ilet(k, sb, "sa", kmad(k, kmad(k, W->bz, W->H, qh), W->Sq, qr));
+  KExpr *l2 = cg_kop2(k, OP_MUL, cg_kload(k, W->lse, at), kf32(k, (float)M_LOG2E));
+  KExpr *r = ilet(k, sb, "wr", kmad(k, sq, W->bn, W->tid));
+  cg_kstore(k, sb, ls, r, cg_ksel(k, in, l2, kf32(k, INFINITY)));
+  cg_kstore(k, sb, ds, r, cg_ksel(k, in, cg_kload(k, W->st, at), kf32(k, 0)));
 }
 
 /* dk and dv on the tensor cores: warp w owns key rows k0 + 16w .. + 15;
@@ -537,12 +596,13 @@ static void dkdv_kernel_tc(Bwd *W) {
   KExpr *kx, *hy;
   KBlock *body = new_kernel(W, "attention_grad_dkdv", "attention backward dk dv", kt, W->Hkv, &kx, &hy);
   Kernel *k = W->k;
-  Bufs f = bind(W, false);
-  KBuf *q = f.q, *kb = f.k, *vb = f.v, *dy = f.dy, *dk = f.dk, *dv = f.dv;
+  Bufs f = bind(W, false); /* walk_tile binds q and dy again: the same buffers */
+  KBuf *kb = f.k, *vb = f.v, *dk = f.dk, *dv = f.dv;
   uint32_t off = 0;
   KBuf *ks = shared_dt(W, "Ks", BM, &off), *vs = shared_dt(W, "Vs", BM, &off);
-  KBuf *qs = shared_dt(W, "Qs", W->bn, &off), *dos = shared_dt(W, "dOs", W->bn, &off);
-  KBuf *ls = shared(W, "Ls", W->bn, &off), *ds = shared(W, "Ds", W->bn, &off);
+  /* the walked tiles in two stages each */
+  KBuf *qs = shared_dt(W, "Qs", 2 * W->bn, &off), *dos = shared_dt(W, "dOs", 2 * W->bn, &off);
+  KBuf *ls = shared(W, "Ls", 2 * W->bn, &off), *ds = shared(W, "Ds", 2 * W->bn, &off);
 
   KExpr *k0 = ilet(k, body, "k0", cg_kmul(k, kx, ki(k, BM)));
   KExpr *kvbase = head_base(W, body, hy, W->Hkv, W->Sk);
@@ -557,40 +617,38 @@ static void dkdv_kernel_tc(Bwd *W) {
   KBuf *dva = cg_klocal(k, "dva", TY_F32, W->dp / 8 * 4, KSP_REGISTER);
   zero_regs(k, body, dka, W->dp / 8 * 4, 0);
   zero_regs(k, body, dva, W->dp / 8 * 4, 0);
-  /* under causal, the query tiles from the one holding query k0 on */
+  /* the query tiles of every query head that reads this key/value head,
+   * one walk of G x ni tiles (under causal, each head's from the one
+   * holding query k0 on), tile t + 1 on its way while t is computed */
   KExpr *i0 = W->causal ? ilet(k, body, "i0", kdiv(k, k0, W->bn)) : ki(k, 0);
-  KExpr *g, *ii, *h, *row, *slot, *col;
-  KBlock *gb = kloop(k, body, "g", ki(k, W->G), KM_SERIAL, &g);
-  KExpr *qh = ilet(k, gb, "qh", kmad(k, hy, W->G, g));
-  KExpr *qbase = head_base(W, gb, qh, W->H, W->Sq);
-  KBlock *ib = kloop(k, gb, "ii", W->causal ? ilet(k, gb, "ni", cg_kidx(k, KI_MAX, cg_kidx(k, KI_SUB, ki(k, qt), i0), ki(k, 0)))
-                                            : ki(k, qt),
-                     KM_SERIAL, &ii);
-  KExpr *q0 = ilet(k, ib, "q0", cg_kmul(k, cg_kadd(k, i0, ii), ki(k, W->bn)));
-  cg_kbarrier(k, ib);
-  load_tc(W, ib, q, qbase, W->rsq, q0, W->bn, W->Sq, qs);
-  load_tc(W, ib, dy, qbase, W->rsq, q0, W->bn, W->Sq, dos);
-  {
-    /* each query row's lse and D (a row past Sq: lse +inf, so P is 0) */
-    KBlock *sb = &cg_kif(k, ib, klt(k, W->tid, ki(k, W->bn)))->body;
-    KExpr *qr = ilet(k, sb, "qr", cg_kadd(k, q0, W->tid));
-    KExpr *in = klt(k, qr, ki(k, W->Sq));
-    KExpr *at = ilet(k, sb, "sa", kmad(k, kmad(k, W->bz, W->H, qh), W->Sq, qr));
-    KExpr *l2 = cg_kop2(k, OP_MUL, cg_kload(k, W->lse, at), kf32(k, (float)M_LOG2E)); /* base-2 units */
-    cg_kstore(k, sb, ls, W->tid, cg_ksel(k, in, l2, kf32(k, INFINITY)));
-    cg_kstore(k, sb, ds, W->tid, cg_ksel(k, in, cg_kload(k, W->st, at), kf32(k, 0)));
-  }
-  loads_done(W, ib);
-  cg_attn_mma_abt(k, ib, W->kind, W->lane, sacc, nb, ks, a0, W->ld, qs, ki(k, 0), W->ld, W->dp);
-  cg_attn_mma_abt(k, ib, W->kind, W->lane, dpacc, nb, vs, a0, W->ld, dos, ki(k, 0), W->ld, W->dp);
+  KExpr *ni = W->causal ? ilet(k, body, "ni", cg_kidx(k, KI_MAX, cg_kidx(k, KI_SUB, ki(k, qt), i0), ki(k, 0))) : ki(k, qt);
+  KExpr *total = ilet(k, body, "nt", cg_kmul(k, ni, ki(k, W->G)));
+  int64_t stage = W->bn * W->ld;
+  walk_tile(W, body, hy, ki(k, 0), ni, i0, ki(k, 0), qs, dos, ls, ds);
+  commit(W, body);
+  KExpr *t, *h, *row, *slot, *col;
+  KBlock *ib = kloop(k, body, "t", total, KM_SERIAL, &t);
+  landed(W, ib);
+  KExpr *nt = ilet(k, ib, "tn", cg_kadd(k, t, ki(k, 1)));
+  KBlock *pre = &cg_kif(k, ib, klt(k, nt, total))->body;
+  walk_tile(W, pre, hy, nt, ni, i0, kmod(k, nt, 2), qs, dos, ls, ds);
+  commit(W, ib);
+  KExpr *qh = ilet(k, ib, "qh", kmad(k, hy, W->G, cg_kidx(k, KI_DIV, t, ni)));
+  KExpr *q0 = ilet(k, ib, "q0", cg_kmul(k, cg_kadd(k, i0, cg_kidx(k, KI_MOD, t, ni)), ki(k, W->bn)));
+  KExpr *sq = ilet(k, ib, "sq", kmod(k, t, 2));
+  KExpr *st = ilet(k, ib, "st", cg_kmul(k, sq, ki(k, stage)));
+  KExpr *sr = ilet(k, ib, "sr", cg_kmul(k, sq, ki(k, W->bn)));
+  cg_attn_mma_abt(k, ib, W->kind, W->lane, sacc, nb, ks, a0, W->ld, qs, st, W->ld, W->dp);
+  cg_attn_mma_abt(k, ib, W->kind, W->lane, dpacc, nb, vs, a0, W->ld, dos, st, W->ld, W->dp);
   KBlock *hb = rows_of(W, ib, wrow, &h, &row);
   KBlock *cb = cols_of(W, hb, h, nb, &slot, &col);
   KExpr *sv = score(W, cb, cg_kload(k, sacc, slot), qh, cg_kadd(k, q0, col), row);
-  KExpr *p = kv(k, cg_klet(k, cb, "p", TY_F32, cg_kexp2(k, cg_kop2(k, OP_SUB, sv, cg_kload(k, ls, col)))));
+  KExpr *sc = ilet(k, cb, "sc", cg_kadd(k, sr, col));
+  KExpr *p = kv(k, cg_klet(k, cb, "p", TY_F32, cg_kexp2(k, cg_kop2(k, OP_SUB, sv, cg_kload(k, ls, sc)))));
   cg_kstore(k, cb, sacc, slot, p);
-  cg_kstore(k, cb, dpacc, slot, cg_kop2(k, OP_MUL, p, cg_kop2(k, OP_SUB, cg_kload(k, dpacc, slot), cg_kload(k, ds, col))));
-  cg_attn_mma_pb(k, ib, W->kind, W->lane, dva, W->dp, sacc, W->bn, dos, ki(k, 0), W->ld);
-  cg_attn_mma_pb(k, ib, W->kind, W->lane, dka, W->dp, dpacc, W->bn, qs, ki(k, 0), W->ld);
+  cg_kstore(k, cb, dpacc, slot, cg_kop2(k, OP_MUL, p, cg_kop2(k, OP_SUB, cg_kload(k, dpacc, slot), cg_kload(k, ds, sc))));
+  cg_attn_mma_pb(k, ib, W->kind, W->lane, dva, W->dp, sacc, W->bn, dos, st, W->ld);
+  cg_attn_mma_pb(k, ib, W->kind, W->lane, dka, W->dp, dpacc, W->bn, qs, st, W->ld);
   store_acc(W, body, dka, W->scale, dk, kvbase, W->rskv, wrow, W->Sk);
   store_acc(W, body, dva, 1, dv, kvbase, W->rskv, wrow, W->Sk);
   cg_launch(W->b, k);
