@@ -343,9 +343,11 @@ have_graph:
   bool seed_scaled = split ? split == DLC_LOSS_SCALE_SEED : f16_step;
   bool loss_scaling = split ? split == DLC_LOSS_SCALE_FED : f16_step;
   if (job->opt && job->opt->tensor_parallel > 1 && !split_tensors(c, job->opt, g, &job->m->tp)) return 1;
+  int level = job->opt ? job->opt->opt_level : 0;
   AutodiffOptions ado = {.loss_scale = seed_scaled,
                          .sync_bn = job->opt && job->opt->optimizer ? job->opt->optimizer->sync_bn : 0,
-                         .unroll_rnn = job->opt && job->opt->unroll_rnn};
+                         .unroll_rnn = job->opt && job->opt->unroll_rnn,
+                         .fuse_attention = level == 0 || level == 2};
   if (job->opt && job->opt->grad && (!pass_autodiff(g, &ado) || !ir_verify(g))) return 1;
   if (job->opt && job->opt->optimizer) {
     OptimSpec spec;
@@ -363,7 +365,6 @@ have_graph:
     diag_error(c, (SrcLoc){0}, "out of memory cutting the weights to this rank's parts");
     return 1;
   }
-  int level = job->opt ? job->opt->opt_level : 0;
   PassOptions po = {.opt_level = level == DLC_O0 ? 0 : level == 0 ? 2 : level,
                     .recompute = job->opt && job->opt->grad ? job->opt->recompute : NULL};
   const char *prec = job->opt ? job->opt->precision : NULL;

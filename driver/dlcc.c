@@ -777,7 +777,8 @@ static int compile(Ctx *c, void *data) {
     /* f16 steps scale the loss (api/dlcc.c says why) */
     OptimSpec spec = o->optim;
     spec.loss_scaling = o->optimize && o->passes.precision == TY_F16;
-    AutodiffOptions ado = {.loss_scale = spec.loss_scaling, .sync_bn = o->sync_bn, .unroll_rnn = o->passes.unroll_rnn};
+    AutodiffOptions ado = {.loss_scale = spec.loss_scaling, .sync_bn = o->sync_bn, .unroll_rnn = o->passes.unroll_rnn,
+                           .fuse_attention = pass_fuses_attention(&o->passes)};
     if (!pass_autodiff(g, &ado) || !ir_verify(g)) return 1;
     t = ctx_stage(c, "autodiff", t);
     spec.data_parallel = o->data_parallel;

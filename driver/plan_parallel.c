@@ -367,7 +367,8 @@ static int compile_at(Ctx *c, void *data) {
     for (Node *x = g->first; x; x = x->next)
       if (x->op == OP_PARAM) m->param_bytes += bytes_at(&x->out[0], x->out[0].type.dtype);
   }
-  if (!pass_autodiff(g, &(AutodiffOptions){.loss_scale = job->optimizer && p->precision == TY_F16}) ||
+  if (!pass_autodiff(g, &(AutodiffOptions){.loss_scale = job->optimizer && p->precision == TY_F16,
+                                           .fuse_attention = true /* the -O2 pipeline below */}) ||
       !ir_verify(g))
     return 1;
   if (!job->optimizer) {

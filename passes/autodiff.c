@@ -203,6 +203,7 @@ bool pass_autodiff(Graph *g, const AutodiffOptions *o) {
   n_params = 0;
   for (Node *n = g->first; n; n = n->next)
     if (trainable_by_id[n->id]) params[n_params++] = n;
+  if (o->fuse_attention) pass_attention(g, NULL);
   if (!pass_train_mode(g, o)) return false;
 
   number_and_allocate(&ad);

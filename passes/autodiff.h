@@ -31,6 +31,12 @@ typedef struct AutodiffOptions {
    * checked against).  false: one lstm or gru per layer, whose rule
    * backpropagates through lstm_bptt or gru_bptt. */
   bool unroll_rnn;
+  /* The attention pass on the forward first (pass_fuses_attention: what
+   * the pipeline runs at -O2, where it comes after autodiff, too late:
+   * the written-out chain's softmax is by then kept for the backward),
+   * so that matmul-softmax-matmul chains train through attention_lse
+   * and attention_grad, with no Sq x Sk matrix kept. */
+  bool fuse_attention;
 } AutodiffOptions;
 
 #define AMP_SCALE_PARAM "dlcc.amp.scale"

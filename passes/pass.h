@@ -133,6 +133,10 @@ bool pass_check_options(Ctx *c, const PassOptions *o);
  * after reporting errors: a bad option, a pass that broke the verifier
  * under verify_each, an unwritable --dump-dir. */
 bool pass_run_pipeline(Graph *g, const PassOptions *o, FILE *dump);
+/* Whether the pipeline o asks for runs the attention pass (-O2, or a
+ * --passes list naming it): autodiff then runs it on the forward first
+ * (AutodiffOptions.fuse_attention). */
+bool pass_fuses_attention(const PassOptions *o);
 /* Ops in g: nodes other than input, param and const. */
 int pass_count_ops(const Graph *g);
 /* Wrapping integer arithmetic of one dtype, i8, u8, i32 or i64, which

@@ -318,6 +318,10 @@ static void print_stats(Runner *r, int ops_before, int nodes_before) {
     fprintf(f, "%10" PRId64 " %s\n", r->pc.stats[i].value, r->pc.stats[i].name);
 }
 
+bool pass_fuses_attention(const PassOptions *o) {
+  return o->passes ? list_has(o->passes, "attention") : o->opt_level == 2;
+}
+
 bool pass_run_pipeline(Graph *g, const PassOptions *o, FILE *dump) {
   Ctx *c = g->ctx;
   int errors = c->diag.errors;
