@@ -497,6 +497,10 @@ bool cg_lower_attention(CgBuild *b, const Node *n) {
   }
   /* nothing to compute: an empty result */
   if (!A->B || !A->H || !A->Sq || !A->d) return true;
+  if (A->H > 65535 || A->B > 65535) { /* the grid's y and z */
+    diag_error(c, n->loc, "attention: at most 65535 heads and batch rows, got %" PRId64 " and %" PRId64, A->H, A->B);
+    return false;
+  }
   A->tc = A->dt != TY_F32 && !cg_options(b)->no_tensor_cores && cg_tc_kind(A->dt, false, &A->kind);
   A->es = ir_dtype_size(A->dt);
   A->epc = CHUNK / A->es;
