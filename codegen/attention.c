@@ -85,15 +85,14 @@ typedef struct Attn {
 } Attn;
 
 
-static int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
-static int64_t round_up(int64_t a, int64_t b) { return cdiv(a, b) * b; }
+static int64_t round_up(int64_t a, int64_t b) { return cg_cdiv(a, b) * b; }
 
 void cg_attn_load(const AttnTiles *t, KBlock *blk, KBuf *src, KExpr *base, int64_t rstride, KExpr *row0,
                   int64_t rows, int64_t S, KBuf *dst, KExpr *dst0) {
   Kernel *k = t->k;
   int64_t cpr = t->dp / t->epc, chunks = rows * cpr;
   KExpr *l;
-  KBlock *lb = kloop(k, blk, "l", ki(k, cdiv(chunks, t->threads)), KM_UNROLL, &l);
+  KBlock *lb = kloop(k, blk, "l", ki(k, cg_cdiv(chunks, t->threads)), KM_UNROLL, &l);
   KExpr *e = ilet(k, lb, "e", kmad(k, l, t->threads, t->tid));
   if (chunks % t->threads) lb = &cg_kif(k, lb, klt(k, e, ki(k, chunks)))->body;
   KExpr *r = ilet(k, lb, "r", kdiv(k, e, cpr)), *c = ilet(k, lb, "c", cg_kmul(k, kmod(k, e, cpr), ki(k, t->epc)));
@@ -409,12 +408,12 @@ static void split_keys(Attn *A, int64_t gx) {
   A->splits = 1, A->tps = A->kt;
   int64_t blocks = gx * A->H * A->B, target = 2 * CG_TC_TARGET_SMS;
   if (cg_options(A->b)->no_split_keys || A->kt < 4 || blocks >= target) return;
-  int64_t splits = cdiv(target, blocks);
+  int64_t splits = cg_cdiv(target, blocks);
   if (splits > A->kt / 2) splits = A->kt / 2;
   if (splits > 65535 / A->B) splits = 65535 / A->B;
   if (splits < 2) return;
-  A->tps = cdiv(A->kt, splits);
-  A->splits = cdiv(A->kt, A->tps);
+  A->tps = cg_cdiv(A->kt, splits);
+  A->splits = cg_cdiv(A->kt, A->tps);
 }
 
 /* The parts to the result, by the last of the query block's splits to
@@ -434,7 +433,7 @@ static void combine_parts(Attn *A, KBlock *body, KExpr *qx, int64_t gx) {
   KBlock *fix = &cg_kif(k, body, cg_kcmp(k, KC_NE, kv(k, last), ki(k, 0)))->body;
   KBuf *out = cg_kglobal(k, "out", A->dt, rows * A->d, cg_ref(b, &n->out[0]));
   KExpr *it;
-  KBlock *blk = kloop(k, fix, "ci", ki(k, cdiv(A->bm * A->d, A->threads)), KM_SERIAL, &it);
+  KBlock *blk = kloop(k, fix, "ci", ki(k, cg_cdiv(A->bm * A->d, A->threads)), KM_SERIAL, &it);
   KExpr *e = ilet(k, blk, "ce", kmad(k, it, A->threads, A->tid));
   KExpr *qi = ilet(k, blk, "cq", cg_kadd(k, A->q0, kdiv(k, e, A->d))), *col = ilet(k, blk, "col", kmod(k, e, A->d));
   KExpr *ok = cg_kand(k, (A->bm * A->d) % A->threads ? klt(k, e, ki(k, A->bm * A->d)) : NULL,
@@ -507,13 +506,13 @@ bool cg_lower_attention(CgBuild *b, const Node *n) {
   A->dp = round_up(A->d > 0 ? A->d : 1, 16);
   A->ld = A->dp + A->epc;
   A->bn = !A->tc && A->dp > 128 ? 32 : 64;
-  A->kt = cdiv(A->Sk, A->bn);
+  A->kt = cg_cdiv(A->Sk, A->bn);
   A->sld = A->bn + SPAD;
   /* A decoding step's few query rows take a block of their own size,
    * not 63 empty rows of 64. */
   A->bm = A->Sq <= BM_SHORT ? BM_SHORT : BM;
   A->threads = 2 * A->bm;
-  int64_t gx = cdiv(A->Sq, A->bm);
+  int64_t gx = cg_cdiv(A->Sq, A->bm);
   split_keys(A, gx);
   const char *what = arena_printf(&c->arena, "flash attention %s, %" PRId64 "x%" PRId64 " tiles, d %" PRId64 "%s",
                                   A->tc ? (A->kind == KTC_F16 ? "mma f16" : "mma bf16") : "fma f32", A->bm, A->bn, A->d,

@@ -82,8 +82,6 @@ typedef struct Bwd {
   KExpr *tid, *row, *part, *bz;
 } Bwd;
 
-static int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
 static KBuf *operand(Bwd *W, const Value *v, const char *name) {
   return cg_kglobal(W->k, name, v->type.dtype, ir_type_numel(&v->type), cg_ref(W->b, v));
 }
@@ -104,7 +102,7 @@ static void load_tile(Bwd *W, KBlock *blk, KBuf *src, KExpr *base, int64_t rstri
   Kernel *k = W->k;
   int64_t total = W->tile * W->dp;
   KExpr *it;
-  KBlock *lb = kloop(k, blk, "l", ki(k, cdiv(total, W->threads)), KM_SERIAL, &it);
+  KBlock *lb = kloop(k, blk, "l", ki(k, cg_cdiv(total, W->threads)), KM_SERIAL, &it);
   KExpr *e = ilet(k, lb, "e", kmad(k, it, W->threads, W->tid));
   if (total % W->threads) lb = &cg_kif(k, lb, klt(k, e, ki(k, total)))->body;
   KExpr *r = ilet(k, lb, "r", kdiv(k, e, W->dp)), *c = ilet(k, lb, "c", kmod(k, e, W->dp));
@@ -189,11 +187,11 @@ static KBlock *new_kernel(Bwd *W, const char *hint, const char *what, int64_t ti
   return body;
 }
 
-/* numel f32 of the launch's shared memory from byte offset *off, which
- * moves past them. */
-static KBuf *shared(Bwd *W, const char *stem, int64_t numel, uint32_t *off) {
-  KBuf *s = cg_kdynshared(W->k, stem, TY_F32, numel, *off);
-  *off += (uint32_t)((numel * 4 + 15) / 16 * 16);
+/* numel of dt of the launch's shared memory from byte offset *off,
+ * which moves past them. */
+static KBuf *shared(Bwd *W, const char *stem, DType dt, int64_t numel, uint32_t *off) {
+  KBuf *s = cg_kdynshared(W->k, stem, dt, numel, *off);
+  *off += (uint32_t)((numel * ir_dtype_size(dt) + 15) / 16 * 16);
   return s;
 }
 
@@ -229,14 +227,14 @@ static void store_rows(Bwd *W, KBlock *blk, KBuf *acc, double w, KBuf *dst, KExp
  * rows ld apart), the lanes' parts summed by shuffles. */
 static void row_dots(Bwd *W, KBlock *blk, KBuf *dos, KBuf *o, KExpr *qbase, KExpr *q0, int64_t rows, KBuf *ds) {
   Kernel *k = W->k;
-  int64_t warps = W->threads / 32, per = cdiv(rows, warps);
+  int64_t warps = W->threads / 32, per = cg_cdiv(rows, warps);
   KExpr *lane = ilet(k, blk, "dl", kmod(k, W->tid, 32)), *warp = ilet(k, blk, "dw", kdiv(k, W->tid, 32));
   KExpr *i, *c;
   KBlock *rb = kloop(k, blk, "dr", ki(k, per), KM_SERIAL, &i);
   KExpr *r = ilet(k, rb, "r", kmad(k, warp, per, i));
   KExpr *qi = ilet(k, rb, "qi", cg_kadd(k, q0, r));
   KVar *acc = cg_klet(k, rb, "D", TY_F32, kf32(k, 0));
-  KBlock *cb = kloop(k, rb, "dc", ki(k, cdiv(W->d, 32)), KM_SERIAL, &c);
+  KBlock *cb = kloop(k, rb, "dc", ki(k, cg_cdiv(W->d, 32)), KM_SERIAL, &c);
   KExpr *col = ilet(k, cb, "col", kmad(k, c, 32, lane));
   KExpr *ok = cg_kand(k, cg_kand(k, W->d % 32 ? klt(k, col, ki(k, W->d)) : NULL, rows % warps ? klt(k, r, ki(k, rows)) : NULL),
                       W->Sq % rows ? klt(k, qi, ki(k, W->Sq)) : NULL);
@@ -252,28 +250,28 @@ static void row_dots(Bwd *W, KBlock *blk, KBuf *dos, KBuf *o, KExpr *qbase, KExp
   cg_kstore(k, &cg_kif(k, rb, w)->body, ds, r, sum);
 }
 
-/* acc[0 .. n) = v (registers) */
-static void zero_regs(Kernel *k, KBlock *blk, KBuf *acc, int64_t n, double v) {
+/* acc[0 .. n) = 0 (registers) */
+static void zero_regs(Kernel *k, KBlock *blk, KBuf *acc, int64_t n) {
   KExpr *z;
   KBlock *zb = kloop(k, blk, "z", ki(k, n), KM_UNROLL, &z);
-  cg_kstore(k, zb, acc, z, kf32(k, v));
+  cg_kstore(k, zb, acc, z, kf32(k, 0));
 }
 
 /* ---- dq, and each query row's D ---- */
 
 static void dq_kernel(Bwd *W) {
   W->qtile = W->ktile = W->tile;
-  int64_t qt = cdiv(W->Sq, W->tile), kt = cdiv(W->Sk, W->tile);
+  int64_t qt = cg_cdiv(W->Sq, W->tile), kt = cg_cdiv(W->Sk, W->tile);
   KExpr *qx, *hy;
   KBlock *body = new_kernel(W, "attention_grad_dq", "attention backward dq", qt, W->H, &qx, &hy);
   Kernel *k = W->k;
   Bufs f = bind(W, true);
   KBuf *q = f.q, *kb = f.k, *vb = f.v, *o = f.o, *dy = f.dy, *dq = f.dq;
   uint32_t off = 0;
-  KBuf *qs = shared(W, "Qs", W->tile * W->ld, &off), *dos = shared(W, "dOs", W->tile * W->ld, &off);
-  KBuf *ks = shared(W, "Ks", W->tile * W->ld, &off), *vs = shared(W, "Vs", W->tile * W->ld, &off);
-  KBuf *ss = shared(W, "Ss", W->tile * W->sld, &off);
-  KBuf *ls = shared(W, "Ls", W->tile, &off), *ds = shared(W, "Ds", W->tile, &off);
+  KBuf *qs = shared(W, "Qs", TY_F32, W->tile * W->ld, &off), *dos = shared(W, "dOs", TY_F32, W->tile * W->ld, &off);
+  KBuf *ks = shared(W, "Ks", TY_F32, W->tile * W->ld, &off), *vs = shared(W, "Vs", TY_F32, W->tile * W->ld, &off);
+  KBuf *ss = shared(W, "Ss", TY_F32, W->tile * W->sld, &off);
+  KBuf *ls = shared(W, "Ls", TY_F32, W->tile, &off), *ds = shared(W, "Ds", TY_F32, W->tile, &off);
 
   KExpr *q0 = ilet(k, body, "q0", cg_kmul(k, qx, ki(k, W->tile)));
   KExpr *qbase = head_base(W, body, hy, W->H, W->Sq);
@@ -302,7 +300,7 @@ static void dq_kernel(Bwd *W) {
 
   /* the walk: dS per tile, dq += dS K */
   KBuf *acc = cg_klocal(k, "dq", TY_F32, W->cols, KSP_REGISTER);
-  zero_regs(k, body, acc, W->cols, 0);
+  zero_regs(k, body, acc, W->cols);
   KExpr *u0 = ilet(k, body, "u0", cg_kmul(k, W->part, ki(k, W->cols)));
   KExpr *j, *c;
   KBlock *pb = kloop(k, body, "j", ntile, KM_SERIAL, &j);
@@ -329,17 +327,17 @@ static void dq_kernel(Bwd *W) {
 
 static void dkdv_kernel(Bwd *W) {
   W->qtile = W->ktile = W->tile;
-  int64_t qt = cdiv(W->Sq, W->tile), kt = cdiv(W->Sk, W->tile);
+  int64_t qt = cg_cdiv(W->Sq, W->tile), kt = cg_cdiv(W->Sk, W->tile);
   KExpr *kx, *hy;
   KBlock *body = new_kernel(W, "attention_grad_dkdv", "attention backward dk dv", kt, W->Hkv, &kx, &hy);
   Kernel *k = W->k;
   Bufs f = bind(W, false);
   KBuf *q = f.q, *kb = f.k, *vb = f.v, *dy = f.dy, *dk = f.dk, *dv = f.dv;
   uint32_t off = 0;
-  KBuf *ks = shared(W, "Ks", W->tile * W->ld, &off), *vs = shared(W, "Vs", W->tile * W->ld, &off);
-  KBuf *qs = shared(W, "Qs", W->tile * W->ld, &off), *dos = shared(W, "dOs", W->tile * W->ld, &off);
-  KBuf *ps = shared(W, "Ps", W->tile * W->sld, &off), *dss = shared(W, "dSs", W->tile * W->sld, &off);
-  KBuf *ls = shared(W, "Ls", W->tile, &off), *ds = shared(W, "Ds", W->tile, &off);
+  KBuf *ks = shared(W, "Ks", TY_F32, W->tile * W->ld, &off), *vs = shared(W, "Vs", TY_F32, W->tile * W->ld, &off);
+  KBuf *qs = shared(W, "Qs", TY_F32, W->tile * W->ld, &off), *dos = shared(W, "dOs", TY_F32, W->tile * W->ld, &off);
+  KBuf *ps = shared(W, "Ps", TY_F32, W->tile * W->sld, &off), *dss = shared(W, "dSs", TY_F32, W->tile * W->sld, &off);
+  KBuf *ls = shared(W, "Ls", TY_F32, W->tile, &off), *ds = shared(W, "Ds", TY_F32, W->tile, &off);
 
   KExpr *k0 = ilet(k, body, "k0", cg_kmul(k, kx, ki(k, W->tile)));
   KExpr *kvbase = head_base(W, body, hy, W->Hkv, W->Sk);
@@ -347,8 +345,8 @@ static void dkdv_kernel(Bwd *W) {
   load_tile(W, body, kb, kvbase, W->rskv, k0, W->Sk, ks);
   load_tile(W, body, vb, kvbase, W->rskv, k0, W->Sk, vs);
   KBuf *dka = cg_klocal(k, "dka", TY_F32, W->cols, KSP_REGISTER), *dva = cg_klocal(k, "dva", TY_F32, W->cols, KSP_REGISTER);
-  zero_regs(k, body, dka, W->cols, 0);
-  zero_regs(k, body, dva, W->cols, 0);
+  zero_regs(k, body, dka, W->cols);
+  zero_regs(k, body, dva, W->cols);
   int64_t per = W->tile / W->tpr; /* queries a thread scores per tile */
   KExpr *r0 = ilet(k, body, "r0", cg_kmul(k, W->part, ki(k, per)));
   KExpr *u0 = ilet(k, body, "u0", cg_kmul(k, W->part, ki(k, W->cols)));
@@ -396,28 +394,11 @@ static AttnTiles tiles_of(Bwd *W) {
   return (AttnTiles){W->k, W->dt, W->d, W->dp, W->ld, W->threads, (int)(16 / ir_dtype_size(W->dt)), W->tid};
 }
 
-/* rows of a head into shared dst (in dt) */
+/* rows of a head into shared dst (in dt) from element dst0 (a stage) */
 static void load_tc(Bwd *W, KBlock *blk, KBuf *src, KExpr *base, int64_t rstride, KExpr *row0, int64_t rows,
-                    int64_t S, KBuf *dst) {
-  AttnTiles t = tiles_of(W);
-  cg_attn_load(&t, blk, src, base, rstride, row0, rows, S, dst, ki(W->k, 0));
-}
-
-/* the same into dst from element dst0 (a stage) */
-static void load_tc_at(Bwd *W, KBlock *blk, KBuf *src, KExpr *base, int64_t rstride, KExpr *row0, int64_t rows,
-                       int64_t S, KBuf *dst, KExpr *dst0) {
+                    int64_t S, KBuf *dst, KExpr *dst0) {
   AttnTiles t = tiles_of(W);
   cg_attn_load(&t, blk, src, base, rstride, row0, rows, S, dst, dst0);
-}
-
-/* the loads issued so far landed, for every thread */
-static void loads_done(Bwd *W, KBlock *blk) {
-  AttnTiles t = tiles_of(W);
-  if (cg_attn_async(&t)) {
-    cg_kcp_commit(W->k, blk);
-    cg_kcp_wait(W->k, blk, 0);
-  }
-  cg_kbarrier(W->k, blk);
 }
 
 /* The walks' two stages: the next tile's loads are issued (into the
@@ -434,11 +415,10 @@ static void landed(Bwd *W, KBlock *blk) {
   cg_kbarrier(W->k, blk);
 }
 
-/* rows tiles of dt in shared memory from *off */
-static KBuf *shared_dt(Bwd *W, const char *stem, int64_t rows, uint32_t *off) {
-  KBuf *s = cg_kdynshared(W->k, stem, W->dt, rows * W->ld, *off);
-  *off += (uint32_t)((rows * W->ld * ir_dtype_size(W->dt) + 15) / 16 * 16);
-  return s;
+/* the loads issued so far landed, for every thread */
+static void loads_done(Bwd *W, KBlock *blk) {
+  commit(W, blk);
+  landed(W, blk);
 }
 
 /* The m16n8 accumulators of a warp's 16 rows (the first row0): lane
@@ -482,24 +462,25 @@ static void store_acc(Bwd *W, KBlock *blk, KBuf *acc, double w, KBuf *dst, KExpr
 static void dq_kernel_tc(Bwd *W) {
   W->bn = W->dp <= 64 ? 64 : 32;
   W->qtile = BM, W->ktile = W->bn;
-  int64_t qt = cdiv(W->Sq, BM), kt = cdiv(W->Sk, W->bn), nb = W->bn / 8;
+  int64_t qt = cg_cdiv(W->Sq, BM), kt = cg_cdiv(W->Sk, W->bn), nb = W->bn / 8;
   KExpr *qx, *hy;
   KBlock *body = new_kernel(W, "attention_grad_dq", "attention backward dq", qt, W->H, &qx, &hy);
   Kernel *k = W->k;
   Bufs f = bind(W, true);
   KBuf *q = f.q, *kb = f.k, *vb = f.v, *o = f.o, *dy = f.dy, *dq = f.dq;
   uint32_t off = 0;
-  KBuf *qs = shared_dt(W, "Qs", BM, &off), *dos = shared_dt(W, "dOs", BM, &off);
-  KBuf *ks = shared_dt(W, "Ks", 2 * W->bn, &off), *vs = shared_dt(W, "Vs", 2 * W->bn, &off); /* two stages */
-  KBuf *ds = shared(W, "Ds", BM, &off);
+  KBuf *qs = shared(W, "Qs", W->dt, BM * W->ld, &off), *dos = shared(W, "dOs", W->dt, BM * W->ld, &off);
+  /* K and V in two stages */
+  KBuf *ks = shared(W, "Ks", W->dt, 2 * W->bn * W->ld, &off), *vs = shared(W, "Vs", W->dt, 2 * W->bn * W->ld, &off);
+  KBuf *ds = shared(W, "Ds", TY_F32, BM, &off);
 
   KExpr *q0 = ilet(k, body, "q0", cg_kmul(k, qx, ki(k, BM)));
   KExpr *qbase = head_base(W, body, hy, W->H, W->Sq);
   KExpr *kvbase = head_base(W, body, kdiv(k, hy, W->G), W->Hkv, W->Sk);
   KExpr *wrow = ilet(k, body, "wr", kmad(k, W->warp, 16, q0)); /* the warp's first query row */
   KExpr *a0 = ilet(k, body, "a0", cg_kmul(k, W->warp, ki(k, 16 * W->ld)));
-  load_tc(W, body, q, qbase, W->rsq, q0, BM, W->Sq, qs);
-  load_tc(W, body, dy, qbase, W->rsq, q0, BM, W->Sq, dos);
+  load_tc(W, body, q, qbase, W->rsq, q0, BM, W->Sq, qs, ki(k, 0));
+  load_tc(W, body, dy, qbase, W->rsq, q0, BM, W->Sq, dos, ki(k, 0));
   loads_done(W, body);
   row_dots(W, body, dos, o, qbase, q0, BM, ds);
   cg_kbarrier(k, body);
@@ -526,10 +507,10 @@ static void dq_kernel_tc(Bwd *W) {
    * computed */
   KBuf *dpacc = cg_klocal(k, "dpacc", TY_F32, nb * 4, KSP_REGISTER);
   KBuf *dqacc = cg_klocal(k, "dqacc", TY_F32, W->dp / 8 * 4, KSP_REGISTER);
-  zero_regs(k, body, dqacc, W->dp / 8 * 4, 0);
+  zero_regs(k, body, dqacc, W->dp / 8 * 4);
   int64_t stage = W->bn * W->ld;
-  load_tc_at(W, body, kb, kvbase, W->rskv, ki(k, 0), W->bn, W->Sk, ks, ki(k, 0));
-  load_tc_at(W, body, vb, kvbase, W->rskv, ki(k, 0), W->bn, W->Sk, vs, ki(k, 0));
+  load_tc(W, body, kb, kvbase, W->rskv, ki(k, 0), W->bn, W->Sk, ks, ki(k, 0));
+  load_tc(W, body, vb, kvbase, W->rskv, ki(k, 0), W->bn, W->Sk, vs, ki(k, 0));
   commit(W, body);
   KBlock *lb = kloop(k, body, "j", ntile, KM_SERIAL, &j);
   KExpr *k0 = ilet(k, lb, "k0", cg_kmul(k, j, ki(k, W->bn)));
@@ -538,8 +519,8 @@ static void dq_kernel_tc(Bwd *W) {
   KBlock *pre = &cg_kif(k, lb, klt(k, nj, ntile))->body;
   KExpr *nst = ilet(k, pre, "ns", cg_kmul(k, kmod(k, nj, 2), ki(k, stage)));
   KExpr *nk0 = ilet(k, pre, "nk", cg_kmul(k, nj, ki(k, W->bn)));
-  load_tc_at(W, pre, kb, kvbase, W->rskv, nk0, W->bn, W->Sk, ks, nst);
-  load_tc_at(W, pre, vb, kvbase, W->rskv, nk0, W->bn, W->Sk, vs, nst);
+  load_tc(W, pre, kb, kvbase, W->rskv, nk0, W->bn, W->Sk, ks, nst);
+  load_tc(W, pre, vb, kvbase, W->rskv, nk0, W->bn, W->Sk, vs, nst);
   commit(W, lb);
   KExpr *st = ilet(k, lb, "st", cg_kmul(k, kmod(k, j, 2), ki(k, stage)));
   cg_attn_mma_abt(k, lb, W->kind, W->lane, sacc, nb, qs, a0, W->ld, ks, st, W->ld, W->dp);
@@ -560,10 +541,9 @@ static void dq_kernel_tc(Bwd *W) {
  * rows from (i0 + t % ni) bn) into stage sq: its q and dy rows, and each
  * row's lse (in base-2 units) and D (a row past Sq: lse +inf, so P is
  * 0).  ni is not 0 where t is (callers see to it, t 0 aside). */
-static void walk_tile(Bwd *W, KBlock *blk, KExpr *hy, KExpr *t, KExpr *ni, KExpr *i0, KExpr *sq, KBuf *qs, KBuf *dos,
-                      KBuf *ls, KBuf *ds) {
+static void walk_tile(Bwd *W, KBlock *blk, const Bufs *f, KExpr *hy, KExpr *t, KExpr *ni, KExpr *i0, KExpr *sq,
+                      KBuf *qs, KBuf *dos, KBuf *ls, KBuf *ds) {
   Kernel *k = W->k;
-  const Node *n = W->n;
   bool first = t->kind == KE_INT && t->i == 0;
   KExpr *qh = first ? ilet(k, blk, "wh", cg_kmul(k, hy, ki(k, W->G)))
                     : ilet(k, blk, "wh", kmad(k, hy, W->G, cg_kidx(k, KI_DIV, t, ni)));
@@ -571,8 +551,8 @@ static void walk_tile(Bwd *W, KBlock *blk, KExpr *hy, KExpr *t, KExpr *ni, KExpr
                     : ilet(k, blk, "wq", cg_kmul(k, cg_kadd(k, i0, cg_kidx(k, KI_MOD, t, ni)), ki(k, W->bn)));
   KExpr *qbase = head_base(W, blk, qh, W->H, W->Sq);
   KExpr *st = ilet(k, blk, "ws", cg_kmul(k, sq, ki(k, W->bn * W->ld)));
-  load_tc_at(W, blk, operand(W, n->in[0], "q"), qbase, W->rsq, q0, W->bn, W->Sq, qs, st);
-  load_tc_at(W, blk, operand(W, n->in[4], "dy"), qbase, W->rsq, q0, W->bn, W->Sq, dos, st);
+  load_tc(W, blk, f->q, qbase, W->rsq, q0, W->bn, W->Sq, qs, st);
+  load_tc(W, blk, f->dy, qbase, W->rsq, q0, W->bn, W->Sq, dos, st);
   KBlock *sb = &cg_kif(k, blk, klt(k, W->tid, ki(k, W->bn)))->body;
   KExpr *qr = ilet(k, sb, "qr", cg_kadd(k, q0, W->tid));
   KExpr *in = klt(k, qr, ki(k, W->Sq));
@@ -592,31 +572,31 @@ static void dkdv_kernel_tc(Bwd *W) {
    * query tiles of 16 keep S^T and dP^T to 16 more */
   W->bn = W->dp <= 64 ? 64 : 16;
   W->qtile = W->bn, W->ktile = BM;
-  int64_t qt = cdiv(W->Sq, W->bn), kt = cdiv(W->Sk, BM), nb = W->bn / 8;
+  int64_t qt = cg_cdiv(W->Sq, W->bn), kt = cg_cdiv(W->Sk, BM), nb = W->bn / 8;
   KExpr *kx, *hy;
   KBlock *body = new_kernel(W, "attention_grad_dkdv", "attention backward dk dv", kt, W->Hkv, &kx, &hy);
   Kernel *k = W->k;
-  Bufs f = bind(W, false); /* walk_tile binds q and dy again: the same buffers */
+  Bufs f = bind(W, false);
   KBuf *kb = f.k, *vb = f.v, *dk = f.dk, *dv = f.dv;
   uint32_t off = 0;
-  KBuf *ks = shared_dt(W, "Ks", BM, &off), *vs = shared_dt(W, "Vs", BM, &off);
+  KBuf *ks = shared(W, "Ks", W->dt, BM * W->ld, &off), *vs = shared(W, "Vs", W->dt, BM * W->ld, &off);
   /* the walked tiles in two stages each */
-  KBuf *qs = shared_dt(W, "Qs", 2 * W->bn, &off), *dos = shared_dt(W, "dOs", 2 * W->bn, &off);
-  KBuf *ls = shared(W, "Ls", 2 * W->bn, &off), *ds = shared(W, "Ds", 2 * W->bn, &off);
+  KBuf *qs = shared(W, "Qs", W->dt, 2 * W->bn * W->ld, &off), *dos = shared(W, "dOs", W->dt, 2 * W->bn * W->ld, &off);
+  KBuf *ls = shared(W, "Ls", TY_F32, 2 * W->bn, &off), *ds = shared(W, "Ds", TY_F32, 2 * W->bn, &off);
 
   KExpr *k0 = ilet(k, body, "k0", cg_kmul(k, kx, ki(k, BM)));
   KExpr *kvbase = head_base(W, body, hy, W->Hkv, W->Sk);
   KExpr *wrow = ilet(k, body, "wr", kmad(k, W->warp, 16, k0)); /* the warp's first key row */
   KExpr *a0 = ilet(k, body, "a0", cg_kmul(k, W->warp, ki(k, 16 * W->ld)));
-  load_tc(W, body, kb, kvbase, W->rskv, k0, BM, W->Sk, ks);
-  load_tc(W, body, vb, kvbase, W->rskv, k0, BM, W->Sk, vs);
+  load_tc(W, body, kb, kvbase, W->rskv, k0, BM, W->Sk, ks, ki(k, 0));
+  load_tc(W, body, vb, kvbase, W->rskv, k0, BM, W->Sk, vs, ki(k, 0));
   loads_done(W, body);
   KBuf *sacc = cg_klocal(k, "sacc", TY_F32, nb * 4, KSP_REGISTER);
   KBuf *dpacc = cg_klocal(k, "dpacc", TY_F32, nb * 4, KSP_REGISTER);
   KBuf *dka = cg_klocal(k, "dka", TY_F32, W->dp / 8 * 4, KSP_REGISTER);
   KBuf *dva = cg_klocal(k, "dva", TY_F32, W->dp / 8 * 4, KSP_REGISTER);
-  zero_regs(k, body, dka, W->dp / 8 * 4, 0);
-  zero_regs(k, body, dva, W->dp / 8 * 4, 0);
+  zero_regs(k, body, dka, W->dp / 8 * 4);
+  zero_regs(k, body, dva, W->dp / 8 * 4);
   /* the query tiles of every query head that reads this key/value head,
    * one walk of G x ni tiles (under causal, each head's from the one
    * holding query k0 on), tile t + 1 on its way while t is computed */
@@ -624,14 +604,14 @@ static void dkdv_kernel_tc(Bwd *W) {
   KExpr *ni = W->causal ? ilet(k, body, "ni", cg_kidx(k, KI_MAX, cg_kidx(k, KI_SUB, ki(k, qt), i0), ki(k, 0))) : ki(k, qt);
   KExpr *total = ilet(k, body, "nt", cg_kmul(k, ni, ki(k, W->G)));
   int64_t stage = W->bn * W->ld;
-  walk_tile(W, body, hy, ki(k, 0), ni, i0, ki(k, 0), qs, dos, ls, ds);
+  walk_tile(W, body, &f, hy, ki(k, 0), ni, i0, ki(k, 0), qs, dos, ls, ds);
   commit(W, body);
   KExpr *t, *h, *row, *slot, *col;
   KBlock *ib = kloop(k, body, "t", total, KM_SERIAL, &t);
   landed(W, ib);
   KExpr *nt = ilet(k, ib, "tn", cg_kadd(k, t, ki(k, 1)));
   KBlock *pre = &cg_kif(k, ib, klt(k, nt, total))->body;
-  walk_tile(W, pre, hy, nt, ni, i0, kmod(k, nt, 2), qs, dos, ls, ds);
+  walk_tile(W, pre, &f, hy, nt, ni, i0, kmod(k, nt, 2), qs, dos, ls, ds);
   commit(W, ib);
   KExpr *qh = ilet(k, ib, "qh", kmad(k, hy, W->G, cg_kidx(k, KI_DIV, t, ni)));
   KExpr *q0 = ilet(k, ib, "q0", cg_kmul(k, cg_kadd(k, i0, cg_kidx(k, KI_MOD, t, ni)), ki(k, W->bn)));

@@ -36,7 +36,6 @@ typedef struct Dw {
   bool vec;
 } Dw;
 
-static int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 /* Tiles as wide as the output (8, 16 or 32 columns) and 128 threads or
  * fewer, a whole number of warps: small late-layer planes (7x7) get
@@ -44,12 +43,12 @@ static int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 static bool dw_shape(Dw *d) {
   d->TW = d->OW >= 24 ? 32 : d->OW > 8 ? 16 : 8;
   d->RH = d->OH >= 32 ? 4 : d->OH >= 12 ? 2 : 1;
-  int64_t rows = cdiv(d->OH, d->RH), per_warp = 32 / d->TW;
-  d->TR = cdiv(rows < MAX_THREADS / d->TW ? rows : MAX_THREADS / d->TW, per_warp) * per_warp;
+  int64_t rows = cg_cdiv(d->OH, d->RH), per_warp = 32 / d->TW;
+  d->TR = cg_cdiv(rows < MAX_THREADS / d->TW ? rows : MAX_THREADS / d->TW, per_warp) * per_warp;
   d->TH = d->TR * d->RH;
   d->SR = (d->TH - 1) * d->sh + (d->KH - 1) * d->dh + 1;
   int64_t span = (d->TW - 1) * d->sw + (d->KW - 1) * d->dw + 1;
-  d->SC = d->vec ? cdiv(span + d->epc - 1, d->epc) * d->epc : span;
+  d->SC = d->vec ? cg_cdiv(span + d->epc - 1, d->epc) * d->epc : span;
   return d->SR * d->SC * 4 <= MAX_TILE_BYTES && d->KH * d->KW <= MAX_KK && d->Co <= 65535 && d->N <= 65535;
 }
 
@@ -78,7 +77,7 @@ static void stage_tile(Dw *d, Kernel *k, KBlock *body, KBuf *s, KExpr *t, int64_
                        KExpr *r0, KExpr *c0) {
   int64_t cpr = d->SC / d->epc, chunks = d->SR * cpr;
   KVar *l = cg_kvar(k, "l", KT_INDEX);
-  KBlock *lb = &cg_kloop(k, body, l, ki(k, cdiv(chunks, threads)), KM_SERIAL)->body;
+  KBlock *lb = &cg_kloop(k, body, l, ki(k, cg_cdiv(chunks, threads)), KM_SERIAL)->body;
   KExpr *e = ilet(k, lb, "e", cg_kadd(k, t, cg_kmul(k, kv(k, l), ki(k, threads))));
   if (chunks % threads) lb = &cg_kif(k, lb, klt(k, e, ki(k, chunks)))->body;
   KExpr *r = ilet(k, lb, "r", kdiv(k, e, cpr)), *cc = ilet(k, lb, "cc", kmod(k, e, cpr));
@@ -149,7 +148,7 @@ bool cg_lower_conv_depthwise(CgBuild *b, const Node *n) {
   d->vec = x_vectorizable(d);
   if (!d->vec) d->epc = 1;
   if (!dw_shape(d)) return false;
-  int64_t threads = d->TW * d->TR, tiles_w = cdiv(d->OW, d->TW), tiles = cdiv(d->OH, d->TH) * tiles_w;
+  int64_t threads = d->TW * d->TR, tiles_w = cg_cdiv(d->OW, d->TW), tiles = cg_cdiv(d->OH, d->TH) * tiles_w;
   const CgGroup *grp = cg_group(b);
   const char *what = arena_printf(&c->arena, "%sdepthwise %" PRId64 "x%" PRId64 " outputs a block, %" PRId64 " a thread%s",
                                   grp ? arena_printf(&c->arena, "#k%d ", grp->id) : "", d->TH, d->TW, d->RH,
@@ -171,7 +170,7 @@ bool cg_lower_conv_depthwise(CgBuild *b, const Node *n) {
    * non-negative for the division), and where the outputs' column 0
    * reads in it. */
   KExpr *iw0 = ilet(k, body, "iw0", cg_kidx(k, KI_SUB, cg_kmul(k, ow0, ki(k, d->sw)), ki(k, d->pw)));
-  int64_t lift = cdiv(d->pw, d->epc) * d->epc;
+  int64_t lift = cg_cdiv(d->pw, d->epc) * d->epc;
   KExpr *c0 = ilet(k, body, "c0", cg_kidx(k, KI_SUB, cg_kmul(k, kdiv(k, cg_kadd(k, iw0, ki(k, lift)), d->epc), ki(k, d->epc)), ki(k, lift)));
   KExpr *dc = ilet(k, body, "dc", cg_kidx(k, KI_SUB, iw0, c0));
   KExpr *r0 = ilet(k, body, "ih0", cg_kidx(k, KI_SUB, cg_kmul(k, oh0, ki(k, d->sh)), ki(k, d->ph)));
@@ -247,7 +246,7 @@ bool cg_lower_conv_depthwise_nhwc(CgBuild *b, const Node *n) {
   int64_t groups_of_v = Co / V, CT = 1;
   for (int64_t d = 1; d <= 32 && d <= groups_of_v; d++)
     if (groups_of_v % d == 0) CT = d;
-  int64_t PIX = NHWC_THREADS / CT, threads = CT * PIX, pixels = N * OH * OW, blocks = cdiv(pixels, PIX);
+  int64_t PIX = NHWC_THREADS / CT, threads = CT * PIX, pixels = N * OH * OW, blocks = cg_cdiv(pixels, PIX);
   if (blocks > INT32_MAX || groups_of_v / CT > 65535) return false;
   Ctx *c = cg_build_ctx(b);
   const CgGroup *grp = cg_group(b);
@@ -269,7 +268,7 @@ bool cg_lower_conv_depthwise_nhwc(CgBuild *b, const Node *n) {
     /* ws[q * CW + cl] = w[(cb + cl) * KK + q], every thread of the block */
     ws = cg_klocal(k, "ws", wt, CW * KK, KSP_SHARED);
     KVar *l = cg_kvar(k, "l", KT_INDEX);
-    KBlock *lb = &cg_kloop(k, body, l, ki(k, cdiv(CW * KK, threads)), KM_SERIAL)->body;
+    KBlock *lb = &cg_kloop(k, body, l, ki(k, cg_cdiv(CW * KK, threads)), KM_SERIAL)->body;
     KExpr *wi = ilet(k, lb, "wi", cg_kadd(k, kv(k, t), cg_kmul(k, kv(k, l), ki(k, threads))));
     if ((CW * KK) % threads) lb = &cg_kif(k, lb, klt(k, wi, ki(k, CW * KK)))->body;
     KExpr *src = cg_kadd(k, cg_kmul(k, cg_kadd(k, cb, kmod(k, wi, CW)), ki(k, KK)), kdiv(k, wi, CW));

@@ -43,7 +43,6 @@ enum {
 /* setup_loader lays both operands' tiles out alike */
 _Static_assert(TM == TN, "the A and B tiles have as many rows");
 
-static int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 /* One operand's loads: the thread's row of the tile and its first k. */
 typedef struct Loader {
@@ -101,17 +100,17 @@ void cg_fma_gemm(CgBuild *b, const CgTcGemm *g) {
   if (!g->a.element || !g->b.element) dl_internal(c, "fma gemm: an operand without element loads");
   bool s8 = g->tc == KTC_S8;
   DType tile = s8 ? TY_I8 : TY_F32, acc_t = s8 ? TY_I32 : TY_F32;
-  int64_t mt = cdiv(g->m, TM), nt = cdiv(g->n, TN), kt_n = cdiv(g->k, TK);
+  int64_t mt = cg_cdiv(g->m, TM), nt = cg_cdiv(g->n, TN), kt_n = cg_cdiv(g->k, TK);
   int64_t split = 1;
   if (!cg_options(b)->no_split_k && kt_n >= SPLIT_MIN_K_TILES) {
     int64_t tiles = mt * nt * g->batch;
-    split = cdiv(CG_TC_TARGET_SMS, tiles);
+    split = cg_cdiv(CG_TC_TARGET_SMS, tiles);
     if (split > SPLIT_MAX) split = SPLIT_MAX;
     if (split > kt_n / SLICE_MIN) split = kt_n / SLICE_MIN;
     if (split < 1) split = 1;
   }
-  int64_t per = cdiv(kt_n, split);
-  split = cdiv(kt_n, per);
+  int64_t per = cg_cdiv(kt_n, split);
+  split = cg_cdiv(kt_n, per);
   const char *what = arena_printf(&c->arena, "%s, fma 64x64x16%s", g->what,
                                   split > 1 ? arena_printf(&c->arena, ", split-K %lld", (long long)split) : "");
   Kernel *k = cg_kernel_new(c, g->node, arena_printf(&c->arena, "%s_fma", g->hint), what);

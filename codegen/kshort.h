@@ -16,6 +16,8 @@ static inline KExpr *ilet(Kernel *k, KBlock *in, const char *stem, KExpr *e) {
   return e->kind == KE_INT || e->kind == KE_VAR ? e : kv(k, cg_klet(k, in, stem, KT_INDEX, e));
 }
 
+/* a / b rounded up (a >= 0, b > 0): tiles, blocks, chunks */
+static inline int64_t cg_cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 /* a * m + b */
 static inline KExpr *kmad(Kernel *k, KExpr *a, int64_t m, KExpr *b) { return cg_kadd(k, cg_kmul(k, a, ki(k, m)), b); }
 static inline KExpr *kf32(Kernel *k, double v) { return cg_kimm(k, v, TY_F32); }

@@ -95,7 +95,6 @@ enum {
 
 static int stages_for(int64_t kt) { return kt >= MAX_STAGES - 1 ? MAX_STAGES : kt < 1 ? 2 : (int)kt + 1; }
 
-static int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 /* The busiest SM decides: blocks go round the SMs, and an SM's tensor
  * cores take its blocks' work (elements of C times k-steps, over the
@@ -103,17 +102,17 @@ static int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
  * together.  A split pays for writing and reading its slices and for
  * the launch of the kernel that adds them. */
 CgTcTile cg_tc_choose(int64_t m, int64_t n, int64_t k, int64_t batch, KTcKind tc) {
-  int64_t kt = cdiv(k, ROW_BYTES / elem_bytes(tc));
+  int64_t kt = cg_cdiv(k, ROW_BYTES / elem_bytes(tc));
   CgTcTile best = {0};
   double best_cost = INFINITY;
   for (size_t i = 0; i < ARRAY_LEN(shapes); i++) {
     const Shape *s = &shapes[i];
-    int64_t tiles = cdiv(m, s->bm) * cdiv(n, s->bn) * batch;
+    int64_t tiles = cg_cdiv(m, s->bm) * cg_cdiv(n, s->bn) * batch;
     for (size_t j = 0; j < ARRAY_LEN(splits); j++) {
       int split = splits[j];
-      int64_t kts = cdiv(kt, split);
+      int64_t kts = cg_cdiv(kt, split);
       if (split > 1 && (tiles >= CG_TC_TARGET_SMS || kts < MIN_SPLIT_STAGES)) continue;
-      int64_t per_sm = cdiv(tiles * split, CG_TC_TARGET_SMS);
+      int64_t per_sm = cg_cdiv(tiles * split, CG_TC_TARGET_SMS);
       double cost = (double)per_sm * s->bm * s->bn * (double)kts * 2 / s->eff;
       if (split > 1) cost += (double)split * m * n * batch * 8 * BYTE_COST / CG_TC_TARGET_SMS + FIXUP_COST;
       if (cost < best_cost) {
@@ -198,7 +197,7 @@ static void setup_side(Gen *G, KBlock *body, int s, KExpr *tile0) {
   Kernel *k = G->k;
   Side *S = &G->side[s];
   int64_t chunks = S->rows * CHUNKS, T = G->threads;
-  S->n_slots = (int)cdiv(chunks, T);
+  S->n_slots = (int)cg_cdiv(chunks, T);
   if (S->n_slots > MAX_SLOTS) dl_internal(k->ctx, "tensor-core tile: %d chunks a thread", S->n_slots);
   for (int l = 0; l < S->n_slots; l++) {
     KExpr *idx = ilet(k, body, "e", cg_kadd(k, G->tid, ki(k, l * T)));
@@ -509,7 +508,7 @@ void cg_tc_gemm(CgBuild *b, const CgTcGemm *g) {
   if (cg_options(b)->no_split_k && G->t.split > 1) {
     /* the same tile, its stages as for the whole of K */
     G->t.split = 1;
-    G->t.stages = stages_for(cdiv(g->k, ROW_BYTES / elem_bytes(g->tc)));
+    G->t.stages = stages_for(cg_cdiv(g->k, ROW_BYTES / elem_bytes(g->tc)));
   }
   G->es = elem_bytes(g->tc);
   G->epc = CHUNK / G->es;
@@ -519,8 +518,8 @@ void cg_tc_gemm(CgBuild *b, const CgTcGemm *g) {
   G->threads = G->t.wm * G->t.wn * 32;
   G->wtm = G->t.bm / G->t.wm, G->wtn = G->t.bn / G->t.wn;
   G->mi = G->wtm / 16, G->ni = G->wtn / 8;
-  G->kt_n = cdiv(g->k, G->bk);
-  G->kt_split = cdiv(G->kt_n, G->t.split);
+  G->kt_n = cg_cdiv(g->k, G->bk);
+  G->kt_split = cg_cdiv(G->kt_n, G->t.split);
   const char *what = arena_printf(&c->arena, "%s, tensor cores %s %dx%dx%d, %d stages%s", g->what, tc_name(g->tc),
                                   G->t.bm, G->t.bn, G->bk, G->t.stages,
                                   G->t.split > 1 ? arena_printf(&c->arena, ", split-K %d", G->t.split) : "");
@@ -535,7 +534,7 @@ void cg_tc_gemm(CgBuild *b, const CgTcGemm *g) {
   }
   for (int s = 0; s < 2; s++) {
     Side *S = &G->side[s];
-    S->n_slots = (int)cdiv(S->rows * CHUNKS, G->threads);
+    S->n_slots = (int)cg_cdiv(S->rows * CHUNKS, G->threads);
     if (!async_side(S)) S->stage = cg_klocal(k, s ? "sb" : "sa", G->tile, (int64_t)S->n_slots * G->epc, KSP_REGISTER);
   }
   uint32_t a_bytes = (uint32_t)(stages * G->t.bm * ROW_BYTES);
@@ -544,7 +543,7 @@ void cg_tc_gemm(CgBuild *b, const CgTcGemm *g) {
   G->acc = cg_klocal(k, "acc", G->acc_t, G->mi * G->ni * 4, KSP_REGISTER);
   G->af = cg_kfrag(k, "af", G->mi * 4);
   G->bf = cg_kfrag(k, "bf", G->ni * 2);
-  int64_t tm = cdiv(g->m, G->t.bm), tn = cdiv(g->n, G->t.bn), tz = g->batch * G->t.split;
+  int64_t tm = cg_cdiv(g->m, G->t.bm), tn = cg_cdiv(g->n, G->t.bn), tz = g->batch * G->t.split;
   /* A grid of three dimensions (cg_ktiles' one would let the GEMM share
    * a launch, but ptxas then recomputes the tile's coordinates inside
    * the main loop, where blockIdx costs an S2R: up to 2.4 instructions
@@ -584,7 +583,7 @@ void cg_tc_gemm(CgBuild *b, const CgTcGemm *g) {
    * (ldmatrix's, cp.async's) is a register plus an immediate. */
   int64_t iters = G->kt_split + stages - 1;
   KVar *q = cg_kvar(k, "q", KT_INDEX), *u;
-  KBlock *qb = &cg_kloop(k, body, q, ki(k, cdiv(iters, stages)), KM_SERIAL)->body;
+  KBlock *qb = &cg_kloop(k, body, q, ki(k, cg_cdiv(iters, stages)), KM_SERIAL)->body;
   KBlock *lb = &unrolled(k, qb, "u", stages, &u)->body;
   KExpr *j = ilet(k, lb, "j", cg_kadd(k, cg_kmul(k, kv(k, q), ki(k, stages)), kv(k, u)));
   if (iters % stages) lb = &cg_kif(k, lb, klt(k, j, ki(k, iters)))->body;

@@ -15,7 +15,8 @@ endif
 if HAVE_CHECK
 check_PROGRAMS += tests/test_attention_grad
 TESTS += tests/test_attention_grad
-tests_test_attention_grad_SOURCES = tests/test_attention_grad.c tests/testutil.c tests/testutil.h
+tests_test_attention_grad_SOURCES = tests/test_attention_grad.c tests/testutil.c tests/testutil.h tests/irjob.c \
+	tests/irjob.h
 tests_test_attention_grad_CPPFLAGS = $(AM_CPPFLAGS) $(CUDA_CPPFLAGS)
 tests_test_attention_grad_CFLAGS = $(TEST_CFLAGS)
 tests_test_attention_grad_LDADD = $(TEST_LIBS) $(CUDA_LIBS)
