@@ -78,6 +78,10 @@ typedef struct CgOptions {
    * --no-merge-launches; off by default here, so that a plan built
    * directly is a launch per kernel */
   bool merge_launches;
+  /* With merge_launches, a kernel that reads what the launch before it
+   * wrote may still join it, after a grid barrier (vertical fusion,
+   * plan_build.c's chain_target) unless --no-chain-launches */
+  bool no_chain_launches;
 } CgOptions;
 
 /* cg_compile with options (NULL: the defaults). */

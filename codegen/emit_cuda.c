@@ -1445,60 +1445,129 @@ static void param_type(Out *o, const KParam *p) {
     fprintf(o->f, "%s%s *", p->buf->written ? "" : "const ", ctype(o->k, p->buf->dtype));
 }
 
-/* A merged kernel's parts, each on its range of blocks.  A part sees the
- * thread and block indices of a launch of its own: its thread index from
- * the launch's linear one (warps are runs of linear indices, so its
- * warps are whole warps of the launch), its block index from its first
- * block; the threads past its size idle (cg_kernel_merge allows that
- * only without barriers, in whole warps). */
+/* One part of a merged or chained kernel, as a launch of its own would
+ * run it: its thread index from lin (the launch's linear one, or a
+ * group's in a chain's phase; warps are runs of linear indices, so its
+ * warps are whole warps of the launch), its block index bx; the
+ * threads past its size idle (cg_kernel_merge and cg_kernel_chain allow
+ * that only without barriers, in whole warps). */
+static void emit_part(Out *o, const Kernel *p, const char *lin, uint32_t lin_threads, const char *bx) {
+  const uint32_t *pb = p->block;
+  bool idle = pb[0] * pb[1] * pb[2] != lin_threads;
+  if (idle) {
+    indent(o);
+    fprintf(o->f, "if (%s < %uu) {\n", lin, pb[0] * pb[1] * pb[2]);
+    o->depth++;
+  }
+  indent(o);
+  fprintf(o->f, "const unsigned dl_tx = %s %% %uu, dl_ty = %s / %uu %% %uu, dl_tz = %s / %uu, dl_bx = %s;\n", lin,
+          pb[0], lin, pb[0], pb[1], lin, pb[0] * pb[1], bx);
+  /* unused in most parts */
+  indent(o);
+  fputs("(void)dl_tx, (void)dl_ty, (void)dl_tz, (void)dl_bx;\n", o->f);
+  Out po = *o;
+  po.k = p;
+  static const char *const tid[] = {"dl_tx", "dl_ty", "dl_tz"};
+  for (int a = 0; a < 3; a++) {
+    snprintf(po.bdim_buf[a], sizeof po.bdim_buf[a], "%uu", pb[a]);
+    po.tid[a] = tid[a];
+  }
+  snprintf(po.gdim_buf, sizeof po.gdim_buf, "%uu", p->grid[0]);
+  for (int a = 0; a < 3; a++) po.bdim[a] = po.bdim_buf[a];
+  po.gdim_x = po.gdim_buf;
+  po.bid_x = "dl_bx";
+  block(&po, &p->body);
+  o->nonneg = po.nonneg; /* the set may have grown (moved) */
+  if (idle) {
+    o->depth--;
+    indent(o);
+    fputs("}\n", o->f);
+  }
+}
+
+/* Parts first .. end of m on consecutive ranges of the block index vb,
+ * each seeing its own from 0. */
+static void emit_parts_by_block(Out *o, int first, int end, const char *vb, const char *lin, uint32_t lin_threads) {
+  const Kernel *m = o->k;
+  uint64_t at = 0;
+  for (int i = first; i < end; i++) {
+    const Kernel *p = m->parts[i];
+    indent(o);
+    fprintf(o->f, "%sif (%s < %" PRIu64 "u) {\n", i > first ? "else " : "", vb, at + p->grid[0]);
+    o->depth++;
+    char bx[48];
+    snprintf(bx, sizeof bx, "%s - %" PRIu64 "u", vb, at);
+    emit_part(o, p, lin, lin_threads, bx);
+    o->depth--;
+    indent(o);
+    fputs("}\n", o->f);
+    at += p->grid[0];
+  }
+}
+
+/* A merged kernel's parts, each on its range of blocks
+ * (cg_kernel_merge). */
 static void merged_parts(Out *o) {
   const Kernel *m = o->k;
   const uint32_t *mb = m->block;
-  uint64_t first = 0;
   indent(o);
   fprintf(o->f, "const unsigned dl_lin = threadIdx.x + %uu * (threadIdx.y + %uu * threadIdx.z);\n", mb[0], mb[1]);
-  for (int i = 0; i < m->n_parts; i++) {
-    const Kernel *p = m->parts[i];
-    const uint32_t *pb = p->block;
+  emit_parts_by_block(o, 0, m->n_parts, "blockIdx.x", "dl_lin", mb[0] * mb[1] * mb[2]);
+}
+
+/* A chained kernel's phases (cg_kernel_chain), a grid barrier between
+ * two.  In each, the launch's blocks walk the phase's blocks with a
+ * stride of the grid, in groups of threads where the phase's blocks are
+ * a fraction of the launch's (cg_phase_groups).  A phase with barriers
+ * ends each block it walks at one more, so that no thread starts on the
+ * next block's shared memory while another still reads this one's. */
+static void chained_phases(Out *o) {
+  const Kernel *m = o->k;
+  const uint32_t *mb = m->block;
+  uint32_t threads = mb[0] * mb[1] * mb[2];
+  indent(o);
+  fprintf(o->f, "const unsigned dl_lin = threadIdx.x + %uu * (threadIdx.y + %uu * threadIdx.z);\n", mb[0], mb[1]);
+  for (int ph = 0, first = 0; ph < m->n_phases; ph++) {
+    int end = first;
+    uint64_t blocks = 0;
+    bool barriers = false;
+    while (end < m->n_parts && m->part_phase[end] == ph) {
+      blocks += m->parts[end]->grid[0];
+      barriers |= m->parts[end]->uses_barriers;
+      end++;
+    }
+    uint32_t groups = cg_phase_groups(m, ph), size = threads / groups;
+    if (ph) {
+      indent(o);
+      fprintf(o->f, "dl_grid_sync(%s);\n", m->phase_bar->name);
+    }
     indent(o);
-    fprintf(o->f, "%sif (blockIdx.x < %" PRIu64 "u) {\n", i ? "else " : "", first + p->grid[0]);
+    fputs("{\n", o->f);
     o->depth++;
-    bool idle = pb[0] * pb[1] * pb[2] != mb[0] * mb[1] * mb[2];
-    if (idle) {
-      indent(o);
-      fprintf(o->f, "if (dl_lin < %uu) {\n", pb[0] * pb[1] * pb[2]);
-      o->depth++;
-    }
     indent(o);
-    fprintf(o->f,
-            "const unsigned dl_tx = dl_lin %% %uu, dl_ty = dl_lin / %uu %% %uu, dl_tz = dl_lin / %uu, "
-            "dl_bx = blockIdx.x - %" PRIu64 "u;\n",
-            pb[0], pb[0], pb[1], pb[0] * pb[1], first);
-    /* unused in most parts */
-    indent(o);
-    fputs("(void)dl_tx, (void)dl_ty, (void)dl_tz, (void)dl_bx;\n", o->f);
-    Out po = *o;
-    po.k = p;
-    static const char *const tid[] = {"dl_tx", "dl_ty", "dl_tz"};
-    for (int a = 0; a < 3; a++) {
-      snprintf(po.bdim_buf[a], sizeof po.bdim_buf[a], "%uu", pb[a]);
-      po.tid[a] = tid[a];
-    }
-    snprintf(po.gdim_buf, sizeof po.gdim_buf, "%uu", p->grid[0]);
-    for (int a = 0; a < 3; a++) po.bdim[a] = po.bdim_buf[a];
-    po.gdim_x = po.gdim_buf;
-    po.bid_x = "dl_bx";
-    block(&po, &p->body);
-    o->nonneg = po.nonneg; /* the set may have grown (moved) */
-    if (idle) {
-      o->depth--;
+    if (groups > 1) {
+      fprintf(o->f, "const unsigned dl_gl = dl_lin %% %uu;\n", size);
       indent(o);
-      fputs("}\n", o->f);
+      fprintf(o->f,
+              "for (unsigned dl_vb = blockIdx.x * %uu + dl_lin / %uu; dl_vb < %" PRIu64
+              "u; dl_vb += gridDim.x * %uu) {\n",
+              groups, size, blocks, groups);
+    } else {
+      fprintf(o->f, "for (unsigned dl_vb = blockIdx.x; dl_vb < %" PRIu64 "u; dl_vb += gridDim.x) {\n", blocks);
+    }
+    o->depth++;
+    emit_parts_by_block(o, first, end, "dl_vb", groups > 1 ? "dl_gl" : "dl_lin", size);
+    if (barriers) {
+      indent(o);
+      fputs("__syncthreads();\n", o->f);
     }
     o->depth--;
     indent(o);
     fputs("}\n", o->f);
-    first += p->grid[0];
+    o->depth--;
+    indent(o);
+    fputs("}\n", o->f);
+    first = end;
   }
 }
 
@@ -1561,7 +1630,9 @@ char *cg_emit_kernel(Ctx *c, const Kernel *k, const char *name, bool with_commen
     const char *type = b->space == KSP_FRAGMENT ? "unsigned" : ctype(k, b->dtype);
     fprintf(f, "  %s%s %s[%" PRId64 "];\n", space, type, b->name, b->numel);
   }
-  if (k->n_parts)
+  if (k->n_phases)
+    chained_phases(&o);
+  else if (k->n_parts)
     merged_parts(&o);
   else
     block(&o, &k->body);

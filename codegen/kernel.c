@@ -521,6 +521,7 @@ KBlock *cg_ktiles(Kernel *k, const int64_t n[3], const char *const stem[3], KVar
   }
   k->grid[0] = (uint32_t)(total < INT32_MAX ? total : INT32_MAX);
   k->grid[1] = k->grid[2] = 1;
+  k->tiled = true;
   return body;
 }
 
@@ -728,12 +729,11 @@ bool cg_kernel_can_merge(const Kernel *a, const Kernel *b) {
   return fits_in(b, most);
 }
 
-Kernel *cg_kernel_merge(Kernel *a, Kernel *b) {
-  if (!b->finished || !cg_kernel_can_merge(a, b)) return NULL;
+/* A new kernel of a's parts and then b, named and labelled after both
+ * (b renamed apart): the merge's and the chain's common start. */
+static Kernel *join_parts(Kernel *a, Kernel *b) {
   Kernel *const *pa = a->n_parts ? a->parts : &a;
   int na = a->n_parts ? a->n_parts : 1;
-  uint32_t threads = threads_of(a), tb = threads_of(b);
-  const uint32_t *block = tb > threads ? b->block : a->block;
   Ctx *c = a->ctx;
   Kernel *m = cg_kernel_new(c, a->node, arena_printf(&c->arena, "%s__%s", a->hint, b->hint), a->what);
   m->parts = ARENA_ARRAY(&c->arena, Kernel *, na + 1);
@@ -756,9 +756,116 @@ Kernel *cg_kernel_merge(Kernel *a, Kernel *b) {
   for (int i = 0, n = 0; i < m->n_parts; i++)
     for (int j = 0; j < m->parts[i]->n_locals; j++) m->locals[n++] = m->parts[i]->locals[j];
   m->shared_bytes = a->shared_bytes + b->shared_bytes;
+  m->index = a->index;
+  return m;
+}
+
+Kernel *cg_kernel_merge(Kernel *a, Kernel *b) {
+  if (!b->finished || !cg_kernel_can_merge(a, b)) return NULL;
+  uint32_t threads = threads_of(a), tb = threads_of(b);
+  const uint32_t *block = tb > threads ? b->block : a->block;
+  Kernel *m = join_parts(a, b);
   m->grid[0] = a->grid[0] + b->grid[0];
   memcpy(m->block, block, sizeof m->block);
-  m->index = a->index;
+  m->finished = true;
+  return m;
+}
+
+/* ---- vertical fusion: dependent kernels in one launch ---- */
+
+/* Static shared memory a chain may hold: a memory-bound launch keeps
+ * its occupancy (a reduction's slots and a few tiles of a window). */
+enum { CHAIN_SHARED = 16 * 1024 };
+
+static bool streams(const Kernel *p) {
+  return !p->uses_tc && !p->tiled && !p->cooperative && !p->dynamic_shared_bytes && !p->n_phases &&
+         p->grid[1] == 1 && p->grid[2] == 1 && !has_grid_sync(&p->body);
+}
+
+bool cg_kernel_can_chain(const Kernel *a, const Kernel *b) {
+  if (!a->finished || b->n_parts || !streams(b) || index_of(b) != a->index ||
+      (a->n_phases ? a->n_phases : 1) >= CG_CHAIN_MAX_PHASES ||
+      (uint64_t)a->shared_bytes + b->shared_bytes > CHAIN_SHARED)
+    return false;
+  const Kernel *const *pa = a->n_parts ? (const Kernel *const *)a->parts : &a;
+  int na = a->n_parts ? a->n_parts : 1;
+  uint32_t most = threads_of(b);
+  for (int i = 0; i < na; i++) {
+    if (!streams(pa[i])) return false;
+    if (threads_of(pa[i]) > most) most = threads_of(pa[i]);
+  }
+  for (int i = 0; i < na; i++)
+    if (!fits_in(pa[i], most)) return false;
+  return fits_in(b, most);
+}
+
+/* The blocks of threads a phase runs at once in each of the launch's:
+ * several of a part without barriers whose blocks are a whole fraction
+ * of the launch's (every part of the phase so), else one. */
+static uint32_t phase_groups(const Kernel *m, int phase) {
+  uint32_t threads = threads_of(m), most = 0;
+  for (int i = 0; i < m->n_parts; i++) {
+    const Kernel *p = m->parts[i];
+    if (m->part_phase[i] != phase) continue;
+    if (p->uses_barriers) return 1;
+    if (threads_of(p) > most) most = threads_of(p);
+  }
+  return most && threads % most == 0 ? threads / most : 1;
+}
+
+uint32_t cg_phase_groups(const Kernel *m, int phase) { return phase_groups(m, phase); }
+
+Kernel *cg_kernel_chain(Kernel *a, Kernel *b, RtRef bar) {
+  if (!b->finished || !cg_kernel_can_chain(a, b)) return NULL;
+  int na = a->n_parts ? a->n_parts : 1, phases = a->n_phases ? a->n_phases : 1;
+  Kernel *m = join_parts(a, b);
+  Ctx *c = m->ctx;
+  m->part_phase = ARENA_ARRAY(&c->arena, int, na + 1);
+  for (int i = 0; i < na; i++) m->part_phase[i] = a->part_phase ? a->part_phase[i] : 0;
+  m->part_phase[na] = phases;
+  m->n_phases = phases + 1;
+  uint32_t most = 0;
+  for (int i = 0; i < m->n_parts; i++)
+    if (threads_of(m->parts[i]) > most) {
+      most = threads_of(m->parts[i]);
+      memcpy(m->block, m->parts[i]->block, sizeof m->block);
+    }
+  m->phase_bar = NULL;
+  if (a->phase_bar) {
+    for (int i = 0; i < a->n_params; i++)
+      if (a->params[i].buf == a->phase_bar) {
+        *add_param(m) = a->params[i];
+        m->phase_bar = a->phase_bar;
+      }
+  }
+  if (!m->phase_bar) {
+    KParam *p = add_param(m);
+    KBuf *bb = m->phase_bar = ARENA_NEW(&c->arena, KBuf);
+    bb->name = "dl_bar";
+    bb->dtype = TY_I32;
+    bb->space = KSP_GLOBAL;
+    bb->numel = CG_CHAIN_BAR_WORDS;
+    bb->read = bb->written = true;
+    p->buf = bb;
+    p->arg.kind = RT_ARG_PTR;
+    p->arg.ref = bar;
+    p->may_alias = true;
+  }
+  /* The grid: the most blocks any phase walks at once, at most what the
+   * modelled GPU holds of them (the device may hold fewer: RT_COOP_STRIDE). */
+  uint64_t grid = 1;
+  for (int ph = 0; ph < m->n_phases; ph++) {
+    uint64_t blocks = 0;
+    for (int i = 0; i < m->n_parts; i++)
+      if (m->part_phase[i] == ph) blocks += m->parts[i]->grid[0];
+    uint32_t g = phase_groups(m, ph);
+    blocks = (blocks + g - 1) / g;
+    if (blocks > grid) grid = blocks;
+  }
+  uint64_t per_sm = SM_THREADS / most, cap = (uint64_t)GRID_SMS * (per_sm < 1 ? 1 : per_sm > 32 ? 32 : per_sm);
+  m->grid[0] = (uint32_t)(grid < cap ? grid : cap);
+  m->grid[1] = m->grid[2] = 1;
+  m->uses_barriers = m->cooperative = m->grid_stride = true;
   m->finished = true;
   return m;
 }

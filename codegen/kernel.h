@@ -241,6 +241,7 @@ typedef struct Kernel {
   uint32_t grid[3], block[3];
   bool uses_barriers;
   bool cooperative; /* has a KS_GRID_SYNC: launched cooperatively (RtKernel.cooperative) */
+  bool grid_stride; /* cooperative on any grid: a chain (RT_COOP_STRIDE) */
   bool counts_arrivals; /* has a KS_LAST_ARRIVAL: the plan's prelude has dl_last_arrival */
   bool uses_tc; /* calls the tensor-core functions (their prelude) */
   uint32_t shared_bytes;
@@ -252,6 +253,19 @@ typedef struct Kernel {
    * parts' (renamed apart), its body empty. */
   struct Kernel **parts;
   int n_parts;
+  /* A chained kernel (cg_kernel_chain): its parts run in phases, phase
+   * after phase with a grid barrier (on phase_bar) between them, so a
+   * part may read what an earlier phase wrote.  Part i runs in phase
+   * part_phase[i] (nondecreasing); within a phase each block walks the
+   * phase's blocks with a stride of the grid, so the launch runs on as
+   * many blocks as are resident (RtKernel.cooperative RT_COOP_STRIDE).
+   * n_phases is 0 for any other kernel. */
+  int *part_phase;
+  int n_phases;
+  KBuf *phase_bar;
+  /* Built from tiles of a GEMM (cg_ktiles): never a phase of a chain,
+   * whose grid would cut its waves of tiles short. */
+  bool tiled;
 } Kernel;
 
 /* ---- builders (kernel.c) ---- */
@@ -289,6 +303,25 @@ void cg_kernel_finish(Kernel *k);
 Kernel *cg_kernel_merge(Kernel *a, Kernel *b);
 /* Whether cg_kernel_merge(a, b) will merge them, b not yet finished. */
 bool cg_kernel_can_merge(const Kernel *a, const Kernel *b);
+/* One launch for two finished kernels where b may depend on a: a's
+ * parts, a grid barrier, then b (vertical fusion of kernels that do
+ * not fuse otherwise: a reduction's parts and the map that reads the
+ * whole result).  a may be a merge or a chain already.  bar is the
+ * barrier's SYNC words (CG_CHAIN_BAR_WORDS, zero before the launch and
+ * after it).  NULL when cg_kernel_can_chain says no. */
+enum { CG_CHAIN_BAR_WORDS = 4, CG_CHAIN_MAX_PHASES = 4 };
+Kernel *cg_kernel_chain(Kernel *a, Kernel *b, RtRef bar);
+/* Whether cg_kernel_chain(a, b) will chain them, b not yet finished:
+ * both memory-bound (no tensor cores, GEMM tiles, dynamic shared
+ * memory or grid barrier of their own; little static shared memory),
+ * 1-d grids, one index type, at most CG_CHAIN_MAX_PHASES phases, and
+ * blocks a launch can share: a part with barriers has the launch's
+ * threads exactly, one without whole warps of it. */
+bool cg_kernel_can_chain(const Kernel *a, const Kernel *b);
+/* How many blocks of phase's parts each block of chain m runs side by
+ * side: launch threads / the phase's largest part when no part of it has
+ * barriers and that divides, else 1. */
+uint32_t cg_phase_groups(const Kernel *m, int phase);
 /* 1-D launch for total threads: block 256, grid capped (grid-stride loops
  * cover the rest) at cg_grid_cap blocks. */
 void cg_kernel_grid_1d(Kernel *k, int64_t total);

@@ -328,6 +328,10 @@ static bool plan_storage(CgBuild *b) {
 typedef struct InplaceHint {
   int step;
   RtRef in, out;
+  /* How many times the launch names in before the hinted kernel joined
+   * it (a chain's earlier phases, done with it at the grid barrier): the
+   * bytes are free to take only if nothing after names them too. */
+  int in_before;
 } InplaceHint;
 
 typedef struct InplaceScan {
@@ -451,12 +455,28 @@ static void note_update_inplace(CgBuild *b, Kernel *k, int step) {
         continue;
       pi->may_alias = po->may_alias = true;
       push_hint(b, &b->update_hints, &b->n_update_hints, &b->cap_update_hints,
-                (InplaceHint){step, pi->arg.ref, po->arg.ref});
+                (InplaceHint){step, pi->arg.ref, po->arg.ref, 0});
     }
   }
 }
 
-static void note_inplace(CgBuild *b, Kernel *k, int step) {
+static int slot_of(CgBuild *b, RtRef r);
+
+/* How many of step t's launch arguments name slot ref's bytes. */
+static int names_of_slot(CgBuild *b, int t, RtRef ref) {
+  const Kernel *k = t < b->n_steps ? b->step_kernel[t] : NULL;
+  if (!k) return 0;
+  int n = 0, slot = slot_of(b, ref);
+  for (int j = 0; j < k->n_params; j++) {
+    const KParam *p = &k->params[j];
+    n += p->buf && p->arg.ref.space == RT_SPACE_ARENA && slot_of(b, p->arg.ref) == slot;
+  }
+  return n;
+}
+
+/* k's in-place hints at step: a launch of its own (step is a new one),
+ * one it shares, or the chain it joins as the next phase (chained). */
+static void note_inplace(CgBuild *b, Kernel *k, int step, bool chained) {
   note_update_inplace(b, k, step);
   for (int o = 0; o < k->n_params; o++) {
     KParam *po = &k->params[o];
@@ -465,10 +485,14 @@ static void note_inplace(CgBuild *b, Kernel *k, int step) {
       KParam *pi = &k->params[i];
       if (i == o || !pi->buf || pi->arg.ref.space != RT_SPACE_ARENA) continue;
       if (!may_write_over(k, pi->buf, po->buf)) continue;
+      /* the earlier phases are done with in when this one writes over
+       * it, whether they read it or wrote it */
+      int before = chained ? names_of_slot(b, step, pi->arg.ref) : 0;
       /* Decided before the planner runs, so both lose __restrict__
        * whether or not the planner then shares their bytes. */
       pi->may_alias = po->may_alias = true;
-      push_hint(b, &b->hints, &b->n_hints, &b->cap_hints, (InplaceHint){step, pi->arg.ref, po->arg.ref});
+      push_hint(b, &b->hints, &b->n_hints, &b->cap_hints,
+                (InplaceHint){step, pi->arg.ref, po->arg.ref, before});
     }
   }
 }
@@ -549,7 +573,7 @@ static bool take_inplace(CgBuild *b, const InplaceHint *h, const StepRef *refs, 
     int k = slot_of(b, *refs[r].ref);
     seen_i += k == ki, seen_o += k == ko;
   }
-  if (seen_i != 1 || seen_o != 1) return false;
+  if (seen_i != 1 + h->in_before || seen_o != 1) return false;
   parent[ko] = ri;
   if (gu[ko] > gu[ri]) gu[ri] = gu[ko];
   bo->inplace_of = ki;
@@ -896,7 +920,7 @@ static uint32_t intern_kernel(CgBuild *b, const Kernel *k) {
       .name = name,
       .uses_barriers = k->uses_barriers,
       .static_shared_bytes = k->shared_bytes,
-      .cooperative = k->cooperative};
+      .cooperative = !k->cooperative ? RT_COOP_NONE : k->grid_stride ? RT_COOP_STRIDE : RT_COOP_EXACT};
   b->keys[i] = key;
   b->names[i] = name;
   b->first_contract[i] = -1;
@@ -1097,6 +1121,40 @@ static int merge_down_target(CgBuild *b, Kernel *k) {
   return -1;
 }
 
+/* The launch kernel k can join as the next phase of a chain
+ * (cg_kernel_chain: vertical fusion, after a grid barrier), or -1: the
+ * last step, where horizontal fusion found no launch to share.  Neither
+ * may have index reports (the runtime names their step's node). */
+static int chain_target(CgBuild *b, Kernel *k) {
+  int t = b->n_steps - 1;
+  if (b->merge_from < 0 || !b->opts.merge_launches || b->opts.no_chain_launches || b->n_open ||
+      t < b->merge_from || b->steps[t].kind != RT_STEP_LAUNCH || !b->step_kernel[t])
+    return -1;
+  const Kernel *a = b->step_kernel[t];
+  for (int i = 0; i < k->n_params; i++)
+    if (k->params[i].buf && k->params[i].arg.ref.space == RT_SPACE_STATUS) return -1;
+  for (int i = 0; i < a->n_params; i++)
+    if (a->params[i].buf && a->params[i].arg.ref.space == RT_SPACE_STATUS) return -1;
+  return cg_kernel_can_chain(a, k) ? t : -1;
+}
+
+/* In a chain, a phase may read bytes an earlier one wrote under another
+ * parameter's name: neither may then be __restrict__ (nor read through
+ * the non-coherent cache that promise allows). */
+static void chain_aliases(Kernel *m) {
+  for (int i = 0; i < m->n_params; i++) {
+    KParam *p = &m->params[i];
+    if (!p->buf) continue;
+    RtAccessRange x = {p->arg.ref, param_bytes(p), p->buf->written};
+    for (int j = 0; j < m->n_params; j++) {
+      KParam *q = &m->params[j];
+      if (j == i || !q->buf) continue;
+      RtAccessRange y = {q->arg.ref, param_bytes(q), q->buf->written};
+      if ((x.write || y.write) && ranges_meet(&x, &y)) p->may_alias = q->may_alias = true;
+    }
+  }
+}
+
 /* Step t moved to the end, the steps after it one earlier. */
 static void move_to_end(CgBuild *b, int t) {
   int n = b->n_steps;
@@ -1145,19 +1203,28 @@ static void set_launch(CgBuild *b, RtStep *s, Kernel *k) {
 
 void cg_launch(CgBuild *b, Kernel *k) {
   int t = merge_target(b, k);
+  bool chained = false;
   if (t < 0 && (t = merge_down_target(b, k)) >= 0) {
     move_to_end(b, t);
     t = b->n_steps - 1;
   }
+  if (t < 0) chained = (t = chain_target(b, k)) >= 0;
   /* Read in place on the scalar nest (at the step it will be part of): a
    * vectorized map is just as safe, but its two loops are harder to read. */
-  note_inplace(b, k, t >= 0 ? t : b->n_steps);
+  note_inplace(b, k, t >= 0 ? t : b->n_steps, chained);
   CgStepNote note = cg_note_kernel(k);
   /* The kernel-IR passes, before the text exists. */
   if (!b->opts.no_vectorize) cg_vectorize(k);
   cg_unroll(k, b->opts.no_unroll ? 0 : b->opts.unroll > 0 ? b->opts.unroll : 8);
   cg_kernel_finish(k);
-  Kernel *m = t >= 0 ? cg_kernel_merge(b->step_kernel[t], k) : NULL;
+  Kernel *m = NULL;
+  if (chained) {
+    Kernel *a = b->step_kernel[t];
+    m = cg_kernel_chain(a, k, a->phase_bar ? (RtRef){0} : cg_sync_words(b, CG_CHAIN_BAR_WORDS));
+    if (m) chain_aliases(m);
+  } else if (t >= 0) {
+    m = cg_kernel_merge(b->step_kernel[t], k);
+  }
   if (m) {
     RtStep *s = &b->steps[t];
     set_launch(b, s, m);

@@ -148,7 +148,7 @@ void cg_print_plan_costs(FILE *f, const RtPlan *p, const IrCost *costs) {
     fprintf(f, "  kernel %" PRIu32 " %s", i, k->name);
     if (k->uses_barriers) fputs(" barriers", f);
     if (k->static_shared_bytes) fprintf(f, " shared=%" PRIu32, k->static_shared_bytes);
-    if (k->cooperative) fputs(" cooperative", f);
+    if (k->cooperative) fputs(k->cooperative == RT_COOP_STRIDE ? " cooperative=stride" : " cooperative", f);
     fputc('\n', f);
   }
   /* Apart from a run's steps ("  12  launch ..."), so that counting a

@@ -127,6 +127,10 @@ static const char usage[] =
     "                     every kernel its own launch, even beside an independent\n"
     "                     one it could share a launch with (docs/kernels.md); so\n"
     "                     at -O0\n"
+    "  --no-chain-launches\n"
+    "                     no kernel joins the launch before it behind a grid\n"
+    "                     barrier where it reads what that launch wrote (a\n"
+    "                     batchnorm's statistics and its map; docs/kernels.md)\n"
     "  --precision=P      f32 (default), f16 or bf16: activations and weights in P,\n"
     "                     sensitive ops in f32, f32 accumulation (docs/passes.md)\n"
     "  --grad             the gradients of a training step: output 0 must be the loss\n"
@@ -218,6 +222,7 @@ int driver_pass_option(const char *arg, PassOptions *po) {
       {"--unroll-rnn", offsetof(PassOptions, unroll_rnn)},
       {"--no-update-in-place", offsetof(PassOptions, no_update_in_place)},
       {"--no-merge-launches", offsetof(PassOptions, no_merge_launches)},
+      {"--no-chain-launches", offsetof(PassOptions, no_chain_launches)},
   };
   if (strncmp(arg, "--precision=", 12) == 0) {
     DType t;
@@ -272,7 +277,8 @@ CgOptions driver_cg_options(const PassOptions *po) {
                      .no_persistent_rnn = po->no_persistent_rnn,
                      .no_update_in_place = po->no_update_in_place,
                      /* -O0 keeps a launch per kernel, as a baseline to read */
-                     .merge_launches = !po->no_merge_launches && po->opt_level > 0};
+                     .merge_launches = !po->no_merge_launches && po->opt_level > 0,
+                     .no_chain_launches = po->no_chain_launches};
 }
 
 const char driver_quant_usage[] =

@@ -102,6 +102,7 @@ typedef struct PassOptions {
   bool unroll_rnn;          /* --unroll-rnn: training mode unrolls lstm over time (AutodiffOptions) */
   bool no_update_in_place;  /* --no-update-in-place: a step's updates copied over the params */
   bool no_merge_launches;   /* --no-merge-launches: no two kernels share a launch */
+  bool no_chain_launches;   /* --no-chain-launches: no kernel joins the launch it depends on */
   /* --precision=f16|bf16: the precision pass runs (at -O2 after bn-fold,
    * so folded weights are computed in f32 and then cast; below -O2
    * first).  TY_F32, the zero, leaves the graph in f32. */

@@ -187,7 +187,10 @@ struct RtModule {
   uint32_t n;
   CUfunction *fns;
   const char *const *names; /* the plan's kernel names, for messages */
-  bool *cooperative;        /* launched with cuLaunchCooperativeKernel */
+  /* Launched with cuLaunchCooperativeKernel when nonzero: on at most
+   * this many blocks (a chain's, RT_COOP_STRIDE: what the GPU holds at
+   * once) or, UINT32_MAX, on the launch's grid as it is. */
+  uint32_t *cooperative;
 };
 
 static const RtDeviceOps cuda_ops;
@@ -673,15 +676,41 @@ static int check_block_limit(CudaDevice *d, const RtPlan *p, uint32_t k, CUfunct
   return 0;
 }
 
+/* A chain (RT_COOP_STRIDE) runs on any grid up to its launch's, so on
+ * as many blocks as the GPU holds at once (the occupancy the driver
+ * computes from the compiled kernel's registers and shared memory);
+ * every launch of one kernel has the same block. */
+static int stride_blocks(CudaDevice *d, const RtPlan *p, uint32_t k, CUfunction fn, uint32_t *most_blocks) {
+  for (uint32_t s = 0; s < all_steps(p); s++) {
+    const RtLaunch *l = &step_at(p, s)->launch;
+    if (step_at(p, s)->kind != RT_STEP_LAUNCH || l->kernel != k) continue;
+    int per = 0, threads = (int)(l->block[0] * l->block[1] * l->block[2]);
+    if (check(d, d->api.cuOccupancyMaxActiveBlocksPerMultiprocessor(&per, fn, threads, l->dynamic_shared_bytes),
+              "cuOccupancyMaxActiveBlocksPerMultiprocessor('%s')", p->kernels[k].name))
+      return -1;
+    if (per < 1)
+      return rt_device_fail(&d->base,
+                            "cuda: step %u launches cooperative kernel '%s' on blocks of %d threads, of which this "
+                            "GPU cannot hold even one per SM; dlcc --no-chain-launches builds it as separate launches",
+                            s, p->kernels[k].name, threads);
+    uint64_t most = (uint64_t)per * (uint64_t)d->sms;
+    *most_blocks = most < UINT32_MAX ? (uint32_t)most : UINT32_MAX - 1;
+    return 0;
+  }
+  return 0;
+}
+
 /* A cooperative kernel's every grid must be resident at once, or
  * cuLaunchCooperativeKernel fails (CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE)
  * mid-run: checked at load against the occupancy the driver computes
  * from the compiled kernel's registers and shared memory. */
-static int check_cooperative(CudaDevice *d, const RtPlan *p, uint32_t k, CUfunction fn) {
+static int check_cooperative(CudaDevice *d, const RtPlan *p, uint32_t k, CUfunction fn, uint32_t *most_blocks) {
   const char *name = p->kernels[k].name;
   if (!d->cooperative)
     return rt_device_fail(&d->base, "cuda: kernel '%s' needs a cooperative launch, which this GPU does not support",
                           name);
+  *most_blocks = UINT32_MAX;
+  if (p->kernels[k].cooperative == RT_COOP_STRIDE) return stride_blocks(d, p, k, fn, most_blocks);
   for (uint32_t s = 0; s < all_steps(p); s++) {
     const RtLaunch *l = &step_at(p, s)->launch;
     if (step_at(p, s)->kind != RT_STEP_LAUNCH || l->kernel != k) continue;
@@ -760,8 +789,7 @@ static int cuda_load(RtDevice *base, const RtPlan *p, RtModule **out) {
     if (check(d, d->api.cuModuleGetFunction(&m->fns[i], m->mod, name), "cuModuleGetFunction('%s')", name) ||
         check_block_limit(d, p, i, m->fns[i]) || opt_in_shared(d, p, i, m->fns[i]))
       goto fail;
-    m->cooperative[i] = p->kernels[i].cooperative != 0;
-    if (m->cooperative[i] && check_cooperative(d, p, i, m->fns[i])) goto fail;
+    if (p->kernels[i].cooperative && check_cooperative(d, p, i, m->fns[i], &m->cooperative[i])) goto fail;
   }
   if (has_gemm(p, true) && !d->blas && blas_setup(d)) goto fail;
   if (has_gemm(p, false) && !d->lt && lt_setup(d)) goto fail;
@@ -779,14 +807,17 @@ static int cuda_launch(RtDevice *base, RtModule *m, const RtLaunch *l, const voi
   CudaDevice *d = (CudaDevice *)base;
   if (enter(d)) return -1;
   if (l->kernel >= m->n) return rt_device_fail(base, "cuda: kernel index %u out of range", l->kernel);
-  if (m->cooperative[l->kernel])
+  uint32_t most = m->cooperative[l->kernel];
+  if (most) {
+    uint32_t gx = l->grid[0] < most ? l->grid[0] : most; /* a chain's blocks walk the launch's */
     return check(d,
-                 d->api.cuLaunchCooperativeKernel(m->fns[l->kernel], l->grid[0], l->grid[1], l->grid[2], l->block[0],
+                 d->api.cuLaunchCooperativeKernel(m->fns[l->kernel], gx, l->grid[1], l->grid[2], l->block[0],
                                                   l->block[1], l->block[2], l->dynamic_shared_bytes, now_stream(d),
                                                   (void **)args),
                  "cuLaunchCooperativeKernel('%s', grid %ux%ux%u, block %ux%ux%u, %u bytes of dynamic shared memory)",
-                 m->names[l->kernel], l->grid[0], l->grid[1], l->grid[2], l->block[0], l->block[1], l->block[2],
+                 m->names[l->kernel], gx, l->grid[1], l->grid[2], l->block[0], l->block[1], l->block[2],
                  l->dynamic_shared_bytes);
+  }
   return check(d,
                d->api.cuLaunchKernel(m->fns[l->kernel], l->grid[0], l->grid[1], l->grid[2], l->block[0],
                                      l->block[1], l->block[2], l->dynamic_shared_bytes, now_stream(d),

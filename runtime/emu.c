@@ -79,6 +79,11 @@ enum {
   SM_THREADS = 2048,
   SM_BLOCKS = 32,
   SM_SHARED = 228 * 1024,
+  /* A chain's blocks walk the launch's (RT_COOP_STRIDE), so it runs the
+   * same on any grid: here on this few, each block walking several
+   * (what a GPU's resident blocks do on a large launch), with fewer
+   * fibers at once than a grid the size of the GPU. */
+  EMU_STRIDE_BLOCKS = 4,
 };
 
 /* The compiler line after the compiler itself; the output and input
@@ -176,6 +181,7 @@ typedef struct EmuKernel {
   char *name;
   void (*launcher)(void **);
   bool uses_barriers, cooperative;
+  bool grid_stride; /* RT_COOP_STRIDE: any grid up to the launch's */
   uint32_t static_shared_bytes;
 } EmuKernel;
 
@@ -735,7 +741,9 @@ static int emu_launch(RtDevice *d, RtModule *m, const RtLaunch *l, const void *c
   if (!m || !l) return rt_device_fail(d, "emu: launch without a module or launch");
   if (l->kernel >= m->n) return rt_device_fail(d, "emu: launch of kernel %u, but the module has %u", l->kernel, m->n);
   const EmuKernel *k = &m->kernels[l->kernel];
-  const uint32_t *g = l->grid, *b = l->block;
+  uint32_t g[3] = {l->grid[0], l->grid[1], l->grid[2]};
+  const uint32_t *b = l->block;
+  if (k->grid_stride && g[0] > EMU_STRIDE_BLOCKS) g[0] = EMU_STRIDE_BLOCKS;
   uint64_t threads = (uint64_t)b[0] * b[1] * b[2];
   /* The GPU's limits, so a launch emu accepts also launches on the GPU. */
   if (!b[0] || !b[1] || !b[2] || b[0] > 1024 || b[1] > 1024 || b[2] > 64 || threads > MAX_BLOCK_THREADS)
@@ -1365,7 +1373,8 @@ static int bind_module(EmuDevice *e, const RtPlan *plan, const char *so, RtModul
     }
     ek->name = strdup(k->name);
     ek->uses_barriers = k->uses_barriers != 0;
-    ek->cooperative = k->cooperative != 0;
+    ek->cooperative = k->cooperative != RT_COOP_NONE;
+    ek->grid_stride = k->cooperative == RT_COOP_STRIDE;
     ek->static_shared_bytes = k->static_shared_bytes;
     ek->launcher = (void (*)(void **))dlsym(dl, sym);
     m->n = i + 1;

@@ -523,10 +523,10 @@ int rt_plan_validate_in(const RtPlan *p, const RtRegion *regions, int n_regions,
   for (uint32_t i = 0; i < p->n_kernels; i++) {
     const RtKernel *k = &p->kernels[i];
     if (!k->name || !*k->name) return fail(&c, "kernel %" PRIu32 " has no name", i);
-    if (k->cooperative > 1 || (k->cooperative && !k->uses_barriers))
+    if (k->cooperative > RT_COOP_STRIDE || (k->cooperative && !k->uses_barriers))
       return fail(&c,
                   "kernel %" PRIu32 " (%.100s): cooperative is %" PRIu32
-                  " (0, or 1 for a kernel with barriers)",
+                  " (0, or 1 or 2 for a kernel with barriers)",
                   i, k->name, k->cooperative);
   }
   for (uint32_t i = 0; i < p->n_binaries; i++) {

@@ -37,7 +37,7 @@
 #include <stdint.h>
 
 #define RT_PLAN_MAGIC 0x444c4350u /* "DLCP" */
-#define RT_PLAN_VERSION 11u
+#define RT_PLAN_VERSION 12u
 #define RT_MAX_RANK 8
 
 typedef enum {
@@ -235,13 +235,24 @@ typedef struct RtKernel {
    * shuffles need the fiber scheduler. */
   uint32_t uses_barriers;
   uint32_t static_shared_bytes;
-  /* Version 8: 1 when the kernel has a grid-wide barrier (dl_grid_sync):
-   * every block of a launch must be resident at once, so the cuda device
-   * launches it with cuLaunchCooperativeKernel after checking at load
-   * that its grids fit the device, and emu runs all its blocks together.
-   * Such a kernel also has uses_barriers.  0 otherwise; nothing else. */
+  /* RtCoop: whether the kernel has a grid-wide barrier (dl_grid_sync),
+   * which needs every block of a launch resident at once: the cuda
+   * device launches it with cuLaunchCooperativeKernel, and emu runs all
+   * its blocks together.  Such a kernel also has uses_barriers. */
   uint32_t cooperative;
 } RtKernel;
+
+typedef enum {
+  RT_COOP_NONE = 0,
+  /* Version 8: the launch's grid exactly, checked at load to fit the
+   * device (a persistent recurrent kernel: a block per slice of W_hh). */
+  RT_COOP_EXACT = 1,
+  /* Version 12: any grid of at most the launch's blocks does the same
+   * work (its blocks walk the launch's with a stride of the grid: a
+   * chain of kernels, docs/kernels.md), so the device launches as many
+   * as it holds at once. */
+  RT_COOP_STRIDE = 2,
+} RtCoop;
 
 /* Precompiled device code for one architecture (AOT). */
 typedef struct RtBinary {

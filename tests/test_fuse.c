@@ -337,6 +337,13 @@ static Job check_merged(const char *text) {
   return j;
 }
 
+static const char dep_text[] = "graph dep {\n"
+                               "  %x = input {name=\"x\"} : f32[6, 300]\n"
+                               "  %0 = exp %x : f32[6, 300]\n"
+                               "  %1 = reduce_sum %0 {axes=[1]} : f32[6]\n"
+                               "  return %0 as \"e\", %1 as \"s\"\n"
+                               "}\n";
+
 START_TEST(independent_kernels_share_a_launch) {
   static const char text[] = "graph hfuse {\n"
                              "  %x = input {name=\"x\"} : f32[6, 300]\n"
@@ -355,13 +362,10 @@ START_TEST(independent_kernels_share_a_launch) {
   ck_assert_int_eq(count_steps(a.r.plan, RT_STEP_LAUNCH), 3);
   ck_assert_int_eq(a.r.plan->n_kernels, 3);
   /* exp's result is returned, so stored by a kernel of its own, and the
-   * sum reads it: two launches */
-  Job d = check_merged("graph dep {\n"
-                      "  %x = input {name=\"x\"} : f32[6, 300]\n"
-                      "  %0 = exp %x : f32[6, 300]\n"
-                      "  %1 = reduce_sum %0 {axes=[1]} : f32[6]\n"
-                      "  return %0 as \"e\", %1 as \"s\"\n"
-                      "}\n");
+   * sum reads it: two launches, not side by side (dependent_kernels_chain
+   * puts them in one) */
+  Job d = compile_with(dep_text, true, (CgOptions){.merge_launches = true, .no_chain_launches = true});
+  check_numbers(&d, -2, 2);
   ck_assert_int_eq(count_steps(d.r.plan, RT_STEP_LAUNCH), 2);
   /* two reductions of rows cut into parts: each part of the launch
    * counts the arrivals of its own rows' parts */
@@ -375,6 +379,109 @@ START_TEST(independent_kernels_share_a_launch) {
   ck_assert_int_eq(count_steps(p.r.plan, RT_STEP_LAUNCH), 1);
   ck_assert_uint_eq(p.r.plan->sync_bytes, (2 + 3) * 4);
   ck_assert_ptr_nonnull(strstr(p.r.source, "dl_last_arrival(&p1_arrived["));
+}
+END_TEST
+
+static int occurrences(const char *text, const char *what) {
+  int n = 0;
+  for (const char *p = text; (p = strstr(p, what)); p += strlen(what)) n++;
+  return n;
+}
+
+/* The one launch of a plan and its kernel. */
+static const RtKernel *only_launch(const RtPlan *p, const RtLaunch **l) {
+  ck_assert_int_eq(count_steps(p, RT_STEP_LAUNCH), 1);
+  *l = &p->steps[p->n_init_steps].launch;
+  return &p->kernels[(*l)->kernel];
+}
+
+/* A kernel that reads what the launch before it wrote joins it after a
+ * grid barrier (plan_build.c's chain_target, cg_kernel_chain,
+ * docs/kernels.md): one cooperative launch whose blocks walk each
+ * phase's blocks with a stride of the grid (RT_COOP_STRIDE; emu runs it
+ * on 4 blocks, so every phase's walk takes several turns), through NVRTC
+ * and on emu against ir_eval, and equal bit for bit to the launches
+ * apart.  A phase of 256-thread blocks in a launch of 1024 runs four of
+ * them side by side; a phase that writes over what an earlier one read
+ * keeps the planner's in-place bytes; at most CG_CHAIN_MAX_PHASES
+ * phases, then a new launch. */
+START_TEST(dependent_kernels_chain) {
+  Job d = check_merged(dep_text);
+  const RtLaunch *l;
+  const RtKernel *k = only_launch(d.r.plan, &l);
+  ck_assert_uint_eq(k->cooperative, RT_COOP_STRIDE);
+  ck_assert(k->uses_barriers);
+  ck_assert_int_eq(occurrences(d.r.source, "dl_grid_sync("), 2); /* the prelude's and the chain's */
+  ck_assert_ptr_nonnull(strstr(d.r.plan->steps[d.r.plan->n_init_steps].label, "reduce_sum %"));
+  /* the barrier's words are SYNC's, with the rows' counters */
+  ck_assert_uint_ge(d.r.plan->sync_bytes, CG_CHAIN_BAR_WORDS * 4);
+
+  /* a batchnorm's shape: statistics over rows cut into parts (1024
+   * threads, counters of arrivals), then the map that reads them (256
+   * threads a block: four side by side), then a reduction of that */
+  static const char bn[] = "graph bn {\n"
+                           "  %x = input {name=\"x\"} : f32[3, 70000]\n"
+                           "  %e = exp %x : f32[3, 70000]\n"
+                           "  %0 = reduce_mean %e {axes=[1], keepdims=1} : f32[3, 1]\n"
+                           "  %1 = sub %e, %0 : f32[3, 70000]\n"
+                           "  %2 = reduce_max %1 {axes=[1]} : f32[3]\n"
+                           "  return %1 as \"centered\", %2 as \"top\", %0 as \"mean\"\n"
+                           "}\n";
+  Job c = check_merged(bn);
+  Job apart = compile_with(bn, true, (CgOptions){.merge_launches = true, .no_chain_launches = true});
+  int chained = count_steps(c.r.plan, RT_STEP_LAUNCH), alone = count_steps(apart.r.plan, RT_STEP_LAUNCH);
+  printf("bn: %d launches chained, %d apart\n", chained, alone);
+  ck_assert_int_lt(chained, alone);
+  ck_assert_ptr_nonnull(strstr(c.r.source, "dl_vb += gridDim.x * 4u"));
+  /* the statistics, handed from phase to phase, live through the whole
+   * launch: a few small buffers more at once, never a large one */
+  ck_assert_uint_le(c.r.plan->arena_bytes, apart.r.plan->arena_bytes + 1024);
+  test_emu_plans_equal(c.g, c.r.plan, apart.r.plan, 5, -2, 2);
+
+  /* a map over its own input after the reduction that read it: in place
+   * as apart (the exp's bytes, dead after it, take the division's) */
+  static const char norm[] = "graph norm {\n"
+                             "  %x = input {name=\"x\"} : f32[4, 3000]\n"
+                             "  %e = exp %x : f32[4, 3000]\n"
+                             "  %s = reduce_sum %e {axes=[1], keepdims=1} : f32[4, 1]\n"
+                             "  %t = tanh %s : f32[4, 1]\n"
+                             "  %d = mul %e, %t : f32[4, 3000]\n"
+                             "  %r = reduce_min %d {axes=[0]} : f32[3000]\n"
+                             "  return %r as \"r\", %t as \"t\"\n"
+                             "}\n";
+  Job n = check_merged(norm);
+  Job n_apart = compile_with(norm, true, (CgOptions){.merge_launches = true, .no_chain_launches = true});
+  printf("norm: arena %" PRIu64 " bytes chained, %" PRIu64 " apart\n", n.r.plan->arena_bytes, n_apart.r.plan->arena_bytes);
+  ck_assert_uint_le(n.r.plan->arena_bytes, n_apart.r.plan->arena_bytes + 1024);
+  test_emu_plans_equal(n.g, n.r.plan, n_apart.r.plan, 7, -2, 2);
+
+  /* five dependent reductions: four phases, then a launch of its own */
+  static const char five[] = "graph five {\n"
+                             "  %x = input {name=\"x\"} : f32[64, 64]\n"
+                             "  %0 = reduce_sum %x {axes=[1], keepdims=1} : f32[64, 1]\n"
+                             "  %1 = reduce_sum %0 {axes=[0], keepdims=1} : f32[1, 1]\n"
+                             "  %2 = sub %x, %1 : f32[64, 64]\n"
+                             "  %3 = reduce_max %2 {axes=[0], keepdims=1} : f32[1, 64]\n"
+                             "  %4 = sub %2, %3 : f32[64, 64]\n"
+                             "  %5 = reduce_min %4 {axes=[1]} : f32[64]\n"
+                             "  return %5 as \"m\", %2 as \"c\"\n"
+                             "}\n";
+  Job f = check_merged(five);
+  int kernels = 0;
+  for (const char *at = strstr(f.r.source, "__global__"); at; kernels++) {
+    const char *next = strstr(at + 1, "__global__");
+    int syncs = 0;
+    for (const char *q = strstr(at, "dl_grid_sync(dl_bar"); q && (!next || q < next); q = strstr(q + 1, "dl_grid_sync(dl_bar"))
+      syncs++;
+    ck_assert_int_le(syncs, CG_CHAIN_MAX_PHASES - 1);
+    at = next;
+  }
+  printf("five: %d launches, %d kernels\n", count_steps(f.r.plan, RT_STEP_LAUNCH), kernels);
+  ck_assert_int_ge(count_steps(f.r.plan, RT_STEP_LAUNCH), 2);
+
+  /* without the option, every dependent kernel its own launch */
+  Job o = compile_with(dep_text, true, (CgOptions){.merge_launches = false});
+  ck_assert_int_eq(count_steps(o.r.plan, RT_STEP_LAUNCH), 2);
 }
 END_TEST
 
@@ -1504,6 +1611,7 @@ static Suite *fuse_suite(void) {
   tcase_add_test(t, i64_arithmetic_is_fused);
   tcase_add_test(t, independent_maps_share_a_kernel);
   tcase_add_test(t, independent_kernels_share_a_launch);
+  tcase_add_test(t, dependent_kernels_chain);
   tcase_add_test(t, sibling_reductions_share_a_kernel);
   tcase_add_test(t, rows_map_takes_in_its_reductions);
   tcase_add_test(t, product_sums_accumulate_in_the_gemm);

@@ -261,7 +261,7 @@ END_TEST
 START_TEST(plan_wrong_version) {
   plan.version = 1; /* before init steps: its plan struct is shorter */
   ck_assert_int_eq(rt_plan_validate(&plan, err, sizeof err), -1);
-  ck_assert_str_eq(err, "plan: version 1, this runtime reads version 11: rebuild the model with this dlcc");
+  ck_assert_str_eq(err, "plan: version 1, this runtime reads version 12: rebuild the model with this dlcc");
 }
 END_TEST
 
@@ -287,15 +287,17 @@ START_TEST(plan_bad_kernel_index) {
 END_TEST
 
 START_TEST(plan_bad_cooperative_flag) {
-  RtKernel k = {.name = "add_bias", .cooperative = 2, .uses_barriers = 1};
+  RtKernel k = {.name = "add_bias", .cooperative = 3, .uses_barriers = 1};
   plan.kernels = &k;
   ck_assert_int_eq(rt_plan_validate(&plan, err, sizeof err), -1);
-  ck_assert_str_eq(err, "plan: kernel 0 (add_bias): cooperative is 2 (0, or 1 for a kernel with barriers)");
+  ck_assert_str_eq(err, "plan: kernel 0 (add_bias): cooperative is 3 (0, or 1 or 2 for a kernel with barriers)");
   /* A grid barrier needs the block barriers' scheduling too. */
-  k.cooperative = 1, k.uses_barriers = 0;
+  k.cooperative = RT_COOP_EXACT, k.uses_barriers = 0;
   ck_assert_int_eq(rt_plan_validate(&plan, err, sizeof err), -1);
-  ck_assert_str_eq(err, "plan: kernel 0 (add_bias): cooperative is 1 (0, or 1 for a kernel with barriers)");
+  ck_assert_str_eq(err, "plan: kernel 0 (add_bias): cooperative is 1 (0, or 1 or 2 for a kernel with barriers)");
   k.uses_barriers = 1;
+  ck_assert_msg(rt_plan_validate(&plan, err, sizeof err) == 0, "%s", err);
+  k.cooperative = RT_COOP_STRIDE;
   ck_assert_msg(rt_plan_validate(&plan, err, sizeof err) == 0, "%s", err);
 }
 END_TEST
@@ -473,11 +475,11 @@ START_TEST(device_unknown_backend) {
 END_TEST
 
 START_TEST(open_refuses_foreign_plan) {
-  plan.version = 12;
+  plan.version = 13;
   DlrtModel *m = NULL;
   ck_assert_int_eq(dlrt_open(&plan, "emu", &m), DLRT_E_PLAN);
   ck_assert_ptr_nonnull(m);
-  ck_assert_str_eq(dlrt_error(m), "plan: version 12, this runtime reads version 11: rebuild the model with this dlcc");
+  ck_assert_str_eq(dlrt_error(m), "plan: version 13, this runtime reads version 12: rebuild the model with this dlcc");
   ck_assert_int_eq(dlrt_run(m), DLRT_E_STATE);
   ck_assert_str_eq(dlrt_backend(m), "");
   dlrt_close(m);

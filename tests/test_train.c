@@ -800,7 +800,7 @@ typedef struct BenchStep {
 static const BenchStep bench_steps[] = {
     {"mlp.dl", 5, 7},
     {"lenet.dl", 12, 16},
-    {"bn_cnn.dl", 17, 20},
+    {"bn_cnn.dl", 9, 20},
 };
 
 static Graph *bench_step(Ctx *c, const char *file, int optim) {

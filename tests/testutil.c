@@ -121,8 +121,10 @@ static void check_output(const RtTensorDesc *od, const Tensor *got, const Tensor
 
 static double error_over(const Tensor *got, const Tensor *want, double floor);
 
-/* by_scale: test_emu_near_eval's comparison, else test_emu_matches_eval's */
-static bool emu_vs_eval(Graph *g, const RtPlan *p, uint64_t seed, double lo, double hi, double tol, bool by_scale) {
+/* by_scale: test_emu_near_eval's comparison, else test_emu_matches_eval's;
+ * other: a plan of g too, whose outputs must be p's bit for bit. */
+static bool emu_vs_eval(Graph *g, const RtPlan *p, const RtPlan *other, uint64_t seed, double lo, double hi,
+                        double tol, bool by_scale) {
   char why[512];
   RtDevice *dev = rt_emu_open(why, sizeof why);
   if (!dev) return false;
@@ -149,6 +151,15 @@ static bool emu_vs_eval(Graph *g, const RtPlan *p, uint64_t seed, double lo, dou
   Tensor *want = calloc((size_t)g->n_outputs + 1, sizeof(Tensor));
   ck_assert_msg(ir_eval(g, &inputs, &params, want, err, sizeof err), "ir_eval: %s", err);
   Tensor *got = test_run_emu(p, &params, &inputs);
+  Tensor *same = other ? test_run_emu(other, &params, &inputs) : NULL;
+  for (uint32_t o = 0; same && o < p->n_outputs; o++) {
+    size_t bytes = (size_t)ir_type_numel(&got[o].type) * ir_dtype_size(got[o].type.dtype);
+    ck_assert_msg(ir_type_numel(&same[o].type) == ir_type_numel(&got[o].type) &&
+                      memcmp(same[o].data, got[o].data, bytes) == 0,
+                  "output '%s': the two plans differ", p->outputs[o].name);
+    ir_tensor_free(&same[o]);
+  }
+  free(same);
   for (uint32_t o = 0; o < p->n_outputs; o++) {
     if (by_scale) {
       double e = error_over(&got[o], &want[o], 1);
@@ -170,11 +181,15 @@ static bool emu_vs_eval(Graph *g, const RtPlan *p, uint64_t seed, double lo, dou
 }
 
 bool test_emu_matches_eval(Graph *g, const RtPlan *p, uint64_t seed, double lo, double hi, double tol) {
-  return emu_vs_eval(g, p, seed, lo, hi, tol, false);
+  return emu_vs_eval(g, p, NULL, seed, lo, hi, tol, false);
 }
 
 bool test_emu_near_eval(Graph *g, const RtPlan *p, uint64_t seed, double lo, double hi, double tol) {
-  return emu_vs_eval(g, p, seed, lo, hi, tol, true);
+  return emu_vs_eval(g, p, NULL, seed, lo, hi, tol, true);
+}
+
+bool test_emu_plans_equal(Graph *g, const RtPlan *p, const RtPlan *other, uint64_t seed, double lo, double hi) {
+  return emu_vs_eval(g, p, other, seed, lo, hi, 1e-5, false);
 }
 
 char *test_print_ir(Graph *g) {

@@ -62,6 +62,9 @@ bool test_emu_matches_eval(Graph *g, const RtPlan *p, uint64_t seed, double lo, 
  * for sums whose terms cancel (gradients; attention's dq with one key
  * is 0 exactly, its rounding error not). */
 bool test_emu_near_eval(Graph *g, const RtPlan *p, uint64_t seed, double lo, double hi, double tol);
+/* Two plans of g on the same data as test_emu_matches_eval (tol 1e-5):
+ * each output of other equal to p's bit for bit. */
+bool test_emu_plans_equal(Graph *g, const RtPlan *p, const RtPlan *other, uint64_t seed, double lo, double hi);
 
 /* The largest |got - want| over want's largest finite magnitude (at
  * least 1e-30): NaN in got counts as the worst, an infinity as 0 where
