@@ -511,7 +511,8 @@ static Value *mm(GradCall *c, Value *a, Value *b, bool ta, bool tb) {
  * operand is a row (a) or a column (b) for the product, the batch dims
  * broadcast.  dA' = dY B'^T and dB' = A'^T dY; a transposed operand
  * takes its gradient transposed (dA = B' dY^T, dB = dY^T A'), each
- * summed back to its operand's batch dims. */
+ * summed back to its operand's batch dims: for a 2-d b under a batched
+ * a, as one product over all the batches' rows. */
 static void vjp_matmul(GradCall *c) {
   Value *a = c->n->in[0], *b = c->n->in[1], *dy = c->dy[0];
   TensorType at = ir_matmul_operand(c->n, 0), bt = ir_matmul_operand(c->n, 1), yt = out0(c)->type;
@@ -533,7 +534,16 @@ static void vjp_matmul(GradCall *c) {
     Value *d = ta ? mm(c, b2, g, tb, true) : mm(c, g, b2, false, !tb);
     c->dx[0] = reshape(c, unbroadcast(c, d, ta ? &a->type : &at), &a->type);
   }
-  if (c->need[1]) {
+  if (c->need[1] && !ta && at.rank > 2 && b->type.rank == 2) {
+    /* b one matrix for every batch (a linear layer's weight in a matmul):
+     * its gradient sums a product per batch, which is one product over
+     * the batches' rows laid end to end, with no [batch, K, N] of them
+     * to store and sum (both reshapes are free: a and dy are rows) */
+    int64_t rows = ir_type_numel(&at) / at.dims[at.rank - 1];
+    Value *a_rows = ir_grad_reshape(c->g, c->n->loc, a2, 2, (int64_t[]){rows, at.dims[at.rank - 1]});
+    Value *g_rows = ir_grad_reshape(c->g, c->n->loc, g, 2, (int64_t[]){rows, yt.dims[r - 1]});
+    c->dx[1] = tb ? mm(c, g_rows, a_rows, true, false) : mm(c, a_rows, g_rows, true, false);
+  } else if (c->need[1]) {
     Value *d = tb ? mm(c, g, a2, true, ta) : mm(c, a2, g, !ta, false);
     c->dx[1] = reshape(c, unbroadcast(c, d, tb ? &b->type : &bt), &b->type);
   }

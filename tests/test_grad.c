@@ -510,9 +510,11 @@ END_TEST
 
 /* NumPy's matmul with 1-d operands and broadcast batch dims; from trial
  * 10 on, operands of rank >= 2 read transposed (trans_a, trans_b) as the
- * gradients' own products are. */
+ * gradients' own products are; from trial 16 on, a batched a times one
+ * matrix b (read transposed or not), whose gradient is one product over
+ * the batches' rows. */
 START_TEST(test_matmul) {
-  for (int trial = 0; trial < 16; trial++) {
+  for (int trial = 0; trial < 20; trial++) {
     Ctx c;
     Graph *g = begin(&c);
     int ra = (int)irand(1, 4), rb = (int)irand(1, 4);
@@ -529,6 +531,13 @@ START_TEST(test_matmul) {
     if (rb == 1) bd[0] = k;
     else bd[rb - 2] = k, bd[rb - 1] = n;
     bool ta = trial >= 10 && ra >= 2 && (trial & 1), tb = trial >= 10 && rb >= 2 && (trial & 2);
+    if (trial >= 16) {
+      ra = trial & 2 ? 4 : 3, rb = 2, ta = false, tb = trial & 1;
+      nba = ra - 2, nbb = 0;
+      for (int d = 0; d < nba; d++) ad[d] = irand(1, 3);
+      ad[ra - 2] = m, ad[ra - 1] = k;
+      bd[0] = tb ? n : k, bd[1] = tb ? k : n;
+    }
     if (ta) ad[ra - 2] = k, ad[ra - 1] = m;
     if (tb) bd[rb - 2] = n, bd[rb - 1] = k;
     Node *mn = node(g, OP_MATMUL, 2, (Value *[]){param(g, "a", ra, ad), param(g, "b", rb, bd)});
