@@ -376,7 +376,8 @@ have_graph:
   if (!run_passes(c, job, g, &po)) return 1;
   CgOptions cgo = {.tf32 = job->opt && job->opt->tf32,
                    .no_split_k = job->opt && job->opt->no_split_k,
-                   .merge_launches = po.opt_level > 0 && !(job->opt && job->opt->no_merge_launches)};
+                   .merge_launches = po.opt_level > 0 && !(job->opt && job->opt->no_merge_launches),
+                   .no_chain_launches = job->opt && job->opt->no_chain_launches};
   if (job->m->use_runtime && !cg_compile_opts(g, &cgo, &job->m->cg)) return 1;
   job->m->g = g;
   index_inputs(job->m);

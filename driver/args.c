@@ -69,6 +69,8 @@ int driver_model_word(int argc, char **argv, int *i, const char *cmd, DriverMode
     m->api->no_split_k = 1;
   } else if (strcmp(a, "--no-merge-launches") == 0) {
     m->api->no_merge_launches = 1;
+  } else if (strcmp(a, "--no-chain-launches") == 0) {
+    m->api->no_chain_launches = 1;
   } else if (strcmp(a, "--unroll-rnn") == 0) {
     m->api->unroll_rnn = 1;
   } else if (a[0] == '-') {

@@ -76,7 +76,7 @@ static const char train_usage[] =
     "  --log=FILE.jsonl      one JSON object per step (epoch, step, loss, lr)\n"
     "  --backend=B --precision=P -O0/-O1/-O2 -D NAME=VALUE --model=NAME   as for dlcc run\n"
     "  --recompute[=SCOPE,...]  activation checkpointing, as for dlcc (docs/training.md)\n"
-    "  --unroll-rnn --no-split-k --no-merge-launches   as for dlcc\n"
+    "  --unroll-rnn --no-split-k --no-merge-launches --no-chain-launches   as for dlcc\n"
     "  --profile[=N]         after training (and --save), one more step timed kernel by\n"
     "                        kernel, the N slowest (default 20) printed as dlcc run's\n"
     "\n"

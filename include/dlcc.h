@@ -219,6 +219,10 @@ typedef struct dlc_options {
    * on inf or NaN and updates dlcc.amp.scale.  0: precision "f16" with an
    * optimizer does both, anything else neither. */
   int loss_scale;
+  /* Nonzero, as dlcc's --no-chain-launches: a kernel that reads what the
+   * launch before it wrote keeps a launch of its own instead of joining
+   * it behind a grid barrier (docs/kernels.md, chains). */
+  int no_chain_launches;
 } dlc_options;
 
 enum { DLC_O0 = -1 };

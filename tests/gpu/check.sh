@@ -51,7 +51,8 @@
 #      its side streams off), and the engine report (its own 60 s).
 #  12. (after 11) training (docs/training.md): dlcc train's step losses on
 #      cuda against ref (the MLP, LeNet, LSTM and GRU of tests/train), ResNet-18
-#      training throughput (64x64, batch 64) in f32 and bf16, and PyTorch's
+#      training throughput (64x64, batch 64) in f32 and bf16 (and f32 with
+#      --no-chain-launches: what chained launches change), and PyTorch's
 #      same step, eager and torch.compile (tests/gpu/train_bench.py).
 # Nothing stops at the first failure; each command has a timeout.  The
 # whole log goes to $OUT/check.log when OUT is set (the device tool brings
@@ -217,20 +218,25 @@ PY
     fail "train resnet18: no data (numpy?)"
     return
   fi
-  for prec in f32 bf16; do
+  # f32/apart: the f32 step with no chained launches (docs/kernels.md),
+  # what the grid barriers between a batchnorm's kernels gain or lose
+  for variant in f32 bf16 f32/apart; do
+    prec=${variant%/*} extra= epochs=3
+    [ "$variant" = f32/apart ] && extra=--no-chain-launches epochs=2
     lim=$(slot 120)
     if [ "$lim" = 0 ]; then
-      skipped "train resnet18 $prec"
+      skipped "train resnet18 $variant"
       continue
     fi
-    args="examples/resnet18.dl -D N=64 -D HW=64 --data $work/train_r18 --batch=64 --loss=cross_entropy --optimizer=sgd --momentum=0.9 --lr=0.01 --shuffle=false --backend=cuda --precision=$prec"
+    args="examples/resnet18.dl -D N=64 -D HW=64 --data $work/train_r18 --batch=64 --loss=cross_entropy --optimizer=sgd --momentum=0.9 --lr=0.01 --shuffle=false --backend=cuda --precision=$prec $extra"
+    prec=$(echo "$variant" | tr / .)
     # One 3-epoch run: its log's "seconds" (wall time at each step's end)
     # gives epochs 2 and 3 without the compile and the first epoch's
     # warm-up (comparing a 1-epoch with a 3-epoch process measured the
     # kernel cache instead: the second process found every cubin cached).
     # shellcheck disable=SC2086
     # --profile=25: then one more step, kernel by kernel (GPU time)
-    if run "$lim" "train.r18.$prec" ./dlcc train $args --epochs=3 --log "$work/train.r18.$prec.jsonl" --profile=25; then
+    if run "$lim" "train.r18.$prec" ./dlcc train $args --epochs=$epochs --log "$work/train.r18.$prec.jsonl" --profile=25; then
       sed -n '/^dlcc: profile:/,/^  all/p' "$work/train.r18.$prec.out" | sed "s/^/profile train resnet18 $prec: /" >>"$summary"
       note "train resnet18 $prec (64x64, batch 64): $(python3 - "$work/train.r18.$prec.jsonl" <<'PY'
 import json, sys
@@ -240,7 +246,7 @@ later = [s for s in steps if s["epoch"] > 1]
 if not first or not later or "seconds" not in later[-1]:
     print("n/a (no step times in the log)"); sys.exit()
 d = later[-1]["seconds"] - first[-1]["seconds"]
-print("%.1f samples/s (epochs 2-3: %d steps of 64 in %.3f s; epoch 1 with the warm-up %.3f s)"
+print("%.1f samples/s (epochs 2 on: %d steps of 64 in %.3f s; epoch 1 with the warm-up %.3f s)"
       % (64 * len(later) / d, len(later), d, first[-1]["seconds"]) if d > 0 else "n/a (no time passed)")
 PY
 );" "losses: $(grep -h '^epoch' "$work/train.r18.$prec.out" | sed 's/ (mean.*//' | paste -sd';')"
