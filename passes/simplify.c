@@ -13,7 +13,8 @@
  *     [0, 2, 1, 3] -> the same attention in layout "bshd" of what they
  *     transpose, its result transposed back (a projection's heads then
  *     reach the kernel as they are, and the transpose a model applies to
- *     the result cancels this one)
+ *     the result cancels this one); so attention_lse, and attention_grad
+ *     whose out and dy are such transposes too (a training step's)
  *   a slice along the last axis of a product by weights (matmul by a
  *     weight matrix, linear), or of such a product plus a bias along that
  *     axis, every use of which is such a slice -> the product by the
@@ -147,29 +148,52 @@ static bool swaps_heads(const Value *v) {
 
 static const int64_t heads_perm[4] = {0, 2, 1, 3};
 
-/* The transpose back from an attention in layout "bshd" over the
- * operands of n's transposes; NULL when n is not such an attention. */
-static Node *attention_bshd(Graph *g, Node *n) {
-  if (n->op != OP_ATTENTION || strcmp(ir_attr_str(n, "layout"), "bhsd") != 0) return NULL;
-  Value *in[4];
-  for (int i = 0; i < n->n_in; i++) {
-    if (i < 3 && !swaps_heads(n->in[i])) return NULL;
-    in[i] = i < 3 ? n->in[i]->def->in[0] : n->in[i];
-  }
-  Node *a = ir_node_new(g, OP_ATTENTION, n->n_in, in, n->loc);
+/* n (an attention, attention_lse or attention_grad in layout "bhsd")
+ * in layout "bshd" over in, its other attributes n's, inserted before
+ * it. */
+static Node *in_bshd(Graph *g, Node *n, Value **in) {
+  Node *a = ir_node_new(g, n->op, n->n_in, in, n->loc);
   a->scope = n->scope;
-  ir_set_int(g, a, "causal", ir_attr_int(n, "causal"));
-  if (ir_attr(n, "scale")) ir_set_float(g, a, "scale", ir_attr_float(n, "scale"));
+  a->n_attrs = n->n_attrs;
+  a->attrs = ARENA_ARRAY(&g->ctx->arena, Attr, n->n_attrs + 1);
+  memcpy(a->attrs, n->attrs, sizeof(Attr) * (size_t)n->n_attrs);
   ir_set_str(g, a, "layout", "bshd");
   char err[256];
-  if (!ir_infer(a, err, sizeof err)) dl_internal(g->ctx, "attention in bshd: %s", err);
+  if (!ir_infer(a, err, sizeof err)) dl_internal(g->ctx, "%s in bshd: %s", ir_ops[n->op].name, err);
   ir_insert_before(g, n, a);
-  Value *result = &a->out[0];
-  Node *t = ir_node_new(g, OP_TRANSPOSE, 1, &result, n->loc);
+  return a;
+}
+
+/* v [B, S, H, d] transposed to [B, H, S, d], inserted before n. */
+static Value *heads_back(Graph *g, Node *n, Value *v) {
+  Node *t = ir_node_new(g, OP_TRANSPOSE, 1, &v, n->loc);
   ir_set_ints(g, t, "perm", 4, heads_perm);
+  char err[256];
   if (!ir_infer(t, err, sizeof err)) dl_internal(g->ctx, "attention in bshd: %s", err);
   ir_insert_before(g, n, t);
-  return t;
+  return &t->out[0];
+}
+
+/* An attention (or attention_lse, or attention_grad) in layout "bhsd"
+ * whose [B, H, S, d] operands (q, k and v; and out and dy for the
+ * gradient) are each a transpose of [B, S, H, d]: the same op in layout
+ * "bshd" over what they transpose, each [B, H, S, d] result replaced in
+ * rw by the transpose back (which a model's own transposes then cancel;
+ * an lse is [B, H, Sq] in either layout).  False when n is not one. */
+static bool attention_bshd(Graph *g, PassRewrite *rw, Node *n) {
+  int heads = n->op == OP_ATTENTION_GRAD ? 5 : 3;
+  if ((n->op != OP_ATTENTION && n->op != OP_ATTENTION_LSE && n->op != OP_ATTENTION_GRAD) ||
+      strcmp(ir_attr_str(n, "layout"), "bhsd") != 0)
+    return false;
+  Value **in = ARENA_ARRAY(&g->ctx->arena, Value *, n->n_in + 1);
+  for (int i = 0; i < n->n_in; i++) {
+    if (i < heads && !swaps_heads(n->in[i])) return false;
+    in[i] = i < heads ? n->in[i]->def->in[0] : n->in[i];
+  }
+  Node *a = in_bshd(g, n, in);
+  for (int o = 0; o < n->n_out; o++)
+    pass_rewrite_replace(rw, &n->out[o], n->op == OP_ATTENTION_LSE && o == 1 ? &a->out[o] : heads_back(g, n, &a->out[o]));
+  return true;
 }
 
 /* The last axis's range [lo, hi) when n slices that axis alone (step
@@ -391,6 +415,13 @@ bool pass_simplify(Graph *g, PassCtx *pc) {
   for (Node *n = g->first, *next; n; n = next) {
     next = n->next;
     pass_rewrite_operands(rw, n);
+    if (attention_bshd(g, rw, n)) {
+      /* the transposes back, before n, combine with the model's own
+       * where the walk reaches those */
+      pairs++;
+      ir_remove(g, n);
+      continue;
+    }
     if (ir_ops[n->op].cls == K_SOURCE || n->n_out != 1 || n->n_in == 0) continue;
     Value *x = identity_of(n);
     int64_t lo, hi;
@@ -411,7 +442,7 @@ bool pass_simplify(Graph *g, PassCtx *pc) {
       parts++;
       next = n->next;
     } else {
-      Node *r = n->op == OP_ATTENTION ? attention_bshd(g, n) : combine(g, n);
+      Node *r = combine(g, n);
       if (!r) continue;
       pairs++;
       /* The combined node may itself be an identity (a cast back to x's
