@@ -1121,6 +1121,20 @@ static int merge_down_target(CgBuild *b, Kernel *k) {
   return -1;
 }
 
+/* Whether a node not lowered yet reads arena slot r's bytes. */
+static bool read_later(CgBuild *b, RtRef r) {
+  int slot = slot_of(b, r);
+  for (const Node *n = b->g->first; n; n = n->next) {
+    if (b->done[n->id]) continue;
+    for (int i = 0; i < n->n_in; i++) {
+      const Value *v = n->in[i];
+      if (b->has_home[v->id] && b->home[v->id].space == RT_SPACE_ARENA && slot_of(b, b->home[v->id]) == slot)
+        return true;
+    }
+  }
+  return false;
+}
+
 /* The launch kernel k can join as the next phase of a chain
  * (cg_kernel_chain: vertical fusion, after a grid barrier), or -1: the
  * last step, where horizontal fusion found no launch to share.  Neither
@@ -1135,7 +1149,28 @@ static int chain_target(CgBuild *b, Kernel *k) {
     if (k->params[i].buf && k->params[i].arg.ref.space == RT_SPACE_STATUS) return -1;
   for (int i = 0; i < a->n_params; i++)
     if (a->params[i].buf && a->params[i].arg.ref.space == RT_SPACE_STATUS) return -1;
-  return cg_kernel_can_chain(a, k) ? t : -1;
+  if (!cg_kernel_can_chain(a, k)) return -1;
+  /* What a chain costs in memory: the launch is one step to the
+   * planner, so a buffer the earlier phases read for the last time can
+   * no longer give its bytes to what k writes.  Those are the buffers
+   * they read that neither k (a batchnorm's map reads what its
+   * statistics read) nor a node not lowered yet (the activation a
+   * backward reads) reads; of them and of what k writes, the smaller
+   * may be at most MERGE_HOLD_BYTES. */
+  uint64_t born = 0, dying = 0;
+  for (int i = 0; i < k->n_params; i++)
+    if (k->params[i].buf && k->params[i].buf->written && k->params[i].arg.ref.space == RT_SPACE_ARENA)
+      born += param_bytes(&k->params[i]);
+  for (int i = 0; i < a->n_params && born > MERGE_HOLD_BYTES && dying <= MERGE_HOLD_BYTES; i++) {
+    const KParam *p = &a->params[i];
+    if (!p->buf || p->buf->written || p->arg.ref.space != RT_SPACE_ARENA) continue;
+    bool also = false;
+    for (int j = 0; j < k->n_params && !also; j++)
+      also = k->params[j].buf && !k->params[j].buf->written && k->params[j].arg.ref.space == RT_SPACE_ARENA &&
+             slot_of(b, k->params[j].arg.ref) == slot_of(b, p->arg.ref);
+    if (!also && !read_later(b, p->arg.ref)) dying += param_bytes(p);
+  }
+  return born <= MERGE_HOLD_BYTES || dying <= MERGE_HOLD_BYTES ? t : -1;
 }
 
 /* In a chain, a phase may read bytes an earlier one wrote under another

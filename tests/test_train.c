@@ -800,7 +800,7 @@ typedef struct BenchStep {
 static const BenchStep bench_steps[] = {
     {"mlp.dl", 5, 7},
     {"lenet.dl", 12, 16},
-    {"bn_cnn.dl", 9, 20},
+    {"bn_cnn.dl", 11, 20},
 };
 
 static Graph *bench_step(Ctx *c, const char *file, int optim) {
@@ -852,6 +852,10 @@ START_TEST(test_bench_step_launches) {
   int merged = count_launches(cg.plan), apart = count_launches(cg_apart.plan);
   printf("%s (optimizer %d): %d launches, %d apart\n", bs->file, optim, merged, apart);
   ck_assert_int_lt(merged, apart);
+  /* shared launches and chains never give up the planner's reuse of a
+   * large buffer (plan_build.c's MERGE_HOLD_BYTES: a few small ones may
+   * live longer) */
+  ck_assert_uint_le(cg.plan->arena_bytes, cg_apart.plan->arena_bytes + 32768);
   if (!optim) {
     ck_assert_int_eq(merged, bs->merged);
     ck_assert_int_eq(apart, bs->apart);
