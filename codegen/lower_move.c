@@ -102,11 +102,22 @@ static KExpr *concat_select(Kernel *k, KExpr *a, KExpr **loads, const int64_t *e
   return cg_ksel(k, cg_kcmp(k, KC_LT, a, cg_kint(k, ends[later])), first, rest);
 }
 
+/* Whether every operand of concat n already lives where it goes in
+ * its result (plan_build.c's place_concat_operands). */
+static bool concat_in_place(CgBuild *b, const Node *n) {
+  RtRef at = cg_ref(b, &n->out[0]);
+  for (int i = 0; i < n->n_in; i++) {
+    if (!cg_same_ref(cg_ref(b, n->in[i]), at)) return false;
+    at = cg_ref_at(at, nbytes(&n->in[i]->type));
+  }
+  return true;
+}
+
 bool lower_concat(CgBuild *b, const Node *n) {
   if (!move_dtypes(b, n)) return false;
   const Value *out = &n->out[0];
   const TensorType *ot = &out->type;
-  if (numel(ot) == 0) return true;
+  if (numel(ot) == 0 || concat_in_place(b, n)) return true;
   int axis = (int)ir_attr_int(n, "axis");
   if (axis < 0) axis += ot->rank;
   Kernel *k = new_kernel(b, n, NULL, NULL);

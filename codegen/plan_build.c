@@ -250,6 +250,38 @@ CgGemmBatch *cg_gemm_batch_of(CgBuild *b, const Node *n) { return b->batch_of ? 
 
 void cg_note_elsewhere(CgBuild *b, double flops) { b->flops_elsewhere += flops; }
 
+/* A concat along an axis with only dims of 1 before it holds each
+ * operand as one run of its bytes: the operands are computed right
+ * there and the concat copies nothing (lower_concat finds them in
+ * place).  For a concat no fusion group holds, whose operands are all
+ * computed by steps of their own (no source, const, reshape, init
+ * value or value that already has bytes: an output, a batch's), each
+ * once, none inside an If's branches. */
+static void place_concat_operands(CgBuild *b) {
+  for (Node *n = b->g->first; n; n = n->next) {
+    if (n->op != OP_CONCAT || n->group >= 0 || n->guard || b->init.node[n->id]) continue;
+    const TensorType *ot = &n->out[0].type;
+    int axis = (int)ir_attr_int(n, "axis");
+    if (axis < 0) axis += ot->rank;
+    bool ok = value_bytes(&n->out[0]) > 0;
+    for (int d = 0; d < axis; d++) ok &= ot->dims[d] == 1;
+    for (int i = 0; ok && i < n->n_in; i++) {
+      const Value *v = n->in[i];
+      const Node *d = v->def;
+      ok = !b->has_home[v->id] && ir_ops[d->op].cls != K_SOURCE && d->op != OP_RESHAPE && !d->guard &&
+           !b->init.node[d->id] && (d->group < 0 || d->group != n->group) && value_bytes(v) > 0;
+      for (int j = 0; ok && j < i; j++) ok = n->in[j] != v;
+    }
+    if (!ok) continue;
+    if (!b->has_home[n->out[0].id]) set_home(b, &n->out[0], place(b, value_bytes(&n->out[0]), value_name(b, &n->out[0])));
+    uint64_t at = 0;
+    for (int i = 0; i < n->n_in; i++) {
+      set_home(b, n->in[i], cg_ref_at(b->home[n->out[0].id], at));
+      at += value_bytes(n->in[i]);
+    }
+  }
+}
+
 static bool plan_storage(CgBuild *b) {
   Graph *g = b->g;
   int n_in = 0, n_par = 0;
@@ -312,6 +344,7 @@ static bool plan_storage(CgBuild *b) {
     if (u != v && !b->has_home[u->id] && u->def->op != OP_CONST && !b->init.node[u->def->id]) set_home(b, u, r);
     if (!b->has_home[v->id]) set_home(b, v, r);
   }
+  place_concat_operands(b);
   for (Node *n = g->first; n; n = n->next) {
     if (n->op == OP_CONST || n->op == OP_RESHAPE) continue;
     for (int i = 0; i < n->n_out; i++)

@@ -25,6 +25,8 @@
  *     the same x by a weight matrix of that shape), plus a bias vector
  *     when that add is its one use -> linear(x, W^T, bias): an ONNX
  *     export's q, k and v (MatMul then Add each) batch as one GEMM too
+ *   a sum of zero pads whose operands tile one axis, each where its pad
+ *     puts it -> their concat (the gradient of a packed weight's slices)
  * An identity only applies when the result has x's type exactly (x*1 with
  * a larger 1 broadcasts).  Operands left unused are dce's. */
 #include <string.h>
@@ -194,6 +196,81 @@ static bool attention_bshd(Graph *g, PassRewrite *rw, Node *n) {
   for (int o = 0; o < n->n_out; o++)
     pass_rewrite_replace(rw, &n->out[o], n->op == OP_ATTENTION_LSE && o == 1 ? &a->out[o] : heads_back(g, n, &a->out[o]));
   return true;
+}
+
+/* The axis a zero pad (pads >= 0, value 0) pads alone, and where its
+ * operand starts along it; -1 when it is not one. */
+static int pad_axis(const Node *n, int64_t *start) {
+  if (n->op != OP_PAD || ir_attr_float(n, "value") != 0.0) return -1;
+  int count, rank = n->out[0].type.rank, axis = -1;
+  const int64_t *pads = ir_attr_ints(n, "pads", &count);
+  if (count != 2 * rank) return -1;
+  for (int d = 0; d < rank; d++) {
+    if (pads[d] < 0 || pads[rank + d] < 0) return -1;
+    if (!pads[d] && !pads[rank + d]) continue;
+    if (axis >= 0) return -1;
+    axis = d;
+  }
+  *start = axis >= 0 ? pads[axis] : 0;
+  return axis;
+}
+
+enum { MAX_PIECES = 64 };
+
+/* The leaves of the tree of adds at n (through adds of n's type that n
+ * alone uses), up to MAX_PIECES; 0 when there are more. */
+static int add_leaves(const PassUses *uses, const Node *n, const Value **out, int count) {
+  for (int i = 0; i < 2; i++) {
+    const Value *v = n->in[i];
+    if (v->def->op == OP_ADD && pass_uses(uses, v) == 1 && ir_type_eq(&v->type, &n->out[0].type)) {
+      count = add_leaves(uses, v->def, out, count);
+      if (!count) return 0;
+    } else {
+      if (count == MAX_PIECES) return 0;
+      out[count++] = v;
+    }
+  }
+  return count;
+}
+
+/* A sum of zero pads of one type whose operands tile one axis, each
+ * where its pad puts it (the gradient of slices that cut a packed
+ * weight: PyTorch's in_proj_weight into q, k and v) -> their concat
+ * along that axis; NULL when n's adds are not one.  Exact: each element
+ * is one operand's plus zeros. */
+static Node *pads_as_concat(Graph *g, const PassUses *uses, Node *n) {
+  if (n->op != OP_ADD || !ir_type_eq(&n->in[0]->type, &n->out[0].type) ||
+      !ir_type_eq(&n->in[1]->type, &n->out[0].type))
+    return NULL;
+  const Value *leaf[MAX_PIECES];
+  int count = add_leaves(uses, n, leaf, 0), axis = -1;
+  if (count < 2) return NULL;
+  int64_t start[MAX_PIECES];
+  for (int i = 0; i < count; i++) {
+    int a = pad_axis(leaf[i]->def, &start[i]);
+    if (a < 0 || (axis >= 0 && a != axis)) return NULL;
+    axis = a;
+  }
+  /* in order along the axis, each starting where the one before ends */
+  Value *in[MAX_PIECES];
+  int64_t at = 0;
+  for (int k = 0; k < count; k++) {
+    int next = -1;
+    for (int i = 0; i < count && next < 0; i++)
+      if (start[i] == at) next = i;
+    if (next < 0) return NULL;
+    in[k] = leaf[next]->def->in[0];
+    at += in[k]->type.dims[axis];
+  }
+  if (at != n->out[0].type.dims[axis]) return NULL;
+  Node *c = ir_node_new(g, OP_CONCAT, count, in, n->loc);
+  c->scope = n->scope;
+  ir_set_int(g, c, "axis", axis);
+  char err[256];
+  if (!ir_infer(c, err, sizeof err) || !ir_type_eq(&c->out[0].type, &n->out[0].type))
+    dl_internal(g->ctx, "pads as a concat: %s", err);
+  ir_insert_before(g, n, c);
+  return c;
 }
 
 /* The last axis's range [lo, hi) when n slices that axis alone (step
@@ -424,6 +501,7 @@ bool pass_simplify(Graph *g, PassCtx *pc) {
     }
     if (ir_ops[n->op].cls == K_SOURCE || n->n_out != 1 || n->n_in == 0) continue;
     Value *x = identity_of(n);
+    Node *cat;
     int64_t lo, hi;
     bool old = n->id >= 0 && n->id < S.n_ids;
     const Node *p = old && n->op == OP_ADD ? biased[n->id] : NULL;
@@ -441,6 +519,9 @@ bool pass_simplify(Graph *g, PassCtx *pc) {
        * leaves them alone */
       parts++;
       next = n->next;
+    } else if ((cat = pads_as_concat(g, S.uses, n))) {
+      x = &cat->out[0];
+      pairs++;
     } else {
       Node *r = combine(g, n);
       if (!r) continue;

@@ -485,6 +485,56 @@ START_TEST(dependent_kernels_chain) {
 }
 END_TEST
 
+/* A concat along its first axis (or after dims of 1) holds each operand
+ * as one run of bytes: products computed by steps of their own write
+ * there, and the concat copies nothing (plan_build.c's
+ * place_concat_operands); along an inner axis it is a kernel.  On emu
+ * against ir_eval. */
+START_TEST(concat_operands_in_place) {
+  Job j = check_fused("graph cat {\n"
+                      "  %x = input {name=\"x\"} : f32[4, 6]\n"
+                      "  %w1 = input {name=\"w1\"} : f32[6, 5]\n"
+                      "  %w2 = input {name=\"w2\"} : f32[6, 5]\n"
+                      "  %w3 = input {name=\"w3\"} : f32[6, 3]\n"
+                      "  %a = matmul %x, %w1 : f32[4, 5]\n"
+                      "  %b = matmul %x, %w2 : f32[4, 5]\n"
+                      "  %c = reduce_sum %x {axes=[0], keepdims=1} : f32[1, 6]\n"
+                      "  %r = reshape %c {shape=[1, 6]} : f32[1, 6]\n"
+                      "  %rows = concat %a, %b {axis=0} : f32[8, 5]\n"
+                      "  %s = matmul %x, %w3 : f32[4, 3]\n"
+                      "  %t = matmul %x, %w1 : f32[4, 5]\n"
+                      "  %cols = concat %s, %t {axis=1} : f32[4, 8]\n"
+                      "  %e = exp %x : f32[4, 6]\n"
+                      "  %one = concat %c, %e {axis=0} : f32[5, 6]\n"
+                      "  return %rows as \"rows\", %cols as \"cols\", %one as \"one\"\n"
+                      "}\n");
+  const RtPlan *p = j.r.plan;
+  int gemms_in_place = 0, launches = 0;
+  for (uint32_t i = p->n_init_steps; i < p->n_steps; i++) {
+    const RtStep *st = &p->steps[i];
+    if (st->kind == RT_STEP_LAUNCH) launches++;
+    if (st->kind == RT_STEP_GEMM && st->gemm.c.space == RT_SPACE_OUTPUT && st->gemm.c.index == 0)
+      ck_assert_uint_eq(st->gemm.c.offset, (uint64_t)(gemms_in_place++) * 4 * 5 * 4);
+  }
+  /* rows: both products in place; cols: a kernel; one: the sum and the
+   * exp in place (a reduction's and a map's kernels) */
+  ck_assert_int_eq(gemms_in_place, 2);
+  ck_assert_ptr_nonnull(strstr(j.r.source, "concat"));
+  ck_assert_int_le(launches, 3);
+  j = check_fused("graph cat1 {\n"
+                  "  %x = input {name=\"x\"} : f32[4, 6]\n"
+                  "  %w1 = input {name=\"w1\"} : f32[6, 5]\n"
+                  "  %w2 = input {name=\"w2\"} : f32[6, 5]\n"
+                  "  %a = matmul %x, %w1 : f32[4, 5]\n"
+                  "  %b = matmul %x, %w2 : f32[4, 5]\n"
+                  "  %rows = concat %a, %b {axis=0} : f32[8, 5]\n"
+                  "  return %rows as \"rows\"\n"
+                  "}\n");
+  ck_assert_int_eq(count_steps(j.r.plan, RT_STEP_LAUNCH), 0);
+  ck_assert_int_eq(count_steps(j.r.plan, RT_STEP_GEMM), 2);
+}
+END_TEST
+
 START_TEST(independent_maps_share_a_kernel) {
   Job j = check_fused(
       "graph stats {\n"
@@ -1612,6 +1662,7 @@ static Suite *fuse_suite(void) {
   tcase_add_test(t, independent_maps_share_a_kernel);
   tcase_add_test(t, independent_kernels_share_a_launch);
   tcase_add_test(t, dependent_kernels_chain);
+  tcase_add_test(t, concat_operands_in_place);
   tcase_add_test(t, sibling_reductions_share_a_kernel);
   tcase_add_test(t, rows_map_takes_in_its_reductions);
   tcase_add_test(t, product_sums_accumulate_in_the_gemm);
