@@ -256,7 +256,8 @@ void cg_note_elsewhere(CgBuild *b, double flops) { b->flops_elsewhere += flops; 
  * place).  For a concat no fusion group holds, whose operands are all
  * computed by steps of their own (no source, const, reshape, init
  * value or value that already has bytes: an output, a batch's), each
- * once, none inside an If's branches. */
+ * once, none inside an If's branches, each starting at a multiple of
+ * 16 bytes. */
 static void place_concat_operands(CgBuild *b) {
   for (Node *n = b->g->first; n; n = n->next) {
     if (n->op != OP_CONCAT || n->group >= 0 || n->guard || b->init.node[n->id]) continue;
@@ -265,10 +266,14 @@ static void place_concat_operands(CgBuild *b) {
     if (axis < 0) axis += ot->rank;
     bool ok = value_bytes(&n->out[0]) > 0;
     for (int d = 0; d < axis; d++) ok &= ot->dims[d] == 1;
+    uint64_t start = 0;
     for (int i = 0; ok && i < n->n_in; i++) {
       const Value *v = n->in[i];
       const Node *d = v->def;
-      ok = !b->has_home[v->id] && ir_ops[d->op].cls != K_SOURCE && d->op != OP_RESHAPE && !d->guard &&
+      /* aligned as vector accesses and tiles' stores need (16 bytes) */
+      ok = start % 16 == 0;
+      start += value_bytes(v);
+      ok = ok && !b->has_home[v->id] && ir_ops[d->op].cls != K_SOURCE && d->op != OP_RESHAPE && !d->guard &&
            !b->init.node[d->id] && (d->group < 0 || d->group != n->group) && value_bytes(v) > 0;
       for (int j = 0; ok && j < i; j++) ok = n->in[j] != v;
     }
