@@ -580,9 +580,12 @@ dlc_status dlc_weight_part(const dlc_model *m, const char *name, int rank, int d
 }
 
 dlc_status dlc_set_comm(dlc_model *m, dlc_comm_fn fn, void *ctx) {
-  if (!m) return DLC_ERR_ARGUMENT;
-  if (!m->use_runtime || !m->rt)
-    return api_fail(m, DLC_ERR_ARGUMENT, "parallel runs are on emu or cuda: the ref backend has no communicator yet");
+  if (!m || !m->g) return DLC_ERR_ARGUMENT;
+  if (!m->use_runtime) {
+    m->ref_comm = fn, m->ref_comm_ctx = ctx;
+    return DLC_OK;
+  }
+  if (!m->rt) return api_fail(m, DLC_ERR_ARGUMENT, "the model has no plan to run");
   if (dlrt_set_comm(m->rt, fn, ctx)) return api_fail(m, DLC_ERR_RUN, "%s", dlrt_error(m->rt));
   return DLC_OK;
 }
@@ -783,10 +786,24 @@ typedef struct RunJob {
   bool ok;
 } RunJob;
 
+/* An all-reduce of the ref backend's evaluation through dlc_set_comm's
+ * communicator, on host memory (device "ref"), started and waited for
+ * at once: the evaluation needs its result next. */
+static bool ref_reduce(void *ctx, float *data, int64_t count, bool sum, char *err, size_t errlen) {
+  dlc_model *m = ctx;
+  int op = sum ? DLRT_COMM_SUM : DLRT_COMM_MEAN;
+  return m->ref_comm(m->ref_comm_ctx, "ref", (uint64_t)(uintptr_t)data, (uint64_t)count, m->ref_buckets++, op, err,
+                     errlen) == 0 &&
+         m->ref_comm(m->ref_comm_ctx, "ref", 0, 0, DLRT_COMM_WAIT, 0, err, errlen) == 0;
+}
+
 static int run_job(Ctx *c, void *data) {
   RunJob *job = data;
   dlc_model *m = job->m;
-  job->ok = ir_eval(m->g, &job->inputs, &m->params, m->outputs, job->err, sizeof job->err) &&
+  IrEvalComm comm = {ref_reduce, m};
+  m->ref_buckets = 0;
+  job->ok = ir_eval_comm(m->g, &job->inputs, &m->params, m->outputs, m->ref_comm ? &comm : NULL, job->err,
+                         sizeof job->err) &&
             ir_apply_updates(m->g, m->outputs, &m->params, job->err, sizeof job->err);
   return 0;
 }

@@ -30,6 +30,11 @@ struct dlc_model {
   CgResult cg;
   DlrtModel *rt;
   TpResult tp; /* dlc_options.tensor_parallel's splits and notes */
+  /* dlc_set_comm's communicator on the ref backend (the runtime holds
+   * it on the others), and its all-reduces so far in this run */
+  dlc_comm_fn ref_comm;
+  void *ref_comm_ctx;
+  int ref_buckets;
 };
 
 /* The loss dlcc train appends (api/train.c) to the model's output

@@ -1,5 +1,5 @@
 /* The plan's communicator (comm.h): routes each all-reduce step of a
- * rank's plan to its group, on emu through dist.c's collectives, on cuda
+ * rank's plan to its group, on emu and ref through dist.c's collectives, on cuda
  * through NCCL (comm_nccl.c), and each wait and progress call to both
  * groups. */
 #include "config.h"
@@ -39,12 +39,13 @@ static int nccl_call(DistComm *c, uint64_t buf, uint64_t count, int bucket, int 
 int dist_comm(void *ctx, const char *device, uint64_t buf, uint64_t count, int bucket, int op, char *err,
               size_t errlen) {
   DistComm *c = ctx;
-  if (strcmp(device, "emu") != 0) {
+  /* emu's and ref's buffers are host memory: dist.c's MPI collectives */
+  if (strcmp(device, "emu") != 0 && strcmp(device, "ref") != 0) {
 #ifdef HAVE_NCCL
     return nccl_call(c, buf, count, bucket, op, err, errlen);
 #else
     snprintf(err, errlen, "parallel runs on %s need NCCL, and this dlcc was built without it (configure looks "
-                          "in the CUDA toolkit for nccl.h and libnccl.so): use --backend=emu", device);
+                          "in the CUDA toolkit for nccl.h and libnccl.so): use --backend=emu or ref", device);
     return 1;
 #endif
   }

@@ -673,7 +673,6 @@ static const char *model_output_name(void *m, int i) {
 static const char *tp_refusal(const RunOptions *o) {
   if (has_suffix(o->model_path, ".so")) return "a model.so (compile the model: dlcc run MODEL.dl)";
   if (o->bench) return "--bench";
-  if (o->backend && strcmp(o->backend, "ref") == 0) return "--backend=ref (no communicator: use emu or cuda)";
   if (o->api.grad) return "--grad (dlcc train --tensor-parallel trains)";
   return NULL;
 }

@@ -410,7 +410,8 @@ dlc_model *dlc_train_model(dlc_train *t);
 dlc_status dlc_train_step(dlc_train *t, float lr, float *loss);
 /* The communicator (the same function as dlcrt.h's DlrtCommFn) that a step compiled with optimizer.data_parallel
  * hands each gradient to, and a step compiled with tensor_parallel its regions' sums (dlcrt.h's dlrt_set_comm;
- * docs/parallel.md).  DLC_ERR_ARGUMENT on the ref backend, which has none yet. */
+ * docs/parallel.md).  On the ref backend fn gets device "ref": buf is host memory, each all-reduce followed at once
+ * by its DLRT_COMM_WAIT. */
 typedef int (*dlc_comm_fn)(void *ctx, const char *device, uint64_t buf, uint64_t count, int bucket, int op,
                            char *err, size_t errlen);
 dlc_status dlc_train_set_comm(dlc_train *t, dlc_comm_fn fn, void *ctx);

@@ -84,6 +84,16 @@ static bool eval_node(Eval *e, const Node *n, Tensor *const *in, Tensor *out,
     case OP_CAST: return eval_unary(e, n, in[0], out);
     case OP_ALLREDUCE_MEAN: /* one process: the mean over one rank */
     case OP_ALLREDUCE_SUM:
+      memcpy(out->data, in[0]->data, ir_tensor_nbytes(&out->type));
+      if (!e->comm) return true;
+      if (out->type.dtype != TY_F32) return fail(e, "%s over ranks supports f32 only", ir_ops[n->op].name);
+      {
+        char why[256] = "";
+        if (!e->comm->reduce(e->comm->ctx, out->data, ir_type_numel(&out->type), n->op == OP_ALLREDUCE_SUM, why,
+                             sizeof why))
+          return fail(e, "%s", why);
+      }
+      return true;
     case OP_TP_COPY:
     case OP_STAGE:
       memcpy(out->data, in[0]->data, ir_tensor_nbytes(&out->type));
@@ -275,9 +285,22 @@ bool ir_eval(Graph *g, const TensorMap *inputs, const TensorMap *params, Tensor 
   return ir_eval_observe(g, inputs, params, outputs, NULL, NULL, err, errlen);
 }
 
+static bool eval_graph(Graph *g, const TensorMap *inputs, const TensorMap *params, Tensor *outputs,
+                       IrEvalObserver observe, void *ud, const IrEvalComm *comm, char *err, size_t errlen);
+
 bool ir_eval_observe(Graph *g, const TensorMap *inputs, const TensorMap *params, Tensor *outputs,
                      IrEvalObserver observe, void *ud, char *err, size_t errlen) {
-  Eval e = {.err = err, .errlen = errlen};
+  return eval_graph(g, inputs, params, outputs, observe, ud, NULL, err, errlen);
+}
+
+bool ir_eval_comm(Graph *g, const TensorMap *inputs, const TensorMap *params, Tensor *outputs,
+                  const IrEvalComm *comm, char *err, size_t errlen) {
+  return eval_graph(g, inputs, params, outputs, NULL, NULL, comm, err, errlen);
+}
+
+static bool eval_graph(Graph *g, const TensorMap *inputs, const TensorMap *params, Tensor *outputs,
+                       IrEvalObserver observe, void *ud, const IrEvalComm *comm, char *err, size_t errlen) {
+  Eval e = {.err = err, .errlen = errlen, .comm = comm};
   if (errlen) err[0] = 0;
   for (int i = 0; i < g->n_outputs; i++) outputs[i] = (Tensor){0};
   ir_number(g);

@@ -59,6 +59,19 @@ typedef void (*IrEvalObserver)(void *ud, const Value *v, const Tensor *t);
 bool ir_eval_observe(Graph *g, const TensorMap *inputs, const TensorMap *params, Tensor *outputs,
                      IrEvalObserver observe, void *ud, char *err, size_t errlen);
 
+/* The ranks an evaluation's allreduce_mean and allreduce_sum span (a
+ * data- or tensor-parallel job on the ref backend, docs/parallel.md):
+ * reduce replaces count f32 values at data by their mean (sum false) or
+ * sum over the ranks, in the same order on every rank (the graph's),
+ * and returns when that is done; false with a message in err. */
+typedef struct IrEvalComm {
+  bool (*reduce)(void *ctx, float *data, int64_t count, bool sum, char *err, size_t errlen);
+  void *ctx;
+} IrEvalComm;
+/* ir_eval with those ranks (comm NULL: one, each all-reduce a copy). */
+bool ir_eval_comm(Graph *g, const TensorMap *inputs, const TensorMap *params, Tensor *outputs,
+                  const IrEvalComm *comm, char *err, size_t errlen);
+
 /* Zeroed storage for type; false when it is too large or malloc fails. */
 bool ir_tensor_alloc(Tensor *t, const TensorType *type);
 void ir_tensor_free(Tensor *t);

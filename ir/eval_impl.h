@@ -178,6 +178,7 @@ typedef struct Eval {
   const Node *node; /* the node being evaluated, for messages */
   char *err;
   size_t errlen;
+  const IrEvalComm *comm; /* allreduce_mean and allreduce_sum over ranks, or NULL: one rank */
 } Eval;
 
 static inline bool fail(Eval *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -1,5 +1,5 @@
 #!/bin/sh
-# Data-parallel `dlcc train` under mpirun on emu (docs/parallel.md): 2 and
+# Data-parallel `dlcc train` under mpirun on emu and ref (docs/parallel.md): 2 and
 # 4 ranks equal one process at the same global batch (f32 1e-5), a last
 # partial batch split among the ranks, bit-identical run to run and with
 # gradients in buckets, dropout's masks as one process draws them, a CNN
@@ -71,6 +71,17 @@ losses "$tmp/bn4.jsonl" >"$tmp/a.v"; losses "$tmp/sync.jsonl" >"$tmp/b.v"
 expect 0 "" mpi 2 "$dlcc" train $C --batch 4 --data "$t/cnnbn/half" --save "$tmp/nosync.safetensors"
 st_values "$tmp/bn4.ckpt.safetensors" >"$tmp/a.v"; st_values "$tmp/nosync.ckpt.safetensors" >"$tmp/b.v"
 agree "$tmp/a.v" "$tmp/b.v" && fail "per-rank batchnorm equals the global batch's" || ok
+
+# The ref backend (the interpreter): its all-reduces go through the same
+# MPI collectives on host memory, so 2 ranks equal one process there
+# too, and --sync-bn equals one process at the global batch.
+F="$t/tiny.dl --loss=cross_entropy --optimizer=adamw --lr=0.05 --backend=ref --data $t/data --epochs 2"
+expect 0 "" "$dlcc" train $F --batch 8 --save "$tmp/ref1.safetensors"
+expect 0 "" mpi 2 "$dlcc" train $F --batch 8 --save "$tmp/ref2.safetensors"
+close "$tmp/ref1.ckpt.safetensors" "$tmp/ref2.ckpt.safetensors" "2 ranks against one on ref"
+CF="$t/cnnbn.dl --loss=cross_entropy --optimizer=sgd --momentum=0.9 --lr=0.1 --shuffle=false --epochs 2 --backend=ref"
+expect 0 "" mpi 2 "$dlcc" train $CF --batch 4 --data "$t/cnnbn/half" --sync-bn --save "$tmp/refsync.safetensors"
+close "$tmp/bn4.ckpt.safetensors" "$tmp/refsync.ckpt.safetensors" "--sync-bn on 2 ranks on ref"
 
 # Refusals, from every rank.
 expect_sub 1 "dlcc: error: --batch=7 does not divide among 2 ranks: give a multiple of 2" \
