@@ -85,6 +85,65 @@ START_TEST(attention_heads_sum_to_whole) {
 }
 END_TEST
 
+/* A communicator of T ranks that all hold this rank's values: a sum is
+ * T times them.  It records what the ref backend hands it. */
+typedef struct FakeComm {
+  int ranks, starts, waits, last_bucket;
+  bool other_device, unpaired;
+} FakeComm;
+
+static int fake_comm(void *ctx, const char *device, uint64_t buf, uint64_t count, int bucket, int op, char *err,
+                     size_t errlen) {
+  FakeComm *f = ctx;
+  (void)err, (void)errlen;
+  f->other_device |= strcmp(device, "ref") != 0;
+  if (bucket == DLRT_COMM_WAIT) {
+    f->unpaired |= f->waits != f->starts - 1;
+    f->waits++;
+    return 0;
+  }
+  f->unpaired |= bucket != f->last_bucket + 1 || f->waits != f->starts;
+  f->last_bucket = bucket;
+  f->starts++;
+  float *v = (float *)(uintptr_t)buf;
+  if (op == DLRT_COMM_SUM)
+    for (uint64_t i = 0; i < count; i++) v[i] *= (float)f->ranks;
+  return 0;
+}
+
+/* On the ref backend the interpreter's all-reduces go through
+ * dlc_set_comm's communicator (docs/parallel.md): host memory, device
+ * "ref", each started (buckets 0, 1, ... in graph order) and waited for
+ * at once, and its result is what the run goes on with: rank 0 of the
+ * MLP over 2 ranks that all hold its partial sum gives 2 x that sum
+ * plus fc2's bias. */
+START_TEST(ref_backend_reduces_through_the_communicator) {
+  float x[12], b[5];
+  uint64_t seed = 7;
+  for (int i = 0; i < 12; i++) x[i] = (float)((double)(test_splitmix64(&seed) >> 11) * 0x1p-53 * 2 - 1);
+  dlc_model *alone = compile_tp(mlp, 2, 0, 0);
+  ck_assert_int_eq(dlc_get_weight(alone, "fc2.bias", b, sizeof b), DLC_OK);
+  float partial[15];
+  memcpy(partial, run_on(alone, x, sizeof x), sizeof partial);
+  dlc_model *m = compile_tp(mlp, 2, 0, 0);
+  FakeComm f = {.ranks = 2, .last_bucket = -1};
+  ck_assert_int_eq(dlc_set_comm(m, fake_comm, &f), DLC_OK);
+  const float *y = run_on(m, x, sizeof x);
+  for (int i = 0; i < 15; i++)
+    ck_assert_msg(fabsf(y[i] - (2 * (partial[i] - b[i % 5]) + b[i % 5])) <= 1e-6f * (1 + fabsf(y[i])),
+                  "[%d] %.9g, expected twice the partial sum %.9g plus the bias", i, y[i], partial[i] - b[i % 5]);
+  ck_assert_int_eq(f.starts, 1);
+  ck_assert_int_eq(f.waits, 1);
+  ck_assert(!f.other_device && !f.unpaired);
+  /* a second run numbers its all-reduces from 0 again */
+  f.last_bucket = -1, f.starts = f.waits = 0;
+  run_on(m, x, sizeof x);
+  ck_assert(f.starts == 1 && !f.unpaired);
+  dlc_free(m);
+  dlc_free(alone);
+}
+END_TEST
+
 static void expect_split(dlc_model *m, int i, const char *param, int axis, int64_t start, int64_t len) {
   dlc_tensor_split s;
   ck_assert_int_eq(dlc_tensor_split_info(m, i, &s), DLC_OK);
@@ -279,6 +338,7 @@ static Suite *suite(void) {
   TCase *tc = tcase_create("core");
   tcase_set_timeout(tc, 60);
   tcase_add_test(tc, mlp_ranks_sum_to_whole);
+  tcase_add_test(tc, ref_backend_reduces_through_the_communicator);
   tcase_add_test(tc, attention_heads_sum_to_whole);
   tcase_add_test(tc, what_splits);
   tcase_add_test(tc, ranks_hold_their_parts);
