@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "api/model.h"
 #include "api/weights.h"
@@ -68,8 +69,15 @@ typedef struct PipeRun {
   unsigned char **recv; /* [k]: stage_in.k of the micro-batch at hand */
   unsigned char **send; /* [m][k]: stage_out.k of micro-batch m, in flight */
   void **outputs;       /* the last stage's: each output of the whole batch */
+  double busy;          /* seconds inside this rank's plan runs (--bench) */
   char err[2048];
 } PipeRun;
+
+static double now_s(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
 
 static bool fail(PipeRun *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static bool fail(PipeRun *p, const char *fmt, ...) {
@@ -416,7 +424,9 @@ static bool micro_batch(PipeRun *p, int m, bool *comm) {
     const unsigned char *data = (const unsigned char *)in->data + (in->part == PART_SPLIT ? part * bytes : 0);
     if (dlc_set_input(p->m, in->name, data, bytes) != DLC_OK) return model_failed(p);
   }
+  double t0 = now_s();
   if (dlc_run(p->m) != DLC_OK) return model_failed(p);
+  p->busy += now_s() - t0;
   bool last = p->s == p->S - 1;
   for (int k = 0; k < (last ? p->whole->n_outputs : p->n_out); k++) {
     const void *y;
@@ -502,7 +512,6 @@ static void pipe_run_free(PipeRun *p) {
 static const char *refusal(const RunOptions *o) {
   if (!o->pipeline) return o->micro ? "--micro-batches is for pipeline parallel: give --pipeline=S too"
                                     : "--dist-timeout is for pipeline parallel: give --pipeline=S too";
-  if (o->bench) return "--bench does not combine with --pipeline";
   if (o->api.grad) return "--grad does not combine with --pipeline (dlcc train --pipeline trains)";
   if (o->quant.int8) return "--quantize=int8 does not combine with --pipeline yet";
   return NULL;
@@ -517,6 +526,52 @@ static void end_group(Dist *world, Dist *group) {
     snprintf(world->err, sizeof world->err, "%s", group->err);
   }
   dist_finish(group);
+}
+
+/* The whole batch through the stages: its micro-batches, then the
+ * sends' ends. */
+static bool one_batch(PipeRun *p, bool *comm) {
+  for (int m = 0; m < p->M; m++)
+    if (!micro_batch(p, m, comm)) return false;
+  if (dist_wait_sends(p->d) != DIST_OK) return *comm = true, false;
+  return true;
+}
+
+/* --bench=N: N more batches, back to back, after the first (which
+ * compiled, loaded and warmed everything up): a stage starts batch i + 1
+ * as soon as it has sent batch i on, so the batches overlap as a
+ * pipeline's steady state does.  Each rank's wall time and the time its
+ * plan ran go to rank 0, which prints the batches' rate (by the slowest
+ * rank) and each stage's share of it busy (the rest is waiting for
+ * activations: the bubble and the transfers). */
+static bool bench_pipeline(PipeRun *p, bool *comm) {
+  int n = p->o->bench;
+  if (dist_check(p->world, true, NULL) != DIST_OK) return *comm = true, false;
+  p->busy = 0;
+  double start = now_s();
+  for (int i = 0; i < n; i++)
+    if (!one_batch(p, comm)) return false;
+  double mine[2] = {now_s() - start, p->busy};
+  double *all = calloc((size_t)p->world->size, sizeof mine);
+  if (!all) return fail(p, "out of memory for the bench's times");
+  if (dist_allgather(p->world, mine, all, sizeof mine) != DIST_OK) {
+    free(all);
+    return *comm = true, false;
+  }
+  if (p->world->rank == 0) {
+    double wall = 0;
+    for (int r = 0; r < p->world->size; r++) wall = all[2 * r] > wall ? all[2 * r] : wall;
+    fprintf(stderr, "dlcc: bench: %d batches through %d stages of %d micro-batch%s on %s: %.3f ms a batch\n", n,
+            p->S, p->M, p->M == 1 ? "" : "es", dlc_backend(p->m), wall * 1e3 / n);
+    for (int r = 0; r < p->world->size; r++) {
+      /* rank r holds stage r / T % S of its pipeline */
+      int s = r / p->T % p->S;
+      fprintf(stderr, "dlcc: bench: rank %d (stage %d): its plan ran %.3f ms a batch, %.0f%% of the time\n", r, s,
+              all[2 * r + 1] * 1e3 / n, wall > 0 ? 100 * all[2 * r + 1] / wall : 0);
+    }
+  }
+  free(all);
+  return true;
 }
 
 int run_pipeline(RunOptions *o) {
@@ -566,9 +621,9 @@ int run_pipeline(RunOptions *o) {
   if (ok && dist_check(&world, true, NULL) != DIST_OK) ok = false, comm = true;
   if (ok && (!o->backend || strcmp(o->backend, "auto") == 0) && world.rank == 0)
     fprintf(stderr, "dlcc: running on %s\n", dlc_backend(p.m));
-  for (int m = 0; ok && m < p.M; m++) ok = micro_batch(&p, m, &comm);
-  if (ok && dist_wait_sends(p.d) != DIST_OK) ok = false, comm = true;
+  if (ok) ok = one_batch(&p, &comm);
   if (ok) ok = gather_outputs(&p, &comm);
+  if (ok && o->bench) ok = bench_pipeline(&p, &comm);
   if (ok && p.s == S - 1 && p.q == 0 && p.t == 0) ok = write_outputs(&p);
   /* A local failure is printed here; a failed exchange, by dist_end. */
   if (!ok && !comm && !strstr(p.err, "(the message is above)")) print_error(p.err);

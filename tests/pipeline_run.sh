@@ -76,6 +76,15 @@ same "$tmp/one-emu-multi" "$tmp/dp" "2 pipelines of 2 stages"
 grep -qx '  data parallel: 2 pipelines of 2 stages (world rank w is stage w % 2 of pipeline w / 2), each 4 samples of every batch' \
   "$tmp/out" && [ "$(grep -c '^logits: ' "$tmp/out")" -eq 1 ] && ok || fail "2 x 2: one writer: $(cat "$tmp/out")"
 
+# --bench=3: after the batch, 3 more back to back; rank 0 prints the
+# rate and each rank's time in its plan; the outputs stay one process's.
+expect 0 "" mpi 2 "$dlcc" run "$p/multi.dl" --input x="$p/x8.npy" --backend=emu --pipeline=2 --micro-batches=2 \
+  --bench=3 --output-dir "$tmp/bench"
+same "$tmp/one-emu-multi" "$tmp/bench" "--bench's run"
+grep -q '^dlcc: bench: 3 batches through 2 stages of 2 micro-batches on emu: [0-9.]* ms a batch$' "$tmp/err" &&
+  [ "$(grep -c '^dlcc: bench: rank [01] (stage [01]): its plan ran [0-9.]* ms a batch, [0-9]*% of the time$' "$tmp/err")" -eq 2 ] &&
+  ok || fail "--pipeline --bench: $(cat "$tmp/err")"
+
 # --pipeline=1 on 2 ranks: data-parallel inference, 2 whole copies.
 expect 0 "" mpi 2 "$dlcc" run "$p/multi.dl" --input x="$p/x8.npy" --backend=emu --pipeline=1 --output-dir "$tmp/dp1"
 same "$tmp/one-emu-multi" "$tmp/dp1" "2 pipelines of 1 stage"
