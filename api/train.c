@@ -162,8 +162,13 @@ dlc_status dlc_train_copy_state(dlc_train *dst, const dlc_train *src) {
   if (!dst || !dst->m || !src || !src->m) return DLC_ERR_ARGUMENT;
   dlc_model *m = dst->m;
   if (!src->m->have_params) return no_weights(m);
-  if (!m->have_params) {
-    /* Bind the destination first (any values: each is copied below). */
+  /* Bind the destination first (any values: each is copied below) unless
+   * it holds every tensor the source does: an ONNX model's own weights
+   * alone lack the optimizer's state. */
+  bool complete = m->have_params;
+  for (int i = 0; complete && i < src->m->params.n; i++)
+    complete = ir_tensor_map_find(&m->params, src->m->params.names[i]) != NULL;
+  if (!complete) {
     dlc_status st = dlc_init_weights(m, 0);
     if (st != DLC_OK) return st;
   }

@@ -42,6 +42,7 @@ typedef struct TrainArgs {
   int64_t batch, epochs, pipeline, micro_batches, tensor_parallel;
   int profile; /* --profile[=N]: after training, one more step timed kernel by kernel */
   uint64_t seed;
+  bool init_random; /* --init=random: an ONNX model's own weights replaced by --seed's */
   dlc_options api;
   dlc_define defines[DRIVER_MAX_DEFINES];
 } TrainArgs;
@@ -69,7 +70,9 @@ static const char train_usage[] =
     "  --shuffle=false       keep the data's order (default: shuffled per epoch by --seed)\n"
     "  --seed=S              the shuffle's seed and the random initial weights' (default 0)\n"
     "  --drop-last           skip a last partial batch (default: train on it too)\n"
-    "  --weights=FILE        initial parameters (a PyTorch state_dict); default random\n"
+    "  --weights=FILE        initial parameters (a PyTorch state_dict); default: an ONNX\n"
+    "                        model's own, else random from --seed\n"
+    "  --init=random         an ONNX model's own weights replaced by random ones too\n"
     "  --save=OUT            write the trained state_dict to OUT and a checkpoint to\n"
     "                        OUT.ckpt.safetensors (OUT's .safetensors replaced)\n"
     "  --resume=CKPT         continue from a checkpoint exactly\n"
@@ -209,6 +212,12 @@ static int parse_one(int argc, char **argv, int *i, TrainArgs *o) {
     int64_t seed;
     if (!int_arg("--seed", v, 0, &seed)) return 1;
     o->seed = (uint64_t)seed;
+  } else if ((v = driver_flag_value(argc, argv, i, "--init"))) {
+    if (strcmp(v, "random") != 0) {
+      fprintf(stderr, "dlcc: error: unknown --init '%s' (expected random)\n", v);
+      return 1;
+    }
+    o->init_random = true;
   } else if ((v = driver_flag_value(argc, argv, i, "--betas"))) {
     char *end;
     o->beta1 = strtod(v, &end);
@@ -593,7 +602,51 @@ static bool broadcast_weights(Run *r, dlc_train *t) {
   return ok;
 }
 
-/* The weights: a checkpoint, a state_dict, or random from --seed. */
+/* The tensors of t the model already holds (an ONNX model's own
+ * weights), copied out: names and data, n of them. */
+typedef struct Held {
+  int n;
+  char **names;
+  void **data;
+  size_t *bytes;
+} Held;
+
+static void held_free(Held *h) {
+  for (int i = 0; i < h->n; i++) free(h->names[i]), free(h->data[i]);
+  free(h->names), free(h->data), free(h->bytes);
+  *h = (Held){0};
+}
+
+static bool held_take(dlc_train *t, Held *h) {
+  dlc_model *m = dlc_train_model(t);
+  int n = dlc_train_num_params(t);
+  *h = (Held){0};
+  if (!dlc_weights_bound(m)) return true;
+  h->names = calloc((size_t)n + 1, sizeof *h->names);
+  h->data = calloc((size_t)n + 1, sizeof *h->data);
+  h->bytes = calloc((size_t)n + 1, sizeof *h->bytes);
+  if (!h->names || !h->data || !h->bytes) return held_free(h), false;
+  for (int i = 0; i < n; i++) {
+    dlc_tensor_info info;
+    if (dlc_train_param_info(t, i, &info) != DLC_OK) continue;
+    void *buf = malloc(info.nbytes + 1);
+    char *name = strdup(info.name);
+    if (!buf || !name) return free(buf), free(name), held_free(h), false;
+    /* the optimizer's state and what training added are not held yet */
+    if (dlc_get_weight(m, info.name, buf, info.nbytes) != DLC_OK) {
+      free(buf), free(name);
+      continue;
+    }
+    h->names[h->n] = name, h->data[h->n] = buf, h->bytes[h->n++] = info.nbytes;
+  }
+  return true;
+}
+
+/* The weights: a checkpoint, a state_dict, an ONNX model's own, or
+ * random from --seed.  An ONNX model's own weights are what it was
+ * exported with (PyTorch's, say, to fine-tune); what training adds to
+ * them (the optimizer's state, running statistics a training-mode
+ * export dropped) starts as --seed's draw gives it (zeros, ones). */
 static bool bind_weights(Run *r) {
   dlc_train *t = r->step ? r->step : r->rest;
   dlc_model *m = dlc_train_model(t);
@@ -603,8 +656,17 @@ static bool bind_weights(Run *r) {
     if (!api_ok(t, dlc_load_weights(m, ckpt))) return false;
   } else if (r->a->weights) {
     if (!api_ok(t, dlc_load_weights(m, r->a->weights))) return false;
-  } else if (!api_ok(t, dlc_init_weights(m, r->a->seed))) {
-    return false;
+  } else {
+    Held own;
+    if (!held_take(t, &own)) {
+      fputs("dlcc: error: out of memory copying the model's weights\n", stderr);
+      return false;
+    }
+    bool ok = api_ok(t, dlc_init_weights(m, r->a->seed));
+    for (int i = 0; ok && !r->a->init_random && i < own.n; i++)
+      ok = api_ok(t, dlc_set_weight(m, own.names[i], own.data[i], own.bytes[i]));
+    held_free(&own);
+    if (!ok) return false;
   }
   if (!broadcast_weights(r, t)) return false;
   if (r->whole && !api_ok(r->whole, dlc_init_weights(dlc_train_model(r->whole), 0))) return false;

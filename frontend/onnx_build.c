@@ -262,20 +262,23 @@ static Value *triangle(Imp *im, const Val *v) {
 
 /* Whether v is an initializer: a weight, which a weights file may
  * replace, so its data stays a param whatever it holds. */
-static bool is_initializer(Imp *im, const Val *v) {
+bool ox_is_initializer(Imp *im, const Val *v) {
   const Entry *e = v->name ? ox_find_entry(im, v->name) : NULL;
   return e && e->val == v && e->producer < 0;
 }
 
 /* The value in the graph, made on first use: a known value becomes a
- * splat const, a triangle computed from iotas (unless an initializer),
- * or a param holding its data. */
+ * splat const or a triangle computed from iotas (unless an initializer:
+ * a weight stays a param that a weights file may replace and training
+ * changes, whatever it holds now, as a batchnorm's weight of ones), or a
+ * param holding its data. */
 Value *ox_use(Imp *im, Val *v) {
   if (v->v) return v->v;
   if (!v->k) dl_internal(im->c, "ONNX value without a definition");
   double splat;
-  if (!is_initializer(im, v) && (v->v = triangle(im, v))) return v->v;
-  if (is_splat(v->k, &splat)) {
+  bool weight = ox_is_initializer(im, v);
+  if (!weight && (v->v = triangle(im, v))) return v->v;
+  if (!weight && is_splat(v->k, &splat)) {
     Node *n = ir_node_new(im->g, OP_CONST, 0, NULL, im->loc);
     ir_set_float(im->g, n, "value", splat);
     ir_declare(n, &v->type);
@@ -384,7 +387,12 @@ static Node *begin_in(Imp *im, Emit *e, OpKind op, int n_in, Val *const *in, boo
   bool all_known = may_fold && n_in > 0;
   int64_t total = 0;
   for (int i = 0; i < n_in; i++) {
-    if (!in[i]->k) all_known = false;
+    /* A float initializer is a weight: what is computed from it stays in
+     * the graph (the init steps compute it once a load), so that the
+     * weight keeps its name for a weights file, training's gradient and
+     * the checkpoint PyTorch loads (a Linear's weight transposed for its
+     * MatMul would otherwise become a new weight of another name). */
+    if (!in[i]->k || (ox_is_initializer(im, in[i]) && ir_dtype_is_float(in[i]->type.dtype))) all_known = false;
     else total += ir_type_numel(&in[i]->type);
   }
   e->fold = all_known && total <= im->fold_max ? ir_graph_new(im->c, "fold") : NULL;

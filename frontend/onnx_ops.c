@@ -849,6 +849,25 @@ bool ox_op_global_pool(Imp *im, ONode *n) {
 
 /* ---- normalizations ---- */
 
+/* Whether a node of graph gp (or of a subgraph inside it) or one of its
+ * outputs reads the ONNX value called name. */
+static bool graph_reads(const Onnx__GraphProto *gp, const char *name) {
+  for (size_t o = 0; o < gp->n_output; o++)
+    if (gp->output[o]->name && strcmp(gp->output[o]->name, name) == 0) return true;
+  for (size_t i = 0; i < gp->n_node; i++) {
+    const Onnx__NodeProto *np = gp->node[i];
+    for (size_t k = 0; k < np->n_input; k++)
+      if (np->input[k] && strcmp(np->input[k], name) == 0) return true;
+    for (size_t a = 0; a < np->n_attribute; a++) {
+      const Onnx__AttributeProto *at = np->attribute[a];
+      if (at->g && graph_reads(at->g, name)) return true;
+      for (size_t k = 0; k < at->n_graphs; k++)
+        if (graph_reads(at->graphs[k], name)) return true;
+    }
+  }
+  return false;
+}
+
 /* BatchNormalization: the IR's batchnorm of the running statistics; in
  * training_mode (opset 14 on) of the batch's, computed here (mean and
  * population variance over every axis but 1, as onnx's reference), the
@@ -869,6 +888,7 @@ bool ox_op_batchnorm(Imp *im, ONode *n) {
   for (int i = 0; i < 5; i++)
     if (!(in[i] = ox_in_req(im, n, i))) return false;
   Val *x = in[0];
+  const char *running[2] = {NULL, NULL};
   if (training) {
     if (!ox_need_float_in(im, x)) return false;
     if (x->type.rank < 2) return ox_bad(im, "needs an input [N, C, ...] of rank >= 2");
@@ -883,11 +903,28 @@ bool ox_op_batchnorm(Imp *im, ONode *n) {
     int64_t c = x->type.dims[1];
     mean = ox_reshape(im, mean, 1, &c);
     Val *stat[2] = {mean, var};
+    /* PyTorch's export of BatchNorm in train() drops the running
+     * statistics' updates (its in-place mutation): what nothing reads of
+     * outputs 2 and 3 a training step does (passes/train_mode.c), on
+     * the initializers the node names. */
+    bool *read = ARENA_ARRAY(&im->c->arena, bool, 3);
+    for (int i = 0; i < 2; i++) {
+      read[i] = n->n_out > 1 + i && n->want[1 + i] && graph_reads(im->m->graph, im->np->output[1 + i]);
+      if (!read[i] && ox_is_initializer(im, in[3 + i])) {
+        running[i] = in[3 + i]->name;
+        ox_use(im, in[3 + i]); /* the param that holds its data, for training's update */
+      }
+    }
     for (int i = 0; i < 2; i++) {
       DType dt = in[3 + i]->type.dtype;
-      Val *moved = ox_op2(im, OP_ADD, ox_op2s(im, OP_MUL, ox_widen(im, in[3 + i]), momentum),
-                          ox_op2s(im, OP_MUL, stat[i], 1 - momentum));
-      if (n->n_out > 1 + i && n->want[1 + i] && !(n->out[1 + i] = ox_narrow(im, moved, dt))) return false;
+      if (n->n_out > 1 + i && n->want[1 + i]) {
+        /* given whether read or not (the importer wants every named
+         * output), but computed only for a reader */
+        Val *moved = read[i] ? ox_op2(im, OP_ADD, ox_op2s(im, OP_MUL, ox_widen(im, in[3 + i]), momentum),
+                                      ox_op2s(im, OP_MUL, stat[i], 1 - momentum))
+                             : stat[i];
+        if (!(n->out[1 + i] = ox_narrow(im, moved, dt))) return false;
+      }
       in[3 + i] = ox_narrow(im, stat[i], dt);
     }
     if (!in[3] || !in[4]) return false;
@@ -895,7 +932,14 @@ bool ox_op_batchnorm(Imp *im, ONode *n) {
   Emit e;
   Node *b = ox_begin(im, &e, OP_BATCHNORM, 5, in);
   ir_set_float(im->g, b, "eps", eps);
-  if (training) ir_set_int(im->g, b, "batch_stats", 1);
+  if (training) {
+    ir_set_int(im->g, b, "batch_stats", 1);
+    /* ONNX's momentum keeps that much of the running statistic;
+     * PyTorch's (the IR's) moves that much toward the batch's */
+    if (running[0] || running[1]) ir_set_float(im->g, b, "momentum", 1 - momentum);
+    if (running[0]) ir_set_str(im->g, b, "running_mean", running[0]);
+    if (running[1]) ir_set_str(im->g, b, "running_var", running[1]);
+  }
   return (n->out[0] = ox_emit1(im, &e));
 }
 

@@ -176,6 +176,34 @@ static void batchnorm(Mode *md, Node *n) {
   replace_node(g, first->next, n, &y);
 }
 
+/* A batchnorm in training form already (an ONNX export of PyTorch's
+ * BatchNorm in train(): batch_stats, its mean and biased variance
+ * computed before it) whose running statistics the export dropped: the
+ * updates PyTorch makes in place, as above, of the params it names. */
+static void running_of_batch_stats(Mode *md, Node *n) {
+  Graph *g = md->g;
+  SrcLoc at = n->loc;
+  const TensorType *xt = &n->in[0]->type;
+  int64_t C = xt->dims[1], m = C > 0 ? ir_type_numel(xt) / C : 0;
+  const Attr *mom = ir_attr(n, "momentum");
+  double momentum = mom ? mom->f : 0.1, unbias[2] = {1, m > 1 ? (double)m / (double)(m - 1) : 1};
+  static const char *const which[2] = {"running_mean", "running_var"};
+  for (int i = 0; i < 2; i++) {
+    const Attr *name = ir_attr(n, which[i]);
+    Value *stat = n->in[3 + i];
+    if (!name || stat->type.rank != 1 || stat->type.dims[0] != C) continue;
+    Node *run = NULL;
+    for (Node *p = g->first; p && !run; p = p->next)
+      if (p->op == OP_PARAM && strcmp(ir_attr_str(p, "name"), name->s) == 0) run = p;
+    if (run && !ir_type_eq(&run->out[0].type, &stat->type)) continue;
+    if (!run) run = ir_source(g, OP_PARAM, &stat->type, name->s, at); /* appended, as the updates are */
+    DType dt = stat->type.dtype;
+    Value *old = ir_grad_op2(g, at, OP_MUL, &run->out[0], ir_grad_scalar(g, at, 1 - momentum, dt));
+    Value *now = ir_grad_op2(g, at, OP_MUL, stat, ir_grad_scalar(g, at, momentum * unbias[i], dt));
+    add_update(md, ir_grad_op2(g, at, OP_ADD, old, now), name->s);
+  }
+}
+
 /* ---- recurrent layers, unrolled ---- */
 
 typedef struct Rnn {
@@ -436,7 +464,12 @@ bool pass_train_mode(Graph *g, const AutodiffOptions *o) {
   Node *last = g->last;
   for (Node *n = g->first, *next; n; n = next) {
     next = n == last ? NULL : n->next;
-    if (n->op == OP_BATCHNORM && !o->inference) batchnorm(&md, n);
+    if (n->op == OP_BATCHNORM && !o->inference) {
+      if (!ir_attr(n, "batch_stats"))
+        batchnorm(&md, n);
+      else
+        running_of_batch_stats(&md, n);
+    }
     if (n->op == OP_LSTM || n->op == OP_GRU) {
       if (md.unroll_rnn) recurrent(&md, n);
       else rnn_layers(&md, n);

@@ -13,7 +13,8 @@
 #include "frontend/onnx.h"
 #include "frontend/onnx.pb-c.h"
 #include "ir/eval.h"
-#include "onnxbuild.h" /* the models, built with protobuf-c */
+#include "onnxbuild.h"
+#include "passes/autodiff.h" /* the models, built with protobuf-c */
 
 /* ---- importing ---- */
 
@@ -871,6 +872,106 @@ START_TEST(test_shape_chain_folds) {
 }
 END_TEST
 
+/* Initializers stay params whatever they hold and whatever computes
+ * from them: a Linear's weight transposed for its MatMul keeps its name
+ * (a weights file and training's gradient reach it, the checkpoint
+ * PyTorch loads names it), a bias of zeros and a scale of ones are
+ * params, not consts; an int64 shape initializer still folds. */
+START_TEST(test_initializers_stay_params) {
+  Model *b = model_new(17);
+  int64_t xd[2] = {2, 3}, wd[2] = {4, 3}, bd[1] = {4};
+  add_input(b, "x", 2, xd);
+  const float w[12] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}, zeros[4] = {0}, ones[4] = {1, 1, 1, 1};
+  add_init_f32(b, "fc.weight", 2, wd, 12, w);
+  add_init_f32(b, "fc.bias", 1, bd, 4, zeros);
+  add_init_f32(b, "scale", 1, bd, 4, ones);
+  const int64_t shape[2] = {4, 2};
+  add_init_i64(b, "shape", 2, shape);
+  attr_is(add_node(b, "Transpose", "fc.weight", "wt"), "perm", 2, (int64_t[]){1, 0});
+  add_node(b, "MatMul", "x,wt", "xw");
+  add_node(b, "Add", "xw,fc.bias", "y");
+  add_node(b, "Mul", "y,scale", "z");
+  add_node(b, "Reshape", "z,shape", "out");
+  add_output(b, "out");
+  Graph *g = must_import(b);
+  const char *want[3] = {"fc.weight", "fc.bias", "scale"};
+  int found = 0;
+  for (const Node *n = g->first; n; n = n->next) {
+    if (n->op != OP_PARAM) continue;
+    const char *name = ir_attr_str(n, "name");
+    bool known = false;
+    for (int i = 0; i < 3; i++) known |= strcmp(name, want[i]) == 0;
+    ck_assert_msg(known, "param '%s' is not an initializer", name);
+    found++;
+  }
+  ck_assert_int_eq(found, 3);
+  ck_assert_int_eq(count_op(g, OP_CONST), 0);
+  ck_assert_int_eq(count_op(g, OP_TRANSPOSE), 1);
+  ck_assert_int_eq(g->outputs[0]->type.dims[0], 4);
+  const float x[6] = {1, 0, -1, 2, 1, 0};
+  Tensor y = run1(g, "x", 2, xd, x);
+  /* x @ W^T: rows (1,0,-1) and (2,1,0) against W's rows */
+  const float expect[8] = {-2, -2, -2, -2, 4, 13, 22, 31};
+  for (int i = 0; i < 8; i++) ck_assert_float_eq((float)ir_tensor_get(&y, i), expect[i]);
+  ir_tensor_free(&y);
+}
+END_TEST
+
+/* PyTorch's export of BatchNorm in train(): training_mode=1, the running
+ * statistics' outputs named but read by nothing.  The batchnorm computes
+ * the batch's statistics and names the running initializers (kept in
+ * the params), momentum PyTorch's (1 - ONNX's); a training step
+ * (passes/train_mode.c) updates them as PyTorch does, the variance
+ * unbiased. */
+START_TEST(test_batchnorm_training_export) {
+  Model *b = model_new(15);
+  int64_t xd[4] = {2, 2, 1, 2}, cd[1] = {2};
+  add_input(b, "x", 4, xd);
+  const float ones[2] = {1, 1}, zeros[2] = {0, 0}, rm[2] = {0.5f, -1}, rv[2] = {2, 3};
+  add_init_f32(b, "bn.weight", 1, cd, 2, ones);
+  add_init_f32(b, "bn.bias", 1, cd, 2, zeros);
+  add_init_f32(b, "bn.running_mean", 1, cd, 2, rm);
+  add_init_f32(b, "bn.running_var", 1, cd, 2, rv);
+  Onnx__NodeProto *n =
+      add_node(b, "BatchNormalization", "x,bn.weight,bn.bias,bn.running_mean,bn.running_var", "y,m_out,v_out");
+  attr_i(n, "training_mode", 1);
+  attr_f(n, "momentum", 0.75f);
+  add_output(b, "y");
+  Graph *g = must_import(b);
+  Node *bn = first_op(g, OP_BATCHNORM);
+  ck_assert_ptr_nonnull(bn);
+  ck_assert_str_eq(ir_attr_str(bn, "running_mean"), "bn.running_mean");
+  ck_assert_str_eq(ir_attr_str(bn, "running_var"), "bn.running_var");
+  ck_assert_double_eq_tol(ir_attr_float(bn, "momentum"), 0.25, 1e-7);
+  ck_assert_ptr_nonnull(ir_tensor_map_find(&params, "bn.running_mean"));
+  ck_assert_ptr_nonnull(ir_tensor_map_find(&params, "bn.running_var"));
+  AutodiffOptions ado = {0};
+  ck_assert_msg(pass_train_mode(g, &ado) && ir_verify(g), "%s", diag_text(&ctx));
+  ck_assert_int_eq(g->n_outputs, 3);
+  ck_assert_str_eq(ir_output_update(g, 1), "bn.running_mean");
+  ck_assert_str_eq(ir_output_update(g, 2), "bn.running_var");
+  /* channel 0: 1, 2, 5, 6 (mean 3.5, unbiased variance 17/3); channel
+   * 1: 3, 4, 7, 8 (mean 5.5, the same) */
+  const float x[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+  Tensor xt;
+  TensorType xty = ir_type_make(TY_F32, 4, xd);
+  ck_assert(ir_tensor_alloc(&xt, &xty));
+  memcpy(xt.data, x, sizeof x);
+  const char *xname = "x";
+  TensorMap in = {1, &xname, &xt};
+  Tensor out[3];
+  char err[256];
+  ck_assert_msg(ir_eval(g, &in, &params, out, err, sizeof err), "%s", err);
+  const double mean[2] = {3.5, 5.5}, var = 17.0 / 3;
+  for (int c = 0; c < 2; c++) {
+    ck_assert_double_eq_tol(ir_tensor_get(&out[1], c), 0.75 * rm[c] + 0.25 * mean[c], 1e-5);
+    ck_assert_double_eq_tol(ir_tensor_get(&out[2], c), 0.75 * rv[c] + 0.25 * var, 1e-5);
+  }
+  for (int i = 0; i < 3; i++) ir_tensor_free(&out[i]);
+  ir_tensor_free(&xt);
+}
+END_TEST
+
 START_TEST(test_lstm_gates_reordered_at_import) {
   /* hidden 1, input 1: W rows are the gates i, o, f, c. */
   Model *b = model_new(14);
@@ -888,16 +989,35 @@ START_TEST(test_lstm_gates_reordered_at_import) {
   Node *l = first_op(g, OP_LSTM);
   ck_assert_ptr_nonnull(l);
   ck_assert_int_eq(l->n_in, 5);
-  /* PyTorch order i, f, g, o = ONNX rows 0, 2, 3, 1, folded into params. */
+  /* PyTorch order i, f, g, o = ONNX rows 0, 2, 3, 1, computed from the
+   * W, R and B params (weights keep their names: the reorder is the init
+   * steps' at a load, and training's gradient reaches W itself). */
   const float want_w[4] = {1, 3, 4, 2}, want_r[4] = {10, 30, 40, 20};
   const float want_bih[4] = {1, 3, 4, 2}, want_bhh[4] = {5, 7, 8, 6};
   const float *want[4] = {want_w, want_r, want_bih, want_bhh};
+  Graph *ops = ir_copy(g, "operands");
+  Node *lc = first_op(ops, OP_LSTM);
+  Value *operand[4] = {lc->in[1], lc->in[2], lc->in[3], lc->in[4]};
+  const char *names[4] = {"w", "r", "bih", "bhh"};
+  ir_set_outputs(ops, 4, operand, names);
+  Tensor got[4];
+  char err[256];
+  TensorMap none = {0}, *in = &none;
+  float xz[2] = {0, 0};
+  Tensor xt;
+  TensorType xty = ir_type_make(TY_F32, 3, xd);
+  ck_assert(ir_tensor_alloc(&xt, &xty));
+  memcpy(xt.data, xz, sizeof xz);
+  const char *xname = "x";
+  none = (TensorMap){1, &xname, &xt};
+  ck_assert_msg(ir_eval(ops, in, &params, got, err, sizeof err), "%s", err);
   for (int k = 0; k < 4; k++) {
-    ck_assert_int_eq(l->in[1 + k]->def->op, OP_PARAM);
-    const Tensor *t = ir_tensor_map_find(&params, ir_attr_str(l->in[1 + k]->def, "name"));
-    ck_assert_ptr_nonnull(t);
-    for (int i = 0; i < 4; i++) ck_assert_float_eq(((const float *)t->data)[i], want[k][i]);
+    for (int i = 0; i < 4; i++) ck_assert_float_eq((float)ir_tensor_get(&got[k], i), want[k][i]);
+    ir_tensor_free(&got[k]);
   }
+  ir_tensor_free(&xt);
+  for (const Node *n = g->first; n; n = n->next)
+    if (n->op == OP_PARAM) ck_assert(strchr("WRB", ir_attr_str(n, "name")[0]) && !ir_attr_str(n, "name")[1]);
   /* ONNX's Y is [T, dirs, N, H]. */
   ck_assert_int_eq(g->outputs[0]->type.rank, 4);
   ck_assert_int_eq(g->outputs[0]->type.dims[1], 1);
@@ -1599,6 +1719,8 @@ static Suite *onnx_suite(void) {
   tcase_add_test(tc, test_loop_scan_unrolled);
   tcase_add_test(tc, test_shape_chain_folds);
   tcase_add_test(tc, test_lstm_gates_reordered_at_import);
+  tcase_add_test(tc, test_initializers_stay_params);
+  tcase_add_test(tc, test_batchnorm_training_export);
   tcase_add_test(tc, test_conv_auto_pad_same);
   tcase_add_test(tc, test_slice_negative_step);
   tcase_add_test(tc, test_gelu_opset20);

@@ -162,4 +162,19 @@ expect 1 "dlcc: error: --profile expects a whole number >= 1, got '0'" \
 expect_sub 1 "profile: the reference interpreter runs no steps" \
   "$dlcc" train $A --data "$t/data" --epochs 1 --backend=ref --profile
 
+# An ONNX model trains from the weights it brings (what it was exported
+# with, to fine-tune): at lr 0 the saved weights are its own, so they run
+# as the model does; --init=random draws them from --seed instead.
+O="${top_srcdir:-.}/tests/pipeinf/mlp3.onnx" X="${top_srcdir:-.}/tests/pipeinf/x8.npy"
+OT="--data $t/data --batch 8 --loss=cross_entropy --optimizer=sgd --epochs 1 --backend=ref"
+expect 0 "" "$dlcc" train "$O" $OT --lr=0 --save "$tmp/ox0.safetensors"
+expect 0 "" "$dlcc" train "$O" $OT --lr=0 --init=random --save "$tmp/oxr.safetensors"
+mkdir "$tmp/oxa" "$tmp/oxb" "$tmp/oxr"
+expect 0 "" "$dlcc" run "$O" -D N=8 --input x="$X" --backend=ref --output-dir "$tmp/oxa"
+expect 0 "" "$dlcc" run "$O" -D N=8 --input x="$X" --backend=ref --weights "$tmp/ox0.safetensors" --output-dir "$tmp/oxb"
+expect 0 "" "$dlcc" run "$O" -D N=8 --input x="$X" --backend=ref --weights "$tmp/oxr.safetensors" --output-dir "$tmp/oxr"
+y=$(ls "$tmp/oxa")
+cmp -s "$tmp/oxa/$y" "$tmp/oxb/$y" && ok || fail "an ONNX model at lr 0 lost its own weights"
+cmp -s "$tmp/oxa/$y" "$tmp/oxr/$y" && fail "--init=random kept the ONNX model's weights" || ok
+
 finish train_cli
