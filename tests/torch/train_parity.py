@@ -1,0 +1,168 @@
+#!/usr/bin/env python3
+"""PyTorch training against `dlcc train` on the same model, exported to ONNX.
+
+Each model (a ResNet-style CNN with batchnorm, nn.TransformerEncoderLayer,
+a 2-layer nn.LSTM) is exported in train() with the TorchScript exporter
+(torch.onnx.TrainingMode.TRAINING, no constant folding), then trained 4
+steps by PyTorch and by `dlcc train MODEL.onnx` from the same weights on
+the same batches (cross_entropy, unshuffled).  Checked: each step's loss
+(1e-5 relative), and after SGD with momentum and weight decay every
+tensor of the state_dict dlcc saves (1e-4 of its largest magnitude):
+weights, biases and batchnorm running statistics under PyTorch's names.
+AdamW's losses are checked too; its weights are not, where a gradient
+that is zero in exact arithmetic (a key bias under softmax) is rounding
+noise that Adam scales up to lr.
+
+    train_parity.py --dlcc BUILD/dlcc [--backend ref|emu] [--models cnn,tf,lstm]
+
+Exits 77 (skip) when torch, onnx or safetensors does not import.
+"""
+import argparse, copy, json, os, subprocess, sys, tempfile
+
+try:
+    import numpy as np
+    import torch
+    import torch.nn as nn
+    from safetensors.numpy import load_file
+except Exception as e:  # noqa: BLE001 - any import failure is a skip
+    print(f"SKIP: {e}")
+    sys.exit(77)
+
+
+class Block(nn.Module):
+    def __init__(s, cin, cout, stride):
+        super().__init__()
+        s.c1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
+        s.b1 = nn.BatchNorm2d(cout)
+        s.c2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
+        s.b2 = nn.BatchNorm2d(cout)
+        s.down = None
+        if stride != 1 or cin != cout:
+            s.down = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
+
+    def forward(s, x):
+        y = s.b2(s.c2(torch.relu(s.b1(s.c1(x)))))
+        return torch.relu(y + (s.down(x) if s.down is not None else x))
+
+
+class CNN(nn.Module):
+    def __init__(s):
+        super().__init__()
+        s.stem = nn.Conv2d(3, 8, 3, 1, 1, bias=False)
+        s.bn = nn.BatchNorm2d(8)
+        s.l1 = Block(8, 8, 1)
+        s.l2 = Block(8, 16, 2)
+        s.fc = nn.Linear(16, 10)
+
+    def forward(s, x):
+        x = s.l2(s.l1(torch.relu(s.bn(s.stem(x)))))
+        return s.fc(torch.flatten(nn.functional.adaptive_avg_pool2d(x, 1), 1))
+
+
+class TF(nn.Module):
+    def __init__(s):
+        super().__init__()
+        s.emb = nn.Linear(12, 32)
+        s.enc = nn.TransformerEncoderLayer(32, 4, 64, dropout=0.0, batch_first=True)
+        s.fc = nn.Linear(32, 10)
+
+    def forward(s, x):
+        return s.fc(s.enc(s.emb(x)).mean(1))
+
+
+class LSTMNet(nn.Module):
+    def __init__(s):
+        super().__init__()
+        s.lstm = nn.LSTM(12, 24, num_layers=2, batch_first=True)
+        s.fc = nn.Linear(24, 10)
+
+    def forward(s, x):
+        y, _ = s.lstm(x)
+        return s.fc(y[:, -1])
+
+
+MODELS = {"cnn": (CNN, (3, 16, 16)), "tf": (TF, (6, 12)), "lstm": (LSTMNet, (7, 12))}
+N, B, STEPS = 32, 8, 4
+
+
+def optimizer(name, params):
+    if name == "adamw":
+        return torch.optim.AdamW(params, lr=0.01, weight_decay=0.01), ["--optimizer=adamw", "--lr=0.01",
+                                                                       "--weight-decay=0.01"]
+    return torch.optim.SGD(params, lr=0.05, momentum=0.9, weight_decay=1e-4), [
+        "--optimizer=sgd", "--lr=0.05", "--momentum=0.9", "--weight-decay=1e-4"]
+
+
+def run(dlcc, backend, name, optname, work):
+    torch.manual_seed(0)
+    cls, shape = MODELS[name]
+    model = cls()
+    model.train()
+    x = np.random.RandomState(1).randn(N, *shape).astype(np.float32)
+    t = np.random.RandomState(2).randint(0, 10, N).astype(np.int64)
+    data = os.path.join(work, "data")
+    os.makedirs(data, exist_ok=True)
+    np.save(os.path.join(data, "x.npy"), x)
+    np.save(os.path.join(data, "target.npy"), t)
+    onnx_path = os.path.join(work, "m.onnx")
+    exported = copy.deepcopy(model)
+    torch.onnx.export(exported, torch.from_numpy(x[:B]), onnx_path, input_names=["x"], output_names=["logits"],
+                      training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False, dynamo=False)
+    model.load_state_dict(exported.state_dict())  # the export's trace moved the running statistics once
+    opt, flags = optimizer(optname, model.parameters())
+    losses = []
+    for i in range(STEPS):
+        xb, tb = torch.from_numpy(x[i * B:(i + 1) * B]), torch.from_numpy(t[i * B:(i + 1) * B])
+        opt.zero_grad()
+        loss = nn.functional.cross_entropy(model(xb), tb)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    log, saved = os.path.join(work, "log.jsonl"), os.path.join(work, "w.safetensors")
+    r = subprocess.run([dlcc, "train", onnx_path, "--data", data, f"--batch={B}", "--loss=cross_entropy"] + flags +
+                       ["--shuffle=false", "--epochs=1", f"--backend={backend}", "--log", log, "--save", saved],
+                       capture_output=True, text=True)
+    if r.returncode:
+        return [f"dlcc train failed: {r.stderr.strip()[-600:]}"]
+    got = [json.loads(line)["loss"] for line in open(log) if '"step"' in line]
+    bad = []
+    if len(got) != STEPS or any(abs(a - b) > 1e-5 * max(1, abs(a)) for a, b in zip(losses, got)):
+        bad.append(f"losses: torch {losses}, dlcc {got}")
+    if optname == "adamw":
+        return bad
+    w = load_file(saved)
+    for k, v in model.state_dict().items():
+        if k.endswith("num_batches_tracked"):  # dlcc counts its own steps; the export's trace counted one more
+            continue
+        v = v.detach().numpy()
+        if k not in w:
+            bad.append(f"{k}: not in dlcc's checkpoint")
+        elif w[k].shape != v.shape or np.abs(w[k] - v).max() > 1e-4 * max(1e-3, np.abs(v).max()):
+            bad.append(f"{k}: differs by {np.abs(w[k] - v).max():.3g} (largest {np.abs(v).max():.3g})")
+    return bad
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--dlcc", default="./dlcc")
+    ap.add_argument("--backend", default="ref")
+    ap.add_argument("--models", default="cnn,tf,lstm")
+    a = ap.parse_args()
+    failed = 0
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in a.models.split(","):
+            for optname in ("sgd", "adamw"):
+                work = os.path.join(tmp, f"{name}-{optname}")
+                os.makedirs(work)
+                bad = run(a.dlcc, a.backend, name, optname, work)
+                print(f"{'ok  ' if not bad else 'FAIL'} {name} {optname} on {a.backend}" +
+                      "".join(f"\n  {b}" for b in bad))
+                failed += bool(bad)
+    print(f"torch training parity: {'all match' if not failed else f'{failed} failed'} (torch {torch.__version__})")
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    import warnings
+    warnings.filterwarnings("ignore")
+    main()
