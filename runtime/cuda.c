@@ -707,8 +707,11 @@ static int stride_blocks(CudaDevice *d, const RtPlan *p, uint32_t k, CUfunction 
 static int check_cooperative(CudaDevice *d, const RtPlan *p, uint32_t k, CUfunction fn, uint32_t *most_blocks) {
   const char *name = p->kernels[k].name;
   if (!d->cooperative)
-    return rt_device_fail(&d->base, "cuda: kernel '%s' needs a cooperative launch, which this GPU does not support",
-                          name);
+    return rt_device_fail(&d->base, "cuda: kernel '%s' needs a cooperative launch, which this GPU does not support%s",
+                          name,
+                          p->kernels[k].cooperative == RT_COOP_STRIDE
+                              ? " (dlcc --no-chain-launches builds its kernels as separate launches)"
+                              : "");
   *most_blocks = UINT32_MAX;
   if (p->kernels[k].cooperative == RT_COOP_STRIDE) return stride_blocks(d, p, k, fn, most_blocks);
   for (uint32_t s = 0; s < all_steps(p); s++) {
