@@ -288,8 +288,13 @@ CUresult CUDAAPI cuOccupancyMaxActiveBlocksPerMultiprocessor(int *n, CUfunction 
   *n = e ? atoi(e) : 1;
   return CUDA_SUCCESS;
 }
+/* The x of the last cooperative launch's grid (fakecuda_coop_grid_x). */
+static unsigned coop_grid_x;
+unsigned fakecuda_coop_grid_x(void);
+unsigned fakecuda_coop_grid_x(void) { return coop_grid_x; }
 CUresult CUDAAPI cuLaunchCooperativeKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
                                            unsigned by, unsigned bz, unsigned shared, CUstream s, void **params) {
+  coop_grid_x = gx;
   return launch("cuLaunchCooperativeKernel", s);
 }
 

@@ -1030,6 +1030,41 @@ START_TEST(cuda_fake_cooperative_launch) {
 }
 END_TEST
 
+/* A chain (RT_COOP_STRIDE) walks its launch's blocks, so it launches on
+ * as many as the GPU holds at once, at most the plan's: 132 SMs x 2
+ * where the plan asks for 1000, the plan's 2 where it asks for those; a
+ * GPU that holds none refuses it, naming --no-chain-launches. */
+START_TEST(cuda_fake_chain_launch) {
+  static const RtKernel chain[] = {{.name = "add_bias", .uses_barriers = 1, .cooperative = RT_COOP_STRIDE}};
+  plan.kernels = chain;
+  void *lib = fake_lib();
+  unsigned (*grid_x)(void) = (unsigned (*)(void))dlsym(lib, "fakecuda_coop_grid_x");
+  ck_assert_ptr_nonnull(grid_x);
+  setenv("FAKECUDA_BLOCKS_PER_SM", "2", 1);
+  DlrtModel *m = NULL;
+  ck_assert_msg(dlrt_open(&plan, "cuda", &m) == DLRT_OK, "%s", dlrt_error(m));
+  ck_assert_int_eq(dlrt_set_input(m, 0, x_in, sizeof x_in), DLRT_OK);
+  ck_assert_int_eq(dlrt_run(m), DLRT_OK);
+  ck_assert_uint_eq(grid_x(), 2);
+  dlrt_close(m);
+  contracts[0].grid[0] = steps[0].launch.grid[0] = 1000;
+  ck_assert_msg(dlrt_open(&plan, "cuda", &m) == DLRT_OK, "%s", dlrt_error(m));
+  ck_assert_int_eq(dlrt_set_input(m, 0, x_in, sizeof x_in), DLRT_OK);
+  ck_assert_int_eq(dlrt_run(m), DLRT_OK);
+  ck_assert_uint_eq(grid_x(), 264);
+  dlrt_close(m);
+  setenv("FAKECUDA_BLOCKS_PER_SM", "0", 1);
+  ck_assert_int_eq(dlrt_open(&plan, "cuda", &m), DLRT_E_COMPILE);
+  unsetenv("FAKECUDA_BLOCKS_PER_SM");
+  ck_assert_str_eq(dlrt_error(m), "open: loading the kernels of 't': cuda: step 0 launches cooperative kernel "
+                                  "'add_bias' on blocks of 4 threads, of which this GPU cannot hold even one per SM; "
+                                  "dlcc --no-chain-launches builds it as separate launches");
+  dlrt_close(m);
+  contracts[0].grid[0] = steps[0].launch.grid[0] = 2;
+  dlclose(lib);
+}
+END_TEST
+
 START_TEST(cuda_fake_missing_kernel) {
   static const RtKernel other[] = {{.name = "not_in_source"}};
   plan.kernels = other;
@@ -1261,6 +1296,7 @@ static Suite *runtime_suite(void) {
   tcase_add_test(tc, cuda_fake_cublas_without_gpu);
   tcase_add_test(tc, cuda_fake_dynamic_shared_opt_in);
   tcase_add_test(tc, cuda_fake_grid_limit);
+  tcase_add_test(tc, cuda_fake_chain_launch);
   tcase_add_test(tc, cuda_fake_prefers_plan_cubin);
   tcase_add_test(tc, cuda_fake_bad_cubin);
   suite_add_tcase(s, tc);
