@@ -395,6 +395,22 @@ static const RtKernel *only_launch(const RtPlan *p, const RtLaunch **l) {
   return &p->kernels[(*l)->kernel];
 }
 
+/* text chained (checked as check_merged does) and with its dependent
+ * kernels apart: fewer launches, the same bits on emu, and the arena at
+ * most a few small buffers larger (what the phases hand each other
+ * lives through the whole launch, never a large buffer). */
+static Job chained_and_apart(const char *text, uint64_t seed) {
+  Job c = check_merged(text);
+  Job apart = compile_with(text, true, (CgOptions){.merge_launches = true, .no_chain_launches = true});
+  int chained = count_steps(c.r.plan, RT_STEP_LAUNCH), alone = count_steps(apart.r.plan, RT_STEP_LAUNCH);
+  printf("%s: %d launches chained, %d apart; arena %" PRIu64 " bytes chained, %" PRIu64 " apart\n", c.g->name, chained,
+         alone, c.r.plan->arena_bytes, apart.r.plan->arena_bytes);
+  ck_assert_int_lt(chained, alone);
+  ck_assert_uint_le(c.r.plan->arena_bytes, apart.r.plan->arena_bytes + 1024);
+  test_emu_plans_equal(c.g, c.r.plan, apart.r.plan, seed, -2, 2);
+  return c;
+}
+
 /* A kernel that reads what the launch before it wrote joins it after a
  * grid barrier (plan_build.c's chain_target, cg_kernel_chain,
  * docs/kernels.md): one cooperative launch whose blocks walk each
@@ -427,16 +443,8 @@ START_TEST(dependent_kernels_chain) {
                            "  %2 = reduce_max %1 {axes=[1]} : f32[3]\n"
                            "  return %1 as \"centered\", %2 as \"top\", %0 as \"mean\"\n"
                            "}\n";
-  Job c = check_merged(bn);
-  Job apart = compile_with(bn, true, (CgOptions){.merge_launches = true, .no_chain_launches = true});
-  int chained = count_steps(c.r.plan, RT_STEP_LAUNCH), alone = count_steps(apart.r.plan, RT_STEP_LAUNCH);
-  printf("bn: %d launches chained, %d apart\n", chained, alone);
-  ck_assert_int_lt(chained, alone);
+  Job c = chained_and_apart(bn, 5);
   ck_assert_ptr_nonnull(strstr(c.r.source, "dl_vb += gridDim.x * 4u"));
-  /* the statistics, handed from phase to phase, live through the whole
-   * launch: a few small buffers more at once, never a large one */
-  ck_assert_uint_le(c.r.plan->arena_bytes, apart.r.plan->arena_bytes + 1024);
-  test_emu_plans_equal(c.g, c.r.plan, apart.r.plan, 5, -2, 2);
 
   /* a map over its own input after the reduction that read it: in place
    * as apart (the exp's bytes, dead after it, take the division's) */
@@ -449,11 +457,7 @@ START_TEST(dependent_kernels_chain) {
                              "  %r = reduce_min %d {axes=[0]} : f32[3000]\n"
                              "  return %r as \"r\", %t as \"t\"\n"
                              "}\n";
-  Job n = check_merged(norm);
-  Job n_apart = compile_with(norm, true, (CgOptions){.merge_launches = true, .no_chain_launches = true});
-  printf("norm: arena %" PRIu64 " bytes chained, %" PRIu64 " apart\n", n.r.plan->arena_bytes, n_apart.r.plan->arena_bytes);
-  ck_assert_uint_le(n.r.plan->arena_bytes, n_apart.r.plan->arena_bytes + 1024);
-  test_emu_plans_equal(n.g, n.r.plan, n_apart.r.plan, 7, -2, 2);
+  chained_and_apart(norm, 7);
 
   /* five dependent reductions: four phases, then a launch of its own */
   static const char five[] = "graph five {\n"
