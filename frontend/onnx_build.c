@@ -5,6 +5,7 @@
  * node attributes and operands with their checks. */
 #include "config.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
@@ -267,16 +268,42 @@ bool ox_is_initializer(Imp *im, const Val *v) {
   return e && e->val == v && e->producer < 0;
 }
 
+/* Whether name is a module's parameter path as PyTorch's state_dict
+ * spells it ("fc.bias", "layers.0.norm.weight"): identifiers and indices
+ * joined by dots. */
+static bool module_path(const char *name) {
+  bool dot = false, start = true;
+  for (const char *p = name; *p; p++) {
+    if (*p == '.') {
+      if (start) return false;
+      dot = start = true;
+    } else if (isalnum((unsigned char)*p) || *p == '_') {
+      start = false;
+    } else {
+      return false;
+    }
+  }
+  return dot && !start;
+}
+
+bool ox_is_weight(Imp *im, const Val *v) {
+  if (!ox_is_initializer(im, v) || !ir_dtype_is_float(v->type.dtype)) return false;
+  /* An initializer of one value is a constant an exporter kept (the
+   * dynamo exporter's scale of attention's q and k, "val_70"; an epsilon)
+   * unless a module's path names it (a Linear(n, 1)'s "head.bias"). */
+  return ir_type_numel(&v->type) != 1 || module_path(v->name);
+}
+
 /* The value in the graph, made on first use: a known value becomes a
- * splat const or a triangle computed from iotas (unless an initializer:
- * a weight stays a param that a weights file may replace and training
- * changes, whatever it holds now, as a batchnorm's weight of ones), or a
- * param holding its data. */
+ * splat const or a triangle computed from iotas (unless a weight: it
+ * stays a param that a weights file may replace and training changes,
+ * whatever it holds now, as a batchnorm's weight of ones), or a param
+ * holding its data. */
 Value *ox_use(Imp *im, Val *v) {
   if (v->v) return v->v;
   if (!v->k) dl_internal(im->c, "ONNX value without a definition");
   double splat;
-  bool weight = ox_is_initializer(im, v);
+  bool weight = ox_is_weight(im, v);
   if (!weight && (v->v = triangle(im, v))) return v->v;
   if (!weight && is_splat(v->k, &splat)) {
     Node *n = ir_node_new(im->g, OP_CONST, 0, NULL, im->loc);
@@ -387,12 +414,12 @@ static Node *begin_in(Imp *im, Emit *e, OpKind op, int n_in, Val *const *in, boo
   bool all_known = may_fold && n_in > 0;
   int64_t total = 0;
   for (int i = 0; i < n_in; i++) {
-    /* A float initializer is a weight: what is computed from it stays in
+    /* A weight (a float initializer, ox_is_weight): what is computed from it stays in
      * the graph (the init steps compute it once a load), so that the
      * weight keeps its name for a weights file, training's gradient and
      * the checkpoint PyTorch loads (a Linear's weight transposed for its
      * MatMul would otherwise become a new weight of another name). */
-    if (!in[i]->k || (ox_is_initializer(im, in[i]) && ir_dtype_is_float(in[i]->type.dtype))) all_known = false;
+    if (!in[i]->k || ox_is_weight(im, in[i])) all_known = false;
     else total += ir_type_numel(&in[i]->type);
   }
   e->fold = all_known && total <= im->fold_max ? ir_graph_new(im->c, "fold") : NULL;

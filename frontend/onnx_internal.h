@@ -158,6 +158,10 @@ Val *ox_ints_val(Imp *im, int n, const int64_t *x);
 Value *ox_use(Imp *im, Val *v);
 /* Whether v is an initializer of the model (a weight by its name). */
 bool ox_is_initializer(Imp *im, const Val *v);
+/* Whether v is a weight: a float initializer, of more than one value or
+ * named as a module's parameter (a single value is otherwise a constant
+ * the exporter kept).  Weights stay params: never folded, never consts. */
+bool ox_is_weight(Imp *im, const Val *v);
 Val *ox_val_of(Imp *im, Value *x);
 Node *ox_begin(Imp *im, Emit *e, OpKind op, int n_in, Val *const *in);
 bool ox_finish(Imp *im, Emit *e, Val **out);

@@ -872,11 +872,12 @@ START_TEST(test_shape_chain_folds) {
 }
 END_TEST
 
-/* Initializers stay params whatever they hold and whatever computes
- * from them: a Linear's weight transposed for its MatMul keeps its name
- * (a weights file and training's gradient reach it, the checkpoint
- * PyTorch loads names it), a bias of zeros and a scale of ones are
- * params, not consts; an int64 shape initializer still folds. */
+/* Weights stay params whatever they hold and whatever computes from
+ * them: a Linear's weight transposed for its MatMul keeps its name (a
+ * weights file and training's gradient reach it, the checkpoint PyTorch
+ * loads names it), a bias of zeros and a scale of ones are params, not
+ * consts; an initializer of one value is a const unless a module's path
+ * names it; an int64 shape initializer still folds. */
 START_TEST(test_initializers_stay_params) {
   Model *b = model_new(17);
   int64_t xd[2] = {2, 3}, wd[2] = {4, 3}, bd[1] = {4};
@@ -885,27 +886,34 @@ START_TEST(test_initializers_stay_params) {
   add_init_f32(b, "fc.weight", 2, wd, 12, w);
   add_init_f32(b, "fc.bias", 1, bd, 4, zeros);
   add_init_f32(b, "scale", 1, bd, 4, ones);
+  /* one value: a constant the exporter kept (the dynamo exporter's
+   * "val_70"), unless a module's path names it (Linear(n, 1)'s bias) */
+  const int64_t one[1] = {1};
+  add_init_f32(b, "val_7", 1, one, 1, (const float[]){1});
+  add_init_f32(b, "head.bias", 1, one, 1, (const float[]){0});
   const int64_t shape[2] = {4, 2};
   add_init_i64(b, "shape", 2, shape);
   attr_is(add_node(b, "Transpose", "fc.weight", "wt"), "perm", 2, (int64_t[]){1, 0});
   add_node(b, "MatMul", "x,wt", "xw");
   add_node(b, "Add", "xw,fc.bias", "y");
-  add_node(b, "Mul", "y,scale", "z");
+  add_node(b, "Mul", "y,scale", "z0");
+  add_node(b, "Mul", "z0,val_7", "z1");
+  add_node(b, "Add", "z1,head.bias", "z");
   add_node(b, "Reshape", "z,shape", "out");
   add_output(b, "out");
   Graph *g = must_import(b);
-  const char *want[3] = {"fc.weight", "fc.bias", "scale"};
+  const char *want[4] = {"fc.weight", "fc.bias", "scale", "head.bias"};
   int found = 0;
   for (const Node *n = g->first; n; n = n->next) {
     if (n->op != OP_PARAM) continue;
     const char *name = ir_attr_str(n, "name");
     bool known = false;
-    for (int i = 0; i < 3; i++) known |= strcmp(name, want[i]) == 0;
-    ck_assert_msg(known, "param '%s' is not an initializer", name);
+    for (int i = 0; i < 4; i++) known |= strcmp(name, want[i]) == 0;
+    ck_assert_msg(known, "param '%s' is not a weight", name);
     found++;
   }
-  ck_assert_int_eq(found, 3);
-  ck_assert_int_eq(count_op(g, OP_CONST), 0);
+  ck_assert_int_eq(found, 4);
+  ck_assert_int_eq(count_op(g, OP_CONST), 1);
   ck_assert_int_eq(count_op(g, OP_TRANSPOSE), 1);
   ck_assert_int_eq(g->outputs[0]->type.dims[0], 4);
   const float x[6] = {1, 0, -1, 2, 1, 0};

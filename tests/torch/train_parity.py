@@ -81,7 +81,42 @@ class LSTMNet(nn.Module):
         return s.fc(y[:, -1])
 
 
-MODELS = {"cnn": (CNN, (3, 16, 16)), "tf": (TF, (6, 12)), "lstm": (LSTMNet, (7, 12))}
+class Mobile(nn.Module):
+    """MobileNet's pieces: a depthwise convolution, ReLU6, max and average pooling, GELU."""
+
+    def __init__(s):
+        super().__init__()
+        s.c = nn.Conv2d(3, 16, 3, 2, 1, bias=False)
+        s.bn = nn.BatchNorm2d(16)
+        s.dw = nn.Conv2d(16, 16, 3, 1, 1, groups=16, bias=False)
+        s.bn2 = nn.BatchNorm2d(16)
+        s.pw = nn.Conv2d(16, 24, 1)
+        s.fc = nn.Linear(24, 10)
+
+    def forward(s, x):
+        x = nn.functional.relu6(s.bn(s.c(x)))
+        x = nn.functional.max_pool2d(nn.functional.relu6(s.bn2(s.dw(x))), 2)
+        x = nn.functional.gelu(s.pw(x))
+        return s.fc(nn.functional.avg_pool2d(x, 4).flatten(1))
+
+
+class Seq(nn.Module):
+    """Tokens: an embedding, a GRU, LayerNorm; the input is float ids cast to long."""
+
+    def __init__(s):
+        super().__init__()
+        s.emb = nn.Embedding(50, 16)
+        s.gru = nn.GRU(16, 24, batch_first=True)
+        s.ln = nn.LayerNorm(24)
+        s.fc = nn.Linear(24, 10)
+
+    def forward(s, x):
+        y, _ = s.gru(s.emb(x.long()))
+        return s.fc(s.ln(y).mean(1))
+
+
+MODELS = {"cnn": (CNN, (3, 16, 16)), "tf": (TF, (6, 12)), "lstm": (LSTMNet, (7, 12)), "mobile": (Mobile, (3, 16, 16)),
+          "seq": (Seq, (9,))}
 N, B, STEPS = 32, 8, 4
 
 
@@ -99,6 +134,8 @@ def run(dlcc, backend, name, optname, work):
     model = cls()
     model.train()
     x = np.random.RandomState(1).randn(N, *shape).astype(np.float32)
+    if name == "seq":  # token ids, as floats the model casts
+        x = np.random.RandomState(1).randint(0, 50, (N, *shape)).astype(np.float32)
     t = np.random.RandomState(2).randint(0, 10, N).astype(np.int64)
     data = os.path.join(work, "data")
     os.makedirs(data, exist_ok=True)
