@@ -46,16 +46,22 @@ grep -q "  ; gelu %4 #k0  \[5.1 kFLOP 6.1 kB\]$" "$tmp/mlp.plan" || fail "--emit
 # with a launch each).  With --no-persistent-rnn the state fills, the
 # input projection and one fused step kernel per timestep, 68 steps (72
 # with a launch each, 136 when each timestep was a cuBLAS GEMM and a cell
-# kernel).
+# kernel) apart; chained (docs/kernels.md), each launch runs 4 timesteps
+# with a grid barrier between them: 21 steps, 16 launches of step kernels.
 expect_sub 0 "" "$dlcc" "$src/examples/lstm.dl" -O2 --emit=plan -o "$tmp/lstm.plan"
 grep -q "^steps 6$" "$tmp/lstm.plan" || fail "lstm.dl: $(grep '^steps' "$tmp/lstm.plan"), 6 wanted"
 [ "$(grep -c ' launch lstm_persist_' "$tmp/lstm.plan")" = 2 ] || fail "lstm.dl: not one persistent kernel per layer"
 grep -q "^  kernel [0-9]* lstm_persist_[0-9]* barriers cooperative$" "$tmp/lstm.plan" ||
   fail "lstm.dl: the persistent kernel is not cooperative in the plan"
-expect_sub 0 "" "$dlcc" "$src/examples/lstm.dl" -O2 --no-persistent-rnn --emit=plan -o "$tmp/lstm-steps.plan"
+expect_sub 0 "" "$dlcc" "$src/examples/lstm.dl" -O2 --no-persistent-rnn --no-chain-launches --emit=plan \
+  -o "$tmp/lstm-steps.plan"
 grep -q "^steps 68$" "$tmp/lstm-steps.plan" || fail "lstm.dl --no-persistent-rnn: $(grep '^steps' "$tmp/lstm-steps.plan"), 68 wanted"
 [ "$(grep -c ' launch lstm_step_' "$tmp/lstm-steps.plan")" = 64 ] ||
   fail "lstm.dl --no-persistent-rnn: not one step kernel per timestep and layer"
+expect_sub 0 "" "$dlcc" "$src/examples/lstm.dl" -O2 --no-persistent-rnn --emit=plan -o "$tmp/lstm-chain.plan"
+grep -q "^steps 21$" "$tmp/lstm-chain.plan" && [ "$(grep -c ' launch lstm_step__lstm_step__lstm_step__lstm_step_' "$tmp/lstm-chain.plan")" = 16 ] &&
+  grep -q "^  kernel [0-9]* lstm_step__lstm_step__lstm_step__lstm_step_[0-9]* barriers cooperative=stride$" "$tmp/lstm-chain.plan" ||
+  fail "lstm.dl --no-persistent-rnn: not 4 timesteps a chained launch: $(grep '^steps' "$tmp/lstm-chain.plan")"
 
 # --grad (docs/training.md): a training step's gradients and the dropout
 # counter's update as outputs, IR that reads back, a run, and a model
