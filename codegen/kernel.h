@@ -308,7 +308,10 @@ bool cg_kernel_can_merge(const Kernel *a, const Kernel *b);
  * not fuse otherwise: a reduction's parts and the map that reads the
  * whole result).  a may be a merge or a chain already.  bar is the
  * barrier's SYNC words (CG_CHAIN_BAR_WORDS, zero before the launch and
- * after it).  NULL when cg_kernel_can_chain says no. */
+ * after it).  NULL when cg_kernel_can_chain says no.  At most
+ * CG_CHAIN_MAX_PHASES phases: one kernel holds every phase's code, so
+ * each runs with the registers the hungriest needs, and NVRTC compiles
+ * the whole of it for any one text that differs. */
 enum { CG_CHAIN_BAR_WORDS = 4, CG_CHAIN_MAX_PHASES = 4 };
 Kernel *cg_kernel_chain(Kernel *a, Kernel *b, RtRef bar);
 /* Whether cg_kernel_chain(a, b) will chain them, b not yet finished:
