@@ -5,6 +5,7 @@
 #include "dlcc.h"
 
 #include <assert.h>
+#include <fnmatch.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -123,6 +124,29 @@ static InputShape *copy_input_shapes(Ctx *c, const dlc_options *opt, int *n) {
   }
   *n = ns;
   return shapes;
+}
+
+/* dlc_options.freeze: each param a pattern of the list matches is
+ * frozen (training leaves it alone); a pattern that matches none is an
+ * error, as a misspelt name would otherwise train what it meant to keep. */
+static bool freeze_params(Ctx *c, Graph *g, const char *list) {
+  bool ok = true;
+  for (const char *p = list; *p;) {
+    size_t n = strcspn(p, ",");
+    char *pat = arena_strndup(&c->arena, p, n);
+    int matched = 0;
+    for (Node *k = g->first; k; k = k->next)
+      if (k->op == OP_PARAM && fnmatch(pat, ir_attr_str(k, "name"), 0) == 0) {
+        ir_set_int(g, k, "frozen", 1);
+        matched++;
+      }
+    if (!matched) {
+      diag_error(c, (SrcLoc){0}, "freeze: '%s' matches no parameter of the model", pat);
+      ok = false;
+    }
+    p += n + (p[n] == ',');
+  }
+  return ok;
 }
 
 /* An ONNX model brings its weights: they are bound at once. */
@@ -343,6 +367,7 @@ have_graph:
   bool seed_scaled = split ? split == DLC_LOSS_SCALE_SEED : f16_step;
   bool loss_scaling = split ? split == DLC_LOSS_SCALE_FED : f16_step;
   if (job->opt && job->opt->tensor_parallel > 1 && !split_tensors(c, job->opt, g, &job->m->tp)) return 1;
+  if (job->opt && job->opt->grad && job->opt->freeze && !freeze_params(c, g, job->opt->freeze)) return 1;
   int level = job->opt ? job->opt->opt_level : 0;
   AutodiffOptions ado = {.loss_scale = seed_scaled,
                          .sync_bn = job->opt && job->opt->optimizer ? job->opt->optimizer->sync_bn : 0,

@@ -73,6 +73,8 @@ static const char train_usage[] =
     "  --weights=FILE        initial parameters (a PyTorch state_dict); default: an ONNX\n"
     "                        model's own, else random from --seed\n"
     "  --init=random         an ONNX model's own weights replaced by random ones too\n"
+    "  --freeze=P,...        parameters training leaves alone: names or shell patterns\n"
+    "                        (\"backbone.*\", a buffer such as \"pe\"); each must match one\n"
     "  --save=OUT            write the trained state_dict to OUT and a checkpoint to\n"
     "                        OUT.ckpt.safetensors (OUT's .safetensors replaced)\n"
     "  --resume=CKPT         continue from a checkpoint exactly\n"
@@ -212,6 +214,8 @@ static int parse_one(int argc, char **argv, int *i, TrainArgs *o) {
     int64_t seed;
     if (!int_arg("--seed", v, 0, &seed)) return 1;
     o->seed = (uint64_t)seed;
+  } else if ((v = driver_flag_value(argc, argv, i, "--freeze"))) {
+    o->api.freeze = v;
   } else if ((v = driver_flag_value(argc, argv, i, "--init"))) {
     if (strcmp(v, "random") != 0) {
       fprintf(stderr, "dlcc: error: unknown --init '%s' (expected random)\n", v);

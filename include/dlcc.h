@@ -223,6 +223,10 @@ typedef struct dlc_options {
    * launch before it wrote keeps a launch of its own instead of joining
    * it behind a grid barrier (docs/kernels.md, chains). */
   int no_chain_launches;
+  /* With grad: the params training leaves alone, as dlcc train's
+   * --freeze: comma-separated names or shell patterns ("backbone.*",
+   * "pe"), each of which must match a param; NULL: none. */
+  const char *freeze;
 } dlc_options;
 
 enum { DLC_O0 = -1 };

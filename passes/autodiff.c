@@ -54,7 +54,7 @@ static bool stops(OpKind op, int i) { return i < 32 && (ir_grad_rules[op].stops 
 /* ---- which params train ---- */
 
 /* Float params with a use where gradients flow: not the buffers that
- * only feed batchnorm's running statistics.  By node id. */
+ * only feed batchnorm's running statistics, nor the frozen.  By node id. */
 bool *pass_trainable_params(Graph *g) {
   ir_number(g);
   bool *used = ARENA_ARRAY(&g->ctx->arena, bool, g->n_nodes + 1);
@@ -64,7 +64,8 @@ bool *pass_trainable_params(Graph *g) {
   for (int i = 0; i < g->n_outputs; i++) used[g->outputs[i]->def->id] = true;
   bool *trainable = ARENA_ARRAY(&g->ctx->arena, bool, g->n_nodes + 1);
   for (Node *n = g->first; n; n = n->next)
-    trainable[n->id] = n->op == OP_PARAM && ir_dtype_is_float(n->out[0].type.dtype) && used[n->id];
+    trainable[n->id] = n->op == OP_PARAM && ir_dtype_is_float(n->out[0].type.dtype) && used[n->id] &&
+                       !(ir_attr(n, "frozen") && ir_attr_int(n, "frozen"));
   return trainable;
 }
 

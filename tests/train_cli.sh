@@ -177,4 +177,21 @@ y=$(ls "$tmp/oxa")
 cmp -s "$tmp/oxa/$y" "$tmp/oxb/$y" && ok || fail "an ONNX model at lr 0 lost its own weights"
 cmp -s "$tmp/oxa/$y" "$tmp/oxr/$y" && fail "--init=random kept the ONNX model's weights" || ok
 
+# --freeze: the params it names (shell patterns) keep their values, the
+# others train; a pattern that names nothing is refused.
+F="$t/tiny.dl --loss=cross_entropy --optimizer=adamw --lr=0.05 --backend=ref --data $t/data --epochs 1 --batch 8"
+expect 0 "" "$dlcc" train $F --freeze='fc1.*' --save "$tmp/frozen.safetensors"
+expect 0 "" "$dlcc" train $F --lr=0 --save "$tmp/start.safetensors"
+if command -v python3 >/dev/null; then
+  python3 - "$tmp/frozen.safetensors" "$tmp/start.safetensors" <<'PY' && ok || fail "--freeze: fc1 moved or fc2 did not"
+import json, struct, sys
+def load(p):
+    b = open(p, "rb").read(); n = struct.unpack("<Q", b[:8])[0]; h = json.loads(b[8:8 + n]); d = b[8 + n:]
+    return {k: d[v["data_offsets"][0]:v["data_offsets"][1]] for k, v in h.items() if k != "__metadata__"}
+a, b = load(sys.argv[1]), load(sys.argv[2])
+sys.exit(0 if a["fc1.weight"] == b["fc1.weight"] and a["fc1.bias"] == b["fc1.bias"] and a["fc2.weight"] != b["fc2.weight"] else 1)
+PY
+fi
+expect_sub 1 "freeze: 'fc9.*' matches no parameter of the model" "$dlcc" train $F --freeze='fc1.*,fc9.*'
+
 finish train_cli
