@@ -286,12 +286,26 @@ static bool module_path(const char *name) {
   return dot && !start;
 }
 
+/* Whether t holds a value no trained weight does: an infinity, a NaN,
+ * or one of 1e30 or more (finfo.min): a mask's fill. */
+static bool holds_mask_fill(const Tensor *t) {
+  int64_t n = ir_type_numel(&t->type);
+  for (int64_t i = 0; i < n; i++) {
+    double x = ir_tensor_get(t, i);
+    if (!isfinite(x) || fabs(x) >= 1e30) return true;
+  }
+  return false;
+}
+
 bool ox_is_weight(Imp *im, const Val *v) {
   if (!ox_is_initializer(im, v) || !ir_dtype_is_float(v->type.dtype)) return false;
   /* An initializer of one value is a constant an exporter kept (the
    * dynamo exporter's scale of attention's q and k, "val_70"; an epsilon)
-   * unless a module's path names it (a Linear(n, 1)'s "head.bias"). */
-  return ir_type_numel(&v->type) != 1 || module_path(v->name);
+   * unless a module's path names it (a Linear(n, 1)'s "head.bias"); one
+   * that holds a mask's fill is a mask (Llama's finfo.min that Trilu
+   * makes causal), which the attention pass must see as one. */
+  if (ir_type_numel(&v->type) == 1 && !module_path(v->name)) return false;
+  return !v->k || !holds_mask_fill(v->k);
 }
 
 /* The value in the graph, made on first use: a known value becomes a
