@@ -52,7 +52,8 @@
 #  12. (after 11) training (docs/training.md): dlcc train's step losses on
 #      cuda against ref (the MLP, LeNet, LSTM and GRU of tests/train), ResNet-18
 #      training throughput (64x64, batch 64) in f32 and bf16 (and f32 with
-#      --no-chain-launches: what chained launches change), and PyTorch's
+#      --no-chain-launches: what chained launches change), PyTorch's own
+#      training against dlcc's on cuda (tests/torch/train_parity.py), and PyTorch's
 #      same step, eager and torch.compile (tests/gpu/train_bench.py).
 # Nothing stops at the first failure; each command has a timeout.  The
 # whole log goes to $OUT/check.log when OUT is set (the device tool brings
@@ -254,6 +255,20 @@ PY
       fail "train resnet18 $prec: $(grep -h -m1 'error\|timed out' "$work/train.r18.$prec.out" 2>/dev/null | head -1 | cut -c1-160)"
     fi
   done
+  # PyTorch's own training against dlcc train on cuda, the same models
+  # exported to ONNX (tests/torch/train_parity.py: losses to 1e-5, the
+  # state_dict after SGD to 1e-4; torch on the CPU, dlcc on the GPU)
+  lim=$(slot 150)
+  if [ "$lim" = 0 ]; then
+    skipped "training parity with PyTorch"
+  else
+    timeout "$lim" python3 "$src/tests/torch/train_parity.py" --dlcc ./dlcc --backend cuda >"$work/parity.out" 2>&1
+    case $? in
+      0) note "train parity with PyTorch on cuda: $(tail -1 "$work/parity.out")" ;;
+      77) note "training parity with PyTorch: skipped (no torch)" ;;
+      *) fail "train parity with PyTorch on cuda: $(grep -v '^ok' "$work/parity.out" | grep -v -i warn | head -4 | tr '\n' ' ' | cut -c1-300)" ;;
+    esac
+  fi
   lim=$(slot 200)
   if [ "$lim" -lt 60 ]; then
     skipped "PyTorch training comparison"
