@@ -157,8 +157,12 @@ def run(dlcc, backend, name, optname, work):
     np.save(os.path.join(data, "target.npy"), t)
     onnx_path = os.path.join(work, "m.onnx")
     exported = copy.deepcopy(model)
-    torch.onnx.export(exported, torch.from_numpy(x[:B]), onnx_path, input_names=["x"], output_names=["logits"],
-                      training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False, dynamo=False)
+    kw = dict(input_names=["x"], output_names=["logits"], training=torch.onnx.TrainingMode.TRAINING,
+              do_constant_folding=False)
+    try:  # the TorchScript exporter: torch before 2.5 has no dynamo argument, later ones default to dynamo
+        torch.onnx.export(exported, torch.from_numpy(x[:B]), onnx_path, dynamo=False, **kw)
+    except TypeError:
+        torch.onnx.export(exported, torch.from_numpy(x[:B]), onnx_path, **kw)
     model.load_state_dict(exported.state_dict())  # the export's trace moved the running statistics once
     opt, flags = optimizer(optname, model.parameters())
     losses = []
