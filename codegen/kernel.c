@@ -799,10 +799,7 @@ bool cg_kernel_can_chain(const Kernel *a, const Kernel *b) {
   return fits_in(b, most);
 }
 
-/* The blocks of threads a phase runs at once in each of the launch's:
- * several of a part without barriers whose blocks are a whole fraction
- * of the launch's (every part of the phase so), else one. */
-static uint32_t phase_groups(const Kernel *m, int phase) {
+uint32_t cg_phase_groups(const Kernel *m, int phase) {
   uint32_t threads = threads_of(m), most = 0;
   for (int i = 0; i < m->n_parts; i++) {
     const Kernel *p = m->parts[i];
@@ -812,8 +809,6 @@ static uint32_t phase_groups(const Kernel *m, int phase) {
   }
   return most && threads % most == 0 ? threads / most : 1;
 }
-
-uint32_t cg_phase_groups(const Kernel *m, int phase) { return phase_groups(m, phase); }
 
 Kernel *cg_kernel_chain(Kernel *a, Kernel *b, RtRef bar) {
   if (!b->finished || !cg_kernel_can_chain(a, b)) return NULL;
@@ -858,7 +853,7 @@ Kernel *cg_kernel_chain(Kernel *a, Kernel *b, RtRef bar) {
     uint64_t blocks = 0;
     for (int i = 0; i < m->n_parts; i++)
       if (m->part_phase[i] == ph) blocks += m->parts[i]->grid[0];
-    uint32_t g = phase_groups(m, ph);
+    uint32_t g = cg_phase_groups(m, ph);
     blocks = (blocks + g - 1) / g;
     if (blocks > grid) grid = blocks;
   }

@@ -1112,6 +1112,14 @@ static bool read_by(const Kernel *k, const KParam *p) {
   return false;
 }
 
+/* Whether kernel k has index reports (a STATUS buffer): its launch keeps
+ * a step of its own, whose node the runtime's messages name. */
+static bool reports(const Kernel *k) {
+  for (int i = 0; i < k->n_params; i++)
+    if (k->params[i].buf && k->params[i].arg.ref.space == RT_SPACE_STATUS) return true;
+  return false;
+}
+
 /* The earlier launch kernel k can join (horizontal fusion: one launch
  * runs both on their own blocks), or -1: the nearest one before which
  * nothing k reads is written and nothing k writes is touched, with a
@@ -1119,8 +1127,7 @@ static bool read_by(const Kernel *k, const KParam *p) {
  * own step, whose node the runtime's messages name. */
 static int merge_target(CgBuild *b, Kernel *k) {
   if (b->merge_from < 0 || !b->opts.merge_launches || b->n_open) return -1;
-  for (int i = 0; i < k->n_params; i++)
-    if (k->params[i].buf && k->params[i].arg.ref.space == RT_SPACE_STATUS) return -1;
+  if (reports(k)) return -1;
   uint64_t made = 0; /* the arena bytes k writes: born at t, not at the end */
   for (int i = 0; i < k->n_params; i++)
     if (k->params[i].buf && k->params[i].buf->written && k->params[i].arg.ref.space == RT_SPACE_ARENA)
@@ -1139,8 +1146,7 @@ static int merge_target(CgBuild *b, Kernel *k) {
  * k's launch at the end (a loss's sum beside the backward's first map). */
 static int merge_down_target(CgBuild *b, Kernel *k) {
   if (b->merge_from < 0 || !b->opts.merge_launches || b->n_open) return -1;
-  for (int i = 0; i < k->n_params; i++)
-    if (k->params[i].buf && k->params[i].arg.ref.space == RT_SPACE_STATUS) return -1;
+  if (reports(k)) return -1;
   for (int t = b->n_steps - 1; t >= b->merge_from && t >= b->n_steps - MERGE_REACH; t--) {
     if (b->steps[t].kind != RT_STEP_LAUNCH || !b->step_kernel[t] || !cg_kernel_can_merge(b->step_kernel[t], k) ||
         step_orders(b, t, k))
@@ -1183,10 +1189,7 @@ static int chain_target(CgBuild *b, Kernel *k) {
       t < b->merge_from || b->steps[t].kind != RT_STEP_LAUNCH || !b->step_kernel[t])
     return -1;
   const Kernel *a = b->step_kernel[t];
-  for (int i = 0; i < k->n_params; i++)
-    if (k->params[i].buf && k->params[i].arg.ref.space == RT_SPACE_STATUS) return -1;
-  for (int i = 0; i < a->n_params; i++)
-    if (a->params[i].buf && a->params[i].arg.ref.space == RT_SPACE_STATUS) return -1;
+  if (reports(k) || reports(a)) return -1;
   if (!cg_kernel_can_chain(a, k)) return -1;
   /* What a chain costs in memory: the launch is one step to the
    * planner, so a buffer the earlier phases read for the last time can

@@ -115,16 +115,10 @@ static bool check_spec(Ctx *c, const OptimSpec *o) {
   return !bad;
 }
 
-static Node *find_param(Graph *g, const char *name) {
-  for (Node *n = g->first; n; n = n->next)
-    if (n->op == OP_PARAM && strcmp(ir_attr_str(n, "name"), name) == 0) return n;
-  return NULL;
-}
-
 /* The loss scale: autodiff's param, or (OptimSpec.scaled_elsewhere) one
  * of the same name and start. */
 static Node *amp_scale(Graph *g, SrcLoc at) {
-  Node *p = find_param(g, AMP_SCALE_PARAM);
+  Node *p = pass_find_param(g, AMP_SCALE_PARAM);
   if (p) return p;
   TensorType scalar = {.dtype = TY_F32};
   p = ir_source(g, OP_PARAM, &scalar, AMP_SCALE_PARAM, at);
@@ -311,7 +305,7 @@ bool pass_append_optimizer(Graph *g, const OptimSpec *o) {
     const char *name = g->output_names[i];
     size_t len = strlen(name);
     if (ir_output_update(g, i) || len <= 5 || strcmp(name + len - 5, ".grad") != 0) continue;
-    Node *p = find_param(g, arena_printf(&c->arena, "%.*s", (int)(len - 5), name));
+    Node *p = pass_find_param(g, arena_printf(&c->arena, "%.*s", (int)(len - 5), name));
     if (!p || !ir_type_eq(&p->out[0].type, &g->outputs[i]->type)) continue;
     is_grad[i] = true;
     params[n_grads] = p;
@@ -322,8 +316,8 @@ bool pass_append_optimizer(Graph *g, const OptimSpec *o) {
                optim_name(o->kind));
     return false;
   }
-  if (find_param(g, OPTIM_STEP_PARAM)) {
-    diag_error(c, find_param(g, OPTIM_STEP_PARAM)->loc, "the param '%s' is the optimizer's step counter",
+  if (pass_find_param(g, OPTIM_STEP_PARAM)) {
+    diag_error(c, pass_find_param(g, OPTIM_STEP_PARAM)->loc, "the param '%s' is the optimizer's step counter",
                OPTIM_STEP_PARAM);
     return false;
   }
@@ -337,7 +331,7 @@ bool pass_append_optimizer(Graph *g, const OptimSpec *o) {
   TensorType scalar = {.dtype = TY_F32};
   Node *step = ir_source(g, OP_PARAM, &scalar, OPTIM_STEP_PARAM, s.at);
   ir_set_str(g, step, "init", "zeros");
-  if (o->loss_scaling && !o->scaled_elsewhere && !find_param(g, AMP_SCALE_PARAM)) {
+  if (o->loss_scaling && !o->scaled_elsewhere && !pass_find_param(g, AMP_SCALE_PARAM)) {
     diag_error(c, (SrcLoc){0}, "loss scaling: the gradients were not scaled (no param '%s')", AMP_SCALE_PARAM);
     return false;
   }

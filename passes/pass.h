@@ -190,6 +190,8 @@ void pass_uses_add(PassUses *u, const Value *v, int delta);
  * internal error when inference fails (the caller built a bad node). */
 Node *pass_new_node(Graph *g, Node *before, OpKind op, int n_in, Value *const *in,
                     const Node *like, SrcLoc loc);
+/* The first param of g called name, or NULL. */
+Node *pass_find_param(Graph *g, const char *name);
 /* A const splat of value with type t, inserted before `before`. */
 Value *pass_new_const(Graph *g, Node *before, double value, const TensorType *t, SrcLoc loc);
 /* True when v is a const splat; its value (rounded to v's dtype) in *value. */

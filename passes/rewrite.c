@@ -172,6 +172,12 @@ Node *pass_new_node(Graph *g, Node *before, OpKind op, int n_in, Value *const *i
   return n;
 }
 
+Node *pass_find_param(Graph *g, const char *name) {
+  for (Node *n = g->first; n; n = n->next)
+    if (n->op == OP_PARAM && strcmp(ir_attr_str(n, "name"), name) == 0) return n;
+  return NULL;
+}
+
 Value *pass_new_const(Graph *g, Node *before, double value, const TensorType *t, SrcLoc loc) {
   Node *n = ir_node_new(g, OP_CONST, 0, NULL, loc);
   ir_set_float(g, n, "value", value);

@@ -27,6 +27,7 @@
 
 #include "ir/grad.h"
 #include "passes/autodiff.h"
+#include "passes/pass.h"
 
 typedef struct Mode {
   Graph *g;
@@ -124,6 +125,16 @@ static void batch_moments(Mode *md, SrcLoc at, Value *x, int n_axes, const int64
   *var = over_ranks(md, ir_grad_op2(g, at, OP_ADD, *var, ir_grad_op2(g, at, OP_MUL, off, off)));
 }
 
+/* The update of running statistic run (a param) toward the batch's
+ * stat: (1 - momentum) run + momentum unbias stat. */
+static void move_running(Mode *md, SrcLoc at, Value *run, Value *stat, double momentum, double unbias) {
+  Graph *g = md->g;
+  DType dt = stat->type.dtype;
+  Value *old = ir_grad_op2(g, at, OP_MUL, run, ir_grad_scalar(g, at, 1 - momentum, dt));
+  Value *now = ir_grad_op2(g, at, OP_MUL, stat, ir_grad_scalar(g, at, momentum * unbias, dt));
+  add_update(md, ir_grad_op2(g, at, OP_ADD, old, now), ir_attr_str(run->def, "name"));
+}
+
 static void batchnorm(Mode *md, Node *n) {
   Graph *g = md->g;
   SrcLoc at = n->loc;
@@ -142,7 +153,6 @@ static void batchnorm(Mode *md, Node *n) {
   }
   const Attr *mom = ir_attr(n, "momentum");
   double eps = ir_attr_float(n, "eps"), momentum = mom ? mom->f : 0.1;
-  DType dt = xt->dtype;
   Node *first = g->last;
   Value *mean, *var;
   batch_moments(md, at, x, n_axes, axes, &mean, &var);
@@ -163,12 +173,7 @@ static void batchnorm(Mode *md, Node *n) {
   }
   double count = (double)m * (md->sync_bn > 0 ? md->sync_bn : 1);
   double unbias[2] = {1, count / (count - 1)};
-  for (int i = 0; i < 2; i++) {
-    Value *run = n->in[3 + i];
-    Value *old = ir_grad_op2(g, at, OP_MUL, run, ir_grad_scalar(g, at, 1 - momentum, dt));
-    Value *now = ir_grad_op2(g, at, OP_MUL, stat[i], ir_grad_scalar(g, at, momentum * unbias[i], dt));
-    add_update(md, ir_grad_op2(g, at, OP_ADD, old, now), ir_attr_str(run->def, "name"));
-  }
+  for (int i = 0; i < 2; i++) move_running(md, at, n->in[3 + i], stat[i], momentum, unbias[i]);
   /* The written-out form computes in f32 under --precision, as the op
    * does and as autocast runs batch_norm: (x - mean)^2 in f16 would lose
    * the small deviations, and the running statistics are f32 params. */
@@ -192,15 +197,10 @@ static void running_of_batch_stats(Mode *md, Node *n) {
     const Attr *name = ir_attr(n, which[i]);
     Value *stat = n->in[3 + i];
     if (!name || stat->type.rank != 1 || stat->type.dims[0] != C) continue;
-    Node *run = NULL;
-    for (Node *p = g->first; p && !run; p = p->next)
-      if (p->op == OP_PARAM && strcmp(ir_attr_str(p, "name"), name->s) == 0) run = p;
+    Node *run = pass_find_param(g, name->s);
     if (run && !ir_type_eq(&run->out[0].type, &stat->type)) continue;
     if (!run) run = ir_source(g, OP_PARAM, &stat->type, name->s, at); /* appended, as the updates are */
-    DType dt = stat->type.dtype;
-    Value *old = ir_grad_op2(g, at, OP_MUL, &run->out[0], ir_grad_scalar(g, at, 1 - momentum, dt));
-    Value *now = ir_grad_op2(g, at, OP_MUL, stat, ir_grad_scalar(g, at, momentum * unbias[i], dt));
-    add_update(md, ir_grad_op2(g, at, OP_ADD, old, now), name->s);
+    move_running(md, at, &run->out[0], stat, momentum, unbias[i]);
   }
 }
 

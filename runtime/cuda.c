@@ -676,44 +676,21 @@ static int check_block_limit(CudaDevice *d, const RtPlan *p, uint32_t k, CUfunct
   return 0;
 }
 
-/* A chain (RT_COOP_STRIDE) runs on any grid up to its launch's, so on
- * as many blocks as the GPU holds at once (the occupancy the driver
- * computes from the compiled kernel's registers and shared memory);
- * every launch of one kernel has the same block. */
-static int stride_blocks(CudaDevice *d, const RtPlan *p, uint32_t k, CUfunction fn, uint32_t *most_blocks) {
-  for (uint32_t s = 0; s < all_steps(p); s++) {
-    const RtLaunch *l = &step_at(p, s)->launch;
-    if (step_at(p, s)->kind != RT_STEP_LAUNCH || l->kernel != k) continue;
-    int per = 0, threads = (int)(l->block[0] * l->block[1] * l->block[2]);
-    if (check(d, d->api.cuOccupancyMaxActiveBlocksPerMultiprocessor(&per, fn, threads, l->dynamic_shared_bytes),
-              "cuOccupancyMaxActiveBlocksPerMultiprocessor('%s')", p->kernels[k].name))
-      return -1;
-    if (per < 1)
-      return rt_device_fail(&d->base,
-                            "cuda: step %u launches cooperative kernel '%s' on blocks of %d threads, of which this "
-                            "GPU cannot hold even one per SM; dlcc --no-chain-launches builds it as separate launches",
-                            s, p->kernels[k].name, threads);
-    uint64_t most = (uint64_t)per * (uint64_t)d->sms;
-    *most_blocks = most < UINT32_MAX ? (uint32_t)most : UINT32_MAX - 1;
-    return 0;
-  }
-  return 0;
-}
-
-/* A cooperative kernel's every grid must be resident at once, or
+/* A cooperative kernel's blocks must be resident at once, or
  * cuLaunchCooperativeKernel fails (CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE)
  * mid-run: checked at load against the occupancy the driver computes
- * from the compiled kernel's registers and shared memory. */
+ * from the compiled kernel's registers and shared memory.  A chain
+ * (RT_COOP_STRIDE) runs on any grid up to its launch's, so *most_blocks
+ * is what the GPU holds at once (every launch of one kernel has the same
+ * block); any other must fit with every launch's grid as it is
+ * (*most_blocks UINT32_MAX). */
 static int check_cooperative(CudaDevice *d, const RtPlan *p, uint32_t k, CUfunction fn, uint32_t *most_blocks) {
   const char *name = p->kernels[k].name;
+  bool stride = p->kernels[k].cooperative == RT_COOP_STRIDE;
   if (!d->cooperative)
     return rt_device_fail(&d->base, "cuda: kernel '%s' needs a cooperative launch, which this GPU does not support%s",
-                          name,
-                          p->kernels[k].cooperative == RT_COOP_STRIDE
-                              ? " (dlcc --no-chain-launches builds its kernels as separate launches)"
-                              : "");
+                          name, stride ? " (dlcc --no-chain-launches builds its kernels as separate launches)" : "");
   *most_blocks = UINT32_MAX;
-  if (p->kernels[k].cooperative == RT_COOP_STRIDE) return stride_blocks(d, p, k, fn, most_blocks);
   for (uint32_t s = 0; s < all_steps(p); s++) {
     const RtLaunch *l = &step_at(p, s)->launch;
     if (step_at(p, s)->kind != RT_STEP_LAUNCH || l->kernel != k) continue;
@@ -722,6 +699,15 @@ static int check_cooperative(CudaDevice *d, const RtPlan *p, uint32_t k, CUfunct
               "cuOccupancyMaxActiveBlocksPerMultiprocessor('%s')", name))
       return -1;
     uint64_t blocks = (uint64_t)l->grid[0] * l->grid[1] * l->grid[2], most = (uint64_t)per * (uint64_t)d->sms;
+    if (stride && per < 1)
+      return rt_device_fail(&d->base,
+                            "cuda: step %u launches cooperative kernel '%s' on blocks of %d threads, of which this "
+                            "GPU cannot hold even one per SM; dlcc --no-chain-launches builds it as separate launches",
+                            s, name, threads);
+    if (stride) {
+      *most_blocks = most < UINT32_MAX ? (uint32_t)most : UINT32_MAX - 1;
+      return 0;
+    }
     if (blocks > most)
       return rt_device_fail(&d->base,
                             "cuda: step %u launches cooperative kernel '%s' on %llu blocks of %d threads, but this "
