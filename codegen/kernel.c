@@ -187,6 +187,8 @@ void cg_kernel_finish(Kernel *k) {
  * each thread still walks several elements, which amortizes its index
  * arithmetic; more blocks only add scheduling. */
 enum { GRID_SMS = 132, SM_THREADS = 2048, GRID_WAVES = 4 };
+/* What a kernel may declare statically: its __shared__ arrays together. */
+enum { STATIC_SHARED = 48 * 1024 };
 
 int64_t cg_gpu_threads(void) { return (int64_t)GRID_SMS * SM_THREADS; }
 
@@ -721,8 +723,7 @@ bool cg_kernel_can_merge(const Kernel *a, const Kernel *b) {
   if (b->grid[1] != 1 || b->grid[2] != 1 || b->cooperative || a->cooperative || has_grid_sync(&b->body) ||
       index_of(b) != a->index || (uint64_t)a->grid[0] + b->grid[0] > INT32_MAX)
     return false;
-  /* 48 KiB: what a kernel may declare statically */
-  if ((uint64_t)a->shared_bytes + b->shared_bytes > 48 * 1024) return false;
+  if ((uint64_t)a->shared_bytes + b->shared_bytes > STATIC_SHARED) return false;
   uint32_t most = tb > threads ? tb : threads;
   for (int i = 0; i < na; i++)
     if (!fits_in(pa[i], most)) return false;
@@ -773,30 +774,39 @@ Kernel *cg_kernel_merge(Kernel *a, Kernel *b) {
 
 /* ---- vertical fusion: dependent kernels in one launch ---- */
 
-/* Static shared memory a chain may hold: a memory-bound launch keeps
- * its occupancy (a reduction's slots and a few tiles of a window). */
-enum { CHAIN_SHARED = 16 * 1024 };
+/* Static shared memory a chain may hold: as much as lets the threads of
+ * a full SM (SM_THREADS) stay resident on the shared memory of the
+ * smallest SM dlcc targets (sm_80's 164 KiB, less the driver's
+ * reserve), so that its memory-bound phases keep their occupancy; and
+ * at most what a kernel may declare statically. */
+enum { CHAIN_SM_SHARED = 160 * 1024 };
 
-static bool streams(const Kernel *p) {
-  return !p->uses_tc && !p->tiled && !p->cooperative && !p->dynamic_shared_bytes && !p->n_phases &&
+static uint64_t chain_shared(uint32_t threads) {
+  uint64_t per_sm = SM_THREADS / (threads ? threads : 1), cap = CHAIN_SM_SHARED / (per_sm ? per_sm : 1);
+  return cap < STATIC_SHARED ? cap : STATIC_SHARED;
+}
+
+/* What a phase may be: no tensor cores, dynamic shared memory or grid
+ * barrier of its own (a chain's phases share the launch's). */
+static bool chainable(const Kernel *p) {
+  return !p->uses_tc && !p->cooperative && !p->dynamic_shared_bytes && !p->n_phases &&
          p->grid[1] == 1 && p->grid[2] == 1 && !has_grid_sync(&p->body);
 }
 
 bool cg_kernel_can_chain(const Kernel *a, const Kernel *b) {
-  if (!a->finished || b->n_parts || !streams(b) || index_of(b) != a->index ||
-      (a->n_phases ? a->n_phases : 1) >= CG_CHAIN_MAX_PHASES ||
-      (uint64_t)a->shared_bytes + b->shared_bytes > CHAIN_SHARED)
+  if (!a->finished || b->n_parts || !chainable(b) || index_of(b) != a->index ||
+      (a->n_phases ? a->n_phases : 1) >= CG_CHAIN_MAX_PHASES)
     return false;
   const Kernel *const *pa = a->n_parts ? (const Kernel *const *)a->parts : &a;
   int na = a->n_parts ? a->n_parts : 1;
   uint32_t most = threads_of(b);
   for (int i = 0; i < na; i++) {
-    if (!streams(pa[i])) return false;
+    if (!chainable(pa[i])) return false;
     if (threads_of(pa[i]) > most) most = threads_of(pa[i]);
   }
   for (int i = 0; i < na; i++)
     if (!fits_in(pa[i], most)) return false;
-  return fits_in(b, most);
+  return fits_in(b, most) && (uint64_t)a->shared_bytes + b->shared_bytes <= chain_shared(most);
 }
 
 uint32_t cg_phase_groups(const Kernel *m, int phase) {

@@ -263,8 +263,7 @@ typedef struct Kernel {
   int *part_phase;
   int n_phases;
   KBuf *phase_bar;
-  /* Built from tiles of a GEMM (cg_ktiles): never a phase of a chain,
-   * whose grid would cut its waves of tiles short. */
+  /* Built from tiles of a GEMM (cg_ktiles). */
   bool tiled;
 } Kernel;
 
@@ -306,20 +305,21 @@ bool cg_kernel_can_merge(const Kernel *a, const Kernel *b);
 /* One launch for two finished kernels where b may depend on a: a's
  * parts, a grid barrier, then b (vertical fusion of kernels that do
  * not fuse otherwise: a reduction's parts and the map that reads the
- * whole result).  a may be a merge or a chain already.  bar is the
+ * whole result, a convolution and the next).  a may be a merge or a chain already.  bar is the
  * barrier's SYNC words (CG_CHAIN_BAR_WORDS, zero before the launch and
  * after it).  NULL when cg_kernel_can_chain says no.  At most
  * CG_CHAIN_MAX_PHASES phases: one kernel holds every phase's code, so
  * each runs with the registers the hungriest needs, and NVRTC compiles
  * the whole of it for any one text that differs. */
-enum { CG_CHAIN_BAR_WORDS = 4, CG_CHAIN_MAX_PHASES = 4 };
+enum { CG_CHAIN_BAR_WORDS = 4, CG_CHAIN_MAX_PHASES = 6 };
 Kernel *cg_kernel_chain(Kernel *a, Kernel *b, RtRef bar);
 /* Whether cg_kernel_chain(a, b) will chain them, b not yet finished:
- * both memory-bound (no tensor cores, GEMM tiles, dynamic shared
- * memory or grid barrier of their own; little static shared memory),
- * 1-d grids, one index type, at most CG_CHAIN_MAX_PHASES phases, and
- * blocks a launch can share: a part with barriers has the launch's
- * threads exactly, one without whole warps of it. */
+ * no tensor cores, dynamic shared memory or grid barrier of their own
+ * (maps, reductions and GEMM tiles on the CUDA cores), static shared
+ * memory that leaves a full SM's threads resident, 1-d grids, one index
+ * type, at most CG_CHAIN_MAX_PHASES phases, and blocks a launch can
+ * share: a part with barriers has the launch's threads exactly, one
+ * without whole warps of it. */
 bool cg_kernel_can_chain(const Kernel *a, const Kernel *b);
 /* How many blocks of phase's parts each block of chain m runs side by
  * side: launch threads / the phase's largest part when no part of it has

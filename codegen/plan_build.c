@@ -86,6 +86,9 @@ struct CgBuild {
 
   RtTensorDesc *weights, *inputs, *outputs;
   int n_weights, n_inputs;
+  /* The most arena bytes live during any step chain_target has looked
+   * at (live_during): what a chain may hold without raising the peak. */
+  uint64_t live_peak;
 
   CgBuffer *buffers;
   int n_buffers, cap_buffers;
@@ -1179,6 +1182,38 @@ static bool read_later(CgBuild *b, RtRef r) {
   return false;
 }
 
+/* The arena bytes live during the last step: every buffer a step so far
+ * names that a node not lowered yet reads, and those only that step
+ * (kernel a) reads for the last time. */
+static uint64_t live_during(CgBuild *b, const Kernel *a) {
+  int nb = b->n_buffers;
+  unsigned char *state = calloc((size_t)nb + 1, 1); /* 1: named so far, 2: read later, 4: a's */
+  if (!state) ctx_out_of_memory(b->ctx);
+  int n_refs = step_refs(b, RT_SPACE_ARENA, NULL);
+  StepRef *refs = malloc(sizeof *refs * ((size_t)n_refs + 1));
+  if (!refs) {
+    free(state);
+    ctx_out_of_memory(b->ctx);
+  }
+  step_refs(b, RT_SPACE_ARENA, refs);
+  for (int r = 0; r < n_refs; r++) state[slot_of(b, *refs[r].ref)] |= 1;
+  free(refs);
+  for (const Node *n = b->g->first; n; n = n->next) {
+    if (b->done[n->id]) continue;
+    for (int i = 0; i < n->n_in; i++) {
+      const Value *v = n->in[i];
+      if (b->has_home[v->id] && b->home[v->id].space == RT_SPACE_ARENA) state[slot_of(b, b->home[v->id])] |= 2;
+    }
+  }
+  for (int i = 0; i < a->n_params; i++)
+    if (a->params[i].buf && a->params[i].arg.ref.space == RT_SPACE_ARENA) state[slot_of(b, a->params[i].arg.ref)] |= 4;
+  uint64_t live = 0;
+  for (int k = 0; k < nb; k++)
+    if ((state[k] & 1) && (state[k] & 6)) live += align_up(b->buffers[k].nbytes);
+  free(state);
+  return live;
+}
+
 /* The launch kernel k can join as the next phase of a chain
  * (cg_kernel_chain: vertical fusion, after a grid barrier), or -1: the
  * last step, where horizontal fusion found no launch to share.  Neither
@@ -1194,24 +1229,30 @@ static int chain_target(CgBuild *b, Kernel *k) {
   /* What a chain costs in memory: the launch is one step to the
    * planner, so a buffer the earlier phases read for the last time can
    * no longer give its bytes to what k writes.  Those are the buffers
-   * they read that neither k (a batchnorm's map reads what its
-   * statistics read) nor a node not lowered yet (the activation a
-   * backward reads) reads; of them and of what k writes, the smaller
-   * may be at most MERGE_HOLD_BYTES. */
-  uint64_t born = 0, dying = 0;
+   * they name that neither k (a batchnorm's map reads what its
+   * statistics read; a recurrent step writes the state the step
+   * before read) names nor a node not lowered yet (the activation a
+   * backward reads) reads, scratch too (a split-K GEMM's partial sums,
+   * which a later split GEMM apart would reuse); of them and of what k
+   * writes, the smaller may be at most MERGE_HOLD_BYTES. */
+  uint64_t born = 0, dying = 0, during = live_during(b, a), peak = b->live_peak;
+  if (during > b->live_peak) b->live_peak = during;
   for (int i = 0; i < k->n_params; i++)
     if (k->params[i].buf && k->params[i].buf->written && k->params[i].arg.ref.space == RT_SPACE_ARENA)
       born += param_bytes(&k->params[i]);
   for (int i = 0; i < a->n_params && born > MERGE_HOLD_BYTES && dying <= MERGE_HOLD_BYTES; i++) {
     const KParam *p = &a->params[i];
-    if (!p->buf || p->buf->written || p->arg.ref.space != RT_SPACE_ARENA) continue;
+    if (!p->buf || p->arg.ref.space != RT_SPACE_ARENA) continue;
     bool also = false;
     for (int j = 0; j < k->n_params && !also; j++)
-      also = k->params[j].buf && !k->params[j].buf->written && k->params[j].arg.ref.space == RT_SPACE_ARENA &&
+      also = k->params[j].buf && k->params[j].arg.ref.space == RT_SPACE_ARENA &&
              slot_of(b, k->params[j].arg.ref) == slot_of(b, p->arg.ref);
     if (!also && !read_later(b, p->arg.ref)) dying += param_bytes(p);
   }
-  return born <= MERGE_HOLD_BYTES || dying <= MERGE_HOLD_BYTES ? t : -1;
+  /* Or where the step's live bytes and what k adds to them stay within
+   * the peak of the steps before (the backward of a network, whose
+   * activations die as it goes): the arena does not grow for it. */
+  return born <= MERGE_HOLD_BYTES || dying <= MERGE_HOLD_BYTES || during + born <= peak ? t : -1;
 }
 
 /* In a chain, a phase may read bytes an earlier one wrote under another

@@ -459,16 +459,53 @@ START_TEST(dependent_kernels_chain) {
                              "}\n";
   chained_and_apart(norm, 7);
 
-  /* five dependent reductions: four phases, then a launch of its own */
-  static const char five[] = "graph five {\n"
+  /* GEMM tiles chain too (f32, on the CUDA cores): a convolution, the
+   * one that reads it (both split along K at batch 1: their partial
+   * sums and counters of arrivals in their phases) and the mean of each
+   * channel of that (a batchnorm's statistics); the arena no larger than apart, although each
+   * split GEMM has partial sums of its own (plan_build.c counts them as
+   * bytes a chain holds) */
+  static const char convs[] = "graph convs {\n"
+                              "  %x = input {name=\"x\"} : f32[1, 64, 7, 7]\n"
+                              "  %w1 = input {name=\"w1\"} : f32[32, 64, 3, 3]\n"
+                              "  %w2 = input {name=\"w2\"} : f32[32, 32, 3, 3]\n"
+                              "  %0 = conv2d %x, %w1 {stride=[1, 1], pad=[1, 1, 1, 1], dilation=[1, 1], groups=1} "
+                              ": f32[1, 32, 7, 7]\n"
+                              "  %1 = relu %0 : f32[1, 32, 7, 7]\n"
+                              "  %2 = conv2d %1, %w2 {stride=[1, 1], pad=[1, 1, 1, 1], dilation=[1, 1], groups=1} "
+                              ": f32[1, 32, 7, 7]\n"
+                              "  %3 = reduce_mean %2 {axes=[0, 2, 3], keepdims=1} : f32[1, 32, 1, 1]\n"
+                              "  return %2 as \"y\", %3 as \"m\"\n"
+                              "}\n";
+  Job cv = compile_with(convs, true, (CgOptions){.merge_launches = true});
+  Job cv_apart = compile_with(convs, true, (CgOptions){.merge_launches = true, .no_chain_launches = true});
+  test_nvrtc(cv.r.source, "sm_90");
+  /* inputs in [0, 1): sums of 576 and 288 positive terms, which an f32
+   * sum in the split's order keeps within 1e-5 */
+  test_emu_plans_equal(cv.g, cv.r.plan, cv_apart.r.plan, 9, 0, 1);
+  ck_assert_uint_le(cv.r.plan->arena_bytes, cv_apart.r.plan->arena_bytes);
+  ck_assert_int_eq(count_steps(cv.r.plan, RT_STEP_LAUNCH), 1);
+  ck_assert_int_eq(count_steps(cv_apart.r.plan, RT_STEP_LAUNCH), 3);
+  ck_assert_ptr_nonnull(strstr(cv.r.plan->steps[cv.r.plan->n_init_steps].label, "split-K"));
+  ck_assert_int_ge(occurrences(cv.r.source, "dl_grid_sync(dl_bar"), 2);
+
+  /* seven dependent reductions: CG_CHAIN_MAX_PHASES phases, then a
+   * launch of its own */
+  static const char five[] = "graph seven {\n"
                              "  %x = input {name=\"x\"} : f32[64, 64]\n"
                              "  %0 = reduce_sum %x {axes=[1], keepdims=1} : f32[64, 1]\n"
                              "  %1 = reduce_sum %0 {axes=[0], keepdims=1} : f32[1, 1]\n"
                              "  %2 = sub %x, %1 : f32[64, 64]\n"
                              "  %3 = reduce_max %2 {axes=[0], keepdims=1} : f32[1, 64]\n"
                              "  %4 = sub %2, %3 : f32[64, 64]\n"
-                             "  %5 = reduce_min %4 {axes=[1]} : f32[64]\n"
-                             "  return %5 as \"m\", %2 as \"c\"\n"
+                             "  %5 = reduce_min %4 {axes=[1], keepdims=1} : f32[64, 1]\n"
+                             "  %6 = sub %4, %5 : f32[64, 64]\n"
+                             "  %7 = reduce_max %6 {axes=[0], keepdims=1} : f32[1, 64]\n"
+                             "  %8 = sub %6, %7 : f32[64, 64]\n"
+                             "  %9 = reduce_sum %8 {axes=[1], keepdims=1} : f32[64, 1]\n"
+                             "  %10 = sub %8, %9 : f32[64, 64]\n"
+                             "  %11 = reduce_min %10 {axes=[0]} : f32[64]\n"
+                             "  return %11 as \"m\", %2 as \"c\"\n"
                              "}\n";
   Job f = check_merged(five);
   int kernels = 0;
@@ -480,7 +517,7 @@ START_TEST(dependent_kernels_chain) {
     ck_assert_int_le(syncs, CG_CHAIN_MAX_PHASES - 1);
     at = next;
   }
-  printf("five: %d launches, %d kernels\n", count_steps(f.r.plan, RT_STEP_LAUNCH), kernels);
+  printf("seven: %d launches, %d kernels\n", count_steps(f.r.plan, RT_STEP_LAUNCH), kernels);
   ck_assert_int_ge(count_steps(f.r.plan, RT_STEP_LAUNCH), 2);
 
   /* without the option, every dependent kernel its own launch */
