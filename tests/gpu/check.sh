@@ -48,7 +48,8 @@
 #  11. (after 4) the execution engine (docs/runtime.md): the warm wall time
 #      of a run of ResNet-50 (batch 1, 64x64), the LSTM and the llama block
 #      with CUDA graphs and with --no-graphs (the llama block also with
-#      its side streams off), and the engine report (its own 60 s).
+#      its side streams off, ResNet-50 also with --no-chain-launches, in
+#      a graph and out), and the engine report (up to 15 s a run).
 #  12. (after 11) training (docs/training.md): dlcc train's step losses on
 #      cuda against ref (the MLP, LeNet, LSTM and GRU of tests/train), ResNet-18
 #      training throughput (64x64, batch 64) in f32 and bf16 (and f32 with
@@ -145,8 +146,11 @@ engine_section() {
   for spec in "resnet50 -D HW=64" "lstm" "llama_block"; do
     read -r m defs <<<"$spec"
     modes="graphs no-graphs"
-    # the llama block's graph has independent steps on 2 streams
+    # the llama block's graph has independent steps on 2 streams; the
+    # ResNet's convolutions chain (docs/kernels.md): with and without
+    # chains, in a graph and out of one
     [ "$m" = llama_block ] && modes="graphs no-side-streams no-graphs"
+    [ "$m" = resnet50 ] && modes="graphs no-graphs no-chains no-chains.no-graphs"
     for mode in $modes; do
       lim=$(slot 15)
       if [ "$lim" = 0 ]; then
@@ -154,7 +158,8 @@ engine_section() {
         continue
       fi
       flags=
-      [ $mode = no-graphs ] && flags=--no-graphs
+      case $mode in *no-graphs) flags=--no-graphs ;; esac
+      case $mode in no-chains*) flags="$flags --no-chain-launches" ;; esac
       nobr=0
       [ $mode = no-side-streams ] && nobr=1
       # shellcheck disable=SC2086
