@@ -257,11 +257,9 @@ static bool optim_spec_from_api(Ctx *c, const dlc_options *opt, OptimSpec *out) 
 /* dlc_options.tensor_parallel: this rank's graph (passes/tensor_par.c),
  * or false after reporting what it does not combine with. */
 static bool split_tensors(Ctx *c, const dlc_options *o, Graph *g, TpResult *tp) {
-  const dlc_optimizer *opt = o->optimizer;
   const char *no = o->tensor_rank < 0 || o->tensor_rank >= o->tensor_parallel ? "a rank outside [0, tensor_parallel)"
-                   : opt && opt->sync_bn                                      ? "sync_bn"
-                   : o->quantize && strcmp(o->quantize, "none") ? "int8 quantization"
-                                                                : NULL;
+                   : o->quantize && strcmp(o->quantize, "none")                  ? "int8 quantization"
+                                                                                : NULL;
   if (no) {
     diag_error(c, (SrcLoc){0}, "tensor parallel over %d ranks does not support %s yet", o->tensor_parallel, no);
     return false;

@@ -515,11 +515,6 @@ static int parse_args(int argc, char **argv, Options *o) {
     fputs("dlcc: error: --bucket-mb needs --data-parallel (it groups the gradients' all-reduces)\n", stderr);
     return 1;
   }
-  if (o->tp > 1 && (o->data_parallel || o->sync_bn || o->optim.clip_grad_norm > 0)) {
-    fputs("dlcc: error: --tensor-parallel does not combine with --data-parallel, --sync-bn or clip_grad_norm yet\n",
-          stderr);
-    return 1;
-  }
   if (o->data_parallel && !o->optimize) {
     fputs("dlcc: error: --data-parallel needs --optimizer (the gradients are averaged before the update)\n", stderr);
     return 1;
@@ -773,8 +768,8 @@ static int compile(Ctx *c, void *data) {
     if (!pass_append_loss(g, &o->loss_spec, o->loss.output, "target", NULL) || !ir_verify(g)) return 1;
     t = ctx_stage(c, "loss", t);
   }
+  TpResult tp = {0};
   if (o->tp > 1) {
-    TpResult tp;
     if (!pass_tensor_parallel(g, o->tp, o->tp_rank, &tp) || !ir_verify(g)) return 1;
     for (int i = 0; i < tp.n_lines; i++) fprintf(stderr, "dlcc: tensor parallel: %s\n", tp.lines[i]);
     t = ctx_stage(c, "tensor-parallel", t);
@@ -789,6 +784,10 @@ static int compile(Ctx *c, void *data) {
     t = ctx_stage(c, "autodiff", t);
     spec.data_parallel = o->data_parallel;
     spec.bucket_bytes = (int64_t)o->bucket_mb << 20;
+    /* the clip's norm and the overflow check span the tensor group */
+    const char **parts = ARENA_ARRAY(&c->arena, const char *, tp.n_splits + 1);
+    for (int i = 0; i < tp.n_splits; i++) parts[spec.n_tp_parts++] = tp.splits[i].param;
+    spec.tp_parts = parts;
     if (o->optimize && (!pass_append_optimizer(g, &spec) || !ir_verify(g))) return 1;
   }
   if (!run_passes(c, job, g)) return 1;

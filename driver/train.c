@@ -1022,9 +1022,6 @@ static bool parallel_shape(Run *r) {
              "--tensor-parallel=%d does not divide the %d ranks of the launch "
              "(mpirun -np %d for tensor parallel alone, a multiple of %d for data parallel over groups of %d)",
              T, k, T, T, T);
-  else if (r->a->sync_bn || r->a->bucket_mb > 0)
-    snprintf(last_error, sizeof last_error, "--tensor-parallel does not combine with %s (a data-parallel flag)",
-             r->a->sync_bn ? "--sync-bn" : "--bucket-mb");
   else
     return r->dp = k / T, true;
   fprintf(stderr, "dlcc: error: %s\n", last_error);

@@ -54,6 +54,19 @@ grep -qx "data parallel: 2 groups of 2 tensor-parallel ranks" "$tmp/out" &&
 close "$tmp/tp1.ckpt.safetensors" "$tmp/dt.ckpt.safetensors" "2 x 2 against one process"
 grep '"step"' "$tmp/dt.jsonl" | losses /dev/stdin >"$tmp/b.v"; grep '"step"' "$tmp/tp1.jsonl" | losses /dev/stdin >"$tmp/a.v"
 agree "$tmp/a.v" "$tmp/b.v" && ok || fail "2 x 2 losses: $(paste "$tmp/a.v" "$tmp/b.v")"
+# 2 x 2 with a batchnorm (whole on every rank of a tensor group) and
+# --sync-bn: its statistics over the data group, so one process at the
+# global batch; --bucket-mb joins the data group's gradient means, the
+# same bits.
+B="$t/tinybn_tp.dl --loss=cross_entropy --optimizer=sgd --lr=0.05 --backend=emu --data $t/data --epochs 2 --batch 8"
+expect 0 "" "$dlcc" train $B --save "$tmp/bn1.safetensors"
+expect 0 "" mpi 4 "$dlcc" train $B --tensor-parallel=2 --sync-bn --save "$tmp/bnsync.safetensors"
+grep -qx "tensor parallel: split: fc1.weight by output rows, fc2.weight by input columns" "$tmp/out" && ok ||
+  fail "2 x 2 --sync-bn: the split line: $(cat "$tmp/out")"
+close "$tmp/bn1.ckpt.safetensors" "$tmp/bnsync.ckpt.safetensors" "2 x 2 --sync-bn against one process"
+expect 0 "" mpi 4 "$dlcc" train $B --tensor-parallel=2 --sync-bn --bucket-mb=0.0001 --save "$tmp/bnbucket.safetensors"
+cmp -s "$tmp/bnsync.ckpt.safetensors" "$tmp/bnbucket.ckpt.safetensors" && ok ||
+  fail "2 x 2 --bucket-mb: not the same bits"
 # A transformer encoder layer: the q, k, v projections split by heads
 # with the output projection by columns, then the MLP.  SGD: the key
 # bias's gradient is zero but for rounding, which Adam's normalization
