@@ -91,8 +91,38 @@ static const char *const default_emu[] = {
 };
 
 typedef struct Stats {
-  int passed, failed, unsupported, skipped, emu_passed, emu_failed, emu_unsupported;
+  int passed, failed, unsupported, skipped, flawed, emu_passed, emu_failed, emu_unsupported;
 } Stats;
+
+/* Cases whose files disagree with themselves in some onnx release, told
+ * by what their model lacks: not counted either way. */
+static const struct {
+  const char *name, *lacks, *why;
+} flawed_cases[] = {
+    {"test_adam_multiple", "epsilon",
+     "onnx 1.12 wrote the model without the epsilon=0.01 its expected outputs were computed with (later onnx "
+     "writes it)"},
+};
+
+/* Whether file holds the bytes of text. */
+static bool file_has(const char *file, const char *text) {
+  FILE *f = fopen(file, "rb");
+  if (!f) return false;
+  size_t n = strlen(text), have = 0;
+  char buf[1 << 16];
+  bool found = false;
+  /* the last n - 1 bytes of each read stay for the next */
+  for (size_t got; !found && (got = fread(buf + have, 1, sizeof buf - have, f)) > 0;) {
+    have += got;
+    found = memmem(buf, have, text, n) != NULL;
+    if (have >= n) {
+      memmove(buf, buf + have - (n - 1), n - 1);
+      have = n - 1;
+    }
+  }
+  fclose(f);
+  return found;
+}
 
 static bool verbose;
 
@@ -287,6 +317,12 @@ static void run_test(const char *root, const char *name, Stats *st) {
   char dir[4096], model[4200], why[2048] = "";
   snprintf(dir, sizeof dir, "%s/%s", root, name);
   snprintf(model, sizeof model, "%s/model.onnx", dir);
+  for (size_t i = 0; i < sizeof flawed_cases / sizeof *flawed_cases; i++)
+    if (strcmp(name, flawed_cases[i].name) == 0 && !file_has(model, flawed_cases[i].lacks)) {
+      st->flawed++;
+      if (verbose) printf("FLAWED %s: %s\n", name, flawed_cases[i].why);
+      return;
+    }
   Data in = {0}, want = {0};
   long bytes = 0;
   bool readable = read_data(dir, "input", &in, &bytes, why, sizeof why) &&
@@ -442,10 +478,10 @@ static bool run_folder(const char *root, int n_filters, char **filters, Stats *s
     free(names[i]);
   }
   free(names);
-  printf("onnx node tests (%s): %d passed, %d failed, %d unsupported, %d skipped (large) of %d; "
-         "emu: %d passed, %d failed, %d unsupported by codegen; %.1f s\n",
-         root, here.passed, here.failed, here.unsupported, here.skipped, n, here.emu_passed, here.emu_failed,
-         here.emu_unsupported, now() - t0);
+  printf("onnx node tests (%s): %d passed, %d failed, %d unsupported, %d skipped (large), %d with flawed data "
+         "of %d; emu: %d passed, %d failed, %d unsupported by codegen; %.1f s\n",
+         root, here.passed, here.failed, here.unsupported, here.skipped, here.flawed, n, here.emu_passed,
+         here.emu_failed, here.emu_unsupported, now() - t0);
   st->failed += here.failed;
   st->emu_failed += here.emu_failed;
   return true;
