@@ -14,7 +14,6 @@
 #include <inttypes.h>
 #include <limits.h>
 #include <math.h>
-#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -207,81 +206,46 @@ static bool valid_arch(const char *arch) {
   return *d == 0 || ((*d == 'a' || *d == 'f') && d[1] == 0);
 }
 
-/* One NVRTC target, compiled on a worker thread: only the runtime's
- * rt_nvrtc_compile (thread safe) runs there, nothing of the Ctx. */
-typedef struct NvrtcJob {
-  const RtPlan *plan;
-  const char *arch;
-  void *bin;
-  size_t size;
-  int rc;
-  char err[8192];
-} NvrtcJob;
-
-typedef struct NvrtcPool {
-  NvrtcJob *jobs;
-  int n, next;
-  pthread_mutex_t lock;
-} NvrtcPool;
-
-static void *nvrtc_worker(void *data) {
-  NvrtcPool *pool = data;
-  for (;;) {
-    pthread_mutex_lock(&pool->lock);
-    int i = pool->next++;
-    pthread_mutex_unlock(&pool->lock);
-    if (i >= pool->n) return NULL;
-    NvrtcJob *j = &pool->jobs[i];
-    j->rc = rt_nvrtc_compile(j->plan, j->arch, &j->bin, &j->size, j->err, sizeof j->err);
-  }
-}
-
-/* A cubin (sm_XX) and PTX (compute_XX) per arch, through the runtime's
- * NVRTC and its cache, one thread per target up to the CPUs there are
- * (a cold ResNet-50 is seconds of NVRTC per target).  Fills bins[]
- * (arch, size) and writes binN. */
+/* A cubin (sm_XX) and PTX (compute_XX) per arch and code part
+ * (RtKernel.part), through the runtime's NVRTC and its cache, side by
+ * side on the CPUs there are (rt_nvrtc_run_jobs: a cold ResNet-50 is
+ * seconds of NVRTC per target).  Fills bins[] (arch, part, size) and
+ * writes binN. */
 static bool compile_binaries(Aot *a, RtBinary *bins, int *n_bins) {
   *n_bins = 0;
-  int n = 2 * a->o->n_archs;
+  int parts = a->plan->n_code_parts > 1 ? (int)a->plan->n_code_parts : 1;
+  int n = 2 * a->o->n_archs * parts;
   if (!n) return true;
-  NvrtcPool pool = {.n = n};
-  if (!(pool.jobs = calloc((size_t)n, sizeof *pool.jobs))) return fail(a, "out of memory");
+  RtNvrtcJob *jobs = calloc((size_t)n, sizeof *jobs);
+  if (!jobs) return fail(a, "out of memory");
   for (int i = 0; i < a->o->n_archs; i++) {
     const char *arch = a->o->archs[i];
     if (!valid_arch(arch)) {
-      free(pool.jobs);
+      free(jobs);
       return fail(a, "--arch: '%s' is not an architecture like sm_90", arch);
     }
     for (int ptx = 0; ptx < 2; ptx++) {
       size_t len = strlen(arch) + 8;
       char *name = arena_alloc(&a->ctx->arena, len);
       snprintf(name, len, "%s%s", ptx ? "compute_" : "sm_", arch + 3);
-      pool.jobs[2 * i + ptx] = (NvrtcJob){.plan = a->plan, .arch = name};
+      for (int q = 0; q < parts; q++) jobs[(2 * i + ptx) * parts + q] = (RtNvrtcJob){.arch = name, .part = q};
     }
   }
-  pthread_mutex_init(&pool.lock, NULL);
-  long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-  int extra = (int)(cpus > n ? n : cpus > 1 ? cpus : 1) - 1, started = 0;
-  pthread_t threads[64];
-  if (extra > (int)(sizeof threads / sizeof *threads)) extra = (int)(sizeof threads / sizeof *threads);
-  while (started < extra && pthread_create(&threads[started], NULL, nvrtc_worker, &pool) == 0) started++;
-  nvrtc_worker(&pool); /* this thread works too; fewer threads only make it slower */
-  for (int i = 0; i < started; i++) pthread_join(threads[i], NULL);
-  pthread_mutex_destroy(&pool.lock);
+  rt_nvrtc_run_jobs(a->plan, jobs, n);
   bool ok = true;
   for (int i = 0; i < n; i++) {
-    NvrtcJob *j = &pool.jobs[i];
+    RtNvrtcJob *j = &jobs[i];
     if (ok && j->rc) ok = fail(a, "compiling the kernels for %s: %s", j->arch, j->err);
     if (ok) {
       char file[32];
       snprintf(file, sizeof file, "bin%d", i);
       ok = write_file(a, path_in(a, file), j->bin, j->size);
-      bins[i] = (RtBinary){.arch = j->arch, .size = j->size};
+      bins[i] = (RtBinary){.arch = j->arch, .part = (uint32_t)j->part, .size = j->size};
       *n_bins = i + 1;
     }
     free(j->bin);
   }
-  free(pool.jobs);
+  free(jobs);
   return ok;
 }
 
@@ -294,8 +258,10 @@ static void put_kernels(FILE *f, const RtPlan *p) {
     const RtKernel *k = &p->kernels[i];
     fputs("  {.name = ", f);
     ir_put_c_string(f, k->name);
-    fprintf(f, ", .uses_barriers = %" PRIu32 "u, .static_shared_bytes = %" PRIu32 "u, .cooperative = %" PRIu32 "u},\n",
-            k->uses_barriers, k->static_shared_bytes, k->cooperative);
+    fprintf(f,
+            ", .uses_barriers = %" PRIu32 "u, .static_shared_bytes = %" PRIu32 "u, .cooperative = %" PRIu32
+            "u, .part = %" PRIu32 "u},\n",
+            k->uses_barriers, k->static_shared_bytes, k->cooperative, k->part);
   }
   fputs("};\n\n", f);
 }
@@ -522,7 +488,8 @@ static bool write_model_c(Aot *a, Graph *g, const RtBinary *bins, int n_bins, co
     for (int i = 0; i < n_bins; i++) {
       fputs("  {.arch = ", f);
       ir_put_c_string(f, bins[i].arch);
-      fprintf(f, ", .data = dlcc_aot_bin%d, .size = %" PRIu64 "ull},\n", i, bins[i].size);
+      fprintf(f, ", .part = %" PRIu32 "u, .data = dlcc_aot_bin%d, .size = %" PRIu64 "ull},\n", bins[i].part, i,
+              bins[i].size);
     }
     fputs("};\n\n", f);
   }
@@ -530,6 +497,7 @@ static bool write_model_c(Aot *a, Graph *g, const RtBinary *bins, int n_bins, co
   fprintf(f, "  .magic = 0x%08xu,\n  .version = %uu,\n  .model_name = ", RT_PLAN_MAGIC, RT_PLAN_VERSION);
   ir_put_c_string(f, p->model_name);
   fputs(",\n  .source = (const char *)dlcc_aot_source,\n", f);
+  fprintf(f, "  .n_code_parts = %" PRIu32 "u,\n", p->n_code_parts);
   fprintf(f, "  .n_kernels = %" PRIu32 "u, .kernels = %s,\n", p->n_kernels, p->n_kernels ? "kernels" : "NULL");
   fprintf(f, "  .n_binaries = %du, .binaries = %s,\n", n_bins, n_bins ? "binaries" : "NULL");
   fprintf(f, "  .n_steps = %" PRIu32 "u, .steps = %s,\n", p->n_steps, p->n_steps ? "steps" : "NULL");
@@ -877,7 +845,7 @@ static bool build(Aot *a, Graph *g) {
     return false;
   }
   double t = ctx_stage(a->ctx, "aot: weights and source", a->started);
-  RtBinary *bins = ARENA_ARRAY(&a->ctx->arena, RtBinary, 2 * o->n_archs + 1);
+  RtBinary *bins = ARENA_ARRAY(&a->ctx->arena, RtBinary, 2 * o->n_archs * RT_MAX_CODE_PARTS + 1);
   int n_bins;
   if (!compile_binaries(a, bins, &n_bins)) return false;
   t = ctx_stage(a->ctx, "aot: nvrtc (or cache)", t);

@@ -82,6 +82,9 @@ typedef struct CgOptions {
    * wrote may still join it, after a grid barrier (vertical fusion,
    * plan_build.c's chain_target) unless --no-chain-launches */
   bool no_chain_launches;
+  /* Kernel text a code part holds at least (RtPlan.n_code_parts; 0:
+   * 48 KiB): tests make it small to split small plans. */
+  uint32_t code_part_bytes;
 } CgOptions;
 
 /* cg_compile with options (NULL: the defaults). */

@@ -89,6 +89,9 @@ struct CgBuild {
   /* The most arena bytes live during any step chain_target has looked
    * at (live_during): what a chain may hold without raising the peak. */
   uint64_t live_peak;
+  /* A second build's bound on a step's live bytes, the first build's
+   * arena (cg_compile_opts), or 0. */
+  uint64_t chain_bound;
 
   CgBuffer *buffers;
   int n_buffers, cap_buffers;
@@ -1252,7 +1255,8 @@ static int chain_target(CgBuild *b, Kernel *k) {
   /* Or where the step's live bytes and what k adds to them stay within
    * the peak of the steps before (the backward of a network, whose
    * activations die as it goes): the arena does not grow for it. */
-  return born <= MERGE_HOLD_BYTES || dying <= MERGE_HOLD_BYTES || during + born <= peak ? t : -1;
+  if (born <= MERGE_HOLD_BYTES || dying <= MERGE_HOLD_BYTES || during + born <= peak) return t;
+  return b->chain_bound && during + born <= b->chain_bound ? t : -1;
 }
 
 /* In a chain, a phase may read bytes an earlier one wrote under another
@@ -1594,18 +1598,62 @@ static void drop_unlaunched(CgBuild *b) {
   b->n_kernels = nk, b->n_contracts = nc;
 }
 
-static const char *join_source(CgBuild *b) {
+/* Kernel text a code part holds at least (CgOptions.code_part_bytes):
+ * NVRTC parses the prelude once a part (about 0.06 s), so a small plan
+ * stays one part. */
+enum { PART_BYTES = 48 * 1024 };
+
+typedef struct BySize {
+  size_t bytes;
+  int kernel;
+} BySize;
+
+static int larger_first(const void *pa, const void *pb) {
+  const BySize *a = pa, *b = pb;
+  return a->bytes != b->bytes ? (a->bytes < b->bytes ? 1 : -1) : a->kernel - b->kernel;
+}
+
+/* Deals the kernels into code parts of about equal text (the largest
+ * first, each to the lightest part), PART_BYTES a part or more, at most
+ * RT_MAX_CODE_PARTS: NVRTC compiles the parts side by side
+ * (rt_nvrtc_compile_parts).  Returns how many. */
+static uint32_t split_code(CgBuild *b) {
+  size_t total = 0;
+  BySize *order = ARENA_ARRAY(&b->ctx->arena, BySize, b->n_kernels + 1);
+  for (int i = 0; i < b->n_kernels; i++) {
+    order[i] = (BySize){strlen(b->texts[i]), i};
+    total += order[i].bytes;
+  }
+  size_t want = total / (b->opts.code_part_bytes ? b->opts.code_part_bytes : PART_BYTES);
+  uint32_t n = want < 1 ? 1 : want > RT_MAX_CODE_PARTS ? RT_MAX_CODE_PARTS : (uint32_t)want;
+  if (n > (uint32_t)b->n_kernels) n = b->n_kernels > 0 ? (uint32_t)b->n_kernels : 1;
+  qsort(order, (size_t)b->n_kernels, sizeof *order, larger_first);
+  size_t load[RT_MAX_CODE_PARTS] = {0};
+  for (int i = 0; i < b->n_kernels; i++) {
+    uint32_t best = 0;
+    for (uint32_t q = 1; q < n; q++)
+      if (load[q] < load[best]) best = q;
+    load[best] += order[i].bytes;
+    b->kernels[order[i].kernel].part = best;
+  }
+  return n;
+}
+
+static const char *join_source(CgBuild *b, uint32_t parts) {
   const char *prelude = cg_cuda_prelude(b->ctx, b->needs_fp16, b->needs_bf16, b->needs_tc);
   if (b->needs_philox) prelude = arena_printf(&b->ctx->arena, "%s%s", prelude, cg_cuda_philox());
   if (b->needs_grid_sync) prelude = arena_printf(&b->ctx->arena, "%s%s", prelude, cg_grid_sync_prelude());
   if (b->needs_arrival) prelude = arena_printf(&b->ctx->arena, "%s%s", prelude, cg_arrival_prelude());
   size_t len = strlen(prelude);
-  for (int i = 0; i < b->n_kernels; i++) len += strlen(b->texts[i]) + 1;
+  enum { GUARD = 64 }; /* "#if !defined(DL_PART) || DL_PART == 15\n" and "#endif\n" */
+  for (int i = 0; i < b->n_kernels; i++) len += strlen(b->texts[i]) + 1 + (parts > 1 ? GUARD : 0);
   char *s = arena_alloc(&b->ctx->arena, len + 1), *p = s;
   p = stpcpy(p, prelude);
   for (int i = 0; i < b->n_kernels; i++) {
     *p++ = '\n';
+    if (parts > 1) p += sprintf(p, "#if !defined(DL_PART) || DL_PART == %" PRIu32 "\n", b->kernels[i].part);
     p = stpcpy(p, b->texts[i]);
+    if (parts > 1) p = stpcpy(p, p[-1] == '\n' ? "#endif\n" : "\n#endif\n");
   }
   *p = 0;
   return s;
@@ -1752,7 +1800,7 @@ static void end_init(CgBuild *b, const RtRef *run_home, const bool *run_has_home
 
 bool cg_compile(Graph *g, CgResult *out) { return cg_compile_opts(g, NULL, out); }
 
-bool cg_compile_opts(Graph *g, const CgOptions *o, CgResult *out) {
+static bool build(Graph *g, const CgOptions *o, uint64_t chain_bound, CgResult *out) {
   Ctx *c = g->ctx;
   memset(out, 0, sizeof *out);
   int errors = c->diag.errors;
@@ -1762,6 +1810,7 @@ bool cg_compile_opts(Graph *g, const CgOptions *o, CgResult *out) {
   b->ctx = c;
   b->g = g;
   b->merge_from = -1;
+  b->chain_bound = chain_bound;
   if (o) b->opts = *o;
   for (Node *n = g->first; n; n = n->next) b->n_values += n->n_out;
   b->home = ARENA_ARRAY(&c->arena, RtRef, b->n_values + 1);
@@ -1803,7 +1852,8 @@ bool cg_compile_opts(Graph *g, const CgOptions *o, CgResult *out) {
   p->magic = RT_PLAN_MAGIC;
   p->version = RT_PLAN_VERSION;
   p->model_name = g->name ? g->name : "model";
-  p->source = join_source(b);
+  p->n_code_parts = split_code(b);
+  p->source = join_source(b, p->n_code_parts);
   p->n_kernels = (uint32_t)b->n_kernels;
   p->kernels = b->kernels;
   p->n_contracts = (uint32_t)b->n_contracts;
@@ -1836,5 +1886,21 @@ bool cg_compile_opts(Graph *g, const CgOptions *o, CgResult *out) {
   out->step_nodes = b->step_nodes;
   char err[512];
   if (!cg_check_memory(out, err, sizeof err)) dl_internal(c, "memory plan: %s", err);
+  return true;
+}
+
+/* With chains, twice: chain_target's rule knows only the steps so far,
+ * so it refuses a chain whose bytes outlive the peak of those steps, in
+ * a training step's forward too, where the true peak (at the loss) is
+ * still to come.  The second build may hold a step's live bytes up to
+ * the first's whole arena, and is kept where its arena is no larger
+ * (ResNet-50's step: 143 launches to 110, the same arena).  Lowering is
+ * a small part of a compile; NVRTC, which runs once, the most of it. */
+bool cg_compile_opts(Graph *g, const CgOptions *o, CgResult *out) {
+  if (!o || !o->merge_launches || o->no_chain_launches) return build(g, o, 0, out);
+  CgResult strict;
+  if (!build(g, o, 0, &strict)) return *out = strict, false;
+  if (!build(g, o, strict.plan->arena_bytes, out) || out->plan->arena_bytes > strict.plan->arena_bytes)
+    *out = strict;
   return true;
 }

@@ -140,6 +140,7 @@ void cg_print_plan_costs(FILE *f, const RtPlan *p, const IrCost *costs) {
   if (p->status_bytes) fprintf(f, ", index reports %" PRIu64 " bytes", p->status_bytes);
   if (p->sync_bytes) fprintf(f, ", counters %" PRIu64 " bytes", p->sync_bytes);
   fputc('\n', f);
+  if (p->n_code_parts > 1) fprintf(f, "code in %" PRIu32 " parts (compiled side by side)\n", p->n_code_parts);
   for (uint32_t i = 0; i < p->n_inputs; i++) print_desc(f, "input ", i, &p->inputs[i]);
   for (uint32_t i = 0; i < p->n_outputs; i++) print_desc(f, "output ", i, &p->outputs[i]);
   for (uint32_t i = 0; i < p->n_weights; i++) print_desc(f, "weight ", i, &p->weights[i]);

@@ -678,6 +678,7 @@ enum { SKY_CHILDREN = 4 };
 typedef struct Sky {
   Solver *s;
   int n_sec;       /* sections [pts[k], pts[k+1]) */
+  int64_t path_cap; /* levels the search's path holds */
   int *sl, *sh;    /* each buffer spans sections [sl, sh) */
   int *start_head; /* buffers by first section (CSR), longest life first */
   int *start_buf;
@@ -958,6 +959,7 @@ static bool sky_descend(Sky *k, SkyLevel *path, int disc) {
       continue;
     }
     if (!sky_apply(k, lv)) continue;
+    if (d + 1 >= k->path_cap) continue; /* not reached (sky_search's bound); never past the path */
     if (sky_enter(k, &path[d + 1], lv->disc - lv->c, &complete)) d++;
     else if (complete) return true;
   }
@@ -969,8 +971,13 @@ static bool sky_descend(Sky *k, SkyLevel *path, int disc) {
 static bool sky_search(Solver *s, uint64_t *best, uint64_t *best_off, int64_t budget) {
   Sky k;
   sky_init(&k, s);
-  /* the path: a placement per buffer, and a waste per run it merges */
-  SkyLevel *path = ARENA_ARRAY(s->a, SkyLevel, (int64_t)s->m + k.n_sec + 2);
+  /* the path: a placement per buffer, and a waste per run it merges.
+   * The runs start as one and each placement adds at most two (it
+   * raises the start of a run, and may close sections inside it), so
+   * the wastes number at most n_sec + 2 m; and sky_enter fills the
+   * level after the deepest. */
+  k.path_cap = 3 * (int64_t)s->m + k.n_sec + 3;
+  SkyLevel *path = ARENA_ARRAY(s->a, SkyLevel, k.path_cap);
   static const double steps[] = {1.0, 1.01, 1.03, 1.06, 1.10, 1.15, 1.25};
   int n_steps = (int)(sizeof steps / sizeof steps[0]);
   int64_t end = s->work + budget;

@@ -183,7 +183,7 @@ typedef struct CudaDevice {
 } CudaDevice;
 
 struct RtModule {
-  CUmodule mod;
+  CUmodule mods[RT_MAX_CODE_PARTS]; /* by code part (RtKernel.part) */
   uint32_t n;
   CUfunction *fns;
   const char *const *names; /* the plan's kernel names, for messages */
@@ -500,13 +500,13 @@ static int arch_version(const char *arch, const char *prefix, char *suffix) {
   return v;
 }
 
-/* The plan's cubin for this GPU: sm_90, else sm_90a (arch-specific
- * features; runs on 9.0 alone), or NULL. */
-static const RtBinary *find_cubin(const RtPlan *p, int cc) {
+/* The plan's cubin of code part for this GPU: sm_90, else sm_90a
+ * (arch-specific features; runs on 9.0 alone), or NULL. */
+static const RtBinary *find_cubin(const RtPlan *p, int cc, uint32_t part) {
   const RtBinary *found = NULL;
   for (uint32_t i = 0; i < p->n_binaries; i++) {
     char suffix;
-    if (arch_version(p->binaries[i].arch, "sm_", &suffix) != cc) continue;
+    if (p->binaries[i].part != part || arch_version(p->binaries[i].arch, "sm_", &suffix) != cc) continue;
     if (!suffix) return &p->binaries[i];
     if (suffix == 'a') found = &p->binaries[i];
   }
@@ -547,48 +547,76 @@ static int load_failed(CudaDevice *d, CUresult r, const char *what, const char *
                d->driver_version / 1000, d->driver_version % 1000 / 10, major, minor, *log ? ": " : "", log);
 }
 
-/* A matching cubin, else the newest PTX this GPU can JIT, else NVRTC;
- * the last refusal is reported when nothing else is left to try. */
-static int load_module(CudaDevice *d, const RtPlan *p, CUmodule *mod) {
-  char log[2048] = "", tried[64] = "";
-  CUresult r = CUDA_SUCCESS;
+/* Each code part's module: a matching cubin, else the newest PTX this
+ * GPU can JIT, else NVRTC (the parts that need it compiled side by
+ * side); the last refusal is reported when nothing else is left to try. */
+static int load_modules(CudaDevice *d, const RtPlan *p, RtModule *m) {
+  char log[2048] = "";
   int cc = d->cc_major * 10 + d->cc_minor;
-  const RtBinary *cubin = find_cubin(p, cc);
-  if (cubin) {
-    if ((r = load_image(d, cubin, mod, log, sizeof log)) == CUDA_SUCCESS) return 0;
-    snprintf(tried, sizeof tried, "%.20s cubin", cubin->arch);
-  }
-  /* PTX JITs forward to newer GPUs, except arch-specific PTX
-   * (compute_90a), which is for its own arch alone. */
-  const RtBinary *ptx = NULL;
-  int best = -1;
-  for (uint32_t i = 0; i < p->n_binaries; i++) {
-    char suffix;
-    int v = arch_version(p->binaries[i].arch, "compute_", &suffix);
-    if (v >= 0 && (suffix ? v == cc : v <= cc) && v > best) best = v, ptx = &p->binaries[i];
-  }
-  if (ptx) {
-    if ((r = load_image(d, ptx, mod, log, sizeof log)) == CUDA_SUCCESS) return 0;
-    snprintf(tried, sizeof tried, "%.20s PTX", ptx->arch);
-  }
-  if (!p->source) {
-    if (tried[0]) return load_failed(d, r, tried, log);
-    return rt_device_fail(&d->base, "cuda: the model has no code for this GPU (%s): no %s cubin, no PTX at or "
-                                    "below compute_%d, no source to compile",
-                          d->arch, d->arch, cc);
-  }
+  uint32_t parts = p->n_code_parts > 1 ? p->n_code_parts : 1;
+  RtNvrtcJob *jobs = NULL;
+  int n_jobs = 0, rc = -1;
   char target[16];
-  if (rt_nvrtc_target(cc, target, sizeof target, d->base.error, sizeof d->base.error)) return -1;
-  void *bin;
-  size_t size;
-  if (rt_nvrtc_compile(p, target, &bin, &size, d->base.error, sizeof d->base.error)) return -1;
-  r = load_data(d, bin, mod, log, sizeof log);
-  free(bin);
-  if (r == CUDA_SUCCESS) return 0;
-  char what[96];
-  snprintf(what, sizeof what, "%s %s from NVRTC, %zu bytes", target, strncmp(target, "sm_", 3) ? "PTX" : "cubin",
-           size);
-  return load_failed(d, r, what, log);
+  for (uint32_t q = 0; q < parts; q++) {
+    CUresult r = CUDA_SUCCESS;
+    char tried[64] = "";
+    const RtBinary *cubin = find_cubin(p, cc, q);
+    if (cubin) {
+      if ((r = load_image(d, cubin, &m->mods[q], log, sizeof log)) == CUDA_SUCCESS) continue;
+      snprintf(tried, sizeof tried, "%.20s cubin", cubin->arch);
+    }
+    /* PTX JITs forward to newer GPUs, except arch-specific PTX
+     * (compute_90a), which is for its own arch alone. */
+    const RtBinary *ptx = NULL;
+    int best = -1;
+    for (uint32_t i = 0; i < p->n_binaries; i++) {
+      char suffix;
+      int v = arch_version(p->binaries[i].arch, "compute_", &suffix);
+      if (p->binaries[i].part == q && v >= 0 && (suffix ? v == cc : v <= cc) && v > best)
+        best = v, ptx = &p->binaries[i];
+    }
+    if (ptx) {
+      if ((r = load_image(d, ptx, &m->mods[q], log, sizeof log)) == CUDA_SUCCESS) continue;
+      snprintf(tried, sizeof tried, "%.20s PTX", ptx->arch);
+    }
+    if (!p->source) {
+      if (tried[0]) {
+        load_failed(d, r, tried, log);
+        goto done;
+      }
+      rt_device_fail(&d->base, "cuda: the model has no code for this GPU (%s): no %s cubin, no PTX at or "
+                               "below compute_%d, no source to compile",
+                     d->arch, d->arch, cc);
+      goto done;
+    }
+    if (!jobs) {
+      if (rt_nvrtc_target(cc, target, sizeof target, d->base.error, sizeof d->base.error)) goto done;
+      if (!(jobs = calloc(parts, sizeof *jobs))) {
+        rt_device_fail(&d->base, "cuda: out of host memory compiling the kernels");
+        goto done;
+      }
+    }
+    jobs[n_jobs++] = (RtNvrtcJob){.arch = target, .part = (int)q};
+  }
+  rt_nvrtc_run_jobs(p, jobs, n_jobs);
+  rc = 0;
+  for (int i = 0; i < n_jobs; i++) {
+    RtNvrtcJob *j = &jobs[i];
+    if (rc == 0 && j->rc) rc = rt_device_fail(&d->base, "%s", j->err);
+    if (rc == 0) {
+      CUresult r = load_data(d, j->bin, &m->mods[j->part], log, sizeof log);
+      if (r != CUDA_SUCCESS) {
+        char what[96];
+        snprintf(what, sizeof what, "%s %s from NVRTC, %zu bytes", target,
+                 strncmp(target, "sm_", 3) ? "PTX" : "cubin", j->size);
+        rc = load_failed(d, r, what, log);
+      }
+    }
+    free(j->bin);
+  }
+done:
+  free(jobs);
+  return rc;
 }
 
 /* Every step the model runs: the init steps (numbered first), then a
@@ -721,10 +749,11 @@ static int check_cooperative(CudaDevice *d, const RtPlan *p, uint32_t k, CUfunct
 static void cuda_unload(RtDevice *base, RtModule *m) {
   CudaDevice *d = (CudaDevice *)base;
   if (!m) return;
-  if (m->mod) {
-    make_current(d);
-    d->api.cuModuleUnload(m->mod);
-  }
+  for (uint32_t q = 0; q < RT_MAX_CODE_PARTS; q++)
+    if (m->mods[q]) {
+      make_current(d);
+      d->api.cuModuleUnload(m->mods[q]);
+    }
   free(m->fns);
   free((void *)m->names);
   free(m->cooperative);
@@ -772,10 +801,11 @@ static int cuda_load(RtDevice *base, const RtPlan *p, RtModule **out) {
   }
   m->n = p->n_kernels;
   const char **names = (const char **)m->names;
-  if (p->n_kernels && load_module(d, p, &m->mod)) goto fail;
+  if (p->n_kernels && load_modules(d, p, m)) goto fail;
   for (uint32_t i = 0; i < p->n_kernels; i++) {
     const char *name = names[i] = p->kernels[i].name;
-    if (check(d, d->api.cuModuleGetFunction(&m->fns[i], m->mod, name), "cuModuleGetFunction('%s')", name) ||
+    if (check(d, d->api.cuModuleGetFunction(&m->fns[i], m->mods[p->kernels[i].part], name),
+              "cuModuleGetFunction('%s')", name) ||
         check_block_limit(d, p, i, m->fns[i]) || opt_in_shared(d, p, i, m->fns[i]))
       goto fail;
     if (p->kernels[i].cooperative && check_cooperative(d, p, i, m->fns[i], &m->cooperative[i])) goto fail;

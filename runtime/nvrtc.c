@@ -204,13 +204,14 @@ static const char *cuda_dir(void) {
 #endif
 }
 
-enum { N_OPTS = 4 };
+/* the options every compile has, and a part's DL_PART */
+enum { N_OPTS = 4, MAX_OPTS = N_OPTS + 1 };
 
 /* sm_XX gives a cubin, compute_XX PTX (nvrtcGetCUBINSize is 0 then).
  * cuda_fp16.h is not among NVRTC's built-in headers: the toolkit's
  * include folder.  Line info costs no speed and lets compute-sanitizer
  * name the line of model.cu that faulted. */
-static void make_options(const char *arch, char opts[N_OPTS][600]) {
+static void make_options(const char *arch, char opts[MAX_OPTS][600]) {
   snprintf(opts[0], sizeof opts[0], "--gpu-architecture=%s", arch);
   snprintf(opts[1], sizeof opts[1], "-I%s/include", cuda_dir());
   snprintf(opts[2], sizeof opts[2], "-std=c++17");
@@ -218,7 +219,7 @@ static void make_options(const char *arch, char opts[N_OPTS][600]) {
 }
 
 void rt_nvrtc_options_text(const char *arch, char *buf, size_t len) {
-  char opts[N_OPTS][600];
+  char opts[MAX_OPTS][600];
   make_options(arch, opts);
   size_t at = 0;
   buf[0] = 0;
@@ -409,7 +410,7 @@ static const char *failing_kernel(const RtPlan *plan, const char *prog, const ch
 }
 
 #ifdef HAVE_CUDA
-static int compile(const RtPlan *plan, const char *arch, char opts[N_OPTS][600], void **bin,
+static int compile(const RtPlan *plan, const char *arch, char opts[MAX_OPTS][600], int n_opts, void **bin,
                    size_t *size, char *err, size_t errlen) {
   /* NVRTC writes the program's name into the PTX (.file "NAME"): a
    * model's name is data and goes there only when it is plain. */
@@ -424,10 +425,10 @@ static int compile(const RtPlan *plan, const char *arch, char opts[N_OPTS][600],
     snprintf(err, errlen, "nvrtc: nvrtcCreateProgram: %s", nvrtcGetErrorString(r));
     return -1;
   }
-  const char *optv[N_OPTS];
-  for (int i = 0; i < N_OPTS; i++) optv[i] = opts[i];
+  const char *optv[MAX_OPTS];
+  for (int i = 0; i < n_opts; i++) optv[i] = opts[i];
   count(&stats.compiles);
-  r = nvrtcCompileProgram(prog, N_OPTS, optv);
+  r = nvrtcCompileProgram(prog, n_opts, optv);
   if (r != NVRTC_SUCCESS) {
     size_t loglen = 0;
     char *log = NULL;
@@ -507,8 +508,9 @@ int rt_nvrtc_target(int cc, char *arch, size_t len, char *err, size_t errlen) {
   return 0;
 }
 #else
-static int compile(const RtPlan *plan, const char *arch, char opts[N_OPTS][600], void **bin,
+static int compile(const RtPlan *plan, const char *arch, char opts[MAX_OPTS][600], int n_opts, void **bin,
                    size_t *size, char *err, size_t errlen) {
+  (void)plan, (void)arch, (void)opts, (void)n_opts, (void)bin, (void)size;
   snprintf(err, errlen, "nvrtc: this libdlcrt was built without the CUDA toolkit");
   return -1;
 }
@@ -521,14 +523,16 @@ int rt_nvrtc_target(int cc, char *arch, size_t len, char *err, size_t errlen) {
 }
 #endif
 
-int rt_nvrtc_compile(const RtPlan *plan, const char *arch, void **bin, size_t *size, char *err,
-                     size_t errlen) {
+int rt_nvrtc_compile_part(const RtPlan *plan, const char *arch, int part, void **bin, size_t *size, char *err,
+                          size_t errlen) {
   if (!plan->source) {
     snprintf(err, errlen, "nvrtc: the plan has no CUDA source to compile");
     return -1;
   }
-  char opts[N_OPTS][600];
+  char opts[MAX_OPTS][600];
   make_options(arch, opts);
+  int n_opts = N_OPTS;
+  if (part >= 0 && plan->n_code_parts > 1) snprintf(opts[n_opts++], sizeof opts[0], "-DDL_PART=%d", part);
   int major, minor;
   nvrtc_version(&major, &minor);
   char head[64];
@@ -536,7 +540,7 @@ int rt_nvrtc_compile(const RtPlan *plan, const char *arch, void **bin, size_t *s
   Sha256 s;
   sha_init(&s);
   sha_update(&s, head, strlen(head) + 1);
-  for (int i = 0; i < N_OPTS; i++) sha_update(&s, opts[i], strlen(opts[i]) + 1);
+  for (int i = 0; i < n_opts; i++) sha_update(&s, opts[i], strlen(opts[i]) + 1);
   sha_update(&s, plan->source, strlen(plan->source));
   uint8_t key[32];
   sha_final(&s, key);
@@ -553,7 +557,7 @@ int rt_nvrtc_compile(const RtPlan *plan, const char *arch, void **bin, size_t *s
       return 0;
     }
   }
-  if (compile(plan, arch, opts, bin, size, err, errlen)) return -1;
+  if (compile(plan, arch, opts, n_opts, bin, size, err, errlen)) return -1;
   memo_add(key, *bin, *size);
   if (cache) {
     if (mkdir_p(dir))
@@ -562,4 +566,43 @@ int rt_nvrtc_compile(const RtPlan *plan, const char *arch, void **bin, size_t *s
       cache_store(dir, path, key, *bin, *size);
   }
   return 0;
+}
+
+int rt_nvrtc_compile(const RtPlan *plan, const char *arch, void **bin, size_t *size, char *err,
+                     size_t errlen) {
+  return rt_nvrtc_compile_part(plan, arch, -1, bin, size, err, errlen);
+}
+
+/* ---- compiles side by side ---- */
+
+typedef struct JobPool {
+  const RtPlan *plan;
+  RtNvrtcJob *jobs;
+  int n, next;
+  pthread_mutex_t lock;
+} JobPool;
+
+static void *job_worker(void *data) {
+  JobPool *pool = data;
+  for (;;) {
+    pthread_mutex_lock(&pool->lock);
+    int i = pool->next++;
+    pthread_mutex_unlock(&pool->lock);
+    if (i >= pool->n) return NULL;
+    RtNvrtcJob *j = &pool->jobs[i];
+    j->rc = rt_nvrtc_compile_part(pool->plan, j->arch, j->part, &j->bin, &j->size, j->err, sizeof j->err);
+  }
+}
+
+void rt_nvrtc_run_jobs(const RtPlan *plan, RtNvrtcJob *jobs, int n) {
+  JobPool pool = {.plan = plan, .jobs = jobs, .n = n};
+  pthread_mutex_init(&pool.lock, NULL);
+  long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+  int extra = (int)(cpus > n ? n : cpus > 1 ? cpus : 1) - 1, started = 0;
+  pthread_t threads[64];
+  if (extra > (int)(sizeof threads / sizeof *threads)) extra = (int)(sizeof threads / sizeof *threads);
+  while (started < extra && pthread_create(&threads[started], NULL, job_worker, &pool) == 0) started++;
+  job_worker(&pool); /* this thread works too: with no other thread, alone */
+  for (int i = 0; i < started; i++) pthread_join(threads[i], NULL);
+  pthread_mutex_destroy(&pool.lock);
 }

@@ -520,9 +520,15 @@ int rt_plan_validate_in(const RtPlan *p, const RtRegion *regions, int n_regions,
   if (p->sync_bytes % 4) return fail(&c, "sync_bytes %" PRIu64 " is not whole i32 words", p->sync_bytes);
   if (p->n_kernels && !p->source && !p->n_binaries)
     return fail(&c, "%" PRIu32 " kernels but neither source nor binaries", p->n_kernels);
+  uint32_t parts = p->n_code_parts ? p->n_code_parts : 1;
+  if (parts > RT_MAX_CODE_PARTS)
+    return fail(&c, "%" PRIu32 " code parts (at most %u)", p->n_code_parts, RT_MAX_CODE_PARTS);
   for (uint32_t i = 0; i < p->n_kernels; i++) {
     const RtKernel *k = &p->kernels[i];
     if (!k->name || !*k->name) return fail(&c, "kernel %" PRIu32 " has no name", i);
+    if (k->part >= parts)
+      return fail(&c, "kernel %" PRIu32 " (%.100s) is in code part %" PRIu32 " of %" PRIu32, i, k->name, k->part,
+                  parts);
     if (k->cooperative > RT_COOP_STRIDE || (k->cooperative && !k->uses_barriers))
       return fail(&c,
                   "kernel %" PRIu32 " (%.100s): cooperative is %" PRIu32
@@ -533,6 +539,8 @@ int rt_plan_validate_in(const RtPlan *p, const RtRegion *regions, int n_regions,
     const RtBinary *b = &p->binaries[i];
     if (!b->arch || !b->data || !b->size)
       return fail(&c, "binary %" PRIu32 " is empty or has no arch", i);
+    if (b->part >= parts)
+      return fail(&c, "binary %" PRIu32 " holds code part %" PRIu32 " of %" PRIu32, i, b->part, parts);
   }
   if (check_contracts(&c)) return -1;
   for (uint32_t i = 0; i < p->n_weights; i++)

@@ -37,7 +37,7 @@
 #include <stdint.h>
 
 #define RT_PLAN_MAGIC 0x444c4350u /* "DLCP" */
-#define RT_PLAN_VERSION 12u
+#define RT_PLAN_VERSION 13u
 #define RT_MAX_RANK 8
 
 typedef enum {
@@ -240,7 +240,15 @@ typedef struct RtKernel {
    * device launches it with cuLaunchCooperativeKernel, and emu runs all
    * its blocks together.  Such a kernel also has uses_barriers. */
   uint32_t cooperative;
+  /* Version 13: which of the plan's code parts (RtPlan.n_code_parts)
+   * holds it: NVRTC compiles the parts side by side, each to a module
+   * of its own. */
+  uint32_t part;
 } RtKernel;
+
+/* At most this many code parts: a plan's NVRTC work splits over as many
+ * threads. */
+#define RT_MAX_CODE_PARTS 16u
 
 typedef enum {
   RT_COOP_NONE = 0,
@@ -257,6 +265,7 @@ typedef enum {
 /* Precompiled device code for one architecture (AOT). */
 typedef struct RtBinary {
   const char *arch; /* "sm_90", or "compute_90" for PTX */
+  uint32_t part;    /* the code part it holds (RtKernel.part) */
   const void *data;
   uint64_t size;
 } RtBinary;
@@ -281,6 +290,11 @@ typedef struct RtPlan {
   uint32_t version; /* RT_PLAN_VERSION: a model.so from another version is refused */
   const char *model_name;
   const char *source; /* CUDA C of every kernel, NUL-terminated */
+  /* 1 to RT_MAX_CODE_PARTS (0 reads as 1): with more than one, each
+   * kernel's text in source sits inside `#if !defined(DL_PART) ||
+   * DL_PART == part`, so that defining DL_PART compiles one part, and
+   * the whole text (emu, the SASS tests) all of them. */
+  uint32_t n_code_parts;
   uint32_t n_kernels;
   const RtKernel *kernels;
   uint32_t n_binaries;

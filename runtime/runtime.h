@@ -126,6 +126,26 @@ void rt_sha256(const void *data, size_t n, uint8_t out[32]);
  * message names the kernel around the first error line, then NVRTC's log. */
 int rt_nvrtc_compile(const RtPlan *plan, const char *arch, void **bin, size_t *size, char *err,
                      size_t errlen);
+/* The same for one code part of the plan (RtKernel.part: its kernels
+ * and the prelude, DL_PART defined), or the whole source when part < 0
+ * or the plan has one part. */
+int rt_nvrtc_compile_part(const RtPlan *plan, const char *arch, int part, void **bin, size_t *size, char *err,
+                          size_t errlen);
+
+/* One compile of rt_nvrtc_run_jobs: arch and part in, the rest out
+ * (rc 0 with bin malloc'd, else -1 with err). */
+typedef struct RtNvrtcJob {
+  const char *arch;
+  int part;
+  void *bin;
+  size_t size;
+  int rc;
+  char err[8192];
+} RtNvrtcJob;
+/* Runs the jobs on as many threads as there are CPUs (NVRTC compiles
+ * separate programs concurrently): a plan's code parts, and an AOT
+ * build's archs, side by side. */
+void rt_nvrtc_run_jobs(const RtPlan *plan, RtNvrtcJob *jobs, int n);
 
 typedef struct RtNvrtcStats {
   uint64_t compiles;      /* nvrtcCompileProgram calls */

@@ -232,6 +232,7 @@ static void walk_kernels(Walk *w, const RtPlan *p) {
     put_u32(w, k->uses_barriers);
     put_u32(w, k->static_shared_bytes);
     put_u32(w, k->cooperative);
+    put_u32(w, k->part);
   }
   if (p->contracts && !readable(w, p->contracts, p->n_contracts))
     outside(w, "the table of %" PRIu32 " contracts", p->n_contracts);
@@ -325,6 +326,7 @@ static void walk_binaries(Walk *w, const RtPlan *p) {
     char what[64];
     snprintf(what, sizeof what, "the arch of binary %" PRIu32, i);
     put_str(w, b->arch, what);
+    put_u32(w, b->part);
     put_u64(w, b->size);
     if (b->data && !readable_as(w, b->data, b->size, 1, 1))
       outside(w, "binary %" PRIu32 " (%" PRIu64 " bytes)", i, b->size);
@@ -343,7 +345,7 @@ static void walk_header(Walk *w, const RtPlan *p) {
   put_u32(w, p->source != NULL);
   put_u32(w, p->weights_data != NULL);
   const uint32_t counts[] = {p->n_kernels, p->n_binaries, p->n_steps, p->n_weights, p->n_inputs,
-                             p->n_outputs, p->n_init_steps, p->n_contracts, p->n_update_steps};
+                             p->n_outputs, p->n_init_steps, p->n_contracts, p->n_update_steps, p->n_code_parts};
   for (size_t i = 0; i < sizeof counts / sizeof *counts; i++) put_u32(w, counts[i]);
   const uint64_t sizes[] = {p->arena_bytes, p->weights_bytes, p->derived_bytes, p->status_bytes, p->sync_bytes};
   for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++) put_u64(w, sizes[i]);

@@ -1210,6 +1210,60 @@ START_TEST(shuffle_and_pack) {
 }
 END_TEST
 
+/* A plan's kernels dealt into code parts (CgOptions.code_part_bytes
+ * small here: 48 KiB by default): each kernel's text guarded by its part
+ * in the source, so that NVRTC compiles each part alone (its kernels in
+ * its cubin, no other's) and the whole text all of them; the emu runs
+ * the whole text as before. */
+START_TEST(code_parts) {
+  Job j = compile_text_opts("graph parts {\n"
+                            "  %x = input {name=\"x\"} : f32[4, 64]\n"
+                            "  %0 = exp %x : f32[4, 64]\n"
+                            "  %1 = reduce_sum %0 {axes=[1]} : f32[4]\n"
+                            "  %2 = tanh %1 : f32[4]\n"
+                            "  %3 = reduce_max %x {axes=[0]} : f32[64]\n"
+                            "  return %2 as \"t\", %3 as \"m\"\n"
+                            "}\n",
+                            (CgOptions){.code_part_bytes = 1});
+  const RtPlan *p = j.r.plan;
+  ck_assert_uint_ge(p->n_kernels, 3);
+  ck_assert_uint_eq(p->n_code_parts, p->n_kernels);
+  bool used[RT_MAX_CODE_PARTS] = {0};
+  for (uint32_t i = 0; i < p->n_kernels; i++) {
+    ck_assert_uint_lt(p->kernels[i].part, p->n_code_parts);
+    ck_assert(!used[p->kernels[i].part]);
+    used[p->kernels[i].part] = true;
+    /* the guard before the kernel's definition names its part */
+    char def[256];
+    snprintf(def, sizeof def, "__global__ void %s(", p->kernels[i].name);
+    const char *at = strstr(p->source, def), *guard = NULL;
+    ck_assert_ptr_nonnull(at);
+    for (const char *g = strstr(p->source, "#if !defined(DL_PART) || DL_PART == "); g && g < at;
+         g = strstr(g + 1, "#if !defined(DL_PART) || DL_PART == "))
+      guard = g;
+    ck_assert_ptr_nonnull(guard);
+    ck_assert_uint_eq(strtoul(guard + strlen("#if !defined(DL_PART) || DL_PART == "), NULL, 10), p->kernels[i].part);
+  }
+  test_nvrtc(p->source, "sm_90");
+#ifdef HAVE_CUDA
+  for (uint32_t q = 0; q < p->n_code_parts; q++) {
+    void *bin;
+    size_t size;
+    char err[4096];
+    ck_assert_msg(rt_nvrtc_compile_part(p, "sm_90", (int)q, &bin, &size, err, sizeof err) == 0, "%s", err);
+    for (uint32_t i = 0; i < p->n_kernels; i++) {
+      const char *name = p->kernels[i].name;
+      bool in = memmem(bin, size, name, strlen(name) + 1) != NULL;
+      ck_assert_msg(in == (p->kernels[i].part == q), "kernel %s (part %" PRIu32 ") %s part %" PRIu32 "'s cubin",
+                    name, p->kernels[i].part, in ? "in" : "not in", q);
+    }
+    free(bin);
+  }
+#endif
+  check_numbers(&j, -2, 2);
+}
+END_TEST
+
 START_TEST(plan_text) {
   Job j = compile_text(
       "graph printed {\n"
@@ -1227,7 +1281,7 @@ START_TEST(plan_text) {
   fclose(f);
   ck_assert_str_eq(
       text,
-      "plan \"printed\" version 12\n"
+      "plan \"printed\" version 13\n"
       "weights 512 bytes, arena 256 bytes\n"
       "  input 0 \"x\" f32[2, 4] 32 bytes at in0+0\n"
       "  output 0 \"y\" f32[2, 3] 24 bytes at out0+0\n"
@@ -1299,6 +1353,7 @@ static Suite *codegen_suite(void) {
   tcase_add_test(tt, nonneg_index_division);
   tcase_add_test(tt, shuffle_and_pack);
   tcase_add_test(tt, plan_text);
+  tcase_add_test(tt, code_parts);
   tcase_add_test(tt, unsupported_dtype_is_reported);
   suite_add_tcase(s, tt);
   return s;

@@ -261,7 +261,7 @@ END_TEST
 START_TEST(plan_wrong_version) {
   plan.version = 1; /* before init steps: its plan struct is shorter */
   ck_assert_int_eq(rt_plan_validate(&plan, err, sizeof err), -1);
-  ck_assert_str_eq(err, "plan: version 1, this runtime reads version 12: rebuild the model with this dlcc");
+  ck_assert_str_eq(err, "plan: version 1, this runtime reads version 13: rebuild the model with this dlcc");
 }
 END_TEST
 
@@ -475,11 +475,11 @@ START_TEST(device_unknown_backend) {
 END_TEST
 
 START_TEST(open_refuses_foreign_plan) {
-  plan.version = 13;
+  plan.version = 14;
   DlrtModel *m = NULL;
   ck_assert_int_eq(dlrt_open(&plan, "emu", &m), DLRT_E_PLAN);
   ck_assert_ptr_nonnull(m);
-  ck_assert_str_eq(dlrt_error(m), "plan: version 13, this runtime reads version 12: rebuild the model with this dlcc");
+  ck_assert_str_eq(dlrt_error(m), "plan: version 14, this runtime reads version 13: rebuild the model with this dlcc");
   ck_assert_int_eq(dlrt_run(m), DLRT_E_STATE);
   ck_assert_str_eq(dlrt_backend(m), "");
   dlrt_close(m);
@@ -1065,6 +1065,58 @@ START_TEST(cuda_fake_chain_launch) {
 }
 END_TEST
 
+/* A plan in two code parts (RtPlan.n_code_parts): each part's NVRTC
+ * compile holds its own kernels alone (DL_PART picks them), the device
+ * loads a module per part and finds each kernel in its part's, from
+ * NVRTC or from the plan's binaries of each part; a kernel in the wrong
+ * part is not found, and a part past the plan's is refused at open. */
+START_TEST(cuda_fake_code_parts) {
+  static const char two[] = "#if !defined(DL_PART) || DL_PART == 0\n"
+                            "extern \"C\" __global__ void add_bias() {}\n"
+                            "#endif\n"
+                            "#if !defined(DL_PART) || DL_PART == 1\n"
+                            "extern \"C\" __global__ void other_part() {}\n"
+                            "#endif\n";
+  RtKernel parts[2] = {{.name = "add_bias", .part = 0}, {.name = "other_part", .part = 1}};
+  plan.source = two;
+  plan.kernels = parts;
+  plan.n_kernels = 2;
+  plan.n_code_parts = 2;
+  void *bin[2];
+  size_t size[2];
+  for (int q = 0; q < 2; q++) {
+    ck_assert_msg(rt_nvrtc_compile_part(&plan, "sm_90", q, &bin[q], &size[q], err, sizeof err) == 0, "%s", err);
+    ck_assert_ptr_nonnull(memmem(bin[q], size[q], parts[q].name, strlen(parts[q].name) + 1));
+    ck_assert_ptr_null(memmem(bin[q], size[q], parts[1 - q].name, strlen(parts[1 - q].name) + 1));
+  }
+  DlrtModel *m = NULL;
+  ck_assert_msg(dlrt_open(&plan, "cuda", &m) == DLRT_OK, "%s", dlrt_error(m));
+  dlrt_close(m);
+  /* the binaries of both parts: no NVRTC at all */
+  RtBinary bins[2] = {{.arch = "sm_90", .part = 1, .data = bin[1], .size = size[1]},
+                      {.arch = "sm_90", .part = 0, .data = bin[0], .size = size[0]}};
+  plan.binaries = bins;
+  plan.n_binaries = 2;
+  plan.source = NULL;
+  rt_nvrtc_reset();
+  ck_assert_msg(dlrt_open(&plan, "cuda", &m) == DLRT_OK, "%s", dlrt_error(m));
+  RtNvrtcStats st;
+  rt_nvrtc_stats(&st);
+  ck_assert_int_eq(st.compiles + st.memo_hits + st.cache_hits, 0);
+  dlrt_close(m);
+  parts[0].part = 1;
+  ck_assert_int_eq(dlrt_open(&plan, "cuda", &m), DLRT_E_COMPILE);
+  ck_assert_str_eq(dlrt_error(m), "open: loading the kernels of 't': cuda: cuModuleGetFunction('add_bias'): "
+                                  "CUDA_ERROR_NOT_FOUND (named symbol not found)");
+  dlrt_close(m);
+  parts[0].part = 2;
+  ck_assert_int_eq(dlrt_open(&plan, "cuda", &m), DLRT_E_PLAN);
+  ck_assert_str_eq(dlrt_error(m), "plan: kernel 0 (add_bias) is in code part 2 of 2");
+  dlrt_close(m);
+  free(bin[0]), free(bin[1]);
+}
+END_TEST
+
 START_TEST(cuda_fake_missing_kernel) {
   static const RtKernel other[] = {{.name = "not_in_source"}};
   plan.kernels = other;
@@ -1292,6 +1344,7 @@ static Suite *runtime_suite(void) {
   tcase_add_test(tc, cuda_fake_out_of_memory);
   tcase_add_test(tc, cuda_fake_sticky_error);
   tcase_add_test(tc, cuda_fake_missing_kernel);
+  tcase_add_test(tc, cuda_fake_code_parts);
   tcase_add_test(tc, cuda_fake_cooperative_launch);
   tcase_add_test(tc, cuda_fake_cublas_without_gpu);
   tcase_add_test(tc, cuda_fake_dynamic_shared_opt_in);

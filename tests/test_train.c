@@ -799,8 +799,8 @@ typedef struct BenchStep {
  * by the last part to arrive (lower_rows.c). */
 static const BenchStep bench_steps[] = {
     {"mlp.dl", 5, 7},
-    {"lenet.dl", 9, 16},
-    {"bn_cnn.dl", 10, 20},
+    {"lenet.dl", 11, 16},
+    {"bn_cnn.dl", 11, 20},
 };
 
 static Graph *bench_step(Ctx *c, const char *file, int optim) {
