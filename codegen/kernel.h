@@ -315,11 +315,12 @@ enum { CG_CHAIN_BAR_WORDS = 4, CG_CHAIN_MAX_PHASES = 6 };
 Kernel *cg_kernel_chain(Kernel *a, Kernel *b, RtRef bar);
 /* Whether cg_kernel_chain(a, b) will chain them, b not yet finished:
  * no tensor cores, dynamic shared memory or grid barrier of their own
- * (maps, reductions and GEMM tiles on the CUDA cores), static shared
- * memory that leaves a full SM's threads resident, 1-d grids, one index
- * type, at most CG_CHAIN_MAX_PHASES phases, and blocks a launch can
- * share: a part with barriers has the launch's threads exactly, one
- * without whole warps of it. */
+ * (maps, reductions, and GEMM tiles on the CUDA cores in a's first
+ * phase only: b is never one), static shared memory that leaves a full
+ * SM's threads resident, 1-d grids, one index type, at most
+ * CG_CHAIN_MAX_PHASES phases, and blocks a launch can share: a part
+ * with barriers has the launch's threads exactly, one without whole
+ * warps of it. */
 bool cg_kernel_can_chain(const Kernel *a, const Kernel *b);
 /* How many blocks of phase's parts each block of chain m runs side by
  * side: launch threads / the phase's largest part when no part of it has
