@@ -278,9 +278,9 @@ enum {
 };
 
 static const RtKernel mma_kernels[MK_COUNT] = {
-    {"mma16816", 1, 0, 0},  {"mma16832", 1, 0, 0}, {"mma1688", 1, 0, 0},  {"tf32_bits", 0, 0, 0},
-    {"mma_pipe", 1, 0, 0},  {"ldsm_x1", 1, 0, 0},  {"cp_groups", 1, 0, 0}, {"cp_sizes", 0, 0, 0},
-    {"smem_addr", 0, 0, 0}, {"pack_shfl", 1, 0, 0}, {"diverge", 1, 0, 0},  {"bad_addr", 1, 0, 0},
+    {"mma16816", 1, 0, 0, 0},  {"mma16832", 1, 0, 0, 0}, {"mma1688", 1, 0, 0, 0},  {"tf32_bits", 0, 0, 0, 0},
+    {"mma_pipe", 1, 0, 0, 0},  {"ldsm_x1", 1, 0, 0, 0},  {"cp_groups", 1, 0, 0, 0}, {"cp_sizes", 0, 0, 0, 0},
+    {"smem_addr", 0, 0, 0, 0}, {"pack_shfl", 1, 0, 0, 0}, {"diverge", 1, 0, 0, 0},  {"bad_addr", 1, 0, 0, 0},
 };
 
 #endif

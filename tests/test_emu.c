@@ -166,9 +166,9 @@ enum {
 };
 
 static const RtKernel main_kernels[K_COUNT] = {
-    {"axpb", 0, 0, 0},         {"block_sum", 1, 1024, 0},  {"warp_ops", 1, 0, 0},  {"histo", 0, 0, 0},
-    {"transpose", 1, 1088, 0}, {"f16_trip", 0, 0, 0},      {"bf16_trip", 0, 0, 0}, {"dyn_rev", 1, 0, 0},
-    {"early_exit", 1, 256, 0}, {"split_barrier", 1, 0, 0}, {"warp_exit", 1, 0, 0}, {"checks", 0, 0, 0},
+    {"axpb", 0, 0, 0, 0},         {"block_sum", 1, 1024, 0, 0},  {"warp_ops", 1, 0, 0, 0},  {"histo", 0, 0, 0, 0},
+    {"transpose", 1, 1088, 0, 0}, {"f16_trip", 0, 0, 0, 0},      {"bf16_trip", 0, 0, 0, 0}, {"dyn_rev", 1, 0, 0, 0},
+    {"early_exit", 1, 256, 0, 0}, {"split_barrier", 1, 0, 0, 0}, {"warp_exit", 1, 0, 0, 0}, {"checks", 0, 0, 0, 0},
 };
 
 static char cache_root[256];
@@ -602,7 +602,7 @@ END_TEST
 
 START_TEST(compile_error_gives_compiler_message) {
   RtDevice *d = open_emu();
-  static const RtKernel k[] = {{"broken", 0, 0, 0}};
+  static const RtKernel k[] = {{"broken", 0, 0, 0, 0}};
   RtPlan p = make_plan("extern \"C\" __global__ void broken(float *x) { x[0] = no_such_name; }\n", k, 1);
   RtModule *m = NULL;
   ck_assert_int_eq(d->ops->load(d, &p, &m), -1);
@@ -616,7 +616,7 @@ END_TEST
 
 START_TEST(missing_launcher_is_named) {
   RtDevice *d = open_emu();
-  static const RtKernel k[] = {{"axpb", 0, 0, 0}, {"not_there", 0, 0, 0}};
+  static const RtKernel k[] = {{"axpb", 0, 0, 0, 0}, {"not_there", 0, 0, 0, 0}};
   RtPlan p = make_plan(MAIN_SRC, k, 2);
   RtModule *m = NULL;
   ck_assert_int_eq(d->ops->load(d, &p, &m), -1);
@@ -661,7 +661,7 @@ START_TEST(cache_hit_on_second_load) {
            "// %ld %d\nextern \"C\" __global__ void one(float *x) { x[threadIdx.x] = 1.0f + threadIdx.x; }\n"
            "#ifdef DLCC_EMU\nextern \"C\" void one__emu(void **a) { one(*(float **)a[0]); }\n#endif\n",
            (long)time(NULL), (int)getpid());
-  static const RtKernel k[] = {{"one", 0, 0, 0}};
+  static const RtKernel k[] = {{"one", 0, 0, 0, 0}};
   RtDevice *d = open_emu();
   RtModule *m = load_ok(d, src, k, 1);
   ck_assert_uint_eq(rt_emu_compile_count(d), 1);
@@ -975,7 +975,7 @@ START_TEST(plan_end_to_end_through_executor) {
   for (int i = 0; i < IN * OUT; i++) blob[i] = (float)((i * 5) % 7) - 3.0f;
   for (int j = 0; j < OUT; j++) blob[64 + j] = 0.5f * (float)j - 1.0f;
   for (int i = 0; i < B * IN; i++) x[i] = (float)((i * 3) % 5) - 2.0f;
-  static const RtKernel kernels[] = {{"bias_relu", 0, 0, 0}};
+  static const RtKernel kernels[] = {{"bias_relu", 0, 0, 0, 0}};
   static const RtTensorDesc weights[] = {
       {"w", RT_DT_F32, 2, {IN, OUT}, IN * OUT * 4, {RT_SPACE_WEIGHTS, 0, 0}},
       {"b", RT_DT_F32, 1, {OUT}, OUT * 4, {RT_SPACE_WEIGHTS, 0, 256}},
@@ -1094,7 +1094,7 @@ static const char COOP_SRC[] =
     "#endif\n";
 
 enum { C_SUM, C_EXIT, C_COUNT };
-static const RtKernel coop_kernels[C_COUNT] = {{"coop_sum", 1, 4, 1}, {"coop_exit", 1, 0, 1}};
+static const RtKernel coop_kernels[C_COUNT] = {{"coop_sum", 1, 4, 1, 0}, {"coop_exit", 1, 0, 1, 0}};
 
 START_TEST(cooperative_grid_barrier_and_shared_per_block) {
   enum { B = 6, ROUNDS = 3 };
