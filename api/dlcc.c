@@ -378,9 +378,8 @@ have_graph:
     spec.loss_scaling = loss_scaling;
     spec.scaled_elsewhere = split == DLC_LOSS_SCALE_FED;
     /* the clip's norm and the overflow check span the tensor group */
-    const char **parts = ARENA_ARRAY(&c->arena, const char *, job->m->tp.n_splits + 1);
-    for (int i = 0; i < job->m->tp.n_splits; i++) parts[spec.n_tp_parts++] = job->m->tp.splits[i].param;
-    spec.tp_parts = parts;
+    spec.tp_parts = tp_split_names(g, &job->m->tp);
+    spec.n_tp_parts = job->m->tp.n_splits;
     if (!pass_append_optimizer(g, &spec) || !ir_verify(g)) return 1;
     split_optimizer_state(g, &job->m->tp);
   }

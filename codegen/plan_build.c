@@ -90,8 +90,10 @@ struct CgBuild {
    * at (live_during): what a chain may hold without raising the peak. */
   uint64_t live_peak;
   /* A second build's bound on a step's live bytes, the first build's
-   * arena (cg_compile_opts), or 0. */
+   * arena (cg_compile_opts), or 0; and whether the memory rule kept a
+   * chain apart (else a second build would make the same plan). */
   uint64_t chain_bound;
+  bool chain_held_back;
 
   CgBuffer *buffers;
   int n_buffers, cap_buffers;
@@ -1171,49 +1173,46 @@ static int merge_down_target(CgBuild *b, Kernel *k) {
   return -1;
 }
 
-/* Whether a node not lowered yet reads arena slot r's bytes. */
-static bool read_later(CgBuild *b, RtRef r) {
-  int slot = slot_of(b, r);
-  for (const Node *n = b->g->first; n; n = n->next) {
-    if (b->done[n->id]) continue;
-    for (int i = 0; i < n->n_in; i++) {
-      const Value *v = n->in[i];
-      if (b->has_home[v->id] && b->home[v->id].space == RT_SPACE_ARENA && slot_of(b, b->home[v->id]) == slot)
-        return true;
-    }
-  }
-  return false;
-}
+/* What the arena's slots are to the last step, by slot: */
+enum {
+  SLOT_NAMED = 1, /* a step so far names it */
+  SLOT_LATER = 2, /* a node not lowered yet reads it */
+  SLOT_LAST = 4,  /* the last step's kernel (a) names it */
+};
 
-/* The arena bytes live during the last step: every buffer a step so far
- * names that a node not lowered yet reads, and those only that step
- * (kernel a) reads for the last time. */
-static uint64_t live_during(CgBuild *b, const Kernel *a) {
-  int nb = b->n_buffers;
-  unsigned char *state = calloc((size_t)nb + 1, 1); /* 1: named so far, 2: read later, 4: a's */
-  if (!state) ctx_out_of_memory(b->ctx);
+/* The marks of every slot (calloc'd, the caller frees them). */
+static unsigned char *slot_marks(CgBuild *b, const Kernel *a) {
+  unsigned char *mark = calloc((size_t)b->n_buffers + 1, 1);
   int n_refs = step_refs(b, RT_SPACE_ARENA, NULL);
   StepRef *refs = malloc(sizeof *refs * ((size_t)n_refs + 1));
-  if (!refs) {
-    free(state);
+  if (!mark || !refs) {
+    free(mark), free(refs);
     ctx_out_of_memory(b->ctx);
   }
   step_refs(b, RT_SPACE_ARENA, refs);
-  for (int r = 0; r < n_refs; r++) state[slot_of(b, *refs[r].ref)] |= 1;
+  for (int r = 0; r < n_refs; r++) mark[slot_of(b, *refs[r].ref)] |= SLOT_NAMED;
   free(refs);
   for (const Node *n = b->g->first; n; n = n->next) {
     if (b->done[n->id]) continue;
     for (int i = 0; i < n->n_in; i++) {
       const Value *v = n->in[i];
-      if (b->has_home[v->id] && b->home[v->id].space == RT_SPACE_ARENA) state[slot_of(b, b->home[v->id])] |= 2;
+      if (b->has_home[v->id] && b->home[v->id].space == RT_SPACE_ARENA)
+        mark[slot_of(b, b->home[v->id])] |= SLOT_LATER;
     }
   }
   for (int i = 0; i < a->n_params; i++)
-    if (a->params[i].buf && a->params[i].arg.ref.space == RT_SPACE_ARENA) state[slot_of(b, a->params[i].arg.ref)] |= 4;
+    if (a->params[i].buf && a->params[i].arg.ref.space == RT_SPACE_ARENA)
+      mark[slot_of(b, a->params[i].arg.ref)] |= SLOT_LAST;
+  return mark;
+}
+
+/* The arena bytes live during the last step: every buffer a step so far
+ * names that a node not lowered yet reads, or that the step itself
+ * names (for the last time, then). */
+static uint64_t live_during(CgBuild *b, const unsigned char *mark) {
   uint64_t live = 0;
-  for (int k = 0; k < nb; k++)
-    if ((state[k] & 1) && (state[k] & 6)) live += align_up(b->buffers[k].nbytes);
-  free(state);
+  for (int k = 0; k < b->n_buffers; k++)
+    if ((mark[k] & SLOT_NAMED) && (mark[k] & (SLOT_LATER | SLOT_LAST))) live += align_up(b->buffers[k].nbytes);
   return live;
 }
 
@@ -1238,7 +1237,8 @@ static int chain_target(CgBuild *b, Kernel *k) {
    * backward reads) reads, scratch too (a split-K GEMM's partial sums,
    * which a later split GEMM apart would reuse); of them and of what k
    * writes, the smaller may be at most MERGE_HOLD_BYTES. */
-  uint64_t born = 0, dying = 0, during = live_during(b, a), peak = b->live_peak;
+  unsigned char *mark = slot_marks(b, a);
+  uint64_t born = 0, dying = 0, during = live_during(b, mark), peak = b->live_peak;
   if (during > b->live_peak) b->live_peak = during;
   for (int i = 0; i < k->n_params; i++)
     if (k->params[i].buf && k->params[i].buf->written && k->params[i].arg.ref.space == RT_SPACE_ARENA)
@@ -1250,13 +1250,16 @@ static int chain_target(CgBuild *b, Kernel *k) {
     for (int j = 0; j < k->n_params && !also; j++)
       also = k->params[j].buf && k->params[j].arg.ref.space == RT_SPACE_ARENA &&
              slot_of(b, k->params[j].arg.ref) == slot_of(b, p->arg.ref);
-    if (!also && !read_later(b, p->arg.ref)) dying += param_bytes(p);
+    if (!also && !(mark[slot_of(b, p->arg.ref)] & SLOT_LATER)) dying += param_bytes(p);
   }
+  free(mark);
   /* Or where the step's live bytes and what k adds to them stay within
    * the peak of the steps before (the backward of a network, whose
    * activations die as it goes): the arena does not grow for it. */
   if (born <= MERGE_HOLD_BYTES || dying <= MERGE_HOLD_BYTES || during + born <= peak) return t;
-  return b->chain_bound && during + born <= b->chain_bound ? t : -1;
+  if (b->chain_bound && during + born <= b->chain_bound) return t;
+  b->chain_held_back = true;
+  return -1;
 }
 
 /* In a chain, a phase may read bytes an earlier one wrote under another
@@ -1616,7 +1619,7 @@ static int larger_first(const void *pa, const void *pb) {
 /* Deals the kernels into code parts of about equal text (the largest
  * first, each to the lightest part), PART_BYTES a part or more, at most
  * RT_MAX_CODE_PARTS: NVRTC compiles the parts side by side
- * (rt_nvrtc_compile_parts).  Returns how many. */
+ * (rt_nvrtc_run_jobs).  Returns how many. */
 static uint32_t split_code(CgBuild *b) {
   size_t total = 0;
   BySize *order = ARENA_ARRAY(&b->ctx->arena, BySize, b->n_kernels + 1);
@@ -1800,7 +1803,7 @@ static void end_init(CgBuild *b, const RtRef *run_home, const bool *run_has_home
 
 bool cg_compile(Graph *g, CgResult *out) { return cg_compile_opts(g, NULL, out); }
 
-static bool build(Graph *g, const CgOptions *o, uint64_t chain_bound, CgResult *out) {
+static bool build(Graph *g, const CgOptions *o, uint64_t chain_bound, CgResult *out, bool *held_back) {
   Ctx *c = g->ctx;
   memset(out, 0, sizeof *out);
   int errors = c->diag.errors;
@@ -1886,6 +1889,7 @@ static bool build(Graph *g, const CgOptions *o, uint64_t chain_bound, CgResult *
   out->step_nodes = b->step_nodes;
   char err[512];
   if (!cg_check_memory(out, err, sizeof err)) dl_internal(c, "memory plan: %s", err);
+  if (held_back) *held_back = b->chain_held_back;
   return true;
 }
 
@@ -1894,13 +1898,16 @@ static bool build(Graph *g, const CgOptions *o, uint64_t chain_bound, CgResult *
  * a training step's forward too, where the true peak (at the loss) is
  * still to come.  The second build may hold a step's live bytes up to
  * the first's whole arena, and is kept where its arena is no larger
- * (ResNet-50's step: 143 launches to 110, the same arena).  Lowering is
+ * (ResNet-50's step: 143 launches to 111, the same arena); only where
+ * the first kept a chain apart for its memory.  Lowering is
  * a small part of a compile; NVRTC, which runs once, the most of it. */
 bool cg_compile_opts(Graph *g, const CgOptions *o, CgResult *out) {
-  if (!o || !o->merge_launches || o->no_chain_launches) return build(g, o, 0, out);
+  if (!o || !o->merge_launches || o->no_chain_launches) return build(g, o, 0, out, NULL);
   CgResult strict;
-  if (!build(g, o, 0, &strict)) return *out = strict, false;
-  if (!build(g, o, strict.plan->arena_bytes, out) || out->plan->arena_bytes > strict.plan->arena_bytes)
+  bool held_back = false;
+  if (!build(g, o, 0, &strict, &held_back)) return *out = strict, false;
+  if (!held_back) return *out = strict, true;
+  if (!build(g, o, strict.plan->arena_bytes, out, NULL) || out->plan->arena_bytes > strict.plan->arena_bytes)
     *out = strict;
   return true;
 }

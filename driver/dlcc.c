@@ -785,9 +785,8 @@ static int compile(Ctx *c, void *data) {
     spec.data_parallel = o->data_parallel;
     spec.bucket_bytes = (int64_t)o->bucket_mb << 20;
     /* the clip's norm and the overflow check span the tensor group */
-    const char **parts = ARENA_ARRAY(&c->arena, const char *, tp.n_splits + 1);
-    for (int i = 0; i < tp.n_splits; i++) parts[spec.n_tp_parts++] = tp.splits[i].param;
-    spec.tp_parts = parts;
+    spec.tp_parts = tp_split_names(g, &tp);
+    spec.n_tp_parts = tp.n_splits;
     if (o->optimize && (!pass_append_optimizer(g, &spec) || !ir_verify(g))) return 1;
   }
   if (!run_passes(c, job, g)) return 1;

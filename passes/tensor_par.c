@@ -590,6 +590,12 @@ static void shard_param(Tp *t, Node *p) {
   }
 }
 
+const char **tp_split_names(Graph *g, const TpResult *tp) {
+  const char **names = ARENA_ARRAY(&g->ctx->arena, const char *, tp->n_splits + 1);
+  for (int i = 0; i < tp->n_splits; i++) names[i] = tp->splits[i].param;
+  return names;
+}
+
 bool pass_tensor_parallel(Graph *g, int ranks, int rank, TpResult *out) {
   memset(out, 0, sizeof *out);
   out->ranks = ranks, out->rank = rank;

@@ -42,6 +42,11 @@ typedef struct TpResult {
  * in out->lines.  False after reporting an internal error to g->ctx. */
 bool pass_tensor_parallel(Graph *g, int ranks, int rank, TpResult *out);
 
+/* The names of the split params (tp->n_splits of them, in g's arena):
+ * OptimSpec.tp_parts, whose clip norm and overflow check span the
+ * tensor group. */
+const char **tp_split_names(Graph *g, const TpResult *tp);
+
 /* Whether param name is sharded; then *axis is its split axis. */
 bool tp_is_sharded(const TpResult *tp, const char *name, int *axis);
 /* Copies between a whole tensor of sharded param name (whole_dims, rank
