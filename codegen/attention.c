@@ -29,9 +29,11 @@
  * P V), and S never leaves the accumulators: each row's max and sum
  * over the four lanes that hold it by two shuffles, P packed to f16x2 or
  * bf16x2 straight into the A fragments of P V.  A warp's rows are its
- * own, so no barrier sits within a tile.  f32 is the same loop on FMA,
- * exact to f32 rounding, with S in shared memory and a thread per row
- * for the softmax. */
+ * own, so no barrier sits within a tile.  f32 under --tf32 takes the
+ * same path with m16n8k8 tf32 products (mma_pb_tf32 says how P V gets
+ * its operands).  f32 is otherwise the same loop on FMA, exact to f32
+ * rounding, with S in shared memory and a thread per row for the
+ * softmax. */
 #include <inttypes.h>
 #include <math.h>
 #include <string.h>
@@ -133,21 +135,38 @@ static KExpr *kv_at(Attn *A, KExpr *st, KExpr *row, KExpr *col) {
 
 void cg_attn_mma_abt(Kernel *k, KBlock *blk, KTcKind kind, KExpr *lane, KBuf *acc, int64_t nb, KBuf *a, KExpr *a0,
                      int64_t lda, KBuf *b, KExpr *b0, int64_t ldb, int64_t kdim) {
-  /* per 16 of kdim, A by ldmatrix.x4 of rows lane % 16 at column
-   * 8 (lane / 16), and two blocks of 8 rows of B by another (rows
-   * 8 (lane / 16) + lane % 8 at column 8 ((lane / 8) % 2)) */
+  /* per mma k-step of kk elements (32 bytes: 16 f16/bf16, 8 tf32), A by
+   * ldmatrix.x4 of rows lane % 16 at column ch (lane / 16), and two
+   * blocks of 8 rows of B by another (rows 8 (lane / 16) + lane % 8 at
+   * column ch ((lane / 8) % 2)), ch the elements of 16 bytes.  ldmatrix
+   * moves 8x8 b16 matrices, a row 16 bytes a lane pair by pair: on f32
+   * tiles lane (g, t) gets the 32-bit word t of row g, which is just the
+   * m16n8k8 tf32 fragment (a0 (g, t), a1 (g + 8, t), a2 (g, t + 4), a3
+   * (g + 8, t + 4); b0 (k t, n g), b1 (k t + 4, n g)), so the same
+   * addresses in 16-byte units serve both; tf32 operands are then
+   * rounded (cvt.rna), as the convolutions' are. */
+  bool tf32 = kind == KTC_TF32;
+  int64_t kk = tf32 ? 8 : 16, ch = kk / 2;
   KBuf *af = cg_kfrag(k, "af", 4), *bf = cg_kfrag(k, "bf", 4);
-  KExpr *z, *ks, *nj;
+  KExpr *z, *ks, *nj, *r;
   KBlock *zb = kloop(k, blk, "z", ki(k, nb * 4), KM_UNROLL, &z);
   cg_kstore(k, zb, acc, z, kf32(k, 0));
-  KBlock *kb = kloop(k, blk, "ks", ki(k, kdim / 16), KM_SERIAL, &ks);
-  KExpr *acol = cg_kadd(k, cg_kmul(k, ks, ki(k, 16)), cg_kmul(k, kdiv(k, lane, 16), ki(k, 8)));
+  KBlock *kb = kloop(k, blk, "ks", ki(k, kdim / kk), KM_SERIAL, &ks);
+  KExpr *acol = cg_kadd(k, cg_kmul(k, ks, ki(k, kk)), cg_kmul(k, kdiv(k, lane, 16), ki(k, ch)));
   cg_kldmatrix(k, kb, af, ki(k, 0), 4, false, a, cg_kadd(k, a0, kmad(k, kmod(k, lane, 16), lda, acol)));
+  if (tf32) {
+    KBlock *rb = kloop(k, kb, "r", ki(k, 4), KM_UNROLL, &r);
+    cg_ktf32(k, rb, af, r);
+  }
   KBlock *nbk = kloop(k, kb, "nj", ki(k, nb / 2), KM_UNROLL, &nj);
   KExpr *brow = cg_kadd(k, cg_kmul(k, nj, ki(k, 16)),
                         cg_kadd(k, cg_kmul(k, kdiv(k, lane, 16), ki(k, 8)), kmod(k, lane, 8)));
-  KExpr *bcol = cg_kadd(k, cg_kmul(k, ks, ki(k, 16)), cg_kmul(k, kmod(k, kdiv(k, lane, 8), 2), ki(k, 8)));
+  KExpr *bcol = cg_kadd(k, cg_kmul(k, ks, ki(k, kk)), cg_kmul(k, kmod(k, kdiv(k, lane, 8), 2), ki(k, ch)));
   cg_kldmatrix(k, nbk, bf, ki(k, 0), 4, false, b, cg_kadd(k, b0, kmad(k, brow, ldb, bcol)));
+  if (tf32) {
+    KBlock *rb = kloop(k, nbk, "r", ki(k, 4), KM_UNROLL, &r);
+    cg_ktf32(k, rb, bf, r);
+  }
   cg_kmma(k, nbk, kind, acc, cg_kmul(k, nj, ki(k, 8)), af, ki(k, 0), bf, ki(k, 0));
   cg_kmma(k, nbk, kind, acc, cg_kadd(k, cg_kmul(k, nj, ki(k, 8)), ki(k, 4)), af, ki(k, 0), bf, ki(k, 2));
 }
@@ -308,8 +327,37 @@ static void softmax_tc(Attn *A, KBlock *blk, KExpr *j, KBuf *mr, KBuf *lr, KBuf 
   cg_kstore(k, eb, oacc, oa, cg_kop2(k, OP_MUL, cg_kload(k, oacc, oa), av));
 }
 
+/* cg_attn_mma_pb in tf32 (m16n8k8), one accumulator block of P (8
+ * columns) a k-step.  Lane (g, t) holds P's columns 2t and 2t + 1 of
+ * rows g and g + 8, where the A fragment wants columns t and t + 4: the
+ * sum over k does not care which k is which, so k = t stands for column
+ * 2t and k = t + 4 for 2t + 1 (a0 a1 a2 a3 <- c0 c2 c1 c3), and B's
+ * fragment follows: b0 = B[2t][g], b1 = B[2t + 1][g], two scalar loads
+ * (ldmatrix.trans moves 16-bit elements, not 32), rounded to tf32.
+ * With rows ldb = 16 m + 4 elements apart, rows 2t land 8t banks apart:
+ * the warp's 32 loads hit 32 banks. */
+static void mma_pb_tf32(Kernel *k, KBlock *blk, KExpr *lane, KBuf *acc, int64_t ncols, KBuf *pacc, int64_t kdim,
+                        KBuf *b, KExpr *b0, int64_t ldb) {
+  static const int order[4] = {0, 2, 1, 3};
+  KBuf *pf = cg_kfrag(k, "pf", 4), *vf = cg_kfrag(k, "vf", 2);
+  KExpr *ks, *nj;
+  KBlock *kb = kloop(k, blk, "ks", ki(k, kdim / 8), KM_UNROLL, &ks);
+  for (int r = 0; r < 4; r++)
+    cg_kpack(k, kb, KTC_TF32, pf, ki(k, r), cg_kload(k, pacc, kmad(k, ks, 4, ki(k, order[r]))), NULL);
+  KExpr *row = ilet(k, kb, "vr", kmad(k, ks, 8, cg_kmul(k, kmod(k, lane, 4), ki(k, 2))));
+  KBlock *nb = kloop(k, kb, "nj", ki(k, ncols / 8), KM_UNROLL, &nj);
+  KExpr *at = ilet(k, nb, "va", cg_kadd(k, b0, kmad(k, row, ldb, kmad(k, nj, 8, kdiv(k, lane, 4)))));
+  cg_kpack(k, nb, KTC_TF32, vf, ki(k, 0), cg_kload(k, b, at), NULL);
+  cg_kpack(k, nb, KTC_TF32, vf, ki(k, 1), cg_kload(k, b, cg_kadd(k, at, ki(k, ldb))), NULL);
+  cg_kmma(k, nb, KTC_TF32, acc, cg_kmul(k, nj, ki(k, 4)), pf, ki(k, 0), vf, ki(k, 0));
+}
+
 void cg_attn_mma_pb(Kernel *k, KBlock *blk, KTcKind kind, KExpr *lane, KBuf *acc, int64_t ncols, KBuf *pacc,
                     int64_t kdim, KBuf *b, KExpr *b0, int64_t ldb) {
+  if (kind == KTC_TF32) {
+    mma_pb_tf32(k, blk, lane, acc, ncols, pacc, kdim, b, b0, ldb);
+    return;
+  }
   /* A is P packed from the accumulators as they are: the m16n8 layouts
    * of blocks 2 ks and 2 ks + 1 side by side are the m16k16 A layout
    * of columns 16 ks .. 16 ks + 15 (a0 a1 <- c0 c1 of the first, a2 a3
@@ -500,12 +548,16 @@ bool cg_lower_attention(CgBuild *b, const Node *n) {
     diag_error(c, n->loc, "attention: at most 65535 heads and batch rows, got %" PRId64 " and %" PRId64, A->H, A->B);
     return false;
   }
-  A->tc = A->dt != TY_F32 && !cg_options(b)->no_tensor_cores && cg_tc_kind(A->dt, false, &A->kind);
+  /* f32 on the tensor cores only under --tf32 (its operands rounded to
+   * tf32, as the convolutions'); else exact FMA */
+  A->tc = !cg_options(b)->no_tensor_cores && cg_tc_kind(A->dt, cg_options(b)->tf32, &A->kind);
   A->es = ir_dtype_size(A->dt);
   A->epc = CHUNK / A->es;
   A->dp = round_up(A->d > 0 ? A->d : 1, 16);
   A->ld = A->dp + A->epc;
-  A->bn = !A->tc && A->dp > 128 ? 32 : 64;
+  /* f32 tiles are twice f16's bytes: past d = 64 (tf32) or 128 (FMA)
+   * 32-key tiles keep the double-buffered K and V within shared memory */
+  A->bn = A->dp > (A->tc ? (A->kind == KTC_TF32 ? 64 : 256) : 128) ? 32 : 64;
   A->kt = cg_cdiv(A->Sk, A->bn);
   A->sld = A->bn + SPAD;
   /* A decoding step's few query rows take a block of their own size,
@@ -515,7 +567,7 @@ bool cg_lower_attention(CgBuild *b, const Node *n) {
   int64_t gx = cg_cdiv(A->Sq, A->bm);
   split_keys(A, gx);
   const char *what = arena_printf(&c->arena, "flash attention %s, %" PRId64 "x%" PRId64 " tiles, d %" PRId64 "%s",
-                                  A->tc ? (A->kind == KTC_F16 ? "mma f16" : "mma bf16") : "fma f32", A->bm, A->bn, A->d,
+                                  A->tc ? arena_printf(&c->arena, "mma %s", cg_tc_name(A->kind)) : "fma f32", A->bm, A->bn, A->d,
                                   A->splits > 1 ? arena_printf(&c->arena, ", keys in %" PRId64 " splits",
                                                                A->splits) : "");
   Kernel *k = A->k = cg_kernel_new(c, n, "attention", what);

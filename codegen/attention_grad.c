@@ -21,7 +21,8 @@
  * run) at the price of computing S and dP twice (ir/cost.c counts what
  * is computed).
  *
- * f16 and bf16 up to d = 128 take the tensor cores (dq_kernel_tc,
+ * f16 and bf16 up to d = 128 (and f32 under --tf32, its products
+ * m16n8k8 on f32 tiles: attention.c's mma_pb_tf32) take the tensor cores (dq_kernel_tc,
  * dkdv_kernel_tc), FlashAttention-2's structure: a warp owns 16 rows of
  * the block's 64 and every product of them is mma.sync m16n8k16 with
  * f32 accumulators (codegen/attn.h's two shapes: A B^T from shared
@@ -33,7 +34,7 @@
  * P^T and dS^T are already A operands for dv += P^T dy and dk += dS^T
  * q.  Scores are in base-2 units there (exp2, as the forward's).
  *
- * f32 (and d past 128, where the accumulators would spill) computes on
+ * f32 without --tf32 (and d past 128, where the accumulators would spill) computes on
  * FMA: the tiles are converted to f32 in shared memory as they load,
  * with an odd row stride so that a warp walking 32 rows (one each) hits
  * 32 banks.  A thread owns one row of its block's tile and `tpr`
@@ -164,7 +165,7 @@ static Bufs bind(Bwd *W, bool dq) {
 static KBlock *new_kernel(Bwd *W, const char *hint, const char *what, int64_t tiles, int64_t heads, KExpr **tx,
                           KExpr **hy) {
   Ctx *c = cg_build_ctx(W->b);
-  const char *how = W->tc ? arena_printf(&c->arena, "mma %s, 64x%" PRId64 " tiles", W->kind == KTC_F16 ? "f16" : "bf16", W->bn)
+  const char *how = W->tc ? arena_printf(&c->arena, "mma %s, 64x%" PRId64 " tiles", cg_tc_name(W->kind), W->bn)
                           : arena_printf(&c->arena, "fma f32, %" PRId64 "-row tiles", W->tile);
   Kernel *k = W->k = cg_kernel_new(c, W->n, hint, arena_printf(&c->arena, "%s, %s, d %" PRId64, what, how, W->d));
   KExpr *t;
@@ -460,7 +461,9 @@ static void store_acc(Bwd *W, KBlock *blk, KBuf *acc, double w, KBuf *dst, KExpr
 
 /* dq on the tensor cores: warp w owns query rows q0 + 16w .. + 15. */
 static void dq_kernel_tc(Bwd *W) {
-  W->bn = W->dp <= 64 ? 64 : 32;
+  /* tf32 at d = 64 with 64-key tiles spills (255 registers: P B's
+   * scalar B loads, unrolled over the tile, all in flight) */
+  W->bn = W->dp <= 64 && W->kind != KTC_TF32 ? 64 : 32;
   W->qtile = BM, W->ktile = W->bn;
   int64_t qt = cg_cdiv(W->Sq, BM), kt = cg_cdiv(W->Sk, W->bn), nb = W->bn / 8;
   KExpr *qx, *hy;
@@ -663,7 +666,8 @@ bool cg_lower_attention_grad(CgBuild *b, const Node *n) {
   W->rskv = W->bshd ? W->Hkv * W->d : W->d;
   W->scale = ir_attr(n, "scale") ? ir_attr_float(n, "scale") : 1 / sqrt((double)W->d);
   W->dp = (W->d + 15) / 16 * 16;
-  W->tc = W->dt != TY_F32 && W->dp <= MAX_TC_D && !cg_options(b)->no_tensor_cores && cg_tc_kind(W->dt, false, &W->kind);
+  /* f32 on the tensor cores under --tf32, as the forward */
+  W->tc = W->dp <= MAX_TC_D && !cg_options(b)->no_tensor_cores && cg_tc_kind(W->dt, cg_options(b)->tf32, &W->kind);
   W->ld = W->tc ? W->dp + 16 / ir_dtype_size(W->dt) : W->dp + 1;
   W->tile = W->dp <= 128 ? 64 : 32;
   W->sld = W->tile + 1;

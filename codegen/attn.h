@@ -1,7 +1,8 @@
 /* What the attention kernels share (codegen/attention.c, which has them,
  * and codegen/attention_grad.c): tiles of rows loaded into shared
  * memory, and the two mma.sync products of FlashAttention on m16n8k16
- * fragments (docs/tensorcores.md's layouts; docs/attention.md). */
+ * fragments, or m16n8k8 tf32 ones on f32 tiles (docs/tensorcores.md's
+ * layouts; docs/attention.md). */
 #ifndef DLCC_CODEGEN_ATTN_H
 #define DLCC_CODEGEN_ATTN_H
 
@@ -31,7 +32,8 @@ static inline bool cg_attn_async(const AttnTiles *t) { return t->d % t->epc == 0
 /* acc = A B^T on the tensor cores, for one warp: A its 16 rows from
  * element a0 of shared a (rows lda apart), B nb * 8 rows from element
  * b0 of shared b (ldb apart), both kdim (a multiple of 16) columns,
- * the product's dimension contiguous.  acc holds nb m16n8 f32
+ * the product's dimension contiguous (kdim a multiple of 8 for
+ * KTC_TF32).  acc holds nb m16n8 f32
  * accumulators, block j (columns 8j ..) at acc[4j ..]: lane (g, t)
  * has rows g (elements 0, 1) and g + 8 (2, 3), columns 2t and 2t + 1.
  * nb is even. */

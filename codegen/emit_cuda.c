@@ -1428,10 +1428,12 @@ static void tc_stmt(Out *o, const KStmt *s) {
     case KS_PACK:
       fprintf(o->f, "%s[", s->buf->name);
       expr(o, s->index);
-      fprintf(o->f, "] = %s(", s->tc == KTC_F16 ? "dl_pack_f16x2" : "dl_pack_bf16x2");
+      fprintf(o->f, "] = %s(", s->tc == KTC_TF32 ? "dl_tf32" : s->tc == KTC_F16 ? "dl_pack_f16x2" : "dl_pack_bf16x2");
       expr_as(o, s->chunk[0], TY_F32);
-      fputs(", ", o->f);
-      expr_as(o, s->chunk[1], TY_F32);
+      if (s->count == 2) {
+        fputs(", ", o->f);
+        expr_as(o, s->chunk[1], TY_F32);
+      }
       fputs(");\n", o->f);
       return;
     default: dl_internal(o->k->ctx, "statement %d is not a tensor-core statement", (int)s->kind);

@@ -651,15 +651,17 @@ void cg_ktf32(Kernel *k, KBlock *in, KBuf *frag, KExpr *at) {
 
 void cg_kpack(Kernel *k, KBlock *in, KTcKind tc, KBuf *frag, KExpr *at, KExpr *lo, KExpr *hi) {
   expect_space(k, frag, KSP_FRAGMENT, "pack");
-  if ((tc != KTC_F16 && tc != KTC_BF16) || lo->dtype != TY_F32 || hi->dtype != TY_F32)
-    dl_internal(k->ctx, "pack of %s and %s to kind %d", ir_dtype_name(lo->dtype), ir_dtype_name(hi->dtype), (int)tc);
+  bool one = tc == KTC_TF32; /* a tf32 operand fills its register alone */
+  if ((tc != KTC_F16 && tc != KTC_BF16 && !one) || lo->dtype != TY_F32 || (one ? hi != NULL : hi->dtype != TY_F32))
+    dl_internal(k->ctx, "pack of %s and %s to kind %d", ir_dtype_name(lo->dtype), hi ? ir_dtype_name(hi->dtype) : "none",
+                (int)tc);
   KStmt *s = append_tc(k, in, KS_PACK, false);
   frag->written = true;
   s->tc = tc;
   s->buf = frag, s->index = at;
   s->chunk = ARENA_ARRAY(&k->ctx->arena, KExpr *, 2);
   s->chunk[0] = lo, s->chunk[1] = hi;
-  s->count = 2;
+  s->count = one ? 1 : 2;
 }
 
 void cg_kallreduce(Kernel *k, KBlock *in, KVar *var, OpKind combine, KMap across) {

@@ -169,7 +169,8 @@ typedef enum {
   /* fragment buf[index] = chunk[0] in its low 16 bits, chunk[1] in its
    * high ones, two f32 values each rounded to nearest even to f16 (tc
    * KTC_F16) or bf16 (KTC_BF16): cvt.rn.{f16,bf16}x2.f32.  Two m16n8
-   * accumulators side by side, packed so, are an m16k16 A fragment. */
+   * accumulators side by side, packed so, are an m16k16 A fragment.
+   * For KTC_TF32 (count 1): chunk[0] alone, rounded to tf32 (cvt.rna). */
   KS_PACK,
 } KStmtKind;
 
@@ -426,7 +427,8 @@ void cg_kcp_commit(Kernel *k, KBlock *in);
 void cg_kcp_wait(Kernel *k, KBlock *in, int pending);
 void cg_ktf32(Kernel *k, KBlock *in, KBuf *frag, KExpr *at);
 /* Fragment frag[at] = lo and hi (f32) as f16x2 (tc KTC_F16) or bf16x2
- * (KTC_BF16), lo in the low half: KS_PACK. */
+ * (KTC_BF16), lo in the low half; for KTC_TF32, lo rounded to tf32
+ * (cvt.rna) and hi NULL: KS_PACK. */
 void cg_kpack(Kernel *k, KBlock *in, KTcKind tc, KBuf *frag, KExpr *at, KExpr *lo, KExpr *hi);
 /* var = combine (OP_ADD, OP_MUL, OP_MAXIMUM, OP_MINIMUM) of var over the
  * iterations of the enclosing loop mapped to across (KM_BLOCK_X or
@@ -643,6 +645,8 @@ CgTcTile cg_tc_choose(int64_t m, int64_t n, int64_t k, int64_t batch, KTcKind tc
 /* The tensor-core instruction for operands of dtype dt (f32 only with
  * tf32); false when there is none. */
 bool cg_tc_kind(DType dt, bool tf32, KTcKind *tc);
+/* The operand type's name: "f16", "bf16", "s8" or "tf32". */
+const char *cg_tc_name(KTcKind tc);
 /* Appends g's kernel(s). */
 void cg_tc_gemm(CgBuild *b, const CgTcGemm *g);
 /* The same on the CUDA cores (fma_gemm.c): every operand by its element

@@ -160,8 +160,7 @@ static void walk_block(Traffic *t, const KBlock *blk, double times) {
       case KS_CP_WAIT:
       case KS_TF32: break;
       case KS_PACK:
-        walk_expr(t, st->chunk[0], times);
-        walk_expr(t, st->chunk[1], times);
+        for (int i = 0; i < st->count; i++) walk_expr(t, st->chunk[i], times);
         break;
     }
   }

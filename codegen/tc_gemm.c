@@ -474,7 +474,7 @@ static void epilogue(Gen *G, KBlock *body, KExpr *m0, KExpr *n0, KExpr *ks, KBuf
   g->store(g->ctx, k, lb, G->z, m, n, cg_gemm_slices_sum(k, lb, g, part, G->t.split, G->z, m, n));
 }
 
-static const char *tc_name(KTcKind tc) {
+const char *cg_tc_name(KTcKind tc) {
   static const char *const names[] = {"f16", "bf16", "s8", "tf32"};
   return names[tc];
 }
@@ -520,7 +520,7 @@ void cg_tc_gemm(CgBuild *b, const CgTcGemm *g) {
   G->mi = G->wtm / 16, G->ni = G->wtn / 8;
   G->kt_n = cg_cdiv(g->k, G->bk);
   G->kt_split = cg_cdiv(G->kt_n, G->t.split);
-  const char *what = arena_printf(&c->arena, "%s, tensor cores %s %dx%dx%d, %d stages%s", g->what, tc_name(g->tc),
+  const char *what = arena_printf(&c->arena, "%s, tensor cores %s %dx%dx%d, %d stages%s", g->what, cg_tc_name(g->tc),
                                   G->t.bm, G->t.bn, G->bk, G->t.stages,
                                   G->t.split > 1 ? arena_printf(&c->arena, ", split-K %d", G->t.split) : "");
   Kernel *k = G->k = cg_kernel_new(c, g->node, arena_printf(&c->arena, "%s_tc", g->hint), what);

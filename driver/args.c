@@ -73,6 +73,8 @@ int driver_model_word(int argc, char **argv, int *i, const char *cmd, DriverMode
     m->api->no_chain_launches = 1;
   } else if (strcmp(a, "--unroll-rnn") == 0) {
     m->api->unroll_rnn = 1;
+  } else if (strcmp(a, "--tf32") == 0) {
+    m->api->tf32 = 1;
   } else if (a[0] == '-') {
     fprintf(stderr, "dlcc: error: unknown option '%s' for %s (see dlcc %s --help)\n", a, cmd, cmd);
     return 1;

@@ -81,7 +81,7 @@ static const char run_usage[] =
     "  --model=NAME        as for dlcc\n"
     "  -O0, -O1, -O2       graph optimization, as for dlcc (default -O2)\n"
     "  --precision=P       f32 (default), f16 or bf16, as for dlcc\n"
-    "  --tf32              f32 convolutions on tensor cores, as for dlcc\n"
+    "  --tf32              f32 convolutions and attention on tensor cores, as for dlcc\n"
     "  --grad              run the gradients of a training step instead, as for dlcc\n"
     "  --recompute[=SCOPE,...]  with --grad: activation checkpointing, as for dlcc\n"
     "\n"

@@ -2,9 +2,10 @@
 # The SASS of the models' kernels: the f16, bf16 and int8 builds of
 # ResNet-50 at batch 64, of the transformer layer and of
 # tests/sass_convs.dl (depthwise convolutions and conv-transposes), and
-# the f16 and bf16 builds of tests/sass_attention.dl (the attention
-# kernel at head dims 64 and 128) and of tests/sass_attention_grad.ir
-# (its backward's two kernels at the same head dims), compiled by the
+# the f16, bf16 and f32 --tf32 builds of tests/sass_attention.dl (the
+# attention kernel at head dims 64 and 128) and of
+# tests/sass_attention_grad.ir (its backward's two kernels at the same
+# head dims), compiled by the
 # runtime's NVRTC for sm_90 (sm_90a
 # when a kernel uses wgmma) through tests/sass_kernels, disassembled with
 # cuobjdump.  For every build:
@@ -15,10 +16,10 @@
 #     reserved per block, 228 KiB an SM, 227 KiB a block), 2048 threads;
 #   - a kernel whose text calls the tensor-core instructions has HMMA,
 #     IMMA or a GMMA in its SASS;
-#   - an attention kernel on tensor cores (f16, bf16) has HMMA
+#   - an attention kernel on tensor cores (f16, bf16, tf32) has HMMA
 #     (mma.sync), LDGSTS (cp.async), SHFL.BFLY (its softmax's quad
 #     shuffles; not the backward's dk/dv kernel, which has no row
-#     statistics to find) and F2FP (P packed to f16x2/bf16x2) in its
+#     statistics to find) and, but in tf32, F2FP (P packed to f16x2/bf16x2) in its
 #     SASS, and (as every kernel) no local memory; the attention builds
 #     have one per head dim, the backward's two; every attention
 #     kernel's registers and shared memory are printed;
@@ -94,6 +95,9 @@ build attention-bf16 tests/sass_attention bf16 &
 wait
 build grad-attention-f16 tests/sass_attention_grad f16 &
 build grad-attention-bf16 tests/sass_attention_grad bf16 &
+wait
+build attention-tf32 tests/sass_attention f32 --tf32 &
+build grad-attention-tf32 tests/sass_attention_grad f32 --tf32 &
 wait
 build convs-f16 tests/sass_convs f16 &
 build convs-bf16 tests/sass_convs bf16 &
@@ -203,7 +207,9 @@ for name in sorted(os.listdir(tmp)):
             problems += 1
         if k.startswith("attention") and marked:
             attention += 1
-            wanted = ("HMMA", "LDGSTS", "F2FP") + (() if "_dkdv_" in k else ("SHFL.BFLY",))
+            # tf32 rounds its operands (cvt.rna) where f16/bf16 pack P (F2FP)
+            wanted = ("HMMA", "LDGSTS") + (() if name.endswith("tf32") else ("F2FP",)) + \
+                (() if "_dkdv_" in k else ("SHFL.BFLY",))
             missing = [w for w in wanted if not re.search(r"\b%s\b" % re.escape(w), text)]
             if missing:
                 fail("%s: %s has no %s in its SASS" % (name, k, " or ".join(missing)))

@@ -113,7 +113,7 @@ static int write_report(const Job *j, const char *arch) {
 
 int main(int argc, char **argv) {
   if (argc < 4) {
-    fprintf(stderr, "usage: sass_kernels MODEL f32|f16|bf16|int8 DIR [-D NAME=VALUE]... [--no-persistent-rnn]\n");
+    fprintf(stderr, "usage: sass_kernels MODEL f32|f16|bf16|int8 DIR [-D NAME=VALUE]... [--no-persistent-rnn] [--tf32]\n");
     return 2;
   }
   Define defines[MAX_DEFINES];
@@ -121,6 +121,10 @@ int main(int argc, char **argv) {
   for (int i = 4; i < argc; i++) {
     if (!strcmp(argv[i], "--no-persistent-rnn")) {
       j.b.opts.no_persistent_rnn = true;
+      continue;
+    }
+    if (!strcmp(argv[i], "--tf32")) {
+      j.b.opts.tf32 = true;
       continue;
     }
     if (!strcmp(argv[i], "--no-nhwc")) {

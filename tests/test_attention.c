@@ -43,7 +43,17 @@ static int run_job(Ctx *c, void *data) {
   return 0;
 }
 
-static double tolerance(DType dt) { return dt == TY_F32 ? 1e-5 : dt == TY_F16 ? 1e-2 : 2e-2; }
+/* Whether this test's f32 compiles with --tf32 (variant 3 of the loop
+ * tests: f32 on the tensor cores, operands rounded to tf32).  Its
+ * tolerance is bf16's: q, k, v and P rounded to 10 fraction bits give up
+ * to 1.1e-2 of |o| + 0.1 in a numpy model of the kernel's roundings
+ * (inputs in [-2, 2), d = 64, scale 0.3: lengths' first case), 1.0e-2
+ * here. */
+static bool tf32;
+
+static double tolerance(DType dt) {
+  return dt == TY_F32 ? (tf32 ? 2e-2 : 1e-5) : dt == TY_F16 ? 1e-2 : 2e-2;
+}
 
 /* One attention of q [B, H, Sq, d], k and v [B, Hkv, Sk, d] in dt, with
  * attrs and, when mask_type is not NULL, a mask input of that type
@@ -72,7 +82,7 @@ static Job compile_attention(DType dt, int64_t B, int64_t H, int64_t Hkv, int64_
                          "  return %%0 as \"o\"\n"
                          "}\n",
                          qt, kt, kt, mask_in, mask_type ? ", %m" : "", attrs, qt);
-  Job j = {.text = s};
+  Job j = {.text = s, .opts = {.tf32 = tf32}};
   int rc = ctx_guard(&ctx, run_job, &j);
   ck_assert_msg(rc == 0 && j.ok, "compile failed:\n%s\n%s", s, diag_text(&ctx));
   return j;
@@ -88,13 +98,19 @@ static Job check(DType dt, int64_t B, int64_t H, int64_t Hkv, int64_t Sq, int64_
   return j;
 }
 
-static const DType dtypes[] = {TY_F32, TY_F16, TY_BF16};
+static const DType dtypes[] = {TY_F32, TY_F16, TY_BF16, TY_F32};
+
+/* Loop test i's dtype; i = 3 is f32 under --tf32. */
+static DType variant(int i) {
+  tf32 = i == 3;
+  return dtypes[i];
+}
 
 /* Masks: causal (over three blocks of query rows), bool and additive
  * per query and key, and both with causal, in each dtype.  One key/value
  * head for two query heads (multi-query). */
 START_TEST(masks) {
-  DType dt = dtypes[_i];
+  DType dt = variant(_i);
   check(dt, 1, 1, 1, 130, 130, 64, "{causal=1}", NULL);
   check(dt, 1, 2, 1, 70, 70, 64, "", "bool[1, 2, 70, 70]");
   check(dt, 1, 2, 1, 70, 70, 64, "{causal=1}", "%s[70, 70]");
@@ -104,7 +120,7 @@ END_TEST
 /* PyTorch's key_padding_mask as a bool [B, 1, 1, Sk] (true: attend), two
  * batches; rows whose every key is masked (a bool [Sq, 1]) give zeros. */
 START_TEST(padding) {
-  DType dt = dtypes[_i];
+  DType dt = variant(_i);
   check(dt, 2, 2, 2, 33, 70, 64, "", "bool[2, 1, 1, 70]");
   check(dt, 1, 2, 2, 40, 70, 64, "{causal=1}", "bool[40, 1]");
 }
@@ -113,7 +129,7 @@ END_TEST
 /* Sq != Sk both ways, Sk = 1, lengths no multiple of a tile, grouped
  * query heads (4 over 2), a scale of its own, Sk = 0 and Sq = 0. */
 START_TEST(lengths) {
-  DType dt = dtypes[_i];
+  DType dt = variant(_i);
   check(dt, 1, 4, 2, 5, 70, 64, "{scale=0.3}", NULL);
   check(dt, 1, 2, 1, 70, 1, 64, "", NULL);
   check(dt, 1, 2, 1, 70, 3, 64, "{causal=1}", NULL);
@@ -126,7 +142,7 @@ END_TEST
 /* Layout "bshd" (q, k, v and the result [B, S, H, d]): grouped heads,
  * causal with a key padding mask, d = 128 and one of no whole chunk. */
 START_TEST(layout_bshd) {
-  DType dt = dtypes[_i];
+  DType dt = variant(_i);
   check(dt, 2, 4, 2, 70, 33, 64, "{causal=1, layout=\"bshd\"}", "bool[2, 1, 1, 33]");
   check(dt, 1, 2, 1, 17, 70, 128, "{layout=\"bshd\"}", "%s[1, 2, 17, 70]");
   check(dt, 1, 3, 3, 9, 9, 20, "{layout=\"bshd\"}", NULL);
@@ -137,7 +153,7 @@ END_TEST
  * the tensor cores in bf16; 40 (no whole K step) in f16; 20 (no whole
  * 16-byte chunk: element loads). */
 START_TEST(head_dims) {
-  DType dt = dtypes[_i];
+  DType dt = variant(_i);
   check(dt, 1, 2, 1, 70, 70, 128, "{causal=1}", NULL);
   if (dt != TY_F16) check(dt, 1, 1, 1, 66, 66, 256, "", "%s[1, 1, 66, 66]");
   if (dt == TY_F16) check(dt, 1, 2, 2, 17, 70, 40, "", NULL);
@@ -166,7 +182,7 @@ END_TEST
  * scores, so NaN reaches the row through its P): emu against the
  * interpreter's NaN pattern. */
 START_TEST(nan_rows) {
-  DType dt = dtypes[_i];
+  DType dt = variant(_i);
   Job j = compile_attention(dt, 1, 2, 1, 20, 20, 64, "{causal=1}", NULL);
   TensorMap inputs = {.n = 3};
   const char *names[3] = {"q", "k", "v"};
@@ -217,7 +233,7 @@ static int steps_with(const Job *j, const char *what) {
  * d = 256; rows with every key masked stay zeros.  Each on emu against
  * the interpreter, and one launch with its counters in the plan. */
 START_TEST(split_keys) {
-  DType dt = dtypes[_i];
+  DType dt = variant(_i);
   Job j = check(dt, 2, 4, 2, 1, 300, 64, "", NULL);
   ck_assert_int_eq(steps_with(&j, "keys in 2 splits"), 1);
   ck_assert_int_eq((int)j.r.plan->n_steps, 1);
@@ -227,7 +243,8 @@ START_TEST(split_keys) {
   ck_assert_int_eq(steps_with(&j, "keys in"), 1);
   ck_assert_int_eq((int)j.r.plan->n_steps, 1);
   j = check(dt, 2, 2, 1, 3, 520, 128, "{layout=\"bshd\"}", "bool[2, 1, 1, 520]");
-  ck_assert_int_eq(steps_with(&j, "keys in 3 splits"), 1);
+  /* tf32's 32-key tiles at d = 128 split otherwise */
+  ck_assert_int_eq(steps_with(&j, tf32 ? "keys in" : "keys in 3 splits"), 1);
   ck_assert_int_eq((int)j.r.plan->n_steps, 1);
   if (dt != TY_F16) check(dt, 1, 1, 1, 2, 200, 256, "", NULL);
   check(dt, 1, 2, 1, 40, 400, 64, "", "bool[40, 1]");
@@ -240,7 +257,7 @@ END_TEST
  * 16 rows causal (the bound).  The split kernel writes the result from
  * the last split's combination, and counts arrivals in SYNC. */
 START_TEST(decode) {
-  DType dt = dtypes[_i];
+  DType dt = variant(_i);
   static const int64_t keys[] = {1, 17, 300};
   for (int i = 0; i < 3; i++) {
     Job j = check(dt, 2, 4, 2, 1, keys[i], 64, "", NULL);
@@ -257,7 +274,7 @@ START_TEST(decode) {
   }
   ck_assert_int_eq(outputs, 1);
   ck_assert_int_eq(counters, 1);
-  Job one = {.text = s.text, .opts = {.no_split_keys = true}};
+  Job one = {.text = s.text, .opts = {.no_split_keys = true, .tf32 = tf32}};
   ck_assert(ctx_guard(&ctx, run_job, &one) == 0 && one.ok);
   ck_assert_int_eq((int)one.r.plan->n_steps, 1);
   ck_assert(test_emu_matches_eval(one.g, one.r.plan, 29, -2, 2, tolerance(dt)));
@@ -305,6 +322,29 @@ START_TEST(text_and_cost) {
     ck_assert_double_eq(c.flops, 4.0 * 2 * 4 * 100 * 90 * 64);
     ck_assert_double_eq(c.bytes, es * (2 * 4 * 100 * 64 * 2 + 2 * 2 * 2 * 90 * 64) + 2 * 90);
   }
+}
+END_TEST
+
+/* f32 under --tf32 takes the tensor cores (m16n8k8): Q K^T by ldmatrix
+ * on the f32 tiles, P V with P from the accumulators and V by scalar
+ * loads (ldmatrix.trans moves 16-bit elements), every operand rounded
+ * to tf32; the label says so, and the tiles are f32 (rows of 64 + 4
+ * floats: Q and two stages of K and V).  The backward's two kernels
+ * too. */
+START_TEST(tf32_text) {
+  tf32 = true;
+  Job j = compile_attention(TY_F32, 2, 4, 2, 100, 90, 64, "{causal=1}", "bool[2, 1, 1, 90]");
+  const char *src = j.r.source;
+  ck_assert_ptr_nonnull(strstr(src, "dl_mma_tf32(&"));
+  ck_assert_ptr_nonnull(strstr(src, "dl_ldmatrix_x4(&"));
+  ck_assert_ptr_null(strstr(src, "dl_ldmatrix_x4_trans(&"));
+  ck_assert_ptr_nonnull(strstr(src, "= dl_tf32("));
+  ck_assert_ptr_null(strstr(src, " *Ss"));
+  ck_assert_int_eq(steps_with(&j, "flash attention mma tf32, 64x64 tiles"), 1);
+  ck_assert_uint_eq(j.r.plan->steps[0].launch.dynamic_shared_bytes, 3 * 64 * 68 * 4 * 2 - 64 * 68 * 4);
+  /* past d = 64, 32-key tiles */
+  j = compile_attention(TY_F32, 1, 2, 2, 70, 70, 128, "", NULL);
+  ck_assert_int_eq(steps_with(&j, "flash attention mma tf32, 64x32 tiles"), 1);
 }
 END_TEST
 
@@ -398,7 +438,7 @@ static int run_pass_job(Ctx *c, void *data) {
 }
 
 START_TEST(pass_equals_unfused) {
-  DType dt = dtypes[_i];
+  DType dt = variant(_i);
   PassJob j = {.text = arena_printf(&ctx.arena, chain_text, ir_dtype_name(dt))};
   ck_assert_int_eq(ctx_guard(&ctx, run_pass_job, &j), 0);
   ck_assert_msg(j.ok, "%s", diag_text(&ctx));
@@ -530,7 +570,7 @@ static PassJob pass_on(const char *text, int64_t causal, int n_in, int64_t kv_he
  * for GPT-2's and bf16 for Llama's finfo.min). */
 START_TEST(pass_causal_masks) {
   static const char *const causal_masks[] = {mask_triu, mask_tril_min, mask_additive_min};
-  DType dt = dtypes[_i];
+  DType dt = variant(_i);
   PassJob j = pass_on(gqa_chain(dt, 70, 0, false, causal_masks[_i]), 1, 3, 2);
   ck_assert_msg(cg_compile(j.g, &j.r), "%s", diag_text(&ctx));
   ck_assert(test_emu_matches_eval(j.unfused, j.r.plan, 37, -1, 1, tolerance(dt)));
@@ -703,18 +743,19 @@ static Suite *suite(void) {
   TCase *tc = tcase_create("emu");
   tcase_add_checked_fixture(tc, setup, teardown);
   tcase_set_timeout(tc, 120);
-  tcase_add_loop_test(tc, masks, 0, 3);
-  tcase_add_loop_test(tc, padding, 0, 3);
-  tcase_add_loop_test(tc, lengths, 0, 3);
-  tcase_add_loop_test(tc, head_dims, 0, 3);
+  tcase_add_loop_test(tc, masks, 0, 4);
+  tcase_add_loop_test(tc, padding, 0, 4);
+  tcase_add_loop_test(tc, lengths, 0, 4);
+  tcase_add_loop_test(tc, head_dims, 0, 4);
   tcase_add_loop_test(tc, register_softmax, 0, 2);
-  tcase_add_loop_test(tc, nan_rows, 0, 3);
-  tcase_add_loop_test(tc, layout_bshd, 0, 3);
-  tcase_add_loop_test(tc, split_keys, 0, 3);
-  tcase_add_loop_test(tc, decode, 0, 3);
+  tcase_add_loop_test(tc, nan_rows, 0, 4);
+  tcase_add_loop_test(tc, layout_bshd, 0, 4);
+  tcase_add_loop_test(tc, split_keys, 0, 4);
+  tcase_add_loop_test(tc, decode, 0, 4);
   tcase_add_loop_test(tc, pass_equals_unfused, 0, 3);
   tcase_add_test(tc, pass_leaves);
   tcase_add_test(tc, text_and_cost);
+  tcase_add_test(tc, tf32_text);
   tcase_add_test(tc, head_dim_limit);
   tcase_add_test(tc, shape_errors);
   tcase_add_test(tc, language_kv_heads);

@@ -194,4 +194,17 @@ PY
 fi
 expect_sub 1 "freeze: 'fc9.*' matches no parameter of the model" "$dlcc" train $F --freeze='fc1.*,fc9.*'
 
+# --tf32: a transformer layer's attention trains on the tensor cores'
+# m16n8k8 (forward and both backward kernels say "mma tf32"), and emu's
+# step losses stay within tf32's rounding of ref's exact ones.
+T="$t/attn.dl --loss=mse --optimizer=sgd --momentum=0.9 --lr=0.05 --data $t/attn --epochs 2 --batch 4 --tf32"
+expect 0 "" "$dlcc" "$t/attn.dl" -D N=4 --loss=mse --grad --tf32 --emit=plan
+[ "$(grep -c "mma tf32" "$tmp/out")" -eq 3 ] || fail "--tf32: attention's kernels not on tf32: $(grep attention "$tmp/out")"
+for b in ref emu; do
+  expect 0 "" "$dlcc" train $T --backend=$b --log "$tmp/tf32.$b.jsonl"
+  losses "$tmp/tf32.$b.jsonl" >"$tmp/tf32.$b.l"
+done
+paste "$tmp/tf32.ref.l" "$tmp/tf32.emu.l" | awk '{ d = $1 - $2; if (d < 0) d = -d; if (d > 1e-3 * $1) bad++ }
+  END { exit bad > 0 || NR != 6 }' || fail "--tf32: emu's losses differ from ref's: $(paste "$tmp/tf32.ref.l" "$tmp/tf32.emu.l")"
+
 finish train_cli
