@@ -374,6 +374,7 @@ static void put_step(FILE *f, const RtStep *s, uint32_t *arg_at) {
       fputs(",\n            .c_in = ", f);
       put_ref(f, g->c_in);
     }
+    if (g->tf32) fputs(",\n            .tf32 = 1u", f);
     if (g->epilogue) {
       fprintf(f, ",\n            .epilogue = %" PRIu32 "u, .bias = ", g->epilogue);
       put_ref(f, g->bias);

@@ -53,9 +53,10 @@ typedef struct CgOptions {
   int unroll;        /* --unroll=N: largest constant trip count unrolled (0: 8) */
   bool no_unroll;    /* --no-unroll: no loop is unrolled, not even by a schedule */
   bool no_vectorize; /* --no-vectorize: scalar loads and stores only */
-  /* --tf32: f32 convolutions and attention on tensor cores, their
-   * operands rounded to tf32 (docs/tensorcores.md and docs/attention.md
-   * give the error); off, they stay exact */
+  /* --tf32: f32 convolutions, attention and (cuBLAS's, RtGemm.tf32)
+   * matrix products on tensor cores, their operands rounded to tf32
+   * (docs/tensorcores.md and docs/attention.md give the error); off,
+   * they stay exact */
   bool tf32;
   /* --no-tensor-cores: every convolution on the FMA kernel */
   bool no_tensor_cores;

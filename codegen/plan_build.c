@@ -1373,6 +1373,9 @@ void cg_launch(CgBuild *b, Kernel *k) {
 void cg_gemm(CgBuild *b, const Node *n, const char *what, const RtGemm *g) {
   RtStep *s = add_step(b, RT_STEP_GEMM, n, what);
   s->gemm = *g;
+  /* --tf32 is PyTorch's allow_tf32: matrix products too, not only the
+   * convolutions' kernels */
+  s->gemm.tf32 = g->dtype == RT_DT_F32 && cg_options(b)->tf32;
 }
 
 static bool same_ref(RtRef a, RtRef b) { return a.space == b.space && a.index == b.index && a.offset == b.offset; }

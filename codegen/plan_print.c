@@ -40,7 +40,7 @@ static void print_desc(FILE *f, const char *what, uint32_t i, const RtTensorDesc
 static void print_gemm(FILE *f, const RtGemm *g) {
   /* int8 products write an int32 C */
   fprintf(f, "gemm %s%s m=%" PRId64 " n=%" PRId64 " k=%" PRId64 " trans=%s%s", dtype_name(g->dtype),
-          g->dtype == RT_DT_I8 ? "->i32" : "",
+          g->dtype == RT_DT_I8 ? "->i32" : g->tf32 ? " tf32" : "",
           g->m, g->n, g->k, g->trans_a ? "T" : "N", g->trans_b ? "T" : "N");
   fprintf(f, " ld=%" PRId64 ",%" PRId64 ",%" PRId64, g->lda, g->ldb, g->ldc);
   if (g->batch != 1)

@@ -82,7 +82,7 @@ static const char train_usage[] =
     "  --backend=B --precision=P -O0/-O1/-O2 -D NAME=VALUE --model=NAME   as for dlcc run\n"
     "  --recompute[=SCOPE,...]  activation checkpointing, as for dlcc (docs/training.md)\n"
     "  --unroll-rnn --no-split-k --no-merge-launches --no-chain-launches   as for dlcc\n"
-    "  --tf32                f32 convolutions, matrix products of attention and their\n"
+    "  --tf32                f32 convolutions, attention, matrix products and their\n"
     "                        gradients on tensor cores, operands rounded to tf32, as for dlcc\n"
     "  --profile[=N]         after training (and --save), one more step timed kernel by\n"
     "                        kernel, the N slowest (default 20) printed as dlcc run's\n"

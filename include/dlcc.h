@@ -129,10 +129,10 @@ typedef struct dlc_options {
    * accumulation); NULL or "f32" keeps everything f32.  Inputs and
    * outputs keep their declared types either way. */
   const char *precision;
-  /* Nonzero, as dlcc's --tf32: f32 convolutions and attention run on
-   * tensor cores with their operands rounded to tf32 (10 fraction bits:
-   * about 1e-3 of the output's scale, docs/tensorcores.md); zero keeps
-   * them exact. */
+  /* Nonzero, as dlcc's --tf32 (PyTorch's allow_tf32): f32 convolutions,
+   * attention and matrix products run on tensor cores with their
+   * operands rounded to tf32 (10 fraction bits: about 1e-3 of the
+   * output's scale, docs/tensorcores.md); zero keeps them exact. */
   int tf32;
   /* Weights bound at compile, as dlc_load_weights would bind them: a
    * safetensors file with PyTorch state_dict names.  NULL: none (an .onnx

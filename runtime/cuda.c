@@ -891,7 +891,7 @@ static int cuda_gemm_i8(CudaDevice *d, const RtGemm *g, const RtBlasGemm *x, RtD
  * would read a less aligned matrix wrongly. */
 typedef struct LtKey {
   uint32_t dtype, epilogue, trans_a, trans_b; /* cuBLAS's terms (RtBlasGemm) */
-  int32_t m, n, k, lda, ldb, ldc, batch, unused;
+  int32_t m, n, k, lda, ldb, ldc, batch, tf32;
   int64_t stride_a, stride_b, stride_c;
   int64_t stride_bias; /* the plan's, in elements (cuBLASLt's BIAS_BATCH_STRIDE) */
   uint32_t align[4];   /* of cuBLAS's A, B, C and the bias, in bytes */
@@ -965,14 +965,16 @@ static int lt_desc_set(CudaDevice *d, LtGemm *e, cublasLtMatmulDescAttributes_t 
 }
 
 /* f32, f16, bf16 in and out, f32 compute and scale.  CUBLAS_COMPUTE_32F
- * never uses TF32 (that is CUBLAS_COMPUTE_32F_FAST_TF32), so f32 meets
- * 1e-5; f16 and bf16 run on tensor cores.  Split-K partial sums are kept
+ * never uses TF32, so f32 meets 1e-5, unless the plan's gemm says tf32
+ * (--tf32): then CUBLAS_COMPUTE_32F_FAST_TF32; f16 and bf16 run on
+ * tensor cores.  Split-K partial sums are kept
  * in the compute type (the reduction scheme mask), never rounded to the
  * half output type on the way. */
 static int lt_gemm_make(CudaDevice *d, LtGemm *e, const void *bias) {
   const LtKey *k = &e->key;
   cudaDataType t = k->dtype == RT_DT_F16 ? CUDA_R_16F : k->dtype == RT_DT_BF16 ? CUDA_R_16BF : CUDA_R_32F;
-  if (check_lt(d, cublasLtMatmulDescCreate(&e->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), "cublasLtMatmulDescCreate"))
+  cublasComputeType_t compute = k->tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+  if (check_lt(d, cublasLtMatmulDescCreate(&e->desc, compute, CUDA_R_32F), "cublasLtMatmulDescCreate"))
     return -1;
   int32_t ta = k->trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, tb = k->trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
   uint32_t epi = (uint32_t)lt_epilogue(k->epilogue);
@@ -1069,7 +1071,7 @@ static int cuda_gemm(RtDevice *base, const RtGemm *g, RtDevPtr a, RtDevPtr b, Rt
   uint32_t align_c = alignment(c, x.stride_c, x.batch, es), align_cin = alignment(c_in, x.stride_c, x.batch, es);
   LtKey key = {.dtype = g->dtype, .epilogue = g->epilogue, .trans_a = (uint32_t)x.trans_a,
                 .trans_b = (uint32_t)x.trans_b, .m = x.m, .n = x.n, .k = x.k, .lda = x.lda, .ldb = x.ldb,
-                .ldc = x.ldc, .batch = x.batch, .stride_a = x.stride_a, .stride_b = x.stride_b,
+                .ldc = x.ldc, .batch = x.batch, .tf32 = g->tf32 != 0, .stride_a = x.stride_a, .stride_b = x.stride_b,
                 .stride_c = x.stride_c, .stride_bias = g->epilogue ? g->stride_bias : 0,
                 /* cuBLAS's A is the plan's b, its B the plan's a */
                 .align = {alignment(b, x.stride_a, x.batch, es), alignment(a, x.stride_b, x.batch, es),
@@ -1088,7 +1090,7 @@ static int cuda_gemm(RtDevice *base, const RtGemm *g, RtDevPtr a, RtDevPtr b, Rt
                      (void *)(uintptr_t)now_workspace(d), LT_WORKSPACE_BYTES, (cudaStream_t)now_stream(d));
   char what[200];
   snprintf(what, sizeof what, "cublasLtMatmul(%s, m=%lld n=%lld k=%lld batch=%lld, epilogue %s%s)",
-           g->dtype == RT_DT_F16 ? "f16" : g->dtype == RT_DT_BF16 ? "bf16" : "f32", (long long)g->m, (long long)g->n,
+           g->dtype == RT_DT_F16 ? "f16" : g->dtype == RT_DT_BF16 ? "bf16" : g->tf32 ? "f32 tf32" : "f32", (long long)g->m, (long long)g->n,
            (long long)g->k, (long long)g->batch, epilogue_names[g->epilogue], c_in != c ? ", + C" : "");
   return check_lt(d, s, what);
 }

@@ -3,7 +3,8 @@
  * are widened exactly to double, products accumulate in double (at least
  * as accurate as the GPU's f32 accumulation), the epilogue (bias, then
  * relu or tanh-gelu, as cuBLASLt's) applies to that sum, and C is rounded
- * once, to nearest even, into its dtype.  int8 (RT_DT_I8: i8 A and B, i32 C) is
+ * once, to nearest even, into its dtype; a tf32 gemm's operands are
+ * first rounded to tf32 (so a bias gradient sums the rounded rows).  int8 (RT_DT_I8: i8 A and B, i32 C) is
  * summed exactly in int32, wrapping as eval.c's integers do.  Returns 0,
  * or -1 with a message. */
 #include <math.h>
@@ -36,15 +37,32 @@ static void store_elem(uint32_t dtype, void *base, int64_t i, double v) {
 
 static size_t elem_size(uint32_t dtype) { return dtype == RT_DT_F32 ? 4 : 2; }
 
-/* op(X) as a dense rows x cols row-major double matrix. */
-static void pack(double *dst, uint32_t dtype, const void *x, int64_t ld, int trans, int64_t rows, int64_t cols) {
+/* x rounded to tf32 as cvt.rna.tf32.f32 rounds it (10 fraction bits,
+ * nearest, ties away from zero): what a tf32 gemm multiplies. */
+static double tf32_of(double x) {
+  uint32_t bits = dlcc_emu_tf32_bits((float)x);
+  float r;
+  memcpy(&r, &bits, sizeof r);
+  return r;
+}
+
+/* op(X) as a dense rows x cols row-major double matrix, its elements
+ * rounded to tf32 for a tf32 gemm. */
+static void pack(double *dst, const RtGemm *g, const void *x, int64_t ld, int trans, int64_t rows, int64_t cols) {
   for (int64_t r = 0; r < rows; r++)
-    for (int64_t c = 0; c < cols; c++) dst[r * cols + c] = load_elem(dtype, x, trans ? c * ld + r : r * ld + c);
+    for (int64_t c = 0; c < cols; c++) {
+      double v = load_elem(g->dtype, x, trans ? c * ld + r : r * ld + c);
+      dst[r * cols + c] = g->tf32 ? tf32_of(v) : v;
+    }
 }
 
 static int check_args(const RtGemm *g, char *err, size_t errlen) {
   if (g->dtype != RT_DT_F32 && g->dtype != RT_DT_F16 && g->dtype != RT_DT_BF16 && g->dtype != RT_DT_I8) {
     snprintf(err, errlen, "emu gemm: dtype %u is not f32, f16, bf16 or i8", g->dtype);
+    return -1;
+  }
+  if (g->tf32 && g->dtype != RT_DT_F32) {
+    snprintf(err, errlen, "emu gemm: tf32 on a gemm that is not f32 (dtype %u)", g->dtype);
     return -1;
   }
   if (g->epilogue >= RT_EPILOGUE_COUNT || (g->epilogue && g->dtype == RT_DT_I8)) {
@@ -148,8 +166,8 @@ int rt_emu_gemm(const RtGemm *g, const void *a, const void *b, void *c, const vo
     const char *cib = g->beta != 0.0f ? (const char *)c_in + (size_t)(bi * g->stride_c) * es : NULL;
     const char *biasb = g->epilogue ? (const char *)bias + (size_t)(bi * g->stride_bias) * es : NULL;
     /* A batch stride of 0 broadcasts one operand: pack it once. */
-    if (bi == 0 || g->stride_a) pack(ad, g->dtype, ab, g->lda, g->trans_a, m, k);
-    if (bi == 0 || g->stride_b) pack(bd, g->dtype, bb, g->ldb, g->trans_b, k, n);
+    if (bi == 0 || g->stride_a) pack(ad, g, ab, g->lda, g->trans_a, m, k);
+    if (bi == 0 || g->stride_b) pack(bd, g, bb, g->ldb, g->trans_b, k, n);
     if (g->epilogue == RT_EPILOGUE_BGRAD) /* the rows of op(A) summed: a bias gradient */
       for (int64_t i = 0; i < m; i++) {
         double s = 0;

@@ -295,6 +295,8 @@ static int check_gemm(Check *c, const RtGemm *g) {
   if (g->trans_a > 1 || g->trans_b > 1) return fail(c, "gemm: trans_a/trans_b must be 0 or 1");
   if (g->epilogue >= RT_EPILOGUE_COUNT) return fail(c, "gemm: epilogue %" PRIu32 " is unknown", g->epilogue);
   if (g->epilogue && g->dtype == RT_DT_I8) return fail(c, "gemm: an i8 gemm takes no epilogue");
+  if (g->tf32 > 1 || (g->tf32 && g->dtype != RT_DT_F32))
+    return fail(c, "gemm: tf32 %" PRIu32 " on a gemm of dtype %" PRIu32 " (tf32 is for f32)", g->tf32, g->dtype);
   /* On the H200 (cuBLAS 13) only cuBLAS's TN int8 form ran for every
    * shape: NT and TT answered NOT_SUPPORTED always, NN for a batch of 3. */
   if (g->dtype == RT_DT_I8 && (g->trans_a || !g->trans_b))

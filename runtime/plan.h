@@ -37,7 +37,7 @@
 #include <stdint.h>
 
 #define RT_PLAN_MAGIC 0x444c4350u /* "DLCP" */
-#define RT_PLAN_VERSION 13u
+#define RT_PLAN_VERSION 14u
 #define RT_MAX_RANK 8
 
 typedef enum {
@@ -180,6 +180,10 @@ typedef struct RtGemm {
   int64_t stride_bias;
   /* Version 9: where beta * C is read from (above). */
   RtRef c_in;
+  /* Version 14: nonzero for an f32 gemm whose products may run on the
+   * tensor cores with the operands as tf32 (--tf32: cuBLAS's
+   * CUBLAS_COMPUTE_32F_FAST_TF32; emu rounds them by cvt.rna's rule). */
+  uint32_t tf32;
 } RtGemm;
 
 /* What an all-reduce makes of the ranks' values (version 8). */

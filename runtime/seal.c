@@ -286,6 +286,7 @@ static void walk_gemm(Walk *w, const RtGemm *g) {
   put_u32(w, g->epilogue);
   put_ref(w, g->bias);
   put_ref(w, g->c_in);
+  put_u32(w, g->tf32);
 }
 
 /* Only the member of a step's kind: the others are unused. */

@@ -93,5 +93,12 @@ expect_sub 0 "" "$dlcc" "$tmp/conv.ir" --tf32 --emit=cuda -o "$tmp/tf32.cu"
 grep -q "dl_mma_tf32(&" "$tmp/tf32.cu" || fail "--tf32: no tf32 mma"
 expect_sub 0 "" "$dlcc" run "$tmp/conv.ir" --tf32 --backend=emu
 grep -q "^y: f32\[1, 32, 6, 6\]" "$tmp/out" || fail "dlcc run --tf32: $(cat "$tmp/out")"
+# --tf32 is PyTorch's allow_tf32 for matrix products too: the MLP's
+# linears are cuBLAS GEMMs marked tf32 (CUBLAS_COMPUTE_32F_FAST_TF32),
+# none without the flag.
+expect_sub 0 "" "$dlcc" "$src/examples/mlp.dl" --emit=plan -o "$tmp/mlp.plan"
+grep -q "gemm f32 tf32" "$tmp/mlp.plan" && fail "a tf32 gemm without --tf32"
+expect_sub 0 "" "$dlcc" "$src/examples/mlp.dl" --tf32 --emit=plan -o "$tmp/mlp.plan"
+[ "$(grep -c "gemm f32 tf32 m=" "$tmp/mlp.plan")" -eq 3 ] || fail "--tf32: $(grep gemm "$tmp/mlp.plan")"
 
 finish

@@ -933,6 +933,53 @@ START_TEST(gemm_bias_grad) {
 }
 END_TEST
 
+/* x rounded to tf32 by cvt.rna's rule, written out here: the sign kept,
+ * the magnitude rounded to 10 fraction bits, ties away from zero. */
+static double tf32_ref(float x) {
+  int e;
+  double f = frexp(fabs((double)x), &e); /* f in [0.5, 1): 11 bits of it */
+  double r = floor(f * 2048 + 0.5) / 2048;
+  return copysign(ldexp(r, e), (double)x);
+}
+
+/* A tf32 gemm (--tf32) multiplies its operands rounded to tf32 and sums
+ * exactly: C equals that product to f32 rounding, and differs from the
+ * exact f32 one by tf32's error (so the flag is not ignored); tf32 on a
+ * 16-bit gemm is refused. */
+START_TEST(gemm_tf32) {
+  RtDevice *d = open_emu();
+  enum { M = 7, N = 9, K = 33 };
+  float a[M * K], b[K * N], c[M * N], exact[M * N];
+  uint32_t seed = 11;
+  for (int i = 0; i < M * K + K * N; i++) {
+    seed = seed * 1664525u + 1013904223u;
+    float v = (float)(seed >> 8) / (1 << 24) - 0.5f;
+    if (i < M * K)
+      a[i] = v;
+    else
+      b[i - M * K] = v;
+  }
+  RtGemm g = {.dtype = RT_DT_F32, .m = M, .n = N, .k = K, .lda = K, .ldb = N, .ldc = N, .batch = 1, .alpha = 1.0f};
+  ck_assert_msg(d->ops->gemm(d, &g, dev_ptr(a), dev_ptr(b), dev_ptr(exact), 0, 0) == 0, "%s", d->error);
+  g.tf32 = 1;
+  ck_assert_msg(d->ops->gemm(d, &g, dev_ptr(a), dev_ptr(b), dev_ptr(c), 0, 0) == 0, "%s", d->error);
+  double worst = 0;
+  for (int i = 0; i < M; i++)
+    for (int j = 0; j < N; j++) {
+      double x = 0;
+      for (int p = 0; p < K; p++) x += tf32_ref(a[i * K + p]) * tf32_ref(b[p * N + j]);
+      ck_assert_msg(fabs(c[i * N + j] - x) <= 1e-6 * fmax(1.0, fabs(x)), "C[%d][%d] = %.9g, want %.9g", i, j,
+                    (double)c[i * N + j], x);
+      worst = fmax(worst, fabs(c[i * N + j] - exact[i * N + j]));
+    }
+  ck_assert_msg(worst > 1e-5 && worst < 1e-2, "tf32 against exact: %g", worst);
+  g.dtype = RT_DT_F16;
+  ck_assert_int_eq(d->ops->gemm(d, &g, dev_ptr(a), dev_ptr(b), dev_ptr(c), 0, 0), -1);
+  ck_assert_str_eq(d->error, "emu gemm: tf32 on a gemm that is not f32 (dtype 1)");
+  close_dev(d, NULL);
+}
+END_TEST
+
 START_TEST(gemm_rejects_bad_arguments) {
   RtDevice *d = open_emu();
   float x[4] = {0};
@@ -1185,6 +1232,7 @@ static Suite *emu_suite(void) {
   tcase_add_test(g, gemm_half_inputs);
   tcase_add_test(g, gemm_epilogues);
   tcase_add_test(g, gemm_bias_grad);
+  tcase_add_test(g, gemm_tf32);
   tcase_add_test(g, gemm_rejects_bad_arguments);
   suite_add_tcase(s, g);
   TCase *x = tcase_create("executor");

@@ -261,7 +261,7 @@ END_TEST
 START_TEST(plan_wrong_version) {
   plan.version = 1; /* before init steps: its plan struct is shorter */
   ck_assert_int_eq(rt_plan_validate(&plan, err, sizeof err), -1);
-  ck_assert_str_eq(err, "plan: version 1, this runtime reads version 13: rebuild the model with this dlcc");
+  ck_assert_str_eq(err, "plan: version 1, this runtime reads version 14: rebuild the model with this dlcc");
 }
 END_TEST
 
@@ -356,6 +356,12 @@ START_TEST(plan_gemm_epilogue) {
   ck_assert_int_eq(rt_plan_validate(&plan, err, sizeof err), -1);
   ck_assert_str_eq(err, "plan: step 1 (matmul %2): gemm: epilogue 5 is unknown");
   steps[1].gemm.epilogue = RT_EPILOGUE_BIAS;
+  steps[1].gemm.tf32 = 1; /* an f32 gemm's --tf32 */
+  ck_assert_int_eq(rt_plan_validate(&plan, err, sizeof err), 0);
+  steps[1].gemm.tf32 = 2;
+  ck_assert_int_eq(rt_plan_validate(&plan, err, sizeof err), -1);
+  ck_assert_str_eq(err, "plan: step 1 (matmul %2): gemm: tf32 2 on a gemm of dtype 0 (tf32 is for f32)");
+  steps[1].gemm.tf32 = 0;
   steps[1].gemm.dtype = RT_DT_I8;
   ck_assert_int_eq(rt_plan_validate(&plan, err, sizeof err), -1);
   ck_assert_str_eq(err, "plan: step 1 (matmul %2): gemm: an i8 gemm takes no epilogue");
@@ -475,11 +481,11 @@ START_TEST(device_unknown_backend) {
 END_TEST
 
 START_TEST(open_refuses_foreign_plan) {
-  plan.version = 14;
+  plan.version = RT_PLAN_VERSION + 1;
   DlrtModel *m = NULL;
   ck_assert_int_eq(dlrt_open(&plan, "emu", &m), DLRT_E_PLAN);
   ck_assert_ptr_nonnull(m);
-  ck_assert_str_eq(dlrt_error(m), "plan: version 14, this runtime reads version 13: rebuild the model with this dlcc");
+  ck_assert_str_eq(dlrt_error(m), "plan: version 15, this runtime reads version 14: rebuild the model with this dlcc");
   ck_assert_int_eq(dlrt_run(m), DLRT_E_STATE);
   ck_assert_str_eq(dlrt_backend(m), "");
   dlrt_close(m);

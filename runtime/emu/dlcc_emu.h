@@ -107,6 +107,16 @@ static inline uint16_t dlcc_emu_f32_to_f16(float f) {
   return (uint16_t)(sign | r);
 }
 
+/* cvt.rna.tf32.f32: to 10 fraction bits, nearest with ties away from zero
+ * (half an ulp added to the magnitude, then truncated), NaN stays NaN;
+ * the bits, as a .b32.  dl_tf32 in kernels, emu_gemm.c's tf32 gemms. */
+static inline uint32_t dlcc_emu_tf32_bits(float x) {
+  uint32_t u;
+  memcpy(&u, &x, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return 0x7fffffffu;
+  return (u + 0x1000u) & 0xffffe000u;
+}
+
 static inline float dlcc_emu_f16_to_f32(uint16_t h) {
   uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu, x;
   float f;
@@ -662,14 +672,7 @@ static inline unsigned int dl_smem_addr(const void *p, unsigned int line = __bui
   return (unsigned int)((uintptr_t)p - __dlcc_smem_lo);
 }
 
-/* cvt.rna.tf32.f32: to 10 fraction bits, nearest with ties away from zero
- * (half an ulp added to the magnitude, then truncated), NaN stays NaN. */
-static inline unsigned int dl_tf32(float x) {
-  uint32_t u;
-  memcpy(&u, &x, 4);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return 0x7fffffffu;
-  return (u + 0x1000u) & 0xffffe000u;
-}
+static inline unsigned int dl_tf32(float x) { return dlcc_emu_tf32_bits(x); }
 
 /* cvt.rn.f16x2.f32 d, a, b and cvt.rn.bf16x2.f32: "For .f16x2 and .bf16x2
  * instruction type, two inputs a and b of .f32 type are converted into
