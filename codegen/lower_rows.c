@@ -316,14 +316,34 @@ static Combine combine_of(const Node *n) {
   }
 }
 
+/* An integer reduction's accumulator before its first element: the
+ * least value of the result's dtype for a max, the greatest for a min
+ * (ONNX's ReduceMax/Min of nothing, as eval.c), else the combine's
+ * identity; in i64, where every integer reduction but u64's sums. */
+static KExpr *int_init(Kernel *k, const Combine *cb, DType out) {
+  static const struct {
+    DType dt;
+    double lo, hi;
+  } range[] = {{TY_I8, -128, 127}, {TY_U8, 0, 255}, {TY_I16, -32768, 32767}, {TY_U16, 0, 65535},
+               {TY_I32, -2147483648.0, 2147483647.0}, {TY_U32, 0, 4294967295.0},
+               {TY_I64, -9223372036854775808.0, 9223372036854775807.0}, {TY_BOOL, 0, 1}};
+  if (cb->op == OP_MAXIMUM || cb->op == OP_MINIMUM)
+    for (size_t i = 0; i < sizeof range / sizeof range[0]; i++)
+      if (range[i].dt == out) return cg_kimm(k, cb->op == OP_MAXIMUM ? range[i].lo : range[i].hi, TY_I64);
+  return cg_kimm(k, cb->init, TY_I64);
+}
+
 /* One or more reductions over the same rows (the anchor's siblings in
  * its fusion group, ir_reduce_siblings): one kernel, an accumulator each
  * per row, their loads in one pass.  Split rows leave a part per tile
  * and reduction in memory; the last tile of a row's parts to arrive
  * (KS_LAST_ARRIVAL, a counter per row tile) combines them in part order,
- * whichever tile came last, and stores the result. */
+ * whichever tile came last, and stores the result.  Integers accumulate
+ * in i64, wrapping as eval.c's do (a u64 sum or product has the same
+ * bits; its max, min and mean, which compare and divide unsigned, are
+ * not built). */
 static bool lower_reduce(CgBuild *b, const Node *n) {
-  if (!cg_check_dtypes(b, n, false)) return false;
+  if (!cg_check_dtypes(b, n, true)) return false;
   if (cg_gemm_bias_grad(b, n)) return true;
   const Value *x = n->in[0];
   const TensorType *xt = &x->type;
@@ -343,13 +363,24 @@ static bool lower_reduce(CgBuild *b, const Node *n) {
   }
   RowSpace sp = row_space(xt->dims, xt->rank, reduced);
   Combine cb[1 + CG_MAX_SIBLINGS];
-  for (int j = 0; j < nr; j++) cb[j] = combine_of(red[j]);
-  DType at = xt->dtype == TY_F64 ? TY_F64 : TY_F32; /* f64 sums in double */
+  bool ints = !ir_dtype_is_float(xt->dtype);
+  for (int j = 0; j < nr; j++) {
+    cb[j] = combine_of(red[j]);
+    if (ints != !ir_dtype_is_float(red[j]->out[0].type.dtype) || (ints && n->op == OP_GLOBAL_AVGPOOL) ||
+        (xt->dtype == TY_U64 && cb[j].op != OP_ADD && cb[j].op != OP_MUL) || (xt->dtype == TY_U64 && cb[j].mean))
+      return diag_error(cg_build_ctx(b), red[j]->loc, "codegen does not support %s on %s yet",
+                        ir_ops[red[j]->op].name, ir_dtype_name(xt->dtype)),
+             false;
+  }
+  /* f64 sums in double, integers in i64 */
+  DType at = ints ? TY_I64 : xt->dtype == TY_F64 ? TY_F64 : TY_F32;
   Kernel *k = rows_kernel(b, n);
   Rows R;
   rows_begin(&R, b, k, &sp, xt->dtype, TY_COUNT, true);
   KVar *acc[1 + CG_MAX_SIBLINGS];
-  for (int j = 0; j < nr; j++) acc[j] = rows_acc(&R, "acc", at, cb[j].init);
+  for (int j = 0; j < nr; j++)
+    acc[j] = ints ? cg_klet(k, R.tile, "acc", at, int_init(k, &cb[j], red[j]->out[0].type.dtype))
+                  : rows_acc(&R, "acc", at, cb[j].init);
   Pass P = rows_pass(&R, rows_guard(&R, NULL));
   for (int j = 0; j < nr; j++) accumulate(k, &P, acc[j], cb[j].op, rows_value(&R, &P, red[j]->in[0], true, at));
   for (int j = 0; j < nr; j++) rows_allreduce(&R, acc[j], cb[j].op);
@@ -371,7 +402,9 @@ static bool lower_reduce(CgBuild *b, const Node *n) {
     /* The row's threads take the parts in turn, then combine as the
      * parts' own threads did. */
     KVar *t = cg_kvar(k, "t", KT_INDEX);
-    for (int j = 0; j < nr; j++) acc[j] = cg_klet(k, fix, "total", at, cg_kimm(k, cb[j].init, at));
+    for (int j = 0; j < nr; j++)
+      acc[j] = cg_klet(k, fix, "total", at,
+                       ints ? int_init(k, &cb[j], red[j]->out[0].type.dtype) : cg_kimm(k, cb[j].init, at));
     KBlock *rows = R.valid ? &cg_kif(k, fix, R.valid)->body : fix;
     KBlock *each = &cg_kloop(k, rows, t, cg_kint(k, (R.splits + R.width - 1) / R.width), KM_SERIAL)->body;
     KVar *s = cg_klet(k, each, "s", KT_INDEX, cg_kadd(k, cg_kmul(k, cg_kv(k, t), cg_kint(k, R.width)), cg_kv(k, R.lane)));

@@ -16,7 +16,7 @@
 enum { MAX_LETTERS = DL_MAX_RANK };
 
 /* One term's letters, one per dim of its operand (ellipsis dims as
- * upper-case letters 'A'.. of their own, which an equation cannot use). */
+ * digits '0'.. of their own, which an equation cannot use). */
 typedef struct Term {
   int n;
   char l[MAX_LETTERS];
@@ -47,15 +47,15 @@ static bool parse_term(Imp *im, const char **p, int rank, int *ell, Term *t) {
   while (*s && *s != ',' && *s != '-') {
     if (*s == '.') {
       if (strncmp(s, "...", 3) != 0) return ox_bad(im, "a '.' in the equation that is not '...'");
-      for (int i = 0; i < e; i++) t->l[t->n++] = (char)('A' + i);
+      for (int i = 0; i < e; i++) t->l[t->n++] = (char)('0' + i);
       s += 3;
-    } else if (isalpha((unsigned char)*s) && islower((unsigned char)*s)) {
+    } else if (isalpha((unsigned char)*s)) { /* a-z and A-Z, as numpy's */
       if (t->n >= MAX_LETTERS) return ox_bad(im, "a term of more than %d dims", MAX_LETTERS);
       t->l[t->n++] = *s++;
     } else if (*s == ' ') {
       s++;
     } else {
-      return ox_bad(im, "'%c' in the equation is not supported (lower-case letters and '...')", *s);
+      return ox_bad(im, "'%c' in the equation is not supported (letters and '...')", *s);
     }
   }
   *p = s;
@@ -181,9 +181,11 @@ bool ox_op_einsum(Imp *im, ONode *n) {
     if (*p) return ox_bad(im, "unexpected '%c' after the equation's output", *p);
   } else if (*p) {
     return ox_bad(im, "unexpected '%c' in the equation", *p);
-  } else { /* implicit: the ellipsis, then the letters seen once, in order */
-    for (int c = 'A'; c < 'A' + (ell > 0 ? ell : 0); c++) out.l[out.n++] = (char)c;
-    for (int c = 'a'; c <= 'z'; c++) {
+  } else { /* implicit: the ellipsis, then the letters seen once, in
+             * numpy's order (character codes: A-Z before a-z) */
+    for (int c = '0'; c < '0' + (ell > 0 ? ell : 0); c++) out.l[out.n++] = (char)c;
+    for (int c = 'A'; c <= 'z'; c++) {
+      if (!isalpha(c)) continue;
       int seen = 0;
       for (int i = 0; i < n->n_in; i++)
         for (int j = 0; j < ops[i].t.n; j++) seen += ops[i].t.l[j] == c;

@@ -1123,7 +1123,8 @@ START_TEST(test_clip_min_above_max) {
 END_TEST
 
 /* Einsum beyond the node tests' equations: '...' with the output implicit
- * ("...ik"), and a diagonal summed away against a second operand. */
+ * ("...ik"), a diagonal summed away against a second operand, upper-case
+ * letters. */
 START_TEST(test_einsum_ellipsis_and_trace) {
   Model *b = model_new(12);
   int64_t xd[3] = {2, 1, 2}, wd[3] = {2, 2, 1};
@@ -1144,6 +1145,17 @@ START_TEST(test_einsum_ellipsis_and_trace) {
   add_output(b, "y");
   y = run1(must_import(b), "x", 3, td, (const float[]){1, 2, 3, 4, 5, 6, 7, 8});
   expect_values(&y, 6, (const double[]){5, 10, 15, -13, 0, 13}, "y"); /* traces 5 and 13 */
+  ir_tensor_free(&y);
+  /* upper-case letters, as torchvision's MaxViT writes them; implicit,
+   * the output's letters in numpy's order, 'C' before 'b': (x w)^T */
+  b = model_new(12);
+  int64_t ad[2] = {2, 3};
+  add_input(b, "x", 2, ad);
+  add_init_f32(b, "w", 2, (int64_t[]){3, 2}, 6, (const float[]){1, 0, 0, 1, 1, -1});
+  attr_s(add_node(b, "Einsum", "x,w", "y"), "equation", "ba,aC");
+  add_output(b, "y");
+  y = run1(must_import(b), "x", 2, ad, (const float[]){1, 2, 3, 4, 5, 6});
+  expect_values(&y, 4, (const double[]){4, 10, -1, -1}, "y");
   ir_tensor_free(&y);
 }
 END_TEST

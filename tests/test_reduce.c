@@ -190,6 +190,52 @@ START_TEST(products) {
 }
 END_TEST
 
+/* Integer reductions accumulate in i64 and wrap as eval.c's: sums of
+ * i32 that overflow it, a row of one, rows of 33, two long rows split
+ * over blocks (their parts combined in order), max and min of an empty
+ * axis (the dtype's least and greatest), a product, an integer mean
+ * (truncated), and u8's sum kept in u8 (mod 256).  u64's max is refused
+ * by name. */
+START_TEST(integers) {
+  Job j = compile_text("graph ints {\n"
+                       "  %%x = input {name=\"x\"} : i32[37, 33]\n"
+                       "  %%y = input {name=\"y\"} : i64[2, 70000]\n"
+                       "  %%z = input {name=\"z\"} : i32[5, 0]\n"
+                       "  %%w = input {name=\"w\"} : i64[37, 1]\n"
+                       "  %%u = input {name=\"u\"} : u8[6, 40]\n"
+                       "  %%0 = reduce_sum %%x {axes=[1]} : i32[37]\n"
+                       "  %%1 = reduce_max %%x {axes=[1]} : i32[37]\n"
+                       "  %%2 = reduce_sum %%y {axes=[1]} : i64[2]\n"
+                       "  %%3 = reduce_min %%y {axes=[1]} : i64[2]\n"
+                       "  %%4 = reduce_max %%z {axes=[1]} : i32[5]\n"
+                       "  %%5 = reduce_min %%z {axes=[1]} : i32[5]\n"
+                       "  %%6 = reduce_prod %%w {axes=[0]} : i64[1]\n"
+                       "  %%7 = reduce_mean %%x {axes=[0]} : i32[33]\n"
+                       "  %%8 = reduce_sum %%u {axes=[1]} : u8[6]\n"
+                       "  return %%0 as \"s\", %%1 as \"mx\", %%2 as \"ls\", %%3 as \"lm\", %%4 as \"emx\", "
+                       "%%5 as \"emn\", %%6 as \"p\", %%7 as \"mean\", %%8 as \"us\"\n"
+                       "}\n",
+                       TY_F32, false);
+  test_nvrtc(j.r.source, "sm_90");
+  test_emu_matches_eval(j.g, j.r.plan, 9, -2e9, 2e9, 0);
+  j = compile_text("graph ints {\n"
+                   "  %%w = input {name=\"w\"} : i64[37, 3]\n"
+                   "  %%0 = reduce_prod %%w {axes=[1]} : i64[37]\n"
+                   "  return %%0 as \"p\"\n"
+                   "}\n",
+                   TY_F32, false);
+  test_emu_matches_eval(j.g, j.r.plan, 9, -50, 50, 0);
+  Job bad = {.text = "graph u {\n"
+                     "  %x = input {name=\"x\"} : u64[4, 5]\n"
+                     "  %0 = reduce_max %x {axes=[1]} : u64[4]\n"
+                     "  return %0 as \"m\"\n"
+                     "}\n"};
+  ck_assert_int_eq(ctx_guard(&ctx, run_job, &bad), 0);
+  ck_assert(!bad.ok);
+  ck_assert_ptr_nonnull(strstr(diag_text(&ctx), "codegen does not support reduce_max on u64 yet"));
+}
+END_TEST
+
 /* Whole numbers 0 .. 3 in rows of 50: ties everywhere, the first wins. */
 START_TEST(argmax_ties) {
   Job j = compile_text("graph am {\n"
@@ -388,6 +434,7 @@ static Suite *reduce_suite(void) {
   tcase_add_loop_test(t, short_rows_and_one_long_row, 0, 3);
   tcase_add_loop_test(t, middle_and_several_axes, 0, 3);
   tcase_add_loop_test(t, products, 0, 3);
+  tcase_add_test(t, integers);
   tcase_add_test(t, argmax_ties);
   tcase_add_test(t, nan_in_rows);
   tcase_add_loop_test(t, group_norm, 0, 3);
