@@ -22,8 +22,7 @@
  *   layer_bench symbols
  *       resolves every cuBLAS and cuDNN function it calls (no GPU needed).
  * Options: --batches=1,64 (the model's N), --modes=f16,bf16,int8,f32,tf32
- * (tf32: cuBLAS and cuDNN with TF32; dlcc has no TF32 path, so its column
- * repeats the f32 kernels' time), --backend=cuda|emu (emu: wall-clock
+ * (tf32: cuBLAS and cuDNN with TF32, dlcc with --tf32), --backend=cuda|emu (emu: wall-clock
  * time, no vendor libraries: make check's smoke test), --jobs=N (compile
  * processes that fill the kernel cache first, cuda only; default 8),
  * -D NAME=VALUE (model mode).  Exits 1 when dlcc failed to build or run
@@ -112,12 +111,14 @@ static int layers_job(Ctx *c, void *data) {
   return 0;
 }
 
-/* The model at batch n with the user's defines, in mode; d has room for
- * them and N. */
+/* The model at batch n with the user's defines, in mode (tf32: f32
+ * under --tf32); d has room for them and N. */
 static ModelBuild model_build(const Options *o, int batch, const char *mode, Define *d) {
   memcpy(d, o->defines, sizeof(Define) * (size_t)o->n_defines);
   d[o->n_defines] = (Define){"N", batch};
-  return (ModelBuild){.path = o->model, .mode = mode, .n_defines = o->n_defines + 1, .defines = d};
+  bool tf32 = !strcmp(mode, "tf32");
+  return (ModelBuild){.path = o->model, .mode = tf32 ? "f32" : mode, .n_defines = o->n_defines + 1, .defines = d,
+                      .opts = {.tf32 = tf32}};
 }
 
 /* The distinct layers of the model at batch n; -1 after a message. */
@@ -178,8 +179,10 @@ static void describe(const Layer *l, char *buf, size_t len) {
 
 /* ---- building and running with dlcc ---- */
 
-/* dlcc's mode for t: tf32 runs the f32 kernels. */
-static const char *dlcc_mode(BenchType t) { return t == BT_TF32 ? "f32" : mode_names[t]; }
+/* dlcc's build of IR text in mode t: tf32 is f32 under --tf32. */
+static ModelBuild text_build(const char *text, BenchType t) {
+  return (ModelBuild){.text = text, .mode = t == BT_TF32 ? "f32" : mode_names[t], .opts = {.tf32 = t == BT_TF32}};
+}
 
 static uint64_t rng = 0x2545f4914f6cdd1dull;
 static double uniform(double lo, double hi) {
@@ -277,14 +280,13 @@ static void prefill(const Options *o, Layer (*layers)[MAX_LAYERS], const int *n_
     if (pid > 0) continue;
     int i = 0;
     for (int t = 0; t < BT_COUNT; t++) {
-      if (!o->modes[t] || t == BT_TF32) continue;
+      if (!o->modes[t]) continue;
       for (int b = 0; b < o->n_batches; b++)
         for (int l = 0; l < (layers ? n_layers[b] : 1); l++, i++) {
           if (i % o->jobs != w) continue;
           Define d[MAX_DEFINES + 1];
           char *text = layers ? layer_text(&layers[b][l], (BenchType)t) : NULL;
-          ModelBuild mb = layers ? (ModelBuild){.text = text, .mode = dlcc_mode((BenchType)t)}
-                                 : model_build(o, o->batches[b], mode_names[t], d);
+          ModelBuild mb = layers ? text_build(text, (BenchType)t) : model_build(o, o->batches[b], mode_names[t], d);
           Ctx c;
           ctx_init(&c);
           void *bin = NULL;
@@ -311,7 +313,6 @@ static void cell(double us, double flops) {
 }
 
 static int layers_cmd(const Options *o, Gpu *g, Layer (*layers)[MAX_LAYERS], const int *n_layers) {
-  static double f32_us[MAX_BATCHES][MAX_LAYERS];
   for (int t = 0; t < BT_COUNT; t++) {
     if (!o->modes[t]) continue;
     for (int b = 0; b < o->n_batches; b++) {
@@ -326,15 +327,12 @@ static int layers_cmd(const Options *o, Gpu *g, Layer (*layers)[MAX_LAYERS], con
         char name[64], err[1024] = "", berr[512] = "", derr[512] = "";
         describe(ly, name, sizeof name);
         double us;
-        if (t == BT_TF32 && o->modes[BT_F32]) {
-          us = f32_us[b][l];
-        } else {
+        {
           char *text = layer_text(ly, (BenchType)t);
-          ModelBuild mb = {.text = text, .mode = dlcc_mode((BenchType)t)};
+          ModelBuild mb = text_build(text, (BenchType)t);
           us = text ? time_build(g, o, &mb, err, sizeof err) : -1;
           free(text);
         }
-        if (t == BT_F32) f32_us[b][l] = us;
         double bl = -1, dn = -1;
         if (g) {
           bl = ly->conv ? gpu_cublas_us(g, (BenchType)t, ly->s.k, ly->s.n * ly->s.oh * ly->s.ow,
@@ -385,7 +383,7 @@ static int model_cmd(const Options *o, Gpu *g) {
   printf("\n== %s on %s: a whole run (%s)\n", o->model, o->backend,
          g ? "GPU time: CUDA events around back-to-back runs" : "wall-clock time of one run");
   for (int t = 0; t < BT_COUNT; t++) {
-    if (!o->modes[t] || t == BT_TF32) continue;
+    if (!o->modes[t]) continue;
     for (int b = 0; b < o->n_batches; b++) {
       Define d[MAX_DEFINES + 1];
       ModelBuild mb = model_build(o, o->batches[b], mode_names[t], d);
@@ -434,7 +432,7 @@ static int attention_cmd(const Options *o, Gpu *g) {
          "   half under causal, backward 2.5x the forward)\n",
          o->backend, g ? "GPU time: CUDA events around back-to-back runs" : "wall-clock time of one run");
   for (int t = 0; t < BT_COUNT; t++) {
-    if (!o->modes[t] || t == BT_TF32 || t == BT_I8) continue;
+    if (!o->modes[t] || t == BT_I8) continue;
     for (int b = 0; b < o->n_batches; b++)
       for (int si = 0; si < o->n_seqs; si++)
         for (int di = 0; di < o->n_dims; di++)
@@ -443,8 +441,8 @@ static int attention_cmd(const Options *o, Gpu *g) {
             double fwd = 4.0 * n * o->heads * (double)seq * seq * d / (causal ? 2 : 1);
             printf("attention %-4s N=%d H=%d S=%d d=%d causal=%d", mode_names[t], n, o->heads, seq, d, causal);
             for (int grad = 0; grad < 2; grad++) {
-              char *text = attention_text(mode_names[t], n, o->heads, seq, d, causal, grad);
-              ModelBuild mb = {.text = text, .mode = mode_names[t]};
+              char *text = attention_text(t == BT_TF32 ? "f32" : mode_names[t], n, o->heads, seq, d, causal, grad);
+              ModelBuild mb = text_build(text, (BenchType)t);
               char err[2048] = "";
               double us = text ? time_build(g, o, &mb, err, sizeof err) : -1;
               double flops = grad ? 2.5 * fwd : fwd;

@@ -3,8 +3,8 @@
 # fails here and not in the GPU machine's few minutes: every cuBLAS and
 # cuDNN function it calls resolves, and on the emu device LeNet's layers
 # (f16 and int8, each compiled alone), its whole run (f32) and attention
-# forward and backward go through the same code as on cuda, each with a
-# time.
+# forward and backward (f16, tf32) go through the same code as on cuda,
+# each with a time.
 set -u
 b=${top_builddir:-.}
 s=${top_srcdir:-.}
@@ -25,8 +25,9 @@ rc=$?
 echo "$out"
 [ $rc = 0 ] && echo "$out" | grep -qE '^model f32 +N=2 +[0-9.]+ ms$' || exit 1
 # attention forward and backward at one small shape, causal and not
-out=$("$bench" attention --backend=emu --batches=1 --heads=2 --seqs=20 --dims=16 --modes=f16 2>&1)
+# (f16, and f32 under --tf32)
+out=$("$bench" attention --backend=emu --batches=1 --heads=2 --seqs=20 --dims=16 --modes=f16,tf32 2>&1)
 rc=$?
 echo "$out"
-rows=$(echo "$out" | grep -cE '^attention f16 +N=1 H=2 S=20 d=16 causal=[01]  fwd +[0-9.]+ us .*  bwd +[0-9.]+ us')
-[ $rc = 0 ] && [ "$rows" = 2 ] || { echo "FAIL layer_bench attention: $rows timed rows, expected 2"; exit 1; }
+rows=$(echo "$out" | grep -cE '^attention (f16 |tf32) +N=1 H=2 S=20 d=16 causal=[01]  fwd +[0-9.]+ us .*  bwd +[0-9.]+ us')
+[ $rc = 0 ] && [ "$rows" = 4 ] || { echo "FAIL layer_bench attention: $rows timed rows, expected 4"; exit 1; }
