@@ -283,6 +283,16 @@ static const OpEntry training_ops[] = {
     {"Adam", ox_op_adam, "any number of tensors"},
     {"Momentum", ox_op_momentum, "standard and nesterov"},
 };
+static const OpEntry microsoft_ops[] = {
+    {"QGemm", ox_op_qgemm, "INT8/UINT8, B per tensor or per column, an INT32 bias; y quantized or f32"},
+    {"QLinearAdd", ox_op_qlinear_binary, "INT8/UINT8, one scale and zero point each"},
+    {"QLinearAveragePool", ox_op_qlinear_unary, "as AveragePool; channels_last=0"},
+    {"QLinearConcat", ox_op_qlinear_concat, NULL},
+    {"QLinearGlobalAveragePool", ox_op_qlinear_unary, "channels_last=0"},
+    {"QLinearLeakyRelu", ox_op_qlinear_unary, NULL},
+    {"QLinearMul", ox_op_qlinear_binary, NULL},
+    {"QLinearSigmoid", ox_op_qlinear_unary, NULL},
+};
 static const OpEntry ml_ops[] = {
     {"ArrayFeatureExtractor", ox_op_array_feature_extractor, NULL},
     {"Binarizer", ox_op_binarizer, NULL},
@@ -295,6 +305,10 @@ static const struct {
     {"ai.onnx.preview", " (of it, FlexAttention is)", preview_ops, ARRAY_LEN(preview_ops)},
     {"ai.onnx.preview.training", " (of it, Adagrad, Adam and Momentum are)", training_ops, ARRAY_LEN(training_ops)},
     {"ai.onnx.ml", " (of it, ArrayFeatureExtractor and Binarizer are)", ml_ops, ARRAY_LEN(ml_ops)},
+    {"com.microsoft",
+     " (of it, onnxruntime's QOperator ops QGemm, QLinearAdd, QLinearAveragePool, QLinearConcat, "
+     "QLinearGlobalAveragePool, QLinearLeakyRelu, QLinearMul and QLinearSigmoid are)",
+     microsoft_ops, ARRAY_LEN(microsoft_ops)},
 };
 
 static int domain_index(const char *domain) {

@@ -951,3 +951,155 @@ bool ox_op_gemm_qdq(Imp *im, ONode *n) {
   Val *cq = qdq_bias(c, &s);
   return (n->out[0] = qdq_result(im, int_linear(im, &ai, &bi, cq), &s, cq ? NULL : c, 1));
 }
+
+/* ---- onnxruntime's QOperator contrib ops (domain com.microsoft) ----
+ * What onnxruntime's quantizer writes in its QOperator format besides
+ * QLinearConv and QLinearMatMul (the ONNX model zoo's int8 models):
+ * each is the DequantizeLinear of its operands (one scale and zero
+ * point each), the float op, and the QuantizeLinear of its result by
+ * the y scale and zero point, as onnxruntime defines them.  Its kernels
+ * compute some in f32 and some by lookup tables built in f32 from the
+ * same formula, so a code may differ by one where a value falls within
+ * rounding of a half. */
+
+/* x's codes (i8 or u8) dequantized by scale s and zero point z (one
+ * each, or one per slice along axis when it is not -1), noted as
+ * DequantizeLinear's results are. */
+static Val *ms_dequantize_along(Imp *im, Val *x, Val *s, Val *z, int64_t axis, const char *what) {
+  if (!x || !s) return NULL;
+  DType qt = x->type.dtype, zdt;
+  if (qt != TY_I8 && qt != TY_U8) {
+    ox_bad(im, "%s of dtype %s is not supported (INT8 or UINT8)", what, ir_dtype_name(qt));
+    return NULL;
+  }
+  Quant *p = ARENA_NEW(&im->c->arena, Quant);
+  if (!quant_params(im, &x->type, s, z, axis, what, p, &zdt)) return NULL;
+  if (zdt != TY_COUNT && zdt != qt) {
+    ox_bad(im, "%s's zero point is %s but %s is %s", what, ir_dtype_name(zdt), what, ir_dtype_name(qt));
+    return NULL;
+  }
+  p->q = x;
+  Val *y = emit_dequantize(im, x, p);
+  if (y) y->dq = p;
+  return y;
+}
+
+static Val *ms_dequantize(Imp *im, Val *x, Val *s, Val *z, const char *what) {
+  return ms_dequantize_along(im, x, s, z, -1, what);
+}
+
+/* y (f32) quantized by scale s and zero point z into z's dtype (like's
+ * without one); an int8 product's result by requantizing its
+ * accumulator, as QuantizeLinear does. */
+static Val *ms_quantize(Imp *im, Val *y, Val *s, Val *z, DType like) {
+  Quant p;
+  DType zdt;
+  if (!y || !s || !quant_params(im, &y->type, s, z, -1, "y", &p, &zdt)) return NULL;
+  DType to = zdt != TY_COUNT ? zdt : like;
+  if (to != TY_U8 && to != TY_I8) {
+    ox_bad(im, "y of dtype %s is not supported (INT8 or UINT8)", ir_dtype_name(to));
+    return NULL;
+  }
+  const Quant *d = y->dq;
+  if (d && d->acc) {
+    Quant m = *d;
+    m.scale = ARENA_ARRAY(&im->c->arena, float, d->n);
+    for (int64_t c = 0; c < d->n; c++) m.scale[c] = d->scale[c] / p.scale[0];
+    return requantize(im, d->q, &m, p.zp[0], to);
+  }
+  return emit_quantize(im, y, &p, to);
+}
+
+/* QGemm: (A, a_scale, a_zp, B, b_scale, b_zp (per tensor or per output
+ * column), C (an INT32 bias of scale a_scale b_scale, zero point 0),
+ * y_scale, y_zp), alpha, transA, transB: y quantized, or f32 without
+ * y_scale.  Gemm over the dequantized operands, which the QDQ rule makes
+ * an int8 product. */
+bool ox_op_qgemm(Imp *im, ONode *n) {
+  int64_t tb;
+  if (!ox_attr_int(im, "transB", 0, &tb)) return false;
+  Val *b0 = ox_in_req(im, n, 3);
+  if (!b0) return false;
+  if (b0->type.rank != 2) return ox_bad(im, "B must be a matrix, got rank %d", b0->type.rank);
+  Val *a = ms_dequantize(im, ox_in_req(im, n, 0), ox_in_req(im, n, 1), ox_in_opt(n, 2), "A");
+  Val *b = a ? ms_dequantize_along(im, b0, ox_in_req(im, n, 4), ox_in_opt(n, 5), tb ? 0 : 1, "B") : NULL;
+  if (!b) return false;
+  Val *c = ox_in_opt(n, 6);
+  if (c) {
+    if (c->type.dtype != TY_I32) return ox_bad(im, "C must be INT32, got %s", ir_dtype_name(c->type.dtype));
+    const Quant *aq = a->dq, *bq = b->dq;
+    Quant *p = ARENA_NEW(&im->c->arena, Quant);
+    *p = (Quant){.q = c, .axis = bq->n > 1 ? 0 : -1, .n = bq->n};
+    p->scale = ARENA_ARRAY(&im->c->arena, float, bq->n);
+    p->zp = ARENA_ARRAY(&im->c->arena, int32_t, bq->n);
+    for (int64_t i = 0; i < bq->n; i++) p->scale[i] = aq->scale[0] * bq->scale[i]; /* f32, as product_scales */
+    if (bq->n > 1 && (c->type.rank != 1 || c->type.dims[0] != bq->n))
+      return ox_bad(im, "C must be [%" PRId64 "] with per-column scales of B", bq->n);
+    Val *cf = emit_dequantize(im, c, p);
+    if (!cf) return false;
+    cf->dq = p;
+    c = cf;
+  }
+  Val *in[3] = {a, b, c}, *out[1] = {NULL};
+  bool want[1] = {true};
+  ONode g = {.n_in = c ? 3 : 2, .in = in, .n_out = 1, .out = out, .want = want};
+  if (!ox_op_gemm_qdq(im, &g)) return false;
+  Val *ys = ox_in_opt(n, 7);
+  return (n->out[0] = ys ? ms_quantize(im, out[0], ys, ox_in_opt(n, 8), n->in[0]->type.dtype) : out[0]);
+}
+
+/* QLinearAdd, QLinearMul: (A, A_scale, A_zp, B, B_scale, B_zp, C_scale,
+ * C_zp), broadcasting as Add and Mul. */
+bool ox_op_qlinear_binary(Imp *im, ONode *n) {
+  OpKind op = strcmp(im->np->op_type, "QLinearMul") == 0 ? OP_MUL : OP_ADD;
+  Val *a = ms_dequantize(im, ox_in_req(im, n, 0), ox_in_req(im, n, 1), ox_in_opt(n, 2), "A");
+  Val *b = a ? ms_dequantize(im, ox_in_req(im, n, 3), ox_in_req(im, n, 4), ox_in_opt(n, 5), "B") : NULL;
+  Val *y = b ? ox_op2(im, op, a, b) : NULL;
+  return y && (n->out[0] = ms_quantize(im, y, ox_in_req(im, n, 6), ox_in_opt(n, 7), n->in[0]->type.dtype));
+}
+
+/* QLinearSigmoid, QLinearLeakyRelu (alpha), QLinearGlobalAveragePool
+ * and QLinearAveragePool (channels_last 0 only; AveragePool's
+ * attributes): (X, X_scale, X_zp, Y_scale, Y_zp). */
+bool ox_op_qlinear_unary(Imp *im, ONode *n) {
+  const char *t = im->np->op_type;
+  int64_t channels_last;
+  if (!ox_attr_int(im, "channels_last", 0, &channels_last)) return false;
+  if (channels_last) return ox_bad(im, "channels_last=%" PRId64 " is not supported (0)", channels_last);
+  Val *x = ms_dequantize(im, ox_in_req(im, n, 0), ox_in_req(im, n, 1), ox_in_opt(n, 2), "X");
+  if (!x) return false;
+  Val *y = NULL;
+  double alpha;
+  if (strcmp(t, "QLinearSigmoid") == 0) {
+    y = ox_op1(im, OP_SIGMOID, x);
+  } else if (strcmp(t, "QLinearLeakyRelu") == 0) {
+    if (!ox_attr_float(im, "alpha", 0.01, &alpha)) return false;
+    y = ox_op1f(im, OP_LEAKY_RELU, x, "alpha", alpha);
+  } else {
+    /* the pools' own importers, on the dequantized image */
+    Val *in[1] = {x}, *out[1] = {NULL};
+    bool want[1] = {true};
+    ONode f = {.n_in = 1, .in = in, .n_out = 1, .out = out, .want = want};
+    if (!(strcmp(t, "QLinearGlobalAveragePool") == 0 ? ox_op_global_pool(im, &f) : ox_op_pool(im, &f))) return false;
+    y = out[0];
+  }
+  return y && (n->out[0] = ms_quantize(im, y, ox_in_req(im, n, 3), ox_in_opt(n, 4), n->in[0]->type.dtype));
+}
+
+/* QLinearConcat: (Y_scale, Y_zp, then X, X_scale, X_zp for each
+ * operand), axis. */
+bool ox_op_qlinear_concat(Imp *im, ONode *n) {
+  int64_t axis;
+  if (!ox_attr_int(im, "axis", 0, &axis)) return false;
+  if (n->n_in < 5 || (n->n_in - 2) % 3) return ox_bad(im, "%d inputs: Y_scale, Y_zero_point, then triples", n->n_in);
+  int k = (n->n_in - 2) / 3;
+  Val **parts = ARENA_ARRAY(&im->c->arena, Val *, k);
+  for (int i = 0; i < k; i++)
+    if (!(parts[i] = ms_dequantize(im, ox_in_req(im, n, 2 + 3 * i), ox_in_req(im, n, 3 + 3 * i),
+                                   ox_in_opt(n, 4 + 3 * i), "X")))
+      return false;
+  int a;
+  if (!ox_norm_axis(im, axis, parts[0]->type.rank, &a)) return false;
+  Val *y = ox_concat(im, k, parts, a);
+  return y && (n->out[0] = ms_quantize(im, y, ox_in_req(im, n, 0), ox_in_opt(n, 1), n->in[2]->type.dtype));
+}

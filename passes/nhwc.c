@@ -7,7 +7,9 @@
  * where such a region meets anything else (depthwise convolutions
  * whose channels fill chunks join the regions too, with their own
  * channels-last kernel, so MobileNet's blocks are one region, and so do
- * 2-d max and average pools).  The weights become [Co, kH,
+ * 2-d max and average pools, and concats of images, whose axis moves
+ * with the layout: a U-Net's skip connection joins its decoder's
+ * convolutions to the encoder's region).  The weights become [Co, kH,
  * kW, C] through a transpose of the param, which codegen computes once
  * at load (an init step), and the user's inputs and outputs keep their
  * layout.
@@ -127,6 +129,22 @@ static bool depthwise_eligible(const Nhwc *S, const Node *n) {
 static bool pool_eligible(const Node *n) {
   bool pool = n->op == OP_MAXPOOL2D || n->op == OP_AVGPOOL2D || n->op == OP_MAXPOOL3D || n->op == OP_AVGPOOL3D;
   return pool && !ir_nhwc(n) && !n->guard && image_rank_ok(n, n->in[0]->type.rank);
+}
+
+/* A concat of images (4-d or 5-d, along any axis): channels last it
+ * is the same concat along the axis's new place, so it joins a region,
+ * every operand an image of it. */
+static bool concat_eligible(const Node *n) {
+  int R = n->out[0].type.rank;
+  return n->op == OP_CONCAT && !n->guard && (R == 4 || R == 5);
+}
+
+/* Where axis a of an NCHW (NCDHW) value of rank R is channels last. */
+static int64_t nhwc_axis(int64_t a, int R) {
+  if (a < 0) a += R;
+  for (int j = 0; j < R; j++)
+    if (to_nhwc(R)[j] == a) return j;
+  return a;
 }
 
 /* A node of a region whose operand 0 is its image (a convolution or a
@@ -254,10 +272,10 @@ static void find_regions(Nhwc *S) {
       S->inside[n->id] = true;
       join(S, n->in[0], &n->out[0]);
       from_conv[n->out[0].id] = true;
-    } else if (agnostic(n)) {
+    } else if (agnostic(n) || concat_eligible(n)) {
       S->inside[n->id] = true;
       for (int i = 0; i < n->n_in; i++)
-        if (operand_kind(n->in[i], &n->out[0].type) == 0) {
+        if (n->op == OP_CONCAT || operand_kind(n->in[i], &n->out[0].type) == 0) {
           join(S, n->in[i], &n->out[0]);
           from_conv[n->out[0].id] = from_conv[n->out[0].id] || from_conv[n->in[i]->id];
         }
@@ -285,8 +303,8 @@ static void find_regions(Nhwc *S) {
     for (int i = 0; i < n->n_in; i++) {
       Value *v = n->in[i];
       bool made_inside = S->inside[v->def->id];
-      if (S->inside[n->id] && !made_inside && (windowed(n) ? i == 0 : operand_kind(v, &n->out[0].type) == 0))
-        entry[v->id] = true;
+      bool image = windowed(n) ? i == 0 : n->op == OP_CONCAT || operand_kind(v, &n->out[0].type) == 0;
+      if (S->inside[n->id] && !made_inside && image) entry[v->id] = true;
       if (!S->inside[n->id] && made_inside) exit_[v->id] = true;
     }
   }
@@ -351,6 +369,10 @@ bool pass_nhwc(Graph *g, PassCtx *pc) {
         pass_stat(pc, "nhwc: pools channels last", 1);
         n->in[0] = nhwc_of(&S, n->in[0], n, 0);
         ir_set_str(g, n, "layout", "nhwc");
+      } else if (n->op == OP_CONCAT) {
+        pass_stat(pc, "nhwc: concats channels last", 1);
+        for (int i = 0; i < n->n_in; i++) n->in[i] = nhwc_of(&S, n->in[i], n, 0);
+        ir_set_int(g, n, "axis", nhwc_axis(ir_attr_int(n, "axis"), n->out[0].type.rank));
       } else {
         for (int i = 0; i < n->n_in; i++) {
           /* what an inside node made is NHWC already; the rest keep

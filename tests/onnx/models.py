@@ -7,8 +7,10 @@ interpreter and emu), and compares the outputs (rtol 1e-4, atol 1e-4 of the
 output's largest magnitude).  An MLP and a CNN in onnxruntime's dynamic
 int8 format (quantize_dynamic), a volume's GridSample, RoiAlign,
 DeformConv and opset 8's batched Scan are compared the same way.  The int8 QDQ form of the CNN (onnxruntime's
-quantize_static where it imports, else the same format made here) must
-agree within one quantization step of its output.  Exits 77 when onnx,
+quantize_static where it imports, else the same format made here) and
+its QOperator form (QLinearConv and onnxruntime's com.microsoft
+QLinearAdd, QLinearGlobalAveragePool and QGemm; quantize_static only)
+must agree within one quantization step of its output.  Exits 77 when onnx,
 onnxruntime or numpy is missing.
 
     models.py --dlcc BUILD/dlcc [--backends ref,emu] [--keep DIR]
@@ -464,13 +466,16 @@ def qdq_by_hand(m):
     return q
 
 
-def resnet_qdq():
+def resnet_qdq(fmt="QDQ"):
     """The CNN with BatchNormalization folded, in onnxruntime's int8 QDQ
     format: u8 activations, i8 weights per channel, i32 biases.  dlcc runs
     its convolutions and the Gemm as int8 products and requantizes as
     onnxruntime's QLinearConv does; the output's quantization step is the
-    tolerance."""
-    m, feeds, extra = resnet(fold=True, name="resnet_qdq")
+    tolerance.  fmt "QOperator": the same model in onnxruntime's QOperator
+    format, QLinearConv and the com.microsoft contrib ops QLinearAdd,
+    QLinearGlobalAveragePool and QGemm (no fallback without the tool)."""
+    name = "resnet_qdq" if fmt == "QDQ" else "resnet_qop"
+    m, feeds, extra = resnet(fold=True, name=name)
     try:
         from onnxruntime.quantization import (CalibrationDataReader, QuantFormat, QuantType,
                                               quantize_static)
@@ -487,15 +492,23 @@ def resnet_qdq():
         with tempfile.TemporaryDirectory() as d:
             onnx.save(m, os.path.join(d, "f.onnx"))
             quantize_static(os.path.join(d, "f.onnx"), os.path.join(d, "q.onnx"), Reader(),
-                            quant_format=QuantFormat.QDQ, per_channel=True,
+                            quant_format=getattr(QuantFormat, fmt), per_channel=True,
                             activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)
             q, how = onnx.load(os.path.join(d, "q.onnx")), "onnxruntime.quantization"
     except ImportError:  # the tool needs ml_dtypes and onnx >= 1.13
+        if fmt != "QDQ":
+            return None
         q, how = qdq_by_hand(m), "tests/onnx/models.py"
-    q.graph.name = "resnet_qdq"
+    q.graph.name = name
     inits = {t.name: numpy_helper.to_array(t) for t in q.graph.initializer}
     last = next(n for n in q.graph.node if n.output[0] == "logits")
+    # QDQ: DequantizeLinear(q, scale, zp) makes the logits; QOperator:
+    # the same at the end (QGemm's y dequantized)
     return q, feeds, extra, {"step": float(inits[last.input[1]]), "by": how}
+
+
+def resnet_qop():
+    return resnet_qdq("QOperator")
 
 
 def mlp_dynamic():
@@ -691,12 +704,17 @@ def main():
     tmp = args.keep or tempfile.mkdtemp(prefix="dlcc-onnx-models-")
     os.makedirs(tmp, exist_ok=True)
     failures = 0
-    for build in (resnet, recurrent, unrolled, encoder, resnet_qdq, mlp_dynamic, cnn_dynamic, video3d, resize,
-                  grid_sample3d, roi_align, deform_conv, scan8, ts_encoder, attention23, control, runtime_operands):
+    for build in (resnet, recurrent, unrolled, encoder, resnet_qdq, resnet_qop, mlp_dynamic, cnn_dynamic, video3d,
+                  resize, grid_sample3d, roi_align, deform_conv, scan8, ts_encoder, attention23, control,
+                  runtime_operands):
         if build is attention23 and onnx.defs.onnx_opset_version() < 23:
             print(f"skip attention23: onnx {onnx.__version__} has no opset 23")
             continue
-        model, feeds, extra, *quant = build()
+        built = build()
+        if built is None:
+            print(f"skip {build.__name__}: onnxruntime.quantization does not import")
+            continue
+        model, feeds, extra, *quant = built
         path = os.path.join(tmp, model.graph.name + ".onnx")
         onnx.save(model, path)
         sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
