@@ -395,8 +395,14 @@ bool ox_op_rnn(Imp *im, ONode *n) {
       ops[k++] = reorder_gates(im, ox_slice_axis(im, b, 0, G * H, 2 * G * H, 1), H, G, order);
     }
   }
+  /* A half model's layer (model.half() exported) runs in f32 between
+   * casts, rounded once at its results, as --precision keeps recurrent
+   * layers: codegen's recurrent kernels compute in f32 only.  W, R and B
+   * are weights: their casts run once, at load. */
+  DType dt = x->type.dtype;
+  bool half = dt == TY_F16 || dt == TY_BF16;
   for (int i = 0; i < k; i++)
-    if (!ops[i]) return false;
+    if (!ops[i] || (half && !(ops[i] = ox_cast(im, ops[i], TY_F32)))) return false;
   Emit e;
   Node *rn = ox_begin(im, &e, lstm ? OP_LSTM : OP_GRU, k, ops);
   ir_set_int(im->g, rn, "hidden", H);
@@ -406,6 +412,8 @@ bool ox_op_rnn(Imp *im, ONode *n) {
   ir_set_int(im->g, rn, "bias", B != NULL);
   Val *res[3];
   if (!ox_finish(im, &e, res)) return false;
+  for (int i = 0; half && i < (lstm ? 3 : 2); i++)
+    if (!(res[i] = ox_cast(im, res[i], dt))) return false;
   Val *y = res[0];
   if (reverse) y = ox_reverse_axis(im, y, time_axis);
   /* Ours: y [T, N, dirs*H] (or [N, T, dirs*H]); ONNX: [T, dirs, N, H] (or [N, T, dirs, H]). */
