@@ -511,6 +511,32 @@ def resnet_qop():
     return resnet_qdq("QOperator")
 
 
+def qoperator_ops():
+    """onnxruntime's com.microsoft QOperator ops that resnet_qop has not:
+    QLinearMul, QLinearSigmoid, QLinearLeakyRelu, QLinearConcat, and a
+    QGemm with an INT32 bias, over UINT8 codes (the fuzzer's seed
+    tests/fuzz/corpus/onnx/qoperator-contrib.onnx).  The result is codes:
+    within one of onnxruntime's."""
+    ms = "com.microsoft"
+    f = lambda n, v, dt: numpy_helper.from_array(np.array(v, dtype=dt), n)
+    inits = [f("s", 0.05, np.float32), f("z", 128, np.uint8), f("s2", 0.1, np.float32), f("wz", 0, np.int8),
+             numpy_helper.from_array(np.arange(-6, 6, dtype=np.int8).reshape(4, 3), "w"),
+             f("bias", [1, -2, 3], np.int32)]
+    nodes = [helper.make_node("QLinearAdd", ["x", "s", "z", "y", "s", "z", "s2", "z"], ["a"], domain=ms),
+             helper.make_node("QLinearMul", ["a", "s2", "z", "x", "s", "z", "s", "z"], ["m"], domain=ms),
+             helper.make_node("QLinearSigmoid", ["m", "s", "z", "s2", "z"], ["g"], domain=ms),
+             helper.make_node("QLinearLeakyRelu", ["g", "s2", "z", "s", "z"], ["l"], domain=ms, alpha=0.2),
+             helper.make_node("QLinearConcat", ["s", "z", "l", "s", "z", "x", "s", "z"], ["c"], domain=ms, axis=1),
+             helper.make_node("QGemm", ["c", "s", "z", "w", "s2", "wz", "bias", "s", "z"], ["q"], domain=ms)]
+    g = helper.make_graph(nodes, "qoperator_ops",
+                          [helper.make_tensor_value_info("x", TensorProto.UINT8, [2, 2]),
+                           helper.make_tensor_value_info("y", TensorProto.UINT8, [2, 2])],
+                          [helper.make_tensor_value_info("q", TensorProto.UINT8, [2, 3])], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13), helper.make_opsetid(ms, 1)])
+    feeds = {"x": rng.integers(0, 256, (2, 2), dtype=np.uint8), "y": rng.integers(0, 256, (2, 2), dtype=np.uint8)}
+    return m, feeds, [], {"step": 1.0, "by": "onnx.helper"}
+
+
 def mlp_dynamic():
     """A two-layer MLP on [2, 5, 64] inputs in onnxruntime's dynamic int8
     format (quantize_dynamic: each MatMul's input quantized at run time by
@@ -704,7 +730,8 @@ def main():
     tmp = args.keep or tempfile.mkdtemp(prefix="dlcc-onnx-models-")
     os.makedirs(tmp, exist_ok=True)
     failures = 0
-    for build in (resnet, recurrent, unrolled, encoder, resnet_qdq, resnet_qop, mlp_dynamic, cnn_dynamic, video3d,
+    for build in (resnet, recurrent, unrolled, encoder, resnet_qdq, resnet_qop, qoperator_ops, mlp_dynamic, cnn_dynamic,
+                  video3d,
                   resize, grid_sample3d, roi_align, deform_conv, scan8, ts_encoder, attention23, control,
                   runtime_operands):
         if build is attention23 and onnx.defs.onnx_opset_version() < 23:
