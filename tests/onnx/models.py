@@ -731,9 +731,8 @@ def main():
     os.makedirs(tmp, exist_ok=True)
     failures = 0
     for build in (resnet, recurrent, unrolled, encoder, resnet_qdq, resnet_qop, qoperator_ops, mlp_dynamic, cnn_dynamic,
-                  video3d,
-                  resize, grid_sample3d, roi_align, deform_conv, scan8, ts_encoder, attention23, control,
-                  runtime_operands):
+                  video3d, resize, grid_sample3d, roi_align, deform_conv, scan8, ts_encoder, attention23,
+                  control, runtime_operands):
         if build is attention23 and onnx.defs.onnx_opset_version() < 23:
             print(f"skip attention23: onnx {onnx.__version__} has no opset 23")
             continue
