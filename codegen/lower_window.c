@@ -317,19 +317,26 @@ bool lower_resize(CgBuild *b, const Node *n) {
   if (!check_dtypes(b, n, !linear)) return false;
   bool align = ir_attr_int(n, "align_corners") != 0;
   const Value *x = n->in[0], *out = &n->out[0];
-  int64_t H = x->type.dims[2], W = x->type.dims[3];
-  int64_t OH = out->type.dims[2], OW = out->type.dims[3];
+  /* NCHW, or layout "nhwc" (the nhwc pass's): neighbouring threads take
+   * neighbouring channels of one pixel */
+  bool nhwc = ir_nhwc(n);
+  int sx = nhwc ? 1 : 2, cx = nhwc ? 3 : 1;
+  int64_t C = x->type.dims[cx], H = x->type.dims[sx], W = x->type.dims[sx + 1];
+  int64_t OH = out->type.dims[sx], OW = out->type.dims[sx + 1];
+  int64_t hs = nhwc ? W * C : W, ws = nhwc ? C : 1;
   if (numel(&out->type) == 0) return true;
   Kernel *k = new_kernel(b, n, NULL, NULL);
   Map m;
   map_begin(&m, k, &out->type);
-  KExpr *plane = cg_kadd(k, cg_kmul(k, map_coord(&m, 0), cg_kint(k, x->type.dims[1])),
-                         map_coord(&m, 1));
-  KVar *base = cg_klet(k, &m.main, "base", KT_INDEX, cg_kmul(k, plane, cg_kint(k, H * W)));
+  /* the image's element 0 (NCHW: its plane's) */
+  KExpr *base_at = nhwc ? cg_kadd(k, cg_kmul(k, map_coord(&m, 0), cg_kint(k, H * W * C)), map_coord(&m, cx))
+                        : cg_kmul(k, cg_kadd(k, cg_kmul(k, map_coord(&m, 0), cg_kint(k, C)), map_coord(&m, cx)),
+                                  cg_kint(k, H * W));
+  KVar *base = cg_klet(k, &m.main, "base", KT_INDEX, base_at);
   if (!linear) {
-    KExpr *ih = cg_kidx(k, KI_DIV, cg_kmul(k, map_coord(&m, 2), cg_kint(k, H)), cg_kint(k, OH));
-    KExpr *iw = cg_kidx(k, KI_DIV, cg_kmul(k, map_coord(&m, 3), cg_kint(k, W)), cg_kint(k, OW));
-    KExpr *xi = cg_kadd(k, cg_kv(k, base), cg_kadd(k, cg_kmul(k, ih, cg_kint(k, W)), iw));
+    KExpr *ih = cg_kidx(k, KI_DIV, cg_kmul(k, map_coord(&m, sx), cg_kint(k, H)), cg_kint(k, OH));
+    KExpr *iw = cg_kidx(k, KI_DIV, cg_kmul(k, map_coord(&m, sx + 1), cg_kint(k, W)), cg_kint(k, OW));
+    KExpr *xi = cg_kadd(k, cg_kv(k, base), cg_kadd(k, cg_kmul(k, ih, cg_kint(k, hs)), cg_kmul(k, iw, cg_kint(k, ws))));
     map_store(b, &m, out, load_of(b, k, x, "x", xi));
     map_end(&m);
     cg_launch(b, k);
@@ -337,13 +344,13 @@ bool lower_resize(CgBuild *b, const Node *n) {
   }
   KVar *h0, *w0;
   KVar *lh = cg_klet(k, &m.main, "lh", TY_F32,
-                     resize_axis(k, &m.main, map_coord(&m, 2), H, OH, align, &h0));
+                     resize_axis(k, &m.main, map_coord(&m, sx), H, OH, align, &h0));
   KVar *lw = cg_klet(k, &m.main, "lw", TY_F32,
-                     resize_axis(k, &m.main, map_coord(&m, 3), W, OW, align, &w0));
+                     resize_axis(k, &m.main, map_coord(&m, sx + 1), W, OW, align, &w0));
   KExpr *h1 = cg_kidx(k, KI_MIN, cg_kadd(k, cg_kv(k, h0), cg_kint(k, 1)), cg_kint(k, H - 1));
   KExpr *w1 = cg_kidx(k, KI_MIN, cg_kadd(k, cg_kv(k, w0), cg_kint(k, 1)), cg_kint(k, W - 1));
-  KExpr *rows[2] = {cg_kmul(k, cg_kv(k, h0), cg_kint(k, W)), cg_kmul(k, h1, cg_kint(k, W))};
-  KExpr *cols[2] = {cg_kv(k, w0), w1};
+  KExpr *rows[2] = {cg_kmul(k, cg_kv(k, h0), cg_kint(k, hs)), cg_kmul(k, h1, cg_kint(k, hs))};
+  KExpr *cols[2] = {cg_kmul(k, cg_kv(k, w0), cg_kint(k, ws)), cg_kmul(k, w1, cg_kint(k, ws))};
   KExpr *one = cg_kimm(k, 1, TY_F32);
   KExpr *wh[2] = {cg_kop2(k, OP_SUB, one, cg_kv(k, lh)), cg_kv(k, lh)};
   KExpr *ww[2] = {cg_kop2(k, OP_SUB, one, cg_kv(k, lw)), cg_kv(k, lw)};

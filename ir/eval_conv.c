@@ -349,33 +349,39 @@ bool eval_resize(Eval *e, const Node *n, const Tensor *x, Tensor *out) {
   if (xt->rank != 4 || ot->rank != 4) return fail(e, "needs rank-4 x");
   bool linear = strcmp(ir_attr_str(n, "mode"), "bilinear") == 0;
   bool align = ir_attr_int(n, "align_corners") != 0;
-  int64_t NC = xt->dims[0] * xt->dims[1], H = xt->dims[2], W = xt->dims[3];
-  int64_t OH = ot->dims[2], OW = ot->dims[3];
-  for (int64_t c = 0; c < NC; c++)
-    for (int64_t oh = 0; oh < OH; oh++)
-      for (int64_t ow = 0; ow < OW; ow++) {
-        const int64_t base = c * H * W, o = (c * OH + oh) * OW + ow;
-        if (!linear) {
-          /* A copy: integers through int64 so that i64 stays exact. */
-          int64_t xi = base + (oh * H / OH) * W + ow * W / OW;
-          if (is_int(x))
-            set_i(out, o, get_i(x, xi));
-          else
-            ir_tensor_set(out, o, ir_tensor_get(x, xi));
-          continue;
+  /* NCHW, or layout "nhwc": the image's strides (channel, row, column) */
+  bool nhwc = ir_nhwc(n);
+  int sx = nhwc ? 1 : 2;
+  int64_t N = xt->dims[0], C = xt->dims[nhwc ? 3 : 1], H = xt->dims[sx], W = xt->dims[sx + 1];
+  int64_t OH = ot->dims[sx], OW = ot->dims[sx + 1];
+  int64_t cs = nhwc ? 1 : H * W, hs = nhwc ? W * C : W, ws = nhwc ? C : 1;
+  int64_t ocs = nhwc ? 1 : OH * OW, ohs = nhwc ? OW * C : OW, ows = nhwc ? C : 1;
+  for (int64_t b = 0; b < N; b++)
+    for (int64_t c = 0; c < C; c++)
+      for (int64_t oh = 0; oh < OH; oh++)
+        for (int64_t ow = 0; ow < OW; ow++) {
+          const int64_t base = b * C * H * W + c * cs, o = b * C * OH * OW + c * ocs + oh * ohs + ow * ows;
+          if (!linear) {
+            /* A copy: integers through int64 so that i64 stays exact. */
+            int64_t xi = base + (oh * H / OH) * hs + (ow * W / OW) * ws;
+            if (is_int(x))
+              set_i(out, o, get_i(x, xi));
+            else
+              ir_tensor_set(out, o, ir_tensor_get(x, xi));
+            continue;
+          }
+          double sh = ir_resize_src(oh, H, OH, align), sw = ir_resize_src(ow, W, OW, align);
+          int64_t h0 = (int64_t)sh, w0 = (int64_t)sw;
+          if (h0 > H - 1) h0 = H - 1;
+          if (w0 > W - 1) w0 = W - 1;
+          int64_t h1 = h0 < H - 1 ? h0 + 1 : h0, w1 = w0 < W - 1 ? w0 + 1 : w0;
+          double lh = sh - (double)h0, lw = sw - (double)w0;
+          double v = (1 - lh) * ((1 - lw) * ir_tensor_get(x, base + h0 * hs + w0 * ws) +
+                                 lw * ir_tensor_get(x, base + h0 * hs + w1 * ws)) +
+                     lh * ((1 - lw) * ir_tensor_get(x, base + h1 * hs + w0 * ws) +
+                           lw * ir_tensor_get(x, base + h1 * hs + w1 * ws));
+          ir_tensor_set(out, o, v);
         }
-        double sh = ir_resize_src(oh, H, OH, align), sw = ir_resize_src(ow, W, OW, align);
-        int64_t h0 = (int64_t)sh, w0 = (int64_t)sw;
-        if (h0 > H - 1) h0 = H - 1;
-        if (w0 > W - 1) w0 = W - 1;
-        int64_t h1 = h0 < H - 1 ? h0 + 1 : h0, w1 = w0 < W - 1 ? w0 + 1 : w0;
-        double lh = sh - (double)h0, lw = sw - (double)w0;
-        double v = (1 - lh) * ((1 - lw) * ir_tensor_get(x, base + h0 * W + w0) +
-                               lw * ir_tensor_get(x, base + h0 * W + w1)) +
-                   lh * ((1 - lw) * ir_tensor_get(x, base + h1 * W + w0) +
-                         lw * ir_tensor_get(x, base + h1 * W + w1));
-        ir_tensor_set(out, o, v);
-      }
   return true;
 }
 

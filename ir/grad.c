@@ -846,8 +846,16 @@ static void vjp_scatter(GradCall *c) {
   }
 }
 
-/* The rule is written for NCHW (the nhwc pass runs after autodiff). */
-static const char *lacks_nhwc(const Node *n) { return ir_conv_nhwc(n) ? "conv2d in layout \"nhwc\"" : NULL; }
+/* The rules are written for NCHW (the nhwc pass runs after autodiff). */
+static const char *lacks_nhwc(const Node *n) {
+  if (!ir_nhwc(n)) return NULL;
+  switch (n->op) {
+    case OP_CONV2D: return "conv2d in layout \"nhwc\"";
+    case OP_CONV3D: return "conv3d in layout \"nhwc\"";
+    case OP_RESIZE: return "resize in layout \"nhwc\"";
+    default: return "a pool in layout \"nhwc\"";
+  }
+}
 
 static const char *lacks_scatter(const Node *n) {
   const char *r = ir_attr_str(n, "reduction");
@@ -1080,13 +1088,13 @@ static const char *lacks_layers(const Node *n) {
 #define GRAD_LINEAR VJP(vjp_linear)
 #define GRAD_CONV2D PARTIAL(vjp_conv, lacks_nhwc)
 #define GRAD_CONV_TRANSPOSE2D VJP(vjp_conv_transpose)
-#define GRAD_CONV3D VJP(vjp_conv)
+#define GRAD_CONV3D PARTIAL(vjp_conv, lacks_nhwc)
 #define GRAD_CONV_TRANSPOSE3D VJP(vjp_conv_transpose)
-#define GRAD_MAXPOOL2D VJP(vjp_maxpool)
-#define GRAD_AVGPOOL2D VJP(vjp_avgpool)
-#define GRAD_MAXPOOL3D VJP(vjp_maxpool)
-#define GRAD_AVGPOOL3D VJP(vjp_avgpool)
-#define GRAD_RESIZE VJP(vjp_resize)
+#define GRAD_MAXPOOL2D PARTIAL(vjp_maxpool, lacks_nhwc)
+#define GRAD_AVGPOOL2D PARTIAL(vjp_avgpool, lacks_nhwc)
+#define GRAD_MAXPOOL3D PARTIAL(vjp_maxpool, lacks_nhwc)
+#define GRAD_AVGPOOL3D PARTIAL(vjp_avgpool, lacks_nhwc)
+#define GRAD_RESIZE PARTIAL(vjp_resize, lacks_nhwc)
 #define GRAD_GRID_SAMPLE NONE
 #define GRAD_RESHAPE VJP(vjp_reshape)
 #define GRAD_TRANSPOSE VJP(vjp_transpose)

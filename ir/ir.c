@@ -203,7 +203,8 @@ bool ir_nhwc(const Node *n) {
     case OP_MAXPOOL2D:
     case OP_AVGPOOL2D:
     case OP_MAXPOOL3D:
-    case OP_AVGPOOL3D: break;
+    case OP_AVGPOOL3D:
+    case OP_RESIZE: break;
     default: return false;
   }
   const Attr *a = ir_attr(n, "layout");

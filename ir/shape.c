@@ -867,7 +867,9 @@ bool shape_conv_transpose3d(const Node *n, TensorType *out, char *err, size_t er
 bool shape_resize(const Node *n, TensorType *out, char *err, size_t errlen) {
   if (!operands_ok(n, err, errlen)) return false;
   const TensorType *x = in_type(n, 0);
-  if (!need_rank(n, x, 4, "[N, C, H, W]", err, errlen)) return false;
+  bool nhwc = false;
+  if (n->op == OP_RESIZE && !layout_of(n, &nhwc, err, errlen)) return false;
+  if (!need_rank(n, x, 4, nhwc ? "[N, H, W, C]" : "[N, C, H, W]", err, errlen)) return false;
   const int64_t *size;
   bool align;
   if (!attr_ints_min(n, "size", 2, 1, &size, err, errlen)) return false;
@@ -883,8 +885,8 @@ bool shape_resize(const Node *n, TensorType *out, char *err, size_t errlen) {
   /* resize_grad (the same rule: size is its result's) sums gradients. */
   if ((linear || n->op == OP_RESIZE_GRAD) && !need_float(n, x, err, errlen)) return false;
   out[0] = *x;
-  out[0].dims[2] = size[0];
-  out[0].dims[3] = size[1];
+  out[0].dims[nhwc ? 1 : 2] = size[0];
+  out[0].dims[nhwc ? 2 : 3] = size[1];
   int64_t count = ir_type_numel(&out[0]);
   if (count < 0 || count > DL_MAX_ELEMS)
     return fail(err, errlen, "%s: the output %s is too large", op_name(n), ts(&out[0]).s);

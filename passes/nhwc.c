@@ -7,7 +7,7 @@
  * where such a region meets anything else (depthwise convolutions
  * whose channels fill chunks join the regions too, with their own
  * channels-last kernel, so MobileNet's blocks are one region, and so do
- * 2-d max and average pools, and concats of images, whose axis moves
+ * 2-d max and average pools, resizes, and concats of images, whose axis moves
  * with the layout: a U-Net's skip connection joins its decoder's
  * convolutions to the encoder's region).  The weights become [Co, kH,
  * kW, C] through a transpose of the param, which codegen computes once
@@ -125,10 +125,12 @@ static bool depthwise_eligible(const Nhwc *S, const Node *n) {
 /* A 2-d max or average pool: channels last it reads a thread's channel
  * next to its neighbours' (codegen/lower_window.c), so it may join a
  * region as the convolutions do (VGG's, U-Net's and Inception's pools
- * between convolutions), passing on whether its input was fed. */
+ * between convolutions), passing on whether its input was fed.  So may
+ * a resize (a U-Net's or a YOLO neck's upsampling, nearest or
+ * bilinear). */
 static bool pool_eligible(const Node *n) {
   bool pool = n->op == OP_MAXPOOL2D || n->op == OP_AVGPOOL2D || n->op == OP_MAXPOOL3D || n->op == OP_AVGPOOL3D;
-  return pool && !ir_nhwc(n) && !n->guard && image_rank_ok(n, n->in[0]->type.rank);
+  return (pool || n->op == OP_RESIZE) && !ir_nhwc(n) && !n->guard && image_rank_ok(n, n->in[0]->type.rank);
 }
 
 /* A concat of images (4-d or 5-d, along any axis): channels last it
@@ -151,7 +153,7 @@ static int64_t nhwc_axis(int64_t a, int R) {
  * pool: the result's spatial dims differ from the operand's). */
 static bool windowed(const Node *n) {
   return n->op == OP_CONV2D || n->op == OP_CONV3D || n->op == OP_MAXPOOL2D || n->op == OP_AVGPOOL2D ||
-         n->op == OP_MAXPOOL3D || n->op == OP_AVGPOOL3D;
+         n->op == OP_MAXPOOL3D || n->op == OP_AVGPOOL3D || n->op == OP_RESIZE;
 }
 
 /* Operand kinds of an agnostic op of an R-d result: 0 the full shape, 1
@@ -366,7 +368,7 @@ bool pass_nhwc(Graph *g, PassCtx *pc) {
         }
         ir_set_str(g, n, "layout", "nhwc");
       } else if (windowed(n)) {
-        pass_stat(pc, "nhwc: pools channels last", 1);
+        pass_stat(pc, n->op == OP_RESIZE ? "nhwc: resizes channels last" : "nhwc: pools channels last", 1);
         n->in[0] = nhwc_of(&S, n->in[0], n, 0);
         ir_set_str(g, n, "layout", "nhwc");
       } else if (n->op == OP_CONCAT) {

@@ -504,15 +504,15 @@ START_TEST(pools_in_region) {
 END_TEST
 
 /* A U-Net's two levels: conv-relu twice, a max pool, conv-relu twice,
- * a resize up (which stays NCHW), its concat with the encoder's result
- * (the skip connection, along the channels), conv-relu, conv.  The
- * concat joins the decoder's convolutions to the encoder's region, its
- * axis channels last (3): all six convolutions channels last, with
- * four transposes (x in, the resize's operand out and result in, y
- * out).  Without the concat in the region the decoder's first
- * convolution would read an entry and its second alone would gain:
- * two convolutions left NCHW. */
-static char *unet_text(const char *dt) {
+ * a resize up (nearest, or bilinear with align_corners), its concat
+ * with the encoder's result (the skip connection, along the channels),
+ * conv-relu, conv.  The resize and the concat join the region, the
+ * concat's axis channels last (3): all six convolutions channels last,
+ * with two transposes (x in, y out).  Without the concat in the region
+ * the decoder's first convolution would read an entry and its second
+ * alone would gain: two convolutions left NCHW; without the resize, two
+ * transposes more around it. */
+static char *unet_text(const char *dt, const char *resize_attrs) {
   char *t = malloc(4096);
   snprintf(t, 4096,
            "graph unet {\n"
@@ -530,7 +530,7 @@ static char *unet_text(const char *dt) {
            "  %%w4 = param {name=\"w4\"} : %1$s[32, 32, 3, 3]\n"
            "  %%c4 = conv2d %%r3, %%w4 {pad=[1, 1, 1, 1]} : %1$s[2, 32, 4, 4]\n"
            "  %%r4 = relu %%c4 : %1$s[2, 32, 4, 4]\n"
-           "  %%u = resize %%r4 {size=[8, 8]} : %1$s[2, 32, 8, 8]\n"
+           "  %%u = resize %%r4 {size=[8, 8]%2$s} : %1$s[2, 32, 8, 8]\n"
            "  %%cat = concat %%u, %%r2 {axis=1} : %1$s[2, 48, 8, 8]\n"
            "  %%w5 = param {name=\"w5\"} : %1$s[16, 48, 3, 3]\n"
            "  %%c5 = conv2d %%cat, %%w5 {pad=[1, 1, 1, 1]} : %1$s[2, 16, 8, 8]\n"
@@ -539,25 +539,29 @@ static char *unet_text(const char *dt) {
            "  %%c6 = conv2d %%r5, %%w6 {pad=[1, 1, 1, 1]} : %1$s[2, 16, 8, 8]\n"
            "  return %%c6 as \"y\"\n"
            "}\n",
-           dt);
+           dt, resize_attrs);
   return t;
 }
 
 START_TEST(concat_in_region) {
   static const char *const dts[] = {"f16", "bf16"};
-  char *text = unet_text(dts[_i]);
-  char *src = check_block(text, (PassOptions){0}, (CgOptions){0}, 6, 4, conv_tolerance(dts[_i]));
+  static const char *const modes[] = {"", ", mode=\"bilinear\", align_corners=1"};
+  char *text = unet_text(dts[_i % 2], modes[_i / 2]);
+  char *src = check_block(text, (PassOptions){0}, (CgOptions){0}, 6, 2, conv_tolerance(dts[_i % 2]));
   free(src);
   Ctx c;
   ctx_init(&c);
   NJob j = njob(&c, text, (PassOptions){.opt_level = 2}, (CgOptions){0}, false);
-  int concats = 0;
-  for (Node *n = j.g->first; n; n = n->next)
+  int concats = 0, resizes = 0;
+  for (Node *n = j.g->first; n; n = n->next) {
     if (n->op == OP_CONCAT) {
       concats++;
       ck_assert_int_eq(ir_attr_int(n, "axis"), 3);
     }
+    resizes += n->op == OP_RESIZE && ir_nhwc(n);
+  }
   ck_assert_int_eq(concats, 1);
+  ck_assert_int_eq(resizes, 1);
   ctx_free(&c);
   free(text);
 }
@@ -816,7 +820,7 @@ static Suite *nhwc_suite(void) {
   tcase_add_loop_test(t, depthwise_in_region, 0, 4);
   tcase_add_test(t, mobilenet_on_emu);
   tcase_add_loop_test(t, pools_in_region, 0, 2);
-  tcase_add_loop_test(t, concat_in_region, 0, 2);
+  tcase_add_loop_test(t, concat_in_region, 0, 4);
   tcase_add_loop_test(t, conv3d_in_region, 0, 2);
   tcase_add_test(t, nhwc_conv_op);
   tcase_add_test(t, nhwc_errors);
