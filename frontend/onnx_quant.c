@@ -104,6 +104,11 @@ static bool quant_params(Imp *im, const TensorType *x, Val *scale, Val *zp, int6
   if (s && z && ir_type_numel(&z->type) != n)
     return ox_bad(im, "%s: %" PRId64 " scales but %" PRId64 " zero points", what, n, ir_type_numel(&z->type));
   if (s && !ir_dtype_is_float(s->type.dtype)) return ox_bad(im, "%s: the scale must be a float", what);
+  /* before its values are read as integers: a float there is no zero point */
+  if (z && z->type.dtype != TY_I8 && z->type.dtype != TY_U8 && z->type.dtype != TY_I32 &&
+      z->type.dtype != TY_I16 && z->type.dtype != TY_U16)
+    return ox_bad(im, "%s: a zero point of dtype %s is not supported (INT8, UINT8, INT16, UINT16, INT32)", what,
+                  ir_dtype_name(z->type.dtype));
   out->scale = ARENA_ARRAY(&im->c->arena, float, n);
   out->zp = ARENA_ARRAY(&im->c->arena, int32_t, n);
   for (int64_t i = 0; i < n; i++) {
@@ -113,10 +118,6 @@ static bool quant_params(Imp *im, const TensorType *x, Val *scale, Val *zp, int6
     out->zp[i] = z ? (int32_t)ir_tensor_get(z, i) : 0;
   }
   *zdt = z ? z->type.dtype : TY_COUNT;
-  if (z && z->type.dtype != TY_I8 && z->type.dtype != TY_U8 && z->type.dtype != TY_I32 &&
-      z->type.dtype != TY_I16 && z->type.dtype != TY_U16)
-    return ox_bad(im, "%s: a zero point of dtype %s is not supported (INT8, UINT8, INT16, UINT16, INT32)", what,
-                  ir_dtype_name(z->type.dtype));
   return true;
 }
 
