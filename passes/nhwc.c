@@ -47,6 +47,7 @@ static bool image_rank_ok(const Node *n, int rank) {
 typedef struct Nhwc {
   Graph *g;
   const PassOptions *o;
+  bool *weights;     /* by node id: a function of the weights alone */
   int *parent;       /* union-find over value ids */
   Value **values;    /* by id */
   bool *inside;      /* by node id: a convolution or agnostic op of a region */
@@ -141,6 +142,25 @@ static bool concat_eligible(const Node *n) {
   return n->op == OP_CONCAT && !n->guard && (R == 4 || R == 5);
 }
 
+/* An inference batch norm (its weight, bias and statistics [C] vectors
+ * of the weights alone, in x's dtype; not a training step's, whose
+ * statistics are the batch's): channels last it becomes x * s + t with
+ * s = w / sqrt(var + eps) and t = b - mean s over the weights (init
+ * steps), two agnostic ops, so that DenseNet's and pre-activation
+ * ResNets' batch norm before a convolution (after a concat or an add,
+ * where bn-fold cannot take it) no longer ends a region. */
+static bool bn_eligible(const Nhwc *S, const Node *n) {
+  if (n->op != OP_BATCHNORM || n->n_in != 5 || n->guard) return false;
+  const TensorType *x = &n->in[0]->type;
+  if ((x->rank != 4 && x->rank != 5) || !ir_dtype_is_float(x->dtype)) return false;
+  for (int i = 1; i < 5; i++) {
+    const TensorType *t = &n->in[i]->type;
+    if (t->rank != 1 || t->dims[0] != x->dims[1] || t->dtype != x->dtype || !S->weights[n->in[i]->def->id])
+      return false;
+  }
+  return true;
+}
+
 /* Where axis a of an NCHW (NCDHW) value of rank R is channels last. */
 static int64_t nhwc_axis(int64_t a, int R) {
   if (a < 0) a += R;
@@ -220,6 +240,40 @@ static Value *nhwc_of(Nhwc *S, Value *v, Node *before, int kind) {
   return S->as_nhwc[v->id];
 }
 
+/* op of in, a node of its own before `at` (past the tables: neither
+ * inside nor an exit). */
+static Value *op_before(Nhwc *S, Node *at, OpKind op, int n_in, Value **in) {
+  Node *t = ir_node_new(S->g, op, n_in, in, at->loc);
+  t->scope = at->scope;
+  char err[256];
+  if (!ir_infer(t, err, sizeof err)) dl_internal(S->g->ctx, "nhwc: %s", err);
+  ir_insert_before(S->g, at, t);
+  t->id = t->out[0].id = -1;
+  return &t->out[0];
+}
+
+/* Batch norm n (bn_eligible) in place as x * s + t over its channels
+ * last x: s and t computed from its [C] vectors before it, n itself the
+ * add (so that it keeps its place in the tables). */
+static void bn_as_scale_shift(Nhwc *S, Node *n, Value *x) {
+  Graph *g = S->g;
+  Value *w = n->in[1], *b = n->in[2], *mean = n->in[3], *var = n->in[4];
+  Node *eps = ir_const(g, ir_attr_float(n, "eps"), var->type.dtype, n->loc);
+  ir_remove(g, eps);
+  ir_insert_before(g, n, eps);
+  eps->id = eps->out[0].id = -1;
+  Value *sum = op_before(S, n, OP_ADD, 2, (Value *[]){var, &eps->out[0]});
+  Value *sd = op_before(S, n, OP_SQRT, 1, &sum);
+  Value *s = op_before(S, n, OP_DIV, 2, (Value *[]){w, sd});
+  Value *t = op_before(S, n, OP_SUB, 2, (Value *[]){b, op_before(S, n, OP_MUL, 2, (Value *[]){mean, s})});
+  Value *xs = op_before(S, n, OP_MUL, 2, (Value *[]){x, s});
+  n->op = OP_ADD;
+  n->n_attrs = 0, n->attrs = NULL;
+  n->n_in = 2;
+  n->in = ARENA_ARRAY(&g->ctx->arena, Value *, 2);
+  n->in[0] = xs, n->in[1] = t;
+}
+
 /* v (channels last) with zeros after its C channels up to c: a node of
  * its own, which fusion never takes into the convolution's loads
  * (passes/fuse.c), so the convolution reads whole chunks by cp.async. */
@@ -274,7 +328,7 @@ static void find_regions(Nhwc *S) {
       S->inside[n->id] = true;
       join(S, n->in[0], &n->out[0]);
       from_conv[n->out[0].id] = true;
-    } else if (agnostic(n) || concat_eligible(n)) {
+    } else if (agnostic(n) || concat_eligible(n) || bn_eligible(S, n)) {
       S->inside[n->id] = true;
       for (int i = 0; i < n->n_in; i++)
         if (n->op == OP_CONCAT || operand_kind(n->in[i], &n->out[0].type) == 0) {
@@ -329,7 +383,7 @@ bool pass_nhwc(Graph *g, PassCtx *pc) {
   for (Node *n = g->first; n; n = n->next)
     if (n->id >= max_node) max_node = n->id + 1;
   Arena *a = &g->ctx->arena;
-  Nhwc S = {.g = g, .o = o, .n_values = n_values};
+  Nhwc S = {.g = g, .o = o, .n_values = n_values, .weights = pass_weight_only(g)};
   S.parent = ARENA_ARRAY(a, int, n_values);
   for (int v = 0; v < n_values; v++) S.parent[v] = v;
   S.values = ARENA_ARRAY(a, Value *, n_values);
@@ -371,6 +425,9 @@ bool pass_nhwc(Graph *g, PassCtx *pc) {
         pass_stat(pc, n->op == OP_RESIZE ? "nhwc: resizes channels last" : "nhwc: pools channels last", 1);
         n->in[0] = nhwc_of(&S, n->in[0], n, 0);
         ir_set_str(g, n, "layout", "nhwc");
+      } else if (n->op == OP_BATCHNORM) {
+        pass_stat(pc, "nhwc: batch norms channels last (a scale and a shift)", 1);
+        bn_as_scale_shift(&S, n, nhwc_of(&S, n->in[0], n, 0));
       } else if (n->op == OP_CONCAT) {
         pass_stat(pc, "nhwc: concats channels last", 1);
         for (int i = 0; i < n->n_in; i++) n->in[i] = nhwc_of(&S, n->in[i], n, 0);
