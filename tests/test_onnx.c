@@ -1689,6 +1689,17 @@ START_TEST(test_external_data) {
 }
 END_TEST
 
+
+/* b written to path, a mkstemps template ending in ".onnx". */
+static void save_model(Model *b, char *path) {
+  int fd = mkstemps(path, 5);
+  ck_assert_int_ge(fd, 0);
+  size_t len;
+  uint8_t *buf = pack_model(b, &len);
+  ck_assert_int_eq(write(fd, buf, len), (ssize_t)len);
+  close(fd);
+}
+
 /* ---- through the API ---- */
 
 START_TEST(test_api_runs_without_weights_file) {
@@ -1700,12 +1711,7 @@ START_TEST(test_api_runs_without_weights_file) {
   attr_i(add_node(b, "Gemm", "x,fc.weight,fc.bias", "y"), "transB", 1);
   add_output(b, "y");
   char path[] = "/tmp/dlcc-onnx-api-XXXXXX.onnx";
-  int fd = mkstemps(path, 5);
-  ck_assert_int_ge(fd, 0);
-  size_t len;
-  uint8_t *buf = pack_model(b, &len);
-  ck_assert_int_eq(write(fd, buf, len), (ssize_t)len);
-  close(fd);
+  save_model(b, path);
   dlc_options opt = {.backend = "ref"};
   dlc_model *m;
   ck_assert_msg(dlc_compile_file(path, &opt, &m) == DLC_OK, "%s", dlc_error(m));
@@ -1768,12 +1774,7 @@ START_TEST(test_lstm_f16_runs_in_f32) {
   ck_assert_int_eq(ln->in[0]->type.dtype, TY_F32);
   ck_assert_int_eq(g->outputs[0]->type.dtype, TY_F16);
   char path[] = "/tmp/dlcc-onnx-lstm16-XXXXXX.onnx";
-  int fd = mkstemps(path, 5);
-  ck_assert_int_ge(fd, 0);
-  size_t len;
-  uint8_t *buf = pack_model(b, &len);
-  ck_assert_int_eq(write(fd, buf, len), (ssize_t)len);
-  close(fd);
+  save_model(b, path);
   uint16_t x[T * N * I];
   for (int i = 0; i < T * N * I; i++) x[i] = f16_of_sixteenths((i * 11 % 33) - 16);
   uint16_t y[2][T * 2 * N * H];
