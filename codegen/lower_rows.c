@@ -612,9 +612,18 @@ static bool lower_norm(CgBuild *b, const Node *n) {
   const TensorType *xt = &x->type;
   if (ir_type_numel(xt) == 0) return true;
   bool rms = n->op == OP_RMS_NORM;
-  int64_t dims[2], groups = 1, per_channel = 1;
-  bool reduced[2] = {false, true};
-  if (n->op == OP_GROUP_NORM) {
+  /* group_norm channels last: x as [N, pixels, groups, C / groups], its
+   * rows (n, g) over the pixels and the group's channels */
+  bool nhwc = n->op == OP_GROUP_NORM && ir_nhwc(n);
+  int64_t dims[4], groups = 1, per_channel = 1;
+  bool reduced[4] = {false, true, false, true};
+  int rank = 2;
+  if (nhwc) {
+    groups = ir_attr_int(n, "groups");
+    for (int d = 1; d < xt->rank - 1; d++) per_channel *= xt->dims[d];
+    dims[0] = xt->dims[0], dims[1] = per_channel, dims[2] = groups, dims[3] = xt->dims[xt->rank - 1] / groups;
+    rank = 4;
+  } else if (n->op == OP_GROUP_NORM) {
     groups = ir_attr_int(n, "groups");
     for (int d = 2; d < xt->rank; d++) per_channel *= xt->dims[d];
     dims[0] = xt->dims[0] * groups;
@@ -624,7 +633,7 @@ static bool lower_norm(CgBuild *b, const Node *n) {
     dims[0] = dims[1] = 1;
     for (int d = 0; d < xt->rank; d++) dims[d >= axis] *= xt->dims[d];
   }
-  RowSpace sp = row_space(dims, 2, reduced);
+  RowSpace sp = row_space(dims, rank, reduced);
   double eps = ir_attr_float(n, "eps");
   Kernel *k = rows_kernel(b, n);
   Rows R;
@@ -653,9 +662,12 @@ static bool lower_norm(CgBuild *b, const Node *n) {
   /* the affine operands: per element of the row, or per channel */
   KExpr *at = P.e;
   if (n->op == OP_GROUP_NORM) {
+    /* the channel: g C/groups plus the element's within the group (its
+     * row's elements pixel-major channels last, channel-major NCHW) */
     KExpr *g = cg_kidx(k, KI_MOD, cg_kv(k, R.row), cg_kint(k, groups));
-    at = cg_kadd(k, cg_kmul(k, g, cg_kint(k, sp.len / per_channel)),
-                 cg_kidx(k, KI_DIV, P.e, cg_kint(k, per_channel)));
+    int64_t cg = sp.len / per_channel;
+    KExpr *c = nhwc ? cg_kidx(k, KI_MOD, P.e, cg_kint(k, cg)) : cg_kidx(k, KI_DIV, P.e, cg_kint(k, per_channel));
+    at = cg_kadd(k, cg_kmul(k, g, cg_kint(k, cg)), c);
   }
   if (n->n_in > 1)
     y = cg_kop2(k, OP_MUL, y, cg_kcast(k, cg_load_in(b, k, P.body, n->in[1], "weight", at), TY_F32));

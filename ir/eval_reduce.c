@@ -136,11 +136,17 @@ bool eval_softmax(Eval *e, const Node *n, const Tensor *x, Tensor *out) {
 bool eval_norm(Eval *e, const Node *n, const Tensor *x, const Tensor *w, const Tensor *b,
                Tensor *out) {
   int64_t outer = 1, len = 1, per_weight = 1, groups = 1;
+  /* group_norm in layout "nhwc": element k of group o is the one NCHW
+   * would have there (channel k / per_weight of the group, pixel k %
+   * per_weight), so the sums run in the same order */
+  bool nhwc = n->op == OP_GROUP_NORM && ir_nhwc(n);
+  int cx = nhwc ? x->type.rank - 1 : 1;
   if (n->op == OP_GROUP_NORM) {
     groups = ir_attr_int(n, "groups");
-    if (x->type.rank < 2 || groups < 1 || x->type.dims[1] % groups)
+    if (x->type.rank < 2 || groups < 1 || x->type.dims[cx] % groups)
       return fail(e, "groups must divide the channels of an input [N, C, ...]");
-    for (int i = 2; i < x->type.rank; i++) per_weight *= x->type.dims[i];
+    for (int i = 1; i < x->type.rank; i++)
+      if (i != cx) per_weight *= x->type.dims[i];
     outer = x->type.dims[0] * groups;
     len = numel(&x->type) / (outer ? outer : 1);
   } else {
@@ -149,7 +155,11 @@ bool eval_norm(Eval *e, const Node *n, const Tensor *x, const Tensor *w, const T
     for (int i = 0; i < axis; i++) outer *= x->type.dims[i];
     for (int i = axis; i < x->type.rank; i++) len *= x->type.dims[i];
   }
-  int64_t weights = n->op == OP_GROUP_NORM ? x->type.dims[1] : len;
+  int64_t weights = n->op == OP_GROUP_NORM ? x->type.dims[cx] : len;
+  int64_t cg = groups ? weights / groups : 0; /* a group's channels */
+#define AT(o, k)                                                                                              \
+  (nhwc ? ((o) / groups * per_weight + (k) % per_weight) * weights + (o) % groups * cg + (k) / per_weight \
+        : (o) * len + (k))
   if ((w && numel(&w->type) != weights) || (b && numel(&b->type) != weights))
     return fail(e, "weight and bias must have %" PRId64 " elements", weights);
   double eps = ir_attr_float(n, "eps");
@@ -157,23 +167,24 @@ bool eval_norm(Eval *e, const Node *n, const Tensor *x, const Tensor *w, const T
   for (int64_t o = 0; o < outer; o++) {
     double mean = 0, var = 0;
     if (!rms) {
-      for (int64_t k = 0; k < len; k++) mean += ir_tensor_get(x, o * len + k);
+      for (int64_t k = 0; k < len; k++) mean += ir_tensor_get(x, AT(o, k));
       mean /= (double)len;
     }
     for (int64_t k = 0; k < len; k++) {
-      double d = ir_tensor_get(x, o * len + k) - mean;
+      double d = ir_tensor_get(x, AT(o, k)) - mean;
       var += d * d;
     }
     var /= (double)len;
     double inv = 1.0 / sqrt(var + eps);
     for (int64_t k = 0; k < len; k++) {
       int64_t at = n->op == OP_GROUP_NORM ? o % groups * (len / per_weight) + k / per_weight : k;
-      double y = (ir_tensor_get(x, o * len + k) - mean) * inv;
+      double y = (ir_tensor_get(x, AT(o, k)) - mean) * inv;
       if (w) y *= ir_tensor_get(w, at);
       if (b) y += ir_tensor_get(b, at);
-      ir_tensor_set(out, o * len + k, y);
+      ir_tensor_set(out, AT(o, k), y);
     }
   }
+#undef AT
   return true;
 }
 

@@ -853,6 +853,7 @@ static const char *lacks_nhwc(const Node *n) {
     case OP_CONV2D: return "conv2d in layout \"nhwc\"";
     case OP_CONV3D: return "conv3d in layout \"nhwc\"";
     case OP_RESIZE: return "resize in layout \"nhwc\"";
+    case OP_GROUP_NORM: return "group_norm in layout \"nhwc\"";
     default: return "a pool in layout \"nhwc\"";
   }
 }
@@ -1081,7 +1082,7 @@ static const char *lacks_layers(const Node *n) {
 #define GRAD_LOG_SOFTMAX VJP(vjp_softmax)
 #define GRAD_LAYERNORM VJP(vjp_layernorm)
 #define GRAD_RMS_NORM VJP(vjp_layernorm)
-#define GRAD_GROUP_NORM VJP(vjp_group_norm)
+#define GRAD_GROUP_NORM PARTIAL(vjp_group_norm, lacks_nhwc)
 #define GRAD_GLOBAL_AVGPOOL VJP(vjp_global_avgpool)
 #define GRAD_BATCHNORM RULE(vjp_batchnorm, 1u << 3 | 1u << 4, false)
 #define GRAD_MATMUL VJP(vjp_matmul)

@@ -204,7 +204,8 @@ bool ir_nhwc(const Node *n) {
     case OP_AVGPOOL2D:
     case OP_MAXPOOL3D:
     case OP_AVGPOOL3D:
-    case OP_RESIZE: break;
+    case OP_RESIZE:
+    case OP_GROUP_NORM: break;
     default: return false;
   }
   const Attr *a = ir_attr(n, "layout");

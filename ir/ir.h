@@ -209,7 +209,8 @@ TensorType ir_matmul_operand(const Node *n, int i);
 /* A conv2d or conv3d in layout "nhwc" (channels last: x [N,H,W,C], W
  * [Co,kH,kW,C/groups]; 3-d: x [N,D,H,W,C]). */
 bool ir_conv_nhwc(const Node *n);
-/* The same for a conv or a max or average pool, 2-d or 3-d, or a resize. */
+/* The same for a conv or a max or average pool, 2-d or 3-d, a resize or
+ * a group_norm. */
 bool ir_nhwc(const Node *n);
 /* A conv2d or conv3d whose groups are its input channels, each giving
  * the same number of output channels (1, or a depth multiplier's k), in

@@ -517,18 +517,32 @@ bool shape_layernorm(const Node *n, TensorType *out, char *err, size_t errlen) {
   return true;
 }
 
+/* A conv's, pool's, resize's or group_norm's layout attribute: absent or "nchw"
+ * (PyTorch's), or "nhwc" (channels last, the nhwc pass's). */
+static bool layout_of(const Node *n, bool *nhwc, char *err, size_t errlen) {
+  const Attr *layout = ir_attr(n, "layout");
+  *nhwc = layout && layout->kind == AK_STR && strcmp(layout->s, "nhwc") == 0;
+  if (layout && (layout->kind != AK_STR || (!*nhwc && strcmp(layout->s, "nchw") != 0)))
+    return fail(err, errlen, "%s: layout must be \"nchw\" or \"nhwc\"", op_name(n));
+  return true;
+}
+
 bool shape_group_norm(const Node *n, TensorType *out, char *err, size_t errlen) {
   if (!operands_ok(n, err, errlen)) return false;
   if (!eps_ok(n, err, errlen)) return false;
   const TensorType *x = in_type(n, 0);
+  bool nhwc;
+  if (!layout_of(n, &nhwc, err, errlen)) return false;
   if (x->rank < 2)
-    return fail(err, errlen, "group_norm expects an input [N, C, ...] of rank >= 2, got %s", ts(x).s);
+    return fail(err, errlen, "group_norm expects an input %s of rank >= 2, got %s", nhwc ? "[N, ..., C]" : "[N, C, ...]",
+                ts(x).s);
   if (!need_float(n, x, err, errlen)) return false;
+  int cx = nhwc ? x->rank - 1 : 1;
   int64_t groups = ir_attr_int(n, "groups");
-  if (groups < 1 || x->dims[1] % groups)
+  if (groups < 1 || x->dims[cx] % groups)
     return fail(err, errlen, "group_norm: groups must be >= 1 and divide the %" PRId64 " channels, got %" PRId64,
-                x->dims[1], groups);
-  TensorType want = ir_type_make(x->dtype, 1, &x->dims[1]);
+                x->dims[cx], groups);
+  TensorType want = ir_type_make(x->dtype, 1, &x->dims[cx]);
   static const char *const names[] = {"x", "weight", "bias"};
   for (int i = 1; i < n->n_in; i++)
     if (!need_type(n, i, names[i], &want, " (one value per channel)", err, errlen)) return false;
@@ -714,15 +728,6 @@ static const char *side_name(int nsp, int i) {
 static const char *image_layout(int nsp) { return nsp == 3 ? "[N, C, D, H, W]" : "[N, C, H, W]"; }
 static const char *kernel_dims(int nsp) { return nsp == 3 ? "kD, kH, kW" : "kH, kW"; }
 
-/* A conv2d's or 2-d pool's layout attribute: absent or "nchw"
- * (PyTorch's), or "nhwc" (channels last, the nhwc pass's). */
-static bool layout_of(const Node *n, bool *nhwc, char *err, size_t errlen) {
-  const Attr *layout = ir_attr(n, "layout");
-  *nhwc = layout && layout->kind == AK_STR && strcmp(layout->s, "nhwc") == 0;
-  if (layout && (layout->kind != AK_STR || (!*nhwc && strcmp(layout->s, "nchw") != 0)))
-    return fail(err, errlen, "%s: layout must be \"nchw\" or \"nhwc\"", op_name(n));
-  return true;
-}
 
 static bool conv_shape(const Node *n, int nsp, TensorType *out, char *err, size_t errlen) {
   if (!operands_ok(n, err, errlen)) return false;

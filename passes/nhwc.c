@@ -161,6 +161,16 @@ static bool bn_eligible(const Nhwc *S, const Node *n) {
   return true;
 }
 
+/* A group_norm of an image: channels last each group's pixels and
+ * channels are its row (codegen/lower_rows.c), its weight and bias
+ * still one per channel, so it joins a region (Stable Diffusion's
+ * UNet, detection heads: group norm, SiLU, convolution). */
+static bool gn_eligible(const Node *n) {
+  if (n->op != OP_GROUP_NORM || ir_nhwc(n) || n->guard) return false;
+  int R = n->in[0]->type.rank;
+  return R == 4 || R == 5;
+}
+
 /* Where axis a of an NCHW (NCDHW) value of rank R is channels last. */
 static int64_t nhwc_axis(int64_t a, int R) {
   if (a < 0) a += R;
@@ -328,7 +338,7 @@ static void find_regions(Nhwc *S) {
       S->inside[n->id] = true;
       join(S, n->in[0], &n->out[0]);
       from_conv[n->out[0].id] = true;
-    } else if (agnostic(n) || concat_eligible(n) || bn_eligible(S, n)) {
+    } else if (agnostic(n) || concat_eligible(n) || bn_eligible(S, n) || gn_eligible(n)) {
       S->inside[n->id] = true;
       for (int i = 0; i < n->n_in; i++)
         if (n->op == OP_CONCAT || operand_kind(n->in[i], &n->out[0].type) == 0) {
@@ -423,6 +433,10 @@ bool pass_nhwc(Graph *g, PassCtx *pc) {
         ir_set_str(g, n, "layout", "nhwc");
       } else if (windowed(n)) {
         pass_stat(pc, n->op == OP_RESIZE ? "nhwc: resizes channels last" : "nhwc: pools channels last", 1);
+        n->in[0] = nhwc_of(&S, n->in[0], n, 0);
+        ir_set_str(g, n, "layout", "nhwc");
+      } else if (n->op == OP_GROUP_NORM) {
+        pass_stat(pc, "nhwc: group norms channels last", 1);
         n->in[0] = nhwc_of(&S, n->in[0], n, 0);
         ir_set_str(g, n, "layout", "nhwc");
       } else if (n->op == OP_BATCHNORM) {

@@ -630,6 +630,54 @@ START_TEST(batchnorm_in_region) {
 }
 END_TEST
 
+/* Stable Diffusion's ResNet block: conv, then group norm, SiLU, conv,
+ * group norm, SiLU, conv, the residual add, and a last group norm,
+ * SiLU, conv.  The group norms join the region (their rows a group's
+ * pixels and channels, channels last): 4 of 4 convolutions channels
+ * last with x's transpose in and y's out; before, a group norm ended
+ * the region at every convolution and none was rewritten.  ir_eval
+ * sums a channels-last group in NCHW's order: the same numbers. */
+static char *sd_text(const char *dt) {
+  char *t = malloc(8192);
+  int len = sprintf(t, "graph sd {\n  %%x = input {name=\"x\"} : %s[2, 32, 8, 8]\n", dt);
+  /* conv i reads x (i 0) or SiLU i of group norm i of the value before:
+   * conv i - 1's, and for the last the residual sum of convs 0 and 2 */
+  for (int i = 0; i < 4; i++) {
+    if (i > 0)
+      len += sprintf(t + len,
+                     "  %%g%d_w = param {name=\"n%d.weight\"} : %s[32]\n"
+                     "  %%g%d_b = param {name=\"n%d.bias\"} : %s[32]\n"
+                     "  %%g%d = group_norm %%%s, %%g%d_w, %%g%d_b {groups=4} : %s[2, 32, 8, 8]\n"
+                     "  %%s%d = silu %%g%d : %s[2, 32, 8, 8]\n",
+                     i, i, dt, i, i, dt, i, i == 3 ? "a" : i == 2 ? "c1" : "c0", i, i, dt, i, i, dt);
+    char in[8];
+    snprintf(in, sizeof in, i ? "s%d" : "x", i);
+    len += sprintf(t + len,
+                   "  %%w%d = param {name=\"w%d\"} : %s[32, 32, 3, 3]\n"
+                   "  %%c%d = conv2d %%%s, %%w%d {pad=[1, 1, 1, 1]} : %s[2, 32, 8, 8]\n",
+                   i, i, dt, i, in, i, dt);
+    if (i == 2) len += sprintf(t + len, "  %%a = add %%c0, %%c2 : %s[2, 32, 8, 8]\n", dt);
+  }
+  sprintf(t + len, "  return %%c3 as \"y\"\n}\n");
+  return t;
+}
+
+START_TEST(group_norm_in_region) {
+  static const char *const dts[] = {"f16", "bf16"};
+  char *text = sd_text(dts[_i]);
+  char *src = check_block(text, (PassOptions){0}, (CgOptions){0}, 4, 2, conv_tolerance(dts[_i]));
+  free(src);
+  Ctx c;
+  ctx_init(&c);
+  NJob j = njob(&c, text, (PassOptions){.opt_level = 2}, (CgOptions){0}, false);
+  int norms = 0;
+  for (Node *n = j.g->first; n; n = n->next) norms += n->op == OP_GROUP_NORM && ir_nhwc(n);
+  ck_assert_int_eq(norms, 3);
+  ctx_free(&c);
+  free(text);
+}
+END_TEST
+
 /* 3-d: conv3d with a per-channel bias add, relu, a 3-d max pool,
  * conv3d, relu, a 1x1x1 conv3d: all channels last over [N, D, H, W, C]
  * values, the bias reshaped to [C], x's transpose in and y's out. */
@@ -885,6 +933,7 @@ static Suite *nhwc_suite(void) {
   tcase_add_loop_test(t, pools_in_region, 0, 2);
   tcase_add_loop_test(t, concat_in_region, 0, 4);
   tcase_add_loop_test(t, batchnorm_in_region, 0, 2);
+  tcase_add_loop_test(t, group_norm_in_region, 0, 2);
   tcase_add_loop_test(t, conv3d_in_region, 0, 2);
   tcase_add_test(t, nhwc_conv_op);
   tcase_add_test(t, nhwc_errors);
