@@ -188,19 +188,22 @@ static bool windowed(const Node *n) {
 
 /* Operand kinds of an agnostic op of an R-d result: 0 the full shape, 1
  * a per-channel vector ([C, 1, 1], [1, C, 1, 1] in 4-d), 2 a scalar
- * (every dim 1), -1 none. */
+ * (every dim 1), 3 a per-sample channel vector ([N, C, 1, 1]: a
+ * squeeze-and-excitation gate, MobileNetV3's and EfficientNet's), -1
+ * none. */
 static int operand_kind(const Value *v, const TensorType *out) {
   const TensorType *t = &v->type;
   int R = out->rank;
   if (ir_type_eq(t, out) || (t->rank == R && memcmp(t->dims, out->dims, sizeof(int64_t) * (size_t)R) == 0)) return 0;
   if (t->rank > R) return -1;
-  bool scalar = true, channel = true;
+  bool scalar = true, channel = true, gate = t->rank == R;
   for (int i = 0; i < t->rank; i++) {
     int axis = R - t->rank + i;
     scalar = scalar && t->dims[i] == 1;
     channel = channel && t->dims[i] == (axis == 1 ? out->dims[1] : 1);
+    gate = gate && t->dims[i] == (axis <= 1 ? out->dims[axis] : 1);
   }
-  return scalar ? 2 : channel && t->rank >= R - 1 ? 1 : -1;
+  return scalar ? 2 : channel && t->rank >= R - 1 ? 1 : gate ? 3 : -1;
 }
 
 static bool agnostic(const Node *n) {
@@ -210,8 +213,10 @@ static bool agnostic(const Node *n) {
   bool full = false;
   for (int i = 0; i < n->n_in; i++) {
     int kind = operand_kind(n->in[i], out);
-    /* a [1, C, 1, 1] another agnostic op makes might be NHWC itself */
-    if (kind < 0 || (kind == 1 && n->in[i]->type.rank == out->rank && agnostic(n->in[i]->def))) return false;
+    /* a [1, C, 1, 1] or [N, C, 1, 1] another agnostic op makes may be
+     * channels last itself (a region of its own, a gate's): rewriting
+     * takes it as it is then (converted), else reshapes it */
+    if (kind < 0) return false;
     full = full || kind == 0;
   }
   return full;
@@ -239,11 +244,13 @@ static Value *nhwc_of(Nhwc *S, Value *v, Node *before, int kind) {
       S->as_nhwc[v->id] = &new_move(S, OP_TRANSPOSE, v, before, R, to_nhwc(R))->out[0];
     } else {
       /* a channel vector broadcasts along NHWC's last axis as [C] or,
-       * of the image's rank, [1, 1, 1, C] */
+       * of the image's rank, [1, 1, 1, C]; a gate [N, C, 1, 1] as
+       * [N, 1, 1, C] (a reshape: only its size-1 dims move) */
       bool full_rank = R == before->out[0].type.rank;
       int64_t c = v->type.dims[full_rank ? 1 : 0];
       int64_t dims[5] = {1, 1, 1, 1, 1};
       dims[R - 1] = c;
+      if (full_rank) dims[0] = v->type.dims[0];
       S->as_nhwc[v->id] = &new_move(S, OP_RESHAPE, v, before, full_rank ? R : 1, full_rank ? dims : &c)->out[0];
     }
   }
