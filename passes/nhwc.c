@@ -7,9 +7,11 @@
  * where such a region meets anything else (depthwise convolutions
  * whose channels fill chunks join the regions too, with their own
  * channels-last kernel, so MobileNet's blocks are one region, and so do
- * 2-d max and average pools, resizes, and concats of images, whose axis moves
- * with the layout: a U-Net's skip connection joins its decoder's
- * convolutions to the encoder's region).  The weights become [Co, kH,
+ * 2-d max and average pools, resizes, group norms, inference batch
+ * norms (as a scale and a shift), squeeze-and-excitation gates, and
+ * concats of images, whose axis moves with the layout: a U-Net's skip
+ * connection joins its decoder's convolutions to the encoder's
+ * region).  The weights become [Co, kH,
  * kW, C] through a transpose of the param, which codegen computes once
  * at load (an init step), and the user's inputs and outputs keep their
  * layout.
