@@ -319,18 +319,14 @@ static Combine combine_of(const Node *n) {
 /* An integer reduction's accumulator before its first element: the
  * least value of the result's dtype for a max, the greatest for a min
  * (ONNX's ReduceMax/Min of nothing, as eval.c), else the combine's
- * identity; in i64, where every integer reduction but u64's sums. */
+ * identity; in i64, where every integer reduction but u64's sums (u64's
+ * max and min are refused).  i64's greatest is 2^63 as a double, which
+ * cg_kimm saturates back to INT64_MAX. */
 static KExpr *int_init(Kernel *k, const Combine *cb, DType out) {
-  static const struct {
-    DType dt;
-    double lo, hi;
-  } range[] = {{TY_I8, -128, 127}, {TY_U8, 0, 255}, {TY_I16, -32768, 32767}, {TY_U16, 0, 65535},
-               {TY_I32, -2147483648.0, 2147483647.0}, {TY_U32, 0, 4294967295.0},
-               {TY_I64, -9223372036854775808.0, 9223372036854775807.0}, {TY_BOOL, 0, 1}};
-  if (cb->op == OP_MAXIMUM || cb->op == OP_MINIMUM)
-    for (size_t i = 0; i < sizeof range / sizeof range[0]; i++)
-      if (range[i].dt == out) return cg_kimm(k, cb->op == OP_MAXIMUM ? range[i].lo : range[i].hi, TY_I64);
-  return cg_kimm(k, cb->init, TY_I64);
+  if (cb->op != OP_MAXIMUM && cb->op != OP_MINIMUM) return cg_kimm(k, cb->init, TY_I64);
+  int64_t lo, hi;
+  ir_int_range(out, &lo, &hi);
+  return cg_kimm(k, (double)(cb->op == OP_MAXIMUM ? lo : hi), TY_I64);
 }
 
 /* One or more reductions over the same rows (the anchor's siblings in
@@ -367,7 +363,7 @@ static bool lower_reduce(CgBuild *b, const Node *n) {
   for (int j = 0; j < nr; j++) {
     cb[j] = combine_of(red[j]);
     if (ints != !ir_dtype_is_float(red[j]->out[0].type.dtype) || (ints && n->op == OP_GLOBAL_AVGPOOL) ||
-        (xt->dtype == TY_U64 && cb[j].op != OP_ADD && cb[j].op != OP_MUL) || (xt->dtype == TY_U64 && cb[j].mean))
+        (xt->dtype == TY_U64 && (cb[j].mean || (cb[j].op != OP_ADD && cb[j].op != OP_MUL))))
       return diag_error(cg_build_ctx(b), red[j]->loc, "codegen does not support %s on %s yet",
                         ir_ops[red[j]->op].name, ir_dtype_name(xt->dtype)),
              false;

@@ -620,6 +620,16 @@ static bool dequantize_by_ops(Imp *im, ONode *n, Val *x, Val *s, Val *z, int64_t
   return sb && (!z || zb) && (n->out[0] = dequantize_elementwise(im, x, sb, zb));
 }
 
+/* An int8 product's result (d its accumulator and scales) quantized by
+ * p's one scale and zero point into `to`: its accumulator requantized,
+ * as onnxruntime's QLinear products do. */
+static Val *requantize_product(Imp *im, const Quant *d, const Quant *p, DType to) {
+  Quant m = *d;
+  m.scale = ARENA_ARRAY(&im->c->arena, float, d->n);
+  for (int64_t c = 0; c < d->n; c++) m.scale[c] = d->scale[c] / p->scale[0];
+  return requantize(im, d->q, &m, p->zp[0], to);
+}
+
 /* ---- the ops ---- */
 
 bool ox_op_quantize_linear(Imp *im, ONode *n) {
@@ -650,12 +660,7 @@ bool ox_op_quantize_linear(Imp *im, ONode *n) {
     return ox_bad(im, "quantizing to %s is not supported (INT8, UINT8, INT16 or UINT16)", ir_dtype_name(to));
   /* The result of an int8 product: requantize its accumulator. */
   const Quant *d = x->dq;
-  if (d && d->acc && p.axis < 0) {
-    Quant m = *d;
-    m.scale = ARENA_ARRAY(&im->c->arena, float, d->n);
-    for (int64_t c = 0; c < d->n; c++) m.scale[c] = d->scale[c] / p.scale[0];
-    return (n->out[0] = requantize(im, d->q, &m, p.zp[0], to));
-  }
+  if (d && d->acc && p.axis < 0) return (n->out[0] = requantize_product(im, d, &p, to));
   if (x->type.dtype == TY_I32) x = ox_cast(im, x, TY_F32);
   if (!ox_need_float_in(im, x)) return false;
   return (n->out[0] = emit_quantize(im, x, &p, to));
@@ -1001,14 +1006,7 @@ static Val *ms_quantize(Imp *im, Val *y, Val *s, Val *z, DType like) {
     ox_bad(im, "y of dtype %s is not supported (INT8 or UINT8)", ir_dtype_name(to));
     return NULL;
   }
-  const Quant *d = y->dq;
-  if (d && d->acc) {
-    Quant m = *d;
-    m.scale = ARENA_ARRAY(&im->c->arena, float, d->n);
-    for (int64_t c = 0; c < d->n; c++) m.scale[c] = d->scale[c] / p.scale[0];
-    return requantize(im, d->q, &m, p.zp[0], to);
-  }
-  return emit_quantize(im, y, &p, to);
+  return y->dq && y->dq->acc ? requantize_product(im, y->dq, &p, to) : emit_quantize(im, y, &p, to);
 }
 
 /* QGemm: (A, a_scale, a_zp, B, b_scale, b_zp (per tensor or per output
@@ -1028,14 +1026,14 @@ bool ox_op_qgemm(Imp *im, ONode *n) {
   Val *c = ox_in_opt(n, 6);
   if (c) {
     if (c->type.dtype != TY_I32) return ox_bad(im, "C must be INT32, got %s", ir_dtype_name(c->type.dtype));
-    const Quant *aq = a->dq, *bq = b->dq;
-    Quant *p = ARENA_NEW(&im->c->arena, Quant);
-    *p = (Quant){.q = c, .axis = bq->n > 1 ? 0 : -1, .n = bq->n};
-    p->scale = ARENA_ARRAY(&im->c->arena, float, bq->n);
-    p->zp = ARENA_ARRAY(&im->c->arena, int32_t, bq->n);
-    for (int64_t i = 0; i < bq->n; i++) p->scale[i] = aq->scale[0] * bq->scale[i]; /* f32, as product_scales */
+    const Quant *bq = b->dq;
     if (bq->n > 1 && (c->type.rank != 1 || c->type.dims[0] != bq->n))
       return ox_bad(im, "C must be [%" PRId64 "] with per-column scales of B", bq->n);
+    /* the product's scales (zero points 0), which the QDQ rule then
+     * finds equal and takes C as the product's i32 bias */
+    Quant *p = ARENA_NEW(&im->c->arena, Quant);
+    *p = product_scales(im, a->dq, bq, 0, 0);
+    p->q = c;
     Val *cf = emit_dequantize(im, c, p);
     if (!cf) return false;
     cf->dq = p;

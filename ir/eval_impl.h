@@ -39,21 +39,6 @@ static inline double u64_to_double(uint64_t m) {
   return ldexp((double)top, s);
 }
 
-/* An integer dtype's range (u64's top as int64: -1, its bits). */
-static inline void int_range(DType dt, int64_t *lo, int64_t *hi) {
-  switch (dt) {
-    case TY_I8: *lo = INT8_MIN, *hi = INT8_MAX; return;
-    case TY_I16: *lo = INT16_MIN, *hi = INT16_MAX; return;
-    case TY_I32: *lo = INT32_MIN, *hi = INT32_MAX; return;
-    case TY_U8: *lo = 0, *hi = UINT8_MAX; return;
-    case TY_U16: *lo = 0, *hi = UINT16_MAX; return;
-    case TY_U32: *lo = 0, *hi = UINT32_MAX; return;
-    case TY_U64: *lo = 0, *hi = -1; return;
-    case TY_BOOL: *lo = 0, *hi = 1; return;
-    default: *lo = INT64_MIN, *hi = INT64_MAX; return;
-  }
-}
-
 /* Float -> u64: truncate toward zero, saturate to [0, 2^64 - 1], NaN -> 0. */
 static inline uint64_t sat_u64(double x) {
   double t = trunc(x);
@@ -67,7 +52,7 @@ static inline int64_t sat_int(double x, DType dt) {
   if (isnan(x)) return 0;
   if (dt == TY_U64) return (int64_t)sat_u64(x);
   int64_t lo, hi;
-  int_range(dt, &lo, &hi);
+  ir_int_range(dt, &lo, &hi);
   double t = trunc(x);
   if (t <= (double)lo) return lo;
   if (t >= (double)hi) return hi; /* (double)INT64_MAX is 2^63 */

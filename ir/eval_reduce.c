@@ -68,7 +68,7 @@ bool eval_reduce(Eval *e, const Node *n, const Tensor *x, Tensor *out) {
   /* Over no elements: max is -inf (the dtype's least integer), min +inf
    * (its greatest), as ONNX's ReduceMax/ReduceMin of an empty set. */
   int64_t ilo, ihi;
-  int_range(out->type.dtype, &ilo, &ihi);
+  ir_int_range(out->type.dtype, &ilo, &ihi);
   for (int64_t o = 0; o < on && (is_max || is_min); o++)
     if (!seen[o]) acci[o] = is_max ? ilo : ihi, accf[o] = is_max ? -INFINITY : INFINITY;
   for (int64_t o = 0; o < on; o++) {

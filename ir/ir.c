@@ -196,6 +196,20 @@ bool ir_conv_depthwise(const Node *n) {
   return groups > 1 && groups == x->dims[cx] && y->dims[cx] % groups == 0;
 }
 
+void ir_int_range(DType dt, int64_t *lo, int64_t *hi) {
+  switch (dt) {
+    case TY_I8: *lo = INT8_MIN, *hi = INT8_MAX; return;
+    case TY_I16: *lo = INT16_MIN, *hi = INT16_MAX; return;
+    case TY_I32: *lo = INT32_MIN, *hi = INT32_MAX; return;
+    case TY_U8: *lo = 0, *hi = UINT8_MAX; return;
+    case TY_U16: *lo = 0, *hi = UINT16_MAX; return;
+    case TY_U32: *lo = 0, *hi = UINT32_MAX; return;
+    case TY_U64: *lo = 0, *hi = -1; return;
+    case TY_BOOL: *lo = 0, *hi = 1; return;
+    default: *lo = INT64_MIN, *hi = INT64_MAX; return;
+  }
+}
+
 bool ir_nhwc(const Node *n) {
   switch (n->op) {
     case OP_CONV2D:

@@ -212,6 +212,9 @@ bool ir_conv_nhwc(const Node *n);
 /* The same for a conv or a max or average pool, 2-d or 3-d, a resize or
  * a group_norm. */
 bool ir_nhwc(const Node *n);
+/* An integer dtype's range (u64's top as int64: -1, its bits; the
+ * other dtypes i64's). */
+void ir_int_range(DType dt, int64_t *lo, int64_t *hi);
 /* A conv2d or conv3d whose groups are its input channels, each giving
  * the same number of output channels (1, or a depth multiplier's k), in
  * either layout. */
