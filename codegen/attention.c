@@ -148,25 +148,19 @@ void cg_attn_mma_abt(Kernel *k, KBlock *blk, KTcKind kind, KExpr *lane, KBuf *ac
   bool tf32 = kind == KTC_TF32;
   int64_t kk = tf32 ? 8 : 16, ch = kk / 2;
   KBuf *af = cg_kfrag(k, "af", 4), *bf = cg_kfrag(k, "bf", 4);
-  KExpr *z, *ks, *nj, *r;
+  KExpr *z, *ks, *nj;
   KBlock *zb = kloop(k, blk, "z", ki(k, nb * 4), KM_UNROLL, &z);
   cg_kstore(k, zb, acc, z, kf32(k, 0));
   KBlock *kb = kloop(k, blk, "ks", ki(k, kdim / kk), KM_SERIAL, &ks);
   KExpr *acol = cg_kadd(k, cg_kmul(k, ks, ki(k, kk)), cg_kmul(k, kdiv(k, lane, 16), ki(k, ch)));
   cg_kldmatrix(k, kb, af, ki(k, 0), 4, false, a, cg_kadd(k, a0, kmad(k, kmod(k, lane, 16), lda, acol)));
-  if (tf32) {
-    KBlock *rb = kloop(k, kb, "r", ki(k, 4), KM_UNROLL, &r);
-    cg_ktf32(k, rb, af, r);
-  }
+  if (tf32) cg_ktf32_each(k, kb, af, 4);
   KBlock *nbk = kloop(k, kb, "nj", ki(k, nb / 2), KM_UNROLL, &nj);
   KExpr *brow = cg_kadd(k, cg_kmul(k, nj, ki(k, 16)),
                         cg_kadd(k, cg_kmul(k, kdiv(k, lane, 16), ki(k, 8)), kmod(k, lane, 8)));
   KExpr *bcol = cg_kadd(k, cg_kmul(k, ks, ki(k, kk)), cg_kmul(k, kmod(k, kdiv(k, lane, 8), 2), ki(k, ch)));
   cg_kldmatrix(k, nbk, bf, ki(k, 0), 4, false, b, cg_kadd(k, b0, kmad(k, brow, ldb, bcol)));
-  if (tf32) {
-    KBlock *rb = kloop(k, nbk, "r", ki(k, 4), KM_UNROLL, &r);
-    cg_ktf32(k, rb, bf, r);
-  }
+  if (tf32) cg_ktf32_each(k, nbk, bf, 4);
   cg_kmma(k, nbk, kind, acc, cg_kmul(k, nj, ki(k, 8)), af, ki(k, 0), bf, ki(k, 0));
   cg_kmma(k, nbk, kind, acc, cg_kadd(k, cg_kmul(k, nj, ki(k, 8)), ki(k, 4)), af, ki(k, 0), bf, ki(k, 2));
 }

@@ -649,6 +649,11 @@ void cg_ktf32(Kernel *k, KBlock *in, KBuf *frag, KExpr *at) {
   s->buf = frag, s->index = at;
 }
 
+void cg_ktf32_each(Kernel *k, KBlock *in, KBuf *frag, int64_t n) {
+  KVar *r = cg_kvar(k, "r", KT_INDEX);
+  cg_ktf32(k, &cg_kloop(k, in, r, cg_kint(k, n), KM_UNROLL)->body, frag, cg_kv(k, r));
+}
+
 void cg_kpack(Kernel *k, KBlock *in, KTcKind tc, KBuf *frag, KExpr *at, KExpr *lo, KExpr *hi) {
   expect_space(k, frag, KSP_FRAGMENT, "pack");
   bool one = tc == KTC_TF32; /* a tf32 operand fills its register alone */

@@ -426,6 +426,9 @@ void cg_kcp_async(Kernel *k, KBlock *in, int bytes, KBuf *smem, KExpr *smem_at, 
 void cg_kcp_commit(Kernel *k, KBlock *in);
 void cg_kcp_wait(Kernel *k, KBlock *in, int pending);
 void cg_ktf32(Kernel *k, KBlock *in, KBuf *frag, KExpr *at);
+/* frag[0 .. n) rounded to tf32 (an unrolled loop of KS_TF32): what
+ * ldmatrix moved as f32 bits, as the mma takes it. */
+void cg_ktf32_each(Kernel *k, KBlock *in, KBuf *frag, int64_t n);
 /* Fragment frag[at] = lo and hi (f32) as f16x2 (tc KTC_F16) or bf16x2
  * (KTC_BF16), lo in the low half; for KTC_TF32, lo rounded to tf32
  * (cvt.rna) and hi NULL: KS_PACK. */

@@ -338,7 +338,7 @@ static void lane_rows(Gen *G, KBlock *body) {
 static void compute(Gen *G, KBlock *blk, KExpr *st) {
   Kernel *k = G->k;
   for (int ks = 0; ks < ROW_BYTES / KSTEP; ks++) {
-    KVar *mi, *nj, *r, *mi2, *ni2;
+    KVar *mi, *nj, *mi2, *ni2;
     KBlock *la = &unrolled(k, blk, "mi", G->mi, &mi)->body;
     cg_kldmatrix(k, la, G->af, cg_kmul(k, kv(k, mi), ki(k, 4)), 4, false, G->side[0].sm,
                  stage_at(G, 0, st, cg_kadd(k, G->a_off[ks], cg_kmul(k, kv(k, mi), ki(k, 16 * G->bk)))));
@@ -346,11 +346,8 @@ static void compute(Gen *G, KBlock *blk, KExpr *st) {
     cg_kldmatrix(k, lb, G->bf, cg_kmul(k, kv(k, nj), ki(k, 4)), 4, false, G->side[1].sm,
                  stage_at(G, 1, st, cg_kadd(k, G->b_off[ks], cg_kmul(k, kv(k, nj), ki(k, 16 * G->bk)))));
     if (G->g->tc == KTC_TF32) {
-      /* ldmatrix moved the f32 bits; the mma takes tf32 */
-      KBlock *ra = &unrolled(k, blk, "r", G->mi * 4, &r)->body;
-      cg_ktf32(k, ra, G->af, kv(k, r));
-      KBlock *rb = &unrolled(k, blk, "r", G->ni * 2, &r)->body;
-      cg_ktf32(k, rb, G->bf, kv(k, r));
+      cg_ktf32_each(k, blk, G->af, G->mi * 4);
+      cg_ktf32_each(k, blk, G->bf, G->ni * 2);
     }
     KBlock *pm = &unrolled(k, blk, "mi", G->mi, &mi2)->body;
     KBlock *pn = &unrolled(k, pm, "ni", G->ni, &ni2)->body;
