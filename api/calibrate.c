@@ -632,8 +632,8 @@ void api_samples_release(ApiSamples *s) {
   }
 }
 
-bool api_calib_params(Ctx *c, Graph *g, const char *path, uint64_t seed, TensorMap *out) {
-  if (path) return api_check_weights(c, g, path, out);
+bool api_calib_params(Ctx *c, Graph *g, const char *path, const TensorMap *own, uint64_t seed, TensorMap *out) {
+  if (path) return api_check_weights(c, g, path, own, out);
   char err[1024];
   if (ir_init_params(g, seed, IR_INIT_RANDOM, out, err, sizeof err)) return true;
   diag_error(c, (SrcLoc){0}, "%s", err);

@@ -105,6 +105,6 @@ void api_samples_release(ApiSamples *s);
  * bound to g's params (api_check_weights), or with path NULL the random
  * values ir_init_params gives for seed, which are what dlcc run and
  * dlc_init_weights bind.  False with the problems reported to c. */
-bool api_calib_params(Ctx *c, Graph *g, const char *path, uint64_t seed, TensorMap *out);
+bool api_calib_params(Ctx *c, Graph *g, const char *path, const TensorMap *own, uint64_t seed, TensorMap *out);
 
 #endif

@@ -152,6 +152,8 @@ static bool freeze_params(Ctx *c, Graph *g, const char *list) {
 /* An ONNX model brings its weights: they are bound at once. */
 static Graph *import_onnx(Ctx *c, CompileJob *job) {
   OnnxOptions oo = {0};
+  ir_tensor_map_free(&job->m->own.values);
+  oo.own = &job->m->own;
   oo.defines = copy_defines(c, job->opt, &oo.n_defines);
   oo.input_shapes = copy_input_shapes(c, job->opt, &oo.n_input_shapes);
   TensorMap params;
@@ -181,7 +183,7 @@ static void report_lines(Ctx *c, const char *text) {
  * .onnx file's own. */
 static bool bind_at_compile(Ctx *c, CompileJob *job, Graph *g) {
   TensorMap map;
-  if (!api_check_weights(c, g, job->opt->weights, &map)) {
+  if (!api_check_weights(c, g, job->opt->weights, &job->m->own.values, &map)) {
     job->weights_failed = true;
     return false;
   }
@@ -564,6 +566,7 @@ void dlc_free(dlc_model *m) {
   free(m->input_data);
   free(m->outputs);
   if (m->have_params) ir_tensor_map_free(&m->params);
+  ir_tensor_map_free(&m->own.values);
   free(m->error);
   dlrt_close(m->rt);
   ctx_free(&m->ctx);
@@ -678,11 +681,22 @@ typedef struct WeightsJob {
   bool ok;
 } WeightsJob;
 
+/* An ONNX model's constants (own's values) stay through a random draw:
+ * they are no weights. */
+static void keep_own(const TensorMap *own, TensorMap *map) {
+  for (int i = 0; i < own->n; i++) {
+    Tensor *t = own->tensors[i].data ? (Tensor *)ir_tensor_map_find(map, own->names[i]) : NULL;
+    if (t && ir_type_eq(&t->type, &own->tensors[i].type))
+      memcpy(t->data, own->tensors[i].data, ir_tensor_nbytes(&t->type));
+  }
+}
+
 static int bind_job(Ctx *c, void *data) {
   WeightsJob *job = data;
-  job->ok = job->path ? api_check_weights(c, job->m->g, job->path, &job->map)
+  job->ok = job->path ? api_check_weights(c, job->m->g, job->path, &job->m->own.values, &job->map)
                       : ir_init_params(job->m->g, job->seed, IR_INIT_RANDOM, &job->map, job->err,
                                        sizeof job->err);
+  if (job->ok && !job->path) keep_own(&job->m->own.values, &job->map);
   return 0;
 }
 

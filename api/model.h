@@ -10,6 +10,7 @@
 #include "dlcc.h"
 #include "passes/tensor_par.h"
 #include "dlcrt.h"
+#include "frontend/onnx.h"
 #include "ir/eval.h"
 #include "passes/loss.h"
 
@@ -20,6 +21,8 @@ struct dlc_model {
   Node **inputs; /* input nodes in graph order */
   TensorMap params;
   bool have_params;
+  /* An ONNX model's own values a weights file need not give (frontend/onnx.h) */
+  OnnxOwn own;
   Tensor *input_data; /* n_inputs; data NULL until set */
   Tensor *outputs;    /* g->n_outputs; valid after a run */
   bool have_outputs;

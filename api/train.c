@@ -229,12 +229,34 @@ static bool has_suffix(const char *s, const char *suffix) {
   return n > k && s[n - k - 1] == '.' && strcmp(s + n - k, suffix) == 0;
 }
 
+/* own's value in set, copied (malloc'd data). */
+static dlc_status add_own(dlc_model *m, int i, RtTensorSet *set) {
+  const Tensor *t = &m->own.values.tensors[i];
+  RtTensor *r = &set->tensors[set->n];
+  *r = (RtTensor){.dtype = (RtDType)t->type.dtype, .rank = t->type.rank, .nbytes = ir_tensor_nbytes(&t->type)};
+  for (int d = 0; d < r->rank; d++) r->dims[d] = t->type.dims[d];
+  if (!(r->data = malloc(r->nbytes ? r->nbytes : 1))) return api_fail(m, DLC_ERR_NOMEM, "dlcc: out of memory\n");
+  memcpy(r->data, t->data, r->nbytes);
+  set->names[set->n++] = (char *)m->own.values.names[i];
+  return DLC_OK;
+}
+
 /* The current values of the weights into set (malloc'd data; the names
- * it makes in owned[]). */
+ * it makes in owned[]): PyTorch's state_dict, so an ONNX model's derived
+ * params stay out and the buffers it folded at import go in (m->own). */
 static dlc_status gather_weights(dlc_model *m, bool with_state, RtTensorSet *set, char **owned) {
+  const TensorMap *own = &m->own.values;
+  for (int i = m->own.n_derived; i < own->n; i++)
+    if (own->tensors[i].data && !ir_tensor_map_find(&m->params, own->names[i])) {
+      dlc_status st = add_own(m, i, set);
+      if (st != DLC_OK) return st;
+    }
   for (int i = 0; i < m->params.n; i++) {
     const char *name = m->params.names[i];
     if (!with_state && is_state_name(name)) continue;
+    bool derived = false;
+    for (int k = 0; k < m->own.n_derived && !derived; k++) derived = strcmp(own->names[k], name) == 0;
+    if (derived) continue;
     const TensorType *ty = &m->params.tensors[i].type;
     RtTensor *r = &set->tensors[set->n];
     r->dtype = (RtDType)ty->dtype;
@@ -257,10 +279,10 @@ dlc_status dlc_train_save(dlc_train *t, const char *path, int with_state, int n_
   if (!m->g || !m->have_params) return no_weights(m);
   int n = m->params.n, nm = with_state ? n_meta + 1 : 0;
   RtTensorSet set = {0};
-  /* Room for a num_batches_tracked per param. */
-  set.names = calloc((size_t)n * 2 + 1, sizeof *set.names);
-  set.tensors = calloc((size_t)n * 2 + 1, sizeof *set.tensors);
-  char **owned = calloc((size_t)n * 2 + 1, sizeof *owned);
+  /* Room for a num_batches_tracked per param, and the buffers. */
+  set.names = calloc((size_t)(n * 2 + m->own.values.n) + 1, sizeof *set.names);
+  set.tensors = calloc((size_t)(n * 2 + m->own.values.n) + 1, sizeof *set.tensors);
+  char **owned = calloc((size_t)(n * 2 + m->own.values.n) + 1, sizeof *owned);
   set.meta_keys = calloc((size_t)nm + 1, sizeof *set.meta_keys);
   set.meta_values = calloc((size_t)nm + 1, sizeof *set.meta_values);
   dlc_status st = DLC_OK;

@@ -113,8 +113,10 @@ static const char *near_miss(const RtTensorSet *set, const char *name) {
   return NULL;
 }
 
-/* PyTorch batch-norm buffers the inference graph has no use for. */
-static bool is_ignorable(const Params *p, const char *name) {
+/* PyTorch batch-norm buffers the inference graph has no use for: beside
+ * a running_mean that is a param, or a weight of the model (own) that
+ * the graph compiled no longer reads. */
+static bool is_ignorable(const Params *p, const TensorMap *own, const char *name) {
   static const char suffix[] = "num_batches_tracked";
   size_t len = strlen(name), sl = sizeof suffix - 1;
   if (len < sl || strcmp(name + len - sl, suffix) != 0) return false;
@@ -123,7 +125,7 @@ static bool is_ignorable(const Params *p, const char *name) {
   if (!mean) return false;
   memcpy(mean, name, len - sl);
   strcpy(mean + len - sl, "running_mean");
-  bool ok = is_param(p, mean);
+  bool ok = is_param(p, mean) || (own && ir_tensor_map_find(own, mean));
   free(mean);
   return ok;
 }
@@ -141,7 +143,31 @@ static const char *missing_like(const Params *p, const bool *found, const char *
   return s;
 }
 
-static bool bind(Graph *g, const char *path, TensorMap *out, Sink *sink) {
+/* A copy of t into out as name's, or false when memory ran out. */
+static bool add_copy(TensorMap *out, const char *name, const Tensor *t) {
+  char *copy = strdup(name);
+  Tensor *z = &out->tensors[out->n];
+  if (!copy || !ir_tensor_alloc(z, &t->type)) return free(copy), false;
+  memcpy(z->data, t->data, ir_tensor_nbytes(&t->type));
+  out->names[out->n++] = copy;
+  return true;
+}
+
+static bool same_type(const RtTensor *t, const TensorType *ty) {
+  DType dt;
+  if (!dtype_of(t->dtype, &dt) || dt != ty->dtype || t->rank != ty->rank) return false;
+  for (int i = 0; i < t->rank; i++)
+    if (t->dims[i] != ty->dims[i]) return false;
+  return true;
+}
+
+/* Whether the file's tensor t equals the model's own value of it. */
+static bool same_as_own(const RtTensor *t, const Tensor *mine) {
+  return same_type(t, &mine->type) && t->nbytes == ir_tensor_nbytes(&mine->type) &&
+         memcmp(t->data, mine->data, t->nbytes) == 0;
+}
+
+static bool bind(Graph *g, const char *path, const TensorMap *own, TensorMap *out, Sink *sink) {
   memset(out, 0, sizeof *out);
   RtTensorSet set;
   char err[1024];
@@ -189,6 +215,15 @@ static bool bind(Graph *g, const char *path, TensorMap *out, Sink *sink) {
       for (int64_t i = 0, count = ir_type_numel(want); start != 0 && i < count; i++) ir_tensor_set(z, i, start);
       continue;
     }
+    const Tensor *mine = !in_file && own ? ir_tensor_map_find(own, name) : NULL;
+    if (mine && mine->data && ir_type_eq(&mine->type, want)) {
+      /* A constant of the model, not a weight: a value the importer
+       * computed, which PyTorch's state_dict has no key for, or one the
+       * file need not repeat. */
+      found[p] = true;
+      if (!add_copy(out, name, mine)) report(sink, (SrcLoc){0}, "%s: out of memory", path);
+      continue;
+    }
     if (!in_file) {
       /* Beyond the reported errors only the count matters: no search. */
       const char *near = r->count < MAX_ERRORS ? near_miss(&set, name) : NULL;
@@ -229,7 +264,22 @@ static bool bind(Graph *g, const char *path, TensorMap *out, Sink *sink) {
     out->n++;
   }
   for (int i = 0; i < set.n; i++) {
-    if (used[i] || is_ignorable(&params, set.names[i])) continue;
+    if (used[i] || is_ignorable(&params, own, set.names[i])) continue;
+    /* A weight of the model that the graph compiled no longer reads
+     * (own's without data) is left alone; a buffer the model folded at
+     * import (own's with data) binds as long as it holds what the model
+     * was compiled with. */
+    const Tensor *mine = own && !is_param(&params, set.names[i]) ? ir_tensor_map_find(own, set.names[i]) : NULL;
+    if (mine && !mine->data && same_type(&set.tensors[i], &mine->type)) continue;
+    if (mine && mine->data && same_as_own(&set.tensors[i], mine)) continue;
+    if (mine && mine->data) {
+      char ms[IR_TYPE_STR_MAX];
+      report(sink, (SrcLoc){0},
+             "%s: tensor '%s' differs from the model's own %s, which the model holds as a constant (folded "
+             "when it was imported): export the model again with these values",
+             path, set.names[i], ir_type_str(&mine->type, ms, sizeof ms));
+      continue;
+    }
     const char *like = r->count < MAX_ERRORS ? missing_like(&params, found, set.names[i]) : NULL;
     if (like)
       report(sink, (SrcLoc){0},
@@ -256,13 +306,13 @@ done:
   return true;
 }
 
-bool api_bind_weights(Graph *g, const char *path, TensorMap *out, char *err, size_t errlen) {
+bool api_bind_weights(Graph *g, const char *path, const TensorMap *own, TensorMap *out, char *err, size_t errlen) {
   if (errlen) err[0] = 0;
   Sink sink = {.r = {err, 0, errlen, 0}};
-  return bind(g, path, out, &sink);
+  return bind(g, path, own, out, &sink);
 }
 
-bool api_check_weights(Ctx *c, Graph *g, const char *path, TensorMap *out) {
+bool api_check_weights(Ctx *c, Graph *g, const char *path, const TensorMap *own, TensorMap *out) {
   Sink sink = {.c = c};
-  return bind(g, path, out, &sink);
+  return bind(g, path, own, out, &sink);
 }

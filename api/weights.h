@@ -14,12 +14,15 @@
  * match its param's dtype and shape exactly, every param must be present
  * and no other tensor may be, except PyTorch's
  * "<scope>.num_batches_tracked" where "<scope>.running_mean" is a param.
+ * own (may be NULL) holds an ONNX model's own values (OnnxOptions.own):
+ * a derived param the file lacks takes own's, and a tensor of the file
+ * that own names but no param does must equal own's.
  * Returns false with the problems in err, one a line, at most 20. */
-bool api_bind_weights(Graph *g, const char *path, TensorMap *out, char *err, size_t errlen);
+bool api_bind_weights(Graph *g, const char *path, const TensorMap *own, TensorMap *out, char *err, size_t errlen);
 
 /* The same, each problem an error in c at the location that declared
  * the parameter (a tensor the model lacks, or the file itself, has
  * none); at most 20 and a note with the count of the rest. */
-bool api_check_weights(Ctx *c, Graph *g, const char *path, TensorMap *out);
+bool api_check_weights(Ctx *c, Graph *g, const char *path, const TensorMap *own, TensorMap *out);
 
 #endif

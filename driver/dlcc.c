@@ -610,6 +610,7 @@ typedef struct Job {
   const Options *opt;
   FILE *out;
   TensorMap onnx_params; /* an .onnx file's weights */
+  OnnxOwn onnx_own;      /* and its own values a weights file need not give */
 } Job;
 
 /* -o FILE.so: weights bound (or drawn) as dlcc run does, then aot.c. */
@@ -620,7 +621,7 @@ static void print_stages(FILE *f, const Ctx *c, double total) {
   fprintf(f, "  %-26s %9.4f\n", "total", total);
 }
 
-static int build_library(Ctx *c, const Options *o, Graph *g, const TensorMap *bound) {
+static int build_library(Ctx *c, const Options *o, Graph *g, const TensorMap *bound, const TensorMap *own_values) {
   CgResult cg;
   CgOptions cg_opts = driver_cg_options(&o->passes);
   double t = ctx_now();
@@ -629,7 +630,7 @@ static int build_library(Ctx *c, const Options *o, Graph *g, const TensorMap *bo
   TensorMap params = {0};
   /* An .onnx file's own weights, unless --weights replaces them. */
   bool own = o->weights || !bound || !bound->n;
-  if (own && !api_calib_params(c, g, o->weights, o->seed, &params)) return 1;
+  if (own && !api_calib_params(c, g, o->weights, own_values, o->seed, &params)) return 1;
   ctx_stage(c, "weights", t);
   CgAotOptions aot = {.output = o->output,
                       .source_name = o->input,
@@ -654,7 +655,7 @@ static bool calibration_params(Ctx *c, Job *job, Graph *g, TensorMap *out, bool 
     *out = job->onnx_params;
     return true;
   }
-  return api_calib_params(c, g, o->weights, o->seed, out);
+  return api_calib_params(c, g, o->weights, &job->onnx_own.values, o->seed, out);
 }
 
 static void print_calibration(FILE *f, const ApiCalibration *cal) {
@@ -697,9 +698,9 @@ static bool run_passes(Ctx *c, Job *job, Graph *g) {
 
 /* dlcc check-weights: every problem at its parameter's location, or a
  * line that says the file fits. */
-static int check_weights(Ctx *c, const Options *o, Graph *g) {
+static int check_weights(Ctx *c, const Options *o, Graph *g, const TensorMap *own) {
   TensorMap params;
-  if (!api_check_weights(c, g, o->weights, &params)) return 1;
+  if (!api_check_weights(c, g, o->weights, own, &params)) return 1;
   int64_t count = 0;
   for (int i = 0; i < params.n; i++) count += ir_type_numel(&params.tensors[i].type);
   printf("%s: %s fits model %s: %d tensor%s, %" PRId64 " weights\n", o->input, o->weights, g->name, params.n,
@@ -740,7 +741,7 @@ static int compile(Ctx *c, void *data) {
   Graph *g;
   double t = ctx_now();
   if (has_suffix(o->input, ".onnx")) {
-    OnnxOptions oo = {.n_defines = o->n_defines, .defines = o->defines};
+    OnnxOptions oo = {.n_defines = o->n_defines, .defines = o->defines, .own = &job->onnx_own};
     g = fe_onnx_import(c, o->input, &oo, &job->onnx_params);
     t = ctx_stage(c, "import onnx", t);
   } else if (!(file = ctx_load_file(c, o->input))) {
@@ -764,7 +765,7 @@ static int compile(Ctx *c, void *data) {
   if (!g || !ir_verify(g)) return 1;
   t = ctx_stage(c, "verify", t);
   /* Before the passes, which may drop params a full state_dict names. */
-  if (o->check_weights) return check_weights(c, o, g);
+  if (o->check_weights) return check_weights(c, o, g, &job->onnx_own.values);
   if (o->loss.name) {
     if (!pass_append_loss(g, &o->loss_spec, o->loss.output, "target", NULL) || !ir_verify(g)) return 1;
     t = ctx_stage(c, "loss", t);
@@ -814,7 +815,7 @@ static int compile(Ctx *c, void *data) {
       diag_error(c, (SrcLoc){0}, "--emit=ast needs a .dl file");
       return 1;
     case EMIT_NONE:
-      if (o->output) return build_library(c, o, g, &job->onnx_params);
+      if (o->output) return build_library(c, o, g, &job->onnx_params, &job->onnx_own.values);
       print_summary(stdout, o->input, g);
       break;
   }
@@ -885,6 +886,7 @@ int main(int argc, char **argv) {
   rc = ctx_guard(&c, compile, &job);
   if (opt.time_stages) print_stages(stderr, &c, ctx_now() - started);
   ir_tensor_map_free(&job.onnx_params);
+  ir_tensor_map_free(&job.onnx_own.values);
   fputs(diag_text(&c), stderr);
   if (c.diag.errors && rc == 0) rc = 1;
   ctx_free(&c);

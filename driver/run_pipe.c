@@ -58,6 +58,7 @@ typedef struct PipeRun {
   Ctx ctx;
   Graph *whole; /* lowered at the whole batch: the types one process has */
   TensorMap onnx_params; /* an ONNX model's initializers, its weights (n 0 for .dl and .ir) */
+  OnnxOwn onnx_own;      /* its own values a weights file need not give */
   Graph *g;     /* lowered at a micro-batch: the graph that is split */
   StageSplit sp;
   Graph *stage; /* this rank's stage */
@@ -124,6 +125,7 @@ typedef struct LowerJob {
   int divide; /* each --input's axis 0 over this */
   Graph *g;
   TensorMap params; /* an ONNX model's */
+  OnnxOwn own;
 } LowerJob;
 
 static bool is_onnx(const char *path) {
@@ -150,7 +152,7 @@ static int lower(Ctx *ctx, void *data) {
   const SrcFile *f = NULL;
   if (is_onnx(o->model_path)) {
     OnnxOptions oo = {.n_defines = o->api.n_defines, .defines = defs, .n_input_shapes = o->n_inputs,
-                      .input_shapes = shapes};
+                      .input_shapes = shapes, .own = &job->own};
     g = fe_onnx_import(ctx, o->model_path, &oo, &job->params);
   } else if (!(f = ctx_load_file(ctx, o->model_path))) {
     return 1;
@@ -209,8 +211,10 @@ static bool graphs(PipeRun *p) {
   int rc = ctx_guard(&p->ctx, lower, &whole);
   if (rc || p->ctx.diag.errors) return fail_diag(p, rc);
   p->onnx_params = whole.params;
+  p->onnx_own = whole.own;
   rc = ctx_guard(&p->ctx, lower, &micro);
   ir_tensor_map_free(&micro.params); /* the same initializers again */
+  ir_tensor_map_free(&micro.own.values);
   if (rc || p->ctx.diag.errors) return fail_diag(p, rc);
   p->whole = whole.g, p->g = micro.g;
   for (int i = 0; i < o->n_inputs; i++)
@@ -334,7 +338,7 @@ static bool bind_weights(PipeRun *p) {
   TensorMap map = {0}, *from = &map;
   if (!p->o->weights) { /* an ONNX model's own, unless --weights replaces them */
     from = &p->onnx_params;
-  } else if (!api_bind_weights(p->whole, p->o->weights, &map, p->err, sizeof p->err)) {
+  } else if (!api_bind_weights(p->whole, p->o->weights, &p->onnx_own.values, &map, p->err, sizeof p->err)) {
     size_t n = strlen(p->err);
     while (n && p->err[n - 1] == '\n') p->err[--n] = 0;
     return false;
@@ -505,6 +509,7 @@ static void pipe_run_free(PipeRun *p) {
   dlc_free(p->m);
   dist_comm_free(&p->comm);
   ir_tensor_map_free(&p->onnx_params);
+  ir_tensor_map_free(&p->onnx_own.values);
   ctx_free(&p->ctx);
 }
 

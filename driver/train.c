@@ -708,11 +708,20 @@ static void progress(Run *r, int64_t step_in_epoch, float loss) {
 /* "seconds" is the wall time since training began, at the step's end:
  * differences between steps give the throughput without the compile and
  * the first step's warm-up (tests/gpu/check.sh). */
+/* x as a JSON number, or null where it is not finite: JSON has no NaN,
+ * and a diverged run's log must still parse (Python's json, jq, pandas). */
+static const char *json_number(char *buf, size_t len, double x) {
+  if (!isfinite(x)) return "null";
+  snprintf(buf, len, "%.9g", x);
+  return buf;
+}
+
 static void log_step(Run *r, float loss, double lr) {
+  char l[32];
   if (r->log && !r->dist->rank)
     fprintf(r->log,
-            "{\"epoch\": %" PRId64 ", \"step\": %" PRId64 ", \"loss\": %.9g, \"seconds\": %.6f, \"lr\": %.9g}\n",
-            r->epoch + 1, r->global_step, (double)loss, now() - r->t0, lr);
+            "{\"epoch\": %" PRId64 ", \"step\": %" PRId64 ", \"loss\": %s, \"seconds\": %.6f, \"lr\": %.9g}\n",
+            r->epoch + 1, r->global_step, json_number(l, sizeof l, loss), now() - r->t0, lr);
 }
 
 /* Tells t's dropouts where this rank's slice starts in the global batch
@@ -816,9 +825,10 @@ static bool validate(Run *r) {
   printf("epoch %" PRId64 ": val loss %.6f", r->epoch, counted ? loss_sum / (double)counted : 0.0);
   if (r->accuracy) printf(", val accuracy %.2f%%", counted ? 100.0 * (double)correct / (double)counted : 0.0);
   printf("\n");
+  char vl[32];
   if (r->log)
-    fprintf(r->log, "{\"epoch\": %" PRId64 ", \"val_loss\": %.9g%s%.9g}\n", r->epoch,
-            counted ? loss_sum / (double)counted : 0.0, r->accuracy ? ", \"val_accuracy\": " : ", \"val_n\": ",
+    fprintf(r->log, "{\"epoch\": %" PRId64 ", \"val_loss\": %s%s%.9g}\n", r->epoch,
+            json_number(vl, sizeof vl, counted ? loss_sum / (double)counted : 0.0), r->accuracy ? ", \"val_accuracy\": " : ", \"val_n\": ",
             r->accuracy ? (counted ? (double)correct / (double)counted : 0.0) : (double)r->val.count);
   return true;
 }

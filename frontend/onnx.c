@@ -712,6 +712,52 @@ static void take_params(Imp *im, TensorMap *out) {
   }
 }
 
+/* One copy more of t named name into out (which counts what it holds,
+ * so a failure halfway leaves a map ir_tensor_map_free frees). */
+static void own_add(Imp *im, TensorMap *out, int cap, const char *name, const Tensor *t) {
+  if (out->n == cap) return;
+  Tensor copy = {.type = t->type};
+  char *dup = strdup(name);
+  if (!dup || (t->data && !ir_tensor_alloc(&copy, &t->type))) {
+    free(dup);
+    ox_oom(im, "the model's own values");
+  }
+  if (t->data) memcpy(copy.data, t->data, ir_tensor_nbytes(&t->type));
+  out->names[out->n] = dup;
+  out->tensors[out->n++] = copy;
+}
+
+static bool param_flag(const Node *n, const char *name) {
+  const Attr *a = ir_attr(n, name);
+  return a && a->i;
+}
+
+/* OnnxOptions.own, in its order (onnx.h): the params' values from
+ * params, which now holds them; a buffer's, still the importer's. */
+static void take_own(Imp *im, const Onnx__GraphProto *gp, const TensorMap *params, OnnxOwn *own) {
+  TensorMap *out = &own->values;
+  int cap = params->n + (int)gp->n_initializer;
+  out->names = calloc((size_t)cap + 1, sizeof *out->names);
+  out->tensors = calloc((size_t)cap + 1, sizeof *out->tensors);
+  if (!out->names || !out->tensors) ox_oom(im, "the model's own values");
+  for (int pass = 0; pass < 3; pass++) {
+    for (Node *n = im->g->first; n; n = n->next) {
+      const Tensor *t = n->op == OP_PARAM ? ir_tensor_map_find(params, ir_attr_str(n, "name")) : NULL;
+      if (!t) continue;
+      bool derived = param_flag(n, "derived"), constant = param_flag(n, "frozen");
+      if (pass == 0 && derived) own_add(im, out, cap, ir_attr_str(n, "name"), t);
+      if (pass == 1 && constant && !derived) own_add(im, out, cap, ir_attr_str(n, "name"), t);
+      if (pass == 2 && !constant && !derived) own_add(im, out, cap, ir_attr_str(n, "name"), &(Tensor){.type = t->type});
+    }
+    if (pass == 0) own->n_derived = out->n;
+    for (size_t i = 0; pass == 1 && i < gp->n_initializer; i++) {
+      const Entry *e = ox_find_entry(im, gp->initializer[i]->name);
+      if (e && e->producer < 0 && !e->val->v && e->val->k && e->val->k->data && ox_module_path(e->name))
+        own_add(im, out, cap, e->name, e->val->k);
+    }
+  }
+}
+
 static void free_owned(Imp *im) {
   for (int i = 0; i < im->n_owned; i++) {
     ir_tensor_free(im->owned[i]);
@@ -752,6 +798,7 @@ static bool import_model(Imp *im, const void *data, size_t len, TensorMap *param
                       "protobuf)");
   if (!import_graph(im, im->m) || !ir_verify(im->g)) return false;
   take_params(im, params);
+  if (im->opt && im->opt->own) take_own(im, im->m->graph, params, im->opt->own);
   return true;
 }
 
@@ -797,9 +844,11 @@ Graph *fe_onnx_import_bytes(Ctx *c, const char *name, const void *data, size_t l
   Imp im = {.c = c, .file = name, .opt = opt, .fold_max = FOLD_MAX_ELEMS};
   if (opt && opt->max_fold_elems > 0) im.fold_max = opt->max_fold_elems;
   im.max_nodes = opt && opt->max_nodes > 0 ? opt->max_nodes : IR_MAX_NODES;
+  if (opt && opt->own) *opt->own = (OnnxOwn){0};
   bool ok = import_guarded(&im, data, len, params);
   if (im.m) onnx__model_proto__free_unpacked(im.m, &im.pb);
   if (!ok) ir_tensor_map_free(params);
+  if (!ok && opt && opt->own) ir_tensor_map_free(&opt->own->values), opt->own->n_derived = 0;
   free_owned(&im);
   return ok ? im.g : NULL;
 }
@@ -829,6 +878,7 @@ bool fe_onnx_enabled(void) { return false; }
 Graph *fe_onnx_import_bytes(Ctx *c, const char *name, const void *data, size_t len,
                             const OnnxOptions *opt, TensorMap *params) {
   *params = (TensorMap){0};
+  if (opt && opt->own) *opt->own = (OnnxOwn){0};
   diag_error(c, (SrcLoc){0}, "%s: %s", name, no_onnx);
   return NULL;
 }

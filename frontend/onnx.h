@@ -15,6 +15,27 @@
 #include "ir/eval.h"
 #include "ir/ir.h"
 
+/* An ONNX model's own values that a weights file need not give, by name
+ * (OnnxOptions.own), in this order:
+ *   - [0, n_derived): the derived params' (a Constant, a value folded at
+ *     import: the param attribute `derived`), which PyTorch's state_dict
+ *     has no key for;
+ *   - the other params that are no weight (an integer initializer such
+ *     as an index table, a mask's fill): constants, frozen;
+ *   - the initializers named as state_dict keys that no param holds (a
+ *     buffer folded away, as maxvit's relative_position_index);
+ *   - then, without data, every weight's name and type (a weight the
+ *     compiled graph may no longer read).
+ * A weights file binds without the values, must agree with a buffer's
+ * and may hold a weight the graph dropped (a training-mode export's
+ * running statistics); a random draw keeps the values; a saved
+ * state_dict leaves the derived params out and writes the buffers back
+ * (api/weights.c, api/train.c). */
+typedef struct OnnxOwn {
+  TensorMap values;
+  int n_derived;
+} OnnxOwn;
+
 typedef struct OnnxOptions {
   /* -D NAME=VALUE binds a symbolic dim (dim_param) by its name, -D
    * INPUT:AXIS=VALUE any free dim of a graph input (frontend/dims.h). */
@@ -35,6 +56,9 @@ typedef struct OnnxOptions {
   /* Most nodes the imported graph may have (unrolled loops and recurrent
    * layers multiply an ONNX node); 0: IR_MAX_NODES.  Tests set it low. */
   int max_nodes;
+  /* Where the import puts the model's own values, copied (NULL: not
+   * wanted; free own->values with ir_tensor_map_free). */
+  OnnxOwn *own;
 } OnnxOptions;
 
 /* True when this build can read ONNX files. */

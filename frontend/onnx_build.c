@@ -271,7 +271,7 @@ bool ox_is_initializer(Imp *im, const Val *v) {
 /* Whether name is a module's parameter path as PyTorch's state_dict
  * spells it ("fc.bias", "layers.0.norm.weight"): identifiers and indices
  * joined by dots. */
-static bool module_path(const char *name) {
+bool ox_module_path(const char *name) {
   bool dot = false, start = true;
   for (const char *p = name; *p; p++) {
     if (*p == '.') {
@@ -304,7 +304,7 @@ bool ox_is_weight(Imp *im, const Val *v) {
    * unless a module's path names it (a Linear(n, 1)'s "head.bias"); one
    * that holds a mask's fill is a mask (Llama's finfo.min that Trilu
    * makes causal), which the attention pass must see as one. */
-  if (ir_type_numel(&v->type) == 1 && !module_path(v->name)) return false;
+  if (ir_type_numel(&v->type) == 1 && !ox_module_path(v->name)) return false;
   return !v->k || !holds_mask_fill(v->k);
 }
 
@@ -338,6 +338,10 @@ Value *ox_use(Imp *im, Val *v) {
     name = arena_printf(&im->c->arena, "%s.%d", name, im->n_temps++);
   if (!v->name) ox_add_entry(im, name, -1)->val = v;
   Node *n = ir_source(im->g, OP_PARAM, &v->type, name, im->loc);
+  /* Only a weight trains: PyTorch has no gradient for a buffer or a
+   * constant of the forward either (a mask's fill, an index table). */
+  if (!weight) ir_set_int(im->g, n, "frozen", 1);
+  if (!ox_is_initializer(im, v)) ir_set_int(im->g, n, "derived", 1);
   if (im->n_params == im->cap_params)
     im->params = grow(im, im->params, &im->cap_params, sizeof *im->params);
   im->params[im->n_params++] = v;

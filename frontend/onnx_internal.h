@@ -162,6 +162,9 @@ bool ox_is_initializer(Imp *im, const Val *v);
  * named as a module's parameter (a single value is otherwise a constant
  * the exporter kept).  Weights stay params: never folded, never consts. */
 bool ox_is_weight(Imp *im, const Val *v);
+/* Whether name is a module's parameter path as PyTorch's state_dict
+ * spells it ("fc.bias", "layers.0.norm.weight"). */
+bool ox_module_path(const char *name);
 Val *ox_val_of(Imp *im, Value *x);
 Node *ox_begin(Imp *im, Emit *e, OpKind op, int n_in, Val *const *in);
 bool ox_finish(Imp *im, Emit *e, Val **out);

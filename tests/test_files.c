@@ -184,7 +184,7 @@ START_TEST(bind_large_tables) {
   for (int i = N - 1; i >= 0; i--)
     ir_source(g, OP_PARAM, &t, arena_printf(&c.arena, "t%d", i), (SrcLoc){0});
   TensorMap m;
-  ck_assert_msg(api_bind_weights(g, in_dir("w.safetensors"), &m, err, sizeof err), "%s", err);
+  ck_assert_msg(api_bind_weights(g, in_dir("w.safetensors"), NULL, &m, err, sizeof err), "%s", err);
   ck_assert_int_eq(m.n, N);
   ck_assert_str_eq(m.names[0], "t199999");
   ck_assert_float_eq(*(const float *)m.tensors[0].data, 199999.0f);

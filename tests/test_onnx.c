@@ -14,7 +14,8 @@
 #include "frontend/onnx.pb-c.h"
 #include "ir/eval.h"
 #include "onnxbuild.h"
-#include "passes/autodiff.h" /* the models, built with protobuf-c */
+#include "passes/autodiff.h"
+#include "runtime/tensorio.h" /* the models, built with protobuf-c */
 
 /* ---- importing ---- */
 
@@ -1731,6 +1732,87 @@ START_TEST(test_api_runs_without_weights_file) {
 }
 END_TEST
 
+/* What an exported forward computes from constants is no weight: a Cast
+ * of an integer initializer ("steps") becomes a param that training
+ * leaves alone (frozen, as PyTorch has no gradient for it) and a saved
+ * state_dict leaves out (derived: PyTorch has no such key), while
+ * "m.index", a buffer the import folds away (a Reshape of it feeds a
+ * Gather), is written back, and binds again only with its own values. */
+START_TEST(test_constants_and_buffers_train_as_pytorch) {
+  Model *b = model_new(17);
+  int64_t xd[2] = {2, 3}, wd[2] = {3, 3};
+  add_input(b, "x", 2, xd);
+  const float w[9] = {0.1f, -0.2f, 0.3f, 0.4f, 0.5f, -0.6f, 0.7f, 0.8f, 0.9f};
+  add_init_f32(b, "fc.weight", 2, wd, 9, w);
+  add_init_i64(b, "steps", 3, (const int64_t[]){1, 2, 3});
+  add_init_i64(b, "m.index", 2, (const int64_t[]){2, 0});
+  add_init_i64(b, "shape", 2, (const int64_t[]){1, 2});
+  attr_i(add_node(b, "Cast", "steps", "scale"), "to", ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT);
+  add_node(b, "Reshape", "m.index,shape", "idx");
+  add_node(b, "MatMul", "x,fc.weight", "xw");
+  add_node(b, "Mul", "xw,scale", "y");
+  attr_i(add_node(b, "Gather", "y,idx", "z"), "axis", 1);
+  add_output(b, "z");
+  char path[] = "/tmp/dlcc-onnx-buffers-XXXXXX.onnx";
+  save_model(b, path);
+  dlc_train_options o;
+  ck_assert_int_eq(dlc_train_options_init(&o, "sgd"), DLC_OK);
+  o.model.backend = "ref";
+  o.loss = "mse";
+  dlc_train *t;
+  ck_assert_msg(dlc_train_compile(path, &o, &t) == DLC_OK, "%s", dlc_train_error(t));
+  dlc_model *m = dlc_train_model(t);
+  float loss, scale[3], w1[9];
+  /* a random draw (and the optimizer's state) keeps the constants */
+  ck_assert_int_eq(dlc_init_weights(m, 7), DLC_OK);
+  ck_assert_int_eq(dlc_get_weight(m, "scale", scale, sizeof scale), DLC_OK);
+  for (int i = 0; i < 3; i++) ck_assert_float_eq(scale[i], (float)(i + 1));
+  ck_assert_int_eq(dlc_set_weight(m, "fc.weight", w, sizeof w), DLC_OK);
+  const float x[6] = {1, -2, 3, 0.5f, -1, 2}, target[4] = {1, 0, -1, 2};
+  ck_assert_int_eq(dlc_set_input(m, "x", x, sizeof x), DLC_OK);
+  ck_assert_int_eq(dlc_set_input(m, "target", target, sizeof target), DLC_OK);
+  ck_assert_msg(dlc_train_step(t, 0.1f, &loss) == DLC_OK, "%s", dlc_train_error(t));
+  /* z = (x @ W * scale)[:, [2, 0]]: the gather's index is the model's */
+  double want = 0;
+  for (int i = 0; i < 2; i++)
+    for (int j = 0; j < 2; j++) {
+      int col = j ? 0 : 2;
+      double z = 0;
+      for (int k = 0; k < 3; k++) z += x[i * 3 + k] * w[k * 3 + col] * (col + 1);
+      want += (z - target[i * 2 + j]) * (z - target[i * 2 + j]) / 4;
+    }
+  ck_assert_double_eq_tol(loss, want, 1e-5);
+  ck_assert_int_eq(dlc_get_weight(m, "scale", scale, sizeof scale), DLC_OK);
+  for (int i = 0; i < 3; i++) ck_assert_float_eq(scale[i], (float)(i + 1));
+  ck_assert_int_eq(dlc_get_weight(m, "fc.weight", w1, sizeof w1), DLC_OK);
+  ck_assert(memcmp(w, w1, sizeof w) != 0);
+  char saved[] = "/tmp/dlcc-onnx-buffers-XXXXXX.safetensors";
+  int fd = mkstemps(saved, 12);
+  ck_assert_int_ge(fd, 0);
+  close(fd);
+  ck_assert_msg(dlc_train_save(t, saved, 0, 0, NULL, NULL) == DLC_OK, "%s", dlc_train_error(t));
+  RtTensorSet set;
+  char err[512];
+  ck_assert_msg(rt_safetensors_read(saved, &set, err, sizeof err) == 0, "%s", err);
+  ck_assert_int_eq(set.n, 2);
+  ck_assert_ptr_nonnull(rt_tensor_set_find(&set, "fc.weight"));
+  const RtTensor *index = rt_tensor_set_find(&set, "m.index");
+  ck_assert_ptr_nonnull(index);
+  ck_assert_int_eq(index->dtype, RT_I64);
+  ck_assert_int_eq(((const int64_t *)index->data)[0], 2);
+  /* the file binds back; with another index it cannot */
+  ck_assert_msg(dlc_load_weights(m, saved) == DLC_OK, "%s", dlc_error(m));
+  ((int64_t *)index->data)[0] = 1;
+  ck_assert_int_eq(rt_safetensors_write(saved, &set, err, sizeof err), 0);
+  rt_tensor_set_free(&set);
+  ck_assert_int_eq(dlc_load_weights(m, saved), DLC_ERR_WEIGHTS);
+  ck_assert_msg(strstr(dlc_error(m), "tensor 'm.index' differs from the model's own i64[2]"), "%s", dlc_error(m));
+  dlc_train_free(t);
+  unlink(saved);
+  unlink(path);
+}
+END_TEST
+
 /* f16 codes of k / 16 for |k| <= 16 (exact in f16): sign, exponent,
  * the mantissa's top bits. */
 static uint16_t f16_of_sixteenths(int k) {
@@ -1849,6 +1931,7 @@ static Suite *onnx_suite(void) {
   tcase_add_test(tc, test_pool_indices_refused);
   tcase_add_test(tc, test_external_data);
   tcase_add_test(tc, test_api_runs_without_weights_file);
+  tcase_add_test(tc, test_constants_and_buffers_train_as_pytorch);
   tcase_add_test(tc, test_rms_normalization);
   tcase_add_test(tc, test_group_normalization);
   suite_add_tcase(s, tc);

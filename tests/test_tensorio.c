@@ -542,7 +542,7 @@ START_TEST(test_bind_ok) {
   int64_t dims[][2] = {{2, 0}, {4, 0}, {0, 0}, {4, 3}};
   const char *p = weights_file(4, names, dts, ranks, dims);
   TensorMap m;
-  ck_assert_msg(api_bind_weights(g, p, &m, err, sizeof err), "%s", err);
+  ck_assert_msg(api_bind_weights(g, p, NULL, &m, err, sizeof err), "%s", err);
   ck_assert_int_eq(m.n, 3);
   ck_assert_str_eq(m.names[0], "fc1.weight");
   const Tensor *w = ir_tensor_map_find(&m, "fc1.weight");
@@ -563,7 +563,7 @@ START_TEST(test_bind_errors) {
   int64_t dims[][2] = {{512, 700}, {10, 512}, {11, 0}, {1, 0}, {0, 0}};
   const char *p = weights_file(5, names, dts, ranks, dims);
   TensorMap m;
-  ck_assert(!api_bind_weights(g, p, &m, err, sizeof err));
+  ck_assert(!api_bind_weights(g, p, NULL, &m, err, sizeof err));
   char want[2048];
   snprintf(want, sizeof want,
            "tensor 'fc1.weight' is [512, 700] in %s, the model expects [512, 784]\n"
@@ -590,13 +590,13 @@ START_TEST(test_bind_many_errors_capped) {
   int64_t dims[][2] = {{2, 0}};
   const char *p = weights_file(1, fn, dts, ranks, dims);
   TensorMap m;
-  ck_assert(!api_bind_weights(g, p, &m, err, sizeof err));
+  ck_assert(!api_bind_weights(g, p, NULL, &m, err, sizeof err));
   int lines = 1;
   for (const char *c = err; *c; c++) lines += *c == '\n';
   ck_assert_int_eq(lines, 21);
   ck_assert_ptr_nonnull(strstr(err, "\n(11 more not shown)"));
   /* A file that cannot be read says why, naming it. */
-  ck_assert(!api_bind_weights(g, path_for("none.safetensors"), &m, err, sizeof err));
+  ck_assert(!api_bind_weights(g, path_for("none.safetensors"), NULL, &m, err, sizeof err));
   ck_assert_ptr_nonnull(strstr(err, "none.safetensors: No such file"));
 }
 END_TEST

@@ -67,6 +67,12 @@ head -1 "$tmp/ref.jsonl" | grep -q '^{"epoch": 1, "step": 1, "loss": [0-9.e-]*, 
 sed -n 4p "$tmp/ref.jsonl" | grep -q '^{"epoch": 1, "val_loss": [0-9.e-]*, "val_accuracy": [0-9.e-]*}$' ||
   fail "validation log line: $(sed -n 4p "$tmp/ref.jsonl")"
 
+# A run that diverges still logs JSON: a loss that is not finite is null.
+expect 0 "" "$dlcc" train "$t/tiny.dl" --batch 8 --loss=cross_entropy --optimizer=sgd --lr=1e30 --data "$t/data" \
+  --epochs 1 --backend=ref --log "$tmp/nan.jsonl"
+sed -n 3p "$tmp/nan.jsonl" | grep -q '^{"epoch": 1, "step": 3, "loss": null, "seconds": [0-9.]*, "lr": 1e+30}$' ||
+  fail "a diverged run's log: $(cat "$tmp/nan.jsonl")"
+
 # Schedules, per step: StepLR halves every 2 steps, LinearLR warms up
 # from 1/3, and --drop-last leaves 2 steps an epoch.
 expect 0 "" "$dlcc" train $A --data "$t/data" --epochs 2 --backend=ref --drop-last --schedule=step:2:0.5 \

@@ -80,7 +80,7 @@ int main(void) {
     for (int i = 0; i < n; i++) ir_source(g, OP_PARAM, &t, arena_printf(&c.arena, "t%d", i), (SrcLoc){0});
     TensorMap m;
     t0 = now();
-    if (!api_bind_weights(g, path, &m, err, sizeof err)) {
+    if (!api_bind_weights(g, path, NULL, &m, err, sizeof err)) {
       fprintf(stderr, "%s\n", err);
       rc = 1;
     }

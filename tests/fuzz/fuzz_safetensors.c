@@ -74,7 +74,7 @@ static int bind(Ctx *c, void *data) {
   if (!g || !ir_verify(g)) fuzz_fail("the binding graph does not parse:\n%s", diag_text(c));
   TensorMap map;
   char err[4096] = "";
-  if (!api_bind_weights(g, in_file.path, &map, err, sizeof err)) {
+  if (!api_bind_weights(g, in_file.path, NULL, &map, err, sizeof err)) {
     fuzz_require_message("api_bind_weights", err);
     if (map.n) fuzz_fail("a failed binding returned %d tensors", map.n);
     return 1;
