@@ -126,13 +126,46 @@ static void batch_moments(Mode *md, SrcLoc at, Value *x, int n_axes, const int64
 }
 
 /* The update of running statistic run (a param) toward the batch's
- * stat: (1 - momentum) run + momentum unbias stat. */
+ * stat: (1 - momentum) run + momentum unbias stat.  A batchnorm that
+ * runs twice (a module called twice) moves its statistics twice, one
+ * update after the other, as PyTorch's in-place updates do. */
 static void move_running(Mode *md, SrcLoc at, Value *run, Value *stat, double momentum, double unbias) {
   Graph *g = md->g;
   DType dt = stat->type.dtype;
+  const char *name = ir_attr_str(run->def, "name");
+  for (int i = md->n_updates - 1; i >= 0; i--)
+    if (strcmp(md->names[i], name) == 0) {
+      run = md->updates[i];
+      md->names[i] = md->names[--md->n_updates], md->updates[i] = md->updates[md->n_updates];
+      break;
+    }
   Value *old = ir_grad_op2(g, at, OP_MUL, run, ir_grad_scalar(g, at, 1 - momentum, dt));
   Value *now = ir_grad_op2(g, at, OP_MUL, stat, ir_grad_scalar(g, at, momentum * unbias, dt));
-  add_update(md, ir_grad_op2(g, at, OP_ADD, old, now), ir_attr_str(run->def, "name"));
+  add_update(md, ir_grad_op2(g, at, OP_ADD, old, now), name);
+}
+
+/* Whether batchnorm n's running statistic i (3: the mean, 4: the
+ * variance) is a param of its own: read by batchnorms as that only.
+ * An exporter that merges equal initializers (the dynamo exporter's
+ * optimizer, on a fresh model's zeros and ones) gives one param for a
+ * running mean and a bias: it cannot be updated as both. */
+static bool running_apart(Mode *md, Node *n, int i) {
+  Value *run = n->in[i];
+  const TensorType *xt = &n->in[0]->type;
+  if (xt->rank < 2 || xt->dims[1] <= 0 || ir_type_numel(xt) / xt->dims[1] < 2) return true; /* batchnorm() says why */
+  const char *which = i == 3 ? "mean" : "variance", *why = NULL;
+  if (run->def->op != OP_PARAM) why = "is computed by the model, not a param";
+  for (Node *k = md->g->first; k && !why; k = k->next)
+    for (int j = 0; j < k->n_in && !why; j++)
+      if (k->in[j] == run && (k->op != OP_BATCHNORM || j != i))
+        why = "is also read as another operand (an exporter merged equal initializers: the dynamo exporter's "
+              "optimizer does; export with dynamo=False or optimize=False)";
+  if (!why) return true;
+  diag_error(md->g->ctx, n->loc, "batchnorm in training mode updates its running %s%s%s%s, which %s", which,
+             run->def->op == OP_PARAM ? " '" : "", run->def->op == OP_PARAM ? ir_attr_str(run->def, "name") : "",
+             run->def->op == OP_PARAM ? "'" : "", why);
+  md->failed = true;
+  return false;
 }
 
 static void batchnorm(Mode *md, Node *n) {
@@ -461,6 +494,9 @@ bool pass_train_mode(Graph *g, const AutodiffOptions *o) {
   bool *learned = NULL; /* by node id, once an attention has a float mask */
   for (Node *n = g->first; n && !learned; n = n->next)
     if (n->op == OP_ATTENTION && n->n_in > 3 && n->in[3]->type.dtype != TY_BOOL) learned = on_params(g);
+  for (Node *n = g->first; n && !o->inference; n = n->next)
+    if (n->op == OP_BATCHNORM && !ir_attr(n, "batch_stats")) running_apart(&md, n, 3), running_apart(&md, n, 4);
+  if (md.failed) return false;
   Node *last = g->last;
   for (Node *n = g->first, *next; n; n = next) {
     next = n == last ? NULL : n->next;

@@ -981,6 +981,68 @@ START_TEST(test_batchnorm_training_export) {
 }
 END_TEST
 
+/* A batchnorm module called twice (one set of initializers, two
+ * BatchNormalization nodes in inference form that training turns to
+ * batch statistics) moves its running statistics twice, the second
+ * time from the first's result, as PyTorch's in-place updates do; one
+ * whose running mean is its bias (an exporter merged the equal zeros)
+ * is refused, naming both. */
+START_TEST(test_batchnorm_twice_and_merged) {
+  Model *b = model_new(15);
+  int64_t xd[4] = {2, 2, 1, 2}, cd[1] = {2};
+  add_input(b, "x", 4, xd);
+  const float ones[2] = {1, 1}, zeros[2] = {0, 0}, rm[2] = {0.5f, -1}, rv[2] = {2, 3};
+  add_init_f32(b, "bn.weight", 1, cd, 2, ones);
+  add_init_f32(b, "bn.bias", 1, cd, 2, zeros);
+  add_init_f32(b, "bn.running_mean", 1, cd, 2, rm);
+  add_init_f32(b, "bn.running_var", 1, cd, 2, rv);
+  add_node(b, "BatchNormalization", "x,bn.weight,bn.bias,bn.running_mean,bn.running_var", "y1");
+  add_node(b, "BatchNormalization", "y1,bn.weight,bn.bias,bn.running_mean,bn.running_var", "y");
+  add_output(b, "y");
+  Graph *g = must_import(b);
+  AutodiffOptions ado = {0};
+  ck_assert_msg(pass_train_mode(g, &ado) && ir_verify(g), "%s", diag_text(&ctx));
+  ck_assert_int_eq(g->n_outputs, 3);
+  ck_assert_str_eq(ir_output_update(g, 1), "bn.running_mean");
+  ck_assert_str_eq(ir_output_update(g, 2), "bn.running_var");
+  const float x[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+  Tensor xt;
+  TensorType xty = ir_type_make(TY_F32, 4, xd);
+  ck_assert(ir_tensor_alloc(&xt, &xty));
+  memcpy(xt.data, x, sizeof x);
+  const char *xname = "x";
+  TensorMap in = {1, &xname, &xt};
+  Tensor out[3];
+  char err[256];
+  ck_assert_msg(ir_eval(g, &in, &params, out, err, sizeof err), "%s", err);
+  /* the first normalizes each channel (mean 3.5 or 5.5, unbiased
+   * variance 17/3) to mean 0 and biased variance var / (var + eps): the
+   * second's statistics */
+  const double mean[2] = {3.5, 5.5}, var = 17.0 / 3, biased = var * 3 / 4, eps = 1e-5;
+  for (int c = 0; c < 2; c++) {
+    double m1 = 0.9 * rm[c] + 0.1 * mean[c], v1 = 0.9 * rv[c] + 0.1 * var;
+    ck_assert_double_eq_tol(ir_tensor_get(&out[1], c), 0.9 * m1, 1e-5);
+    ck_assert_double_eq_tol(ir_tensor_get(&out[2], c), 0.9 * v1 + 0.1 * biased / (biased + eps) * 4 / 3, 1e-5);
+  }
+  for (int i = 0; i < 3; i++) ir_tensor_free(&out[i]);
+  ir_tensor_free(&xt);
+  teardown();
+  setup();
+  b = model_new(15);
+  add_input(b, "x", 4, xd);
+  add_init_f32(b, "bn.weight", 1, cd, 2, ones);
+  add_init_f32(b, "bn.bias", 1, cd, 2, zeros);
+  add_init_f32(b, "bn.running_var", 1, cd, 2, rv);
+  add_node(b, "BatchNormalization", "x,bn.weight,bn.bias,bn.bias,bn.running_var", "y");
+  add_output(b, "y");
+  g = must_import(b);
+  ck_assert(!pass_train_mode(g, &ado));
+  ck_assert_msg(strstr(diag_text(&ctx), "batchnorm in training mode updates its running mean 'bn.bias', which is "
+                                        "also read as another operand (an exporter merged equal initializers"),
+                "%s", diag_text(&ctx));
+}
+END_TEST
+
 START_TEST(test_lstm_gates_reordered_at_import) {
   /* hidden 1, input 1: W rows are the gates i, o, f, c. */
   Model *b = model_new(14);
@@ -1899,6 +1961,7 @@ static Suite *onnx_suite(void) {
   tcase_add_test(tc, test_lstm_f16_runs_in_f32);
   tcase_add_test(tc, test_initializers_stay_params);
   tcase_add_test(tc, test_batchnorm_training_export);
+  tcase_add_test(tc, test_batchnorm_twice_and_merged);
   tcase_add_test(tc, test_conv_auto_pad_same);
   tcase_add_test(tc, test_slice_negative_step);
   tcase_add_test(tc, test_gelu_opset20);
