@@ -2,7 +2,9 @@
 """PyTorch training against `dlcc train` on the same model, exported to ONNX.
 
 Each model (a ResNet-style CNN with batchnorm, nn.TransformerEncoderLayer,
-a 2-layer nn.LSTM) is exported in train() with the TorchScript exporter
+a 2-layer nn.LSTM, MobileNet's pieces, Embedding + GRU + LayerNorm, and
+constants of the forward with an index buffer and a batchnorm called
+twice) is exported in train() with the TorchScript exporter
 (torch.onnx.TrainingMode.TRAINING, no constant folding), then trained 4
 steps by PyTorch and by `dlcc train MODEL.onnx` from the same weights on
 the same batches (cross_entropy, unshuffled).  Checked: each step's loss
@@ -29,17 +31,18 @@ except Exception as e:  # noqa: BLE001 - any import failure is a skip
 
 
 def load_file(path):
-    """A safetensors file's f32 tensors by name (the format's header and
+    """A safetensors file's f32 and i64 tensors by name (the format's header and
     data, read here so that the GPU machine needs no safetensors)."""
     raw = open(path, "rb").read()
     n = int.from_bytes(raw[:8], "little")
     header = json.loads(raw[8:8 + n])
     out = {}
+    types = {"F32": np.float32, "I64": np.int64}
     for k, v in header.items():
-        if k == "__metadata__" or v["dtype"] != "F32":
+        if k == "__metadata__" or v["dtype"] not in types:
             continue
         s, e = v["data_offsets"]
-        out[k] = np.frombuffer(raw[8 + n + s:8 + n + e], dtype=np.float32).reshape(v["shape"])
+        out[k] = np.frombuffer(raw[8 + n + s:8 + n + e], dtype=types[v["dtype"]]).reshape(v["shape"])
     return out
 
 
@@ -129,8 +132,28 @@ class Seq(nn.Module):
         return s.fc(s.ln(y).mean(1))
 
 
+class Consts(nn.Module):
+    """What is no weight: constants of the forward (TorchScript Constants,
+    which dlcc must not train), an index buffer (kept and saved), and a
+    batchnorm called twice (its running statistics move twice)."""
+
+    def __init__(s):
+        super().__init__()
+        s.c1 = nn.Conv2d(3, 8, 3, padding=1)
+        s.c2 = nn.Conv2d(8, 8, 3, padding=1)
+        s.bn = nn.BatchNorm2d(8)
+        s.register_buffer("order", torch.tensor([9, 3, 1, 7, 5, 0, 2, 8, 6, 4]))
+        s.fc = nn.Linear(8, 10)
+
+    def forward(s, x):
+        x = torch.relu(s.bn(s.c1(x)))
+        x = torch.relu(s.bn(s.c2(x)))
+        y = s.fc(x.mean((2, 3))) * torch.linspace(0.5, 1.5, 10) + torch.arange(10).float() * 0.1
+        return y[:, s.order]
+
+
 MODELS = {"cnn": (CNN, (3, 16, 16)), "tf": (TF, (6, 12)), "lstm": (LSTMNet, (7, 12)), "mobile": (Mobile, (3, 16, 16)),
-          "seq": (Seq, (9,))}
+          "seq": (Seq, (9,)), "consts": (Consts, (3, 8, 8))}
 N, B, STEPS = 32, 8, 4
 
 
