@@ -11,7 +11,9 @@
  * norms (as a scale and a shift), squeeze-and-excitation gates, and
  * concats of images, whose axis moves with the layout: a U-Net's skip
  * connection joins its decoder's convolutions to the encoder's
- * region).  The weights become [Co, kH,
+ * region).  A region's image reduced over its spatial dims (a global
+ * pool, a mean over (2, 3)) leaves through the same reduction channels
+ * last, not a transpose.  The weights become [Co, kH,
  * kW, C] through a transpose of the param, which codegen computes once
  * at load (an init step), and the user's inputs and outputs keep their
  * layout.
@@ -173,6 +175,28 @@ static bool gn_eligible(const Node *n) {
   return R == 4 || R == 5;
 }
 
+/* A reduction of an image over its spatial dims: global_avgpool, or a
+ * mean, sum, max or min over axes {2, 3} ({2, 3, 4} in 5-d): ResNet's
+ * and EfficientNet's head, the x.mean((2, 3)) of others.  Channels last
+ * it is the same reduction over the middle axes, whose kernel reads
+ * consecutive channels in consecutive threads (codegen/lower_rows.c's
+ * column mode, as coalesced as NCHW's rows), so a region's last image
+ * leaves through it with no transpose: its result, [N, C] or [N, C, 1,
+ * 1], is the same bytes in either layout. */
+static bool spatial_reduce(const Node *n) {
+  if (n->n_in != 1) return false;
+  int R = n->in[0]->type.rank;
+  if (n->guard || (R != 4 && R != 5) || !ir_dtype_is_float(n->in[0]->type.dtype)) return false;
+  if (n->op == OP_GLOBAL_AVGPOOL) return true;
+  if (n->op != OP_REDUCE_MEAN && n->op != OP_REDUCE_SUM && n->op != OP_REDUCE_MAX && n->op != OP_REDUCE_MIN)
+    return false;
+  int cnt;
+  const int64_t *axes = ir_attr_ints(n, "axes", &cnt);
+  bool spatial = cnt == R - 2;
+  for (int i = 0; i < cnt && spatial; i++) spatial = axes[i] == i + 2;
+  return spatial;
+}
+
 /* Where axis a of an NCHW (NCDHW) value of rank R is channels last. */
 static int64_t nhwc_axis(int64_t a, int R) {
   if (a < 0) a += R;
@@ -313,6 +337,34 @@ static Value *pad_channels(Nhwc *S, Value *v, Node *before, int64_t c) {
 
 static bool converted(Nhwc *S, const Node *n) { return n->id >= 0 && S->inside[n->id] && S->convert[find(S, n->out[0].id)]; }
 
+/* Reduction n (spatial_reduce) of x, a converted region's image, over
+ * x channels last: in place when its result drops the reduced dims,
+ * else the reduction before it, n the reshape of [N, 1, 1, C] to
+ * [N, C, 1, 1] (the same bytes). */
+static void reduce_channels_last(Nhwc *S, Node *n, Value *x) {
+  Graph *g = S->g;
+  int R = x->type.rank;
+  int64_t axes[3] = {1, 2, 3};
+  bool keep = n->op == OP_GLOBAL_AVGPOOL || ir_attr_int(n, "keepdims");
+  if (!keep) {
+    n->in[0] = x;
+    ir_set_ints(g, n, "axes", R - 2, axes);
+    return;
+  }
+  Node *r = ir_node_new(g, n->op == OP_GLOBAL_AVGPOOL ? OP_REDUCE_MEAN : n->op, 1, &x, n->loc);
+  r->scope = n->scope;
+  ir_set_ints(g, r, "axes", R - 2, axes);
+  ir_set_int(g, r, "keepdims", 1);
+  char err[256];
+  if (!ir_infer(r, err, sizeof err)) dl_internal(g->ctx, "nhwc: %s", err);
+  ir_insert_before(g, n, r);
+  r->id = r->out[0].id = -1;
+  n->op = OP_RESHAPE;
+  n->n_attrs = 0, n->attrs = NULL;
+  n->in[0] = &r->out[0];
+  ir_set_ints(g, n, "shape", n->out[0].type.rank, n->out[0].type.dims);
+}
+
 /* v for an outside use: its transpose back when an inside node of a
  * converted region made it, made once right after it. */
 static Value *nchw_of(Nhwc *S, Value *v) {
@@ -380,7 +432,7 @@ static void find_regions(Nhwc *S) {
       bool made_inside = S->inside[v->def->id];
       bool image = windowed(n) ? i == 0 : n->op == OP_CONCAT || operand_kind(v, &n->out[0].type) == 0;
       if (S->inside[n->id] && !made_inside && image) entry[v->id] = true;
-      if (!S->inside[n->id] && made_inside) exit_[v->id] = true;
+      if (!S->inside[n->id] && made_inside && !spatial_reduce(n)) exit_[v->id] = true;
     }
   }
   for (int i = 0; i < g->n_outputs; i++)
@@ -470,6 +522,13 @@ bool pass_nhwc(Graph *g, PassCtx *pc) {
   for (int j = 0; j < count; j++) {
     Node *n = order[j];
     if (converted(&S, n)) continue;
+    if (spatial_reduce(n) && converted(&S, n->in[0]->def)) {
+      pass_stat(pc, "nhwc: regions left through a spatial reduction, not a transpose", 1);
+      reduce_channels_last(&S, n, n->in[0]);
+      char err[256];
+      if (!ir_infer(n, err, sizeof err)) dl_internal(g->ctx, "nhwc: %s", err);
+      continue;
+    }
     for (int i = 0; i < n->n_in; i++) n->in[i] = nchw_of(&S, n->in[i]);
   }
   for (int i = 0; i < g->n_outputs; i++) g->outputs[i] = nchw_of(&S, g->outputs[i]);

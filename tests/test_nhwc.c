@@ -462,7 +462,7 @@ START_TEST(mobilenet_on_emu) {
   ck_assert_msg(ctx_guard(&c, mobile_job, &j) == 0 && j.ok, "%s", diag_text(&c));
   Count k = count(j.g);
   ck_assert_int_eq(k.nchw, 0);
-  ck_assert_int_eq(k.transposes, 2);
+  ck_assert_int_eq(k.transposes, 1); /* x in; out through the global pool */
   ck_assert_ptr_null(strstr(j.cg.source, "depthwise, channels last, 1 channel a thread"));
   ck_assert_ptr_nonnull(strstr(j.cg.source, "depthwise, channels last, 8 channels a thread, 16-byte loads"));
   ck_assert(test_emu_matches_eval(j.g, j.cg.plan, 5, -1, 1, 0.05));
@@ -723,7 +723,38 @@ static char *se_text(const char *dt, int n) {
 START_TEST(gate_in_region) {
   static const char *const dts[] = {"f16", "bf16"};
   char *text = se_text(dts[_i % 2], _i < 2 ? 2 : 1);
-  char *src = check_block(text, (PassOptions){0}, (CgOptions){0}, 4, 3, conv_tolerance(dts[_i % 2]));
+  char *src = check_block(text, (PassOptions){0}, (CgOptions){0}, 4, 2, conv_tolerance(dts[_i % 2]));
+  free(src);
+  free(text);
+}
+END_TEST
+
+/* A region left through reductions over the spatial dims (a mean of
+ * [N, C], a max keeping [N, C, 1, 1]): each the same reduction over the
+ * middle axes channels last, so x's transpose in is the only one. */
+static char *reduce_text(const char *dt) {
+  char *t = malloc(4096);
+  int len = snprintf(t, 4096, "graph heads {\n  %%x = input {name=\"x\"} : %s[2, 32, 8, 8]\n", dt);
+  for (int i = 0; i < 3; i++)
+    len += snprintf(t + len, 4096 - (size_t)len,
+                    "  %%w%d = param {name=\"w%d\"} : %s[32, 32, 3, 3]\n"
+                    "  %%c%d = conv2d %%%s, %%w%d {pad=[1, 1, 1, 1]} : %s[2, 32, 8, 8]\n"
+                    "  %%r%d = relu %%c%d : %s[2, 32, 8, 8]\n",
+                    i, i, dt, i, i ? (const char *[]){"r0", "r1"}[i - 1] : "x", i, dt, i, i, dt);
+  snprintf(t + len, 4096 - (size_t)len,
+           "  %%m = reduce_mean %%r2 {axes=[2, 3]} : %1$s[2, 32]\n"
+           "  %%M = reduce_max %%r2 {axes=[2, 3], keepdims=1} : %1$s[2, 32, 1, 1]\n"
+           "  %%Mr = reshape %%M {shape=[2, 32]} : %1$s[2, 32]\n"
+           "  %%y = add %%m, %%Mr : %1$s[2, 32]\n"
+           "  return %%y as \"y\"\n}\n",
+           dt);
+  return t;
+}
+
+START_TEST(reduce_leaves_region) {
+  static const char *const dts[] = {"f16", "bf16"};
+  char *text = reduce_text(dts[_i]);
+  char *src = check_block(text, (PassOptions){0}, (CgOptions){0}, 3, 1, conv_tolerance(dts[_i]));
   free(src);
   free(text);
 }
@@ -945,9 +976,10 @@ static int lower_ex(Ctx *c, void *data) {
 }
 
 /* The examples in f16: every convolution in one channels-last region,
- * the first (3 channels) padded to 8, entered at x and left into the
- * global pool: two transposes of activations.  MobileNetV2's depthwise
- * convolutions are in the region too. */
+ * the first (3 channels) padded to 8, entered at x and left through the
+ * global pool, a mean over the middle axes of [N, H, W, C]: one
+ * transpose of activations.  MobileNetV2's depthwise convolutions are
+ * in the region too. */
 START_TEST(resnets) {
   static const struct {
     const char *file;
@@ -961,7 +993,9 @@ START_TEST(resnets) {
   Count k = count(j.g);
   ck_assert_int_eq(k.nhwc, ex[_i].convs);
   ck_assert_int_eq(k.nchw, 0);
-  ck_assert_int_eq(k.transposes, 2);
+  ck_assert_int_eq(k.transposes, 1);
+  ck_assert_int_eq(count_op(j.g, OP_GLOBAL_AVGPOOL), 0);
+  ck_assert_int_eq(count_op(j.g, OP_REDUCE_MEAN), 1);
   ck_assert_int_eq(count_op(j.g, OP_PAD), 2); /* the stem's x and W, 3 channels to 8 */
   ctx_free(&c);
 }
@@ -972,6 +1006,7 @@ static Suite *nhwc_suite(void) {
   TCase *t = tcase_create("nhwc");
   tcase_set_timeout(t, 600);
   tcase_add_loop_test(t, block_f16_bf16, 0, 2);
+  tcase_add_loop_test(t, reduce_leaves_region, 0, 2);
   tcase_add_test(t, block_i8);
   tcase_add_test(t, block_i8_padded_zero_point);
   tcase_add_test(t, block_grouped);
