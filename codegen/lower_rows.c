@@ -351,7 +351,11 @@ static bool lower_reduce(CgBuild *b, const Node *n) {
     for (int j = 0; j < grp->n_siblings; j++) red[nr++] = grp->siblings[j];
   bool reduced[DL_MAX_RANK] = {false};
   if (n->op == OP_GLOBAL_AVGPOOL) {
-    mark(reduced, xt->rank, 2, xt->rank);
+    /* channels last: the pixels are the middle axes (column mode) */
+    if (ir_nhwc(n))
+      mark(reduced, xt->rank, 1, xt->rank - 1);
+    else
+      mark(reduced, xt->rank, 2, xt->rank);
   } else {
     int n_axes;
     const int64_t *axes = ir_attr_ints(n, "axes", &n_axes);

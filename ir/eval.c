@@ -157,7 +157,7 @@ static bool eval_node(Eval *e, const Node *n, Tensor *const *in, Tensor *out,
     case OP_RMS_NORM:
     case OP_GROUP_NORM:
       return eval_norm(e, n, in[0], n->n_in > 1 ? in[1] : NULL, n->n_in > 2 ? in[2] : NULL, out);
-    case OP_GLOBAL_AVGPOOL: return eval_global_avgpool(e, in[0], out);
+    case OP_GLOBAL_AVGPOOL: return eval_global_avgpool(e, n, in[0], out);
     case OP_ATTENTION:
     case OP_ATTENTION_LSE: return eval_attention(n, in, out) || fail(e, "out of memory");
     case OP_ATTENTION_GRAD: return eval_attention_grad(n, in, out) || fail(e, "out of memory");

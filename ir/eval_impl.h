@@ -239,7 +239,7 @@ bool eval_norm(Eval *e, const Node *n, const Tensor *x, const Tensor *w, const T
                Tensor *out);
 bool eval_attention(const Node *n, Tensor *const *in, Tensor *out);
 bool eval_attention_grad(const Node *n, Tensor *const *in, Tensor *out);
-bool eval_global_avgpool(Eval *e, const Tensor *x, Tensor *out);
+bool eval_global_avgpool(Eval *e, const Node *n, const Tensor *x, Tensor *out);
 bool eval_batchnorm(Eval *e, const Node *n, Tensor *const *in, Tensor *out);
 /* eval_conv.c */
 bool eval_matmul(Eval *e, const Node *n, const Tensor *a, const Tensor *b, Tensor *out);

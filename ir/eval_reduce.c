@@ -320,14 +320,19 @@ bool eval_attention_grad(const Node *n, Tensor *const *in, Tensor *out) {
   return true;
 }
 
-bool eval_global_avgpool(Eval *e, const Tensor *x, Tensor *out) {
+/* Channels last (layout "nhwc") the pixels of channel c are C apart;
+ * each sums in the same order either way. */
+bool eval_global_avgpool(Eval *e, const Node *n, const Tensor *x, Tensor *out) {
   const TensorType *t = &x->type;
   if (t->rank < 2) return fail(e, "needs [N, C, ...]");
-  int64_t outer = t->dims[0] * t->dims[1], len = 1;
-  for (int i = 2; i < t->rank; i++) len *= t->dims[i];
-  for (int64_t o = 0; o < outer; o++) {
+  bool nhwc = ir_nhwc(n);
+  int64_t C = t->dims[nhwc ? t->rank - 1 : 1], len = 1;
+  for (int i = 1; i < t->rank; i++) len *= t->dims[i];
+  len /= C;
+  for (int64_t o = 0; o < t->dims[0] * C; o++) {
+    int64_t img = o / C, c = o % C, at = nhwc ? img * len * C + c : o * len, step = nhwc ? C : 1;
     double s = 0;
-    for (int64_t k = 0; k < len; k++) s += ir_tensor_get(x, o * len + k);
+    for (int64_t k = 0; k < len; k++) s += ir_tensor_get(x, at + k * step);
     ir_tensor_set(out, o, s / (double)len);
   }
   return true;

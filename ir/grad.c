@@ -854,6 +854,7 @@ static const char *lacks_nhwc(const Node *n) {
     case OP_CONV3D: return "conv3d in layout \"nhwc\"";
     case OP_RESIZE: return "resize in layout \"nhwc\"";
     case OP_GROUP_NORM: return "group_norm in layout \"nhwc\"";
+    case OP_GLOBAL_AVGPOOL: return "global_avgpool in layout \"nhwc\"";
     default: return "a pool in layout \"nhwc\"";
   }
 }
@@ -1083,7 +1084,7 @@ static const char *lacks_layers(const Node *n) {
 #define GRAD_LAYERNORM VJP(vjp_layernorm)
 #define GRAD_RMS_NORM VJP(vjp_layernorm)
 #define GRAD_GROUP_NORM PARTIAL(vjp_group_norm, lacks_nhwc)
-#define GRAD_GLOBAL_AVGPOOL VJP(vjp_global_avgpool)
+#define GRAD_GLOBAL_AVGPOOL PARTIAL(vjp_global_avgpool, lacks_nhwc)
 #define GRAD_BATCHNORM RULE(vjp_batchnorm, 1u << 3 | 1u << 4, false)
 #define GRAD_MATMUL VJP(vjp_matmul)
 #define GRAD_LINEAR VJP(vjp_linear)

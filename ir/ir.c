@@ -219,7 +219,8 @@ bool ir_nhwc(const Node *n) {
     case OP_MAXPOOL3D:
     case OP_AVGPOOL3D:
     case OP_RESIZE:
-    case OP_GROUP_NORM: break;
+    case OP_GROUP_NORM:
+    case OP_GLOBAL_AVGPOOL: break;
     default: return false;
   }
   const Attr *a = ir_attr(n, "layout");

@@ -621,9 +621,12 @@ bool shape_attention_grad(const Node *n, TensorType *out, char *err, size_t errl
 bool shape_global_pool(const Node *n, TensorType *out, char *err, size_t errlen) {
   if (!operands_ok(n, err, errlen)) return false;
   const TensorType *x = in_type(n, 0);
-  if (!need_rank(n, x, 4, "[N, C, H, W]", err, errlen)) return false;
+  bool nhwc;
+  if (!layout_of(n, &nhwc, err, errlen)) return false;
+  if (!need_rank(n, x, 4, nhwc ? "[N, H, W, C]" : "[N, C, H, W]", err, errlen)) return false;
   if (!need_float(n, x, err, errlen)) return false;
   out[0] = *x;
+  out[0].dims[1] = x->dims[nhwc ? 3 : 1];
   out[0].dims[2] = out[0].dims[3] = 1;
   return true;
 }

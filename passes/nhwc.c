@@ -176,19 +176,21 @@ static bool gn_eligible(const Node *n) {
 }
 
 /* A reduction of an image over its spatial dims: global_avgpool, or a
- * mean, sum, max or min over axes {2, 3} ({2, 3, 4} in 5-d): ResNet's
- * and EfficientNet's head, the x.mean((2, 3)) of others.  Channels last
- * it is the same reduction over the middle axes, whose kernel reads
- * consecutive channels in consecutive threads (codegen/lower_rows.c's
- * column mode, as coalesced as NCHW's rows), so a region's last image
- * leaves through it with no transpose: its result, [N, C] or [N, C, 1,
- * 1], is the same bytes in either layout. */
+ * mean, sum, max or min over axes {2, 3} ({2, 3, 4} in 5-d) that drops
+ * them: ResNet's and EfficientNet's head, the x.mean((2, 3)) of others.
+ * Channels last it is the same reduction over the middle axes (the pool
+ * in layout "nhwc"), whose kernel reads consecutive channels in
+ * consecutive threads (codegen/lower_rows.c's column mode, as coalesced
+ * as NCHW's rows), so a region's last image leaves through it with no
+ * transpose: its result, [N, C] or [N, C, 1, 1], is the same either
+ * way. */
 static bool spatial_reduce(const Node *n) {
   if (n->n_in != 1) return false;
   int R = n->in[0]->type.rank;
   if (n->guard || (R != 4 && R != 5) || !ir_dtype_is_float(n->in[0]->type.dtype)) return false;
-  if (n->op == OP_GLOBAL_AVGPOOL) return true;
-  if (n->op != OP_REDUCE_MEAN && n->op != OP_REDUCE_SUM && n->op != OP_REDUCE_MAX && n->op != OP_REDUCE_MIN)
+  if (n->op == OP_GLOBAL_AVGPOOL) return R == 4 && !ir_nhwc(n);
+  if ((n->op != OP_REDUCE_MEAN && n->op != OP_REDUCE_SUM && n->op != OP_REDUCE_MAX && n->op != OP_REDUCE_MIN) ||
+      ir_attr_int(n, "keepdims"))
     return false;
   int cnt;
   const int64_t *axes = ir_attr_ints(n, "axes", &cnt);
@@ -337,32 +339,16 @@ static Value *pad_channels(Nhwc *S, Value *v, Node *before, int64_t c) {
 
 static bool converted(Nhwc *S, const Node *n) { return n->id >= 0 && S->inside[n->id] && S->convert[find(S, n->out[0].id)]; }
 
-/* Reduction n (spatial_reduce) of x, a converted region's image, over
- * x channels last: in place when its result drops the reduced dims,
- * else the reduction before it, n the reshape of [N, 1, 1, C] to
- * [N, C, 1, 1] (the same bytes). */
+/* Reduction n (spatial_reduce) of x, a converted region's image, in
+ * place over x channels last: its result stays as it was. */
 static void reduce_channels_last(Nhwc *S, Node *n, Value *x) {
-  Graph *g = S->g;
-  int R = x->type.rank;
-  int64_t axes[3] = {1, 2, 3};
-  bool keep = n->op == OP_GLOBAL_AVGPOOL || ir_attr_int(n, "keepdims");
-  if (!keep) {
-    n->in[0] = x;
-    ir_set_ints(g, n, "axes", R - 2, axes);
+  n->in[0] = x;
+  if (n->op == OP_GLOBAL_AVGPOOL) {
+    ir_set_str(S->g, n, "layout", "nhwc");
     return;
   }
-  Node *r = ir_node_new(g, n->op == OP_GLOBAL_AVGPOOL ? OP_REDUCE_MEAN : n->op, 1, &x, n->loc);
-  r->scope = n->scope;
-  ir_set_ints(g, r, "axes", R - 2, axes);
-  ir_set_int(g, r, "keepdims", 1);
-  char err[256];
-  if (!ir_infer(r, err, sizeof err)) dl_internal(g->ctx, "nhwc: %s", err);
-  ir_insert_before(g, n, r);
-  r->id = r->out[0].id = -1;
-  n->op = OP_RESHAPE;
-  n->n_attrs = 0, n->attrs = NULL;
-  n->in[0] = &r->out[0];
-  ir_set_ints(g, n, "shape", n->out[0].type.rank, n->out[0].type.dims);
+  static const int64_t axes[3] = {1, 2, 3};
+  ir_set_ints(S->g, n, "axes", x->type.rank - 2, axes);
 }
 
 /* v for an outside use: its transpose back when an inside node of a
