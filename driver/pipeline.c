@@ -96,6 +96,12 @@ struct Pipeline {
    * feed the totals to their optimizers (dlc_optimizer.grad_stats_input). */
   bool clip, loss_scaling;
   DistComm comm; /* the forward's and backward's all-reduces over the tensor group */
+  /* --bucket-mb: the gradients' average over the stage's D copies in
+   * buckets of consecutive parameters (bucket b holds params
+   * [bucket_first[b], bucket_first[b + 1])); n_buckets 0: one each */
+  int n_buckets;
+  int *bucket_first;
+  float **bucket;
   bool speaks;   /* the first rank of its stage in the first pipeline (the full batch's plans) */
   /* Dropout's state when the stage has dropouts: the whole model's seed
    * and step count (one process's dlcc.step, advanced per global batch,
@@ -502,6 +508,25 @@ static bool deferred_bns(Pipeline *p) {
   return true;
 }
 
+/* --bucket-mb's buckets: consecutive parameters' gradients up to about
+ * that many MiB each (one alone when larger), as DDP's bucket_cap_mb;
+ * false when memory ran out. */
+static bool make_buckets(Pipeline *p) {
+  size_t cap = (size_t)(p->c.bucket_mb * 1024 * 1024);
+  p->bucket_first = calloc((size_t)p->n_params + 1, sizeof *p->bucket_first);
+  p->bucket = calloc((size_t)p->n_params + 1, sizeof *p->bucket);
+  if (!p->bucket_first || !p->bucket) return false;
+  for (int j = 0; j < p->n_params;) {
+    size_t bytes = 0;
+    int first = j;
+    while (j < p->n_params && (j == first || bytes + p->params[j].bytes <= cap)) bytes += p->params[j++].bytes;
+    p->bucket_first[p->n_buckets] = first;
+    p->bucket_first[p->n_buckets + 1] = j;
+    if (!(p->bucket[p->n_buckets++] = malloc(bytes ? bytes : 1))) return false;
+  }
+  return true;
+}
+
 static Pipeline *create(const PipeConfig *c, const Pipeline *like, char *err, size_t errlen) {
   Pipeline *p = calloc(1, sizeof *p);
   if (!p) return snprintf(err, errlen, "out of memory"), NULL;
@@ -581,6 +606,18 @@ static Pipeline *create(const PipeConfig *c, const Pipeline *like, char *err, si
     fflush(stdout);
   }
   p->speaks = first;
+  if (c->replicas && c->bucket_mb > 0) {
+    if (!make_buckets(p)) {
+      snprintf(err, errlen, "out of memory for the gradients' buckets");
+      pipe_free(p);
+      return NULL;
+    }
+    if ((!c->tensor || c->tensor->rank == 0) && c->replicas->rank == 0 && !like) {
+      printf("  stage %d: gradients averaged over the %d pipelines in %d bucket%s of up to %g MiB\n", p->s,
+             c->replicas->size, p->n_buckets, p->n_buckets == 1 ? "" : "s", c->bucket_mb);
+      fflush(stdout);
+    }
+  }
   return p;
 }
 
@@ -977,6 +1014,35 @@ static bool part_grads(Pipeline *p, bool *comm) {
   return true;
 }
 
+/* The micro-batches' summed gradients scaled, then averaged over the
+ * stage's D copies (each element alone, in rank order: the same bits
+ * whatever the buckets). */
+static bool average_copies(Pipeline *p, float scale, bool *comm) {
+  Dist *rd = p->c.replicas;
+  for (int j = 0; j < p->n_params; j++)
+    for (size_t i = 0; i < p->params[j].bytes / sizeof(float); i++) p->params[j].acc[i] *= scale;
+  if (!rd) return true;
+  if (!p->n_buckets) {
+    for (int j = 0; j < p->n_params; j++)
+      if (dist_start(rd, p->params[j].acc, p->params[j].bytes / sizeof(float), false) != DIST_OK)
+        return *comm = true, false;
+    return dist_wait(rd) == DIST_OK || (*comm = true, false);
+  }
+  for (int b = 0; b < p->n_buckets; b++) {
+    size_t at = 0;
+    for (int j = p->bucket_first[b]; j < p->bucket_first[b + 1]; j++)
+      memcpy((char *)p->bucket[b] + at, p->params[j].acc, p->params[j].bytes), at += p->params[j].bytes;
+    if (dist_start(rd, p->bucket[b], at / sizeof(float), false) != DIST_OK) return *comm = true, false;
+  }
+  if (dist_wait(rd) != DIST_OK) return *comm = true, false;
+  for (int b = 0; b < p->n_buckets; b++) {
+    size_t at = 0;
+    for (int j = p->bucket_first[b]; j < p->bucket_first[b + 1]; j++)
+      memcpy(p->params[j].acc, (char *)p->bucket[b] + at, p->params[j].bytes), at += p->params[j].bytes;
+  }
+  return true;
+}
+
 /* The optimizer once, with the mean of the micro-batches' gradients (each
  * the gradient of its micro-batch's mean loss, so their mean is the
  * pipeline's share's), averaged over the stage's D copies in rank order
@@ -984,13 +1050,7 @@ static bool part_grads(Pipeline *p, bool *comm) {
  * the new parameters into the other plans. */
 static bool update(Pipeline *p, float lr, bool *comm, char *err, size_t errlen) {
   float scale = p->loss_scaling ? 1.0f : 1.0f / (float)p->m_count; /* the seed divided already */
-  Dist *rd = p->c.replicas;
-  for (int j = 0; j < p->n_params; j++) {
-    StageParam *sp = &p->params[j];
-    for (size_t i = 0; i < sp->bytes / sizeof(float); i++) sp->acc[i] *= scale;
-    if (rd && dist_start(rd, sp->acc, sp->bytes / sizeof(float), false) != DIST_OK) return *comm = true, false;
-  }
-  if (rd && dist_wait(rd) != DIST_OK) return *comm = true, false;
+  if (!average_copies(p, scale, comm)) return false;
   if (!part_grads(p, comm)) return false;
   /* Every stage's share of the statistics its optimizer is fed, summed
    * over the stage's tensor ranks (their parts of the shards; the whole
@@ -1084,6 +1144,8 @@ void pipe_free(Pipeline *p) {
   for (int i = 0; p->bufs && i < p->c.data->n; i++) free(p->bufs[i]);
   free(p->stash), free(p->bsend), free(p->fsend), free(p->dy), free(p->params), free(p->bufs);
   free(p->in_bytes), free(p->out_bytes), free(p->in_grad_out);
+  for (int b = 0; b < p->n_buckets; b++) free(p->bucket[b]);
+  free(p->bucket), free(p->bucket_first);
   dlc_free(p->fwd);
   dlc_free(p->bwd);
   dlc_train_free(p->opt);

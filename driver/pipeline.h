@@ -42,6 +42,9 @@ typedef struct PipeConfig {
    * statistics of all its micro-batches together (torchgpipe's
    * DeferredBatchNorm), not once a micro-batch. */
   bool deferred_bn;
+  /* --bucket-mb: the gradients averaged over the D pipelines in buckets
+   * of consecutive parameters of about that many MiB; 0: one each. */
+  double bucket_mb;
 } PipeConfig;
 
 typedef struct Pipeline Pipeline;

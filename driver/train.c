@@ -257,7 +257,7 @@ static bool pipe_args_check(TrainArgs *o) {
     fprintf(stderr, "dlcc: error: unknown pipeline schedule '%s' (expected gpipe or 1f1b)\n", o->pipe_schedule);
     return false;
   }
-  bad = o->sync_bn ? "--sync-bn" : o->bucket_mb > 0 ? "--bucket-mb" : NULL;
+  bad = o->sync_bn ? "--sync-bn" : NULL;
   if (bad) {
     fprintf(stderr, "dlcc: error: pipeline parallel does not take %s yet\n", bad);
     return false;
@@ -896,7 +896,7 @@ static bool compile_pipeline(Run *r) {
                    .first_sample = r->dist->rank / (a->pipeline * r->tp) * (a->batch / D),
                    .one_f_one_b = a->pipe_schedule && strcmp(a->pipe_schedule, "1f1b") == 0, .dist = r->tgroup,
                    .world = r->dist, .replicas = D > 1 ? r->dgroup : NULL, .tensor = r->tp > 1 ? r->sgroup : NULL,
-                   .deferred_bn = a->deferred_bn};
+                   .deferred_bn = a->deferred_bn, .bucket_mb = a->bucket_mb};
   char err[4096];
   if (!(r->pipe = pipe_new(&pc, err, sizeof err))) {
     fprintf(stderr, strstr(err, ": error: ") ? "%s\n" : "dlcc: error: %s\n", err); /* located: as diag wrote it */

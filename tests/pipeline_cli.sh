@@ -236,6 +236,19 @@ grep -qx '  data parallel: 2 pipelines of 2 stages (world rank w is stage w % 2 
 cmp -s "$tmp/dp-gpipe.ckpt.safetensors" "$tmp/dp-1f1b.ckpt.safetensors" && ok || fail "2 x 2: GPipe and 1F1B differ"
 expect 0 "" mpi 4 "$dlcc" train $A --backend=ref --pipeline=2 --micro-batches=2 --save "$tmp/dp-again.safetensors"
 cmp -s "$tmp/dp-gpipe.ckpt.safetensors" "$tmp/dp-again.ckpt.safetensors" && ok || fail "2 x 2 twice: not the same bytes"
+# --bucket-mb: the gradients averaged over the pipelines in buckets
+# (0.001 MiB: fc1's two, then fc2's weight and bias apart; 100: one) are
+# the same bits as one all-reduce each.
+for mb in 0.001 100; do
+  expect 0 "" mpi 4 "$dlcc" train $A --backend=ref --pipeline=2 --micro-batches=2 --bucket-mb=$mb \
+    --save "$tmp/dp-bucket.safetensors"
+  cmp -s "$tmp/dp-gpipe.ckpt.safetensors" "$tmp/dp-bucket.ckpt.safetensors" && ok ||
+    fail "2 x 2, --bucket-mb=$mb: not the same bytes as one all-reduce each"
+  cp "$tmp/out" "$tmp/bucket-$mb.out"
+done
+grep -qx "  stage 0: gradients averaged over the 2 pipelines in 3 buckets of up to 0.001 MiB" "$tmp/bucket-0.001.out" &&
+  grep -qx "  stage 0: gradients averaged over the 2 pipelines in 1 bucket of up to 100 MiB" "$tmp/bucket-100.out" &&
+  ok || fail "--bucket-mb's buckets: $(cat "$tmp/bucket-0.001.out" "$tmp/bucket-100.out")"
 expect 0 "" mpi 4 "$dlcc" train $D --pipeline=2 --micro-batches=2 --schedule=1f1b --save "$tmp/drop4.safetensors"
 close "$tmp/drop1.ckpt.safetensors" "$tmp/drop4.ckpt.safetensors" "dropout on 2 pipelines of 2 stages"
 
