@@ -926,6 +926,39 @@ START_TEST(test_initializers_stay_params) {
 }
 END_TEST
 
+/* bn.weight (ones), bn.bias (zeros) and the running statistics rm, rv:
+ * [2] each. */
+static void add_bn_initializers(Model *b, const float *rm, const float *rv) {
+  const int64_t cd[1] = {2};
+  const float ones[2] = {1, 1}, zeros[2] = {0, 0};
+  add_init_f32(b, "bn.weight", 1, cd, 2, ones);
+  add_init_f32(b, "bn.bias", 1, cd, 2, zeros);
+  add_init_f32(b, "bn.running_mean", 1, cd, 2, rm);
+  add_init_f32(b, "bn.running_var", 1, cd, 2, rv);
+}
+
+/* g in training mode, its outputs the result and the two new running
+ * statistics, evaluated at x = 1..8 ([2, 2, 1, 2]): channel 0 holds 1,
+ * 2, 5, 6 (mean 3.5, unbiased variance 17/3), channel 1 3, 4, 7, 8
+ * (mean 5.5, the same). */
+static void eval_training_mode(Graph *g, const int64_t *xd, Tensor out[3]) {
+  AutodiffOptions ado = {0};
+  ck_assert_msg(pass_train_mode(g, &ado) && ir_verify(g), "%s", diag_text(&ctx));
+  ck_assert_int_eq(g->n_outputs, 3);
+  ck_assert_str_eq(ir_output_update(g, 1), "bn.running_mean");
+  ck_assert_str_eq(ir_output_update(g, 2), "bn.running_var");
+  const float x[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+  Tensor xt;
+  TensorType xty = ir_type_make(TY_F32, 4, xd);
+  ck_assert(ir_tensor_alloc(&xt, &xty));
+  memcpy(xt.data, x, sizeof x);
+  const char *xname = "x";
+  TensorMap in = {1, &xname, &xt};
+  char err[256];
+  ck_assert_msg(ir_eval(g, &in, &params, out, err, sizeof err), "%s", err);
+  ir_tensor_free(&xt);
+}
+
 /* PyTorch's export of BatchNorm in train(): training_mode=1, the running
  * statistics' outputs named but read by nothing.  The batchnorm computes
  * the batch's statistics and names the running initializers (kept in
@@ -934,13 +967,10 @@ END_TEST
  * unbiased. */
 START_TEST(test_batchnorm_training_export) {
   Model *b = model_new(15);
-  int64_t xd[4] = {2, 2, 1, 2}, cd[1] = {2};
+  int64_t xd[4] = {2, 2, 1, 2};
   add_input(b, "x", 4, xd);
-  const float ones[2] = {1, 1}, zeros[2] = {0, 0}, rm[2] = {0.5f, -1}, rv[2] = {2, 3};
-  add_init_f32(b, "bn.weight", 1, cd, 2, ones);
-  add_init_f32(b, "bn.bias", 1, cd, 2, zeros);
-  add_init_f32(b, "bn.running_mean", 1, cd, 2, rm);
-  add_init_f32(b, "bn.running_var", 1, cd, 2, rv);
+  const float rm[2] = {0.5f, -1}, rv[2] = {2, 3};
+  add_bn_initializers(b, rm, rv);
   Onnx__NodeProto *n =
       add_node(b, "BatchNormalization", "x,bn.weight,bn.bias,bn.running_mean,bn.running_var", "y,m_out,v_out");
   attr_i(n, "training_mode", 1);
@@ -954,30 +984,14 @@ START_TEST(test_batchnorm_training_export) {
   ck_assert_double_eq_tol(ir_attr_float(bn, "momentum"), 0.25, 1e-7);
   ck_assert_ptr_nonnull(ir_tensor_map_find(&params, "bn.running_mean"));
   ck_assert_ptr_nonnull(ir_tensor_map_find(&params, "bn.running_var"));
-  AutodiffOptions ado = {0};
-  ck_assert_msg(pass_train_mode(g, &ado) && ir_verify(g), "%s", diag_text(&ctx));
-  ck_assert_int_eq(g->n_outputs, 3);
-  ck_assert_str_eq(ir_output_update(g, 1), "bn.running_mean");
-  ck_assert_str_eq(ir_output_update(g, 2), "bn.running_var");
-  /* channel 0: 1, 2, 5, 6 (mean 3.5, unbiased variance 17/3); channel
-   * 1: 3, 4, 7, 8 (mean 5.5, the same) */
-  const float x[8] = {1, 2, 3, 4, 5, 6, 7, 8};
-  Tensor xt;
-  TensorType xty = ir_type_make(TY_F32, 4, xd);
-  ck_assert(ir_tensor_alloc(&xt, &xty));
-  memcpy(xt.data, x, sizeof x);
-  const char *xname = "x";
-  TensorMap in = {1, &xname, &xt};
   Tensor out[3];
-  char err[256];
-  ck_assert_msg(ir_eval(g, &in, &params, out, err, sizeof err), "%s", err);
+  eval_training_mode(g, xd, out);
   const double mean[2] = {3.5, 5.5}, var = 17.0 / 3;
   for (int c = 0; c < 2; c++) {
     ck_assert_double_eq_tol(ir_tensor_get(&out[1], c), 0.75 * rm[c] + 0.25 * mean[c], 1e-5);
     ck_assert_double_eq_tol(ir_tensor_get(&out[2], c), 0.75 * rv[c] + 0.25 * var, 1e-5);
   }
   for (int i = 0; i < 3; i++) ir_tensor_free(&out[i]);
-  ir_tensor_free(&xt);
 }
 END_TEST
 
@@ -992,29 +1006,13 @@ START_TEST(test_batchnorm_twice_and_merged) {
   int64_t xd[4] = {2, 2, 1, 2}, cd[1] = {2};
   add_input(b, "x", 4, xd);
   const float ones[2] = {1, 1}, zeros[2] = {0, 0}, rm[2] = {0.5f, -1}, rv[2] = {2, 3};
-  add_init_f32(b, "bn.weight", 1, cd, 2, ones);
-  add_init_f32(b, "bn.bias", 1, cd, 2, zeros);
-  add_init_f32(b, "bn.running_mean", 1, cd, 2, rm);
-  add_init_f32(b, "bn.running_var", 1, cd, 2, rv);
+  add_bn_initializers(b, rm, rv);
   add_node(b, "BatchNormalization", "x,bn.weight,bn.bias,bn.running_mean,bn.running_var", "y1");
   add_node(b, "BatchNormalization", "y1,bn.weight,bn.bias,bn.running_mean,bn.running_var", "y");
   add_output(b, "y");
   Graph *g = must_import(b);
-  AutodiffOptions ado = {0};
-  ck_assert_msg(pass_train_mode(g, &ado) && ir_verify(g), "%s", diag_text(&ctx));
-  ck_assert_int_eq(g->n_outputs, 3);
-  ck_assert_str_eq(ir_output_update(g, 1), "bn.running_mean");
-  ck_assert_str_eq(ir_output_update(g, 2), "bn.running_var");
-  const float x[8] = {1, 2, 3, 4, 5, 6, 7, 8};
-  Tensor xt;
-  TensorType xty = ir_type_make(TY_F32, 4, xd);
-  ck_assert(ir_tensor_alloc(&xt, &xty));
-  memcpy(xt.data, x, sizeof x);
-  const char *xname = "x";
-  TensorMap in = {1, &xname, &xt};
   Tensor out[3];
-  char err[256];
-  ck_assert_msg(ir_eval(g, &in, &params, out, err, sizeof err), "%s", err);
+  eval_training_mode(g, xd, out);
   /* the first normalizes each channel (mean 3.5 or 5.5, unbiased
    * variance 17/3) to mean 0 and biased variance var / (var + eps): the
    * second's statistics */
@@ -1025,7 +1023,6 @@ START_TEST(test_batchnorm_twice_and_merged) {
     ck_assert_double_eq_tol(ir_tensor_get(&out[2], c), 0.9 * v1 + 0.1 * biased / (biased + eps) * 4 / 3, 1e-5);
   }
   for (int i = 0; i < 3; i++) ir_tensor_free(&out[i]);
-  ir_tensor_free(&xt);
   teardown();
   setup();
   b = model_new(15);
@@ -1036,6 +1033,7 @@ START_TEST(test_batchnorm_twice_and_merged) {
   add_node(b, "BatchNormalization", "x,bn.weight,bn.bias,bn.bias,bn.running_var", "y");
   add_output(b, "y");
   g = must_import(b);
+  AutodiffOptions ado = {0};
   ck_assert(!pass_train_mode(g, &ado));
   ck_assert_msg(strstr(diag_text(&ctx), "batchnorm in training mode updates its running mean 'bn.bias', which is "
                                         "also read as another operand (an exporter merged equal initializers"),
