@@ -32,15 +32,28 @@ static void check_params(Graph *g, const TensorMap *params) {
 static int run(Ctx *c, void *data) {
   FuzzText *in = data;
   /* Folding at import evaluates ops: keep what it may compute small. */
-  OnnxOptions oo = {.max_fold_elems = 1 << 16};
+  OnnxOwn own;
+  OnnxOptions oo = {.max_fold_elems = 1 << 16, .own = &own};
   TensorMap params;
   Graph *g = fe_onnx_import_bytes(c, model_path, in->text, in->len, &oo, &params);
   if (!g) {
-    if (params.n) fuzz_fail("a rejected model returned %d params", params.n);
+    if (params.n || own.values.n)
+      fuzz_fail("a rejected model returned %d params, %d own values", params.n, own.values.n);
     fuzz_require_diag("fe_onnx_import_bytes", c);
     return 1;
   }
   check_params(g, &params);
+  /* the model's own values: every param once (with or without data),
+   * and the derived ones first */
+  if (own.n_derived > own.values.n) fuzz_fail("%d derived of %d own values", own.n_derived, own.values.n);
+  for (int i = 0; i < own.values.n; i++) {
+    const Tensor *p = ir_tensor_map_find(&params, own.values.names[i]);
+    if (i < own.n_derived && (!p || !own.values.tensors[i].data))
+      fuzz_fail("derived value '%s' is not a param with data", own.values.names[i]);
+    if (p && !ir_type_eq(&p->type, &own.values.tensors[i].type))
+      fuzz_fail("own '%s' is not its param's type", own.values.names[i]);
+  }
+  ir_tensor_map_free(&own.values);
   ir_tensor_map_free(&params);
   free(fuzz_check_graph(c, g, "fe_onnx_import_bytes"));
   return 0;
