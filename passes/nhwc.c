@@ -13,7 +13,9 @@
  * connection joins its decoder's convolutions to the encoder's
  * region).  A region's image reduced over its spatial dims (a global
  * pool, a mean over (2, 3)) leaves through the same reduction channels
- * last, not a transpose.  The weights become [Co, kH,
+ * last, not a transpose, and the model's own permutes between the
+ * layouts (ConvNeXt's around each block's LayerNorm and MLP) are taken
+ * away, each counting as a gain.  The weights become [Co, kH,
  * kW, C] through a transpose of the param, which codegen computes once
  * at load (an init step), and the user's inputs and outputs keep their
  * layout.
@@ -56,6 +58,7 @@ typedef struct Nhwc {
   Value **values;    /* by id */
   bool *inside;      /* by node id: a convolution or agnostic op of a region */
   int *convs, *edges; /* by root value id: convolutions that gain (fed inputs); transposes */
+  int *cancels;      /* by root value id: the model's own layout transposes the region takes away */
   bool *convert;     /* by root value id */
   Value **as_nhwc;   /* by value id: its transpose in, or channel vector's reshape */
   Value **as_nchw;   /* by value id: its transpose out */
@@ -199,6 +202,17 @@ static bool spatial_reduce(const Node *n) {
   return spatial;
 }
 
+/* Whether n is a transpose of an image by perm (to_nhwc or to_nchw of
+ * its rank): the model's own move between the layouts (ConvNeXt's
+ * permutes around each block's LayerNorm and MLP). */
+static bool layout_move(const Node *n, const int64_t *(*perm_of)(int)) {
+  if (n->op != OP_TRANSPOSE || n->guard) return false;
+  int R = n->in[0]->type.rank, cnt;
+  if (R != 4 && R != 5) return false;
+  const int64_t *perm = ir_attr_ints(n, "perm", &cnt);
+  return cnt == R && memcmp(perm, perm_of(R), sizeof(int64_t) * (size_t)R) == 0;
+}
+
 /* Where axis a of an NCHW (NCDHW) value of rank R is channels last. */
 static int64_t nhwc_axis(int64_t a, int R) {
   if (a < 0) a += R;
@@ -261,11 +275,20 @@ static Node *new_move(Nhwc *S, OpKind op, Value *v, Node *before, int rank, cons
   return t;
 }
 
+/* Whether v, read by a region, is the model's own move to NCHW of a
+ * value made outside every region: the region reads that value instead. */
+static bool cancels_entry(const Nhwc *S, const Value *v) {
+  const Node *t = v->def;
+  return layout_move(t, to_nchw) && t->id >= 0 && !S->inside[t->in[0]->def->id];
+}
+
 /* v for an inside node: itself when made inside (already NHWC), else
  * its transpose in, made once before its first such use. */
 static Value *nhwc_of(Nhwc *S, Value *v, Node *before, int kind) {
   if (kind == 2) return v;
   if (kind == 0 && v->def->id >= 0 && S->inside[v->def->id]) return v;
+  /* the model's own move to NCHW of a channels-last value: that value */
+  if (kind == 0 && cancels_entry(S, v)) return v->def->in[0];
   if (!S->as_nhwc[v->id]) {
     int R = v->type.rank;
     if (kind == 0) {
@@ -399,6 +422,7 @@ static void find_regions(Nhwc *S) {
    * output reads */
   Arena *a = &g->ctx->arena;
   bool *entry = ARENA_ARRAY(a, bool, S->n_values), *exit_ = ARENA_ARRAY(a, bool, S->n_values);
+  bool *cancel_in = ARENA_ARRAY(a, bool, S->n_values), *cancel_out = ARENA_ARRAY(a, bool, S->n_values);
   /* fed: a convolution's result, or an agnostic op's over one (its
    * epilogue, or stored); a convolution gains when its input is fed.
    * Over an entry's transpose alone (a clip of a depthwise conv's
@@ -417,15 +441,30 @@ static void find_regions(Nhwc *S) {
       Value *v = n->in[i];
       bool made_inside = S->inside[v->def->id];
       bool image = windowed(n) ? i == 0 : n->op == OP_CONCAT || operand_kind(v, &n->out[0].type) == 0;
-      if (S->inside[n->id] && !made_inside && image) entry[v->id] = true;
-      if (!S->inside[n->id] && made_inside && !spatial_reduce(n)) exit_[v->id] = true;
+      if (S->inside[n->id] && !made_inside && image) {
+        if (cancels_entry(S, v))
+          cancel_in[v->id] = true;
+        else
+          entry[v->id] = true;
+      }
+      /* a spatial reduction reads the region's image as it is, the
+       * model's own move to NHWC is the region's layout already */
+      if (!S->inside[n->id] && made_inside && layout_move(n, to_nhwc)) cancel_out[v->id] = true;
+      else if (!S->inside[n->id] && made_inside && !spatial_reduce(n)) exit_[v->id] = true;
     }
   }
   for (int i = 0; i < g->n_outputs; i++)
     if (S->inside[g->outputs[i]->def->id]) exit_[g->outputs[i]->id] = true;
-  for (int v = 0; v < S->n_values; v++) S->edges[find(S, v)] += entry[v] + exit_[v];
-  for (int v = 0; v < S->n_values; v++)
-    S->convert[v] = find(S, v) == v && S->convs[v] >= 2 && S->edges[v] <= S->convs[v];
+  for (int v = 0; v < S->n_values; v++) {
+    S->edges[find(S, v)] += entry[v] + exit_[v];
+    S->cancels[find(S, v)] += cancel_in[v] + cancel_out[v];
+  }
+  /* A transpose of the model's own that the region takes away gains as
+   * a convolution reading cp.async does. */
+  for (int v = 0; v < S->n_values; v++) {
+    int gains = S->convs[v] + S->cancels[v];
+    S->convert[v] = find(S, v) == v && gains >= 2 && S->edges[v] <= gains;
+  }
 }
 
 bool pass_nhwc(Graph *g, PassCtx *pc) {
@@ -447,6 +486,7 @@ bool pass_nhwc(Graph *g, PassCtx *pc) {
   S.inside = ARENA_ARRAY(a, bool, max_node);
   S.convs = ARENA_ARRAY(a, int, n_values);
   S.edges = ARENA_ARRAY(a, int, n_values);
+  S.cancels = ARENA_ARRAY(a, int, n_values);
   S.convert = ARENA_ARRAY(a, bool, n_values);
   S.as_nhwc = ARENA_ARRAY(a, Value *, n_values);
   S.as_nchw = ARENA_ARRAY(a, Value *, n_values);
@@ -508,6 +548,14 @@ bool pass_nhwc(Graph *g, PassCtx *pc) {
   for (int j = 0; j < count; j++) {
     Node *n = order[j];
     if (converted(&S, n)) continue;
+    if (layout_move(n, to_nhwc) && converted(&S, n->in[0]->def)) {
+      /* the value is channels last already: the move is a no-op */
+      pass_stat(pc, "nhwc: the model's own layout transposes taken away", 1);
+      n->op = OP_RESHAPE;
+      n->n_attrs = 0, n->attrs = NULL;
+      ir_set_ints(g, n, "shape", n->out[0].type.rank, n->out[0].type.dims);
+      continue;
+    }
     if (spatial_reduce(n) && converted(&S, n->in[0]->def)) {
       pass_stat(pc, "nhwc: regions left through a spatial reduction, not a transpose", 1);
       reduce_channels_last(&S, n, n->in[0]);
@@ -518,6 +566,9 @@ bool pass_nhwc(Graph *g, PassCtx *pc) {
     for (int i = 0; i < n->n_in; i++) n->in[i] = nchw_of(&S, n->in[i]);
   }
   for (int i = 0; i < g->n_outputs; i++) g->outputs[i] = nchw_of(&S, g->outputs[i]);
+  /* the model's own moves to NCHW that the regions read through are
+   * left without readers */
+  pass_dce(g, pc);
   /* quant-report compares each product's result with the f32 graph's */
   QuantSummary *qs = o->quant_summary;
   for (int i = 0; qs && i < qs->n_layers; i++) {

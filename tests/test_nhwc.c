@@ -763,6 +763,46 @@ START_TEST(reduce_leaves_region) {
 }
 END_TEST
 
+/* Two ConvNeXt blocks: a 7x7 depthwise convolution, the model's own
+ * permute to NHWC for a LayerNorm and an MLP over the channels, its
+ * permute back, a layer scale and the residual add.  Channels last the
+ * region takes the model's permutes away (the first becomes a no-op
+ * reshape, the second goes: the region reads the MLP's NHWC result), so
+ * only x's transpose in and y's out are left of the 4. */
+static char *convnext_text(const char *dt) {
+  char *t = malloc(8192);
+  int len = snprintf(t, 8192, "graph convnext {\n  %%x0 = input {name=\"x\"} : %s[2, 32, 8, 8]\n", dt);
+  for (int b = 0; b < 2; b++)
+    len += snprintf(t + len, 8192 - (size_t)len,
+                    "  %%w%2$d = param {name=\"b%2$d.dw\"} : %1$s[32, 1, 7, 7]\n"
+                    "  %%d%2$d = conv2d %%x%2$d, %%w%2$d {pad=[3, 3, 3, 3], groups=32} : %1$s[2, 32, 8, 8]\n"
+                    "  %%p%2$d = transpose %%d%2$d {perm=[0, 2, 3, 1]} : %1$s[2, 8, 8, 32]\n"
+                    "  %%g%2$d = param {name=\"b%2$d.ln.weight\"} : %1$s[32]\n"
+                    "  %%e%2$d = param {name=\"b%2$d.ln.bias\"} : %1$s[32]\n"
+                    "  %%n%2$d = layernorm %%p%2$d, %%g%2$d, %%e%2$d {axis=3} : %1$s[2, 8, 8, 32]\n"
+                    "  %%u%2$d = param {name=\"b%2$d.fc1\"} : %1$s[32, 64]\n"
+                    "  %%h%2$d = matmul %%n%2$d, %%u%2$d : %1$s[2, 8, 8, 64]\n"
+                    "  %%a%2$d = gelu %%h%2$d : %1$s[2, 8, 8, 64]\n"
+                    "  %%v%2$d = param {name=\"b%2$d.fc2\"} : %1$s[64, 32]\n"
+                    "  %%m%2$d = matmul %%a%2$d, %%v%2$d : %1$s[2, 8, 8, 32]\n"
+                    "  %%q%2$d = transpose %%m%2$d {perm=[0, 3, 1, 2]} : %1$s[2, 32, 8, 8]\n"
+                    "  %%s%2$d = param {name=\"b%2$d.gamma\"} : %1$s[32, 1, 1]\n"
+                    "  %%l%2$d = mul %%q%2$d, %%s%2$d : %1$s[2, 32, 8, 8]\n"
+                    "  %%x%3$d = add %%l%2$d, %%x%2$d : %1$s[2, 32, 8, 8]\n",
+                    dt, b, b + 1);
+  snprintf(t + len, 8192 - (size_t)len, "  return %%x2 as \"y\"\n}\n");
+  return t;
+}
+
+START_TEST(model_permutes_taken_away) {
+  static const char *const dts[] = {"f16", "bf16"};
+  char *text = convnext_text(dts[_i]);
+  char *src = check_block(text, (PassOptions){0}, (CgOptions){0}, 2, 2, conv_tolerance(dts[_i]));
+  free(src);
+  free(text);
+}
+END_TEST
+
 /* 3-d: conv3d with a per-channel bias add, relu, a 3-d max pool,
  * conv3d, relu, a 1x1x1 conv3d: all channels last over [N, D, H, W, C]
  * values, the bias reshaped to [C], x's transpose in and y's out. */
@@ -1012,6 +1052,7 @@ static Suite *nhwc_suite(void) {
   tcase_set_timeout(t, 600);
   tcase_add_loop_test(t, block_f16_bf16, 0, 2);
   tcase_add_loop_test(t, reduce_leaves_region, 0, 2);
+  tcase_add_loop_test(t, model_permutes_taken_away, 0, 2);
   tcase_add_test(t, block_i8);
   tcase_add_test(t, block_i8_padded_zero_point);
   tcase_add_test(t, block_grouped);
