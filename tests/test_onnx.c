@@ -1945,6 +1945,9 @@ END_TEST
 static Suite *onnx_suite(void) {
   Suite *s = suite_create("onnx");
   TCase *tc = tcase_create("import");
+  /* some compile kernels with NVRTC (emu), past Check's 4 s default
+   * under ASan on a loaded machine */
+  tcase_set_timeout(tc, 120);
   tcase_add_checked_fixture(tc, setup, teardown);
   tcase_add_test(tc, test_gemm_initializers_are_params);
   tcase_add_test(tc, test_gemm_trans_alpha_beta);

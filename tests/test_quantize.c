@@ -561,6 +561,10 @@ END_TEST
 int main(void) {
   Suite *s = suite_create("quantize");
   TCase *t = tcase_create("pass");
+  /* test_symmetric_convolutions compiles with NVRTC: past Check's 4 s
+   * default under ASan on a loaded 2-core machine (it timed out once in
+   * CI's sanitized run) */
+  tcase_set_timeout(t, 120);
   tcase_add_test(t, test_products_become_int8);
   tcase_add_test(t, test_calibration_failure_fails_the_pipeline);
   tcase_add_test(t, test_quantize_needs_a_calibrator_and_f32);
