@@ -116,7 +116,7 @@ static const char *near_miss(const RtTensorSet *set, const char *name) {
 /* PyTorch batch-norm buffers the inference graph has no use for: beside
  * a running_mean that is a param, or a weight of the model (own) that
  * the graph compiled no longer reads. */
-static bool is_ignorable(const Params *p, const TensorMap *own, const char *name) {
+static bool is_ignorable(const Params *p, const TensorMapIndex *own, const char *name) {
   static const char suffix[] = "num_batches_tracked";
   size_t len = strlen(name), sl = sizeof suffix - 1;
   if (len < sl || strcmp(name + len - sl, suffix) != 0) return false;
@@ -125,7 +125,7 @@ static bool is_ignorable(const Params *p, const TensorMap *own, const char *name
   if (!mean) return false;
   memcpy(mean, name, len - sl);
   strcpy(mean + len - sl, "running_mean");
-  bool ok = is_param(p, mean) || (own && ir_tensor_map_find(own, mean));
+  bool ok = is_param(p, mean) || ir_tensor_map_index_find(own, mean);
   free(mean);
   return ok;
 }
@@ -167,7 +167,7 @@ static bool same_as_own(const RtTensor *t, const Tensor *mine) {
          memcmp(t->data, mine->data, t->nbytes) == 0;
 }
 
-static bool bind(Graph *g, const char *path, const TensorMap *own, TensorMap *out, Sink *sink) {
+static bool bind(Graph *g, const char *path, const TensorMap *own_map, TensorMap *out, Sink *sink) {
   memset(out, 0, sizeof *out);
   RtTensorSet set;
   char err[1024];
@@ -182,8 +182,11 @@ static bool bind(Graph *g, const char *path, const TensorMap *own, TensorMap *ou
   bool *used = calloc((size_t)set.n + 1, sizeof(bool));
   bool *seen = calloc((size_t)params.n + 1, sizeof(bool));
   bool *found = calloc((size_t)params.n + 1, sizeof(bool));
+  /* own by name in log time: an ONNX model names every weight there */
+  TensorMapIndex own_index, *own = &own_index;
+  bool indexed = ir_tensor_map_index(own, own_map);
   Report *r = &sink->r;
-  if (!have_params || !out->names || !out->tensors || !used || !seen || !found) {
+  if (!have_params || !out->names || !out->tensors || !used || !seen || !found || !indexed) {
     report(sink, (SrcLoc){0}, "%s: out of memory", path);
     goto done;
   }
@@ -215,7 +218,7 @@ static bool bind(Graph *g, const char *path, const TensorMap *own, TensorMap *ou
       for (int64_t i = 0, count = ir_type_numel(want); start != 0 && i < count; i++) ir_tensor_set(z, i, start);
       continue;
     }
-    const Tensor *mine = !in_file && own ? ir_tensor_map_find(own, name) : NULL;
+    const Tensor *mine = !in_file ? ir_tensor_map_index_find(own, name) : NULL;
     if (mine && mine->data && ir_type_eq(&mine->type, want)) {
       /* A constant of the model, not a weight: a value the importer
        * computed, which PyTorch's state_dict has no key for, or one the
@@ -269,7 +272,7 @@ static bool bind(Graph *g, const char *path, const TensorMap *own, TensorMap *ou
      * (own's without data) is left alone; a buffer the model folded at
      * import (own's with data) binds as long as it holds what the model
      * was compiled with. */
-    const Tensor *mine = own && !is_param(&params, set.names[i]) ? ir_tensor_map_find(own, set.names[i]) : NULL;
+    const Tensor *mine = !is_param(&params, set.names[i]) ? ir_tensor_map_index_find(own, set.names[i]) : NULL;
     if (mine && !mine->data && same_type(&set.tensors[i], &mine->type)) continue;
     if (mine && mine->data && same_as_own(&set.tensors[i], mine)) continue;
     if (mine && mine->data) {
@@ -294,6 +297,7 @@ static bool bind(Graph *g, const char *path, const TensorMap *own, TensorMap *ou
   if (sink->c && r->count > MAX_ERRORS)
     diag_note(sink->c, (SrcLoc){0}, "%d more problems with %s not shown", r->count - MAX_ERRORS, path);
 done:
+  if (indexed) ir_tensor_map_index_free(own);
   free(used);
   free(seen);
   free(found);
