@@ -705,9 +705,6 @@ static void progress(Run *r, int64_t step_in_epoch, float loss) {
   fflush(stderr);
 }
 
-/* "seconds" is the wall time since training began, at the step's end:
- * differences between steps give the throughput without the compile and
- * the first step's warm-up (tests/gpu/check.sh). */
 /* x as a JSON number, or null where it is not finite: JSON has no NaN,
  * and a diverged run's log must still parse (Python's json, jq, pandas). */
 static const char *json_number(char *buf, size_t len, double x) {
@@ -716,6 +713,9 @@ static const char *json_number(char *buf, size_t len, double x) {
   return buf;
 }
 
+/* "seconds" is the wall time since training began, at the step's end:
+ * differences between steps give the throughput without the compile and
+ * the first step's warm-up (tests/gpu/check.sh). */
 static void log_step(Run *r, float loss, double lr) {
   char l[32];
   if (r->log && !r->dist->rank)
@@ -828,7 +828,8 @@ static bool validate(Run *r) {
   char vl[32];
   if (r->log)
     fprintf(r->log, "{\"epoch\": %" PRId64 ", \"val_loss\": %s%s%.9g}\n", r->epoch,
-            json_number(vl, sizeof vl, counted ? loss_sum / (double)counted : 0.0), r->accuracy ? ", \"val_accuracy\": " : ", \"val_n\": ",
+            json_number(vl, sizeof vl, counted ? loss_sum / (double)counted : 0.0),
+            r->accuracy ? ", \"val_accuracy\": " : ", \"val_n\": ",
             r->accuracy ? (counted ? (double)correct / (double)counted : 0.0) : (double)r->val.count);
   return true;
 }

@@ -732,29 +732,33 @@ static bool param_flag(const Node *n, const char *name) {
   return a && a->i;
 }
 
-/* OnnxOptions.own, in its order (onnx.h): the params' values from
- * params, which now holds them; a buffer's, still the importer's. */
+/* Where param i goes in OnnxOptions.own's order (onnx.h): 0 derived, 1
+ * a constant, 3 a weight (2: the buffers). */
+static int own_rank(Imp *im, int i) {
+  const Node *n = im->params[i]->v->def; /* the param node ox_use made */
+  return param_flag(n, "derived") ? 0 : param_flag(n, "frozen") ? 1 : 3;
+}
+
+/* OnnxOptions.own, in its order: the params' values from params (which
+ * now holds them, as take_params took im->params), a weight's type
+ * alone; a buffer's value, still the importer's. */
 static void take_own(Imp *im, const Onnx__GraphProto *gp, const TensorMap *params, OnnxOwn *own) {
   TensorMap *out = &own->values;
   int cap = params->n + (int)gp->n_initializer;
   out->names = calloc((size_t)cap + 1, sizeof *out->names);
   out->tensors = calloc((size_t)cap + 1, sizeof *out->tensors);
   if (!out->names || !out->tensors) ox_oom(im, "the model's own values");
-  for (int pass = 0; pass < 3; pass++) {
-    for (Node *n = im->g->first; n; n = n->next) {
-      const Tensor *t = n->op == OP_PARAM ? ir_tensor_map_find(params, ir_attr_str(n, "name")) : NULL;
-      if (!t) continue;
-      bool derived = param_flag(n, "derived"), constant = param_flag(n, "frozen");
-      if (pass == 0 && derived) own_add(im, out, cap, ir_attr_str(n, "name"), t);
-      if (pass == 1 && constant && !derived) own_add(im, out, cap, ir_attr_str(n, "name"), t);
-      if (pass == 2 && !constant && !derived) own_add(im, out, cap, ir_attr_str(n, "name"), &(Tensor){.type = t->type});
+  for (int rank = 0; rank <= 3; rank++) {
+    for (int i = 0; i < params->n; i++) {
+      const Tensor *t = &params->tensors[i];
+      if (own_rank(im, i) == rank) own_add(im, out, cap, params->names[i], rank < 3 ? t : &(Tensor){.type = t->type});
     }
-    if (pass == 0) own->n_derived = out->n;
-    for (size_t i = 0; pass == 1 && i < gp->n_initializer; i++) {
+    for (size_t i = 0; rank == 2 && i < gp->n_initializer; i++) {
       const Entry *e = ox_find_entry(im, gp->initializer[i]->name);
       if (e && e->producer < 0 && !e->val->v && e->val->k && e->val->k->data && ox_module_path(e->name))
         own_add(im, out, cap, e->name, e->val->k);
     }
+    if (rank == 0) own->n_derived = out->n;
   }
 }
 

@@ -31,18 +31,8 @@ except Exception as e:  # noqa: BLE001 - any import failure is a skip
     print(f"SKIP: {e}")
     sys.exit(77)
 
-TYPES = {"F32": np.float32, "I64": np.int64, "I32": np.int32}
-
-
-def load_file(path):
-    raw = open(path, "rb").read()
-    n = int.from_bytes(raw[:8], "little")
-    out = {}
-    for k, v in json.loads(raw[8:8 + n]).items():
-        if k != "__metadata__" and v["dtype"] in TYPES:
-            s, e = v["data_offsets"]
-            out[k] = np.frombuffer(raw[8 + n + s:8 + n + e], dtype=TYPES[v["dtype"]]).reshape(v["shape"])
-    return out
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from train_parity import load_file  # noqa: E402 - beside this file
 
 
 class Head(nn.Module):

@@ -31,13 +31,13 @@ except Exception as e:  # noqa: BLE001 - any import failure is a skip
 
 
 def load_file(path):
-    """A safetensors file's f32 and i64 tensors by name (the format's header and
+    """A safetensors file's f32, i64 and i32 tensors by name (the format's header and
     data, read here so that the GPU machine needs no safetensors)."""
     raw = open(path, "rb").read()
     n = int.from_bytes(raw[:8], "little")
     header = json.loads(raw[8:8 + n])
     out = {}
-    types = {"F32": np.float32, "I64": np.int64}
+    types = {"F32": np.float32, "I64": np.int64, "I32": np.int32}
     for k, v in header.items():
         if k == "__metadata__" or v["dtype"] not in types:
             continue
