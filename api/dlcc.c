@@ -629,7 +629,7 @@ const char *dlc_tensor_note(const dlc_model *m, int index) {
 }
 
 int dlc_num_inputs(const dlc_model *m) { return m && m->g ? m->n_inputs : 0; }
-int dlc_num_outputs(const dlc_model *m) { return m && m->g ? m->g->n_outputs : 0; }
+int dlc_num_outputs(const dlc_model *m) { return m && m->g ? ir_visible_outputs(m->g) : 0; }
 
 void api_tensor_info(dlc_tensor_info *out, const char *name, const TensorType *t) {
   memset(out, 0, sizeof *out);
@@ -638,6 +638,7 @@ void api_tensor_info(dlc_tensor_info *out, const char *name, const TensorType *t
   out->rank = t->rank;
   for (int i = 0; i < t->rank; i++) out->dims[i] = t->dims[i];
   out->nbytes = ir_tensor_nbytes(t);
+  out->run_time_axis = -1;
 }
 
 /* The smallest extent any gather indexes with this value. */
@@ -652,6 +653,7 @@ dlc_status dlc_input_info(const dlc_model *m, int index, dlc_tensor_info *out) {
 dlc_status dlc_output_info(const dlc_model *m, int index, dlc_tensor_info *out) {
   if (!m || !m->g || !out || index < 0 || index >= m->g->n_outputs) return DLC_ERR_ARGUMENT;
   api_tensor_info(out, m->g->output_names[index], &m->g->outputs[index]->type);
+  ir_output_length(m->g, index, &out->run_time_axis);
   return DLC_OK;
 }
 
@@ -840,7 +842,8 @@ static int run_job(Ctx *c, void *data) {
   m->ref_buckets = 0;
   job->ok = ir_eval_comm(m->g, &job->inputs, &m->params, m->outputs, m->ref_comm ? &comm : NULL, job->err,
                          sizeof job->err) &&
-            ir_apply_updates(m->g, m->outputs, &m->params, job->err, sizeof job->err);
+            ir_apply_updates(m->g, m->outputs, &m->params, job->err, sizeof job->err) &&
+            ir_trim_outputs(m->g, m->outputs, job->err, sizeof job->err);
   return 0;
 }
 
@@ -930,7 +933,15 @@ dlc_status dlc_profile(dlc_model *m, dlc_step_time *steps, int n) {
 static dlc_status fetch_output(dlc_model *m, int index) {
   Tensor *t = &m->outputs[index];
   if (!m->use_runtime || t->data) return DLC_OK;
-  if (!ir_tensor_alloc(t, &m->g->outputs[index]->type)) return fail(m, DLC_ERR_NOMEM, "dlcc: out of memory\n");
+  TensorType type = m->g->outputs[index]->type;
+  int axis;
+  if (ir_output_length(m->g, index, &axis) >= 0) {
+    DlrtTensorInfo run;
+    if (dlrt_output_shape(m->rt, index, &run) != DLRT_OK)
+      return fail(m, DLC_ERR_RUN, "dlcc: error: %s\n", dlrt_error(m->rt));
+    type.dims[axis] = run.dims[axis];
+  }
+  if (!ir_tensor_alloc(t, &type)) return fail(m, DLC_ERR_NOMEM, "dlcc: out of memory\n");
   if (dlrt_get_output(m->rt, index, t->data, ir_tensor_nbytes(&t->type)) != DLRT_OK) {
     ir_tensor_free(t);
     return fail(m, DLC_ERR_RUN, "dlcc: error: %s\n", dlrt_error(m->rt));
@@ -948,6 +959,18 @@ dlc_status dlc_get_output(dlc_model *m, int index, const void **data, size_t *nb
   if (st != DLC_OK) return st;
   *data = m->outputs[index].data;
   *nbytes = ir_tensor_nbytes(&m->outputs[index].type);
+  return DLC_OK;
+}
+
+dlc_status dlc_output_shape(dlc_model *m, int index, dlc_tensor_info *out) {
+  const void *data;
+  size_t nbytes;
+  dlc_status st = dlc_get_output(m, index, &data, &nbytes);
+  if (st != DLC_OK || !out) return st != DLC_OK ? st : DLC_ERR_ARGUMENT;
+  dlc_output_info(m, index, out);
+  const TensorType *t = &m->outputs[index].type;
+  for (int d = 0; d < t->rank; d++) out->dims[d] = t->dims[d];
+  out->nbytes = nbytes;
   return DLC_OK;
 }
 

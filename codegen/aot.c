@@ -94,6 +94,8 @@ static void put_desc(FILE *f, const RtTensorDesc *t) {
   }
   fprintf(f, "}, .nbytes = %" PRIu64 "ull,\n   .where = ", t->nbytes);
   put_ref(f, t->where);
+  if (t->length_output)
+    fprintf(f, ", .length_output = %" PRIu32 "u, .length_axis = %" PRIu32 "u", t->length_output, t->length_axis);
   fputs("},\n", f);
 }
 

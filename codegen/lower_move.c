@@ -449,3 +449,39 @@ bool lower_topk(CgBuild *b, const Node *n) {
   cg_launch(b, k);
   return true;
 }
+
+/* One thread walks x in order, as eval.c: the count is a running sum,
+ * and a parallel compaction (a scan of the flags) would need a second
+ * pass and a grid-wide barrier for what is, in the models that use
+ * NonZero, a small tensor.  Column i is zeroed at step i, before the
+ * i-th element may claim it, so the columns past the count end 0. */
+bool lower_nonzero(CgBuild *b, const Node *n) {
+  if (!check_dtypes(b, n, true)) return false;
+  const Value *x = n->in[0];
+  const TensorType *t = &x->type;
+  int64_t total = numel(t), st[DL_MAX_RANK];
+  strides_of(t, st);
+  Kernel *k = new_kernel(b, n, NULL, NULL);
+  TensorType one = flat(TY_I64, 1);
+  Map m;
+  map_begin(&m, k, &one);
+  KBuf *coords = global_of(b, k, &n->out[0], "coords");
+  KVar *count = cg_klet(k, &m.main, "count", KT_INDEX, cg_kint(k, 0));
+  KVar *i = cg_kvar(k, "e", KT_INDEX);
+  KStmt *walk = cg_kloop(k, &m.main, i, cg_kint(k, total), KM_SERIAL);
+  KExpr *ie = cg_kv(k, i);
+  for (int d = 0; d < t->rank; d++)
+    cg_kstore(k, &walk->body, coords, cg_kadd(k, cg_kint(k, d * total), ie), cg_kimm(k, 0, TY_I64));
+  KExpr *v = load_of(b, k, x, "x", ie);
+  KStmt *hit = cg_kif(k, &walk->body, cg_kcmp(k, KC_NE, v, cg_kimm(k, 0, t->dtype)));
+  for (int d = 0; d < t->rank; d++) {
+    KExpr *c = cg_kidx(k, KI_DIV, ie, cg_kint(k, st[d]));
+    if (d) c = cg_kidx(k, KI_MOD, c, cg_kint(k, t->dims[d]));
+    cg_kstore(k, &hit->body, coords, cg_kadd(k, cg_kint(k, d * total), cg_kv(k, count)), cg_kcast(k, c, TY_I64));
+  }
+  cg_kset(k, &hit->body, count, cg_kadd(k, cg_kv(k, count), cg_kint(k, 1)));
+  cg_kstore(k, &m.main, global_of(b, k, &n->out[1], "count"), cg_kint(k, 0), cg_kcast(k, cg_kv(k, count), TY_I64));
+  map_end(&m);
+  cg_launch(b, k);
+  return true;
+}

@@ -345,6 +345,8 @@ static bool plan_storage(CgBuild *b) {
     const Value *v = g->outputs[i];
     RtRef r = {.space = RT_SPACE_OUTPUT, .index = (uint32_t)i};
     b->outputs[i] = desc_of(g->output_names[i], v, r);
+    int axis, len = ir_output_length(g, i, &axis);
+    if (len >= 0) b->outputs[i].length_output = (uint32_t)len + 1, b->outputs[i].length_axis = (uint32_t)axis;
     /* Init steps never write OUTPUT: a run copies the derived value. */
     if (b->init.node[v->def->id]) continue;
     /* Computed straight into the output, unless it already lives

@@ -34,6 +34,8 @@ static void print_desc(FILE *f, const char *what, uint32_t i, const RtTensorDesc
   for (uint32_t k = 0; k < d->rank; k++) fprintf(f, "%s%" PRId64, k ? ", " : "", d->dims[k]);
   fprintf(f, "] %" PRIu64 " bytes at ", d->nbytes);
   cg_print_ref(f, d->where);
+  if (d->length_output)
+    fprintf(f, ", axis %" PRIu32 " of run-time length (output %" PRIu32 ")", d->length_axis, d->length_output - 1);
   fputc('\n', f);
 }
 

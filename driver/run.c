@@ -495,6 +495,7 @@ static void library_info(const DlrtTensorInfo *t, int64_t bound, dlc_tensor_info
   memcpy(out->dims, t->dims, sizeof out->dims);
   out->nbytes = t->nbytes;
   out->index_bound = bound;
+  out->run_time_axis = t->run_time_axis;
 }
 
 static const char *library_output_name(void *m, int i) {
@@ -604,7 +605,11 @@ static int run_library(RunOptions *o) {
   for (int i = 0; i < n_out && rc == 0; i++) {
     DlrtTensorInfo ti;
     dlc_tensor_info info;
-    dlrt_output_info(m, i, &ti);
+    if (dlrt_output_shape(m, i, &ti) != DLRT_OK) {
+      fprintf(stderr, "dlcc: error: %s\n", dlrt_error(m));
+      rc = 1;
+      break;
+    }
     library_info(&ti, 0, &info);
     void *data = malloc(info.nbytes ? info.nbytes : 1);
     if (!data || dlrt_get_output(m, i, data, info.nbytes) != DLRT_OK) {
@@ -650,6 +655,14 @@ static int drain_nothing(void *user, long batch, const void *const *outputs) { r
 
 static bool bench_batches(dlc_model *m, int n) {
   if (!strcmp(dlc_backend(m), "ref")) return true;
+  for (int i = 0; i < dlc_num_outputs(m); i++) {
+    dlc_tensor_info info;
+    if (dlc_output_info(m, i, &info) == DLC_OK && info.run_time_axis >= 0) {
+      fprintf(stderr, "dlcc: bench: no batches streamed: output '%s' has a length known only at run time\n",
+              info.name);
+      return true;
+    }
+  }
   struct timespec t0, t1;
   long done = 0;
   clock_gettime(CLOCK_MONOTONIC, &t0);
@@ -764,7 +777,7 @@ static int run_model(RunOptions *o, DistComm *comm) {
     dlc_tensor_info info;
     const void *data;
     size_t nbytes;
-    if (dlc_output_info(m, i, &info) != DLC_OK || dlc_get_output(m, i, &data, &nbytes) != DLC_OK) {
+    if (dlc_get_output(m, i, &data, &nbytes) != DLC_OK || dlc_output_shape(m, i, &info) != DLC_OK) {
       fputs(dlc_error(m), stderr);
       rc = 1;
       break;

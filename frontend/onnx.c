@@ -85,7 +85,7 @@ static const OpEntry onnx_ops[] = {
     {"ConvTranspose", ox_op_conv_transpose,
      "1-d and 2-d, any auto_pad, pads or output_shape, strides, dilations, group, "
      "output_padding"},
-    {"Compress", ox_op_compress, "condition known at import; a gather"},
+    {"Compress", ox_op_compress, "a gather; a condition computed at run time gives a run-time length"},
     {"Cos", ox_op_unary, NULL},
     {"CenterCropPad", ox_op_center_crop_pad, "constant shape; a slice and a zero pad"},
     {"CumProd", ox_op_cumulative, "constant axis, exclusive, reverse; log2(n) shifted products"},
@@ -172,7 +172,7 @@ static const OpEntry onnx_ops[] = {
     {"Mul", ox_op_binary, NULL},
     {"Neg", ox_op_unary, NULL},
     {"NegativeLogLikelihoodLoss", ox_op_nll_loss, "reduction none/sum/mean, weight, ignore_index"},
-    {"NonZero", ox_op_nonzero, "input known at import; a constant"},
+    {"NonZero", ox_op_nonzero, "a constant when its input is known at import, else a run-time length"},
     {"Not", ox_op_logic, NULL},
     {"OneHot", ox_op_one_hot, "constant depth; equal to an iota and a where"},
     {"Optional", ox_op_optional, "resolved at import: present with an input, absent without"},
@@ -511,6 +511,10 @@ static bool import_node(Imp *im, const Onnx__GraphProto *gp, int idx) {
   }
   for (size_t i = 0; i < np->n_attribute; i++)
     if (!im->attr_used[i]) return ox_bad(im, "attribute '%s' is not supported", np->attribute[i]->name);
+  bool run_time_len = false;
+  for (int i = 0; i < on.n_in; i++) run_time_len |= on.in[i] && on.in[i]->run_time_len;
+  for (int i = 0; run_time_len && i < on.n_out; i++)
+    if (on.out[i] && !on.out[i]->k) on.out[i]->run_time_len = true;
   for (int i = 0; i < on.n_out; i++) {
     if (!want[i]) continue;
     if (!on.out[i]) return ox_bad(im, "output %d is not supported", i + 1);
@@ -688,6 +692,7 @@ static bool import_graph(Imp *im, const Onnx__ModelProto *m) {
   if (n_out == 0) return ox_bad(im, "the graph's outputs are all absent optionals or empty sequences: no tensor to compute");
   ir_set_outputs(im->g, n_out, outs, names);
   ir_guards_fix(im->g);
+  if (!ir_bounds(im->g)) return false;
   for (int j = 0; im->opt && j < im->opt->n_defines; j++)
     if (!im->dims.define_used[j])
       diag_warning(im->c, (SrcLoc){0}, "-D %s: the model has no free dim of that name",

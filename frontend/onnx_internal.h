@@ -45,6 +45,10 @@ typedef struct Val {
   struct Val **elems;
   DType elem_dtype;
   bool flat_input; /* a graph input's: as long as the caller gave */
+  /* Computed from a NonZero's or Compress's result of run-time length
+   * (ir/bounds.c): its static dims are upper bounds, so Shape and Size
+   * cannot answer from them. */
+  bool run_time_len;
 } Val;
 
 typedef struct Entry {

@@ -1,11 +1,12 @@
 /* ONNX's ops whose output size depends on data: takes NonZero, Compress
  * and Unique nodes and returns their values.  dlcc's plans have static
- * shapes, so the data that decides the size must be known at import: an
+ * shapes.  When the data that decides the size is known at import (an
  * initializer, a Constant, what follows from them, or an integer or bool
- * graph input's value that the caller hands the importer
- * (OnnxOptions.known, which promises that value).  NonZero and Unique
- * of such a value are constants; Compress gathers its run-time input at
- * the positions its known condition selects. */
+ * graph input's value that the caller hands the importer,
+ * OnnxOptions.known, which promises that value), NonZero and Unique of
+ * it are constants and Compress gathers at the positions it selects.
+ * Otherwise NonZero and Compress give an upper bound and a run-time
+ * length (ir/bounds.c, docs/onnx.md); Unique needs its input known. */
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,13 +30,27 @@ static Val *int64_known(Imp *im, int rank, const int64_t *dims) {
   return ox_known_new(im, &t);
 }
 
+static bool known_at_import(const Val *v) { return v->k || (v->hint && v->hint_flows); }
+
+/* NonZero of a value computed at run time: its columns up to the
+ * input's size, of which the count are real (ops.def's nonzero). */
+static Val *run_time_nonzero(Imp *im, Val *x) {
+  Emit e;
+  ox_begin(im, &e, OP_NONZERO, 1, &x);
+  Val *out[2];
+  if (!ox_finish(im, &e, out)) return NULL;
+  out[0]->run_time_len = true;
+  return out[0];
+}
+
 bool ox_op_nonzero(Imp *im, ONode *n) {
   Val *x = ox_in_req(im, n, 0);
   if (!x) return false;
-  const Tensor *t = sizing_value(im, x, "the input");
-  if (!t) return false;
   int r = x->type.rank;
   if (r == 0) return ox_bad(im, "a 0-d input is not supported");
+  if (!known_at_import(x)) return (n->out[0] = run_time_nonzero(im, x));
+  const Tensor *t = sizing_value(im, x, "the input");
+  if (!t) return false;
   int64_t total = ir_type_numel(&x->type), count = 0;
   for (int64_t i = 0; i < total; i++) count += ir_tensor_get(t, i) != 0;
   Val *y = int64_known(im, 2, (const int64_t[]){r, count});
@@ -66,12 +81,19 @@ bool ox_op_compress(Imp *im, ONode *n) {
     x = ox_reshape(im, x, 1, &total);
     if (!x) return false;
   }
-  const Tensor *ct = sizing_value(im, c, "the condition");
-  if (!ct) return false;
   int64_t len = ir_type_numel(&c->type), dim = x->type.dims[axis], count = 0;
   if (c->type.rank != 1) return ox_bad(im, "the condition must be 1-d, got rank %d", c->type.rank);
   if (len > dim)
     return ox_bad(im, "the condition has %" PRId64 " values, more than the %" PRId64 " of axis %d", len, dim, axis);
+  if (!known_at_import(c)) {
+    /* The positions the condition selects, of run-time length. */
+    Val *idx = ox_reshape(im, run_time_nonzero(im, c), 1, &len);
+    Val *y = idx ? ox_gather(im, x, idx, axis) : NULL;
+    if (y) y->run_time_len = true;
+    return (n->out[0] = y);
+  }
+  const Tensor *ct = sizing_value(im, c, "the condition");
+  if (!ct) return false;
   for (int64_t i = 0; i < len; i++) count += ir_tensor_get(ct, i) != 0;
   Val *idx = int64_known(im, 1, &count);
   int64_t *at = idx->k->data;

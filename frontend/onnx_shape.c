@@ -776,10 +776,19 @@ bool ox_op_constant_of_shape(Imp *im, ONode *n) {
   return (n->out[0] = v);
 }
 
+/* A value of run-time length (docs/onnx.md) has static dims that are
+ * only upper bounds. */
+static bool static_dims(Imp *im, const Val *x) {
+  return !x->run_time_len ||
+         ox_bad(im, "the input's length is known only at run time (it comes from a NonZero or Compress computed "
+                    "at run time), and shapes computed at run time are not supported");
+}
+
 bool ox_op_shape(Imp *im, ONode *n) {
   Val *x = ox_in_req(im, n, 0);
   int64_t start, end;
   if (!x || !ox_attr_int(im, "start", 0, &start) || !ox_attr_int(im, "end", INT64_MAX, &end)) return false;
+  if (!static_dims(im, x)) return false;
   int r = x->type.rank;
   if (start < 0) start += r;
   if (end < 0) end += r;
@@ -790,7 +799,7 @@ bool ox_op_shape(Imp *im, ONode *n) {
 
 bool ox_op_size(Imp *im, ONode *n) {
   Val *x = ox_in_req(im, n, 0);
-  if (!x) return false;
+  if (!x || !static_dims(im, x)) return false;
   int64_t count = ir_type_numel(&x->type);
   return (n->out[0] = ox_reshape(im, ox_ints_val(im, 1, &count), 0, NULL));
 }

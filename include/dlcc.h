@@ -60,6 +60,10 @@ typedef struct dlc_tensor_info {
   /* Integer inputs used as indices (token ids into an embedding): the
    * exclusive upper bound of valid values; 0 when not an index. */
   int64_t index_bound;
+  /* Outputs: the axis whose length only a run tells (ONNX's NonZero,
+   * Compress), dims[] giving its upper bound and dlc_output_shape the
+   * last run's; -1 for every other tensor. */
+  int run_time_axis;
 } dlc_tensor_info;
 
 typedef struct dlc_define {
@@ -298,6 +302,9 @@ int dlc_num_inputs(const dlc_model *m);
 int dlc_num_outputs(const dlc_model *m);
 dlc_status dlc_input_info(const dlc_model *m, int index, dlc_tensor_info *out);
 dlc_status dlc_output_info(const dlc_model *m, int index, dlc_tensor_info *out);
+/* The output's shape in the last run (dlc_output_info's, with the
+ * run-time length on its run_time_axis); DLC_ERR_ARGUMENT before a run. */
+dlc_status dlc_output_shape(dlc_model *m, int index, dlc_tensor_info *out);
 /* -1 when there is no such input. */
 int dlc_input_index(const dlc_model *m, const char *name);
 
@@ -322,7 +329,8 @@ dlc_status dlc_optimizer_defaults(const char *kind, dlc_optimizer *out);
 /* Copies nbytes (exactly the input's size) of C-order data. */
 dlc_status dlc_set_input(dlc_model *m, const char *name, const void *data, size_t nbytes);
 dlc_status dlc_run(dlc_model *m);
-/* The output's data stays valid until the next dlc_run or dlc_free. */
+/* The output's data stays valid until the next dlc_run or dlc_free; an
+ * output of run-time length holds that run's rows (dlc_output_shape). */
 dlc_status dlc_get_output(dlc_model *m, int index, const void **data, size_t *nbytes);
 
 /* A stream of batches with the copies overlapped (dlrt_run_batches in

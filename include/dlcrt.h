@@ -70,6 +70,10 @@ typedef struct DlrtTensorInfo {
   int rank;
   int64_t dims[DLRT_MAX_RANK];
   size_t nbytes;
+  /* An output whose length along this axis only a run tells (ONNX's
+   * NonZero, Compress): dims[] and nbytes give its upper bound, and
+   * dlrt_output_shape the last run's; -1 for every other tensor. */
+  int run_time_axis;
 } DlrtTensorInfo;
 
 /* The function every dlcc model.so exports. */
@@ -115,12 +119,19 @@ DlrtStatus dlrt_load_weights(DlrtModel *m, const char *safetensors_path);
 DlrtStatus dlrt_get_weight(DlrtModel *m, const char *name, void *data, size_t nbytes);
 
 int dlrt_num_inputs(const DlrtModel *m);
+/* The outputs a caller reads: the lengths of outputs of run-time
+ * length come after them (indices dlrt_num_outputs and up, named
+ * "NAME:length"), readable but not counted here. */
 int dlrt_num_outputs(const DlrtModel *m);
 /* Index of the input/output with this name, or -1. */
 int dlrt_find_input(const DlrtModel *m, const char *name);
 int dlrt_find_output(const DlrtModel *m, const char *name);
 DlrtStatus dlrt_input_info(const DlrtModel *m, int index, DlrtTensorInfo *out);
 DlrtStatus dlrt_output_info(const DlrtModel *m, int index, DlrtTensorInfo *out);
+/* The output's shape in the last run: dlrt_output_info's, with the
+ * run-time length in place of the bound on its run_time_axis (and
+ * nbytes to match).  Before any run that length reads as 0. */
+DlrtStatus dlrt_output_shape(DlrtModel *m, int index, DlrtTensorInfo *out);
 
 /* Copies nbytes (exactly the input's size) into the model's host
  * staging (pinned on cuda); the next run copies it to the device, and it
@@ -135,7 +146,9 @@ DlrtStatus dlrt_set_input_by_name(DlrtModel *m, const char *name, const void *da
  * for axis 0 of size 10"); the kernels never read or write out of bounds
  * meanwhile, and the next run starts clean. */
 DlrtStatus dlrt_run(DlrtModel *m);
-/* Copies output index (nbytes: exactly its size) from the last run.  An
+/* Copies output index (nbytes: exactly its size; for an output of
+ * run-time length, exactly dlrt_output_shape's nbytes, the rows of that
+ * length packed) from the last run.  An
  * output that updates a weight (a training step's param, moment or
  * running statistic) stays on the device through the run: this copies
  * it from there when asked (synchronously), so for an update written in

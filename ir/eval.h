@@ -40,6 +40,11 @@ typedef struct TensorMap {
   Tensor *tensors;
 } TensorMap;
 
+/* Cuts each output of run-time length (ir_output_length) to the length
+ * its length output holds, in place; the lengths stay.  False, with a
+ * message, when a length is outside [0, its bound]. */
+bool ir_trim_outputs(const Graph *g, Tensor *outputs, char *err, size_t errlen);
+
 /* Evaluates g.  input and param nodes are looked up by their "name"
  * attribute in inputs and params (either map may be NULL when empty); the
  * tensor's type must equal the node's exactly.  outputs has g->n_outputs

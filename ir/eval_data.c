@@ -277,6 +277,21 @@ static int compare_elems(const Tensor *x, int64_t i, int64_t j) {
   return (a > b) - (a < b);
 }
 
+/* Columns past the count stay 0 (ops.def): the output is allocated
+ * zeroed, and the kernel writes them so. */
+void eval_nonzero(const Tensor *x, Tensor *outs) {
+  const TensorType *t = &x->type;
+  int64_t total = ir_type_numel(t), cols = outs[0].type.dims[1], count = 0, st[DL_MAX_RANK];
+  ir_type_strides(t, st);
+  int64_t *coords = outs[0].data;
+  for (int64_t i = 0; i < total; i++) {
+    if (ir_tensor_get(x, i) == 0) continue;
+    for (int d = 0; d < t->rank; d++) coords[d * cols + count] = i / st[d] % t->dims[d];
+    count++;
+  }
+  *(int64_t *)outs[1].data = count;
+}
+
 /* The k first of each row in topk's order, by selection: the j-th is the
  * first of the elements that come after the (j-1)-th, so nothing needs
  * sorting or marking (the kernel does the same). */

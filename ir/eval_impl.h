@@ -266,5 +266,6 @@ bool eval_gather_nd(Eval *e, const Node *n, const Tensor *data, const Tensor *in
 bool eval_scatter_elements(Eval *e, const Node *n, Tensor *const *in, Tensor *out);
 bool eval_scatter_nd(Eval *e, const Node *n, Tensor *const *in, Tensor *out);
 bool eval_topk(Eval *e, const Node *n, const Tensor *x, Tensor *outs);
+void eval_nonzero(const Tensor *x, Tensor *outs);
 
 #endif

@@ -1111,6 +1111,7 @@ static const char *lacks_layers(const Node *n) {
 #define GRAD_SCATTER_ND PARTIAL(vjp_scatter, lacks_scatter)
 #define GRAD_TOPK VJP(vjp_topk)
 #define GRAD_IOTA NONE
+#define GRAD_NONZERO NONE /* integer coordinates: nothing flows back */
 #define GRAD_LSTM PARTIAL(vjp_recurrent, lacks_layers) /* one layer: passes/train_mode.c splits the rest */
 #define GRAD_GRU PARTIAL(vjp_recurrent, lacks_layers)
 #define GRAD_LSTM_BPTT NONE /* no second derivatives */

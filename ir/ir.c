@@ -590,6 +590,7 @@ void ir_set_outputs(Graph *g, int n, Value *const *values, const char *const *na
     g->output_names[i] = arena_strdup(a, names[i]);
   }
   g->output_updates = NULL;
+  g->output_length = g->output_length_axis = NULL;
 }
 
 void ir_set_output_update(Graph *g, int i, const char *param) {
@@ -600,6 +601,36 @@ void ir_set_output_update(Graph *g, int i, const char *param) {
 
 const char *ir_output_update(const Graph *g, int i) {
   return g->output_updates && i >= 0 && i < g->n_outputs ? g->output_updates[i] : NULL;
+}
+
+void ir_set_output_length(Graph *g, int i, int axis, int length_output) {
+  Arena *a = &g->ctx->arena;
+  if (!g->output_length) {
+    int n = g->n_outputs > 0 ? g->n_outputs : 1;
+    g->output_length = ARENA_ARRAY(a, int, n);
+    g->output_length_axis = ARENA_ARRAY(a, int, n);
+    for (int j = 0; j < n; j++) g->output_length[j] = g->output_length_axis[j] = -1;
+  }
+  g->output_length[i] = length_output;
+  g->output_length_axis[i] = length_output >= 0 ? axis : -1;
+}
+
+int ir_output_length(const Graph *g, int i, int *axis) {
+  int at = g->output_length && i >= 0 && i < g->n_outputs ? g->output_length[i] : -1;
+  if (axis) *axis = at >= 0 ? g->output_length_axis[i] : -1;
+  return at;
+}
+
+bool ir_output_is_length(const Graph *g, int i) {
+  for (int j = 0; g->output_length && j < g->n_outputs; j++)
+    if (g->output_length[j] == i) return true;
+  return false;
+}
+
+int ir_visible_outputs(const Graph *g) {
+  int n = g->n_outputs;
+  while (n > 0 && ir_output_is_length(g, n - 1)) n--;
+  return n;
 }
 
 Node *ir_source(Graph *g, OpKind op, const TensorType *t, const char *name, SrcLoc loc) {

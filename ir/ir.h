@@ -118,6 +118,12 @@ typedef struct Graph {
   /* NULL, or per output: the name of the param whose value it becomes
    * after a training step (NULL: a plain output); docs/training.md. */
   const char **output_updates;
+  /* NULL, or per output: the output holding the run-time length of its
+   * axis output_length_axis[i] (an i64 scalar, after every output that
+   * is not a length), or -1.  The output's type gives the upper bound
+   * (docs/ir.md, "Run-time lengths"; ir/bounds.c). */
+  int *output_length;
+  int *output_length_axis;
 } Graph;
 
 /* ---- the op table ---- */
@@ -262,6 +268,16 @@ void ir_set_outputs(Graph *g, int n, Value *const *values, const char *const *na
 void ir_set_output_update(Graph *g, int i, const char *param);
 /* The param output i updates, or NULL. */
 const char *ir_output_update(const Graph *g, int i);
+/* Output i's axis has the run-time length that output length_output
+ * holds; ir_set_outputs clears every mark. */
+void ir_set_output_length(Graph *g, int i, int axis, int length_output);
+/* The output holding the run-time length of output i (its axis in
+ * *axis), or -1. */
+int ir_output_length(const Graph *g, int i, int *axis);
+/* Output i holds another output's length. */
+bool ir_output_is_length(const Graph *g, int i);
+/* The outputs a user sees: those before the first length. */
+int ir_visible_outputs(const Graph *g);
 
 /* Builder: new node, attributes already set by the caller through the
  * returned node is awkward for one-liners, so these take them up front. */
@@ -319,6 +335,12 @@ Graph *ir_copy(Graph *g, const char *name);
  * it against, so [0, bound) is valid everywhere; 0 when none does.
  * Moves are followed 8 deep and 64 in all. */
 int64_t ir_index_bound(const Graph *g, const Value *v);
+/* Carries each nonzero's count through the ops after it to the graph's
+ * outputs (ir/bounds.c, docs/ir.md "Run-time lengths"): every output
+ * it reaches gets its length output, and the indices a gather reads
+ * from it are masked to 0 past the count.  An op that would mix the
+ * padding into real rows is a located error.  Importers call it last. */
+bool ir_bounds(Graph *g);
 /* ---- cost (cost.c, docs/cost.md) ---- */
 
 /* The least work computing some nodes takes: arithmetic operations (a

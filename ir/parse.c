@@ -191,6 +191,25 @@ static const char *string_lit(Parser *p, const char *what) {
 
 /* ---- types ---- */
 
+/* A small non-negative integer (an axis). */
+static bool int_lit(Parser *p, int64_t *out, const char *what) {
+  const char *s = p->line + p->pos;
+  if (!isdigit((unsigned char)*s)) {
+    error_at(p, p->pos, "expected %s, found %s", what, found(p));
+    return false;
+  }
+  char *end;
+  errno = 0;
+  long long v = strtoll(s, &end, 10);
+  if (errno == ERANGE || v >= DL_MAX_RANK) {
+    error_at(p, p->pos, "%s '%.*s' is out of range", what, (int)(end - s), s);
+    return false;
+  }
+  p->pos += (size_t)(end - s);
+  *out = v;
+  return true;
+}
+
 static bool parse_type(Parser *p, TensorType *t) {
   skip_ws(p);
   size_t start = p->pos;
@@ -645,7 +664,7 @@ fail:
     if (!map_find(&p->values, results[i].name)) map_put(a, &p->values, results[i].name, NULL, p->lineno);
 }
 
-/* "return %v as "name" [updates "param"], ..." */
+/* "return %v as "name" [updates "param"] [length AXIS "output"], ..." */
 static void parse_return(Parser *p, size_t at) {
   if (p->seen_return) {
     error_at(p, at, "second 'return' in the graph");
@@ -654,7 +673,9 @@ static void parse_return(Parser *p, size_t at) {
   p->seen_return = true;
   Arena *a = &p->c->arena;
   Value **vals = NULL;
-  const char **names = NULL, **updates = NULL;
+  const char **names = NULL, **updates = NULL, **len_names = NULL;
+  int64_t *len_axes = NULL;
+  size_t *len_at = NULL;
   int n = 0, cap = 0;
   bool poisoned = false;
   if (at_end(p)) {
@@ -689,6 +710,9 @@ static void parse_return(Parser *p, size_t at) {
       vals = arena_realloc(a, vals, sizeof *vals * (size_t)cap, sizeof *vals * (size_t)bigger);
       names = arena_realloc(a, names, sizeof *names * (size_t)cap, sizeof *names * (size_t)bigger);
       updates = arena_realloc(a, updates, sizeof *updates * (size_t)cap, sizeof *updates * (size_t)bigger);
+      len_names = arena_realloc(a, len_names, sizeof *len_names * (size_t)cap, sizeof *len_names * (size_t)bigger);
+      len_axes = arena_realloc(a, len_axes, sizeof *len_axes * (size_t)cap, sizeof *len_axes * (size_t)bigger);
+      len_at = arena_realloc(a, len_at, sizeof *len_at * (size_t)cap, sizeof *len_at * (size_t)bigger);
       cap = bigger;
     }
     vals[n] = e->value;
@@ -696,6 +720,14 @@ static void parse_return(Parser *p, size_t at) {
     if (keyword(p, "updates")) {
       skip_ws(p);
       if (!(updates[n] = string_lit(p, "the name of the param it updates"))) return;
+    }
+    len_names[n] = NULL;
+    if (keyword(p, "length")) {
+      skip_ws(p);
+      if (!int_lit(p, &len_axes[n], "the axis of run-time length")) return;
+      skip_ws(p);
+      len_at[n] = p->pos;
+      if (!(len_names[n] = string_lit(p, "the name of the output holding the length"))) return;
     }
     names[n++] = out;
     skip_ws(p);
@@ -710,6 +742,16 @@ static void parse_return(Parser *p, size_t at) {
   ir_set_outputs(p->g, n, vals, names);
   for (int i = 0; i < n; i++)
     if (updates[i]) ir_set_output_update(p->g, i, updates[i]);
+  for (int i = 0; i < n; i++) {
+    if (!len_names[i]) continue;
+    int j = 0;
+    while (j < n && strcmp(names[j], len_names[i]) != 0) j++;
+    if (j == n) {
+      error_at(p, len_at[i], "no output is named \"%s\"", len_names[i]);
+      return;
+    }
+    ir_set_output_length(p->g, i, (int)len_axes[i], j);
+  }
 }
 
 static void parse_header(Parser *p) {

@@ -130,6 +130,11 @@ void ir_print(FILE *f, Graph *g) {
       fputs(" updates ", f);
       print_quoted(f, ir_output_update(g, i));
     }
+    int axis, len = ir_output_length(g, i, &axis);
+    if (len >= 0) {
+      fprintf(f, " length %d ", axis);
+      print_quoted(f, g->output_names ? g->output_names[len] : "");
+    }
   }
   fputs("\n}\n", f);
 }

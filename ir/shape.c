@@ -1295,6 +1295,15 @@ bool shape_topk(const Node *n, TensorType *out, char *err, size_t errlen) {
   return true;
 }
 
+bool shape_nonzero(const Node *n, TensorType *out, char *err, size_t errlen) {
+  if (!operands_ok(n, err, errlen)) return false;
+  const TensorType *x = in_type(n, 0);
+  if (x->rank < 1) return fail(err, errlen, "nonzero: a 0-d operand has no coordinates");
+  out[0] = (TensorType){.dtype = TY_I64, .rank = 2, .dims = {x->rank, ir_type_numel(x)}};
+  out[1] = (TensorType){.dtype = TY_I64, .rank = 0};
+  return true;
+}
+
 /* No operands: the type comes from the attributes (ops.def, iota). */
 bool shape_iota(const Node *n, TensorType *out, char *err, size_t errlen) {
   int count;

@@ -382,6 +382,25 @@ static void check_groups(Verifier *v, int count) {
   }
 }
 
+/* An output of run-time length (docs/ir.md): its length is an i64
+ * scalar output after every output that is not a length, the axis is
+ * one of its own, and a length has no length of its own. */
+static void check_length(Verifier *v, Graph *g, int i) {
+  int axis, j = ir_output_length(g, i, &axis);
+  if (j < 0) return;
+  if (j >= g->n_outputs || j == i) {
+    fail(v, NULL, "output %d's length is output %d, which does not exist", i, j);
+    return;
+  }
+  const TensorType *t = &g->outputs[j]->type;
+  if (t->dtype != TY_I64 || t->rank != 0) fail(v, NULL, "output %d's length, output %d, is not an i64 scalar", i, j);
+  if (axis < 0 || axis >= g->outputs[i]->type.rank)
+    fail(v, NULL, "output %d has a run-time length on axis %d of its rank %d", i, axis, g->outputs[i]->type.rank);
+  if (ir_output_is_length(g, i)) fail(v, NULL, "output %d is a length and has a length", i);
+  if (j < ir_visible_outputs(g))
+    fail(v, NULL, "output %d, a length, comes before output %d, which is not one", j, ir_visible_outputs(g) - 1);
+}
+
 /* An output that updates a param (docs/training.md): the param exists,
  * the output has its type, and no other output updates it. */
 static void check_update(Verifier *v, Graph *g, int i) {
@@ -455,6 +474,7 @@ bool ir_verify(Graph *g) {
       }
   }
   for (int i = 0; i < g->n_outputs && v.ok; i++) check_update(&v, g, i);
+  for (int i = 0; i < g->n_outputs && v.ok; i++) check_length(&v, g, i);
   if (v.ok) check_groups(&v, count);
   return v.ok;
 }

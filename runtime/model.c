@@ -552,7 +552,15 @@ DlrtStatus dlrt_load_weights(DlrtModel *m, const char *path) {
 /* ---- inputs, outputs, run ---- */
 
 int dlrt_num_inputs(const DlrtModel *m) { return m && m->plan ? (int)m->plan->n_inputs : 0; }
-int dlrt_num_outputs(const DlrtModel *m) { return m && m->plan ? (int)m->plan->n_outputs : 0; }
+/* The outputs before the first length (plan.c checks they are last). */
+static uint32_t visible_outputs(const RtPlan *p) {
+  uint32_t n = p->n_outputs;
+  for (uint32_t i = 0; i < p->n_outputs; i++)
+    if (p->outputs[i].length_output && p->outputs[i].length_output - 1 < n) n = p->outputs[i].length_output - 1;
+  return n;
+}
+
+int dlrt_num_outputs(const DlrtModel *m) { return m && m->plan ? (int)visible_outputs(m->plan) : 0; }
 
 int dlrt_find_input(const DlrtModel *m, const char *name) {
   return m && m->plan ? find_desc(m->plan->inputs, m->plan->n_inputs, name) : -1;
@@ -570,6 +578,7 @@ static DlrtStatus info(const RtTensorDesc *t, uint32_t n, int index, DlrtTensorI
   memset(out->dims, 0, sizeof out->dims);
   memcpy(out->dims, t->dims, t->rank * sizeof t->dims[0]);
   out->nbytes = (size_t)t->nbytes;
+  out->run_time_axis = t->length_output ? (int)t->length_axis : -1;
   return DLRT_OK;
 }
 
@@ -1025,6 +1034,66 @@ int rt_model_enqueue(DlrtModel *m, void *stream) {
   return DLRT_OK;
 }
 
+/* Output index's bytes from the last run: staging, or the device for a
+ * bound output or state. */
+static DlrtStatus read_output(DlrtModel *m, int index, void *data, size_t nbytes) {
+  if (!nbytes) return DLRT_OK;
+  if (m->output_bound[index] || m->output_state[index]) {
+    if (m->dev->ops->download(m->dev, data, m->outputs[index], nbytes)) return device_error(m, "get_output");
+    return DLRT_OK;
+  }
+  memcpy(data, m->out_stage[index].p, nbytes);
+  return DLRT_OK;
+}
+
+/* The run-time length of output index (which has one), checked against
+ * its bound: a kernel's count is data like any other. */
+static DlrtStatus run_time_length(DlrtModel *m, int index, int64_t *len) {
+  const RtTensorDesc *t = &m->plan->outputs[index];
+  DlrtStatus s = read_output(m, (int)t->length_output - 1, len, sizeof *len);
+  if (s) return s;
+  if (*len < 0 || *len > t->dims[t->length_axis])
+    return set_error(m, DLRT_E_DEVICE, "output '%s': the run gave axis %" PRIu32 " a length of %" PRId64
+                     ", outside its bound %" PRId64, t->name, t->length_axis, *len, t->dims[t->length_axis]);
+  return DLRT_OK;
+}
+
+DlrtStatus dlrt_output_shape(DlrtModel *m, int index, DlrtTensorInfo *out) {
+  DlrtStatus s = usable(m);
+  if (s) return s;
+  if (!out || index < 0 || (uint32_t)index >= m->plan->n_outputs)
+    return set_error(m, DLRT_E_ARG, "output_shape: no output %d", index);
+  info(m->plan->outputs, m->plan->n_outputs, index, out);
+  if (out->run_time_axis < 0) return DLRT_OK;
+  int64_t len;
+  if ((s = run_time_length(m, index, &len))) return s;
+  int64_t bound = out->dims[out->run_time_axis];
+  out->nbytes = bound ? out->nbytes / (size_t)bound * (size_t)len : 0;
+  out->dims[out->run_time_axis] = len;
+  return DLRT_OK;
+}
+
+/* An output of run-time length: the first len rows of its axis out of
+ * every outer slice, packed. */
+static DlrtStatus get_packed(DlrtModel *m, int index, void *data, size_t nbytes) {
+  const RtTensorDesc *t = &m->plan->outputs[index];
+  DlrtTensorInfo run;
+  DlrtStatus s = dlrt_output_shape(m, index, &run);
+  if (s) return s;
+  if (!data || nbytes != run.nbytes)
+    return set_error(m, DLRT_E_ARG, "get_output '%s': room for %zu bytes given, this run's is %zu bytes", t->name,
+                     nbytes, run.nbytes);
+  if (!nbytes) return DLRT_OK;
+  uint64_t outer = 1, inner = (uint64_t)rt_dtype_bytes(t->dtype);
+  for (uint32_t d = 0; d < t->length_axis; d++) outer *= (uint64_t)t->dims[d];
+  for (uint32_t d = t->length_axis + 1; d < t->rank; d++) inner *= (uint64_t)t->dims[d];
+  uint64_t bound = (uint64_t)t->dims[t->length_axis], len = (uint64_t)run.dims[t->length_axis];
+  const char *from = m->out_stage[index].p;
+  for (uint64_t o = 0; o < outer; o++)
+    memcpy((char *)data + o * len * inner, from + o * bound * inner, (size_t)(len * inner));
+  return DLRT_OK;
+}
+
 DlrtStatus dlrt_get_output(DlrtModel *m, int index, void *data, size_t nbytes) {
   DlrtStatus s = usable(m);
   if (s) return s;
@@ -1033,17 +1102,12 @@ DlrtStatus dlrt_get_output(DlrtModel *m, int index, void *data, size_t nbytes) {
     return set_error(m, DLRT_E_ARG, "get_output: no output %d (the model has %" PRIu32 ")", index,
                      p->n_outputs);
   const RtTensorDesc *t = &p->outputs[index];
+  if (t->length_output) return get_packed(m, index, data, nbytes);
   if (!data || nbytes != t->nbytes)
     return set_error(m, DLRT_E_ARG, "get_output '%s': room for %zu bytes given, it is %" PRIu64 " bytes",
                      t->name, nbytes, t->nbytes);
-  if (!nbytes) return DLRT_OK;
   /* A bound output was never staged, nor was state: read the device. */
-  if (m->output_bound[index] || m->output_state[index]) {
-    if (m->dev->ops->download(m->dev, data, m->outputs[index], nbytes)) return device_error(m, "get_output");
-    return DLRT_OK;
-  }
-  memcpy(data, m->out_stage[index].p, nbytes);
-  return DLRT_OK;
+  return read_output(m, index, data, nbytes);
 }
 
 DlrtStatus dlrt_get_output_by_name(DlrtModel *m, const char *name, void *data, size_t nbytes) {
@@ -1110,6 +1174,10 @@ static DlrtStatus bind(DlrtModel *m, bool input, int index, uint64_t device_ptr)
   if (index < 0 || (uint32_t)index >= n)
     return set_error(m, DLRT_E_ARG, "bind_%s: no %s %d (the model has %" PRIu32 ")", what, what, index, n);
   if (device_ptr && (s = check_overlap(m, input, index, device_ptr))) return s;
+  if (!input && device_ptr && (p->outputs[index].length_output || (uint32_t)index >= visible_outputs(p)))
+    return set_error(m, DLRT_E_ARG,
+                     "bind_output '%s': it %s a run-time length, which the host reads after the run (dlrt_get_output)",
+                     p->outputs[index].name, p->outputs[index].length_output ? "has" : "is");
   if (!input && p->outputs[index].where.space == RT_SPACE_WEIGHTS)
     return set_error(m, DLRT_E_ARG, "bind_output '%s': it is a weight the run updates in place, so it cannot be bound",
                      p->outputs[index].name);
@@ -1352,6 +1420,10 @@ DlrtStatus dlrt_run_batches(DlrtModel *m, DlrtFeedFn feed, DlrtDrainFn drain, vo
   for (uint32_t i = 0; i < p->n_outputs; i++)
     if (m->output_bound[i])
       return set_error(m, DLRT_E_STATE, "run_batches: output '%s' is bound to device memory (unbind it)",
+                       p->outputs[i].name);
+  for (uint32_t i = 0; i < p->n_outputs; i++)
+    if (p->outputs[i].length_output)
+      return set_error(m, DLRT_E_ARG, "run_batches: output '%s' has a length known only at run time; run it with dlrt_run",
                        p->outputs[i].name);
   RtDevice *d = m->dev;
   /* A training step's updates make the init steps due before each next

@@ -453,6 +453,34 @@ static int check_output(Check *c, uint32_t i, bool *written, bool *state) {
               i, t->name, t->where.offset, t->nbytes);
 }
 
+/* Output i's run-time length (version 15): held by an i64 scalar
+ * output that has none itself and comes after every output that is not
+ * a length, on one of i's axes. */
+static int check_length(Check *c, uint32_t i) {
+  const RtPlan *p = c->p;
+  const RtTensorDesc *t = &p->outputs[i];
+  if (!t->length_output) return 0;
+  uint32_t j = t->length_output - 1;
+  if (j >= p->n_outputs || j == i)
+    return fail(c, "output %" PRIu32 " '%.60s': its length is output %" PRIu32 ", which is not another output", i,
+                t->name, j);
+  const RtTensorDesc *l = &p->outputs[j];
+  if (l->dtype != RT_DT_I64 || l->rank != 0 || l->length_output || l->where.space != RT_SPACE_OUTPUT)
+    return fail(c, "output %" PRIu32 " '%.60s': its length, output %" PRIu32 ", is not an i64 scalar of its own",
+                i, t->name, j);
+  if (t->length_axis >= t->rank || t->where.space != RT_SPACE_OUTPUT)
+    return fail(c, "output %" PRIu32 " '%.60s': a run-time length on axis %" PRIu32 " of rank %" PRIu32, i,
+                t->name, t->length_axis, t->rank);
+  for (uint32_t k = j; k < p->n_outputs; k++) {
+    bool is_length = false;
+    for (uint32_t o = 0; o < p->n_outputs && !is_length; o++) is_length = p->outputs[o].length_output == k + 1;
+    if (!is_length)
+      return fail(c, "output %" PRIu32 " '%.60s' comes after output %" PRIu32 ", a length, and is none", k,
+                  p->outputs[k].name, j);
+  }
+  return 0;
+}
+
 /* An update step: the whole of one OUTPUT over exactly one weight's
  * bytes, that weight not updated before (written[] by weight). */
 static int check_update(Check *c, const RtStep *s, bool *written) {
@@ -557,7 +585,7 @@ int rt_plan_validate_in(const RtPlan *p, const RtRegion *regions, int n_regions,
   bool *state = written + p->n_weights + 1;
   int rc = 0;
   for (uint32_t i = 0; i < p->n_outputs && !rc; i++)
-    rc = check_output(&c, i, written, state);
+    rc = check_output(&c, i, written, state) || check_length(&c, i);
   c.state = state;
   for (int init = 1; init >= 0 && !rc; init--) {
     c.init = init;

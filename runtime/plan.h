@@ -37,7 +37,7 @@
 #include <stdint.h>
 
 #define RT_PLAN_MAGIC 0x444c4350u /* "DLCP" */
-#define RT_PLAN_VERSION 14u
+#define RT_PLAN_VERSION 15u
 #define RT_MAX_RANK 8
 
 typedef enum {
@@ -82,6 +82,12 @@ typedef struct RtTensorDesc {
    * update written over its param in place, which the run's steps may
    * then write (and the run leaves on the device). */
   RtRef where;
+  /* Version 15, outputs only: 1 + the output (an i64 scalar, after every
+   * output that has no such mark and is none) holding the run-time
+   * length of axis length_axis, which dims[] only bounds (a NonZero's
+   * result, docs/runtime.md); 0: none. */
+  uint32_t length_output;
+  uint32_t length_axis;
 } RtTensorDesc;
 
 typedef enum { RT_ARG_PTR, RT_ARG_I32, RT_ARG_I64, RT_ARG_F32 } RtArgKind;

@@ -218,6 +218,8 @@ static void walk_descs(Walk *w, const char *kind, const RtTensorDesc *t, uint32_
     for (uint32_t d = 0; d < t[i].rank && d < RT_MAX_RANK; d++) put_u64(w, (uint64_t)t[i].dims[d]);
     put_u64(w, t[i].nbytes);
     put_ref(w, t[i].where);
+    put_u32(w, t[i].length_output);
+    put_u32(w, t[i].length_axis);
   }
 }
 

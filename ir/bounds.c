@@ -1,0 +1,338 @@
+/* Run-time lengths (docs/ir.md): a nonzero's coordinates are an upper
+ * bound's worth of columns of which only its count are real.  Plans
+ * keep static shapes, so the padding travels with the data through the
+ * ops that treat the rows of that axis one by one (elementwise ops,
+ * moves, gathers, products with it as M or N, reductions over other
+ * axes), and each graph output it reaches gets the count as its length,
+ * an extra output that the runtime and ir_trim_outputs cut the output
+ * to.  An op that would mix padded rows into real ones (a reduction or
+ * a normalization over that axis, a product contracting it, a reshape
+ * merging it) is refused by name. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "ir/eval.h"
+#include "ir/ir.h"
+
+typedef struct Bound {
+  int axis;   /* -1: the value has static length everywhere */
+  Value *len; /* an i64 scalar: the count */
+} Bound;
+
+typedef struct Bounds {
+  Graph *g;
+  Bound *of; /* by Value.id */
+  int n_values;
+} Bounds;
+
+static Bound bound_of(const Bounds *b, const Value *v) {
+  if (v && v->id >= 0 && v->id < b->n_values) return b->of[v->id];
+  return (Bound){-1, NULL};
+}
+
+static int norm_axis(int64_t a, int rank) { return (int)(a < 0 ? a + rank : a); }
+
+static bool has_int(const Node *n, const char *name, int rank, int axis) {
+  const Attr *a = ir_attr(n, name);
+  if (!a || a->kind != AK_INTS) return false;
+  for (int i = 0; i < a->ints.n; i++)
+    if (norm_axis(a->ints.v[i], rank) == axis) return true;
+  return false;
+}
+
+/* Where axis a of operand i lands in n's result r, or -1 with *why
+ * saying why the rows of that axis would not stay apart. */
+static int follow(const Node *n, int i, int a, int r, const char **why) {
+  const TensorType *x = &n->in[i]->type, *y = &n->out[r].type;
+  int rx = x->rank, ry = y->rank;
+  *why = "it combines the elements along that axis";
+  switch (ir_ops[n->op].cls) {
+    case K_ELEMWISE:
+      if (n->op == OP_BATCHNORM && (i > 0 || a == 1)) return -1;
+      if (n->op == OP_CHECK) return -1;
+      return a + ry - rx;
+    case K_REDUCE:
+      if (i > 0) return -1;
+      switch (n->op) {
+        case OP_REDUCE_SUM:
+        case OP_REDUCE_MEAN:
+        case OP_REDUCE_MAX:
+        case OP_REDUCE_MIN:
+        case OP_REDUCE_PROD: {
+          if (has_int(n, "axes", rx, a)) return -1;
+          if (ir_attr_int(n, "keepdims")) return a;
+          int before = 0;
+          for (int d = 0; d < a; d++) before += has_int(n, "axes", rx, d);
+          return a - before;
+        }
+        case OP_ARGMAX: {
+          int axis = norm_axis(ir_attr_int(n, "axis"), rx);
+          if (axis == a) return -1;
+          return ir_attr_int(n, "keepdims") || a < axis ? a : a - 1;
+        }
+        case OP_SOFTMAX:
+        case OP_LOG_SOFTMAX: return norm_axis(ir_attr_int(n, "axis"), rx) == a ? -1 : a;
+        case OP_LAYERNORM:
+        case OP_RMS_NORM: return a >= norm_axis(ir_attr_int(n, "axis"), rx) ? -1 : a;
+        case OP_GROUP_NORM:
+        case OP_GLOBAL_AVGPOOL: return a == 0 ? 0 : -1;
+        default: return -1;
+      }
+    case K_MATMUL:
+      if (n->op == OP_MATMUL) {
+        if (rx < 2) return -1;
+        int logical = a;
+        if (ir_matmul_trans(n, i) && a >= rx - 2) logical = a == rx - 1 ? rx - 2 : rx - 1;
+        bool contracted = i == 0 ? logical == rx - 1 : logical == rx - 2;
+        *why = "the matrix product sums over that axis";
+        return contracted ? -1 : logical + ry - rx;
+      }
+      if (n->op == OP_LINEAR) {
+        *why = "the product sums over that axis, or it is the weight's";
+        return i == 0 && a < rx - 1 ? a : -1;
+      }
+      *why = "a convolution's rows may only be its batch";
+      return i == 0 && a == 0 ? 0 : -1;
+    case K_WINDOW: *why = "a window's rows may only be its batch"; return i == 0 && a == 0 ? 0 : -1;
+    case K_MOVE:
+      switch (n->op) {
+        case OP_RESHAPE: {
+          /* The axis must stay whole: the same product before it and
+           * after it, so each padded row stays a block of its own. */
+          int64_t before = 1, after = 1;
+          for (int d = 0; d < a; d++) before *= x->dims[d];
+          for (int d = a + 1; d < rx; d++) after *= x->dims[d];
+          int64_t p = 1;
+          for (int d = 0; d < ry; d++) {
+            if (p == before && y->dims[d] == x->dims[a]) {
+              int64_t q = 1;
+              for (int e = d + 1; e < ry; e++) q *= y->dims[e];
+              if (q == after) return d;
+            }
+            p *= y->dims[d];
+          }
+          *why = "the reshape merges or splits that axis";
+          return -1;
+        }
+        case OP_TRANSPOSE: {
+          const Attr *perm = ir_attr(n, "perm");
+          for (int d = 0; d < perm->ints.n; d++)
+            if (perm->ints.v[d] == a) return d;
+          return -1;
+        }
+        case OP_EXPAND: return a + ry - rx;
+        case OP_CONCAT:
+          *why = "it concatenates along that axis";
+          return norm_axis(ir_attr_int(n, "axis"), rx) == a ? -1 : a;
+        case OP_SLICE: {
+          const Attr *s = ir_attr(n, "starts"), *e = ir_attr(n, "ends"), *st = ir_attr(n, "steps");
+          *why = "it slices that axis";
+          if (a < s->ints.n && (s->ints.v[a] != 0 || e->ints.v[a] != x->dims[a] || st->ints.v[a] != 1)) return -1;
+          return a;
+        }
+        case OP_PAD: {
+          const Attr *p = ir_attr(n, "pads");
+          *why = "it pads that axis";
+          return p->ints.v[a] || p->ints.v[a + rx] ? -1 : a;
+        }
+        case OP_GATHER: {
+          int axis = norm_axis(ir_attr_int(n, "axis"), n->in[0]->type.rank);
+          if (i == 1) return axis + a;
+          *why = "it gathers along that axis";
+          if (a == axis) return -1;
+          return a < axis ? a : a + n->in[1]->type.rank - 1;
+        }
+        case OP_GATHER_ELEMENTS:
+          *why = "only its indices may have a run-time length, not on its axis";
+          return i == 1 && a != norm_axis(ir_attr_int(n, "axis"), rx) ? a : -1;
+        case OP_GATHER_ND:
+          *why = "only its indices may have a run-time length, on an axis before the last";
+          return i == 1 && ir_attr_int(n, "batch_dims") == 0 && a < rx - 1 ? a : -1;
+        default: return -1;
+      }
+    case K_OPAQUE:
+      if (n->op == OP_TOPK) {
+        *why = "it sorts along that axis";
+        return norm_axis(ir_attr_int(n, "axis"), rx) == a ? -1 : a;
+      }
+      if (n->op == OP_CAST || n->op == OP_TP_COPY || n->op == OP_STAGE) return a;
+      *why = "it has no rule for a run-time length";
+      return -1;
+    case K_SOURCE: return -1;
+  }
+  return -1;
+}
+
+static bool refuse(Bounds *b, const Node *n, int i, int a, const char *why) {
+  diag_error(b->g->ctx, n->loc,
+             "%s: operand %d has a length known only at run time on axis %d (a NonZero's or Compress's "
+             "result), which is not supported here: %s",
+             ir_ops[n->op].name, i, a, why);
+  return false;
+}
+
+/* Indices of a run-time length read by a gather: the padded rows hold
+ * 0 on the nonzero's side, but whatever the model did to them since
+ * could be out of range and fail the run, so they become 0 again. */
+static void mask_indices(Bounds *b, Node *gather, int i, Bound bd) {
+  Graph *g = b->g;
+  Value *idx = gather->in[i];
+  SrcLoc loc = gather->loc;
+  Node *iota = ir_node_new(g, OP_IOTA, 0, NULL, loc);
+  ir_set_ints(g, iota, "shape", idx->type.rank, idx->type.dims);
+  ir_set_dtype(g, iota, "dtype", TY_I64);
+  ir_set_int(g, iota, "axis", bd.axis);
+  Node *lt = ir_node_new(g, OP_LESS, 2, (Value *[]){&iota->out[0], bd.len}, loc);
+  Node *zero = ir_node_new(g, OP_CONST, 0, NULL, loc);
+  ir_set_float(g, zero, "value", 0);
+  ir_declare(zero, &(TensorType){.dtype = idx->type.dtype, .rank = 0});
+  Node *pick = ir_node_new(g, OP_WHERE, 3, (Value *[]){&lt->out[0], idx, &zero->out[0]}, loc);
+  char err[256];
+  Node *made[] = {iota, lt, zero, pick};
+  for (int k = 0; k < 4; k++) {
+    if (made[k]->op != OP_CONST && (!ir_fill_defaults(g, made[k], err, sizeof err) || !ir_infer(made[k], err, sizeof err)))
+      dl_internal(g->ctx, "bounds: a bad %s: %s", ir_ops[made[k]->op].name, err);
+    made[k]->guard = gather->guard;
+    ir_insert_before(g, gather, made[k]);
+  }
+  gather->in[i] = &pick->out[0];
+}
+
+/* Each output of run-time length gets the output holding its count
+ * (shared by outputs of one count), named after the first. */
+static void add_lengths(Bounds *b) {
+  Graph *g = b->g;
+  Arena *ar = &g->ctx->arena;
+  int n = g->n_outputs, total = n;
+  Value **vals = ARENA_ARRAY(ar, Value *, 2 * n + 1);
+  const char **names = ARENA_ARRAY(ar, const char *, 2 * n + 1);
+  int *len_of = ARENA_ARRAY(ar, int, n + 1), *axis_of = ARENA_ARRAY(ar, int, n + 1);
+  for (int i = 0; i < n; i++) {
+    vals[i] = g->outputs[i];
+    names[i] = g->output_names[i];
+  }
+  for (int i = 0; i < n; i++) {
+    len_of[i] = axis_of[i] = -1;
+    Bound bd = bound_of(b, g->outputs[i]);
+    if (bd.axis < 0) continue;
+    int j = n;
+    while (j < total && vals[j] != bd.len) j++;
+    if (j == total) {
+      vals[total] = bd.len;
+      const char *name = arena_printf(ar, "%s:length", g->output_names[i]);
+      for (int k = 2;; k++) {
+        bool taken = false;
+        for (int o = 0; o < total && !taken; o++) taken = strcmp(names[o], name) == 0;
+        if (!taken) break;
+        name = arena_printf(ar, "%s:length%d", g->output_names[i], k);
+      }
+      names[total++] = name;
+    }
+    len_of[i] = j;
+    axis_of[i] = bd.axis;
+  }
+  if (total == n) return;
+  ir_set_outputs(g, total, vals, names);
+  for (int i = 0; i < n; i++)
+    if (len_of[i] >= 0) ir_set_output_length(g, i, axis_of[i], len_of[i]);
+}
+
+bool ir_bounds(Graph *g) {
+  bool any = false;
+  for (Node *n = g->first; n && !any; n = n->next) any = n->op == OP_NONZERO;
+  if (!any) return true;
+  ir_number(g);
+  Bounds b = {.g = g};
+  for (Node *n = g->first; n; n = n->next) b.n_values += n->n_out;
+  b.of = calloc((size_t)b.n_values + 1, sizeof *b.of);
+  typedef struct Mask {
+    Node *n;
+    int i;
+    Bound bd;
+  } Mask;
+  Mask *masks = calloc((size_t)b.n_values + 1, sizeof *masks);
+  if (!b.of || !masks) {
+    free(b.of);
+    free(masks);
+    diag_error(g->ctx, (SrcLoc){0}, "out of memory");
+    return false;
+  }
+  for (int v = 0; v < b.n_values; v++) b.of[v].axis = -1;
+  int n_masks = 0;
+  bool ok = true;
+  for (Node *n = g->first; n && ok; n = n->next) {
+    Value *len = NULL;
+    int out_axis[8] = {-1, -1, -1, -1, -1, -1, -1, -1};
+    for (int i = 0; i < n->n_in && ok; i++) {
+      Bound bd = bound_of(&b, n->in[i]);
+      if (bd.axis < 0) continue;
+      if (n->op == OP_NONZERO) {
+        ok = refuse(&b, n, i, bd.axis, "the coordinates of a value of run-time length would have two");
+        break;
+      }
+      if (len && len != bd.len) {
+        ok = refuse(&b, n, i, bd.axis, "another operand's length is another count");
+        break;
+      }
+      len = bd.len;
+      for (int r = 0; r < n->n_out && r < 8 && ok; r++) {
+        const char *why;
+        int to = follow(n, i, bd.axis, r, &why);
+        if (to >= 0 && (to >= n->out[r].type.rank || n->out[r].type.dims[to] != n->in[i]->type.dims[bd.axis])) {
+          to = -1;
+          why = "the result's axis is not that one's length";
+        }
+        if (to < 0 || (out_axis[r] >= 0 && out_axis[r] != to)) {
+          ok = refuse(&b, n, i, bd.axis, to < 0 ? why : "two operands' lengths land on different axes");
+          break;
+        }
+        out_axis[r] = to;
+      }
+      bool indices = (n->op == OP_GATHER || n->op == OP_GATHER_ELEMENTS || n->op == OP_GATHER_ND) && i == 1;
+      if (ok && indices) masks[n_masks++] = (Mask){n, i, bd};
+    }
+    if (!ok) break;
+    if (n->op == OP_NONZERO) {
+      b.of[n->out[0].id] = (Bound){1, &n->out[1]};
+      continue;
+    }
+    for (int r = 0; len && r < n->n_out && r < 8; r++) b.of[n->out[r].id] = (Bound){out_axis[r], len};
+  }
+  if (ok) {
+    for (int k = 0; k < n_masks; k++) mask_indices(&b, masks[k].n, masks[k].i, masks[k].bd);
+    add_lengths(&b);
+  }
+  free(b.of);
+  free(masks);
+  return ok;
+}
+
+bool ir_trim_outputs(const Graph *g, Tensor *outputs, char *err, size_t errlen) {
+  for (int i = 0; i < g->n_outputs; i++) {
+    int axis, j = ir_output_length(g, i, &axis);
+    if (j < 0) continue;
+    const TensorType *t = &outputs[i].type;
+    int64_t len = *(const int64_t *)outputs[j].data;
+    if (len < 0 || len > t->dims[axis]) {
+      snprintf(err, errlen, "output '%s': its run-time length %lld is outside [0, %lld]", g->output_names[i],
+               (long long)len, (long long)t->dims[axis]);
+      return false;
+    }
+    TensorType cut = *t;
+    cut.dims[axis] = len;
+    Tensor small;
+    if (!ir_tensor_alloc(&small, &cut)) {
+      snprintf(err, errlen, "out of memory");
+      return false;
+    }
+    int64_t outer = 1, inner = ir_dtype_size(t->dtype);
+    for (int d = 0; d < axis; d++) outer *= t->dims[d];
+    for (int d = axis + 1; d < t->rank; d++) inner *= t->dims[d];
+    for (int64_t o = 0; o < outer; o++)
+      memcpy((char *)small.data + o * len * inner, (const char *)outputs[i].data + o * t->dims[axis] * inner,
+             (size_t)(len * inner));
+    ir_tensor_free(&outputs[i]);
+    outputs[i] = small;
+  }
+  return true;
+}
