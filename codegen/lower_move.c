@@ -485,3 +485,132 @@ bool lower_nonzero(CgBuild *b, const Node *n) {
   cg_launch(b, k);
   return true;
 }
+
+/* Python's max and min as eval.c takes them (NaN aside, fmaxf's and
+ * fminf's values), and a box's low and high side. */
+static KExpr *py_max(Kernel *k, KExpr *a, KExpr *b) { return cg_ksel(k, cg_kcmp(k, KC_GT, b, a), b, a); }
+static KExpr *py_min(Kernel *k, KExpr *a, KExpr *b) { return cg_ksel(k, cg_kcmp(k, KC_LT, b, a), b, a); }
+
+/* The candidate's and a kept box's sides, [x0, x1, y0, y1], as lets. */
+static void nms_sides(Kernel *k, KBlock *in, KBuf *boxes, KExpr *at, bool centers, KExpr **side) {
+  KExpr *v[4];
+  for (int c = 0; c < 4; c++)
+    v[c] = cg_kv(k, cg_klet(k, in, "bc", TY_F32, cg_kload(k, boxes, cg_kadd(k, at, cg_kint(k, c)))));
+  KExpr *lo[2], *hi[2];
+  for (int d = 0; d < 2; d++) {
+    if (centers) { /* [x, y, w, h]: x for d 0 */
+      KExpr *half = cg_kop2(k, OP_DIV, v[2 + d], cg_kimm(k, 2, TY_F32));
+      lo[d] = cg_kop2(k, OP_SUB, v[d], half);
+      hi[d] = cg_kop2(k, OP_ADD, v[d], half);
+    } else { /* [y1, x1, y2, x2]: x from 1 and 3 for d 0 */
+      KExpr *a = v[1 - d], *b = v[3 - d], *swap = cg_kcmp(k, KC_GE, a, b);
+      lo[d] = cg_ksel(k, swap, b, a);
+      hi[d] = cg_ksel(k, swap, a, b);
+    }
+  }
+  side[0] = lo[0], side[1] = hi[0], side[2] = lo[1], side[3] = hi[1];
+  for (int s = 0; s < 4; s++) side[s] = cg_kv(k, cg_klet(k, in, "side", TY_F32, side[s]));
+}
+
+/* nms (ops.def), as eval.c's loops in one thread: every class of every
+ * batch in turn, the candidates in score order by selection, each
+ * IoU in f32 in the same order of operations.  The rows past the count
+ * are zeroed first. */
+bool lower_nms(CgBuild *b, const Node *n) {
+  const TensorType *st = &n->in[1]->type;
+  int64_t C = st->dims[1], N = st->dims[2], BC = st->dims[0] * C, bound = ir_attr_int(n, "bound");
+  bool centers = ir_attr_int(n, "center_point_box") != 0;
+  Kernel *k = new_kernel(b, n, NULL, NULL);
+  TensorType one = flat(TY_I64, 1);
+  Map m;
+  map_begin(&m, k, &one);
+  KBlock *top = &m.main;
+  KBuf *rows = global_of(b, k, &n->out[0], "rows"), *boxes = global_of(b, k, n->in[0], "boxes");
+  KBuf *scores = global_of(b, k, n->in[1], "scores");
+  KVar *e = cg_kvar(k, "e", KT_INDEX);
+  KStmt *zero = cg_kloop(k, top, e, cg_kint(k, numel(&n->out[0].type)), KM_SERIAL);
+  cg_kstore(k, &zero->body, rows, cg_kv(k, e), cg_kimm(k, 0, TY_I64));
+  KExpr *want = cg_kcast(k, load_of(b, k, n->in[2], "most", cg_kint(k, 0)), KT_INDEX);
+  want = cg_ksel(k, cg_kcmp(k, KC_LT, want, cg_kint(k, 0)), cg_kint(k, 0), want);
+  want = cg_ksel(k, cg_kcmp(k, KC_GT, want, cg_kint(k, bound)), cg_kint(k, bound), want);
+  KExpr *most = cg_kv(k, cg_klet(k, top, "most", KT_INDEX, want));
+  KExpr *iou = cg_kv(k, cg_klet(k, top, "iou", TY_F32, load_of(b, k, n->in[3], "iou", cg_kint(k, 0))));
+  KExpr *floor_score = cg_kv(k, cg_klet(k, top, "floor", TY_F32, load_of(b, k, n->in[4], "floor", cg_kint(k, 0))));
+  KVar *count = cg_klet(k, top, "count", KT_INDEX, cg_kint(k, 0));
+  KVar *bc = cg_kvar(k, "bc", KT_INDEX);
+  KStmt *classes = cg_kloop(k, top, bc, cg_kint(k, BC), KM_SERIAL);
+  KBlock *cls = &classes->body;
+  KExpr *batch = cg_kv(k, cg_klet(k, cls, "batch", KT_INDEX, cg_kidx(k, KI_DIV, cg_kv(k, bc), cg_kint(k, C))));
+  KExpr *sbase = cg_kv(k, cg_klet(k, cls, "sbase", KT_INDEX, cg_kmul(k, cg_kv(k, bc), cg_kint(k, N))));
+  KVar *kept = cg_klet(k, cls, "kept", KT_INDEX, cg_kint(k, 0));
+  KVar *prev = cg_klet(k, cls, "prev", KT_INDEX, cg_kint(k, -1));
+  KVar *ps = cg_klet(k, cls, "ps", TY_F32, cg_kimm(k, 0, TY_F32));
+  KVar *done = cg_klet(k, cls, "done", KT_INDEX, cg_kint(k, 0));
+  KVar *step = cg_kvar(k, "step", KT_INDEX);
+  KStmt *steps = cg_kloop(k, cls, step, cg_kint(k, N), KM_SERIAL);
+  KExpr *active = cg_kand(k, cg_kcmp(k, KC_EQ, cg_kv(k, done), cg_kint(k, 0)),
+                          cg_kcmp(k, KC_LT, cg_kv(k, kept), most));
+  KBlock *go = &cg_kif(k, &steps->body, active)->body;
+  KVar *best = cg_klet(k, go, "best", KT_INDEX, cg_kint(k, -1));
+  KVar *bs = cg_klet(k, go, "bs", TY_F32, cg_kimm(k, 0, TY_F32));
+  KVar *t = cg_kvar(k, "t", KT_INDEX);
+  KStmt *scan = cg_kloop(k, go, t, cg_kint(k, N), KM_SERIAL);
+  KExpr *s = cg_kv(k, cg_klet(k, &scan->body, "s", TY_F32, cg_kload(k, scores, cg_kadd(k, sbase, cg_kv(k, t)))));
+  KExpr *te = cg_kv(k, t), *pv = cg_kv(k, prev), *pse = cg_kv(k, ps);
+  KExpr *after = cg_kor(k, cg_kcmp(k, KC_LT, pv, cg_kint(k, 0)),
+                        cg_kor(k, cg_kcmp(k, KC_LT, s, pse),
+                               cg_kand(k, cg_kcmp(k, KC_EQ, s, pse), cg_kcmp(k, KC_GT, te, pv))));
+  KExpr *better = cg_kor(k, cg_kcmp(k, KC_LT, cg_kv(k, best), cg_kint(k, 0)), cg_kcmp(k, KC_GT, s, cg_kv(k, bs)));
+  KBlock *pick = &cg_kif(k, &scan->body, cg_kand(k, cg_kcmp(k, KC_GT, s, floor_score), cg_kand(k, after, better)))->body;
+  cg_kset(k, pick, best, te);
+  cg_kset(k, pick, bs, s);
+  KStmt *found = cg_kif(k, go, cg_kcmp(k, KC_GE, cg_kv(k, best), cg_kint(k, 0)));
+  KBlock *f = &found->body;
+  cg_kset(k, &found->orelse, done, cg_kint(k, 1));
+  cg_kset(k, f, prev, cg_kv(k, best));
+  cg_kset(k, f, ps, cg_kv(k, bs));
+  KExpr *at = cg_kmul(k, cg_kadd(k, cg_kmul(k, batch, cg_kint(k, N)), cg_kv(k, best)), cg_kint(k, 4));
+  KExpr *cand[4];
+  nms_sides(k, f, boxes, at, centers, cand);
+  KVar *keep = cg_klet(k, f, "keep", KT_INDEX, cg_kint(k, 1));
+  KVar *q = cg_kvar(k, "q", KT_INDEX);
+  KStmt *check = cg_kloop(k, f, q, cg_kv(k, kept), KM_SERIAL);
+  KBlock *cb = &check->body;
+  KExpr *row = cg_kadd(k, cg_kidx(k, KI_SUB, cg_kv(k, count), cg_kv(k, kept)), cg_kv(k, q));
+  KExpr *other = cg_kcast(k, cg_kload(k, rows, cg_kadd(k, cg_kmul(k, row, cg_kint(k, 3)), cg_kint(k, 2))), KT_INDEX);
+  KExpr *kside[4];
+  nms_sides(k, cb, boxes, cg_kmul(k, cg_kadd(k, cg_kmul(k, batch, cg_kint(k, N)), other), cg_kint(k, 4)), centers,
+            kside);
+  KExpr *ix0 = py_max(k, cand[0], kside[0]), *ix1 = py_min(k, cand[1], kside[1]);
+  KExpr *iy0 = py_max(k, cand[2], kside[2]), *iy1 = py_min(k, cand[3], kside[3]);
+  ix0 = cg_kv(k, cg_klet(k, cb, "ix0", TY_F32, ix0)), ix1 = cg_kv(k, cg_klet(k, cb, "ix1", TY_F32, ix1));
+  iy0 = cg_kv(k, cg_klet(k, cb, "iy0", TY_F32, iy0)), iy1 = cg_kv(k, cg_klet(k, cb, "iy1", TY_F32, iy1));
+  KExpr *inter = cg_kv(k, cg_klet(k, cb, "inter", TY_F32,
+                                   cg_kop2(k, OP_MUL, cg_kop2(k, OP_SUB, ix1, ix0), cg_kop2(k, OP_SUB, iy1, iy0))));
+  KExpr *area_a = cg_kv(k, cg_klet(k, cb, "area", TY_F32,
+                                    cg_kop2(k, OP_MUL, cg_kop2(k, OP_SUB, cand[1], cand[0]),
+                                            cg_kop2(k, OP_SUB, cand[3], cand[2]))));
+  KExpr *area_b = cg_kv(k, cg_klet(k, cb, "area", TY_F32,
+                                    cg_kop2(k, OP_MUL, cg_kop2(k, OP_SUB, kside[1], kside[0]),
+                                            cg_kop2(k, OP_SUB, kside[3], kside[2]))));
+  KExpr *uni = cg_kv(k, cg_klet(k, cb, "uni", TY_F32,
+                                 cg_kop2(k, OP_SUB, cg_kop2(k, OP_ADD, area_a, area_b), inter)));
+  KExpr *zero_f = cg_kimm(k, 0, TY_F32);
+  KExpr *overlap = cg_kand(k, cg_kcmp(k, KC_GT, ix1, ix0), cg_kcmp(k, KC_GT, iy1, iy0));
+  overlap = cg_kand(k, overlap, cg_kand(k, cg_kcmp(k, KC_GT, inter, zero_f), cg_kcmp(k, KC_GT, area_a, zero_f)));
+  overlap = cg_kand(k, overlap, cg_kand(k, cg_kcmp(k, KC_GT, area_b, zero_f), cg_kcmp(k, KC_GT, uni, zero_f)));
+  KExpr *suppress = cg_kand(k, overlap, cg_kcmp(k, KC_GT, cg_kop2(k, OP_DIV, inter, uni), iou));
+  cg_kset(k, &cg_kif(k, cb, suppress)->body, keep, cg_kint(k, 0));
+  KBlock *add = &cg_kif(k, f, cg_kcmp(k, KC_NE, cg_kv(k, keep), cg_kint(k, 0)))->body;
+  KExpr *r3 = cg_kmul(k, cg_kv(k, count), cg_kint(k, 3));
+  cg_kstore(k, add, rows, r3, cg_kcast(k, batch, TY_I64));
+  cg_kstore(k, add, rows, cg_kadd(k, r3, cg_kint(k, 1)),
+            cg_kcast(k, cg_kidx(k, KI_MOD, cg_kv(k, bc), cg_kint(k, C)), TY_I64));
+  cg_kstore(k, add, rows, cg_kadd(k, r3, cg_kint(k, 2)), cg_kcast(k, cg_kv(k, best), TY_I64));
+  cg_kset(k, add, count, cg_kadd(k, cg_kv(k, count), cg_kint(k, 1)));
+  cg_kset(k, add, kept, cg_kadd(k, cg_kv(k, kept), cg_kint(k, 1)));
+  cg_kstore(k, top, global_of(b, k, &n->out[1], "count"), cg_kint(k, 0), cg_kcast(k, cg_kv(k, count), TY_I64));
+  map_end(&m);
+  cg_launch(b, k);
+  return true;
+}

@@ -172,6 +172,7 @@ static const OpEntry onnx_ops[] = {
     {"Mul", ox_op_binary, NULL},
     {"Neg", ox_op_unary, NULL},
     {"NegativeLogLikelihoodLoss", ox_op_nll_loss, "reduction none/sum/mean, weight, ignore_index"},
+    {"NonMaxSuppression", ox_op_nms, "rows of run-time length; max_output_boxes_per_class known at import bounds them"},
     {"NonZero", ox_op_nonzero, "a constant when its input is known at import, else a run-time length"},
     {"Not", ox_op_logic, NULL},
     {"OneHot", ox_op_one_hot, "constant depth; equal to an iota and a where"},
@@ -674,10 +675,12 @@ static bool import_graph(Imp *im, const Onnx__ModelProto *m) {
       bool mismatch = tt->has_elem_type && tt->elem_type &&
                       (e->val->held ? tt->elem_type != e->val->held
                                     : !ox_dtype_from_onnx(tt->elem_type, &dt) || dt != outs[i]->type.dtype);
-      /* A symbolic, -1 or unset dim accepts what the graph computes. */
+      /* A symbolic, -1 or unset dim accepts what the graph computes; so
+       * does every dim of a value of run-time length (its dims are
+       * bounds, and the declared ones what some run gave). */
       if (tt->shape) {
         mismatch |= (int)tt->shape->n_dim != outs[i]->type.rank;
-        for (size_t d = 0; !mismatch && d < tt->shape->n_dim; d++)
+        for (size_t d = 0; !mismatch && !e->val->run_time_len && d < tt->shape->n_dim; d++)
           if (tt->shape->dim[d]->value_case == ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_VALUE &&
               tt->shape->dim[d]->dim_value >= 0)
             mismatch |= tt->shape->dim[d]->dim_value != outs[i]->type.dims[d];

@@ -239,7 +239,7 @@ OpFn ox_op_mish, ox_op_swish, ox_op_swiglu, ox_op_affine_grid, ox_op_mvn, ox_op_
 /* onnx_einsum.c */
 OpFn ox_op_einsum;
 /* onnx_select.c: NonZero, Compress, Unique of values known at import. */
-OpFn ox_op_nonzero, ox_op_compress, ox_op_unique;
+OpFn ox_op_nonzero, ox_op_compress, ox_op_unique, ox_op_nms;
 /* onnx_text.c: TfIdfVectorizer over integer tokens. */
 OpFn ox_op_tfidf;
 /* onnx_signal.c: DFT, STFT, Col2Im, MaxUnpool, MelWeightMatrix. */

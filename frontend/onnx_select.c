@@ -8,6 +8,7 @@
  * Otherwise NonZero and Compress give an upper bound and a run-time
  * length (ir/bounds.c, docs/onnx.md); Unique needs its input known. */
 #include <inttypes.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -35,6 +36,10 @@ static bool known_at_import(const Val *v) { return v->k || (v->hint && v->hint_f
 /* NonZero of a value computed at run time: its columns up to the
  * input's size, of which the count are real (ops.def's nonzero). */
 static Val *run_time_nonzero(Imp *im, Val *x) {
+  if (ir_type_numel(&x->type) == 0) { /* no element, no coordinates */
+    TensorType none = ir_type_make(TY_I64, 2, (const int64_t[]){x->type.rank, 0});
+    return ox_known_new(im, &none);
+  }
   Emit e;
   ox_begin(im, &e, OP_NONZERO, 1, &x);
   Val *out[2];
@@ -191,4 +196,64 @@ bool ox_op_unique(Imp *im, ONode *n) {
   Val *outs[4] = {y, first, inverse, counts};
   for (int i = 0; i < n->n_out && i < 4; i++) n->out[i] = outs[i];
   return true;
+}
+
+/* A one-element operand of NonMaxSuppression as a scalar of dtype dt,
+ * or def when absent. */
+static Val *nms_scalar(Imp *im, Val *v, const char *what, DType dt, double def) {
+  if (!v) return ox_scalar(im, def, dt);
+  if (ir_type_numel(&v->type) != 1) {
+    char buf[IR_TYPE_STR_MAX];
+    ox_bad(im, "%s must hold one value, got %s", what, ir_type_str(&v->type, buf, sizeof buf));
+    return NULL;
+  }
+  return ox_cast(im, ox_reshape(im, v, 0, NULL), dt);
+}
+
+/* NonMaxSuppression (ops.def's nms): the rows a run selects, of
+ * run-time length (ir/bounds.c).  max_output_boxes_per_class known at
+ * import bounds the rows per class (absent: 0, nothing selected, as
+ * ONNX's default); computed at run time, every box may be.  Without a
+ * score_threshold every score counts. */
+bool ox_op_nms(Imp *im, ONode *n) {
+  Val *boxes = ox_in_req(im, n, 0), *scores = ox_in_req(im, n, 1);
+  int64_t centers;
+  if (!boxes || !scores || !ox_attr_int(im, "center_point_box", 0, &centers)) return false;
+  if (centers != 0 && centers != 1) return ox_bad(im, "center_point_box must be 0 or 1, got %" PRId64, centers);
+  const TensorType *bt = &boxes->type, *st = &scores->type;
+  if (bt->rank != 3 || bt->dims[2] != 4 || st->rank != 3 || st->dims[0] != bt->dims[0] || st->dims[2] != bt->dims[1]) {
+    char a[IR_TYPE_STR_MAX], b[IR_TYPE_STR_MAX];
+    return ox_bad(im, "boxes must be [B, N, 4] and scores [B, C, N], got %s and %s", ir_type_str(bt, a, sizeof a),
+                  ir_type_str(st, b, sizeof b));
+  }
+  if (!ir_dtype_is_float(bt->dtype) || !ir_dtype_is_float(st->dtype))
+    return ox_bad(im, "boxes and scores must be floats");
+  int64_t N = bt->dims[1], bound = N;
+  Val *most_in = ox_in_opt(n, 2);
+  if (!most_in) {
+    bound = 0;
+  } else if (most_in->k && ir_type_numel(&most_in->type) == 1) {
+    double v = ir_tensor_get(most_in->k, 0);
+    bound = v < 0 ? 0 : v > (double)N ? N : (int64_t)v;
+  }
+  if (bound == 0 || st->dims[1] == 0 || bt->dims[0] == 0) { /* nothing can be selected */
+    TensorType none = ir_type_make(TY_I64, 2, (const int64_t[]){0, 3});
+    return (n->out[0] = ox_known_new(im, &none));
+  }
+  Val *in[5] = {ox_cast(im, boxes, TY_F32), ox_cast(im, scores, TY_F32),
+                nms_scalar(im, most_in, "max_output_boxes_per_class", TY_I64, 0),
+                nms_scalar(im, ox_in_opt(n, 3), "iou_threshold", TY_F32, 0),
+                nms_scalar(im, ox_in_opt(n, 4), "score_threshold", TY_F32, -INFINITY)};
+  for (int i = 0; i < 5; i++)
+    if (!in[i]) return false;
+  Emit e;
+  Node *node = ox_begin(im, &e, OP_NMS, 5, in);
+  ir_set_int(im->g, node, "bound", bound);
+  ir_set_int(im->g, node, "center_point_box", centers);
+  Val *out[2];
+  if (!ox_finish(im, &e, out)) return false;
+  if (out[0]->k && out[1]->k) /* every operand known: the rows selected, a constant */
+    return (n->out[0] = ox_slice_axis(im, out[0], 0, 0, *(const int64_t *)out[1]->k->data, 1));
+  out[0]->run_time_len = true;
+  return (n->out[0] = out[0]);
 }

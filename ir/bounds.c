@@ -1,5 +1,5 @@
-/* Run-time lengths (docs/ir.md): a nonzero's coordinates are an upper
- * bound's worth of columns of which only its count are real.  Plans
+/* Run-time lengths (docs/ir.md): a nonzero's coordinates (an nms's
+ * rows) are an upper bound's worth of which only its count are real.  Plans
  * keep static shapes, so the padding travels with the data through the
  * ops that treat the rows of that axis one by one (elementwise ops,
  * moves, gathers, products with it as M or N, reductions over other
@@ -165,8 +165,8 @@ static int follow(const Node *n, int i, int a, int r, const char **why) {
 
 static bool refuse(Bounds *b, const Node *n, int i, int a, const char *why) {
   diag_error(b->g->ctx, n->loc,
-             "%s: operand %d has a length known only at run time on axis %d (a NonZero's or Compress's "
-             "result), which is not supported here: %s",
+             "%s: operand %d has a length known only at run time on axis %d (a NonZero's, Compress's "
+             "or NonMaxSuppression's result), which is not supported here: %s",
              ir_ops[n->op].name, i, a, why);
   return false;
 }
@@ -239,7 +239,7 @@ static void add_lengths(Bounds *b) {
 
 bool ir_bounds(Graph *g) {
   bool any = false;
-  for (Node *n = g->first; n && !any; n = n->next) any = n->op == OP_NONZERO;
+  for (Node *n = g->first; n && !any; n = n->next) any = n->op == OP_NONZERO || n->op == OP_NMS;
   if (!any) return true;
   ir_number(g);
   Bounds b = {.g = g};
@@ -266,8 +266,8 @@ bool ir_bounds(Graph *g) {
     for (int i = 0; i < n->n_in && ok; i++) {
       Bound bd = bound_of(&b, n->in[i]);
       if (bd.axis < 0) continue;
-      if (n->op == OP_NONZERO) {
-        ok = refuse(&b, n, i, bd.axis, "the coordinates of a value of run-time length would have two");
+      if (n->op == OP_NONZERO || n->op == OP_NMS) {
+        ok = refuse(&b, n, i, bd.axis, "its own result would have two run-time lengths");
         break;
       }
       if (len && len != bd.len) {
@@ -292,8 +292,8 @@ bool ir_bounds(Graph *g) {
       if (ok && indices) masks[n_masks++] = (Mask){n, i, bd};
     }
     if (!ok) break;
-    if (n->op == OP_NONZERO) {
-      b.of[n->out[0].id] = (Bound){1, &n->out[1]};
+    if (n->op == OP_NONZERO || n->op == OP_NMS) {
+      b.of[n->out[0].id] = (Bound){n->op == OP_NONZERO ? 1 : 0, &n->out[1]};
       continue;
     }
     for (int r = 0; len && r < n->n_out && r < 8; r++) b.of[n->out[r].id] = (Bound){out_axis[r], len};

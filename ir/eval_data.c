@@ -292,6 +292,71 @@ void eval_nonzero(const Tensor *x, Tensor *outs) {
   *(int64_t *)outs[1].data = count;
 }
 
+/* Python's max and min, as the ONNX reference takes them (NaN aside,
+ * fmaxf's and fminf's values); the kernel makes the same selects. */
+static float py_max(float a, float b) { return b > a ? b : a; }
+static float py_min(float a, float b) { return b < a ? b : a; }
+
+/* Whether box a (the candidate) is dropped by box b (kept), in f32 in
+ * the ONNX reference's order of operations, which the kernel repeats:
+ * corners [y1, x1, y2, x2] in either order, or [x, y, w, h] centers. */
+static bool nms_suppresses(const float *a, const float *b, bool centers, float iou_threshold) {
+  float ax0, ax1, ay0, ay1, bx0, bx1, by0, by1;
+  if (centers) {
+    ax0 = a[0] - a[2] / 2, ax1 = a[0] + a[2] / 2, ay0 = a[1] - a[3] / 2, ay1 = a[1] + a[3] / 2;
+    bx0 = b[0] - b[2] / 2, bx1 = b[0] + b[2] / 2, by0 = b[1] - b[3] / 2, by1 = b[1] + b[3] / 2;
+  } else {
+    ax0 = a[1] >= a[3] ? a[3] : a[1], ax1 = a[1] >= a[3] ? a[1] : a[3];
+    ay0 = a[0] >= a[2] ? a[2] : a[0], ay1 = a[0] >= a[2] ? a[0] : a[2];
+    bx0 = b[1] >= b[3] ? b[3] : b[1], bx1 = b[1] >= b[3] ? b[1] : b[3];
+    by0 = b[0] >= b[2] ? b[2] : b[0], by1 = b[0] >= b[2] ? b[0] : b[2];
+  }
+  float ix0 = py_max(ax0, bx0), ix1 = py_min(ax1, bx1), iy0 = py_max(ay0, by0), iy1 = py_min(ay1, by1);
+  if (!(ix1 > ix0) || !(iy1 > iy0)) return false;
+  float inter = (ix1 - ix0) * (iy1 - iy0);
+  float area_a = (ax1 - ax0) * (ay1 - ay0), area_b = (bx1 - bx0) * (by1 - by0);
+  float uni = area_a + area_b - inter;
+  if (!(inter > 0) || !(area_a > 0) || !(area_b > 0) || !(uni > 0)) return false;
+  return inter / uni > iou_threshold;
+}
+
+/* Each class of each batch in turn (ops.def): the candidates in order
+ * of score by selection (the next is the best of those after the last),
+ * each checked against the boxes its class kept so far. */
+void eval_nms(const Node *n, Tensor *const *in, Tensor *outs) {
+  const TensorType *bt = &in[1]->type;
+  int64_t B = bt->dims[0], C = bt->dims[1], N = bt->dims[2], bound = ir_attr_int(n, "bound");
+  bool centers = ir_attr_int(n, "center_point_box") != 0;
+  const float *boxes = in[0]->data, *scores = in[1]->data;
+  int64_t most = *(const int64_t *)in[2]->data;
+  float iou = *(const float *)in[3]->data, floor_score = *(const float *)in[4]->data;
+  most = most < 0 ? 0 : most > bound ? bound : most;
+  int64_t *rows = outs[0].data, count = 0;
+  for (int64_t b = 0; b < B; b++)
+    for (int64_t c = 0; c < C; c++) {
+      const float *s = scores + (b * C + c) * N;
+      int64_t kept = 0, prev = -1;
+      for (int64_t step = 0; step < N && kept < most; step++) {
+        int64_t best = -1;
+        for (int64_t t = 0; t < N; t++) {
+          if (!(s[t] > floor_score)) continue;
+          bool after = prev < 0 || s[t] < s[prev] || (s[t] == s[prev] && t > prev);
+          bool better = best < 0 || s[t] > s[best];
+          if (after && better) best = t;
+        }
+        if (best < 0) break;
+        prev = best;
+        bool keep = true;
+        for (int64_t k = count - kept; k < count && keep; k++)
+          keep = !nms_suppresses(boxes + (b * N + best) * 4, boxes + (b * N + rows[3 * k + 2]) * 4, centers, iou);
+        if (!keep) continue;
+        rows[3 * count] = b, rows[3 * count + 1] = c, rows[3 * count + 2] = best;
+        count++, kept++;
+      }
+    }
+  *(int64_t *)outs[1].data = count;
+}
+
 /* The k first of each row in topk's order, by selection: the j-th is the
  * first of the elements that come after the (j-1)-th, so nothing needs
  * sorting or marking (the kernel does the same). */

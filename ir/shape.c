@@ -1304,6 +1304,30 @@ bool shape_nonzero(const Node *n, TensorType *out, char *err, size_t errlen) {
   return true;
 }
 
+bool shape_nms(const Node *n, TensorType *out, char *err, size_t errlen) {
+  if (!operands_ok(n, err, errlen)) return false;
+  const TensorType *boxes = in_type(n, 0), *scores = in_type(n, 1);
+  if (boxes->rank != 3 || boxes->dims[2] != 4 || boxes->dtype != TY_F32)
+    return fail(err, errlen, "nms: boxes must be f32[B, N, 4], got %s", ts(boxes).s);
+  if (scores->rank != 3 || scores->dims[0] != boxes->dims[0] || scores->dims[2] != boxes->dims[1] ||
+      scores->dtype != TY_F32)
+    return fail(err, errlen, "nms: scores must be f32[B, C, N] for boxes %s, got %s", ts(boxes).s, ts(scores).s);
+  static const DType scalar[3] = {TY_I64, TY_F32, TY_F32};
+  for (int i = 0; i < 3; i++)
+    if (in_type(n, 2 + i)->rank != 0 || in_type(n, 2 + i)->dtype != scalar[i])
+      return fail(err, errlen, "nms: operand %d must be %s[], got %s", 2 + i, ir_dtype_name(scalar[i]),
+                  ts(in_type(n, 2 + i)).s);
+  int64_t bound, centers;
+  if (!attr_int_min(n, "bound", 0, &bound, err, errlen) || !attr_int_min(n, "center_point_box", 0, &centers, err, errlen))
+    return false;
+  if (bound > boxes->dims[1] || centers > 1)
+    return fail(err, errlen, "nms: bound %lld must be at most the %lld boxes, center_point_box 0 or 1",
+                (long long)bound, (long long)boxes->dims[1]);
+  out[0] = (TensorType){.dtype = TY_I64, .rank = 2, .dims = {boxes->dims[0] * scores->dims[1] * bound, 3}};
+  out[1] = (TensorType){.dtype = TY_I64, .rank = 0};
+  return true;
+}
+
 /* No operands: the type comes from the attributes (ops.def, iota). */
 bool shape_iota(const Node *n, TensorType *out, char *err, size_t errlen) {
   int count;

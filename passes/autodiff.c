@@ -138,6 +138,13 @@ static bool check_loss(AD *ad, int loss) {
                g->n_outputs, g->n_outputs == 1 ? "" : "s");
     return false;
   }
+  for (int i = 0; i < g->n_outputs; i++)
+    if (ir_output_length(g, i, NULL) >= 0) {
+      diag_error(ad->c, g->outputs[i]->def->loc,
+                 "output '%s' has a length known only at run time (a NonZero's, Compress's or NonMaxSuppression's "
+                 "rows): training such a model is not supported", g->output_names[i]);
+      return false;
+    }
   const Value *v = g->outputs[loss];
   char b[IR_TYPE_STR_MAX];
   if (!ir_dtype_is_float(v->type.dtype) || ir_type_numel(&v->type) != 1) {

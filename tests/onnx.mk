@@ -19,6 +19,14 @@ tests_test_onnx_signal_SOURCES = tests/test_onnx_signal.c tests/onnxbuild.c test
 tests_test_onnx_signal_CPPFLAGS = $(AM_CPPFLAGS) $(CUDA_CPPFLAGS)
 tests_test_onnx_signal_CFLAGS = $(TEST_CFLAGS)
 tests_test_onnx_signal_LDADD = $(TEST_LIBS) $(CUDA_LIBS)
+# NonZero and Compress of run-time values: outputs of run-time length.
+check_PROGRAMS += tests/test_onnx_lengths
+TESTS += tests/test_onnx_lengths
+tests_test_onnx_lengths_SOURCES = tests/test_onnx_lengths.c tests/onnxbuild.c tests/onnxbuild.h tests/testutil.c \
+	tests/testutil.h
+tests_test_onnx_lengths_CPPFLAGS = $(AM_CPPFLAGS) $(CUDA_CPPFLAGS)
+tests_test_onnx_lengths_CFLAGS = $(TEST_CFLAGS)
+tests_test_onnx_lengths_LDADD = $(TEST_LIBS) $(CUDA_LIBS)
 # If decided at run time: a refused branch checked, on emu too.
 check_PROGRAMS += tests/test_onnx_if
 TESTS += tests/test_onnx_if

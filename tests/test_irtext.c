@@ -514,15 +514,27 @@ static Graph *build_every_op(Ctx *c, bool *covered) {
   ir_set_str(g, n, "message", "m.onnx: node 2 'If_0' (If): the \"else\" branch was chosen");
   add(g, n);
   add(g, NODE(g, OP_STAGE, x));
+  Node *nz = add(g, NODE(g, OP_NONZERO, x));
+  Value *boxes = input(g, "boxes", TY(TY_F32, 1, 3, 4)), *scores = input(g, "scores", TY(TY_F32, 1, 2, 3));
+  Value *most = &ir_const(g, 2, TY_I64, (SrcLoc){0})->out[0], *thr = &ir_const(g, 0.5, TY_F32, (SrcLoc){0})->out[0];
+  n = NODE(g, OP_NMS, boxes, scores, most, thr, thr);
+  ir_set_int(g, n, "bound", 2);
+  ir_set_int(g, n, "center_point_box", 1);
+  Node *nms = add(g, n);
 
   /* A string with every character the printer must escape. */
   param(g, "odd \"name\" with \\ and\nnewline", TY(TY_F32, 1));
 
   if (covered)
     for (Node *it = g->first; it; it = it->next) covered[it->op] = true;
-  outputs(g, 7, (Value *[]){&lstm->out[0], &lstm->out[2], &gru->out[1], am, sums[1], last, next_step},
-          (const char *[]){"seq", "c", "gru_h", "argmax", "mean", "last", "dlcc.step"});
+  outputs(g, 11,
+          (Value *[]){&lstm->out[0], &lstm->out[2], &gru->out[1], am, sums[1], last, next_step, &nz->out[0],
+                      &nms->out[0], &nz->out[1], &nms->out[1]},
+          (const char *[]){"seq", "c", "gru_h", "argmax", "mean", "last", "dlcc.step", "nz", "kept", "nz:length",
+                           "kept:length"});
   ir_set_output_update(g, 6, "dlcc.step");
+  ir_set_output_length(g, 7, 1, 9);
+  ir_set_output_length(g, 8, 0, 10);
   return g;
 }
 
@@ -547,7 +559,9 @@ START_TEST(round_trip_every_op) {
   ck_assert_ptr_nonnull(strstr(text, "{value=0.1} : f32[]"));
   ck_assert_ptr_nonnull(strstr(text, "init=\"fill(-0.5)\""));
   ck_assert_ptr_nonnull(strstr(text, "return %"));
-  ck_assert_ptr_nonnull(strstr(text, " as \"dlcc.step\" updates \"dlcc.step\"\n"));
+  ck_assert_ptr_nonnull(strstr(text, " as \"dlcc.step\" updates \"dlcc.step\", %"));
+  ck_assert_ptr_nonnull(strstr(text, " as \"nz\" length 1 \"nz:length\", %"));
+  ck_assert_ptr_nonnull(strstr(text, " as \"kept:length\"\n"));
 }
 END_TEST
 
@@ -556,9 +570,13 @@ START_TEST(round_trip_keeps_values) {
   Graph *back = parse_str(&C, print_str(g));
   ck_assert_ptr_nonnull(back);
   ck_assert_int_eq(back->n_nodes, g->n_nodes);
-  ck_assert_int_eq(back->n_outputs, 7);
+  ck_assert_int_eq(back->n_outputs, 11);
+  ck_assert_int_eq(ir_visible_outputs(back), 9);
   ck_assert_ptr_null(ir_output_update(back, 5));
   ck_assert_str_eq(ir_output_update(back, 6), "dlcc.step");
+  int axis;
+  ck_assert_int_eq(ir_output_length(back, 8, &axis), 10);
+  ck_assert_int_eq(axis, 0);
   for (Node *a = g->first, *b = back->first; a; a = a->next, b = b->next) {
     ck_assert_int_eq(a->op, b->op);
     ck_assert_int_eq(a->n_attrs, b->n_attrs);

@@ -1,7 +1,8 @@
 /* ONNX's DFT, STFT, Col2Im and MaxUnpool (frontend/onnx_signal.c), and
  * the kernels the node tests lacked on emu (f64 products and softmax, u8
  * MaxPool, pools padded past half the kernel), and NonZero, Compress
- * and Unique of values known at import: takes models built here
+ * and Unique of values known at import (of values computed at run time:
+ * test_onnx_lengths.c): takes models built here
  * with protobuf-c on random inputs and checks the reference interpreter
  * against direct loops in double written here (a complex sum per
  * frequency, a sum per image pixel) or onnxruntime's numbers, the
@@ -600,31 +601,6 @@ START_TEST(test_nonzero_compress_unique_of_known_values) {
 }
 END_TEST
 
-/* A value computed at run time cannot size an output: the message says
- * why and names the node. */
-START_TEST(test_data_dependent_sizes_need_known_values) {
-  Model *b = model_new(13);
-  add_input(b, "x", 2, (const int64_t[]){2, 3});
-  add_node(b, "NonZero", "x", "y");
-  add_output(b, "y");
-  expect_error(b, "node 0 'n0' (NonZero): the input computed at run time is not supported: the output's size "
-                  "depends on its values, and dlcc's plans have static shapes");
-  pool_free();
-  b = model_new(13);
-  add_input(b, "x", 1, (const int64_t[]){4});
-  add_input_typed(b, "c", ONNX__TENSOR_PROTO__DATA_TYPE__BOOL, 1, (const int64_t[]){4});
-  add_node(b, "Compress", "x,c", "y");
-  add_output(b, "y");
-  expect_error(b, "node 0 'n0' (Compress): the condition computed at run time is not supported");
-  pool_free();
-  b = model_new(11);
-  add_init_f32(b, "u", 1, (const int64_t[]){2}, 2, (const float[]){1, 2});
-  attr_i(add_node(b, "Unique", "u", "y"), "axis", 0);
-  add_output(b, "y");
-  expect_error(b, "node 0 'n0' (Unique): the axis attribute is not supported");
-}
-END_TEST
-
 static Suite *signal_suite(void) {
   Suite *s = suite_create("onnx_signal");
   TCase *tc = tcase_create("signal");
@@ -641,7 +617,6 @@ static Suite *signal_suite(void) {
   tcase_add_loop_test(tc, test_pools_padded_past_half_the_kernel, 0, sizeof pool_cases / sizeof *pool_cases);
   tcase_add_test(tc, test_pool_padding_not_less_than_kernel);
   tcase_add_test(tc, test_nonzero_compress_unique_of_known_values);
-  tcase_add_test(tc, test_data_dependent_sizes_need_known_values);
   suite_add_tcase(s, tc);
   return s;
 }

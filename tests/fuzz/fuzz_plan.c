@@ -63,11 +63,16 @@ static void *put(Image *im, const void *src, size_t n) {
 
 static const char *put_str(Image *im, const char *s) { return put(im, s, strlen(s) + 1); }
 
-static const RtTensorDesc *put_desc(Image *im, const char *name, uint32_t dtype, int64_t d0, int64_t d1,
-                                    RtRef where) {
+static RtTensorDesc desc(Image *im, const char *name, uint32_t dtype, int64_t d0, int64_t d1, RtRef where) {
   RtTensorDesc t = {.name = put_str(im, name), .dtype = dtype, .rank = 2, .dims = {d0, d1}, .where = where};
   t.nbytes = (uint64_t)(d0 * d1 * rt_dtype_bytes(dtype));
-  return put(im, &t, sizeof t);
+  return t;
+}
+
+/* A table of descs, side by side as the plan's arrays are (their names
+ * put first). */
+static const RtTensorDesc *put_descs(Image *im, int n, const RtTensorDesc *t) {
+  return put(im, t, sizeof *t * (size_t)n);
 }
 
 /* A gather into the arena (reports in STATUS), a ranged timestep kernel
@@ -117,16 +122,17 @@ static RtPlan *build(Image *im) {
   RtStep init = {.kind = RT_STEP_COPY, .label = put_str(im, "fold %4"),
                  .copy = {.dst = {RT_SPACE_WEIGHTS, 0, 512}, .src = {RT_SPACE_WEIGHTS, 0, 256}, .nbytes = 16}};
   p->init_steps = put(im, &init, sizeof init), p->n_init_steps = 1;
-  const RtTensorDesc *w0 = put_desc(im, "table", RT_DT_F32, 6, 4, (RtRef){RT_SPACE_WEIGHTS, 0, 0});
-  put_desc(im, "w2", RT_DT_F32, 2, 2, (RtRef){RT_SPACE_WEIGHTS, 0, 256});
-  p->weights = w0, p->n_weights = 2;
-  p->inputs = put_desc(im, "idx", RT_DT_I64, 6, 1, (RtRef){RT_SPACE_INPUT, 0, 0}), p->n_inputs = 1;
-  const RtTensorDesc *o0 = put_desc(im, "y", RT_DT_F32, 6, 4, (RtRef){RT_SPACE_OUTPUT, 0, 0});
-  put_desc(im, "z", RT_DT_F32, 2, 2, (RtRef){RT_SPACE_OUTPUT, 1, 0});
-  p->outputs = o0, p->n_outputs = 2;
-  float w[128];
-  for (int i = 0; i < 128; i++) w[i] = (float)(i % 5) - 2;
-  p->weights_data = put(im, w, sizeof w);
+  RtTensorDesc w[2] = {desc(im, "table", RT_DT_F32, 6, 4, (RtRef){RT_SPACE_WEIGHTS, 0, 0}),
+                       desc(im, "w2", RT_DT_F32, 2, 2, (RtRef){RT_SPACE_WEIGHTS, 0, 256})};
+  p->weights = put_descs(im, 2, w), p->n_weights = 2;
+  RtTensorDesc in = desc(im, "idx", RT_DT_I64, 6, 1, (RtRef){RT_SPACE_INPUT, 0, 0});
+  p->inputs = put_descs(im, 1, &in), p->n_inputs = 1;
+  RtTensorDesc o[2] = {desc(im, "y", RT_DT_F32, 6, 4, (RtRef){RT_SPACE_OUTPUT, 0, 0}),
+                       desc(im, "z", RT_DT_F32, 2, 2, (RtRef){RT_SPACE_OUTPUT, 1, 0})};
+  p->outputs = put_descs(im, 2, o), p->n_outputs = 2;
+  float wd[128];
+  for (int i = 0; i < 128; i++) wd[i] = (float)(i % 5) - 2;
+  p->weights_data = put(im, wd, sizeof wd);
   unsigned char cubin[64];
   memset(cubin, 0x5a, sizeof cubin);
   RtBinary bin = {.arch = put_str(im, "sm_90"), .data = put(im, cubin, sizeof cubin), .size = sizeof cubin};

@@ -1,0 +1,413 @@
+/* Run-time lengths (ir/bounds.c, docs/onnx.md): NonZero, Compress and
+ * NonMaxSuppression of values computed at run time, through the ops after them, to outputs
+ * whose length only a run tells.  Models built here with protobuf-c run
+ * on random inputs (about half of them selected, none, all) on the
+ * reference interpreter and on emu, and are checked against direct
+ * loops written here; the ops that would mix the padding into real rows
+ * are refused by name; the length marks survive the IR text, and a plan
+ * whose marks are wrong is refused at load. */
+#include <check.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "codegen/codegen.h"
+#include "frontend/onnx.h"
+#include "include/dlcrt.h"
+#include "ir/eval.h"
+#include "onnxbuild.h"
+#include "runtime/device.h"
+#include "runtime/plan.h"
+#include "tests/testutil.h"
+
+#define ctx onnxb_ctx
+#define params onnxb_params
+
+static Graph *must_import(Model *b) {
+  Graph *g = onnxb_import(b, &(OnnxOptions){0});
+  ck_assert_msg(g != NULL, "import failed:\n%s", diag_text(&ctx));
+  return g;
+}
+
+static void expect_error(Model *b, const char *want) {
+  Graph *g = onnxb_import(b, &(OnnxOptions){0});
+  ck_assert_msg(g == NULL, "imported, expected an error with '%s'", want);
+  ck_assert_msg(strstr(diag_text(&ctx), want), "messages lack '%s':\n%s", want, diag_text(&ctx));
+}
+
+static bool have_emu(void) {
+  char why[256];
+  RtDevice *dev = rt_emu_open(why, sizeof why);
+  if (dev) rt_device_close(dev);
+  return dev != NULL;
+}
+
+/* x [rows, cols]: each element in [-1, 1), but a share `positive` of
+ * them above 0 (0: none, 1: all). */
+static void fill(Tensor *x, double positive, uint64_t seed) {
+  for (int64_t i = 0; i < ir_type_numel(&x->type); i++) {
+    double u = (double)(test_splitmix64(&seed) >> 11) / (double)(1ull << 53);
+    double mag = 0.05 + (double)(test_splitmix64(&seed) >> 11) / (double)(1ull << 53);
+    ir_tensor_set(x, i, u < positive ? mag : -mag);
+  }
+}
+
+/* The graph's visible outputs for x, by the reference interpreter (cut
+ * to their run-time lengths) and on emu; the two must agree exactly in
+ * shape and within 1e-6 in value.  Returns the reference's. */
+static Tensor *run(Graph *g, Tensor *x) {
+  const char *nm[1] = {"x"};
+  TensorMap in = {1, nm, x};
+  Tensor *want = calloc((size_t)g->n_outputs + 1, sizeof *want);
+  char err[512];
+  ck_assert_msg(ir_eval(g, &in, &params, want, err, sizeof err), "eval: %s", err);
+  ck_assert_msg(ir_trim_outputs(g, want, err, sizeof err), "trim: %s", err);
+  if (!have_emu()) return want;
+  CgResult cg;
+  ck_assert_msg(cg_compile(g, &cg), "codegen: %s", diag_text(&ctx));
+  test_nvrtc(cg.source, "sm_90");
+  Tensor *got = test_run_emu(cg.plan, &params, &in);
+  for (int o = 0; o < g->n_outputs; o++) {
+    char a[IR_TYPE_STR_MAX], b[IR_TYPE_STR_MAX];
+    ck_assert_msg(ir_type_eq(&got[o].type, &want[o].type), "output %d: emu %s, the reference %s", o,
+                  ir_type_str(&got[o].type, a, sizeof a), ir_type_str(&want[o].type, b, sizeof b));
+    for (int64_t i = 0; i < ir_type_numel(&want[o].type); i++)
+      ck_assert_msg(fabs(ir_tensor_get(&got[o], i) - ir_tensor_get(&want[o], i)) <= 1e-6,
+                    "output %d element %lld: emu %g, the reference %g", o, (long long)i, ir_tensor_get(&got[o], i),
+                    ir_tensor_get(&want[o], i));
+    ir_tensor_free(&got[o]);
+  }
+  free(got);
+  return want;
+}
+
+static void free_outputs(Graph *g, Tensor *t) {
+  for (int o = 0; o < g->n_outputs; o++) ir_tensor_free(&t[o]);
+  free(t);
+}
+
+static const double shares[] = {0.5, 0, 1, 0.2};
+
+/* x[i] > 0 through Relu, NonZero, Transpose and GatherND: 2 x at the
+ * coordinates of the positive elements in row-major order, and those
+ * coordinates ([2, n]); one length output serves both. */
+START_TEST(test_nonzero_through_gather_nd) {
+  const int64_t R = 4, C = 7;
+  Model *b = model_new(17);
+  add_input(b, "x", 2, (const int64_t[]){R, C});
+  add_init_f32(b, "two", 0, NULL, 1, (const float[]){2});
+  add_node(b, "Relu", "x", "r");
+  add_node(b, "NonZero", "r", "nz");
+  attr_is(add_node(b, "Transpose", "nz", "idx"), "perm", 2, (const int64_t[]){1, 0});
+  add_node(b, "GatherND", "x,idx", "picked");
+  add_node(b, "Mul", "picked,two", "vals");
+  add_output(b, "vals");
+  add_output(b, "nz");
+  Graph *g = must_import(b);
+  ck_assert_int_eq(ir_visible_outputs(g), 2);
+  ck_assert_int_eq(g->n_outputs, 3);
+  int axis;
+  ck_assert_int_eq(ir_output_length(g, 0, &axis), 2);
+  ck_assert_int_eq(axis, 0);
+  ck_assert_int_eq(ir_output_length(g, 1, &axis), 2);
+  ck_assert_int_eq(axis, 1);
+  ck_assert_str_eq(g->output_names[2], "vals:length");
+  Tensor x;
+  for (Node *n = g->first; n; n = n->next)
+    if (n->op == OP_INPUT) ck_assert(ir_tensor_alloc(&x, &n->out[0].type));
+  fill(&x, shares[_i], 40 + (uint64_t)_i);
+  Tensor *y = run(g, &x);
+  int64_t count = 0;
+  for (int64_t i = 0; i < R * C; i++) count += ir_tensor_get(&x, i) > 0;
+  ck_assert_int_eq(y[0].type.rank, 1);
+  ck_assert_int_eq(y[0].type.dims[0], count);
+  ck_assert_int_eq(y[1].type.dims[0], 2);
+  ck_assert_int_eq(y[1].type.dims[1], count);
+  ck_assert_int_eq(*(int64_t *)y[2].data, count);
+  for (int64_t i = 0, j = 0; i < R * C; i++) {
+    if (ir_tensor_get(&x, i) <= 0) continue;
+    ck_assert_double_eq(ir_tensor_get(&y[0], j), 2 * ir_tensor_get(&x, i));
+    ck_assert_int_eq(((int64_t *)y[1].data)[j], i / C);
+    ck_assert_int_eq(((int64_t *)y[1].data)[count + j], i % C);
+    j++;
+  }
+  free_outputs(g, y);
+  ir_tensor_free(&x);
+}
+END_TEST
+
+/* Compress with a condition computed at run time: the rows whose sum is
+ * positive (axis 0), softmaxed along the other axis; and the columns
+ * whose first element is positive (axis 1), averaged over the rows. */
+START_TEST(test_compress_by_run_time_condition) {
+  const int64_t R = 5, C = 6;
+  for (int along = 0; along < 2; along++) {
+    Model *b = model_new(17);
+    add_input(b, "x", 2, (const int64_t[]){R, C});
+    add_init_f32(b, "zero", 0, NULL, 1, (const float[]){0});
+    if (along == 0) {
+      add_init_i64(b, "ax", 1, (const int64_t[]){1});
+      attr_i(add_node(b, "ReduceSum", "x,ax", "s"), "keepdims", 0);
+      add_node(b, "Greater", "s,zero", "c");
+      attr_i(add_node(b, "Compress", "x,c", "rows"), "axis", 0);
+      attr_i(add_node(b, "Softmax", "rows", "y"), "axis", 1);
+    } else {
+      add_init_raw(b, "first", ONNX__TENSOR_PROTO__DATA_TYPE__INT64, 0, NULL, (const int64_t[]){0}, 8);
+      attr_i(add_node(b, "Gather", "x,first", "row0"), "axis", 0);
+      add_node(b, "Greater", "row0,zero", "c");
+      attr_i(add_node(b, "Compress", "x,c", "cols"), "axis", 1);
+      Onnx__NodeProto *mean = add_node(b, "ReduceMean", "cols", "y");
+      attr_is(mean, "axes", 1, (const int64_t[]){0});
+      attr_i(mean, "keepdims", 0);
+    }
+    add_output(b, "y");
+    Graph *g = must_import(b);
+    Tensor x;
+    for (Node *n = g->first; n; n = n->next)
+      if (n->op == OP_INPUT) ck_assert(ir_tensor_alloc(&x, &n->out[0].type));
+    fill(&x, shares[_i], 70 + (uint64_t)(2 * _i + along));
+    Tensor *y = run(g, &x);
+    int64_t k = 0;
+    if (along == 0) {
+      for (int64_t r = 0; r < R; r++) {
+        double s = 0, z = 0;
+        for (int64_t c = 0; c < C; c++) s += ir_tensor_get(&x, r * C + c);
+        if (!(s > 0)) continue;
+        for (int64_t c = 0; c < C; c++) z += exp(ir_tensor_get(&x, r * C + c));
+        for (int64_t c = 0; c < C; c++)
+          ck_assert_double_eq_tol(ir_tensor_get(&y[0], k * C + c), exp(ir_tensor_get(&x, r * C + c)) / z, 1e-6);
+        k++;
+      }
+      ck_assert(y[0].type.rank == 2 && y[0].type.dims[0] == k && y[0].type.dims[1] == C);
+    } else {
+      for (int64_t c = 0; c < C; c++) {
+        if (!(ir_tensor_get(&x, c) > 0)) continue;
+        double m = 0;
+        for (int64_t r = 0; r < R; r++) m += ir_tensor_get(&x, r * C + c) / (double)R;
+        ck_assert_double_eq_tol(ir_tensor_get(&y[0], k), m, 1e-6);
+        k++;
+      }
+      ck_assert(y[0].type.rank == 1 && y[0].type.dims[0] == k);
+    }
+    free_outputs(g, y);
+    ir_tensor_free(&x);
+    pool_free();
+  }
+}
+END_TEST
+
+/* What would mix the padding into real rows, or needs the length as a
+ * shape, is refused and named. */
+START_TEST(test_refusals) {
+  Model *b = model_new(17);
+  add_input(b, "x", 2, (const int64_t[]){2, 3});
+  add_node(b, "NonZero", "x", "nz");
+  attr_i(add_node(b, "ReduceSum", "nz", "s"), "keepdims", 0);
+  add_output(b, "s");
+  expect_error(b, "reduce_sum: operand 0 has a length known only at run time on axis 1 (a NonZero's, Compress's "
+                  "or NonMaxSuppression's result), which is not supported here: it combines the elements along that axis");
+  pool_free();
+  b = model_new(17);
+  add_input(b, "x", 2, (const int64_t[]){2, 3});
+  add_node(b, "NonZero", "x", "nz");
+  add_node(b, "Shape", "nz", "s");
+  add_output(b, "s");
+  expect_error(b, "node 1 'n1' (Shape): the input's length is known only at run time");
+  pool_free();
+  b = model_new(17);
+  add_input(b, "x", 2, (const int64_t[]){2, 3});
+  add_node(b, "NonZero", "x", "nz");
+  attr_i(add_node(b, "Cast", "nz", "f"), "to", ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT);
+  attr_is(add_node(b, "Transpose", "f", "ft"), "perm", 2, (const int64_t[]){1, 0});
+  add_node(b, "MatMul", "f,ft", "p");
+  add_output(b, "p");
+  expect_error(b, "matmul: operand 0 has a length known only at run time on axis 1");
+  pool_free();
+  b = model_new(17);
+  add_input(b, "x", 1, (const int64_t[]){6});
+  add_node(b, "NonZero", "x", "nz");
+  add_node(b, "Reshape", "nz,shape", "r");
+  add_init_i64(b, "shape", 1, (const int64_t[]){-1});
+  add_node(b, "NonZero", "r", "again");
+  add_output(b, "again");
+  expect_error(b, "nonzero: operand 0 has a length known only at run time");
+  pool_free();
+  b = model_new(11);
+  add_init_f32(b, "u", 1, (const int64_t[]){2}, 2, (const float[]){1, 2});
+  attr_i(add_node(b, "Unique", "u", "y"), "axis", 0);
+  add_output(b, "y");
+  expect_error(b, "node 0 'n0' (Unique): the axis attribute is not supported");
+}
+END_TEST
+
+/* The marks print and parse back, the verifier checks them, and a plan
+ * whose marks are wrong does not load. */
+START_TEST(test_marks_in_text_and_plan) {
+  Model *b = model_new(17);
+  add_input(b, "x", 1, (const int64_t[]){5});
+  add_node(b, "NonZero", "x", "nz");
+  add_output(b, "nz");
+  Graph *g = must_import(b);
+  char *text = ir_print_text(g);
+  ck_assert_msg(strstr(text, "as \"nz\" length 1 \"nz:length\", %"), "%s", text);
+  Graph *copy = ir_copy(g, "copy.ir");
+  ck_assert_msg(copy && ir_verify(copy), "%s", diag_text(&ctx));
+  char *again = ir_print_text(copy);
+  ck_assert_str_eq(text, again);
+  free(again);
+  /* A length that is not an i64 scalar. */
+  char *bad = strdup(text);
+  char *at = strstr(bad, "length 1 \"nz:length\"");
+  memcpy(at, "length 1 \"nz\"       ", strlen("length 1 \"nz:length\""));
+  Graph *broken = ir_parse(&ctx, ctx_add_file(&ctx, "bad.ir", bad, strlen(bad)));
+  ck_assert(broken == NULL || !ir_verify(broken));
+  ck_assert_msg(strstr(diag_text(&ctx), "output 0's length is output 0, which does not exist"), "%s",
+                diag_text(&ctx));
+  free(bad);
+  free(text);
+
+  CgResult cg;
+  ck_assert_msg(cg_compile(g, &cg), "codegen: %s", diag_text(&ctx));
+  ck_assert_int_eq(cg.plan->outputs[0].length_output, 2);
+  RtPlan p = *cg.plan;
+  RtTensorDesc outs[2] = {cg.plan->outputs[0], cg.plan->outputs[1]};
+  p.outputs = outs;
+  outs[0].length_axis = 2;
+  DlrtModel *m;
+  ck_assert_int_eq(dlrt_open(&p, "emu", &m), DLRT_E_PLAN);
+  ck_assert_msg(strstr(dlrt_error(m), "a run-time length on axis 2 of rank 2"), "%s", dlrt_error(m));
+  dlrt_close(m);
+  outs[0].length_axis = 1;
+  outs[0].length_output = 1;
+  ck_assert_int_eq(dlrt_open(&p, "emu", &m), DLRT_E_PLAN);
+  ck_assert_msg(strstr(dlrt_error(m), "which is not another output"), "%s", dlrt_error(m));
+  dlrt_close(m);
+  if (!have_emu()) return;
+  /* Read the right way, the length is this run's, and binding it is refused. */
+  ck_assert_int_eq(dlrt_open(cg.plan, "emu", &m), DLRT_OK);
+  ck_assert_int_eq(dlrt_num_outputs(m), 1);
+  const float xs[5] = {0, 2, 0, 0, -1};
+  ck_assert_int_eq(dlrt_set_input(m, 0, xs, sizeof xs), DLRT_OK);
+  ck_assert_int_eq(dlrt_run(m), DLRT_OK);
+  DlrtTensorInfo info;
+  ck_assert_int_eq(dlrt_output_info(m, 0, &info), DLRT_OK);
+  ck_assert(info.run_time_axis == 1 && info.dims[1] == 5);
+  ck_assert_int_eq(dlrt_output_shape(m, 0, &info), DLRT_OK);
+  ck_assert(info.dims[0] == 1 && info.dims[1] == 2 && info.nbytes == 16);
+  int64_t got[2];
+  ck_assert_int_eq(dlrt_get_output(m, 0, got, 40), DLRT_E_ARG);
+  ck_assert_int_eq(dlrt_get_output(m, 0, got, sizeof got), DLRT_OK);
+  ck_assert(got[0] == 1 && got[1] == 4);
+  ck_assert_int_eq(dlrt_bind_output(m, 0, 0x1000), DLRT_E_ARG);
+  dlrt_close(m);
+}
+END_TEST
+
+/* NonMaxSuppression: ONNX's suppress_by_IOU example (two clusters and a
+ * far box, the best of each kept), with max_output_boxes_per_class known
+ * at import and given at run time; then random boxes in two batches and
+ * three classes on both backends, reference and emu alike. */
+START_TEST(test_nms) {
+  const float boxes[24] = {0, 0, 1, 1, 0, 0.1f, 1, 1.1f, 0, -0.1f, 1, 0.9f, 0, 10, 1, 11, 0, 10.1f, 1, 11.1f, 0, 100, 1, 101};
+  const float scores[6] = {0.9f, 0.75f, 0.6f, 0.95f, 0.5f, 0.3f};
+  for (int run_time_max = 0; run_time_max < 2; run_time_max++) {
+    Model *b = model_new(11);
+    add_input(b, "x", 3, (const int64_t[]){1, 1, 6});
+    add_init_f32(b, "boxes", 3, (const int64_t[]){1, 6, 4}, 24, boxes);
+    if (run_time_max) {
+      /* the most, computed from x: 3 */
+      add_init_raw(b, "three", ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT, 0, NULL, (const float[]){3}, 4);
+      add_node(b, "ReduceMax", "x", "top");
+      add_node(b, "Mul", "top,three", "t3");
+      add_node(b, "Ceil", "t3", "c3");
+      attr_i(add_node(b, "Cast", "c3", "m3"), "to", ONNX__TENSOR_PROTO__DATA_TYPE__INT64);
+      add_node(b, "Reshape", "m3,one", "most");
+      add_init_i64(b, "one", 1, (const int64_t[]){1});
+    } else {
+      add_init_i64(b, "most", 1, (const int64_t[]){3});
+    }
+    add_init_f32(b, "iou", 1, (const int64_t[]){1}, 1, (const float[]){0.5f});
+    add_init_f32(b, "floor", 1, (const int64_t[]){1}, 1, (const float[]){0});
+    add_node(b, "NonMaxSuppression", "boxes,x,most,iou,floor", "sel");
+    add_output(b, "sel");
+    Graph *g = must_import(b);
+    Tensor x;
+    ck_assert(ir_tensor_alloc(&x, &(TensorType){.dtype = TY_F32, .rank = 3, .dims = {1, 1, 6}}));
+    memcpy(x.data, scores, sizeof scores);
+    Tensor *y = run(g, &x);
+    ck_assert(y[0].type.rank == 2 && y[0].type.dims[0] == 3 && y[0].type.dims[1] == 3);
+    const int64_t want[9] = {0, 0, 3, 0, 0, 0, 0, 0, 5};
+    for (int i = 0; i < 9; i++) ck_assert_int_eq(((int64_t *)y[0].data)[i], want[i]);
+    free_outputs(g, y);
+    ir_tensor_free(&x);
+    pool_free();
+  }
+  for (int centers = 0; centers < 2; centers++) {
+    const int64_t B = 2, C = 3, N = 9;
+    Model *b = model_new(11);
+    add_input(b, "x", 3, (const int64_t[]){B, N, 4});
+    add_input(b, "s", 3, (const int64_t[]){B, C, N});
+    add_init_i64(b, "most", 1, (const int64_t[]){4});
+    add_init_f32(b, "iou", 1, (const int64_t[]){1}, 1, (const float[]){0.3f});
+    add_init_f32(b, "floor", 1, (const int64_t[]){1}, 1, (const float[]){-0.5f});
+    attr_i(add_node(b, "NonMaxSuppression", "x,s,most,iou,floor", "sel"), "center_point_box", centers);
+    add_output(b, "sel");
+    Graph *g = must_import(b);
+    Tensor in[2];
+    uint64_t seed = 7 + (uint64_t)centers;
+    for (int k = 0; k < 2; k++) {
+      int64_t dims[3] = {B, k ? C : N, k ? N : 4};
+      ck_assert(ir_tensor_alloc(&in[k], &(TensorType){.dtype = TY_F32, .rank = 3, .dims = {dims[0], dims[1], dims[2]}}));
+      for (int64_t i = 0; i < ir_type_numel(&in[k].type); i++)
+        ir_tensor_set(&in[k], i, (double)(test_splitmix64(&seed) >> 11) / (double)(1ull << 53) * 2 - 1);
+    }
+    /* a tie, broken by the lower box */
+    ir_tensor_set(&in[1], 4, ir_tensor_get(&in[1], 2));
+    const char *nm[2] = {"x", "s"};
+    TensorMap im = {2, nm, in};
+    Tensor want[2];
+    char err[256];
+    ck_assert_msg(ir_eval(g, &im, &params, want, err, sizeof err), "%s", err);
+    ck_assert(ir_trim_outputs(g, want, err, sizeof err));
+    int64_t rows = want[0].type.dims[0];
+    ck_assert(rows >= B * C && rows <= B * C * 4); /* every class keeps its best, at most 4 */
+    if (have_emu()) {
+      CgResult cg;
+      ck_assert_msg(cg_compile(g, &cg), "codegen: %s", diag_text(&ctx));
+      test_nvrtc(cg.source, "sm_90");
+      Tensor *got = test_run_emu(cg.plan, &params, &im);
+      ck_assert(ir_type_eq(&got[0].type, &want[0].type));
+      ck_assert(memcmp(got[0].data, want[0].data, (size_t)rows * 3 * 8) == 0);
+      for (int o = 0; o < g->n_outputs; o++) ir_tensor_free(&got[o]);
+      free(got);
+    }
+    for (int o = 0; o < g->n_outputs; o++) ir_tensor_free(&want[o]);
+    ir_tensor_free(&in[0]);
+    ir_tensor_free(&in[1]);
+    pool_free();
+  }
+}
+END_TEST
+
+static Suite *lengths_suite(void) {
+  Suite *s = suite_create("onnx_lengths");
+  TCase *tc = tcase_create("lengths");
+  tcase_add_checked_fixture(tc, onnxb_setup, onnxb_teardown);
+  tcase_set_timeout(tc, 120);
+  int n = (int)(sizeof shares / sizeof *shares);
+  tcase_add_loop_test(tc, test_nonzero_through_gather_nd, 0, n);
+  tcase_add_loop_test(tc, test_compress_by_run_time_condition, 0, n);
+  tcase_add_test(tc, test_nms);
+  tcase_add_test(tc, test_refusals);
+  tcase_add_test(tc, test_marks_in_text_and_plan);
+  suite_add_tcase(s, tc);
+  return s;
+}
+
+int main(void) {
+  SRunner *r = srunner_create(lengths_suite());
+  srunner_run_all(r, CK_NORMAL);
+  int failed = srunner_ntests_failed(r);
+  srunner_free(r);
+  return failed ? 1 : 0;
+}
