@@ -530,10 +530,11 @@ bool lower_nms(CgBuild *b, const Node *n) {
   KVar *e = cg_kvar(k, "e", KT_INDEX);
   KStmt *zero = cg_kloop(k, top, e, cg_kint(k, numel(&n->out[0].type)), KM_SERIAL);
   cg_kstore(k, &zero->body, rows, cg_kv(k, e), cg_kimm(k, 0, TY_I64));
-  KExpr *want = cg_kcast(k, load_of(b, k, n->in[2], "most", cg_kint(k, 0)), KT_INDEX);
-  want = cg_ksel(k, cg_kcmp(k, KC_LT, want, cg_kint(k, 0)), cg_kint(k, 0), want);
-  want = cg_ksel(k, cg_kcmp(k, KC_GT, want, cg_kint(k, bound)), cg_kint(k, bound), want);
-  KExpr *most = cg_kv(k, cg_klet(k, top, "most", KT_INDEX, want));
+  /* Clamped in i64 first: torchvision's export asks for INT64_MAX. */
+  KExpr *want = cg_kv(k, cg_klet(k, top, "asked", TY_I64, load_of(b, k, n->in[2], "most", cg_kint(k, 0))));
+  KExpr *none = cg_kimm(k, 0, TY_I64), *all = cg_kimm(k, (double)bound, TY_I64);
+  want = cg_ksel(k, cg_kcmp(k, KC_LT, want, none), none, cg_ksel(k, cg_kcmp(k, KC_GT, want, all), all, want));
+  KExpr *most = cg_kv(k, cg_klet(k, top, "most", KT_INDEX, cg_kcast(k, want, KT_INDEX)));
   KExpr *iou = cg_kv(k, cg_klet(k, top, "iou", TY_F32, load_of(b, k, n->in[3], "iou", cg_kint(k, 0))));
   KExpr *floor_score = cg_kv(k, cg_klet(k, top, "floor", TY_F32, load_of(b, k, n->in[4], "floor", cg_kint(k, 0))));
   KVar *count = cg_klet(k, top, "count", KT_INDEX, cg_kint(k, 0));

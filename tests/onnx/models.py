@@ -388,6 +388,37 @@ def runtime_operands():
                "none": np.zeros((0, 4), dtype=np.float32)}, []
 
 
+def run_time_lengths():
+    """Outputs whose length only a run tells: x[x > 0.3] * 2 as PyTorch
+    exports boolean indexing (NonZero, Transpose, GatherND), the rows of x
+    whose sum is positive (Compress of a computed condition) softmaxed,
+    and a detector's post-processing: sigmoid scores of two classes,
+    NonMaxSuppression, and the kept boxes gathered."""
+    b = Builder()
+    f = TensorProto.FLOAT
+    vi = helper.make_tensor_value_info
+    mask = b.op("Greater", ["x", b.init("cut", np.array(0.3, dtype=np.float32))])
+    idx = b.op("Transpose", [b.op("NonZero", [mask])], perm=[1, 0])
+    b.op("Mul", [b.op("GatherND", ["x", idx]), b.init("two", np.array(2, dtype=np.float32))], outs=["picked"])
+    keep = b.op("Greater", [b.op("ReduceSum", ["x", b.init("ax1", np.array([1], dtype=np.int64))], keepdims=0),
+                            b.init("zero", np.array(0, dtype=np.float32))])
+    b.op("Softmax", [b.op("Compress", ["x", keep], axis=0)], outs=["rows"], axis=1)
+    sel = b.op("NonMaxSuppression", ["boxes", b.op("Sigmoid", ["logits"]),
+                                     b.init("most", np.array([3], dtype=np.int64)),
+                                     b.init("iou", np.array([0.4], dtype=np.float32)),
+                                     b.init("floor", np.array([0.35], dtype=np.float32))], outs=["selected"])
+    box_of = b.op("Gather", [sel, b.init("col2", np.array(2, dtype=np.int64))], axis=1)
+    flat = b.op("Reshape", ["boxes", b.init("n4", np.array([-1, 4], dtype=np.int64))])
+    b.op("Gather", [flat, box_of], outs=["kept"], axis=0)
+    m = b.model("lengths", [vi("x", f, [5, 6]), vi("boxes", f, [1, 8, 4]), vi("logits", f, [1, 2, 8])],
+                [vi("picked", f, ["n"]), vi("rows", f, ["m", 6]), vi("selected", TensorProto.INT64, ["k", 3]),
+                 vi("kept", f, ["k", 4])])
+    corner = rng.uniform(0, 4, (1, 8, 2)).astype(np.float32)
+    boxes = np.concatenate([corner, corner + rng.uniform(0.5, 2, (1, 8, 2)).astype(np.float32)], axis=2)
+    return m, {"x": rng.standard_normal((5, 6)).astype(np.float32), "boxes": boxes,
+               "logits": rng.standard_normal((1, 2, 8)).astype(np.float32)}, []
+
+
 def calibration(m, n=4):
     """Each activation's range over n random images (onnxruntime, every
     node's output made a graph output)."""
@@ -732,7 +763,7 @@ def main():
     failures = 0
     for build in (resnet, recurrent, unrolled, encoder, resnet_qdq, resnet_qop, qoperator_ops, mlp_dynamic, cnn_dynamic,
                   video3d, resize, grid_sample3d, roi_align, deform_conv, scan8, ts_encoder, attention23,
-                  control, runtime_operands):
+                  control, runtime_operands, run_time_lengths):
         if build is attention23 and onnx.defs.onnx_opset_version() < 23:
             print(f"skip attention23: onnx {onnx.__version__} has no opset 23")
             continue
