@@ -215,5 +215,6 @@ bool lower_scatter_nd(CgBuild *b, const Node *n);
 bool lower_topk(CgBuild *b, const Node *n);
 bool lower_nonzero(CgBuild *b, const Node *n);
 bool lower_nms(CgBuild *b, const Node *n);
+bool lower_unique(CgBuild *b, const Node *n);
 
 #endif

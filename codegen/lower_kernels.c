@@ -253,6 +253,7 @@ bool cg_lower_node(CgBuild *b, const Node *n) {
     case OP_TOPK: return lower_topk(b, n);
     case OP_NONZERO: return lower_nonzero(b, n);
     case OP_NMS: return lower_nms(b, n);
+    case OP_UNIQUE: return lower_unique(b, n);
     case OP_IOTA: return lower_iota(b, n);
     case OP_CHECK: return lower_check(b, n);
     case OP_LSTM:

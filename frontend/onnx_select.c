@@ -107,94 +107,47 @@ bool ox_op_compress(Imp *im, ONode *n) {
   return (n->out[0] = ox_gather(im, x, idx, axis));
 }
 
-/* A place of the flattened input and its value as an order-preserving
- * key, sorted by key and then place (or, for Unique's groups, by first
- * place). */
-typedef struct Place {
-  uint64_t key;
-  int64_t i;
-} Place;
-
-static int by_key(const void *a, const void *b) {
-  const Place *p = a, *q = b;
-  return p->key < q->key ? -1 : p->key > q->key ? 1 : (p->i > q->i) - (p->i < q->i);
-}
-
-/* Element i of t as a key ordered as the values are and equal exactly
- * when they are: integers exact (no rounding through a double above
- * 2^53), -0.0 as 0.0, every NaN one key above +inf (NumPy's unique
- * merges NaNs). */
-static uint64_t value_key(const Tensor *t, int64_t i) {
-  const void *at = (const char *)t->data + (size_t)i * (size_t)ir_dtype_size(t->type.dtype);
-  const uint64_t sign = 1ull << 63;
-  switch (t->type.dtype) {
-    case TY_I8: return (uint64_t)(int64_t)*(const int8_t *)at ^ sign;
-    case TY_I16: return (uint64_t)(int64_t)*(const int16_t *)at ^ sign;
-    case TY_I32: return (uint64_t)(int64_t)*(const int32_t *)at ^ sign;
-    case TY_I64: {
-      int64_t v;
-      memcpy(&v, at, sizeof v);
-      return (uint64_t)v ^ sign;
-    }
-    case TY_U8:
-    case TY_BOOL: return *(const uint8_t *)at;
-    case TY_U16: return *(const uint16_t *)at;
-    case TY_U32: return *(const uint32_t *)at;
-    case TY_U64: {
-      uint64_t v;
-      memcpy(&v, at, sizeof v);
-      return v;
-    }
-    default: break;
-  }
-  double d = ir_tensor_get(t, i);
-  if (d != d) return UINT64_MAX;
-  if (d == 0) d = 0; /* -0.0 */
-  uint64_t bits;
-  memcpy(&bits, &d, sizeof bits);
-  return bits & sign ? ~bits : bits | sign;
-}
-
 /* Without an axis: the distinct values of the flattened input, sorted or
  * in the order they first occur, with the first place of each, each
- * element's place among them, and how often each occurs. */
+ * element's place among them, and how often each occurs (ops.def's
+ * unique).  Of a value known at import, constants cut to the count; of
+ * one computed at run time, of run-time length (ir/bounds.c). */
 bool ox_op_unique(Imp *im, ONode *n) {
   Val *x = ox_in_req(im, n, 0);
   int64_t sorted;
   if (!x || !ox_attr_int(im, "sorted", 1, &sorted)) return false;
   for (size_t i = 0; i < im->np->n_attribute; i++)
     if (strcmp(im->np->attribute[i]->name, "axis") == 0) return ox_bad(im, "the axis attribute is not supported");
-  const Tensor *t = sizing_value(im, x, "the input");
-  if (!t) return false;
-  int64_t total = ir_type_numel(&x->type), distinct = 0;
-  Val *inverse = int64_known(im, 1, &total);
-  Arena *a = &im->c->arena;
-  Place *p = ARENA_ARRAY(a, Place, total + 1), *g = ARENA_ARRAY(a, Place, total + 1);
-  int64_t *count = ARENA_ARRAY(a, int64_t, total + 1), *rank = ARENA_ARRAY(a, int64_t, total + 1);
-  for (int64_t i = 0; i < total; i++) p[i] = (Place){value_key(t, i), i};
-  qsort(p, (size_t)total, sizeof *p, by_key);
-  /* g[k]: the k-th distinct value's first place (as its key), its group
-   * in sorted order */
-  int64_t *group = ((int64_t *)inverse->k->data);
-  for (int64_t i = 0; i < total; i++) {
-    if (i == 0 || p[i].key != p[i - 1].key) g[distinct] = (Place){(uint64_t)p[i].i, distinct}, distinct++;
-    count[distinct - 1]++;
-    group[p[i].i] = distinct - 1;
+  int64_t total = ir_type_numel(&x->type);
+  if (total == 0) { /* nothing to tell apart */
+    TensorType none = ir_type_make(x->type.dtype, 1, &total), ids = ir_type_make(TY_I64, 1, &total);
+    Val *outs[4] = {ox_known_new(im, &none), ox_known_new(im, &ids), ox_known_new(im, &ids), ox_known_new(im, &ids)};
+    for (int i = 0; i < n->n_out && i < 4; i++) n->out[i] = outs[i];
+    return true;
   }
-  if (!sorted) qsort(g, (size_t)distinct, sizeof *g, by_key);
-  for (int64_t k = 0; k < distinct; k++) rank[g[k].i] = k;
-  for (int64_t i = 0; i < total; i++) group[i] = rank[group[i]];
-  TensorType yt = ir_type_make(x->type.dtype, 1, &distinct);
-  Val *y = ox_known_new(im, &yt), *first = int64_known(im, 1, &distinct), *counts = int64_known(im, 1, &distinct);
-  size_t es = (size_t)ir_dtype_size(x->type.dtype);
-  for (int64_t k = 0; k < distinct; k++) {
-    int64_t at = (int64_t)g[k].key;
-    memcpy((char *)y->k->data + (size_t)k * es, (const char *)t->data + (size_t)at * es, es);
-    ((int64_t *)first->k->data)[k] = at;
-    ((int64_t *)counts->k->data)[k] = count[g[k].i];
+  if (known_at_import(x) && (!x->k || ox_is_weight(im, x))) {
+    /* Known at import (a weight's data, a promised input): a constant
+     * of its values, which import folds. */
+    Tensor copy;
+    if (!ir_tensor_alloc(&copy, &x->type)) return ox_bad(im, "out of memory");
+    memcpy(copy.data, (x->k ? x->k : x->hint)->data, ir_tensor_nbytes(&x->type));
+    x = ox_known(im, copy);
   }
-  Val *outs[4] = {y, first, inverse, counts};
-  for (int i = 0; i < n->n_out && i < 4; i++) n->out[i] = outs[i];
+  Val *flat = ox_reshape(im, x, 1, &total);
+  if (!flat) return false;
+  Emit e;
+  Node *node = ox_begin(im, &e, OP_UNIQUE, 1, &flat);
+  ir_set_int(im->g, node, "sorted", sorted != 0);
+  Val *out[5];
+  if (!ox_finish(im, &e, out)) return false;
+  bool known = out[4]->k != NULL;
+  int64_t count = known ? *(const int64_t *)out[4]->k->data : 0;
+  for (int i = 0; i < 4; i++) {
+    if (i != 2 && known) out[i] = ox_slice_axis(im, out[i], 0, 0, count, 1);
+    else if (i != 2) out[i]->run_time_len = true;
+    if (!out[i]) return false;
+  }
+  for (int i = 0; i < n->n_out && i < 4; i++) n->out[i] = out[i];
   return true;
 }
 

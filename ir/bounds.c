@@ -1,5 +1,6 @@
 /* Run-time lengths (docs/ir.md): a nonzero's coordinates (an nms's
- * rows) are an upper bound's worth of which only its count are real.  Plans
+ * rows, a unique's values) are an upper bound's worth of which only its
+ * count are real.  Plans
  * keep static shapes, so the padding travels with the data through the
  * ops that treat the rows of that axis one by one (elementwise ops,
  * moves, gathers, products with it as M or N, reductions over other
@@ -163,10 +164,13 @@ static int follow(const Node *n, int i, int a, int r, const char **why) {
   return -1;
 }
 
+/* The ops whose results have run-time lengths. */
+static bool sizes_by_data(OpKind op) { return op == OP_NONZERO || op == OP_NMS || op == OP_UNIQUE; }
+
 static bool refuse(Bounds *b, const Node *n, int i, int a, const char *why) {
   diag_error(b->g->ctx, n->loc,
-             "%s: operand %d has a length known only at run time on axis %d (a NonZero's, Compress's "
-             "or NonMaxSuppression's result), which is not supported here: %s",
+             "%s: operand %d has a length known only at run time on axis %d (a NonZero's, Compress's, "
+             "NonMaxSuppression's or Unique's result), which is not supported here: %s",
              ir_ops[n->op].name, i, a, why);
   return false;
 }
@@ -239,7 +243,7 @@ static void add_lengths(Bounds *b) {
 
 bool ir_bounds(Graph *g) {
   bool any = false;
-  for (Node *n = g->first; n && !any; n = n->next) any = n->op == OP_NONZERO || n->op == OP_NMS;
+  for (Node *n = g->first; n && !any; n = n->next) any = sizes_by_data(n->op);
   if (!any) return true;
   ir_number(g);
   Bounds b = {.g = g};
@@ -266,7 +270,7 @@ bool ir_bounds(Graph *g) {
     for (int i = 0; i < n->n_in && ok; i++) {
       Bound bd = bound_of(&b, n->in[i]);
       if (bd.axis < 0) continue;
-      if (n->op == OP_NONZERO || n->op == OP_NMS) {
+      if (sizes_by_data(n->op)) {
         ok = refuse(&b, n, i, bd.axis, "its own result would have two run-time lengths");
         break;
       }
@@ -294,6 +298,11 @@ bool ir_bounds(Graph *g) {
     if (!ok) break;
     if (n->op == OP_NONZERO || n->op == OP_NMS) {
       b.of[n->out[0].id] = (Bound){n->op == OP_NONZERO ? 1 : 0, &n->out[1]};
+      continue;
+    }
+    if (n->op == OP_UNIQUE) { /* values, first places and counts; the inverse is whole */
+      for (int r = 0; r < 4; r++)
+        if (r != 2) b.of[n->out[r].id] = (Bound){0, &n->out[4]};
       continue;
     }
     for (int r = 0; len && r < n->n_out && r < 8; r++) b.of[n->out[r].id] = (Bound){out_axis[r], len};

@@ -169,6 +169,7 @@ static const OpCost op_cost[] = {
     [OP_TOPK] = {RULE_TOPK, 0, 0},
     [OP_IOTA] = {RULE_LINEAR, 0, 2},         /* start + step * coordinate */
     [OP_NONZERO] = {RULE_LINEAR, 1, 0}, /* a comparison per element of x */
+    [OP_UNIQUE] = {RULE_LINEAR, 4, 0}, /* a key, a sort's comparisons (log n of them, not counted) */
     [OP_NMS] = {RULE_LINEAR, 20, 0},    /* a pass over the scores and an IoU per box, per box kept (about) */
     [OP_LSTM] = {RULE_RNN, 0, 0},
     [OP_GRU] = {RULE_RNN, 0, 0},

@@ -193,6 +193,7 @@ static bool eval_node(Eval *e, const Node *n, Tensor *const *in, Tensor *out,
     case OP_TOPK: return eval_topk(e, n, in[0], out);
     case OP_NONZERO: eval_nonzero(in[0], out); return true;
     case OP_NMS: eval_nms(n, in, out); return true;
+    case OP_UNIQUE: return eval_unique(e, n, in[0], out);
     case OP_LSTM:
     case OP_GRU: return eval_rnn(e, n, n->n_in, in, out);
     case OP_LSTM_BPTT: return eval_lstm_bptt(e, n, in, out);

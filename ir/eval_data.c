@@ -1,6 +1,9 @@
 /* The reference interpreter's data movement: takes a node and its
  * operand tensors, returns its result.  transpose, expand, concat,
  * slice, pad, the gathers and scatters, topk. */
+#include <stdlib.h>
+#include <string.h>
+
 #include "eval_impl.h"
 
 /* ---- data movement ---- */
@@ -355,6 +358,90 @@ void eval_nms(const Node *n, Tensor *const *in, Tensor *outs) {
       }
     }
   *(int64_t *)outs[1].data = count;
+}
+
+/* A place of x and its value as an order-preserving key, sorted by key
+ * and then place (or, for unique's groups, by first place). */
+typedef struct Place {
+  uint64_t key;
+  int64_t i;
+} Place;
+
+static int by_key(const void *a, const void *b) {
+  const Place *p = a, *q = b;
+  return p->key < q->key ? -1 : p->key > q->key ? 1 : (p->i > q->i) - (p->i < q->i);
+}
+
+/* Element i of t as a key ordered as the values are and equal exactly
+ * when they are: integers exact (no rounding through a double above
+ * 2^53), -0.0 as 0.0, every NaN one key above +inf (NumPy's unique
+ * merges NaNs). */
+static uint64_t value_key(const Tensor *t, int64_t i) {
+  const void *at = (const char *)t->data + (size_t)i * (size_t)ir_dtype_size(t->type.dtype);
+  const uint64_t sign = 1ull << 63;
+  switch (t->type.dtype) {
+    case TY_I8: return (uint64_t)(int64_t)*(const int8_t *)at ^ sign;
+    case TY_I16: return (uint64_t)(int64_t)*(const int16_t *)at ^ sign;
+    case TY_I32: return (uint64_t)(int64_t)*(const int32_t *)at ^ sign;
+    case TY_I64: {
+      int64_t v;
+      memcpy(&v, at, sizeof v);
+      return (uint64_t)v ^ sign;
+    }
+    case TY_U8:
+    case TY_BOOL: return *(const uint8_t *)at;
+    case TY_U16: return *(const uint16_t *)at;
+    case TY_U32: return *(const uint32_t *)at;
+    case TY_U64: {
+      uint64_t v;
+      memcpy(&v, at, sizeof v);
+      return v;
+    }
+    default: break;
+  }
+  double d = ir_tensor_get(t, i);
+  if (d != d) return UINT64_MAX;
+  if (d == 0) d = 0; /* -0.0 */
+  uint64_t bits;
+  memcpy(&bits, &d, sizeof bits);
+  return bits & sign ? ~bits : bits | sign;
+}
+
+/* By sorting places by key (the kernel, in one thread, selects instead):
+ * groups of equal keys in sorted order, then, unsorted, by first place. */
+bool eval_unique(Eval *e, const Node *n, const Tensor *x, Tensor *outs) {
+  int64_t total = ir_type_numel(&x->type), distinct = 0;
+  Place *p = malloc(sizeof *p * (size_t)(total + 1)), *g = malloc(sizeof *g * (size_t)(total + 1));
+  int64_t *rank = malloc(sizeof *rank * (size_t)(total + 1));
+  if (!p || !g || !rank) {
+    free(p), free(g), free(rank);
+    return fail(e, "out of memory");
+  }
+  int64_t *first = outs[1].data, *group = outs[2].data, *counts = outs[3].data;
+  for (int64_t i = 0; i < total; i++) p[i] = (Place){value_key(x, i), i};
+  qsort(p, (size_t)total, sizeof *p, by_key);
+  /* g[k]: the k-th distinct value's first place (as its key) and its
+   * group in sorted order */
+  for (int64_t i = 0; i < total; i++) {
+    if (i == 0 || p[i].key != p[i - 1].key) g[distinct] = (Place){(uint64_t)p[i].i, distinct}, distinct++;
+    counts[distinct - 1]++;
+    group[p[i].i] = distinct - 1;
+  }
+  if (!ir_attr_int(n, "sorted")) qsort(g, (size_t)distinct, sizeof *g, by_key);
+  for (int64_t k = 0; k < distinct; k++) rank[g[k].i] = k;
+  for (int64_t i = 0; i < total; i++) group[i] = rank[group[i]];
+  /* counts by sorted group, into the order of g */
+  for (int64_t k = 0; k < distinct; k++) rank[k] = counts[g[k].i];
+  size_t es = (size_t)ir_dtype_size(x->type.dtype);
+  for (int64_t k = 0; k < distinct; k++) {
+    int64_t at = (int64_t)g[k].key;
+    memcpy((char *)outs[0].data + (size_t)k * es, (const char *)x->data + (size_t)at * es, es);
+    first[k] = at;
+    counts[k] = rank[k];
+  }
+  *(int64_t *)outs[4].data = distinct;
+  free(p), free(g), free(rank);
+  return true;
 }
 
 /* The k first of each row in topk's order, by selection: the j-th is the

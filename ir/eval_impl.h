@@ -268,5 +268,6 @@ bool eval_scatter_nd(Eval *e, const Node *n, Tensor *const *in, Tensor *out);
 bool eval_topk(Eval *e, const Node *n, const Tensor *x, Tensor *outs);
 void eval_nonzero(const Tensor *x, Tensor *outs);
 void eval_nms(const Node *n, Tensor *const *in, Tensor *outs);
+bool eval_unique(Eval *e, const Node *n, const Tensor *x, Tensor *outs);
 
 #endif

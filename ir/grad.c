@@ -1113,6 +1113,7 @@ static const char *lacks_layers(const Node *n) {
 #define GRAD_IOTA NONE
 #define GRAD_NONZERO NONE /* integer coordinates: nothing flows back */
 #define GRAD_NMS NONE /* indices */
+#define GRAD_UNIQUE NONE /* values picked by equality: no gradient rule written */
 #define GRAD_LSTM PARTIAL(vjp_recurrent, lacks_layers) /* one layer: passes/train_mode.c splits the rest */
 #define GRAD_GRU PARTIAL(vjp_recurrent, lacks_layers)
 #define GRAD_LSTM_BPTT NONE /* no second derivatives */

@@ -1328,6 +1328,18 @@ bool shape_nms(const Node *n, TensorType *out, char *err, size_t errlen) {
   return true;
 }
 
+bool shape_unique(const Node *n, TensorType *out, char *err, size_t errlen) {
+  if (!operands_ok(n, err, errlen)) return false;
+  const TensorType *x = in_type(n, 0);
+  if (x->rank != 1) return fail(err, errlen, "unique: the operand must be 1-d, got %s", ts(x).s);
+  bool sorted;
+  if (!attr_flag(n, "sorted", &sorted, err, errlen)) return false;
+  out[0] = *x;
+  for (int i = 1; i < 4; i++) out[i] = (TensorType){.dtype = TY_I64, .rank = 1, .dims = {x->dims[0]}};
+  out[4] = (TensorType){.dtype = TY_I64, .rank = 0};
+  return true;
+}
+
 /* No operands: the type comes from the attributes (ops.def, iota). */
 bool shape_iota(const Node *n, TensorType *out, char *err, size_t errlen) {
   int count;

@@ -521,6 +521,11 @@ static Graph *build_every_op(Ctx *c, bool *covered) {
   ir_set_int(g, n, "bound", 2);
   ir_set_int(g, n, "center_point_box", 1);
   Node *nms = add(g, n);
+  n = NODE(g, OP_RESHAPE, x);
+  ir_set_ints(g, n, "shape", INTS(6));
+  n = NODE(g, OP_UNIQUE, &add(g, n)->out[0]);
+  ir_set_int(g, n, "sorted", 0);
+  add(g, n);
 
   /* A string with every character the printer must escape. */
   param(g, "odd \"name\" with \\ and\nnewline", TY(TY_F32, 1));

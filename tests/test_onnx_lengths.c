@@ -1,5 +1,5 @@
-/* Run-time lengths (ir/bounds.c, docs/onnx.md): NonZero, Compress and
- * NonMaxSuppression of values computed at run time, through the ops after them, to outputs
+/* Run-time lengths (ir/bounds.c, docs/onnx.md): NonZero, Compress,
+ * NonMaxSuppression and Unique of values computed at run time, through the ops after them, to outputs
  * whose length only a run tells.  Models built here with protobuf-c run
  * on random inputs (about half of them selected, none, all) on the
  * reference interpreter and on emu, and are checked against direct
@@ -72,7 +72,8 @@ static Tensor *run(Graph *g, Tensor *x) {
     ck_assert_msg(ir_type_eq(&got[o].type, &want[o].type), "output %d: emu %s, the reference %s", o,
                   ir_type_str(&got[o].type, a, sizeof a), ir_type_str(&want[o].type, b, sizeof b));
     for (int64_t i = 0; i < ir_type_numel(&want[o].type); i++)
-      ck_assert_msg(fabs(ir_tensor_get(&got[o], i) - ir_tensor_get(&want[o], i)) <= 1e-6,
+      ck_assert_msg(fabs(ir_tensor_get(&got[o], i) - ir_tensor_get(&want[o], i)) <= 1e-6 ||
+                        (isnan(ir_tensor_get(&got[o], i)) && isnan(ir_tensor_get(&want[o], i))),
                     "output %d element %lld: emu %g, the reference %g", o, (long long)i, ir_tensor_get(&got[o], i),
                     ir_tensor_get(&want[o], i));
     ir_tensor_free(&got[o]);
@@ -196,6 +197,46 @@ START_TEST(test_compress_by_run_time_condition) {
 }
 END_TEST
 
+/* Unique of a value computed at run time, sorted and not, with repeats,
+ * NaNs (one value) and -0.0 (0.0): the values, first places, inverse and
+ * counts against numpy.unique's, on both backends; the inverse keeps its
+ * whole length. */
+START_TEST(test_unique_at_run_time) {
+  const float xs[10] = {2, -0.0f, NAN, 1, 0, 2, NAN, -3, 1, 2};
+  /* sorted: -3, 0, 1, 2, nan; unsorted: 2, 0, nan, 1, -3 */
+  const double want_y[2][5] = {{2, 0, NAN, 1, -3}, {-3, 0, 1, 2, NAN}};
+  const int64_t want_first[2][5] = {{0, 1, 2, 3, 7}, {7, 1, 3, 0, 2}};
+  const int64_t want_inv[2][10] = {{0, 1, 2, 3, 1, 0, 2, 4, 3, 0}, {3, 1, 4, 2, 1, 3, 4, 0, 2, 3}};
+  const int64_t want_cnt[2][5] = {{3, 2, 2, 2, 1}, {1, 2, 2, 3, 2}};
+  int sorted = _i;
+  Model *b = model_new(11);
+  add_input(b, "x", 2, (const int64_t[]){2, 5});
+  attr_i(add_node(b, "Unique", "x", "y,first,inverse,counts"), "sorted", sorted);
+  add_output(b, "y");
+  add_output(b, "first");
+  add_output(b, "inverse");
+  add_output(b, "counts");
+  Graph *g = must_import(b);
+  ck_assert_int_eq(ir_visible_outputs(g), 4);
+  ck_assert_int_eq(ir_output_length(g, 2, NULL), -1);
+  Tensor x;
+  ck_assert(ir_tensor_alloc(&x, &(TensorType){.dtype = TY_F32, .rank = 2, .dims = {2, 5}}));
+  memcpy(x.data, xs, sizeof xs);
+  Tensor *y = run(g, &x);
+  ck_assert_int_eq(y[0].type.dims[0], 5);
+  ck_assert_int_eq(y[2].type.dims[0], 10);
+  for (int k = 0; k < 5; k++) {
+    double got = ir_tensor_get(&y[0], k);
+    ck_assert_msg(isnan(want_y[sorted][k]) ? isnan(got) : got == want_y[sorted][k], "y[%d] = %g", k, got);
+    ck_assert_int_eq(((int64_t *)y[1].data)[k], want_first[sorted][k]);
+    ck_assert_int_eq(((int64_t *)y[3].data)[k], want_cnt[sorted][k]);
+  }
+  for (int i = 0; i < 10; i++) ck_assert_int_eq(((int64_t *)y[2].data)[i], want_inv[sorted][i]);
+  free_outputs(g, y);
+  ir_tensor_free(&x);
+}
+END_TEST
+
 /* What would mix the padding into real rows, or needs the length as a
  * shape, is refused and named. */
 START_TEST(test_refusals) {
@@ -204,8 +245,8 @@ START_TEST(test_refusals) {
   add_node(b, "NonZero", "x", "nz");
   attr_i(add_node(b, "ReduceSum", "nz", "s"), "keepdims", 0);
   add_output(b, "s");
-  expect_error(b, "reduce_sum: operand 0 has a length known only at run time on axis 1 (a NonZero's, Compress's "
-                  "or NonMaxSuppression's result), which is not supported here: it combines the elements along that axis");
+  expect_error(b, "reduce_sum: operand 0 has a length known only at run time on axis 1 (a NonZero's, Compress's, "
+                  "NonMaxSuppression's or Unique's result), which is not supported here: it combines the elements along that axis");
   pool_free();
   b = model_new(17);
   add_input(b, "x", 2, (const int64_t[]){2, 3});
@@ -399,6 +440,7 @@ static Suite *lengths_suite(void) {
   tcase_add_loop_test(tc, test_nonzero_through_gather_nd, 0, n);
   tcase_add_loop_test(tc, test_compress_by_run_time_condition, 0, n);
   tcase_add_test(tc, test_nms);
+  tcase_add_loop_test(tc, test_unique_at_run_time, 0, 2);
   tcase_add_test(tc, test_refusals);
   tcase_add_test(tc, test_marks_in_text_and_plan);
   suite_add_tcase(s, tc);
