@@ -450,38 +450,72 @@ bool lower_topk(CgBuild *b, const Node *n) {
   return true;
 }
 
-/* One thread walks x in order, as eval.c: the count is a running sum,
- * and a parallel compaction (a scan of the flags) would need a second
- * pass and a grid-wide barrier for what is, in the models that use
- * NonZero, a small tensor.  Column i is zeroed at step i, before the
- * i-th element may claim it, so the columns past the count end 0. */
+/* One block of NONZERO_THREADS: each thread counts the nonzeros of its
+ * slice of x (slices in order), thread 0 turns the counts into offsets
+ * (a serial scan of a few hundred), and each thread writes its
+ * coordinates from its offset, so they come in row-major order as in
+ * eval.c; the columns past the total are zeroed, strided across the
+ * threads.  One block, not a grid: a grid would need a second launch or
+ * a grid-wide barrier for the offsets, for what in the models that use
+ * NonZero is a small tensor. */
+enum { NONZERO_THREADS = 256 };
+
 bool lower_nonzero(CgBuild *b, const Node *n) {
   if (!check_dtypes(b, n, true)) return false;
   const Value *x = n->in[0];
   const TensorType *t = &x->type;
-  int64_t total = numel(t), st[DL_MAX_RANK];
+  int64_t total = numel(t), st[DL_MAX_RANK], T = NONZERO_THREADS;
+  int64_t slice = (total + T - 1) / T, stripes = (total + T - 1) / T;
   strides_of(t, st);
   Kernel *k = new_kernel(b, n, NULL, NULL);
-  TensorType one = flat(TY_I64, 1);
-  Map m;
-  map_begin(&m, k, &one);
+  k->grid[0] = k->grid[1] = k->grid[2] = 1;
+  k->block[0] = (uint32_t)T, k->block[1] = k->block[2] = 1;
   KBuf *coords = global_of(b, k, &n->out[0], "coords");
-  KVar *count = cg_klet(k, &m.main, "count", KT_INDEX, cg_kint(k, 0));
-  KVar *i = cg_kvar(k, "e", KT_INDEX);
-  KStmt *walk = cg_kloop(k, &m.main, i, cg_kint(k, total), KM_SERIAL);
-  KExpr *ie = cg_kv(k, i);
-  for (int d = 0; d < t->rank; d++)
-    cg_kstore(k, &walk->body, coords, cg_kadd(k, cg_kint(k, d * total), ie), cg_kimm(k, 0, TY_I64));
-  KExpr *v = load_of(b, k, x, "x", ie);
-  KStmt *hit = cg_kif(k, &walk->body, cg_kcmp(k, KC_NE, v, cg_kimm(k, 0, t->dtype)));
+  KBuf *part = cg_klocal(k, "part", TY_I64, T + 1, KSP_SHARED);
+  KVar *tv = cg_kvar(k, "t", KT_INDEX);
+  KStmt *lt = cg_kloop(k, &k->body, tv, cg_kint(k, T), KM_BLOCK_X);
+  KBlock *body = &lt->body;
+  KExpr *te = cg_kv(k, tv);
+  KExpr *lo = cg_kv(k, cg_klet(k, body, "lo", KT_INDEX, cg_kmul(k, te, cg_kint(k, slice))));
+  KExpr *hi = cg_kidx(k, KI_MIN, cg_kadd(k, lo, cg_kint(k, slice)), cg_kint(k, total));
+  KExpr *len = cg_kv(k, cg_klet(k, body, "len", KT_INDEX,
+                                cg_kidx(k, KI_MAX, cg_kidx(k, KI_SUB, hi, lo), cg_kint(k, 0))));
+  KVar *mine = cg_klet(k, body, "mine", KT_INDEX, cg_kint(k, 0));
+  KVar *e = cg_kvar(k, "e", KT_INDEX);
+  KStmt *count = cg_kloop(k, body, e, len, KM_SERIAL);
+  KExpr *v = load_of(b, k, x, "x", cg_kadd(k, lo, cg_kv(k, e)));
+  KBlock *hit = &cg_kif(k, &count->body, cg_kcmp(k, KC_NE, v, cg_kimm(k, 0, t->dtype)))->body;
+  cg_kset(k, hit, mine, cg_kadd(k, cg_kv(k, mine), cg_kint(k, 1)));
+  cg_kstore(k, body, part, te, cg_kcast(k, cg_kv(k, mine), TY_I64));
+  cg_kbarrier(k, body);
+  KBlock *scan = &cg_kif(k, body, cg_kcmp(k, KC_EQ, te, cg_kint(k, 0)))->body;
+  KVar *run = cg_klet(k, scan, "run", TY_I64, cg_kimm(k, 0, TY_I64));
+  KVar *j = cg_kvar(k, "j", KT_INDEX);
+  KStmt *sl = cg_kloop(k, scan, j, cg_kint(k, T), KM_SERIAL);
+  KExpr *c = cg_kv(k, cg_klet(k, &sl->body, "c", TY_I64, cg_kload(k, part, cg_kv(k, j))));
+  cg_kstore(k, &sl->body, part, cg_kv(k, j), cg_kv(k, run));
+  cg_kset(k, &sl->body, run, cg_kop2(k, OP_ADD, cg_kv(k, run), c));
+  cg_kstore(k, scan, part, cg_kint(k, T), cg_kv(k, run));
+  cg_kstore(k, scan, global_of(b, k, &n->out[1], "count"), cg_kint(k, 0), cg_kv(k, run));
+  cg_kbarrier(k, body);
+  KVar *at = cg_klet(k, body, "at", KT_INDEX, cg_kcast(k, cg_kload(k, part, te), KT_INDEX));
+  KExpr *all = cg_kv(k, cg_klet(k, body, "all", KT_INDEX, cg_kcast(k, cg_kload(k, part, cg_kint(k, T)), KT_INDEX)));
+  KVar *w = cg_kvar(k, "w", KT_INDEX);
+  KStmt *write = cg_kloop(k, body, w, len, KM_SERIAL);
+  KExpr *i = cg_kv(k, cg_klet(k, &write->body, "i", KT_INDEX, cg_kadd(k, lo, cg_kv(k, w))));
+  KBlock *found = &cg_kif(k, &write->body, cg_kcmp(k, KC_NE, load_of(b, k, x, "x", i), cg_kimm(k, 0, t->dtype)))->body;
   for (int d = 0; d < t->rank; d++) {
-    KExpr *c = cg_kidx(k, KI_DIV, ie, cg_kint(k, st[d]));
-    if (d) c = cg_kidx(k, KI_MOD, c, cg_kint(k, t->dims[d]));
-    cg_kstore(k, &hit->body, coords, cg_kadd(k, cg_kint(k, d * total), cg_kv(k, count)), cg_kcast(k, c, TY_I64));
+    KExpr *cd = cg_kidx(k, KI_DIV, i, cg_kint(k, st[d]));
+    if (d) cd = cg_kidx(k, KI_MOD, cd, cg_kint(k, t->dims[d]));
+    cg_kstore(k, found, coords, cg_kadd(k, cg_kint(k, d * total), cg_kv(k, at)), cg_kcast(k, cd, TY_I64));
   }
-  cg_kset(k, &hit->body, count, cg_kadd(k, cg_kv(k, count), cg_kint(k, 1)));
-  cg_kstore(k, &m.main, global_of(b, k, &n->out[1], "count"), cg_kint(k, 0), cg_kcast(k, cg_kv(k, count), TY_I64));
-  map_end(&m);
+  cg_kset(k, found, at, cg_kadd(k, cg_kv(k, at), cg_kint(k, 1)));
+  KVar *r = cg_kvar(k, "r", KT_INDEX);
+  KStmt *rest = cg_kloop(k, body, r, cg_kint(k, stripes), KM_SERIAL);
+  KExpr *col = cg_kv(k, cg_klet(k, &rest->body, "col", KT_INDEX, cg_kadd(k, cg_kmul(k, cg_kv(k, r), cg_kint(k, T)), te)));
+  KBlock *pad = &cg_kif(k, &rest->body, cg_kand(k, cg_kcmp(k, KC_LT, col, cg_kint(k, total)), cg_kcmp(k, KC_GE, col, all)))->body;
+  for (int d = 0; d < t->rank; d++)
+    cg_kstore(k, pad, coords, cg_kadd(k, cg_kint(k, d * total), col), cg_kimm(k, 0, TY_I64));
   cg_launch(b, k);
   return true;
 }
