@@ -332,10 +332,6 @@ static int check_gemm(Check *c, const RtGemm *g) {
   if (check_ref(c, "gemm a", g->a, ea) || check_ref(c, "gemm b", g->b, eb) ||
       check_ref(c, "gemm c", g->c, ec) || check_writable(c, "gemm c", g->c, ec))
     return -1;
-  /* cuBLAS, and the CPU GEMM that stands for it, read whole elements. */
-  if (g->a.offset % (uint64_t)es || g->b.offset % (uint64_t)es || g->c.offset % (uint64_t)esc ||
-      g->c_in.offset % (uint64_t)esc || g->bias.offset % (uint64_t)es)
-    return fail(c, "gemm: an operand's offset is not a multiple of its element's %d bytes", es);
   if (g->beta == 0.0f && (g->c_in.space || g->c_in.index || g->c_in.offset))
     return fail(c, "gemm: c_in without a beta to read it");
   if (g->beta != 0.0f &&
@@ -360,6 +356,10 @@ static int check_gemm(Check *c, const RtGemm *g) {
   /* bgrad writes the bias while A, B and C are in use */
   if (bgrad && (spans(g->bias, eb_bias, g->a, ea) || spans(g->bias, eb_bias, g->b, eb) || spans(g->bias, eb_bias, g->c, ec)))
     return fail(c, "gemm: the bgrad epilogue's bias overlaps A, B or C");
+  /* cuBLAS, and the CPU GEMM that stands for it, read whole elements. */
+  if (g->a.offset % (uint64_t)es || g->b.offset % (uint64_t)es || g->c.offset % (uint64_t)esc ||
+      g->c_in.offset % (uint64_t)esc || g->bias.offset % (uint64_t)es)
+    return fail(c, "gemm: an operand's offset is not a multiple of its element's %d bytes", es);
   return 0;
 }
 

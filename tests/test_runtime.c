@@ -321,6 +321,12 @@ START_TEST(plan_gemm_past_buffer) {
   steps[1].gemm.a.offset = 0;
   ck_assert_int_eq(rt_plan_validate(&plan, err, sizeof err), -1);
   ck_assert_str_eq(err, "plan: step 1 (matmul %2): gemm c: offset 0 + 24 bytes is outside OUTPUT 0 (16 bytes)");
+  /* Inside its space but between two floats (the fuzzer's find: the CPU
+   * GEMM stored at a misaligned address). */
+  steps[1].gemm.m = 2;
+  steps[1].gemm.a.offset = 2;
+  ck_assert_int_eq(rt_plan_validate(&plan, err, sizeof err), -1);
+  ck_assert_str_eq(err, "plan: step 1 (matmul %2): gemm: an operand's offset is not a multiple of its element's 4 bytes");
 }
 END_TEST
 
