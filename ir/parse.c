@@ -858,6 +858,12 @@ Graph *ir_parse_max(Ctx *c, const SrcFile *file, int max_nodes) {
   }
   if (!p.seen_close) diag_error(c, eof, "missing '}' at the end of graph '%s'", p.g->name);
   if (c->diag.errors != errors_before) return NULL;
+  /* Text without length marks (written by hand) gets them as an importer
+   * gives them; printed text has them already. */
+  bool sized = false;
+  for (Node *n = p.g->first; n && !sized; n = n->next)
+    sized = n->op == OP_NONZERO || n->op == OP_NMS || n->op == OP_UNIQUE;
+  if (sized && !p.g->output_length && (!ir_verify(p.g) || !ir_bounds(p.g))) return NULL;
   return p.g;
 }
 

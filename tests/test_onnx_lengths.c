@@ -307,6 +307,17 @@ START_TEST(test_marks_in_text_and_plan) {
                 diag_text(&ctx));
   free(bad);
   free(text);
+  /* Text written by hand, without marks, gets them as the importer gives them. */
+  static const char hand[] = "graph hand {\n"
+                             "  %0 = input {name=\"x\"} : f32[6]\n"
+                             "  %1, %2 = nonzero %0 : i64[1, 6], i64[]\n"
+                             "  return %1 as \"c\"\n"
+                             "}\n";
+  Graph *marked = ir_parse(&ctx, ctx_add_file(&ctx, "hand.ir", hand, strlen(hand)));
+  ck_assert_msg(marked != NULL, "%s", diag_text(&ctx));
+  int axis;
+  ck_assert_int_eq(ir_output_length(marked, 0, &axis), 1);
+  ck_assert_int_eq(axis, 1);
 
   CgResult cg;
   ck_assert_msg(cg_compile(g, &cg), "codegen: %s", diag_text(&ctx));
