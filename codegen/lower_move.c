@@ -546,80 +546,124 @@ static void nms_sides(Kernel *k, KBlock *in, KBuf *boxes, KExpr *at, bool center
   for (int s = 0; s < 4; s++) side[s] = cg_kv(k, cg_klet(k, in, "side", TY_F32, side[s]));
 }
 
-/* nms (ops.def), as eval.c's loops in one thread: every class of every
- * batch in turn, the candidates in score order by selection, each
- * IoU in f32 in the same order of operations.  The rows past the count
- * are zeroed first. */
+/* nms (ops.def) in one block of NMS_THREADS, as eval.c's loops: every
+ * class of every batch in turn, and each step of a class's selection
+ * spread over the threads: each takes the best of its stripe of scores
+ * after the last pick, a tree in shared memory the best of those (the
+ * higher score, then the lower box), and the kept boxes of the class
+ * are checked side by side, any IoU over the threshold setting a shared
+ * flag.  Every thread follows the same steps (the picks are read back
+ * from shared memory), so the barriers are reached together; thread 0
+ * writes the rows.  One block and not one per class: the rows of all
+ * classes are packed in order, which needs each class's count before
+ * the next class's rows. */
+enum { NMS_THREADS = 256 };
+
 bool lower_nms(CgBuild *b, const Node *n) {
   const TensorType *st = &n->in[1]->type;
   int64_t C = st->dims[1], N = st->dims[2], BC = st->dims[0] * C, bound = ir_attr_int(n, "bound");
+  int64_t T = NMS_THREADS, stripes = (N + T - 1) / T, kept_stripes = (bound + T - 1) / T;
+  int64_t cells = numel(&n->out[0].type);
   bool centers = ir_attr_int(n, "center_point_box") != 0;
   Kernel *k = new_kernel(b, n, NULL, NULL);
-  TensorType one = flat(TY_I64, 1);
-  Map m;
-  map_begin(&m, k, &one);
-  KBlock *top = &m.main;
+  k->grid[0] = k->grid[1] = k->grid[2] = 1;
+  k->block[0] = (uint32_t)T, k->block[1] = k->block[2] = 1;
   KBuf *rows = global_of(b, k, &n->out[0], "rows"), *boxes = global_of(b, k, n->in[0], "boxes");
   KBuf *scores = global_of(b, k, n->in[1], "scores");
-  KVar *e = cg_kvar(k, "e", KT_INDEX);
-  KStmt *zero = cg_kloop(k, top, e, cg_kint(k, numel(&n->out[0].type)), KM_SERIAL);
-  cg_kstore(k, &zero->body, rows, cg_kv(k, e), cg_kimm(k, 0, TY_I64));
+  KBuf *red_s = cg_klocal(k, "red_s", TY_F32, T, KSP_SHARED), *red_i = cg_klocal(k, "red_i", TY_I64, T, KSP_SHARED);
+  KBuf *flag = cg_klocal(k, "flag", TY_I64, 1, KSP_SHARED);
+  KVar *tv = cg_kvar(k, "t", KT_INDEX);
+  KStmt *lt = cg_kloop(k, &k->body, tv, cg_kint(k, T), KM_BLOCK_X);
+  KBlock *top = &lt->body;
+  KExpr *te = cg_kv(k, tv), *zero_i = cg_kint(k, 0);
+  KVar *z = cg_kvar(k, "z", KT_INDEX);
+  KStmt *clear = cg_kloop(k, top, z, cg_kint(k, (cells + T - 1) / T), KM_SERIAL);
+  KExpr *cell = cg_kv(k, cg_klet(k, &clear->body, "cell", KT_INDEX, cg_kadd(k, cg_kmul(k, cg_kv(k, z), cg_kint(k, T)), te)));
+  cg_kstore(k, &cg_kif(k, &clear->body, cg_kcmp(k, KC_LT, cell, cg_kint(k, cells)))->body, rows, cell,
+            cg_kimm(k, 0, TY_I64));
+  cg_kbarrier(k, top);
   /* Clamped in i64 first: torchvision's export asks for INT64_MAX. */
-  KExpr *want = cg_kv(k, cg_klet(k, top, "asked", TY_I64, load_of(b, k, n->in[2], "most", cg_kint(k, 0))));
+  KExpr *want = cg_kv(k, cg_klet(k, top, "asked", TY_I64, load_of(b, k, n->in[2], "most", zero_i)));
   KExpr *none = cg_kimm(k, 0, TY_I64), *all = cg_kimm(k, (double)bound, TY_I64);
   want = cg_ksel(k, cg_kcmp(k, KC_LT, want, none), none, cg_ksel(k, cg_kcmp(k, KC_GT, want, all), all, want));
   KExpr *most = cg_kv(k, cg_klet(k, top, "most", KT_INDEX, cg_kcast(k, want, KT_INDEX)));
-  KExpr *iou = cg_kv(k, cg_klet(k, top, "iou", TY_F32, load_of(b, k, n->in[3], "iou", cg_kint(k, 0))));
-  KExpr *floor_score = cg_kv(k, cg_klet(k, top, "floor", TY_F32, load_of(b, k, n->in[4], "floor", cg_kint(k, 0))));
-  KVar *count = cg_klet(k, top, "count", KT_INDEX, cg_kint(k, 0));
+  KExpr *iou = cg_kv(k, cg_klet(k, top, "iou", TY_F32, load_of(b, k, n->in[3], "iou", zero_i)));
+  KExpr *floor_score = cg_kv(k, cg_klet(k, top, "floor", TY_F32, load_of(b, k, n->in[4], "floor", zero_i)));
+  KVar *count = cg_klet(k, top, "count", KT_INDEX, zero_i);
   KVar *bc = cg_kvar(k, "bc", KT_INDEX);
   KStmt *classes = cg_kloop(k, top, bc, cg_kint(k, BC), KM_SERIAL);
   KBlock *cls = &classes->body;
   KExpr *batch = cg_kv(k, cg_klet(k, cls, "batch", KT_INDEX, cg_kidx(k, KI_DIV, cg_kv(k, bc), cg_kint(k, C))));
   KExpr *sbase = cg_kv(k, cg_klet(k, cls, "sbase", KT_INDEX, cg_kmul(k, cg_kv(k, bc), cg_kint(k, N))));
-  KVar *kept = cg_klet(k, cls, "kept", KT_INDEX, cg_kint(k, 0));
+  KVar *kept = cg_klet(k, cls, "kept", KT_INDEX, zero_i);
   KVar *prev = cg_klet(k, cls, "prev", KT_INDEX, cg_kint(k, -1));
   KVar *ps = cg_klet(k, cls, "ps", TY_F32, cg_kimm(k, 0, TY_F32));
-  KVar *done = cg_klet(k, cls, "done", KT_INDEX, cg_kint(k, 0));
+  KVar *done = cg_klet(k, cls, "done", KT_INDEX, zero_i);
   KVar *step = cg_kvar(k, "step", KT_INDEX);
   KStmt *steps = cg_kloop(k, cls, step, cg_kint(k, N), KM_SERIAL);
-  KExpr *active = cg_kand(k, cg_kcmp(k, KC_EQ, cg_kv(k, done), cg_kint(k, 0)),
-                          cg_kcmp(k, KC_LT, cg_kv(k, kept), most));
+  KExpr *active = cg_kand(k, cg_kcmp(k, KC_EQ, cg_kv(k, done), zero_i), cg_kcmp(k, KC_LT, cg_kv(k, kept), most));
   KBlock *go = &cg_kif(k, &steps->body, active)->body;
+  /* this thread's best of its stripe */
   KVar *best = cg_klet(k, go, "best", KT_INDEX, cg_kint(k, -1));
   KVar *bs = cg_klet(k, go, "bs", TY_F32, cg_kimm(k, 0, TY_F32));
-  KVar *t = cg_kvar(k, "t", KT_INDEX);
-  KStmt *scan = cg_kloop(k, go, t, cg_kint(k, N), KM_SERIAL);
-  KExpr *s = cg_kv(k, cg_klet(k, &scan->body, "s", TY_F32, cg_kload(k, scores, cg_kadd(k, sbase, cg_kv(k, t)))));
-  KExpr *te = cg_kv(k, t), *pv = cg_kv(k, prev), *pse = cg_kv(k, ps);
-  KExpr *after = cg_kor(k, cg_kcmp(k, KC_LT, pv, cg_kint(k, 0)),
-                        cg_kor(k, cg_kcmp(k, KC_LT, s, pse),
-                               cg_kand(k, cg_kcmp(k, KC_EQ, s, pse), cg_kcmp(k, KC_GT, te, pv))));
-  KExpr *better = cg_kor(k, cg_kcmp(k, KC_LT, cg_kv(k, best), cg_kint(k, 0)), cg_kcmp(k, KC_GT, s, cg_kv(k, bs)));
-  KBlock *pick = &cg_kif(k, &scan->body, cg_kand(k, cg_kcmp(k, KC_GT, s, floor_score), cg_kand(k, after, better)))->body;
-  cg_kset(k, pick, best, te);
+  KVar *q = cg_kvar(k, "q", KT_INDEX);
+  KStmt *scan = cg_kloop(k, go, q, cg_kint(k, stripes), KM_SERIAL);
+  KExpr *tix = cg_kv(k, cg_klet(k, &scan->body, "box", KT_INDEX, cg_kadd(k, cg_kmul(k, cg_kv(k, q), cg_kint(k, T)), te)));
+  KBlock *in = &cg_kif(k, &scan->body, cg_kcmp(k, KC_LT, tix, cg_kint(k, N)))->body;
+  KExpr *s = cg_kv(k, cg_klet(k, in, "s", TY_F32, cg_kload(k, scores, cg_kadd(k, sbase, tix))));
+  KExpr *pv = cg_kv(k, prev), *pse = cg_kv(k, ps);
+  KExpr *after = cg_kor(k, cg_kcmp(k, KC_LT, pv, zero_i),
+                        cg_kor(k, cg_kcmp(k, KC_LT, s, pse), cg_kand(k, cg_kcmp(k, KC_EQ, s, pse), cg_kcmp(k, KC_GT, tix, pv))));
+  KExpr *better = cg_kor(k, cg_kcmp(k, KC_LT, cg_kv(k, best), zero_i), cg_kcmp(k, KC_GT, s, cg_kv(k, bs)));
+  KBlock *pick = &cg_kif(k, in, cg_kand(k, cg_kcmp(k, KC_GT, s, floor_score), cg_kand(k, after, better)))->body;
+  cg_kset(k, pick, best, tix);
   cg_kset(k, pick, bs, s);
-  KStmt *found = cg_kif(k, go, cg_kcmp(k, KC_GE, cg_kv(k, best), cg_kint(k, 0)));
-  KBlock *f = &found->body;
+  cg_kstore(k, go, red_s, te, cg_kv(k, bs));
+  cg_kstore(k, go, red_i, te, cg_kcast(k, cg_kv(k, best), TY_I64));
+  cg_kbarrier(k, go);
+  /* the block's best: the higher score, then the lower box */
+  for (int64_t h = T / 2; h >= 1; h /= 2) {
+    KBlock *half = &cg_kif(k, go, cg_kcmp(k, KC_LT, te, cg_kint(k, h)))->body;
+    KExpr *other = cg_kadd(k, te, cg_kint(k, h));
+    KExpr *oi = cg_kv(k, cg_klet(k, half, "oi", TY_I64, cg_kload(k, red_i, other)));
+    KExpr *os = cg_kv(k, cg_klet(k, half, "os", TY_F32, cg_kload(k, red_s, other)));
+    KExpr *mi = cg_kv(k, cg_klet(k, half, "mi", TY_I64, cg_kload(k, red_i, te)));
+    KExpr *ms = cg_kv(k, cg_klet(k, half, "ms", TY_F32, cg_kload(k, red_s, te)));
+    KExpr *take = cg_kand(k, cg_kcmp(k, KC_GE, oi, none),
+                          cg_kor(k, cg_kcmp(k, KC_LT, mi, none),
+                                 cg_kor(k, cg_kcmp(k, KC_GT, os, ms),
+                                        cg_kand(k, cg_kcmp(k, KC_EQ, os, ms), cg_kcmp(k, KC_LT, oi, mi)))));
+    KBlock *swap = &cg_kif(k, half, take)->body;
+    cg_kstore(k, swap, red_i, te, oi);
+    cg_kstore(k, swap, red_s, te, os);
+    cg_kbarrier(k, go);
+  }
+  KExpr *bi = cg_kv(k, cg_klet(k, go, "pick", KT_INDEX, cg_kcast(k, cg_kload(k, red_i, zero_i), KT_INDEX)));
+  KExpr *bsv = cg_kv(k, cg_klet(k, go, "pick_s", TY_F32, cg_kload(k, red_s, zero_i)));
+  cg_kstore(k, &cg_kif(k, go, cg_kcmp(k, KC_EQ, te, zero_i))->body, flag, zero_i, none);
+  cg_kbarrier(k, go);
+  KStmt *found = cg_kif(k, go, cg_kcmp(k, KC_GE, bi, zero_i));
   cg_kset(k, &found->orelse, done, cg_kint(k, 1));
-  cg_kset(k, f, prev, cg_kv(k, best));
-  cg_kset(k, f, ps, cg_kv(k, bs));
-  KExpr *at = cg_kmul(k, cg_kadd(k, cg_kmul(k, batch, cg_kint(k, N)), cg_kv(k, best)), cg_kint(k, 4));
+  KBlock *f = &found->body;
+  cg_kset(k, f, prev, bi);
+  cg_kset(k, f, ps, bsv);
+  KExpr *at = cg_kmul(k, cg_kadd(k, cg_kmul(k, batch, cg_kint(k, N)), bi), cg_kint(k, 4));
   KExpr *cand[4];
   nms_sides(k, f, boxes, at, centers, cand);
-  KVar *keep = cg_klet(k, f, "keep", KT_INDEX, cg_kint(k, 1));
-  KVar *q = cg_kvar(k, "q", KT_INDEX);
-  KStmt *check = cg_kloop(k, f, q, cg_kv(k, kept), KM_SERIAL);
-  KBlock *cb = &check->body;
-  KExpr *row = cg_kadd(k, cg_kidx(k, KI_SUB, cg_kv(k, count), cg_kv(k, kept)), cg_kv(k, q));
+  /* the kept boxes of this class, a stripe each */
+  KVar *r = cg_kvar(k, "r", KT_INDEX);
+  KStmt *check = cg_kloop(k, f, r, cg_kint(k, kept_stripes), KM_SERIAL);
+  KExpr *kq = cg_kv(k, cg_klet(k, &check->body, "kq", KT_INDEX, cg_kadd(k, cg_kmul(k, cg_kv(k, r), cg_kint(k, T)), te)));
+  KBlock *cb = &cg_kif(k, &check->body, cg_kcmp(k, KC_LT, kq, cg_kv(k, kept)))->body;
+  KExpr *row = cg_kadd(k, cg_kidx(k, KI_SUB, cg_kv(k, count), cg_kv(k, kept)), kq);
   KExpr *other = cg_kcast(k, cg_kload(k, rows, cg_kadd(k, cg_kmul(k, row, cg_kint(k, 3)), cg_kint(k, 2))), KT_INDEX);
   KExpr *kside[4];
   nms_sides(k, cb, boxes, cg_kmul(k, cg_kadd(k, cg_kmul(k, batch, cg_kint(k, N)), other), cg_kint(k, 4)), centers,
             kside);
-  KExpr *ix0 = py_max(k, cand[0], kside[0]), *ix1 = py_min(k, cand[1], kside[1]);
-  KExpr *iy0 = py_max(k, cand[2], kside[2]), *iy1 = py_min(k, cand[3], kside[3]);
-  ix0 = cg_kv(k, cg_klet(k, cb, "ix0", TY_F32, ix0)), ix1 = cg_kv(k, cg_klet(k, cb, "ix1", TY_F32, ix1));
-  iy0 = cg_kv(k, cg_klet(k, cb, "iy0", TY_F32, iy0)), iy1 = cg_kv(k, cg_klet(k, cb, "iy1", TY_F32, iy1));
+  KExpr *ix0 = cg_kv(k, cg_klet(k, cb, "ix0", TY_F32, py_max(k, cand[0], kside[0])));
+  KExpr *ix1 = cg_kv(k, cg_klet(k, cb, "ix1", TY_F32, py_min(k, cand[1], kside[1])));
+  KExpr *iy0 = cg_kv(k, cg_klet(k, cb, "iy0", TY_F32, py_max(k, cand[2], kside[2])));
+  KExpr *iy1 = cg_kv(k, cg_klet(k, cb, "iy1", TY_F32, py_min(k, cand[3], kside[3])));
   KExpr *inter = cg_kv(k, cg_klet(k, cb, "inter", TY_F32,
                                    cg_kop2(k, OP_MUL, cg_kop2(k, OP_SUB, ix1, ix0), cg_kop2(k, OP_SUB, iy1, iy0))));
   KExpr *area_a = cg_kv(k, cg_klet(k, cb, "area", TY_F32,
@@ -628,24 +672,25 @@ bool lower_nms(CgBuild *b, const Node *n) {
   KExpr *area_b = cg_kv(k, cg_klet(k, cb, "area", TY_F32,
                                     cg_kop2(k, OP_MUL, cg_kop2(k, OP_SUB, kside[1], kside[0]),
                                             cg_kop2(k, OP_SUB, kside[3], kside[2]))));
-  KExpr *uni = cg_kv(k, cg_klet(k, cb, "uni", TY_F32,
-                                 cg_kop2(k, OP_SUB, cg_kop2(k, OP_ADD, area_a, area_b), inter)));
+  KExpr *uni = cg_kv(k, cg_klet(k, cb, "uni", TY_F32, cg_kop2(k, OP_SUB, cg_kop2(k, OP_ADD, area_a, area_b), inter)));
   KExpr *zero_f = cg_kimm(k, 0, TY_F32);
   KExpr *overlap = cg_kand(k, cg_kcmp(k, KC_GT, ix1, ix0), cg_kcmp(k, KC_GT, iy1, iy0));
   overlap = cg_kand(k, overlap, cg_kand(k, cg_kcmp(k, KC_GT, inter, zero_f), cg_kcmp(k, KC_GT, area_a, zero_f)));
   overlap = cg_kand(k, overlap, cg_kand(k, cg_kcmp(k, KC_GT, area_b, zero_f), cg_kcmp(k, KC_GT, uni, zero_f)));
   KExpr *suppress = cg_kand(k, overlap, cg_kcmp(k, KC_GT, cg_kop2(k, OP_DIV, inter, uni), iou));
-  cg_kset(k, &cg_kif(k, cb, suppress)->body, keep, cg_kint(k, 0));
-  KBlock *add = &cg_kif(k, f, cg_kcmp(k, KC_NE, cg_kv(k, keep), cg_kint(k, 0)))->body;
+  cg_kstore(k, &cg_kif(k, cb, suppress)->body, flag, zero_i, cg_kimm(k, 1, TY_I64));
+  cg_kbarrier(k, f);
+  KBlock *add = &cg_kif(k, f, cg_kcmp(k, KC_EQ, cg_kload(k, flag, zero_i), none))->body;
+  KBlock *writer = &cg_kif(k, add, cg_kcmp(k, KC_EQ, te, zero_i))->body;
   KExpr *r3 = cg_kmul(k, cg_kv(k, count), cg_kint(k, 3));
-  cg_kstore(k, add, rows, r3, cg_kcast(k, batch, TY_I64));
-  cg_kstore(k, add, rows, cg_kadd(k, r3, cg_kint(k, 1)),
-            cg_kcast(k, cg_kidx(k, KI_MOD, cg_kv(k, bc), cg_kint(k, C)), TY_I64));
-  cg_kstore(k, add, rows, cg_kadd(k, r3, cg_kint(k, 2)), cg_kcast(k, cg_kv(k, best), TY_I64));
+  cg_kstore(k, writer, rows, r3, cg_kcast(k, batch, TY_I64));
+  cg_kstore(k, writer, rows, cg_kadd(k, r3, cg_kint(k, 1)), cg_kcast(k, cg_kidx(k, KI_MOD, cg_kv(k, bc), cg_kint(k, C)), TY_I64));
+  cg_kstore(k, writer, rows, cg_kadd(k, r3, cg_kint(k, 2)), cg_kcast(k, bi, TY_I64));
   cg_kset(k, add, count, cg_kadd(k, cg_kv(k, count), cg_kint(k, 1)));
   cg_kset(k, add, kept, cg_kadd(k, cg_kv(k, kept), cg_kint(k, 1)));
-  cg_kstore(k, top, global_of(b, k, &n->out[1], "count"), cg_kint(k, 0), cg_kcast(k, cg_kv(k, count), TY_I64));
-  map_end(&m);
+  cg_kbarrier(k, f);
+  cg_kstore(k, &cg_kif(k, top, cg_kcmp(k, KC_EQ, te, zero_i))->body, global_of(b, k, &n->out[1], "count"), zero_i,
+            cg_kcast(k, cg_kv(k, count), TY_I64));
   cg_launch(b, k);
   return true;
 }
