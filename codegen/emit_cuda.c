@@ -262,6 +262,19 @@ static const char helpers[] =
     "  }\n"
     "  return uz && r == 0.0f ? 0.0f : copysignf(r, x);\n"
     "}\n"
+    "/* ir/narrow.c's e8m0: the exponent field of x's bits, raised by the\n"
+    " * rounding (0 up, 1 down, 2 nearest; never past 0xFE when sat), as a\n"
+    " * power of two; NaN and the infinities NaN. */\n"
+    "__device__ __forceinline__ float dl_e8m0_round(float x, int mode, bool sat) {\n"
+    "  unsigned b = __float_as_uint(x), e = b >> 23 & 0xFFu;\n"
+    "  bool up = mode == 0 ? (b & 0x7FFFFFu) != 0u\n"
+    "          : mode == 2 ? (b & 0x400000u) != 0u && ((b & 0x200000u) != 0u || (b & 0x1FFFFFu) != 0u || e > 0u)\n"
+    "          : false;\n"
+    "  if (e == 0xFFu) return __uint_as_float(0x7FC00000u);\n"
+    "  if (up && sat && e == 0xFEu) up = false;\n"
+    "  e += up ? 1u : 0u;\n"
+    "  return e == 0xFFu ? __uint_as_float(0x7FC00000u) : __uint_as_float(e ? e << 23 : 0x400000u);\n"
+    "}\n"
     "__device__ __forceinline__ float dl_int_round(float x, float lo, float hi) {\n"
     "  float t = truncf(x);\n"
     "  return t != t || t < lo || t > hi ? 0.0f : t + 0.0f;\n"
@@ -704,6 +717,11 @@ static void op_int(Out *o, const KExpr *e) {
 static void fp_round(Out *o, const KExpr *e) {
   const IrNarrow *f = ir_narrow_at((int)e->i);
   if (!f) dl_internal(o->k->ctx, "fp_round of format %d", (int)e->i);
+  if (f->kind == IR_NARROW_E8M0) {
+    fputs("dl_e8m0_round(", o->f), fexpr(o, e->a[0]);
+    fprintf(o->f, ", %d, %s)", f->m, e->flag ? "true" : "false");
+    return;
+  }
   if (f->kind == IR_NARROW_INT) {
     fputs("dl_int_round(", o->f), fexpr(o, e->a[0]);
     fprintf(o->f, ", %d.0f, %d.0f)", f->emin, (int)f->max);

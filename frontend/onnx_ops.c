@@ -407,6 +407,17 @@ bool ox_op_dropout(Imp *im, ONode *n) {
 static Val *cast_to_held(Imp *im, Val *x, int32_t code, bool saturate) {
   DType hold;
   const IrNarrow *f = ox_held_format(code, &hold);
+  if (f->kind == IR_NARROW_E8M0) { /* round_mode: "up" (ONNX's default), "down" or "nearest" */
+    const char *mode;
+    if (!ox_attr_str(im, "round_mode", "up", &mode)) return NULL;
+    const char *name = !strcmp(mode, "up") ? "e8m0" : !strcmp(mode, "down") ? "e8m0_down"
+                     : !strcmp(mode, "nearest") ? "e8m0_nearest" : NULL;
+    if (!name) {
+      ox_bad(im, "round_mode \"%s\" is not one of up, down and nearest", mode);
+      return NULL;
+    }
+    f = ir_narrow_find(name);
+  }
   if (!ir_dtype_is_float(x->type.dtype) && !x->held) {
     ox_bad(im, "cast from %s to %s is not supported", ir_dtype_name(x->type.dtype), ox_onnx_type_name(code));
     return NULL;

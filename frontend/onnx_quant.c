@@ -438,7 +438,7 @@ static Val *quantize_held(Imp *im, Val *x, Val *s, Val *z, int64_t axis, int32_t
   DType zdt;
   if (!ox_need_float_in(im, x)) return NULL;
   Val *r;
-  if (f->kind == IR_NARROW_FLOAT) {
+  if (f->kind != IR_NARROW_INT) {
     if (!zero_float_zp(im, z, "y") || !quant_params(im, &x->type, s, NULL, axis, "y", &p, &zdt)) return NULL;
     Val *q = by_scales(im, OP_DIV, ox_cast(im, x, TY_F32), &p);
     if (!q) return NULL;
@@ -470,7 +470,7 @@ static Val *dequantize_held(Imp *im, Val *x, Val *s, Val *z, int64_t axis) {
   DType zdt;
   if (z && z->held != x->held)
     return ox_bad(im, "x is %s but x_zero_point is not", ox_onnx_type_name(x->held)), NULL;
-  if (f->kind == IR_NARROW_FLOAT) {
+  if (f->kind != IR_NARROW_INT) {
     if (!zero_float_zp(im, z, "x") || !quant_params(im, &x->type, s, NULL, axis, "x", p, &zdt)) return NULL;
     return by_scales(im, OP_MUL, ox_cast(im, x, TY_F32), p);
   }

@@ -58,16 +58,17 @@ bool ox_dtype_from_onnx(int32_t t, DType *out) {
 /* The narrow types dlcc holds in a wider dtype (ir/narrow.c): their
  * values only, for Cast (docs/onnx.md). */
 const IrNarrow *ox_held_format(int32_t t, DType *storage) {
-  static const char *const names[] = {"e4m3fn", "e4m3fnuz", "e5m2", "e5m2fnuz", "u4", "i4", "e2m1", NULL, "u2", "i2"};
+  static const char *const names[] = {"e4m3fn", "e4m3fnuz", "e5m2", "e5m2fnuz", "u4", "i4", "e2m1", "e8m0", "u2", "i2"};
   if (t < 17 || t > 26 || !names[t - 17]) return NULL;
   const IrNarrow *f = ir_narrow_find(names[t - 17]);
-  *storage = f->kind == IR_NARROW_FLOAT ? TY_F16 : f->emin < 0 ? TY_I8 : TY_U8;
+  /* e8m0's 2^-127 .. 2^127 need f32's exponent */
+  *storage = f->kind == IR_NARROW_E8M0 ? TY_F32 : f->kind == IR_NARROW_FLOAT ? TY_F16 : f->emin < 0 ? TY_I8 : TY_U8;
   return f;
 }
 
 const char ox_dtypes_we_have[] =
     "dlcc has FLOAT, DOUBLE, FLOAT16, BFLOAT16, INT8, UINT8, INT16, UINT16, INT32, UINT32, INT64, UINT64 and "
-    "BOOL; FLOAT8*, FLOAT4E2M1, INT4, UINT4, INT2 and UINT2 through Cast and (De)QuantizeLinear";
+    "BOOL; FLOAT8* (FLOAT8E8M0 too), FLOAT4E2M1, INT4, UINT4, INT2 and UINT2 through Cast and (De)QuantizeLinear";
 
 __attribute__((format(printf, 3, 4))) static bool efail(char *err, size_t errlen, const char *fmt,
                                                          ...) {

@@ -117,7 +117,11 @@ double ir_bf16_to_double(uint16_t h);
 /* ONNX's narrow formats (ir/narrow.c), held in a wider dtype: float8
  * ("e4m3fn", "e4m3fnuz", "e5m2", "e5m2fnuz") and float4 ("e2m1") in f16,
  * "i4", "u4", "i2", "u2" in i8/u8.  For ints emin and max are the range. */
-typedef enum { IR_NARROW_FLOAT, IR_NARROW_INT } IrNarrowKind;
+/* IR_NARROW_E8M0: FLOAT8E8M0, a power of two 2^(code - 127) or NaN
+ * (0xFF), held in f32; m is its rounding ("e8m0" up, as ONNX's Cast by
+ * default, "e8m0_down" 1, "e8m0_nearest" 2, on the f32 bits as onnx's
+ * numpy_helper.to_float8e8m0). */
+typedef enum { IR_NARROW_FLOAT, IR_NARROW_INT, IR_NARROW_E8M0 } IrNarrowKind;
 typedef struct IrNarrow {
   const char *name;
   IrNarrowKind kind;

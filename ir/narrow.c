@@ -6,6 +6,7 @@
  * formats is exact in its holding dtype, so only a conversion into one
  * rounds. */
 #include <math.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "ir/eval.h"
@@ -23,7 +24,29 @@ static const IrNarrow formats[] = {
     {"u4", IR_NARROW_INT, 4, 0, 0, 15, 0, false},
     {"i2", IR_NARROW_INT, 2, 0, -2, 1, 0, false},
     {"u2", IR_NARROW_INT, 2, 0, 0, 3, 0, false},
+    {"e8m0", IR_NARROW_E8M0, 8, 0, -127, 0x1p127, NAN, true},
+    {"e8m0_down", IR_NARROW_E8M0, 8, 1, -127, 0x1p127, NAN, true},
+    {"e8m0_nearest", IR_NARROW_E8M0, 8, 2, -127, 0x1p127, NAN, true},
 };
+
+/* x's f32 bits into an e8m0 code: the exponent field, raised by the
+ * rounding (never past 0xFE when saturating), NaN and infinities 0xFF;
+ * the sign is dropped (onnx's numpy_helper.to_float8e8m0). */
+static unsigned e8m0_code(const IrNarrow *f, float x, bool saturate) {
+  uint32_t bits;
+  memcpy(&bits, &x, sizeof bits);
+  unsigned e = bits >> 23 & 0xFFu;
+  if (e == 0xFFu) return 0xFFu;
+  bool up = false;
+  if (f->m == 0) {
+    up = (bits & 0x7FFFFFu) != 0;
+  } else if (f->m == 2) {
+    bool g = bits & 0x400000u, r = bits & 0x200000u, s = bits & 0x1FFFFFu, lsb = e > 0;
+    up = g && (r || s || lsb);
+  }
+  if (up && saturate && e == 0xFEu) up = false;
+  return e + up;
+}
 
 const IrNarrow *ir_narrow_find(const char *name) {
   for (size_t i = 0; i < sizeof formats / sizeof formats[0]; i++)
@@ -44,6 +67,7 @@ const IrNarrow *ir_narrow_at(int i) {
  * (int4 and the like): truncated toward zero; out of range, NaN and the
  * infinities give 0 (ONNX leaves them undefined). */
 double ir_narrow_round(const IrNarrow *f, double x, bool saturate) {
+  if (f->kind == IR_NARROW_E8M0) return ir_narrow_decode(f, e8m0_code(f, (float)x, saturate));
   if (f->kind == IR_NARROW_INT) {
     double t = trunc(x);
     return isnan(t) || t < f->emin || t > f->max ? 0.0 : t + 0.0;
@@ -65,6 +89,7 @@ double ir_narrow_round(const IrNarrow *f, double x, bool saturate) {
 }
 
 double ir_narrow_decode(const IrNarrow *f, unsigned code) {
+  if (f->kind == IR_NARROW_E8M0) return (code & 0xFFu) == 0xFFu ? NAN : ldexp(1.0, (int)(code & 0xFFu) - 127);
   unsigned sign = code >> (f->bits - 1) & 1, mag = code & ((1u << (f->bits - 1)) - 1);
   if (f->kind == IR_NARROW_INT) {
     double v = code & ((1u << f->bits) - 1);

@@ -63,6 +63,8 @@ static const char *const default_emu[] = {
     "test_nonmaxsuppression_suppress_by_IOU_and_scores", "test_nonmaxsuppression_two_batches",
     "test_nonmaxsuppression_center_point_box_format", "test_nonmaxsuppression_flipped_coordinates",
     "test_unique_not_sorted_without_axis", "test_unique_sorted_without_axis",
+    /* FLOAT8E8M0 held in f32 */
+    "test_cast_e8m0_FLOAT_to_FLOAT8E8M0", "test_cast_e8m0_FLOAT16_to_FLOAT8E8M0",
     /* Resize as gathers and weighted sums, GridSample */
     "test_resize_upsample_sizes_cubic", "test_resize_downsample_scales_linear_align_corners",
     "test_resize_tf_crop_and_resize", "test_resize_upsample_sizes_nearest_ceil_half_pixel",

@@ -74,7 +74,8 @@ static Tensor eval_and_emu(Graph *g, Tensor *x) {
   for (int64_t i = 0; i < ir_type_numel(&want.type); i++) top = fmax(top, fabs(ir_tensor_get(&want, i)));
   ck_assert(ir_type_eq(&got[0].type, &want.type));
   for (int64_t i = 0; i < ir_type_numel(&want.type); i++)
-    ck_assert_msg(fabs(ir_tensor_get(&got[0], i) - ir_tensor_get(&want, i)) <= rtol * (top + 1),
+    ck_assert_msg(fabs(ir_tensor_get(&got[0], i) - ir_tensor_get(&want, i)) <= rtol * (top + 1) ||
+                      (isnan(ir_tensor_get(&got[0], i)) && isnan(ir_tensor_get(&want, i))),
                   "emu element %lld: %.17g, the reference %.17g", (long long)i, ir_tensor_get(&got[0], i),
                   ir_tensor_get(&want, i));
   ir_tensor_free(&got[0]);
@@ -601,6 +602,47 @@ START_TEST(test_nonzero_compress_unique_of_known_values) {
 }
 END_TEST
 
+/* Cast to FLOAT8E8M0 in its three rounding modes, saturating and not,
+ * and back to f32 (the values onnx's numpy_helper.to_float8e8m0 gives,
+ * worked out by hand from the f32 bits), on ref and emu. */
+START_TEST(test_cast_e8m0_round_modes) {
+  const float xs[9] = {3.0f, 2.5f, 1.5f, -0.75f, 0x1.8p127f, 0.0f, INFINITY, NAN, 0x1p-130f};
+  static const struct {
+    const char *mode;
+    int saturate;
+    double want[9];
+  } cases[] = {
+      {"up", 1, {4, 4, 2, 1, 0x1p127, 0x1p-127, NAN, NAN, 0x1p-126}},
+      {"down", 1, {2, 2, 1, 0.5, 0x1p127, 0x1p-127, NAN, NAN, 0x1p-127}},
+      {"nearest", 1, {4, 2, 2, 1, 0x1p127, 0x1p-127, NAN, NAN, 0x1p-127}},
+      {"up", 0, {4, 4, 2, 1, NAN, 0x1p-127, NAN, NAN, 0x1p-126}},
+  };
+  for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+    Model *b = model_new(24);
+    add_input(b, "x", 1, (const int64_t[]){9});
+    Onnx__NodeProto *n = add_node(b, "Cast", "x", "e");
+    attr_i(n, "to", 24); /* FLOAT8E8M0: newer than this onnx.proto */
+    attr_s(n, "round_mode", cases[c].mode);
+    attr_i(n, "saturate", cases[c].saturate);
+    attr_i(add_node(b, "Cast", "e", "y"), "to", ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT);
+    add_output(b, "y");
+    Graph *g = must_import(b);
+    Tensor x;
+    alloc_input(g, &x);
+    memcpy(x.data, xs, sizeof xs);
+    Tensor y = eval_and_emu(g, &x);
+    for (int i = 0; i < 9; i++) {
+      double got = ir_tensor_get(&y, i), want = cases[c].want[i];
+      ck_assert_msg(isnan(want) ? isnan(got) : got == want, "%s%s: %g gave %g, want %g", cases[c].mode,
+                    cases[c].saturate ? "" : " unsaturated", (double)xs[i], got, want);
+    }
+    ir_tensor_free(&x);
+    ir_tensor_free(&y);
+    pool_free();
+  }
+}
+END_TEST
+
 static Suite *signal_suite(void) {
   Suite *s = suite_create("onnx_signal");
   TCase *tc = tcase_create("signal");
@@ -617,6 +659,7 @@ static Suite *signal_suite(void) {
   tcase_add_loop_test(tc, test_pools_padded_past_half_the_kernel, 0, sizeof pool_cases / sizeof *pool_cases);
   tcase_add_test(tc, test_pool_padding_not_less_than_kernel);
   tcase_add_test(tc, test_nonzero_compress_unique_of_known_values);
+  tcase_add_test(tc, test_cast_e8m0_round_modes);
   suite_add_tcase(s, tc);
   return s;
 }
