@@ -695,99 +695,124 @@ bool lower_nms(CgBuild *b, const Node *n) {
   return true;
 }
 
-/* unique's equality and order (ops.def): NaNs equal and above every
- * number, -0.0 equal to 0.0 (== already says so). */
-static KExpr *unique_eq(Kernel *k, bool floats, KExpr *a, KExpr *b) {
-  KExpr *eq = cg_kcmp(k, KC_EQ, a, b);
-  return floats ? cg_kor(k, eq, cg_kand(k, cg_kcmp(k, KC_NE, a, a), cg_kcmp(k, KC_NE, b, b))) : eq;
-}
-
+/* unique's order (ops.def): NaNs equal and above every number, -0.0
+ * equal to 0.0 (neither < says so). */
 static KExpr *unique_lt(Kernel *k, bool floats, KExpr *a, KExpr *b) {
   KExpr *lt = cg_kcmp(k, KC_LT, a, b);
   return floats ? cg_kor(k, lt, cg_kand(k, cg_kcmp(k, KC_EQ, a, a), cg_kcmp(k, KC_NE, b, b))) : lt;
 }
 
-/* unique in one thread, O(n) per distinct value: unsorted, each element
- * looked up among the values found so far; sorted, each next value
- * selected as the least above the last (eval.c sorts instead; the
+/* Rows a and b of x (m elements each) compared in unique's order: a
+ * let of -1, 0 or 1, the first element that differs deciding. */
+static KExpr *unique_cmp(Kernel *k, KBlock *in, KBuf *xs, bool floats, KExpr *a, KExpr *b, int64_t m) {
+  KVar *cmp = cg_klet(k, in, "cmp", KT_INDEX, cg_kint(k, 0));
+  KVar *c = cg_kvar(k, "c", KT_INDEX);
+  KStmt *walk = cg_kloop(k, in, c, cg_kint(k, m), KM_SERIAL);
+  KBlock *undecided = &cg_kif(k, &walk->body, cg_kcmp(k, KC_EQ, cg_kv(k, cmp), cg_kint(k, 0)))->body;
+  KExpr *va = cg_kv(k, cg_klet(k, undecided, "va", xs->dtype,
+                               cg_kload(k, xs, cg_kadd(k, cg_kmul(k, a, cg_kint(k, m)), cg_kv(k, c)))));
+  KExpr *vb = cg_kv(k, cg_klet(k, undecided, "vb", xs->dtype,
+                               cg_kload(k, xs, cg_kadd(k, cg_kmul(k, b, cg_kint(k, m)), cg_kv(k, c)))));
+  KStmt *less = cg_kif(k, undecided, unique_lt(k, floats, va, vb));
+  cg_kset(k, &less->body, cmp, cg_kint(k, -1));
+  cg_kset(k, &cg_kif(k, &less->orelse, unique_lt(k, floats, vb, va))->body, cmp, cg_kint(k, 1));
+  return cg_kv(k, cmp);
+}
+
+/* unique in one thread, O(n) row comparisons per distinct row (a value
+ * of a 1-d x is a row of one): unsorted, each row looked up among the
+ * first rows of the groups found so far; sorted, each next group
+ * selected as the least row above the last (eval.c sorts instead; the
  * results are the same).  The padding is zeroed first. */
 bool lower_unique(CgBuild *b, const Node *n) {
   if (!check_dtypes(b, n, true)) return false;
   const Value *x = n->in[0];
   DType dt = x->type.dtype;
   bool floats = ir_dtype_is_float(dt), sorted = ir_attr_int(n, "sorted") != 0;
-  int64_t total = x->type.dims[0];
+  int64_t rows = x->type.dims[0], m = x->type.rank == 2 ? x->type.dims[1] : 1;
   Kernel *k = new_kernel(b, n, NULL, NULL);
   TensorType one = flat(TY_I64, 1);
-  Map m;
-  map_begin(&m, k, &one);
-  KBlock *top = &m.main;
+  Map mp;
+  map_begin(&mp, k, &one);
+  KBlock *top = &mp.main;
   KBuf *y = global_of(b, k, &n->out[0], "y"), *first = global_of(b, k, &n->out[1], "first");
   KBuf *inverse = global_of(b, k, &n->out[2], "inverse"), *counts = global_of(b, k, &n->out[3], "counts");
   KBuf *xs = global_of(b, k, x, "x");
   KVar *e = cg_kvar(k, "e", KT_INDEX);
-  KStmt *zero = cg_kloop(k, top, e, cg_kint(k, total), KM_SERIAL);
+  KStmt *zero = cg_kloop(k, top, e, cg_kint(k, rows * m), KM_SERIAL);
   cg_kstore(k, &zero->body, y, cg_kv(k, e), cg_kimm(k, 0, dt));
-  cg_kstore(k, &zero->body, first, cg_kv(k, e), cg_kimm(k, 0, TY_I64));
-  cg_kstore(k, &zero->body, counts, cg_kv(k, e), cg_kimm(k, 0, TY_I64));
+  KVar *e2 = cg_kvar(k, "e", KT_INDEX);
+  KStmt *zero2 = cg_kloop(k, top, e2, cg_kint(k, rows), KM_SERIAL);
+  cg_kstore(k, &zero2->body, first, cg_kv(k, e2), cg_kimm(k, 0, TY_I64));
+  cg_kstore(k, &zero2->body, counts, cg_kv(k, e2), cg_kimm(k, 0, TY_I64));
   KVar *count = cg_klet(k, top, "count", KT_INDEX, cg_kint(k, 0));
   KExpr *ce = cg_kv(k, count);
+  KVar *group_first = NULL; /* the row that starts a group just found */
+  KBlock *fresh_at = NULL;
   if (!sorted) {
     KVar *i = cg_kvar(k, "i", KT_INDEX);
-    KStmt *walk = cg_kloop(k, top, i, cg_kint(k, total), KM_SERIAL);
+    KStmt *walk = cg_kloop(k, top, i, cg_kint(k, rows), KM_SERIAL);
     KBlock *w = &walk->body;
-    KExpr *v = cg_kv(k, cg_klet(k, w, "v", dt, cg_kload(k, xs, cg_kv(k, i))));
     KVar *found = cg_klet(k, w, "found", KT_INDEX, cg_kint(k, -1));
     KVar *j = cg_kvar(k, "j", KT_INDEX);
     KStmt *look = cg_kloop(k, w, j, ce, KM_SERIAL);
-    KExpr *hit = cg_kand(k, cg_kcmp(k, KC_LT, cg_kv(k, found), cg_kint(k, 0)),
-                         unique_eq(k, floats, cg_kload(k, y, cg_kv(k, j)), v));
-    cg_kset(k, &cg_kif(k, &look->body, hit)->body, found, cg_kv(k, j));
+    KBlock *lb = &cg_kif(k, &look->body, cg_kcmp(k, KC_LT, cg_kv(k, found), cg_kint(k, 0)))->body;
+    KExpr *head = cg_kcast(k, cg_kload(k, first, cg_kv(k, j)), KT_INDEX);
+    KExpr *cmp = unique_cmp(k, lb, xs, floats, head, cg_kv(k, i), m);
+    cg_kset(k, &cg_kif(k, lb, cg_kcmp(k, KC_EQ, cmp, cg_kint(k, 0)))->body, found, cg_kv(k, j));
     KBlock *fresh = &cg_kif(k, w, cg_kcmp(k, KC_LT, cg_kv(k, found), cg_kint(k, 0)))->body;
-    cg_kstore(k, fresh, y, ce, v);
     cg_kstore(k, fresh, first, ce, cg_kcast(k, cg_kv(k, i), TY_I64));
+    group_first = i, fresh_at = fresh;
     cg_kset(k, fresh, found, ce);
-    cg_kset(k, fresh, count, cg_kadd(k, ce, cg_kint(k, 1)));
     KExpr *f = cg_kv(k, found);
     cg_kstore(k, w, counts, f, cg_kop2(k, OP_ADD, cg_kload(k, counts, f), cg_kimm(k, 1, TY_I64)));
     cg_kstore(k, w, inverse, cg_kv(k, i), cg_kcast(k, f, TY_I64));
   } else {
     KVar *have = cg_klet(k, top, "have", KT_INDEX, cg_kint(k, 0)), *done = cg_klet(k, top, "done", KT_INDEX, cg_kint(k, 0));
-    KVar *prev = cg_klet(k, top, "prev", dt, cg_kimm(k, 0, dt));
+    KVar *prev = cg_klet(k, top, "prev", KT_INDEX, cg_kint(k, 0));
     KVar *step = cg_kvar(k, "step", KT_INDEX);
-    KStmt *steps = cg_kloop(k, top, step, cg_kint(k, total), KM_SERIAL);
+    KStmt *steps = cg_kloop(k, top, step, cg_kint(k, rows), KM_SERIAL);
     KBlock *go = &cg_kif(k, &steps->body, cg_kcmp(k, KC_EQ, cg_kv(k, done), cg_kint(k, 0)))->body;
     KVar *best = cg_klet(k, go, "best", KT_INDEX, cg_kint(k, -1));
-    KVar *bv = cg_klet(k, go, "bv", dt, cg_kimm(k, 0, dt));
     KVar *cnt = cg_klet(k, go, "cnt", KT_INDEX, cg_kint(k, 0));
     KVar *t = cg_kvar(k, "t", KT_INDEX);
-    KStmt *scan = cg_kloop(k, go, t, cg_kint(k, total), KM_SERIAL);
-    KExpr *v = cg_kv(k, cg_klet(k, &scan->body, "v", dt, cg_kload(k, xs, cg_kv(k, t))));
-    KExpr *above = cg_kor(k, cg_kcmp(k, KC_EQ, cg_kv(k, have), cg_kint(k, 0)), unique_lt(k, floats, cg_kv(k, prev), v));
-    KStmt *in = cg_kif(k, &scan->body, above);
-    KStmt *lower = cg_kif(k, &in->body, cg_kor(k, cg_kcmp(k, KC_LT, cg_kv(k, best), cg_kint(k, 0)),
-                                               unique_lt(k, floats, v, cg_kv(k, bv))));
+    KStmt *scan = cg_kloop(k, go, t, cg_kint(k, rows), KM_SERIAL);
+    KBlock *sb = &scan->body;
+    KExpr *above = cg_kor(k, cg_kcmp(k, KC_EQ, cg_kv(k, have), cg_kint(k, 0)),
+                          cg_kcmp(k, KC_LT, unique_cmp(k, sb, xs, floats, cg_kv(k, prev), cg_kv(k, t), m), cg_kint(k, 0)));
+    KBlock *in = &cg_kif(k, sb, above)->body;
+    KStmt *no_best = cg_kif(k, in, cg_kcmp(k, KC_LT, cg_kv(k, best), cg_kint(k, 0)));
+    cg_kset(k, &no_best->body, best, cg_kv(k, t));
+    cg_kset(k, &no_best->body, cnt, cg_kint(k, 1));
+    KBlock *vs = &no_best->orelse;
+    KExpr *cmp = unique_cmp(k, vs, xs, floats, cg_kv(k, t), cg_kv(k, best), m);
+    KStmt *lower = cg_kif(k, vs, cg_kcmp(k, KC_LT, cmp, cg_kint(k, 0)));
     cg_kset(k, &lower->body, best, cg_kv(k, t));
-    cg_kset(k, &lower->body, bv, v);
     cg_kset(k, &lower->body, cnt, cg_kint(k, 1));
-    KBlock *same = &cg_kif(k, &lower->orelse, unique_eq(k, floats, v, cg_kv(k, bv)))->body;
-    cg_kset(k, same, cnt, cg_kadd(k, cg_kv(k, cnt), cg_kint(k, 1)));
+    cg_kset(k, &cg_kif(k, &lower->orelse, cg_kcmp(k, KC_EQ, cmp, cg_kint(k, 0)))->body, cnt,
+            cg_kadd(k, cg_kv(k, cnt), cg_kint(k, 1)));
     KStmt *found = cg_kif(k, go, cg_kcmp(k, KC_GE, cg_kv(k, best), cg_kint(k, 0)));
     cg_kset(k, &found->orelse, done, cg_kint(k, 1));
     KBlock *f = &found->body;
-    cg_kstore(k, f, y, ce, cg_kv(k, bv));
     cg_kstore(k, f, first, ce, cg_kcast(k, cg_kv(k, best), TY_I64));
     cg_kstore(k, f, counts, ce, cg_kcast(k, cg_kv(k, cnt), TY_I64));
     KVar *u = cg_kvar(k, "u", KT_INDEX);
-    KStmt *mark = cg_kloop(k, f, u, cg_kint(k, total), KM_SERIAL);
-    KBlock *mk = &cg_kif(k, &mark->body, unique_eq(k, floats, cg_kload(k, xs, cg_kv(k, u)), cg_kv(k, bv)))->body;
-    cg_kstore(k, mk, inverse, cg_kv(k, u), cg_kcast(k, ce, TY_I64));
-    cg_kset(k, f, count, cg_kadd(k, ce, cg_kint(k, 1)));
-    cg_kset(k, f, prev, cg_kv(k, bv));
+    KStmt *mark = cg_kloop(k, f, u, cg_kint(k, rows), KM_SERIAL);
+    KExpr *same = unique_cmp(k, &mark->body, xs, floats, cg_kv(k, u), cg_kv(k, best), m);
+    cg_kstore(k, &cg_kif(k, &mark->body, cg_kcmp(k, KC_EQ, same, cg_kint(k, 0)))->body, inverse, cg_kv(k, u),
+              cg_kcast(k, ce, TY_I64));
+    cg_kset(k, f, prev, cg_kv(k, best));
     cg_kset(k, f, have, cg_kint(k, 1));
+    group_first = best, fresh_at = f;
   }
+  /* the group's row into y, and one group more */
+  KVar *c = cg_kvar(k, "c", KT_INDEX);
+  KStmt *copy = cg_kloop(k, fresh_at, c, cg_kint(k, m), KM_SERIAL);
+  cg_kstore(k, &copy->body, y, cg_kadd(k, cg_kmul(k, ce, cg_kint(k, m)), cg_kv(k, c)),
+            cg_kload(k, xs, cg_kadd(k, cg_kmul(k, cg_kv(k, group_first), cg_kint(k, m)), cg_kv(k, c))));
+  cg_kset(k, fresh_at, count, cg_kadd(k, ce, cg_kint(k, 1)));
   cg_kstore(k, top, global_of(b, k, &n->out[4], "count"), cg_kint(k, 0), cg_kcast(k, ce, TY_I64));
-  map_end(&m);
+  map_end(&mp);
   cg_launch(b, k);
   return true;
 }

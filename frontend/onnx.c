@@ -257,7 +257,7 @@ static const OpEntry onnx_ops[] = {
     {"TopK", ox_op_topk, "constant K; sorted results"},
     {"Transpose", ox_op_transpose, NULL},
     {"Trilu", ox_op_trilu, "constant k"},
-    {"Unique", ox_op_unique, "no axis; constants of an input known at import, else a run-time length"},
+    {"Unique", ox_op_unique, "constants of an input known at import, else a run-time length; over an axis, its slices as rows"},
     {"Unsqueeze", ox_op_unsqueeze, NULL},
     {"Upsample", ox_op_resize, "as Resize-10 (asymmetric)"},
     {"Where", ox_op_where, "NumPy broadcasting of all three"},

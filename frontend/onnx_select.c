@@ -114,11 +114,14 @@ bool ox_op_compress(Imp *im, ONode *n) {
  * one computed at run time, of run-time length (ir/bounds.c). */
 bool ox_op_unique(Imp *im, ONode *n) {
   Val *x = ox_in_req(im, n, 0);
-  int64_t sorted;
-  if (!x || !ox_attr_int(im, "sorted", 1, &sorted)) return false;
-  for (size_t i = 0; i < im->np->n_attribute; i++)
-    if (strcmp(im->np->attribute[i]->name, "axis") == 0) return ox_bad(im, "the axis attribute is not supported");
+  int64_t sorted, axis_attr;
+  if (!x || !ox_attr_int(im, "sorted", 1, &sorted) || !ox_attr_int(im, "axis", 0, &axis_attr)) return false;
+  bool has_axis = false;
+  for (size_t i = 0; i < im->np->n_attribute; i++) has_axis |= strcmp(im->np->attribute[i]->name, "axis") == 0;
+  int axis = 0, r = x->type.rank;
+  if (has_axis && !ox_norm_axis(im, axis_attr, r, &axis)) return false;
   int64_t total = ir_type_numel(&x->type);
+  if (total == 0 && has_axis) return ox_bad(im, "Unique over an axis of an empty tensor is not supported");
   if (total == 0) { /* nothing to tell apart */
     TensorType none = ir_type_make(x->type.dtype, 1, &total), ids = ir_type_make(TY_I64, 1, &total);
     Val *outs[4] = {ox_known_new(im, &none), ox_known_new(im, &ids), ox_known_new(im, &ids), ox_known_new(im, &ids)};
@@ -133,10 +136,19 @@ bool ox_op_unique(Imp *im, ONode *n) {
     memcpy(copy.data, (x->k ? x->k : x->hint)->data, ir_tensor_nbytes(&x->type));
     x = ox_known(im, copy);
   }
-  Val *flat = ox_reshape(im, x, 1, &total);
-  if (!flat) return false;
+  /* Over an axis: its slices as the rows of a 2-d tensor, the axis moved
+   * first (and back after). */
+  int64_t perm[DL_MAX_RANK], back[DL_MAX_RANK];
+  perm[0] = axis;
+  for (int d = 0, j = 1; d < r; d++)
+    if (d != axis) perm[j++] = d;
+  for (int d = 0; d < r; d++) back[perm[d]] = d;
+  Val *rows = has_axis ? ox_reshape(im, ox_transpose(im, x, perm), 2,
+                                    (const int64_t[]){x->type.dims[axis], total / x->type.dims[axis]})
+                       : ox_reshape(im, x, 1, &total);
+  if (!rows) return false;
   Emit e;
-  Node *node = ox_begin(im, &e, OP_UNIQUE, 1, &flat);
+  Node *node = ox_begin(im, &e, OP_UNIQUE, 1, &rows);
   ir_set_int(im->g, node, "sorted", sorted != 0);
   Val *out[5];
   if (!ox_finish(im, &e, out)) return false;
@@ -146,6 +158,14 @@ bool ox_op_unique(Imp *im, ONode *n) {
     if (i != 2 && known) out[i] = ox_slice_axis(im, out[i], 0, 0, count, 1);
     else if (i != 2) out[i]->run_time_len = true;
     if (!out[i]) return false;
+  }
+  if (has_axis) { /* the rows back into slices along axis */
+    bool len = out[0]->run_time_len;
+    int64_t dims[DL_MAX_RANK];
+    for (int d = 0; d < r; d++) dims[d] = d ? x->type.dims[perm[d]] : out[0]->type.dims[0];
+    out[0] = ox_transpose(im, ox_reshape(im, out[0], r, dims), back);
+    if (!out[0]) return false;
+    out[0]->run_time_len = len;
   }
   for (int i = 0; i < n->n_out && i < 4; i++) n->out[i] = out[i];
   return true;

@@ -407,40 +407,68 @@ static uint64_t value_key(const Tensor *t, int64_t i) {
   return bits & sign ? ~bits : bits | sign;
 }
 
-/* By sorting places by key (the kernel, in one thread, selects instead):
- * groups of equal keys in sorted order, then, unsorted, by first place. */
+/* Rows a and b of keys (m each) in order, then by place. */
+static int row_order(const uint64_t *keys, int64_t m, int64_t a, int64_t b) {
+  for (int64_t c = 0; c < m; c++) {
+    uint64_t x = keys[a * m + c], y = keys[b * m + c];
+    if (x != y) return x < y ? -1 : 1;
+  }
+  return (a > b) - (a < b);
+}
+
+/* A stable merge sort of row places by row_order (qsort has no context). */
+static void sort_rows(const uint64_t *keys, int64_t m, int64_t *at, int64_t *tmp, int64_t n) {
+  if (n < 2) return;
+  int64_t h = n / 2;
+  sort_rows(keys, m, at, tmp, h);
+  sort_rows(keys, m, at + h, tmp, n - h);
+  int64_t i = 0, j = h, o = 0;
+  while (i < h && j < n) tmp[o++] = row_order(keys, m, at[j], at[i]) < 0 ? at[j++] : at[i++];
+  while (i < h) tmp[o++] = at[i++];
+  while (j < n) tmp[o++] = at[j++];
+  memcpy(at, tmp, sizeof *at * (size_t)n);
+}
+
+/* By sorting rows by their elements' keys (the kernel, in one thread,
+ * selects instead): groups of equal rows in sorted order, then,
+ * unsorted, by first place.  A 1-d x is rows of one. */
 bool eval_unique(Eval *e, const Node *n, const Tensor *x, Tensor *outs) {
-  int64_t total = ir_type_numel(&x->type), distinct = 0;
-  Place *p = malloc(sizeof *p * (size_t)(total + 1)), *g = malloc(sizeof *g * (size_t)(total + 1));
-  int64_t *rank = malloc(sizeof *rank * (size_t)(total + 1));
-  if (!p || !g || !rank) {
-    free(p), free(g), free(rank);
+  int64_t rows = x->type.dims[0], m = x->type.rank == 2 ? x->type.dims[1] : 1, distinct = 0;
+  uint64_t *keys = malloc(sizeof *keys * (size_t)(rows * m + 1));
+  int64_t *at = malloc(sizeof *at * (size_t)(rows + 1)), *tmp = malloc(sizeof *tmp * (size_t)(rows + 1));
+  Place *g = malloc(sizeof *g * (size_t)(rows + 1));
+  int64_t *rank = malloc(sizeof *rank * (size_t)(rows + 1));
+  if (!keys || !at || !tmp || !g || !rank) {
+    free(keys), free(at), free(tmp), free(g), free(rank);
     return fail(e, "out of memory");
   }
   int64_t *first = outs[1].data, *group = outs[2].data, *counts = outs[3].data;
-  for (int64_t i = 0; i < total; i++) p[i] = (Place){value_key(x, i), i};
-  qsort(p, (size_t)total, sizeof *p, by_key);
-  /* g[k]: the k-th distinct value's first place (as its key) and its
+  for (int64_t i = 0; i < rows * m; i++) keys[i] = value_key(x, i);
+  for (int64_t i = 0; i < rows; i++) at[i] = i;
+  sort_rows(keys, m, at, tmp, rows);
+  /* g[k]: the k-th distinct row's first place (as its key) and its
    * group in sorted order */
-  for (int64_t i = 0; i < total; i++) {
-    if (i == 0 || p[i].key != p[i - 1].key) g[distinct] = (Place){(uint64_t)p[i].i, distinct}, distinct++;
+  for (int64_t i = 0; i < rows; i++) {
+    bool fresh = i == 0 || memcmp(keys + at[i] * m, keys + at[i - 1] * m, sizeof *keys * (size_t)m) != 0;
+    if (fresh) g[distinct] = (Place){(uint64_t)at[i], distinct}, distinct++;
     counts[distinct - 1]++;
-    group[p[i].i] = distinct - 1;
+    group[at[i]] = distinct - 1;
   }
   if (!ir_attr_int(n, "sorted")) qsort(g, (size_t)distinct, sizeof *g, by_key);
   for (int64_t k = 0; k < distinct; k++) rank[g[k].i] = k;
-  for (int64_t i = 0; i < total; i++) group[i] = rank[group[i]];
+  for (int64_t i = 0; i < rows; i++) group[i] = rank[group[i]];
   /* counts by sorted group, into the order of g */
   for (int64_t k = 0; k < distinct; k++) rank[k] = counts[g[k].i];
-  size_t es = (size_t)ir_dtype_size(x->type.dtype);
+  size_t row_bytes = (size_t)ir_dtype_size(x->type.dtype) * (size_t)m;
   for (int64_t k = 0; k < distinct; k++) {
-    int64_t at = (int64_t)g[k].key;
-    memcpy((char *)outs[0].data + (size_t)k * es, (const char *)x->data + (size_t)at * es, es);
-    first[k] = at;
+    int64_t from = (int64_t)g[k].key;
+    memcpy((char *)outs[0].data + (size_t)k * row_bytes, (const char *)x->data + (size_t)from * row_bytes, row_bytes);
+    first[k] = from;
     counts[k] = rank[k];
   }
+  for (int64_t k = distinct; k < rows; k++) counts[k] = 0;
   *(int64_t *)outs[4].data = distinct;
-  free(p), free(g), free(rank);
+  free(keys), free(at), free(tmp), free(g), free(rank);
   return true;
 }
 

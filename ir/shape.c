@@ -1331,7 +1331,8 @@ bool shape_nms(const Node *n, TensorType *out, char *err, size_t errlen) {
 bool shape_unique(const Node *n, TensorType *out, char *err, size_t errlen) {
   if (!operands_ok(n, err, errlen)) return false;
   const TensorType *x = in_type(n, 0);
-  if (x->rank != 1) return fail(err, errlen, "unique: the operand must be 1-d, got %s", ts(x).s);
+  if (x->rank != 1 && x->rank != 2)
+    return fail(err, errlen, "unique: the operand must be 1-d (values) or 2-d (rows), got %s", ts(x).s);
   bool sorted;
   if (!attr_flag(n, "sorted", &sorted, err, errlen)) return false;
   out[0] = *x;

@@ -238,6 +238,44 @@ START_TEST(test_unique_at_run_time) {
 }
 END_TEST
 
+/* Unique over an axis: the columns of x [3, 4] (A, B, A, C; sorted
+ * B < C < A), sorted and not, on both backends. */
+START_TEST(test_unique_over_an_axis) {
+  const float xs[12] = {1, 0, 1, 1, 2, 5, 2, 2, 3, 1, 3, -1};
+  const float cols[3][3] = {{1, 2, 3}, {0, 5, 1}, {1, 2, -1}}; /* A, B, C */
+  const int order[2][3] = {{0, 1, 2}, {1, 2, 0}};              /* unsorted: A B C; sorted: B C A */
+  const int64_t want_first[2][3] = {{0, 1, 3}, {1, 3, 0}}, want_inv[2][4] = {{0, 1, 0, 2}, {2, 0, 2, 1}};
+  const int64_t want_cnt[2][3] = {{2, 1, 1}, {1, 1, 2}};
+  int sorted = _i;
+  Model *b = model_new(11);
+  add_input(b, "x", 2, (const int64_t[]){3, 4});
+  Onnx__NodeProto *u = add_node(b, "Unique", "x", "y,first,inverse,counts");
+  attr_i(u, "sorted", sorted);
+  attr_i(u, "axis", -1);
+  add_output(b, "y");
+  add_output(b, "first");
+  add_output(b, "inverse");
+  add_output(b, "counts");
+  Graph *g = must_import(b);
+  int axis;
+  ck_assert_int_eq(ir_output_length(g, 0, &axis), 4);
+  ck_assert_int_eq(axis, 1);
+  Tensor x;
+  ck_assert(ir_tensor_alloc(&x, &(TensorType){.dtype = TY_F32, .rank = 2, .dims = {3, 4}}));
+  memcpy(x.data, xs, sizeof xs);
+  Tensor *y = run(g, &x);
+  ck_assert(y[0].type.rank == 2 && y[0].type.dims[0] == 3 && y[0].type.dims[1] == 3);
+  for (int c = 0; c < 3; c++) {
+    for (int r = 0; r < 3; r++) ck_assert_double_eq(ir_tensor_get(&y[0], r * 3 + c), cols[order[sorted][c]][r]);
+    ck_assert_int_eq(((int64_t *)y[1].data)[c], want_first[sorted][c]);
+    ck_assert_int_eq(((int64_t *)y[3].data)[c], want_cnt[sorted][c]);
+  }
+  for (int i = 0; i < 4; i++) ck_assert_int_eq(((int64_t *)y[2].data)[i], want_inv[sorted][i]);
+  free_outputs(g, y);
+  ir_tensor_free(&x);
+}
+END_TEST
+
 /* What would mix the padding into real rows, or needs the length as a
  * shape, is refused and named. */
 START_TEST(test_refusals) {
@@ -275,10 +313,10 @@ START_TEST(test_refusals) {
   expect_error(b, "nonzero: operand 0 has a length known only at run time");
   pool_free();
   b = model_new(11);
-  add_init_f32(b, "u", 1, (const int64_t[]){2}, 2, (const float[]){1, 2});
-  attr_i(add_node(b, "Unique", "u", "y"), "axis", 0);
+  add_input(b, "x", 2, (const int64_t[]){0, 3});
+  attr_i(add_node(b, "Unique", "x", "y"), "axis", 1);
   add_output(b, "y");
-  expect_error(b, "node 0 'n0' (Unique): the axis attribute is not supported");
+  expect_error(b, "node 0 'n0' (Unique): Unique over an axis of an empty tensor is not supported");
 }
 END_TEST
 
@@ -456,6 +494,7 @@ static Suite *lengths_suite(void) {
   tcase_add_loop_test(tc, test_compress_by_run_time_condition, 0, n);
   tcase_add_test(tc, test_nms);
   tcase_add_loop_test(tc, test_unique_at_run_time, 0, 2);
+  tcase_add_loop_test(tc, test_unique_over_an_axis, 0, 2);
   tcase_add_test(tc, test_refusals);
   tcase_add_test(tc, test_marks_in_text_and_plan);
   suite_add_tcase(s, tc);

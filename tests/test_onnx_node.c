@@ -62,7 +62,7 @@ static const char *const default_emu[] = {
     "test_nonzero_example", "test_compress_0", "test_compress_default_axis",
     "test_nonmaxsuppression_suppress_by_IOU_and_scores", "test_nonmaxsuppression_two_batches",
     "test_nonmaxsuppression_center_point_box_format", "test_nonmaxsuppression_flipped_coordinates",
-    "test_unique_not_sorted_without_axis", "test_unique_sorted_without_axis",
+    "test_unique_not_sorted_without_axis", "test_unique_sorted_without_axis", "test_unique_sorted_with_axis_3d",
     /* FLOAT8E8M0 held in f32 */
     "test_cast_e8m0_FLOAT_to_FLOAT8E8M0", "test_cast_e8m0_FLOAT16_to_FLOAT8E8M0",
     /* Resize as gathers and weighted sums, GridSample */
