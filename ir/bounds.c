@@ -9,6 +9,7 @@
  * to.  An op that would mix padded rows into real ones (a reduction or
  * a normalization over that axis, a product contracting it, a reshape
  * merging it) is refused by name. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -164,6 +165,42 @@ static int follow(const Node *n, int i, int a, int r, const char **why) {
   return -1;
 }
 
+/* Whether operand i of n, padded on axis a, can be read with its
+ * padding set to *fill instead of refused: a reduction over that axis
+ * (its identity; a mean becomes a sum over the count, *mean), argmax and
+ * softmax over it, a product contracting it (0).  *keeps: the result
+ * still has that axis (softmax's), else it loses it. */
+static bool maskable(const Node *n, int i, int a, double *fill, bool *mean, bool *keeps) {
+  const TensorType *x = &n->in[i]->type;
+  DType dt = x->dtype;
+  bool floats = ir_dtype_is_float(dt);
+  int64_t lo, hi;
+  ir_int_range(dt, &lo, &hi);
+  double least = floats ? -INFINITY : (double)lo, most = floats ? INFINITY : (double)hi;
+  *mean = *keeps = false;
+  switch (n->op) {
+    case OP_REDUCE_SUM: *fill = 0; return i == 0 && has_int(n, "axes", x->rank, a);
+    case OP_REDUCE_MEAN: *fill = 0, *mean = true; return i == 0 && floats && has_int(n, "axes", x->rank, a);
+    case OP_REDUCE_PROD: *fill = 1; return i == 0 && has_int(n, "axes", x->rank, a);
+    case OP_REDUCE_MAX: *fill = least; return i == 0 && has_int(n, "axes", x->rank, a);
+    case OP_REDUCE_MIN: *fill = most; return i == 0 && has_int(n, "axes", x->rank, a);
+    case OP_ARGMAX: *fill = least; return i == 0 && norm_axis(ir_attr_int(n, "axis"), x->rank) == a;
+    case OP_SOFTMAX:
+    case OP_LOG_SOFTMAX:
+      *fill = -INFINITY, *keeps = true;
+      return i == 0 && norm_axis(ir_attr_int(n, "axis"), x->rank) == a;
+    case OP_MATMUL: {
+      if (x->rank < 2) return false;
+      int logical = a;
+      if (ir_matmul_trans(n, i) && a >= x->rank - 2) logical = a == x->rank - 1 ? x->rank - 2 : x->rank - 1;
+      *fill = 0;
+      return logical == (i == 0 ? x->rank - 1 : x->rank - 2);
+    }
+    case OP_LINEAR: *fill = 0; return i == 0 && a == x->rank - 1;
+    default: return false;
+  }
+}
+
 /* The ops whose results have run-time lengths. */
 static bool sizes_by_data(OpKind op) { return op == OP_NONZERO || op == OP_NMS || op == OP_UNIQUE; }
 
@@ -175,20 +212,22 @@ static bool refuse(Bounds *b, const Node *n, int i, int a, const char *why) {
   return false;
 }
 
-/* Indices of a run-time length read by a gather: the padded rows hold
- * 0 on the nonzero's side, but whatever the model did to them since
- * could be out of range and fail the run, so they become 0 again. */
-static void mask_indices(Bounds *b, Node *gather, int i, Bound bd) {
+/* Operand i of n with its padded rows set to fill (iota < count, a
+ * where): a gather's indices (0: whatever the model did to the padding
+ * could be out of range and fail the run), or what a reduction over the
+ * padded axis reads (its identity, so that only the real rows count). */
+static void mask_operand(Bounds *b, Node *n, int i, Bound bd, double fill) {
   Graph *g = b->g;
-  Value *idx = gather->in[i];
-  SrcLoc loc = gather->loc;
+  Node *gather = n;
+  Value *idx = n->in[i];
+  SrcLoc loc = n->loc;
   Node *iota = ir_node_new(g, OP_IOTA, 0, NULL, loc);
   ir_set_ints(g, iota, "shape", idx->type.rank, idx->type.dims);
   ir_set_dtype(g, iota, "dtype", TY_I64);
   ir_set_int(g, iota, "axis", bd.axis);
   Node *lt = ir_node_new(g, OP_LESS, 2, (Value *[]){&iota->out[0], bd.len}, loc);
   Node *zero = ir_node_new(g, OP_CONST, 0, NULL, loc);
-  ir_set_float(g, zero, "value", 0);
+  ir_set_float(g, zero, "value", fill);
   ir_declare(zero, &(TensorType){.dtype = idx->type.dtype, .rank = 0});
   Node *pick = ir_node_new(g, OP_WHERE, 3, (Value *[]){&lt->out[0], idx, &zero->out[0]}, loc);
   char err[256];
@@ -200,6 +239,41 @@ static void mask_indices(Bounds *b, Node *gather, int i, Bound bd) {
     ir_insert_before(g, gather, made[k]);
   }
   gather->in[i] = &pick->out[0];
+}
+
+/* A mean over the padded axis: the sum of the real rows (the padding
+ * masked to 0) over the count times the other axes' extent, so that no
+ * row of padding counts. */
+static void mean_over_count(Bounds *b, Node *n, Bound bd) {
+  Graph *g = b->g;
+  SrcLoc loc = n->loc;
+  const TensorType *x = &n->in[0]->type;
+  double others = 1;
+  for (int d = 0; d < x->rank; d++)
+    if (d != bd.axis && has_int(n, "axes", x->rank, d)) others *= (double)x->dims[d];
+  n->op = OP_REDUCE_SUM;
+  DType dt = n->out[0].type.dtype;
+  Node *count = ir_node_new(g, OP_CAST, 1, &bd.len, loc);
+  ir_set_dtype(g, count, "to", dt);
+  Node *scale = ir_node_new(g, OP_CONST, 0, NULL, loc);
+  ir_set_float(g, scale, "value", others);
+  ir_declare(scale, &(TensorType){.dtype = dt, .rank = 0});
+  Node *times = ir_node_new(g, OP_MUL, 2, (Value *[]){&count->out[0], &scale->out[0]}, loc);
+  Node *div = ir_node_new(g, OP_DIV, 2, (Value *[]){&n->out[0], &times->out[0]}, loc);
+  char err[256];
+  Node *made[] = {count, scale, times, div};
+  Node *after = n->next;
+  for (int k = 0; k < 4; k++) {
+    if (made[k]->op != OP_CONST && (!ir_fill_defaults(g, made[k], err, sizeof err) || !ir_infer(made[k], err, sizeof err)))
+      dl_internal(g->ctx, "bounds: a bad %s: %s", ir_ops[made[k]->op].name, err);
+    made[k]->guard = n->guard;
+    if (after)
+      ir_insert_before(g, after, made[k]);
+    else
+      ir_append(g, made[k]);
+  }
+  ir_replace_uses(g, &n->out[0], &div->out[0]);
+  div->in[0] = &n->out[0];
 }
 
 /* Each output of run-time length gets the output holding its count
@@ -253,6 +327,8 @@ bool ir_bounds(Graph *g) {
     Node *n;
     int i;
     Bound bd;
+    double fill;
+    bool mean;
   } Mask;
   Mask *masks = calloc((size_t)b.n_values + 1, sizeof *masks);
   if (!b.of || !masks) {
@@ -279,6 +355,14 @@ bool ir_bounds(Graph *g) {
         break;
       }
       len = bd.len;
+      double fill;
+      bool mean, keeps;
+      if (maskable(n, i, bd.axis, &fill, &mean, &keeps)) {
+        masks[n_masks++] = (Mask){n, i, bd, fill, mean};
+        for (int r = 0; r < n->n_out && r < 8; r++)
+          if (keeps) out_axis[r] = bd.axis;
+        continue;
+      }
       for (int r = 0; r < n->n_out && r < 8 && ok; r++) {
         const char *why;
         int to = follow(n, i, bd.axis, r, &why);
@@ -293,7 +377,7 @@ bool ir_bounds(Graph *g) {
         out_axis[r] = to;
       }
       bool indices = (n->op == OP_GATHER || n->op == OP_GATHER_ELEMENTS || n->op == OP_GATHER_ND) && i == 1;
-      if (ok && indices) masks[n_masks++] = (Mask){n, i, bd};
+      if (ok && indices) masks[n_masks++] = (Mask){n, i, bd, 0, false};
     }
     if (!ok) break;
     if (n->op == OP_NONZERO || n->op == OP_NMS) {
@@ -308,7 +392,10 @@ bool ir_bounds(Graph *g) {
     for (int r = 0; len && r < n->n_out && r < 8; r++) b.of[n->out[r].id] = (Bound){out_axis[r], len};
   }
   if (ok) {
-    for (int k = 0; k < n_masks; k++) mask_indices(&b, masks[k].n, masks[k].i, masks[k].bd);
+    for (int k = 0; k < n_masks; k++) {
+      mask_operand(&b, masks[k].n, masks[k].i, masks[k].bd, masks[k].fill);
+      if (masks[k].mean) mean_over_count(&b, masks[k].n, masks[k].bd);
+    }
     add_lengths(&b);
   }
   free(b.of);

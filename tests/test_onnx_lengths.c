@@ -72,7 +72,8 @@ static Tensor *run(Graph *g, Tensor *x) {
     ck_assert_msg(ir_type_eq(&got[o].type, &want[o].type), "output %d: emu %s, the reference %s", o,
                   ir_type_str(&got[o].type, a, sizeof a), ir_type_str(&want[o].type, b, sizeof b));
     for (int64_t i = 0; i < ir_type_numel(&want[o].type); i++)
-      ck_assert_msg(fabs(ir_tensor_get(&got[o], i) - ir_tensor_get(&want[o], i)) <= 1e-6 ||
+      ck_assert_msg(ir_tensor_get(&got[o], i) == ir_tensor_get(&want[o], i) ||
+                        fabs(ir_tensor_get(&got[o], i) - ir_tensor_get(&want[o], i)) <= 1e-6 ||
                         (isnan(ir_tensor_get(&got[o], i)) && isnan(ir_tensor_get(&want[o], i))),
                     "output %d element %lld: emu %g, the reference %g", o, (long long)i, ir_tensor_get(&got[o], i),
                     ir_tensor_get(&want[o], i));
@@ -276,16 +277,86 @@ START_TEST(test_unique_over_an_axis) {
 }
 END_TEST
 
+/* Reductions over the run-time length read the real rows alone (the
+ * padding masked to the reduction's identity): sum, mean (over the
+ * count), max, min, argmax and softmax of x[x > 0.3], and the product
+ * of the coordinates with their transpose, which contracts the length;
+ * against direct loops, with none selected too. */
+START_TEST(test_reductions_over_the_length) {
+  const int64_t R = 5, C = 6;
+  Model *b = model_new(17);
+  add_input(b, "x", 2, (const int64_t[]){R, C});
+  add_init_f32(b, "cut", 0, NULL, 1, (const float[]){0.3f});
+  add_node(b, "Greater", "x,cut", "mask");
+  add_node(b, "NonZero", "mask", "nz");
+  attr_is(add_node(b, "Transpose", "nz", "idx"), "perm", 2, (const int64_t[]){1, 0});
+  add_node(b, "GatherND", "x,idx", "v");
+  const char *reduce[4] = {"ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin"}, *names[4] = {"sum", "mean", "max", "min"};
+  for (int k = 0; k < 4; k++) attr_i(add_node(b, reduce[k], "v", names[k]), "keepdims", 0);
+  attr_i(add_node(b, "ArgMax", "v", "arg"), "keepdims", 0);
+  attr_i(add_node(b, "Softmax", "v", "soft"), "axis", 0);
+  attr_i(add_node(b, "Cast", "nz", "f"), "to", ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT);
+  attr_is(add_node(b, "Transpose", "f", "ft"), "perm", 2, (const int64_t[]){1, 0});
+  add_node(b, "MatMul", "f,ft", "gram");
+  const char *outs[8] = {"sum", "mean", "max", "min", "arg", "soft", "gram"};
+  for (int k = 0; k < 7; k++) add_output(b, outs[k]);
+  Graph *g = must_import(b);
+  ck_assert_int_eq(ir_visible_outputs(g), 7);
+  int axis;
+  ck_assert_int_eq(ir_output_length(g, 5, &axis), 7); /* softmax keeps the length */
+  ck_assert_int_eq(ir_output_length(g, 0, NULL), -1);
+  Tensor x;
+  ck_assert(ir_tensor_alloc(&x, &(TensorType){.dtype = TY_F32, .rank = 2, .dims = {R, C}}));
+  fill(&x, shares[_i], 90 + (uint64_t)_i);
+  Tensor *y = run(g, &x);
+  double sum = 0, top = -INFINITY, low = INFINITY, z = 0, gram[4] = {0};
+  int64_t n = 0, arg = 0;
+  for (int64_t i = 0; i < R * C; i++) {
+    double v = ir_tensor_get(&x, i);
+    if (!(v > 0.3f)) continue;
+    if (v > top) top = v, arg = n;
+    low = fmin(low, v), sum += v, z += exp(v);
+    double c[2] = {(double)(i / C), (double)(i % C)};
+    for (int p = 0; p < 4; p++) gram[p] += c[p / 2] * c[p % 2];
+    n++;
+  }
+  ck_assert_double_eq_tol(ir_tensor_get(&y[0], 0), sum, 1e-5);
+  if (n)
+    ck_assert_double_eq_tol(ir_tensor_get(&y[1], 0), sum / (double)n, 1e-5);
+  else
+    ck_assert(isnan(ir_tensor_get(&y[1], 0)));
+  ck_assert_double_eq(ir_tensor_get(&y[2], 0), n ? top : -INFINITY);
+  ck_assert_double_eq(ir_tensor_get(&y[3], 0), n ? low : INFINITY);
+  if (n) ck_assert_int_eq(*(int64_t *)y[4].data, arg);
+  ck_assert_int_eq(y[5].type.dims[0], n);
+  for (int64_t i = 0, j = 0; i < R * C; i++)
+    if (ir_tensor_get(&x, i) > 0.3f) ck_assert_double_eq_tol(ir_tensor_get(&y[5], j++), exp(ir_tensor_get(&x, i)) / z, 1e-6);
+  for (int p = 0; p < 4; p++) ck_assert_double_eq_tol(ir_tensor_get(&y[6], p), gram[p], 1e-3);
+  free_outputs(g, y);
+  ir_tensor_free(&x);
+}
+END_TEST
+
 /* What would mix the padding into real rows, or needs the length as a
  * shape, is refused and named. */
 START_TEST(test_refusals) {
   Model *b = model_new(17);
   add_input(b, "x", 2, (const int64_t[]){2, 3});
   add_node(b, "NonZero", "x", "nz");
-  attr_i(add_node(b, "ReduceSum", "nz", "s"), "keepdims", 0);
-  add_output(b, "s");
-  expect_error(b, "reduce_sum: operand 0 has a length known only at run time on axis 1 (a NonZero's, Compress's, "
-                  "NonMaxSuppression's or Unique's result), which is not supported here: it combines the elements along that axis");
+  attr_i(add_node(b, "Concat", "nz,nz", "both"), "axis", 1);
+  add_output(b, "both");
+  expect_error(b, "concat: operand 0 has a length known only at run time on axis 1 (a NonZero's, Compress's, "
+                  "NonMaxSuppression's or Unique's result), which is not supported here: it concatenates along that "
+                  "axis");
+  pool_free();
+  b = model_new(17);
+  add_input(b, "x", 2, (const int64_t[]){2, 3});
+  add_node(b, "NonZero", "x", "nz");
+  attr_i(add_node(b, "Cast", "nz", "f"), "to", ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT);
+  attr_i(add_node(b, "LayerNormalization", "f,g", "ln"), "axis", 1);
+  add_init_f32(b, "g", 1, (const int64_t[]){6}, 6, (const float[]){1, 1, 1, 1, 1, 1});
+  add_output(b, "ln");
+  expect_error(b, "layernorm: operand 0 has a length known only at run time on axis 1");
   pool_free();
   b = model_new(17);
   add_input(b, "x", 2, (const int64_t[]){2, 3});
@@ -293,15 +364,6 @@ START_TEST(test_refusals) {
   add_node(b, "Shape", "nz", "s");
   add_output(b, "s");
   expect_error(b, "node 1 'n1' (Shape): the input's length is known only at run time");
-  pool_free();
-  b = model_new(17);
-  add_input(b, "x", 2, (const int64_t[]){2, 3});
-  add_node(b, "NonZero", "x", "nz");
-  attr_i(add_node(b, "Cast", "nz", "f"), "to", ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT);
-  attr_is(add_node(b, "Transpose", "f", "ft"), "perm", 2, (const int64_t[]){1, 0});
-  add_node(b, "MatMul", "f,ft", "p");
-  add_output(b, "p");
-  expect_error(b, "matmul: operand 0 has a length known only at run time on axis 1");
   pool_free();
   b = model_new(17);
   add_input(b, "x", 1, (const int64_t[]){6});
@@ -495,6 +557,7 @@ static Suite *lengths_suite(void) {
   tcase_add_test(tc, test_nms);
   tcase_add_loop_test(tc, test_unique_at_run_time, 0, 2);
   tcase_add_loop_test(tc, test_unique_over_an_axis, 0, 2);
+  tcase_add_loop_test(tc, test_reductions_over_the_length, 0, (int)(sizeof shares / sizeof *shares));
   tcase_add_test(tc, test_refusals);
   tcase_add_test(tc, test_marks_in_text_and_plan);
   suite_add_tcase(s, tc);

@@ -390,7 +390,8 @@ def runtime_operands():
 
 def run_time_lengths():
     """Outputs whose length only a run tells: x[x > 0.3] * 2 as PyTorch
-    exports boolean indexing (NonZero, Transpose, GatherND), the rows of x
+    exports boolean indexing (NonZero, Transpose, GatherND) and its mean
+    (over the real rows alone), the rows of x
     whose sum is positive (Compress of a computed condition) softmaxed,
     and a detector's post-processing: sigmoid scores of two classes,
     NonMaxSuppression, and the kept boxes gathered."""
@@ -400,6 +401,7 @@ def run_time_lengths():
     mask = b.op("Greater", ["x", b.init("cut", np.array(0.3, dtype=np.float32))])
     idx = b.op("Transpose", [b.op("NonZero", [mask])], perm=[1, 0])
     b.op("Mul", [b.op("GatherND", ["x", idx]), b.init("two", np.array(2, dtype=np.float32))], outs=["picked"])
+    b.op("ReduceMean", ["picked"], outs=["mean"], keepdims=0)
     keep = b.op("Greater", [b.op("ReduceSum", ["x", b.init("ax1", np.array([1], dtype=np.int64))], keepdims=0),
                             b.init("zero", np.array(0, dtype=np.float32))])
     b.op("Softmax", [b.op("Compress", ["x", keep], axis=0)], outs=["rows"], axis=1)
@@ -411,7 +413,7 @@ def run_time_lengths():
     flat = b.op("Reshape", ["boxes", b.init("n4", np.array([-1, 4], dtype=np.int64))])
     b.op("Gather", [flat, box_of], outs=["kept"], axis=0)
     m = b.model("lengths", [vi("x", f, [5, 6]), vi("boxes", f, [1, 8, 4]), vi("logits", f, [1, 2, 8])],
-                [vi("picked", f, ["n"]), vi("rows", f, ["m", 6]), vi("selected", TensorProto.INT64, ["k", 3]),
+                [vi("picked", f, ["n"]), vi("mean", f, []), vi("rows", f, ["m", 6]), vi("selected", TensorProto.INT64, ["k", 3]),
                  vi("kept", f, ["k", 4])])
     corner = rng.uniform(0, 4, (1, 8, 2)).astype(np.float32)
     boxes = np.concatenate([corner, corner + rng.uniform(0.5, 2, (1, 8, 2)).astype(np.float32)], axis=2)
