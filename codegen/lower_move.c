@@ -564,7 +564,7 @@ bool lower_nms(CgBuild *b, const Node *n) {
   int64_t C = st->dims[1], N = st->dims[2], BC = st->dims[0] * C, bound = ir_attr_int(n, "bound");
   int64_t T = NMS_THREADS, stripes = (N + T - 1) / T, kept_stripes = (bound + T - 1) / T;
   int64_t cells = numel(&n->out[0].type);
-  bool centers = ir_attr_int(n, "center_point_box") != 0;
+  bool centers = ir_attr_int(n, "center_point_box") != 0, use_floor = ir_attr_int(n, "use_floor") != 0;
   Kernel *k = new_kernel(b, n, NULL, NULL);
   k->grid[0] = k->grid[1] = k->grid[2] = 1;
   k->block[0] = (uint32_t)T, k->block[1] = k->block[2] = 1;
@@ -615,7 +615,8 @@ bool lower_nms(CgBuild *b, const Node *n) {
   KExpr *after = cg_kor(k, cg_kcmp(k, KC_LT, pv, zero_i),
                         cg_kor(k, cg_kcmp(k, KC_LT, s, pse), cg_kand(k, cg_kcmp(k, KC_EQ, s, pse), cg_kcmp(k, KC_GT, tix, pv))));
   KExpr *better = cg_kor(k, cg_kcmp(k, KC_LT, cg_kv(k, best), zero_i), cg_kcmp(k, KC_GT, s, cg_kv(k, bs)));
-  KBlock *pick = &cg_kif(k, in, cg_kand(k, cg_kcmp(k, KC_GT, s, floor_score), cg_kand(k, after, better)))->body;
+  KExpr *counts = use_floor ? cg_kcmp(k, KC_GT, s, floor_score) : NULL; /* cg_kand of NULL: the other alone */
+  KBlock *pick = &cg_kif(k, in, cg_kand(k, counts, cg_kand(k, after, better)))->body;
   cg_kset(k, pick, best, tix);
   cg_kset(k, pick, bs, s);
   cg_kstore(k, go, red_s, te, cg_kv(k, bs));

@@ -440,7 +440,10 @@ static Val *cast_to_held(Imp *im, Val *x, int32_t code, bool saturate) {
 
 bool ox_op_cast(Imp *im, ONode *n) {
   Val *x = ox_in_req(im, n, 0);
-  if (!x) return false;
+  const char *mode;
+  /* Cast-25's round_mode means something for FLOAT8E8M0 alone
+   * (cast_to_held reads it there). */
+  if (!x || !ox_attr_str(im, "round_mode", "up", &mode)) return false;
   DType to;
   int32_t code;
   int64_t sat = 1;

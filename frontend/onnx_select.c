@@ -216,13 +216,14 @@ bool ox_op_nms(Imp *im, ONode *n) {
   Val *in[5] = {ox_cast(im, boxes, TY_F32), ox_cast(im, scores, TY_F32),
                 nms_scalar(im, most_in, "max_output_boxes_per_class", TY_I64, 0),
                 nms_scalar(im, ox_in_opt(n, 3), "iou_threshold", TY_F32, 0),
-                nms_scalar(im, ox_in_opt(n, 4), "score_threshold", TY_F32, -INFINITY)};
+                nms_scalar(im, ox_in_opt(n, 4), "score_threshold", TY_F32, 0)};
   for (int i = 0; i < 5; i++)
     if (!in[i]) return false;
   Emit e;
   Node *node = ox_begin(im, &e, OP_NMS, 5, in);
   ir_set_int(im->g, node, "bound", bound);
   ir_set_int(im->g, node, "center_point_box", centers);
+  ir_set_int(im->g, node, "use_floor", ox_in_opt(n, 4) != NULL);
   Val *out[2];
   if (!ox_finish(im, &e, out)) return false;
   if (out[0]->k && out[1]->k) /* every operand known: the rows selected, a constant */

@@ -780,7 +780,7 @@ bool ox_op_constant_of_shape(Imp *im, ONode *n) {
  * only upper bounds. */
 static bool static_dims(Imp *im, const Val *x) {
   return !x->run_time_len ||
-         ox_bad(im, "the input's length is known only at run time (it comes from a NonZero or Compress computed "
+         ox_bad(im, "the input's length is known only at run time (it comes from a NonZero, Compress, Unique or NonMaxSuppression computed "
                     "at run time), and shapes computed at run time are not supported");
 }
 

@@ -61,7 +61,7 @@ typedef struct dlc_tensor_info {
    * exclusive upper bound of valid values; 0 when not an index. */
   int64_t index_bound;
   /* Outputs: the axis whose length only a run tells (ONNX's NonZero,
-   * Compress), dims[] giving its upper bound and dlc_output_shape the
+   * Compress, Unique, NonMaxSuppression), dims[] giving its upper bound and dlc_output_shape the
    * last run's; -1 for every other tensor. */
   int run_time_axis;
 } dlc_tensor_info;

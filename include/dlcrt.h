@@ -71,7 +71,7 @@ typedef struct DlrtTensorInfo {
   int64_t dims[DLRT_MAX_RANK];
   size_t nbytes;
   /* An output whose length along this axis only a run tells (ONNX's
-   * NonZero, Compress): dims[] and nbytes give its upper bound, and
+   * NonZero, Compress, Unique, NonMaxSuppression): dims[] and nbytes give its upper bound, and
    * dlrt_output_shape the last run's; -1 for every other tensor. */
   int run_time_axis;
 } DlrtTensorInfo;

@@ -42,17 +42,36 @@ static bool has_int(const Node *n, const char *name, int rank, int axis) {
   return false;
 }
 
+/* v is padded on its axis `at` by the count that pads `like`. */
+static bool padded_like(const Bounds *b, const Value *v, int at, const Value *like) {
+  Bound p = bound_of(b, v), q = bound_of(b, like);
+  return p.axis == at && p.len == q.len;
+}
+
 /* Where axis a of operand i lands in n's result r, or -1 with *why
  * saying why the rows of that axis would not stay apart. */
-static int follow(const Node *n, int i, int a, int r, const char **why) {
+static int follow(const Bounds *b, const Node *n, int i, int a, int r, const char **why) {
   const TensorType *x = &n->in[i]->type, *y = &n->out[r].type;
   int rx = x->rank, ry = y->rank;
   *why = "it combines the elements along that axis";
   switch (ir_ops[n->op].cls) {
-    case K_ELEMWISE:
+    case K_ELEMWISE: {
       if (n->op == OP_BATCHNORM && (i > 0 || a == 1)) return -1;
       if (n->op == OP_CHECK) return -1;
-      return a + ry - rx;
+      /* An operand without the length there but of the bound's size: its
+       * rows cannot meet the real ones alone (and a count of 1 would
+       * broadcast to all of them). */
+      int to = a + ry - rx;
+      for (int j = 0; j < n->n_in; j++) {
+        const TensorType *o = &n->in[j]->type;
+        int at = to - (ry - o->rank);
+        if (j != i && at >= 0 && o->dims[at] > 1 && !padded_like(b, n->in[j], at, n->in[i])) {
+          *why = "another operand has that axis at its full size";
+          return -1;
+        }
+      }
+      return to;
+    }
     case K_REDUCE:
       if (i > 0) return -1;
       switch (n->op) {
@@ -82,7 +101,8 @@ static int follow(const Node *n, int i, int a, int r, const char **why) {
       }
     case K_MATMUL:
       if (n->op == OP_MATMUL) {
-        if (rx < 2) return -1;
+        *why = "a product with a 1-d operand drops an axis";
+        if (n->in[0]->type.rank < 2 || n->in[1]->type.rank < 2) return -1;
         int logical = a;
         if (ir_matmul_trans(n, i) && a >= rx - 2) logical = a == rx - 1 ? rx - 2 : rx - 1;
         bool contracted = i == 0 ? logical == rx - 1 : logical == rx - 2;
@@ -190,7 +210,7 @@ static bool maskable(const Node *n, int i, int a, double *fill, bool *mean, bool
       *fill = -INFINITY, *keeps = true;
       return i == 0 && norm_axis(ir_attr_int(n, "axis"), x->rank) == a;
     case OP_MATMUL: {
-      if (x->rank < 2) return false;
+      if (n->in[0]->type.rank < 2 || n->in[1]->type.rank < 2) return false;
       int logical = a;
       if (ir_matmul_trans(n, i) && a >= x->rank - 2) logical = a == x->rank - 1 ? x->rank - 2 : x->rank - 1;
       *fill = 0;
@@ -221,6 +241,11 @@ static void mask_operand(Bounds *b, Node *n, int i, Bound bd, double fill) {
   Node *gather = n;
   Value *idx = n->in[i];
   SrcLoc loc = n->loc;
+  /* Masked already (a printed graph parsed again): nothing to add. */
+  const Node *w = idx->def;
+  if (w && w->op == OP_WHERE && w->in[0]->def->op == OP_LESS && w->in[0]->def->in[1] == bd.len &&
+      w->in[0]->def->in[0]->def->op == OP_IOTA)
+    return;
   Node *iota = ir_node_new(g, OP_IOTA, 0, NULL, loc);
   ir_set_ints(g, iota, "shape", idx->type.rank, idx->type.dims);
   ir_set_dtype(g, iota, "dtype", TY_I64);
@@ -236,6 +261,7 @@ static void mask_operand(Bounds *b, Node *n, int i, Bound bd, double fill) {
     if (made[k]->op != OP_CONST && (!ir_fill_defaults(g, made[k], err, sizeof err) || !ir_infer(made[k], err, sizeof err)))
       dl_internal(g->ctx, "bounds: a bad %s: %s", ir_ops[made[k]->op].name, err);
     made[k]->guard = gather->guard;
+    made[k]->out[0].id = -1; /* not the walk's: no bound */
     ir_insert_before(g, gather, made[k]);
   }
   gather->in[i] = &pick->out[0];
@@ -267,6 +293,7 @@ static void mean_over_count(Bounds *b, Node *n, Bound bd) {
     if (made[k]->op != OP_CONST && (!ir_fill_defaults(g, made[k], err, sizeof err) || !ir_infer(made[k], err, sizeof err)))
       dl_internal(g->ctx, "bounds: a bad %s: %s", ir_ops[made[k]->op].name, err);
     made[k]->guard = n->guard;
+    made[k]->out[0].id = -1; /* not the walk's: no bound */
     if (after)
       ir_insert_before(g, after, made[k]);
     else
@@ -310,9 +337,13 @@ static void add_lengths(Bounds *b) {
     axis_of[i] = bd.axis;
   }
   if (total == n) return;
+  const char **updates = ARENA_ARRAY(ar, const char *, n + 1);
+  for (int i = 0; i < n; i++) updates[i] = ir_output_update(g, i);
   ir_set_outputs(g, total, vals, names);
-  for (int i = 0; i < n; i++)
+  for (int i = 0; i < n; i++) {
     if (len_of[i] >= 0) ir_set_output_length(g, i, axis_of[i], len_of[i]);
+    if (updates[i]) ir_set_output_update(g, i, updates[i]);
+  }
 }
 
 bool ir_bounds(Graph *g) {
@@ -365,7 +396,7 @@ bool ir_bounds(Graph *g) {
       }
       for (int r = 0; r < n->n_out && r < 8 && ok; r++) {
         const char *why;
-        int to = follow(n, i, bd.axis, r, &why);
+        int to = follow(&b, n, i, bd.axis, r, &why);
         if (to >= 0 && (to >= n->out[r].type.rank || n->out[r].type.dims[to] != n->in[i]->type.dims[bd.axis])) {
           to = -1;
           why = "the result's axis is not that one's length";
@@ -381,7 +412,15 @@ bool ir_bounds(Graph *g) {
     }
     if (!ok) break;
     if (n->op == OP_NONZERO || n->op == OP_NMS) {
-      b.of[n->out[0].id] = (Bound){n->op == OP_NONZERO ? 1 : 0, &n->out[1]};
+      Value *count = &n->out[1];
+      /* PyTorch exports each x[mask] with a NonZero of its own: those of
+       * one mask have one count. */
+      for (const Node *m = g->first; n->op == OP_NONZERO && m != n; m = m->next)
+        if (m->op == OP_NONZERO && m->in[0] == n->in[0] && m->guard == n->guard) {
+          count = &((Node *)m)->out[1];
+          break;
+        }
+      b.of[n->out[0].id] = (Bound){n->op == OP_NONZERO ? 1 : 0, count};
       continue;
     }
     if (n->op == OP_UNIQUE) { /* values, first places and counts; the inverse is whole */

@@ -329,7 +329,7 @@ static bool nms_suppresses(const float *a, const float *b, bool centers, float i
 void eval_nms(const Node *n, Tensor *const *in, Tensor *outs) {
   const TensorType *bt = &in[1]->type;
   int64_t B = bt->dims[0], C = bt->dims[1], N = bt->dims[2], bound = ir_attr_int(n, "bound");
-  bool centers = ir_attr_int(n, "center_point_box") != 0;
+  bool centers = ir_attr_int(n, "center_point_box") != 0, use_floor = ir_attr_int(n, "use_floor") != 0;
   const float *boxes = in[0]->data, *scores = in[1]->data;
   int64_t most = *(const int64_t *)in[2]->data;
   float iou = *(const float *)in[3]->data, floor_score = *(const float *)in[4]->data;
@@ -342,7 +342,7 @@ void eval_nms(const Node *n, Tensor *const *in, Tensor *outs) {
       for (int64_t step = 0; step < N && kept < most; step++) {
         int64_t best = -1;
         for (int64_t t = 0; t < N; t++) {
-          if (!(s[t] > floor_score)) continue;
+          if (use_floor && !(s[t] > floor_score)) continue;
           bool after = prev < 0 || s[t] < s[prev] || (s[t] == s[prev] && t > prev);
           bool better = best < 0 || s[t] > s[best];
           if (after && better) best = t;

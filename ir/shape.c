@@ -1318,7 +1318,9 @@ bool shape_nms(const Node *n, TensorType *out, char *err, size_t errlen) {
       return fail(err, errlen, "nms: operand %d must be %s[], got %s", 2 + i, ir_dtype_name(scalar[i]),
                   ts(in_type(n, 2 + i)).s);
   int64_t bound, centers;
-  if (!attr_int_min(n, "bound", 0, &bound, err, errlen) || !attr_int_min(n, "center_point_box", 0, &centers, err, errlen))
+  bool use_floor;
+  if (!attr_int_min(n, "bound", 0, &bound, err, errlen) || !attr_int_min(n, "center_point_box", 0, &centers, err, errlen) ||
+      !attr_flag(n, "use_floor", &use_floor, err, errlen))
     return false;
   if (bound > boxes->dims[1] || centers > 1)
     return fail(err, errlen, "nms: bound %lld must be at most the %lld boxes, center_point_box 0 or 1",

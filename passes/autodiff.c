@@ -141,7 +141,7 @@ static bool check_loss(AD *ad, int loss) {
   for (int i = 0; i < g->n_outputs; i++)
     if (ir_output_length(g, i, NULL) >= 0) {
       diag_error(ad->c, g->outputs[i]->def->loc,
-                 "output '%s' has a length known only at run time (a NonZero's, Compress's or NonMaxSuppression's "
+                 "output '%s' has a length known only at run time (a NonZero's, Compress's, NonMaxSuppression's or Unique's "
                  "rows): training such a model is not supported", g->output_names[i]);
       return false;
     }

@@ -28,8 +28,8 @@ bool pass_append_loss(Graph *g, const LossSpec *s, int output, const char *targe
     if (g->output_names && g->output_names[i] && strcmp(g->output_names[i], "loss") == 0)
       return fail(g, at, "the model already has an output named 'loss'");
     if (ir_output_length(g, i, NULL) >= 0)
-      return fail(g, at, "output '%s' has a length known only at run time (a NonZero's, Compress's or "
-                  "NonMaxSuppression's rows): training such a model is not supported", g->output_names[i]);
+      return fail(g, at, "output '%s' has a length known only at run time (a NonZero's, Compress's, "
+                  "NonMaxSuppression's or Unique's rows): training such a model is not supported", g->output_names[i]);
   }
   Value *pred = g->outputs[output];
   TensorType tt = target_type ? *target_type : loss_default_target(s->kind, &pred->type);

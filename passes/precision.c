@@ -174,7 +174,14 @@ static Mode mode_of(const Node *n) {
     case OP_EMBEDDING_GRAD: /* sums in place in its result */
     case OP_OPTIM_UPDATE:
     case OP_ALLREDUCE_MEAN:
-    case OP_ALLREDUCE_SUM: return MODE_F32;
+    case OP_ALLREDUCE_SUM:
+    /* what they compare or count would change in f16: boxes' IoUs, values
+     * that round together, values below f16's least */
+    case OP_NMS:
+    case OP_UNIQUE:
+    case OP_NONZERO: return MODE_F32;
+    case OP_FP_ROUND: /* e8m0's 2^-127 .. 2^127 need f32 */
+      return strncmp(ir_attr_str(n, "format"), "e8m0", 4) == 0 ? MODE_F32 : MODE_LOW;
     case OP_CAST:
     case OP_ARGMAX:
     case OP_XENT: /* computes in f32 from any float type */

@@ -36,5 +36,9 @@ grep -q "text.onnx: not an ONNX model" "$tmp/out" || { fail "no clear message fo
 "$dlcc" "$data/test_bernoulli/model.onnx" >"$tmp/out" 2>&1 && fail "Bernoulli imported"
 grep -q "node 0 (Bernoulli): op Bernoulli is not supported" "$tmp/out" || { fail "no clear message for Bernoulli:"; cat "$tmp/out"; }
 
+# Boxes and scores stay f32 under --precision (an IoU in f16 would keep other boxes).
+"$dlcc" run "$data/test_nonmaxsuppression_two_batches/model.onnx" --precision=f16 --backend=emu >"$tmp/out" 2>&1 ||
+  { fail "NonMaxSuppression in f16:"; cat "$tmp/out"; }
+
 [ "$fails" -eq 0 ] && echo "onnx cli: all passed"
 exit $((fails > 0))

@@ -277,6 +277,38 @@ START_TEST(test_unique_over_an_axis) {
 }
 END_TEST
 
+/* Two masks of one condition (PyTorch exports each x[m] with a NonZero
+ * of its own) share a count: x[m] * (x * x)[m] is x^3 where x > 0. */
+START_TEST(test_one_mask_twice) {
+  Model *b = model_new(17);
+  add_input(b, "x", 2, (const int64_t[]){3, 4});
+  add_init_f32(b, "zero", 0, NULL, 1, (const float[]){0});
+  add_node(b, "Greater", "x,zero", "m");
+  add_node(b, "Mul", "x,x", "sq");
+  const char *src[2] = {"x", "sq"}, *nz[2] = {"nz0", "nz1"}, *idx[2] = {"idx0", "idx1"}, *val[2] = {"v0", "v1"};
+  for (int k = 0; k < 2; k++) {
+    add_node(b, "NonZero", "m", nz[k]);
+    attr_is(add_node(b, "Transpose", nz[k], idx[k]), "perm", 2, (const int64_t[]){1, 0});
+    char ins[16];
+    snprintf(ins, sizeof ins, "%s,%s", src[k], idx[k]);
+    add_node(b, "GatherND", ins, val[k]);
+  }
+  add_node(b, "Mul", "v0,v1", "cube");
+  add_output(b, "cube");
+  Graph *g = must_import(b);
+  Tensor x;
+  ck_assert(ir_tensor_alloc(&x, &(TensorType){.dtype = TY_F32, .rank = 2, .dims = {3, 4}}));
+  fill(&x, 0.5, 11);
+  Tensor *y = run(g, &x);
+  for (int64_t i = 0, j = 0; i < 12; i++) {
+    double v = ir_tensor_get(&x, i);
+    if (v > 0) ck_assert_double_eq_tol(ir_tensor_get(&y[0], j++), v * v * v, 1e-6);
+  }
+  free_outputs(g, y);
+  ir_tensor_free(&x);
+}
+END_TEST
+
 /* Reductions over the run-time length read the real rows alone (the
  * padding masked to the reduction's identity): sum, mean (over the
  * count), max, min, argmax and softmax of x[x > 0.3], and the product
@@ -348,6 +380,19 @@ START_TEST(test_refusals) {
   expect_error(b, "concat: operand 0 has a length known only at run time on axis 1 (a NonZero's, Compress's, "
                   "NonMaxSuppression's or Unique's result), which is not supported here: it concatenates along that "
                   "axis");
+  pool_free();
+  /* x[mask] + y, y of the bound's length: ONNX would need the count to be
+   * that length (or 1, broadcast) */
+  b = model_new(17);
+  add_input(b, "x", 1, (const int64_t[]){6});
+  add_node(b, "NonZero", "x", "nz");
+  add_init_i64(b, "six", 1, (const int64_t[]){6});
+  add_node(b, "Reshape", "nz,six", "idx");
+  add_node(b, "Gather", "x,idx", "picked");
+  add_node(b, "Add", "picked,x", "sum");
+  add_output(b, "sum");
+  expect_error(b, "add: operand 0 has a length known only at run time on axis 0");
+  ck_assert_msg(strstr(diag_text(&ctx), "another operand has that axis at its full size"), "%s", diag_text(&ctx));
   pool_free();
   b = model_new(17);
   add_input(b, "x", 2, (const int64_t[]){2, 3});
@@ -463,7 +508,7 @@ END_TEST
 START_TEST(test_nms) {
   const float boxes[24] = {0, 0, 1, 1, 0, 0.1f, 1, 1.1f, 0, -0.1f, 1, 0.9f, 0, 10, 1, 11, 0, 10.1f, 1, 11.1f, 0, 100, 1, 101};
   const float scores[6] = {0.9f, 0.75f, 0.6f, 0.95f, 0.5f, 0.3f};
-  for (int run_time_max = 0; run_time_max < 3; run_time_max++) {
+  for (int run_time_max = 0; run_time_max < 4; run_time_max++) {
     Model *b = model_new(11);
     add_input(b, "x", 3, (const int64_t[]){1, 1, 6});
     add_init_f32(b, "boxes", 3, (const int64_t[]){1, 6, 4}, 24, boxes);
@@ -478,16 +523,18 @@ START_TEST(test_nms) {
       add_init_i64(b, "one", 1, (const int64_t[]){1});
     } else {
       /* 3, or as torchvision's export asks: INT64_MAX, which bounds nothing */
-      add_init_i64(b, "most", 1, (const int64_t[]){run_time_max ? INT64_MAX : 3});
+      add_init_i64(b, "most", 1, (const int64_t[]){run_time_max >= 2 ? INT64_MAX : 3});
     }
     add_init_f32(b, "iou", 1, (const int64_t[]){1}, 1, (const float[]){0.5f});
     add_init_f32(b, "floor", 1, (const int64_t[]){1}, 1, (const float[]){0});
-    add_node(b, "NonMaxSuppression", "boxes,x,most,iou,floor", "sel");
+    /* 3: no score threshold, and the far box's score -inf, which counts */
+    add_node(b, "NonMaxSuppression", run_time_max == 3 ? "boxes,x,most,iou" : "boxes,x,most,iou,floor", "sel");
     add_output(b, "sel");
     Graph *g = must_import(b);
     Tensor x;
     ck_assert(ir_tensor_alloc(&x, &(TensorType){.dtype = TY_F32, .rank = 3, .dims = {1, 1, 6}}));
     memcpy(x.data, scores, sizeof scores);
+    if (run_time_max == 3) ((float *)x.data)[5] = -INFINITY;
     Tensor *y = run(g, &x);
     ck_assert(y[0].type.rank == 2 && y[0].type.dims[0] == 3 && y[0].type.dims[1] == 3);
     const int64_t want[9] = {0, 0, 3, 0, 0, 0, 0, 0, 5};
@@ -558,6 +605,7 @@ static Suite *lengths_suite(void) {
   tcase_add_loop_test(tc, test_unique_at_run_time, 0, 2);
   tcase_add_loop_test(tc, test_unique_over_an_axis, 0, 2);
   tcase_add_loop_test(tc, test_reductions_over_the_length, 0, (int)(sizeof shares / sizeof *shares));
+  tcase_add_test(tc, test_one_mask_twice);
   tcase_add_test(tc, test_refusals);
   tcase_add_test(tc, test_marks_in_text_and_plan);
   suite_add_tcase(s, tc);
