@@ -341,6 +341,15 @@ bool pass_stage_split_like(Graph *g, const StageSplit *like, StageSplit *out, ch
 }
 
 bool pass_stage_split_inference(Graph *g, int n_stages, StageSplit *out, char *err, size_t errlen) {
+  /* The last stage's outputs would lose their length marks, and a
+   * micro-batch's rows their own count. */
+  for (int i = 0; i < g->n_outputs; i++)
+    if (ir_output_length(g, i, NULL) >= 0) {
+      snprintf(err, errlen, "output '%s' has a length known only at run time (a NonZero's, Compress's, "
+               "NonMaxSuppression's or Unique's rows): a pipeline of stages does not run such a model",
+               g->output_names[i]);
+      return false;
+    }
   return split(g, n_stages, true, NULL, out, err, errlen);
 }
 

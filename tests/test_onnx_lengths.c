@@ -16,6 +16,7 @@
 #include "include/dlcrt.h"
 #include "ir/eval.h"
 #include "onnxbuild.h"
+#include "passes/stages.h"
 #include "runtime/device.h"
 #include "runtime/plan.h"
 #include "tests/testutil.h"
@@ -463,6 +464,12 @@ START_TEST(test_marks_in_text_and_plan) {
   int axis;
   ck_assert_int_eq(ir_output_length(marked, 0, &axis), 1);
   ck_assert_int_eq(axis, 1);
+
+  /* Stages would lose the marks: refused. */
+  StageSplit split;
+  char why[512];
+  ck_assert(!pass_stage_split_inference(g, 2, &split, why, sizeof why));
+  ck_assert_msg(strstr(why, "a pipeline of stages does not run such a model"), "%s", why);
 
   CgResult cg;
   ck_assert_msg(cg_compile(g, &cg), "codegen: %s", diag_text(&ctx));
