@@ -1,14 +1,15 @@
 /* Run-time lengths (docs/ir.md): a nonzero's coordinates (an nms's
  * rows, a unique's values) are an upper bound's worth of which only its
- * count are real.  Plans
- * keep static shapes, so the padding travels with the data through the
- * ops that treat the rows of that axis one by one (elementwise ops,
- * moves, gathers, products with it as M or N, reductions over other
- * axes), and each graph output it reaches gets the count as its length,
- * an extra output that the runtime and ir_trim_outputs cut the output
- * to.  An op that would mix padded rows into real ones (a reduction or
- * a normalization over that axis, a product contracting it, a reshape
- * merging it) is refused by name. */
+ * count are real.  Plans keep static shapes, so the padding travels with
+ * the data through the ops that treat the rows of that axis one by one
+ * (elementwise ops, moves, gathers, products with it as M or N,
+ * reductions over other axes), and each graph output it reaches gets
+ * the count as its length, an extra output that the runtime and
+ * ir_trim_outputs cut the output to.  A reduction over that axis (a
+ * sum, a mean, max, argmax, topk, softmax, a product contracting it)
+ * reads the padding set to its identity first.  An op that would still
+ * mix padded rows into real ones (a normalization or concat along that
+ * axis, a reshape merging it) is refused by name. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -187,8 +188,8 @@ static int follow(const Bounds *b, const Node *n, int i, int a, int r, const cha
 
 /* Whether operand i of n, padded on axis a, can be read with its
  * padding set to *fill instead of refused: a reduction over that axis
- * (its identity; a mean becomes a sum over the count, *mean), argmax and
- * softmax over it, a product contracting it (0).  *keeps: the result
+ * (its identity; a mean becomes a sum over the count, *mean), argmax,
+ * topk and softmax over it, a product contracting it (0).  *keeps: the result
  * still has that axis (softmax's), else it loses it. */
 static bool maskable(const Node *n, int i, int a, double *fill, bool *mean, bool *keeps) {
   const TensorType *x = &n->in[i]->type;
@@ -205,6 +206,9 @@ static bool maskable(const Node *n, int i, int a, double *fill, bool *mean, bool
     case OP_REDUCE_MAX: *fill = least; return i == 0 && has_int(n, "axes", x->rank, a);
     case OP_REDUCE_MIN: *fill = most; return i == 0 && has_int(n, "axes", x->rank, a);
     case OP_ARGMAX: *fill = least; return i == 0 && norm_axis(ir_attr_int(n, "axis"), x->rank) == a;
+    case OP_TOPK: /* k of the real rows (ONNX needs k <= the count) */
+      *fill = ir_attr_int(n, "largest") ? least : most;
+      return i == 0 && norm_axis(ir_attr_int(n, "axis"), x->rank) == a;
     case OP_SOFTMAX:
     case OP_LOG_SOFTMAX:
       *fill = -INFINITY, *keeps = true;

@@ -312,7 +312,7 @@ END_TEST
 
 /* Reductions over the run-time length read the real rows alone (the
  * padding masked to the reduction's identity): sum, mean (over the
- * count), max, min, argmax and softmax of x[x > 0.3], and the product
+ * count), max, min, argmax, softmax and top-1 of x[x > 0.3], and the product
  * of the coordinates with their transpose, which contracts the length;
  * against direct loops, with none selected too. */
 START_TEST(test_reductions_over_the_length) {
@@ -328,15 +328,17 @@ START_TEST(test_reductions_over_the_length) {
   for (int k = 0; k < 4; k++) attr_i(add_node(b, reduce[k], "v", names[k]), "keepdims", 0);
   attr_i(add_node(b, "ArgMax", "v", "arg"), "keepdims", 0);
   attr_i(add_node(b, "Softmax", "v", "soft"), "axis", 0);
+  add_init_i64(b, "one", 1, (const int64_t[]){1});
+  attr_i(add_node(b, "TopK", "v,one", "best,best_at"), "axis", 0);
   attr_i(add_node(b, "Cast", "nz", "f"), "to", ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT);
   attr_is(add_node(b, "Transpose", "f", "ft"), "perm", 2, (const int64_t[]){1, 0});
   add_node(b, "MatMul", "f,ft", "gram");
-  const char *outs[8] = {"sum", "mean", "max", "min", "arg", "soft", "gram"};
-  for (int k = 0; k < 7; k++) add_output(b, outs[k]);
+  const char *outs[8] = {"sum", "mean", "max", "min", "arg", "soft", "gram", "best"};
+  for (int k = 0; k < 8; k++) add_output(b, outs[k]);
   Graph *g = must_import(b);
-  ck_assert_int_eq(ir_visible_outputs(g), 7);
+  ck_assert_int_eq(ir_visible_outputs(g), 8);
   int axis;
-  ck_assert_int_eq(ir_output_length(g, 5, &axis), 7); /* softmax keeps the length */
+  ck_assert_int_eq(ir_output_length(g, 5, &axis), 8); /* softmax keeps the length */
   ck_assert_int_eq(ir_output_length(g, 0, NULL), -1);
   Tensor x;
   ck_assert(ir_tensor_alloc(&x, &(TensorType){.dtype = TY_F32, .rank = 2, .dims = {R, C}}));
@@ -365,6 +367,7 @@ START_TEST(test_reductions_over_the_length) {
   for (int64_t i = 0, j = 0; i < R * C; i++)
     if (ir_tensor_get(&x, i) > 0.3f) ck_assert_double_eq_tol(ir_tensor_get(&y[5], j++), exp(ir_tensor_get(&x, i)) / z, 1e-6);
   for (int p = 0; p < 4; p++) ck_assert_double_eq_tol(ir_tensor_get(&y[6], p), gram[p], 1e-3);
+  if (n) ck_assert_double_eq(ir_tensor_get(&y[7], 0), top); /* the top 1 of the real rows */
   free_outputs(g, y);
   ir_tensor_free(&x);
 }
