@@ -1024,13 +1024,17 @@ START_TEST(plan_end_to_end_through_executor) {
   for (int i = 0; i < B * IN; i++) x[i] = (float)((i * 3) % 5) - 2.0f;
   static const RtKernel kernels[] = {{"bias_relu", 0, 0, 0, 0}};
   static const RtTensorDesc weights[] = {
-      {"w", RT_DT_F32, 2, {IN, OUT}, IN * OUT * 4, {RT_SPACE_WEIGHTS, 0, 0}},
-      {"b", RT_DT_F32, 1, {OUT}, OUT * 4, {RT_SPACE_WEIGHTS, 0, 256}},
+      {.name = "w", .dtype = RT_DT_F32, .rank = 2, .dims = {IN, OUT}, .nbytes = IN * OUT * 4,
+       .where = {RT_SPACE_WEIGHTS, 0, 0}},
+      {.name = "b", .dtype = RT_DT_F32, .rank = 1, .dims = {OUT}, .nbytes = OUT * 4, .where = {RT_SPACE_WEIGHTS, 0, 256}},
   };
-  static const RtTensorDesc inputs[] = {{"x", RT_DT_F32, 2, {B, IN}, B * IN * 4, {RT_SPACE_INPUT, 0, 0}}};
+  static const RtTensorDesc inputs[] = {
+      {.name = "x", .dtype = RT_DT_F32, .rank = 2, .dims = {B, IN}, .nbytes = B * IN * 4, .where = {RT_SPACE_INPUT, 0, 0}}};
   static const RtTensorDesc outputs[] = {
-      {"y", RT_DT_F32, 2, {B, OUT}, B * OUT * 4, {RT_SPACE_OUTPUT, 0, 0}},
-      {"y_pre", RT_DT_F32, 2, {B, OUT}, B * OUT * 4, {RT_SPACE_OUTPUT, 1, 0}},
+      {.name = "y", .dtype = RT_DT_F32, .rank = 2, .dims = {B, OUT}, .nbytes = B * OUT * 4,
+       .where = {RT_SPACE_OUTPUT, 0, 0}},
+      {.name = "y_pre", .dtype = RT_DT_F32, .rank = 2, .dims = {B, OUT}, .nbytes = B * OUT * 4,
+       .where = {RT_SPACE_OUTPUT, 1, 0}},
   };
   static const RtArg args[] = {
       {RT_ARG_PTR, {RT_SPACE_ARENA, 0, 64}, 0, 0},
