@@ -242,33 +242,32 @@ static bool refuse(Bounds *b, const Node *n, int i, int a, const char *why) {
  * padded axis reads (its identity, so that only the real rows count). */
 static void mask_operand(Bounds *b, Node *n, int i, Bound bd, double fill) {
   Graph *g = b->g;
-  Node *gather = n;
-  Value *idx = n->in[i];
+  Value *v = n->in[i];
   SrcLoc loc = n->loc;
   /* Masked already (a printed graph parsed again): nothing to add. */
-  const Node *w = idx->def;
+  const Node *w = v->def;
   if (w && w->op == OP_WHERE && w->in[0]->def->op == OP_LESS && w->in[0]->def->in[1] == bd.len &&
       w->in[0]->def->in[0]->def->op == OP_IOTA)
     return;
   Node *iota = ir_node_new(g, OP_IOTA, 0, NULL, loc);
-  ir_set_ints(g, iota, "shape", idx->type.rank, idx->type.dims);
+  ir_set_ints(g, iota, "shape", v->type.rank, v->type.dims);
   ir_set_dtype(g, iota, "dtype", TY_I64);
   ir_set_int(g, iota, "axis", bd.axis);
   Node *lt = ir_node_new(g, OP_LESS, 2, (Value *[]){&iota->out[0], bd.len}, loc);
-  Node *zero = ir_node_new(g, OP_CONST, 0, NULL, loc);
-  ir_set_float(g, zero, "value", fill);
-  ir_declare(zero, &(TensorType){.dtype = idx->type.dtype, .rank = 0});
-  Node *pick = ir_node_new(g, OP_WHERE, 3, (Value *[]){&lt->out[0], idx, &zero->out[0]}, loc);
+  Node *pad = ir_node_new(g, OP_CONST, 0, NULL, loc);
+  ir_set_float(g, pad, "value", fill);
+  ir_declare(pad, &(TensorType){.dtype = v->type.dtype, .rank = 0});
+  Node *pick = ir_node_new(g, OP_WHERE, 3, (Value *[]){&lt->out[0], v, &pad->out[0]}, loc);
   char err[256];
-  Node *made[] = {iota, lt, zero, pick};
+  Node *made[] = {iota, lt, pad, pick};
   for (int k = 0; k < 4; k++) {
     if (made[k]->op != OP_CONST && (!ir_fill_defaults(g, made[k], err, sizeof err) || !ir_infer(made[k], err, sizeof err)))
       dl_internal(g->ctx, "bounds: a bad %s: %s", ir_ops[made[k]->op].name, err);
-    made[k]->guard = gather->guard;
+    made[k]->guard = n->guard;
     made[k]->out[0].id = -1; /* not the walk's: no bound */
-    ir_insert_before(g, gather, made[k]);
+    ir_insert_before(g, n, made[k]);
   }
-  gather->in[i] = &pick->out[0];
+  n->in[i] = &pick->out[0];
 }
 
 /* A mean over the padded axis: the sum of the real rows (the padding
