@@ -227,9 +227,12 @@ static bool compile_binaries(Aot *a, RtBinary *bins, int *n_bins) {
       return fail(a, "--arch: '%s' is not an architecture like sm_90", arch);
     }
     for (int ptx = 0; ptx < 2; ptx++) {
-      size_t len = strlen(arch) + 8;
+      /* the PTX of sm_90a is compute_90's: arch-specific PTX would JIT on
+       * 9.0 alone, and the portable one takes the kernels' mma.sync side
+       * (DL_WGMMA) on every later GPU */
+      size_t len = strlen(arch) + 8, digits = strspn(arch + 3, "0123456789");
       char *name = arena_alloc(&a->ctx->arena, len);
-      snprintf(name, len, "%s%s", ptx ? "compute_" : "sm_", arch + 3);
+      snprintf(name, len, "%s%.*s", ptx ? "compute_" : "sm_", (int)(ptx ? digits : strlen(arch + 3)), arch + 3);
       for (int q = 0; q < parts; q++) jobs[(2 * i + ptx) * parts + q] = (RtNvrtcJob){.arch = name, .part = q};
     }
   }

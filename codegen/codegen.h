@@ -60,6 +60,9 @@ typedef struct CgOptions {
   bool tf32;
   /* --no-tensor-cores: every convolution on the FMA kernel */
   bool no_tensor_cores;
+  /* --no-wgmma: the tensor-core GEMM kernels without their wgmma side,
+   * mma.sync on sm_90a too (docs/tensorcores.md) */
+  bool no_wgmma;
   /* --no-gemm-batch: each linear its own GEMM, even beside others of
    * the same input (codegen/gemm_batch.c) */
   bool no_gemm_batch;

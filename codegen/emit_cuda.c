@@ -1072,6 +1072,7 @@ static void expr(Out *o, const KExpr *e) {
 }
 
 static void block(Out *o, const KBlock *b);
+static void scoped_block(Out *o, const KBlock *b);
 static void chunk_store(Out *o, const KStmt *s);
 static void tc_stmt(Out *o, const KStmt *s);
 
@@ -1355,8 +1356,33 @@ static void stmt(Out *o, const KStmt *s) {
     case KS_CP_COMMIT:
     case KS_CP_WAIT:
     case KS_TF32:
-    case KS_PACK: tc_stmt(o, s); return;
+    case KS_PACK:
+    case KS_WG_MMA:
+    case KS_WG_FENCE:
+    case KS_WG_COMMIT:
+    case KS_WG_WAIT:
+    case KS_WG_ACC:
+    case KS_PROXY_FENCE: tc_stmt(o, s); return;
+    case KS_WG_IF:
+      /* the preprocessor's choice; each side its own scope */
+      fputs("#ifdef DL_WGMMA\n", o->f);
+      scoped_block(o, &s->body);
+      fputs("#else\n", o->f);
+      scoped_block(o, &s->orelse);
+      fputs("#endif\n", o->f);
+      return;
   }
+}
+
+/* { b } on lines of their own */
+static void scoped_block(Out *o, const KBlock *b) {
+  indent(o);
+  fputs("{\n", o->f);
+  o->depth++;
+  block(o, b);
+  o->depth--;
+  indent(o);
+  fputs("}\n", o->f);
 }
 
 static void block(Out *o, const KBlock *b) {
@@ -1454,6 +1480,31 @@ static void tc_stmt(Out *o, const KStmt *s) {
       }
       fputs(");\n", o->f);
       return;
+    case KS_WG_MMA:
+      /* the operands' descriptors: 64-byte swizzle, the next 8 rows 512
+       * bytes on (LBO unused for K-major swizzled: 16) */
+      fprintf(o->f, "dl_wgmma_%s_n%d(", s->tc == KTC_S8 ? "s8" : s->tc == KTC_BF16 ? "bf16" : "f16", s->count);
+      address(o, s->buf, s->index);
+      fputs(", dl_wgmma_desc(dl_smem_addr(", o->f);
+      address(o, s->src, s->src_at);
+      fputs("), 16, 512, 64), dl_wgmma_desc(dl_smem_addr(", o->f);
+      address(o, s->src2, s->src2_at);
+      fputs("), 16, 512, 64), ", o->f);
+      if (s->value)
+        expr_as(o, s->value, TY_I32);
+      else
+        fputc('1', o->f);
+      fputs(");\n", o->f);
+      return;
+    case KS_WG_FENCE: fputs("dl_wgmma_fence();\n", o->f); return;
+    case KS_WG_COMMIT: fputs("dl_wgmma_commit();\n", o->f); return;
+    case KS_WG_WAIT: fprintf(o->f, "dl_wgmma_wait<%d>();\n", s->count); return;
+    case KS_WG_ACC:
+      fprintf(o->f, "dl_wgmma_fence_operand(%s[", s->buf->name);
+      expr(o, s->index);
+      fputs("]);\n", o->f);
+      return;
+    case KS_PROXY_FENCE: fputs("dl_fence_proxy_async();\n", o->f); return;
     default: dl_internal(o->k->ctx, "statement %d is not a tensor-core statement", (int)s->kind);
   }
 }
@@ -1635,7 +1686,13 @@ char *cg_emit_kernel(Ctx *c, const Kernel *k, const char *name, bool with_commen
     fprintf(f, p->var || p->may_alias ? " %s" : "__restrict__ %s", p->var ? p->var->name : p->buf->name);
   }
   fputs(") {\n", f);
-  if (k->dynamic_shared_bytes) fputs("  extern __shared__ __align__(16) unsigned char dl_smem[];\n", f);
+  /* wgmma's swizzled operands need their 512-byte patterns where the
+   * hardware's address bits put them (docs/tensorcores.md) */
+  if (k->dynamic_shared_bytes)
+    fprintf(f, "  extern __shared__ __align__(%d) unsigned char dl_smem[];\n", k->uses_wgmma ? 1024 : 16);
+  /* and a fault, not wrong numbers, should a toolchain not honour it */
+  if (k->dynamic_shared_bytes && k->uses_wgmma)
+    fputs("#ifdef DL_WGMMA\n  if (dl_smem_addr(dl_smem) % 1024) __trap();\n#endif\n", f);
   for (int i = 0; i < k->n_locals; i++) {
     const KBuf *b = k->locals[i];
     if (b->dynamic) {

@@ -7,6 +7,10 @@
  * Instructions: cp.async").  The text sits under #ifndef DLCC_EMU: the emu
  * device defines the same functions in runtime/emu/dlcc_emu.h from the
  * PTX ISA's fragment tables, and docs/tensorcores.md lists them both. */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+
 #include "kernel.h"
 
 /* Why each constraint and clobber:
@@ -24,6 +28,11 @@
  *   removed or merged because one thread's result looks unused. */
 /* clang-format off */
 static const char tc_prelude[] =
+    "// DL_WGMMA: where kernels take their wgmma side (KS_WG_IF): sm_90a, and the emu unless\n"
+    "// built with -DDLCC_EMU_NO_WGMMA (the mma.sync side, as every other GPU runs it).\n"
+    "#if defined(__CUDA_ARCH_FEAT_SM90_ALL) || (defined(DLCC_EMU) && !defined(DLCC_EMU_NO_WGMMA))\n"
+    "#define DL_WGMMA 1\n"
+    "#endif\n"
     "#ifndef DLCC_EMU\n"
     "// mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32: D = A*B + C, A 16x16 row-major\n"
     "// (4 regs of 2 halves), B 16x8 column-major (2 regs), C and D 16x8 (4 f32 each).\n"
@@ -140,4 +149,98 @@ static const char tc_prelude[] =
     "#endif\n";
 /* clang-format on */
 
-const char *cg_tc_prelude(void) { return tc_prelude; }
+/* wgmma (sm_90a only, so under __CUDA_ARCH_FEAT_SM90_ALL, which NVRTC
+ * defines for sm_90a and nothing else: the same source compiles for
+ * sm_80 and sm_90 without them).  PTX ISA, "Asynchronous Warpgroup Level
+ * Matrix Multiply-Accumulate Instructions"; the emu's versions and the
+ * layouts are in runtime/emu/dlcc_emu.h, docs/tensorcores.md lists both.
+ * - The accumulators are "+f" ("+r" for s32) operands of the one asm:
+ *   wgmma writes them when its group retires, so a kernel passes each
+ *   through dl_wgmma_fence_operand after dl_wgmma_wait, which tells the
+ *   compiler the register changed there (no read moves above the wait).
+ * - scale-d is a predicate set from `accumulate` inside the asm: 0 makes
+ *   D = A*B, ignoring the registers' old values.
+ * - Every asm is volatile with a "memory" clobber: wgmma reads shared
+ *   memory the operands do not name. */
+static const char wgmma_head[] =
+    "#ifndef DLCC_EMU\n"
+    "// A wgmma matrix descriptor (PTX ISA, \"Matrix Descriptor Format\"): the start address,\n"
+    "// leading and stride dimension byte offsets, each (x & 0x3FFFF) >> 4, base offset 0, and\n"
+    "// the swizzle mode of swizzle_bytes (128: 1, 64: 2, 32: 3, else 0: none).\n"
+    "__device__ __forceinline__ unsigned long long dl_wgmma_desc(unsigned smem_addr, unsigned lbo, unsigned sbo,\n"
+    "                                                            unsigned swizzle_bytes) {\n"
+    "  unsigned long long mode = swizzle_bytes == 128 ? 1 : swizzle_bytes == 64 ? 2 : swizzle_bytes == 32 ? 3 : 0;\n"
+    "  return (unsigned long long)((smem_addr & 0x3ffffu) >> 4) | (unsigned long long)((lbo & 0x3ffffu) >> 4) << 16 |\n"
+    "         (unsigned long long)((sbo & 0x3ffffu) >> 4) << 32 | mode << 62;\n"
+    "}\n"
+    "#if defined(__CUDA_ARCH_FEAT_SM90_ALL)\n"
+    "__device__ __forceinline__ void dl_wgmma_fence(void) { asm volatile(\"wgmma.fence.sync.aligned;\\n\" ::: \"memory\"); }\n"
+    "__device__ __forceinline__ void dl_wgmma_commit(void) {\n"
+    "  asm volatile(\"wgmma.commit_group.sync.aligned;\\n\" ::: \"memory\");\n"
+    "}\n"
+    "// Waits until at most N of the warpgroup's committed groups are pending.\n"
+    "template <int N> __device__ __forceinline__ void dl_wgmma_wait(void) {\n"
+    "  asm volatile(\"wgmma.wait_group.sync.aligned %0;\\n\" :: \"n\"(N) : \"memory\");\n"
+    "}\n"
+    "__device__ __forceinline__ void dl_wgmma_fence_operand(float &r) { asm volatile(\"\" : \"+f\"(r) :: \"memory\"); }\n"
+    "__device__ __forceinline__ void dl_wgmma_fence_operand(int &r) { asm volatile(\"\" : \"+r\"(r) :: \"memory\"); }\n"
+    "// Makes this thread's ordinary shared-memory writes (stores, cp.async) visible to wgmma's\n"
+    "// reads, which go through the async proxy.\n"
+    "__device__ __forceinline__ void dl_fence_proxy_async(void) {\n"
+    "  asm volatile(\"fence.proxy.async.shared::cta;\\n\" ::: \"memory\");\n"
+    "}\n";
+
+/* dl_wgmma_<ty>_n<N>(d, desc_a, desc_b, accumulate): one
+ * wgmma.mma_async.sync.aligned.m64n<N>k<K> with A and B K-major from
+ * shared memory, d the thread's N / 2 accumulators; imm the immediates
+ * after scale-d (the integer form takes none, tf32 no imm-trans). */
+static void put_wgmma(FILE *f, const char *ty, const char *ptx, int n, bool is_int, const char *imm) {
+  int regs = n / 2;
+  fprintf(f,
+          "__device__ __forceinline__ void dl_wgmma_%s_n%d(%s d[%d], unsigned long long desc_a,\n"
+          "                                                unsigned long long desc_b, int accumulate) {\n"
+          "  asm volatile(\"{\\n.reg .pred p;\\nsetp.ne.b32 p, %%%d, 0;\\n\"\n"
+          "               \"%s {",
+          ty, n, is_int ? "int" : "float", regs, regs + 2, ptx);
+  for (int i = 0; i < regs; i++) fprintf(f, "%s%%%d", i ? "," : "", i);
+  fprintf(f, "}, %%%d, %%%d, p%s;\\n}\\n\"\n               : ", regs, regs + 1, imm);
+  for (int i = 0; i < regs; i++) fprintf(f, "%s\"+%s\"(d[%d])", i ? ", " : "", is_int ? "r" : "f", i);
+  fputs("\n               : \"l\"(desc_a), \"l\"(desc_b), \"r\"(accumulate) : \"memory\");\n}\n", f);
+}
+
+/* The whole text, built once; the mma.sync part alone if memory for it
+ * ran out (then a kernel calling wgmma fails in NVRTC, naming it). */
+static const char *tc_text = tc_prelude;
+static pthread_once_t tc_once = PTHREAD_ONCE_INIT;
+
+static void build_tc_text(void) {
+  static const struct {
+    const char *ty, *fmt, *imm;
+    bool is_int;
+  } kinds[] = {{"f16", "wgmma.mma_async.sync.aligned.m64n%dk16.f32.f16.f16", ", 1, 1, 0, 0", false},
+               {"bf16", "wgmma.mma_async.sync.aligned.m64n%dk16.f32.bf16.bf16", ", 1, 1, 0, 0", false},
+               {"tf32", "wgmma.mma_async.sync.aligned.m64n%dk8.f32.tf32.tf32", ", 1, 1", false},
+               {"s8", "wgmma.mma_async.sync.aligned.m64n%dk32.s32.s8.s8", "", true}};
+  char *text = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&text, &len);
+  if (!f) return;
+  fputs(tc_prelude, f);
+  fputs(wgmma_head, f);
+  for (size_t k = 0; k < sizeof kinds / sizeof *kinds; k++)
+    for (int n = 16; n <= CG_WGMMA_MAX_N; n *= 2) {
+      char ptx[96];
+      snprintf(ptx, sizeof ptx, kinds[k].fmt, n);
+      put_wgmma(f, kinds[k].ty, ptx, n, kinds[k].is_int, kinds[k].imm);
+    }
+  fputs("#endif\n#endif\n", f);
+  if (fclose(f) == 0 && text)
+    tc_text = text; /* kept for the process, as the static text it extends */
+  else
+    free(text);
+}
+
+const char *cg_tc_prelude(void) {
+  pthread_once(&tc_once, build_tc_text);
+  return tc_text;
+}

@@ -669,6 +669,44 @@ void cg_kpack(Kernel *k, KBlock *in, KTcKind tc, KBuf *frag, KExpr *at, KExpr *l
   s->count = one ? 1 : 2;
 }
 
+KStmt *cg_kwg_if(Kernel *k, KBlock *in) {
+  k->uses_wgmma = true;
+  return append(k, in, KS_WG_IF);
+}
+
+void cg_kwg_mma(Kernel *k, KBlock *in, KTcKind tc, int n, KBuf *acc, KExpr *acc_at, KBuf *a, KExpr *a_at, KBuf *b,
+                KExpr *b_at, KExpr *scale_d) {
+  DType want = tc == KTC_S8 ? TY_I32 : TY_F32;
+  if (acc->space != KSP_REGISTER || acc->dtype != want)
+    dl_internal(k->ctx, "wgmma: accumulator %s is not a %s register array", acc->name, ir_dtype_name(want));
+  expect_space(k, a, KSP_SHARED, "wgmma");
+  expect_space(k, b, KSP_SHARED, "wgmma");
+  if (tc == KTC_TF32 || n < 16 || n > CG_WGMMA_MAX_N || (n & (n - 1)))
+    dl_internal(k->ctx, "wgmma of kind %d, n %d", (int)tc, n);
+  KStmt *s = append_tc(k, in, KS_WG_MMA, true);
+  acc->read = acc->written = a->read = b->read = true;
+  s->tc = tc, s->count = n;
+  s->buf = acc, s->index = acc_at;
+  s->src = a, s->src_at = a_at;
+  s->src2 = b, s->src2_at = b_at;
+  s->value = scale_d;
+}
+
+void cg_kwg_fence(Kernel *k, KBlock *in) { append_tc(k, in, KS_WG_FENCE, true); }
+
+void cg_kwg_commit(Kernel *k, KBlock *in) { append_tc(k, in, KS_WG_COMMIT, true); }
+
+void cg_kwg_wait(Kernel *k, KBlock *in, int pending) { append_tc(k, in, KS_WG_WAIT, true)->count = pending; }
+
+void cg_kwg_acc_each(Kernel *k, KBlock *in, KBuf *acc, int64_t n) {
+  KVar *r = cg_kvar(k, "r", KT_INDEX);
+  KStmt *s = append_tc(k, &cg_kloop(k, in, r, cg_kint(k, n), KM_UNROLL)->body, KS_WG_ACC, false);
+  acc->read = acc->written = true;
+  s->buf = acc, s->index = cg_kv(k, r);
+}
+
+void cg_kproxy_fence(Kernel *k, KBlock *in) { append_tc(k, in, KS_PROXY_FENCE, false); }
+
 void cg_kallreduce(Kernel *k, KBlock *in, KVar *var, OpKind combine, KMap across) {
   uint32_t x = k->block[0], y = k->block[1];
   bool ok = (var->dtype == TY_F32 || var->dtype == TY_I32 || var->dtype == TY_I64 || var->dtype == TY_F64 ||

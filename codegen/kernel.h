@@ -172,6 +172,23 @@ typedef enum {
    * accumulators side by side, packed so, are an m16k16 A fragment.
    * For KTC_TF32 (count 1): chunk[0] alone, rounded to tf32 (cvt.rna). */
   KS_PACK,
+  /* wgmma (sm_90a; docs/tensorcores.md).  KS_WG_IF: body where wgmma
+   * exists (DL_WGMMA: sm_90a and the emu), orelse elsewhere, chosen by
+   * the preprocessor, so one kernel runs on every GPU.  The rest are
+   * warpgroup-collective (all 128 threads of each warpgroup together):
+   * KS_WG_MMA: buf[index .. + count/2] (count = N) += the 64 x N x 32-byte
+   * product of src[src_at ..] (A, 64 rows) and src2[src2_at ..] (B, N
+   * rows), both K-major in rows of 64 bytes, 64-byte swizzled (rows 64
+   * bytes apart, logical 16-byte chunk c of row r at c ^ (r / 2) % 4, the
+   * rows' base 512-byte aligned); value: scale-d (0 ignores buf's old
+   * values), NULL for 1.  Done at the KS_WG_WAIT that retires its group. */
+  KS_WG_IF,
+  KS_WG_MMA,
+  KS_WG_FENCE,  /* wgmma.fence: before a group's first KS_WG_MMA */
+  KS_WG_COMMIT, /* closes the warpgroup's group of KS_WG_MMA */
+  KS_WG_WAIT,   /* until at most count committed groups are pending */
+  KS_WG_ACC,    /* buf[index] changed here (after a wait), for the compiler */
+  KS_PROXY_FENCE, /* this thread's shared-memory writes visible to wgmma (fence.proxy.async) */
 } KStmtKind;
 
 /* Which mma.sync a KS_MMA is: operand types, shape and accumulator. */
@@ -245,6 +262,7 @@ typedef struct Kernel {
   bool grid_stride; /* cooperative on any grid: a chain (RT_COOP_STRIDE) */
   bool counts_arrivals; /* has a KS_LAST_ARRIVAL: the plan's prelude has dl_last_arrival */
   bool uses_tc; /* calls the tensor-core functions (their prelude) */
+  bool uses_wgmma; /* has KS_WG_IF: its dynamic shared memory 1024-byte aligned */
   uint32_t shared_bytes;
   uint32_t dynamic_shared_bytes;
   bool finished;
@@ -433,6 +451,18 @@ void cg_ktf32_each(Kernel *k, KBlock *in, KBuf *frag, int64_t n);
  * (KTC_BF16), lo in the low half; for KTC_TF32, lo rounded to tf32
  * (cvt.rna) and hi NULL: KS_PACK. */
 void cg_kpack(Kernel *k, KBlock *in, KTcKind tc, KBuf *frag, KExpr *at, KExpr *lo, KExpr *hi);
+/* The wgmma statements (KS_WG_IF ...).  cg_kwg_if's statement has body
+ * (wgmma) and orelse (every other GPU) to fill.  tc: KTC_F16, KTC_BF16 or
+ * KTC_S8; n 16 .. CG_WGMMA_MAX_N, a power of two. */
+KStmt *cg_kwg_if(Kernel *k, KBlock *in);
+void cg_kwg_mma(Kernel *k, KBlock *in, KTcKind tc, int n, KBuf *acc, KExpr *acc_at, KBuf *a, KExpr *a_at, KBuf *b,
+                KExpr *b_at, KExpr *scale_d);
+void cg_kwg_fence(Kernel *k, KBlock *in);
+void cg_kwg_commit(Kernel *k, KBlock *in);
+void cg_kwg_wait(Kernel *k, KBlock *in, int pending);
+/* acc[0 .. n) changed here (an unrolled loop of KS_WG_ACC). */
+void cg_kwg_acc_each(Kernel *k, KBlock *in, KBuf *acc, int64_t n);
+void cg_kproxy_fence(Kernel *k, KBlock *in);
 /* var = combine (OP_ADD, OP_MUL, OP_MAXIMUM, OP_MINIMUM) of var over the
  * iterations of the enclosing loop mapped to across (KM_BLOCK_X or
  * KM_BLOCK_Y), whose extent must equal the launch's block[0] (a power of
@@ -468,7 +498,10 @@ const char *cg_grid_sync_prelude(void);
  * fences are the header's). */
 const char *cg_arrival_prelude(void);
 /* The tensor-core instructions' CUDA text (emit_tc.c), under #ifndef
- * DLCC_EMU: the emu header defines the same functions. */
+ * DLCC_EMU: the emu header defines the same functions.  wgmma's
+ * (dl_wgmma_{f16,bf16,tf32,s8}_n{16,32,...,CG_WGMMA_MAX_N}) sit under
+ * __CUDA_ARCH_FEAT_SM90_ALL as well: sm_90a alone has them. */
+enum { CG_WGMMA_MAX_N = 256 };
 const char *cg_tc_prelude(void);
 /* One kernel as CUDA C: its comment (when with_comment), the extern "C"
  * __global__ function named name, and its emu launcher. */

@@ -704,8 +704,10 @@ static KExpr *unique_lt(Kernel *k, bool floats, KExpr *a, KExpr *b) {
 }
 
 /* Rows a and b of x (m elements each) compared in unique's order: a
- * let of -1, 0 or 1, the first element that differs deciding. */
-static KExpr *unique_cmp(Kernel *k, KBlock *in, KBuf *xs, bool floats, KExpr *a, KExpr *b, int64_t m) {
+ * let of -1, 0 or 1, the first element that differs deciding.  With
+ * apart (rows of floats), a row with a NaN equals no other: rows that
+ * tie are ordered by place, as eval.c's stable sort leaves them. */
+static KExpr *unique_cmp(Kernel *k, KBlock *in, KBuf *xs, bool floats, bool apart, KExpr *a, KExpr *b, int64_t m) {
   KVar *cmp = cg_klet(k, in, "cmp", KT_INDEX, cg_kint(k, 0));
   KVar *c = cg_kvar(k, "c", KT_INDEX);
   KStmt *walk = cg_kloop(k, in, c, cg_kint(k, m), KM_SERIAL);
@@ -717,6 +719,17 @@ static KExpr *unique_cmp(Kernel *k, KBlock *in, KBuf *xs, bool floats, KExpr *a,
   KStmt *less = cg_kif(k, undecided, unique_lt(k, floats, va, vb));
   cg_kset(k, &less->body, cmp, cg_kint(k, -1));
   cg_kset(k, &cg_kif(k, &less->orelse, unique_lt(k, floats, vb, va))->body, cmp, cg_kint(k, 1));
+  if (!apart) return cg_kv(k, cmp);
+  KVar *nan = cg_klet(k, in, "nan", KT_INDEX, cg_kint(k, 0));
+  KBlock *tie = &cg_kif(k, in, cg_kcmp(k, KC_EQ, cg_kv(k, cmp), cg_kint(k, 0)))->body;
+  KVar *c2 = cg_kvar(k, "c", KT_INDEX);
+  KStmt *scan = cg_kloop(k, tie, c2, cg_kint(k, m), KM_SERIAL);
+  KExpr *v = cg_kv(k, cg_klet(k, &scan->body, "v", xs->dtype,
+                              cg_kload(k, xs, cg_kadd(k, cg_kmul(k, a, cg_kint(k, m)), cg_kv(k, c2)))));
+  cg_kset(k, &cg_kif(k, &scan->body, cg_kcmp(k, KC_NE, v, v))->body, nan, cg_kint(k, 1));
+  KBlock *by_place = &cg_kif(k, tie, cg_kcmp(k, KC_NE, cg_kv(k, nan), cg_kint(k, 0)))->body;
+  cg_kset(k, &cg_kif(k, by_place, cg_kcmp(k, KC_LT, a, b))->body, cmp, cg_kint(k, -1));
+  cg_kset(k, &cg_kif(k, by_place, cg_kcmp(k, KC_GT, a, b))->body, cmp, cg_kint(k, 1));
   return cg_kv(k, cmp);
 }
 
@@ -730,6 +743,7 @@ bool lower_unique(CgBuild *b, const Node *n) {
   const Value *x = n->in[0];
   DType dt = x->type.dtype;
   bool floats = ir_dtype_is_float(dt), sorted = ir_attr_int(n, "sorted") != 0;
+  bool apart = floats && x->type.rank == 2; /* rows with a NaN each their own */
   int64_t rows = x->type.dims[0], m = x->type.rank == 2 ? x->type.dims[1] : 1;
   Kernel *k = new_kernel(b, n, NULL, NULL);
   TensorType one = flat(TY_I64, 1);
@@ -759,7 +773,7 @@ bool lower_unique(CgBuild *b, const Node *n) {
     KStmt *look = cg_kloop(k, w, j, ce, KM_SERIAL);
     KBlock *lb = &cg_kif(k, &look->body, cg_kcmp(k, KC_LT, cg_kv(k, found), cg_kint(k, 0)))->body;
     KExpr *head = cg_kcast(k, cg_kload(k, first, cg_kv(k, j)), KT_INDEX);
-    KExpr *cmp = unique_cmp(k, lb, xs, floats, head, cg_kv(k, i), m);
+    KExpr *cmp = unique_cmp(k, lb, xs, floats, apart, head, cg_kv(k, i), m);
     cg_kset(k, &cg_kif(k, lb, cg_kcmp(k, KC_EQ, cmp, cg_kint(k, 0)))->body, found, cg_kv(k, j));
     KBlock *fresh = &cg_kif(k, w, cg_kcmp(k, KC_LT, cg_kv(k, found), cg_kint(k, 0)))->body;
     cg_kstore(k, fresh, first, ce, cg_kcast(k, cg_kv(k, i), TY_I64));
@@ -780,13 +794,13 @@ bool lower_unique(CgBuild *b, const Node *n) {
     KStmt *scan = cg_kloop(k, go, t, cg_kint(k, rows), KM_SERIAL);
     KBlock *sb = &scan->body;
     KExpr *above = cg_kor(k, cg_kcmp(k, KC_EQ, cg_kv(k, have), cg_kint(k, 0)),
-                          cg_kcmp(k, KC_LT, unique_cmp(k, sb, xs, floats, cg_kv(k, prev), cg_kv(k, t), m), cg_kint(k, 0)));
+                          cg_kcmp(k, KC_LT, unique_cmp(k, sb, xs, floats, apart, cg_kv(k, prev), cg_kv(k, t), m), cg_kint(k, 0)));
     KBlock *in = &cg_kif(k, sb, above)->body;
     KStmt *no_best = cg_kif(k, in, cg_kcmp(k, KC_LT, cg_kv(k, best), cg_kint(k, 0)));
     cg_kset(k, &no_best->body, best, cg_kv(k, t));
     cg_kset(k, &no_best->body, cnt, cg_kint(k, 1));
     KBlock *vs = &no_best->orelse;
-    KExpr *cmp = unique_cmp(k, vs, xs, floats, cg_kv(k, t), cg_kv(k, best), m);
+    KExpr *cmp = unique_cmp(k, vs, xs, floats, apart, cg_kv(k, t), cg_kv(k, best), m);
     KStmt *lower = cg_kif(k, vs, cg_kcmp(k, KC_LT, cmp, cg_kint(k, 0)));
     cg_kset(k, &lower->body, best, cg_kv(k, t));
     cg_kset(k, &lower->body, cnt, cg_kint(k, 1));
@@ -799,7 +813,7 @@ bool lower_unique(CgBuild *b, const Node *n) {
     cg_kstore(k, f, counts, ce, cg_kcast(k, cg_kv(k, cnt), TY_I64));
     KVar *u = cg_kvar(k, "u", KT_INDEX);
     KStmt *mark = cg_kloop(k, f, u, cg_kint(k, rows), KM_SERIAL);
-    KExpr *same = unique_cmp(k, &mark->body, xs, floats, cg_kv(k, u), cg_kv(k, best), m);
+    KExpr *same = unique_cmp(k, &mark->body, xs, floats, apart, cg_kv(k, u), cg_kv(k, best), m);
     cg_kstore(k, &cg_kif(k, &mark->body, cg_kcmp(k, KC_EQ, same, cg_kint(k, 0)))->body, inverse, cg_kv(k, u),
               cg_kcast(k, ce, TY_I64));
     cg_kset(k, f, prev, cg_kv(k, best));

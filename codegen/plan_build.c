@@ -445,6 +445,13 @@ static void scan_block(InplaceScan *sc, const KBlock *blk, bool nested) {
       case KS_CP_WAIT:
       case KS_TF32:
       case KS_PACK:
+      case KS_WG_IF:
+      case KS_WG_MMA:
+      case KS_WG_FENCE:
+      case KS_WG_COMMIT:
+      case KS_WG_WAIT:
+      case KS_WG_ACC:
+      case KS_PROXY_FENCE:
       case KS_ALLREDUCE: sc->ok = false; break;
     }
   }

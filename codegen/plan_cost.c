@@ -162,6 +162,18 @@ static void walk_block(Traffic *t, const KBlock *blk, double times) {
       case KS_PACK:
         for (int i = 0; i < st->count; i++) walk_expr(t, st->chunk[i], times);
         break;
+      case KS_WG_IF: /* the same work either way: count the wgmma side (the H200's) */
+        walk_block(t, &st->body, times);
+        break;
+      case KS_WG_MMA:
+        /* a warpgroup's 64 x N x K products, a 128th of them each thread's */
+        t->ops += times * 2 * 64 * st->count * (st->tc == KTC_S8 ? 32 : 16) / 128;
+        break;
+      case KS_WG_FENCE:
+      case KS_WG_COMMIT:
+      case KS_WG_WAIT:
+      case KS_WG_ACC:
+      case KS_PROXY_FENCE: break;
     }
   }
 }

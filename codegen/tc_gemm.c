@@ -18,7 +18,10 @@
  * hides behind the tensor cores either way.  ldmatrix feeds the mma
  * fragments; the accumulators then pass through shared memory, so that
  * the epilogue (bias, the fused group, requantization) runs once per
- * element with consecutive threads on consecutive columns. */
+ * element with consecutive threads on consecutive columns.  On sm_90a
+ * the main loop is wgmma's instead (main_loop, compute_wg): warpgroups
+ * read the same stages by descriptors, chosen by the preprocessor in
+ * the one kernel (KS_WG_IF), so every other GPU runs the mma.sync loop. */
 #include <inttypes.h>
 #include <math.h>
 #include <string.h>
@@ -69,6 +72,7 @@ typedef struct Shape {
 } Shape;
 
 static const Shape shapes[] = {
+    {128, 256, 2, 4, 1.0},  /* warp 64x64, 256 threads */
     {128, 128, 2, 4, 1.0},  /* warp 64x32, 256 threads */
     {128, 64, 2, 2, 1.0},   /* warp 64x32, 128 threads */
     {64, 128, 2, 4, 0.85},  /* warp 32x32, 256 threads */
@@ -161,7 +165,38 @@ typedef struct Gen {
   /* ldmatrix: this lane's first row offset, chunk and swizzle, per side */
   KExpr *a_off[ROW_BYTES / KSTEP], *b_off[ROW_BYTES / KSTEP];
   KBuf *acc, *af, *bf;
+  /* wgmma (wg_shape): warpgroups wgm x wgn, each wg_mb m64 blocks of
+   * wg_n columns from (wg_row0, wg_col0) of the tile */
+  bool wg;
+  int wgm, wgn, wg_mb, wg_n;
+  KExpr *wg_row0, *wg_col0;
 } Gen;
+
+/* Where a thread's accumulators lie in the tile: mi blocks of 16 rows
+ * (mstep apart) from row0, ni blocks of 8 columns from col0, each the
+ * m16n8 layout of mma's C, acc[(mi ni + nj) 4 + 2 h + e] at row g + 8 h,
+ * column 2 t + e of its block.  wgmma's D is the same with a warp's 16
+ * rows of each m64 block. */
+typedef struct AccLayout {
+  KExpr *row0, *col0;
+  int mi, ni, mstep;
+} AccLayout;
+
+/* Whether the tile takes wgmma on sm_90a, and how: its threads as
+ * warpgroups, wgm down M (each a whole number of 64-row m64 blocks) by
+ * wgn across N (each an N of the dl_wgmma_* functions).  f16, bf16 and
+ * s8: tf32 stays on mma.sync, whose fragments are rounded to tf32 after
+ * ldmatrix, where wgmma would read the f32 bits from shared memory. */
+static bool wg_shape(Gen *G) {
+  int wgs = G->threads / 128;
+  if (G->g->tc == KTC_TF32 || G->threads % 128 || G->t.bm < 64) return false;
+  int m = wgs < G->t.bm / 64 ? wgs : G->t.bm / 64;
+  if (wgs % m || (G->t.bm / m) % 64) return false;
+  int n = wgs / m, cols = G->t.bn / n;
+  if (G->t.bn % n || cols < 16 || cols > CG_WGMMA_MAX_N || (cols & (cols - 1))) return false;
+  G->wgm = m, G->wgn = n, G->wg_mb = G->t.bm / m / 64, G->wg_n = cols;
+  return true;
+}
 
 
 static KStmt *unrolled(Kernel *k, KBlock *in, const char *stem, int64_t n, KVar **var) {
@@ -357,6 +392,72 @@ static void compute(Gen *G, KBlock *blk, KExpr *st) {
   }
 }
 
+/* The wgmma work on stage st, one group: each k-step of the stage (32
+ * bytes along K, the start of the rows' descriptors 32 bytes on), each of
+ * the warpgroup's m64 blocks against its wg_n columns.  The stage layout
+ * is already wgmma's 64-byte swizzle (swizzle() above), its rows' base a
+ * multiple of 512 bytes (the stage sizes, 1024-aligned dynamic shared
+ * memory). */
+static void compute_wg(Gen *G, KBlock *blk, KExpr *st) {
+  Kernel *k = G->k;
+  cg_kwg_fence(k, blk);
+  for (int ks = 0; ks < ROW_BYTES / KSTEP; ks++) {
+    KExpr *kel = ki(k, ks * KSTEP / G->es);
+    KExpr *b_at = stage_at(G, 1, st, cg_kadd(k, cg_kmul(k, G->wg_col0, ki(k, G->bk)), kel));
+    for (int mb = 0; mb < G->wg_mb; mb++) {
+      KExpr *row = cg_kadd(k, G->wg_row0, ki(k, 64 * mb));
+      KExpr *a_at = stage_at(G, 0, st, cg_kadd(k, cg_kmul(k, row, ki(k, G->bk)), kel));
+      cg_kwg_mma(k, blk, G->g->tc, G->wg_n, G->acc, ki(k, mb * G->wg_n / 2), G->side[0].sm, a_at, G->side[1].sm, b_at,
+                 NULL);
+    }
+  }
+  cg_kwg_commit(k, blk);
+}
+
+static AccLayout mma_layout(const Gen *G) { return (AccLayout){G->wrow0, G->wcol0, G->mi, G->ni, 16}; }
+
+static AccLayout wg_layout(const Gen *G) {
+  Kernel *k = G->k;
+  KExpr *w = kmod(k, kdiv(k, G->tid, 32), 4);
+  return (AccLayout){cg_kadd(k, G->wg_row0, cg_kmul(k, w, ki(k, 16))), G->wg_col0, G->wg_mb, G->wg_n / 8, 64};
+}
+
+/* The accumulators into the tile cs (f32 or i32, a row cst elements):
+ * [BM][cst] in pairs (8-byte stores), or transposed [BN][cst] element by
+ * element. */
+static void acc_to_tile(Gen *G, KBlock *blk, AccLayout L, KBuf *cs, int64_t cst, bool transposed) {
+  Kernel *k = G->k;
+  KVar *mi, *ni, *h;
+  KBlock *bm_ = &unrolled(k, blk, "mi", L.mi, &mi)->body;
+  KBlock *bn_ = &unrolled(k, bm_, "ni", L.ni, &ni)->body;
+  KBlock *bh = &unrolled(k, bn_, "h", 2, &h)->body;
+  KExpr *gid = kdiv(k, G->lane, 4), *tig = kmod(k, G->lane, 4);
+  KExpr *row = cg_kadd(k, L.row0, cg_kadd(k, cg_kmul(k, kv(k, mi), ki(k, L.mstep)), cg_kadd(k, gid, cg_kmul(k, kv(k, h), ki(k, 8)))));
+  KExpr *col = cg_kadd(k, L.col0, cg_kadd(k, cg_kmul(k, kv(k, ni), ki(k, 8)), cg_kmul(k, tig, ki(k, 2))));
+  KExpr *slot = cg_kadd(k, cg_kmul(k, cg_kadd(k, cg_kmul(k, kv(k, mi), ki(k, L.ni)), kv(k, ni)), ki(k, 4)),
+                        cg_kmul(k, kv(k, h), ki(k, 2)));
+  if (!transposed) {
+    KExpr *pair[2] = {cg_kload(k, G->acc, slot), cg_kload(k, G->acc, cg_kadd(k, slot, ki(k, 1)))};
+    cg_kchunk(k, bh, cs, cg_kadd(k, cg_kmul(k, row, ki(k, cst)), col), pair, 2);
+    return;
+  }
+  KVar *e;
+  KBlock *be = &unrolled(k, bh, "e", 2, &e)->body;
+  cg_kstore(k, be, cs, cg_kadd(k, cg_kmul(k, cg_kadd(k, col, kv(k, e)), ki(k, cst)), row),
+            cg_kload(k, G->acc, cg_kadd(k, slot, kv(k, e))));
+}
+
+/* acc_to_tile by the layout the GPU ran: wgmma's where it did. */
+static void acc_out(Gen *G, KBlock *blk, KBuf *cs, int64_t cst, bool transposed) {
+  if (!G->wg) {
+    acc_to_tile(G, blk, mma_layout(G), cs, cst, transposed);
+    return;
+  }
+  KStmt *wi = cg_kwg_if(G->k, blk);
+  acc_to_tile(G, &wi->body, wg_layout(G), cs, cst, transposed);
+  acc_to_tile(G, &wi->orelse, mma_layout(G), cs, cst, transposed);
+}
+
 /* The m-major epilogue where C's m comes in whole runs of EPI_LANES
  * (nhwc's channels, a multiple of 8): the tile goes to shared memory
  * transposed, [BN][BM + TPAD], and each thread takes EPI_LANES
@@ -375,18 +476,7 @@ static void epilogue_lanes(Gen *G, KBlock *body, KExpr *m0, KExpr *n0) {
   KBuf *cs = cg_kdynshared(k, "Cs", G->acc_t, G->t.bn * cst, 0);
   if (any_async(G)) cg_kcp_wait(k, body, 0);
   cg_kbarrier(k, body);
-  KVar *mi, *ni, *h, *e;
-  KBlock *bm_ = &unrolled(k, body, "mi", G->mi, &mi)->body;
-  KBlock *bn_ = &unrolled(k, bm_, "ni", G->ni, &ni)->body;
-  KBlock *bh = &unrolled(k, bn_, "h", 2, &h)->body;
-  KBlock *be = &unrolled(k, bh, "e", 2, &e)->body;
-  KExpr *gid = kdiv(k, G->lane, 4), *tig = kmod(k, G->lane, 4);
-  KExpr *row = cg_kadd(k, G->wrow0, cg_kadd(k, cg_kmul(k, kv(k, mi), ki(k, 16)), cg_kadd(k, gid, cg_kmul(k, kv(k, h), ki(k, 8)))));
-  KExpr *col = cg_kadd(k, G->wcol0,
-                       cg_kadd(k, cg_kmul(k, kv(k, ni), ki(k, 8)), cg_kadd(k, cg_kmul(k, tig, ki(k, 2)), kv(k, e))));
-  KExpr *slot = cg_kadd(k, cg_kmul(k, cg_kadd(k, cg_kmul(k, kv(k, mi), ki(k, G->ni)), kv(k, ni)), ki(k, 4)),
-                        cg_kadd(k, cg_kmul(k, kv(k, h), ki(k, 2)), kv(k, e)));
-  cg_kstore(k, be, cs, cg_kadd(k, cg_kmul(k, col, ki(k, cst)), row), cg_kload(k, G->acc, slot));
+  acc_out(G, body, cs, cst, true);
   cg_kbarrier(k, body);
   KVar *l = cg_kvar(k, "l", KT_INDEX);
   KStmt *loop = cg_kloop(k, body, l, ki(k, G->t.bm * G->t.bn / (G->threads * EPI_LANES)), KM_SERIAL);
@@ -444,17 +534,7 @@ static void epilogue(Gen *G, KBlock *body, KExpr *m0, KExpr *n0, KExpr *ks, KBuf
   KBuf *cs = cg_kdynshared(k, "Cs", G->acc_t, G->t.bm * cst, 0);
   if (any_async(G)) cg_kcp_wait(k, body, 0);
   cg_kbarrier(k, body);
-  KVar *mi, *ni, *h;
-  KBlock *bm_ = &unrolled(k, body, "mi", G->mi, &mi)->body;
-  KBlock *bn_ = &unrolled(k, bm_, "ni", G->ni, &ni)->body;
-  KBlock *bh = &unrolled(k, bn_, "h", 2, &h)->body;
-  KExpr *gid = kdiv(k, G->lane, 4), *tig = kmod(k, G->lane, 4);
-  KExpr *row = cg_kadd(k, G->wrow0, cg_kadd(k, cg_kmul(k, kv(k, mi), ki(k, 16)), cg_kadd(k, gid, cg_kmul(k, kv(k, h), ki(k, 8)))));
-  KExpr *col = cg_kadd(k, G->wcol0, cg_kadd(k, cg_kmul(k, kv(k, ni), ki(k, 8)), cg_kmul(k, tig, ki(k, 2))));
-  KExpr *slot = cg_kadd(k, cg_kmul(k, cg_kadd(k, cg_kmul(k, kv(k, mi), ki(k, G->ni)), kv(k, ni)), ki(k, 4)),
-                        cg_kmul(k, kv(k, h), ki(k, 2)));
-  KExpr *pair[2] = {cg_kload(k, G->acc, slot), cg_kload(k, G->acc, cg_kadd(k, slot, ki(k, 1)))};
-  cg_kchunk(k, bh, cs, cg_kadd(k, cg_kmul(k, row, ki(k, cst)), col), pair, 2);
+  acc_out(G, body, cs, cst, false);
   cg_kbarrier(k, body);
   KExpr *r, *c, *m, *n;
   KBlock *lb = walk_tile(G, body, m0, n0, &r, &c, &m, &n);
@@ -498,6 +578,65 @@ KExpr *cg_gemm_slices_sum(Kernel *k, KBlock *in, const CgTcGemm *g, KBuf *part, 
   return kv(k, acc);
 }
 
+/* Iteration j loads K tile j into stage j % stages and, from j = d on,
+ * computes tile j - d, in stage (j - d) % stages: the first iterations
+ * are the prologue, with the same loads.  The iterations go stages at a
+ * time, unrolled, so that both stages are constants of the code: every
+ * shared-memory address of a stage (ldmatrix's, cp.async's) is a
+ * register plus an immediate.
+ *
+ * mma.sync: d = stages - 1, so the loads run stages - 1 tiles ahead and
+ * the stage computed is the one loaded next, after the next barrier.
+ *
+ * wgmma (wg): d = stages - 2 (stages >= 3), so that one group stays in
+ * flight across the next barrier: the stage iteration j loads was read
+ * by the group of iteration j - 2, retired (wait_group 1) before j's
+ * barrier, while j - 1's still runs.  Each thread's shared-memory
+ * writes (cp.async, the staged stores) reach wgmma's async proxy by its
+ * fence before that barrier.  The last groups are retired after the
+ * loop. */
+static void main_loop(Gen *G, KBlock *body, KExpr *kt0, bool wg) {
+  Kernel *k = G->k;
+  int stages = G->t.stages, d = wg ? stages - 2 : stages - 1;
+  if (d < 1) dl_internal(k->ctx, "tensor-core main loop of %d stages", stages);
+  int64_t iters = G->kt_split + d;
+  /* the zeros become opaque values before the loop: otherwise the
+   * compiler writes them into the first wgmma's registers after its
+   * fence, and ptxas then inserts fences of its own (C7519) */
+  if (wg) cg_kwg_acc_each(k, body, G->acc, G->t.bm * G->t.bn / G->threads);
+  KVar *q = cg_kvar(k, "q", KT_INDEX), *u;
+  KBlock *qb = &cg_kloop(k, body, q, ki(k, cg_cdiv(iters, stages)), KM_SERIAL)->body;
+  KBlock *lb = &unrolled(k, qb, "u", stages, &u)->body;
+  KExpr *j = ilet(k, lb, "j", cg_kadd(k, cg_kmul(k, kv(k, q), ki(k, stages)), kv(k, u)));
+  if (iters % stages) lb = &cg_kif(k, lb, klt(k, j, ki(k, iters)))->body;
+  if (wg) cg_kwg_wait(k, lb, 1);
+  /* tile j - d complete: of the tiles committed, up to j - 1, d - 1 may pend */
+  if (any_async(G)) cg_kcp_wait(k, lb, d - 1);
+  if (wg) cg_kproxy_fence(k, lb);
+  cg_kbarrier(k, lb);
+  KExpr *nk = ilet(k, lb, "nk", cg_kadd(k, kt0, j)), *stw = kv(k, u);
+  for (int s = 0; s < 2; s++)
+    if (async_side(&G->side[s])) issue_async(G, lb, s, nk, stw);
+  if (any_async(G)) cg_kcp_commit(k, lb);
+  for (int s = 0; s < 2; s++)
+    if (G->side[s].vec)
+      fetch_chunks(G, lb, s, nk);
+    else if (!G->side[s].gbuf)
+      fetch(G, lb, s, nk);
+  KBlock *cb = &cg_kif(k, lb, cg_kcmp(k, KC_GE, j, ki(k, d)))->body;
+  KExpr *stc = kmod(k, cg_kadd(k, kv(k, u), ki(k, stages - d)), stages);
+  if (wg)
+    compute_wg(G, cb, stc);
+  else
+    compute(G, cb, stc);
+  for (int s = 0; s < 2; s++)
+    if (!async_side(&G->side[s])) put(G, lb, s, stw);
+  if (wg) {
+    cg_kwg_wait(k, body, 0);
+    cg_kwg_acc_each(k, body, G->acc, G->t.bm * G->t.bn / G->threads);
+  }
+}
+
 void cg_tc_gemm(CgBuild *b, const CgTcGemm *g) {
   Ctx *c = cg_build_ctx(b);
   Gen G0 = {.b = b, .g = g}, *G = &G0;
@@ -517,6 +656,10 @@ void cg_tc_gemm(CgBuild *b, const CgTcGemm *g) {
   G->mi = G->wtm / 16, G->ni = G->wtn / 8;
   G->kt_n = cg_cdiv(g->k, G->bk);
   G->kt_split = cg_cdiv(G->kt_n, G->t.split);
+  /* wgmma keeps a group in flight past a barrier: a stage more than the
+   * loads need (main_loop) */
+  G->wg = !cg_options(b)->no_wgmma && wg_shape(G);
+  if (G->wg && G->t.stages < 3) G->t.stages = 3;
   const char *what = arena_printf(&c->arena, "%s, tensor cores %s %dx%dx%d, %d stages%s", g->what, cg_tc_name(g->tc),
                                   G->t.bm, G->t.bn, G->bk, G->t.stages,
                                   G->t.split > 1 ? arena_printf(&c->arena, ", split-K %d", G->t.split) : "");
@@ -563,6 +706,12 @@ void cg_tc_gemm(CgBuild *b, const CgTcGemm *g) {
   KExpr *warp = ilet(k, body, "warp", kdiv(k, G->tid, 32));
   G->wrow0 = ilet(k, body, "wr", cg_kmul(k, kdiv(k, warp, G->t.wn), ki(k, G->wtm)));
   G->wcol0 = ilet(k, body, "wc", cg_kmul(k, kmod(k, warp, G->t.wn), ki(k, G->wtn)));
+  if (G->wg) {
+    k->what = arena_printf(&c->arena, "%s, wgmma %dx%d on sm_90a", what, G->wg_mb * 64, G->wg_n);
+    KExpr *wgi = ilet(k, body, "wgi", kdiv(k, G->tid, 128));
+    G->wg_row0 = ilet(k, body, "wgr", cg_kmul(k, kdiv(k, wgi, G->wgn), ki(k, G->t.bm / G->wgm)));
+    G->wg_col0 = ilet(k, body, "wgc", cg_kmul(k, kmod(k, wgi, G->wgn), ki(k, G->wg_n)));
+  }
   KExpr *m0 = ilet(k, body, "m0", cg_kmul(k, kv(k, bm), ki(k, G->t.bm)));
   KExpr *n0 = ilet(k, body, "n0", cg_kmul(k, kv(k, bn), ki(k, G->t.bn)));
   KVar *z;
@@ -572,33 +721,13 @@ void cg_tc_gemm(CgBuild *b, const CgTcGemm *g) {
   setup_side(G, body, 1, n0);
   lane_rows(G, body);
 
-  /* Iteration j loads K tile j into stage j % stages and, from j =
-   * stages - 1 on, computes tile j - (stages - 1), in stage (j + 1) %
-   * stages: the first iterations are the prologue, with the same loads.
-   * The iterations go stages at a time, unrolled, so that both stages
-   * are constants of the code: every shared-memory address of a stage
-   * (ldmatrix's, cp.async's) is a register plus an immediate. */
-  int64_t iters = G->kt_split + stages - 1;
-  KVar *q = cg_kvar(k, "q", KT_INDEX), *u;
-  KBlock *qb = &cg_kloop(k, body, q, ki(k, cg_cdiv(iters, stages)), KM_SERIAL)->body;
-  KBlock *lb = &unrolled(k, qb, "u", stages, &u)->body;
-  KExpr *j = ilet(k, lb, "j", cg_kadd(k, cg_kmul(k, kv(k, q), ki(k, stages)), kv(k, u)));
-  if (iters % stages) lb = &cg_kif(k, lb, klt(k, j, ki(k, iters)))->body;
-  if (any_async(G)) cg_kcp_wait(k, lb, stages - 2);
-  cg_kbarrier(k, lb);
-  KExpr *nk = ilet(k, lb, "nk", cg_kadd(k, kt0, j)), *stw = kv(k, u);
-  for (int s = 0; s < 2; s++)
-    if (async_side(&G->side[s])) issue_async(G, lb, s, nk, stw);
-  if (any_async(G)) cg_kcp_commit(k, lb);
-  for (int s = 0; s < 2; s++)
-    if (G->side[s].vec)
-      fetch_chunks(G, lb, s, nk);
-    else if (!G->side[s].gbuf)
-      fetch(G, lb, s, nk);
-  KBlock *cb = &cg_kif(k, lb, cg_kcmp(k, KC_GE, j, ki(k, stages - 1)))->body;
-  compute(G, cb, kmod(k, cg_kadd(k, kv(k, u), ki(k, 1)), stages));
-  for (int s = 0; s < 2; s++)
-    if (!async_side(&G->side[s])) put(G, lb, s, stw);
+  if (G->wg) {
+    KStmt *wi = cg_kwg_if(k, body);
+    main_loop(G, &wi->body, kt0, true);
+    main_loop(G, &wi->orelse, kt0, false);
+  } else {
+    main_loop(G, body, kt0, false);
+  }
 
   RtRef part = {0};
   KBuf *pb = NULL;

@@ -110,6 +110,7 @@ static const char usage[] =
     "                     cores, operands rounded to tf32 (PyTorch's allow_tf32)\n"
     "                     (10 fraction bits; docs/tensorcores.md); default: exact f32\n"
     "  --no-tensor-cores  f16, bf16 and int8 convolutions on the FMA kernel too\n"
+    "  --no-wgmma         tensor-core kernels on mma.sync alone, also on sm_90a\n"
     "  --no-nhwc          convolutions stay NCHW: no channels-last regions for the\n"
     "                     tensor cores (docs/passes.md, nhwc)\n"
     "  --no-gemm-batch    linears of one input as one GEMM each, not one batched GEMM\n"
@@ -167,7 +168,8 @@ static const char usage_library[] =
     "                     (or FILE.safetensors, written beside it) at open; the\n"
     "                     environment variable DLCC_WEIGHTS names another\n"
     "  --arch=sm_80,sm_90 precompile the kernels for these GPUs, cubin and PTX each\n"
-    "                     (default sm_90; none: only the CUDA source)\n"
+    "                     (default sm_90a: the H100/H200's, with wgmma, and portable\n"
+    "                     compute_90 PTX; none: only the CUDA source)\n"
     "  --save-temps       keep the generated C and its blobs\n"
     "  --onnx-support     list the ONNX ops that import, with their limits\n"
     "  --help             show this text\n"
@@ -215,6 +217,7 @@ int driver_pass_option(const char *arg, PassOptions *po) {
       {"--no-vectorize", offsetof(PassOptions, no_vectorize)},
       {"--tf32", offsetof(PassOptions, tf32)},
       {"--no-tensor-cores", offsetof(PassOptions, no_tensor_cores)},
+      {"--no-wgmma", offsetof(PassOptions, no_wgmma)},
       {"--no-nhwc", offsetof(PassOptions, no_nhwc)},
       {"--no-gemm-batch", offsetof(PassOptions, no_gemm_batch)},
       {"--no-split-keys", offsetof(PassOptions, no_split_keys)},
@@ -272,6 +275,7 @@ CgOptions driver_cg_options(const PassOptions *po) {
                      .no_vectorize = po->no_vectorize,
                      .tf32 = po->tf32,
                      .no_tensor_cores = po->no_tensor_cores,
+                     .no_wgmma = po->no_wgmma,
                      .no_gemm_batch = po->no_gemm_batch,
                      .no_split_keys = po->no_split_keys,
                      .no_split_k = po->no_split_k,
@@ -868,7 +872,7 @@ int main(int argc, char **argv) {
 #endif
   if (opt.n_archs < 0) {
     opt.n_archs = 0;
-    if (!(opt.archs[opt.n_archs++] = strdup("sm_90"))) {
+    if (!(opt.archs[opt.n_archs++] = strdup("sm_90a"))) {
       fputs("dlcc: error: out of memory\n", stderr);
       return 1;
     }

@@ -236,6 +236,23 @@ static bool refuse(Bounds *b, const Node *n, int i, int a, const char *why) {
   return false;
 }
 
+/* The nodes made[0 .. n) (constants declared, the rest with operands
+ * set) completed and inserted in order before `before` (NULL: at the
+ * end), each under like's guard and outside the walk's bounds. */
+static void place_new(Graph *g, const Node *like, Node **made, int n, Node *before) {
+  char err[256];
+  for (int k = 0; k < n; k++) {
+    if (made[k]->op != OP_CONST && (!ir_fill_defaults(g, made[k], err, sizeof err) || !ir_infer(made[k], err, sizeof err)))
+      dl_internal(g->ctx, "bounds: a bad %s: %s", ir_ops[made[k]->op].name, err);
+    made[k]->guard = like->guard;
+    made[k]->out[0].id = -1; /* not the walk's: no bound */
+    if (before)
+      ir_insert_before(g, before, made[k]);
+    else
+      ir_append(g, made[k]);
+  }
+}
+
 /* Operand i of n with its padded rows set to fill (iota < count, a
  * where): a gather's indices (0: whatever the model did to the padding
  * could be out of range and fail the run), or what a reduction over the
@@ -258,15 +275,7 @@ static void mask_operand(Bounds *b, Node *n, int i, Bound bd, double fill) {
   ir_set_float(g, pad, "value", fill);
   ir_declare(pad, &(TensorType){.dtype = v->type.dtype, .rank = 0});
   Node *pick = ir_node_new(g, OP_WHERE, 3, (Value *[]){&lt->out[0], v, &pad->out[0]}, loc);
-  char err[256];
-  Node *made[] = {iota, lt, pad, pick};
-  for (int k = 0; k < 4; k++) {
-    if (made[k]->op != OP_CONST && (!ir_fill_defaults(g, made[k], err, sizeof err) || !ir_infer(made[k], err, sizeof err)))
-      dl_internal(g->ctx, "bounds: a bad %s: %s", ir_ops[made[k]->op].name, err);
-    made[k]->guard = n->guard;
-    made[k]->out[0].id = -1; /* not the walk's: no bound */
-    ir_insert_before(g, n, made[k]);
-  }
+  place_new(g, n, (Node *[]){iota, lt, pad, pick}, 4, n);
   n->in[i] = &pick->out[0];
 }
 
@@ -289,19 +298,7 @@ static void mean_over_count(Bounds *b, Node *n, Bound bd) {
   ir_declare(scale, &(TensorType){.dtype = dt, .rank = 0});
   Node *times = ir_node_new(g, OP_MUL, 2, (Value *[]){&count->out[0], &scale->out[0]}, loc);
   Node *div = ir_node_new(g, OP_DIV, 2, (Value *[]){&n->out[0], &times->out[0]}, loc);
-  char err[256];
-  Node *made[] = {count, scale, times, div};
-  Node *after = n->next;
-  for (int k = 0; k < 4; k++) {
-    if (made[k]->op != OP_CONST && (!ir_fill_defaults(g, made[k], err, sizeof err) || !ir_infer(made[k], err, sizeof err)))
-      dl_internal(g->ctx, "bounds: a bad %s: %s", ir_ops[made[k]->op].name, err);
-    made[k]->guard = n->guard;
-    made[k]->out[0].id = -1; /* not the walk's: no bound */
-    if (after)
-      ir_insert_before(g, after, made[k]);
-    else
-      ir_append(g, made[k]);
-  }
+  place_new(g, n, (Node *[]){count, scale, times, div}, 4, n->next);
   ir_replace_uses(g, &n->out[0], &div->out[0]);
   div->in[0] = &n->out[0];
 }

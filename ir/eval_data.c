@@ -375,7 +375,7 @@ static int by_key(const void *a, const void *b) {
 /* Element i of t as a key ordered as the values are and equal exactly
  * when they are: integers exact (no rounding through a double above
  * 2^53), -0.0 as 0.0, every NaN one key above +inf (NumPy's unique
- * merges NaNs). */
+ * merges NaN values; eval_unique keeps rows with one apart). */
 static uint64_t value_key(const Tensor *t, int64_t i) {
   const void *at = (const char *)t->data + (size_t)i * (size_t)ir_dtype_size(t->type.dtype);
   const uint64_t sign = 1ull << 63;
@@ -431,7 +431,10 @@ static void sort_rows(const uint64_t *keys, int64_t m, int64_t *at, int64_t *tmp
 
 /* By sorting rows by their elements' keys (the kernel, in one thread,
  * selects instead): groups of equal rows in sorted order, then,
- * unsorted, by first place.  A 1-d x is rows of one. */
+ * unsorted, by first place.  A 1-d x is rows of one, its NaNs one value;
+ * a row of a 2-d x with a NaN equals no other (NumPy's unique(axis=...)
+ * compares rows element by element, and NaN != NaN), and the stable sort
+ * keeps such rows of equal keys in their order. */
 bool eval_unique(Eval *e, const Node *n, const Tensor *x, Tensor *outs) {
   int64_t rows = x->type.dims[0], m = x->type.rank == 2 ? x->type.dims[1] : 1, distinct = 0;
   uint64_t *keys = malloc(sizeof *keys * (size_t)(rows * m + 1));
@@ -448,8 +451,10 @@ bool eval_unique(Eval *e, const Node *n, const Tensor *x, Tensor *outs) {
   sort_rows(keys, m, at, tmp, rows);
   /* g[k]: the k-th distinct row's first place (as its key) and its
    * group in sorted order */
+  bool rows_apart = x->type.rank == 2 && ir_dtype_is_float(x->type.dtype);
   for (int64_t i = 0; i < rows; i++) {
     bool fresh = i == 0 || memcmp(keys + at[i] * m, keys + at[i - 1] * m, sizeof *keys * (size_t)m) != 0;
+    for (int64_t c = 0; rows_apart && !fresh && c < m; c++) fresh = keys[at[i] * m + c] == UINT64_MAX;
     if (fresh) g[distinct] = (Place){(uint64_t)at[i], distinct}, distinct++;
     counts[distinct - 1]++;
     group[at[i]] = distinct - 1;

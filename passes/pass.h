@@ -94,6 +94,7 @@ typedef struct PassOptions {
   bool no_vectorize;        /* --no-vectorize: codegen's float4 pass off */
   bool tf32;                /* --tf32: codegen's f32 convolutions on tensor cores */
   bool no_tensor_cores;     /* --no-tensor-cores: codegen's convolutions on FMA only */
+  bool no_wgmma;            /* --no-wgmma: codegen's tensor-core GEMMs on mma.sync alone */
   bool no_nhwc;             /* --no-nhwc: the nhwc pass leaves every convolution NCHW */
   bool no_gemm_batch;       /* --no-gemm-batch: codegen's linears one GEMM each */
   bool no_split_keys;       /* --no-split-keys: attention's keys in one block a query block */

@@ -3,6 +3,7 @@
  * the reason none could be opened. */
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "device.h"
@@ -37,6 +38,11 @@ void rt_device_close(RtDevice *d) {
 }
 
 const char *rt_device_error(const RtDevice *d) { return d ? d->error : "no device"; }
+
+bool rt_env_on(const char *name) {
+  const char *v = getenv(name);
+  return v && *v && strcmp(v, "0") != 0;
+}
 
 int rt_device_fail(RtDevice *d, const char *fmt, ...) {
   if (d->broken) return -1;

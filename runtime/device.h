@@ -133,6 +133,9 @@ void rt_device_close(RtDevice *d);
 const char *rt_device_error(const RtDevice *d);
 /* Records a formatted message (first error wins while broken). */
 int rt_device_fail(RtDevice *d, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Whether the environment switch name is on: set, not empty, not "0"
+ * (DLCC_NO_GRAPHS=1 and the like). */
+bool rt_env_on(const char *name);
 
 /* The emu contract with codegen: for every kernel NAME in the source,
  * codegen also emits, inside #ifdef DLCC_EMU,

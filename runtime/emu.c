@@ -73,6 +73,8 @@ enum {
   MAX_DYN_SHARED = 227 * 1024, /* the most shared memory a block can have (sm_90) */
   MAX_DYN_NAMES = 16,
   MAX_CP_PENDING = 4096, /* cp.async copies one thread may have in flight */
+  MAX_WG_PENDING = 1024, /* wgmma operations one thread may have in flight */
+  WG_ARG_BYTES = 64,     /* what one carries (the header's __DlccWgOp) */
   /* The modelled GPU (sm_90, an H200) for cooperative launches: a grid
    * must fit on it at once, as cuLaunchCooperativeKernel demands. */
   GPU_SMS = 132,
@@ -103,6 +105,23 @@ typedef struct CpCopy {
   unsigned size, src_bytes, group; /* group 0: not committed yet */
 } CpCopy;
 
+/* One wgmma.mma_async of one thread, waiting for the dl_wgmma_wait that
+ * retires its group: the header's function and a copy of its operands. */
+typedef struct WgOp {
+  void (*run)(const void *arg);
+  unsigned group; /* 0: not committed yet */
+  _Alignas(16) unsigned char arg[WG_ARG_BYTES];
+} WgOp;
+
+/* One thread's wgmma operations not yet complete, in the order issued
+ * (committed groups numbered 1, 2, ... before the uncommitted), and
+ * whether it has fenced since its last commit. */
+typedef struct WgQueue {
+  WgOp *ops;
+  unsigned n, cap, groups;
+  bool fenced;
+} WgQueue;
+
 /* One thread's cp.async copies not yet complete, in the order issued, so
  * that committed ones (groups numbered 1, 2, ... in commit order) come
  * before the uncommitted. */
@@ -128,6 +147,7 @@ typedef struct Fiber {
   const void *xin;
   void *xout;
   CpQueue cp;
+  WgQueue wg;
 #ifdef EMU_TSAN
   void *tsan;
 #endif
@@ -459,6 +479,66 @@ static void hook_cp_async_wait(DlccEmuEnv *e, unsigned n) {
   }
 }
 
+/* ---- wgmma (sm_90a): each thread's operations wait in its queue until
+ * the dl_wgmma_wait that retires their group; the header's run computes
+ * the thread's own accumulators then, from shared memory as it is then,
+ * as the hardware may read it any time before that wait. ---- */
+
+static void hook_wg_fence(DlccEmuEnv *e) {
+  Sched *s = e->sched;
+  s->fibers[s->cur].wg.fenced = true;
+}
+
+static void hook_wg_op(DlccEmuEnv *e, void (*run)(const void *), const void *arg, unsigned size, const char *name,
+                       unsigned line) {
+  Sched *s = e->sched;
+  WgQueue *q = &s->fibers[s->cur].wg;
+  /* The ISA asks for wgmma.fence before the first wgmma.mma_async and
+   * after any other access to its registers; dlcc's rule is stricter and
+   * simple to check: every group opens with a fence. */
+  if (!q->fenced)
+    thread_fail(s, "%s at line %u: no dl_wgmma_fence since the last dl_wgmma_commit (wgmma.fence must come before "
+                   "a group's first wgmma.mma_async)",
+                name, line);
+  if (size > WG_ARG_BYTES) thread_fail(s, "%s at line %u: %u bytes of operands, more than %u", name, line, size,
+                                       (unsigned)WG_ARG_BYTES);
+  if (q->n == MAX_WG_PENDING)
+    thread_fail(s, "%u wgmma operations in flight: a dl_wgmma_commit or dl_wgmma_wait is missing",
+                (unsigned)MAX_WG_PENDING);
+  if (q->n == q->cap) {
+    unsigned cap = q->cap ? 2 * q->cap : 16;
+    WgOp *o = realloc(q->ops, sizeof *o * cap);
+    if (!o) thread_fail(s, "out of host memory for wgmma operations");
+    q->ops = o, q->cap = cap;
+  }
+  WgOp *o = &q->ops[q->n++];
+  o->run = run, o->group = 0;
+  memcpy(o->arg, arg, size);
+}
+
+static void hook_wg_commit(DlccEmuEnv *e) {
+  Sched *s = e->sched;
+  WgQueue *q = &s->fibers[s->cur].wg;
+  q->groups++; /* an empty group too */
+  for (unsigned i = q->n; i-- && !q->ops[i].group;) q->ops[i].group = q->groups;
+  q->fenced = false;
+}
+
+/* Runs groups 1 .. groups - n, oldest first: a prefix of the queue.  An
+ * op that fails never returns, so the queue is trimmed before each. */
+static void hook_wg_wait(DlccEmuEnv *e, unsigned n) {
+  Sched *s = e->sched;
+  WgQueue *q = &s->fibers[s->cur].wg;
+  if (q->groups <= n) return;
+  unsigned last = q->groups - n;
+  while (q->n && q->ops[0].group && q->ops[0].group <= last) {
+    WgOp op = q->ops[0];
+    q->n--;
+    memmove(q->ops, q->ops + 1, sizeof *q->ops * q->n);
+    op.run(op.arg);
+  }
+}
+
 /* The hooks of a kernel the plan calls barrier-free: running its threads
  * one after another would make every barrier wrong, so say so. */
 static void nobar_syncthreads(DlccEmuEnv *e) {
@@ -482,6 +562,23 @@ static void nobar_warp_collective(DlccEmuEnv *e, const DlccEmuCollective *op, co
   thread_fail(s, "kernel %s uses %s (line %u) but the plan says it has no barriers", s->kernel, op->name, op->line);
 }
 
+static void nobar_wg_fence(DlccEmuEnv *e) {
+  Sched *s = e->sched;
+  thread_fail(s, "kernel %s uses wgmma but the plan says it has no barriers", s->kernel);
+}
+
+static void nobar_wg_op(DlccEmuEnv *e, void (*run)(const void *), const void *arg, unsigned size, const char *name,
+                        unsigned line) {
+  (void)run, (void)arg, (void)size;
+  Sched *s = e->sched;
+  thread_fail(s, "kernel %s uses %s (line %u) but the plan says it has no barriers", s->kernel, name, line);
+}
+
+static void nobar_wg_wait(DlccEmuEnv *e, unsigned n) {
+  (void)n;
+  nobar_wg_fence(e);
+}
+
 static void fiber_entry(void) {
   Sched *s = emu_running;
 #ifdef EMU_ASAN
@@ -492,6 +589,8 @@ static void fiber_entry(void) {
   f->state = F_DONE;
   if (!s->n_done++) s->first_done = f->linear;
   if (s->n_block_wait) thread_fail(s, "exited while others wait at __syncthreads (undefined in CUDA)");
+  /* Its accumulators would be lost: a wait is missing. */
+  if (f->wg.n) thread_fail(s, "exited with %u wgmma operations no dl_wgmma_wait completed", f->wg.n);
   unsigned base = f->linear & ~31u, exist = warp_lanes(s, f->linear);
   for (unsigned l = 0; l < 32; l++) {
     Fiber *g = &s->fibers[base + l];
@@ -550,6 +649,7 @@ static void block_start(Sched *s) {
     makecontext(&f->ctx, fiber_entry, 0);
     f->state = F_READY;
     f->cp.n = f->cp.groups = 0; /* copies a thread never waited for die with its block */
+    f->wg.n = f->wg.groups = 0, f->wg.fenced = false;
   }
   s->dirty = false;
   s->n_done = s->n_block_wait = s->n_grid_wait = 0;
@@ -773,6 +873,10 @@ static int emu_launch(RtDevice *d, RtModule *m, const RtLaunch *l, const void *c
       .cp_async = hook_cp_async,
       .cp_async_commit = hook_cp_async_commit,
       .cp_async_wait = hook_cp_async_wait,
+      .wg_fence = k->uses_barriers ? hook_wg_fence : nobar_wg_fence,
+      .wg_op = k->uses_barriers ? hook_wg_op : nobar_wg_op,
+      .wg_commit = k->uses_barriers ? hook_wg_commit : nobar_wg_fence,
+      .wg_wait = k->uses_barriers ? hook_wg_wait : nobar_wg_wait,
       .grid_sync = k->cooperative ? hook_grid_sync : nocoop_grid_sync,
       .sched = s,
   };
@@ -1253,7 +1357,7 @@ static char *dynamic_shared_unit(const char *src) {
   if (!text) return NULL;
   text[0] = 0;
   for (int i = 0; i < n; i++)
-    o += (size_t)snprintf(text + o, cap - o, "thread_local __attribute__((aligned(16))) unsigned char %s[%u];\n",
+    o += (size_t)snprintf(text + o, cap - o, "thread_local __attribute__((aligned(1024))) unsigned char %s[%u];\n",
                           names[i], (unsigned)MAX_DYN_SHARED);
   return text;
 }
@@ -1464,6 +1568,7 @@ static void emu_destroy(RtDevice *d) {
   for (unsigned i = 0; i < e->sched.cap; i++) {
     munmap(e->sched.fibers[i].map, FIBER_STACK + page);
     free(e->sched.fibers[i].cp.copies);
+    free(e->sched.fibers[i].wg.ops);
 #ifdef EMU_TSAN
     __tsan_destroy_fiber(e->sched.fibers[i].tsan);
 #endif
@@ -1548,9 +1653,12 @@ RtDevice *rt_emu_open(char *err, size_t errlen) {
   const char *extra = getenv("DLCC_EMU_CXXFLAGS");
   if (extra && *extra) {
     e->extra_text = strdup(extra);
-    e->n_extra_words = e->extra_text ? split_words(e->extra_text, e->extra_words, MAX_CXX_WORDS) : 0;
+    e->n_extra_words = e->extra_text ? split_words(e->extra_text, e->extra_words, MAX_CXX_WORDS - 1) : 0;
     if (e->n_extra_words < 0) e->n_extra_words = 0;
   }
+  /* as the cuda device's NVRTC target (docs/runtime.md): the kernels'
+   * mma.sync side, what every GPU but sm_90a runs */
+  if (rt_env_on("DLCC_NO_WGMMA")) e->extra_words[e->n_extra_words++] = (char *)"-DDLCC_EMU_NO_WGMMA";
   if (!find_header(e->header, sizeof e->header)) {
     open_fail(e, err, errlen, "emu: dlcc_emu.h not found: set DLCC_EMU_HEADER");
     return NULL;

@@ -346,9 +346,8 @@ static DlrtStatus open_on_device(DlrtModel *m, const RtPlan *plan, RtDevice *dev
     goto fail;
   m->init_dirty = true;
   const char *off = getenv("DLCC_NO_GRAPHS");
-  m->graphs = dev->ops->capture_begin && !(off && *off && strcmp(off, "0"));
-  const char *no_sides = getenv("DLCC_NO_SIDE_STREAMS");
-  m->side_streams = !(no_sides && *no_sides && strcmp(no_sides, "0"));
+  m->graphs = dev->ops->capture_begin && !rt_env_on("DLCC_NO_GRAPHS");
+  m->side_streams = !rt_env_on("DLCC_NO_SIDE_STREAMS");
   if (!dev->ops->capture_begin)
     snprintf(m->graph_note, sizeof m->graph_note, "the %s device cannot capture graphs", dev->ops->name);
   else if (!m->graphs)

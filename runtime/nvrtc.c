@@ -475,9 +475,11 @@ static void nvrtc_version(int *major, int *minor) {
 
 /* A cubin runs only on its own arch (sm_90 on 9.0), so a GPU newer than
  * this NVRTC gets PTX of an older virtual arch, which the driver JITs:
- * slower to load, still correct.  "sm_90a" (wgmma, setmaxnreg) is never
- * chosen here: its cubins run on 9.0 alone and the kernels need none of
- * it yet. */
+ * slower to load, still correct.  A 9.0 GPU gets "sm_90a": sm_90 and the
+ * features of exactly that GPU (wgmma), which kernels take under
+ * __CUDA_ARCH_FEAT_SM90_ALL; the cubin runs on 9.0 alone, which is the
+ * GPU it is compiled for.  DLCC_NO_WGMMA=1 in the environment keeps
+ * plain sm_90. */
 int rt_nvrtc_target(int cc, char *arch, size_t len, char *err, size_t errlen) {
   int n = 0;
   int *archs = NULL;
@@ -496,7 +498,9 @@ int rt_nvrtc_target(int cc, char *arch, size_t len, char *err, size_t errlen) {
   }
   free(archs);
   if (exact) {
-    snprintf(arch, len, "sm_%d", cc);
+    /* DLCC_NO_WGMMA=1: plain sm_90, whose kernels take their mma.sync
+     * side: to compare, or to get around a wgmma fault, with no rebuild */
+    snprintf(arch, len, "sm_%d%s", cc, cc == 90 && !rt_env_on("DLCC_NO_WGMMA") ? "a" : "");
     return 0;
   }
   if (best < 0) {

@@ -164,7 +164,8 @@ const char *rt_nvrtc_last_note(void);
  * architecture=sm_90 -I/usr/local/cuda/include ..."), in buf. */
 void rt_nvrtc_options_text(const char *arch, char *buf, size_t len);
 /* What to ask NVRTC for on a GPU of compute capability cc (90 for 9.0):
- * "sm_90" (a cubin) when this NVRTC knows the arch, else "compute_NN"
+ * "sm_NN" (a cubin; "sm_90a" on 9.0, for wgmma) when this NVRTC knows
+ * the arch, else "compute_NN"
  * (PTX for the driver to JIT) for the newest arch it knows below cc.
  * 0, or -1 with a message when it knows none at or below cc. */
 int rt_nvrtc_target(int cc, char *arch, size_t len, char *err, size_t errlen);

@@ -234,6 +234,132 @@ static const char MMA_KERNELS[] =
     "  if (how == 5) dl_cp_async16(&s[0][0], &s[1][0], 16); // @cp_from_shared\n"
     "  if (how == 6) r[0] = dl_smem_addr(gmem); // @smem_addr\n"
     "}\n"
+    /* wgmma (sm_90a): D (64 x N) = A (64 x K) B (N x K)^T + C, one
+     * warpgroup, A and B K-major in shared memory as PTX's "Shared Memory
+     * Matrix Layout" places them: kind 0 f16, 1 bf16, 2 tf32, 3 s8;
+     * kbytes of K per row (a multiple of 32: one instruction each); swz
+     * 0 (core matrices: the next 16 bytes of K 128 bytes on, the next 8
+     * rows after all of K's), 32, 64 or 128 (K in blocks of swz bytes,
+     * each rows x swz, the 16-byte chunks of row r XORed with (r % 8)
+     * swz / 128).  depth 2 keeps one group in flight (wait_group 1);
+     * zero_first makes the first instruction ignore C (scale-d 0).
+     * wrong: 1 stores D before the last wait, 2 overwrites A with zeros
+     * (after a barrier) while the last group may still read it.  Elsewhere than sm_90a it
+     * traps. */
+    "#if defined(__CUDA_ARCH_FEAT_SM90_ALL) || defined(DLCC_EMU)\n"
+    "#define WG_MMA(N) \\\n"
+    "  __device__ __forceinline__ void wg_mma(float (&acc)[N / 2], int kind, unsigned long long da, \\\n"
+    "                                         unsigned long long db, int accumulate) { \\\n"
+    "    if (kind == 0) dl_wgmma_f16_n##N(acc, da, db, accumulate); \\\n"
+    "    else if (kind == 1) dl_wgmma_bf16_n##N(acc, da, db, accumulate); \\\n"
+    "    else dl_wgmma_tf32_n##N(acc, da, db, accumulate); \\\n"
+    "  } \\\n"
+    "  __device__ __forceinline__ void wg_mma(int (&acc)[N / 2], int kind, unsigned long long da, \\\n"
+    "                                         unsigned long long db, int accumulate) { \\\n"
+    "    dl_wgmma_s8_n##N(acc, da, db, accumulate); \\\n"
+    "  }\n"
+    "WG_MMA(16) WG_MMA(32) WG_MMA(64) WG_MMA(128) WG_MMA(256)\n"
+    "#undef WG_MMA\n"
+    "__device__ int wg_place(int r, int kb, int rows, int kbytes, int swz) {\n"
+    "  if (!swz) return (r / 8) * (kbytes / 16 * 128) + (kb / 16) * 128 + (r % 8) * 16 + kb % 16;\n"
+    "  int c = kb % swz / 16, cs = c ^ ((r % 8) * swz / 128) % (swz / 16);\n"
+    "  return kb / swz * rows * swz + r * swz + cs * 16 + kb % 16;\n"
+    "}\n"
+    "__device__ unsigned long long wg_desc(const unsigned char *tile, int rows, int kbytes, int swz, int kb) {\n"
+    "  unsigned base = dl_smem_addr(tile);\n"
+    "  if (!swz) return dl_wgmma_desc(base + kb / 16 * 128, 128, kbytes / 16 * 128, 0);\n"
+    "  return dl_wgmma_desc(base + kb / swz * rows * swz + kb % swz, 16, 8 * swz, swz);\n"
+    "}\n"
+    "template <typename T, int N>\n"
+    "__device__ void wg_gemm(int kind, const unsigned char *A, const unsigned char *B, const T *C, T *D, int kbytes,\n"
+    "                        int swz, int depth, int zero_first, int wrong, unsigned char *as, unsigned char *bs) {\n"
+    "  int tid = threadIdx.x, w = tid / 32, lane = tid % 32, g = lane >> 2, t = lane % 4;\n"
+    "  for (int i = tid; i < 64 * kbytes; i += 128) as[wg_place(i / kbytes, i % kbytes, 64, kbytes, swz)] = A[i];\n"
+    "  for (int i = tid; i < N * kbytes; i += 128) bs[wg_place(i / kbytes, i % kbytes, N, kbytes, swz)] = B[i];\n"
+    "  dl_fence_proxy_async();\n"
+    "  __syncthreads();\n"
+    "  T acc[N / 2];\n"
+    "#pragma unroll\n"
+    "  for (int i = 0; i < N / 2; i++) acc[i] = C[(16 * w + g + 8 * ((i % 4) / 2)) * N + 8 * (i / 4) + 2 * t + i % 2];\n"
+    "  for (int kb = 0; kb < kbytes; kb += 32) {\n"
+    "    dl_wgmma_fence();\n"
+    "    wg_mma(acc, kind, wg_desc(as, 64, kbytes, swz, kb), wg_desc(bs, N, kbytes, swz, kb), kb > 0 || !zero_first); // @wg_mma\n"
+    "    dl_wgmma_commit();\n"
+    "    if (depth == 1) dl_wgmma_wait<0>();\n"
+    "    else dl_wgmma_wait<1>();\n"
+    "  }\n"
+    "  if (wrong == 2) {\n"
+    "    __syncthreads();\n"
+    "    for (int i = tid; i < 64 * kbytes; i += 128) as[i] = 0;\n"
+    "  }\n"
+    "  if (wrong != 1) dl_wgmma_wait<0>();\n"
+    "#pragma unroll\n"
+    "  for (int i = 0; i < N / 2; i++) {\n"
+    "    dl_wgmma_fence_operand(acc[i]);\n"
+    "    D[(16 * w + g + 8 * ((i % 4) / 2)) * N + 8 * (i / 4) + 2 * t + i % 2] = acc[i];\n"
+    "  }\n"
+    "  if (wrong == 1) dl_wgmma_wait<0>();\n"
+    "}\n"
+    "template <typename T>\n"
+    "__device__ void wg_gemm_n(int kind, const unsigned char *A, const unsigned char *B, const T *C, T *D, int N,\n"
+    "                          int kbytes, int swz, int depth, int zero_first, int wrong, unsigned char *as,\n"
+    "                          unsigned char *bs) {\n"
+    "  switch (N) {\n"
+    "  case 16: wg_gemm<T, 16>(kind, A, B, C, D, kbytes, swz, depth, zero_first, wrong, as, bs); break;\n"
+    "  case 32: wg_gemm<T, 32>(kind, A, B, C, D, kbytes, swz, depth, zero_first, wrong, as, bs); break;\n"
+    "  case 64: wg_gemm<T, 64>(kind, A, B, C, D, kbytes, swz, depth, zero_first, wrong, as, bs); break;\n"
+    "  case 128: wg_gemm<T, 128>(kind, A, B, C, D, kbytes, swz, depth, zero_first, wrong, as, bs); break;\n"
+    "  default: wg_gemm<T, 256>(kind, A, B, C, D, kbytes, swz, depth, zero_first, wrong, as, bs); break;\n"
+    "  }\n"
+    "}\n"
+    "#endif\n"
+    "extern \"C\" __global__ void wgmma_gemm(int kind, const unsigned char *A, const unsigned char *B, const void *C,\n"
+    "                                        void *D, int N, int kbytes, int swz, int depth, int zero_first, int wrong) {\n"
+    "#if defined(__CUDA_ARCH_FEAT_SM90_ALL) || defined(DLCC_EMU)\n"
+    "  __shared__ __align__(16) unsigned char smem[1024 + (64 + 256) * 128];\n"
+    "  unsigned char *as = smem + (1024 - dl_smem_addr(smem) % 1024) % 1024, *bs = as + 64 * kbytes;\n"
+    "  if (kind == 3)\n"
+    "    wg_gemm_n<int>(kind, A, B, (const int *)C, (int *)D, N, kbytes, swz, depth, zero_first, wrong, as, bs);\n"
+    "  else\n"
+    "    wg_gemm_n<float>(kind, A, B, (const float *)C, (float *)D, N, kbytes, swz, depth, zero_first, wrong, as, bs);\n"
+    "#else\n"
+    "  __trap();\n"
+    "#endif\n"
+    "}\n"
+    /* Which side of KS_WG_IF this build of the kernels takes: 1 wgmma's. */
+    "extern \"C\" __global__ void wg_side(int *out) {\n"
+    "#ifdef DL_WGMMA\n"
+    "  *out = 1;\n"
+    "#else\n"
+    "  *out = 0;\n"
+    "#endif\n"
+    "}\n"
+    /* What must fail, on the emu: how 0 a group without a fence, 1 a lane
+     * with other descriptors, 2 a swizzled operand started 48 bytes into
+     * its pattern, 3 an exit before the wait, 4 (with 96 threads) a
+     * partial warpgroup, 5 a descriptor past shared memory (16 MiB on:
+     * the emu's descriptors reach it, the GPU's would wrap), 6 half a
+     * warp at the instruction. */
+    "extern \"C\" __global__ void wgmma_bad(int how) {\n"
+    "#if defined(__CUDA_ARCH_FEAT_SM90_ALL) || defined(DLCC_EMU)\n"
+    "  __shared__ __align__(16) unsigned char smem[2048];\n"
+    "  unsigned base = dl_smem_addr(smem), tile = base + (1024 - base % 1024) % 1024;\n"
+    "  unsigned long long d = dl_wgmma_desc(tile, 16, 512, 64);\n"
+    "  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};\n"
+    "  int lane = threadIdx.x % 32;\n"
+    "  if (how != 0) dl_wgmma_fence(); // @wg_fence\n"
+    "  if (how == 0 || how == 3 || how == 4) dl_wgmma_f16_n16(acc, d, d, 0); // @wg_plain\n"
+    "  if (how == 1) dl_wgmma_f16_n16(acc, lane == 5 ? d + 2 : d, d, 0); // @wg_lane\n"
+    "  if (how == 2) dl_wgmma_f16_n16(acc, dl_wgmma_desc(tile + 48, 16, 512, 64), d, 0); // @wg_align\n"
+    "  if (how == 5) dl_wgmma_f16_n16(acc, dl_wgmma_desc(0xfffff0u, 16, 512, 0), d, 0); // @wg_far\n"
+    "  if (how == 6 && lane < 16) dl_wgmma_f16_n16(acc, d, d, 0); // @wg_half\n"
+    "  if (how == 3) return;\n"
+    "  dl_wgmma_commit();\n"
+    "  dl_wgmma_wait<0>();\n"
+    "#else\n"
+    "  __trap();\n"
+    "#endif\n"
+    "}\n"
     "#ifdef DLCC_EMU\n"
     "extern \"C\" void mma16816__emu(void **a) {\n"
     "  mma16816(*(int *)a[0], *(const unsigned short **)a[1], *(const unsigned short **)a[2], *(const float **)a[3],\n"
@@ -258,6 +384,12 @@ static const char MMA_KERNELS[] =
     "extern \"C\" void diverge__emu(void **a) { diverge(*(const unsigned **)a[0], *(float **)a[1], *(int *)a[2]); }\n"
     "extern \"C\" void pack_shfl__emu(void **a) { pack_shfl(*(const float **)a[0], *(unsigned **)a[1], *(int *)a[2]); }\n"
     "extern \"C\" void bad_addr__emu(void **a) { bad_addr(*(const unsigned short **)a[0], *(int *)a[1]); }\n"
+    "extern \"C\" void wgmma_gemm__emu(void **a) {\n"
+    "  wgmma_gemm(*(int *)a[0], *(const unsigned char **)a[1], *(const unsigned char **)a[2], *(const void **)a[3],\n"
+    "             *(void **)a[4], *(int *)a[5], *(int *)a[6], *(int *)a[7], *(int *)a[8], *(int *)a[9], *(int *)a[10]);\n"
+    "}\n"
+    "extern \"C\" void wgmma_bad__emu(void **a) { wgmma_bad(*(int *)a[0]); }\n"
+    "extern \"C\" void wg_side__emu(void **a) { wg_side(*(int **)a[0]); }\n"
     "#endif\n";
 /* clang-format on */
 
@@ -274,6 +406,9 @@ enum {
   MK_PACK_SHFL,
   MK_DIVERGE,
   MK_BAD_ADDR,
+  MK_WGMMA,
+  MK_WGMMA_BAD,
+  MK_WG_SIDE,
   MK_COUNT
 };
 
@@ -281,6 +416,7 @@ static const RtKernel mma_kernels[MK_COUNT] = {
     {"mma16816", 1, 0, 0, 0},  {"mma16832", 1, 0, 0, 0}, {"mma1688", 1, 0, 0, 0},  {"tf32_bits", 0, 0, 0, 0},
     {"mma_pipe", 1, 0, 0, 0},  {"ldsm_x1", 1, 0, 0, 0},  {"cp_groups", 1, 0, 0, 0}, {"cp_sizes", 0, 0, 0, 0},
     {"smem_addr", 0, 0, 0, 0}, {"pack_shfl", 1, 0, 0, 0}, {"diverge", 1, 0, 0, 0},  {"bad_addr", 1, 0, 0, 0},
+    {"wgmma_gemm", 1, 0, 0, 0}, {"wgmma_bad", 1, 0, 0, 0}, {"wg_side", 0, 0, 0, 0},
 };
 
 #endif

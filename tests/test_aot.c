@@ -822,6 +822,36 @@ START_TEST(build_errors) {
 END_TEST
 
 #ifdef HAVE_CUDA
+/* --arch=sm_90a: its cubin, and the portable compute_90 PTX beside it;
+ * the cuda backend on a 9.0 GPU (tests/fake_cuda.c) loads that cubin
+ * with no NVRTC work. */
+START_TEST(arch_specific_cubin_portable_ptx) {
+  static const char *sm90a[] = {"sm_90a"};
+  const char *b_dir = getenv("top_builddir");
+  char fake[4096];
+  snprintf(fake, sizeof fake, "%s/tests/.libs/libfakecuda.so", b_dir ? b_dir : ".");
+  Build b = {.text = "model ew(x: f32[4, 8]) -> f32[4, 8] {\n  return tanh(relu(x) * 0.75)\n}\n",
+             .o = {.n_archs = 1, .archs = sm90a}};
+  build_ok(&b, "ew90a.so");
+  void *so = dlopen(at("ew90a.so"), RTLD_NOW | RTLD_LOCAL);
+  ck_assert_msg(so != NULL, "%s", dlerror());
+  const RtPlan *p = plan_of(so);
+  ck_assert_uint_eq(p->n_binaries, 2);
+  ck_assert_str_eq(p->binaries[0].arch, "sm_90a");
+  ck_assert_str_eq(p->binaries[1].arch, "compute_90");
+  dlclose(so);
+  setenv("DLCC_LIBCUDA", fake, 1);
+  rt_nvrtc_reset();
+  DlrtModel *m = NULL;
+  ck_assert_msg(dlrt_open_file(at("ew90a.so"), "cuda", &m) == DLRT_OK, "%s", dlrt_error(m));
+  RtNvrtcStats st;
+  rt_nvrtc_stats(&st);
+  ck_assert_int_eq(st.compiles, 0);
+  dlrt_close(m);
+  ir_tensor_map_free(&b.params);
+}
+END_TEST
+
 /* The cuda backend (over tests/fake_cuda.c, a GPU of compute capability
  * 9.0) loads the embedded sm_90 cubin: no NVRTC work, no cache lookup. */
 START_TEST(cuda_uses_embedded_cubin) {
@@ -934,6 +964,7 @@ static Suite *aot_suite(void) {
   tcase_add_test(tc, build_errors);
 #ifdef HAVE_CUDA
   tcase_add_test(tc, cuda_uses_embedded_cubin);
+  tcase_add_test(tc, arch_specific_cubin_portable_ptx);
   tcase_add_test(tc, nvrtc_cache_across_builds);
 #endif
   suite_add_tcase(s, tc);

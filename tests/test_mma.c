@@ -414,6 +414,143 @@ START_TEST(smem_addr_is_the_offset_in_shared_memory) {
 }
 END_TEST
 
+/* ---- wgmma (sm_90a), on the emu ---- */
+
+enum { WG_F16, WG_BF16, WG_TF32, WG_S8 };
+
+typedef struct WgCase {
+  int kind, n, kbytes, swz, depth, zero_first, wrong;
+  _Alignas(16) unsigned char A[64 * 128], B[256 * 128];
+  _Alignas(16) float C[64 * 256], D[64 * 256]; /* int32 for s8, the same bytes */
+  double ref[64 * 256], scale[64 * 256];
+} WgCase;
+
+static int wg_size(int kind) { return kind == WG_S8 ? 1 : kind == WG_TF32 ? 4 : 2; }
+
+/* Element k of row r of M (kbytes a row) as the instruction sees it: tf32
+ * by its top 19 bits. */
+static double wg_value(int kind, const unsigned char *M, int kbytes, int r, int k) {
+  const unsigned char *p = M + r * kbytes + k * wg_size(kind);
+  uint16_t h;
+  uint32_t u;
+  float f;
+  switch (kind) {
+  case WG_F16: memcpy(&h, p, 2); return ir_f16_to_double(h);
+  case WG_BF16: memcpy(&h, p, 2); return ir_bf16_to_double(h);
+  case WG_TF32: memcpy(&u, p, 4), u &= 0xffffe000u, memcpy(&f, &u, 4); return f;
+  default: return (signed char)*p;
+  }
+}
+
+/* Fills A, B and C at random (dyadic: every sum exact), runs wgmma_gemm
+ * and computes the plain GEMM it must equal. */
+static void run_wgmma(WgCase *w, bool dyadic) {
+  int K = w->kbytes / wg_size(w->kind), N = w->n;
+  for (int r = 0; r < 64 + N; r++) {
+    unsigned char *row = r < 64 ? w->A + r * w->kbytes : w->B + (r - 64) * w->kbytes;
+    for (int k = 0; k < K; k++) {
+      unsigned char *p = row + k * wg_size(w->kind);
+      if (w->kind == WG_S8) {
+        *p = (unsigned char)(dyadic ? (int)(rnd() % 17) - 8 : (int)(rnd() & 0xff));
+      } else if (w->kind == WG_TF32) {
+        float f = (float)(dyadic ? rnd_dyadic() : half_value(false, rnd_half(false)) * (1.0 + (rnd() % 4096) / 8192.0));
+        memcpy(p, &f, 4);
+      } else {
+        uint16_t h = dyadic ? half_bits(w->kind == WG_BF16, rnd_dyadic()) : rnd_half(w->kind == WG_BF16);
+        memcpy(p, &h, 2);
+      }
+    }
+  }
+  for (int i = 0; i < 64 * N; i++) {
+    if (w->kind == WG_S8) {
+      int c = (int)(rnd() % 2000001) - 1000000;
+      memcpy(&w->C[i], &c, 4);
+    } else {
+      w->C[i] = (float)(dyadic ? rnd_dyadic() : half_value(false, rnd_half(false)));
+    }
+  }
+  for (int m = 0; m < 64; m++)
+    for (int n = 0; n < N; n++) {
+      int ci;
+      memcpy(&ci, &w->C[m * N + n], 4);
+      double c = w->zero_first ? 0 : w->kind == WG_S8 ? ci : w->C[m * N + n], s = c, sc = fabs(c);
+      for (int k = 0; k < K; k++) {
+        double p = wg_value(w->kind, w->A, w->kbytes, m, k) * wg_value(w->kind, w->B, w->kbytes, n, k);
+        s += p, sc += fabs(p);
+      }
+      w->ref[m * N + n] = s, w->scale[m * N + n] = sc > 0 ? sc : 1;
+    }
+  for (int i = 0; i < 64 * N; i++) w->D[i] = NAN;
+  RtDevPtr a = ptr(w->A), b = ptr(w->B), c = ptr(w->C), d = ptr(w->D);
+  const void *args[] = {&w->kind, &a, &b, &c, &d, &w->n, &w->kbytes, &w->swz, &w->depth, &w->zero_first, &w->wrong};
+  launch_ok(MK_WGMMA, 128, args);
+}
+
+/* D against the plain GEMM: exact for s8 (no wrap at these sizes) and
+ * dyadic inputs, else within what an f32 sum may lose. */
+static double wg_error(const WgCase *w, int *at) {
+  int n = 64 * w->n;
+  if (w->kind != WG_S8) return worst(w->D, w->ref, w->scale, n, at);
+  double e = 0;
+  for (int i = 0; i < n; i++) {
+    int d;
+    memcpy(&d, &w->D[i], 4);
+    double x = fabs(d - w->ref[i]);
+    if (x > e) e = x, *at = i;
+  }
+  return e;
+}
+
+START_TEST(wgmma_against_plain_gemm) {
+  open_emu(mma_kernels);
+  static WgCase w;
+  static const char *const kinds[] = {"f16", "bf16", "tf32", "s8"};
+  /* Every kind, N and swizzle mode, one or two groups in flight, C kept
+   * or dropped by scale-d. */
+  static const int shapes[][5] = {
+      /* n, kbytes, swz, depth, zero_first */
+      {16, 64, 0, 1, 0},  {32, 32, 32, 2, 0},  {64, 64, 64, 2, 1}, {128, 128, 128, 1, 0},
+      {256, 64, 64, 2, 0}, {64, 128, 0, 2, 1}, {16, 128, 128, 2, 0}, {32, 64, 32, 1, 1},
+  };
+  for (int kind = 0; kind < 4; kind++)
+    for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++) {
+      w.kind = kind, w.n = shapes[s][0], w.kbytes = shapes[s][1], w.swz = shapes[s][2];
+      w.depth = shapes[s][3], w.zero_first = shapes[s][4], w.wrong = 0;
+      for (int dyadic = 0; dyadic < 2; dyadic++) {
+        run_wgmma(&w, dyadic);
+        int at = 0, K = w.kbytes / wg_size(kind);
+        double e = wg_error(&w, &at), tol = dyadic || kind == WG_S8 ? 0 : SUM_TOL(K);
+        ck_assert_msg(e <= tol,
+                      "wgmma %s n%d, %d bytes of K, swizzle %d, depth %d%s%s: element %d is off by %.3g (at most %.3g)",
+                      kinds[kind], w.n, w.kbytes, w.swz, w.depth, w.zero_first ? ", scale-d 0 first" : "",
+                      dyadic ? ", exact inputs" : "", at, e, tol);
+      }
+    }
+  close_emu();
+}
+END_TEST
+
+/* wgmma completes at the wait that retires its group, not before: a
+ * kernel that reads the accumulators early, or overwrites a tile a
+ * pending group reads, gets wrong numbers here as it may on the GPU. */
+START_TEST(wgmma_completes_at_its_wait) {
+  open_emu(mma_kernels);
+  static WgCase w;
+  w.kind = WG_F16, w.n = 64, w.kbytes = 64, w.swz = 64, w.zero_first = 0;
+  int at = 0;
+  w.depth = 2, w.wrong = 1; /* the last group still pending at the stores */
+  run_wgmma(&w, true);
+  ck_assert_msg(wg_error(&w, &at) > 0, "D read before the last wait still equals the GEMM");
+  w.depth = 2, w.wrong = 2;
+  run_wgmma(&w, true);
+  ck_assert_msg(wg_error(&w, &at) > 0, "A overwritten under a pending group: D still equals the GEMM");
+  w.depth = 1, w.wrong = 2; /* every group retired before the overwrite */
+  run_wgmma(&w, true);
+  ck_assert_msg(wg_error(&w, &at) == 0, "A overwritten after the last wait changed D (element %d)", at);
+  close_emu();
+}
+END_TEST
+
 /* ---- what must fail ---- */
 
 static int line_of(const char *marker) {
@@ -427,8 +564,11 @@ static int line_of(const char *marker) {
 /* The launch fails with an error holding every needle (NULL-ended), and
  * the device runs the next launch. */
 static void expect_error(uint32_t kernel, uint32_t block, const void *const *args, ...) {
-  ck_assert_int_eq(launch(kernel, block, args), -1);
   va_list ap;
+  va_start(ap, args);
+  const char *first = va_arg(ap, const char *);
+  va_end(ap);
+  ck_assert_msg(launch(kernel, block, args) == -1, "the launch did not fail with '%s'", first);
   va_start(ap, args);
   for (const char *needle; (needle = va_arg(ap, const char *));)
     ck_assert_msg(strstr(dev->error, needle), "error '%s' lacks '%s'", dev->error, needle);
@@ -512,6 +652,51 @@ START_TEST(bad_addresses_are_errors) {
 }
 END_TEST
 
+/* The emu takes the kernels' wgmma side, as the H200 does, and their
+ * mma.sync side under DLCC_NO_WGMMA=1, as the cuda device does then. */
+START_TEST(emu_takes_the_wgmma_side_unless_told) {
+  for (int off = 0; off < 2; off++) {
+    if (off) setenv("DLCC_NO_WGMMA", "1", 1);
+    open_emu(mma_kernels);
+    int side = -1;
+    RtDevPtr p = ptr(&side);
+    const void *args[] = {&p};
+    launch_ok(MK_WG_SIDE, 1, args);
+    ck_assert_int_eq(side, !off);
+    close_emu();
+  }
+  unsetenv("DLCC_NO_WGMMA");
+}
+END_TEST
+
+START_TEST(wgmma_misuse_is_an_error) {
+  open_emu(mma_kernels);
+  int how = 0;
+  const void *args[] = {&how};
+  expect_error(MK_WGMMA_BAD, 128, args, fmt("dl_wgmma_f16_n16 at line %d: no dl_wgmma_fence", line_of("@wg_plain")),
+               NULL);
+  how = 1;
+  expect_error(MK_WGMMA_BAD, 128, args, fmt("thread (5,0,0): dl_wgmma_f16_n16 at line %d: ", line_of("@wg_lane")),
+               "differ from lane 0's", NULL);
+  how = 2;
+  expect_error(MK_WGMMA_BAD, 128, args, fmt("dl_wgmma_f16_n16 at line %d: A starts 48 bytes", line_of("@wg_align")),
+               "512-byte swizzle pattern", NULL);
+  how = 3;
+  expect_error(MK_WGMMA_BAD, 128, args, "exited with 1 wgmma operations no dl_wgmma_wait completed", NULL);
+  how = 4;
+  expect_error(MK_WGMMA_BAD, 96, args,
+               fmt("dl_wgmma_fence at line %d: needs whole warpgroups (128 threads), but the block has 96",
+                   line_of("@wg_fence")),
+               NULL);
+  how = 5;
+  expect_error(MK_WGMMA_BAD, 128, args, fmt("dl_wgmma_f16_n16 at line %d: A's row 0, byte 0", line_of("@wg_far")),
+               "past shared memory", NULL);
+  how = 6;
+  expect_error(MK_WGMMA_BAD, 128, args, fmt("waits at dl_wgmma_f16_n16 at line %d", line_of("@wg_half")), NULL);
+  close_emu();
+}
+END_TEST
+
 /* ---- the GPU's side ---- */
 
 START_TEST(prelude_only_when_asked) {
@@ -555,9 +740,14 @@ static Suite *mma_suite(void) {
   tcase_add_test(l, cp_async_completes_at_its_wait);
   tcase_add_test(l, cp_async_sizes_zero_fill_past_src_bytes);
   tcase_add_test(l, smem_addr_is_the_offset_in_shared_memory);
+  TCase *w = add_tcase(s, "wgmma");
+  tcase_add_test(w, wgmma_against_plain_gemm);
+  tcase_add_test(w, wgmma_completes_at_its_wait);
+  tcase_add_test(w, emu_takes_the_wgmma_side_unless_told);
   TCase *e = add_tcase(s, "errors");
   tcase_add_test(e, divergent_warps_are_errors);
   tcase_add_test(e, bad_addresses_are_errors);
+  tcase_add_test(e, wgmma_misuse_is_an_error);
   TCase *g = add_tcase(s, "gpu");
   tcase_add_test(g, prelude_only_when_asked);
   tcase_add_test(g, same_text_compiles_with_nvrtc);

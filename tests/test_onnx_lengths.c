@@ -278,6 +278,46 @@ START_TEST(test_unique_over_an_axis) {
 }
 END_TEST
 
+/* Unique over an axis with NaNs: the columns of x [2, 6] are A (1, 2),
+ * N (nan, 3), A, N, Z (0, -0) and A.  As numpy.unique(x, axis=1): the
+ * two N columns stay apart (NaN != NaN), after the columns below them
+ * and in their order; -0 is 0. */
+START_TEST(test_unique_rows_with_nan) {
+  const float xs[12] = {1, NAN, 1, NAN, 0, 1, 2, 3, 2, 3, -0.0f, 2};
+  const int64_t want_first[2][4] = {{0, 1, 3, 4}, {4, 0, 1, 3}};
+  const int64_t want_inv[2][6] = {{0, 1, 0, 2, 3, 0}, {1, 2, 1, 3, 0, 1}};
+  const int64_t want_cnt[2][4] = {{3, 1, 1, 1}, {1, 3, 1, 1}};
+  int sorted = _i;
+  Model *b = model_new(11);
+  add_input(b, "x", 2, (const int64_t[]){2, 6});
+  Onnx__NodeProto *u = add_node(b, "Unique", "x", "y,first,inverse,counts");
+  attr_i(u, "sorted", sorted);
+  attr_i(u, "axis", 1);
+  add_output(b, "y");
+  add_output(b, "first");
+  add_output(b, "inverse");
+  add_output(b, "counts");
+  Graph *g = must_import(b);
+  Tensor x;
+  ck_assert(ir_tensor_alloc(&x, &(TensorType){.dtype = TY_F32, .rank = 2, .dims = {2, 6}}));
+  memcpy(x.data, xs, sizeof xs);
+  Tensor *y = run(g, &x);
+  ck_assert(y[0].type.rank == 2 && y[0].type.dims[0] == 2 && y[0].type.dims[1] == 4);
+  for (int c = 0; c < 4; c++) {
+    int64_t from = want_first[sorted][c];
+    ck_assert_int_eq(((int64_t *)y[1].data)[c], from);
+    ck_assert_int_eq(((int64_t *)y[3].data)[c], want_cnt[sorted][c]);
+    for (int r = 0; r < 2; r++) {
+      double got = ir_tensor_get(&y[0], r * 4 + c), want = xs[r * 6 + from];
+      ck_assert_msg(isnan(want) ? isnan(got) : got == want, "y[%d][%d] = %g", r, c, got);
+    }
+  }
+  for (int i = 0; i < 6; i++) ck_assert_int_eq(((int64_t *)y[2].data)[i], want_inv[sorted][i]);
+  free_outputs(g, y);
+  ir_tensor_free(&x);
+}
+END_TEST
+
 /* Two masks of one condition (PyTorch exports each x[m] with a NonZero
  * of its own) share a count: x[m] * (x * x)[m] is x^3 where x > 0. */
 START_TEST(test_one_mask_twice) {
@@ -614,6 +654,7 @@ static Suite *lengths_suite(void) {
   tcase_add_test(tc, test_nms);
   tcase_add_loop_test(tc, test_unique_at_run_time, 0, 2);
   tcase_add_loop_test(tc, test_unique_over_an_axis, 0, 2);
+  tcase_add_loop_test(tc, test_unique_rows_with_nan, 0, 2);
   tcase_add_loop_test(tc, test_reductions_over_the_length, 0, (int)(sizeof shares / sizeof *shares));
   tcase_add_test(tc, test_one_mask_twice);
   tcase_add_test(tc, test_refusals);

@@ -1285,7 +1285,13 @@ END_TEST
 START_TEST(nvrtc_target_arch) {
   char arch[16];
   ck_assert_msg(rt_nvrtc_target(90, arch, sizeof arch, err, sizeof err) == 0, "%s", err);
+  ck_assert_str_eq(arch, "sm_90a"); /* the arch-specific target: wgmma */
+  setenv("DLCC_NO_WGMMA", "1", 1);
+  ck_assert_msg(rt_nvrtc_target(90, arch, sizeof arch, err, sizeof err) == 0, "%s", err);
   ck_assert_str_eq(arch, "sm_90");
+  unsetenv("DLCC_NO_WGMMA");
+  ck_assert_msg(rt_nvrtc_target(80, arch, sizeof arch, err, sizeof err) == 0, "%s", err);
+  ck_assert_str_eq(arch, "sm_80");
   /* A GPU this NVRTC does not know: PTX of the newest arch below it. */
   ck_assert_msg(rt_nvrtc_target(91, arch, sizeof arch, err, sizeof err) == 0, "%s", err);
   ck_assert_str_eq(arch, "compute_90");

@@ -37,6 +37,12 @@ static void check_conv(const Conv *p, int split, int async) {
   ctx_init(&c);
   Job j = compile_opts(&c, text, 2, (CgOptions){0});
   test_nvrtc(j.cg.source, "sm_90");
+  /* the wgmma side where the plan says so, and sm_90a compiles it */
+  bool wg = conv_step_with(j.cg.plan, "wgmma");
+  ck_assert_msg(!strstr(j.cg.source, "dl_wgmma_fence();") == !wg, "%s: wgmma calls %sexpected", p->what,
+                wg ? "" : "not ");
+  if (wg) test_nvrtc(j.cg.source, "sm_90a");
+  if (getenv("DLCC_TEST_VERBOSE")) fprintf(stderr, "%-40s %s\n", p->what, wg ? "wgmma" : "mma.sync");
   static const char *const mma[] = {"f16", "bf16", "i8", "f32"};
   /* calls, not the prelude's definitions */
   static const char *const fn[] = {"dl_mma_f16(&", "dl_mma_bf16(&", "dl_mma_s8(&", "dl_mma_tf32(&"};
@@ -98,11 +104,60 @@ static const ConvCase conv_cases[] = {
      SPLIT_NO, ASYNC_NO},
     {{"i8 split-K", "i8", 2, 1, 1024, 32, 1, {3, 3}, {3, 3}, ONES3, {1, 1, 1, 1}, ONES3, .bias = false},
      SPLIT_YES, ASYNC_YES},
+    /* 128 x 32768 outputs: more 128x128 tiles than SMs, so 128x256 ones
+     * (two warpgroups of m64n256; warp tiles of 64x64 on mma.sync) */
+    {{"f16 128x256 tiles", "f16", 2, 8, 16, 128, 1, {64, 64}, {3, 3}, ONES3, {1, 1, 1, 1}, ONES3, .bias = true},
+     SPLIT_NO, ASYNC_ANY},
 };
 
 START_TEST(conv_on_tensor_cores) {
   const ConvCase *c = &conv_cases[_i];
   check_conv(&c->conv, c->split, c->async);
+}
+END_TEST
+
+/* The same on the emu built as every GPU but sm_90a runs the kernels:
+ * their mma.sync side (DLCC_NO_WGMMA=1, as for the cuda device's NVRTC;
+ * the emu takes wgmma's by default, as the H200 does). */
+START_TEST(conv_on_mma_sync) {
+  setenv("DLCC_NO_WGMMA", "1", 1);
+  const ConvCase *c = &conv_cases[_i];
+  check_conv(&c->conv, c->split, c->async);
+}
+END_TEST
+
+/* Which tiles take wgmma: warpgroups of whole m64 blocks (BM 64 or
+ * 128), N a power of two from 16, f16, bf16 and s8 (tf32 stays on
+ * mma.sync), and none under --no-wgmma. */
+START_TEST(wgmma_where_it_fits) {
+  static const struct {
+    const char *dt;
+    int co, n_img, hw;
+    bool tf32, no_wgmma, want;
+    const char *label; /* what the plan must say, or NULL */
+  } cases[] = {
+      {"f16", 128, 8, 16, false, false, true, NULL}, /* 128 x N tiles */
+      {"bf16", 64, 8, 16, false, false, true, NULL},
+      {"i8", 128, 8, 16, false, false, true, NULL},
+      {"f32", 128, 8, 16, true, false, false, NULL}, /* tf32 */
+      {"f16", 128, 8, 16, false, true, false, NULL}, /* --no-wgmma */
+      {"f16", 24, 64, 16, false, false, false, NULL}, /* 24 channels, many pixels: 32 x 128 tiles */
+      {"f16", 128, 8, 64, false, false, true, "128x256x32, 4 stages, wgmma 64x256 on sm_90a"},
+  };
+  for (size_t i = 0; i < ARRAY_LEN(cases); i++) {
+    Conv p = {"wgmma?", cases[i].dt, 2, cases[i].n_img, 64, cases[i].co, 1, {cases[i].hw, cases[i].hw}, {3, 3},
+              ONES3, {1, 1, 1, 1}, ONES3, .bias = true};
+    char *text = conv_text(&p);
+    Ctx c;
+    ctx_init(&c);
+    Job j = compile_opts(&c, text, 2, (CgOptions){.tf32 = cases[i].tf32, .no_wgmma = cases[i].no_wgmma});
+    ck_assert_msg(conv_step_with(j.cg.plan, "tensor cores"), "case %zu: no tensor-core step", i);
+    ck_assert_msg(!conv_step_with(j.cg.plan, "wgmma") == !cases[i].want, "case %zu (%s): wgmma %sexpected", i,
+                  cases[i].dt, cases[i].want ? "" : "not ");
+    if (cases[i].label) ck_assert_msg(conv_step_with(j.cg.plan, cases[i].label), "case %zu: no '%s'", i, cases[i].label);
+    ctx_free(&c);
+    free(text);
+  }
 }
 END_TEST
 
@@ -268,6 +323,8 @@ static Suite *tcgemm_suite(void) {
   TCase *t = tcase_create("conv");
   tcase_set_timeout(t, 300);
   tcase_add_loop_test(t, conv_on_tensor_cores, 0, (int)ARRAY_LEN(conv_cases));
+  tcase_add_loop_test(t, conv_on_mma_sync, 0, (int)ARRAY_LEN(conv_cases));
+  tcase_add_test(t, wgmma_where_it_fits);
   tcase_add_loop_test(t, fma_split_k, 0, 4);
   tcase_add_test(t, i8_fused_requantize_chain);
   tcase_add_test(t, f32_exact_unless_tf32);

@@ -31,7 +31,7 @@
 
 /* Bumped whenever DlccEmuEnv or the exported entry points change: a
  * module compiled against another header is refused, not misread. */
-#define DLCC_EMU_ABI 3
+#define DLCC_EMU_ABI 4
 
 typedef struct DlccEmuDim3 {
   unsigned int x, y, z;
@@ -78,6 +78,17 @@ struct DlccEmuEnv {
   /* dl_grid_sync (ABI 3): returns once every thread of every block of the
    * cooperative launch has called it; shared memory stays the block's. */
   void (*grid_sync)(DlccEmuEnv *e);
+  /* wgmma (ABI 4): fence marks the thread fenced; op queues run(arg)
+   * (size bytes of arg copied) in the thread's open group, and fails
+   * naming name and line when the thread has not fenced since its last
+   * commit; commit closes the open group (an empty one too); wait runs,
+   * oldest first, the ops of every committed group but the n most
+   * recent, each in the calling thread. */
+  void (*wg_fence)(DlccEmuEnv *e);
+  void (*wg_op)(DlccEmuEnv *e, void (*run)(const void *arg), const void *arg, unsigned int size, const char *name,
+                unsigned int line);
+  void (*wg_commit)(DlccEmuEnv *e);
+  void (*wg_wait)(DlccEmuEnv *e, unsigned int n);
   void *sched; /* the runtime's */
 };
 
@@ -984,6 +995,259 @@ template <int N> static inline void dl_cp_async_wait(void) {
   static_assert(N >= 0, "cp.async.wait_group takes a count of groups, 0 or more");
   __dlcc_env->cp_async_wait(__dlcc_env, (unsigned int)N);
 }
+
+/* ---- wgmma (sm_90a) ----
+ * PTX ISA, "Asynchronous Warpgroup Level Matrix Multiply-Accumulate
+ * Instructions".  What dlcc uses: A and B both in shared memory through
+ * matrix descriptors, both K-major (imm-trans-a/b 0, imm-scale 1), D in
+ * registers: .f16 and .bf16 (m64nNk16, f32 D), .tf32 (m64nNk8, f32 D),
+ * .s8 (m64nNk32, s32 D, wrapping).  One instruction reads 32 bytes of K
+ * of each of A's 64 rows and B's N rows.
+ *
+ * "Matrix Descriptor Format": bits 0-13 the start address, 16-29 the
+ * leading dimension byte offset (LBO), 32-45 the stride dimension byte
+ * offset (SBO), each encoded as (x & 0x3FFFF) >> 4; 49-51 the base
+ * offset; 62-63 the swizzle mode: 0 none, 1 128-byte, 2 64-byte, 3
+ * 32-byte.  "The value of base offset is 0 when the repeating pattern of
+ * the specified swizzling mode starts" at a 1024-, 512- or 256-byte
+ * boundary (8 rows of S bytes).
+ *
+ * "Shared Memory Matrix Layout", K-major, row r (of A's M or B's N), byte
+ * kb (0..31) of the instruction's K:
+ *   none ("8x1" atoms of 16-byte elements): core matrices of 8 rows of 16
+ *     bytes, 16 bytes apart; the next 8 rows at SBO, the next 16 bytes of
+ *     K at LBO:  start + (r / 8) SBO + (r % 8) 16 + (kb / 16) LBO + kb % 16
+ *   S-byte swizzle ("8x2", "8x4", "8x8" atoms): rows S bytes apart, the
+ *     next 8 rows at SBO, LBO "not used" for K-major:
+ *     a = start + (r / 8) SBO + (r % 8) S + kb, its 16-byte chunk XORed
+ *     with its 128-byte line in the pattern, a ^ ((a >> 7) % (S / 16)) << 4
+ *     (bits 4.. with bits 7..; 1, 2 or 3 of them).
+ * The emu reads the XOR off the address, so it asks what makes that
+ * reading certain: base offset 0, start at most S - 32 bytes into its
+ * pattern (a tile aligned to 8 S plus K's offset in the row) and SBO a
+ * multiple of 8 S.
+ *
+ * The accumulators ("Register fragment layout for accumulator matrix D",
+ * m64nN): warp w of the warpgroup holds rows 16 w .. 16 w + 15, each 8
+ * columns as mma's m16n8 C: d[i], i < N / 2, is row 16 w + g + 8 ((i % 4) /
+ * 2), column 8 (i / 4) + 2 t + i % 2 (g = lane >> 2, t = lane % 4).
+ *
+ * wgmma.mma_async is asynchronous: it "is performed by the warpgroup
+ * asynchronously" and its registers and shared memory may not be touched
+ * before "wgmma.wait_group" retires its group ("wgmma.commit_group"
+ * batches the uncommitted ones).  So here each thread's operation waits
+ * in the runtime's queue and computes that thread's accumulators at the
+ * wait, from shared memory as it is then: a kernel that reads the
+ * accumulators early or overwrites a tile still in use gets wrong
+ * numbers, as it may on the GPU.  fence.proxy.async (shared memory
+ * written by ordinary stores or cp.async, read by wgmma) cannot be
+ * checked here; docs/tensorcores.md says where kernels need it. */
+enum { DLCC_EMU_WG_F16, DLCC_EMU_WG_BF16, DLCC_EMU_WG_TF32, DLCC_EMU_WG_S8 };
+enum { DLCC_EMU_WGMMA_MAX_N = 256 }; /* codegen's CG_WGMMA_MAX_N */
+
+typedef struct __DlccWgOp {
+  unsigned long long da, db;
+  void *d;
+  const char *name;
+  unsigned int line, wg_thread;
+  int kind, n, accumulate;
+} __DlccWgOp;
+
+/* As the GPU's, except that here shared memory is the module's whole
+ * thread-local block, every kernel's __shared__ and the dynamic buffer,
+ * whose offsets may pass the 256 KiB the 14-bit start field reaches: the
+ * emu keeps the start's bits 18.. in bits 52-61, which the GPU's leave 0. */
+static inline unsigned long long dl_wgmma_desc(unsigned int smem_addr, unsigned int lbo, unsigned int sbo,
+                                               unsigned int swizzle_bytes) {
+  unsigned long long mode = swizzle_bytes == 128 ? 1 : swizzle_bytes == 64 ? 2 : swizzle_bytes == 32 ? 3 : 0;
+  return (unsigned long long)((smem_addr & 0x3ffffu) >> 4) | (unsigned long long)((lbo & 0x3ffffu) >> 4) << 16 |
+         (unsigned long long)((sbo & 0x3ffffu) >> 4) << 32 | (unsigned long long)(smem_addr >> 18 & 0x3ffu) << 52 |
+         mode << 62;
+}
+
+static inline unsigned int __dlcc_wg_start(unsigned long long desc) {
+  return (unsigned int)((desc & 0x3fff) | (desc >> 52 & 0x3ff) << 14) << 4;
+}
+
+/* The S of a descriptor's swizzle mode, 0 for none. */
+static inline unsigned int __dlcc_wg_swizzle(unsigned long long desc) {
+  static const unsigned int bytes[4] = {0, 128, 64, 32};
+  return bytes[desc >> 62];
+}
+
+/* What the hardware would read wrongly, or the emu could not read as it
+ * does: an error naming the call. */
+static inline void __dlcc_wg_check_desc(const char *name, unsigned int line, const char *which,
+                                        unsigned long long desc) {
+  unsigned int start = __dlcc_wg_start(desc), sbo = (unsigned int)(desc >> 32 & 0x3fff) << 4;
+  unsigned int S = __dlcc_wg_swizzle(desc);
+  if (!S) return;
+  if (desc >> 49 & 7)
+    __dlcc_tc_trap(line, name, "%s's descriptor has base offset %u: the emu models 0 (a pattern-aligned tile)", which,
+                   (unsigned int)(desc >> 49 & 7));
+  if (start % (8 * S) + 32 > S)
+    __dlcc_tc_trap(line, name,
+                   "%s starts %u bytes into its %u-byte swizzle pattern: with base offset 0 a %u-byte swizzled operand "
+                   "starts at a multiple of %u bytes plus at most %u bytes along K",
+                   which, start % (8 * S), 8 * S, S, 8 * S, S - 32);
+  if (sbo % (8 * S))
+    __dlcc_tc_trap(line, name, "%s's stride byte offset %u is no multiple of its %u-byte swizzle pattern", which, sbo,
+                   8 * S);
+}
+
+/* Byte kb of K in row r of the operand desc describes. */
+static inline const unsigned char *__dlcc_wg_elem(const __DlccWgOp *op, const char *which, unsigned long long desc,
+                                                  unsigned int r, unsigned int kb, unsigned int size) {
+  unsigned int start = __dlcc_wg_start(desc), lbo = (unsigned int)(desc >> 16 & 0x3fff) << 4,
+               sbo = (unsigned int)(desc >> 32 & 0x3fff) << 4, S = __dlcc_wg_swizzle(desc), a;
+  if (!S) {
+    a = start + r / 8 * sbo + r % 8 * 16 + kb / 16 * lbo + kb % 16;
+  } else {
+    a = start + r / 8 * sbo + r % 8 * S + kb;
+    a ^= (a >> 7) % (S / 16) << 4;
+  }
+  const unsigned char *p = (const unsigned char *)(__dlcc_smem_lo + a);
+  if (!__dlcc_in_smem(p, size))
+    __dlcc_tc_trap(op->line, op->name, "%s's row %u, byte %u of K is at shared offset %u, past shared memory", which,
+                   r, kb, a);
+  return p;
+}
+
+static inline float __dlcc_wg_value(int kind, const unsigned char *p) {
+  uint16_t h;
+  uint32_t u;
+  float f;
+  switch (kind) {
+  case DLCC_EMU_WG_F16: memcpy(&h, p, 2); return dlcc_emu_f16_to_f32(h);
+  case DLCC_EMU_WG_BF16: memcpy(&h, p, 2); return dlcc_emu_bf16_to_f32(h);
+  default: /* tf32: the top 19 bits of the .b32, as mma's */
+    memcpy(&u, p, 4);
+    u &= 0xffffe000u;
+    memcpy(&f, &u, 4);
+    return f;
+  }
+}
+
+/* The calling thread's accumulators, at its wait.  The sum's order is
+ * the ISA's to choose; this takes k ascending from D (or 0), each exact
+ * product added with one f32 rounding, or in wrapping s32.  A thread's
+ * N/2 accumulators lie in 2 rows of A and N/4 columns (rows of B), read
+ * once each. */
+static void __dlcc_wgmma_run(const void *arg) {
+  const __DlccWgOp *op = (const __DlccWgOp *)arg;
+  unsigned int w = op->wg_thread / 32, lane = op->wg_thread % 32, g = lane >> 2, t = lane % 4;
+  unsigned int size = op->kind == DLCC_EMU_WG_S8 ? 1 : op->kind == DLCC_EMU_WG_TF32 ? 4 : 2, K = 32 / size;
+  union {
+    float f;
+    int32_t i;
+  } a[2][32], b[DLCC_EMU_WGMMA_MAX_N / 4][32]; /* rows of A, columns; k */
+  for (unsigned int h = 0; h < 2; h++)
+    for (unsigned int k = 0; k < K; k++) {
+      const unsigned char *p = __dlcc_wg_elem(op, "A", op->da, 16 * w + g + 8 * h, k * size, size);
+      if (op->kind == DLCC_EMU_WG_S8) a[h][k].i = (int8_t)*p;
+      else a[h][k].f = __dlcc_wg_value(op->kind, p);
+    }
+  for (unsigned int c = 0; c < (unsigned int)op->n / 4; c++) /* column 8 (c / 2) + 2 t + c % 2 */
+    for (unsigned int k = 0; k < K; k++) {
+      const unsigned char *p = __dlcc_wg_elem(op, "B", op->db, 8 * (c / 2) + 2 * t + c % 2, k * size, size);
+      if (op->kind == DLCC_EMU_WG_S8) b[c][k].i = (int8_t)*p;
+      else b[c][k].f = __dlcc_wg_value(op->kind, p);
+    }
+  for (int i = 0; i < op->n / 2; i++) {
+    unsigned int h = (unsigned int)(i % 4) / 2, c = 2 * (unsigned int)(i / 4) + i % 2;
+    if (op->kind == DLCC_EMU_WG_S8) {
+      int32_t *d = (int32_t *)op->d;
+      uint32_t acc = op->accumulate ? (uint32_t)d[i] : 0;
+      for (unsigned int k = 0; k < K; k++) acc += (uint32_t)(a[h][k].i * b[c][k].i);
+      memcpy(&d[i], &acc, 4);
+    } else {
+      float *d = (float *)op->d, acc = op->accumulate ? d[i] : 0.0f;
+      for (unsigned int k = 0; k < K; k++) acc = fmaf(a[h][k].f, b[c][k].f, acc);
+      d[i] = acc;
+    }
+  }
+}
+
+/* What a lane brings to a warpgroup instruction, to check that its warp
+ * agrees (.sync.aligned: the same descriptors and scale-d everywhere). */
+typedef struct __DlccWgUniform {
+  unsigned long long da, db;
+  int accumulate;
+} __DlccWgUniform;
+
+static int __dlcc_wg_uniform_run(const void *const in[32], void *const out[32], char *why, unsigned int len) {
+  (void)out;
+  const __DlccWgUniform *l0 = (const __DlccWgUniform *)in[0];
+  for (unsigned int lane = 1; lane < 32; lane++) {
+    const __DlccWgUniform *l = (const __DlccWgUniform *)in[lane];
+    if (l->da != l0->da || l->db != l0->db || (l->accumulate != 0) != (l0->accumulate != 0)) {
+      snprintf(why, len, "its descriptors or scale-d (%#llx, %#llx, %d) differ from lane 0's (%#llx, %#llx, %d)",
+               l->da, l->db, l->accumulate, l0->da, l0->db, l0->accumulate);
+      return (int)lane;
+    }
+  }
+  return -1;
+}
+
+/* A warpgroup is 4 whole warps: the block's threads a multiple of 128. */
+static inline void __dlcc_wg_collective(const char *name, unsigned int line, const __DlccWgUniform *u) {
+  unsigned int threads = blockDim.x * blockDim.y * blockDim.z;
+  if (threads % 128)
+    __dlcc_tc_trap(line, name, "needs whole warpgroups (128 threads), but the block has %u threads", threads);
+  const DlccEmuCollective op = {name, line, __dlcc_wg_uniform_run};
+  __dlcc_env->warp_collective(__dlcc_env, &op, u, nullptr);
+}
+
+static inline void __dlcc_wgmma(const char *name, unsigned int line, int kind, int n, void *d, unsigned long long da,
+                                unsigned long long db, int accumulate) {
+  const __DlccWgUniform u = {da, db, accumulate};
+  __dlcc_wg_collective(name, line, &u);
+  __dlcc_wg_check_desc(name, line, "A", da);
+  __dlcc_wg_check_desc(name, line, "B", db);
+  unsigned int linear = (threadIdx.z * blockDim.y + threadIdx.y) * blockDim.x + threadIdx.x;
+  const __DlccWgOp op = {da, db, d, name, line, linear % 128, kind, n, accumulate};
+  __dlcc_env->wg_op(__dlcc_env, __dlcc_wgmma_run, &op, sizeof op, name, line);
+}
+
+static inline void dl_wgmma_fence(unsigned int line = __builtin_LINE()) {
+  const __DlccWgUniform u = {0, 0, 0};
+  __dlcc_wg_collective("dl_wgmma_fence", line, &u);
+  __dlcc_env->wg_fence(__dlcc_env);
+}
+static inline void dl_wgmma_commit(unsigned int line = __builtin_LINE()) {
+  const __DlccWgUniform u = {0, 0, 0};
+  __dlcc_wg_collective("dl_wgmma_commit", line, &u);
+  __dlcc_env->wg_commit(__dlcc_env);
+}
+template <int N> static inline void dl_wgmma_wait(unsigned int line = __builtin_LINE()) {
+  static_assert(N >= 0 && N <= 7, "wgmma.wait_group takes 0 to 7");
+  const __DlccWgUniform u = {0, 0, 0};
+  __dlcc_wg_collective("dl_wgmma_wait", line, &u);
+  __dlcc_env->wg_wait(__dlcc_env, (unsigned int)N);
+}
+/* Orders the compiler's use of an accumulator register against the
+ * asynchronous instruction on the GPU; nothing to do here. */
+static inline void dl_wgmma_fence_operand(float &r) { (void)r; }
+static inline void dl_wgmma_fence_operand(int &r) { (void)r; }
+static inline void dl_fence_proxy_async(void) {}
+
+#define DLCC_EMU_WGMMA(NAME, KIND, N, T) \
+  static inline void NAME(T d[N / 2], unsigned long long desc_a, unsigned long long desc_b, int accumulate, \
+                          unsigned int line = __builtin_LINE()) { \
+    __dlcc_wgmma(#NAME, line, KIND, N, d, desc_a, desc_b, accumulate); \
+  }
+#define DLCC_EMU_WGMMA_NS(TY, KIND, T) \
+  DLCC_EMU_WGMMA(dl_wgmma_##TY##_n16, KIND, 16, T) \
+  DLCC_EMU_WGMMA(dl_wgmma_##TY##_n32, KIND, 32, T) \
+  DLCC_EMU_WGMMA(dl_wgmma_##TY##_n64, KIND, 64, T) \
+  DLCC_EMU_WGMMA(dl_wgmma_##TY##_n128, KIND, 128, T) \
+  DLCC_EMU_WGMMA(dl_wgmma_##TY##_n256, KIND, 256, T)
+DLCC_EMU_WGMMA_NS(f16, DLCC_EMU_WG_F16, float)
+DLCC_EMU_WGMMA_NS(bf16, DLCC_EMU_WG_BF16, float)
+DLCC_EMU_WGMMA_NS(tf32, DLCC_EMU_WG_TF32, float)
+DLCC_EMU_WGMMA_NS(s8, DLCC_EMU_WG_S8, int)
+#undef DLCC_EMU_WGMMA_NS
+#undef DLCC_EMU_WGMMA
 
 #endif /* __cplusplus */
 #endif

@@ -17,9 +17,9 @@
 #   3. rt_check on cuda: cuBLASLt in f32/f16/bf16 with its bias and
 #      activation epilogues, cuBLAS's int8 (i32 sums, exact), against the
 #      CPU GEMM; kernel argument sizes, >48 KiB dynamic shared memory, the
-#      tensor-core instructions (mma, ldmatrix, cp.async) byte for byte
-#      against the emu, and (its own process) a faulting kernel and the
-#      recovery after it;
+#      tensor-core instructions (mma, ldmatrix, cp.async, and wgmma in
+#      every swizzle mode) byte for byte against the emu, and (its own
+#      process) a faulting kernel and the recovery after it;
 #   4. every example on --backend=cuda against --backend=ref (same seed,
 #      the image models at -D HW=64), with the warm latency of 20 more
 #      runs (dlcc run --bench=20);
@@ -28,7 +28,8 @@
 #   6. every distinct convolution and GEMM of ResNet-50 at batch 1 and 64
 #      in f16, bf16, int8, f32 and TF32 (tests/gpu/layer_bench layers):
 #      dlcc next to cuBLAS and cuDNN, GPU time by CUDA events, each table
-#      printed as soon as it is measured;
+#      printed as soon as it is measured; f16 also with --no-wgmma (the
+#      mma.sync side) and the gain wgmma gives;
 #   7. the whole ResNet-50 at batch 1 and 64 in each precision
 #      (layer_bench model), next to PyTorch eager and
 #      torch.compile(max-autotune) when import torch works

@@ -267,6 +267,11 @@ static double time_build(Gpu *g, const Options *o, ModelBuild *b, char *err, siz
   return us;
 }
 
+/* Whether mode t's layer table also times each layer without wgmma
+ * (--no-wgmma: the mma.sync side, what every GPU but sm_90a runs): f16,
+ * to say what wgmma changes. */
+static bool both_sides(BenchType t) { return t == BT_F16; }
+
 /* ---- filling the kernel cache first, in parallel ---- */
 
 /* Every build the command will time (each layer, or the whole model, in
@@ -274,6 +279,10 @@ static double time_build(Gpu *g, const Options *o, ModelBuild *b, char *err, siz
  * o->jobs processes at a time, before this process touches the GPU: the
  * timing loop then finds each cubin cached.  layers NULL: whole models. */
 static void prefill(const Options *o, Layer (*layers)[MAX_LAYERS], const int *n_layers) {
+  /* what the runtime's NVRTC compiles for on the H200 (sm_90a, or sm_90
+   * under DLCC_NO_WGMMA), so that the runs find these in the cache */
+  char arch[16], err0[256];
+  if (rt_nvrtc_target(90, arch, sizeof arch, err0, sizeof err0)) return;
   for (int w = 0; w < o->jobs; w++) {
     pid_t pid = fork();
     if (pid < 0) break;
@@ -286,16 +295,19 @@ static void prefill(const Options *o, Layer (*layers)[MAX_LAYERS], const int *n_
           if (i % o->jobs != w) continue;
           Define d[MAX_DEFINES + 1];
           char *text = layers ? layer_text(&layers[b][l], (BenchType)t) : NULL;
-          ModelBuild mb = layers ? text_build(text, (BenchType)t) : model_build(o, o->batches[b], mode_names[t], d);
-          Ctx c;
-          ctx_init(&c);
-          void *bin = NULL;
-          size_t size;
-          char err[256];
-          if ((text || !layers) && test_build_model(&c, &mb) &&
-              rt_nvrtc_compile(mb.cg.plan, "sm_90", &bin, &size, err, sizeof err) == 0)
-            free(bin);
-          ctx_free(&c);
+          for (int side = 0; side < (layers && both_sides((BenchType)t) ? 2 : 1); side++) {
+            ModelBuild mb = layers ? text_build(text, (BenchType)t) : model_build(o, o->batches[b], mode_names[t], d);
+            mb.opts.no_wgmma = side == 1;
+            Ctx c;
+            ctx_init(&c);
+            void *bin = NULL;
+            size_t size;
+            char err[256];
+            if ((text || !layers) && test_build_model(&c, &mb) &&
+                rt_nvrtc_compile(mb.cg.plan, arch, &bin, &size, err, sizeof err) == 0)
+              free(bin);
+            ctx_free(&c);
+          }
           free(text);
         }
     }
@@ -318,19 +330,26 @@ static int layers_cmd(const Options *o, Gpu *g, Layer (*layers)[MAX_LAYERS], con
     for (int b = 0; b < o->n_batches; b++) {
       printf("\n== %s, batch %d: %s, %d distinct layers (dense peak %.0f TFLOP/s)\n", mode_names[t],
              o->batches[b], o->model, n_layers[b], peak_tflops[t]);
-      printf("%-28s %8s  %9s %7s %6s  %9s %7s  %9s %7s  %s\n", "layer", "GFLOP", "dlcc us", "TFLOP/s", "%peak",
-             "cuBLAS us", "TFLOP/s", "cuDNN us", "TFLOP/s", "dlcc/cuDNN");
+      bool sides = both_sides((BenchType)t);
+      printf("%-28s %8s  %9s %7s %6s  %9s %7s  %9s %7s  %s%s\n", "layer", "GFLOP", "dlcc us", "TFLOP/s", "%peak",
+             "cuBLAS us", "TFLOP/s", "cuDNN us", "TFLOP/s", "dlcc/cuDNN", sides ? "  mma.sync us  wgmma gain" : "");
       double sum_peak = 0, log_ratio = 0, worst = 0;
       int timed = 0, ratios = 0, within = 0;
       for (int l = 0; l < n_layers[b]; l++) {
         const Layer *ly = &layers[b][l];
         char name[64], err[1024] = "", berr[512] = "", derr[512] = "";
         describe(ly, name, sizeof name);
-        double us;
+        double us, us_mma = -1;
         {
           char *text = layer_text(ly, (BenchType)t);
           ModelBuild mb = text_build(text, (BenchType)t);
           us = text ? time_build(g, o, &mb, err, sizeof err) : -1;
+          if (sides && text) {
+            char merr[256];
+            ModelBuild mm = text_build(text, (BenchType)t);
+            mm.opts.no_wgmma = true;
+            us_mma = time_build(g, o, &mm, merr, sizeof merr);
+          }
           free(text);
         }
         double bl = -1, dn = -1;
@@ -356,7 +375,10 @@ static int layers_cmd(const Options *o, Gpu *g, Layer (*layers)[MAX_LAYERS], con
           printf("  %5.2fx", r);
           log_ratio += log(r), ratios++, within += r <= 1.1;
           worst = r > worst ? r : worst;
+        } else if (sides) {
+          printf("  %7s", "");
         }
+        if (sides && us > 0 && us_mma > 0) printf("  %11.1f  %9.2fx", us_mma, us_mma / us);
         putchar('\n');
         if (us < 0) {
           printf("    dlcc FAILED: %.600s\n", err);

@@ -431,7 +431,20 @@ typedef struct TcData {
   uint16_t amk[16 * TC_LONG], akm[TC_PIPE_K * TC_SHORT], bkn[TC_PIPE_K * TC_SHORT], bnk[16 * TC_LONG], m64[64];
   uint32_t groups[96];
   uint8_t bytes[896];
+  /* wgmma: A (64 rows) and B (256 rows) of 128 bytes for each kind, C */
+  uint8_t wa[4][64 * 128], wb[4][256 * 128];
+  float wc[64 * 256];
+  int32_t wci[64 * 256];
 } TcData;
+
+/* The wgmma cases (tests/mma_kernels.h's wgmma_gemm): kind (0 f16, 1
+ * bf16, 2 tf32, 3 s8), N, bytes of K, swizzle, groups in flight,
+ * scale-d 0 first. */
+static const int tc_wgmma[][6] = {
+    {0, 64, 64, 64, 2, 0}, {1, 128, 128, 128, 1, 0}, {2, 32, 64, 32, 2, 1},
+    {3, 256, 128, 0, 2, 0}, {0, 16, 128, 0, 1, 1},   {1, 256, 64, 64, 2, 0},
+};
+enum { TC_WGMMA = sizeof tc_wgmma / sizeof *tc_wgmma };
 
 static double eighths(void) { return floor(uniform() * 16.5) / 8.0; } /* -2.125 .. 2 in steps of 1/8 */
 static uint64_t bits64(void) {
@@ -465,6 +478,25 @@ static void tc_fill(TcData *d) {
   for (int i = 0; i < 64; i++) d->m64[i] = (uint16_t)(bits64() >> 24);
   for (int i = 0; i < 96; i++) d->groups[i] = (uint32_t)(bits64() >> 7);
   for (int i = 0; i < 896; i++) d->bytes[i] = (uint8_t)(bits64() >> 40 | 1);
+  /* tf32 eighths with low bits below the cut, under half of its last
+   * place, so truncation and rounding read the same value */
+  for (int i = 0; i < 64 * 128 + 256 * 128; i++) {
+    uint8_t *a = i < 64 * 128 ? &d->wa[0][i] : &d->wb[0][i - 64 * 128];
+    size_t stride = i < 64 * 128 ? sizeof d->wa[0] : sizeof d->wb[0];
+    a[3 * stride] = (uint8_t)((int)(bits64() % 17) - 8);
+    if (i % 2 == 0) {
+      uint16_t h = dlcc_emu_f64_to_f16(eighths()), b = dlcc_emu_f64_to_bf16(eighths());
+      memcpy(a, &h, 2), memcpy(a + stride, &b, 2);
+    }
+    if (i % 4 == 0) {
+      float f = (float)eighths();
+      uint32_t u;
+      memcpy(&u, &f, 4);
+      u |= (uint32_t)(bits64() >> 52) & 0xfffu;
+      memcpy(a + 2 * stride, &u, 4);
+    }
+  }
+  for (int i = 0; i < 64 * 256; i++) d->wc[i] = (float)eighths(), d->wci[i] = (int32_t)(bits64() >> 44) - 500000;
 }
 
 #define TC_IN(i) {.kind = RT_ARG_PTR, .ref = {RT_SPACE_INPUT, i, 0}}
@@ -475,7 +507,7 @@ static void tc_fill(TcData *d) {
    .launch = {.kernel = k, .grid = {blocks, 1, 1}, .block = {threads, 1, 1}, \
               .n_args = sizeof list / sizeof *list, .args = list}}
 
-enum { TC_OUTPUTS = 13 };
+enum { TC_OUTPUTS = 13 + TC_WGMMA };
 
 /* Runs every case on backend; the outputs, concatenated, in out. */
 static bool tc_run(const char *backend, const TcData *d, const char *source, uint8_t *out, const RtTensorDesc *outs) {
@@ -490,9 +522,11 @@ static bool tc_run(const char *backend, const TcData *d, const char *source, uin
       flat("akm", RT_DT_F16, TC_PIPE_K * TC_SHORT, RT_SPACE_INPUT, 13),
       flat("bkn", RT_DT_F16, TC_PIPE_K * TC_SHORT, RT_SPACE_INPUT, 14),
       flat("bnk", RT_DT_F16, 16 * TC_LONG, RT_SPACE_INPUT, 15), flat("m64", RT_DT_F16, 64, RT_SPACE_INPUT, 16),
-      flat("groups", RT_DT_I32, 96, RT_SPACE_INPUT, 17),    flat("bytes", RT_DT_U8, 896, RT_SPACE_INPUT, 18)};
-  const void *host[] = {d->a16, d->b16, d->abf, d->bbf, d->c32, d->a8,  d->b8,  d->c8,     d->af,    d->bf,
-                        d->x,   d->c16, d->amk, d->akm, d->bkn, d->bnk, d->m64, d->groups, d->bytes};
+      flat("groups", RT_DT_I32, 96, RT_SPACE_INPUT, 17),    flat("bytes", RT_DT_U8, 896, RT_SPACE_INPUT, 18),
+      flat("wa", RT_DT_U8, sizeof d->wa, RT_SPACE_INPUT, 19),  flat("wb", RT_DT_U8, sizeof d->wb, RT_SPACE_INPUT, 20),
+      flat("wc", RT_DT_F32, 64 * 256, RT_SPACE_INPUT, 21),     flat("wci", RT_DT_I32, 64 * 256, RT_SPACE_INPUT, 22)};
+  const void *host[] = {d->a16, d->b16, d->abf, d->bbf, d->c32, d->a8,  d->b8,  d->c8,     d->af,    d->bf,    d->x, d->c16,
+                        d->amk, d->akm, d->bkn, d->bnk, d->m64, d->groups, d->bytes, d->wa, d->wb, d->wc, d->wci};
   RtArg f16[] = {TC_I32(0), TC_IN(0), TC_IN(1), TC_IN(4), TC_OUT(0), TC_I32(32), TC_I32(0)};
   RtArg bf16[] = {TC_I32(1), TC_IN(2), TC_IN(3), TC_IN(4), TC_OUT(1), TC_I32(32), TC_I32(0)};
   RtArg s8[] = {TC_IN(5), TC_IN(6), TC_IN(7), TC_OUT(2), TC_I32(64)};
@@ -510,16 +544,29 @@ static bool tc_run(const char *backend, const TcData *d, const char *source, uin
   RtArg grp[] = {TC_IN(17), TC_OUT(10), TC_I32(0)};
   RtArg sz[] = {TC_IN(18), TC_OUT(11)};
   RtArg pk[] = {TC_IN(10), TC_OUT(12), TC_I32(TC_X)};
+  /* wgmma: kind's A and B at its offset in wa and wb */
+  RtArg wg[TC_WGMMA][11];
+  for (int c = 0; c < TC_WGMMA; c++) {
+    const int *w = tc_wgmma[c];
+    RtArg a = TC_IN(19), b = TC_IN(20);
+    a.ref.offset = (uint64_t)w[0] * sizeof d->wa[0], b.ref.offset = (uint64_t)w[0] * sizeof d->wb[0];
+    RtArg p[11] = {TC_I32(w[0]), a, b, TC_IN(w[0] == 3 ? 22 : 21), TC_OUT(13 + c), TC_I32(w[1]),
+                   TC_I32(w[2]), TC_I32(w[3]), TC_I32(w[4]), TC_I32(w[5]), TC_I32(0)};
+    memcpy(wg[c], p, sizeof p);
+  }
   RtStep steps[] = {TC_STEP("mma16816 f16", MK_16816, 32, 1, f16),   TC_STEP("mma16816 bf16", MK_16816, 32, 1, bf16),
                     TC_STEP("mma16832", MK_16832, 32, 1, s8),        TC_STEP("mma1688", MK_1688, 32, 1, tf32),
                     TC_STEP("tf32_bits", MK_TF32, 128, TC_X / 128, cvt), TC_STEP("pipe", MK_PIPE, 64, 1, pipe[0]),
                     TC_STEP("pipe", MK_PIPE, 64, 1, pipe[1]),        TC_STEP("pipe", MK_PIPE, 64, 1, pipe[2]),
                     TC_STEP("pipe", MK_PIPE, 64, 1, pipe[3]),        TC_STEP("ldsm_x1", MK_LDSM_X1, 32, 1, x1),
                     TC_STEP("cp_groups", MK_CP_GROUPS, 32, 1, grp),  TC_STEP("cp_sizes", MK_CP_SIZES, 32, 1, sz),
-                    TC_STEP("pack_shfl", MK_PACK_SHFL, 128, TC_X / 2 / 128, pk)};
+                    TC_STEP("pack_shfl", MK_PACK_SHFL, 128, TC_X / 2 / 128, pk),
+                    TC_STEP("wgmma", MK_WGMMA, 128, 1, wg[0]), TC_STEP("wgmma", MK_WGMMA, 128, 1, wg[1]),
+                    TC_STEP("wgmma", MK_WGMMA, 128, 1, wg[2]), TC_STEP("wgmma", MK_WGMMA, 128, 1, wg[3]),
+                    TC_STEP("wgmma", MK_WGMMA, 128, 1, wg[4]), TC_STEP("wgmma", MK_WGMMA, 128, 1, wg[5])};
   /* One contract per step, read off its arguments: each pointer may touch
    * its whole tensor (inputs read, outputs written), each size is itself. */
-  enum { TC_STEPS = sizeof steps / sizeof *steps, TC_MAX_ARGS = 10 };
+  enum { TC_STEPS = sizeof steps / sizeof *steps, TC_MAX_ARGS = 11 };
   RtContract tc_contracts[TC_STEPS];
   RtParam params[TC_STEPS][TC_MAX_ARGS];
   for (uint32_t s = 0; s < TC_STEPS; s++) {
@@ -531,7 +578,7 @@ static bool tc_run(const char *backend, const TcData *d, const char *source, uin
       if (arg->kind == RT_ARG_PTR) {
         bool written = arg->ref.space == RT_SPACE_OUTPUT;
         q->access = written ? RT_ACCESS_WRITE : RT_ACCESS_READ;
-        q->nbytes = (written ? outs : in)[arg->ref.index].nbytes;
+        q->nbytes = (written ? outs : in)[arg->ref.index].nbytes - arg->ref.offset;
       }
     }
     tc_contracts[s] = (RtContract){.kernel = l->kernel, .n_params = l->n_args, .params = params[s]};
@@ -576,7 +623,13 @@ static void tc_checks(const char *backend) {
       flat("cp.async + ldmatrix.x4.trans + .x2.trans (A k-major, B k-major)", RT_DT_F32, 256, RT_SPACE_OUTPUT, 8),
       flat("ldmatrix.x1, .x1.trans", RT_DT_I32, 64, RT_SPACE_OUTPUT, 9),
       flat("cp.async groups", RT_DT_I32, 224, RT_SPACE_OUTPUT, 10), flat("cp.async sizes", RT_DT_U8, 896, RT_SPACE_OUTPUT, 11),
-      flat("cvt.rn.f16x2, cvt.rn.bf16x2, shfl.xor quad max", RT_DT_I32, TC_X / 2 * 3, RT_SPACE_OUTPUT, 12)};
+      flat("cvt.rn.f16x2, cvt.rn.bf16x2, shfl.xor quad max", RT_DT_I32, TC_X / 2 * 3, RT_SPACE_OUTPUT, 12),
+      flat("wgmma f16 m64n64, 64-byte swizzle, 2 groups in flight", RT_DT_F32, 64 * 64, RT_SPACE_OUTPUT, 13),
+      flat("wgmma bf16 m64n128, 128-byte swizzle", RT_DT_F32, 64 * 128, RT_SPACE_OUTPUT, 14),
+      flat("wgmma tf32 m64n32, 32-byte swizzle, scale-d 0 first", RT_DT_F32, 64 * 32, RT_SPACE_OUTPUT, 15),
+      flat("wgmma s8 m64n256, no swizzle (core matrices)", RT_DT_I32, 64 * 256, RT_SPACE_OUTPUT, 16),
+      flat("wgmma f16 m64n16, no swizzle, scale-d 0 first", RT_DT_F32, 64 * 16, RT_SPACE_OUTPUT, 17),
+      flat("wgmma bf16 m64n256, 64-byte swizzle", RT_DT_F32, 64 * 256, RT_SPACE_OUTPUT, 18)};
   size_t total = 0;
   for (int o = 0; o < TC_OUTPUTS; o++) total += outs[o].nbytes;
   uint8_t *got = malloc(total), *want = malloc(total);
