@@ -362,6 +362,11 @@ have_graph:
     diag_error(c, (SrcLoc){0}, "loss_scale must be 0, DLC_LOSS_SCALE_SEED or DLC_LOSS_SCALE_FED, got %d", split);
     return 1;
   }
+  if (job->opt && (job->opt->sync_bn < 0 || (job->opt->sync_bn && !job->opt->grad))) {
+    diag_error(c, (SrcLoc){0}, "sync_bn must be 0, or a count of ranks with grad (a training step's batchnorm), got %d",
+               job->opt->sync_bn);
+    return 1;
+  }
   /* A pipeline's stages split the scaler: the last one's backward seeds
    * with the scale, each optimizer unscales what it is fed. */
   bool seed_scaled = split ? split == DLC_LOSS_SCALE_SEED : f16_step;
@@ -370,7 +375,9 @@ have_graph:
   if (job->opt && job->opt->grad && job->opt->freeze && !freeze_params(c, g, job->opt->freeze)) return 1;
   int level = job->opt ? job->opt->opt_level : 0;
   AutodiffOptions ado = {.loss_scale = seed_scaled,
-                         .sync_bn = job->opt && job->opt->optimizer ? job->opt->optimizer->sync_bn : 0,
+                         .sync_bn = !job->opt                  ? 0
+                                    : job->opt->optimizer ? job->opt->optimizer->sync_bn
+                                                          : job->opt->sync_bn,
                          .unroll_rnn = job->opt && job->opt->unroll_rnn,
                          .fuse_attention = level == 0 || level == 2};
   if (job->opt && job->opt->grad && (!pass_autodiff(g, &ado) || !ir_verify(g))) return 1;

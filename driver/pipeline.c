@@ -95,7 +95,10 @@ struct Pipeline {
    * gradients, so each step the stages sum their share (grad_stats) and
    * feed the totals to their optimizers (dlc_optimizer.grad_stats_input). */
   bool clip, loss_scaling;
-  DistComm comm; /* the forward's and backward's all-reduces over the tensor group */
+  /* The forward's and backward's all-reduces: sums over the tensor
+   * group, means (--sync-bn's statistics) over the replicas */
+  DistComm comm;
+  int sync_bn; /* the replicas' count under --sync-bn, else 0 */
   /* --bucket-mb: the gradients' average over the stage's D copies in
    * buckets of consecutive parameters (bucket b holds params
    * [bucket_first[b], bucket_first[b + 1])); n_buckets 0: one each */
@@ -257,7 +260,7 @@ static int build_stage(Ctx *ctx, void *data) {
   bool last = p->s == p->n_stages - 1;
   for (int k = STAGE_FORWARD; k <= STAGE_OPTIMIZER; k++)
     if ((k != STAGE_FORWARD || !last) && !(k == STAGE_OPTIMIZER && !p->sp.param_bytes[p->s]) &&
-        !(sg->graph[k] = pass_stage_graph(p->g, &p->sp, p->s, (StageKind)k)))
+        !(sg->graph[k] = pass_stage_graph(p->g, &p->sp, p->s, (StageKind)k, p->sync_bn)))
       return 1;
   return 0;
 }
@@ -325,13 +328,14 @@ static bool compile_stage(Pipeline *p, Graph *const *graphs, char *err, size_t e
     } else {
       dlc_options o = stage_options(p);
       o.grad = k == STAGE_BACKWARD;
+      o.sync_bn = o.grad ? p->sync_bn : 0;
       /* the loss's gradient starts at the scale, as in one process */
       if (p->loss_scaling && last && o.grad) o.loss_scale = DLC_LOSS_SCALE_SEED;
       if (p->c.tensor) o.tensor_parallel = p->c.tensor->size, o.tensor_rank = p->c.tensor->rank;
       dlc_model **m = k == STAGE_FORWARD ? &p->fwd : &p->bwd;
       st = dlc_compile_string(name, text, &o, m);
       msg = dlc_error(*m);
-      if (st == DLC_OK && p->c.tensor) {
+      if (st == DLC_OK && (p->c.tensor || p->sync_bn)) {
         st = dlc_set_comm(*m, dist_comm, &p->comm);
         msg = dlc_error(*m);
       }
@@ -499,6 +503,7 @@ static bool deferred_bns(Pipeline *p) {
     b->momentum = mom ? mom->f : 0.1;
     b->channels = n->in[0]->type.dims[1];
     b->count = b->channels ? ir_type_numel(&n->in[0]->type) / b->channels : 0;
+    if (p->sync_bn) b->count *= p->sync_bn; /* the statistics are the replicas' together */
     size_t C = (size_t)b->channels + 1;
     b->old_mean = ARENA_ARRAY(a, float, C), b->old_var = ARENA_ARRAY(a, float, C);
     b->new_mean = ARENA_ARRAY(a, float, C), b->new_var = ARENA_ARRAY(a, float, C);
@@ -535,6 +540,7 @@ static Pipeline *create(const PipeConfig *c, const Pipeline *like, char *err, si
   p->n_stages = c->dist->size;
   p->m_count = (int)c->micro;
   p->b = c->batch / c->micro;
+  p->sync_bn = c->sync_bn && c->replicas ? c->replicas->size : 0;
   const char *prec = c->train->model.precision;
   p->loss_scaling = prec && strcmp(prec, "f16") == 0;
   p->clip = c->train->optimizer.clip_grad_norm > 0;
@@ -592,7 +598,10 @@ static Pipeline *create(const PipeConfig *c, const Pipeline *like, char *err, si
     pipe_free(p);
     return NULL;
   }
-  p->comm = (DistComm){c->tensor, c->tensor, NULL, NULL};
+  /* One group stands in for the other where a job has one: the plans
+   * then hold no all-reduce of the missing kind. */
+  Dist *sums = c->tensor ? c->tensor : c->replicas, *means = p->sync_bn ? c->replicas : c->tensor;
+  p->comm = (DistComm){sums, means ? means : sums, NULL, NULL};
   if (!compile_stage(p, sg.graph, err, errlen) || !same_splits(p, err, errlen) ||
       !prepare(p, sg.graph[STAGE_OPTIMIZER], err, errlen)) {
     pipe_free(p);

@@ -42,6 +42,11 @@ typedef struct PipeConfig {
    * statistics of all its micro-batches together (torchgpipe's
    * DeferredBatchNorm), not once a micro-batch. */
   bool deferred_bn;
+  /* --sync-bn: training-mode batchnorm's statistics over each
+   * micro-batch of the D pipelines together (their samples of the stage
+   * at that micro-batch), through the replicas' all-reduce in the
+   * forward and backward plans; nothing when D is 1. */
+  bool sync_bn;
   /* --bucket-mb: the gradients averaged over the D pipelines in buckets
    * of consecutive parameters of about that many MiB; 0: one each. */
   double bucket_mb;

@@ -263,7 +263,7 @@ static bool graphs(PipeRun *p) {
 static int build_stage(Ctx *ctx, void *data) {
   (void)ctx;
   PipeRun *p = data;
-  return (p->stage = pass_stage_graph(p->g, &p->sp, p->s, STAGE_FORWARD)) ? 0 : 1;
+  return (p->stage = pass_stage_graph(p->g, &p->sp, p->s, STAGE_FORWARD, 0)) ? 0 : 1;
 }
 
 static bool model_failed(PipeRun *p) { return fail_text(p, dlc_error(p->m)); }

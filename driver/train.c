@@ -257,11 +257,6 @@ static bool pipe_args_check(TrainArgs *o) {
     fprintf(stderr, "dlcc: error: unknown pipeline schedule '%s' (expected gpipe or 1f1b)\n", o->pipe_schedule);
     return false;
   }
-  bad = o->sync_bn ? "--sync-bn" : NULL;
-  if (bad) {
-    fprintf(stderr, "dlcc: error: pipeline parallel does not take %s yet\n", bad);
-    return false;
-  }
   return true;
 }
 
@@ -408,7 +403,8 @@ static dlc_train *compile_for(Run *r, const TrainData *d, int64_t batch, Compile
   /* With --pipeline the whole step only checks the data and holds the
    * weights for saving: the interpreter's compile, which makes no plan. */
   if (r->a->pipeline && !eval) o.model.backend = "ref";
-  o.optimizer.sync_bn = r->a->sync_bn && !eval ? r->dp : 0;
+  /* (a pipeline's stages sync their own batchnorms: pipeline.c) */
+  o.optimizer.sync_bn = r->a->sync_bn && !eval && !r->a->pipeline ? r->dp : 0;
   /* The eval model (rank 0's) runs whole, on the gathered weights; so
    * does a pipeline's whole step (its stages split themselves). */
   o.model.tensor_parallel = what == FOR_STEP && !r->a->pipeline ? r->tp : 1;
@@ -897,7 +893,7 @@ static bool compile_pipeline(Run *r) {
                    .first_sample = r->dist->rank / (a->pipeline * r->tp) * (a->batch / D),
                    .one_f_one_b = a->pipe_schedule && strcmp(a->pipe_schedule, "1f1b") == 0, .dist = r->tgroup,
                    .world = r->dist, .replicas = D > 1 ? r->dgroup : NULL, .tensor = r->tp > 1 ? r->sgroup : NULL,
-                   .deferred_bn = a->deferred_bn, .bucket_mb = a->bucket_mb};
+                   .deferred_bn = a->deferred_bn, .sync_bn = a->sync_bn, .bucket_mb = a->bucket_mb};
   char err[4096];
   if (!(r->pipe = pipe_new(&pc, err, sizeof err))) {
     fprintf(stderr, strstr(err, ": error: ") ? "%s\n" : "dlcc: error: %s\n", err); /* located: as diag wrote it */

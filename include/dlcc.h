@@ -232,6 +232,12 @@ typedef struct dlc_options {
    * --freeze: comma-separated names or shell patterns ("backbone.*",
    * "pe"), each of which must match a param; NULL: none. */
   const char *freeze;
+  /* With grad and no optimizer (a pipeline stage's backward, which a
+   * separate plan steps): as dlc_optimizer.sync_bn, training-mode
+   * batchnorm's statistics and their gradients averaged over that many
+   * ranks through the communicator's means (dlc_set_comm).  A step with
+   * an optimizer takes the optimizer's. */
+  int sync_bn;
 } dlc_options;
 
 enum { DLC_O0 = -1 };

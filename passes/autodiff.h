@@ -65,9 +65,10 @@ bool pass_train_mode(Graph *g, const AutodiffOptions *o);
 /* Only the batchnorms of g to training mode, normalizing with each
  * batch's statistics, and no state update: the forward plan of a
  * pipeline stage, whose backward plan recomputes the same batchnorms
- * and alone keeps the running statistics.  False after reporting
+ * and alone keeps the running statistics; sync_bn as AutodiffOptions'
+ * (the backward's must be the same).  False after reporting
  * errors to g->ctx (a batchnorm over one value per channel). */
-bool pass_train_batchnorm(Graph *g);
+bool pass_train_batchnorm(Graph *g, int sync_bn);
 
 /* By Node.id (g numbered here): the params a training step trains, the
  * float params with a use that gradients flow through; not the buffers

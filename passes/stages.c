@@ -428,7 +428,7 @@ static Graph *optimizer_graph(Builder *b, const StageSplit *sp, int s) {
   return g;
 }
 
-Graph *pass_stage_graph(Graph *from, const StageSplit *sp, int s, StageKind kind) {
+Graph *pass_stage_graph(Graph *from, const StageSplit *sp, int s, StageKind kind, int sync_bn) {
   ir_number(from);
   int n_values = 0;
   for (Node *n = from->first; n; n = n->next) n_values += n->n_out;
@@ -482,6 +482,6 @@ Graph *pass_stage_graph(Graph *from, const StageSplit *sp, int s, StageKind kind
   /* Training-mode batchnorm in a training forward: the backward
    * recomputes it and alone updates the running statistics, once a
    * micro-batch. */
-  if (!sp->inference && !pass_train_batchnorm(g)) return NULL;
+  if (!sp->inference && !pass_train_batchnorm(g, sync_bn)) return NULL;
   return g;
 }

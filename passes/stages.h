@@ -81,7 +81,8 @@ typedef enum {
 } StageKind;
 
 /* Stage s's graph of that kind, built in g's context; NULL after
- * reporting to g's diagnostics. */
-Graph *pass_stage_graph(Graph *g, const StageSplit *sp, int s, StageKind kind);
+ * reporting to g's diagnostics.  sync_bn > 0 (a training forward): its
+ * batchnorms' statistics over that many ranks, as pass_train_batchnorm. */
+Graph *pass_stage_graph(Graph *g, const StageSplit *sp, int s, StageKind kind, int sync_bn);
 
 #endif

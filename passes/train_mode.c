@@ -533,8 +533,8 @@ bool pass_train_mode(Graph *g, const AutodiffOptions *o) {
   return true;
 }
 
-bool pass_train_batchnorm(Graph *g) {
-  Mode md = {.g = g, .no_running = true};
+bool pass_train_batchnorm(Graph *g, int sync_bn) {
+  Mode md = {.g = g, .no_running = true, .sync_bn = sync_bn};
   Node *last = g->last;
   for (Node *n = g->first, *next; n; n = next) {
     next = n == last ? NULL : n->next;

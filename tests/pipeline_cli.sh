@@ -5,7 +5,7 @@
 # (f32 1e-5: every loss and every tensor of the checkpoint rank 0
 # writes), both schedules the same bits, --resume, a run repeated the
 # same bytes (on emu), the split rank 0 prints, stages the model marks,
-# a last partial batch, a transformer layer, tensor parallel inside the stages (D x T x S), dropout, --deferred-bn, batchnorm (per micro-batch), an ONNX model, a stage without parameters, bf16 and f16 (--precision), the
+# a last partial batch, a transformer layer, tensor parallel inside the stages (D x T x S), dropout, --deferred-bn, batchnorm (per micro-batch), --sync-bn over pipelines, an ONNX model, a stage without parameters, bf16 and f16 (--precision), the
 # f16 loss scaler and --clip-grad-norm over every stage's gradients, 2 pipelines of 2 stages (data
 # parallel over pipelines), the refusals, and a rank that fails or
 # vanishes ending every rank with a message naming it.  Skips without mpirun or without MPI in dlcc.
@@ -290,6 +290,37 @@ for c in cnnbn:ref cnnbn_staged:emu; do
 done
 expect 1 "dlcc: error: --deferred-bn is for pipeline parallel: give --pipeline=S too" \
   "$dlcc" train "$t/cnnbn.dl" $O --batch 8 --data "$t/cnnbn/twice" --deferred-bn
+# --sync-bn over 2 pipelines of 2 stages: each micro-batch's statistics
+# over both pipelines' samples, in the forward and backward plans of the
+# batchnorm's stage.  With 1 micro-batch that is the global batch of 4,
+# one process at batch 4 (bn1), with the batchnorm in either stage;
+# without --sync-bn each pipeline's 2 differ from it.  On "quad" every
+# micro-batch has a batch of 8's statistics, so 2 micro-batches with
+# --deferred-bn are one process at batch 8 (the unbiased running
+# variance over the pipelines' values together, 8 samples a batch).
+for c in cnnbn:ref cnnbn_staged:emu; do
+  expect 0 "" mpi 4 "$dlcc" train "$t/${c%%:*}.dl" $O --backend="${c#*:}" --batch 4 --data "$t/cnnbn/half" \
+    --pipeline=2 --sync-bn --save "$tmp/bnsync.safetensors"
+  close "$tmp/bn1.ckpt.safetensors" "$tmp/bnsync.ckpt.safetensors" "$c: --sync-bn over 2 pipelines"
+done
+expect 0 "" mpi 4 "$dlcc" train "$t/cnnbn.dl" $O --backend=ref --batch 4 --data "$t/cnnbn/half" --pipeline=2 \
+  --save "$tmp/bnnosync.safetensors"
+st_values "$tmp/bn1.ckpt.safetensors" >"$tmp/a.v"; st_values "$tmp/bnnosync.ckpt.safetensors" >"$tmp/b.v"
+agree "$tmp/a.v" "$tmp/b.v" && fail "2 pipelines' own batchnorm statistics equal the global batch's" || ok
+expect 0 "" "$dlcc" train "$t/cnnbn.dl" $O --backend=ref --batch 8 --data "$t/cnnbn/quad" --save "$tmp/quad1.safetensors"
+expect 0 "" mpi 4 "$dlcc" train "$t/cnnbn_staged.dl" $O --backend=emu --batch 8 --micro-batches=2 --schedule=1f1b \
+  --data "$t/cnnbn/quad" --pipeline=2 --sync-bn --deferred-bn --save "$tmp/quad4.safetensors"
+close "$tmp/quad1.ckpt.safetensors" "$tmp/quad4.ckpt.safetensors" "--sync-bn --deferred-bn, 2 pipelines of 2 micro-batches"
+expect 0 "" mpi 4 "$dlcc" train "$t/cnnbn_staged.dl" $O --backend=emu --batch 8 --micro-batches=2 --schedule=1f1b \
+  --data "$t/cnnbn/quad" --pipeline=2 --deferred-bn --save "$tmp/quad4n.safetensors"
+st_values "$tmp/quad1.ckpt.safetensors" >"$tmp/a.v"; st_values "$tmp/quad4n.ckpt.safetensors" >"$tmp/b.v"
+agree "$tmp/a.v" "$tmp/b.v" && fail "--deferred-bn without --sync-bn counts the pipelines' values together" || ok
+# With tensor parallel inside the stages too (2 x 2 x 2): the plans' sums
+# go over the tensor group, --sync-bn's means over the pipelines.
+B="$t/tinybn_tp.dl --loss=cross_entropy --optimizer=sgd --lr=0.05 --data $t/data --epochs 2 --batch 8"
+expect 0 "" "$dlcc" train $B --backend=ref --save "$tmp/tbn1.safetensors"
+expect 0 "" mpi 8 "$dlcc" train $B --backend=emu --tensor-parallel=2 --pipeline=2 --sync-bn --save "$tmp/tbn8.safetensors"
+close "$tmp/tbn1.ckpt.safetensors" "$tmp/tbn8.ckpt.safetensors" "--sync-bn, 2 pipelines of 2 stages of 2 ranks"
 
 # An ONNX model (when this dlcc reads ONNX): its initializers are the
 # whole model's weights, which each stage takes its part of.
@@ -309,8 +340,6 @@ expect_sub 1 "dlcc: error: --pipeline=2 with --tensor-parallel=2 does not divide
   mpi 2 "$dlcc" train $A --backend=ref --pipeline=2 --tensor-parallel=2
 expect_sub 1 "dlcc: error: --batch=8 does not divide into 3 micro-batches: give a multiple of 3" \
   mpi 2 "$dlcc" train $A --backend=ref --pipeline=2 --micro-batches=3
-expect_sub 1 "dlcc: error: pipeline parallel does not take --sync-bn yet" \
-  mpi 2 "$dlcc" train $A --backend=ref --pipeline=2 --sync-bn
 expect_sub 1 "--precision=f16 under a pipeline needs parameters in the last stage, whose optimizer keeps the loss scale; stage 1 has none" \
   mpi 2 "$dlcc" train $T --pipeline=2 --precision=f16
 expect_sub 1 "dlcc: error: --micro-batches is for pipeline parallel: give --pipeline=S too" \

@@ -261,20 +261,20 @@ START_TEST(stage_graphs) {
   Graph *g = compile_at(&ctx, chain, -1).g;
   StageSplit sp;
   check_split(g, 2, &sp);
-  Graph *f = pass_stage_graph(g, &sp, 0, STAGE_FORWARD);
+  Graph *f = pass_stage_graph(g, &sp, 0, STAGE_FORWARD, 0);
   ck_assert(f && ir_verify(f));
   ck_assert_int_eq(f->n_outputs, 1);
   ck_assert_str_eq(f->output_names[0], "stage_out.0");
   ck_assert(has_source(f, OP_INPUT, "x") && has_source(f, OP_PARAM, "w1") && !has_source(f, OP_PARAM, "w4"));
-  Graph *b0 = pass_stage_graph(g, &sp, 0, STAGE_BACKWARD);
+  Graph *b0 = pass_stage_graph(g, &sp, 0, STAGE_BACKWARD, 0);
   ck_assert(b0 && ir_verify(b0));
   ck_assert(has_source(b0, OP_INPUT, "stage_dy.0"));
   ck_assert_str_eq(b0->output_names[0], "loss");
   ck_assert(b0->outputs[0]->type.rank == 0);
-  Graph *b1 = pass_stage_graph(g, &sp, 1, STAGE_BACKWARD);
+  Graph *b1 = pass_stage_graph(g, &sp, 1, STAGE_BACKWARD, 0);
   ck_assert(b1 && ir_verify(b1));
   ck_assert(has_source(b1, OP_PARAM, "stage_in.0") && has_source(b1, OP_PARAM, "w4") && !has_source(b1, OP_INPUT, "x"));
-  Graph *o1 = pass_stage_graph(g, &sp, 1, STAGE_OPTIMIZER);
+  Graph *o1 = pass_stage_graph(g, &sp, 1, STAGE_OPTIMIZER, 0);
   ck_assert(o1 && ir_verify(o1));
   ck_assert(has_source(o1, OP_INPUT, "grad.w4") && has_source(o1, OP_PARAM, "w4"));
   ck_assert(!has_source(o1, OP_PARAM, "stage_in.0"));
@@ -285,7 +285,7 @@ END_TEST
  * outputs by name; the others return their cut. */
 static void check_inference_graphs(Graph *g, const StageSplit *sp) {
   for (int s = 0; s < sp->n_stages; s++) {
-    Graph *f = pass_stage_graph(g, sp, s, STAGE_FORWARD);
+    Graph *f = pass_stage_graph(g, sp, s, STAGE_FORWARD, 0);
     ck_assert(f && ir_verify(f));
     if (s < sp->n_stages - 1) {
       ck_assert_int_eq(f->n_outputs, sp->cut[s + 1].n);

@@ -373,6 +373,14 @@ START_TEST(option_errors) {
   ck_assert_int_eq(dlc_train_compile(tiny_path(), &o, &t), DLC_ERR_ARGUMENT);
   ck_assert_str_eq(dlc_train_error(t), "dlcc: error: an eval model needs a loss\n");
   dlc_train_free(t);
+  /* a batchnorm's statistics over ranks are a training step's */
+  int64_t xd[2] = {8, 4};
+  dlc_input_shape shape = {"x", 2, xd};
+  dlc_options mo = {.backend = "ref", .n_input_shapes = 1, .input_shapes = &shape, .sync_bn = 2};
+  dlc_model *m;
+  ck_assert_int_eq(dlc_compile_file(model_path("tinybn.dl"), &mo, &m), DLC_ERR_COMPILE);
+  ck_assert_ptr_nonnull(strstr(dlc_error(m), "sync_bn must be 0, or a count of ranks with grad"));
+  dlc_free(m);
   t = compile_tiny(8, "sgd", 0, 0);
   ck_assert_int_eq(dlc_train_save(t, "/nonexistent/x.safetensors", 0, 0, NULL, NULL), DLC_ERR_ARGUMENT);
   ck_assert_str_eq(dlc_train_error(t), "dlcc: error: the training step has no weights bound yet\n");

@@ -49,3 +49,10 @@ np.save(os.path.join(half, "x.npy"), x)
 np.save(os.path.join(half, "target.npy"), y)
 np.save(os.path.join(twice, "x.npy"), np.concatenate([x[:4], x[:4], x[4:], x[4:]]))
 np.save(os.path.join(twice, "target.npy"), np.concatenate([y[:4], y[:4], y[4:], y[4:]]))
+# tests/pipeline_cli.sh's --sync-bn over 2 pipelines of 2 micro-batches:
+# "quad" holds each pair of "half" 4 times, so that every micro-batch of
+# 2 (and the 2 pipelines' together) has a batch of 8's statistics.
+quad = os.path.join(here, "cnnbn", "quad")
+os.makedirs(quad, exist_ok=True)
+np.save(os.path.join(quad, "x.npy"), np.concatenate([x[:2]] * 4 + [x[2:4]] * 4))
+np.save(os.path.join(quad, "target.npy"), np.concatenate([y[:2]] * 4 + [y[2:4]] * 4))
