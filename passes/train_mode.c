@@ -144,22 +144,37 @@ static void move_running(Mode *md, SrcLoc at, Value *run, Value *stat, double mo
   add_update(md, ir_grad_op2(g, at, OP_ADD, old, now), name);
 }
 
+/* How each param is read, by node id (param_reads): as a batchnorm's
+ * running mean, its running variance, or anything else. */
+enum { READ_AS_MEAN = 1, READ_AS_VAR = 2, READ_OTHERWISE = 4 };
+
+static unsigned char *param_reads(Graph *g) {
+  ir_number(g);
+  unsigned char *reads = ARENA_ARRAY(&g->ctx->arena, unsigned char, g->n_nodes + 1);
+  for (Node *k = g->first; k; k = k->next)
+    for (int j = 0; j < k->n_in; j++) {
+      if (!k->in[j] || k->in[j]->def->op != OP_PARAM) continue;
+      bool bn = k->op == OP_BATCHNORM;
+      reads[k->in[j]->def->id] |= bn && j == 3 ? READ_AS_MEAN : bn && j == 4 ? READ_AS_VAR : READ_OTHERWISE;
+    }
+  return reads;
+}
+
 /* Whether batchnorm n's running statistic i (3: the mean, 4: the
  * variance) is a param of its own: read by batchnorms as that only.
  * An exporter that merges equal initializers (the dynamo exporter's
  * optimizer, on a fresh model's zeros and ones) gives one param for a
  * running mean and a bias: it cannot be updated as both. */
-static bool running_apart(Mode *md, Node *n, int i) {
+static bool running_apart(Mode *md, const unsigned char *reads, Node *n, int i) {
   Value *run = n->in[i];
   const TensorType *xt = &n->in[0]->type;
   if (xt->rank < 2 || xt->dims[1] <= 0 || ir_type_numel(xt) / xt->dims[1] < 2) return true; /* batchnorm() says why */
   const char *which = i == 3 ? "mean" : "variance", *why = NULL;
-  if (run->def->op != OP_PARAM) why = "is computed by the model, not a param";
-  for (Node *k = md->g->first; k && !why; k = k->next)
-    for (int j = 0; j < k->n_in && !why; j++)
-      if (k->in[j] == run && (k->op != OP_BATCHNORM || j != i))
-        why = "is also read as another operand (an exporter merged equal initializers: the dynamo exporter's "
-              "optimizer does; export with dynamo=False or optimize=False)";
+  if (run->def->op != OP_PARAM)
+    why = "is computed by the model, not a param";
+  else if (reads[run->def->id] & ~(i == 3 ? READ_AS_MEAN : READ_AS_VAR))
+    why = "is also read as another operand (an exporter merged equal initializers: the dynamo exporter's "
+          "optimizer does; export with dynamo=False or optimize=False)";
   if (!why) return true;
   diag_error(md->g->ctx, n->loc, "batchnorm in training mode updates its running %s%s%s%s, which %s", which,
              run->def->op == OP_PARAM ? " '" : "", run->def->op == OP_PARAM ? ir_attr_str(run->def, "name") : "",
@@ -494,8 +509,10 @@ bool pass_train_mode(Graph *g, const AutodiffOptions *o) {
   bool *learned = NULL; /* by node id, once an attention has a float mask */
   for (Node *n = g->first; n && !learned; n = n->next)
     if (n->op == OP_ATTENTION && n->n_in > 3 && n->in[3]->type.dtype != TY_BOOL) learned = on_params(g);
+  const unsigned char *reads = o->inference ? NULL : param_reads(g);
   for (Node *n = g->first; n && !o->inference; n = n->next)
-    if (n->op == OP_BATCHNORM && !ir_attr(n, "batch_stats")) running_apart(&md, n, 3), running_apart(&md, n, 4);
+    if (n->op == OP_BATCHNORM && !ir_attr(n, "batch_stats"))
+      running_apart(&md, reads, n, 3), running_apart(&md, reads, n, 4);
   if (md.failed) return false;
   Node *last = g->last;
   for (Node *n = g->first, *next; n; n = next) {

@@ -1038,6 +1038,22 @@ START_TEST(test_batchnorm_twice_and_merged) {
   ck_assert_msg(strstr(diag_text(&ctx), "batchnorm in training mode updates its running mean 'bn.bias', which is "
                                         "also read as another operand (an exporter merged equal initializers"),
                 "%s", diag_text(&ctx));
+  /* one param as both running statistics */
+  teardown();
+  setup();
+  b = model_new(15);
+  add_input(b, "x", 4, xd);
+  add_init_f32(b, "bn.weight", 1, cd, 2, ones);
+  add_init_f32(b, "bn.bias", 1, cd, 2, zeros);
+  add_init_f32(b, "stat", 1, cd, 2, rv);
+  add_node(b, "BatchNormalization", "x,bn.weight,bn.bias,stat,stat", "y");
+  add_output(b, "y");
+  g = must_import(b);
+  ck_assert(!pass_train_mode(g, &ado));
+  ck_assert_msg(strstr(diag_text(&ctx), "batchnorm in training mode updates its running mean 'stat', which is also "
+                                        "read as another operand") &&
+                    strstr(diag_text(&ctx), "its running variance 'stat', which is also read as another operand"),
+                "%s", diag_text(&ctx));
 }
 END_TEST
 
