@@ -149,9 +149,16 @@ static KExpr *phase_tap(ConvTc *cv, Kernel *k, KExpr *z, KExpr *q, int d, KExpr 
 
 /* A[z][row][kk]: W[z*Cog + row][kk], or conv_transpose's
  * W[z*Cg + kk / KK][row][kk % KK]; *valid (phases) NULL or the
- * condition that the tap is inside the kernel. */
+ * condition that the tap is inside the kernel.  Channels last W is
+ * [Co][taps][Cg] either way, and a phase's kk = (q..., ci). */
 static KExpr *w_index(ConvTc *cv, Kernel *k, KExpr *z, KExpr *row, KExpr *kk, KExpr **valid) {
   *valid = NULL;
+  if (cv->phased && cv->nhwc) {
+    KExpr *q = kdiv(k, kk, cv->Cg), *at = cg_kadd(k, cg_kmul(k, kdiv(k, z, cv->P), ki(k, cv->Cog)), row);
+    for (int d = 0; d < cv->nsp; d++)
+      at = cg_kadd(k, cg_kmul(k, at, ki(k, cv->kern[d])), phase_tap(cv, k, z, q, d, valid));
+    return cg_kadd(k, cg_kmul(k, at, ki(k, cv->Cg)), kmod(k, kk, cv->Cg));
+  }
   if (cv->phased) {
     /* kk = (ci, q...): tap r = r0 + s q of W[g Cg + ci][row][taps] */
     KExpr *ci = cg_kadd(k, cg_kmul(k, kdiv(k, z, cv->P), ki(k, cv->Cg)), kdiv(k, kk, cv->TQ));
@@ -160,7 +167,7 @@ static KExpr *w_index(ConvTc *cv, Kernel *k, KExpr *z, KExpr *row, KExpr *kk, KE
       at = cg_kadd(k, cg_kmul(k, at, ki(k, cv->kern[d])), phase_tap(cv, k, z, q, d, valid));
     return at;
   }
-  if (cv->transpose) {
+  if (cv->transpose && !cv->nhwc) {
     KExpr *ci = cg_kadd(k, cg_kmul(k, z, ki(k, cv->Cg)), kdiv(k, kk, cv->KK));
     return cg_kadd(k, cg_kmul(k, cg_kadd(k, cg_kmul(k, ci, ki(k, cv->Cog)), row), ki(k, cv->KK)), kmod(k, kk, cv->KK));
   }
@@ -170,8 +177,10 @@ static KExpr *w_index(ConvTc *cv, Kernel *k, KExpr *z, KExpr *row, KExpr *kk, KE
 static KBuf *w_async(void *ctx, Kernel *k) {
   ConvTc *cv = ctx;
   double c;
-  /* conv_transpose's K runs across W's rows: not contiguous */
-  if (cv->transpose || cg_is_fused(cv->b, cv->w) || cg_const_of(cv->b, cv->w, &c)) return NULL;
+  /* conv_transpose's K runs across W's rows: not contiguous; channels
+   * last a phase's taps are apart, each a run of Cg */
+  if (cv->transpose && (!cv->nhwc || cv->Cg % (16 / ir_dtype_size(cv->w->type.dtype)))) return NULL;
+  if (cg_is_fused(cv->b, cv->w) || cg_const_of(cv->b, cv->w, &c)) return NULL;
   RtRef r = cg_ref(cv->b, cv->w);
   if (r.offset % 16) return NULL;
   return cg_kglobal(k, "w", cv->w->type.dtype, ir_type_numel(&cv->w->type), r);
@@ -179,7 +188,7 @@ static KBuf *w_async(void *ctx, Kernel *k) {
 
 static KExpr *w_chunk(void *ctx, Kernel *k, KBlock *blk, KExpr *z, KExpr *row, KExpr *kk, KExpr **ok) {
   (void)blk;
-  return w_index(ctx, k, z, row, kk, ok); /* not for conv_transpose (w_async): ok stays NULL */
+  return w_index(ctx, k, z, row, kk, ok); /* a ragged phase's taps past the kernel do not exist */
 }
 
 static void *w_row(void *ctx, Kernel *k, KBlock *blk, KExpr *z, KExpr *row) {
@@ -239,20 +248,33 @@ static KExpr *x_hit(ConvTc *cv, Kernel *k, KBlock *blk, ConvRow *r, int d, KExpr
   return cg_kidx(k, KI_SUB, kdiv(k, t, s), ki(k, cv->off[d] / s));
 }
 
-/* nhwc (groups 1): the index of x at element kk = (tap, ci) of the row's
- * pixel, and in *inside (NULL: always) whether it lies in the image. */
+/* nhwc: the index of x at element kk = (tap, ci) of the row's pixel
+ * (a phase's tap q of a conv_transpose), and in *inside (NULL: always)
+ * whether it lies in the image (and a ragged phase's tap in the
+ * kernel). */
 static KExpr *nhwc_at(ConvTc *cv, ConvRow *r, Kernel *k, KBlock *blk, KExpr *z, KExpr *kk, KExpr **inside) {
   KExpr *tap = let_index(k, blk, "tap", kdiv(k, kk, cv->Cg)), *at = r->img;
   *inside = NULL;
   for (int d = 0; d < cv->nsp; d++) {
-    KExpr *td = coord_of(k, tap, cv->kern, cv->nsp, d);
-    KExpr *pos = let_index(k, blk, "ip", cg_kadd(k, r->base[d], cg_kmul(k, td, ki(k, cv->dil[d]))));
-    if (cv->padded) *inside = cg_kand(k, *inside, cg_kand(k, cg_kcmp(k, KC_GE, pos, ki(k, 0)), klt(k, pos, cv->in[d])));
+    KExpr *pos;
+    if (cv->phased) {
+      KExpr *qd = coord_of(k, tap, cv->tq, cv->nsp, d);
+      pos = let_index(k, blk, "ip", cg_kidx(k, KI_SUB, r->base[d], cg_kmul(k, qd, ki(k, cv->dil[d]))));
+      *inside = cg_kand(k, *inside, cg_kand(k, cg_kcmp(k, KC_GE, pos, ki(k, 0)), klt(k, pos, cv->in[d])));
+      if (cv->ragged) phase_tap(cv, k, z, tap, d, inside);
+    } else if (cv->transpose) {
+      pos = let_index(k, blk, "ip", x_hit(cv, k, blk, r, d, coord_of(k, tap, cv->kern, cv->nsp, d), inside));
+    } else {
+      KExpr *td = coord_of(k, tap, cv->kern, cv->nsp, d);
+      pos = let_index(k, blk, "ip", cg_kadd(k, r->base[d], cg_kmul(k, td, ki(k, cv->dil[d]))));
+      if (cv->padded)
+        *inside = cg_kand(k, *inside, cg_kand(k, cg_kcmp(k, KC_GE, pos, ki(k, 0)), klt(k, pos, cv->in[d])));
+    }
     at = cg_kadd(k, cg_kmul(k, at, ki(k, cv->in[d])), pos);
   }
   /* group z's channels, Cg of the pixel's C */
   KExpr *ci = kmod(k, kk, cv->Cg);
-  if (cv->Cg != cv->C) ci = cg_kadd(k, cg_kmul(k, z, ki(k, cv->Cg)), ci);
+  if (cv->Cg != cv->C) ci = cg_kadd(k, cg_kmul(k, cv->phased ? kdiv(k, z, cv->P) : z, ki(k, cv->Cg)), ci);
   return cg_kadd(k, cg_kmul(k, at, ki(k, cv->C)), ci);
 }
 
@@ -336,7 +358,9 @@ static void conv_store(void *ctx, Kernel *k, KBlock *blk, KExpr *z, KExpr *m, KE
     }
   }
   if (stored) blk = &cg_kif(k, blk, stored)->body;
-  KExpr *o = cv->nhwc ? cg_kadd(k, cg_kmul(k, n, ki(k, cv->Co)), co)
+  /* (channels last a phase's pixel is not its row n) */
+  KExpr *o = cv->nhwc ? cg_kadd(k, cg_kmul(k, cv->phased ? cg_kadd(k, cg_kmul(k, img, ki(k, cv->OHW)), pix) : n,
+                                            ki(k, cv->Co)), co)
                       : cg_kadd(k, cg_kmul(k, cg_kadd(k, cg_kmul(k, img, ki(k, cv->Co)), co), ki(k, cv->OHW)), pix);
   KExpr *oi = let_index(k, blk, "o", o), *val = acc;
   if (cv->n->n_in > 2)

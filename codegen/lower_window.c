@@ -235,7 +235,9 @@ static const char *const hit_names[MAX_SPATIAL] = {"td", "th", "tw"};
  * the dims inside it, summing in f32, or exactly in int32 for int8. */
 bool lower_conv_transpose(CgBuild *b, const Node *n) {
   if (!product_dtypes(b, n)) return false;
-  if (numel(&n->out[0].type) > 0 && cg_conv_on_tc(b, n)) return cg_lower_conv_igemm(b, n);
+  /* channels last (passes/nhwc.c): the implicit GEMM, on the CUDA cores
+   * where the tensor cores do not take it */
+  if (numel(&n->out[0].type) > 0 && (cg_conv_on_tc(b, n) || ir_conv_nhwc(n))) return cg_lower_conv_igemm(b, n);
   if (cg_lower_conv_transpose_fma(b, n)) return true;
   int cnt;
   const int64_t *stride = ir_attr_ints(n, "stride", &cnt), *pad = ir_attr_ints(n, "pad", &cnt);

@@ -294,7 +294,11 @@ static double flops_of(const Node *n) {
     }
     case RULE_LINEAR_LAYER: return 2 * no * (double)x->dims[x->rank - 1] + (n->n_in > 2 ? no : 0);
     case RULE_CONV: return 2 * no * filter_size(n->in[1]) + (n->n_in > 2 ? no : 0);
-    case RULE_CONV_TRANSPOSE: return 2 * nx * filter_size(n->in[1]) + (n->n_in > 2 ? no : 0);
+    case RULE_CONV_TRANSPOSE: {
+      /* each input value meets Cout/groups x taps weights, in either layout */
+      double cin = x->rank ? (double)x->dims[ir_nhwc(n) ? x->rank - 1 : 1] : 1;
+      return 2 * nx * (cin > 0 ? numel(&n->in[1]->type) / cin : 0) + (n->n_in > 2 ? no : 0);
+    }
     case RULE_POOL: {
       int count;
       const int64_t *k = ir_attr_ints(n, "kernel", &count);

@@ -301,15 +301,20 @@ static int64_t transposed_tap(const Window *w, const int64_t *oc, const int64_t 
 }
 
 /* Each output element gathers the inputs whose convolution window
- * covers it. */
+ * covers it.  Channels last (layout "nhwc": x [N, spatial, C], W [Co,
+ * taps, C/groups]) the same terms in the same order. */
 bool eval_conv_transpose(Eval *e, const Node *n, const Tensor *x, const Tensor *w,
                          const Tensor *b, Tensor *out) {
   Window win;
   if (!window_of(e, n, &x->type, &w->type, &out->type, &win)) return false;
   int64_t groups = ir_attr_int(n, "groups");
   const TensorType *xt = &x->type, *wt = &w->type, *ot = &out->type;
-  int64_t N = xt->dims[0], C = xt->dims[1], Cog = wt->dims[1], Co = ot->dims[1];
-  if (groups < 1 || C % groups || wt->dims[0] != C || Co != Cog * groups || ot->dims[0] != N)
+  bool nhwc = ir_nhwc(n);
+  int cx = nhwc ? xt->rank - 1 : 1;
+  int64_t N = xt->dims[0], C = xt->dims[cx], Co = ot->dims[cx], Cog = groups > 0 ? Co / groups : 0;
+  bool fits = nhwc ? wt->dims[0] == Co && groups > 0 && wt->dims[cx] * groups == C
+                   : wt->dims[0] == C && Co == wt->dims[1] * groups;
+  if (groups < 1 || C % groups || Co % groups || !fits || ot->dims[0] != N)
     return fail(e, "channels do not fit groups");
   if (b && numel(&b->type) != Co) return fail(e, "bias must have %" PRId64 " elements", Co);
   int64_t cig = C / groups;
@@ -325,12 +330,15 @@ bool eval_conv_transpose(Eval *e, const Node *n, const Tensor *x, const Tensor *
           int64_t kc[MAX_SPATIAL] = {0, 0, 0};
           for (int64_t t = 0; t < win.k_size; t++, window_next_tap(&win, kc)) {
             int64_t at = transposed_tap(&win, oc, kc);
-            if (at >= 0)
+            if (at < 0) continue;
+            if (nhwc)
+              acc_mac(&acc, x, (nb * win.in_size + at) * C + ci, w, (co * win.k_size + t) * cig + ci - g * cig);
+            else
               acc_mac(&acc, x, (nb * C + ci) * win.in_size + at, w, (ci * Cog + cw) * win.k_size + t);
           }
         }
         if (b) acc_add(&acc, b, co);
-        acc_store(&acc, out, (nb * Co + co) * win.out_size + o);
+        acc_store(&acc, out, nhwc ? (nb * win.out_size + o) * Co + co : (nb * Co + co) * win.out_size + o);
       }
     }
   return true;

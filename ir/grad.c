@@ -852,6 +852,8 @@ static const char *lacks_nhwc(const Node *n) {
   switch (n->op) {
     case OP_CONV2D: return "conv2d in layout \"nhwc\"";
     case OP_CONV3D: return "conv3d in layout \"nhwc\"";
+    case OP_CONV_TRANSPOSE2D: return "conv_transpose2d in layout \"nhwc\"";
+    case OP_CONV_TRANSPOSE3D: return "conv_transpose3d in layout \"nhwc\"";
     case OP_RESIZE: return "resize in layout \"nhwc\"";
     case OP_GROUP_NORM: return "group_norm in layout \"nhwc\"";
     case OP_GLOBAL_AVGPOOL: return "global_avgpool in layout \"nhwc\"";
@@ -1089,9 +1091,9 @@ static const char *lacks_layers(const Node *n) {
 #define GRAD_MATMUL VJP(vjp_matmul)
 #define GRAD_LINEAR VJP(vjp_linear)
 #define GRAD_CONV2D PARTIAL(vjp_conv, lacks_nhwc)
-#define GRAD_CONV_TRANSPOSE2D VJP(vjp_conv_transpose)
+#define GRAD_CONV_TRANSPOSE2D PARTIAL(vjp_conv_transpose, lacks_nhwc)
 #define GRAD_CONV3D PARTIAL(vjp_conv, lacks_nhwc)
-#define GRAD_CONV_TRANSPOSE3D VJP(vjp_conv_transpose)
+#define GRAD_CONV_TRANSPOSE3D PARTIAL(vjp_conv_transpose, lacks_nhwc)
 #define GRAD_MAXPOOL2D PARTIAL(vjp_maxpool, lacks_nhwc)
 #define GRAD_AVGPOOL2D PARTIAL(vjp_avgpool, lacks_nhwc)
 #define GRAD_MAXPOOL3D PARTIAL(vjp_maxpool, lacks_nhwc)

@@ -186,7 +186,10 @@ bool ir_matmul_trans(const Node *n, int i) {
   return a && a->kind == AK_INT && a->i != 0;
 }
 
-bool ir_conv_nhwc(const Node *n) { return (n->op == OP_CONV2D || n->op == OP_CONV3D) && ir_nhwc(n); }
+bool ir_conv_nhwc(const Node *n) {
+  bool conv = n->op == OP_CONV2D || n->op == OP_CONV3D || n->op == OP_CONV_TRANSPOSE2D || n->op == OP_CONV_TRANSPOSE3D;
+  return conv && ir_nhwc(n);
+}
 
 bool ir_conv_depthwise(const Node *n) {
   if (n->op != OP_CONV2D && n->op != OP_CONV3D) return false;
@@ -214,6 +217,8 @@ bool ir_nhwc(const Node *n) {
   switch (n->op) {
     case OP_CONV2D:
     case OP_CONV3D:
+    case OP_CONV_TRANSPOSE2D:
+    case OP_CONV_TRANSPOSE3D:
     case OP_MAXPOOL2D:
     case OP_AVGPOOL2D:
     case OP_MAXPOOL3D:

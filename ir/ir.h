@@ -212,8 +212,8 @@ DType ir_attr_dtype(const Node *n, const char *name);
  * last two axes swapped under trans_a / trans_b. */
 bool ir_matmul_trans(const Node *n, int i);
 TensorType ir_matmul_operand(const Node *n, int i);
-/* A conv2d or conv3d in layout "nhwc" (channels last: x [N,H,W,C], W
- * [Co,kH,kW,C/groups]; 3-d: x [N,D,H,W,C]). */
+/* A conv2d, conv3d or conv_transpose in layout "nhwc" (channels last:
+ * x [N,H,W,C], W [Co,kH,kW,C/groups]; 3-d: x [N,D,H,W,C]). */
 bool ir_conv_nhwc(const Node *n);
 /* The same for a conv or a max or average pool, 2-d or 3-d, a resize or
  * a group_norm. */

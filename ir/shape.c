@@ -808,13 +808,18 @@ static bool conv_transpose_shape(const Node *n, int nsp, TensorType *out, char *
   if (!need_numbers(n, err, errlen)) return false;
   const char *name = op_name(n);
   const TensorType *x = in_type(n, 0), *w = in_type(n, 1);
-  if (!need_rank(n, x, 2 + nsp, image_layout(nsp), err, errlen)) return false;
+  /* channels last: x's and the result's channels last, W [Cout, taps,
+   * Cin/groups] (as conv2d's nhwc weight) */
+  bool nhwc = ir_nhwc(n);
+  int sx = nhwc ? 1 : 2, cx = nhwc ? 1 + nsp : 1;
+  if (!need_rank(n, x, 2 + nsp, nhwc ? (nsp == 3 ? "[N, D, H, W, C]" : "[N, H, W, C]") : image_layout(nsp), err, errlen)) return false;
   if (w->rank != 2 + nsp)
-    return fail(err, errlen, "%s expects a %d-d weight [Cin, Cout/groups, %s], got %s", name,
-                2 + nsp, kernel_dims(nsp), ts(w).s);
+    return fail(err, errlen, nhwc ? "%s expects a %d-d weight [Cout, %s, Cin/groups], got %s"
+                                  : "%s expects a %d-d weight [Cin, Cout/groups, %s], got %s",
+                name, 2 + nsp, kernel_dims(nsp), ts(w).s);
   if (!same_dtype(n, x, w, err, errlen)) return false;
   for (int i = 0; i < nsp; i++)
-    if (w->dims[2 + i] < 1)
+    if (w->dims[sx + i] < 1)
       return fail(err, errlen, "%s: weight %s has an empty kernel (empty tensors are not supported)", name, ts(w).s);
   const int64_t *stride, *pad, *opad, *dil;
   int64_t groups;
@@ -823,15 +828,22 @@ static bool conv_transpose_shape(const Node *n, int nsp, TensorType *out, char *
   if (!attr_ints_min(n, "output_pad", nsp, 0, &opad, err, errlen)) return false;
   if (!attr_ints_min(n, "dilation", nsp, 1, &dil, err, errlen)) return false;
   if (!attr_int_min(n, "groups", 1, &groups, err, errlen)) return false;
-  int64_t c = x->dims[1];
-  if (w->dims[0] != c)
-    return fail(err, errlen,
-                "%s: weight %s expects %" PRId64 " input channels, but input %s has %" PRId64,
-                name, ts(w).s, w->dims[0], ts(x).s, c);
-  int64_t cout;
-  if (c % groups != 0 || !mul_ok(w->dims[1], groups, &cout))
-    return fail(err, errlen, "%s: groups=%" PRId64 " must divide the input channels (%" PRId64 ")",
-                name, groups, c);
+  int64_t c = x->dims[cx], cout;
+  if (nhwc) {
+    cout = w->dims[0];
+    if (c % groups != 0 || cout % groups != 0 || w->dims[1 + nsp] != c / groups)
+      return fail(err, errlen,
+                  "%s: weight %s does not fit %" PRId64 " input channels in %" PRId64 " group%s (channels last)",
+                  name, ts(w).s, c, groups, groups == 1 ? "" : "s");
+  } else {
+    if (w->dims[0] != c)
+      return fail(err, errlen,
+                  "%s: weight %s expects %" PRId64 " input channels, but input %s has %" PRId64,
+                  name, ts(w).s, w->dims[0], ts(x).s, c);
+    if (c % groups != 0 || !mul_ok(w->dims[1], groups, &cout))
+      return fail(err, errlen, "%s: groups=%" PRId64 " must divide the input channels (%" PRId64 ")",
+                  name, groups, c);
+  }
   DType acc = product_dtype(x->dtype);
   if (n->n_in > 2) {
     TensorType want = ir_type_make(acc, 1, &cout);
@@ -840,7 +852,7 @@ static bool conv_transpose_shape(const Node *n, int nsp, TensorType *out, char *
   }
   out[0] = *x;
   out[0].dtype = acc;
-  out[0].dims[1] = cout;
+  out[0].dims[cx] = cout;
   for (int i = 0; i < nsp; i++) {
     const char *side = side_name(nsp, i);
     if (opad[i] >= stride[i] && opad[i] >= dil[i])
@@ -849,8 +861,8 @@ static bool conv_transpose_shape(const Node *n, int nsp, TensorType *out, char *
                   ") or the dilation (%" PRId64 ")",
                   name, side, opad[i], stride[i], dil[i]);
     int64_t full, span;
-    if (!mul_ok(x->dims[2 + i] - 1, stride[i], &full) ||
-        !mul_ok(dil[i], w->dims[2 + i] - 1, &span) || !add_ok(full, span, &full) ||
+    if (!mul_ok(x->dims[sx + i] - 1, stride[i], &full) ||
+        !mul_ok(dil[i], w->dims[sx + i] - 1, &span) || !add_ok(full, span, &full) ||
         !add_ok(full, opad[i] + 1, &full))
       return fail(err, errlen, "%s: the output %s overflows", name, side);
     int64_t o = full - pad[i] - pad[nsp + i];
@@ -859,7 +871,7 @@ static bool conv_transpose_shape(const Node *n, int nsp, TensorType *out, char *
                   "%s: padding %s %" PRId64 "+%" PRId64 " leaves no output of the "
                   "full %s %" PRId64 " (empty tensors are not supported)",
                   name, side, pad[i], pad[nsp + i], side, full);
-    out[0].dims[2 + i] = o;
+    out[0].dims[sx + i] = o;
   }
   return true;
 }

@@ -235,7 +235,7 @@ static bool operand_fusible(const Fuser *f, const Node *m, int i) {
   /* (a depthwise one has a kernel of its own that stages its input tile
    * itself, codegen/conv_depthwise.c: a producer in its loads costs no
    * cp.async) */
-  if ((m->op == OP_CONV2D || m->op == OP_CONV3D) && i == 0 && ir_conv_nhwc(m) && !ir_conv_depthwise(m))
+  if (i == 0 && ir_conv_nhwc(m) && !ir_conv_depthwise(m))
     return reads_region_entry(m->in[0]->def);
   if (m->op == OP_CONV2D || m->op == OP_CONV3D || m->op == OP_CONV_TRANSPOSE2D || m->op == OP_CONV_TRANSPOSE3D)
     return true;

@@ -46,7 +46,7 @@ static const int64_t *to_nhwc(int rank) { return rank == 5 ? to_nhwc5 : to_nhwc4
 static const int64_t *to_nchw(int rank) { return rank == 5 ? to_nchw5 : to_nchw4; }
 /* An image of the op's rank: 4-d for the 2-d ops, 5-d for the 3-d ones. */
 static bool image_rank_ok(const Node *n, int rank) {
-  bool three = n->op == OP_CONV3D || n->op == OP_MAXPOOL3D || n->op == OP_AVGPOOL3D;
+  bool three = n->op == OP_CONV3D || n->op == OP_CONV_TRANSPOSE3D || n->op == OP_MAXPOOL3D || n->op == OP_AVGPOOL3D;
   return rank == (three ? 5 : 4);
 }
 
@@ -92,9 +92,14 @@ static int64_t padded_channels(DType dt, int64_t C) {
  * depthwise: ResNeXt's, RegNet's) when each group's channels fill whole
  * chunks, unpadded, and a group's product fills an mma (16 output
  * channels and 16 of K at the least, codegen's cg_conv_on_tc): its
- * chunks are then a group's channels of one tap. */
+ * chunks are then a group's channels of one tap.  A conv_transpose (a
+ * U-Net's or a GAN's decoder, groups 1) likewise: its W [C, Co, taps]
+ * becomes [Co, taps, C], and each stride phase's taps read whole chunks
+ * of a pixel's channels (codegen/conv_igemm.c). */
+static bool is_conv_transpose(const Node *n) { return n->op == OP_CONV_TRANSPOSE2D || n->op == OP_CONV_TRANSPOSE3D; }
+
 static bool conv_eligible(const Nhwc *S, const Node *n) {
-  if ((n->op != OP_CONV2D && n->op != OP_CONV3D) || ir_conv_nhwc(n)) return false;
+  if ((n->op != OP_CONV2D && n->op != OP_CONV3D && !is_conv_transpose(n)) || ir_conv_nhwc(n)) return false;
   const TensorType *x = &n->in[0]->type, *w = &n->in[1]->type;
   DType dt = x->dtype;
   if (!image_rank_ok(n, x->rank) || w->dtype != dt || n->guard) return false;
@@ -102,6 +107,7 @@ static bool conv_eligible(const Nhwc *S, const Node *n) {
             (dt == TY_F32 && S->o->tf32);
   int64_t groups = ir_attr_int(n, "groups");
   if (groups == 1) return ok && padded_channels(dt, x->dims[1]) != 0;
+  if (is_conv_transpose(n)) return false;
   int64_t cg = x->dims[1] / groups, cog = w->dims[0] / groups, taps = 1;
   for (int d = 2; d < w->rank; d++) taps *= w->dims[d];
   return ok && groups != x->dims[1] && cg % (16 / ir_dtype_size(dt)) == 0 && cog >= 16 && cg * taps >= 16;
@@ -224,8 +230,8 @@ static int64_t nhwc_axis(int64_t a, int R) {
 /* A node of a region whose operand 0 is its image (a convolution or a
  * pool: the result's spatial dims differ from the operand's). */
 static bool windowed(const Node *n) {
-  return n->op == OP_CONV2D || n->op == OP_CONV3D || n->op == OP_MAXPOOL2D || n->op == OP_AVGPOOL2D ||
-         n->op == OP_MAXPOOL3D || n->op == OP_AVGPOOL3D || n->op == OP_RESIZE;
+  return n->op == OP_CONV2D || n->op == OP_CONV3D || is_conv_transpose(n) || n->op == OP_MAXPOOL2D ||
+         n->op == OP_AVGPOOL2D || n->op == OP_MAXPOOL3D || n->op == OP_AVGPOOL3D || n->op == OP_RESIZE;
 }
 
 /* Operand kinds of an agnostic op of an R-d result: 0 the full shape, 1
@@ -430,7 +436,7 @@ static void find_regions(Nhwc *S) {
    * which are then register-staged anyway. */
   bool *fed = ARENA_ARRAY(a, bool, S->n_values);
   for (Node *n = g->first; n; n = n->next) {
-    if (S->inside[n->id] && (n->op == OP_CONV2D || n->op == OP_CONV3D)) {
+    if (S->inside[n->id] && (n->op == OP_CONV2D || n->op == OP_CONV3D || is_conv_transpose(n))) {
       fed[n->out[0].id] = true;
       /* a depthwise conv gains nothing (depthwise_eligible) */
       if (fed[n->in[0]->id] && !ir_conv_depthwise(n)) S->convs[find(S, n->out[0].id)]++;
@@ -501,17 +507,23 @@ bool pass_nhwc(Graph *g, PassCtx *pc) {
   for (int j = 0; j < count; j++) {
     Node *n = order[j];
     if (converted(&S, n)) {
-      if (n->op == OP_CONV2D || n->op == OP_CONV3D) {
-        pass_stat(pc, "nhwc: convolutions channels last", 1);
-        /* W is still [Co, C / groups, ...]; x may be channels last
-         * already.  Grouped ones never pad (their groups' channels fill
-         * whole chunks: conv_eligible, depthwise_eligible). */
-        int64_t c = n->in[1]->type.dims[1] * ir_attr_int(n, "groups");
+      if (n->op == OP_CONV2D || n->op == OP_CONV3D || is_conv_transpose(n)) {
+        bool tr = is_conv_transpose(n);
+        pass_stat(pc, tr ? "nhwc: conv_transposes channels last" : "nhwc: convolutions channels last", 1);
+        /* W is still [Co, C / groups, ...] ([C, Co, ...] transposed); x
+         * may be channels last already.  Grouped ones never pad (their
+         * groups' channels fill whole chunks: conv_eligible,
+         * depthwise_eligible). */
+        int64_t c = tr ? n->in[1]->type.dims[0] : n->in[1]->type.dims[1] * ir_attr_int(n, "groups");
         int64_t cp = padded_channels(n->in[0]->type.dtype, c);
         n->in[0] = nhwc_of(&S, n->in[0], n, 0);
         Value *w = n->in[1];
-        /* W [Co, C, kH, kW] -> [Co, kH, kW, C]: over the weights alone */
-        n->in[1] = &new_move(&S, OP_TRANSPOSE, w, n, w->type.rank, to_nhwc(w->type.rank))->out[0];
+        /* W [Co, C, kH, kW] -> [Co, kH, kW, C], a transpose's [C, Co,
+         * kH, kW] likewise: over the weights alone */
+        static const int64_t from_cin4[4] = {1, 2, 3, 0}, from_cin5[5] = {1, 2, 3, 4, 0};
+        int R = w->type.rank;
+        const int64_t *perm = !tr ? to_nhwc(R) : R == 5 ? from_cin5 : from_cin4;
+        n->in[1] = &new_move(&S, OP_TRANSPOSE, w, n, R, perm)->out[0];
         if (cp != c) {
           pass_stat(pc, "nhwc: convolutions' channels padded to 16-byte chunks", 1);
           n->in[0] = pad_channels(&S, n->in[0], n, cp);

@@ -1074,6 +1074,18 @@ START_TEST(test_partial_rule) {
   expect_first_line(ir_grad_error("%3 = scatter_elements %0, %1, %2 {axis=1, reduction=\"max\"} : f32[2, 3]", "[0, 1]"),
                     "m.dl:3:9: error: scatter_elements with a reduction other than none or add has no gradient rule "
                     "yet, and its operand 1 depends on the trainable parameter 'w'");
+  /* the conv rules are NCHW's (the nhwc pass runs after autodiff) */
+  const char *src = "graph g {\n  %0 = param {name=\"w\"} : f32[1, 2, 2, 1]\n  %1 = input {name=\"x\"} : f32[1, 3, 3, 1]\n"
+                    "  %2 = conv_transpose2d %1, %0 {layout=\"nhwc\"} : f32[1, 4, 4, 1]    ; m.dl:3:9\n"
+                    "  %3 = reduce_sum %2 {axes=[0, 1, 2, 3]} : f32[]\n  return %3 as \"loss\"\n}\n";
+  Ctx c;
+  ctx_init(&c);
+  Graph *g = ir_parse(&c, ctx_add_file(&c, "g.ir", src, strlen(src)));
+  ck_assert_msg(g && ir_verify(g), "%s", diag_text(&c));
+  ck_assert(!pass_autodiff(g, NULL));
+  expect_first_line(diag_text(&c), "m.dl:3:9: error: conv_transpose2d in layout \"nhwc\" has no gradient rule yet, and "
+                                   "its operand 2 depends on the trainable parameter 'w'");
+  ctx_free(&c);
 }
 END_TEST
 

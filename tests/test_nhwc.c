@@ -968,6 +968,122 @@ START_TEST(nhwc_grouped_conv_op) {
 }
 END_TEST
 
+/* A conv_transpose in layout nhwc (x [N, spatial, C], W [Co, taps, C])
+ * against the nchw one between transposes, exactly on ir_eval and on
+ * emu by the FMA kernel (f32): by stride phases (a 3x3 kernel at stride
+ * 2 with an output_pad: ragged; a stride of 3 with dilation 2, prime to
+ * it), at stride 1 (one phase: the gather), with a dilation the stride
+ * divides (the gather), and in 3-d. */
+static const struct {
+  int nsp;
+  int64_t x[3], k[3], stride[3], pad[6], opad[3], dil[3];
+} tr_cases[] = {
+    {2, {5, 4}, {3, 3}, {2, 2}, {1, 1, 1, 1}, {1, 1}, {1, 1}},
+    {2, {4, 5}, {4, 2}, {3, 2}, {1, 0, 2, 1}, {0, 1}, {2, 1}},
+    {2, {6, 5}, {3, 2}, {1, 1}, {1, 0, 0, 1}, {0, 0}, {1, 1}},
+    {2, {4, 4}, {3, 3}, {2, 2}, {0, 1, 1, 0}, {1, 0}, {2, 2}},
+    {3, {3, 4, 3}, {2, 3, 2}, {2, 2, 1}, {0, 1, 0, 0, 1, 1}, {1, 0, 0}, {1, 1, 1}},
+};
+
+static int ints_str(char *at, const int64_t *v, int n) {
+  int len = sprintf(at, "[");
+  for (int i = 0; i < n; i++) len += sprintf(at + len, "%s%lld", i ? ", " : "", (long long)v[i]);
+  return len + sprintf(at + len, "]");
+}
+
+static int type_str(char *at, const char *dt, const int64_t *dims, int n) {
+  int len = sprintf(at, "%s", dt);
+  return len + ints_str(at + len, dims, n);
+}
+
+START_TEST(nhwc_conv_transpose_op) {
+  const int C = 5, Co = 3, N = 2;
+  int nsp = tr_cases[_i].nsp, R = nsp + 2;
+  int64_t o[3], xh[5] = {N}, xc[5] = {N, C}, wh[5] = {Co}, wc[5] = {C, Co}, yh[5] = {N}, yc[5] = {N, Co};
+  for (int d = 0; d < nsp; d++) {
+    o[d] = (tr_cases[_i].x[d] - 1) * tr_cases[_i].stride[d] - tr_cases[_i].pad[d] - tr_cases[_i].pad[nsp + d] +
+           tr_cases[_i].dil[d] * (tr_cases[_i].k[d] - 1) + tr_cases[_i].opad[d] + 1;
+    xh[1 + d] = xc[2 + d] = tr_cases[_i].x[d];
+    wh[1 + d] = wc[2 + d] = tr_cases[_i].k[d];
+    yh[1 + d] = yc[2 + d] = o[d];
+  }
+  xh[R - 1] = C, wh[R - 1] = C, yh[R - 1] = Co;
+  char attrs[256], *a = attrs;
+  a += sprintf(a, "stride=");
+  a += ints_str(a, tr_cases[_i].stride, nsp);
+  a += sprintf(a, ", pad=");
+  a += ints_str(a, tr_cases[_i].pad, 2 * nsp);
+  a += sprintf(a, ", output_pad=");
+  a += ints_str(a, tr_cases[_i].opad, nsp);
+  a += sprintf(a, ", dilation=");
+  ints_str(a, tr_cases[_i].dil, nsp);
+  const char *op = nsp == 3 ? "conv_transpose3d" : "conv_transpose2d";
+  const char *in_perm = nsp == 3 ? "[0, 4, 1, 2, 3]" : "[0, 3, 1, 2]", *out_perm = nsp == 3 ? "[0, 2, 3, 4, 1]" : "[0, 2, 3, 1]";
+  const char *w_perm = nsp == 3 ? "[4, 0, 1, 2, 3]" : "[3, 0, 1, 2]";
+  char t[6][64], nhwc[2048], nchw[2048];
+  type_str(t[0], "f32", xh, R), type_str(t[1], "f32", wh, R), type_str(t[2], "f32", yh, R);
+  type_str(t[3], "f32", xc, R), type_str(t[4], "f32", wc, R), type_str(t[5], "f32", yc, R);
+  snprintf(nhwc, sizeof nhwc,
+           "graph a {\n  %%x = input {name=\"x\"} : %s\n  %%w = input {name=\"w\"} : %s\n"
+           "  %%b = input {name=\"b\"} : f32[%d]\n"
+           "  %%y = %s %%x, %%w, %%b {%s, layout=\"nhwc\"} : %s\n  return %%y as \"y\"\n}\n",
+           t[0], t[1], Co, op, attrs, t[2]);
+  snprintf(nchw, sizeof nchw,
+           "graph b {\n  %%x = input {name=\"x\"} : %s\n  %%w = input {name=\"w\"} : %s\n"
+           "  %%b = input {name=\"b\"} : f32[%d]\n"
+           "  %%xt = transpose %%x {perm=%s} : %s\n  %%wt = transpose %%w {perm=%s} : %s\n"
+           "  %%c = %s %%xt, %%wt, %%b {%s} : %s\n  %%y = transpose %%c {perm=%s} : %s\n  return %%y as \"y\"\n}\n",
+           t[0], t[1], Co, in_perm, t[3], w_perm, t[4], op, attrs, t[5], out_perm, t[2]);
+  nhwc_equals_nchw(nhwc, nchw, 11 + (uint64_t)_i);
+}
+END_TEST
+
+/* A decoder: conv, relu, a conv_transpose upsampling by 2 (a 2x2
+ * kernel, or a 3x3 one with an output_pad: ragged phases), relu, conv.
+ * All three join one region: the conv_transpose channels last with its
+ * weight [C, Co, kH, kW] moved to [Co, kH, kW, C] at load, x's
+ * transpose in and y's out, and its operands by cp.async. */
+START_TEST(conv_transpose_in_region) {
+  static const char *const dts[] = {"f16", "bf16"};
+  const char *dt = dts[_i % 2];
+  bool ragged = _i >= 2;
+  char text[4096];
+  snprintf(text, sizeof text,
+           "graph dec {\n"
+           "  %%x = input {name=\"x\"} : %1$s[2, 16, 5, 6]\n"
+           "  %%w1 = param {name=\"w1\"} : %1$s[32, 16, 3, 3]\n"
+           "  %%c1 = conv2d %%x, %%w1 {pad=[1, 1, 1, 1]} : %1$s[2, 32, 5, 6]\n"
+           "  %%r1 = relu %%c1 : %1$s[2, 32, 5, 6]\n"
+           "  %%wt = param {name=\"up.weight\"} : %1$s[32, 16, %2$d, %2$d]\n"
+           "  %%bt = param {name=\"up.bias\"} : %1$s[16]\n"
+           "  %%u = conv_transpose2d %%r1, %%wt, %%bt {stride=[2, 2]%3$s} : %1$s[2, 16, 10, 12]\n"
+           "  %%r2 = relu %%u : %1$s[2, 16, 10, 12]\n"
+           "  %%w2 = param {name=\"w2\"} : %1$s[16, 16, 3, 3]\n"
+           "  %%c2 = conv2d %%r2, %%w2 {pad=[1, 1, 1, 1]} : %1$s[2, 16, 10, 12]\n"
+           "  return %%c2 as \"y\"\n"
+           "}\n",
+           dt, ragged ? 3 : 2, ragged ? ", pad=[1, 1, 1, 1], output_pad=[1, 1]" : "");
+  char *src = check_block(text, (PassOptions){0}, (CgOptions){0}, 2, 2, conv_tolerance(dt));
+  /* the three products' im2col operands, and the conv_transpose's
+   * weights (no longer across W's rows) by cp.async */
+  ck_assert_int_ge(x_copies(src), 3);
+  ck_assert_ptr_nonnull(strstr(src, "stride phases"));
+  free(src);
+  Ctx c;
+  ctx_init(&c);
+  NJob j = njob(&c, text, (PassOptions){.opt_level = 2}, (CgOptions){0}, false);
+  int up = 0;
+  for (Node *n = j.g->first; n; n = n->next)
+    if (n->op == OP_CONV_TRANSPOSE2D) {
+      up++;
+      ck_assert(ir_conv_nhwc(n));
+      ck_assert_int_eq(n->in[1]->type.dims[3], 32);
+    }
+  ck_assert_int_eq(up, 1);
+  ctx_free(&c);
+}
+END_TEST
+
 static const char *shape_error(const char *text) {
   static char msg[1024];
   Ctx c;
@@ -1069,6 +1185,8 @@ static Suite *nhwc_suite(void) {
   tcase_add_loop_test(t, gate_in_region, 0, 4);
   tcase_add_loop_test(t, conv3d_in_region, 0, 2);
   tcase_add_test(t, nhwc_conv_op);
+  tcase_add_loop_test(t, nhwc_conv_transpose_op, 0, 5);
+  tcase_add_loop_test(t, conv_transpose_in_region, 0, 4);
   tcase_add_test(t, nhwc_errors);
   tcase_add_loop_test(t, resnets, 0, 3);
   suite_add_tcase(s, t);
