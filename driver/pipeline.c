@@ -857,7 +857,7 @@ static bool set_data(Pipeline *p, dlc_model *m, const int64_t *order, char *err,
     if (!a) return snprintf(err, errlen, "stage %d reads the model input '%s', and %s has no %s.npy", p->s, info.name,
                             d->dir, info.name), false;
     void *buf = p->bufs[a - d->a];
-    train_data_gather(a, order, p->b, 0, buf);
+    if (!train_data_gather(a, order, p->b, 0, buf, err, errlen)) return false;
     if (dlc_set_input(m, a->name, buf, a->sample_bytes * (size_t)p->b) != DLC_OK)
       return snprintf(err, errlen, "%s", dlc_error(m)), false;
   }

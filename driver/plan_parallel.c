@@ -634,7 +634,8 @@ int driver_plan_parallel(int argc, char **argv) {
     return 1;
   }
   char err[512];
-  if (a.data && !train_data_read(a.data, true, &p.data, err, sizeof err)) {
+  /* the shapes alone: nothing read but the headers */
+  if (a.data && !train_data_read(a.data, true, 0, &p.data, err, sizeof err)) {
     fprintf(stderr, "dlcc: error: %s\n", err);
     return 1;
   }

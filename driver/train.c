@@ -38,7 +38,7 @@ typedef struct TrainArgs {
   double lr, momentum, dampening, weight_decay, beta1, beta2, eps, clip;
   bool set_momentum, set_dampening, set_weight_decay, set_betas, set_eps;
   bool nesterov, shuffle, drop_last, sync_bn, deferred_bn;
-  double dist_timeout, bucket_mb;
+  double dist_timeout, bucket_mb, stream_mb;
   int64_t batch, epochs, pipeline, micro_batches, tensor_parallel;
   int profile; /* --profile[=N]: after training, one more step timed kernel by kernel */
   uint64_t seed;
@@ -58,6 +58,9 @@ static const char train_usage[] =
     "                        cross_entropy and nll) after each epoch\n"
     "  --batch=N             the batch (binds the model's free batch dim)\n"
     "  --epochs=N            epochs to run (default 1; after --resume, more epochs)\n"
+    "  --stream-mb=M         a data array larger than M MiB (default 1024; 0: every one)\n"
+    "                        stays on disk, each batch reading its samples, so data larger\n"
+    "                        than memory trains and a node's ranks share the page cache\n"
     "  --loss=L and its flags (below): the loss of a model output against target.npy;\n"
     "                        without it the model's output 0 is its loss\n"
     "  --optimizer=O         sgd (default), adam, adamw: torch.optim's update rules\n"
@@ -151,10 +154,10 @@ static const char **string_flag(TrainArgs *o, const char *flag) {
 /* A number flag's destination, and the flag it was given, by name. */
 static double *real_flag(TrainArgs *o, const char *flag, bool **given) {
   static const char *const names[] = {"--lr", "--momentum", "--dampening", "--weight-decay", "--eps",
-                                      "--clip-grad-norm", "--dist-timeout", "--bucket-mb"};
-  double *dst[] = {&o->lr,  &o->momentum, &o->dampening,    &o->weight_decay,
-                   &o->eps, &o->clip,     &o->dist_timeout, &o->bucket_mb};
-  bool *set[] = {NULL, &o->set_momentum, &o->set_dampening, &o->set_weight_decay, &o->set_eps, NULL, NULL, NULL};
+                                      "--clip-grad-norm", "--dist-timeout", "--bucket-mb", "--stream-mb"};
+  double *dst[] = {&o->lr,  &o->momentum, &o->dampening,    &o->weight_decay, &o->eps,
+                   &o->clip, &o->dist_timeout, &o->bucket_mb, &o->stream_mb};
+  bool *set[] = {NULL, &o->set_momentum, &o->set_dampening, &o->set_weight_decay, &o->set_eps, NULL, NULL, NULL, NULL};
   for (size_t k = 0; k < ARRAY_LEN(names); k++)
     if (strcmp(flag, names[k]) == 0) {
       *given = set[k];
@@ -266,6 +269,7 @@ static int parse_train_args(int argc, char **argv, TrainArgs *o) {
   o->shuffle = true;
   o->optimizer = "sgd";
   o->dist_timeout = 120;
+  o->stream_mb = TRAIN_RESIDENT_MAX_MB;
   o->tensor_parallel = 1;
   for (int i = 0; i < argc; i++) {
     if (strcmp(argv[i], "--help") == 0) {
@@ -481,7 +485,12 @@ static bool set_batch(Run *r, dlc_train *t, const TrainData *d, const int64_t *o
   for (int i = 0; i < d->n; i++) {
     const TrainArray *a = &d->a[i];
     int64_t rows = pad > n ? pad : n;
-    train_data_gather(a, order, n, pad, r->bufs[i]);
+    char err[1024];
+    if (!train_data_gather(a, order, n, pad, r->bufs[i], err, sizeof err)) {
+      fprintf(stderr, "dlcc: error: %s\n", err);
+      keep_error(err);
+      return false;
+    }
     if (!api_ok(t, dlc_set_input(dlc_train_model(t), a->name, r->bufs[i], a->sample_bytes * (size_t)rows)))
       return false;
   }
@@ -958,8 +967,9 @@ static bool setup(Run *r) {
     return false;
   }
   bool need_target = a->loss.name != NULL;
-  if (!train_data_read(a->data, need_target, &r->data, err, sizeof err) ||
-      (a->val && !train_data_read(a->val, need_target, &r->val, err, sizeof err))) {
+  int64_t resident_max = a->stream_mb * 1048576.0 >= 9e18 ? -1 : (int64_t)(a->stream_mb * 1048576.0);
+  if (!train_data_read(a->data, need_target, resident_max, &r->data, err, sizeof err) ||
+      (a->val && !train_data_read(a->val, need_target, resident_max, &r->val, err, sizeof err))) {
     fprintf(stderr, "dlcc: error: %s\n", err);
     keep_error(err);
     return false;

@@ -17,8 +17,13 @@
 typedef struct TrainArray {
   char *name; /* the file's name without .npy: the model input it feeds */
   char *path; /* DIR/NAME.npy, for messages */
-  RtTensor t;
+  RtTensor t; /* t.data NULL when streamed */
   size_t sample_bytes; /* one row of axis 0 */
+  /* Streamed (fd >= 0): the file stays open and each batch reads its
+   * rows at data_start, so an array larger than memory trains, and the
+   * ranks of a node share the page cache instead of a copy each. */
+  int fd;
+  int64_t data_start;
 } TrainArray;
 
 typedef struct TrainData {
@@ -30,9 +35,13 @@ typedef struct TrainData {
 
 /* Reads every DIR/NAME.npy: target.npy must be there when need_target
  * (a loss reads it), each array has rank >= 1 and all have the same
- * length, at least one sample.  False with a message naming the file in
- * err. */
-bool train_data_read(const char *dir, bool need_target, TrainData *d, char *err, size_t errlen);
+ * length, at least one sample.  An array of more than resident_max bytes
+ * (-1: none) is streamed instead of read whole (its header checked, its
+ * rows read by each batch), unless its file is in Fortran order.  False
+ * with a message naming the file in err. */
+enum { TRAIN_RESIDENT_MAX_MB = 1024 }; /* dlcc train's default: larger arrays stream */
+bool train_data_read(const char *dir, bool need_target, int64_t resident_max, TrainData *d, char *err,
+                     size_t errlen);
 void train_data_free(TrainData *d);
 const TrainArray *train_data_find(const TrainData *d, const char *name);
 /* The shapes the step compiles for: [batch, per-sample dims...] per
@@ -52,8 +61,11 @@ bool train_data_check_classes(const TrainData *d, int64_t classes, int64_t ignor
  * nothing but the seed and its number. */
 void train_data_order(int64_t count, bool shuffle, uint64_t seed, int64_t epoch, int64_t *order);
 /* Samples order[0..n) of array a into dst, then (pad > n) sample order[0]
- * again up to pad rows. */
-void train_data_gather(const TrainArray *a, const int64_t *order, int64_t n, int64_t pad, void *dst);
+ * again up to pad rows; a streamed array's by a read of each run of
+ * consecutive samples.  False with the reason (a file that shrank or
+ * failed to read) in err. */
+bool train_data_gather(const TrainArray *a, const int64_t *order, int64_t n, int64_t pad, void *dst, char *err,
+                       size_t errlen);
 
 /* The learning rate of step t (from 0, counted over the whole run) as
  * torch.optim.lr_scheduler's closed forms give it, stepped once per

@@ -1,7 +1,9 @@
 /* dlcc train's data (train.h): a folder of .npy arrays, one per model
  * input and target.npy, samples stacked on axis 0, read whole (runtime's
- * checked reader: the files are untrusted), checked against the compiled
- * step, ordered per epoch and gathered into batches. */
+ * checked reader: the files are untrusted) or, when larger than a bound,
+ * streamed (the header checked the same way, each batch's rows read from
+ * the file), checked against the compiled step, ordered per epoch and
+ * gathered into batches. */
 #include "config.h"
 
 #include <dirent.h>
@@ -11,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "driver/train.h"
 #include "passes/optim.h"
@@ -56,6 +59,7 @@ static bool list_arrays(const char *dir, TrainData *d, char *err, size_t errlen)
     }
     TrainArray *a = &d->a[d->n];
     memset(a, 0, sizeof *a);
+    a->fd = -1;
     a->name = strndup(e->d_name, n - 4);
     a->path = join(dir, e->d_name);
     if (a->name) d->n++;
@@ -69,7 +73,8 @@ static bool list_arrays(const char *dir, TrainData *d, char *err, size_t errlen)
   return ok;
 }
 
-bool train_data_read(const char *dir, bool need_target, TrainData *d, char *err, size_t errlen) {
+bool train_data_read(const char *dir, bool need_target, int64_t resident_max, TrainData *d, char *err,
+                     size_t errlen) {
   memset(d, 0, sizeof *d);
   if (!(d->dir = strdup(dir))) return fail(err, errlen, "%s: out of memory", dir);
   if (!list_arrays(dir, d, err, errlen)) return false;
@@ -84,7 +89,15 @@ bool train_data_read(const char *dir, bool need_target, TrainData *d, char *err,
   }
   for (int i = 0; i < d->n; i++) {
     TrainArray *a = &d->a[i];
-    if (rt_npy_read(a->path, &a->t, err, errlen) != 0) return false;
+    bool fortran;
+    int fd = rt_npy_open(a->path, &a->t, &a->data_start, &fortran, err, errlen);
+    if (fd < 0) return false;
+    if (resident_max >= 0 && a->t.nbytes > (uint64_t)resident_max && !(fortran && a->t.rank > 1)) {
+      a->fd = fd;
+    } else {
+      close(fd);
+      if (rt_npy_read(a->path, &a->t, err, errlen) != 0) return false;
+    }
     if (a->t.rank < 1) return fail(err, errlen, "%s: a scalar; samples are stacked on axis 0", a->path);
     a->sample_bytes = (size_t)rt_dtype_size(a->t.dtype);
     for (int k = 1; k < a->t.rank; k++) a->sample_bytes *= (size_t)a->t.dims[k];
@@ -103,6 +116,7 @@ void train_data_free(TrainData *d) {
     free(d->a[i].name);
     free(d->a[i].path);
     rt_tensor_free(&d->a[i].t);
+    if (d->a[i].fd >= 0) close(d->a[i].fd);
   }
   free(d->a);
   free(d->dir);
@@ -166,16 +180,34 @@ bool train_data_check_classes(const TrainData *d, int64_t classes, int64_t ignor
                               size_t errlen) {
   const TrainArray *a = train_data_find(d, TRAIN_TARGET);
   if (!a || (a->t.dtype != RT_I64 && a->t.dtype != RT_I32)) return true; /* probabilities */
-  int64_t per = (int64_t)(a->sample_bytes / (size_t)rt_dtype_size(a->t.dtype));
-  for (int64_t i = 0; i < d->count * per; i++) {
-    int64_t v = a->t.dtype == RT_I64 ? ((const int64_t *)a->t.data)[i] : ((const int32_t *)a->t.data)[i];
-    if ((v < 0 || v >= classes) && v != ignore_index)
-      return fail(err, errlen,
+  size_t size = (size_t)rt_dtype_size(a->t.dtype);
+  int64_t per = (int64_t)(a->sample_bytes / size), total = d->count * per;
+  /* a streamed target a megabyte at a time */
+  enum { CHUNK = 1 << 17 };
+  int64_t *chunk = a->fd >= 0 ? malloc(CHUNK * sizeof *chunk) : NULL;
+  if (a->fd >= 0 && !chunk) return fail(err, errlen, "%s: out of memory", a->path);
+  bool ok = true;
+  for (int64_t at = 0; ok && at < total; at += CHUNK) {
+    int64_t n = total - at < CHUNK ? total - at : CHUNK;
+    const unsigned char *src = (const unsigned char *)a->t.data + (size_t)at * size;
+    if (chunk) {
+      if (rt_read_at(a->fd, chunk, (size_t)n * size, a->data_start + at * (int64_t)size) != 0) {
+        ok = fail(err, errlen, "%s: cannot read the data: %s", a->path, errno ? strerror(errno) : "the file shrank");
+        break;
+      }
+      src = (const unsigned char *)chunk;
+    }
+    for (int64_t i = 0; ok && i < n; i++) {
+      int64_t v = a->t.dtype == RT_I64 ? ((const int64_t *)src)[i] : ((const int32_t *)src)[i];
+      if ((v < 0 || v >= classes) && v != ignore_index)
+        ok = fail(err, errlen,
                   "%s: sample %" PRId64 " has class %" PRId64 ", outside [0, %" PRId64 ") of the model's %" PRId64
                   " classes (and not the ignore_index %" PRId64 ")",
-                  a->path, i / per, v, classes, classes, ignore_index);
+                  a->path, (at + i) / per, v, classes, classes, ignore_index);
+    }
   }
-  return true;
+  free(chunk);
+  return ok;
 }
 
 /* splitmix64 (Steele, Lea and Flood, 2014): the shuffle's generator. */
@@ -198,9 +230,22 @@ void train_data_order(int64_t count, bool shuffle, uint64_t seed, int64_t epoch,
   }
 }
 
-void train_data_gather(const TrainArray *a, const int64_t *order, int64_t n, int64_t pad, void *dst) {
+bool train_data_gather(const TrainArray *a, const int64_t *order, int64_t n, int64_t pad, void *dst, char *err,
+                       size_t errlen) {
   char *out = dst;
   const char *src = a->t.data;
-  for (int64_t i = 0; i < n || i < pad; i++, out += a->sample_bytes)
-    memcpy(out, src + (size_t)order[i < n ? i : 0] * a->sample_bytes, a->sample_bytes);
+  int64_t rows = n > pad ? n : pad;
+  for (int64_t i = 0; i < rows;) {
+    int64_t first = order[i < n ? i : 0], run = 1;
+    /* consecutive samples (an unshuffled epoch) in one read */
+    while (a->fd >= 0 && i + run < n && order[i + run] == first + run) run++;
+    size_t bytes = (size_t)run * a->sample_bytes;
+    if (a->fd < 0)
+      memcpy(out, src + (size_t)first * a->sample_bytes, bytes);
+    else if (rt_read_at(a->fd, out, bytes, a->data_start + first * (int64_t)a->sample_bytes) != 0)
+      return fail(err, errlen, "%s: cannot read samples %" PRId64 "..%" PRId64 ": %s", a->path, first,
+                  first + run - 1, errno ? strerror(errno) : "the file shrank");
+    out += bytes, i += run;
+  }
+  return true;
 }

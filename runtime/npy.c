@@ -355,8 +355,9 @@ static bool to_c_order(RtTensor *t) {
   return true;
 }
 
-int rt_npy_read(const char *path, RtTensor *out, char *err, size_t errlen) {
+int rt_npy_open(const char *path, RtTensor *out, int64_t *data_start, bool *fortran, char *err, size_t errlen) {
   memset(out, 0, sizeof *out);
+  *fortran = false;
   char why[256];
   int64_t size;
   int fd = rt_open_regular(path, 0, &size, why, sizeof why);
@@ -383,8 +384,8 @@ int rt_npy_read(const char *path, RtTensor *out, char *err, size_t errlen) {
     fail(err, errlen, "%s: malformed header: %zu bytes long", path, hlen);
     goto done;
   }
-  int64_t data_start = 8 + (int64_t)lenbytes + (int64_t)hlen;
-  if (size < data_start) {
+  *data_start = 8 + (int64_t)lenbytes + (int64_t)hlen;
+  if (size < *data_start) {
     fail(err, errlen, "%s: truncated header", path);
     goto done;
   }
@@ -398,13 +399,12 @@ int rt_npy_read(const char *path, RtTensor *out, char *err, size_t errlen) {
     goto done;
   }
   header[hlen] = 0;
-  bool fortran = false;
-  if (parse_header(path, header, hlen, out, &fortran, err, errlen) < 0) goto done;
+  if (parse_header(path, header, hlen, out, fortran, err, errlen) < 0) goto done;
   /* The shape is the file's word only: the data must be there, exactly,
    * before anything is allocated for it (at most 2^40 elements of 8
    * bytes, so the product does not overflow). */
   out->nbytes = (size_t)rt_numel(out) * (size_t)rt_dtype_size(out->dtype);
-  uint64_t have = (uint64_t)(size - data_start);
+  uint64_t have = (uint64_t)(size - *data_start);
   if (have < out->nbytes) {
     fail(err, errlen, "%s: truncated data: the header promises %zu bytes, the file has %" PRIu64, path,
          out->nbytes, have);
@@ -414,6 +414,22 @@ int rt_npy_read(const char *path, RtTensor *out, char *err, size_t errlen) {
     fail(err, errlen, "%s: extra data after the array's %zu bytes", path, out->nbytes);
     goto done;
   }
+  rc = 0;
+done:
+  free(header);
+  if (rc < 0) {
+    close(fd);
+    rt_tensor_free(out);
+    return -1;
+  }
+  return fd;
+}
+
+int rt_npy_read(const char *path, RtTensor *out, char *err, size_t errlen) {
+  int64_t data_start;
+  bool fortran;
+  int fd = rt_npy_open(path, out, &data_start, &fortran, err, errlen), rc = -1;
+  if (fd < 0) return -1;
   out->data = malloc(out->nbytes ? out->nbytes : 1);
   if (!out->data) {
     fail(err, errlen, "%s: out of memory for %zu bytes", path, out->nbytes);
@@ -430,7 +446,6 @@ int rt_npy_read(const char *path, RtTensor *out, char *err, size_t errlen) {
   }
   rc = 0;
 done:
-  free(header);
   close(fd);
   if (rc < 0) rt_tensor_free(out);
   return rc;

@@ -5,6 +5,7 @@
 #ifndef DLCC_TENSORIO_H
 #define DLCC_TENSORIO_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -64,6 +65,11 @@ void rt_tensor_free(RtTensor *t);
  * <f8 |u1 |b1 (bf16 has no NumPy descr); writes version 1.0 with the
  * header padded to a multiple of 64 bytes. */
 int rt_npy_read(const char *path, RtTensor *out, char *err, size_t errlen);
+/* The same checks without reading the data: out gets the header (dtype,
+ * rank, dims, nbytes; data NULL), *data_start where the data begins and
+ * *fortran its order; returns the open descriptor (the caller closes
+ * it), for rows read on demand with rt_read_at, or -1 with the reason. */
+int rt_npy_open(const char *path, RtTensor *out, int64_t *data_start, bool *fortran, char *err, size_t errlen);
 int rt_npy_write(const char *path, const RtTensor *t, char *err, size_t errlen);
 /* Writes t as the file name (no '/') in the folder dirfd, made anew: an
  * existing file of that name is replaced, not written through, so a

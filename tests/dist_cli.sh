@@ -25,6 +25,9 @@ close "$tmp/one.ckpt.safetensors" "$tmp/two.ckpt.safetensors" "2 ranks against o
 # Run to run: the same bits.
 expect 0 "" mpi 2 "$dlcc" train $A --batch 8 --save "$tmp/two2.safetensors"
 cmp -s "$tmp/two.ckpt.safetensors" "$tmp/two2.ckpt.safetensors" && ok || fail "2 ranks twice: not bit-identical"
+# Each rank reading its samples from the files (--stream-mb=0): the same bits.
+expect 0 "" mpi 2 "$dlcc" train $A --batch 8 --stream-mb=0 --save "$tmp/streamed.safetensors"
+cmp -s "$tmp/two.ckpt.safetensors" "$tmp/streamed.ckpt.safetensors" && ok || fail "2 ranks streaming: not the same bits"
 # --bucket-mb: gradients share all-reduces (tiny.dl's 4 gradients in
 # buckets of about 104 bytes: 2 of 2), the same bits; the plan of a
 # bucket of 1 MiB has one all-reduce where it had 4.

@@ -51,6 +51,10 @@ grep -q '^pipeline: 4 stages, 4 micro-batches of 2, 1F1B; bubble (S-1)/(M+S-1) =
   fail "the split: $(cat "$tmp/out")"
 # The backwards run in micro-batch order under both schedules: the same bits.
 cmp -s "$tmp/4-4-gpipe.ckpt.safetensors" "$tmp/4-4-1f1b.ckpt.safetensors" && ok || fail "GPipe and 1F1B differ"
+# The stages reading their micro-batches from the files (--stream-mb=0): the same bits.
+expect 0 "" mpi 4 "$dlcc" train $A --backend=ref --pipeline=4 --micro-batches=4 --schedule=1f1b --stream-mb=0 \
+  --save "$tmp/streamed.safetensors"
+cmp -s "$tmp/4-4-1f1b.ckpt.safetensors" "$tmp/streamed.ckpt.safetensors" && ok || fail "streamed data: not the same bits"
 
 # The last partial batch (22 samples, batch 8: 6 left): the same stages
 # compiled again for it, in 3 micro-batches of 2 (1 in each of 2

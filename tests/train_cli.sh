@@ -90,6 +90,20 @@ expect 0 "" "$dlcc" train $A --data "$t/data" --epochs 1 --backend=emu --resume 
   --save "$tmp/res.safetensors"
 cmp -s "$tmp/two.safetensors" "$tmp/res.safetensors" || fail "resumed weights differ from one run's"
 cmp -s "$tmp/two.ckpt.safetensors" "$tmp/res.ckpt.safetensors" || fail "resumed checkpoint differs from one run's"
+# --stream-mb=0: every array stays on disk and each batch reads its
+# samples (an unshuffled epoch's runs of consecutive ones in one read):
+# the same bits as the data read whole, validation included.
+for sh in true false; do
+  expect 0 "" "$dlcc" train $A --data "$t/data" --val "$t/val" --epochs 2 --backend=ref --shuffle=$sh \
+    --save "$tmp/whole.safetensors"
+  cp "$tmp/out" "$tmp/whole.out"
+  expect 0 "" "$dlcc" train $A --data "$t/data" --val "$t/val" --epochs 2 --backend=ref --shuffle=$sh --stream-mb=0 \
+    --save "$tmp/streamed.safetensors"
+  grep -v '^saved ' "$tmp/whole.out" >"$tmp/whole.lines"
+  grep -v '^saved ' "$tmp/out" >"$tmp/streamed.lines"
+  cmp -s "$tmp/whole.ckpt.safetensors" "$tmp/streamed.ckpt.safetensors" &&
+    cmp -s "$tmp/whole.lines" "$tmp/streamed.lines" || fail "streamed data (--shuffle=$sh) differs from data read whole"
+done
 # The state_dict holds the model's names only; the checkpoint adds the state.
 head -c 400 "$tmp/two.safetensors" | grep -q 'dlcc\.' && fail "the state_dict has dlcc.* names"
 head -c 2000 "$tmp/two.ckpt.safetensors" | grep -q '"dlcc.optim.fc1.weight.exp_avg"' ||
@@ -132,6 +146,9 @@ expect 1 "dlcc: error: $d/target.npy: no samples (axis 0 is empty)" "$dlcc" trai
 bad class; cp "$t/data/x.npy" "$d/"; cp "$t/bad/target_class.npy" "$d/target.npy"
 expect 1 "dlcc: error: $d/target.npy: sample 5 has class 3, outside [0, 3) of the model's 3 classes (and not the ignore_index -100)" \
   "$dlcc" train $R --data "$d"
+expect 1 "dlcc: error: $d/target.npy: sample 5 has class 3, outside [0, 3) of the model's 3 classes (and not the ignore_index -100)" \
+  "$dlcc" train $R --data "$d" --stream-mb=0
+expect 1 "dlcc: error: --stream-mb expects a number >= 0, got '-1'" "$dlcc" train $R --data "$d" --stream-mb=-1
 bad extra; cp "$t/data/x.npy" "$t/data/target.npy" "$d/"; cp "$t/data/x.npy" "$d/extra.npy"
 expect 1 "dlcc: error: $d/extra.npy: the model has no input 'extra'" "$dlcc" train $R --data "$d"
 bad valclass; cp "$t/val/x.npy" "$d/x.npy"; cp "$t/bad/target_class.npy" "$d/target.npy"
