@@ -338,6 +338,11 @@ typedef struct Run {
   int64_t epoch, global_step;    /* where training is: completed epochs, steps */
   int64_t *order;
   void **bufs;                   /* one per data array, a batch each */
+  /* Streamed data: the next batch (next_order[0..next_n), NULL when the
+   * epoch ends) read during this one's step. */
+  TrainPrefetch *prefetch;
+  const int64_t *next_order;
+  int64_t next_n;
   TrainSchedule sched;
   FILE *log;
   bool tty;
@@ -482,18 +487,27 @@ static bool check_classes(Run *r, const TrainData *d) {
 
 /* Samples order[0..n) of d into t's inputs (padded to pad rows). */
 static bool set_batch(Run *r, dlc_train *t, const TrainData *d, const int64_t *order, int64_t n, int64_t pad) {
+  char err[1024];
+  void *const *read = NULL;
+  bool ahead = d == &r->data && r->prefetch && pad <= n;
+  if (ahead && !train_prefetch_take(r->prefetch, order, n, &read, err, sizeof err)) {
+    fprintf(stderr, "dlcc: error: %s\n", err);
+    keep_error(err);
+    return false;
+  }
   for (int i = 0; i < d->n; i++) {
     const TrainArray *a = &d->a[i];
     int64_t rows = pad > n ? pad : n;
-    char err[1024];
-    if (!train_data_gather(a, order, n, pad, r->bufs[i], err, sizeof err)) {
+    if (!read && !train_data_gather(a, order, n, pad, r->bufs[i], err, sizeof err)) {
       fprintf(stderr, "dlcc: error: %s\n", err);
       keep_error(err);
       return false;
     }
-    if (!api_ok(t, dlc_set_input(dlc_train_model(t), a->name, r->bufs[i], a->sample_bytes * (size_t)rows)))
-      return false;
+    void *buf = read ? read[i] : r->bufs[i];
+    if (!api_ok(t, dlc_set_input(dlc_train_model(t), a->name, buf, a->sample_bytes * (size_t)rows))) return false;
   }
+  /* the inputs are copied in: the buffers are free for the next batch */
+  if (ahead && r->next_order) train_prefetch_start(r->prefetch, r->next_order, r->next_n);
   return true;
 }
 
@@ -852,6 +866,11 @@ static bool run_epoch(Run *r) {
      * every rank computes alike from the seed. */
     int64_t share = (last ? r->rest_n : b) / r->dp, per = r->pipe ? r->a->pipeline * r->tp : r->tp;
     r->first_sample = r->dist->rank / per * share;
+    /* the next step's slice, for the read ahead (none past the epoch:
+     * the next one reorders r->order) */
+    bool more = k + 1 < full || (k + 1 == full && r->rest_n > 0);
+    r->next_n = (k + 1 == full ? r->rest_n : b) / r->dp;
+    r->next_order = more ? r->order + (k + 1) * b + r->dist->rank / per * r->next_n : NULL;
     if (!train_batch(r, last ? r->rest : r->step, r->order + k * b + r->first_sample, share, &loss)) return false;
     loss_sum += loss;
     steps++;
@@ -989,6 +1008,12 @@ static bool setup(Run *r) {
     fputs("dlcc: error: out of memory\n", stderr);
     return false;
   }
+  bool streamed = false;
+  for (int i = 0; i < r->data.n; i++) streamed = streamed || r->data.a[i].fd >= 0;
+  if (streamed && !a->pipeline && !(r->prefetch = train_prefetch_new(&r->data, a->batch))) {
+    fputs("dlcc: error: out of memory\n", stderr);
+    return false;
+  }
   if (a->log && !r->dist->rank && !(r->log = fopen(a->log, a->resume ? "a" : "w"))) {
     fprintf(stderr, "dlcc: error: %s: %s\n", a->log, strerror(errno));
     return false;
@@ -998,6 +1023,7 @@ static bool setup(Run *r) {
 }
 
 static void teardown(Run *r) {
+  train_prefetch_free(r->prefetch);
   for (int i = 0; r->bufs && i < r->data.n; i++) free(r->bufs[i]);
   free(r->bufs);
   free(r->order);

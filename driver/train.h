@@ -67,6 +67,19 @@ void train_data_order(int64_t count, bool shuffle, uint64_t seed, int64_t epoch,
 bool train_data_gather(const TrainArray *a, const int64_t *order, int64_t n, int64_t pad, void *dst, char *err,
                        size_t errlen);
 
+/* One batch read ahead on a thread of its own (train_prefetch.c), for
+ * streamed data: start reads samples order[0..n) of every array (order
+ * must stay valid until taken); take joins the thread and gives in
+ * *bufs its buffers (per array, as train_data_gather fills them) when
+ * they hold exactly that batch, else NULL (read it yourself), and false
+ * with the reason when the read failed. */
+typedef struct TrainPrefetch TrainPrefetch;
+TrainPrefetch *train_prefetch_new(const TrainData *d, int64_t rows); /* NULL: out of memory */
+void train_prefetch_start(TrainPrefetch *p, const int64_t *order, int64_t n);
+bool train_prefetch_take(TrainPrefetch *p, const int64_t *order, int64_t n, void *const **bufs, char *err,
+                         size_t errlen);
+void train_prefetch_free(TrainPrefetch *p);
+
 /* The learning rate of step t (from 0, counted over the whole run) as
  * torch.optim.lr_scheduler's closed forms give it, stepped once per
  * optimizer step: "step:N:GAMMA" (StepLR), "cosine[:T_MAX[:ETA_MIN]]"
