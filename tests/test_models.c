@@ -129,7 +129,7 @@ typedef struct Example {
   dlc_define defines[5];
   const char *from, *to;
   int out_rank;
-  int64_t out[3];
+  int64_t out[4];
 } Example;
 
 static const Example examples[] = {
@@ -143,6 +143,7 @@ static const Example examples[] = {
     {"gpt2_block.dl", 1, {{"S", 7}}, NULL, NULL, 3, {2, 7, 64}},
     {"llama_block.dl", 1, {{"S", 7}}, NULL, NULL, 3, {2, 7, 64}},
     {"bert_layer.dl", 1, {{"S", 7}}, NULL, NULL, 3, {2, 7, 64}},
+    {"unet.dl", 2, {{"HW", 32}, {"C", 8}}, NULL, NULL, 4, {1, 2, 32, 32}},
 };
 enum { N_EXAMPLES = sizeof examples / sizeof examples[0] };
 

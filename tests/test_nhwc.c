@@ -455,6 +455,36 @@ static int mobile_job(Ctx *c, void *data) {
   return 0;
 }
 
+/* examples/unet.dl in f16 (32x32, 16 channels at the first level): its
+ * 19 convolutions and 4 conv_transposes, pools and skip concats one
+ * channels-last region, x's transpose in and the mask's out, on emu
+ * within f16's rounding of the graph on ir_eval. */
+static int unet_job(Ctx *c, void *data) {
+  MobileJob *j = data;
+  Define d[2] = {{"HW", 32}, {"C", 16}};
+  PassOptions po = {.opt_level = 2, .precision = TY_F16, .verify_each = true};
+  j->ok = (j->g = test_lower_example(c, "unet.dl", 2, d)) && pass_run_pipeline(j->g, &po, NULL) &&
+          cg_compile_opts(j->g, &(CgOptions){0}, &j->cg);
+  return 0;
+}
+
+START_TEST(unet_on_emu) {
+  Ctx c;
+  ctx_init(&c);
+  MobileJob j = {0};
+  ck_assert_msg(ctx_guard(&c, unet_job, &j) == 0 && j.ok, "%s", diag_text(&c));
+  Count k = count(j.g);
+  ck_assert_int_eq(k.nhwc, 19);
+  ck_assert_int_eq(k.nchw, 0);
+  ck_assert_int_eq(k.transposes, 2);
+  int up = 0;
+  for (Node *n = j.g->first; n; n = n->next) up += n->op == OP_CONV_TRANSPOSE2D && ir_conv_nhwc(n);
+  ck_assert_int_eq(up, 4);
+  ck_assert(test_emu_matches_eval(j.g, j.cg.plan, 5, -1, 1, 0.05));
+  ctx_free(&c);
+}
+END_TEST
+
 START_TEST(mobilenet_on_emu) {
   Ctx c;
   ctx_init(&c);
@@ -1178,6 +1208,7 @@ static Suite *nhwc_suite(void) {
   tcase_add_loop_test(t, padded_channels, 0, 2);
   tcase_add_loop_test(t, depthwise_in_region, 0, 4);
   tcase_add_test(t, mobilenet_on_emu);
+  tcase_add_test(t, unet_on_emu);
   tcase_add_loop_test(t, pools_in_region, 0, 2);
   tcase_add_loop_test(t, concat_in_region, 0, 4);
   tcase_add_loop_test(t, batchnorm_in_region, 0, 2);
