@@ -367,6 +367,11 @@ have_graph:
                job->opt->sync_bn);
     return 1;
   }
+  if (job->opt && job->opt->optimizer && job->opt->sync_bn && job->opt->sync_bn != job->opt->optimizer->sync_bn) {
+    diag_error(c, (SrcLoc){0}, "sync_bn is %d in the model's options and %d in the optimizer's: a step with an "
+               "optimizer takes the optimizer's (set that one)", job->opt->sync_bn, job->opt->optimizer->sync_bn);
+    return 1;
+  }
   /* A pipeline's stages split the scaler: the last one's backward seeds
    * with the scale, each optimizer unscales what it is fed. */
   bool seed_scaled = split ? split == DLC_LOSS_SCALE_SEED : f16_step;

@@ -1,6 +1,7 @@
 /* Convolutions as implicit GEMMs: takes a conv2d or conv3d of a fusion
  * group (the anchor, or the group alone), or a conv_transpose the tensor
- * cores take (a gather per element of B), appends one kernel that
+ * cores take or in layout nhwc (by stride phases, else a gather per
+ * element of B), appends one kernel that
  * computes C[Co][N*OHW] = W[Co][C*KK] x cols without storing cols (the
  * im2col indexing sits in the loads, where the group's prologue members
  * are evaluated) and runs the group's epilogue in its stores
@@ -46,8 +47,8 @@ typedef struct ConvTc {
   const int64_t *in, *kern, *od, *stride, *pad, *dil;
   int64_t C, Co, Cg, Cog, KK, Kg, OHW; /* Cg: input channels a group */
   bool padded;
-  bool nhwc; /* conv2d in layout nhwc: k = (tap, ci) */
-  /* conv_transpose: W is [C][Cog][taps], and tap r of output o reads
+  bool nhwc; /* layout nhwc: k = (tap, ci), W [Co][taps][Cg] */
+  /* conv_transpose: W is [C][Cog][taps] (nchw), and tap r of output o reads
    * input (o + pad - r * dil) / stride where that divides; off keeps the
    * dividend non-negative (a multiple of the stride) */
   bool transpose;

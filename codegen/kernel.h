@@ -610,7 +610,8 @@ const char *cg_group_hint(Ctx *c, const CgGroup *grp);
 bool cg_lower_gemm_epilogue(CgBuild *b, const CgGroup *grp);
 /* A convolution as one tiled implicit-GEMM kernel (conv_igemm.c): groups
  * 1, or grouped where cg_conv_on_tc says the tensor cores take it; a
- * conv_transpose only where it says so. */
+ * conv_transpose where it says so or in layout nhwc (then on the CUDA
+ * cores where the tensor cores do not take it). */
 bool cg_lower_conv_igemm(CgBuild *b, const Node *n);
 bool cg_conv_on_tc(CgBuild *b, const Node *n);
 /* A float conv_transpose off the tensor cores as that GEMM on the CUDA

@@ -82,7 +82,8 @@ bool dist_init(Dist *d, double timeout) {
   int inited = 0;
   MPI_Initialized(&inited);
   if (!inited) {
-    int rc = MPI_Init(NULL, NULL);
+    /* funneled: dlcc train's read-ahead thread runs beside MPI, never in it */
+    int provided, rc = MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided);
     if (rc != MPI_SUCCESS) {
       snprintf(d->err, sizeof d->err, "MPI_Init failed (error %d)", rc);
       return false;

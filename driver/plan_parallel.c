@@ -635,7 +635,7 @@ int driver_plan_parallel(int argc, char **argv) {
   }
   char err[512];
   /* the shapes alone: nothing read but the headers */
-  if (a.data && !train_data_read(a.data, true, 0, &p.data, err, sizeof err)) {
+  if (a.data && !train_data_read(a.data, true, TRAIN_HEADERS_ONLY, &p.data, err, sizeof err)) {
     fprintf(stderr, "dlcc: error: %s\n", err);
     return 1;
   }

@@ -94,6 +94,7 @@ static const char train_usage[] =
     "gradients are averaged across ranks (docs/parallel.md):\n"
     "  --dist-timeout=S      seconds a rank waits for the others in a collective (default 120)\n"
     "  --sync-bn             batchnorm statistics over the global batch, not each rank's\n"
+    "                        (with --pipeline: each micro-batch's over the pipelines)\n"
     "  --bucket-mb=M         gradients share all-reduces in buckets of about M MiB, as\n"
     "                        PyTorch DDP's bucket_cap_mb (25 there); 0, the default: one each\n"
     "Or, with --pipeline=S under S ranks, the model is cut into S stages, one a rank:\n"
@@ -338,11 +339,7 @@ typedef struct Run {
   int64_t epoch, global_step;    /* where training is: completed epochs, steps */
   int64_t *order;
   void **bufs;                   /* one per data array, a batch each */
-  /* Streamed data: the next batch (next_order[0..next_n), NULL when the
-   * epoch ends) read during this one's step. */
-  TrainPrefetch *prefetch;
-  const int64_t *next_order;
-  int64_t next_n;
+  TrainPrefetch *prefetch;       /* streamed data: the next batch read during this one's step */
   TrainSchedule sched;
   FILE *log;
   bool tty;
@@ -486,7 +483,10 @@ static bool check_classes(Run *r, const TrainData *d) {
 }
 
 /* Samples order[0..n) of d into t's inputs (padded to pad rows). */
-static bool set_batch(Run *r, dlc_train *t, const TrainData *d, const int64_t *order, int64_t n, int64_t pad) {
+/* With the read ahead, next[0..next_n) is the batch after (NULL: none in
+ * this epoch), started once this one's inputs are copied in. */
+static bool set_batch(Run *r, dlc_train *t, const TrainData *d, const int64_t *order, int64_t n, int64_t pad,
+                      const int64_t *next, int64_t next_n) {
   char err[1024];
   void *const *read = NULL;
   bool ahead = d == &r->data && r->prefetch && pad <= n;
@@ -507,7 +507,7 @@ static bool set_batch(Run *r, dlc_train *t, const TrainData *d, const int64_t *o
     if (!api_ok(t, dlc_set_input(dlc_train_model(t), a->name, buf, a->sample_bytes * (size_t)rows))) return false;
   }
   /* the inputs are copied in: the buffers are free for the next batch */
-  if (ahead && r->next_order) train_prefetch_start(r->prefetch, r->next_order, r->next_n);
+  if (ahead && next) train_prefetch_start(r->prefetch, next, next_n);
   return true;
 }
 
@@ -758,7 +758,8 @@ static bool set_first_sample(dlc_train *t, int64_t first) {
 
 /* One step on samples order[0..n) by t (the full-batch step or the rest;
  * under a pipeline the rest is NULL and pipe_rest takes it). */
-static bool train_batch(Run *r, dlc_train *t, const int64_t *order, int64_t n, float *loss) {
+static bool train_batch(Run *r, dlc_train *t, const int64_t *order, int64_t n, const int64_t *next, int64_t next_n,
+                        float *loss) {
   if (r->pipe) {
     char err[1024];
     bool comm = false;
@@ -775,7 +776,7 @@ static bool train_batch(Run *r, dlc_train *t, const int64_t *order, int64_t n, f
     return true;
   }
   if (t == r->rest && r->step && !api_ok(t, dlc_train_copy_state(t, r->step))) return false;
-  if (!set_first_sample(t, r->first_sample) || !set_batch(r, t, &r->data, order, n, 0)) return false;
+  if (!set_first_sample(t, r->first_sample) || !set_batch(r, t, &r->data, order, n, 0, next, next_n)) return false;
   double lr = train_sched_lr(&r->sched, r->a->lr, r->global_step, r->total_steps);
   if (!api_ok(t, dlc_train_step(t, (float)lr, loss))) return false;
   /* The global batch's loss: the mean of the ranks' means, as every rank
@@ -835,7 +836,7 @@ static bool validate(Run *r) {
   bool ok = true;
   for (int64_t at = 0; ok && at < r->val.count; at += r->a->batch) {
     int64_t n = r->val.count - at < r->a->batch ? r->val.count - at : r->a->batch;
-    ok = set_batch(r, r->eval, &r->val, order + at, n, r->a->batch) &&
+    ok = set_batch(r, r->eval, &r->val, order + at, n, r->a->batch, NULL, 0) &&
          api_ok(r->eval, dlc_run(dlc_train_model(r->eval)));
     if (ok) score_batch(r, n, &loss_sum, &counted, &correct);
   }
@@ -869,9 +870,10 @@ static bool run_epoch(Run *r) {
     /* the next step's slice, for the read ahead (none past the epoch:
      * the next one reorders r->order) */
     bool more = k + 1 < full || (k + 1 == full && r->rest_n > 0);
-    r->next_n = (k + 1 == full ? r->rest_n : b) / r->dp;
-    r->next_order = more ? r->order + (k + 1) * b + r->dist->rank / per * r->next_n : NULL;
-    if (!train_batch(r, last ? r->rest : r->step, r->order + k * b + r->first_sample, share, &loss)) return false;
+    int64_t next_n = (k + 1 == full ? r->rest_n : b) / r->dp;
+    const int64_t *next = more ? r->order + (k + 1) * b + r->dist->rank / per * next_n : NULL;
+    if (!train_batch(r, last ? r->rest : r->step, r->order + k * b + r->first_sample, share, next, next_n, &loss))
+      return false;
     loss_sum += loss;
     steps++;
     progress(r, k + 1, loss);
@@ -1010,7 +1012,8 @@ static bool setup(Run *r) {
   }
   bool streamed = false;
   for (int i = 0; i < r->data.n; i++) streamed = streamed || r->data.a[i].fd >= 0;
-  if (streamed && !a->pipeline && !(r->prefetch = train_prefetch_new(&r->data, a->batch))) {
+  /* (a rank reads its share of a batch) */
+  if (streamed && !a->pipeline && !(r->prefetch = train_prefetch_new(&r->data, a->batch / r->dp))) {
     fputs("dlcc: error: out of memory\n", stderr);
     return false;
   }
@@ -1151,6 +1154,12 @@ int driver_train(int argc, char **argv) {
     r.steps_todo = a.epochs * r.steps_per_epoch;
     r.t0 = now();
     for (int64_t e = 0; ok && e < a.epochs; e++) ok = run_epoch(&r);
+  }
+  if (ok && r.prefetch && !dist.rank) {
+    int64_t hits, takes;
+    train_prefetch_count(r.prefetch, &hits, &takes);
+    printf("data: streamed from its files, %" PRId64 " of %" PRId64 " batches read ahead during the step before\n",
+           hits, takes);
   }
   if (ok && a.save) ok = save(&r);
   if (ok && a.profile) ok = profile_step(&r);

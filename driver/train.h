@@ -33,13 +33,17 @@ typedef struct TrainData {
   int64_t count; /* samples: every array's length */
 } TrainData;
 
+enum {
+  TRAIN_RESIDENT_MAX_MB = 1024, /* dlcc train's default: larger arrays stream */
+  TRAIN_HEADERS_ONLY = -2       /* train_data_read's resident_max for the shapes alone */
+};
 /* Reads every DIR/NAME.npy: target.npy must be there when need_target
  * (a loss reads it), each array has rank >= 1 and all have the same
  * length, at least one sample.  An array of more than resident_max bytes
  * (-1: none) is streamed instead of read whole (its header checked, its
- * rows read by each batch), unless its file is in Fortran order.  False
- * with a message naming the file in err. */
-enum { TRAIN_RESIDENT_MAX_MB = 1024 }; /* dlcc train's default: larger arrays stream */
+ * rows read by each batch), unless its file is in Fortran order;
+ * TRAIN_HEADERS_ONLY reads no data at all (nothing may be gathered).
+ * False with a message naming the file in err. */
 bool train_data_read(const char *dir, bool need_target, int64_t resident_max, TrainData *d, char *err,
                      size_t errlen);
 void train_data_free(TrainData *d);
@@ -78,6 +82,8 @@ TrainPrefetch *train_prefetch_new(const TrainData *d, int64_t rows); /* NULL: ou
 void train_prefetch_start(TrainPrefetch *p, const int64_t *order, int64_t n);
 bool train_prefetch_take(TrainPrefetch *p, const int64_t *order, int64_t n, void *const **bufs, char *err,
                          size_t errlen);
+/* The batches taken, and those of them the read ahead held. */
+void train_prefetch_count(const TrainPrefetch *p, int64_t *hits, int64_t *takes);
 void train_prefetch_free(TrainPrefetch *p);
 
 /* The learning rate of step t (from 0, counted over the whole run) as

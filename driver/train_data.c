@@ -92,11 +92,12 @@ bool train_data_read(const char *dir, bool need_target, int64_t resident_max, Tr
     bool fortran;
     int fd = rt_npy_open(a->path, &a->t, &a->data_start, &fortran, err, errlen);
     if (fd < 0) return false;
-    if (resident_max >= 0 && a->t.nbytes > (uint64_t)resident_max && !(fortran && a->t.rank > 1)) {
-      a->fd = fd;
-    } else {
+    if (resident_max == TRAIN_HEADERS_ONLY) {
       close(fd);
-      if (rt_npy_read(a->path, &a->t, err, errlen) != 0) return false;
+    } else if (resident_max >= 0 && a->t.nbytes > (uint64_t)resident_max && !(fortran && a->t.rank > 1)) {
+      a->fd = fd;
+    } else if (rt_npy_read_open(fd, a->path, &a->t, a->data_start, fortran, err, errlen) != 0) {
+      return false; /* from the descriptor the header came from: the file checked is the file read */
     }
     if (a->t.rank < 1) return fail(err, errlen, "%s: a scalar; samples are stacked on axis 0", a->path);
     a->sample_bytes = (size_t)rt_dtype_size(a->t.dtype);
@@ -182,21 +183,19 @@ bool train_data_check_classes(const TrainData *d, int64_t classes, int64_t ignor
   if (!a || (a->t.dtype != RT_I64 && a->t.dtype != RT_I32)) return true; /* probabilities */
   size_t size = (size_t)rt_dtype_size(a->t.dtype);
   int64_t per = (int64_t)(a->sample_bytes / size), total = d->count * per;
-  /* a streamed target a megabyte at a time */
+  /* a streamed target in pieces: memory stays bounded when the target
+   * is larger than it */
   enum { CHUNK = 1 << 17 };
   int64_t *chunk = a->fd >= 0 ? malloc(CHUNK * sizeof *chunk) : NULL;
   if (a->fd >= 0 && !chunk) return fail(err, errlen, "%s: out of memory", a->path);
   bool ok = true;
   for (int64_t at = 0; ok && at < total; at += CHUNK) {
     int64_t n = total - at < CHUNK ? total - at : CHUNK;
-    const unsigned char *src = (const unsigned char *)a->t.data + (size_t)at * size;
-    if (chunk) {
-      if (rt_read_at(a->fd, chunk, (size_t)n * size, a->data_start + at * (int64_t)size) != 0) {
-        ok = fail(err, errlen, "%s: cannot read the data: %s", a->path, errno ? strerror(errno) : "the file shrank");
-        break;
-      }
-      src = (const unsigned char *)chunk;
+    if (chunk && rt_read_at(a->fd, chunk, (size_t)n * size, a->data_start + at * (int64_t)size) != 0) {
+      ok = fail(err, errlen, "%s: cannot read the data: %s", a->path, errno ? strerror(errno) : "the file shrank");
+      break;
     }
+    const unsigned char *src = chunk ? (const unsigned char *)chunk : (const unsigned char *)a->t.data + (size_t)at * size;
     for (int64_t i = 0; ok && i < n; i++) {
       int64_t v = a->t.dtype == RT_I64 ? ((const int64_t *)src)[i] : ((const int32_t *)src)[i];
       if ((v < 0 || v >= classes) && v != ignore_index)

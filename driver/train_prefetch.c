@@ -24,6 +24,7 @@ struct TrainPrefetch {
   int64_t n;
   bool ok;
   char err[1024];
+  int64_t hits, takes;
 };
 
 TrainPrefetch *train_prefetch_new(const TrainData *d, int64_t rows) {
@@ -49,7 +50,6 @@ static void *read_batch(void *arg) {
   return NULL;
 }
 
-/* Waits for the read in flight, if any. */
 static void join(TrainPrefetch *p) {
   if (!p->running) return;
   pthread_join(p->thread, NULL);
@@ -70,10 +70,16 @@ bool train_prefetch_take(TrainPrefetch *p, const int64_t *order, int64_t n, void
   bool mine = p->order == order && p->n == n;
   p->order = NULL;
   *bufs = NULL;
+  p->takes++;
   if (!mine) return true;
+  p->hits++;
   if (!p->ok) return snprintf(err, errlen, "%s", p->err), false;
   *bufs = p->bufs;
   return true;
+}
+
+void train_prefetch_count(const TrainPrefetch *p, int64_t *hits, int64_t *takes) {
+  *hits = p->hits, *takes = p->takes;
 }
 
 void train_prefetch_free(TrainPrefetch *p) {

@@ -1,6 +1,6 @@
 /* Channels last for tensor-core convolutions: takes a graph after
- * precision or quantize, returns it with chains of conv2d that the
- * tensor cores take (f16, bf16, int8, f32 under --tf32; groups 1; input
+ * precision or quantize, returns it with chains of conv2d (and
+ * conv_transpose2d/3d, groups 1) that the tensor cores take (f16, bf16, int8, f32 under --tf32; groups 1; input
  * channels a multiple of a 16-byte chunk) and the layout-agnostic ops
  * between them (elementwise ops whose other operands are the same shape,
  * a per-channel vector or a scalar) in layout "nhwc", with a transpose
@@ -85,6 +85,8 @@ static int64_t padded_channels(DType dt, int64_t C) {
   return dt != TY_I8 && up <= 3 * C ? up : 0;
 }
 
+static bool is_conv_transpose(const Node *n) { return n->op == OP_CONV_TRANSPOSE2D || n->op == OP_CONV_TRANSPOSE3D; }
+
 /* A convolution the tensor cores take with whole 16-byte chunks of
  * channels (codegen's cp.async of the im2col operand), padded ones too.
  * The first H200 run had ResNet-50's NCHW stem (C = 3, register-staged)
@@ -96,8 +98,6 @@ static int64_t padded_channels(DType dt, int64_t C) {
  * U-Net's or a GAN's decoder, groups 1) likewise: its W [C, Co, taps]
  * becomes [Co, taps, C], and each stride phase's taps read whole chunks
  * of a pixel's channels (codegen/conv_igemm.c). */
-static bool is_conv_transpose(const Node *n) { return n->op == OP_CONV_TRANSPOSE2D || n->op == OP_CONV_TRANSPOSE3D; }
-
 static bool conv_eligible(const Nhwc *S, const Node *n) {
   if ((n->op != OP_CONV2D && n->op != OP_CONV3D && !is_conv_transpose(n)) || ir_conv_nhwc(n)) return false;
   const TensorType *x = &n->in[0]->type, *w = &n->in[1]->type;

@@ -425,11 +425,9 @@ done:
   return fd;
 }
 
-int rt_npy_read(const char *path, RtTensor *out, char *err, size_t errlen) {
-  int64_t data_start;
-  bool fortran;
-  int fd = rt_npy_open(path, out, &data_start, &fortran, err, errlen), rc = -1;
-  if (fd < 0) return -1;
+int rt_npy_read_open(int fd, const char *path, RtTensor *out, int64_t data_start, bool fortran, char *err,
+                     size_t errlen) {
+  int rc = -1;
   out->data = malloc(out->nbytes ? out->nbytes : 1);
   if (!out->data) {
     fail(err, errlen, "%s: out of memory for %zu bytes", path, out->nbytes);
@@ -449,6 +447,13 @@ done:
   close(fd);
   if (rc < 0) rt_tensor_free(out);
   return rc;
+}
+
+int rt_npy_read(const char *path, RtTensor *out, char *err, size_t errlen) {
+  int64_t data_start;
+  bool fortran;
+  int fd = rt_npy_open(path, out, &data_start, &fortran, err, errlen);
+  return fd < 0 ? -1 : rt_npy_read_open(fd, path, out, data_start, fortran, err, errlen);
 }
 
 static const char *const write_descr[RT_DTYPE_COUNT] = {

@@ -70,6 +70,11 @@ int rt_npy_read(const char *path, RtTensor *out, char *err, size_t errlen);
  * *fortran its order; returns the open descriptor (the caller closes
  * it), for rows read on demand with rt_read_at, or -1 with the reason. */
 int rt_npy_open(const char *path, RtTensor *out, int64_t *data_start, bool *fortran, char *err, size_t errlen);
+/* The rest of rt_npy_read after rt_npy_open: the data from fd into
+ * out->data (C order), fd closed either way; 0, or -1 with the reason
+ * (out freed). */
+int rt_npy_read_open(int fd, const char *path, RtTensor *out, int64_t data_start, bool fortran, char *err,
+                     size_t errlen);
 int rt_npy_write(const char *path, const RtTensor *t, char *err, size_t errlen);
 /* Writes t as the file name (no '/') in the folder dirfd, made anew: an
  * existing file of that name is replaced, not written through, so a

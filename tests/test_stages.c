@@ -281,6 +281,46 @@ START_TEST(stage_graphs) {
 }
 END_TEST
 
+/* A batchnorm before a stage mark: stage 0's forward normalizes with the
+ * batch's statistics, and with sync_bn = 2 all-reduces them (the mean,
+ * then the variance by Chan's merge) over the pipelines, marking the
+ * op with batch_stats 2 for its gradient; without, none. */
+static const char normed[] =
+    "graph normed {\n"
+    "  %0 = input {name=\"x\"} : f32[4, 8]\n"
+    "  %1 = param {name=\"w1\", init=\"uniform(0.3)\"} : f32[8, 16]\n"
+    "  %2 = matmul %0, %1 : f32[4, 16]\n"
+    "  %3 = param {name=\"bn.weight\", init=\"ones\"} : f32[16]\n"
+    "  %4 = param {name=\"bn.bias\", init=\"zeros\"} : f32[16]\n"
+    "  %5 = param {name=\"bn.running_mean\", init=\"zeros\"} : f32[16]\n"
+    "  %6 = param {name=\"bn.running_var\", init=\"ones\"} : f32[16]\n"
+    "  %7 = batchnorm %2, %3, %4, %5, %6 : f32[4, 16]\n"
+    "  %8 = stage %7 : f32[4, 16]\n"
+    "  %9 = relu %8 : f32[4, 16]\n"
+    "  %10 = param {name=\"w2\", init=\"uniform(0.3)\"} : f32[16, 8]\n"
+    "  %11 = matmul %9, %10 : f32[4, 8]\n"
+    "  %12 = reduce_mean %11 {axes=[0, 1], keepdims=0} : f32[]\n"
+    "  return %12 as \"loss\"\n"
+    "}\n";
+
+START_TEST(sync_bn_forward) {
+  Graph *g = compile_at(&ctx, normed, -1).g;
+  StageSplit sp;
+  check_split(g, 2, &sp);
+  for (int sync = 0; sync <= 2; sync += 2) {
+    Graph *f = pass_stage_graph(g, &sp, 0, STAGE_FORWARD, sync);
+    ck_assert(f && ir_verify(f));
+    int reduces = 0, stats = 0;
+    for (Node *n = f->first; n; n = n->next) {
+      reduces += n->op == OP_ALLREDUCE_MEAN;
+      if (n->op == OP_BATCHNORM) stats = (int)ir_attr_int(n, "batch_stats");
+    }
+    ck_assert_int_eq(reduces, sync ? 2 : 0);
+    ck_assert_int_eq(stats, sync ? 2 : 1);
+  }
+}
+END_TEST
+
 /* Every stage graph of an inference split verifies; the last returns g's
  * outputs by name; the others return their cut. */
 static void check_inference_graphs(Graph *g, const StageSplit *sp) {
@@ -375,6 +415,7 @@ static Suite *stages_suite(void) {
   tcase_add_test(t, cut_where_few_bytes_cross);
   tcase_add_test(t, refusals);
   tcase_add_test(t, stage_graphs);
+  tcase_add_test(t, sync_bn_forward);
   tcase_add_test(t, stage_marks);
   tcase_add_test(t, inference_split);
   suite_add_tcase(s, t);

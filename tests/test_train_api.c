@@ -81,6 +81,95 @@ START_TEST(data_order) {
 }
 END_TEST
 
+/* A data folder of x [40, 3] (x[i][j] = 10 i + j) and target [40] (i),
+ * in a fresh temporary directory written into dir. */
+static void write_data(char *dir, size_t n) {
+  snprintf(dir, n, "/tmp/dlcc-train-data-XXXXXX");
+  ck_assert_ptr_nonnull(mkdtemp(dir));
+  float x[40 * 3];
+  int64_t y[40];
+  for (int i = 0; i < 40; i++) {
+    y[i] = i;
+    for (int j = 0; j < 3; j++) x[i * 3 + j] = (float)(10 * i + j);
+  }
+  RtTensor tx = {.dtype = RT_F32, .rank = 2, .dims = {40, 3}, .data = x, .nbytes = sizeof x};
+  RtTensor ty = {.dtype = RT_I64, .rank = 1, .dims = {40}, .data = y, .nbytes = sizeof y};
+  char path[512], err[512];
+  snprintf(path, sizeof path, "%s/x.npy", dir);
+  ck_assert_msg(rt_npy_write(path, &tx, err, sizeof err) == 0, "%s", err);
+  snprintf(path, sizeof path, "%s/target.npy", dir);
+  ck_assert_msg(rt_npy_write(path, &ty, err, sizeof err) == 0, "%s", err);
+}
+
+static void remove_data(const char *dir) {
+  char path[512];
+  snprintf(path, sizeof path, "%s/x.npy", dir);
+  unlink(path);
+  snprintf(path, sizeof path, "%s/target.npy", dir);
+  unlink(path);
+  rmdir(dir);
+}
+
+/* Streamed arrays (--stream-mb): rows gathered from the files equal the
+ * same rows read whole, runs of consecutive samples and a padded tail
+ * included; the read ahead gives its buffers for exactly the batch it
+ * read and none for another; a file that shrinks under a run is an
+ * error naming it, in the gather and the read ahead alike; the headers
+ * alone read no data. */
+START_TEST(streamed_data) {
+  char dir[64], err[512];
+  write_data(dir, sizeof dir);
+  TrainData whole, streamed, headers;
+  ck_assert_msg(train_data_read(dir, true, -1, &whole, err, sizeof err), "%s", err);
+  ck_assert_msg(train_data_read(dir, true, 0, &streamed, err, sizeof err), "%s", err);
+  ck_assert_msg(train_data_read(dir, true, TRAIN_HEADERS_ONLY, &headers, err, sizeof err), "%s", err);
+  ck_assert_int_eq(streamed.count, 40);
+  for (int i = 0; i < streamed.n; i++) {
+    ck_assert(whole.a[i].fd < 0 && whole.a[i].t.data);
+    ck_assert(streamed.a[i].fd >= 0 && !streamed.a[i].t.data);
+    ck_assert(headers.a[i].fd < 0 && !headers.a[i].t.data);
+    ck_assert_int_eq(headers.a[i].t.dims[0], 40);
+  }
+  const int64_t order[6] = {7, 8, 9, 3, 39, 0};
+  unsigned char a[6 * 12], b[6 * 12];
+  for (int i = 0; i < whole.n; i++) {
+    for (int64_t n = 1; n <= 6; n++) {
+      memset(a, 0, sizeof a), memset(b, 1, sizeof b);
+      ck_assert(train_data_gather(&whole.a[i], order, n, 6, a, err, sizeof err));
+      ck_assert_msg(train_data_gather(&streamed.a[i], order, n, 6, b, err, sizeof err), "%s", err);
+      ck_assert(memcmp(a, b, 6 * whole.a[i].sample_bytes) == 0);
+    }
+  }
+  TrainPrefetch *p = train_prefetch_new(&streamed, 6);
+  ck_assert_ptr_nonnull(p);
+  void *const *bufs;
+  train_prefetch_start(p, order, 5);
+  ck_assert(train_prefetch_take(p, order, 4, &bufs, err, sizeof err) && !bufs); /* another batch */
+  train_prefetch_start(p, order, 5);
+  ck_assert(train_prefetch_take(p, order, 5, &bufs, err, sizeof err) && bufs);
+  const TrainArray *x = train_data_find(&streamed, "x");
+  const float *rows = bufs[x - streamed.a];
+  ck_assert(rows[0] == 70 && rows[4 * 3 + 2] == 392);
+  int64_t hits, takes;
+  train_prefetch_count(p, &hits, &takes);
+  ck_assert(hits == 1 && takes == 2);
+  /* the file shrinks: x.npy keeps its header and 20 samples */
+  char path[512];
+  snprintf(path, sizeof path, "%s/x.npy", dir);
+  ck_assert_int_eq(truncate(path, x->data_start + 20 * 12), 0);
+  ck_assert(!train_data_gather(x, order, 5, 0, b, err, sizeof err));
+  ck_assert_msg(strstr(err, "x.npy: cannot read samples 39..39: the file shrank"), "%s", err);
+  train_prefetch_start(p, order, 5);
+  ck_assert(!train_prefetch_take(p, order, 5, &bufs, err, sizeof err));
+  ck_assert_msg(strstr(err, "x.npy: cannot read samples 39..39: the file shrank"), "%s", err);
+  train_prefetch_free(p);
+  train_data_free(&whole);
+  train_data_free(&streamed);
+  train_data_free(&headers);
+  remove_data(dir);
+}
+END_TEST
+
 /* A step of tiny.dl's kind on ref at batch: x [batch, 4], class
  * targets, cross_entropy; shapes and dims (3) hold what o points to. */
 static void tiny_options(dlc_train_options *o, const char *optimizer, int64_t batch, dlc_input_shape *shapes,
@@ -395,6 +484,7 @@ int main(void) {
   tcase_add_test(tc, step_lr_and_warmup);
   tcase_add_test(tc, cosine_as_pytorch);
   tcase_add_test(tc, data_order);
+  tcase_add_test(tc, streamed_data);
   tcase_add_test(tc, sgd_step_updates_by_the_gradient);
   tcase_add_test(tc, compile_string_as_file);
   tcase_add_test(tc, grad_stats_from_inputs);

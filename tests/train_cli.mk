@@ -15,7 +15,7 @@ EXTRA_DIST += tests/train_cli.sh tests/torch_train.sh tests/torch/train_parity.p
 if HAVE_CHECK
 check_PROGRAMS += tests/test_train_api
 TESTS += tests/test_train_api
-tests_test_train_api_SOURCES = tests/test_train_api.c driver/train_data.c driver/train_sched.c driver/train.h
+tests_test_train_api_SOURCES = tests/test_train_api.c driver/train_data.c driver/train_prefetch.c driver/train_sched.c driver/train.h
 tests_test_train_api_CFLAGS = $(TEST_CFLAGS)
 tests_test_train_api_LDADD = $(TEST_LIBS)
 endif
