@@ -408,7 +408,7 @@ printf '%-22s %-6s %-11s %-22s %s\n' model result max_rel_err "cuda warm ms mean
 row() { printf '%-22s %-6s %-11s %-22s %s\n' "$@" >>"$table"; }
 seed=1
 section models
-for spec in "mlp" "lenet" "lstm" "transformer" "resnet18 -D HW=64" "mobilenetv2 -D HW=64" "resnet50 -D HW=64"; do
+for spec in "mlp" "lenet" "lstm" "transformer" "resnet18 -D HW=64" "mobilenetv2 -D HW=64" "resnet50 -D HW=64" "unet -D HW=64"; do
   read -r m defs <<<"$spec"
   name=$m${defs:+-${defs##*=}}
   if [ "$(slot 60)" = 0 ]; then
@@ -456,13 +456,14 @@ PY
 }
 ptable=$work/ptable
 printf '%-14s %-6s %-8s %-11s %s\n' model mode result max_rel_err "cuda warm ms mean/min" >"$ptable"
-# The image model at -D HW=64 (the reference interpreter is slow); its
-# f32 reference is the models table's.
+# The image models at -D HW=64 (the reference interpreter is slow); their
+# f32 references are the models table's.  The U-Net's conv_transposes run
+# channels last on the tensor cores only here.
 section precision
-for spec in "resnet18 resnet18-64 1 3 64 64" "transformer transformer 2 16 512"; do
+for spec in "resnet18 resnet18-64 1 3 64 64" "transformer transformer 2 16 512" "unet unet-64 1 3 64 64"; do
   read -r m base dims <<<"$spec"
   defs=()
-  [ "$m" = resnet18 ] && defs=(-D HW=64)
+  [ "$m" = resnet18 ] || [ "$m" = unet ] && defs=(-D HW=64)
   mkdir -p "$work/calib-$m"
   # shellcheck disable=SC2086
   for i in 0 1 2 3; do npy "$work/calib-$m/$i.npy" $dims; done
