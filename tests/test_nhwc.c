@@ -437,20 +437,20 @@ START_TEST(depthwise_in_region) {
 }
 END_TEST
 
-/* MobileNetV2 in f16: one channels-last region from the stem on (its 3
- * channels padded to 8; every depthwise conv then reads a stored NHWC
- * value, 8 channels a thread), numbers on emu as ir_eval's. */
-typedef struct MobileJob {
+/* An example lowered at two defines in f16, through every pass, and
+ * compiled. */
+typedef struct ExampleJob {
+  const char *file;
+  Define d[2];
   Graph *g;
   CgResult cg;
   bool ok;
-} MobileJob;
+} ExampleJob;
 
-static int mobile_job(Ctx *c, void *data) {
-  MobileJob *j = data;
-  Define d[2] = {{"N", 1}, {"HW", 32}};
+static int example_job(Ctx *c, void *data) {
+  ExampleJob *j = data;
   PassOptions po = {.opt_level = 2, .precision = TY_F16, .verify_each = true};
-  j->ok = (j->g = test_lower_example(c, "mobilenetv2.dl", 2, d)) && pass_run_pipeline(j->g, &po, NULL) &&
+  j->ok = (j->g = test_lower_example(c, j->file, 2, j->d)) && pass_run_pipeline(j->g, &po, NULL) &&
           cg_compile_opts(j->g, &(CgOptions){0}, &j->cg);
   return 0;
 }
@@ -459,20 +459,11 @@ static int mobile_job(Ctx *c, void *data) {
  * 19 convolutions and 4 conv_transposes, pools and skip concats one
  * channels-last region, x's transpose in and the mask's out, on emu
  * within f16's rounding of the graph on ir_eval. */
-static int unet_job(Ctx *c, void *data) {
-  MobileJob *j = data;
-  Define d[2] = {{"HW", 32}, {"C", 16}};
-  PassOptions po = {.opt_level = 2, .precision = TY_F16, .verify_each = true};
-  j->ok = (j->g = test_lower_example(c, "unet.dl", 2, d)) && pass_run_pipeline(j->g, &po, NULL) &&
-          cg_compile_opts(j->g, &(CgOptions){0}, &j->cg);
-  return 0;
-}
-
 START_TEST(unet_on_emu) {
   Ctx c;
   ctx_init(&c);
-  MobileJob j = {0};
-  ck_assert_msg(ctx_guard(&c, unet_job, &j) == 0 && j.ok, "%s", diag_text(&c));
+  ExampleJob j = {.file = "unet.dl", .d = {{"HW", 32}, {"C", 16}}};
+  ck_assert_msg(ctx_guard(&c, example_job, &j) == 0 && j.ok, "%s", diag_text(&c));
   Count k = count(j.g);
   ck_assert_int_eq(k.nhwc, 19);
   ck_assert_int_eq(k.nchw, 0);
@@ -485,11 +476,14 @@ START_TEST(unet_on_emu) {
 }
 END_TEST
 
+/* MobileNetV2 in f16: one channels-last region from the stem on (its 3
+ * channels padded to 8; every depthwise conv then reads a stored NHWC
+ * value, 8 channels a thread), numbers on emu as ir_eval's. */
 START_TEST(mobilenet_on_emu) {
   Ctx c;
   ctx_init(&c);
-  MobileJob j = {0};
-  ck_assert_msg(ctx_guard(&c, mobile_job, &j) == 0 && j.ok, "%s", diag_text(&c));
+  ExampleJob j = {.file = "mobilenetv2.dl", .d = {{"N", 1}, {"HW", 32}}};
+  ck_assert_msg(ctx_guard(&c, example_job, &j) == 0 && j.ok, "%s", diag_text(&c));
   Count k = count(j.g);
   ck_assert_int_eq(k.nchw, 0);
   ck_assert_int_eq(k.transposes, 1); /* x in; out through the global pool */
