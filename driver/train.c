@@ -40,6 +40,7 @@ typedef struct TrainArgs {
   bool nesterov, shuffle, drop_last, sync_bn, deferred_bn;
   double dist_timeout, bucket_mb, stream_mb;
   int64_t batch, epochs, pipeline, micro_batches, tensor_parallel;
+  int64_t save_every; /* --save-every=N: the --save files after every N epochs too */
   int profile; /* --profile[=N]: after training, one more step timed kernel by kernel */
   uint64_t seed;
   bool init_random; /* --init=random: an ONNX model's own weights replaced by --seed's */
@@ -80,6 +81,8 @@ static const char train_usage[] =
     "                        (\"backbone.*\", a buffer such as \"pe\"); each must match one\n"
     "  --save=OUT            write the trained state_dict to OUT and a checkpoint to\n"
     "                        OUT.ckpt.safetensors (OUT's .safetensors replaced)\n"
+    "  --save-every=N        write them after every N epochs too (each write replaces the\n"
+    "                        last whole or not at all), so a job cut short resumes\n"
     "  --resume=CKPT         continue from a checkpoint exactly\n"
     "  --log=FILE.jsonl      one JSON object per step (epoch, step, loss, lr)\n"
     "  --backend=B --precision=P -O0/-O1/-O2 -D NAME=VALUE --model=NAME   as for dlcc run\n"
@@ -216,6 +219,8 @@ static int parse_one(int argc, char **argv, int *i, TrainArgs *o) {
     if (!int_arg("--tensor-parallel", v, 1, &o->tensor_parallel)) return 1;
   } else if ((v = driver_flag_value(argc, argv, i, "--epochs"))) {
     if (!int_arg("--epochs", v, 0, &o->epochs)) return 1;
+  } else if ((v = driver_flag_value(argc, argv, i, "--save-every"))) {
+    if (!int_arg("--save-every", v, 1, &o->save_every)) return 1;
   } else if ((v = driver_flag_value(argc, argv, i, "--seed"))) {
     int64_t seed;
     if (!int_arg("--seed", v, 0, &seed)) return 1;
@@ -293,6 +298,10 @@ static int parse_train_args(int argc, char **argv, TrainArgs *o) {
   if (!pipe_args_check(o)) return 1;
   if (o->resume && o->weights) {
     fputs("dlcc: error: --resume and --weights both give the weights: choose one\n", stderr);
+    return 1;
+  }
+  if (o->save_every && !o->save) {
+    fputs("dlcc: error: --save-every needs --save=OUT (the files it writes)\n", stderr);
     return 1;
   }
   if (o->val && !o->loss.name) {
@@ -591,7 +600,7 @@ static bool save(Run *r) {
   const char *values[] = {epoch, step, seed, r->a->shuffle ? "true" : "false", batch};
   char *ckpt = checkpoint_path(r->a->save);
   bool ok = ckpt && api_ok(t, dlc_train_save(t, ckpt, 1, (int)ARRAY_LEN(keys), keys, values));
-  if (ok) printf("saved %s and %s\n", r->a->save, ckpt);
+  if (ok) printf("saved %s and %s (epoch %" PRId64 ")\n", r->a->save, ckpt, r->epoch);
   free(ckpt);
   return ok;
 }
@@ -1153,7 +1162,11 @@ int driver_train(int argc, char **argv) {
     r.total_steps = (r.epoch + a.epochs) * r.steps_per_epoch;
     r.steps_todo = a.epochs * r.steps_per_epoch;
     r.t0 = now();
-    for (int64_t e = 0; ok && e < a.epochs; e++) ok = run_epoch(&r);
+    for (int64_t e = 0; ok && e < a.epochs; e++) {
+      ok = run_epoch(&r);
+      /* (the last epoch's are the end's) */
+      if (ok && a.save_every && r.epoch % a.save_every == 0 && e + 1 < a.epochs) ok = save(&r);
+    }
   }
   if (ok && r.prefetch && !dist.rank) {
     int64_t hits, takes;

@@ -90,6 +90,18 @@ expect 0 "" "$dlcc" train $A --data "$t/data" --epochs 1 --backend=emu --resume 
   --save "$tmp/res.safetensors"
 cmp -s "$tmp/two.safetensors" "$tmp/res.safetensors" || fail "resumed weights differ from one run's"
 cmp -s "$tmp/two.ckpt.safetensors" "$tmp/res.ckpt.safetensors" || fail "resumed checkpoint differs from one run's"
+# --save-every=N: the files after every N epochs too, and training goes
+# on undisturbed: after 3 epochs the same bits as saving once at the end;
+# the epoch-2 checkpoint resumed for 1 more epoch gives them too.
+expect 0 "" "$dlcc" train $A --data "$t/data" --epochs 3 --backend=ref --save "$tmp/end.safetensors"
+expect 0 "" "$dlcc" train $A --data "$t/data" --epochs 2 --backend=ref --save-every=1 --save "$tmp/every.safetensors"
+grep -qx "saved $tmp/every.safetensors and $tmp/every.ckpt.safetensors (epoch 1)" "$tmp/out" &&
+  grep -qx "saved $tmp/every.safetensors and $tmp/every.ckpt.safetensors (epoch 2)" "$tmp/out" ||
+  fail "--save-every=1: $(cat "$tmp/out")"
+expect 0 "" "$dlcc" train $A --data "$t/data" --epochs 1 --backend=ref --resume "$tmp/every.ckpt.safetensors" \
+  --save-every=1 --save "$tmp/every.safetensors"
+cmp -s "$tmp/end.ckpt.safetensors" "$tmp/every.ckpt.safetensors" || fail "--save-every changed the training"
+expect 1 "dlcc: error: --save-every needs --save=OUT (the files it writes)" "$dlcc" train $A --data "$t/data" --save-every=2
 # --stream-mb=0: every array stays on disk and each batch reads its
 # samples (an unshuffled epoch's runs of consecutive ones in one read):
 # the same bits as the data read whole, validation included.
