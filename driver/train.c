@@ -491,9 +491,9 @@ static bool check_classes(Run *r, const TrainData *d) {
   return true;
 }
 
-/* Samples order[0..n) of d into t's inputs (padded to pad rows). */
-/* With the read ahead, next[0..next_n) is the batch after (NULL: none in
- * this epoch), started once this one's inputs are copied in. */
+/* Samples order[0..n) of d into t's inputs (padded to pad rows).  With
+ * the read ahead, next[0..next_n) is the batch after (NULL: none in this
+ * epoch), started once this one's inputs are copied in. */
 static bool set_batch(Run *r, dlc_train *t, const TrainData *d, const int64_t *order, int64_t n, int64_t pad,
                       const int64_t *next, int64_t next_n) {
   char err[1024];
