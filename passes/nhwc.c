@@ -1,7 +1,7 @@
 /* Channels last for tensor-core convolutions: takes a graph after
  * precision or quantize, returns it with chains of conv2d (and
- * conv_transpose2d/3d, groups 1) that the tensor cores take (f16, bf16, int8, f32 under --tf32; groups 1; input
- * channels a multiple of a 16-byte chunk) and the layout-agnostic ops
+ * conv_transpose2d/3d) that the tensor cores take (f16, bf16, int8, f32
+ * under --tf32; groups 1; input channels a multiple of a 16-byte chunk) and the layout-agnostic ops
  * between them (elementwise ops whose other operands are the same shape,
  * a per-channel vector or a scalar) in layout "nhwc", with a transpose
  * where such a region meets anything else (depthwise convolutions
@@ -86,6 +86,7 @@ static int64_t padded_channels(DType dt, int64_t C) {
 }
 
 static bool is_conv_transpose(const Node *n) { return n->op == OP_CONV_TRANSPOSE2D || n->op == OP_CONV_TRANSPOSE3D; }
+static bool is_conv(const Node *n) { return n->op == OP_CONV2D || n->op == OP_CONV3D || is_conv_transpose(n); }
 
 /* A convolution the tensor cores take with whole 16-byte chunks of
  * channels (codegen's cp.async of the im2col operand), padded ones too.
@@ -99,7 +100,7 @@ static bool is_conv_transpose(const Node *n) { return n->op == OP_CONV_TRANSPOSE
  * becomes [Co, taps, C], and each stride phase's taps read whole chunks
  * of a pixel's channels (codegen/conv_igemm.c). */
 static bool conv_eligible(const Nhwc *S, const Node *n) {
-  if ((n->op != OP_CONV2D && n->op != OP_CONV3D && !is_conv_transpose(n)) || ir_conv_nhwc(n)) return false;
+  if (!is_conv(n) || ir_conv_nhwc(n)) return false;
   const TensorType *x = &n->in[0]->type, *w = &n->in[1]->type;
   DType dt = x->dtype;
   if (!image_rank_ok(n, x->rank) || w->dtype != dt || n->guard) return false;
@@ -230,8 +231,8 @@ static int64_t nhwc_axis(int64_t a, int R) {
 /* A node of a region whose operand 0 is its image (a convolution or a
  * pool: the result's spatial dims differ from the operand's). */
 static bool windowed(const Node *n) {
-  return n->op == OP_CONV2D || n->op == OP_CONV3D || is_conv_transpose(n) || n->op == OP_MAXPOOL2D ||
-         n->op == OP_AVGPOOL2D || n->op == OP_MAXPOOL3D || n->op == OP_AVGPOOL3D || n->op == OP_RESIZE;
+  return is_conv(n) || n->op == OP_MAXPOOL2D || n->op == OP_AVGPOOL2D || n->op == OP_MAXPOOL3D ||
+         n->op == OP_AVGPOOL3D || n->op == OP_RESIZE;
 }
 
 /* Operand kinds of an agnostic op of an R-d result: 0 the full shape, 1
@@ -436,7 +437,7 @@ static void find_regions(Nhwc *S) {
    * which are then register-staged anyway. */
   bool *fed = ARENA_ARRAY(a, bool, S->n_values);
   for (Node *n = g->first; n; n = n->next) {
-    if (S->inside[n->id] && (n->op == OP_CONV2D || n->op == OP_CONV3D || is_conv_transpose(n))) {
+    if (S->inside[n->id] && is_conv(n)) {
       fed[n->out[0].id] = true;
       /* a depthwise conv gains nothing (depthwise_eligible) */
       if (fed[n->in[0]->id] && !ir_conv_depthwise(n)) S->convs[find(S, n->out[0].id)]++;
@@ -507,7 +508,7 @@ bool pass_nhwc(Graph *g, PassCtx *pc) {
   for (int j = 0; j < count; j++) {
     Node *n = order[j];
     if (converted(&S, n)) {
-      if (n->op == OP_CONV2D || n->op == OP_CONV3D || is_conv_transpose(n)) {
+      if (is_conv(n)) {
         bool tr = is_conv_transpose(n);
         pass_stat(pc, tr ? "nhwc: conv_transposes channels last" : "nhwc: convolutions channels last", 1);
         /* W is still [Co, C / groups, ...] ([C, Co, ...] transposed); x
