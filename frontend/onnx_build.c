@@ -372,7 +372,15 @@ static void copy_attrs(Graph *g, Node *to, const Node *from) {
 
 /* n, the last node of fold (whose params are its operands in order),
  * evaluated on in's known values (or hints): its results, owned. */
-static bool eval_folded(Imp *im, Graph *fold, Node *n, Val *const *in, Tensor **ks, char *err, size_t len) {
+typedef enum { FOLD_KNOWN, FOLD_UPPER, FOLD_PROBE } FoldOf;
+
+static const Tensor *fold_value(const Val *v, FoldOf of) {
+  if (v->k) return v->k;
+  return of == FOLD_UPPER ? v->upper : of == FOLD_PROBE ? v->probe : v->hint;
+}
+
+static bool eval_folded_of(Imp *im, Graph *fold, Node *n, Val *const *in, FoldOf of, Tensor **ks, char *err,
+                           size_t len) {
   Value *outs[8];
   const char *names[8];
   const char **pnames = ARENA_ARRAY(&im->c->arena, const char *, n->n_in > 0 ? n->n_in : 1);
@@ -382,13 +390,17 @@ static bool eval_folded(Imp *im, Graph *fold, Node *n, Val *const *in, Tensor **
   ir_set_outputs(fold, n->n_out, outs, names);
   for (int i = 0; i < n->n_in; i++) {
     pnames[i] = ir_attr_str(n->in[i]->def, "name");
-    pt[i] = in[i]->k ? *in[i]->k : *in[i]->hint;
+    pt[i] = *fold_value(in[i], of);
   }
   TensorMap pm = {n->n_in, pnames, pt};
   Tensor res[8];
   if (!ir_eval(fold, NULL, &pm, res, err, len)) return false;
   own_all(im, n->n_out, res, ks);
   return true;
+}
+
+static bool eval_folded(Imp *im, Graph *fold, Node *n, Val *const *in, Tensor **ks, char *err, size_t len) {
+  return eval_folded_of(im, fold, n, in, FOLD_KNOWN, ks, err, len);
 }
 
 /* Hints are the values OnnxOptions.known gives graph inputs (the node
@@ -404,16 +416,18 @@ static bool eval_folded(Imp *im, Graph *fold, Node *n, Val *const *in, Tensor **
 #define HINT_MAX_ELEMS 4096
 static void propagate_hints(Imp *im, const Emit *e, Val **out) {
   const Node *n = e->n;
-  bool any_hint = false;
+  bool any_hint = false, any_upper = false;
   for (int i = 0; i < e->n_in; i++) {
     const Val *v = e->in[i];
     if (v->k) continue;
-    if (!v->hint || !v->hint_flows || ir_type_numel(&v->type) > HINT_MAX_ELEMS) return;
-    any_hint = true;
+    if (ir_type_numel(&v->type) > HINT_MAX_ELEMS) return;
+    any_hint |= v->hint && v->hint_flows;
+    any_upper |= v->upper != NULL;
+    if (!(v->hint && v->hint_flows) && !v->upper) return;
   }
   for (int i = 0; i < n->n_out; i++)
     if (ir_type_numel(&n->out[i].type) > HINT_MAX_ELEMS) return;
-  if (!any_hint || n->n_out > 8) return;
+  if ((!any_hint && !any_upper) || (any_hint && any_upper) || n->n_out > 8) return;
   Graph *fold = ir_graph_new(im->c, "hint");
   Value **ops = ARENA_ARRAY(&im->c->arena, Value *, e->n_in > 0 ? e->n_in : 1);
   for (int i = 0; i < e->n_in; i++)
@@ -424,6 +438,15 @@ static void propagate_hints(Imp *im, const Emit *e, Val **out) {
   Tensor *ks[8];
   if (!ir_infer(copy, err, sizeof err)) return;
   ir_append(fold, copy);
+  if (any_upper) {
+    /* Upper bounds: the node at the lengths' bounds and at 0. */
+    Tensor *lo[8];
+    if (!eval_folded_of(im, fold, copy, e->in, FOLD_UPPER, ks, err, sizeof err) ||
+        !eval_folded_of(im, fold, copy, e->in, FOLD_PROBE, lo, err, sizeof err))
+      return;
+    for (int i = 0; i < n->n_out; i++) out[i]->upper = ks[i], out[i]->probe = lo[i];
+    return;
+  }
   if (!eval_folded(im, fold, copy, e->in, ks, err, sizeof err)) return;
   for (int i = 0; i < n->n_out; i++) out[i]->hint = ks[i], out[i]->hint_flows = true;
 }
@@ -761,6 +784,46 @@ bool ox_const_ints(Imp *im, Val *v, const char *what, int *n, int64_t *out) {
   }
   *n = (int)count;
   return true;
+}
+
+bool ox_bounded_ints(Imp *im, Val *v, const char *what, int *n, int64_t *out, bool *dynamic) {
+  if (v->k || v->hint || !v->upper) {
+    if (!ox_const_ints(im, v, what, n, out)) return false;
+    for (int i = 0; i < *n; i++) dynamic[i] = false;
+    return true;
+  }
+  if (ir_dtype_is_float(v->type.dtype) || v->type.rank > 1)
+    return ox_bad(im, "%s must be a 0-d or 1-d integer tensor", what);
+  int64_t count = ir_type_numel(&v->type);
+  if (count > 64) return ox_bad(im, "%s has %" PRId64 " values, more than dlcc takes", what, count);
+  for (int64_t i = 0; i < count; i++) {
+    out[i] = ir_tensor_get_int(v->upper, i);
+    int64_t lo = ir_tensor_get_int(v->probe, i);
+    dynamic[i] = lo != out[i];
+    /* The bound must grow with the lengths: a size that shrinks as one
+     * grows (300 - n) has no bound here. */
+    if (lo > out[i])
+      return ox_bad(im,
+                    "%s computed at run time from a run-time length is not supported: its element %" PRId64
+                    " shrinks as the length grows, so the length's bound does not bound it",
+                    what, i);
+  }
+  *n = (int)count;
+  return true;
+}
+
+Val *ox_with_length(Imp *im, Val *x, int axis, Val *len, int64_t elem) {
+  Val *at = ox_scalar(im, (double)elem, TY_I64);
+  Val *flat = ox_reshape(im, len, 1, (int64_t[]){ir_type_numel(&len->type)});
+  Val *n = flat ? ox_cast(im, ox_reshape(im, ox_gather(im, flat, at, 0), 0, NULL), TY_I64) : NULL;
+  if (!n || !x) return NULL;
+  Emit e;
+  Node *w = begin_in(im, &e, OP_WITH_LENGTH, 2, (Val *[]){x, n}, false);
+  ir_set_int(im->g, w, "axis", axis);
+  Val *out[1];
+  if (!ox_finish(im, &e, out)) return NULL;
+  out[0]->run_time_len = true;
+  return out[0];
 }
 
 bool ox_const_scalar(Imp *im, Val *v, const char *what, double *out) {

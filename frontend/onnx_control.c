@@ -151,6 +151,28 @@ static Val *select_container(Imp *im, Val *c, int out, Val *t, Val *e) {
   return r;
 }
 
+/* One branch's output empty along an axis where the other's has rows
+ * (torchvision's `if boxes.numel() == 0: return torch.empty(0)`): the
+ * other's, with a run-time length of 0 when the condition picks the
+ * empty one (ir/bounds.c); NULL when the two differ otherwise. */
+static Val *empty_or_other(Imp *im, Val *c, Val *t, Val *e) {
+  if (t->type.rank != e->type.rank || t->type.dtype != e->type.dtype) return NULL;
+  int axis = -1;
+  for (int d = 0; d < t->type.rank; d++)
+    if (t->type.dims[d] != e->type.dims[d]) {
+      if (axis >= 0) return NULL;
+      axis = d;
+    }
+  if (axis < 0 || (t->type.dims[axis] != 0 && e->type.dims[axis] != 0)) return NULL;
+  bool then_empty = t->type.dims[axis] == 0;
+  Val *full = then_empty ? e : t;
+  Val *shape = full->run_time_len ? ox_run_time_shape(im, full) : ox_ints_val(im, full->type.rank, full->type.dims);
+  Val *rows = shape ? ox_gather(im, shape, ox_scalar(im, axis, TY_I64), 0) : NULL;
+  Val *none = ox_scalar(im, 0, TY_I64);
+  Val *len = rows ? (then_empty ? ox_where(im, c, none, rows) : ox_where(im, c, rows, none)) : NULL;
+  return len ? ox_with_length(im, full, axis, len, 0) : NULL;
+}
+
 bool ox_op_if(Imp *im, ONode *n) {
   Val *cond = ox_in_req(im, n, 0);
   const Onnx__GraphProto *gt = graph_attr(im, "then_branch"), *ge = graph_attr(im, "else_branch");
@@ -194,6 +216,9 @@ bool ox_op_if(Imp *im, ONode *n) {
       if (!(n->out[i] = select_container(im, c, i, t[i], e[i]))) return false;
       continue;
     }
+    if (!ir_type_eq(&t[i]->type, &e[i]->type) && t[i]->held == e[i]->held &&
+        (n->out[i] = empty_or_other(im, c, t[i], e[i])))
+      continue;
     if (!ir_type_eq(&t[i]->type, &e[i]->type)) {
       char a[IR_TYPE_STR_MAX], b[IR_TYPE_STR_MAX];
       return ox_bad(im,

@@ -49,6 +49,11 @@ typedef struct Val {
    * (ir/bounds.c): its static dims are upper bounds, so Shape and Size
    * cannot answer from them. */
   bool run_time_len;
+  /* A small integer value computed from the Shape of a value of run-time
+   * length (onnx_build.c): what it is with every length at its bound
+   * (upper) and at 0 (probe), so that what it sizes can take the bound
+   * and mark the length. */
+  const Tensor *upper, *probe;
 } Val;
 
 typedef struct Entry {
@@ -201,6 +206,14 @@ Val *ox_in_opt(const ONode *n, int i);
 Val *ox_in_req(Imp *im, const ONode *n, int i);
 const Tensor *ox_need_const(Imp *im, Val *v, const char *what);
 bool ox_const_ints(Imp *im, Val *v, const char *what, int *n, int64_t *out);
+/* ox_const_ints, or of a value with upper bounds (Val.upper) those, and
+ * in dynamic[i] whether element i depends on a run-time length. */
+bool ox_bounded_ints(Imp *im, Val *v, const char *what, int *n, int64_t *out, bool *dynamic);
+/* x (sized by an upper bound) with element elem of the integer value len
+ * as its run-time length on axis (ir/bounds.c's with_length). */
+Val *ox_with_length(Imp *im, Val *x, int axis, Val *len, int64_t elem);
+/* onnx_shape.c: x's shape computed at run time, x of run-time length. */
+Val *ox_run_time_shape(Imp *im, Val *x);
 bool ox_const_scalar(Imp *im, Val *v, const char *what, double *out);
 bool ox_norm_axis(Imp *im, int64_t a, int rank, int *out);
 bool ox_norm_axes(Imp *im, int n, const int64_t *in, int rank, int *n_out, int64_t *out);

@@ -15,13 +15,25 @@
 
 /* ---- shapes and data movement ---- */
 
+/* y, sized by the upper bounds of shape (elements first.. of it giving
+ * y's axes from axis0 on), with the run-time lengths of its elements
+ * that have them. */
+static Val *with_lengths(Imp *im, Val *y, Val *shape, const bool *dynamic, int first, int k, int axis0) {
+  for (int i = first; i < k && y; i++)
+    if (dynamic[i]) y = ox_with_length(im, y, axis0 + i - first, shape, i);
+  return y;
+}
+
 bool ox_op_reshape(Imp *im, ONode *n) {
   Val *x = ox_in_req(im, n, 0), *s = ox_in_req(im, n, 1);
   int64_t allowzero;
   int64_t shape[64];
   int k;
+  bool dynamic[64];
   if (!x || !s || !ox_attr_int(im, "allowzero", 0, &allowzero)) return false;
-  if (!ox_const_ints(im, s, "the target shape", &k, shape)) return false;
+  /* A target computed from a run-time length: its bounds, x's length
+   * carried to the axis it lands on by ir/bounds.c. */
+  if (!ox_bounded_ints(im, s, "the target shape", &k, shape, dynamic)) return false;
   if (k > DL_MAX_RANK) return ox_bad(im, "rank %d is not supported (at most %d)", k, (int)DL_MAX_RANK);
   int infer = -1;
   int64_t have = ir_type_numel(&x->type), prod = 1;
@@ -451,18 +463,19 @@ bool ox_op_scatter_nd(Imp *im, ONode *n) {
 /* k an attribute before opset 10, a constant input after.  sorted=0
  * leaves the order to the implementation: dlcc's is sorted anyway. */
 bool ox_op_topk(Imp *im, ONode *n) {
-  Val *x = ox_in_req(im, n, 0);
+  Val *x = ox_in_req(im, n, 0), *kv = NULL;
   int64_t axis_attr, largest, sorted, k = 0;
+  bool k_dynamic = false;
   if (!x || !ox_attr_int(im, "axis", -1, &axis_attr) || !ox_attr_int(im, "largest", 1, &largest) ||
       !ox_attr_int(im, "sorted", 1, &sorted))
     return false;
   if (im->opset < 10) {
     if (!ox_attr_int(im, "k", 0, &k)) return false;
   } else {
-    Val *kv = ox_in_req(im, n, 1);
-    double d;
-    if (!kv || !ox_const_scalar(im, kv, "TopK's K", &d)) return false;
-    k = (int64_t)d;
+    kv = ox_in_req(im, n, 1);
+    int nk;
+    if (!kv || !ox_bounded_ints(im, kv, "TopK's K", &nk, &k, &k_dynamic)) return false;
+    if (nk != 1) return ox_bad(im, "TopK's K must hold one value, not %d", nk);
   }
   int axis;
   if (!ox_norm_axis(im, axis_attr, x->type.rank, &axis)) return false;
@@ -475,9 +488,11 @@ bool ox_op_topk(Imp *im, ONode *n) {
   ir_set_int(im->g, t, "largest", largest != 0);
   Val *out[8];
   if (!ox_finish(im, &e, out)) return false;
-  n->out[0] = out[0];
-  if (n->n_out > 1) n->out[1] = out[1];
-  return true;
+  /* K computed from a run-time length (min(n, 300), torchvision's
+   * detectors): the bound's worth, K of them real. */
+  n->out[0] = k_dynamic ? ox_with_length(im, out[0], axis, kv, 0) : out[0];
+  if (n->n_out > 1) n->out[1] = k_dynamic ? ox_with_length(im, out[1], axis, kv, 0) : out[1];
+  return n->out[0] && (n->n_out < 2 || n->out[1]);
 }
 
 /* indices (any number type, truncated), depth and values [off, on]:
@@ -542,15 +557,22 @@ static bool broadcast_dims(const int64_t *a, int ra, const int64_t *b, int rb, i
 bool ox_op_expand(Imp *im, ONode *n) {
   Val *x = ox_in_req(im, n, 0), *s = ox_in_req(im, n, 1);
   int64_t shape[64], out[DL_MAX_RANK];
+  bool dynamic[64];
   int k, r;
-  if (!x || !s || !ox_const_ints(im, s, "the shape", &k, shape)) return false;
+  if (!x || !s || !ox_bounded_ints(im, s, "the shape", &k, shape, dynamic)) return false;
   if (k > DL_MAX_RANK) return ox_bad(im, "rank %d is not supported (at most %d)", k, (int)DL_MAX_RANK);
   for (int i = 0; i < k; i++)
     if (shape[i] < 1)
       return ox_bad(im, "shape entry %" PRId64 " is not supported (dims must be >= 1)", shape[i]);
   if (!broadcast_dims(x->type.dims, x->type.rank, shape, k, out, &r))
     return ox_bad(im, "the input does not broadcast to the shape");
-  return (n->out[0] = ox_expand(im, x, r, out));
+  /* A length the shape gives an axis that x broadcasts along; where x
+   * has that axis, its own length stays (ir/bounds.c). */
+  for (int i = 0; i < k; i++) {
+    int at = x->type.rank - k + i;
+    dynamic[i] &= at < 0 || x->type.dims[at] == 1;
+  }
+  return (n->out[0] = with_lengths(im, ox_expand(im, x, r, out), s, dynamic, 0, k, r - k));
 }
 
 bool ox_op_tile(Imp *im, ONode *n) {
@@ -748,8 +770,9 @@ bool ox_op_constant(Imp *im, ONode *n) {
 bool ox_op_constant_of_shape(Imp *im, ONode *n) {
   Val *s = ox_in_req(im, n, 0);
   int64_t shape[64];
+  bool dynamic[64];
   int k;
-  if (!s || !ox_const_ints(im, s, "the shape", &k, shape)) return false;
+  if (!s || !ox_bounded_ints(im, s, "the shape", &k, shape, dynamic)) return false;
   if (k > DL_MAX_RANK) return ox_bad(im, "rank %d is not supported", k);
   double value = 0;
   DType dt = TY_F32;
@@ -773,41 +796,81 @@ bool ox_op_constant_of_shape(Imp *im, ONode *n) {
   if (ir_type_numel(&t) < 0 || ir_type_numel(&t) > im->fold_max) return ox_bad(im, "the shape is too large");
   Val *v = ox_known_new(im, &t);
   for (int64_t i = 0, c = ir_type_numel(&t); i < c; i++) ir_tensor_set(v->k, i, value);
-  return (n->out[0] = v);
+  return (n->out[0] = with_lengths(im, v, s, dynamic, 0, k, 0));
 }
 
-/* A value of run-time length (docs/onnx.md) has static dims that are
- * only upper bounds. */
-static bool static_dims(Imp *im, const Val *x) {
-  return !x->run_time_len ||
-         ox_bad(im, "the input's length is known only at run time (it comes from a NonZero, Compress, Unique or NonMaxSuppression computed "
-                    "at run time), and shapes computed at run time are not supported");
+/* The shape of a value of run-time length (docs/onnx.md): computed at
+ * run time (ir/bounds.c puts the count in), with upper bounds, its
+ * static dims, and a probe of 0 for every dim, since which axis has the
+ * length is known only to ir/bounds.c. */
+Val *ox_run_time_shape(Imp *im, Val *x) {
+  Emit e;
+  ox_begin(im, &e, OP_SHAPE_OF, 1, &x);
+  Val *out[1];
+  if (!ox_finish(im, &e, out)) return NULL;
+  int r = x->type.rank;
+  Val *up = ox_ints_val(im, r, x->type.dims), *lo = ox_ints_val(im, r, (const int64_t[DL_MAX_RANK]){0});
+  out[0]->upper = up->k, out[0]->probe = lo->k;
+  return out[0];
 }
 
 bool ox_op_shape(Imp *im, ONode *n) {
   Val *x = ox_in_req(im, n, 0);
   int64_t start, end;
   if (!x || !ox_attr_int(im, "start", 0, &start) || !ox_attr_int(im, "end", INT64_MAX, &end)) return false;
-  if (!static_dims(im, x)) return false;
   int r = x->type.rank;
   if (start < 0) start += r;
   if (end < 0) end += r;
   start = start < 0 ? 0 : start > r ? r : start;
   end = end < 0 ? 0 : end > r ? r : end;
+  if (x->run_time_len && end > start) {
+    Val *all = ox_run_time_shape(im, x);
+    return (n->out[0] = all && (start > 0 || end < r) ? ox_slice_axis(im, all, 0, start, end, 1) : all);
+  }
   return (n->out[0] = ox_ints_val(im, end > start ? (int)(end - start) : 0, x->type.dims + start));
 }
 
 bool ox_op_size(Imp *im, ONode *n) {
   Val *x = ox_in_req(im, n, 0);
-  if (!x || !static_dims(im, x)) return false;
+  if (!x) return false;
+  if (x->run_time_len) {
+    Val *shape = ox_run_time_shape(im, x);
+    return (n->out[0] = shape ? ox_reduce(im, OP_REDUCE_PROD, shape, 1, (const int64_t[]){0}, false) : NULL);
+  }
   int64_t count = ir_type_numel(&x->type);
   return (n->out[0] = ox_reshape(im, ox_ints_val(im, 1, &count), 0, NULL));
+}
+
+/* Range to a limit computed from a run-time length (an integer one, by a
+ * positive delta): the values to the limit's bound, of which
+ * max(0, ceil((limit - start) / delta)) are real. */
+static bool range_to_bound(Imp *im, ONode *n, Val *vs, Val *vl, Val *vd) {
+  double s, d;
+  int one;
+  int64_t l;
+  bool dynamic;
+  if (!ox_const_scalar(im, vs, "start", &s) || !ox_const_scalar(im, vd, "delta", &d) ||
+      !ox_bounded_ints(im, vl, "limit", &one, &l, &dynamic))
+    return false;
+  if (ir_dtype_is_float(vs->type.dtype) || d <= 0)
+    return ox_bad(im, "a limit computed from a run-time length needs an integer range with a positive delta");
+  double count = ceil(((double)l - s) / d);
+  if (count > (double)im->fold_max) return ox_bad(im, "the range is too long");
+  int64_t c = count >= 1 ? (int64_t)count : 0;
+  TensorType t = ir_type_make(vs->type.dtype, 1, &c);
+  Val *v = ox_known_new(im, &t);
+  for (int64_t i = 0; i < c; i++) ir_tensor_set(v->k, i, s + (double)i * d);
+  Val *span = ox_op2s(im, OP_ADD, ox_op2s(im, OP_SUB, vl, s), d - 1);
+  Val *len = ox_op2s(im, OP_MAXIMUM, ox_op2(im, OP_DIV, span, vd), 0);
+  return (n->out[0] = len ? ox_with_length(im, v, 0, len, 0) : NULL);
 }
 
 bool ox_op_range(Imp *im, ONode *n) {
   Val *vs = ox_in_req(im, n, 0), *vl = ox_in_req(im, n, 1), *vd = ox_in_req(im, n, 2);
   double s, l, d;
-  if (!vs || !vl || !vd || !ox_const_scalar(im, vs, "start", &s) || !ox_const_scalar(im, vl, "limit", &l) ||
+  if (!vs || !vl || !vd) return false;
+  if (vl->upper && !vl->k && !vl->hint) return range_to_bound(im, n, vs, vl, vd);
+  if (!ox_const_scalar(im, vs, "start", &s) || !ox_const_scalar(im, vl, "limit", &l) ||
       !ox_const_scalar(im, vd, "delta", &d))
     return false;
   if (d == 0) return ox_bad(im, "delta is 0");

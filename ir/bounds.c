@@ -22,10 +22,25 @@ typedef struct Bound {
   Value *len; /* an i64 scalar: the count */
 } Bound;
 
+/* A length as an expression (shape arithmetic on counts), interned, so
+ * that two values computing the same length, such as TopK's k =
+ * min(count, 300) and the Shape of TopK's result, are one length. */
+typedef enum { SYM_CONST, SYM_LEAF, SYM_ADD, SYM_SUB, SYM_MUL, SYM_DIV, SYM_MIN, SYM_MAX } SymKind;
+typedef struct Sym {
+  SymKind kind;
+  int64_t k;          /* SYM_CONST's value; SYM_LEAF's element */
+  const Value *leaf;  /* SYM_LEAF: a value the expression does not see into */
+  int a, b;           /* the operands' syms */
+  Value *rep;         /* an i64 scalar computing it, once one is known */
+} Sym;
+
 typedef struct Bounds {
   Graph *g;
   Bound *of; /* by Value.id */
   int n_values;
+  Sym *syms;
+  int n_syms, cap_syms;
+  bool oom;
 } Bounds;
 
 static Bound bound_of(const Bounds *b, const Value *v) {
@@ -225,8 +240,145 @@ static bool maskable(const Node *n, int i, int a, double *fill, bool *mean, bool
   }
 }
 
+/* ---- lengths as expressions ---- */
+
+static int intern(Bounds *b, Sym want) {
+  if (want.kind != SYM_CONST && want.kind != SYM_LEAF) {
+    const Sym *x = &b->syms[want.a], *y = &b->syms[want.b];
+    int64_t p = x->k, q = y->k, r = 0;
+    bool folds = x->kind == SYM_CONST && y->kind == SYM_CONST;
+    switch (want.kind) {
+      case SYM_ADD: folds = folds && !__builtin_add_overflow(p, q, &r); break;
+      case SYM_SUB: folds = folds && !__builtin_sub_overflow(p, q, &r); break;
+      case SYM_MUL: folds = folds && !__builtin_mul_overflow(p, q, &r); break;
+      case SYM_MIN: r = p < q ? p : q; break;
+      case SYM_MAX: r = p > q ? p : q; break;
+      default: folds = false; break; /* a division keeps its rounding to itself */
+    }
+    if (folds) {
+      want = (Sym){.kind = SYM_CONST, .k = r};
+    } else if (want.kind != SYM_SUB && want.kind != SYM_DIV && want.a > want.b) {
+      int t = want.a; /* commutative: one order */
+      want.a = want.b, want.b = t;
+    }
+  }
+  for (int i = 0; i < b->n_syms; i++) {
+    const Sym *s = &b->syms[i];
+    if (s->kind == want.kind && s->k == want.k && s->leaf == want.leaf &&
+        (want.kind == SYM_CONST || want.kind == SYM_LEAF || (s->a == want.a && s->b == want.b)))
+      return i;
+  }
+  if (b->n_syms == b->cap_syms) {
+    int cap = b->cap_syms ? 2 * b->cap_syms : 64;
+    Sym *grown = realloc(b->syms, sizeof *grown * (size_t)cap);
+    if (!grown) {
+      b->oom = true;
+      return 0;
+    }
+    b->syms = grown, b->cap_syms = cap;
+  }
+  want.rep = NULL;
+  b->syms[b->n_syms] = want;
+  return b->n_syms++;
+}
+
+static int leaf(Bounds *b, const Value *v, int64_t e) { return intern(b, (Sym){.kind = SYM_LEAF, .k = e, .leaf = v}); }
+
+/* Deeper shape arithmetic is a length of its own (and a model cannot make
+ * the walk long). */
+#define SYM_DEPTH 24
+
+/* Element e of v (a small integer value) as an expression of the counts
+ * it is computed from: through reshapes, integer casts, concats, slices
+ * and gathers of 1-d values, elementwise + - * / min max and their
+ * reductions; any other value is a leaf of its own. */
+static int sym_of(Bounds *b, const Value *v, int64_t e, int depth) {
+  const Node *d = v->def;
+  int64_t n = ir_type_numel(&v->type);
+  if (!d || depth > SYM_DEPTH || e < 0 || e >= n || ir_dtype_is_float(v->type.dtype) || b->oom) return leaf(b, v, e);
+  const Value *x = d->n_in > 0 ? d->in[0] : NULL;
+  int64_t nx = x ? ir_type_numel(&x->type) : 0;
+  switch (d->op) {
+    case OP_CONST: {
+      double k = ir_attr_float(d, "value");
+      if (!(fabs(k) < 0x1p62)) break;
+      return intern(b, (Sym){.kind = SYM_CONST, .k = (int64_t)k});
+    }
+    case OP_CAST:
+      if (ir_dtype_is_float(x->type.dtype)) break;
+      /* fall through */
+    case OP_RESHAPE: return sym_of(b, x, e, depth + 1);
+    case OP_EXPAND:
+      if (nx == 1) return sym_of(b, x, 0, depth + 1);
+      if (nx == n) return sym_of(b, x, e, depth + 1);
+      break;
+    case OP_CONCAT:
+      if (v->type.rank != 1) break;
+      for (int i = 0; i < d->n_in; i++) {
+        int64_t m = d->in[i]->type.dims[0];
+        if (e < m) return sym_of(b, d->in[i], e, depth + 1);
+        e -= m;
+      }
+      break;
+    case OP_SLICE:
+      if (v->type.rank != 1) break;
+      return sym_of(b, x, ir_attr(d, "starts")->ints.v[0] + e * ir_attr(d, "steps")->ints.v[0], depth + 1);
+    case OP_GATHER: {
+      if (x->type.rank != 1) break;
+      int at = sym_of(b, d->in[1], e, depth + 1);
+      if (b->syms[at].kind != SYM_CONST) break;
+      int64_t i = b->syms[at].k;
+      return sym_of(b, x, i < 0 ? i + nx : i, depth + 1);
+    }
+    case OP_ADD:
+    case OP_SUB:
+    case OP_MUL:
+    case OP_DIV:
+    case OP_MINIMUM:
+    case OP_MAXIMUM: {
+      int64_t na = ir_type_numel(&d->in[0]->type), nb = ir_type_numel(&d->in[1]->type);
+      if ((na != 1 && na != n) || (nb != 1 && nb != n)) break;
+      SymKind k = d->op == OP_ADD   ? SYM_ADD
+                  : d->op == OP_SUB ? SYM_SUB
+                  : d->op == OP_MUL ? SYM_MUL
+                  : d->op == OP_DIV ? SYM_DIV
+                  : d->op == OP_MINIMUM ? SYM_MIN
+                                        : SYM_MAX;
+      int p = sym_of(b, d->in[0], na == 1 ? 0 : e, depth + 1), q = sym_of(b, d->in[1], nb == 1 ? 0 : e, depth + 1);
+      return intern(b, (Sym){.kind = k, .a = p, .b = q});
+    }
+    case OP_REDUCE_MIN:
+    case OP_REDUCE_MAX:
+    case OP_REDUCE_SUM:
+    case OP_REDUCE_PROD: {
+      if (n != 1 || nx < 1 || nx > 16) break;
+      SymKind k = d->op == OP_REDUCE_MIN   ? SYM_MIN
+                  : d->op == OP_REDUCE_MAX ? SYM_MAX
+                  : d->op == OP_REDUCE_SUM ? SYM_ADD
+                                           : SYM_MUL;
+      int acc = sym_of(b, x, 0, depth + 1);
+      for (int64_t i = 1; i < nx; i++) acc = intern(b, (Sym){.kind = k, .a = acc, .b = sym_of(b, x, i, depth + 1)});
+      return acc;
+    }
+    default: break;
+  }
+  return leaf(b, v, e);
+}
+
+/* The value that stands for the length v computes, the same for every
+ * value computing that length (the first seen). */
+static Value *canonical_length(Bounds *b, Value *v) {
+  int s = sym_of(b, v, 0, 0);
+  if (b->oom) return v;
+  if (!b->syms[s].rep) b->syms[s].rep = v;
+  return b->syms[s].rep;
+}
+
 /* The ops whose results have run-time lengths. */
 static bool sizes_by_data(OpKind op) { return op == OP_NONZERO || op == OP_NMS || op == OP_UNIQUE; }
+
+/* The ops that make the pass run. */
+static bool needs_pass(OpKind op) { return sizes_by_data(op) || op == OP_SHAPE_OF || op == OP_WITH_LENGTH; }
 
 static bool refuse(Bounds *b, const Node *n, int i, int a, const char *why) {
   diag_error(b->g->ctx, n->loc,
@@ -303,6 +455,119 @@ static void mean_over_count(Bounds *b, Node *n, Bound bd) {
   div->in[0] = &n->out[0];
 }
 
+/* shape_of x: a concat of x's static dims and, on its axis of run-time
+ * length, the count. */
+static void replace_shape_of(Bounds *b, Node *n) {
+  Graph *g = b->g;
+  const Value *x = n->in[0];
+  Bound bd = bound_of(b, x);
+  int r = x->type.rank, k = 0;
+  Node *made[DL_MAX_RANK + 1];
+  Value *pieces[DL_MAX_RANK];
+  for (int d = 0; d < r; d++) {
+    Node *p;
+    if (d == bd.axis) {
+      p = ir_node_new(g, OP_RESHAPE, 1, &bd.len, n->loc);
+      ir_set_ints(g, p, "shape", 1, (const int64_t[]){1});
+    } else {
+      p = ir_node_new(g, OP_CONST, 0, NULL, n->loc);
+      ir_set_float(g, p, "value", (double)x->type.dims[d]);
+      ir_declare(p, &(TensorType){.dtype = TY_I64, .rank = 1, .dims = {1}});
+    }
+    made[k++] = p;
+    pieces[d] = &p->out[0];
+  }
+  Node *shape;
+  if (r == 0) {
+    shape = ir_node_new(g, OP_CONST, 0, NULL, n->loc);
+    ir_set_float(g, shape, "value", 0);
+    ir_declare(shape, &(TensorType){.dtype = TY_I64, .rank = 1, .dims = {0}});
+  } else {
+    shape = ir_node_new(g, OP_CONCAT, r, pieces, n->loc);
+    ir_set_int(g, shape, "axis", 0);
+  }
+  made[k++] = shape;
+  place_new(g, n, made, k, n);
+  ir_replace_uses(g, &n->out[0], &shape->out[0]);
+  ir_remove(g, n);
+}
+
+/* with_length x, len {axis}: x with the length len (as an expression of
+ * counts, the one any other value of that length has) on axis, and a
+ * check at run time that len is in [0, the axis' size]: the size came
+ * from shape arithmetic at the lengths' bounds, which bounds len when
+ * that arithmetic grows with them, as a shape's does.  Without a count
+ * in len (it is the axis' size) it is x itself. */
+static bool seed_length(Bounds *b, Node *n) {
+  Graph *g = b->g;
+  Value *x = n->in[0], *len = n->in[1];
+  int axis = (int)ir_attr_int(n, "axis");
+  int64_t dim = x->type.dims[axis];
+  Bound bx = bound_of(b, x);
+  Value *rep = canonical_length(b, len);
+  if (b->oom) {
+    diag_error(g->ctx, n->loc, "out of memory");
+    return false;
+  }
+  const Sym *sy = &b->syms[sym_of(b, len, 0, 0)];
+  if ((sy->kind == SYM_CONST && sy->k == dim) || (bx.axis == axis && bx.len == rep)) {
+    ir_replace_uses(g, &n->out[0], x);
+    ir_remove(g, n);
+    return true;
+  }
+  if (sy->kind == SYM_CONST && (sy->k < 0 || sy->k > dim)) {
+    diag_error(g->ctx, n->loc, "with_length: a length of %lld for axis %d of size %lld", (long long)sy->k, axis,
+               (long long)dim);
+    return false;
+  }
+  /* On x's own axis of run-time length, the new length (at most x's:
+   * an If's empty branch) replaces it. */
+  if (bx.axis >= 0 && bx.axis != axis) return refuse(b, n, 0, bx.axis, "the result would have two run-time lengths");
+  Node *lim = ir_node_new(g, OP_CONST, 0, NULL, n->loc);
+  ir_set_float(g, lim, "value", (double)dim);
+  ir_declare(lim, &(TensorType){.dtype = TY_I64, .rank = 0});
+  Node *zero = ir_node_new(g, OP_CONST, 0, NULL, n->loc);
+  ir_set_float(g, zero, "value", 0);
+  ir_declare(zero, &(TensorType){.dtype = TY_I64, .rank = 0});
+  Node *below = ir_node_new(g, OP_LESS_EQUAL, 2, (Value *[]){len, &lim->out[0]}, n->loc);
+  Node *above = ir_node_new(g, OP_LESS_EQUAL, 2, (Value *[]){&zero->out[0], len}, n->loc);
+  Node *fits = ir_node_new(g, OP_LOGICAL_AND, 2, (Value *[]){&below->out[0], &above->out[0]}, n->loc);
+  Node *check = ir_node_new(g, OP_CHECK, 2, (Value *[]){x, &fits->out[0]}, n->loc);
+  ir_set_str(g, check, "message",
+             arena_printf(&g->ctx->arena,
+                          "%s: a run-time length of axis %d is outside 0..%lld, the bound that its shape "
+                          "arithmetic gave with the lengths at their bounds",
+                          n->loc.file ? n->loc.file->name : "the model", axis, (long long)dim));
+  place_new(g, n, (Node *[]){lim, zero, below, above, fits, check}, 6, n);
+  check->out[0].id = n->out[0].id; /* n's bound */
+  b->of[check->out[0].id] = (Bound){axis, rep};
+  ir_replace_uses(g, &n->out[0], &check->out[0]);
+  ir_remove(g, n);
+  return true;
+}
+
+/* A slice of the first e rows of the axis of run-time length: the rows
+ * stay, min(count, e) of them real. */
+static bool slices_head(const Node *n, int a) {
+  const Attr *s = ir_attr(n, "starts"), *st = ir_attr(n, "steps");
+  return n->op == OP_SLICE && a < s->ints.n && s->ints.v[a] == 0 && st->ints.v[a] == 1;
+}
+
+static void slice_head(Bounds *b, Node *n, Bound bd) {
+  Graph *g = b->g;
+  int64_t end = ir_attr(n, "ends")->ints.v[bd.axis];
+  Value *len = bd.len;
+  if (end < n->in[0]->type.dims[bd.axis]) {
+    Node *e = ir_node_new(g, OP_CONST, 0, NULL, n->loc);
+    ir_set_float(g, e, "value", (double)end);
+    ir_declare(e, &(TensorType){.dtype = TY_I64, .rank = 0});
+    Node *m = ir_node_new(g, OP_MINIMUM, 2, (Value *[]){bd.len, &e->out[0]}, n->loc);
+    place_new(g, n, (Node *[]){e, m}, 2, n);
+    len = canonical_length(b, &m->out[0]);
+  }
+  b->of[n->out[0].id] = (Bound){bd.axis, len};
+}
+
 /* Each output of run-time length gets the output holding its count
  * (shared by outputs of one count), named after the first. */
 static void add_lengths(Bounds *b) {
@@ -348,7 +613,7 @@ static void add_lengths(Bounds *b) {
 
 bool ir_bounds(Graph *g) {
   bool any = false;
-  for (Node *n = g->first; n && !any; n = n->next) any = sizes_by_data(n->op);
+  for (Node *n = g->first; n && !any; n = n->next) any = needs_pass(n->op);
   if (!any) return true;
   ir_number(g);
   Bounds b = {.g = g};
@@ -371,12 +636,30 @@ bool ir_bounds(Graph *g) {
   for (int v = 0; v < b.n_values; v++) b.of[v].axis = -1;
   int n_masks = 0;
   bool ok = true;
-  for (Node *n = g->first; n && ok; n = n->next) {
+  for (Node *n = g->first, *next; n && ok; n = next) {
+    next = n->next;
+    if (n->op == OP_SHAPE_OF) {
+      replace_shape_of(&b, n);
+      continue;
+    }
+    if (n->op == OP_WITH_LENGTH) {
+      ok = seed_length(&b, n);
+      continue;
+    }
+    Bound head = n->op == OP_SLICE ? bound_of(&b, n->in[0]) : (Bound){-1, NULL};
+    if (head.axis >= 0 && slices_head(n, head.axis)) {
+      slice_head(&b, n, head);
+      continue;
+    }
     Value *len = NULL;
     int out_axis[8] = {-1, -1, -1, -1, -1, -1, -1, -1};
     for (int i = 0; i < n->n_in && ok; i++) {
       Bound bd = bound_of(&b, n->in[i]);
       if (bd.axis < 0) continue;
+      if (n->op == OP_NONZERO) { /* of the real rows: the padding reads as 0 */
+        masks[n_masks++] = (Mask){n, i, bd, 0, false};
+        continue;
+      }
       if (sizes_by_data(n->op)) {
         ok = refuse(&b, n, i, bd.axis, "its own result would have two run-time lengths");
         break;
@@ -420,12 +703,13 @@ bool ir_bounds(Graph *g) {
           count = &((Node *)m)->out[1];
           break;
         }
-      b.of[n->out[0].id] = (Bound){n->op == OP_NONZERO ? 1 : 0, count};
+      b.of[n->out[0].id] = (Bound){n->op == OP_NONZERO ? 1 : 0, canonical_length(&b, count)};
       continue;
     }
     if (n->op == OP_UNIQUE) { /* values, first places and counts; the inverse is whole */
+      Value *count = canonical_length(&b, &n->out[4]);
       for (int r = 0; r < 4; r++)
-        if (r != 2) b.of[n->out[r].id] = (Bound){0, &n->out[4]};
+        if (r != 2) b.of[n->out[r].id] = (Bound){0, count};
       continue;
     }
     for (int r = 0; len && r < n->n_out && r < 8; r++) b.of[n->out[r].id] = (Bound){out_axis[r], len};
@@ -437,7 +721,9 @@ bool ir_bounds(Graph *g) {
     }
     add_lengths(&b);
   }
+  if (ok && b.oom) ok = (diag_error(g->ctx, (SrcLoc){0}, "out of memory"), false);
   free(b.of);
+  free(b.syms);
   free(masks);
   return ok;
 }

@@ -1114,6 +1114,8 @@ static const char *lacks_layers(const Node *n) {
 #define GRAD_TOPK VJP(vjp_topk)
 #define GRAD_IOTA NONE
 #define GRAD_NONZERO NONE /* integer coordinates: nothing flows back */
+#define GRAD_SHAPE_OF NONE /* replaced at import */
+#define GRAD_WITH_LENGTH NONE /* replaced at import */
 #define GRAD_NMS NONE /* indices */
 #define GRAD_UNIQUE NONE /* values picked by equality: no gradient rule written */
 #define GRAD_LSTM PARTIAL(vjp_recurrent, lacks_layers) /* one layer: passes/train_mode.c splits the rest */

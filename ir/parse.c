@@ -862,7 +862,8 @@ Graph *ir_parse_max(Ctx *c, const SrcFile *file, int max_nodes) {
    * gives them; printed text has them already. */
   bool sized = false;
   for (Node *n = p.g->first; n && !sized; n = n->next)
-    sized = n->op == OP_NONZERO || n->op == OP_NMS || n->op == OP_UNIQUE;
+    sized = n->op == OP_NONZERO || n->op == OP_NMS || n->op == OP_UNIQUE || n->op == OP_SHAPE_OF ||
+            n->op == OP_WITH_LENGTH;
   if (sized && !p.g->output_length && (!ir_verify(p.g) || !ir_bounds(p.g))) return NULL;
   return p.g;
 }

@@ -1316,6 +1316,24 @@ bool shape_nonzero(const Node *n, TensorType *out, char *err, size_t errlen) {
   return true;
 }
 
+bool shape_shape_of(const Node *n, TensorType *out, char *err, size_t errlen) {
+  if (!operands_ok(n, err, errlen)) return false;
+  out[0] = (TensorType){.dtype = TY_I64, .rank = 1, .dims = {in_type(n, 0)->rank}};
+  return true;
+}
+
+bool shape_with_length(const Node *n, TensorType *out, char *err, size_t errlen) {
+  if (!operands_ok(n, err, errlen)) return false;
+  const TensorType *x = in_type(n, 0), *len = in_type(n, 1);
+  int64_t axis = ir_attr_int(n, "axis");
+  if (axis < 0 || axis >= x->rank)
+    return fail(err, errlen, "with_length: axis %" PRId64 " is outside %s", axis, ts(x).s);
+  if (len->rank != 0 || len->dtype != TY_I64)
+    return fail(err, errlen, "with_length: the length must be i64[], got %s", ts(len).s);
+  out[0] = *x;
+  return true;
+}
+
 bool shape_nms(const Node *n, TensorType *out, char *err, size_t errlen) {
   if (!operands_ok(n, err, errlen)) return false;
   const TensorType *boxes = in_type(n, 0), *scores = in_type(n, 1);
