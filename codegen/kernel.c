@@ -775,13 +775,24 @@ bool cg_kernel_can_merge(const Kernel *a, const Kernel *b) {
   return fits_in(b, most);
 }
 
+/* A joined kernel's name: its parts' ops in order, or the first of a
+ * long chain and "__more" (a detector's 90 classes fused would give
+ * names of kilobytes, past what the runtime and tools take). */
+#define JOINED_NAME_MAX 96
+static const char *joined_hint(Ctx *c, const char *a, const char *b) {
+  size_t la = strlen(a);
+  if (la + strlen(b) + 2 <= JOINED_NAME_MAX) return arena_printf(&c->arena, "%s__%s", a, b);
+  if (la >= 6 && strcmp(a + la - 6, "__more") == 0) return a;
+  return arena_printf(&c->arena, "%.*s__more", (int)(la < JOINED_NAME_MAX - 8 ? la : JOINED_NAME_MAX - 8), a);
+}
+
 /* A new kernel of a's parts and then b, named and labelled after both
  * (b renamed apart): the merge's and the chain's common start. */
 static Kernel *join_parts(Kernel *a, Kernel *b) {
   Kernel *const *pa = a->n_parts ? a->parts : &a;
   int na = a->n_parts ? a->n_parts : 1;
   Ctx *c = a->ctx;
-  Kernel *m = cg_kernel_new(c, a->node, arena_printf(&c->arena, "%s__%s", a->hint, b->hint), a->what);
+  Kernel *m = cg_kernel_new(c, a->node, joined_hint(c, a->hint, b->hint), a->what);
   m->parts = ARENA_ARRAY(&c->arena, Kernel *, na + 1);
   for (int i = 0; i < na; i++) m->parts[i] = pa[i];
   m->parts[na] = b;

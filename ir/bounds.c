@@ -351,7 +351,7 @@ static int sym_of(Bounds *b, const Value *v, int64_t e, int depth) {
     case OP_REDUCE_MAX:
     case OP_REDUCE_SUM:
     case OP_REDUCE_PROD: {
-      if (n != 1 || nx < 1 || nx > 16) break;
+      if (n != 1 || nx < 1 || nx > 1024) break;
       SymKind k = d->op == OP_REDUCE_MIN   ? SYM_MIN
                   : d->op == OP_REDUCE_MAX ? SYM_MAX
                   : d->op == OP_REDUCE_SUM ? SYM_ADD
@@ -568,6 +568,109 @@ static void slice_head(Bounds *b, Node *n, Bound bd) {
   b->of[n->out[0].id] = (Bound){bd.axis, len};
 }
 
+/* A node of op over in (attributes set by the caller), for splice. */
+static Node *mk(Graph *g, Node **made, int *k, OpKind op, int n_in, Value *const *in, SrcLoc loc) {
+  Node *x = ir_node_new(g, op, n_in, in, loc);
+  made[(*k)++] = x;
+  return x;
+}
+
+static Node *mk_i64(Graph *g, Node **made, int *k, int64_t v, int rank, const int64_t *dims, SrcLoc loc) {
+  Node *c = mk(g, made, k, OP_CONST, 0, NULL, loc);
+  ir_set_float(g, c, "value", (double)v);
+  TensorType t = {.dtype = TY_I64, .rank = rank};
+  for (int d = 0; d < rank; d++) t.dims[d] = dims[d];
+  ir_declare(c, &t);
+  return c;
+}
+
+/* ends[i] = counts[0] + ... + counts[i], for counts i64[k]. */
+static Value *running_sum(Graph *g, Node **made, int *m, Value *counts, int64_t k, SrcLoc loc) {
+  Node *row = mk(g, made, m, OP_IOTA, 0, NULL, loc), *col = mk(g, made, m, OP_IOTA, 0, NULL, loc);
+  for (int a = 0; a < 2; a++) {
+    Node *io = a ? col : row;
+    ir_set_ints(g, io, "shape", 2, (const int64_t[]){k, k});
+    ir_set_dtype(g, io, "dtype", TY_I64);
+    ir_set_int(g, io, "axis", a);
+  }
+  Node *upto = mk(g, made, m, OP_LESS_EQUAL, 2, (Value *[]){&row->out[0], &col->out[0]}, loc);
+  Node *ones = mk(g, made, m, OP_CAST, 1, (Value *[]){&upto->out[0]}, loc);
+  ir_set_dtype(g, ones, "to", TY_I64);
+  Node *tall = mk(g, made, m, OP_RESHAPE, 1, &counts, loc);
+  ir_set_ints(g, tall, "shape", 2, (const int64_t[]){k, 1});
+  Node *terms = mk(g, made, m, OP_MUL, 2, (Value *[]){&ones->out[0], &tall->out[0]}, loc);
+  Node *sum = mk(g, made, m, OP_REDUCE_SUM, 1, (Value *[]){&terms->out[0]}, loc);
+  ir_set_ints(g, sum, "axes", 1, (const int64_t[]){0});
+  return &sum->out[0];
+}
+
+/* A concat along the operands' axis of run-time length: their real rows
+ * one after the other, then the padding, as a gather of the plain
+ * concat at src[p] = p - start[i] + static_start[i] for the operand i
+ * whose real rows hold place p (i = how many operands end at or before
+ * p); the count is the counts' sum.  torchvision's detectors gather each
+ * class's boxes so. */
+static bool concat_real_rows(Bounds *b, Node *n, int axis) {
+  Graph *g = b->g;
+  SrcLoc loc = n->loc;
+  int k = n->n_in, m = 0;
+  int64_t total = n->out[0].type.dims[axis];
+  Node **made = ARENA_ARRAY(&g->ctx->arena, Node *, 6 * k + 40);
+  Value **counts = ARENA_ARRAY(&g->ctx->arena, Value *, k), **starts = ARENA_ARRAY(&g->ctx->arena, Value *, k);
+  int64_t at = 0;
+  for (int i = 0; i < k; i++) {
+    Bound bd = bound_of(b, n->in[i]);
+    int64_t dim = n->in[i]->type.dims[axis];
+    if (bd.axis >= 0 && bd.axis != axis) return refuse(b, n, i, bd.axis, "another operand's length is on the axis it concatenates");
+    if (bd.axis == axis) {
+      Node *r = mk(g, made, &m, OP_RESHAPE, 1, &bd.len, loc);
+      ir_set_ints(g, r, "shape", 1, (const int64_t[]){1});
+      counts[i] = &r->out[0];
+    } else {
+      counts[i] = &mk_i64(g, made, &m, dim, 1, (const int64_t[]){1}, loc)->out[0];
+    }
+    starts[i] = &mk_i64(g, made, &m, at, 1, (const int64_t[]){1}, loc)->out[0];
+    at += dim;
+  }
+  Node *cvec = mk(g, made, &m, OP_CONCAT, k, counts, loc), *svec = mk(g, made, &m, OP_CONCAT, k, starts, loc);
+  ir_set_int(g, cvec, "axis", 0);
+  ir_set_int(g, svec, "axis", 0);
+  Value *ends = running_sum(g, made, &m, &cvec->out[0], k, loc);
+  Node *wide = mk(g, made, &m, OP_RESHAPE, 1, &ends, loc);
+  ir_set_ints(g, wide, "shape", 2, (const int64_t[]){1, k});
+  Node *place = mk(g, made, &m, OP_IOTA, 0, NULL, loc);
+  ir_set_ints(g, place, "shape", 2, (const int64_t[]){total, 1});
+  ir_set_dtype(g, place, "dtype", TY_I64);
+  ir_set_int(g, place, "axis", 0);
+  Node *done = mk(g, made, &m, OP_LESS_EQUAL, 2, (Value *[]){&wide->out[0], &place->out[0]}, loc);
+  Node *done_i = mk(g, made, &m, OP_CAST, 1, (Value *[]){&done->out[0]}, loc);
+  ir_set_dtype(g, done_i, "to", TY_I64);
+  Node *which = mk(g, made, &m, OP_REDUCE_SUM, 1, (Value *[]){&done_i->out[0]}, loc);
+  ir_set_ints(g, which, "axes", 1, (const int64_t[]){1});
+  Node *last = mk_i64(g, made, &m, k - 1, 0, NULL, loc);
+  Node *op_i = mk(g, made, &m, OP_MINIMUM, 2, (Value *[]){&which->out[0], &last->out[0]}, loc);
+  Node *start = mk(g, made, &m, OP_SUB, 2, (Value *[]){ends, &cvec->out[0]}, loc);
+  Node *start_p = mk(g, made, &m, OP_GATHER, 2, (Value *[]){&start->out[0], &op_i->out[0]}, loc);
+  Node *static_p = mk(g, made, &m, OP_GATHER, 2, (Value *[]){&svec->out[0], &op_i->out[0]}, loc);
+  Node *flat = mk(g, made, &m, OP_RESHAPE, 1, (Value *[]){&place->out[0]}, loc);
+  ir_set_ints(g, flat, "shape", 1, &total);
+  Node *off = mk(g, made, &m, OP_SUB, 2, (Value *[]){&flat->out[0], &start_p->out[0]}, loc);
+  Node *src = mk(g, made, &m, OP_ADD, 2, (Value *[]){&off->out[0], &static_p->out[0]}, loc);
+  Node *top = mk_i64(g, made, &m, total - 1, 0, NULL, loc);
+  Node *src_in = mk(g, made, &m, OP_MINIMUM, 2, (Value *[]){&src->out[0], &top->out[0]}, loc);
+  Node *rows = mk(g, made, &m, OP_GATHER, 2, (Value *[]){&n->out[0], &src_in->out[0]}, loc);
+  ir_set_int(g, rows, "axis", axis);
+  Node *sum = mk(g, made, &m, OP_REDUCE_SUM, 1, (Value *[]){&cvec->out[0]}, loc);
+  ir_set_ints(g, sum, "axes", 1, (const int64_t[]){0});
+  place_new(g, n, made, m, n->next);
+  ir_replace_uses(g, &n->out[0], &rows->out[0]);
+  rows->in[0] = &n->out[0];
+  rows->out[0].id = n->out[0].id; /* the bound is the gather's, not the plain concat's */
+  n->out[0].id = -1;
+  b->of[rows->out[0].id] = (Bound){axis, canonical_length(b, &sum->out[0])};
+  return true;
+}
+
 /* Each output of run-time length gets the output holding its count
  * (shared by outputs of one count), named after the first. */
 static void add_lengths(Bounds *b) {
@@ -651,11 +754,45 @@ bool ir_bounds(Graph *g) {
       slice_head(&b, n, head);
       continue;
     }
+    if (n->op == OP_CONCAT) {
+      int axis = norm_axis(ir_attr_int(n, "axis"), n->out[0].type.rank);
+      bool along = false;
+      for (int i = 0; i < n->n_in; i++) along |= bound_of(&b, n->in[i]).axis == axis;
+      if (along) {
+        ok = concat_real_rows(&b, n, axis);
+        continue;
+      }
+    }
     Value *len = NULL;
     int out_axis[8] = {-1, -1, -1, -1, -1, -1, -1, -1};
     for (int i = 0; i < n->n_in && ok; i++) {
       Bound bd = bound_of(&b, n->in[i]);
       if (bd.axis < 0) continue;
+      /* Rows picked by index from the axis of run-time length: the
+       * indices say which (the model's own, from its real rows). */
+      if (n->op == OP_GATHER && i == 0 && bd.axis == norm_axis(ir_attr_int(n, "axis"), n->in[0]->type.rank)) continue;
+      if (n->op == OP_NMS && (i == 0 || i == 1)) {
+        /* Boxes of run-time length: their scores' padding is -inf, below
+         * any score floor, so no padded box is kept.  (Without a floor,
+         * ONNX keeps a real box scored -inf too; here it is dropped.) */
+        Bound sc = bound_of(&b, n->in[1]), bx = bound_of(&b, n->in[0]);
+        if (sc.axis != 2 || bx.axis != 1 || sc.len != bx.len) {
+          ok = refuse(&b, n, i, bd.axis, "the boxes and their scores must have the one run-time length, on the boxes' axis");
+          break;
+        }
+        if (i == 1) {
+          masks[n_masks++] = (Mask){n, i, bd, -INFINITY, false};
+          if (!ir_attr_int(n, "use_floor")) {
+            Node *floor = ir_node_new(g, OP_CONST, 0, NULL, n->loc);
+            ir_set_float(g, floor, "value", -INFINITY);
+            ir_declare(floor, &(TensorType){.dtype = TY_F32, .rank = 0});
+            place_new(g, n, (Node *[]){floor}, 1, n);
+            n->in[4] = &floor->out[0];
+            ir_set_int(g, n, "use_floor", 1);
+          }
+        }
+        continue;
+      }
       if (n->op == OP_NONZERO) { /* of the real rows: the padding reads as 0 */
         masks[n_masks++] = (Mask){n, i, bd, 0, false};
         continue;

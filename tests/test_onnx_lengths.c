@@ -354,7 +354,8 @@ END_TEST
  * v = 2 x[x > 0]; n = Shape(v)[0]; ConstantOfShape(Shape(v)) + v,
  * TopK of v with K = min(3, n) (values and indices), Range(0, n),
  * Size(v), v[:2], Expand of a scalar to Shape(v), an If whose then
- * branch (n == 0) is empty, and NonZero(v > 0.3) of v's real rows; each
+ * branch (n == 0) is empty, NonZero(v > 0.3) of v's real rows, and
+ * Concat(v, [7, 8, 9], v), real rows first; each
  * of its run-time length, against direct loops, with none selected, all
  * and some. */
 START_TEST(test_shapes_of_run_time_length) {
@@ -402,10 +403,12 @@ START_TEST(test_shapes_of_run_time_length) {
   add_init_f32(b, "third", 0, NULL, 1, (const float[]){0.3f});
   add_node(b, "Greater", "v,third", "big");
   add_node(b, "NonZero", "big", "big_at");
-  const char *outs[] = {"v_plus", "top", "top_at", "iota", "size", "head", "twos", "chosen", "big_at"};
+  add_init_f32(b, "seven", 1, (const int64_t[]){3}, 3, (const float[]){7, 8, 9});
+  attr_i(add_node(b, "Concat", "v,seven,v", "joined"), "axis", 0);
+  const char *outs[] = {"v_plus", "top", "top_at", "iota", "size", "head", "twos", "chosen", "big_at", "joined"};
   for (size_t i = 0; i < sizeof outs / sizeof *outs; i++) add_output(b, outs[i]);
   Graph *g = must_import(b);
-  ck_assert_int_eq(ir_visible_outputs(g), 9);
+  ck_assert_int_eq(ir_visible_outputs(g), 10);
   Tensor x;
   ck_assert(ir_tensor_alloc(&x, &(TensorType){.dtype = TY_F32, .rank = 2, .dims = {R, C}}));
   fill(&x, shares[_i], 70 + (uint64_t)_i);
@@ -432,6 +435,12 @@ START_TEST(test_shapes_of_run_time_length) {
     ck_assert_double_eq_tol(ir_tensor_get(&y[7], i), 2 * v[i], 1e-6);
     if (i < head) ck_assert_double_eq_tol(ir_tensor_get(&y[5], i), v[i], 1e-6);
   }
+  ck_assert_int_eq(y[9].type.dims[0], 2 * n + 3); /* the concat: real rows first */
+  for (int64_t i = 0; i < n; i++) {
+    ck_assert_double_eq_tol(ir_tensor_get(&y[9], i), v[i], 1e-6);
+    ck_assert_double_eq_tol(ir_tensor_get(&y[9], n + 3 + i), v[i], 1e-6);
+  }
+  for (int64_t i = 0; i < 3; i++) ck_assert_double_eq(ir_tensor_get(&y[9], n + i), 7 + i);
   int64_t m = 0; /* NonZero of v: of its real rows alone */
   for (int64_t i = 0; i < n; i++)
     if (v[i] > 0.3f) ck_assert_int_eq(((int64_t *)y[8].data)[m++], i);
@@ -519,11 +528,13 @@ START_TEST(test_refusals) {
   Model *b = model_new(17);
   add_input(b, "x", 2, (const int64_t[]){2, 3});
   add_node(b, "NonZero", "x", "nz");
-  attr_i(add_node(b, "Concat", "nz,nz", "both"), "axis", 1);
+  add_node(b, "Neg", "x", "neg");
+  add_node(b, "NonZero", "neg", "nz2");
+  attr_i(add_node(b, "Concat", "nz,nz2", "both"), "axis", 0);
   add_output(b, "both");
-  expect_error(b, "concat: operand 0 has a length known only at run time on axis 1 (a NonZero's, Compress's, "
-                  "NonMaxSuppression's or Unique's result), which is not supported here: it concatenates along that "
-                  "axis");
+  expect_error(b, "concat: operand 1 has a length known only at run time on axis 1 (a NonZero's, Compress's, "
+                  "NonMaxSuppression's or Unique's result), which is not supported here: another operand's length is "
+                  "another count");
   pool_free();
   /* x[mask] + y, y of the bound's length: ONNX would need the count to be
    * that length (or 1, broadcast) */
