@@ -204,7 +204,9 @@ bool ox_op_slice(Imp *im, ONode *n) {
   Val *x = ox_in_req(im, n, 0);
   if (!x) return false;
   int64_t starts[64], ends[64], axes[64], steps[64];
+  bool end_dynamic[64] = {false};
   int ks, ke, ka = -1, kt = -1;
+  Val *ve = NULL;
   if (im->opset < 10) {
     const int64_t *s, *e, *a;
     if (!ox_attr_ints(im, "starts", &ks, &s) || !ox_attr_ints(im, "ends", &ke, &e) ||
@@ -215,9 +217,10 @@ bool ox_op_slice(Imp *im, ONode *n) {
     memcpy(ends, e, sizeof(int64_t) * (size_t)ke);
     if (ka > 0) memcpy(axes, a, sizeof(int64_t) * (size_t)ka);
   } else {
-    Val *vs = ox_in_req(im, n, 1), *ve = ox_in_req(im, n, 2);
+    ve = ox_in_req(im, n, 2);
+    Val *vs = ox_in_req(im, n, 1);
     if (!vs || !ve || !ox_const_ints(im, vs, "the starts", &ks, starts) ||
-        !ox_const_ints(im, ve, "the ends", &ke, ends))
+        !ox_bounded_ints(im, ve, "the ends", &ke, ends, end_dynamic))
       return false;
     if (ox_in_opt(n, 3) && !ox_const_ints(im, n->in[3], "the axes", &ka, axes)) return false;
     if (ox_in_opt(n, 4) && !ox_const_ints(im, n->in[4], "the steps", &kt, steps)) return false;
@@ -243,6 +246,12 @@ bool ox_op_slice(Imp *im, ONode *n) {
     en = en < en_lo ? en_lo : en > hi ? hi : en;
     s[a] = b, e[a] = en, st[a] = step;
     if ((step > 0 && b >= en) || (step < 0 && b <= en)) s[a] = e[a] = 0, st[a] = 1; /* empty */
+    /* An end computed from a run-time length (torchvision's split of
+     * the scores per image): the rows to its bound, min(end, x's rows)
+     * of them real. */
+    if (end_dynamic[i] && (b != 0 || step != 1 || ends[i] < 0))
+      return ox_bad(im, "an end computed from a run-time length needs a start of 0, a step of 1 and an end that "
+                        "is not counted from the back");
   }
   /* Negative steps: a gather of the chosen indices. */
   Val *y = x;
@@ -269,6 +278,16 @@ bool ox_op_slice(Imp *im, ONode *n) {
     ir_set_ints(im->g, sl, "ends", r, e);
     ir_set_ints(im->g, sl, "steps", r, st);
     y = ox_emit1(im, &em);
+  }
+  for (int i = 0; i < ks && y; i++) {
+    if (!end_dynamic[i]) continue;
+    int a;
+    ox_norm_axis(im, ka >= 0 ? axes[i] : i, r, &a);
+    Val *rows = x->run_time_len ? ox_gather(im, ox_run_time_shape(im, x), ox_scalar(im, a, TY_I64), 0)
+                                : ox_scalar(im, (double)x->type.dims[a], TY_I64);
+    Val *end = ox_cast(im, ox_gather(im, ox_reshape(im, ve, 1, (int64_t[]){ke}), ox_scalar(im, i, TY_I64), 0), TY_I64);
+    Val *len = ox_op2(im, OP_MINIMUM, ox_op2s(im, OP_MAXIMUM, end, 0), rows);
+    y = len ? ox_with_length(im, y, a, len, 0) : NULL;
   }
   return (n->out[0] = y);
 }

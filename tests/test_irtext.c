@@ -546,6 +546,9 @@ static Graph *build_every_op(Ctx *c, bool *covered) {
 START_TEST(round_trip_every_op) {
   bool covered[OP_COUNT] = {false};
   Graph *g = build_every_op(&C, covered);
+  /* shape_of and with_length never print: ir_bounds, which the
+   * importer and the parser run, replaces them (test_onnx_lengths). */
+  covered[OP_SHAPE_OF] = covered[OP_WITH_LENGTH] = true;
   for (int i = 0; i < OP_COUNT; i++) ck_assert_msg(covered[i], "op %s not covered", ir_ops[i].name);
   ck_assert_msg(ir_verify(g), "%s", diag_text(&C));
   assert_round_trip(g);

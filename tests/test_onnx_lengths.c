@@ -355,7 +355,7 @@ END_TEST
  * TopK of v with K = min(3, n) (values and indices), Range(0, n),
  * Size(v), v[:2], Expand of a scalar to Shape(v), an If whose then
  * branch (n == 0) is empty, NonZero(v > 0.3) of v's real rows, and
- * Concat(v, [7, 8, 9], v), real rows first; each
+ * Concat(v, [7, 8, 9], v), real rows first, and v[:n - 1]; each
  * of its run-time length, against direct loops, with none selected, all
  * and some. */
 START_TEST(test_shapes_of_run_time_length) {
@@ -403,12 +403,15 @@ START_TEST(test_shapes_of_run_time_length) {
   add_init_f32(b, "third", 0, NULL, 1, (const float[]){0.3f});
   add_node(b, "Greater", "v,third", "big");
   add_node(b, "NonZero", "big", "big_at");
+  add_init_i64(b, "one1", 1, (const int64_t[]){1});
+  add_node(b, "Sub", "n1,one1", "n_less");
+  add_node(b, "Slice", "v,s0,n_less", "but_last");
   add_init_f32(b, "seven", 1, (const int64_t[]){3}, 3, (const float[]){7, 8, 9});
   attr_i(add_node(b, "Concat", "v,seven,v", "joined"), "axis", 0);
-  const char *outs[] = {"v_plus", "top", "top_at", "iota", "size", "head", "twos", "chosen", "big_at", "joined"};
+  const char *outs[] = {"v_plus", "top", "top_at", "iota", "size", "head", "twos", "chosen", "big_at", "joined", "but_last"};
   for (size_t i = 0; i < sizeof outs / sizeof *outs; i++) add_output(b, outs[i]);
   Graph *g = must_import(b);
-  ck_assert_int_eq(ir_visible_outputs(g), 10);
+  ck_assert_int_eq(ir_visible_outputs(g), 11);
   Tensor x;
   ck_assert(ir_tensor_alloc(&x, &(TensorType){.dtype = TY_F32, .rank = 2, .dims = {R, C}}));
   fill(&x, shares[_i], 70 + (uint64_t)_i);
@@ -435,6 +438,8 @@ START_TEST(test_shapes_of_run_time_length) {
     ck_assert_double_eq_tol(ir_tensor_get(&y[7], i), 2 * v[i], 1e-6);
     if (i < head) ck_assert_double_eq_tol(ir_tensor_get(&y[5], i), v[i], 1e-6);
   }
+  ck_assert_int_eq(y[10].type.dims[0], n > 0 ? n - 1 : 0); /* v[:n - 1] */
+  for (int64_t i = 0; i + 1 < n; i++) ck_assert_double_eq_tol(ir_tensor_get(&y[10], i), v[i], 1e-6);
   ck_assert_int_eq(y[9].type.dims[0], 2 * n + 3); /* the concat: real rows first */
   for (int64_t i = 0; i < n; i++) {
     ck_assert_double_eq_tol(ir_tensor_get(&y[9], i), v[i], 1e-6);
