@@ -194,6 +194,7 @@ static int follow(const Bounds *b, const Node *n, int i, int a, int r, const cha
         return norm_axis(ir_attr_int(n, "axis"), rx) == a ? -1 : a;
       }
       if (n->op == OP_CAST || n->op == OP_TP_COPY || n->op == OP_STAGE) return a;
+      if (n->op == OP_SCATTER_ELEMENTS && i == 0) return a; /* the data's rows stay where they are */
       *why = "it has no rule for a run-time length";
       return -1;
     case K_SOURCE: return -1;
@@ -253,7 +254,11 @@ static int intern(Bounds *b, Sym want) {
       case SYM_MUL: folds = folds && !__builtin_mul_overflow(p, q, &r); break;
       case SYM_MIN: r = p < q ? p : q; break;
       case SYM_MAX: r = p > q ? p : q; break;
-      default: folds = false; break; /* a division keeps its rounding to itself */
+      case SYM_DIV: /* of numbers >= 0, where C's and the IR's rounding agree */
+        folds = folds && p >= 0 && q > 0;
+        r = folds ? p / q : 0;
+        break;
+      default: folds = false; break;
     }
     if (folds) {
       want = (Sym){.kind = SYM_CONST, .k = r};
@@ -346,6 +351,26 @@ static int sym_of(Bounds *b, const Value *v, int64_t e, int depth) {
                                         : SYM_MAX;
       int p = sym_of(b, d->in[0], na == 1 ? 0 : e, depth + 1), q = sym_of(b, d->in[1], nb == 1 ? 0 : e, depth + 1);
       return intern(b, (Sym){.kind = k, .a = p, .b = q});
+    }
+    case OP_EQUAL: { /* of two constants (a where on a shape's -1) */
+      int64_t na = ir_type_numel(&d->in[0]->type), nb = ir_type_numel(&d->in[1]->type);
+      if ((na != 1 && na != n) || (nb != 1 && nb != n)) break;
+      const Sym *p = &b->syms[sym_of(b, d->in[0], na == 1 ? 0 : e, depth + 1)];
+      int pi = (int)(p - b->syms);
+      const Sym *q = &b->syms[sym_of(b, d->in[1], nb == 1 ? 0 : e, depth + 1)];
+      p = &b->syms[pi]; /* the table may have moved */
+      if (p->kind == SYM_CONST && q->kind == SYM_CONST) return intern(b, (Sym){.kind = SYM_CONST, .k = p->k == q->k});
+      break;
+    }
+    case OP_WHERE: {
+      int64_t nc = ir_type_numel(&x->type);
+      if (nc != 1 && nc != n) break;
+      const Sym *c = &b->syms[sym_of(b, x, nc == 1 ? 0 : e, depth + 1)];
+      if (c->kind != SYM_CONST) break;
+      const Value *pick = d->in[c->k ? 1 : 2];
+      int64_t np = ir_type_numel(&pick->type);
+      if (np != 1 && np != n) break;
+      return sym_of(b, pick, np == 1 ? 0 : e, depth + 1);
     }
     case OP_REDUCE_MIN:
     case OP_REDUCE_MAX:
@@ -671,6 +696,74 @@ static bool concat_real_rows(Bounds *b, Node *n, int axis) {
   return true;
 }
 
+/* A reshape that merges the axis of run-time length with the axes after
+ * it (torchvision's scores.reshape(-1)), with nothing but 1s before it:
+ * the real elements stay first, len times the merged axes' extent of
+ * them.  The output axis they land on, or -1. */
+static int merges_tail(const Node *n, int a, int64_t *times) {
+  const TensorType *x = &n->in[0]->type, *y = &n->out[0].type;
+  if (n->op != OP_RESHAPE) return -1;
+  for (int d = 0; d < a; d++)
+    if (x->dims[d] != 1) return -1;
+  int lead = 0; /* y's leading 1s */
+  while (lead < y->rank && y->dims[lead] == 1) lead++;
+  if (lead == y->rank) return -1;
+  int64_t extent = 1;
+  for (int k = a + 1; k <= x->rank; k++) {
+    if (x->dims[a] * extent == y->dims[lead]) {
+      /* the axes after: the same dims */
+      if (y->rank - lead - 1 != x->rank - k) return -1;
+      for (int j = 0; j < x->rank - k; j++)
+        if (y->dims[lead + 1 + j] != x->dims[k + j]) return -1;
+      *times = extent;
+      return extent > 1 ? lead : -1;
+    }
+    if (k < x->rank) extent *= x->dims[k];
+  }
+  return -1;
+}
+
+static void merge_tail(Bounds *b, Node *n, Bound bd, int to, int64_t times) {
+  Graph *g = b->g;
+  Node *k = ir_node_new(g, OP_CONST, 0, NULL, n->loc);
+  ir_set_float(g, k, "value", (double)times);
+  ir_declare(k, &(TensorType){.dtype = TY_I64, .rank = 0});
+  Node *m = ir_node_new(g, OP_MUL, 2, (Value *[]){bd.len, &k->out[0]}, n->loc);
+  place_new(g, n, (Node *[]){k, m}, 2, n);
+  b->of[n->out[0].id] = (Bound){to, canonical_length(b, &m->out[0])};
+}
+
+/* A scatter_elements along the axis of run-time length of its indices
+ * and updates (torchvision's `result[idx_in_level] = roi_align(...)`):
+ * the data gets one more row on that axis, where the padded rows'
+ * updates land (their indices set to it), cut off after. */
+static void scatter_past_the_end(Bounds *b, Node *n, Bound bd) {
+  Graph *g = b->g;
+  SrcLoc loc = n->loc;
+  Value *data = n->in[0];
+  int r = data->type.rank, axis = bd.axis;
+  int64_t dim = data->type.dims[axis], pads[2 * DL_MAX_RANK] = {0}, starts[DL_MAX_RANK] = {0},
+          ends[DL_MAX_RANK], steps[DL_MAX_RANK];
+  pads[r + axis] = 1;
+  for (int d = 0; d < r; d++) ends[d] = data->type.dims[d], steps[d] = 1;
+  Node *more = ir_node_new(g, OP_PAD, 1, &data, loc);
+  ir_set_ints(g, more, "pads", 2 * r, pads);
+  place_new(g, n, (Node *[]){more}, 1, n);
+  n->in[0] = &more->out[0];
+  char err[256];
+  if (!ir_infer(n, err, sizeof err)) dl_internal(g->ctx, "bounds: a scatter one row longer: %s", err);
+  mask_operand(b, n, 1, bd, (double)dim);
+  Node *cut = ir_node_new(g, OP_SLICE, 1, (Value *[]){&n->out[0]}, loc);
+  ir_set_ints(g, cut, "starts", r, starts);
+  ir_set_ints(g, cut, "ends", r, ends);
+  ir_set_ints(g, cut, "steps", r, steps);
+  place_new(g, n, (Node *[]){cut}, 1, n->next);
+  ir_replace_uses(g, &n->out[0], &cut->out[0]);
+  cut->in[0] = &n->out[0];
+  cut->out[0].id = n->out[0].id; /* the data's bound, if it has one, is the cut's */
+  n->out[0].id = -1;
+}
+
 /* Each output of run-time length gets the output holding its count
  * (shared by outputs of one count), named after the first. */
 static void add_lengths(Bounds *b) {
@@ -749,9 +842,15 @@ bool ir_bounds(Graph *g) {
       ok = seed_length(&b, n);
       continue;
     }
-    Bound head = n->op == OP_SLICE ? bound_of(&b, n->in[0]) : (Bound){-1, NULL};
-    if (head.axis >= 0 && slices_head(n, head.axis)) {
+    Bound head = n->op == OP_SLICE || n->op == OP_RESHAPE ? bound_of(&b, n->in[0]) : (Bound){-1, NULL};
+    if (head.axis >= 0 && n->op == OP_SLICE && slices_head(n, head.axis)) {
       slice_head(&b, n, head);
+      continue;
+    }
+    int64_t times;
+    int merged = head.axis >= 0 ? merges_tail(n, head.axis, &times) : -1;
+    if (merged >= 0) {
+      merge_tail(&b, n, head, merged, times);
       continue;
     }
     if (n->op == OP_CONCAT) {
@@ -764,6 +863,7 @@ bool ir_bounds(Graph *g) {
       }
     }
     Value *len = NULL;
+    Bound scatter = {-1, NULL};
     int out_axis[8] = {-1, -1, -1, -1, -1, -1, -1, -1};
     for (int i = 0; i < n->n_in && ok; i++) {
       Bound bd = bound_of(&b, n->in[i]);
@@ -791,6 +891,16 @@ bool ir_bounds(Graph *g) {
             ir_set_int(g, n, "use_floor", 1);
           }
         }
+        continue;
+      }
+      if (n->op == OP_SCATTER_ELEMENTS && i > 0) {
+        Bound ix = bound_of(&b, n->in[1]), up = bound_of(&b, n->in[2]);
+        if (ix.axis != norm_axis(ir_attr_int(n, "axis"), n->in[0]->type.rank) || up.axis != ix.axis ||
+            up.len != ix.len) {
+          ok = refuse(&b, n, i, bd.axis, "its indices and updates must have the one run-time length, on the scatter's axis");
+          break;
+        }
+        if (i == 1) scatter = ix;
         continue;
       }
       if (n->op == OP_NONZERO) { /* of the real rows: the padding reads as 0 */
@@ -850,6 +960,7 @@ bool ir_bounds(Graph *g) {
       continue;
     }
     for (int r = 0; len && r < n->n_out && r < 8; r++) b.of[n->out[r].id] = (Bound){out_axis[r], len};
+    if (scatter.axis >= 0) scatter_past_the_end(&b, n, scatter);
   }
   if (ok) {
     for (int k = 0; k < n_masks; k++) {

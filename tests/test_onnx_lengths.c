@@ -464,6 +464,78 @@ START_TEST(test_shapes_of_run_time_length) {
 }
 END_TEST
 
+/* What torchvision's Faster R-CNN does with rows of run-time length:
+ * rows = x[x.max(1) > 0]; rows.reshape(-1) (the length times the row's
+ * size); zeros.scatter(0, index, 10 rows) of an index expanded to the
+ * rows' shape (MultiScaleRoIAlign's result[idx] = ...); rows + a column
+ * index from Range(0, Shape(rows)[1]) expanded to Shape(rows); against
+ * direct loops. */
+START_TEST(test_detector_patterns) {
+  const int64_t R = 4, C = 3;
+  Model *b = model_new(17);
+  add_input(b, "x", 2, (const int64_t[]){R, C});
+  add_init_f32(b, "zero", 0, NULL, 1, (const float[]){0});
+  add_init_f32(b, "ten", 0, NULL, 1, (const float[]){10});
+  add_init_i64(b, "flat_shape", 1, (const int64_t[]){-1});
+  add_init_i64(b, "col_shape", 2, (const int64_t[]){-1, 1});
+  add_init_i64(b, "row_shape", 2, (const int64_t[]){1, -1});
+  const int64_t zero_i = 0, one_i = 1;
+  add_init_raw(b, "i0", ONNX__TENSOR_PROTO__DATA_TYPE__INT64, 0, NULL, &zero_i, 8);
+  add_init_raw(b, "i1", ONNX__TENSOR_PROTO__DATA_TYPE__INT64, 0, NULL, &one_i, 8);
+  Onnx__NodeProto *mx = add_node(b, "ReduceMax", "x", "best");
+  attr_is(mx, "axes", 1, (const int64_t[]){1});
+  attr_i(mx, "keepdims", 0);
+  add_node(b, "Greater", "best,zero", "m");
+  add_node(b, "NonZero", "m", "nz");
+  add_node(b, "Reshape", "nz,flat_shape", "idx");
+  add_node(b, "Gather", "x,idx", "rows");
+  add_node(b, "Reshape", "rows,flat_shape", "flat");
+  add_node(b, "Shape", "x", "xshape");
+  add_node(b, "ConstantOfShape", "xshape", "zeros");
+  add_node(b, "Shape", "rows", "rshape");
+  add_node(b, "Reshape", "idx,col_shape", "idx_col");
+  add_node(b, "Expand", "idx_col,rshape", "index");
+  add_node(b, "Mul", "rows,ten", "upd");
+  attr_i(add_node(b, "ScatterElements", "zeros,index,upd", "placed"), "axis", 0);
+  add_node(b, "Gather", "rshape,i1", "cols");
+  add_node(b, "Range", "i0,cols,i1", "col_at");
+  add_node(b, "Reshape", "col_at,row_shape", "col_row");
+  add_node(b, "Expand", "col_row,rshape", "col_each");
+  attr_i(add_node(b, "Cast", "col_each", "col_f"), "to", ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT);
+  add_node(b, "Add", "rows,col_f", "plus_col");
+  add_output(b, "flat");
+  add_output(b, "placed");
+  add_output(b, "plus_col");
+  Graph *g = must_import(b);
+  Tensor x;
+  ck_assert(ir_tensor_alloc(&x, &(TensorType){.dtype = TY_F32, .rank = 2, .dims = {R, C}}));
+  fill(&x, shares[_i] * 0.4, 90 + (uint64_t)_i);
+  Tensor *y = run(g, &x);
+  int64_t n = 0, picked[4];
+  for (int64_t r = 0; r < R; r++) {
+    bool any = false;
+    for (int64_t c = 0; c < C; c++) any |= ir_tensor_get(&x, r * C + c) > 0;
+    if (any) picked[n++] = r;
+  }
+  ck_assert_int_eq(y[0].type.dims[0], n * C);
+  ck_assert_int_eq(y[2].type.dims[0], n);
+  for (int64_t j = 0; j < n; j++)
+    for (int64_t c = 0; c < C; c++) {
+      double v = ir_tensor_get(&x, picked[j] * C + c);
+      ck_assert_double_eq_tol(ir_tensor_get(&y[0], j * C + c), v, 1e-6);
+      ck_assert_double_eq_tol(ir_tensor_get(&y[2], j * C + c), v + (double)c, 1e-6);
+    }
+  for (int64_t r = 0, j = 0; r < R; r++) {
+    bool kept = j < n && picked[j] == r;
+    for (int64_t c = 0; c < C; c++)
+      ck_assert_double_eq_tol(ir_tensor_get(&y[1], r * C + c), kept ? 10 * ir_tensor_get(&x, r * C + c) : 0, 1e-5);
+    j += kept;
+  }
+  free_outputs(g, y);
+  ir_tensor_free(&x);
+}
+END_TEST
+
 /* Reductions over the run-time length read the real rows alone (the
  * padding masked to the reduction's identity): sum, mean (over the
  * count), max, min, argmax, softmax and top-1 of x[x > 0.3], and the product
@@ -769,6 +841,7 @@ static Suite *lengths_suite(void) {
   tcase_add_loop_test(tc, test_reductions_over_the_length, 0, (int)(sizeof shares / sizeof *shares));
   tcase_add_test(tc, test_one_mask_twice);
   tcase_add_loop_test(tc, test_shapes_of_run_time_length, 0, (int)(sizeof shares / sizeof *shares));
+  tcase_add_loop_test(tc, test_detector_patterns, 0, (int)(sizeof shares / sizeof *shares));
   tcase_add_test(tc, test_refusals);
   tcase_add_test(tc, test_marks_in_text_and_plan);
   suite_add_tcase(s, tc);
