@@ -640,6 +640,9 @@ static bool concat_real_rows(Bounds *b, Node *n, int axis) {
   SrcLoc loc = n->loc;
   int k = n->n_in, m = 0;
   int64_t total = n->out[0].type.dims[axis];
+  /* The places are found by a [total, k] comparison. */
+  if (total > ((int64_t)1 << 28) / k)
+    return refuse(b, n, 0, axis, "it concatenates too many rows of too many operands along that axis");
   Node **made = ARENA_ARRAY(&g->ctx->arena, Node *, 6 * k + 40);
   Value **counts = ARENA_ARRAY(&g->ctx->arena, Value *, k), **starts = ARENA_ARRAY(&g->ctx->arena, Value *, k);
   int64_t at = 0;
@@ -748,8 +751,20 @@ static void scatter_past_the_end(Bounds *b, Node *n, Bound bd) {
   for (int d = 0; d < r; d++) ends[d] = data->type.dims[d], steps[d] = 1;
   Node *more = ir_node_new(g, OP_PAD, 1, &data, loc);
   ir_set_ints(g, more, "pads", 2 * r, pads);
-  place_new(g, n, (Node *[]){more}, 1, n);
+  /* A negative index counts from the data's end, which is one row
+   * further now: read it against the old end first. */
+  Value *idx = n->in[1];
+  Node *zero = ir_node_new(g, OP_CONST, 0, NULL, loc), *end = ir_node_new(g, OP_CONST, 0, NULL, loc);
+  ir_set_float(g, zero, "value", 0);
+  ir_set_float(g, end, "value", (double)dim);
+  ir_declare(zero, &(TensorType){.dtype = idx->type.dtype, .rank = 0});
+  ir_declare(end, &(TensorType){.dtype = idx->type.dtype, .rank = 0});
+  Node *neg = ir_node_new(g, OP_LESS, 2, (Value *[]){idx, &zero->out[0]}, loc);
+  Node *wrapped = ir_node_new(g, OP_ADD, 2, (Value *[]){idx, &end->out[0]}, loc);
+  Node *from_end = ir_node_new(g, OP_WHERE, 3, (Value *[]){&neg->out[0], &wrapped->out[0], idx}, loc);
+  place_new(g, n, (Node *[]){more, zero, end, neg, wrapped, from_end}, 6, n);
   n->in[0] = &more->out[0];
+  n->in[1] = &from_end->out[0];
   char err[256];
   if (!ir_infer(n, err, sizeof err)) dl_internal(g->ctx, "bounds: a scatter one row longer: %s", err);
   mask_operand(b, n, 1, bd, (double)dim);
