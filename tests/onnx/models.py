@@ -6,7 +6,8 @@ initializers), runs each with onnxruntime and with `dlcc run` (reference
 interpreter and emu), and compares the outputs (rtol 1e-4, atol 1e-4 of the
 output's largest magnitude).  An MLP and a CNN in onnxruntime's dynamic
 int8 format (quantize_dynamic), a volume's GridSample, RoiAlign,
-DeformConv and opset 8's batched Scan are compared the same way.  The int8 QDQ form of the CNN (onnxruntime's
+DeformConv, opset 8's batched Scan and a detector's post-processing
+(run-time lengths through Shape, TopK, Concat, If and NMS) are compared the same way.  The int8 QDQ form of the CNN (onnxruntime's
 quantize_static where it imports, else the same format made here) and
 its QOperator form (QLinearConv and onnxruntime's com.microsoft
 QLinearAdd, QLinearGlobalAveragePool and QGemm; quantize_static only)
@@ -421,6 +422,66 @@ def run_time_lengths():
                "logits": rng.standard_normal((1, 2, 8)).astype(np.float32)}, []
 
 
+def detector_post():
+    """torchvision's detector post-processing as its TorchScript export
+    writes it (ssd.py's postprocess_detections, ops.batched_nms): per
+    class, the scores above a floor (NonZero, run-time length), the top
+    min(n, 5) of them (TopK with K from Shape), their labels
+    (ConstantOfShape of Shape), all classes concatenated (real rows
+    first), an If that gives nothing when no box is left, NMS of boxes
+    offset per class, the first 6 kept, and the boxes, scores and labels
+    gathered at them."""
+    b = Builder()
+    f, i64 = TensorProto.FLOAT, TensorProto.INT64
+    vi = helper.make_tensor_value_info
+    n_boxes, classes = 40, 4
+    boxes_c, scores_c, labels_c = [], [], []
+    zero_ax = b.init("ax0", np.array([0], dtype=np.int64))
+    for c in range(1, classes):
+        s = b.op("Gather", ["scores", b.init("c", np.array(c, dtype=np.int64))], axis=1)
+        idx = b.op("Reshape", [b.op("NonZero", [b.op("Greater", [s, b.init("floor", np.array(0.45, dtype=np.float32))])]),
+                               b.init("flat", np.array([-1], dtype=np.int64))])
+        sc, bx = b.op("Gather", [s, idx], axis=0), b.op("Gather", ["boxes", idx], axis=0)
+        n = b.op("Unsqueeze", [b.op("Gather", [b.op("Shape", [sc]), b.init("at0", np.array(0, dtype=np.int64))], axis=0),
+                               zero_ax])
+        k = b.op("Reshape", [b.op("ReduceMin", [b.op("Concat", [b.init("five", np.array([5], dtype=np.int64)), n], axis=0)],
+                                  keepdims=0), b.init("one", np.array([1], dtype=np.int64))])
+        top, at = b.op("TopK", [sc, k], n_out=2, axis=-1)
+        boxes_c.append(b.op("Gather", [bx, at], axis=0))
+        scores_c.append(top)
+        labels_c.append(b.op("ConstantOfShape", [b.op("Shape", [top])],
+                             value=numpy_helper.from_array(np.array([c], dtype=np.int64))))
+    all_boxes, all_scores = b.op("Concat", boxes_c, axis=0), b.op("Concat", scores_c, axis=0)
+    all_labels = b.op("Concat", labels_c, axis=0)
+    empty = b.op("Equal", [b.op("Size", [all_boxes]), b.init("none", np.array(0, dtype=np.int64))])
+    then_g = helper.make_graph([helper.make_node("Constant", [], ["nothing"],
+                                                 value=numpy_helper.from_array(np.zeros(0, dtype=np.int64)))],
+                               "then", [], [vi("nothing", i64, [0])])
+    e = Builder()
+    e.n = 1000
+    offsets = e.op("Mul", [e.op("Cast", [all_labels], to=f),
+                           e.op("Add", [e.op("ReduceMax", [all_boxes], keepdims=0), e.init("one_f", np.array(1, dtype=np.float32))])])
+    shifted = e.op("Add", [all_boxes, e.op("Unsqueeze", [offsets, e.init("ax1", np.array([1], dtype=np.int64))])])
+    sel = e.op("NonMaxSuppression", [e.op("Unsqueeze", [shifted, e.init("b0", np.array([0], dtype=np.int64))]),
+                                     e.op("Unsqueeze", [all_scores, e.init("b01", np.array([0, 1], dtype=np.int64))]),
+                                     e.init("most", np.array([100], dtype=np.int64)),
+                                     e.init("iou", np.array([0.3], dtype=np.float32))])
+    e.op("Reshape", [e.op("Gather", [sel, e.init("col2", np.array([2], dtype=np.int64))], axis=1),
+                     e.init("flat_e", np.array([-1], dtype=np.int64))], outs=["kept_rows"])
+    else_g = helper.make_graph(e.nodes, "else", [], [vi("kept_rows", i64, ["k"])], e.inits)
+    kept = b.op("If", [empty], then_branch=then_g, else_branch=else_g)
+    first = b.op("Slice", [kept, b.init("s0", np.array([0], dtype=np.int64)), b.init("s6", np.array([6], dtype=np.int64))])
+    b.op("Gather", [all_boxes, first], outs=["det_boxes"], axis=0)
+    b.op("Gather", [all_scores, first], outs=["det_scores"], axis=0)
+    b.op("Gather", [all_labels, first], outs=["det_labels"], axis=0)
+    m = b.model("detector_post", [vi("boxes", f, [n_boxes, 4]), vi("scores", f, [n_boxes, classes])],
+                [vi("det_boxes", f, ["d", 4]), vi("det_scores", f, ["d"]), vi("det_labels", i64, ["d"])])
+    corner = rng.uniform(0, 10, (n_boxes, 2)).astype(np.float32)
+    boxes = np.concatenate([corner, corner + rng.uniform(1, 4, (n_boxes, 2)).astype(np.float32)], axis=1)
+    scores = rng.uniform(0, 1, (n_boxes, classes)).astype(np.float32)
+    return m, {"boxes": boxes, "scores": scores}, []
+
+
 def calibration(m, n=4):
     """Each activation's range over n random images (onnxruntime, every
     node's output made a graph output)."""
@@ -765,7 +826,7 @@ def main():
     failures = 0
     for build in (resnet, recurrent, unrolled, encoder, resnet_qdq, resnet_qop, qoperator_ops, mlp_dynamic, cnn_dynamic,
                   video3d, resize, grid_sample3d, roi_align, deform_conv, scan8, ts_encoder, attention23,
-                  control, runtime_operands, run_time_lengths):
+                  control, runtime_operands, run_time_lengths, detector_post):
         if build is attention23 and onnx.defs.onnx_opset_version() < 23:
             print(f"skip attention23: onnx {onnx.__version__} has no opset 23")
             continue
