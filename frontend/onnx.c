@@ -512,8 +512,10 @@ static bool import_node(Imp *im, const Onnx__GraphProto *gp, int idx) {
   }
   for (size_t i = 0; i < np->n_attribute; i++)
     if (!im->attr_used[i]) return ox_bad(im, "attribute '%s' is not supported", np->attribute[i]->name);
-  bool run_time_len = false;
-  for (int i = 0; i < on.n_in; i++) run_time_len |= on.in[i] && on.in[i]->run_time_len;
+  /* Shape and Size of a value of run-time length have static sizes (their
+   * values carry the length, Val.upper). */
+  bool run_time_len = false, sizes = strcmp(np->op_type, "Shape") == 0 || strcmp(np->op_type, "Size") == 0;
+  for (int i = 0; i < on.n_in && !sizes; i++) run_time_len |= on.in[i] && on.in[i]->run_time_len;
   for (int i = 0; run_time_len && i < on.n_out; i++)
     if (on.out[i] && !on.out[i]->k) on.out[i]->run_time_len = true;
   for (int i = 0; i < on.n_out; i++) {

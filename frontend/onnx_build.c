@@ -799,7 +799,10 @@ bool ox_bounded_ints(Imp *im, Val *v, const char *what, int *n, int64_t *out, bo
   for (int64_t i = 0; i < count; i++) {
     out[i] = ir_tensor_get_int(v->upper, i);
     int64_t lo = ir_tensor_get_int(v->probe, i);
-    dynamic[i] = lo != out[i];
+    /* Every element may depend on a length (two evaluations that agree,
+     * as n % 300 at a bound of 300 and at 0, prove nothing): ir/bounds.c
+     * drops the marks whose lengths are constants, the axis' size. */
+    dynamic[i] = true;
     /* The bound must grow with the lengths: a size that shrinks as one
      * grows (300 - n) has no bound here. */
     if (lo > out[i])
@@ -823,6 +826,9 @@ Val *ox_with_length(Imp *im, Val *x, int axis, Val *len, int64_t elem) {
   Val *out[1];
   if (!ox_finish(im, &e, out)) return NULL;
   out[0]->run_time_len = true;
+  /* Its values past the length are padding, not bounds: what is
+   * computed from them (a sum of ones) is no shape's bound. */
+  out[0]->upper = out[0]->probe = NULL;
   return out[0];
 }
 

@@ -42,6 +42,7 @@ bool ox_op_reshape(Imp *im, ONode *n) {
       if (i >= x->type.rank)
         return ox_bad(im, "shape entry %d is 0 but the input has rank %d", i, x->type.rank);
       shape[i] = x->type.dims[i];
+      dynamic[i] = false; /* x's own dim, with x's own length */
     }
     if (shape[i] == -1) {
       if (infer >= 0) return ox_bad(im, "the shape has more than one -1");
@@ -53,13 +54,23 @@ bool ox_op_reshape(Imp *im, ONode *n) {
       return ox_bad(im, "the target shape is too large");
     prod *= shape[i];
   }
+  bool any_dynamic = false;
+  for (int i = 0; i < k; i++) any_dynamic |= dynamic[i];
   if (infer >= 0) {
     if (prod == 0) return ox_bad(im, "a -1 next to a 0 dim is ambiguous");
     if (have % prod != 0)
       return ox_bad(im, "cannot reshape %" PRId64 " elements with a -1 next to %" PRId64, have, prod);
+    /* Of a value of static size, a -1 beside a length would be a size
+     * computed at run time. */
+    if (any_dynamic && !x->run_time_len)
+      return ox_bad(im, "a target shape with a -1 and a length computed at run time is not supported for a value "
+                        "of static size");
     shape[infer] = have / prod;
   }
-  return (n->out[0] = ox_reshape(im, x, k, shape));
+  Val *y = ox_reshape(im, x, k, shape);
+  for (int i = 0; i < k && y; i++) /* 0 copies x's dim, which carries its own length */
+    if (dynamic[i] && i != infer) y = ox_with_length(im, y, i, s, i);
+  return (n->out[0] = y);
 }
 
 bool ox_op_flatten(Imp *im, ONode *n) {
@@ -204,7 +215,7 @@ bool ox_op_slice(Imp *im, ONode *n) {
   Val *x = ox_in_req(im, n, 0);
   if (!x) return false;
   int64_t starts[64], ends[64], axes[64], steps[64];
-  bool end_dynamic[64] = {false};
+  bool end_dynamic[64] = {false}, from_back[64] = {false};
   int ks, ke, ka = -1, kt = -1;
   Val *ve = NULL;
   if (im->opset < 10) {
@@ -252,6 +263,9 @@ bool ox_op_slice(Imp *im, ONode *n) {
     if (end_dynamic[i] && (b != 0 || step != 1 || ends[i] < 0))
       return ox_bad(im, "an end computed from a run-time length needs a start of 0, a step of 1 and an end that "
                         "is not counted from the back");
+    /* x[:-k] of a value of run-time length: k back from its real end,
+     * not from the bound (ir/bounds.c refuses other slices of that axis). */
+    from_back[i] = x->run_time_len && !end_dynamic[i] && ends[i] < 0 && b == 0 && step == 1;
   }
   /* Negative steps: a gather of the chosen indices. */
   Val *y = x;
@@ -280,12 +294,14 @@ bool ox_op_slice(Imp *im, ONode *n) {
     y = ox_emit1(im, &em);
   }
   for (int i = 0; i < ks && y; i++) {
-    if (!end_dynamic[i]) continue;
+    if (!end_dynamic[i] && !from_back[i]) continue;
     int a;
     ox_norm_axis(im, ka >= 0 ? axes[i] : i, r, &a);
     Val *rows = x->run_time_len ? ox_gather(im, ox_run_time_shape(im, x), ox_scalar(im, a, TY_I64), 0)
                                 : ox_scalar(im, (double)x->type.dims[a], TY_I64);
-    Val *end = ox_cast(im, ox_gather(im, ox_reshape(im, ve, 1, (int64_t[]){ke}), ox_scalar(im, i, TY_I64), 0), TY_I64);
+    Val *end = from_back[i] ? ox_op2s(im, OP_ADD, rows, (double)ends[i])
+                            : ox_cast(im, ox_gather(im, ox_reshape(im, ve, 1, (int64_t[]){ke}),
+                                                    ox_scalar(im, i, TY_I64), 0), TY_I64);
     Val *len = ox_op2(im, OP_MINIMUM, ox_op2s(im, OP_MAXIMUM, end, 0), rows);
     y = len ? ox_with_length(im, y, a, len, 0) : NULL;
   }
@@ -493,8 +509,11 @@ bool ox_op_topk(Imp *im, ONode *n) {
   } else {
     kv = ox_in_req(im, n, 1);
     int nk;
-    if (!kv || !ox_bounded_ints(im, kv, "TopK's K", &nk, &k, &k_dynamic)) return false;
+    int64_t ks[64];
+    bool dyn[64];
+    if (!kv || !ox_bounded_ints(im, kv, "TopK's K", &nk, ks, dyn)) return false;
     if (nk != 1) return ox_bad(im, "TopK's K must hold one value, not %d", nk);
+    k = ks[0], k_dynamic = dyn[0];
   }
   int axis;
   if (!ox_norm_axis(im, axis_attr, x->type.rank, &axis)) return false;
@@ -866,11 +885,13 @@ bool ox_op_size(Imp *im, ONode *n) {
 static bool range_to_bound(Imp *im, ONode *n, Val *vs, Val *vl, Val *vd) {
   double s, d;
   int one;
-  int64_t l;
-  bool dynamic;
+  int64_t limits[64];
+  bool dynamic[64];
   if (!ox_const_scalar(im, vs, "start", &s) || !ox_const_scalar(im, vd, "delta", &d) ||
-      !ox_bounded_ints(im, vl, "limit", &one, &l, &dynamic))
+      !ox_bounded_ints(im, vl, "limit", &one, limits, dynamic))
     return false;
+  if (one != 1) return ox_bad(im, "the limit must hold one value, not %d", one);
+  int64_t l = limits[0];
   if (ir_dtype_is_float(vs->type.dtype) || d <= 0)
     return ox_bad(im, "a limit computed from a run-time length needs an integer range with a positive delta");
   double count = ceil(((double)l - s) / d);

@@ -40,6 +40,8 @@ typedef struct Bounds {
   int n_values;
   Sym *syms;
   int n_syms, cap_syms;
+  int *slots; /* a hash of syms: index + 1, 0 empty; cap_syms * 2 of them */
+  long visits; /* sym_of's work, bounded (SYM_VISITS) */
   bool oom;
 } Bounds;
 
@@ -243,11 +245,48 @@ static bool maskable(const Node *n, int i, int a, double *fill, bool *mean, bool
 
 /* ---- lengths as expressions ---- */
 
+static uint64_t sym_hash(const Sym *s) {
+  uint64_t h = (uint64_t)s->kind * 0x9e3779b97f4a7c15u;
+  h ^= (uint64_t)s->k + 0x632be59bd9b4e019u + (h << 6) + (h >> 2);
+  h ^= (uint64_t)(uintptr_t)s->leaf + (h << 6) + (h >> 2);
+  h ^= (uint64_t)(uint32_t)s->a * 0xff51afd7ed558ccdu + (uint64_t)(uint32_t)s->b + (h << 6) + (h >> 2);
+  return h ^ (h >> 29);
+}
+
+static bool same_sym(const Sym *s, const Sym *t) {
+  return s->kind == t->kind && s->k == t->k && s->leaf == t->leaf && s->a == t->a && s->b == t->b;
+}
+
+/* Room for one more sym (the table and its hash doubled when full);
+ * false when memory ran out. */
+static bool sym_room(Bounds *b) {
+  if (b->n_syms < b->cap_syms) return true;
+  int cap = b->cap_syms ? 2 * b->cap_syms : 64;
+  Sym *grown = realloc(b->syms, sizeof *grown * (size_t)cap);
+  if (grown) b->syms = grown;
+  int *slots = calloc((size_t)cap * 2, sizeof *slots);
+  if (!grown || !slots) {
+    free(slots);
+    b->oom = true;
+    return false;
+  }
+  free(b->slots);
+  b->slots = slots, b->cap_syms = cap;
+  for (int i = 0; i < b->n_syms; i++) {
+    size_t at = sym_hash(&b->syms[i]) & (size_t)(2 * cap - 1);
+    while (slots[at]) at = (at + 1) & (size_t)(2 * cap - 1);
+    slots[at] = i + 1;
+  }
+  return true;
+}
+
+/* The index of the sym equal to want (folded when its operands are
+ * constants, commutative operands in one order), added if new.  Out of
+ * memory: 0, with b->oom set (the table always has a first sym). */
 static int intern(Bounds *b, Sym want) {
   if (want.kind != SYM_CONST && want.kind != SYM_LEAF) {
-    const Sym *x = &b->syms[want.a], *y = &b->syms[want.b];
-    int64_t p = x->k, q = y->k, r = 0;
-    bool folds = x->kind == SYM_CONST && y->kind == SYM_CONST;
+    int64_t p = b->syms[want.a].k, q = b->syms[want.b].k, r = 0;
+    bool folds = b->syms[want.a].kind == SYM_CONST && b->syms[want.b].kind == SYM_CONST;
     switch (want.kind) {
       case SYM_ADD: folds = folds && !__builtin_add_overflow(p, q, &r); break;
       case SYM_SUB: folds = folds && !__builtin_sub_overflow(p, q, &r); break;
@@ -267,31 +306,23 @@ static int intern(Bounds *b, Sym want) {
       want.a = want.b, want.b = t;
     }
   }
-  for (int i = 0; i < b->n_syms; i++) {
-    const Sym *s = &b->syms[i];
-    if (s->kind == want.kind && s->k == want.k && s->leaf == want.leaf &&
-        (want.kind == SYM_CONST || want.kind == SYM_LEAF || (s->a == want.a && s->b == want.b)))
-      return i;
-  }
-  if (b->n_syms == b->cap_syms) {
-    int cap = b->cap_syms ? 2 * b->cap_syms : 64;
-    Sym *grown = realloc(b->syms, sizeof *grown * (size_t)cap);
-    if (!grown) {
-      b->oom = true;
-      return 0;
-    }
-    b->syms = grown, b->cap_syms = cap;
-  }
+  if (!sym_room(b)) return 0;
+  size_t mask = (size_t)(2 * b->cap_syms - 1), at = sym_hash(&want) & mask;
+  for (; b->slots[at]; at = (at + 1) & mask)
+    if (same_sym(&b->syms[b->slots[at] - 1], &want)) return b->slots[at] - 1;
   want.rep = NULL;
   b->syms[b->n_syms] = want;
+  b->slots[at] = b->n_syms + 1;
   return b->n_syms++;
 }
 
 static int leaf(Bounds *b, const Value *v, int64_t e) { return intern(b, (Sym){.kind = SYM_LEAF, .k = e, .leaf = v}); }
 
-/* Deeper shape arithmetic is a length of its own (and a model cannot make
- * the walk long). */
+/* Deeper shape arithmetic is a length of its own, and so is every value
+ * once the walk has done SYM_VISITS steps (a model cannot make it long:
+ * a leaf is only ever equal to itself, so giving up merges nothing). */
 #define SYM_DEPTH 24
+#define SYM_VISITS 1000000L
 
 /* Element e of v (a small integer value) as an expression of the counts
  * it is computed from: through reshapes, integer casts, concats, slices
@@ -300,7 +331,9 @@ static int leaf(Bounds *b, const Value *v, int64_t e) { return intern(b, (Sym){.
 static int sym_of(Bounds *b, const Value *v, int64_t e, int depth) {
   const Node *d = v->def;
   int64_t n = ir_type_numel(&v->type);
-  if (!d || depth > SYM_DEPTH || e < 0 || e >= n || ir_dtype_is_float(v->type.dtype) || b->oom) return leaf(b, v, e);
+  if (!d || depth > SYM_DEPTH || e < 0 || e >= n || ir_dtype_is_float(v->type.dtype) || b->oom ||
+      ++b->visits > SYM_VISITS)
+    return leaf(b, v, e);
   const Value *x = d->n_in > 0 ? d->in[0] : NULL;
   int64_t nx = x ? ir_type_numel(&x->type) : 0;
   switch (d->op) {
@@ -309,9 +342,9 @@ static int sym_of(Bounds *b, const Value *v, int64_t e, int depth) {
       if (!(fabs(k) < 0x1p62)) break;
       return intern(b, (Sym){.kind = SYM_CONST, .k = (int64_t)k});
     }
-    case OP_CAST:
-      if (ir_dtype_is_float(x->type.dtype)) break;
-      /* fall through */
+    case OP_CAST: /* to i32 or i64 of an integer: the same number, a count's */
+      if (ir_dtype_is_float(x->type.dtype) || (v->type.dtype != TY_I64 && v->type.dtype != TY_I32)) break;
+      return sym_of(b, x, e, depth + 1);
     case OP_RESHAPE: return sym_of(b, x, e, depth + 1);
     case OP_EXPAND:
       if (nx == 1) return sym_of(b, x, 0, depth + 1);
@@ -355,19 +388,18 @@ static int sym_of(Bounds *b, const Value *v, int64_t e, int depth) {
     case OP_EQUAL: { /* of two constants (a where on a shape's -1) */
       int64_t na = ir_type_numel(&d->in[0]->type), nb = ir_type_numel(&d->in[1]->type);
       if ((na != 1 && na != n) || (nb != 1 && nb != n)) break;
-      const Sym *p = &b->syms[sym_of(b, d->in[0], na == 1 ? 0 : e, depth + 1)];
-      int pi = (int)(p - b->syms);
-      const Sym *q = &b->syms[sym_of(b, d->in[1], nb == 1 ? 0 : e, depth + 1)];
-      p = &b->syms[pi]; /* the table may have moved */
-      if (p->kind == SYM_CONST && q->kind == SYM_CONST) return intern(b, (Sym){.kind = SYM_CONST, .k = p->k == q->k});
+      int p = sym_of(b, d->in[0], na == 1 ? 0 : e, depth + 1); /* indices: the table may move */
+      int q = sym_of(b, d->in[1], nb == 1 ? 0 : e, depth + 1);
+      if (b->syms[p].kind == SYM_CONST && b->syms[q].kind == SYM_CONST)
+        return intern(b, (Sym){.kind = SYM_CONST, .k = b->syms[p].k == b->syms[q].k});
       break;
     }
     case OP_WHERE: {
       int64_t nc = ir_type_numel(&x->type);
       if (nc != 1 && nc != n) break;
-      const Sym *c = &b->syms[sym_of(b, x, nc == 1 ? 0 : e, depth + 1)];
-      if (c->kind != SYM_CONST) break;
-      const Value *pick = d->in[c->k ? 1 : 2];
+      int c = sym_of(b, x, nc == 1 ? 0 : e, depth + 1);
+      if (b->syms[c].kind != SYM_CONST) break;
+      const Value *pick = d->in[b->syms[c].k ? 1 : 2];
       int64_t np = ir_type_numel(&pick->type);
       if (np != 1 && np != n) break;
       return sym_of(b, pick, np == 1 ? 0 : e, depth + 1);
@@ -534,7 +566,8 @@ static bool seed_length(Bounds *b, Node *n) {
     diag_error(g->ctx, n->loc, "out of memory");
     return false;
   }
-  const Sym *sy = &b->syms[sym_of(b, len, 0, 0)];
+  int si = sym_of(b, len, 0, 0);
+  const Sym *sy = &b->syms[si];
   if ((sy->kind == SYM_CONST && sy->k == dim) || (bx.axis == axis && bx.len == rep)) {
     ir_replace_uses(g, &n->out[0], x);
     ir_remove(g, n);
@@ -557,13 +590,21 @@ static bool seed_length(Bounds *b, Node *n) {
   Node *below = ir_node_new(g, OP_LESS_EQUAL, 2, (Value *[]){len, &lim->out[0]}, n->loc);
   Node *above = ir_node_new(g, OP_LESS_EQUAL, 2, (Value *[]){&zero->out[0], len}, n->loc);
   Node *fits = ir_node_new(g, OP_LOGICAL_AND, 2, (Value *[]){&below->out[0], &above->out[0]}, n->loc);
-  Node *check = ir_node_new(g, OP_CHECK, 2, (Value *[]){x, &fits->out[0]}, n->loc);
+  Node *within = NULL, *ok = fits;
+  if (bx.axis == axis) { /* at most x's own length */
+    within = ir_node_new(g, OP_LESS_EQUAL, 2, (Value *[]){len, bx.len}, n->loc);
+    ok = ir_node_new(g, OP_LOGICAL_AND, 2, (Value *[]){&fits->out[0], &within->out[0]}, n->loc);
+  }
+  Node *check = ir_node_new(g, OP_CHECK, 2, (Value *[]){x, &ok->out[0]}, n->loc);
   ir_set_str(g, check, "message",
              arena_printf(&g->ctx->arena,
                           "%s: a run-time length of axis %d is outside 0..%lld, the bound that its shape "
-                          "arithmetic gave with the lengths at their bounds",
+                          "arithmetic gave with the lengths at their bounds (or past the length it replaces)",
                           n->loc.file ? n->loc.file->name : "the model", axis, (long long)dim));
-  place_new(g, n, (Node *[]){lim, zero, below, above, fits, check}, 6, n);
+  if (within)
+    place_new(g, n, (Node *[]){lim, zero, below, above, fits, within, ok, check}, 8, n);
+  else
+    place_new(g, n, (Node *[]){lim, zero, below, above, fits, check}, 6, n);
   check->out[0].id = n->out[0].id; /* n's bound */
   b->of[check->out[0].id] = (Bound){axis, rep};
   ir_replace_uses(g, &n->out[0], &check->out[0]);
@@ -736,6 +777,26 @@ static void merge_tail(Bounds *b, Node *n, Bound bd, int to, int64_t times) {
   b->of[n->out[0].id] = (Bound){to, canonical_length(b, &m->out[0])};
 }
 
+/* Indices idx with a negative one counted back from end (a count, or a
+ * static size as a constant when end is NULL, dim), the node built
+ * before n: an index into an axis of run-time length counts from its
+ * real end, not the bound's. */
+static Value *wrap_at(Bounds *b, Node *n, Value *idx, Value *end_len) {
+  Graph *g = b->g;
+  SrcLoc loc = n->loc;
+  DType dt = idx->type.dtype;
+  Node *zero = ir_node_new(g, OP_CONST, 0, NULL, loc);
+  ir_set_float(g, zero, "value", 0);
+  ir_declare(zero, &(TensorType){.dtype = dt, .rank = 0});
+  Node *end = ir_node_new(g, OP_CAST, 1, &end_len, loc);
+  ir_set_dtype(g, end, "to", dt);
+  Node *neg = ir_node_new(g, OP_LESS, 2, (Value *[]){idx, &zero->out[0]}, loc);
+  Node *wrapped = ir_node_new(g, OP_ADD, 2, (Value *[]){idx, &end->out[0]}, loc);
+  Node *from_end = ir_node_new(g, OP_WHERE, 3, (Value *[]){&neg->out[0], &wrapped->out[0], idx}, loc);
+  place_new(g, n, (Node *[]){zero, end, neg, wrapped, from_end}, 5, n);
+  return &from_end->out[0];
+}
+
 /* A scatter_elements along the axis of run-time length of its indices
  * and updates (torchvision's `result[idx_in_level] = roi_align(...)`):
  * the data gets one more row on that axis, where the padded rows'
@@ -751,20 +812,21 @@ static void scatter_past_the_end(Bounds *b, Node *n, Bound bd) {
   for (int d = 0; d < r; d++) ends[d] = data->type.dims[d], steps[d] = 1;
   Node *more = ir_node_new(g, OP_PAD, 1, &data, loc);
   ir_set_ints(g, more, "pads", 2 * r, pads);
-  /* A negative index counts from the data's end, which is one row
-   * further now: read it against the old end first. */
-  Value *idx = n->in[1];
-  Node *zero = ir_node_new(g, OP_CONST, 0, NULL, loc), *end = ir_node_new(g, OP_CONST, 0, NULL, loc);
-  ir_set_float(g, zero, "value", 0);
-  ir_set_float(g, end, "value", (double)dim);
-  ir_declare(zero, &(TensorType){.dtype = idx->type.dtype, .rank = 0});
-  ir_declare(end, &(TensorType){.dtype = idx->type.dtype, .rank = 0});
-  Node *neg = ir_node_new(g, OP_LESS, 2, (Value *[]){idx, &zero->out[0]}, loc);
-  Node *wrapped = ir_node_new(g, OP_ADD, 2, (Value *[]){idx, &end->out[0]}, loc);
-  Node *from_end = ir_node_new(g, OP_WHERE, 3, (Value *[]){&neg->out[0], &wrapped->out[0], idx}, loc);
-  place_new(g, n, (Node *[]){more, zero, end, neg, wrapped, from_end}, 6, n);
+  /* A negative index counts from the data's end (its count, when the
+   * data has one on that axis), which is one row further now: read it
+   * against the old end first. */
+  Bound bdata = bound_of(b, data);
+  Value *end = bdata.axis == axis ? bdata.len : NULL;
+  if (!end) {
+    Node *k = ir_node_new(g, OP_CONST, 0, NULL, loc);
+    ir_set_float(g, k, "value", (double)dim);
+    ir_declare(k, &(TensorType){.dtype = TY_I64, .rank = 0});
+    place_new(g, n, (Node *[]){k}, 1, n);
+    end = &k->out[0];
+  }
+  place_new(g, n, (Node *[]){more}, 1, n);
   n->in[0] = &more->out[0];
-  n->in[1] = &from_end->out[0];
+  n->in[1] = wrap_at(b, n, n->in[1], end);
   char err[256];
   if (!ir_infer(n, err, sizeof err)) dl_internal(g->ctx, "bounds: a scatter one row longer: %s", err);
   mask_operand(b, n, 1, bd, (double)dim);
@@ -828,7 +890,8 @@ bool ir_bounds(Graph *g) {
   if (!any) return true;
   ir_number(g);
   Bounds b = {.g = g};
-  for (Node *n = g->first; n; n = n->next) b.n_values += n->n_out;
+  size_t n_operands = 0; /* at most one mask each */
+  for (Node *n = g->first; n; n = n->next) b.n_values += n->n_out, n_operands += (size_t)n->n_in;
   b.of = calloc((size_t)b.n_values + 1, sizeof *b.of);
   typedef struct Mask {
     Node *n;
@@ -837,14 +900,17 @@ bool ir_bounds(Graph *g) {
     double fill;
     bool mean;
   } Mask;
-  Mask *masks = calloc((size_t)b.n_values + 1, sizeof *masks);
-  if (!b.of || !masks) {
+  Mask *masks = calloc(n_operands + 1, sizeof *masks);
+  if (!b.of || !masks || !sym_room(&b)) {
     free(b.of);
     free(masks);
+    free(b.syms);
+    free(b.slots);
     diag_error(g->ctx, (SrcLoc){0}, "out of memory");
     return false;
   }
   for (int v = 0; v < b.n_values; v++) b.of[v].axis = -1;
+  intern(&b, (Sym){.kind = SYM_CONST}); /* index 0, what intern gives when memory runs out */
   int n_masks = 0;
   bool ok = true;
   for (Node *n = g->first, *next; n && ok; n = next) {
@@ -877,7 +943,7 @@ bool ir_bounds(Graph *g) {
         continue;
       }
     }
-    Value *len = NULL;
+    Value *len = NULL, *wrap = NULL;
     Bound scatter = {-1, NULL};
     int out_axis[8] = {-1, -1, -1, -1, -1, -1, -1, -1};
     for (int i = 0; i < n->n_in && ok; i++) {
@@ -885,7 +951,10 @@ bool ir_bounds(Graph *g) {
       if (bd.axis < 0) continue;
       /* Rows picked by index from the axis of run-time length: the
        * indices say which (the model's own, from its real rows). */
-      if (n->op == OP_GATHER && i == 0 && bd.axis == norm_axis(ir_attr_int(n, "axis"), n->in[0]->type.rank)) continue;
+      if (n->op == OP_GATHER && i == 0 && bd.axis == norm_axis(ir_attr_int(n, "axis"), n->in[0]->type.rank)) {
+        wrap = bd.len; /* after the indices' own length is read */
+        continue;
+      }
       if (n->op == OP_NMS && (i == 0 || i == 1)) {
         /* Boxes of run-time length: their scores' padding is -inf, below
          * any score floor, so no padded box is kept.  (Without a floor,
@@ -976,6 +1045,7 @@ bool ir_bounds(Graph *g) {
     }
     for (int r = 0; len && r < n->n_out && r < 8; r++) b.of[n->out[r].id] = (Bound){out_axis[r], len};
     if (scatter.axis >= 0) scatter_past_the_end(&b, n, scatter);
+    if (wrap) n->in[1] = wrap_at(&b, n, n->in[1], wrap);
   }
   if (ok) {
     for (int k = 0; k < n_masks; k++) {
@@ -987,6 +1057,7 @@ bool ir_bounds(Graph *g) {
   if (ok && b.oom) ok = (diag_error(g->ctx, (SrcLoc){0}, "out of memory"), false);
   free(b.of);
   free(b.syms);
+  free(b.slots);
   free(masks);
   return ok;
 }

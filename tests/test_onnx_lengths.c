@@ -355,7 +355,8 @@ END_TEST
  * TopK of v with K = min(3, n) (values and indices), Range(0, n),
  * Size(v), v[:2], Expand of a scalar to Shape(v), an If whose then
  * branch (n == 0) is empty, NonZero(v > 0.3) of v's real rows, and
- * Concat(v, [7, 8, 9], v), real rows first, and v[:n - 1]; each
+ * Concat(v, [7, 8, 9], v), real rows first, v[:n - 1] and v at the
+ * TopK's indices; each
  * of its run-time length, against direct loops, with none selected, all
  * and some. */
 START_TEST(test_shapes_of_run_time_length) {
@@ -403,15 +404,16 @@ START_TEST(test_shapes_of_run_time_length) {
   add_init_f32(b, "third", 0, NULL, 1, (const float[]){0.3f});
   add_node(b, "Greater", "v,third", "big");
   add_node(b, "NonZero", "big", "big_at");
+  add_node(b, "Gather", "v,top_at", "top_again"); /* padded indices into a padded axis */
   add_init_i64(b, "one1", 1, (const int64_t[]){1});
   add_node(b, "Sub", "n1,one1", "n_less");
   add_node(b, "Slice", "v,s0,n_less", "but_last");
   add_init_f32(b, "seven", 1, (const int64_t[]){3}, 3, (const float[]){7, 8, 9});
   attr_i(add_node(b, "Concat", "v,seven,v", "joined"), "axis", 0);
-  const char *outs[] = {"v_plus", "top", "top_at", "iota", "size", "head", "twos", "chosen", "big_at", "joined", "but_last"};
+  const char *outs[] = {"v_plus", "top", "top_at", "iota", "size", "head", "twos", "chosen", "big_at", "joined", "but_last", "top_again"};
   for (size_t i = 0; i < sizeof outs / sizeof *outs; i++) add_output(b, outs[i]);
   Graph *g = must_import(b);
-  ck_assert_int_eq(ir_visible_outputs(g), 11);
+  ck_assert_int_eq(ir_visible_outputs(g), 12);
   Tensor x;
   ck_assert(ir_tensor_alloc(&x, &(TensorType){.dtype = TY_F32, .rank = 2, .dims = {R, C}}));
   fill(&x, shares[_i], 70 + (uint64_t)_i);
@@ -438,6 +440,7 @@ START_TEST(test_shapes_of_run_time_length) {
     ck_assert_double_eq_tol(ir_tensor_get(&y[7], i), 2 * v[i], 1e-6);
     if (i < head) ck_assert_double_eq_tol(ir_tensor_get(&y[5], i), v[i], 1e-6);
   }
+  ck_assert_int_eq(y[11].type.dims[0], k);
   ck_assert_int_eq(y[10].type.dims[0], n > 0 ? n - 1 : 0); /* v[:n - 1] */
   for (int64_t i = 0; i + 1 < n; i++) ck_assert_double_eq_tol(ir_tensor_get(&y[10], i), v[i], 1e-6);
   ck_assert_int_eq(y[9].type.dims[0], 2 * n + 3); /* the concat: real rows first */
@@ -457,6 +460,7 @@ START_TEST(test_shapes_of_run_time_length) {
       if (!used[i] && (best < 0 || v[i] > v[best])) best = i;
     used[best] = true;
     ck_assert_double_eq_tol(ir_tensor_get(&y[1], r), v[best], 1e-6);
+    ck_assert_double_eq_tol(ir_tensor_get(&y[11], r), v[best], 1e-6);
     ck_assert_int_eq(((int64_t *)y[2].data)[r], best);
   }
   free_outputs(g, y);
@@ -533,6 +537,47 @@ START_TEST(test_detector_patterns) {
   }
   free_outputs(g, y);
   ir_tensor_free(&x);
+}
+END_TEST
+
+/* Counted from the back of a run-time length, not of its bound:
+ * v = x[x > 0] of x = [1, -1, 2, 3, -2, 4], v[-1] (Gather) and v[:-1]
+ * (Slice); a K of two values is refused. */
+START_TEST(test_from_the_back) {
+  Model *b = model_new(17);
+  add_input(b, "x", 1, (const int64_t[]){6});
+  add_init_f32(b, "zero", 0, NULL, 1, (const float[]){0});
+  const int64_t minus_one = -1;
+  add_init_raw(b, "last_at", ONNX__TENSOR_PROTO__DATA_TYPE__INT64, 0, NULL, &minus_one, 8);
+  add_init_i64(b, "s0", 1, (const int64_t[]){0});
+  add_init_i64(b, "e1", 1, (const int64_t[]){-1});
+  add_node(b, "Greater", "x,zero", "m");
+  add_node(b, "NonZero", "m", "nz");
+  add_init_i64(b, "flat", 1, (const int64_t[]){-1});
+  add_node(b, "Reshape", "nz,flat", "idx");
+  add_node(b, "Gather", "x,idx", "v");
+  add_node(b, "Gather", "v,last_at", "last");
+  add_node(b, "Slice", "v,s0,e1", "but_last");
+  add_output(b, "last");
+  add_output(b, "but_last");
+  Graph *g = must_import(b);
+  Tensor x;
+  ck_assert(ir_tensor_alloc(&x, &(TensorType){.dtype = TY_F32, .rank = 1, .dims = {6}}));
+  const float xs[6] = {1, -1, 2, 3, -2, 4};
+  memcpy(x.data, xs, sizeof xs);
+  Tensor *y = run(g, &x);
+  ck_assert_double_eq(ir_tensor_get(&y[0], 0), 4);
+  ck_assert_int_eq(y[1].type.dims[0], 3);
+  for (int i = 0; i < 3; i++) ck_assert_double_eq(ir_tensor_get(&y[1], i), i + 1);
+  free_outputs(g, y);
+  ir_tensor_free(&x);
+  pool_free();
+  b = model_new(17);
+  add_input(b, "x", 1, (const int64_t[]){6});
+  add_init_i64(b, "two_ks", 2, (const int64_t[]){1, 2});
+  add_node(b, "TopK", "x,two_ks", "top,top_at");
+  add_output(b, "top");
+  expect_error(b, "TopK's K must hold one value, not 2");
 }
 END_TEST
 
@@ -842,6 +887,7 @@ static Suite *lengths_suite(void) {
   tcase_add_test(tc, test_one_mask_twice);
   tcase_add_loop_test(tc, test_shapes_of_run_time_length, 0, (int)(sizeof shares / sizeof *shares));
   tcase_add_loop_test(tc, test_detector_patterns, 0, (int)(sizeof shares / sizeof *shares));
+  tcase_add_test(tc, test_from_the_back);
   tcase_add_test(tc, test_refusals);
   tcase_add_test(tc, test_marks_in_text_and_plan);
   suite_add_tcase(s, tc);
