@@ -887,7 +887,8 @@ static void add_lengths(Bounds *b) {
 bool ir_bounds(Graph *g) {
   bool any = false;
   for (Node *n = g->first; n && !any; n = n->next) any = needs_pass(n->op);
-  if (!any) return true;
+  if (!any || g->bounded) return true;
+  g->bounded = true;
   ir_number(g);
   Bounds b = {.g = g};
   size_t n_operands = 0; /* at most one mask each */

@@ -124,6 +124,9 @@ typedef struct Graph {
    * (docs/ir.md, "Run-time lengths"; ir/bounds.c). */
   int *output_length;
   int *output_length_axis;
+  /* ir_bounds has run (its rewrites are not its to repeat): printed as
+   * `graph NAME bounded {` when no output's length mark says so. */
+  bool bounded;
 } Graph;
 
 /* ---- the op table ---- */

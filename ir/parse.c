@@ -757,6 +757,7 @@ static void parse_return(Parser *p, size_t at) {
 static void parse_header(Parser *p) {
   size_t at = p->pos;
   const char *name = NULL;
+  bool bounded = false;
   if (!keyword(p, "graph")) {
     error_at(p, at, "expected 'graph NAME {', found %s", found(p));
   } else {
@@ -765,10 +766,13 @@ static void parse_header(Parser *p) {
       name = string_lit(p, "the graph name");
     else if (!(name = ident(p)))
       error_at(p, p->pos, "expected the graph's name, found %s", found(p));
+    skip_ws(p);
+    bounded = name && keyword(p, "bounded");
     if (name && expect(p, '{', "'{' after the graph name") && !at_end(p))
       error_at(p, p->pos, "expected the end of the line after '{', found %s", found(p));
   }
   p->g = ir_graph_new(p->c, name ? name : "graph");
+  p->g->bounded = bounded;
 }
 
 static void parse_body_line(Parser *p) {
@@ -864,7 +868,7 @@ Graph *ir_parse_max(Ctx *c, const SrcFile *file, int max_nodes) {
   for (Node *n = p.g->first; n && !sized; n = n->next)
     sized = n->op == OP_NONZERO || n->op == OP_NMS || n->op == OP_UNIQUE || n->op == OP_SHAPE_OF ||
             n->op == OP_WITH_LENGTH;
-  if (sized && !p.g->output_length && (!ir_verify(p.g) || !ir_bounds(p.g))) return NULL;
+  if (sized && !p.g->output_length && !p.g->bounded && (!ir_verify(p.g) || !ir_bounds(p.g))) return NULL;
   return p.g;
 }
 

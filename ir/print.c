@@ -118,7 +118,7 @@ void ir_print(FILE *f, Graph *g) {
     fputs(name, f);
   else
     print_quoted(f, name);
-  fputs(" {\n", f);
+  fputs(g->bounded && !g->output_length ? " bounded {\n" : " {\n", f);
   for (const Node *n = g->first; n; n = n->next) print_node(f, n);
   fputs("  return", f);
   for (int i = 0; i < g->n_outputs; i++) {
