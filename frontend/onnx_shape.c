@@ -15,12 +15,11 @@
 
 /* ---- shapes and data movement ---- */
 
-/* y, sized by the upper bounds of shape (elements first.. of it giving
- * y's axes from axis0 on), with the run-time lengths of its elements
- * that have them. */
-static Val *with_lengths(Imp *im, Val *y, Val *shape, const bool *dynamic, int first, int k, int axis0) {
-  for (int i = first; i < k && y; i++)
-    if (dynamic[i]) y = ox_with_length(im, y, axis0 + i - first, shape, i);
+/* y, sized by the upper bounds of shape's k elements (giving y's axes
+ * from axis0 on), with the run-time lengths of those marked dynamic. */
+static Val *with_lengths(Imp *im, Val *y, Val *shape, const bool *dynamic, int k, int axis0) {
+  for (int i = 0; i < k && y; i++)
+    if (dynamic[i]) y = ox_with_length(im, y, axis0 + i, shape, i);
   return y;
 }
 
@@ -67,10 +66,8 @@ bool ox_op_reshape(Imp *im, ONode *n) {
                         "of static size");
     shape[infer] = have / prod;
   }
-  Val *y = ox_reshape(im, x, k, shape);
-  for (int i = 0; i < k && y; i++) /* 0 copies x's dim, which carries its own length */
-    if (dynamic[i] && i != infer) y = ox_with_length(im, y, i, s, i);
-  return (n->out[0] = y);
+  if (infer >= 0) dynamic[infer] = false; /* the rest's, carried by x */
+  return (n->out[0] = with_lengths(im, ox_reshape(im, x, k, shape), s, dynamic, k, 0));
 }
 
 bool ox_op_flatten(Imp *im, ONode *n) {
@@ -610,7 +607,7 @@ bool ox_op_expand(Imp *im, ONode *n) {
     int at = x->type.rank - k + i;
     dynamic[i] &= at < 0 || x->type.dims[at] == 1;
   }
-  return (n->out[0] = with_lengths(im, ox_expand(im, x, r, out), s, dynamic, 0, k, r - k));
+  return (n->out[0] = with_lengths(im, ox_expand(im, x, r, out), s, dynamic, k, r - k));
 }
 
 bool ox_op_tile(Imp *im, ONode *n) {
@@ -834,7 +831,7 @@ bool ox_op_constant_of_shape(Imp *im, ONode *n) {
   if (ir_type_numel(&t) < 0 || ir_type_numel(&t) > im->fold_max) return ox_bad(im, "the shape is too large");
   Val *v = ox_known_new(im, &t);
   for (int64_t i = 0, c = ir_type_numel(&t); i < c; i++) ir_tensor_set(v->k, i, value);
-  return (n->out[0] = with_lengths(im, v, s, dynamic, 0, k, 0));
+  return (n->out[0] = with_lengths(im, v, s, dynamic, k, 0));
 }
 
 /* The shape of a value of run-time length (docs/onnx.md): computed at

@@ -445,6 +445,17 @@ static bool refuse(Bounds *b, const Node *n, int i, int a, const char *why) {
   return false;
 }
 
+/* A constant of one value, of dtype dt and shape [dims...] (a scalar
+ * for rank 0), not yet in the graph: place_new puts it there. */
+static Node *splat(Graph *g, double value, DType dt, int rank, const int64_t *dims, SrcLoc loc) {
+  Node *c = ir_node_new(g, OP_CONST, 0, NULL, loc);
+  ir_set_float(g, c, "value", value);
+  TensorType t = {.dtype = dt, .rank = rank};
+  for (int d = 0; d < rank; d++) t.dims[d] = dims[d];
+  ir_declare(c, &t);
+  return c;
+}
+
 /* The nodes made[0 .. n) (constants declared, the rest with operands
  * set) completed and inserted in order before `before` (NULL: at the
  * end), each under like's guard and outside the walk's bounds. */
@@ -480,9 +491,7 @@ static void mask_operand(Bounds *b, Node *n, int i, Bound bd, double fill) {
   ir_set_dtype(g, iota, "dtype", TY_I64);
   ir_set_int(g, iota, "axis", bd.axis);
   Node *lt = ir_node_new(g, OP_LESS, 2, (Value *[]){&iota->out[0], bd.len}, loc);
-  Node *pad = ir_node_new(g, OP_CONST, 0, NULL, loc);
-  ir_set_float(g, pad, "value", fill);
-  ir_declare(pad, &(TensorType){.dtype = v->type.dtype, .rank = 0});
+  Node *pad = splat(g, fill, v->type.dtype, 0, NULL, loc);
   Node *pick = ir_node_new(g, OP_WHERE, 3, (Value *[]){&lt->out[0], v, &pad->out[0]}, loc);
   place_new(g, n, (Node *[]){iota, lt, pad, pick}, 4, n);
   n->in[i] = &pick->out[0];
@@ -502,9 +511,7 @@ static void mean_over_count(Bounds *b, Node *n, Bound bd) {
   DType dt = n->out[0].type.dtype;
   Node *count = ir_node_new(g, OP_CAST, 1, &bd.len, loc);
   ir_set_dtype(g, count, "to", dt);
-  Node *scale = ir_node_new(g, OP_CONST, 0, NULL, loc);
-  ir_set_float(g, scale, "value", others);
-  ir_declare(scale, &(TensorType){.dtype = dt, .rank = 0});
+  Node *scale = splat(g, others, dt, 0, NULL, loc);
   Node *times = ir_node_new(g, OP_MUL, 2, (Value *[]){&count->out[0], &scale->out[0]}, loc);
   Node *div = ir_node_new(g, OP_DIV, 2, (Value *[]){&n->out[0], &times->out[0]}, loc);
   place_new(g, n, (Node *[]){count, scale, times, div}, 4, n->next);
@@ -527,18 +534,14 @@ static void replace_shape_of(Bounds *b, Node *n) {
       p = ir_node_new(g, OP_RESHAPE, 1, &bd.len, n->loc);
       ir_set_ints(g, p, "shape", 1, (const int64_t[]){1});
     } else {
-      p = ir_node_new(g, OP_CONST, 0, NULL, n->loc);
-      ir_set_float(g, p, "value", (double)x->type.dims[d]);
-      ir_declare(p, &(TensorType){.dtype = TY_I64, .rank = 1, .dims = {1}});
+      p = splat(g, (double)x->type.dims[d], TY_I64, 1, (const int64_t[]){1}, n->loc);
     }
     made[k++] = p;
     pieces[d] = &p->out[0];
   }
   Node *shape;
   if (r == 0) {
-    shape = ir_node_new(g, OP_CONST, 0, NULL, n->loc);
-    ir_set_float(g, shape, "value", 0);
-    ir_declare(shape, &(TensorType){.dtype = TY_I64, .rank = 1, .dims = {0}});
+    shape = splat(g, 0, TY_I64, 1, (const int64_t[]){0}, n->loc);
   } else {
     shape = ir_node_new(g, OP_CONCAT, r, pieces, n->loc);
     ir_set_int(g, shape, "axis", 0);
@@ -581,12 +584,8 @@ static bool seed_length(Bounds *b, Node *n) {
   /* On x's own axis of run-time length, the new length (at most x's:
    * an If's empty branch) replaces it. */
   if (bx.axis >= 0 && bx.axis != axis) return refuse(b, n, 0, bx.axis, "the result would have two run-time lengths");
-  Node *lim = ir_node_new(g, OP_CONST, 0, NULL, n->loc);
-  ir_set_float(g, lim, "value", (double)dim);
-  ir_declare(lim, &(TensorType){.dtype = TY_I64, .rank = 0});
-  Node *zero = ir_node_new(g, OP_CONST, 0, NULL, n->loc);
-  ir_set_float(g, zero, "value", 0);
-  ir_declare(zero, &(TensorType){.dtype = TY_I64, .rank = 0});
+  Node *lim = splat(g, (double)dim, TY_I64, 0, NULL, n->loc);
+  Node *zero = splat(g, 0, TY_I64, 0, NULL, n->loc);
   Node *below = ir_node_new(g, OP_LESS_EQUAL, 2, (Value *[]){len, &lim->out[0]}, n->loc);
   Node *above = ir_node_new(g, OP_LESS_EQUAL, 2, (Value *[]){&zero->out[0], len}, n->loc);
   Node *fits = ir_node_new(g, OP_LOGICAL_AND, 2, (Value *[]){&below->out[0], &above->out[0]}, n->loc);
@@ -624,9 +623,7 @@ static void slice_head(Bounds *b, Node *n, Bound bd) {
   int64_t end = ir_attr(n, "ends")->ints.v[bd.axis];
   Value *len = bd.len;
   if (end < n->in[0]->type.dims[bd.axis]) {
-    Node *e = ir_node_new(g, OP_CONST, 0, NULL, n->loc);
-    ir_set_float(g, e, "value", (double)end);
-    ir_declare(e, &(TensorType){.dtype = TY_I64, .rank = 0});
+    Node *e = splat(g, (double)end, TY_I64, 0, NULL, n->loc);
     Node *m = ir_node_new(g, OP_MINIMUM, 2, (Value *[]){bd.len, &e->out[0]}, n->loc);
     place_new(g, n, (Node *[]){e, m}, 2, n);
     len = canonical_length(b, &m->out[0]);
@@ -642,12 +639,7 @@ static Node *mk(Graph *g, Node **made, int *k, OpKind op, int n_in, Value *const
 }
 
 static Node *mk_i64(Graph *g, Node **made, int *k, int64_t v, int rank, const int64_t *dims, SrcLoc loc) {
-  Node *c = mk(g, made, k, OP_CONST, 0, NULL, loc);
-  ir_set_float(g, c, "value", (double)v);
-  TensorType t = {.dtype = TY_I64, .rank = rank};
-  for (int d = 0; d < rank; d++) t.dims[d] = dims[d];
-  ir_declare(c, &t);
-  return c;
+  return made[(*k)++] = splat(g, (double)v, TY_I64, rank, dims, loc);
 }
 
 /* ends[i] = counts[0] + ... + counts[i], for counts i64[k]. */
@@ -769,9 +761,7 @@ static int merges_tail(const Node *n, int a, int64_t *times) {
 
 static void merge_tail(Bounds *b, Node *n, Bound bd, int to, int64_t times) {
   Graph *g = b->g;
-  Node *k = ir_node_new(g, OP_CONST, 0, NULL, n->loc);
-  ir_set_float(g, k, "value", (double)times);
-  ir_declare(k, &(TensorType){.dtype = TY_I64, .rank = 0});
+  Node *k = splat(g, (double)times, TY_I64, 0, NULL, n->loc);
   Node *m = ir_node_new(g, OP_MUL, 2, (Value *[]){bd.len, &k->out[0]}, n->loc);
   place_new(g, n, (Node *[]){k, m}, 2, n);
   b->of[n->out[0].id] = (Bound){to, canonical_length(b, &m->out[0])};
@@ -785,9 +775,7 @@ static Value *wrap_at(Bounds *b, Node *n, Value *idx, Value *end_len) {
   Graph *g = b->g;
   SrcLoc loc = n->loc;
   DType dt = idx->type.dtype;
-  Node *zero = ir_node_new(g, OP_CONST, 0, NULL, loc);
-  ir_set_float(g, zero, "value", 0);
-  ir_declare(zero, &(TensorType){.dtype = dt, .rank = 0});
+  Node *zero = splat(g, 0, dt, 0, NULL, loc);
   Node *end = ir_node_new(g, OP_CAST, 1, &end_len, loc);
   ir_set_dtype(g, end, "to", dt);
   Node *neg = ir_node_new(g, OP_LESS, 2, (Value *[]){idx, &zero->out[0]}, loc);
@@ -818,9 +806,7 @@ static void scatter_past_the_end(Bounds *b, Node *n, Bound bd) {
   Bound bdata = bound_of(b, data);
   Value *end = bdata.axis == axis ? bdata.len : NULL;
   if (!end) {
-    Node *k = ir_node_new(g, OP_CONST, 0, NULL, loc);
-    ir_set_float(g, k, "value", (double)dim);
-    ir_declare(k, &(TensorType){.dtype = TY_I64, .rank = 0});
+    Node *k = splat(g, (double)dim, TY_I64, 0, NULL, loc);
     place_new(g, n, (Node *[]){k}, 1, n);
     end = &k->out[0];
   }
@@ -968,9 +954,7 @@ bool ir_bounds(Graph *g) {
         if (i == 1) {
           masks[n_masks++] = (Mask){n, i, bd, -INFINITY, false};
           if (!ir_attr_int(n, "use_floor")) {
-            Node *floor = ir_node_new(g, OP_CONST, 0, NULL, n->loc);
-            ir_set_float(g, floor, "value", -INFINITY);
-            ir_declare(floor, &(TensorType){.dtype = TY_F32, .rank = 0});
+            Node *floor = splat(g, -INFINITY, TY_F32, 0, NULL, n->loc);
             place_new(g, n, (Node *[]){floor}, 1, n);
             n->in[4] = &floor->out[0];
             ir_set_int(g, n, "use_floor", 1);
