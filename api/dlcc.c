@@ -348,6 +348,11 @@ static int compile_job(Ctx *c, void *data) {
   }
 have_graph:
   if (!g || !ir_verify(g)) return 1;
+  if (job->opt && job->opt->eval_mode) {
+    if (job->opt->grad)
+      return diag_error(c, (SrcLoc){0}, "eval_mode and grad: a training step runs in training mode"), 1;
+    if (!pass_eval_mode(g) || !ir_verify(g)) return 1;
+  }
   if (job->opt && job->opt->weights && !bind_at_compile(c, job, g)) return 1;
   if (job->train && job->train->has_loss &&
       (!pass_append_loss(g, &job->train->loss, job->train->output, API_TARGET_INPUT,

@@ -91,6 +91,7 @@ static dlc_status train_compile(const char *path, const char *name, const char *
     return api_fail(t->m, DLC_ERR_ARGUMENT, "dlcc: error: %s\n", err[0] ? err : "no model or options given");
   }
   dlc_options mo = o->model;
+  mo.eval_mode = o->eval != 0;
   if (!o->eval) {
     mo.grad = 1;
     mo.optimizer = &o->optimizer;

@@ -38,6 +38,7 @@ typedef struct Options {
   bool external_weights, keep_temps;
   bool time_stages;
   bool grad; /* --grad: the training step's gradients (passes/autodiff.c) */
+  bool eval_mode; /* --eval: a training-mode export as eval() (passes/eval_mode.c) */
   bool optimize; /* --optimizer=NAME: and the updates (passes/optim.c) */
   bool data_parallel; /* --data-parallel: each gradient's allreduce_mean */
   int sync_bn;        /* --sync-bn=K: batchnorm's statistics over K ranks */
@@ -138,6 +139,9 @@ static const char usage[] =
     "  --grad             the gradients of a training step: output 0 must be the loss\n"
     "                     (one value); adds an output NAME.grad per trainable parameter\n"
     "                     and the training-mode state updates (docs/training.md)\n"
+    "  --eval             a model exported in training mode (torch.onnx's TRAINING)\n"
+    "                     as PyTorch's eval(): dropout off, batchnorm by its running\n"
+    "                     statistics (docs/training.md)\n"
     "  --optimizer=NAME   with --grad: the whole step, sgd, adam or adamw with PyTorch's\n"
     "                     defaults, updating every parameter; the learning rate is\n"
     "                     the input dlcc.lr\n"
@@ -448,6 +452,8 @@ static int parse_args(int argc, char **argv, Options *o) {
       o->time_stages = true;
     } else if (strcmp(a, "--grad") == 0) {
       o->grad = true;
+    } else if (strcmp(a, "--eval") == 0) {
+      o->eval_mode = true;
     } else if (strncmp(a, "--optimizer=", 12) == 0) {
       OptimKind kind;
       if (!optim_from_name(a + 12, &kind)) {
@@ -502,6 +508,10 @@ static int parse_args(int argc, char **argv, Options *o) {
   }
   if (!o->input) {
     fputs("dlcc: error: no input file (see dlcc --help)\n", stderr);
+    return 1;
+  }
+  if (o->eval_mode && o->grad) {
+    fputs("dlcc: error: --eval with --grad: a training step runs in training mode\n", stderr);
     return 1;
   }
   if (o->passes.recompute && !o->grad) {
@@ -768,6 +778,7 @@ static int compile(Ctx *c, void *data) {
   }
   if (!g || !ir_verify(g)) return 1;
   t = ctx_stage(c, "verify", t);
+  if (o->eval_mode && (!pass_eval_mode(g) || !ir_verify(g))) return 1;
   /* Before the passes, which may drop params a full state_dict names. */
   if (o->check_weights) return check_weights(c, o, g, &job->onnx_own.values);
   if (o->loss.name) {

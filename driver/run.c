@@ -84,6 +84,8 @@ static const char run_usage[] =
     "  --tf32              f32 convolutions, attention and matrix products on tensor\n"
     "                      cores, as for dlcc\n"
     "  --grad              run the gradients of a training step instead, as for dlcc\n"
+    "  --eval              a model exported in training mode run as PyTorch's eval():\n"
+    "                      dropout off, batchnorm by its running statistics\n"
     "  --recompute[=SCOPE,...]  with --grad: activation checkpointing, as for dlcc\n"
     "\n"
     "int8, as for dlcc (calibration uses the weights the run binds: --weights, an\n"
@@ -212,6 +214,8 @@ static int parse_run_args(int argc, char **argv, RunOptions *o) {
       o->api.tf32 = 1;
     } else if (strcmp(a, "--grad") == 0) {
       o->api.grad = 1;
+    } else if (strcmp(a, "--eval") == 0) {
+      o->api.eval_mode = 1;
     } else if ((v = driver_flag_value(argc, argv, &i, "--model"))) {
       o->api.model = v;
     } else if (driver_model_word(argc, argv, &i, "run", &words)) {

@@ -101,7 +101,7 @@ static const OpEntry onnx_ops[] = {
      "time (one value or one per slice) as elementwise ops"},
     {"Det", ox_op_det, "matrices up to 4x4 (Leibniz's formula)"},
     {"Div", ox_op_binary, NULL},
-    {"Dropout", ox_op_dropout, "inference (or training with ratio 0): the identity, its mask all true"},
+    {"Dropout", ox_op_dropout, "inference: the identity, its mask all true; training_mode with a constant ratio: dlcc's dropout (docs/training.md)"},
     {"DynamicQuantizeLinear", ox_op_dynamic_quantize_linear, "FLOAT to UINT8, its scale and zero point computed at run time"},
     {"Einsum", ox_op_einsum, "one or two operands: diagonals, sums, one batched matmul"},
     {"Elu", ox_op_elu_family, NULL},

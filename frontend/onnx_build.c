@@ -349,6 +349,26 @@ Value *ox_use(Imp *im, Val *v) {
   return v->v = &n->out[0];
 }
 
+/* A state param is frozen (no gradient) and derived (no state_dict key:
+ * api/train.c writes it to the checkpoint under its dlcc. name). */
+Value *ox_state_param(Imp *im, int slot, const char *name) {
+  if (im->rng_state[slot]) return im->rng_state[slot];
+  if (ox_find_entry(im, name)) {
+    ox_bad(im, "the model has a value named '%s', the name of dlcc's dropout state", name);
+    return NULL;
+  }
+  TensorType t = {.dtype = TY_I64, .rank = 0};
+  Val *v = ox_known_new(im, &t);
+  v->name = name;
+  Node *n = ir_source(im->g, OP_PARAM, &t, name, im->loc);
+  ir_set_int(im->g, n, "frozen", 1);
+  ir_set_int(im->g, n, "derived", 1);
+  if (im->n_params == im->cap_params)
+    im->params = grow(im, im->params, &im->cap_params, sizeof *im->params);
+  im->params[im->n_params++] = v;
+  return im->rng_state[slot] = v->v = &n->out[0];
+}
+
 Val *ox_val_of(Imp *im, Value *x) {
   Val *v = new_val(im, &x->type);
   v->v = x;

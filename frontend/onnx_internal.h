@@ -106,6 +106,11 @@ typedef struct Imp {
   int scope;
   Entry **scoped;
   int n_scoped, cap_scoped;
+  /* Dropout in training mode (onnx_ops.c): the training state params it
+   * draws with (dlcc.seed, dlcc.step, dlcc.first_sample), made by the
+   * first, and the count of dropouts so far (each its own stream). */
+  Value *rng_state[3];
+  int n_dropouts;
 } Imp;
 
 typedef struct Emit {
@@ -165,6 +170,11 @@ bool ox_is_empty(const Val *v);
 Val *ox_scalar(Imp *im, double x, DType dt);
 Val *ox_ints_val(Imp *im, int n, const int64_t *x);
 Value *ox_use(Imp *im, Val *v);
+/* The i64 param `name` of the training state (docs/training.md), made on
+ * first use: zero until a step, a checkpoint or dlc_set_weight sets it.
+ * slot numbers it in Imp.rng_state.  NULL after reporting a clash with a
+ * name of the model. */
+Value *ox_state_param(Imp *im, int slot, const char *name);
 /* Whether v is an initializer of the model (a weight by its name). */
 bool ox_is_initializer(Imp *im, const Val *v);
 /* Whether v is a weight: a float initializer, of more than one value or

@@ -238,6 +238,12 @@ typedef struct dlc_options {
    * ranks through the communicator's means (dlc_set_comm).  A step with
    * an optimizer takes the optimizer's. */
   int sync_bn;
+  /* Nonzero, as dlcc run's --eval: a model exported in training mode (an
+   * ONNX file from torch.onnx.TrainingMode.TRAINING, what dlcc train
+   * takes) runs as PyTorch's eval() would: dropout the identity,
+   * batchnorm by its running statistics (docs/training.md).  Not with
+   * grad.  dlc_train's eval models set it. */
+  int eval_mode;
 } dlc_options;
 
 enum { DLC_O0 = -1 };

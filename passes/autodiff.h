@@ -75,4 +75,10 @@ bool pass_train_batchnorm(Graph *g, int sync_bn);
  * that only feed batchnorm's running statistics. */
 bool *pass_trainable_params(Graph *g);
 
+/* Eval mode (eval_mode.c): a training-mode export as PyTorch's eval()
+ * runs it: dropout the identity, a batchnorm with batch_stats that names
+ * its running statistics normalizing by them.  False after reporting a
+ * batchnorm with none to use. */
+bool pass_eval_mode(Graph *g);
+
 #endif

@@ -18,6 +18,7 @@ libdlcc_core_la_SOURCES += \
 	passes/fuse.c \
 	passes/autodiff.c passes/autodiff.h \
 	passes/train_mode.c \
+	passes/eval_mode.c \
 	passes/loss.c passes/loss.h \
 	passes/optim.c passes/optim.h \
 	passes/stages.c passes/stages.h \

@@ -995,6 +995,91 @@ START_TEST(test_batchnorm_training_export) {
 }
 END_TEST
 
+/* A model exported in training mode (torch.onnx's TRAINING), as dlcc
+ * train takes it: Dropout with training_mode true is the dropout op over
+ * the training state params (zero at import), its mask output where a
+ * dropout of ones keeps the element, the mask each element's Philox word
+ * gives (ops.def); pass_eval_mode makes it PyTorch's eval(): no dropout,
+ * the batchnorm by its running statistics. */
+START_TEST(test_training_export_eval_mode) {
+  Model *b = model_new(15);
+  int64_t xd[4] = {2, 2, 1, 2};
+  add_input(b, "x", 4, xd);
+  const float rm[2] = {0.5f, -1}, rv[2] = {2, 3}, ratio = 0.5f;
+  const uint8_t yes = 1;
+  add_bn_initializers(b, rm, rv);
+  add_init_f32(b, "ratio", 0, NULL, 1, &ratio);
+  add_init_raw(b, "train", ONNX__TENSOR_PROTO__DATA_TYPE__BOOL, 0, NULL, &yes, 1);
+  attr_i(add_node(b, "BatchNormalization", "x,bn.weight,bn.bias,bn.running_mean,bn.running_var", "y1,m_out,v_out"),
+         "training_mode", 1);
+  add_node(b, "Dropout", "y1,ratio,train", "y,mask");
+  add_output(b, "y");
+  add_output(b, "mask");
+  Graph *g = must_import(b);
+  ck_assert_int_eq(count_op(g, OP_DROPOUT), 2); /* the values and the mask's ones */
+  for (Node *n = g->first; n; n = n->next)
+    if (n->op == OP_DROPOUT) {
+      ck_assert_int_eq(ir_attr_int(n, "stream"), 0);
+      ck_assert_int_eq(ir_attr_int(n, "batch"), 2);
+      ck_assert_double_eq(ir_attr_float(n, "p"), 0.5);
+    }
+  const char *state[3] = {"dlcc.seed", "dlcc.step", "dlcc.first_sample"};
+  for (int i = 0; i < 3; i++) {
+    const Tensor *t = ir_tensor_map_find(&params, state[i]);
+    ck_assert_msg(t && t->type.dtype == TY_I64 && t->type.rank == 0 && *(int64_t *)t->data == 0, "%s", state[i]);
+  }
+  const float x[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+  Tensor in = {ir_type_make(TY_F32, 4, xd), (void *)x}, out[2];
+  const char *xname = "x";
+  TensorMap inputs = {1, &xname, &in};
+  char err[256];
+  ck_assert_msg(ir_eval(g, &inputs, &params, out, err, sizeof err), "%s", err);
+  /* the batch's statistics: channel 0 holds 1, 2, 5, 6, channel 1 3, 4,
+   * 7, 8 (means 3.5 and 5.5, biased variance 4.25) */
+  int kept = 0;
+  for (int i = 0; i < 8; i++) {
+    int c = (i / 2) % 2;
+    double y1 = (x[i] - (c ? 5.5 : 3.5)) / sqrt(4.25 + 1e-5);
+    bool keep = ir_dropout_bits(0, 0, (uint64_t)i, 0) >= ir_dropout_threshold(0.5);
+    kept += keep;
+    ck_assert_double_eq_tol(ir_tensor_get(&out[0], i), keep ? 2 * y1 : 0, 1e-5);
+    ck_assert_int_eq(((const uint8_t *)out[1].data)[i], keep);
+  }
+  ck_assert_msg(kept > 0 && kept < 8, "the mask keeps %d of 8", kept);
+  for (int i = 0; i < 2; i++) ir_tensor_free(&out[i]);
+  ck_assert_msg(pass_eval_mode(g) && ir_verify(g), "%s", diag_text(&ctx));
+  ck_assert_int_eq(count_op(g, OP_DROPOUT), 0);
+  ck_assert_ptr_null(ir_attr(first_op(g, OP_BATCHNORM), "batch_stats"));
+  ck_assert_msg(ir_eval(g, &inputs, &params, out, err, sizeof err), "%s", err);
+  for (int i = 0; i < 8; i++) {
+    int c = (i / 2) % 2;
+    ck_assert_double_eq_tol(ir_tensor_get(&out[0], i), (x[i] - rm[c]) / sqrt(rv[c] + 1e-5), 1e-5);
+    ck_assert_int_eq(((const uint8_t *)out[1].data)[i], 1);
+  }
+  for (int i = 0; i < 2; i++) ir_tensor_free(&out[i]);
+  /* a ratio that is no probability; a model value of a state param's name */
+  const float bad = 1.5f;
+  teardown(), setup();
+  b = model_new(15);
+  add_input(b, "x", 4, xd);
+  add_init_f32(b, "ratio", 0, NULL, 1, &bad);
+  add_init_raw(b, "train", ONNX__TENSOR_PROTO__DATA_TYPE__BOOL, 0, NULL, &yes, 1);
+  add_node(b, "Dropout", "x,ratio,train", "y");
+  add_output(b, "y");
+  expect_error(import(b), "node 0 'n0' (Dropout): the ratio 1.5 is not a probability (0 to 1)");
+  teardown(), setup();
+  b = model_new(15);
+  add_input(b, "x", 4, xd);
+  add_init_f32(b, "ratio", 0, NULL, 1, &ratio);
+  add_init_raw(b, "train", ONNX__TENSOR_PROTO__DATA_TYPE__BOOL, 0, NULL, &yes, 1);
+  add_init_i64(b, "dlcc.step", 1, (const int64_t[]){3});
+  add_node(b, "Dropout", "x,ratio,train", "y");
+  add_node(b, "Add", "y,y", "z");
+  add_output(b, "z");
+  expect_error(import(b), "the model has a value named 'dlcc.step', the name of dlcc's dropout state");
+}
+END_TEST
+
 /* A batchnorm module called twice (one set of initializers, two
  * BatchNormalization nodes in inference form that training turns to
  * batch statistics) moves its running statistics twice, the second
@@ -1976,6 +2061,7 @@ static Suite *onnx_suite(void) {
   tcase_add_test(tc, test_initializers_stay_params);
   tcase_add_test(tc, test_batchnorm_training_export);
   tcase_add_test(tc, test_batchnorm_twice_and_merged);
+  tcase_add_test(tc, test_training_export_eval_mode);
   tcase_add_test(tc, test_conv_auto_pad_same);
   tcase_add_test(tc, test_slice_negative_step);
   tcase_add_test(tc, test_gelu_opset20);

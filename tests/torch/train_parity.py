@@ -13,7 +13,12 @@ tensor of the state_dict dlcc saves (1e-4 of its largest magnitude):
 weights, biases and batchnorm running statistics under PyTorch's names.
 AdamW's losses are checked too; its weights are not, where a gradient
 that is zero in exact arithmetic (a key bias under softmax) is rounding
-noise that Adam scales up to lr.
+noise that Adam scales up to lr.  And for every model, `--val`'s loss
+(dlcc's eval model of the training-mode export: dropout off, batchnorm
+by its running statistics) against PyTorch's eval() of the weights dlcc
+saved (1e-5 relative).  The "drop" model has dropout: its masks come
+from dlcc's generator, not PyTorch's, so only its validation is
+compared.
 
     train_parity.py --dlcc BUILD/dlcc [--backend ref|emu] [--models cnn,tf,lstm]
 
@@ -152,8 +157,26 @@ class Consts(nn.Module):
         return y[:, s.order]
 
 
+class Drop(nn.Module):
+    """Dropout in a CNN head and after an MLP layer, with batchnorm."""
+
+    def __init__(s):
+        super().__init__()
+        s.c = nn.Conv2d(3, 8, 3, padding=1)
+        s.bn = nn.BatchNorm2d(8)
+        s.fc1 = nn.Linear(8, 16)
+        s.fc2 = nn.Linear(16, 10)
+        s.drop = nn.Dropout(0.25)
+
+    def forward(s, x):
+        x = s.drop(torch.relu(s.bn(s.c(x))).mean((2, 3)))
+        return s.fc2(nn.functional.dropout(torch.relu(s.fc1(x)), 0.5, s.training))
+
+
 MODELS = {"cnn": (CNN, (3, 16, 16)), "tf": (TF, (6, 12)), "lstm": (LSTMNet, (7, 12)), "mobile": (Mobile, (3, 16, 16)),
-          "seq": (Seq, (9,)), "consts": (Consts, (3, 8, 8))}
+          "seq": (Seq, (9,)), "consts": (Consts, (3, 8, 8)),
+          "drop": (Drop, (3, 8, 8))}
+RANDOM = {"drop"}  # dropout: the training steps draw other masks than PyTorch's
 N, B, STEPS = 32, 8, 4
 
 
@@ -198,17 +221,21 @@ def run(dlcc, backend, name, optname, work):
         losses.append(loss.item())
     log, saved = os.path.join(work, "log.jsonl"), os.path.join(work, "w.safetensors")
     r = subprocess.run([dlcc, "train", onnx_path, "--data", data, f"--batch={B}", "--loss=cross_entropy"] + flags +
-                       ["--shuffle=false", "--epochs=1", f"--backend={backend}", "--log", log, "--save", saved],
+                       ["--shuffle=false", "--epochs=1", f"--backend={backend}", "--log", log, "--save", saved,
+                        "--val", data],
                        capture_output=True, text=True)
     if r.returncode:
         return [f"dlcc train failed: {r.stderr.strip()[-600:]}"]
     got = [json.loads(line)["loss"] for line in open(log) if '"step"' in line]
-    bad = []
+    val = [json.loads(line)["val_loss"] for line in open(log) if '"val_loss"' in line]
+    w = load_file(saved)
+    bad = check_eval(cls, w, x, t, val)
+    if name in RANDOM:
+        return bad + [f"loss {v} is not finite" for v in got if not np.isfinite(v)]
     if len(got) != STEPS or any(abs(a - b) > 1e-5 * max(1, abs(a)) for a, b in zip(losses, got)):
         bad.append(f"losses: torch {losses}, dlcc {got}")
     if optname == "adamw":
         return bad
-    w = load_file(saved)
     for k, v in model.state_dict().items():
         if k.endswith("num_batches_tracked"):  # dlcc counts its own steps; the export's trace counted one more
             continue
@@ -218,6 +245,19 @@ def run(dlcc, backend, name, optname, work):
         elif w[k].shape != v.shape or np.abs(w[k] - v).max() > 1e-4 * max(1e-3, np.abs(v).max()):
             bad.append(f"{k}: differs by {np.abs(w[k] - v).max():.3g} (largest {np.abs(v).max():.3g})")
     return bad
+
+
+def check_eval(cls, saved, x, t, val):
+    """dlcc's validation loss after the epoch against PyTorch's eval() of
+    the state_dict dlcc saved, over the same samples."""
+    model = cls()
+    model.load_state_dict({k: torch.from_numpy(np.array(v)) for k, v in saved.items()})
+    model.eval()
+    with torch.no_grad():
+        want = nn.functional.cross_entropy(model(torch.from_numpy(x)), torch.from_numpy(t)).item()
+    if len(val) != 1 or abs(val[0] - want) > 1e-5 * max(1, abs(want)):
+        return [f"validation loss: torch eval() {want}, dlcc {val}"]
+    return []
 
 
 def main():
