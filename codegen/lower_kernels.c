@@ -265,6 +265,7 @@ bool cg_lower_node(CgBuild *b, const Node *n) {
     case OP_AVGPOOL_GRAD:
     case OP_EMBEDDING_GRAD:
     case OP_DROPOUT:
+    case OP_RANDOM_UNIFORM:
     case OP_RESIZE_GRAD:
     case OP_OPTIM_UPDATE: return cg_lower_train(b, n);
     case OP_TP_COPY: /* the identity forward: its gradient is the point */

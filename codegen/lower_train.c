@@ -377,26 +377,45 @@ static const char philox_text[] =
 
 const char *cg_cuda_philox(void) { return philox_text; }
 
+/* The 24 bits element i of a draw of type t takes (ir_dropout_bits):
+ * operands seed, offset [, first] from at, with n's stream and batch. */
+static KExpr *draw_bits(CgBuild *b, Kernel *k, const Node *n, int at, const TensorType *t, KExpr *i) {
+  KExpr *seed = cg_kload(k, buf_of(b, k, n->in[at], "seed"), iv(k, 0));
+  KExpr *bits = cg_kop2(k, OP_DROPOUT, seed, cg_kload(k, buf_of(b, k, n->in[at + 1], "offset"), iv(k, 0)));
+  bits->a[2] = cg_kcast(k, i, TY_I64);
+  if (n->n_in > at + 2) {
+    /* ir_dropout_base, with first read at run time */
+    int64_t per = ir_dropout_base(t, ir_attr_int(n, "batch"), 1);
+    KExpr *first = cg_kload(k, buf_of(b, k, n->in[at + 2], "first"), iv(k, 0));
+    bits->a[2] = cg_kop2(k, OP_ADD, bits->a[2], cg_kop2(k, OP_MUL, first, cg_kimm(k, (double)per, TY_I64)));
+  }
+  bits->i = ir_attr_int(n, "stream");
+  bits->dtype = TY_I64;
+  return bits;
+}
+
 static void lower_dropout(CgBuild *b, const Node *n) {
   const Value *x = n->in[0], *out = &n->out[0];
   double p = ir_attr_float(n, "p");
   Kernel *k = cg_kernel_new(cg_build_ctx(b), n, ir_ops[n->op].name, NULL);
   KExpr *i;
   KBlock *body = each(k, numel(&out->type), &i);
-  KExpr *seed = cg_kload(k, buf_of(b, k, n->in[1], "seed"), iv(k, 0));
-  KExpr *bits = cg_kop2(k, OP_DROPOUT, seed, cg_kload(k, buf_of(b, k, n->in[2], "offset"), iv(k, 0)));
-  bits->a[2] = cg_kcast(k, i, TY_I64);
-  if (n->n_in > 3) {
-    /* ir_dropout_base, with first read at run time */
-    int64_t per = ir_dropout_base(&x->type, ir_attr_int(n, "batch"), 1);
-    KExpr *first = cg_kload(k, buf_of(b, k, n->in[3], "first"), iv(k, 0));
-    bits->a[2] = cg_kop2(k, OP_ADD, bits->a[2], cg_kop2(k, OP_MUL, first, cg_kimm(k, (double)per, TY_I64)));
-  }
-  bits->i = ir_attr_int(n, "stream");
-  bits->dtype = TY_I64;
+  KExpr *bits = draw_bits(b, k, n, 1, &x->type, i);
   KExpr *keep = cg_kcmp(k, KC_GE, bits, cg_kimm(k, ir_dropout_threshold(p), TY_I64));
   KExpr *scaled = cg_kop2(k, OP_MUL, load_f32(b, k, x, "x", i), cg_kimm(k, ir_dropout_scale(p, TY_F32), TY_F32));
   store(b, k, body, out, i, cg_ksel(k, keep, scaled, cg_kimm(k, 0, TY_F32)));
+  cg_launch(b, k);
+}
+
+/* bits / 2^24: exact in f32, as the interpreter's. */
+static void lower_random_uniform(CgBuild *b, const Node *n) {
+  const Value *out = &n->out[0];
+  Kernel *k = cg_kernel_new(cg_build_ctx(b), n, ir_ops[n->op].name, NULL);
+  KExpr *i;
+  KBlock *body = each(k, numel(&out->type), &i);
+  KExpr *u = cg_kop2(k, OP_MUL, cg_kcast(k, draw_bits(b, k, n, 0, &out->type, i), TY_F32),
+                     cg_kimm(k, 1.0 / 16777216.0, TY_F32));
+  store(b, k, body, out, i, u);
   cg_launch(b, k);
 }
 
@@ -688,6 +707,7 @@ bool cg_lower_train(CgBuild *b, const Node *n) {
     case OP_AVGPOOL_GRAD: lower_pool_grad(b, n); return true;
     case OP_EMBEDDING_GRAD: lower_embedding_grad(b, n); return true;
     case OP_DROPOUT: lower_dropout(b, n); return true;
+    case OP_RANDOM_UNIFORM: lower_random_uniform(b, n); return true;
     case OP_RESIZE_GRAD: lower_resize_grad(b, n); return true;
     case OP_OPTIM_UPDATE: lower_optim_update(b, n); return true;
     default: dl_internal(cg_build_ctx(b), "%s is not a training op", ir_ops[n->op].name);

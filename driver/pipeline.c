@@ -566,7 +566,7 @@ static Pipeline *create(const PipeConfig *c, const Pipeline *like, char *err, si
   for (Node *n = p->g->first; n; n = n->next)
     for (int i = 0; i < n->n_in && p->sp.stage[n->id] >= 0; i++)
       if (n->in[i]->def->op == OP_PARAM) p->param_stage[n->in[i]->def->id] = p->sp.stage[n->id];
-  for (Node *n = p->g->first; n; n = n->next) p->dropout |= n->op == OP_DROPOUT && p->sp.stage[n->id] == p->s;
+  for (Node *n = p->g->first; n; n = n->next) p->dropout |= (n->op == OP_DROPOUT || n->op == OP_RANDOM_UNIFORM) && p->sp.stage[n->id] == p->s;
   bool *trains = pass_trainable_params(p->g);
   p->state_names = ARENA_ARRAY(&p->ctx.arena, const char *, p->g->n_nodes + 1);
   p->state_bytes = ARENA_ARRAY(&p->ctx.arena, size_t, p->g->n_nodes + 1);

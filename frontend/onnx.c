@@ -62,6 +62,7 @@ static const OpEntry onnx_ops[] = {
     {"Atan", ox_op_unary, NULL},
     {"Atanh", ox_op_unary, NULL},
     {"AveragePool", ox_op_pool, "1-d and 2-d; pads less than the kernel (past half of it: an explicit pad)"},
+    {"Bernoulli", ox_op_bernoulli, "as RandomNormal"},
     {"BatchNormalization", ox_op_batchnorm, "inference, and training_mode=1: batch statistics, the running ones moved by momentum as outputs 2 and 3"},
     {"BlackmanWindow", ox_op_window, "a constant: size must be known"},
     {"Cast", ox_op_cast,
@@ -188,6 +189,10 @@ static const OpEntry onnx_ops[] = {
     {"QuantizeLinear", ox_op_quantize_linear,
      "to UINT8, INT8, UINT16 or INT16, per tensor, per axis or blocked (saturating, "
      "round half to even); a scale and zero point computed at run time as elementwise ops"},
+    {"RandomNormal", ox_op_random, "dlcc's Philox draw (docs/onnx.md): a new one per training step, the same every run else; seed not used"},
+    {"RandomNormalLike", ox_op_random, "as RandomNormal"},
+    {"RandomUniform", ox_op_random, "as RandomNormal"},
+    {"RandomUniformLike", ox_op_random, "as RandomNormal"},
     {"Range", ox_op_range, "constant inputs"},
     {"Reciprocal", ox_op_unary, NULL},
     {"ReduceL1", ox_op_reduce, NULL},

@@ -106,11 +106,11 @@ typedef struct Imp {
   int scope;
   Entry **scoped;
   int n_scoped, cap_scoped;
-  /* Dropout in training mode (onnx_ops.c): the training state params it
-   * draws with (dlcc.seed, dlcc.step, dlcc.first_sample), made by the
-   * first, and the count of dropouts so far (each its own stream). */
+  /* Random draws (onnx_random.c): the training state params they draw
+   * with (dlcc.seed, dlcc.step, dlcc.first_sample), made by the first,
+   * and the count of draws so far (each its own stream). */
   Value *rng_state[3];
-  int n_dropouts;
+  int n_draws;
 } Imp;
 
 typedef struct Emit {
@@ -263,6 +263,10 @@ OpFn ox_op_mish, ox_op_swish, ox_op_swiglu, ox_op_affine_grid, ox_op_mvn, ox_op_
 OpFn ox_op_einsum;
 /* onnx_select.c: NonZero, Compress, Unique of values known at import. */
 OpFn ox_op_nonzero, ox_op_compress, ox_op_unique, ox_op_nms;
+/* onnx_random.c: the random ops, and Dropout in training mode with a
+ * ratio p (a constant above 0). */
+OpFn ox_op_random, ox_op_bernoulli;
+bool ox_training_dropout(Imp *im, ONode *n, Val *x, double p);
 /* onnx_text.c: TfIdfVectorizer over integer tokens. */
 OpFn ox_op_tfidf;
 /* onnx_signal.c: DFT, STFT, Col2Im, MaxUnpool, MelWeightMatrix. */

@@ -377,48 +377,6 @@ bool ox_op_identity(Imp *im, ONode *n) {
   return (n->out[0] = x);
 }
 
-/* Dropout in training mode: the IR's dropout op, as the language's
- * dropout lowers for training (frontend/layers.c), so that `dlcc train`
- * draws a new mask each step from the state params and an eval model
- * (dlc_options.eval_mode) takes it out.  The mask output is where a
- * dropout of ones with the same stream keeps its element. */
-static bool training_dropout(Imp *im, ONode *n, Val *x, double p) {
-  if (!ox_need_float_in(im, x)) return false;
-  static const char *const names[3] = {"dlcc.seed", "dlcc.step", "dlcc.first_sample"};
-  Val *in[4] = {x};
-  for (int i = 0; i < 3; i++) {
-    Value *s = ox_state_param(im, i, names[i]);
-    if (!s) return false;
-    in[1 + i] = ox_val_of(im, s);
-  }
-  /* The samples x comes from: the first input's axis 0, as the language
-   * counts them (ops.def: where a rank's or micro-batch's masks start). */
-  int64_t batch = 0;
-  for (Node *m = im->g->first; m; m = m->next)
-    if (m->op == OP_INPUT) {
-      if (m->out[0].type.rank > 0 && m->out[0].type.dims[0] > 0 &&
-          ir_type_numel(&x->type) % m->out[0].type.dims[0] == 0)
-        batch = m->out[0].type.dims[0];
-      break;
-    }
-  int stream = im->n_dropouts++;
-  for (int k = 0; k < 2; k++) {
-    if (k == 1 && !(n->n_out > 1 && n->want[1])) break;
-    if (k == 1) in[0] = ox_expand(im, ox_scalar(im, 1, x->type.dtype), x->type.rank, x->type.dims);
-    if (!in[0]) return false;
-    Emit e;
-    Node *d = ox_begin(im, &e, OP_DROPOUT, 4, in);
-    ir_set_float(im->g, d, "p", p);
-    ir_set_int(im->g, d, "stream", stream);
-    if (batch) ir_set_int(im->g, d, "batch", batch);
-    Val *y = ox_emit1(im, &e);
-    if (!y) return false;
-    if (k == 0) n->out[0] = y;
-    else n->out[1] = ox_op2(im, OP_GREATER, y, ox_scalar(im, 0, x->type.dtype));
-  }
-  return n->out[0] && (n->n_out < 2 || !n->want[1] || n->out[1]);
-}
-
 bool ox_op_dropout(Imp *im, ONode *n) {
   double ratio;
   int64_t seed;
@@ -433,7 +391,7 @@ bool ox_op_dropout(Imp *im, ONode *n) {
     if (ox_in_opt(n, 1) && training != 0 && !ox_const_scalar(im, n->in[1], "Dropout's ratio", &ratio)) return false;
     if (training != 0 && !(ratio >= 0 && ratio <= 1))
       return ox_bad(im, "the ratio %g is not a probability (0 to 1)", ratio);
-    if (training != 0 && ratio != 0) return training_dropout(im, n, x, ratio);
+    if (training != 0 && ratio != 0) return ox_training_dropout(im, n, x, ratio);
   }
   /* inference keeps every element: the mask is all true */
   if (n->n_out > 1 && n->want[1]) {

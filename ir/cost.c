@@ -197,6 +197,7 @@ static const OpCost op_cost[] = {
     /* Philox4x32-10 per element (10 rounds of 2 multiplies, 4 xors and
      * the key's 2 adds), the comparison, the select and the scale */
     [OP_DROPOUT] = {RULE_LINEAR, 0, 83},
+    [OP_RANDOM_UNIFORM] = {RULE_LINEAR, 0, 82}, /* dropout's Philox draw and a scale */
     [OP_RESIZE_GRAD] = {RULE_RESIZE_GRAD, 0, 0},
     [OP_OPTIM_UPDATE] = {RULE_OPTIM, 0, 0},
     [OP_ALLREDUCE_MEAN] = {RULE_LINEAR, 0, 0}, /* the communicator's, not the device's */

@@ -210,6 +210,7 @@ static bool eval_node(Eval *e, const Node *n, Tensor *const *in, Tensor *out,
     case OP_XENT_GRAD:
     case OP_XENT_BOTH:
     case OP_DROPOUT:
+    case OP_RANDOM_UNIFORM:
     case OP_RESIZE_GRAD:
     case OP_OPTIM_UPDATE: {
       char msg[256];

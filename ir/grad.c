@@ -1113,6 +1113,7 @@ static const char *lacks_layers(const Node *n) {
 #define GRAD_SCATTER_ND PARTIAL(vjp_scatter, lacks_scatter)
 #define GRAD_TOPK VJP(vjp_topk)
 #define GRAD_IOTA NONE
+#define GRAD_RANDOM_UNIFORM NONE /* a draw: nothing flows back to the seed and counters */
 #define GRAD_NONZERO NONE /* integer coordinates: nothing flows back */
 #define GRAD_SHAPE_OF NONE /* replaced at import */
 #define GRAD_WITH_LENGTH NONE /* replaced at import */

@@ -1668,6 +1668,36 @@ bool shape_dropout(const Node *n, TensorType *out, char *err, size_t errlen) {
   return true;
 }
 
+bool shape_random_uniform(const Node *n, TensorType *out, char *err, size_t errlen) {
+  if (!operands_ok(n, err, errlen)) return false;
+  static const char *const what[] = {"seed", "offset", "first sample"};
+  for (int i = 0; i < n->n_in; i++) {
+    const TensorType *k = &n->in[i]->type;
+    if (k->dtype != TY_I64 || ir_type_numel(k) != 1)
+      return fail(err, errlen, "random_uniform: the %s must be one i64, got %s", what[i], ts(k).s);
+  }
+  int count;
+  const int64_t *shape;
+  if (!attr_ints(n, "shape", -1, &count, &shape, err, errlen)) return false;
+  if (count > DL_MAX_RANK)
+    return fail(err, errlen, "random_uniform: shape %s has rank %d, more than the supported %d",
+                ints_text(shape, count).s, count, (int)DL_MAX_RANK);
+  out[0] = (TensorType){.dtype = TY_F32, .rank = count};
+  for (int i = 0; i < count; i++) {
+    if (shape[i] < 0) return fail(err, errlen, "random_uniform: shape %s has a dim < 0", ints_text(shape, count).s);
+    out[0].dims[i] = shape[i];
+  }
+  if (ir_type_numel(&out[0]) < 0)
+    return fail(err, errlen, "random_uniform: shape %s is larger than %" PRId64 " elements", ints_text(shape, count).s,
+                DL_MAX_ELEMS);
+  const Attr *stream = ir_attr(n, "stream"), *batch = ir_attr(n, "batch");
+  if (!stream || stream->kind != AK_INT || stream->i < 0 || stream->i > UINT32_MAX)
+    return fail(err, errlen, "random_uniform: stream must be from 0 to 2^32 - 1");
+  if (!batch || batch->kind != AK_INT || batch->i < 0)
+    return fail(err, errlen, "random_uniform: batch must be 0 (axis 0) or the samples it is drawn for");
+  return true;
+}
+
 /* optim_update: the param's type, each state's, and f32[] for a state
  * its kind lacks. */
 bool shape_optim_update(const Node *n, TensorType *out, char *err, size_t errlen) {

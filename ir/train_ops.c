@@ -223,6 +223,16 @@ static void eval_dropout(const Node *n, const Tensor *x, const Tensor *seed, con
   }
 }
 
+static void eval_random_uniform(const Node *n, const Tensor *seed, const Tensor *offset, const Tensor *first,
+                                Tensor *out) {
+  uint32_t stream = (uint32_t)ir_attr_int(n, "stream");
+  uint64_t s = (uint64_t)*(const int64_t *)seed->data, off = (uint64_t)*(const int64_t *)offset->data;
+  uint64_t base =
+      first ? (uint64_t)ir_dropout_base(&out->type, ir_attr_int(n, "batch"), *(const int64_t *)first->data) : 0;
+  for (int64_t i = 0, count = ir_type_numel(&out->type); i < count; i++)
+    ir_tensor_set(out, i, ldexp((double)ir_dropout_bits(s, off, base + (uint64_t)i, stream), -24));
+}
+
 /* Along one axis, output d of out reads input lo with weight 1 - f and
  * hi with f (nearest: lo alone), as eval.c's resize. */
 static void resize_taps(bool linear, bool align, int64_t d, int64_t in, int64_t out, int64_t *lo, int64_t *hi,
@@ -321,6 +331,7 @@ bool ir_eval_train_op(const Node *n, Tensor *const *in, Tensor *out, char *err, 
     case OP_XENT_GRAD: return eval_xent(n, in[0], in[1], in[2], NULL, out, err, errlen);
     case OP_XENT_BOTH: return eval_xent(n, in[0], in[1], in[2], &out[0], &out[1], err, errlen);
     case OP_DROPOUT: eval_dropout(n, in[0], in[1], in[2], n->n_in > 3 ? in[3] : NULL, out); return true;
+    case OP_RANDOM_UNIFORM: eval_random_uniform(n, in[0], in[1], n->n_in > 2 ? in[2] : NULL, out); return true;
     case OP_RESIZE_GRAD:
       if (eval_resize_grad(n, in[0], out)) return true;
       snprintf(err, errlen, "out of memory");

@@ -9,7 +9,10 @@
  *     frontend/onnx_ops.c) normalizes by those params instead, as an
  *     inference batchnorm, and the batch's statistics go with dce.
  * A model already in inference form (the language lowered without
- * --grad, an eval-mode export) is left as it is. */
+ * --grad, an eval-mode export) is left as it is.  Other random draws
+ * (ONNX's RandomUniformLike, ...) stay, with a warning: eval() keeps
+ * torch.rand random, and the file does not say which draw a module
+ * skips in eval() (torchvision's StochasticDepth). */
 #include <string.h>
 
 #include "ir/diag.h"
@@ -60,6 +63,10 @@ bool pass_eval_mode(Graph *g) {
     if (n->op == OP_DROPOUT) {
       ir_replace_uses(g, &n->out[0], n->in[0]);
       ir_remove(g, n);
+    } else if (n->op == OP_RANDOM_UNIFORM) {
+      diag_warning(g->ctx, n->loc,
+                   "eval mode: this random draw stays random, as torch.rand does in eval(); a module that skips "
+                   "it in eval() (StochasticDepth) is not told apart in a training-mode export");
     } else if (n->op == OP_BATCHNORM && ir_attr(n, "batch_stats")) {
       Value *mean = running(g, n, "running_mean", n->in[3]);
       Value *var = running(g, n, "running_var", n->in[4]);

@@ -499,6 +499,10 @@ static Graph *build_every_op(Ctx *c, bool *covered) {
   ir_set_float(g, n, "p", 0.25);
   ir_set_int(g, n, "stream", 3);
   add(g, n);
+  n = NODE(g, OP_RANDOM_UNIFORM, rng_seed, rng_step);
+  ir_set_ints(g, n, "shape", INTS(2, 5));
+  ir_set_int(g, n, "stream", 4);
+  add(g, n);
   Value *next_step = &add(g, NODE(g, OP_ADD, rng_step, rng_step))->out[0];
   Value *lr = input(g, "dlcc.lr", scalar(TY_F32));
   Value *avg = param(g, "dlcc.optim.x.exp_avg", TY(TY_F32, 2, 3));

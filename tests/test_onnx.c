@@ -1080,6 +1080,55 @@ START_TEST(test_training_export_eval_mode) {
 }
 END_TEST
 
+/* The random ops draw random_uniform: RandomNormal's draws have its mean
+ * and scale, RandomUniformLike's lie in [low, high) with x's shape and
+ * its own stream, and a model of them evaluates the same twice (the
+ * state params unchanged); pass_eval_mode leaves them, warning. */
+START_TEST(test_random_ops) {
+  Model *b = model_new(15);
+  int64_t xd[2] = {64, 64};
+  add_input(b, "x", 2, xd);
+  Onnx__NodeProto *n = add_node(b, "RandomNormal", "", "z");
+  attr_is(n, "shape", 2, xd);
+  attr_f(n, "mean", 2);
+  attr_f(n, "scale", 3);
+  n = add_node(b, "RandomUniformLike", "x", "u");
+  attr_f(n, "low", -1);
+  attr_f(n, "high", 0.5f);
+  add_node(b, "Add", "z,x", "y");
+  add_output(b, "y");
+  add_output(b, "u");
+  Graph *g = must_import(b);
+  int streams = 0;
+  for (Node *k = g->first; k; k = k->next)
+    if (k->op == OP_RANDOM_UNIFORM) ck_assert_int_eq(ir_attr_int(k, "stream"), streams++);
+  ck_assert_int_eq(streams, 3); /* the normal's two, the uniform's one */
+  float *x = calloc(64 * 64, sizeof *x);
+  ck_assert_ptr_nonnull(x);
+  Tensor in = {ir_type_make(TY_F32, 2, xd), x}, out[2], again[2];
+  const char *xname = "x";
+  TensorMap inputs = {1, &xname, &in};
+  char err[256];
+  ck_assert_msg(ir_eval(g, &inputs, &params, out, err, sizeof err), "%s", err);
+  ck_assert_msg(ir_eval(g, &inputs, &params, again, err, sizeof err), "%s", err);
+  double sum = 0, sq = 0, lo = 1, hi = -1;
+  for (int i = 0; i < 64 * 64; i++) {
+    double z = ir_tensor_get(&out[0], i), u = ir_tensor_get(&out[1], i);
+    sum += z, sq += z * z;
+    lo = fmin(lo, u), hi = fmax(hi, u);
+    ck_assert(z == ir_tensor_get(&again[0], i) && u == ir_tensor_get(&again[1], i));
+  }
+  double mean = sum / 4096, sd = sqrt(sq / 4096 - mean * mean);
+  ck_assert_msg(fabs(mean - 2) < 0.2 && fabs(sd - 3) < 0.2, "mean %g, sd %g", mean, sd);
+  ck_assert_msg(lo >= -1 && lo < -0.99 && hi < 0.5 && hi > 0.49, "uniform in [%g, %g]", lo, hi);
+  for (int i = 0; i < 2; i++) ir_tensor_free(&out[i]), ir_tensor_free(&again[i]);
+  free(x);
+  ck_assert(pass_eval_mode(g));
+  ck_assert_int_eq(count_op(g, OP_RANDOM_UNIFORM), 3);
+  ck_assert_msg(strstr(diag_text(&ctx), "eval mode: this random draw stays random"), "%s", diag_text(&ctx));
+}
+END_TEST
+
 /* A batchnorm module called twice (one set of initializers, two
  * BatchNormalization nodes in inference form that training turns to
  * batch statistics) moves its running statistics twice, the second
@@ -2062,6 +2111,7 @@ static Suite *onnx_suite(void) {
   tcase_add_test(tc, test_batchnorm_training_export);
   tcase_add_test(tc, test_batchnorm_twice_and_merged);
   tcase_add_test(tc, test_training_export_eval_mode);
+  tcase_add_test(tc, test_random_ops);
   tcase_add_test(tc, test_conv_auto_pad_same);
   tcase_add_test(tc, test_slice_negative_step);
   tcase_add_test(tc, test_gelu_opset20);

@@ -202,28 +202,55 @@ static double half_ulp(double y, DType dt) {
 
 /* Cases whose expected outputs come from NumPy's random generator: dlcc
  * draws from its own (Philox, ops.def), so their values cannot agree.
- * What a dropout must give is checked instead (random_ok). */
-static const char *const random_cases[] = {"test_training_dropout", "test_training_dropout_default",
-                                           "test_training_dropout_default_mask", "test_training_dropout_mask"};
+ * What the draw must give is checked instead (random_ok). */
+typedef enum { DRAW_NONE, DRAW_DROPOUT, DRAW_BERNOULLI } DrawKind;
 
-static bool is_random_case(const char *name) {
-  for (size_t i = 0; i < sizeof random_cases / sizeof *random_cases; i++)
-    if (strcmp(name, random_cases[i]) == 0) return true;
+static DrawKind random_case(const char *name) {
+  static const char *const dropouts[] = {"test_training_dropout", "test_training_dropout_default",
+                                         "test_training_dropout_default_mask", "test_training_dropout_mask"};
+  for (size_t i = 0; i < sizeof dropouts / sizeof *dropouts; i++)
+    if (strcmp(name, dropouts[i]) == 0) return DRAW_DROPOUT;
+  return strncmp(name, "test_bernoulli", 14) == 0 ? DRAW_BERNOULLI : DRAW_NONE;
+}
+
+/* The count drawn against its expectation: within five standard
+ * deviations (and one). */
+static bool count_ok(double count, double mean, double var, char *why, size_t len) {
+  if (fabs(count - mean) <= 5 * sqrt(var) + 1) return true;
+  snprintf(why, len, "drew %.0f, expected about %.1f", count, mean);
   return false;
 }
 
 /* A training-mode dropout of x (the case's first input): every element
  * of y 0 or x / (1 - p), the scale the expected y shows; the mask (a
- * second output) true exactly where y keeps x; and the count kept within
- * five standard deviations of n (1 - p). */
-static bool random_ok(const Tensor *x, const Tensor *got, int n_got, const Data *want, char *why, size_t len) {
+ * second output) true exactly where y keeps x; the count kept about n
+ * (1 - p).  Bernoulli of p (the first input): every element 0 or 1, the
+ * count of ones about the sum of p. */
+static bool random_ok(DrawKind kind, const Tensor *x, const Tensor *got, int n_got, const Data *want, char *why,
+                      size_t len) {
   int64_t n = ir_type_numel(&x->type);
+  if (n_got != want->n || !ir_type_eq(&got[0].type, &want->t[0].type)) {
+    snprintf(why, len, "%d outputs of %s, the case expects another", n_got, ir_dtype_name(got[0].type.dtype));
+    return false;
+  }
+  if (kind == DRAW_BERNOULLI) {
+    double ones = 0, mean = 0, var = 0;
+    for (int64_t i = 0; i < n; i++) {
+      double y = ir_tensor_get(&got[0], i), p = ir_tensor_get(x, i);
+      if (y != 0 && y != 1) {
+        snprintf(why, len, "element %" PRId64 " is %g, neither 0 nor 1", i, y);
+        return false;
+      }
+      ones += y, mean += p, var += p * (1 - p);
+    }
+    return count_ok(ones, mean, var, why, len);
+  }
   double scale = 0;
   for (int64_t i = 0; i < n; i++)
     if (ir_tensor_get(&want->t[0], i) != 0 && ir_tensor_get(x, i) != 0)
       scale = ir_tensor_get(&want->t[0], i) / ir_tensor_get(x, i);
-  if (scale < 1 || n_got != want->n || !ir_type_eq(&got[0].type, &want->t[0].type)) {
-    snprintf(why, len, "not a dropout case this check knows (scale %g, %d outputs)", scale, n_got);
+  if (scale < 1) {
+    snprintf(why, len, "the expected output shows no dropout scale");
     return false;
   }
   int64_t kept = 0;
@@ -240,12 +267,8 @@ static bool random_ok(const Tensor *x, const Tensor *got, int n_got, const Data 
     }
     kept += keep;
   }
-  double q = 1 / scale, sd = sqrt((double)n * q * (1 - q));
-  if (fabs((double)kept - (double)n * q) > 5 * sd + 1) {
-    snprintf(why, len, "kept %" PRId64 " of %" PRId64 ", expected about %.0f", kept, n, (double)n * q);
-    return false;
-  }
-  return true;
+  double q = 1 / scale;
+  return count_ok((double)kept, (double)n * q, (double)n * q * (1 - q), why, len);
 }
 
 /* ONNX's tolerance (rtol 1e-3, atol 1e-7), and for f16 and bf16 results
@@ -468,8 +491,9 @@ static void run_test(const char *root, const char *name, Stats *st) {
   }
   bool ok = true;
   double atol = atol_for(name, &want);
-  if (is_random_case(name)) {
-    ok = random_ok(&in.t[0], got, g->n_outputs, &want, why, sizeof why);
+  DrawKind draw = random_case(name);
+  if (draw != DRAW_NONE) {
+    ok = random_ok(draw, &in.t[0], got, g->n_outputs, &want, why, sizeof why);
     if (!ok) printf("FAIL %s: %s\n", name, why);
     for (int i = 0; i < g->n_outputs; i++) ir_tensor_free(&got[i]);
     if (!ok) {
@@ -477,7 +501,7 @@ static void run_test(const char *root, const char *name, Stats *st) {
       goto done;
     }
     st->passed++;
-    if (verbose) printf("PASS %s (random: what a dropout gives, not NumPy's values)\n", name);
+    if (verbose) printf("PASS %s (random: what the draw must give, not NumPy's values)\n", name);
     goto done;
   }
   for (int i = 0; i < g->n_outputs; i++) {

@@ -324,6 +324,43 @@ START_TEST(test_dropout_bits) {
 }
 END_TEST
 
+/* random_uniform is dropout's draw scaled to [0, 1): emu equals ir_eval
+ * to the bit, element i is the 24 bits dropout keeps i by over 2^24,
+ * first shifts the counters by a sample's elements, and the draws look
+ * uniform (mean and variance of 12 * 37 values). */
+START_TEST(test_random_uniform_bits) {
+  static const char text[] =
+      "graph g {\n"
+      "  %s = input {name=\"seed\"} : i64[]\n"
+      "  %o = input {name=\"offset\"} : i64[]\n"
+      "  %f = input {name=\"first\"} : i64[]\n"
+      "  %u = random_uniform %s, %o {shape=[12, 37], stream=9} : f32[12, 37]\n"
+      "  %v = random_uniform %s, %o, %f {shape=[12, 37], stream=9, batch=12} : f32[12, 37]\n"
+      "  return %u as \"u\", %v as \"v\"\n"
+      "}\n";
+  const Fill fills[] = {FILL("seed", 42), FILL("offset", 3), FILL("first", 2), {NULL, NULL, 0}};
+  for (int level = 0; level <= 2; level += 2) {
+    Both b;
+    both_run(&b, text, fills, level, 0);
+    expect_close(&b.got[0], &b.want[0], 0, "random_uniform");
+    expect_close(&b.got[1], &b.want[1], 0, "random_uniform from sample 2");
+    int64_t count = ir_type_numel(&b.got[0].type);
+    double sum = 0, sq = 0;
+    for (int64_t i = 0; i < count; i++) {
+      double u = ir_tensor_get(&b.got[0], i);
+      ck_assert_double_eq(u, ldexp((double)ir_dropout_bits(42, 3, (uint64_t)i, 9), -24));
+      /* sample 2 on starts where sample 0's row 2 does */
+      if (i + 2 * 37 < count) ck_assert_double_eq(ir_tensor_get(&b.got[1], i), ir_tensor_get(&b.got[0], i + 2 * 37));
+      ck_assert(u >= 0 && u < 1);
+      sum += u, sq += u * u;
+    }
+    double mean = sum / (double)count, var = sq / (double)count - mean * mean;
+    ck_assert_msg(fabs(mean - 0.5) < 0.05 && fabs(var - 1.0 / 12) < 0.02, "mean %g, variance %g", mean, var);
+    both_free(&b);
+  }
+}
+END_TEST
+
 /* ---- models: the step's gradients on emu against ref ---- */
 
 static const char *step_precision; /* compile_on's for emu; NULL: f32 */
@@ -1001,6 +1038,7 @@ static Suite *train_suite(void) {
   tcase_add_test(ops, test_embedding_grad);
   tcase_add_test(ops, test_embedding_grad_bad_id);
   tcase_add_test(ops, test_dropout_bits);
+  tcase_add_test(ops, test_random_uniform_bits);
   suite_add_tcase(s, ops);
   TCase *models = tcase_create("models");
   tcase_set_timeout(models, 300);

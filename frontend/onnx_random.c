@@ -1,0 +1,149 @@
+/* ONNX's random ops and Dropout in training mode, drawn the way the
+ * language's dropout draws (docs/training.md): Philox4x32-10 under the
+ * i64 params dlcc.seed, dlcc.step and dlcc.first_sample, each draw a
+ * stream of its own in graph order.  So a training step (`dlcc train`
+ * on a training-mode export) draws anew each step, the ranks of a
+ * data-parallel job draw what one process would, and ref, emu and cuda
+ * draw the same bits.  Every other run draws with the params as they
+ * are: the same numbers each run until something sets them.  The ops'
+ * `seed` attribute is not used.
+ *   - Dropout: the IR's dropout op; its mask where a dropout of ones
+ *     keeps its element.
+ *   - RandomUniform(Like): low + (high - low) u, u random_uniform's
+ *     [0, 1) in steps of 2^-24.
+ *   - RandomNormal(Like): mean + scale z, z = sqrt(-2 ln(1 - u1))
+ *     cos(2 pi u2) (Box and Muller) from two draws.
+ *   - Bernoulli: u < p, as the dtype asked. */
+#include "config.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "frontend/onnx_internal.h"
+
+/* The operands and attributes of a draw of type t: the state params and
+ * where its samples lie (the first input's axis 0, as the language's
+ * dropout counts them: ops.def). */
+static bool draw_state(Imp *im, const TensorType *t, Val *in[3], int64_t *batch) {
+  static const char *const names[3] = {"dlcc.seed", "dlcc.step", "dlcc.first_sample"};
+  for (int i = 0; i < 3; i++) {
+    Value *s = ox_state_param(im, i, names[i]);
+    if (!s) return false;
+    in[i] = ox_val_of(im, s);
+  }
+  *batch = 0;
+  for (Node *m = im->g->first; m; m = m->next)
+    if (m->op == OP_INPUT) {
+      if (m->out[0].type.rank > 0 && m->out[0].type.dims[0] > 0 && ir_type_numel(t) % m->out[0].type.dims[0] == 0)
+        *batch = m->out[0].type.dims[0];
+      break;
+    }
+  return true;
+}
+
+/* u in [0, 1) of shape t's (f32). */
+static Val *uniform(Imp *im, const TensorType *t) {
+  Val *in[3];
+  int64_t batch;
+  if (!draw_state(im, t, in, &batch)) return NULL;
+  Emit e;
+  Node *d = ox_begin(im, &e, OP_RANDOM_UNIFORM, 3, in);
+  ir_set_ints(im->g, d, "shape", t->rank, t->dims);
+  ir_set_int(im->g, d, "stream", im->n_draws++);
+  if (batch) ir_set_int(im->g, d, "batch", batch);
+  return ox_emit1(im, &e);
+}
+
+bool ox_training_dropout(Imp *im, ONode *n, Val *x, double p) {
+  if (!ox_need_float_in(im, x)) return false;
+  Val *in[4] = {x};
+  int64_t batch;
+  if (!draw_state(im, &x->type, in + 1, &batch)) return false;
+  int stream = im->n_draws++;
+  for (int k = 0; k < 2; k++) {
+    if (k == 1 && !(n->n_out > 1 && n->want[1])) break;
+    if (k == 1 && !(in[0] = ox_expand(im, ox_scalar(im, 1, x->type.dtype), x->type.rank, x->type.dims)))
+      return false;
+    Emit e;
+    Node *d = ox_begin(im, &e, OP_DROPOUT, 4, in);
+    ir_set_float(im->g, d, "p", p);
+    ir_set_int(im->g, d, "stream", stream);
+    if (batch) ir_set_int(im->g, d, "batch", batch);
+    Val *y = ox_emit1(im, &e);
+    if (!y) return false;
+    if (k == 0) n->out[0] = y;
+    else if (!(n->out[1] = ox_op2(im, OP_GREATER, y, ox_scalar(im, 0, x->type.dtype)))) return false;
+  }
+  return n->out[0] != NULL;
+}
+
+/* The result's type: the `shape` attribute's, or the Like input's, and
+ * `dtype` (its default the Like input's, else FLOAT), a float type. */
+static bool draw_type(Imp *im, ONode *n, bool like, TensorType *t) {
+  int64_t code;
+  DType dt = TY_F32;
+  if (like) {
+    Val *x = ox_in_req(im, n, 0);
+    if (!x) return false;
+    *t = x->type;
+    dt = x->type.dtype;
+  } else {
+    int rank;
+    const int64_t *dims;
+    if (!ox_attr_ints(im, "shape", &rank, &dims)) return false;
+    if (rank > DL_MAX_RANK) return ox_bad(im, "shape has rank %d (at most %d)", rank, (int)DL_MAX_RANK);
+    for (int i = 0; i < rank; i++)
+      if (dims[i] < 0) return ox_bad(im, "shape has a dim of %lld", (long long)dims[i]);
+    *t = ir_type_make(TY_F32, rank, dims);
+    if (ir_type_numel(t) < 0) return ox_bad(im, "shape is larger than %lld elements", (long long)DL_MAX_ELEMS);
+  }
+  if (!ox_attr_int(im, "dtype", -1, &code)) return false;
+  if (code >= 0 && !ox_dtype_from_onnx((int32_t)code, &dt))
+    return ox_bad(im, "dtype %s is not supported (%s)", ox_onnx_type_name((int32_t)code), ox_dtypes_we_have);
+  if (!ir_dtype_is_float(dt)) return ox_bad(im, "dtype %s is not a float type", ir_dtype_name(dt));
+  t->dtype = dt;
+  return true;
+}
+
+/* low + (high - low) u, or mean + scale z, in f32 (f64 for f64: the
+ * draw's 24 bits widened), then t's dtype. */
+bool ox_op_random(Imp *im, ONode *n) {
+  bool like = strstr(im->np->op_type, "Like") != NULL, normal = strstr(im->np->op_type, "Normal") != NULL;
+  TensorType t;
+  double a, b;
+  double seed;
+  if (!draw_type(im, n, like, &t) || !ox_attr_float(im, "seed", 0, &seed) ||
+      !ox_attr_float(im, normal ? "mean" : "low", 0, &a) || !ox_attr_float(im, normal ? "scale" : "high", 1, &b))
+    return false;
+  DType work = t.dtype == TY_F64 ? TY_F64 : TY_F32;
+  Val *u = uniform(im, &t);
+  if (!u) return false;
+  u = ox_cast(im, u, work);
+  Val *y;
+  if (normal) {
+    Val *u2 = uniform(im, &t);
+    if (!u2) return false;
+    Val *r = ox_op1(im, OP_SQRT, ox_op2s(im, OP_MUL, ox_op1(im, OP_LOG, ox_op2(im, OP_SUB, ox_scalar(im, 1, work), u)), -2));
+    Val *c = ox_op1(im, OP_COS, ox_op2s(im, OP_MUL, ox_cast(im, u2, work), 2 * M_PI));
+    y = ox_op2s(im, OP_ADD, ox_op2s(im, OP_MUL, ox_op2(im, OP_MUL, r, c), b), a);
+  } else {
+    y = ox_op2s(im, OP_ADD, ox_op2s(im, OP_MUL, u, b - a), a);
+  }
+  return (n->out[0] = ox_cast(im, y, t.dtype)) != NULL;
+}
+
+/* u < p: 1 with probability p, in dtype (default p's). */
+bool ox_op_bernoulli(Imp *im, ONode *n) {
+  Val *p = ox_in_req(im, n, 0);
+  int64_t code;
+  double seed;
+  if (!p || !ox_need_float_in(im, p) || !ox_attr_int(im, "dtype", -1, &code) || !ox_attr_float(im, "seed", 0, &seed))
+    return false;
+  DType dt = p->type.dtype;
+  if (code >= 0 && !ox_dtype_from_onnx((int32_t)code, &dt))
+    return ox_bad(im, "dtype %s is not supported (%s)", ox_onnx_type_name((int32_t)code), ox_dtypes_we_have);
+  DType work = p->type.dtype == TY_F64 ? TY_F64 : TY_F32;
+  Val *u = uniform(im, &p->type);
+  if (!u) return false;
+  return (n->out[0] = ox_cast(im, ox_op2(im, OP_LESS, ox_cast(im, u, work), ox_cast(im, p, work)), dt)) != NULL;
+}
