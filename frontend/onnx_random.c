@@ -105,6 +105,13 @@ static bool draw_type(Imp *im, ONode *n, bool like, TensorType *t) {
   return true;
 }
 
+/* a + b x, without the identities (so that the default RandomUniform
+ * is the draw itself, which pass_eval_mode's patterns read). */
+static Val *affine(Imp *im, Val *x, double b, double a) {
+  if (b != 1) x = ox_op2s(im, OP_MUL, x, b);
+  return a != 0 ? ox_op2s(im, OP_ADD, x, a) : x;
+}
+
 /* low + (high - low) u, or mean + scale z, in f32 (f64 for f64: the
  * draw's 24 bits widened), then t's dtype. */
 bool ox_op_random(Imp *im, ONode *n) {
@@ -125,9 +132,9 @@ bool ox_op_random(Imp *im, ONode *n) {
     if (!u2) return false;
     Val *r = ox_op1(im, OP_SQRT, ox_op2s(im, OP_MUL, ox_op1(im, OP_LOG, ox_op2(im, OP_SUB, ox_scalar(im, 1, work), u)), -2));
     Val *c = ox_op1(im, OP_COS, ox_op2s(im, OP_MUL, ox_cast(im, u2, work), 2 * M_PI));
-    y = ox_op2s(im, OP_ADD, ox_op2s(im, OP_MUL, ox_op2(im, OP_MUL, r, c), b), a);
+    y = affine(im, ox_op2(im, OP_MUL, r, c), b, a);
   } else {
-    y = ox_op2s(im, OP_ADD, ox_op2s(im, OP_MUL, u, b - a), a);
+    y = affine(im, u, b - a, a);
   }
   return (n->out[0] = ox_cast(im, y, t.dtype)) != NULL;
 }

@@ -8,11 +8,15 @@
  *     (running_mean, running_var: the params a training step moves,
  *     frontend/onnx_ops.c) normalizes by those params instead, as an
  *     inference batchnorm, and the batch's statistics go with dce.
+ *   - an inverted-dropout mask drawn by hand, cast(u < c) / c with u a
+ *     random_uniform and c one constant (torchvision's StochasticDepth
+ *     and timm's DropPath: `bernoulli_(c).div_(c)`, exported as
+ *     RandomUniformLike, Less, Cast and Div), is its expectation, 1, as
+ *     those modules skip it in eval().
  * A model already in inference form (the language lowered without
  * --grad, an eval-mode export) is left as it is.  Other random draws
- * (ONNX's RandomUniformLike, ...) stay, with a warning: eval() keeps
- * torch.rand random, and the file does not say which draw a module
- * skips in eval() (torchvision's StochasticDepth). */
+ * stay, with a warning: eval() keeps torch.rand random, and the file
+ * does not say which other draw a module skips in eval(). */
 #include <string.h>
 
 #include "ir/diag.h"
@@ -56,6 +60,46 @@ static Value *running(Graph *g, Node *bn, const char *which, const Value *now) {
   return p;
 }
 
+/* The only reader of v, or NULL (none, several, or a graph output). */
+static Node *sole_reader(Graph *g, const Value *v) {
+  for (int i = 0; i < g->n_outputs; i++)
+    if (g->outputs[i] == v) return NULL;
+  Node *found = NULL;
+  for (Node *n = g->first; n; n = n->next)
+    for (int i = 0; i < n->n_in; i++)
+      if (n->in[i] == v) {
+        if (found) return NULL;
+        found = n;
+      }
+  return found;
+}
+
+static bool is_const(const Value *v, double *value) {
+  if (v->def->op != OP_CONST) return false;
+  *value = ir_attr_float(v->def, "value");
+  return true;
+}
+
+/* u's inverted-dropout mask, cast(u < c) / c, replaced by ones: whether
+ * u's one reader chain was that. */
+static bool mask_to_expectation(Graph *g, Node *u) {
+  Node *less = sole_reader(g, &u->out[0]);
+  double c, d;
+  if (!less || less->op != OP_LESS || less->in[0] != &u->out[0] || !is_const(less->in[1], &c) || !(c > 0)) return false;
+  Node *cast = sole_reader(g, &less->out[0]);
+  if (!cast || cast->op != OP_CAST) return false;
+  Node *div = sole_reader(g, &cast->out[0]);
+  if (!div || div->op != OP_DIV || div->in[0] != &cast->out[0] || !is_const(div->in[1], &d) ||
+      (float)c != (float)d)
+    return false;
+  Node *one = ir_node_new(g, OP_CONST, 0, NULL, div->loc);
+  ir_set_float(g, one, "value", 1);
+  ir_declare(one, &div->out[0].type);
+  ir_insert_before(g, div, one);
+  ir_replace_uses(g, &div->out[0], &one->out[0]);
+  return true;
+}
+
 bool pass_eval_mode(Graph *g) {
   bool ok = true;
   for (Node *n = g->first, *next; n; n = next) {
@@ -63,7 +107,7 @@ bool pass_eval_mode(Graph *g) {
     if (n->op == OP_DROPOUT) {
       ir_replace_uses(g, &n->out[0], n->in[0]);
       ir_remove(g, n);
-    } else if (n->op == OP_RANDOM_UNIFORM) {
+    } else if (n->op == OP_RANDOM_UNIFORM && !mask_to_expectation(g, n)) {
       diag_warning(g->ctx, n->loc,
                    "eval mode: this random draw stays random, as torch.rand does in eval(); a module that skips "
                    "it in eval() (StochasticDepth) is not told apart in a training-mode export");

@@ -1129,6 +1129,48 @@ START_TEST(test_random_ops) {
 }
 END_TEST
 
+/* torchvision's StochasticDepth as its training-mode export: x *
+ * cast(RandomUniformLike(noise) < 0.8) / 0.8.  Trained, some samples
+ * lose x and the rest scale it by 1.25; pass_eval_mode makes the mask
+ * its expectation, 1, so the result is x, without a warning. */
+START_TEST(test_stochastic_depth_eval) {
+  Model *b = model_new(15);
+  int64_t xd[2] = {64, 3}, nd[2] = {64, 1};
+  add_input(b, "x", 2, xd);
+  const float survive = 0.8f;
+  float zeros[64] = {0};
+  add_init_f32(b, "noise_shape", 2, nd, 64, zeros);
+  add_init_f32(b, "p", 0, NULL, 1, &survive);
+  add_node(b, "RandomUniformLike", "noise_shape", "u");
+  add_node(b, "Less", "u,p", "keep");
+  attr_i(add_node(b, "Cast", "keep", "mask"), "to", ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT);
+  add_node(b, "Div", "mask,p", "scaled");
+  add_node(b, "Mul", "x,scaled", "y");
+  add_output(b, "y");
+  for (int eval = 0; eval < 2; eval++) {
+    Graph *g = must_import(b);
+    if (eval) ck_assert_msg(pass_eval_mode(g) && ir_verify(g), "%s", diag_text(&ctx));
+    float x[64 * 3];
+    for (int i = 0; i < 64 * 3; i++) x[i] = 1 + (float)i;
+    Tensor in = {ir_type_make(TY_F32, 2, xd), x}, out;
+    const char *xname = "x";
+    TensorMap inputs = {1, &xname, &in};
+    char err[256];
+    ck_assert_msg(ir_eval(g, &inputs, &params, &out, err, sizeof err), "%s", err);
+    int dropped = 0;
+    for (int i = 0; i < 64 * 3; i++) {
+      double y = ir_tensor_get(&out, i);
+      if (eval) ck_assert_double_eq(y, x[i]);
+      else ck_assert_msg(y == 0 || fabs(y - x[i] * 1.25) < 1e-4 * x[i], "y %g for x %g", y, x[i]);
+      dropped += y == 0;
+    }
+    if (!eval) ck_assert_msg(dropped > 0 && dropped % 3 == 0 && dropped < 64 * 3 / 2, "dropped %d", dropped);
+    ir_tensor_free(&out);
+  }
+  ck_assert_msg(!strstr(diag_text(&ctx), "stays random"), "%s", diag_text(&ctx));
+}
+END_TEST
+
 /* A batchnorm module called twice (one set of initializers, two
  * BatchNormalization nodes in inference form that training turns to
  * batch statistics) moves its running statistics twice, the second
@@ -2112,6 +2154,7 @@ static Suite *onnx_suite(void) {
   tcase_add_test(tc, test_batchnorm_twice_and_merged);
   tcase_add_test(tc, test_training_export_eval_mode);
   tcase_add_test(tc, test_random_ops);
+  tcase_add_test(tc, test_stochastic_depth_eval);
   tcase_add_test(tc, test_conv_auto_pad_same);
   tcase_add_test(tc, test_slice_negative_step);
   tcase_add_test(tc, test_gelu_opset20);

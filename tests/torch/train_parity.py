@@ -158,7 +158,9 @@ class Consts(nn.Module):
 
 
 class Drop(nn.Module):
-    """Dropout in a CNN head and after an MLP layer, with batchnorm."""
+    """Dropout in a CNN head and after an MLP layer, with batchnorm, and a
+    residual branch dropped per sample as torchvision's StochasticDepth
+    and timm's DropPath do (bernoulli_ and div_: skipped in eval())."""
 
     def __init__(s):
         super().__init__()
@@ -170,7 +172,10 @@ class Drop(nn.Module):
 
     def forward(s, x):
         x = s.drop(torch.relu(s.bn(s.c(x))).mean((2, 3)))
-        return s.fc2(nn.functional.dropout(torch.relu(s.fc1(x)), 0.5, s.training))
+        h = torch.relu(s.fc1(x))
+        if s.training:
+            h = h * torch.empty(h.shape[0], 1, dtype=h.dtype).bernoulli_(0.8).div_(0.8)
+        return s.fc2(nn.functional.dropout(h, 0.5, s.training) + h)
 
 
 MODELS = {"cnn": (CNN, (3, 16, 16)), "tf": (TF, (6, 12)), "lstm": (LSTMNet, (7, 12)), "mobile": (Mobile, (3, 16, 16)),
