@@ -150,7 +150,7 @@ static const OpEntry onnx_ops[] = {
      "linear, gated, delta and gated_delta; GQA; unrolled over time (at most 1,024 steps)"},
     {"Log", ox_op_unary, NULL},
     {"LogSoftmax", ox_op_softmax, NULL},
-    {"Loop", ox_op_loop, "unrolled (up to 1024 steps): trip count and condition known at import"},
+    {"Loop", ox_op_loop, "unrolled (up to 1024 steps); an end decided at run time: to the trip count or its bound, the steps past the end skipped"},
     {"LRN", ox_op_lrn, "as x^2, an avgpool2d over channels, pow and div"},
     {"LpNormalization", ox_op_lp_norm, "p 1 or 2"},
     {"LpPool", ox_op_pool, "as an avgpool of |x|^p times the window size, to the 1/p"},

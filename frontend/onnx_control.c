@@ -3,9 +3,9 @@
  * at import imports the branch taken; otherwise both branches are
  * imported and each output is a `where` of the condition (both are
  * computed every run); when one branch cannot be imported, the other
- * alone, each output through a `check` that the run chose it.  Loop and Scan are unrolled when the number of
- * steps is known at import.  A branch or loop decided on the device at
- * run time needs plan-level control flow, which dlcc does not have yet. */
+ * alone, each output through a `check` that the run chose it.  Loop and
+ * Scan are unrolled: Loop to its bound when its end is decided at run
+ * time, the steps past the end skipped by the plan (ox_op_loop). */
 #include "config.h"
 
 #include <inttypes.h>
@@ -273,7 +273,22 @@ static Val *empty_scan(Imp *im, const Onnx__ValueInfoProto *vi) {
   return ox_known_new(im, &t);
 }
 
-/* Loop: unrolled while the trip count and the condition are known. */
+/* Zeros of v's type, for a step that does not run. */
+static Val *zeros_like(Imp *im, const Val *v) {
+  return ox_expand(im, ox_scalar(im, 0, v->type.dtype), v->type.rank, v->type.dims);
+}
+
+/* Loop, unrolled.  While whether a step runs is known at import (a trip
+ * count and conditions that fold), each step is a copy of the body.
+ * Once it is decided at run time (a condition the body computes, a
+ * trip count of run-time value), the loop is unrolled to its bound
+ * (the trip count, or the bound a count of run-time length carries),
+ * each further step guarded by `active`, one bool: the steps before ran
+ * and this one may.  A plan skips a step that does not run (its nodes
+ * carry the guard, ir/guard.c), each loop-carried value is a `where` of
+ * active between the step's and the one before, and a scan output
+ * stacks every step, zeros where one did not run, its length the steps
+ * that ran (ox_with_length: a value of run-time length). */
 bool ox_op_loop(Imp *im, ONode *n) {
   const Onnx__GraphProto *body = graph_attr(im, "body");
   if (!body) return false;
@@ -286,37 +301,105 @@ bool ox_op_loop(Imp *im, ONode *n) {
   Val *vm = ox_in_opt(n, 0), *vc = ox_in_opt(n, 1);
   if ((vm && vm->kind != VK_TENSOR) || (vc && vc->kind != VK_TENSOR))
     return ox_bad(im, "the trip count and the condition must be tensors");
-  if (vm && !known_scalar(vm, &trips))
-    return ox_bad(im, "a trip count computed at run time is not supported (the loop is unrolled at import)");
-  if (vc && !known_scalar(vc, &c))
-    return ox_bad(im, "a condition computed at run time is not supported (the loop is unrolled at import)");
   if (!vm && !vc) return ox_bad(im, "a loop with neither a trip count nor a condition never ends");
+  if ((vm && ir_type_numel(&vm->type) != 1) || (vc && ir_type_numel(&vc->type) != 1))
+    return ox_bad(im, "the trip count and the condition must hold one value each");
+  /* A trip count of run-time value: its bound, when it has one. */
+  Val *run_m = NULL;
+  if (vm && !known_scalar(vm, &trips)) {
+    if (!vm->upper || ir_dtype_is_float(vm->type.dtype))
+      return ox_bad(im, "a trip count computed at run time is not supported (the loop is unrolled at import) "
+                        "unless it has a bound at import, as the count of a value of run-time length has");
+    run_m = ox_reshape(im, ox_cast(im, vm, TY_I64), 0, NULL);
+    trips = (double)ir_tensor_get_int(vm->upper, 0);
+  }
+  /* active: known (c) until the loop's course is decided at run time */
+  Val *active = NULL;
+  if (vc && !known_scalar(vc, &c)) active = ox_reshape(im, ox_cast(im, vc, TY_BOOL), 0, NULL);
   Arena *a = &im->c->arena;
   Val **state = ARENA_ARRAY(a, Val *, n_carried + 2), **outs = ARENA_ARRAY(a, Val *, body->n_output + 1);
   Val ***scans = ARENA_ARRAY(a, Val **, n_scan + 1);
+  Val **ran = ARENA_ARRAY(a, Val *, MAX_UNROLL + 1); /* a guarded step's active; NULL: it ran */
   for (int i = 0; i < n_carried; i++)
     if (!(state[2 + i] = ox_in_req(im, n, 2 + i))) return false;
   for (int k = 0; k < n_scan; k++) scans[k] = ARENA_ARRAY(a, Val *, MAX_UNROLL + 1);
+  const Guard *outer = im->guard;
+  bool guarded = false;
   int64_t step = 0;
-  for (; step < trips && c != 0; step++) {
+  for (; step < trips && (active || c != 0); step++) {
+    Val *on = active;
+    if (run_m) on = ox_op2(im, OP_LOGICAL_AND, on ? on : ox_scalar(im, 1, TY_BOOL),
+                           ox_op2(im, OP_LESS, ox_scalar(im, (double)step, TY_I64), run_m));
+    if (on && !guarded && !vm)
+      return ox_bad(im, "the loop's end is decided at run time and it has no trip count: dlcc unrolls such a loop "
+                        "to its trip count (at most %d steps), each step skipped at run time once the loop has ended",
+                    (int)MAX_UNROLL);
+    if (on && !guarded && trips > MAX_UNROLL)
+      return ox_bad(im,
+                    "the loop's end is decided at run time and its trip count (%" PRId64 ") is more than the %d "
+                    "steps dlcc unrolls (each step is skipped at run time once the loop has ended)",
+                    run_m ? (int64_t)trips : ir_tensor_get_int(vm->k ? vm->k : vm->hint, 0), (int)MAX_UNROLL);
     if (step == MAX_UNROLL)
       return ox_bad(im, "the loop runs more than %d steps, more than dlcc unrolls", (int)MAX_UNROLL);
+    if (on && !(on = ox_reshape(im, on, 0, NULL))) return false;
+    guarded |= on != NULL;
+    ran[step] = on;
     state[0] = ox_scalar(im, (double)step, TY_I64);
     state[1] = ox_scalar(im, 1, TY_BOOL);
-    if (!ox_import_subgraph(im, body, "the body", 2 + n_carried, state, outs)) return false;
-    if (!known_scalar(outs[0], &c))
-      return ox_bad(im, "the body computes its condition at run time: not supported (the loop is unrolled at "
-                        "import; a loop in the plan is future work)");
-    for (int i = 0; i < n_carried; i++) state[2 + i] = outs[1 + i];
-    for (int k = 0; k < n_scan; k++) {
-      if (outs[1 + n_carried + k]->kind != VK_TENSOR)
-        return ox_bad(im, "scan output %d is %s: only tensors are stacked", k + 1, ox_kind_name(outs[1 + n_carried + k]));
-      scans[k][step] = outs[1 + n_carried + k];
+    if (on) im->guard = ir_guard_new(im->g, ox_use(im, on), true, outer);
+    bool ok = ox_import_subgraph(im, body, "the body", 2 + n_carried, state, outs);
+    im->guard = outer;
+    if (!ok) return false;
+    if (outs[0]->kind != VK_TENSOR || ir_type_numel(&outs[0]->type) != 1)
+      return ox_bad(im, "the body's condition must be one value");
+    for (int i = 0; i < n_carried; i++) {
+      Val *next = outs[1 + i], *was = state[2 + i];
+      if (!on) {
+        state[2 + i] = next;
+        continue;
+      }
+      if (next->kind != VK_TENSOR || was->kind != VK_TENSOR) {
+        state[2 + i] = select_container(im, on, i, next, was);
+      } else if (!ir_type_eq(&next->type, &was->type)) {
+        char t1[IR_TYPE_STR_MAX], t2[IR_TYPE_STR_MAX];
+        return ox_bad(im,
+                      "loop-carried value %d is %s before step %" PRId64 " and %s after it: a loop whose end is "
+                      "decided at run time keeps one type",
+                      i + 1, ir_type_str(&was->type, t1, sizeof t1), step, ir_type_str(&next->type, t2, sizeof t2));
+      } else {
+        state[2 + i] = ox_where(im, on, next, was);
+      }
+      if (!state[2 + i]) return false;
     }
+    for (int k = 0; k < n_scan; k++) {
+      Val *y = outs[1 + n_carried + k];
+      if (y->kind != VK_TENSOR) return ox_bad(im, "scan output %d is %s: only tensors are stacked", k + 1, ox_kind_name(y));
+      if (on && !(y = ox_where(im, on, y, zeros_like(im, y)))) return false;
+      scans[k][step] = y;
+    }
+    /* the next step's: this one ran and its body says go on */
+    Val *go = ox_reshape(im, ox_cast(im, outs[0], TY_BOOL), 0, NULL);
+    if (!go) return false;
+    if (on) active = ox_where(im, on, go, ox_scalar(im, 0, TY_BOOL));
+    else active = known_scalar(go, &c) ? NULL : go;
   }
   for (int i = 0; i < n_carried; i++) n->out[i] = state[2 + i];
+  /* the steps that ran: those before the first guarded one, and the
+   * guarded ones whose active held */
+  Val *count = NULL;
+  int64_t fixed = 0;
+  for (int64_t s = 0; guarded && s < step; s++) {
+    if (!ran[s]) {
+      fixed++;
+      continue;
+    }
+    Val *one = ox_cast(im, ran[s], TY_I64);
+    count = count ? ox_op2(im, OP_ADD, count, one) : one;
+  }
+  if (count && fixed) count = ox_op2s(im, OP_ADD, count, (double)fixed);
   for (int k = 0; k < n_scan; k++) {
     Val *y = step ? stack(im, (int)step, scans[k], 0) : empty_scan(im, body->output[1 + n_carried + k]);
+    if (y && count) y = ox_with_length(im, y, 0, count, 0);
     if (!(n->out[n_carried + k] = y)) return false;
   }
   return true;

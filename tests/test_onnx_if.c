@@ -1,4 +1,4 @@
-/* ONNX If decided at run time (frontend/onnx_control.c): takes models
+/* ONNX If and Loop decided at run time (frontend/onnx_control.c): takes models
  * built here with protobuf-c, checks the reference interpreter and the
  * generated kernels on emu against each other and against numbers worked
  * out here.  A branch that cannot be imported at the model's shapes
@@ -328,6 +328,160 @@ START_TEST(test_untaken_branch_does_not_run) {
 }
 END_TEST
 
+/* ---- Loop whose end is decided at run time ---- */
+
+/* A loop of at most 6 steps over v (f32[3], from x): each step doubles
+ * v and keeps it and the step's number as scan outputs; the body goes on
+ * while sum(v) < limit, and the loop starts when go.  With count, the
+ * trip count is instead the number of positive elements of m (f32[6]), a
+ * count of run-time length whose bound is 6, and the body always goes
+ * on. */
+static Model *while_model(bool count) {
+  Model *b = model_new(17);
+  add_input(b, "x", 1, (const int64_t[]){3});
+  Model *body = model_new(17);
+  body->ins[body->g.n_input++] = value_info("i", ONNX__TENSOR_PROTO__DATA_TYPE__INT64, 0, NULL, NULL);
+  body->ins[body->g.n_input++] = value_info("cond", ONNX__TENSOR_PROTO__DATA_TYPE__BOOL, 0, NULL, NULL);
+  add_input(body, "v", 1, (const int64_t[]){3});
+  add_node(body, "Add", "v,v", "v_out");
+  add_node(body, "Identity", "v_out", "v_scan");
+  add_node(body, "Identity", "i", "i_scan");
+  if (count) {
+    add_node(body, "Identity", "cond", "cond_out");
+    add_input(b, "m", 1, (const int64_t[]){6});
+    add_init_f32(b, "zero", 0, NULL, 1, (const float[]){0});
+    add_init_i64(b, "one", 1, (const int64_t[]){1});
+    b->inits[b->g.n_initializer - 1]->n_dims = 0;
+    add_node(b, "Greater", "m,zero", "pos");
+    add_node(b, "NonZero", "pos", "where");
+    add_node(b, "Shape", "where", "shape");
+    add_node(b, "Gather", "shape,one", "M");
+    attr_i(b->nodes[b->g.n_node - 1], "axis", 0);
+  } else {
+    attr_i(add_node(body, "ReduceSum", "v_out", "s"), "keepdims", 0);
+    add_node(body, "Less", "s,limit", "cond_out");
+    add_input(b, "limit", 0, NULL);
+    add_input_typed(b, "go", ONNX__TENSOR_PROTO__DATA_TYPE__BOOL, 0, NULL);
+    add_init_i64(b, "M", 1, (const int64_t[]){6});
+    b->inits[b->g.n_initializer - 1]->n_dims = 0;
+  }
+  add_output(body, "cond_out");
+  add_output(body, "v_out");
+  add_output(body, "v_scan");
+  add_output(body, "i_scan");
+  Onnx__NodeProto *n = add_node(b, "Loop", count ? "M,,x" : "M,go,x", "v_final,vs,is");
+  n->name = str("Loop_3");
+  attr(n, "body", ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__GRAPH)->g = &body->g;
+  add_output(b, "v_final");
+  add_output(b, "vs");
+  add_output(b, "is");
+  return b;
+}
+
+/* Runs g on inputs by the reference interpreter (outputs cut to their
+ * run-time lengths) and on emu, which must agree exactly; the
+ * reference's outputs. */
+static Tensor *run_both(Graph *g, const TensorMap *inputs) {
+  Tensor *want = calloc((size_t)g->n_outputs + 1, sizeof *want);
+  char err[512], why[256];
+  ck_assert_msg(ir_eval(g, inputs, &params, want, err, sizeof err), "eval: %s", err);
+  ck_assert_msg(ir_trim_outputs(g, want, err, sizeof err), "trim: %s", err);
+  RtDevice *dev = rt_emu_open(why, sizeof why);
+  if (!dev) return want;
+  rt_device_close(dev);
+  CgResult cg;
+  ck_assert_msg(cg_compile(g, &cg), "codegen: %s", diag_text(&ctx));
+  Tensor *got = test_run_emu(cg.plan, &params, inputs);
+  for (int o = 0; o < ir_visible_outputs(g); o++) {
+    ck_assert(ir_type_eq(&got[o].type, &want[o].type));
+    ck_assert(memcmp(got[o].data, want[o].data, ir_tensor_nbytes(&want[o].type)) == 0);
+    ir_tensor_free(&got[o]);
+  }
+  free(got);
+  return want;
+}
+
+static void expect_loop(Tensor *out, const float *x, int steps) {
+  for (int j = 0; j < 3; j++) ck_assert_double_eq(ir_tensor_get(&out[0], j), x[j] * (double)(1 << steps));
+  ck_assert_int_eq(out[1].type.rank, 2);
+  ck_assert_int_eq(out[1].type.dims[0], steps);
+  ck_assert_int_eq(out[2].type.dims[0], steps);
+  for (int s = 0; s < steps; s++) {
+    ck_assert_int_eq(ir_tensor_get_int(&out[2], s), s);
+    for (int j = 0; j < 3; j++) ck_assert_double_eq(ir_tensor_get(&out[1], s * 3 + j), x[j] * (double)(2 << s));
+  }
+  for (int o = 0; o < 3; o++) ir_tensor_free(&out[o]);
+  free(out);
+}
+
+/* The body's condition and the initial one at run time: the loop is
+ * unrolled to its 6 steps, each guarded, and runs 0 to 6 of them. */
+START_TEST(test_loop_ends_at_run_time) {
+  Graph *g = onnxb_import(while_model(false), NULL);
+  ck_assert_msg(g != NULL, "import failed:\n%s", diag_text(&ctx));
+  CgResult cg;
+  ck_assert_msg(cg_compile(g, &cg), "codegen: %s", diag_text(&ctx));
+  ck_assert_int_ge(count_branches(cg.plan), 6);
+  static const struct {
+    float limit;
+    uint8_t go;
+    int steps;
+  } runs[] = {{0, 1, 1}, {10, 1, 2}, {40, 1, 4}, {1000, 1, 6}, {1000, 0, 0}};
+  for (size_t r = 0; r < sizeof runs / sizeof *runs; r++) {
+    Tensor in[3] = {{ir_type_make(TY_F32, 1, (const int64_t[]){3}), (void *)xs},
+                    {ir_type_make(TY_F32, 0, NULL), (void *)&runs[r].limit},
+                    {ir_type_make(TY_BOOL, 0, NULL), (void *)&runs[r].go}};
+    TensorMap inputs = {3, (const char *[]){"x", "limit", "go"}, in};
+    expect_loop(run_both(g, &inputs), xs, runs[r].steps);
+  }
+}
+END_TEST
+
+/* A trip count of run-time value with a bound at import (a count of
+ * NonZero's positions, at most 6): unrolled to 6 guarded steps. */
+START_TEST(test_loop_counts_at_run_time) {
+  Graph *g = onnxb_import(while_model(true), NULL);
+  ck_assert_msg(g != NULL, "import failed:\n%s", diag_text(&ctx));
+  for (int positive = 0; positive <= 6; positive += 3) {
+    float m[6];
+    for (int i = 0; i < 6; i++) m[i] = i % 2 == 0 ? (i / 2 < positive / 2 ? 1.f : -1.f) : (positive == 6 ? 2.f : -3.f);
+    int want = 0;
+    for (int i = 0; i < 6; i++) want += m[i] > 0;
+    Tensor in[2] = {{ir_type_make(TY_F32, 1, (const int64_t[]){3}), (void *)xs},
+                    {ir_type_make(TY_F32, 1, (const int64_t[]){6}), m}};
+    TensorMap inputs = {2, (const char *[]){"x", "m"}, in};
+    expect_loop(run_both(g, &inputs), xs, want);
+  }
+}
+END_TEST
+
+/* What stays refused: a loop ended at run time with no bound, or past
+ * 1024 steps, and a carried value whose shape changes. */
+START_TEST(test_run_time_loops_refused) {
+  Model *b = while_model(false);
+  const int64_t many = INT64_MAX;
+  memcpy(b->inits[b->g.n_initializer - 1]->raw_data.data, &many, sizeof many);
+  ck_assert_ptr_null(onnxb_import(b, NULL));
+  ck_assert_msg(strstr(diag_text(&ctx), "node 0 'Loop_3' (Loop): the loop's end is decided at run time and its trip "
+                                        "count (9223372036854775807) is more than the 1024 steps dlcc unrolls"),
+                "%s", diag_text(&ctx));
+  b = while_model(false);
+  b->nodes[b->g.n_node - 1]->input = names(",go,x", &b->nodes[b->g.n_node - 1]->n_input);
+  ck_assert_ptr_null(onnxb_import(b, NULL));
+  ck_assert_msg(strstr(diag_text(&ctx), "(Loop): the loop's end is decided at run time and it has no trip count"),
+                "%s", diag_text(&ctx));
+  /* a carried value that grows each step: v concatenated with itself */
+  b = while_model(false);
+  Onnx__GraphProto *body = b->nodes[b->g.n_node - 1]->attribute[0]->g;
+  body->node[0]->op_type = str("Concat");
+  attr_i(body->node[0], "axis", 0);
+  ck_assert_ptr_null(onnxb_import(b, NULL));
+  ck_assert_msg(strstr(diag_text(&ctx), "(Loop): loop-carried value 1 is f32[3] before step 0 and f32[6] after it: a "
+                                        "loop whose end is decided at run time keeps one type"),
+                "%s", diag_text(&ctx));
+}
+END_TEST
+
 static Suite *if_suite(void) {
   Suite *s = suite_create("onnx_if");
   TCase *tc = tcase_create("if");
@@ -338,6 +492,9 @@ static Suite *if_suite(void) {
   tcase_add_test(tc, test_nested_branches_in_the_plan);
   tcase_add_test(tc, test_untaken_branch_does_not_run);
   tcase_add_test(tc, test_bad_branches_refused);
+  tcase_add_test(tc, test_loop_ends_at_run_time);
+  tcase_add_test(tc, test_loop_counts_at_run_time);
+  tcase_add_test(tc, test_run_time_loops_refused);
   suite_add_tcase(s, tc);
   return s;
 }

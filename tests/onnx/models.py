@@ -6,8 +6,9 @@ initializers), runs each with onnxruntime and with `dlcc run` (reference
 interpreter and emu), and compares the outputs (rtol 1e-4, atol 1e-4 of the
 output's largest magnitude).  An MLP and a CNN in onnxruntime's dynamic
 int8 format (quantize_dynamic), a volume's GridSample, RoiAlign,
-DeformConv, opset 8's batched Scan and a detector's post-processing
-(run-time lengths through Shape, TopK, Concat, If and NMS) are compared the same way.  The int8 QDQ form of the CNN (onnxruntime's
+DeformConv, opset 8's batched Scan, a detector's post-processing
+(run-time lengths through Shape, TopK, Concat, If and NMS) and a Loop
+whose end is decided at run time are compared the same way.  The int8 QDQ form of the CNN (onnxruntime's
 quantize_static where it imports, else the same format made here) and
 its QOperator form (QLinearConv and onnxruntime's com.microsoft
 QLinearAdd, QLinearGlobalAveragePool and QGemm; quantize_static only)
@@ -365,6 +366,32 @@ def control():
     m = b.model("control", [vi("x", f, [2, 3])],
                 [vi("chosen", f, [2, 3]), vi("acc", f, [2, 3]), vi("steps", f, [4, 2, 3])])
     return m, {"x": rng.standard_normal((2, 3)).astype(np.float32)}, []
+
+
+def loop_run_time():
+    """Loop whose end is decided at run time: at most 20 steps, started
+    when the input has a positive element, each scaling v by 1.5 while
+    its sum stays under a limit given at run time; the scan outputs'
+    length is the steps taken (unrolled to 20 guarded steps)."""
+    b = Builder()
+    f = TensorProto.FLOAT
+    vi = helper.make_tensor_value_info
+    body = helper.make_graph(
+        [helper.make_node("Mul", ["v", "scale"], ["v_out"]),
+         helper.make_node("ReduceSum", ["v_out"], ["s"], keepdims=0),
+         helper.make_node("Less", ["s", "limit"], ["c_out"]),
+         helper.make_node("Identity", ["v_out"], ["v_scan"]),
+         helper.make_node("Cast", ["i"], ["i_scan"], to=TensorProto.FLOAT)],
+        "body", [vi("i", TensorProto.INT64, []), vi("c", TensorProto.BOOL, []), vi("v", f, [2, 3])],
+        [vi("c_out", TensorProto.BOOL, []), vi("v_out", f, [2, 3]), vi("v_scan", f, [2, 3]), vi("i_scan", f, [])],
+        [numpy_helper.from_array(np.array(1.5, dtype=np.float32), "scale")])
+    go = b.op("Greater", [b.op("ReduceMax", ["x"], keepdims=0), b.init("zero", np.array(0, dtype=np.float32))])
+    b.op("Loop", [b.init("trips", np.array(20, dtype=np.int64)), go, "x"], outs=["v_final", "vs", "is"], body=body)
+    b.op("Relu", ["vs"], outs=["vs_relu"])
+    m = b.model("loop_run_time", [vi("x", f, [2, 3]), vi("limit", f, [])],
+                [vi("v_final", f, [2, 3]), vi("vs_relu", f, ["steps", 2, 3]), vi("is", f, ["steps"])])
+    x = rng.standard_normal((2, 3)).astype(np.float32) + 0.5
+    return m, {"x": x, "limit": np.array(float(np.sum(x)) * 10 if np.sum(x) > 0 else 10, dtype=np.float32)}, []
 
 
 def runtime_operands():
@@ -826,7 +853,7 @@ def main():
     failures = 0
     for build in (resnet, recurrent, unrolled, encoder, resnet_qdq, resnet_qop, qoperator_ops, mlp_dynamic, cnn_dynamic,
                   video3d, resize, grid_sample3d, roi_align, deform_conv, scan8, ts_encoder, attention23,
-                  control, runtime_operands, run_time_lengths, detector_post):
+                  control, loop_run_time, runtime_operands, run_time_lengths, detector_post):
         if build is attention23 and onnx.defs.onnx_opset_version() < 23:
             print(f"skip attention23: onnx {onnx.__version__} has no opset 23")
             continue
