@@ -189,6 +189,7 @@ static const OpEntry onnx_ops[] = {
     {"QuantizeLinear", ox_op_quantize_linear,
      "to UINT8, INT8, UINT16 or INT16, per tensor, per axis or blocked (saturating, "
      "round half to even); a scale and zero point computed at run time as elementwise ops"},
+    {"Multinomial", ox_op_multinomial, "as RandomNormal; at most 8192 classes"},
     {"RandomNormal", ox_op_random, "dlcc's Philox draw (docs/onnx.md): a new one per training step, the same every run else; seed not used"},
     {"RandomNormalLike", ox_op_random, "as RandomNormal"},
     {"RandomUniform", ox_op_random, "as RandomNormal"},

@@ -265,7 +265,7 @@ OpFn ox_op_einsum;
 OpFn ox_op_nonzero, ox_op_compress, ox_op_unique, ox_op_nms;
 /* onnx_random.c: the random ops, and Dropout in training mode with a
  * ratio p (a constant above 0). */
-OpFn ox_op_random, ox_op_bernoulli;
+OpFn ox_op_random, ox_op_bernoulli, ox_op_multinomial;
 bool ox_training_dropout(Imp *im, ONode *n, Val *x, double p);
 /* onnx_text.c: TfIdfVectorizer over integer tokens. */
 OpFn ox_op_tfidf;

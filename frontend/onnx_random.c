@@ -13,7 +13,10 @@
  *     [0, 1) in steps of 2^-24.
  *   - RandomNormal(Like): mean + scale z, z = sqrt(-2 ln(1 - u1))
  *     cos(2 pi u2) (Box and Muller) from two draws.
- *   - Bernoulli: u < p, as the dtype asked. */
+ *   - Bernoulli: u < p, as the dtype asked.
+ *   - Multinomial: per sample, the count of classes whose cumulative
+ *     probability (softmax of the row, summed by a product with a
+ *     triangle of ones) is at most u: the class u falls in. */
 #include "config.h"
 
 #include <math.h>
@@ -153,4 +156,43 @@ bool ox_op_bernoulli(Imp *im, ONode *n) {
   Val *u = uniform(im, &p->type);
   if (!u) return false;
   return (n->out[0] = ox_cast(im, ox_op2(im, OP_LESS, ox_cast(im, u, work), ox_cast(im, p, work)), dt)) != NULL;
+}
+
+/* input [batch, classes] of unnormalized log-probabilities -> [batch,
+ * sample_size] class indices (dtype int32 or int64). */
+bool ox_op_multinomial(Imp *im, ONode *n) {
+  Val *x = ox_in_req(im, n, 0);
+  int64_t code, samples;
+  double seed;
+  if (!x || !ox_need_float_in(im, x) || !ox_attr_int(im, "dtype", 6 /* INT32 */, &code) ||
+      !ox_attr_int(im, "sample_size", 1, &samples) || !ox_attr_float(im, "seed", 0, &seed))
+    return false;
+  DType dt;
+  if (!ox_dtype_from_onnx((int32_t)code, &dt) || (dt != TY_I32 && dt != TY_I64))
+    return ox_bad(im, "dtype %s: the indices are int32 or int64", ox_onnx_type_name((int32_t)code));
+  if (x->type.rank != 2) return ox_bad(im, "the input must be [batch, classes], got rank %d", x->type.rank);
+  int64_t B = x->type.dims[0], C = x->type.dims[1];
+  if (samples < 1 || C < 1) return ox_bad(im, "sample_size %lld of %lld classes", (long long)samples, (long long)C);
+  if (C > 8192) return ox_bad(im, "%lld classes: at most 8192 (a triangle of C x C sums them)", (long long)C);
+  DType work = x->type.dtype == TY_F64 ? TY_F64 : TY_F32;
+  Val *w = ox_cast(im, x, work);
+  if (!w) return false;
+  Emit e;
+  ir_set_int(im->g, ox_begin(im, &e, OP_SOFTMAX, 1, &w), "axis", 1);
+  Val *p = ox_emit1(im, &e);
+  TensorType tt = ir_type_make(work, 2, (const int64_t[]){C, C});
+  Val *tri = ox_known_new(im, &tt);
+  for (int64_t i = 0; i < C; i++)
+    for (int64_t j = i; j < C; j++) ir_tensor_set(tri->k, i * C + j, 1);
+  Val *cdf = ox_op2(im, OP_MATMUL, p, tri);
+  TensorType ut = ir_type_make(TY_F32, 2, (const int64_t[]){B, samples});
+  Val *u = uniform(im, &ut);
+  if (!cdf || !u) return false;
+  u = ox_reshape(im, ox_cast(im, u, work), 3, (const int64_t[]){B, samples, 1});
+  cdf = ox_reshape(im, cdf, 3, (const int64_t[]){B, 1, C});
+  Val *below = ox_cast(im, ox_op2(im, OP_LESS_EQUAL, cdf, u), TY_I64);
+  Val *idx = ox_reduce(im, OP_REDUCE_SUM, below, 1, (const int64_t[]){2}, false);
+  /* a u above the last sum's rounding: the last class */
+  idx = ox_op2(im, OP_MINIMUM, idx, ox_scalar(im, (double)(C - 1), TY_I64));
+  return (n->out[0] = ox_cast(im, idx, dt)) != NULL;
 }

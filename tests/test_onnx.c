@@ -1126,6 +1126,40 @@ START_TEST(test_random_ops) {
 }
 END_TEST
 
+/* Multinomial: 4000 samples of each row's classes, int32 by default,
+ * each class drawn about as often as its softmax probability (within
+ * five standard deviations), a class of probability 0 never. */
+START_TEST(test_multinomial) {
+  Model *b = model_new(15);
+  int64_t xd[2] = {2, 4};
+  add_input(b, "x", 2, xd);
+  attr_i(add_node(b, "Multinomial", "x", "y"), "sample_size", 4000);
+  add_output(b, "y");
+  Graph *g = must_import(b);
+  const double p[2][4] = {{0.1, 0.2, 0.3, 0.4}, {0.7, 0, 0.2, 0.1}};
+  float x[8];
+  for (int i = 0; i < 8; i++) x[i] = p[i / 4][i % 4] ? (float)log(p[i / 4][i % 4]) : -INFINITY;
+  Tensor in = {ir_type_make(TY_F32, 2, xd), x}, out;
+  const char *xname = "x";
+  TensorMap inputs = {1, &xname, &in};
+  char err[256];
+  ck_assert_msg(ir_eval(g, &inputs, &params, &out, err, sizeof err), "%s", err);
+  ck_assert_int_eq(out.type.dtype, TY_I32);
+  for (int r = 0; r < 2; r++) {
+    int count[4] = {0};
+    for (int s = 0; s < 4000; s++) {
+      int64_t c = ir_tensor_get_int(&out, r * 4000 + s);
+      ck_assert(c >= 0 && c < 4);
+      count[c]++;
+    }
+    for (int c = 0; c < 4; c++)
+      ck_assert_msg(fabs(count[c] - 4000 * p[r][c]) <= 5 * sqrt(4000 * p[r][c] * (1 - p[r][c])) + (p[r][c] > 0),
+                    "row %d class %d: %d of 4000", r, c, count[c]);
+  }
+  ir_tensor_free(&out);
+}
+END_TEST
+
 /* torchvision's StochasticDepth as its training-mode export: x *
  * cast(RandomUniformLike(noise) < 0.8) / 0.8.  Trained, some samples
  * lose x and the rest scale it by 1.25; pass_eval_mode makes the mask
@@ -2152,6 +2186,7 @@ static Suite *onnx_suite(void) {
   tcase_add_test(tc, test_training_export_eval_mode);
   tcase_add_test(tc, test_random_ops);
   tcase_add_test(tc, test_stochastic_depth_eval);
+  tcase_add_test(tc, test_multinomial);
   tcase_add_test(tc, test_conv_auto_pad_same);
   tcase_add_test(tc, test_slice_negative_step);
   tcase_add_test(tc, test_gelu_opset20);
