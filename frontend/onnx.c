@@ -38,6 +38,9 @@ typedef struct OpEntry {
   const char *note; /* limits, for --onnx-support */
 } OpEntry;
 
+/* The random ops' limit, said once (onnx_random.c). */
+#define DRAW "dlcc's Philox draw (docs/onnx.md): new each training step, the same each run otherwise; seed not used"
+
 static const OpEntry onnx_ops[] = {
     {"Abs", ox_op_unary, NULL},
     {"Acos", ox_op_unary, NULL},
@@ -62,8 +65,8 @@ static const OpEntry onnx_ops[] = {
     {"Atan", ox_op_unary, NULL},
     {"Atanh", ox_op_unary, NULL},
     {"AveragePool", ox_op_pool, "1-d and 2-d; pads less than the kernel (past half of it: an explicit pad)"},
-    {"Bernoulli", ox_op_bernoulli, "as RandomNormal"},
     {"BatchNormalization", ox_op_batchnorm, "inference, and training_mode=1: batch statistics, the running ones moved by momentum as outputs 2 and 3"},
+    {"Bernoulli", ox_op_bernoulli, DRAW},
     {"BlackmanWindow", ox_op_window, "a constant: size must be known"},
     {"Cast", ox_op_cast,
      "to FLOAT, FLOAT16, BFLOAT16, INT8, UINT8, INT32, INT64, BOOL (nonzero is true; "
@@ -171,6 +174,7 @@ static const OpEntry onnx_ops[] = {
     {"Mish", ox_op_mish, NULL},
     {"Mod", ox_op_mod, "fmod 0 and 1, integers and floats"},
     {"Mul", ox_op_binary, NULL},
+    {"Multinomial", ox_op_multinomial, DRAW},
     {"Neg", ox_op_unary, NULL},
     {"NegativeLogLikelihoodLoss", ox_op_nll_loss, "reduction none/sum/mean, weight, ignore_index"},
     {"NonMaxSuppression", ox_op_nms, "rows of run-time length; max_output_boxes_per_class known at import bounds them"},
@@ -189,11 +193,10 @@ static const OpEntry onnx_ops[] = {
     {"QuantizeLinear", ox_op_quantize_linear,
      "to UINT8, INT8, UINT16 or INT16, per tensor, per axis or blocked (saturating, "
      "round half to even); a scale and zero point computed at run time as elementwise ops"},
-    {"Multinomial", ox_op_multinomial, "as RandomNormal; at most 8192 classes"},
-    {"RandomNormal", ox_op_random, "dlcc's Philox draw (docs/onnx.md): a new one per training step, the same every run else; seed not used"},
-    {"RandomNormalLike", ox_op_random, "as RandomNormal"},
-    {"RandomUniform", ox_op_random, "as RandomNormal"},
-    {"RandomUniformLike", ox_op_random, "as RandomNormal"},
+    {"RandomNormal", ox_op_random, DRAW},
+    {"RandomNormalLike", ox_op_random, DRAW},
+    {"RandomUniform", ox_op_random, DRAW},
+    {"RandomUniformLike", ox_op_random, DRAW},
     {"Range", ox_op_range, "constant inputs"},
     {"Reciprocal", ox_op_unary, NULL},
     {"ReduceL1", ox_op_reduce, NULL},

@@ -273,11 +273,6 @@ static Val *empty_scan(Imp *im, const Onnx__ValueInfoProto *vi) {
   return ox_known_new(im, &t);
 }
 
-/* Zeros of v's type, for a step that does not run. */
-static Val *zeros_like(Imp *im, const Val *v) {
-  return ox_expand(im, ox_scalar(im, 0, v->type.dtype), v->type.rank, v->type.dims);
-}
-
 /* Loop, unrolled.  While whether a step runs is known at import (a trip
  * count and conditions that fold), each step is a copy of the body.
  * Once it is decided at run time (a condition the body computes, a
@@ -304,18 +299,33 @@ bool ox_op_loop(Imp *im, ONode *n) {
   if (!vm && !vc) return ox_bad(im, "a loop with neither a trip count nor a condition never ends");
   if ((vm && ir_type_numel(&vm->type) != 1) || (vc && ir_type_numel(&vc->type) != 1))
     return ox_bad(im, "the trip count and the condition must hold one value each");
-  /* A trip count of run-time value: its bound, when it has one. */
+  /* A trip count of run-time value: its bound (one that grows with the
+   * lengths, ox_bounded_ints), checked at run time, when it has one. */
   Val *run_m = NULL;
   if (vm && !known_scalar(vm, &trips)) {
     if (!vm->upper || ir_dtype_is_float(vm->type.dtype))
       return ox_bad(im, "a trip count computed at run time is not supported (the loop is unrolled at import) "
                         "unless it has a bound at import, as the count of a value of run-time length has");
+    int count;
+    int64_t bound;
+    bool dynamic;
+    if (!ox_bounded_ints(im, vm, "the trip count", &count, &bound, &dynamic)) return false;
+    trips = (double)bound;
+    char where[512];
+    ox_node_str(im, where, sizeof where);
     run_m = ox_reshape(im, ox_cast(im, vm, TY_I64), 0, NULL);
-    trips = (double)ir_tensor_get_int(vm->upper, 0);
+    Val *fits = run_m ? ox_op2(im, OP_LESS_EQUAL, run_m, ox_scalar(im, (double)bound, TY_I64)) : NULL;
+    if (!fits) return false;
+    Emit e;
+    Node *nd = ox_begin(im, &e, OP_CHECK, 2, (Val *[]){run_m, fits});
+    ir_set_str(im->g, nd, "message",
+               arena_printf(&im->c->arena, "%s: the trip count is above its bound, %" PRId64 ", at run time", where,
+                            bound));
+    if (!(run_m = ox_emit1(im, &e))) return false;
   }
   /* active: known (c) until the loop's course is decided at run time */
   Val *active = NULL;
-  if (vc && !known_scalar(vc, &c)) active = ox_reshape(im, ox_cast(im, vc, TY_BOOL), 0, NULL);
+  if (vc && !known_scalar(vc, &c) && !(active = ox_reshape(im, ox_cast(im, vc, TY_BOOL), 0, NULL))) return false;
   Arena *a = &im->c->arena;
   Val **state = ARENA_ARRAY(a, Val *, n_carried + 2), **outs = ARENA_ARRAY(a, Val *, body->n_output + 1);
   Val ***scans = ARENA_ARRAY(a, Val **, n_scan + 1);
@@ -328,8 +338,9 @@ bool ox_op_loop(Imp *im, ONode *n) {
   int64_t step = 0;
   for (; step < trips && (active || c != 0); step++) {
     Val *on = active;
-    if (run_m) on = ox_op2(im, OP_LOGICAL_AND, on ? on : ox_scalar(im, 1, TY_BOOL),
-                           ox_op2(im, OP_LESS, ox_scalar(im, (double)step, TY_I64), run_m));
+    if (run_m && !(on = ox_op2(im, OP_LOGICAL_AND, on ? on : ox_scalar(im, 1, TY_BOOL),
+                               ox_op2(im, OP_LESS, ox_scalar(im, (double)step, TY_I64), run_m))))
+      return false;
     if (on && !guarded && !vm)
       return ox_bad(im, "the loop's end is decided at run time and it has no trip count: dlcc unrolls such a loop "
                         "to its trip count (at most %d steps), each step skipped at run time once the loop has ended",
@@ -348,10 +359,15 @@ bool ox_op_loop(Imp *im, ONode *n) {
     state[1] = ox_scalar(im, 1, TY_BOOL);
     if (on) im->guard = ir_guard_new(im->g, ox_use(im, on), true, outer);
     bool ok = ox_import_subgraph(im, body, "the body", 2 + n_carried, state, outs);
+    /* the body's word on the next step, inside the step's guard: only
+     * the merge below reads it from outside */
+    Val *go = NULL;
+    if (ok && (outs[0]->kind != VK_TENSOR || ir_type_numel(&outs[0]->type) != 1))
+      ok = ox_bad(im, "the body's condition must be one value");
+    else if (ok && !(go = ox_reshape(im, ox_cast(im, outs[0], TY_BOOL), 0, NULL)))
+      ok = false;
     im->guard = outer;
     if (!ok) return false;
-    if (outs[0]->kind != VK_TENSOR || ir_type_numel(&outs[0]->type) != 1)
-      return ox_bad(im, "the body's condition must be one value");
     for (int i = 0; i < n_carried; i++) {
       Val *next = outs[1 + i], *was = state[2 + i];
       if (!on) {
@@ -360,28 +376,30 @@ bool ox_op_loop(Imp *im, ONode *n) {
       }
       if (next->kind != VK_TENSOR || was->kind != VK_TENSOR) {
         state[2 + i] = select_container(im, on, i, next, was);
-      } else if (!ir_type_eq(&next->type, &was->type)) {
+      } else if (!ir_type_eq(&next->type, &was->type) || next->held != was->held) {
         char t1[IR_TYPE_STR_MAX], t2[IR_TYPE_STR_MAX];
         return ox_bad(im,
                       "loop-carried value %d is %s before step %" PRId64 " and %s after it: a loop whose end is "
                       "decided at run time keeps one type",
                       i + 1, ir_type_str(&was->type, t1, sizeof t1), step, ir_type_str(&next->type, t2, sizeof t2));
-      } else {
-        state[2 + i] = ox_where(im, on, next, was);
+      } else if ((state[2 + i] = ox_where(im, on, next, was))) {
+        state[2 + i]->held = was->held; /* a select keeps the values narrow */
       }
       if (!state[2 + i]) return false;
     }
     for (int k = 0; k < n_scan; k++) {
       Val *y = outs[1 + n_carried + k];
       if (y->kind != VK_TENSOR) return ox_bad(im, "scan output %d is %s: only tensors are stacked", k + 1, ox_kind_name(y));
-      if (on && !(y = ox_where(im, on, y, zeros_like(im, y)))) return false;
+      if (on) {
+        int32_t held = y->held;
+        if (!(y = ox_where(im, on, y, ox_scalar(im, 0, y->type.dtype)))) return false;
+        y->held = held;
+      }
       scans[k][step] = y;
     }
     /* the next step's: this one ran and its body says go on */
-    Val *go = ox_reshape(im, ox_cast(im, outs[0], TY_BOOL), 0, NULL);
-    if (!go) return false;
-    if (on) active = ox_where(im, on, go, ox_scalar(im, 0, TY_BOOL));
-    else active = known_scalar(go, &c) ? NULL : go;
+    if (on && !(active = ox_where(im, on, go, ox_scalar(im, 0, TY_BOOL)))) return false;
+    if (!on) active = known_scalar(go, &c) ? NULL : go;
   }
   for (int i = 0; i < n_carried; i++) n->out[i] = state[2 + i];
   /* the steps that ran: those before the first guarded one, and the

@@ -257,6 +257,8 @@ OpFn ox_op_reshape, ox_op_flatten, ox_op_squeeze, ox_op_unsqueeze, ox_op_transpo
 OpFn ox_op_resize, ox_op_grid_sample, ox_op_roi_align, ox_op_deform_conv;
 
 /* onnx_newer.c: newer opsets' ops by decomposition. */
+/* x's running sums (or products) along axis, as CumSum's attributes say. */
+Val *ox_cumulative(Imp *im, Val *x, int axis, bool prod, bool exclusive, bool reverse);
 OpFn ox_op_mish, ox_op_swish, ox_op_swiglu, ox_op_affine_grid, ox_op_mvn, ox_op_lp_norm, ox_op_cumulative, ox_op_center_crop_pad, ox_op_window,
     ox_op_rotary, ox_op_causal_conv, ox_op_det;
 /* onnx_einsum.c */

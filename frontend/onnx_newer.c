@@ -103,6 +103,16 @@ static Val *shift(Imp *im, Val *x, int axis, int64_t s, double fill) {
 /* CumSum and CumProd (any number type): log2(n) steps, each adding (or
  * multiplying) the running result shifted by 1, 2, 4, ... along axis;
  * exclusive shifts once more, reverse runs on the axis reversed. */
+Val *ox_cumulative(Imp *im, Val *x, int axis, bool prod, bool exclusive, bool reverse) {
+  OpKind op = prod ? OP_MUL : OP_ADD;
+  double unit = prod ? 1 : 0;
+  int64_t len = x->type.dims[axis];
+  Val *y = reverse ? ox_reverse_axis(im, x, axis) : x;
+  for (int64_t s = 1; s < len && y; s *= 2) y = ox_op2(im, op, y, shift(im, y, axis, s, unit));
+  if (exclusive && len) y = shift(im, y, axis, 1, unit);
+  return reverse && y ? ox_reverse_axis(im, y, axis) : y;
+}
+
 bool ox_op_cumulative(Imp *im, ONode *n) {
   bool prod = strcmp(im->np->op_type, "CumProd") == 0;
   Val *x = ox_in_req(im, n, 0), *va = ox_in_req(im, n, 1);
@@ -113,14 +123,7 @@ bool ox_op_cumulative(Imp *im, ONode *n) {
       !ox_const_scalar(im, va, "the axis", &ad) || !ox_norm_axis(im, (int64_t)ad, x->type.rank, &axis))
     return false;
   if (x->type.dtype == TY_BOOL) return ox_bad(im, "bool input is not supported");
-  OpKind op = prod ? OP_MUL : OP_ADD;
-  double unit = prod ? 1 : 0;
-  int64_t len = x->type.dims[axis];
-  Val *y = reverse ? ox_reverse_axis(im, x, axis) : x;
-  for (int64_t s = 1; s < len && y; s *= 2) y = ox_op2(im, op, y, shift(im, y, axis, s, unit));
-  if (exclusive && len) y = shift(im, y, axis, 1, unit);
-  if (reverse && y) y = ox_reverse_axis(im, y, axis);
-  return (n->out[0] = y);
+  return (n->out[0] = ox_cumulative(im, x, axis, prod, exclusive != 0, reverse != 0));
 }
 
 /* Each axis cropped around its centre (the start rounded down) or padded

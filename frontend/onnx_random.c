@@ -15,8 +15,9 @@
  *     cos(2 pi u2) (Box and Muller) from two draws.
  *   - Bernoulli: u < p, as the dtype asked.
  *   - Multinomial: per sample, the count of classes whose cumulative
- *     probability (softmax of the row, summed by a product with a
- *     triangle of ones) is at most u: the class u falls in. */
+ *     probability (the row's softmax, its running sums) is at most u
+ *     times their total: the class u falls in.
+ * What is computed from a draw stays in f32 under --precision. */
 #include "config.h"
 
 #include <math.h>
@@ -42,6 +43,13 @@ static bool draw_state(Imp *im, const TensorType *t, Val *in[3], int64_t *batch)
       break;
     }
   return true;
+}
+
+/* The nodes built after `from` kept in f32 (f64 stays f64): under
+ * --precision the draw's 24 bits would be rounded to 8 or 11 before 1 -
+ * u or u < p (bf16's u of 1 - 2^-9 and above becomes 1, and ln 0). */
+static void keep_wide_since(Imp *im, Node *from) {
+  for (Node *n = from ? from->next : im->g->first; n; n = n->next) n->keep_f32 = true;
 }
 
 /* u in [0, 1) of shape t's (f32). */
@@ -126,6 +134,7 @@ bool ox_op_random(Imp *im, ONode *n) {
       !ox_attr_float(im, normal ? "mean" : "low", 0, &a) || !ox_attr_float(im, normal ? "scale" : "high", 1, &b))
     return false;
   DType work = t.dtype == TY_F64 ? TY_F64 : TY_F32;
+  Node *from = im->g->last;
   Val *u = uniform(im, &t);
   if (!u) return false;
   u = ox_cast(im, u, work);
@@ -139,6 +148,7 @@ bool ox_op_random(Imp *im, ONode *n) {
   } else {
     y = affine(im, u, b - a, a);
   }
+  keep_wide_since(im, from);
   return (n->out[0] = ox_cast(im, y, t.dtype)) != NULL;
 }
 
@@ -153,13 +163,18 @@ bool ox_op_bernoulli(Imp *im, ONode *n) {
   if (code >= 0 && !ox_dtype_from_onnx((int32_t)code, &dt))
     return ox_bad(im, "dtype %s is not supported (%s)", ox_onnx_type_name((int32_t)code), ox_dtypes_we_have);
   DType work = p->type.dtype == TY_F64 ? TY_F64 : TY_F32;
+  Node *from = im->g->last;
   Val *u = uniform(im, &p->type);
   if (!u) return false;
-  return (n->out[0] = ox_cast(im, ox_op2(im, OP_LESS, ox_cast(im, u, work), ox_cast(im, p, work)), dt)) != NULL;
+  Val *y = ox_op2(im, OP_LESS, ox_cast(im, u, work), ox_cast(im, p, work));
+  keep_wide_since(im, from);
+  return (n->out[0] = ox_cast(im, y, dt)) != NULL;
 }
 
 /* input [batch, classes] of unnormalized log-probabilities -> [batch,
- * sample_size] class indices (dtype int32 or int64). */
+ * sample_size] class indices (dtype int32 or int64).  u is scaled by the
+ * last cumulative sum rather than trusting it to be 1, so that a class of
+ * probability 0 at the end is never drawn. */
 bool ox_op_multinomial(Imp *im, ONode *n) {
   Val *x = ox_in_req(im, n, 0);
   int64_t code, samples;
@@ -173,26 +188,23 @@ bool ox_op_multinomial(Imp *im, ONode *n) {
   if (x->type.rank != 2) return ox_bad(im, "the input must be [batch, classes], got rank %d", x->type.rank);
   int64_t B = x->type.dims[0], C = x->type.dims[1];
   if (samples < 1 || C < 1) return ox_bad(im, "sample_size %lld of %lld classes", (long long)samples, (long long)C);
-  if (C > 8192) return ox_bad(im, "%lld classes: at most 8192 (a triangle of C x C sums them)", (long long)C);
+  Node *from = im->g->last;
   DType work = x->type.dtype == TY_F64 ? TY_F64 : TY_F32;
   Val *w = ox_cast(im, x, work);
   if (!w) return false;
   Emit e;
   ir_set_int(im->g, ox_begin(im, &e, OP_SOFTMAX, 1, &w), "axis", 1);
-  Val *p = ox_emit1(im, &e);
-  TensorType tt = ir_type_make(work, 2, (const int64_t[]){C, C});
-  Val *tri = ox_known_new(im, &tt);
-  for (int64_t i = 0; i < C; i++)
-    for (int64_t j = i; j < C; j++) ir_tensor_set(tri->k, i * C + j, 1);
-  Val *cdf = ox_op2(im, OP_MATMUL, p, tri);
+  Val *cdf = ox_cumulative(im, ox_emit1(im, &e), 1, false, false, false);
   TensorType ut = ir_type_make(TY_F32, 2, (const int64_t[]){B, samples});
   Val *u = uniform(im, &ut);
   if (!cdf || !u) return false;
-  u = ox_reshape(im, ox_cast(im, u, work), 3, (const int64_t[]){B, samples, 1});
+  Val *total = ox_slice_axis(im, cdf, 1, C - 1, C, 1);
+  u = ox_reshape(im, ox_op2(im, OP_MUL, ox_cast(im, u, work), total), 3, (const int64_t[]){B, samples, 1});
   cdf = ox_reshape(im, cdf, 3, (const int64_t[]){B, 1, C});
   Val *below = ox_cast(im, ox_op2(im, OP_LESS_EQUAL, cdf, u), TY_I64);
   Val *idx = ox_reduce(im, OP_REDUCE_SUM, below, 1, (const int64_t[]){2}, false);
-  /* a u above the last sum's rounding: the last class */
+  /* u times the total rounded up to it: the last class */
   idx = ox_op2(im, OP_MINIMUM, idx, ox_scalar(im, (double)(C - 1), TY_I64));
+  keep_wide_since(im, from);
   return (n->out[0] = ox_cast(im, idx, dt)) != NULL;
 }

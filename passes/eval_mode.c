@@ -81,11 +81,13 @@ static bool is_const(const Value *v, double *value) {
 }
 
 /* u's inverted-dropout mask, cast(u < c) / c, replaced by ones: whether
- * u's one reader chain was that. */
+ * u's one reader chain was that (c a probability: u < c holds with
+ * probability c, so the mask's expectation is 1). */
 static bool mask_to_expectation(Graph *g, Node *u) {
   Node *less = sole_reader(g, &u->out[0]);
   double c, d;
-  if (!less || less->op != OP_LESS || less->in[0] != &u->out[0] || !is_const(less->in[1], &c) || !(c > 0)) return false;
+  if (!less || less->op != OP_LESS || less->in[0] != &u->out[0] || !is_const(less->in[1], &c) || !(c > 0 && c <= 1))
+    return false;
   Node *cast = sole_reader(g, &less->out[0]);
   if (!cast || cast->op != OP_CAST) return false;
   Node *div = sole_reader(g, &cast->out[0]);

@@ -332,11 +332,12 @@ END_TEST
 
 /* A loop of at most 6 steps over v (f32[3], from x): each step doubles
  * v and keeps it and the step's number as scan outputs; the body goes on
- * while sum(v) < limit, and the loop starts when go.  With count, the
- * trip count is instead the number of positive elements of m (f32[6]), a
- * count of run-time length whose bound is 6, and the body always goes
- * on. */
-static Model *while_model(bool count) {
+ * while sum(v) < limit (a condition of shape [1]), and the loop starts
+ * when go.  With count, the trip count is instead the number of positive
+ * elements of m (f32[6]), a count of run-time length whose bound is 6,
+ * and the body always goes on; count 2 makes it 6 minus that, which
+ * shrinks as the count grows. */
+static Model *while_model(int count) {
   Model *b = model_new(17);
   add_input(b, "x", 1, (const int64_t[]){3});
   Model *body = model_new(17);
@@ -355,10 +356,15 @@ static Model *while_model(bool count) {
     add_node(b, "Greater", "m,zero", "pos");
     add_node(b, "NonZero", "pos", "where");
     add_node(b, "Shape", "where", "shape");
-    add_node(b, "Gather", "shape,one", "M");
+    add_node(b, "Gather", "shape,one", count == 2 ? "n" : "M");
     attr_i(b->nodes[b->g.n_node - 1], "axis", 0);
+    if (count == 2) {
+      add_init_i64(b, "six", 1, (const int64_t[]){6});
+      b->inits[b->g.n_initializer - 1]->n_dims = 0;
+      add_node(b, "Sub", "six,n", "M");
+    }
   } else {
-    attr_i(add_node(body, "ReduceSum", "v_out", "s"), "keepdims", 0);
+    attr_i(add_node(body, "ReduceSum", "v_out", "s"), "keepdims", 1);
     add_node(body, "Less", "s,limit", "cond_out");
     add_input(b, "limit", 0, NULL);
     add_input_typed(b, "go", ONNX__TENSOR_PROTO__DATA_TYPE__BOOL, 0, NULL);
@@ -417,7 +423,7 @@ static void expect_loop(Tensor *out, const float *x, int steps) {
 /* The body's condition and the initial one at run time: the loop is
  * unrolled to its 6 steps, each guarded, and runs 0 to 6 of them. */
 START_TEST(test_loop_ends_at_run_time) {
-  Graph *g = onnxb_import(while_model(false), NULL);
+  Graph *g = onnxb_import(while_model(0), NULL);
   ck_assert_msg(g != NULL, "import failed:\n%s", diag_text(&ctx));
   CgResult cg;
   ck_assert_msg(cg_compile(g, &cg), "codegen: %s", diag_text(&ctx));
@@ -440,7 +446,7 @@ END_TEST
 /* A trip count of run-time value with a bound at import (a count of
  * NonZero's positions, at most 6): unrolled to 6 guarded steps. */
 START_TEST(test_loop_counts_at_run_time) {
-  Graph *g = onnxb_import(while_model(true), NULL);
+  Graph *g = onnxb_import(while_model(1), NULL);
   ck_assert_msg(g != NULL, "import failed:\n%s", diag_text(&ctx));
   for (int positive = 0; positive <= 6; positive += 3) {
     float m[6];
@@ -455,23 +461,29 @@ START_TEST(test_loop_counts_at_run_time) {
 }
 END_TEST
 
-/* What stays refused: a loop ended at run time with no bound, or past
- * 1024 steps, and a carried value whose shape changes. */
+/* What stays refused: a loop ended at run time with no bound, past 1024
+ * steps or by a trip count that shrinks as a length grows, and a carried
+ * value whose shape changes. */
 START_TEST(test_run_time_loops_refused) {
-  Model *b = while_model(false);
+  Model *b = while_model(0);
   const int64_t many = INT64_MAX;
   memcpy(b->inits[b->g.n_initializer - 1]->raw_data.data, &many, sizeof many);
   ck_assert_ptr_null(onnxb_import(b, NULL));
   ck_assert_msg(strstr(diag_text(&ctx), "node 0 'Loop_3' (Loop): the loop's end is decided at run time and its trip "
                                         "count (9223372036854775807) is more than the 1024 steps dlcc unrolls"),
                 "%s", diag_text(&ctx));
-  b = while_model(false);
+  b = while_model(0);
   b->nodes[b->g.n_node - 1]->input = names(",go,x", &b->nodes[b->g.n_node - 1]->n_input);
   ck_assert_ptr_null(onnxb_import(b, NULL));
   ck_assert_msg(strstr(diag_text(&ctx), "(Loop): the loop's end is decided at run time and it has no trip count"),
                 "%s", diag_text(&ctx));
+  /* a trip count that shrinks as the count grows: 6 - n has no bound */
+  ck_assert_ptr_null(onnxb_import(while_model(2), NULL));
+  ck_assert_msg(strstr(diag_text(&ctx), "(Loop): the trip count computed at run time from a run-time length is not "
+                                        "supported: its element 0 shrinks as the length grows"),
+                "%s", diag_text(&ctx));
   /* a carried value that grows each step: v concatenated with itself */
-  b = while_model(false);
+  b = while_model(0);
   Onnx__GraphProto *body = b->nodes[b->g.n_node - 1]->attribute[0]->g;
   body->node[0]->op_type = str("Concat");
   attr_i(body->node[0], "axis", 0);

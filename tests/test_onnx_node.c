@@ -203,14 +203,18 @@ static double half_ulp(double y, DType dt) {
 /* Cases whose expected outputs come from NumPy's random generator: dlcc
  * draws from its own (Philox, ops.def), so their values cannot agree.
  * What the draw must give is checked instead (random_ok). */
-typedef enum { DRAW_NONE, DRAW_DROPOUT, DRAW_BERNOULLI } DrawKind;
+typedef enum { DRAW_NONE, DRAW_DROPOUT, DRAW_BERNOULLI, DRAW_BERNOULLI_BODY } DrawKind;
 
 static DrawKind random_case(const char *name) {
   static const char *const dropouts[] = {"test_training_dropout", "test_training_dropout_default",
                                          "test_training_dropout_default_mask", "test_training_dropout_mask"};
   for (size_t i = 0; i < sizeof dropouts / sizeof *dropouts; i++)
     if (strcmp(name, dropouts[i]) == 0) return DRAW_DROPOUT;
-  return strncmp(name, "test_bernoulli", 14) == 0 ? DRAW_BERNOULLI : DRAW_NONE;
+  if (strncmp(name, "test_bernoulli", 14) != 0) return DRAW_NONE;
+  /* the expanded cases are ONNX's function body for Bernoulli,
+   * Greater(RandomUniformLike(p), p): ones where u > p */
+  size_t n = strlen(name);
+  return n > 9 && strcmp(name + n - 9, "_expanded") == 0 ? DRAW_BERNOULLI_BODY : DRAW_BERNOULLI;
 }
 
 /* The count drawn against its expectation: within five standard
@@ -225,7 +229,11 @@ static bool count_ok(double count, double mean, double var, char *why, size_t le
  * of y 0 or x / (1 - p), the scale the expected y shows; the mask (a
  * second output) true exactly where y keeps x; the count kept about n
  * (1 - p).  Bernoulli of p (the first input): every element 0 or 1, the
- * count of ones about the sum of p. */
+ * count of ones about the sum of p.  The cases are small (10 to 60
+ * elements), so each is also held to dlcc's own draw: the model's only
+ * draw, stream 0, with the state params at 0 (ops.def), element i kept
+ * where ir_dropout_bits(0, 0, i, 0) reaches p's threshold, or one where
+ * it over 2^24 is below p. */
 static bool random_ok(DrawKind kind, const Tensor *x, const Tensor *got, int n_got, const Data *want, char *why,
                       size_t len) {
   int64_t n = ir_type_numel(&x->type);
@@ -233,7 +241,8 @@ static bool random_ok(DrawKind kind, const Tensor *x, const Tensor *got, int n_g
     snprintf(why, len, "%d outputs of %s, the case expects another", n_got, ir_dtype_name(got[0].type.dtype));
     return false;
   }
-  if (kind == DRAW_BERNOULLI) {
+  if (kind != DRAW_DROPOUT) {
+    bool body = kind == DRAW_BERNOULLI_BODY;
     double ones = 0, mean = 0, var = 0;
     for (int64_t i = 0; i < n; i++) {
       double y = ir_tensor_get(&got[0], i), p = ir_tensor_get(x, i);
@@ -241,7 +250,12 @@ static bool random_ok(DrawKind kind, const Tensor *x, const Tensor *got, int n_g
         snprintf(why, len, "element %" PRId64 " is %g, neither 0 nor 1", i, y);
         return false;
       }
-      ones += y, mean += p, var += p * (1 - p);
+      double u = ldexp((double)ir_dropout_bits(0, 0, (uint64_t)i, 0), -24), pw = x->type.dtype == TY_F64 ? p : (float)p;
+      if ((y == 1) != (body ? u > pw : u < pw)) {
+        snprintf(why, len, "element %" PRId64 " is %g where dlcc's draw %g against p %g says otherwise", i, y, u, p);
+        return false;
+      }
+      ones += y, mean += body ? 1 - p : p, var += p * (1 - p);
     }
     return count_ok(ones, mean, var, why, len);
   }
@@ -263,6 +277,10 @@ static bool random_ok(DrawKind kind, const Tensor *x, const Tensor *got, int n_g
     }
     if (n_got > 1 && xi != 0 && (ir_tensor_get(&got[1], i) != 0) != keep) {
       snprintf(why, len, "mask element %" PRId64 " disagrees with the values", i);
+      return false;
+    }
+    if (keep != (ir_dropout_bits(0, 0, (uint64_t)i, 0) >= ir_dropout_threshold(1 - 1 / scale))) {
+      snprintf(why, len, "element %" PRId64 " is %s where dlcc's draw says otherwise", i, keep ? "kept" : "dropped");
       return false;
     }
     kept += keep;
