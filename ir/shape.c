@@ -1374,6 +1374,25 @@ bool shape_unique(const Node *n, TensorType *out, char *err, size_t errlen) {
 }
 
 /* No operands: the type comes from the attributes (ops.def, iota). */
+/* *out, of dtype dt and a source op's `shape` attribute (count dims,
+ * each at least min_dim), or false with why. */
+static bool type_of_shape(const char *op, int count, const int64_t *shape, int64_t min_dim, DType dt,
+                          TensorType *out, char *err, size_t errlen) {
+  if (count > DL_MAX_RANK)
+    return fail(err, errlen, "%s: shape %s has rank %d, more than the supported %d", op, ints_text(shape, count).s,
+                count, (int)DL_MAX_RANK);
+  *out = (TensorType){.dtype = dt, .rank = count};
+  for (int i = 0; i < count; i++) {
+    if (shape[i] < min_dim)
+      return fail(err, errlen, "%s: shape %s has a dim < %" PRId64, op, ints_text(shape, count).s, min_dim);
+    out->dims[i] = shape[i];
+  }
+  if (ir_type_numel(out) < 0)
+    return fail(err, errlen, "%s: shape %s is larger than %" PRId64 " elements", op, ints_text(shape, count).s,
+                DL_MAX_ELEMS);
+  return true;
+}
+
 bool shape_iota(const Node *n, TensorType *out, char *err, size_t errlen) {
   int count;
   const int64_t *shape;
@@ -1382,18 +1401,7 @@ bool shape_iota(const Node *n, TensorType *out, char *err, size_t errlen) {
   if (!dt) return false;
   if ((unsigned)dt->dt >= TY_COUNT || dt->dt == TY_BOOL)
     return fail(err, errlen, "iota: dtype must be a number type, got %s", ir_dtype_name(dt->dt));
-  if (count > DL_MAX_RANK)
-    return fail(err, errlen, "iota: shape %s has rank %d, more than the supported %d", ints_text(shape, count).s,
-                count, (int)DL_MAX_RANK);
-  out[0] = (TensorType){.dtype = dt->dt, .rank = count};
-  for (int i = 0; i < count; i++) {
-    if (shape[i] < 1)
-      return fail(err, errlen, "iota: shape %s has a dim < 1", ints_text(shape, count).s);
-    out[0].dims[i] = shape[i];
-  }
-  if (ir_type_numel(&out[0]) < 0)
-    return fail(err, errlen, "iota: shape %s is larger than %" PRId64 " elements", ints_text(shape, count).s,
-                DL_MAX_ELEMS);
+  if (!type_of_shape("iota", count, shape, 1, dt->dt, out, err, errlen)) return false;
   int64_t axis;
   if (!attr_int(n, "axis", &axis, err, errlen)) return false;
   if (axis < 0 || axis >= (count ? count : 1))
@@ -1679,17 +1687,7 @@ bool shape_random_uniform(const Node *n, TensorType *out, char *err, size_t errl
   int count;
   const int64_t *shape;
   if (!attr_ints(n, "shape", -1, &count, &shape, err, errlen)) return false;
-  if (count > DL_MAX_RANK)
-    return fail(err, errlen, "random_uniform: shape %s has rank %d, more than the supported %d",
-                ints_text(shape, count).s, count, (int)DL_MAX_RANK);
-  out[0] = (TensorType){.dtype = TY_F32, .rank = count};
-  for (int i = 0; i < count; i++) {
-    if (shape[i] < 0) return fail(err, errlen, "random_uniform: shape %s has a dim < 0", ints_text(shape, count).s);
-    out[0].dims[i] = shape[i];
-  }
-  if (ir_type_numel(&out[0]) < 0)
-    return fail(err, errlen, "random_uniform: shape %s is larger than %" PRId64 " elements", ints_text(shape, count).s,
-                DL_MAX_ELEMS);
+  if (!type_of_shape("random_uniform", count, shape, 0, TY_F32, out, err, errlen)) return false;
   const Attr *stream = ir_attr(n, "stream"), *batch = ir_attr(n, "batch");
   if (!stream || stream->kind != AK_INT || stream->i < 0 || stream->i > UINT32_MAX)
     return fail(err, errlen, "random_uniform: stream must be from 0 to 2^32 - 1");
