@@ -449,8 +449,12 @@ static dlc_train *compile_for(Run *r, const TrainData *d, int64_t batch, Compile
   dlc_status st = dlc_train_compile(r->a->model_path, &o, &t);
   if (st != DLC_OK) {
     fprintf(stderr, "%s", dlc_train_error(t));
-    if (st == DLC_ERR_COMPILE && (strstr(dlc_train_error(t), "input '") || strstr(dlc_train_error(t), "target")))
+    if (st == DLC_ERR_COMPILE && (strstr(dlc_train_error(t), "input '") || strstr(dlc_train_error(t), "target"))) {
       note_shapes(d, shapes);
+      if (r->dp > 1 && what != FOR_EVAL)
+        fprintf(stderr, "dlcc: note: each of the %d data-parallel ranks takes %" PRId64 " of the batch of %" PRId64 "\n",
+                r->dp, batch, batch * r->dp);
+    }
     dlc_train_free(t);
   }
   free(shapes), free(dims);

@@ -382,12 +382,22 @@ bool ox_tensor_input_type(Imp *im, const char *name, const Onnx__TypeProto *tp, 
   if ((tt->shape && tt->shape->n_dim > DL_MAX_RANK) || rank > DL_MAX_RANK)
     return ox_bad(im, "graph input '%s' has rank %d, more than the supported %d", name,
                   tt->shape ? (int)tt->shape->n_dim : rank, (int)DL_MAX_RANK);
+  if (given && given->rank != rank)
+    return ox_bad(im, "input '%s' is given with rank %d, the model declares rank %d", name, given->rank, rank);
   *out = (TensorType){.dtype = dt, .rank = rank};
   for (int i = 0; i < rank; i++) {
     const Onnx__TensorShapeProto__Dimension *d = tt->shape ? tt->shape->dim[i] : NULL;
     int64_t v;
     if (d && d->value_case == ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_VALUE && d->dim_value >= 0) {
       v = d->dim_value;
+      /* A static dim is what the model was traced at: its reshapes may
+       * hold it too, so it is not rebound from the input. */
+      if (given && given->dims[i] != v)
+        return ox_bad(im,
+                      "dim %d of input '%s' is %" PRId64 " in the model (static, as it was exported), but the input "
+                      "given has %" PRId64 ": give inputs of the model's shape, or export it with that dim free "
+                      "(torch.onnx.export's dynamic_axes)",
+                      i, name, v, given->dims[i]);
     } else {
       const char *sym = symbols && d && d->value_case == ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_PARAM &&
                                 d->dim_param && *d->dim_param && strcmp(d->dim_param, "?") != 0
