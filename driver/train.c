@@ -454,6 +454,9 @@ static dlc_train *compile_for(Run *r, const TrainData *d, int64_t batch, Compile
       if (r->dp > 1 && what != FOR_EVAL)
         fprintf(stderr, "dlcc: note: each of the %d data-parallel ranks takes %" PRId64 " of the batch of %" PRId64 "\n",
                 r->dp, batch, batch * r->dp);
+      if (what == FOR_STEP && r->rest_n && batch == r->rest_n / (r->dp > 1 ? r->dp : 1))
+        fprintf(stderr, "dlcc: note: this is the last batch, of %" PRId64 " samples: --drop-last leaves it out\n",
+                r->rest_n);
     }
     dlc_train_free(t);
   }
