@@ -27,6 +27,7 @@
 #include "frontend/dims.h"
 #include "frontend/onnx.h"
 #include "ir/ir.h"
+#include "passes/autodiff.h"
 #include "passes/stages.h"
 #ifdef HAVE_NCCL
 #include "driver/comm_nccl.h"
@@ -71,6 +72,10 @@ typedef struct PipeRun {
   unsigned char **send; /* [m][k]: stage_out.k of micro-batch m, in flight */
   void **outputs;       /* the last stage's: each output of the whole batch */
   double busy;          /* seconds inside this rank's plan runs (--bench) */
+  /* The stage draws (dropout, ONNX's random ops), and the samples of a
+   * micro-batch: where micro-batch i's draws start is i * samples. */
+  bool draws;
+  int64_t samples;
   char err[2048];
 } PipeRun;
 
@@ -166,6 +171,9 @@ static int lower(Ctx *ctx, void *data) {
     g = fe_lower(ctx, prog, &lo);
   }
   if (!g || !ir_verify(g)) return 1;
+  /* --eval before the cut, so that no stage holds the dropouts and
+   * their state params the whole run would not bind */
+  if (o->api.eval_mode && (!pass_eval_mode(g) || !ir_verify(g))) return 1;
   job->g = g;
   return 0;
 }
@@ -273,6 +281,13 @@ static bool model_failed(PipeRun *p) { return fail_text(p, dlc_error(p->m)); }
 static bool compile_stage(PipeRun *p) {
   int rc = ctx_guard(&p->ctx, build_stage, p);
   if (rc || p->ctx.diag.errors) return fail_diag(p, rc);
+  for (Node *n = p->stage->first; n; n = n->next)
+    p->draws |= n->op == OP_PARAM && strcmp(ir_attr_str(n, "name"), "dlcc.first_sample") == 0;
+  for (Node *n = p->g->first; n; n = n->next)
+    if (n->op == OP_INPUT) {
+      p->samples = n->out[0].type.rank ? n->out[0].type.dims[0] : 1;
+      break;
+    }
   char *text = ir_print_text(p->stage), name[64];
   if (!text) return fail(p, "out of memory");
   snprintf(name, sizeof name, "stage%d.ir", p->s);
@@ -282,6 +297,7 @@ static bool compile_stage(PipeRun *p) {
   o.defines = NULL;
   o.n_input_shapes = 0;
   o.input_shapes = NULL;
+  o.eval_mode = 0; /* lower() ran it on the whole model */
   if (p->tensor) o.tensor_parallel = p->T, o.tensor_rank = p->t;
   dlc_status st = dlc_compile_string(name, text, &o, &p->m);
   free(text);
@@ -428,6 +444,9 @@ static bool micro_batch(PipeRun *p, int m, bool *comm) {
     const unsigned char *data = (const unsigned char *)in->data + (in->part == PART_SPLIT ? part * bytes : 0);
     if (dlc_set_input(p->m, in->name, data, bytes) != DLC_OK) return model_failed(p);
   }
+  /* a micro-batch draws as one process draws for its samples (ops.def) */
+  int64_t first = (int64_t)part * p->samples;
+  if (p->draws && dlc_set_weight(p->m, "dlcc.first_sample", &first, sizeof first) != DLC_OK) return model_failed(p);
   double t0 = now_s();
   if (dlc_run(p->m) != DLC_OK) return model_failed(p);
   p->busy += now_s() - t0;
