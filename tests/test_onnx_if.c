@@ -386,21 +386,22 @@ static Model *while_model(int count) {
 
 /* Runs g on inputs by the reference interpreter (outputs cut to their
  * run-time lengths) and on emu, which must agree exactly; the
- * reference's outputs. */
+ * reference's visible outputs (the lengths after them freed). */
 static Tensor *run_both(Graph *g, const TensorMap *inputs) {
   Tensor *want = calloc((size_t)g->n_outputs + 1, sizeof *want);
   char err[512], why[256];
   ck_assert_msg(ir_eval(g, inputs, &params, want, err, sizeof err), "eval: %s", err);
   ck_assert_msg(ir_trim_outputs(g, want, err, sizeof err), "trim: %s", err);
+  for (int o = ir_visible_outputs(g); o < g->n_outputs; o++) ir_tensor_free(&want[o]);
   RtDevice *dev = rt_emu_open(why, sizeof why);
   if (!dev) return want;
   rt_device_close(dev);
   CgResult cg;
   ck_assert_msg(cg_compile(g, &cg), "codegen: %s", diag_text(&ctx));
   Tensor *got = test_run_emu(cg.plan, &params, inputs);
-  for (int o = 0; o < ir_visible_outputs(g); o++) {
-    ck_assert(ir_type_eq(&got[o].type, &want[o].type));
-    ck_assert(memcmp(got[o].data, want[o].data, ir_tensor_nbytes(&want[o].type)) == 0);
+  for (int o = 0; o < g->n_outputs; o++) {
+    ck_assert(o >= ir_visible_outputs(g) || ir_type_eq(&got[o].type, &want[o].type));
+    ck_assert(o >= ir_visible_outputs(g) || memcmp(got[o].data, want[o].data, ir_tensor_nbytes(&want[o].type)) == 0);
     ir_tensor_free(&got[o]);
   }
   free(got);
