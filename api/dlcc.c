@@ -149,6 +149,21 @@ static bool freeze_params(Ctx *c, Graph *g, const char *list) {
   return ok;
 }
 
+/* A model run for inference (no grad, not a training API's step or
+ * eval model, no eval_mode) that computes as in training: an ONNX file
+ * exported with torch.onnx's TRAINING mode, which a user may not have
+ * meant to run so.  Said once, with the option that runs it as eval(). */
+static void note_training_mode(Ctx *c, const Graph *g) {
+  for (const Node *n = g->first; n; n = n->next)
+    if (n->op == OP_DROPOUT || (n->op == OP_BATCHNORM && ir_attr(n, "batch_stats"))) {
+      diag_warning(c, n->loc,
+                   "the model computes as in training (%s): it was exported in training mode; eval_mode (dlcc run "
+                   "--eval) runs it as PyTorch's eval()",
+                   n->op == OP_DROPOUT ? "dropout draws a mask" : "batchnorm by the batch's statistics");
+      return;
+    }
+}
+
 /* An ONNX model brings its weights: they are bound at once. */
 static Graph *import_onnx(Ctx *c, CompileJob *job) {
   OnnxOptions oo = {0};
@@ -352,6 +367,8 @@ have_graph:
     if (job->opt->grad)
       return diag_error(c, (SrcLoc){0}, "eval_mode and grad: a training step runs in training mode"), 1;
     if (!pass_eval_mode(g) || !ir_verify(g)) return 1;
+  } else if (!job->train && !(job->opt && job->opt->grad)) {
+    note_training_mode(c, g);
   }
   if (job->opt && job->opt->weights && !bind_at_compile(c, job, g)) return 1;
   if (job->train && job->train->has_loss &&
