@@ -28,6 +28,7 @@
 #include "frontend/onnx.h"
 #include "ir/ir.h"
 #include "passes/autodiff.h"
+#include "passes/pass.h"
 #include "passes/stages.h"
 #ifdef HAVE_NCCL
 #include "driver/comm_nccl.h"
@@ -281,8 +282,7 @@ static bool model_failed(PipeRun *p) { return fail_text(p, dlc_error(p->m)); }
 static bool compile_stage(PipeRun *p) {
   int rc = ctx_guard(&p->ctx, build_stage, p);
   if (rc || p->ctx.diag.errors) return fail_diag(p, rc);
-  for (Node *n = p->stage->first; n; n = n->next)
-    p->draws |= n->op == OP_PARAM && strcmp(ir_attr_str(n, "name"), "dlcc.first_sample") == 0;
+  p->draws = pass_find_param(p->stage, "dlcc.first_sample") != NULL;
   for (Node *n = p->g->first; n; n = n->next)
     if (n->op == OP_INPUT) {
       p->samples = n->out[0].type.rank ? n->out[0].type.dims[0] : 1;

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "frontend/lower.h"
+#include "ir/eval.h"
 #include "ir/loss.h"
 
 typedef struct TypeText {
@@ -679,13 +680,8 @@ static Val bi_dropout(Lower *l, const Call *c) {
   ir_set_float(l->g, n, "p", p);
   /* The samples x comes from, the first input's axis 0 (the batch the
    * trainer splits): a flattened [N*T, D] still counts T*D a sample. */
-  for (Node *m = l->g->first; m; m = m->next)
-    if (m->op == OP_INPUT) {
-      if (m->out[0].type.rank > 0 && m->out[0].type.dims[0] > 0 &&
-          ir_type_numel(&x->type) % m->out[0].type.dims[0] == 0)
-        ir_set_int(l->g, n, "batch", m->out[0].type.dims[0]);
-      break;
-    }
+  int64_t batch = ir_draw_batch(l->g, &x->type);
+  if (batch) ir_set_int(l->g, n, "batch", batch);
   ir_set_int(l->g, n, "stream", fe_map(l, &l->counters, "\x01dropout", true)->n++);
   return val_tensor(fe_emit(l, n));
 }

@@ -26,8 +26,7 @@
 #include "frontend/onnx_internal.h"
 
 /* The operands and attributes of a draw of type t: the state params and
- * where its samples lie (the first input's axis 0, as the language's
- * dropout counts them: ops.def). */
+ * where its samples lie (ir_draw_batch, as the language's dropout). */
 static bool draw_state(Imp *im, const TensorType *t, Val *in[3], int64_t *batch) {
   static const char *const names[3] = {"dlcc.seed", "dlcc.step", "dlcc.first_sample"};
   for (int i = 0; i < 3; i++) {
@@ -35,13 +34,7 @@ static bool draw_state(Imp *im, const TensorType *t, Val *in[3], int64_t *batch)
     if (!s) return false;
     in[i] = ox_val_of(im, s);
   }
-  *batch = 0;
-  for (Node *m = im->g->first; m; m = m->next)
-    if (m->op == OP_INPUT) {
-      if (m->out[0].type.rank > 0 && m->out[0].type.dims[0] > 0 && ir_type_numel(t) % m->out[0].type.dims[0] == 0)
-        *batch = m->out[0].type.dims[0];
-      break;
-    }
+  *batch = ir_draw_batch(im->g, t);
   return true;
 }
 

@@ -190,5 +190,10 @@ double ir_dropout_scale(double p, DType dt);
  * samples (0: x's axis 0) that starts at sample `first` of the global
  * batch, begins drawing (ops.def). */
 int64_t ir_dropout_base(const TensorType *x, int64_t batch, int64_t first);
+/* The `batch` attribute of a draw of type x in g (dropout, random_uniform):
+ * the samples of g's first input (its axis 0) when x's elements divide
+ * among them, else 0.  What both frontends give, so that a split batch
+ * draws per sample as the whole batch does. */
+int64_t ir_draw_batch(const Graph *g, const TensorType *x);
 
 #endif

@@ -210,6 +210,15 @@ int64_t ir_dropout_base(const TensorType *x, int64_t batch, int64_t first) {
   return x->rank == 0 || x->dims[0] == 0 ? first * count : first * (count / x->dims[0]);
 }
 
+int64_t ir_draw_batch(const Graph *g, const TensorType *x) {
+  for (const Node *m = g->first; m; m = m->next)
+    if (m->op == OP_INPUT) {
+      const TensorType *t = &m->out[0].type;
+      return t->rank > 0 && t->dims[0] > 0 && ir_type_numel(x) % t->dims[0] == 0 ? t->dims[0] : 0;
+    }
+  return 0;
+}
+
 static void eval_dropout(const Node *n, const Tensor *x, const Tensor *seed, const Tensor *offset,
                          const Tensor *first, Tensor *out) {
   double p = ir_attr_float(n, "p");

@@ -21,12 +21,7 @@
 
 #include "ir/diag.h"
 #include "passes/autodiff.h"
-
-static Value *param_named(Graph *g, const char *name) {
-  for (Node *n = g->first; n; n = n->next)
-    if (n->op == OP_PARAM && strcmp(ir_attr_str(n, "name"), name) == 0) return &n->out[0];
-  return NULL;
-}
+#include "passes/pass.h"
 
 /* Removes the attributes that make bn a training-mode batchnorm. */
 static void drop_training_attrs(Node *bn) {
@@ -44,7 +39,8 @@ static void drop_training_attrs(Node *bn) {
  * operand it reads, or NULL after reporting why there is none. */
 static Value *running(Graph *g, Node *bn, const char *which, const Value *now) {
   const Attr *a = ir_attr(bn, which);
-  Value *p = a ? param_named(g, a->s) : NULL;
+  Node *param = a ? pass_find_param(g, a->s) : NULL;
+  Value *p = param ? &param->out[0] : NULL;
   if (!a) {
     diag_error(g->ctx, bn->loc,
                "eval mode: this batchnorm uses the batch's statistics and has no %s param to use instead "
@@ -74,31 +70,21 @@ static Node *sole_reader(Graph *g, const Value *v) {
   return found;
 }
 
-static bool is_const(const Value *v, double *value) {
-  if (v->def->op != OP_CONST) return false;
-  *value = ir_attr_float(v->def, "value");
-  return true;
-}
-
 /* u's inverted-dropout mask, cast(u < c) / c, replaced by ones: whether
  * u's one reader chain was that (c a probability: u < c holds with
  * probability c, so the mask's expectation is 1). */
 static bool mask_to_expectation(Graph *g, Node *u) {
   Node *less = sole_reader(g, &u->out[0]);
   double c, d;
-  if (!less || less->op != OP_LESS || less->in[0] != &u->out[0] || !is_const(less->in[1], &c) || !(c > 0 && c <= 1))
+  if (!less || less->op != OP_LESS || less->in[0] != &u->out[0] || !pass_is_const(less->in[1], &c) || !(c > 0 && c <= 1))
     return false;
   Node *cast = sole_reader(g, &less->out[0]);
   if (!cast || cast->op != OP_CAST) return false;
   Node *div = sole_reader(g, &cast->out[0]);
-  if (!div || div->op != OP_DIV || div->in[0] != &cast->out[0] || !is_const(div->in[1], &d) ||
+  if (!div || div->op != OP_DIV || div->in[0] != &cast->out[0] || !pass_is_const(div->in[1], &d) ||
       (float)c != (float)d)
     return false;
-  Node *one = ir_node_new(g, OP_CONST, 0, NULL, div->loc);
-  ir_set_float(g, one, "value", 1);
-  ir_declare(one, &div->out[0].type);
-  ir_insert_before(g, div, one);
-  ir_replace_uses(g, &div->out[0], &one->out[0]);
+  ir_replace_uses(g, &div->out[0], pass_new_const(g, div, 1, &div->out[0].type, div->loc));
   return true;
 }
 
