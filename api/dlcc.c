@@ -281,7 +281,8 @@ static bool split_tensors(Ctx *c, const dlc_options *o, Graph *g, TpResult *tp) 
     diag_error(c, (SrcLoc){0}, "tensor parallel over %d ranks does not support %s yet", o->tensor_parallel, no);
     return false;
   }
-  return pass_tensor_parallel(g, o->tensor_parallel, o->tensor_rank, tp) && ir_verify(g);
+  int level = o->opt_level;
+  return pass_tensor_parallel(g, o->tensor_parallel, o->tensor_rank, level == 0 || level == 2, tp) && ir_verify(g);
 }
 
 /* The optimizer's state of a split parameter NAME ("dlcc.optim.NAME.*")

@@ -382,10 +382,17 @@ const char *cg_cuda_philox(void) { return philox_text; }
 static KExpr *draw_bits(CgBuild *b, Kernel *k, const Node *n, int at, const TensorType *t, KExpr *i) {
   KExpr *seed = cg_kload(k, buf_of(b, k, n->in[at], "seed"), iv(k, 0));
   KExpr *bits = cg_kop2(k, OP_DROPOUT, seed, cg_kload(k, buf_of(b, k, n->in[at + 1], "offset"), iv(k, 0)));
+  DrawPart part = ir_draw_part(n, t);
   bits->a[2] = cg_kcast(k, i, TY_I64);
+  if (part.skip || part.at) {
+    /* this block's place in the whole tensor (kdiv on the index, which
+     * fits its type; the product in i64, which the whole needs) */
+    KExpr *skip = cg_kop2(k, OP_MUL, cg_kcast(k, idx(k, KI_DIV, i, part.block), TY_I64), cg_kimm(k, (double)part.skip, TY_I64));
+    bits->a[2] = cg_kop2(k, OP_ADD, bits->a[2], cg_kop2(k, OP_ADD, skip, cg_kimm(k, (double)part.at, TY_I64)));
+  }
   if (n->n_in > at + 2) {
     /* ir_dropout_base, with first read at run time */
-    int64_t per = ir_dropout_base(t, ir_attr_int(n, "batch"), 1);
+    int64_t per = ir_dropout_base(&part.whole, ir_attr_int(n, "batch"), 1);
     KExpr *first = cg_kload(k, buf_of(b, k, n->in[at + 2], "first"), iv(k, 0));
     bits->a[2] = cg_kop2(k, OP_ADD, bits->a[2], cg_kop2(k, OP_MUL, first, cg_kimm(k, (double)per, TY_I64)));
   }

@@ -190,6 +190,14 @@ double ir_dropout_scale(double p, DType dt);
  * samples (0: x's axis 0) that starts at sample `first` of the global
  * batch, begins drawing (ops.def). */
 int64_t ir_dropout_base(const TensorType *x, int64_t batch, int64_t first);
+/* Where a draw's elements lie in the tensor it draws for: element i of
+ * the draw is element i + (i / block) * skip + at of `whole` (dropout's
+ * part attribute, ops.def; without it the identity and whole = x). */
+typedef struct DrawPart {
+  int64_t block, skip, at;
+  TensorType whole;
+} DrawPart;
+DrawPart ir_draw_part(const Node *n, const TensorType *x);
 /* The `batch` attribute of a draw of type x in g (dropout, random_uniform):
  * the samples of g's first input (its axis 0) when x's elements divide
  * among them, else 0.  What both frontends give, so that a split batch

@@ -1672,6 +1672,18 @@ bool shape_dropout(const Node *n, TensorType *out, char *err, size_t errlen) {
   const Attr *batch = ir_attr(n, "batch");
   if (!batch || batch->kind != AK_INT || batch->i < 0)
     return fail(err, errlen, "dropout: batch must be 0 (x's axis 0) or the samples x is computed from");
+  if (ir_attr(n, "part")) {
+    int k;
+    const int64_t *part;
+    const TensorType *x = in_type(n, 0);
+    if (!attr_ints(n, "part", 3, &k, &part, err, errlen)) return false;
+    if (part[0] < 0 || part[0] >= x->rank || part[1] < 1 || part[1] > 1 << 16 || part[2] < 0 || part[2] >= part[1])
+      return fail(err, errlen, "dropout: part must be [axis of x, parts from 1 to 65536, index below parts], got "
+                  "[%lld, %lld, %lld]", (long long)part[0], (long long)part[1], (long long)part[2]);
+    if (ir_type_numel(x) > (INT64_C(1) << 46) / part[1])
+      return fail(err, errlen, "dropout: the whole tensor of %lld parts of %s is too large", (long long)part[1],
+                  ts(x).s);
+  }
   out[0] = n->in[0]->type;
   return true;
 }

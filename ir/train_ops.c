@@ -210,6 +210,21 @@ int64_t ir_dropout_base(const TensorType *x, int64_t batch, int64_t first) {
   return x->rank == 0 || x->dims[0] == 0 ? first * count : first * (count / x->dims[0]);
 }
 
+DrawPart ir_draw_part(const Node *n, const TensorType *x) {
+  int64_t count = ir_type_numel(x);
+  DrawPart p = {.block = count > 0 ? count : 1, .whole = *x};
+  int k;
+  const int64_t *part = ir_attr(n, "part") ? ir_attr_ints(n, "part", &k) : NULL;
+  if (!part || k != 3) return p; /* shape_dropout checked the rest */
+  int64_t inner = 1, d = x->dims[part[0]];
+  for (int a = (int)part[0] + 1; a < x->rank; a++) inner *= x->dims[a];
+  p.block = d * inner > 0 ? d * inner : 1;
+  p.skip = (part[1] - 1) * d * inner;
+  p.at = part[2] * d * inner;
+  p.whole.dims[part[0]] = d * part[1];
+  return p;
+}
+
 int64_t ir_draw_batch(const Graph *g, const TensorType *x) {
   for (const Node *m = g->first; m; m = m->next)
     if (m->op == OP_INPUT) {
@@ -225,9 +240,13 @@ static void eval_dropout(const Node *n, const Tensor *x, const Tensor *seed, con
   uint32_t thr = ir_dropout_threshold(p), stream = (uint32_t)ir_attr_int(n, "stream");
   double scale = ir_dropout_scale(p, x->type.dtype);
   uint64_t s = (uint64_t)*(const int64_t *)seed->data, off = (uint64_t)*(const int64_t *)offset->data;
-  uint64_t base = first ? (uint64_t)ir_dropout_base(&x->type, ir_attr_int(n, "batch"), *(const int64_t *)first->data) : 0;
+  DrawPart part = ir_draw_part(n, &x->type);
+  uint64_t base = first ? (uint64_t)ir_dropout_base(&part.whole, ir_attr_int(n, "batch"), *(const int64_t *)first->data)
+                        : 0;
+  base += (uint64_t)part.at;
   for (int64_t i = 0, count = ir_type_numel(&x->type); i < count; i++) {
-    bool keep = ir_dropout_bits(s, off, base + (uint64_t)i, stream) >= thr;
+    uint64_t j = base + (uint64_t)i + (uint64_t)(i / part.block * part.skip);
+    bool keep = ir_dropout_bits(s, off, j, stream) >= thr;
     ir_tensor_set(out, i, keep ? ir_tensor_get(x, i) * scale : 0.0);
   }
 }

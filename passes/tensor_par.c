@@ -4,14 +4,25 @@
  * a row slice of one, as multihead_attention's q, k, v projections of
  * in_proj_weight) and grows forward through the values it makes, each
  * split along one axis: elementwise ops, reshapes that keep the split
- * whole (a projection to heads and back), attention over split heads;
- * it ends at linears that read a split value as their input (row
- * parallel).  Any other reader, a model output, an uneven split or a
- * parameter also used outside the region keeps the region whole.  Then
- * the first linears compute their rows of W1 (after tp_copy, the
- * identity whose gradient is summed), the middle runs on its share, and
- * the last linears their columns of W2, summed over the ranks
- * (allreduce_sum) before W2's bias. */
+ * whole (a projection to heads and back), transposes, softmax along
+ * another axis, dropout (each rank drawing its block of the whole
+ * tensor's mask), batched matmuls and attention over split heads; it
+ * ends at linears that read a split value as their input (row
+ * parallel).  A whole operand of the middle (an attention mask, a
+ * scale) is read as it is where it broadcasts along the split axis,
+ * else its block; both after tp_copy, so that a gradient it gets is the
+ * sum of the ranks' parts.  Any other reader, a model output, an uneven
+ * split or a parameter also used outside the region keeps the region
+ * whole.  Then the first linears compute their rows of W1 (after
+ * tp_copy, the identity whose gradient is summed), the middle runs on
+ * its share, and the last linears their columns of W2, summed over the
+ * ranks (allreduce_sum) before W2's bias.
+ *
+ * Exporters write a linear of a 3-d input as MatMul by the transposed
+ * weight and Add of the bias: before the regions grow such products by
+ * a parameter become linears, and with fuse_attention the attention
+ * pass runs first, as autodiff would run it, so that ONNX models split
+ * as the language's do. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -222,8 +233,43 @@ static int heads_axis(const Node *n) {
   return layout && strcmp(layout, "bshd") == 0 ? 2 : 1;
 }
 
-/* Every input of multi-input node n known: its result's split, or false. */
-static bool resolve(Tp *t, Node *n, bool *ready) {
+enum { WHOLE_AS_IS, WHOLE_BLOCK };
+
+/* How whole operand w of member n meets the split along axis a of n's
+ * result, the operands aligned at their last axes as broadcasting
+ * aligns them (attention's mask at the scores' [B, H, Sq, Sk]):
+ * WHOLE_AS_IS where it broadcasts along a (one value, 1 there, or no
+ * such axis), WHOLE_BLOCK where it has the whole extent there (each
+ * rank reads its block, along *axis), else -1. */
+static int whole_use(const Node *n, const Value *w, int a, int *axis) {
+  const TensorType *o = &n->out[0].type, *t = &w->type;
+  int rank = o->rank;
+  int64_t full = o->dims[a];
+  if (n->op == OP_ATTENTION) rank = 4, a = 1;
+  int b = a - (rank - t->rank);
+  *axis = b;
+  if (ir_type_numel(t) == 1 || b < 0 || t->dims[b] == 1) return WHOLE_AS_IS;
+  return t->dims[b] == full ? WHOLE_BLOCK : -1;
+}
+
+/* Whether split input w (axis a) fits member n's result split along a:
+ * an elementwise op's of its type, a matmul's with a batch axis split. */
+static bool split_input_fits(Tp *t, const Node *n, const Value *w, int a) {
+  const TensorType *o = &n->out[0].type;
+  if (n->op == OP_ATTENTION) return true;
+  if (n->op != OP_MATMUL) {
+    if (ir_type_eq(&w->type, o)) return true;
+    return fail(t, arena_printf(arena(t), "%s broadcasts a split value", ir_ops[n->op].name));
+  }
+  if (w->type.rank != o->rank || a >= o->rank - 2 || w->type.dims[a] != o->dims[a])
+    return fail(t, "a matmul reads a value split along one of the two axes it multiplies");
+  return true;
+}
+
+/* Every input of multi-input node n known: its result's split, or
+ * false.  A whole input counts as known when it is one value, or with
+ * whole_ok (nothing in the region can make it split any more). */
+static bool resolve(Tp *t, Node *n, bool *ready, bool whole_ok) {
   *ready = true;
   int a = -1;
   for (int i = 0; i < n->n_in; i++) {
@@ -232,27 +278,75 @@ static bool resolve(Tp *t, Node *n, bool *ready) {
       if (a >= 0 && t->axis[w->id] != a)
         return fail(t, arena_printf(arena(t), "%s combines values split along different axes", ir_ops[n->op].name));
       a = t->axis[w->id];
-    } else if (!(n->op != OP_ATTENTION && ir_type_numel(&w->type) == 1)) {
+    } else if (n->op == OP_ATTENTION ? i < 3 : !whole_ok && ir_type_numel(&w->type) != 1) {
       *ready = false;
     }
   }
   if (!*ready) return true;
-  if (n->op == OP_ATTENTION && n->n_in != 3) return fail(t, "attention with a mask");
   if (n->op == OP_ATTENTION && a != heads_axis(n))
     return fail(t, arena_printf(arena(t), "attention over %lld heads, not a multiple of %d",
                                 (long long)n->in[0]->type.dims[heads_axis(n)], t->T));
-  if (n->op != OP_ATTENTION)
-    for (int i = 0; i < n->n_in; i++)
-      if (t->axis[n->in[i]->id] >= 0 && !ir_type_eq(&n->in[i]->type, &n->out[0].type))
-        return fail(t, arena_printf(arena(t), "%s broadcasts a split value", ir_ops[n->op].name));
+  for (int i = 0; i < n->n_in; i++) {
+    Value *w = n->in[i];
+    int axis;
+    if (t->axis[w->id] >= 0 ? !split_input_fits(t, n, w, a) : whole_use(n, w, a, &axis) < 0)
+      return fail(t, t->why ? t->why
+                            : arena_printf(arena(t), "%s reads a whole operand whose extent along the split axis "
+                                           "is neither 1 nor the split one's", ir_ops[n->op].name));
+  }
   add_member(t, n, ROLE_INNER);
   return mark(t, &n->out[0], a);
+}
+
+/* The axis of a single-input member's result that carries its input's
+ * split along a, or -1 with t->why set. */
+static int passes_split(Tp *t, const Node *u, int a) {
+  if (is_unary_elementwise(u) || u->op == OP_DROPOUT) return a;
+  if (u->op == OP_TRANSPOSE) {
+    int k;
+    const int64_t *perm = ir_attr_ints(u, "perm", &k);
+    for (int j = 0; j < k; j++)
+      if (perm[j] == a) return j;
+  }
+  if (u->op == OP_SOFTMAX || u->op == OP_LOG_SOFTMAX) {
+    int64_t axis = ir_attr_int(u, "axis");
+    if (axis < 0) axis += u->out[0].type.rank;
+    if (axis != a) return a;
+    fail(t, arena_printf(arena(t), "%s along the split axis", ir_ops[u->op].name));
+    return -1;
+  }
+  if (u->op == OP_RESHAPE) {
+    int b = reshape_axis(t, u, a);
+    if (b < 0)
+      fail(t, arena_printf(arena(t), "a reshape to %s does not keep the split whole (heads not a multiple of %d)",
+                           ir_type_str(&u->out[0].type, ARENA_ARRAY(arena(t), char, 96), 96), t->T));
+    return b;
+  }
+  fail(t, arena_printf(arena(t), "%s reads a split value", ir_ops[u->op].name));
+  return -1;
+}
+
+/* A node that passes a split from its one non-scalar operand to its
+ * result, as passes_split does, and that operand; NULL otherwise. */
+static Value *carrier_input(const Node *d) {
+  if (d->n_out != 1) return NULL;
+  if (d->op == OP_RESHAPE || d->op == OP_TRANSPOSE || d->op == OP_DROPOUT || d->op == OP_SOFTMAX ||
+      d->op == OP_LOG_SOFTMAX || is_unary_elementwise(d))
+    return d->in[0];
+  if (ir_ops[d->op].cls != K_ELEMWISE || d->op == OP_BATCHNORM) return NULL;
+  Value *v = NULL;
+  for (int i = 0; i < d->n_in; i++)
+    if (ir_type_numel(&d->in[i]->type) != 1) {
+      if (v) return NULL;
+      v = d->in[i];
+    }
+  return v;
 }
 
 /* A source that makes w through single-input ops: added to the region. */
 static bool pull(Tp *t, Value *w) {
   Node *d = w->def;
-  while (d->n_in == 1 && (is_unary_elementwise(d) || d->op == OP_RESHAPE)) d = d->in[0]->def;
+  for (Value *v; (v = carrier_input(d));) d = v->def;
   if (d->op != OP_LINEAR || t->role[d->id] != ROLE_NONE) return false;
   keep_mark(t, d, 0);
   return add_source(t, d);
@@ -262,26 +356,25 @@ static bool visit_use(Tp *t, Value *v, Node *u) {
   if (t->role[u->id] != ROLE_NONE) return true;
   int a = t->axis[v->id];
   if (u->op == OP_LINEAR) return add_sink(t, u, v, a);
-  if (is_unary_elementwise(u)) {
-    add_member(t, u, ROLE_INNER);
-    return mark(t, &u->out[0], a);
-  }
-  if (u->op == OP_RESHAPE) {
-    int b = reshape_axis(t, u, a);
-    if (b < 0)
-      return fail(t, arena_printf(arena(t), "a reshape to %s does not keep the split whole (heads not a multiple of %d)",
-                                  ir_type_str(&u->out[0].type, ARENA_ARRAY(arena(t), char, 96), 96), t->T));
-    add_member(t, u, ROLE_INNER);
-    return mark(t, &u->out[0], b);
-  }
-  if ((ir_ops[u->op].cls == K_ELEMWISE && u->op != OP_BATCHNORM && u->n_out == 1) || u->op == OP_ATTENTION) {
+  if ((ir_ops[u->op].cls == K_ELEMWISE && u->op != OP_BATCHNORM && u->n_out == 1 && !is_unary_elementwise(u)) ||
+      u->op == OP_ATTENTION || u->op == OP_MATMUL) {
     for (int i = 0; i < t->n_pending; i++)
       if (t->pending[i] == u) return true;
     t->pending[t->n_pending++] = u;
     return true;
   }
-  return fail(t, arena_printf(arena(t), "%s reads a split value%s", ir_ops[u->op].name,
-                              u->op == OP_DROPOUT ? " (its random mask is drawn over the whole tensor)" : ""));
+  int b = passes_split(t, u, a);
+  if (b < 0) return false;
+  add_member(t, u, ROLE_INNER);
+  return mark(t, &u->out[0], b);
+}
+
+/* The first pending node, by graph order, or -1. */
+static int first_pending(const Tp *t) {
+  int at = -1;
+  for (int i = 0; i < t->n_pending; i++)
+    if (at < 0 || t->pending[i]->id < t->pending[at]->id) at = i;
+  return at;
 }
 
 static bool grow(Tp *t) {
@@ -295,7 +388,7 @@ static bool grow(Tp *t) {
     for (int i = 0; i < t->n_pending; i++) {
       Node *u = t->pending[i];
       bool ready;
-      if (!resolve(t, u, &ready)) return false;
+      if (!resolve(t, u, &ready, false)) return false;
       if (ready) {
         t->pending[i--] = t->pending[--t->n_pending];
         progress = true;
@@ -305,8 +398,16 @@ static bool grow(Tp *t) {
         if (t->axis[u->in[k]->id] < 0 && ir_type_numel(&u->in[k]->type) != 1 && pull(t, u->in[k])) progress = true;
       if (t->why) return false;
     }
-    if (!t->n_work && !progress) break;
+    if (t->n_work || progress) continue;
+    /* Nothing more splits on its own: the first pending node reads its
+     * other operands whole.  Those come before it in the graph, so no
+     * pending node can make them split later. */
+    int at = first_pending(t);
+    bool ready = false;
+    if (at < 0 || !resolve(t, t->pending[at], &ready, true) || !ready) break;
+    t->pending[at] = t->pending[--t->n_pending];
   }
+  if (t->why) return false;
   if (t->n_pending)
     return fail(t, arena_printf(arena(t), "%s combines a split value with a whole one", ir_ops[t->pending[0]->op].name));
   return true;
@@ -421,6 +522,37 @@ static Node *reshaped(Tp *t, Node *n, Value *in, int b) {
   return r;
 }
 
+/* This rank's block of v along axis, inserted before n. */
+static Value *block_of(Tp *t, Node *n, Value *v, int axis) {
+  const TensorType *ty = &v->type;
+  int64_t s[DL_MAX_RANK], e[DL_MAX_RANK], one[DL_MAX_RANK], share = ty->dims[axis] / t->T;
+  for (int k = 0; k < ty->rank; k++) s[k] = 0, e[k] = ty->dims[k], one[k] = 1;
+  s[axis] = t->rank * share, e[axis] = s[axis] + share;
+  Node *b = ir_node_new(t->g, OP_SLICE, 1, &v, n->loc);
+  b->scope = n->scope;
+  ir_set_ints(t->g, b, "starts", ty->rank, s);
+  ir_set_ints(t->g, b, "ends", ty->rank, e);
+  ir_set_ints(t->g, b, "steps", ty->rank, one);
+  char err[256];
+  if (!ir_infer(b, err, sizeof err)) dl_internal(t->g->ctx, "tensor parallel block: %s", err);
+  ir_insert_before(t->g, n, b);
+  return &b->out[0];
+}
+
+/* Operand k of inner member n, a whole value, as this rank reads it:
+ * after tp_copy when a gradient may flow into it (each rank's gradient
+ * of it is a part, tp_copy's sums them), and its block where n needs
+ * one (whole_use).  map keeps one tp_copy per value. */
+static Value *whole_operand(Tp *t, Node *n, int k, Value **map) {
+  Value *w = n->in[k], *v = w;
+  if (w->def->op != OP_CONST && ir_dtype_is_float(w->type.dtype)) {
+    if (!map[w->id]) map[w->id] = &pass_new_node(t->g, n, OP_TP_COPY, 1, &w, NULL, n->loc)->out[0];
+    v = map[w->id];
+  }
+  int axis;
+  return whole_use(n, w, t->axis[n->out[0].id], &axis) == WHOLE_BLOCK ? block_of(t, n, v, axis) : v;
+}
+
 static int by_id(const void *a, const void *b) {
   return (*(Node *const *)a)->id - (*(Node *const *)b)->id;
 }
@@ -433,8 +565,9 @@ static void rewrite(Tp *t) {
   qsort(t->members, (size_t)t->n_members, sizeof *t->members, by_id);
   for (int i = 0; i < t->n_members; i++) {
     Node *n = t->members[i];
-    Value *in[3];
-    for (int k = 0; k < n->n_in && k < 3; k++) in[k] = map[n->in[k]->id] ? map[n->in[k]->id] : n->in[k];
+    Value *in[8];
+    if (n->n_in > 8) dl_internal(g->ctx, "tensor parallel: %s of %d operands", ir_ops[n->op].name, n->n_in);
+    for (int k = 0; k < n->n_in; k++) in[k] = map[n->in[k]->id] ? map[n->in[k]->id] : n->in[k];
     Node *m;
     switch (t->role[n->id]) {
       case ROLE_SOURCE: {
@@ -466,8 +599,17 @@ static void rewrite(Tp *t) {
         break;
       }
       default:
+        for (int k = 0; k < n->n_in; k++)
+          if (t->axis[n->in[k]->id] < 0) in[k] = whole_operand(t, n, k, map);
         m = n->op == OP_RESHAPE ? reshaped(t, n, in[0], t->axis[n->out[0].id])
                                 : pass_new_node(g, n, n->op, n->n_in, in, n, n->loc);
+        if (n->op == OP_DROPOUT) {
+          /* the mask of this rank's block of the whole tensor */
+          int64_t part[3] = {t->axis[n->in[0]->id], t->T, t->rank};
+          ir_set_ints(g, m, "part", 3, part);
+          char err[256];
+          if (!ir_infer(m, err, sizeof err)) dl_internal(g->ctx, "tensor parallel dropout: %s", err);
+        }
         break;
     }
     map[n->out[0].id] = &m->out[0];
@@ -596,10 +738,60 @@ const char **tp_split_names(Graph *g, const TpResult *tp) {
   return names;
 }
 
-bool pass_tensor_parallel(Graph *g, int ranks, int rank, TpResult *out) {
+static bool swaps_2d(const Node *n) {
+  int k;
+  const int64_t *perm = n->op == OP_TRANSPOSE ? ir_attr_ints(n, "perm", &k) : NULL;
+  return perm && k == 2 && perm[0] == 1 && perm[1] == 0;
+}
+
+/* Exporters' linears of inputs of rank 3 and more: x @ W^T by a
+ * parameter W [N, K] (or a row slice of one; a transpose of it, or
+ * trans_b), then + b by one b [N]: linear(x, W, b) in their place. */
+static void products_as_linears(Graph *g) {
+  PassUses *uses = pass_uses_new(g);
+  for (Node *m = g->first, *next; m; m = next) {
+    next = m->next;
+    if (m->op != OP_MATMUL || ir_matmul_trans(m, 0) || m->in[0]->type.rank < 2 || m->out[0].type.dtype != TY_F32)
+      continue;
+    Node *tr = ir_matmul_trans(m, 1) ? NULL : m->in[1]->def;
+    if (tr && !swaps_2d(tr)) continue;
+    Value *w = tr ? tr->in[0] : m->in[1], *b = NULL;
+    Part pw, pb;
+    if (!part_of(w, 2, &pw) || w->type.dtype != TY_F32) continue;
+    Node *at = m, *add = NULL;
+    for (Node *u = m->next; u && pass_uses(uses, &m->out[0]) == 1 && !add; u = u->next)
+      if (u->op == OP_ADD && (u->in[0] == &m->out[0] || u->in[1] == &m->out[0])) add = u;
+    if (add) {
+      b = add->in[add->in[0] == &m->out[0] ? 1 : 0];
+      if (part_of(b, 1, &pb) && b->type.dtype == TY_F32 && b->type.dims[0] == w->type.dims[0] &&
+          ir_type_eq(&add->out[0].type, &m->out[0].type))
+        at = add;
+      else
+        b = NULL;
+    }
+    Value *in[3] = {m->in[0], w, b};
+    Node *lin = pass_new_node(g, at, OP_LINEAR, b ? 3 : 2, in, NULL, m->loc);
+    lin->scope = m->scope;
+    ir_replace_uses(g, &at->out[0], &lin->out[0]);
+    if (at != m) ir_remove(g, at);
+    if (next == at) next = lin->next;
+    ir_remove(g, m);
+    if (tr) {
+      pass_uses_add(uses, &tr->out[0], -1);
+      if (pass_uses(uses, &tr->out[0]) == 0) {
+        if (next == tr) next = next->next;
+        ir_remove(g, tr);
+      }
+    }
+  }
+}
+
+bool pass_tensor_parallel(Graph *g, int ranks, int rank, bool fuse_attention, TpResult *out) {
   memset(out, 0, sizeof *out);
   out->ranks = ranks, out->rank = rank;
   if (ranks <= 1) return true;
+  products_as_linears(g);
+  if (fuse_attention) pass_attention(g, NULL);
   Tp t = {.g = g, .T = ranks, .rank = rank, .out = out};
   /* After each rewrite the graph is indexed again from the start: the
    * rewrite made values the index does not know. */

@@ -32,13 +32,15 @@ static const char attn[] =
     "  return multihead_attention(x, x, x, 4) as self_attn\n"
     "}\n";
 
+/* text: the language, or IR text ("graph ..."). */
 static dlc_model *compile_tp(const char *text, int ranks, int rank, int grad) {
   dlc_optimizer sgd;
   ck_assert_int_eq(dlc_optimizer_defaults("sgd", &sgd), DLC_OK);
   dlc_options o = {.backend = "ref", .tensor_parallel = ranks, .tensor_rank = rank, .grad = grad,
                    .optimizer = grad ? &sgd : NULL};
   dlc_model *m = NULL;
-  ck_assert_msg(dlc_compile_string("m.dl", text, &o, &m) == DLC_OK, "%s", dlc_error(m));
+  const char *name = strncmp(text, "graph", 5) == 0 ? "m.ir" : "m.dl";
+  ck_assert_msg(dlc_compile_string(name, text, &o, &m) == DLC_OK, "%s", dlc_error(m));
   ck_assert_int_eq(dlc_init_weights(m, 11), DLC_OK);
   return m;
 }
@@ -82,6 +84,56 @@ END_TEST
 START_TEST(attention_heads_sum_to_whole) {
   check_sum(attn, 2, 48, 48, "self_attn.out_proj.bias", 8);
   check_sum(attn, 4, 48, 48, "self_attn.out_proj.bias", 8);
+}
+END_TEST
+
+/* A layer as exporters write it (tests/train/exported.ir, a batch of 4
+ * samples of 4 tokens): products by transposed weights, heads by
+ * reshapes and transposes, a learned position bias per head, softmax,
+ * and dropout of the probabilities and in the MLP, active as the IR
+ * says.  Cut to one region's sum (the residual and the other region's
+ * sum would not add up across ranks run alone): mlp, the MLP reads x. */
+static char *exported_ir(bool mlp_only) {
+  char path[1024];
+  snprintf(path, sizeof path, "%s/tests/train/exported.ir", getenv("top_srcdir") ? getenv("top_srcdir") : ".");
+  FILE *f = fopen(path, "rb");
+  ck_assert_msg(f != NULL, "cannot open %s", path);
+  static char text[8192];
+  size_t n = fread(text, 1, sizeof text - 1, f);
+  fclose(f);
+  text[n] = 0;
+  char *cut = strstr(text, mlp_only ? "  %y = add %a, %y2" : "  %r = add %x, %o");
+  ck_assert(cut != NULL);
+  strcpy(cut, mlp_only ? "  return %y2 as \"y\"\n}\n" : "  return %o as \"y\"\n}\n");
+  if (mlp_only) memcpy(strstr(text, "matmul %a, %t1"), "matmul %x, %t1", 14);
+  return strstr(text, "graph");
+}
+
+/* The ranks' parts of the sum, each drawing its block of the masks, add
+ * up to one process's result. */
+START_TEST(exported_layer_sums_to_whole) {
+  check_sum(exported_ir(false), 2, 128, 128, "o.bias", 8);
+  check_sum(exported_ir(true), 2, 128, 128, "linear2.bias", 8);
+  check_sum(exported_ir(true), 4, 128, 128, "linear2.bias", 8);
+  /* Rank 1 of 2: its head's rows of q, k and v, its half of the MLP,
+   * and the dropouts' blocks (the second head; features [8, 16)). */
+  for (int mlp_only = 0; mlp_only < 2; mlp_only++) {
+    dlc_model *m = compile_tp(exported_ir(mlp_only), 2, 1, 0);
+    ck_assert_int_eq(dlc_num_tensor_notes(m), 1 + mlp_only); /* mlp_only: the heads too, unread */
+    ck_assert_str_eq(dlc_tensor_note(m, mlp_only), mlp_only ? "split: linear1.weight by output rows, linear2.weight by input columns"
+                                                     : "split: q.weight, k.weight, v.weight by output rows, o.weight by "
+                                                       "input columns");
+    int parts = 0;
+    for (Node *n = m->g->first; n; n = n->next)
+      if (n->op == OP_DROPOUT) {
+        int k;
+        const int64_t *p = ir_attr_ints(n, "part", &k);
+        ck_assert(p && k == 3 && p[1] == 2 && p[2] == 1);
+        parts += mlp_only ? p[0] == 2 && n->out[0].type.dims[2] == 8 : p[0] == 1 && n->out[0].type.dims[1] == 1;
+      }
+    ck_assert_int_eq(parts, 1);
+    dlc_free(m);
+  }
 }
 END_TEST
 
@@ -260,12 +312,16 @@ START_TEST(what_does_not_split) {
                                 "split whole (heads not a multiple of 2)",
                                 "not split: a.out_proj.weight: a split value is an output of the model"},
                4);
+  /* Dropout splits (each rank draws its block of the mask); a softmax
+   * across the split features cannot. */
   expect_notes("model m(x: f32[3, 4]) -> f32[] {\n"
                "  return mean(linear(dropout(linear(x, 8) as fc1, p=0.5), 4) as fc2)\n}\n",
-               2, 1,
-               (const char *[]){"not split: fc1.weight: dropout reads a split value (its random mask is drawn over "
-                                "the whole tensor)",
-                                "not split: fc2.weight: reduce_mean reads a split value"},
+               2, 1, (const char *[]){"split: fc1.weight by output rows, fc2.weight by input columns"}, 1);
+  expect_notes("model m(x: f32[3, 4]) -> f32[3, 4] {\n"
+               "  return linear(softmax(linear(x, 8) as fc1, axis=-1), 4) as fc2\n}\n",
+               2, 0,
+               (const char *[]){"not split: fc1.weight: softmax along the split axis",
+                                "not split: fc2.weight: a split value is an output of the model"},
                2);
   /* A weight also read outside the pair (tied) would go stale there. */
   expect_notes(tied, 2, 0, (const char *[]){"not split: w: w is also read outside the region",
@@ -349,6 +405,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, mlp_ranks_sum_to_whole);
   tcase_add_test(tc, ref_backend_reduces_through_the_communicator);
   tcase_add_test(tc, attention_heads_sum_to_whole);
+  tcase_add_test(tc, exported_layer_sums_to_whole);
   tcase_add_test(tc, what_splits);
   tcase_add_test(tc, ranks_hold_their_parts);
   tcase_add_test(tc, what_does_not_split);

@@ -86,6 +86,21 @@ grep -q "^tensor parallel: not split: self_attn.in_proj_weight\[0:8\]: a reshape
   grep -qx "tensor parallel: split: linear1.weight by output rows, linear2.weight by input columns" "$tmp/out" && ok ||
   fail "2 heads 4 ways: $(cat "$tmp/out")"
 close "$tmp/at1.ckpt.safetensors" "$tmp/at4.ckpt.safetensors" "attention whole, MLP 4-way"
+# As an exporter writes a layer (exported.ir: matmuls by transposed
+# weights, the scores' matmul, a learned position bias, softmax and
+# dropout of the probabilities, dropout in the MLP): the heads and the
+# MLP split, each rank draws its block of each mask, and 2 ranks train
+# as one process (a rank drawing the whole tensor's first block would
+# differ by 80%).
+E="$t/exported.ir --loss=mse --optimizer=sgd --momentum=0.9 --lr=0.05 --backend=emu --data $t/attn --epochs 2 --batch 4"
+expect 0 "" "$dlcc" train $E --save "$tmp/ex1.safetensors" --log "$tmp/ex1.jsonl"
+expect 0 "" mpi 2 "$dlcc" train $E --tensor-parallel=2 --save "$tmp/ex2.safetensors" --log "$tmp/ex2.jsonl"
+grep -qx "tensor parallel: split: q.weight, k.weight, v.weight by output rows, o.weight by input columns" "$tmp/out" &&
+  grep -qx "tensor parallel: split: linear1.weight by output rows, linear2.weight by input columns" "$tmp/out" && ok ||
+  fail "the exported layer's split lines: $(cat "$tmp/out")"
+close "$tmp/ex1.ckpt.safetensors" "$tmp/ex2.ckpt.safetensors" "the exported layer with dropout, 2-way tensor parallel"
+losses "$tmp/ex1.jsonl" >"$tmp/a.v"; losses "$tmp/ex2.jsonl" >"$tmp/b.v"
+agree "$tmp/a.v" "$tmp/b.v" && ok || fail "the exported layer's losses: $(paste "$tmp/a.v" "$tmp/b.v")"
 # Each rank's plan holds its parts: less weight memory and arena than
 # one process's (attention's projections and the MLP at 1/2; each
 # weight's 256-byte alignment and the layernorms stay).
