@@ -13,8 +13,10 @@
  * and V repeated to every query head by repeat_kv's reshape, expand,
  * reshape reach the op un-repeated (docs/attention.md has the details).
  *
- * One difference: a row that every mask hides entirely is NaN from the
- * unfused softmax and 0 from the op (PyTorch's behaviour since 2.5). */
+ * The probabilities may be PyTorch's safe softmax as exporters write it,
+ * where(isnan(P), 0, P).  Otherwise there is one difference: a row that
+ * every mask hides entirely is NaN from the unfused softmax and 0 from
+ * the op (PyTorch's behaviour since 2.5). */
 #include <float.h>
 #include <math.h>
 #include <string.h>
@@ -240,13 +242,31 @@ static Value *untranspose(Graph *g, Node *before, Value *kt) {
   return identity ? kt->def->in[0] : transpose(g, before, kt->def->in[0], q);
 }
 
+/* The probabilities P of matmul(P, V), used there alone: softmax(s),
+ * or PyTorch's safe softmax as exported (Hugging Face's attention with
+ * a mask: where(isnan(P), 0, P), a row with every key hidden 0 as the
+ * op gives it) as that softmax; NULL otherwise. */
+static Value *probabilities(Value *p, const PassUses *uses) {
+  Node *w = p->def;
+  if (pass_uses(uses, p) != 1) return NULL;
+  if (w->op == OP_SOFTMAX) return p;
+  double zero;
+  if (w->op != OP_WHERE || w->in[0]->def->op != OP_ISNAN) return NULL;
+  Value *nan = w->in[0], *s = w->in[2];
+  if (nan->def->in[0] != s || pass_uses(uses, nan) != 1 || pass_uses(uses, s) != 2 || s->def->op != OP_SOFTMAX ||
+      !pass_is_const(w->in[1], &zero) || zero != 0 || !same_dims(&s->type, &p->type) || s->type.dtype != p->type.dtype)
+    return NULL;
+  return s;
+}
+
 /* The attention op for m2 = matmul(P, V) when the chain fits (built
  * before m2), else NULL with nothing changed. */
 static Node *match(Graph *g, Node *m2, const PassUses *uses) {
-  Value *p = m2->in[0], *v = m2->in[1];
+  Value *p = probabilities(m2->in[0], uses), *v = m2->in[1];
+  if (!p) return NULL;
   Node *sm = p->def;
   const TensorType *pt = &p->type, *vt = &v->type;
-  if (sm->op != OP_SOFTMAX || pass_uses(uses, p) != 1 || pt->rank != 4 || vt->rank != 4) return NULL;
+  if (pt->rank != 4 || vt->rank != 4) return NULL;
   int64_t axis = ir_attr_int(sm, "axis");
   if (axis != 3 && axis != -1) return NULL;
   Layer layers[MAX_LAYERS];

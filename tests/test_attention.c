@@ -448,6 +448,42 @@ START_TEST(pass_equals_unfused) {
 }
 END_TEST
 
+/* PyTorch's safe softmax as exported (Hugging Face's attention with a
+ * padding mask): where(isnan(P), 0, P).  A mask that hides whole query
+ * rows (about half of them, by the sign of hf) makes those rows NaN in
+ * the softmax and 0 after the where, as in the op: the chain fuses, and
+ * the plan on emu equals ir_eval of the unfused graph, zero rows too. */
+static const char safe_text[] =
+    "graph safe {\n"
+    "  %%q = input {name=\"q\"} : %1$s[1, 2, 37, 64]\n"
+    "  %%k = input {name=\"k\"} : %1$s[1, 2, 70, 64]\n"
+    "  %%v = input {name=\"v\"} : %1$s[1, 2, 70, 64]\n"
+    "  %%hf = input {name=\"hf\"} : %1$s[1, 1, 37, 1]\n"
+    "  %%z = const {value=0} : %1$s[]\n"
+    "  %%h = greater %%hf, %%z : bool[1, 1, 37, 1]\n"
+    "  %%kt = transpose %%k {perm=[0, 1, 3, 2]} : %1$s[1, 2, 64, 70]\n"
+    "  %%s = matmul %%q, %%kt : %1$s[1, 2, 37, 70]\n"
+    "  %%c = const {value=0.125} : %1$s[]\n"
+    "  %%d = mul %%s, %%c : %1$s[1, 2, 37, 70]\n"
+    "  %%i = const {value=-inf} : %1$s[]\n"
+    "  %%w = where %%h, %%i, %%d : %1$s[1, 2, 37, 70]\n"
+    "  %%p = softmax %%w {axis=3} : %1$s[1, 2, 37, 70]\n"
+    "  %%n = isnan %%p : bool[1, 2, 37, 70]\n"
+    "  %%g = where %%n, %%z, %%p : %1$s[1, 2, 37, 70]\n"
+    "  %%o = matmul %%g, %%v : %1$s[1, 2, 37, 64]\n"
+    "  return %%o as \"o\"\n"
+    "}\n";
+
+START_TEST(pass_safe_softmax) {
+  DType dt = variant(_i);
+  PassJob j = {.text = arena_printf(&ctx.arena, safe_text, ir_dtype_name(dt))};
+  ck_assert_int_eq(ctx_guard(&ctx, run_pass_job, &j), 0);
+  ck_assert_msg(j.ok, "%s", diag_text(&ctx));
+  ck_assert_int_eq(count_op(j.g, OP_ISNAN) + count_op(j.g, OP_SOFTMAX) + count_op(j.g, OP_WHERE), 0);
+  ck_assert(test_emu_matches_eval(j.unfused, j.r.plan, 29, -1, 1, tolerance(dt)));
+}
+END_TEST
+
 /* What the pass leaves: a softmax over another axis, a scores matmul
  * used twice, V with other heads than Q (broadcast). */
 START_TEST(pass_leaves) {
@@ -753,6 +789,7 @@ static Suite *suite(void) {
   tcase_add_loop_test(tc, split_keys, 0, 4);
   tcase_add_loop_test(tc, decode, 0, 4);
   tcase_add_loop_test(tc, pass_equals_unfused, 0, 3);
+  tcase_add_loop_test(tc, pass_safe_softmax, 0, 3);
   tcase_add_test(tc, pass_leaves);
   tcase_add_test(tc, text_and_cost);
   tcase_add_test(tc, tf32_text);

@@ -90,8 +90,8 @@ close "$tmp/at1.ckpt.safetensors" "$tmp/at4.ckpt.safetensors" "attention whole, 
 # weights, the scores' matmul, a learned position bias, softmax and
 # dropout of the probabilities, dropout in the MLP): the heads and the
 # MLP split, each rank draws its block of each mask, and 2 ranks train
-# as one process (a rank drawing the whole tensor's first block would
-# differ by 80%).
+# as one process (a rank drawing the whole tensor's first block instead
+# would leave the checkpoint up to 84% off).
 E="$t/exported.ir --loss=mse --optimizer=sgd --momentum=0.9 --lr=0.05 --backend=emu --data $t/attn --epochs 2 --batch 4"
 expect 0 "" "$dlcc" train $E --save "$tmp/ex1.safetensors" --log "$tmp/ex1.jsonl"
 expect 0 "" mpi 2 "$dlcc" train $E --tensor-parallel=2 --save "$tmp/ex2.safetensors" --log "$tmp/ex2.jsonl"
