@@ -1676,10 +1676,12 @@ bool shape_dropout(const Node *n, TensorType *out, char *err, size_t errlen) {
     int k;
     const int64_t *part;
     const TensorType *x = in_type(n, 0);
-    if (!attr_ints(n, "part", 3, &k, &part, err, errlen)) return false;
-    if (part[0] < 0 || part[0] >= x->rank || part[1] < 1 || part[1] > 1 << 16 || part[2] < 0 || part[2] >= part[1])
-      return fail(err, errlen, "dropout: part must be [axis of x, parts from 1 to 65536, index below parts], got "
-                  "[%lld, %lld, %lld]", (long long)part[0], (long long)part[1], (long long)part[2]);
+    if (!attr_ints(n, "part", -1, &k, &part, err, errlen)) return false;
+    int64_t groups = k == 4 ? part[3] : 1;
+    if ((k != 3 && k != 4) || part[0] < 0 || part[0] >= x->rank || part[1] < 1 || part[1] > 1 << 16 || part[2] < 0 ||
+        part[2] >= part[1] || groups < 1 || x->dims[part[0]] % groups)
+      return fail(err, errlen, "dropout: part must be [axis of x, parts from 1 to 65536, index below parts] and "
+                  "optionally groups dividing the axis, got %s", ints_text(part, k).s);
     if (ir_type_numel(x) > (INT64_C(1) << 46) / part[1])
       return fail(err, errlen, "dropout: the whole tensor of %lld parts of %s is too large", (long long)part[1],
                   ts(x).s);

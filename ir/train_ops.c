@@ -215,8 +215,9 @@ DrawPart ir_draw_part(const Node *n, const TensorType *x) {
   DrawPart p = {.block = count > 0 ? count : 1, .whole = *x};
   int k;
   const int64_t *part = ir_attr(n, "part") ? ir_attr_ints(n, "part", &k) : NULL;
-  if (!part || k != 3) return p; /* shape_dropout checked the rest */
-  int64_t inner = 1, d = x->dims[part[0]];
+  if (!part || k < 3) return p; /* shape_dropout checked the rest */
+  /* the block of one group (of part[3], each split alike) */
+  int64_t inner = 1, d = x->dims[part[0]] / (k > 3 ? part[3] : 1);
   for (int a = (int)part[0] + 1; a < x->rank; a++) inner *= x->dims[a];
   p.block = d * inner > 0 ? d * inner : 1;
   p.skip = (part[1] - 1) * d * inner;

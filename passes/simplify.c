@@ -54,6 +54,29 @@ static bool cast_is_exact(DType a, DType b) {
 
 static bool same_type(const Value *a, const Value *b) { return ir_type_eq(&a->type, &b->type); }
 
+/* x when concat n joins slices of x that tile the axis in order, every
+ * other axis whole (a tensor-parallel rank's q, k and v rows of its
+ * local in_proj_weight); NULL otherwise. */
+static Value *slices_rejoined(const Node *n) {
+  int64_t axis = ir_attr_int(n, "axis"), at = 0;
+  Value *x = n->in[0]->def->op == OP_SLICE ? n->in[0]->def->in[0] : NULL;
+  if (!x || !same_type(x, &n->out[0])) return NULL;
+  if (axis < 0) axis += x->type.rank;
+  if (axis < 0 || axis >= x->type.rank) return NULL;
+  for (int i = 0; i < n->n_in; i++) {
+    const Node *s = n->in[i]->def;
+    int count;
+    const int64_t *starts = s->op == OP_SLICE ? ir_attr_ints(s, "starts", &count) : NULL;
+    if (!starts || s->in[0] != x) return NULL;
+    const int64_t *ends = ir_attr_ints(s, "ends", NULL), *steps = ir_attr_ints(s, "steps", NULL);
+    for (int k = 0; k < count; k++)
+      if (steps[k] != 1 || starts[k] != (k == axis ? at : 0) || ends[k] != (k == axis ? ends[k] : x->type.dims[k]))
+        return NULL;
+    at = ends[axis];
+  }
+  return at == x->type.dims[axis] ? x : NULL;
+}
+
 /* x when n computes x; NULL otherwise. */
 static Value *identity_of(const Node *n) {
   Value *const *in = n->in;
@@ -80,7 +103,7 @@ static Value *identity_of(const Node *n) {
     case OP_CAST: return in[0]->type.dtype == out->type.dtype ? in[0] : NULL;
     case OP_RESHAPE:
     case OP_EXPAND: return same_type(in[0], out) ? in[0] : NULL;
-    case OP_CONCAT: return n->n_in == 1 ? in[0] : NULL;
+    case OP_CONCAT: return n->n_in == 1 ? in[0] : slices_rejoined(n);
     case OP_STAGE: return in[0]; /* read by the pipeline split before any pass */
     case OP_TRANSPOSE: {
       int count;

@@ -4,9 +4,10 @@
  * a row slice of one, as multihead_attention's q, k, v projections of
  * in_proj_weight) and grows forward through the values it makes, each
  * split along one axis: elementwise ops, reshapes that keep the split
- * whole (a projection to heads and back), transposes, softmax along
- * another axis, dropout (each rank drawing its block of the whole
- * tensor's mask), batched matmuls and attention over split heads; it
+ * whole (a projection to heads and back), transposes, gathers and
+ * softmax along another axis, dropout (each rank drawing its block of
+ * the whole tensor's mask), batched matmuls and attention over split
+ * heads; it
  * ends at linears that read a split value as their input (row
  * parallel).  A whole operand of the middle (an attention mask, a
  * scale) is read as it is where it broadcasts along the split axis,
@@ -17,6 +18,12 @@
  * tp_copy, the identity whose gradient is summed), the middle runs on
  * its share, and the last linears their columns of W2, summed over the
  * ranks (allreduce_sum) before W2's bias.
+ *
+ * A split axis may be G groups, each split alike: one projection to q,
+ * k and v reshaped to [.., 3, E] (nn.MultiheadAttention's export) keeps
+ * its split whole only with the source's rows in 3 groups, and [S, B, H
+ * d] reshaped to [S, B H, d] makes B groups of the heads; try_source
+ * retries a source in the groups a failing reshape asks for.
  *
  * Exporters write a linear of a 3-d input as MatMul by the transposed
  * weight and Add of the bias: before the regions grow such products by
@@ -49,7 +56,8 @@ typedef struct Tp {
   char *claimed; /* per node id: in a committed region */
   char *tried;   /* per node id: a source that failed */
   /* The region being grown. */
-  int *axis; /* per value id: the split axis, -1 when not in the region */
+  int *axis;   /* per value id: the split axis, -1 when not in the region */
+  int *groups; /* per value id: G when the axis is G equal groups, each split */
   char *role;
   Node **members;
   int n_members;
@@ -58,6 +66,7 @@ typedef struct Tp {
   Node **pending;
   int n_pending;
   const char *why;
+  int want_groups; /* a reshape that would keep a source's split whole in groups */
   TpResult *out;
   int cap_splits, cap_lines;
   /* claimed and tried by node, kept across the renumbering after each
@@ -97,6 +106,7 @@ static void index_uses(Tp *t) {
   memset(t->tried, 0, (size_t)t->n_nodes + 1);
   for (int i = 0; i < t->n_marked; i++) (t->marked_kind[i] ? t->claimed : t->tried)[t->marked[i]->id] = 1;
   t->axis = ARENA_ARRAY(arena(t), int, nv + 1);
+  t->groups = ARENA_ARRAY(arena(t), int, nv + 1);
   t->members = ARENA_ARRAY(arena(t), Node *, t->n_nodes + 1);
   t->pending = ARENA_ARRAY(arena(t), Node *, t->n_nodes + 1);
   t->work = ARENA_ARRAY(arena(t), Value *, nv + 1);
@@ -131,7 +141,7 @@ static const char *param_name(const Node *p) { return ir_attr_str(p, "name"); }
 
 /* "fc1.weight", or "self_attn.in_proj_weight[0:8]" for a part. */
 static const char *part_name(Tp *t, const Part *p) {
-  if (!p->slice) return param_name(p->param);
+  if (!p->slice && p->rows == p->param->out[0].type.dims[0]) return param_name(p->param);
   return arena_printf(arena(t), "%s[%lld:%lld]", param_name(p->param), (long long)p->row0,
                       (long long)(p->row0 + p->rows));
 }
@@ -160,10 +170,11 @@ static bool fail(Tp *t, const char *why) {
   return false;
 }
 
-static bool mark(Tp *t, Value *v, int axis) {
+static bool mark(Tp *t, Value *v, int axis, int groups) {
   if (t->is_output[v->id])
     return fail(t, "a split value is an output of the model");
   t->axis[v->id] = axis;
+  t->groups[v->id] = groups;
   t->work[t->n_work++] = v;
   return true;
 }
@@ -173,7 +184,9 @@ static void add_member(Tp *t, Node *n, int role) {
   t->members[t->n_members++] = n;
 }
 
-static bool add_source(Tp *t, Node *lin) {
+/* groups > 1: the output rows are that many equal parts (q, k and v of
+ * one in_proj_weight), each split over the ranks. */
+static bool add_source(Tp *t, Node *lin, int groups) {
   Part w, b;
   const char *name = linear_name(t, lin);
   if (t->claimed[lin->id]) return fail(t, arena_printf(arena(t), "%s is split in another region", name));
@@ -181,33 +194,55 @@ static bool add_source(Tp *t, Node *lin) {
     return fail(t, arena_printf(arena(t), "the weight of %s is not a parameter", name));
   if (lin->n_in > 2 && !part_of(lin->in[2], 1, &b))
     return fail(t, arena_printf(arena(t), "the bias of %s is not a parameter", name));
-  if (w.rows % t->T)
-    return fail(t, arena_printf(arena(t), "%s has %lld output rows, not a multiple of %d", name,
-                                (long long)w.rows, t->T));
+  if (w.rows % ((int64_t)groups * t->T))
+    return fail(t, arena_printf(arena(t), "%s has %lld output rows, not a multiple of %lld", name,
+                                (long long)w.rows, (long long)groups * t->T));
   if (lin->out[0].type.dtype != TY_F32)
     return fail(t, arena_printf(arena(t), "%s is %s (the all-reduces are f32)", name,
                                 ir_dtype_name(lin->out[0].type.dtype)));
   add_member(t, lin, ROLE_SOURCE);
-  return mark(t, &lin->out[0], lin->out[0].type.rank - 1);
+  return mark(t, &lin->out[0], lin->out[0].type.rank - 1, groups);
 }
 
-/* The axis of reshape n's result that carries the split of its input
- * (split along axis a), or -1: the outer extent must stay apart and the
- * split axis land whole on one axis of a multiple of T. */
-static int reshape_axis(Tp *t, const Node *n, int a) {
+/* The axis of reshape n's result that carries the split of its input,
+ * split along axis a in g groups, with its groups in *groups; or -1.
+ * Reshapes keep the element order: the input is P outer runs (the axes
+ * before a, times g) of E x I elements (a group's extent E, the inner
+ * axes I), each rank holding a contiguous E/T x I of each run.  So does
+ * the result along axis b when the axes before b and G' groups of b make
+ * P runs, b's group extent E' times the inner axes make E x I, and T
+ * divides E': a projection to heads and back ([B, S, H d] and [B, S, H,
+ * d]), and also [S, B, H d] to [S, B H, d] (B groups) and back to [B, H,
+ * S, d], as nn.MultiheadAttention's export writes them. */
+static int reshape_axis(Tp *t, const Node *n, int a, int g, int *groups) {
   const TensorType *in = &n->in[0]->type, *out = &n->out[0].type;
-  int64_t outer = 1, o = 1;
-  for (int k = 0; k < a; k++) outer *= in->dims[k];
-  for (int b = 0; b < out->rank; o *= out->dims[b++]) {
-    if (o != outer || out->dims[b] == 1) continue;
-    int64_t rest_in = 1, rest_out = 1;
-    for (int k = a; k < in->rank; k++) rest_in *= in->dims[k];
-    for (int k = b; k < out->rank; k++) rest_out *= out->dims[k];
-    if (rest_in != rest_out || out->dims[b] % t->T) return -1;
-    /* The split's blocks are contiguous runs of in's [a..] extent / T. */
+  int64_t P = g, E = in->dims[a] / g, I = 1, Q = 1;
+  for (int k = 0; k < a; k++) P *= in->dims[k];
+  for (int k = a + 1; k < in->rank; k++) I *= in->dims[k];
+  for (int b = 0; b < out->rank && Q <= P; Q *= out->dims[b++]) {
+    if (Q == 0 || P % Q || out->dims[b] % (P / Q)) continue;
+    int64_t G = P / Q, E2 = out->dims[b] / G, I2 = 1;
+    for (int k = b + 1; k < out->rank; k++) I2 *= out->dims[k];
+    if (E2 * I2 != E * I || E2 % t->T || G > INT32_MAX) continue;
+    *groups = (int)G;
     return b;
   }
   return -1;
+}
+
+/* For a reshape that fails a plain split of a source's result (g = 1):
+ * the groups the source's rows would need for it to pass (3 when a [..,
+ * 3 E] projection is reshaped to [.., 3, E]), or 0. */
+static int groups_wanted(Tp *t, const Node *n, int a) {
+  const TensorType *in = &n->in[0]->type, *out = &n->out[0].type;
+  int64_t P = 1, Q = 1;
+  for (int k = 0; k < a; k++) P *= in->dims[k];
+  for (int b = 0; b < out->rank; Q *= out->dims[b++]) {
+    if (P == 0 || Q % P || Q / P < 2 || Q / P > 64 || in->dims[a] % (Q / P)) continue;
+    int groups;
+    if (reshape_axis(t, n, a, (int)(Q / P), &groups) >= 0) return (int)(Q / P);
+  }
+  return 0;
 }
 
 static bool is_unary_elementwise(const Node *n) {
@@ -218,7 +253,7 @@ static bool is_unary_elementwise(const Node *n) {
 static bool add_sink(Tp *t, Node *n, const Value *v, int a) {
   const char *name = linear_name(t, n);
   Part w;
-  if (n->in[0] != v || a != v->type.rank - 1)
+  if (n->in[0] != v || a != v->type.rank - 1 || t->groups[v->id] != 1)
     return fail(t, arena_printf(arena(t), "%s reads a split value other than as its input's last axis", name));
   if (!part_of(n->in[1], 2, &w) || w.slice)
     return fail(t, arena_printf(arena(t), "the weight of %s is not a whole parameter", name));
@@ -241,15 +276,16 @@ enum { WHOLE_AS_IS, WHOLE_BLOCK };
  * WHOLE_AS_IS where it broadcasts along a (one value, 1 there, or no
  * such axis), WHOLE_BLOCK where it has the whole extent there (each
  * rank reads its block, along *axis), else -1. */
-static int whole_use(const Node *n, const Value *w, int a, int *axis) {
+static int whole_use(const Node *n, const Value *w, int a, int groups, int *axis) {
   const TensorType *o = &n->out[0].type, *t = &w->type;
+  if (n->op == OP_GATHER && w == n->in[1]) return WHOLE_AS_IS; /* the indices */
   int rank = o->rank;
   int64_t full = o->dims[a];
   if (n->op == OP_ATTENTION) rank = 4, a = 1;
   int b = a - (rank - t->rank);
   *axis = b;
   if (ir_type_numel(t) == 1 || b < 0 || t->dims[b] == 1) return WHOLE_AS_IS;
-  return t->dims[b] == full ? WHOLE_BLOCK : -1;
+  return t->dims[b] == full && groups == 1 ? WHOLE_BLOCK : -1;
 }
 
 static bool same_shape(const TensorType *a, const TensorType *b) {
@@ -278,36 +314,38 @@ static bool split_input_fits(Tp *t, const Node *n, const Value *w, int a) {
  * whole_ok (nothing in the region can make it split any more). */
 static bool resolve(Tp *t, Node *n, bool *ready, bool whole_ok) {
   *ready = true;
-  int a = -1;
+  int a = -1, g = 1;
   for (int i = 0; i < n->n_in; i++) {
     Value *w = n->in[i];
     if (t->axis[w->id] >= 0) {
-      if (a >= 0 && t->axis[w->id] != a)
+      if (a >= 0 && (t->axis[w->id] != a || t->groups[w->id] != g))
         return fail(t, arena_printf(arena(t), "%s combines values split along different axes", ir_ops[n->op].name));
-      a = t->axis[w->id];
+      a = t->axis[w->id], g = t->groups[w->id];
     } else if (n->op == OP_ATTENTION ? i < 3 : !whole_ok && ir_type_numel(&w->type) != 1) {
       *ready = false;
     }
   }
   if (!*ready) return true;
-  if (n->op == OP_ATTENTION && a != heads_axis(n))
+  if (n->op == OP_ATTENTION && (a != heads_axis(n) || g != 1))
     return fail(t, arena_printf(arena(t), "attention over %lld heads, not a multiple of %d",
                                 (long long)n->in[0]->type.dims[heads_axis(n)], t->T));
   for (int i = 0; i < n->n_in; i++) {
     Value *w = n->in[i];
     int axis;
-    if (t->axis[w->id] >= 0 ? !split_input_fits(t, n, w, a) : whole_use(n, w, a, &axis) < 0)
+    if (t->axis[w->id] >= 0 ? !split_input_fits(t, n, w, a) : whole_use(n, w, a, g, &axis) < 0)
       return fail(t, t->why ? t->why
                             : arena_printf(arena(t), "%s reads a whole operand whose extent along the split axis "
                                            "is neither 1 nor the split one's", ir_ops[n->op].name));
   }
   add_member(t, n, ROLE_INNER);
-  return mark(t, &n->out[0], a);
+  return mark(t, &n->out[0], a, g);
 }
 
-/* The axis of a single-input member's result that carries its input's
- * split along a, or -1 with t->why set. */
-static int passes_split(Tp *t, const Node *u, int a) {
+/* The axis of a member's result that carries the split of its one split
+ * input (axis a, g groups; *groups gets the result's), or -1 with t->why
+ * set. */
+static int passes_split(Tp *t, const Node *u, int a, int g, int *groups) {
+  *groups = g;
   if (is_unary_elementwise(u) || u->op == OP_DROPOUT) return a;
   if (u->op == OP_TRANSPOSE) {
     int k;
@@ -322,11 +360,21 @@ static int passes_split(Tp *t, const Node *u, int a) {
     fail(t, arena_printf(arena(t), "%s along the split axis", ir_ops[u->op].name));
     return -1;
   }
+  if (u->op == OP_GATHER) {
+    /* picking along another axis (q, k or v out of a [3, ...] stack) */
+    int64_t axis = ir_attr_int(u, "axis");
+    if (axis < 0) axis += u->in[0]->type.rank;
+    if (axis != a) return axis > a ? a : a - 1 + u->in[1]->type.rank;
+    fail(t, "gather along the split axis");
+    return -1;
+  }
   if (u->op == OP_RESHAPE) {
-    int b = reshape_axis(t, u, a);
-    if (b < 0)
+    int b = reshape_axis(t, u, a, g, groups);
+    if (b < 0) {
+      if (g == 1) t->want_groups = groups_wanted(t, u, a);
       fail(t, arena_printf(arena(t), "a reshape to %s does not keep the split whole (heads not a multiple of %d)",
                            ir_type_str(&u->out[0].type, ARENA_ARRAY(arena(t), char, 96), 96), t->T));
+    }
     return b;
   }
   fail(t, arena_printf(arena(t), "%s reads a split value", ir_ops[u->op].name));
@@ -338,7 +386,7 @@ static int passes_split(Tp *t, const Node *u, int a) {
 static Value *carrier_input(const Node *d) {
   if (d->n_out != 1) return NULL;
   if (d->op == OP_RESHAPE || d->op == OP_TRANSPOSE || d->op == OP_DROPOUT || d->op == OP_SOFTMAX ||
-      d->op == OP_LOG_SOFTMAX || is_unary_elementwise(d))
+      d->op == OP_LOG_SOFTMAX || d->op == OP_GATHER || is_unary_elementwise(d))
     return d->in[0];
   if (ir_ops[d->op].cls != K_ELEMWISE || d->op == OP_BATCHNORM) return NULL;
   Value *v = NULL;
@@ -356,7 +404,7 @@ static bool pull(Tp *t, Value *w) {
   for (Value *v; (v = carrier_input(d));) d = v->def;
   if (d->op != OP_LINEAR || t->role[d->id] != ROLE_NONE) return false;
   keep_mark(t, d, 0);
-  return add_source(t, d);
+  return add_source(t, d, 1);
 }
 
 static bool visit_use(Tp *t, Value *v, Node *u) {
@@ -370,10 +418,11 @@ static bool visit_use(Tp *t, Value *v, Node *u) {
     t->pending[t->n_pending++] = u;
     return true;
   }
-  int b = passes_split(t, u, a);
+  if (u->op == OP_GATHER && v != u->in[0]) return fail(t, "gather's indices are split");
+  int g, b = passes_split(t, u, a, t->groups[v->id], &g);
   if (b < 0) return false;
   add_member(t, u, ROLE_INNER);
-  return mark(t, &u->out[0], b);
+  return mark(t, &u->out[0], b, g);
 }
 
 /* The first pending node, by graph order, or -1. */
@@ -469,6 +518,14 @@ static bool add_split(Tp *t, const Node *p, int axis, int64_t start, int64_t len
   return true;
 }
 
+/* Part p's group k of groups, as a part of rows of its own. */
+static Part group_part(const Part *p, int groups, int k) {
+  Part g = *p;
+  g.rows = p->rows / groups;
+  g.row0 = p->row0 + k * g.rows;
+  return g;
+}
+
 /* The parameters' checks and records; the region's line. */
 static bool record(Tp *t) {
   const char *cols = "", *rows = "";
@@ -485,14 +542,20 @@ static bool record(Tp *t) {
       return fail(t, arena_printf(arena(t), "%s is also read outside the region",
                                   param_name(param_used_inside(t, w.param) ? b.param : w.param)));
     }
-    bool ok = src ? add_split(t, w.param, 0, w.row0, w.rows) && (!b.param || add_split(t, b.param, 0, b.row0, b.rows))
-                  : add_split(t, w.param, 1, 0, n->in[1]->type.dims[1]);
+    /* a source of G groups splits each group's rows */
+    int groups = src ? t->groups[n->out[0].id] : 1;
+    bool ok = true;
+    const char **list = src ? &cols : &rows;
+    for (int k = 0; k < groups && ok; k++) {
+      Part wk = group_part(&w, groups, k), bk = b.param ? group_part(&b, groups, k) : b;
+      ok = src ? add_split(t, w.param, 0, wk.row0, wk.rows) && (!b.param || add_split(t, b.param, 0, bk.row0, bk.rows))
+               : add_split(t, w.param, 1, 0, n->in[1]->type.dims[1]);
+      *list = arena_printf(arena(t), "%s%s%s", *list, **list ? ", " : "", part_name(t, groups > 1 ? &wk : &w));
+    }
     if (!ok) {
       t->out->n_splits = n_before;
       return false;
     }
-    const char **list = src ? &cols : &rows;
-    *list = arena_printf(arena(t), "%s%s%s", *list, **list ? ", " : "", part_name(t, &w));
   }
   add_line(t, arena_printf(arena(t), "split: %s by output rows, %s by input columns", cols, rows));
   return true;
@@ -529,6 +592,25 @@ static Node *reshaped(Tp *t, Node *n, Value *in, int b) {
   return r;
 }
 
+/* This rank's rows of part p of groups: its block of each group's rows,
+ * one after another (concatenated when there are several). */
+static Value *rows_of(Tp *t, Node *n, const Part *p, int groups) {
+  Value *parts[64];
+  for (int k = 0; k < groups; k++) {
+    Part q = group_part(p, groups, k);
+    int64_t share = q.rows / t->T;
+    parts[k] = slice_of(t, n, &q, 0, t->rank * share, share);
+  }
+  if (groups == 1) return parts[0];
+  Node *c = ir_node_new(t->g, OP_CONCAT, groups, parts, n->loc);
+  c->scope = n->scope;
+  ir_set_int(t->g, c, "axis", 0);
+  char err[256];
+  if (!ir_infer(c, err, sizeof err)) dl_internal(t->g->ctx, "tensor parallel rows: %s", err);
+  ir_insert_before(t->g, n, c);
+  return &c->out[0];
+}
+
 /* This rank's block of v along axis, inserted before n. */
 static Value *block_of(Tp *t, Node *n, Value *v, int axis) {
   const TensorType *ty = &v->type;
@@ -556,8 +638,8 @@ static Value *whole_operand(Tp *t, Node *n, int k, Value **map) {
     if (!map[w->id]) map[w->id] = &pass_new_node(t->g, n, OP_TP_COPY, 1, &w, NULL, n->loc)->out[0];
     v = map[w->id];
   }
-  int axis;
-  return whole_use(n, w, t->axis[n->out[0].id], &axis) == WHOLE_BLOCK ? block_of(t, n, v, axis) : v;
+  int axis, out = n->out[0].id;
+  return whole_use(n, w, t->axis[out], t->groups[out], &axis) == WHOLE_BLOCK ? block_of(t, n, v, axis) : v;
 }
 
 static int by_id(const void *a, const void *b) {
@@ -580,12 +662,12 @@ static void rewrite(Tp *t) {
       case ROLE_SOURCE: {
         Part w, b;
         part_of(n->in[1], 2, &w);
-        int64_t share = w.rows / t->T;
         Value *x = n->in[0];
         if (!map[x->id]) map[x->id] = &pass_new_node(g, n, OP_TP_COPY, 1, &x, NULL, n->loc)->out[0];
         in[0] = map[x->id];
-        in[1] = slice_of(t, n, &w, 0, t->rank * share, share);
-        if (n->n_in > 2 && part_of(n->in[2], 1, &b)) in[2] = slice_of(t, n, &b, 0, t->rank * share, share);
+        int groups = t->groups[n->out[0].id];
+        in[1] = rows_of(t, n, &w, groups);
+        if (n->n_in > 2 && part_of(n->in[2], 1, &b)) in[2] = rows_of(t, n, &b, groups);
         m = pass_new_node(g, n, OP_LINEAR, n->n_in, in, n, n->loc);
         keep_mark(t, m, 1);
         break;
@@ -611,9 +693,9 @@ static void rewrite(Tp *t) {
         m = n->op == OP_RESHAPE ? reshaped(t, n, in[0], t->axis[n->out[0].id])
                                 : pass_new_node(g, n, n->op, n->n_in, in, n, n->loc);
         if (n->op == OP_DROPOUT) {
-          /* the mask of this rank's block of the whole tensor */
-          int64_t part[3] = {t->axis[n->in[0]->id], t->T, t->rank};
-          ir_set_ints(g, m, "part", 3, part);
+          /* the mask of this rank's blocks of the whole tensor */
+          int64_t part[4] = {t->axis[n->in[0]->id], t->T, t->rank, t->groups[n->in[0]->id]};
+          ir_set_ints(g, m, "part", part[3] > 1 ? 4 : 3, part);
           char err[256];
           if (!ir_infer(m, err, sizeof err)) dl_internal(g->ctx, "tensor parallel dropout: %s", err);
         }
@@ -637,24 +719,41 @@ static void rewrite(Tp *t) {
 }
 
 /* One region from source s: grown, checked, recorded and rewritten
- * (true), or a "not split" line. */
+ * (true), or a "not split" line.  When a reshape would keep the split
+ * whole with the source's rows in groups (one projection to q, k and v
+ * reshaped to [.., 3, E]), once more with those groups. */
 static bool try_source(Tp *t, Node *s) {
-  t->n_members = t->n_work = t->n_pending = 0;
-  t->why = NULL;
-  for (int v = 0; v < t->n_vals; v++) t->axis[v] = -1;
-  memset(t->role, 0, (size_t)t->n_nodes + 1);
   keep_mark(t, s, 0);
-  const char *name = linear_name(t, s);
-  bool ok = add_source(t, s) && grow(t);
-  int sinks = 0;
-  for (int i = 0; ok && i < t->n_members; i++) sinks += t->role[t->members[i]->id] == ROLE_SINK;
-  if (ok && !sinks) ok = fail(t, "no linear reads its result (an unpaired linear)");
-  if (ok && record(t)) {
-    rewrite(t);
-    t->out->n_regions++;
-    return true;
+  const char *name = linear_name(t, s), *why = NULL;
+  int marks = t->n_marked;
+  for (int groups = 1;;) {
+    t->n_members = t->n_work = t->n_pending = 0;
+    t->why = NULL;
+    t->want_groups = 0;
+    for (int v = 0; v < t->n_vals; v++) t->axis[v] = -1;
+    memset(t->role, 0, (size_t)t->n_nodes + 1);
+    bool ok = add_source(t, s, groups) && grow(t);
+    int sinks = 0;
+    for (int i = 0; ok && i < t->n_members; i++) sinks += t->role[t->members[i]->id] == ROLE_SINK;
+    if (ok && !sinks) ok = fail(t, "no linear reads its result (an unpaired linear)");
+    if (ok && record(t)) {
+      rewrite(t);
+      t->out->n_regions++;
+      return true;
+    }
+    /* the first try's reason stands when the second fails too, and the
+     * sources the second pulled in get their own tries */
+    if (groups > 1) {
+      for (int i = marks; i < t->n_marked; i++) (t->marked_kind[i] ? t->claimed : t->tried)[t->marked[i]->id] = 0;
+      t->n_marked = marks;
+      break;
+    }
+    why = t->why ? t->why : "unsupported";
+    if (t->want_groups < 2) break;
+    groups = t->want_groups;
+    marks = t->n_marked;
   }
-  add_line(t, arena_printf(arena(t), "not split: %s: %s", name, t->why ? t->why : "unsupported"));
+  add_line(t, arena_printf(arena(t), "not split: %s: %s", name, why));
   return false;
 }
 

@@ -790,8 +790,8 @@ START_TEST(error_attributes) {
                      "           ^\n");
   /* dropout's block of a whole tensor (a tensor-parallel rank's) */
   assert_parse_error(HEAD "  %s = const {value=1} : i64[]\n  %1 = dropout %0, %s, %s {p=0.5, part=[1, 2, 2]} : f32[8, 12]\n" TAIL,
-                     "t.ir:4:8: error: dropout: part must be [axis of x, parts from 1 to 65536, index below parts], "
-                     "got [1, 2, 2]\n"
+                     "t.ir:4:8: error: dropout: part must be [axis of x, parts from 1 to 65536, index below parts] "
+                     "and optionally groups dividing the axis, got [1, 2, 2]\n"
                      "      %1 = dropout %0, %s, %s {p=0.5, part=[1, 2, 2]} : f32[8, 12]\n"
                      "           ^\n");
 }

@@ -87,26 +87,35 @@ START_TEST(attention_heads_sum_to_whole) {
 }
 END_TEST
 
-/* A layer as exporters write it (tests/train/exported.ir, a batch of 4
- * samples of 4 tokens): products by transposed weights, heads by
- * reshapes and transposes, a learned position bias per head, softmax,
- * and dropout of the probabilities and in the MLP, active as the IR
- * says.  Cut to one region's sum (the residual and the other region's
- * sum would not add up across ranks run alone): mlp, the MLP reads x. */
-static char *exported_ir(bool mlp_only) {
+/* tests/train/NAME without its last residual add (RESIDUAL, returning
+ * what it adds instead), in a static buffer. */
+static char *train_ir(const char *name, const char *residual, const char *added) {
   char path[1024];
-  snprintf(path, sizeof path, "%s/tests/train/exported.ir", getenv("top_srcdir") ? getenv("top_srcdir") : ".");
+  snprintf(path, sizeof path, "%s/tests/train/%s", getenv("top_srcdir") ? getenv("top_srcdir") : ".", name);
   FILE *f = fopen(path, "rb");
   ck_assert_msg(f != NULL, "cannot open %s", path);
   static char text[8192];
   size_t n = fread(text, 1, sizeof text - 1, f);
   fclose(f);
   text[n] = 0;
-  char *cut = strstr(text, mlp_only ? "  %y = add %a, %y2" : "  %r = add %x, %o");
+  char *cut = strstr(text, residual);
   ck_assert(cut != NULL);
-  strcpy(cut, mlp_only ? "  return %y2 as \"y\"\n}\n" : "  return %o as \"y\"\n}\n");
-  if (mlp_only) memcpy(strstr(text, "matmul %a, %t1"), "matmul %x, %t1", 14);
+  snprintf(cut, sizeof text - (size_t)(cut - text), "  return %s as \"y\"\n}\n", added);
   return strstr(text, "graph");
+}
+
+/* A layer as exporters write it (tests/train/exported.ir, a batch of 4
+ * samples of 4 tokens): products by transposed weights, heads by
+ * reshapes and transposes, a learned position bias per head, softmax,
+ * and dropout of the probabilities and in the MLP, active as the IR
+ * says.  Cut to one region's sum (the residual and the other region's
+ * sum would not add up across ranks run alone): mlp_only, the MLP
+ * reads x. */
+static char *exported_ir(bool mlp_only) {
+  char *text = mlp_only ? train_ir("exported.ir", "  %y = add %a, %y2", "%y2")
+                        : train_ir("exported.ir", "  %r = add %x, %o", "%o");
+  if (mlp_only) memcpy(strstr(text, "matmul %a, %t1"), "matmul %x, %t1", 14);
+  return text;
 }
 
 /* The ranks' parts of the sum, each drawing its block of the masks, add
@@ -292,7 +301,8 @@ static void expect_notes(const char *text, int ranks, int grad, const char *cons
   dlc_optimizer sgd;
   dlc_optimizer_defaults("sgd", &sgd);
   dlc_options o = {.backend = "ref", .tensor_parallel = ranks, .grad = grad, .optimizer = grad ? &sgd : NULL};
-  ck_assert_msg(dlc_compile_string(text == tied ? "m.ir" : "m.dl", text, &o, &m) == DLC_OK, "%s", dlc_error(m));
+  ck_assert_msg(dlc_compile_string(strncmp(text, "graph", 5) == 0 ? "m.ir" : "m.dl", text, &o, &m) == DLC_OK, "%s",
+                dlc_error(m));
   ck_assert_int_eq(dlc_num_tensor_notes(m), n);
   for (int i = 0; i < n; i++) ck_assert_str_eq(dlc_tensor_note(m, i), want[i]);
   dlc_free(m);
@@ -326,6 +336,40 @@ START_TEST(what_does_not_split) {
   /* A weight also read outside the pair (tied) would go stale there. */
   expect_notes(tied, 2, 0, (const char *[]){"not split: w: w is also read outside the region",
                                         "not split: w: a split value is an output of the model"}, 2);
+}
+END_TEST
+
+/* nn.MultiheadAttention's export (tests/train/mha_export.ir): one
+ * projection by in_proj_weight gathered into q, k and v through [S, B
+ * H, d] reshapes.  Each rank computes its heads' rows of each of q, k
+ * and v (in_proj_weight in 3 groups) and draws its blocks of the
+ * projection's dropout; the ranks' parts add up to one process's. */
+START_TEST(mha_export_sums_to_whole) {
+  char *text = train_ir("mha_export.ir", "  %r = add %x, %yt", "%yt");
+  check_sum(text, 2, 128, 128, "out_proj.bias", 8);
+  dlc_model *m = compile_tp(text, 2, 1, 0);
+  ck_assert_int_eq(dlc_num_tensor_notes(m), 1);
+  ck_assert_str_eq(dlc_tensor_note(m, 0), "split: in_proj_weight[0:8], in_proj_weight[8:16], in_proj_weight[16:24] "
+                                          "by output rows, out_proj.weight by input columns");
+  ck_assert_int_eq(dlc_num_tensor_splits(m), 7);
+  expect_split(m, 1, "in_proj_bias", 0, 0, 8);
+  expect_split(m, 4, "in_proj_weight", 0, 16, 8);
+  bool drawn = false;
+  for (Node *n = m->g->first; n; n = n->next)
+    if (n->op == OP_DROPOUT) {
+      int k;
+      const int64_t *p = ir_attr_ints(n, "part", &k);
+      drawn = p && k == 4 && p[0] == 2 && p[1] == 2 && p[2] == 1 && p[3] == 3;
+    }
+  ck_assert(drawn);
+  dlc_free(m);
+  /* Three heads do not split 2 ways in groups either: the plain split's
+   * reason stands. */
+  expect_notes(text, 4, 0,
+               (const char *[]){"not split: in_proj_weight: a reshape to f32[1, 4, 4, 3, 8] does not keep the split "
+                                "whole (heads not a multiple of 4)",
+                                "not split: out_proj.weight: a split value is an output of the model"},
+               2);
 }
 END_TEST
 
@@ -406,6 +450,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, ref_backend_reduces_through_the_communicator);
   tcase_add_test(tc, attention_heads_sum_to_whole);
   tcase_add_test(tc, exported_layer_sums_to_whole);
+  tcase_add_test(tc, mha_export_sums_to_whole);
   tcase_add_test(tc, what_splits);
   tcase_add_test(tc, ranks_hold_their_parts);
   tcase_add_test(tc, what_does_not_split);

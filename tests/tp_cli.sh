@@ -101,6 +101,18 @@ grep -qx "tensor parallel: split: q.weight, k.weight, v.weight by output rows, o
 close "$tmp/ex1.ckpt.safetensors" "$tmp/ex2.ckpt.safetensors" "the exported layer with dropout, 2-way tensor parallel"
 losses "$tmp/ex1.jsonl" >"$tmp/a.v"; losses "$tmp/ex2.jsonl" >"$tmp/b.v"
 agree "$tmp/a.v" "$tmp/b.v" && ok || fail "the exported layer's losses: $(paste "$tmp/a.v" "$tmp/b.v")"
+# nn.MultiheadAttention as exported (mha_export.ir: one in_proj_weight
+# product gathered into q, k and v through [S, B H, d] reshapes, dropout
+# on the projection): q's, k's and v's rows split by heads, each rank
+# drawing its blocks of the mask; 2 ranks equal one process.
+H="$t/mha_export.ir --loss=mse --optimizer=sgd --momentum=0.9 --lr=0.05 --backend=emu --data $t/attn --epochs 2 --batch 4"
+expect 0 "" "$dlcc" train $H --save "$tmp/mh1.safetensors" --log "$tmp/mh1.jsonl"
+expect 0 "" mpi 2 "$dlcc" train $H --tensor-parallel=2 --save "$tmp/mh2.safetensors" --log "$tmp/mh2.jsonl"
+grep -qx "tensor parallel: split: in_proj_weight\[0:8\], in_proj_weight\[8:16\], in_proj_weight\[16:24\] by output rows, out_proj.weight by input columns" "$tmp/out" &&
+  ok || fail "the exported attention's split line: $(cat "$tmp/out")"
+close "$tmp/mh1.ckpt.safetensors" "$tmp/mh2.ckpt.safetensors" "nn.MultiheadAttention's export, 2-way tensor parallel"
+losses "$tmp/mh1.jsonl" >"$tmp/a.v"; losses "$tmp/mh2.jsonl" >"$tmp/b.v"
+agree "$tmp/a.v" "$tmp/b.v" && ok || fail "the exported attention's losses: $(paste "$tmp/a.v" "$tmp/b.v")"
 # Each rank's plan holds its parts: less weight memory and arena than
 # one process's (attention's projections and the MLP at 1/2; each
 # weight's 256-byte alignment and the layernorms stay).
