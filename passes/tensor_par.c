@@ -37,10 +37,14 @@
 #include "passes/pass.h"
 #include "passes/tensor_par.h"
 
-/* A linear's weight or bias: rows [row0, row0 + rows) of param p. */
+/* A linear's weight or bias: rows [row0, row0 + rows) of param p, or
+ * (cols) columns of a param stored [in, out] the linear reads
+ * transposed (Hugging Face's Conv1D, GPT-2's). */
 typedef struct Part {
   Node *param;
-  Node *slice; /* the slice node it came through, or NULL */
+  Node *slice;      /* the slice node it came through, or NULL */
+  Node *transposed; /* cols: the transpose node it came through */
+  bool cols;
   int64_t row0, rows;
 } Part;
 
@@ -59,6 +63,7 @@ typedef struct Tp {
   int *axis;   /* per value id: the split axis, -1 when not in the region */
   int *groups; /* per value id: G when the axis is G equal groups, each split */
   char *role;
+  int *seen, stamp; /* per node id: pull's walk */
   Node **members;
   int n_members;
   Value **work;
@@ -102,6 +107,9 @@ static void index_uses(Tp *t) {
   t->claimed = ARENA_ARRAY(arena(t), char, t->n_nodes + 1);
   t->tried = ARENA_ARRAY(arena(t), char, t->n_nodes + 1);
   t->role = ARENA_ARRAY(arena(t), char, t->n_nodes + 1);
+  t->seen = ARENA_ARRAY(arena(t), int, t->n_nodes + 1);
+  memset(t->seen, 0, sizeof *t->seen * (size_t)(t->n_nodes + 1));
+  t->stamp = 0;
   memset(t->claimed, 0, (size_t)t->n_nodes + 1);
   memset(t->tried, 0, (size_t)t->n_nodes + 1);
   for (int i = 0; i < t->n_marked; i++) (t->marked_kind[i] ? t->claimed : t->tried)[t->marked[i]->id] = 1;
@@ -112,12 +120,22 @@ static void index_uses(Tp *t) {
   t->work = ARENA_ARRAY(arena(t), Value *, nv + 1);
 }
 
-/* A weight [rows, in] or bias [rows]: a param, or a row slice of one
- * (steps 1, every other axis whole). */
+static bool swaps_2d(const Node *n) {
+  int k;
+  const int64_t *perm = n->op == OP_TRANSPOSE ? ir_attr_ints(n, "perm", &k) : NULL;
+  return perm && k == 2 && perm[0] == 1 && perm[1] == 0;
+}
+
+/* A weight [rows, in] or bias [rows]: a param, a row slice of one
+ * (steps 1, every other axis whole), or the transpose of a param. */
 static bool part_of(const Value *v, int rank, Part *p) {
   *p = (Part){0};
   Node *d = v->def;
   if (v->type.rank != rank) return false;
+  if (rank == 2 && swaps_2d(d) && d->in[0]->def->op == OP_PARAM) {
+    *p = (Part){.param = d->in[0]->def, .transposed = d, .cols = true, .rows = v->type.dims[0]};
+    return true;
+  }
   if (d->op == OP_PARAM) {
     *p = (Part){.param = d, .row0 = 0, .rows = v->type.dims[0]};
     return true;
@@ -141,7 +159,7 @@ static const char *param_name(const Node *p) { return ir_attr_str(p, "name"); }
 
 /* "fc1.weight", or "self_attn.in_proj_weight[0:8]" for a part. */
 static const char *part_name(Tp *t, const Part *p) {
-  if (!p->slice && p->rows == p->param->out[0].type.dims[0]) return param_name(p->param);
+  if (!p->slice && p->rows == p->param->out[0].type.dims[p->cols]) return param_name(p->param);
   return arena_printf(arena(t), "%s[%lld:%lld]", param_name(p->param), (long long)p->row0,
                       (long long)(p->row0 + p->rows));
 }
@@ -279,6 +297,7 @@ enum { WHOLE_AS_IS, WHOLE_BLOCK };
 static int whole_use(const Node *n, const Value *w, int a, int groups, int *axis) {
   const TensorType *o = &n->out[0].type, *t = &w->type;
   if (n->op == OP_GATHER && w == n->in[1]) return WHOLE_AS_IS; /* the indices */
+  if (n->op == OP_CONCAT) return -1;
   int rank = o->rank;
   int64_t full = o->dims[a];
   if (n->op == OP_ATTENTION) rank = 4, a = 1;
@@ -300,6 +319,13 @@ static bool same_shape(const TensorType *a, const TensorType *b) {
 static bool split_input_fits(Tp *t, const Node *n, const Value *w, int a) {
   const TensorType *o = &n->out[0].type;
   if (n->op == OP_ATTENTION) return true;
+  if (n->op == OP_CONCAT) {
+    /* along another axis (RoPE's halves of each head) */
+    int64_t axis = ir_attr_int(n, "axis");
+    for (int k = 0; k < o->rank; k++)
+      if (k != axis && w->type.dims[k] != o->dims[k]) return fail(t, "concat broadcasts a split value");
+    return axis != a || fail(t, "concat along the split axis");
+  }
   if (n->op != OP_MATMUL) {
     if (same_shape(&w->type, o)) return true; /* where's bool condition too */
     return fail(t, arena_printf(arena(t), "%s broadcasts a split value", ir_ops[n->op].name));
@@ -368,6 +394,25 @@ static int passes_split(Tp *t, const Node *u, int a, int g, int *groups) {
     fail(t, "gather along the split axis");
     return -1;
   }
+  if (u->op == OP_EXPAND) {
+    int b = a + u->out[0].type.rank - u->in[0]->type.rank;
+    if (u->in[0]->type.dims[a] == u->out[0].type.dims[b]) return b;
+    fail(t, "expand along the split axis");
+    return -1;
+  }
+  if (u->op == OP_SLICE) {
+    const int64_t *s = ir_attr_ints(u, "starts", NULL), *e = ir_attr_ints(u, "ends", NULL);
+    const int64_t *step = ir_attr_ints(u, "steps", NULL);
+    int64_t dim = u->in[0]->type.dims[a], len = e[a] - s[a];
+    if (s[a] == 0 && e[a] == dim && step[a] == 1) return a; /* along other axes */
+    /* One group of the split axis (q, k or v of a projection cut in
+     * three); a plain split asks its source for the groups. */
+    bool a_group = step[a] == 1 && len > 0 && dim % len == 0 && s[a] % len == 0 && len % t->T == 0;
+    if (a_group && dim / len == g) return *groups = 1, a;
+    if (a_group && g == 1 && dim / len <= 64) t->want_groups = (int)(dim / len);
+    fail(t, "a slice of the split axis");
+    return -1;
+  }
   if (u->op == OP_RESHAPE) {
     int b = reshape_axis(t, u, a, g, groups);
     if (b < 0) {
@@ -381,30 +426,37 @@ static int passes_split(Tp *t, const Node *u, int a, int g, int *groups) {
   return -1;
 }
 
-/* A node that passes a split from its one non-scalar operand to its
- * result, as passes_split does, and that operand; NULL otherwise. */
-static Value *carrier_input(const Node *d) {
-  if (d->n_out != 1) return NULL;
+/* Whether node d passes a split from operand i to its result (as
+ * passes_split and resolve let it): the data operand of a movement or
+ * unary op, any non-scalar operand of an elementwise op or a concat. */
+static bool carries(const Node *d, int i) {
+  if (d->n_out != 1) return false;
   if (d->op == OP_RESHAPE || d->op == OP_TRANSPOSE || d->op == OP_DROPOUT || d->op == OP_SOFTMAX ||
-      d->op == OP_LOG_SOFTMAX || d->op == OP_GATHER || is_unary_elementwise(d))
-    return d->in[0];
-  if (ir_ops[d->op].cls != K_ELEMWISE || d->op == OP_BATCHNORM) return NULL;
-  Value *v = NULL;
-  for (int i = 0; i < d->n_in; i++)
-    if (ir_type_numel(&d->in[i]->type) != 1) {
-      if (v) return NULL;
-      v = d->in[i];
-    }
-  return v;
+      d->op == OP_LOG_SOFTMAX || d->op == OP_GATHER || d->op == OP_SLICE || d->op == OP_EXPAND ||
+      is_unary_elementwise(d))
+    return i == 0;
+  return (d->op == OP_CONCAT || (ir_ops[d->op].cls == K_ELEMWISE && d->op != OP_BATCHNORM)) &&
+         ir_type_numel(&d->in[i]->type) != 1;
 }
 
-/* A source that makes w through single-input ops: added to the region. */
+/* A source that makes d's value through nodes that carry a split (RoPE's
+ * sum of two products of k, its halves' concat): added to the region. */
+static bool pull_from(Tp *t, Node *d) {
+  if (t->seen[d->id] == t->stamp) return false;
+  t->seen[d->id] = t->stamp;
+  if (d->op == OP_LINEAR) {
+    if (t->role[d->id] != ROLE_NONE) return false;
+    keep_mark(t, d, 0);
+    return add_source(t, d, 1);
+  }
+  for (int i = 0; i < d->n_in; i++)
+    if (carries(d, i) && pull_from(t, d->in[i]->def)) return true;
+  return false;
+}
+
 static bool pull(Tp *t, Value *w) {
-  Node *d = w->def;
-  for (Value *v; (v = carrier_input(d));) d = v->def;
-  if (d->op != OP_LINEAR || t->role[d->id] != ROLE_NONE) return false;
-  keep_mark(t, d, 0);
-  return add_source(t, d, 1);
+  t->stamp++;
+  return pull_from(t, w->def);
 }
 
 static bool visit_use(Tp *t, Value *v, Node *u) {
@@ -412,7 +464,7 @@ static bool visit_use(Tp *t, Value *v, Node *u) {
   int a = t->axis[v->id];
   if (u->op == OP_LINEAR) return add_sink(t, u, v, a);
   if ((ir_ops[u->op].cls == K_ELEMWISE && u->op != OP_BATCHNORM && u->n_out == 1 && !is_unary_elementwise(u)) ||
-      u->op == OP_ATTENTION || u->op == OP_MATMUL) {
+      u->op == OP_ATTENTION || u->op == OP_MATMUL || u->op == OP_CONCAT) {
     for (int i = 0; i < t->n_pending; i++)
       if (t->pending[i] == u) return true;
     t->pending[t->n_pending++] = u;
@@ -475,7 +527,7 @@ static bool param_used_inside(Tp *t, const Node *p) {
   const Value *v = &p->out[0];
   for (int k = t->use_start[v->id]; k < t->use_start[v->id + 1]; k++) {
     const Node *u = t->use_node[k];
-    if (u->op == OP_SLICE) {
+    if (u->op == OP_SLICE || u->op == OP_TRANSPOSE) {
       for (int j = t->use_start[u->out[0].id]; j < t->use_start[u->out[0].id + 1]; j++)
         if (t->use_node[j]->op != OP_LINEAR || t->role[t->use_node[j]->id] == ROLE_NONE ||
             t->role[t->use_node[j]->id] == ROLE_INNER)
@@ -548,8 +600,9 @@ static bool record(Tp *t) {
     const char **list = src ? &cols : &rows;
     for (int k = 0; k < groups && ok; k++) {
       Part wk = group_part(&w, groups, k), bk = b.param ? group_part(&b, groups, k) : b;
-      ok = src ? add_split(t, w.param, 0, wk.row0, wk.rows) && (!b.param || add_split(t, b.param, 0, bk.row0, bk.rows))
-               : add_split(t, w.param, 1, 0, n->in[1]->type.dims[1]);
+      ok = src ? add_split(t, w.param, w.cols, wk.row0, wk.rows) &&
+                     (!b.param || add_split(t, b.param, 0, bk.row0, bk.rows))
+               : add_split(t, w.param, !w.cols, 0, n->in[1]->type.dims[1]);
       *list = arena_printf(arena(t), "%s%s%s", *list, **list ? ", " : "", part_name(t, groups > 1 ? &wk : &w));
     }
     if (!ok) {
@@ -561,12 +614,16 @@ static bool record(Tp *t) {
   return true;
 }
 
+/* [start, start + len) of part p along the linear's axis (0: the
+ * weight's rows, its outputs; 1: its columns, its inputs), as the linear
+ * reads it (transposed back for a cols part), inserted before `before`. */
 static Value *slice_of(Tp *t, Node *before, const Part *p, int axis, int64_t start, int64_t len) {
   const TensorType *full = &p->param->out[0].type;
+  int rows = p->cols, at = p->cols ? 1 - axis : axis; /* the param's axes */
   int64_t s[2] = {0, 0}, e[2] = {full->dims[0], full->rank > 1 ? full->dims[1] : 0}, one[2] = {1, 1};
-  s[0] = p->row0, e[0] = p->row0 + p->rows;
-  s[axis] = start + (axis == 0 ? p->row0 : 0);
-  e[axis] = s[axis] + len;
+  s[rows] = p->row0, e[rows] = p->row0 + p->rows;
+  s[at] = start + (at == rows ? p->row0 : 0);
+  e[at] = s[at] + len;
   Node *n = ir_node_new(t->g, OP_SLICE, 1, &(Value *){&p->param->out[0]}, before->loc);
   n->scope = before->scope;
   ir_set_ints(t->g, n, "starts", full->rank, s);
@@ -575,19 +632,54 @@ static Value *slice_of(Tp *t, Node *before, const Part *p, int axis, int64_t sta
   char err[256];
   if (!ir_infer(n, err, sizeof err)) dl_internal(t->g->ctx, "tensor parallel slice: %s", err);
   ir_insert_before(t->g, before, n);
-  return &n->out[0];
+  if (!p->cols) return &n->out[0];
+  static const int64_t swap[2] = {1, 0};
+  Node *tr = ir_node_new(t->g, OP_TRANSPOSE, 1, &(Value *){&n->out[0]}, before->loc);
+  tr->scope = before->scope;
+  ir_set_ints(t->g, tr, "perm", 2, swap);
+  if (!ir_infer(tr, err, sizeof err)) dl_internal(t->g->ctx, "tensor parallel transpose: %s", err);
+  ir_insert_before(t->g, before, tr);
+  return &tr->out[0];
 }
 
+/* This rank's reshape or expand n of in: its result's split axis b
+ * 1/T of n's. */
 static Node *reshaped(Tp *t, Node *n, Value *in, int b) {
   int64_t shape[DL_MAX_RANK];
   const TensorType *o = &n->out[0].type;
   for (int k = 0; k < o->rank; k++) shape[k] = o->dims[k];
   shape[b] /= t->T;
-  Node *r = ir_node_new(t->g, OP_RESHAPE, 1, &in, n->loc);
+  Node *r = ir_node_new(t->g, n->op, 1, &in, n->loc);
   r->scope = n->scope;
   ir_set_ints(t->g, r, "shape", o->rank, shape);
   char err[256];
-  if (!ir_infer(r, err, sizeof err)) dl_internal(t->g->ctx, "tensor parallel reshape: %s", err);
+  if (!ir_infer(r, err, sizeof err)) dl_internal(t->g->ctx, "tensor parallel %s: %s", ir_ops[n->op].name, err);
+  ir_insert_before(t->g, n, r);
+  return r;
+}
+
+/* This rank's slice n of in (split along a in g groups): the whole split
+ * axis, or its block of the one group n picks. */
+static Node *sliced(Tp *t, Node *n, Value *in, int a, int g) {
+  int count;
+  int64_t s[DL_MAX_RANK], e[DL_MAX_RANK];
+  const int64_t *starts = ir_attr_ints(n, "starts", &count);
+  memcpy(s, starts, sizeof *s * (size_t)count);
+  memcpy(e, ir_attr_ints(n, "ends", NULL), sizeof *e * (size_t)count);
+  int64_t dim = n->in[0]->type.dims[a], group = dim / g;
+  if (s[a] == 0 && e[a] == dim) {
+    e[a] = dim / t->T;
+  } else {
+    s[a] = s[a] / group * (group / t->T);
+    e[a] = s[a] + group / t->T;
+  }
+  Node *r = ir_node_new(t->g, OP_SLICE, 1, &in, n->loc);
+  r->scope = n->scope;
+  ir_set_ints(t->g, r, "starts", count, s);
+  ir_set_ints(t->g, r, "ends", count, e);
+  ir_set_ints(t->g, r, "steps", count, ir_attr_ints(n, "steps", NULL));
+  char err[256];
+  if (!ir_infer(r, err, sizeof err)) dl_internal(t->g->ctx, "tensor parallel slice: %s", err);
   ir_insert_before(t->g, n, r);
   return r;
 }
@@ -690,8 +782,12 @@ static void rewrite(Tp *t) {
       default:
         for (int k = 0; k < n->n_in; k++)
           if (t->axis[n->in[k]->id] < 0) in[k] = whole_operand(t, n, k, map);
-        m = n->op == OP_RESHAPE ? reshaped(t, n, in[0], t->axis[n->out[0].id])
-                                : pass_new_node(g, n, n->op, n->n_in, in, n, n->loc);
+        if (n->op == OP_RESHAPE || n->op == OP_EXPAND)
+          m = reshaped(t, n, in[0], t->axis[n->out[0].id]);
+        else if (n->op == OP_SLICE)
+          m = sliced(t, n, in[0], t->axis[n->in[0]->id], t->groups[n->in[0]->id]);
+        else
+          m = pass_new_node(g, n, n->op, n->n_in, in, n, n->loc);
         if (n->op == OP_DROPOUT) {
           /* the mask of this rank's blocks of the whole tensor */
           int64_t part[4] = {t->axis[n->in[0]->id], t->T, t->rank, t->groups[n->in[0]->id]};
@@ -706,7 +802,8 @@ static void rewrite(Tp *t) {
   /* The old region, then the slices only it read. */
   for (int i = t->n_members - 1; i >= 0; i--) {
     Node *n = t->members[i];
-    Node *w = t->role[n->id] != ROLE_INNER && n->in[1]->def->op == OP_SLICE ? n->in[1]->def : NULL;
+    OpKind wop = t->role[n->id] != ROLE_INNER ? n->in[1]->def->op : OP_PARAM;
+    Node *w = wop == OP_SLICE || wop == OP_TRANSPOSE ? n->in[1]->def : NULL;
     Node *b = t->role[n->id] == ROLE_SOURCE && n->n_in > 2 && n->in[2]->def->op == OP_SLICE ? n->in[2]->def : NULL;
     ir_remove(g, n);
     for (Node *s = w; s; s = s == w ? b : NULL) {
@@ -844,15 +941,11 @@ const char **tp_split_names(Graph *g, const TpResult *tp) {
   return names;
 }
 
-static bool swaps_2d(const Node *n) {
-  int k;
-  const int64_t *perm = n->op == OP_TRANSPOSE ? ir_attr_ints(n, "perm", &k) : NULL;
-  return perm && k == 2 && perm[0] == 1 && perm[1] == 0;
-}
-
 /* Exporters' linears of inputs of rank 3 and more: x @ W^T by a
  * parameter W [N, K] (or a row slice of one; a transpose of it, or
- * trans_b), then + b by one b [N]: linear(x, W, b) in their place. */
+ * trans_b), then + b by one b [N]: linear(x, W, b) in their place.  And
+ * x @ W by a parameter W [K, N] (Hugging Face's Conv1D): linear(x,
+ * W^T, b), the transpose read as a part of W's columns. */
 static void products_as_linears(Graph *g) {
   PassUses *uses = pass_uses_new(g);
   for (Node *m = g->first, *next; m; m = next) {
@@ -860,9 +953,22 @@ static void products_as_linears(Graph *g) {
     if (m->op != OP_MATMUL || ir_matmul_trans(m, 0) || m->in[0]->type.rank < 2 || m->out[0].type.dtype != TY_F32)
       continue;
     Node *tr = ir_matmul_trans(m, 1) ? NULL : m->in[1]->def;
-    if (tr && !swaps_2d(tr)) continue;
-    Value *w = tr ? tr->in[0] : m->in[1], *b = NULL;
+    bool stored_kn = tr && tr->op == OP_PARAM; /* Hugging Face's Conv1D: W [K, N] */
+    if (tr && !swaps_2d(tr) && !stored_kn) continue;
+    Value *w = tr && !stored_kn ? tr->in[0] : m->in[1], *b = NULL;
     Part pw, pb;
+    if (stored_kn) {
+      if (w->type.rank != 2 || w->type.dtype != TY_F32) continue;
+      static const int64_t swap[2] = {1, 0};
+      Node *t = ir_node_new(g, OP_TRANSPOSE, 1, &w, m->loc);
+      t->scope = m->scope;
+      ir_set_ints(g, t, "perm", 2, swap);
+      char err[256];
+      if (!ir_infer(t, err, sizeof err)) dl_internal(g->ctx, "tensor parallel transpose: %s", err);
+      ir_insert_before(g, m, t);
+      w = &t->out[0];
+      tr = NULL;
+    }
     if (!part_of(w, 2, &pw) || w->type.dtype != TY_F32) continue;
     Node *at = m, *add = NULL;
     for (Node *u = m->next; u && pass_uses(uses, &m->out[0]) == 1 && !add; u = u->next)
@@ -892,12 +998,28 @@ static void products_as_linears(Graph *g) {
   }
 }
 
+/* The chains the attention pass replaced, read by nothing now (sources
+ * stay: their names are the model's): a region must not see them. */
+static void drop_dead(Graph *g) {
+  PassUses *uses = pass_uses_new(g);
+  for (Node *n = g->last, *prev; n; n = prev) {
+    prev = n->prev;
+    if (ir_ops[n->op].cls == K_SOURCE) continue;
+    bool used = false;
+    for (int k = 0; k < n->n_out && !used; k++) used = pass_uses(uses, &n->out[k]) > 0;
+    for (int i = 0; i < g->n_outputs && !used; i++) used = g->outputs[i]->def == n;
+    if (used) continue;
+    for (int i = 0; i < n->n_in; i++) pass_uses_add(uses, n->in[i], -1);
+    ir_remove(g, n);
+  }
+}
+
 bool pass_tensor_parallel(Graph *g, int ranks, int rank, bool fuse_attention, TpResult *out) {
   memset(out, 0, sizeof *out);
   out->ranks = ranks, out->rank = rank;
   if (ranks <= 1) return true;
   products_as_linears(g);
-  if (fuse_attention) pass_attention(g, NULL);
+  if (fuse_attention && pass_attention(g, NULL)) drop_dead(g);
   Tp t = {.g = g, .T = ranks, .rank = rank, .out = out};
   /* After each rewrite the graph is indexed again from the start: the
    * rewrite made values the index does not know. */

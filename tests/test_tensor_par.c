@@ -373,6 +373,29 @@ START_TEST(mha_export_sums_to_whole) {
 }
 END_TEST
 
+/* A decoder layer as GPT-2's export writes it, with Llama's rotary
+ * embedding (tests/train/decoder_export.ir): weights stored [in, out],
+ * split by their columns (c_attn in 3 groups, its slices q, k and v) and
+ * rows; rotate_half's slices and concat of each head's halves, cos and
+ * sin tables and a causal mask read whole.  The ranks' parts of each
+ * region's sum add up to one process's. */
+START_TEST(decoder_export_sums_to_whole) {
+  check_sum(train_ir("decoder_export.ir", "  %r = add %x, %ob", "%ob"), 2, 128, 128, "attn_proj.bias", 8);
+  char *mlp_only = train_ir("decoder_export.ir", "  %y = add %r, %mb", "%mb");
+  memcpy(strstr(mlp_only, "matmul %r, %wf"), "matmul %x, %wf", 14);
+  check_sum(mlp_only, 2, 128, 128, "mlp_proj.bias", 8);
+  check_sum(mlp_only, 4, 128, 128, "mlp_proj.bias", 8);
+  dlc_model *m = compile_tp(train_ir("decoder_export.ir", "  %r = add %x, %ob", "%ob"), 2, 0, 0);
+  ck_assert_int_eq(dlc_num_tensor_notes(m), 1);
+  ck_assert_str_eq(dlc_tensor_note(m, 0), "split: c_attn.weight[0:8], c_attn.weight[8:16], c_attn.weight[16:24] "
+                                          "by output rows, attn_proj.weight by input columns");
+  /* [in, out] weights: c_attn by its columns (axis 1), c_proj's rows */
+  expect_split(m, 0, "c_attn.weight", 1, 0, 8);
+  expect_split(m, 6, "attn_proj.weight", 0, 0, 8);
+  dlc_free(m);
+}
+END_TEST
+
 static int count_op(Graph *g, OpKind op) {
   int n = 0;
   for (Node *x = g->first; x; x = x->next) n += x->op == op;
@@ -451,6 +474,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, attention_heads_sum_to_whole);
   tcase_add_test(tc, exported_layer_sums_to_whole);
   tcase_add_test(tc, mha_export_sums_to_whole);
+  tcase_add_test(tc, decoder_export_sums_to_whole);
   tcase_add_test(tc, what_splits);
   tcase_add_test(tc, ranks_hold_their_parts);
   tcase_add_test(tc, what_does_not_split);

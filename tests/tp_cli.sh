@@ -113,6 +113,17 @@ grep -qx "tensor parallel: split: in_proj_weight\[0:8\], in_proj_weight\[8:16\],
 close "$tmp/mh1.ckpt.safetensors" "$tmp/mh2.ckpt.safetensors" "nn.MultiheadAttention's export, 2-way tensor parallel"
 losses "$tmp/mh1.jsonl" >"$tmp/a.v"; losses "$tmp/mh2.jsonl" >"$tmp/b.v"
 agree "$tmp/a.v" "$tmp/b.v" && ok || fail "the exported attention's losses: $(paste "$tmp/a.v" "$tmp/b.v")"
+# GPT-2's layout with Llama's rotary embedding (decoder_export.ir:
+# weights stored [in, out], c_attn cut into q, k and v by slices,
+# rotate_half's slices and concat): split by the weights' columns and
+# rows, 2 ranks equal one process.
+D="$t/decoder_export.ir --loss=mse --optimizer=sgd --momentum=0.9 --lr=0.05 --backend=emu --data $t/attn --epochs 2 --batch 4"
+expect 0 "" "$dlcc" train $D --save "$tmp/de1.safetensors" --log "$tmp/de1.jsonl"
+expect 0 "" mpi 2 "$dlcc" train $D --tensor-parallel=2 --save "$tmp/de2.safetensors" --log "$tmp/de2.jsonl"
+[ "$(grep -c '^tensor parallel: split: ' "$tmp/out")" -eq 2 ] && ok || fail "the decoder's split lines: $(cat "$tmp/out")"
+close "$tmp/de1.ckpt.safetensors" "$tmp/de2.ckpt.safetensors" "the exported decoder, 2-way tensor parallel"
+losses "$tmp/de1.jsonl" >"$tmp/a.v"; losses "$tmp/de2.jsonl" >"$tmp/b.v"
+agree "$tmp/a.v" "$tmp/b.v" && ok || fail "the exported decoder's losses: $(paste "$tmp/a.v" "$tmp/b.v")"
 # Each rank's plan holds its parts: less weight memory and arena than
 # one process's (attention's projections and the MLP at 1/2; each
 # weight's 256-byte alignment and the layernorms stay).
