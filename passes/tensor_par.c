@@ -614,32 +614,46 @@ static bool record(Tp *t) {
   return true;
 }
 
+/* A slice of v from s to e (steps of 1 where steps is NULL), inserted
+ * before `before`. */
+static Node *slice_node(Graph *g, Node *before, Value *v, const int64_t *s, const int64_t *e, const int64_t *steps) {
+  int64_t one[DL_MAX_RANK];
+  for (int k = 0; k < v->type.rank; k++) one[k] = 1;
+  Node *n = ir_node_new(g, OP_SLICE, 1, &v, before->loc);
+  n->scope = before->scope;
+  ir_set_ints(g, n, "starts", v->type.rank, s);
+  ir_set_ints(g, n, "ends", v->type.rank, e);
+  ir_set_ints(g, n, "steps", v->type.rank, steps ? steps : one);
+  char err[256];
+  if (!ir_infer(n, err, sizeof err)) dl_internal(g->ctx, "tensor parallel slice: %s", err);
+  ir_insert_before(g, before, n);
+  return n;
+}
+
+/* v [a, b] as [b, a], inserted before `before`. */
+static Value *transposed_2d(Graph *g, Node *before, Value *v) {
+  static const int64_t swap[2] = {1, 0};
+  Node *n = ir_node_new(g, OP_TRANSPOSE, 1, &v, before->loc);
+  n->scope = before->scope;
+  ir_set_ints(g, n, "perm", 2, swap);
+  char err[256];
+  if (!ir_infer(n, err, sizeof err)) dl_internal(g->ctx, "tensor parallel transpose: %s", err);
+  ir_insert_before(g, before, n);
+  return &n->out[0];
+}
+
 /* [start, start + len) of part p along the linear's axis (0: the
  * weight's rows, its outputs; 1: its columns, its inputs), as the linear
  * reads it (transposed back for a cols part), inserted before `before`. */
 static Value *slice_of(Tp *t, Node *before, const Part *p, int axis, int64_t start, int64_t len) {
   const TensorType *full = &p->param->out[0].type;
   int rows = p->cols, at = p->cols ? 1 - axis : axis; /* the param's axes */
-  int64_t s[2] = {0, 0}, e[2] = {full->dims[0], full->rank > 1 ? full->dims[1] : 0}, one[2] = {1, 1};
+  int64_t s[2] = {0, 0}, e[2] = {full->dims[0], full->rank > 1 ? full->dims[1] : 0};
   s[rows] = p->row0, e[rows] = p->row0 + p->rows;
   s[at] = start + (at == rows ? p->row0 : 0);
   e[at] = s[at] + len;
-  Node *n = ir_node_new(t->g, OP_SLICE, 1, &(Value *){&p->param->out[0]}, before->loc);
-  n->scope = before->scope;
-  ir_set_ints(t->g, n, "starts", full->rank, s);
-  ir_set_ints(t->g, n, "ends", full->rank, e);
-  ir_set_ints(t->g, n, "steps", full->rank, one);
-  char err[256];
-  if (!ir_infer(n, err, sizeof err)) dl_internal(t->g->ctx, "tensor parallel slice: %s", err);
-  ir_insert_before(t->g, before, n);
-  if (!p->cols) return &n->out[0];
-  static const int64_t swap[2] = {1, 0};
-  Node *tr = ir_node_new(t->g, OP_TRANSPOSE, 1, &(Value *){&n->out[0]}, before->loc);
-  tr->scope = before->scope;
-  ir_set_ints(t->g, tr, "perm", 2, swap);
-  if (!ir_infer(tr, err, sizeof err)) dl_internal(t->g->ctx, "tensor parallel transpose: %s", err);
-  ir_insert_before(t->g, before, tr);
-  return &tr->out[0];
+  Node *n = slice_node(t->g, before, &p->param->out[0], s, e, NULL);
+  return p->cols ? transposed_2d(t->g, before, &n->out[0]) : &n->out[0];
 }
 
 /* This rank's reshape or expand n of in: its result's split axis b
@@ -673,15 +687,7 @@ static Node *sliced(Tp *t, Node *n, Value *in, int a, int g) {
     s[a] = s[a] / group * (group / t->T);
     e[a] = s[a] + group / t->T;
   }
-  Node *r = ir_node_new(t->g, OP_SLICE, 1, &in, n->loc);
-  r->scope = n->scope;
-  ir_set_ints(t->g, r, "starts", count, s);
-  ir_set_ints(t->g, r, "ends", count, e);
-  ir_set_ints(t->g, r, "steps", count, ir_attr_ints(n, "steps", NULL));
-  char err[256];
-  if (!ir_infer(r, err, sizeof err)) dl_internal(t->g->ctx, "tensor parallel slice: %s", err);
-  ir_insert_before(t->g, n, r);
-  return r;
+  return slice_node(t->g, n, in, s, e, ir_attr_ints(n, "steps", NULL));
 }
 
 /* This rank's rows of part p of groups: its block of each group's rows,
@@ -706,18 +712,10 @@ static Value *rows_of(Tp *t, Node *n, const Part *p, int groups) {
 /* This rank's block of v along axis, inserted before n. */
 static Value *block_of(Tp *t, Node *n, Value *v, int axis) {
   const TensorType *ty = &v->type;
-  int64_t s[DL_MAX_RANK], e[DL_MAX_RANK], one[DL_MAX_RANK], share = ty->dims[axis] / t->T;
-  for (int k = 0; k < ty->rank; k++) s[k] = 0, e[k] = ty->dims[k], one[k] = 1;
+  int64_t s[DL_MAX_RANK], e[DL_MAX_RANK], share = ty->dims[axis] / t->T;
+  for (int k = 0; k < ty->rank; k++) s[k] = 0, e[k] = ty->dims[k];
   s[axis] = t->rank * share, e[axis] = s[axis] + share;
-  Node *b = ir_node_new(t->g, OP_SLICE, 1, &v, n->loc);
-  b->scope = n->scope;
-  ir_set_ints(t->g, b, "starts", ty->rank, s);
-  ir_set_ints(t->g, b, "ends", ty->rank, e);
-  ir_set_ints(t->g, b, "steps", ty->rank, one);
-  char err[256];
-  if (!ir_infer(b, err, sizeof err)) dl_internal(t->g->ctx, "tensor parallel block: %s", err);
-  ir_insert_before(t->g, n, b);
-  return &b->out[0];
+  return &slice_node(t->g, n, v, s, e, NULL)->out[0];
 }
 
 /* Operand k of inner member n, a whole value, as this rank reads it:
@@ -959,14 +957,7 @@ static void products_as_linears(Graph *g) {
     Part pw, pb;
     if (stored_kn) {
       if (w->type.rank != 2 || w->type.dtype != TY_F32) continue;
-      static const int64_t swap[2] = {1, 0};
-      Node *t = ir_node_new(g, OP_TRANSPOSE, 1, &w, m->loc);
-      t->scope = m->scope;
-      ir_set_ints(g, t, "perm", 2, swap);
-      char err[256];
-      if (!ir_infer(t, err, sizeof err)) dl_internal(g->ctx, "tensor parallel transpose: %s", err);
-      ir_insert_before(g, m, t);
-      w = &t->out[0];
+      w = transposed_2d(g, m, w);
       tr = NULL;
     }
     if (!part_of(w, 2, &pw) || w->type.dtype != TY_F32) continue;

@@ -86,44 +86,39 @@ grep -q "^tensor parallel: not split: self_attn.in_proj_weight\[0:8\]: a reshape
   grep -qx "tensor parallel: split: linear1.weight by output rows, linear2.weight by input columns" "$tmp/out" && ok ||
   fail "2 heads 4 ways: $(cat "$tmp/out")"
 close "$tmp/at1.ckpt.safetensors" "$tmp/at4.ckpt.safetensors" "attention whole, MLP 4-way"
+# as_one IR SPLITS WHAT: tests/train/IR trained (SGD with momentum, 2
+# epochs of tests/train/attn) on 2 tensor-parallel ranks equals one
+# process (checkpoint and losses), and rank 0 prints SPLITS split lines.
+as_one() {
+  s="$t/$1 --loss=mse --optimizer=sgd --momentum=0.9 --lr=0.05 --backend=emu --data $t/attn --epochs 2 --batch 4"
+  expect 0 "" "$dlcc" train $s --save "$tmp/one.safetensors" --log "$tmp/one.jsonl"
+  expect 0 "" mpi 2 "$dlcc" train $s --tensor-parallel=2 --save "$tmp/two.safetensors" --log "$tmp/two.jsonl"
+  [ "$(grep -c '^tensor parallel: split: ' "$tmp/out")" -eq "$2" ] && ok || fail "$3's split lines: $(cat "$tmp/out")"
+  close "$tmp/one.ckpt.safetensors" "$tmp/two.ckpt.safetensors" "$3, 2-way tensor parallel"
+  losses "$tmp/one.jsonl" >"$tmp/a.v"; losses "$tmp/two.jsonl" >"$tmp/b.v"
+  agree "$tmp/a.v" "$tmp/b.v" && ok || fail "$3's losses: $(paste "$tmp/a.v" "$tmp/b.v")"
+}
 # As an exporter writes a layer (exported.ir: matmuls by transposed
 # weights, the scores' matmul, a learned position bias, softmax and
 # dropout of the probabilities, dropout in the MLP): the heads and the
-# MLP split, each rank draws its block of each mask, and 2 ranks train
-# as one process (a rank drawing the whole tensor's first block instead
-# would leave the checkpoint up to 84% off).
-E="$t/exported.ir --loss=mse --optimizer=sgd --momentum=0.9 --lr=0.05 --backend=emu --data $t/attn --epochs 2 --batch 4"
-expect 0 "" "$dlcc" train $E --save "$tmp/ex1.safetensors" --log "$tmp/ex1.jsonl"
-expect 0 "" mpi 2 "$dlcc" train $E --tensor-parallel=2 --save "$tmp/ex2.safetensors" --log "$tmp/ex2.jsonl"
+# MLP split, each rank draws its block of each mask (a rank drawing the
+# whole tensor's first block instead would leave the checkpoint up to
+# 84% off).
+as_one exported.ir 2 "the exported layer with dropout"
 grep -qx "tensor parallel: split: q.weight, k.weight, v.weight by output rows, o.weight by input columns" "$tmp/out" &&
-  grep -qx "tensor parallel: split: linear1.weight by output rows, linear2.weight by input columns" "$tmp/out" && ok ||
-  fail "the exported layer's split lines: $(cat "$tmp/out")"
-close "$tmp/ex1.ckpt.safetensors" "$tmp/ex2.ckpt.safetensors" "the exported layer with dropout, 2-way tensor parallel"
-losses "$tmp/ex1.jsonl" >"$tmp/a.v"; losses "$tmp/ex2.jsonl" >"$tmp/b.v"
-agree "$tmp/a.v" "$tmp/b.v" && ok || fail "the exported layer's losses: $(paste "$tmp/a.v" "$tmp/b.v")"
+  ok || fail "the exported layer's split lines: $(cat "$tmp/out")"
 # nn.MultiheadAttention as exported (mha_export.ir: one in_proj_weight
 # product gathered into q, k and v through [S, B H, d] reshapes, dropout
 # on the projection): q's, k's and v's rows split by heads, each rank
-# drawing its blocks of the mask; 2 ranks equal one process.
-H="$t/mha_export.ir --loss=mse --optimizer=sgd --momentum=0.9 --lr=0.05 --backend=emu --data $t/attn --epochs 2 --batch 4"
-expect 0 "" "$dlcc" train $H --save "$tmp/mh1.safetensors" --log "$tmp/mh1.jsonl"
-expect 0 "" mpi 2 "$dlcc" train $H --tensor-parallel=2 --save "$tmp/mh2.safetensors" --log "$tmp/mh2.jsonl"
+# drawing its blocks of the mask.
+as_one mha_export.ir 1 "nn.MultiheadAttention's export"
 grep -qx "tensor parallel: split: in_proj_weight\[0:8\], in_proj_weight\[8:16\], in_proj_weight\[16:24\] by output rows, out_proj.weight by input columns" "$tmp/out" &&
   ok || fail "the exported attention's split line: $(cat "$tmp/out")"
-close "$tmp/mh1.ckpt.safetensors" "$tmp/mh2.ckpt.safetensors" "nn.MultiheadAttention's export, 2-way tensor parallel"
-losses "$tmp/mh1.jsonl" >"$tmp/a.v"; losses "$tmp/mh2.jsonl" >"$tmp/b.v"
-agree "$tmp/a.v" "$tmp/b.v" && ok || fail "the exported attention's losses: $(paste "$tmp/a.v" "$tmp/b.v")"
 # GPT-2's layout with Llama's rotary embedding (decoder_export.ir:
 # weights stored [in, out], c_attn cut into q, k and v by slices,
 # rotate_half's slices and concat): split by the weights' columns and
-# rows, 2 ranks equal one process.
-D="$t/decoder_export.ir --loss=mse --optimizer=sgd --momentum=0.9 --lr=0.05 --backend=emu --data $t/attn --epochs 2 --batch 4"
-expect 0 "" "$dlcc" train $D --save "$tmp/de1.safetensors" --log "$tmp/de1.jsonl"
-expect 0 "" mpi 2 "$dlcc" train $D --tensor-parallel=2 --save "$tmp/de2.safetensors" --log "$tmp/de2.jsonl"
-[ "$(grep -c '^tensor parallel: split: ' "$tmp/out")" -eq 2 ] && ok || fail "the decoder's split lines: $(cat "$tmp/out")"
-close "$tmp/de1.ckpt.safetensors" "$tmp/de2.ckpt.safetensors" "the exported decoder, 2-way tensor parallel"
-losses "$tmp/de1.jsonl" >"$tmp/a.v"; losses "$tmp/de2.jsonl" >"$tmp/b.v"
-agree "$tmp/a.v" "$tmp/b.v" && ok || fail "the exported decoder's losses: $(paste "$tmp/a.v" "$tmp/b.v")"
+# rows.
+as_one decoder_export.ir 2 "the exported decoder"
 # Each rank's plan holds its parts: less weight memory and arena than
 # one process's (attention's projections and the MLP at 1/2; each
 # weight's 256-byte alignment and the layernorms stay).
