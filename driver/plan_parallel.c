@@ -19,6 +19,7 @@
 #include "driver/train.h"
 #include "frontend/ast.h"
 #include "frontend/dims.h"
+#include "frontend/onnx.h"
 #include "ir/diag.h"
 #include "ir/ir.h"
 #include "passes/autodiff.h"
@@ -332,22 +333,45 @@ static void data_shapes(Ctx *c, const Planner *p, int64_t batch, InputShape **sh
   }
 }
 
+static bool is_onnx(const char *path) {
+  size_t n = strlen(path);
+  return n > 5 && strcmp(path + n - 5, ".onnx") == 0;
+}
+
+/* The model in the language at `batch` (a training forward: dropout
+ * and batchnorm as they train), or NULL after reporting. */
+static Graph *lower_at(Ctx *c, const PlanArgs *a, int64_t batch, InputShape *shapes, int n_shapes) {
+  const SrcFile *f = ctx_load_file(c, a->model_path);
+  Program *prog = f ? fe_parse(c, f) : NULL;
+  int n_defines;
+  Define *defines;
+  if (!prog || !batch_defines(c, a, prog, batch, &defines, &n_defines)) return NULL;
+  LowerOptions lo = {.model = a->model, .n_defines = n_defines, .defines = defines, .training = true,
+                     .n_input_shapes = n_shapes, .input_shapes = shapes};
+  return fe_lower(c, prog, &lo);
+}
+
+/* An ONNX model (exported in training mode, as dlcc train takes it)
+ * with its inputs at the shapes of --data's samples at the batch (the
+ * caller makes sure of --data): its batch dim must be free
+ * (dynamic_axes), which the import checks. */
+static Graph *onnx_at(Ctx *c, const PlanArgs *a, InputShape *shapes, int n_shapes) {
+  OnnxOptions oo = {.n_defines = a->n_defines, .defines = a->defines, .n_input_shapes = n_shapes,
+                    .input_shapes = shapes};
+  TensorMap weights = {0};
+  Graph *g = fe_onnx_import(c, a->model_path, &oo, &weights);
+  ir_tensor_map_free(&weights);
+  return g;
+}
+
 static int compile_at(Ctx *c, void *data) {
   Job *job = data;
   Planner *p = job->p;
   const PlanArgs *a = p->a;
-  const SrcFile *f = ctx_load_file(c, a->model_path);
-  if (!f) return 1;
-  Program *prog = fe_parse(c, f);
-  if (!prog) return 1;
   InputShape *shapes = NULL;
-  int n_shapes = 0, n_defines;
-  Define *defines;
-  if (!batch_defines(c, a, prog, job->batch, &defines, &n_defines)) return 1;
+  int n_shapes = 0;
   if (a->data) data_shapes(c, p, job->batch, &shapes, &n_shapes);
-  LowerOptions lo = {.model = a->model, .n_defines = n_defines, .defines = defines, .training = true,
-                     .n_input_shapes = n_shapes, .input_shapes = shapes};
-  Graph *g = fe_lower(c, prog, &lo);
+  Graph *g = is_onnx(a->model_path) ? onnx_at(c, a, shapes, n_shapes) : lower_at(c, a, job->batch, shapes, n_shapes);
   if (!g || !ir_verify(g)) return 1;
   if (!pass_append_loss(g, &a->loss_spec, a->loss.output, TRAIN_TARGET, NULL) || !ir_verify(g)) return 1;
   Measured *m = job->out;
@@ -631,6 +655,11 @@ int driver_plan_parallel(int argc, char **argv) {
   if (a.precision && (!ir_dtype_from_name(a.precision, &p.precision) ||
                       (p.precision != TY_F32 && p.precision != TY_F16 && p.precision != TY_BF16))) {
     fprintf(stderr, "dlcc: error: unknown precision '%s' (expected f32, f16 or bf16)\n", a.precision);
+    return 1;
+  }
+  if (is_onnx(a.model_path) && !a.data) {
+    fprintf(stderr, "dlcc: error: --plan-parallel of an ONNX model needs --data: its samples give the inputs' shapes "
+            "at each batch\n");
     return 1;
   }
   char err[512];

@@ -77,6 +77,14 @@ expect 1 "dlcc: error: unknown option '--frobnicate' for train --plan-parallel (
   "$dlcc" train "$t/tiny.dl" --plan-parallel --batch=8 --loss=mse --frobnicate
 expect_sub 1 "mlp.dl:3:11: error: dim 0 of input 'x' is not a name, so --plan-parallel cannot set the batch there" \
   "$dlcc" train "${top_srcdir:-.}/tests/bench/train/mlp.dl" --plan-parallel --batch=8 --loss=mse
+# An ONNX model: its inputs' shapes at each batch from --data's samples
+# (its batch dim free); without --data, a clear error.
+O="${top_srcdir:-.}/tests/pipeinf/mlp3.onnx"
+expect 0 "" "$dlcc" train "$O" --plan-parallel --batch=8 --loss=cross_entropy --gpus=2 --data "$t/data"
+grep -qx "  tensor parallel over 2 ranks splits 1 region of linears (2 all-reduces a step)" "$tmp/out" &&
+  grep -q "^choose: " "$tmp/out" && ok || fail "--plan-parallel of an ONNX model: $(cat "$tmp/out")"
+expect 1 "dlcc: error: --plan-parallel of an ONNX model needs --data: its samples give the inputs' shapes at each batch" \
+  "$dlcc" train "$O" --plan-parallel --batch=8 --loss=cross_entropy --gpus=2
 expect 0 "" "$dlcc" train --plan-parallel --help
 grep -q '^usage: dlcc train MODEL --plan-parallel' "$tmp/out" || fail "--help: $(cat "$tmp/out")"
 
