@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "api/model.h"
 #include "frontend/ast.h"
 #include "frontend/dims.h"
 #include "frontend/onnx.h"
@@ -727,6 +728,24 @@ static bool fetch_whole(Pipeline *p, dlc_model *holder, const dlc_tensor_info *i
   return ok;
 }
 
+/* The stage plans' other values from the whole model: what no optimizer
+ * trains and no run sets (an ONNX export's folded constants, such as
+ * BERT's position ids; frozen params), which dlc_init_weights drew. */
+static bool bind_frozen(Pipeline *p, dlc_model *wm, char *err, size_t errlen) {
+  dlc_model *plans[2] = {p->fwd, p->bwd};
+  for (int k = 0; k < 2; k++)
+    for (int i = 0; plans[k] && i < plans[k]->params.n; i++) {
+      const char *name = plans[k]->params.names[i];
+      if (strncmp(name, "dlcc.", 5) == 0 || strncmp(name, "stage_in.", 9) == 0 || (p->opt && shard_of(p, name)))
+        continue;
+      bool known = false;
+      for (int j = 0; !known && j < wm->params.n; j++) known = strcmp(wm->params.names[j], name) == 0;
+      size_t bytes = ir_tensor_nbytes(&plans[k]->params.tensors[i].type);
+      if (known && !copy_weight(wm, plans[k], name, bytes, err, errlen)) return false;
+    }
+  return true;
+}
+
 bool pipe_bind(Pipeline *p, dlc_train *whole, char *err, size_t errlen) {
   dlc_model *wm = dlc_train_model(whole), *om = dlc_train_model(p->opt);
   if ((has_param(whole, "dlcc.seed") && dlc_get_weight(wm, "dlcc.seed", &p->seed, sizeof p->seed) != DLC_OK) ||
@@ -744,6 +763,7 @@ bool pipe_bind(Pipeline *p, dlc_train *whole, char *err, size_t errlen) {
     if (!(sp ? bind_part(p, wm, om, sp, &info, err, errlen) : copy_weight(wm, om, info.name, info.nbytes, err, errlen)))
       return false;
   }
+  if (!bind_frozen(p, wm, err, errlen)) return false;
   for (int i = 0; i < p->n_states; i++)
     if (!copy_weight(wm, p->bwd, p->state_names[i], p->state_bytes[i], err, errlen)) return false;
   size_t held = 0, all = 0;

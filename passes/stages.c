@@ -6,6 +6,7 @@
 #include "passes/stages.h"
 
 #include "passes/autodiff.h"
+#include "passes/pass.h"
 
 #include "ir/eval.h"
 
@@ -216,10 +217,36 @@ static int marked_stages(Graph *g, int n_stages, bool inference, int *level, cha
   return n_levels;
 }
 
+/* The first node after m that reads it, or NULL. */
+static Node *first_reader(Node *m) {
+  for (Node *r = m->next; r; r = r->next)
+    for (int k = 0; k < r->n_in; k++)
+      if (r->in[k]->def == m) return r;
+  return NULL;
+}
+
+/* Weight-only nodes (of params and consts alone: an export's transposed
+ * weights, all at the top of its graph) moved to just before their first
+ * reader, so that each is computed in its reader's stage (split forbids
+ * a cut between them) rather than sent there every micro-batch as if it
+ * were an activation. */
+static void sink_weight_only(Graph *g) {
+  bool *weight = pass_weight_only(g);
+  for (Node *m = g->last, *prev; m; m = prev) {
+    prev = m->prev;
+    if (is_source(m) || !weight[m->id]) continue;
+    Node *reader = first_reader(m);
+    if (!reader || reader == m->next) continue;
+    ir_remove(g, m);
+    ir_insert_before(g, reader, m);
+  }
+}
+
 static bool split(Graph *g, int n_stages, bool inference, const StageSplit *like, StageSplit *out, char *err,
                   size_t errlen) {
   memset(out, 0, sizeof *out);
   Arena *a = &g->ctx->arena;
+  sink_weight_only(g);
   ir_number(g);
   int n = 0;
   for (Node *m = g->first; m; m = m->next) n += !is_source(m);
@@ -253,6 +280,15 @@ static bool split(Graph *g, int n_stages, bool inference, const StageSplit *like
   int *last = last_readers(g, order, n, n_values, inference);
   CutInfo ci;
   cut_info(g, order, n, last, inference ? n : is_source(loss) ? 0 : pos[loss->id], inference, &ci);
+  /* Chosen cuts keep a weight-only node with the reader it sits before,
+   * where any cuts do (a weight also read in an earlier stage cannot
+   * follow its reader: then it crosses). */
+  CutInfo kept = ci;
+  kept.allowed = ARENA_ARRAY(a, bool, n + 1);
+  memcpy(kept.allowed, ci.allowed, sizeof *kept.allowed * (size_t)(n + 1));
+  bool *weight = pass_weight_only(g);
+  for (int i = 0; i + 1 < n; i++)
+    if (weight[order[i]->id]) kept.allowed[i + 1] = false;
   const char *rules = inference ? "each stage needs an operation"
                                 : "each stage needs an operation, a parameter's readers must share a stage, only "
                                   "floating-point values may cross a cut, and the last stage computes the loss";
@@ -278,7 +314,7 @@ static bool split(Graph *g, int n_stages, bool inference, const StageSplit *like
                  mark ? where(a, mark) : "?", s - 1);
         return false;
       }
-  } else if (!choose_cuts(a, n, n_stages, &ci, cuts)) {
+  } else if (!choose_cuts(a, n, n_stages, &kept, cuts) && !choose_cuts(a, n, n_stages, &ci, cuts)) {
     snprintf(err, errlen, "the model cannot be cut into %d stages: %s", n_stages, rules);
     return false;
   }

@@ -46,7 +46,9 @@ typedef struct StageSplit {
  * must make exactly n_stages stages.  Otherwise, among the allowed cuts
  * it takes the least largest stage cost, then, within 10% of that, the
  * fewest bytes crossing the cuts; ties go to the earlier cut, so the
- * split is the same every run.  False with a message when g cannot be
+ * split is the same every run.  A node of weights alone (an export's
+ * transposed weight) is moved in g's list to just before its first
+ * reader and stays in that reader's stage where any cuts allow it.  False with a message when g cannot be
  * cut into n_stages stages. */
 bool pass_stage_split(Graph *g, int n_stages, StageSplit *out, char *err, size_t errlen);
 /* The same cuts as `like`, a split of the same model lowered at another

@@ -187,6 +187,21 @@ grep -qx "  data parallel: 2 pipelines of 2 stages of 2 ranks, each 2 samples of
   grep -q "^  stage 0: tensor parallel: split: self_attn.in_proj_weight" "$tmp/out" && ok ||
   fail "2 x 2 x 2: $(cat "$tmp/out")"
 same_as x8 tone "the transformer layer on 2 x 2 x 2 ranks"
+# weights_first.ir (every weight transposed at the top, as exporters
+# write them): each transpose is computed in its reader's stage, so the
+# cut carries the activation alone; equal to one process.
+W="$t/weights_first.ir --data $t/data --batch 8 --drop-last --loss=cross_entropy --optimizer=sgd --lr=0.1 --epochs 2 --backend=ref"
+expect 0 "" "$dlcc" train $W --save "$tmp/wone.safetensors"
+expect 0 "" mpi 2 "$dlcc" train $W --pipeline=2 --save "$tmp/wtwo.safetensors"
+grep -qx "  cut 0|1: 1 tensor, 512 bytes: f32\[8, 16\]" "$tmp/out" && ok || fail "weights_first.ir's cut: $(cat "$tmp/out")"
+close "$tmp/wone.ckpt.safetensors" "$tmp/wtwo.ckpt.safetensors" "weights_first.ir on 2 stages"
+# decoder_export.ir's frozen tables (rope.cos, rope.sin, the causal
+# mask, drawn by --seed=3) in stage 1 are the whole model's, not a draw
+# of the stage's own (38% off before): equal to one process.
+E="$t/decoder_export.ir --data $t/attn --batch 4 --loss=mse --optimizer=sgd --momentum=0.9 --lr=0.05 --epochs 2 --seed=3"
+expect 0 "" "$dlcc" train $E --backend=emu --save "$tmp/eone.safetensors"
+expect 0 "" mpi 2 "$dlcc" train $E --backend=emu --pipeline=2 --micro-batches=1 --save "$tmp/etwo.safetensors"
+close "$tmp/eone.ckpt.safetensors" "$tmp/etwo.ckpt.safetensors" "decoder_export.ir's frozen tables on 2 stages"
 # part.ir: stage 1 starts with a split linear, so the gradient it sends
 # back is an all-reduce's result read by nothing but the plan's output
 # (which must wait for it: 2 stages of 2 ranks equal to one process).

@@ -148,6 +148,37 @@ START_TEST(cut_where_few_bytes_cross) {
 }
 END_TEST
 
+/* Every weight transposed at the top of the graph, as exporters write
+ * them: each transpose moves to just before its matmul and is computed
+ * in that matmul's stage, so the cut carries the activation alone. */
+START_TEST(weights_stay_with_readers) {
+  const char *text =
+      "graph weights_first {\n"
+      "  %0 = input {name=\"x\"} : f32[4, 16]\n"
+      "  %1 = param {name=\"a\", init=\"uniform(0.3)\"} : f32[16, 16]\n"
+      "  %2 = param {name=\"b\", init=\"uniform(0.3)\"} : f32[16, 16]\n"
+      "  %3 = transpose %1 {perm=[1, 0]} : f32[16, 16]\n"
+      "  %4 = transpose %2 {perm=[1, 0]} : f32[16, 16]\n"
+      "  %5 = matmul %0, %3 : f32[4, 16]\n"
+      "  %6 = tanh %5 : f32[4, 16]\n"
+      "  %7 = matmul %6, %4 : f32[4, 16]\n"
+      "  %8 = tanh %7 : f32[4, 16]\n"
+      "  %9 = reduce_mean %8 {axes=[0, 1], keepdims=0} : f32[]\n"
+      "  return %9 as \"loss\"\n"
+      "}\n";
+  Graph *g = compile_at(&ctx, text, -1).g;
+  StageSplit sp;
+  check_split(g, 2, &sp);
+  for (Node *n = g->first; n; n = n->next)
+    if (n->op == OP_TRANSPOSE) {
+      ck_assert_ptr_eq(n->next->op == OP_MATMUL ? n->next : NULL, n->next);
+      ck_assert_int_eq(sp.stage[n->id], sp.stage[n->next->id]);
+    }
+  ck_assert_int_eq(sp.cut[1].n, 1);
+  ck_assert(sp.cut[1].bytes == 4 * 16 * 4);
+}
+END_TEST
+
 START_TEST(refusals) {
   char err[512];
   StageSplit sp;
@@ -413,6 +444,7 @@ static Suite *stages_suite(void) {
   tcase_add_test(t, chain_is_balanced_and_contiguous);
   tcase_add_test(t, split_is_deterministic);
   tcase_add_test(t, cut_where_few_bytes_cross);
+  tcase_add_test(t, weights_stay_with_readers);
   tcase_add_test(t, refusals);
   tcase_add_test(t, stage_graphs);
   tcase_add_test(t, sync_bn_forward);
