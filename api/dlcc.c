@@ -281,8 +281,9 @@ static bool split_tensors(Ctx *c, const dlc_options *o, Graph *g, TpResult *tp) 
     diag_error(c, (SrcLoc){0}, "tensor parallel over %d ranks does not support %s yet", o->tensor_parallel, no);
     return false;
   }
-  int level = o->opt_level;
-  return pass_tensor_parallel(g, o->tensor_parallel, o->tensor_rank, level == 0 || level == 2, tp) && ir_verify(g);
+  TpOptions to = {.ranks = o->tensor_parallel, .rank = o->tensor_rank,
+                  .fuse_attention = o->opt_level == 0 || o->opt_level == 2, .inference = !o->grad && !o->tensor_parallel_step};
+  return pass_tensor_parallel(g, &to, tp) && ir_verify(g);
 }
 
 /* The optimizer's state of a split parameter NAME ("dlcc.optim.NAME.*")

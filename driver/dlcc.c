@@ -787,7 +787,10 @@ static int compile(Ctx *c, void *data) {
   }
   TpResult tp = {0};
   if (o->tp > 1) {
-    if (!pass_tensor_parallel(g, o->tp, o->tp_rank, pass_fuses_attention(&o->passes), &tp) || !ir_verify(g)) return 1;
+    if (!pass_tensor_parallel(g,
+                              &(TpOptions){.ranks = o->tp, .rank = o->tp_rank,
+                                           .fuse_attention = pass_fuses_attention(&o->passes), .inference = !o->grad},
+                              &tp) || !ir_verify(g)) return 1;
     for (int i = 0; i < tp.n_lines; i++) fprintf(stderr, "dlcc: tensor parallel: %s\n", tp.lines[i]);
     t = ctx_stage(c, "tensor-parallel", t);
   }

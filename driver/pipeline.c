@@ -333,6 +333,7 @@ static bool compile_stage(Pipeline *p, Graph *const *graphs, char *err, size_t e
       /* the loss's gradient starts at the scale, as in one process */
       if (p->loss_scaling && last && o.grad) o.loss_scale = DLC_LOSS_SCALE_SEED;
       if (p->c.tensor) o.tensor_parallel = p->c.tensor->size, o.tensor_rank = p->c.tensor->rank;
+      o.tensor_parallel_step = 1; /* the forward splits as the backward */
       dlc_model **m = k == STAGE_FORWARD ? &p->fwd : &p->bwd;
       st = dlc_compile_string(name, text, &o, m);
       msg = dlc_error(*m);

@@ -209,7 +209,7 @@ static bool tp_facts(const Planner *p, Graph *g, int T, TpFacts *out) {
   *out = (TpFacts){.work = 1};
   Graph *r0 = ir_copy(g, "tensor parallel");
   TpResult tr;
-  if (!r0 || !pass_tensor_parallel(r0, T, 0, true, &tr) || !ir_verify(r0)) return false;
+  if (!r0 || !pass_tensor_parallel(r0, &(TpOptions){.ranks = T, .fuse_attention = true}, &tr) || !ir_verify(r0)) return false;
   out->regions = tr.n_regions;
   for (int i = 0; i < tr.n_lines && !out->regions && !out->why[0]; i++)
     if (strncmp(tr.lines[i], "not split: ", 11) == 0) snprintf(out->why, sizeof out->why, "%s", tr.lines[i] + 11);

@@ -244,6 +244,11 @@ typedef struct dlc_options {
    * batchnorm by its running statistics (docs/training.md).  Not with
    * grad.  dlc_train's eval models set it. */
   int eval_mode;
+  /* With tensor_parallel and no grad: the forward of a training step
+   * compiled apart (a pipeline stage's), split as that step is.  Else a
+   * model without grad is inference and may split a layer whose
+   * parameter something else reads too (docs/parallel.md). */
+  int tensor_parallel_step;
 } dlc_options;
 
 enum { DLC_O0 = -1 };

@@ -53,6 +53,7 @@ enum { ROLE_NONE, ROLE_SOURCE, ROLE_INNER, ROLE_SINK };
 typedef struct Tp {
   Graph *g;
   int T, rank;
+  bool inference; /* TpOptions.inference */
   int n_vals, n_nodes;
   int *use_start; /* per value id: its users use_node[use_start[v] .. use_start[v + 1]) */
   Node **use_node;
@@ -521,22 +522,28 @@ static bool grow(Tp *t) {
   return true;
 }
 
-/* Every use of a split parameter is a linear of the region (directly or
- * through a slice): a reader outside would see the other ranks' stale parts. */
-static bool param_used_inside(Tp *t, const Node *p) {
-  const Value *v = &p->out[0];
+/* Whether every reader of value v is a linear of the region in role
+ * `role` that reads it as its weight or bias, directly or (at depth 0)
+ * through a slice or a transpose. */
+static bool readers_ok(Tp *t, const Value *v, int role, int depth) {
   for (int k = t->use_start[v->id]; k < t->use_start[v->id + 1]; k++) {
     const Node *u = t->use_node[k];
-    if (u->op == OP_SLICE || u->op == OP_TRANSPOSE) {
-      for (int j = t->use_start[u->out[0].id]; j < t->use_start[u->out[0].id + 1]; j++)
-        if (t->use_node[j]->op != OP_LINEAR || t->role[t->use_node[j]->id] == ROLE_NONE ||
-            t->role[t->use_node[j]->id] == ROLE_INNER)
-          return false;
-    } else if (u->op != OP_LINEAR || t->role[u->id] == ROLE_NONE) {
+    if ((u->op == OP_SLICE || u->op == OP_TRANSPOSE) && depth == 0) {
+      if (!readers_ok(t, &u->out[0], role, 1)) return false;
+    } else if (u->op != OP_LINEAR || t->role[u->id] != role || u->in[0] == v) {
       return false;
     }
   }
   return true;
+}
+
+/* A parameter split in the region's `role` (its sources' rows, its
+ * sinks' columns) is read by nothing else: any other reader, after a
+ * step, would see the other ranks' parts stale (a tied weight; an
+ * exporter's one tensor of zeros for a split layer's bias and its
+ * sink's).  Inference updates nothing: each rank reads its part. */
+static bool param_used_inside(Tp *t, const Node *p, int role) {
+  return t->inference || readers_ok(t, &p->out[0], role, 0);
 }
 
 static void add_line(Tp *t, const char *line) {
@@ -589,10 +596,11 @@ static bool record(Tp *t) {
     part_of(n->in[1], 2, &w);
     bool src = t->role[n->id] == ROLE_SOURCE;
     if (src && n->n_in > 2) part_of(n->in[2], 1, &b);
-    if (!param_used_inside(t, w.param) || (b.param && !param_used_inside(t, b.param))) {
+    int role = src ? ROLE_SOURCE : ROLE_SINK;
+    if (!param_used_inside(t, w.param, role) || (b.param && !param_used_inside(t, b.param, role))) {
       t->out->n_splits = n_before;
       return fail(t, arena_printf(arena(t), "%s is also read outside the region",
-                                  param_name(param_used_inside(t, w.param) ? b.param : w.param)));
+                                  param_name(param_used_inside(t, w.param, role) ? b.param : w.param)));
     }
     /* a source of G groups splits each group's rows */
     int groups = src ? t->groups[n->out[0].id] : 1;
@@ -1005,13 +1013,13 @@ static void drop_dead(Graph *g) {
   }
 }
 
-bool pass_tensor_parallel(Graph *g, int ranks, int rank, bool fuse_attention, TpResult *out) {
+bool pass_tensor_parallel(Graph *g, const TpOptions *o, TpResult *out) {
   memset(out, 0, sizeof *out);
-  out->ranks = ranks, out->rank = rank;
-  if (ranks <= 1) return true;
+  out->ranks = o->ranks, out->rank = o->rank;
+  if (o->ranks <= 1) return true;
   products_as_linears(g);
-  if (fuse_attention && pass_attention(g, NULL)) drop_dead(g);
-  Tp t = {.g = g, .T = ranks, .rank = rank, .out = out};
+  if (o->fuse_attention && pass_attention(g, NULL)) drop_dead(g);
+  Tp t = {.g = g, .T = o->ranks, .rank = o->rank, .inference = o->inference, .out = out};
   /* After each rewrite the graph is indexed again from the start: the
    * rewrite made values the index does not know. */
   bool again = true;

@@ -37,13 +37,23 @@ typedef struct TpResult {
   int ranks, rank;
 } TpResult;
 
-/* Rewrites g (a forward graph, before autodiff) for rank of ranks (> 1).
- * Layers that do not split stay whole on every rank, each with its line
- * in out->lines.  fuse_attention: run the attention pass first (when
- * autodiff or the pipeline would: pass_fuses_attention), so that an
- * exported model's attention splits by heads.  False after reporting an
- * internal error to g->ctx. */
-bool pass_tensor_parallel(Graph *g, int ranks, int rank, bool fuse_attention, TpResult *out);
+typedef struct TpOptions {
+  int ranks, rank;
+  /* Run the attention pass first (when autodiff or the pipeline would:
+   * pass_fuses_attention), so that an exported model's attention splits
+   * by heads. */
+  bool fuse_attention;
+  /* No training step follows: a split parameter may also be read
+   * outside its region (an exporter's one tensor of zeros for several
+   * biases), each rank reading its part of the whole. */
+  bool inference;
+} TpOptions;
+
+/* Rewrites g (a forward graph, before autodiff) for rank o->rank of
+ * o->ranks (> 1).  Layers that do not split stay whole on every rank,
+ * each with its line in out->lines.  False after reporting an internal
+ * error to g->ctx. */
+bool pass_tensor_parallel(Graph *g, const TpOptions *o, TpResult *out);
 
 /* The names of the split params (tp->n_splits of them, in g's arena):
  * OptimSpec.tp_parts, whose clip norm and overflow check span the

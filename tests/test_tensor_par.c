@@ -334,8 +334,39 @@ START_TEST(what_does_not_split) {
                                 "not split: fc2.weight: a split value is an output of the model"},
                2);
   /* A weight also read outside the pair (tied) would go stale there. */
-  expect_notes(tied, 2, 0, (const char *[]){"not split: w: w is also read outside the region",
+  /* Inference updates nothing, so w could be read elsewhere; but not by
+   * rows in one region and by columns in the other. */
+  expect_notes(tied, 2, 0, (const char *[]){"not split: w: its parameter w is split another way elsewhere",
                                         "not split: w: a split value is an output of the model"}, 2);
+}
+END_TEST
+
+/* One tensor of zeros for fc1's bias and fc2's, as exporters that merge
+ * equal initializers write a fresh model: a training step would leave
+ * the other ranks' rows of it stale where fc2 reads it whole, so it does
+ * not split; inference does, each rank reading its rows, and the ranks'
+ * parts add up to one process's result. */
+static const char shared_bias[] = "graph m {\n"
+                                  "  %0 = input {name=\"x\"} : f32[3, 4]\n"
+                                  "  %1 = param {name=\"fc1.weight\", init=\"uniform(0.5)\"} : f32[8, 4]\n"
+                                  "  %2 = param {name=\"zeros\", init=\"uniform(0.5)\"} : f32[8]\n"
+                                  "  %3 = linear %0, %1, %2 : f32[3, 8]\n"
+                                  "  %4 = relu %3 : f32[3, 8]\n"
+                                  "  %5 = param {name=\"fc2.weight\", init=\"uniform(0.5)\"} : f32[8, 8]\n"
+                                  "  %6 = linear %4, %5, %2 : f32[3, 8]\n"
+                                  "  %7 = reduce_mean %6 {axes=[0, 1], keepdims=0} : f32[]\n"
+                                  "  return %7 as \"y\"\n"
+                                  "}\n";
+
+START_TEST(shared_bias_splits_for_inference) {
+  expect_notes(shared_bias, 2, 1, (const char *[]){"not split: fc1.weight: zeros is also read outside the region",
+                                                  "not split: fc2.weight: reduce_mean reads a split value"},
+               2);
+  char text[sizeof shared_bias];
+  strcpy(text, shared_bias);
+  strcpy(strstr(text, "  %7 = reduce_mean"), "  return %6 as \"y\"\n}\n");
+  expect_notes(text, 2, 0, (const char *[]){"split: fc1.weight by output rows, fc2.weight by input columns"}, 1);
+  check_sum(text, 2, 12, 24, "zeros", 8);
 }
 END_TEST
 
@@ -478,6 +509,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, what_splits);
   tcase_add_test(tc, ranks_hold_their_parts);
   tcase_add_test(tc, what_does_not_split);
+  tcase_add_test(tc, shared_bias_splits_for_inference);
   tcase_add_test(tc, gradients_all_reduce);
   tcase_add_test(tc, refused_combinations);
   tcase_add_test(tc, plan_carries_the_sum);
