@@ -17,6 +17,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "api/calibrate.h"
 #include "api/model.h"
 #include "api/weights.h"
 #include "driver/comm.h"
@@ -197,6 +198,74 @@ static const Node *input_named(Graph *g, const char *name) {
   return NULL;
 }
 
+/* ---- --quantize=int8 ---- */
+
+/* The int8 prefix of the -O2 pipeline (passes/pipeline.c's
+ * pipeline_o2_int8 up to the quantize pass and its cleanups); each
+ * stage's compile runs the rest. */
+static const char int8_passes[] =
+    "simplify,fold,cse,dce,bn-fold,scale-shift,attention,simplify,fold,cse,dce,quantize,fold,cse,dce";
+
+/* The quantize pass's calibrator here: on a copy of the whole model's
+ * graph it calibrates as one process does (the samples at the whole
+ * batch) and keeps the ranges; on the micro-batch's graph, whose
+ * activations come in the same order, it gives them back. */
+typedef struct Ranges {
+  ApiCalibration cal;
+  int n;
+  double *amax;
+  bool replay;
+} Ranges;
+
+static bool ranges(void *ud, Graph *g, int n, const Value *const *values, double *amax) {
+  Ranges *r = ud;
+  if (!r->replay) {
+    if (!api_calibrate(&r->cal, g, n, values, amax)) return false;
+    r->n = n;
+    r->amax = ARENA_ARRAY(&g->ctx->arena, double, n + 1);
+    memcpy(r->amax, amax, sizeof *amax * (size_t)n);
+    return true;
+  }
+  if (n != r->n) {
+    diag_error(g->ctx, (SrcLoc){0}, "the micro-batch's graph has %d activations to quantize, the whole model's %d",
+               n, r->n);
+    return false;
+  }
+  memcpy(amax, r->amax, sizeof *amax * (size_t)n);
+  return true;
+}
+
+static void free_map(void *map) { ir_tensor_map_free(map); }
+
+/* The micro-batch's graph quantized before the cut with the ranges the
+ * whole model calibrates to, so that every stage quantizes as one
+ * process does (a stage's inputs are another's outputs: it has no
+ * samples of its own), each rank alike. */
+static int quantize_micro(Ctx *ctx, void *data) {
+  PipeRun *p = data;
+  const RunOptions *o = p->o;
+  Graph *whole = ir_copy(p->whole, p->whole->name);
+  if (!whole) return diag_error(ctx, (SrcLoc){0}, "out of memory copying the model to calibrate"), 1;
+  TensorMap own = {0};
+  bool owned = o->weights || !p->onnx_params.n;
+  if (owned && !api_calib_params(ctx, whole, o->weights, &p->onnx_own.values, o->seed, &own)) return 1;
+  ctx_hold_with(ctx, free_map, &own);
+  Ranges r = {.cal = {.dir = o->quant.calibrate,
+                      .method = o->quant.method ? o->quant.parsed : api_calib_default_method(),
+                      .params = owned ? &own : &p->onnx_params,
+                      .max_samples = o->quant.max_samples,
+                      .backend = o->quant.backend ? o->quant.on : CALIB_ON_AUTO}};
+  PassOptions po = {.opt_level = 2, .passes = int8_passes, .quantize_int8 = true, .calibrate = ranges,
+                    .calibrate_ud = &r};
+  r.cal.passes = &po;
+  bool ok = pass_run_pipeline(whole, &po, NULL) && ir_verify(whole);
+  r.replay = true;
+  ok = ok && pass_run_pipeline(p->g, &po, NULL) && ir_verify(p->g);
+  ctx_release(ctx, &own);
+  ir_tensor_map_free(&own);
+  return ok ? 0 : 1;
+}
+
 /* Both graphs, their inputs and outputs matched, the --input files
  * checked against the whole batch's types as one process checks them. */
 static bool graphs(PipeRun *p) {
@@ -256,6 +325,10 @@ static bool graphs(PipeRun *p) {
     if (in->given) in->data = in->given->data.data;
   }
   if (p->g->n_outputs != p->whole->n_outputs) return fail(p, "the model's outputs differ at a micro-batch");
+  if (o->quant.int8) {
+    rc = ctx_guard(&p->ctx, quantize_micro, p);
+    if (rc || p->ctx.diag.errors) return fail_diag(p, rc);
+  }
   for (int i = 0; i < p->g->n_outputs; i++) {
     const TensorType *w = &p->whole->outputs[i]->type, *u = &p->g->outputs[i]->type;
     char tw[IR_TYPE_STR_MAX], tm[IR_TYPE_STR_MAX];
@@ -298,6 +371,9 @@ static bool compile_stage(PipeRun *p) {
   o.n_input_shapes = 0;
   o.input_shapes = NULL;
   o.eval_mode = 0; /* lower() ran it on the whole model */
+  o.quantize = NULL; /* quantize_micro did, before the cut */
+  o.calibrate_dir = NULL;
+  o.weights = NULL; /* bind_weights sets the stage's own */
   if (p->tensor) o.tensor_parallel = p->T, o.tensor_rank = p->t;
   dlc_status st = dlc_compile_string(name, text, &o, &p->m);
   free(text);
@@ -537,7 +613,6 @@ static const char *refusal(const RunOptions *o) {
   if (!o->pipeline) return o->micro ? "--micro-batches is for pipeline parallel: give --pipeline=S too"
                                     : "--dist-timeout is for pipeline parallel: give --pipeline=S too";
   if (o->api.grad) return "--grad does not combine with --pipeline (dlcc train --pipeline trains)";
-  if (o->quant.int8) return "--quantize=int8 does not combine with --pipeline yet";
   return NULL;
 }
 

@@ -8,7 +8,8 @@
 # and a weight two stages read (tests/pipeinf/multi.dl); an ONNX model
 # with its own weights (tests/pipeinf/mlp3.onnx); the split rank
 # 0 prints; 2 pipelines of 2 stages (data parallel over pipelines, one
-# writer); tensor parallel inside the stages (D x T x S); the refusals; a bad input on one rank ending every rank with
+# writer); int8, one process's bits; tensor parallel inside the stages
+# (D x T x S); the refusals; a bad input on one rank ending every rank with
 # its message.  Skips without mpirun or without MPI in dlcc.
 set -u
 . "${top_srcdir:-.}/tests/clilib.sh"
@@ -105,6 +106,24 @@ if "$dlcc" --onnx-support >/dev/null 2>&1; then
     same "$tmp/onnx1" "$tmp/onnx-$b-$s" "ONNX on $b, $s stages, $k micro-batches"
   done
 fi
+
+# int8 (--quantize=int8): every rank calibrates the whole model as one
+# process does and quantizes the micro-batch's graph with its ranges
+# before the cut, so each stage's products are one process's: its bits,
+# with --weights on emu and on ref, and an ONNX model's own weights.
+mkdir -p "$tmp/calib" "$tmp/ocalib"; cp "$t/data/x.npy" "$tmp/calib/"; cp "$p/x8.npy" "$tmp/ocalib/"
+Q="$t/mlp4.dl --input x=$t/data/x.npy --weights $tmp/w.safetensors --quantize=int8 --calibrate=$tmp/calib"
+O="$p/mlp3.onnx --input x=$p/x8.npy --quantize=int8 --calibrate=$tmp/ocalib"
+for c in "emu:Q" "ref:Q" "emu:O"; do
+  b=${c%%:*} m=${c#*:}
+  eval "args=\$$m"
+  [ "$m" = O ] && ! "$dlcc" --onnx-support >/dev/null 2>&1 && continue
+  mkdir -p "$tmp/i8one-$b-$m" "$tmp/i8two-$b-$m"
+  expect 0 "" "$dlcc" run $args --backend=$b --output-dir "$tmp/i8one-$b-$m"
+  expect 0 "" mpi 2 "$dlcc" run $args --backend=$b --pipeline=2 --micro-batches=2 --output-dir "$tmp/i8two-$b-$m"
+  y=$(ls "$tmp/i8one-$b-$m")
+  cmp -s "$tmp/i8one-$b-$m/$y" "$tmp/i8two-$b-$m/$y" && ok || fail "int8 on 2 stages ($b, $m): not one process's bits"
+done
 
 # Tensor parallel inside the stages: the transformer layer (random
 # weights, one process's draw) on 2 stages of 2 ranks, and on 2
