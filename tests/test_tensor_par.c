@@ -427,6 +427,45 @@ START_TEST(decoder_export_sums_to_whole) {
 }
 END_TEST
 
+/* Attention with a mask: an additive one per head [1, H, S, S] (read
+ * in each rank's block of heads) and a boolean one over keys [B, 1, 1,
+ * S] (read whole, as it broadcasts over the heads). */
+START_TEST(attention_masks_split) {
+  static const char text[] =
+      "graph m {\n"
+      "  %x = input {name=\"x\"} : f32[2, 4, 8]\n"
+      "  %wq = param {name=\"q.weight\", init=\"uniform(0.35)\"} : f32[8, 8]\n"
+      "  %wk = param {name=\"k.weight\", init=\"uniform(0.35)\"} : f32[8, 8]\n"
+      "  %wv = param {name=\"v.weight\", init=\"uniform(0.35)\"} : f32[8, 8]\n"
+      "  %wo = param {name=\"o.weight\", init=\"uniform(0.35)\"} : f32[8, 8]\n"
+      "  %bo = param {name=\"o.bias\", init=\"uniform(0.35)\"} : f32[8]\n"
+      "  %bias = param {name=\"head_bias\", init=\"uniform(1)\"} : f32[1, 2, 4, 4]\n"
+      "  %q = linear %x, %wq : f32[2, 4, 8]\n"
+      "  %k = linear %x, %wk : f32[2, 4, 8]\n"
+      "  %v = linear %x, %wv : f32[2, 4, 8]\n"
+      "  %q4 = reshape %q {shape=[2, 4, 2, 4]} : f32[2, 4, 2, 4]\n"
+      "  %k4 = reshape %k {shape=[2, 4, 2, 4]} : f32[2, 4, 2, 4]\n"
+      "  %v4 = reshape %v {shape=[2, 4, 2, 4]} : f32[2, 4, 2, 4]\n"
+      "  %qh = transpose %q4 {perm=[0, 2, 1, 3]} : f32[2, 2, 4, 4]\n"
+      "  %kh = transpose %k4 {perm=[0, 2, 1, 3]} : f32[2, 2, 4, 4]\n"
+      "  %vh = transpose %v4 {perm=[0, 2, 1, 3]} : f32[2, 2, 4, 4]\n"
+      "  %a = attention %qh, %kh, %vh, %bias : f32[2, 2, 4, 4]\n"
+      "  %s = reduce_sum %x {axes=[2], keepdims=0} : f32[2, 4]\n"
+      "  %z = const {value=-1} : f32[]\n"
+      "  %keep = greater %s, %z : bool[2, 4]\n"
+      "  %keep4 = reshape %keep {shape=[2, 1, 1, 4]} : bool[2, 1, 1, 4]\n"
+      "  %b = attention %qh, %kh, %a, %keep4 : f32[2, 2, 4, 4]\n"
+      "  %at = transpose %b {perm=[0, 2, 1, 3]} : f32[2, 4, 2, 4]\n"
+      "  %ar = reshape %at {shape=[2, 4, 8]} : f32[2, 4, 8]\n"
+      "  %y = linear %ar, %wo, %bo : f32[2, 4, 8]\n"
+      "  return %y as \"y\"\n"
+      "}\n";
+  expect_notes(text, 2, 0,
+               (const char *[]){"split: q.weight, k.weight, v.weight by output rows, o.weight by input columns"}, 1);
+  check_sum(text, 2, 64, 64, "o.bias", 8);
+}
+END_TEST
+
 static int count_op(Graph *g, OpKind op) {
   int n = 0;
   for (Node *x = g->first; x; x = x->next) n += x->op == op;
@@ -506,6 +545,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, exported_layer_sums_to_whole);
   tcase_add_test(tc, mha_export_sums_to_whole);
   tcase_add_test(tc, decoder_export_sums_to_whole);
+  tcase_add_test(tc, attention_masks_split);
   tcase_add_test(tc, what_splits);
   tcase_add_test(tc, ranks_hold_their_parts);
   tcase_add_test(tc, what_does_not_split);
