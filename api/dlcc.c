@@ -5,7 +5,6 @@
 #include "dlcc.h"
 
 #include <assert.h>
-#include <fnmatch.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -129,26 +128,6 @@ static InputShape *copy_input_shapes(Ctx *c, const dlc_options *opt, int *n) {
 /* dlc_options.freeze: each param a pattern of the list matches is
  * frozen (training leaves it alone); a pattern that matches none is an
  * error, as a misspelt name would otherwise train what it meant to keep. */
-static bool freeze_params(Ctx *c, Graph *g, const char *list) {
-  bool ok = true;
-  for (const char *p = list; *p;) {
-    size_t n = strcspn(p, ",");
-    char *pat = arena_strndup(&c->arena, p, n);
-    int matched = 0;
-    for (Node *k = g->first; k; k = k->next)
-      if (k->op == OP_PARAM && fnmatch(pat, ir_attr_str(k, "name"), 0) == 0) {
-        ir_set_int(g, k, "frozen", 1);
-        matched++;
-      }
-    if (!matched) {
-      diag_error(c, (SrcLoc){0}, "freeze: '%s' matches no parameter of the model", pat);
-      ok = false;
-    }
-    p += n + (p[n] == ',');
-  }
-  return ok;
-}
-
 /* A model run for inference (no grad, not a training API's step or
  * eval model, no eval_mode) that computes as in training: an ONNX file
  * exported with torch.onnx's TRAINING mode, which a user may not have
@@ -401,7 +380,7 @@ have_graph:
   bool seed_scaled = split ? split == DLC_LOSS_SCALE_SEED : f16_step;
   bool loss_scaling = split ? split == DLC_LOSS_SCALE_FED : f16_step;
   if (job->opt && job->opt->tensor_parallel > 1 && !split_tensors(c, job->opt, g, &job->m->tp)) return 1;
-  if (job->opt && job->opt->grad && job->opt->freeze && !freeze_params(c, g, job->opt->freeze)) return 1;
+  if (job->opt && job->opt->grad && job->opt->freeze && !pass_freeze_params(g, job->opt->freeze)) return 1;
   int level = job->opt ? job->opt->opt_level : 0;
   AutodiffOptions ado = {.loss_scale = seed_scaled,
                          .sync_bn = !job->opt                  ? 0

@@ -27,6 +27,7 @@
 #include "passes/autodiff.h"
 #include "passes/optim.h"
 #include "passes/stages.h"
+#include "passes/tensor_par.h"
 
 /* Message tags: what travels, and the cut value's number.  Messages
  * between two ranks under one tag arrive in the order sent (MPI's
@@ -183,6 +184,9 @@ static int build_graph(Ctx *ctx, void *data) {
     }
     if (!pass_append_loss(g, c->loss, c->loss_output, TRAIN_TARGET, tp) || !ir_verify(g)) return 1;
   }
+  /* --freeze on the whole model, before the split: a stage trains its
+   * params but the frozen, whichever stage holds them */
+  if (mo->freeze && !pass_freeze_params(g, mo->freeze)) return 1;
   job->g = g;
   return 0;
 }
@@ -275,6 +279,7 @@ static dlc_options stage_options(const Pipeline *p) {
   o.defines = NULL;
   o.n_input_shapes = 0;
   o.input_shapes = NULL;
+  o.freeze = NULL; /* marked in the IR already (the split graph's) */
   return o;
 }
 
@@ -515,6 +520,15 @@ static bool deferred_bns(Pipeline *p) {
   return true;
 }
 
+/* Whether the model's param name is frozen (--freeze, an export's folded
+ * constant): no step changes it, and whole holds it already. */
+static bool frozen(const Pipeline *p, const char *name) {
+  for (Node *n = p->g->first; n; n = n->next)
+    if (n->op == OP_PARAM && strcmp(ir_attr_str(n, "name"), name) == 0)
+      return ir_attr(n, "frozen") && ir_attr_int(n, "frozen");
+  return false;
+}
+
 /* --bucket-mb's buckets: consecutive parameters' gradients up to about
  * that many MiB each (one alone when larger), as DDP's bucket_cap_mb;
  * false when memory ran out. */
@@ -574,7 +588,7 @@ static Pipeline *create(const PipeConfig *c, const Pipeline *like, char *err, si
   p->state_bytes = ARENA_ARRAY(&p->ctx.arena, size_t, p->g->n_nodes + 1);
   for (Node *n = p->g->first; n; n = n->next)
     if (n->op == OP_PARAM && ir_dtype_is_float(n->out[0].type.dtype) && !trains[n->id] &&
-        p->param_stage[n->id] == p->s) {
+        p->param_stage[n->id] == p->s && !frozen(p, ir_attr_str(n, "name"))) {
       p->state_names[p->n_states] = ir_attr_str(n, "name");
       p->state_bytes[p->n_states++] = ir_tensor_nbytes(&n->out[0].type);
     }
@@ -739,10 +753,26 @@ static bool bind_frozen(Pipeline *p, dlc_model *wm, char *err, size_t errlen) {
       const char *name = plans[k]->params.names[i];
       if (strncmp(name, "dlcc.", 5) == 0 || strncmp(name, "stage_in.", 9) == 0 || (p->opt && shard_of(p, name)))
         continue;
-      bool known = false;
-      for (int j = 0; !known && j < wm->params.n; j++) known = strcmp(wm->params.names[j], name) == 0;
-      size_t bytes = ir_tensor_nbytes(&plans[k]->params.tensors[i].type);
-      if (known && !copy_weight(wm, plans[k], name, bytes, err, errlen)) return false;
+      const Tensor *whole = NULL;
+      for (int j = 0; !whole && j < wm->params.n; j++)
+        if (strcmp(wm->params.names[j], name) == 0) whole = &wm->params.tensors[j];
+      const TensorType *t = &plans[k]->params.tensors[i].type;
+      size_t bytes = ir_tensor_nbytes(t);
+      int axis;
+      if (!whole) continue;
+      if (!tp_is_sharded(&plans[k]->tp, name, &axis)) {
+        if (!copy_weight(wm, plans[k], name, bytes, err, errlen)) return false;
+        continue;
+      }
+      /* a frozen param split by tensor parallelism: this rank's part */
+      size_t wbytes = ir_tensor_nbytes(&whole->type);
+      char *buf = malloc(wbytes ? wbytes : 1), *part = malloc(bytes ? bytes : 1);
+      bool ok = buf && part && dlc_get_weight(wm, name, buf, wbytes) == DLC_OK &&
+                tp_copy_part(&plans[k]->tp, name, plans[k]->tp.rank, whole->type.rank, whole->type.dims,
+                             ir_dtype_size(t->dtype), buf, part, false) &&
+                dlc_set_weight(plans[k], name, part, bytes) == DLC_OK;
+      free(buf), free(part);
+      if (!ok) return snprintf(err, errlen, "binding stage %d's part of '%s' failed", p->s, name), false;
     }
   return true;
 }
@@ -839,7 +869,7 @@ bool pipe_gather(Pipeline *p, dlc_train *whole, bool *comm, char *err, size_t er
   bool ok = true;
   for (int i = 0; ok && i < dlc_train_num_params(whole); i++) {
     dlc_tensor_info info;
-    if (dlc_train_param_info(whole, i, &info) != DLC_OK) continue;
+    if (dlc_train_param_info(whole, i, &info) != DLC_OK || frozen(p, info.name)) continue;
     int owner = owner_of(p, info.name);
     if (owner != d->rank && d->rank != 0) continue;
     dlc_model *holder = owner == d->rank ? holder_of(p, info.name) : NULL;

@@ -29,6 +29,7 @@
  * region; nothing here needs to change for it. */
 #include "passes/autodiff.h"
 
+#include <fnmatch.h>
 #include <string.h>
 
 #include "ir/grad.h"
@@ -52,6 +53,27 @@ static const char *param_name(const Node *p) { return ir_attr_str(p, "name"); }
 static bool stops(OpKind op, int i) { return i < 32 && (ir_grad_rules[op].stops >> i & 1u); }
 
 /* ---- which params train ---- */
+
+bool pass_freeze_params(Graph *g, const char *list) {
+  Ctx *c = g->ctx;
+  bool ok = true;
+  for (const char *p = list; *p;) {
+    size_t n = strcspn(p, ",");
+    char *pat = arena_strndup(&c->arena, p, n);
+    int matched = 0;
+    for (Node *k = g->first; k; k = k->next)
+      if (k->op == OP_PARAM && fnmatch(pat, ir_attr_str(k, "name"), 0) == 0) {
+        ir_set_int(g, k, "frozen", 1);
+        matched++;
+      }
+    if (!matched) {
+      diag_error(c, (SrcLoc){0}, "freeze: '%s' matches no parameter of the model", pat);
+      ok = false;
+    }
+    p += n + (p[n] == ',');
+  }
+  return ok;
+}
 
 /* Float params with a use where gradients flow: not the buffers that
  * only feed batchnorm's running statistics, nor the frozen.  By node id. */

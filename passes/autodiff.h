@@ -74,6 +74,11 @@ bool pass_train_batchnorm(Graph *g, int sync_bn);
  * float params with a use that gradients flow through; not the buffers
  * that only feed batchnorm's running statistics. */
 bool *pass_trainable_params(Graph *g);
+/* dlcc train's --freeze (dlc_options.freeze): every param whose name
+ * matches one of list's comma-separated names or shell patterns gets
+ * `frozen`, so that nothing trains it; false after reporting a pattern
+ * that matches no param of g to g->ctx. */
+bool pass_freeze_params(Graph *g, const char *list);
 
 /* Eval mode (eval_mode.c): a training-mode export as PyTorch's eval()
  * runs it: dropout the identity, a batchnorm with batch_stats that names

@@ -202,6 +202,17 @@ E="$t/decoder_export.ir --data $t/attn --batch 4 --loss=mse --optimizer=sgd --mo
 expect 0 "" "$dlcc" train $E --backend=emu --save "$tmp/eone.safetensors"
 expect 0 "" mpi 2 "$dlcc" train $E --backend=emu --pipeline=2 --micro-batches=1 --save "$tmp/etwo.safetensors"
 close "$tmp/eone.ckpt.safetensors" "$tmp/etwo.ckpt.safetensors" "decoder_export.ir's frozen tables on 2 stages"
+# --freeze under a pipeline: the whole model's params are marked before
+# the split, so a stage without the frozen one compiles, the frozen one
+# keeps the whole model's value (its rank's part under tensor parallel)
+# and is not gathered: 2 stages, and 2 stages of 2 ranks, equal one
+# process (each stage once said "matches no parameter of the model").
+F="$t/attn.dl --loss=mse --optimizer=sgd --momentum=0.9 --lr=0.05 --backend=emu --data $t/attn --epochs 1 --batch 4 --freeze=linear1.weight"
+expect 0 "" "$dlcc" train $F --save "$tmp/fone.safetensors"
+expect 0 "" mpi 2 "$dlcc" train $F --pipeline=2 --micro-batches=1 --save "$tmp/ftwo.safetensors"
+close "$tmp/fone.ckpt.safetensors" "$tmp/ftwo.ckpt.safetensors" "--freeze on 2 stages"
+expect 0 "" mpi 4 "$dlcc" train $F --pipeline=2 --tensor-parallel=2 --micro-batches=1 --save "$tmp/ffour.safetensors"
+close "$tmp/fone.ckpt.safetensors" "$tmp/ffour.ckpt.safetensors" "--freeze on 2 stages of 2 ranks"
 # part.ir: stage 1 starts with a split linear, so the gradient it sends
 # back is an all-reduce's result read by nothing but the plan's output
 # (which must wait for it: 2 stages of 2 ranks equal to one process).
