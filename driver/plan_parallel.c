@@ -657,6 +657,12 @@ int driver_plan_parallel(int argc, char **argv) {
     fprintf(stderr, "dlcc: error: unknown precision '%s' (expected f32, f16 or bf16)\n", a.precision);
     return 1;
   }
+  size_t len = strlen(a.model_path);
+  if (len > 3 && strcmp(a.model_path + len - 3, ".ir") == 0) {
+    fprintf(stderr, "dlcc: error: --plan-parallel varies the batch, and IR text fixes its shapes: give the model in "
+            "the language (a name as dim 0 of its inputs) or as ONNX (dim 0 free)\n");
+    return 1;
+  }
   if (is_onnx(a.model_path) && !a.data) {
     fprintf(stderr, "dlcc: error: --plan-parallel of an ONNX model needs --data: its samples give the inputs' shapes "
             "at each batch\n");

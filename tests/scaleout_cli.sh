@@ -85,6 +85,8 @@ grep -qx "  tensor parallel over 2 ranks splits 1 region of linears (2 all-reduc
   grep -q "^choose: " "$tmp/out" && ok || fail "--plan-parallel of an ONNX model: $(cat "$tmp/out")"
 expect 1 "dlcc: error: --plan-parallel of an ONNX model needs --data: its samples give the inputs' shapes at each batch" \
   "$dlcc" train "$O" --plan-parallel --batch=8 --loss=cross_entropy --gpus=2
+expect 1 "dlcc: error: --plan-parallel varies the batch, and IR text fixes its shapes: give the model in the language (a name as dim 0 of its inputs) or as ONNX (dim 0 free)" \
+  "$dlcc" train "$t/part.ir" --plan-parallel --batch=8 --loss=mse --gpus=2
 expect 0 "" "$dlcc" train --plan-parallel --help
 grep -q '^usage: dlcc train MODEL --plan-parallel' "$tmp/out" || fail "--help: $(cat "$tmp/out")"
 
