@@ -219,11 +219,11 @@ void pipe_print_split(Graph *g, const StageSplit *sp, int M, int64_t b, const ch
     printf("  tensor parallel: each stage on %d consecutive ranks (world rank w is rank w %% %d of stage (w / %d) %% "
            "%d of pipeline w / %d)\n", T, T, T, S, S * T);
   if (D > 1 && T == 1)
-    printf("  data parallel: %d pipelines of %d stages (world rank w is stage w %% %d of pipeline w / %d), "
-           "each %" PRId64 " samples of every batch\n", D, S, S, S, per_pipeline);
+    printf("  data parallel: %d pipelines of %d stage%s (world rank w is stage w %% %d of pipeline w / %d), "
+           "each %" PRId64 " samples of every batch\n", D, S, S == 1 ? "" : "s", S, S, per_pipeline);
   else if (D > 1)
-    printf("  data parallel: %d pipelines of %d stages of %d ranks, each %" PRId64 " samples of every batch\n", D, S, T,
-           per_pipeline);
+    printf("  data parallel: %d pipelines of %d stage%s of %d ranks, each %" PRId64 " samples of every batch\n", D, S,
+           S == 1 ? "" : "s", T, per_pipeline);
   for (int s = 0; s < S; s++) {
     if (s > 0) {
       const StageCut *c = &sp->cut[s];

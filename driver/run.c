@@ -807,10 +807,20 @@ static int run_parallel(RunOptions *o) {
     fprintf(stderr, "dlcc: error: %s\n", dist.err);
     return 1;
   }
+  if (dist.size != o->tp && dist.size % o->tp == 0) {
+    /* D groups of T: data parallel over the batch, as D pipelines of
+     * one stage (run_pipe.c splits the batch and gathers the outputs) */
+    o->pipeline = 1;
+    return run_pipeline_in(o, &dist);
+  }
   if (dist.size != o->tp) {
     char msg[200];
-    snprintf(msg, sizeof msg, "--tensor-parallel=%d needs %d ranks, and this launch has %d (mpirun -np %d)", o->tp,
-             o->tp, dist.size, o->tp);
+    if (dist.size < o->tp)
+      snprintf(msg, sizeof msg, "--tensor-parallel=%d needs %d ranks, and this launch has %d (mpirun -np %d)", o->tp,
+               o->tp, dist.size, o->tp);
+    else
+      snprintf(msg, sizeof msg, "--tensor-parallel=%d does not divide the %d ranks of the launch (mpirun -np %d, or a "
+               "multiple of %d for data parallel over groups of %d)", o->tp, dist.size, o->tp, o->tp, o->tp);
     if (!dist.rank) fprintf(stderr, "dlcc: error: %s\n", msg);
     dist_end(&dist, false, msg);
     return 1;

@@ -75,5 +75,9 @@ void run_output_dir_close(OutputDir *d);
 /* --pipeline=S (run_pipe.c): this process as stage w % S of pipeline
  * w / S in an mpirun of D * S ranks; returns the exit status. */
 int run_pipeline(RunOptions *o);
+/* The same in a launch already joined (dist_init), which it ends:
+ * `dlcc run --tensor-parallel=T` on D·T ranks runs as D pipelines of one
+ * stage of T ranks. */
+int run_pipeline_in(RunOptions *o, Dist *launch);
 
 #endif

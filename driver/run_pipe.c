@@ -679,11 +679,16 @@ int run_pipeline(RunOptions *o) {
     fprintf(stderr, "dlcc: error: %s\n", no);
     return 1;
   }
-  Dist world, group, tensor;
+  Dist world;
   if (!dist_init(&world, o->dist_timeout ? o->dist_timeout : 120)) {
     fprintf(stderr, "dlcc: error: %s\n", world.err);
     return 1;
   }
+  return run_pipeline_in(o, &world);
+}
+
+int run_pipeline_in(RunOptions *o, Dist *launch) {
+  Dist world = *launch, group, tensor;
 #ifdef HAVE_NCCL
   if (world.size > 1) nccl_pick_device(); /* one GPU a stage */
 #endif

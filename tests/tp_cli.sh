@@ -153,6 +153,17 @@ mkdir "$tmp/rr2"
 expect 0 "" mpi 2 "$dlcc" run ${R%--backend=emu*}--backend=ref ${R#*--backend=emu} --tensor-parallel=2 --output-dir "$tmp/rr2"
 npy_values "$tmp/rr2/y.npy" >"$tmp/b.v"
 agree "$tmp/a.v" "$tmp/b.v" && ok || fail "run on 2 ranks on ref against one process"
+# 4 ranks of --tensor-parallel=2: 2 groups of 2 ranks, each on half of
+# the batch (data parallel over the groups, as pipelines of one stage),
+# rank 0 writing the whole batch's outputs; 3 ranks do not divide.
+mkdir "$tmp/rd4"
+expect 0 "" mpi 4 "$dlcc" run $R --tensor-parallel=2 --output-dir "$tmp/rd4"
+grep -q "^  data parallel: 2 pipelines of 1 stage of 2 ranks, each 6 samples of every batch" "$tmp/out" && ok ||
+  fail "run on 2 x 2 ranks: $(cat "$tmp/out")"
+npy_values "$tmp/rd4/y.npy" >"$tmp/b.v"
+agree "$tmp/a.v" "$tmp/b.v" && ok || fail "run on 2 groups of 2 ranks against one process"
+expect_sub 1 "dlcc: error: --tensor-parallel=2 does not divide the 3 ranks of the launch (mpirun -np 2, or a multiple of 2 for data parallel over groups of 2)" \
+  mpi 3 "$dlcc" run $R --tensor-parallel=2
 expect 0 "" "$dlcc" train ${A%--backend=emu*}--backend=ref ${A#*--backend=emu} --batch 8 --save "$tmp/tpref1.safetensors"
 expect 0 "" mpi 2 "$dlcc" train ${A%--backend=emu*}--backend=ref ${A#*--backend=emu} --batch 8 --tensor-parallel=2 \
   --save "$tmp/tpref2.safetensors"
