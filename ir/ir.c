@@ -152,12 +152,14 @@ bool ir_broadcast_dims(const int64_t *a, int ra, const int64_t *b, int rb, int64
   return true;
 }
 
-bool ir_type_eq(const TensorType *a, const TensorType *b) {
-  if (a->dtype != b->dtype || a->rank != b->rank) return false;
+bool ir_dims_eq(const TensorType *a, const TensorType *b) {
+  if (a->rank != b->rank) return false;
   for (int i = 0; i < a->rank; i++)
     if (a->dims[i] != b->dims[i]) return false;
   return true;
 }
+
+bool ir_type_eq(const TensorType *a, const TensorType *b) { return a->dtype == b->dtype && ir_dims_eq(a, b); }
 
 char *ir_type_str(const TensorType *t, char *buf, size_t len) {
   size_t used = (size_t)snprintf(buf, len, "%s[", ir_dtype_name(t->dtype));

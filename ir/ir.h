@@ -195,6 +195,8 @@ void ir_type_bcast_strides(const TensorType *in, const TensorType *out, int64_t 
  * false when a pair differs and neither is 1. */
 bool ir_broadcast_dims(const int64_t *a, int ra, const int64_t *b, int rb, int64_t *out, int *rout);
 bool ir_type_eq(const TensorType *a, const TensorType *b);
+/* The same rank and dims, whatever the dtypes. */
+bool ir_dims_eq(const TensorType *a, const TensorType *b);
 /* "f32[8, 784]" into buf; returns buf. */
 char *ir_type_str(const TensorType *t, char *buf, size_t len);
 enum { IR_TYPE_STR_MAX = 8 + DL_MAX_RANK * 22 };

@@ -57,10 +57,6 @@ static bool is_hiding(const Value *v, bool *floor) {
   return true;
 }
 
-static bool same_dims(const TensorType *a, const TensorType *b) {
-  return a->rank == b->rank && memcmp(a->dims, b->dims, sizeof(int64_t) * (size_t)a->rank) == 0;
-}
-
 /* Whether m broadcasts into t without growing it. */
 static bool fits_into(const TensorType *m, const TensorType *t) {
   if (m->rank > t->rank) return false;
@@ -81,7 +77,7 @@ static Value *scores_of(Value *x, const PassUses *uses, Layer *layers, int *n_la
   if ((n->op == OP_MUL || n->op == OP_DIV) && *scale == 1) {
     int ci = n->op == OP_MUL && pass_is_const(n->in[0], &c) ? 0 : 1;
     Value *s = n->in[1 - ci];
-    if (!pass_is_const(n->in[ci], &c) || c == 0 || !same_dims(&s->type, &x->type)) return NULL;
+    if (!pass_is_const(n->in[ci], &c) || c == 0 || !ir_dims_eq(&s->type, &x->type)) return NULL;
     *scale = n->op == OP_MUL ? c : 1 / c;
     /* the scale is the innermost link: a matmul must follow */
     return s->def->op == OP_MATMUL && pass_uses(uses, s) == 1 ? s : NULL;
@@ -91,7 +87,7 @@ static Value *scores_of(Value *x, const PassUses *uses, Layer *layers, int *n_la
   if (n->op == OP_ADD) {
     for (int side = 0; side < 2; side++) {
       Value *s = n->in[side], *mask = n->in[1 - side];
-      if (!same_dims(&s->type, &x->type) || !fits_into(&mask->type, &x->type)) continue;
+      if (!ir_dims_eq(&s->type, &x->type) || !fits_into(&mask->type, &x->type)) continue;
       int saved = *n_layers;
       double saved_scale = *scale;
       *l = (Layer){LAYER_ADD, mask, false};
@@ -102,7 +98,7 @@ static Value *scores_of(Value *x, const PassUses *uses, Layer *layers, int *n_la
   } else if (n->op == OP_WHERE && n->in[0]->type.dtype == TY_BOOL && fits_into(&n->in[0]->type, &x->type)) {
     bool floor = false;
     int arm = is_hiding(n->in[2], &floor) ? 1 : is_hiding(n->in[1], &floor) ? 2 : 0;
-    if (arm && same_dims(&n->in[arm]->type, &x->type)) {
+    if (arm && ir_dims_eq(&n->in[arm]->type, &x->type)) {
       *l = (Layer){arm == 1 ? LAYER_KEEP : LAYER_DROP, n->in[0], floor};
       return scores_of(n->in[arm], uses, layers, n_layers, scale);
     }
@@ -254,7 +250,7 @@ static Value *probabilities(Value *p, const PassUses *uses) {
   if (w->op != OP_WHERE || w->in[0]->def->op != OP_ISNAN) return NULL;
   Value *nan = w->in[0], *s = w->in[2];
   if (nan->def->in[0] != s || pass_uses(uses, nan) != 1 || pass_uses(uses, s) != 2 || s->def->op != OP_SOFTMAX ||
-      !pass_is_const(w->in[1], &zero) || zero != 0 || !same_dims(&s->type, &p->type) || s->type.dtype != p->type.dtype)
+      !pass_is_const(w->in[1], &zero) || zero != 0 || !ir_dims_eq(&s->type, &p->type) || s->type.dtype != p->type.dtype)
     return NULL;
   return s;
 }
@@ -273,7 +269,7 @@ static Node *match(Graph *g, Node *m2, const PassUses *uses) {
   int n_layers = 0;
   double scale = 1;
   Value *x = scores_of(sm->in[0], uses, layers, &n_layers, &scale);
-  if (!x || !same_dims(&x->type, pt)) return NULL;
+  if (!x || !ir_dims_eq(&x->type, pt)) return NULL;
   Value *q = x->def->in[0], *kt = x->def->in[1];
   const TensorType *qt = &q->type, *ktt = &kt->type;
   DType dt = qt->dtype;

@@ -286,13 +286,6 @@ static bool same_layout(const TensorType *a, const TensorType *b) {
   }
 }
 
-static bool same_dims(const TensorType *a, const TensorType *b) {
-  if (a->rank != b->rank) return false;
-  for (int i = 0; i < a->rank; i++)
-    if (a->dims[i] != b->dims[i]) return false;
-  return true;
-}
-
 /* Every use of n's results is a member of group gid that evaluates it in
  * the kernel (not a GEMM reading memory), none is an output. */
 static bool uses_inside(const Fuser *f, const Node *n, int gid) {
@@ -354,7 +347,7 @@ static bool better_as_epilogue(const Fuser *f, const Node *p, int depth) {
   for (int i = 0; i < p->n_in; i++) {
     const Node *d = p->in[i]->def;
     if (d->group >= 0 || d->n_out != 1 || !single_use(f, &d->out[0]) || !types_ok(d) ||
-        !same_dims(&d->out[0].type, &p->out[0].type))
+        !ir_dims_eq(&d->out[0].type, &p->out[0].type))
       continue;
     if (is_anchor_op(d->op)) return true;
     if (ir_ops[d->op].cls == K_ELEMWISE && better_as_epilogue(f, d, depth + 1)) return true;
@@ -416,7 +409,7 @@ static int attention_chain(const Fuser *f, const Node *m2, Node **chain, int cap
     if (!next || next->group >= 0 || !types_ok(next)) return 0;
     if (next->op != OP_MATMUL && (ir_ops[next->op].cls != K_ELEMWISE || next->op == OP_BATCHNORM))
       return 0;
-    if (next->op != OP_MATMUL && !same_dims(&next->out[0].type, &sm->out[0].type)) return 0;
+    if (next->op != OP_MATMUL && !ir_dims_eq(&next->out[0].type, &sm->out[0].type)) return 0;
     at = next;
   }
   const Node *m1 = chain[n - 1];
@@ -492,13 +485,13 @@ static int grow(Fuser *f, Node *root, int gid) {
     bool take = cls == K_ELEMWISE || is_index_move(p->op) || (is_leaf_op(p->op) && !joins);
     if (take && (role & ROLE_PRO) && cls == K_ELEMWISE && better_as_epilogue(f, p, 0)) take = false;
     if (!take && is_anchor_op(p->op) && !anchor && role == ROLE_EPI &&
-        same_dims(&p->out[0].type, &root->out[0].type)) {
+        ir_dims_eq(&p->out[0].type, &root->out[0].type)) {
       /* The epilogue runs at the anchor's store, element for element:
        * only elementwise members of its shape may lie between. */
       take = true;
       for (int i = 0; i < n && take; i++)
         take = ir_ops[members[i]->op].cls == K_ELEMWISE &&
-               same_dims(&members[i]->out[0].type, &p->out[0].type);
+               ir_dims_eq(&members[i]->out[0].type, &p->out[0].type);
       if (take) anchor = p;
     }
     if (!take) continue;

@@ -308,13 +308,6 @@ static int whole_use(const Node *n, const Value *w, int a, int groups, int *axis
   return t->dims[b] == full && groups == 1 ? WHOLE_BLOCK : -1;
 }
 
-static bool same_shape(const TensorType *a, const TensorType *b) {
-  if (a->rank != b->rank) return false;
-  for (int k = 0; k < a->rank; k++)
-    if (a->dims[k] != b->dims[k]) return false;
-  return true;
-}
-
 /* Whether split input w (axis a) fits member n's result split along a:
  * an elementwise op's of its type, a matmul's with a batch axis split. */
 static bool split_input_fits(Tp *t, const Node *n, const Value *w, int a) {
@@ -328,7 +321,7 @@ static bool split_input_fits(Tp *t, const Node *n, const Value *w, int a) {
     return axis != a || fail(t, "concat along the split axis");
   }
   if (n->op != OP_MATMUL) {
-    if (same_shape(&w->type, o)) return true; /* where's bool condition too */
+    if (ir_dims_eq(&w->type, o)) return true; /* where's bool condition too */
     return fail(t, arena_printf(arena(t), "%s broadcasts a split value", ir_ops[n->op].name));
   }
   if (w->type.rank != o->rank || a >= o->rank - 2 || w->type.dims[a] != o->dims[a])
