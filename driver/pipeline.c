@@ -26,6 +26,7 @@
 #include "ir/ir.h"
 #include "passes/autodiff.h"
 #include "passes/optim.h"
+#include "passes/pass.h"
 #include "passes/stages.h"
 #include "passes/tensor_par.h"
 
@@ -520,13 +521,13 @@ static bool deferred_bns(Pipeline *p) {
   return true;
 }
 
-/* Whether the model's param name is frozen (--freeze, an export's folded
- * constant): no step changes it, and whole holds it already. */
-static bool frozen(const Pipeline *p, const char *name) {
-  for (Node *n = p->g->first; n; n = n->next)
-    if (n->op == OP_PARAM && strcmp(ir_attr_str(n, "name"), name) == 0)
-      return ir_attr(n, "frozen") && ir_attr_int(n, "frozen");
-  return false;
+/* Whether a param is frozen (--freeze, an export's folded constant): no
+ * step changes it, and the whole model holds it already. */
+static bool is_frozen(const Node *param) { return ir_attr(param, "frozen") && ir_attr_int(param, "frozen"); }
+
+static bool frozen(Pipeline *p, const char *name) {
+  const Node *n = pass_find_param(p->g, name);
+  return n && is_frozen(n);
 }
 
 /* --bucket-mb's buckets: consecutive parameters' gradients up to about
@@ -588,7 +589,7 @@ static Pipeline *create(const PipeConfig *c, const Pipeline *like, char *err, si
   p->state_bytes = ARENA_ARRAY(&p->ctx.arena, size_t, p->g->n_nodes + 1);
   for (Node *n = p->g->first; n; n = n->next)
     if (n->op == OP_PARAM && ir_dtype_is_float(n->out[0].type.dtype) && !trains[n->id] &&
-        p->param_stage[n->id] == p->s && !frozen(p, ir_attr_str(n, "name"))) {
+        p->param_stage[n->id] == p->s && !is_frozen(n)) {
       p->state_names[p->n_states] = ir_attr_str(n, "name");
       p->state_bytes[p->n_states++] = ir_tensor_nbytes(&n->out[0].type);
     }
@@ -753,9 +754,7 @@ static bool bind_frozen(Pipeline *p, dlc_model *wm, char *err, size_t errlen) {
       const char *name = plans[k]->params.names[i];
       if (strncmp(name, "dlcc.", 5) == 0 || strncmp(name, "stage_in.", 9) == 0 || (p->opt && shard_of(p, name)))
         continue;
-      const Tensor *whole = NULL;
-      for (int j = 0; !whole && j < wm->params.n; j++)
-        if (strcmp(wm->params.names[j], name) == 0) whole = &wm->params.tensors[j];
+      const Tensor *whole = ir_tensor_map_find(&wm->params, name);
       const TensorType *t = &plans[k]->params.tensors[i].type;
       size_t bytes = ir_tensor_nbytes(t);
       int axis;

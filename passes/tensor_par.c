@@ -42,8 +42,7 @@
  * transposed (Hugging Face's Conv1D, GPT-2's). */
 typedef struct Part {
   Node *param;
-  Node *slice;      /* the slice node it came through, or NULL */
-  Node *transposed; /* cols: the transpose node it came through */
+  Node *slice; /* the slice node it came through, or NULL */
   bool cols;
   int64_t row0, rows;
 } Part;
@@ -134,7 +133,7 @@ static bool part_of(const Value *v, int rank, Part *p) {
   Node *d = v->def;
   if (v->type.rank != rank) return false;
   if (rank == 2 && swaps_2d(d) && d->in[0]->def->op == OP_PARAM) {
-    *p = (Part){.param = d->in[0]->def, .transposed = d, .cols = true, .rows = v->type.dims[0]};
+    *p = (Part){.param = d->in[0]->def, .cols = true, .rows = v->type.dims[0]};
     return true;
   }
   if (d->op == OP_PARAM) {
