@@ -184,6 +184,11 @@ static bool has_suffix(const char *s, const char *suffix) {
   return n >= k && strcmp(s + n - k, suffix) == 0;
 }
 
+bool driver_is_onnx(const char *path) {
+  size_t n = strlen(path);
+  return n > 5 && strcmp(path + n - 5, ".onnx") == 0;
+}
+
 bool driver_parse_define(const char *text, Define *d) {
   const char *eq = strchr(text, '=');
   if (!eq || eq == text) return false;

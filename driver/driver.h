@@ -112,5 +112,7 @@ int driver_train(int argc, char **argv);
  * scale-out estimate of every split, nothing run; argv as for
  * driver_train. */
 int driver_plan_parallel(int argc, char **argv);
+/* Whether path names an ONNX model (".onnx" after a name). */
+bool driver_is_onnx(const char *path);
 
 #endif

@@ -333,11 +333,6 @@ static void data_shapes(Ctx *c, const Planner *p, int64_t batch, InputShape **sh
   }
 }
 
-static bool is_onnx(const char *path) {
-  size_t n = strlen(path);
-  return n > 5 && strcmp(path + n - 5, ".onnx") == 0;
-}
-
 /* The model in the language at `batch` (a training forward: dropout
  * and batchnorm as they train), or NULL after reporting. */
 static Graph *lower_at(Ctx *c, const PlanArgs *a, int64_t batch, InputShape *shapes, int n_shapes) {
@@ -371,7 +366,7 @@ static int compile_at(Ctx *c, void *data) {
   InputShape *shapes = NULL;
   int n_shapes = 0;
   if (a->data) data_shapes(c, p, job->batch, &shapes, &n_shapes);
-  Graph *g = is_onnx(a->model_path) ? onnx_at(c, a, shapes, n_shapes) : lower_at(c, a, job->batch, shapes, n_shapes);
+  Graph *g = driver_is_onnx(a->model_path) ? onnx_at(c, a, shapes, n_shapes) : lower_at(c, a, job->batch, shapes, n_shapes);
   if (!g || !ir_verify(g)) return 1;
   if (!pass_append_loss(g, &a->loss_spec, a->loss.output, TRAIN_TARGET, NULL) || !ir_verify(g)) return 1;
   Measured *m = job->out;
@@ -663,7 +658,7 @@ int driver_plan_parallel(int argc, char **argv) {
             "the language (a name as dim 0 of its inputs) or as ONNX (dim 0 free)\n");
     return 1;
   }
-  if (is_onnx(a.model_path) && !a.data) {
+  if (driver_is_onnx(a.model_path) && !a.data) {
     fprintf(stderr, "dlcc: error: --plan-parallel of an ONNX model needs --data: its samples give the inputs' shapes "
             "at each batch\n");
     return 1;

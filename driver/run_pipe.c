@@ -135,11 +135,6 @@ typedef struct LowerJob {
   OnnxOwn own;
 } LowerJob;
 
-static bool is_onnx(const char *path) {
-  size_t n = strlen(path);
-  return n > 5 && strcmp(path + n - 5, ".onnx") == 0;
-}
-
 static int lower(Ctx *ctx, void *data) {
   LowerJob *job = data;
   const RunOptions *o = job->o;
@@ -157,7 +152,7 @@ static int lower(Ctx *ctx, void *data) {
     shapes[i] = (InputShape){o->inputs[i].name, t->rank, dims};
   }
   const SrcFile *f = NULL;
-  if (is_onnx(o->model_path)) {
+  if (driver_is_onnx(o->model_path)) {
     OnnxOptions oo = {.n_defines = o->api.n_defines, .defines = defs, .n_input_shapes = o->n_inputs,
                       .input_shapes = shapes, .own = &job->own};
     g = fe_onnx_import(ctx, o->model_path, &oo, &job->params);
