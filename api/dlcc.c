@@ -125,9 +125,6 @@ static InputShape *copy_input_shapes(Ctx *c, const dlc_options *opt, int *n) {
   return shapes;
 }
 
-/* dlc_options.freeze: each param a pattern of the list matches is
- * frozen (training leaves it alone); a pattern that matches none is an
- * error, as a misspelt name would otherwise train what it meant to keep. */
 /* A model run for inference (no grad, not a training API's step or
  * eval model, no eval_mode) that computes as in training: an ONNX file
  * exported with torch.onnx's TRAINING mode, which a user may not have

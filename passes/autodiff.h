@@ -77,7 +77,8 @@ bool *pass_trainable_params(Graph *g);
 /* dlcc train's --freeze (dlc_options.freeze): every param whose name
  * matches one of list's comma-separated names or shell patterns gets
  * `frozen`, so that nothing trains it; false after reporting a pattern
- * that matches no param of g to g->ctx. */
+ * that matches no param of g to g->ctx (a misspelt name would otherwise
+ * train what it meant to keep). */
 bool pass_freeze_params(Graph *g, const char *list);
 
 /* Eval mode (eval_mode.c): a training-mode export as PyTorch's eval()
