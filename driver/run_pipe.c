@@ -367,7 +367,7 @@ static bool compile_stage(PipeRun *p) {
   o.input_shapes = NULL;
   o.eval_mode = 0; /* lower() ran it on the whole model */
   o.quantize = NULL; /* quantize_micro did, before the cut */
-  o.calibrate_dir = NULL;
+  o.calibrate_dir = NULL, o.calib_method = NULL, o.calib_samples = 0, o.calib_backend = NULL;
   o.weights = NULL; /* bind_weights sets the stage's own */
   if (p->tensor) o.tensor_parallel = p->T, o.tensor_rank = p->t;
   dlc_status st = dlc_compile_string(name, text, &o, &p->m);

@@ -112,7 +112,7 @@ fi
 # before the cut, so each stage's products are one process's: its bits,
 # with --weights on emu and on ref, and an ONNX model's own weights.
 mkdir -p "$tmp/calib" "$tmp/ocalib"; cp "$t/data/x.npy" "$tmp/calib/"; cp "$p/x8.npy" "$tmp/ocalib/"
-Q="$t/mlp4.dl --input x=$t/data/x.npy --weights $tmp/w.safetensors --quantize=int8 --calibrate=$tmp/calib"
+Q="$t/mlp4.dl --input x=$t/data/x.npy --weights $tmp/w.safetensors --quantize=int8 --calibrate=$tmp/calib --calib-method=minmax --calib-samples=1"
 O="$p/mlp3.onnx --input x=$p/x8.npy --quantize=int8 --calibrate=$tmp/ocalib"
 for c in "emu:Q" "ref:Q" "emu:O"; do
   b=${c%%:*} m=${c#*:}
