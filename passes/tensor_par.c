@@ -25,6 +25,9 @@
  * d] reshaped to [S, B H, d] makes B groups of the heads; try_source
  * retries a source in the groups a failing reshape asks for.
  *
+ * Tables read only by lookups (embeddings) split by rows, each rank
+ * looking up the ids in its rows, the lookups summed (split_lookups).
+ *
  * Exporters write a linear of a 3-d input as MatMul by the transposed
  * weight and Add of the bias: before the regions grow such products by
  * a parameter become linears, and with fuse_attention the attention
@@ -852,6 +855,109 @@ static bool try_source(Tp *t, Node *s) {
   return false;
 }
 
+/* ---- lookups of a table split by rows ---- */
+
+/* A scalar const of dtype dt, inserted before n. */
+static Value *scalar(Tp *t, Node *n, double v, DType dt) {
+  TensorType ty = {.dtype = dt, .rank = 0};
+  return pass_new_const(t->g, n, v, &ty, n->loc);
+}
+
+static Value *op2(Tp *t, Node *n, OpKind op, Value *a, Value *b) {
+  return &pass_new_node(t->g, n, op, 2, (Value *[]){a, b}, NULL, n->loc)->out[0];
+}
+
+static Value *select3(Tp *t, Node *n, Value *c, Value *a, Value *b) {
+  return &pass_new_node(t->g, n, OP_WHERE, 3, (Value *[]){c, a, b}, NULL, n->loc)->out[0];
+}
+
+/* Lookup u, gather(W, ids) along W's rows, on this rank: its rows of W
+ * [start, start + L), ids moved to them (negative ones from the end, as
+ * gather reads them), the rows of other ranks read as zeros, and the
+ * ranks' results summed.  An id out of W's range goes to the local
+ * gather as it came, which reports it. */
+static void rewrite_lookup(Tp *t, Node *u, Node *p) {
+  Graph *g = t->g;
+  Value *ids = u->in[1];
+  DType it = ids->type.dtype;
+  int64_t V = p->out[0].type.dims[0], L = V / t->T, start = t->rank * L;
+  Value *zero = scalar(t, u, 0, it);
+  Value *loc = select3(t, u, op2(t, u, OP_LESS, ids, zero), op2(t, u, OP_ADD, ids, scalar(t, u, (double)(V - start), it)),
+                       op2(t, u, OP_SUB, ids, scalar(t, u, (double)start, it)));
+  Value *mine = op2(t, u, OP_LOGICAL_AND, op2(t, u, OP_GREATER_EQUAL, loc, zero),
+                    op2(t, u, OP_LESS, loc, scalar(t, u, (double)L, it)));
+  Value *valid = op2(t, u, OP_LOGICAL_AND, op2(t, u, OP_GREATER_EQUAL, ids, scalar(t, u, (double)-V, it)),
+                     op2(t, u, OP_LESS, ids, scalar(t, u, (double)V, it)));
+  Value *at = select3(t, u, valid, select3(t, u, mine, loc, zero), ids);
+  const TensorType *w = &p->out[0].type;
+  int64_t s[DL_MAX_RANK], e[DL_MAX_RANK];
+  for (int k = 0; k < w->rank; k++) s[k] = 0, e[k] = w->dims[k];
+  s[0] = start, e[0] = start + L;
+  Value *rows = &slice_node(g, u, &p->out[0], s, e, NULL)->out[0];
+  Node *local = pass_new_node(g, u, OP_GATHER, 2, (Value *[]){rows, at}, u, u->loc);
+  Value *keep = mine;
+  if (w->rank > 1) {
+    int64_t shape[DL_MAX_RANK];
+    int r = 0;
+    for (int k = 0; k < ids->type.rank; k++) shape[r++] = ids->type.dims[k];
+    for (int k = 1; k < w->rank; k++) shape[r++] = 1;
+    Node *rs = ir_node_new(g, OP_RESHAPE, 1, &mine, u->loc);
+    rs->scope = u->scope;
+    ir_set_ints(g, rs, "shape", r, shape);
+    char err[256];
+    if (!ir_infer(rs, err, sizeof err)) dl_internal(g->ctx, "tensor parallel lookup: %s", err);
+    ir_insert_before(g, u, rs);
+    keep = &rs->out[0];
+  }
+  Value *part = select3(t, u, keep, &local->out[0], scalar(t, u, 0, w->dtype));
+  Node *sum = pass_new_node(g, u, OP_ALLREDUCE_SUM, 1, &part, NULL, u->loc);
+  ir_replace_uses(g, &u->out[0], &sum->out[0]);
+  ir_remove(g, u);
+}
+
+/* Tables read only by lookups along their rows (embeddings) split by
+ * rows, Megatron's vocabulary-parallel embedding: each rank holds V/T
+ * rows and its optimizer state, and each lookup costs an all-reduce of
+ * its result.  So a table splits when it has more rows than its lookups
+ * read in a step; a smaller one (position embeddings) stays whole. */
+static void split_lookups(Tp *t) {
+  index_uses(t);
+  for (Node *p = t->g->first, *next; p; p = next) {
+    next = p->next;
+    if (p->op != OP_PARAM) continue;
+    const TensorType *w = &p->out[0].type;
+    Value *v = &p->out[0];
+    int first = t->use_start[v->id], end = t->use_start[v->id + 1];
+    int64_t lookups = 0;
+    bool all = first < end && !t->is_output[v->id];
+    for (int k = first; k < end && all; k++) {
+      const Node *u = t->use_node[k];
+      int64_t axis = u->op == OP_GATHER ? ir_attr_int(u, "axis") : -1;
+      all = u->op == OP_GATHER && u->in[0] == v && u->in[1] != v && (axis == 0 || axis == -w->rank);
+      if (all) lookups += ir_type_numel(&u->in[1]->type);
+    }
+    if (!all || w->rank < 1) continue;
+    const char *name = param_name(p), *why = NULL;
+    if (w->dtype != TY_F32)
+      why = arena_printf(arena(t), "it is %s (the all-reduces are f32)", ir_dtype_name(w->dtype));
+    else if (w->dims[0] % t->T)
+      why = arena_printf(arena(t), "its %lld rows are not a multiple of %d", (long long)w->dims[0], t->T);
+    else if (w->dims[0] <= lookups)
+      why = arena_printf(arena(t),
+                         "its %lld rows are no more than the %lld ids it looks up a step (the all-reduce of "
+                         "the lookups would move more than the split saves)",
+                         (long long)w->dims[0], (long long)lookups);
+    if (why) {
+      add_line(t, arena_printf(arena(t), "not split: %s: %s", name, why));
+      continue;
+    }
+    add_split(t, p, 0, 0, w->dims[0]);
+    for (int k = end - 1; k >= first; k--) rewrite_lookup(t, t->use_node[k], p);
+    add_line(t, arena_printf(arena(t), "split: %s by rows, each rank looking up the ids in its rows", name));
+    t->out->n_regions++;
+  }
+}
+
 /* Where rank's part of split s starts in the sharded param: after its
  * parts of the splits of the same param that start before s. */
 static int64_t local_start(const TpResult *tp, const TpSplit *s) {
@@ -1021,6 +1127,7 @@ bool pass_tensor_parallel(Graph *g, const TpOptions *o, TpResult *out) {
     for (Node *s = g->first; s && !again; s = s->next)
       if (s->op == OP_LINEAR && !t.claimed[s->id] && !t.tried[s->id]) again = try_source(&t, s);
   }
+  split_lookups(&t);
   for (Node *p = g->first; p; p = p->next)
     if (p->op == OP_PARAM) shard_param(&t, p);
   ir_number(g);

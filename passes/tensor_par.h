@@ -3,7 +3,8 @@
  * returns the graph this rank runs: each pair linear(W1) -> ... ->
  * linear(W2) whose middle is elementwise (and head reshapes, attention)
  * computes its share, W1 split by output rows and W2 by input columns,
- * with tp_copy before W1 and allreduce_sum after W2; plus which parts of
+ * with tp_copy before W1 and allreduce_sum after W2, and each embedding
+ * larger than its lookups split by rows, the ranks' lookups summed; plus which parts of
  * which parameters this rank owns and a report of what was split and
  * what was not and why. */
 #ifndef DLCC_PASSES_TENSOR_PAR_H

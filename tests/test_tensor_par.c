@@ -341,6 +341,62 @@ START_TEST(what_does_not_split) {
 }
 END_TEST
 
+/* An embedding looked up by fewer ids than it has rows (6 ids, 16
+ * rows) splits by rows.  Each rank looks up the ids
+ * in its rows (negative ones from the end), the rest read as zeros: the
+ * ranks' results add up to the whole lookup, on 2 and 4 ranks, and an
+ * id out of range is still reported.  A table also read by a linear (a
+ * tied output layer) stays whole. */
+static const char emb[] = "model emb(ids: i64[2, 3]) -> f32[2, 3, 4] {\n"
+                          "  return embedding(ids, 16, 4) as wte\n"
+                          "}\n";
+
+static const float *lookup(dlc_model *m, const int64_t *ids, dlc_status want) {
+  ck_assert_int_eq(dlc_set_input(m, "ids", ids, 6 * sizeof *ids), DLC_OK);
+  ck_assert_int_eq(dlc_run(m), want);
+  if (want != DLC_OK) return NULL;
+  const void *y;
+  size_t n;
+  ck_assert_int_eq(dlc_get_output(m, 0, &y, &n), DLC_OK);
+  return y;
+}
+
+START_TEST(embedding_lookups_sum_to_whole) {
+  static const int64_t ids[6] = {0, 15, -1, 7, 8, -16};
+  dlc_model *whole = compile_tp(emb, 1, 0, 0);
+  const float *want = lookup(whole, ids, DLC_OK);
+  for (int ranks = 2; ranks <= 4; ranks += 2) {
+    float sum[24] = {0};
+    for (int r = 0; r < ranks; r++) {
+      dlc_model *m = compile_tp(emb, ranks, r, 0);
+      ck_assert_int_eq(dlc_num_tensor_notes(m), 1);
+      ck_assert_str_eq(dlc_tensor_note(m, 0), "split: wte.weight by rows, each rank looking up the ids in its rows");
+      expect_split(m, 0, "wte.weight", 0, 0, 16);
+      const float *y = lookup(m, ids, DLC_OK);
+      for (int i = 0; i < 24; i++) sum[i] += y[i];
+      static const int64_t bad[6] = {0, 1, 2, 3, 4, 16};
+      lookup(m, bad, DLC_ERR_RUN);
+      ck_assert_msg(strstr(dlc_error(m), "index 16 is out of range"), "%s", dlc_error(m));
+      dlc_free(m);
+    }
+    for (int i = 0; i < 24; i++) ck_assert_msg(sum[i] == want[i], "T=%d [%d]: %g, whole %g", ranks, i, sum[i], want[i]);
+  }
+  dlc_free(whole);
+  expect_notes("graph m {\n"
+               "  %0 = input {name=\"ids\"} : i64[2]\n"
+               "  %1 = param {name=\"wte\", init=\"uniform(0.5)\"} : f32[8, 4]\n"
+               "  %2 = gather %1, %0 {axis=0} : f32[2, 4]\n"
+               "  %3 = linear %2, %1 : f32[2, 8]\n"
+               "  return %3 as \"logits\"\n"
+               "}\n",
+               2, 0, (const char *[]){"not split: wte: a split value is an output of the model"}, 1);
+  expect_notes("model emb(ids: i64[4, 4]) -> f32[4, 4, 4] {\n  return embedding(ids, 16, 4) as wte\n}\n", 2, 0,
+               (const char *[]){"not split: wte.weight: its 16 rows are no more than the 16 ids it looks up a step "
+                                "(the all-reduce of the lookups would move more than the split saves)"},
+               1);
+}
+END_TEST
+
 /* One tensor of zeros for fc1's bias and fc2's, as exporters that merge
  * equal initializers write a fresh model: a training step would leave
  * the other ranks' rows of it stale where fc2 reads it whole, so it does
@@ -550,6 +606,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, ranks_hold_their_parts);
   tcase_add_test(tc, what_does_not_split);
   tcase_add_test(tc, shared_bias_splits_for_inference);
+  tcase_add_test(tc, embedding_lookups_sum_to_whole);
   tcase_add_test(tc, gradients_all_reduce);
   tcase_add_test(tc, refused_combinations);
   tcase_add_test(tc, plan_carries_the_sum);

@@ -86,6 +86,41 @@ grep -q "^tensor parallel: not split: self_attn.in_proj_weight\[0:8\]: a reshape
   grep -qx "tensor parallel: split: linear1.weight by output rows, linear2.weight by input columns" "$tmp/out" && ok ||
   fail "2 heads 4 ways: $(cat "$tmp/out")"
 close "$tmp/at1.ckpt.safetensors" "$tmp/at4.ckpt.safetensors" "attention whole, MLP 4-way"
+# An embedding of 64 rows looked up by 32 ids a step (tokens.dl, some
+# ids negative, read from the end): split by rows, each rank looking up
+# the ids in its rows, the lookups summed; with the MLP, on 2 and 4
+# ranks and 2 x 2, one process (Adam).  Rank 0 of 2 holds half the
+# table and its moments.
+K="$t/tokens.dl --loss=cross_entropy --optimizer=adamw --lr=0.05 --backend=emu --data $t/tokens --epochs 2 --batch 8"
+expect 0 "" "$dlcc" train $K --save "$tmp/k1.safetensors" --log "$tmp/k1.jsonl"
+for k in 2 4; do
+  expect 0 "" mpi $k "$dlcc" train $K --tensor-parallel=$k --save "$tmp/k$k.safetensors" --log "$tmp/k$k.jsonl"
+  grep -qx "tensor parallel: split: wte.weight by rows, each rank looking up the ids in its rows" "$tmp/out" && ok ||
+    fail "the embedding's split line, $k ranks: $(cat "$tmp/out")"
+  close "$tmp/k1.ckpt.safetensors" "$tmp/k$k.ckpt.safetensors" "an embedding split $k ways"
+  grep '"step"' "$tmp/k1.jsonl" | losses /dev/stdin >"$tmp/a.v"; grep '"step"' "$tmp/k$k.jsonl" | losses /dev/stdin >"$tmp/b.v"
+  agree "$tmp/a.v" "$tmp/b.v" && ok || fail "an embedding split $k ways, losses: $(paste "$tmp/a.v" "$tmp/b.v")"
+done
+grep -q "^tensor parallel: rank 0 holds 2152 of the 8488 bytes" "$tmp/out" && ok || fail "embedding, 4 ways: $(cat "$tmp/out")"
+expect 0 "" mpi 4 "$dlcc" train $K --tensor-parallel=2 --save "$tmp/kd.safetensors"
+close "$tmp/k1.ckpt.safetensors" "$tmp/kd.ckpt.safetensors" "an embedding split 2 ways, 2 x 2"
+# Composed with a pipeline: the embedding's stage splits it, the MLP's
+# stage the MLP.
+expect 0 "" mpi 4 "$dlcc" train $K --pipeline=2 --micro-batches=2 --tensor-parallel=2 --save "$tmp/kp.safetensors"
+grep -qx "  stage 0: tensor parallel: split: wte.weight by rows, each rank looking up the ids in its rows" "$tmp/out" &&
+  ok || fail "the embedding's stage: $(cat "$tmp/out")"
+close "$tmp/k1.ckpt.safetensors" "$tmp/kp.ckpt.safetensors" "an embedding split 2 ways in a pipeline of 2 stages"
+mkdir "$tmp/k1r" "$tmp/k2r"
+KR="$t/tokens.dl --backend=emu --weights $tmp/k1.safetensors --input x=$t/tokens/x.npy"
+expect 0 "" "$dlcc" run $KR --output-dir "$tmp/k1r"
+expect 0 "" mpi 2 "$dlcc" run $KR --tensor-parallel=2 --output-dir "$tmp/k2r"
+npy_values "$tmp/k1r/logits.npy" >"$tmp/a.v"; npy_values "$tmp/k2r/logits.npy" >"$tmp/b.v"
+[ "$(wc -l <"$tmp/a.v")" -eq 72 ] && agree "$tmp/a.v" "$tmp/b.v" && ok || fail "run with an embedding split 2 ways"
+# A table with no more rows than its lookups read (position embeddings)
+# stays whole: the all-reduce would move more than the split saves.
+"$dlcc" "$t/tokens.dl" -D N=16 --tensor-parallel=2:0 --emit=ir 2>"$tmp/err" >/dev/null
+grep -qx "dlcc: tensor parallel: not split: wte.weight: its 64 rows are no more than the 64 ids it looks up a step (the all-reduce of the lookups would move more than the split saves)" "$tmp/err" &&
+  ok || fail "a small table: $(cat "$tmp/err")"
 # as_one IR SPLITS WHAT: tests/train/IR trained (SGD with momentum, 2
 # epochs of tests/train/attn) on 2 tensor-parallel ranks equals one
 # process (checkpoint and losses), and rank 0 prints SPLITS split lines.

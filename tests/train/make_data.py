@@ -56,3 +56,11 @@ quad = os.path.join(here, "cnnbn", "quad")
 os.makedirs(quad, exist_ok=True)
 np.save(os.path.join(quad, "x.npy"), np.concatenate([x[:2]] * 4 + [x[2:4]] * 4))
 np.save(os.path.join(quad, "target.npy"), np.concatenate([y[:2]] * 4 + [y[2:4]] * 4))
+# tests/tp_cli.sh's tokens.dl: 24 samples of 4 ids in [-64, 64) (the
+# negative ones read from the end of the table), 3 classes.  Its own
+# generator, so that the files above stay as they are.
+t = np.random.default_rng(5)
+x = t.integers(-64, 64, (24, 4)).astype(np.int64)
+os.makedirs(os.path.join(here, "tokens"), exist_ok=True)
+np.save(os.path.join(here, "tokens", "x.npy"), x)
+np.save(os.path.join(here, "tokens", "target.npy"), ((x % 64).sum(1) % 3).astype(np.int64))
