@@ -25,8 +25,12 @@
  * d] reshaped to [S, B H, d] makes B groups of the heads; try_source
  * retries a source in the groups a failing reshape asks for.
  *
- * Tables read only by lookups (embeddings) split by rows, each rank
- * looking up the ids in its rows, the lookups summed (split_lookups).
+ * A cross entropy reading a region's value as its logits is a sink
+ * split by classes (xent_part), so an output layer splits by rows; its
+ * logits, when also a model output, are gathered whole.  Tables read
+ * only by lookups (embeddings) split by rows, each rank looking up the
+ * ids in its rows, the lookups summed (split_lookups); a table that is
+ * also a split output layer's weight (tied) follows that split.
  *
  * Exporters write a linear of a 3-d input as MatMul by the transposed
  * weight and Add of the bias: before the regions grow such products by
@@ -191,8 +195,20 @@ static bool fail(Tp *t, const char *why) {
   return false;
 }
 
+/* Whether a cross entropy reads v as its logits (directly or through a
+ * reshape to [N, C]): an output layer's logits, which the loss reads
+ * split by classes and the model's output gathers whole (rewrite). */
+static bool feeds_xent(Tp *t, const Value *v, int depth) {
+  for (int k = t->use_start[v->id]; k < t->use_start[v->id + 1]; k++) {
+    const Node *u = t->use_node[k];
+    if ((u->op == OP_XENT && u->in[0] == v) || (u->op == OP_RESHAPE && depth == 0 && feeds_xent(t, &u->out[0], 1)))
+      return true;
+  }
+  return false;
+}
+
 static bool mark(Tp *t, Value *v, int axis, int groups) {
-  if (t->is_output[v->id])
+  if (t->is_output[v->id] && (groups != 1 || !feeds_xent(t, v, 0)))
     return fail(t, "a split value is an output of the model");
   t->axis[v->id] = axis;
   t->groups[v->id] = groups;
@@ -279,6 +295,16 @@ static bool add_sink(Tp *t, Node *n, const Value *v, int a) {
   if (!part_of(n->in[1], 2, &w) || w.slice)
     return fail(t, arena_printf(arena(t), "the weight of %s is not a whole parameter", name));
   if (t->claimed[n->id]) return fail(t, arena_printf(arena(t), "%s is split in another region", name));
+  add_member(t, n, ROLE_SINK);
+  return true;
+}
+
+/* A sink: the cross entropy n reads logits v split along their classes
+ * (a vocabulary-parallel loss: each rank's share of the classes, the
+ * row statistics summed over the ranks, xent_part). */
+static bool add_xent_sink(Tp *t, Node *n, const Value *v, int a) {
+  if (n->in[0] != v || a != 1 || t->groups[v->id] != 1 || v->type.rank != 2)
+    return fail(t, "softmax_xent reads a split value other than as its logits' classes");
   add_member(t, n, ROLE_SINK);
   return true;
 }
@@ -459,6 +485,7 @@ static bool visit_use(Tp *t, Value *v, Node *u) {
   if (t->role[u->id] != ROLE_NONE) return true;
   int a = t->axis[v->id];
   if (u->op == OP_LINEAR) return add_sink(t, u, v, a);
+  if (u->op == OP_XENT) return add_xent_sink(t, u, v, a);
   if ((ir_ops[u->op].cls == K_ELEMWISE && u->op != OP_BATCHNORM && u->n_out == 1 && !is_unary_elementwise(u)) ||
       u->op == OP_ATTENTION || u->op == OP_MATMUL || u->op == OP_CONCAT) {
     for (int i = 0; i < t->n_pending; i++)
@@ -532,13 +559,36 @@ static bool readers_ok(Tp *t, const Value *v, int role, int depth) {
   return true;
 }
 
+/* Whether u looks up rows of v (a gather along v's axis 0). */
+static bool is_lookup(const Node *u, const Value *v) {
+  int64_t axis = u->op == OP_GATHER ? ir_attr_int(u, "axis") : -1;
+  return u->op == OP_GATHER && u->in[0] == v && u->in[1] != v && (axis == 0 || axis == -v->type.rank);
+}
+
+/* An output layer tied to its embedding: param p is read whole as the
+ * weight of the region's sources (not in groups) and otherwise only by
+ * lookups, which split_lookups then splits by the same rows. */
+static bool tied_lookups(Tp *t, const Node *p) {
+  const Value *v = &p->out[0];
+  bool lookups = false;
+  for (int k = t->use_start[v->id]; k < t->use_start[v->id + 1]; k++) {
+    const Node *u = t->use_node[k];
+    if (is_lookup(u, v))
+      lookups = true;
+    else if (u->op != OP_LINEAR || t->role[u->id] != ROLE_SOURCE || u->in[1] != v || u->in[0] == v ||
+             t->groups[u->out[0].id] != 1)
+      return false;
+  }
+  return lookups;
+}
+
 /* A parameter split in the region's `role` (its sources' rows, its
  * sinks' columns) is read by nothing else: any other reader, after a
  * step, would see the other ranks' parts stale (a tied weight; an
  * exporter's one tensor of zeros for a split layer's bias and its
  * sink's).  Inference updates nothing: each rank reads its part. */
 static bool param_used_inside(Tp *t, const Node *p, int role) {
-  return t->inference || readers_ok(t, &p->out[0], role, 0);
+  return t->inference || readers_ok(t, &p->out[0], role, 0) || (role == ROLE_SOURCE && tied_lookups(t, p));
 }
 
 static void add_line(Tp *t, const char *line) {
@@ -582,11 +632,15 @@ static Part group_part(const Part *p, int groups, int k) {
 
 /* The parameters' checks and records; the region's line. */
 static bool record(Tp *t) {
-  const char *cols = "", *rows = "";
+  const char *cols = "", *rows = "", *xent = "";
   int n_before = t->out->n_splits;
   for (int i = 0; i < t->n_members; i++) {
     Node *n = t->members[i];
     if (t->role[n->id] == ROLE_INNER) continue;
+    if (n->op == OP_XENT) {
+      xent = ", the cross entropy by classes";
+      continue;
+    }
     Part w, b = {0};
     part_of(n->in[1], 2, &w);
     bool src = t->role[n->id] == ROLE_SOURCE;
@@ -613,7 +667,8 @@ static bool record(Tp *t) {
       return false;
     }
   }
-  add_line(t, arena_printf(arena(t), "split: %s by output rows, %s by input columns", cols, rows));
+  add_line(t, arena_printf(arena(t), "split: %s by output rows%s%s%s%s", cols, *rows ? ", " : "", rows,
+                           *rows ? " by input columns" : "", xent));
   return true;
 }
 
@@ -735,6 +790,126 @@ static Value *whole_operand(Tp *t, Node *n, int k, Value **map) {
   return whole_use(n, w, t->axis[out], t->groups[out], &axis) == WHOLE_BLOCK ? block_of(t, n, v, axis) : v;
 }
 
+/* A scalar const of dtype dt, inserted before n. */
+static Value *scalar(Tp *t, Node *n, double v, DType dt) {
+  TensorType ty = {.dtype = dt, .rank = 0};
+  return pass_new_const(t->g, n, v, &ty, n->loc);
+}
+
+static Value *op2(Tp *t, Node *n, OpKind op, Value *a, Value *b) {
+  return &pass_new_node(t->g, n, op, 2, (Value *[]){a, b}, NULL, n->loc)->out[0];
+}
+
+static Value *select3(Tp *t, Node *n, Value *c, Value *a, Value *b) {
+  return &pass_new_node(t->g, n, OP_WHERE, 3, (Value *[]){c, a, b}, NULL, n->loc)->out[0];
+}
+
+/* Node n (its attrs set), types inferred, inserted before `before`. */
+static Value *placed(Tp *t, Node *before, Node *n) {
+  n->scope = before->scope;
+  char err[256];
+  if (!ir_infer(n, err, sizeof err)) dl_internal(t->g->ctx, "tensor parallel %s: %s", ir_ops[n->op].name, err);
+  ir_insert_before(t->g, before, n);
+  return &n->out[0];
+}
+
+/* A reduction of x [N, K] over its axis 1, kept: [N, 1]. */
+static Value *row_reduce(Tp *t, Node *before, OpKind op, Value *x) {
+  Node *n = ir_node_new(t->g, op, 1, &x, before->loc);
+  ir_set_ints(t->g, n, "axes", 1, (const int64_t[]){1});
+  ir_set_int(t->g, n, "keepdims", 1);
+  return placed(t, before, n);
+}
+
+static Value *op1(Tp *t, Node *n, OpKind op, Value *a) {
+  return &pass_new_node(t->g, n, op, 1, &a, NULL, n->loc)->out[0];
+}
+
+/* log(sum(exp(x))) of each row of x [N, K], from its largest: [N, 1]. */
+static Value *row_logsumexp(Tp *t, Node *n, Value *x) {
+  Value *m = row_reduce(t, n, OP_REDUCE_MAX, x);
+  Value *s = row_reduce(t, n, OP_REDUCE_SUM, op1(t, n, OP_EXP, op2(t, n, OP_SUB, x, m)));
+  return op2(t, n, OP_ADD, m, op1(t, n, OP_LOG, s));
+}
+
+static Value *reshaped_to(Tp *t, Node *before, Value *v, int rank, const int64_t *dims) {
+  Node *n = ir_node_new(t->g, OP_RESHAPE, 1, &v, before->loc);
+  ir_set_ints(t->g, n, "shape", rank, dims);
+  return placed(t, before, n);
+}
+
+/* Cross entropy n (softmax_xent) on this rank's classes x [N, C/T] of
+ * logits [N, C]: its rows' log-sum-exp, its logit of each row's class
+ * when the class is one of its own, and (with label smoothing) its sum
+ * of the row, placed in a row [N, T + 2] that is zero elsewhere and
+ * summed over the ranks in one all-reduce; then each row's whole
+ * log-sum-exp from the T parts, and PyTorch's loss from those.  The
+ * all-reduce's gradient is the identity, so each rank's part of the
+ * logits' gradient is its classes' softmax less the one-hot.  A class
+ * out of range goes to the rank's pick as it came, which reports it. */
+static Node *xent_part(Tp *t, Node *n, Value *x) {
+  Graph *g = t->g;
+  Value *cls = n->in[1];
+  DType it = cls->type.dtype;
+  int64_t N = x->type.dims[0], Cr = x->type.dims[1], C = Cr * t->T, start = t->rank * Cr;
+  int64_t ignore = ir_attr_int(n, "ignore_index");
+  double eps = ir_attr_float(n, "smoothing");
+  Value *zero = scalar(t, n, 0, it);
+  Value *local = op2(t, n, OP_SUB, cls, scalar(t, n, (double)start, it));
+  Value *mine = op2(t, n, OP_LOGICAL_AND, op2(t, n, OP_GREATER_EQUAL, local, zero),
+                    op2(t, n, OP_LESS, local, scalar(t, n, (double)Cr, it)));
+  Value *ignored = op2(t, n, OP_EQUAL, cls, scalar(t, n, (double)ignore, it));
+  Value *valid = op2(t, n, OP_LOGICAL_OR, ignored,
+                     op2(t, n, OP_LOGICAL_AND, op2(t, n, OP_GREATER_EQUAL, cls, zero),
+                         op2(t, n, OP_LESS, cls, scalar(t, n, (double)C, it))));
+  Value *at = select3(t, n, valid, select3(t, n, mine, local, zero), cls);
+  Node *pick = ir_node_new(g, OP_GATHER_ELEMENTS, 2, (Value *[]){x, reshaped_to(t, n, at, 2, (int64_t[]){N, 1})}, n->loc);
+  ir_set_int(g, pick, "axis", 1);
+  Value *picked = select3(t, n, reshaped_to(t, n, mine, 2, (int64_t[]){N, 1}), placed(t, n, pick),
+                          scalar(t, n, 0, x->type.dtype));
+  /* [0 .. 0, lse, 0 .. 0 | picked | sum] */
+  Value *parts[5];
+  int np = 0;
+  TensorType zt = {.dtype = x->type.dtype, .rank = 2, .dims = {N, 0}};
+  if (t->rank > 0) zt.dims[1] = t->rank, parts[np++] = pass_new_const(g, n, 0, &zt, n->loc);
+  parts[np++] = row_logsumexp(t, n, x);
+  if (t->rank < t->T - 1) zt.dims[1] = t->T - 1 - t->rank, parts[np++] = pass_new_const(g, n, 0, &zt, n->loc);
+  parts[np++] = picked;
+  if (eps > 0) parts[np++] = row_reduce(t, n, OP_REDUCE_SUM, x);
+  Node *row = ir_node_new(g, OP_CONCAT, np, parts, n->loc);
+  ir_set_int(g, row, "axis", 1);
+  Value *sum = &pass_new_node(g, n, OP_ALLREDUCE_SUM, 1, (Value *[]){placed(t, n, row)}, NULL, n->loc)->out[0];
+  Value *col[3];
+  for (int k = 0; k < 2 + (eps > 0); k++) {
+    int64_t s0[2] = {0, k ? t->T + k - 1 : 0}, e0[2] = {N, k ? t->T + k : t->T};
+    col[k] = &slice_node(g, n, sum, s0, e0, NULL)->out[0];
+  }
+  Value *loss = op2(t, n, OP_SUB, row_logsumexp(t, n, col[0]),
+                    eps > 0 ? op2(t, n, OP_MUL, col[1], scalar(t, n, 1 - eps, x->type.dtype)) : col[1]);
+  if (eps > 0) loss = op2(t, n, OP_SUB, loss, op2(t, n, OP_MUL, col[2], scalar(t, n, eps / (double)C, x->type.dtype)));
+  loss = reshaped_to(t, n, loss, 1, (int64_t[]){N});
+  return pass_new_node(g, n, OP_WHERE, 3, (Value *[]){ignored, scalar(t, n, 0, x->type.dtype), loss}, NULL, n->loc);
+}
+
+/* Model output n's result, this rank's block v along axis, whole: the
+ * ranks' blocks, each placed among zeros, summed.  (T times an
+ * all-gather's traffic; only an output layer's logits come here.) */
+static void gather_output(Tp *t, Node *n, Value *v, int axis) {
+  Graph *g = t->g;
+  Value *parts[3];
+  int np = 0;
+  TensorType zt = v->type;
+  if (t->rank > 0) zt.dims[axis] = t->rank * v->type.dims[axis], parts[np++] = pass_new_const(g, n, 0, &zt, n->loc);
+  parts[np++] = v;
+  if (t->rank < t->T - 1)
+    zt.dims[axis] = (t->T - 1 - t->rank) * v->type.dims[axis], parts[np++] = pass_new_const(g, n, 0, &zt, n->loc);
+  Node *c = ir_node_new(g, OP_CONCAT, np, parts, n->loc);
+  ir_set_int(g, c, "axis", axis);
+  Node *sum = pass_new_node(g, n, OP_ALLREDUCE_SUM, 1, (Value *[]){placed(t, n, c)}, NULL, n->loc);
+  for (int i = 0; i < g->n_outputs; i++)
+    if (g->outputs[i] == &n->out[0]) g->outputs[i] = &sum->out[0];
+}
+
 static int by_id(const void *a, const void *b) {
   return (*(Node *const *)a)->id - (*(Node *const *)b)->id;
 }
@@ -766,6 +941,11 @@ static void rewrite(Tp *t) {
         break;
       }
       case ROLE_SINK: {
+        if (n->op == OP_XENT) {
+          m = xent_part(t, n, in[0]);
+          ir_replace_uses(g, &n->out[0], &m->out[0]);
+          break;
+        }
         Part w;
         part_of(n->in[1], 2, &w);
         int64_t share = n->in[1]->type.dims[1] / t->T;
@@ -799,11 +979,13 @@ static void rewrite(Tp *t) {
         break;
     }
     map[n->out[0].id] = &m->out[0];
+    if (t->role[n->id] != ROLE_SINK && t->is_output[n->out[0].id])
+      gather_output(t, n, &m->out[0], t->axis[n->out[0].id]);
   }
   /* The old region, then the slices only it read. */
   for (int i = t->n_members - 1; i >= 0; i--) {
     Node *n = t->members[i];
-    OpKind wop = t->role[n->id] != ROLE_INNER ? n->in[1]->def->op : OP_PARAM;
+    OpKind wop = t->role[n->id] != ROLE_INNER && n->op == OP_LINEAR ? n->in[1]->def->op : OP_PARAM;
     Node *w = wop == OP_SLICE || wop == OP_TRANSPOSE ? n->in[1]->def : NULL;
     Node *b = t->role[n->id] == ROLE_SOURCE && n->n_in > 2 && n->in[2]->def->op == OP_SLICE ? n->in[2]->def : NULL;
     ir_remove(g, n);
@@ -856,20 +1038,6 @@ static bool try_source(Tp *t, Node *s) {
 }
 
 /* ---- lookups of a table split by rows ---- */
-
-/* A scalar const of dtype dt, inserted before n. */
-static Value *scalar(Tp *t, Node *n, double v, DType dt) {
-  TensorType ty = {.dtype = dt, .rank = 0};
-  return pass_new_const(t->g, n, v, &ty, n->loc);
-}
-
-static Value *op2(Tp *t, Node *n, OpKind op, Value *a, Value *b) {
-  return &pass_new_node(t->g, n, op, 2, (Value *[]){a, b}, NULL, n->loc)->out[0];
-}
-
-static Value *select3(Tp *t, Node *n, Value *c, Value *a, Value *b) {
-  return &pass_new_node(t->g, n, OP_WHERE, 3, (Value *[]){c, a, b}, NULL, n->loc)->out[0];
-}
 
 /* Lookup u, gather(W, ids) along W's rows, on this rank: its rows of W
  * [start, start + L), ids moved to them (negative ones from the end, as
@@ -928,17 +1096,26 @@ static void split_lookups(Tp *t) {
     const TensorType *w = &p->out[0].type;
     Value *v = &p->out[0];
     int first = t->use_start[v->id], end = t->use_start[v->id + 1];
-    int64_t lookups = 0;
+    const char *name = param_name(p), *why = NULL;
+    /* tied: a region's sources read its rows, split as lookups split */
+    bool tied = false;
+    for (int i = 0; i < t->out->n_splits; i++) {
+      const TpSplit *sp = &t->out->splits[i];
+      if (strcmp(sp->param, name)) continue;
+      tied = sp->axis == 0 && sp->start == 0 && sp->len == w->dims[0];
+      if (!tied) break;
+    }
+    int64_t lookups = 0, n_lookups = 0;
     bool all = first < end && !t->is_output[v->id];
     for (int k = first; k < end && all; k++) {
       const Node *u = t->use_node[k];
-      int64_t axis = u->op == OP_GATHER ? ir_attr_int(u, "axis") : -1;
-      all = u->op == OP_GATHER && u->in[0] == v && u->in[1] != v && (axis == 0 || axis == -w->rank);
-      if (all) lookups += ir_type_numel(&u->in[1]->type);
+      all = is_lookup(u, v) || (tied && u->op == OP_SLICE);
+      if (all && u->op == OP_GATHER) lookups += ir_type_numel(&u->in[1]->type), n_lookups++;
     }
-    if (!all || w->rank < 1) continue;
-    const char *name = param_name(p), *why = NULL;
-    if (w->dtype != TY_F32)
+    if (!all || !n_lookups || w->rank < 1) continue;
+    if (tied) {
+      /* the region's split stands: the lookups must follow it */
+    } else if (w->dtype != TY_F32)
       why = arena_printf(arena(t), "it is %s (the all-reduces are f32)", ir_dtype_name(w->dtype));
     else if (w->dims[0] % t->T)
       why = arena_printf(arena(t), "its %lld rows are not a multiple of %d", (long long)w->dims[0], t->T);
@@ -952,7 +1129,8 @@ static void split_lookups(Tp *t) {
       continue;
     }
     add_split(t, p, 0, 0, w->dims[0]);
-    for (int k = end - 1; k >= first; k--) rewrite_lookup(t, t->use_node[k], p);
+    for (int k = end - 1; k >= first; k--)
+      if (t->use_node[k]->op == OP_GATHER) rewrite_lookup(t, t->use_node[k], p);
     add_line(t, arena_printf(arena(t), "split: %s by rows, each rank looking up the ids in its rows", name));
     t->out->n_regions++;
   }

@@ -397,6 +397,53 @@ START_TEST(embedding_lookups_sum_to_whole) {
 }
 END_TEST
 
+/* tests/train/tied_lm.ir with its loss inside: a cross entropy of the
+ * tied output layer's logits against the input "t".  Trained, the table
+ * splits by rows for the lookups and the logits (each rank holds 1/T of
+ * it), the cross entropy runs on the rank's classes with one all-reduce
+ * of [N, T + 1] (its rows' log-sum-exp among zeros, its logit of each
+ * row's class); the lookups' sum and the MLP's make the other two.
+ * Returning the logits without the loss, nothing reads them split, so
+ * the output layer and the table stay whole. */
+START_TEST(tied_output_layer_splits_with_its_loss) {
+  char *text = train_ir("tied_lm.ir", "  return %logits", "%loss");
+  char *end = strstr(text, "  return %loss");
+  snprintf(end, 256, "  %%t = input {name=\"t\"} : i64[8]\n"
+                     "  %%xent = softmax_xent %%logits, %%t : f32[8]\n"
+                     "  %%loss = reduce_mean %%xent {axes=[0], keepdims=0} : f32[]\n"
+                     "  return %%loss as \"loss\"\n}\n");
+  dlc_model *m = compile_tp(text, 2, 1, 1);
+  ck_assert_int_eq(dlc_num_tensor_notes(m), 3);
+  ck_assert_str_eq(dlc_tensor_note(m, 1), "split: wte by output rows, the cross entropy by classes");
+  ck_assert_str_eq(dlc_tensor_note(m, 2), "split: wte by rows, each rank looking up the ids in its rows");
+  int wte = -1;
+  for (int i = 0; i < dlc_num_tensor_splits(m); i++) {
+    dlc_tensor_split sp;
+    ck_assert_int_eq(dlc_tensor_split_info(m, i, &sp), DLC_OK);
+    if (strcmp(sp.param, "wte") == 0) {
+      wte = i;
+      ck_assert_int_eq(sp.sharded, 1);
+    }
+  }
+  ck_assert_int_ge(wte, 0);
+  expect_split(m, wte, "wte", 0, 0, 64);
+  int sums = 0, wide = 0;
+  for (Node *n = m->g->first; n; n = n->next) {
+    if (n->op == OP_PARAM && strcmp(ir_attr_str(n, "name"), "wte") == 0) ck_assert_int_eq(n->out[0].type.dims[0], 32);
+    if (n->op != OP_ALLREDUCE_SUM) continue;
+    sums++;
+    wide += n->out[0].type.rank == 2 && n->out[0].type.dims[0] == 8 && n->out[0].type.dims[1] == 3;
+  }
+  ck_assert_int_eq(wide, 1);
+  ck_assert_int_ge(sums, 3);
+  dlc_free(m);
+  expect_notes(train_ir("tied_lm.ir", "  return %logits", "%logits"), 2, 0,
+               (const char *[]){"split: fc1.weight by output rows, fc2.weight by input columns",
+                                "not split: wte: a split value is an output of the model"},
+               2);
+}
+END_TEST
+
 /* One tensor of zeros for fc1's bias and fc2's, as exporters that merge
  * equal initializers write a fresh model: a training step would leave
  * the other ranks' rows of it stale where fc2 reads it whole, so it does
@@ -607,6 +654,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, what_does_not_split);
   tcase_add_test(tc, shared_bias_splits_for_inference);
   tcase_add_test(tc, embedding_lookups_sum_to_whole);
+  tcase_add_test(tc, tied_output_layer_splits_with_its_loss);
   tcase_add_test(tc, gradients_all_reduce);
   tcase_add_test(tc, refused_combinations);
   tcase_add_test(tc, plan_carries_the_sum);

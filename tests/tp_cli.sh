@@ -110,6 +110,24 @@ expect 0 "" mpi 4 "$dlcc" train $K --pipeline=2 --micro-batches=2 --tensor-paral
 grep -qx "  stage 0: tensor parallel: split: wte.weight by rows, each rank looking up the ids in its rows" "$tmp/out" &&
   ok || fail "the embedding's stage: $(cat "$tmp/out")"
 close "$tmp/k1.ckpt.safetensors" "$tmp/kp.ckpt.safetensors" "an embedding split 2 ways in a pipeline of 2 stages"
+# An output layer tied to the embedding (tied_lm.ir): the table splits
+# by rows for the lookups and for the logits, whose cross entropy runs
+# on each rank's classes (one sample's class ignored, -100); with label
+# smoothing too.  2 and 4 ranks equal one process, each rank holding
+# 1/T of the table.
+M="$t/tied_lm.ir --loss=cross_entropy --optimizer=adamw --lr=0.05 --backend=emu --data $t/lm --epochs 2 --batch 8"
+for s in 0 0.1; do
+  expect 0 "" "$dlcc" train $M --label-smoothing=$s --save "$tmp/m1.safetensors"
+  for k in 2 4; do
+    [ "$s" = 0.1 ] && [ $k = 4 ] && continue
+    expect 0 "" mpi $k "$dlcc" train $M --label-smoothing=$s --tensor-parallel=$k --save "$tmp/m$k.safetensors"
+    grep -qx "tensor parallel: split: wte by output rows, the cross entropy by classes" "$tmp/out" &&
+      grep -qx "tensor parallel: split: wte by rows, each rank looking up the ids in its rows" "$tmp/out" && ok ||
+      fail "the tied output layer's split lines: $(cat "$tmp/out")"
+    close "$tmp/m1.ckpt.safetensors" "$tmp/m$k.ckpt.safetensors" "a tied output layer split $k ways, smoothing $s"
+  done
+done
+grep -q "^tensor parallel: rank 0 holds 4708 of the 9412 bytes" "$tmp/out" && ok || fail "tied, 2 ways: $(cat "$tmp/out")"
 mkdir "$tmp/k1r" "$tmp/k2r"
 KR="$t/tokens.dl --backend=emu --weights $tmp/k1.safetensors --input x=$t/tokens/x.npy"
 expect 0 "" "$dlcc" run $KR --output-dir "$tmp/k1r"

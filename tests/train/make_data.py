@@ -64,3 +64,11 @@ x = t.integers(-64, 64, (24, 4)).astype(np.int64)
 os.makedirs(os.path.join(here, "tokens"), exist_ok=True)
 np.save(os.path.join(here, "tokens", "x.npy"), x)
 np.save(os.path.join(here, "tokens", "target.npy"), ((x % 64).sum(1) % 3).astype(np.int64))
+# tests/tp_cli.sh's tied_lm.ir: 24 samples of 4 ids in [-64, 64), each
+# one's next "token" of 64 (the sum of its ids), one ignored (-100).
+x = t.integers(-64, 64, (24, 4)).astype(np.int64)
+y = ((x % 64).sum(1) % 64).astype(np.int64)
+y[3] = -100
+os.makedirs(os.path.join(here, "lm"), exist_ok=True)
+np.save(os.path.join(here, "lm", "x.npy"), x)
+np.save(os.path.join(here, "lm", "target.npy"), y)
