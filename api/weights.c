@@ -1,5 +1,6 @@
 /* Binds a safetensors file to a graph's params: takes the graph and the
- * path, returns a TensorMap (the file's buffers, moved, not copied) or
+ * path, returns a TensorMap (the file's buffers, each read when bound
+ * and moved, not copied; a tensor nothing binds is never read) or
  * every mismatch found: one a line into a buffer, or as diagnostics at
  * the location that declared each parameter.  Names are matched through
  * hash indexes, so the time grows linearly with the file's table. */
@@ -26,6 +27,9 @@ typedef struct Report {
 typedef struct Sink {
   Ctx *c;
   Report r;
+  /* Which params' data to read and bind (NULL: all); the others are
+   * checked against the file's header alone. */
+  const ApiWeightFilter *only;
 } Sink;
 
 static void report(Sink *s, SrcLoc loc, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -171,7 +175,7 @@ static bool bind(Graph *g, const char *path, const TensorMap *own_map, TensorMap
   memset(out, 0, sizeof *out);
   RtTensorSet set;
   char err[1024];
-  if (rt_safetensors_read(path, &set, err, sizeof err) < 0) {
+  if (rt_safetensors_open(path, &set, err, sizeof err) < 0) {
     report(sink, (SrcLoc){0}, "%s", err);
     return false;
   }
@@ -255,6 +259,11 @@ static bool bind(Graph *g, const char *path, const TensorMap *own_map, TensorMap
     else if (!shape_ok)
       report(sink, n->loc, "tensor '%s' is %s in %s, the model expects %s", name, gs, path, ws);
     if (!dt_ok || !shape_ok || r->count) continue;
+    if (sink->only && !sink->only->want(sink->only->ctx, name)) continue;
+    if (rt_safetensors_load(&set, k, err, sizeof err) < 0) {
+      report(sink, (SrcLoc){0}, "%s", err);
+      continue;
+    }
     char *copy = strdup(name);
     if (!copy) {
       report(sink, (SrcLoc){0}, "%s: out of memory", path);
@@ -274,6 +283,10 @@ static bool bind(Graph *g, const char *path, const TensorMap *own_map, TensorMap
      * was compiled with. */
     const Tensor *mine = !is_param(&params, set.names[i]) ? ir_tensor_map_index_find(own, set.names[i]) : NULL;
     if (mine && !mine->data && same_type(&set.tensors[i], &mine->type)) continue;
+    if (mine && mine->data && rt_safetensors_load(&set, i, err, sizeof err) < 0) {
+      report(sink, (SrcLoc){0}, "%s", err);
+      continue;
+    }
     if (mine && mine->data && same_as_own(&set.tensors[i], mine)) continue;
     if (mine && mine->data) {
       char ms[IR_TYPE_STR_MAX];
@@ -311,8 +324,13 @@ done:
 }
 
 bool api_bind_weights(Graph *g, const char *path, const TensorMap *own, TensorMap *out, char *err, size_t errlen) {
+  return api_bind_some_weights(g, path, own, NULL, out, err, errlen);
+}
+
+bool api_bind_some_weights(Graph *g, const char *path, const TensorMap *own, const ApiWeightFilter *only,
+                           TensorMap *out, char *err, size_t errlen) {
   if (errlen) err[0] = 0;
-  Sink sink = {.r = {err, 0, errlen, 0}};
+  Sink sink = {.r = {err, 0, errlen, 0}, .only = only};
   return bind(g, path, own, out, &sink);
 }
 

@@ -20,6 +20,16 @@
  * Returns false with the problems in err, one a line, at most 20. */
 bool api_bind_weights(Graph *g, const char *path, const TensorMap *own, TensorMap *out, char *err, size_t errlen);
 
+/* The same, reading and binding only the params `want` accepts (a
+ * pipeline stage's); the rest of the file is checked as above from its
+ * header, so a rank holds only its stage's tensors. */
+typedef struct ApiWeightFilter {
+  bool (*want)(void *ctx, const char *name);
+  void *ctx;
+} ApiWeightFilter;
+bool api_bind_some_weights(Graph *g, const char *path, const TensorMap *own, const ApiWeightFilter *only,
+                           TensorMap *out, char *err, size_t errlen);
+
 /* The same, each problem an error in c at the location that declared
  * the parameter (a tensor the model lacks, or the file itself, has
  * none); at most 20 and a note with the count of the rest. */

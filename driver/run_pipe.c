@@ -415,17 +415,25 @@ static bool bind_stage_weights(PipeRun *p, const TensorMap *map) {
 
 /* The stage's parameters as one process binds the whole model's: an
  * ONNX model's initializers, or from
- * --weights, checked whole against the whole model (the same messages),
- * then each of the stage's set into its plan; or random from --seed,
+ * --weights, checked whole against the whole model (the same messages)
+ * from the file's header, the stage's alone read and set into its plan; or random from --seed,
  * which draws each parameter from its name, so a stage draws what one
  * process draws. */
+static bool in_stage(void *ctx, const char *name) {
+  for (Node *n = ((PipeRun *)ctx)->stage->first; n; n = n->next)
+    if (n->op == OP_PARAM && strcmp(ir_attr_str(n, "name"), name) == 0) return true;
+  return false;
+}
+
 static bool bind_weights(PipeRun *p) {
   if (dlc_init_weights(p->m, p->o->seed) != DLC_OK) return model_failed(p);
   if (!p->o->weights && !p->onnx_params.n) return true;
   TensorMap map = {0}, *from = &map;
+  ApiWeightFilter stage = {in_stage, p};
   if (!p->o->weights) { /* an ONNX model's own, unless --weights replaces them */
     from = &p->onnx_params;
-  } else if (!api_bind_weights(p->whole, p->o->weights, &p->onnx_own.values, &map, p->err, sizeof p->err)) {
+  } else if (!api_bind_some_weights(p->whole, p->o->weights, &p->onnx_own.values, &stage, &map, p->err,
+                                    sizeof p->err)) {
     size_t n = strlen(p->err);
     while (n && p->err[n - 1] == '\n') p->err[--n] = 0;
     return false;

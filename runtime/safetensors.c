@@ -1,5 +1,5 @@
-/* safetensors files: takes a path, returns every tensor in it (or writes
- * a set).  Layout: 8-byte little-endian header size N, N bytes of JSON
+/* safetensors files: takes a path, returns every tensor in it, or its
+ * header with each tensor read when asked (or writes a set).  Layout: 8-byte little-endian header size N, N bytes of JSON
  * {"name": {"dtype", "shape", "data_offsets": [b, e]}, "__metadata__"},
  * then the data, offsets counted from its start.  The header is checked
  * in full before any data is read (names found by a hash index, so its
@@ -101,6 +101,9 @@ void rt_tensor_set_free(RtTensorSet *s) {
   free(s->meta_keys);
   free(s->meta_values);
   rt_names_free(&s->index);
+  if (s->lazy) close(s->fd);
+  free(s->path);
+  free(s->begins);
   memset(s, 0, sizeof *s);
 }
 
@@ -247,7 +250,10 @@ static int parse_header(const char *path, const cJSON *root, int64_t data_size, 
   return 0;
 }
 
-int rt_safetensors_read(const char *path, RtTensorSet *out, char *err, size_t errlen) {
+/* Header only: out is lazy, its file open, each tensor's begin kept;
+ * with entries, they are handed back (sorted by begin) for the caller
+ * to free. */
+static int open_set(const char *path, RtTensorSet *out, Entry **entries_out, char *err, size_t errlen) {
   memset(out, 0, sizeof *out);
   char why[256];
   int64_t size;
@@ -290,27 +296,54 @@ int rt_safetensors_read(const char *path, RtTensorSet *out, char *err, size_t er
   }
   int64_t data_start = 8 + (int64_t)hsize, data_size = size - data_start;
   if (parse_header(path, root, data_size, out, &entries, err, errlen) < 0) goto done;
-  /* In file order, so the reads run forward.  Every entry lies inside the
-   * data (parse_entry), so nothing is allocated beyond the file's size. */
-  for (int k = 0; k < out->n; k++) {
-    Entry *e = &entries[k];
-    RtTensor *t = &out->tensors[e->index];
-    t->data = malloc(t->nbytes ? t->nbytes : 1);
-    if (!t->data) {
-      fail(err, errlen, "%s: tensor '%s': out of memory for %zu bytes", path, e->name, t->nbytes);
-      goto done;
-    }
-    if (t->nbytes && rt_read_at(fd, t->data, t->nbytes, data_start + e->begin) != 0) {
-      fail(err, errlen, "%s: tensor '%s': could not read its data", path, e->name);
-      goto done;
-    }
+  out->begins = calloc((size_t)out->n + 1, sizeof *out->begins);
+  out->path = strdup(path);
+  if (!out->begins || !out->path) {
+    fail(err, errlen, "%s: out of memory", path);
+    goto done;
   }
+  for (int k = 0; k < out->n; k++) out->begins[entries[k].index] = data_start + entries[k].begin;
+  out->lazy = true;
+  out->fd = fd;
   rc = 0;
 done:
-  close(fd);
+  if (rc < 0) close(fd);
   free(text);
   cJSON_Delete(root);
+  if (rc < 0) rt_tensor_set_free(out);
+  if (rc == 0 && entries_out) *entries_out = entries;
+  else free(entries);
+  return rc;
+}
+
+int rt_safetensors_open(const char *path, RtTensorSet *out, char *err, size_t errlen) {
+  return open_set(path, out, NULL, err, errlen);
+}
+
+int rt_safetensors_load(RtTensorSet *s, int i, char *err, size_t errlen) {
+  RtTensor *t = &s->tensors[i];
+  if (t->data || !s->lazy) return 0;
+  /* Every entry lies inside the data (parse_entry), so nothing is
+   * allocated beyond the file's size. */
+  t->data = malloc(t->nbytes ? t->nbytes : 1);
+  if (!t->data) return fail(err, errlen, "%s: tensor '%s': out of memory for %zu bytes", s->path, s->names[i], t->nbytes);
+  if (t->nbytes && rt_read_at(s->fd, t->data, t->nbytes, s->begins[i]) != 0) {
+    free(t->data);
+    t->data = NULL;
+    return fail(err, errlen, "%s: tensor '%s': could not read its data", s->path, s->names[i]);
+  }
+  return 0;
+}
+
+int rt_safetensors_read(const char *path, RtTensorSet *out, char *err, size_t errlen) {
+  Entry *entries = NULL;
+  if (open_set(path, out, &entries, err, errlen) < 0) return -1;
+  /* In file order, so the reads run forward. */
+  int rc = 0;
+  for (int k = 0; rc == 0 && k < out->n; k++) rc = rt_safetensors_load(out, entries[k].index, err, errlen);
   free(entries);
+  close(out->fd);
+  out->lazy = false;
   if (rc < 0) rt_tensor_set_free(out);
   return rc;
 }

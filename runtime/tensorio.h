@@ -112,6 +112,12 @@ typedef struct RtTensorSet {
   /* The reader's index of names; empty in a set built by hand, where
    * rt_tensor_set_find scans. */
   RtNames index;
+  /* A set rt_safetensors_open made: its file stays open, and each
+   * tensor's data is read by rt_safetensors_load (NULL until then). */
+  bool lazy;
+  int fd;
+  char *path;
+  int64_t *begins; /* per tensor: where its bytes start in the file */
 } RtTensorSet;
 
 /* Reads the whole file once, validating the header: size, JSON, every
@@ -120,6 +126,14 @@ typedef struct RtTensorSet {
  * before any tensor's data is allocated.  Only a regular file is read.
  * Tensors keep the file's order. */
 int rt_safetensors_read(const char *path, RtTensorSet *out, char *err, size_t errlen);
+/* The same checks, reading no tensor's data: each tensor's is read when
+ * rt_safetensors_load asks for it (a pipeline stage's, a model's own
+ * among a checkpoint's others), so a caller holds only what it uses.
+ * rt_tensor_set_free closes the file. */
+int rt_safetensors_open(const char *path, RtTensorSet *out, char *err, size_t errlen);
+/* Reads tensor i's data of a set rt_safetensors_open made, once; 0 at
+ * once for a set whose data is there. */
+int rt_safetensors_load(RtTensorSet *s, int i, char *err, size_t errlen);
 /* Writes tensors in the set's order, packed, the header padded with
  * spaces to a multiple of 8 bytes. */
 int rt_safetensors_write(const char *path, const RtTensorSet *set, char *err, size_t errlen);

@@ -419,6 +419,28 @@ START_TEST(test_st_read_handmade) {
   ck_assert_int_eq(s.tensors[2].rank, 0);
   ck_assert_int_eq(*(unsigned char *)s.tensors[2].data, 26);
   rt_tensor_set_free(&s);
+  /* Opened, the same header and no data until a tensor is loaded, each
+   * from its own place; a load again keeps what it read. */
+  ck_assert_msg(rt_safetensors_open(p, &s, err, sizeof err) == 0, "%s", err);
+  ck_assert_int_eq(s.n, 4);
+  for (int i = 0; i < 4; i++) ck_assert_ptr_null(s.tensors[i].data);
+  ck_assert_msg(rt_safetensors_load(&s, 1, err, sizeof err) == 0, "%s", err);
+  ck_assert_mem_eq(s.tensors[1].data, data, 24);
+  ck_assert_ptr_null(s.tensors[0].data);
+  void *first = s.tensors[1].data;
+  ck_assert_msg(rt_safetensors_load(&s, 1, err, sizeof err) == 0, "%s", err);
+  ck_assert_ptr_eq(s.tensors[1].data, first);
+  ck_assert_msg(rt_safetensors_load(&s, 0, err, sizeof err) == 0, "%s", err);
+  ck_assert_mem_eq(s.tensors[0].data, data + 24, 2);
+  ck_assert_msg(rt_safetensors_load(&s, 3, err, sizeof err) == 0, "%s", err);
+  rt_tensor_set_free(&s);
+  /* A header the reader refuses, the opener refuses alike. */
+  p = make_st("bad.safetensors", "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,9]}}", data, 9);
+  ck_assert_int_eq(rt_safetensors_open(p, &s, err, sizeof err), -1);
+  char open_err[sizeof err];
+  memcpy(open_err, err, sizeof err);
+  ck_assert_int_eq(rt_safetensors_read(p, &s, err, sizeof err), -1);
+  ck_assert_str_eq(open_err, err);
 }
 END_TEST
 
@@ -531,6 +553,11 @@ static const char *weights_file(int n, const char **names, const RtDType *dts, c
   return p;
 }
 
+static bool want_bias(void *unused, const char *name) {
+  (void)unused;
+  return strcmp(name, "fc1.bias") == 0;
+}
+
 START_TEST(test_bind_ok) {
   param("fc1.weight", TY_F32, 2, 4, 3);
   param("fc1.bias", TY_F32, 1, 4, 0);
@@ -549,6 +576,17 @@ START_TEST(test_bind_ok) {
   ck_assert_int_eq(w->type.dims[0], 4);
   ck_assert_mem_eq(w->data, blob + 3, 48);
   ir_tensor_map_free(&m);
+  /* Binding some (a pipeline stage's): the others are checked, not
+   * read or bound. */
+  ApiWeightFilter only = {want_bias, NULL};
+  ck_assert_msg(api_bind_some_weights(g, p, NULL, &only, &m, err, sizeof err), "%s", err);
+  ck_assert_int_eq(m.n, 1);
+  ck_assert_str_eq(m.names[0], "fc1.bias");
+  ck_assert_mem_eq(m.tensors[0].data, blob + 1, 16);
+  ir_tensor_map_free(&m);
+  param("fc2.weight", TY_F32, 1, 4, 0);
+  ck_assert(!api_bind_some_weights(g, p, NULL, &only, &m, err, sizeof err));
+  ck_assert_msg(strstr(err, "missing tensor 'fc2.weight'"), "%s", err);
 }
 END_TEST
 
