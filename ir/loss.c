@@ -2,8 +2,9 @@
  * appends the nodes of a PyTorch loss between them, built from existing
  * ops (log_softmax, gather_elements, where, reductions, arithmetic) so
  * that autodiff differentiates them by the rules of their parts, and
- * cross_entropy over [N, C] logits and class indices from softmax_xent,
- * a row kernel with its own gradient op; returns the loss value.  The language's loss calls and passes/loss.c's
+ * cross_entropy over [N, C, d...] logits and class indices from
+ * softmax_xent, a row kernel with its own gradient op, over rows of
+ * classes; returns the loss value.  The language's loss calls and passes/loss.c's
  * pass_append_loss (`dlcc --loss`) both build here. */
 #include "ir/loss.h"
 
@@ -107,9 +108,9 @@ static Value *class_loss(Build *b, const LossSpec *s, Value *x, Value *t) {
   int64_t C = x->type.dims[cls];
   double eps = s->kind == LOSS_CROSS_ENTROPY ? s->label_smoothing : 0;
   Value *lsm = x;
-  /* Class indices into [N, C] logits of f32 or f64 (the op's result
-   * type): softmax_xent. */
-  bool fused = s->kind == LOSS_CROSS_ENTROPY && !ir_dtype_is_float(t->type.dtype) && x->type.rank == 2 &&
+  /* Class indices into [N, C, d...] logits of f32 or f64 (the op's
+   * result type): softmax_xent over rows. */
+  bool fused = s->kind == LOSS_CROSS_ENTROPY && !ir_dtype_is_float(t->type.dtype) && x->type.rank >= 2 &&
                (b->dt == TY_F32 || b->dt == TY_F64);
   if (s->kind == LOSS_CROSS_ENTROPY && !fused) {
     Node *n = ir_node_new(b->g, OP_LOG_SOFTMAX, 1, &x, b->at);
@@ -128,10 +129,27 @@ static Value *class_loss(Build *b, const LossSpec *s, Value *x, Value *t) {
     /* One row kernel for the loss and one for its gradient (ops.def's
      * softmax_xent), instead of log_softmax, the pick and their
      * gradients. */
-    Node *n = ir_node_new(b->g, OP_XENT, 2, (Value *[]){x, t}, b->at);
+    Value *rows = x, *cls_of = t;
+    if (x->type.rank > 2) {
+      /* [N, C, d...] (a sequence model's logits transposed for the loss,
+       * as PyTorch wants them): the classes moved last, the positions
+       * made rows.  A model that transposed [N, S, C] gets it back, the
+       * two transposes cancelling in simplify. */
+      int64_t perm[DL_MAX_RANK], rc[2] = {ir_type_numel(&x->type) / C, C}, m = rc[0];
+      int r = x->type.rank, k = 0;
+      perm[k++] = 0;
+      for (int d = 2; d < r; d++) perm[k++] = d;
+      perm[k++] = 1;
+      Node *tr = ir_node_new(b->g, OP_TRANSPOSE, 1, &x, b->at);
+      ir_set_ints(b->g, tr, "perm", r, perm);
+      rows = ir_grad_reshape(b->g, b->at, ir_grad_node(b->g, tr), 2, rc);
+      cls_of = ir_grad_reshape(b->g, b->at, t, 1, &m);
+    }
+    Node *n = ir_node_new(b->g, OP_XENT, 2, (Value *[]){rows, cls_of}, b->at);
     ir_set_int(b->g, n, "ignore_index", s->ignore_index);
     ir_set_float(b->g, n, "smoothing", eps);
     per = ir_grad_node(b->g, n);
+    if (x->type.rank > 2) per = ir_grad_reshape(b->g, b->at, per, t->type.rank, t->type.dims);
     valid = op2(b, OP_NOT_EQUAL, t, num(b, (double)s->ignore_index, t->type.dtype));
   } else {
     per = pick(b, lsm, t, cls, s->ignore_index, &valid);

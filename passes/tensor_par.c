@@ -195,13 +195,16 @@ static bool fail(Tp *t, const char *why) {
   return false;
 }
 
-/* Whether a cross entropy reads v as its logits (directly or through a
- * reshape to [N, C]): an output layer's logits, which the loss reads
- * split by classes and the model's output gathers whole (rewrite). */
+/* Whether a cross entropy reads v as its logits (directly or through
+ * reshapes and transposes: [N, S, C] transposed to [N, C, S] for the
+ * loss, made rows [N S, C]): an output layer's logits, which the loss
+ * reads split by classes and the model's output gathers whole
+ * (rewrite). */
 static bool feeds_xent(Tp *t, const Value *v, int depth) {
   for (int k = t->use_start[v->id]; k < t->use_start[v->id + 1]; k++) {
     const Node *u = t->use_node[k];
-    if ((u->op == OP_XENT && u->in[0] == v) || (u->op == OP_RESHAPE && depth == 0 && feeds_xent(t, &u->out[0], 1)))
+    if ((u->op == OP_XENT && u->in[0] == v) ||
+        ((u->op == OP_RESHAPE || u->op == OP_TRANSPOSE) && depth < 4 && feeds_xent(t, &u->out[0], depth + 1)))
       return true;
   }
   return false;

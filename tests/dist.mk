@@ -8,6 +8,7 @@ EXTRA_DIST += tests/dist_cli.sh tests/tp_cli.sh tests/train/tinybn_tp.dl tests/l
 	tests/train/cnnbn/quad/x.npy tests/train/cnnbn/quad/target.npy \
 	tests/train/attn.dl tests/train/attn/x.npy tests/train/attn/target.npy tests/train/exported.ir tests/train/mha_export.ir tests/train/decoder_export.ir \
 	tests/train/tokens.dl tests/train/tokens/x.npy tests/train/tokens/target.npy \
-	tests/train/tied_lm.ir tests/train/lm/x.npy tests/train/lm/target.npy
+	tests/train/tied_lm.ir tests/train/lm/x.npy tests/train/lm/target.npy \
+	tests/train/seq_lm.dl tests/train/seq_lm/x.npy tests/train/seq_lm/target.npy
 BENCHES += tests/bench/dist_overlap.sh
 EXTRA_DIST += tests/bench/dist_overlap.sh

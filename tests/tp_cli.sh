@@ -128,6 +128,15 @@ for s in 0 0.1; do
   done
 done
 grep -q "^tensor parallel: rank 0 holds 4708 of the 9412 bytes" "$tmp/out" && ok || fail "tied, 2 ways: $(cat "$tmp/out")"
+# A sequence model (seq_lm.dl): logits [N, 64, 4] transposed for the
+# loss, as PyTorch's cross_entropy wants them; the loss takes them back
+# as rows [N 4, 64], split by classes on 2 ranks: one process.
+Q="$t/seq_lm.dl --loss=cross_entropy --optimizer=adamw --lr=0.05 --backend=emu --data $t/seq_lm --epochs 2 --batch 8"
+expect 0 "" "$dlcc" train $Q --save "$tmp/q1.safetensors"
+expect 0 "" mpi 2 "$dlcc" train $Q --tensor-parallel=2 --save "$tmp/q2.safetensors"
+grep -qx "tensor parallel: split: head.weight by output rows, the cross entropy by classes" "$tmp/out" && ok ||
+  fail "the sequence model's split lines: $(cat "$tmp/out")"
+close "$tmp/q1.ckpt.safetensors" "$tmp/q2.ckpt.safetensors" "a sequence model's output layer split 2 ways"
 mkdir "$tmp/k1r" "$tmp/k2r"
 KR="$t/tokens.dl --backend=emu --weights $tmp/k1.safetensors --input x=$t/tokens/x.npy"
 expect 0 "" "$dlcc" run $KR --output-dir "$tmp/k1r"

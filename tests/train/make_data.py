@@ -72,3 +72,13 @@ y[3] = -100
 os.makedirs(os.path.join(here, "lm"), exist_ok=True)
 np.save(os.path.join(here, "lm", "x.npy"), x)
 np.save(os.path.join(here, "lm", "target.npy"), y)
+# tests/tp_cli.sh's seq_lm.dl: 24 sequences of 4 ids in [-64, 64), each
+# position's next token (the last: the sum of the sequence's), one
+# position ignored (-100).
+x = t.integers(-64, 64, (24, 4)).astype(np.int64)
+y = np.roll(x % 64, -1, axis=1)
+y[:, -1] = (x % 64).sum(1) % 64
+y[5, 2] = -100
+os.makedirs(os.path.join(here, "seq_lm"), exist_ok=True)
+np.save(os.path.join(here, "seq_lm", "x.npy"), x)
+np.save(os.path.join(here, "seq_lm", "target.npy"), y.astype(np.int64))
