@@ -1088,10 +1088,13 @@ static void rewrite_lookup(Tp *t, Node *u, Node *p) {
 
 /* Tables read only by lookups along their rows (embeddings) split by
  * rows, Megatron's vocabulary-parallel embedding: each rank holds V/T
- * rows and its optimizer state, and each lookup costs an all-reduce of
- * its result.  So a table splits when it has more rows than its lookups
- * read in a step; a smaller one (position embeddings) stays whole. */
-static void split_lookups(Tp *t) {
+ * rows and their gradient and optimizer state, and each lookup costs an
+ * all-reduce of its result, as a split layer's output does.  So a table
+ * splits when it is no smaller than the largest linear weight
+ * (largest_weight, before the regions split any): then it saves a
+ * layer's memory for a layer's all-reduce.  Position and token-type
+ * tables (a few hundred rows) stay whole; vocabularies split. */
+static void split_lookups(Tp *t, int64_t largest_weight) {
   index_uses(t);
   for (Node *p = t->g->first, *next; p; p = next) {
     next = p->next;
@@ -1108,12 +1111,12 @@ static void split_lookups(Tp *t) {
       tied = sp->axis == 0 && sp->start == 0 && sp->len == w->dims[0];
       if (!tied) break;
     }
-    int64_t lookups = 0, n_lookups = 0;
+    int n_lookups = 0;
     bool all = first < end && !t->is_output[v->id];
     for (int k = first; k < end && all; k++) {
       const Node *u = t->use_node[k];
       all = is_lookup(u, v) || (tied && u->op == OP_SLICE);
-      if (all && u->op == OP_GATHER) lookups += ir_type_numel(&u->in[1]->type), n_lookups++;
+      n_lookups += all && u->op == OP_GATHER;
     }
     if (!all || !n_lookups || w->rank < 1) continue;
     if (tied) {
@@ -1122,11 +1125,11 @@ static void split_lookups(Tp *t) {
       why = arena_printf(arena(t), "it is %s (the all-reduces are f32)", ir_dtype_name(w->dtype));
     else if (w->dims[0] % t->T)
       why = arena_printf(arena(t), "its %lld rows are not a multiple of %d", (long long)w->dims[0], t->T);
-    else if (w->dims[0] <= lookups)
+    else if (ir_type_numel(w) < largest_weight)
       why = arena_printf(arena(t),
-                         "its %lld rows are no more than the %lld ids it looks up a step (the all-reduce of "
-                         "the lookups would move more than the split saves)",
-                         (long long)w->dims[0], (long long)lookups);
+                         "its %lld elements are fewer than the largest linear weight's %lld (its lookups' "
+                         "all-reduce would cost a layer's for less than a layer's memory)",
+                         (long long)ir_type_numel(w), (long long)largest_weight);
     if (why) {
       add_line(t, arena_printf(arena(t), "not split: %s: %s", name, why));
       continue;
@@ -1299,6 +1302,10 @@ bool pass_tensor_parallel(Graph *g, const TpOptions *o, TpResult *out) {
   products_as_linears(g);
   if (o->fuse_attention && pass_attention(g, NULL)) drop_dead(g);
   Tp t = {.g = g, .T = o->ranks, .rank = o->rank, .inference = o->inference, .out = out};
+  int64_t largest_weight = 0;
+  for (Node *n = g->first; n; n = n->next)
+    if (n->op == OP_LINEAR && ir_type_numel(&n->in[1]->type) > largest_weight)
+      largest_weight = ir_type_numel(&n->in[1]->type);
   /* After each rewrite the graph is indexed again from the start: the
    * rewrite made values the index does not know. */
   bool again = true;
@@ -1308,7 +1315,7 @@ bool pass_tensor_parallel(Graph *g, const TpOptions *o, TpResult *out) {
     for (Node *s = g->first; s && !again; s = s->next)
       if (s->op == OP_LINEAR && !t.claimed[s->id] && !t.tried[s->id]) again = try_source(&t, s);
   }
-  split_lookups(&t);
+  split_lookups(&t, largest_weight);
   for (Node *p = g->first; p; p = p->next)
     if (p->op == OP_PARAM) shard_param(&t, p);
   ir_number(g);

@@ -341,8 +341,7 @@ START_TEST(what_does_not_split) {
 }
 END_TEST
 
-/* An embedding looked up by fewer ids than it has rows (6 ids, 16
- * rows) splits by rows.  Each rank looks up the ids
+/* An embedding (no linear weight larger) splits by rows.  Each rank looks up the ids
  * in its rows (negative ones from the end), the rest read as zeros: the
  * ranks' results add up to the whole lookup, on 2 and 4 ranks, and an
  * id out of range is still reported.  A table also read by a linear (a
@@ -390,10 +389,15 @@ START_TEST(embedding_lookups_sum_to_whole) {
                "  return %3 as \"logits\"\n"
                "}\n",
                2, 0, (const char *[]){"not split: wte: a split value is an output of the model"}, 1);
-  expect_notes("model emb(ids: i64[4, 4]) -> f32[4, 4, 4] {\n  return embedding(ids, 16, 4) as wte\n}\n", 2, 0,
-               (const char *[]){"not split: wte.weight: its 16 rows are no more than the 16 ids it looks up a step "
-                                "(the all-reduce of the lookups would move more than the split saves)"},
-               1);
+  /* A table smaller than the largest linear weight (a position
+   * embedding's) stays whole. */
+  expect_notes("model emb(ids: i64[4, 4]) -> f32[] {\n"
+               "  return mean(linear(relu(linear(embedding(ids, 4, 4) as pos, 8) as fc1), 4) as fc2)\n}\n",
+               2, 1,
+               (const char *[]){"split: fc1.weight by output rows, fc2.weight by input columns",
+                                "not split: pos.weight: its 16 elements are fewer than the largest linear weight's 32 "
+                                "(its lookups' all-reduce would cost a layer's for less than a layer's memory)"},
+               2);
 }
 END_TEST
 
