@@ -179,6 +179,12 @@ void pass_rewrite_finish(PassRewrite *rw);
  * training step changes it every run).  In g's arena. */
 bool *pass_weight_only(Graph *g);
 
+/* Removes every node none of whose results is used (dce.c): inputs
+ * stay, and params too with keep_params (a model's names, when a pass
+ * other than dce drops what it replaced); the count removed, the
+ * params among them in *params (may be NULL). */
+int pass_remove_dead(Graph *g, bool keep_params, int *params);
+
 /* Use counts (operands plus graph outputs) of every value, computed once;
  * values made later count 0 unless bumped. */
 typedef struct PassUses PassUses;

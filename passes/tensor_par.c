@@ -1279,28 +1279,14 @@ static void products_as_linears(Graph *g) {
   }
 }
 
-/* The chains the attention pass replaced, read by nothing now (sources
- * stay: their names are the model's): a region must not see them. */
-static void drop_dead(Graph *g) {
-  PassUses *uses = pass_uses_new(g);
-  for (Node *n = g->last, *prev; n; n = prev) {
-    prev = n->prev;
-    if (ir_ops[n->op].cls == K_SOURCE) continue;
-    bool used = false;
-    for (int k = 0; k < n->n_out && !used; k++) used = pass_uses(uses, &n->out[k]) > 0;
-    for (int i = 0; i < g->n_outputs && !used; i++) used = g->outputs[i]->def == n;
-    if (used) continue;
-    for (int i = 0; i < n->n_in; i++) pass_uses_add(uses, n->in[i], -1);
-    ir_remove(g, n);
-  }
-}
-
 bool pass_tensor_parallel(Graph *g, const TpOptions *o, TpResult *out) {
   memset(out, 0, sizeof *out);
   out->ranks = o->ranks, out->rank = o->rank;
   if (o->ranks <= 1) return true;
   products_as_linears(g);
-  if (o->fuse_attention && pass_attention(g, NULL)) drop_dead(g);
+  /* the chains the attention pass replaced, which a region must not see
+   * (params stay: their names are the model's) */
+  if (o->fuse_attention && pass_attention(g, NULL)) pass_remove_dead(g, true, NULL);
   Tp t = {.g = g, .T = o->ranks, .rank = o->rank, .inference = o->inference, .out = out};
   int64_t largest_weight = 0;
   for (Node *n = g->first; n; n = n->next)
