@@ -195,12 +195,6 @@ static const Node *input_named(Graph *g, const char *name) {
 
 /* ---- --quantize=int8 ---- */
 
-/* The int8 prefix of the -O2 pipeline (passes/pipeline.c's
- * pipeline_o2_int8 up to the quantize pass and its cleanups); each
- * stage's compile runs the rest. */
-static const char int8_passes[] =
-    "simplify,fold,cse,dce,bn-fold,scale-shift,attention,simplify,fold,cse,dce,quantize,fold,cse,dce";
-
 /* The quantize pass's calibrator here: on a copy of the whole model's
  * graph it calibrates as one process does (the samples at the whole
  * batch) and keeps the ranges; on the micro-batch's graph, whose
@@ -250,7 +244,9 @@ static int quantize_micro(Ctx *ctx, void *data) {
                       .params = owned ? &own : &p->onnx_params,
                       .max_samples = o->quant.max_samples,
                       .backend = o->quant.backend ? o->quant.on : CALIB_ON_AUTO}};
-  PassOptions po = {.opt_level = 2, .passes = int8_passes, .quantize_int8 = true, .calibrate = ranges,
+  /* The -O2 int8 pipeline up to the quantize pass and its cleanups;
+   * each stage's compile runs the rest. */
+  PassOptions po = {.opt_level = 2, .stop_before = "nhwc", .quantize_int8 = true, .calibrate = ranges,
                     .calibrate_ud = &r};
   r.cal.passes = &po;
   bool ok = pass_run_pipeline(whole, &po, NULL) && ir_verify(whole);

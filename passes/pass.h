@@ -82,6 +82,8 @@ typedef struct QuantSummary {
 typedef struct PassOptions {
   int opt_level;            /* 0: nothing; 1: cheap cleanups; 2: everything */
   const char *passes;       /* --passes=a,b,c: run exactly these instead; NULL: by opt_level */
+  const char *stop_before;  /* by opt_level, the passes before the first run of this one (a prefix
+                             * whose graph a caller finishes later); NULL: all */
   const char *print_before; /* --print-before=NAME */
   const char *print_after;  /* --print-after=NAME */
   bool print_after_all;

@@ -187,6 +187,7 @@ static bool run_one(Runner *r, const Pass *p) {
 static void run_stages(Runner *r, const Stage *st, int n) {
   Ctx *c = r->g->ctx;
   for (int i = 0; i < n && !r->failed;) {
+    if (r->o->stop_before && strcmp(st[i].pass, r->o->stop_before) == 0) return;
     int end = i + 1;
     if (st[i].group)
       while (end < n && st[end].group == st[i].group) end++;
