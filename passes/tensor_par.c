@@ -79,6 +79,7 @@ typedef struct Tp {
   int n_pending;
   const char *why;
   int want_groups; /* a reshape that would keep a source's split whole in groups */
+  int n_gathered;  /* split values that are model outputs, gathered whole (gather_output) */
   TpResult *out;
   int cap_splits, cap_lines;
   /* claimed and tried by node, kept across the renumbering after each
@@ -210,9 +211,20 @@ static bool feeds_xent(Tp *t, const Value *v, int depth) {
   return false;
 }
 
+/* Inference, and the region's first source widens its input (more
+ * output rows than input columns: a language model's head, [V, E]):
+ * its results may leave the region as the model's outputs, gathered
+ * whole, so that each rank holds 1/T of the layer. */
+static bool wide_head(Tp *t) {
+  if (!t->inference || !t->n_members) return false;
+  const Node *s = t->members[0];
+  return s->op == OP_LINEAR && s->in[1]->type.dims[0] > s->in[1]->type.dims[1];
+}
+
 static bool mark(Tp *t, Value *v, int axis, int groups) {
-  if (t->is_output[v->id] && (groups != 1 || !feeds_xent(t, v, 0)))
+  if (t->is_output[v->id] && (groups != 1 || !(feeds_xent(t, v, 0) || wide_head(t))))
     return fail(t, "a split value is an output of the model");
+  t->n_gathered += t->is_output[v->id];
   t->axis[v->id] = axis;
   t->groups[v->id] = groups;
   t->work[t->n_work++] = v;
@@ -670,8 +682,9 @@ static bool record(Tp *t) {
       return false;
     }
   }
-  add_line(t, arena_printf(arena(t), "split: %s by output rows%s%s%s%s", cols, *rows ? ", " : "", rows,
-                           *rows ? " by input columns" : "", xent));
+  add_line(t, arena_printf(arena(t), "split: %s by output rows%s%s%s%s%s", cols, *rows ? ", " : "", rows,
+                           *rows ? " by input columns" : "", xent,
+                           t->n_gathered && !*xent ? ", its outputs gathered" : ""));
   return true;
 }
 
@@ -1010,7 +1023,7 @@ static bool try_source(Tp *t, Node *s) {
   const char *name = linear_name(t, s), *why = NULL;
   int marks = t->n_marked;
   for (int groups = 1;;) {
-    t->n_members = t->n_work = t->n_pending = 0;
+    t->n_members = t->n_work = t->n_pending = t->n_gathered = 0;
     t->why = NULL;
     t->want_groups = 0;
     for (int v = 0; v < t->n_vals; v++) t->axis[v] = -1;
@@ -1018,7 +1031,8 @@ static bool try_source(Tp *t, Node *s) {
     bool ok = add_source(t, s, groups) && grow(t);
     int sinks = 0;
     for (int i = 0; ok && i < t->n_members; i++) sinks += t->role[t->members[i]->id] == ROLE_SINK;
-    if (ok && !sinks) ok = fail(t, "no linear reads its result (an unpaired linear)");
+    /* a head's gathered outputs end a region as a sink would */
+    if (ok && !sinks && !(t->n_gathered && wide_head(t))) ok = fail(t, "no linear reads its result (an unpaired linear)");
     if (ok && record(t)) {
       rewrite(t);
       t->out->n_regions++;

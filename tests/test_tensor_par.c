@@ -344,8 +344,9 @@ END_TEST
 /* An embedding (no linear weight larger) splits by rows.  Each rank looks up the ids
  * in its rows (negative ones from the end), the rest read as zeros: the
  * ranks' results add up to the whole lookup, on 2 and 4 ranks, and an
- * id out of range is still reported.  A table also read by a linear (a
- * tied output layer) stays whole. */
+ * id out of range is still reported.  For inference, a table that is
+ * also a wider output layer's weight (tied) splits for both, the
+ * layer's outputs gathered. */
 static const char emb[] = "model emb(ids: i64[2, 3]) -> f32[2, 3, 4] {\n"
                           "  return embedding(ids, 16, 4) as wte\n"
                           "}\n";
@@ -388,7 +389,10 @@ START_TEST(embedding_lookups_sum_to_whole) {
                "  %3 = linear %2, %1 : f32[2, 8]\n"
                "  return %3 as \"logits\"\n"
                "}\n",
-               2, 0, (const char *[]){"not split: wte: a split value is an output of the model"}, 1);
+               2, 0,
+               (const char *[]){"split: wte by output rows, its outputs gathered",
+                                "split: wte by rows, each rank looking up the ids in its rows"},
+               2);
   /* A table smaller than the largest linear weight (a position
    * embedding's) stays whole. */
   expect_notes("model emb(ids: i64[4, 4]) -> f32[] {\n"
@@ -407,8 +411,9 @@ END_TEST
  * it), the cross entropy runs on the rank's classes with one all-reduce
  * of [N, T + 1] (its rows' log-sum-exp among zeros, its logit of each
  * row's class); the lookups' sum and the MLP's make the other two.
- * Returning the logits without the loss, nothing reads them split, so
- * the output layer and the table stay whole. */
+ * Returning the logits without the loss, for inference, the output
+ * layer (wider than its input) splits all the same, its logits gathered
+ * whole, and the table with it. */
 START_TEST(tied_output_layer_splits_with_its_loss) {
   char *text = train_ir("tied_lm.ir", "  return %logits", "%loss");
   char *end = strstr(text, "  return %loss");
@@ -443,8 +448,9 @@ START_TEST(tied_output_layer_splits_with_its_loss) {
   dlc_free(m);
   expect_notes(train_ir("tied_lm.ir", "  return %logits", "%logits"), 2, 0,
                (const char *[]){"split: fc1.weight by output rows, fc2.weight by input columns",
-                                "not split: wte: a split value is an output of the model"},
-               2);
+                                "split: wte by output rows, its outputs gathered",
+                                "split: wte by rows, each rank looking up the ids in its rows"},
+               3);
 }
 END_TEST
 

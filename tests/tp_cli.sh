@@ -137,6 +137,16 @@ expect 0 "" mpi 2 "$dlcc" train $Q --tensor-parallel=2 --save "$tmp/q2.safetenso
 grep -qx "tensor parallel: split: head.weight by output rows, the cross entropy by classes" "$tmp/out" && ok ||
   fail "the sequence model's split lines: $(cat "$tmp/out")"
 close "$tmp/q1.ckpt.safetensors" "$tmp/q2.ckpt.safetensors" "a sequence model's output layer split 2 ways"
+# Its inference: the output layer widens its input, so it splits with
+# no loss after it, its logits gathered whole: one process's outputs.
+mkdir "$tmp/q1r" "$tmp/q2r"
+QR="$t/seq_lm.dl --backend=emu --weights $tmp/q1.safetensors --input x=$t/seq_lm/x.npy"
+expect 0 "" "$dlcc" run $QR --output-dir "$tmp/q1r"
+expect 0 "" mpi 2 "$dlcc" run $QR --tensor-parallel=2 --output-dir "$tmp/q2r"
+grep -qx "dlcc: tensor parallel: split: head.weight by output rows, its outputs gathered" "$tmp/err" && ok ||
+  fail "the output layer's inference split: $(cat "$tmp/err")"
+npy_values "$tmp/q1r/logits.npy" >"$tmp/a.v"; npy_values "$tmp/q2r/logits.npy" >"$tmp/b.v"
+[ "$(wc -l <"$tmp/a.v")" -eq 6144 ] && agree "$tmp/a.v" "$tmp/b.v" && ok || fail "run with the output layer split 2 ways"
 mkdir "$tmp/k1r" "$tmp/k2r"
 KR="$t/tokens.dl --backend=emu --weights $tmp/k1.safetensors --input x=$t/tokens/x.npy"
 expect 0 "" "$dlcc" run $KR --output-dir "$tmp/k1r"
