@@ -384,15 +384,19 @@ static bool compile_stage(PipeRun *p) {
   return true;
 }
 
+/* Whether the stage (ctx, a PipeRun) reads param name. */
+static bool in_stage(void *ctx, const char *name) {
+  for (Node *n = ((PipeRun *)ctx)->stage->first; n; n = n->next)
+    if (n->op == OP_PARAM && strcmp(ir_attr_str(n, "name"), name) == 0) return true;
+  return false;
+}
+
 /* Each of map's tensors that the stage reads into its plan (a shard's
  * part of it under tensor parallelism). */
 static bool bind_stage_weights(PipeRun *p, const TensorMap *map) {
   bool ok = true;
   for (int i = 0; ok && i < map->n; i++) {
-    bool mine = false;
-    for (Node *n = p->stage->first; n && !mine; n = n->next)
-      mine = n->op == OP_PARAM && strcmp(ir_attr_str(n, "name"), map->names[i]) == 0;
-    if (!mine) continue;
+    if (!in_stage(p, map->names[i])) continue;
     const Tensor *w = &map->tensors[i];
     size_t bytes = ir_tensor_nbytes(&w->type);
     if (!train_tp_sharded(p->m, map->names[i], NULL)) {
@@ -415,12 +419,6 @@ static bool bind_stage_weights(PipeRun *p, const TensorMap *map) {
  * from the file's header, the stage's alone read and set into its plan; or random from --seed,
  * which draws each parameter from its name, so a stage draws what one
  * process draws. */
-static bool in_stage(void *ctx, const char *name) {
-  for (Node *n = ((PipeRun *)ctx)->stage->first; n; n = n->next)
-    if (n->op == OP_PARAM && strcmp(ir_attr_str(n, "name"), name) == 0) return true;
-  return false;
-}
-
 static bool bind_weights(PipeRun *p) {
   if (dlc_init_weights(p->m, p->o->seed) != DLC_OK) return model_failed(p);
   if (!p->o->weights && !p->onnx_params.n) return true;

@@ -854,6 +854,21 @@ static Value *reshaped_to(Tp *t, Node *before, Value *v, int rank, const int64_t
   return placed(t, before, n);
 }
 
+/* v, this rank's block along axis of a tensor T times as long there,
+ * placed among zeros for the other ranks' blocks: the parts to concat
+ * (up to 3, their count returned), which summed over the ranks give
+ * the whole tensor. */
+static int among_zeros(Tp *t, Node *n, Value *v, int axis, Value **parts) {
+  int np = 0;
+  TensorType zt = v->type;
+  int64_t len = v->type.dims[axis];
+  if (t->rank > 0) zt.dims[axis] = t->rank * len, parts[np++] = pass_new_const(t->g, n, 0, &zt, n->loc);
+  parts[np++] = v;
+  if (t->rank < t->T - 1)
+    zt.dims[axis] = (t->T - 1 - t->rank) * len, parts[np++] = pass_new_const(t->g, n, 0, &zt, n->loc);
+  return np;
+}
+
 /* Cross entropy n (softmax_xent) on this rank's classes x [N, C/T] of
  * logits [N, C]: its rows' log-sum-exp, its logit of each row's class
  * when the class is one of its own, and (with label smoothing) its sum
@@ -879,17 +894,14 @@ static Node *xent_part(Tp *t, Node *n, Value *x) {
                      op2(t, n, OP_LOGICAL_AND, op2(t, n, OP_GREATER_EQUAL, cls, zero),
                          op2(t, n, OP_LESS, cls, scalar(t, n, (double)C, it))));
   Value *at = select3(t, n, valid, select3(t, n, mine, local, zero), cls);
-  Node *pick = ir_node_new(g, OP_GATHER_ELEMENTS, 2, (Value *[]){x, reshaped_to(t, n, at, 2, (int64_t[]){N, 1})}, n->loc);
+  Value *pick_at = reshaped_to(t, n, at, 2, (int64_t[]){N, 1});
+  Node *pick = ir_node_new(g, OP_GATHER_ELEMENTS, 2, (Value *[]){x, pick_at}, n->loc);
   ir_set_int(g, pick, "axis", 1);
   Value *picked = select3(t, n, reshaped_to(t, n, mine, 2, (int64_t[]){N, 1}), placed(t, n, pick),
                           scalar(t, n, 0, x->type.dtype));
   /* [0 .. 0, lse, 0 .. 0 | picked | sum] */
   Value *parts[5];
-  int np = 0;
-  TensorType zt = {.dtype = x->type.dtype, .rank = 2, .dims = {N, 0}};
-  if (t->rank > 0) zt.dims[1] = t->rank, parts[np++] = pass_new_const(g, n, 0, &zt, n->loc);
-  parts[np++] = row_logsumexp(t, n, x);
-  if (t->rank < t->T - 1) zt.dims[1] = t->T - 1 - t->rank, parts[np++] = pass_new_const(g, n, 0, &zt, n->loc);
+  int np = among_zeros(t, n, row_logsumexp(t, n, x), 1, parts);
   parts[np++] = picked;
   if (eps > 0) parts[np++] = row_reduce(t, n, OP_REDUCE_SUM, x);
   Node *row = ir_node_new(g, OP_CONCAT, np, parts, n->loc);
@@ -913,12 +925,7 @@ static Node *xent_part(Tp *t, Node *n, Value *x) {
 static void gather_output(Tp *t, Node *n, Value *v, int axis) {
   Graph *g = t->g;
   Value *parts[3];
-  int np = 0;
-  TensorType zt = v->type;
-  if (t->rank > 0) zt.dims[axis] = t->rank * v->type.dims[axis], parts[np++] = pass_new_const(g, n, 0, &zt, n->loc);
-  parts[np++] = v;
-  if (t->rank < t->T - 1)
-    zt.dims[axis] = (t->T - 1 - t->rank) * v->type.dims[axis], parts[np++] = pass_new_const(g, n, 0, &zt, n->loc);
+  int np = among_zeros(t, n, v, axis, parts);
   Node *c = ir_node_new(g, OP_CONCAT, np, parts, n->loc);
   ir_set_int(g, c, "axis", axis);
   Node *sum = pass_new_node(g, n, OP_ALLREDUCE_SUM, 1, (Value *[]){placed(t, n, c)}, NULL, n->loc);
@@ -1032,7 +1039,8 @@ static bool try_source(Tp *t, Node *s) {
     int sinks = 0;
     for (int i = 0; ok && i < t->n_members; i++) sinks += t->role[t->members[i]->id] == ROLE_SINK;
     /* a head's gathered outputs end a region as a sink would */
-    if (ok && !sinks && !(t->n_gathered && wide_head(t))) ok = fail(t, "no linear reads its result (an unpaired linear)");
+    if (ok && !sinks && !(t->n_gathered && wide_head(t)))
+      ok = fail(t, "no linear reads its result (an unpaired linear)");
     if (ok && record(t)) {
       rewrite(t);
       t->out->n_regions++;
@@ -1067,32 +1075,23 @@ static void rewrite_lookup(Tp *t, Node *u, Node *p) {
   DType it = ids->type.dtype;
   int64_t V = p->out[0].type.dims[0], L = V / t->T, start = t->rank * L;
   Value *zero = scalar(t, u, 0, it);
-  Value *loc = select3(t, u, op2(t, u, OP_LESS, ids, zero), op2(t, u, OP_ADD, ids, scalar(t, u, (double)(V - start), it)),
-                       op2(t, u, OP_SUB, ids, scalar(t, u, (double)start, it)));
+  Value *from_end = op2(t, u, OP_ADD, ids, scalar(t, u, (double)(V - start), it));
+  Value *from_start = op2(t, u, OP_SUB, ids, scalar(t, u, (double)start, it));
+  Value *loc = select3(t, u, op2(t, u, OP_LESS, ids, zero), from_end, from_start);
   Value *mine = op2(t, u, OP_LOGICAL_AND, op2(t, u, OP_GREATER_EQUAL, loc, zero),
                     op2(t, u, OP_LESS, loc, scalar(t, u, (double)L, it)));
   Value *valid = op2(t, u, OP_LOGICAL_AND, op2(t, u, OP_GREATER_EQUAL, ids, scalar(t, u, (double)-V, it)),
                      op2(t, u, OP_LESS, ids, scalar(t, u, (double)V, it)));
   Value *at = select3(t, u, valid, select3(t, u, mine, loc, zero), ids);
   const TensorType *w = &p->out[0].type;
-  int64_t s[DL_MAX_RANK], e[DL_MAX_RANK];
-  for (int k = 0; k < w->rank; k++) s[k] = 0, e[k] = w->dims[k];
-  s[0] = start, e[0] = start + L;
-  Value *rows = &slice_node(g, u, &p->out[0], s, e, NULL)->out[0];
-  Node *local = pass_new_node(g, u, OP_GATHER, 2, (Value *[]){rows, at}, u, u->loc);
+  Node *local = pass_new_node(g, u, OP_GATHER, 2, (Value *[]){block_of(t, u, &p->out[0], 0), at}, u, u->loc);
   Value *keep = mine;
   if (w->rank > 1) {
     int64_t shape[DL_MAX_RANK];
     int r = 0;
     for (int k = 0; k < ids->type.rank; k++) shape[r++] = ids->type.dims[k];
     for (int k = 1; k < w->rank; k++) shape[r++] = 1;
-    Node *rs = ir_node_new(g, OP_RESHAPE, 1, &mine, u->loc);
-    rs->scope = u->scope;
-    ir_set_ints(g, rs, "shape", r, shape);
-    char err[256];
-    if (!ir_infer(rs, err, sizeof err)) dl_internal(g->ctx, "tensor parallel lookup: %s", err);
-    ir_insert_before(g, u, rs);
-    keep = &rs->out[0];
+    keep = reshaped_to(t, u, mine, r, shape);
   }
   Value *part = select3(t, u, keep, &local->out[0], scalar(t, u, 0, w->dtype));
   Node *sum = pass_new_node(g, u, OP_ALLREDUCE_SUM, 1, &part, NULL, u->loc);

@@ -1,5 +1,6 @@
 /* safetensors files: takes a path, returns every tensor in it, or its
- * header with each tensor read when asked (or writes a set).  Layout: 8-byte little-endian header size N, N bytes of JSON
+ * header with each tensor read when asked (or writes a set).  Layout:
+ * 8-byte little-endian header size N, N bytes of JSON
  * {"name": {"dtype", "shape", "data_offsets": [b, e]}, "__metadata__"},
  * then the data, offsets counted from its start.  The header is checked
  * in full before any data is read (names found by a hash index, so its
@@ -326,7 +327,8 @@ int rt_safetensors_load(RtTensorSet *s, int i, char *err, size_t errlen) {
   /* Every entry lies inside the data (parse_entry), so nothing is
    * allocated beyond the file's size. */
   t->data = malloc(t->nbytes ? t->nbytes : 1);
-  if (!t->data) return fail(err, errlen, "%s: tensor '%s': out of memory for %zu bytes", s->path, s->names[i], t->nbytes);
+  if (!t->data)
+    return fail(err, errlen, "%s: tensor '%s': out of memory for %zu bytes", s->path, s->names[i], t->nbytes);
   if (t->nbytes && rt_read_at(s->fd, t->data, t->nbytes, s->begins[i]) != 0) {
     free(t->data);
     t->data = NULL;
