@@ -5,7 +5,7 @@
  * thread.  Device memory is host memory, so RtDevPtr is a host pointer.
  *
  * Threads of a block run one after another when the plan says the kernel
- * has no barriers.  Otherwise each thread is a fiber (ucontext) that runs
+ * has no barriers.  Otherwise each thread is a fiber (emu_fiber.h) that runs
  * until it reaches __syncthreads or a warp operation, where it yields to
  * the scheduler; a barrier releases its threads once all it waits for
  * have arrived.  What CUDA leaves undefined and a GPU would hang or
@@ -30,11 +30,11 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
-#include <ucontext.h>
 #include <unistd.h>
 
 #include "device.h"
 #include "emu/dlcc_emu.h"
+#include "emu_fiber.h"
 #include "runtime.h"
 
 #if defined(__SANITIZE_ADDRESS__)
@@ -49,7 +49,7 @@
 #include <sanitizer/common_interface_defs.h>
 #endif
 /* ThreadSanitizer follows a thread's stack and its happens-before clock;
- * a swapcontext it is not told about looks to it like one thread's stack
+ * a fiber switch it is not told about looks to it like one thread's stack
  * jumping about, so each fiber is a TSan fiber too (tests/tsan.mk builds
  * the runtime this way). */
 #if defined(__SANITIZE_THREAD__)
@@ -131,7 +131,7 @@ typedef struct CpQueue {
 } CpQueue;
 
 typedef struct Fiber {
-  ucontext_t ctx;
+  EmuContext ctx;
   char *map; /* guard page, then the stack */
   DlccEmuDim3 tid;
   unsigned linear;
@@ -162,8 +162,9 @@ typedef struct Sched {
   unsigned cur, n_done, n_block_wait, first_done;
   unsigned n_grid_wait; /* threads of the running block at the grid barrier (cooperative) */
   bool fibered, failed, dirty;
+  bool fast_switch; /* emu_fiber.h's fast path, not swapcontext */
   CpQueue serial_cp; /* the running thread's, when not fibered */
-  ucontext_t main_ctx;
+  EmuContext main_ctx;
   jmp_buf fast_exit;
   DlccEmuEnv env;
   void (*launcher)(void **);
@@ -233,7 +234,7 @@ static void fiber_yield(Sched *s, Fiber *f, bool exiting) {
 #ifdef EMU_TSAN
   __tsan_switch_to_fiber(s->tsan_main, 0);
 #endif
-  swapcontext(&f->ctx, &s->main_ctx);
+  emu_fiber_switch(&f->ctx, &s->main_ctx);
 #ifdef EMU_ASAN
   __sanitizer_finish_switch_fiber(s->main_fake, &s->main_bottom, &s->main_size);
 #endif
@@ -601,10 +602,6 @@ static void fiber_entry(void) {
   fiber_yield(s, f, true);
 }
 
-/* getcontext points a context into itself (glibc's saved FPU state), so
- * one that realloc moved would restore that state from the freed block:
- * each moved fiber takes a fresh one.  Apart, as getcontext returns twice. */
-static __attribute__((noinline)) bool fresh_context(Fiber *f) { return getcontext(&f->ctx) == 0; }
 
 static int grow_fibers(Sched *s, unsigned n) {
   if (n <= s->cap) return 0;
@@ -612,7 +609,10 @@ static int grow_fibers(Sched *s, unsigned n) {
   if (!nf) return rt_device_fail(&s->dev->base, "emu: out of host memory for %u fibers", n);
   s->fibers = nf;
   for (unsigned i = 0; i < s->cap; i++)
-    if (!fresh_context(&nf[i])) return rt_device_fail(&s->dev->base, "emu: getcontext: %s", strerror(errno));
+    /* getcontext points a context into itself (glibc's saved FPU state),
+     * so one that realloc moved would restore that state from the freed
+     * block: each moved fiber takes a fresh one. */
+    if (emu_fiber_init(&nf[i].ctx, s->fast_switch)) return rt_device_fail(&s->dev->base, "emu: getcontext: %s", strerror(errno));
   size_t page = (size_t)sysconf(_SC_PAGESIZE);
   for (unsigned i = s->cap; i < n; i++) {
     Fiber *f = &s->fibers[i];
@@ -621,7 +621,7 @@ static int grow_fibers(Sched *s, unsigned n) {
      * a few pages of each.  The guard page turns an overflow into a crash
      * at the right place instead of a corrupted neighbour. */
     f->map = mmap(NULL, FIBER_STACK + page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (f->map == MAP_FAILED || mprotect(f->map, page, PROT_NONE) || getcontext(&f->ctx)) {
+    if (f->map == MAP_FAILED || mprotect(f->map, page, PROT_NONE) || emu_fiber_init(&f->ctx, s->fast_switch)) {
       if (f->map != MAP_FAILED) munmap(f->map, FIBER_STACK + page);
       s->cap = i;
       return rt_device_fail(&s->dev->base, "emu: cannot map fiber stacks: %s", strerror(errno));
@@ -643,10 +643,7 @@ static void block_start(Sched *s) {
     /* A fiber abandoned mid-kernel left its frames' redzones poisoned. */
     if (s->dirty) __asan_unpoison_memory_region(f->map + page, FIBER_STACK);
 #endif
-    f->ctx.uc_stack.ss_sp = f->map + page;
-    f->ctx.uc_stack.ss_size = FIBER_STACK;
-    f->ctx.uc_link = &s->main_ctx;
-    makecontext(&f->ctx, fiber_entry, 0);
+    emu_fiber_make(&f->ctx, f->map + page, FIBER_STACK, fiber_entry);
     f->state = F_READY;
     f->cp.n = f->cp.groups = 0; /* copies a thread never waited for die with its block */
     f->wg.n = f->wg.groups = 0, f->wg.fenced = false;
@@ -696,7 +693,7 @@ static int block_run(Sched *s) {
     s->tsan_main = __tsan_get_current_fiber();
     __tsan_switch_to_fiber(f->tsan, 0);
 #endif
-    swapcontext(&s->main_ctx, &f->ctx);
+    emu_fiber_switch(&s->main_ctx, &f->ctx);
 #ifdef EMU_ASAN
     __sanitizer_finish_switch_fiber(s->main_fake, NULL, NULL);
 #endif
@@ -1624,6 +1621,11 @@ RtDevice *rt_emu_open(char *err, size_t errlen) {
   }
   e->base.ops = &emu_ops;
   e->sched.dev = e;
+  /* swapcontext on request: for tools that follow only it, and so that
+   * the suite keeps that path tested */
+  const char *sw = getenv("DLCC_EMU_SWITCH");
+  e->sched.fast_switch = !(sw && !strcmp(sw, "ucontext"));
+  emu_fiber_init(&e->sched.main_ctx, e->sched.fast_switch);
 
   const char *cxx = getenv("DLCC_EMU_CXX");
   if (cxx && *cxx) {

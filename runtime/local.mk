@@ -31,6 +31,8 @@ include_HEADERS += include/dlcrt.h
 # source tree's), fibers for barriers, a CPU GEMM for RtGemm.
 libdlcrt_la_SOURCES += \
 	runtime/emu.c \
+	runtime/emu_fiber.c \
+	runtime/emu_fiber.h \
 	runtime/emu_gemm.c
 libdlcrt_la_CPPFLAGS += -DDLCC_EMU_INSTALLED_HEADER='"$(pkgdatadir)/dlcc_emu.h"' \
 	-DDLCC_EMU_SRC_HEADER='"$(abs_top_srcdir)/runtime/emu/dlcc_emu.h"'

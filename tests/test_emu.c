@@ -1195,6 +1195,11 @@ START_TEST(cooperative_grid_errors) {
 }
 END_TEST
 
+/* The fiber tests again on swapcontext, the path without the fast
+ * switch (runtime/emu_fiber.h). */
+static void use_swapcontext(void) { setenv("DLCC_EMU_SWITCH", "ucontext", 1); }
+static void use_fast_switch(void) { unsetenv("DLCC_EMU_SWITCH"); }
+
 static Suite *emu_suite(void) {
   Suite *s = suite_create("emu");
   TCase *k = tcase_create("kernels");
@@ -1225,6 +1230,16 @@ static Suite *emu_suite(void) {
   tcase_add_test(e, missing_launcher_is_named);
   tcase_add_test(e, missing_compiler_fails_open);
   suite_add_tcase(s, e);
+  TCase *u = tcase_create("swapcontext");
+  tcase_set_timeout(u, 300);
+  tcase_add_checked_fixture(u, use_swapcontext, use_fast_switch);
+  tcase_add_test(u, block_reduction_shared);
+  tcase_add_test(u, warp_shuffles);
+  tcase_add_test(u, fibers_survive_growing_blocks);
+  tcase_add_test(u, cooperative_grid_barrier_and_shared_per_block);
+  tcase_add_test(u, threads_at_different_barriers_deadlock);
+  tcase_add_test(u, lane_exits_while_warp_waits);
+  suite_add_tcase(s, u);
   TCase *c = tcase_create("cache");
   tcase_set_timeout(c, 300);
   tcase_add_test(c, cache_hit_on_second_load);
