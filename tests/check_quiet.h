@@ -1,4 +1,4 @@
-/* Included first in every Check suite (TEST_CFLAGS' -include).
+/* <check.h> for our suites, which include this instead.
  *
  * Check records each passing assertion with a write(2) to its message
  * file (_mark_point), so that a crash can name the last one passed.  Our
@@ -10,7 +10,7 @@
 #ifndef DLCC_TESTS_CHECK_QUIET_H
 #define DLCC_TESTS_CHECK_QUIET_H
 
-#include <check.h>
+#include "check_quiet.h"
 
 #undef ck_assert_msg
 #define ck_assert_msg(expr, ...) \

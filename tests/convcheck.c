@@ -2,7 +2,7 @@
  * a compiled Job, returns IR text or the error against ir_eval. */
 #include "tests/convcheck.h"
 
-#include <check.h>
+#include "check_quiet.h"
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>

@@ -1,7 +1,7 @@
 /* Graphs from IR text for the single-op suites (tests/irjob.h). */
 #include "tests/irjob.h"
 
-#include <check.h>
+#include "check_quiet.h"
 #include <stdlib.h>
 #include <string.h>
 

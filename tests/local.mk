@@ -1,5 +1,5 @@
 # Check suites; each area keeps its own fragment.
-TEST_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) -include $(top_srcdir)/tests/check_quiet.h
+TEST_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 TEST_LIBS = libdlcc_core.la libdlcrt.la $(CHECK_LIBS) $(CJSON_LIBS) -lm
 AM_TESTS_ENVIRONMENT = top_srcdir='$(abs_top_srcdir)' top_builddir='$(abs_top_builddir)'; export top_srcdir top_builddir;
 # Leaks inside NVIDIA's libraries are theirs (tests/lsan.supp says which).

@@ -1,7 +1,7 @@
 /* ONNX models built in C with protobuf-c (tests/onnxbuild.h). */
 #include "onnxbuild.h"
 
-#include <check.h>
+#include "check_quiet.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

@@ -6,7 +6,7 @@
  * and nothing left allocated after dlc_free.  A crash or an abort fails
  * the suite.  DLCC_ALLOC_SWEEP=full takes every N of every example and
  * backend (many minutes; make check takes a stride of the big ones). */
-#include <check.h>
+#include "check_quiet.h"
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>

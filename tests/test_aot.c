@@ -6,7 +6,7 @@
  * garbage, truncated or other-version model.so; bits and bytes flipped
  * across the plan and blobs of one; corrupted cache entries.  Every
  * test works in its own DLCC_CACHE_DIR. */
-#include <check.h>
+#include "check_quiet.h"
 #include <dlfcn.h>
 #include <elf.h>
 #include <glob.h>

@@ -7,7 +7,7 @@
  * sm_90; the f16 and bf16 kernels use mma.sync and ldmatrix; the cost
  * report's FLOPs; the shape rule's messages; the attention pass (fused
  * equals unfused); the language's multihead_attention with kv_heads. */
-#include <check.h>
+#include "check_quiet.h"
 #include <float.h>
 #include <inttypes.h>
 #include <stdio.h>

@@ -8,7 +8,7 @@
  * 32-row tiles), both layouts, empty lengths; NVRTC compiles each for
  * sm_90.  The gradients' values against finite differences are
  * test_grad's; training through it test_train's. */
-#include <check.h>
+#include "check_quiet.h"
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>

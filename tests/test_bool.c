@@ -5,7 +5,7 @@
  * signed zeros among the inputs), the generated source through NVRTC for
  * sm_80 and sm_90, a where/greater/mul chain fused into one kernel, and
  * bool tensors through .npy and safetensors. */
-#include <check.h>
+#include "check_quiet.h"
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

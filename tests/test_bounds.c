@@ -8,7 +8,7 @@
  * recomputed seal, must be refused by rt_plan_validate with a message
  * naming the step and argument; the seal itself (XXH64 vectors, tables
  * outside their memory, a corrupt part). */
-#include <check.h>
+#include "check_quiet.h"
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -10,7 +10,7 @@
  * MLP calibrated on emu against the interpreter, method by method.
  * Then the compiler API's options: their errors, calibration with the
  * weights named at compile or the random ones of calibrate_seed. */
-#include <check.h>
+#include "check_quiet.h"
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

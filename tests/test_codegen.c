@@ -4,7 +4,7 @@
  * buffers, labelled steps), and, when the emu device is linked in, the
  * plan run on emu must match ir_eval on random inputs (f32: 1e-5
  * relative). */
-#include <check.h>
+#include "check_quiet.h"
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>

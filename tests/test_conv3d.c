@@ -6,7 +6,7 @@
  * loops) and -O2 (conv3d + bias + relu as one implicit-GEMM kernel, a
  * relu fused into a pool), NVRTC for sm_80 and sm_90, and the language's
  * builtins with PyTorch's weight layout and their errors. */
-#include <check.h>
+#include "check_quiet.h"
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>

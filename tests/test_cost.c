@@ -5,7 +5,7 @@
  * formula and a plan's steps add up to its nodes' FLOPs; the FLOPs of
  * ResNet-18 and ResNet-50 against the published multiply-add counts;
  * the text --emit=plan and --stats print. */
-#include <check.h>
+#include "check_quiet.h"
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

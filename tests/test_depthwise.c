@@ -8,7 +8,7 @@
  * to the direct loop.  And conv_transpose on the tensor cores (strides 1,
  * 2 and 3, output_pad, groups, dilation, 3-d; f16, bf16, int8, tf32) and
  * its direct gather.  Some sources go through NVRTC for sm_90. */
-#include <check.h>
+#include "check_quiet.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

@@ -8,7 +8,7 @@
  * computation would differ: u64 values past 2^63, double values that
  * round differently through float, i16/u16 sums that wrap, float8 ties
  * and values past the largest finite one. */
-#include <check.h>
+#include "check_quiet.h"
 #include <inttypes.h>
 #include <math.h>
 #include <stdint.h>

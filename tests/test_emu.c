@@ -2,7 +2,7 @@
  * plan sources (grid-stride loops, shared-memory and warp reductions,
  * atomics, half types), the errors a GPU would hang on or get silently
  * wrong, the compile cache, and the CPU GEMM against a naive loop. */
-#include <check.h>
+#include "check_quiet.h"
 #include <dirent.h>
 #include <float.h>
 #include <math.h>

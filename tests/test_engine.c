@@ -7,7 +7,7 @@
  * and inputs and outputs bound to device memory. */
 #include "config.h"
 
-#include <check.h>
+#include "check_quiet.h"
 #include <dlfcn.h>
 #include <inttypes.h>
 #include <math.h>

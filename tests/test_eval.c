@@ -1,7 +1,7 @@
 /* Check suite for the reference interpreter (ir/eval.c) and parameter
  * initialization (ir/init.c): each op against hand-computed values or an
  * independent formula computed here. */
-#include <check.h>
+#include "check_quiet.h"
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>

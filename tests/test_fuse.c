@@ -4,7 +4,7 @@
  * the implicit-GEMM convolution, attention) compiled by NVRTC for sm_90
  * and run on emu against ir_eval (f32, 1e-5), the kernel-IR passes
  * (codegen/unroll.c) and the launch counts of the example models. */
-#include <check.h>
+#include "check_quiet.h"
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>

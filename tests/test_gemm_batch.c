@@ -4,7 +4,7 @@
  * cuBLASLt's epilogue), fused (the group's kernel adds it) and under an
  * activation epilogue, run on emu against ir_eval on random inputs; the
  * linears that must stay apart; the example blocks' launch counts. */
-#include <check.h>
+#include "check_quiet.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

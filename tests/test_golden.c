@@ -2,7 +2,7 @@
  * exactly tests/golden/NAME.ir, and that text must parse back and print
  * identically (the IR round trip).  Regenerate with `make update-golden`
  * after a deliberate change, and read the diff. */
-#include <check.h>
+#include "check_quiet.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

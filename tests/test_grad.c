@@ -6,7 +6,7 @@
  * rule, a parameter that reaches the loss only through ops with no
  * gradient, a loss that is not one value), the f64 dtype and the state
  * updates in the IR text. */
-#include <check.h>
+#include "check_quiet.h"
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -11,7 +11,7 @@
  * cuBLAS for a GEMM that only an init step makes. */
 #include "config.h"
 
-#include <check.h>
+#include "check_quiet.h"
 #include <dlfcn.h>
 #include <math.h>
 #include <stdio.h>

@@ -8,7 +8,7 @@
  * chosen inputs pin saturation, round-half-even ties and NaN; every
  * generated source compiles with NVRTC for sm_80 and sm_90 (when
  * configure found NVRTC). */
-#include <check.h>
+#include "check_quiet.h"
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,6 +1,6 @@
 /* Tests of the IR text printer and parser (exact text, round trips,
  * located errors, fuzzed input), the DOT writer and the verifier. */
-#include <check.h>
+#include "check_quiet.h"
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -4,7 +4,7 @@
  * of thousands) compile or fail with a located error on a thread with a
  * 1 MB stack, as a host's small-stack thread would call the JIT API; and
  * an allocation failure inside the plan's memory checker unwinds. */
-#include <check.h>
+#include "check_quiet.h"
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>

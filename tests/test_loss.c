@@ -5,7 +5,7 @@
  * emu against the reference interpreter, `dlcc --loss`'s graph
  * (pass_append_loss), the located errors, and a class index out of
  * range reported at the loss on ref and emu. */
-#include <check.h>
+#include "check_quiet.h"
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

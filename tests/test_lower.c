@@ -2,7 +2,7 @@
  * tests/errors and inline snippets), parses and lowers it, and checks the
  * graph (verifier, parameter names, shapes and inits, op counts) or the
  * exact diagnostics. */
-#include <check.h>
+#include "check_quiet.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

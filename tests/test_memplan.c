@@ -3,7 +3,7 @@
  * it), the plan builder's liveness and in-place rule on small graphs,
  * the checker catching a wrong plan, every example planned at -O2 and
  * run on emu against ir_eval, and `dlcc memplan FILE.csv`. */
-#include <check.h>
+#include "check_quiet.h"
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -6,7 +6,7 @@
  * cp.async completes, and divergent warps, which must fail; and the same
  * text through NVRTC for sm_80, sm_90 and sm_90a.  `test_mma --cubin ARCH
  * FILE` writes the kernels' cubin instead (tests/tc_sass.sh). */
-#include <check.h>
+#include "check_quiet.h"
 #include <float.h>
 #include <math.h>
 #include <stdarg.h>

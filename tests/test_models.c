@@ -3,7 +3,7 @@
  * run with weights this test writes and are compared with forward passes
  * written here as plain loops; bad weights and bad inputs give their exact
  * messages.  Files live in a mkdtemp dir made per test. */
-#include <check.h>
+#include "check_quiet.h"
 #include <dirent.h>
 #include <math.h>
 #include <stdbool.h>

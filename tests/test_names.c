@@ -8,7 +8,7 @@
  * hold comment closers; an IR location comment that would end a CUDA
  * line comment.  Each test works in its own folder; the kernel cache is
  * shared by the suite. */
-#include <check.h>
+#include "check_quiet.h"
 #include <dirent.h>
 #include <math.h>
 #include <stdarg.h>

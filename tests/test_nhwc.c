@@ -8,7 +8,7 @@
  * what it leaves alone (a single conv, channels no multiple of a
  * chunk, --no-nhwc, --no-tensor-cores); the FMA kernel on an nhwc conv;
  * and the shape rule's errors. */
-#include <check.h>
+#include "check_quiet.h"
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -2,7 +2,7 @@
  * needed) and checks the graphs, the params' data, the values computed by
  * the reference interpreter, folding at import, and the messages for bad
  * or unsupported input; then an .onnx file through the JIT API. */
-#include <check.h>
+#include "check_quiet.h"
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -5,7 +5,7 @@
  * becomes a check: the other branch runs, and a run whose condition picks
  * the refused one fails with one exact message on both; both branches
  * refused is an import error with both reasons. */
-#include <check.h>
+#include "check_quiet.h"
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -6,7 +6,7 @@
  * loops written here; the ops that would mix the padding into real rows
  * are refused by name; the length marks survive the IR text, and a plan
  * whose marks are wrong is refused at load. */
-#include <check.h>
+#include "check_quiet.h"
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>

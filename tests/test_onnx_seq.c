@@ -3,7 +3,7 @@
  * out here on the reference interpreter; sequence inputs and outputs
  * flatten to "s.0", "s.1", ...; positions, lengths and types that are
  * not known at import, or out of range, are errors naming the node. */
-#include <check.h>
+#include "check_quiet.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

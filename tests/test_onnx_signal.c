@@ -9,7 +9,7 @@
  * generated kernels on emu against the reference interpreter with the
  * imported tables, the messages for bad attributes, and hints that flow
  * from an integer input to a shape but not from a float input's data. */
-#include <check.h>
+#include "check_quiet.h"
 #include <complex.h>
 #include <math.h>
 #include <stdio.h>

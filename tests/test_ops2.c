@@ -8,7 +8,7 @@
  * the op is exact, 1e-5 relative for libm's functions), NVRTC for sm_80
  * and sm_90, a fused chain, out-of-range indices on emu, and the
  * language's builtins with their errors. */
-#include <check.h>
+#include "check_quiet.h"
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>

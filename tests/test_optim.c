@@ -8,7 +8,7 @@
  * equal to N interpreter steps, optimizer state and step counter
  * included; dlcc.* params zero from dlc_init_weights; the plan's update
  * steps and rt_plan_validate's refusals; the spec errors. */
-#include <check.h>
+#include "check_quiet.h"
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,7 +1,7 @@
 /* Scanner and parser tests: takes .dl text (inline, and the examples),
  * checks the AST dump, node locations and the exact error messages, and
  * that random mutations and failing allocations never crash the parser. */
-#include <check.h>
+#include "check_quiet.h"
 #include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>

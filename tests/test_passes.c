@@ -6,7 +6,7 @@
  * pass manager's options: pass names, dumps, timing, statistics and the
  * verifier.  RANDGRAPH_ITERS=N runs N random graphs (make check-long),
  * RANDGRAPH_SEED=S just one. */
-#include <check.h>
+#include "check_quiet.h"
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -8,7 +8,7 @@
  * and bf16 through codegen, unfused and fused, the language's
  * precision="f32" and the API's option.  DLCC_TEST_VERBOSE=1 prints every
  * figure (the examples' figures are printed always). */
-#include <check.h>
+#include "check_quiet.h"
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

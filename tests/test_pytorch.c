@@ -4,7 +4,7 @@
  * Models compile through the public API on the reference interpreter
  * and on emu, with the same weights and inputs, and must agree; the
  * error texts are exact. */
-#include <check.h>
+#include "check_quiet.h"
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

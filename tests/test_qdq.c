@@ -6,7 +6,7 @@
  * the imported IR (the products are int8 ones), ir_eval against ONNX's
  * formulas as onnxruntime computes them (bit for bit), and the compiled
  * plan on emu against ir_eval (bit for bit); then the errors. */
-#include <check.h>
+#include "check_quiet.h"
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -10,7 +10,7 @@
  * structure tests use the smallest calibrator the pass's contract allows.
  * DLCC_TEST_VERBOSE=1 prints the quant-report tables; DLCC_TEST_SEED
  * changes the weights and inputs. */
-#include <check.h>
+#include "check_quiet.h"
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

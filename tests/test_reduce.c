@@ -8,7 +8,7 @@
  * kernels (shuffles, 16-byte accesses, broadcast operands once per
  * vector); NVRTC compiles every graph for sm_90.  The language's
  * rms_norm and group_norm builtins are in test_lower.c's style here too. */
-#include <check.h>
+#include "check_quiet.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

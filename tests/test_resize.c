@@ -8,7 +8,7 @@
  * grid_sample builtin. */
 #include "config.h"
 
-#include <check.h>
+#include "check_quiet.h"
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

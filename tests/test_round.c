@@ -6,7 +6,7 @@
  * and below a tie, subnormals and their ties, the subnormal-normal
  * boundary, overflow to inf, inf and NaN; and i32/i64 to bf16 and f16,
  * which must round once (through float they round twice). */
-#include <check.h>
+#include "check_quiet.h"
 #include <float.h>
 #include <math.h>
 #include <stdint.h>

@@ -4,7 +4,7 @@
  * shows that model.c needs nothing of a real device. */
 #include "config.h"
 
-#include <check.h>
+#include "check_quiet.h"
 #include <dlfcn.h>
 #include <stdarg.h>
 #include <stdbool.h>

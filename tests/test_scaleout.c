@@ -3,7 +3,7 @@
  * stage split (balanced, weighing cut costs, deterministic, strided on
  * big graphs), and whole splits worked out by hand from the formulas of
  * docs/parallel.md. */
-#include <check.h>
+#include "check_quiet.h"
 #include <math.h>
 #include <stdlib.h>
 

@@ -1,6 +1,6 @@
 /* Check suite for ir/shape.c: builds single nodes over typed inputs, runs
  * ir_infer and compares the result types or the exact error message. */
-#include <check.h>
+#include "check_quiet.h"
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>

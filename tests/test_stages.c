@@ -9,7 +9,7 @@
  * split (dlcc run --pipeline): the cuts training forbids allowed, a
  * weight copied into each stage that reads it, every output brought to
  * the last stage, which returns them under their names. */
-#include <check.h>
+#include "check_quiet.h"
 #include <float.h>
 #include <stdio.h>
 #include <string.h>

@@ -9,7 +9,7 @@
  * arrives by cp.async; what falls back to the FMA and direct kernels;
  * the int8 GEMM kernel; the tile heuristic; and every source through
  * NVRTC for sm_90. */
-#include <check.h>
+#include "check_quiet.h"
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>

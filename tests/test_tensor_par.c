@@ -8,7 +8,7 @@
  * says why; the all-reduces autodiff makes of tp_copy and allreduce_sum;
  * the combinations refused; RT_STEP_ALLREDUCE's reduction in the plan
  * and the loader's refusal of a bad one. */
-#include <check.h>
+#include "check_quiet.h"
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -2,7 +2,7 @@
  * and binding weights to a graph (api/weights.c): round trips, files
  * written byte by byte as NumPy and PyTorch write them, and every
  * malformed input with its exact message.  Files live in a mkdtemp dir. */
-#include <check.h>
+#include "check_quiet.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

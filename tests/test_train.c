@@ -9,7 +9,7 @@
  * transformer, resnet18) made into losses, on emu against
  * the reference at 1e-5 of each output's scale; batchnorm's running
  * statistics against PyTorch's update rule computed here. */
-#include <check.h>
+#include "check_quiet.h"
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

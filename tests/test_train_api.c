@@ -4,7 +4,7 @@
  * step's update read back against its kept gradient, copy_state between
  * steps of two batches and an eval model, what save writes, and the
  * errors. */
-#include <check.h>
+#include "check_quiet.h"
 #include <math.h>
 #include <stdbool.h>
 #include <stdio.h>

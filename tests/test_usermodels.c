@@ -6,7 +6,7 @@
  * public API on the reference interpreter and on emu, at -O0 and -O2,
  * with the same weights and inputs, and every output must agree with the
  * reference at -O0 within 1e-5 of its scale (integer outputs exactly). */
-#include <check.h>
+#include "check_quiet.h"
 #include <math.h>
 #include <stdbool.h>
 #include <stdio.h>

@@ -7,7 +7,7 @@
  * their gradients by autodiff, one row kernel for both (passes/xent.c)
  * except where the gradient reads the loss; and the bias gradients that ride on
  * their weight gradients' GEMMs (the BGRAD epilogue) in an MLP's step. */
-#include <check.h>
+#include "check_quiet.h"
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,7 +1,7 @@
 /* Helpers several Check suites share (tests/testutil.h). */
 #include "tests/testutil.h"
 
-#include <check.h>
+#include "check_quiet.h"
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>

@@ -7,7 +7,7 @@
  * runs, the kernel cache or the loader stops the test with TSan's report.
  *
  *     threads MODEL.so [THREADS [RUNS]] */
-#include <check.h>
+#include "check_quiet.h"
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
