@@ -10,7 +10,7 @@
 #ifndef DLCC_TESTS_CHECK_QUIET_H
 #define DLCC_TESTS_CHECK_QUIET_H
 
-#include "check_quiet.h"
+#include <check.h>
 
 #undef ck_assert_msg
 #define ck_assert_msg(expr, ...) \
