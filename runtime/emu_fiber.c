@@ -8,6 +8,17 @@
 #include <sys/syscall.h>
 #endif
 
+#if defined(__SANITIZE_ADDRESS__)
+#define EMU_FIBER_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define EMU_FIBER_ASAN 1
+#endif
+#endif
+#ifdef EMU_FIBER_ASAN
+#include <sanitizer/asan_interface.h>
+#endif
+
 #if defined(__x86_64__) && defined(__ELF__)
 #define EMU_FAST_SWITCH 1
 /* Pushes the callee-saved registers and the SSE and x87 control words
@@ -86,6 +97,10 @@ void emu_fiber_make(EmuContext *c, char *stack, size_t size, void (*entry)(void)
      * entry's slot is 16-byte aligned, so entry starts with the stack
      * as a call leaves it. */
     uint64_t *sp = (uint64_t *)(((uintptr_t)stack + size) & ~(uintptr_t)15);
+#ifdef EMU_FIBER_ASAN
+    /* The stack's last thread left its frames' redzones poisoned. */
+    __asan_unpoison_memory_region(sp - 10, 10 * sizeof *sp);
+#endif
     *--sp = 0;
     *--sp = (uint64_t)(uintptr_t)entry;
     for (int i = 0; i < 6; i++) *--sp = 0;
