@@ -603,6 +603,17 @@ static void fiber_entry(void) {
 }
 
 
+/* Unmaps a fiber's stack.  Its threads' frames left their redzones
+ * poisoned, and ASan keeps shadow across munmap: whatever the address
+ * space next holds there (NVRTC's buffers, in test_tcgemm) would read as
+ * a stack overflow. */
+static void unmap_stack(char *map, size_t page) {
+#ifdef EMU_ASAN
+  __asan_unpoison_memory_region(map, FIBER_STACK + page);
+#endif
+  munmap(map, FIBER_STACK + page);
+}
+
 static int grow_fibers(Sched *s, unsigned n) {
   if (n <= s->cap) return 0;
   Fiber *nf = realloc(s->fibers, sizeof *nf * n);
@@ -622,7 +633,7 @@ static int grow_fibers(Sched *s, unsigned n) {
      * at the right place instead of a corrupted neighbour. */
     f->map = mmap(NULL, FIBER_STACK + page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (f->map == MAP_FAILED || mprotect(f->map, page, PROT_NONE) || emu_fiber_init(&f->ctx, s->fast_switch)) {
-      if (f->map != MAP_FAILED) munmap(f->map, FIBER_STACK + page);
+      if (f->map != MAP_FAILED) unmap_stack(f->map, page);
       s->cap = i;
       return rt_device_fail(&s->dev->base, "emu: cannot map fiber stacks: %s", strerror(errno));
     }
@@ -1563,7 +1574,7 @@ static void emu_destroy(RtDevice *d) {
   EmuDevice *e = (EmuDevice *)d;
   size_t page = (size_t)sysconf(_SC_PAGESIZE);
   for (unsigned i = 0; i < e->sched.cap; i++) {
-    munmap(e->sched.fibers[i].map, FIBER_STACK + page);
+    unmap_stack(e->sched.fibers[i].map, page);
     free(e->sched.fibers[i].cp.copies);
     free(e->sched.fibers[i].wg.ops);
 #ifdef EMU_TSAN
