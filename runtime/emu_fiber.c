@@ -26,7 +26,7 @@
  * stores that stack pointer in *save, then pops the same from the stack
  * at to and returns to where that context called from (or, for a fresh
  * one, to its entry: emu_fiber_make). */
-__asm__(".text\n"
+__asm__(".pushsection .text\n"
         ".p2align 4\n"
         ".globl dlcc_emu_fiber_switch\n"
         ".hidden dlcc_emu_fiber_switch\n"
@@ -53,7 +53,8 @@ __asm__(".text\n"
         "  popq %rbx\n"
         "  popq %rbp\n"
         "  ret\n"
-        ".size dlcc_emu_fiber_switch, .-dlcc_emu_fiber_switch\n");
+        ".size dlcc_emu_fiber_switch, .-dlcc_emu_fiber_switch\n"
+        ".popsection\n");
 void dlcc_emu_fiber_switch(void **save, void *to);
 #endif
 
