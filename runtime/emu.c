@@ -602,7 +602,6 @@ static void fiber_entry(void) {
   fiber_yield(s, f, true);
 }
 
-
 /* Unmaps a fiber's stack.  Its threads' frames left their redzones
  * poisoned, and ASan keeps shadow across munmap: whatever the address
  * space next holds there (NVRTC's buffers, in test_tcgemm) would read as
@@ -619,11 +618,12 @@ static int grow_fibers(Sched *s, unsigned n) {
   Fiber *nf = realloc(s->fibers, sizeof *nf * n);
   if (!nf) return rt_device_fail(&s->dev->base, "emu: out of host memory for %u fibers", n);
   s->fibers = nf;
+  /* getcontext points a context into itself (glibc's saved FPU state),
+   * so one that realloc moved would restore that state from the freed
+   * block: each moved fiber takes a fresh one. */
   for (unsigned i = 0; i < s->cap; i++)
-    /* getcontext points a context into itself (glibc's saved FPU state),
-     * so one that realloc moved would restore that state from the freed
-     * block: each moved fiber takes a fresh one. */
-    if (emu_fiber_init(&nf[i].ctx, s->fast_switch)) return rt_device_fail(&s->dev->base, "emu: getcontext: %s", strerror(errno));
+    if (emu_fiber_init(&nf[i].ctx, s->fast_switch))
+      return rt_device_fail(&s->dev->base, "emu: getcontext: %s", strerror(errno));
   size_t page = (size_t)sysconf(_SC_PAGESIZE);
   for (unsigned i = s->cap; i < n; i++) {
     Fiber *f = &s->fibers[i];
@@ -1636,7 +1636,9 @@ RtDevice *rt_emu_open(char *err, size_t errlen) {
    * the suite keeps that path tested */
   const char *sw = getenv("DLCC_EMU_SWITCH");
   e->sched.fast_switch = !(sw && !strcmp(sw, "ucontext"));
-  emu_fiber_init(&e->sched.main_ctx, e->sched.fast_switch);
+  /* the scheduler's own context: the first switch saves into it, so the
+   * getcontext behind this (swapcontext's path) cannot matter */
+  (void)emu_fiber_init(&e->sched.main_ctx, e->sched.fast_switch);
 
   const char *cxx = getenv("DLCC_EMU_CXX");
   if (cxx && *cxx) {
