@@ -234,13 +234,16 @@ static bool optim_spec_from_api(Ctx *c, const dlc_options *opt, OptimSpec *out) 
   OptimKind kind;
   if (!opt->grad) return diag_error(c, (SrcLoc){0}, "an optimizer needs grad (a training step)"), false;
   if (!optim_from_name(o->kind, &kind))
-    return diag_error(c, (SrcLoc){0}, "unknown optimizer '%s' (expected sgd, adam or adamw)",
+    return diag_error(c, (SrcLoc){0}, "unknown optimizer '%s' (expected sgd, adam, adamw, rmsprop or adagrad)",
                       o->kind ? o->kind : "(null)"),
            false;
   *out = (OptimSpec){.kind = kind, .momentum = o->momentum, .dampening = o->dampening, .nesterov = o->nesterov,
                      .weight_decay = o->weight_decay, .beta1 = o->beta1, .beta2 = o->beta2, .eps = o->eps,
                      .clip_grad_norm = o->clip_grad_norm, .keep_grads = o->keep_grads,
-                     .data_parallel = o->data_parallel, .grad_stats_input = o->grad_stats_input != 0};
+                     .data_parallel = o->data_parallel, .grad_stats_input = o->grad_stats_input != 0,
+                     .maximize = o->maximize != 0, .amsgrad = o->amsgrad != 0, .alpha = o->alpha,
+                     .centered = o->centered != 0, .lr_decay = o->lr_decay,
+                     .initial_accumulator_value = o->initial_accumulator_value};
   if (!(o->bucket_mb >= 0 && o->bucket_mb < 1e6))
     return diag_error(c, (SrcLoc){0}, "bucket_mb must be in [0, 1e6) MiB, got %g", o->bucket_mb), false;
   out->bucket_bytes = (int64_t)(o->bucket_mb * 1024 * 1024);
@@ -426,7 +429,7 @@ dlc_status dlc_optimizer_defaults(const char *kind, dlc_optimizer *out) {
   OptimSpec s = optim_spec_default(k);
   *out = (dlc_optimizer){.kind = optim_name(k), .momentum = s.momentum, .dampening = s.dampening,
                          .nesterov = s.nesterov, .weight_decay = s.weight_decay, .beta1 = s.beta1,
-                         .beta2 = s.beta2, .eps = s.eps, .clip_grad_norm = s.clip_grad_norm};
+                         .beta2 = s.beta2, .eps = s.eps, .clip_grad_norm = s.clip_grad_norm, .alpha = s.alpha};
   return DLC_OK;
 }
 

@@ -588,6 +588,34 @@ static void put(Optim *o, KBlock *blk, KBuf *out, const Value *old, const char *
   cg_kstore(o->k, blk, out, ix, value);
 }
 
+/* State k of segment j (n its update): its value at ix, and where
+ * its new value goes. */
+static KExpr *state_at(Optim *o, int j, int k, KExpr *ix) {
+  const Node *n = o->batch[j];
+  return cg_kload(o->k, buf_of(o->b, o->k, n->in[5 + k], arena_printf(&cg_build_ctx(o->b)->arena, "s%d_%d", j, k)),
+                  ix);
+}
+
+static void put_state(Optim *o, KBlock *blk, int j, int k, KExpr *ix, KExpr *value) {
+  const Node *n = o->batch[j];
+  Arena *a = &cg_build_ctx(o->b)->arena;
+  put(o, blk, buf_of(o->b, o->k, &n->out[1 + k], arena_printf(a, "s%d_%d_out", j, k)), n->in[5 + k],
+      arena_printf(a, "s%d_%d", j, k), ix, value);
+}
+
+/* 1 - beta^t, as ir_bias_correction computes it. */
+static KExpr *bias_correction(Optim *o, KBlock *blk, double beta) {
+  Kernel *k = o->k;
+  if (beta == 0) return f32(k, 1);
+  KVar *y = let(k, blk, "y", fop(k, OP_MUL, o->t, f32(k, (float)log(beta))));
+  KVar *u = let(k, blk, "u", cg_kop1(k, OP_EXP, cg_kv(k, y)));
+  KVar *um1 = let(k, blk, "um1", fop(k, OP_SUB, cg_kv(k, u), f32(k, 1)));
+  KExpr *kahan = cg_kop1(k, OP_NEG, fop(k, OP_DIV, fop(k, OP_MUL, cg_kv(k, um1), cg_kv(k, y)),
+                                        cg_kop1(k, OP_LOG, cg_kv(k, u))));
+  kahan = cg_ksel(k, cg_kcmp(k, KC_EQ, cg_kv(k, um1), f32(k, -1)), f32(k, 1), kahan);
+  return cg_ksel(k, cg_kcmp(k, KC_EQ, cg_kv(k, u), f32(k, 1)), cg_kop1(k, OP_NEG, cg_kv(k, y)), kahan);
+}
+
 /* Segment j's element at ix: ops.def's rule for optim_update, operation
  * by operation as ir/train_ops.c computes it. */
 static void optim_segment(Optim *o, KBlock *blk, int j, KExpr *ix) {
@@ -595,47 +623,80 @@ static void optim_segment(Optim *o, KBlock *blk, int j, KExpr *ix) {
   Kernel *k = o->k;
   const Node *n = o->batch[j];
   Arena *a = &cg_build_ctx(b)->arena;
-#define BUF(v, stem) buf_of(b, k, v, arena_printf(a, "%s%d", stem, j))
-  KVar *p = let(k, blk, "p", cg_kload(k, BUF(n->in[0], "p"), ix));
-  KVar *g = let(k, blk, "g", fop(k, OP_MUL, cg_kload(k, BUF(n->in[1], "g"), ix), o->scale));
-  const char *kind = ir_attr_str(n, "kind");
-  double wd = ir_attr_float(n, "weight_decay"), mom = ir_attr_float(n, "momentum");
-  if (wd != 0 && strcmp(kind, "adamw") != 0)
-    cg_kset(k, blk, g, fop(k, OP_ADD, cg_kv(k, g), fop(k, OP_MUL, f32(k, wd), cg_kv(k, p))));
+  KVar *p = let(k, blk, "p", cg_kload(k, buf_of(b, k, n->in[0], arena_printf(a, "p%d", j)), ix));
+  KExpr *g0 = fop(k, OP_MUL, cg_kload(k, buf_of(b, k, n->in[1], arena_printf(a, "g%d", j)), ix), o->scale);
+  if (ir_attr_int(n, "maximize")) g0 = cg_kop1(k, OP_NEG, g0);
+  KVar *g = let(k, blk, "g", g0);
+  const char *kind = ir_attr_str(n, "kind"), *keys[IR_OPTIM_MAX_STATES];
+  int n_states = ir_optim_node_states(n, keys);
+  double wd = ir_attr_float(n, "weight_decay"), mom = ir_attr_float(n, "momentum"), eps = ir_attr_float(n, "eps");
+  bool adamw = strcmp(kind, "adamw") == 0;
+  if (wd != 0 && !adamw) cg_kset(k, blk, g, fop(k, OP_ADD, cg_kv(k, g), fop(k, OP_MUL, f32(k, wd), cg_kv(k, p))));
+  KExpr *gg = fop(k, OP_MUL, cg_kv(k, g), cg_kv(k, g)), *delta; /* p' = p - delta */
   if (strcmp(kind, "sgd") == 0) {
     if (mom != 0) {
-      KExpr *old = cg_kload(k, BUF(n->in[5], "s"), ix);
-      KExpr *later = fop(k, OP_ADD, fop(k, OP_MUL, old, f32(k, mom)),
+      KExpr *later = fop(k, OP_ADD, fop(k, OP_MUL, state_at(o, j, 0, ix), f32(k, mom)),
                          fop(k, OP_MUL, cg_kv(k, g), f32(k, 1 - ir_attr_float(n, "dampening"))));
       KVar *buf = let(k, blk, "buf", cg_ksel(k, cg_kcmp(k, KC_LE, o->t, f32(k, 1)), cg_kv(k, g), later));
-      put(o, blk, BUF(&n->out[1], "s_out"), n->in[5], arena_printf(a, "s%d", j), ix, cg_kv(k, buf));
+      put_state(o, blk, j, 0, ix, cg_kv(k, buf));
       KExpr *d = ir_attr_int(n, "nesterov") ? fop(k, OP_ADD, cg_kv(k, g), fop(k, OP_MUL, cg_kv(k, buf), f32(k, mom)))
                                             : cg_kv(k, buf);
       cg_kset(k, blk, g, d);
     }
-    put(o, blk, BUF(&n->out[0], "p_out"), n->in[0], arena_printf(a, "p%d", j), ix,
-        fop(k, OP_SUB, cg_kv(k, p), fop(k, OP_MUL, cg_kv(k, g), o->lr)));
-    return;
+    delta = fop(k, OP_MUL, cg_kv(k, g), o->lr);
+  } else if (strcmp(kind, "rmsprop") == 0) {
+    double al = ir_attr_float(n, "alpha");
+    KVar *sq = let(k, blk, "sq",
+                   fop(k, OP_ADD, fop(k, OP_MUL, state_at(o, j, 0, ix), f32(k, al)), fop(k, OP_MUL, gg, f32(k, 1 - al))));
+    put_state(o, blk, j, 0, ix, cg_kv(k, sq));
+    KExpr *var = cg_kv(k, sq);
+    if (ir_attr_int(n, "centered")) {
+      int c = n_states - 1;
+      KVar *avg = let(k, blk, "avg",
+                      fop(k, OP_ADD, fop(k, OP_MUL, state_at(o, j, c, ix), f32(k, al)),
+                          fop(k, OP_MUL, cg_kv(k, g), f32(k, 1 - al))));
+      put_state(o, blk, j, c, ix, cg_kv(k, avg));
+      var = fop(k, OP_SUB, var, fop(k, OP_MUL, cg_kv(k, avg), cg_kv(k, avg)));
+    }
+    KVar *d = let(k, blk, "d", fop(k, OP_ADD, cg_kop1(k, OP_SQRT, var), f32(k, eps)));
+    if (mom > 0) {
+      KVar *buf = let(k, blk, "buf",
+                      fop(k, OP_ADD, fop(k, OP_MUL, state_at(o, j, 1, ix), f32(k, mom)),
+                          fop(k, OP_DIV, cg_kv(k, g), cg_kv(k, d))));
+      put_state(o, blk, j, 1, ix, cg_kv(k, buf));
+      delta = fop(k, OP_MUL, cg_kv(k, buf), o->lr);
+    } else {
+      delta = fop(k, OP_MUL, fop(k, OP_DIV, cg_kv(k, g), cg_kv(k, d)), o->lr);
+    }
+  } else if (strcmp(kind, "adagrad") == 0) {
+    KVar *sum = let(k, blk, "sum", fop(k, OP_ADD, state_at(o, j, 0, ix), gg));
+    put_state(o, blk, j, 0, ix, cg_kv(k, sum));
+    KExpr *decayed = fop(k, OP_ADD, f32(k, 1), fop(k, OP_MUL, fop(k, OP_SUB, o->t, f32(k, 1)),
+                                                   f32(k, ir_attr_float(n, "lr_decay"))));
+    KExpr *d = fop(k, OP_ADD, cg_kop1(k, OP_SQRT, cg_kv(k, sum)), f32(k, eps));
+    delta = fop(k, OP_MUL, fop(k, OP_DIV, cg_kv(k, g), d), fop(k, OP_DIV, o->lr, decayed));
+  } else {
+    if (wd != 0 && adamw)
+      cg_kset(k, blk, p, fop(k, OP_MUL, cg_kv(k, p), fop(k, OP_SUB, f32(k, 1), fop(k, OP_MUL, o->lr, f32(k, wd)))));
+    double b1 = ir_attr_float(n, "beta1"), b2 = ir_attr_float(n, "beta2");
+    KVar *mv = let(k, blk, "m",
+                   fop(k, OP_ADD, fop(k, OP_MUL, state_at(o, j, 0, ix), f32(k, b1)),
+                       fop(k, OP_MUL, cg_kv(k, g), f32(k, 1 - b1))));
+    KVar *vv = let(k, blk, "v",
+                   fop(k, OP_ADD, fop(k, OP_MUL, state_at(o, j, 1, ix), f32(k, b2)), fop(k, OP_MUL, gg, f32(k, 1 - b2))));
+    put_state(o, blk, j, 0, ix, cg_kv(k, mv));
+    put_state(o, blk, j, 1, ix, cg_kv(k, vv));
+    if (ir_attr_int(n, "amsgrad")) {
+      cg_kset(k, blk, vv, cg_kop2(k, OP_MAXIMUM, state_at(o, j, 2, ix), cg_kv(k, vv)));
+      put_state(o, blk, j, 2, ix, cg_kv(k, vv));
+    }
+    KExpr *bc1 = bias_correction(o, blk, b1), *bc2 = bias_correction(o, blk, b2);
+    KExpr *denom = fop(k, OP_ADD, fop(k, OP_DIV, cg_kop1(k, OP_SQRT, cg_kv(k, vv)), cg_kop1(k, OP_SQRT, bc2)),
+                       f32(k, eps));
+    delta = fop(k, OP_MUL, fop(k, OP_DIV, cg_kv(k, mv), denom), fop(k, OP_DIV, o->lr, bc1));
   }
-  if (wd != 0 && strcmp(kind, "adamw") == 0)
-    cg_kset(k, blk, p, fop(k, OP_MUL, cg_kv(k, p), fop(k, OP_SUB, f32(k, 1), fop(k, OP_MUL, o->lr, f32(k, wd)))));
-  double b1 = ir_attr_float(n, "beta1"), b2 = ir_attr_float(n, "beta2");
-  KExpr *m = fop(k, OP_ADD, fop(k, OP_MUL, cg_kload(k, BUF(n->in[5], "m"), ix), f32(k, b1)),
-                 fop(k, OP_MUL, cg_kv(k, g), f32(k, 1 - b1)));
-  KVar *mv = let(k, blk, "m", m);
-  KExpr *gg = fop(k, OP_MUL, cg_kv(k, g), cg_kv(k, g));
-  KExpr *v = fop(k, OP_ADD, fop(k, OP_MUL, cg_kload(k, BUF(n->in[6], "v"), ix), f32(k, b2)),
-                 fop(k, OP_MUL, gg, f32(k, 1 - b2)));
-  KVar *vv = let(k, blk, "v", v);
-  put(o, blk, BUF(&n->out[1], "m_out"), n->in[5], arena_printf(a, "m%d", j), ix, cg_kv(k, mv));
-  put(o, blk, BUF(&n->out[2], "v_out"), n->in[6], arena_printf(a, "v%d", j), ix, cg_kv(k, vv));
-  KExpr *bc1 = fop(k, OP_SUB, f32(k, 1), fop(k, OP_POW, f32(k, b1), o->t));
-  KExpr *bc2 = fop(k, OP_SUB, f32(k, 1), fop(k, OP_POW, f32(k, b2), o->t));
-  KExpr *denom = fop(k, OP_ADD, fop(k, OP_DIV, cg_kop1(k, OP_SQRT, cg_kv(k, vv)), cg_kop1(k, OP_SQRT, bc2)),
-                     f32(k, ir_attr_float(n, "eps")));
-  KExpr *step = fop(k, OP_MUL, fop(k, OP_DIV, cg_kv(k, mv), denom), fop(k, OP_DIV, o->lr, bc1));
-  put(o, blk, BUF(&n->out[0], "p_out"), n->in[0], arena_printf(a, "p%d", j), ix, fop(k, OP_SUB, cg_kv(k, p), step));
-#undef BUF
+  put(o, blk, buf_of(b, k, &n->out[0], arena_printf(a, "p%d_out", j)), n->in[0], arena_printf(a, "p%d", j), ix,
+      fop(k, OP_SUB, cg_kv(k, p), delta));
 }
 
 /* The kernel's buffer at ref, if it has one. */
@@ -649,9 +710,9 @@ static KBuf *kernel_buf(Kernel *k, RtRef ref) {
  * place): its element ix is read at ix alone, before ix is stored. */
 static void optim_overwrites(Optim *o, int j) {
   const Node *n = o->batch[j];
-  static const int pairs[3][2] = {{0, 0}, {5, 1}, {6, 2}}; /* param, then the momentum or the moments */
-  for (int q = 0; q < 3; q++) {
-    int in = pairs[q][0], out = pairs[q][1];
+  /* the param, then each state */
+  for (int q = 0; q <= IR_OPTIM_MAX_STATES; q++) {
+    int in = q ? 4 + q : 0, out = q;
     if (in >= n->n_in || out >= n->n_out) continue;
     KBuf *from = kernel_buf(o->k, cg_ref(o->b, n->in[in])), *to = kernel_buf(o->k, cg_ref(o->b, &n->out[out]));
     if (from && to && to->written && from->read && !from->written) to->overwrites = from;

@@ -400,11 +400,11 @@ static int compile_at(Ctx *c, void *data) {
   } else {
     OptimKind kind;
     if (!optim_from_name(a->optimizer, &kind)) {
-      diag_error(c, (SrcLoc){0}, "unknown optimizer '%s' (expected sgd, adam or adamw)", a->optimizer);
+      diag_error(c, (SrcLoc){0}, "unknown optimizer '%s' (expected sgd, adam, adamw, rmsprop or adagrad)", a->optimizer);
       return 1;
     }
     OptimSpec spec = optim_spec_default(kind);
-    spec.momentum = a->momentum;
+    if (kind == OPTIM_SGD || kind == OPTIM_RMSPROP) spec.momentum = a->momentum;
     spec.loss_scaling = p->precision == TY_F16;
     if (!pass_append_optimizer(g, &spec) || !ir_verify(g)) return 1;
   }

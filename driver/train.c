@@ -35,9 +35,9 @@ typedef struct TrainArgs {
   const char *optimizer, *pipe_schedule;
   DriverLoss loss; /* --loss and its flags (loss_flags.c) */
   LossSpec loss_spec;
-  double lr, momentum, dampening, weight_decay, beta1, beta2, eps, clip;
-  bool set_momentum, set_dampening, set_weight_decay, set_betas, set_eps;
-  bool nesterov, shuffle, drop_last, sync_bn, deferred_bn;
+  double lr, momentum, dampening, weight_decay, beta1, beta2, eps, clip, alpha, lr_decay, initial_accumulator;
+  bool set_lr, set_momentum, set_dampening, set_weight_decay, set_betas, set_eps, set_alpha;
+  bool nesterov, amsgrad, centered, maximize, shuffle, drop_last, sync_bn, deferred_bn;
   double dist_timeout, bucket_mb, stream_mb;
   int64_t batch, epochs, pipeline, micro_batches, tensor_parallel;
   int64_t save_every; /* --save-every=N: the --save files after every N epochs too */
@@ -64,10 +64,15 @@ static const char train_usage[] =
     "                        than memory trains and a node's ranks share the page cache\n"
     "  --loss=L and its flags (below): the loss of a model output against target.npy;\n"
     "                        without it the model's output 0 is its loss\n"
-    "  --optimizer=O         sgd (default), adam, adamw: torch.optim's update rules\n"
-    "  --lr=X                the base learning rate (default 1e-3)\n"
-    "  --momentum=X --dampening=X --nesterov --weight-decay=X --betas=B1,B2 --eps=X\n"
-    "                        the optimizer's options (default: torch.optim's)\n"
+    "  --optimizer=O         sgd (default), adam, adamw, rmsprop, adagrad: torch.optim's\n"
+    "                        update rules\n"
+    "  --lr=X                the base learning rate (default torch.optim's: 1e-3, 1e-2\n"
+    "                        for rmsprop and adagrad)\n"
+    "  --weight-decay=X --maximize --eps=X   any optimizer's options (default: torch.optim's)\n"
+    "  --momentum=X          sgd's and rmsprop's; --dampening=X --nesterov sgd's\n"
+    "  --betas=B1,B2 --amsgrad               adam's and adamw's\n"
+    "  --alpha=X --centered                  rmsprop's\n"
+    "  --lr-decay=X --initial-accumulator-value=X   adagrad's\n"
     "  --clip-grad-norm=X    clip_grad_norm_ to X before each update\n"
     "  --schedule=S          step:N:GAMMA, cosine[:T_MAX[:ETA_MIN]], warmup:N[:START], or\n"
     "                        a warmup and one other joined by ',' (counted in steps)\n"
@@ -157,11 +162,14 @@ static const char **string_flag(TrainArgs *o, const char *flag) {
 
 /* A number flag's destination, and the flag it was given, by name. */
 static double *real_flag(TrainArgs *o, const char *flag, bool **given) {
-  static const char *const names[] = {"--lr", "--momentum", "--dampening", "--weight-decay", "--eps",
-                                      "--clip-grad-norm", "--dist-timeout", "--bucket-mb", "--stream-mb"};
-  double *dst[] = {&o->lr,  &o->momentum, &o->dampening,    &o->weight_decay, &o->eps,
-                   &o->clip, &o->dist_timeout, &o->bucket_mb, &o->stream_mb};
-  bool *set[] = {NULL, &o->set_momentum, &o->set_dampening, &o->set_weight_decay, &o->set_eps, NULL, NULL, NULL, NULL};
+  static const char *const names[] = {"--lr",        "--momentum",   "--dampening", "--weight-decay",
+                                      "--eps",       "--clip-grad-norm", "--dist-timeout", "--bucket-mb",
+                                      "--stream-mb", "--alpha",      "--lr-decay",  "--initial-accumulator-value"};
+  double *dst[] = {&o->lr,        &o->momentum, &o->dampening,    &o->weight_decay,
+                   &o->eps,       &o->clip,     &o->dist_timeout, &o->bucket_mb,
+                   &o->stream_mb, &o->alpha,    &o->lr_decay,     &o->initial_accumulator};
+  bool *set[] = {&o->set_lr, &o->set_momentum, &o->set_dampening, &o->set_weight_decay, &o->set_eps, NULL,
+                 NULL,       NULL,             NULL,              &o->set_alpha,        NULL,         NULL};
   for (size_t k = 0; k < ARRAY_LEN(names); k++)
     if (strcmp(flag, names[k]) == 0) {
       *given = set[k];
@@ -170,11 +178,13 @@ static double *real_flag(TrainArgs *o, const char *flag, bool **given) {
   return NULL;
 }
 
-/* --shuffle[=B], --drop-last[=B], --nesterov[=B]: the destination, and
+/* --shuffle[=B], --drop-last[=B], --nesterov[=B], ...: the destination, and
  * in *v the value ("true" when none is given); NULL for other flags. */
 static bool *bool_flag(TrainArgs *o, const char *a, const char **v) {
-  static const char *const names[] = {"--shuffle", "--drop-last", "--nesterov", "--sync-bn", "--deferred-bn"};
-  bool *dst[] = {&o->shuffle, &o->drop_last, &o->nesterov, &o->sync_bn, &o->deferred_bn};
+  static const char *const names[] = {"--shuffle",   "--drop-last", "--nesterov", "--sync-bn",
+                                      "--deferred-bn", "--amsgrad",  "--centered", "--maximize"};
+  bool *dst[] = {&o->shuffle,     &o->drop_last, &o->nesterov, &o->sync_bn,
+                 &o->deferred_bn, &o->amsgrad,   &o->centered, &o->maximize};
   for (size_t k = 0; k < ARRAY_LEN(names); k++) {
     size_t n = strlen(names[k]);
     if (strncmp(a, names[k], n) == 0 && (a[n] == '=' || !a[n])) {
@@ -270,7 +280,6 @@ static bool pipe_args_check(TrainArgs *o) {
 }
 
 static int parse_train_args(int argc, char **argv, TrainArgs *o) {
-  o->lr = 1e-3;
   o->epochs = 1;
   o->shuffle = true;
   o->optimizer = "sgd";
@@ -290,6 +299,8 @@ static int parse_train_args(int argc, char **argv, TrainArgs *o) {
     fprintf(stderr, "dlcc: error: train needs %s (see dlcc train --help)\n", missing);
     return 1;
   }
+  OptimKind kind;
+  if (!o->set_lr) o->lr = optim_from_name(o->optimizer, &kind) ? optim_default_lr(kind) : 1e-3;
   o->api.defines = o->defines;
   /* --schedule names the learning rate's schedule, or (gpipe, 1f1b) the
    * pipeline's. */
@@ -314,7 +325,7 @@ static int parse_train_args(int argc, char **argv, TrainArgs *o) {
 /* The API's options from the flags; false after printing why. */
 static bool train_options(const TrainArgs *a, dlc_train_options *o) {
   if (dlc_train_options_init(o, a->optimizer) != DLC_OK) {
-    fprintf(stderr, "dlcc: error: unknown optimizer '%s' (expected sgd, adam or adamw)\n", a->optimizer);
+    fprintf(stderr, "dlcc: error: unknown optimizer '%s' (expected sgd, adam, adamw, rmsprop or adagrad)\n", a->optimizer);
     return false;
   }
   o->model = a->api;
@@ -329,7 +340,13 @@ static bool train_options(const TrainArgs *a, dlc_train_options *o) {
   if (a->set_weight_decay) opt->weight_decay = a->weight_decay;
   if (a->set_eps) opt->eps = a->eps;
   if (a->set_betas) opt->beta1 = a->beta1, opt->beta2 = a->beta2;
+  if (a->set_alpha) opt->alpha = a->alpha;
   opt->nesterov = a->nesterov;
+  opt->amsgrad = a->amsgrad;
+  opt->centered = a->centered;
+  opt->maximize = a->maximize;
+  opt->lr_decay = a->lr_decay;
+  opt->initial_accumulator_value = a->initial_accumulator;
   opt->clip_grad_norm = a->clip;
   return true;
 }

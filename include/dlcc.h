@@ -78,16 +78,17 @@ typedef struct dlc_input_shape {
   const int64_t *dims;
 } dlc_input_shape;
 
-/* A training step's optimizer (docs/training.md): PyTorch's SGD, Adam
- * or AdamW, whose fields mean what torch.optim's arguments of the same
- * names do, taken as given (dlc_optimizer_defaults fills PyTorch's
- * defaults).  The step then has the input "dlcc.lr" (f32, one value:
+/* A training step's optimizer (docs/training.md): PyTorch's SGD, Adam,
+ * AdamW, RMSprop or Adagrad, whose fields mean what torch.optim's
+ * arguments of the same names do, taken as given (dlc_optimizer_defaults
+ * fills PyTorch's defaults; a field another kind's is refused unless it
+ * keeps its default).  The step then has the input "dlcc.lr" (f32, one value:
  * the learning rate, set before each run), updates every trainable
  * parameter and its state (dlcc.optim.NAME.exp_avg, ...), and counts
  * its steps in the parameter "dlcc.optim.step". */
 typedef struct dlc_optimizer {
-  const char *kind; /* "sgd", "adam" or "adamw" */
-  double momentum, dampening;
+  const char *kind; /* "sgd", "adam", "adamw", "rmsprop" or "adagrad" */
+  double momentum, dampening; /* momentum: SGD's and RMSprop's */
   int nesterov;
   double weight_decay;
   double beta1, beta2, eps;
@@ -114,6 +115,11 @@ typedef struct dlc_optimizer {
    * or NaN, else 0), set before each step; each input exists only where
    * clip_grad_norm or loss scaling needs it. */
   int grad_stats_input;
+  int maximize; /* every kind */
+  int amsgrad;  /* Adam and AdamW */
+  double alpha; /* RMSprop, with centered */
+  int centered;
+  double lr_decay, initial_accumulator_value; /* Adagrad */
 } dlc_optimizer;
 
 typedef struct dlc_options {
@@ -339,7 +345,8 @@ int dlc_weights_bound(const dlc_model *m);
  * name the model does not have. */
 dlc_status dlc_get_weight(dlc_model *m, const char *name, void *data, size_t nbytes);
 dlc_status dlc_set_weight(dlc_model *m, const char *name, const void *data, size_t nbytes);
-/* PyTorch's defaults for kind ("sgd", "adam", "adamw"); DLC_ERR_ARGUMENT
+/* PyTorch's defaults for kind ("sgd", "adam", "adamw", "rmsprop",
+ * "adagrad"); DLC_ERR_ARGUMENT
  * for another. */
 dlc_status dlc_optimizer_defaults(const char *kind, dlc_optimizer *out);
 

@@ -346,13 +346,22 @@ static double flops_of(const Node *n) {
       const TensorType *dy = &n->in[1]->type;
       return dy->rank > 1 && dy->dims[1] ? 2 * no * numel(dy) / (double)dy->dims[1] : 0;
     }
-    case RULE_OPTIM:
+    case RULE_OPTIM: {
       /* sgd: the scale, the decay's 2, momentum's 4 (and nesterov's 2),
-       * the step's 2; adam: the scale, the decay's 2, the moments' 7, the
-       * denominator's 3, the step's 3 (the scalar bias corrections per
-       * element too, as the kernel computes them) */
-      if (strcmp(ir_attr_str(n, "kind"), "sgd") == 0) return 11 * nx;
-      return 21 * nx;
+       * the step's 2; adam: the scale, the decay's 2, the moments' 7
+       * (amsgrad's max 1 more), the denominator's 3, the step's 3 (the
+       * scalar bias corrections per element too, as the kernel computes
+       * them); rmsprop: the scale, the decay's 2, the square's 4 (the
+       * centered mean's 5), the denominator's 2, the step's 3 (with
+       * momentum 4); adagrad: the scale, the decay's 2, the sum's 2, the
+       * denominator's 2, the decayed rate's 4, the step's 3 */
+      const char *kind = ir_attr_str(n, "kind");
+      if (strcmp(kind, "sgd") == 0) return 11 * nx;
+      if (strcmp(kind, "rmsprop") == 0)
+        return (12 + 5 * (ir_attr_int(n, "centered") != 0) + (ir_attr_float(n, "momentum") > 0)) * nx;
+      if (strcmp(kind, "adagrad") == 0) return 14 * nx;
+      return (21 + (ir_attr_int(n, "amsgrad") != 0)) * nx;
+    }
     case RULE_RESIZE_GRAD:
       /* per element of dy: bilinear's 2x2 weights times dy and the adds,
        * nearest's add */

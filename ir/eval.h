@@ -172,6 +172,22 @@ double ir_resize_src(int64_t d, int64_t in, int64_t out, bool align);
 /* The training ops of ops.def (conv_weight_grad .. resize_grad): eval.c's
  * for them, false with a message in err. */
 bool ir_eval_train_op(const Node *n, Tensor *const *in, Tensor *out, char *err, size_t errlen);
+/* optim_update's states (ops.def) for kind with its options: their
+ * keys, PyTorch's names in its optimizer's state ("exp_avg", ...), in
+ * operand order into keys, their count returned; -1 for a kind that is
+ * not "sgd", "adam", "adamw", "rmsprop" or "adagrad". */
+enum { IR_OPTIM_MAX_STATES = 3 };
+int ir_optim_states(const char *kind, double momentum, bool amsgrad, bool centered,
+                    const char *keys[IR_OPTIM_MAX_STATES]);
+/* The same for optim_update n, from its attributes. */
+int ir_optim_node_states(const Node *n, const char *keys[IR_OPTIM_MAX_STATES]);
+/* Adam's bias correction 1 - beta^t in f32, as exact as PyTorch's,
+ * which computes it in double: 1 - powf((float)beta, t) would carry
+ * beta's rounding to f32 (0.999 is off by 1.3e-8, which is 1.3e-5 of
+ * 1 - 0.999), so it is -expm1(t log beta) instead, expm1(y) by Kahan's
+ * (e^y - 1) y / log(e^y), whose errors cancel; codegen/lower_train.c
+ * computes the same operations. */
+float ir_bias_correction(double beta, float t);
 /* The end of a training step on the interpreter: each output of g that
  * updates a param (ir_output_update) is copied into that param's tensor
  * in params (outputs as ir_eval returned them).  False with a message

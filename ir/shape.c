@@ -1716,15 +1716,18 @@ bool shape_optim_update(const Node *n, TensorType *out, char *err, size_t errlen
   if (!operands_ok(n, err, errlen)) return false;
   const Attr *kind = get_attr(n, "kind", AK_STR, "a string", err, errlen);
   if (!kind) return false;
-  bool sgd = strcmp(kind->s, "sgd") == 0;
-  if (!sgd && strcmp(kind->s, "adam") != 0 && strcmp(kind->s, "adamw") != 0)
-    return fail(err, errlen, "optim_update: kind must be \"sgd\", \"adam\" or \"adamw\", got \"%s\"", kind->s);
-  const Attr *momentum = ir_attr(n, "momentum");
-  int states = sgd ? momentum && momentum->kind == AK_FLOAT && momentum->f != 0 : 2;
-  if (n->n_in != 5 + states)
-    return fail(err, errlen, "optim_update: %s%s takes %d operands (p, g, lr, t, scale%s), got %d", kind->s,
-                sgd ? (states ? " with momentum" : " without momentum") : "", 5 + states,
-                states == 2 ? ", exp_avg, exp_avg_sq" : states ? ", momentum_buffer" : "", n->n_in);
+  const char *keys[IR_OPTIM_MAX_STATES];
+  int states = ir_optim_node_states(n, keys);
+  if (states < 0)
+    return fail(err, errlen,
+                "optim_update: kind must be \"sgd\", \"adam\", \"adamw\", \"rmsprop\" or \"adagrad\", got \"%s\"",
+                kind->s);
+  if (n->n_in != 5 + states) {
+    char names[128] = "";
+    for (int k = 0; k < states; k++) snprintf(names + strlen(names), sizeof names - strlen(names), ", %s", keys[k]);
+    return fail(err, errlen, "optim_update: %s takes %d operands (p, g, lr, t, scale%s), got %d",
+                kind->s, 5 + states, names, n->n_in);
+  }
   const TensorType *p = in_type(n, 0);
   if (p->dtype != TY_F32) return fail(err, errlen, "optim_update: the param must be f32, got %s", ts(p).s);
   for (int i = 1; i < n->n_in; i++) {
@@ -1736,7 +1739,6 @@ bool shape_optim_update(const Node *n, TensorType *out, char *err, size_t errlen
   }
   TensorType none = {.dtype = TY_F32};
   out[0] = *p;
-  out[1] = states >= 1 ? *p : none;
-  out[2] = states == 2 ? *p : none;
+  for (int k = 0; k < IR_OPTIM_MAX_STATES; k++) out[1 + k] = k < states ? *p : none;
   return true;
 }

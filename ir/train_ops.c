@@ -303,47 +303,119 @@ static bool eval_resize_grad(const Node *n, const Tensor *dy, Tensor *out) {
   return true;
 }
 
+int ir_optim_states(const char *kind, double momentum, bool amsgrad, bool centered,
+                    const char *keys[IR_OPTIM_MAX_STATES]) {
+  int n = 0;
+  if (!kind) return -1;
+  if (strcmp(kind, "sgd") == 0) {
+    if (momentum != 0) keys[n++] = "momentum_buffer";
+  } else if (strcmp(kind, "adam") == 0 || strcmp(kind, "adamw") == 0) {
+    keys[n++] = "exp_avg";
+    keys[n++] = "exp_avg_sq";
+    if (amsgrad) keys[n++] = "max_exp_avg_sq";
+  } else if (strcmp(kind, "rmsprop") == 0) {
+    keys[n++] = "square_avg";
+    if (momentum > 0) keys[n++] = "momentum_buffer";
+    if (centered) keys[n++] = "grad_avg";
+  } else if (strcmp(kind, "adagrad") == 0) {
+    keys[n++] = "sum";
+  } else {
+    return -1;
+  }
+  return n;
+}
+
+int ir_optim_node_states(const Node *n, const char *keys[IR_OPTIM_MAX_STATES]) {
+  const Attr *kind = ir_attr(n, "kind"), *mom = ir_attr(n, "momentum"), *ams = ir_attr(n, "amsgrad"),
+             *cen = ir_attr(n, "centered");
+  if (!kind || kind->kind != AK_STR) return -1;
+  return ir_optim_states(kind->s, mom && mom->kind == AK_FLOAT ? mom->f : 0, ams && ams->kind == AK_INT && ams->i,
+                         cen && cen->kind == AK_INT && cen->i, keys);
+}
+
+float ir_bias_correction(double beta, float t) {
+  if (beta == 0) return 1;
+  float y = t * (float)log(beta), u = expf(y), um1 = u - 1;
+  if (u == 1) return -y;
+  if (um1 == -1) return 1; /* beta^t below f32's half ulp of 1 */
+  return -(um1 * y / logf(u));
+}
+
 /* optim_update (ops.def) in f32, each operation rounded as PyTorch's
  * tensor ops round it; codegen/lower_train.c computes the same. */
 static void eval_optim_update(const Node *n, Tensor *const *in, Tensor *out) {
   const float *p = in[0]->data, *g = in[1]->data;
   float lr = *(const float *)in[2]->data, t = *(const float *)in[3]->data, scale = *(const float *)in[4]->data;
-  const char *kind = ir_attr_str(n, "kind");
+  const char *kind = ir_attr_str(n, "kind"), *keys[IR_OPTIM_MAX_STATES];
+  int n_states = ir_optim_node_states(n, keys);
+  const float *st[IR_OPTIM_MAX_STATES] = {0};
+  float *so[IR_OPTIM_MAX_STATES] = {0};
+  for (int k = 0; k < n_states; k++) st[k] = in[5 + k]->data, so[k] = out[1 + k].data;
   float wd = (float)ir_attr_float(n, "weight_decay"), mom = (float)ir_attr_float(n, "momentum");
   float damp = (float)(1 - ir_attr_float(n, "dampening"));
-  double beta1 = ir_attr_float(n, "beta1"), beta2 = ir_attr_float(n, "beta2");
+  double beta1 = ir_attr_float(n, "beta1"), beta2 = ir_attr_float(n, "beta2"), alpha = ir_attr_float(n, "alpha");
   float b1 = (float)beta1, b2 = (float)beta2, one_b1 = (float)(1 - beta1), one_b2 = (float)(1 - beta2);
+  float al = (float)alpha, one_al = (float)(1 - alpha);
   float eps = (float)ir_attr_float(n, "eps");
-  bool nesterov = ir_attr_int(n, "nesterov"), adam = strcmp(kind, "sgd") != 0;
-  float decay = 1 - lr * wd, step_size = lr / (1 - powf(b1, t)), bc2_sqrt = sqrtf(1 - powf(b2, t));
-  float *np = out[0].data, *s1 = out[1].data, *s2 = out[2].data;
+  bool nesterov = ir_attr_int(n, "nesterov"), maximize = ir_attr_int(n, "maximize");
+  bool amsgrad = ir_attr_int(n, "amsgrad"), centered = ir_attr_int(n, "centered");
+  bool sgd = strcmp(kind, "sgd") == 0, adamw = strcmp(kind, "adamw") == 0, rmsprop = strcmp(kind, "rmsprop") == 0;
+  bool adagrad = strcmp(kind, "adagrad") == 0;
+  float decay = 1 - lr * wd, step_size = lr / ir_bias_correction(beta1, t);
+  float bc2_sqrt = sqrtf(ir_bias_correction(beta2, t));
+  float clr = lr / (1 + (t - 1) * (float)ir_attr_float(n, "lr_decay"));
+  float *np = out[0].data;
   int64_t count = ir_type_numel(&in[0]->type);
   if (ir_attr_int(n, "skip_nonfinite") && !isfinite(scale)) {
     /* GradScaler's skipped step: the param and its state as they were. */
     memcpy(np, p, (size_t)count * sizeof *np);
-    if (n->n_in > 5) memcpy(s1, in[5]->data, (size_t)count * sizeof *s1);
-    if (n->n_in > 6) memcpy(s2, in[6]->data, (size_t)count * sizeof *s2);
+    for (int k = 0; k < n_states; k++) memcpy(so[k], st[k], (size_t)count * sizeof *so[k]);
     return;
   }
   for (int64_t i = 0; i < count; i++) {
     float pi = p[i], gi = g[i] * scale;
-    if (!adam) {
-      if (wd != 0) gi = gi + wd * pi;
+    if (maximize) gi = -gi;
+    if (wd != 0 && !adamw) gi = gi + wd * pi;
+    if (sgd) {
       if (mom != 0) {
-        float b = t <= 1 ? gi : ((const float *)in[5]->data)[i] * mom + gi * damp;
-        s1[i] = b;
+        float b = t <= 1 ? gi : st[0][i] * mom + gi * damp;
+        so[0][i] = b;
         gi = nesterov ? gi + b * mom : b;
       }
       np[i] = pi - gi * lr;
-      continue;
+    } else if (rmsprop) {
+      float s = st[0][i] * al + gi * gi * one_al, d;
+      so[0][i] = s;
+      if (centered) {
+        float a = st[n_states - 1][i] * al + gi * one_al;
+        so[n_states - 1][i] = a;
+        d = sqrtf(s - a * a) + eps;
+      } else {
+        d = sqrtf(s) + eps;
+      }
+      if (mom > 0) {
+        float b = st[1][i] * mom + gi / d;
+        so[1][i] = b;
+        np[i] = pi - b * lr;
+      } else {
+        np[i] = pi - gi / d * lr;
+      }
+    } else if (adagrad) {
+      float s = st[0][i] + gi * gi;
+      so[0][i] = s;
+      np[i] = pi - gi / (sqrtf(s) + eps) * clr;
+    } else {
+      if (wd != 0 && adamw) pi = pi * decay;
+      float m = st[0][i] * b1 + gi * one_b1;
+      float v = st[1][i] * b2 + gi * gi * one_b2;
+      so[0][i] = m;
+      so[1][i] = v;
+      if (amsgrad) {
+        float u = st[2][i]; /* torch.maximum: NaN from either */
+        so[2][i] = v = isnan(u) || isnan(v) ? u + v : u > v ? u : v;
+      }
+      np[i] = pi - m / (sqrtf(v) / bc2_sqrt + eps) * step_size;
     }
-    if (wd != 0 && strcmp(kind, "adam") == 0) gi = gi + wd * pi;
-    if (wd != 0 && strcmp(kind, "adamw") == 0) pi = pi * decay;
-    float m = ((const float *)in[5]->data)[i] * b1 + gi * one_b1;
-    float v = ((const float *)in[6]->data)[i] * b2 + gi * gi * one_b2;
-    s1[i] = m;
-    s2[i] = v;
-    np[i] = pi - m / (sqrtf(v) / bc2_sqrt + eps) * step_size;
   }
 }
 

@@ -7,19 +7,22 @@
  * counter dlcc.optim.step. */
 #include <string.h>
 
+#include "ir/eval.h"
 #include "ir/grad.h"
 #include "pass.h"
 #include "passes/autodiff.h"
 #include "passes/optim.h"
 
 OptimSpec optim_spec_default(OptimKind kind) {
-  OptimSpec o = {.kind = kind};
-  if (kind != OPTIM_SGD) o.beta1 = 0.9, o.beta2 = 0.999, o.eps = 1e-8;
+  OptimSpec o = {.kind = kind, .beta1 = 0.9, .beta2 = 0.999, .alpha = 0.99};
+  if (kind != OPTIM_SGD) o.eps = kind == OPTIM_ADAGRAD ? 1e-10 : 1e-8;
   if (kind == OPTIM_ADAMW) o.weight_decay = 0.01;
   return o;
 }
 
-static const char *const kind_names[OPTIM_COUNT] = {"sgd", "adam", "adamw"};
+double optim_default_lr(OptimKind kind) { return kind == OPTIM_RMSPROP || kind == OPTIM_ADAGRAD ? 1e-2 : 1e-3; }
+
+static const char *const kind_names[OPTIM_COUNT] = {"sgd", "adam", "adamw", "rmsprop", "adagrad"};
 
 bool optim_from_name(const char *name, OptimKind *out) {
   for (int k = 0; k < OPTIM_COUNT; k++)
@@ -77,24 +80,37 @@ static Value *sum_of_squares(Step *s, Value *x) { return sum_all(s, op2(s, OP_MU
  * is torch.optim's for the kind), its results the updates. */
 static void update(Step *s, const char *name, Value *p, Value *grad) {
   const OptimSpec *o = s->o;
-  static const char *const keys[OPTIM_COUNT][2] = {
-      {"momentum_buffer", NULL}, {"exp_avg", "exp_avg_sq"}, {"exp_avg", "exp_avg_sq"}};
-  int n_states = o->kind == OPTIM_SGD ? o->momentum != 0 : 2;
-  Value *in[7] = {p, grad, s->lr, s->step1, s->scale};
-  const char *names[2];
-  for (int k = 0; k < n_states; k++) in[5 + k] = state(s, name, keys[o->kind][k], &p->type, &names[k]);
+  const char *keys[IR_OPTIM_MAX_STATES];
+  bool adam = o->kind == OPTIM_ADAM || o->kind == OPTIM_ADAMW;
+  int n_states = ir_optim_states(optim_name(o->kind), o->momentum, adam && o->amsgrad,
+                                 o->kind == OPTIM_RMSPROP && o->centered, keys);
+  Value *in[5 + IR_OPTIM_MAX_STATES] = {p, grad, s->lr, s->step1, s->scale};
+  const char *names[IR_OPTIM_MAX_STATES];
+  for (int k = 0; k < n_states; k++) {
+    in[5 + k] = state(s, name, keys[k], &p->type, &names[k]);
+    if (o->kind == OPTIM_ADAGRAD && o->initial_accumulator_value != 0)
+      ir_set_str(s->g, in[5 + k]->def, "init", arena_printf(&s->g->ctx->arena, "fill(%.17g)", o->initial_accumulator_value));
+  }
   Node *n = ir_node_new(s->g, OP_OPTIM_UPDATE, 5 + n_states, in, s->at);
   ir_set_str(s->g, n, "kind", optim_name(o->kind));
-  ir_set_float(s->g, n, "momentum", o->kind == OPTIM_SGD ? o->momentum : 0);
-  ir_set_float(s->g, n, "dampening", o->kind == OPTIM_SGD ? o->dampening : 0);
-  ir_set_int(s->g, n, "nesterov", o->kind == OPTIM_SGD && o->nesterov);
+  bool sgd = o->kind == OPTIM_SGD, rms = o->kind == OPTIM_RMSPROP;
+  ir_set_float(s->g, n, "momentum", sgd || rms ? o->momentum : 0);
+  ir_set_float(s->g, n, "dampening", sgd ? o->dampening : 0);
+  ir_set_int(s->g, n, "nesterov", sgd && o->nesterov);
   ir_set_float(s->g, n, "weight_decay", o->weight_decay);
   if (s->found_inf) ir_set_int(s->g, n, "skip_nonfinite", 1);
-  if (o->kind != OPTIM_SGD) {
+  if (o->maximize) ir_set_int(s->g, n, "maximize", 1);
+  if (!sgd) ir_set_float(s->g, n, "eps", o->eps);
+  if (adam) {
     ir_set_float(s->g, n, "beta1", o->beta1);
     ir_set_float(s->g, n, "beta2", o->beta2);
-    ir_set_float(s->g, n, "eps", o->eps);
+    if (o->amsgrad) ir_set_int(s->g, n, "amsgrad", 1);
   }
+  if (rms) {
+    ir_set_float(s->g, n, "alpha", o->alpha);
+    if (o->centered) ir_set_int(s->g, n, "centered", 1);
+  }
+  if (o->kind == OPTIM_ADAGRAD) ir_set_float(s->g, n, "lr_decay", o->lr_decay);
   ir_grad_node(s->g, n);
   add_update(s, &n->out[0], name);
   for (int k = 0; k < n_states; k++) add_update(s, &n->out[1 + k], names[k]);
@@ -102,15 +118,28 @@ static void update(Step *s, const char *name, Value *p, Value *grad) {
 
 static bool check_spec(Ctx *c, const OptimSpec *o) {
   const char *bad = NULL;
+  bool adam = o->kind == OPTIM_ADAM || o->kind == OPTIM_ADAMW;
   if (o->kind < 0 || o->kind >= OPTIM_COUNT) bad = "an unknown optimizer";
   else if (!(o->weight_decay >= 0)) bad = "weight_decay must be >= 0";
   else if (!(o->clip_grad_norm >= 0)) bad = "clip_grad_norm must be >= 0 (0: no clipping)";
-  else if (o->kind == OPTIM_SGD && !(o->momentum >= 0)) bad = "momentum must be >= 0";
+  else if ((o->kind == OPTIM_SGD || o->kind == OPTIM_RMSPROP) && !(o->momentum >= 0)) bad = "momentum must be >= 0";
   else if (o->kind == OPTIM_SGD && o->nesterov && (o->momentum <= 0 || o->dampening != 0))
     bad = "nesterov needs a momentum and zero dampening";
-  else if (o->kind != OPTIM_SGD && !(o->beta1 >= 0 && o->beta1 < 1 && o->beta2 >= 0 && o->beta2 < 1))
+  else if (adam && !(o->beta1 >= 0 && o->beta1 < 1 && o->beta2 >= 0 && o->beta2 < 1))
     bad = "betas must be in [0, 1)";
   else if (o->kind != OPTIM_SGD && !(o->eps >= 0)) bad = "eps must be >= 0";
+  else if (o->kind == OPTIM_RMSPROP && !(o->alpha >= 0)) bad = "alpha must be >= 0";
+  else if (o->kind == OPTIM_ADAGRAD && !(o->lr_decay >= 0)) bad = "lr_decay must be >= 0";
+  else if (o->kind == OPTIM_ADAGRAD && !(o->initial_accumulator_value >= 0))
+    bad = "initial_accumulator_value must be >= 0";
+  /* options of another kind would be dropped without a word */
+  else if (o->amsgrad && !adam) bad = "amsgrad is Adam's and AdamW's";
+  else if (o->centered && o->kind != OPTIM_RMSPROP) bad = "centered is RMSprop's";
+  else if ((o->lr_decay != 0 || o->initial_accumulator_value != 0) && o->kind != OPTIM_ADAGRAD)
+    bad = "lr_decay and initial_accumulator_value are Adagrad's";
+  else if (o->kind != OPTIM_SGD && o->kind != OPTIM_RMSPROP && o->momentum != 0)
+    bad = "momentum is SGD's and RMSprop's";
+  else if (o->kind != OPTIM_SGD && (o->dampening != 0 || o->nesterov)) bad = "dampening and nesterov are SGD's";
   if (bad) diag_error(c, (SrcLoc){0}, "%s: %s", optim_name(o->kind), bad);
   return !bad;
 }
@@ -325,7 +354,7 @@ bool pass_append_optimizer(Graph *g, const OptimSpec *o) {
   if (o->data_parallel) all_reduce_buckets(g, n_grads, grads, o->bucket_bytes);
 
   Step s = {.g = g, .o = o, .at = params[0]->loc};
-  int cap = 3 * n_grads + 3;
+  int cap = (1 + IR_OPTIM_MAX_STATES) * n_grads + 3;
   s.new_values = ARENA_ARRAY(&c->arena, Value *, cap);
   s.new_names = ARENA_ARRAY(&c->arena, const char *, cap);
   TensorType scalar = {.dtype = TY_F32};

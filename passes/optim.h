@@ -1,7 +1,8 @@
 /* Optimizers (optim.c, docs/training.md): after autodiff, the update of
  * every trainable parameter and of the optimizer's state, appended to the
  * step's graph as update outputs (ir_set_output_update), with PyTorch's
- * exact rules (torch.optim.SGD, Adam, AdamW; clip_grad_norm_). */
+ * exact rules (torch.optim.SGD, Adam, AdamW, RMSprop, Adagrad;
+ * clip_grad_norm_). */
 #ifndef DLCC_PASSES_OPTIM_H
 #define DLCC_PASSES_OPTIM_H
 
@@ -9,17 +10,28 @@
 
 #include "ir/ir.h"
 
-typedef enum { OPTIM_SGD, OPTIM_ADAM, OPTIM_ADAMW, OPTIM_COUNT } OptimKind;
+typedef enum { OPTIM_SGD, OPTIM_ADAM, OPTIM_ADAMW, OPTIM_RMSPROP, OPTIM_ADAGRAD, OPTIM_COUNT } OptimKind;
 
 typedef struct OptimSpec {
   OptimKind kind;
-  /* SGD */
+  /* SGD and RMSprop (momentum); SGD (dampening, nesterov) */
   double momentum, dampening;
   bool nesterov;
-  /* SGD, Adam (L2, added to the gradient) and AdamW (decoupled) */
+  /* Every kind: added to the gradient as L2, but AdamW's decoupled */
   double weight_decay;
-  /* Adam and AdamW */
+  /* Every kind: the gradient's negation is descended (maximize=True) */
+  bool maximize;
+  /* Adam and AdamW (betas; amsgrad: the largest second moment so far
+   * divides), Adam, AdamW, RMSprop and Adagrad (eps) */
   double beta1, beta2, eps;
+  bool amsgrad;
+  /* RMSprop: the square average's smoothing; centered: divided by the
+   * estimated variance (the gradient's mean taken off) */
+  double alpha;
+  bool centered;
+  /* Adagrad: the rate decays as lr / (1 + (t - 1) lr_decay); the sum of
+   * squares starts at initial_accumulator_value */
+  double lr_decay, initial_accumulator_value;
   /* > 0: the gradients are first scaled as clip_grad_norm_(max_norm)
    * scales them (the global 2-norm over every parameter). */
   double clip_grad_norm;
@@ -64,9 +76,13 @@ typedef struct OptimSpec {
 #define AMP_GROWTH_INTERVAL 2000
 
 /* PyTorch's defaults for kind (SGD: everything 0; Adam: betas 0.9,
- * 0.999, eps 1e-8, weight decay 0; AdamW: weight decay 0.01). */
+ * 0.999, eps 1e-8, weight decay 0; AdamW: weight decay 0.01; RMSprop:
+ * alpha 0.99, eps 1e-8; Adagrad: eps 1e-10). */
 OptimSpec optim_spec_default(OptimKind kind);
-/* "sgd", "adam", "adamw"; false when unknown. */
+/* torch.optim's default learning rate for kind: 1e-2 for RMSprop and
+ * Adagrad, 1e-3 for the others. */
+double optim_default_lr(OptimKind kind);
+/* "sgd", "adam", "adamw", "rmsprop", "adagrad"; false when unknown. */
 bool optim_from_name(const char *name, OptimKind *out);
 const char *optim_name(OptimKind kind);
 
@@ -82,9 +98,9 @@ const char *optim_name(OptimKind kind);
 /* Rewrites g, the output of pass_autodiff (NAME.grad outputs after the
  * model's), so that one run is a whole training step: each trainable
  * param NAME gets an output updating it, and its state params outputs
- * updating them: "dlcc.optim.NAME.momentum_buffer",
- * "dlcc.optim.NAME.exp_avg", "dlcc.optim.NAME.exp_avg_sq" (PyTorch's
- * state keys).  Under the "dlcc." prefix they start at 0 when a weights
+ * updating them: "dlcc.optim.NAME.KEY", KEY PyTorch's state key
+ * ("momentum_buffer", "exp_avg", "exp_avg_sq", "max_exp_avg_sq",
+ * "square_avg", "grad_avg", "sum": ir_optim_states).  Under the "dlcc." prefix they start at 0 when a weights
  * file lacks them (api/weights.c), so a PyTorch state_dict still loads
  * and a checkpoint that has them resumes exactly.  False after reporting
  * errors to g->ctx. */

@@ -18,6 +18,7 @@
 #include "dlcc.h"
 #include "dlcrt.h"
 #include "frontend/ast.h"
+#include "ir/eval.h"
 #include "ir/ir.h"
 #include "passes/autodiff.h"
 #include "passes/optim.h"
@@ -42,7 +43,9 @@ static const char cnn[] =
 static dlc_optimizer optimizer_of(const RefRun *r) {
   return (dlc_optimizer){.kind = r->kind, .momentum = r->momentum, .dampening = r->dampening,
                          .nesterov = r->nesterov, .weight_decay = r->weight_decay, .beta1 = r->beta1,
-                         .beta2 = r->beta2, .eps = r->eps, .clip_grad_norm = r->clip};
+                         .beta2 = r->beta2, .eps = r->eps, .clip_grad_norm = r->clip, .maximize = r->maximize,
+                         .amsgrad = r->amsgrad, .alpha = r->alpha, .centered = r->centered,
+                         .lr_decay = r->lr_decay, .initial_accumulator_value = r->init_acc};
 }
 
 static const char *precision; /* compile_step's, NULL: f32 */
@@ -90,6 +93,18 @@ static void check_run(int i, const char *backend) {
   float steps = 3;
   expect_weight(m, what, OPTIM_STEP_PARAM, &steps, 1);
   dlc_free(m);
+}
+
+static int ref_run(const char *model_and_name) {
+  for (int i = 0; i < (int)ARRAY_LEN(ref_runs); i++) {
+    const RefRun *r = &ref_runs[i];
+    size_t n = strlen(r->model);
+    if (strncmp(model_and_name, r->model, n) == 0 && model_and_name[n] == ' ' &&
+        strcmp(model_and_name + n + 1, r->name) == 0)
+      return i;
+  }
+  ck_abort_msg("no run '%s' in train_ref.h", model_and_name);
+  return -1;
 }
 
 START_TEST(test_numpy_ref) { check_run(_i, "ref"); }
@@ -197,9 +212,9 @@ START_TEST(test_one_launch) {
       Ctx c;
       ctx_init(&c);
       OptimSpec o = optim_spec_default((OptimKind)kind);
-      o.momentum = 0.9;
+      if (kind == OPTIM_SGD || kind == OPTIM_RMSPROP) o.momentum = 0.9;
       Graph *g = step_graph(&c, model ? deep : mlp, &o);
-      int want = (model ? 10 : 4) * (kind == OPTIM_SGD ? 2 : 3) + 1, updates;
+      int want = (model ? 10 : 4) * (kind == OPTIM_SGD || kind == OPTIM_ADAGRAD ? 2 : 3) + 1, updates;
       for (int copies = 0; copies < 2; copies++) {
         CgResult cg;
         ck_assert_msg(cg_compile_opts(g, &(CgOptions){.no_update_in_place = copies}, &cg), "%s", diag_text(&c));
@@ -457,7 +472,7 @@ START_TEST(test_spec_errors) {
   dlc_options opt = {.backend = "ref", .grad = 1, .optimizer = &bad};
   dlc_model *m = NULL;
   ck_assert_int_eq(dlc_compile_string("m.dl", mlp, &opt, &m), DLC_ERR_COMPILE);
-  ck_assert_msg(strstr(dlc_error(m), "unknown optimizer 'lion' (expected sgd, adam or adamw)"), "%s", dlc_error(m));
+  ck_assert_msg(strstr(dlc_error(m), "unknown optimizer 'lion' (expected sgd, adam, adamw, rmsprop or adagrad)"), "%s", dlc_error(m));
   dlc_free(m);
 }
 END_TEST
@@ -467,7 +482,7 @@ END_TEST
 static void check_run_at(const char *p, float tol) {
   precision = p;
   tolerance = tol;
-  check_run(4, "emu");
+  check_run(ref_run("mlp adamw"), "emu");
   precision = NULL;
   tolerance = 1e-5f;
 }
@@ -537,6 +552,47 @@ START_TEST(test_f16_overflow_skips) {
 }
 END_TEST
 
+/* 1 - beta^t as exact as double makes it (PyTorch's): within 2 ulps
+ * of f32 where 1 - powf(beta, t) is 1.3e-5 off for beta2 = 0.999 at t = 1. */
+START_TEST(test_bias_correction) {
+  static const double betas[] = {0, 0.5, 0.9, 0.98, 0.99, 0.999, 0.9999, 0.99999};
+  static const float steps[] = {1, 2, 3, 10, 100, 1000, 12345, 1e6f, 1.6e7f};
+  for (size_t i = 0; i < ARRAY_LEN(betas); i++)
+    for (size_t j = 0; j < ARRAY_LEN(steps); j++) {
+      double want = 1 - pow(betas[i], steps[j]);
+      float got = ir_bias_correction(betas[i], steps[j]);
+      ck_assert_msg(fabs(got - want) <= 2.4e-7 * want, "1 - %g^%g: %.9g, want %.9g", betas[i], steps[j], got, want);
+    }
+}
+END_TEST
+
+/* A gradient that stays 1: each Adam step moves the weight by lr / (1 +
+ * eps) exactly (m and v are their own bias corrections), so 3 steps of
+ * lr 0.5 move it by 1.5 to f32's rounding, on ref and on emu. */
+START_TEST(test_adam_constant_gradient) {
+  static const char one[] = "model one(x: f32[1, 1]) -> f32[] {\n  return sum(linear(x, 1, bias=false) as fc)\n}\n";
+  static const char *const backends[] = {"ref", "emu"};
+  for (int amsgrad = 0; amsgrad < 2; amsgrad++)
+    for (int b = 0; b < 2; b++) {
+      dlc_optimizer o;
+      ck_assert_int_eq(dlc_optimizer_defaults("adam", &o), DLC_OK);
+      o.beta2 = amsgrad ? 0.9999 : 0.999;
+      o.amsgrad = amsgrad;
+      dlc_model *m = compile_step(one, backends[b], &o);
+      float w = 0.25f, x = 1, lr = 0.5f;
+      ck_assert_int_eq(dlc_set_weight(m, "fc.weight", &w, sizeof w), DLC_OK);
+      for (int s = 0; s < 3; s++) {
+        set_floats(m, "x", &x, 1);
+        set_floats(m, OPTIM_LR_INPUT, &lr, 1);
+        ck_assert_msg(dlc_run(m) == DLC_OK, "%s", dlc_error(m));
+      }
+      ck_assert_int_eq(dlc_get_weight(m, "fc.weight", &w, sizeof w), DLC_OK);
+      ck_assert_msg(fabsf(w - -1.25f) <= 3e-7f, "%s, amsgrad %d: %.9g, want -1.25", backends[b], amsgrad, w);
+      dlc_free(m);
+    }
+}
+END_TEST
+
 /* optim_update's shape rule, on IR text. */
 static void expect_ir_error(const char *op_line, const char *want) {
   Ctx c;
@@ -560,19 +616,31 @@ static void expect_ir_error(const char *op_line, const char *want) {
 }
 
 START_TEST(test_optim_update_shape) {
-  expect_ir_error("%4, %5, %6 = optim_update %0, %1, %2, %2, %2, %3 {kind=\"adam\"} : f32[3], f32[3], f32[3]",
+  expect_ir_error("%4, %5, %6, %7 = optim_update %0, %1, %2, %2, %2, %3 {kind=\"adam\"} : f32[3], f32[3], f32[3], "
+                  "f32[]",
                   "optim_update: adam takes 7 operands (p, g, lr, t, scale, exp_avg, exp_avg_sq), got 6");
-  expect_ir_error("%4, %5, %6 = optim_update %0, %1, %2, %2, %1 {kind=\"sgd\"} : f32[3], f32[], f32[]",
+  expect_ir_error("%4, %5, %6, %7 = optim_update %0, %1, %2, %2, %2, %3, %3 {kind=\"adam\", amsgrad=1} : f32[3], "
+                  "f32[3], f32[3], f32[3]",
+                  "optim_update: adam takes 8 operands (p, g, lr, t, scale, exp_avg, exp_avg_sq, max_exp_avg_sq), "
+                  "got 7");
+  expect_ir_error("%4, %5, %6, %7 = optim_update %0, %1, %2, %2, %2, %3 {kind=\"rmsprop\", centered=1} : f32[3], "
+                  "f32[3], f32[3], f32[]",
+                  "optim_update: rmsprop takes 7 operands (p, g, lr, t, scale, square_avg, grad_avg), got 6");
+  expect_ir_error("%4, %5, %6, %7 = optim_update %0, %1, %2, %2, %1 {kind=\"sgd\"} : f32[3], f32[], f32[], f32[]",
                   "optim_update: operand 5 must be f32[], got f32[3]");
-  expect_ir_error("%4, %5, %6 = optim_update %0, %1, %2, %2, %2 {kind=\"lion\"} : f32[3], f32[], f32[]",
-                  "optim_update: kind must be \"sgd\", \"adam\" or \"adamw\", got \"lion\"");
+  expect_ir_error("%4, %5, %6, %7 = optim_update %0, %1, %2, %2, %2 {kind=\"lion\"} : f32[3], f32[], f32[], f32[]",
+                  "optim_update: kind must be \"sgd\", \"adam\", \"adamw\", \"rmsprop\" or \"adagrad\", got \"lion\"");
 }
 END_TEST
 
-/* The runs emu checks (ref_runs indices): each kind on each model, and clipping. */
-static const int emu_runs[] = {0, 1, 2, 4, 5, 7, 9, 10}; /* mlp: all but adam; cnn: momentum, adam, adamw */
+/* The runs emu checks: every option on the MLP, and each kind on the CNN. */
+static const char *const emu_runs[] = {
+    "mlp sgd",          "mlp sgd_momentum",     "mlp sgd_nesterov",  "mlp adamw",      "mlp sgd_clip",
+    "mlp adam_amsgrad", "mlp adamw_amsgrad_maximize", "mlp rmsprop", "mlp rmsprop_centered",
+    "mlp rmsprop_momentum", "mlp adagrad",      "mlp adagrad_decay", "mlp sgd_maximize", "cnn sgd_momentum",
+    "cnn adam",         "cnn adamw",            "cnn rmsprop_centered", "cnn adagrad_decay"};
 
-START_TEST(test_numpy_emu_some) { check_run(emu_runs[_i], "emu"); }
+START_TEST(test_numpy_emu_some) { check_run(ref_run(emu_runs[_i]), "emu"); }
 END_TEST
 
 static Suite *optim_suite(void) {
@@ -589,6 +657,8 @@ static Suite *optim_suite(void) {
   tcase_add_test(t, test_one_launch);
   tcase_add_test(t, test_spec_errors);
   tcase_add_test(t, test_optim_update_shape);
+  tcase_add_test(t, test_bias_correction);
+  tcase_add_test(t, test_adam_constant_gradient);
   tcase_add_test(t, test_bf16_master_weights);
   tcase_add_test(t, test_f16_loss_scaled_trajectory);
   tcase_add_loop_test(t, test_f16_overflow_skips, 0, 2);

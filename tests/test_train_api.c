@@ -440,7 +440,11 @@ END_TEST
 
 START_TEST(option_errors) {
   dlc_train_options o;
-  ck_assert_int_eq(dlc_train_options_init(&o, "rmsprop"), DLC_ERR_ARGUMENT);
+  ck_assert_int_eq(dlc_train_options_init(&o, "lbfgs"), DLC_ERR_ARGUMENT);
+  ck_assert_int_eq(dlc_train_options_init(&o, "rmsprop"), DLC_OK);
+  ck_assert_double_eq_tol(o.optimizer.alpha, 0.99, 1e-15);
+  ck_assert_int_eq(dlc_train_options_init(&o, "adagrad"), DLC_OK);
+  ck_assert_double_eq_tol(o.optimizer.eps, 1e-10, 1e-20);
   ck_assert_int_eq(dlc_train_options_init(&o, "adamw"), DLC_OK);
   ck_assert_double_eq_tol(o.optimizer.weight_decay, 0.01, 1e-15);
   ck_assert_int_eq(o.ignore_index, -100);

@@ -175,7 +175,7 @@ expect 1 "dlcc: error: $t/data has 22 samples, fewer than one batch of 30, and -
 expect 1 "dlcc: error: --schedule: 'step:0:1' is not step:N:GAMMA, cosine[:T_MAX[:ETA_MIN]] or warmup:N[:START] (N and T_MAX whole numbers of steps > 0)" \
   "$dlcc" train $R --data "$t/data" --schedule=step:0:1
 expect 1 "dlcc: error: train needs --batch=N (see dlcc train --help)" "$dlcc" train "$t/tiny.dl" --data "$t/data"
-expect 1 "dlcc: error: unknown optimizer 'lbfgs' (expected sgd, adam or adamw)" \
+expect 1 "dlcc: error: unknown optimizer 'lbfgs' (expected sgd, adam, adamw, rmsprop or adagrad)" \
   "$dlcc" train $R --data "$t/data" --optimizer=lbfgs
 expect 1 "dlcc: error: --resume and --weights both give the weights: choose one" \
   "$dlcc" train $R --data "$t/data" --resume "$tmp/one.ckpt.safetensors" --weights "$tmp/one.safetensors"

@@ -2,8 +2,9 @@
 """Exact training trajectories for tests/test_optim.c, independent of dlcc:
 an MLP and a small CNN with batch norm (training mode), their forward and
 backward written out in NumPy (f32, as PyTorch computes), and 3 steps of
-torch.optim's single-tensor (foreach=False) SGD, Adam and AdamW, and of
-clip_grad_norm_, written from PyTorch's formulas.  Writes
+torch.optim's single-tensor (foreach=False) SGD, Adam, AdamW (with
+amsgrad), RMSprop (centered, with momentum), Adagrad and maximize, and
+of clip_grad_norm_, written from PyTorch's formulas.  Writes
 tests/train_ref.h: the initial weights, the batches, the learning rates and
 the weights after each run's 3 steps.
 
@@ -99,6 +100,8 @@ def clip_grad_norm(grads, max_norm):
 
 def sgd_step(p, g, state, lr, o):
     """torch.optim.sgd._single_tensor_sgd for one param."""
+    if o["maximize"]:
+        g = -g
     if o["weight_decay"]:
         g = g + F(o["weight_decay"]) * p
     if o["momentum"]:
@@ -115,6 +118,8 @@ def sgd_step(p, g, state, lr, o):
 def adam_step(p, g, state, lr, o, step, decoupled):
     """torch.optim.adam._single_tensor_adam for one param (AdamW: decoupled)."""
     wd = o["weight_decay"]
+    if o["maximize"]:
+        g = -g
     if wd and not decoupled:
         g = g + F(wd) * p
     if wd and decoupled:
@@ -125,11 +130,54 @@ def adam_step(p, g, state, lr, o, step, decoupled):
     m = m + (g - m) * F(1 - b1)                       # lerp_
     v = v * F(b2) + F(1 - b2) * g * g                 # mul_, addcmul_
     state["exp_avg"], state["exp_avg_sq"] = m, v
+    if o["amsgrad"]:
+        v = np.maximum(state.get("max_exp_avg_sq", np.zeros_like(p)), v)
+        state["max_exp_avg_sq"] = v
     bc1 = 1 - b1 ** step
     bc2 = 1 - b2 ** step
     step_size = lr / bc1
     denom = np.sqrt(v) / F(np.sqrt(bc2)) + F(o["eps"])
     return (p - F(step_size) * (m / denom)).astype(F)
+
+
+def rmsprop_step(p, g, state, lr, o):
+    """torch.optim.rmsprop._single_tensor_rmsprop for one param."""
+    if o["maximize"]:
+        g = -g
+    if o["weight_decay"]:
+        g = g + F(o["weight_decay"]) * p
+    alpha = o["alpha"]
+    sq = state.get("square_avg", np.zeros_like(p))
+    sq = sq * F(alpha) + F(1 - alpha) * g * g          # mul_, addcmul_
+    state["square_avg"] = sq
+    if o["centered"]:
+        a = state.get("grad_avg", np.zeros_like(p))
+        a = a + (g - a) * F(1 - alpha)                  # lerp_
+        state["grad_avg"] = a
+        avg = np.sqrt(sq - a * a)                       # addcmul(value=-1), sqrt_
+    else:
+        avg = np.sqrt(sq)
+    avg = avg + F(o["eps"])
+    if o["momentum"] > 0:
+        buf = state.get("momentum_buffer", np.zeros_like(p))
+        buf = buf * F(o["momentum"]) + g / avg          # mul_, addcdiv_
+        state["momentum_buffer"] = buf
+        return (p - F(lr) * buf).astype(F)
+    return (p - F(lr) * (g / avg)).astype(F)
+
+
+def adagrad_step(p, g, state, lr, o, step):
+    """torch.optim.adagrad._single_tensor_adagrad for one param."""
+    if o["maximize"]:
+        g = -g
+    if o["weight_decay"]:
+        g = g + F(o["weight_decay"]) * p
+    clr = lr / (1 + (step - 1) * o["lr_decay"])
+    s = state.get("sum", np.full_like(p, F(o["init_acc"])))
+    s = s + g * g                                       # addcmul_
+    state["sum"] = s
+    std = np.sqrt(s) + F(o["eps"])
+    return (p - F(clr) * (g / std)).astype(F)
 
 
 def train(model, w0, batches, o, lrs):
@@ -143,6 +191,10 @@ def train(model, w0, batches, o, lrs):
         for k in g:
             if o["kind"] == "sgd":
                 w[k] = sgd_step(w[k], g[k], state[k], lrs[s], o)
+            elif o["kind"] == "rmsprop":
+                w[k] = rmsprop_step(w[k], g[k], state[k], lrs[s], o)
+            elif o["kind"] == "adagrad":
+                w[k] = adagrad_step(w[k], g[k], state[k], lrs[s], o, s + 1)
             else:
                 w[k] = adam_step(w[k], g[k], state[k], lrs[s], o, s + 1, o["kind"] == "adamw")
         w.update(running)
@@ -151,7 +203,8 @@ def train(model, w0, batches, o, lrs):
 
 def opt(kind, lr, **kw):
     o = {"kind": kind, "momentum": 0.0, "dampening": 0.0, "nesterov": 0, "weight_decay": 0.0,
-         "beta1": 0.9, "beta2": 0.999, "eps": 1e-8, "clip": 0.0, "lr": lr}
+         "beta1": 0.9, "beta2": 0.999, "eps": 1e-10 if kind == "adagrad" else 1e-8, "clip": 0.0, "lr": lr,
+         "maximize": 0, "amsgrad": 0, "alpha": 0.99, "centered": 0, "lr_decay": 0.0, "init_acc": 0.0}
     o.update(kw)
     return o
 
@@ -163,6 +216,14 @@ RUNS = [
     ("adam", opt("adam", 0.01, weight_decay=0.01)),
     ("adamw", opt("adamw", 0.01, weight_decay=0.01)),
     ("sgd_clip", opt("sgd", 0.1, momentum=0.5, clip=0.05)),
+    ("adam_amsgrad", opt("adam", 0.01, amsgrad=1, weight_decay=0.01)),
+    ("adamw_amsgrad_maximize", opt("adamw", 0.01, amsgrad=1, maximize=1)),
+    ("rmsprop", opt("rmsprop", 0.01)),
+    ("rmsprop_centered", opt("rmsprop", 0.01, alpha=0.9, centered=1, momentum=0.9, weight_decay=0.01)),
+    ("rmsprop_momentum", opt("rmsprop", 0.01, momentum=0.5, maximize=1)),
+    ("adagrad", opt("adagrad", 0.1)),
+    ("adagrad_decay", opt("adagrad", 0.1, lr_decay=0.1, weight_decay=0.01, init_acc=0.1, eps=1e-6)),
+    ("sgd_maximize", opt("sgd", 0.1, momentum=0.9, maximize=1)),
 ]
 
 
@@ -200,6 +261,7 @@ def main():
     out.write("typedef struct RefTensor {\n  const char *name;\n  int n;\n  const float *v;\n} RefTensor;\n\n")
     out.write("typedef struct RefRun {\n  const char *model, *name, *kind;\n"
               "  double momentum, dampening;\n  int nesterov;\n  double weight_decay, beta1, beta2, eps, clip;\n"
+              "  int maximize, amsgrad;\n  double alpha;\n  int centered;\n  double lr_decay, init_acc;\n"
               "  float lr[%d];\n  const RefTensor *final;\n} RefRun;\n\n" % STEPS)
     runs = []
     for model, w0, batches in models(rng):
@@ -226,9 +288,11 @@ def main():
             for k, v in w.items():
                 out.write('  {"%s", %d, %s_%s},\n' % (k, v.size, tag, k.replace(".", "_")))
             out.write("  {0}};\n\n")
-            runs.append('  {"%s", "%s", "%s", %r, %r, %d, %r, %r, %r, %r, %r, {%s}, %s_final},\n' % (
+            runs.append('  {"%s", "%s", "%s", %r, %r, %d, %r, %r, %r, %r, %r, %d, %d, %r, %d, %r, %r, {%s}, '
+                        '%s_final},\n' % (
                 model, name, o["kind"], o["momentum"], o["dampening"], o["nesterov"], o["weight_decay"],
-                o["beta1"], o["beta2"], o["eps"], o["clip"],
+                o["beta1"], o["beta2"], o["eps"], o["clip"], o["maximize"], o["amsgrad"], o["alpha"],
+                o["centered"], o["lr_decay"], o["init_acc"],
                 ", ".join("%.9gf" % F(lr) for lr in lrs), tag))
     out.write("static const RefRun ref_runs[] = {\n%s};\n" % "".join(runs))
 
