@@ -88,16 +88,26 @@ void train_prefetch_free(TrainPrefetch *p);
 
 /* The learning rate of step t (from 0, counted over the whole run) as
  * torch.optim.lr_scheduler's closed forms give it, stepped once per
- * optimizer step: "step:N:GAMMA" (StepLR), "cosine[:T_MAX[:ETA_MIN]]"
- * (CosineAnnealingLR, T_MAX the run's steps unless given),
- * "warmup:N[:START]" (LinearLR from START, default 1/3, to 1 over N
- * steps); a warmup and one of the others joined by ',' multiply. */
+ * optimizer step (docs/training.md): "step:N:GAMMA" (StepLR),
+ * "multistep:M1/M2/...:GAMMA" (MultiStepLR), "exp:GAMMA"
+ * (ExponentialLR), "cosine[:T_MAX[:ETA_MIN]]" (CosineAnnealingLR),
+ * "poly[:T[:POWER]]" (PolynomialLR), "linear:START:END[:T]" (LinearLR),
+ * T_MAX and T the run's steps unless given; "warmup:N[:START]" (LinearLR
+ * from START, default 1/3, to 1 over N steps) joined to one of the
+ * others by ',' multiplies it. */
+typedef enum { SCHED_CONSTANT, SCHED_STEP, SCHED_MULTISTEP, SCHED_EXP, SCHED_COSINE, SCHED_POLY, SCHED_LINEAR } SchedKind;
+enum { SCHED_MAX_MILESTONES = 32 };
+
 typedef struct TrainSchedule {
-  int64_t step_size;
-  double gamma;
-  bool cosine;
-  int64_t t_max;
-  double eta_min;
+  SchedKind kind;
+  int64_t step_size;                          /* step */
+  int n_milestones;                           /* multistep */
+  int64_t milestones[SCHED_MAX_MILESTONES];
+  double gamma;                               /* step, multistep, exp */
+  int64_t t_max;                              /* cosine, poly, linear: 0 is the run's steps */
+  double eta_min;                             /* cosine */
+  double power;                               /* poly */
+  double start_factor, end_factor;            /* linear */
   int64_t warmup;
   double warmup_start;
 } TrainSchedule;

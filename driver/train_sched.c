@@ -1,7 +1,8 @@
 /* dlcc train's learning-rate schedule (train.h): the text of --schedule
  * into a TrainSchedule, and the rate of each step from it, as the closed
- * forms of torch.optim.lr_scheduler's StepLR, CosineAnnealingLR and
- * LinearLR give it (stepped once per optimizer step). */
+ * forms of torch.optim.lr_scheduler's StepLR, MultiStepLR,
+ * ExponentialLR, CosineAnnealingLR, PolynomialLR and LinearLR give it
+ * (stepped once per optimizer step). */
 #include "config.h"
 
 #include <errno.h>
@@ -35,39 +36,73 @@ static bool parse_real(const char *s, double *v) {
   return !errno && end != s && !*end && isfinite(*v);
 }
 
+static const char schedule_forms[] =
+    "step:N:GAMMA, multistep:M1/M2/...:GAMMA, exp:GAMMA, cosine[:T_MAX[:ETA_MIN]], poly[:T[:POWER]], "
+    "linear:START:END[:T] or warmup:N[:START]";
+
 static bool part_error(const char *part, char *err, size_t errlen) {
-  snprintf(err, errlen,
-           "--schedule: '%s' is not step:N:GAMMA, cosine[:T_MAX[:ETA_MIN]] or warmup:N[:START] "
-           "(N and T_MAX whole numbers of steps > 0)",
-           part);
+  snprintf(err, errlen, "--schedule: '%s' is not %s (N, M, T_MAX and T whole numbers of steps > 0)", part,
+           schedule_forms);
+  return false;
+}
+
+/* "30/60/90": increasing steps. */
+static bool parse_milestones(char *text, TrainSchedule *s) {
+  s->n_milestones = 0;
+  for (char *save = NULL, *tok = strtok_r(text, "/", &save); tok; tok = strtok_r(NULL, "/", &save)) {
+    if (s->n_milestones == SCHED_MAX_MILESTONES || !parse_int(tok, &s->milestones[s->n_milestones]) ||
+        (s->n_milestones && s->milestones[s->n_milestones] <= s->milestones[s->n_milestones - 1]))
+      return false;
+    s->n_milestones++;
+  }
+  return s->n_milestones > 0;
+}
+
+/* One decay's fields f[1..n) into s. */
+static bool parse_decay(SchedKind kind, char **f, int n, TrainSchedule *s) {
+  s->kind = kind;
+  switch (kind) {
+    case SCHED_STEP: return n == 3 && parse_int(f[1], &s->step_size) && parse_real(f[2], &s->gamma);
+    case SCHED_MULTISTEP: return n == 3 && parse_milestones(f[1], s) && parse_real(f[2], &s->gamma);
+    case SCHED_EXP: return n == 2 && parse_real(f[1], &s->gamma);
+    case SCHED_COSINE:
+      return n <= 3 && (n < 2 || parse_int(f[1], &s->t_max)) && (n < 3 || parse_real(f[2], &s->eta_min));
+    case SCHED_POLY:
+      s->power = 1;
+      return n <= 3 && (n < 2 || parse_int(f[1], &s->t_max)) && (n < 3 || parse_real(f[2], &s->power));
+    case SCHED_LINEAR:
+      return n >= 3 && n <= 4 && parse_real(f[1], &s->start_factor) && parse_real(f[2], &s->end_factor) &&
+             s->start_factor > 0 && s->start_factor <= 1 && s->end_factor >= 0 && s->end_factor <= 1 &&
+             (n < 4 || parse_int(f[3], &s->t_max));
+    case SCHED_CONSTANT: break;
+  }
   return false;
 }
 
 static bool parse_part(char *part, TrainSchedule *s, char *err, size_t errlen) {
+  static const struct {
+    const char *name;
+    SchedKind kind;
+  } decays[] = {{"step", SCHED_STEP},     {"multistep", SCHED_MULTISTEP}, {"exp", SCHED_EXP},
+                {"cosine", SCHED_COSINE}, {"poly", SCHED_POLY},           {"linear", SCHED_LINEAR}};
   char copy[128];
   snprintf(copy, sizeof copy, "%s", part);
-  char *f[4];
-  int n = split_fields(part, f, 3);
-  if (n == 0) return part_error(copy, err, errlen);
-  if (strcmp(f[0], "step") == 0 && !s->step_size && !s->cosine) {
-    if (n != 3 || !parse_int(f[1], &s->step_size) || !parse_real(f[2], &s->gamma))
-      return part_error(copy, err, errlen);
-  } else if (strcmp(f[0], "cosine") == 0 && !s->step_size && !s->cosine) {
-    s->cosine = true;
-    if (n > 3 || (n >= 2 && !parse_int(f[1], &s->t_max)) || (n == 3 && !parse_real(f[2], &s->eta_min)))
-      return part_error(copy, err, errlen);
-  } else if (strcmp(f[0], "warmup") == 0 && !s->warmup) {
+  char *f[5];
+  int n = split_fields(part, f, 4);
+  if (n == 0 || n > 4) return part_error(copy, err, errlen);
+  if (strcmp(f[0], "warmup") == 0 && !s->warmup) {
     s->warmup_start = 1.0 / 3.0;
     if (n > 3 || n < 2 || !parse_int(f[1], &s->warmup) ||
         (n == 3 && (!parse_real(f[2], &s->warmup_start) || s->warmup_start <= 0 || s->warmup_start > 1)))
       return part_error(copy, err, errlen);
-  } else {
-    snprintf(err, errlen,
-             "--schedule: '%s': expected step, cosine or warmup, at most one warmup and one of step and cosine",
-             copy);
-    return false;
+    return true;
   }
-  return true;
+  for (size_t k = 0; k < sizeof decays / sizeof decays[0]; k++)
+    if (strcmp(f[0], decays[k].name) == 0 && s->kind == SCHED_CONSTANT)
+      return parse_decay(decays[k].kind, f, n, s) || part_error(copy, err, errlen);
+  snprintf(err, errlen,
+           "--schedule: '%s': expected %s, at most one warmup and one of the others", copy, schedule_forms);
+  return false;
 }
 
 bool train_sched_parse(const char *text, TrainSchedule *s, char *err, size_t errlen) {
@@ -86,11 +121,21 @@ bool train_sched_parse(const char *text, TrainSchedule *s, char *err, size_t err
 
 double train_sched_lr(const TrainSchedule *s, double base, int64_t t, int64_t total_steps) {
   double lr = base;
-  if (s->step_size) lr = base * pow(s->gamma, (double)(t / s->step_size));
-  if (s->cosine) {
-    int64_t tmax = s->t_max ? s->t_max : total_steps;
-    if (tmax < 1) tmax = 1;
-    lr = s->eta_min + (base - s->eta_min) * (1 + cos(M_PI * (double)t / (double)tmax)) / 2;
+  int64_t span = s->t_max ? s->t_max : total_steps > 0 ? total_steps : 1;
+  double done = (double)(t < span ? t : span) / (double)span; /* of the span, up to 1 */
+  switch (s->kind) {
+    case SCHED_CONSTANT: break;
+    case SCHED_STEP: lr = base * pow(s->gamma, (double)(t / s->step_size)); break;
+    case SCHED_MULTISTEP: {
+      int passed = 0;
+      while (passed < s->n_milestones && s->milestones[passed] <= t) passed++;
+      lr = base * pow(s->gamma, passed);
+      break;
+    }
+    case SCHED_EXP: lr = base * pow(s->gamma, (double)t); break;
+    case SCHED_COSINE: lr = s->eta_min + (base - s->eta_min) * (1 + cos(M_PI * (double)t / (double)span)) / 2; break;
+    case SCHED_POLY: lr = base * pow(1 - done, s->power); break;
+    case SCHED_LINEAR: lr = base * (s->start_factor + (s->end_factor - s->start_factor) * done); break;
   }
   if (s->warmup) {
     int64_t k = t < s->warmup ? t : s->warmup;

@@ -37,9 +37,51 @@ START_TEST(step_lr_and_warmup) {
   const double f[] = {0.25, 0.4375, 0.625, 0.8125, 1, 1};
   for (int t = 0; t < 6; t++) ck_assert_double_eq_tol(train_sched_lr(&s, 2.0, t, 100), 2.0 * f[t], 1e-15);
   ck_assert(!train_sched_parse("warmup:4,warmup:2", &s, err, sizeof err));
-  ck_assert_str_eq(err, "--schedule: 'warmup:2': expected step, cosine or warmup, at most one warmup and one of "
-                        "step and cosine");
+  ck_assert_str_eq(err, "--schedule: 'warmup:2': expected step:N:GAMMA, multistep:M1/M2/...:GAMMA, exp:GAMMA, "
+                        "cosine[:T_MAX[:ETA_MIN]], poly[:T[:POWER]], linear:START:END[:T] or warmup:N[:START], at "
+                        "most one warmup and one of the others");
   ck_assert(!train_sched_parse("step:2", &s, err, sizeof err));
+}
+END_TEST
+
+/* MultiStepLR, ExponentialLR, PolynomialLR and LinearLR from 0.1, the
+ * rates torch 2.15's schedulers set (stepped as dlcc steps them). */
+START_TEST(more_schedules_as_pytorch) {
+  static const struct {
+    const char *text;
+    double lr[8];
+  } cases[] = {
+      {"multistep:2/5:0.3", {0.1, 0.1, 0.03, 0.03, 0.03, 0.009, 0.009, 0.009}},
+      {"exp:0.9",
+       {0.1, 0.09000000000000001, 0.08100000000000002, 0.07290000000000002, 0.06561000000000002, 0.05904900000000002,
+        0.05314410000000002, 0.04782969000000002}},
+      {"poly:6:2",
+       {0.1, 0.06944444444444446, 0.04444444444444447, 0.02500000000000001, 0.011111111111111117,
+        0.0027777777777777775, 0.0, 0.0}},
+      {"linear:1:0.25:4",
+       {0.1, 0.08125, 0.0625, 0.04375, 0.024999999999999998, 0.024999999999999998, 0.024999999999999998,
+        0.024999999999999998}},
+  };
+  TrainSchedule s;
+  char err[512];
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    ck_assert_msg(train_sched_parse(cases[i].text, &s, err, sizeof err), "%s", err);
+    for (int t = 0; t < 8; t++)
+      ck_assert_msg(fabs(train_sched_lr(&s, 0.1, t, 999) - cases[i].lr[t]) <= 1e-15, "%s at %d: %.17g, want %.17g",
+                    cases[i].text, t, train_sched_lr(&s, 0.1, t, 999), cases[i].lr[t]);
+  }
+  /* poly and linear span the run's steps unless told */
+  ck_assert(train_sched_parse("linear:1:0", &s, err, sizeof err));
+  ck_assert_double_eq_tol(train_sched_lr(&s, 0.1, 5, 20), 0.075, 1e-15);
+  ck_assert(train_sched_parse("poly", &s, err, sizeof err));
+  ck_assert_double_eq_tol(train_sched_lr(&s, 0.1, 15, 20), 0.025, 1e-15);
+  static const char *const bad[] = {"multistep:5/3:0.1", "multistep::0.1", "linear:0:1", "linear:1:2", "exp", "poly:0"};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    ck_assert_msg(!train_sched_parse(bad[i], &s, err, sizeof err), "%s was taken", bad[i]);
+    ck_assert_msg(strstr(err, "is not step:N:GAMMA"), "%s: %s", bad[i], err);
+  }
+  ck_assert(!train_sched_parse("exp:0.9,step:2:0.5", &s, err, sizeof err));
+  ck_assert_msg(strstr(err, "at most one warmup and one of the others"), "%s", err);
 }
 END_TEST
 
@@ -487,6 +529,7 @@ int main(void) {
   tcase_set_timeout(tc, 120);
   tcase_add_test(tc, step_lr_and_warmup);
   tcase_add_test(tc, cosine_as_pytorch);
+  tcase_add_test(tc, more_schedules_as_pytorch);
   tcase_add_test(tc, data_order);
   tcase_add_test(tc, streamed_data);
   tcase_add_test(tc, sgd_step_updates_by_the_gradient);

@@ -83,6 +83,41 @@ expect 0 "" "$dlcc" train $A --data "$t/data" --epochs 1 --backend=ref --schedul
 [ "$(sed 's/.*"lr": \([^}]*\)}/\1/' "$tmp/warm.jsonl" | tr '\n' ' ')" = "0.0166666667 0.0333333333 0.05 " ] ||
   fail "LinearLR warmup: $(cat "$tmp/warm.jsonl")"
 
+# MultiStepLR over both epochs (3 steps each): x0.1 at steps 2 and 4.
+expect 0 "" "$dlcc" train $A --data "$t/data" --epochs 2 --backend=ref --schedule=multistep:2/4:0.1 \
+  --log "$tmp/multi.jsonl"
+[ "$(grep '"step"' "$tmp/multi.jsonl" | sed 's/.*"lr": \([^}]*\)}/\1/' | tr '\n' ' ')" = \
+  "0.05 0.05 0.005 0.005 0.0005 0.0005 " ] || fail "MultiStepLR: $(cat "$tmp/multi.jsonl")"
+
+# RMSprop (centered, with momentum), Adagrad and Adam with amsgrad from
+# the flags: emu's losses ref's, torch.optim's default rate (1e-2 for
+# RMSprop and Adagrad), and the checkpoint holding each state under
+# PyTorch's key; resumed, RMSprop's 2 epochs are one run's, bit for bit.
+for o in "rmsprop --centered --momentum=0.9 --alpha=0.9:grad_avg" "adagrad --lr-decay=0.1 --initial-accumulator-value=0.1:sum" \
+  "adam --amsgrad --maximize=false:max_exp_avg_sq"; do
+  flags=${o%:*} key=${o##*:} name=${o%% *}
+  for b in ref emu; do
+    expect 0 "" "$dlcc" train "$t/tiny.dl" --batch 8 --loss=cross_entropy --optimizer=$flags --data "$t/data" \
+      --epochs 2 --backend=$b --log "$tmp/$name.$b.jsonl" --save "$tmp/$name.$b.safetensors"
+    losses "$tmp/$name.$b.jsonl" | grep -v epoch >"$tmp/$name.$b.l"
+  done
+  paste "$tmp/$name.ref.l" "$tmp/$name.emu.l" | awk '{ d = $1 - $2; if (d < 0) d = -d; if (d > 1e-5 * $1 + 1e-6) bad++ }
+    END { exit bad > 0 || NR != 6 }' || fail "$name: emu's step losses differ from ref's: $(paste "$tmp/$name.ref.l" "$tmp/$name.emu.l")"
+  want_lr=0.01; [ "$name" = adam ] && want_lr=0.001
+  grep -q "\"step\": 1, .*\"lr\": $want_lr}" "$tmp/$name.ref.jsonl" || fail "$name's default rate: $(head -1 "$tmp/$name.ref.jsonl")"
+  head -c 3000 "$tmp/$name.ref.ckpt.safetensors" | grep -q "\"dlcc.optim.fc2.bias.$key\"" ||
+    fail "$name: the checkpoint lacks dlcc.optim.fc2.bias.$key"
+done
+expect 0 "" "$dlcc" train "$t/tiny.dl" --batch 8 --loss=cross_entropy --optimizer=rmsprop --centered --momentum=0.9 \
+  --alpha=0.9 --data "$t/data" --epochs 1 --backend=emu --save "$tmp/rms1.safetensors"
+expect 0 "" "$dlcc" train "$t/tiny.dl" --batch 8 --loss=cross_entropy --optimizer=rmsprop --centered --momentum=0.9 \
+  --alpha=0.9 --data "$t/data" --epochs 1 --backend=emu --resume "$tmp/rms1.ckpt.safetensors" --save "$tmp/rms2.safetensors"
+cmp -s "$tmp/rmsprop.emu.safetensors" "$tmp/rms2.safetensors" || fail "resumed RMSprop differs from one run's"
+expect 1 "dlcc: error: sgd: amsgrad is Adam's and AdamW's" "$dlcc" train "$t/tiny.dl" --batch 8 --loss=cross_entropy \
+  --data "$t/data" --amsgrad
+expect 1 "dlcc: error: adam: momentum is SGD's and RMSprop's" "$dlcc" train "$t/tiny.dl" --batch 8 \
+  --loss=cross_entropy --data "$t/data" --optimizer=adam --momentum=0.9
+
 # Two epochs in one run equal one, a checkpoint and one more, bit for bit.
 expect 0 "" "$dlcc" train $A --data "$t/data" --epochs 2 --backend=emu --save "$tmp/two.safetensors"
 expect 0 "" "$dlcc" train $A --data "$t/data" --epochs 1 --backend=emu --save "$tmp/one.safetensors"
@@ -172,7 +207,7 @@ expect 1 "dlcc: error: $d/x.npy has 10 samples but $d/target.npy has 22: the arr
 expect 1 "dlcc: error: $tmp/nowhere: No such file or directory" "$dlcc" train $R --data "$tmp/nowhere"
 expect 1 "dlcc: error: $t/data has 22 samples, fewer than one batch of 30, and --drop-last skips them all" \
   "$dlcc" train "$t/tiny.dl" --batch 30 --drop-last --loss=cross_entropy --data "$t/data"
-expect 1 "dlcc: error: --schedule: 'step:0:1' is not step:N:GAMMA, cosine[:T_MAX[:ETA_MIN]] or warmup:N[:START] (N and T_MAX whole numbers of steps > 0)" \
+expect 1 "dlcc: error: --schedule: 'step:0:1' is not step:N:GAMMA, multistep:M1/M2/...:GAMMA, exp:GAMMA, cosine[:T_MAX[:ETA_MIN]], poly[:T[:POWER]], linear:START:END[:T] or warmup:N[:START] (N, M, T_MAX and T whole numbers of steps > 0)" \
   "$dlcc" train $R --data "$t/data" --schedule=step:0:1
 expect 1 "dlcc: error: train needs --batch=N (see dlcc train --help)" "$dlcc" train "$t/tiny.dl" --data "$t/data"
 expect 1 "dlcc: error: unknown optimizer 'lbfgs' (expected sgd, adam, adamw, rmsprop or adagrad)" \
