@@ -94,7 +94,9 @@ void train_prefetch_free(TrainPrefetch *p);
  * "poly[:T[:POWER]]" (PolynomialLR), "linear:START:END[:T]" (LinearLR),
  * T_MAX and T the run's steps unless given; "warmup:N[:START]" (LinearLR
  * from START, default 1/3, to 1 over N steps) joined to one of the
- * others by ',' multiplies it. */
+ * others by ',' multiplies it (ChainedScheduler), by '+' runs before it
+ * (SequentialLR: the decay starts at step N, its span the run's steps
+ * after N unless given). */
 typedef enum { SCHED_CONSTANT, SCHED_STEP, SCHED_MULTISTEP, SCHED_EXP, SCHED_COSINE, SCHED_POLY, SCHED_LINEAR } SchedKind;
 enum { SCHED_MAX_MILESTONES = 32 };
 
@@ -110,6 +112,7 @@ typedef struct TrainSchedule {
   double start_factor, end_factor;            /* linear */
   int64_t warmup;
   double warmup_start;
+  bool sequential; /* "warmup:N+DECAY": the decay from step N, counting from 0 there */
 } TrainSchedule;
 
 bool train_sched_parse(const char *text, TrainSchedule *s, char *err, size_t errlen);

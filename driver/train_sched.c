@@ -93,7 +93,7 @@ static bool parse_part(char *part, TrainSchedule *s, char *err, size_t errlen) {
   if (strcmp(f[0], "warmup") == 0 && !s->warmup) {
     s->warmup_start = 1.0 / 3.0;
     if (n > 3 || n < 2 || !parse_int(f[1], &s->warmup) ||
-        (n == 3 && (!parse_real(f[2], &s->warmup_start) || s->warmup_start <= 0 || s->warmup_start > 1)))
+        (n == 3 && (!parse_real(f[2], &s->warmup_start) || s->warmup_start < 0 || s->warmup_start > 1)))
       return part_error(copy, err, errlen);
     return true;
   }
@@ -113,6 +113,18 @@ bool train_sched_parse(const char *text, TrainSchedule *s, char *err, size_t err
     return false;
   }
   strcpy(buf, text);
+  /* "warmup:N+DECAY": the decay starts when the warmup ends */
+  char *then = strchr(buf, '+');
+  if (then) {
+    *then++ = 0;
+    s->sequential = true;
+    if (strncmp(buf, "warmup:", 7) != 0 || strchr(buf, ',') || strchr(then, ',') || strchr(then, '+') ||
+        strncmp(then, "warmup", 6) == 0) {
+      snprintf(err, errlen, "--schedule: '%s': '+' joins a warmup:N[:START] and one decay after it", text);
+      return false;
+    }
+    return parse_part(buf, s, err, errlen) && parse_part(then, s, err, errlen);
+  }
   char *save = NULL;
   for (char *part = strtok_r(buf, ",", &save); part; part = strtok_r(NULL, ",", &save))
     if (!parse_part(part, s, err, errlen)) return false;
@@ -121,6 +133,11 @@ bool train_sched_parse(const char *text, TrainSchedule *s, char *err, size_t err
 
 double train_sched_lr(const TrainSchedule *s, double base, int64_t t, int64_t total_steps) {
   double lr = base;
+  if (s->sequential) {
+    if (t < s->warmup) return base * (s->warmup_start + (1 - s->warmup_start) * (double)t / (double)s->warmup);
+    t -= s->warmup;
+    total_steps -= s->warmup;
+  }
   int64_t span = s->t_max ? s->t_max : total_steps > 0 ? total_steps : 1;
   double done = (double)(t < span ? t : span) / (double)span; /* of the span, up to 1 */
   switch (s->kind) {
@@ -137,7 +154,7 @@ double train_sched_lr(const TrainSchedule *s, double base, int64_t t, int64_t to
     case SCHED_POLY: lr = base * pow(1 - done, s->power); break;
     case SCHED_LINEAR: lr = base * (s->start_factor + (s->end_factor - s->start_factor) * done); break;
   }
-  if (s->warmup) {
+  if (s->warmup && !s->sequential) {
     int64_t k = t < s->warmup ? t : s->warmup;
     lr *= s->warmup_start + (1 - s->warmup_start) * (double)k / (double)s->warmup;
   }

@@ -70,6 +70,25 @@ START_TEST(more_schedules_as_pytorch) {
       ck_assert_msg(fabs(train_sched_lr(&s, 0.1, t, 999) - cases[i].lr[t]) <= 1e-15, "%s at %d: %.17g, want %.17g",
                     cases[i].text, t, train_sched_lr(&s, 0.1, t, 999), cases[i].lr[t]);
   }
+  /* SequentialLR of a warmup and ExponentialLR; Hugging Face's
+   * get_cosine_schedule_with_warmup(3, 10) (a LambdaLR from 0) */
+  static const struct {
+    const char *text;
+    double lr[8];
+  } after[] = {
+      {"warmup:3:0.25+exp:0.5", {0.025, 0.05, 0.07500000000000001, 0.1, 0.05, 0.025, 0.0125, 0.00625}},
+      {"warmup:3:0+cosine",
+       {0.0, 0.03333333333333333, 0.06666666666666667, 0.1, 0.09504844339512096, 0.08117449009293669,
+        0.06112604669781572, 0.03887395330218429}},
+  };
+  for (size_t i = 0; i < sizeof after / sizeof after[0]; i++) {
+    ck_assert_msg(train_sched_parse(after[i].text, &s, err, sizeof err), "%s", err);
+    for (int t = 0; t < 8; t++)
+      ck_assert_msg(fabs(train_sched_lr(&s, 0.1, t, 10) - after[i].lr[t]) <= 1e-15, "%s at %d: %.17g, want %.17g",
+                    after[i].text, t, train_sched_lr(&s, 0.1, t, 10), after[i].lr[t]);
+  }
+  ck_assert(!train_sched_parse("cosine+warmup:3", &s, err, sizeof err));
+  ck_assert_str_eq(err, "--schedule: 'cosine+warmup:3': '+' joins a warmup:N[:START] and one decay after it");
   /* poly and linear span the run's steps unless told */
   ck_assert(train_sched_parse("linear:1:0", &s, err, sizeof err));
   ck_assert_double_eq_tol(train_sched_lr(&s, 0.1, 5, 20), 0.075, 1e-15);
