@@ -45,47 +45,40 @@ START_TEST(step_lr_and_warmup) {
 END_TEST
 
 /* MultiStepLR, ExponentialLR, PolynomialLR and LinearLR from 0.1, the
- * rates torch 2.15's schedulers set (stepped as dlcc steps them). */
+ * rates torch 2.15's schedulers set (stepped as dlcc steps them), in a
+ * run of 999 steps; then in a run of 10, SequentialLR of a warmup and
+ * ExponentialLR, and Hugging Face's get_cosine_schedule_with_warmup(3,
+ * 10) (a LambdaLR from 0). */
 START_TEST(more_schedules_as_pytorch) {
   static const struct {
     const char *text;
+    int64_t run;
     double lr[8];
   } cases[] = {
-      {"multistep:2/5:0.3", {0.1, 0.1, 0.03, 0.03, 0.03, 0.009, 0.009, 0.009}},
-      {"exp:0.9",
+      {"multistep:2/5:0.3", 999, {0.1, 0.1, 0.03, 0.03, 0.03, 0.009, 0.009, 0.009}},
+      {"exp:0.9", 999,
        {0.1, 0.09000000000000001, 0.08100000000000002, 0.07290000000000002, 0.06561000000000002, 0.05904900000000002,
         0.05314410000000002, 0.04782969000000002}},
-      {"poly:6:2",
+      {"poly:6:2", 999,
        {0.1, 0.06944444444444446, 0.04444444444444447, 0.02500000000000001, 0.011111111111111117,
         0.0027777777777777775, 0.0, 0.0}},
-      {"linear:1:0.25:4",
+      {"linear:1:0.25:4", 999,
        {0.1, 0.08125, 0.0625, 0.04375, 0.024999999999999998, 0.024999999999999998, 0.024999999999999998,
         0.024999999999999998}},
+      {"warmup:3:0.25+exp:0.5", 10, {0.025, 0.05, 0.07500000000000001, 0.1, 0.05, 0.025, 0.0125, 0.00625}},
+      {"warmup:3:0+cosine", 10,
+       {0.0, 0.03333333333333333, 0.06666666666666667, 0.1, 0.09504844339512096, 0.08117449009293669,
+        0.06112604669781572, 0.03887395330218429}},
   };
   TrainSchedule s;
   char err[512];
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     ck_assert_msg(train_sched_parse(cases[i].text, &s, err, sizeof err), "%s", err);
-    for (int t = 0; t < 8; t++)
-      ck_assert_msg(fabs(train_sched_lr(&s, 0.1, t, 999) - cases[i].lr[t]) <= 1e-15, "%s at %d: %.17g, want %.17g",
-                    cases[i].text, t, train_sched_lr(&s, 0.1, t, 999), cases[i].lr[t]);
-  }
-  /* SequentialLR of a warmup and ExponentialLR; Hugging Face's
-   * get_cosine_schedule_with_warmup(3, 10) (a LambdaLR from 0) */
-  static const struct {
-    const char *text;
-    double lr[8];
-  } after[] = {
-      {"warmup:3:0.25+exp:0.5", {0.025, 0.05, 0.07500000000000001, 0.1, 0.05, 0.025, 0.0125, 0.00625}},
-      {"warmup:3:0+cosine",
-       {0.0, 0.03333333333333333, 0.06666666666666667, 0.1, 0.09504844339512096, 0.08117449009293669,
-        0.06112604669781572, 0.03887395330218429}},
-  };
-  for (size_t i = 0; i < sizeof after / sizeof after[0]; i++) {
-    ck_assert_msg(train_sched_parse(after[i].text, &s, err, sizeof err), "%s", err);
-    for (int t = 0; t < 8; t++)
-      ck_assert_msg(fabs(train_sched_lr(&s, 0.1, t, 10) - after[i].lr[t]) <= 1e-15, "%s at %d: %.17g, want %.17g",
-                    after[i].text, t, train_sched_lr(&s, 0.1, t, 10), after[i].lr[t]);
+    for (int t = 0; t < 8; t++) {
+      double got = train_sched_lr(&s, 0.1, t, cases[i].run);
+      ck_assert_msg(fabs(got - cases[i].lr[t]) <= 1e-15, "%s at %d: %.17g, want %.17g", cases[i].text, t, got,
+                    cases[i].lr[t]);
+    }
   }
   ck_assert(!train_sched_parse("cosine+warmup:3", &s, err, sizeof err));
   ck_assert_str_eq(err, "--schedule: 'cosine+warmup:3': '+' joins a warmup:N[:START] and one decay after it");
