@@ -26,6 +26,7 @@ dlc_status dlc_train_options_init(dlc_train_options *o, const char *optimizer) {
   memset(o, 0, sizeof *o);
   o->ignore_index = -100;
   o->beta = 1.0;
+  o->delta = 1.0;
   return dlc_optimizer_defaults(optimizer, &o->optimizer);
 }
 
@@ -43,7 +44,7 @@ static bool make_spec(const dlc_train_options *o, ApiTrainSpec *s, char *err, si
     LossKind k;
     if (!loss_from_name(o->loss, &k)) {
       snprintf(err, errlen,
-               "unknown loss '%s' (expected cross_entropy, nll, mse, l1, smooth_l1 or bce_with_logits)", o->loss);
+               "unknown loss '%s' (expected cross_entropy, nll, mse, l1, smooth_l1, huber or bce_with_logits)", o->loss);
       return false;
     }
     s->has_loss = true;
@@ -51,7 +52,23 @@ static bool make_spec(const dlc_train_options *o, ApiTrainSpec *s, char *err, si
     s->loss.ignore_index = o->ignore_index;
     s->loss.label_smoothing = o->label_smoothing;
     s->loss.beta = o->beta;
+    s->loss.delta = o->delta;
+    if (o->reduction_sum) s->loss.reduction = LOSS_SUM;
     if (o->eval) s->loss.reduction = LOSS_NONE;
+    bool classes = k == LOSS_CROSS_ENTROPY || k == LOSS_NLL;
+    const char *bad = o->class_weight && !classes                       ? "class_weight is for cross_entropy and nll"
+                      : o->pos_weight && k != LOSS_BCE_WITH_LOGITS        ? "pos_weight is for bce_with_logits"
+                      : o->class_weight && !(o->class_weight_count > 0 && o->class_weight_count <= DL_MAX_ELEMS)
+                          ? "class_weight_count must be the number of classes"
+                      : o->pos_weight && !(o->pos_weight_count > 0 && o->pos_weight_count <= DL_MAX_ELEMS)
+                          ? "pos_weight_count must be 1 or the size of the prediction's last axis"
+                          : NULL;
+    if (bad) {
+      snprintf(err, errlen, "%s", bad);
+      return false;
+    }
+    if (o->class_weight) s->loss.weight_input = o->class_weight_count;
+    if (o->pos_weight) s->loss.pos_weight_input = o->pos_weight_count;
     if (o->target_rank > DLC_MAX_RANK) {
       snprintf(err, errlen, "target_rank is %d; at most %d", o->target_rank, (int)DLC_MAX_RANK);
       return false;
@@ -103,6 +120,11 @@ static dlc_status train_compile(const char *path, const char *name, const char *
   }
   *out = t;
   if (st == DLC_OK && !o->eval) t->lr_input = dlc_input_index(t->m, OPTIM_LR_INPUT);
+  /* The loss's weights: inputs set once, which every step reads. */
+  if (st == DLC_OK && spec.loss.weight_input)
+    st = dlc_set_input(t->m, LOSS_WEIGHT_INPUT, o->class_weight, (size_t)o->class_weight_count * sizeof(float));
+  if (st == DLC_OK && spec.loss.pos_weight_input)
+    st = dlc_set_input(t->m, LOSS_POS_WEIGHT_INPUT, o->pos_weight, (size_t)o->pos_weight_count * sizeof(float));
   return st;
 }
 

@@ -85,9 +85,13 @@ typedef struct DriverLoss {
   const char *name; /* --loss as given; NULL: no loss */
   LossKind kind;
   int output;
-  bool has_ignore, has_smoothing, has_beta;
+  bool has_ignore, has_smoothing, has_beta, has_delta, reduction_sum;
   int64_t ignore_index;
-  double label_smoothing, beta;
+  double label_smoothing, beta, delta;
+  /* --class-weights, --pos-weight: their values (malloc'd, freed with
+   * the process) and counts; NULL: not given */
+  float *class_weight, *pos_weight;
+  int64_t class_weight_count, pos_weight_count;
   const char *first_flag; /* the first flag other than --loss, for messages */
 } DriverLoss;
 /* 1 when arg is one of them (stored in d), 0 when not, -1 after printing

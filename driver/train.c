@@ -319,6 +319,10 @@ static int parse_train_args(int argc, char **argv, TrainArgs *o) {
     fputs("dlcc: error: --save-every needs --save=OUT (the files it writes)\n", stderr);
     return 1;
   }
+  if (o->pipeline && (o->loss.class_weight || o->loss.pos_weight)) {
+    fputs("dlcc: error: --class-weights and --pos-weight do not combine with --pipeline yet\n", stderr);
+    return 1;
+  }
   if (o->val && !o->loss.name) {
     fputs("dlcc: error: --val needs --loss (validation computes the loss it names)\n", stderr);
     return 1;
@@ -338,6 +342,12 @@ static bool train_options(const TrainArgs *a, dlc_train_options *o) {
   o->ignore_index = a->loss_spec.ignore_index;
   o->label_smoothing = a->loss_spec.label_smoothing;
   o->beta = a->loss_spec.beta;
+  o->delta = a->loss_spec.delta;
+  o->reduction_sum = a->loss.reduction_sum;
+  o->class_weight = a->loss.class_weight;
+  o->class_weight_count = a->loss.class_weight_count;
+  o->pos_weight = a->loss.pos_weight;
+  o->pos_weight_count = a->loss.pos_weight_count;
   dlc_optimizer *opt = &o->optimizer;
   if (a->set_momentum) opt->momentum = a->momentum;
   if (a->set_dampening) opt->dampening = a->dampening;
@@ -833,8 +843,11 @@ static int64_t class_at(const void *buf, RtDType dt, int64_t i) {
   return dt == RT_I64 ? ((const int64_t *)buf)[i] : ((const int32_t *)buf)[i];
 }
 
-/* Loss and accuracy sums of one eval batch's first n samples. */
-static void score_batch(Run *r, int64_t n, double *loss_sum, int64_t *counted, int64_t *correct) {
+/* Loss and accuracy sums of one eval batch's first n samples: the
+ * losses' sum, what their mean divides it by (the positions that count,
+ * or with class weights the sum of their classes' weights, as PyTorch's
+ * weighted mean), the positions that count and the correct ones. */
+static void score_batch(Run *r, int64_t n, double *loss_sum, double *divisor, int64_t *counted, int64_t *correct) {
   dlc_model *m = dlc_train_model(r->eval);
   const void *lp, *pp;
   size_t lb, pb;
@@ -843,9 +856,13 @@ static void score_batch(Run *r, int64_t n, double *loss_sum, int64_t *counted, i
   int64_t per = (int64_t)(lb / sizeof *l) / r->a->batch; /* loss values per sample */
   RtDType dt = train_data_find(&r->val, TRAIN_TARGET)->t.dtype;
   const void *target = r->accuracy ? r->bufs_val_target : NULL;
+  const DriverLoss *dl = &r->a->loss;
   for (int64_t i = 0; i < n * per; i++) {
     *loss_sum += l[i];
-    *counted += !target || class_at(target, dt, i) != r->a->loss_spec.ignore_index;
+    int64_t t = target ? class_at(target, dt, i) : 0;
+    bool counts = !target || t != r->a->loss_spec.ignore_index;
+    *counted += counts;
+    *divisor += !counts ? 0 : target && dl->class_weight && t >= 0 && t < dl->class_weight_count ? dl->class_weight[t] : 1;
   }
   if (!target || dlc_get_output(m, r->pred_output, &pp, &pb) != DLC_OK) return;
   const float *p = pp;
@@ -868,24 +885,25 @@ static bool validate(Run *r) {
   int64_t *order = malloc(sizeof *order * (size_t)r->val.count);
   if (!order) return false;
   train_data_order(r->val.count, false, 0, 0, order);
-  double loss_sum = 0;
+  double loss_sum = 0, divisor = 0;
   int64_t counted = 0, correct = 0;
   bool ok = true;
   for (int64_t at = 0; ok && at < r->val.count; at += r->a->batch) {
     int64_t n = r->val.count - at < r->a->batch ? r->val.count - at : r->a->batch;
     ok = set_batch(r, r->eval, &r->val, order + at, n, r->a->batch, NULL, 0) &&
          api_ok(r->eval, dlc_run(dlc_train_model(r->eval)));
-    if (ok) score_batch(r, n, &loss_sum, &counted, &correct);
+    if (ok) score_batch(r, n, &loss_sum, &divisor, &counted, &correct);
   }
   free(order);
   if (!ok) return false;
-  printf("epoch %" PRId64 ": val loss %.6f", r->epoch, counted ? loss_sum / (double)counted : 0.0);
+  double val_loss = divisor != 0 ? loss_sum / divisor : 0.0;
+  printf("epoch %" PRId64 ": val loss %.6f", r->epoch, val_loss);
   if (r->accuracy) printf(", val accuracy %.2f%%", counted ? 100.0 * (double)correct / (double)counted : 0.0);
   printf("\n");
   char vl[32];
   if (r->log)
     fprintf(r->log, "{\"epoch\": %" PRId64 ", \"val_loss\": %s%s%.9g}\n", r->epoch,
-            json_number(vl, sizeof vl, counted ? loss_sum / (double)counted : 0.0),
+            json_number(vl, sizeof vl, val_loss),
             r->accuracy ? ", \"val_accuracy\": " : ", \"val_n\": ",
             r->accuracy ? (counted ? (double)correct / (double)counted : 0.0) : (double)r->val.count);
   return true;

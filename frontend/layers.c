@@ -731,6 +731,9 @@ static Val bi_loss(Lower *l, const Call *c) {
     ok &= got;
   }
   if ((i = param_index(c, "beta")) >= 0) ok &= fe_arg_float(l, c, i, 1, &s.beta);
+  if ((i = param_index(c, "delta")) >= 0) ok &= fe_arg_float(l, c, i, 1, &s.delta);
+  if ((i = param_index(c, "weight")) >= 0) ok &= fe_arg_tensor(l, c, i, &s.weight);
+  if ((i = param_index(c, "pos_weight")) >= 0) ok &= fe_arg_tensor(l, c, i, &s.pos_weight);
   if (!ok) return poison();
   /* loss_build reports to the context itself, without the notes of the
    * block calls fe_error adds. */
@@ -1349,12 +1352,13 @@ static const Builtin builtins[] = {
     {"multihead_attention", bi_mha, "q,k,v,heads|bias,attn_mask,key_padding_mask,is_causal,kv_heads", false},
     {"dropout", bi_dropout, "x|p", false},
     {"stage", bi_stage, "x", false},
-    {"cross_entropy", bi_loss, "input,target|ignore_index,label_smoothing,reduction", false},
-    {"nll_loss", bi_loss, "input,target|ignore_index,reduction", false},
+    {"cross_entropy", bi_loss, "input,target|ignore_index,label_smoothing,reduction,weight", false},
+    {"nll_loss", bi_loss, "input,target|ignore_index,reduction,weight", false},
     {"mse_loss", bi_loss, "input,target|reduction", false},
     {"l1_loss", bi_loss, "input,target|reduction", false},
     {"smooth_l1_loss", bi_loss, "input,target|reduction,beta", false},
-    {"binary_cross_entropy_with_logits", bi_loss, "input,target|reduction", false},
+    {"huber_loss", bi_loss, "input,target|reduction,delta", false},
+    {"binary_cross_entropy_with_logits", bi_loss, "input,target|reduction,pos_weight", false},
     {"upsample", bi_upsample, "x|scale,mode,align_corners,size", false},
     {"grid_sample", bi_grid_sample, "x,grid|mode,padding_mode,align_corners", false},
     {"relu", bi_unary, "x", false},

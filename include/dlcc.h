@@ -400,14 +400,25 @@ typedef struct dlc_train_options {
    * precision.  grad, optimizer, quantize and weights must stay unset
    * (load weights with dlc_load_weights on dlc_train_model). */
   dlc_options model;
-  /* "cross_entropy", "nll", "mse", "l1", "smooth_l1", "bce_with_logits"
-   * (PyTorch's, mean reduction) of the model's output loss_output against
-   * the input "target"; NULL: the model's output 0 is already its loss. */
+  /* "cross_entropy", "nll", "mse", "l1", "smooth_l1", "huber",
+   * "bce_with_logits" (PyTorch's) of the model's output loss_output
+   * against the input "target"; NULL: the model's output 0 is already its
+   * loss. */
   const char *loss;
   int loss_output;
   int64_t ignore_index;    /* cross_entropy, nll; PyTorch's -100 from dlc_train_options_init */
   double label_smoothing;  /* cross_entropy */
   double beta;             /* smooth_l1; 1 from dlc_train_options_init */
+  double delta;            /* huber; 1 from dlc_train_options_init */
+  int reduction_sum;       /* nonzero: the loss sums over the batch (reduction="sum"); 0: the mean */
+  /* cross_entropy and nll: a weight per class (PyTorch's weight=),
+   * class_weight_count of them, one per class; bce_with_logits: the
+   * positives' weight (pos_weight=), pos_weight_count of them, broadcast
+   * against the prediction's last axis.  NULL: none.  Copied. */
+  const float *class_weight;
+  int64_t class_weight_count;
+  const float *pos_weight;
+  int64_t pos_weight_count;
   /* target_rank > 0: the input "target" is target_dtype[target_dims]
    * (batch first): i32 class indices, or for cross_entropy f32
    * probabilities shaped like the prediction.  0: the loss's default

@@ -22,14 +22,17 @@ static const char *const torch_names[LOSS_COUNT] = {
     [LOSS_CROSS_ENTROPY] = "cross_entropy", [LOSS_NLL] = "nll_loss",
     [LOSS_MSE] = "mse_loss",                [LOSS_L1] = "l1_loss",
     [LOSS_SMOOTH_L1] = "smooth_l1_loss",    [LOSS_BCE_WITH_LOGITS] = "binary_cross_entropy_with_logits",
+    [LOSS_HUBER] = "huber_loss",
 };
 static const char *const short_names[LOSS_COUNT] = {
     [LOSS_CROSS_ENTROPY] = "cross_entropy", [LOSS_NLL] = "nll", [LOSS_MSE] = "mse",
     [LOSS_L1] = "l1", [LOSS_SMOOTH_L1] = "smooth_l1", [LOSS_BCE_WITH_LOGITS] = "bce_with_logits",
+    [LOSS_HUBER] = "huber",
 };
 
 LossSpec loss_spec_default(LossKind kind) {
-  return (LossSpec){.kind = kind, .reduction = LOSS_MEAN, .ignore_index = -100, .label_smoothing = 0, .beta = 1};
+  return (LossSpec){.kind = kind, .reduction = LOSS_MEAN, .ignore_index = -100, .label_smoothing = 0, .beta = 1,
+                    .delta = 1};
 }
 
 bool loss_from_name(const char *name, LossKind *out) {
@@ -111,7 +114,14 @@ static Value *class_loss(Build *b, const LossSpec *s, Value *x, Value *t) {
   /* Class indices into [N, C, d...] logits of f32 or f64 (the op's
    * result type): softmax_xent over rows. */
   bool fused = s->kind == LOSS_CROSS_ENTROPY && !ir_dtype_is_float(t->type.dtype) && x->type.rank >= 2 &&
-               (b->dt == TY_F32 || b->dt == TY_F64);
+               (b->dt == TY_F32 || b->dt == TY_F64) && !s->weight;
+  /* The class weights broadcast along the class axis: [C, 1...]. */
+  Value *w_cls = NULL;
+  if (s->weight) {
+    int64_t wd[DL_MAX_RANK];
+    for (int d = 0; d < x->type.rank - cls; d++) wd[d] = d ? 1 : C;
+    w_cls = ir_grad_reshape(b->g, b->at, s->weight, x->type.rank - cls, wd);
+  }
   if (s->kind == LOSS_CROSS_ENTROPY && !fused) {
     Node *n = ir_node_new(b->g, OP_LOG_SOFTMAX, 1, &x, b->at);
     ir_set_int(b->g, n, "axis", cls);
@@ -121,7 +131,9 @@ static Value *class_loss(Build *b, const LossSpec *s, Value *x, Value *t) {
     /* Probabilities: -sum_c t_c lsm_c per position, the targets mixed
      * with the uniform distribution first; the mean is over positions. */
     if (eps > 0) t = op2(b, OP_ADD, mulk(b, t, 1 - eps), num(b, eps / (double)C, b->dt));
-    Value *per = op1(b, OP_NEG, sum_classes(b, op2(b, OP_MUL, lsm, t), cls));
+    Value *terms = op2(b, OP_MUL, lsm, t);
+    if (w_cls) terms = op2(b, OP_MUL, terms, w_cls);
+    Value *per = op1(b, OP_NEG, sum_classes(b, terms, cls));
     return reduce(b, per, s->reduction);
   }
   Value *valid, *per;
@@ -154,13 +166,26 @@ static Value *class_loss(Build *b, const LossSpec *s, Value *x, Value *t) {
   } else {
     per = pick(b, lsm, t, cls, s->ignore_index, &valid);
   }
+  /* With class weights each position's nll is scaled by its class's
+   * weight (0 where ignored), which the mean sums in place of the count. */
+  Value *w_pos = NULL;
+  if (s->weight) {
+    Value *zero = num(b, 0, t->type.dtype);
+    Value *in[2] = {s->weight, where(b, valid, t, zero)};
+    Node *n = ir_node_new(b->g, OP_GATHER, 2, in, b->at);
+    ir_set_int(b->g, n, "axis", 0);
+    w_pos = where(b, valid, ir_grad_node(b->g, n), num(b, 0, b->dt));
+    per = op2(b, OP_MUL, per, w_pos);
+  }
   if (eps > 0 && !fused) {
-    /* PyTorch's (1 - eps) nll + eps / C * (-sum_c lsm_c), ignored
+    /* PyTorch's (1 - eps) nll + eps / C * (-sum_c w_c lsm_c), ignored
      * positions 0 in both, one divisor for both under mean. */
-    Value *smooth = where(b, valid, op1(b, OP_NEG, sum_classes(b, lsm, cls)), num(b, 0, b->dt));
+    Value *terms = w_cls ? op2(b, OP_MUL, lsm, w_cls) : lsm;
+    Value *smooth = where(b, valid, op1(b, OP_NEG, sum_classes(b, terms, cls)), num(b, 0, b->dt));
     per = op2(b, OP_ADD, mulk(b, per, 1 - eps), mulk(b, smooth, eps / (double)C));
   }
   if (s->reduction != LOSS_MEAN) return reduce(b, per, s->reduction);
+  if (w_pos) return op2(b, OP_DIV, reduce_all(b, per, false), reduce_all(b, w_pos, false));
   /* The mean over the positions that count; none: 0 times 1 / 0, NaN,
    * as PyTorch gives.  The sum times 1 / count rather than over count
    * (at most an ulp apart): the gradient's dy is that 1 / count, so the
@@ -192,11 +217,27 @@ static Value *pointwise(Build *b, const LossSpec *s, Value *x, Value *y) {
        * splits a tie's gradient in half, so at x = 0 the gradient is
        * sigmoid(0) - y, as PyTorch's.  The IR has no log1p: in f32 the
        * last term is lost where exp(-|x|) < 6e-8 (|x| > 16.6), an
-       * absolute error below 6e-8. */
+       * absolute error below 6e-8.  With pos_weight p, PyTorch's
+       * (1 - y) x + (1 + (p - 1) y) (log(1 + exp(-|x|)) + max(-x, 0)). */
       Value *e = op1(b, OP_EXP, op1(b, OP_NEG, op1(b, OP_ABS, x)));
       Value *soft = op1(b, OP_LOG, op2(b, OP_ADD, e, num(b, 1, b->dt)));
+      if (s->pos_weight) {
+        Value *one = num(b, 1, b->dt), *zero = num(b, 0, b->dt);
+        Value *lw = op2(b, OP_ADD, op2(b, OP_MUL, op2(b, OP_SUB, s->pos_weight, one), y), one);
+        Value *neg_part = op2(b, OP_ADD, soft, op2(b, OP_MAXIMUM, op1(b, OP_NEG, x), zero));
+        per = op2(b, OP_ADD, op2(b, OP_MUL, op2(b, OP_SUB, one, y), x), op2(b, OP_MUL, lw, neg_part));
+        break;
+      }
       Value *lin = op2(b, OP_SUB, op2(b, OP_MAXIMUM, x, num(b, 0, b->dt)), op2(b, OP_MUL, x, y));
       per = op2(b, OP_ADD, lin, soft);
+      break;
+    }
+    case LOSS_HUBER: {
+      /* 0.5 d^2 where |d| < delta, else delta (|d| - 0.5 delta) */
+      Value *ad = op1(b, OP_ABS, d);
+      Value *small = op2(b, OP_LESS, ad, num(b, s->delta, b->dt));
+      per = where(b, small, mulk(b, op2(b, OP_MUL, d, d), 0.5),
+                  mulk(b, op2(b, OP_SUB, ad, num(b, 0.5 * s->delta, b->dt)), s->delta));
       break;
     }
     default: break;
@@ -248,9 +289,33 @@ static bool check(Graph *g, const LossSpec *s, const Value *pred, const Value *t
     return fail(g, loc, "%s: label_smoothing must be between 0 and 1, got %g", name, s->label_smoothing);
   if (s->kind == LOSS_SMOOTH_L1 && !(s->beta >= 0 && isfinite(s->beta)))
     return fail(g, loc, "%s: beta must be 0 or more, got %g", name, s->beta);
+  if (s->kind == LOSS_HUBER && !(s->delta > 0 && isfinite(s->delta)))
+    return fail(g, loc, "%s: delta must be more than 0, got %g", name, s->delta);
+  if (s->weight && !classes) return fail(g, loc, "%s: a class weight is for cross_entropy and nll_loss", name);
+  if (s->pos_weight && s->kind != LOSS_BCE_WITH_LOGITS)
+    return fail(g, loc, "%s: pos_weight is for binary_cross_entropy_with_logits", name);
+  if (s->pos_weight) {
+    const TensorType *wt = &s->pos_weight->type;
+    bool fits = wt->dtype == pt->dtype && wt->rank <= pt->rank;
+    for (int d = 1; fits && d <= wt->rank; d++)
+      fits = wt->dims[wt->rank - d] == 1 || wt->dims[wt->rank - d] == pt->dims[pt->rank - d];
+    if (!fits)
+      return fail(g, loc, "%s: pos_weight %s does not broadcast against input %s", name,
+                  ir_type_str(wt, eb, sizeof eb), pb);
+  }
   if (!classes) {
     if (ir_type_eq(pt, tt)) return true;
     return fail(g, loc, "%s: target %s does not fit input %s: it must have the same shape and dtype", name, tb, pb);
+  }
+  if (s->weight) {
+    const TensorType *wt = &s->weight->type;
+    int64_t C = pt->dims[pt->rank >= 2 ? 1 : 0];
+    if (wt->dtype != pt->dtype || wt->rank != 1 || wt->dims[0] != C) {
+      TensorType want = {.dtype = pt->dtype, .rank = 1, .dims = {C}};
+      char wb[IR_TYPE_STR_MAX];
+      return fail(g, loc, "%s: weight %s does not fit %s %s: expected one per class, %s", name,
+                  ir_type_str(wt, eb, sizeof eb), what, pb, ir_type_str(&want, wb, sizeof wb));
+    }
   }
   if (pt->rank < 1) return fail(g, loc, "%s: %s must be [C] or [N, C, ...], got %s", name, what, pb);
   TensorType want = index_type(pt, is_index_type(tt->dtype) ? tt->dtype : TY_I64);

@@ -17,6 +17,7 @@ typedef enum {
   LOSS_L1,
   LOSS_SMOOTH_L1,     /* beta */
   LOSS_BCE_WITH_LOGITS,
+  LOSS_HUBER,         /* delta */
   LOSS_COUNT
 } LossKind;
 
@@ -30,12 +31,29 @@ typedef struct LossSpec {
   int64_t ignore_index;    /* PyTorch's default is -100: set it (loss_spec_default) */
   double label_smoothing;  /* cross_entropy, in [0, 1] */
   double beta;             /* smooth_l1; PyTorch's default 1.0 (loss_spec_default) */
+  double delta;            /* huber; PyTorch's default 1.0 (loss_spec_default) */
+  /* cross_entropy and nll: a weight per class, [C] of the prediction's
+   * dtype (PyTorch's weight=); NULL: none.  A position's loss is scaled
+   * by its class's weight and the mean divides by the weights' sum over
+   * the positions that count (probabilities: by their count). */
+  Value *weight;
+  /* bce_with_logits: the positives' weight (PyTorch's pos_weight=),
+   * broadcast against the input, of its dtype; NULL: none. */
+  Value *pos_weight;
+  /* pass_append_loss (passes/loss.h): > 0, weight (pos_weight) is a new
+   * input of that many elements, LOSS_WEIGHT_INPUT (LOSS_POS_WEIGHT_INPUT),
+   * set by whoever runs the step. */
+  int64_t weight_input, pos_weight_input;
 } LossSpec;
 
-/* PyTorch's defaults for kind: mean, ignore_index -100, beta 1. */
+#define LOSS_WEIGHT_INPUT "dlcc.loss.weight"
+#define LOSS_POS_WEIGHT_INPUT "dlcc.loss.pos_weight"
+
+/* PyTorch's defaults for kind: mean, ignore_index -100, beta and delta
+ * 1, no weights. */
 LossSpec loss_spec_default(LossKind kind);
 /* "cross_entropy", "nll" (or "nll_loss"), "mse", "l1", "smooth_l1",
- * "bce_with_logits", or PyTorch's functional name ("mse_loss",
+ * "bce_with_logits", "huber", or PyTorch's functional name ("mse_loss",
  * "binary_cross_entropy_with_logits", ...); false when unknown. */
 bool loss_from_name(const char *name, LossKind *out);
 const char *loss_name(LossKind kind);

@@ -8,6 +8,19 @@
 /* diag_error, then false */
 #define fail(g, loc, ...) (diag_error((g)->ctx, (loc), __VA_ARGS__), false)
 
+/* An input of type t called name, placed after *last (the first node
+ * when NULL), which becomes it. */
+static Value *new_input(Graph *g, Node **last, const char *name, const TensorType *t, SrcLoc at) {
+  Node *in = ir_node_new(g, OP_INPUT, 0, NULL, at);
+  ir_set_str(g, in, "name", name);
+  ir_declare(in, t);
+  if (*last && (*last)->next) ir_insert_before(g, (*last)->next, in);
+  else if (!*last && g->first) ir_insert_before(g, g->first, in);
+  else ir_append(g, in);
+  *last = in;
+  return &in->out[0];
+}
+
 bool pass_append_loss(Graph *g, const LossSpec *s, int output, const char *target_name,
                       const TensorType *target_type) {
   if (s->kind < 0 || s->kind >= LOSS_COUNT) return fail(g, (SrcLoc){0}, "unknown loss %d", (int)s->kind);
@@ -33,15 +46,17 @@ bool pass_append_loss(Graph *g, const LossSpec *s, int output, const char *targe
   }
   Value *pred = g->outputs[output];
   TensorType tt = target_type ? *target_type : loss_default_target(s->kind, &pred->type);
-  /* The target goes after the model's own inputs, so that their order,
-   * the order callers pass them in, stays. */
-  Node *in = ir_node_new(g, OP_INPUT, 0, NULL, at);
-  ir_set_str(g, in, "name", target_name);
-  ir_declare(in, &tt);
-  if (last_input && last_input->next) ir_insert_before(g, last_input->next, in);
-  else if (!last_input && g->first) ir_insert_before(g, g->first, in);
-  else ir_append(g, in);
-  Value *loss = loss_build(g, s, pred, &in->out[0], at);
+  /* The target (and the weights' inputs) go after the model's own
+   * inputs, so that their order, the order callers pass them in, stays. */
+  LossSpec spec = *s;
+  Value *target = new_input(g, &last_input, target_name, &tt, at);
+  if (s->weight_input > 0)
+    spec.weight = new_input(g, &last_input, LOSS_WEIGHT_INPUT,
+                            &(TensorType){.dtype = pred->type.dtype, .rank = 1, .dims = {s->weight_input}}, at);
+  if (s->pos_weight_input > 0)
+    spec.pos_weight = new_input(g, &last_input, LOSS_POS_WEIGHT_INPUT,
+                                &(TensorType){.dtype = pred->type.dtype, .rank = 1, .dims = {s->pos_weight_input}}, at);
+  Value *loss = loss_build(g, &spec, pred, target, at);
   if (!loss) return false;
   int n = g->n_outputs + 1;
   Value **vals = arena_alloc(&g->ctx->arena, sizeof(Value *) * (size_t)n);

@@ -17,7 +17,7 @@ cmp -s "$tmp/m.ir" "$tmp/m2.ir" || fail "--loss: the IR reads back differently"
 expect 0 "" "$dlcc" "$tmp/m.dl" --loss=smooth_l1 --smooth-l1-beta=0.5 --loss-output=0 --grad --emit=ir -o "$tmp/s.ir"
 grep -q 'input {name="target"} : f32\[4, 3\]' "$tmp/s.ir" || fail "--loss=smooth_l1: the target is not like y"
 
-expect 1 "dlcc: error: unknown loss 'hinge' (expected cross_entropy, nll, mse, l1, smooth_l1 or bce_with_logits)" \
+expect 1 "dlcc: error: unknown loss 'hinge' (expected cross_entropy, nll, mse, l1, smooth_l1, huber or bce_with_logits)" \
   "$dlcc" "$tmp/m.dl" --loss=hinge
 expect 1 "dlcc: error: --label-smoothing expects a number from 0 to 1, got '1.5'" \
   "$dlcc" "$tmp/m.dl" --loss=cross_entropy --label-smoothing=1.5

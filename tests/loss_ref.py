@@ -2,8 +2,9 @@
 """Expected values of PyTorch's losses for tests/test_loss.c, written
 from PyTorch's documented formulas in NumPy (torch itself is not
 installed here): torch.nn.functional.cross_entropy, nll_loss, mse_loss,
-l1_loss, smooth_l1_loss and binary_cross_entropy_with_logits with their
-reduction, ignore_index, label_smoothing and beta.  Writes the inputs and
+l1_loss, smooth_l1_loss, huber_loss and binary_cross_entropy_with_logits
+with their reduction, ignore_index, label_smoothing, beta, delta, class
+weight and pos_weight (checked against torch 2.15 by hand: 1e-15).  Writes the inputs and
 the expected results, in double, as a C header:
 
     /usr/bin/python3 tests/loss_ref.py > tests/loss_expected.h
@@ -31,33 +32,41 @@ def reduce(per, reduction, divisor=None):
     return np.array(per.sum() / (per.size if divisor is None else divisor))
 
 
-def nll(logp, t, ignore, reduction):
-    """F.nll_loss: -logp[n, t_n, d...] where t != ignore_index; the mean
-    divides by the count of those (0 / 0 = NaN when none)."""
+def nll(logp, t, ignore, reduction, w=None):
+    """F.nll_loss: -w[t_n] logp[n, t_n, d...] where t != ignore_index; the
+    mean divides by the sum of w[t_n] over those, their count without w
+    (0 / 0 = NaN when none)."""
     cls = 1 if logp.ndim >= 2 else 0
     valid = t != ignore
     safe = np.where(valid, t, 0)
     picked = np.take_along_axis(logp, np.expand_dims(safe, cls), axis=cls).squeeze(cls)
-    per = np.where(valid, -picked, 0.0)
+    wt = np.where(valid, 1.0 if w is None else w[safe], 0.0)
+    per = -picked * wt
     with np.errstate(invalid="ignore"):
-        return reduce(per, reduction, valid.sum()), valid
+        return reduce(per, reduction, wt.sum()), valid, wt
 
 
-def cross_entropy(x, t, ignore=-100, eps=0.0, reduction="mean"):
+def class_shape(w, x, cls):
+    """w [C] broadcast along the class axis of x."""
+    return w.reshape((-1,) + (1,) * (x.ndim - cls - 1))
+
+
+def cross_entropy(x, t, ignore=-100, eps=0.0, reduction="mean", w=None):
     cls = 1 if x.ndim >= 2 else 0
     C = x.shape[cls]
     lsm = log_softmax(x, cls)
+    lw = lsm if w is None else lsm * class_shape(w, x, cls)
     if t.dtype.kind == "f":
         # probabilities: smoothed toward uniform, mean over positions
         tt = t * (1 - eps) + eps / C
-        per = -(lsm * tt).sum(axis=cls)
+        per = -(lw * tt).sum(axis=cls)
         return reduce(per, reduction, x.size // C)
-    loss, valid = nll(lsm, t, ignore, reduction)
+    loss, valid, wt = nll(lsm, t, ignore, reduction, w)
     if eps == 0:
         return loss
-    smooth = np.where(valid, -lsm.sum(axis=cls), 0.0)
+    smooth = np.where(valid, -lw.sum(axis=cls), 0.0)
     with np.errstate(invalid="ignore"):
-        smooth = reduce(smooth, reduction, valid.sum())
+        smooth = reduce(smooth, reduction, wt.sum())
     return (1 - eps) * loss + eps / C * smooth
 
 
@@ -67,16 +76,25 @@ def smooth_l1(x, y, beta, reduction):
     return reduce(per, reduction)
 
 
-def bce_with_logits(x, y, reduction):
-    per = np.maximum(x, 0) - x * y + np.log1p(np.exp(-np.abs(x)))
+def huber(x, y, delta, reduction):
+    z = np.abs(x - y)
+    return reduce(np.where(z < delta, 0.5 * z * z, delta * (z - 0.5 * delta)), reduction)
+
+
+def bce_with_logits(x, y, reduction, pw=None):
+    if pw is None:
+        per = np.maximum(x, 0) - x * y + np.log1p(np.exp(-np.abs(x)))
+    else:
+        per = (1 - y) * x + (1 + (pw - 1) * y) * (np.log1p(np.exp(-np.abs(x))) + np.maximum(-x, 0))
     return reduce(per, reduction)
 
 
-cases = []  # (name, kind, reduction, ignore, eps, beta, x, t, want)
+cases = []  # (name, kind, reduction, ignore, eps, beta, x, t, want, w)
 
 
-def add(name, kind, reduction, x, t, want, ignore=-100, eps=0.0, beta=1.0):
-    cases.append((name, kind, reduction, ignore, eps, beta, x, t, np.asarray(want, dtype=np.float64)))
+def add(name, kind, reduction, x, t, want, ignore=-100, eps=0.0, beta=1.0, w=None):
+    cases.append((name, kind, reduction, ignore, eps, beta, x, t, np.asarray(want, dtype=np.float64),
+                  np.zeros(0) if w is None else w))
 
 
 x45 = rng.normal(0, 2, (4, 5))
@@ -126,6 +144,28 @@ for red in ("mean", "sum", "none"):
         bce_with_logits(a34b, y34, red))
 add("smooth_l1_loss beta 0.5", "LOSS_SMOOTH_L1", "mean", a34, b34, smooth_l1(a34, b34, 0.5, "mean"), beta=0.5)
 add("smooth_l1_loss beta 0 (l1)", "LOSS_SMOOTH_L1", "none", a34, b34, smooth_l1(a34, b34, 0.0, "none"), beta=0.0)
+for red in ("mean", "sum"):
+    add("huber_loss " + red, "LOSS_HUBER", red, a34, b34, huber(a34, b34, 1.0, red))
+add("huber_loss delta 0.7 none", "LOSS_HUBER", "none", a34, b34, huber(a34, b34, 0.7, "none"), beta=0.7)
+
+# Class weights (weight=) and positives' weights (pos_weight=).
+w5 = rng.uniform(0.2, 2.0, 5)
+for red in ("mean", "sum", "none"):
+    add("cross_entropy weight " + red, "LOSS_CROSS_ENTROPY", red, x45, t4, cross_entropy(x45, t4, reduction=red, w=w5),
+        w=w5)
+    add("nll_loss weight " + red, "LOSS_NLL", red, logp, t4, nll(logp, t4, -100, red, w5)[0], w=w5)
+add("cross_entropy weight label_smoothing 0.2", "LOSS_CROSS_ENTROPY", "mean", x45, t4,
+    cross_entropy(x45, t4, eps=0.2, w=w5), eps=0.2, w=w5)
+add("cross_entropy weight probabilities label_smoothing 0.1", "LOSS_CROSS_ENTROPY", "mean", x45, p45,
+    cross_entropy(x45, p45, eps=0.1, w=w5), eps=0.1, w=w5)
+w4 = rng.uniform(0.2, 2.0, 4)
+t23b = np.array([[0, 3, 1], [1, 2, 3]], dtype=np.int64)
+add("cross_entropy weight [N, C, d] ignore_index 1", "LOSS_CROSS_ENTROPY", "mean", x243, t23b,
+    cross_entropy(x243, t23b, ignore=1, w=w4), ignore=1, w=w4)
+pw4 = rng.uniform(0.5, 3.0, 4)
+for red in ("mean", "none"):
+    add("binary_cross_entropy_with_logits pos_weight " + red, "LOSS_BCE_WITH_LOGITS", red, a34b, y34,
+        bce_with_logits(a34b, y34, red, pw4), w=pw4)
 
 
 def arr(v):
@@ -139,10 +179,11 @@ def dims(a):
 
 print("/* Generated by tests/loss_ref.py (NumPy, PyTorch's formulas); do not edit. */")
 print("static const LossCase loss_cases[] = {")
-for name, kind, red, ignore, eps, beta, x, t, want in cases:
+for name, kind, red, ignore, eps, beta, x, t, want, w in cases:
     red_c = {"mean": "LOSS_MEAN", "sum": "LOSS_SUM", "none": "LOSS_NONE"}[red]
     tdt = "TY_I64" if t.dtype.kind == "i" else "TY_F64"
     print("    {\"%s\", %s, %s, %d, %r, %r,\n     %d, %s, (const double[])%s,\n     %d, %s, %s, (const double[])%s,\n"
-          "     %d, (const double[])%s}," % (name, kind, red_c, ignore, eps, beta, x.ndim, dims(x), arr(x), t.ndim,
-                                         dims(t), tdt, arr(t), want.size, arr(want)))
+          "     %d, (const double[])%s, %d, %s}," % (name, kind, red_c, ignore, eps, beta, x.ndim, dims(x), arr(x), t.ndim,
+                                                 dims(t), tdt, arr(t), want.size, arr(want), w.size,
+                                                 "(const double[])" + arr(w) if w.size else "NULL"))
 print("};")

@@ -26,7 +26,7 @@ typedef struct LossCase {
   LossKind kind;
   LossReduction reduction;
   int64_t ignore_index;
-  double label_smoothing, beta;
+  double label_smoothing, beta; /* beta: smooth_l1's, or huber's delta */
   int x_rank;
   int64_t x_dims[3];
   const double *x;
@@ -36,6 +36,8 @@ typedef struct LossCase {
   const double *t;
   int n_want;
   const double *want;
+  int n_weight; /* cross_entropy and nll: weight [C]; bce_with_logits: pos_weight [n]; 0: none */
+  const double *weight;
 } LossCase;
 
 #include "tests/loss_expected.h"
@@ -46,6 +48,7 @@ static LossSpec spec_of(const LossCase *lc) {
   s.ignore_index = lc->ignore_index;
   s.label_smoothing = lc->label_smoothing;
   s.beta = lc->beta;
+  s.delta = lc->beta;
   return s;
 }
 
@@ -59,8 +62,8 @@ static void fill(Tensor *t, const TensorType *type, const double *v) {
 typedef struct Built {
   Ctx c;
   Graph *g;
-  Tensor data[2]; /* x, t */
-  const char *names[2];
+  Tensor data[3]; /* x, t, and the case's weight */
+  const char *names[3];
   TensorMap inputs, params;
 } Built;
 
@@ -71,6 +74,11 @@ static void build(Built *b, const LossCase *lc, bool x_param) {
   Value *x = &ir_source(b->g, x_param ? OP_PARAM : OP_INPUT, &xt, "x", (SrcLoc){0})->out[0];
   Value *t = &ir_source(b->g, OP_INPUT, &tt, "t", (SrcLoc){0})->out[0];
   LossSpec s = spec_of(lc);
+  TensorType wt = ir_type_make(TY_F64, 1, (int64_t[]){lc->n_weight});
+  if (lc->n_weight) {
+    Value *w = &ir_source(b->g, OP_INPUT, &wt, "w", (SrcLoc){0})->out[0];
+    *(lc->kind == LOSS_BCE_WITH_LOGITS ? &s.pos_weight : &s.weight) = w;
+  }
   Value *loss = loss_build(b->g, &s, x, t, (SrcLoc){0});
   ck_assert_msg(loss != NULL, "%s: %s", lc->name, diag_text(&b->c));
   const char *name = "loss";
@@ -78,14 +86,16 @@ static void build(Built *b, const LossCase *lc, bool x_param) {
   ck_assert_msg(ir_verify(b->g), "%s: %s", lc->name, diag_text(&b->c));
   fill(&b->data[0], &xt, lc->x);
   fill(&b->data[1], &tt, lc->t);
-  b->names[0] = "x", b->names[1] = "t";
+  b->data[2] = (Tensor){0};
+  if (lc->n_weight) fill(&b->data[2], &wt, lc->weight);
+  b->names[0] = "x", b->names[1] = "t", b->names[2] = "w";
+  int n_in = 2 + (lc->n_weight > 0);
   b->params = x_param ? (TensorMap){1, b->names, b->data} : (TensorMap){0};
-  b->inputs = x_param ? (TensorMap){1, b->names + 1, b->data + 1} : (TensorMap){2, b->names, b->data};
+  b->inputs = x_param ? (TensorMap){n_in - 1, b->names + 1, b->data + 1} : (TensorMap){n_in, b->names, b->data};
 }
 
 static void unbuild(Built *b) {
-  ir_tensor_free(&b->data[0]);
-  ir_tensor_free(&b->data[1]);
+  for (int i = 0; i < 3; i++) ir_tensor_free(&b->data[i]);
   ctx_free(&b->c);
 }
 
@@ -183,11 +193,13 @@ END_TEST
 /* ---- a step on emu against the reference ---- */
 
 static const char every_loss[] =
-    "model m(x: f32[4, 6], t: i64[4], p: f32[4, 5], y: f32[4, 5], b: f32[4, 5]) -> f32[] {\n"
+    "model m(x: f32[4, 6], t: i64[4], p: f32[4, 5], y: f32[4, 5], b: f32[4, 5], cw: f32[5], pw: f32[5]) -> f32[] {\n"
     "  z = linear(x, 5) as fc\n"
     "  c = cross_entropy(z, t, label_smoothing=0.1, ignore_index=2) + cross_entropy(z, p)\n"
     "  c = c + nll_loss(log_softmax(z, axis=1), t, reduction=\"sum\")\n"
+    "  c = c + cross_entropy(z, t, weight=cw, label_smoothing=0.2) + nll_loss(log_softmax(z, axis=1), t, weight=cw)\n"
     "  r = mse_loss(z, y) + l1_loss(z, y, reduction=\"sum\") + smooth_l1_loss(z, y, beta=0.5)\n"
+    "  r = r + huber_loss(z, y, delta=0.5) + binary_cross_entropy_with_logits(z, b, pos_weight=pw)\n"
     "  return c + r + binary_cross_entropy_with_logits(z, b)\n"
     "}\n";
 
@@ -207,7 +219,8 @@ static dlc_model *run_on(const char *backend) {
     }
     float data[32];
     for (size_t k = 0; k < in.nbytes / sizeof(float); k++)
-      data[k] = (float)((double)(test_splitmix64(&state) >> 11) * 0x1p-53 * 2 - (in.name[0] == 'b' ? 0.5 : 1));
+      data[k] = (float)((double)(test_splitmix64(&state) >> 11) * 0x1p-53 * 2 -
+                        (in.name[0] == 'b' ? 0.5 : in.name[1] == 'w' ? -0.2 : 1)); /* weights in [0.2, 2.2) */
     ck_assert_int_eq(dlc_set_input(m, in.name, data, in.nbytes), DLC_OK);
   }
   ck_assert_msg(dlc_run(m) == DLC_OK, "%s: %s", backend, dlc_error(m));

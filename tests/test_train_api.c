@@ -506,9 +506,17 @@ START_TEST(option_errors) {
   dlc_train *t;
   ck_assert_int_eq(dlc_train_compile(tiny_path(), &o, &t), DLC_ERR_ARGUMENT);
   ck_assert_str_eq(dlc_train_error(t),
-                   "dlcc: error: unknown loss 'hinge' (expected cross_entropy, nll, mse, l1, smooth_l1 or "
+                   "dlcc: error: unknown loss 'hinge' (expected cross_entropy, nll, mse, l1, smooth_l1, huber or "
                    "bce_with_logits)\n");
   dlc_train_free(t);
+  o.loss = "mse";
+  static const float w[3] = {1, 2, 3};
+  o.class_weight = w;
+  o.class_weight_count = 3;
+  ck_assert_int_eq(dlc_train_compile(tiny_path(), &o, &t), DLC_ERR_ARGUMENT);
+  ck_assert_str_eq(dlc_train_error(t), "dlcc: error: class_weight is for cross_entropy and nll\n");
+  dlc_train_free(t);
+  o.class_weight = NULL;
   o.loss = "cross_entropy";
   o.model.grad = 1;
   ck_assert_int_eq(dlc_train_compile(tiny_path(), &o, &t), DLC_ERR_ARGUMENT);

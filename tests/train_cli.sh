@@ -118,6 +118,39 @@ expect 1 "dlcc: error: sgd: amsgrad is Adam's and AdamW's" "$dlcc" train "$t/tin
 expect 1 "dlcc: error: adam: momentum is SGD's and RMSprop's" "$dlcc" train "$t/tiny.dl" --batch 8 \
   --loss=cross_entropy --data "$t/data" --optimizer=adam --momentum=0.9
 
+# The loss's options: class weights of 1 are no weights (to rounding);
+# others move the losses and the validation's weighted mean, emu equal to
+# ref, from a list or a .npy; --reduction=sum's first loss is the mean's
+# times the batch.
+cw() { "$dlcc" train "$t/tiny.dl" --batch 8 --loss=cross_entropy --data "$t/data" --val "$t/val" --epochs 1 \
+  --shuffle=false "$@"; }
+expect 0 "" cw --backend=ref --log "$tmp/cw0.jsonl"
+expect 0 "" cw --backend=ref --class-weights=1,1,1 --log "$tmp/cw1.jsonl"
+paste "$tmp/cw0.jsonl" "$tmp/cw1.jsonl" | sed 's/"seconds": [0-9.]*, //g' |
+  awk -F'\t' '{ split($1, a, /[:,}]/); split($2, b, /[:,}]/); d = a[6] - b[6]; if (d < 0) d = -d; if (d > 1e-6) bad++ }
+    END { exit bad > 0 || NR != 4 }' || fail "class weights of 1: $(paste "$tmp/cw0.jsonl" "$tmp/cw1.jsonl")"
+/usr/bin/python3 -c 'import numpy; numpy.save("'"$tmp"'/cw.npy", numpy.array([1, 2, 0.5]))' 2>/dev/null ||
+  printf '\223NUMPY\001\000v\000{'"'"'descr'"'"': '"'"'<f4'"'"', '"'"'fortran_order'"'"': False, '"'"'shape'"'"': (3,), }                                     \n\000\000\200?\000\000\000@\000\000\000?' >"$tmp/cw.npy"
+for b in ref emu; do
+  expect 0 "" cw --backend=$b --class-weights="$tmp/cw.npy" --log "$tmp/cw.$b.jsonl"
+  losses "$tmp/cw.$b.jsonl" | grep -v epoch >"$tmp/cw.$b.l"
+done
+expect 0 "" cw --backend=ref --class-weights=1,2,0.5 --log "$tmp/cwlist.jsonl"
+cmp -s "$tmp/cw.ref.jsonl" "$tmp/cwlist.jsonl" 2>/dev/null ||
+  [ "$(losses "$tmp/cwlist.jsonl" | grep -v epoch)" = "$(cat "$tmp/cw.ref.l")" ] || fail "--class-weights: a list and a .npy differ"
+paste "$tmp/cw.ref.l" "$tmp/cw.emu.l" | awk '{ d = $1 - $2; if (d < 0) d = -d; if (d > 1e-5 * $1 + 1e-6) bad++ }
+  END { exit bad > 0 || NR != 3 }' || fail "class weights: emu's losses differ from ref's: $(paste "$tmp/cw.ref.l" "$tmp/cw.emu.l")"
+[ "$(head -1 "$tmp/cw.ref.l")" != "$(losses "$tmp/cw0.jsonl" | head -1)" ] || fail "--class-weights changed nothing"
+grep -q '"val_loss": 1.09907' "$tmp/cw.ref.jsonl" || fail "the weighted validation loss: $(tail -1 "$tmp/cw.ref.jsonl")"
+expect 0 "" cw --backend=ref --reduction=sum --log "$tmp/sum.jsonl"
+awk -v a="$(losses "$tmp/cw0.jsonl" | head -1)" -v b="$(losses "$tmp/sum.jsonl" | head -1)" \
+  'BEGIN { d = a * 8 - b; exit !(d < 1e-5 && d > -1e-5) }' || fail "--reduction=sum: $(head -1 "$tmp/sum.jsonl")"
+expect 1 "loss cross_entropy: error: cross_entropy: weight f32[2] does not fit logits f32[8, 3]: expected one per class, f32[3]" \
+  cw --backend=ref --class-weights=1,2
+expect 1 "dlcc: error: --pos-weight is for --loss=bce_with_logits, not --loss=cross_entropy" cw --pos-weight=2
+expect 1 "dlcc: error: --class-weights expects numbers W1,W2,... or a FILE.npy, got '1,x'" cw --class-weights=1,x
+expect 1 "dlcc: error: --reduction expects mean or sum, got 'none'" cw --reduction=none
+
 # Two epochs in one run equal one, a checkpoint and one more, bit for bit.
 expect 0 "" "$dlcc" train $A --data "$t/data" --epochs 2 --backend=emu --save "$tmp/two.safetensors"
 expect 0 "" "$dlcc" train $A --data "$t/data" --epochs 1 --backend=emu --save "$tmp/one.safetensors"

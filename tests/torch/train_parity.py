@@ -23,7 +23,7 @@ from dlcc's generator, not PyTorch's, so only its validation is
 compared.
 
     train_parity.py --dlcc BUILD/dlcc [--backend ref|emu] [--models cnn,tf,lstm]
-                    [--optimizers sgd,adamw,adam,amsgrad,rmsprop,adagrad]
+                    [--optimizers sgd,adamw,adam,amsgrad,rmsprop,adagrad] [--losses ce,weighted,sum]
 
 Exits 77 (skip) when torch does not import.
 """
@@ -211,12 +211,30 @@ ADAPTIVE = {"adam", "adamw", "amsgrad", "rmsprop", "adagrad"}
 NOISE = {"tf": {"enc.self_attn.in_proj_bias"}, "consts": {"c1.bias", "c2.bias", "bn.running_mean"}}
 
 
+# The loss's variants: PyTorch's keyword arguments and dlcc train's flags.
+CLASS_W = [0.5, 1.0, 2.0, 0.25, 1.5, 1.0, 0.75, 3.0, 1.25, 0.5]
+LOSSES = {
+    "ce": ({}, []),
+    "weighted": ({"weight": CLASS_W, "label_smoothing": 0.1},
+                 ["--class-weights=" + ",".join(str(w) for w in CLASS_W), "--label-smoothing=0.1"]),
+    "sum": ({"reduction": "sum"}, ["--reduction=sum"]),
+}
+
+
+def loss_fn(name):
+    kw, _ = LOSSES[name]
+    kw = dict(kw)
+    if "weight" in kw:
+        kw["weight"] = torch.tensor(kw["weight"])
+    return lambda y, t: nn.functional.cross_entropy(y, t, **kw)
+
+
 def optimizer(name, params):
     make, flags = OPTIMIZERS[name]
     return make(params), flags
 
 
-def run(dlcc, backend, name, optname, work):
+def run(dlcc, backend, name, optname, work, lossname="ce"):
     torch.manual_seed(0)
     cls, shape = MODELS[name]
     model = cls()
@@ -243,12 +261,13 @@ def run(dlcc, backend, name, optname, work):
     for i in range(STEPS):
         xb, tb = torch.from_numpy(x[i * B:(i + 1) * B]), torch.from_numpy(t[i * B:(i + 1) * B])
         opt.zero_grad()
-        loss = nn.functional.cross_entropy(model(xb), tb)
+        loss = loss_fn(lossname)(model(xb), tb)
         loss.backward()
         opt.step()
         losses.append(loss.item())
     log, saved = os.path.join(work, "log.jsonl"), os.path.join(work, "w.safetensors")
     r = subprocess.run([dlcc, "train", onnx_path, "--data", data, f"--batch={B}", "--loss=cross_entropy"] + flags +
+                       LOSSES[lossname][1] +
                        ["--shuffle=false", "--epochs=1", f"--backend={backend}", "--log", log, "--save", saved,
                         "--val", data],
                        capture_output=True, text=True)
@@ -257,7 +276,7 @@ def run(dlcc, backend, name, optname, work):
     got = [json.loads(line)["loss"] for line in open(log) if '"step"' in line]
     val = [json.loads(line)["val_loss"] for line in open(log) if '"val_loss"' in line]
     w = load_file(saved)
-    bad = check_eval(cls, w, x, t, val)
+    bad = check_eval(cls, w, x, t, val, lossname)
     if name in RANDOM:
         return bad + [f"loss {v} is not finite" for v in got if not np.isfinite(v)]
     if len(got) != STEPS or any(abs(a - b) > 1e-5 * max(1, abs(a)) for a, b in zip(losses, got)):
@@ -276,14 +295,17 @@ def run(dlcc, backend, name, optname, work):
     return bad
 
 
-def check_eval(cls, saved, x, t, val):
+def check_eval(cls, saved, x, t, val, lossname):
     """dlcc's validation loss after the epoch against PyTorch's eval() of
     the state_dict dlcc saved, over the same samples."""
     model = cls()
     model.load_state_dict({k: torch.from_numpy(np.array(v)) for k, v in saved.items()})
     model.eval()
     with torch.no_grad():
-        want = nn.functional.cross_entropy(model(torch.from_numpy(x)), torch.from_numpy(t)).item()
+        kw = {k: v for k, v in LOSSES[lossname][0].items() if k != "reduction"}  # dlcc's val loss is the mean
+        if "weight" in kw:
+            kw["weight"] = torch.tensor(kw["weight"])
+        want = nn.functional.cross_entropy(model(torch.from_numpy(x)), torch.from_numpy(t), **kw).item()
     if len(val) != 1 or abs(val[0] - want) > 1e-5 * max(1, abs(want)):
         return [f"validation loss: torch eval() {want}, dlcc {val}"]
     return []
@@ -295,17 +317,20 @@ def main():
     ap.add_argument("--backend", default="ref")
     ap.add_argument("--models", default=",".join(MODELS))
     ap.add_argument("--optimizers", default="sgd,adamw", help="of " + ",".join(OPTIMIZERS))
+    ap.add_argument("--losses", default="ce", help="of " + ",".join(LOSSES))
     a = ap.parse_args()
     failed = 0
     with tempfile.TemporaryDirectory() as tmp:
         for name in a.models.split(","):
             for optname in a.optimizers.split(","):
-                work = os.path.join(tmp, f"{name}-{optname}")
-                os.makedirs(work)
-                bad = run(a.dlcc, a.backend, name, optname, work)
-                print(f"{'ok  ' if not bad else 'FAIL'} {name} {optname} on {a.backend}" +
-                      "".join(f"\n  {b}" for b in bad))
-                failed += bool(bad)
+                for lossname in a.losses.split(","):
+                    work = os.path.join(tmp, f"{name}-{optname}-{lossname}")
+                    os.makedirs(work)
+                    bad = run(a.dlcc, a.backend, name, optname, work, lossname)
+                    print(f"{'ok  ' if not bad else 'FAIL'} {name} {optname}" +
+                          (f" {lossname}" if lossname != "ce" else "") + f" on {a.backend}" +
+                          "".join(f"\n  {b}" for b in bad))
+                    failed += bool(bad)
     print(f"torch training parity: {'all match' if not failed else f'{failed} failed'} (torch {torch.__version__})")
     sys.exit(1 if failed else 0)
 
