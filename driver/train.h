@@ -91,13 +91,23 @@ void train_prefetch_free(TrainPrefetch *p);
  * optimizer step (docs/training.md): "step:N:GAMMA" (StepLR),
  * "multistep:M1/M2/...:GAMMA" (MultiStepLR), "exp:GAMMA"
  * (ExponentialLR), "cosine[:T_MAX[:ETA_MIN]]" (CosineAnnealingLR),
+ * "cosine_restarts:T0[:TMULT[:ETA_MIN]]" (CosineAnnealingWarmRestarts),
  * "poly[:T[:POWER]]" (PolynomialLR), "linear:START:END[:T]" (LinearLR),
  * T_MAX and T the run's steps unless given; "warmup:N[:START]" (LinearLR
  * from START, default 1/3, to 1 over N steps) joined to one of the
  * others by ',' multiplies it (ChainedScheduler), by '+' runs before it
  * (SequentialLR: the decay starts at step N, its span the run's steps
  * after N unless given). */
-typedef enum { SCHED_CONSTANT, SCHED_STEP, SCHED_MULTISTEP, SCHED_EXP, SCHED_COSINE, SCHED_POLY, SCHED_LINEAR } SchedKind;
+typedef enum {
+  SCHED_CONSTANT,
+  SCHED_STEP,
+  SCHED_MULTISTEP,
+  SCHED_EXP,
+  SCHED_COSINE,
+  SCHED_COSINE_RESTARTS,
+  SCHED_POLY,
+  SCHED_LINEAR
+} SchedKind;
 enum { SCHED_MAX_MILESTONES = 32 };
 
 typedef struct TrainSchedule {
@@ -107,7 +117,8 @@ typedef struct TrainSchedule {
   int64_t milestones[SCHED_MAX_MILESTONES];
   double gamma;                               /* step, multistep, exp */
   int64_t t_max;                              /* cosine, poly, linear: 0 is the run's steps */
-  double eta_min;                             /* cosine */
+  double eta_min;                             /* cosine, cosine_restarts */
+  int64_t t_0, t_mult;                        /* cosine_restarts */
   double power;                               /* poly */
   double start_factor, end_factor;            /* linear */
   int64_t warmup;

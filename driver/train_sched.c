@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -37,11 +38,11 @@ static bool parse_real(const char *s, double *v) {
 }
 
 static const char schedule_forms[] =
-    "step:N:GAMMA, multistep:M1/M2/...:GAMMA, exp:GAMMA, cosine[:T_MAX[:ETA_MIN]], poly[:T[:POWER]], "
-    "linear:START:END[:T] or warmup:N[:START]";
+    "step:N:GAMMA, multistep:M1/M2/...:GAMMA, exp:GAMMA, cosine[:T_MAX[:ETA_MIN]], "
+    "cosine_restarts:T0[:TMULT[:ETA_MIN]], poly[:T[:POWER]], linear:START:END[:T] or warmup:N[:START]";
 
 static bool part_error(const char *part, char *err, size_t errlen) {
-  snprintf(err, errlen, "--schedule: '%s' is not %s (N, M, T_MAX and T whole numbers of steps > 0)", part,
+  snprintf(err, errlen, "--schedule: '%s' is not %s (N, M, T_MAX, T0, TMULT and T whole numbers > 0)", part,
            schedule_forms);
   return false;
 }
@@ -67,6 +68,10 @@ static bool parse_decay(SchedKind kind, char **f, int n, TrainSchedule *s) {
     case SCHED_EXP: return n == 2 && parse_real(f[1], &s->gamma);
     case SCHED_COSINE:
       return n <= 3 && (n < 2 || parse_int(f[1], &s->t_max)) && (n < 3 || parse_real(f[2], &s->eta_min));
+    case SCHED_COSINE_RESTARTS:
+      s->t_mult = 1;
+      return n >= 2 && n <= 4 && parse_int(f[1], &s->t_0) && (n < 3 || parse_int(f[2], &s->t_mult)) &&
+             (n < 4 || parse_real(f[3], &s->eta_min));
     case SCHED_POLY:
       s->power = 1;
       return n <= 3 && (n < 2 || parse_int(f[1], &s->t_max)) && (n < 3 || parse_real(f[2], &s->power));
@@ -84,7 +89,8 @@ static bool parse_part(char *part, TrainSchedule *s, char *err, size_t errlen) {
     const char *name;
     SchedKind kind;
   } decays[] = {{"step", SCHED_STEP},     {"multistep", SCHED_MULTISTEP}, {"exp", SCHED_EXP},
-                {"cosine", SCHED_COSINE}, {"poly", SCHED_POLY},           {"linear", SCHED_LINEAR}};
+                {"cosine", SCHED_COSINE}, {"cosine_restarts", SCHED_COSINE_RESTARTS},
+                {"poly", SCHED_POLY},     {"linear", SCHED_LINEAR}};
   char copy[128];
   snprintf(copy, sizeof copy, "%s", part);
   char *f[5];
@@ -151,6 +157,14 @@ double train_sched_lr(const TrainSchedule *s, double base, int64_t t, int64_t to
     }
     case SCHED_EXP: lr = base * pow(s->gamma, (double)t); break;
     case SCHED_COSINE: lr = s->eta_min + (base - s->eta_min) * (1 + cos(M_PI * (double)t / (double)span)) / 2; break;
+    case SCHED_COSINE_RESTARTS: {
+      /* the cycle t is in: cycle i spans t_0 t_mult^i steps */
+      int64_t start = 0, len = s->t_0;
+      while (t - start >= len && len <= INT64_MAX / s->t_mult / 2) start += len, len *= s->t_mult;
+      double cur = (double)(t - start) / (double)len;
+      lr = s->eta_min + (base - s->eta_min) * (1 + cos(M_PI * cur)) / 2;
+      break;
+    }
     case SCHED_POLY: lr = base * pow(1 - done, s->power); break;
     case SCHED_LINEAR: lr = base * (s->start_factor + (s->end_factor - s->start_factor) * done); break;
   }

@@ -38,8 +38,8 @@ START_TEST(step_lr_and_warmup) {
   for (int t = 0; t < 6; t++) ck_assert_double_eq_tol(train_sched_lr(&s, 2.0, t, 100), 2.0 * f[t], 1e-15);
   ck_assert(!train_sched_parse("warmup:4,warmup:2", &s, err, sizeof err));
   ck_assert_str_eq(err, "--schedule: 'warmup:2': expected step:N:GAMMA, multistep:M1/M2/...:GAMMA, exp:GAMMA, "
-                        "cosine[:T_MAX[:ETA_MIN]], poly[:T[:POWER]], linear:START:END[:T] or warmup:N[:START], at "
-                        "most one warmup and one of the others");
+                        "cosine[:T_MAX[:ETA_MIN]], cosine_restarts:T0[:TMULT[:ETA_MIN]], poly[:T[:POWER]], "
+                        "linear:START:END[:T] or warmup:N[:START], at most one warmup and one of the others");
   ck_assert(!train_sched_parse("step:2", &s, err, sizeof err));
 }
 END_TEST
@@ -65,6 +65,11 @@ START_TEST(more_schedules_as_pytorch) {
       {"linear:1:0.25:4", 999,
        {0.1, 0.08125, 0.0625, 0.04375, 0.024999999999999998, 0.024999999999999998, 0.024999999999999998,
         0.024999999999999998}},
+      {"cosine_restarts:3:1:0", 999,
+       {0.1, 0.07500000000000001, 0.025000000000000012, 0.1, 0.07500000000000001, 0.025000000000000012, 0.1,
+        0.07500000000000001}},
+      {"cosine_restarts:2:2:0.001", 999,
+       {0.1, 0.0505, 0.1, 0.0855017856687341, 0.0505, 0.0154982143312659, 0.1, 0.0962320368593087}},
       {"warmup:3:0.25+exp:0.5", 10, {0.025, 0.05, 0.07500000000000001, 0.1, 0.05, 0.025, 0.0125, 0.00625}},
       {"warmup:3:0+cosine", 10,
        {0.0, 0.03333333333333333, 0.06666666666666667, 0.1, 0.09504844339512096, 0.08117449009293669,

@@ -240,7 +240,7 @@ expect 1 "dlcc: error: $d/x.npy has 10 samples but $d/target.npy has 22: the arr
 expect 1 "dlcc: error: $tmp/nowhere: No such file or directory" "$dlcc" train $R --data "$tmp/nowhere"
 expect 1 "dlcc: error: $t/data has 22 samples, fewer than one batch of 30, and --drop-last skips them all" \
   "$dlcc" train "$t/tiny.dl" --batch 30 --drop-last --loss=cross_entropy --data "$t/data"
-expect 1 "dlcc: error: --schedule: 'step:0:1' is not step:N:GAMMA, multistep:M1/M2/...:GAMMA, exp:GAMMA, cosine[:T_MAX[:ETA_MIN]], poly[:T[:POWER]], linear:START:END[:T] or warmup:N[:START] (N, M, T_MAX and T whole numbers of steps > 0)" \
+expect 1 "dlcc: error: --schedule: 'step:0:1' is not step:N:GAMMA, multistep:M1/M2/...:GAMMA, exp:GAMMA, cosine[:T_MAX[:ETA_MIN]], cosine_restarts:T0[:TMULT[:ETA_MIN]], poly[:T[:POWER]], linear:START:END[:T] or warmup:N[:START] (N, M, T_MAX, T0, TMULT and T whole numbers > 0)" \
   "$dlcc" train $R --data "$t/data" --schedule=step:0:1
 expect 1 "dlcc: error: train needs --batch=N (see dlcc train --help)" "$dlcc" train "$t/tiny.dl" --data "$t/data"
 expect 1 "dlcc: error: unknown optimizer 'lbfgs' (expected sgd, adam, adamw, rmsprop or adagrad)" \
