@@ -88,8 +88,8 @@ typedef struct DriverLoss {
   bool has_ignore, has_smoothing, has_beta, has_delta, reduction_sum;
   int64_t ignore_index;
   double label_smoothing, beta, delta;
-  /* --class-weights, --pos-weight: their values (malloc'd, freed with
-   * the process) and counts; NULL: not given */
+  /* --class-weights, --pos-weight: their values (loss_flags.c keeps
+   * them to the process's end) and counts; NULL: not given */
   float *class_weight, *pos_weight;
   int64_t class_weight_count, pos_weight_count;
   const char *first_flag; /* the first flag other than --loss, for messages */

@@ -78,6 +78,10 @@ static bool weights_value(const char *flag, const char *v, float **out, int64_t 
   return true;
 }
 
+/* The weights flags gave, which the process keeps to its end (a run
+ * reads them until it exits): the last --class-weights, --pos-weight. */
+static float *kept[2];
+
 int driver_loss_option(const char *arg, DriverLoss *d) {
   static const char *const flags[] = {"--loss",          "--loss-output",    "--ignore-index", "--label-smoothing",
                                       "--smooth-l1-beta", "--huber-delta",   "--reduction",    "--class-weights",
@@ -136,12 +140,14 @@ int driver_loss_option(const char *arg, DriverLoss *d) {
       d->reduction_sum = strcmp(v, "sum") == 0;
       break;
     case 7:
-      free(d->class_weight);
+      free(kept[0]);
       if (!weights_value(flags[k], v, &d->class_weight, &d->class_weight_count)) return -1;
+      kept[0] = d->class_weight;
       break;
     default:
-      free(d->pos_weight);
+      free(kept[1]);
       if (!weights_value(flags[k], v, &d->pos_weight, &d->pos_weight_count)) return -1;
+      kept[1] = d->pos_weight;
       break;
   }
   if (!d->first_flag) d->first_flag = arg;
