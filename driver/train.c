@@ -76,7 +76,8 @@ static const char train_usage[] =
     "  --clip-grad-norm=X    clip_grad_norm_ to X before each update\n"
     "  --schedule=S          step:N:GAMMA, multistep:M1/M2/...:GAMMA, exp:GAMMA,\n"
     "                        cosine[:T_MAX[:ETA_MIN]], cosine_restarts:T0[:TMULT[:ETA_MIN]],\n"
-    "                        poly[:T[:POWER]], linear:START:END[:T],\n"
+    "                        poly[:T[:POWER]], linear:START:END[:T], plateau[:PATIENCE[:FACTOR\n"
+    "                        [:MIN_LR]]] (by --val's loss after each epoch),\n"
     "                        warmup:N[:START]; a warmup and one other joined by ','\n"
     "                        multiply, by '+' run one after the other (warmup:N:0+cosine is\n"
     "                        Hugging Face's cosine with warmup); counted in optimizer steps,\n"
@@ -382,6 +383,7 @@ typedef struct Run {
   void **bufs;                   /* one per data array, a batch each */
   TrainPrefetch *prefetch;       /* streamed data: the next batch read during this one's step */
   TrainSchedule sched;
+  TrainPlateau plateau; /* --schedule=plateau's state */
   FILE *log;
   bool tty;
   int pred_output; /* the eval model's output of the model's prediction */
@@ -635,10 +637,13 @@ static bool save(Run *r) {
   snprintf(step, sizeof step, "%" PRId64, r->global_step);
   snprintf(seed, sizeof seed, "%" PRIu64, r->a->seed);
   snprintf(batch, sizeof batch, "%" PRId64, r->a->batch);
-  const char *keys[] = {"epoch", "step", "seed", "shuffle", "batch"};
-  const char *values[] = {epoch, step, seed, r->a->shuffle ? "true" : "false", batch};
+  char plateau[96];
+  snprintf(plateau, sizeof plateau, "%.17g %.17g %" PRId64, r->plateau.lr, r->plateau.best, r->plateau.bad);
+  const char *keys[] = {"epoch", "step", "seed", "shuffle", "batch", "plateau"};
+  const char *values[] = {epoch, step, seed, r->a->shuffle ? "true" : "false", batch, plateau};
+  int n_keys = (int)ARRAY_LEN(keys) - (r->sched.kind != SCHED_PLATEAU);
   char *ckpt = checkpoint_path(r->a->save);
-  bool ok = ckpt && api_ok(t, dlc_train_save(t, ckpt, 1, (int)ARRAY_LEN(keys), keys, values));
+  bool ok = ckpt && api_ok(t, dlc_train_save(t, ckpt, 1, n_keys, keys, values));
   if (ok) printf("saved %s and %s (epoch %" PRId64 ")\n", r->a->save, ckpt, r->epoch);
   free(ckpt);
   return ok;
@@ -651,6 +656,23 @@ static bool meta_int(dlc_train *t, const char *path, const char *key, int64_t *v
   *v = strtoll(s, &end, 10);
   bool ok = end != s && !*end && *v >= 0;
   if (!ok) fprintf(stderr, "dlcc: error: %s: the checkpoint's \"%s\" is '%s', not a count\n", path, key, s);
+  free(s);
+  return ok;
+}
+
+/* --schedule=plateau's state from a checkpoint: "LR BEST BAD". */
+static bool meta_plateau(dlc_train *t, const char *path, TrainPlateau *p) {
+  char *s;
+  if (!api_ok(t, dlc_train_checkpoint_meta(t, path, "plateau", &s))) return false;
+  char *end, *at = s;
+  double lr = strtod(at, &end);
+  bool ok = end != at;
+  double best = strtod(at = end, &end);
+  ok = ok && end != at;
+  long long bad = strtoll(at = end, &end, 10);
+  ok = ok && end != at && !*end && lr >= 0 && bad >= 0;
+  if (ok) *p = (TrainPlateau){.lr = lr, .best = best, .bad = bad};
+  else fprintf(stderr, "dlcc: error: %s: the checkpoint's \"plateau\" is '%s', not a rate, a loss and a count\n", path, s);
   free(s);
   return ok;
 }
@@ -726,6 +748,7 @@ static bool bind_weights(Run *r) {
   const char *ckpt = r->a->resume;
   if (ckpt) {
     if (!meta_int(t, ckpt, "epoch", &r->epoch) || !meta_int(t, ckpt, "step", &r->global_step)) return false;
+    if (r->sched.kind == SCHED_PLATEAU && !meta_plateau(t, ckpt, &r->plateau)) return false;
     if (!api_ok(t, dlc_load_weights(m, ckpt))) return false;
   } else if (r->a->weights) {
     if (!api_ok(t, dlc_load_weights(m, r->a->weights))) return false;
@@ -804,6 +827,12 @@ static bool set_first_sample(dlc_train *t, int64_t first) {
   return true;
 }
 
+/* This step's learning rate. */
+static double step_lr(const Run *r) {
+  if (r->sched.kind == SCHED_PLATEAU) return r->plateau.lr;
+  return train_sched_lr(&r->sched, r->a->lr, r->global_step, r->total_steps);
+}
+
 /* One step on samples order[0..n) by t (the full-batch step or the rest;
  * under a pipeline the rest is NULL and pipe_rest takes it). */
 static bool train_batch(Run *r, dlc_train *t, const int64_t *order, int64_t n, const int64_t *next, int64_t next_n,
@@ -811,7 +840,7 @@ static bool train_batch(Run *r, dlc_train *t, const int64_t *order, int64_t n, c
   if (r->pipe) {
     char err[1024];
     bool comm = false;
-    double lr = train_sched_lr(&r->sched, r->a->lr, r->global_step, r->total_steps);
+    double lr = step_lr(r);
     Pipeline *p = t ? r->pipe : r->pipe_rest;
     bool ok = p == r->pipe || pipe_copy_state(p, r->pipe, err, sizeof err);
     ok = ok && pipe_step(p, order, (float)lr, loss, &comm, err, sizeof err);
@@ -825,7 +854,7 @@ static bool train_batch(Run *r, dlc_train *t, const int64_t *order, int64_t n, c
   }
   if (t == r->rest && r->step && !api_ok(t, dlc_train_copy_state(t, r->step))) return false;
   if (!set_first_sample(t, r->first_sample) || !set_batch(r, t, &r->data, order, n, 0, next, next_n)) return false;
-  double lr = train_sched_lr(&r->sched, r->a->lr, r->global_step, r->total_steps);
+  double lr = step_lr(r);
   if (!api_ok(t, dlc_train_step(t, (float)lr, loss))) return false;
   /* The global batch's loss: the mean of the ranks' means, as every rank
    * takes as many samples. */
@@ -879,8 +908,8 @@ static void score_batch(Run *r, int64_t n, double *loss_sum, double *divisor, in
     }
 }
 
-/* The validation set's loss (PyTorch's mean) and accuracy. */
-static bool validate(Run *r) {
+/* The validation set's loss (PyTorch's mean, into *loss) and accuracy. */
+static bool validate(Run *r, double *loss) {
   dlc_train *t = weights_of(r);
   if (!api_ok(r->eval, dlc_train_copy_state(r->eval, t))) return false;
   int64_t *order = malloc(sizeof *order * (size_t)r->val.count);
@@ -898,6 +927,7 @@ static bool validate(Run *r) {
   free(order);
   if (!ok) return false;
   double val_loss = divisor != 0 ? loss_sum / divisor : 0.0;
+  *loss = val_loss;
   printf("epoch %" PRId64 ": val loss %.6f", r->epoch, val_loss);
   if (r->accuracy) printf(", val accuracy %.2f%%", counted ? 100.0 * (double)correct / (double)counted : 0.0);
   printf("\n");
@@ -907,6 +937,20 @@ static bool validate(Run *r) {
             json_number(vl, sizeof vl, val_loss),
             r->accuracy ? ", \"val_accuracy\": " : ", \"val_n\": ",
             r->accuracy ? (counted ? (double)correct / (double)counted : 0.0) : (double)r->val.count);
+  return true;
+}
+
+/* --schedule=plateau after an epoch: every rank steps it by rank 0's
+ * validation loss. */
+static bool plateau_step(Run *r, double val_loss) {
+  if (r->sched.kind != SCHED_PLATEAU) return true;
+  if (r->dist->size > 1 && dist_bcast(r->dist, &val_loss, sizeof val_loss) != DIST_OK) return false;
+  double was = r->plateau.lr;
+  if (train_plateau_step(&r->sched, &r->plateau, val_loss) && !r->dist->rank) {
+    printf("epoch %" PRId64 ": no better validation loss for %" PRId64 " epoch%s: learning rate %.6g -> %.6g\n",
+           r->epoch, r->sched.patience + 1, r->sched.patience ? "s" : "", was, r->plateau.lr);
+    fflush(stdout);
+  }
   return true;
 }
 
@@ -937,13 +981,16 @@ static bool run_epoch(Run *r) {
   if (r->tty) fputs("\r\033[K", stderr);
   r->epoch++;
   if (r->a->val && (!gather(r) || !gather_parts(r))) return false; /* rank 0 validates: every rank gathers */
-  if (r->dist->rank) return true; /* rank 0 prints and validates */
-  printf("epoch %" PRId64 ": train loss %.6f (mean of %" PRId64 " steps)\n", r->epoch,
-         steps ? loss_sum / (double)steps : 0.0, steps);
-  bool ok = !r->eval || validate(r);
-  fflush(stdout); /* a line per epoch, also into a pipe or a file */
-  if (r->log) fflush(r->log);
-  return ok;
+  bool ok = true;
+  double val_loss = 0;
+  if (!r->dist->rank) { /* rank 0 prints and validates */
+    printf("epoch %" PRId64 ": train loss %.6f (mean of %" PRId64 " steps)\n", r->epoch,
+           steps ? loss_sum / (double)steps : 0.0, steps);
+    ok = !r->eval || validate(r, &val_loss);
+    fflush(stdout); /* a line per epoch, also into a pipe or a file */
+    if (r->log) fflush(r->log);
+  }
+  return ok && plateau_step(r, val_loss);
 }
 
 /* --pipeline: the refusals, the whole step at a micro-batch (the data's
@@ -1043,6 +1090,11 @@ static bool setup(Run *r) {
     fprintf(stderr, "dlcc: error: %s\n", err);
     return false;
   }
+  if (r->sched.kind == SCHED_PLATEAU && !a->val) {
+    fputs("dlcc: error: --schedule=plateau steps by the validation loss: give --val DIR\n", stderr);
+    return false;
+  }
+  train_plateau_start(&r->plateau, a->lr);
   bool need_target = a->loss.name != NULL;
   int64_t resident_max = a->stream_mb * 1048576.0 >= 9e18 ? -1 : (int64_t)(a->stream_mb * 1048576.0);
   if (!train_data_read(a->data, need_target, resident_max, &r->data, err, sizeof err) ||

@@ -93,7 +93,8 @@ void train_prefetch_free(TrainPrefetch *p);
  * (ExponentialLR), "cosine[:T_MAX[:ETA_MIN]]" (CosineAnnealingLR),
  * "cosine_restarts:T0[:TMULT[:ETA_MIN]]" (CosineAnnealingWarmRestarts),
  * "poly[:T[:POWER]]" (PolynomialLR), "linear:START:END[:T]" (LinearLR),
- * T_MAX and T the run's steps unless given; "warmup:N[:START]" (LinearLR
+ * T_MAX and T the run's steps unless given; "plateau" (below);
+ * "warmup:N[:START]" (LinearLR
  * from START, default 1/3, to 1 over N steps) joined to one of the
  * others by ',' multiplies it (ChainedScheduler), by '+' runs before it
  * (SequentialLR: the decay starts at step N, its span the run's steps
@@ -106,7 +107,8 @@ typedef enum {
   SCHED_COSINE,
   SCHED_COSINE_RESTARTS,
   SCHED_POLY,
-  SCHED_LINEAR
+  SCHED_LINEAR,
+  SCHED_PLATEAU
 } SchedKind;
 enum { SCHED_MAX_MILESTONES = 32 };
 
@@ -121,12 +123,28 @@ typedef struct TrainSchedule {
   int64_t t_0, t_mult;                        /* cosine_restarts */
   double power;                               /* poly */
   double start_factor, end_factor;            /* linear */
+  int64_t patience;                           /* plateau */
+  double factor, min_lr;                      /* plateau */
   int64_t warmup;
   double warmup_start;
   bool sequential; /* "warmup:N+DECAY": the decay from step N, counting from 0 there */
 } TrainSchedule;
 
 bool train_sched_parse(const char *text, TrainSchedule *s, char *err, size_t errlen);
+/* For "plateau" the rate is the plateau's (TrainPlateau.lr), not this. */
 double train_sched_lr(const TrainSchedule *s, double base, int64_t t, int64_t total_steps);
+
+/* "plateau[:PATIENCE[:FACTOR[:MIN_LR]]]" (ReduceLROnPlateau, mode "min",
+ * threshold 1e-4 relative, no cooldown; PyTorch's defaults 10 and 0.1 and
+ * 0): stepped once an epoch by the validation loss, not by the step
+ * count; its state is the checkpoint's too. */
+typedef struct TrainPlateau {
+  double lr, best;  /* the rate now; the best loss so far (inf before any) */
+  int64_t bad;      /* epochs since the best */
+} TrainPlateau;
+void train_plateau_start(TrainPlateau *p, double base);
+/* After an epoch whose validation loss is metric: true when it cut the
+ * rate (lr then new). */
+bool train_plateau_step(const TrainSchedule *s, TrainPlateau *p, double metric);
 
 #endif

@@ -30,6 +30,14 @@ static bool parse_int(const char *s, int64_t *v) {
   return !errno && end != s && !*end && x > 0;
 }
 
+static bool parse_count(const char *s, int64_t *v) {
+  char *end;
+  errno = 0;
+  long long x = strtoll(s, &end, 10);
+  *v = x;
+  return !errno && end != s && !*end && x >= 0;
+}
+
 static bool parse_real(const char *s, double *v) {
   char *end;
   errno = 0;
@@ -39,10 +47,11 @@ static bool parse_real(const char *s, double *v) {
 
 static const char schedule_forms[] =
     "step:N:GAMMA, multistep:M1/M2/...:GAMMA, exp:GAMMA, cosine[:T_MAX[:ETA_MIN]], "
-    "cosine_restarts:T0[:TMULT[:ETA_MIN]], poly[:T[:POWER]], linear:START:END[:T] or warmup:N[:START]";
+    "cosine_restarts:T0[:TMULT[:ETA_MIN]], poly[:T[:POWER]], linear:START:END[:T], "
+    "plateau[:PATIENCE[:FACTOR[:MIN_LR]]] or warmup:N[:START]";
 
 static bool part_error(const char *part, char *err, size_t errlen) {
-  snprintf(err, errlen, "--schedule: '%s' is not %s (N, M, T_MAX, T0, TMULT and T whole numbers > 0)", part,
+  snprintf(err, errlen, "--schedule: '%s' is not %s (N, M, T_MAX, T0, TMULT and T whole numbers > 0, PATIENCE >= 0)", part,
            schedule_forms);
   return false;
 }
@@ -79,6 +88,11 @@ static bool parse_decay(SchedKind kind, char **f, int n, TrainSchedule *s) {
       return n >= 3 && n <= 4 && parse_real(f[1], &s->start_factor) && parse_real(f[2], &s->end_factor) &&
              s->start_factor > 0 && s->start_factor <= 1 && s->end_factor >= 0 && s->end_factor <= 1 &&
              (n < 4 || parse_int(f[3], &s->t_max));
+    case SCHED_PLATEAU:
+      s->patience = 10, s->factor = 0.1, s->min_lr = 0;
+      return n <= 4 && (n < 2 || parse_count(f[1], &s->patience)) &&
+             (n < 3 || (parse_real(f[2], &s->factor) && s->factor > 0 && s->factor < 1)) &&
+             (n < 4 || (parse_real(f[3], &s->min_lr) && s->min_lr >= 0));
     case SCHED_CONSTANT: break;
   }
   return false;
@@ -90,7 +104,7 @@ static bool parse_part(char *part, TrainSchedule *s, char *err, size_t errlen) {
     SchedKind kind;
   } decays[] = {{"step", SCHED_STEP},     {"multistep", SCHED_MULTISTEP}, {"exp", SCHED_EXP},
                 {"cosine", SCHED_COSINE}, {"cosine_restarts", SCHED_COSINE_RESTARTS},
-                {"poly", SCHED_POLY},     {"linear", SCHED_LINEAR}};
+                {"poly", SCHED_POLY},     {"linear", SCHED_LINEAR},   {"plateau", SCHED_PLATEAU}};
   char copy[128];
   snprintf(copy, sizeof copy, "%s", part);
   char *f[5];
@@ -134,6 +148,28 @@ bool train_sched_parse(const char *text, TrainSchedule *s, char *err, size_t err
   char *save = NULL;
   for (char *part = strtok_r(buf, ",", &save); part; part = strtok_r(NULL, ",", &save))
     if (!parse_part(part, s, err, errlen)) return false;
+  if (s->kind == SCHED_PLATEAU && s->warmup) {
+    snprintf(err, errlen, "--schedule: '%s': plateau steps by the validation loss and takes no warmup", text);
+    return false;
+  }
+  return true;
+}
+
+void train_plateau_start(TrainPlateau *p, double base) { *p = (TrainPlateau){.lr = base, .best = INFINITY}; }
+
+bool train_plateau_step(const TrainSchedule *s, TrainPlateau *p, double metric) {
+  /* PyTorch's mode "min", threshold_mode "rel", threshold 1e-4 */
+  if (metric < p->best * (1 - 1e-4)) {
+    p->best = metric;
+    p->bad = 0;
+  } else {
+    p->bad++;
+  }
+  if (p->bad <= s->patience) return false;
+  p->bad = 0;
+  double next = fmax(p->lr * s->factor, s->min_lr);
+  if (!(p->lr - next > 1e-8)) return false; /* PyTorch's eps: a cut too small to take */
+  p->lr = next;
   return true;
 }
 
@@ -167,6 +203,7 @@ double train_sched_lr(const TrainSchedule *s, double base, int64_t t, int64_t to
     }
     case SCHED_POLY: lr = base * pow(1 - done, s->power); break;
     case SCHED_LINEAR: lr = base * (s->start_factor + (s->end_factor - s->start_factor) * done); break;
+    case SCHED_PLATEAU: break;
   }
   if (s->warmup && !s->sequential) {
     int64_t k = t < s->warmup ? t : s->warmup;

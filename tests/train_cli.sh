@@ -118,6 +118,21 @@ expect 1 "dlcc: error: sgd: amsgrad is Adam's and AdamW's" "$dlcc" train "$t/tin
 expect 1 "dlcc: error: adam: momentum is SGD's and RMSprop's" "$dlcc" train "$t/tiny.dl" --batch 8 \
   --loss=cross_entropy --data "$t/data" --optimizer=adam --momentum=0.9
 
+# ReduceLROnPlateau (patience 0, halving) at a rate that overshoots: the
+# rate halves after epochs 2, 5 and 6, as torch's scheduler does on these
+# validation losses; 3 epochs and a resumed 3 more are 6 in one run.
+P="$t/tiny.dl --batch 8 --loss=cross_entropy --data $t/data --val $t/val --backend=ref --lr=3 --schedule=plateau:0:0.5"
+expect 0 "" "$dlcc" train $P --epochs 6 --log "$tmp/pl.jsonl" --save "$tmp/pl6.safetensors"
+[ "$(grep '"step"' "$tmp/pl.jsonl" | sed 's/.*"lr": \([^}]*\)}/\1/' | uniq | tr '\n' ' ')" = "3 1.5 0.75 " ] ||
+  fail "ReduceLROnPlateau's rates: $(grep '"step"' "$tmp/pl.jsonl" | sed 's/.*"lr": //' | tr '\n' ' ')"
+grep -qx 'epoch 5: no better validation loss for 1 epoch: learning rate 1.5 -> 0.75' "$tmp/out" ||
+  fail "ReduceLROnPlateau's line: $(cat "$tmp/out")"
+expect 0 "" "$dlcc" train $P --epochs 3 --save "$tmp/pl3.safetensors"
+expect 0 "" "$dlcc" train $P --epochs 3 --resume "$tmp/pl3.ckpt.safetensors" --save "$tmp/plr.safetensors"
+cmp -s "$tmp/pl6.ckpt.safetensors" "$tmp/plr.ckpt.safetensors" || fail "a resumed plateau differs from one run"
+expect 1 "dlcc: error: --schedule=plateau steps by the validation loss: give --val DIR" \
+  "$dlcc" train "$t/tiny.dl" --batch 8 --loss=cross_entropy --data "$t/data" --schedule=plateau
+
 # The loss's options: class weights of 1 are no weights (to rounding);
 # others move the losses and the validation's weighted mean, emu equal to
 # ref, from a list or a .npy; --reduction=sum's first loss is the mean's
@@ -240,7 +255,7 @@ expect 1 "dlcc: error: $d/x.npy has 10 samples but $d/target.npy has 22: the arr
 expect 1 "dlcc: error: $tmp/nowhere: No such file or directory" "$dlcc" train $R --data "$tmp/nowhere"
 expect 1 "dlcc: error: $t/data has 22 samples, fewer than one batch of 30, and --drop-last skips them all" \
   "$dlcc" train "$t/tiny.dl" --batch 30 --drop-last --loss=cross_entropy --data "$t/data"
-expect 1 "dlcc: error: --schedule: 'step:0:1' is not step:N:GAMMA, multistep:M1/M2/...:GAMMA, exp:GAMMA, cosine[:T_MAX[:ETA_MIN]], cosine_restarts:T0[:TMULT[:ETA_MIN]], poly[:T[:POWER]], linear:START:END[:T] or warmup:N[:START] (N, M, T_MAX, T0, TMULT and T whole numbers > 0)" \
+expect 1 "dlcc: error: --schedule: 'step:0:1' is not step:N:GAMMA, multistep:M1/M2/...:GAMMA, exp:GAMMA, cosine[:T_MAX[:ETA_MIN]], cosine_restarts:T0[:TMULT[:ETA_MIN]], poly[:T[:POWER]], linear:START:END[:T], plateau[:PATIENCE[:FACTOR[:MIN_LR]]] or warmup:N[:START] (N, M, T_MAX, T0, TMULT and T whole numbers > 0, PATIENCE >= 0)" \
   "$dlcc" train $R --data "$t/data" --schedule=step:0:1
 expect 1 "dlcc: error: train needs --batch=N (see dlcc train --help)" "$dlcc" train "$t/tiny.dl" --data "$t/data"
 expect 1 "dlcc: error: unknown optimizer 'lbfgs' (expected sgd, adam, adamw, rmsprop or adagrad)" \
