@@ -151,6 +151,11 @@ dlc_status dlc_train_set_comm(dlc_train *t, dlc_comm_fn fn, void *ctx) {
   return t ? dlc_set_comm(t->m, fn, ctx) : DLC_ERR_ARGUMENT;
 }
 
+dlc_status dlc_train_set_momentum(dlc_train *t, float momentum) {
+  if (!t || !t->m) return DLC_ERR_ARGUMENT;
+  return dlc_set_input(t->m, OPTIM_MOMENTUM_INPUT, &momentum, sizeof momentum);
+}
+
 dlc_status dlc_train_step(dlc_train *t, float lr, float *loss) {
   if (!t || !t->m) return DLC_ERR_ARGUMENT;
   dlc_model *m = t->m;

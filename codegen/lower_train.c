@@ -527,8 +527,9 @@ static void lower_resize_grad(CgBuild *b, const Node *n) {
 enum { OPTIM_SEGMENTS = 48 };
 
 static bool same_update(const Node *a, const Node *n) {
-  if (a->n_in != n->n_in || a->n_attrs != n->n_attrs) return false;
-  for (int i = 2; i < 5; i++)
+  if (a->n_in != n->n_in || a->n_attrs != n->n_attrs || ir_optim_first_state(a) != ir_optim_first_state(n))
+    return false;
+  for (int i = 2; i < ir_optim_first_state(n); i++)
     if (a->in[i] != n->in[i]) return false;
   for (int i = 0; i < n->n_attrs; i++) {
     const Attr *x = &a->attrs[i], *y = &n->attrs[i];
@@ -569,7 +570,8 @@ typedef struct Optim {
   const Node *const *batch;
   const int64_t *offset; /* segment j's first element; offset[n] the total */
   KExpr *lr, *t, *scale;
-  KExpr *finite; /* skip_nonfinite: whether the scale is finite; NULL: no skipping */
+  KExpr *momentum; /* momentum_input: this step's momentum or beta1; NULL: the attributes' */
+  KExpr *finite;   /* skip_nonfinite: whether the scale is finite; NULL: no skipping */
 } Optim;
 
 static KExpr *scalar_of(CgBuild *b, Kernel *k, const Value *v, const char *name) {
@@ -592,22 +594,25 @@ static void put(Optim *o, KBlock *blk, KBuf *out, const Value *old, const char *
  * its new value goes. */
 static KExpr *state_at(Optim *o, int j, int k, KExpr *ix) {
   const Node *n = o->batch[j];
-  return cg_kload(o->k, buf_of(o->b, o->k, n->in[5 + k], arena_printf(&cg_build_ctx(o->b)->arena, "s%d_%d", j, k)),
+  return cg_kload(o->k,
+                  buf_of(o->b, o->k, n->in[ir_optim_first_state(n) + k],
+                         arena_printf(&cg_build_ctx(o->b)->arena, "s%d_%d", j, k)),
                   ix);
 }
 
 static void put_state(Optim *o, KBlock *blk, int j, int k, KExpr *ix, KExpr *value) {
   const Node *n = o->batch[j];
   Arena *a = &cg_build_ctx(o->b)->arena;
-  put(o, blk, buf_of(o->b, o->k, &n->out[1 + k], arena_printf(a, "s%d_%d_out", j, k)), n->in[5 + k],
-      arena_printf(a, "s%d_%d", j, k), ix, value);
+  put(o, blk, buf_of(o->b, o->k, &n->out[1 + k], arena_printf(a, "s%d_%d_out", j, k)),
+      n->in[ir_optim_first_state(n) + k], arena_printf(a, "s%d_%d", j, k), ix, value);
 }
 
-/* 1 - beta^t, as ir_bias_correction computes it. */
-static KExpr *bias_correction(Optim *o, KBlock *blk, double beta) {
+/* 1 - beta^t, as ir_bias_correction computes it (ir_bias_correction_f
+ * for a beta of run time, log_beta its logf). */
+static KExpr *bias_correction(Optim *o, KBlock *blk, double beta, KExpr *log_beta) {
   Kernel *k = o->k;
-  if (beta == 0) return f32(k, 1);
-  KVar *y = let(k, blk, "y", fop(k, OP_MUL, o->t, f32(k, (float)log(beta))));
+  if (!log_beta && beta == 0) return f32(k, 1);
+  KVar *y = let(k, blk, "y", fop(k, OP_MUL, o->t, log_beta ? log_beta : f32(k, (float)log(beta))));
   KVar *u = let(k, blk, "u", cg_kop1(k, OP_EXP, cg_kv(k, y)));
   KVar *um1 = let(k, blk, "um1", fop(k, OP_SUB, cg_kv(k, u), f32(k, 1)));
   KExpr *kahan = cg_kop1(k, OP_NEG, fop(k, OP_DIV, fop(k, OP_MUL, cg_kv(k, um1), cg_kv(k, y)),
@@ -630,16 +635,18 @@ static void optim_segment(Optim *o, KBlock *blk, int j, KExpr *ix) {
   const char *kind = ir_attr_str(n, "kind"), *keys[IR_OPTIM_MAX_STATES];
   int n_states = ir_optim_node_states(n, keys);
   double wd = ir_attr_float(n, "weight_decay"), mom = ir_attr_float(n, "momentum"), eps = ir_attr_float(n, "eps");
+  /* the momentum (or beta1) this step multiplies by */
+  KExpr *momk = o->momentum ? o->momentum : f32(k, mom);
   bool adamw = strcmp(kind, "adamw") == 0;
   if (wd != 0 && !adamw) cg_kset(k, blk, g, fop(k, OP_ADD, cg_kv(k, g), fop(k, OP_MUL, f32(k, wd), cg_kv(k, p))));
   KExpr *gg = fop(k, OP_MUL, cg_kv(k, g), cg_kv(k, g)), *delta; /* p' = p - delta */
   if (strcmp(kind, "sgd") == 0) {
-    if (mom != 0) {
-      KExpr *later = fop(k, OP_ADD, fop(k, OP_MUL, state_at(o, j, 0, ix), f32(k, mom)),
+    if (n_states) {
+      KExpr *later = fop(k, OP_ADD, fop(k, OP_MUL, state_at(o, j, 0, ix), momk),
                          fop(k, OP_MUL, cg_kv(k, g), f32(k, 1 - ir_attr_float(n, "dampening"))));
       KVar *buf = let(k, blk, "buf", cg_ksel(k, cg_kcmp(k, KC_LE, o->t, f32(k, 1)), cg_kv(k, g), later));
       put_state(o, blk, j, 0, ix, cg_kv(k, buf));
-      KExpr *d = ir_attr_int(n, "nesterov") ? fop(k, OP_ADD, cg_kv(k, g), fop(k, OP_MUL, cg_kv(k, buf), f32(k, mom)))
+      KExpr *d = ir_attr_int(n, "nesterov") ? fop(k, OP_ADD, cg_kv(k, g), fop(k, OP_MUL, cg_kv(k, buf), momk))
                                             : cg_kv(k, buf);
       cg_kset(k, blk, g, d);
     }
@@ -661,7 +668,7 @@ static void optim_segment(Optim *o, KBlock *blk, int j, KExpr *ix) {
     KVar *d = let(k, blk, "d", fop(k, OP_ADD, cg_kop1(k, OP_SQRT, var), f32(k, eps)));
     if (mom > 0) {
       KVar *buf = let(k, blk, "buf",
-                      fop(k, OP_ADD, fop(k, OP_MUL, state_at(o, j, 1, ix), f32(k, mom)),
+                      fop(k, OP_ADD, fop(k, OP_MUL, state_at(o, j, 1, ix), momk),
                           fop(k, OP_DIV, cg_kv(k, g), cg_kv(k, d))));
       put_state(o, blk, j, 1, ix, cg_kv(k, buf));
       delta = fop(k, OP_MUL, cg_kv(k, buf), o->lr);
@@ -679,9 +686,10 @@ static void optim_segment(Optim *o, KBlock *blk, int j, KExpr *ix) {
     if (wd != 0 && adamw)
       cg_kset(k, blk, p, fop(k, OP_MUL, cg_kv(k, p), fop(k, OP_SUB, f32(k, 1), fop(k, OP_MUL, o->lr, f32(k, wd)))));
     double b1 = ir_attr_float(n, "beta1"), b2 = ir_attr_float(n, "beta2");
+    KExpr *b1k = o->momentum ? o->momentum : f32(k, b1);
+    KExpr *one_b1 = o->momentum ? fop(k, OP_SUB, f32(k, 1), o->momentum) : f32(k, 1 - b1);
     KVar *mv = let(k, blk, "m",
-                   fop(k, OP_ADD, fop(k, OP_MUL, state_at(o, j, 0, ix), f32(k, b1)),
-                       fop(k, OP_MUL, cg_kv(k, g), f32(k, 1 - b1))));
+                   fop(k, OP_ADD, fop(k, OP_MUL, state_at(o, j, 0, ix), b1k), fop(k, OP_MUL, cg_kv(k, g), one_b1)));
     KVar *vv = let(k, blk, "v",
                    fop(k, OP_ADD, fop(k, OP_MUL, state_at(o, j, 1, ix), f32(k, b2)), fop(k, OP_MUL, gg, f32(k, 1 - b2))));
     put_state(o, blk, j, 0, ix, cg_kv(k, mv));
@@ -690,7 +698,8 @@ static void optim_segment(Optim *o, KBlock *blk, int j, KExpr *ix) {
       cg_kset(k, blk, vv, cg_kop2(k, OP_MAXIMUM, state_at(o, j, 2, ix), cg_kv(k, vv)));
       put_state(o, blk, j, 2, ix, cg_kv(k, vv));
     }
-    KExpr *bc1 = bias_correction(o, blk, b1), *bc2 = bias_correction(o, blk, b2);
+    KExpr *bc1 = bias_correction(o, blk, b1, o->momentum ? cg_kop1(k, OP_LOG, o->momentum) : NULL);
+    KExpr *bc2 = bias_correction(o, blk, b2, NULL);
     KExpr *denom = fop(k, OP_ADD, fop(k, OP_DIV, cg_kop1(k, OP_SQRT, cg_kv(k, vv)), cg_kop1(k, OP_SQRT, bc2)),
                        f32(k, eps));
     delta = fop(k, OP_MUL, fop(k, OP_DIV, cg_kv(k, mv), denom), fop(k, OP_DIV, o->lr, bc1));
@@ -712,7 +721,7 @@ static void optim_overwrites(Optim *o, int j) {
   const Node *n = o->batch[j];
   /* the param, then each state */
   for (int q = 0; q <= IR_OPTIM_MAX_STATES; q++) {
-    int in = q ? 4 + q : 0, out = q;
+    int in = q ? ir_optim_first_state(n) + q - 1 : 0, out = q;
     if (in >= n->n_in || out >= n->n_out) continue;
     KBuf *from = kernel_buf(o->k, cg_ref(o->b, n->in[in])), *to = kernel_buf(o->k, cg_ref(o->b, &n->out[out]));
     if (from && to && to->written && from->read && !from->written) to->overwrites = from;
@@ -747,6 +756,7 @@ static void lower_optim_update(CgBuild *b, const Node *n) {
   o.lr = scalar_of(b, k, n->in[2], "lr");
   o.t = scalar_of(b, k, n->in[3], "t");
   o.scale = scalar_of(b, k, n->in[4], "scale");
+  if (ir_optim_first_state(n) > 5) o.momentum = scalar_of(b, k, n->in[5], "momentum");
   /* scale - scale is 0 for a finite scale, NaN for inf or NaN */
   if (ir_attr_int(n, "skip_nonfinite"))
     o.finite = cg_kcmp(k, KC_EQ, fop(k, OP_SUB, o.scale, o.scale), f32(k, 0));

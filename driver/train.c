@@ -78,6 +78,8 @@ static const char train_usage[] =
     "                        cosine[:T_MAX[:ETA_MIN]], cosine_restarts:T0[:TMULT[:ETA_MIN]],\n"
     "                        poly[:T[:POWER]], linear:START:END[:T], plateau[:PATIENCE[:FACTOR\n"
     "                        [:MIN_LR]]] (by --val's loss after each epoch),\n"
+    "                        onecycle[:PCT_START[:DIV[:FINAL_DIV]]] (--lr the peak; the\n"
+    "                        momentum or beta1 cycles too, as OneCycleLR's),\n"
     "                        warmup:N[:START]; a warmup and one other joined by ','\n"
     "                        multiply, by '+' run one after the other (warmup:N:0+cosine is\n"
     "                        Hugging Face's cosine with warmup); counted in optimizer steps,\n"
@@ -449,6 +451,13 @@ static dlc_train *compile_for(Run *r, const TrainData *d, int64_t batch, Compile
   bool eval = what == FOR_EVAL;
   o.eval = eval;
   o.optimizer.data_parallel = r->dp > 1 && !eval && !r->a->pipeline;
+  /* OneCycleLR sets the momentum (or beta1) each step; SGD's and
+   * RMSprop's becomes the schedule's, as PyTorch's scheduler sets it */
+  if (r->sched.kind == SCHED_ONECYCLE && !eval) {
+    o.optimizer.momentum_input = 1;
+    bool has_momentum = strcmp(o.optimizer.kind, "sgd") == 0 || strcmp(o.optimizer.kind, "rmsprop") == 0;
+    if (has_momentum && !(o.optimizer.momentum > 0)) o.optimizer.momentum = SCHED_MAX_MOMENTUM;
+  }
   /* With --pipeline the whole step only checks the data and holds the
    * weights for saving: the interpreter's compile, which makes no plan. */
   if (r->a->pipeline && !eval) o.model.backend = "ref";
@@ -807,11 +816,14 @@ static const char *json_number(char *buf, size_t len, double x) {
  * differences between steps give the throughput without the compile and
  * the first step's warm-up (tests/gpu/check.sh). */
 static void log_step(Run *r, float loss, double lr) {
-  char l[32];
+  char l[32], m[48] = "";
+  double momentum; /* the step's, when the schedule sets it */
+  if (train_sched_momentum(&r->sched, r->global_step - 1, r->total_steps, &momentum))
+    snprintf(m, sizeof m, "\"momentum\": %.9g, ", momentum);
   if (r->log && !r->dist->rank)
     fprintf(r->log,
-            "{\"epoch\": %" PRId64 ", \"step\": %" PRId64 ", \"loss\": %s, \"seconds\": %.6f, \"lr\": %.9g}\n",
-            r->epoch + 1, r->global_step, json_number(l, sizeof l, loss), now() - r->t0, lr);
+            "{\"epoch\": %" PRId64 ", \"step\": %" PRId64 ", \"loss\": %s, \"seconds\": %.6f, %s\"lr\": %.9g}\n",
+            r->epoch + 1, r->global_step, json_number(l, sizeof l, loss), now() - r->t0, m, lr);
 }
 
 /* Tells t's dropouts where this rank's slice starts in the global batch
@@ -854,7 +866,10 @@ static bool train_batch(Run *r, dlc_train *t, const int64_t *order, int64_t n, c
   }
   if (t == r->rest && r->step && !api_ok(t, dlc_train_copy_state(t, r->step))) return false;
   if (!set_first_sample(t, r->first_sample) || !set_batch(r, t, &r->data, order, n, 0, next, next_n)) return false;
-  double lr = step_lr(r);
+  double lr = step_lr(r), momentum;
+  if (train_sched_momentum(&r->sched, r->global_step, r->total_steps, &momentum) &&
+      !api_ok(t, dlc_train_set_momentum(t, (float)momentum)))
+    return false;
   if (!api_ok(t, dlc_train_step(t, (float)lr, loss))) return false;
   /* The global batch's loss: the mean of the ranks' means, as every rank
    * takes as many samples. */
@@ -1088,6 +1103,11 @@ static bool setup(Run *r) {
   TrainArgs *a = r->a;
   if (a->schedule_text && !train_sched_parse(a->schedule_text, &r->sched, err, sizeof err)) {
     fprintf(stderr, "dlcc: error: %s\n", err);
+    return false;
+  }
+  if (r->sched.kind == SCHED_ONECYCLE && (strcmp(a->optimizer, "adagrad") == 0 || a->pipeline)) {
+    fprintf(stderr, "dlcc: error: --schedule=onecycle cycles the momentum: %s\n",
+            a->pipeline ? "not with --pipeline yet" : "adagrad has none");
     return false;
   }
   if (r->sched.kind == SCHED_PLATEAU && !a->val) {

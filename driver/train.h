@@ -93,7 +93,8 @@ void train_prefetch_free(TrainPrefetch *p);
  * (ExponentialLR), "cosine[:T_MAX[:ETA_MIN]]" (CosineAnnealingLR),
  * "cosine_restarts:T0[:TMULT[:ETA_MIN]]" (CosineAnnealingWarmRestarts),
  * "poly[:T[:POWER]]" (PolynomialLR), "linear:START:END[:T]" (LinearLR),
- * T_MAX and T the run's steps unless given; "plateau" (below);
+ * T_MAX and T the run's steps unless given; "plateau" and "onecycle"
+ * (below);
  * "warmup:N[:START]" (LinearLR
  * from START, default 1/3, to 1 over N steps) joined to one of the
  * others by ',' multiplies it (ChainedScheduler), by '+' runs before it
@@ -108,7 +109,8 @@ typedef enum {
   SCHED_COSINE_RESTARTS,
   SCHED_POLY,
   SCHED_LINEAR,
-  SCHED_PLATEAU
+  SCHED_PLATEAU,
+  SCHED_ONECYCLE
 } SchedKind;
 enum { SCHED_MAX_MILESTONES = 32 };
 
@@ -125,6 +127,7 @@ typedef struct TrainSchedule {
   double start_factor, end_factor;            /* linear */
   int64_t patience;                           /* plateau */
   double factor, min_lr;                      /* plateau */
+  double pct_start, div_factor, final_div;    /* onecycle */
   int64_t warmup;
   double warmup_start;
   bool sequential; /* "warmup:N+DECAY": the decay from step N, counting from 0 there */
@@ -133,6 +136,12 @@ typedef struct TrainSchedule {
 bool train_sched_parse(const char *text, TrainSchedule *s, char *err, size_t errlen);
 /* For "plateau" the rate is the plateau's (TrainPlateau.lr), not this. */
 double train_sched_lr(const TrainSchedule *s, double base, int64_t t, int64_t total_steps);
+/* "onecycle[:PCT_START[:DIV[:FINAL_DIV]]]" (OneCycleLR over the run's
+ * steps, max_lr the base rate, cosine annealing) also cycles the
+ * momentum (or beta1) between 0.95 and 0.85, PyTorch's defaults: the
+ * momentum of step t.  Other schedules keep the optimizer's (false). */
+bool train_sched_momentum(const TrainSchedule *s, int64_t t, int64_t total_steps, double *momentum);
+#define SCHED_MAX_MOMENTUM 0.95
 
 /* "plateau[:PATIENCE[:FACTOR[:MIN_LR]]]" (ReduceLROnPlateau, mode "min",
  * threshold 1e-4 relative, no cooldown; PyTorch's defaults 10 and 0.1 and

@@ -152,9 +152,9 @@ bool train_data_check(const TrainData *d, dlc_model *m, char *err, size_t errlen
   for (int i = 0; i < dlc_num_inputs(m); i++) {
     dlc_tensor_info in;
     dlc_input_info(m, i, &in);
-    /* the step's own inputs: the rate and the loss's weights */
-    if (strcmp(in.name, OPTIM_LR_INPUT) == 0 || strcmp(in.name, LOSS_WEIGHT_INPUT) == 0 ||
-        strcmp(in.name, LOSS_POS_WEIGHT_INPUT) == 0)
+    /* the step's own inputs: the rate, the momentum and the loss's weights */
+    if (strcmp(in.name, OPTIM_LR_INPUT) == 0 || strcmp(in.name, OPTIM_MOMENTUM_INPUT) == 0 ||
+        strcmp(in.name, LOSS_WEIGHT_INPUT) == 0 || strcmp(in.name, LOSS_POS_WEIGHT_INPUT) == 0)
       continue;
     const TrainArray *a = train_data_find(d, in.name);
     if (!a) {

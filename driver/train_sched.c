@@ -48,7 +48,7 @@ static bool parse_real(const char *s, double *v) {
 static const char schedule_forms[] =
     "step:N:GAMMA, multistep:M1/M2/...:GAMMA, exp:GAMMA, cosine[:T_MAX[:ETA_MIN]], "
     "cosine_restarts:T0[:TMULT[:ETA_MIN]], poly[:T[:POWER]], linear:START:END[:T], "
-    "plateau[:PATIENCE[:FACTOR[:MIN_LR]]] or warmup:N[:START]";
+    "plateau[:PATIENCE[:FACTOR[:MIN_LR]]], onecycle[:PCT_START[:DIV[:FINAL_DIV]]] or warmup:N[:START]";
 
 static bool part_error(const char *part, char *err, size_t errlen) {
   snprintf(err, errlen, "--schedule: '%s' is not %s (N, M, T_MAX, T0, TMULT and T whole numbers > 0, PATIENCE >= 0)", part,
@@ -93,6 +93,11 @@ static bool parse_decay(SchedKind kind, char **f, int n, TrainSchedule *s) {
       return n <= 4 && (n < 2 || parse_count(f[1], &s->patience)) &&
              (n < 3 || (parse_real(f[2], &s->factor) && s->factor > 0 && s->factor < 1)) &&
              (n < 4 || (parse_real(f[3], &s->min_lr) && s->min_lr >= 0));
+    case SCHED_ONECYCLE:
+      s->pct_start = 0.3, s->div_factor = 25, s->final_div = 1e4;
+      return n <= 4 && (n < 2 || (parse_real(f[1], &s->pct_start) && s->pct_start > 0 && s->pct_start < 1)) &&
+             (n < 3 || (parse_real(f[2], &s->div_factor) && s->div_factor > 0)) &&
+             (n < 4 || (parse_real(f[3], &s->final_div) && s->final_div > 0));
     case SCHED_CONSTANT: break;
   }
   return false;
@@ -104,7 +109,8 @@ static bool parse_part(char *part, TrainSchedule *s, char *err, size_t errlen) {
     SchedKind kind;
   } decays[] = {{"step", SCHED_STEP},     {"multistep", SCHED_MULTISTEP}, {"exp", SCHED_EXP},
                 {"cosine", SCHED_COSINE}, {"cosine_restarts", SCHED_COSINE_RESTARTS},
-                {"poly", SCHED_POLY},     {"linear", SCHED_LINEAR},   {"plateau", SCHED_PLATEAU}};
+                {"poly", SCHED_POLY},     {"linear", SCHED_LINEAR},   {"plateau", SCHED_PLATEAU},
+                {"onecycle", SCHED_ONECYCLE}};
   char copy[128];
   snprintf(copy, sizeof copy, "%s", part);
   char *f[5];
@@ -148,8 +154,9 @@ bool train_sched_parse(const char *text, TrainSchedule *s, char *err, size_t err
   char *save = NULL;
   for (char *part = strtok_r(buf, ",", &save); part; part = strtok_r(NULL, ",", &save))
     if (!parse_part(part, s, err, errlen)) return false;
-  if (s->kind == SCHED_PLATEAU && s->warmup) {
-    snprintf(err, errlen, "--schedule: '%s': plateau steps by the validation loss and takes no warmup", text);
+  if ((s->kind == SCHED_PLATEAU || s->kind == SCHED_ONECYCLE) && s->warmup) {
+    snprintf(err, errlen, "--schedule: '%s': %s takes no warmup", text,
+             s->kind == SCHED_PLATEAU ? "plateau steps by the validation loss and" : "onecycle warms up itself and");
     return false;
   }
   return true;
@@ -170,6 +177,25 @@ bool train_plateau_step(const TrainSchedule *s, TrainPlateau *p, double metric) 
   double next = fmax(p->lr * s->factor, s->min_lr);
   if (!(p->lr - next > 1e-8)) return false; /* PyTorch's eps: a cut too small to take */
   p->lr = next;
+  return true;
+}
+
+/* OneCycleLR's rate and momentum at step t of total (two phases, cosine
+ * annealing, as torch.optim.lr_scheduler computes them). */
+static void onecycle(const TrainSchedule *s, double max_lr, int64_t t, int64_t total, double *lr, double *m) {
+  double initial = max_lr / s->div_factor, min_lr = initial / s->final_div;
+  double end1 = s->pct_start * (double)total - 1, end2 = (double)total - 1, step = (double)t;
+  double from_lr = initial, to_lr = max_lr, from_m = SCHED_MAX_MOMENTUM, to_m = 0.85, start = 0, end = end1;
+  if (step > end1) from_lr = max_lr, to_lr = min_lr, from_m = 0.85, to_m = SCHED_MAX_MOMENTUM, start = end1, end = end2;
+  double pct = (step - start) / (end - start), c = cos(M_PI * pct) + 1;
+  *lr = to_lr + (from_lr - to_lr) / 2.0 * c;
+  *m = to_m + (from_m - to_m) / 2.0 * c;
+}
+
+bool train_sched_momentum(const TrainSchedule *s, int64_t t, int64_t total_steps, double *momentum) {
+  if (s->kind != SCHED_ONECYCLE) return false;
+  double lr;
+  onecycle(s, 1, t, total_steps, &lr, momentum);
   return true;
 }
 
@@ -204,6 +230,11 @@ double train_sched_lr(const TrainSchedule *s, double base, int64_t t, int64_t to
     case SCHED_POLY: lr = base * pow(1 - done, s->power); break;
     case SCHED_LINEAR: lr = base * (s->start_factor + (s->end_factor - s->start_factor) * done); break;
     case SCHED_PLATEAU: break;
+    case SCHED_ONECYCLE: {
+      double m;
+      onecycle(s, base, t, total_steps, &lr, &m);
+      break;
+    }
   }
   if (s->warmup && !s->sequential) {
     int64_t k = t < s->warmup ? t : s->warmup;

@@ -120,6 +120,10 @@ typedef struct dlc_optimizer {
   double alpha; /* RMSprop, with centered */
   int centered;
   double lr_decay, initial_accumulator_value; /* Adagrad */
+  /* nonzero: the momentum (SGD, RMSprop, which need one > 0) or beta1
+   * (Adam, AdamW) is the f32 input "dlcc.momentum", set before each step
+   * (dlc_train_set_momentum), as OneCycleLR cycles it */
+  int momentum_input;
 } dlc_optimizer;
 
 typedef struct dlc_options {
@@ -456,6 +460,10 @@ dlc_model *dlc_train_model(dlc_train *t);
  * optimizer's state take their new values; *loss (may be NULL) gets the
  * loss, computed before the update. */
 dlc_status dlc_train_step(dlc_train *t, float lr, float *loss);
+/* With optimizer.momentum_input: the momentum (or Adam's beta1) of the
+ * steps from now on. */
+dlc_status dlc_train_set_momentum(dlc_train *t, float momentum);
+
 /* The communicator (the same function as dlcrt.h's DlrtCommFn) that a step compiled with optimizer.data_parallel
  * hands each gradient to, and a step compiled with tensor_parallel its regions' sums (dlcrt.h's dlrt_set_comm;
  * docs/parallel.md).  On the ref backend fn gets device "ref": buf is host memory, each all-reduce followed at once

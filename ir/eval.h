@@ -181,6 +181,9 @@ int ir_optim_states(const char *kind, double momentum, bool amsgrad, bool center
                     const char *keys[IR_OPTIM_MAX_STATES]);
 /* The same for optim_update n, from its attributes. */
 int ir_optim_node_states(const Node *n, const char *keys[IR_OPTIM_MAX_STATES]);
+/* The operand index of optim_update n's first state: 5, or 6 after a
+ * momentum operand (momentum_input). */
+int ir_optim_first_state(const Node *n);
 /* Adam's bias correction 1 - beta^t in f32, as exact as PyTorch's,
  * which computes it in double: 1 - powf((float)beta, t) would carry
  * beta's rounding to f32 (0.999 is off by 1.3e-8, which is 1.3e-5 of
@@ -188,6 +191,8 @@ int ir_optim_node_states(const Node *n, const char *keys[IR_OPTIM_MAX_STATES]);
  * (e^y - 1) y / log(e^y), whose errors cancel; codegen/lower_train.c
  * computes the same operations. */
 float ir_bias_correction(double beta, float t);
+/* The same for a beta known only at run time (an f32): t logf(beta). */
+float ir_bias_correction_f(float beta, float t);
 /* The end of a training step on the interpreter: each output of g that
  * updates a param (ir_output_update) is copied into that param's tensor
  * in params (outputs as ir_eval returned them).  False with a message

@@ -1722,17 +1722,18 @@ bool shape_optim_update(const Node *n, TensorType *out, char *err, size_t errlen
     return fail(err, errlen,
                 "optim_update: kind must be \"sgd\", \"adam\", \"adamw\", \"rmsprop\" or \"adagrad\", got \"%s\"",
                 kind->s);
-  if (n->n_in != 5 + states) {
+  int first = ir_optim_first_state(n);
+  if (n->n_in != first + states) {
     char names[128] = "";
     for (int k = 0; k < states; k++) snprintf(names + strlen(names), sizeof names - strlen(names), ", %s", keys[k]);
-    return fail(err, errlen, "optim_update: %s takes %d operands (p, g, lr, t, scale%s), got %d",
-                kind->s, 5 + states, names, n->n_in);
+    return fail(err, errlen, "optim_update: %s takes %d operands (p, g, lr, t, scale%s%s), got %d", kind->s,
+                first + states, first > 5 ? ", momentum" : "", names, n->n_in);
   }
   const TensorType *p = in_type(n, 0);
   if (p->dtype != TY_F32) return fail(err, errlen, "optim_update: the param must be f32, got %s", ts(p).s);
   for (int i = 1; i < n->n_in; i++) {
     const TensorType *t = in_type(n, i);
-    bool scalar = i >= 2 && i <= 4;
+    bool scalar = i >= 2 && i < first;
     if (scalar ? t->dtype != TY_F32 || t->rank != 0 : !ir_type_eq(t, p))
       return fail(err, errlen, "optim_update: operand %d must be %s, got %s", i + 1,
                   scalar ? "f32[]" : ts(p).s, ts(t).s);

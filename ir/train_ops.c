@@ -333,13 +333,22 @@ int ir_optim_node_states(const Node *n, const char *keys[IR_OPTIM_MAX_STATES]) {
                          cen && cen->kind == AK_INT && cen->i, keys);
 }
 
-float ir_bias_correction(double beta, float t) {
-  if (beta == 0) return 1;
-  float y = t * (float)log(beta), u = expf(y), um1 = u - 1;
+int ir_optim_first_state(const Node *n) {
+  const Attr *a = ir_attr(n, "momentum_input");
+  return 5 + (a && a->kind == AK_INT && a->i != 0);
+}
+
+/* -expm1(y) by Kahan's (e^y - 1) y / log(e^y). */
+static float one_minus_exp(float y) {
+  float u = expf(y), um1 = u - 1;
   if (u == 1) return -y;
-  if (um1 == -1) return 1; /* beta^t below f32's half ulp of 1 */
+  if (um1 == -1) return 1; /* e^y below f32's half ulp of 1 */
   return -(um1 * y / logf(u));
 }
+
+float ir_bias_correction(double beta, float t) { return beta == 0 ? 1 : one_minus_exp(t * (float)log(beta)); }
+
+float ir_bias_correction_f(float beta, float t) { return one_minus_exp(t * logf(beta)); }
 
 /* optim_update (ops.def) in f32, each operation rounded as PyTorch's
  * tensor ops round it; codegen/lower_train.c computes the same. */
@@ -350,18 +359,26 @@ static void eval_optim_update(const Node *n, Tensor *const *in, Tensor *out) {
   int n_states = ir_optim_node_states(n, keys);
   const float *st[IR_OPTIM_MAX_STATES] = {0};
   float *so[IR_OPTIM_MAX_STATES] = {0};
-  for (int k = 0; k < n_states; k++) st[k] = in[5 + k]->data, so[k] = out[1 + k].data;
+  int first = ir_optim_first_state(n);
+  for (int k = 0; k < n_states; k++) st[k] = in[first + k]->data, so[k] = out[1 + k].data;
   float wd = (float)ir_attr_float(n, "weight_decay"), mom = (float)ir_attr_float(n, "momentum");
   float damp = (float)(1 - ir_attr_float(n, "dampening"));
   double beta1 = ir_attr_float(n, "beta1"), beta2 = ir_attr_float(n, "beta2"), alpha = ir_attr_float(n, "alpha");
   float b1 = (float)beta1, b2 = (float)beta2, one_b1 = (float)(1 - beta1), one_b2 = (float)(1 - beta2);
+  float bc1 = ir_bias_correction(beta1, t);
+  if (first > 5) { /* this step's momentum or beta1 */
+    mom = b1 = *(const float *)in[5]->data;
+    one_b1 = 1 - b1;
+    bc1 = ir_bias_correction_f(b1, t);
+  }
   float al = (float)alpha, one_al = (float)(1 - alpha);
   float eps = (float)ir_attr_float(n, "eps");
   bool nesterov = ir_attr_int(n, "nesterov"), maximize = ir_attr_int(n, "maximize");
   bool amsgrad = ir_attr_int(n, "amsgrad"), centered = ir_attr_int(n, "centered");
   bool sgd = strcmp(kind, "sgd") == 0, adamw = strcmp(kind, "adamw") == 0, rmsprop = strcmp(kind, "rmsprop") == 0;
   bool adagrad = strcmp(kind, "adagrad") == 0;
-  float decay = 1 - lr * wd, step_size = lr / ir_bias_correction(beta1, t);
+  bool has_buffer = rmsprop && ir_attr_float(n, "momentum") > 0; /* rmsprop's momentum_buffer */
+  float decay = 1 - lr * wd, step_size = lr / bc1;
   float bc2_sqrt = sqrtf(ir_bias_correction(beta2, t));
   float clr = lr / (1 + (t - 1) * (float)ir_attr_float(n, "lr_decay"));
   float *np = out[0].data;
@@ -377,7 +394,7 @@ static void eval_optim_update(const Node *n, Tensor *const *in, Tensor *out) {
     if (maximize) gi = -gi;
     if (wd != 0 && !adamw) gi = gi + wd * pi;
     if (sgd) {
-      if (mom != 0) {
+      if (n_states) {
         float b = t <= 1 ? gi : st[0][i] * mom + gi * damp;
         so[0][i] = b;
         gi = nesterov ? gi + b * mom : b;
@@ -393,7 +410,7 @@ static void eval_optim_update(const Node *n, Tensor *const *in, Tensor *out) {
       } else {
         d = sqrtf(s) + eps;
       }
-      if (mom > 0) {
+      if (has_buffer) {
         float b = st[1][i] * mom + gi / d;
         so[1][i] = b;
         np[i] = pi - b * lr;

@@ -39,6 +39,7 @@ typedef struct Step {
   const OptimSpec *o;
   SrcLoc at;
   Value *lr;    /* dlcc.lr */
+  Value *momentum; /* dlcc.momentum (OptimSpec.momentum_input); else NULL */
   Value *step1; /* dlcc.optim.step + 1: this step's number, from 1 */
   Value *scale; /* the gradients' scale: clip_grad_norm's, or 1; times 1 / the loss scale */
   Value *found_inf; /* loss scaling: bool, a gradient holds inf or NaN; else NULL */
@@ -84,14 +85,17 @@ static void update(Step *s, const char *name, Value *p, Value *grad) {
   bool adam = o->kind == OPTIM_ADAM || o->kind == OPTIM_ADAMW;
   int n_states = ir_optim_states(optim_name(o->kind), o->momentum, adam && o->amsgrad,
                                  o->kind == OPTIM_RMSPROP && o->centered, keys);
-  Value *in[5 + IR_OPTIM_MAX_STATES] = {p, grad, s->lr, s->step1, s->scale};
+  Value *in[6 + IR_OPTIM_MAX_STATES] = {p, grad, s->lr, s->step1, s->scale, s->momentum};
+  int first = 5 + (s->momentum != NULL);
   const char *names[IR_OPTIM_MAX_STATES];
   for (int k = 0; k < n_states; k++) {
-    in[5 + k] = state(s, name, keys[k], &p->type, &names[k]);
+    in[first + k] = state(s, name, keys[k], &p->type, &names[k]);
     if (o->kind == OPTIM_ADAGRAD && o->initial_accumulator_value != 0)
-      ir_set_str(s->g, in[5 + k]->def, "init", arena_printf(&s->g->ctx->arena, "fill(%.17g)", o->initial_accumulator_value));
+      ir_set_str(s->g, in[first + k]->def, "init",
+                 arena_printf(&s->g->ctx->arena, "fill(%.17g)", o->initial_accumulator_value));
   }
-  Node *n = ir_node_new(s->g, OP_OPTIM_UPDATE, 5 + n_states, in, s->at);
+  Node *n = ir_node_new(s->g, OP_OPTIM_UPDATE, first + n_states, in, s->at);
+  if (s->momentum) ir_set_int(s->g, n, "momentum_input", 1);
   ir_set_str(s->g, n, "kind", optim_name(o->kind));
   bool sgd = o->kind == OPTIM_SGD, rms = o->kind == OPTIM_RMSPROP;
   ir_set_float(s->g, n, "momentum", sgd || rms ? o->momentum : 0);
@@ -140,6 +144,9 @@ static bool check_spec(Ctx *c, const OptimSpec *o) {
   else if (o->kind != OPTIM_SGD && o->kind != OPTIM_RMSPROP && o->momentum != 0)
     bad = "momentum is SGD's and RMSprop's";
   else if (o->kind != OPTIM_SGD && (o->dampening != 0 || o->nesterov)) bad = "dampening and nesterov are SGD's";
+  else if (o->momentum_input && (o->kind == OPTIM_ADAGRAD || ((o->kind == OPTIM_SGD || o->kind == OPTIM_RMSPROP) &&
+                                                             !(o->momentum > 0))))
+    bad = "a momentum set each step needs a momentum (SGD, RMSprop) or beta1 (Adam, AdamW)";
   if (bad) diag_error(c, (SrcLoc){0}, "%s: %s", optim_name(o->kind), bad);
   return !bad;
 }
@@ -270,6 +277,7 @@ static void shared(Step *s, Value *step, int n_grads, Value *const *grads) {
   const OptimSpec *o = s->o;
   TensorType scalar = {.dtype = TY_F32};
   s->lr = &ir_source(s->g, OP_INPUT, &scalar, OPTIM_LR_INPUT, s->at)->out[0];
+  if (o->momentum_input) s->momentum = &ir_source(s->g, OP_INPUT, &scalar, OPTIM_MOMENTUM_INPUT, s->at)->out[0];
   s->step1 = op2(s, OP_ADD, step, num(s, 1));
   s->scale = num(s, 1);
   Value *inv = NULL, *z = NULL;

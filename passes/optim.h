@@ -32,6 +32,10 @@ typedef struct OptimSpec {
   /* Adagrad: the rate decays as lr / (1 + (t - 1) lr_decay); the sum of
    * squares starts at initial_accumulator_value */
   double lr_decay, initial_accumulator_value;
+  /* The momentum (SGD, RMSprop: momentum > 0 says there is one) or
+   * beta1 (Adam, AdamW) is the f32 scalar input OPTIM_MOMENTUM_INPUT,
+   * set before each step like the rate (OneCycleLR cycles it). */
+  bool momentum_input;
   /* > 0: the gradients are first scaled as clip_grad_norm_(max_norm)
    * scales them (the global 2-norm over every parameter). */
   double clip_grad_norm;
@@ -91,6 +95,7 @@ const char *optim_name(OptimKind kind);
  * the bias corrections read is the param OPTIM_STEP_PARAM (f32 scalar,
  * 0 before the first step, advanced by the step as an update). */
 #define OPTIM_LR_INPUT "dlcc.lr"
+#define OPTIM_MOMENTUM_INPUT "dlcc.momentum"
 #define OPTIM_SUMSQ_INPUT "dlcc.optim.grad_sumsq"
 #define OPTIM_NONFINITE_INPUT "dlcc.optim.nonfinite"
 #define OPTIM_STEP_PARAM "dlcc.optim.step"

@@ -45,7 +45,8 @@ static dlc_optimizer optimizer_of(const RefRun *r) {
                          .nesterov = r->nesterov, .weight_decay = r->weight_decay, .beta1 = r->beta1,
                          .beta2 = r->beta2, .eps = r->eps, .clip_grad_norm = r->clip, .maximize = r->maximize,
                          .amsgrad = r->amsgrad, .alpha = r->alpha, .centered = r->centered,
-                         .lr_decay = r->lr_decay, .initial_accumulator_value = r->init_acc};
+                         .lr_decay = r->lr_decay, .initial_accumulator_value = r->init_acc,
+                         .momentum_input = r->momentum_input};
 }
 
 static const char *precision; /* compile_step's, NULL: f32 */
@@ -85,6 +86,7 @@ static void check_run(int i, const char *backend) {
     set_floats(m, "x", (is_mlp ? mlp_x : cnn_x)[s], is_mlp ? 24 : 200);
     set_floats(m, "t", (is_mlp ? mlp_t : cnn_t)[s], 12);
     set_floats(m, OPTIM_LR_INPUT, &r->lr[s], 1);
+    if (r->momentum_input) set_floats(m, OPTIM_MOMENTUM_INPUT, &r->moms[s], 1);
     ck_assert_msg(dlc_run(m) == DLC_OK, "%s", dlc_error(m));
   }
   char what[96];
@@ -626,6 +628,12 @@ START_TEST(test_optim_update_shape) {
   expect_ir_error("%4, %5, %6, %7 = optim_update %0, %1, %2, %2, %2, %3 {kind=\"rmsprop\", centered=1} : f32[3], "
                   "f32[3], f32[3], f32[]",
                   "optim_update: rmsprop takes 7 operands (p, g, lr, t, scale, square_avg, grad_avg), got 6");
+  expect_ir_error("%4, %5, %6, %7 = optim_update %0, %1, %2, %2, %2, %3 {kind=\"sgd\", momentum=0.9, "
+                  "momentum_input=1} : f32[3], f32[3], f32[], f32[]",
+                  "optim_update: sgd takes 7 operands (p, g, lr, t, scale, momentum, momentum_buffer), got 6");
+  expect_ir_error("%4, %5, %6, %7 = optim_update %0, %1, %2, %2, %2, %3, %3 {kind=\"sgd\", momentum=0.9, "
+                  "momentum_input=1} : f32[3], f32[3], f32[], f32[]",
+                  "optim_update: operand 6 must be f32[], got f32[3]");
   expect_ir_error("%4, %5, %6, %7 = optim_update %0, %1, %2, %2, %1 {kind=\"sgd\"} : f32[3], f32[], f32[], f32[]",
                   "optim_update: operand 5 must be f32[], got f32[3]");
   expect_ir_error("%4, %5, %6, %7 = optim_update %0, %1, %2, %2, %2 {kind=\"lion\"} : f32[3], f32[], f32[], f32[]",
@@ -638,7 +646,8 @@ static const char *const emu_runs[] = {
     "mlp sgd",          "mlp sgd_momentum",     "mlp sgd_nesterov",  "mlp adamw",      "mlp sgd_clip",
     "mlp adam_amsgrad", "mlp adamw_amsgrad_maximize", "mlp rmsprop", "mlp rmsprop_centered",
     "mlp rmsprop_momentum", "mlp adagrad",      "mlp adagrad_decay", "mlp sgd_maximize", "cnn sgd_momentum",
-    "cnn adam",         "cnn adamw",            "cnn rmsprop_centered", "cnn adagrad_decay"};
+    "cnn adam",         "cnn adamw",            "cnn rmsprop_centered", "cnn adagrad_decay", "mlp sgd_momentum_input",
+    "mlp adam_beta1_input", "mlp rmsprop_momentum_input", "cnn adam_beta1_input"};
 
 START_TEST(test_numpy_emu_some) { check_run(ref_run(emu_runs[_i]), "emu"); }
 END_TEST

@@ -39,8 +39,9 @@ START_TEST(step_lr_and_warmup) {
   ck_assert(!train_sched_parse("warmup:4,warmup:2", &s, err, sizeof err));
   ck_assert_str_eq(err, "--schedule: 'warmup:2': expected step:N:GAMMA, multistep:M1/M2/...:GAMMA, exp:GAMMA, "
                         "cosine[:T_MAX[:ETA_MIN]], cosine_restarts:T0[:TMULT[:ETA_MIN]], poly[:T[:POWER]], "
-                        "linear:START:END[:T], plateau[:PATIENCE[:FACTOR[:MIN_LR]]] or warmup:N[:START], at most "
-                        "one warmup and one of the others");
+                        "linear:START:END[:T], plateau[:PATIENCE[:FACTOR[:MIN_LR]]], "
+                        "onecycle[:PCT_START[:DIV[:FINAL_DIV]]] or warmup:N[:START], at most one warmup and one of the "
+                        "others");
   ck_assert(!train_sched_parse("step:2", &s, err, sizeof err));
 }
 END_TEST
@@ -86,6 +87,22 @@ START_TEST(more_schedules_as_pytorch) {
                     cases[i].lr[t]);
     }
   }
+  /* OneCycleLR(max_lr=0.1, total_steps=10): the rate and Adam's beta1 */
+  static const double cycle_lr[8] = {0.0040000000000000036, 0.052000000000000005, 0.1, 0.09504846320134738,
+                                     0.0811745653949763,    0.06112620219362893,  0.03887419780637107,
+                                     0.0188258346050237};
+  static const double cycle_m[8] = {0.95, 0.8999999999999999, 0.85, 0.854951556604879, 0.8688255099070633,
+                                    0.8888739533021842, 0.9111260466978157, 0.9311744900929366};
+  ck_assert(train_sched_parse("onecycle", &s, err, sizeof err));
+  for (int t = 0; t < 8; t++) {
+    double m;
+    ck_assert(train_sched_momentum(&s, t, 10, &m));
+    ck_assert_msg(fabs(train_sched_lr(&s, 0.1, t, 10) - cycle_lr[t]) <= 1e-15 && fabs(m - cycle_m[t]) <= 1e-15,
+                  "onecycle at %d: rate %.17g momentum %.17g", t, train_sched_lr(&s, 0.1, t, 10), m);
+  }
+  ck_assert(train_sched_parse("cosine", &s, err, sizeof err));
+  double unused;
+  ck_assert(!train_sched_momentum(&s, 1, 10, &unused));
   ck_assert(!train_sched_parse("cosine+warmup:3", &s, err, sizeof err));
   ck_assert_str_eq(err, "--schedule: 'cosine+warmup:3': '+' joins a warmup:N[:START] and one decay after it");
   /* ReduceLROnPlateau stepped by these validation losses: the rates

@@ -133,6 +133,22 @@ cmp -s "$tmp/pl6.ckpt.safetensors" "$tmp/plr.ckpt.safetensors" || fail "a resume
 expect 1 "dlcc: error: --schedule=plateau steps by the validation loss: give --val DIR" \
   "$dlcc" train "$t/tiny.dl" --batch 8 --loss=cross_entropy --data "$t/data" --schedule=plateau
 
+# OneCycleLR over 2 epochs of 3 steps: the momenta and rates torch 2.15's
+# sets (OneCycleLR(max_lr=0.05, total_steps=6, pct_start=0.5)), in the
+# log; SGD without --momentum takes the schedule's; emu's losses ref's.
+for b in ref emu; do
+  expect 0 "" "$dlcc" train "$t/tiny.dl" --batch 8 --loss=cross_entropy --data "$t/data" --epochs 2 --backend=$b \
+    --lr=0.05 --schedule=onecycle:0.5 --log "$tmp/oc.$b.jsonl"
+  losses "$tmp/oc.$b.jsonl" >"$tmp/oc.$b.l"
+done
+[ "$(sed 's/.*"momentum": \([^,]*\), "lr": \([^}]*\)}/\1 \2/' "$tmp/oc.ref.jsonl" | tr '\n' ' ')" = \
+  "0.95 0.002 0.9 0.026 0.85 0.05 0.875 0.03750005 0.925 0.01250015 0.95 2e-07 " ] ||
+  fail "OneCycleLR: $(cat "$tmp/oc.ref.jsonl")"
+paste "$tmp/oc.ref.l" "$tmp/oc.emu.l" | awk '{ d = $1 - $2; if (d < 0) d = -d; if (d > 1e-5 * $1 + 1e-6) bad++ }
+  END { exit bad > 0 || NR != 6 }' || fail "OneCycleLR: emu's losses differ from ref's: $(paste "$tmp/oc.ref.l" "$tmp/oc.emu.l")"
+expect 1 "dlcc: error: --schedule=onecycle cycles the momentum: adagrad has none" "$dlcc" train "$t/tiny.dl" \
+  --batch 8 --loss=cross_entropy --data "$t/data" --optimizer=adagrad --schedule=onecycle
+
 # The loss's options: class weights of 1 are no weights (to rounding);
 # others move the losses and the validation's weighted mean, emu equal to
 # ref, from a list or a .npy; --reduction=sum's first loss is the mean's
@@ -255,7 +271,7 @@ expect 1 "dlcc: error: $d/x.npy has 10 samples but $d/target.npy has 22: the arr
 expect 1 "dlcc: error: $tmp/nowhere: No such file or directory" "$dlcc" train $R --data "$tmp/nowhere"
 expect 1 "dlcc: error: $t/data has 22 samples, fewer than one batch of 30, and --drop-last skips them all" \
   "$dlcc" train "$t/tiny.dl" --batch 30 --drop-last --loss=cross_entropy --data "$t/data"
-expect 1 "dlcc: error: --schedule: 'step:0:1' is not step:N:GAMMA, multistep:M1/M2/...:GAMMA, exp:GAMMA, cosine[:T_MAX[:ETA_MIN]], cosine_restarts:T0[:TMULT[:ETA_MIN]], poly[:T[:POWER]], linear:START:END[:T], plateau[:PATIENCE[:FACTOR[:MIN_LR]]] or warmup:N[:START] (N, M, T_MAX, T0, TMULT and T whole numbers > 0, PATIENCE >= 0)" \
+expect 1 "dlcc: error: --schedule: 'step:0:1' is not step:N:GAMMA, multistep:M1/M2/...:GAMMA, exp:GAMMA, cosine[:T_MAX[:ETA_MIN]], cosine_restarts:T0[:TMULT[:ETA_MIN]], poly[:T[:POWER]], linear:START:END[:T], plateau[:PATIENCE[:FACTOR[:MIN_LR]]], onecycle[:PCT_START[:DIV[:FINAL_DIV]]] or warmup:N[:START] (N, M, T_MAX, T0, TMULT and T whole numbers > 0, PATIENCE >= 0)" \
   "$dlcc" train $R --data "$t/data" --schedule=step:0:1
 expect 1 "dlcc: error: train needs --batch=N (see dlcc train --help)" "$dlcc" train "$t/tiny.dl" --data "$t/data"
 expect 1 "dlcc: error: unknown optimizer 'lbfgs' (expected sgd, adam, adamw, rmsprop or adagrad)" \

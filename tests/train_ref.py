@@ -180,11 +180,14 @@ def adagrad_step(p, g, state, lr, o, step):
     return (p - F(clr) * (g / std)).astype(F)
 
 
-def train(model, w0, batches, o, lrs):
+def train(model, w0, batches, o0, lrs):
     w = {k: v.copy() for k, v in w0.items()}
     state = {k: {} for k in w}
     grads_of = mlp_grads if model == "mlp" else cnn_grads
     for s in range(STEPS):
+        o = dict(o0)
+        if o0["moms"]:  # the momentum (SGD, RMSprop) or beta1 (Adam) the host sets this step
+            o["beta1" if o["kind"].startswith("adam") else "momentum"] = float(F(o0["moms"][s]))
         _, g, running = grads_of(w, batches[s])
         if o["clip"]:
             g = clip_grad_norm(g, o["clip"])
@@ -204,7 +207,8 @@ def train(model, w0, batches, o, lrs):
 def opt(kind, lr, **kw):
     o = {"kind": kind, "momentum": 0.0, "dampening": 0.0, "nesterov": 0, "weight_decay": 0.0,
          "beta1": 0.9, "beta2": 0.999, "eps": 1e-10 if kind == "adagrad" else 1e-8, "clip": 0.0, "lr": lr,
-         "maximize": 0, "amsgrad": 0, "alpha": 0.99, "centered": 0, "lr_decay": 0.0, "init_acc": 0.0}
+         "maximize": 0, "amsgrad": 0, "alpha": 0.99, "centered": 0, "lr_decay": 0.0, "init_acc": 0.0,
+         "moms": None}
     o.update(kw)
     return o
 
@@ -224,6 +228,9 @@ RUNS = [
     ("adagrad", opt("adagrad", 0.1)),
     ("adagrad_decay", opt("adagrad", 0.1, lr_decay=0.1, weight_decay=0.01, init_acc=0.1, eps=1e-6)),
     ("sgd_maximize", opt("sgd", 0.1, momentum=0.9, maximize=1)),
+    ("sgd_momentum_input", opt("sgd", 0.1, momentum=0.95, nesterov=1, moms=[0.95, 0.9, 0.85])),
+    ("adam_beta1_input", opt("adam", 0.01, moms=[0.95, 0.9, 0.85])),
+    ("rmsprop_momentum_input", opt("rmsprop", 0.01, momentum=0.95, moms=[0.95, 0.9, 0.85])),
 ]
 
 
@@ -262,7 +269,9 @@ def main():
     out.write("typedef struct RefRun {\n  const char *model, *name, *kind;\n"
               "  double momentum, dampening;\n  int nesterov;\n  double weight_decay, beta1, beta2, eps, clip;\n"
               "  int maximize, amsgrad;\n  double alpha;\n  int centered;\n  double lr_decay, init_acc;\n"
-              "  float lr[%d];\n  const RefTensor *final;\n} RefRun;\n\n" % STEPS)
+              "  float lr[%d];\n  int momentum_input;\n  float moms[%d]; /* with momentum_input, each step's */\n"
+              "  const RefTensor *final;\n} RefRun;\n\n"
+              % (STEPS, STEPS))
     runs = []
     for model, w0, batches in models(rng):
         for k, v in w0.items():
@@ -288,12 +297,14 @@ def main():
             for k, v in w.items():
                 out.write('  {"%s", %d, %s_%s},\n' % (k, v.size, tag, k.replace(".", "_")))
             out.write("  {0}};\n\n")
+            moms = o["moms"] or [0.0] * STEPS
             runs.append('  {"%s", "%s", "%s", %r, %r, %d, %r, %r, %r, %r, %r, %d, %d, %r, %d, %r, %r, {%s}, '
-                        '%s_final},\n' % (
+                        '%d, {%s}, %s_final},\n' % (
                 model, name, o["kind"], o["momentum"], o["dampening"], o["nesterov"], o["weight_decay"],
                 o["beta1"], o["beta2"], o["eps"], o["clip"], o["maximize"], o["amsgrad"], o["alpha"],
                 o["centered"], o["lr_decay"], o["init_acc"],
-                ", ".join("%.9gf" % F(lr) for lr in lrs), tag))
+                ", ".join("%.9gf" % F(lr) for lr in lrs), o["moms"] is not None,
+                ", ".join("%#.9gf" % F(m) for m in moms), tag))
     out.write("static const RefRun ref_runs[] = {\n%s};\n" % "".join(runs))
 
 

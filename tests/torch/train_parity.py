@@ -23,7 +23,8 @@ from dlcc's generator, not PyTorch's, so only its validation is
 compared.
 
     train_parity.py --dlcc BUILD/dlcc [--backend ref|emu] [--models cnn,tf,lstm]
-                    [--optimizers sgd,adamw,adam,amsgrad,rmsprop,adagrad] [--losses ce,weighted,sum]
+                    [--optimizers sgd,adamw,adam,amsgrad,rmsprop,adagrad,onecycle_sgd,onecycle_adamw]
+                    [--losses ce,weighted,sum]
 
 Exits 77 (skip) when torch does not import.
 """
@@ -200,6 +201,16 @@ OPTIMIZERS = {
                 ["--optimizer=rmsprop", "--lr=0.001", "--alpha=0.9", "--momentum=0.5", "--centered"]),
     "adagrad": (lambda p: torch.optim.Adagrad(p, lr_decay=0.1, initial_accumulator_value=0.1),
                 ["--optimizer=adagrad", "--lr-decay=0.1", "--initial-accumulator-value=0.1"]),
+    # OneCycleLR over the 4 steps: the rate and SGD's momentum / Adam's beta1 cycle
+    "onecycle_sgd": (lambda p: torch.optim.SGD(p, lr=0.05, momentum=0.9, weight_decay=1e-4),
+                     ["--optimizer=sgd", "--lr=0.05", "--momentum=0.9", "--weight-decay=1e-4", "--schedule=onecycle"]),
+    "onecycle_adamw": (lambda p: torch.optim.AdamW(p, lr=0.01),
+                       ["--optimizer=adamw", "--lr=0.01", "--schedule=onecycle:0.5:10"]),
+}
+SCHEDULES = {
+    "onecycle_sgd": lambda o: torch.optim.lr_scheduler.OneCycleLR(o, max_lr=0.05, total_steps=STEPS),
+    "onecycle_adamw": lambda o: torch.optim.lr_scheduler.OneCycleLR(o, max_lr=0.01, total_steps=STEPS, pct_start=0.5,
+                                                                    div_factor=10),
 }
 # These divide each gradient by its own running size, so a gradient that
 # is zero in exact arithmetic is rounding noise they scale up to the
@@ -207,7 +218,7 @@ OPTIMIZERS = {
 # batchnorm (and so the running mean).  Those tensors are not compared
 # after them, and the others within 2e-4 (Adam's steps are as large for
 # a small gradient as for a large one).
-ADAPTIVE = {"adam", "adamw", "amsgrad", "rmsprop", "adagrad"}
+ADAPTIVE = {"adam", "adamw", "amsgrad", "rmsprop", "adagrad", "onecycle_adamw"}
 NOISE = {"tf": {"enc.self_attn.in_proj_bias"}, "consts": {"c1.bias", "c2.bias", "bn.running_mean"}}
 
 
@@ -257,6 +268,7 @@ def run(dlcc, backend, name, optname, work, lossname="ce"):
         torch.onnx.export(exported, torch.from_numpy(x[:B]), onnx_path, **kw)
     model.load_state_dict(exported.state_dict())  # the export's trace moved the running statistics once
     opt, flags = optimizer(optname, model.parameters())
+    sched = SCHEDULES[optname](opt) if optname in SCHEDULES else None
     losses = []
     for i in range(STEPS):
         xb, tb = torch.from_numpy(x[i * B:(i + 1) * B]), torch.from_numpy(t[i * B:(i + 1) * B])
@@ -264,6 +276,8 @@ def run(dlcc, backend, name, optname, work, lossname="ce"):
         loss = loss_fn(lossname)(model(xb), tb)
         loss.backward()
         opt.step()
+        if sched:
+            sched.step()
         losses.append(loss.item())
     log, saved = os.path.join(work, "log.jsonl"), os.path.join(work, "w.safetensors")
     r = subprocess.run([dlcc, "train", onnx_path, "--data", data, f"--batch={B}", "--loss=cross_entropy"] + flags +
