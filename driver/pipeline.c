@@ -24,6 +24,7 @@
 #include "frontend/onnx.h"
 #include "ir/eval.h"
 #include "ir/ir.h"
+#include "ir/loss.h"
 #include "passes/autodiff.h"
 #include "passes/optim.h"
 #include "passes/pass.h"
@@ -347,6 +348,13 @@ static bool compile_stage(Pipeline *p, Graph *const *graphs, char *err, size_t e
         st = dlc_set_comm(*m, dist_comm, &p->comm);
         msg = dlc_error(*m);
       }
+      /* the loss's weights (the last stage's inputs): set once */
+      const dlc_train_options *to = p->c.train;
+      if (st == DLC_OK && to->class_weight && dlc_input_index(*m, LOSS_WEIGHT_INPUT) >= 0)
+        st = dlc_set_input(*m, LOSS_WEIGHT_INPUT, to->class_weight, (size_t)to->class_weight_count * sizeof(float));
+      if (st == DLC_OK && to->pos_weight && dlc_input_index(*m, LOSS_POS_WEIGHT_INPUT) >= 0)
+        st = dlc_set_input(*m, LOSS_POS_WEIGHT_INPUT, to->pos_weight, (size_t)to->pos_weight_count * sizeof(float));
+      msg = st == DLC_OK ? msg : dlc_error(*m);
     }
     free(text);
     if (st != DLC_OK) {
@@ -1107,7 +1115,7 @@ static bool average_copies(Pipeline *p, float scale, bool *comm) {
  * pipeline's share's), averaged over the stage's D copies in rank order
  * (equal shares: the global batch's, the same bits on each copy), then
  * the new parameters into the other plans. */
-static bool update(Pipeline *p, float lr, bool *comm, char *err, size_t errlen) {
+static bool update(Pipeline *p, float lr, float momentum, bool *comm, char *err, size_t errlen) {
   float scale = p->loss_scaling ? 1.0f : 1.0f / (float)p->m_count; /* the seed divided already */
   if (!average_copies(p, scale, comm)) return false;
   if (!part_grads(p, comm)) return false;
@@ -1146,11 +1154,13 @@ static bool update(Pipeline *p, float lr, bool *comm, char *err, size_t errlen) 
     snprintf(name, sizeof name, "grad.%s", sp->name);
     if (dlc_set_input(om, name, sp->grad, sp->bytes) != DLC_OK) return run_failed(om, err, errlen);
   }
+  if (!isnan(momentum) && dlc_train_set_momentum(p->opt, momentum) != DLC_OK) return run_failed(om, err, errlen);
   if (dlc_train_step(p->opt, lr, NULL) != DLC_OK) return run_failed(om, err, errlen);
   return share_params(p, err, errlen);
 }
 
-bool pipe_step(Pipeline *p, const int64_t *order, float lr, float *loss, bool *comm, char *err, size_t errlen) {
+bool pipe_step(Pipeline *p, const int64_t *order, float lr, float momentum, float *loss, bool *comm, char *err,
+               size_t errlen) {
   Dist *d = p->c.dist;
   *comm = false;
   /* Every rank's status first: one that failed since the last step ends
@@ -1172,7 +1182,7 @@ bool pipe_step(Pipeline *p, const int64_t *order, float lr, float *loss, bool *c
   }
   for (; ok && b < M; b++) ok = backward(p, b, order + b * p->b, comm, err, errlen);
   if (ok && dist_wait_sends(d) != DIST_OK) ok = false, *comm = true;
-  if (!ok || !deferred_end(p, err, errlen) || !update(p, lr, comm, err, errlen)) return false;
+  if (!ok || !deferred_end(p, err, errlen) || !update(p, lr, momentum, comm, err, errlen)) return false;
   p->step++;
   /* The loss: the last stage's mean of the micro-batches', to rank 0. */
   float mean = p->loss / (float)M;

@@ -71,8 +71,11 @@ Pipeline *pipe_new(const PipeConfig *c, char *err, size_t errlen);
 bool pipe_bind(Pipeline *p, dlc_train *whole, char *err, size_t errlen);
 /* One global batch: the pipeline's samples order[0..batch); stage 0 gets
  * the loss (the mean of the micro-batches', then of the pipelines').  A
- * failed exchange leaves the reason in the Dist's err with *comm set. */
-bool pipe_step(Pipeline *p, const int64_t *order, float lr, float *loss, bool *comm, char *err, size_t errlen);
+ * failed exchange leaves the reason in the Dist's err with *comm set.
+ * momentum: the optimizer's for this step (dlc_train_set_momentum), NaN
+ * when the schedule does not set one. */
+bool pipe_step(Pipeline *p, const int64_t *order, float lr, float momentum, float *loss, bool *comm, char *err,
+               size_t errlen);
 /* Every stage's parameters and optimizer state into stage 0's whole, so
  * that world rank 0 saves (or validates) as one process would; every
  * rank calls it. */

@@ -323,10 +323,6 @@ static int parse_train_args(int argc, char **argv, TrainArgs *o) {
     fputs("dlcc: error: --save-every needs --save=OUT (the files it writes)\n", stderr);
     return 1;
   }
-  if (o->pipeline && (o->loss.class_weight || o->loss.pos_weight)) {
-    fputs("dlcc: error: --class-weights and --pos-weight do not combine with --pipeline yet\n", stderr);
-    return 1;
-  }
   if (o->val && !o->loss.name) {
     fputs("dlcc: error: --val needs --loss (validation computes the loss it names)\n", stderr);
     return 1;
@@ -445,19 +441,22 @@ typedef enum { FOR_STEP, FOR_EVAL, FOR_WHOLE } CompileFor;
 
 /* A step (or eval model, or tensor parallel's whole step) compiled for
  * batch; NULL after printing why. */
+/* OneCycleLR sets the momentum (or beta1) each step; SGD's and
+ * RMSprop's becomes the schedule's, as PyTorch's scheduler sets it. */
+static void momentum_options(const Run *r, dlc_optimizer *o) {
+  if (r->sched.kind != SCHED_ONECYCLE) return;
+  o->momentum_input = 1;
+  bool has_momentum = strcmp(o->kind, "sgd") == 0 || strcmp(o->kind, "rmsprop") == 0;
+  if (has_momentum && !(o->momentum > 0)) o->momentum = SCHED_MAX_MOMENTUM;
+}
+
 static dlc_train *compile_for(Run *r, const TrainData *d, int64_t batch, CompileFor what) {
   dlc_train_options o;
   if (!train_options(r->a, &o)) return NULL;
   bool eval = what == FOR_EVAL;
   o.eval = eval;
   o.optimizer.data_parallel = r->dp > 1 && !eval && !r->a->pipeline;
-  /* OneCycleLR sets the momentum (or beta1) each step; SGD's and
-   * RMSprop's becomes the schedule's, as PyTorch's scheduler sets it */
-  if (r->sched.kind == SCHED_ONECYCLE && !eval) {
-    o.optimizer.momentum_input = 1;
-    bool has_momentum = strcmp(o.optimizer.kind, "sgd") == 0 || strcmp(o.optimizer.kind, "rmsprop") == 0;
-    if (has_momentum && !(o.optimizer.momentum > 0)) o.optimizer.momentum = SCHED_MAX_MOMENTUM;
-  }
+  if (!eval) momentum_options(r, &o.optimizer);
   /* With --pipeline the whole step only checks the data and holds the
    * weights for saving: the interpreter's compile, which makes no plan. */
   if (r->a->pipeline && !eval) o.model.backend = "ref";
@@ -855,7 +854,9 @@ static bool train_batch(Run *r, dlc_train *t, const int64_t *order, int64_t n, c
     double lr = step_lr(r);
     Pipeline *p = t ? r->pipe : r->pipe_rest;
     bool ok = p == r->pipe || pipe_copy_state(p, r->pipe, err, sizeof err);
-    ok = ok && pipe_step(p, order, (float)lr, loss, &comm, err, sizeof err);
+    double momentum;
+    bool cycles = train_sched_momentum(&r->sched, r->global_step, r->total_steps, &momentum);
+    ok = ok && pipe_step(p, order, (float)lr, cycles ? (float)momentum : NAN, loss, &comm, err, sizeof err);
     if (ok && p != r->pipe) ok = pipe_copy_state(r->pipe, p, err, sizeof err);
     if (!pipe_ok(ok, comm, err)) return false;
     r->global_step++;
@@ -1036,6 +1037,7 @@ static bool compile_pipeline(Run *r) {
   if (a->val && !r->dist->rank && !(r->eval = compile_for(r, &r->val, a->batch, FOR_EVAL))) return false;
   dlc_train_options o;
   if (!train_options(a, &o)) return false;
+  momentum_options(r, &o.optimizer);
   PipeConfig pc = {.model_path = a->model_path, .train = &o, .loss = a->loss.name ? &a->loss_spec : NULL,
                    .loss_output = a->loss.output, .data = &r->data, .batch = a->batch / D, .micro = m,
                    .first_sample = r->dist->rank / (a->pipeline * r->tp) * (a->batch / D),
@@ -1105,9 +1107,8 @@ static bool setup(Run *r) {
     fprintf(stderr, "dlcc: error: %s\n", err);
     return false;
   }
-  if (r->sched.kind == SCHED_ONECYCLE && (strcmp(a->optimizer, "adagrad") == 0 || a->pipeline)) {
-    fprintf(stderr, "dlcc: error: --schedule=onecycle cycles the momentum: %s\n",
-            a->pipeline ? "not with --pipeline yet" : "adagrad has none");
+  if (r->sched.kind == SCHED_ONECYCLE && strcmp(a->optimizer, "adagrad") == 0) {
+    fputs("dlcc: error: --schedule=onecycle cycles the momentum: adagrad has none\n", stderr);
     return false;
   }
   if (r->sched.kind == SCHED_PLATEAU && !a->val) {
