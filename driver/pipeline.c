@@ -12,6 +12,7 @@
 
 #include "driver/comm.h"
 
+#include <fnmatch.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
@@ -311,6 +312,25 @@ static bool shard_optimizer_graph(Pipeline *p, Graph *g, char *err, size_t errle
   return true;
 }
 
+/* The names of g's params that a pattern of list (the whole model's
+ * no_decay) names, joined by ',': a stage's optimizer has only its own
+ * params, where the whole model's patterns may name none.  NULL: none. */
+static const char *stage_no_decay(Graph *g, const char *list) {
+  const char *names = NULL;
+  for (Node *n = g->first; list && n; n = n->next) {
+    if (n->op != OP_PARAM) continue;
+    const char *name = ir_attr_str(n, "name");
+    bool hit = false;
+    for (const char *q = list; *q && !hit;) {
+      size_t len = strcspn(q, ",");
+      hit = fnmatch(arena_strndup(&g->ctx->arena, q, len), name, 0) == 0;
+      q += len + (q[len] == ',');
+    }
+    if (hit) names = names ? arena_printf(&g->ctx->arena, "%s,%s", names, name) : name;
+  }
+  return names;
+}
+
 static bool compile_stage(Pipeline *p, Graph *const *graphs, char *err, size_t errlen) {
   const char *what[] = {"forward", "backward", "optimizer"};
   bool last = p->s == p->n_stages - 1;
@@ -329,6 +349,7 @@ static bool compile_stage(Pipeline *p, Graph *const *graphs, char *err, size_t e
       o.loss_output = 0;
       o.target_rank = 0;
       o.optimizer.grad_stats_input = p->clip || p->loss_scaling;
+      o.optimizer.no_decay = stage_no_decay(graphs[k], o.optimizer.no_decay);
       /* the gradients it is fed are scaled: it unscales them */
       if (p->loss_scaling) o.model.loss_scale = DLC_LOSS_SCALE_FED;
       st = dlc_train_compile_string(name, text, &o, &p->opt);

@@ -32,7 +32,7 @@
 
 typedef struct TrainArgs {
   const char *model_path, *data, *val, *weights, *save, *log, *resume, *schedule_text;
-  const char *optimizer, *pipe_schedule;
+  const char *optimizer, *pipe_schedule, *no_decay;
   DriverLoss loss; /* --loss and its flags (loss_flags.c) */
   LossSpec loss_spec;
   double lr, momentum, dampening, weight_decay, beta1, beta2, eps, clip, alpha, lr_decay, initial_accumulator;
@@ -69,6 +69,8 @@ static const char train_usage[] =
     "  --lr=X                the base learning rate (default torch.optim's: 1e-3, 1e-2\n"
     "                        for rmsprop and adagrad)\n"
     "  --weight-decay=X --maximize --eps=X   any optimizer's options (default: torch.optim's)\n"
+    "  --no-decay=P,...      parameters without weight decay (a second param group): names or\n"
+    "                        shell patterns (\"*.bias,*norm*\"), each matching a trained one\n"
     "  --momentum=X          sgd's and rmsprop's; --dampening=X --nesterov sgd's\n"
     "  --betas=B1,B2 --amsgrad               adam's and adamw's\n"
     "  --alpha=X --centered                  rmsprop's\n"
@@ -245,6 +247,8 @@ static int parse_one(int argc, char **argv, int *i, TrainArgs *o) {
     o->seed = (uint64_t)seed;
   } else if ((v = driver_flag_value(argc, argv, i, "--freeze"))) {
     o->api.freeze = v;
+  } else if ((v = driver_flag_value(argc, argv, i, "--no-decay"))) {
+    o->no_decay = v;
   } else if ((v = driver_flag_value(argc, argv, i, "--init"))) {
     if (strcmp(v, "random") != 0) {
       fprintf(stderr, "dlcc: error: unknown --init '%s' (expected random)\n", v);
@@ -362,6 +366,7 @@ static bool train_options(const TrainArgs *a, dlc_train_options *o) {
   opt->lr_decay = a->lr_decay;
   opt->initial_accumulator_value = a->initial_accumulator;
   opt->clip_grad_norm = a->clip;
+  opt->no_decay = a->no_decay;
   return true;
 }
 

@@ -124,6 +124,10 @@ typedef struct dlc_optimizer {
    * (Adam, AdamW) is the f32 input "dlcc.momentum", set before each step
    * (dlc_train_set_momentum), as OneCycleLR cycles it */
   int momentum_input;
+  /* comma-separated names or shell patterns ("*.bias,*norm*") of the
+   * parameters that take no weight decay, as a second param group of
+   * weight_decay 0 in PyTorch; each must match a trained one.  NULL: none */
+  const char *no_decay;
 } dlc_optimizer;
 
 typedef struct dlc_options {

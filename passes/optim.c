@@ -5,6 +5,7 @@
  * an update output, computed by PyTorch's single-tensor rules
  * (torch.optim's foreach=False) from the f32 input dlcc.lr and the step
  * counter dlcc.optim.step. */
+#include <fnmatch.h>
 #include <string.h>
 
 #include "ir/eval.h"
@@ -44,6 +45,7 @@ typedef struct Step {
   Value *scale; /* the gradients' scale: clip_grad_norm's, or 1; times 1 / the loss scale */
   Value *found_inf; /* loss scaling: bool, a gradient holds inf or NaN; else NULL */
   bool *parted;     /* by gradient: this tensor-parallel rank holds a part of it (OptimSpec.tp_parts) */
+  bool *no_decay;   /* by gradient: its param takes no weight decay (OptimSpec.no_decay) */
   /* The outputs the step gains: updates of params and of their state. */
   int n_new;
   Value **new_values;
@@ -79,7 +81,7 @@ static Value *sum_of_squares(Step *s, Value *x) { return sum_all(s, op2(s, OP_MU
 
 /* One param's step: an optim_update node (ops.def has its rule, which
  * is torch.optim's for the kind), its results the updates. */
-static void update(Step *s, const char *name, Value *p, Value *grad) {
+static void update(Step *s, const char *name, Value *p, Value *grad, bool no_decay) {
   const OptimSpec *o = s->o;
   const char *keys[IR_OPTIM_MAX_STATES];
   bool adam = o->kind == OPTIM_ADAM || o->kind == OPTIM_ADAMW;
@@ -101,7 +103,7 @@ static void update(Step *s, const char *name, Value *p, Value *grad) {
   ir_set_float(s->g, n, "momentum", sgd || rms ? o->momentum : 0);
   ir_set_float(s->g, n, "dampening", sgd ? o->dampening : 0);
   ir_set_int(s->g, n, "nesterov", sgd && o->nesterov);
-  ir_set_float(s->g, n, "weight_decay", o->weight_decay);
+  ir_set_float(s->g, n, "weight_decay", no_decay ? 0 : o->weight_decay);
   if (s->found_inf) ir_set_int(s->g, n, "skip_nonfinite", 1);
   if (o->maximize) ir_set_int(s->g, n, "maximize", 1);
   if (!sgd) ir_set_float(s->g, n, "eps", o->eps);
@@ -320,6 +322,25 @@ static void update_scale(Step *s) {
   add_update(s, ir_grad_op(g, s->at, OP_WHERE, 3, restart), AMP_GROWTH_PARAM);
 }
 
+/* By param: whether a pattern of list (OptimSpec.no_decay) names it;
+ * NULL after reporting a pattern that names none. */
+static bool *match_no_decay(Ctx *c, const char *list, Node *const *params, int n) {
+  bool *hit = ARENA_ARRAY(&c->arena, bool, n + 1), ok = true;
+  for (const char *p = list ? list : ""; *p;) {
+    size_t len = strcspn(p, ",");
+    char *pat = arena_strndup(&c->arena, p, len);
+    int matched = 0;
+    for (int i = 0; i < n; i++)
+      if (fnmatch(pat, ir_attr_str(params[i], "name"), 0) == 0) hit[i] = true, matched++;
+    if (!matched && len) {
+      diag_error(c, (SrcLoc){0}, "no_decay: '%s' matches no trainable parameter of the model", pat);
+      ok = false;
+    }
+    p += len + (p[len] == ',');
+  }
+  return ok ? hit : NULL;
+}
+
 /* A place in the model's file for a message about the whole model: the
  * first output computed there (a loss pass's nodes name the loss, not a
  * place in the file). */
@@ -378,6 +399,7 @@ bool pass_append_optimizer(Graph *g, const OptimSpec *o) {
   for (int i = 0; i < n_grads; i++)
     for (int k = 0; k < o->n_tp_parts; k++)
       s.parted[i] |= strcmp(ir_attr_str(params[i], "name"), o->tp_parts[k]) == 0;
+  if (!(s.no_decay = match_no_decay(c, o->no_decay, params, n_grads))) return false;
   shared(&s, &step->out[0], n_grads, grads);
   Value *next_step = s.step1;
   if (s.found_inf) {
@@ -390,7 +412,7 @@ bool pass_append_optimizer(Graph *g, const OptimSpec *o) {
   for (Node *x = scalars_from->next; x; x = x->next) x->keep_f32 = true;
   for (int i = 0; i < n_grads; i++) {
     s.at = params[i]->loc;
-    update(&s, ir_attr_str(params[i], "name"), &params[i]->out[0], grads[i]);
+    update(&s, ir_attr_str(params[i], "name"), &params[i]->out[0], grads[i], s.no_decay[i]);
   }
   add_update(&s, next_step, OPTIM_STEP_PARAM);
 

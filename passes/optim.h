@@ -19,6 +19,10 @@ typedef struct OptimSpec {
   bool nesterov;
   /* Every kind: added to the gradient as L2, but AdamW's decoupled */
   double weight_decay;
+  /* Comma-separated names or shell patterns of the params that take no
+   * weight decay (PyTorch's second param group of weight_decay 0: biases
+   * and norms, say); each must match a trainable param.  NULL: none. */
+  const char *no_decay;
   /* Every kind: the gradient's negation is descended (maximize=True) */
   bool maximize;
   /* Adam and AdamW (betas; amsgrad: the largest second moment so far

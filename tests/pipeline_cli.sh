@@ -49,12 +49,13 @@ grep -q '^pipeline: 4 stages, 4 micro-batches of 2, 1F1B; bubble (S-1)/(M+S-1) =
 [ "$(grep -c '^  stage [0-3] (rank [0-3]): ' "$tmp/out")" -eq 4 ] && [ "$(grep -c '^  cut ' "$tmp/out")" -eq 3 ] &&
   grep -q '^  stage 0 (rank 0): 1 op, .* of the cost, 320 bytes of parameters: fc1$' "$tmp/out" && ok ||
   fail "the split: $(cat "$tmp/out")"
-# OneCycleLR's momentum (set on each stage's optimizer every step) and
-# class weights (the last stage's inputs) in a pipeline of 2 stages, one
+# OneCycleLR's momentum (set on each stage's optimizer every step),
+# class weights (the last stage's inputs) and --no-decay (each stage's
+# optimizer its own params of the pattern) in a pipeline of 2 stages, one
 # micro-batch (each micro-batch would take its own weighted mean, as
 # PyTorch's accumulation loop does): one process's run.
 W="$t/mlp4.dl --loss=cross_entropy --optimizer=sgd --lr=0.05 --data $t/data --epochs 2 --drop-last --batch 8 --backend=ref
-  --schedule=onecycle --class-weights=1,2,0.5"
+  --schedule=onecycle --class-weights=1,2,0.5 --weight-decay=0.1 --no-decay=*.bias"
 expect 0 "" "$dlcc" train $W --save "$tmp/w1.safetensors" --log "$tmp/w1.jsonl"
 expect 0 "" mpi 2 "$dlcc" train $W --pipeline=2 --save "$tmp/w2.safetensors" --log "$tmp/w2.jsonl"
 same_as w2 w1 "OneCycleLR and class weights in a pipeline"

@@ -10,6 +10,7 @@ the weights after each run's 3 steps.
 
     /usr/bin/python3 tests/train_ref.py > tests/train_ref.h
 """
+import fnmatch
 import sys
 
 import numpy as np
@@ -192,6 +193,8 @@ def train(model, w0, batches, o0, lrs):
         if o["clip"]:
             g = clip_grad_norm(g, o["clip"])
         for k in g:
+            o = dict(o)
+            o["weight_decay"] = 0.0 if o0["no_decay"] and fnmatch.fnmatch(k, o0["no_decay"]) else o0["weight_decay"]
             if o["kind"] == "sgd":
                 w[k] = sgd_step(w[k], g[k], state[k], lrs[s], o)
             elif o["kind"] == "rmsprop":
@@ -208,7 +211,7 @@ def opt(kind, lr, **kw):
     o = {"kind": kind, "momentum": 0.0, "dampening": 0.0, "nesterov": 0, "weight_decay": 0.0,
          "beta1": 0.9, "beta2": 0.999, "eps": 1e-10 if kind == "adagrad" else 1e-8, "clip": 0.0, "lr": lr,
          "maximize": 0, "amsgrad": 0, "alpha": 0.99, "centered": 0, "lr_decay": 0.0, "init_acc": 0.0,
-         "moms": None}
+         "moms": None, "no_decay": None}
     o.update(kw)
     return o
 
@@ -231,6 +234,8 @@ RUNS = [
     ("sgd_momentum_input", opt("sgd", 0.1, momentum=0.95, nesterov=1, moms=[0.95, 0.9, 0.85])),
     ("adam_beta1_input", opt("adam", 0.01, moms=[0.95, 0.9, 0.85])),
     ("rmsprop_momentum_input", opt("rmsprop", 0.01, momentum=0.95, moms=[0.95, 0.9, 0.85])),
+    ("adamw_no_decay", opt("adamw", 0.01, weight_decay=0.5, no_decay="*.bias")),
+    ("sgd_no_decay", opt("sgd", 0.1, momentum=0.9, weight_decay=0.1, no_decay="*.bias")),
 ]
 
 
@@ -270,7 +275,7 @@ def main():
               "  double momentum, dampening;\n  int nesterov;\n  double weight_decay, beta1, beta2, eps, clip;\n"
               "  int maximize, amsgrad;\n  double alpha;\n  int centered;\n  double lr_decay, init_acc;\n"
               "  float lr[%d];\n  int momentum_input;\n  float moms[%d]; /* with momentum_input, each step's */\n"
-              "  const RefTensor *final;\n} RefRun;\n\n"
+              "  const char *no_decay;\n  const RefTensor *final;\n} RefRun;\n\n"
               % (STEPS, STEPS))
     runs = []
     for model, w0, batches in models(rng):
@@ -299,12 +304,13 @@ def main():
             out.write("  {0}};\n\n")
             moms = o["moms"] or [0.0] * STEPS
             runs.append('  {"%s", "%s", "%s", %r, %r, %d, %r, %r, %r, %r, %r, %d, %d, %r, %d, %r, %r, {%s}, '
-                        '%d, {%s}, %s_final},\n' % (
+                        '%d, {%s}, %s, %s_final},\n' % (
                 model, name, o["kind"], o["momentum"], o["dampening"], o["nesterov"], o["weight_decay"],
                 o["beta1"], o["beta2"], o["eps"], o["clip"], o["maximize"], o["amsgrad"], o["alpha"],
                 o["centered"], o["lr_decay"], o["init_acc"],
                 ", ".join("%.9gf" % F(lr) for lr in lrs), o["moms"] is not None,
-                ", ".join("%#.9gf" % F(m) for m in moms), tag))
+                ", ".join("%#.9gf" % F(m) for m in moms),
+                '"%s"' % o["no_decay"] if o["no_decay"] else "NULL", tag))
     out.write("static const RefRun ref_runs[] = {\n%s};\n" % "".join(runs))
 
 

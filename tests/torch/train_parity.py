@@ -23,7 +23,7 @@ from dlcc's generator, not PyTorch's, so only its validation is
 compared.
 
     train_parity.py --dlcc BUILD/dlcc [--backend ref|emu] [--models cnn,tf,lstm]
-                    [--optimizers sgd,adamw,adam,amsgrad,rmsprop,adagrad,onecycle_sgd,onecycle_adamw]
+                    [--optimizers sgd,adamw,adam,amsgrad,rmsprop,adagrad,onecycle_sgd,onecycle_adamw,adamw_groups]
                     [--losses ce,weighted,sum]
 
 Exits 77 (skip) when torch does not import.
@@ -207,6 +207,14 @@ OPTIMIZERS = {
     "onecycle_adamw": (lambda p: torch.optim.AdamW(p, lr=0.01),
                        ["--optimizer=adamw", "--lr=0.01", "--schedule=onecycle:0.5:10"]),
 }
+# AdamW with PyTorch's usual two param groups: weight decay on the
+# matrices and kernels, none on the biases and norms (the 1-d params,
+# passed to dlcc by name, as --no-decay takes them).
+GROUPED = {"adamw_groups"}
+OPTIMIZERS["adamw_groups"] = (
+    lambda named: torch.optim.AdamW([{"params": [p for _, p in named if p.dim() > 1], "weight_decay": 0.05},
+                                     {"params": [p for _, p in named if p.dim() <= 1], "weight_decay": 0.0}], lr=0.01),
+    ["--optimizer=adamw", "--lr=0.01", "--weight-decay=0.05"])
 SCHEDULES = {
     "onecycle_sgd": lambda o: torch.optim.lr_scheduler.OneCycleLR(o, max_lr=0.05, total_steps=STEPS),
     "onecycle_adamw": lambda o: torch.optim.lr_scheduler.OneCycleLR(o, max_lr=0.01, total_steps=STEPS, pct_start=0.5,
@@ -218,7 +226,7 @@ SCHEDULES = {
 # batchnorm (and so the running mean).  Those tensors are not compared
 # after them, and the others within 2e-4 (Adam's steps are as large for
 # a small gradient as for a large one).
-ADAPTIVE = {"adam", "adamw", "amsgrad", "rmsprop", "adagrad", "onecycle_adamw"}
+ADAPTIVE = {"adam", "adamw", "amsgrad", "rmsprop", "adagrad", "onecycle_adamw", "adamw_groups"}
 NOISE = {"tf": {"enc.self_attn.in_proj_bias"}, "consts": {"c1.bias", "c2.bias", "bn.running_mean"}}
 
 
@@ -267,7 +275,12 @@ def run(dlcc, backend, name, optname, work, lossname="ce"):
     except TypeError:
         torch.onnx.export(exported, torch.from_numpy(x[:B]), onnx_path, **kw)
     model.load_state_dict(exported.state_dict())  # the export's trace moved the running statistics once
-    opt, flags = optimizer(optname, model.parameters())
+    if optname in GROUPED:
+        named = list(model.named_parameters())
+        opt, flags = optimizer(optname, named)
+        flags = flags + ["--no-decay=" + ",".join(n for n, p in named if p.dim() <= 1)]
+    else:
+        opt, flags = optimizer(optname, model.parameters())
     sched = SCHEDULES[optname](opt) if optname in SCHEDULES else None
     losses = []
     for i in range(STEPS):
