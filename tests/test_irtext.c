@@ -691,6 +691,49 @@ START_TEST(golden_files) {
 }
 END_TEST
 
+/* ---- the op table of docs/ir.md ---- */
+
+/* Every op of ops.def has its row in docs/ir.md's table, as ops.def
+ * says it: operand count, results, and each attribute with its kind and
+ * default, in order. */
+START_TEST(ops_table_in_docs) {
+  const char *top = getenv("top_srcdir");
+  char path[1024];
+  snprintf(path, sizeof path, "%s/docs/ir.md", top ? top : ".");
+  FILE *f = fopen(path, "rb");
+  ck_assert_msg(f != NULL, "cannot open %s", path);
+  fseek(f, 0, SEEK_END);
+  long n = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  char *doc = arena_alloc(&C.arena, (size_t)n + 1);
+  ck_assert_int_eq((long)fread(doc, 1, (size_t)n, f), n);
+  doc[n] = 0;
+  fclose(f);
+  static const char *const kinds[] = {[AK_INT] = "int", [AK_FLOAT] = "float", [AK_INTS] = "ints", [AK_STR] = "str",
+                                      [AK_DTYPE] = "dtype"};
+  char wrong[4096] = "";
+  for (int op = 0; op < OP_COUNT; op++) {
+    const OpInfo *o = &ir_ops[op];
+    char row[2048], count[32];
+    if (o->max_in < 0) snprintf(count, sizeof count, "%d+", o->min_in);
+    else if (o->max_in == o->min_in) snprintf(count, sizeof count, "%d", o->min_in);
+    else snprintf(count, sizeof count, "%d-%d", o->min_in, o->max_in);
+    int len = snprintf(row, sizeof row, "| `%s` | %s | %d | ", o->name, count, o->n_out);
+    for (int a = 0; a < o->n_attrs; a++) {
+      const AttrSpec *at = &o->attrs[a];
+      const char *d = at->default_text;
+      len += snprintf(row + len, sizeof row - (size_t)len, "%s`%s`: %s%s%s%s", a ? ", " : "", at->name, kinds[at->kind],
+                      !d ? " (required)" : strcmp(d, "?") == 0 ? " (optional)" : " = `", d && strcmp(d, "?") ? d : "",
+                      d && strcmp(d, "?") ? "`" : "");
+    }
+    snprintf(row + len, sizeof row - (size_t)len, " |\n");
+    if (!strstr(doc, row))
+      snprintf(wrong + strlen(wrong), sizeof wrong - strlen(wrong), "%s", row);
+  }
+  ck_assert_msg(!wrong[0], "docs/ir.md's op table lacks these rows (as ops.def has them):\n%s", wrong);
+}
+END_TEST
+
 /* ---- parse errors: the exact text, with location and caret ---- */
 
 /* The If branches a node is needed on (an ONNX If decided at run time,
@@ -1437,6 +1480,7 @@ static Suite *irtext_suite(void) {
   tcase_add_test(t, error_attributes);
   tcase_add_test(t, error_result_counts);
   tcase_add_test(t, error_values);
+  tcase_add_test(t, ops_table_in_docs);
   tcase_add_test(t, error_guards);
   tcase_add_test(t, error_structure);
   tcase_add_test(t, error_graph_without_nodes);
