@@ -603,7 +603,7 @@ static KExpr *state_at(Optim *o, int j, int k, KExpr *ix) {
 static void put_state(Optim *o, KBlock *blk, int j, int k, KExpr *ix, KExpr *value) {
   const Node *n = o->batch[j];
   Arena *a = &cg_build_ctx(o->b)->arena;
-  put(o, blk, buf_of(o->b, o->k, &n->out[1 + k], arena_printf(a, "s%d_%d_out", j, k)),
+  put(o, blk, buf_of(o->b, o->k, &n->out[1 + k], arena_printf(a, "s%d_%d_new", j, k)),
       n->in[ir_optim_first_state(n) + k], arena_printf(a, "s%d_%d", j, k), ix, value);
 }
 
@@ -628,7 +628,10 @@ static void optim_segment(Optim *o, KBlock *blk, int j, KExpr *ix) {
   Kernel *k = o->k;
   const Node *n = o->batch[j];
   Arena *a = &cg_build_ctx(b)->arena;
-  KVar *p = let(k, blk, "p", cg_kload(k, buf_of(b, k, n->in[0], arena_printf(a, "p%d", j)), ix));
+  /* Buffers are named wJ (the param), gJ, sJ_K (its states) and
+   * *_new: a merged launch prefixes its parts' own names with pN_, which
+   * a param's pJ_out would meet. */
+  KVar *p = let(k, blk, "p", cg_kload(k, buf_of(b, k, n->in[0], arena_printf(a, "w%d", j)), ix));
   KExpr *g0 = fop(k, OP_MUL, cg_kload(k, buf_of(b, k, n->in[1], arena_printf(a, "g%d", j)), ix), o->scale);
   if (ir_attr_int(n, "maximize")) g0 = cg_kop1(k, OP_NEG, g0);
   KVar *g = let(k, blk, "g", g0);
@@ -704,7 +707,7 @@ static void optim_segment(Optim *o, KBlock *blk, int j, KExpr *ix) {
                        f32(k, eps));
     delta = fop(k, OP_MUL, fop(k, OP_DIV, cg_kv(k, mv), denom), fop(k, OP_DIV, o->lr, bc1));
   }
-  put(o, blk, buf_of(b, k, &n->out[0], arena_printf(a, "p%d_out", j)), n->in[0], arena_printf(a, "p%d", j), ix,
+  put(o, blk, buf_of(b, k, &n->out[0], arena_printf(a, "w%d_new", j)), n->in[0], arena_printf(a, "w%d", j), ix,
       fop(k, OP_SUB, cg_kv(k, p), delta));
 }
 

@@ -133,6 +133,13 @@ cmp -s "$tmp/pl6.ckpt.safetensors" "$tmp/plr.ckpt.safetensors" || fail "a resume
 expect 1 "dlcc: error: --schedule=plateau steps by the validation loss: give --val DIR" \
   "$dlcc" train "$t/tiny.dl" --batch 8 --loss=cross_entropy --data "$t/data" --schedule=plateau
 
+# bf16 on emu: the update kernel merged into one launch with the
+# forward's next casts (its buffers once took the names a merged part's
+# get: p1_out), with amsgrad, the momentum input and no-decay's groups.
+expect 0 "" "$dlcc" train "$t/tiny.dl" --batch 8 --loss=cross_entropy --data "$t/data" --epochs 1 --backend=emu \
+  --precision=bf16 --optimizer=adam --amsgrad --schedule=onecycle --no-decay='*.bias'
+grep -q '^epoch 1: train loss [0-9.]* (mean of 3 steps)$' "$tmp/out" || fail "bf16 training: $(cat "$tmp/out")"
+
 # OneCycleLR over 2 epochs of 3 steps: the momenta and rates torch 2.15's
 # sets (OneCycleLR(max_lr=0.05, total_steps=6, pct_start=0.5)), in the
 # log; SGD without --momentum takes the schedule's; emu's losses ref's.
