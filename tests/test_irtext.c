@@ -660,10 +660,11 @@ END_TEST
 
 /* ---- golden files ---- */
 
-static const char *read_golden(const char *name) {
+/* The file at top_srcdir/dir/name, NUL-terminated, in C's arena. */
+static const char *read_source_file(const char *dir, const char *name) {
   const char *top = getenv("top_srcdir");
   char path[1024];
-  snprintf(path, sizeof path, "%s/tests/golden/ir/%s", top ? top : ".", name);
+  snprintf(path, sizeof path, "%s/%s/%s", top ? top : ".", dir, name);
   FILE *f = fopen(path, "rb");
   ck_assert_msg(f != NULL, "cannot open %s", path);
   fseek(f, 0, SEEK_END);
@@ -671,9 +672,12 @@ static const char *read_golden(const char *name) {
   fseek(f, 0, SEEK_SET);
   char *buf = arena_alloc(&C.arena, (size_t)n + 1);
   ck_assert_int_eq((long)fread(buf, 1, (size_t)n, f), n);
+  buf[n] = 0;
   fclose(f);
   return buf;
 }
+
+static const char *read_golden(const char *name) { return read_source_file("tests/golden/ir", name); }
 
 static const char *const golden[] = {"mlp", "lstm", "cnn"};
 
@@ -697,18 +701,7 @@ END_TEST
  * says it: operand count, results, and each attribute with its kind and
  * default, in order. */
 START_TEST(ops_table_in_docs) {
-  const char *top = getenv("top_srcdir");
-  char path[1024];
-  snprintf(path, sizeof path, "%s/docs/ir.md", top ? top : ".");
-  FILE *f = fopen(path, "rb");
-  ck_assert_msg(f != NULL, "cannot open %s", path);
-  fseek(f, 0, SEEK_END);
-  long n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  char *doc = arena_alloc(&C.arena, (size_t)n + 1);
-  ck_assert_int_eq((long)fread(doc, 1, (size_t)n, f), n);
-  doc[n] = 0;
-  fclose(f);
+  const char *doc = read_source_file("docs", "ir.md");
   static const char *const kinds[] = {[AK_INT] = "int", [AK_FLOAT] = "float", [AK_INTS] = "ints", [AK_STR] = "str",
                                       [AK_DTYPE] = "dtype"};
   char wrong[4096] = "";
