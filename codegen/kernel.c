@@ -744,14 +744,43 @@ static bool fits_in(const Kernel *p, uint32_t threads) {
   return threads_of(p) == threads || (!p->uses_barriers && threads_of(p) % 32 == 0);
 }
 
-static void rename_part(Kernel *p, int i) {
+/* Whether one of parts[0..n)'s names is name. */
+static bool name_taken(Kernel *const *parts, int n, const char *name) {
+  for (int i = 0; i < n; i++) {
+    const Kernel *p = parts[i];
+    for (int j = 0; j < p->n_params; j++) {
+      const KParam *q = &p->params[j];
+      if ((q->var && strcmp(q->var->name, name) == 0) || (q->buf && strcmp(q->buf->name, name) == 0)) return true;
+    }
+    for (int j = 0; j < p->n_locals; j++)
+      if (strcmp(p->locals[j]->name, name) == 0) return true;
+  }
+  return false;
+}
+
+/* Part i's names apart from parts[0..i)'s: each prefixed "pI_", and
+ * more underscores while the first part (which keeps its own names) has
+ * one already. */
+static void rename_part(Kernel *p, int i, Kernel *const *parts) {
   Arena *a = &p->ctx->arena;
+  const char *prefix = arena_printf(a, "p%d_", i);
+  for (bool clash = true; clash;) {
+    clash = false;
+    for (int j = 0; j < p->n_params && !clash; j++) {
+      const KParam *q = &p->params[j];
+      clash = (q->var && name_taken(parts, i, arena_printf(a, "%s%s", prefix, q->var->name))) ||
+              (q->buf && name_taken(parts, i, arena_printf(a, "%s%s", prefix, q->buf->name)));
+    }
+    for (int j = 0; j < p->n_locals && !clash; j++)
+      clash = name_taken(parts, i, arena_printf(a, "%s%s", prefix, p->locals[j]->name));
+    if (clash) prefix = arena_printf(a, "%s_", prefix);
+  }
   for (int j = 0; j < p->n_params; j++) {
     KParam *q = &p->params[j];
-    if (q->var) q->var->name = arena_printf(a, "p%d_%s", i, q->var->name);
-    if (q->buf) q->buf->name = arena_printf(a, "p%d_%s", i, q->buf->name);
+    if (q->var) q->var->name = arena_printf(a, "%s%s", prefix, q->var->name);
+    if (q->buf) q->buf->name = arena_printf(a, "%s%s", prefix, q->buf->name);
   }
-  for (int j = 0; j < p->n_locals; j++) p->locals[j]->name = arena_printf(a, "p%d_%s", i, p->locals[j]->name);
+  for (int j = 0; j < p->n_locals; j++) p->locals[j]->name = arena_printf(a, "%s%s", prefix, p->locals[j]->name);
 }
 
 static DType index_of(const Kernel *k) {
@@ -797,7 +826,7 @@ static Kernel *join_parts(Kernel *a, Kernel *b) {
   for (int i = 0; i < na; i++) m->parts[i] = pa[i];
   m->parts[na] = b;
   m->n_parts = na + 1;
-  rename_part(b, na);
+  rename_part(b, na, m->parts);
   for (int i = 0; i < m->n_parts; i++) {
     Kernel *p = m->parts[i];
     for (int j = 0; j < p->n_params; j++) *add_param(m) = p->params[j];

@@ -975,6 +975,28 @@ START_TEST(nonneg_index_division) {
 }
 END_TEST
 
+/* Kernels merged into one launch keep their names apart: the second
+ * part's get "p1_", and more underscores where the first part has a
+ * name of that form already (its "p1_out" against the second's "out"). */
+START_TEST(merged_parts_keep_names_apart) {
+  Kernel *parts[2];
+  for (int i = 0; i < 2; i++) {
+    Kernel *k = parts[i] = cg_kernel_new(&ctx, NULL, i ? "second" : "first", NULL);
+    KBuf *o = cg_kglobal(k, i ? "out" : "p1_out", TY_F32, 64, (RtRef){.space = RT_SPACE_OUTPUT, .index = (uint32_t)i});
+    KVar *t = cg_kvar(k, "t", KT_INDEX);
+    KBlock *w = &cg_kloop(k, &k->body, t, cg_kint(k, 64), KM_BLOCK_X)->body;
+    cg_kstore(k, w, o, cg_kv(k, t), cg_kimm(k, (double)i, TY_F32));
+    k->block[0] = 64;
+    cg_kernel_finish(k);
+  }
+  Kernel *m = cg_kernel_merge(parts[0], parts[1]);
+  ck_assert_ptr_nonnull(m);
+  const char *text = cg_emit_kernel(&ctx, m, "merged", false);
+  ck_assert_msg(strstr(text, "float *__restrict__ p1_out") && strstr(text, "float *__restrict__ p1__out"), "%s", text);
+  test_nvrtc(text, "sm_90");
+}
+END_TEST
+
 START_TEST(tensor_core_statements) {
   Kernel *k = cg_kernel_new(&ctx, NULL, "mma16x8", NULL);
   RtRef ra = {.space = RT_SPACE_INPUT, .index = 0}, rb = {.space = RT_SPACE_INPUT, .index = 1};
@@ -1351,6 +1373,7 @@ static Suite *codegen_suite(void) {
   tcase_add_test(tt, shared_memory_and_barriers);
   tcase_add_test(tt, tensor_core_statements);
   tcase_add_test(tt, nonneg_index_division);
+  tcase_add_test(tt, merged_parts_keep_names_apart);
   tcase_add_test(tt, shuffle_and_pack);
   tcase_add_test(tt, plan_text);
   tcase_add_test(tt, code_parts);
