@@ -244,7 +244,8 @@ static bool optim_spec_from_api(Ctx *c, const dlc_options *opt, OptimSpec *out) 
                      .maximize = o->maximize != 0, .amsgrad = o->amsgrad != 0, .alpha = o->alpha,
                      .centered = o->centered != 0, .lr_decay = o->lr_decay,
                      .initial_accumulator_value = o->initial_accumulator_value,
-                     .momentum_input = o->momentum_input != 0, .no_decay = o->no_decay};
+                     .momentum_input = o->momentum_input != 0, .no_decay = o->no_decay,
+                     .clip_grad_value = o->clip_grad_value};
   if (!(o->bucket_mb >= 0 && o->bucket_mb < 1e6))
     return diag_error(c, (SrcLoc){0}, "bucket_mb must be in [0, 1e6) MiB, got %g", o->bucket_mb), false;
   out->bucket_bytes = (int64_t)(o->bucket_mb * 1024 * 1024);

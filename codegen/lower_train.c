@@ -633,6 +633,8 @@ static void optim_segment(Optim *o, KBlock *blk, int j, KExpr *ix) {
    * a param's pJ_out would meet. */
   KVar *p = let(k, blk, "p", cg_kload(k, buf_of(b, k, n->in[0], arena_printf(a, "w%d", j)), ix));
   KExpr *g0 = fop(k, OP_MUL, cg_kload(k, buf_of(b, k, n->in[1], arena_printf(a, "g%d", j)), ix), o->scale);
+  double clipv = ir_attr_float(n, "clip_value");
+  if (clipv > 0) g0 = fop(k, OP_MAXIMUM, fop(k, OP_MINIMUM, g0, f32(k, clipv)), f32(k, -clipv));
   if (ir_attr_int(n, "maximize")) g0 = cg_kop1(k, OP_NEG, g0);
   KVar *g = let(k, blk, "g", g0);
   const char *kind = ir_attr_str(n, "kind"), *keys[IR_OPTIM_MAX_STATES];

@@ -35,7 +35,7 @@ typedef struct TrainArgs {
   const char *optimizer, *pipe_schedule, *no_decay;
   DriverLoss loss; /* --loss and its flags (loss_flags.c) */
   LossSpec loss_spec;
-  double lr, momentum, dampening, weight_decay, beta1, beta2, eps, clip, alpha, lr_decay, initial_accumulator;
+  double lr, momentum, dampening, weight_decay, beta1, beta2, eps, clip, clip_value, alpha, lr_decay, initial_accumulator;
   bool set_lr, set_momentum, set_dampening, set_weight_decay, set_betas, set_eps, set_alpha;
   bool nesterov, amsgrad, centered, maximize, shuffle, drop_last, sync_bn, deferred_bn;
   double dist_timeout, bucket_mb, stream_mb;
@@ -76,6 +76,7 @@ static const char train_usage[] =
     "  --alpha=X --centered                  rmsprop's\n"
     "  --lr-decay=X --initial-accumulator-value=X   adagrad's\n"
     "  --clip-grad-norm=X    clip_grad_norm_ to X before each update\n"
+    "  --clip-grad-value=X   clip_grad_value_: each gradient element into [-X, X] first\n"
     "  --schedule=S          step:N:GAMMA, multistep:M1/M2/...:GAMMA, exp:GAMMA,\n"
     "                        cosine[:T_MAX[:ETA_MIN]], cosine_restarts:T0[:TMULT[:ETA_MIN]],\n"
     "                        poly[:T[:POWER]], linear:START:END[:T], plateau[:PATIENCE[:FACTOR\n"
@@ -174,12 +175,15 @@ static const char **string_flag(TrainArgs *o, const char *flag) {
 static double *real_flag(TrainArgs *o, const char *flag, bool **given) {
   static const char *const names[] = {"--lr",        "--momentum",   "--dampening", "--weight-decay",
                                       "--eps",       "--clip-grad-norm", "--dist-timeout", "--bucket-mb",
-                                      "--stream-mb", "--alpha",      "--lr-decay",  "--initial-accumulator-value"};
+                                      "--stream-mb", "--alpha",      "--lr-decay",  "--initial-accumulator-value",
+                                      "--clip-grad-value"};
   double *dst[] = {&o->lr,        &o->momentum, &o->dampening,    &o->weight_decay,
                    &o->eps,       &o->clip,     &o->dist_timeout, &o->bucket_mb,
-                   &o->stream_mb, &o->alpha,    &o->lr_decay,     &o->initial_accumulator};
+                   &o->stream_mb, &o->alpha,    &o->lr_decay,     &o->initial_accumulator,
+                   &o->clip_value};
   bool *set[] = {&o->set_lr, &o->set_momentum, &o->set_dampening, &o->set_weight_decay, &o->set_eps, NULL,
-                 NULL,       NULL,             NULL,              &o->set_alpha,        NULL,         NULL};
+                 NULL,       NULL,             NULL,              &o->set_alpha,        NULL,         NULL,
+                 NULL};
   for (size_t k = 0; k < ARRAY_LEN(names); k++)
     if (strcmp(flag, names[k]) == 0) {
       *given = set[k];
@@ -366,6 +370,7 @@ static bool train_options(const TrainArgs *a, dlc_train_options *o) {
   opt->lr_decay = a->lr_decay;
   opt->initial_accumulator_value = a->initial_accumulator;
   opt->clip_grad_norm = a->clip;
+  opt->clip_grad_value = a->clip_value;
   opt->no_decay = a->no_decay;
   return true;
 }

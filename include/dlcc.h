@@ -92,7 +92,8 @@ typedef struct dlc_optimizer {
   int nesterov;
   double weight_decay;
   double beta1, beta2, eps;
-  double clip_grad_norm; /* > 0: clip_grad_norm_(max_norm) first */
+  double clip_grad_norm;  /* > 0: clip_grad_norm_(max_norm) first */
+  double clip_grad_value; /* > 0: clip_grad_value_(clip_value) first (not with clip_grad_norm) */
   int keep_grads;        /* nonzero: the NAME.grad outputs stay */
   /* nonzero: every gradient passes through allreduce_mean (its mean over
    * the ranks of a data-parallel job, docs/parallel.md) before the

@@ -356,11 +356,12 @@ static double flops_of(const Node *n) {
        * momentum 4); adagrad: the scale, the decay's 2, the sum's 2, the
        * denominator's 2, the decayed rate's 4, the step's 3 */
       const char *kind = ir_attr_str(n, "kind");
-      if (strcmp(kind, "sgd") == 0) return 11 * nx;
+      double clip = 2 * (ir_attr_float(n, "clip_value") > 0); /* clip_value's min and max */
+      if (strcmp(kind, "sgd") == 0) return (11 + clip) * nx;
       if (strcmp(kind, "rmsprop") == 0)
-        return (12 + 5 * (ir_attr_int(n, "centered") != 0) + (ir_attr_float(n, "momentum") > 0)) * nx;
-      if (strcmp(kind, "adagrad") == 0) return 14 * nx;
-      return (21 + (ir_attr_int(n, "amsgrad") != 0)) * nx;
+        return (12 + clip + 5 * (ir_attr_int(n, "centered") != 0) + (ir_attr_float(n, "momentum") > 0)) * nx;
+      if (strcmp(kind, "adagrad") == 0) return (14 + clip) * nx;
+      return (21 + clip + (ir_attr_int(n, "amsgrad") != 0)) * nx;
     }
     case RULE_RESIZE_GRAD:
       /* per element of dy: bilinear's 2x2 weights times dy and the adds,

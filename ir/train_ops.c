@@ -381,7 +381,7 @@ static void eval_optim_update(const Node *n, Tensor *const *in, Tensor *out) {
   float decay = 1 - lr * wd, step_size = lr / bc1;
   float bc2_sqrt = sqrtf(ir_bias_correction(beta2, t));
   float clr = lr / (1 + (t - 1) * (float)ir_attr_float(n, "lr_decay"));
-  float *np = out[0].data;
+  float *np = out[0].data, clipv = (float)ir_attr_float(n, "clip_value");
   int64_t count = ir_type_numel(&in[0]->type);
   if (ir_attr_int(n, "skip_nonfinite") && !isfinite(scale)) {
     /* GradScaler's skipped step: the param and its state as they were. */
@@ -391,6 +391,7 @@ static void eval_optim_update(const Node *n, Tensor *const *in, Tensor *out) {
   }
   for (int64_t i = 0; i < count; i++) {
     float pi = p[i], gi = g[i] * scale;
+    if (clipv > 0) gi = gi < -clipv ? -clipv : gi > clipv ? clipv : gi; /* torch.clamp: NaN stays */
     if (maximize) gi = -gi;
     if (wd != 0 && !adamw) gi = gi + wd * pi;
     if (sgd) {

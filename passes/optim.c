@@ -106,6 +106,7 @@ static void update(Step *s, const char *name, Value *p, Value *grad, bool no_dec
   ir_set_float(s->g, n, "weight_decay", no_decay ? 0 : o->weight_decay);
   if (s->found_inf) ir_set_int(s->g, n, "skip_nonfinite", 1);
   if (o->maximize) ir_set_int(s->g, n, "maximize", 1);
+  if (o->clip_grad_value > 0) ir_set_float(s->g, n, "clip_value", o->clip_grad_value);
   if (!sgd) ir_set_float(s->g, n, "eps", o->eps);
   if (adam) {
     ir_set_float(s->g, n, "beta1", o->beta1);
@@ -128,6 +129,9 @@ static bool check_spec(Ctx *c, const OptimSpec *o) {
   if (o->kind < 0 || o->kind >= OPTIM_COUNT) bad = "an unknown optimizer";
   else if (!(o->weight_decay >= 0)) bad = "weight_decay must be >= 0";
   else if (!(o->clip_grad_norm >= 0)) bad = "clip_grad_norm must be >= 0 (0: no clipping)";
+  else if (!(o->clip_grad_value >= 0)) bad = "clip_grad_value must be >= 0 (0: no clipping)";
+  else if (o->clip_grad_value > 0 && o->clip_grad_norm > 0)
+    bad = "clip_grad_value and clip_grad_norm both clip: choose one";
   else if ((o->kind == OPTIM_SGD || o->kind == OPTIM_RMSPROP) && !(o->momentum >= 0)) bad = "momentum must be >= 0";
   else if (o->kind == OPTIM_SGD && o->nesterov && (o->momentum <= 0 || o->dampening != 0))
     bad = "nesterov needs a momentum and zero dampening";

@@ -43,6 +43,10 @@ typedef struct OptimSpec {
   /* > 0: the gradients are first scaled as clip_grad_norm_(max_norm)
    * scales them (the global 2-norm over every parameter). */
   double clip_grad_norm;
+  /* > 0: each gradient element first clamped to [-v, v], as
+   * clip_grad_value_(v) (after unscaling under loss scaling); not with
+   * clip_grad_norm. */
+  double clip_grad_value;
   /* Keep the NAME.grad outputs (for tests and --emit); false drops them,
    * so a step's outputs are the loss, the model's outputs and the
    * updates. */

@@ -46,7 +46,8 @@ static dlc_optimizer optimizer_of(const RefRun *r) {
                          .beta2 = r->beta2, .eps = r->eps, .clip_grad_norm = r->clip, .maximize = r->maximize,
                          .amsgrad = r->amsgrad, .alpha = r->alpha, .centered = r->centered,
                          .lr_decay = r->lr_decay, .initial_accumulator_value = r->init_acc,
-                         .momentum_input = r->momentum_input, .no_decay = r->no_decay};
+                         .momentum_input = r->momentum_input, .no_decay = r->no_decay,
+                         .clip_grad_value = r->clip_value};
 }
 
 static const char *precision; /* compile_step's, NULL: f32 */
@@ -470,6 +471,9 @@ START_TEST(test_spec_errors) {
   expect_spec_error(&o, "error: adamw: betas must be in [0, 1)");
   OptimKind k;
   ck_assert(!optim_from_name("lion", &k));
+  o = optim_spec_default(OPTIM_SGD);
+  o.clip_grad_norm = 1, o.clip_grad_value = 0.5;
+  expect_spec_error(&o, "error: sgd: clip_grad_value and clip_grad_norm both clip: choose one");
   o = optim_spec_default(OPTIM_ADAMW);
   o.no_decay = "fc1.bias,*.bais";
   expect_spec_error(&o, "error: no_decay: '*.bais' matches no trainable parameter of the model");
@@ -651,7 +655,7 @@ static const char *const emu_runs[] = {
     "mlp rmsprop_momentum", "mlp adagrad",      "mlp adagrad_decay", "mlp sgd_maximize", "cnn sgd_momentum",
     "cnn adam",         "cnn adamw",            "cnn rmsprop_centered", "cnn adagrad_decay", "mlp sgd_momentum_input",
     "mlp adam_beta1_input", "mlp rmsprop_momentum_input", "cnn adam_beta1_input", "mlp adamw_no_decay",
-    "cnn sgd_no_decay"};
+    "cnn sgd_no_decay", "mlp sgd_clip_value", "cnn adam_clip_value"};
 
 START_TEST(test_numpy_emu_some) { check_run(ref_run(emu_runs[_i]), "emu"); }
 END_TEST

@@ -192,6 +192,8 @@ def train(model, w0, batches, o0, lrs):
         _, g, running = grads_of(w, batches[s])
         if o["clip"]:
             g = clip_grad_norm(g, o["clip"])
+        if o0["clip_value"]:  # clip_grad_value_
+            g = {k: np.clip(v, F(-o0["clip_value"]), F(o0["clip_value"])) for k, v in g.items()}
         for k in g:
             o = dict(o)
             o["weight_decay"] = 0.0 if o0["no_decay"] and fnmatch.fnmatch(k, o0["no_decay"]) else o0["weight_decay"]
@@ -211,7 +213,7 @@ def opt(kind, lr, **kw):
     o = {"kind": kind, "momentum": 0.0, "dampening": 0.0, "nesterov": 0, "weight_decay": 0.0,
          "beta1": 0.9, "beta2": 0.999, "eps": 1e-10 if kind == "adagrad" else 1e-8, "clip": 0.0, "lr": lr,
          "maximize": 0, "amsgrad": 0, "alpha": 0.99, "centered": 0, "lr_decay": 0.0, "init_acc": 0.0,
-         "moms": None, "no_decay": None}
+         "moms": None, "no_decay": None, "clip_value": 0.0}
     o.update(kw)
     return o
 
@@ -236,6 +238,8 @@ RUNS = [
     ("rmsprop_momentum_input", opt("rmsprop", 0.01, momentum=0.95, moms=[0.95, 0.9, 0.85])),
     ("adamw_no_decay", opt("adamw", 0.01, weight_decay=0.5, no_decay="*.bias")),
     ("sgd_no_decay", opt("sgd", 0.1, momentum=0.9, weight_decay=0.1, no_decay="*.bias")),
+    ("sgd_clip_value", opt("sgd", 0.1, momentum=0.9, clip_value=0.02)),
+    ("adam_clip_value", opt("adam", 0.01, clip_value=0.01)),
 ]
 
 
@@ -275,7 +279,7 @@ def main():
               "  double momentum, dampening;\n  int nesterov;\n  double weight_decay, beta1, beta2, eps, clip;\n"
               "  int maximize, amsgrad;\n  double alpha;\n  int centered;\n  double lr_decay, init_acc;\n"
               "  float lr[%d];\n  int momentum_input;\n  float moms[%d]; /* with momentum_input, each step's */\n"
-              "  const char *no_decay;\n  const RefTensor *final;\n} RefRun;\n\n"
+              "  const char *no_decay;\n  double clip_value;\n  const RefTensor *final;\n} RefRun;\n\n"
               % (STEPS, STEPS))
     runs = []
     for model, w0, batches in models(rng):
@@ -304,13 +308,13 @@ def main():
             out.write("  {0}};\n\n")
             moms = o["moms"] or [0.0] * STEPS
             runs.append('  {"%s", "%s", "%s", %r, %r, %d, %r, %r, %r, %r, %r, %d, %d, %r, %d, %r, %r, {%s}, '
-                        '%d, {%s}, %s, %s_final},\n' % (
+                        '%d, {%s}, %s, %r, %s_final},\n' % (
                 model, name, o["kind"], o["momentum"], o["dampening"], o["nesterov"], o["weight_decay"],
                 o["beta1"], o["beta2"], o["eps"], o["clip"], o["maximize"], o["amsgrad"], o["alpha"],
                 o["centered"], o["lr_decay"], o["init_acc"],
                 ", ".join("%.9gf" % F(lr) for lr in lrs), o["moms"] is not None,
                 ", ".join("%#.9gf" % F(m) for m in moms),
-                '"%s"' % o["no_decay"] if o["no_decay"] else "NULL", tag))
+                '"%s"' % o["no_decay"] if o["no_decay"] else "NULL", o["clip_value"], tag))
     out.write("static const RefRun ref_runs[] = {\n%s};\n" % "".join(runs))
 
 
