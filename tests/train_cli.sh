@@ -117,6 +117,16 @@ expect 1 "dlcc: error: sgd: amsgrad is Adam's and AdamW's" "$dlcc" train "$t/tin
   --data "$t/data" --amsgrad
 expect 1 "dlcc: error: adam: momentum is SGD's and RMSprop's" "$dlcc" train "$t/tiny.dl" --batch 8 \
   --loss=cross_entropy --data "$t/data" --optimizer=adam --momentum=0.9
+expect 1 "dlcc: error: sgd: clip_grad_value and clip_grad_norm both clip: choose one" "$dlcc" train "$t/tiny.dl" \
+  --batch 8 --loss=cross_entropy --data "$t/data" --clip-grad-value=1 --clip-grad-norm=1
+# --clip-grad-value at a bound no gradient reaches changes nothing (the same bits), at a small one it does
+expect 0 "" "$dlcc" train "$t/tiny.dl" --batch 8 --loss=cross_entropy --data "$t/data" --backend=ref --save "$tmp/cv0.safetensors"
+expect 0 "" "$dlcc" train "$t/tiny.dl" --batch 8 --loss=cross_entropy --data "$t/data" --backend=ref --clip-grad-value=1e30 \
+  --save "$tmp/cv1.safetensors"
+expect 0 "" "$dlcc" train "$t/tiny.dl" --batch 8 --loss=cross_entropy --data "$t/data" --backend=ref --clip-grad-value=1e-4 \
+  --save "$tmp/cv2.safetensors"
+cmp -s "$tmp/cv0.safetensors" "$tmp/cv1.safetensors" && ! cmp -s "$tmp/cv0.safetensors" "$tmp/cv2.safetensors" ||
+  fail "--clip-grad-value: a bound of 1e30 should change nothing and one of 1e-4 something"
 
 # ReduceLROnPlateau (patience 0, halving) at a rate that overshoots: the
 # rate halves after epochs 2, 5 and 6, as torch's scheduler does on these
