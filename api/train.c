@@ -44,7 +44,8 @@ static bool make_spec(const dlc_train_options *o, ApiTrainSpec *s, char *err, si
     LossKind k;
     if (!loss_from_name(o->loss, &k)) {
       snprintf(err, errlen,
-               "unknown loss '%s' (expected cross_entropy, nll, mse, l1, smooth_l1, huber or bce_with_logits)", o->loss);
+               "unknown loss '%s' (expected cross_entropy, nll, mse, l1, smooth_l1, huber or bce_with_logits)",
+               o->loss);
       return false;
     }
     s->has_loss = true;

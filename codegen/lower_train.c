@@ -659,7 +659,8 @@ static void optim_segment(Optim *o, KBlock *blk, int j, KExpr *ix) {
   } else if (strcmp(kind, "rmsprop") == 0) {
     double al = ir_attr_float(n, "alpha");
     KVar *sq = let(k, blk, "sq",
-                   fop(k, OP_ADD, fop(k, OP_MUL, state_at(o, j, 0, ix), f32(k, al)), fop(k, OP_MUL, gg, f32(k, 1 - al))));
+                   fop(k, OP_ADD, fop(k, OP_MUL, state_at(o, j, 0, ix), f32(k, al)),
+                       fop(k, OP_MUL, gg, f32(k, 1 - al))));
     put_state(o, blk, j, 0, ix, cg_kv(k, sq));
     KExpr *var = cg_kv(k, sq);
     if (ir_attr_int(n, "centered")) {
@@ -696,7 +697,8 @@ static void optim_segment(Optim *o, KBlock *blk, int j, KExpr *ix) {
     KVar *mv = let(k, blk, "m",
                    fop(k, OP_ADD, fop(k, OP_MUL, state_at(o, j, 0, ix), b1k), fop(k, OP_MUL, cg_kv(k, g), one_b1)));
     KVar *vv = let(k, blk, "v",
-                   fop(k, OP_ADD, fop(k, OP_MUL, state_at(o, j, 1, ix), f32(k, b2)), fop(k, OP_MUL, gg, f32(k, 1 - b2))));
+                   fop(k, OP_ADD, fop(k, OP_MUL, state_at(o, j, 1, ix), f32(k, b2)),
+                       fop(k, OP_MUL, gg, f32(k, 1 - b2))));
     put_state(o, blk, j, 0, ix, cg_kv(k, mv));
     put_state(o, blk, j, 1, ix, cg_kv(k, vv));
     if (ir_attr_int(n, "amsgrad")) {

@@ -462,7 +462,8 @@ static int parse_args(int argc, char **argv, Options *o) {
     } else if (strncmp(a, "--optimizer=", 12) == 0) {
       OptimKind kind;
       if (!optim_from_name(a + 12, &kind)) {
-        fprintf(stderr, "dlcc: error: unknown optimizer '%s' (expected sgd, adam, adamw, rmsprop or adagrad)\n", a + 12);
+        fprintf(stderr, "dlcc: error: unknown optimizer '%s' (expected sgd, adam, adamw, rmsprop or adagrad)\n",
+                a + 12);
         return 1;
       }
       o->optimize = true;

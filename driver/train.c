@@ -35,7 +35,8 @@ typedef struct TrainArgs {
   const char *optimizer, *pipe_schedule, *no_decay;
   DriverLoss loss; /* --loss and its flags (loss_flags.c) */
   LossSpec loss_spec;
-  double lr, momentum, dampening, weight_decay, beta1, beta2, eps, clip, clip_value, alpha, lr_decay, initial_accumulator;
+  double lr, momentum, dampening, weight_decay, beta1, beta2, eps, clip, clip_value;
+  double alpha, lr_decay, initial_accumulator;
   bool set_lr, set_momentum, set_dampening, set_weight_decay, set_betas, set_eps, set_alpha;
   bool nesterov, amsgrad, centered, maximize, shuffle, drop_last, sync_bn, deferred_bn;
   double dist_timeout, bucket_mb, stream_mb;
@@ -341,7 +342,8 @@ static int parse_train_args(int argc, char **argv, TrainArgs *o) {
 /* The API's options from the flags; false after printing why. */
 static bool train_options(const TrainArgs *a, dlc_train_options *o) {
   if (dlc_train_options_init(o, a->optimizer) != DLC_OK) {
-    fprintf(stderr, "dlcc: error: unknown optimizer '%s' (expected sgd, adam, adamw, rmsprop or adagrad)\n", a->optimizer);
+    fprintf(stderr, "dlcc: error: unknown optimizer '%s' (expected sgd, adam, adamw, rmsprop or adagrad)\n",
+            a->optimizer);
     return false;
   }
   o->model = a->api;
@@ -690,7 +692,9 @@ static bool meta_plateau(dlc_train *t, const char *path, TrainPlateau *p) {
   long long bad = strtoll(at = end, &end, 10);
   ok = ok && end != at && !*end && lr >= 0 && bad >= 0;
   if (ok) *p = (TrainPlateau){.lr = lr, .best = best, .bad = bad};
-  else fprintf(stderr, "dlcc: error: %s: the checkpoint's \"plateau\" is '%s', not a rate, a loss and a count\n", path, s);
+  else
+    fprintf(stderr, "dlcc: error: %s: the checkpoint's \"plateau\" is '%s', not a rate, a loss and a count\n", path,
+            s);
   free(s);
   return ok;
 }
@@ -918,7 +922,8 @@ static void score_batch(Run *r, int64_t n, double *loss_sum, double *divisor, in
     int64_t t = target ? class_at(target, dt, i) : 0;
     bool counts = !target || t != r->a->loss_spec.ignore_index;
     *counted += counts;
-    *divisor += !counts ? 0 : target && dl->class_weight && t >= 0 && t < dl->class_weight_count ? dl->class_weight[t] : 1;
+    bool weighted = target && dl->class_weight && t >= 0 && t < dl->class_weight_count;
+    *divisor += !counts ? 0 : weighted ? dl->class_weight[t] : 1;
   }
   if (!target || dlc_get_output(m, r->pred_output, &pp, &pb) != DLC_OK) return;
   const float *p = pp;

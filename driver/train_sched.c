@@ -51,8 +51,8 @@ static const char schedule_forms[] =
     "plateau[:PATIENCE[:FACTOR[:MIN_LR]]], onecycle[:PCT_START[:DIV[:FINAL_DIV]]] or warmup:N[:START]";
 
 static bool part_error(const char *part, char *err, size_t errlen) {
-  snprintf(err, errlen, "--schedule: '%s' is not %s (N, M, T_MAX, T0, TMULT and T whole numbers > 0, PATIENCE >= 0)", part,
-           schedule_forms);
+  snprintf(err, errlen, "--schedule: '%s' is not %s (N, M, T_MAX, T0, TMULT and T whole numbers > 0, PATIENCE >= 0)",
+           part, schedule_forms);
   return false;
 }
 

@@ -481,7 +481,8 @@ START_TEST(test_spec_errors) {
   dlc_options opt = {.backend = "ref", .grad = 1, .optimizer = &bad};
   dlc_model *m = NULL;
   ck_assert_int_eq(dlc_compile_string("m.dl", mlp, &opt, &m), DLC_ERR_COMPILE);
-  ck_assert_msg(strstr(dlc_error(m), "unknown optimizer 'lion' (expected sgd, adam, adamw, rmsprop or adagrad)"), "%s", dlc_error(m));
+  ck_assert_msg(strstr(dlc_error(m), "unknown optimizer 'lion' (expected sgd, adam, adamw, rmsprop or adagrad)"), "%s",
+                dlc_error(m));
   dlc_free(m);
 }
 END_TEST
