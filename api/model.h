@@ -61,6 +61,11 @@ void api_tensor_info(dlc_tensor_info *out, const char *name, const TensorType *t
 dlc_status api_compile_train(const char *path, const dlc_options *opt, const ApiTrainSpec *spec,
                              dlc_model **out);
 /* The same for text in memory (.ir when name ends so), name in messages. */
+/* The loss weights o gives (class_weight, pos_weight) into m's inputs
+ * LOSS_WEIGHT_INPUT and LOSS_POS_WEIGHT_INPUT, each where m has it (a
+ * training step, or a pipeline's last stage): set once, every run reads
+ * them. */
+dlc_status api_set_loss_weights(dlc_model *m, const dlc_train_options *o);
 dlc_status api_compile_train_text(const char *name, const char *text, const dlc_options *opt,
                                   const ApiTrainSpec *spec, dlc_model **out);
 

@@ -121,11 +121,15 @@ static dlc_status train_compile(const char *path, const char *name, const char *
   }
   *out = t;
   if (st == DLC_OK && !o->eval) t->lr_input = dlc_input_index(t->m, OPTIM_LR_INPUT);
-  /* The loss's weights: inputs set once, which every step reads. */
-  if (st == DLC_OK && spec.loss.weight_input)
-    st = dlc_set_input(t->m, LOSS_WEIGHT_INPUT, o->class_weight, (size_t)o->class_weight_count * sizeof(float));
-  if (st == DLC_OK && spec.loss.pos_weight_input)
-    st = dlc_set_input(t->m, LOSS_POS_WEIGHT_INPUT, o->pos_weight, (size_t)o->pos_weight_count * sizeof(float));
+  return st == DLC_OK ? api_set_loss_weights(t->m, o) : st;
+}
+
+dlc_status api_set_loss_weights(dlc_model *m, const dlc_train_options *o) {
+  dlc_status st = DLC_OK;
+  if (o->class_weight && dlc_input_index(m, LOSS_WEIGHT_INPUT) >= 0)
+    st = dlc_set_input(m, LOSS_WEIGHT_INPUT, o->class_weight, (size_t)o->class_weight_count * sizeof(float));
+  if (st == DLC_OK && o->pos_weight && dlc_input_index(m, LOSS_POS_WEIGHT_INPUT) >= 0)
+    st = dlc_set_input(m, LOSS_POS_WEIGHT_INPUT, o->pos_weight, (size_t)o->pos_weight_count * sizeof(float));
   return st;
 }
 

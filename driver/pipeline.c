@@ -25,7 +25,6 @@
 #include "frontend/onnx.h"
 #include "ir/eval.h"
 #include "ir/ir.h"
-#include "ir/loss.h"
 #include "passes/autodiff.h"
 #include "passes/optim.h"
 #include "passes/pass.h"
@@ -369,13 +368,8 @@ static bool compile_stage(Pipeline *p, Graph *const *graphs, char *err, size_t e
         st = dlc_set_comm(*m, dist_comm, &p->comm);
         msg = dlc_error(*m);
       }
-      /* the loss's weights (the last stage's inputs): set once */
-      const dlc_train_options *to = p->c.train;
-      if (st == DLC_OK && to->class_weight && dlc_input_index(*m, LOSS_WEIGHT_INPUT) >= 0)
-        st = dlc_set_input(*m, LOSS_WEIGHT_INPUT, to->class_weight, (size_t)to->class_weight_count * sizeof(float));
-      if (st == DLC_OK && to->pos_weight && dlc_input_index(*m, LOSS_POS_WEIGHT_INPUT) >= 0)
-        st = dlc_set_input(*m, LOSS_POS_WEIGHT_INPUT, to->pos_weight, (size_t)to->pos_weight_count * sizeof(float));
-      msg = st == DLC_OK ? msg : dlc_error(*m);
+      /* the loss's weights (the last stage's inputs) */
+      if (st == DLC_OK && (st = api_set_loss_weights(*m, p->c.train)) != DLC_OK) msg = dlc_error(*m);
     }
     free(text);
     if (st != DLC_OK) {
