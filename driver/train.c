@@ -451,8 +451,6 @@ static void note_shapes(const TrainData *d, const dlc_input_shape *shapes) {
 
 typedef enum { FOR_STEP, FOR_EVAL, FOR_WHOLE } CompileFor;
 
-/* A step (or eval model, or tensor parallel's whole step) compiled for
- * batch; NULL after printing why. */
 /* OneCycleLR sets the momentum (or beta1) each step; SGD's and
  * RMSprop's becomes the schedule's, as PyTorch's scheduler sets it. */
 static void momentum_options(const Run *r, dlc_optimizer *o) {
@@ -462,6 +460,8 @@ static void momentum_options(const Run *r, dlc_optimizer *o) {
   if (has_momentum && !(o->momentum > 0)) o->momentum = SCHED_MAX_MOMENTUM;
 }
 
+/* A step (or eval model, or tensor parallel's whole step) compiled for
+ * batch; NULL after printing why. */
 static dlc_train *compile_for(Run *r, const TrainData *d, int64_t batch, CompileFor what) {
   dlc_train_options o;
   if (!train_options(r->a, &o)) return NULL;
@@ -827,12 +827,11 @@ static const char *json_number(char *buf, size_t len, double x) {
 
 /* "seconds" is the wall time since training began, at the step's end:
  * differences between steps give the throughput without the compile and
- * the first step's warm-up (tests/gpu/check.sh). */
-static void log_step(Run *r, float loss, double lr) {
+ * the first step's warm-up (tests/gpu/check.sh).  "momentum" only when
+ * the schedule set one (momentum not NaN). */
+static void log_step(Run *r, float loss, double lr, double momentum) {
   char l[32], m[48] = "";
-  double momentum; /* the step's, when the schedule sets it */
-  if (train_sched_momentum(&r->sched, r->global_step - 1, r->total_steps, &momentum))
-    snprintf(m, sizeof m, "\"momentum\": %.9g, ", momentum);
+  if (!isnan(momentum)) snprintf(m, sizeof m, "\"momentum\": %.9g, ", momentum);
   if (r->log && !r->dist->rank)
     fprintf(r->log,
             "{\"epoch\": %" PRId64 ", \"step\": %" PRId64 ", \"loss\": %s, \"seconds\": %.6f, %s\"lr\": %.9g}\n",
@@ -852,8 +851,10 @@ static bool set_first_sample(dlc_train *t, int64_t first) {
   return true;
 }
 
-/* This step's learning rate. */
-static double step_lr(const Run *r) {
+/* This step's learning rate, and its momentum when the schedule sets
+ * one (else NaN). */
+static double step_lr(const Run *r, double *momentum) {
+  if (!train_sched_momentum(&r->sched, r->global_step, r->total_steps, momentum)) *momentum = NAN;
   if (r->sched.kind == SCHED_PLATEAU) return r->plateau.lr;
   return train_sched_lr(&r->sched, r->a->lr, r->global_step, r->total_steps);
 }
@@ -865,26 +866,22 @@ static bool train_batch(Run *r, dlc_train *t, const int64_t *order, int64_t n, c
   if (r->pipe) {
     char err[1024];
     bool comm = false;
-    double lr = step_lr(r);
+    double momentum, lr = step_lr(r, &momentum);
     Pipeline *p = t ? r->pipe : r->pipe_rest;
     bool ok = p == r->pipe || pipe_copy_state(p, r->pipe, err, sizeof err);
-    double momentum;
-    bool cycles = train_sched_momentum(&r->sched, r->global_step, r->total_steps, &momentum);
-    ok = ok && pipe_step(p, order, (float)lr, cycles ? (float)momentum : NAN, loss, &comm, err, sizeof err);
+    ok = ok && pipe_step(p, order, (float)lr, (float)momentum, loss, &comm, err, sizeof err);
     if (ok && p != r->pipe) ok = pipe_copy_state(r->pipe, p, err, sizeof err);
     if (!pipe_ok(ok, comm, err)) return false;
     r->global_step++;
     r->steps_done++;
     r->samples_done += n * r->dp;
-    log_step(r, *loss, lr);
+    log_step(r, *loss, lr, momentum);
     return true;
   }
   if (t == r->rest && r->step && !api_ok(t, dlc_train_copy_state(t, r->step))) return false;
   if (!set_first_sample(t, r->first_sample) || !set_batch(r, t, &r->data, order, n, 0, next, next_n)) return false;
-  double lr = step_lr(r), momentum;
-  if (train_sched_momentum(&r->sched, r->global_step, r->total_steps, &momentum) &&
-      !api_ok(t, dlc_train_set_momentum(t, (float)momentum)))
-    return false;
+  double momentum, lr = step_lr(r, &momentum);
+  if (!isnan(momentum) && !api_ok(t, dlc_train_set_momentum(t, (float)momentum))) return false;
   if (!api_ok(t, dlc_train_step(t, (float)lr, loss))) return false;
   /* The global batch's loss: the mean of the ranks' means, as every rank
    * takes as many samples. */
@@ -894,7 +891,7 @@ static bool train_batch(Run *r, dlc_train *t, const int64_t *order, int64_t n, c
   r->global_step++;
   r->steps_done++;
   r->samples_done += n;
-  log_step(r, *loss, lr);
+  log_step(r, *loss, lr, momentum);
   return true;
 }
 
