@@ -12,7 +12,6 @@
 
 #include "driver/comm.h"
 
-#include <fnmatch.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
@@ -315,17 +314,12 @@ static bool shard_optimizer_graph(Pipeline *p, Graph *g, char *err, size_t errle
  * no_decay) names, joined by ',': a stage's optimizer has only its own
  * params, where the whole model's patterns may name none.  NULL: none. */
 static const char *stage_no_decay(Graph *g, const char *list) {
-  const char *names = NULL;
-  for (Node *n = g->first; list && n; n = n->next) {
-    if (n->op != OP_PARAM) continue;
-    const char *name = ir_attr_str(n, "name");
-    bool hit = false;
-    for (const char *q = list; *q && !hit;) {
-      size_t len = strcspn(q, ",");
-      hit = fnmatch(arena_strndup(&g->ctx->arena, q, len), name, 0) == 0;
-      q += len + (q[len] == ',');
-    }
-    if (hit) names = names ? arena_printf(&g->ctx->arena, "%s,%s", names, name) : name;
+  const char *names = NULL, **pats = NULL;
+  int n_pats = list ? pass_split_names(&g->ctx->arena, list, &pats) : 0;
+  for (Node *n = g->first; n; n = n->next) {
+    const char *name = n->op == OP_PARAM ? ir_attr_str(n, "name") : NULL;
+    if (name && pass_name_matches(pats, n_pats, name))
+      names = names ? arena_printf(&g->ctx->arena, "%s,%s", names, name) : name;
   }
   return names;
 }

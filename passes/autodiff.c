@@ -29,7 +29,6 @@
  * region; nothing here needs to change for it. */
 #include "passes/autodiff.h"
 
-#include <fnmatch.h>
 #include <string.h>
 
 #include "ir/grad.h"
@@ -57,20 +56,18 @@ static bool stops(OpKind op, int i) { return i < 32 && (ir_grad_rules[op].stops 
 bool pass_freeze_params(Graph *g, const char *list) {
   Ctx *c = g->ctx;
   bool ok = true;
-  for (const char *p = list; *p;) {
-    size_t n = strcspn(p, ",");
-    char *pat = arena_strndup(&c->arena, p, n);
+  const char **pats;
+  for (int i = 0, n = pass_split_names(&c->arena, list, &pats); i < n; i++) {
     int matched = 0;
     for (Node *k = g->first; k; k = k->next)
-      if (k->op == OP_PARAM && fnmatch(pat, ir_attr_str(k, "name"), 0) == 0) {
+      if (k->op == OP_PARAM && pass_name_matches(&pats[i], 1, ir_attr_str(k, "name"))) {
         ir_set_int(g, k, "frozen", 1);
         matched++;
       }
     if (!matched) {
-      diag_error(c, (SrcLoc){0}, "freeze: '%s' matches no parameter of the model", pat);
+      diag_error(c, (SrcLoc){0}, "freeze: '%s' matches no parameter of the model", pats[i]);
       ok = false;
     }
-    p += n + (p[n] == ',');
   }
   return ok;
 }

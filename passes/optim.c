@@ -5,7 +5,6 @@
  * an update output, computed by PyTorch's single-tensor rules
  * (torch.optim's foreach=False) from the f32 input dlcc.lr and the step
  * counter dlcc.optim.step. */
-#include <fnmatch.h>
 #include <string.h>
 
 #include "ir/eval.h"
@@ -330,17 +329,15 @@ static void update_scale(Step *s) {
  * NULL after reporting a pattern that names none. */
 static bool *match_no_decay(Ctx *c, const char *list, Node *const *params, int n) {
   bool *hit = ARENA_ARRAY(&c->arena, bool, n + 1), ok = true;
-  for (const char *p = list ? list : ""; *p;) {
-    size_t len = strcspn(p, ",");
-    char *pat = arena_strndup(&c->arena, p, len);
+  const char **pats;
+  for (int k = 0, n_pats = pass_split_names(&c->arena, list ? list : "", &pats); k < n_pats; k++) {
     int matched = 0;
     for (int i = 0; i < n; i++)
-      if (fnmatch(pat, ir_attr_str(params[i], "name"), 0) == 0) hit[i] = true, matched++;
-    if (!matched && len) {
-      diag_error(c, (SrcLoc){0}, "no_decay: '%s' matches no trainable parameter of the model", pat);
+      if (pass_name_matches(&pats[k], 1, ir_attr_str(params[i], "name"))) hit[i] = true, matched++;
+    if (!matched && *pats[k]) {
+      diag_error(c, (SrcLoc){0}, "no_decay: '%s' matches no trainable parameter of the model", pats[k]);
       ok = false;
     }
-    p += len + (p[len] == ',');
   }
   return ok ? hit : NULL;
 }

@@ -201,6 +201,13 @@ Node *pass_new_node(Graph *g, Node *before, OpKind op, int n_in, Value *const *i
                     const Node *like, SrcLoc loc);
 /* The first param of g called name, or NULL. */
 Node *pass_find_param(Graph *g, const char *name);
+/* The comma-separated items of list (names or shell patterns of params:
+ * --freeze, --no-decay; one between two commas or before the first is
+ * empty, none follows a last comma), in a's memory: their count, the
+ * items in *items. */
+int pass_split_names(Arena *a, const char *list, const char ***items);
+/* Whether one of patterns[0..n) (fnmatch's shell patterns) matches name. */
+bool pass_name_matches(const char *const *patterns, int n, const char *name);
 /* A const splat of value with type t, inserted before `before`. */
 Value *pass_new_const(Graph *g, Node *before, double value, const TensorType *t, SrcLoc loc);
 /* True when v is a const splat; its value (rounded to v's dtype) in *value. */

@@ -2,6 +2,7 @@
  * replacement (PassRewrite), use counts (PassUses) and builders for new
  * nodes and const splats.  Maps are open-addressed hash tables keyed by
  * pointer, in the graph's arena. */
+#include <fnmatch.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -176,6 +177,25 @@ Node *pass_find_param(Graph *g, const char *name) {
   for (Node *n = g->first; n; n = n->next)
     if (n->op == OP_PARAM && strcmp(ir_attr_str(n, "name"), name) == 0) return n;
   return NULL;
+}
+
+int pass_split_names(Arena *a, const char *list, const char ***items) {
+  int n = 1;
+  for (const char *p = list; *p; p++) n += *p == ',';
+  *items = ARENA_ARRAY(a, const char *, n);
+  int k = 0;
+  for (const char *p = list; *p;) {
+    size_t len = strcspn(p, ",");
+    (*items)[k++] = arena_strndup(a, p, len);
+    p += len + (p[len] == ',');
+  }
+  return k;
+}
+
+bool pass_name_matches(const char *const *patterns, int n, const char *name) {
+  for (int k = 0; k < n; k++)
+    if (fnmatch(patterns[k], name, 0) == 0) return true;
+  return false;
 }
 
 Value *pass_new_const(Graph *g, Node *before, double value, const TensorType *t, SrcLoc loc) {
