@@ -22,14 +22,7 @@ static int split_fields(char *part, char **f, int max) {
   return n;
 }
 
-static bool parse_int(const char *s, int64_t *v) {
-  char *end;
-  errno = 0;
-  long long x = strtoll(s, &end, 10);
-  *v = x;
-  return !errno && end != s && !*end && x > 0;
-}
-
+/* A whole number of 0 or more (parse_count), of 1 or more (parse_int). */
 static bool parse_count(const char *s, int64_t *v) {
   char *end;
   errno = 0;
@@ -37,6 +30,8 @@ static bool parse_count(const char *s, int64_t *v) {
   *v = x;
   return !errno && end != s && !*end && x >= 0;
 }
+
+static bool parse_int(const char *s, int64_t *v) { return parse_count(s, v) && *v > 0; }
 
 static bool parse_real(const char *s, double *v) {
   char *end;
