@@ -311,15 +311,18 @@ static bool shard_optimizer_graph(Pipeline *p, Graph *g, char *err, size_t errle
 }
 
 /* The names of g's params that a pattern of list (the whole model's
- * no_decay) names, joined by ',': a stage's optimizer has only its own
- * params, where the whole model's patterns may name none.  NULL: none. */
+ * no_decay) names, each as a pattern matching it alone, joined by ',': a
+ * stage's optimizer has only its own params, where the whole model's
+ * patterns may name none.  NULL: none. */
 static const char *stage_no_decay(Graph *g, const char *list) {
   const char *names = NULL, **pats = NULL;
   int n_pats = list ? pass_split_names(&g->ctx->arena, list, &pats) : 0;
   for (Node *n = g->first; n; n = n->next) {
     const char *name = n->op == OP_PARAM ? ir_attr_str(n, "name") : NULL;
-    if (name && pass_name_matches(pats, n_pats, name))
-      names = names ? arena_printf(&g->ctx->arena, "%s,%s", names, name) : name;
+    if (name && pass_name_matches(pats, n_pats, name)) {
+      const char *exact = pass_name_pattern(&g->ctx->arena, name);
+      names = names ? arena_printf(&g->ctx->arena, "%s,%s", names, exact) : exact;
+    }
   }
   return names;
 }

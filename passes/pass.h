@@ -203,9 +203,13 @@ Node *pass_new_node(Graph *g, Node *before, OpKind op, int n_in, Value *const *i
 Node *pass_find_param(Graph *g, const char *name);
 /* The comma-separated items of list (names or shell patterns of params:
  * --freeze, --no-decay; one between two commas or before the first is
- * empty, none follows a last comma), in a's memory: their count, the
- * items in *items. */
+ * empty, none follows a last comma; "\," is a comma of an item, which
+ * fnmatch then reads as one), in a's memory: their count, the items in
+ * *items. */
 int pass_split_names(Arena *a, const char *list, const char ***items);
+/* The item of such a list that matches exactly name (a model's, so any
+ * character): \ before each of \ * ? [ and ,. */
+const char *pass_name_pattern(Arena *a, const char *name);
 /* Whether one of patterns[0..n) (fnmatch's shell patterns) matches name. */
 bool pass_name_matches(const char *const *patterns, int n, const char *name);
 /* A const splat of value with type t, inserted before `before`. */

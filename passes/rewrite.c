@@ -185,11 +185,23 @@ int pass_split_names(Arena *a, const char *list, const char ***items) {
   *items = ARENA_ARRAY(a, const char *, n);
   int k = 0;
   for (const char *p = list; *p;) {
-    size_t len = strcspn(p, ",");
+    size_t len = 0;
+    while (p[len] && p[len] != ',') len += p[len] == '\\' && p[len + 1] ? 2 : 1; /* a backslash keeps what follows */
     (*items)[k++] = arena_strndup(a, p, len);
     p += len + (p[len] == ',');
   }
   return k;
+}
+
+const char *pass_name_pattern(Arena *a, const char *name) {
+  size_t n = strlen(name);
+  char *out = arena_alloc(a, 2 * n + 1), *q = out;
+  for (const char *p = name; *p; p++) {
+    if (strchr("\\*?[,", *p)) *q++ = '\\';
+    *q++ = *p;
+  }
+  *q = 0;
+  return out;
 }
 
 bool pass_name_matches(const char *const *patterns, int n, const char *name) {

@@ -22,6 +22,7 @@
 #include "ir/ir.h"
 #include "passes/autodiff.h"
 #include "passes/optim.h"
+#include "passes/pass.h"
 #include "runtime/plan.h"
 #include "runtime/runtime.h"
 #include "tests/testutil.h"
@@ -603,6 +604,31 @@ START_TEST(test_adam_constant_gradient) {
 }
 END_TEST
 
+/* A pipeline stage's no_decay names its params exactly whatever their
+ * characters (an ONNX model's): each name's pattern, joined into one
+ * list and split again, matches that name and no other. */
+START_TEST(test_exact_name_patterns) {
+  static const char *const names[] = {"fc.bias", "a,b", "w[0]", "x*y", "q?", "back\\slash", "a", "b"};
+  enum { N = sizeof names / sizeof names[0] };
+  Ctx c;
+  ctx_init(&c);
+  const char *list = "";
+  for (int i = 0; i < N; i++)
+    list = arena_printf(&c.arena, "%s%s%s", list, i ? "," : "", pass_name_pattern(&c.arena, names[i]));
+  const char **pats;
+  ck_assert_int_eq(pass_split_names(&c.arena, list, &pats), N);
+  for (int i = 0; i < N; i++)
+    for (int j = 0; j < N; j++)
+      ck_assert_msg(pass_name_matches(&pats[i], 1, names[j]) == (i == j), "pattern '%s' and name '%s'", pats[i],
+                    names[j]);
+  /* the lists a user gives split as before: a last comma adds nothing */
+  ck_assert_int_eq(pass_split_names(&c.arena, "fc1.*,", &pats), 1);
+  ck_assert_int_eq(pass_split_names(&c.arena, ",fc1.*", &pats), 2);
+  ck_assert_str_eq(pats[0], "");
+  ctx_free(&c);
+}
+END_TEST
+
 /* optim_update's shape rule, on IR text. */
 static void expect_ir_error(const char *op_line, const char *want) {
   Ctx c;
@@ -676,6 +702,7 @@ static Suite *optim_suite(void) {
   tcase_add_test(t, test_spec_errors);
   tcase_add_test(t, test_optim_update_shape);
   tcase_add_test(t, test_bias_correction);
+  tcase_add_test(t, test_exact_name_patterns);
   tcase_add_test(t, test_adam_constant_gradient);
   tcase_add_test(t, test_bf16_master_weights);
   tcase_add_test(t, test_f16_loss_scaled_trajectory);
