@@ -5,7 +5,7 @@
 # data order, parameters read and written, copy_state, save and its
 # errors).
 TESTS += tests/train_cli.sh tests/torch_train.sh
-EXTRA_DIST += tests/train_cli.sh tests/torch_train.sh tests/torch/train_parity.py tests/torch/grad_sweep.py tests/train/tiny.dl tests/train/tinybn.dl tests/train/make_data.py \
+EXTRA_DIST += tests/train_cli.sh tests/torch_train.sh tests/torch/train_parity.py tests/torch/grad_sweep.py tests/torch/sweep_pieces.py tests/train/tiny.dl tests/train/tinybn.dl tests/train/make_data.py \
 	tests/train/data/x.npy tests/train/data/target.npy tests/train/val/x.npy tests/train/val/target.npy \
 	tests/train/bad/target21.npy tests/train/bad/x_f64.npy tests/train/bad/x5.npy tests/train/bad/x0.npy \
 	tests/train/bad/target0.npy tests/train/bad/target_class.npy \

@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
-"""One training step of torchvision's models (and some torch.nn pieces)
-by PyTorch and by `dlcc train` on their ONNX export: each parameter's
-gradient compared.  Not part of `make check` (it needs torchvision and
-takes minutes on ref); docs/training.md has its last figures.
+"""One training step of torchvision's models (when torchvision is
+installed), torch.nn's layers one kind at a time (sweep_pieces.py) and
+some larger torch.nn pieces, by PyTorch and by `dlcc train` on their
+ONNX export: each parameter's gradient compared.  Not part of `make
+check` (it needs torch and takes minutes on ref); docs/training.md has
+its last figures.
 
 Each model is built with torch.manual_seed(0), dropout and stochastic
 depth set to 0 (their masks cannot match), put in train() and exported
@@ -26,13 +28,17 @@ try:
     import numpy as np
     import torch
     import torch.nn as nn
-    import torchvision
 except Exception as e:  # noqa: BLE001 - any import failure is a skip
     print(f"SKIP: {e}")
     sys.exit(77)
+try:
+    import torchvision
+except ImportError:
+    torchvision = None
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from train_parity import load_file  # noqa: E402 - beside this file
+from sweep_pieces import PIECES  # noqa: E402 - beside this file
+from train_parity import load_file  # noqa: E402
 
 
 class Head(nn.Module):
@@ -84,9 +90,9 @@ class BiGRU(nn.Module):
         return s.fc(s.g(x)[0].max(1).values)
 
 
-T = torchvision.models
+T = torchvision.models if torchvision else None
 SMALL = (3, 32, 32)
-MODELS = {
+VISION = {} if T is None else {
     "resnet18": (lambda: T.resnet18(num_classes=10), (3, 64, 64)),
     "resnet50": (lambda: T.resnet50(num_classes=10), (3, 64, 64)),
     "resnext50": (lambda: T.resnext50_32x4d(num_classes=10), (3, 64, 64)),
@@ -106,10 +112,9 @@ MODELS = {
                                                         window_size=[4, 4], num_classes=10), (3, 16, 16)),
     "maxvit": (lambda: T.MaxVit(input_size=(32, 32), stem_channels=8, partition_size=2, block_channels=[16, 32],
                                 block_layers=[1, 1], head_dim=8, stochastic_depth_prob=0.0, num_classes=10), SMALL),
-    "pieces": (Pieces, (3, 16, 16)),
-    "decoder": (Decoder, (6, 12)),
-    "bigru": (BiGRU, (7, 12)),
 }
+MODELS = {**VISION, "pieces": (Pieces, (3, 16, 16)), "decoder": (Decoder, (6, 12)), "bigru": (BiGRU, (7, 12)),
+          **PIECES}
 BATCH = 4
 
 
@@ -133,10 +138,13 @@ def sweep_one(dlcc, backend, name, seed, work):
     np.save(os.path.join(data, "target.npy"), t)
     onnx_path = os.path.join(work, "m.onnx")
     exported = copy.deepcopy(model)
-    with contextlib.redirect_stderr(io.StringIO()):
-        torch.onnx.export(exported, torch.from_numpy(x), onnx_path, dynamo=False, input_names=["x"],
-                          output_names=["logits"], training=torch.onnx.TrainingMode.TRAINING,
-                          do_constant_folding=False)
+    try:
+        with contextlib.redirect_stderr(io.StringIO()), contextlib.redirect_stdout(io.StringIO()):
+            torch.onnx.export(exported, torch.from_numpy(x), onnx_path, dynamo=False, input_names=["x"],
+                              output_names=["logits"], training=torch.onnx.TrainingMode.TRAINING,
+                              do_constant_folding=False)
+    except Exception as e:  # noqa: BLE001 - the exporter's refusal is a result to report, not a crash
+        return [f"the export failed: {str(e).splitlines()[0][:300]}"], None
     model.load_state_dict(exported.state_dict())  # the export's trace moved the running statistics once
     w0 = {k: v.detach().numpy().copy() for k, v in model.state_dict().items()}
     opt = torch.optim.SGD(model.parameters(), lr=1.0)
