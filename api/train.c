@@ -43,9 +43,7 @@ static bool make_spec(const dlc_train_options *o, ApiTrainSpec *s, char *err, si
   if (o->loss) {
     LossKind k;
     if (!loss_from_name(o->loss, &k)) {
-      snprintf(err, errlen,
-               "unknown loss '%s' (expected cross_entropy, nll, mse, l1, smooth_l1, huber or bce_with_logits)",
-               o->loss);
+      snprintf(err, errlen, "unknown loss '%s' (expected %s)", o->loss, loss_names());
       return false;
     }
     s->has_loss = true;
@@ -55,10 +53,15 @@ static bool make_spec(const dlc_train_options *o, ApiTrainSpec *s, char *err, si
     s->loss.beta = o->beta;
     s->loss.delta = o->delta;
     if (o->reduction_sum) s->loss.reduction = LOSS_SUM;
+    if (o->reduction_batchmean) s->loss.reduction = LOSS_BATCHMEAN;
+    s->loss.log_target = o->log_target != 0;
     if (o->eval) s->loss.reduction = LOSS_NONE;
     bool classes = k == LOSS_CROSS_ENTROPY || k == LOSS_NLL;
     const char *bad = o->class_weight && !classes                       ? "class_weight is for cross_entropy and nll"
                       : o->pos_weight && k != LOSS_BCE_WITH_LOGITS        ? "pos_weight is for bce_with_logits"
+                      : o->reduction_batchmean && k != LOSS_KL_DIV         ? "reduction_batchmean is for kl_div"
+                      : o->reduction_batchmean && o->reduction_sum         ? "reduction_sum and reduction_batchmean both set"
+                      : o->log_target && k != LOSS_KL_DIV                  ? "log_target is for kl_div"
                       : o->class_weight && !(o->class_weight_count > 0 && o->class_weight_count <= DL_MAX_ELEMS)
                           ? "class_weight_count must be the number of classes"
                       : o->pos_weight && !(o->pos_weight_count > 0 && o->pos_weight_count <= DL_MAX_ELEMS)

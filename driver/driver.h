@@ -85,7 +85,7 @@ typedef struct DriverLoss {
   const char *name; /* --loss as given; NULL: no loss */
   LossKind kind;
   int output;
-  bool has_ignore, has_smoothing, has_beta, has_delta, reduction_sum;
+  bool has_ignore, has_smoothing, has_beta, has_delta, reduction_sum, batchmean, log_target;
   int64_t ignore_index;
   double label_smoothing, beta, delta;
   /* --class-weights, --pos-weight: their values (loss_flags.c keeps

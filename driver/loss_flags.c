@@ -12,11 +12,11 @@
 
 const char driver_loss_usage[] =
     "  --loss=NAME        append a loss of output K against a new input 'target' before\n"
-    "                     --grad: cross_entropy, nll, mse, l1, smooth_l1, huber or\n"
-    "                     bce_with_logits (PyTorch's; docs/training.md); the outputs\n"
-    "                     become the loss, named 'loss', then the model's\n"
+    "                     --grad: cross_entropy, nll, mse, l1, smooth_l1, huber,\n"
+    "                     bce_with_logits, bce or kl_div (PyTorch's; docs/training.md);\n"
+    "                     the outputs become the loss, named 'loss', then the model's\n"
     "  --loss-output=K    the model output the loss reads (default 0)\n"
-    "  --reduction=R      mean (default) or sum over the batch\n"
+    "  --reduction=R      mean (default) or sum over the batch; kl_div's batchmean too\n"
     "  --ignore-index=N   cross_entropy and nll: class index that adds nothing (-100)\n"
     "  --label-smoothing=E  cross_entropy: from 0 (default) to 1\n"
     "  --class-weights=W  cross_entropy and nll: a weight per class (PyTorch's weight=),\n"
@@ -24,7 +24,8 @@ const char driver_loss_usage[] =
     "  --pos-weight=W     bce_with_logits: the positives' weight (pos_weight=), one or one\n"
     "                     per element of the last axis, as W1,W2,... or a 1-d FILE.npy\n"
     "  --smooth-l1-beta=B smooth_l1: where it turns from squared to linear (default 1)\n"
-    "  --huber-delta=D    huber: where it turns from squared to linear (default 1)\n";
+    "  --huber-delta=D    huber: where it turns from squared to linear (default 1)\n"
+    "  --log-target       kl_div: the target holds log-probabilities\n";
 
 /* "1,2.5,0.5" or a 1-d .npy of f32 or f64 into *out (malloc'd). */
 static bool weights_value(const char *flag, const char *v, float **out, int64_t *count) {
@@ -86,6 +87,11 @@ int driver_loss_option(const char *arg, DriverLoss *d) {
   static const char *const flags[] = {"--loss",          "--loss-output",    "--ignore-index", "--label-smoothing",
                                       "--smooth-l1-beta", "--huber-delta",   "--reduction",    "--class-weights",
                                       "--pos-weight"};
+  if (strcmp(arg, "--log-target") == 0) {
+    d->log_target = true;
+    if (!d->first_flag) d->first_flag = arg;
+    return 1;
+  }
   const char *v = NULL;
   size_t k = 0;
   for (; k < sizeof flags / sizeof flags[0] && !(v = driver_eq_value(arg, flags[k])); k++)
@@ -98,8 +104,7 @@ int driver_loss_option(const char *arg, DriverLoss *d) {
   switch (k) {
     case 0:
       if (!loss_from_name(v, &d->kind)) {
-        fprintf(stderr, "dlcc: error: unknown loss '%s' (expected cross_entropy, nll, mse, l1, smooth_l1, huber or "
-                "bce_with_logits)\n", v);
+        fprintf(stderr, "dlcc: error: unknown loss '%s' (expected %s)\n", v, loss_names());
         return -1;
       }
       d->name = v;
@@ -133,11 +138,12 @@ int driver_loss_option(const char *arg, DriverLoss *d) {
       d->has_delta = true;
       break;
     case 6:
-      if (strcmp(v, "mean") != 0 && strcmp(v, "sum") != 0) {
-        fprintf(stderr, "dlcc: error: --reduction expects mean or sum, got '%s'\n", v);
+      if (strcmp(v, "mean") != 0 && strcmp(v, "sum") != 0 && strcmp(v, "batchmean") != 0) {
+        fprintf(stderr, "dlcc: error: --reduction expects mean, sum or batchmean, got '%s'\n", v);
         return -1;
       }
       d->reduction_sum = strcmp(v, "sum") == 0;
+      d->batchmean = strcmp(v, "batchmean") == 0;
       break;
     case 7:
       free(kept[0]);
@@ -173,6 +179,8 @@ bool driver_loss_check(const DriverLoss *d, LossSpec *out) {
       {d->class_weight != NULL, "--class-weights", d->kind == LOSS_CROSS_ENTROPY || d->kind == LOSS_NLL,
        "--loss=cross_entropy and --loss=nll"},
       {d->pos_weight != NULL, "--pos-weight", d->kind == LOSS_BCE_WITH_LOGITS, "--loss=bce_with_logits"},
+      {d->batchmean, "--reduction=batchmean", d->kind == LOSS_KL_DIV, "--loss=kl_div"},
+      {d->log_target, "--log-target", d->kind == LOSS_KL_DIV, "--loss=kl_div"},
   };
   for (size_t i = 0; i < sizeof uses / sizeof uses[0]; i++)
     if (uses[i].given && !uses[i].fits) {
@@ -185,6 +193,8 @@ bool driver_loss_check(const DriverLoss *d, LossSpec *out) {
   if (d->has_beta) out->beta = d->beta;
   if (d->has_delta) out->delta = d->delta;
   if (d->reduction_sum) out->reduction = LOSS_SUM;
+  if (d->batchmean) out->reduction = LOSS_BATCHMEAN;
+  out->log_target = d->log_target;
   out->weight_input = d->class_weight_count;
   out->pos_weight_input = d->pos_weight_count;
   return true;

@@ -354,6 +354,8 @@ static bool train_options(const TrainArgs *a, dlc_train_options *o) {
   o->beta = a->loss_spec.beta;
   o->delta = a->loss_spec.delta;
   o->reduction_sum = a->loss.reduction_sum;
+  o->reduction_batchmean = a->loss.batchmean;
+  o->log_target = a->loss.log_target;
   o->class_weight = a->loss.class_weight;
   o->class_weight_count = a->loss.class_weight_count;
   o->pos_weight = a->loss.pos_weight;
@@ -920,7 +922,8 @@ static void score_batch(Run *r, int64_t n, double *loss_sum, double *divisor, in
     bool counts = !target || t != r->a->loss_spec.ignore_index;
     *counted += counts;
     bool weighted = target && dl->class_weight && t >= 0 && t < dl->class_weight_count;
-    *divisor += !counts ? 0 : weighted ? dl->class_weight[t] : 1;
+    /* kl_div's batchmean: the sum over the samples, however many values each has */
+    *divisor += dl->batchmean ? i % per == 0 : !counts ? 0 : weighted ? dl->class_weight[t] : 1;
   }
   if (!target || dlc_get_output(m, r->pred_output, &pp, &pb) != DLC_OK) return;
   const float *p = pp;

@@ -716,11 +716,13 @@ static Val bi_loss(Lower *l, const Call *c) {
   ok &= fe_arg_tensor(l, c, 1, &t);
   int i = param_index(c, "reduction");
   ok &= fe_arg_str(l, c, i, "mean", &red);
-  if (ok && strcmp(red, "mean") != 0 && strcmp(red, "sum") != 0 && strcmp(red, "none") != 0) {
-    fe_error(l, c->locs[i], "%s: 'reduction' must be \"mean\", \"sum\" or \"none\", got \"%s\"", c->name, red);
+  bool batchmean = kind == LOSS_KL_DIV && strcmp(red, "batchmean") == 0;
+  if (ok && strcmp(red, "mean") != 0 && strcmp(red, "sum") != 0 && strcmp(red, "none") != 0 && !batchmean) {
+    fe_error(l, c->locs[i], "%s: 'reduction' must be \"mean\", \"sum\"%s or \"none\", got \"%s\"", c->name,
+             kind == LOSS_KL_DIV ? ", \"batchmean\"" : "", red);
     ok = false;
   }
-  s.reduction = red[0] == 'm' ? LOSS_MEAN : red[0] == 's' ? LOSS_SUM : LOSS_NONE;
+  s.reduction = batchmean ? LOSS_BATCHMEAN : red[0] == 'm' ? LOSS_MEAN : red[0] == 's' ? LOSS_SUM : LOSS_NONE;
   if ((i = param_index(c, "ignore_index")) >= 0) ok &= fe_arg_int(l, c, i, -100, &s.ignore_index);
   if ((i = param_index(c, "label_smoothing")) >= 0) {
     bool got = fe_arg_float(l, c, i, 0, &s.label_smoothing);
@@ -734,6 +736,7 @@ static Val bi_loss(Lower *l, const Call *c) {
   if ((i = param_index(c, "delta")) >= 0) ok &= fe_arg_float(l, c, i, 1, &s.delta);
   if ((i = param_index(c, "weight")) >= 0) ok &= fe_arg_tensor(l, c, i, &s.weight);
   if ((i = param_index(c, "pos_weight")) >= 0) ok &= fe_arg_tensor(l, c, i, &s.pos_weight);
+  if ((i = param_index(c, "log_target")) >= 0) ok &= fe_arg_bool(l, c, i, false, &s.log_target);
   if (!ok) return poison();
   /* loss_build reports to the context itself, without the notes of the
    * block calls fe_error adds. */
@@ -1359,6 +1362,8 @@ static const Builtin builtins[] = {
     {"smooth_l1_loss", bi_loss, "input,target|reduction,beta", false},
     {"huber_loss", bi_loss, "input,target|reduction,delta", false},
     {"binary_cross_entropy_with_logits", bi_loss, "input,target|reduction,pos_weight", false},
+    {"binary_cross_entropy", bi_loss, "input,target|reduction", false},
+    {"kl_div", bi_loss, "input,target|reduction,log_target", false},
     {"upsample", bi_upsample, "x|scale,mode,align_corners,size", false},
     {"grid_sample", bi_grid_sample, "x,grid|mode,padding_mode,align_corners", false},
     {"relu", bi_unary, "x", false},

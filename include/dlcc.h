@@ -410,7 +410,8 @@ typedef struct dlc_train_options {
    * (load weights with dlc_load_weights on dlc_train_model). */
   dlc_options model;
   /* "cross_entropy", "nll", "mse", "l1", "smooth_l1", "huber",
-   * "bce_with_logits" (PyTorch's) of the model's output loss_output
+   * "bce_with_logits", "bce" (binary_cross_entropy), "kl_div" (PyTorch's)
+   * of the model's output loss_output
    * against the input "target"; NULL: the model's output 0 is already its
    * loss. */
   const char *loss;
@@ -420,6 +421,8 @@ typedef struct dlc_train_options {
   double beta;             /* smooth_l1; 1 from dlc_train_options_init */
   double delta;            /* huber; 1 from dlc_train_options_init */
   int reduction_sum;       /* nonzero: the loss sums over the batch (reduction="sum"); 0: the mean */
+  int reduction_batchmean; /* kl_div: nonzero: the sum over the batch size (reduction="batchmean") */
+  int log_target;          /* kl_div: nonzero: the target holds log-probabilities */
   /* cross_entropy and nll: a weight per class (PyTorch's weight=),
    * class_weight_count of them, one per class; bce_with_logits: the
    * positives' weight (pos_weight=), pos_weight_count of them, broadcast

@@ -22,12 +22,13 @@ static const char *const torch_names[LOSS_COUNT] = {
     [LOSS_CROSS_ENTROPY] = "cross_entropy", [LOSS_NLL] = "nll_loss",
     [LOSS_MSE] = "mse_loss",                [LOSS_L1] = "l1_loss",
     [LOSS_SMOOTH_L1] = "smooth_l1_loss",    [LOSS_BCE_WITH_LOGITS] = "binary_cross_entropy_with_logits",
-    [LOSS_HUBER] = "huber_loss",
+    [LOSS_HUBER] = "huber_loss",            [LOSS_BCE] = "binary_cross_entropy",
+    [LOSS_KL_DIV] = "kl_div",
 };
 static const char *const short_names[LOSS_COUNT] = {
     [LOSS_CROSS_ENTROPY] = "cross_entropy", [LOSS_NLL] = "nll", [LOSS_MSE] = "mse",
     [LOSS_L1] = "l1", [LOSS_SMOOTH_L1] = "smooth_l1", [LOSS_BCE_WITH_LOGITS] = "bce_with_logits",
-    [LOSS_HUBER] = "huber",
+    [LOSS_HUBER] = "huber", [LOSS_BCE] = "bce", [LOSS_KL_DIV] = "kl_div",
 };
 
 LossSpec loss_spec_default(LossKind kind) {
@@ -45,6 +46,17 @@ bool loss_from_name(const char *name, LossKind *out) {
 }
 
 const char *loss_name(LossKind kind) { return kind >= 0 && kind < LOSS_COUNT ? short_names[kind] : "?"; }
+
+const char *loss_names(void) {
+  static char list[256];
+  if (!list[0]) {
+    size_t at = 0;
+    for (int k = 0; k < LOSS_COUNT; k++)
+      at += (size_t)snprintf(list + at, sizeof list - at, "%s%s", k == 0 ? "" : k == LOSS_COUNT - 1 ? " or " : ", ",
+                             short_names[k]);
+  }
+  return list;
+}
 
 /* ---- building ---- */
 
@@ -74,6 +86,8 @@ static Value *reduce_all(Build *b, Value *x, bool mean) {
 }
 
 static Value *reduce(Build *b, Value *per, LossReduction r) {
+  if (r == LOSS_BATCHMEAN && per->type.rank > 0)
+    return mulk(b, reduce_all(b, per, false), 1.0 / (double)per->type.dims[0]);
   return r == LOSS_NONE ? per : reduce_all(b, per, r == LOSS_MEAN);
 }
 
@@ -240,6 +254,28 @@ static Value *pointwise(Build *b, const LossSpec *s, Value *x, Value *y) {
                   mulk(b, op2(b, OP_SUB, ad, num(b, 0.5 * s->delta, b->dt)), s->delta));
       break;
     }
+    case LOSS_BCE: {
+      /* -(y log x + (1 - y) log(1 - x)), each log at least -100 as
+       * PyTorch clamps them, so x of 0 or 1 gives a finite loss (and no
+       * gradient through the clamped term). */
+      Value *one = num(b, 1, b->dt), *floor = num(b, -100, b->dt);
+      Value *lx = op2(b, OP_MAXIMUM, op1(b, OP_LOG, x), floor);
+      Value *l1x = op2(b, OP_MAXIMUM, op1(b, OP_LOG, op2(b, OP_SUB, one, x)), floor);
+      per = op1(b, OP_NEG, op2(b, OP_ADD, op2(b, OP_MUL, y, lx), op2(b, OP_MUL, op2(b, OP_SUB, one, y), l1x)));
+      break;
+    }
+    case LOSS_KL_DIV: {
+      /* PyTorch's pointwise terms: exp(y) (y - x) with log_target, else
+       * xlogy(y, y) - y x, where a target of 0 adds 0 (its log read at 1). */
+      if (s->log_target) {
+        per = op2(b, OP_MUL, op1(b, OP_EXP, y), op2(b, OP_SUB, y, x));
+        break;
+      }
+      Value *zero = num(b, 0, b->dt), *one = num(b, 1, b->dt);
+      Value *ly = op1(b, OP_LOG, where(b, op2(b, OP_GREATER, y, zero), y, one));
+      per = op2(b, OP_MUL, y, op2(b, OP_SUB, ly, x));
+      break;
+    }
     default: break;
   }
   return reduce(b, per, s->reduction);
@@ -283,8 +319,12 @@ static bool check(Graph *g, const LossSpec *s, const Value *pred, const Value *t
   ir_type_str(pt, pb, sizeof pb);
   ir_type_str(tt, tb, sizeof tb);
   if (!ir_dtype_is_float(pt->dtype)) return fail(g, loc, "%s: %s must be floating point, got %s", name, what, pb);
-  if (s->reduction != LOSS_MEAN && s->reduction != LOSS_SUM && s->reduction != LOSS_NONE)
+  if (s->reduction != LOSS_MEAN && s->reduction != LOSS_SUM && s->reduction != LOSS_NONE &&
+      s->reduction != LOSS_BATCHMEAN)
     return fail(g, loc, "%s: unknown reduction %d", name, (int)s->reduction);
+  if (s->reduction == LOSS_BATCHMEAN && s->kind != LOSS_KL_DIV)
+    return fail(g, loc, "%s: reduction \"batchmean\" is kl_div's", name);
+  if (s->log_target && s->kind != LOSS_KL_DIV) return fail(g, loc, "%s: log_target is kl_div's", name);
   if (s->kind == LOSS_CROSS_ENTROPY && !(s->label_smoothing >= 0 && s->label_smoothing <= 1))
     return fail(g, loc, "%s: label_smoothing must be between 0 and 1, got %g", name, s->label_smoothing);
   if (s->kind == LOSS_SMOOTH_L1 && !(s->beta >= 0 && isfinite(s->beta)))

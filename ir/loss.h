@@ -18,10 +18,14 @@ typedef enum {
   LOSS_SMOOTH_L1,     /* beta */
   LOSS_BCE_WITH_LOGITS,
   LOSS_HUBER,         /* delta */
+  LOSS_BCE,           /* probabilities in [0, 1] against targets in [0, 1]; each log clamped at -100, as PyTorch's */
+  LOSS_KL_DIV,        /* log-probabilities against probabilities (log-probabilities with log_target) */
   LOSS_COUNT
 } LossKind;
 
-typedef enum { LOSS_MEAN, LOSS_SUM, LOSS_NONE } LossReduction;
+/* LOSS_BATCHMEAN (kl_div's "batchmean"): the sum over the batch, axis
+ * 0's size (the sum itself for a value of rank 0). */
+typedef enum { LOSS_MEAN, LOSS_SUM, LOSS_NONE, LOSS_BATCHMEAN } LossReduction;
 
 typedef struct LossSpec {
   LossKind kind;
@@ -32,6 +36,7 @@ typedef struct LossSpec {
   double label_smoothing;  /* cross_entropy, in [0, 1] */
   double beta;             /* smooth_l1; PyTorch's default 1.0 (loss_spec_default) */
   double delta;            /* huber; PyTorch's default 1.0 (loss_spec_default) */
+  bool log_target;         /* kl_div: the target holds log-probabilities */
   /* cross_entropy and nll: a weight per class, [C] of the prediction's
    * dtype (PyTorch's weight=); NULL: none.  A position's loss is scaled
    * by its class's weight and the mean divides by the weights' sum over
@@ -53,10 +58,13 @@ typedef struct LossSpec {
  * 1, no weights. */
 LossSpec loss_spec_default(LossKind kind);
 /* "cross_entropy", "nll" (or "nll_loss"), "mse", "l1", "smooth_l1",
- * "bce_with_logits", "huber", or PyTorch's functional name ("mse_loss",
- * "binary_cross_entropy_with_logits", ...); false when unknown. */
+ * "bce_with_logits", "huber", "bce", "kl_div", or PyTorch's functional
+ * name ("mse_loss", "binary_cross_entropy_with_logits", ...); false when
+ * unknown. */
 bool loss_from_name(const char *name, LossKind *out);
 const char *loss_name(LossKind kind);
+/* "cross_entropy, nll, ... or kl_div": every short name, for messages. */
+const char *loss_names(void);
 
 /* Appends the nodes of the loss of pred against target to g and returns
  * its value (one element of rank 0 unless LOSS_NONE, in pred's float

@@ -17,13 +17,20 @@ cmp -s "$tmp/m.ir" "$tmp/m2.ir" || fail "--loss: the IR reads back differently"
 expect 0 "" "$dlcc" "$tmp/m.dl" --loss=smooth_l1 --smooth-l1-beta=0.5 --loss-output=0 --grad --emit=ir -o "$tmp/s.ir"
 grep -q 'input {name="target"} : f32\[4, 3\]' "$tmp/s.ir" || fail "--loss=smooth_l1: the target is not like y"
 
-expect 1 "dlcc: error: unknown loss 'hinge' (expected cross_entropy, nll, mse, l1, smooth_l1, huber or bce_with_logits)" \
+expect 1 "dlcc: error: unknown loss 'hinge' (expected cross_entropy, nll, mse, l1, smooth_l1, bce_with_logits, huber, bce or kl_div)" \
   "$dlcc" "$tmp/m.dl" --loss=hinge
 expect 1 "dlcc: error: --label-smoothing expects a number from 0 to 1, got '1.5'" \
   "$dlcc" "$tmp/m.dl" --loss=cross_entropy --label-smoothing=1.5
 expect 1 "dlcc: error: --label-smoothing is for --loss=cross_entropy, not --loss=mse" \
   "$dlcc" "$tmp/m.dl" --loss=mse --label-smoothing=0.1
 expect 1 "dlcc: error: --ignore-index is for --loss=NAME" "$dlcc" "$tmp/m.dl" --ignore-index=3
+expect 1 "dlcc: error: --reduction=batchmean is for --loss=kl_div, not --loss=mse" \
+  "$dlcc" "$tmp/m.dl" --loss=mse --reduction=batchmean
+expect 1 "dlcc: error: --log-target is for --loss=kl_div, not --loss=bce" "$dlcc" "$tmp/m.dl" --loss=bce --log-target
+expect 1 "dlcc: error: --reduction expects mean, sum or batchmean, got 'avg'" "$dlcc" "$tmp/m.dl" --loss=mse --reduction=avg
+expect 0 "" "$dlcc" "$tmp/m.dl" --loss=kl_div --reduction=batchmean --log-target --grad --emit=ir -o "$tmp/k.ir"
+grep -q 'input {name="target"} : f32\[4, 3\]' "$tmp/k.ir" || fail "--loss=kl_div: the target is not like y"
+grep -q ' exp ' "$tmp/k.ir" || fail "--log-target did not reach the graph (no exp of the target)"
 expect 1 "dlcc: error: --smooth-l1-beta expects a number of 0 or more, got '-1'" \
   "$dlcc" "$tmp/m.dl" --loss=smooth_l1 --smooth-l1-beta=-1
 expect 1 "dlcc: error: --loss takes its value after '=': --loss=NAME" "$dlcc" "$tmp/m.dl" --loss cross_entropy

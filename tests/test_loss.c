@@ -38,6 +38,7 @@ typedef struct LossCase {
   const double *want;
   int n_weight; /* cross_entropy and nll: weight [C]; bce_with_logits: pos_weight [n]; 0: none */
   const double *weight;
+  bool log_target; /* kl_div's */
 } LossCase;
 
 #include "tests/loss_expected.h"
@@ -49,6 +50,7 @@ static LossSpec spec_of(const LossCase *lc) {
   s.label_smoothing = lc->label_smoothing;
   s.beta = lc->beta;
   s.delta = lc->beta;
+  s.log_target = lc->log_target;
   return s;
 }
 
@@ -200,6 +202,8 @@ static const char every_loss[] =
     "  c = c + cross_entropy(z, t, weight=cw, label_smoothing=0.2) + nll_loss(log_softmax(z, axis=1), t, weight=cw)\n"
     "  r = mse_loss(z, y) + l1_loss(z, y, reduction=\"sum\") + smooth_l1_loss(z, y, beta=0.5)\n"
     "  r = r + huber_loss(z, y, delta=0.5) + binary_cross_entropy_with_logits(z, b, pos_weight=pw)\n"
+    "  r = r + binary_cross_entropy(sigmoid(z), sigmoid(y)) + kl_div(log_softmax(z, axis=1), p, reduction=\"batchmean\")\n"
+    "  r = r + kl_div(log_softmax(z, axis=1), log_softmax(y, axis=1), log_target=true)\n"
     "  return c + r + binary_cross_entropy_with_logits(z, b)\n"
     "}\n";
 
@@ -413,6 +417,21 @@ START_TEST(test_errors) {
                      "}\n",
                      "t.dl:2:10: error: binary_cross_entropy_with_logits: input must be floating point, got "
                      "i64[8, 5]");
+  expect_lower_error("model m(x: f32[8, 5], t: f32[8, 5]) -> f32[] {\n"
+                     "  return mse_loss(x, t, reduction=\"batchmean\")\n"
+                     "}\n",
+                     "t.dl:2:25: error: mse_loss: 'reduction' must be \"mean\", \"sum\" or \"none\", got "
+                     "\"batchmean\"");
+  expect_lower_error("model m(x: f32[8, 5], t: f32[8, 5]) -> f32[] {\n"
+                     "  return kl_div(x, t, reduction=\"avg\")\n"
+                     "}\n",
+                     "t.dl:2:23: error: kl_div: 'reduction' must be \"mean\", \"sum\", \"batchmean\" or \"none\", "
+                     "got \"avg\"");
+  expect_lower_error("model m(x: f32[8, 5], t: f32[8]) -> f32[] {\n"
+                     "  return binary_cross_entropy(sigmoid(x), t)\n"
+                     "}\n",
+                     "t.dl:2:10: error: binary_cross_entropy: target f32[8] does not fit input f32[8, 5]: it must "
+                     "have the same shape and dtype");
 }
 END_TEST
 
@@ -455,14 +474,16 @@ START_TEST(test_names) {
   static const char *const names[][2] = {{"cross_entropy", "cross_entropy"}, {"nll_loss", "nll"},
                                          {"mse", "mse"},
                                          {"smooth_l1_loss", "smooth_l1"},
-                                         {"binary_cross_entropy_with_logits", "bce_with_logits"}};
+                                         {"binary_cross_entropy_with_logits", "bce_with_logits"},
+                                         {"binary_cross_entropy", "bce"}, {"kl_div", "kl_div"}};
   for (size_t i = 0; i < ARRAY_LEN(names); i++) {
     LossKind k;
     ck_assert(loss_from_name(names[i][0], &k));
     ck_assert_str_eq(loss_name(k), names[i][1]);
   }
   LossKind k;
-  ck_assert(!loss_from_name("bce", &k));
+  ck_assert(!loss_from_name("hinge", &k));
+  ck_assert_str_eq(loss_names(), "cross_entropy, nll, mse, l1, smooth_l1, bce_with_logits, huber, bce or kl_div");
   LossSpec s = loss_spec_default(LOSS_SMOOTH_L1);
   ck_assert(s.reduction == LOSS_MEAN && s.ignore_index == -100 && s.beta == 1 && s.label_smoothing == 0);
 }

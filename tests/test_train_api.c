@@ -555,8 +555,8 @@ START_TEST(option_errors) {
   dlc_train *t;
   ck_assert_int_eq(dlc_train_compile(tiny_path(), &o, &t), DLC_ERR_ARGUMENT);
   ck_assert_str_eq(dlc_train_error(t),
-                   "dlcc: error: unknown loss 'hinge' (expected cross_entropy, nll, mse, l1, smooth_l1, huber or "
-                   "bce_with_logits)\n");
+                   "dlcc: error: unknown loss 'hinge' (expected cross_entropy, nll, mse, l1, smooth_l1, "
+                   "bce_with_logits, huber, bce or kl_div)\n");
   dlc_train_free(t);
   o.loss = "mse";
   static const float w[3] = {1, 2, 3};

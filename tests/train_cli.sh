@@ -46,6 +46,16 @@ paste "$tmp/i64.l" "$tmp/prob.l" | awk '{ d = $1 - $2; if (d < 0) d = -d; if (d 
   fail "probability targets: $(paste "$tmp/i64.l" "$tmp/prob.l")"
 grep -q '"val_n": 22}$' "$tmp/prob.jsonl" || fail "probabilities have an accuracy: $(cat "$tmp/prob.jsonl")"
 
+# kl_div's batchmean divides by the samples, in the step and in the
+# validation alike: one step of the whole set at lr 0 gives both the
+# same loss (an element-wise divisor would give a third of it).
+expect 0 "" "$dlcc" train "$t/tiny.dl" --batch 22 --loss=kl_div --reduction=batchmean --lr=0 --data "$tmp/prob" \
+  --val "$tmp/prob" --backend=ref --log "$tmp/kl.jsonl"
+step=$(grep '"step"' "$tmp/kl.jsonl" | losses /dev/stdin)
+val=$(sed -n 's/.*"val_loss": \([^,]*\),.*/\1/p' "$tmp/kl.jsonl")
+awk -v a="$step" -v b="$val" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(a != 0 && d <= 1e-6 * (a < 0 ? -a : a)) }' ||
+  fail "kl_div batchmean: step loss $step, validation loss $val"
+
 # The training examples (examples/train/) a step and a partial batch on
 # each backend: the same losses; and seqsign with a GRU (gru_bptt).
 for m in lenet8 seqsign seqsign_gru; do
@@ -197,7 +207,7 @@ expect 1 "loss cross_entropy: error: cross_entropy: weight f32[2] does not fit l
   cw --backend=ref --class-weights=1,2
 expect 1 "dlcc: error: --pos-weight is for --loss=bce_with_logits, not --loss=cross_entropy" cw --pos-weight=2
 expect 1 "dlcc: error: --class-weights expects numbers W1,W2,... or a FILE.npy, got '1,x'" cw --class-weights=1,x
-expect 1 "dlcc: error: --reduction expects mean or sum, got 'none'" cw --reduction=none
+expect 1 "dlcc: error: --reduction expects mean, sum or batchmean, got 'none'" cw --reduction=none
 
 # Two epochs in one run equal one, a checkpoint and one more, bit for bit.
 expect 0 "" "$dlcc" train $A --data "$t/data" --epochs 2 --backend=emu --save "$tmp/two.safetensors"

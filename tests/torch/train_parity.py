@@ -24,7 +24,7 @@ compared.
 
     train_parity.py --dlcc BUILD/dlcc [--backend ref|emu] [--models cnn,tf,lstm]
                     [--optimizers sgd,adamw,adam,amsgrad,rmsprop,adagrad,onecycle_sgd,onecycle_adamw,adamw_groups]
-                    [--losses ce,weighted,sum]
+                    [--losses ce,weighted,sum,bce,kl]
 
 Exits 77 (skip) when torch does not import.
 """
@@ -230,13 +230,26 @@ ADAPTIVE = {"adam", "adamw", "amsgrad", "rmsprop", "adagrad", "onecycle_adamw", 
 NOISE = {"tf": {"enc.self_attn.in_proj_bias"}, "consts": {"c1.bias", "c2.bias", "bn.running_mean"}}
 
 
-# The loss's variants: PyTorch's keyword arguments and dlcc train's flags.
+# The loss's variants: PyTorch's keyword arguments and dlcc train's flags
+# (cross_entropy's unless HEADS names another loss).
 CLASS_W = [0.5, 1.0, 2.0, 0.25, 1.5, 1.0, 0.75, 3.0, 1.25, 0.5]
 LOSSES = {
-    "ce": ({}, []),
+    "ce": ({}, ["--loss=cross_entropy"]),
     "weighted": ({"weight": CLASS_W, "label_smoothing": 0.1},
-                 ["--class-weights=" + ",".join(str(w) for w in CLASS_W), "--label-smoothing=0.1"]),
-    "sum": ({"reduction": "sum"}, ["--reduction=sum"]),
+                 ["--loss=cross_entropy", "--class-weights=" + ",".join(str(w) for w in CLASS_W),
+                  "--label-smoothing=0.1"]),
+    "sum": ({"reduction": "sum"}, ["--loss=cross_entropy", "--reduction=sum"]),
+    "bce": ({}, ["--loss=bce"]),
+    "kl": ({"reduction": "batchmean"}, ["--loss=kl_div", "--reduction=batchmean"]),
+}
+# Losses of probabilities: the function, the model's last op (exported
+# with it, so dlcc's loss reads its output), and the targets [N, 10] from
+# the class indices: multi-label 0/1 for bce, a soft distribution for kl.
+HEADS = {
+    "bce": (nn.functional.binary_cross_entropy, torch.sigmoid,
+            lambda t: (np.eye(10)[t] + (np.random.RandomState(3).rand(len(t), 10) < 0.2)).clip(0, 1)),
+    "kl": (nn.functional.kl_div, lambda y: torch.log_softmax(y, 1),
+           lambda t: 0.8 * np.eye(10)[t] + 0.2 * np.random.RandomState(3).dirichlet(np.ones(10), len(t))),
 }
 
 
@@ -245,7 +258,16 @@ def loss_fn(name):
     kw = dict(kw)
     if "weight" in kw:
         kw["weight"] = torch.tensor(kw["weight"])
-    return lambda y, t: nn.functional.cross_entropy(y, t, **kw)
+    f = HEADS[name][0] if name in HEADS else nn.functional.cross_entropy
+    return lambda y, t: f(y, t, **kw)
+
+
+def headed(cls, lossname):
+    """cls with the loss's head after its forward (the same state_dict)."""
+    if lossname not in HEADS:
+        return cls
+    head = HEADS[lossname][1]
+    return type(cls.__name__ + "Head", (cls,), {"forward": lambda s, x: head(cls.forward(s, x))})
 
 
 def optimizer(name, params):
@@ -256,12 +278,15 @@ def optimizer(name, params):
 def run(dlcc, backend, name, optname, work, lossname="ce"):
     torch.manual_seed(0)
     cls, shape = MODELS[name]
+    cls = headed(cls, lossname)
     model = cls()
     model.train()
     x = np.random.RandomState(1).randn(N, *shape).astype(np.float32)
     if name == "seq":  # token ids, as floats the model casts
         x = np.random.RandomState(1).randint(0, 50, (N, *shape)).astype(np.float32)
     t = np.random.RandomState(2).randint(0, 10, N).astype(np.int64)
+    if lossname in HEADS:
+        t = HEADS[lossname][2](t).astype(np.float32)
     data = os.path.join(work, "data")
     os.makedirs(data, exist_ok=True)
     np.save(os.path.join(data, "x.npy"), x)
@@ -293,7 +318,7 @@ def run(dlcc, backend, name, optname, work, lossname="ce"):
             sched.step()
         losses.append(loss.item())
     log, saved = os.path.join(work, "log.jsonl"), os.path.join(work, "w.safetensors")
-    r = subprocess.run([dlcc, "train", onnx_path, "--data", data, f"--batch={B}", "--loss=cross_entropy"] + flags +
+    r = subprocess.run([dlcc, "train", onnx_path, "--data", data, f"--batch={B}"] + flags +
                        LOSSES[lossname][1] +
                        ["--shuffle=false", "--epochs=1", f"--backend={backend}", "--log", log, "--save", saved,
                         "--val", data],
@@ -330,10 +355,12 @@ def check_eval(cls, saved, x, t, val, lossname):
     model.load_state_dict({k: torch.from_numpy(np.array(v)) for k, v in saved.items()})
     model.eval()
     with torch.no_grad():
-        kw = {k: v for k, v in LOSSES[lossname][0].items() if k != "reduction"}  # dlcc's val loss is the mean
+        # dlcc's val loss is the mean (kl_div's batchmean: over the samples)
+        kw = {k: v for k, v in LOSSES[lossname][0].items() if k != "reduction" or v == "batchmean"}
         if "weight" in kw:
             kw["weight"] = torch.tensor(kw["weight"])
-        want = nn.functional.cross_entropy(model(torch.from_numpy(x)), torch.from_numpy(t), **kw).item()
+        f = HEADS[lossname][0] if lossname in HEADS else nn.functional.cross_entropy
+        want = f(model(torch.from_numpy(x)), torch.from_numpy(t), **kw).item()
     if len(val) != 1 or abs(val[0] - want) > 1e-5 * max(1, abs(want)):
         return [f"validation loss: torch eval() {want}, dlcc {val}"]
     return []
