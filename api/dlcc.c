@@ -234,8 +234,8 @@ static bool optim_spec_from_api(Ctx *c, const dlc_options *opt, OptimSpec *out) 
   OptimKind kind;
   if (!opt->grad) return diag_error(c, (SrcLoc){0}, "an optimizer needs grad (a training step)"), false;
   if (!optim_from_name(o->kind, &kind))
-    return diag_error(c, (SrcLoc){0}, "unknown optimizer '%s' (expected sgd, adam, adamw, rmsprop or adagrad)",
-                      o->kind ? o->kind : "(null)"),
+    return diag_error(c, (SrcLoc){0}, "unknown optimizer '%s' (expected %s)", o->kind ? o->kind : "(null)",
+                      optim_names()),
            false;
   *out = (OptimSpec){.kind = kind, .momentum = o->momentum, .dampening = o->dampening, .nesterov = o->nesterov,
                      .weight_decay = o->weight_decay, .beta1 = o->beta1, .beta2 = o->beta2, .eps = o->eps,
@@ -245,7 +245,8 @@ static bool optim_spec_from_api(Ctx *c, const dlc_options *opt, OptimSpec *out) 
                      .centered = o->centered != 0, .lr_decay = o->lr_decay,
                      .initial_accumulator_value = o->initial_accumulator_value,
                      .momentum_input = o->momentum_input != 0, .no_decay = o->no_decay,
-                     .clip_grad_value = o->clip_grad_value};
+                     .clip_grad_value = o->clip_grad_value, .rho = o->rho, .momentum_decay = o->momentum_decay,
+                     .decoupled_weight_decay = o->decoupled_weight_decay != 0};
   if (!(o->bucket_mb >= 0 && o->bucket_mb < 1e6))
     return diag_error(c, (SrcLoc){0}, "bucket_mb must be in [0, 1e6) MiB, got %g", o->bucket_mb), false;
   out->bucket_bytes = (int64_t)(o->bucket_mb * 1024 * 1024);
@@ -431,7 +432,8 @@ dlc_status dlc_optimizer_defaults(const char *kind, dlc_optimizer *out) {
   OptimSpec s = optim_spec_default(k);
   *out = (dlc_optimizer){.kind = optim_name(k), .momentum = s.momentum, .dampening = s.dampening,
                          .nesterov = s.nesterov, .weight_decay = s.weight_decay, .beta1 = s.beta1,
-                         .beta2 = s.beta2, .eps = s.eps, .clip_grad_norm = s.clip_grad_norm, .alpha = s.alpha};
+                         .beta2 = s.beta2, .eps = s.eps, .clip_grad_norm = s.clip_grad_norm, .alpha = s.alpha,
+                         .rho = s.rho, .momentum_decay = s.momentum_decay};
   return DLC_OK;
 }
 

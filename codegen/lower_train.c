@@ -570,7 +570,7 @@ typedef struct Optim {
   const Node *const *batch;
   const int64_t *offset; /* segment j's first element; offset[n] the total */
   KExpr *lr, *t, *scale;
-  KExpr *momentum; /* momentum_input: this step's momentum or beta1; NULL: the attributes' */
+  KExpr *momentum; /* momentum_input: this step's momentum or beta1 (NAdam: its mu_product); NULL: the attributes' */
   KExpr *finite;   /* skip_nonfinite: whether the scale is finite; NULL: no skipping */
 } Optim;
 
@@ -621,6 +621,122 @@ static KExpr *bias_correction(Optim *o, KBlock *blk, double beta, KExpr *log_bet
   return cg_ksel(k, cg_kcmp(k, KC_EQ, cg_kv(k, u), f32(k, 1)), cg_kop1(k, OP_NEG, cg_kv(k, y)), kahan);
 }
 
+static KExpr *f64(Kernel *k, double v) { return cg_kimm(k, v, TY_F64); }
+
+/* torch.lerp(a, b, w) for a w known here, as ir/train_ops.c's lerp. */
+static KExpr *lerp(Kernel *k, KExpr *a, KExpr *b, double w) {
+  float wf = (float)w;
+  if (fabsf(wf) < 0.5f) return fop(k, OP_ADD, a, fop(k, OP_MUL, f32(k, wf), fop(k, OP_SUB, b, a)));
+  return fop(k, OP_SUB, b, fop(k, OP_MUL, fop(k, OP_SUB, b, a), f32(k, 1 - wf)));
+}
+
+/* The per-step scalars ir_optim_scalars computes, the same operations
+ * in double, each rounded to f32: they depend on the step alone, so
+ * every thread computes the same values. */
+typedef struct Scalars {
+  KExpr *bc2, *sqrt_bc2, *rect, *c1, *c2, *rectify;
+} Scalars;
+
+static KExpr *to_f32(Kernel *k, KExpr *x) { return cg_kcast(k, x, TY_F32); }
+
+static void step_scalars(Optim *o, KBlock *blk, const Node *n, KExpr *mu_product, Scalars *s) {
+  Kernel *k = o->k;
+  const char *kind = ir_attr_str(n, "kind");
+  double beta1 = ir_attr_float(n, "beta1"), beta2 = ir_attr_float(n, "beta2"), md = ir_attr_float(n, "momentum_decay");
+  KVar *td = let(k, blk, "td", cg_kcast(k, o->t, TY_F64)), *lr = let(k, blk, "lrd", cg_kcast(k, o->lr, TY_F64));
+  KVar *bc1 = let(k, blk, "bc1", fop(k, OP_SUB, f64(k, 1), fop(k, OP_POW, f64(k, beta1), cg_kv(k, td))));
+  KVar *bc2 = let(k, blk, "bc2", fop(k, OP_SUB, f64(k, 1), fop(k, OP_POW, f64(k, beta2), cg_kv(k, td))));
+  *s = (Scalars){.bc2 = to_f32(k, cg_kv(k, bc2)), .sqrt_bc2 = to_f32(k, cg_kop1(k, OP_SQRT, cg_kv(k, bc2))),
+                 .rect = f32(k, 1)};
+  if (strcmp(kind, "adamax") == 0)
+    s->c1 = to_f32(k, fop(k, OP_DIV, cg_kop1(k, OP_NEG, cg_kv(k, lr)), cg_kv(k, bc1)));
+  if (strcmp(kind, "radam") == 0) {
+    double rho_inf = 2 / (1 - beta2) - 1;
+    KVar *rho = let(k, blk, "rho_t",
+                    fop(k, OP_SUB, f64(k, rho_inf),
+                        fop(k, OP_DIV,
+                            fop(k, OP_MUL, fop(k, OP_MUL, f64(k, 2), cg_kv(k, td)),
+                                fop(k, OP_POW, f64(k, beta2), cg_kv(k, td))),
+                            cg_kv(k, bc2))));
+    KExpr *r = cg_kv(k, rho);
+    KExpr *num = fop(k, OP_MUL, fop(k, OP_MUL, fop(k, OP_SUB, r, f64(k, 4)), fop(k, OP_SUB, r, f64(k, 2))), f64(k, rho_inf));
+    KExpr *den = fop(k, OP_MUL, f64(k, (rho_inf - 4) * (rho_inf - 2)), r);
+    s->rectify = cg_kcmp(k, KC_GT, r, f64(k, 5));
+    /* the root of a negative number is never taken: rect is used only where rho_t > 5 */
+    s->rect = to_f32(k, cg_kop1(k, OP_SQRT, cg_kop2(k, OP_MAXIMUM, fop(k, OP_DIV, num, den), f64(k, 0))));
+    s->c1 = to_f32(k, cg_kv(k, bc1));
+  }
+  if (strcmp(kind, "nadam") == 0) {
+    KExpr *mu = fop(k, OP_MUL, f64(k, beta1),
+                    fop(k, OP_SUB, f64(k, 1),
+                        fop(k, OP_MUL, f64(k, 0.5),
+                            fop(k, OP_POW, f64(k, 0.96), fop(k, OP_MUL, cg_kv(k, td), f64(k, md))))));
+    KVar *mu_next = let(
+        k, blk, "mu_next",
+        fop(k, OP_MUL, f64(k, beta1),
+            fop(k, OP_SUB, f64(k, 1),
+                fop(k, OP_MUL, f64(k, 0.5),
+                    fop(k, OP_POW, f64(k, 0.96),
+                        fop(k, OP_MUL, fop(k, OP_ADD, cg_kv(k, td), f64(k, 1)), f64(k, md)))))));
+    KVar *mp = let(k, blk, "mp", cg_kcast(k, mu_product, TY_F64));
+    KExpr *neg_lr = cg_kop1(k, OP_NEG, cg_kv(k, lr));
+    s->c1 = to_f32(k, fop(k, OP_DIV, fop(k, OP_MUL, neg_lr, fop(k, OP_SUB, f64(k, 1), mu)),
+                          fop(k, OP_SUB, f64(k, 1), cg_kv(k, mp))));
+    s->c2 = to_f32(k, fop(k, OP_DIV, fop(k, OP_MUL, neg_lr, cg_kv(k, mu_next)),
+                          fop(k, OP_SUB, f64(k, 1), fop(k, OP_MUL, cg_kv(k, mp), cg_kv(k, mu_next)))));
+  }
+}
+
+/* Adamax, Adadelta, RAdam and NAdam at segment j's element: the amount
+ * p' = p - delta takes off (an exact negation of PyTorch's addition). */
+static KExpr *optim_newer(Optim *o, KBlock *blk, int j, KExpr *ix, KVar *p, KVar *g) {
+  Kernel *k = o->k;
+  const Node *n = o->batch[j];
+  const char *kind = ir_attr_str(n, "kind");
+  double eps = ir_attr_float(n, "eps"), b1 = ir_attr_float(n, "beta1"), b2 = ir_attr_float(n, "beta2");
+  Scalars s;
+  step_scalars(o, blk, n, o->momentum, &s);
+  KExpr *gv = cg_kv(k, g);
+  if (strcmp(kind, "adadelta") == 0) {
+    double rho = ir_attr_float(n, "rho");
+    KVar *sq = let(k, blk, "sq", fop(k, OP_ADD, fop(k, OP_MUL, state_at(o, j, 0, ix), f32(k, rho)),
+                                     fop(k, OP_MUL, fop(k, OP_MUL, f32(k, 1 - rho), gv), gv)));
+    KVar *acc = let(k, blk, "acc", state_at(o, j, 1, ix));
+    KVar *d = let(k, blk, "d",
+                  fop(k, OP_MUL,
+                      fop(k, OP_DIV, cg_kop1(k, OP_SQRT, fop(k, OP_ADD, cg_kv(k, acc), f32(k, eps))),
+                          cg_kop1(k, OP_SQRT, fop(k, OP_ADD, cg_kv(k, sq), f32(k, eps)))),
+                      gv));
+    put_state(o, blk, j, 0, ix, cg_kv(k, sq));
+    put_state(o, blk, j, 1, ix,
+              fop(k, OP_ADD, fop(k, OP_MUL, cg_kv(k, acc), f32(k, rho)),
+                  fop(k, OP_MUL, fop(k, OP_MUL, f32(k, 1 - rho), cg_kv(k, d)), cg_kv(k, d))));
+    return fop(k, OP_MUL, o->lr, cg_kv(k, d));
+  }
+  KVar *m = let(k, blk, "m", lerp(k, state_at(o, j, 0, ix), gv, 1 - b1));
+  put_state(o, blk, j, 0, ix, cg_kv(k, m));
+  if (strcmp(kind, "adamax") == 0) {
+    KVar *u = let(k, blk, "u",
+                  cg_kop2(k, OP_MAXIMUM, fop(k, OP_MUL, state_at(o, j, 1, ix), f32(k, b2)),
+                          fop(k, OP_ADD, cg_kop1(k, OP_ABS, gv), f32(k, eps))));
+    put_state(o, blk, j, 1, ix, cg_kv(k, u));
+    return cg_kop1(k, OP_NEG, fop(k, OP_MUL, s.c1, fop(k, OP_DIV, cg_kv(k, m), cg_kv(k, u))));
+  }
+  KVar *v = let(k, blk, "v", fop(k, OP_ADD, fop(k, OP_MUL, state_at(o, j, 1, ix), f32(k, b2)),
+                                 fop(k, OP_MUL, fop(k, OP_MUL, f32(k, 1 - b2), gv), gv)));
+  put_state(o, blk, j, 1, ix, cg_kv(k, v));
+  if (strcmp(kind, "nadam") == 0) {
+    KVar *denom = let(k, blk, "denom",
+                      fop(k, OP_ADD, cg_kop1(k, OP_SQRT, fop(k, OP_DIV, cg_kv(k, v), s.bc2)), f32(k, eps)));
+    cg_kset(k, blk, p, fop(k, OP_ADD, cg_kv(k, p), fop(k, OP_MUL, s.c1, fop(k, OP_DIV, gv, cg_kv(k, denom)))));
+    return cg_kop1(k, OP_NEG, fop(k, OP_MUL, s.c2, fop(k, OP_DIV, cg_kv(k, m), cg_kv(k, denom))));
+  }
+  /* radam: s.c1 holds 1 - beta1^t */
+  KVar *step = let(k, blk, "step", fop(k, OP_MUL, fop(k, OP_DIV, cg_kv(k, m), s.c1), o->lr));
+  KExpr *adaptive = fop(k, OP_DIV, s.sqrt_bc2, fop(k, OP_ADD, cg_kop1(k, OP_SQRT, cg_kv(k, v)), f32(k, eps)));
+  return cg_ksel(k, s.rectify, fop(k, OP_MUL, fop(k, OP_MUL, cg_kv(k, step), adaptive), s.rect), cg_kv(k, step));
+}
+
 /* Segment j's element at ix: ops.def's rule for optim_update, operation
  * by operation as ir/train_ops.c computes it. */
 static void optim_segment(Optim *o, KBlock *blk, int j, KExpr *ix) {
@@ -642,10 +758,18 @@ static void optim_segment(Optim *o, KBlock *blk, int j, KExpr *ix) {
   double wd = ir_attr_float(n, "weight_decay"), mom = ir_attr_float(n, "momentum"), eps = ir_attr_float(n, "eps");
   /* the momentum (or beta1) this step multiplies by */
   KExpr *momk = o->momentum ? o->momentum : f32(k, mom);
-  bool adamw = strcmp(kind, "adamw") == 0;
-  if (wd != 0 && !adamw) cg_kset(k, blk, g, fop(k, OP_ADD, cg_kv(k, g), fop(k, OP_MUL, f32(k, wd), cg_kv(k, p))));
+  bool adamw = strcmp(kind, "adamw") == 0, decoupled = adamw || ir_attr_int(n, "decoupled");
+  if (wd != 0 && !decoupled) cg_kset(k, blk, g, fop(k, OP_ADD, cg_kv(k, g), fop(k, OP_MUL, f32(k, wd), cg_kv(k, p))));
+  if (wd != 0 && decoupled && !adamw) /* p * (1 - lr wd), the factor in double as PyTorch's */
+    cg_kset(k, blk, p,
+            fop(k, OP_MUL, cg_kv(k, p),
+                to_f32(k, fop(k, OP_SUB, f64(k, 1), fop(k, OP_MUL, cg_kcast(k, o->lr, TY_F64), f64(k, wd))))));
   KExpr *gg = fop(k, OP_MUL, cg_kv(k, g), cg_kv(k, g)), *delta; /* p' = p - delta */
-  if (strcmp(kind, "sgd") == 0) {
+  bool newer = strcmp(kind, "adamax") == 0 || strcmp(kind, "adadelta") == 0 || strcmp(kind, "radam") == 0 ||
+               strcmp(kind, "nadam") == 0;
+  if (newer) {
+    delta = optim_newer(o, blk, j, ix, p, g);
+  } else if (strcmp(kind, "sgd") == 0) {
     if (n_states) {
       KExpr *later = fop(k, OP_ADD, fop(k, OP_MUL, state_at(o, j, 0, ix), momk),
                          fop(k, OP_MUL, cg_kv(k, g), f32(k, 1 - ir_attr_float(n, "dampening"))));
@@ -763,6 +887,7 @@ static void lower_optim_update(CgBuild *b, const Node *n) {
   o.lr = scalar_of(b, k, n->in[2], "lr");
   o.t = scalar_of(b, k, n->in[3], "t");
   o.scale = scalar_of(b, k, n->in[4], "scale");
+  /* momentum_input's operand, or NAdam's mu_product */
   if (ir_optim_first_state(n) > 5) o.momentum = scalar_of(b, k, n->in[5], "momentum");
   /* scale - scale is 0 for a finite scale, NaN for inf or NaN */
   if (ir_attr_int(n, "skip_nonfinite"))

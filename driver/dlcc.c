@@ -142,8 +142,9 @@ static const char usage[] =
     "  --eval             a model exported in training mode (torch.onnx's TRAINING)\n"
     "                     as PyTorch's eval(): dropout off, batchnorm by its running\n"
     "                     statistics (docs/training.md)\n"
-    "  --optimizer=NAME   with --grad: the whole step, sgd, adam, adamw, rmsprop or\n"
-    "                     adagrad with PyTorch's defaults, updating every parameter;\n"
+    "  --optimizer=NAME   with --grad: the whole step, sgd, adam, adamw, rmsprop, adagrad,\n"
+    "                     adamax, adadelta, radam or nadam with PyTorch's defaults,\n"
+    "                     updating every parameter;\n"
     "                     the learning rate is the input dlcc.lr\n"
     "  --data-parallel    with --optimizer: each gradient averaged over the ranks\n"
     "                     before the update, as under mpirun (docs/parallel.md)\n"
@@ -462,8 +463,7 @@ static int parse_args(int argc, char **argv, Options *o) {
     } else if (strncmp(a, "--optimizer=", 12) == 0) {
       OptimKind kind;
       if (!optim_from_name(a + 12, &kind)) {
-        fprintf(stderr, "dlcc: error: unknown optimizer '%s' (expected sgd, adam, adamw, rmsprop or adagrad)\n",
-                a + 12);
+        fprintf(stderr, "dlcc: error: unknown optimizer '%s' (expected %s)\n", a + 12, optim_names());
         return 1;
       }
       o->optimize = true;

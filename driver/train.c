@@ -36,8 +36,9 @@ typedef struct TrainArgs {
   DriverLoss loss; /* --loss and its flags (loss_flags.c) */
   LossSpec loss_spec;
   double lr, momentum, dampening, weight_decay, beta1, beta2, eps, clip, clip_value;
-  double alpha, lr_decay, initial_accumulator;
-  bool set_lr, set_momentum, set_dampening, set_weight_decay, set_betas, set_eps, set_alpha;
+  double alpha, lr_decay, initial_accumulator, rho, momentum_decay;
+  bool set_lr, set_momentum, set_dampening, set_weight_decay, set_betas, set_eps, set_alpha, set_rho;
+  bool set_momentum_decay, decoupled;
   bool nesterov, amsgrad, centered, maximize, shuffle, drop_last, sync_bn, deferred_bn;
   double dist_timeout, bucket_mb, stream_mb;
   int64_t batch, epochs, pipeline, micro_batches, tensor_parallel;
@@ -65,17 +66,20 @@ static const char train_usage[] =
     "                        than memory trains and a node's ranks share the page cache\n"
     "  --loss=L and its flags (below): the loss of a model output against target.npy;\n"
     "                        without it the model's output 0 is its loss\n"
-    "  --optimizer=O         sgd (default), adam, adamw, rmsprop, adagrad: torch.optim's\n"
-    "                        update rules\n"
-    "  --lr=X                the base learning rate (default torch.optim's: 1e-3, 1e-2\n"
-    "                        for rmsprop and adagrad)\n"
+    "  --optimizer=O         sgd (default), adam, adamw, rmsprop, adagrad, adamax,\n"
+    "                        adadelta, radam, nadam: torch.optim's update rules\n"
+    "  --lr=X                the base learning rate (default torch.optim's: 1e-3; 1e-2\n"
+    "                        for rmsprop and adagrad, 2e-3 adamax and nadam, 1 adadelta)\n"
     "  --weight-decay=X --maximize --eps=X   any optimizer's options (default: torch.optim's)\n"
     "  --no-decay=P,...      parameters without weight decay (a second param group): names or\n"
     "                        shell patterns (\"*.bias,*norm*\"), each matching a trained one\n"
     "  --momentum=X          sgd's and rmsprop's; --dampening=X --nesterov sgd's\n"
-    "  --betas=B1,B2 --amsgrad               adam's and adamw's\n"
+    "  --betas=B1,B2         adam's, adamw's, adamax's, radam's and nadam's\n"
+    "  --amsgrad             adam's and adamw's\n"
     "  --alpha=X --centered                  rmsprop's\n"
     "  --lr-decay=X --initial-accumulator-value=X   adagrad's\n"
+    "  --rho=X               adadelta's; --momentum-decay=X nadam's\n"
+    "  --decoupled-weight-decay   radam's and nadam's: weight decay as adamw's\n"
     "  --clip-grad-norm=X    clip_grad_norm_ to X before each update\n"
     "  --clip-grad-value=X   clip_grad_value_: each gradient element into [-X, X] first\n"
     "  --schedule=S          step:N:GAMMA, multistep:M1/M2/...:GAMMA, exp:GAMMA,\n"
@@ -177,14 +181,14 @@ static double *real_flag(TrainArgs *o, const char *flag, bool **given) {
   static const char *const names[] = {"--lr",        "--momentum",   "--dampening", "--weight-decay",
                                       "--eps",       "--clip-grad-norm", "--dist-timeout", "--bucket-mb",
                                       "--stream-mb", "--alpha",      "--lr-decay",  "--initial-accumulator-value",
-                                      "--clip-grad-value"};
+                                      "--clip-grad-value", "--rho",       "--momentum-decay"};
   double *dst[] = {&o->lr,        &o->momentum, &o->dampening,    &o->weight_decay,
                    &o->eps,       &o->clip,     &o->dist_timeout, &o->bucket_mb,
                    &o->stream_mb, &o->alpha,    &o->lr_decay,     &o->initial_accumulator,
-                   &o->clip_value};
+                   &o->clip_value, &o->rho,     &o->momentum_decay};
   bool *set[] = {&o->set_lr, &o->set_momentum, &o->set_dampening, &o->set_weight_decay, &o->set_eps, NULL,
                  NULL,       NULL,             NULL,              &o->set_alpha,        NULL,         NULL,
-                 NULL};
+                 NULL,       &o->set_rho,      &o->set_momentum_decay};
   for (size_t k = 0; k < ARRAY_LEN(names); k++)
     if (strcmp(flag, names[k]) == 0) {
       *given = set[k];
@@ -197,9 +201,11 @@ static double *real_flag(TrainArgs *o, const char *flag, bool **given) {
  * in *v the value ("true" when none is given); NULL for other flags. */
 static bool *bool_flag(TrainArgs *o, const char *a, const char **v) {
   static const char *const names[] = {"--shuffle",   "--drop-last", "--nesterov", "--sync-bn",
-                                      "--deferred-bn", "--amsgrad",  "--centered", "--maximize"};
+                                      "--deferred-bn", "--amsgrad",  "--centered", "--maximize",
+                                      "--decoupled-weight-decay"};
   bool *dst[] = {&o->shuffle,     &o->drop_last, &o->nesterov, &o->sync_bn,
-                 &o->deferred_bn, &o->amsgrad,   &o->centered, &o->maximize};
+                 &o->deferred_bn, &o->amsgrad,   &o->centered, &o->maximize,
+                 &o->decoupled};
   for (size_t k = 0; k < ARRAY_LEN(names); k++) {
     size_t n = strlen(names[k]);
     if (strncmp(a, names[k], n) == 0 && (a[n] == '=' || !a[n])) {
@@ -342,10 +348,25 @@ static int parse_train_args(int argc, char **argv, TrainArgs *o) {
 /* The API's options from the flags; false after printing why. */
 static bool train_options(const TrainArgs *a, dlc_train_options *o) {
   if (dlc_train_options_init(o, a->optimizer) != DLC_OK) {
-    fprintf(stderr, "dlcc: error: unknown optimizer '%s' (expected sgd, adam, adamw, rmsprop or adagrad)\n",
-            a->optimizer);
+    fprintf(stderr, "dlcc: error: unknown optimizer '%s' (expected %s)\n", a->optimizer, optim_names());
     return false;
   }
+  /* A flag of another kind would be dropped without a word. */
+  static const struct {
+    const char *flag, *kinds, *says;
+  } own[] = {{"--betas", " adam adamw adamax radam nadam ", "adam, adamw, adamax, radam and nadam"},
+             {"--alpha", " rmsprop ", "rmsprop"},
+             {"--rho", " adadelta ", "adadelta"},
+             {"--momentum-decay", " nadam ", "nadam"},
+             {"--decoupled-weight-decay", " radam nadam ", "radam and nadam"}};
+  bool given[] = {a->set_betas, a->set_alpha, a->set_rho, a->set_momentum_decay, a->decoupled};
+  char word[32];
+  snprintf(word, sizeof word, " %s ", a->optimizer);
+  for (size_t k = 0; k < ARRAY_LEN(own); k++)
+    if (given[k] && !strstr(own[k].kinds, word)) {
+      fprintf(stderr, "dlcc: error: %s is for --optimizer=%s, not %s\n", own[k].flag, own[k].says, a->optimizer);
+      return false;
+    }
   o->model = a->api;
   o->loss = a->loss.name;
   o->loss_output = a->loss.output;
@@ -367,6 +388,9 @@ static bool train_options(const TrainArgs *a, dlc_train_options *o) {
   if (a->set_eps) opt->eps = a->eps;
   if (a->set_betas) opt->beta1 = a->beta1, opt->beta2 = a->beta2;
   if (a->set_alpha) opt->alpha = a->alpha;
+  if (a->set_rho) opt->rho = a->rho;
+  if (a->set_momentum_decay) opt->momentum_decay = a->momentum_decay;
+  opt->decoupled_weight_decay = a->decoupled;
   opt->nesterov = a->nesterov;
   opt->amsgrad = a->amsgrad;
   opt->centered = a->centered;
@@ -1122,8 +1146,12 @@ static bool setup(Run *r) {
     fprintf(stderr, "dlcc: error: %s\n", err);
     return false;
   }
-  if (r->sched.kind == SCHED_ONECYCLE && strcmp(a->optimizer, "adagrad") == 0) {
-    fputs("dlcc: error: --schedule=onecycle cycles the momentum: adagrad has none\n", stderr);
+  static const char *const cycled[] = {"sgd", "adam", "adamw", "rmsprop"};
+  bool cycles = false;
+  for (size_t k = 0; k < ARRAY_LEN(cycled); k++) cycles |= strcmp(a->optimizer, cycled[k]) == 0;
+  if (r->sched.kind == SCHED_ONECYCLE && !cycles) {
+    fprintf(stderr, "dlcc: error: --schedule=onecycle cycles the momentum or beta1, which dlcc does for sgd, "
+            "rmsprop, adam and adamw, not %s\n", a->optimizer);
     return false;
   }
   if (r->sched.kind == SCHED_PLATEAU && !a->val) {

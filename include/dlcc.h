@@ -79,7 +79,7 @@ typedef struct dlc_input_shape {
 } dlc_input_shape;
 
 /* A training step's optimizer (docs/training.md): PyTorch's SGD, Adam,
- * AdamW, RMSprop or Adagrad, whose fields mean what torch.optim's
+ * AdamW, RMSprop, Adagrad, Adamax, Adadelta, RAdam or NAdam, whose fields mean what torch.optim's
  * arguments of the same names do, taken as given (dlc_optimizer_defaults
  * fills PyTorch's defaults; a field another kind's is refused unless it
  * keeps its default).  The step then has the input "dlcc.lr" (f32, one value:
@@ -87,7 +87,7 @@ typedef struct dlc_input_shape {
  * parameter and its state (dlcc.optim.NAME.exp_avg, ...), and counts
  * its steps in the parameter "dlcc.optim.step". */
 typedef struct dlc_optimizer {
-  const char *kind; /* "sgd", "adam", "adamw", "rmsprop" or "adagrad" */
+  const char *kind; /* "sgd", "adam", "adamw", "rmsprop", "adagrad", "adamax", "adadelta", "radam", "nadam" */
   double momentum, dampening; /* momentum: SGD's and RMSprop's */
   int nesterov;
   double weight_decay;
@@ -121,8 +121,11 @@ typedef struct dlc_optimizer {
   double alpha; /* RMSprop, with centered */
   int centered;
   double lr_decay, initial_accumulator_value; /* Adagrad */
+  double rho;                 /* Adadelta */
+  double momentum_decay;      /* NAdam */
+  int decoupled_weight_decay; /* RAdam, NAdam: weight decay as AdamW's */
   /* nonzero: the momentum (SGD, RMSprop, which need one > 0) or beta1
-   * (Adam, AdamW) is the f32 input "dlcc.momentum", set before each step
+   * (Adam, AdamW; not the others) is the f32 input "dlcc.momentum", set before each step
    * (dlc_train_set_momentum), as OneCycleLR cycles it */
   int momentum_input;
   /* comma-separated names or shell patterns ("*.bias,*norm*") of the

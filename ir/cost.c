@@ -361,6 +361,15 @@ static double flops_of(const Node *n) {
       if (strcmp(kind, "rmsprop") == 0)
         return (12 + clip + 5 * (ir_attr_int(n, "centered") != 0) + (ir_attr_float(n, "momentum") > 0)) * nx;
       if (strcmp(kind, "adagrad") == 0) return (14 + clip) * nx;
+      /* adamax: the moment's lerp 3, the max's 3, the step's 3; adadelta:
+       * the averages' 8, the two roots and their adds 4, the ratio's 2, the
+       * step's 2; radam and nadam: the moments' 8, the denominator's 3, the
+       * step's 4 (nadam's two steps 6); each with the scale, the decay's 2
+       * and about 20 scalar double operations a thread for the per-step
+       * factors (pow's counted as 8) */
+      if (strcmp(kind, "adamax") == 0) return (12 + 20 + clip) * nx;
+      if (strcmp(kind, "adadelta") == 0) return (19 + clip) * nx;
+      if (strcmp(kind, "radam") == 0 || strcmp(kind, "nadam") == 0) return (18 + 20 + clip) * nx;
       return (21 + clip + (ir_attr_int(n, "amsgrad") != 0)) * nx;
     }
     case RULE_RESIZE_GRAD:

@@ -175,15 +175,28 @@ bool ir_eval_train_op(const Node *n, Tensor *const *in, Tensor *out, char *err, 
 /* optim_update's states (ops.def) for kind with its options: their
  * keys, PyTorch's names in its optimizer's state ("exp_avg", ...), in
  * operand order into keys, their count returned; -1 for a kind that is
- * not "sgd", "adam", "adamw", "rmsprop" or "adagrad". */
+ * not "sgd", "adam", "adamw", "rmsprop", "adagrad", "adamax",
+ * "adadelta", "radam" or "nadam". */
 enum { IR_OPTIM_MAX_STATES = 3 };
 int ir_optim_states(const char *kind, double momentum, bool amsgrad, bool centered,
                     const char *keys[IR_OPTIM_MAX_STATES]);
 /* The same for optim_update n, from its attributes. */
 int ir_optim_node_states(const Node *n, const char *keys[IR_OPTIM_MAX_STATES]);
 /* The operand index of optim_update n's first state: 5, or 6 after a
- * momentum operand (momentum_input). */
+ * momentum operand (momentum_input) or NAdam's mu_product. */
 int ir_optim_first_state(const Node *n);
+/* The per-step scalars of optim_update n at rate lr and step t that
+ * PyTorch computes as Python floats (double), each rounded to f32 as a
+ * tensor op rounds its scalar: 1 - beta^t for beta1 and beta2 and the
+ * root of the second; Adamax's -lr / (1 - beta1^t) (c1); RAdam's
+ * rectification (rect, when rectify: rho_t > 5); NAdam's coefficients
+ * of the gradient and of exp_avg (c1, c2) from its momentum schedule
+ * and mu_product (the product through this step). */
+typedef struct IrOptimScalars {
+  float bc1, bc2, sqrt_bc2, rect, c1, c2;
+  bool rectify;
+} IrOptimScalars;
+void ir_optim_scalars(const Node *n, float lr, float t, float mu_product, IrOptimScalars *s);
 /* Adam's bias correction 1 - beta^t in f32, as exact as PyTorch's,
  * which computes it in double: 1 - powf((float)beta, t) would carry
  * beta's rounding to f32 (0.999 is off by 1.3e-8, which is 1.3e-5 of

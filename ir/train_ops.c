@@ -319,6 +319,15 @@ int ir_optim_states(const char *kind, double momentum, bool amsgrad, bool center
     if (centered) keys[n++] = "grad_avg";
   } else if (strcmp(kind, "adagrad") == 0) {
     keys[n++] = "sum";
+  } else if (strcmp(kind, "adamax") == 0) {
+    keys[n++] = "exp_avg";
+    keys[n++] = "exp_inf";
+  } else if (strcmp(kind, "adadelta") == 0) {
+    keys[n++] = "square_avg";
+    keys[n++] = "acc_delta";
+  } else if (strcmp(kind, "radam") == 0 || strcmp(kind, "nadam") == 0) {
+    keys[n++] = "exp_avg";
+    keys[n++] = "exp_avg_sq";
   } else {
     return -1;
   }
@@ -334,8 +343,9 @@ int ir_optim_node_states(const Node *n, const char *keys[IR_OPTIM_MAX_STATES]) {
 }
 
 int ir_optim_first_state(const Node *n) {
-  const Attr *a = ir_attr(n, "momentum_input");
-  return 5 + (a && a->kind == AK_INT && a->i != 0);
+  const Attr *a = ir_attr(n, "momentum_input"), *kind = ir_attr(n, "kind");
+  bool nadam = kind && kind->kind == AK_STR && strcmp(kind->s, "nadam") == 0;
+  return 5 + ((a && a->kind == AK_INT && a->i != 0) || nadam);
 }
 
 /* -expm1(y) by Kahan's (e^y - 1) y / log(e^y). */
@@ -349,6 +359,30 @@ static float one_minus_exp(float y) {
 float ir_bias_correction(double beta, float t) { return beta == 0 ? 1 : one_minus_exp(t * (float)log(beta)); }
 
 float ir_bias_correction_f(float beta, float t) { return one_minus_exp(t * logf(beta)); }
+
+/* torch.lerp(a, b, w) in f32, as PyTorch's CPU kernel computes it. */
+static float lerp(float a, float b, float w) { return fabsf(w) < 0.5f ? a + w * (b - a) : b - (b - a) * (1 - w); }
+
+/* torch.maximum: NaN from either. */
+static float nan_max(float a, float b) { return isnan(a) || isnan(b) ? a + b : a > b ? a : b; }
+
+void ir_optim_scalars(const Node *n, float lr, float t, float mu_product, IrOptimScalars *s) {
+  const char *kind = ir_attr_str(n, "kind");
+  double beta1 = ir_attr_float(n, "beta1"), beta2 = ir_attr_float(n, "beta2"), md = ir_attr_float(n, "momentum_decay");
+  double td = t, bc1 = 1 - pow(beta1, td), bc2 = 1 - pow(beta2, td);
+  *s = (IrOptimScalars){.bc1 = (float)bc1, .bc2 = (float)bc2, .sqrt_bc2 = (float)sqrt(bc2), .rect = 1};
+  if (strcmp(kind, "adamax") == 0) s->c1 = (float)(-(double)lr / bc1);
+  if (strcmp(kind, "radam") == 0) {
+    double rho_inf = 2 / (1 - beta2) - 1, rho_t = rho_inf - 2 * td * pow(beta2, td) / bc2;
+    s->rectify = rho_t > 5;
+    if (s->rectify) s->rect = (float)sqrt((rho_t - 4) * (rho_t - 2) * rho_inf / ((rho_inf - 4) * (rho_inf - 2) * rho_t));
+  }
+  if (strcmp(kind, "nadam") == 0) {
+    double mu = beta1 * (1 - 0.5 * pow(0.96, td * md)), mu_next = beta1 * (1 - 0.5 * pow(0.96, (td + 1) * md));
+    s->c1 = (float)(-(double)lr * (1 - mu) / (1 - (double)mu_product));
+    s->c2 = (float)(-(double)lr * mu_next / (1 - (double)mu_product * mu_next));
+  }
+}
 
 /* optim_update (ops.def) in f32, each operation rounded as PyTorch's
  * tensor ops round it; codegen/lower_train.c computes the same. */
@@ -366,7 +400,11 @@ static void eval_optim_update(const Node *n, Tensor *const *in, Tensor *out) {
   double beta1 = ir_attr_float(n, "beta1"), beta2 = ir_attr_float(n, "beta2"), alpha = ir_attr_float(n, "alpha");
   float b1 = (float)beta1, b2 = (float)beta2, one_b1 = (float)(1 - beta1), one_b2 = (float)(1 - beta2);
   float bc1 = ir_bias_correction(beta1, t);
-  if (first > 5) { /* this step's momentum or beta1 */
+  bool adamax = strcmp(kind, "adamax") == 0, adadelta = strcmp(kind, "adadelta") == 0;
+  bool radam = strcmp(kind, "radam") == 0, nadam = strcmp(kind, "nadam") == 0;
+  IrOptimScalars sc;
+  ir_optim_scalars(n, lr, t, nadam ? *(const float *)in[5]->data : 1, &sc);
+  if (first > 5 && !nadam) { /* this step's momentum or beta1 */
     mom = b1 = *(const float *)in[5]->data;
     one_b1 = 1 - b1;
     bc1 = ir_bias_correction_f(b1, t);
@@ -378,6 +416,9 @@ static void eval_optim_update(const Node *n, Tensor *const *in, Tensor *out) {
   bool sgd = strcmp(kind, "sgd") == 0, adamw = strcmp(kind, "adamw") == 0, rmsprop = strcmp(kind, "rmsprop") == 0;
   bool adagrad = strcmp(kind, "adagrad") == 0;
   bool has_buffer = rmsprop && ir_attr_float(n, "momentum") > 0; /* rmsprop's momentum_buffer */
+  bool decoupled = adamw || ir_attr_int(n, "decoupled");
+  float rho = (float)ir_attr_float(n, "rho"), one_rho = (float)(1 - ir_attr_float(n, "rho"));
+  float decoupled_decay = (float)(1 - (double)lr * ir_attr_float(n, "weight_decay"));
   float decay = 1 - lr * wd, step_size = lr / bc1;
   float bc2_sqrt = sqrtf(ir_bias_correction(beta2, t));
   float clr = lr / (1 + (t - 1) * (float)ir_attr_float(n, "lr_decay"));
@@ -393,8 +434,33 @@ static void eval_optim_update(const Node *n, Tensor *const *in, Tensor *out) {
     float pi = p[i], gi = g[i] * scale;
     if (clipv > 0) gi = gi < -clipv ? -clipv : gi > clipv ? clipv : gi; /* torch.clamp: NaN stays */
     if (maximize) gi = -gi;
-    if (wd != 0 && !adamw) gi = gi + wd * pi;
-    if (sgd) {
+    if (wd != 0 && !decoupled) gi = gi + wd * pi;
+    if (wd != 0 && decoupled && !adamw) pi = pi * decoupled_decay;
+    if (adamax) {
+      float m = lerp(st[0][i], gi, one_b1), u = nan_max(st[1][i] * b2, fabsf(gi) + eps);
+      so[0][i] = m;
+      so[1][i] = u;
+      np[i] = pi + sc.c1 * (m / u);
+    } else if (adadelta) {
+      float s = st[0][i] * rho + one_rho * gi * gi;
+      float delta = sqrtf(st[1][i] + eps) / sqrtf(s + eps) * gi;
+      so[0][i] = s;
+      so[1][i] = st[1][i] * rho + one_rho * delta * delta;
+      np[i] = pi + -lr * delta;
+    } else if (radam || nadam) {
+      float m = lerp(st[0][i], gi, one_b1), v = st[1][i] * b2 + one_b2 * gi * gi;
+      so[0][i] = m;
+      so[1][i] = v;
+      if (nadam) {
+        float denom = sqrtf(v / sc.bc2) + eps;
+        np[i] = pi + sc.c1 * (gi / denom);
+        np[i] = np[i] + sc.c2 * (m / denom);
+      } else {
+        float step = m / sc.bc1 * lr;
+        if (sc.rectify) step = step * (sc.sqrt_bc2 / (sqrtf(v) + eps)) * sc.rect;
+        np[i] = pi - step;
+      }
+    } else if (sgd) {
       if (n_states) {
         float b = t <= 1 ? gi : st[0][i] * mom + gi * damp;
         so[0][i] = b;
@@ -429,8 +495,7 @@ static void eval_optim_update(const Node *n, Tensor *const *in, Tensor *out) {
       so[0][i] = m;
       so[1][i] = v;
       if (amsgrad) {
-        float u = st[2][i]; /* torch.maximum: NaN from either */
-        so[2][i] = v = isnan(u) || isnan(v) ? u + v : u > v ? u : v;
+        so[2][i] = v = nan_max(st[2][i], v);
       }
       np[i] = pi - m / (sqrtf(v) / bc2_sqrt + eps) * step_size;
     }

@@ -5,6 +5,7 @@
  * an update output, computed by PyTorch's single-tensor rules
  * (torch.optim's foreach=False) from the f32 input dlcc.lr and the step
  * counter dlcc.optim.step. */
+#include <stdio.h>
 #include <string.h>
 
 #include "ir/eval.h"
@@ -14,15 +15,42 @@
 #include "passes/optim.h"
 
 OptimSpec optim_spec_default(OptimKind kind) {
-  OptimSpec o = {.kind = kind, .beta1 = 0.9, .beta2 = 0.999, .alpha = 0.99};
-  if (kind != OPTIM_SGD) o.eps = kind == OPTIM_ADAGRAD ? 1e-10 : 1e-8;
+  OptimSpec o = {.kind = kind, .beta1 = 0.9, .beta2 = 0.999, .alpha = 0.99, .rho = 0.9, .momentum_decay = 4e-3};
+  if (kind != OPTIM_SGD) o.eps = kind == OPTIM_ADAGRAD ? 1e-10 : kind == OPTIM_ADADELTA ? 1e-6 : 1e-8;
   if (kind == OPTIM_ADAMW) o.weight_decay = 0.01;
   return o;
 }
 
-double optim_default_lr(OptimKind kind) { return kind == OPTIM_RMSPROP || kind == OPTIM_ADAGRAD ? 1e-2 : 1e-3; }
+double optim_default_lr(OptimKind kind) {
+  switch (kind) {
+    case OPTIM_RMSPROP:
+    case OPTIM_ADAGRAD: return 1e-2;
+    case OPTIM_ADAMAX:
+    case OPTIM_NADAM: return 2e-3;
+    case OPTIM_ADADELTA: return 1;
+    default: return 1e-3;
+  }
+}
 
-static const char *const kind_names[OPTIM_COUNT] = {"sgd", "adam", "adamw", "rmsprop", "adagrad"};
+static const char *const kind_names[OPTIM_COUNT] = {"sgd",     "adam",     "adamw", "rmsprop", "adagrad",
+                                                    "adamax",  "adadelta", "radam", "nadam"};
+
+const char *optim_names(void) {
+  static char list[128];
+  if (!list[0]) {
+    size_t at = 0;
+    for (int k = 0; k < OPTIM_COUNT; k++)
+      at += (size_t)snprintf(list + at, sizeof list - at, "%s%s", k == 0 ? "" : k == OPTIM_COUNT - 1 ? " or " : ", ",
+                             kind_names[k]);
+  }
+  return list;
+}
+
+/* Whether kind has Adam's betas. */
+static bool has_betas(OptimKind kind) {
+  return kind == OPTIM_ADAM || kind == OPTIM_ADAMW || kind == OPTIM_ADAMAX || kind == OPTIM_RADAM ||
+         kind == OPTIM_NADAM;
+}
 
 bool optim_from_name(const char *name, OptimKind *out) {
   for (int k = 0; k < OPTIM_COUNT; k++)
@@ -42,6 +70,7 @@ typedef struct Step {
   Value *momentum; /* dlcc.momentum (OptimSpec.momentum_input); else NULL */
   Value *step1; /* dlcc.optim.step + 1: this step's number, from 1 */
   Value *scale; /* the gradients' scale: clip_grad_norm's, or 1; times 1 / the loss scale */
+  Value *mu_product; /* NAdam's through this step (OPTIM_MU_PRODUCT_PARAM's update); else NULL */
   Value *found_inf; /* loss scaling: bool, a gradient holds inf or NaN; else NULL */
   bool *parted;     /* by gradient: this tensor-parallel rank holds a part of it (OptimSpec.tp_parts) */
   bool *no_decay;   /* by gradient: its param takes no weight decay (OptimSpec.no_decay) */
@@ -86,8 +115,8 @@ static void update(Step *s, const char *name, Value *p, Value *grad, bool no_dec
   bool adam = o->kind == OPTIM_ADAM || o->kind == OPTIM_ADAMW;
   int n_states = ir_optim_states(optim_name(o->kind), o->momentum, adam && o->amsgrad,
                                  o->kind == OPTIM_RMSPROP && o->centered, keys);
-  Value *in[6 + IR_OPTIM_MAX_STATES] = {p, grad, s->lr, s->step1, s->scale, s->momentum};
-  int first = 5 + (s->momentum != NULL);
+  Value *in[6 + IR_OPTIM_MAX_STATES] = {p, grad, s->lr, s->step1, s->scale, s->momentum ? s->momentum : s->mu_product};
+  int first = 5 + (s->momentum || s->mu_product);
   const char *names[IR_OPTIM_MAX_STATES];
   for (int k = 0; k < n_states; k++) {
     in[first + k] = state(s, name, keys[k], &p->type, &names[k]);
@@ -107,11 +136,14 @@ static void update(Step *s, const char *name, Value *p, Value *grad, bool no_dec
   if (o->maximize) ir_set_int(s->g, n, "maximize", 1);
   if (o->clip_grad_value > 0) ir_set_float(s->g, n, "clip_value", o->clip_grad_value);
   if (!sgd) ir_set_float(s->g, n, "eps", o->eps);
-  if (adam) {
+  if (has_betas(o->kind)) {
     ir_set_float(s->g, n, "beta1", o->beta1);
     ir_set_float(s->g, n, "beta2", o->beta2);
     if (o->amsgrad) ir_set_int(s->g, n, "amsgrad", 1);
   }
+  if (o->kind == OPTIM_ADADELTA) ir_set_float(s->g, n, "rho", o->rho);
+  if (o->kind == OPTIM_NADAM) ir_set_float(s->g, n, "momentum_decay", o->momentum_decay);
+  if (o->decoupled_weight_decay) ir_set_int(s->g, n, "decoupled", 1);
   if (rms) {
     ir_set_float(s->g, n, "alpha", o->alpha);
     if (o->centered) ir_set_int(s->g, n, "centered", 1);
@@ -134,8 +166,10 @@ static bool check_spec(Ctx *c, const OptimSpec *o) {
   else if ((o->kind == OPTIM_SGD || o->kind == OPTIM_RMSPROP) && !(o->momentum >= 0)) bad = "momentum must be >= 0";
   else if (o->kind == OPTIM_SGD && o->nesterov && (o->momentum <= 0 || o->dampening != 0))
     bad = "nesterov needs a momentum and zero dampening";
-  else if (adam && !(o->beta1 >= 0 && o->beta1 < 1 && o->beta2 >= 0 && o->beta2 < 1))
+  else if (has_betas(o->kind) && !(o->beta1 >= 0 && o->beta1 < 1 && o->beta2 >= 0 && o->beta2 < 1))
     bad = "betas must be in [0, 1)";
+  else if (o->kind == OPTIM_ADADELTA && !(o->rho >= 0 && o->rho <= 1)) bad = "rho must be in [0, 1]";
+  else if (o->kind == OPTIM_NADAM && !(o->momentum_decay >= 0)) bad = "momentum_decay must be >= 0";
   else if (o->kind != OPTIM_SGD && !(o->eps >= 0)) bad = "eps must be >= 0";
   else if (o->kind == OPTIM_RMSPROP && !(o->alpha >= 0)) bad = "alpha must be >= 0";
   else if (o->kind == OPTIM_ADAGRAD && !(o->lr_decay >= 0)) bad = "lr_decay must be >= 0";
@@ -144,13 +178,15 @@ static bool check_spec(Ctx *c, const OptimSpec *o) {
   /* options of another kind would be dropped without a word */
   else if (o->amsgrad && !adam) bad = "amsgrad is Adam's and AdamW's";
   else if (o->centered && o->kind != OPTIM_RMSPROP) bad = "centered is RMSprop's";
+  else if (o->decoupled_weight_decay && o->kind != OPTIM_RADAM && o->kind != OPTIM_NADAM)
+    bad = "decoupled_weight_decay is RAdam's and NAdam's (AdamW is Adam's)";
   else if ((o->lr_decay != 0 || o->initial_accumulator_value != 0) && o->kind != OPTIM_ADAGRAD)
     bad = "lr_decay and initial_accumulator_value are Adagrad's";
   else if (o->kind != OPTIM_SGD && o->kind != OPTIM_RMSPROP && o->momentum != 0)
     bad = "momentum is SGD's and RMSprop's";
   else if (o->kind != OPTIM_SGD && (o->dampening != 0 || o->nesterov)) bad = "dampening and nesterov are SGD's";
-  else if (o->momentum_input && (o->kind == OPTIM_ADAGRAD || ((o->kind == OPTIM_SGD || o->kind == OPTIM_RMSPROP) &&
-                                                             !(o->momentum > 0))))
+  else if (o->momentum_input && (o->kind > OPTIM_RMSPROP || ((o->kind == OPTIM_SGD || o->kind == OPTIM_RMSPROP) &&
+                                                            !(o->momentum > 0))))
     bad = "a momentum set each step needs a momentum (SGD, RMSprop) or beta1 (Adam, AdamW)";
   if (bad) diag_error(c, (SrcLoc){0}, "%s: %s", optim_name(o->kind), bad);
   return !bad;
@@ -305,6 +341,36 @@ static void shared(Step *s, Value *step, int n_grads, Value *const *grads) {
   if (inv) s->scale = op2(s, OP_ADD, op2(s, OP_MUL, s->scale, inv), z);
 }
 
+static Value *cast(Step *s, Value *x, DType to) {
+  Node *n = ir_node_new(s->g, OP_CAST, 1, &x, s->at);
+  ir_set_dtype(s->g, n, "to", to);
+  return ir_grad_node(s->g, n);
+}
+
+/* NAdam's product of momentums through this step: PyTorch's f32 state
+ * times mu_t = beta1 (1 - 0.96^(t momentum_decay) / 2), mu_t computed
+ * in double as its Python floats are, then rounded to f32 as the tensor
+ * op rounds it; a skipped step (loss scaling) keeps it. */
+static void nadam_mu_product(Step *s) {
+  const OptimSpec *o = s->o;
+  TensorType scalar = {.dtype = TY_F32};
+  Node *mp = ir_source(s->g, OP_PARAM, &scalar, OPTIM_MU_PRODUCT_PARAM, s->at);
+  ir_set_str(s->g, mp, "init", "fill(1)");
+  Value *t = cast(s, s->step1, TY_F64);
+  Value *decayed = op2(s, OP_POW, ir_grad_scalar(s->g, s->at, 0.96, TY_F64),
+                       op2(s, OP_MUL, t, ir_grad_scalar(s->g, s->at, o->momentum_decay, TY_F64)));
+  Value *mu = op2(s, OP_MUL, ir_grad_scalar(s->g, s->at, o->beta1, TY_F64),
+                  op2(s, OP_SUB, ir_grad_scalar(s->g, s->at, 1, TY_F64),
+                      op2(s, OP_MUL, ir_grad_scalar(s->g, s->at, 0.5, TY_F64), decayed)));
+  s->mu_product = op2(s, OP_MUL, &mp->out[0], cast(s, mu, TY_F32));
+  Value *kept = s->mu_product;
+  if (s->found_inf) {
+    Value *in[3] = {s->found_inf, &mp->out[0], s->mu_product};
+    kept = ir_grad_op(s->g, s->at, OP_WHERE, 3, in);
+  }
+  add_update(s, kept, OPTIM_MU_PRODUCT_PARAM);
+}
+
 /* GradScaler.update: the new loss scale and count of clean steps. */
 static void update_scale(Step *s) {
   Graph *g = s->g;
@@ -380,11 +446,16 @@ bool pass_append_optimizer(Graph *g, const OptimSpec *o) {
                OPTIM_STEP_PARAM);
     return false;
   }
+  if (pass_find_param(g, OPTIM_MU_PRODUCT_PARAM)) {
+    diag_error(c, pass_find_param(g, OPTIM_MU_PRODUCT_PARAM)->loc, "the param '%s' is NAdam's state",
+               OPTIM_MU_PRODUCT_PARAM);
+    return false;
+  }
 
   if (o->data_parallel) all_reduce_buckets(g, n_grads, grads, o->bucket_bytes);
 
   Step s = {.g = g, .o = o, .at = params[0]->loc};
-  int cap = (1 + IR_OPTIM_MAX_STATES) * n_grads + 3;
+  int cap = (1 + IR_OPTIM_MAX_STATES) * n_grads + 4;
   s.new_values = ARENA_ARRAY(&c->arena, Value *, cap);
   s.new_names = ARENA_ARRAY(&c->arena, const char *, cap);
   TensorType scalar = {.dtype = TY_F32};
@@ -408,6 +479,7 @@ bool pass_append_optimizer(Graph *g, const OptimSpec *o) {
     next_step = ir_grad_op(g, s.at, OP_WHERE, 3, in);
     update_scale(&s);
   }
+  if (o->kind == OPTIM_NADAM) nadam_mu_product(&s);
   /* The step's scalars (clip norm, unscaling, the loss scale's update)
    * stay f32 under --precision: 65536 is inf in f16. */
   for (Node *x = scalars_from->next; x; x = x->next) x->keep_f32 = true;

@@ -1,8 +1,8 @@
 /* Optimizers (optim.c, docs/training.md): after autodiff, the update of
  * every trainable parameter and of the optimizer's state, appended to the
  * step's graph as update outputs (ir_set_output_update), with PyTorch's
- * exact rules (torch.optim.SGD, Adam, AdamW, RMSprop, Adagrad;
- * clip_grad_norm_). */
+ * exact rules (torch.optim.SGD, Adam, AdamW, RMSprop, Adagrad, Adamax,
+ * Adadelta, RAdam, NAdam; clip_grad_norm_). */
 #ifndef DLCC_PASSES_OPTIM_H
 #define DLCC_PASSES_OPTIM_H
 
@@ -10,7 +10,18 @@
 
 #include "ir/ir.h"
 
-typedef enum { OPTIM_SGD, OPTIM_ADAM, OPTIM_ADAMW, OPTIM_RMSPROP, OPTIM_ADAGRAD, OPTIM_COUNT } OptimKind;
+typedef enum {
+  OPTIM_SGD,
+  OPTIM_ADAM,
+  OPTIM_ADAMW,
+  OPTIM_RMSPROP,
+  OPTIM_ADAGRAD,
+  OPTIM_ADAMAX,
+  OPTIM_ADADELTA,
+  OPTIM_RADAM,
+  OPTIM_NADAM,
+  OPTIM_COUNT
+} OptimKind;
 
 typedef struct OptimSpec {
   OptimKind kind;
@@ -25,10 +36,19 @@ typedef struct OptimSpec {
   const char *no_decay;
   /* Every kind: the gradient's negation is descended (maximize=True) */
   bool maximize;
-  /* Adam and AdamW (betas; amsgrad: the largest second moment so far
-   * divides), Adam, AdamW, RMSprop and Adagrad (eps) */
+  /* Adam, AdamW, Adamax, RAdam and NAdam (betas); Adam and AdamW
+   * (amsgrad: the largest second moment so far divides); every kind but
+   * SGD (eps) */
   double beta1, beta2, eps;
   bool amsgrad;
+  /* Adadelta: the averages' smoothing */
+  double rho;
+  /* NAdam: the momentum's schedule, mu_t = beta1 (1 - 0.96^(t
+   * momentum_decay) / 2) */
+  double momentum_decay;
+  /* RAdam and NAdam: weight decay as AdamW's, off the param, not added
+   * to the gradient */
+  bool decoupled_weight_decay;
   /* RMSprop: the square average's smoothing; centered: divided by the
    * estimated variance (the gradient's mean taken off) */
   double alpha;
@@ -87,16 +107,21 @@ typedef struct OptimSpec {
 
 #define AMP_GROWTH_INTERVAL 2000
 
-/* PyTorch's defaults for kind (SGD: everything 0; Adam: betas 0.9,
- * 0.999, eps 1e-8, weight decay 0; AdamW: weight decay 0.01; RMSprop:
- * alpha 0.99, eps 1e-8; Adagrad: eps 1e-10). */
+/* PyTorch's defaults for kind (SGD: everything 0; Adam, Adamax, RAdam,
+ * NAdam: betas 0.9, 0.999, eps 1e-8, weight decay 0; AdamW: weight
+ * decay 0.01; RMSprop: alpha 0.99, eps 1e-8; Adagrad: eps 1e-10;
+ * Adadelta: rho 0.9, eps 1e-6; NAdam: momentum_decay 4e-3). */
 OptimSpec optim_spec_default(OptimKind kind);
 /* torch.optim's default learning rate for kind: 1e-2 for RMSprop and
- * Adagrad, 1e-3 for the others. */
+ * Adagrad, 2e-3 for Adamax and NAdam, 1 for Adadelta, 1e-3 for the
+ * others. */
 double optim_default_lr(OptimKind kind);
-/* "sgd", "adam", "adamw", "rmsprop", "adagrad"; false when unknown. */
+/* "sgd", "adam", "adamw", "rmsprop", "adagrad", "adamax", "adadelta",
+ * "radam", "nadam"; false when unknown. */
 bool optim_from_name(const char *name, OptimKind *out);
 const char *optim_name(OptimKind kind);
+/* "sgd, adam, ... or nadam": every kind, for messages. */
+const char *optim_names(void);
 
 /* The learning rate is the f32 scalar input OPTIM_LR_INPUT, set by the
  * host before each step (schedules are the host's); the step counter
@@ -107,13 +132,18 @@ const char *optim_name(OptimKind kind);
 #define OPTIM_SUMSQ_INPUT "dlcc.optim.grad_sumsq"
 #define OPTIM_NONFINITE_INPUT "dlcc.optim.nonfinite"
 #define OPTIM_STEP_PARAM "dlcc.optim.step"
+/* NAdam's product of its momentums so far (f32 scalar, 1 before the
+ * first step): PyTorch's state "mu_product", the same for every param
+ * as they all step together, so one for the model. */
+#define OPTIM_MU_PRODUCT_PARAM "dlcc.optim.mu_product"
 
 /* Rewrites g, the output of pass_autodiff (NAME.grad outputs after the
  * model's), so that one run is a whole training step: each trainable
  * param NAME gets an output updating it, and its state params outputs
  * updating them: "dlcc.optim.NAME.KEY", KEY PyTorch's state key
  * ("momentum_buffer", "exp_avg", "exp_avg_sq", "max_exp_avg_sq",
- * "square_avg", "grad_avg", "sum": ir_optim_states).  Under the "dlcc." prefix they start at 0 when a weights
+ * "square_avg", "grad_avg", "sum", "exp_inf", "acc_delta":
+ * ir_optim_states).  Under the "dlcc." prefix they start at 0 when a weights
  * file lacks them (api/weights.c), so a PyTorch state_dict still loads
  * and a checkpoint that has them resumes exactly.  False after reporting
  * errors to g->ctx. */

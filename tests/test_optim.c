@@ -48,7 +48,8 @@ static dlc_optimizer optimizer_of(const RefRun *r) {
                          .amsgrad = r->amsgrad, .alpha = r->alpha, .centered = r->centered,
                          .lr_decay = r->lr_decay, .initial_accumulator_value = r->init_acc,
                          .momentum_input = r->momentum_input, .no_decay = r->no_decay,
-                         .clip_grad_value = r->clip_value};
+                         .clip_grad_value = r->clip_value, .rho = r->rho, .momentum_decay = r->momentum_decay,
+                         .decoupled_weight_decay = r->decoupled};
 }
 
 static const char *precision; /* compile_step's, NULL: f32 */
@@ -218,7 +219,9 @@ START_TEST(test_one_launch) {
       OptimSpec o = optim_spec_default((OptimKind)kind);
       if (kind == OPTIM_SGD || kind == OPTIM_RMSPROP) o.momentum = 0.9;
       Graph *g = step_graph(&c, model ? deep : mlp, &o);
-      int want = (model ? 10 : 4) * (kind == OPTIM_SGD || kind == OPTIM_ADAGRAD ? 2 : 3) + 1, updates;
+      /* each param and its states, the step counter, NAdam's mu_product */
+      int want = (model ? 10 : 4) * (kind == OPTIM_SGD || kind == OPTIM_ADAGRAD ? 2 : 3) + 1 + (kind == OPTIM_NADAM);
+      int updates;
       for (int copies = 0; copies < 2; copies++) {
         CgResult cg;
         ck_assert_msg(cg_compile_opts(g, &(CgOptions){.no_update_in_place = copies}, &cg), "%s", diag_text(&c));
@@ -482,7 +485,8 @@ START_TEST(test_spec_errors) {
   dlc_options opt = {.backend = "ref", .grad = 1, .optimizer = &bad};
   dlc_model *m = NULL;
   ck_assert_int_eq(dlc_compile_string("m.dl", mlp, &opt, &m), DLC_ERR_COMPILE);
-  ck_assert_msg(strstr(dlc_error(m), "unknown optimizer 'lion' (expected sgd, adam, adamw, rmsprop or adagrad)"), "%s",
+  ck_assert_msg(strstr(dlc_error(m), "unknown optimizer 'lion' (expected sgd, adam, adamw, rmsprop, adagrad, adamax, "
+                                       "adadelta, radam or nadam)"), "%s",
                 dlc_error(m));
   dlc_free(m);
 }
@@ -604,6 +608,38 @@ START_TEST(test_adam_constant_gradient) {
 }
 END_TEST
 
+/* RAdam's rectification, which starts at step 6 (rho_t > 5): with a
+ * gradient that stays 1 the bias-corrected moment is 1 and the adaptive
+ * rate 1 / (1 + eps / sqrt(v)), so step t moves the weight by lr, or by
+ * lr times the rectification term from step 6, on ref and emu. */
+START_TEST(test_radam_rectified) {
+  static const char one[] = "model one(x: f32[1, 1]) -> f32[] {\n  return sum(linear(x, 1, bias=false) as fc)\n}\n";
+  static const char *const backends[] = {"ref", "emu"};
+  double rho_inf = 2 / (1 - 0.999) - 1, want = 0.25;
+  for (int t = 1; t <= 8; t++) {
+    double bc2 = 1 - pow(0.999, t), rho_t = rho_inf - 2 * t * pow(0.999, t) / bc2;
+    double rect = sqrt((rho_t - 4) * (rho_t - 2) * rho_inf / ((rho_inf - 4) * (rho_inf - 2) * rho_t));
+    want -= 0.5 * (rho_t > 5 ? rect / (1 + 1e-8 / sqrt(bc2)) : 1);
+    ck_assert((rho_t > 5) == (t >= 6));
+  }
+  for (int b = 0; b < 2; b++) {
+    dlc_optimizer o;
+    ck_assert_int_eq(dlc_optimizer_defaults("radam", &o), DLC_OK);
+    dlc_model *m = compile_step(one, backends[b], &o);
+    float w = 0.25f, x = 1, lr = 0.5f;
+    ck_assert_int_eq(dlc_set_weight(m, "fc.weight", &w, sizeof w), DLC_OK);
+    for (int s = 0; s < 8; s++) {
+      set_floats(m, "x", &x, 1);
+      set_floats(m, OPTIM_LR_INPUT, &lr, 1);
+      ck_assert_msg(dlc_run(m) == DLC_OK, "%s", dlc_error(m));
+    }
+    ck_assert_int_eq(dlc_get_weight(m, "fc.weight", &w, sizeof w), DLC_OK);
+    ck_assert_msg(fabs(w - want) <= 2e-6, "%s: %.9g, want %.9g", backends[b], w, want);
+    dlc_free(m);
+  }
+}
+END_TEST
+
 /* A pipeline stage's no_decay names its params exactly whatever their
  * characters (an ONNX model's): each name's pattern, joined into one
  * list and split again, matches that name and no other. */
@@ -671,7 +707,14 @@ START_TEST(test_optim_update_shape) {
   expect_ir_error("%4, %5, %6, %7 = optim_update %0, %1, %2, %2, %1 {kind=\"sgd\"} : f32[3], f32[], f32[], f32[]",
                   "optim_update: operand 5 must be f32[], got f32[3]");
   expect_ir_error("%4, %5, %6, %7 = optim_update %0, %1, %2, %2, %2 {kind=\"lion\"} : f32[3], f32[], f32[], f32[]",
-                  "optim_update: kind must be \"sgd\", \"adam\", \"adamw\", \"rmsprop\" or \"adagrad\", got \"lion\"");
+                  "optim_update: kind must be \"sgd\", \"adam\", \"adamw\", \"rmsprop\", \"adagrad\", \"adamax\", "
+                  "\"adadelta\", \"radam\" or \"nadam\", got \"lion\"");
+  expect_ir_error("%4, %5, %6, %7 = optim_update %0, %1, %2, %2, %2, %2, %3, %3 {kind=\"nadam\", momentum_input=1} : "
+                  "f32[3], f32[3], f32[3], f32[]",
+                  "optim_update: nadam takes no momentum_input (its momentum follows its own schedule)");
+  expect_ir_error("%4, %5, %6, %7 = optim_update %0, %1, %2, %2, %2, %3, %3 {kind=\"nadam\"} : "
+                  "f32[3], f32[3], f32[3], f32[]",
+                  "optim_update: nadam takes 8 operands (p, g, lr, t, scale, mu_product, exp_avg, exp_avg_sq), got 7");
 }
 END_TEST
 
@@ -682,7 +725,8 @@ static const char *const emu_runs[] = {
     "mlp rmsprop_momentum", "mlp adagrad",      "mlp adagrad_decay", "mlp sgd_maximize", "cnn sgd_momentum",
     "cnn adam",         "cnn adamw",            "cnn rmsprop_centered", "cnn adagrad_decay", "mlp sgd_momentum_input",
     "mlp adam_beta1_input", "mlp rmsprop_momentum_input", "cnn adam_beta1_input", "mlp adamw_no_decay",
-    "cnn sgd_no_decay", "mlp sgd_clip_value", "cnn adam_clip_value"};
+    "cnn sgd_no_decay", "mlp sgd_clip_value", "cnn adam_clip_value", "mlp adamax_maximize", "cnn adamax",
+    "mlp adadelta", "cnn adadelta_rho", "mlp radam_decoupled", "cnn radam", "mlp nadam", "cnn nadam_decoupled"};
 
 START_TEST(test_numpy_emu_some) { check_run(ref_run(emu_runs[_i]), "emu"); }
 END_TEST
@@ -704,6 +748,7 @@ static Suite *optim_suite(void) {
   tcase_add_test(t, test_bias_correction);
   tcase_add_test(t, test_exact_name_patterns);
   tcase_add_test(t, test_adam_constant_gradient);
+  tcase_add_test(t, test_radam_rectified);
   tcase_add_test(t, test_bf16_master_weights);
   tcase_add_test(t, test_f16_loss_scaled_trajectory);
   tcase_add_loop_test(t, test_f16_overflow_skips, 0, 2);

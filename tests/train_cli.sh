@@ -99,12 +99,14 @@ expect 0 "" "$dlcc" train $A --data "$t/data" --epochs 2 --backend=ref --schedul
 [ "$(grep '"step"' "$tmp/multi.jsonl" | sed 's/.*"lr": \([^}]*\)}/\1/' | tr '\n' ' ')" = \
   "0.05 0.05 0.005 0.005 0.0005 0.0005 " ] || fail "MultiStepLR: $(cat "$tmp/multi.jsonl")"
 
-# RMSprop (centered, with momentum), Adagrad and Adam with amsgrad from
-# the flags: emu's losses ref's, torch.optim's default rate (1e-2 for
-# RMSprop and Adagrad), and the checkpoint holding each state under
-# PyTorch's key; resumed, RMSprop's 2 epochs are one run's, bit for bit.
+# RMSprop (centered, with momentum), Adagrad, Adam with amsgrad,
+# Adamax, Adadelta, RAdam and NAdam from the flags: emu's losses ref's,
+# torch.optim's default rate for the kind, and the checkpoint holding
+# each state under PyTorch's key; resumed, RMSprop's 2 epochs are one
+# run's, bit for bit.
 for o in "rmsprop --centered --momentum=0.9 --alpha=0.9:grad_avg" "adagrad --lr-decay=0.1 --initial-accumulator-value=0.1:sum" \
-  "adam --amsgrad --maximize=false:max_exp_avg_sq"; do
+  "adam --amsgrad --maximize=false:max_exp_avg_sq" "adamax --betas=0.8,0.99:exp_inf" "adadelta --rho=0.8:acc_delta" \
+  "radam --weight-decay=0.1 --decoupled-weight-decay:exp_avg_sq" "nadam --momentum-decay=0.01:exp_avg"; do
   flags=${o%:*} key=${o##*:} name=${o%% *}
   for b in ref emu; do
     expect 0 "" "$dlcc" train "$t/tiny.dl" --batch 8 --loss=cross_entropy --optimizer=$flags --data "$t/data" \
@@ -113,7 +115,7 @@ for o in "rmsprop --centered --momentum=0.9 --alpha=0.9:grad_avg" "adagrad --lr-
   done
   paste "$tmp/$name.ref.l" "$tmp/$name.emu.l" | awk '{ d = $1 - $2; if (d < 0) d = -d; if (d > 1e-5 * $1 + 1e-6) bad++ }
     END { exit bad > 0 || NR != 6 }' || fail "$name: emu's step losses differ from ref's: $(paste "$tmp/$name.ref.l" "$tmp/$name.emu.l")"
-  want_lr=0.01; [ "$name" = adam ] && want_lr=0.001
+  case $name in adam | radam) want_lr=0.001 ;; adamax | nadam) want_lr=0.002 ;; adadelta) want_lr=1 ;; *) want_lr=0.01 ;; esac
   grep -q "\"step\": 1, .*\"lr\": $want_lr}" "$tmp/$name.ref.jsonl" || fail "$name's default rate: $(head -1 "$tmp/$name.ref.jsonl")"
   head -c 3000 "$tmp/$name.ref.ckpt.safetensors" | grep -q "\"dlcc.optim.fc2.bias.$key\"" ||
     fail "$name: the checkpoint lacks dlcc.optim.fc2.bias.$key"
@@ -123,6 +125,14 @@ expect 0 "" "$dlcc" train "$t/tiny.dl" --batch 8 --loss=cross_entropy --optimize
 expect 0 "" "$dlcc" train "$t/tiny.dl" --batch 8 --loss=cross_entropy --optimizer=rmsprop --centered --momentum=0.9 \
   --alpha=0.9 --data "$t/data" --epochs 1 --backend=emu --resume "$tmp/rms1.ckpt.safetensors" --save "$tmp/rms2.safetensors"
 cmp -s "$tmp/rmsprop.emu.safetensors" "$tmp/rms2.safetensors" || fail "resumed RMSprop differs from one run's"
+head -c 3000 "$tmp/nadam.ref.ckpt.safetensors" | grep -q '"dlcc.optim.mu_product"' ||
+  fail "nadam: the checkpoint lacks dlcc.optim.mu_product"
+expect 1 "dlcc: error: --rho is for --optimizer=adadelta, not adam" "$dlcc" train "$t/tiny.dl" --batch 8 \
+  --loss=cross_entropy --data "$t/data" --optimizer=adam --rho=0.9
+expect 1 "dlcc: error: --decoupled-weight-decay is for --optimizer=radam and nadam, not adamw" "$dlcc" train \
+  "$t/tiny.dl" --batch 8 --loss=cross_entropy --data "$t/data" --optimizer=adamw --decoupled-weight-decay
+expect 1 "dlcc: error: --schedule=onecycle cycles the momentum or beta1, which dlcc does for sgd, rmsprop, adam and adamw, not nadam" \
+  "$dlcc" train "$t/tiny.dl" --batch 8 --loss=cross_entropy --data "$t/data" --optimizer=nadam --schedule=onecycle
 expect 1 "dlcc: error: sgd: amsgrad is Adam's and AdamW's" "$dlcc" train "$t/tiny.dl" --batch 8 --loss=cross_entropy \
   --data "$t/data" --amsgrad
 expect 1 "dlcc: error: adam: momentum is SGD's and RMSprop's" "$dlcc" train "$t/tiny.dl" --batch 8 \
@@ -173,7 +183,7 @@ done
   fail "OneCycleLR: $(cat "$tmp/oc.ref.jsonl")"
 paste "$tmp/oc.ref.l" "$tmp/oc.emu.l" | awk '{ d = $1 - $2; if (d < 0) d = -d; if (d > 1e-5 * $1 + 1e-6) bad++ }
   END { exit bad > 0 || NR != 6 }' || fail "OneCycleLR: emu's losses differ from ref's: $(paste "$tmp/oc.ref.l" "$tmp/oc.emu.l")"
-expect 1 "dlcc: error: --schedule=onecycle cycles the momentum: adagrad has none" "$dlcc" train "$t/tiny.dl" \
+expect 1 "dlcc: error: --schedule=onecycle cycles the momentum or beta1, which dlcc does for sgd, rmsprop, adam and adamw, not adagrad" "$dlcc" train "$t/tiny.dl" \
   --batch 8 --loss=cross_entropy --data "$t/data" --optimizer=adagrad --schedule=onecycle
 
 # The loss's options: class weights of 1 are no weights (to rounding);
@@ -301,7 +311,7 @@ expect 1 "dlcc: error: $t/data has 22 samples, fewer than one batch of 30, and -
 expect 1 "dlcc: error: --schedule: 'step:0:1' is not step:N:GAMMA, multistep:M1/M2/...:GAMMA, exp:GAMMA, cosine[:T_MAX[:ETA_MIN]], cosine_restarts:T0[:TMULT[:ETA_MIN]], poly[:T[:POWER]], linear:START:END[:T], plateau[:PATIENCE[:FACTOR[:MIN_LR]]], onecycle[:PCT_START[:DIV[:FINAL_DIV]]] or warmup:N[:START] (N, M, T_MAX, T0, TMULT and T whole numbers > 0, PATIENCE >= 0)" \
   "$dlcc" train $R --data "$t/data" --schedule=step:0:1
 expect 1 "dlcc: error: train needs --batch=N (see dlcc train --help)" "$dlcc" train "$t/tiny.dl" --data "$t/data"
-expect 1 "dlcc: error: unknown optimizer 'lbfgs' (expected sgd, adam, adamw, rmsprop or adagrad)" \
+expect 1 "dlcc: error: unknown optimizer 'lbfgs' (expected sgd, adam, adamw, rmsprop, adagrad, adamax, adadelta, radam or nadam)" \
   "$dlcc" train $R --data "$t/data" --optimizer=lbfgs
 expect 1 "dlcc: error: --resume and --weights both give the weights: choose one" \
   "$dlcc" train $R --data "$t/data" --resume "$tmp/one.ckpt.safetensors" --weights "$tmp/one.safetensors"

@@ -3,8 +3,9 @@
 an MLP and a small CNN with batch norm (training mode), their forward and
 backward written out in NumPy (f32, as PyTorch computes), and 3 steps of
 torch.optim's single-tensor (foreach=False) SGD, Adam, AdamW (with
-amsgrad), RMSprop (centered, with momentum), Adagrad and maximize, and
-of clip_grad_norm_, written from PyTorch's formulas.  Writes
+amsgrad), RMSprop (centered, with momentum), Adagrad, Adamax, Adadelta,
+RAdam and NAdam (each with decoupled weight decay) and maximize, and of
+clip_grad_norm_, written from PyTorch's formulas.  Writes
 tests/train_ref.h: the initial weights, the batches, the learning rates and
 the weights after each run's 3 steps.
 
@@ -181,6 +182,84 @@ def adagrad_step(p, g, state, lr, o, step):
     return (p - F(clr) * (g / std)).astype(F)
 
 
+def lerp(a, b, w):
+    """torch.lerp in f32, as PyTorch's CPU kernel."""
+    w = F(w)
+    return (a + w * (b - a) if abs(w) < 0.5 else b - (b - a) * (F(1) - w)).astype(F)
+
+
+def decay(p, g, lr, o, decoupled):
+    """The gradient's L2 term, or the param's decoupled decay (AdamW's)."""
+    wd = o["weight_decay"]
+    if o["maximize"]:
+        g = -g
+    if wd and not decoupled:
+        g = g + F(wd) * p
+    if wd and decoupled:
+        p = p * F(1 - lr * wd)
+    return p, g
+
+
+def adamax_step(p, g, state, lr, o, step):
+    """torch.optim.adamax._single_tensor_adamax for one param."""
+    p, g = decay(p, g, lr, o, False)
+    m = lerp(state.get("exp_avg", np.zeros_like(p)), g, 1 - o["beta1"])
+    u = np.maximum(state.get("exp_inf", np.zeros_like(p)) * F(o["beta2"]), np.abs(g) + F(o["eps"]))
+    state["exp_avg"], state["exp_inf"] = m, u
+    clr = lr / (1 - o["beta1"] ** step)
+    return (p + F(-clr) * (m / u)).astype(F)          # addcdiv_
+
+
+def adadelta_step(p, g, state, lr, o):
+    """torch.optim.adadelta._single_tensor_adadelta for one param."""
+    p, g = decay(p, g, lr, o, False)
+    rho, eps = o["rho"], F(o["eps"])
+    sq = state.get("square_avg", np.zeros_like(p)) * F(rho) + F(1 - rho) * g * g
+    acc = state.get("acc_delta", np.zeros_like(p))
+    delta = np.sqrt(acc + eps) / np.sqrt(sq + eps) * g
+    state["square_avg"], state["acc_delta"] = sq, acc * F(rho) + F(1 - rho) * delta * delta
+    return (p + F(-lr) * delta).astype(F)
+
+
+def radam_step(p, g, state, lr, o, step):
+    """torch.optim.radam._single_tensor_radam for one param."""
+    p, g = decay(p, g, lr, o, o["decoupled"])
+    b1, b2 = o["beta1"], o["beta2"]
+    m = lerp(state.get("exp_avg", np.zeros_like(p)), g, 1 - b1)
+    v = state.get("exp_avg_sq", np.zeros_like(p)) * F(b2) + F(1 - b2) * g * g
+    state["exp_avg"], state["exp_avg_sq"] = m, v
+    bc1, bc2 = 1 - b1 ** step, 1 - b2 ** step
+    rho_inf = 2 / (1 - b2) - 1
+    rho_t = rho_inf - 2 * step * b2 ** step / bc2
+    upd = m / F(bc1) * F(lr)
+    if rho_t > 5:
+        rect = ((rho_t - 4) * (rho_t - 2) * rho_inf / ((rho_inf - 4) * (rho_inf - 2) * rho_t)) ** 0.5
+        upd = upd * (F(bc2 ** 0.5) / (np.sqrt(v) + F(o["eps"]))) * F(rect)
+    return (p - upd).astype(F)
+
+
+def nadam_step(p, g, state, lr, o, step):
+    """torch.optim.nadam._single_tensor_nadam for one param (its mu_product an f32 tensor)."""
+    p, g = decay(p, g, lr, o, o["decoupled"])
+    b1, b2, md = o["beta1"], o["beta2"], o["momentum_decay"]
+    bc2 = 1 - b2 ** step
+    mu = b1 * (1 - 0.5 * 0.96 ** (step * md))
+    mu_next = b1 * (1 - 0.5 * 0.96 ** ((step + 1) * md))
+    mp = F(state.get("mu_product", F(1)) * F(mu))
+    state["mu_product"] = mp
+    m = lerp(state.get("exp_avg", np.zeros_like(p)), g, 1 - b1)
+    v = state.get("exp_avg_sq", np.zeros_like(p)) * F(b2) + F(1 - b2) * g * g
+    state["exp_avg"], state["exp_avg_sq"] = m, v
+    denom = np.sqrt(v / F(bc2)) + F(o["eps"])
+    p = p + F(-lr * (1 - mu) / (1 - float(mp))) * (g / denom)
+    return (p + F(-lr * mu_next / (1 - float(mp) * mu_next)) * (m / denom)).astype(F)
+
+
+STEPPERS = {"adamax": lambda p, g, st, lr, o, t: adamax_step(p, g, st, lr, o, t),
+            "adadelta": lambda p, g, st, lr, o, t: adadelta_step(p, g, st, lr, o),
+            "radam": radam_step, "nadam": nadam_step}
+
+
 def train(model, w0, batches, o0, lrs):
     w = {k: v.copy() for k, v in w0.items()}
     state = {k: {} for k in w}
@@ -203,6 +282,8 @@ def train(model, w0, batches, o0, lrs):
                 w[k] = rmsprop_step(w[k], g[k], state[k], lrs[s], o)
             elif o["kind"] == "adagrad":
                 w[k] = adagrad_step(w[k], g[k], state[k], lrs[s], o, s + 1)
+            elif o["kind"] in STEPPERS:
+                w[k] = STEPPERS[o["kind"]](w[k], g[k], state[k], lrs[s], o, s + 1)
             else:
                 w[k] = adam_step(w[k], g[k], state[k], lrs[s], o, s + 1, o["kind"] == "adamw")
         w.update(running)
@@ -211,9 +292,9 @@ def train(model, w0, batches, o0, lrs):
 
 def opt(kind, lr, **kw):
     o = {"kind": kind, "momentum": 0.0, "dampening": 0.0, "nesterov": 0, "weight_decay": 0.0,
-         "beta1": 0.9, "beta2": 0.999, "eps": 1e-10 if kind == "adagrad" else 1e-8, "clip": 0.0, "lr": lr,
-         "maximize": 0, "amsgrad": 0, "alpha": 0.99, "centered": 0, "lr_decay": 0.0, "init_acc": 0.0,
-         "moms": None, "no_decay": None, "clip_value": 0.0}
+         "beta1": 0.9, "beta2": 0.999, "eps": {"adagrad": 1e-10, "adadelta": 1e-6}.get(kind, 1e-8), "clip": 0.0,
+         "lr": lr, "maximize": 0, "amsgrad": 0, "alpha": 0.99, "centered": 0, "lr_decay": 0.0, "init_acc": 0.0,
+         "moms": None, "no_decay": None, "clip_value": 0.0, "rho": 0.9, "momentum_decay": 4e-3, "decoupled": 0}
     o.update(kw)
     return o
 
@@ -240,6 +321,14 @@ RUNS = [
     ("sgd_no_decay", opt("sgd", 0.1, momentum=0.9, weight_decay=0.1, no_decay="*.bias")),
     ("sgd_clip_value", opt("sgd", 0.1, momentum=0.9, clip_value=0.02)),
     ("adam_clip_value", opt("adam", 0.01, clip_value=0.01)),
+    ("adamax", opt("adamax", 0.02, weight_decay=0.01)),
+    ("adamax_maximize", opt("adamax", 0.02, beta1=0.3, beta2=0.9, maximize=1)),
+    ("adadelta", opt("adadelta", 1.0, weight_decay=0.01)),
+    ("adadelta_rho", opt("adadelta", 0.5, rho=0.5, eps=1e-4)),
+    ("radam", opt("radam", 0.01, weight_decay=0.01)),
+    ("radam_decoupled", opt("radam", 0.01, weight_decay=0.1, decoupled=1, beta1=0.8)),
+    ("nadam", opt("nadam", 0.02, weight_decay=0.01)),
+    ("nadam_decoupled", opt("nadam", 0.02, weight_decay=0.1, decoupled=1, momentum_decay=0.04, beta2=0.99)),
 ]
 
 
@@ -279,7 +368,8 @@ def main():
               "  double momentum, dampening;\n  int nesterov;\n  double weight_decay, beta1, beta2, eps, clip;\n"
               "  int maximize, amsgrad;\n  double alpha;\n  int centered;\n  double lr_decay, init_acc;\n"
               "  float lr[%d];\n  int momentum_input;\n  float moms[%d]; /* with momentum_input, each step's */\n"
-              "  const char *no_decay;\n  double clip_value;\n  const RefTensor *final;\n} RefRun;\n\n"
+              "  const char *no_decay;\n  double clip_value, rho, momentum_decay;\n  int decoupled;\n"
+              "  const RefTensor *final;\n} RefRun;\n\n"
               % (STEPS, STEPS))
     runs = []
     for model, w0, batches in models(rng):
@@ -308,13 +398,14 @@ def main():
             out.write("  {0}};\n\n")
             moms = o["moms"] or [0.0] * STEPS
             runs.append('  {"%s", "%s", "%s", %r, %r, %d, %r, %r, %r, %r, %r, %d, %d, %r, %d, %r, %r, {%s}, '
-                        '%d, {%s}, %s, %r, %s_final},\n' % (
+                        '%d, {%s}, %s, %r, %r, %r, %d, %s_final},\n' % (
                 model, name, o["kind"], o["momentum"], o["dampening"], o["nesterov"], o["weight_decay"],
                 o["beta1"], o["beta2"], o["eps"], o["clip"], o["maximize"], o["amsgrad"], o["alpha"],
                 o["centered"], o["lr_decay"], o["init_acc"],
-                ", ".join("%.9gf" % F(lr) for lr in lrs), o["moms"] is not None,
+                ", ".join("%#.9gf" % F(lr) for lr in lrs), o["moms"] is not None,
                 ", ".join("%#.9gf" % F(m) for m in moms),
-                '"%s"' % o["no_decay"] if o["no_decay"] else "NULL", o["clip_value"], tag))
+                '"%s"' % o["no_decay"] if o["no_decay"] else "NULL", o["clip_value"], o["rho"],
+                o["momentum_decay"], o["decoupled"], tag))
     out.write("static const RefRun ref_runs[] = {\n%s};\n" % "".join(runs))
 
 

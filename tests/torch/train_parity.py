@@ -23,8 +23,9 @@ from dlcc's generator, not PyTorch's, so only its validation is
 compared.
 
     train_parity.py --dlcc BUILD/dlcc [--backend ref|emu] [--models cnn,tf,lstm]
-                    [--optimizers sgd,adamw,adam,amsgrad,rmsprop,adagrad,onecycle_sgd,onecycle_adamw,adamw_groups]
-                    [--losses ce,weighted,sum,bce,kl]
+                    [--optimizers sgd,adamw,adam,amsgrad,rmsprop,adagrad,onecycle_sgd,onecycle_adamw,adamw_groups,
+                                  adamax,adadelta,radam,nadam]
+                    [--losses ce,weighted,sum,bce,kl] [--steps 4]
 
 Exits 77 (skip) when torch does not import.
 """
@@ -206,6 +207,14 @@ OPTIMIZERS = {
                      ["--optimizer=sgd", "--lr=0.05", "--momentum=0.9", "--weight-decay=1e-4", "--schedule=onecycle"]),
     "onecycle_adamw": (lambda p: torch.optim.AdamW(p, lr=0.01),
                        ["--optimizer=adamw", "--lr=0.01", "--schedule=onecycle:0.5:10"]),
+    "adamax": (lambda p: torch.optim.Adamax(p, lr=0.01, weight_decay=1e-4),
+               ["--optimizer=adamax", "--lr=0.01", "--weight-decay=1e-4"]),
+    "adadelta": (lambda p: torch.optim.Adadelta(p, lr=1.0, rho=0.8), ["--optimizer=adadelta", "--rho=0.8"]),
+    # RAdam rectifies from step 6 (--steps 8 reaches it)
+    "radam": (lambda p: torch.optim.RAdam(p, lr=0.01, weight_decay=0.01, decoupled_weight_decay=True),
+              ["--optimizer=radam", "--lr=0.01", "--weight-decay=0.01", "--decoupled-weight-decay"]),
+    "nadam": (lambda p: torch.optim.NAdam(p, lr=0.01, weight_decay=1e-4, momentum_decay=0.01),
+              ["--optimizer=nadam", "--lr=0.01", "--weight-decay=1e-4", "--momentum-decay=0.01"]),
 }
 # AdamW with PyTorch's usual two param groups: weight decay on the
 # matrices and kernels, none on the biases and norms (the 1-d params,
@@ -226,7 +235,8 @@ SCHEDULES = {
 # batchnorm (and so the running mean).  Those tensors are not compared
 # after them, and the others within 2e-4 (Adam's steps are as large for
 # a small gradient as for a large one).
-ADAPTIVE = {"adam", "adamw", "amsgrad", "rmsprop", "adagrad", "onecycle_adamw", "adamw_groups"}
+ADAPTIVE = {"adam", "adamw", "amsgrad", "rmsprop", "adagrad", "onecycle_adamw", "adamw_groups", "adamax", "adadelta",
+            "radam", "nadam"}
 NOISE = {"tf": {"enc.self_attn.in_proj_bias"}, "consts": {"c1.bias", "c2.bias", "bn.running_mean"}}
 
 
@@ -367,13 +377,16 @@ def check_eval(cls, saved, x, t, val, lossname):
 
 
 def main():
+    global N, STEPS
     ap = argparse.ArgumentParser()
     ap.add_argument("--dlcc", default="./dlcc")
     ap.add_argument("--backend", default="ref")
     ap.add_argument("--models", default=",".join(MODELS))
     ap.add_argument("--optimizers", default="sgd,adamw", help="of " + ",".join(OPTIMIZERS))
     ap.add_argument("--losses", default="ce", help="of " + ",".join(LOSSES))
+    ap.add_argument("--steps", type=int, default=STEPS, help="optimizer steps (batches of 8)")
     a = ap.parse_args()
+    N, STEPS = a.steps * B, a.steps
     failed = 0
     with tempfile.TemporaryDirectory() as tmp:
         for name in a.models.split(","):
