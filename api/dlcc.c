@@ -235,7 +235,7 @@ static bool optim_spec_from_api(Ctx *c, const dlc_options *opt, OptimSpec *out) 
   if (!opt->grad) return diag_error(c, (SrcLoc){0}, "an optimizer needs grad (a training step)"), false;
   if (!optim_from_name(o->kind, &kind))
     return diag_error(c, (SrcLoc){0}, "unknown optimizer '%s' (expected %s)", o->kind ? o->kind : "(null)",
-                      optim_names()),
+                      optim_names().s),
            false;
   *out = (OptimSpec){.kind = kind, .momentum = o->momentum, .dampening = o->dampening, .nesterov = o->nesterov,
                      .weight_decay = o->weight_decay, .beta1 = o->beta1, .beta2 = o->beta2, .eps = o->eps,

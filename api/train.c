@@ -43,7 +43,7 @@ static bool make_spec(const dlc_train_options *o, ApiTrainSpec *s, char *err, si
   if (o->loss) {
     LossKind k;
     if (!loss_from_name(o->loss, &k)) {
-      snprintf(err, errlen, "unknown loss '%s' (expected %s)", o->loss, loss_names());
+      snprintf(err, errlen, "unknown loss '%s' (expected %s)", o->loss, loss_names().s);
       return false;
     }
     s->has_loss = true;

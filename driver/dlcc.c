@@ -463,7 +463,7 @@ static int parse_args(int argc, char **argv, Options *o) {
     } else if (strncmp(a, "--optimizer=", 12) == 0) {
       OptimKind kind;
       if (!optim_from_name(a + 12, &kind)) {
-        fprintf(stderr, "dlcc: error: unknown optimizer '%s' (expected %s)\n", a + 12, optim_names());
+        fprintf(stderr, "dlcc: error: unknown optimizer '%s' (expected %s)\n", a + 12, optim_names().s);
         return 1;
       }
       o->optimize = true;

@@ -104,7 +104,7 @@ int driver_loss_option(const char *arg, DriverLoss *d) {
   switch (k) {
     case 0:
       if (!loss_from_name(v, &d->kind)) {
-        fprintf(stderr, "dlcc: error: unknown loss '%s' (expected %s)\n", v, loss_names());
+        fprintf(stderr, "dlcc: error: unknown loss '%s' (expected %s)\n", v, loss_names().s);
         return -1;
       }
       d->name = v;

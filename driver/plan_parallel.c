@@ -400,7 +400,7 @@ static int compile_at(Ctx *c, void *data) {
   } else {
     OptimKind kind;
     if (!optim_from_name(a->optimizer, &kind)) {
-      diag_error(c, (SrcLoc){0}, "unknown optimizer '%s' (expected %s)", a->optimizer, optim_names());
+      diag_error(c, (SrcLoc){0}, "unknown optimizer '%s' (expected %s)", a->optimizer, optim_names().s);
       return 1;
     }
     OptimSpec spec = optim_spec_default(kind);

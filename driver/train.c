@@ -348,7 +348,7 @@ static int parse_train_args(int argc, char **argv, TrainArgs *o) {
 /* The API's options from the flags; false after printing why. */
 static bool train_options(const TrainArgs *a, dlc_train_options *o) {
   if (dlc_train_options_init(o, a->optimizer) != DLC_OK) {
-    fprintf(stderr, "dlcc: error: unknown optimizer '%s' (expected %s)\n", a->optimizer, optim_names());
+    fprintf(stderr, "dlcc: error: unknown optimizer '%s' (expected %s)\n", a->optimizer, optim_names().s);
     return false;
   }
   /* A flag of another kind would be dropped without a word. */

@@ -336,3 +336,14 @@ const char *diag_suggest(const char *name, const char *const *candidates, int n)
   }
   return best_d <= limit ? best : NULL;
 }
+
+DiagWords diag_word_list(const char *const *words, int n) {
+  DiagWords w = {{0}};
+  size_t at = 0;
+  for (int k = 0; k < n && at < sizeof w.s; k++) {
+    int len = snprintf(w.s + at, sizeof w.s - at, "%s%s", k == 0 ? "" : k == n - 1 ? " or " : ", ", words[k]);
+    if (len < 0) break;
+    at += (size_t)len;
+  }
+  return w;
+}

@@ -113,5 +113,11 @@ void diag_clear(Ctx *c);
 /* Levenshtein-nearest candidate within a small distance, or NULL: for
  * "did you mean" hints. */
 const char *diag_suggest(const char *name, const char *const *candidates, int n);
+/* words joined for a message, "a, b or c" (cut to the size); returned
+ * by value, so that each caller has its own: f(diag_word_list(...).s). */
+typedef struct DiagWords {
+  char s[256];
+} DiagWords;
+DiagWords diag_word_list(const char *const *words, int n);
 
 #endif

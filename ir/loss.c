@@ -47,16 +47,7 @@ bool loss_from_name(const char *name, LossKind *out) {
 
 const char *loss_name(LossKind kind) { return kind >= 0 && kind < LOSS_COUNT ? short_names[kind] : "?"; }
 
-const char *loss_names(void) {
-  static char list[256];
-  if (!list[0]) {
-    size_t at = 0;
-    for (int k = 0; k < LOSS_COUNT; k++)
-      at += (size_t)snprintf(list + at, sizeof list - at, "%s%s", k == 0 ? "" : k == LOSS_COUNT - 1 ? " or " : ", ",
-                             short_names[k]);
-  }
-  return list;
-}
+DiagWords loss_names(void) { return diag_word_list(short_names, LOSS_COUNT); }
 
 /* ---- building ---- */
 

@@ -63,8 +63,9 @@ LossSpec loss_spec_default(LossKind kind);
  * unknown. */
 bool loss_from_name(const char *name, LossKind *out);
 const char *loss_name(LossKind kind);
-/* "cross_entropy, nll, ... or kl_div": every short name, for messages. */
-const char *loss_names(void);
+/* "cross_entropy, nll, ... or kl_div": every short name, for messages
+ * (loss_names().s). */
+DiagWords loss_names(void);
 
 /* Appends the nodes of the loss of pred against target to g and returns
  * its value (one element of rank 0 unless LOSS_NONE, in pred's float

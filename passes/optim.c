@@ -5,7 +5,6 @@
  * an update output, computed by PyTorch's single-tensor rules
  * (torch.optim's foreach=False) from the f32 input dlcc.lr and the step
  * counter dlcc.optim.step. */
-#include <stdio.h>
 #include <string.h>
 
 #include "ir/eval.h"
@@ -35,16 +34,7 @@ double optim_default_lr(OptimKind kind) {
 static const char *const kind_names[OPTIM_COUNT] = {"sgd",     "adam",     "adamw", "rmsprop", "adagrad",
                                                     "adamax",  "adadelta", "radam", "nadam"};
 
-const char *optim_names(void) {
-  static char list[128];
-  if (!list[0]) {
-    size_t at = 0;
-    for (int k = 0; k < OPTIM_COUNT; k++)
-      at += (size_t)snprintf(list + at, sizeof list - at, "%s%s", k == 0 ? "" : k == OPTIM_COUNT - 1 ? " or " : ", ",
-                             kind_names[k]);
-  }
-  return list;
-}
+DiagWords optim_names(void) { return diag_word_list(kind_names, OPTIM_COUNT); }
 
 /* Whether kind has Adam's betas. */
 static bool has_betas(OptimKind kind) {

@@ -120,8 +120,8 @@ double optim_default_lr(OptimKind kind);
  * "radam", "nadam"; false when unknown. */
 bool optim_from_name(const char *name, OptimKind *out);
 const char *optim_name(OptimKind kind);
-/* "sgd, adam, ... or nadam": every kind, for messages. */
-const char *optim_names(void);
+/* "sgd, adam, ... or nadam": every kind, for messages (optim_names().s). */
+DiagWords optim_names(void);
 
 /* The learning rate is the f32 scalar input OPTIM_LR_INPUT, set by the
  * host before each step (schedules are the host's); the step counter

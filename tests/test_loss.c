@@ -483,7 +483,7 @@ START_TEST(test_names) {
   }
   LossKind k;
   ck_assert(!loss_from_name("hinge", &k));
-  ck_assert_str_eq(loss_names(), "cross_entropy, nll, mse, l1, smooth_l1, bce_with_logits, huber, bce or kl_div");
+  ck_assert_str_eq(loss_names().s, "cross_entropy, nll, mse, l1, smooth_l1, bce_with_logits, huber, bce or kl_div");
   LossSpec s = loss_spec_default(LOSS_SMOOTH_L1);
   ck_assert(s.reduction == LOSS_MEAN && s.ignore_index == -100 && s.beta == 1 && s.label_smoothing == 0);
 }

@@ -581,29 +581,37 @@ START_TEST(test_bias_correction) {
 }
 END_TEST
 
+static const char *const both_backends[] = {"ref", "emu"};
+
+/* One weight of 0.25 whose gradient stays 1, after `steps` steps of o at
+ * rate 0.5 on backend. */
+static float one_weight_after(const char *backend, const dlc_optimizer *o, int steps) {
+  static const char one[] = "model one(x: f32[1, 1]) -> f32[] {\n  return sum(linear(x, 1, bias=false) as fc)\n}\n";
+  dlc_model *m = compile_step(one, backend, o);
+  float w = 0.25f, x = 1, lr = 0.5f;
+  ck_assert_int_eq(dlc_set_weight(m, "fc.weight", &w, sizeof w), DLC_OK);
+  for (int s = 0; s < steps; s++) {
+    set_floats(m, "x", &x, 1);
+    set_floats(m, OPTIM_LR_INPUT, &lr, 1);
+    ck_assert_msg(dlc_run(m) == DLC_OK, "%s", dlc_error(m));
+  }
+  ck_assert_int_eq(dlc_get_weight(m, "fc.weight", &w, sizeof w), DLC_OK);
+  dlc_free(m);
+  return w;
+}
+
 /* A gradient that stays 1: each Adam step moves the weight by lr / (1 +
  * eps) exactly (m and v are their own bias corrections), so 3 steps of
  * lr 0.5 move it by 1.5 to f32's rounding, on ref and on emu. */
 START_TEST(test_adam_constant_gradient) {
-  static const char one[] = "model one(x: f32[1, 1]) -> f32[] {\n  return sum(linear(x, 1, bias=false) as fc)\n}\n";
-  static const char *const backends[] = {"ref", "emu"};
   for (int amsgrad = 0; amsgrad < 2; amsgrad++)
     for (int b = 0; b < 2; b++) {
       dlc_optimizer o;
       ck_assert_int_eq(dlc_optimizer_defaults("adam", &o), DLC_OK);
       o.beta2 = amsgrad ? 0.9999 : 0.999;
       o.amsgrad = amsgrad;
-      dlc_model *m = compile_step(one, backends[b], &o);
-      float w = 0.25f, x = 1, lr = 0.5f;
-      ck_assert_int_eq(dlc_set_weight(m, "fc.weight", &w, sizeof w), DLC_OK);
-      for (int s = 0; s < 3; s++) {
-        set_floats(m, "x", &x, 1);
-        set_floats(m, OPTIM_LR_INPUT, &lr, 1);
-        ck_assert_msg(dlc_run(m) == DLC_OK, "%s", dlc_error(m));
-      }
-      ck_assert_int_eq(dlc_get_weight(m, "fc.weight", &w, sizeof w), DLC_OK);
-      ck_assert_msg(fabsf(w - -1.25f) <= 3e-7f, "%s, amsgrad %d: %.9g, want -1.25", backends[b], amsgrad, w);
-      dlc_free(m);
+      float w = one_weight_after(both_backends[b], &o, 3);
+      ck_assert_msg(fabsf(w - -1.25f) <= 3e-7f, "%s, amsgrad %d: %.9g, want -1.25", both_backends[b], amsgrad, w);
     }
 }
 END_TEST
@@ -613,8 +621,6 @@ END_TEST
  * rate 1 / (1 + eps / sqrt(v)), so step t moves the weight by lr, or by
  * lr times the rectification term from step 6, on ref and emu. */
 START_TEST(test_radam_rectified) {
-  static const char one[] = "model one(x: f32[1, 1]) -> f32[] {\n  return sum(linear(x, 1, bias=false) as fc)\n}\n";
-  static const char *const backends[] = {"ref", "emu"};
   double rho_inf = 2 / (1 - 0.999) - 1, want = 0.25;
   for (int t = 1; t <= 8; t++) {
     double bc2 = 1 - pow(0.999, t), rho_t = rho_inf - 2 * t * pow(0.999, t) / bc2;
@@ -622,20 +628,11 @@ START_TEST(test_radam_rectified) {
     want -= 0.5 * (rho_t > 5 ? rect / (1 + 1e-8 / sqrt(bc2)) : 1);
     ck_assert((rho_t > 5) == (t >= 6));
   }
+  dlc_optimizer o;
+  ck_assert_int_eq(dlc_optimizer_defaults("radam", &o), DLC_OK);
   for (int b = 0; b < 2; b++) {
-    dlc_optimizer o;
-    ck_assert_int_eq(dlc_optimizer_defaults("radam", &o), DLC_OK);
-    dlc_model *m = compile_step(one, backends[b], &o);
-    float w = 0.25f, x = 1, lr = 0.5f;
-    ck_assert_int_eq(dlc_set_weight(m, "fc.weight", &w, sizeof w), DLC_OK);
-    for (int s = 0; s < 8; s++) {
-      set_floats(m, "x", &x, 1);
-      set_floats(m, OPTIM_LR_INPUT, &lr, 1);
-      ck_assert_msg(dlc_run(m) == DLC_OK, "%s", dlc_error(m));
-    }
-    ck_assert_int_eq(dlc_get_weight(m, "fc.weight", &w, sizeof w), DLC_OK);
-    ck_assert_msg(fabs(w - want) <= 2e-6, "%s: %.9g, want %.9g", backends[b], w, want);
-    dlc_free(m);
+    float w = one_weight_after(both_backends[b], &o, 8);
+    ck_assert_msg(fabs(w - want) <= 2e-6, "%s: %.9g, want %.9g", both_backends[b], w, want);
   }
 }
 END_TEST

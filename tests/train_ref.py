@@ -117,8 +117,8 @@ def sgd_step(p, g, state, lr, o):
     return (p - F(lr) * g).astype(F)
 
 
-def adam_step(p, g, state, lr, o, step, decoupled):
-    """torch.optim.adam._single_tensor_adam for one param (AdamW: decoupled)."""
+def decay(p, g, lr, o, decoupled):
+    """The gradient's L2 term, or the param's decoupled decay (AdamW's)."""
     wd = o["weight_decay"]
     if o["maximize"]:
         g = -g
@@ -126,6 +126,12 @@ def adam_step(p, g, state, lr, o, step, decoupled):
         g = g + F(wd) * p
     if wd and decoupled:
         p = p * F(1 - lr * wd)
+    return p, g
+
+
+def adam_step(p, g, state, lr, o, step, decoupled):
+    """torch.optim.adam._single_tensor_adam for one param (AdamW: decoupled)."""
+    p, g = decay(p, g, lr, o, decoupled)
     b1, b2 = o["beta1"], o["beta2"]
     m = state.get("exp_avg", np.zeros_like(p))
     v = state.get("exp_avg_sq", np.zeros_like(p))
@@ -186,18 +192,6 @@ def lerp(a, b, w):
     """torch.lerp in f32, as PyTorch's CPU kernel."""
     w = F(w)
     return (a + w * (b - a) if abs(w) < 0.5 else b - (b - a) * (F(1) - w)).astype(F)
-
-
-def decay(p, g, lr, o, decoupled):
-    """The gradient's L2 term, or the param's decoupled decay (AdamW's)."""
-    wd = o["weight_decay"]
-    if o["maximize"]:
-        g = -g
-    if wd and not decoupled:
-        g = g + F(wd) * p
-    if wd and decoupled:
-        p = p * F(1 - lr * wd)
-    return p, g
 
 
 def adamax_step(p, g, state, lr, o, step):
