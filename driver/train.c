@@ -88,6 +88,9 @@ static const char train_usage[] =
     "                        [:MIN_LR]]] (by --val's loss after each epoch),\n"
     "                        onecycle[:PCT_START[:DIV[:FINAL_DIV]]] (--lr the peak; the\n"
     "                        momentum or beta1 cycles too, as OneCycleLR's),\n"
+    "                        cyclic:BASE_LR:UP[/DOWN][:MODE[:GAMMA]] (CyclicLR from BASE_LR\n"
+    "                        up to --lr over UP steps, down over DOWN; MODE triangular,\n"
+    "                        triangular2 or exp_range; the momentum or beta1 cycles too),\n"
     "                        warmup:N[:START]; a warmup and one other joined by ','\n"
     "                        multiply, by '+' run one after the other (warmup:N:0+cosine is\n"
     "                        Hugging Face's cosine with warmup); counted in optimizer steps,\n"
@@ -477,10 +480,10 @@ static void note_shapes(const TrainData *d, const dlc_input_shape *shapes) {
 
 typedef enum { FOR_STEP, FOR_EVAL, FOR_WHOLE } CompileFor;
 
-/* OneCycleLR sets the momentum (or beta1) each step; SGD's and
- * RMSprop's becomes the schedule's, as PyTorch's scheduler sets it. */
+/* OneCycleLR and CyclicLR set the momentum (or beta1) each step; SGD's
+ * and RMSprop's becomes the schedule's, as PyTorch's scheduler sets it. */
 static void momentum_options(const Run *r, dlc_optimizer *o) {
-  if (r->sched.kind != SCHED_ONECYCLE) return;
+  if (!train_sched_cycles_momentum(&r->sched)) return;
   o->momentum_input = 1;
   bool has_momentum = strcmp(o->kind, "sgd") == 0 || strcmp(o->kind, "rmsprop") == 0;
   if (has_momentum && !(o->momentum > 0)) o->momentum = SCHED_MAX_MOMENTUM;
@@ -1149,9 +1152,9 @@ static bool setup(Run *r) {
   static const char *const cycled[] = {"sgd", "adam", "adamw", "rmsprop"};
   bool cycles = false;
   for (size_t k = 0; k < ARRAY_LEN(cycled); k++) cycles |= strcmp(a->optimizer, cycled[k]) == 0;
-  if (r->sched.kind == SCHED_ONECYCLE && !cycles) {
-    fprintf(stderr, "dlcc: error: --schedule=onecycle cycles the momentum or beta1, which dlcc does for sgd, "
-            "rmsprop, adam and adamw, not %s\n", a->optimizer);
+  if (train_sched_cycles_momentum(&r->sched) && !cycles) {
+    fprintf(stderr, "dlcc: error: --schedule=%s cycles the momentum or beta1, which dlcc does for sgd, "
+            "rmsprop, adam and adamw, not %s\n", r->sched.kind == SCHED_ONECYCLE ? "onecycle" : "cyclic", a->optimizer);
     return false;
   }
   if (r->sched.kind == SCHED_PLATEAU && !a->val) {

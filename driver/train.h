@@ -93,8 +93,8 @@ void train_prefetch_free(TrainPrefetch *p);
  * (ExponentialLR), "cosine[:T_MAX[:ETA_MIN]]" (CosineAnnealingLR),
  * "cosine_restarts:T0[:TMULT[:ETA_MIN]]" (CosineAnnealingWarmRestarts),
  * "poly[:T[:POWER]]" (PolynomialLR), "linear:START:END[:T]" (LinearLR),
- * T_MAX and T the run's steps unless given; "plateau" and "onecycle"
- * (below);
+ * T_MAX and T the run's steps unless given; "plateau", "onecycle" and
+ * "cyclic" (below);
  * "warmup:N[:START]" (LinearLR
  * from START, default 1/3, to 1 over N steps) joined to one of the
  * others by ',' multiplies it (ChainedScheduler), by '+' runs before it
@@ -110,8 +110,10 @@ typedef enum {
   SCHED_POLY,
   SCHED_LINEAR,
   SCHED_PLATEAU,
-  SCHED_ONECYCLE
+  SCHED_ONECYCLE,
+  SCHED_CYCLIC
 } SchedKind;
+typedef enum { CYCLIC_TRIANGULAR, CYCLIC_TRIANGULAR2, CYCLIC_EXP_RANGE } CyclicMode;
 enum { SCHED_MAX_MILESTONES = 32 };
 
 typedef struct TrainSchedule {
@@ -128,6 +130,9 @@ typedef struct TrainSchedule {
   int64_t patience;                           /* plateau */
   double factor, min_lr;                      /* plateau */
   double pct_start, div_factor, final_div;    /* onecycle */
+  double base_lr;                             /* cyclic (--lr its max_lr); gamma for exp_range */
+  int64_t step_up, step_down;                 /* cyclic */
+  CyclicMode mode;                            /* cyclic */
   int64_t warmup;
   double warmup_start;
   bool sequential; /* "warmup:N+DECAY": the decay from step N, counting from 0 there */
@@ -138,10 +143,16 @@ bool train_sched_parse(const char *text, TrainSchedule *s, char *err, size_t err
 double train_sched_lr(const TrainSchedule *s, double base, int64_t t, int64_t total_steps);
 /* "onecycle[:PCT_START[:DIV[:FINAL_DIV]]]" (OneCycleLR over the run's
  * steps, max_lr the base rate, cosine annealing) also cycles the
- * momentum (or beta1) between 0.95 and 0.85, PyTorch's defaults: the
- * momentum of step t.  Other schedules keep the optimizer's (false). */
+ * momentum (or beta1) between 0.95 and 0.85, PyTorch's defaults, and
+ * "cyclic:BASE_LR:UP[/DOWN][:MODE[:GAMMA]]" (CyclicLR from BASE_LR up to
+ * the base rate over UP steps and down over DOWN, default UP; MODE
+ * triangular, triangular2 or exp_range, GAMMA exp_range's, default 1)
+ * between 0.9 and 0.8: the momentum of step t.  Other schedules keep
+ * the optimizer's (false). */
 bool train_sched_momentum(const TrainSchedule *s, int64_t t, int64_t total_steps, double *momentum);
 #define SCHED_MAX_MOMENTUM 0.95
+/* Whether s sets the momentum (or beta1) each step. */
+bool train_sched_cycles_momentum(const TrainSchedule *s);
 
 /* "plateau[:PATIENCE[:FACTOR[:MIN_LR]]]" (ReduceLROnPlateau, mode "min",
  * threshold 1e-4 relative, no cooldown; PyTorch's defaults 10 and 0.1 and

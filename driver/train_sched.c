@@ -1,8 +1,8 @@
 /* dlcc train's learning-rate schedule (train.h): the text of --schedule
  * into a TrainSchedule, and the rate of each step from it, as the closed
  * forms of torch.optim.lr_scheduler's StepLR, MultiStepLR,
- * ExponentialLR, CosineAnnealingLR, PolynomialLR and LinearLR give it
- * (stepped once per optimizer step). */
+ * ExponentialLR, CosineAnnealingLR, PolynomialLR, LinearLR, OneCycleLR
+ * and CyclicLR give it (stepped once per optimizer step). */
 #include "config.h"
 
 #include <errno.h>
@@ -43,10 +43,13 @@ static bool parse_real(const char *s, double *v) {
 static const char schedule_forms[] =
     "step:N:GAMMA, multistep:M1/M2/...:GAMMA, exp:GAMMA, cosine[:T_MAX[:ETA_MIN]], "
     "cosine_restarts:T0[:TMULT[:ETA_MIN]], poly[:T[:POWER]], linear:START:END[:T], "
-    "plateau[:PATIENCE[:FACTOR[:MIN_LR]]], onecycle[:PCT_START[:DIV[:FINAL_DIV]]] or warmup:N[:START]";
+    "plateau[:PATIENCE[:FACTOR[:MIN_LR]]], onecycle[:PCT_START[:DIV[:FINAL_DIV]]], "
+    "cyclic:BASE_LR:UP[/DOWN][:MODE[:GAMMA]] or warmup:N[:START]";
 
 static bool part_error(const char *part, char *err, size_t errlen) {
-  snprintf(err, errlen, "--schedule: '%s' is not %s (N, M, T_MAX, T0, TMULT and T whole numbers > 0, PATIENCE >= 0)",
+  snprintf(err, errlen,
+           "--schedule: '%s' is not %s (N, M, T_MAX, T0, TMULT, T, UP and DOWN whole numbers > 0, PATIENCE >= 0, "
+           "MODE triangular, triangular2 or exp_range)",
            part, schedule_forms);
   return false;
 }
@@ -61,6 +64,24 @@ static bool parse_milestones(char *text, TrainSchedule *s) {
     s->n_milestones++;
   }
   return s->n_milestones > 0;
+}
+
+/* CyclicLR's "UP[/DOWN]" and "MODE". */
+static bool parse_cyclic(char **f, int n, TrainSchedule *s) {
+  static const char *const modes[] = {"triangular", "triangular2", "exp_range"};
+  s->gamma = 1;
+  char *down = strchr(f[2], '/');
+  if (down) *down++ = 0;
+  if (!parse_real(f[1], &s->base_lr) || s->base_lr < 0 || !parse_int(f[2], &s->step_up) ||
+      !(down ? parse_int(down, &s->step_down) : (s->step_down = s->step_up, true)))
+    return false;
+  if (n >= 4) {
+    size_t k = 0;
+    while (k < sizeof modes / sizeof modes[0] && strcmp(f[3], modes[k]) != 0) k++;
+    if (k == sizeof modes / sizeof modes[0]) return false;
+    s->mode = (CyclicMode)k;
+  }
+  return n < 5 || (s->mode == CYCLIC_EXP_RANGE && parse_real(f[4], &s->gamma) && s->gamma > 0);
 }
 
 /* One decay's fields f[1..n) into s. */
@@ -93,6 +114,7 @@ static bool parse_decay(SchedKind kind, char **f, int n, TrainSchedule *s) {
       return n <= 4 && (n < 2 || (parse_real(f[1], &s->pct_start) && s->pct_start > 0 && s->pct_start < 1)) &&
              (n < 3 || (parse_real(f[2], &s->div_factor) && s->div_factor > 0)) &&
              (n < 4 || (parse_real(f[3], &s->final_div) && s->final_div > 0));
+    case SCHED_CYCLIC: return n >= 3 && n <= 5 && parse_cyclic(f, n, s);
     case SCHED_CONSTANT: break;
   }
   return false;
@@ -105,12 +127,12 @@ static bool parse_part(char *part, TrainSchedule *s, char *err, size_t errlen) {
   } decays[] = {{"step", SCHED_STEP},     {"multistep", SCHED_MULTISTEP}, {"exp", SCHED_EXP},
                 {"cosine", SCHED_COSINE}, {"cosine_restarts", SCHED_COSINE_RESTARTS},
                 {"poly", SCHED_POLY},     {"linear", SCHED_LINEAR},   {"plateau", SCHED_PLATEAU},
-                {"onecycle", SCHED_ONECYCLE}};
+                {"onecycle", SCHED_ONECYCLE}, {"cyclic", SCHED_CYCLIC}};
   char copy[128];
   snprintf(copy, sizeof copy, "%s", part);
-  char *f[5];
-  int n = split_fields(part, f, 4);
-  if (n == 0 || n > 4) return part_error(copy, err, errlen);
+  char *f[6];
+  int n = split_fields(part, f, 5);
+  if (n == 0 || n > 5) return part_error(copy, err, errlen);
   if (strcmp(f[0], "warmup") == 0 && !s->warmup) {
     s->warmup_start = 1.0 / 3.0;
     if (n > 3 || n < 2 || !parse_int(f[1], &s->warmup) ||
@@ -149,9 +171,11 @@ bool train_sched_parse(const char *text, TrainSchedule *s, char *err, size_t err
   char *save = NULL;
   for (char *part = strtok_r(buf, ",", &save); part; part = strtok_r(NULL, ",", &save))
     if (!parse_part(part, s, err, errlen)) return false;
-  if ((s->kind == SCHED_PLATEAU || s->kind == SCHED_ONECYCLE) && s->warmup) {
+  if ((s->kind == SCHED_PLATEAU || s->kind == SCHED_ONECYCLE || s->kind == SCHED_CYCLIC) && s->warmup) {
     snprintf(err, errlen, "--schedule: '%s': %s takes no warmup", text,
-             s->kind == SCHED_PLATEAU ? "plateau steps by the validation loss and" : "onecycle warms up itself and");
+             s->kind == SCHED_PLATEAU    ? "plateau steps by the validation loss and"
+             : s->kind == SCHED_ONECYCLE ? "onecycle warms up itself and"
+                                         : "cyclic rises from its base rate itself and");
     return false;
   }
   return true;
@@ -187,11 +211,28 @@ static void onecycle(const TrainSchedule *s, double max_lr, int64_t t, int64_t t
   *m = to_m + (from_m - to_m) / 2.0 * c;
 }
 
+/* CyclicLR's rate (from the base to max_lr) and momentum (from 0.9 to
+ * 0.8) at step t, as torch.optim.lr_scheduler computes them. */
+static void cyclic(const TrainSchedule *s, double max_lr, int64_t t, double *lr, double *m) {
+  double total = (double)(s->step_up + s->step_down), ratio = (double)s->step_up / total, step = (double)t;
+  double cycle = floor(1 + step / total), x = 1 + step / total - cycle;
+  double factor = x <= ratio ? x / ratio : (x - 1) / (ratio - 1);
+  double scale = s->mode == CYCLIC_TRIANGULAR    ? 1
+                 : s->mode == CYCLIC_TRIANGULAR2 ? 1 / pow(2.0, cycle - 1)
+                                                 : pow(s->gamma, step);
+  *lr = s->base_lr + (max_lr - s->base_lr) * factor * scale;
+  *m = 0.9 - (0.9 - 0.8) * factor * scale;
+}
+
+bool train_sched_cycles_momentum(const TrainSchedule *s) {
+  return s->kind == SCHED_ONECYCLE || s->kind == SCHED_CYCLIC;
+}
+
 bool train_sched_momentum(const TrainSchedule *s, int64_t t, int64_t total_steps, double *momentum) {
-  if (s->kind != SCHED_ONECYCLE) return false;
   double lr;
-  onecycle(s, 1, t, total_steps, &lr, momentum);
-  return true;
+  if (s->kind == SCHED_ONECYCLE) onecycle(s, 1, t, total_steps, &lr, momentum);
+  else if (s->kind == SCHED_CYCLIC) cyclic(s, 1, t, &lr, momentum);
+  return train_sched_cycles_momentum(s);
 }
 
 double train_sched_lr(const TrainSchedule *s, double base, int64_t t, int64_t total_steps) {
@@ -228,6 +269,11 @@ double train_sched_lr(const TrainSchedule *s, double base, int64_t t, int64_t to
     case SCHED_ONECYCLE: {
       double m;
       onecycle(s, base, t, total_steps, &lr, &m);
+      break;
+    }
+    case SCHED_CYCLIC: {
+      double m;
+      cyclic(s, base, t, &lr, &m);
       break;
     }
   }

@@ -40,8 +40,8 @@ START_TEST(step_lr_and_warmup) {
   ck_assert_str_eq(err, "--schedule: 'warmup:2': expected step:N:GAMMA, multistep:M1/M2/...:GAMMA, exp:GAMMA, "
                         "cosine[:T_MAX[:ETA_MIN]], cosine_restarts:T0[:TMULT[:ETA_MIN]], poly[:T[:POWER]], "
                         "linear:START:END[:T], plateau[:PATIENCE[:FACTOR[:MIN_LR]]], "
-                        "onecycle[:PCT_START[:DIV[:FINAL_DIV]]] or warmup:N[:START], at most one warmup and one of the "
-                        "others");
+                        "onecycle[:PCT_START[:DIV[:FINAL_DIV]]], cyclic:BASE_LR:UP[/DOWN][:MODE[:GAMMA]] or "
+                        "warmup:N[:START], at most one warmup and one of the others");
   ck_assert(!train_sched_parse("step:2", &s, err, sizeof err));
 }
 END_TEST
@@ -100,6 +100,35 @@ START_TEST(more_schedules_as_pytorch) {
     ck_assert_msg(fabs(train_sched_lr(&s, 0.1, t, 10) - cycle_lr[t]) <= 1e-15 && fabs(m - cycle_m[t]) <= 1e-15,
                   "onecycle at %d: rate %.17g momentum %.17g", t, train_sched_lr(&s, 0.1, t, 10), m);
   }
+  /* CyclicLR(base_lr, max_lr=0.1, ...) with SGD: its rate and momentum,
+   * as torch 2.15 sets them */
+  static const struct {
+    const char *text;
+    double lr[12], m[12];
+  } cyclics[] = {
+      {"cyclic:0.01:2/3:triangular2",
+       {0.01, 0.055, 0.09999999999999999, 0.06999999999999999, 0.039999999999999994, 0.01, 0.03250000000000002, 0.055,
+        0.039999999999999994, 0.025000000000000015, 0.01, 0.021250000000000012},
+       {0.9, 0.8500000000000001, 0.8, 0.8333333333333334, 0.8666666666666667, 0.9, 0.875, 0.8500000000000001,
+        0.8666666666666667, 0.8833333333333333, 0.9, 0.8875000000000001}},
+      {"cyclic:0.02:3:exp_range:0.9",
+       {0.02, 0.04400000000000001, 0.06319999999999999, 0.07832000000000001, 0.05499200000000001, 0.03574639999999999,
+        0.02, 0.032754584000000024, 0.042958251199999985, 0.05099363912, 0.03859618347199999, 0.028368282562400017},
+       {0.9, 0.87, 0.8460000000000001, 0.8271000000000001, 0.85626, 0.880317, 0.9, 0.8840567699999999,
+        0.8713021860000001, 0.8612579511, 0.8767547706600001, 0.889539646797}},
+  };
+  for (size_t i = 0; i < sizeof cyclics / sizeof cyclics[0]; i++) {
+    ck_assert_msg(train_sched_parse(cyclics[i].text, &s, err, sizeof err), "%s", err);
+    for (int t = 0; t < 12; t++) {
+      double m, lr = train_sched_lr(&s, 0.1, t, 999);
+      ck_assert(train_sched_momentum(&s, t, 999, &m));
+      ck_assert_msg(fabs(lr - cyclics[i].lr[t]) <= 1e-15 && fabs(m - cyclics[i].m[t]) <= 1e-15,
+                    "%s at %d: rate %.17g momentum %.17g", cyclics[i].text, t, lr, m);
+    }
+  }
+  ck_assert(!train_sched_parse("cyclic:0.01:2:triangular:0.9", &s, err, sizeof err)); /* gamma is exp_range's */
+  ck_assert(!train_sched_parse("cyclic:0.01:2/0", &s, err, sizeof err));
+  ck_assert(!train_sched_parse("warmup:3,cyclic:0.01:2", &s, err, sizeof err));
   ck_assert(train_sched_parse("cosine", &s, err, sizeof err));
   double unused;
   ck_assert(!train_sched_momentum(&s, 1, 10, &unused));

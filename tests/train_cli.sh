@@ -185,6 +185,15 @@ paste "$tmp/oc.ref.l" "$tmp/oc.emu.l" | awk '{ d = $1 - $2; if (d < 0) d = -d; i
   END { exit bad > 0 || NR != 6 }' || fail "OneCycleLR: emu's losses differ from ref's: $(paste "$tmp/oc.ref.l" "$tmp/oc.emu.l")"
 expect 1 "dlcc: error: --schedule=onecycle cycles the momentum or beta1, which dlcc does for sgd, rmsprop, adam and adamw, not adagrad" "$dlcc" train "$t/tiny.dl" \
   --batch 8 --loss=cross_entropy --data "$t/data" --optimizer=adagrad --schedule=onecycle
+# CyclicLR over 2 epochs of 3 steps (CyclicLR(base_lr=0.01, max_lr=0.05,
+# step_size_up=1, step_size_down=2), torch 2.15's momenta and rates), in
+# the log; no warmup before it.
+expect 0 "" "$dlcc" train "$t/tiny.dl" --batch 8 --loss=cross_entropy --data "$t/data" --epochs 2 --backend=ref \
+  --lr=0.05 --schedule=cyclic:0.01:1/2 --log "$tmp/cyc.jsonl"
+[ "$(sed 's/.*"momentum": \([^,]*\), "lr": \([^}]*\)}/\1 \2/' "$tmp/cyc.jsonl" | tr '\n' ' ')" = \
+  "0.9 0.01 0.8 0.05 0.85 0.03 0.9 0.01 0.8 0.05 0.85 0.03 " ] || fail "CyclicLR: $(cat "$tmp/cyc.jsonl")"
+expect 1 "dlcc: error: --schedule: 'warmup:2,cyclic:0.01:2': cyclic rises from its base rate itself and takes no warmup" \
+  "$dlcc" train "$t/tiny.dl" --batch 8 --loss=cross_entropy --data "$t/data" --schedule=warmup:2,cyclic:0.01:2
 
 # The loss's options: class weights of 1 are no weights (to rounding);
 # others move the losses and the validation's weighted mean, emu equal to
@@ -308,7 +317,7 @@ expect 1 "dlcc: error: $d/x.npy has 10 samples but $d/target.npy has 22: the arr
 expect 1 "dlcc: error: $tmp/nowhere: No such file or directory" "$dlcc" train $R --data "$tmp/nowhere"
 expect 1 "dlcc: error: $t/data has 22 samples, fewer than one batch of 30, and --drop-last skips them all" \
   "$dlcc" train "$t/tiny.dl" --batch 30 --drop-last --loss=cross_entropy --data "$t/data"
-expect 1 "dlcc: error: --schedule: 'step:0:1' is not step:N:GAMMA, multistep:M1/M2/...:GAMMA, exp:GAMMA, cosine[:T_MAX[:ETA_MIN]], cosine_restarts:T0[:TMULT[:ETA_MIN]], poly[:T[:POWER]], linear:START:END[:T], plateau[:PATIENCE[:FACTOR[:MIN_LR]]], onecycle[:PCT_START[:DIV[:FINAL_DIV]]] or warmup:N[:START] (N, M, T_MAX, T0, TMULT and T whole numbers > 0, PATIENCE >= 0)" \
+expect 1 "dlcc: error: --schedule: 'step:0:1' is not step:N:GAMMA, multistep:M1/M2/...:GAMMA, exp:GAMMA, cosine[:T_MAX[:ETA_MIN]], cosine_restarts:T0[:TMULT[:ETA_MIN]], poly[:T[:POWER]], linear:START:END[:T], plateau[:PATIENCE[:FACTOR[:MIN_LR]]], onecycle[:PCT_START[:DIV[:FINAL_DIV]]], cyclic:BASE_LR:UP[/DOWN][:MODE[:GAMMA]] or warmup:N[:START] (N, M, T_MAX, T0, TMULT, T, UP and DOWN whole numbers > 0, PATIENCE >= 0, MODE triangular, triangular2 or exp_range)" \
   "$dlcc" train $R --data "$t/data" --schedule=step:0:1
 expect 1 "dlcc: error: train needs --batch=N (see dlcc train --help)" "$dlcc" train "$t/tiny.dl" --data "$t/data"
 expect 1 "dlcc: error: unknown optimizer 'lbfgs' (expected sgd, adam, adamw, rmsprop, adagrad, adamax, adadelta, radam or nadam)" \

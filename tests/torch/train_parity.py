@@ -24,7 +24,7 @@ compared.
 
     train_parity.py --dlcc BUILD/dlcc [--backend ref|emu] [--models cnn,tf,lstm]
                     [--optimizers sgd,adamw,adam,amsgrad,rmsprop,adagrad,onecycle_sgd,onecycle_adamw,adamw_groups,
-                                  adamax,adadelta,radam,nadam]
+                                  cyclic_sgd,cyclic_adam,adamax,adadelta,radam,nadam]
                     [--losses ce,weighted,sum,bce,kl] [--steps 4]
 
 Exits 77 (skip) when torch does not import.
@@ -207,6 +207,11 @@ OPTIMIZERS = {
                      ["--optimizer=sgd", "--lr=0.05", "--momentum=0.9", "--weight-decay=1e-4", "--schedule=onecycle"]),
     "onecycle_adamw": (lambda p: torch.optim.AdamW(p, lr=0.01),
                        ["--optimizer=adamw", "--lr=0.01", "--schedule=onecycle:0.5:10"]),
+    # CyclicLR: up 1 step, down 2, halved each cycle; Adam's beta1 cycles too (exp_range)
+    "cyclic_sgd": (lambda p: torch.optim.SGD(p, lr=0.05, weight_decay=1e-4),
+                   ["--optimizer=sgd", "--lr=0.05", "--weight-decay=1e-4", "--schedule=cyclic:0.01:1/2:triangular2"]),
+    "cyclic_adam": (lambda p: torch.optim.Adam(p, lr=0.01),
+                    ["--optimizer=adam", "--lr=0.01", "--schedule=cyclic:0.001:2:exp_range:0.9"]),
     "adamax": (lambda p: torch.optim.Adamax(p, lr=0.01, weight_decay=1e-4),
                ["--optimizer=adamax", "--lr=0.01", "--weight-decay=1e-4"]),
     "adadelta": (lambda p: torch.optim.Adadelta(p, lr=1.0, rho=0.8), ["--optimizer=adadelta", "--rho=0.8"]),
@@ -228,6 +233,10 @@ SCHEDULES = {
     "onecycle_sgd": lambda o: torch.optim.lr_scheduler.OneCycleLR(o, max_lr=0.05, total_steps=STEPS),
     "onecycle_adamw": lambda o: torch.optim.lr_scheduler.OneCycleLR(o, max_lr=0.01, total_steps=STEPS, pct_start=0.5,
                                                                     div_factor=10),
+    "cyclic_sgd": lambda o: torch.optim.lr_scheduler.CyclicLR(o, base_lr=0.01, max_lr=0.05, step_size_up=1,
+                                                              step_size_down=2, mode="triangular2"),
+    "cyclic_adam": lambda o: torch.optim.lr_scheduler.CyclicLR(o, base_lr=0.001, max_lr=0.01, step_size_up=2,
+                                                               mode="exp_range", gamma=0.9),
 }
 # These divide each gradient by its own running size, so a gradient that
 # is zero in exact arithmetic is rounding noise they scale up to the
@@ -236,7 +245,7 @@ SCHEDULES = {
 # after them, and the others within 2e-4 (Adam's steps are as large for
 # a small gradient as for a large one).
 ADAPTIVE = {"adam", "adamw", "amsgrad", "rmsprop", "adagrad", "onecycle_adamw", "adamw_groups", "adamax", "adadelta",
-            "radam", "nadam"}
+            "radam", "nadam", "cyclic_adam"}
 NOISE = {"tf": {"enc.self_attn.in_proj_bias"}, "consts": {"c1.bias", "c2.bias", "bn.running_mean"}}
 
 
