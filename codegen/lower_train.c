@@ -570,7 +570,8 @@ typedef struct Optim {
   const Node *const *batch;
   const int64_t *offset; /* segment j's first element; offset[n] the total */
   KExpr *lr, *t, *scale;
-  KExpr *momentum; /* momentum_input: this step's momentum or beta1 (NAdam: its mu_product); NULL: the attributes' */
+  KExpr *momentum;   /* momentum_input: this step's momentum or beta1; NULL: the attributes' */
+  KExpr *mu_product; /* NAdam's operand; else NULL */
   KExpr *finite;   /* skip_nonfinite: whether the scale is finite; NULL: no skipping */
 } Optim;
 
@@ -623,11 +624,16 @@ static KExpr *bias_correction(Optim *o, KBlock *blk, double beta, KExpr *log_bet
 
 static KExpr *f64(Kernel *k, double v) { return cg_kimm(k, v, TY_F64); }
 
-/* torch.lerp(a, b, w) for a w known here, as ir/train_ops.c's lerp. */
-static KExpr *lerp(Kernel *k, KExpr *a, KExpr *b, double w) {
-  float wf = (float)w;
-  if (fabsf(wf) < 0.5f) return fop(k, OP_ADD, a, fop(k, OP_MUL, f32(k, wf), fop(k, OP_SUB, b, a)));
-  return fop(k, OP_SUB, b, fop(k, OP_MUL, fop(k, OP_SUB, b, a), f32(k, 1 - wf)));
+/* torch.lerp(a, b, w), as ir/train_ops.c's lerp: w an f32 value, known
+ * here or (momentum_input) of run time. */
+static KExpr *lerp(Optim *o, KBlock *blk, KExpr *a, KExpr *b, KExpr *w) {
+  Kernel *k = o->k;
+  KVar *av = let(k, blk, "la", a), *bv = let(k, blk, "lb", b), *wv = let(k, blk, "lw", w);
+  KExpr *d = fop(k, OP_SUB, cg_kv(k, bv), cg_kv(k, av));
+  KExpr *low = fop(k, OP_ADD, cg_kv(k, av), fop(k, OP_MUL, cg_kv(k, wv), d));
+  KExpr *high = fop(k, OP_SUB, cg_kv(k, bv), fop(k, OP_MUL, d, fop(k, OP_SUB, f32(k, 1), cg_kv(k, wv))));
+  if (w->kind == KE_FLOAT) return fabs(w->f) < 0.5 ? low : high;
+  return cg_ksel(k, cg_kcmp(k, KC_LT, cg_kop1(k, OP_ABS, cg_kv(k, wv)), f32(k, 0.5)), low, high);
 }
 
 /* The per-step scalars ir_optim_scalars computes, the same operations
@@ -639,12 +645,13 @@ typedef struct Scalars {
 
 static KExpr *to_f32(Kernel *k, KExpr *x) { return cg_kcast(k, x, TY_F32); }
 
-static void step_scalars(Optim *o, KBlock *blk, const Node *n, KExpr *mu_product, Scalars *s) {
+static void step_scalars(Optim *o, KBlock *blk, const Node *n, Scalars *s) {
   Kernel *k = o->k;
   const char *kind = ir_attr_str(n, "kind");
-  double beta1 = ir_attr_float(n, "beta1"), beta2 = ir_attr_float(n, "beta2"), md = ir_attr_float(n, "momentum_decay");
+  double beta2 = ir_attr_float(n, "beta2"), md = ir_attr_float(n, "momentum_decay");
   KVar *td = let(k, blk, "td", cg_kcast(k, o->t, TY_F64)), *lr = let(k, blk, "lrd", cg_kcast(k, o->lr, TY_F64));
-  KVar *bc1 = let(k, blk, "bc1", fop(k, OP_SUB, f64(k, 1), fop(k, OP_POW, f64(k, beta1), cg_kv(k, td))));
+  KVar *beta1 = let(k, blk, "beta1", o->momentum ? cg_kcast(k, o->momentum, TY_F64) : f64(k, ir_attr_float(n, "beta1")));
+  KVar *bc1 = let(k, blk, "bc1", fop(k, OP_SUB, f64(k, 1), fop(k, OP_POW, cg_kv(k, beta1), cg_kv(k, td))));
   KVar *bc2 = let(k, blk, "bc2", fop(k, OP_SUB, f64(k, 1), fop(k, OP_POW, f64(k, beta2), cg_kv(k, td))));
   *s = (Scalars){.bc2 = to_f32(k, cg_kv(k, bc2)), .sqrt_bc2 = to_f32(k, cg_kop1(k, OP_SQRT, cg_kv(k, bc2))),
                  .rect = f32(k, 1)};
@@ -667,18 +674,18 @@ static void step_scalars(Optim *o, KBlock *blk, const Node *n, KExpr *mu_product
     s->c1 = to_f32(k, cg_kv(k, bc1));
   }
   if (strcmp(kind, "nadam") == 0) {
-    KExpr *mu = fop(k, OP_MUL, f64(k, beta1),
+    KExpr *mu = fop(k, OP_MUL, cg_kv(k, beta1),
                     fop(k, OP_SUB, f64(k, 1),
                         fop(k, OP_MUL, f64(k, 0.5),
                             fop(k, OP_POW, f64(k, 0.96), fop(k, OP_MUL, cg_kv(k, td), f64(k, md))))));
     KVar *mu_next = let(
         k, blk, "mu_next",
-        fop(k, OP_MUL, f64(k, beta1),
+        fop(k, OP_MUL, cg_kv(k, beta1),
             fop(k, OP_SUB, f64(k, 1),
                 fop(k, OP_MUL, f64(k, 0.5),
                     fop(k, OP_POW, f64(k, 0.96),
                         fop(k, OP_MUL, fop(k, OP_ADD, cg_kv(k, td), f64(k, 1)), f64(k, md)))))));
-    KVar *mp = let(k, blk, "mp", cg_kcast(k, mu_product, TY_F64));
+    KVar *mp = let(k, blk, "mp", cg_kcast(k, o->mu_product, TY_F64));
     KExpr *neg_lr = cg_kop1(k, OP_NEG, cg_kv(k, lr));
     s->c1 = to_f32(k, fop(k, OP_DIV, fop(k, OP_MUL, neg_lr, fop(k, OP_SUB, f64(k, 1), mu)),
                           fop(k, OP_SUB, f64(k, 1), cg_kv(k, mp))));
@@ -695,7 +702,7 @@ static KExpr *optim_newer(Optim *o, KBlock *blk, int j, KExpr *ix, KVar *p, KVar
   const char *kind = ir_attr_str(n, "kind");
   double eps = ir_attr_float(n, "eps"), b1 = ir_attr_float(n, "beta1"), b2 = ir_attr_float(n, "beta2");
   Scalars s;
-  step_scalars(o, blk, n, o->momentum, &s);
+  step_scalars(o, blk, n, &s);
   KExpr *gv = cg_kv(k, g);
   if (strcmp(kind, "adadelta") == 0) {
     double rho = ir_attr_float(n, "rho");
@@ -713,7 +720,8 @@ static KExpr *optim_newer(Optim *o, KBlock *blk, int j, KExpr *ix, KVar *p, KVar
                   fop(k, OP_MUL, fop(k, OP_MUL, f32(k, 1 - rho), cg_kv(k, d)), cg_kv(k, d))));
     return fop(k, OP_MUL, o->lr, cg_kv(k, d));
   }
-  KVar *m = let(k, blk, "m", lerp(k, state_at(o, j, 0, ix), gv, 1 - b1));
+  KExpr *w = o->momentum ? fop(k, OP_SUB, f32(k, 1), o->momentum) : f32(k, (float)(1 - b1));
+  KVar *m = let(k, blk, "m", lerp(o, blk, state_at(o, j, 0, ix), gv, w));
   put_state(o, blk, j, 0, ix, cg_kv(k, m));
   if (strcmp(kind, "adamax") == 0) {
     KVar *u = let(k, blk, "u",
@@ -887,8 +895,9 @@ static void lower_optim_update(CgBuild *b, const Node *n) {
   o.lr = scalar_of(b, k, n->in[2], "lr");
   o.t = scalar_of(b, k, n->in[3], "t");
   o.scale = scalar_of(b, k, n->in[4], "scale");
-  /* momentum_input's operand, or NAdam's mu_product */
-  if (ir_optim_first_state(n) > 5) o.momentum = scalar_of(b, k, n->in[5], "momentum");
+  bool momentum_in = ir_attr_int(n, "momentum_input") != 0;
+  if (momentum_in) o.momentum = scalar_of(b, k, n->in[5], "momentum");
+  if (strcmp(ir_attr_str(n, "kind"), "nadam") == 0) o.mu_product = scalar_of(b, k, n->in[5 + momentum_in], "mu_product");
   /* scale - scale is 0 for a finite scale, NaN for inf or NaN */
   if (ir_attr_int(n, "skip_nonfinite"))
     o.finite = cg_kcmp(k, KC_EQ, fop(k, OP_SUB, o.scale, o.scale), f32(k, 0));

@@ -1149,12 +1149,10 @@ static bool setup(Run *r) {
     fprintf(stderr, "dlcc: error: %s\n", err);
     return false;
   }
-  static const char *const cycled[] = {"sgd", "adam", "adamw", "rmsprop"};
-  bool cycles = false;
-  for (size_t k = 0; k < ARRAY_LEN(cycled); k++) cycles |= strcmp(a->optimizer, cycled[k]) == 0;
-  if (train_sched_cycles_momentum(&r->sched) && !cycles) {
-    fprintf(stderr, "dlcc: error: --schedule=%s cycles the momentum or beta1, which dlcc does for sgd, "
-            "rmsprop, adam and adamw, not %s\n", r->sched.kind == SCHED_ONECYCLE ? "onecycle" : "cyclic", a->optimizer);
+  if (train_sched_cycles_momentum(&r->sched) && (strcmp(a->optimizer, "adagrad") == 0 ||
+                                                  strcmp(a->optimizer, "adadelta") == 0)) {
+    fprintf(stderr, "dlcc: error: --schedule=%s cycles the momentum or beta1: %s has neither\n",
+            r->sched.kind == SCHED_ONECYCLE ? "onecycle" : "cyclic", a->optimizer);
     return false;
   }
   if (r->sched.kind == SCHED_PLATEAU && !a->val) {

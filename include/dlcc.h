@@ -125,7 +125,7 @@ typedef struct dlc_optimizer {
   double momentum_decay;      /* NAdam */
   int decoupled_weight_decay; /* RAdam, NAdam: weight decay as AdamW's */
   /* nonzero: the momentum (SGD, RMSprop, which need one > 0) or beta1
-   * (Adam, AdamW; not the others) is the f32 input "dlcc.momentum", set before each step
+   * (Adam, AdamW, Adamax, RAdam, NAdam) is the f32 input "dlcc.momentum", set before each step
    * (dlc_train_set_momentum), as OneCycleLR cycles it */
   int momentum_input;
   /* comma-separated names or shell patterns ("*.bias,*norm*") of the

@@ -182,8 +182,9 @@ int ir_optim_states(const char *kind, double momentum, bool amsgrad, bool center
                     const char *keys[IR_OPTIM_MAX_STATES]);
 /* The same for optim_update n, from its attributes. */
 int ir_optim_node_states(const Node *n, const char *keys[IR_OPTIM_MAX_STATES]);
-/* The operand index of optim_update n's first state: 5, or 6 after a
- * momentum operand (momentum_input) or NAdam's mu_product. */
+/* The operand index of optim_update n's first state: 5, and one more
+ * after a momentum operand (momentum_input) and after NAdam's
+ * mu_product (in that order). */
 int ir_optim_first_state(const Node *n);
 /* The per-step scalars of optim_update n at rate lr and step t that
  * PyTorch computes as Python floats (double), each rounded to f32 as a
@@ -191,12 +192,13 @@ int ir_optim_first_state(const Node *n);
  * root of the second; Adamax's -lr / (1 - beta1^t) (c1); RAdam's
  * rectification (rect, when rectify: rho_t > 5); NAdam's coefficients
  * of the gradient and of exp_avg (c1, c2) from its momentum schedule
- * and mu_product (the product through this step). */
+ * and mu_product (the product through this step).  beta1 is the step's
+ * (the attribute's, or the momentum operand's). */
 typedef struct IrOptimScalars {
   float bc1, bc2, sqrt_bc2, rect, c1, c2;
   bool rectify;
 } IrOptimScalars;
-void ir_optim_scalars(const Node *n, float lr, float t, float mu_product, IrOptimScalars *s);
+void ir_optim_scalars(const Node *n, float lr, float t, double beta1, float mu_product, IrOptimScalars *s);
 /* Adam's bias correction 1 - beta^t in f32, as exact as PyTorch's,
  * which computes it in double: 1 - powf((float)beta, t) would carry
  * beta's rounding to f32 (0.999 is off by 1.3e-8, which is 1.3e-5 of

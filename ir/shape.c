@@ -1723,15 +1723,13 @@ bool shape_optim_update(const Node *n, TensorType *out, char *err, size_t errlen
                 "optim_update: kind must be \"sgd\", \"adam\", \"adamw\", \"rmsprop\", \"adagrad\", \"adamax\", "
                 "\"adadelta\", \"radam\" or \"nadam\", got \"%s\"",
                 kind->s);
-  bool nadam = strcmp(kind->s, "nadam") == 0;
-  if (nadam && ir_attr_int(n, "momentum_input"))
-    return fail(err, errlen, "optim_update: nadam takes no momentum_input (its momentum follows its own schedule)");
+  bool nadam = strcmp(kind->s, "nadam") == 0, momentum_in = ir_attr_int(n, "momentum_input") != 0;
   int first = ir_optim_first_state(n);
   if (n->n_in != first + states) {
     char names[128] = "";
     for (int k = 0; k < states; k++) snprintf(names + strlen(names), sizeof names - strlen(names), ", %s", keys[k]);
-    return fail(err, errlen, "optim_update: %s takes %d operands (p, g, lr, t, scale%s%s), got %d", kind->s,
-                first + states, first == 5 ? "" : nadam ? ", mu_product" : ", momentum", names, n->n_in);
+    return fail(err, errlen, "optim_update: %s takes %d operands (p, g, lr, t, scale%s%s%s), got %d", kind->s,
+                first + states, momentum_in ? ", momentum" : "", nadam ? ", mu_product" : "", names, n->n_in);
   }
   const TensorType *p = in_type(n, 0);
   if (p->dtype != TY_F32) return fail(err, errlen, "optim_update: the param must be f32, got %s", ts(p).s);

@@ -345,7 +345,7 @@ int ir_optim_node_states(const Node *n, const char *keys[IR_OPTIM_MAX_STATES]) {
 int ir_optim_first_state(const Node *n) {
   const Attr *a = ir_attr(n, "momentum_input"), *kind = ir_attr(n, "kind");
   bool nadam = kind && kind->kind == AK_STR && strcmp(kind->s, "nadam") == 0;
-  return 5 + ((a && a->kind == AK_INT && a->i != 0) || nadam);
+  return 5 + (a && a->kind == AK_INT && a->i != 0) + nadam;
 }
 
 /* -expm1(y) by Kahan's (e^y - 1) y / log(e^y). */
@@ -366,9 +366,9 @@ static float lerp(float a, float b, float w) { return fabsf(w) < 0.5f ? a + w * 
 /* torch.maximum: NaN from either. */
 static float nan_max(float a, float b) { return isnan(a) || isnan(b) ? a + b : a > b ? a : b; }
 
-void ir_optim_scalars(const Node *n, float lr, float t, float mu_product, IrOptimScalars *s) {
+void ir_optim_scalars(const Node *n, float lr, float t, double beta1, float mu_product, IrOptimScalars *s) {
   const char *kind = ir_attr_str(n, "kind");
-  double beta1 = ir_attr_float(n, "beta1"), beta2 = ir_attr_float(n, "beta2"), md = ir_attr_float(n, "momentum_decay");
+  double beta2 = ir_attr_float(n, "beta2"), md = ir_attr_float(n, "momentum_decay");
   double td = t, bc1 = 1 - pow(beta1, td), bc2 = 1 - pow(beta2, td);
   *s = (IrOptimScalars){.bc1 = (float)bc1, .bc2 = (float)bc2, .sqrt_bc2 = (float)sqrt(bc2), .rect = 1};
   if (strcmp(kind, "adamax") == 0) s->c1 = (float)(-(double)lr / bc1);
@@ -402,9 +402,11 @@ static void eval_optim_update(const Node *n, Tensor *const *in, Tensor *out) {
   float bc1 = ir_bias_correction(beta1, t);
   bool adamax = strcmp(kind, "adamax") == 0, adadelta = strcmp(kind, "adadelta") == 0;
   bool radam = strcmp(kind, "radam") == 0, nadam = strcmp(kind, "nadam") == 0;
+  bool momentum_in = ir_attr_int(n, "momentum_input") != 0;
   IrOptimScalars sc;
-  ir_optim_scalars(n, lr, t, nadam ? *(const float *)in[5]->data : 1, &sc);
-  if (first > 5 && !nadam) { /* this step's momentum or beta1 */
+  ir_optim_scalars(n, lr, t, momentum_in ? (double)*(const float *)in[5]->data : beta1,
+                   nadam ? *(const float *)in[5 + momentum_in]->data : 1, &sc);
+  if (momentum_in) { /* this step's momentum or beta1 */
     mom = b1 = *(const float *)in[5]->data;
     one_b1 = 1 - b1;
     bc1 = ir_bias_correction_f(b1, t);

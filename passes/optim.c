@@ -105,8 +105,10 @@ static void update(Step *s, const char *name, Value *p, Value *grad, bool no_dec
   bool adam = o->kind == OPTIM_ADAM || o->kind == OPTIM_ADAMW;
   int n_states = ir_optim_states(optim_name(o->kind), o->momentum, adam && o->amsgrad,
                                  o->kind == OPTIM_RMSPROP && o->centered, keys);
-  Value *in[6 + IR_OPTIM_MAX_STATES] = {p, grad, s->lr, s->step1, s->scale, s->momentum ? s->momentum : s->mu_product};
-  int first = 5 + (s->momentum || s->mu_product);
+  Value *in[7 + IR_OPTIM_MAX_STATES] = {p, grad, s->lr, s->step1, s->scale};
+  int first = 5;
+  if (s->momentum) in[first++] = s->momentum;
+  if (s->mu_product) in[first++] = s->mu_product;
   const char *names[IR_OPTIM_MAX_STATES];
   for (int k = 0; k < n_states; k++) {
     in[first + k] = state(s, name, keys[k], &p->type, &names[k]);
@@ -175,9 +177,9 @@ static bool check_spec(Ctx *c, const OptimSpec *o) {
   else if (o->kind != OPTIM_SGD && o->kind != OPTIM_RMSPROP && o->momentum != 0)
     bad = "momentum is SGD's and RMSprop's";
   else if (o->kind != OPTIM_SGD && (o->dampening != 0 || o->nesterov)) bad = "dampening and nesterov are SGD's";
-  else if (o->momentum_input && (o->kind > OPTIM_RMSPROP || ((o->kind == OPTIM_SGD || o->kind == OPTIM_RMSPROP) &&
-                                                            !(o->momentum > 0))))
-    bad = "a momentum set each step needs a momentum (SGD, RMSprop) or beta1 (Adam, AdamW)";
+  else if (o->momentum_input && !has_betas(o->kind) &&
+           !((o->kind == OPTIM_SGD || o->kind == OPTIM_RMSPROP) && o->momentum > 0))
+    bad = "a momentum set each step needs a momentum (SGD, RMSprop) or beta1 (Adam, AdamW, Adamax, RAdam, NAdam)";
   if (bad) diag_error(c, (SrcLoc){0}, "%s: %s", optim_name(o->kind), bad);
   return !bad;
 }
@@ -340,7 +342,8 @@ static Value *cast(Step *s, Value *x, DType to) {
 /* NAdam's product of momentums through this step: PyTorch's f32 state
  * times mu_t = beta1 (1 - 0.96^(t momentum_decay) / 2), mu_t computed
  * in double as its Python floats are, then rounded to f32 as the tensor
- * op rounds it; a skipped step (loss scaling) keeps it. */
+ * op rounds it; beta1 is this step's (dlcc.momentum) when a schedule
+ * sets it; a skipped step (loss scaling) keeps it. */
 static void nadam_mu_product(Step *s) {
   const OptimSpec *o = s->o;
   TensorType scalar = {.dtype = TY_F32};
@@ -349,7 +352,8 @@ static void nadam_mu_product(Step *s) {
   Value *t = cast(s, s->step1, TY_F64);
   Value *decayed = op2(s, OP_POW, ir_grad_scalar(s->g, s->at, 0.96, TY_F64),
                        op2(s, OP_MUL, t, ir_grad_scalar(s->g, s->at, o->momentum_decay, TY_F64)));
-  Value *mu = op2(s, OP_MUL, ir_grad_scalar(s->g, s->at, o->beta1, TY_F64),
+  Value *beta1 = s->momentum ? cast(s, s->momentum, TY_F64) : ir_grad_scalar(s->g, s->at, o->beta1, TY_F64);
+  Value *mu = op2(s, OP_MUL, beta1,
                   op2(s, OP_SUB, ir_grad_scalar(s->g, s->at, 1, TY_F64),
                       op2(s, OP_MUL, ir_grad_scalar(s->g, s->at, 0.5, TY_F64), decayed)));
   s->mu_product = op2(s, OP_MUL, &mp->out[0], cast(s, mu, TY_F32));

@@ -57,7 +57,7 @@ typedef struct OptimSpec {
    * squares starts at initial_accumulator_value */
   double lr_decay, initial_accumulator_value;
   /* The momentum (SGD, RMSprop: momentum > 0 says there is one) or
-   * beta1 (Adam, AdamW) is the f32 scalar input OPTIM_MOMENTUM_INPUT,
+   * beta1 (the Adams) is the f32 scalar input OPTIM_MOMENTUM_INPUT,
    * set before each step like the rate (OneCycleLR cycles it). */
   bool momentum_input;
   /* > 0: the gradients are first scaled as clip_grad_norm_(max_norm)

@@ -708,7 +708,8 @@ START_TEST(test_optim_update_shape) {
                   "\"adadelta\", \"radam\" or \"nadam\", got \"lion\"");
   expect_ir_error("%4, %5, %6, %7 = optim_update %0, %1, %2, %2, %2, %2, %3, %3 {kind=\"nadam\", momentum_input=1} : "
                   "f32[3], f32[3], f32[3], f32[]",
-                  "optim_update: nadam takes no momentum_input (its momentum follows its own schedule)");
+                  "optim_update: nadam takes 9 operands (p, g, lr, t, scale, momentum, mu_product, exp_avg, "
+                  "exp_avg_sq), got 8");
   expect_ir_error("%4, %5, %6, %7 = optim_update %0, %1, %2, %2, %2, %3, %3 {kind=\"nadam\"} : "
                   "f32[3], f32[3], f32[3], f32[]",
                   "optim_update: nadam takes 8 operands (p, g, lr, t, scale, mu_product, exp_avg, exp_avg_sq), got 7");
@@ -723,7 +724,8 @@ static const char *const emu_runs[] = {
     "cnn adam",         "cnn adamw",            "cnn rmsprop_centered", "cnn adagrad_decay", "mlp sgd_momentum_input",
     "mlp adam_beta1_input", "mlp rmsprop_momentum_input", "cnn adam_beta1_input", "mlp adamw_no_decay",
     "cnn sgd_no_decay", "mlp sgd_clip_value", "cnn adam_clip_value", "mlp adamax_maximize", "cnn adamax",
-    "mlp adadelta", "cnn adadelta_rho", "mlp radam_decoupled", "cnn radam", "mlp nadam", "cnn nadam_decoupled"};
+    "mlp adadelta", "cnn adadelta_rho", "mlp radam_decoupled", "cnn radam", "mlp nadam", "cnn nadam_decoupled",
+    "mlp adamax_beta1_input", "cnn radam_beta1_input", "mlp nadam_beta1_input", "cnn nadam_beta1_input"};
 
 START_TEST(test_numpy_emu_some) { check_run(ref_run(emu_runs[_i]), "emu"); }
 END_TEST

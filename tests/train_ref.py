@@ -261,7 +261,8 @@ def train(model, w0, batches, o0, lrs):
     for s in range(STEPS):
         o = dict(o0)
         if o0["moms"]:  # the momentum (SGD, RMSprop) or beta1 (Adam) the host sets this step
-            o["beta1" if o["kind"].startswith("adam") else "momentum"] = float(F(o0["moms"][s]))
+            betas = o["kind"] in ("adam", "adamw", "adamax", "radam", "nadam")
+            o["beta1" if betas else "momentum"] = float(F(o0["moms"][s]))
         _, g, running = grads_of(w, batches[s])
         if o["clip"]:
             g = clip_grad_norm(g, o["clip"])
@@ -323,6 +324,10 @@ RUNS = [
     ("radam_decoupled", opt("radam", 0.01, weight_decay=0.1, decoupled=1, beta1=0.8)),
     ("nadam", opt("nadam", 0.02, weight_decay=0.01)),
     ("nadam_decoupled", opt("nadam", 0.02, weight_decay=0.1, decoupled=1, momentum_decay=0.04, beta2=0.99)),
+    # beta1 set each step (OneCycleLR, CyclicLR); below 0.5 lerp takes its other form
+    ("adamax_beta1_input", opt("adamax", 0.02, moms=[0.3, 0.9, 0.95])),
+    ("radam_beta1_input", opt("radam", 0.01, moms=[0.95, 0.9, 0.85])),
+    ("nadam_beta1_input", opt("nadam", 0.02, moms=[0.95, 0.9, 0.3])),
 ]
 
 

@@ -24,7 +24,8 @@ compared.
 
     train_parity.py --dlcc BUILD/dlcc [--backend ref|emu] [--models cnn,tf,lstm]
                     [--optimizers sgd,adamw,adam,amsgrad,rmsprop,adagrad,onecycle_sgd,onecycle_adamw,adamw_groups,
-                                  cyclic_sgd,cyclic_adam,adamax,adadelta,radam,nadam]
+                                  cyclic_sgd,cyclic_adam,onecycle_nadam,onecycle_radam,cyclic_adamax,
+                                  adamax,adadelta,radam,nadam]
                     [--losses ce,weighted,sum,bce,kl] [--steps 4]
 
 Exits 77 (skip) when torch does not import.
@@ -212,6 +213,11 @@ OPTIMIZERS = {
                    ["--optimizer=sgd", "--lr=0.05", "--weight-decay=1e-4", "--schedule=cyclic:0.01:1/2:triangular2"]),
     "cyclic_adam": (lambda p: torch.optim.Adam(p, lr=0.01),
                     ["--optimizer=adam", "--lr=0.01", "--schedule=cyclic:0.001:2:exp_range:0.9"]),
+    # beta1 cycled for the other Adams
+    "onecycle_nadam": (lambda p: torch.optim.NAdam(p, lr=0.01), ["--optimizer=nadam", "--lr=0.01", "--schedule=onecycle"]),
+    "onecycle_radam": (lambda p: torch.optim.RAdam(p, lr=0.01), ["--optimizer=radam", "--lr=0.01", "--schedule=onecycle"]),
+    "cyclic_adamax": (lambda p: torch.optim.Adamax(p, lr=0.01),
+                      ["--optimizer=adamax", "--lr=0.01", "--schedule=cyclic:0.001:2:exp_range:0.9"]),
     "adamax": (lambda p: torch.optim.Adamax(p, lr=0.01, weight_decay=1e-4),
                ["--optimizer=adamax", "--lr=0.01", "--weight-decay=1e-4"]),
     "adadelta": (lambda p: torch.optim.Adadelta(p, lr=1.0, rho=0.8), ["--optimizer=adadelta", "--rho=0.8"]),
@@ -237,6 +243,10 @@ SCHEDULES = {
                                                               step_size_down=2, mode="triangular2"),
     "cyclic_adam": lambda o: torch.optim.lr_scheduler.CyclicLR(o, base_lr=0.001, max_lr=0.01, step_size_up=2,
                                                                mode="exp_range", gamma=0.9),
+    "onecycle_nadam": lambda o: torch.optim.lr_scheduler.OneCycleLR(o, max_lr=0.01, total_steps=STEPS),
+    "onecycle_radam": lambda o: torch.optim.lr_scheduler.OneCycleLR(o, max_lr=0.01, total_steps=STEPS),
+    "cyclic_adamax": lambda o: torch.optim.lr_scheduler.CyclicLR(o, base_lr=0.001, max_lr=0.01, step_size_up=2,
+                                                                 mode="exp_range", gamma=0.9),
 }
 # These divide each gradient by its own running size, so a gradient that
 # is zero in exact arithmetic is rounding noise they scale up to the
@@ -245,7 +255,7 @@ SCHEDULES = {
 # after them, and the others within 2e-4 (Adam's steps are as large for
 # a small gradient as for a large one).
 ADAPTIVE = {"adam", "adamw", "amsgrad", "rmsprop", "adagrad", "onecycle_adamw", "adamw_groups", "adamax", "adadelta",
-            "radam", "nadam", "cyclic_adam"}
+            "radam", "nadam", "cyclic_adam", "onecycle_nadam", "onecycle_radam", "cyclic_adamax"}
 NOISE = {"tf": {"enc.self_attn.in_proj_bias"}, "consts": {"c1.bias", "c2.bias", "bn.running_mean"}}
 
 
