@@ -4,7 +4,8 @@ libdlcrt_la_SOURCES = \
 	runtime/tensorio.h \
 	runtime/fileio.c \
 	runtime/npy.c \
-	runtime/safetensors.c
+	runtime/safetensors.c \
+	runtime/torchfile.c
 libdlcrt_la_CPPFLAGS = $(AM_CPPFLAGS) $(CJSON_CFLAGS)
 libdlcrt_la_LIBADD = $(CJSON_LIBS) -lm
 

@@ -269,6 +269,15 @@ static int open_set(const char *path, RtTensorSet *out, Entry **entries_out, cha
     fail(err, errlen, "%s: too short for a safetensors file (%" PRId64 " bytes)", path, size);
     goto done;
   }
+  if (memcmp(pre, "PK\3\4", 4) == 0) { /* a zip: torch.save's (torchfile.c), read whole */
+    close(fd);
+    return rt_torch_read(path, out, err, errlen);
+  }
+  if (pre[0] == 0x80 && pre[1] >= 2 && pre[1] <= 5) { /* a pickle's PROTO: torch.save's format before 1.6 */
+    fail(err, errlen, "%s: a torch.save file in the format before PyTorch 1.6 (a bare pickle): save it again with "
+         "torch.save(torch.load(PATH), PATH) under a current PyTorch, or as safetensors", path);
+    goto done;
+  }
   uint64_t hsize = 0;
   for (int i = 0; i < 8; i++) hsize |= (uint64_t)pre[i] << (8 * i);
   if (hsize > (uint64_t)(size - 8)) {
@@ -340,6 +349,7 @@ int rt_safetensors_load(RtTensorSet *s, int i, char *err, size_t errlen) {
 int rt_safetensors_read(const char *path, RtTensorSet *out, char *err, size_t errlen) {
   Entry *entries = NULL;
   if (open_set(path, out, &entries, err, errlen) < 0) return -1;
+  if (!out->lazy) return 0; /* a torch.save file, read whole */
   /* In file order, so the reads run forward. */
   int rc = 0;
   for (int k = 0; rc == 0 && k < out->n; k++) rc = rt_safetensors_load(out, entries[k].index, err, errlen);

@@ -1,6 +1,6 @@
 /* Tensor files: NumPy .npy and safetensors, read into and written from
- * host memory.  Part of libdlcrt, so it knows nothing of the compiler.
- * Every function returns 0, or -1 with a message naming the file (and the
+ * host memory, and PyTorch's torch.save files read.  Part of libdlcrt,
+ * so it knows nothing of the compiler.  Every function returns 0, or -1 with a message naming the file (and the
  * tensor) in err; none exits.  Data is little-endian, C order. */
 #ifndef DLCC_TENSORIO_H
 #define DLCC_TENSORIO_H
@@ -134,6 +134,15 @@ int rt_safetensors_open(const char *path, RtTensorSet *out, char *err, size_t er
 /* Reads tensor i's data of a set rt_safetensors_open made, once; 0 at
  * once for a set whose data is there. */
 int rt_safetensors_load(RtTensorSet *s, int i, char *err, size_t errlen);
+/* A PyTorch torch.save file (a zip: data.pkl and data/N) of a
+ * state_dict, or of a checkpoint dict holding one under "state_dict",
+ * "model_state_dict", "model", "module" or "net" (torchfile.c): every
+ * tensor read into out (not lazy), in the dict's order.  Its pickle is
+ * never run: only the opcodes and calls torch.save writes for tensors
+ * are read, anything else is refused or left inert.  rt_safetensors_read
+ * and rt_safetensors_open hand a zip file here, so every weights path
+ * takes both. */
+int rt_torch_read(const char *path, RtTensorSet *out, char *err, size_t errlen);
 /* Writes tensors in the set's order, packed, the header padded with
  * spaces to a multiple of 8 bytes. */
 int rt_safetensors_write(const char *path, const RtTensorSet *set, char *err, size_t errlen);

@@ -12,3 +12,6 @@ tests_test_tensorio_SOURCES = tests/test_tensorio.c
 tests_test_tensorio_CFLAGS = $(TEST_CFLAGS)
 tests_test_tensorio_LDADD = $(TEST_LIBS)
 endif
+# torch.save files the tensor tests read (written by make.py with torch)
+EXTRA_DIST += tests/torchfiles/make.py tests/torchfiles/fc.pt tests/torchfiles/ckpt.pt tests/torchfiles/views.pt \
+	tests/torchfiles/whole.pt tests/torchfiles/complex.pt tests/torchfiles/legacy.pt

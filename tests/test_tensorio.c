@@ -1,8 +1,11 @@
-/* Check suite for the tensor files (runtime/npy.c, runtime/safetensors.c)
- * and binding weights to a graph (api/weights.c): round trips, files
- * written byte by byte as NumPy and PyTorch write them, and every
- * malformed input with its exact message.  Files live in a mkdtemp dir. */
+/* Check suite for the tensor files (runtime/npy.c, runtime/safetensors.c,
+ * runtime/torchfile.c) and binding weights to a graph (api/weights.c):
+ * round trips, files written byte by byte as NumPy and PyTorch write
+ * them (torch.save's committed in tests/torchfiles/, by its make.py),
+ * and every malformed input with its exact message, every truncation and
+ * byte flip of a torch.save file.  Files live in a mkdtemp dir. */
 #include "check_quiet.h"
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -639,6 +642,144 @@ START_TEST(test_bind_many_errors_capped) {
 }
 END_TEST
 
+/* ---- torch.save files (tests/torchfiles, written by torch 2.15) ---- */
+
+static const char *torch_file(const char *name) {
+  static char p[4][1024];
+  static int k;
+  const char *src = getenv("top_srcdir");
+  char *out = p[k++ % 4];
+  snprintf(out, sizeof p[0], "%s/tests/torchfiles/%s", src ? src : ".", name);
+  return out;
+}
+
+static const RtTensor *must_find(const RtTensorSet *s, const char *name, RtDType dt, int rank, int64_t d0,
+                                 int64_t d1) {
+  const RtTensor *t = rt_tensor_set_find(s, name);
+  ck_assert_msg(t != NULL, "no tensor '%s'", name);
+  ck_assert_int_eq(t->dtype, dt);
+  ck_assert_int_eq(t->rank, rank);
+  if (rank > 0) ck_assert_int_eq(t->dims[0], d0);
+  if (rank > 1) ck_assert_int_eq(t->dims[1], d1);
+  ck_assert_uint_eq(t->nbytes, (size_t)rt_numel(t) * (size_t)rt_dtype_size(dt));
+  return t;
+}
+
+/* Views of one storage a = arange(12).reshape(3, 4) (make.py), read as
+ * the views they are, through rt_safetensors_read and _open alike. */
+START_TEST(test_torch_views) {
+  for (int lazy = 0; lazy < 2; lazy++) {
+    RtTensorSet s;
+    const char *p = torch_file("views.pt");
+    ck_assert_msg((lazy ? rt_safetensors_open : rt_safetensors_read)(p, &s, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(s.n, 8);
+    ck_assert_str_eq(s.names[0], "t"); /* the dict's order */
+    for (int i = 0; i < s.n; i++) ck_assert_int_eq(rt_safetensors_load(&s, i, err, sizeof err), 0);
+    const float *t = must_find(&s, "t", RT_F32, 2, 4, 3)->data;
+    for (int i = 0; i < 12; i++) ck_assert_float_eq(t[i], (float)(i % 3 * 4 + i / 3));
+    const float *v = must_find(&s, "s", RT_F32, 2, 2, 2)->data;
+    ck_assert(v[0] == 4 && v[1] == 6 && v[2] == 8 && v[3] == 10);
+    const uint16_t *h = must_find(&s, "h", RT_F16, 2, 3, 4)->data, *b = must_find(&s, "b", RT_BF16, 2, 3, 4)->data;
+    ck_assert_uint_eq(h[11], 0x4980); /* 11 in f16 */
+    ck_assert_uint_eq(b[11], 0x4130); /* 11 in bf16 */
+    const int64_t *l = must_find(&s, "i", RT_I64, 2, 3, 4)->data;
+    ck_assert_int_eq(l[7], 7);
+    must_find(&s, "z", RT_F32, 2, 0, 3);
+    ck_assert_float_eq(*(const float *)must_find(&s, "q", RT_F32, 0, 0, 0)->data, 11);
+    const float *whole = must_find(&s, "tie", RT_F32, 2, 3, 4)->data;
+    for (int i = 0; i < 12; i++) ck_assert_float_eq(whole[i], (float)i);
+    rt_tensor_set_free(&s);
+  }
+}
+END_TEST
+
+/* A checkpoint dict's "model" entry is the state_dict; its other entries
+ * (the optimizer's state, numbers, a list) are read and left. */
+START_TEST(test_torch_checkpoint) {
+  RtTensorSet a, b;
+  ck_assert_msg(rt_safetensors_read(torch_file("fc.pt"), &a, err, sizeof err) == 0, "%s", err);
+  ck_assert_msg(rt_safetensors_read(torch_file("ckpt.pt"), &b, err, sizeof err) == 0, "%s", err);
+  static const char *const names[] = {"0.weight", "0.bias", "2.weight", "2.bias"};
+  ck_assert_int_eq(a.n, 4);
+  ck_assert_int_eq(b.n, 4);
+  for (int i = 0; i < 4; i++) {
+    ck_assert_str_eq(a.names[i], names[i]);
+    ck_assert_str_eq(b.names[i], names[i]);
+    ck_assert_uint_eq(a.tensors[i].nbytes, b.tensors[i].nbytes);
+    ck_assert_mem_eq(a.tensors[i].data, b.tensors[i].data, a.tensors[i].nbytes);
+  }
+  const float *bias = must_find(&a, "2.bias", RT_F32, 1, 3, 0)->data;
+  ck_assert(fabsf(bias[0] - 0.19409f) < 1e-4f && fabsf(bias[1] + 0.04462f) < 1e-4f);
+  rt_tensor_set_free(&a);
+  rt_tensor_set_free(&b);
+}
+END_TEST
+
+START_TEST(test_torch_refused) {
+  static const struct {
+    const char *file, *msg;
+  } cases[] = {
+      {"whole.pt", "no tensors to read: the file holds a pickled torch.nn.modules.linear.Linear object (a whole "
+                   "model?); dlcc reads a state_dict (torch.save(model.state_dict(), PATH))"},
+      {"complex.pt", "tensor 'w' is a kind dlcc does not read (torch.ComplexFloatStorage)"},
+      {"legacy.pt", "a torch.save file in the format before PyTorch 1.6 (a bare pickle): save it again with "
+                    "torch.save(torch.load(PATH), PATH) under a current PyTorch, or as safetensors"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    RtTensorSet s;
+    const char *p = torch_file(cases[i].file);
+    ck_assert_int_eq(rt_safetensors_read(p, &s, err, sizeof err), -1);
+    char want[1024];
+    snprintf(want, sizeof want, "%s: %s", p, cases[i].msg);
+    ck_assert_str_eq(err, want);
+    ck_assert_int_eq(s.n, 0);
+  }
+}
+END_TEST
+
+static unsigned char *slurp(const char *p, long *n) {
+  *n = file_size(p);
+  unsigned char *b = malloc((size_t)*n);
+  FILE *f = fopen(p, "rb");
+  ck_assert(b && f && fread(b, 1, (size_t)*n, f) == (size_t)*n);
+  fclose(f);
+  return b;
+}
+
+/* Every truncation of fc.pt is refused with a message; every byte of it
+ * flipped either is refused with one or reads as a consistent set (the
+ * CRC guards the data; a flip in a field nothing reads changes nothing). */
+START_TEST(test_torch_damaged) {
+  long n;
+  unsigned char *good = slurp(torch_file("fc.pt"), &n);
+  RtTensorSet s;
+  for (long len = 0; len < n; len++) {
+    const char *p = write_bytes("cut.pt", good, (size_t)len, NULL, 0);
+    err[0] = 0;
+    ck_assert_msg(rt_safetensors_read(p, &s, err, sizeof err) == -1, "truncated to %ld bytes: read", len);
+    ck_assert_msg(err[0], "truncated to %ld bytes: no message", len);
+  }
+  int refused = 0;
+  for (long at = 0; at < n; at++) {
+    good[at] ^= 0xA5;
+    const char *p = write_bytes("flip.pt", good, (size_t)n, NULL, 0);
+    good[at] ^= 0xA5;
+    err[0] = 0;
+    if (rt_safetensors_read(p, &s, err, sizeof err) < 0) {
+      ck_assert_msg(err[0], "byte %ld flipped: no message", at);
+      refused++;
+      continue;
+    }
+    for (int i = 0; i < s.n; i++)
+      ck_assert(s.names[i] && s.tensors[i].data &&
+                s.tensors[i].nbytes == (size_t)rt_numel(&s.tensors[i]) * (size_t)rt_dtype_size(s.tensors[i].dtype));
+    rt_tensor_set_free(&s);
+  }
+  ck_assert_int_gt(refused, n / 4); /* the pickle and the storages are CRC-checked; padding is not read */
+  free(good);
+}
+END_TEST
+
 static Suite *tensorio_suite(void) {
   Suite *s = suite_create("tensorio");
   TCase *t = tcase_create("npy");
@@ -654,6 +795,10 @@ static Suite *tensorio_suite(void) {
   tcase_add_test(t, test_st_roundtrip);
   tcase_add_test(t, test_st_read_handmade);
   tcase_add_test(t, test_st_errors);
+  tcase_add_test(t, test_torch_views);
+  tcase_add_test(t, test_torch_checkpoint);
+  tcase_add_test(t, test_torch_refused);
+  tcase_add_test(t, test_torch_damaged);
   suite_add_tcase(s, t);
   t = tcase_create("weights");
   tcase_add_checked_fixture(t, gsetup, gteardown);

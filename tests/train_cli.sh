@@ -390,4 +390,18 @@ done
 paste "$tmp/tf32.ref.l" "$tmp/tf32.emu.l" | awk '{ d = $1 - $2; if (d < 0) d = -d; if (d > 1e-3 * $1) bad++ }
   END { exit bad > 0 || NR != 6 }' || fail "--tf32: emu's losses differ from ref's: $(paste "$tmp/tf32.ref.l" "$tmp/tf32.emu.l")"
 
+# A torch.save state_dict, and a training checkpoint dict holding one
+# under "model", as --weights: the outputs torch 2.15 gives
+# (tests/torchfiles/make.py's MLP on these two rows).
+printf 'model mlp(x: f32[N, 4]) -> y: f32[N, 3] {\n  return linear(relu(linear(x, 8) as 0), 3) as 2\n}\n' >"$tmp/pt.dl"
+if /usr/bin/python3 -c 'import numpy; numpy.save("'"$tmp"'/ptx.npy", numpy.array([[1, 2, 3, 4], [-1, 0.5, 0, 2]], "f4"))'; then
+  for w in fc.pt ckpt.pt; do
+    expect 0 "" "$dlcc" run "$tmp/pt.dl" --weights "${top_srcdir:-.}/tests/torchfiles/$w" --input x="$tmp/ptx.npy" \
+      --output-dir "$tmp/pt" --backend=ref
+    [ "$(npy_values "$tmp/pt/y.npy" | awk '{ printf "%.4f ", $1 }')" = "-0.3697 -0.1071 0.0906 0.1070 -0.2803 0.1043 " ] ||
+      fail "--weights $w: $(npy_values "$tmp/pt/y.npy" | tr '\n' ' ')"
+  done
+fi
+expect 1 "dlcc: error: ${top_srcdir:-.}/tests/torchfiles/whole.pt: no tensors to read: the file holds a pickled torch.nn.modules.linear.Linear object (a whole model?); dlcc reads a state_dict (torch.save(model.state_dict(), PATH))" \
+  "$dlcc" run "$tmp/pt.dl" -D N=2 --weights "${top_srcdir:-.}/tests/torchfiles/whole.pt" --backend=ref
 finish train_cli
