@@ -109,7 +109,7 @@ static int zip_directory(Zip *z, const char *path, int64_t *dir_at, int64_t *dir
 
 /* Reads the central directory and each entry's local header. */
 static int zip_open(Zip *z, const char *path, char *err, size_t errlen) {
-  int64_t dir_at, dir_size, count;
+  int64_t dir_at = 0, dir_size = 0, count = 0;
   if (zip_directory(z, path, &dir_at, &dir_size, &count, err, errlen) < 0) return -1;
   if (dir_at < 0 || dir_size < 0 || dir_at > z->file_size || dir_size > z->file_size - dir_at)
     return fail(err, errlen, "%s: the zip directory lies outside the file", path);
@@ -283,6 +283,15 @@ static bool push(Machine *m, Pv *v) {
 
 static Pv *pop(Machine *m) { return m->sp > 0 && m->stack[m->sp - 1]->kind != PV_MARK ? m->stack[--m->sp] : NULL; }
 
+/* The value on top (NULL when none), left there. */
+static Pv *top_of(const Machine *m) { return m->sp > 0 ? m->stack[m->sp - 1] : NULL; }
+
+/* The top of kind, or NULL. */
+static Pv *top_kind(const Machine *m, PvKind kind) {
+  Pv *t = top_of(m);
+  return t && t->kind == kind ? t : NULL;
+}
+
 /* The values after the topmost mark, which is removed: their count, or -1. */
 static int64_t pop_mark(Machine *m, Pv ***items) {
   int64_t k = m->sp - 1;
@@ -408,7 +417,7 @@ static int unpickle(Machine *m, const unsigned char *p, int64_t n, Pv **out) {
       case '(': v = make(m, PV_MARK); break;         /* MARK */
       case '0': if (!pop(m)) BAD("POP of nothing"); continue;
       case '1': if (pop_mark(m, &items) < 0) BAD("POP_MARK without a mark"); continue;
-      case '2': if (!(v = m->sp ? m->stack[m->sp - 1] : NULL)) BAD("DUP of nothing"); break;
+      case '2': if (!(v = top_of(m))) BAD("DUP of nothing"); break;
       case 'N': v = make(m, PV_NONE); break;
       case 0x88: case 0x89:                          /* NEWTRUE, NEWFALSE */
         if ((v = make(m, PV_BOOL))) v->i = op == 0x88;
@@ -467,30 +476,38 @@ static int unpickle(Machine *m, const unsigned char *p, int64_t n, Pv **out) {
         break;
       }
       case 'a':                                      /* APPEND */
-        if (!(b = pop(m)) || !(a = m->sp ? m->stack[m->sp - 1] : NULL) || a->kind != PV_LIST) BAD("APPEND not to a list");
+        if (!(b = pop(m)) || !(a = top_kind(m, PV_LIST))) BAD("APPEND not to a list");
         if (!add_item(a, b)) goto oom;
         continue;
       case 'e':                                      /* APPENDS */
-        if ((k = pop_mark(m, &items)) < 0 || !(a = m->sp ? m->stack[m->sp - 1] : NULL) || a->kind != PV_LIST)
-          BAD("APPENDS not to a list");
+        if ((k = pop_mark(m, &items)) < 0 || !(a = top_kind(m, PV_LIST))) BAD("APPENDS not to a list");
         for (int64_t q = 0; q < k; q++)
           if (!add_item(a, items[q])) goto oom;
         continue;
       case 's':                                      /* SETITEM */
-        if (!(b = pop(m)) || !(a = pop(m)) || !m->sp || m->stack[m->sp - 1]->kind != PV_DICT) BAD("SETITEM not on a dict");
-        if (!set_item(m->stack[m->sp - 1], a, b)) goto oom;
+        if (!(b = pop(m)) || !(a = pop(m)) || !top_kind(m, PV_DICT)) BAD("SETITEM not on a dict");
+        if (!set_item(top_of(m), a, b)) goto oom;
         continue;
       case 'u':                                      /* SETITEMS */
-        if ((k = pop_mark(m, &items)) < 0 || k % 2 || !m->sp || m->stack[m->sp - 1]->kind != PV_DICT)
-          BAD("SETITEMS not on a dict");
+        if ((k = pop_mark(m, &items)) < 0 || k % 2 || !top_kind(m, PV_DICT)) BAD("SETITEMS not on a dict");
         for (int64_t q = 0; q < k; q += 2)
-          if (!set_item(m->stack[m->sp - 1], items[q], items[q + 1])) goto oom;
+          if (!set_item(top_of(m), items[q], items[q + 1])) goto oom;
         continue;
-      case 'q': NEED(1); if (!memo_put(m, p[at], m->sp ? m->stack[m->sp - 1] : NULL, m->n_all + 1)) BAD("BINPUT"); at++; continue;
-      case 'r': NEED(4); if (!memo_put(m, le32(p + at), m->sp ? m->stack[m->sp - 1] : NULL, m->n_all + 1)) BAD("LONG_BINPUT"); at += 4; continue;
-      case 0x94: if (!memo_put(m, (uint64_t)m->n_memo, m->sp ? m->stack[m->sp - 1] : NULL, m->n_all + 1)) BAD("MEMOIZE"); continue;
-      case 'h': NEED(1); if (!(v = memo_get(m, p[at]))) BAD("BINGET of nothing stored"); at++; break;
-      case 'j': NEED(4); if (!(v = memo_get(m, le32(p + at)))) BAD("LONG_BINGET of nothing stored"); at += 4; break;
+      case 'q': case 'r': case 0x94: {               /* BINPUT, LONG_BINPUT, MEMOIZE */
+        int width = op == 'q' ? 1 : op == 'r' ? 4 : 0;
+        NEED(width);
+        uint64_t i = op == 'q' ? p[at] : op == 'r' ? le32(p + at) : (uint64_t)m->n_memo;
+        if (!memo_put(m, i, top_of(m), m->n_all + 1)) BAD("a memo store of nothing, or at an index no value reached");
+        at += width;
+        continue;
+      }
+      case 'h': case 'j': {                          /* BINGET, LONG_BINGET */
+        int width = op == 'h' ? 1 : 4;
+        NEED(width);
+        if (!(v = memo_get(m, width == 1 ? p[at] : le32(p + at)))) BAD("a memo read of nothing stored");
+        at += width;
+        break;
+      }
       case 'c': {                                    /* GLOBAL "module\nname\n" */
         const unsigned char *nl1 = memchr(p + at, '\n', (size_t)(n - at));
         const unsigned char *nl2 = nl1 ? memchr(nl1 + 1, '\n', (size_t)(n - (nl1 + 1 - p))) : NULL;
@@ -508,7 +525,8 @@ static int unpickle(Machine *m, const unsigned char *p, int64_t n, Pv **out) {
         break;
       }
       case 0x93:                                     /* STACK_GLOBAL */
-        if (!(b = pop(m)) || !(a = pop(m)) || a->kind != PV_STR || b->kind != PV_STR) BAD("STACK_GLOBAL of non-strings");
+        if (!(b = pop(m)) || !(a = pop(m)) || a->kind != PV_STR || b->kind != PV_STR)
+          BAD("STACK_GLOBAL of non-strings");
         if ((v = make(m, PV_GLOBAL)) && (v->s = malloc(strlen(a->s) + strlen(b->s) + 2)))
           sprintf(v->s, "%s.%s", a->s, b->s);
         else
