@@ -269,17 +269,21 @@ static int open_set(const char *path, RtTensorSet *out, Entry **entries_out, cha
     fail(err, errlen, "%s: too short for a safetensors file (%" PRId64 " bytes)", path, size);
     goto done;
   }
-  if (memcmp(pre, "PK\3\4", 4) == 0) { /* a zip: torch.save's (torchfile.c), read whole */
+  uint64_t hsize = 0;
+  for (int i = 0; i < 8; i++) hsize |= (uint64_t)pre[i] << (8 * i);
+  /* Other formats only where these bytes cannot be a safetensors header
+   * size, so no safetensors file is ever taken for one: a zip's local
+   * header (torch.save's, torchfile.c), or the pickled magic number of
+   * torch.save's format before 1.6. */
+  if (hsize > (uint64_t)(size - 8) && memcmp(pre, "PK\3\4", 4) == 0) {
     close(fd);
     return rt_torch_read(path, out, err, errlen);
   }
-  if (pre[0] == 0x80 && pre[1] >= 2 && pre[1] <= 5) { /* a pickle's PROTO: torch.save's format before 1.6 */
+  if (hsize > (uint64_t)(size - 8) && memcmp(pre, "\x80\x02\x8a\x0a\x6c\xfc\x9c\x46", 8) == 0) {
     fail(err, errlen, "%s: a torch.save file in the format before PyTorch 1.6 (a bare pickle): save it again with "
          "torch.save(torch.load(PATH), PATH) under a current PyTorch, or as safetensors", path);
     goto done;
   }
-  uint64_t hsize = 0;
-  for (int i = 0; i < 8; i++) hsize |= (uint64_t)pre[i] << (8 * i);
   if (hsize > (uint64_t)(size - 8)) {
     fail(err, errlen, "%s: header size %" PRIu64 " is larger than the file (%" PRId64 " bytes)", path,
          hsize, size);

@@ -737,6 +737,24 @@ START_TEST(test_torch_refused) {
 }
 END_TEST
 
+/* A safetensors header of 640 bytes starts the file with 0x80 0x02, as
+ * a pickle starts (the fuzzer's find): it is still a safetensors file. */
+START_TEST(test_st_not_taken_for_torch) {
+  char json[641];
+  memset(json, ' ', 640);
+  json[640] = 0;
+  const char *entry = "{\"a\":{\"dtype\":\"U8\",\"shape\":[2],\"data_offsets\":[0,2]}}";
+  memcpy(json, entry, strlen(entry));
+  unsigned char data[2] = {7, 9};
+  RtTensorSet s;
+  const char *p = make_st("pk.safetensors", json, data, 2);
+  ck_assert_msg(rt_safetensors_read(p, &s, err, sizeof err) == 0, "%s", err);
+  ck_assert_int_eq(s.n, 1);
+  ck_assert_mem_eq(s.tensors[0].data, data, 2);
+  rt_tensor_set_free(&s);
+}
+END_TEST
+
 static unsigned char *slurp(const char *p, long *n) {
   *n = file_size(p);
   unsigned char *b = malloc((size_t)*n);
@@ -795,6 +813,7 @@ static Suite *tensorio_suite(void) {
   tcase_add_test(t, test_st_roundtrip);
   tcase_add_test(t, test_st_read_handmade);
   tcase_add_test(t, test_st_errors);
+  tcase_add_test(t, test_st_not_taken_for_torch);
   tcase_add_test(t, test_torch_views);
   tcase_add_test(t, test_torch_checkpoint);
   tcase_add_test(t, test_torch_refused);
