@@ -157,7 +157,7 @@ typedef struct dlc_options {
    * output's scale, docs/tensorcores.md); zero keeps them exact. */
   int tf32;
   /* Weights bound at compile, as dlc_load_weights would bind them: a
-   * safetensors file with PyTorch state_dict names.  NULL: none (an .onnx
+   * safetensors file (or a torch.save .pt) with PyTorch state_dict names.  NULL: none (an .onnx
    * model still brings its own). */
   const char *weights;
   /* int8 quantization, as dlcc's --quantize (docs/quantization.md):
@@ -343,7 +343,9 @@ dlc_status dlc_output_shape(dlc_model *m, int index, dlc_tensor_info *out);
 /* -1 when there is no such input. */
 int dlc_input_index(const dlc_model *m, const char *name);
 
-/* Parameters: from a safetensors file with PyTorch state_dict names, or
+/* Parameters: from a safetensors file with PyTorch state_dict names (or
+ * a torch.save file of a state_dict, read without running its pickle:
+ * docs/security.md), or
  * reproducibly random (sane scales; the same seed gives the same values).
  * A file that does not fit gives DLC_ERR_WEIGHTS, each problem at the
  * source location that declared its parameter (dlc_error). */

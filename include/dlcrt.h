@@ -106,7 +106,8 @@ const char *dlrt_status_name(DlrtStatus s); /* "DLRT_E_PLAN" */
 const char *dlrt_backend(const DlrtModel *m); /* "cuda" or "emu"; "" before open succeeded */
 
 /* The whole weights blob (the plan's weights_bytes), or one weight by
- * name, or every weight from a safetensors file (names, dtypes and
+ * name, or every weight from a safetensors file or a torch.save one of a
+ * state_dict (names, dtypes and
  * shapes must match the plan's).  What the model computes from the
  * weights alone (folded batch norms, ...) is computed again at the next
  * dlrt_run, once. */
