@@ -102,7 +102,11 @@ void rt_tensor_set_free(RtTensorSet *s) {
   free(s->meta_keys);
   free(s->meta_values);
   rt_names_free(&s->index);
-  if (s->lazy) close(s->fd);
+  if (s->lazy && !s->fds) close(s->fd);
+  for (int k = 0; s->fds && k < s->n_files; k++)
+    if (s->fds[k] >= 0) close(s->fds[k]);
+  free(s->fds);
+  free(s->file_of);
   free(s->path);
   free(s->begins);
   memset(s, 0, sizeof *s);
@@ -254,11 +258,11 @@ static int parse_header(const char *path, const cJSON *root, int64_t data_size, 
 /* Header only: out is lazy, its file open, each tensor's begin kept;
  * with entries, they are handed back (sorted by begin) for the caller
  * to free. */
-static int open_set(const char *path, RtTensorSet *out, Entry **entries_out, char *err, size_t errlen) {
+static int open_set(const char *path, int flags, RtTensorSet *out, Entry **entries_out, char *err, size_t errlen) {
   memset(out, 0, sizeof *out);
   char why[256];
   int64_t size;
-  int fd = rt_open_regular(path, 0, &size, why, sizeof why);
+  int fd = rt_open_regular(path, flags, &size, why, sizeof why);
   if (fd < 0) return fail(err, errlen, "%s: %s", path, why);
   int rc = -1;
   char *text = NULL;
@@ -277,7 +281,7 @@ static int open_set(const char *path, RtTensorSet *out, Entry **entries_out, cha
    * torch.save's format before 1.6. */
   if (hsize > (uint64_t)(size - 8) && memcmp(pre, "PK\3\4", 4) == 0) {
     close(fd);
-    return rt_torch_read(path, out, err, errlen);
+    return rt_torch_read(path, flags, out, err, errlen);
   }
   if (hsize > (uint64_t)(size - 8) && memcmp(pre, "\x80\x02\x8a\x0a\x6c\xfc\x9c\x46", 8) == 0) {
     fail(err, errlen, "%s: a torch.save file in the format before PyTorch 1.6 (a bare pickle): save it again with "
@@ -330,8 +334,140 @@ done:
   return rc;
 }
 
+/* ---- a sharded checkpoint's index ---- */
+
+static bool is_index(const char *path) {
+  size_t n = strlen(path);
+  return n >= 5 && strcmp(path + n - 5, ".json") == 0;
+}
+
+/* A shard's name from an index: a bare file name, so the shard is in the
+ * index's folder and nowhere else. */
+static bool bare_name(const char *s) {
+  return *s && strlen(s) < 256 && !strchr(s, '/') && strcmp(s, ".") != 0 && strcmp(s, "..") != 0;
+}
+
+/* The index's JSON root (cJSON_Delete it), or NULL after a message. */
+static cJSON *read_index(const char *path, char *err, size_t errlen) {
+  char why[256];
+  int64_t size;
+  int fd = rt_open_regular(path, 0, &size, why, sizeof why);
+  if (fd < 0) return fail(err, errlen, "%s: %s", path, why), NULL;
+  char *text = size <= MAX_HEADER ? malloc((size_t)size + 1) : NULL;
+  cJSON *root = NULL;
+  if (!text)
+    fail(err, errlen, "%s: %s", path, size > MAX_HEADER ? "an index of more than 100 MB" : "out of memory");
+  else if (rt_read_at(fd, text, (size_t)size, 0) != 0)
+    fail(err, errlen, "%s: could not read the index", path);
+  else if (!(root = cJSON_ParseWithLength(text, (size_t)size)))
+    fail(err, errlen, "%s: the index is not valid JSON", path);
+  close(fd);
+  free(text);
+  return root;
+}
+
+/* Moves part's tensors (shard k's) to the end of out, and its file. */
+static void take_shard(RtTensorSet *out, RtTensorSet *part, int k) {
+  for (int i = 0; i < part->n; i++, out->n++) {
+    out->names[out->n] = part->names[i];
+    out->tensors[out->n] = part->tensors[i];
+    out->begins[out->n] = part->lazy ? part->begins[i] : 0;
+    out->file_of[out->n] = part->lazy ? k : -1;
+    part->names[i] = NULL;
+    part->tensors[i].data = NULL;
+  }
+  if (part->lazy) out->fds[k] = part->fd, out->lazy = true;
+  part->lazy = false; /* its file is out's now */
+  rt_tensor_set_free(part);
+}
+
+static int open_index(const char *path, RtTensorSet *out, char *err, size_t errlen) {
+  memset(out, 0, sizeof *out);
+  out->fd = -1;
+  cJSON *root = read_index(path, err, errlen);
+  if (!root) return -1;
+  const cJSON *map = cJSON_GetObjectItemCaseSensitive(root, "weight_map");
+  RtTensorSet *parts = NULL;
+  const char **shards = NULL;
+  int n_shards = 0, rc = -1;
+  if (!cJSON_IsObject(map)) {
+    fail(err, errlen, "%s: no \"weight_map\" object: not a sharded checkpoint's index", path);
+    goto done;
+  }
+  int n_map = cJSON_GetArraySize(map);
+  shards = calloc((size_t)n_map + 1, sizeof *shards);
+  parts = calloc((size_t)n_map + 1, sizeof *parts);
+  if (!shards || !parts) {
+    fail(err, errlen, "%s: out of memory", path);
+    goto done;
+  }
+  /* the shards in order of first mention (a handful; the scan is short) */
+  for (const cJSON *e = map->child; e; e = e->next) {
+    if (!cJSON_IsString(e) || !bare_name(e->valuestring)) {
+      fail(err, errlen, "%s: tensor '%s': its shard must be a file name in the index's folder", path, e->string);
+      goto done;
+    }
+    int k = 0;
+    while (k < n_shards && strcmp(shards[k], e->valuestring) != 0) k++;
+    if (k == n_shards) shards[n_shards++] = e->valuestring;
+  }
+  const char *slash = strrchr(path, '/');
+  int dir_len = slash ? (int)(slash - path) + 1 : 0;
+  int64_t total = 0;
+  for (int k = 0; k < n_shards; k++) {
+    char shard[4096];
+    snprintf(shard, sizeof shard, "%.*s%s", dir_len, path, shards[k]);
+    if (open_set(shard, RT_NOFOLLOW, &parts[k], NULL, err, errlen) < 0) goto done;
+    total += parts[k].n;
+  }
+  out->names = calloc((size_t)total + 1, sizeof *out->names);
+  out->tensors = calloc((size_t)total + 1, sizeof *out->tensors);
+  out->begins = calloc((size_t)total + 1, sizeof *out->begins);
+  out->file_of = calloc((size_t)total + 1, sizeof *out->file_of);
+  out->fds = malloc(((size_t)n_shards + 1) * sizeof *out->fds);
+  out->path = strdup(path);
+  if (total > INT_MAX || !out->names || !out->tensors || !out->begins || !out->file_of || !out->fds || !out->path ||
+      rt_names_init(&out->index, (int)total) < 0) {
+    fail(err, errlen, "%s: out of memory", path);
+    goto done;
+  }
+  out->n_files = n_shards;
+  for (int k = 0; k < n_shards; k++) out->fds[k] = -1;
+  int *shard_of = calloc((size_t)total + 1, sizeof *shard_of);
+  if (!shard_of) {
+    fail(err, errlen, "%s: out of memory", path);
+    goto done;
+  }
+  bool bad = false;
+  for (int k = 0; k < n_shards && !bad; k++) {
+    int first = out->n;
+    take_shard(out, &parts[k], k);
+    for (int i = first; i < out->n && !bad; i++) {
+      shard_of[i] = k;
+      if ((bad = rt_names_add(&out->index, (const char *const *)out->names, i) >= 0))
+        fail(err, errlen, "%s: tensor '%s' is in two shards (one is %s)", path, out->names[i], shards[k]);
+    }
+  }
+  /* every tensor the map names, in the shard it names */
+  for (const cJSON *e = map->child; e && !bad; e = e->next) {
+    int i = rt_names_find(&out->index, (const char *const *)out->names, e->string);
+    if ((bad = i < 0 || strcmp(shards[shard_of[i]], e->valuestring) != 0))
+      fail(err, errlen, "%s: the index puts tensor '%s' in %s, which lacks it", path, e->string, e->valuestring);
+  }
+  free(shard_of);
+  rc = bad ? -1 : 0;
+done:
+  for (int k = 0; k < n_shards; k++) rt_tensor_set_free(&parts[k]);
+  free(parts);
+  free(shards);
+  cJSON_Delete(root);
+  if (rc < 0) rt_tensor_set_free(out);
+  return rc;
+}
+
 int rt_safetensors_open(const char *path, RtTensorSet *out, char *err, size_t errlen) {
-  return open_set(path, out, NULL, err, errlen);
+  if (is_index(path)) return open_index(path, out, err, errlen);
+  return open_set(path, 0, out, NULL, err, errlen);
 }
 
 int rt_safetensors_load(RtTensorSet *s, int i, char *err, size_t errlen) {
@@ -342,7 +478,8 @@ int rt_safetensors_load(RtTensorSet *s, int i, char *err, size_t errlen) {
   t->data = malloc(t->nbytes ? t->nbytes : 1);
   if (!t->data)
     return fail(err, errlen, "%s: tensor '%s': out of memory for %zu bytes", s->path, s->names[i], t->nbytes);
-  if (t->nbytes && rt_read_at(s->fd, t->data, t->nbytes, s->begins[i]) != 0) {
+  int fd = !s->file_of ? s->fd : s->file_of[i] >= 0 ? s->fds[s->file_of[i]] : -1; /* -1: a shard read whole */
+  if (t->nbytes && (fd < 0 || rt_read_at(fd, t->data, t->nbytes, s->begins[i]) != 0)) {
     free(t->data);
     t->data = NULL;
     return fail(err, errlen, "%s: tensor '%s': could not read its data", s->path, s->names[i]);
@@ -351,8 +488,20 @@ int rt_safetensors_load(RtTensorSet *s, int i, char *err, size_t errlen) {
 }
 
 int rt_safetensors_read(const char *path, RtTensorSet *out, char *err, size_t errlen) {
+  if (is_index(path)) { /* shard by shard, each in its order */
+    if (open_index(path, out, err, errlen) < 0) return -1;
+    for (int i = 0; i < out->n; i++)
+      if (rt_safetensors_load(out, i, err, errlen) < 0) {
+        rt_tensor_set_free(out);
+        return -1;
+      }
+    for (int k = 0; k < out->n_files; k++)
+      if (out->fds[k] >= 0) close(out->fds[k]), out->fds[k] = -1;
+    out->lazy = false;
+    return 0;
+  }
   Entry *entries = NULL;
-  if (open_set(path, out, &entries, err, errlen) < 0) return -1;
+  if (open_set(path, 0, out, &entries, err, errlen) < 0) return -1;
   if (!out->lazy) return 0; /* a torch.save file, read whole */
   /* In file order, so the reads run forward. */
   int rc = 0;

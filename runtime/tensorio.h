@@ -118,6 +118,12 @@ typedef struct RtTensorSet {
   int fd;
   char *path;
   int64_t *begins; /* per tensor: where its bytes start in the file */
+  /* A sharded checkpoint's set (its index file): each shard's file, and
+   * per tensor the shard it is read from (-1: read already); NULL for
+   * one file, read through fd. */
+  int n_files;
+  int *fds;
+  int *file_of;
 } RtTensorSet;
 
 /* Reads the whole file once, validating the header: size, JSON, every
@@ -126,6 +132,12 @@ typedef struct RtTensorSet {
  * before any tensor's data is allocated.  Only a regular file is read.
  * Tensors keep the file's order. */
 int rt_safetensors_read(const char *path, RtTensorSet *out, char *err, size_t errlen);
+/* Both readers also take a sharded checkpoint: a path ending in ".json"
+ * is its index (Hugging Face's model.safetensors.index.json or
+ * pytorch_model.bin.index.json: {"weight_map": {tensor: shard file}}),
+ * and the set is every shard's tensors, each shard a bare file name in
+ * the index's folder (no link followed), each tensor where the map says
+ * and in one shard only. */
 /* The same checks, reading no tensor's data: each tensor's is read when
  * rt_safetensors_load asks for it (a pipeline stage's, a model's own
  * among a checkpoint's others), so a caller holds only what it uses.
@@ -137,12 +149,13 @@ int rt_safetensors_load(RtTensorSet *s, int i, char *err, size_t errlen);
 /* A PyTorch torch.save file (a zip: data.pkl and data/N) of a
  * state_dict, or of a checkpoint dict holding one under "state_dict",
  * "model_state_dict", "model", "module" or "net" (torchfile.c): every
- * tensor read into out (not lazy), in the dict's order.  Its pickle is
+ * tensor read into out (not lazy), in the dict's order.  flags as
+ * rt_open_regular's.  Its pickle is
  * never run: only the opcodes and calls torch.save writes for tensors
  * are read, anything else is refused or left inert.  rt_safetensors_read
  * and rt_safetensors_open hand a zip file here, so every weights path
  * takes both. */
-int rt_torch_read(const char *path, RtTensorSet *out, char *err, size_t errlen);
+int rt_torch_read(const char *path, int flags, RtTensorSet *out, char *err, size_t errlen);
 /* Writes tensors in the set's order, packed, the header padded with
  * spaces to a multiple of 8 bytes. */
 int rt_safetensors_write(const char *path, const RtTensorSet *set, char *err, size_t errlen);

@@ -681,11 +681,11 @@ static void describe(const Pv *v, char *buf, size_t n) {
                            v->items[i]->kind == PV_STR ? v->items[i]->s : "(not a string)");
 }
 
-int rt_torch_read(const char *path, RtTensorSet *out, char *err, size_t errlen) {
+int rt_torch_read(const char *path, int flags, RtTensorSet *out, char *err, size_t errlen) {
   memset(out, 0, sizeof *out);
   char why[256];
   Zip z = {0};
-  z.fd = rt_open_regular(path, 0, &z.file_size, why, sizeof why);
+  z.fd = rt_open_regular(path, flags, &z.file_size, why, sizeof why);
   if (z.fd < 0) return fail(err, errlen, "%s: %s", path, why);
   Machine m = {.path = path, .err = err, .errlen = errlen};
   unsigned char *pkl = NULL;

@@ -755,6 +755,67 @@ START_TEST(test_st_not_taken_for_torch) {
 }
 END_TEST
 
+/* A sharded checkpoint: two safetensors shards and a torch.save one,
+ * named by an index as Hugging Face writes it; then each way an index
+ * can be wrong, and a shard that is a link. */
+START_TEST(test_sharded) {
+  unsigned char data[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+  make_st("a.safetensors", "{\"x\":{\"dtype\":\"U8\",\"shape\":[2],\"data_offsets\":[0,2]}}", data, 2);
+  make_st("b.safetensors", "{\"y\":{\"dtype\":\"I8\",\"shape\":[1,3],\"data_offsets\":[0,3]}}", data + 4, 3);
+  char cmd[1200];
+  snprintf(cmd, sizeof cmd, "cp '%s' '%s/fc.pt'", torch_file("fc.pt"), dir);
+  ck_assert_int_eq(system(cmd), 0);
+  static const char good[] = "{\"metadata\": {\"total_size\": 5}, \"weight_map\": {\"y\": \"b.safetensors\", "
+                             "\"x\": \"a.safetensors\", \"0.bias\": \"fc.pt\"}}";
+  const char *index = write_bytes("model.safetensors.index.json", good, strlen(good), NULL, 0);
+  for (int lazy = 0; lazy < 2; lazy++) {
+    RtTensorSet s;
+    ck_assert_msg((lazy ? rt_safetensors_open : rt_safetensors_read)(index, &s, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(s.n, 6); /* y, x, then fc.pt's four: shards in order of first mention */
+    ck_assert_str_eq(s.names[0], "y");
+    ck_assert_str_eq(s.names[1], "x");
+    for (int i = 0; i < s.n; i++) ck_assert_msg(rt_safetensors_load(&s, i, err, sizeof err) == 0, "%s", err);
+    ck_assert_mem_eq(must_find(&s, "x", RT_U8, 1, 2, 0)->data, data, 2);
+    ck_assert_mem_eq(must_find(&s, "y", RT_I8, 2, 1, 3)->data, data + 4, 3);
+    must_find(&s, "2.weight", RT_F32, 2, 3, 8);
+    rt_tensor_set_free(&s);
+  }
+  static const struct {
+    const char *json, *msg;
+  } bad[] = {
+      {"{\"metadata\": {}}", "no \"weight_map\" object: not a sharded checkpoint's index"},
+      {"{\"weight_map\": {\"x\": \"../a.safetensors\"}}",
+       "tensor 'x': its shard must be a file name in the index's folder"},
+      {"{\"weight_map\": {\"x\": 3}}", "tensor 'x': its shard must be a file name in the index's folder"},
+      {"{\"weight_map\": {\"x\": \"b.safetensors\", \"y\": \"b.safetensors\"}}",
+       "the index puts tensor 'x' in b.safetensors, which lacks it"},
+      {"{\"weight_map\": {\"x\": \"a.safetensors\", \"z\": \"a.safetensors\"}}",
+       "the index puts tensor 'z' in a.safetensors, which lacks it"},
+      {"{\"weight_map\": {\"x\": \"a.safetensors\", \"y\": \"a2.safetensors\"}}",
+       "tensor 'x' is in two shards (one is a2.safetensors)"},
+      {"{\"weight_map\": ", "the index is not valid JSON"},
+  };
+  snprintf(cmd, sizeof cmd, "cp '%s/a.safetensors' '%s/a2.safetensors'", dir, dir);
+  ck_assert_int_eq(system(cmd), 0);
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    const char *p = write_bytes("bad.index.json", bad[i].json, strlen(bad[i].json), NULL, 0);
+    RtTensorSet s;
+    ck_assert_int_eq(rt_safetensors_open(p, &s, err, sizeof err), -1);
+    char want[1024];
+    snprintf(want, sizeof want, "%s: %s", p, bad[i].msg);
+    ck_assert_str_eq(err, want);
+  }
+  /* a shard that is a link is not followed, even inside the folder */
+  snprintf(cmd, sizeof cmd, "ln -s a.safetensors '%s/link.safetensors'", dir);
+  ck_assert_int_eq(system(cmd), 0);
+  static const char linked[] = "{\"weight_map\": {\"x\": \"link.safetensors\"}}";
+  const char *p = write_bytes("l.index.json", linked, strlen(linked), NULL, 0);
+  RtTensorSet s;
+  ck_assert_int_eq(rt_safetensors_read(p, &s, err, sizeof err), -1);
+  ck_assert_msg(strstr(err, "link.safetensors: is a symbolic link, which is not followed here"), "%s", err);
+}
+END_TEST
+
 static unsigned char *slurp(const char *p, long *n) {
   *n = file_size(p);
   unsigned char *b = malloc((size_t)*n);
@@ -818,6 +879,7 @@ static Suite *tensorio_suite(void) {
   tcase_add_test(t, test_torch_checkpoint);
   tcase_add_test(t, test_torch_refused);
   tcase_add_test(t, test_torch_damaged);
+  tcase_add_test(t, test_sharded);
   suite_add_tcase(s, t);
   t = tcase_create("weights");
   tcase_add_checked_fixture(t, gsetup, gteardown);
