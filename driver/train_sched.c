@@ -166,11 +166,12 @@ bool train_sched_parse(const char *text, TrainSchedule *s, char *err, size_t err
       snprintf(err, errlen, "--schedule: '%s': '+' joins a warmup:N[:START] and one decay after it", text);
       return false;
     }
-    return parse_part(buf, s, err, errlen) && parse_part(then, s, err, errlen);
+    if (!parse_part(buf, s, err, errlen) || !parse_part(then, s, err, errlen)) return false;
+  } else {
+    char *save = NULL;
+    for (char *part = strtok_r(buf, ",", &save); part; part = strtok_r(NULL, ",", &save))
+      if (!parse_part(part, s, err, errlen)) return false;
   }
-  char *save = NULL;
-  for (char *part = strtok_r(buf, ",", &save); part; part = strtok_r(NULL, ",", &save))
-    if (!parse_part(part, s, err, errlen)) return false;
   if ((s->kind == SCHED_PLATEAU || s->kind == SCHED_ONECYCLE || s->kind == SCHED_CYCLIC) && s->warmup) {
     snprintf(err, errlen, "--schedule: '%s': %s takes no warmup", text,
              s->kind == SCHED_PLATEAU    ? "plateau steps by the validation loss and"

@@ -1724,6 +1724,10 @@ bool shape_optim_update(const Node *n, TensorType *out, char *err, size_t errlen
                 "\"adadelta\", \"radam\" or \"nadam\", got \"%s\"",
                 kind->s);
   bool nadam = strcmp(kind->s, "nadam") == 0, momentum_in = ir_attr_int(n, "momentum_input") != 0;
+  if (ir_attr_int(n, "decoupled") && !nadam && strcmp(kind->s, "radam") != 0)
+    return fail(err, errlen, "optim_update: decoupled is radam's and nadam's (%s: adamw is adam's)", kind->s);
+  if (momentum_in && (strcmp(kind->s, "adagrad") == 0 || strcmp(kind->s, "adadelta") == 0))
+    return fail(err, errlen, "optim_update: %s has neither a momentum nor a beta1 to take as momentum_input", kind->s);
   int first = ir_optim_first_state(n);
   if (n->n_in != first + states) {
     char names[128] = "";

@@ -384,8 +384,11 @@ void ir_optim_scalars(const Node *n, float lr, float t, double beta1, float mu_p
   }
 }
 
-/* optim_update (ops.def) in f32, each operation rounded as PyTorch's
- * tensor ops round it; codegen/lower_train.c computes the same. */
+/* optim_update (ops.def) in f32, each operation of PyTorch's in its
+ * order, rounded (PyTorch's CPU kernels fuse some multiply-adds and
+ * divide some scalars by reciprocal, so the two agree to an ulp or so
+ * an operation, not bit for bit); codegen/lower_train.c computes the
+ * same operations. */
 static void eval_optim_update(const Node *n, Tensor *const *in, Tensor *out) {
   const float *p = in[0]->data, *g = in[1]->data;
   float lr = *(const float *)in[2]->data, t = *(const float *)in[3]->data, scale = *(const float *)in[4]->data;

@@ -341,9 +341,10 @@ static Value *cast(Step *s, Value *x, DType to) {
 
 /* NAdam's product of momentums through this step: PyTorch's f32 state
  * times mu_t = beta1 (1 - 0.96^(t momentum_decay) / 2), mu_t computed
- * in double as its Python floats are, then rounded to f32 as the tensor
- * op rounds it; beta1 is this step's (dlcc.momentum) when a schedule
- * sets it; a skipped step (loss scaling) keeps it. */
+ * in double as its Python floats are (simplify may reassociate it in
+ * double, which the rounding to f32 does not see), then rounded to f32
+ * as the tensor op rounds it; beta1 is this step's (dlcc.momentum) when
+ * a schedule sets it; a skipped step (loss scaling) keeps it. */
 static void nadam_mu_product(Step *s) {
   const OptimSpec *o = s->o;
   TensorType scalar = {.dtype = TY_F32};

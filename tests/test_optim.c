@@ -703,6 +703,12 @@ START_TEST(test_optim_update_shape) {
                   "optim_update: operand 6 must be f32[], got f32[3]");
   expect_ir_error("%4, %5, %6, %7 = optim_update %0, %1, %2, %2, %1 {kind=\"sgd\"} : f32[3], f32[], f32[], f32[]",
                   "optim_update: operand 5 must be f32[], got f32[3]");
+  expect_ir_error("%4, %5, %6, %7 = optim_update %0, %1, %2, %2, %2, %3, %3 {kind=\"adam\", decoupled=1} : "
+                  "f32[3], f32[3], f32[3], f32[]",
+                  "optim_update: decoupled is radam's and nadam's (adam: adamw is adam's)");
+  expect_ir_error("%4, %5, %6, %7 = optim_update %0, %1, %2, %2, %2, %2, %3 {kind=\"adagrad\", momentum_input=1} : "
+                  "f32[3], f32[3], f32[], f32[]",
+                  "optim_update: adagrad has neither a momentum nor a beta1 to take as momentum_input");
   expect_ir_error("%4, %5, %6, %7 = optim_update %0, %1, %2, %2, %2 {kind=\"lion\"} : f32[3], f32[], f32[], f32[]",
                   "optim_update: kind must be \"sgd\", \"adam\", \"adamw\", \"rmsprop\", \"adagrad\", \"adamax\", "
                   "\"adadelta\", \"radam\" or \"nadam\", got \"lion\"");

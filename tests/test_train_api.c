@@ -129,6 +129,11 @@ START_TEST(more_schedules_as_pytorch) {
   ck_assert(!train_sched_parse("cyclic:0.01:2:triangular:0.9", &s, err, sizeof err)); /* gamma is exp_range's */
   ck_assert(!train_sched_parse("cyclic:0.01:2/0", &s, err, sizeof err));
   ck_assert(!train_sched_parse("warmup:3,cyclic:0.01:2", &s, err, sizeof err));
+  /* nor after one (the momentum would count the warmup's steps, the rate not) */
+  ck_assert(!train_sched_parse("warmup:3+cyclic:0.01:2", &s, err, sizeof err));
+  ck_assert(!train_sched_parse("warmup:3+onecycle", &s, err, sizeof err));
+  ck_assert(!train_sched_parse("warmup:3+plateau", &s, err, sizeof err));
+  ck_assert_str_eq(err, "--schedule: 'warmup:3+plateau': plateau steps by the validation loss and takes no warmup");
   ck_assert(train_sched_parse("cosine", &s, err, sizeof err));
   double unused;
   ck_assert(!train_sched_momentum(&s, 1, 10, &unused));
