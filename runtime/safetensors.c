@@ -389,6 +389,7 @@ static int open_index(const char *path, RtTensorSet *out, char *err, size_t errl
   const cJSON *map = cJSON_GetObjectItemCaseSensitive(root, "weight_map");
   RtTensorSet *parts = NULL;
   const char **shards = NULL;
+  RtNames shard_index = {0};
   int n_shards = 0, rc = -1;
   if (!cJSON_IsObject(map)) {
     fail(err, errlen, "%s: no \"weight_map\" object: not a sharded checkpoint's index", path);
@@ -397,26 +398,28 @@ static int open_index(const char *path, RtTensorSet *out, char *err, size_t errl
   int n_map = cJSON_GetArraySize(map);
   shards = calloc((size_t)n_map + 1, sizeof *shards);
   parts = calloc((size_t)n_map + 1, sizeof *parts);
-  if (!shards || !parts) {
+  if (!shards || !parts || rt_names_init(&shard_index, n_map) < 0) {
     fail(err, errlen, "%s: out of memory", path);
     goto done;
   }
-  /* the shards in order of first mention (a handful; the scan is short) */
+  /* the shards in order of first mention */
   for (const cJSON *e = map->child; e; e = e->next) {
     if (!cJSON_IsString(e) || !bare_name(e->valuestring)) {
       fail(err, errlen, "%s: tensor '%s': its shard must be a file name in the index's folder", path, e->string);
       goto done;
     }
-    int k = 0;
-    while (k < n_shards && strcmp(shards[k], e->valuestring) != 0) k++;
-    if (k == n_shards) shards[n_shards++] = e->valuestring;
+    shards[n_shards] = e->valuestring;
+    if (rt_names_add(&shard_index, shards, n_shards) < 0) n_shards++;
   }
   const char *slash = strrchr(path, '/');
   int dir_len = slash ? (int)(slash - path) + 1 : 0;
   int64_t total = 0;
   for (int k = 0; k < n_shards; k++) {
     char shard[4096];
-    snprintf(shard, sizeof shard, "%.*s%s", dir_len, path, shards[k]);
+    if (snprintf(shard, sizeof shard, "%.*s%s", dir_len, path, shards[k]) >= (int)sizeof shard) {
+      fail(err, errlen, "%s: shard %s: the path is too long", path, shards[k]);
+      goto done;
+    }
     if (open_set(shard, RT_NOFOLLOW, &parts[k], NULL, err, errlen) < 0) goto done;
     total += parts[k].n;
   }
@@ -451,7 +454,7 @@ static int open_index(const char *path, RtTensorSet *out, char *err, size_t errl
   /* every tensor the map names, in the shard it names */
   for (const cJSON *e = map->child; e && !bad; e = e->next) {
     int i = rt_names_find(&out->index, (const char *const *)out->names, e->string);
-    if ((bad = i < 0 || strcmp(shards[shard_of[i]], e->valuestring) != 0))
+    if ((bad = i < 0 || shard_of[i] != rt_names_find(&shard_index, shards, e->valuestring)))
       fail(err, errlen, "%s: the index puts tensor '%s' in %s, which lacks it", path, e->string, e->valuestring);
   }
   free(shard_of);
@@ -460,6 +463,7 @@ done:
   for (int k = 0; k < n_shards; k++) rt_tensor_set_free(&parts[k]);
   free(parts);
   free(shards);
+  rt_names_free(&shard_index);
   cJSON_Delete(root);
   if (rc < 0) rt_tensor_set_free(out);
   return rc;

@@ -49,6 +49,8 @@ typedef struct Zip {
   int64_t file_size;
   int n;
   ZipEntry *e;
+  char **names; /* the entries' names, hashed in index */
+  RtNames index;
 } Zip;
 
 static uint32_t le16(const unsigned char *p) { return (uint32_t)p[0] | (uint32_t)p[1] << 8; }
@@ -184,12 +186,24 @@ static int zip_open(Zip *z, const char *path, char *err, size_t errlen) {
 static void zip_close(Zip *z) {
   for (int i = 0; i < z->n; i++) free(z->e[i].name);
   free(z->e);
+  free(z->names);
+  rt_names_free(&z->index);
+}
+
+/* The entries' names hashed (the first of a name that repeats wins). */
+static int zip_index(Zip *z, const char *path, char *err, size_t errlen) {
+  z->names = calloc((size_t)z->n + 1, sizeof *z->names);
+  if (!z->names || rt_names_init(&z->index, z->n) < 0) return fail(err, errlen, "%s: out of memory", path);
+  for (int i = 0; i < z->n; i++) {
+    z->names[i] = z->e[i].name;
+    rt_names_add(&z->index, (const char *const *)z->names, i);
+  }
+  return 0;
 }
 
 static const ZipEntry *zip_find(const Zip *z, const char *name) {
-  for (int i = 0; i < z->n; i++)
-    if (strcmp(z->e[i].name, name) == 0) return &z->e[i];
-  return NULL;
+  int i = rt_names_find(&z->index, (const char *const *)z->names, name);
+  return i >= 0 ? &z->e[i] : NULL;
 }
 
 /* An entry's bytes, CRC-checked (malloc'd; one byte more, 0). */
@@ -239,11 +253,21 @@ typedef struct Machine {
   Pv **stack;
   int64_t sp, cap_stack;
   Pv **memo;
-  int64_t n_memo;
+  int64_t n_memo;   /* the memo array's length */
+  int64_t memo_keys; /* the indices stored, where MEMOIZE stores next (Python's len(memo)) */
+  int64_t bytes, budget; /* what the values built hold, and its bound from the pickle's size */
 } Machine;
 
+/* Counts n bytes against the budget: false past it. */
+static bool spend(Machine *m, size_t n) {
+  if (n > (size_t)(m->budget - m->bytes)) return false;
+  m->bytes += (int64_t)n;
+  return true;
+}
+
 static Pv *make(Machine *m, PvKind kind) {
-  if (m->n_all >= MAX_VALUES) return NULL;
+  /* the value, its pointer in all and malloc's own few words */
+  if (m->n_all >= MAX_VALUES || !spend(m, sizeof(Pv) + sizeof(Pv *) + 32)) return NULL;
   if (m->n_all == m->cap_all) {
     int64_t cap = m->cap_all ? 2 * m->cap_all : 256;
     Pv **all = realloc(m->all, (size_t)cap * sizeof *all);
@@ -257,10 +281,11 @@ static Pv *make(Machine *m, PvKind kind) {
   return v;
 }
 
-static bool add_item(Pv *c, Pv *item) {
+static bool add_item(Machine *m, Pv *c, Pv *item) {
   if (c->n == c->cap) {
     if (c->cap >= INT_MAX / 2) return false;
     int cap = c->cap ? 2 * c->cap : 4;
+    if (!spend(m, (size_t)(cap - c->cap) * sizeof *c->items)) return false;
     Pv **items = realloc(c->items, (size_t)cap * sizeof *items);
     if (!items) return false;
     c->items = items, c->cap = cap;
@@ -305,7 +330,7 @@ static int64_t pop_mark(Machine *m, Pv ***items) {
 
 static Pv *str_value(Machine *m, PvKind kind, const char *s, size_t n) {
   Pv *v = make(m, kind);
-  if (!v || !(v->s = malloc(n + 1))) return NULL;
+  if (!v || !spend(m, n + 1) || !(v->s = malloc(n + 1))) return NULL;
   memcpy(v->s, s, n);
   v->s[n] = 0;
   v->i = (int64_t)n;
@@ -352,7 +377,7 @@ static Pv *reduce(Machine *m, const Pv *f, const Pv *args) {
   if (strcmp(f->s, "torch._utils._rebuild_tensor_v2") == 0 && args->n >= 4 && args->items[0]->kind == PV_STORAGE &&
       is_int(args->items[1]) && args->items[2]->kind == PV_TUPLE && args->items[3]->kind == PV_TUPLE) {
     Pv *t = make(m, PV_TENSOR);
-    if (!t || !add_item(t, args->items[0]) || !add_item(t, args->items[2]) || !add_item(t, args->items[3]))
+    if (!t || !add_item(m, t, args->items[0]) || !add_item(m, t, args->items[2]) || !add_item(m, t, args->items[3]))
       return NULL;
     t->i = args->items[1]->i;
     return t;
@@ -364,17 +389,23 @@ static Pv *reduce(Machine *m, const Pv *f, const Pv *args) {
   /* A tensor rebuilt from what dlcc does not read (another storage type,
    * a quantized or sparse tensor) names that, for the message. */
   if (strncmp(f->s, "torch._utils._rebuild", 21) == 0 && args->n >= 1 && args->items[0]->kind == PV_OTHER &&
+      args->items[0]->s &&
       strncmp(args->items[0]->s, "torch.", 6) == 0) {
     Pv *v = str_value(m, PV_OTHER, args->items[0]->s, strlen(args->items[0]->s));
     if (v) v->i = 1; /* a tensor dlcc cannot take */
     return v;
   }
   Pv *v = str_value(m, PV_OTHER, f->s, strlen(f->s));
-  if (v) v->i = strncmp(f->s, "torch._utils._rebuild", 21) == 0;
+  /* a tensor of a kind dlcc does not read (sparse, quantized, a subclass) */
+  if (v) v->i = strncmp(f->s, "torch._utils._rebuild", 21) == 0 || strncmp(f->s, "torch._tensor._rebuild", 22) == 0;
   return v;
 }
 
-static bool set_item(Pv *d, Pv *k, Pv *v) { return d->kind == PV_DICT && add_item(d, k) && add_item(d, v); }
+/* A dict's new item; an inert value (a defaultdict, an object) takes
+ * and keeps nothing. */
+static bool set_item(Machine *m, Pv *d, Pv *k, Pv *v) {
+  return d->kind == PV_OTHER || (d->kind == PV_DICT && add_item(m, d, k) && add_item(m, d, v));
+}
 
 static Pv *memo_get(Machine *m, uint64_t i) { return i < (uint64_t)m->n_memo ? m->memo[i] : NULL; }
 
@@ -389,6 +420,7 @@ static bool memo_put(Machine *m, uint64_t i, Pv *v, int64_t limit) {
     memset(memo + m->n_memo, 0, (size_t)(n - m->n_memo) * sizeof *memo);
     m->memo = memo, m->n_memo = n;
   }
+  m->memo_keys += !m->memo[i];
   m->memo[i] = v;
   return true;
 }
@@ -425,15 +457,21 @@ static int unpickle(Machine *m, const unsigned char *p, int64_t n, Pv **out) {
       case 'J': NEED(4); if ((v = make(m, PV_INT))) v->i = (int32_t)le32(p + at); at += 4; break;
       case 'K': NEED(1); if ((v = make(m, PV_INT))) v->i = p[at]; at += 1; break;
       case 'M': NEED(2); if ((v = make(m, PV_INT))) v->i = le16(p + at); at += 2; break;
-      case 0x8a: {                                   /* LONG1 */
-        NEED(1);
-        int len = p[at++];
-        NEED(len);
-        if (len > 8) BAD("an integer wider than 64 bits");
+      case 0x8a: case 0x8b: {                        /* LONG1, LONG4 */
+        int width = op == 0x8a ? 1 : 4;
+        NEED(width);
+        uint64_t len = width == 1 ? p[at] : le32(p + at);
+        at += width;
+        if (len > (uint64_t)(n - at)) goto truncated;
+        if (len > 8) { /* wider than 64 bits (a checkpoint's seed, say): a number nothing here reads */
+          at += (int64_t)len;
+          v = make(m, PV_OTHER);
+          break;
+        }
         uint64_t u = 0;
-        for (int q = 0; q < len; q++) u |= (uint64_t)p[at + q] << (8 * q);
+        for (int q = 0; q < (int)len; q++) u |= (uint64_t)p[at + q] << (8 * q);
         if (len > 0 && len < 8 && (p[at + len - 1] & 0x80)) u |= ~(uint64_t)0 << (8 * len);
-        at += len;
+        at += (int64_t)len;
         if ((v = make(m, PV_INT))) v->i = (int64_t)u;
         break;
       }
@@ -472,31 +510,36 @@ static int unpickle(Machine *m, const unsigned char *p, int64_t n, Pv **out) {
         if (!(v = make(m, op == 'l' ? PV_LIST : op == 'd' ? PV_DICT : PV_TUPLE))) break;
         if (op == 'd' && k % 2) BAD("a dict of an odd count of keys and values");
         for (int64_t q = 0; q < k; q++)
-          if (!add_item(v, items[q])) v = NULL;
+          if (!add_item(m, v, items[q])) v = NULL;
         break;
       }
+      /* Items appended or set on an inert value (a defaultdict, an
+       * object) are taken and dropped. */
       case 'a':                                      /* APPEND */
-        if (!(b = pop(m)) || !(a = top_kind(m, PV_LIST))) BAD("APPEND not to a list");
-        if (!add_item(a, b)) goto oom;
+        if (!(b = pop(m)) || !((a = top_kind(m, PV_LIST)) || top_kind(m, PV_OTHER))) BAD("APPEND not to a list");
+        if (a && !add_item(m, a, b)) goto oom;
         continue;
       case 'e':                                      /* APPENDS */
-        if ((k = pop_mark(m, &items)) < 0 || !(a = top_kind(m, PV_LIST))) BAD("APPENDS not to a list");
-        for (int64_t q = 0; q < k; q++)
-          if (!add_item(a, items[q])) goto oom;
+        if ((k = pop_mark(m, &items)) < 0 || !((a = top_kind(m, PV_LIST)) || top_kind(m, PV_OTHER)))
+          BAD("APPENDS not to a list");
+        for (int64_t q = 0; a && q < k; q++)
+          if (!add_item(m, a, items[q])) goto oom;
         continue;
       case 's':                                      /* SETITEM */
-        if (!(b = pop(m)) || !(a = pop(m)) || !top_kind(m, PV_DICT)) BAD("SETITEM not on a dict");
-        if (!set_item(top_of(m), a, b)) goto oom;
+        if (!(b = pop(m)) || !(a = pop(m)) || !(top_kind(m, PV_DICT) || top_kind(m, PV_OTHER)))
+          BAD("SETITEM not on a dict");
+        if (!set_item(m, top_of(m), a, b)) goto oom;
         continue;
       case 'u':                                      /* SETITEMS */
-        if ((k = pop_mark(m, &items)) < 0 || k % 2 || !top_kind(m, PV_DICT)) BAD("SETITEMS not on a dict");
+        if ((k = pop_mark(m, &items)) < 0 || k % 2 || !(top_kind(m, PV_DICT) || top_kind(m, PV_OTHER)))
+          BAD("SETITEMS not on a dict");
         for (int64_t q = 0; q < k; q += 2)
-          if (!set_item(top_of(m), items[q], items[q + 1])) goto oom;
+          if (!set_item(m, top_of(m), items[q], items[q + 1])) goto oom;
         continue;
       case 'q': case 'r': case 0x94: {               /* BINPUT, LONG_BINPUT, MEMOIZE */
         int width = op == 'q' ? 1 : op == 'r' ? 4 : 0;
         NEED(width);
-        uint64_t i = op == 'q' ? p[at] : op == 'r' ? le32(p + at) : (uint64_t)m->n_memo;
+        uint64_t i = op == 'q' ? p[at] : op == 'r' ? le32(p + at) : (uint64_t)m->memo_keys;
         if (!memo_put(m, i, top_of(m), m->n_all + 1)) BAD("a memo store of nothing, or at an index no value reached");
         at += width;
         continue;
@@ -527,7 +570,8 @@ static int unpickle(Machine *m, const unsigned char *p, int64_t n, Pv **out) {
       case 0x93:                                     /* STACK_GLOBAL */
         if (!(b = pop(m)) || !(a = pop(m)) || a->kind != PV_STR || b->kind != PV_STR)
           BAD("STACK_GLOBAL of non-strings");
-        if ((v = make(m, PV_GLOBAL)) && (v->s = malloc(strlen(a->s) + strlen(b->s) + 2)))
+        if ((v = make(m, PV_GLOBAL)) && spend(m, strlen(a->s) + strlen(b->s) + 2) &&
+            (v->s = malloc(strlen(a->s) + strlen(b->s) + 2)))
           sprintf(v->s, "%s.%s", a->s, b->s);
         else
           v = NULL;
@@ -556,7 +600,8 @@ static int unpickle(Machine *m, const unsigned char *p, int64_t n, Pv **out) {
 truncated:
   return fail(m->err, m->errlen, "%s: data.pkl ends before its STOP (truncated)", m->path);
 oom:
-  return fail(m->err, m->errlen, "%s: data.pkl: out of memory (or more than %d values)", m->path, MAX_VALUES);
+  return fail(m->err, m->errlen, "%s: data.pkl: out of memory, or more values than a pickle of its size makes",
+              m->path);
 #undef NEED
 #undef BAD
 }
@@ -575,37 +620,48 @@ static void machine_free(Machine *m) {
 /* ---- tensors out of storages ---- */
 
 typedef struct Storage {
-  const char *key;
   unsigned char *bytes;
   int64_t numel;
   RtDType dtype;
 } Storage;
 
+/* The storages read so far (at most one a zip entry), by key; and the
+ * bytes the tensors copied out of them take, bounded by the file's size
+ * (views that repeat a storage, as expand()'s stride 0 does, would
+ * otherwise make a small file hold terabytes). */
+typedef struct Stores {
+  Storage *s;
+  char **keys;
+  int n;
+  RtNames index;
+  int64_t out_bytes, out_limit;
+} Stores;
+
 /* tensor v (a view of a storage) copied into t, its storages read from
  * the archive under prefix once each. */
 static int copy_tensor(const Zip *z, const char *prefix, const char *path, const char *name, const Pv *v,
-                       Storage **stores, int *n_stores, RtTensor *t, char *err, size_t errlen) {
+                       Stores *ss, RtTensor *t, char *err, size_t errlen) {
   const Pv *st = v->items[0], *size = v->items[1], *stride = v->items[2];
   if (size->n > RT_MAX_RANK || stride->n != size->n)
     return fail(err, errlen, "%s: tensor '%s': rank %d (strides %d): at most %d", path, name, size->n, stride->n,
                 RT_MAX_RANK);
-  Storage *s = NULL;
-  for (int i = 0; i < *n_stores && !s; i++)
-    if (strcmp((*stores)[i].key, st->s) == 0) s = &(*stores)[i];
+  int found = rt_names_find(&ss->index, (const char *const *)ss->keys, st->s);
+  Storage *s = found >= 0 ? &ss->s[found] : NULL;
   if (!s) {
     char entry[1024];
-    snprintf(entry, sizeof entry, "%s/data/%s", prefix, st->s);
+    if (snprintf(entry, sizeof entry, "%s/data/%s", prefix, st->s) >= (int)sizeof entry)
+      return fail(err, errlen, "%s: tensor '%s': a storage key of %zu bytes", path, name, strlen(st->s));
     const ZipEntry *e = zip_find(z, entry);
     if (!e) return fail(err, errlen, "%s: tensor '%s': its storage %s is not in the file", path, name, entry);
     int64_t es = rt_dtype_size(st->dtype);
     if (st->numel > e->size / es || e->size != st->numel * es)
       return fail(err, errlen, "%s: tensor '%s': storage %s holds %" PRId64 " bytes, not %" PRId64 " %s values",
                   path, name, entry, e->size, st->numel, rt_dtype_name(st->dtype));
-    Storage *more = realloc(*stores, (size_t)(*n_stores + 1) * sizeof *more);
-    if (!more) return fail(err, errlen, "%s: out of memory", path);
-    *stores = more;
-    s = &more[(*n_stores)++];
-    *s = (Storage){.key = st->s, .numel = st->numel, .dtype = st->dtype};
+    if (ss->n >= z->n) return fail(err, errlen, "%s: more storages than zip entries", path); /* distinct entries */
+    s = &ss->s[ss->n];
+    *s = (Storage){.numel = st->numel, .dtype = st->dtype};
+    ss->keys[ss->n] = st->s;
+    rt_names_add(&ss->index, (const char *const *)ss->keys, ss->n++);
     if (!(s->bytes = zip_read(z, e, path, err, errlen))) return -1;
   }
   if (s->dtype != st->dtype)
@@ -613,6 +669,7 @@ static int copy_tensor(const Zip *z, const char *prefix, const char *path, const
                 rt_dtype_name(s->dtype), rt_dtype_name(st->dtype));
   t->dtype = s->dtype;
   t->rank = size->n;
+  if (v->i < 0) return fail(err, errlen, "%s: tensor '%s': a negative storage offset", path, name);
   int64_t last = v->i; /* the view's largest element index */
   for (int d = 0; d < size->n; d++) {
     const Pv *sz = size->items[d], *sd = stride->items[d];
@@ -628,6 +685,11 @@ static int copy_tensor(const Zip *z, const char *prefix, const char *path, const
     return fail(err, errlen, "%s: tensor '%s': its view [offset %" PRId64 "] reads past its storage of %" PRId64
                 " values", path, name, v->i, s->numel);
   t->nbytes = (size_t)count * (size_t)es;
+  if ((int64_t)t->nbytes > ss->out_limit - ss->out_bytes)
+    return fail(err, errlen, "%s: tensor '%s': the tensors would take more than %" PRId64 " bytes (4 times the "
+                "file's size and 64 MiB): views that repeat their storage (expand()'s stride 0) are not read; save "
+                "contiguous tensors", path, name, ss->out_limit);
+  ss->out_bytes += (int64_t)t->nbytes;
   if (!(t->data = malloc(t->nbytes ? t->nbytes : 1))) return fail(err, errlen, "%s: out of memory", path);
   bool dense = true; /* C order: one copy */
   int64_t want = 1;
@@ -668,7 +730,7 @@ static const Pv *state_dict_of(const Pv *top) {
 /* What the file holds when it is no state_dict, for the message. */
 static void describe(const Pv *v, char *buf, size_t n) {
   if (v->kind == PV_OTHER) {
-    snprintf(buf, n, "a pickled %s object (a whole model?)", v->s);
+    snprintf(buf, n, "a pickled %s object (a whole model?)", v->s ? v->s : "value");
     return;
   }
   if (v->kind != PV_DICT) {
@@ -689,9 +751,15 @@ int rt_torch_read(const char *path, int flags, RtTensorSet *out, char *err, size
   if (z.fd < 0) return fail(err, errlen, "%s: %s", path, why);
   Machine m = {.path = path, .err = err, .errlen = errlen};
   unsigned char *pkl = NULL;
-  Storage *stores = NULL;
-  int n_stores = 0, rc = -1;
-  if (zip_open(&z, path, err, errlen) < 0) goto done;
+  Stores ss = {.out_limit = 4 * z.file_size + (64 << 20)};
+  int rc = -1;
+  if (zip_open(&z, path, err, errlen) < 0 || zip_index(&z, path, err, errlen) < 0) goto done;
+  ss.s = calloc((size_t)z.n + 1, sizeof *ss.s);
+  ss.keys = calloc((size_t)z.n + 1, sizeof *ss.keys);
+  if (!ss.s || !ss.keys || rt_names_init(&ss.index, z.n) < 0) {
+    fail(err, errlen, "%s: out of memory", path);
+    goto done;
+  }
   /* the archive's folder: "archive/" or the saved file's stem */
   const ZipEntry *data = NULL;
   for (int i = 0; i < z.n && !data; i++) {
@@ -703,7 +771,12 @@ int rt_torch_read(const char *path, int flags, RtTensorSet *out, char *err, size
     goto done;
   }
   char prefix[512];
-  snprintf(prefix, sizeof prefix, "%.*s", (int)(strchr(data->name, '/') - data->name), data->name);
+  int prefix_len = (int)(strchr(data->name, '/') - data->name);
+  if (prefix_len >= (int)sizeof prefix) {
+    fail(err, errlen, "%s: an archive folder name of %d bytes", path, prefix_len);
+    goto done;
+  }
+  snprintf(prefix, sizeof prefix, "%.*s", prefix_len, data->name);
   char order_name[600];
   snprintf(order_name, sizeof order_name, "%s/byteorder", prefix);
   const ZipEntry *order = zip_find(&z, order_name);
@@ -722,6 +795,7 @@ int rt_torch_read(const char *path, int flags, RtTensorSet *out, char *err, size
     goto done;
   }
   if (!(pkl = zip_read(&z, data, path, err, errlen))) goto done;
+  m.budget = 32 * data->size + (64 << 20); /* a value of a few dozen bytes an opcode byte, at most */
   Pv *top = NULL;
   if (unpickle(&m, pkl, data->size, &top) < 0) goto done;
   const Pv *sd = state_dict_of(top);
@@ -764,13 +838,15 @@ int rt_torch_read(const char *path, int flags, RtTensorSet *out, char *err, size
       goto done;
     }
     out->n++;
-    if (copy_tensor(&z, prefix, path, key->s, v, &stores, &n_stores, &out->tensors[out->n - 1], err, errlen) < 0)
+    if (copy_tensor(&z, prefix, path, key->s, v, &ss, &out->tensors[out->n - 1], err, errlen) < 0)
       goto done;
   }
   rc = 0;
 done:
-  for (int i = 0; i < n_stores; i++) free(stores[i].bytes);
-  free(stores);
+  for (int i = 0; i < ss.n; i++) free(ss.s[i].bytes);
+  free(ss.s);
+  free(ss.keys);
+  rt_names_free(&ss.index);
   free(pkl);
   machine_free(&m);
   zip_close(&z);

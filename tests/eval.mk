@@ -14,4 +14,5 @@ tests_test_tensorio_LDADD = $(TEST_LIBS)
 endif
 # torch.save files the tensor tests read (written by make.py with torch)
 EXTRA_DIST += tests/torchfiles/make.py tests/torchfiles/fc.pt tests/torchfiles/ckpt.pt tests/torchfiles/views.pt \
-	tests/torchfiles/whole.pt tests/torchfiles/complex.pt tests/torchfiles/legacy.pt
+	tests/torchfiles/whole.pt tests/torchfiles/complex.pt tests/torchfiles/legacy.pt tests/torchfiles/proto4.pt \
+	tests/torchfiles/extras.pt tests/torchfiles/expand.pt

@@ -693,20 +693,26 @@ START_TEST(test_torch_views) {
 }
 END_TEST
 
-/* A checkpoint dict's "model" entry is the state_dict; its other entries
- * (the optimizer's state, numbers, a list) are read and left. */
+/* A checkpoint dict's "model" (or "state_dict") entry is the state_dict;
+ * its other entries (the optimizer's state, numbers, a list, a 64-bit
+ * unsigned seed, a defaultdict, a set) are read and left; protocol 4's
+ * MEMOIZE stores as Python's does (a slot per value, in order). */
 START_TEST(test_torch_checkpoint) {
   RtTensorSet a, b;
   ck_assert_msg(rt_safetensors_read(torch_file("fc.pt"), &a, err, sizeof err) == 0, "%s", err);
-  ck_assert_msg(rt_safetensors_read(torch_file("ckpt.pt"), &b, err, sizeof err) == 0, "%s", err);
   static const char *const names[] = {"0.weight", "0.bias", "2.weight", "2.bias"};
+  static const char *const files[] = {"ckpt.pt", "proto4.pt", "extras.pt"};
   ck_assert_int_eq(a.n, 4);
-  ck_assert_int_eq(b.n, 4);
-  for (int i = 0; i < 4; i++) {
-    ck_assert_str_eq(a.names[i], names[i]);
-    ck_assert_str_eq(b.names[i], names[i]);
-    ck_assert_uint_eq(a.tensors[i].nbytes, b.tensors[i].nbytes);
-    ck_assert_mem_eq(a.tensors[i].data, b.tensors[i].data, a.tensors[i].nbytes);
+  for (size_t f = 0; f < sizeof files / sizeof files[0]; f++) {
+    ck_assert_msg(rt_safetensors_read(torch_file(files[f]), &b, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(b.n, 4);
+    for (int i = 0; i < 4; i++) {
+      ck_assert_str_eq(a.names[i], names[i]);
+      ck_assert_str_eq(b.names[i], names[i]);
+      ck_assert_uint_eq(a.tensors[i].nbytes, b.tensors[i].nbytes);
+      ck_assert_mem_eq(a.tensors[i].data, b.tensors[i].data, a.tensors[i].nbytes);
+    }
+    if (f + 1 < sizeof files / sizeof files[0]) rt_tensor_set_free(&b);
   }
   const float *bias = must_find(&a, "2.bias", RT_F32, 1, 3, 0)->data;
   ck_assert(fabsf(bias[0] - 0.19409f) < 1e-4f && fabsf(bias[1] + 0.04462f) < 1e-4f);
@@ -724,6 +730,9 @@ START_TEST(test_torch_refused) {
       {"complex.pt", "tensor 'w' is a kind dlcc does not read (torch.ComplexFloatStorage)"},
       {"legacy.pt", "a torch.save file in the format before PyTorch 1.6 (a bare pickle): save it again with "
                     "torch.save(torch.load(PATH), PATH) under a current PyTorch, or as safetensors"},
+      {"expand.pt", "tensor 'x': the tensors would take more than 67115144 bytes (4 times the file's size and 64 "
+                    "MiB): views that repeat their storage (expand()'s stride 0) are not read; save contiguous "
+                    "tensors"},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     RtTensorSet s;

@@ -13,6 +13,10 @@ views.pt    views of one storage: a transpose, a strided slice, f16,
 whole.pt    torch.save of an nn.Linear module, not its state_dict
 complex.pt  a complex64 tensor (a storage type dlcc does not read)
 legacy.pt   the format before PyTorch 1.6 (_use_new_zipfile_serialization=False)
+proto4.pt   fc.pt's state_dict at pickle protocol 4 (MEMOIZE, FRAME)
+extras.pt   a checkpoint whose other entries hold an integer of 64 bits
+            unsigned (a seed), a defaultdict and a set
+expand.pt   a tensor of 2^28 elements that views one (stride 0)
 """
 import collections
 import os
@@ -35,3 +39,7 @@ torch.save(collections.OrderedDict([("t", a.t()), ("s", a[1:, ::2]), ("h", a.hal
 torch.save(torch.nn.Linear(2, 2), os.path.join(out, "whole.pt"))
 torch.save({"w": torch.zeros(2, 2, dtype=torch.complex64)}, os.path.join(out, "complex.pt"))
 torch.save({"w": torch.zeros(2, 2)}, os.path.join(out, "legacy.pt"), _use_new_zipfile_serialization=False)
+torch.save(sd, os.path.join(out, "proto4.pt"), pickle_protocol=4)
+torch.save({"state_dict": sd, "seed": 2**64 - 1, "history": collections.defaultdict(list, {"loss": [1.0, 0.5]}),
+            "seen": {1, 2}}, os.path.join(out, "extras.pt"))
+torch.save({"x": torch.ones(1).expand(2**28)}, os.path.join(out, "expand.pt"))
