@@ -59,3 +59,11 @@ int rt_read_at(int fd, void *dst, size_t n, int64_t offset) {
   }
   return 0;
 }
+
+int rt_fail(char *err, size_t errlen, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(err, errlen, fmt, ap);
+  va_end(ap);
+  return -1;
+}

@@ -273,15 +273,6 @@ static const struct {
     {"i2", RT_I16}, {"u2", RT_U16}, {"u4", RT_U32}, {"u8", RT_U64},
 };
 
-static int fail(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int fail(char *err, size_t errlen, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(err, errlen, fmt, ap);
-  va_end(ap);
-  return -1;
-}
-
 /* Checks the header's dict and fills out's dtype and shape. */
 static int parse_header(const char *path, const char *text, size_t len, RtTensor *out, bool *fortran, char *err,
                         size_t errlen) {
@@ -289,50 +280,50 @@ static int parse_header(const char *path, const char *text, size_t len, RtTensor
   Header h;
   memset(&h, 0, sizeof h);
   skip_ws(&ps);
-  if (ps.p >= ps.end || *ps.p != '{') return fail(err, errlen, "%s: malformed header: not a dict", path);
+  if (ps.p >= ps.end || *ps.p != '{') return rt_fail(err, errlen, "%s: malformed header: not a dict", path);
   if (!parse_dict_body(&ps, 0, on_header_entry, &h))
-    return fail(err, errlen, "%s: malformed header: %s", path, ps.why ? ps.why : "syntax error");
+    return rt_fail(err, errlen, "%s: malformed header: %s", path, ps.why ? ps.why : "syntax error");
   /* After the dict only the padding: spaces, a newline, maybe NULs. */
   for (; ps.p < ps.end; ps.p++)
     if (*ps.p != ' ' && *ps.p != '\n' && *ps.p != '\t' && *ps.p != '\r' && *ps.p != 0)
-      return fail(err, errlen, "%s: malformed header: text after the dict", path);
+      return rt_fail(err, errlen, "%s: malformed header: text after the dict", path);
   if (!h.has_descr || !h.has_order || !h.has_shape)
-    return fail(err, errlen, "%s: malformed header: missing key '%s'", path,
+    return rt_fail(err, errlen, "%s: malformed header: missing key '%s'", path,
                 !h.has_descr ? "descr" : !h.has_order ? "fortran_order" : "shape");
-  if (h.extra[0]) return fail(err, errlen, "%s: malformed header: unexpected key '%s'", path, h.extra);
-  if (h.dup[0]) return fail(err, errlen, "%s: malformed header: key '%s' given twice", path, h.dup);
+  if (h.extra[0]) return rt_fail(err, errlen, "%s: malformed header: unexpected key '%s'", path, h.extra);
+  if (h.dup[0]) return rt_fail(err, errlen, "%s: malformed header: key '%s' given twice", path, h.dup);
   if (h.descr.kind == PV_LIST)
-    return fail(err, errlen, "%s: unsupported dtype (a structured array)", path);
-  if (h.descr.kind != PV_STR) return fail(err, errlen, "%s: malformed header: 'descr' is not a string", path);
+    return rt_fail(err, errlen, "%s: unsupported dtype (a structured array)", path);
+  if (h.descr.kind != PV_STR) return rt_fail(err, errlen, "%s: malformed header: 'descr' is not a string", path);
   if (h.order.kind != PV_BOOL)
-    return fail(err, errlen, "%s: malformed header: 'fortran_order' is not True or False", path);
+    return rt_fail(err, errlen, "%s: malformed header: 'fortran_order' is not True or False", path);
   if (h.shape.kind != PV_TUPLE)
-    return fail(err, errlen, "%s: malformed header: 'shape' is not a tuple", path);
+    return rt_fail(err, errlen, "%s: malformed header: 'shape' is not a tuple", path);
   const char *d = h.descr.s;
   char order = d[0];
   const char *code = (order == '<' || order == '>' || order == '|' || order == '=') ? d + 1 : d;
   int found = -1;
   for (size_t k = 0; k < sizeof npy_types / sizeof npy_types[0]; k++)
     if (strcmp(code, npy_types[k].descr) == 0) found = (int)k;
-  if (found < 0) return fail(err, errlen, "%s: unsupported dtype '%s'", path, d);
+  if (found < 0) return rt_fail(err, errlen, "%s: unsupported dtype '%s'", path, d);
   RtDType dt = npy_types[found].dt;
   if (order == '>' && rt_dtype_size(dt) > 1)
-    return fail(err, errlen, "%s: big-endian data ('%s') is not supported", path, d);
+    return rt_fail(err, errlen, "%s: big-endian data ('%s') is not supported", path, d);
   *fortran = h.order.b;
   if (h.shape.n > RT_MAX_RANK)
-    return fail(err, errlen, "%s: rank %d is more than %d", path, h.shape.n, RT_MAX_RANK);
+    return rt_fail(err, errlen, "%s: rank %d is more than %d", path, h.shape.n, RT_MAX_RANK);
   if (h.shape.too_big)
-    return fail(err, errlen, "%s: shape is too large (more than 2^40 elements)", path);
-  if (!h.shape.all_int) return fail(err, errlen, "%s: malformed header: 'shape' must hold integers", path);
+    return rt_fail(err, errlen, "%s: shape is too large (more than 2^40 elements)", path);
+  if (!h.shape.all_int) return rt_fail(err, errlen, "%s: malformed header: 'shape' must hold integers", path);
   out->dtype = dt;
   out->rank = h.shape.n;
   for (int i = 0; i < out->rank; i++) {
     if (h.shape.items[i] < 0)
-      return fail(err, errlen, "%s: negative dim %" PRId64 " in the shape", path, h.shape.items[i]);
+      return rt_fail(err, errlen, "%s: negative dim %" PRId64 " in the shape", path, h.shape.items[i]);
     out->dims[i] = h.shape.items[i];
   }
   if (rt_numel(out) < 0)
-    return fail(err, errlen, "%s: shape is too large (more than 2^40 elements)", path);
+    return rt_fail(err, errlen, "%s: shape is too large (more than 2^40 elements)", path);
   return 0;
 }
 
@@ -361,41 +352,41 @@ int rt_npy_open(const char *path, RtTensor *out, int64_t *data_start, bool *fort
   char why[256];
   int64_t size;
   int fd = rt_open_regular(path, 0, &size, why, sizeof why);
-  if (fd < 0) return fail(err, errlen, "%s: %s", path, why);
+  if (fd < 0) return rt_fail(err, errlen, "%s: %s", path, why);
   unsigned char pre[12];
   int rc = -1;
   char *header = NULL;
   if (size < 8 || rt_read_at(fd, pre, 8, 0) != 0 || memcmp(pre, "\x93NUMPY", 6) != 0) {
-    fail(err, errlen, "%s: not a .npy file (bad magic)", path);
+    rt_fail(err, errlen, "%s: not a .npy file (bad magic)", path);
     goto done;
   }
   int major = pre[6], minor = pre[7];
   if ((major != 1 && major != 2 && major != 3) || minor != 0) {
-    fail(err, errlen, "%s: unsupported .npy version %d.%d", path, major, minor);
+    rt_fail(err, errlen, "%s: unsupported .npy version %d.%d", path, major, minor);
     goto done;
   }
   size_t lenbytes = major == 1 ? 2 : 4, hlen = 0;
   if (size < 8 + (int64_t)lenbytes || rt_read_at(fd, pre + 8, lenbytes, 8) != 0) {
-    fail(err, errlen, "%s: truncated header", path);
+    rt_fail(err, errlen, "%s: truncated header", path);
     goto done;
   }
   for (size_t i = 0; i < lenbytes; i++) hlen |= (size_t)pre[8 + i] << (8 * i);
   if (hlen > (1u << 20)) {
-    fail(err, errlen, "%s: malformed header: %zu bytes long", path, hlen);
+    rt_fail(err, errlen, "%s: malformed header: %zu bytes long", path, hlen);
     goto done;
   }
   *data_start = 8 + (int64_t)lenbytes + (int64_t)hlen;
   if (size < *data_start) {
-    fail(err, errlen, "%s: truncated header", path);
+    rt_fail(err, errlen, "%s: truncated header", path);
     goto done;
   }
   header = malloc(hlen + 1);
   if (!header) {
-    fail(err, errlen, "%s: out of memory", path);
+    rt_fail(err, errlen, "%s: out of memory", path);
     goto done;
   }
   if (rt_read_at(fd, header, hlen, 8 + (int64_t)lenbytes) != 0) {
-    fail(err, errlen, "%s: truncated header", path);
+    rt_fail(err, errlen, "%s: truncated header", path);
     goto done;
   }
   header[hlen] = 0;
@@ -406,12 +397,12 @@ int rt_npy_open(const char *path, RtTensor *out, int64_t *data_start, bool *fort
   out->nbytes = (size_t)rt_numel(out) * (size_t)rt_dtype_size(out->dtype);
   uint64_t have = (uint64_t)(size - *data_start);
   if (have < out->nbytes) {
-    fail(err, errlen, "%s: truncated data: the header promises %zu bytes, the file has %" PRIu64, path,
+    rt_fail(err, errlen, "%s: truncated data: the header promises %zu bytes, the file has %" PRIu64, path,
          out->nbytes, have);
     goto done;
   }
   if (have > out->nbytes) {
-    fail(err, errlen, "%s: extra data after the array's %zu bytes", path, out->nbytes);
+    rt_fail(err, errlen, "%s: extra data after the array's %zu bytes", path, out->nbytes);
     goto done;
   }
   rc = 0;
@@ -430,16 +421,16 @@ int rt_npy_read_open(int fd, const char *path, RtTensor *out, int64_t data_start
   int rc = -1;
   out->data = malloc(out->nbytes ? out->nbytes : 1);
   if (!out->data) {
-    fail(err, errlen, "%s: out of memory for %zu bytes", path, out->nbytes);
+    rt_fail(err, errlen, "%s: out of memory for %zu bytes", path, out->nbytes);
     goto done;
   }
   if (rt_read_at(fd, out->data, out->nbytes, data_start) != 0) {
-    fail(err, errlen, "%s: cannot read the data: %s", path, errno ? strerror(errno) : "the file shrank");
+    rt_fail(err, errlen, "%s: cannot read the data: %s", path, errno ? strerror(errno) : "the file shrank");
     goto done;
   }
   /* np.save(x.T) writes Fortran order: the first index varies fastest. */
   if (fortran && out->rank > 1 && !to_c_order(out)) {
-    fail(err, errlen, "%s: out of memory for %zu bytes", path, out->nbytes);
+    rt_fail(err, errlen, "%s: out of memory for %zu bytes", path, out->nbytes);
     goto done;
   }
   rc = 0;
@@ -482,45 +473,45 @@ static int write_npy(FILE *f, const char *path, const RtTensor *t, char *err, si
   bool ok = fwrite(pre, 1, 10, f) == 10 && fwrite(h, 1, (size_t)len, f) == (size_t)len &&
             (nbytes == 0 || fwrite(t->data, 1, nbytes, f) == nbytes);
   if (fclose(f) != 0) ok = false;
-  if (!ok) return fail(err, errlen, "%s: write failed: %s", path, strerror(errno));
+  if (!ok) return rt_fail(err, errlen, "%s: write failed: %s", path, strerror(errno));
   return 0;
 }
 
 /* Whether .npy can hold t, before any file is touched. */
 static int check_writable(const char *path, const RtTensor *t, char *err, size_t errlen) {
   if ((unsigned)t->dtype >= RT_DTYPE_COUNT || !write_descr[t->dtype])
-    return fail(err, errlen, "%s: .npy has no dtype for %s", path, rt_dtype_name(t->dtype));
-  if (t->rank < 0 || t->rank > RT_MAX_RANK) return fail(err, errlen, "%s: bad rank %d", path, t->rank);
+    return rt_fail(err, errlen, "%s: .npy has no dtype for %s", path, rt_dtype_name(t->dtype));
+  if (t->rank < 0 || t->rank > RT_MAX_RANK) return rt_fail(err, errlen, "%s: bad rank %d", path, t->rank);
   int64_t n = rt_numel(t);
-  if (n < 0) return fail(err, errlen, "%s: bad shape", path);
+  if (n < 0) return rt_fail(err, errlen, "%s: bad shape", path);
   size_t nbytes = (size_t)n * (size_t)rt_dtype_size(t->dtype);
   if (t->nbytes != nbytes)
-    return fail(err, errlen, "%s: tensor has %zu bytes, its shape needs %zu", path, t->nbytes, nbytes);
+    return rt_fail(err, errlen, "%s: tensor has %zu bytes, its shape needs %zu", path, t->nbytes, nbytes);
   return 0;
 }
 
 int rt_npy_write(const char *path, const RtTensor *t, char *err, size_t errlen) {
   if (check_writable(path, t, err, errlen)) return -1;
   FILE *f = fopen(path, "wb");
-  if (!f) return fail(err, errlen, "%s: %s", path, strerror(errno));
+  if (!f) return rt_fail(err, errlen, "%s: %s", path, strerror(errno));
   return write_npy(f, path, t, err, errlen);
 }
 
 int rt_npy_write_at(int dirfd, const char *name, const char *path, const RtTensor *t, char *err, size_t errlen) {
   if (check_writable(path, t, err, errlen)) return -1;
   if (!*name || strchr(name, '/') || !strcmp(name, ".") || !strcmp(name, ".."))
-    return fail(err, errlen, "%s: not a plain file name", path);
+    return rt_fail(err, errlen, "%s: not a plain file name", path);
   /* A new file, never one written through: a symbolic link or a hard
    * link planted at the name would send the data elsewhere. */
   if (unlinkat(dirfd, name, 0) != 0 && errno != ENOENT)
-    return fail(err, errlen, "%s: cannot replace it: %s", path, strerror(errno));
+    return rt_fail(err, errlen, "%s: cannot replace it: %s", path, strerror(errno));
   int fd = openat(dirfd, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
-  if (fd < 0) return fail(err, errlen, "%s: %s", path, strerror(errno));
+  if (fd < 0) return rt_fail(err, errlen, "%s: %s", path, strerror(errno));
   FILE *f = fdopen(fd, "wb");
   if (!f) {
     int e = errno;
     close(fd);
-    return fail(err, errlen, "%s: %s", path, strerror(e));
+    return rt_fail(err, errlen, "%s: %s", path, strerror(e));
   }
   return write_npy(f, path, t, err, errlen);
 }

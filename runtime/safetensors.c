@@ -29,15 +29,6 @@ static const char *const st_names[RT_DTYPE_COUNT] = {
     [RT_U16] = "U16", [RT_U32] = "U32", [RT_U64] = "U64",
 };
 
-static int fail(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int fail(char *err, size_t errlen, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(err, errlen, fmt, ap);
-  va_end(ap);
-  return -1;
-}
-
 /* ---- the index of names: open addressing, linear probing ---- */
 
 static uint64_t hash_name(const char *s) {
@@ -146,47 +137,47 @@ static int parse_entry(const char *path, const cJSON *j, int64_t data_size, RtTe
                        char *err, size_t errlen) {
   const char *name = e->name;
   if (!cJSON_IsObject(j))
-    return fail(err, errlen, "%s: tensor '%s': the entry is not a JSON object", path, name);
+    return rt_fail(err, errlen, "%s: tensor '%s': the entry is not a JSON object", path, name);
   const cJSON *dt = cJSON_GetObjectItemCaseSensitive(j, "dtype");
   const cJSON *shape = cJSON_GetObjectItemCaseSensitive(j, "shape");
   const cJSON *offs = cJSON_GetObjectItemCaseSensitive(j, "data_offsets");
   if (!dt || !shape || !offs)
-    return fail(err, errlen, "%s: tensor '%s': missing \"%s\"", path, name,
+    return rt_fail(err, errlen, "%s: tensor '%s': missing \"%s\"", path, name,
                 !dt ? "dtype" : !shape ? "shape" : "data_offsets");
   if (!cJSON_IsString(dt))
-    return fail(err, errlen, "%s: tensor '%s': \"dtype\" is not a string", path, name);
+    return rt_fail(err, errlen, "%s: tensor '%s': \"dtype\" is not a string", path, name);
   int found = -1;
   for (int k = 0; k < RT_DTYPE_COUNT; k++)
     if (strcmp(dt->valuestring, st_names[k]) == 0) found = k;
   if (found < 0)
-    return fail(err, errlen, "%s: tensor '%s': unsupported dtype \"%s\"", path, name, dt->valuestring);
+    return rt_fail(err, errlen, "%s: tensor '%s': unsupported dtype \"%s\"", path, name, dt->valuestring);
   t->dtype = (RtDType)found;
   if (!cJSON_IsArray(shape))
-    return fail(err, errlen, "%s: tensor '%s': \"shape\" is not an array", path, name);
+    return rt_fail(err, errlen, "%s: tensor '%s': \"shape\" is not an array", path, name);
   int rank = cJSON_GetArraySize(shape);
   if (rank > RT_MAX_RANK)
-    return fail(err, errlen, "%s: tensor '%s': rank %d is more than %d", path, name, rank, RT_MAX_RANK);
+    return rt_fail(err, errlen, "%s: tensor '%s': rank %d is more than %d", path, name, rank, RT_MAX_RANK);
   t->rank = rank;
   int i = 0;
   for (const cJSON *d = shape->child; d; d = d->next, i++)
     if (!json_uint(d, &t->dims[i]))
-      return fail(err, errlen, "%s: tensor '%s': \"shape\" must hold integers >= 0", path, name);
+      return rt_fail(err, errlen, "%s: tensor '%s': \"shape\" must hold integers >= 0", path, name);
   int64_t n = rt_numel(t);
-  if (n < 0) return fail(err, errlen, "%s: tensor '%s': shape is too large", path, name);
+  if (n < 0) return rt_fail(err, errlen, "%s: tensor '%s': shape is too large", path, name);
   if (!cJSON_IsArray(offs) || cJSON_GetArraySize(offs) != 2 || !json_uint(offs->child, &e->begin) ||
       !json_uint(offs->child->next, &e->end) || e->begin > e->end)
-    return fail(err, errlen, "%s: tensor '%s': \"data_offsets\" must be [begin, end] with 0 <= begin <= end",
+    return rt_fail(err, errlen, "%s: tensor '%s': \"data_offsets\" must be [begin, end] with 0 <= begin <= end",
                 path, name);
   int64_t want = n * rt_dtype_size(t->dtype);
   char ty[200];
   shape_str(t, ty, sizeof ty);
   if (e->end - e->begin != want)
-    return fail(err, errlen,
+    return rt_fail(err, errlen,
                 "%s: tensor '%s': data_offsets [%" PRId64 ", %" PRId64 "] hold %" PRId64
                 " bytes, %s needs %" PRId64,
                 path, name, e->begin, e->end, e->end - e->begin, ty, want);
   if (e->end > data_size)
-    return fail(err, errlen,
+    return rt_fail(err, errlen,
                 "%s: tensor '%s': data_offsets [%" PRId64 ", %" PRId64
                 "] run past the end of the data (%" PRId64 " bytes)",
                 path, name, e->begin, e->end, data_size);
@@ -195,19 +186,19 @@ static int parse_entry(const char *path, const cJSON *j, int64_t data_size, RtTe
 }
 
 static int parse_metadata(const char *path, const cJSON *j, RtTensorSet *out, char *err, size_t errlen) {
-  if (!cJSON_IsObject(j)) return fail(err, errlen, "%s: \"__metadata__\" is not a JSON object", path);
+  if (!cJSON_IsObject(j)) return rt_fail(err, errlen, "%s: \"__metadata__\" is not a JSON object", path);
   int n = cJSON_GetArraySize(j);
   out->meta_keys = calloc((size_t)n + 1, sizeof(char *));
   out->meta_values = calloc((size_t)n + 1, sizeof(char *));
-  if (!out->meta_keys || !out->meta_values) return fail(err, errlen, "%s: out of memory", path);
+  if (!out->meta_keys || !out->meta_values) return rt_fail(err, errlen, "%s: out of memory", path);
   for (const cJSON *m = j->child; m; m = m->next) {
     if (!cJSON_IsString(m))
-      return fail(err, errlen, "%s: \"__metadata__\" entry '%s' is not a string", path, m->string);
+      return rt_fail(err, errlen, "%s: \"__metadata__\" entry '%s' is not a string", path, m->string);
     out->meta_keys[out->n_meta] = strdup(m->string);
     out->meta_values[out->n_meta] = strdup(m->valuestring);
     out->n_meta++;
     if (!out->meta_keys[out->n_meta - 1] || !out->meta_values[out->n_meta - 1])
-      return fail(err, errlen, "%s: out of memory", path);
+      return rt_fail(err, errlen, "%s: out of memory", path);
   }
   return 0;
 }
@@ -216,30 +207,30 @@ static int parse_metadata(const char *path, const cJSON *j, RtTensorSet *out, ch
  * get each tensor's offsets. */
 static int parse_header(const char *path, const cJSON *root, int64_t data_size, RtTensorSet *out,
                         Entry **entries, char *err, size_t errlen) {
-  if (!cJSON_IsObject(root)) return fail(err, errlen, "%s: the header is not a JSON object", path);
+  if (!cJSON_IsObject(root)) return rt_fail(err, errlen, "%s: the header is not a JSON object", path);
   int total = cJSON_GetArraySize(root);
   out->names = calloc((size_t)total + 1, sizeof(char *));
   out->tensors = calloc((size_t)total + 1, sizeof(RtTensor));
   Entry *es = *entries = calloc((size_t)total + 1, sizeof(Entry));
   if (!out->names || !out->tensors || !es || rt_names_init(&out->index, total) < 0)
-    return fail(err, errlen, "%s: out of memory", path);
+    return rt_fail(err, errlen, "%s: out of memory", path);
   bool seen_meta = false;
   for (const cJSON *j = root->child; j; j = j->next) {
     const char *name = j->string;
     if (strcmp(name, "__metadata__") == 0) {
-      if (seen_meta) return fail(err, errlen, "%s: \"__metadata__\" appears twice", path);
+      if (seen_meta) return rt_fail(err, errlen, "%s: \"__metadata__\" appears twice", path);
       seen_meta = true;
       if (parse_metadata(path, j, out, err, errlen) < 0) return -1;
       continue;
     }
     if (rt_names_find(&out->index, (const char *const *)out->names, name) >= 0)
-      return fail(err, errlen, "%s: tensor '%s' appears twice in the header", path, name);
+      return rt_fail(err, errlen, "%s: tensor '%s' appears twice in the header", path, name);
     Entry *e = &es[out->n];
     e->name = name;
     e->index = out->n;
     if (parse_entry(path, j, data_size, &out->tensors[out->n], e, err, errlen) < 0) return -1;
     out->names[out->n] = strdup(name);
-    if (!out->names[out->n]) return fail(err, errlen, "%s: out of memory", path);
+    if (!out->names[out->n]) return rt_fail(err, errlen, "%s: out of memory", path);
     rt_names_add(&out->index, (const char *const *)out->names, out->n++);
   }
   qsort(es, (size_t)out->n, sizeof *es, by_begin);
@@ -248,7 +239,7 @@ static int parse_header(const char *path, const cJSON *root, int64_t data_size, 
   for (int i = 0; i < out->n; i++) {
     if (es[i].begin == es[i].end) continue;
     if (prev >= 0 && es[prev].end > es[i].begin)
-      return fail(err, errlen, "%s: tensors '%s' and '%s' overlap in the data", path, es[prev].name,
+      return rt_fail(err, errlen, "%s: tensors '%s' and '%s' overlap in the data", path, es[prev].name,
                   es[i].name);
     prev = i;
   }
@@ -263,14 +254,14 @@ static int open_set(const char *path, int flags, RtTensorSet *out, Entry **entri
   char why[256];
   int64_t size;
   int fd = rt_open_regular(path, flags, &size, why, sizeof why);
-  if (fd < 0) return fail(err, errlen, "%s: %s", path, why);
+  if (fd < 0) return rt_fail(err, errlen, "%s: %s", path, why);
   int rc = -1;
   char *text = NULL;
   cJSON *root = NULL;
   Entry *entries = NULL;
   unsigned char pre[8];
   if (size < 8 || rt_read_at(fd, pre, 8, 0) != 0) {
-    fail(err, errlen, "%s: too short for a safetensors file (%" PRId64 " bytes)", path, size);
+    rt_fail(err, errlen, "%s: too short for a safetensors file (%" PRId64 " bytes)", path, size);
     goto done;
   }
   uint64_t hsize = 0;
@@ -284,22 +275,22 @@ static int open_set(const char *path, int flags, RtTensorSet *out, Entry **entri
     return rt_torch_read(path, flags, out, err, errlen);
   }
   if (hsize > (uint64_t)(size - 8) && memcmp(pre, "\x80\x02\x8a\x0a\x6c\xfc\x9c\x46", 8) == 0) {
-    fail(err, errlen, "%s: a torch.save file in the format before PyTorch 1.6 (a bare pickle): save it again with "
+    rt_fail(err, errlen, "%s: a torch.save file in the format before PyTorch 1.6 (a bare pickle): save it again with "
          "torch.save(torch.load(PATH), PATH) under a current PyTorch, or as safetensors", path);
     goto done;
   }
   if (hsize > (uint64_t)(size - 8)) {
-    fail(err, errlen, "%s: header size %" PRIu64 " is larger than the file (%" PRId64 " bytes)", path,
+    rt_fail(err, errlen, "%s: header size %" PRIu64 " is larger than the file (%" PRId64 " bytes)", path,
          hsize, size);
     goto done;
   }
   if (hsize > MAX_HEADER) {
-    fail(err, errlen, "%s: header size %" PRIu64 " is more than 100 MB", path, hsize);
+    rt_fail(err, errlen, "%s: header size %" PRIu64 " is more than 100 MB", path, hsize);
     goto done;
   }
   text = malloc((size_t)hsize + 1);
   if (!text || rt_read_at(fd, text, (size_t)hsize, 8) != 0) {
-    fail(err, errlen, "%s: %s", path, text ? "could not read the header" : "out of memory");
+    rt_fail(err, errlen, "%s: %s", path, text ? "could not read the header" : "out of memory");
     goto done;
   }
   text[hsize] = 0;
@@ -309,7 +300,7 @@ static int open_set(const char *path, int flags, RtTensorSet *out, Entry **entri
   while (root && end < text + hsize && (*end == ' ' || *end == '\n' || *end == '\t' || *end == '\r'))
     end++;
   if (!root || end != text + hsize) {
-    fail(err, errlen, "%s: the header is not valid JSON", path);
+    rt_fail(err, errlen, "%s: the header is not valid JSON", path);
     goto done;
   }
   int64_t data_start = 8 + (int64_t)hsize, data_size = size - data_start;
@@ -317,7 +308,7 @@ static int open_set(const char *path, int flags, RtTensorSet *out, Entry **entri
   out->begins = calloc((size_t)out->n + 1, sizeof *out->begins);
   out->path = strdup(path);
   if (!out->begins || !out->path) {
-    fail(err, errlen, "%s: out of memory", path);
+    rt_fail(err, errlen, "%s: out of memory", path);
     goto done;
   }
   for (int k = 0; k < out->n; k++) out->begins[entries[k].index] = data_start + entries[k].begin;
@@ -352,15 +343,15 @@ static cJSON *read_index(const char *path, char *err, size_t errlen) {
   char why[256];
   int64_t size;
   int fd = rt_open_regular(path, 0, &size, why, sizeof why);
-  if (fd < 0) return fail(err, errlen, "%s: %s", path, why), NULL;
+  if (fd < 0) return rt_fail(err, errlen, "%s: %s", path, why), NULL;
   char *text = size <= MAX_HEADER ? malloc((size_t)size + 1) : NULL;
   cJSON *root = NULL;
   if (!text)
-    fail(err, errlen, "%s: %s", path, size > MAX_HEADER ? "an index of more than 100 MB" : "out of memory");
+    rt_fail(err, errlen, "%s: %s", path, size > MAX_HEADER ? "an index of more than 100 MB" : "out of memory");
   else if (rt_read_at(fd, text, (size_t)size, 0) != 0)
-    fail(err, errlen, "%s: could not read the index", path);
+    rt_fail(err, errlen, "%s: could not read the index", path);
   else if (!(root = cJSON_ParseWithLength(text, (size_t)size)))
-    fail(err, errlen, "%s: the index is not valid JSON", path);
+    rt_fail(err, errlen, "%s: the index is not valid JSON", path);
   close(fd);
   free(text);
   return root;
@@ -392,20 +383,20 @@ static int open_index(const char *path, RtTensorSet *out, char *err, size_t errl
   RtNames shard_index = {0};
   int n_shards = 0, rc = -1;
   if (!cJSON_IsObject(map)) {
-    fail(err, errlen, "%s: no \"weight_map\" object: not a sharded checkpoint's index", path);
+    rt_fail(err, errlen, "%s: no \"weight_map\" object: not a sharded checkpoint's index", path);
     goto done;
   }
   int n_map = cJSON_GetArraySize(map);
   shards = calloc((size_t)n_map + 1, sizeof *shards);
   parts = calloc((size_t)n_map + 1, sizeof *parts);
   if (!shards || !parts || rt_names_init(&shard_index, n_map) < 0) {
-    fail(err, errlen, "%s: out of memory", path);
+    rt_fail(err, errlen, "%s: out of memory", path);
     goto done;
   }
   /* the shards in order of first mention */
   for (const cJSON *e = map->child; e; e = e->next) {
     if (!cJSON_IsString(e) || !bare_name(e->valuestring)) {
-      fail(err, errlen, "%s: tensor '%s': its shard must be a file name in the index's folder", path, e->string);
+      rt_fail(err, errlen, "%s: tensor '%s': its shard must be a file name in the index's folder", path, e->string);
       goto done;
     }
     shards[n_shards] = e->valuestring;
@@ -417,7 +408,7 @@ static int open_index(const char *path, RtTensorSet *out, char *err, size_t errl
   for (int k = 0; k < n_shards; k++) {
     char shard[4096];
     if (snprintf(shard, sizeof shard, "%.*s%s", dir_len, path, shards[k]) >= (int)sizeof shard) {
-      fail(err, errlen, "%s: shard %s: the path is too long", path, shards[k]);
+      rt_fail(err, errlen, "%s: shard %s: the path is too long", path, shards[k]);
       goto done;
     }
     if (open_set(shard, RT_NOFOLLOW, &parts[k], NULL, err, errlen) < 0) goto done;
@@ -431,14 +422,14 @@ static int open_index(const char *path, RtTensorSet *out, char *err, size_t errl
   out->path = strdup(path);
   if (total > INT_MAX || !out->names || !out->tensors || !out->begins || !out->file_of || !out->fds || !out->path ||
       rt_names_init(&out->index, (int)total) < 0) {
-    fail(err, errlen, "%s: out of memory", path);
+    rt_fail(err, errlen, "%s: out of memory", path);
     goto done;
   }
   out->n_files = n_shards;
   for (int k = 0; k < n_shards; k++) out->fds[k] = -1;
   int *shard_of = calloc((size_t)total + 1, sizeof *shard_of);
   if (!shard_of) {
-    fail(err, errlen, "%s: out of memory", path);
+    rt_fail(err, errlen, "%s: out of memory", path);
     goto done;
   }
   bool bad = false;
@@ -448,14 +439,14 @@ static int open_index(const char *path, RtTensorSet *out, char *err, size_t errl
     for (int i = first; i < out->n && !bad; i++) {
       shard_of[i] = k;
       if ((bad = rt_names_add(&out->index, (const char *const *)out->names, i) >= 0))
-        fail(err, errlen, "%s: tensor '%s' is in two shards (one is %s)", path, out->names[i], shards[k]);
+        rt_fail(err, errlen, "%s: tensor '%s' is in two shards (one is %s)", path, out->names[i], shards[k]);
     }
   }
   /* every tensor the map names, in the shard it names */
   for (const cJSON *e = map->child; e && !bad; e = e->next) {
     int i = rt_names_find(&out->index, (const char *const *)out->names, e->string);
     if ((bad = i < 0 || shard_of[i] != rt_names_find(&shard_index, shards, e->valuestring)))
-      fail(err, errlen, "%s: the index puts tensor '%s' in %s, which lacks it", path, e->string, e->valuestring);
+      rt_fail(err, errlen, "%s: the index puts tensor '%s' in %s, which lacks it", path, e->string, e->valuestring);
   }
   free(shard_of);
   rc = bad ? -1 : 0;
@@ -481,12 +472,12 @@ int rt_safetensors_load(RtTensorSet *s, int i, char *err, size_t errlen) {
    * allocated beyond the file's size. */
   t->data = malloc(t->nbytes ? t->nbytes : 1);
   if (!t->data)
-    return fail(err, errlen, "%s: tensor '%s': out of memory for %zu bytes", s->path, s->names[i], t->nbytes);
+    return rt_fail(err, errlen, "%s: tensor '%s': out of memory for %zu bytes", s->path, s->names[i], t->nbytes);
   int fd = !s->file_of ? s->fd : s->file_of[i] >= 0 ? s->fds[s->file_of[i]] : -1; /* -1: a shard read whole */
   if (t->nbytes && (fd < 0 || rt_read_at(fd, t->data, t->nbytes, s->begins[i]) != 0)) {
     free(t->data);
     t->data = NULL;
-    return fail(err, errlen, "%s: tensor '%s': could not read its data", s->path, s->names[i]);
+    return rt_fail(err, errlen, "%s: tensor '%s': could not read its data", s->path, s->names[i]);
   }
   return 0;
 }
@@ -525,14 +516,14 @@ int rt_safetensors_write(const char *path, const RtTensorSet *set, char *err, si
   RtNames seen;
   if (!root || rt_names_init(&seen, set->n) < 0) {
     cJSON_Delete(root);
-    return fail(err, errlen, "%s: out of memory", path);
+    return rt_fail(err, errlen, "%s: out of memory", path);
   }
   if (set->n_meta > 0) {
     cJSON *meta = cJSON_AddObjectToObject(root, "__metadata__");
     for (int i = 0; meta && i < set->n_meta; i++)
       if (!cJSON_AddStringToObject(meta, set->meta_keys[i], set->meta_values[i])) meta = NULL;
     if (!meta) {
-      fail(err, errlen, "%s: out of memory", path);
+      rt_fail(err, errlen, "%s: out of memory", path);
       goto done;
     }
   }
@@ -541,18 +532,18 @@ int rt_safetensors_write(const char *path, const RtTensorSet *set, char *err, si
     const RtTensor *t = &set->tensors[i];
     const char *name = set->names[i];
     if (strcmp(name, "__metadata__") == 0) {
-      fail(err, errlen, "%s: a tensor cannot be named '__metadata__'", path);
+      rt_fail(err, errlen, "%s: a tensor cannot be named '__metadata__'", path);
       goto done;
     }
     if (rt_names_add(&seen, (const char *const *)set->names, i) >= 0) {
-      fail(err, errlen, "%s: tensor '%s' is given twice", path, name);
+      rt_fail(err, errlen, "%s: tensor '%s' is given twice", path, name);
       goto done;
     }
     int64_t n = (unsigned)t->dtype < RT_DTYPE_COUNT && t->rank >= 0 && t->rank <= RT_MAX_RANK
                     ? rt_numel(t)
                     : -1;
     if (n < 0 || (size_t)n * (size_t)rt_dtype_size(t->dtype) != t->nbytes) {
-      fail(err, errlen, "%s: tensor '%s': its dtype, shape and byte count do not agree", path, name);
+      rt_fail(err, errlen, "%s: tensor '%s': its dtype, shape and byte count do not agree", path, name);
       goto done;
     }
     cJSON *e = cJSON_AddObjectToObject(root, name);
@@ -569,13 +560,13 @@ int rt_safetensors_write(const char *path, const RtTensorSet *set, char *err, si
     cJSON *en = ok ? cJSON_CreateNumber((double)offset) : NULL;
     ok = en && cJSON_AddItemToArray(offs, en);
     if (!ok) {
-      fail(err, errlen, "%s: out of memory", path);
+      rt_fail(err, errlen, "%s: out of memory", path);
       goto done;
     }
   }
   json = cJSON_PrintUnformatted(root);
   if (!json) {
-    fail(err, errlen, "%s: out of memory", path);
+    rt_fail(err, errlen, "%s: out of memory", path);
     goto done;
   }
   size_t len = strlen(json), padded = (len + 7) / 8 * 8;
@@ -589,14 +580,14 @@ int rt_safetensors_write(const char *path, const RtTensorSet *set, char *err, si
   if (!in_place) {
     size_t tlen = strlen(path) + 32;
     if (!(tmp = malloc(tlen))) {
-      fail(err, errlen, "%s: out of memory", path);
+      rt_fail(err, errlen, "%s: out of memory", path);
       goto done;
     }
     snprintf(tmp, tlen, "%s.tmp-%ld", path, (long)getpid());
   }
   f = fopen(in_place ? path : tmp, "wb");
   if (!f) {
-    fail(err, errlen, "%s: %s", in_place ? path : tmp, strerror(errno));
+    rt_fail(err, errlen, "%s: %s", in_place ? path : tmp, strerror(errno));
     free(tmp);
     tmp = NULL;
     goto done;
@@ -612,11 +603,11 @@ int rt_safetensors_write(const char *path, const RtTensorSet *set, char *err, si
   int closed = fclose(f);
   f = NULL;
   if (!ok || closed != 0) {
-    fail(err, errlen, "%s: write failed: %s", path, strerror(errno));
+    rt_fail(err, errlen, "%s: write failed: %s", path, strerror(errno));
     goto done;
   }
   if (tmp && rename(tmp, path) != 0) {
-    fail(err, errlen, "%s: cannot replace it: %s", path, strerror(errno));
+    rt_fail(err, errlen, "%s: cannot replace it: %s", path, strerror(errno));
     goto done;
   }
   free(tmp);

@@ -55,6 +55,9 @@ int rt_read_at(int fd, void *dst, size_t n, int64_t offset);
 /* "a FIFO", "a directory", ... for a file's st_mode. */
 const char *rt_file_kind(mode_t mode);
 
+/* The readers' messages: fmt into err; returns -1. */
+int rt_fail(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
 int rt_dtype_size(RtDType t);
 const char *rt_dtype_name(RtDType t); /* "f32", "bf16", "bool", ... */
 /* Element count, or -1 when it overflows or a dim is negative. */

@@ -27,15 +27,6 @@ enum {
   MAX_STACK = 1 << 20,
 };
 
-static int fail(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int fail(char *err, size_t errlen, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(err, errlen, fmt, ap);
-  va_end(ap);
-  return -1;
-}
-
 /* ---- the zip archive: stored entries only, as torch.save writes ---- */
 
 typedef struct ZipEntry {
@@ -75,17 +66,17 @@ static int zip_directory(Zip *z, const char *path, int64_t *dir_at, int64_t *dir
                          size_t errlen) {
   int64_t tail = z->file_size < 65557 ? z->file_size : 65557;
   unsigned char *buf = malloc((size_t)tail);
-  if (!buf) return fail(err, errlen, "%s: out of memory", path);
+  if (!buf) return rt_fail(err, errlen, "%s: out of memory", path);
   if (rt_read_at(z->fd, buf, (size_t)tail, z->file_size - tail) != 0) {
     free(buf);
-    return fail(err, errlen, "%s: could not read the zip directory", path);
+    return rt_fail(err, errlen, "%s: could not read the zip directory", path);
   }
   int64_t at = -1;
   for (int64_t i = tail - 22; i >= 0 && at < 0; i--)
     if (le32(buf + i) == 0x06054b50u && i + 22 + le16(buf + i + 20) == tail) at = i;
   if (at < 0) {
     free(buf);
-    return fail(err, errlen, "%s: a zip file without its end of central directory (truncated?)", path);
+    return rt_fail(err, errlen, "%s: a zip file without its end of central directory (truncated?)", path);
   }
   const unsigned char *eocd = buf + at;
   *count = le16(eocd + 10);
@@ -97,14 +88,14 @@ static int zip_directory(Zip *z, const char *path, int64_t *dir_at, int64_t *dir
   if (!zip64) return 0;
   unsigned char loc[20], rec[56];
   if (eocd_file_at < 20 || rt_read_at(z->fd, loc, 20, eocd_file_at - 20) != 0 || le32(loc) != 0x07064b50u)
-    return fail(err, errlen, "%s: a zip64 file without its zip64 locator", path);
+    return rt_fail(err, errlen, "%s: a zip64 file without its zip64 locator", path);
   uint64_t rec_at = le64(loc + 8);
   if (rec_at > (uint64_t)z->file_size - 56 || rt_read_at(z->fd, rec, 56, (int64_t)rec_at) != 0 ||
       le32(rec) != 0x06064b50u)
-    return fail(err, errlen, "%s: a zip64 locator that points at no zip64 directory record", path);
+    return rt_fail(err, errlen, "%s: a zip64 locator that points at no zip64 directory record", path);
   uint64_t n = le64(rec + 32), size = le64(rec + 40), dir = le64(rec + 48);
   if (n > INT64_MAX || size > INT64_MAX || dir > INT64_MAX)
-    return fail(err, errlen, "%s: zip64 directory sizes out of range", path);
+    return rt_fail(err, errlen, "%s: zip64 directory sizes out of range", path);
   *count = (int64_t)n, *dir_size = (int64_t)size, *dir_at = (int64_t)dir;
   return 0;
 }
@@ -114,32 +105,32 @@ static int zip_open(Zip *z, const char *path, char *err, size_t errlen) {
   int64_t dir_at = 0, dir_size = 0, count = 0;
   if (zip_directory(z, path, &dir_at, &dir_size, &count, err, errlen) < 0) return -1;
   if (dir_at < 0 || dir_size < 0 || dir_at > z->file_size || dir_size > z->file_size - dir_at)
-    return fail(err, errlen, "%s: the zip directory lies outside the file", path);
+    return rt_fail(err, errlen, "%s: the zip directory lies outside the file", path);
   if (count > MAX_ENTRIES || count > dir_size / 46)
-    return fail(err, errlen, "%s: %" PRId64 " zip entries do not fit a directory of %" PRId64 " bytes", path, count,
+    return rt_fail(err, errlen, "%s: %" PRId64 " zip entries do not fit a directory of %" PRId64 " bytes", path, count,
                 dir_size);
   unsigned char *dir = malloc((size_t)dir_size + 1);
   z->e = calloc((size_t)count + 1, sizeof *z->e);
   if (!dir || !z->e) {
     free(dir);
-    return fail(err, errlen, "%s: out of memory", path);
+    return rt_fail(err, errlen, "%s: out of memory", path);
   }
   if (rt_read_at(z->fd, dir, (size_t)dir_size, dir_at) != 0) {
     free(dir);
-    return fail(err, errlen, "%s: could not read the zip directory", path);
+    return rt_fail(err, errlen, "%s: could not read the zip directory", path);
   }
   int64_t p = 0;
   int rc = 0;
   for (int64_t i = 0; i < count && rc == 0; i++) {
     const unsigned char *h = dir + p;
     if (dir_size - p < 46 || le32(h) != 0x02014b50u) {
-      rc = fail(err, errlen, "%s: zip directory entry %" PRId64 " is damaged", path, i);
+      rc = rt_fail(err, errlen, "%s: zip directory entry %" PRId64 " is damaged", path, i);
       break;
     }
     uint32_t method = le16(h + 10), name_len = le16(h + 28), extra_len = le16(h + 30), comment_len = le16(h + 32);
     uint64_t csize = le32(h + 20), usize = le32(h + 24), local = le32(h + 42);
     if (46 + (int64_t)name_len + extra_len + comment_len > dir_size - p) {
-      rc = fail(err, errlen, "%s: zip directory entry %" PRId64 " runs past the directory", path, i);
+      rc = rt_fail(err, errlen, "%s: zip directory entry %" PRId64 " runs past the directory", path, i);
       break;
     }
     /* zip64's sizes and offset, in that order, for the fields that are full */
@@ -158,23 +149,23 @@ static int zip_open(Zip *z, const char *path, char *err, size_t errlen) {
     ZipEntry *e = &z->e[z->n];
     e->name = malloc(name_len + 1);
     if (!e->name) {
-      rc = fail(err, errlen, "%s: out of memory", path);
+      rc = rt_fail(err, errlen, "%s: out of memory", path);
       break;
     }
     memcpy(e->name, h + 46, name_len);
     e->name[name_len] = 0;
     z->n++;
     if (method != 0 || csize != usize)
-      rc = fail(err, errlen, "%s: zip entry '%s' is compressed (method %u): torch.save stores its entries", path,
+      rc = rt_fail(err, errlen, "%s: zip entry '%s' is compressed (method %u): torch.save stores its entries", path,
                 e->name, method);
     unsigned char lh[30];
     if (rc == 0 && (local > (uint64_t)z->file_size - 30 || rt_read_at(z->fd, lh, 30, (int64_t)local) != 0 ||
                     le32(lh) != 0x04034b50u))
-      rc = fail(err, errlen, "%s: zip entry '%s' has no local header where the directory says", path, e->name);
+      rc = rt_fail(err, errlen, "%s: zip entry '%s' has no local header where the directory says", path, e->name);
     if (rc == 0) {
       uint64_t data_at = local + 30 + le16(lh + 26) + le16(lh + 28);
       if (data_at > (uint64_t)z->file_size || usize > (uint64_t)z->file_size - data_at)
-        rc = fail(err, errlen, "%s: zip entry '%s' runs past the end of the file", path, e->name);
+        rc = rt_fail(err, errlen, "%s: zip entry '%s' runs past the end of the file", path, e->name);
       e->data_at = (int64_t)data_at, e->size = (int64_t)usize, e->crc = le32(h + 16);
     }
     p += 46 + name_len + extra_len + comment_len;
@@ -193,7 +184,7 @@ static void zip_close(Zip *z) {
 /* The entries' names hashed (the first of a name that repeats wins). */
 static int zip_index(Zip *z, const char *path, char *err, size_t errlen) {
   z->names = calloc((size_t)z->n + 1, sizeof *z->names);
-  if (!z->names || rt_names_init(&z->index, z->n) < 0) return fail(err, errlen, "%s: out of memory", path);
+  if (!z->names || rt_names_init(&z->index, z->n) < 0) return rt_fail(err, errlen, "%s: out of memory", path);
   for (int i = 0; i < z->n; i++) {
     z->names[i] = z->e[i].name;
     rt_names_add(&z->index, (const char *const *)z->names, i);
@@ -210,16 +201,16 @@ static const ZipEntry *zip_find(const Zip *z, const char *name) {
 static unsigned char *zip_read(const Zip *z, const ZipEntry *e, const char *path, char *err, size_t errlen) {
   unsigned char *b = e->size < INT64_MAX ? malloc((size_t)e->size + 1) : NULL;
   if (!b) {
-    fail(err, errlen, "%s: out of memory for zip entry '%s' (%" PRId64 " bytes)", path, e->name, e->size);
+    rt_fail(err, errlen, "%s: out of memory for zip entry '%s' (%" PRId64 " bytes)", path, e->name, e->size);
     return NULL;
   }
   if (rt_read_at(z->fd, b, (size_t)e->size, e->data_at) != 0) {
-    fail(err, errlen, "%s: could not read zip entry '%s'", path, e->name);
+    rt_fail(err, errlen, "%s: could not read zip entry '%s'", path, e->name);
     free(b);
     return NULL;
   }
   if (crc32_of(b, (size_t)e->size) != e->crc) {
-    fail(err, errlen, "%s: zip entry '%s' is damaged (its CRC does not match)", path, e->name);
+    rt_fail(err, errlen, "%s: zip entry '%s' is damaged (its CRC does not match)", path, e->name);
     free(b);
     return NULL;
   }
@@ -432,7 +423,7 @@ static int unpickle(Machine *m, const unsigned char *p, int64_t n, Pv **out) {
   if (n - at < (int64_t)(k)) goto truncated
 #define BAD(what) \
   do { \
-    fail(m->err, m->errlen, "%s: data.pkl: %s at byte %" PRId64, m->path, what, start); \
+    rt_fail(m->err, m->errlen, "%s: data.pkl: %s at byte %" PRId64, m->path, what, start); \
     return -1; \
   } while (0)
   while (at < n) {
@@ -598,9 +589,9 @@ static int unpickle(Machine *m, const unsigned char *p, int64_t n, Pv **out) {
     if (!push(m, v)) goto oom;
   }
 truncated:
-  return fail(m->err, m->errlen, "%s: data.pkl ends before its STOP (truncated)", m->path);
+  return rt_fail(m->err, m->errlen, "%s: data.pkl ends before its STOP (truncated)", m->path);
 oom:
-  return fail(m->err, m->errlen, "%s: data.pkl: out of memory, or more values than a pickle of its size makes",
+  return rt_fail(m->err, m->errlen, "%s: data.pkl: out of memory, or more values than a pickle of its size makes",
               m->path);
 #undef NEED
 #undef BAD
@@ -643,21 +634,21 @@ static int copy_tensor(const Zip *z, const char *prefix, const char *path, const
                        Stores *ss, RtTensor *t, char *err, size_t errlen) {
   const Pv *st = v->items[0], *size = v->items[1], *stride = v->items[2];
   if (size->n > RT_MAX_RANK || stride->n != size->n)
-    return fail(err, errlen, "%s: tensor '%s': rank %d (strides %d): at most %d", path, name, size->n, stride->n,
+    return rt_fail(err, errlen, "%s: tensor '%s': rank %d (strides %d): at most %d", path, name, size->n, stride->n,
                 RT_MAX_RANK);
   int found = rt_names_find(&ss->index, (const char *const *)ss->keys, st->s);
   Storage *s = found >= 0 ? &ss->s[found] : NULL;
   if (!s) {
     char entry[1024];
     if (snprintf(entry, sizeof entry, "%s/data/%s", prefix, st->s) >= (int)sizeof entry)
-      return fail(err, errlen, "%s: tensor '%s': a storage key of %zu bytes", path, name, strlen(st->s));
+      return rt_fail(err, errlen, "%s: tensor '%s': a storage key of %zu bytes", path, name, strlen(st->s));
     const ZipEntry *e = zip_find(z, entry);
-    if (!e) return fail(err, errlen, "%s: tensor '%s': its storage %s is not in the file", path, name, entry);
+    if (!e) return rt_fail(err, errlen, "%s: tensor '%s': its storage %s is not in the file", path, name, entry);
     int64_t es = rt_dtype_size(st->dtype);
     if (st->numel > e->size / es || e->size != st->numel * es)
-      return fail(err, errlen, "%s: tensor '%s': storage %s holds %" PRId64 " bytes, not %" PRId64 " %s values",
+      return rt_fail(err, errlen, "%s: tensor '%s': storage %s holds %" PRId64 " bytes, not %" PRId64 " %s values",
                   path, name, entry, e->size, st->numel, rt_dtype_name(st->dtype));
-    if (ss->n >= z->n) return fail(err, errlen, "%s: more storages than zip entries", path); /* distinct entries */
+    if (ss->n >= z->n) return rt_fail(err, errlen, "%s: more storages than zip entries", path); /* distinct entries */
     s = &ss->s[ss->n];
     *s = (Storage){.numel = st->numel, .dtype = st->dtype};
     ss->keys[ss->n] = st->s;
@@ -665,32 +656,32 @@ static int copy_tensor(const Zip *z, const char *prefix, const char *path, const
     if (!(s->bytes = zip_read(z, e, path, err, errlen))) return -1;
   }
   if (s->dtype != st->dtype)
-    return fail(err, errlen, "%s: tensor '%s': storage %s read as %s and as %s", path, name, st->s,
+    return rt_fail(err, errlen, "%s: tensor '%s': storage %s read as %s and as %s", path, name, st->s,
                 rt_dtype_name(s->dtype), rt_dtype_name(st->dtype));
   t->dtype = s->dtype;
   t->rank = size->n;
-  if (v->i < 0) return fail(err, errlen, "%s: tensor '%s': a negative storage offset", path, name);
+  if (v->i < 0) return rt_fail(err, errlen, "%s: tensor '%s': a negative storage offset", path, name);
   int64_t last = v->i; /* the view's largest element index */
   for (int d = 0; d < size->n; d++) {
     const Pv *sz = size->items[d], *sd = stride->items[d];
     if (!is_int(sz) || !is_int(sd) || sz->i < 0 || sd->i < 0)
-      return fail(err, errlen, "%s: tensor '%s': a size or stride that is not a whole number", path, name);
+      return rt_fail(err, errlen, "%s: tensor '%s': a size or stride that is not a whole number", path, name);
     t->dims[d] = sz->i;
     if (sz->i > 0 && sd->i > 0 && (sz->i - 1 > (INT64_MAX - last) / sd->i))
-      return fail(err, errlen, "%s: tensor '%s': its view overflows", path, name);
+      return rt_fail(err, errlen, "%s: tensor '%s': its view overflows", path, name);
     if (sz->i > 0) last += (sz->i - 1) * sd->i;
   }
   int64_t count = rt_numel(t), es = rt_dtype_size(t->dtype);
   if (count < 0 || v->i < 0 || (count > 0 && last >= s->numel))
-    return fail(err, errlen, "%s: tensor '%s': its view [offset %" PRId64 "] reads past its storage of %" PRId64
+    return rt_fail(err, errlen, "%s: tensor '%s': its view [offset %" PRId64 "] reads past its storage of %" PRId64
                 " values", path, name, v->i, s->numel);
   t->nbytes = (size_t)count * (size_t)es;
   if ((int64_t)t->nbytes > ss->out_limit - ss->out_bytes)
-    return fail(err, errlen, "%s: tensor '%s': the tensors would take more than %" PRId64 " bytes (4 times the "
+    return rt_fail(err, errlen, "%s: tensor '%s': the tensors would take more than %" PRId64 " bytes (4 times the "
                 "file's size and 64 MiB): views that repeat their storage (expand()'s stride 0) are not read; save "
                 "contiguous tensors", path, name, ss->out_limit);
   ss->out_bytes += (int64_t)t->nbytes;
-  if (!(t->data = malloc(t->nbytes ? t->nbytes : 1))) return fail(err, errlen, "%s: out of memory", path);
+  if (!(t->data = malloc(t->nbytes ? t->nbytes : 1))) return rt_fail(err, errlen, "%s: out of memory", path);
   bool dense = true; /* C order: one copy */
   int64_t want = 1;
   for (int d = t->rank - 1; d >= 0; d--) {
@@ -748,7 +739,7 @@ int rt_torch_read(const char *path, int flags, RtTensorSet *out, char *err, size
   char why[256];
   Zip z = {0};
   z.fd = rt_open_regular(path, flags, &z.file_size, why, sizeof why);
-  if (z.fd < 0) return fail(err, errlen, "%s: %s", path, why);
+  if (z.fd < 0) return rt_fail(err, errlen, "%s: %s", path, why);
   Machine m = {.path = path, .err = err, .errlen = errlen};
   unsigned char *pkl = NULL;
   Stores ss = {.out_limit = 4 * z.file_size + (64 << 20)};
@@ -757,7 +748,7 @@ int rt_torch_read(const char *path, int flags, RtTensorSet *out, char *err, size
   ss.s = calloc((size_t)z.n + 1, sizeof *ss.s);
   ss.keys = calloc((size_t)z.n + 1, sizeof *ss.keys);
   if (!ss.s || !ss.keys || rt_names_init(&ss.index, z.n) < 0) {
-    fail(err, errlen, "%s: out of memory", path);
+    rt_fail(err, errlen, "%s: out of memory", path);
     goto done;
   }
   /* the archive's folder: "archive/" or the saved file's stem */
@@ -767,13 +758,13 @@ int rt_torch_read(const char *path, int flags, RtTensorSet *out, char *err, size
     if (slash && strcmp(slash, "/data.pkl") == 0) data = &z.e[i];
   }
   if (!data) {
-    fail(err, errlen, "%s: a zip file without data.pkl: not a torch.save file", path);
+    rt_fail(err, errlen, "%s: a zip file without data.pkl: not a torch.save file", path);
     goto done;
   }
   char prefix[512];
   int prefix_len = (int)(strchr(data->name, '/') - data->name);
   if (prefix_len >= (int)sizeof prefix) {
-    fail(err, errlen, "%s: an archive folder name of %d bytes", path, prefix_len);
+    rt_fail(err, errlen, "%s: an archive folder name of %d bytes", path, prefix_len);
     goto done;
   }
   snprintf(prefix, sizeof prefix, "%.*s", prefix_len, data->name);
@@ -786,12 +777,12 @@ int rt_torch_read(const char *path, int flags, RtTensorSet *out, char *err, size
     bool little = o && strcmp((const char *)o, "little") == 0;
     free(o);
     if (!little) {
-      fail(err, errlen, "%s: the byteorder entry does not say little: dlcc reads little-endian tensors", path);
+      rt_fail(err, errlen, "%s: the byteorder entry does not say little: dlcc reads little-endian tensors", path);
       goto done;
     }
   }
   if (data->size > MAX_PICKLE) {
-    fail(err, errlen, "%s: data.pkl is %" PRId64 " bytes: more than a state_dict's", path, data->size);
+    rt_fail(err, errlen, "%s: data.pkl is %" PRId64 " bytes: more than a state_dict's", path, data->size);
     goto done;
   }
   if (!(pkl = zip_read(&z, data, path, err, errlen))) goto done;
@@ -806,33 +797,33 @@ int rt_torch_read(const char *path, int flags, RtTensorSet *out, char *err, size
   if (n == 0) {
     char what[600];
     describe(top, what, sizeof what);
-    fail(err, errlen, "%s: no tensors to read: the file holds %s; dlcc reads a state_dict "
+    rt_fail(err, errlen, "%s: no tensors to read: the file holds %s; dlcc reads a state_dict "
          "(torch.save(model.state_dict(), PATH))", path, what);
     goto done;
   }
   out->names = calloc((size_t)n + 1, sizeof *out->names);
   out->tensors = calloc((size_t)n + 1, sizeof *out->tensors);
   if (!out->names || !out->tensors || rt_names_init(&out->index, n) < 0) {
-    fail(err, errlen, "%s: out of memory", path);
+    rt_fail(err, errlen, "%s: out of memory", path);
     goto done;
   }
   for (int i = 1; i < sd->n; i += 2) {
     const Pv *key = sd->items[i - 1], *v = sd->items[i];
     if (v->kind == PV_OTHER && v->i && key->kind == PV_STR) {
-      fail(err, errlen, "%s: tensor '%s' is a kind dlcc does not read (%s)", path, key->s, v->s);
+      rt_fail(err, errlen, "%s: tensor '%s' is a kind dlcc does not read (%s)", path, key->s, v->s);
       goto done;
     }
     if (v->kind != PV_TENSOR || key->kind != PV_STR) continue; /* a checkpoint's other entries */
     if (strlen(key->s) != (size_t)key->i) {
-      fail(err, errlen, "%s: a tensor's name holds a NUL byte", path);
+      rt_fail(err, errlen, "%s: a tensor's name holds a NUL byte", path);
       goto done;
     }
     if (!(out->names[out->n] = strdup(key->s))) {
-      fail(err, errlen, "%s: out of memory", path);
+      rt_fail(err, errlen, "%s: out of memory", path);
       goto done;
     }
     if (rt_names_add(&out->index, (const char *const *)out->names, out->n) >= 0) {
-      fail(err, errlen, "%s: tensor '%s' appears twice", path, key->s);
+      rt_fail(err, errlen, "%s: tensor '%s' appears twice", path, key->s);
       free(out->names[out->n]);
       out->names[out->n] = NULL;
       goto done;
