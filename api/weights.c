@@ -102,6 +102,50 @@ static bool is_param(const Params *p, const char *name) {
   return rt_names_find(&p->index, p->names, name) >= 0;
 }
 
+/* A state_dict saved from a wrapper names every tensor with its prefix:
+ * nn.DataParallel's and DistributedDataParallel's "module.", or
+ * torch.compile's "_orig_mod." (both, nested).  When no param of the
+ * model is in the file by its own name but some are under one such
+ * prefix, the file's names lose it, as PyTorch users strip it before
+ * load_state_dict; false only when memory ran out. */
+static bool strip_wrapper_prefix(RtTensorSet *set, const Params *params) {
+  static const char *const prefixes[] = {"module._orig_mod.", "_orig_mod.module.", "module.", "_orig_mod."};
+  for (int i = 0; i < params->n; i++)
+    if (rt_tensor_set_find(set, params->names[i])) return true; /* names as they are */
+  for (size_t k = 0; k < sizeof prefixes / sizeof prefixes[0]; k++) {
+    size_t len = strlen(prefixes[k]);
+    bool any = false;
+    char probe[1024];
+    for (int i = 0; i < params->n && !any; i++)
+      any = snprintf(probe, sizeof probe, "%s%s", prefixes[k], params->names[i]) < (int)sizeof probe &&
+            rt_tensor_set_find(set, probe);
+    if (!any) continue;
+    /* the names without it, checked to stay distinct before any changes */
+    const char **view = malloc(((size_t)set->n + 1) * sizeof *view);
+    RtNames index;
+    if (!view || rt_names_init(&index, set->n) < 0) {
+      free(view);
+      return false;
+    }
+    bool distinct = true;
+    for (int i = 0; i < set->n && distinct; i++) {
+      view[i] = set->names[i] + (strncmp(set->names[i], prefixes[k], len) == 0 ? len : 0);
+      distinct = rt_names_add(&index, view, i) < 0; /* "module.x" beside "x": the names stay the file's */
+    }
+    if (distinct) {
+      for (int i = 0; i < set->n; i++)
+        if (view[i] != set->names[i]) memmove(set->names[i], view[i], strlen(view[i]) + 1);
+      rt_names_free(&set->index);
+      set->index = index; /* it hashed the same strings */
+    } else {
+      rt_names_free(&index);
+    }
+    free(view);
+    return true;
+  }
+  return true;
+}
+
 /* The file's tensor named like a param with a prefix more or less
  * (nn.DataParallel saves "module.fc.weight"; a backbone saved alone lacks
  * the model's "backbone." prefix), or NULL. */
@@ -180,7 +224,7 @@ static bool bind(Graph *g, const char *path, const TensorMap *own_map, TensorMap
     return false;
   }
   Params params;
-  bool have_params = params_of(g, &params);
+  bool have_params = params_of(g, &params) && strip_wrapper_prefix(&set, &params);
   out->names = calloc((size_t)params.n + 1, sizeof(char *));
   out->tensors = calloc((size_t)params.n + 1, sizeof(Tensor));
   bool *used = calloc((size_t)set.n + 1, sizeof(bool));

@@ -628,6 +628,28 @@ START_TEST(prefixed_names_are_named) {
 }
 END_TEST
 
+/* Every name under DataParallel's "module." (or torch.compile's
+ * "_orig_mod.", or both): the file's names lose it and bind, as PyTorch
+ * users strip it; a file that also holds a name as it is stays as it is
+ * (the test above). */
+START_TEST(wrapper_prefix_is_stripped) {
+  static const char *const prefixes[] = {"module.", "_orig_mod.", "module._orig_mod."};
+  for (size_t k = 0; k < sizeof prefixes / sizeof prefixes[0]; k++) {
+    Weights w = {0};
+    char wn[64], bn[64];
+    snprintf(wn, sizeof wn, "%sfc.weight", prefixes[k]);
+    snprintf(bn, sizeof bn, "%sfc.bias", prefixes[k]);
+    add_raw(&w, wn, RT_F32, 2, (int64_t[]){4, 3});
+    add_raw(&w, bn, RT_F32, 1, (int64_t[]){4});
+    const char *p = write_weights(&w, "wrapped.safetensors");
+    free_weights(&w);
+    dlc_model *m = compile_tiny();
+    ck_assert_msg(dlc_load_weights(m, p) == DLC_OK, "%s: %s", prefixes[k], dlc_error(m));
+    dlc_free(m);
+  }
+}
+END_TEST
+
 static void truncate_to(const char *p, off_t size) { ck_assert_int_eq(truncate(p, size), 0); }
 
 START_TEST(truncated_data) {
@@ -731,6 +753,7 @@ static Suite *models_suite(void) {
   tcase_add_test(tc, wrong_dtype_and_shape);
   tcase_add_test(tc, every_mismatch_is_reported);
   tcase_add_test(tc, prefixed_names_are_named);
+  tcase_add_test(tc, wrapper_prefix_is_stripped);
   tcase_add_test(tc, truncated_data);
   tcase_add_test(tc, truncated_header);
   tcase_add_test(tc, no_such_file);

@@ -87,6 +87,13 @@ static int bind(Ctx *c, void *data) {
     const char *name = ir_attr_str(n, "name");
     const Tensor *t = ir_tensor_map_find(&map, name);
     const RtTensor *f = rt_tensor_set_find(set, name);
+    /* or under a wrapper's prefix, which binding strips (api/weights.c) */
+    static const char *const wrappers[] = {"module._orig_mod.", "_orig_mod.module.", "module.", "_orig_mod."};
+    for (size_t k = 0; !f && k < sizeof wrappers / sizeof wrappers[0]; k++) {
+      char wrapped[256];
+      snprintf(wrapped, sizeof wrapped, "%s%s", wrappers[k], name);
+      f = rt_tensor_set_find(set, wrapped);
+    }
     if (!t || !f || !ir_type_eq(&t->type, &n->out[0].type) || ir_tensor_nbytes(&t->type) != f->nbytes ||
         (f->nbytes && memcmp(t->data, f->data, f->nbytes)))
       fuzz_fail("param '%s' is bound to something other than the file's tensor", name);
