@@ -638,25 +638,38 @@ static KExpr *lerp(Optim *o, KBlock *blk, KExpr *a, KExpr *b, KExpr *w) {
 
 /* The per-step scalars ir_optim_scalars computes, the same operations
  * in double, each rounded to f32: they depend on the step alone, so
- * every thread computes the same values. */
+ * every thread computes the same values.  RAdam's c1 is its 1 - beta1^t. */
 typedef struct Scalars {
   KExpr *bc2, *sqrt_bc2, *rect, *c1, *c2, *rectify;
 } Scalars;
 
 static KExpr *to_f32(Kernel *k, KExpr *x) { return cg_kcast(k, x, TY_F32); }
 
+/* NAdam's momentum at step t (f64): beta1 (1 - 0.96^(t momentum_decay) / 2). */
+static KExpr *nadam_mu(Kernel *k, KVar *beta1, KExpr *t, double md) {
+  return fop(k, OP_MUL, cg_kv(k, beta1),
+             fop(k, OP_SUB, f64(k, 1),
+                 fop(k, OP_MUL, f64(k, 0.5), fop(k, OP_POW, f64(k, 0.96), fop(k, OP_MUL, t, f64(k, md))))));
+}
+
+/* Only the ones kind reads (Adamax: c1; RAdam: bc1 in c1, the root of
+ * bc2, rect; NAdam: bc2, c1, c2). */
 static void step_scalars(Optim *o, KBlock *blk, const Node *n, Scalars *s) {
   Kernel *k = o->k;
   const char *kind = ir_attr_str(n, "kind");
   double beta2 = ir_attr_float(n, "beta2"), md = ir_attr_float(n, "momentum_decay");
   KVar *td = let(k, blk, "td", cg_kcast(k, o->t, TY_F64)), *lr = let(k, blk, "lrd", cg_kcast(k, o->lr, TY_F64));
-  KVar *beta1 = let(k, blk, "beta1", o->momentum ? cg_kcast(k, o->momentum, TY_F64) : f64(k, ir_attr_float(n, "beta1")));
-  KVar *bc1 = let(k, blk, "bc1", fop(k, OP_SUB, f64(k, 1), fop(k, OP_POW, cg_kv(k, beta1), cg_kv(k, td))));
+  KExpr *b1 = o->momentum ? cg_kcast(k, o->momentum, TY_F64) : f64(k, ir_attr_float(n, "beta1"));
+  KVar *beta1 = let(k, blk, "beta1", b1);
+  *s = (Scalars){.rect = f32(k, 1)};
+  if (strcmp(kind, "adamax") == 0 || strcmp(kind, "radam") == 0) {
+    KExpr *bc1 = fop(k, OP_SUB, f64(k, 1), fop(k, OP_POW, cg_kv(k, beta1), cg_kv(k, td)));
+    s->c1 = to_f32(k, strcmp(kind, "radam") == 0 ? bc1 : fop(k, OP_DIV, cg_kop1(k, OP_NEG, cg_kv(k, lr)), bc1));
+  }
+  if (strcmp(kind, "adamax") == 0) return;
   KVar *bc2 = let(k, blk, "bc2", fop(k, OP_SUB, f64(k, 1), fop(k, OP_POW, f64(k, beta2), cg_kv(k, td))));
-  *s = (Scalars){.bc2 = to_f32(k, cg_kv(k, bc2)), .sqrt_bc2 = to_f32(k, cg_kop1(k, OP_SQRT, cg_kv(k, bc2))),
-                 .rect = f32(k, 1)};
-  if (strcmp(kind, "adamax") == 0)
-    s->c1 = to_f32(k, fop(k, OP_DIV, cg_kop1(k, OP_NEG, cg_kv(k, lr)), cg_kv(k, bc1)));
+  s->bc2 = to_f32(k, cg_kv(k, bc2));
+  s->sqrt_bc2 = to_f32(k, cg_kop1(k, OP_SQRT, cg_kv(k, bc2)));
   if (strcmp(kind, "radam") == 0) {
     double rho_inf = 2 / (1 - beta2) - 1;
     KVar *rho = let(k, blk, "rho_t",
@@ -666,25 +679,16 @@ static void step_scalars(Optim *o, KBlock *blk, const Node *n, Scalars *s) {
                                 fop(k, OP_POW, f64(k, beta2), cg_kv(k, td))),
                             cg_kv(k, bc2))));
     KExpr *r = cg_kv(k, rho);
-    KExpr *num = fop(k, OP_MUL, fop(k, OP_MUL, fop(k, OP_SUB, r, f64(k, 4)), fop(k, OP_SUB, r, f64(k, 2))), f64(k, rho_inf));
+    KExpr *num =
+        fop(k, OP_MUL, fop(k, OP_MUL, fop(k, OP_SUB, r, f64(k, 4)), fop(k, OP_SUB, r, f64(k, 2))), f64(k, rho_inf));
     KExpr *den = fop(k, OP_MUL, f64(k, (rho_inf - 4) * (rho_inf - 2)), r);
     s->rectify = cg_kcmp(k, KC_GT, r, f64(k, 5));
     /* the root of a negative number is never taken: rect is used only where rho_t > 5 */
     s->rect = to_f32(k, cg_kop1(k, OP_SQRT, cg_kop2(k, OP_MAXIMUM, fop(k, OP_DIV, num, den), f64(k, 0))));
-    s->c1 = to_f32(k, cg_kv(k, bc1));
   }
   if (strcmp(kind, "nadam") == 0) {
-    KExpr *mu = fop(k, OP_MUL, cg_kv(k, beta1),
-                    fop(k, OP_SUB, f64(k, 1),
-                        fop(k, OP_MUL, f64(k, 0.5),
-                            fop(k, OP_POW, f64(k, 0.96), fop(k, OP_MUL, cg_kv(k, td), f64(k, md))))));
-    KVar *mu_next = let(
-        k, blk, "mu_next",
-        fop(k, OP_MUL, cg_kv(k, beta1),
-            fop(k, OP_SUB, f64(k, 1),
-                fop(k, OP_MUL, f64(k, 0.5),
-                    fop(k, OP_POW, f64(k, 0.96),
-                        fop(k, OP_MUL, fop(k, OP_ADD, cg_kv(k, td), f64(k, 1)), f64(k, md)))))));
+    KExpr *mu = nadam_mu(k, beta1, cg_kv(k, td), md);
+    KVar *mu_next = let(k, blk, "mu_next", nadam_mu(k, beta1, fop(k, OP_ADD, cg_kv(k, td), f64(k, 1)), md));
     KVar *mp = let(k, blk, "mp", cg_kcast(k, o->mu_product, TY_F64));
     KExpr *neg_lr = cg_kop1(k, OP_NEG, cg_kv(k, lr));
     s->c1 = to_f32(k, fop(k, OP_DIV, fop(k, OP_MUL, neg_lr, fop(k, OP_SUB, f64(k, 1), mu)),
@@ -701,8 +705,6 @@ static KExpr *optim_newer(Optim *o, KBlock *blk, int j, KExpr *ix, KVar *p, KVar
   const Node *n = o->batch[j];
   const char *kind = ir_attr_str(n, "kind");
   double eps = ir_attr_float(n, "eps"), b1 = ir_attr_float(n, "beta1"), b2 = ir_attr_float(n, "beta2");
-  Scalars s;
-  step_scalars(o, blk, n, &s);
   KExpr *gv = cg_kv(k, g);
   if (strcmp(kind, "adadelta") == 0) {
     double rho = ir_attr_float(n, "rho");
@@ -720,6 +722,8 @@ static KExpr *optim_newer(Optim *o, KBlock *blk, int j, KExpr *ix, KVar *p, KVar
                   fop(k, OP_MUL, fop(k, OP_MUL, f32(k, 1 - rho), cg_kv(k, d)), cg_kv(k, d))));
     return fop(k, OP_MUL, o->lr, cg_kv(k, d));
   }
+  Scalars s; /* the other three's per-step factors */
+  step_scalars(o, blk, n, &s);
   KExpr *w = o->momentum ? fop(k, OP_SUB, f32(k, 1), o->momentum) : f32(k, (float)(1 - b1));
   KVar *m = let(k, blk, "m", lerp(o, blk, state_at(o, j, 0, ix), gv, w));
   put_state(o, blk, j, 0, ix, cg_kv(k, m));
@@ -895,9 +899,9 @@ static void lower_optim_update(CgBuild *b, const Node *n) {
   o.lr = scalar_of(b, k, n->in[2], "lr");
   o.t = scalar_of(b, k, n->in[3], "t");
   o.scale = scalar_of(b, k, n->in[4], "scale");
-  bool momentum_in = ir_attr_int(n, "momentum_input") != 0;
-  if (momentum_in) o.momentum = scalar_of(b, k, n->in[5], "momentum");
-  if (strcmp(ir_attr_str(n, "kind"), "nadam") == 0) o.mu_product = scalar_of(b, k, n->in[5 + momentum_in], "mu_product");
+  int mu = ir_optim_mu_product_operand(n);
+  if (ir_attr_int(n, "momentum_input")) o.momentum = scalar_of(b, k, n->in[5], "momentum");
+  if (mu >= 0) o.mu_product = scalar_of(b, k, n->in[mu], "mu_product");
   /* scale - scale is 0 for a finite scale, NaN for inf or NaN */
   if (ir_attr_int(n, "skip_nonfinite"))
     o.finite = cg_kcmp(k, KC_EQ, fop(k, OP_SUB, o.scale, o.scale), f32(k, 0));

@@ -186,6 +186,9 @@ int ir_optim_node_states(const Node *n, const char *keys[IR_OPTIM_MAX_STATES]);
  * after a momentum operand (momentum_input) and after NAdam's
  * mu_product (in that order). */
 int ir_optim_first_state(const Node *n);
+/* The operand index of NAdam's mu_product (after the momentum operand
+ * when there is one), or -1 for the other kinds. */
+int ir_optim_mu_product_operand(const Node *n);
 /* The per-step scalars of optim_update n at rate lr and step t that
  * PyTorch computes as Python floats (double), each rounded to f32 as a
  * tensor op rounds its scalar: 1 - beta^t for beta1 and beta2 and the

@@ -342,10 +342,16 @@ int ir_optim_node_states(const Node *n, const char *keys[IR_OPTIM_MAX_STATES]) {
                          cen && cen->kind == AK_INT && cen->i, keys);
 }
 
-int ir_optim_first_state(const Node *n) {
+int ir_optim_mu_product_operand(const Node *n) {
   const Attr *a = ir_attr(n, "momentum_input"), *kind = ir_attr(n, "kind");
   bool nadam = kind && kind->kind == AK_STR && strcmp(kind->s, "nadam") == 0;
-  return 5 + (a && a->kind == AK_INT && a->i != 0) + nadam;
+  return nadam ? 5 + (a && a->kind == AK_INT && a->i != 0) : -1;
+}
+
+int ir_optim_first_state(const Node *n) {
+  const Attr *a = ir_attr(n, "momentum_input");
+  int mu = ir_optim_mu_product_operand(n);
+  return mu >= 0 ? mu + 1 : 5 + (a && a->kind == AK_INT && a->i != 0);
 }
 
 /* -expm1(y) by Kahan's (e^y - 1) y / log(e^y). */
@@ -375,7 +381,8 @@ void ir_optim_scalars(const Node *n, float lr, float t, double beta1, float mu_p
   if (strcmp(kind, "radam") == 0) {
     double rho_inf = 2 / (1 - beta2) - 1, rho_t = rho_inf - 2 * td * pow(beta2, td) / bc2;
     s->rectify = rho_t > 5;
-    if (s->rectify) s->rect = (float)sqrt((rho_t - 4) * (rho_t - 2) * rho_inf / ((rho_inf - 4) * (rho_inf - 2) * rho_t));
+    if (s->rectify)
+      s->rect = (float)sqrt((rho_t - 4) * (rho_t - 2) * rho_inf / ((rho_inf - 4) * (rho_inf - 2) * rho_t));
   }
   if (strcmp(kind, "nadam") == 0) {
     double mu = beta1 * (1 - 0.5 * pow(0.96, td * md)), mu_next = beta1 * (1 - 0.5 * pow(0.96, (td + 1) * md));
@@ -406,9 +413,10 @@ static void eval_optim_update(const Node *n, Tensor *const *in, Tensor *out) {
   bool adamax = strcmp(kind, "adamax") == 0, adadelta = strcmp(kind, "adadelta") == 0;
   bool radam = strcmp(kind, "radam") == 0, nadam = strcmp(kind, "nadam") == 0;
   bool momentum_in = ir_attr_int(n, "momentum_input") != 0;
+  int mu = ir_optim_mu_product_operand(n);
   IrOptimScalars sc;
   ir_optim_scalars(n, lr, t, momentum_in ? (double)*(const float *)in[5]->data : beta1,
-                   nadam ? *(const float *)in[5 + momentum_in]->data : 1, &sc);
+                   mu >= 0 ? *(const float *)in[mu]->data : 1, &sc);
   if (momentum_in) { /* this step's momentum or beta1 */
     mom = b1 = *(const float *)in[5]->data;
     one_b1 = 1 - b1;
