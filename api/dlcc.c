@@ -147,6 +147,7 @@ static Graph *import_onnx(Ctx *c, CompileJob *job) {
   oo.own = &job->m->own;
   oo.defines = copy_defines(c, job->opt, &oo.n_defines);
   oo.input_shapes = copy_input_shapes(c, job->opt, &oo.n_input_shapes);
+  oo.loop_bound = job->opt ? job->opt->loop_bound : 0;
   TensorMap params;
   Graph *g = fe_onnx_import(c, job->path, &oo, &params);
   if (g) {

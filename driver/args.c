@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "driver/driver.h"
+#include "frontend/onnx.h"
 
 const char *driver_eq_value(const char *arg, const char *flag) {
   size_t n = strlen(flag);
@@ -75,6 +76,10 @@ int driver_model_word(int argc, char **argv, int *i, const char *cmd, DriverMode
     m->api->unroll_rnn = 1;
   } else if (strcmp(a, "--tf32") == 0) {
     m->api->tf32 = 1;
+  } else if (strncmp(a, "--loop-bound=", 13) == 0) {
+    if (!driver_int_value("--loop-bound", a + 13, 1, ONNX_MAX_UNROLL, "a number of steps from 1 to 1024",
+                          &m->api->loop_bound))
+      return 1;
   } else if (a[0] == '-') {
     fprintf(stderr, "dlcc: error: unknown option '%s' for %s (see dlcc %s --help)\n", a, cmd, cmd);
     return 1;

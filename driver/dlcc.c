@@ -54,6 +54,7 @@ typedef struct Options {
   bool quant_report;  /* dlcc quant-report */
   bool check_weights; /* dlcc check-weights, or --weights alone */
   int dot_depth;      /* --dot-depth=N; -1: every scope a cluster */
+  int loop_bound;     /* --loop-bound=N: an ONNX Loop's steps where the file gives no bound */
   const char *test_dir; /* its --test=DIR */
   int test_samples;     /* its --test-samples=N */
 } Options;
@@ -91,6 +92,8 @@ static const char usage[] =
     "                     dimension the model leaves free (an ONNX input's too, and\n"
     "                     -D INPUT:AXIS=VALUE any free dim of an ONNX input)\n"
     "  --model=NAME       which model of the file to compile (default: the last)\n"
+    "  --loop-bound=N     unroll an ONNX Loop that has no bound in the file (a while\n"
+    "                     loop) to N steps, at most 1024; a run needing more fails\n"
     "\n"
     "  -O0, -O1, -O2      graph optimization: none, cheap cleanups, everything (default)\n"
     "  --passes=a,b,c     run exactly these passes instead (listed below)\n"
@@ -435,6 +438,10 @@ static int parse_args(int argc, char **argv, Options *o) {
       o->n_defines++;
     } else if (strncmp(a, "--model=", 8) == 0) {
       o->model = a + 8;
+    } else if (strncmp(a, "--loop-bound=", 13) == 0) {
+      if (!driver_int_value("--loop-bound", a + 13, 1, ONNX_MAX_UNROLL, "a number of steps from 1 to 1024",
+                            &o->loop_bound))
+        return 1;
     } else if (strncmp(a, "--weights=", 10) == 0 || strcmp(a, "--weights") == 0) {
       o->weights = a[9] ? a + 10 : (++i < argc ? argv[i] : NULL);
       if (!o->weights || !*o->weights) {
@@ -761,7 +768,8 @@ static int compile(Ctx *c, void *data) {
   Graph *g;
   double t = ctx_now();
   if (has_suffix(o->input, ".onnx")) {
-    OnnxOptions oo = {.n_defines = o->n_defines, .defines = o->defines, .own = &job->onnx_own};
+    OnnxOptions oo = {
+        .n_defines = o->n_defines, .defines = o->defines, .own = &job->onnx_own, .loop_bound = o->loop_bound};
     g = fe_onnx_import(c, o->input, &oo, &job->onnx_params);
     t = ctx_stage(c, "import onnx", t);
   } else if (!(file = ctx_load_file(c, o->input))) {

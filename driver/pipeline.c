@@ -157,7 +157,8 @@ static int build_graph(Ctx *ctx, void *data) {
   if (n > 5 && strcmp(c->model_path + n - 5, ".onnx") == 0) {
     /* The weights come from the whole model's step (pipe_bind), which
      * holds the initializers: these are dropped. */
-    OnnxOptions oo = {.n_defines = mo->n_defines, .defines = defs, .n_input_shapes = d->n, .input_shapes = shapes};
+    OnnxOptions oo = {.n_defines = mo->n_defines, .defines = defs, .n_input_shapes = d->n, .input_shapes = shapes,
+                      .loop_bound = mo->loop_bound};
     TensorMap params;
     g = fe_onnx_import(ctx, c->model_path, &oo, &params);
     ir_tensor_map_free(&params);

@@ -80,6 +80,7 @@ static const char run_usage[] =
     "                      ref (the reference interpreter)\n"
     "  -D NAME=VALUE       as for dlcc\n"
     "  --model=NAME        as for dlcc\n"
+    "  --loop-bound=N      as for dlcc\n"
     "  -O0, -O1, -O2       graph optimization, as for dlcc (default -O2)\n"
     "  --precision=P       f32 (default), f16 or bf16, as for dlcc\n"
     "  --tf32              f32 convolutions, attention and matrix products on tensor\n"

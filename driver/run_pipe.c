@@ -154,7 +154,7 @@ static int lower(Ctx *ctx, void *data) {
   const SrcFile *f = NULL;
   if (driver_is_onnx(o->model_path)) {
     OnnxOptions oo = {.n_defines = o->api.n_defines, .defines = defs, .n_input_shapes = o->n_inputs,
-                      .input_shapes = shapes, .own = &job->own};
+                      .input_shapes = shapes, .own = &job->own, .loop_bound = o->api.loop_bound};
     g = fe_onnx_import(ctx, o->model_path, &oo, &job->params);
   } else if (!(f = ctx_load_file(ctx, o->model_path))) {
     return 1;

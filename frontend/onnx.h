@@ -36,6 +36,10 @@ typedef struct OnnxOwn {
   int n_derived;
 } OnnxOwn;
 
+/* Most steps a Loop or Scan is unrolled to (each step is a copy of its
+ * body in the graph), and so the largest OnnxOptions.loop_bound. */
+enum { ONNX_MAX_UNROLL = 1024 };
+
 typedef struct OnnxOptions {
   /* -D NAME=VALUE binds a symbolic dim (dim_param) by its name, -D
    * INPUT:AXIS=VALUE any free dim of a graph input (frontend/dims.h). */
@@ -56,6 +60,12 @@ typedef struct OnnxOptions {
   /* Most nodes the imported graph may have (unrolled loops and recurrent
    * layers multiply an ONNX node); 0: IR_MAX_NODES.  Tests set it low. */
   int max_nodes;
+  /* Steps to unroll a Loop whose end is decided at run time and that
+   * has no bound at import (no trip count, a run-time count whose bound
+   * is unknown, or one past what dlcc unrolls): dlcc's --loop-bound.  A
+   * run that would take more steps fails its check.  0: such a loop is
+   * refused, naming the flag. */
+  int loop_bound;
   /* Where the import puts the model's own values, copied (NULL: not
    * wanted; free own->values with ir_tensor_map_free). */
   OnnxOwn *own;

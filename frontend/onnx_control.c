@@ -13,9 +13,7 @@
 
 #include "frontend/onnx_internal.h"
 
-/* Past this many steps a Loop or Scan is refused (each step is a copy of
- * the body in the graph). */
-enum { MAX_UNROLL = 1024 };
+enum { MAX_UNROLL = ONNX_MAX_UNROLL };
 
 /* The node being imported stays the importer's current node afterwards. */
 bool ox_import_subgraph(Imp *im, const Onnx__GraphProto *gp, const char *what, int n_in, Val **in,
@@ -273,13 +271,39 @@ static Val *empty_scan(Imp *im, const Onnx__ValueInfoProto *vi) {
   return ox_known_new(im, &t);
 }
 
+/* Output i of a loop unrolled to the user's bound (--loop-bound),
+ * through a check that the loop took no step past it (ended, one
+ * bool); NULL after reporting. */
+static Val *checked_end(Imp *im, int i, Val *y, Val *ended, int64_t bound) {
+  if (!y) return NULL;
+  if (y->kind != VK_TENSOR) {
+    ox_bad(im, "output %d is %s: a loop bounded by --loop-bound checks its outputs at run time, and a sequence or "
+               "optional is not checked", i + 1, ox_kind_name(y));
+    return NULL;
+  }
+  char where[512];
+  ox_node_str(im, where, sizeof where);
+  Emit e;
+  Node *nd = ox_begin(im, &e, OP_CHECK, 2, (Val *[]){y, ended});
+  ir_set_str(im->g, nd, "message",
+             arena_printf(&im->c->arena,
+                          "%s: the loop runs more than %" PRId64 " step%s, the bound it was compiled with "
+                          "(--loop-bound)",
+                          where, bound, bound == 1 ? "" : "s"));
+  Val *out = ox_emit1(im, &e);
+  if (out) out->held = y->held;
+  return out;
+}
+
 /* Loop, unrolled.  While whether a step runs is known at import (a trip
  * count and conditions that fold), each step is a copy of the body.
  * Once it is decided at run time (a condition the body computes, a
  * trip count of run-time value), the loop is unrolled to its bound
  * (the trip count, or the bound a count of run-time length carries),
  * each further step guarded by `active`, one bool: the steps before ran
- * and this one may.  A plan skips a step that does not run (its nodes
+ * and this one may.  A loop with no such bound is unrolled to the
+ * user's (OnnxOptions.loop_bound), its outputs checked at run time that
+ * it took no further step.  A plan skips a step that does not run (its nodes
  * carry the guard, ir/guard.c), each loop-carried value is a `where` of
  * active between the step's and the one before, and a scan output
  * stacks every step, zeros where one did not run, its length the steps
@@ -300,12 +324,19 @@ bool ox_op_loop(Imp *im, ONode *n) {
   if ((vm && ir_type_numel(&vm->type) != 1) || (vc && ir_type_numel(&vc->type) != 1))
     return ox_bad(im, "the trip count and the condition must hold one value each");
   /* A trip count of run-time value: its bound (one that grows with the
-   * lengths, ox_bounded_ints), checked at run time, when it has one. */
+   * lengths, ox_bounded_ints), checked at run time, when it has one;
+   * else the user's (end_at). */
+  int64_t user_bound = im->opt ? im->opt->loop_bound : 0;
+  int64_t end_at = 0; /* > 0: the user's bound ends the unrolling there */
   Val *run_m = NULL;
-  if (vm && !known_scalar(vm, &trips)) {
-    if (!vm->upper || ir_dtype_is_float(vm->type.dtype))
-      return ox_bad(im, "a trip count computed at run time is not supported (the loop is unrolled at import) "
-                        "unless it has a bound at import, as the count of a value of run-time length has");
+  if (vm && !known_scalar(vm, &trips) && (!vm->upper || ir_dtype_is_float(vm->type.dtype))) {
+    if (!user_bound)
+      return ox_bad(im, "the trip count is computed at run time and has no bound at import: dlcc unrolls a loop, "
+                        "so give it one with --loop-bound=N (at most %d steps; a run that needs more fails)",
+                    (int)MAX_UNROLL);
+    if (!(run_m = ox_reshape(im, ox_cast(im, vm, TY_I64), 0, NULL))) return false;
+    end_at = user_bound;
+  } else if (vm && !known_scalar(vm, &trips)) {
     int count;
     int64_t bound;
     bool dynamic;
@@ -336,20 +367,27 @@ bool ox_op_loop(Imp *im, ONode *n) {
   const Guard *outer = im->guard;
   bool guarded = false;
   int64_t step = 0;
-  for (; step < trips && (active || c != 0); step++) {
+  for (; step < trips && (!end_at || step < end_at) && (active || c != 0); step++) {
     Val *on = active;
     if (run_m && !(on = ox_op2(im, OP_LOGICAL_AND, on ? on : ox_scalar(im, 1, TY_BOOL),
                                ox_op2(im, OP_LESS, ox_scalar(im, (double)step, TY_I64), run_m))))
       return false;
-    if (on && !guarded && !vm)
-      return ox_bad(im, "the loop's end is decided at run time and it has no trip count: dlcc unrolls such a loop "
-                        "to its trip count (at most %d steps), each step skipped at run time once the loop has ended",
-                    (int)MAX_UNROLL);
-    if (on && !guarded && trips > MAX_UNROLL)
-      return ox_bad(im,
-                    "the loop's end is decided at run time and its trip count (%" PRId64 ") is more than the %d "
-                    "steps dlcc unrolls (each step is skipped at run time once the loop has ended)",
-                    run_m ? (int64_t)trips : ir_tensor_get_int(vm->k ? vm->k : vm->hint, 0), (int)MAX_UNROLL);
+    if (on && !guarded && !end_at && (!vm || trips > MAX_UNROLL)) {
+      if (!user_bound && !vm)
+        return ox_bad(im, "the loop's end is decided at run time and it has no trip count: dlcc unrolls a loop, "
+                          "so give it a bound with --loop-bound=N (at most %d steps; a run that needs more fails)",
+                      (int)MAX_UNROLL);
+      if (!user_bound)
+        return ox_bad(im,
+                      "the loop's end is decided at run time and its trip count (%" PRId64 ") is more than the %d "
+                      "steps dlcc unrolls: give it a bound with --loop-bound=N (a run that needs more fails)",
+                      run_m ? (int64_t)trips : ir_tensor_get_int(vm->k ? vm->k : vm->hint, 0), (int)MAX_UNROLL);
+      if (step > user_bound)
+        return ox_bad(im, "the loop takes %" PRId64 " steps before its end is decided at run time, more than "
+                          "--loop-bound=%" PRId64, step, user_bound);
+      end_at = user_bound;
+      if (step == end_at) break; /* the check below: it ends here */
+    }
     if (step == MAX_UNROLL)
       return ox_bad(im, "the loop runs more than %d steps, more than dlcc unrolls", (int)MAX_UNROLL);
     if (on && !(on = ox_reshape(im, on, 0, NULL))) return false;
@@ -401,7 +439,14 @@ bool ox_op_loop(Imp *im, ONode *n) {
     if (on && !(active = ox_where(im, on, go, ox_scalar(im, 0, TY_BOOL)))) return false;
     if (!on) active = known_scalar(go, &c) ? NULL : go;
   }
-  for (int i = 0; i < n_carried; i++) n->out[i] = state[2 + i];
+  Val *ended = NULL; /* under the user's bound: the loop took no step past it */
+  if (end_at && step == end_at && step < trips && (active || c != 0)) {
+    Val *more = active ? active : ox_scalar(im, 1, TY_BOOL);
+    if (run_m) more = ox_op2(im, OP_LOGICAL_AND, more, ox_op2(im, OP_LESS, ox_scalar(im, (double)step, TY_I64), run_m));
+    if (!more || !(ended = ox_op1(im, OP_LOGICAL_NOT, more))) return false;
+  }
+  for (int i = 0; i < n_carried; i++)
+    if (!(n->out[i] = ended ? checked_end(im, i, state[2 + i], ended, end_at) : state[2 + i])) return false;
   /* the steps that ran: those before the first guarded one, and the
    * guarded ones whose active held */
   Val *count = NULL;
@@ -417,6 +462,7 @@ bool ox_op_loop(Imp *im, ONode *n) {
   if (count && fixed) count = ox_op2s(im, OP_ADD, count, (double)fixed);
   for (int k = 0; k < n_scan; k++) {
     Val *y = step ? stack(im, (int)step, scans[k], 0) : empty_scan(im, body->output[1 + n_carried + k]);
+    if (y && ended) y = checked_end(im, n_carried + k, y, ended, end_at);
     if (y && count) y = ox_with_length(im, y, 0, count, 0);
     if (!(n->out[n_carried + k] = y)) return false;
   }

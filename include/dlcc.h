@@ -232,6 +232,12 @@ typedef struct dlc_options {
    * through its recurrence unrolled over time instead of the lstm_bptt
    * or gru_bptt op (docs/training.md). */
   int unroll_rnn;
+  /* As dlcc's --loop-bound=N: an ONNX Loop whose end is decided at run
+   * time and that has no bound in the file (a while loop, or a trip
+   * count computed at run time) is unrolled to N steps (at most 1024),
+   * and a run that needs more fails with DLRT_E_CHECK.  0: such a loop
+   * is refused at compile. */
+  int loop_bound;
   /* f16 loss scaling (torch.cuda.amp.GradScaler) for a training step
    * split over plans, as a pipeline's stages (docs/parallel.md):
    * DLC_LOSS_SCALE_SEED (with grad): the loss's gradient is the param

@@ -34,10 +34,36 @@ printf 'not protobuf at all\n' >"$tmp/text.onnx"
 "$dlcc" "$tmp/text.onnx" >"$tmp/out" 2>&1 && fail "a text file imported"
 grep -q "text.onnx: not an ONNX model" "$tmp/out" || { fail "no clear message for a text file:"; cat "$tmp/out"; }
 
-# A Loop whose trip count is computed at run time (from float inputs).
-"$dlcc" "$data/test_range_float_type_positive_delta_expanded/model.onnx" >"$tmp/out" 2>&1 && fail "a run-time Loop imported"
-grep -q "node 8 (Loop): a trip count computed at run time is not supported" "$tmp/out" ||
-  { fail "no clear message for a run-time Loop:"; cat "$tmp/out"; }
+# A Loop whose trip count is computed at run time (from float inputs):
+# refused without a bound, naming the flag; under --loop-bound it runs
+# Range(1, 5, 2) (2 steps), and Range(1, 100, 2) (50 steps) fails the check.
+range_model="$data/test_range_float_type_positive_delta_expanded/model.onnx"
+"$dlcc" "$range_model" >"$tmp/out" 2>&1 && fail "a run-time Loop imported"
+grep -q "node 8 (Loop): the trip count is computed at run time and has no bound at import: .* --loop-bound=N" \
+  "$tmp/out" || { fail "no clear message for a run-time Loop:"; cat "$tmp/out"; }
+f32_npy() { # FILE BYTES: an f32 scalar
+  { printf '\223NUMPY\001\000\166\000'
+    printf "%-117s\n" "{'descr': '<f4', 'fortran_order': False, 'shape': (), }"
+    printf "$2"; } >"$1"
+}
+f32_npy "$tmp/start.npy" '\000\000\200\077'
+f32_npy "$tmp/limit.npy" '\000\000\240\100'
+f32_npy "$tmp/far.npy" '\000\000\310\102'
+f32_npy "$tmp/delta.npy" '\000\000\000\100'
+for backend in ref emu; do
+  "$dlcc" run "$range_model" --loop-bound=8 --backend=$backend --input start="$tmp/start.npy" \
+    --input limit="$tmp/limit.npy" --input delta="$tmp/delta.npy" --output-dir="$tmp" >"$tmp/out" 2>&1 ||
+    { fail "Range(1, 5, 2) under --loop-bound=8 on $backend:"; cat "$tmp/out"; }
+  grep -q '^output: f32\[2\]  min 1  max 3 ' "$tmp/out" || { fail "Range(1, 5, 2) on $backend:"; cat "$tmp/out"; }
+  "$dlcc" run "$range_model" --loop-bound=8 --backend=$backend --input start="$tmp/start.npy" \
+    --input limit="$tmp/far.npy" --input delta="$tmp/delta.npy" >"$tmp/out" 2>&1 &&
+    fail "Range(1, 100, 2) ran past --loop-bound=8 on $backend"
+  grep -q "node 8 (Loop): the loop runs more than 8 steps, the bound it was compiled with (--loop-bound)" \
+    "$tmp/out" || { fail "no clear message past the bound on $backend:"; cat "$tmp/out"; }
+done
+"$dlcc" run "$range_model" --loop-bound=1025 >"$tmp/out" 2>&1 && fail "--loop-bound=1025 taken"
+grep -q "error: --loop-bound expects a number of steps from 1 to 1024" "$tmp/out" ||
+  { fail "no clear message for --loop-bound=1025:"; cat "$tmp/out"; }
 
 # The random ops draw dlcc's numbers: Bernoulli of ten 0.5s gives 0s and 1s
 # (the .npy written by hand: a 118-byte header, then f64 0.5 ten times).

@@ -495,6 +495,107 @@ START_TEST(test_run_time_loops_refused) {
 }
 END_TEST
 
+/* g on inputs fails its check with the message want, on the reference
+ * interpreter and on emu. */
+static void expect_fails(Graph *g, const TensorMap *inputs, const char *want) {
+  Tensor y[3];
+  char err[1024], why[256];
+  ck_assert_msg(!ir_eval(g, inputs, &params, y, err, sizeof err), "ir_eval ran past the bound");
+  ck_assert_str_eq(err, want);
+  RtDevice *dev = rt_emu_open(why, sizeof why);
+  if (!dev) return;
+  rt_device_close(dev);
+  CgResult cg;
+  ck_assert_msg(cg_compile(g, &cg), "codegen: %s", diag_text(&ctx));
+  Tensor *out = NULL;
+  ck_assert_int_eq(test_run_emu_status(cg.plan, &params, inputs, &out, err, sizeof err), DLRT_E_CHECK);
+  ck_assert_ptr_null(out);
+  ck_assert_str_eq(err, want);
+}
+
+/* A loop with no bound in its file (a while loop: no trip count, or
+ * INT64_MAX as TorchScript writes one, or a count given at run time)
+ * runs under the user's bound (--loop-bound): any number of steps up to
+ * it, and a run that would take one more fails its check. */
+START_TEST(test_loop_bounded_by_user) {
+  static const char want[] = "/tmp/model.onnx: node 0 'Loop_3' (Loop): the loop runs more than 4 steps, the bound it "
+                             "was compiled with (--loop-bound)";
+  OnnxOptions o = {.loop_bound = 4};
+  for (int form = 0; form < 2; form++) {
+    Model *b = while_model(0);
+    if (form == 0) {
+      const int64_t many = INT64_MAX;
+      memcpy(b->inits[b->g.n_initializer - 1]->raw_data.data, &many, sizeof many);
+    } else {
+      b->nodes[b->g.n_node - 1]->input = names(",go,x", &b->nodes[b->g.n_node - 1]->n_input);
+    }
+    Graph *g = onnxb_import(b, &o);
+    ck_assert_msg(g != NULL, "import failed:\n%s", diag_text(&ctx));
+    static const struct {
+      float limit;
+      uint8_t go;
+      int steps; /* -1: more than 4 */
+    } runs[] = {{0, 1, 1}, {10, 1, 2}, {40, 1, 4}, {1000, 0, 0}, {80, 1, -1}, {1000, 1, -1}};
+    for (size_t r = 0; r < sizeof runs / sizeof *runs; r++) {
+      Tensor in[3] = {{ir_type_make(TY_F32, 1, (const int64_t[]){3}), (void *)xs},
+                      {ir_type_make(TY_F32, 0, NULL), (void *)&runs[r].limit},
+                      {ir_type_make(TY_BOOL, 0, NULL), (void *)&runs[r].go}};
+      TensorMap inputs = {3, (const char *[]){"x", "limit", "go"}, in};
+      if (runs[r].steps < 0) expect_fails(g, &inputs, want);
+      else expect_loop(run_both(g, &inputs), xs, runs[r].steps);
+    }
+  }
+  /* a trip count given at run time (no bound at import): it and the
+   * body's condition end the loop, whichever comes first */
+  Model *b = while_model(0);
+  b->nodes[b->g.n_node - 1]->input = names("n,go,x", &b->nodes[b->g.n_node - 1]->n_input);
+  add_input_typed(b, "n", ONNX__TENSOR_PROTO__DATA_TYPE__INT64, 0, NULL);
+  ck_assert_ptr_null(onnxb_import(b, NULL));
+  ck_assert_msg(strstr(diag_text(&ctx), "(Loop): the trip count is computed at run time and has no bound at import: "
+                                        "dlcc unrolls a loop, so give it one with --loop-bound=N"),
+                "%s", diag_text(&ctx));
+  Graph *g = onnxb_import(b, &o);
+  ck_assert_msg(g != NULL, "import failed:\n%s", diag_text(&ctx));
+  static const struct {
+    int64_t n;
+    float limit;
+    int steps;
+  } counted[] = {{3, 1000, 3}, {4, 1000, 4}, {0, 1000, 0}, {9, 10, 2}, {5, 1000, -1}};
+  for (size_t r = 0; r < sizeof counted / sizeof *counted; r++) {
+    const uint8_t go = 1;
+    Tensor in[4] = {{ir_type_make(TY_F32, 1, (const int64_t[]){3}), (void *)xs},
+                    {ir_type_make(TY_F32, 0, NULL), (void *)&counted[r].limit},
+                    {ir_type_make(TY_BOOL, 0, NULL), (void *)&go},
+                    {ir_type_make(TY_I64, 0, NULL), (void *)&counted[r].n}};
+    TensorMap inputs = {4, (const char *[]){"x", "limit", "go", "n"}, in};
+    if (counted[r].steps < 0) expect_fails(g, &inputs, want);
+    else expect_loop(run_both(g, &inputs), xs, counted[r].steps);
+  }
+  /* no condition at the start: the first step always runs, then the
+   * body's decides; a bound of 1 lets it end there, one of 0 cannot */
+  b = while_model(0);
+  b->nodes[b->g.n_node - 1]->input = names(",yes,x", &b->nodes[b->g.n_node - 1]->n_input);
+  add_init_raw(b, "yes", ONNX__TENSOR_PROTO__DATA_TYPE__BOOL, 0, NULL, (const uint8_t[]){1}, 1);
+  o.loop_bound = 1;
+  g = onnxb_import(b, &o);
+  ck_assert_msg(g != NULL, "import failed:\n%s", diag_text(&ctx));
+  for (int r = 0; r < 2; r++) {
+    const float limit = r ? 10 : 0;
+    const uint8_t unused = 0;
+    Tensor in[3] = {{ir_type_make(TY_F32, 1, (const int64_t[]){3}), (void *)xs},
+                    {ir_type_make(TY_F32, 0, NULL), (void *)&limit},
+                    {ir_type_make(TY_BOOL, 0, NULL), (void *)&unused}};
+    TensorMap inputs = {3, (const char *[]){"x", "limit", "go"}, in};
+    if (r)
+      expect_fails(g, &inputs,
+                   "/tmp/model.onnx: node 0 'Loop_3' (Loop): the loop runs more than 1 step, the bound it was "
+                   "compiled with (--loop-bound)");
+    else
+      expect_loop(run_both(g, &inputs), xs, 1);
+  }
+}
+END_TEST
+
 static Suite *if_suite(void) {
   Suite *s = suite_create("onnx_if");
   TCase *tc = tcase_create("if");
@@ -508,6 +609,7 @@ static Suite *if_suite(void) {
   tcase_add_test(tc, test_loop_ends_at_run_time);
   tcase_add_test(tc, test_loop_counts_at_run_time);
   tcase_add_test(tc, test_run_time_loops_refused);
+  tcase_add_test(tc, test_loop_bounded_by_user);
   suite_add_tcase(s, tc);
   return s;
 }

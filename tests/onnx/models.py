@@ -394,6 +394,39 @@ def loop_run_time():
     return m, {"x": x, "limit": np.array(float(np.sum(x)) * 10 if np.sum(x) > 0 else 10, dtype=np.float32)}, []
 
 
+def while_loop():
+    """A while loop as TorchScript writes one (`while x.abs().sum() <
+    limit:`): trip count INT64_MAX and a condition computed before it and
+    by the body, a step counter carried along, and the x of each step as
+    a scan output.  No bound in the file: `--loop-bound=32` gives one
+    (the run takes 7 steps)."""
+    b = Builder()
+    f = TensorProto.FLOAT
+    vi = helper.make_tensor_value_info
+    body = helper.make_graph(
+        [helper.make_node("Mul", ["v", "scale"], ["scaled"]),
+         helper.make_node("Add", ["scaled", "shift"], ["v_out"]),
+         helper.make_node("Add", ["n", "one"], ["n_out"]),
+         helper.make_node("Abs", ["v_out"], ["a"]),
+         helper.make_node("ReduceSum", ["a"], ["s"], keepdims=0),
+         helper.make_node("Less", ["s", "limit"], ["c_out"]),
+         helper.make_node("Identity", ["v_out"], ["v_scan"])],
+        "body", [vi("i", TensorProto.INT64, []), vi("c", TensorProto.BOOL, []), vi("v", f, [2, 3]),
+                 vi("n", TensorProto.INT64, [])],
+        [vi("c_out", TensorProto.BOOL, []), vi("v_out", f, [2, 3]), vi("n_out", TensorProto.INT64, []),
+         vi("v_scan", f, [2, 3])],
+        [numpy_helper.from_array(np.array(1.5, dtype=np.float32), "scale"),
+         numpy_helper.from_array(np.array(0.1, dtype=np.float32), "shift"),
+         numpy_helper.from_array(np.array(1, dtype=np.int64), "one")])
+    go = b.op("Less", [b.op("ReduceSum", [b.op("Abs", ["x"])], keepdims=0), "limit"])
+    b.op("Loop", [b.init("trips", np.array(2**63 - 1, dtype=np.int64)), go, "x",
+                  b.init("zero", np.array(0, dtype=np.int64))], outs=["y", "n", "ys"], body=body)
+    m = b.model("while_loop", [vi("x", f, [2, 3]), vi("limit", f, [])],
+                [vi("y", f, [2, 3]), vi("n", TensorProto.INT64, []), vi("ys", f, ["steps", 2, 3])])
+    x = np.array([[0.5, -0.25, 1], [0.75, 0.125, -0.5]], dtype=np.float32)
+    return m, {"x": x, "limit": np.array(40, dtype=np.float32)}, ["--loop-bound=32"]
+
+
 def runtime_operands():
     """Operands computed at run time: Clip's min from the data (the log
     mel floor of openWakeWord, max - 8), Pad's constant value and
@@ -857,7 +890,7 @@ def main():
     failures = 0
     for build in (resnet, recurrent, unrolled, encoder, resnet_qdq, resnet_qop, qoperator_ops, mlp_dynamic, cnn_dynamic,
                   video3d, resize, grid_sample3d, roi_align, deform_conv, scan8, ts_encoder, attention23,
-                  control, loop_run_time, runtime_operands, run_time_lengths, detector_post):
+                  control, loop_run_time, while_loop, runtime_operands, run_time_lengths, detector_post):
         if build is attention23 and onnx.defs.onnx_opset_version() < 23:
             print(f"skip attention23: onnx {onnx.__version__} has no opset 23")
             continue
