@@ -564,6 +564,15 @@ static int optim_batch(CgBuild *b, const Node *n, const Node **batch) {
   return end - first;
 }
 
+/* The per-step factors (ir_optim_scalars; for Adam and AdamW the bias
+ * corrections), the same for every element: each thread computes them
+ * once, before its grid-stride loop, in double where PyTorch does, each
+ * rounded to f32 (the root of the second correction: Adam's and
+ * RAdam's).  RAdam's c1 is its 1 - beta1^t. */
+typedef struct Scalars {
+  KExpr *bc1, *bc2, *sqrt_bc2, *rect, *c1, *c2, *rectify;
+} Scalars;
+
 typedef struct Optim {
   CgBuild *b;
   Kernel *k;
@@ -573,6 +582,7 @@ typedef struct Optim {
   KExpr *momentum;   /* momentum_input: this step's momentum or beta1; NULL: the attributes' */
   KExpr *mu_product; /* NAdam's operand; else NULL */
   KExpr *finite;   /* skip_nonfinite: whether the scale is finite; NULL: no skipping */
+  Scalars s;
 } Optim;
 
 static KExpr *scalar_of(CgBuild *b, Kernel *k, const Value *v, const char *name) {
@@ -636,12 +646,6 @@ static KExpr *lerp(Optim *o, KBlock *blk, KExpr *a, KExpr *b, KExpr *w) {
   return cg_ksel(k, cg_kcmp(k, KC_LT, cg_kop1(k, OP_ABS, cg_kv(k, wv)), f32(k, 0.5)), low, high);
 }
 
-/* The per-step scalars ir_optim_scalars computes, the same operations
- * in double, each rounded to f32: they depend on the step alone, so
- * every thread computes the same values.  RAdam's c1 is its 1 - beta1^t. */
-typedef struct Scalars {
-  KExpr *bc2, *sqrt_bc2, *rect, *c1, *c2, *rectify;
-} Scalars;
 
 static KExpr *to_f32(Kernel *k, KExpr *x) { return cg_kcast(k, x, TY_F32); }
 
@@ -652,24 +656,35 @@ static KExpr *nadam_mu(Kernel *k, KVar *beta1, KExpr *t, double md) {
                  fop(k, OP_MUL, f64(k, 0.5), fop(k, OP_POW, f64(k, 0.96), fop(k, OP_MUL, t, f64(k, md))))));
 }
 
-/* Only the ones kind reads (Adamax: c1; RAdam: bc1 in c1, the root of
- * bc2, rect; NAdam: bc2, c1, c2). */
+/* Only the ones kind reads (Adam, AdamW: bc1, the root of bc2;
+ * Adamax: c1; RAdam: bc1 in c1, the root of bc2, rect; NAdam: bc2, c1,
+ * c2), each a variable of blk. */
 static void step_scalars(Optim *o, KBlock *blk, const Node *n, Scalars *s) {
   Kernel *k = o->k;
   const char *kind = ir_attr_str(n, "kind");
+  *s = (Scalars){.rect = f32(k, 1)};
+  if (strcmp(kind, "adam") == 0 || strcmp(kind, "adamw") == 0) {
+    s->bc1 = cg_kv(k, let(k, blk, "bc1", bias_correction(o, blk, ir_attr_float(n, "beta1"),
+                                                         o->momentum ? cg_kop1(k, OP_LOG, o->momentum) : NULL)));
+    s->sqrt_bc2 = cg_kv(k, let(k, blk, "sqrt_bc2",
+                               cg_kop1(k, OP_SQRT, bias_correction(o, blk, ir_attr_float(n, "beta2"), NULL))));
+    return;
+  }
+  if (strcmp(kind, "adamax") != 0 && strcmp(kind, "radam") != 0 && strcmp(kind, "nadam") != 0) return;
   double beta2 = ir_attr_float(n, "beta2"), md = ir_attr_float(n, "momentum_decay");
   KVar *td = let(k, blk, "td", cg_kcast(k, o->t, TY_F64)), *lr = let(k, blk, "lrd", cg_kcast(k, o->lr, TY_F64));
   KExpr *b1 = o->momentum ? cg_kcast(k, o->momentum, TY_F64) : f64(k, ir_attr_float(n, "beta1"));
   KVar *beta1 = let(k, blk, "beta1", b1);
-  *s = (Scalars){.rect = f32(k, 1)};
   if (strcmp(kind, "adamax") == 0 || strcmp(kind, "radam") == 0) {
     KExpr *bc1 = fop(k, OP_SUB, f64(k, 1), fop(k, OP_POW, cg_kv(k, beta1), cg_kv(k, td)));
-    s->c1 = to_f32(k, strcmp(kind, "radam") == 0 ? bc1 : fop(k, OP_DIV, cg_kop1(k, OP_NEG, cg_kv(k, lr)), bc1));
+    s->c1 = cg_kv(k, let(k, blk, "c1",
+                         to_f32(k, strcmp(kind, "radam") == 0 ? bc1
+                                                              : fop(k, OP_DIV, cg_kop1(k, OP_NEG, cg_kv(k, lr)), bc1))));
   }
   if (strcmp(kind, "adamax") == 0) return;
   KVar *bc2 = let(k, blk, "bc2", fop(k, OP_SUB, f64(k, 1), fop(k, OP_POW, f64(k, beta2), cg_kv(k, td))));
-  s->bc2 = to_f32(k, cg_kv(k, bc2));
-  s->sqrt_bc2 = to_f32(k, cg_kop1(k, OP_SQRT, cg_kv(k, bc2)));
+  s->bc2 = cg_kv(k, let(k, blk, "bc2f", to_f32(k, cg_kv(k, bc2))));
+  s->sqrt_bc2 = cg_kv(k, let(k, blk, "sqrt_bc2", to_f32(k, cg_kop1(k, OP_SQRT, cg_kv(k, bc2)))));
   if (strcmp(kind, "radam") == 0) {
     double rho_inf = 2 / (1 - beta2) - 1;
     KVar *rho = let(k, blk, "rho_t",
@@ -684,17 +699,19 @@ static void step_scalars(Optim *o, KBlock *blk, const Node *n, Scalars *s) {
     KExpr *den = fop(k, OP_MUL, f64(k, (rho_inf - 4) * (rho_inf - 2)), r);
     s->rectify = cg_kcmp(k, KC_GT, r, f64(k, 5));
     /* the root of a negative number is never taken: rect is used only where rho_t > 5 */
-    s->rect = to_f32(k, cg_kop1(k, OP_SQRT, cg_kop2(k, OP_MAXIMUM, fop(k, OP_DIV, num, den), f64(k, 0))));
+    s->rect = cg_kv(k, let(k, blk, "rect", to_f32(k, cg_kop1(k, OP_SQRT, cg_kop2(k, OP_MAXIMUM,
+                                                                                  fop(k, OP_DIV, num, den), f64(k, 0))))));
   }
   if (strcmp(kind, "nadam") == 0) {
     KExpr *mu = nadam_mu(k, beta1, cg_kv(k, td), md);
     KVar *mu_next = let(k, blk, "mu_next", nadam_mu(k, beta1, fop(k, OP_ADD, cg_kv(k, td), f64(k, 1)), md));
     KVar *mp = let(k, blk, "mp", cg_kcast(k, o->mu_product, TY_F64));
     KExpr *neg_lr = cg_kop1(k, OP_NEG, cg_kv(k, lr));
-    s->c1 = to_f32(k, fop(k, OP_DIV, fop(k, OP_MUL, neg_lr, fop(k, OP_SUB, f64(k, 1), mu)),
-                          fop(k, OP_SUB, f64(k, 1), cg_kv(k, mp))));
-    s->c2 = to_f32(k, fop(k, OP_DIV, fop(k, OP_MUL, neg_lr, cg_kv(k, mu_next)),
-                          fop(k, OP_SUB, f64(k, 1), fop(k, OP_MUL, cg_kv(k, mp), cg_kv(k, mu_next)))));
+    s->c1 = cg_kv(k, let(k, blk, "c1", to_f32(k, fop(k, OP_DIV, fop(k, OP_MUL, neg_lr, fop(k, OP_SUB, f64(k, 1), mu)),
+                                                     fop(k, OP_SUB, f64(k, 1), cg_kv(k, mp))))));
+    s->c2 = cg_kv(k, let(k, blk, "c2",
+                         to_f32(k, fop(k, OP_DIV, fop(k, OP_MUL, neg_lr, cg_kv(k, mu_next)),
+                                       fop(k, OP_SUB, f64(k, 1), fop(k, OP_MUL, cg_kv(k, mp), cg_kv(k, mu_next)))))));
   }
 }
 
@@ -722,8 +739,7 @@ static KExpr *optim_newer(Optim *o, KBlock *blk, int j, KExpr *ix, KVar *p, KVar
                   fop(k, OP_MUL, fop(k, OP_MUL, f32(k, 1 - rho), cg_kv(k, d)), cg_kv(k, d))));
     return fop(k, OP_MUL, o->lr, cg_kv(k, d));
   }
-  Scalars s; /* the other three's per-step factors */
-  step_scalars(o, blk, n, &s);
+  const Scalars s = o->s;
   KExpr *w = o->momentum ? fop(k, OP_SUB, f32(k, 1), o->momentum) : f32(k, (float)(1 - b1));
   KVar *m = let(k, blk, "m", lerp(o, blk, state_at(o, j, 0, ix), gv, w));
   put_state(o, blk, j, 0, ix, cg_kv(k, m));
@@ -841,11 +857,8 @@ static void optim_segment(Optim *o, KBlock *blk, int j, KExpr *ix) {
       cg_kset(k, blk, vv, cg_kop2(k, OP_MAXIMUM, state_at(o, j, 2, ix), cg_kv(k, vv)));
       put_state(o, blk, j, 2, ix, cg_kv(k, vv));
     }
-    KExpr *bc1 = bias_correction(o, blk, b1, o->momentum ? cg_kop1(k, OP_LOG, o->momentum) : NULL);
-    KExpr *bc2 = bias_correction(o, blk, b2, NULL);
-    KExpr *denom = fop(k, OP_ADD, fop(k, OP_DIV, cg_kop1(k, OP_SQRT, cg_kv(k, vv)), cg_kop1(k, OP_SQRT, bc2)),
-                       f32(k, eps));
-    delta = fop(k, OP_MUL, fop(k, OP_DIV, cg_kv(k, mv), denom), fop(k, OP_DIV, o->lr, bc1));
+    KExpr *denom = fop(k, OP_ADD, fop(k, OP_DIV, cg_kop1(k, OP_SQRT, cg_kv(k, vv)), o->s.sqrt_bc2), f32(k, eps));
+    delta = fop(k, OP_MUL, fop(k, OP_DIV, cg_kv(k, mv), denom), fop(k, OP_DIV, o->lr, o->s.bc1));
   }
   put(o, blk, buf_of(b, k, &n->out[0], arena_printf(a, "w%d_new", j)), n->in[0], arena_printf(a, "w%d", j), ix,
       fop(k, OP_SUB, cg_kv(k, p), delta));
@@ -893,8 +906,6 @@ static void lower_optim_update(CgBuild *b, const Node *n) {
   for (int j = 0; j < count; j++) offset[j + 1] = offset[j] + numel(&batch[j]->in[0]->type);
   Kernel *k = cg_kernel_new(cg_build_ctx(b), n, ir_ops[n->op].name,
                             arena_printf(a, "%d %s updates", count, ir_attr_str(n, "kind")));
-  KExpr *i;
-  KBlock *body = each(k, offset[count], &i);
   Optim o = {.b = b, .k = k, .batch = batch, .offset = offset};
   o.lr = scalar_of(b, k, n->in[2], "lr");
   o.t = scalar_of(b, k, n->in[3], "t");
@@ -905,6 +916,10 @@ static void lower_optim_update(CgBuild *b, const Node *n) {
   /* scale - scale is 0 for a finite scale, NaN for inf or NaN */
   if (ir_attr_int(n, "skip_nonfinite"))
     o.finite = cg_kcmp(k, KC_EQ, fop(k, OP_SUB, o.scale, o.scale), f32(k, 0));
+  /* before the element loop: every segment has n's attributes and scalars */
+  step_scalars(&o, &k->body, n, &o.s);
+  KExpr *i;
+  KBlock *body = each(k, offset[count], &i);
   if (offset[count]) optim_segments(&o, body, i, 0, count);
   for (int j = 0; j < count; j++) optim_overwrites(&o, j);
   cg_launch(b, k);
