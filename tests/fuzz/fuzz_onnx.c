@@ -31,9 +31,10 @@ static void check_params(Graph *g, const TensorMap *params) {
 
 static int run(Ctx *c, void *data) {
   FuzzText *in = data;
-  /* Folding at import evaluates ops: keep what it may compute small. */
+  /* Folding at import evaluates ops: keep what it may compute small.
+   * A while loop unrolls to a bound, as under dlcc --loop-bound. */
   OnnxOwn own;
-  OnnxOptions oo = {.max_fold_elems = 1 << 16, .own = &own};
+  OnnxOptions oo = {.max_fold_elems = 1 << 16, .own = &own, .loop_bound = 8};
   TensorMap params;
   Graph *g = fe_onnx_import_bytes(c, model_path, in->text, in->len, &oo, &params);
   if (!g) {
