@@ -68,6 +68,13 @@ static bool known_scalar(const Val *v, double *out) {
   return true;
 }
 
+/* Takes back what was reported since at (with errors errors before):
+ * a reason another way of importing serves in place of. */
+static void take_back(Diag *d, size_t at, int errors) {
+  if (d->text) d->text[at] = '\0';
+  d->len = at, d->errors = errors;
+}
+
 /* Imports a branch of an If decided at run time.  When it cannot be
  * imported (a shape or type that does not hold at the bound dims), false
  * with the importer's message in reason, taken back off the diagnostics:
@@ -84,8 +91,7 @@ static bool try_branch(Imp *im, const Onnx__GraphProto *gp, const char *what, Va
   if (strncmp(text, lead, strlen(lead)) == 0) text += strlen(lead);
   if (strncmp(text, im->file, file) == 0 && strncmp(text + file, ": ", 2) == 0) text += file + 2;
   snprintf(reason, len, "%.*s", (int)strcspn(text, "\n"), text);
-  if (d->text) d->text[at] = '\0';
-  d->len = at, d->errors = errors;
+  take_back(d, at, errors);
   return false;
 }
 
@@ -295,6 +301,39 @@ static Val *checked_end(Imp *im, int i, Val *y, Val *ended, int64_t bound) {
   return out;
 }
 
+/* A Loop's trip count of run-time value vm: *run_m, as i64, with its
+ * bound at import in *trips (one that grows with the lengths,
+ * ox_bounded_ints), checked at run time; or, without one, the user's
+ * in *end_at (the loop's outputs are checked instead, checked_end). */
+static bool run_time_trips(Imp *im, Val *vm, int64_t user_bound, double *trips, Val **run_m, int64_t *end_at) {
+  Diag *d = &im->c->diag;
+  size_t at = d->len;
+  int errors = d->errors, count;
+  int64_t bound;
+  bool dynamic;
+  bool bounded = vm->upper && !ir_dtype_is_float(vm->type.dtype) &&
+                 ox_bounded_ints(im, vm, "the trip count", &count, &bound, &dynamic);
+  if (!bounded && !user_bound)
+    return d->errors > errors ? false /* its reason stands */
+                              : ox_bad(im, "the trip count is computed at run time and has no bound at import: dlcc "
+                                           "unrolls a loop, so give it one with --loop-bound=N (at most %d steps; a "
+                                           "run that needs more fails)",
+                                       (int)MAX_UNROLL);
+  if (!bounded) take_back(d, at, errors);
+  if (!(*run_m = ox_reshape(im, ox_cast(im, vm, TY_I64), 0, NULL))) return false;
+  if (!bounded) return *end_at = user_bound, true;
+  *trips = (double)bound;
+  char where[512];
+  ox_node_str(im, where, sizeof where);
+  Val *fits = ox_op2(im, OP_LESS_EQUAL, *run_m, ox_scalar(im, (double)bound, TY_I64));
+  if (!fits) return false;
+  Emit e;
+  Node *nd = ox_begin(im, &e, OP_CHECK, 2, (Val *[]){*run_m, fits});
+  ir_set_str(im->g, nd, "message",
+             arena_printf(&im->c->arena, "%s: the trip count is above its bound, %" PRId64 ", at run time", where, bound));
+  return (*run_m = ox_emit1(im, &e)) != NULL;
+}
+
 /* Loop, unrolled.  While whether a step runs is known at import (a trip
  * count and conditions that fold), each step is a copy of the body.
  * Once it is decided at run time (a condition the body computes, a
@@ -316,44 +355,17 @@ bool ox_op_loop(Imp *im, ONode *n) {
   if (n_carried < 0 || n_scan < 0 || n->n_out != n_carried + n_scan)
     return ox_bad(im, "the body's %zu outputs do not match %d loop-carried values and %d outputs", body->n_output,
                   n_carried, n->n_out);
-  double trips = 9e18, c = 1;
   Val *vm = ox_in_opt(n, 0), *vc = ox_in_opt(n, 1);
   if ((vm && vm->kind != VK_TENSOR) || (vc && vc->kind != VK_TENSOR))
     return ox_bad(im, "the trip count and the condition must be tensors");
   if (!vm && !vc) return ox_bad(im, "a loop with neither a trip count nor a condition never ends");
   if ((vm && ir_type_numel(&vm->type) != 1) || (vc && ir_type_numel(&vc->type) != 1))
     return ox_bad(im, "the trip count and the condition must hold one value each");
-  /* A trip count of run-time value: its bound (one that grows with the
-   * lengths, ox_bounded_ints), checked at run time, when it has one;
-   * else the user's (end_at). */
+  double trips = 9e18, c = 1;
   int64_t user_bound = im->opt ? im->opt->loop_bound : 0;
   int64_t end_at = 0; /* > 0: the user's bound ends the unrolling there */
   Val *run_m = NULL;
-  if (vm && !known_scalar(vm, &trips) && (!vm->upper || ir_dtype_is_float(vm->type.dtype))) {
-    if (!user_bound)
-      return ox_bad(im, "the trip count is computed at run time and has no bound at import: dlcc unrolls a loop, "
-                        "so give it one with --loop-bound=N (at most %d steps; a run that needs more fails)",
-                    (int)MAX_UNROLL);
-    if (!(run_m = ox_reshape(im, ox_cast(im, vm, TY_I64), 0, NULL))) return false;
-    end_at = user_bound;
-  } else if (vm && !known_scalar(vm, &trips)) {
-    int count;
-    int64_t bound;
-    bool dynamic;
-    if (!ox_bounded_ints(im, vm, "the trip count", &count, &bound, &dynamic)) return false;
-    trips = (double)bound;
-    char where[512];
-    ox_node_str(im, where, sizeof where);
-    run_m = ox_reshape(im, ox_cast(im, vm, TY_I64), 0, NULL);
-    Val *fits = run_m ? ox_op2(im, OP_LESS_EQUAL, run_m, ox_scalar(im, (double)bound, TY_I64)) : NULL;
-    if (!fits) return false;
-    Emit e;
-    Node *nd = ox_begin(im, &e, OP_CHECK, 2, (Val *[]){run_m, fits});
-    ir_set_str(im->g, nd, "message",
-               arena_printf(&im->c->arena, "%s: the trip count is above its bound, %" PRId64 ", at run time", where,
-                            bound));
-    if (!(run_m = ox_emit1(im, &e))) return false;
-  }
+  if (vm && !known_scalar(vm, &trips) && !run_time_trips(im, vm, user_bound, &trips, &run_m, &end_at)) return false;
   /* active: known (c) until the loop's course is decided at run time */
   Val *active = NULL;
   if (vc && !known_scalar(vc, &c) && !(active = ox_reshape(im, ox_cast(im, vc, TY_BOOL), 0, NULL))) return false;

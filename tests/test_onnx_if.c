@@ -478,7 +478,7 @@ START_TEST(test_run_time_loops_refused) {
   ck_assert_ptr_null(onnxb_import(b, NULL));
   ck_assert_msg(strstr(diag_text(&ctx), "(Loop): the loop's end is decided at run time and it has no trip count"),
                 "%s", diag_text(&ctx));
-  /* a trip count that shrinks as the count grows: 6 - n has no bound */
+  /* a trip count that shrinks as the count grows: 6 - n has no bound (without --loop-bound) */
   ck_assert_ptr_null(onnxb_import(while_model(2), NULL));
   ck_assert_msg(strstr(diag_text(&ctx), "(Loop): the trip count computed at run time from a run-time length is not "
                                         "supported: its element 0 shrinks as the length grows"),
@@ -570,6 +570,23 @@ START_TEST(test_loop_bounded_by_user) {
     TensorMap inputs = {4, (const char *[]){"x", "limit", "go", "n"}, in};
     if (counted[r].steps < 0) expect_fails(g, &inputs, want);
     else expect_loop(run_both(g, &inputs), xs, counted[r].steps);
+  }
+  /* a trip count that shrinks as a length grows (6 minus the count of
+   * positive elements) has no bound at import: the user's serves */
+  g = onnxb_import(while_model(2), &o);
+  ck_assert_msg(g != NULL, "import failed:\n%s", diag_text(&ctx));
+  ck_assert_msg(!strstr(diag_text(&ctx), "shrinks"), "%s", diag_text(&ctx)); /* the reason taken back */
+  for (int positive = 6; positive >= 0; positive -= 3) {
+    float m[6];
+    for (int i = 0; i < 6; i++) m[i] = i < positive ? 1.f : -1.f;
+    Tensor in[2] = {{ir_type_make(TY_F32, 1, (const int64_t[]){3}), (void *)xs},
+                    {ir_type_make(TY_F32, 1, (const int64_t[]){6}), m}};
+    TensorMap inputs = {2, (const char *[]){"x", "m"}, in};
+    if (6 - positive > 4)
+      expect_fails(g, &inputs,
+                   "/tmp/model.onnx: node 5 'Loop_3' (Loop): the loop runs more than 4 steps, the bound it was compiled "
+                   "with (--loop-bound)");
+    else expect_loop(run_both(g, &inputs), xs, 6 - positive);
   }
   /* no condition at the start: the first step always runs, then the
    * body's decides; a bound of 1 lets it end there, one of 0 cannot */
