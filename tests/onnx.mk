@@ -11,6 +11,12 @@ TESTS += tests/test_onnx
 tests_test_onnx_SOURCES = tests/test_onnx.c tests/onnxbuild.c tests/onnxbuild.h
 tests_test_onnx_CFLAGS = $(TEST_CFLAGS)
 tests_test_onnx_LDADD = $(TEST_LIBS)
+# Bad input: refused with a located message, nothing imported.
+check_PROGRAMS += tests/test_onnx_bad
+TESTS += tests/test_onnx_bad
+tests_test_onnx_bad_SOURCES = tests/test_onnx_bad.c tests/onnxbuild.c tests/onnxbuild.h
+tests_test_onnx_bad_CFLAGS = $(TEST_CFLAGS)
+tests_test_onnx_bad_LDADD = $(TEST_LIBS)
 # DFT, STFT, Col2Im, MaxUnpool against direct loops, on emu too.
 check_PROGRAMS += tests/test_onnx_signal
 TESTS += tests/test_onnx_signal

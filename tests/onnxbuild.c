@@ -248,3 +248,21 @@ Graph *onnxb_import(Model *b, const OnnxOptions *o) {
   ir_tensor_map_free(&onnxb_params);
   return fe_onnx_import_bytes(&onnxb_ctx, "/tmp/model.onnx", buf, len, o, &onnxb_params);
 }
+
+void onnxb_expect_error(Graph *g, const char *want) {
+  ck_assert_msg(g == NULL, "imported, expected an error with '%s'", want);
+  ck_assert_int_gt(onnxb_ctx.diag.errors, 0);
+  ck_assert_msg(strstr(diag_text(&onnxb_ctx), want), "messages lack '%s':\n%s", want, diag_text(&onnxb_ctx));
+}
+
+Graph *onnxb_must_import(Model *b) {
+  Graph *g = onnxb_import(b, NULL);
+  ck_assert_msg(g != NULL, "import failed:\n%s", diag_text(&onnxb_ctx));
+  return g;
+}
+
+int onnxb_count_op(Graph *g, OpKind op) {
+  int k = 0;
+  for (Node *n = g->first; n; n = n->next) k += n->op == op;
+  return k;
+}

@@ -58,5 +58,10 @@ extern TensorMap onnxb_params;
 void onnxb_setup(void);
 void onnxb_teardown(void);
 Graph *onnxb_import(Model *b, const OnnxOptions *o);
+/* The import failed (g NULL) with a message containing want. */
+void onnxb_expect_error(Graph *g, const char *want);
+/* The import of b, which must succeed. */
+Graph *onnxb_must_import(Model *b);
+int onnxb_count_op(Graph *g, OpKind op);
 
 #endif

@@ -23,12 +23,6 @@
 #define ctx onnxb_ctx
 #define params onnxb_params
 
-static int count_op(Graph *g, OpKind op) {
-  int k = 0;
-  for (Node *n = g->first; n; n = n->next) k += n->op == op;
-  return k;
-}
-
 /* A branch of no inputs giving out: 2x, or x reshaped to [2], which x
  * (f32[3], from the outer graph) cannot be. */
 static Model *branch(bool bad, const char *out) {
@@ -105,8 +99,8 @@ START_TEST(test_refused_branch_is_checked) {
     Graph *g = onnxb_import(if_model(bad_then, !bad_then), NULL);
     ck_assert_msg(g != NULL, "import failed:\n%s", diag_text(&ctx));
     ck_assert_str_eq(diag_text(&ctx), "");
-    ck_assert_int_eq(count_op(g, OP_CHECK), 1);
-    ck_assert_int_eq(count_op(g, OP_WHERE), 0);
+    ck_assert_int_eq(onnxb_count_op(g, OP_CHECK), 1);
+    ck_assert_int_eq(onnxb_count_op(g, OP_WHERE), 0);
     char want[512];
     snprintf(want, sizeof want,
              "/tmp/model.onnx: node 0 'If_7' (If): the %s branch was chosen at run time but could not be "
