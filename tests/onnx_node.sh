@@ -2,7 +2,8 @@
 # The ONNX backend node tests (tests/test_onnx_node): those of the newest
 # onnx that a python3 here has, when it is newer than Debian's 1.12
 # (generated once per onnx version into the build tree,
-# tests/onnx-node-latest/, by tests/onnx/node_tests.py: about 15 s), else
+# tests/onnx-node-latest/, by tests/onnx/node_tests.py: about 15 s; with
+# the package's light models), else
 # libonnx-testdata's; then libonnx-testdata's pytorch-converted and
 # pytorch-operator folders.  $ONNX_NODE_DIR, when set, picks the folders
 # instead; $ONNX_PYTHON a python3 first.
@@ -22,6 +23,7 @@ sys.exit(0 if tuple(int(p) for p in v.split(".")[:2]) > (1, 12) else 1)' 2>/dev/
       "$py" "$src/tests/onnx/node_tests.py" "$out" || { echo "generating the onnx $v node tests failed"; exit 99; }
     fi
     node="$out/node"
+    [ -d "$out/light" ] && node="$node:$out/light"
     break
   done
   ONNX_NODE_DIR="$node:$deb/pytorch-converted:$deb/pytorch-operator"

@@ -838,6 +838,36 @@ START_TEST(test_shape_chain_folds) {
 }
 END_TEST
 
+/* ConstantOfShape past what import computes (OnnxOptions.max_fold_elems:
+ * the "light" test models fill VGG-19's 25088 x 4096 fc6 weight this
+ * way) is its value broadcast at run time, not a refusal. */
+START_TEST(test_constant_of_shape_past_folding) {
+  for (int small = 0; small < 2; small++) {
+    Model *b = model_new(13);
+    int64_t xd[2] = {4, 8};
+    add_input(b, "x", 2, xd);
+    add_init_i64(b, "shape", 2, xd);
+    Onnx__AttributeProto *v = attr(add_node(b, "ConstantOfShape", "shape", "c"), "value",
+                                   ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__TENSOR);
+    v->t = tensor("v", ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT, 1, (const int64_t[]){1});
+    v->t->n_float_data = 1;
+    v->t->float_data = mem(sizeof(float));
+    v->t->float_data[0] = 2.5f;
+    add_node(b, "Add", "x,c", "y");
+    add_output(b, "y");
+    OnnxOptions o = {.max_fold_elems = small ? 16 : 0};
+    Graph *g = import_opt(b, &o);
+    ck_assert_msg(g != NULL, "import failed:\n%s", diag_text(&ctx));
+    ck_assert_int_eq(count_op(g, OP_EXPAND), small);
+    float x[32];
+    for (int i = 0; i < 32; i++) x[i] = (float)i - 7.5f;
+    Tensor y = run1(g, "x", 2, xd, x);
+    for (int i = 0; i < 32; i++) ck_assert_float_eq(((float *)y.data)[i], x[i] + 2.5f);
+    ir_tensor_free(&y);
+  }
+}
+END_TEST
+
 /* Weights stay params whatever they hold and whatever computes from
  * them: a Linear's weight transposed for its MatMul keeps its name (a
  * weights file and training's gradient reach it, the checkpoint PyTorch
@@ -1835,6 +1865,7 @@ static Suite *onnx_suite(void) {
   tcase_add_test(tc, test_if_branches);
   tcase_add_test(tc, test_loop_scan_unrolled);
   tcase_add_test(tc, test_shape_chain_folds);
+  tcase_add_test(tc, test_constant_of_shape_past_folding);
   tcase_add_test(tc, test_lstm_gates_reordered_at_import);
   tcase_add_test(tc, test_lstm_f16_runs_in_f32);
   tcase_add_test(tc, test_initializers_stay_params);
