@@ -60,6 +60,8 @@ static const char train_usage[] =
     "  --val DIR             a validation set, laid out the same: loss (and accuracy for\n"
     "                        cross_entropy and nll) after each epoch\n"
     "  --batch=N             the batch (binds the model's free batch dim)\n"
+    "  --micro-batches=M     gradient accumulation: each batch computed as M micro-batches\n"
+    "                        (the activations of batch/M), the optimizer stepping once\n"
     "  --epochs=N            epochs to run (default 1; after --resume, more epochs)\n"
     "  --stream-mb=M         a data array larger than M MiB (default 1024; 0: every one)\n"
     "                        stays on disk, each batch reading its samples, so data larger\n"
@@ -128,7 +130,7 @@ static const char train_usage[] =
     "Or, with --pipeline=S under S ranks, the model is cut into S stages, one a rank:\n"
     "  --pipeline=S          pipeline parallel over S stages; mpirun -np D*S adds data\n"
     "                        parallel over D pipelines of S consecutive ranks\n"
-    "  --micro-batches=M     micro-batches per --batch (default 1); the optimizer steps once\n"
+    "  --micro-batches=M     micro-batches per --batch (default 1), through the stages\n"
     "  --schedule=gpipe|1f1b the micro-batches' order (default gpipe); also --pipe-schedule=\n"
     "  --deferred-bn         batchnorm's running statistics updated once a batch, from\n"
     "                        all its micro-batches (torchgpipe's deferred_batch_norm)\n"
@@ -290,12 +292,14 @@ static int parse_one(int argc, char **argv, int *i, TrainArgs *o) {
 /* The pipeline's flags against the rest; false after printing why. */
 static bool pipe_args_check(TrainArgs *o) {
   const char *bad = NULL;
+  /* Micro-batches without stages are gradient accumulation: a pipeline
+   * of one stage, whose step adds the micro-batches' gradients up before
+   * the one update (activations of batch / M at a time). */
+  if (!o->pipeline && o->micro_batches) o->pipeline = 1;
   if (!o->pipeline) {
-    bad = o->micro_batches   ? "--micro-batches"
-          : o->pipe_schedule ? "--schedule=gpipe|1f1b"
-          : o->deferred_bn   ? "--deferred-bn"
-                             : NULL;
-    if (bad) fprintf(stderr, "dlcc: error: %s is for pipeline parallel: give --pipeline=S too\n", bad);
+    bad = o->pipe_schedule ? "--schedule=gpipe|1f1b" : o->deferred_bn ? "--deferred-bn" : NULL;
+    if (bad)
+      fprintf(stderr, "dlcc: error: %s is for micro-batches: give --micro-batches=M (or --pipeline=S) too\n", bad);
     return !bad;
   }
   if (!o->micro_batches) o->micro_batches = 1;

@@ -30,6 +30,26 @@ losses "$tmp/emu.steps" >"$tmp/emu.l"
 paste "$tmp/ref.l" "$tmp/emu.l" | awk '{ d = $1 - $2; if (d < 0) d = -d; if (d > 1e-5 * ($1 < 0 ? -$1 : $1) + 1e-6) bad++ }
   END { exit bad > 0 || NR != 12 }' || fail "emu's step losses differ from ref's: $(paste "$tmp/ref.l" "$tmp/emu.l")"
 
+# Gradient accumulation (--micro-batches without --pipeline): each batch
+# as 4 micro-batches of 2 and one optimizer step, the last partial batch
+# of 6 as micro-batches that divide it: the whole batch's losses to
+# rounding, on ref and emu.
+expect 0 "" "$dlcc" train $A --data "$t/data" --epochs 2 --backend=ref --shuffle=false --log "$tmp/whole.jsonl"
+for b in ref emu; do
+  expect 0 "" "$dlcc" train $A --data "$t/data" --epochs 2 --backend=$b --shuffle=false --micro-batches=4 \
+    --log "$tmp/acc.$b.jsonl"
+  grep -q '^gradient accumulation: 4 micro-batches of 2, one optimizer step a batch$' "$tmp/out" ||
+    fail "no accumulation line on $b: $(cat "$tmp/out")"
+  paste "$tmp/whole.jsonl" "$tmp/acc.$b.jsonl" | grep '"step"' |
+    sed 's/.*"loss": \([^,]*\),.*"loss": \([^,]*\),.*/\1 \2/' |
+    awk '{ d = $1 - $2; if (d < 0) d = -d; if (d > 1e-5 * ($1 < 0 ? -$1 : $1) + 1e-6) bad++ } END { exit bad > 0 || NR != 6 }' ||
+    fail "--micro-batches=4 on $b: $(paste "$tmp/whole.jsonl" "$tmp/acc.$b.jsonl")"
+done
+expect 1 "dlcc: error: --batch=8 does not divide into 3 micro-batches: give a multiple of 3" \
+  "$dlcc" train $A --data "$t/data" --micro-batches=3
+expect 1 "dlcc: error: --deferred-bn is for micro-batches: give --micro-batches=M (or --pipeline=S) too" \
+  "$dlcc" train $A --data "$t/data" --deferred-bn
+
 # Targets as i32 class indices or one-hot probabilities: the same losses
 # as i64 indices (and no accuracy for probabilities).
 for kind in i32 prob; do
