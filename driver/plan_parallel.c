@@ -37,6 +37,7 @@ typedef struct PlanArgs {
   LossSpec loss_spec;
   int n_defines;
   Define defines[DRIVER_MAX_DEFINES];
+  int loop_bound; /* --loop-bound=N, as dlcc train's */
 } PlanArgs;
 
 /* One compiled batch size, kept for every split that runs it. */
@@ -88,7 +89,8 @@ static const char usage[] =
     "  --data DIR            take the inputs' per-sample shapes from DIR's .npy files;\n"
     "                        without it axis 0 of every input is the batch\n"
     "  --loss=L and its flags, --optimizer, --momentum, --precision, --tf32, --bucket-mb,\n"
-    "  -D NAME=VALUE, --model=NAME   as for dlcc train; its other flags are ignored\n";
+    "  -D NAME=VALUE, --model=NAME, --loop-bound=N   as for dlcc train; its other flags are\n"
+    "                        ignored\n";
 
 /* Flags of dlcc train that change nothing here, so a training command
  * line takes --plan-parallel as it is. */
@@ -141,6 +143,9 @@ static int parse_args(int argc, char **argv, PlanArgs *a) {
       a->model = v;
     } else if (strcmp(arg, "--tf32") == 0) {
       a->tf32 = true;
+    } else if ((v = driver_flag_value(argc, argv, &i, "--loop-bound"))) {
+      if (!driver_int_value("--loop-bound", v, 1, ONNX_MAX_UNROLL, "a number of steps from 1 to 1024", &a->loop_bound))
+        return 1;
     } else if (strcmp(arg, "--data") == 0 || strncmp(arg, "--data=", 7) == 0) {
       if (!(a->data = driver_flag_value(argc, argv, &i, "--data"))) break;
     } else if (strncmp(arg, "-D", 2) == 0) {
@@ -352,7 +357,7 @@ static Graph *lower_at(Ctx *c, const PlanArgs *a, int64_t batch, InputShape *sha
  * (dynamic_axes), which the import checks. */
 static Graph *onnx_at(Ctx *c, const PlanArgs *a, InputShape *shapes, int n_shapes) {
   OnnxOptions oo = {.n_defines = a->n_defines, .defines = a->defines, .n_input_shapes = n_shapes,
-                    .input_shapes = shapes};
+                    .input_shapes = shapes, .loop_bound = a->loop_bound};
   TensorMap weights = {0};
   Graph *g = fe_onnx_import(c, a->model_path, &oo, &weights);
   ir_tensor_map_free(&weights);
