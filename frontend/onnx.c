@@ -306,6 +306,7 @@ static const OpEntry microsoft_ops[] = {
 static const OpEntry ml_ops[] = {
     {"ArrayFeatureExtractor", ox_op_array_feature_extractor, NULL},
     {"Binarizer", ox_op_binarizer, NULL},
+    {"TreeEnsemble", ox_op_tree_ensemble, "post_transform none, softmax or logistic"},
 };
 static const struct {
   const char *name, *note;
@@ -314,7 +315,7 @@ static const struct {
 } domains[] = {
     {"ai.onnx.preview", " (of it, FlexAttention is)", preview_ops, ARRAY_LEN(preview_ops)},
     {"ai.onnx.preview.training", " (of it, Adagrad, Adam and Momentum are)", training_ops, ARRAY_LEN(training_ops)},
-    {"ai.onnx.ml", " (of it, ArrayFeatureExtractor and Binarizer are)", ml_ops, ARRAY_LEN(ml_ops)},
+    {"ai.onnx.ml", " (of it, ArrayFeatureExtractor, Binarizer and TreeEnsemble are)", ml_ops, ARRAY_LEN(ml_ops)},
     {"com.microsoft",
      " (of it, onnxruntime's QOperator ops QGemm, QLinearAdd, QLinearAveragePool, QLinearConcat, "
      "QLinearGlobalAveragePool, QLinearLeakyRelu, QLinearMul and QLinearSigmoid are)",

@@ -68,9 +68,16 @@ static bool known_scalar(const Val *v, double *out) {
   return true;
 }
 
-/* Takes back what was reported since at (with errors errors before):
- * a reason another way of importing serves in place of. */
-static void take_back(Diag *d, size_t at, int errors) {
+/* Takes back what was reported since at (with errors errors before),
+ * its first line kept in reason (without "dlcc: error: FILE: "): a
+ * reason another way of importing serves in place of, or rewords. */
+static void take_back(Imp *im, size_t at, int errors, char *reason, size_t len) {
+  Diag *d = &im->c->diag;
+  const char *text = d->text ? d->text + at : "", *lead = "dlcc: error: ";
+  size_t file = strlen(im->file);
+  if (strncmp(text, lead, strlen(lead)) == 0) text += strlen(lead);
+  if (strncmp(text, im->file, file) == 0 && strncmp(text + file, ": ", 2) == 0) text += file + 2;
+  snprintf(reason, len, "%.*s", (int)strcspn(text, "\n"), text);
   if (d->text) d->text[at] = '\0';
   d->len = at, d->errors = errors;
 }
@@ -86,13 +93,20 @@ static bool try_branch(Imp *im, const Onnx__GraphProto *gp, const char *what, Va
   size_t at = d->len;
   int errors = d->errors;
   if (ox_import_subgraph(im, gp, what, 0, NULL, out)) return true;
-  const char *text = d->text ? d->text + at : "", *lead = "dlcc: error: ";
-  size_t file = strlen(im->file);
-  if (strncmp(text, lead, strlen(lead)) == 0) text += strlen(lead);
-  if (strncmp(text, im->file, file) == 0 && strncmp(text + file, ": ", 2) == 0) text += file + 2;
-  snprintf(reason, len, "%.*s", (int)strcspn(text, "\n"), text);
-  take_back(d, at, errors);
+  take_back(im, at, errors, reason, len);
   return false;
+}
+
+/* ok (one bool), or true where the node being imported does not run:
+ * a check under a guard (an If's branch, a loop's step) must hold when
+ * the guard does not, since a plan that cannot branch on it computes
+ * the guarded nodes anyway, from whatever an untaken step left. */
+static Val *unless_skipped(Imp *im, Val *ok) {
+  for (const Guard *g = im->guard; ok && g; g = g->outer) {
+    Val *c = ox_val_of(im, g->cond);
+    ok = ox_op2(im, OP_LOGICAL_OR, ok, g->when ? ox_op1(im, OP_LOGICAL_NOT, c) : c);
+  }
+  return ok;
 }
 
 /* The outputs of the one branch that imported, each through a check
@@ -109,7 +123,7 @@ static bool checked_branch(Imp *im, ONode *n, Val *cond, bool then_ok, Val **out
       return ox_bad(im, "output %d is %s and the %s branch cannot be compiled (%s): a sequence or optional is not "
                         "checked at run time",
                     i + 1, ox_kind_name(outs[i]), then_ok ? "else" : "then", reason);
-  Val *ok = then_ok ? cond : ox_op1(im, OP_LOGICAL_NOT, cond);
+  Val *ok = unless_skipped(im, then_ok ? cond : ox_op1(im, OP_LOGICAL_NOT, cond));
   for (int i = 0; ok && i < n->n_out; i++) {
     Emit e;
     Node *nd = ox_begin(im, &e, OP_CHECK, 2, (Val *[]){outs[i], ok});
@@ -313,19 +327,20 @@ static bool run_time_trips(Imp *im, Val *vm, int64_t user_bound, double *trips, 
   bool dynamic;
   bool bounded = vm->upper && !ir_dtype_is_float(vm->type.dtype) &&
                  ox_bounded_ints(im, vm, "the trip count", &count, &bound, &dynamic);
+  char why[512] = "", where[512];
+  if (!bounded && d->errors > errors) take_back(im, at, errors, why, sizeof why);
+  /* the reason names this node, as the message will (where: "FILE: node ...", the reason without FILE) */
+  ox_node_str(im, where, sizeof where);
+  size_t file = strlen(im->file), w = strlen(where) > file + 2 ? strlen(where) - file - 2 : 0;
+  const char *reason = w && strncmp(why, where + file + 2, w) == 0 && strncmp(why + w, ": ", 2) == 0 ? why + w + 2 : why;
   if (!bounded && !user_bound)
-    return d->errors > errors ? false /* its reason stands */
-                              : ox_bad(im, "the trip count is computed at run time and has no bound at import: dlcc "
-                                           "unrolls a loop, so give it one with --loop-bound=N (at most %d steps; a "
-                                           "run that needs more fails)",
-                                       (int)MAX_UNROLL);
-  if (!bounded) take_back(d, at, errors);
+    return ox_bad(im, "the trip count is computed at run time and has no bound at import%s%s%s: dlcc unrolls a loop, so "
+                      "give it one with --loop-bound=N (at most %d steps; a run that needs more fails)",
+                  *reason ? " (" : "", reason, *reason ? ")" : "", (int)MAX_UNROLL);
   if (!(*run_m = ox_reshape(im, ox_cast(im, vm, TY_I64), 0, NULL))) return false;
   if (!bounded) return *end_at = user_bound, true;
   *trips = (double)bound;
-  char where[512];
-  ox_node_str(im, where, sizeof where);
-  Val *fits = ox_op2(im, OP_LESS_EQUAL, *run_m, ox_scalar(im, (double)bound, TY_I64));
+  Val *fits = unless_skipped(im, ox_op2(im, OP_LESS_EQUAL, *run_m, ox_scalar(im, (double)bound, TY_I64)));
   if (!fits) return false;
   Emit e;
   Node *nd = ox_begin(im, &e, OP_CHECK, 2, (Val *[]){*run_m, fits});
@@ -363,6 +378,9 @@ bool ox_op_loop(Imp *im, ONode *n) {
     return ox_bad(im, "the trip count and the condition must hold one value each");
   double trips = 9e18, c = 1;
   int64_t user_bound = im->opt ? im->opt->loop_bound : 0;
+  if (user_bound < 0 || user_bound > MAX_UNROLL)
+    return ox_bad(im, "the loop bound %" PRId64 " is out of range (1 to %d steps, or 0 for none)", user_bound,
+                  (int)MAX_UNROLL);
   int64_t end_at = 0; /* > 0: the user's bound ends the unrolling there */
   Val *run_m = NULL;
   if (vm && !known_scalar(vm, &trips) && !run_time_trips(im, vm, user_bound, &trips, &run_m, &end_at)) return false;
@@ -455,7 +473,7 @@ bool ox_op_loop(Imp *im, ONode *n) {
   if (end_at && step == end_at && step < trips && (active || c != 0)) {
     Val *more = active ? active : ox_scalar(im, 1, TY_BOOL);
     if (run_m) more = ox_op2(im, OP_LOGICAL_AND, more, ox_op2(im, OP_LESS, ox_scalar(im, (double)step, TY_I64), run_m));
-    if (!more || !(ended = ox_op1(im, OP_LOGICAL_NOT, more))) return false;
+    if (!more || !(ended = unless_skipped(im, ox_op1(im, OP_LOGICAL_NOT, more)))) return false;
   }
   for (int i = 0; i < n_carried; i++)
     if (!(n->out[i] = ended ? checked_end(im, i, state[2 + i], ended, end_at) : state[2 + i])) return false;
@@ -472,6 +490,11 @@ bool ox_op_loop(Imp *im, ONode *n) {
     count = count ? ox_op2(im, OP_ADD, count, one) : one;
   }
   if (count && fixed) count = ox_op2s(im, OP_ADD, count, (double)fixed);
+  /* Under the user's bound the scan outputs' length passes the check
+   * too: a model that reads only their shape must not get the bound's. */
+  if (ended && n_scan && !(count = checked_end(im, n_carried, count ? count : ox_scalar(im, (double)step, TY_I64), ended,
+                                               end_at)))
+    return false;
   for (int k = 0; k < n_scan; k++) {
     Val *y = step ? stack(im, (int)step, scans[k], 0) : empty_scan(im, body->output[1 + n_carried + k]);
     if (y && ended) y = checked_end(im, n_carried + k, y, ended, end_at);

@@ -309,7 +309,7 @@ bool ox_import_subgraph(Imp *im, const Onnx__GraphProto *gp, const char *what, i
  * unrolled over time; the preview domain's FlexAttention. */
 OpFn ox_op_attention, ox_op_linear_attention, ox_op_flex_attention;
 OpFn ox_op_adagrad, ox_op_adam, ox_op_momentum; /* onnx_training.c */
-OpFn ox_op_binarizer, ox_op_array_feature_extractor; /* onnx_ml.c */
+OpFn ox_op_binarizer, ox_op_array_feature_extractor, ox_op_tree_ensemble; /* onnx_ml.c */
 
 /* onnx_rnn.c: RNN, GRU and LSTM, unrolled. */
 OpFn ox_op_rnn;

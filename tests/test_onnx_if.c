@@ -16,6 +16,7 @@
 #include "frontend/onnx.h"
 #include "ir/eval.h"
 #include "onnxbuild.h"
+#include "passes/pass.h"
 #include "runtime/device.h"
 #include "runtime/runtime.h"
 #include "tests/testutil.h"
@@ -474,7 +475,8 @@ START_TEST(test_run_time_loops_refused) {
                 "%s", diag_text(&ctx));
   /* a trip count that shrinks as the count grows: 6 - n has no bound (without --loop-bound) */
   ck_assert_ptr_null(onnxb_import(while_model(2), NULL));
-  ck_assert_msg(strstr(diag_text(&ctx), "(Loop): the trip count computed at run time from a run-time length is not "
+  ck_assert_msg(strstr(diag_text(&ctx), "(Loop): the trip count is computed at run time and has no bound at import "
+                                        "(the trip count computed at run time from a run-time length is not "
                                         "supported: its element 0 shrinks as the length grows"),
                 "%s", diag_text(&ctx));
   /* a carried value that grows each step: v concatenated with itself */
@@ -582,6 +584,67 @@ START_TEST(test_loop_bounded_by_user) {
                    "with (--loop-bound)");
     else expect_loop(run_both(g, &inputs), xs, 6 - positive);
   }
+  /* a model that reads only a scan output's shape, the loop's end
+   * decided by a counter: its length passes the check too, so a run
+   * past the bound fails rather than give the bound's length */
+  b = model_new(17);
+  add_input(b, "x", 1, (const int64_t[]){3});
+  add_input_typed(b, "lim", ONNX__TENSOR_PROTO__DATA_TYPE__INT64, 0, NULL);
+  Onnx__AttributeProto *zero = attr(add_node(b, "Constant", "", "i0"), "value", ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__TENSOR);
+  zero->t = tensor("i0", ONNX__TENSOR_PROTO__DATA_TYPE__INT64, 0, NULL);
+  zero->t->n_int64_data = 1;
+  zero->t->int64_data = mem(sizeof(int64_t));
+  add_node(b, "Less", "i0,lim", "go");
+  Model *body = model_new(17);
+  body->ins[body->g.n_input++] = value_info("it", ONNX__TENSOR_PROTO__DATA_TYPE__INT64, 0, NULL, NULL);
+  body->ins[body->g.n_input++] = value_info("c", ONNX__TENSOR_PROTO__DATA_TYPE__BOOL, 0, NULL, NULL);
+  body->ins[body->g.n_input++] = value_info("i", ONNX__TENSOR_PROTO__DATA_TYPE__INT64, 0, NULL, NULL);
+  add_input(body, "v", 1, (const int64_t[]){3});
+  Onnx__AttributeProto *one = attr(add_node(body, "Constant", "", "one"), "value", ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__TENSOR);
+  one->t = tensor("one", ONNX__TENSOR_PROTO__DATA_TYPE__INT64, 0, NULL);
+  one->t->n_int64_data = 1;
+  one->t->int64_data = mem(sizeof(int64_t));
+  one->t->int64_data[0] = 1;
+  add_node(body, "Add", "i,one", "i_out");
+  add_node(body, "Add", "v,v", "v_out");
+  add_node(body, "Less", "i_out,lim", "c_out");
+  add_node(body, "Identity", "v_out", "v_scan");
+  add_output(body, "c_out");
+  add_output(body, "i_out");
+  add_output(body, "v_out");
+  add_output(body, "v_scan");
+  Onnx__NodeProto *loop = add_node(b, "Loop", ",go,i0,x", "i_f,v_f,vs");
+  loop->name = str("Loop_3");
+  attr(loop, "body", ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__GRAPH)->g = &body->g;
+  add_node(b, "Shape", "vs", "steps");
+  add_output(b, "steps");
+  g = onnxb_import(b, &o);
+  ck_assert_msg(g != NULL, "import failed:\n%s", diag_text(&ctx));
+  /* optimized as dlcc run does: dead code goes, so only a check the
+   * shape needs stays */
+  PassOptions po = {.opt_level = 2, .verify_each = true};
+  ck_assert_msg(pass_run_pipeline(g, &po, NULL), "%s", diag_text(&ctx));
+  for (int64_t lim = 3; lim <= 5; lim += 2) {
+    Tensor in[2] = {{ir_type_make(TY_F32, 1, (const int64_t[]){3}), (void *)xs},
+                    {ir_type_make(TY_I64, 0, NULL), (void *)&lim}};
+    TensorMap inputs = {2, (const char *[]){"x", "lim"}, in};
+    if (lim > 4) {
+      expect_fails(g, &inputs,
+                   "/tmp/model.onnx: node 2 'Loop_3' (Loop): the loop runs more than 4 steps, the bound it was "
+                   "compiled with (--loop-bound)");
+      continue;
+    }
+    Tensor *out = run_both(g, &inputs);
+    ck_assert_int_eq(ir_tensor_get_int(&out[0], 0), lim);
+    ck_assert_int_eq(ir_tensor_get_int(&out[0], 1), 3);
+    ir_tensor_free(&out[0]);
+    free(out);
+  }
+  /* a bound out of range (the API's; dlcc's flag takes 1 to 1024) */
+  OnnxOptions bad = {.loop_bound = -1};
+  ck_assert_ptr_null(onnxb_import(while_model(1), &bad));
+  ck_assert_msg(strstr(diag_text(&ctx), "(Loop): the loop bound -1 is out of range (1 to 1024 steps, or 0 for none)"),
+                "%s", diag_text(&ctx));
   /* no condition at the start: the first step always runs, then the
    * body's decides; a bound of 1 lets it end there, one of 0 cannot */
   b = while_model(0);

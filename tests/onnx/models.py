@@ -427,6 +427,39 @@ def while_loop():
     return m, {"x": x, "limit": np.array(40, dtype=np.float32)}, ["--loop-bound=32"]
 
 
+def nested_while():
+    """A while loop in a while loop's body: the outer one runs while j <
+    olim, and its step j runs an inner one 2j + 1 times, each doubling x
+    (1, 3, 5, ... steps).  Under `--loop-bound=3` with olim 2 the inner
+    loop of the outer step the run skips would take 5: its check must
+    hold there, skipped or not, and the run gives onnxruntime's."""
+    b = Builder()
+    f, i64 = TensorProto.FLOAT, TensorProto.INT64
+    vi = helper.make_tensor_value_info
+    inner = helper.make_graph(
+        [helper.make_node("Add", ["k", "k_one"], ["k_out"]),
+         helper.make_node("Add", ["v", "v"], ["v_out"]),
+         helper.make_node("Less", ["k_out", "lim"], ["k_go"])],
+        "inner", [vi("n", i64, []), vi("k_c", TensorProto.BOOL, []), vi("k", i64, []), vi("v", f, [3])],
+        [vi("k_go", TensorProto.BOOL, []), vi("k_out", i64, []), vi("v_out", f, [3])],
+        [numpy_helper.from_array(np.array(1, dtype=np.int64), "k_one")])
+    outer = helper.make_graph(
+        [helper.make_node("Add", ["j", "j"], ["jj"]),
+         helper.make_node("Add", ["jj", "one"], ["lim"]),
+         helper.make_node("Less", ["zero", "lim"], ["go"]),
+         helper.make_node("Loop", ["", "go", "zero", "x_in"], ["k_f", "x_out"], body=inner),
+         helper.make_node("Add", ["j", "one"], ["j_out"]),
+         helper.make_node("Less", ["j_out", "olim"], ["c_out"])],
+        "outer", [vi("it", i64, []), vi("c", TensorProto.BOOL, []), vi("j", i64, []), vi("x_in", f, [3])],
+        [vi("c_out", TensorProto.BOOL, []), vi("j_out", i64, []), vi("x_out", f, [3])],
+        [numpy_helper.from_array(np.array(1, dtype=np.int64), "one"),
+         numpy_helper.from_array(np.array(0, dtype=np.int64), "zero")])
+    j0 = b.init("j0", np.array(0, dtype=np.int64))
+    b.op("Loop", ["", b.op("Less", [j0, "olim"]), j0, "x"], outs=["j_f", "x_f"], body=outer)
+    m = b.model("nested_while", [vi("x", f, [3]), vi("olim", i64, [])], [vi("j_f", i64, []), vi("x_f", f, [3])])
+    return m, {"x": np.array([1, 2, 3], dtype=np.float32), "olim": np.array(2, dtype=np.int64)}, ["--loop-bound=3"]
+
+
 def runtime_operands():
     """Operands computed at run time: Clip's min from the data (the log
     mel floor of openWakeWord, max - 8), Pad's constant value and
@@ -890,7 +923,7 @@ def main():
     failures = 0
     for build in (resnet, recurrent, unrolled, encoder, resnet_qdq, resnet_qop, qoperator_ops, mlp_dynamic, cnn_dynamic,
                   video3d, resize, grid_sample3d, roi_align, deform_conv, scan8, ts_encoder, attention23,
-                  control, loop_run_time, while_loop, runtime_operands, run_time_lengths, detector_post):
+                  control, loop_run_time, while_loop, nested_while, runtime_operands, run_time_lengths, detector_post):
         if build is attention23 and onnx.defs.onnx_opset_version() < 23:
             print(f"skip attention23: onnx {onnx.__version__} has no opset 23")
             continue
