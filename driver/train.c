@@ -661,7 +661,8 @@ static dlc_train *weights_of(Run *r) { return r->whole ? r->whole : r->step ? r-
  * GPU time on cuda); the weights it updates are not saved again. */
 static bool profile_step(Run *r) {
   if (r->dp > 1 || r->tp > 1 || r->pipe) {
-    fputs("dlcc: error: --profile times one process's step: not under mpirun, --pipeline or --tensor-parallel\n",
+    fputs("dlcc: error: --profile times one process's whole step: not under mpirun, --pipeline, --micro-batches "
+          "or --tensor-parallel\n",
           stderr);
     keep_error("--profile with several ranks");
     return false;
@@ -1111,8 +1112,9 @@ static bool compile_pipeline(Run *r) {
     return false;
   }
   if (!r->dist->rank)
-    printf("pipeline: the last batch, %" PRId64 " samples, as %" PRId64 " micro-batch%s of %" PRId64 "%s\n", r->rest_n,
-           mr, mr == 1 ? "" : "es", share / mr, D > 1 ? " in each pipeline" : "");
+    printf("%s: the last batch, %" PRId64 " samples, as %" PRId64 " micro-batch%s of %" PRId64 "%s\n",
+           r->a->pipeline == 1 && r->tp == 1 ? "gradient accumulation" : "pipeline", r->rest_n, mr, mr == 1 ? "" : "es",
+           share / mr, D > 1 ? (r->a->pipeline == 1 && r->tp == 1 ? " on each rank" : " in each pipeline") : "");
   return true;
 }
 
