@@ -233,15 +233,16 @@ static Val *tree_condition(Imp *im, const Trees *t, Val *cur, Val *xv, Val *thr,
     cond = cond ? ox_op2(im, OP_LOGICAL_OR, cond, c) : c;
   }
   (void)dt;
-  return cond;
+  return n_used ? cond : ox_scalar(im, 1, TY_BOOL); /* every tree a leaf: either side leads there */
 }
 
 /* TreeEnsemble: each tree walked from its root for the ensemble's depth
  * as gathers over tables of every node and leaf (a leaf leads to itself,
  * so a shallower tree waits at its leaf), the leaves' weights summed, or
- * averaged, or their min or max taken per target, as the ONNX reference
- * gives them (a target no tree reaches: 0 for sum and average, the
- * dtype's largest and lowest for min and max). */
+ * averaged, or their min or max taken per target; a target no tree
+ * reaches is 0, as onnxruntime gives it (the ONNX reference gives min
+ * and max the dtype's extremes there, and reads a root that is a leaf
+ * as leaf number root, which onnxruntime and the spec do not). */
 bool ox_op_tree_ensemble(Imp *im, ONode *n) {
   Val *x = ox_in_req(im, n, 0);
   if (!x) return false;
@@ -308,6 +309,8 @@ bool ox_op_tree_ensemble(Imp *im, ONode *n) {
     bool min = t.aggregate == TREE_MIN;
     y = ox_reduce(im, min ? OP_REDUCE_MIN : OP_REDUCE_MAX, ox_where(im, hit, w, ox_scalar(im, min ? -lowest : lowest, dt)),
                   1, (int64_t[]){1}, false);
+    Val *reached = ox_reduce(im, OP_REDUCE_MAX, ox_cast(im, hit, TY_F32), 1, (int64_t[]){1}, false);
+    if (y && reached) y = ox_where(im, ox_op2s(im, OP_GREATER, reached, 0), y, ox_scalar(im, 0, dt));
   }
   trees_free(&t);
   if (y && t.post == 2) y = ox_op1(im, OP_SIGMOID, y);

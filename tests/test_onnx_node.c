@@ -33,6 +33,7 @@
 #define MAX_TEST_BYTES (2 * 1024 * 1024)
 
 static const char *const default_emu[] = {
+    "test_ai_onnx_ml_tree_ensemble_set_membership", "test_ai_onnx_ml_tree_ensemble_single_tree",
     "test_add_bcast", "test_relu", "test_gemm_default_matrix_bias", "test_matmul_3d",
     "test_conv_with_strides_padding", "test_maxpool_2d_pads", "test_averagepool_2d_strides",
     "test_softmax_axis_1", "test_layer_normalization_4d_axis1", "test_reduce_mean_keepdims_random",
