@@ -261,6 +261,11 @@ bool ox_op_tree_ensemble(Imp *im, ONode *n) {
     in_set = isnan(t.members[i]) ? 0 : in_set + 1;
     if (in_set > widest) widest = in_set;
   }
+  if (t.n_members > 0 && E * widest > im->fold_max) {
+    trees_free(&t);
+    return ox_bad(im, "the set-membership table (%" PRId64 " nodes and leaves by the widest set's %" PRId64
+                      " members) is larger than dlcc builds at import", E, widest);
+  }
   int64_t md[2] = {E, widest};
   TensorType tm = ir_type_make(dt, 2, md);
   Val *members = t.n_members > 0 ? ox_known_new(im, &tm) : NULL;
