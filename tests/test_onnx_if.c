@@ -494,9 +494,10 @@ END_TEST
 /* g on inputs fails its check with the message want, on the reference
  * interpreter and on emu. */
 static void expect_fails(Graph *g, const TensorMap *inputs, const char *want) {
-  Tensor y[3];
+  Tensor *y = calloc((size_t)g->n_outputs + 1, sizeof *y); /* outputs of run-time length bring their lengths */
   char err[1024], why[256];
   ck_assert_msg(!ir_eval(g, inputs, &params, y, err, sizeof err), "ir_eval ran past the bound");
+  free(y);
   ck_assert_str_eq(err, want);
   RtDevice *dev = rt_emu_open(why, sizeof why);
   if (!dev) return;
