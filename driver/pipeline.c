@@ -213,10 +213,11 @@ static void print_scopes(FILE *f, Graph *g, const StageSplit *sp, int s) {
 void pipe_print_split(Graph *g, const StageSplit *sp, int M, int64_t b, const char *schedule, int D,
                       int64_t per_pipeline, int T) {
   int S = sp->n_stages;
-  if (S == 1 && T == 1 && D == 1) {
+  if (S == 1 && T == 1) {
     printf("gradient accumulation: %d micro-batch%s", M, M == 1 ? "" : "es");
     if (b > 0) printf(" of %" PRId64, b);
     printf(", one optimizer step a batch\n");
+    if (D > 1) printf("  data parallel: %d ranks, each %" PRId64 " samples of every batch\n", D, per_pipeline);
     return;
   }
   printf("pipeline: %d stage%s%s, %d micro-batch%s", S, S == 1 ? "" : "s", sp->marked ? " at the model's stage() marks" : "", M,
