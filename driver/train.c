@@ -295,7 +295,7 @@ static bool pipe_args_check(TrainArgs *o) {
   /* Micro-batches without stages are gradient accumulation: a pipeline
    * of one stage, whose step adds the micro-batches' gradients up before
    * the one update (activations of batch / M at a time). */
-  if (!o->pipeline && o->micro_batches) o->pipeline = 1;
+  if (!o->pipeline && o->micro_batches > 1) o->pipeline = 1;
   if (!o->pipeline) {
     bad = o->pipe_schedule ? "--schedule=gpipe|1f1b" : o->deferred_bn ? "--deferred-bn" : NULL;
     if (bad)
