@@ -465,8 +465,9 @@ static bool prepare(Pipeline *p, const Graph *opt_graph, char *err, size_t errle
     sp->rank = w->out[0].type.rank;
     memcpy(sp->dims, w->out[0].type.dims, sizeof(int64_t) * (size_t)sp->rank);
     if (n->out[0].type.dtype != TY_F32)
-      return snprintf(err, errlen, "pipeline parallel and gradient accumulation train f32 parameters; '%s' is %s", sp->name,
-                      ir_dtype_name(n->out[0].type.dtype)), false;
+      return snprintf(err, errlen, "pipeline parallel and gradient accumulation train f32 parameters; '%s' is %s",
+                      sp->name, ir_dtype_name(n->out[0].type.dtype)),
+             false;
     char name[512];
     snprintf(name, sizeof name, "%s.grad", sp->name);
     if ((sp->grad_out = output_named(p->bwd, name)) < 0)
