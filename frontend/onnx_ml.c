@@ -96,42 +96,50 @@ static bool tree_is_leaf(const Trees *t, int64_t i) {
   return t->true_leaf[i] && t->false_leaf[i] && t->true_id[i] == t->false_id[i];
 }
 
+/* The most nodes a path from a root evaluates, each node's depth found
+ * once (subtrees may be shared: walking every path could take
+ * exponential time on a crafted file); a node met again while its own
+ * subtree is open is a cycle. */
 static bool tree_depths(Imp *im, Trees *t) {
-  /* Depth-first from each root, the path's nodes on a stack: a node met
-   * again on its own path is a cycle. */
   int64_t n = t->n_nodes;
-  int64_t *stack = malloc(sizeof *stack * (size_t)(2 * n + 2));
-  char *on_path = calloc((size_t)n + 1, 1);
-  bool ok = stack && on_path;
+  /* entries of (node, phase): phase 0 opens the node, 1 closes it */
+  int64_t *stack = malloc(sizeof *stack * (size_t)(6 * n + 6)), *depth = calloc((size_t)n + 1, sizeof *depth);
+  char *state = calloc((size_t)n + 1, 1); /* 0 unseen, 1 open, 2 done */
+  bool ok = stack && depth && state;
   if (!ok) ox_bad(im, "out of memory");
   t->depth = 1;
   for (int64_t r = 0; ok && r < t->n_trees; r++) {
-    /* each entry: node, then 0 (true side next) / 1 (false side next) / 2 (done) */
     int64_t sp = 0;
     stack[sp++] = t->roots[r], stack[sp++] = 0;
-    on_path[t->roots[r]] = 1;
     while (ok && sp) {
-      int64_t i = stack[sp - 2], side = stack[sp - 1];
-      if (sp / 2 > t->depth) t->depth = sp / 2;
-      if (side == 2 || tree_is_leaf(t, i)) {
-        on_path[i] = 0, sp -= 2;
+      int64_t i = stack[sp - 2], phase = stack[sp - 1];
+      sp -= 2;
+      if (phase == 1) {
+        int64_t d = 0;
+        for (int side = 0; side < 2 && !tree_is_leaf(t, i); side++) {
+          int64_t c = side ? t->false_id[i] : t->true_id[i];
+          if (!(side ? t->false_leaf[i] : t->true_leaf[i]) && depth[c] > d) d = depth[c];
+        }
+        depth[i] = d + 1, state[i] = 2;
+        if (depth[i] > t->depth) t->depth = depth[i];
         continue;
       }
-      stack[sp - 1]++;
-      bool leaf = side == 0 ? t->true_leaf[i] : t->false_leaf[i];
-      int64_t next = side == 0 ? t->true_id[i] : t->false_id[i];
-      if (leaf) continue;
-      if (on_path[next]) {
-        ok = ox_bad(im, "node %" PRId64 " of the tree at root %" PRId64 " leads back to itself: a tree has no cycles",
-                    next, t->roots[r]);
-        break;
+      if (state[i]) continue; /* done by another path */
+      state[i] = 1;
+      stack[sp++] = i, stack[sp++] = 1;
+      for (int side = 0; side < 2 && !tree_is_leaf(t, i); side++) {
+        int64_t c = side ? t->false_id[i] : t->true_id[i];
+        if (side ? t->false_leaf[i] : t->true_leaf[i]) continue;
+        if (state[c] == 1) {
+          ok = ox_bad(im, "node %" PRId64 " of the tree at root %" PRId64 " leads back to itself: a tree has no cycles",
+                      c, t->roots[r]);
+          break;
+        }
+        if (!state[c]) stack[sp++] = c, stack[sp++] = 0;
       }
-      on_path[next] = 1;
-      stack[sp++] = next, stack[sp++] = 0;
     }
-    while (sp) on_path[stack[sp - 2]] = 0, sp -= 2;
   }
-  free(stack), free(on_path);
+  free(stack), free(depth), free(state);
   return ok;
 }
 

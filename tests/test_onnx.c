@@ -742,6 +742,31 @@ START_TEST(test_tree_ensemble) {
     Tensor y = run1(g, "X", 2, (const int64_t[]){5, 2}, x);
     expect_values(&y, 15, want[agg], "TreeEnsemble");
   }
+  /* 60 levels whose sides both lead to the next: 2^60 paths, one tree of
+   * depth 60, its depth found in linear time */
+  enum { LEVELS = 60 };
+  int64_t feature[LEVELS] = {0}, next[LEVELS], leafs[LEVELS] = {0}, other[LEVELS];
+  double modes[LEVELS] = {0}, splits[LEVELS] = {0};
+  for (int i = 0; i < LEVELS; i++) next[i] = other[i] = i + 1;
+  next[LEVELS - 1] = 0, other[LEVELS - 1] = 1, leafs[LEVELS - 1] = 1;
+  Model *b = model_new(17);
+  add_input(b, "X", 2, (const int64_t[]){5, 2});
+  Onnx__NodeProto *n = add_node(b, "TreeEnsemble", "X", "Y");
+  n->domain = str("ai.onnx.ml");
+  attr_is(n, "nodes_featureids", LEVELS, feature);
+  attr_tensor(n, "nodes_modes", ONNX__TENSOR_PROTO__DATA_TYPE__UINT8, LEVELS, modes);
+  attr_tensor(n, "nodes_splits", ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT, LEVELS, splits);
+  attr_is(n, "nodes_truenodeids", LEVELS, next);
+  attr_is(n, "nodes_trueleafs", LEVELS, leafs);
+  attr_is(n, "nodes_falsenodeids", LEVELS, other);
+  attr_is(n, "nodes_falseleafs", LEVELS, leafs);
+  attr_is(n, "leaf_targetids", 2, (const int64_t[]){0, 1});
+  attr_tensor(n, "leaf_weights", ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT, 2, (const double[]){1, 2});
+  attr_is(n, "tree_roots", 1, (const int64_t[]){0});
+  attr_i(n, "n_targets", 2);
+  add_output(b, "Y");
+  Tensor y = run1(must_import(b), "X", 2, (const int64_t[]){5, 2}, x);
+  expect_values(&y, 10, (const double[]){1, 0, 1, 0, 0, 2, 1, 0, 0, 2}, "TreeEnsemble of shared subtrees");
   expect_error(import(tree_model(1, 2, false)), "(TreeEnsemble): node 1: feature 2 is out of range for X's 2 features");
   expect_error(import(tree_model(1, 1, true)), "node 0 of the tree at root 0 leads back to itself: a tree has no cycles");
 }
