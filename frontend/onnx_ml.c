@@ -4,7 +4,6 @@
  * operands, returns its results. */
 #include "config.h"
 
-#include <float.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdlib.h>
@@ -213,18 +212,37 @@ static bool trees_read(Imp *im, Trees *t) {
 /* Gathers table[cur] (a known [E] or [E, K] table) for indices cur. */
 static Val *tree_at(Imp *im, Val *table, Val *cur) { return ox_gather(im, table, cur, 0); }
 
+/* The branch modes the ensemble's nodes use: where there are several,
+ * is_mode[m] flags the table entries of mode m (built once, read at
+ * every level); where one, only its comparison is made. */
+typedef struct TreeModes {
+  bool used[TREE_MODES];
+  int n_used;
+  Val *is_mode[TREE_MODES];
+} TreeModes;
+
+static void tree_modes(Imp *im, const Trees *t, TreeModes *tm) {
+  *tm = (TreeModes){0};
+  for (int64_t i = 0; i < t->n_nodes; i++)
+    if (!tree_is_leaf(t, i) && !tm->used[(int)t->modes[i]]) tm->used[(int)t->modes[i]] = true, tm->n_used++;
+  int64_t e = t->n_nodes + t->n_leaves;
+  TensorType ty = ir_type_make(TY_BOOL, 1, &e);
+  for (int m = 0; tm->n_used > 1 && m < TREE_MODES; m++) {
+    if (!tm->used[m]) continue;
+    tm->is_mode[m] = ox_known_new(im, &ty);
+    for (int64_t i = 0; i < e; i++) ((uint8_t *)tm->is_mode[m]->k->data)[i] = i < t->n_nodes && t->modes[i] == m;
+  }
+}
+
 /* The condition each [N, T] position's node takes on its feature value
  * xv and split thr: per mode that occurs, as its nodes' flags say. */
-static Val *tree_condition(Imp *im, const Trees *t, Val *cur, Val *xv, Val *thr, Val *member_table, DType dt) {
+static Val *tree_condition(Imp *im, const TreeModes *tm, Val *cur, Val *xv, Val *thr, Val *member_table) {
   static const OpKind cmp[TREE_MEMBER] = {OP_LESS_EQUAL, OP_LESS, OP_GREATER_EQUAL, OP_GREATER, OP_EQUAL, OP_NOT_EQUAL};
-  bool used[TREE_MODES] = {0};
-  int n_used = 0;
-  for (int64_t i = 0; i < t->n_nodes; i++)
-    if (!tree_is_leaf(t, i) && !used[(int)t->modes[i]]) used[(int)t->modes[i]] = true, n_used++;
+  if (!tm->n_used) return ox_scalar(im, 1, TY_BOOL); /* every tree a leaf: either side leads there */
   Val *cond = NULL;
-  int64_t e = t->n_nodes + t->n_leaves, dims[3] = {xv->type.dims[0], xv->type.dims[1], 1};
+  int64_t dims[3] = {xv->type.dims[0], xv->type.dims[1], 1};
   for (int m = 0; m < TREE_MODES; m++) {
-    if (!used[m]) continue;
+    if (!tm->used[m]) continue;
     Val *c;
     if (m == TREE_MEMBER) { /* any of the node's set members equal to xv (NaN pads never do) */
       Val *eq = ox_op2(im, OP_EQUAL, ox_reshape(im, xv, 3, dims), tree_at(im, member_table, cur));
@@ -232,16 +250,10 @@ static Val *tree_condition(Imp *im, const Trees *t, Val *cur, Val *xv, Val *thr,
     } else {
       c = ox_op2(im, cmp[m], xv, thr);
     }
-    if (n_used > 1) { /* only where the node's mode is m */
-      TensorType ty = ir_type_make(TY_BOOL, 1, &e);
-      Val *is_m = ox_known_new(im, &ty);
-      for (int64_t i = 0; i < e; i++) ((uint8_t *)is_m->k->data)[i] = i < t->n_nodes && t->modes[i] == m;
-      c = ox_op2(im, OP_LOGICAL_AND, c, tree_at(im, is_m, cur));
-    }
+    if (tm->is_mode[m]) c = ox_op2(im, OP_LOGICAL_AND, c, tree_at(im, tm->is_mode[m], cur));
     cond = cond ? ox_op2(im, OP_LOGICAL_OR, cond, c) : c;
   }
-  (void)dt;
-  return n_used ? cond : ox_scalar(im, 1, TY_BOOL); /* every tree a leaf: either side leads there */
+  return cond;
 }
 
 /* TreeEnsemble: each tree walked from its root for the ensemble's depth
@@ -292,13 +304,15 @@ bool ox_op_tree_ensemble(Imp *im, ONode *n) {
   }
   bool any_tracks = false;
   for (int64_t i = 0; t.tracks && i < t.n_nodes; i++) any_tracks |= t.tracks[i] && !tree_is_leaf(&t, i);
+  TreeModes modes;
+  tree_modes(im, &t, &modes);
   /* every (sample, tree) at its root, then depth steps down */
   Val *cur = ox_expand(im, ox_reshape(im, ox_ints_val(im, (int)T, t.roots), 2, (int64_t[]){1, T}), 2, (int64_t[]){N, T});
   Val *rows = ox_op2s(im, OP_MUL, ox_iota_along(im, 2, 0, N), (double)F);
   Val *flat = ox_reshape(im, x, 1, (int64_t[]){N * F});
   for (int64_t d = 0; d < t.depth && cur; d++) {
     Val *xv = ox_gather(im, flat, ox_op2(im, OP_ADD, rows, tree_at(im, feature, cur)), 0);
-    Val *cond = xv ? tree_condition(im, &t, cur, xv, tree_at(im, split, cur), members, dt) : NULL;
+    Val *cond = xv ? tree_condition(im, &modes, cur, xv, tree_at(im, split, cur), members) : NULL;
     if (cond && any_tracks)
       cond = ox_op2(im, OP_LOGICAL_OR, cond, ox_op2(im, OP_LOGICAL_AND, ox_op1(im, OP_ISNAN, xv), tree_at(im, tracks, cur)));
     cur = cond ? ox_where(im, cond, tree_at(im, to_true, cur), tree_at(im, to_false, cur)) : NULL;
@@ -313,14 +327,14 @@ bool ox_op_tree_ensemble(Imp *im, ONode *n) {
                                   (int64_t[]){N, T, 1})
                      : NULL;
   Val *hit = target ? ox_op2(im, OP_EQUAL, target, ox_iota_along(im, 3, 2, t.n_targets)) : NULL;
-  double lowest = dt == TY_F16 ? -65504.0 : dt == TY_BF16 ? -3.3895313892515355e38 : dt == TY_F32 ? -FLT_MAX : -DBL_MAX;
   Val *y = NULL;
   if (hit && (t.aggregate == TREE_SUM || t.aggregate == TREE_AVERAGE)) {
     y = ox_reduce(im, OP_REDUCE_SUM, ox_where(im, hit, w, ox_scalar(im, 0, dt)), 1, (int64_t[]){1}, false);
     if (y && t.aggregate == TREE_AVERAGE) y = ox_op2s(im, OP_DIV, y, (double)T);
   } else if (hit) {
+    /* the fill never wins where a tree reaches the target, and is 0 where none does */
     bool min = t.aggregate == TREE_MIN;
-    y = ox_reduce(im, min ? OP_REDUCE_MIN : OP_REDUCE_MAX, ox_where(im, hit, w, ox_scalar(im, min ? -lowest : lowest, dt)),
+    y = ox_reduce(im, min ? OP_REDUCE_MIN : OP_REDUCE_MAX, ox_where(im, hit, w, ox_scalar(im, min ? INFINITY : -INFINITY, dt)),
                   1, (int64_t[]){1}, false);
     Val *reached = ox_reduce(im, OP_REDUCE_MAX, ox_cast(im, hit, TY_F32), 1, (int64_t[]){1}, false);
     if (y && reached) y = ox_where(im, ox_op2s(im, OP_GREATER, reached, 0), y, ox_scalar(im, 0, dt));
