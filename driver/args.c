@@ -48,6 +48,10 @@ bool driver_real_value(const char *flag, const char *v, double lo, double hi, co
   return true;
 }
 
+bool driver_loop_bound(const char *text, int *out) {
+  return driver_int_value("--loop-bound", text, 1, ONNX_MAX_UNROLL, "a number of steps from 1 to 1024", out);
+}
+
 int driver_model_word(int argc, char **argv, int *i, const char *cmd, DriverModelWords *m) {
   const char *a = argv[*i];
   if (strncmp(a, "-D", 2) == 0) {
@@ -77,9 +81,7 @@ int driver_model_word(int argc, char **argv, int *i, const char *cmd, DriverMode
   } else if (strcmp(a, "--tf32") == 0) {
     m->api->tf32 = 1;
   } else if (strncmp(a, "--loop-bound=", 13) == 0) {
-    if (!driver_int_value("--loop-bound", a + 13, 1, ONNX_MAX_UNROLL, "a number of steps from 1 to 1024",
-                          &m->api->loop_bound))
-      return 1;
+    if (!driver_loop_bound(a + 13, &m->api->loop_bound)) return 1;
   } else if (a[0] == '-') {
     fprintf(stderr, "dlcc: error: unknown option '%s' for %s (see dlcc %s --help)\n", a, cmd, cmd);
     return 1;

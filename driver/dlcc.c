@@ -439,9 +439,7 @@ static int parse_args(int argc, char **argv, Options *o) {
     } else if (strncmp(a, "--model=", 8) == 0) {
       o->model = a + 8;
     } else if (strncmp(a, "--loop-bound=", 13) == 0) {
-      if (!driver_int_value("--loop-bound", a + 13, 1, ONNX_MAX_UNROLL, "a number of steps from 1 to 1024",
-                            &o->loop_bound))
-        return 1;
+      if (!driver_loop_bound(a + 13, &o->loop_bound)) return 1;
     } else if (strncmp(a, "--weights=", 10) == 0 || strcmp(a, "--weights") == 0) {
       o->weights = a[9] ? a + 10 : (++i < argc ? argv[i] : NULL);
       if (!o->weights || !*o->weights) {

@@ -25,6 +25,9 @@ const char *driver_flag_value(int argc, char **argv, int *i, const char *flag);
 /* The number text of option when it lies in [lo, hi]; else false after
  * printing "OPTION expects EXPECTS, got 'TEXT'". */
 bool driver_int_value(const char *option, const char *text, long lo, long hi, const char *expects, int *out);
+/* --loop-bound's value (1 to ONNX_MAX_UNROLL steps) into *out; false
+ * after printing why. */
+bool driver_loop_bound(const char *text, int *out);
 bool driver_real_value(const char *option, const char *text, double lo, double hi, const char *expects,
                        double *out);
 /* What dlcc run and dlcc train store the words below into. */

@@ -144,8 +144,7 @@ static int parse_args(int argc, char **argv, PlanArgs *a) {
     } else if (strcmp(arg, "--tf32") == 0) {
       a->tf32 = true;
     } else if ((v = driver_flag_value(argc, argv, &i, "--loop-bound"))) {
-      if (!driver_int_value("--loop-bound", v, 1, ONNX_MAX_UNROLL, "a number of steps from 1 to 1024", &a->loop_bound))
-        return 1;
+      if (!driver_loop_bound(v, &a->loop_bound)) return 1;
     } else if (strcmp(arg, "--data") == 0 || strncmp(arg, "--data=", 7) == 0) {
       if (!(a->data = driver_flag_value(argc, argv, &i, "--data"))) break;
     } else if (strncmp(arg, "-D", 2) == 0) {

@@ -109,6 +109,17 @@ static Val *unless_skipped(Imp *im, Val *ok) {
   return ok;
 }
 
+/* y through a check that ok (one bool) holds, failing the run with msg
+ * when it does not; NULL after reporting. */
+static Val *checked(Imp *im, Val *y, Val *ok, const char *msg) {
+  Emit e;
+  Node *nd = ox_begin(im, &e, OP_CHECK, 2, (Val *[]){y, ok});
+  ir_set_str(im->g, nd, "message", msg);
+  Val *out = ox_emit1(im, &e);
+  if (out) out->held = y->held; /* a check keeps the values narrow */
+  return out;
+}
+
 /* The outputs of the one branch that imported, each through a check
  * that the condition (one bool) chose it: a run that takes the other branch fails
  * with a message naming the node, that branch and why it was not
@@ -124,13 +135,8 @@ static bool checked_branch(Imp *im, ONode *n, Val *cond, bool then_ok, Val **out
                         "checked at run time",
                     i + 1, ox_kind_name(outs[i]), then_ok ? "else" : "then", reason);
   Val *ok = unless_skipped(im, then_ok ? cond : ox_op1(im, OP_LOGICAL_NOT, cond));
-  for (int i = 0; ok && i < n->n_out; i++) {
-    Emit e;
-    Node *nd = ox_begin(im, &e, OP_CHECK, 2, (Val *[]){outs[i], ok});
-    ir_set_str(im->g, nd, "message", msg);
-    if (!(n->out[i] = ox_emit1(im, &e))) return false;
-    n->out[i]->held = outs[i]->held;
-  }
+  for (int i = 0; ok && i < n->n_out; i++)
+    if (!(n->out[i] = checked(im, outs[i], ok, msg))) return false;
   return ok != NULL;
 }
 
@@ -303,16 +309,11 @@ static Val *checked_end(Imp *im, int i, Val *y, Val *ended, int64_t bound) {
   }
   char where[512];
   ox_node_str(im, where, sizeof where);
-  Emit e;
-  Node *nd = ox_begin(im, &e, OP_CHECK, 2, (Val *[]){y, ended});
-  ir_set_str(im->g, nd, "message",
-             arena_printf(&im->c->arena,
-                          "%s: the loop runs more than %" PRId64 " step%s, the bound it was compiled with "
-                          "(--loop-bound)",
-                          where, bound, bound == 1 ? "" : "s"));
-  Val *out = ox_emit1(im, &e);
-  if (out) out->held = y->held;
-  return out;
+  return checked(im, y, ended,
+                 arena_printf(&im->c->arena,
+                              "%s: the loop runs more than %" PRId64 " step%s, the bound it was compiled with "
+                              "(--loop-bound)",
+                              where, bound, bound == 1 ? "" : "s"));
 }
 
 /* A Loop's trip count of run-time value vm: *run_m, as i64, with its
@@ -329,10 +330,12 @@ static bool run_time_trips(Imp *im, Val *vm, int64_t user_bound, double *trips, 
                  ox_bounded_ints(im, vm, "the trip count", &count, &bound, &dynamic);
   char why[512] = "", where[512];
   if (!bounded && d->errors > errors) take_back(im, at, errors, why, sizeof why);
-  /* the reason names this node, as the message will (where: "FILE: node ...", the reason without FILE) */
+  /* The reason, like the message, names this node: where is "FILE: node
+   * ... (Loop)", the reason starts without FILE. */
   ox_node_str(im, where, sizeof where);
-  size_t file = strlen(im->file), w = strlen(where) > file + 2 ? strlen(where) - file - 2 : 0;
-  const char *reason = w && strncmp(why, where + file + 2, w) == 0 && strncmp(why + w, ": ", 2) == 0 ? why + w + 2 : why;
+  const char *own = where + strlen(im->file) + 2;
+  size_t w = strlen(own);
+  const char *reason = strncmp(why, own, w) == 0 && strncmp(why + w, ": ", 2) == 0 ? why + w + 2 : why;
   if (!bounded && !user_bound)
     return ox_bad(im, "the trip count is computed at run time and has no bound at import%s%s%s: dlcc unrolls a loop, so "
                       "give it one with --loop-bound=N (at most %d steps; a run that needs more fails)",
@@ -341,12 +344,15 @@ static bool run_time_trips(Imp *im, Val *vm, int64_t user_bound, double *trips, 
   if (!bounded) return *end_at = user_bound, true;
   *trips = (double)bound;
   Val *fits = unless_skipped(im, ox_op2(im, OP_LESS_EQUAL, *run_m, ox_scalar(im, (double)bound, TY_I64)));
-  if (!fits) return false;
-  Emit e;
-  Node *nd = ox_begin(im, &e, OP_CHECK, 2, (Val *[]){*run_m, fits});
-  ir_set_str(im->g, nd, "message",
-             arena_printf(&im->c->arena, "%s: the trip count is above its bound, %" PRId64 ", at run time", where, bound));
-  return (*run_m = ox_emit1(im, &e)) != NULL;
+  return fits && (*run_m = checked(im, *run_m, fits,
+                                   arena_printf(&im->c->arena, "%s: the trip count is above its bound, %" PRId64
+                                                               ", at run time",
+                                                where, bound)));
+}
+
+/* step < the trip count of run time m, one bool. */
+static Val *step_below(Imp *im, int64_t step, Val *m) {
+  return ox_op2(im, OP_LESS, ox_scalar(im, (double)step, TY_I64), m);
 }
 
 /* Loop, unrolled.  While whether a step runs is known at import (a trip
@@ -399,8 +405,7 @@ bool ox_op_loop(Imp *im, ONode *n) {
   int64_t step = 0;
   for (; step < trips && (!end_at || step < end_at) && (active || c != 0); step++) {
     Val *on = active;
-    if (run_m && !(on = ox_op2(im, OP_LOGICAL_AND, on ? on : ox_scalar(im, 1, TY_BOOL),
-                               ox_op2(im, OP_LESS, ox_scalar(im, (double)step, TY_I64), run_m))))
+    if (run_m && !(on = ox_op2(im, OP_LOGICAL_AND, on ? on : ox_scalar(im, 1, TY_BOOL), step_below(im, step, run_m))))
       return false;
     if (on && !guarded && !end_at && (!vm || trips > MAX_UNROLL)) {
       if (!user_bound && !vm)
@@ -472,7 +477,7 @@ bool ox_op_loop(Imp *im, ONode *n) {
   Val *ended = NULL; /* under the user's bound: the loop took no step past it */
   if (end_at && step == end_at && step < trips && (active || c != 0)) {
     Val *more = active ? active : ox_scalar(im, 1, TY_BOOL);
-    if (run_m) more = ox_op2(im, OP_LOGICAL_AND, more, ox_op2(im, OP_LESS, ox_scalar(im, (double)step, TY_I64), run_m));
+    if (run_m) more = ox_op2(im, OP_LOGICAL_AND, more, step_below(im, step, run_m));
     if (!more || !(ended = unless_skipped(im, ox_op1(im, OP_LOGICAL_NOT, more)))) return false;
   }
   for (int i = 0; i < n_carried; i++)
