@@ -646,7 +646,6 @@ static KExpr *lerp(Optim *o, KBlock *blk, KExpr *a, KExpr *b, KExpr *w) {
   return cg_ksel(k, cg_kcmp(k, KC_LT, cg_kop1(k, OP_ABS, cg_kv(k, wv)), f32(k, 0.5)), low, high);
 }
 
-
 static KExpr *to_f32(Kernel *k, KExpr *x) { return cg_kcast(k, x, TY_F32); }
 
 /* NAdam's momentum at step t (f64): beta1 (1 - 0.96^(t momentum_decay) / 2). */
@@ -683,9 +682,8 @@ static void step_scalars(Optim *o, KBlock *blk, const Node *n, Scalars *s) {
   }
   if (strcmp(kind, "adamax") == 0) return;
   KVar *bc2 = let(k, blk, "bc2", fop(k, OP_SUB, f64(k, 1), fop(k, OP_POW, f64(k, beta2), cg_kv(k, td))));
-  s->bc2 = cg_kv(k, let(k, blk, "bc2f", to_f32(k, cg_kv(k, bc2))));
-  s->sqrt_bc2 = cg_kv(k, let(k, blk, "sqrt_bc2", to_f32(k, cg_kop1(k, OP_SQRT, cg_kv(k, bc2)))));
   if (strcmp(kind, "radam") == 0) {
+    s->sqrt_bc2 = cg_kv(k, let(k, blk, "sqrt_bc2", to_f32(k, cg_kop1(k, OP_SQRT, cg_kv(k, bc2)))));
     double rho_inf = 2 / (1 - beta2) - 1;
     KVar *rho = let(k, blk, "rho_t",
                     fop(k, OP_SUB, f64(k, rho_inf),
@@ -703,6 +701,7 @@ static void step_scalars(Optim *o, KBlock *blk, const Node *n, Scalars *s) {
                                                                                   fop(k, OP_DIV, num, den), f64(k, 0))))));
   }
   if (strcmp(kind, "nadam") == 0) {
+    s->bc2 = cg_kv(k, let(k, blk, "bc2f", to_f32(k, cg_kv(k, bc2))));
     KExpr *mu = nadam_mu(k, beta1, cg_kv(k, td), md);
     KVar *mu_next = let(k, blk, "mu_next", nadam_mu(k, beta1, fop(k, OP_ADD, cg_kv(k, td), f64(k, 1)), md));
     KVar *mp = let(k, blk, "mp", cg_kcast(k, o->mu_product, TY_F64));
