@@ -269,6 +269,10 @@ def hf_models():
         def forward(s, *a):
             out = s.m(*a)
             return out[s.key] if isinstance(out, dict) or hasattr(out, "keys") else out[0]
+    class Seq2Seq(Wrap):
+        """An encoder-decoder's decoder states, from input_ids and decoder_input_ids."""
+        def forward(s, src, tgt):
+            return s.m(input_ids=src, decoder_input_ids=tgt).last_hidden_state
 
     def ids(b=2, t=16, v=100): return torch.randint(0, v, (b, t))
     small = dict(hidden_size=64, num_attention_heads=4, intermediate_size=128, num_hidden_layers=2, vocab_size=100)
@@ -287,13 +291,40 @@ def hf_models():
       "qwen2": lambda: (Wrap(T.Qwen2Model(T.Qwen2Config(**small, num_key_value_heads=2, max_position_embeddings=64, use_cache=False)).eval()), (ids(),)),
       "deit": lambda: (Wrap(T.DeiTModel(T.DeiTConfig(hidden_size=64, num_attention_heads=4, intermediate_size=128, num_hidden_layers=2, image_size=32, patch_size=8)).eval()), (torch.randn(2, 3, 32, 32),)),
       "clip_text": lambda: (Wrap(T.CLIPTextModel(T.CLIPTextConfig(hidden_size=64, num_attention_heads=4, intermediate_size=128, num_hidden_layers=2, vocab_size=100, max_position_embeddings=32)).eval()), (ids(),)),
+      "bart": lambda: (Seq2Seq(T.BartModel(T.BartConfig(d_model=64, encoder_attention_heads=4, decoder_attention_heads=4, encoder_layers=2, decoder_layers=2, encoder_ffn_dim=128, decoder_ffn_dim=128, vocab_size=100, max_position_embeddings=64, use_cache=False)).eval()), (ids(), ids(2, 9))),
+      "t5": lambda: (Seq2Seq(T.T5Model(T.T5Config(d_model=64, num_heads=4, d_ff=128, num_layers=2, vocab_size=100, d_kv=16, use_cache=False)).eval()), (ids(), ids(2, 9))),
+      "opt": lambda: (Wrap(T.OPTModel(T.OPTConfig(hidden_size=64, num_attention_heads=4, ffn_dim=128, num_hidden_layers=2, vocab_size=100, max_position_embeddings=64, word_embed_proj_dim=64, use_cache=False)).eval()), (ids(),)),
+      "gpt_neox": lambda: (Wrap(T.GPTNeoXModel(T.GPTNeoXConfig(**small, max_position_embeddings=64, rotary_pct=0.25, use_cache=False)).eval()), (ids(),)),
+      "phi": lambda: (Wrap(T.PhiModel(T.PhiConfig(**small, max_position_embeddings=64, partial_rotary_factor=0.5, use_cache=False)).eval()), (ids(),)),
+      "mistral": lambda: (Wrap(T.MistralModel(T.MistralConfig(**small, num_key_value_heads=2, max_position_embeddings=64, sliding_window=8, use_cache=False)).eval()), (ids(),)),
+      "gemma": lambda: (Wrap(T.GemmaModel(T.GemmaConfig(**small, num_key_value_heads=1, head_dim=16, max_position_embeddings=64, use_cache=False)).eval()), (ids(),)),
+      "gemma2": lambda: (Wrap(T.Gemma2Model(T.Gemma2Config(**small, num_key_value_heads=2, head_dim=16, max_position_embeddings=64, sliding_window=8, use_cache=False)).eval()), (ids(),)),
+      "bloom": lambda: (Wrap(T.BloomModel(T.BloomConfig(hidden_size=64, n_head=4, n_layer=2, vocab_size=100, use_cache=False)).eval()), (ids(),)),
+      "falcon": lambda: (Wrap(T.FalconModel(T.FalconConfig(hidden_size=64, num_attention_heads=4, num_hidden_layers=2, vocab_size=100, use_cache=False)).eval()), (ids(),)),
+      "gpt_bigcode": lambda: (Wrap(T.GPTBigCodeModel(T.GPTBigCodeConfig(n_embd=64, n_head=4, n_layer=2, vocab_size=100, n_positions=64, multi_query=True, use_cache=False)).eval()), (ids(),)),
+      "gptj": lambda: (Wrap(T.GPTJModel(T.GPTJConfig(n_embd=64, n_head=4, n_layer=2, vocab_size=100, n_positions=64, rotary_dim=8, use_cache=False)).eval()), (ids(),)),
+      "electra": lambda: (Wrap(T.ElectraModel(T.ElectraConfig(**small, embedding_size=32, max_position_embeddings=64)).eval()), (ids(),)),
+      "albert": lambda: (Wrap(T.AlbertModel(T.AlbertConfig(**small, embedding_size=32, max_position_embeddings=64)).eval()), (ids(),)),
+      "deberta_v2": lambda: (Wrap(T.DebertaV2Model(T.DebertaV2Config(**small, max_position_embeddings=64, relative_attention=True, position_buckets=8, pos_att_type=["p2c", "c2p"])).eval()), (ids(),)),
+      "mpnet": lambda: (Wrap(T.MPNetModel(T.MPNetConfig(**small, max_position_embeddings=64)).eval()), (ids(),)),
+      "modernbert": lambda: (Wrap(T.ModernBertModel(T.ModernBertConfig(**small, max_position_embeddings=64, global_attn_every_n_layers=2, local_attention=8)).eval()), (ids(),)),
+      "segformer": lambda: (Wrap(T.SegformerModel(T.SegformerConfig(hidden_sizes=[16, 32, 64, 128], num_attention_heads=[1, 2, 4, 8], depths=[1, 1, 1, 1], decoder_hidden_size=64)).eval()), (torch.randn(1, 3, 64, 64),)),
+      "beit": lambda: (Wrap(T.BeitModel(T.BeitConfig(hidden_size=64, num_attention_heads=4, intermediate_size=128, num_hidden_layers=2, image_size=32, patch_size=8, use_relative_position_bias=True)).eval()), (torch.randn(2, 3, 32, 32),)),
+      "dinov2": lambda: (Wrap(T.Dinov2Model(T.Dinov2Config(hidden_size=64, num_attention_heads=4, mlp_ratio=2, num_hidden_layers=2, image_size=32, patch_size=8)).eval()), (torch.randn(2, 3, 32, 32),)),
+      "siglip_vision": lambda: (Wrap(T.SiglipVisionModel(T.SiglipVisionConfig(hidden_size=64, num_attention_heads=4, intermediate_size=128, num_hidden_layers=2, image_size=32, patch_size=8)).eval()), (torch.randn(2, 3, 32, 32),)),
+      "swin_hf": lambda: (Wrap(T.SwinModel(T.SwinConfig(image_size=32, patch_size=2, embed_dim=16, depths=[2, 2], num_heads=[2, 4], window_size=4)).eval()), (torch.randn(1, 3, 32, 32),)),
+      "hubert": lambda: (Wrap(T.HubertModel(T.HubertConfig(hidden_size=64, num_attention_heads=4, intermediate_size=128, num_hidden_layers=2, conv_dim=(32, 32), conv_stride=(5, 2), conv_kernel=(10, 3), num_conv_pos_embeddings=16, num_conv_pos_embedding_groups=4)).eval()), (torch.randn(1, 1600),)),
+      "mamba": lambda: (Wrap(T.MambaModel(T.MambaConfig(hidden_size=32, state_size=8, num_hidden_layers=2, vocab_size=100, use_cache=False)).eval()), (ids(2, 8),)),
+      "mixtral": lambda: (Wrap(T.MixtralModel(T.MixtralConfig(**small, num_key_value_heads=2, max_position_embeddings=64, num_local_experts=4, num_experts_per_tok=2, use_cache=False)).eval()), (ids(),)),
+      "qwen3": lambda: (Wrap(T.Qwen3Model(T.Qwen3Config(**small, num_key_value_heads=2, head_dim=16, max_position_embeddings=64, use_cache=False)).eval()), (ids(),)),
     }
     return M
 
 def one(name, exporter):
     torch.manual_seed(0)
     model, args = MODELS[name]()
-    path = f"{ARGS.out}/{name}.{exporter}.onnx"
+    stem = f"{ARGS.out}/{name.replace('/', '_')}.{exporter}"
+    path = stem + ".onnx"
     names = [f"in{i}" for i in range(len(args))]
     t0 = time.time()
     dyn = {n: {0: "batch"} for n in names} if name in DYN else None
@@ -307,7 +338,7 @@ def one(name, exporter):
     flat = [a for x in args for a in (x if isinstance(x, list) else [x])]
     feeds = {i.name: a.numpy() for i, a in zip(sess.get_inputs(), flat)}
     ref = sess.run(None, feeds)
-    d = f"{ARGS.out}/{name}.{exporter}"
+    d = stem
     os.makedirs(d, exist_ok=True)
     cmd = [ARGS.dlcc, "run", path, "--backend=" + ARGS.backend, "--output-dir=" + d]
     for k, v in feeds.items():
@@ -328,15 +359,27 @@ def one(name, exporter):
         worst = max(worst, err)
     return f"{'OK' if worst < ARGS.tol else 'WRONG'} rel {worst:.2e} ({te:.0f}s export, {tr:.0f}s run)"
 
+def nonzero_params(m):
+    """m with its all-zero weights drawn instead (timm starts some
+    classifier heads and layer scales at 0, which would make every
+    output 0 and the comparison empty)."""
+    g = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for p in m.parameters():
+            if p.numel() > 1 and not p.any():
+                p.copy_(torch.randn(p.shape, generator=g) * 0.02)
+    return m
+
+
 def timm_model(name):
     """timm's model of that name, random weights, at its input size (64 x 64
     for the convolutional ones whose size is past 128, to keep the
     reference interpreter quick)."""
     import timm
-    m = timm.create_model(name, pretrained=False, num_classes=10).eval()
+    m = nonzero_params(timm.create_model(name, pretrained=False, num_classes=10)).eval()
     size = getattr(m, "pretrained_cfg", {}).get("input_size", (3, 224, 224))
     hw = size[1]
-    attention = ("vit", "deit", "swin", "beit", "eva", "pvt", "cait", "xcit", "levit", "coat", "crossvit", "maxvit", "twins",
+    attention = ("nest", "pit", "volo", "visformer", "vit", "deit", "swin", "beit", "eva", "pvt", "cait", "xcit", "levit", "coat", "crossvit", "maxvit", "twins",
                  "tnt", "mvit", "edgenext", "efficientformer", "fastvit", "repvit", "nextvit", "tiny_vit", "hiera", "mobilevit")
     if hw > 128 and not any(k in name for k in attention):
         hw = 64
