@@ -306,7 +306,13 @@ static const OpEntry microsoft_ops[] = {
 static const OpEntry ml_ops[] = {
     {"ArrayFeatureExtractor", ox_op_array_feature_extractor, NULL},
     {"Binarizer", ox_op_binarizer, NULL},
+    {"LinearClassifier", ox_op_linear_classifier, "integer class labels"},
+    {"LinearRegressor", ox_op_linear_regressor, NULL},
+    {"Normalizer", ox_op_normalizer, NULL},
+    {"Scaler", ox_op_scaler, NULL},
     {"TreeEnsemble", ox_op_tree_ensemble, "post_transform none, softmax or logistic"},
+    {"TreeEnsembleClassifier", ox_op_tree_ensemble_classifier, "integer class labels"},
+    {"TreeEnsembleRegressor", ox_op_tree_ensemble_regressor, NULL},
 };
 static const struct {
   const char *name, *note;
@@ -315,7 +321,8 @@ static const struct {
 } domains[] = {
     {"ai.onnx.preview", " (of it, FlexAttention is)", preview_ops, ARRAY_LEN(preview_ops)},
     {"ai.onnx.preview.training", " (of it, Adagrad, Adam and Momentum are)", training_ops, ARRAY_LEN(training_ops)},
-    {"ai.onnx.ml", " (of it, ArrayFeatureExtractor, Binarizer and TreeEnsemble are)", ml_ops, ARRAY_LEN(ml_ops)},
+    {"ai.onnx.ml", " (of it, ArrayFeatureExtractor, Binarizer, LinearClassifier, LinearRegressor, Normalizer, Scaler, TreeEnsemble, "
+     "TreeEnsembleClassifier and TreeEnsembleRegressor are)", ml_ops, ARRAY_LEN(ml_ops)},
     {"com.microsoft",
      " (of it, onnxruntime's QOperator ops QGemm, QLinearAdd, QLinearAveragePool, QLinearConcat, "
      "QLinearGlobalAveragePool, QLinearLeakyRelu, QLinearMul and QLinearSigmoid are)",

@@ -309,7 +309,15 @@ bool ox_import_subgraph(Imp *im, const Onnx__GraphProto *gp, const char *what, i
  * unrolled over time; the preview domain's FlexAttention. */
 OpFn ox_op_attention, ox_op_linear_attention, ox_op_flex_attention;
 OpFn ox_op_adagrad, ox_op_adam, ox_op_momentum; /* onnx_training.c */
-OpFn ox_op_binarizer, ox_op_array_feature_extractor, ox_op_tree_ensemble; /* onnx_ml.c */
+OpFn ox_op_binarizer, ox_op_array_feature_extractor, ox_op_scaler, ox_op_normalizer, ox_op_linear_regressor,
+    ox_op_linear_classifier; /* onnx_ml.c */
+OpFn ox_op_tree_ensemble, ox_op_tree_ensemble_regressor, ox_op_tree_ensemble_classifier; /* onnx_trees.c */
+/* The ML domain's post_transform (onnx_ml.c): its attribute, and a
+ * [.., K] value's rows through it, as onnxruntime computes them. */
+enum { ML_POST_NONE, ML_POST_LOGISTIC, ML_POST_SOFTMAX, ML_POST_SOFTMAX_ZERO, ML_POST_PROBIT };
+bool ox_ml_post_attr(Imp *im, int *post);
+Val *ox_ml_post(Imp *im, Val *y, int post);
+bool ox_ml_labels(Imp *im, const char *ints_name, const char *strings_name, int64_t *n, const int64_t **labels);
 
 /* onnx_rnn.c: RNN, GRU and LSTM, unrolled. */
 OpFn ox_op_rnn;

@@ -307,7 +307,7 @@ def hf_models():
       "albert": lambda: (Wrap(T.AlbertModel(T.AlbertConfig(**small, embedding_size=32, max_position_embeddings=64)).eval()), (ids(),)),
       "deberta_v2": lambda: (Wrap(T.DebertaV2Model(T.DebertaV2Config(**small, max_position_embeddings=64, relative_attention=True, position_buckets=8, pos_att_type=["p2c", "c2p"])).eval()), (ids(),)),
       "mpnet": lambda: (Wrap(T.MPNetModel(T.MPNetConfig(**small, max_position_embeddings=64)).eval()), (ids(),)),
-      "modernbert": lambda: (Wrap(T.ModernBertModel(T.ModernBertConfig(**small, max_position_embeddings=64, global_attn_every_n_layers=2, local_attention=8)).eval()), (ids(),)),
+      "modernbert": lambda: (Wrap(T.ModernBertModel(T.ModernBertConfig(**small, max_position_embeddings=64, pad_token_id=0, global_attn_every_n_layers=2, local_attention=8)).eval()), (ids(),)),
       "segformer": lambda: (Wrap(T.SegformerModel(T.SegformerConfig(hidden_sizes=[16, 32, 64, 128], num_attention_heads=[1, 2, 4, 8], depths=[1, 1, 1, 1], decoder_hidden_size=64)).eval()), (torch.randn(1, 3, 64, 64),)),
       "beit": lambda: (Wrap(T.BeitModel(T.BeitConfig(hidden_size=64, num_attention_heads=4, intermediate_size=128, num_hidden_layers=2, image_size=32, patch_size=8, use_relative_position_bias=True)).eval()), (torch.randn(2, 3, 32, 32),)),
       "dinov2": lambda: (Wrap(T.Dinov2Model(T.Dinov2Config(hidden_size=64, num_attention_heads=4, mlp_ratio=2, num_hidden_layers=2, image_size=32, patch_size=8)).eval()), (torch.randn(2, 3, 32, 32),)),
