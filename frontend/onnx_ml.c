@@ -137,8 +137,9 @@ bool ox_op_normalizer(Imp *im, ONode *n) {
   if (!rows || !ox_attr_str(im, "norm", "MAX", &norm)) return false;
   int64_t last = 1;
   Val *d;
-  if (strcmp(norm, "MAX") == 0)
-    d = ox_reduce(im, OP_REDUCE_MAX, rows, 1, &last, true);
+  if (strcmp(norm, "MAX") == 0) /* a NaN never the max (std::max keeps the first) */
+    d = ox_reduce(im, OP_REDUCE_MAX, ox_where(im, ox_op1(im, OP_ISNAN, rows), ox_scalar(im, -INFINITY, TY_F32), rows), 1,
+                  &last, true);
   else if (strcmp(norm, "L1") == 0)
     d = ox_reduce(im, OP_REDUCE_SUM, ox_op1(im, OP_ABS, rows), 1, &last, true);
   else if (strcmp(norm, "L2") == 0)

@@ -534,8 +534,14 @@ static bool legacy_weights(Imp *im, Legacy *l, const char *prefix) {
     if (k != first) l->n_ids = 2; /* more than one: all that the binary rule asks */
     l->all_positive &= !(w[j] < 0);
     if (!l->is_leaf[c]) continue;
-    l->weight[l->slot[c] * K + k] += w[j];
-    l->names[l->slot[c] * K + k] = 1;
+    /* a leaf's weights for one target add up, but min and max take each as a tree's own */
+    int64_t at = l->slot[c] * K + k;
+    double *cell = &l->weight[at];
+    if (!l->names[at] || l->aggregate == TREE_SUM || l->aggregate == TREE_AVERAGE)
+      *cell = l->names[at] ? *cell + w[j] : w[j];
+    else
+      *cell = l->aggregate == TREE_MIN ? fmin(*cell, w[j]) : fmax(*cell, w[j]);
+    l->names[at] = 1;
   }
   free(w);
   return true;
@@ -606,6 +612,9 @@ bool ox_op_tree_ensemble_regressor(Imp *im, ONode *n) {
     else
       y = tree_aggregate(im, w, hit, l.t.n_trees, l.aggregate);
     if (y && l.n_base) y = ox_op2(im, OP_ADD, y, legacy_base(im, &l));
+    if (y && l.K > 1) /* of several targets, one that no tree reaches is 0, its base value left out */
+      y = ox_where(im, ox_op2s(im, OP_GREATER, ox_reduce(im, OP_REDUCE_MAX, ox_cast(im, hit, TY_F32), 1, (int64_t[]){1}, false), 0),
+                   y, ox_scalar(im, 0, TY_F32));
     if (y && (l.K > 1 || post == ML_POST_PROBIT)) y = ox_ml_post(im, y, post);
   }
   legacy_free(&l);
@@ -624,7 +633,9 @@ static Val *legacy_pair(Imp *im, Val *a, Val *b) { return a && b ? ox_concat(im,
  * model whose weights name one class is binary, its one score s the
  * second class's: the label is the second where s passes 0.5 (weights
  * all positive) or 0, and the scores are [1 - s, s], or [-s, s] turned
- * by the transform. */
+ * by a logistic transform.  A target of a regressor with several that no
+ * tree reaches is 0, without its base value; min and max take each of a
+ * leaf's weights as one (checked against onnxruntime 1.32). */
 bool ox_op_tree_ensemble_classifier(Imp *im, ONode *n) {
   Val *x = legacy_x(im, n);
   int post;
@@ -635,7 +646,7 @@ bool ox_op_tree_ensemble_classifier(Imp *im, ONode *n) {
     return false;
   if (n_labels < 2) return ox_bad(im, "a classifier needs 2 or more class labels, not %" PRId64, n_labels);
   if (n_labels > (1 << 20)) return ox_bad(im, "%" PRId64 " class labels are too many", n_labels);
-  l.K = n_labels;
+  l.K = n_labels, l.aggregate = TREE_SUM;
   Val *w, *hit, *label = NULL, *z = NULL;
   bool ok = legacy_read(im, x, &l, "class") && legacy_reach(im, x, &l, &w, &hit);
   if (ok && l.n_base > 0 && l.n_base != l.K && !(l.K == 2 && l.n_base == 1))
@@ -677,12 +688,12 @@ bool ox_op_tree_ensemble_classifier(Imp *im, ONode *n) {
       if (l.all_positive)
         single = legacy_pair(im, ox_op2s(im, OP_SUB, neg_p0, -1), p0);
       else
-        single = logistic ? logit : ox_where(im, win, legacy_pair(im, neg_p0, p0), legacy_pair(im, p0, neg_p0));
+        single = logistic ? logit : legacy_pair(im, neg_p0, p0);
       label = ox_gather(im, ox_ints_val(im, 2, labels), ox_reshape(im, ox_cast(im, win, TY_I64), 1, &x->type.dims[0]), 0);
     } else { /* both named: the label 1 or 0 itself, whatever the labels */
       win = ox_op2s(im, OP_GREATER, pos, 0);
       if (l.n_base == 0)
-        single = logistic ? logit : legacy_pair(im, p0, neg_p0);
+        single = logistic ? logit : legacy_pair(im, neg_p0, p0);
       else
         single = legacy_pair(im, p0, zeros); /* onnxruntime writes the first score alone */
       label = ox_reshape(im, ox_cast(im, win, TY_I64), 1, &x->type.dims[0]);

@@ -17,6 +17,12 @@ TESTS += tests/test_onnx_bad
 tests_test_onnx_bad_SOURCES = tests/test_onnx_bad.c tests/onnxbuild.c tests/onnxbuild.h
 tests_test_onnx_bad_CFLAGS = $(TEST_CFLAGS)
 tests_test_onnx_bad_LDADD = $(TEST_LIBS)
+# The ML domain (trees, linear models, scalers) against onnxruntime's values.
+check_PROGRAMS += tests/test_onnx_ml
+TESTS += tests/test_onnx_ml
+tests_test_onnx_ml_SOURCES = tests/test_onnx_ml.c tests/onnxbuild.c tests/onnxbuild.h
+tests_test_onnx_ml_CFLAGS = $(TEST_CFLAGS)
+tests_test_onnx_ml_LDADD = $(TEST_LIBS)
 # DFT, STFT, Col2Im, MaxUnpool against direct loops, on emu too.
 check_PROGRAMS += tests/test_onnx_signal
 TESTS += tests/test_onnx_signal

@@ -1,7 +1,10 @@
 /* ONNX models built in C with protobuf-c (tests/onnxbuild.h). */
 #include "onnxbuild.h"
 
+#include "ir/eval.h"
+
 #include "check_quiet.h"
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -265,4 +268,30 @@ int onnxb_count_op(Graph *g, OpKind op) {
   int k = 0;
   for (Node *n = g->first; n; n = n->next) k += n->op == op;
   return k;
+}
+
+bool onnxb_same_dims(const TensorType *t, int rank, const int64_t *dims) {
+  if (t->rank != rank) return false;
+  for (int i = 0; i < rank; i++)
+    if (t->dims[i] != dims[i]) return false;
+  return true;
+}
+
+Tensor onnxb_run1(Graph *g, const char *name, int rank, const int64_t *dims, const float *x) {
+  Tensor in = {ir_type_make(TY_F32, rank, dims), (void *)x};
+  const char *nm[1] = {name};
+  TensorMap inputs = {1, nm, &in};
+  Tensor out[4];
+  char err[512];
+  ck_assert_msg(ir_eval(g, &inputs, &onnxb_params, out, err, sizeof err), "eval: %s", err);
+  for (int i = 1; i < g->n_outputs; i++) ir_tensor_free(&out[i]);
+  return out[0];
+}
+
+void onnxb_expect_values(Tensor *t, int n, const double *want, const char *what) {
+  ck_assert_int_eq(ir_type_numel(&t->type), n);
+  for (int i = 0; i < n; i++)
+    ck_assert_msg(fabs(ir_tensor_get(t, i) - want[i]) < 1e-6, "%s[%d] is %g, want %g", what, i, ir_tensor_get(t, i),
+                  want[i]);
+  ir_tensor_free(t);
 }

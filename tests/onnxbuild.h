@@ -63,5 +63,10 @@ void onnxb_expect_error(Graph *g, const char *want);
 /* The import of b, which must succeed. */
 Graph *onnxb_must_import(Model *b);
 int onnxb_count_op(Graph *g, OpKind op);
+bool onnxb_same_dims(const TensorType *t, int rank, const int64_t *dims);
+/* Runs g on the reference interpreter with one f32 input: its first output. */
+Tensor onnxb_run1(Graph *g, const char *name, int rank, const int64_t *dims, const float *x);
+/* t holds n values, each within 1e-6 of want's; frees t. */
+void onnxb_expect_values(Tensor *t, int n, const double *want, const char *what);
 
 #endif

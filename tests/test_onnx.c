@@ -29,13 +29,10 @@
 #define expect_error onnxb_expect_error
 #define must_import onnxb_must_import
 #define count_op onnxb_count_op
+#define same_dims onnxb_same_dims
+#define run1 onnxb_run1
+#define expect_values onnxb_expect_values
 
-static bool same_dims(const TensorType *t, int rank, const int64_t *dims) {
-  if (t->rank != rank) return false;
-  for (int i = 0; i < rank; i++)
-    if (t->dims[i] != dims[i]) return false;
-  return true;
-}
 
 static Node *first_op(Graph *g, OpKind op) {
   for (Node *n = g->first; n; n = n->next)
@@ -43,17 +40,6 @@ static Node *first_op(Graph *g, OpKind op) {
   return NULL;
 }
 
-/* Runs g with one float input named x. */
-static Tensor run1(Graph *g, const char *name, int rank, const int64_t *dims, const float *x) {
-  Tensor in = {ir_type_make(TY_F32, rank, dims), (void *)x};
-  const char *nm[1] = {name};
-  TensorMap inputs = {1, nm, &in};
-  Tensor out[4];
-  char err[512];
-  ck_assert_msg(ir_eval(g, &inputs, &params, out, err, sizeof err), "eval: %s", err);
-  for (int i = 1; i < g->n_outputs; i++) ir_tensor_free(&out[i]);
-  return out[0];
-}
 
 static const float xdata[6] = {1, -2, 3, 0.5f, -1, 2};
 static const float wdata[12] = {0.1f, 0.2f, 0.3f, -0.4f, 0.5f, 0.6f, 0.7f, -0.8f, 0.9f, 1, 1.1f, -1.2f};
@@ -307,13 +293,6 @@ static Model *subgraph(const char *ins, const char *outs) {
   return g;
 }
 
-static void expect_values(Tensor *t, int n, const double *want, const char *what) {
-  ck_assert_int_eq(ir_type_numel(&t->type), n);
-  for (int i = 0; i < n; i++)
-    ck_assert_msg(fabs(ir_tensor_get(t, i) - want[i]) < 1e-6, "%s[%d] is %g, want %g", what, i,
-                  ir_tensor_get(t, i), want[i]);
-  ir_tensor_free(t);
-}
 
 /* If with a condition at run time (both branches and a where) and a
  * constant one (the branch taken alone); the branches read x from
@@ -658,120 +637,6 @@ END_TEST
 
 /* The ML domain's tensor ops: Binarizer (x > threshold as 1 or 0) and
  * ArrayFeatureExtractor (columns of the last axis, [1, K] for a 1-d X). */
-START_TEST(test_ml_domain) {
-  Model *b = model_new(17);
-  add_input(b, "X", 2, (const int64_t[]){2, 3});
-  Onnx__NodeProto *n = add_node(b, "Binarizer", "X", "Y");
-  n->domain = str("ai.onnx.ml");
-  attr_f(n, "threshold", 0.5f);
-  add_output(b, "Y");
-  Tensor y = run1(must_import(b), "X", 2, (const int64_t[]){2, 3}, xdata);
-  expect_values(&y, 6, (const double[]){1, 0, 1, 0, 0, 1}, "Binarizer");
-  ir_tensor_free(&y);
-  for (int rank = 1; rank <= 2; rank++) {
-    b = model_new(17);
-    int64_t dims[2] = {rank == 1 ? 6 : 2, 3};
-    add_input(b, "X", rank, dims);
-    add_init_i64(b, "I", 2, (const int64_t[]){2, 0});
-    n = add_node(b, "ArrayFeatureExtractor", "X,I", "Y");
-    n->domain = str("ai.onnx.ml");
-    add_output(b, "Y");
-    Graph *g = must_import(b);
-    ck_assert(same_dims(&g->outputs[0]->type, 2, rank == 1 ? (const int64_t[]){1, 2} : (const int64_t[]){2, 2}));
-    y = run1(g, "X", rank, dims, xdata);
-    expect_values(&y, 2 * rank, (const double[]){3, 1, 2, 0.5}, "ArrayFeatureExtractor");
-    ir_tensor_free(&y);
-  }
-}
-END_TEST
-
-/* A tensor attribute of n floats (dtype FLOAT) or bytes (UINT8). */
-static void attr_tensor(Onnx__NodeProto *n, const char *name, int32_t dtype, int k, const double *v) {
-  Onnx__AttributeProto *a = attr(n, name, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__TENSOR);
-  a->t = tensor(name, dtype, 1, (const int64_t[]){k});
-  if (dtype == ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT) {
-    a->t->n_float_data = (size_t)k, a->t->float_data = mem(sizeof(float) * (size_t)k);
-    for (int i = 0; i < k; i++) a->t->float_data[i] = (float)v[i];
-  } else {
-    a->t->n_int32_data = (size_t)k, a->t->int32_data = mem(sizeof(int32_t) * (size_t)k);
-    for (int i = 0; i < k; i++) a->t->int32_data[i] = (int32_t)v[i];
-  }
-}
-
-/* TreeEnsemble of two trees over X [5, 2] into 3 targets: tree A splits
- * on x0 <= 1, then on x1 in {2, 5} (a NaN going the true way); tree B is
- * a leaf (one node whose sides reach the same leaf).  feature sets a
- * node's feature, back a true side that leads back to the root. */
-static Model *tree_model(int64_t aggregate, int64_t feature1, bool back) {
-  Model *b = model_new(17);
-  add_input(b, "X", 2, (const int64_t[]){5, 2});
-  Onnx__NodeProto *n = add_node(b, "TreeEnsemble", "X", "Y");
-  n->domain = str("ai.onnx.ml");
-  attr_is(n, "nodes_featureids", 3, (const int64_t[]){0, feature1, 0});
-  attr_tensor(n, "nodes_modes", ONNX__TENSOR_PROTO__DATA_TYPE__UINT8, 3, (const double[]){0, 6, 0});
-  attr_tensor(n, "nodes_splits", ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT, 3, (const double[]){1, 0, 0});
-  attr_tensor(n, "membership_values", ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT, 3, (const double[]){2, 5, NAN});
-  attr_is(n, "nodes_truenodeids", 3, (const int64_t[]){1, back ? 0 : 1, 3});
-  attr_is(n, "nodes_trueleafs", 3, (const int64_t[]){0, back ? 0 : 1, 1});
-  attr_is(n, "nodes_falsenodeids", 3, (const int64_t[]){0, 2, 3});
-  attr_is(n, "nodes_falseleafs", 3, (const int64_t[]){1, 1, 1});
-  attr_is(n, "nodes_missing_value_tracks_true", 3, (const int64_t[]){0, 1, 0});
-  attr_is(n, "leaf_targetids", 4, (const int64_t[]){0, 1, 0, 0});
-  attr_tensor(n, "leaf_weights", ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT, 4, (const double[]){10, 1, 2, 100});
-  attr_is(n, "tree_roots", 2, (const int64_t[]){0, 2});
-  attr_i(n, "n_targets", 3);
-  attr_i(n, "aggregate_function", aggregate);
-  add_output(b, "Y");
-  return b;
-}
-
-/* Each aggregate against sums worked out by hand: [0, 5] and [0, NaN]
- * reach A's member leaf, [0, 3] its other, [2, 2] and [NaN, 2] (a NaN
- * split the false way) A's first leaf; B always adds 100 to target 0;
- * target 2 is never reached (0, as onnxruntime).  (On emu: the node
- * tests', tests/test_onnx_node.c's emu list.) */
-START_TEST(test_tree_ensemble) {
-  const float x[10] = {0, 5, 0, 3, 2, 2, 0, NAN, NAN, 2};
-  static const double want[4][15] = {
-      {50, 0.5, 0, 51, 0, 0, 55, 0, 0, 50, 0.5, 0, 55, 0, 0},      /* average */
-      {100, 1, 0, 102, 0, 0, 110, 0, 0, 100, 1, 0, 110, 0, 0},     /* sum */
-      {100, 1, 0, 2, 0, 0, 10, 0, 0, 100, 1, 0, 10, 0, 0},         /* min */
-      {100, 1, 0, 100, 0, 0, 100, 0, 0, 100, 1, 0, 100, 0, 0}};    /* max */
-  for (int agg = 0; agg < 4; agg++) {
-    Graph *g = must_import(tree_model(agg, 1, false));
-    Tensor y = run1(g, "X", 2, (const int64_t[]){5, 2}, x);
-    expect_values(&y, 15, want[agg], "TreeEnsemble");
-  }
-  /* 60 levels whose sides both lead to the next: 2^60 paths, one tree of
-   * depth 60, its depth found in linear time */
-  enum { LEVELS = 60 };
-  int64_t feature[LEVELS] = {0}, next[LEVELS], leafs[LEVELS] = {0}, other[LEVELS];
-  double modes[LEVELS] = {0}, splits[LEVELS] = {0};
-  for (int i = 0; i < LEVELS; i++) next[i] = other[i] = i + 1;
-  next[LEVELS - 1] = 0, other[LEVELS - 1] = 1, leafs[LEVELS - 1] = 1;
-  Model *b = model_new(17);
-  add_input(b, "X", 2, (const int64_t[]){5, 2});
-  Onnx__NodeProto *n = add_node(b, "TreeEnsemble", "X", "Y");
-  n->domain = str("ai.onnx.ml");
-  attr_is(n, "nodes_featureids", LEVELS, feature);
-  attr_tensor(n, "nodes_modes", ONNX__TENSOR_PROTO__DATA_TYPE__UINT8, LEVELS, modes);
-  attr_tensor(n, "nodes_splits", ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT, LEVELS, splits);
-  attr_is(n, "nodes_truenodeids", LEVELS, next);
-  attr_is(n, "nodes_trueleafs", LEVELS, leafs);
-  attr_is(n, "nodes_falsenodeids", LEVELS, other);
-  attr_is(n, "nodes_falseleafs", LEVELS, leafs);
-  attr_is(n, "leaf_targetids", 2, (const int64_t[]){0, 1});
-  attr_tensor(n, "leaf_weights", ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT, 2, (const double[]){1, 2});
-  attr_is(n, "tree_roots", 1, (const int64_t[]){0});
-  attr_i(n, "n_targets", 2);
-  add_output(b, "Y");
-  Tensor y = run1(must_import(b), "X", 2, (const int64_t[]){5, 2}, x);
-  expect_values(&y, 10, (const double[]){1, 0, 1, 0, 0, 2, 1, 0, 0, 2}, "TreeEnsemble of shared subtrees");
-  expect_error(import(tree_model(1, 2, false)), "(TreeEnsemble): node 1: feature 2 is out of range for X's 2 features");
-  expect_error(import(tree_model(1, 1, true)), "node 0 of the tree at root 0 leads back to itself: a tree has no cycles");
-}
-END_TEST
-
 /* DeformConv with zero offsets is Conv (strides, dilations, pads and
  * groups alike); with every x offset +1 it is Conv of X shifted left
  * by one column (a zero column entering at the right), and a mask of
@@ -1977,8 +1842,6 @@ static Suite *onnx_suite(void) {
   tcase_add_test(tc, test_det);
   tcase_add_test(tc, test_flex_attention);
   tcase_add_test(tc, test_training_domain);
-  tcase_add_test(tc, test_ml_domain);
-  tcase_add_test(tc, test_tree_ensemble);
   tcase_add_test(tc, test_deform_conv);
   tcase_add_test(tc, test_scan8);
   tcase_add_test(tc, test_api_runs_without_weights_file);
