@@ -498,6 +498,7 @@ static bool import_node(Imp *im, const Onnx__GraphProto *gp, int idx) {
   const OpEntry *op;
   if (np->domain && *np->domain && strcmp(np->domain, "ai.onnx") != 0) {
     op = find_preview_op(np->domain, np->op_type);
+    if (!op && strcmp(np->domain, "ai.onnx.ml") == 0 && strcmp(np->op_type, "ZipMap") == 0) return ox_refuse_zip_map(im);
     if (!op) return ox_bad(im, "ops of domain '%s' are not supported%s", np->domain, preview_note(np->domain));
   } else if (im->no_onnx_opset) {
     return ox_bad(im, "op %s of the ONNX domain, which the model does not import (only %s)", np->op_type,
@@ -696,29 +697,36 @@ static bool import_graph(Imp *im, const Onnx__ModelProto *m) {
     int i = n_out++;
     outs[i] = ox_use(im, e->val);
     names[i] = e->name;
-    /* A declared output type must agree with what the graph computes. */
+    /* A declared output dtype must agree with what the graph computes.
+     * A declared shape that does not is a warning: converters write
+     * wrong ones (skl2onnx declares a multi-target regressor's output
+     * [N, 1], onnxmltools a LightGBM classifier's labels [1]), and
+     * onnxruntime runs them with the computed shape, warning too. */
     const Onnx__TypeProto *tp = vi->type;
     if (tp && tp->value_case == ONNX__TYPE_PROTO__VALUE_TENSOR_TYPE && tp->tensor_type) {
       const Onnx__TypeProto__Tensor *tt = tp->tensor_type;
       DType dt;
-      bool mismatch = tt->has_elem_type && tt->elem_type &&
-                      (e->val->held ? tt->elem_type != e->val->held
-                                    : !ox_dtype_from_onnx(tt->elem_type, &dt) || dt != outs[i]->type.dtype);
+      char buf[IR_TYPE_STR_MAX];
+      if (tt->has_elem_type && tt->elem_type &&
+          (e->val->held ? tt->elem_type != e->val->held
+                        : !ox_dtype_from_onnx(tt->elem_type, &dt) || dt != outs[i]->type.dtype))
+        return ox_bad(im, "graph output '%s' computes %s, which differs from its declared type", e->name,
+                      ir_type_str(&outs[i]->type, buf, sizeof buf));
       /* A symbolic, -1 or unset dim accepts what the graph computes; so
        * does every dim of a value of run-time length (its dims are
        * bounds, and the declared ones what some run gave). */
+      bool other_shape = false;
       if (tt->shape) {
-        mismatch |= (int)tt->shape->n_dim != outs[i]->type.rank;
-        for (size_t d = 0; !mismatch && !e->val->run_time_len && d < tt->shape->n_dim; d++)
+        other_shape = (int)tt->shape->n_dim != outs[i]->type.rank;
+        for (size_t d = 0; !other_shape && !e->val->run_time_len && d < tt->shape->n_dim; d++)
           if (tt->shape->dim[d]->value_case == ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_VALUE &&
               tt->shape->dim[d]->dim_value >= 0)
-            mismatch |= tt->shape->dim[d]->dim_value != outs[i]->type.dims[d];
+            other_shape |= tt->shape->dim[d]->dim_value != outs[i]->type.dims[d];
       }
-      if (mismatch) {
-        char buf[IR_TYPE_STR_MAX];
-        return ox_bad(im, "graph output '%s' computes %s, which differs from its declared type", e->name,
-                      ir_type_str(&outs[i]->type, buf, sizeof buf));
-      }
+      if (other_shape)
+        diag_warning(im->c, (SrcLoc){0}, "%s: graph output '%s' computes %s, another shape than the file declares: "
+                                         "the computed shape is used", im->file, e->name,
+                     ir_type_str(&outs[i]->type, buf, sizeof buf));
     }
   }
   if (n_out == 0) return ox_bad(im, "the graph's outputs are all absent optionals or empty sequences: no tensor to compute");

@@ -225,3 +225,11 @@ bool ox_op_linear_classifier(Imp *im, ONode *n) {
   n->out[0] = label, n->out[1] = z;
   return label && z;
 }
+
+/* ZipMap's output is a sequence of maps (a class's label to its score per
+ * sample), which dlcc does not have: refused with the converter's own
+ * way out. */
+bool ox_refuse_zip_map(Imp *im) {
+  return ox_bad(im, "its output is a sequence of maps, which dlcc does not have: convert the classifier without it "
+                    "(skl2onnx: options={'zipmap': False}; onnxmltools: zipmap=False) and read the scores tensor");
+}

@@ -637,6 +637,32 @@ END_TEST
 
 /* The ML domain's tensor ops: Binarizer (x > threshold as 1 or 0) and
  * ArrayFeatureExtractor (columns of the last axis, [1, K] for a 1-d X). */
+/* A declared output shape that is not the computed one (converters write
+ * such: onnxmltools declares a LightGBM classifier's labels [1]) imports
+ * with a warning, the computed shape used; a declared dtype that is not
+ * the computed one is an error. */
+START_TEST(test_declared_output_shape) {
+  for (int wrong_dtype = 0; wrong_dtype < 2; wrong_dtype++) {
+    Model *b = model_new(17);
+    add_input(b, "x", 2, (const int64_t[]){2, 3});
+    add_node(b, "Relu", "x", "y");
+    b->outs[b->g.n_output++] = value_info(
+        "y", wrong_dtype ? ONNX__TENSOR_PROTO__DATA_TYPE__INT64 : ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT, 1,
+        (const int64_t[]){1}, NULL);
+    Graph *g = import(b);
+    if (wrong_dtype) {
+      expect_error(g, "graph output 'y' computes f32[2, 3], which differs from its declared type");
+      continue;
+    }
+    ck_assert_ptr_nonnull(g);
+    ck_assert(same_dims(&g->outputs[0]->type, 2, (const int64_t[]){2, 3}));
+    ck_assert_int_eq(ctx.diag.warnings, 1);
+    ck_assert_msg(strstr(ctx.diag.text, "graph output 'y' computes f32[2, 3], another shape than the file declares"), "%s",
+                  ctx.diag.text);
+  }
+}
+END_TEST
+
 /* DeformConv with zero offsets is Conv (strides, dilations, pads and
  * groups alike); with every x offset +1 it is Conv of X shifted left
  * by one column (a zero column entering at the right), and a mask of
@@ -1842,6 +1868,7 @@ static Suite *onnx_suite(void) {
   tcase_add_test(tc, test_det);
   tcase_add_test(tc, test_flex_attention);
   tcase_add_test(tc, test_training_domain);
+  tcase_add_test(tc, test_declared_output_shape);
   tcase_add_test(tc, test_deform_conv);
   tcase_add_test(tc, test_scan8);
   tcase_add_test(tc, test_api_runs_without_weights_file);

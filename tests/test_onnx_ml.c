@@ -273,6 +273,12 @@ START_TEST(test_tree_ensemble_classifier) {
   attr_strings(n, "classlabels_strings", 2, (const char *const[]){"no", "yes"});
   add_output(b, "L");
   expect_error(import(b), "string class labels (classlabels_strings) are not supported");
+  b = model_new(17);
+  add_input(b, "X", 2, (const int64_t[]){5, 3});
+  add_node(b, "ZipMap", "X", "M")->domain = str("ai.onnx.ml");
+  add_output(b, "M");
+  expect_error(import(b), "(ZipMap): its output is a sequence of maps, which dlcc does not have: convert the classifier "
+                          "without it (skl2onnx: options={'zipmap': False}");
 }
 END_TEST
 

@@ -107,7 +107,7 @@ def convert(name, model, X):
         from onnxmltools.convert.common.data_types import FloatTensorType
         conv = onnxmltools.convert_xgboost if name.startswith("xgb") else onnxmltools.convert_lightgbm
         kw = {"zipmap": False} if name.startswith("lgbm") else {}
-        return conv(model, initial_types=[("X", FloatTensorType([None, X.shape[1]]))], target_opset=17, **kw)
+        return conv(model, initial_types=[("X", FloatTensorType([None, X.shape[1]]))], target_opset=15, **kw)
     opts = {id(model): {"zipmap": False}} if hasattr(model, "classes_") else None
     try:
         return to_onnx(model, X[:1], options=opts, target_opset={"": 17, "ai.onnx.ml": 3})
