@@ -309,6 +309,8 @@ static const OpEntry ml_ops[] = {
     {"LinearClassifier", ox_op_linear_classifier, "integer class labels"},
     {"LinearRegressor", ox_op_linear_regressor, NULL},
     {"Normalizer", ox_op_normalizer, NULL},
+    {"SVMClassifier", ox_op_svm_classifier, "integer class labels; no probability estimates"},
+    {"SVMRegressor", ox_op_svm_regressor, NULL},
     {"Scaler", ox_op_scaler, NULL},
     {"TreeEnsemble", ox_op_tree_ensemble, "post_transform none, softmax or logistic"},
     {"TreeEnsembleClassifier", ox_op_tree_ensemble_classifier, "integer class labels"},
@@ -321,8 +323,10 @@ static const struct {
 } domains[] = {
     {"ai.onnx.preview", " (of it, FlexAttention is)", preview_ops, ARRAY_LEN(preview_ops)},
     {"ai.onnx.preview.training", " (of it, Adagrad, Adam and Momentum are)", training_ops, ARRAY_LEN(training_ops)},
-    {"ai.onnx.ml", " (of it, ArrayFeatureExtractor, Binarizer, LinearClassifier, LinearRegressor, Normalizer, Scaler, TreeEnsemble, "
-     "TreeEnsembleClassifier and TreeEnsembleRegressor are)", ml_ops, ARRAY_LEN(ml_ops)},
+    {"ai.onnx.ml",
+     " (of it, ArrayFeatureExtractor, Binarizer, LinearClassifier, LinearRegressor, Normalizer, SVMClassifier, "
+     "SVMRegressor, Scaler, TreeEnsemble, TreeEnsembleClassifier and TreeEnsembleRegressor are)",
+     ml_ops, ARRAY_LEN(ml_ops)},
     {"com.microsoft",
      " (of it, onnxruntime's QOperator ops QGemm, QLinearAdd, QLinearAveragePool, QLinearConcat, "
      "QLinearGlobalAveragePool, QLinearLeakyRelu, QLinearMul and QLinearSigmoid are)",

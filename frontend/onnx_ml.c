@@ -233,3 +233,195 @@ bool ox_refuse_zip_map(Imp *im) {
   return ox_bad(im, "its output is a sequence of maps, which dlcc does not have: convert the classifier without it "
                     "(skl2onnx: options={'zipmap': False}; onnxmltools: zipmap=False) and read the scores tensor");
 }
+
+/* ---- support vector machines (libsvm's, as skl2onnx writes SVC and SVR) ---- */
+
+enum { SVM_LINEAR, SVM_POLY, SVM_RBF, SVM_SIGMOID };
+
+typedef struct SvmKernel {
+  int type;
+  double gamma, coef0, degree;
+} SvmKernel;
+
+static bool svm_kernel_attrs(Imp *im, SvmKernel *k) {
+  static const char *const names[] = {"LINEAR", "POLY", "RBF", "SIGMOID"};
+  const char *s;
+  if (!ox_attr_str(im, "kernel_type", "LINEAR", &s)) return false;
+  k->type = -1;
+  for (int i = 0; i < 4; i++)
+    if (strcmp(s, names[i]) == 0) k->type = i;
+  if (k->type < 0) return ox_bad(im, "kernel_type '%s' is not LINEAR, POLY, RBF or SIGMOID", s);
+  const Onnx__AttributeProto *p = ox_find_attr(im, "kernel_params");
+  k->gamma = k->coef0 = k->degree = 0;
+  if (p && p->n_floats > 0 && p->n_floats < 3) return ox_bad(im, "kernel_params needs gamma, coef0 and degree");
+  if (p && p->n_floats >= 3) k->gamma = p->floats[0], k->coef0 = p->floats[1], k->degree = p->floats[2];
+  return true;
+}
+
+/* K(x, v) of each row of X with each of the m rows of v ([m, F], known):
+ * [N, m].  RBF's squared distance is |x|² + |v|² - 2 x·v (one product,
+ * not an [N, m, F] difference), never below 0. */
+static Val *svm_kernel(Imp *im, const SvmKernel *k, Val *rows, int64_t m, const float *v) {
+  int64_t F = rows->type.dims[1];
+  Val *vt = ox_transpose(im, ox_reshape(im, ml_vector(im, m * F, v), 2, (int64_t[]){m, F}), (int64_t[]){1, 0});
+  Val *dot = ox_op2(im, OP_MATMUL, rows, vt);
+  switch (k->type) {
+    case SVM_POLY: return ox_op2(im, OP_POW, ox_op2s(im, OP_ADD, ox_op2s(im, OP_MUL, dot, k->gamma), k->coef0),
+                                 ox_scalar(im, k->degree, TY_F32));
+    case SVM_SIGMOID: return ox_op1(im, OP_TANH, ox_op2s(im, OP_ADD, ox_op2s(im, OP_MUL, dot, k->gamma), k->coef0));
+    case SVM_RBF: {
+      float *norms = malloc(sizeof *norms * (size_t)m);
+      if (!norms) return ox_bad(im, "out of memory"), NULL;
+      for (int64_t i = 0; i < m; i++) {
+        double s = 0;
+        for (int64_t f = 0; f < F; f++) s += (double)v[i * F + f] * v[i * F + f];
+        norms[i] = (float)s;
+      }
+      Val *vn = ox_reshape(im, ml_vector(im, m, norms), 2, (int64_t[]){1, m});
+      free(norms);
+      Val *xn = ox_reduce(im, OP_REDUCE_SUM, ox_op2(im, OP_MUL, rows, rows), 1, (int64_t[]){1}, true);
+      Val *d2 = ox_op2(im, OP_SUB, ox_op2(im, OP_ADD, xn, vn), ox_op2s(im, OP_MUL, dot, 2));
+      d2 = ox_op2(im, OP_MAXIMUM, d2, ox_scalar(im, 0, TY_F32));
+      return ox_op1(im, OP_EXP, ox_op2s(im, OP_MUL, d2, -k->gamma));
+    }
+    default: return dot;
+  }
+}
+
+/* A list-of-floats attribute with at least `least` values (0: may be absent). */
+static bool svm_floats(Imp *im, const char *name, int64_t least, const float **v, int64_t *n) {
+  const Onnx__AttributeProto *a = ox_find_attr(im, name);
+  *v = a ? a->floats : NULL, *n = a ? (int64_t)a->n_floats : 0;
+  if (*n < least) return ox_bad(im, "%s has %" PRId64 " values, %" PRId64 " needed", name, *n, least);
+  return true;
+}
+
+/* The support vectors, [m, F]: m of them, each of X's F features. */
+static bool svm_vectors(Imp *im, int64_t m, int64_t F, const float **sv) {
+  int64_t n;
+  if (!svm_floats(im, "support_vectors", 0, sv, &n)) return false;
+  if (n != m * F)
+    return ox_bad(im, "support_vectors has %" PRId64 " values, not %" PRId64 " (%" PRId64 " vectors of X's %" PRId64
+                      " features)", n, m * F, m, F);
+  return true;
+}
+
+/* SVMRegressor: the kernels of X with the support vectors times the
+ * coefficients, plus rho (no support vectors: X's dot with the
+ * coefficients); one_class makes it 1 or -1.  onnxruntime reads
+ * post_transform and applies none. */
+bool ox_op_svm_regressor(Imp *im, ONode *n) {
+  Val *x = ox_in_req(im, n, 0), *rows = x ? ml_rows(im, x) : NULL;
+  SvmKernel k;
+  int post;
+  int64_t m, one_class, n_coef, n_rho;
+  const float *coef, *rho, *sv;
+  if (!rows || !svm_kernel_attrs(im, &k) || !ox_ml_post_attr(im, &post) || !ox_attr_int(im, "n_supports", 0, &m) ||
+      !ox_attr_int(im, "one_class", 0, &one_class) || !svm_floats(im, "rho", 1, &rho, &n_rho))
+    return false;
+  int64_t F = rows->type.dims[1];
+  if (m < 0 || m > (1 << 24)) return ox_bad(im, "n_supports %" PRId64 " is out of range", m);
+  if (!svm_floats(im, "coefficients", m > 0 ? m : F, &coef, &n_coef) || !svm_vectors(im, m, F, &sv)) return false;
+  Val *y;
+  if (m > 0)
+    y = ox_op2(im, OP_MATMUL, svm_kernel(im, &k, rows, m, sv), ox_reshape(im, ml_vector(im, m, coef), 2, (int64_t[]){m, 1}));
+  else
+    y = ox_op2(im, OP_MATMUL, rows, ox_reshape(im, ml_vector(im, F, coef), 2, (int64_t[]){F, 1}));
+  y = ox_op2s(im, OP_ADD, y, rho[0]);
+  if (y && one_class) y = ox_where(im, ox_op2s(im, OP_GREATER, y, 0), ox_scalar(im, 1, TY_F32), ox_scalar(im, -1, TY_F32));
+  return (n->out[0] = y) != NULL;
+}
+
+/* SVMClassifier, one-vs-one as libsvm: each pair (i, j) of classes scores
+ * its two classes' support vectors' kernels by their coefficients plus
+ * its rho, a vote for i where the score is above 0, else for j; the
+ * label is the class of the most votes (the first of equals) and the
+ * scores are the pairs' (two classes: [-s, s]).  Without support
+ * vectors (liblinear's form) X's dot with each class's coefficients plus
+ * rho.  Probability estimates (prob_a, prob_b) are refused: libsvm's
+ * pairwise coupling is an iteration onnxruntime stops at a tolerance. */
+bool ox_op_svm_classifier(Imp *im, ONode *n) {
+  Val *x = ox_in_req(im, n, 0), *rows = x ? ml_rows(im, x) : NULL;
+  SvmKernel k;
+  int post;
+  int64_t C, n_prob, n_coef, n_rho, m = 0;
+  const int64_t *labels, *per_class = NULL;
+  const float *prob, *coef, *rho, *sv;
+  if (!rows || !svm_kernel_attrs(im, &k) || !ox_ml_post_attr(im, &post) ||
+      !ox_ml_labels(im, "classlabels_ints", "classlabels_strings", &C, &labels) || !svm_floats(im, "prob_a", 0, &prob, &n_prob) ||
+      !svm_floats(im, "prob_b", 0, &prob, &n_prob) || !svm_floats(im, "rho", 1, &rho, &n_rho))
+    return false;
+  if (n_prob > 0)
+    return ox_bad(im, "probability estimates (prob_a, prob_b) are not supported: libsvm's pairwise coupling iterates "
+                      "to a tolerance; convert a model trained without probability=True");
+  if (C < 2 || C > 4096) return ox_bad(im, "%" PRId64 " class labels: 2 to 4096 are supported", C);
+  const Onnx__AttributeProto *vpc = ox_find_attr(im, "vectors_per_class");
+  if (vpc && vpc->n_ints > 0) {
+    if ((int64_t)vpc->n_ints != C) return ox_bad(im, "vectors_per_class has %zu values for %" PRId64 " classes", vpc->n_ints, C);
+    per_class = vpc->ints;
+    for (int64_t i = 0; i < C; i++) {
+      if (per_class[i] < 0 || per_class[i] > (1 << 24)) return ox_bad(im, "vectors_per_class[%" PRId64 "] is out of range", i);
+      m += per_class[i];
+    }
+  }
+  int64_t F = rows->type.dims[1], P = C * (C - 1) / 2;
+  Val *scores, *label;
+  if (m > 0) {
+    if (!svm_floats(im, "coefficients", (C - 1) * m, &coef, &n_coef) || !svm_floats(im, "rho", P, &rho, &n_rho) ||
+        !svm_vectors(im, m, F, &sv))
+      return false;
+    /* pair p = (i, j): class i's vectors weighted by coefficient row j - 1, class j's by row i */
+    float *w = calloc((size_t)(m * P), sizeof *w), *vote_i = calloc((size_t)(P * C), sizeof *w),
+          *vote_j = calloc((size_t)(P * C), sizeof *w);
+    int64_t *start = malloc(sizeof *start * (size_t)C);
+    if (!w || !vote_i || !vote_j || !start) {
+      free(w), free(vote_i), free(vote_j), free(start);
+      return ox_bad(im, "out of memory");
+    }
+    for (int64_t i = 0, s = 0; i < C; s += per_class[i++]) start[i] = s;
+    for (int64_t i = 0, p = 0; i < C; i++)
+      for (int64_t j = i + 1; j < C; j++, p++) {
+        for (int64_t v = start[i]; v < start[i] + per_class[i]; v++) w[v * P + p] = coef[(j - 1) * m + v];
+        for (int64_t v = start[j]; v < start[j] + per_class[j]; v++) w[v * P + p] = coef[i * m + v];
+        vote_i[p * C + i] = 1, vote_j[p * C + j] = 1;
+      }
+    Val *wp = ox_reshape(im, ml_vector(im, m * P, w), 2, (int64_t[]){m, P});
+    Val *vi = ox_reshape(im, ml_vector(im, P * C, vote_i), 2, (int64_t[]){P, C});
+    Val *vj = ox_reshape(im, ml_vector(im, P * C, vote_j), 2, (int64_t[]){P, C});
+    free(w), free(vote_i), free(vote_j), free(start);
+    scores = ox_op2(im, OP_ADD, ox_op2(im, OP_MATMUL, svm_kernel(im, &k, rows, m, sv), wp), ml_vector(im, P, rho));
+    Val *above = ox_cast(im, ox_op2s(im, OP_GREATER, scores, 0), TY_F32);
+    Val *votes = ox_op2(im, OP_ADD, ox_op2(im, OP_MATMUL, above, vi),
+                        ox_op2(im, OP_MATMUL, ox_op2s(im, OP_SUB, ox_op1(im, OP_NEG, above), -1), vj));
+    Emit e;
+    Node *am = ox_begin(im, &e, OP_ARGMAX, 1, &votes);
+    ir_set_int(im->g, am, "axis", 1);
+    ir_set_int(im->g, am, "keepdims", 0);
+    label = ox_gather(im, ox_ints_val(im, (int)C, labels), ox_cast(im, ox_emit1(im, &e), TY_I64), 0);
+    if (C == 2 && post != ML_POST_NONE)
+      return ox_bad(im, "post_transform %s of a two-class SVM is not supported (NONE is)",
+                    post == ML_POST_LOGISTIC ? "LOGISTIC" : post == ML_POST_SOFTMAX ? "SOFTMAX"
+                    : post == ML_POST_PROBIT ? "PROBIT" : "SOFTMAX_ZERO");
+    scores = C == 2 ? ox_concat(im, 2, (Val *[]){ox_op1(im, OP_NEG, scores), scores}, 1) : ox_ml_post(im, scores, post);
+  } else {
+    if (!svm_floats(im, "coefficients", C * F, &coef, &n_coef) || !svm_vectors(im, 0, F, &sv)) return false;
+    Val *w = ox_reshape(im, ml_vector(im, C * F, coef), 2, (int64_t[]){C, F});
+    scores = ox_op2s(im, OP_ADD, ox_op2(im, OP_MATMUL, rows, ox_transpose(im, w, (int64_t[]){1, 0})), rho[0]);
+    Emit e;
+    Node *am = ox_begin(im, &e, OP_ARGMAX, 1, &scores);
+    ir_set_int(im->g, am, "axis", 1);
+    ir_set_int(im->g, am, "keepdims", 0);
+    Val *top = ox_cast(im, ox_emit1(im, &e), TY_I64);
+    if (C == 2) { /* the second label where the best score passes 0.5 (all weights positive) or 0 */
+      bool positive = true;
+      for (int64_t i = 0; i < C * F; i++) positive &= !(coef[i] < 0);
+      Val *best = ox_reduce(im, OP_REDUCE_MAX, scores, 1, (int64_t[]){1}, false);
+      Val *second = positive ? ox_op2s(im, OP_GREATER_EQUAL, best, 0.5) : ox_op2s(im, OP_GREATER, best, 0);
+      top = ox_where(im, second, ox_scalar(im, 1, TY_I64), top);
+    }
+    label = ox_gather(im, ox_ints_val(im, (int)C, labels), top, 0);
+    scores = ox_ml_post(im, scores, post);
+  }
+  n->out[0] = label, n->out[1] = scores;
+  return label && scores;
+}

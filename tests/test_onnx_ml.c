@@ -2,7 +2,7 @@
  * ArrayFeatureExtractor, the tree ensembles (TreeEnsemble and the older
  * TreeEnsembleRegressor and TreeEnsembleClassifier), the linear models,
  * Scaler and Normalizer, on models built here with protobuf-c, run by
- * the reference interpreter.  The expected values of the older ops are
+ * the reference interpreter; the SVMs too.  The expected values of the older ops are
  * onnxruntime 1.32's on the same models (its rules for two classes and
  * for targets no tree reaches are its own); tests/onnx/sklearn_models.py
  * compares real scikit-learn, XGBoost and LightGBM conversions. */
@@ -346,6 +346,107 @@ START_TEST(test_linear_and_scalers) {
 }
 END_TEST
 
+/* Five support vectors of two features, and their coefficients. */
+static const float svm_vectors[10] = {0, 0, 1, 1, 2, 0, 0, 2, 1, -1};
+static const float svm_coef[10] = {1, -0.5f, 0.25f, 2, -1, 0.5f, 1.5f, -2, 1, 0.75f};
+
+/* SVMRegressor in each kernel and without support vectors (one_class:
+ * 1 or -1, a NaN -1); SVMClassifier one-vs-one of three classes (the
+ * most votes; the pairs' scores) and two ([-s, s]), and in liblinear's
+ * form (two classes: the second label where the best score passes 0 with
+ * weights of both signs).  The rows without a NaN, onnxruntime's values. */
+START_TEST(test_svm) {
+  static const struct {
+    const char *kernel;
+    float params[3];
+    double want[3];
+  } reg[4] = {{"RBF", {0.5f, 0, 3}, {0.87768525, -0.00485262, 0.13753733}},
+              {"POLY", {0.5f, 1, 2}, {1.875, -0.625, 6}},
+              {"SIGMOID", {0.3f, 0.1f, 0}, {0.29941896, -0.2671169, 0.88808835}},
+              {"LINEAR", {1, 0, 0}, {0.125, -1.875, 2.625}}};
+  for (int c = 0; c < 5; c++) {
+    Model *b = model_new(17);
+    add_input(b, "X", 2, (const int64_t[]){5, 2});
+    Onnx__NodeProto *n = add_node(b, "SVMRegressor", "X", "Y");
+    n->domain = str("ai.onnx.ml");
+    if (c < 4) {
+      attr_s(n, "kernel_type", reg[c].kernel);
+      attr_fs(n, "kernel_params", 3, reg[c].params);
+      attr_i(n, "n_supports", 5);
+      attr_fs(n, "support_vectors", 10, svm_vectors);
+      attr_fs(n, "coefficients", 5, svm_coef);
+      attr_fs(n, "rho", 1, (const float[]){0.125f});
+    } else {
+      attr_fs(n, "coefficients", 2, (const float[]){1, -2});
+      attr_fs(n, "rho", 1, (const float[]){0.5f});
+      attr_i(n, "one_class", 1);
+    }
+    add_output(b, "Y");
+    Tensor y = run1(must_import(b), "X", 2, (const int64_t[]){5, 2}, legacy_x);
+    if (c == 4) {
+      expect_values(&y, 5, (const double[]){1, 1, 1, -1, -1}, "one-class SVM");
+      continue;
+    }
+    for (int i = 0; i < 3; i++)
+      ck_assert_msg(fabs(((float *)y.data)[i] - reg[c].want[i]) < 1e-6, "SVR %s row %d: %g", reg[c].kernel, i, ((float *)y.data)[i]);
+    ir_tensor_free(&y);
+  }
+  static const struct {
+    int classes, width;
+    double labels[5], z[9];
+  } cls[4] = {{3, 3, {4, 4, 4, 6, 6}, {1.2205646, 0.48393977, 0.44057435, 0.33802682, 0.05160739, -1.4057747, 0.19462234, 0.6687535, -0.76941258}},
+              {2, 2, {8, 9, 8, 9, 9}, {-1.35, 1.35, 1.15, -1.15, -5.475, 5.475}},
+              {3, 3, {1, 1, 2, 1, 1}, {0.25, 0.25, 0.25, 2.25, 1.25, -1.75, 0.25, 1.75, -0.75}},
+              {2, 2, {2, 2, 2, 1, 1}, {0.25, 0.25, 2.25, 1.25, 0.25, 1.75}}};
+  for (int c = 0; c < 4; c++) {
+    Model *b = model_new(17);
+    add_input(b, "X", 2, (const int64_t[]){5, 2});
+    Onnx__NodeProto *n = add_node(b, "SVMClassifier", "X", "L,Z");
+    n->domain = str("ai.onnx.ml");
+    if (c == 0) {
+      attr_s(n, "kernel_type", "RBF");
+      attr_fs(n, "kernel_params", 3, (const float[]){0.5f, 0, 3});
+      attr_is(n, "classlabels_ints", 3, (const int64_t[]){4, 5, 6});
+      attr_is(n, "vectors_per_class", 3, (const int64_t[]){2, 2, 1});
+      attr_fs(n, "coefficients", 10, svm_coef);
+      attr_fs(n, "rho", 3, (const float[]){0.1f, -0.2f, 0.3f});
+    } else if (c == 1) {
+      attr_s(n, "kernel_type", "POLY");
+      attr_fs(n, "kernel_params", 3, (const float[]){0.5f, 1, 2});
+      attr_is(n, "classlabels_ints", 2, (const int64_t[]){8, 9});
+      attr_is(n, "vectors_per_class", 2, (const int64_t[]){3, 2});
+      attr_fs(n, "coefficients", 5, svm_coef);
+      attr_fs(n, "rho", 1, (const float[]){-0.4f});
+    } else {
+      attr_is(n, "classlabels_ints", cls[c].classes, (const int64_t[]){1, 2, 3});
+      attr_fs(n, "coefficients", 2 * cls[c].classes, (const float[]){1, -2, 0.5f, 0.5f, -1, 1});
+      attr_fs(n, "rho", 1, (const float[]){0.25f});
+    }
+    if (c < 2) attr_fs(n, "support_vectors", 10, svm_vectors);
+    add_output(b, "L");
+    add_output(b, "Z");
+    Tensor out[2];
+    run_both(must_import(b), out);
+    expect_values(&out[0], 5, cls[c].labels, "SVM labels");
+    ck_assert_int_eq(ir_type_numel(&out[1].type), 5 * cls[c].width);
+    for (int i = 0; i < 3 * cls[c].width; i++)
+      ck_assert_msg(fabs(((float *)out[1].data)[i] - cls[c].z[i]) < 1e-5, "SVM %d score %d: %g", c, i, ((float *)out[1].data)[i]);
+    ir_tensor_free(&out[1]);
+  }
+  Model *b = model_new(17);
+  add_input(b, "X", 2, (const int64_t[]){5, 2});
+  Onnx__NodeProto *n = add_node(b, "SVMClassifier", "X", "L,Z");
+  n->domain = str("ai.onnx.ml");
+  attr_is(n, "classlabels_ints", 2, (const int64_t[]){0, 1});
+  attr_fs(n, "coefficients", 4, (const float[]){1, 2, 3, 4});
+  attr_fs(n, "rho", 1, (const float[]){0});
+  attr_fs(n, "prob_a", 1, (const float[]){-1});
+  attr_fs(n, "prob_b", 1, (const float[]){0});
+  add_output(b, "L");
+  expect_error(import(b), "(SVMClassifier): probability estimates (prob_a, prob_b) are not supported");
+}
+END_TEST
+
 static Suite *onnx_ml_suite(void) {
   Suite *s = suite_create("onnx_ml");
   TCase *tc = tcase_create("ml");
@@ -356,6 +457,7 @@ static Suite *onnx_ml_suite(void) {
   tcase_add_test(tc, test_tree_ensemble_regressor);
   tcase_add_test(tc, test_tree_ensemble_classifier);
   tcase_add_test(tc, test_linear_and_scalers);
+  tcase_add_test(tc, test_svm);
   suite_add_tcase(s, tc);
   return s;
 }
