@@ -306,6 +306,8 @@ static const OpEntry microsoft_ops[] = {
 static const OpEntry ml_ops[] = {
     {"ArrayFeatureExtractor", ox_op_array_feature_extractor, NULL},
     {"Binarizer", ox_op_binarizer, NULL},
+    {"Imputer", ox_op_imputer, NULL},
+    {"LabelEncoder", ox_op_label_encoder, "numbers (no strings)"},
     {"LinearClassifier", ox_op_linear_classifier, "integer class labels"},
     {"LinearRegressor", ox_op_linear_regressor, NULL},
     {"Normalizer", ox_op_normalizer, NULL},
@@ -324,7 +326,8 @@ static const struct {
     {"ai.onnx.preview", " (of it, FlexAttention is)", preview_ops, ARRAY_LEN(preview_ops)},
     {"ai.onnx.preview.training", " (of it, Adagrad, Adam and Momentum are)", training_ops, ARRAY_LEN(training_ops)},
     {"ai.onnx.ml",
-     " (of it, ArrayFeatureExtractor, Binarizer, LinearClassifier, LinearRegressor, Normalizer, SVMClassifier, "
+     " (of it, ArrayFeatureExtractor, Binarizer, Imputer, LabelEncoder, LinearClassifier, LinearRegressor, Normalizer, "
+     "SVMClassifier, "
      "SVMRegressor, Scaler, TreeEnsemble, TreeEnsembleClassifier and TreeEnsembleRegressor are)",
      ml_ops, ARRAY_LEN(ml_ops)},
     {"com.microsoft",

@@ -155,6 +155,7 @@ bool ox_op_normalizer(Imp *im, ONode *n) {
 static Val *ml_linear(Imp *im, Val *rows, int64_t K) {
   int64_t F = rows->type.dims[1], n_coef, n_icpt;
   const float *coef, *icpt;
+  if (F > 0 && K > INT64_MAX / F) return ox_bad(im, "%" PRId64 " rows of coefficients are too many", K), NULL;
   if (!ml_floats(im, "coefficients", K * F, false, &coef, &n_coef)) return NULL;
   const Onnx__AttributeProto *ia = ox_find_attr(im, "intercepts");
   Val *w = ox_reshape(im, ml_vector(im, K * F, coef), 2, (int64_t[]){K, F});
@@ -300,6 +301,9 @@ static bool svm_floats(Imp *im, const char *name, int64_t least, const float **v
 static bool svm_vectors(Imp *im, int64_t m, int64_t F, const float **sv) {
   int64_t n;
   if (!svm_floats(im, "support_vectors", 0, sv, &n)) return false;
+  if (m > 0 && F > n / m)
+    return ox_bad(im, "support_vectors has %" PRId64 " values, fewer than %" PRId64 " vectors of X's %" PRId64 " features",
+                  n, m, F);
   if (n != m * F)
     return ox_bad(im, "support_vectors has %" PRId64 " values, not %" PRId64 " (%" PRId64 " vectors of X's %" PRId64
                       " features)", n, m * F, m, F);
@@ -370,6 +374,9 @@ bool ox_op_svm_classifier(Imp *im, ONode *n) {
     if (!svm_floats(im, "coefficients", (C - 1) * m, &coef, &n_coef) || !svm_floats(im, "rho", P, &rho, &n_rho) ||
         !svm_vectors(im, m, F, &sv))
       return false;
+    if (m > im->fold_max / P || P > im->fold_max / C)
+      return ox_bad(im, "the one-vs-one tables (%" PRId64 " vectors and %" PRId64 " classes by %" PRId64
+                        " pairs) are larger than dlcc builds at import", m, C, P);
     /* pair p = (i, j): class i's vectors weighted by coefficient row j - 1, class j's by row i */
     float *w = calloc((size_t)(m * P), sizeof *w), *vote_i = calloc((size_t)(P * C), sizeof *w),
           *vote_j = calloc((size_t)(P * C), sizeof *w);
@@ -404,6 +411,7 @@ bool ox_op_svm_classifier(Imp *im, ONode *n) {
                     : post == ML_POST_PROBIT ? "PROBIT" : "SOFTMAX_ZERO");
     scores = C == 2 ? ox_concat(im, 2, (Val *[]){ox_op1(im, OP_NEG, scores), scores}, 1) : ox_ml_post(im, scores, post);
   } else {
+    if (F > (1 << 30)) return ox_bad(im, "X's %" PRId64 " features are too many", F);
     if (!svm_floats(im, "coefficients", C * F, &coef, &n_coef) || !svm_vectors(im, 0, F, &sv)) return false;
     Val *w = ox_reshape(im, ml_vector(im, C * F, coef), 2, (int64_t[]){C, F});
     scores = ox_op2s(im, OP_ADD, ox_op2(im, OP_MATMUL, rows, ox_transpose(im, w, (int64_t[]){1, 0})), rho[0]);
@@ -424,4 +432,128 @@ bool ox_op_svm_classifier(Imp *im, ONode *n) {
   }
   n->out[0] = label, n->out[1] = scores;
   return label && scores;
+}
+
+/* ---- Imputer and LabelEncoder ---- */
+
+/* Imputer: a missing value (a NaN where replaced_value_float is NaN, else
+ * that value; for integers replaced_value_int64) becomes its feature's
+ * imputed value (one for all, or one a feature). */
+bool ox_op_imputer(Imp *im, ONode *n) {
+  Val *x = ox_in_req(im, n, 0);
+  if (!x) return false;
+  if (x->type.rank < 1 || x->type.rank > 2) return ox_bad(im, "X must be 1-d or 2-d, not rank %d", x->type.rank);
+  const Onnx__AttributeProto *vf = ox_find_attr(im, "imputed_value_floats"), *vi = ox_find_attr(im, "imputed_value_int64s");
+  double missing_f, missing_i;
+  int64_t missing_int;
+  if (!ox_attr_float(im, "replaced_value_float", 0, &missing_f) || !ox_attr_int(im, "replaced_value_int64", 0, &missing_int))
+    return false;
+  missing_i = (double)missing_int;
+  bool floats = ir_dtype_is_float(x->type.dtype);
+  int64_t k = floats ? (vf ? (int64_t)vf->n_floats : 0) : (vi ? (int64_t)vi->n_ints : 0);
+  int64_t F = x->type.dims[x->type.rank - 1];
+  if (k != 1 && k != F)
+    return ox_bad(im, "%s needs 1 value or one a feature (%" PRId64 "), not %" PRId64,
+                  floats ? "imputed_value_floats" : "imputed_value_int64s", F, k);
+  TensorType ty = ir_type_make(x->type.dtype, 1, &k);
+  Val *values = ox_known_new(im, &ty);
+  for (int64_t i = 0; i < k; i++) ir_tensor_set(values->k, i, floats ? vf->floats[i] : (double)vi->ints[i]);
+  double missing = floats ? missing_f : missing_i;
+  Val *is_missing = floats && isnan(missing) ? ox_op1(im, OP_ISNAN, x) : ox_op2s(im, OP_EQUAL, x, missing);
+  return (n->out[0] = ox_where(im, is_missing, values, x)) != NULL;
+}
+
+/* A LabelEncoder's keys or values: its _int64s, _floats or _tensor
+ * attribute (strings refused), as a known 1-d tensor. */
+static Val *encoder_list(Imp *im, const char *what) {
+  char name[3][32];
+  snprintf(name[0], sizeof name[0], "%s_int64s", what);
+  snprintf(name[1], sizeof name[1], "%s_floats", what);
+  snprintf(name[2], sizeof name[2], "%s_tensor", what);
+  char strings[32];
+  snprintf(strings, sizeof strings, "%s_strings", what);
+  const Onnx__AttributeProto *s = ox_find_attr(im, strings), *a[3];
+  for (int i = 0; i < 3; i++) a[i] = ox_find_attr(im, name[i]);
+  if (s && s->n_strings) return ox_bad(im, "string %s (%s) are not supported: dlcc has no strings", what, strings), NULL;
+  if (a[2] && a[2]->t) {
+    Tensor t;
+    char err[512];
+    if (!ox_tensor_from_proto(a[2]->t, im->dir, &t, err, sizeof err)) return ox_bad(im, "%s: %s", name[2], err), NULL;
+    if (t.type.dtype == TY_BOOL) return ir_tensor_free(&t), ox_bad(im, "%s must hold numbers", name[2]), NULL;
+    int64_t k = ir_type_numel(&t.type);
+    t.type = ir_type_make(t.type.dtype, 1, &k);
+    return ox_known(im, t);
+  }
+  bool ints = a[0] && a[0]->n_ints;
+  int64_t k = ints ? (int64_t)a[0]->n_ints : a[1] ? (int64_t)a[1]->n_floats : 0;
+  if (k < 1) return ox_bad(im, "attribute %s or %s is required", name[0], name[1]), NULL;
+  TensorType ty = ir_type_make(ints ? TY_I64 : TY_F32, 1, &k);
+  Val *v = ox_known_new(im, &ty);
+  for (int64_t i = 0; i < k; i++) ir_tensor_set(v->k, i, ints ? (double)a[0]->ints[i] : a[1]->floats[i]);
+  return v;
+}
+
+static int double_cmp(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+/* LabelEncoder of numbers: each element that equals a key becomes that
+ * key's value, any other the default (default_int64 -1, default_float
+ * -0.0, or default_tensor).  A key given twice is refused (onnxruntime
+ * and the ONNX reference keep different ones). */
+bool ox_op_label_encoder(Imp *im, ONode *n) {
+  Val *x = ox_in_req(im, n, 0);
+  if (!x) return false;
+  Val *keys = encoder_list(im, "keys"), *values = keys ? encoder_list(im, "values") : NULL;
+  if (!values) return false;
+  int64_t k = keys->type.dims[0];
+  if (values->type.dims[0] != k) return ox_bad(im, "%" PRId64 " keys and %" PRId64 " values", k, values->type.dims[0]);
+  if (k > im->fold_max) return ox_bad(im, "%" PRId64 " keys are more than dlcc builds at import", k);
+  double *sorted = malloc(sizeof *sorted * (size_t)k);
+  if (!sorted) return ox_bad(im, "out of memory");
+  for (int64_t i = 0; i < k; i++) sorted[i] = ir_tensor_get(keys->k, i);
+  qsort(sorted, (size_t)k, sizeof *sorted, double_cmp);
+  for (int64_t i = 1; i < k; i++)
+    if (sorted[i] == sorted[i - 1]) {
+      double twice = sorted[i];
+      free(sorted);
+      return ox_bad(im, "key %g is given twice", twice);
+    }
+  free(sorted);
+  double def_f, def_i_d;
+  int64_t def_i;
+  const Onnx__AttributeProto *dt = ox_find_attr(im, "default_tensor");
+  if (!ox_attr_float(im, "default_float", -0.0, &def_f) || !ox_attr_int(im, "default_int64", -1, &def_i)) return false;
+  def_i_d = (double)def_i;
+  DType vt = values->type.dtype;
+  double def = ir_dtype_is_float(vt) ? def_f : def_i_d;
+  if (dt && dt->t) {
+    Tensor t;
+    char err[512];
+    if (!ox_tensor_from_proto(dt->t, im->dir, &t, err, sizeof err)) return ox_bad(im, "default_tensor: %s", err);
+    bool one = ir_type_numel(&t.type) == 1;
+    def = one ? ir_tensor_get(&t, 0) : 0;
+    ir_tensor_free(&t);
+    if (!one) return ox_bad(im, "default_tensor must hold one value");
+  }
+  if (ir_dtype_is_float(x->type.dtype) != ir_dtype_is_float(keys->type.dtype))
+    return ox_bad(im, "X is %s but the keys are %s", ir_dtype_name(x->type.dtype), ir_dtype_name(keys->type.dtype));
+  /* [..., k]: each element against every key; the first equal one's value */
+  int r = x->type.rank;
+  if (r >= DL_MAX_RANK) return ox_bad(im, "X has too many axes (%d)", r);
+  int64_t dims[DL_MAX_RANK];
+  memcpy(dims, x->type.dims, sizeof *dims * (size_t)r);
+  dims[r] = 1;
+  Val *eq = ox_op2(im, OP_EQUAL, ox_reshape(im, x, r + 1, dims), ox_cast(im, keys, x->type.dtype));
+  Val *hit = eq ? ox_cast(im, eq, TY_F32) : NULL;
+  int64_t last = r;
+  Val *found = hit ? ox_op2s(im, OP_GREATER, ox_reduce(im, OP_REDUCE_MAX, hit, 1, &last, false), 0) : NULL;
+  if (!found) return false;
+  Emit e;
+  Node *am = ox_begin(im, &e, OP_ARGMAX, 1, &hit);
+  ir_set_int(im->g, am, "axis", r);
+  ir_set_int(im->g, am, "keepdims", 0);
+  Val *at = ox_cast(im, ox_emit1(im, &e), TY_I64);
+  return (n->out[0] = ox_where(im, found, ox_gather(im, values, at, 0), ox_scalar(im, def, vt))) != NULL;
 }

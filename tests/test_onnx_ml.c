@@ -447,6 +447,47 @@ START_TEST(test_svm) {
 }
 END_TEST
 
+/* Imputer (NaNs, or a value, become their feature's imputed value) and
+ * LabelEncoder of numbers (a key's value, the default for the rest; a
+ * key given twice is refused). */
+START_TEST(test_imputer_and_label_encoder) {
+  for (int c = 0; c < 3; c++) {
+    Model *b = model_new(17);
+    add_input(b, "X", 2, (const int64_t[]){5, 2});
+    Onnx__NodeProto *n = add_node(b, c < 2 ? "Imputer" : "LabelEncoder", "X", "Y");
+    n->domain = str("ai.onnx.ml");
+    if (c == 0) {
+      attr_fs(n, "imputed_value_floats", 2, (const float[]){7, 8});
+      attr_f(n, "replaced_value_float", NAN);
+    } else if (c == 1) {
+      attr_fs(n, "imputed_value_floats", 1, (const float[]){-1});
+      attr_f(n, "replaced_value_float", 2);
+    } else {
+      attr_fs(n, "keys_floats", 3, (const float[]){0, 2, 1});
+      attr_is(n, "values_int64s", 3, (const int64_t[]){10, 20, 30});
+      attr_i(n, "default_int64", -5);
+    }
+    add_output(b, "Y");
+    Tensor y = run1(must_import(b), "X", 2, (const int64_t[]){5, 2}, legacy_x);
+    if (c == 0) expect_values(&y, 10, (const double[]){0, 0, 2, 0, 2, 1, 2, 8, 7, 0}, "Imputer of NaNs");
+    if (c == 1) {
+      ck_assert(isnan(((float *)y.data)[7]) && isnan(((float *)y.data)[8]));
+      ((float *)y.data)[7] = ((float *)y.data)[8] = 0;
+      expect_values(&y, 10, (const double[]){0, 0, -1, 0, -1, 1, -1, 0, 0, 0}, "Imputer of 2");
+    }
+    if (c == 2) expect_values(&y, 10, (const double[]){10, 10, 20, 10, 20, 30, 20, -5, -5, 10}, "LabelEncoder");
+  }
+  Model *b = model_new(17);
+  add_input(b, "X", 2, (const int64_t[]){5, 2});
+  Onnx__NodeProto *n = add_node(b, "LabelEncoder", "X", "Y");
+  n->domain = str("ai.onnx.ml");
+  attr_fs(n, "keys_floats", 3, (const float[]){0, 2, 0});
+  attr_is(n, "values_int64s", 3, (const int64_t[]){10, 20, 30});
+  add_output(b, "Y");
+  expect_error(import(b), "(LabelEncoder): key 0 is given twice");
+}
+END_TEST
+
 static Suite *onnx_ml_suite(void) {
   Suite *s = suite_create("onnx_ml");
   TCase *tc = tcase_create("ml");
@@ -458,6 +499,7 @@ static Suite *onnx_ml_suite(void) {
   tcase_add_test(tc, test_tree_ensemble_classifier);
   tcase_add_test(tc, test_linear_and_scalers);
   tcase_add_test(tc, test_svm);
+  tcase_add_test(tc, test_imputer_and_label_encoder);
   suite_add_tcase(s, tc);
   return s;
 }
