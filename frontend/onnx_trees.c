@@ -589,8 +589,10 @@ static Val *legacy_base(Imp *im, const Legacy *l) {
 }
 
 /* TreeEnsembleRegressor: the targets' sums (or averages, mins or maxes)
- * over the trees, plus base_values; onnxruntime applies a post
- * transform to a single target only if it is PROBIT. */
+ * over the trees, plus base_values, as onnxruntime 1.32 computes them:
+ * of several targets, one that no tree reaches is 0, without its base
+ * value; min and max take each of a leaf's weights as one; a post
+ * transform applies to a single target only if it is PROBIT. */
 bool ox_op_tree_ensemble_regressor(Imp *im, ONode *n) {
   Val *x = legacy_x(im, n);
   const char *agg;
@@ -632,10 +634,9 @@ static Val *legacy_pair(Imp *im, Val *a, Val *b) { return a && b ? ox_concat(im,
  * score among those some tree (or a base value) gave one.  Two: a
  * model whose weights name one class is binary, its one score s the
  * second class's: the label is the second where s passes 0.5 (weights
- * all positive) or 0, and the scores are [1 - s, s], or [-s, s] turned
- * by a logistic transform.  A target of a regressor with several that no
- * tree reaches is 0, without its base value; min and max take each of a
- * leaf's weights as one (checked against onnxruntime 1.32). */
+ * all positive) or 0, and the scores are [1 - s, s] (all positive) or
+ * [-s, s], turned by a logistic transform (checked against onnxruntime
+ * 1.32). */
 bool ox_op_tree_ensemble_classifier(Imp *im, ONode *n) {
   Val *x = legacy_x(im, n);
   int post;

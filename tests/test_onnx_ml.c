@@ -1,11 +1,12 @@
 /* The ONNX importer's ML domain (ai.onnx.ml): Binarizer,
  * ArrayFeatureExtractor, the tree ensembles (TreeEnsemble and the older
  * TreeEnsembleRegressor and TreeEnsembleClassifier), the linear models,
- * Scaler and Normalizer, on models built here with protobuf-c, run by
- * the reference interpreter; the SVMs too.  The expected values of the older ops are
- * onnxruntime 1.32's on the same models (its rules for two classes and
- * for targets no tree reaches are its own); tests/onnx/sklearn_models.py
- * compares real scikit-learn, XGBoost and LightGBM conversions. */
+ * Scaler, Normalizer, the SVMs, Imputer and LabelEncoder, on models
+ * built here with protobuf-c, run by the reference interpreter.  The
+ * expected values of all but the first three are onnxruntime 1.32's on
+ * the same models (its rules for two classes and for targets no tree
+ * reaches are its own); tests/onnx/sklearn_models.py compares real
+ * scikit-learn, XGBoost and LightGBM conversions. */
 #include "check_quiet.h"
 #include <math.h>
 #include <stdlib.h>
