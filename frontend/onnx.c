@@ -311,6 +311,7 @@ static const OpEntry ml_ops[] = {
     {"LinearClassifier", ox_op_linear_classifier, "integer class labels"},
     {"LinearRegressor", ox_op_linear_regressor, NULL},
     {"Normalizer", ox_op_normalizer, NULL},
+    {"OneHotEncoder", ox_op_one_hot_encoder, "integer categories"},
     {"SVMClassifier", ox_op_svm_classifier, "integer class labels; no probability estimates"},
     {"SVMRegressor", ox_op_svm_regressor, NULL},
     {"Scaler", ox_op_scaler, NULL},
@@ -327,7 +328,7 @@ static const struct {
     {"ai.onnx.preview.training", " (of it, Adagrad, Adam and Momentum are)", training_ops, ARRAY_LEN(training_ops)},
     {"ai.onnx.ml",
      " (of it, ArrayFeatureExtractor, Binarizer, Imputer, LabelEncoder, LinearClassifier, LinearRegressor, Normalizer, "
-     "SVMClassifier, "
+     "OneHotEncoder, SVMClassifier, "
      "SVMRegressor, Scaler, TreeEnsemble, TreeEnsembleClassifier and TreeEnsembleRegressor are)",
      ml_ops, ARRAY_LEN(ml_ops)},
     {"com.microsoft",

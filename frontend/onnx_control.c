@@ -120,6 +120,11 @@ static Val *checked(Imp *im, Val *y, Val *ok, const char *msg) {
   return out;
 }
 
+Val *ox_check_at_run_time(Imp *im, Val *y, Val *ok, const char *msg) {
+  ok = unless_skipped(im, ok);
+  return ok ? checked(im, y, ok, msg) : NULL;
+}
+
 /* The outputs of the one branch that imported, each through a check
  * that the condition (one bool) chose it: a run that takes the other branch fails
  * with a message naming the node, that branch and why it was not

@@ -557,3 +557,39 @@ bool ox_op_label_encoder(Imp *im, ONode *n) {
   Val *at = ox_cast(im, ox_emit1(im, &e), TY_I64);
   return (n->out[0] = ox_where(im, found, ox_gather(im, values, at, 0), ox_scalar(im, def, vt))) != NULL;
 }
+
+/* OneHotEncoder of integer categories: X's shape plus an axis of one
+ * f32 a category, 1 where the value (a float truncated, as onnxruntime
+ * reads it) is that category.  A value that is none of them gives zeros
+ * (zeros=1), or fails the run (zeros=0, scikit-learn's
+ * handle_unknown='error'). */
+bool ox_op_one_hot_encoder(Imp *im, ONode *n) {
+  Val *x = ox_in_req(im, n, 0);
+  int64_t zeros;
+  if (!x || !ox_attr_int(im, "zeros", 1, &zeros)) return false;
+  const Onnx__AttributeProto *s = ox_find_attr(im, "cats_strings"), *c = ox_find_attr(im, "cats_int64s");
+  if (s && s->n_strings) return ox_bad(im, "string categories (cats_strings) are not supported: dlcc has no strings");
+  if (!c || !c->n_ints) return ox_bad(im, "attribute 'cats_int64s' is required");
+  if (x->type.dtype == TY_BOOL) return ox_bad(im, "X must be numbers, got bool");
+  int r = x->type.rank;
+  if (r >= DL_MAX_RANK) return ox_bad(im, "X has too many axes (%d)", r);
+  if (c->n_ints > (size_t)im->fold_max) return ox_bad(im, "%zu categories are more than dlcc builds at import", c->n_ints);
+  int64_t dims[DL_MAX_RANK];
+  memcpy(dims, x->type.dims, sizeof *dims * (size_t)r);
+  dims[r] = 1;
+  Val *code = ox_reshape(im, ox_cast(im, x, TY_I64), r + 1, dims);
+  Val *hot = ox_op2(im, OP_EQUAL, code, ox_ints_val(im, (int)c->n_ints, c->ints));
+  Val *y = hot ? ox_cast(im, hot, TY_F32) : NULL;
+  if (y && !zeros) {
+    int64_t all[DL_MAX_RANK];
+    for (int i = 0; i <= r; i++) all[i] = i;
+    Val *known = ox_reduce(im, OP_REDUCE_MAX, y, 1, &all[r], false);
+    if (r > 0) known = ox_reduce(im, OP_REDUCE_MIN, known, r, all, false);
+    char where[512];
+    ox_node_str(im, where, sizeof where);
+    y = known ? ox_check_at_run_time(im, y, ox_op2s(im, OP_GREATER, known, 0),
+                                     arena_printf(&im->c->arena, "%s: a value is none of the categories (zeros=0)", where))
+              : NULL;
+  }
+  return (n->out[0] = y) != NULL;
+}

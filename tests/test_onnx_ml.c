@@ -489,6 +489,35 @@ START_TEST(test_imputer_and_label_encoder) {
 }
 END_TEST
 
+/* OneHotEncoder of integer categories (a float truncated): an axis of
+ * one a category; a value of none gives zeros, or with zeros=0 fails
+ * the run naming the node. */
+START_TEST(test_one_hot_encoder) {
+  static const float x[4] = {2, 0.5f, 7, 1.9f};
+  for (int zeros = 1; zeros >= 0; zeros--) {
+    Model *b = model_new(17);
+    add_input(b, "X", 2, (const int64_t[]){4, 1});
+    Onnx__NodeProto *n = add_node(b, "OneHotEncoder", "X", "Y");
+    n->domain = str("ai.onnx.ml");
+    attr_is(n, "cats_int64s", 3, (const int64_t[]){0, 1, 2});
+    attr_i(n, "zeros", zeros);
+    add_output(b, "Y");
+    Graph *g = must_import(b);
+    ck_assert(same_dims(&g->outputs[0]->type, 3, (const int64_t[]){4, 1, 3}));
+    if (zeros) {
+      Tensor y = run1(g, "X", 2, (const int64_t[]){4, 1}, x);
+      expect_values(&y, 12, (const double[]){0, 0, 1, 1, 0, 0, 0, 0, 0, 0, 1, 0}, "OneHotEncoder");
+      continue;
+    }
+    Tensor in = {ir_type_make(TY_F32, 2, (const int64_t[]){4, 1}), (void *)x}, out[1];
+    TensorMap inputs = {1, (const char *[]){"X"}, &in};
+    char err[512];
+    ck_assert(!ir_eval(g, &inputs, &params, out, err, sizeof err));
+    ck_assert_msg(strstr(err, "(OneHotEncoder): a value is none of the categories (zeros=0)"), "%s", err);
+  }
+}
+END_TEST
+
 static Suite *onnx_ml_suite(void) {
   Suite *s = suite_create("onnx_ml");
   TCase *tc = tcase_create("ml");
@@ -501,6 +530,7 @@ static Suite *onnx_ml_suite(void) {
   tcase_add_test(tc, test_linear_and_scalers);
   tcase_add_test(tc, test_svm);
   tcase_add_test(tc, test_imputer_and_label_encoder);
+  tcase_add_test(tc, test_one_hot_encoder);
   suite_add_tcase(s, tc);
   return s;
 }

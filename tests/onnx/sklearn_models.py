@@ -17,7 +17,7 @@ import argparse, os, subprocess, sys, warnings
 import numpy as np
 warnings.filterwarnings("ignore")
 from sklearn.datasets import make_classification, make_regression
-from sklearn import (ensemble, linear_model, preprocessing, pipeline, svm, tree, neighbors, decomposition,
+from sklearn import (compose, ensemble, linear_model, preprocessing, pipeline, svm, tree, neighbors, decomposition,
                      neural_network, impute, naive_bayes, discriminant_analysis, cluster)
 import onnxruntime as ort
 from skl2onnx import to_onnx
@@ -29,7 +29,7 @@ Xr, yr = make_regression(300, 8, random_state=0)
 Xm, ym = make_regression(300, 8, n_targets=3, random_state=2)
 X3, X2, Xr, Xm = (a.astype(np.float32) for a in (X3, X2, Xr, Xm))
 Xnan = X3.copy(); Xnan[R.rand(*Xnan.shape) < 0.1] = np.nan
-Xpos = np.abs(X3)
+Xcat = np.hstack([R.randint(0, 4, (300, 2)), X3[:, :3]]).astype(np.float32)
 
 def sk(est, X, y):
     return lambda: (est.fit(X, y), X)
@@ -87,6 +87,12 @@ MODELS = {
     "gnb": sk(naive_bayes.GaussianNB(), X3, y3),
     "lda": sk(discriminant_analysis.LinearDiscriminantAnalysis(), X3, y3),
     "kmeans": sk(cluster.KMeans(3, n_init=1, random_state=0), X3, None),
+    "onehot_ct": sk(pipeline.make_pipeline(compose.ColumnTransformer(
+        [("oh", preprocessing.OneHotEncoder(handle_unknown="ignore"), [0, 1]), ("sc", preprocessing.StandardScaler(), [2, 3, 4])]),
+        linear_model.LogisticRegression()), Xcat, y3),
+    "onehot_err": sk(pipeline.make_pipeline(compose.ColumnTransformer(
+        [("oh", preprocessing.OneHotEncoder(), [0, 1]), ("pass", "passthrough", [2, 3, 4])]),
+        tree.DecisionTreeClassifier(max_depth=5, random_state=0)), Xcat, y3),
     "poly_ridge": sk(pipeline.make_pipeline(preprocessing.PolynomialFeatures(2), linear_model.Ridge()), Xr, yr),
 }
 
