@@ -661,6 +661,15 @@ Val *ox_reduce(Imp *im, OpKind op, Val *x, int n_axes, const int64_t *axes, bool
   return ox_emit1(im, &e);
 }
 
+Val *ox_argmax(Imp *im, Val *x, int axis, bool keep) {
+  if (!x) return NULL;
+  Emit e;
+  Node *n = ox_begin(im, &e, OP_ARGMAX, 1, &x);
+  ir_set_int(im->g, n, "axis", axis);
+  ir_set_int(im->g, n, "keepdims", keep);
+  return ox_cast(im, ox_emit1(im, &e), TY_I64);
+}
+
 Val *ox_gather(Imp *im, Val *data, Val *idx, int axis) {
   if (!data || !idx) return NULL;
   Val *in[2] = {data, idx};

@@ -203,6 +203,8 @@ Val *ox_narrow(Imp *im, Val *y, DType dt);
 Val *ox_slice_axis(Imp *im, Val *x, int axis, int64_t start, int64_t end, int64_t step);
 Val *ox_concat(Imp *im, int n_in, Val **in, int axis);
 Val *ox_reduce(Imp *im, OpKind op, Val *x, int n_axes, const int64_t *axes, bool keep);
+/* The position of the first largest value along axis, as i64. */
+Val *ox_argmax(Imp *im, Val *x, int axis, bool keep);
 Val *ox_gather(Imp *im, Val *data, Val *idx, int axis);
 Val *ox_reverse_axis(Imp *im, Val *x, int axis);
 Val *ox_iota_along(Imp *im, int r, int axis, int64_t len);

@@ -216,11 +216,7 @@ bool ox_op_linear_classifier(Imp *im, ONode *n) {
     z = ox_ml_post(im, scores, post);
     if (two && z) z = ox_concat(im, 2, (Val *[]){ox_op2s(im, OP_SUB, ox_op1(im, OP_NEG, z), -1), z}, 1);
   } else {
-    Emit e;
-    Node *am = ox_begin(im, &e, OP_ARGMAX, 1, &scores);
-    ir_set_int(im->g, am, "axis", 1);
-    ir_set_int(im->g, am, "keepdims", 0);
-    label = ox_gather(im, ox_ints_val(im, (int)K, labels), ox_cast(im, ox_emit1(im, &e), TY_I64), 0);
+    label = ox_gather(im, ox_ints_val(im, (int)K, labels), ox_argmax(im, scores, 1, false), 0);
     z = ox_ml_post(im, scores, post);
   }
   n->out[0] = label, n->out[1] = z;
@@ -400,11 +396,7 @@ bool ox_op_svm_classifier(Imp *im, ONode *n) {
     Val *above = ox_cast(im, ox_op2s(im, OP_GREATER, scores, 0), TY_F32);
     Val *votes = ox_op2(im, OP_ADD, ox_op2(im, OP_MATMUL, above, vi),
                         ox_op2(im, OP_MATMUL, ox_op2s(im, OP_SUB, ox_op1(im, OP_NEG, above), -1), vj));
-    Emit e;
-    Node *am = ox_begin(im, &e, OP_ARGMAX, 1, &votes);
-    ir_set_int(im->g, am, "axis", 1);
-    ir_set_int(im->g, am, "keepdims", 0);
-    label = ox_gather(im, ox_ints_val(im, (int)C, labels), ox_cast(im, ox_emit1(im, &e), TY_I64), 0);
+    label = ox_gather(im, ox_ints_val(im, (int)C, labels), ox_argmax(im, votes, 1, false), 0);
     if (C == 2 && post != ML_POST_NONE)
       return ox_bad(im, "post_transform %s of a two-class SVM is not supported (NONE is)",
                     post == ML_POST_LOGISTIC ? "LOGISTIC" : post == ML_POST_SOFTMAX ? "SOFTMAX"
@@ -415,11 +407,7 @@ bool ox_op_svm_classifier(Imp *im, ONode *n) {
     if (!svm_floats(im, "coefficients", C * F, &coef, &n_coef) || !svm_vectors(im, 0, F, &sv)) return false;
     Val *w = ox_reshape(im, ml_vector(im, C * F, coef), 2, (int64_t[]){C, F});
     scores = ox_op2s(im, OP_ADD, ox_op2(im, OP_MATMUL, rows, ox_transpose(im, w, (int64_t[]){1, 0})), rho[0]);
-    Emit e;
-    Node *am = ox_begin(im, &e, OP_ARGMAX, 1, &scores);
-    ir_set_int(im->g, am, "axis", 1);
-    ir_set_int(im->g, am, "keepdims", 0);
-    Val *top = ox_cast(im, ox_emit1(im, &e), TY_I64);
+    Val *top = ox_argmax(im, scores, 1, false);
     if (C == 2) { /* the second label where the best score passes 0.5 (all weights positive) or 0 */
       bool positive = true;
       for (int64_t i = 0; i < C * F; i++) positive &= !(coef[i] < 0);
@@ -549,12 +537,8 @@ bool ox_op_label_encoder(Imp *im, ONode *n) {
   Val *hit = eq ? ox_cast(im, eq, TY_F32) : NULL;
   int64_t last = r;
   Val *found = hit ? ox_op2s(im, OP_GREATER, ox_reduce(im, OP_REDUCE_MAX, hit, 1, &last, false), 0) : NULL;
-  if (!found) return false;
-  Emit e;
-  Node *am = ox_begin(im, &e, OP_ARGMAX, 1, &hit);
-  ir_set_int(im->g, am, "axis", r);
-  ir_set_int(im->g, am, "keepdims", 0);
-  Val *at = ox_cast(im, ox_emit1(im, &e), TY_I64);
+  Val *at = found ? ox_argmax(im, hit, r, false) : NULL;
+  if (!at) return false;
   return (n->out[0] = ox_where(im, found, ox_gather(im, values, at, 0), ox_scalar(im, def, vt))) != NULL;
 }
 

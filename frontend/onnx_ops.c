@@ -760,11 +760,7 @@ static Val *pool_indices(Imp *im, Val *x2, const Window *win, const TensorType *
   }
   Val *all = taps > 1 ? ox_concat(im, (int)taps, slices, r) : slices[0];
   if (!all) return NULL;
-  Emit e;
-  Node *am = ox_begin(im, &e, OP_ARGMAX, 1, &all);
-  ir_set_int(im->g, am, "axis", r);
-  ir_set_int(im->g, am, "keepdims", 0);
-  Val *tap = ox_cast(im, ox_emit1(im, &e), TY_I64);
+  Val *tap = ox_argmax(im, all, r, false);
   /* position along each spatial dim, then the flattened index */
   Val *flat = ox_op2(im, OP_ADD, ox_op2s(im, OP_MUL, ox_iota_along(im, r, 0, yt->dims[0]), (double)x2->type.dims[1]),
                      ox_iota_along(im, r, 1, yt->dims[1]));

@@ -660,11 +660,7 @@ bool ox_op_tree_ensemble_classifier(Imp *im, ONode *n) {
   if (s && has && l.K > 2) {
     Val *p = base ? ox_op2(im, OP_ADD, s, base) : s;
     Val *masked = base ? p : ox_where(im, has, p, ox_scalar(im, -INFINITY, TY_F32));
-    Emit e;
-    Node *am = ox_begin(im, &e, OP_ARGMAX, 1, &masked);
-    ir_set_int(im->g, am, "axis", 1);
-    ir_set_int(im->g, am, "keepdims", 0);
-    label = ox_gather(im, labels_v, ox_cast(im, ox_emit1(im, &e), TY_I64), 0);
+    label = ox_gather(im, labels_v, ox_argmax(im, masked, 1, false), 0);
     z = ox_ml_post(im, p, post);
   } else if (s && has) {
     Val *s0 = ox_slice_axis(im, s, 1, 0, 1, 1), *s1 = ox_slice_axis(im, s, 1, 1, 2, 1);
