@@ -318,6 +318,7 @@ static const OpEntry ml_ops[] = {
     {"TreeEnsemble", ox_op_tree_ensemble, "post_transform none, softmax or logistic"},
     {"TreeEnsembleClassifier", ox_op_tree_ensemble_classifier, "integer class labels"},
     {"TreeEnsembleRegressor", ox_op_tree_ensemble_regressor, NULL},
+    {"ZipMap", ox_op_zip_map, "its [N, C] scores as they are (no maps), with a warning"},
 };
 static const struct {
   const char *name, *note;
@@ -329,7 +330,7 @@ static const struct {
     {"ai.onnx.ml",
      " (of it, ArrayFeatureExtractor, Binarizer, Imputer, LabelEncoder, LinearClassifier, LinearRegressor, Normalizer, "
      "OneHotEncoder, SVMClassifier, "
-     "SVMRegressor, Scaler, TreeEnsemble, TreeEnsembleClassifier and TreeEnsembleRegressor are)",
+     "SVMRegressor, Scaler, TreeEnsemble, TreeEnsembleClassifier, TreeEnsembleRegressor and ZipMap are)",
      ml_ops, ARRAY_LEN(ml_ops)},
     {"com.microsoft",
      " (of it, onnxruntime's QOperator ops QGemm, QLinearAdd, QLinearAveragePool, QLinearConcat, "
@@ -506,7 +507,6 @@ static bool import_node(Imp *im, const Onnx__GraphProto *gp, int idx) {
   const OpEntry *op;
   if (np->domain && *np->domain && strcmp(np->domain, "ai.onnx") != 0) {
     op = find_preview_op(np->domain, np->op_type);
-    if (!op && strcmp(np->domain, "ai.onnx.ml") == 0 && strcmp(np->op_type, "ZipMap") == 0) return ox_refuse_zip_map(im);
     if (!op) return ox_bad(im, "ops of domain '%s' are not supported%s", np->domain, preview_note(np->domain));
   } else if (im->no_onnx_opset) {
     return ox_bad(im, "op %s of the ONNX domain, which the model does not import (only %s)", np->op_type,

@@ -313,8 +313,7 @@ OpFn ox_op_attention, ox_op_linear_attention, ox_op_flex_attention;
 OpFn ox_op_adagrad, ox_op_adam, ox_op_momentum; /* onnx_training.c */
 OpFn ox_op_binarizer, ox_op_array_feature_extractor, ox_op_scaler, ox_op_normalizer, ox_op_linear_regressor,
     ox_op_linear_classifier, ox_op_svm_classifier, ox_op_svm_regressor, ox_op_imputer, ox_op_label_encoder,
-    ox_op_one_hot_encoder; /* onnx_ml.c */
-bool ox_refuse_zip_map(Imp *im);
+    ox_op_one_hot_encoder, ox_op_zip_map; /* onnx_ml.c */
 /* y through a check that ok (one bool) holds where the node being
  * imported runs, the run failing with msg where it does not
  * (onnx_control.c); NULL after reporting. */

@@ -223,12 +223,23 @@ bool ox_op_linear_classifier(Imp *im, ONode *n) {
   return label && z;
 }
 
-/* ZipMap's output is a sequence of maps (a class's label to its score per
- * sample), which dlcc does not have: refused with the converter's own
- * way out. */
-bool ox_refuse_zip_map(Imp *im) {
-  return ox_bad(im, "its output is a sequence of maps, which dlcc does not have: convert the classifier without it "
-                    "(skl2onnx: options={'zipmap': False}; onnxmltools: zipmap=False) and read the scores tensor");
+/* ZipMap's output is a sequence of maps (each sample's class label to
+ * its score), which dlcc does not have.  Its input, the [N, C] scores in
+ * the order of its class labels, stands for it, with a warning: CatBoost
+ * always writes one after a classifier, and skl2onnx does unless given
+ * options={'zipmap': False}. */
+bool ox_op_zip_map(Imp *im, ONode *n) {
+  Val *x = ox_in_req(im, n, 0);
+  if (!x) return false;
+  const Onnx__AttributeProto *ints = ox_find_attr(im, "classlabels_int64s"), *strs = ox_find_attr(im, "classlabels_strings");
+  size_t labels = ints && ints->n_ints ? ints->n_ints : strs ? strs->n_strings : 0;
+  if (x->type.dtype != TY_F32 || x->type.rank != 2 || x->type.dims[1] != (int64_t)labels)
+    return ox_bad(im, "X must be f32 [N, C] for its %zu class labels", labels);
+  char where[512];
+  ox_node_str(im, where, sizeof where);
+  diag_warning(im->c, (SrcLoc){0}, "%s: its output, a sequence of maps, is the [N, %zu] tensor of the scores it zips "
+                                   "(dlcc has no maps), in the order of its class labels", where, labels);
+  return (n->out[0] = x) != NULL;
 }
 
 /* ---- support vector machines (libsvm's, as skl2onnx writes SVC and SVR) ---- */

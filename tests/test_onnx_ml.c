@@ -274,12 +274,23 @@ START_TEST(test_tree_ensemble_classifier) {
   attr_strings(n, "classlabels_strings", 2, (const char *const[]){"no", "yes"});
   add_output(b, "L");
   expect_error(import(b), "string class labels (classlabels_strings) are not supported");
-  b = model_new(17);
-  add_input(b, "X", 2, (const int64_t[]){5, 3});
-  add_node(b, "ZipMap", "X", "M")->domain = str("ai.onnx.ml");
-  add_output(b, "M");
-  expect_error(import(b), "(ZipMap): its output is a sequence of maps, which dlcc does not have: convert the classifier "
-                          "without it (skl2onnx: options={'zipmap': False}");
+  /* ZipMap: its maps are the [N, C] scores they zip, with a warning */
+  for (int labels = 3; labels >= 2; labels--) {
+    b = model_new(17);
+    add_input(b, "X", 2, (const int64_t[]){2, 3});
+    n = add_node(b, "ZipMap", "X", "M");
+    n->domain = str("ai.onnx.ml");
+    attr_is(n, "classlabels_int64s", labels, (const int64_t[]){4, 5, 6});
+    add_output(b, "M");
+    if (labels == 2) {
+      expect_error(import(b), "(ZipMap): X must be f32 [N, C] for its 2 class labels");
+      continue;
+    }
+    Tensor m = run1(must_import(b), "X", 2, (const int64_t[]){2, 3}, xdata);
+    expect_values(&m, 6, (const double[]){1, -2, 3, 0.5, -1, 2}, "ZipMap");
+    ck_assert_msg(strstr(onnxb_ctx.diag.text, "(ZipMap): its output, a sequence of maps, is the [N, 3] tensor of the scores"),
+                  "%s", onnxb_ctx.diag.text);
+  }
 }
 END_TEST
 

@@ -1,17 +1,18 @@
 #!/usr/bin/env python3
-"""scikit-learn, XGBoost and LightGBM models converted to ONNX as their
-users convert them (skl2onnx; onnxmltools for the boosters), run by
+"""scikit-learn, XGBoost, LightGBM and CatBoost models converted to ONNX
+as their users convert them (skl2onnx; onnxmltools for XGBoost and
+LightGBM; CatBoost's own save_model), run by
 onnxruntime and by `dlcc run`, compared (docs/onnx.md, "The ML domain").
 Not part of `make check`: it needs scikit-learn, skl2onnx and, for the
-boosters, xgboost, lightgbm and onnxmltools from PyPI.
+boosters, xgboost, lightgbm, onnxmltools and catboost from PyPI.
 
     sklearn_models.py [--dlcc BUILD/dlcc] [--backend ref|emu] [--out DIR] [NAME ...]
 
 Each line: OK with the largest difference of the scores (relative to
 their largest magnitude) and whether the labels are equal, WRONG, or
 FAIL-RUN with dlcc's message, CONVERT when the converter refuses.
-Classifiers are converted with zipmap=False (dlcc has no maps: the
-default ZipMap output is a sequence of maps).
+Classifiers are converted with zipmap=False; CatBoost's always end in a
+ZipMap, whose maps dlcc writes as the [N, C] scores they zip.
 """
 import argparse, os, subprocess, sys, warnings
 import numpy as np
@@ -98,7 +99,14 @@ MODELS = {
 
 def boosters():
     import xgboost, lightgbm
-    return {
+    try:
+        import catboost
+        cb = {"cb_cls": sk(catboost.CatBoostClassifier(iterations=10, depth=4, verbose=0, random_seed=0), X3, y3),
+              "cb_bin": sk(catboost.CatBoostClassifier(iterations=10, depth=4, verbose=0, random_seed=0), X2, y2),
+              "cb_reg": sk(catboost.CatBoostRegressor(iterations=10, depth=4, verbose=0, random_seed=0), Xr, yr)}
+    except ImportError:
+        cb = {}
+    return {**cb,
         "xgb_cls": sk(xgboost.XGBClassifier(n_estimators=10, max_depth=4), X3, y3),
         "xgb_bin": sk(xgboost.XGBClassifier(n_estimators=10, max_depth=4), X2, y2),
         "xgb_reg": sk(xgboost.XGBRegressor(n_estimators=10, max_depth=4), Xr, yr),
@@ -108,6 +116,11 @@ def boosters():
     }
 
 def convert(name, model, X):
+    if name.startswith("cb_"):  # CatBoost writes ONNX itself
+        import onnx, tempfile
+        with tempfile.TemporaryDirectory() as d:
+            model.save_model(os.path.join(d, "m.onnx"), format="onnx")
+            return onnx.load(os.path.join(d, "m.onnx"))
     if name.startswith(("xgb", "lgbm")):
         import onnxmltools
         from onnxmltools.convert.common.data_types import FloatTensorType
@@ -144,6 +157,8 @@ def one(name, args):
         return "FAIL-RUN " + (r.stderr.strip().splitlines() or ["?"])[-1][:300]
     notes, ok = [], True
     for o, v in zip(sess.get_outputs(), want):
+        if isinstance(v, list):  # ZipMap's maps: dlcc writes the scores they zip, in the labels' order
+            v = np.array([list(m.values()) for m in v], dtype=np.float32)
         got = np.load(os.path.join(d, o.name + ".npy"))
         if got.shape != v.shape and got.size == v.size:
             got = got.reshape(v.shape)
