@@ -238,6 +238,7 @@ static const OpEntry onnx_ops[] = {
     {"Shape", ox_op_shape, "folded at import"},
     {"Sigmoid", ox_op_unary, NULL},
     {"Sign", ox_op_unary, NULL},
+    {"SimplifiedLayerNormalization", ox_op_simplified_layer_norm, "onnxruntime's; no inverse deviation output"},
     {"Sin", ox_op_unary, NULL},
     {"Sinh", ox_op_unary, NULL},
     {"Size", ox_op_size, "folded at import"},
@@ -294,6 +295,9 @@ static const OpEntry training_ops[] = {
     {"Momentum", ox_op_momentum, "standard and nesterov"},
 };
 static const OpEntry microsoft_ops[] = {
+    {"BiasGelu", ox_op_ms_gelu, NULL},
+    {"FastGelu", ox_op_ms_gelu, "tanh approximation, optional bias"},
+    {"Gelu", ox_op_ms_gelu, NULL},
     {"QGemm", ox_op_qgemm, "INT8/UINT8, B per tensor or per column, an INT32 bias; y quantized or f32"},
     {"QLinearAdd", ox_op_qlinear_binary, "INT8/UINT8, one scale and zero point each"},
     {"QLinearAveragePool", ox_op_qlinear_unary, "as AveragePool; channels_last=0"},
@@ -302,6 +306,9 @@ static const OpEntry microsoft_ops[] = {
     {"QLinearLeakyRelu", ox_op_qlinear_unary, NULL},
     {"QLinearMul", ox_op_qlinear_binary, NULL},
     {"QLinearSigmoid", ox_op_qlinear_unary, NULL},
+    {"QuickGelu", ox_op_quick_gelu, NULL},
+    {"SkipLayerNormalization", ox_op_skip_layer_norm, "no mean or inverse deviation output"},
+    {"SkipSimplifiedLayerNormalization", ox_op_skip_layer_norm, "no mean or inverse deviation output"},
 };
 static const OpEntry ml_ops[] = {
     {"ArrayFeatureExtractor", ox_op_array_feature_extractor, NULL},
@@ -334,7 +341,8 @@ static const struct {
      ml_ops, ARRAY_LEN(ml_ops)},
     {"com.microsoft",
      " (of it, onnxruntime's QOperator ops QGemm, QLinearAdd, QLinearAveragePool, QLinearConcat, "
-     "QLinearGlobalAveragePool, QLinearLeakyRelu, QLinearMul and QLinearSigmoid are)",
+     "QLinearGlobalAveragePool, QLinearLeakyRelu, QLinearMul and QLinearSigmoid, and the fused ops of its transformer "
+     "optimizer Gelu, BiasGelu, FastGelu, QuickGelu, SkipLayerNormalization and SkipSimplifiedLayerNormalization are)",
      microsoft_ops, ARRAY_LEN(microsoft_ops)},
 };
 

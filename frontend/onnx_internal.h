@@ -318,6 +318,7 @@ OpFn ox_op_binarizer, ox_op_array_feature_extractor, ox_op_scaler, ox_op_normali
  * imported runs, the run failing with msg where it does not
  * (onnx_control.c); NULL after reporting. */
 Val *ox_check_at_run_time(Imp *im, Val *y, Val *ok, const char *msg);
+OpFn ox_op_ms_gelu, ox_op_quick_gelu, ox_op_skip_layer_norm, ox_op_simplified_layer_norm; /* onnx_contrib.c */
 OpFn ox_op_tree_ensemble, ox_op_tree_ensemble_regressor, ox_op_tree_ensemble_classifier; /* onnx_trees.c */
 /* The ML domain's post_transform (onnx_ml.c): its attribute, and a
  * [.., K] value's rows through it, as onnxruntime computes them. */

@@ -17,6 +17,12 @@ TESTS += tests/test_onnx_bad
 tests_test_onnx_bad_SOURCES = tests/test_onnx_bad.c tests/onnxbuild.c tests/onnxbuild.h
 tests_test_onnx_bad_CFLAGS = $(TEST_CFLAGS)
 tests_test_onnx_bad_LDADD = $(TEST_LIBS)
+# onnxruntime's transformer-optimizer ops against its values.
+check_PROGRAMS += tests/test_onnx_contrib
+TESTS += tests/test_onnx_contrib
+tests_test_onnx_contrib_SOURCES = tests/test_onnx_contrib.c tests/onnxbuild.c tests/onnxbuild.h
+tests_test_onnx_contrib_CFLAGS = $(TEST_CFLAGS)
+tests_test_onnx_contrib_LDADD = $(TEST_LIBS)
 # The ML domain (trees, linear models, scalers) against onnxruntime's values.
 check_PROGRAMS += tests/test_onnx_ml
 TESTS += tests/test_onnx_ml
