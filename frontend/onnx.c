@@ -295,7 +295,9 @@ static const OpEntry training_ops[] = {
     {"Momentum", ox_op_momentum, "standard and nesterov"},
 };
 static const OpEntry microsoft_ops[] = {
+    {"Attention", ox_op_ms_attention, "BERT's: no past or present, no rotary; mask_index 1-d lengths or 2-d"},
     {"BiasGelu", ox_op_ms_gelu, NULL},
+    {"EmbedLayerNormalization", ox_op_embed_layer_norm, NULL},
     {"FastGelu", ox_op_ms_gelu, "tanh approximation, optional bias"},
     {"Gelu", ox_op_ms_gelu, NULL},
     {"QGemm", ox_op_qgemm, "INT8/UINT8, B per tensor or per column, an INT32 bias; y quantized or f32"},
@@ -342,7 +344,8 @@ static const struct {
     {"com.microsoft",
      " (of it, onnxruntime's QOperator ops QGemm, QLinearAdd, QLinearAveragePool, QLinearConcat, "
      "QLinearGlobalAveragePool, QLinearLeakyRelu, QLinearMul and QLinearSigmoid, and the fused ops of its transformer "
-     "optimizer Gelu, BiasGelu, FastGelu, QuickGelu, SkipLayerNormalization and SkipSimplifiedLayerNormalization are)",
+     "optimizer Attention, EmbedLayerNormalization, Gelu, BiasGelu, FastGelu, QuickGelu, SkipLayerNormalization and "
+     "SkipSimplifiedLayerNormalization are)",
      microsoft_ops, ARRAY_LEN(microsoft_ops)},
 };
 

@@ -240,6 +240,15 @@ static bool attention_graph(Imp *im, const Attn *a, const ONode *n, AttnOut *out
   return y && out->qk;
 }
 
+Val *ox_attention_3d(Imp *im, Val *q, Val *k, Val *v, int64_t heads, Val *mask, double scale, bool causal) {
+  if (!q || !k || !v) return NULL;
+  Attn a = {.q = q, .k = k, .v = v, .mask = mask, .q_heads = heads, .kv_heads = heads, .causal = causal,
+            .has_scale = scale > 0, .scale = scale, .softmax_dt = q->type.dtype, .left = -1, .right = -1};
+  ONode y_only = {.n_out = 1, .want = (const bool[]){true}};
+  AttnOut out = {0};
+  return attention_graph(im, &a, &y_only, &out) ? out.y : NULL;
+}
+
 bool ox_op_attention(Imp *im, ONode *n) {
   Attn a = {.q = ox_in_req(im, n, 0), .k = ox_in_req(im, n, 1), .v = ox_in_req(im, n, 2),
             .mask = ox_in_opt(n, 3), .past_k = ox_in_opt(n, 4), .past_v = ox_in_opt(n, 5),

@@ -7,6 +7,7 @@
  * operands, returns its results. */
 #include "config.h"
 
+#include <inttypes.h>
 #include <string.h>
 
 #include "frontend/onnx_internal.h"
@@ -105,4 +106,104 @@ bool ox_op_simplified_layer_norm(Imp *im, ONode *n) {
   ir_set_float(im->g, r, "eps", eps);
   Val *y = ox_emit1(im, &e);
   return (n->out[0] = exact || !y ? y : ox_op2(im, OP_MUL, y, scale)) != NULL;
+}
+
+/* The added mask of com.microsoft Attention, [B, 1, 1, S] (or [B, 1, L,
+ * S] with an attention bias), from its mask_index: 1-d [B], each
+ * sequence's length (keys from it on masked, as right padding leaves
+ * them), or 2-d [B, S], 1 to keep and 0 to mask; masked keys get
+ * mask_filter_value added (onnxruntime's -10000, not -inf, so a row that
+ * masks every key is uniform, as there). */
+static Val *ms_attention_mask(Imp *im, Val *mask_index, int64_t B, int64_t S, double filter) {
+  const TensorType *t = &mask_index->type;
+  Val *keep;
+  if (t->rank == 1 && t->dims[0] == B) {
+    Val *len = ox_reshape(im, ox_cast(im, mask_index, TY_I64), 2, (int64_t[]){B, 1});
+    keep = ox_op2(im, OP_LESS, ox_iota_along(im, 2, 1, S), len);
+  } else if (t->rank == 2 && t->dims[0] == B && t->dims[1] == S) {
+    keep = ox_op2s(im, OP_NOT_EQUAL, mask_index, 0);
+  } else {
+    char buf[IR_TYPE_STR_MAX];
+    return ox_bad(im, "mask_index %s is not supported (1-d [%" PRId64 "] lengths or a 2-d [%" PRId64 ", %" PRId64 "] mask are)",
+                  ir_type_str(t, buf, sizeof buf), B, B, S), NULL;
+  }
+  Val *added = ox_where(im, keep, ox_scalar(im, 0, TY_F32), ox_scalar(im, filter, TY_F32));
+  return ox_reshape(im, added, 4, (int64_t[]){B, 1, 1, S});
+}
+
+/* com.microsoft Attention (BERT's, as onnxruntime's optimizer fuses it):
+ * input [B, S, in] times weights [in, q + k + v] plus bias, split into Q,
+ * K and V of num_heads heads; scores scaled (scale, or 1/sqrt of a head's
+ * size), the mask_index's mask and an attention bias added; causal where
+ * unidirectional.  No past or present (a decoder's cache), no rotary. */
+bool ox_op_ms_attention(Imp *im, ONode *n) {
+  Val *x = ox_in_req(im, n, 0), *w = ox_in_req(im, n, 1), *bias = ox_in_opt(n, 2), *mask_index = ox_in_opt(n, 3),
+      *past = ox_in_opt(n, 4), *attn_bias = ox_in_opt(n, 5);
+  int64_t heads, causal, rotary, rotary_dim, share;
+  double filter, scale;
+  if (!x || !w || !ox_attr_int(im, "num_heads", 0, &heads) || !ox_attr_int(im, "unidirectional", 0, &causal) ||
+      !ox_attr_float(im, "mask_filter_value", -10000.0, &filter) || !ox_attr_float(im, "scale", 0, &scale) ||
+      !ox_attr_int(im, "do_rotary", 0, &rotary) || !ox_attr_int(im, "rotary_embedding_dim", 0, &rotary_dim) ||
+      !ox_attr_int(im, "past_present_share_buffer", 0, &share) || !ox_need_float_in(im, x))
+    return false;
+  if (past || (n->n_out > 1 && n->want[1])) return ox_bad(im, "past and present (a decoder's cache) are not supported");
+  if (rotary) return ox_bad(im, "do_rotary is not supported");
+  if (x->type.rank != 3 || w->type.rank != 2 || w->type.dims[0] != x->type.dims[2])
+    return ox_bad(im, "input must be [B, S, in] and weights [in, q + k + v]");
+  int64_t B = x->type.dims[0], S = x->type.dims[1], total = w->type.dims[1], sizes[3];
+  int n_sizes;
+  const int64_t *qkv;
+  if (ox_find_attr(im, "qkv_hidden_sizes")) {
+    if (!ox_attr_ints(im, "qkv_hidden_sizes", &n_sizes, &qkv)) return false;
+    if (n_sizes != 3) return ox_bad(im, "qkv_hidden_sizes needs 3 values");
+    memcpy(sizes, qkv, sizeof sizes);
+  } else {
+    sizes[0] = sizes[1] = sizes[2] = total / 3;
+  }
+  if (heads < 1 || sizes[0] + sizes[1] + sizes[2] != total || sizes[0] != sizes[1] || sizes[0] % heads || sizes[2] % heads ||
+      sizes[0] < 1)
+    return ox_bad(im, "weights of %" PRId64 " columns do not split into Q, K and V of %" PRId64 " heads", total, heads);
+  if (sizes[2] != sizes[0]) return ox_bad(im, "a V of another size than Q and K is not supported");
+  Val *proj = ox_op2(im, OP_MATMUL, x, w);
+  if (bias) proj = ox_op2(im, OP_ADD, proj, bias);
+  Val *q = ox_slice_axis(im, proj, 2, 0, sizes[0], 1), *k = ox_slice_axis(im, proj, 2, sizes[0], 2 * sizes[0], 1),
+      *v = ox_slice_axis(im, proj, 2, 2 * sizes[0], total, 1);
+  Val *mask = mask_index ? ms_attention_mask(im, mask_index, B, S, filter) : NULL;
+  if (mask_index && !mask) return false;
+  if (attn_bias) mask = mask ? ox_op2(im, OP_ADD, ox_cast(im, mask, attn_bias->type.dtype), attn_bias) : attn_bias;
+  return (n->out[0] = ox_attention_3d(im, q, k, v, heads, mask, scale, causal != 0)) != NULL;
+}
+
+/* com.microsoft EmbedLayerNormalization (BERT's embeddings, fused): the
+ * word, position (position_ids, or 0 to S - 1) and segment embeddings
+ * gathered and summed, layer-normalized with gamma and beta; its second
+ * output each sequence's length, the mask's count of ones (i32; without
+ * a mask 0), which Attention's mask_index takes; its third the sum. */
+bool ox_op_embed_layer_norm(Imp *im, ONode *n) {
+  Val *ids = ox_in_req(im, n, 0), *seg_ids = ox_in_opt(n, 1), *word = ox_in_req(im, n, 2), *pos = ox_in_req(im, n, 3),
+      *seg = ox_in_opt(n, 4), *gamma = ox_in_req(im, n, 5), *beta = ox_in_req(im, n, 6), *mask = ox_in_opt(n, 7),
+      *pos_ids = ox_in_opt(n, 8);
+  double eps;
+  int64_t index_type;
+  if (!ids || !word || !pos || !gamma || !beta || !ox_attr_float(im, "epsilon", 1e-12, &eps) ||
+      !ox_attr_int(im, "mask_index_type", 1, &index_type))
+    return false;
+  if (ids->type.rank != 2 || word->type.rank != 2 || pos->type.rank != 2 || ir_dtype_is_float(ids->type.dtype))
+    return ox_bad(im, "input_ids must be integer [B, S] and the embeddings 2-d");
+  if ((seg_ids != NULL) != (seg != NULL)) return ox_bad(im, "segment_ids and segment_embedding go together");
+  int64_t B = ids->type.dims[0], S = ids->type.dims[1];
+  Val *at = pos_ids ? pos_ids : ox_iota_along(im, 2, 1, S);
+  Val *sum = ox_op2(im, OP_ADD, ox_gather(im, word, ids, 0), ox_gather(im, pos, at, 0));
+  if (seg) sum = ox_op2(im, OP_ADD, sum, ox_gather(im, seg, seg_ids, 0));
+  if (!sum) return false;
+  n->out[0] = last_axis_norm(im, sum, false, eps, gamma, beta);
+  if (n->n_out > 1) {
+    /* without a mask, zeros, as onnxruntime gives them */
+    Val *len = mask ? ox_reduce(im, OP_REDUCE_SUM, ox_cast(im, ox_op2s(im, OP_NOT_EQUAL, mask, 0), TY_I32), 1,
+                                (int64_t[]){1}, false)
+                    : ox_expand(im, ox_scalar(im, 0, TY_I32), 1, &B);
+    n->out[1] = len;
+  }
+  if (n->n_out > 2) n->out[2] = sum;
+  return n->out[0] != NULL;
 }

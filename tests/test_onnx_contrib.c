@@ -1,7 +1,8 @@
 /* onnxruntime's contrib ops that its transformer optimizer writes
  * (frontend/onnx_contrib.c): FastGelu, BiasGelu, QuickGelu,
- * SkipLayerNormalization, SkipSimplifiedLayerNormalization and
- * SimplifiedLayerNormalization on models built here with protobuf-c, run
+ * SkipLayerNormalization, SkipSimplifiedLayerNormalization,
+ * SimplifiedLayerNormalization, Attention and EmbedLayerNormalization on
+ * models built here with protobuf-c, run
  * by the reference interpreter, against onnxruntime 1.32's values on the
  * same models. */
 #include "check_quiet.h"
@@ -91,11 +92,105 @@ START_TEST(test_contrib_ops) {
 }
 END_TEST
 
+/* com.microsoft Attention of two heads over x [2, 3, 4] with weights
+ * [4, 12]: a 1-d mask_index of lengths, a 2-d mask, and unidirectional;
+ * EmbedLayerNormalization with segments, with and without a mask (its
+ * mask_index the mask's counts, or zeros).  onnxruntime's values. */
+START_TEST(test_ms_attention_and_embeddings) {
+  static const float ax[24] = {1.78862846f, 0.436509848f, 0.0964974687f, -1.86349273f, -0.277388215f, -0.354758978f,
+                               -0.082741484f, -0.62700069f, -0.0438181683f, -0.477218032f, -1.31386471f, 0.884622395f,
+                               0.881318033f, 1.70957303f, 0.0500336438f, -0.404677421f, -0.545359969f, -1.54647732f,
+                               0.982367456f, -1.10106766f, -1.18504655f, -0.205649897f, 1.48614836f, 0.23671627f};
+  static const float w[48] = {-0.511892557f, -0.356496602f, 0.312622488f, -0.0802566782f, -0.38441819f, -0.115015358f,
+                              0.372528136f, 0.988055408f, -0.62206167f, -0.313208461f, -0.401883036f, -1.20954156f,
+                              -0.461896002f, -0.511937857f, 0.56198895f, -0.0659571141f, -0.811642706f, 0.323337734f,
+                              -0.17813538f, -0.871570528f, -0.298324823f, -0.294297189f, -0.436941147f, 0.0148569075f,
+                              -1.12412894f, -0.133880928f, 0.506591737f, 0.426398933f, 0.554093778f, 0.559695303f,
+                              0.743771553f, -0.559150338f, 0.42291671f, -0.930444777f, -0.301442564f, -0.957235992f,
+                              0.52407378f, 0.666868925f, -0.0987073407f, 0.887322545f, -0.33736375f, 0.0753084347f,
+                              0.0764728487f, -0.532097638f, 0.218973309f, 0.969489217f, -0.512465417f, 0.449669212f};
+  static const float bias[12] = {-0.0154506853f, 0.176962733f, 0.0483788364f, 0.0676216409f, 0.0643163249f, 0.0249086712f,
+                                 -0.139576346f, 0.139166296f, -0.137066901f, 0.0238563195f, 0.0614077076f, -0.0837912261f};
+  static const double want[3][24] = {
+      {-0.597626984, 1.17120695, 0.489789575, 0.154729098, -0.698748529, -0.234982818, 0.378658265, 0.0850492194,
+       -0.370445549, -0.551344216, 0.31036967, -0.080332458, -1.21976447, -1.19700158, 0.316123366, -1.08937097,
+       -1.02295804, -1.20988691, -0.0646698028, -1.17605436, -1.11692154, -1.20373487, 0.692709029, -1.00364554},
+      {-0.626701653, 1.24750102, 0.189422712, 0.335602075, -1.05031574, -0.192464858, 0.182318106, 0.112516321,
+       -1.35739577, -1.23630357, 0.174703211, -0.126592398, -1.21976447, -1.19700158, 0.316123366, -1.08937097,
+       -1.02295804, -1.20988691, -0.0646698028, -1.17605436, -1.11692154, -1.20373487, 0.692709029, -1.00364554},
+      {-1.74717069, -2.56124258, 0.0777462721, -3.17105246, -0.874159694, -1.41898334, 0.482631505, -0.988628626,
+       -0.370445549, -0.551344216, 0.31036967, -0.080332458, -1.26276255, -1.19418645, -0.847460985, -1.35424805,
+       -1.02295804, -1.20988691, -0.0646698028, -1.17605436, -0.715015173, -1.12102449, 0.635517955, -0.910443008}};
+  for (int k = 0; k < 3; k++) {
+    Model *b = model_new(17);
+    add_input(b, "X", 3, (const int64_t[]){2, 3, 4});
+    add_init_f32(b, "W", 2, (const int64_t[]){4, 12}, 48, w);
+    add_init_f32(b, "BI", 1, (const int64_t[]){12}, 12, bias);
+    if (k == 0) add_init_raw(b, "M", ONNX__TENSOR_PROTO__DATA_TYPE__INT32, 1, (const int64_t[]){2}, (const int32_t[]){3, 2}, 8);
+    if (k == 1)
+      add_init_raw(b, "M", ONNX__TENSOR_PROTO__DATA_TYPE__INT32, 2, (const int64_t[]){2, 3}, (const int32_t[]){1, 0, 1, 1, 1, 0},
+                   24);
+    Onnx__NodeProto *n = add_node(b, "Attention", k < 2 ? "X,W,BI,M" : "X,W,BI", "Y");
+    n->domain = str("com.microsoft");
+    attr_i(n, "num_heads", 2);
+    if (k == 2) attr_i(n, "unidirectional", 1);
+    add_output(b, "Y");
+    Tensor y = onnxb_run1(must_import(b), "X", 3, (const int64_t[]){2, 3, 4}, ax);
+    for (int i = 0; i < 24; i++)
+      ck_assert_msg(fabs(((float *)y.data)[i] - want[k][i]) < 2e-6, "Attention %d [%d] is %.9g, want %.9g", k, i,
+                    ((float *)y.data)[i], want[k][i]);
+    ir_tensor_free(&y);
+  }
+  static const float word[20] = {0.145063221f, 1.16788232f, -0.0241044704f, -0.888657391f, -2.91573787f, -0.971840501f,
+                                 -0.591078758f, -0.516417384f, -0.959996164f, 0.377295226f, -0.574708402f, -0.109454334f,
+                                 0.679071605f, -0.85543716f, -0.300206065f, 2.15814924f, 0.874285698f, -1.29353666f,
+                                 -0.0797409415f, 0.56448549f};
+  static const float pos[16] = {1.23347104f, 0.148986399f, -0.53058213f, -0.730526626f, 0.64506197f, 0.313060373f,
+                                -0.516647935f, -0.18907167f, -0.416198015f, 0.724657655f, -0.689960659f, 0.486414462f,
+                                0.851518929f, 0.486249328f, -0.834239841f, 1.3449924f};
+  static const float seg[8] = {-0.678212702f, 0.426435083f, -0.75333482f, -1.74411023f, 0.225750268f, 0.287035167f,
+                               -0.0774409622f, 0.276068509f};
+  static const double emb[24] = {-0.375153452, 0.788531482, -0.135757715, 1.43403101, 1.11915195, 0.0526941381,
+                                 -3.47761679, -0.214268148, -0.211832106, 0.836630404, -2.15503263, 0.683912277,
+                                 0.856666207, 0.573859453, -2.87483191, 0.866969228, 0.0582775921, 0.821933329,
+                                 -1.64400971, 1.18013942, 0.873114765, 0.457282007, -3.39870739, 0.388325065};
+  for (int with_mask = 1; with_mask >= 0; with_mask--) {
+    Model *b = model_new(17);
+    add_input_typed(b, "I", ONNX__TENSOR_PROTO__DATA_TYPE__INT32, 2, (const int64_t[]){2, 3});
+    add_init_raw(b, "SI", ONNX__TENSOR_PROTO__DATA_TYPE__INT32, 2, (const int64_t[]){2, 3}, (const int32_t[]){0, 0, 1, 1, 0, 0}, 24);
+    add_init_f32(b, "WE", 2, (const int64_t[]){5, 4}, 20, word);
+    add_init_f32(b, "PE", 2, (const int64_t[]){4, 4}, 16, pos);
+    add_init_f32(b, "SE", 2, (const int64_t[]){2, 4}, 8, seg);
+    add_init_f32(b, "G", 1, (const int64_t[]){4}, 4, (const float[]){1, 0.5f, 2, -1});
+    add_init_f32(b, "B", 1, (const int64_t[]){4}, 4, (const float[]){0.1f, 0, -0.2f, 0.3f});
+    add_init_raw(b, "MK", ONNX__TENSOR_PROTO__DATA_TYPE__INT32, 2, (const int64_t[]){2, 3}, (const int32_t[]){1, 1, 0, 1, 1, 1}, 24);
+    Onnx__NodeProto *n = add_node(b, "EmbedLayerNormalization", with_mask ? "I,SI,WE,PE,SE,G,B,MK" : "I,SI,WE,PE,SE,G,B", "Y,MI");
+    n->domain = str("com.microsoft");
+    attr_f(n, "epsilon", 1e-5f);
+    add_output(b, "Y");
+    add_output(b, "MI");
+    Graph *g = must_import(b);
+    Tensor in = {ir_type_make(TY_I32, 2, (const int64_t[]){2, 3}), (int32_t[]){1, 3, 0, 2, 2, 4}}, out[2];
+    TensorMap inputs = {1, (const char *[]){"I"}, &in};
+    char err[512];
+    ck_assert_msg(ir_eval(g, &inputs, &params, out, err, sizeof err), "%s", err);
+    for (int i = 0; i < 24; i++)
+      ck_assert_msg(fabs(((float *)out[0].data)[i] - emb[i]) < 2e-6, "EmbedLayerNormalization [%d] is %.9g", i,
+                    ((float *)out[0].data)[i]);
+    ck_assert(out[1].type.dtype == TY_I32);
+    ck_assert_int_eq(((int32_t *)out[1].data)[0], with_mask ? 2 : 0);
+    ck_assert_int_eq(((int32_t *)out[1].data)[1], with_mask ? 3 : 0);
+    ir_tensor_free(&out[0]), ir_tensor_free(&out[1]);
+  }
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("onnx_contrib");
   TCase *tc = tcase_create("contrib");
   tcase_add_checked_fixture(tc, onnxb_setup, onnxb_teardown);
   tcase_add_test(tc, test_contrib_ops);
+  tcase_add_test(tc, test_ms_attention_and_embeddings);
   suite_add_tcase(s, tc);
   SRunner *r = srunner_create(s);
   srunner_run_all(r, CK_NORMAL);
