@@ -369,20 +369,29 @@ static const char *preview_note(const char *domain) {
 
 bool fe_onnx_enabled(void) { return true; }
 
+/* An op's line: its name, then its limits (if any) in a column, or a
+ * space past a longer name. */
+static void print_op(FILE *f, const OpEntry *op) {
+  if (!op->note) {
+    fprintf(f, "  %s\n", op->name);
+    return;
+  }
+  int pad = 22 - (int)strlen(op->name);
+  fprintf(f, "  %s%*s%s\n", op->name, pad > 1 ? pad : 1, "", op->note);
+}
+
 void fe_onnx_print_support(FILE *f) {
   fprintf(f,
           "ONNX import (opsets up to %d; 13 and later are the target, older ones where an op's\n"
-          "meaning is handled).  Data types: FLOAT, "
-          "FLOAT16, BFLOAT16, INT8, UINT8, INT32, INT64, BOOL; static shapes, an input's free dims bound by "
-          "-D NAME=VALUE (a symbol), -D INPUT:AXIS=VALUE or the given input's shape; initializers (also "
-          "external data) become params.\n\nops:\n",
+          "meaning is handled).  Data types: FLOAT, DOUBLE, FLOAT16, BFLOAT16, INT8, UINT8, INT16, UINT16, INT32, "
+          "UINT32, INT64, UINT64, BOOL (the float8, float4, int4 and int2 types through Cast and "
+          "(De)QuantizeLinear; no strings); an input's free dims bound by -D NAME=VALUE (a symbol), "
+          "-D INPUT:AXIS=VALUE or the given input's shape; initializers (also external data) become params.\n\nops:\n",
           ONNX_OPSET_KNOWN);
-  for (size_t i = 0; i < ARRAY_LEN(onnx_ops); i++)
-    fprintf(f, "  %-22s%s\n", onnx_ops[i].name, onnx_ops[i].note ? onnx_ops[i].note : "");
+  for (size_t i = 0; i < ARRAY_LEN(onnx_ops); i++) print_op(f, &onnx_ops[i]);
   for (size_t d = 0; d < ARRAY_LEN(domains); d++) {
     fprintf(f, "\nops of the domain %s:\n", domains[d].name);
-    for (size_t i = 0; i < domains[d].n_ops; i++)
-      fprintf(f, "  %-22s%s\n", domains[d].ops[i].name, domains[d].ops[i].note ? domains[d].ops[i].note : "");
+    for (size_t i = 0; i < domains[d].n_ops; i++) print_op(f, &domains[d].ops[i]);
   }
 }
 
