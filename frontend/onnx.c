@@ -300,6 +300,7 @@ static const OpEntry microsoft_ops[] = {
     {"EmbedLayerNormalization", ox_op_embed_layer_norm, NULL},
     {"FastGelu", ox_op_ms_gelu, "tanh approximation, optional bias"},
     {"Gelu", ox_op_ms_gelu, NULL},
+    {"MatMulNBits", ox_op_matmul_nbits, "2, 4 or 8 bits, packed zero points, no g_idx; weights dequantized at import"},
     {"QGemm", ox_op_qgemm, "INT8/UINT8, B per tensor or per column, an INT32 bias; y quantized or f32"},
     {"QLinearAdd", ox_op_qlinear_binary, "INT8/UINT8, one scale and zero point each"},
     {"QLinearAveragePool", ox_op_qlinear_unary, "as AveragePool; channels_last=0"},
@@ -345,7 +346,7 @@ static const struct {
      " (of it, onnxruntime's QOperator ops QGemm, QLinearAdd, QLinearAveragePool, QLinearConcat, "
      "QLinearGlobalAveragePool, QLinearLeakyRelu, QLinearMul and QLinearSigmoid, and the fused ops of its transformer "
      "optimizer Attention, EmbedLayerNormalization, Gelu, BiasGelu, FastGelu, QuickGelu, SkipLayerNormalization and "
-     "SkipSimplifiedLayerNormalization are)",
+     "SkipSimplifiedLayerNormalization, and MatMulNBits, are)",
      microsoft_ops, ARRAY_LEN(microsoft_ops)},
 };
 

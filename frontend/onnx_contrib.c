@@ -207,3 +207,52 @@ bool ox_op_embed_layer_norm(Imp *im, ONode *n) {
   if (n->n_out > 2) n->out[2] = sum;
   return n->out[0] != NULL;
 }
+
+/* com.microsoft MatMulNBits (weights of 2, 4 or 8 bits in blocks along
+ * K, as onnxruntime's quantizer and onnxruntime-genai write LLMs and
+ * transformers.js its q4 models): A times B dequantized at import, (q -
+ * zero point) x scale per block (zero points packed as B is, 2^(bits-1)
+ * without them), plus the optional bias.  The weights are held
+ * dequantized, in A's dtype: the product is exact to them, the memory
+ * 32/bits times the file's. */
+bool ox_op_matmul_nbits(Imp *im, ONode *n) {
+  Val *a = ox_in_req(im, n, 0), *bq = ox_in_req(im, n, 1), *sv = ox_in_req(im, n, 2), *zv = ox_in_opt(n, 3),
+      *bias = ox_in_opt(n, 5);
+  int64_t K, N, bits, block, accuracy;
+  if (!a || !bq || !sv || !ox_attr_int(im, "K", 0, &K) || !ox_attr_int(im, "N", 0, &N) ||
+      !ox_attr_int(im, "bits", 4, &bits) || !ox_attr_int(im, "block_size", 0, &block) ||
+      !ox_attr_int(im, "accuracy_level", 0, &accuracy) || !ox_need_float_in(im, a))
+    return false;
+  if (ox_in_opt(n, 4)) return ox_bad(im, "g_idx (act-order) is not supported");
+  if (bits != 2 && bits != 4 && bits != 8) return ox_bad(im, "bits %" PRId64 " is not 2, 4 or 8", bits);
+  if (block < 16 || (block & (block - 1)) || K < 1 || N < 1 || K > im->fold_max / N)
+    return ox_bad(im, "K %" PRId64 ", N %" PRId64 " and block_size %" PRId64 " do not describe a weight dlcc builds", K, N, block);
+  if (a->type.rank < 1 || a->type.dims[a->type.rank - 1] != K) return ox_bad(im, "A's last axis is not K (%" PRId64 ")", K);
+  const Tensor *b = ox_need_const(im, bq, "B"), *s = b ? ox_need_const(im, sv, "scales") : NULL,
+               *z = s && zv ? ox_need_const(im, zv, "zero_points") : NULL;
+  if (!s || (zv && !z)) return false;
+  int64_t blocks = (K + block - 1) / block, blob = block * bits / 8, per = 8 / bits, mask = (1 << bits) - 1;
+  if (b->type.dtype != TY_U8 || ir_type_numel(&b->type) != N * blocks * blob)
+    return ox_bad(im, "B must be u8 [%" PRId64 ", %" PRId64 ", %" PRId64 "]", N, blocks, blob);
+  if (!ir_dtype_is_float(s->type.dtype) || ir_type_numel(&s->type) != N * blocks)
+    return ox_bad(im, "scales must be %" PRId64 " floats", N * blocks);
+  int64_t zrow = (blocks * bits + 7) / 8;
+  if (z && (z->type.dtype != TY_U8 || ir_type_numel(&z->type) != N * zrow))
+    return ox_bad(im, "zero_points must be packed u8, %" PRId64 " bytes (floating-point zero points are not supported)",
+                  N * zrow);
+  TensorType wt = ir_type_make(TY_F32, 2, (int64_t[]){K, N});
+  Val *w = ox_known_new(im, &wt);
+  const uint8_t *bd = b->data, *zd = z ? z->data : NULL;
+  float *wd = w->k->data;
+  for (int64_t col = 0; col < N; col++)
+    for (int64_t blk = 0; blk < blocks; blk++) {
+      double scale = ir_tensor_get(s, col * blocks + blk), zp = (double)(1 << (bits - 1));
+      if (zd) zp = (zd[col * zrow + blk / per] >> ((blk % per) * bits)) & mask;
+      for (int64_t j = 0; j < block && blk * block + j < K; j++) {
+        int q = (bd[(col * blocks + blk) * blob + j / per] >> ((j % per) * bits)) & mask;
+        wd[(blk * block + j) * N + col] = (float)((q - zp) * scale);
+      }
+    }
+  Val *y = ox_op2(im, OP_MATMUL, a, ox_cast(im, w, a->type.dtype));
+  return (n->out[0] = bias && y ? ox_op2(im, OP_ADD, y, bias) : y) != NULL;
+}

@@ -323,7 +323,7 @@ Val *ox_check_at_run_time(Imp *im, Val *y, Val *ok, const char *msg);
  * NULL, scale (0: 1/sqrt(H)): Y [B, L, heads * H] (onnx_attention.c). */
 Val *ox_attention_3d(Imp *im, Val *q, Val *k, Val *v, int64_t heads, Val *mask, double scale, bool causal);
 OpFn ox_op_ms_gelu, ox_op_quick_gelu, ox_op_skip_layer_norm, ox_op_simplified_layer_norm, ox_op_ms_attention,
-    ox_op_embed_layer_norm; /* onnx_contrib.c */
+    ox_op_embed_layer_norm, ox_op_matmul_nbits; /* onnx_contrib.c */
 OpFn ox_op_tree_ensemble, ox_op_tree_ensemble_regressor, ox_op_tree_ensemble_classifier; /* onnx_trees.c */
 /* The ML domain's post_transform (onnx_ml.c): its attribute, and a
  * [.., K] value's rows through it, as onnxruntime computes them. */

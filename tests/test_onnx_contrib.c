@@ -1,7 +1,8 @@
 /* onnxruntime's contrib ops that its transformer optimizer writes
  * (frontend/onnx_contrib.c): FastGelu, BiasGelu, QuickGelu,
  * SkipLayerNormalization, SkipSimplifiedLayerNormalization,
- * SimplifiedLayerNormalization, Attention and EmbedLayerNormalization on
+ * SimplifiedLayerNormalization, Attention, EmbedLayerNormalization and
+ * MatMulNBits on
  * models built here with protobuf-c, run
  * by the reference interpreter, against onnxruntime 1.32's values on the
  * same models. */
@@ -185,12 +186,41 @@ START_TEST(test_ms_attention_and_embeddings) {
 }
 END_TEST
 
+/* MatMulNBits of 4 bits: K 20 (a last block of 4 of its 16), packed zero
+ * points (block 0 the low nibble), a bias; onnxruntime's values. */
+START_TEST(test_matmul_nbits) {
+  static const uint8_t bq[32] = {99,  206, 239, 189, 230, 118, 144, 73,  8,   228, 231, 190, 155, 112, 158, 208,
+                                 7,   204, 143, 113, 181, 231, 80,  27,  44,  205, 203, 65,  175, 30,  212, 86};
+  float a[40];
+  for (int i = 0; i < 40; i++) a[i] = (float)i / 10 - 1;
+  Model *b = model_new(17);
+  add_input(b, "A", 2, (const int64_t[]){2, 20});
+  add_init_raw(b, "B", ONNX__TENSOR_PROTO__DATA_TYPE__UINT8, 3, (const int64_t[]){2, 2, 8}, bq, 32);
+  add_init_f32(b, "S", 1, (const int64_t[]){4}, 4, (const float[]){0.5f, -0.25f, 1, 0.125f});
+  add_init_raw(b, "Z", ONNX__TENSOR_PROTO__DATA_TYPE__UINT8, 1, (const int64_t[]){2}, (const uint8_t[]){0x3a, 0x5f}, 2);
+  add_init_f32(b, "BI", 1, (const int64_t[]){2}, 2, (const float[]){1, -2});
+  Onnx__NodeProto *n = add_node(b, "MatMulNBits", "A,B,S,Z,,BI", "Y");
+  n->domain = str("com.microsoft");
+  attr_i(n, "K", 20);
+  attr_i(n, "N", 2);
+  attr_i(n, "bits", 4);
+  attr_i(n, "block_size", 16);
+  add_output(b, "Y");
+  Tensor y = onnxb_run1(must_import(b), "A", 2, (const int64_t[]){2, 20}, a);
+  static const double want[4] = {-4.949999809265137, 25.050003051757812, -28.950000762939453, -218.1999969482422};
+  for (int i = 0; i < 4; i++)
+    ck_assert_msg(fabs(((float *)y.data)[i] - want[i]) < 1e-4, "MatMulNBits [%d] is %.9g", i, ((float *)y.data)[i]);
+  ir_tensor_free(&y);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("onnx_contrib");
   TCase *tc = tcase_create("contrib");
   tcase_add_checked_fixture(tc, onnxb_setup, onnxb_teardown);
   tcase_add_test(tc, test_contrib_ops);
   tcase_add_test(tc, test_ms_attention_and_embeddings);
+  tcase_add_test(tc, test_matmul_nbits);
   suite_add_tcase(s, tc);
   SRunner *r = srunner_create(s);
   srunner_run_all(r, CK_NORMAL);
