@@ -213,7 +213,9 @@ bool ox_op_linear_classifier(Imp *im, ONode *n) {
     int64_t pair[2] = {two ? labels[0] : 0, two ? labels[1] : 1};
     Val *positive = ox_cast(im, ox_op2s(im, OP_GREATER, scores, 0), TY_I64);
     label = ox_gather(im, ox_ints_val(im, 2, pair), ox_reshape(im, positive, 1, rows->type.dims), 0);
-    z = ox_ml_post(im, scores, post);
+    /* two labels: [1 - s, s]; onnxruntime leaves s as it is under a softmax (of one score) */
+    bool softmax = post == ML_POST_SOFTMAX || post == ML_POST_SOFTMAX_ZERO;
+    z = two && softmax ? scores : ox_ml_post(im, scores, post);
     if (two && z) z = ox_concat(im, 2, (Val *[]){ox_op2s(im, OP_SUB, ox_op1(im, OP_NEG, z), -1), z}, 1);
   } else {
     label = ox_gather(im, ox_ints_val(im, (int)K, labels), ox_argmax(im, scores, 1, false), 0);
@@ -266,10 +268,44 @@ static bool svm_kernel_attrs(Imp *im, SvmKernel *k) {
   return true;
 }
 
+/* RBF's exp(-gamma |x - v|²) for each row of X and each of the m rows of
+ * v: the squared distance is |x|² + |v|² - 2 x·v (one product, not an
+ * [N, m, F] difference), with x and v first moved by the vectors' mean
+ * (in double, at import) so that features of a large mean and a small
+ * spread do not cancel away; never below 0. */
+static Val *svm_rbf(Imp *im, const SvmKernel *k, Val *rows, int64_t m, const float *v) {
+  int64_t F = rows->type.dims[1];
+  double *mean = calloc((size_t)F, sizeof *mean);
+  float *moved = malloc(sizeof *moved * (size_t)(m * F)), *norms = malloc(sizeof *norms * (size_t)m),
+        *mean_f = malloc(sizeof *mean_f * (size_t)F);
+  if (!mean || !moved || !norms || !mean_f) {
+    free(mean), free(moved), free(norms), free(mean_f);
+    return ox_bad(im, "out of memory"), NULL;
+  }
+  for (int64_t i = 0; i < m * F; i++) mean[i % F] += v[i] / (double)m;
+  for (int64_t i = 0; i < m; i++) {
+    double s = 0;
+    for (int64_t f = 0; f < F; f++) {
+      double d = v[i * F + f] - mean[f];
+      moved[i * F + f] = (float)d, s += d * d;
+    }
+    norms[i] = (float)s;
+  }
+  for (int64_t f = 0; f < F; f++) mean_f[f] = (float)mean[f];
+  Val *x = ox_op2(im, OP_SUB, rows, ml_vector(im, F, mean_f));
+  Val *vt = ox_transpose(im, ox_reshape(im, ml_vector(im, m * F, moved), 2, (int64_t[]){m, F}), (int64_t[]){1, 0});
+  Val *vn = ox_reshape(im, ml_vector(im, m, norms), 2, (int64_t[]){1, m});
+  free(mean), free(moved), free(norms), free(mean_f);
+  Val *xn = ox_reduce(im, OP_REDUCE_SUM, ox_op2(im, OP_MUL, x, x), 1, (int64_t[]){1}, true);
+  Val *d2 = ox_op2(im, OP_SUB, ox_op2(im, OP_ADD, xn, vn), ox_op2s(im, OP_MUL, ox_op2(im, OP_MATMUL, x, vt), 2));
+  d2 = ox_op2(im, OP_MAXIMUM, d2, ox_scalar(im, 0, TY_F32));
+  return ox_op1(im, OP_EXP, ox_op2s(im, OP_MUL, d2, -k->gamma));
+}
+
 /* K(x, v) of each row of X with each of the m rows of v ([m, F], known):
- * [N, m].  RBF's squared distance is |x|² + |v|² - 2 x·v (one product,
- * not an [N, m, F] difference), never below 0. */
+ * [N, m]. */
 static Val *svm_kernel(Imp *im, const SvmKernel *k, Val *rows, int64_t m, const float *v) {
+  if (k->type == SVM_RBF) return svm_rbf(im, k, rows, m, v);
   int64_t F = rows->type.dims[1];
   Val *vt = ox_transpose(im, ox_reshape(im, ml_vector(im, m * F, v), 2, (int64_t[]){m, F}), (int64_t[]){1, 0});
   Val *dot = ox_op2(im, OP_MATMUL, rows, vt);
@@ -277,21 +313,6 @@ static Val *svm_kernel(Imp *im, const SvmKernel *k, Val *rows, int64_t m, const 
     case SVM_POLY: return ox_op2(im, OP_POW, ox_op2s(im, OP_ADD, ox_op2s(im, OP_MUL, dot, k->gamma), k->coef0),
                                  ox_scalar(im, k->degree, TY_F32));
     case SVM_SIGMOID: return ox_op1(im, OP_TANH, ox_op2s(im, OP_ADD, ox_op2s(im, OP_MUL, dot, k->gamma), k->coef0));
-    case SVM_RBF: {
-      float *norms = malloc(sizeof *norms * (size_t)m);
-      if (!norms) return ox_bad(im, "out of memory"), NULL;
-      for (int64_t i = 0; i < m; i++) {
-        double s = 0;
-        for (int64_t f = 0; f < F; f++) s += (double)v[i * F + f] * v[i * F + f];
-        norms[i] = (float)s;
-      }
-      Val *vn = ox_reshape(im, ml_vector(im, m, norms), 2, (int64_t[]){1, m});
-      free(norms);
-      Val *xn = ox_reduce(im, OP_REDUCE_SUM, ox_op2(im, OP_MUL, rows, rows), 1, (int64_t[]){1}, true);
-      Val *d2 = ox_op2(im, OP_SUB, ox_op2(im, OP_ADD, xn, vn), ox_op2s(im, OP_MUL, dot, 2));
-      d2 = ox_op2(im, OP_MAXIMUM, d2, ox_scalar(im, 0, TY_F32));
-      return ox_op1(im, OP_EXP, ox_op2s(im, OP_MUL, d2, -k->gamma));
-    }
     default: return dot;
   }
 }
@@ -435,6 +456,18 @@ bool ox_op_svm_classifier(Imp *im, ONode *n) {
 
 /* ---- Imputer and LabelEncoder ---- */
 
+/* A known scalar of dtype dt holding v exactly (an int64 does not pass
+ * through a double). */
+static Val *exact_scalar(Imp *im, DType dt, double f, int64_t i) {
+  TensorType ty = ir_type_make(dt, 0, NULL);
+  Val *v = ox_known_new(im, &ty);
+  if (dt == TY_I64)
+    *(int64_t *)v->k->data = i;
+  else
+    ir_tensor_set(v->k, 0, f);
+  return v;
+}
+
 /* Imputer: a missing value (a NaN where replaced_value_float is NaN, else
  * that value; for integers replaced_value_int64) becomes its feature's
  * imputed value (one for all, or one a feature). */
@@ -443,11 +476,10 @@ bool ox_op_imputer(Imp *im, ONode *n) {
   if (!x) return false;
   if (x->type.rank < 1 || x->type.rank > 2) return ox_bad(im, "X must be 1-d or 2-d, not rank %d", x->type.rank);
   const Onnx__AttributeProto *vf = ox_find_attr(im, "imputed_value_floats"), *vi = ox_find_attr(im, "imputed_value_int64s");
-  double missing_f, missing_i;
+  double missing_f;
   int64_t missing_int;
   if (!ox_attr_float(im, "replaced_value_float", 0, &missing_f) || !ox_attr_int(im, "replaced_value_int64", 0, &missing_int))
     return false;
-  missing_i = (double)missing_int;
   bool floats = ir_dtype_is_float(x->type.dtype);
   int64_t k = floats ? (vf ? (int64_t)vf->n_floats : 0) : (vi ? (int64_t)vi->n_ints : 0);
   int64_t F = x->type.dims[x->type.rank - 1];
@@ -456,9 +488,15 @@ bool ox_op_imputer(Imp *im, ONode *n) {
                   floats ? "imputed_value_floats" : "imputed_value_int64s", F, k);
   TensorType ty = ir_type_make(x->type.dtype, 1, &k);
   Val *values = ox_known_new(im, &ty);
-  for (int64_t i = 0; i < k; i++) ir_tensor_set(values->k, i, floats ? vf->floats[i] : (double)vi->ints[i]);
-  double missing = floats ? missing_f : missing_i;
-  Val *is_missing = floats && isnan(missing) ? ox_op1(im, OP_ISNAN, x) : ox_op2s(im, OP_EQUAL, x, missing);
+  for (int64_t i = 0; i < k; i++) {
+    if (x->type.dtype == TY_I64 && !floats)
+      ((int64_t *)values->k->data)[i] = vi->ints[i];
+    else
+      ir_tensor_set(values->k, i, floats ? vf->floats[i] : (double)vi->ints[i]);
+  }
+  Val *is_missing = floats && isnan(missing_f) ? ox_op1(im, OP_ISNAN, x)
+                    : floats ? ox_op2s(im, OP_EQUAL, x, missing_f)
+                             : ox_op2(im, OP_EQUAL, ox_cast(im, x, TY_I64), exact_scalar(im, TY_I64, 0, missing_int));
   return (n->out[0] = ox_where(im, is_missing, values, x)) != NULL;
 }
 
@@ -480,6 +518,7 @@ static Val *encoder_list(Imp *im, const char *what) {
     if (!ox_tensor_from_proto(a[2]->t, im->dir, &t, err, sizeof err)) return ox_bad(im, "%s: %s", name[2], err), NULL;
     if (t.type.dtype == TY_BOOL) return ir_tensor_free(&t), ox_bad(im, "%s must hold numbers", name[2]), NULL;
     int64_t k = ir_type_numel(&t.type);
+    if (k < 1) return ir_tensor_free(&t), ox_bad(im, "%s holds no %s", name[2], what), NULL;
     t.type = ir_type_make(t.type.dtype, 1, &k);
     return ox_known(im, t);
   }
@@ -488,12 +527,26 @@ static Val *encoder_list(Imp *im, const char *what) {
   if (k < 1) return ox_bad(im, "attribute %s or %s is required", name[0], name[1]), NULL;
   TensorType ty = ir_type_make(ints ? TY_I64 : TY_F32, 1, &k);
   Val *v = ox_known_new(im, &ty);
-  for (int64_t i = 0; i < k; i++) ir_tensor_set(v->k, i, ints ? (double)a[0]->ints[i] : a[1]->floats[i]);
+  for (int64_t i = 0; i < k; i++) {
+    if (ints)
+      ((int64_t *)v->k->data)[i] = a[0]->ints[i];
+    else
+      ir_tensor_set(v->k, i, a[1]->floats[i]);
+  }
   return v;
 }
 
-static int double_cmp(const void *a, const void *b) {
+/* Keys in a total order (NaN after every number, NaNs equal), so that a
+ * sort puts equal keys side by side: integers as themselves, floats as
+ * doubles. */
+static int key_cmp(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;
+  if (isnan(x) || isnan(y)) return isnan(x) - isnan(y);
+  return x < y ? -1 : x > y;
+}
+
+static int int_key_cmp(const void *a, const void *b) {
+  int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
   return x < y ? -1 : x > y;
 }
 
@@ -509,15 +562,26 @@ bool ox_op_label_encoder(Imp *im, ONode *n) {
   int64_t k = keys->type.dims[0];
   if (values->type.dims[0] != k) return ox_bad(im, "%" PRId64 " keys and %" PRId64 " values", k, values->type.dims[0]);
   if (k > im->fold_max) return ox_bad(im, "%" PRId64 " keys are more than dlcc builds at import", k);
-  double *sorted = malloc(sizeof *sorted * (size_t)k);
-  if (!sorted) return ox_bad(im, "out of memory");
-  for (int64_t i = 0; i < k; i++) sorted[i] = ir_tensor_get(keys->k, i);
-  qsort(sorted, (size_t)k, sizeof *sorted, double_cmp);
+  bool int_keys = !ir_dtype_is_float(keys->type.dtype);
+  Val *keys64 = int_keys ? ox_cast(im, keys, TY_I64) : NULL; /* folded: known */
+  void *sorted = malloc(8 * (size_t)k);
+  if (!sorted || (int_keys && (!keys64 || !keys64->k))) return free(sorted), ox_bad(im, "out of memory");
+  for (int64_t i = 0; i < k; i++) {
+    if (int_keys)
+      ((int64_t *)sorted)[i] = ((const int64_t *)keys64->k->data)[i];
+    else
+      ((double *)sorted)[i] = ir_tensor_get(keys->k, i);
+  }
+  qsort(sorted, (size_t)k, 8, int_keys ? int_key_cmp : key_cmp);
   for (int64_t i = 1; i < k; i++)
-    if (sorted[i] == sorted[i - 1]) {
-      double twice = sorted[i];
+    if ((int_keys ? int_key_cmp : key_cmp)((char *)sorted + 8 * i, (char *)sorted + 8 * (i - 1)) == 0) {
+      char twice[32];
+      if (int_keys)
+        snprintf(twice, sizeof twice, "%" PRId64, ((int64_t *)sorted)[i]);
+      else
+        snprintf(twice, sizeof twice, "%g", ((double *)sorted)[i]);
       free(sorted);
-      return ox_bad(im, "key %g is given twice", twice);
+      return ox_bad(im, "key %s is given twice", twice);
     }
   free(sorted);
   double def_f, def_i_d;
@@ -527,12 +591,14 @@ bool ox_op_label_encoder(Imp *im, ONode *n) {
   def_i_d = (double)def_i;
   DType vt = values->type.dtype;
   double def = ir_dtype_is_float(vt) ? def_f : def_i_d;
+  int64_t def_int = def_i;
   if (dt && dt->t) {
     Tensor t;
     char err[512];
     if (!ox_tensor_from_proto(dt->t, im->dir, &t, err, sizeof err)) return ox_bad(im, "default_tensor: %s", err);
     bool one = ir_type_numel(&t.type) == 1;
     def = one ? ir_tensor_get(&t, 0) : 0;
+    if (one && t.type.dtype == TY_I64) def_int = *(const int64_t *)t.data;
     ir_tensor_free(&t);
     if (!one) return ox_bad(im, "default_tensor must hold one value");
   }
@@ -544,13 +610,16 @@ bool ox_op_label_encoder(Imp *im, ONode *n) {
   int64_t dims[DL_MAX_RANK];
   memcpy(dims, x->type.dims, sizeof *dims * (size_t)r);
   dims[r] = 1;
-  Val *eq = ox_op2(im, OP_EQUAL, ox_reshape(im, x, r + 1, dims), ox_cast(im, keys, x->type.dtype));
+  /* integers compared as i64 (X cast up, never the keys down); floats in the keys' dtype */
+  Val *xs = ox_reshape(im, ox_cast(im, x, int_keys ? TY_I64 : keys->type.dtype), r + 1, dims);
+  Val *eq = ox_op2(im, OP_EQUAL, xs, int_keys ? keys64 : keys);
   Val *hit = eq ? ox_cast(im, eq, TY_F32) : NULL;
   int64_t last = r;
   Val *found = hit ? ox_op2s(im, OP_GREATER, ox_reduce(im, OP_REDUCE_MAX, hit, 1, &last, false), 0) : NULL;
   Val *at = found ? ox_argmax(im, hit, r, false) : NULL;
   if (!at) return false;
-  return (n->out[0] = ox_where(im, found, ox_gather(im, values, at, 0), ox_scalar(im, def, vt))) != NULL;
+  Val *fallback = vt == TY_I64 ? exact_scalar(im, TY_I64, 0, def_int) : ox_scalar(im, def, vt);
+  return (n->out[0] = ox_where(im, found, ox_gather(im, values, at, 0), fallback)) != NULL;
 }
 
 /* OneHotEncoder of integer categories: X's shape plus an axis of one
@@ -574,6 +643,8 @@ bool ox_op_one_hot_encoder(Imp *im, ONode *n) {
   dims[r] = 1;
   Val *code = ox_reshape(im, ox_cast(im, x, TY_I64), r + 1, dims);
   Val *hot = ox_op2(im, OP_EQUAL, code, ox_ints_val(im, (int)c->n_ints, c->ints));
+  if (ir_dtype_is_float(x->type.dtype)) /* a NaN is no category (its cast to an integer is any) */
+    hot = ox_op2(im, OP_LOGICAL_AND, hot, ox_reshape(im, ox_op1(im, OP_LOGICAL_NOT, ox_op1(im, OP_ISNAN, x)), r + 1, dims));
   Val *y = hot ? ox_cast(im, hot, TY_F32) : NULL;
   if (y && !zeros) {
     int64_t all[DL_MAX_RANK];

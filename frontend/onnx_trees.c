@@ -15,6 +15,11 @@
 
 /* ---- TreeEnsemble (ai.onnx.ml 5) ---- */
 
+/* Levels of the deepest tree the walk unrolls: boosted trees have tens,
+ * an unpruned decision tree on hard data some hundreds; a crafted chain
+ * of tens of thousands would take minutes to compile. */
+enum { TREE_MAX_DEPTH = 4096 };
+
 enum { TREE_LEQ, TREE_LT, TREE_GTE, TREE_GT, TREE_EQ, TREE_NEQ, TREE_MEMBER, TREE_MODES };
 enum { TREE_AVERAGE, TREE_SUM, TREE_MIN, TREE_MAX };
 
@@ -115,6 +120,9 @@ static bool tree_depths(Imp *im, Trees *t) {
     }
   }
   free(stack), free(depth), free(state);
+  if (ok && t->depth > TREE_MAX_DEPTH)
+    return ox_bad(im, "the deepest tree has %" PRId64 " levels, more than the %d dlcc walks (each level is a step of the "
+                      "compiled walk)", t->depth, TREE_MAX_DEPTH);
   return ok;
 }
 
@@ -444,7 +452,7 @@ static bool legacy_nodes(Imp *im, Legacy *l) {
     keys[i] = (LegacyKey){tree[i], id[i], i};
     if (i == 0 || tree[i] != tree[i - 1]) n_trees++, lone += leaf; /* a tree's first node is its root */
   }
-  qsort(keys, (size_t)N, sizeof *keys, legacy_key_cmp);
+  if (ok) qsort(keys, (size_t)N, sizeof *keys, legacy_key_cmp); /* a bad mode left keys unset */
   for (int64_t i = 1; ok && i < N; i++)
     if (legacy_key_cmp(&keys[i - 1], &keys[i]) == 0)
       ok = ox_bad(im, "node %" PRId64 " of tree %" PRId64 " is given twice", keys[i].id, keys[i].tree);
@@ -510,7 +518,7 @@ static bool legacy_weights(Imp *im, Legacy *l, const char *prefix) {
     return ox_bad(im, "%s, %s, %s and %s need one value a weight each", name[0], name[1], name[2], name[3]);
   }
   int64_t L = l->t.n_leaves, K = l->K;
-  if (K > im->fold_max / L) {
+  if (K > im->fold_max / 8 / L) { /* 14 bytes an entry while the table is built twice */
     free(w);
     return ox_bad(im, "the weights' table (%" PRId64 " leaves by %" PRId64 " targets) is larger than dlcc builds at import", L, K);
   }
@@ -635,8 +643,8 @@ static Val *legacy_pair(Imp *im, Val *a, Val *b) { return a && b ? ox_concat(im,
  * model whose weights name one class is binary, its one score s the
  * second class's: the label is the second where s passes 0.5 (weights
  * all positive) or 0, and the scores are [1 - s, s] (all positive) or
- * [-s, s], turned by a logistic transform (checked against onnxruntime
- * 1.32). */
+ * [-s, s], turned by a logistic transform.  A base value is added only
+ * to a score some tree gave (checked against onnxruntime 1.32). */
 bool ox_op_tree_ensemble_classifier(Imp *im, ONode *n) {
   Val *x = legacy_x(im, n);
   int post;
@@ -666,14 +674,15 @@ bool ox_op_tree_ensemble_classifier(Imp *im, ONode *n) {
     Val *s0 = ox_slice_axis(im, s, 1, 0, 1, 1), *s1 = ox_slice_axis(im, s, 1, 1, 2, 1);
     Val *h0 = ox_slice_axis(im, has, 1, 0, 1, 1), *h1 = ox_slice_axis(im, has, 1, 1, 2, 1);
     Val *p0 = s0, *p1 = s1, *two = h1; /* two: both scores kept (else the second is made from the first) */
+    /* a base value is added only to a score some tree gave (the rest stay 0) */
     if (l.n_base == 2) { /* the second named: its base plus the FIRST's sum, the first its negative */
       Val *b0 = ox_slice_axis(im, base, 0, 0, 1, 1), *b1 = ox_slice_axis(im, base, 0, 1, 2, 1);
       Val *named = ox_op2(im, OP_ADD, s0, b1);
-      p1 = ox_where(im, h1, named, ox_op2(im, OP_ADD, s1, b1));
-      p0 = ox_where(im, h1, ox_op1(im, OP_NEG, named), ox_op2(im, OP_ADD, s0, b0));
+      p1 = ox_where(im, h1, named, f0);
+      p0 = ox_where(im, h0, ox_where(im, h1, ox_op1(im, OP_NEG, named), ox_op2(im, OP_ADD, s0, b0)), f0);
       two = ox_scalar(im, 1, TY_BOOL);
     } else if (l.n_base == 1) {
-      p0 = ox_op2(im, OP_ADD, s0, base);
+      p0 = ox_where(im, h0, ox_op2(im, OP_ADD, s0, base), f0);
     }
     Val *pos = ox_where(im, h1, p1, ox_where(im, h0, p0, f0));
     Val *zeros = ox_expand(im, f0, 2, (int64_t[]){x->type.dims[0], 1});
@@ -682,9 +691,10 @@ bool ox_op_tree_ensemble_classifier(Imp *im, ONode *n) {
     Val *logit = logistic ? legacy_pair(im, ox_op1(im, OP_SIGMOID, neg_p0), ox_op1(im, OP_SIGMOID, p0)) : NULL;
     if (l.n_ids == 1) { /* binary */
       win = ox_op2s(im, OP_GREATER, pos, l.all_positive ? 0.5 : 0);
-      if (l.all_positive)
-        single = legacy_pair(im, ox_op2s(im, OP_SUB, neg_p0, -1), p0);
-      else
+      if (l.all_positive) { /* [1 - s, s], s through a logistic transform first */
+        Val *sp = logistic ? ox_op1(im, OP_SIGMOID, p0) : p0;
+        single = legacy_pair(im, ox_op2s(im, OP_SUB, ox_op1(im, OP_NEG, sp), -1), sp);
+      } else
         single = logistic ? logit : legacy_pair(im, neg_p0, p0);
       label = ox_gather(im, ox_ints_val(im, 2, labels), ox_reshape(im, ox_cast(im, win, TY_I64), 1, &x->type.dims[0]), 0);
     } else { /* both named: the label 1 or 0 itself, whatever the labels */
@@ -695,6 +705,7 @@ bool ox_op_tree_ensemble_classifier(Imp *im, ONode *n) {
         single = legacy_pair(im, p0, zeros); /* onnxruntime writes the first score alone */
       label = ox_reshape(im, ox_cast(im, win, TY_I64), 1, &x->type.dims[0]);
     }
+    /* onnxruntime writes probit(s) alone, leaving the second score as its buffer held it: 0 here */
     if (post == ML_POST_PROBIT) single = legacy_pair(im, ox_ml_post(im, p0, ML_POST_PROBIT), zeros);
     z = ox_where(im, two, ox_ml_post(im, legacy_pair(im, p0, p1), post), single);
   }

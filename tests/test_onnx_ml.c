@@ -136,6 +136,32 @@ START_TEST(test_tree_ensemble) {
   add_output(b, "Y");
   Tensor y = run1(must_import(b), "X", 2, (const int64_t[]){5, 2}, x);
   expect_values(&y, 10, (const double[]){1, 0, 1, 0, 0, 2, 1, 0, 0, 2}, "TreeEnsemble of shared subtrees");
+  /* a chain deeper than the walk unrolls is refused (a crafted one of tens of thousands took minutes) */
+  enum { DEEP = 4100 };
+  int64_t *dz = calloc(DEEP, sizeof *dz), *dnext = calloc(DEEP, sizeof *dnext), *dleaf = calloc(DEEP, sizeof *dleaf),
+          *dones = calloc(DEEP, sizeof *dones);
+  double *dmodes = calloc(DEEP, sizeof *dmodes), *dsplits = calloc(DEEP, sizeof *dsplits);
+  ck_assert(dz && dnext && dleaf && dones && dmodes && dsplits);
+  for (int i = 0; i < DEEP; i++) dnext[i] = i + 1, dones[i] = 1;
+  dnext[DEEP - 1] = 0, dleaf[DEEP - 1] = 1;
+  b = model_new(17);
+  add_input(b, "X", 2, (const int64_t[]){5, 2});
+  n = add_node(b, "TreeEnsemble", "X", "Y");
+  n->domain = str("ai.onnx.ml");
+  attr_is(n, "nodes_featureids", DEEP, dz);
+  attr_tensor(n, "nodes_modes", ONNX__TENSOR_PROTO__DATA_TYPE__UINT8, DEEP, dmodes);
+  attr_tensor(n, "nodes_splits", ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT, DEEP, dsplits);
+  attr_is(n, "nodes_truenodeids", DEEP, dz);
+  attr_is(n, "nodes_trueleafs", DEEP, dones);
+  attr_is(n, "nodes_falsenodeids", DEEP, dnext);
+  attr_is(n, "nodes_falseleafs", DEEP, dleaf);
+  attr_is(n, "leaf_targetids", 1, (const int64_t[]){0});
+  attr_tensor(n, "leaf_weights", ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT, 1, (const double[]){1});
+  attr_is(n, "tree_roots", 1, (const int64_t[]){0});
+  attr_i(n, "n_targets", 1);
+  add_output(b, "Y");
+  expect_error(import(b), "the deepest tree has 4100 levels, more than the 4096 dlcc walks");
+  free(dz), free(dnext), free(dleaf), free(dones), free(dmodes), free(dsplits);
   expect_error(import(tree_model(1, 2, false)), "(TreeEnsemble): node 1: feature 2 is out of range for X's 2 features");
   expect_error(import(tree_model(1, 1, true)), "node 0 of the tree at root 0 leads back to itself: a tree has no cycles");
 }
@@ -529,6 +555,76 @@ START_TEST(test_one_hot_encoder) {
 }
 END_TEST
 
+/* What review against onnxruntime 1.32 found: a binary classifier of
+ * positive weights under LOGISTIC scores [1 - σ(s), σ(s)]; a base value
+ * is added only to a score some tree gave (weights naming the second
+ * class only, two base values: [0, base1 + 0]); an RBF kernel of
+ * features of large mean keeps its precision; LabelEncoder's int64 keys
+ * past 2^53 stay exact. */
+START_TEST(test_ml_review_cases) {
+  Model *b = model_new(17);
+  Onnx__NodeProto *n = legacy_trees(b, "TreeEnsembleClassifier", "L,Z", 5);
+  attr_is(n, "classlabels_int64s", 2, (const int64_t[]){3, 7});
+  attr_s(n, "post_transform", "LOGISTIC");
+  attr_is(n, "class_treeids", 3, (const int64_t[]){0, 0, 0});
+  attr_is(n, "class_nodeids", 3, (const int64_t[]){1, 3, 4});
+  attr_is(n, "class_ids", 3, (const int64_t[]){0, 0, 0});
+  attr_fs(n, "class_weights", 3, (const float[]){0.2f, 0.7f, 0.4f});
+  add_output(b, "L");
+  add_output(b, "Z");
+  Tensor out[2];
+  run_both(must_import(b), out);
+  expect_values(&out[0], 5, (const double[]){3, 7, 3, 7, 7}, "labels");
+  static const double z[10] = {0.45016600, 0.54983400, 0.33181223, 0.66818777, 0.40131234, 0.59868766, 0.33181223, 0.66818777, 0.33181223, 0.66818777};
+  for (int i = 0; i < 10; i++) ck_assert_msg(fabs(((float *)out[1].data)[i] - z[i]) < 1e-6, "logistic score %d", i);
+  ir_tensor_free(&out[1]);
+  b = model_new(17);
+  n = legacy_trees(b, "TreeEnsembleClassifier", "L,Z", 5);
+  attr_is(n, "classlabels_int64s", 2, (const int64_t[]){3, 7});
+  attr_is(n, "class_treeids", 3, (const int64_t[]){0, 0, 0});
+  attr_is(n, "class_nodeids", 3, (const int64_t[]){1, 3, 4});
+  attr_is(n, "class_ids", 3, (const int64_t[]){1, 1, 1});
+  attr_fs(n, "class_weights", 3, (const float[]){0.2f, 0.7f, 0.4f});
+  attr_fs(n, "base_values", 2, (const float[]){0.1f, -0.2f});
+  add_output(b, "L");
+  add_output(b, "Z");
+  run_both(must_import(b), out);
+  ir_tensor_free(&out[0]);
+  for (int i = 0; i < 5; i++)
+    ck_assert_msg(((float *)out[1].data)[2 * i] == 0 && fabs(((float *)out[1].data)[2 * i + 1] + 0.2) < 1e-6,
+                  "row %d: [%g, %g], want [0, -0.2]", i, ((float *)out[1].data)[2 * i], ((float *)out[1].data)[2 * i + 1]);
+  ir_tensor_free(&out[1]);
+  b = model_new(17);
+  add_input(b, "X", 2, (const int64_t[]){1, 3});
+  n = add_node(b, "SVMRegressor", "X", "Y");
+  n->domain = str("ai.onnx.ml");
+  attr_s(n, "kernel_type", "RBF");
+  attr_fs(n, "kernel_params", 3, (const float[]){1, 0, 0});
+  attr_i(n, "n_supports", 1);
+  attr_fs(n, "support_vectors", 3, (const float[]){10000, 10000, 10000});
+  attr_fs(n, "coefficients", 1, (const float[]){1});
+  attr_fs(n, "rho", 1, (const float[]){0});
+  add_output(b, "Y");
+  Tensor y = run1(must_import(b), "X", 2, (const int64_t[]){1, 3}, (const float[]){10000.5f, 10000, 10000});
+  expect_values(&y, 1, (const double[]){0.77880078}, "RBF of a large mean");
+  b = model_new(17);
+  add_input_typed(b, "X", ONNX__TENSOR_PROTO__DATA_TYPE__INT64, 1, (const int64_t[]){3});
+  n = add_node(b, "LabelEncoder", "X", "Y");
+  n->domain = str("ai.onnx.ml");
+  const int64_t big = ((int64_t)1 << 53) + 1;
+  attr_is(n, "keys_int64s", 3, (const int64_t[]){1, 3, big});
+  attr_is(n, "values_int64s", 3, (const int64_t[]){5, 6, 7});
+  add_output(b, "Y");
+  Graph *g = must_import(b);
+  Tensor in = {ir_type_make(TY_I64, 1, (const int64_t[]){3}), (int64_t[]){big - 1, big, 3}}, lo[1];
+  TensorMap inputs = {1, (const char *[]){"X"}, &in};
+  char err[512];
+  ck_assert_msg(ir_eval(g, &inputs, &params, lo, err, sizeof err), "%s", err);
+  ck_assert(((int64_t *)lo[0].data)[0] == -1 && ((int64_t *)lo[0].data)[1] == 7 && ((int64_t *)lo[0].data)[2] == 6);
+  ir_tensor_free(&lo[0]);
+}
+END_TEST
+
 static Suite *onnx_ml_suite(void) {
   Suite *s = suite_create("onnx_ml");
   TCase *tc = tcase_create("ml");
@@ -542,6 +638,7 @@ static Suite *onnx_ml_suite(void) {
   tcase_add_test(tc, test_svm);
   tcase_add_test(tc, test_imputer_and_label_encoder);
   tcase_add_test(tc, test_one_hot_encoder);
+  tcase_add_test(tc, test_ml_review_cases);
   suite_add_tcase(s, tc);
   return s;
 }
