@@ -69,7 +69,7 @@ tests_test_onnx_node_LDADD = libdlcc_core.la libdlcrt.la $(CJSON_LIBS) -lm
 TESTS += tests/onnx_cli.sh tests/onnx_models.sh tests/onnx_silero.sh
 endif
 EXTRA_DIST += tests/onnx_node.sh tests/onnx/node_tests.py tests/onnx_cli.sh tests/onnx_models.sh tests/onnx/models.py \
-	tests/onnx/exporters/exporters.py tests/onnx/tree_ensembles.py \
+	tests/onnx/exporters/exporters.py tests/onnx/tree_ensembles.py tests/onnx/sklearn_models.py tests/onnx/ort_optimized.py \
 	tests/onnx_silero.sh tests/onnx/silero/input.npy tests/onnx/silero/state.npy tests/onnx/silero/sr.npy \
 	tests/onnx/silero/want_output.npy tests/onnx/silero/want_stateN.npy
 clean-local: clean-onnx-node-latest
