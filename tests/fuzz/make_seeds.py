@@ -378,7 +378,8 @@ def dictionaries():
         onnx_ops = re.findall(r"^  ([A-Z]\w+)", out, re.M)
     except OSError:
         pass
-    save("onnx", onnx_ops + ["location", "offset", "length", "ext.bin", "ai.onnx", "ai.onnx.ml", "axis", "axes",
+    save("onnx", onnx_ops + ["location", "offset", "length", "ext.bin", "ai.onnx", "ai.onnx.ml", "com.microsoft",
+                             "axis", "axes",
                              "perm", "pads", "strides", "kernel_shape", "dilations", "group", "auto_pad", "SAME_UPPER",
                              "to", "value", "then_branch", "else_branch", "body", "N"],
          "ONNX op types the importer knows, attribute names, external data keys")
