@@ -101,9 +101,9 @@ def boosters():
     import xgboost, lightgbm
     try:
         import catboost
-        cb = {"cb_cls": sk(catboost.CatBoostClassifier(iterations=10, depth=4, verbose=0, random_seed=0), X3, y3),
-              "cb_bin": sk(catboost.CatBoostClassifier(iterations=10, depth=4, verbose=0, random_seed=0), X2, y2),
-              "cb_reg": sk(catboost.CatBoostRegressor(iterations=10, depth=4, verbose=0, random_seed=0), Xr, yr)}
+        cb = {"cb_cls": sk(catboost.CatBoostClassifier(iterations=10, depth=4, verbose=0, random_seed=0, allow_writing_files=False), X3, y3),
+              "cb_bin": sk(catboost.CatBoostClassifier(iterations=10, depth=4, verbose=0, random_seed=0, allow_writing_files=False), X2, y2),
+              "cb_reg": sk(catboost.CatBoostRegressor(iterations=10, depth=4, verbose=0, random_seed=0, allow_writing_files=False), Xr, yr)}
     except ImportError:
         cb = {}
     return {**cb,
