@@ -12,14 +12,6 @@
 
 #include "frontend/onnx_internal.h"
 
-static Val *gelu(Imp *im, Val *x, const char *approximate) {
-  if (!x) return NULL;
-  Emit e;
-  Node *g = ox_begin(im, &e, OP_GELU, 1, &x);
-  ir_set_str(im->g, g, "approximate", approximate);
-  return ox_emit1(im, &e);
-}
-
 /* x plus an optional bias input i (a vector along the last axis). */
 static Val *plus_bias(Imp *im, ONode *n, Val *x, int i) {
   Val *b = ox_in_opt(n, i);
@@ -34,7 +26,7 @@ bool ox_op_ms_gelu(Imp *im, ONode *n) {
   if (!x || !ox_need_float_in(im, x)) return false;
   if (strcmp(op, "BiasGelu") == 0 && !ox_in_req(im, n, 1)) return false;
   bool fast = strcmp(op, "FastGelu") == 0;
-  return (n->out[0] = gelu(im, plus_bias(im, n, x, 1), fast ? "tanh" : "none")) != NULL;
+  return (n->out[0] = ox_gelu(im, plus_bias(im, n, x, 1), fast ? "tanh" : "none")) != NULL;
 }
 
 /* QuickGelu: x sigmoid(alpha x), alpha 1.702 by default (CLIP's). */
@@ -43,25 +35,6 @@ bool ox_op_quick_gelu(Imp *im, ONode *n) {
   Val *x = ox_in_req(im, n, 0);
   if (!x || !ox_need_float_in(im, x) || !ox_attr_float(im, "alpha", 1.702, &alpha)) return false;
   return (n->out[0] = ox_op2(im, OP_MUL, x, ox_op1(im, OP_SIGMOID, ox_op2s(im, OP_MUL, x, alpha)))) != NULL;
-}
-
-/* One layernorm (or rms_norm) over the last axis of x, eps, with the
- * given scale and shift (either may be NULL). */
-static Val *last_axis_norm(Imp *im, Val *x, bool rms, double eps, Val *scale, Val *shift) {
-  int axis = x->type.rank - 1;
-  Val *in[3] = {x, scale, shift};
-  int k = 1;
-  bool fits = scale && ox_same_dims(&scale->type, 1, x->type.dims + axis) && scale->type.dtype == x->type.dtype &&
-              (!shift || (ox_same_dims(&shift->type, 1, x->type.dims + axis) && shift->type.dtype == x->type.dtype));
-  if (fits) k = rms ? 2 : shift ? 3 : 2;
-  Emit e;
-  Node *nd = ox_begin(im, &e, rms ? OP_RMS_NORM : OP_LAYERNORM, k, in);
-  ir_set_int(im->g, nd, "axis", axis);
-  ir_set_float(im->g, nd, "eps", eps);
-  Val *y = ox_emit1(im, &e);
-  if (!fits && scale) y = ox_op2(im, OP_MUL, y, scale);
-  if ((!fits || rms) && shift) y = ox_op2(im, OP_ADD, y, shift);
-  return y;
 }
 
 /* SkipLayerNormalization: layernorm over the last axis of input + skip
@@ -80,7 +53,8 @@ bool ox_op_skip_layer_norm(Imp *im, ONode *n) {
   Val *beta = rms ? NULL : ox_in_opt(n, 3);
   Val *sum = plus_bias(im, n, ox_op2(im, OP_ADD, x, skip), rms ? 3 : 4);
   if (!sum) return false;
-  n->out[0] = last_axis_norm(im, sum, rms, eps, gamma, beta);
+  int last = sum->type.rank - 1;
+  n->out[0] = rms ? ox_rms_norm_of(im, sum, last, eps, gamma) : ox_layernorm_of(im, sum, last, eps, gamma, beta);
   if (n->n_out > 3) n->out[3] = sum;
   return n->out[0] != NULL;
 }
@@ -98,14 +72,7 @@ bool ox_op_simplified_layer_norm(Imp *im, ONode *n) {
   int axis;
   if (!ox_norm_axis(im, axis_attr, x->type.rank, &axis)) return false;
   if (n->n_out > 1 && n->want[1]) return ox_bad(im, "output 2 (the inverse deviation) is not supported");
-  Val *in[2] = {x, scale};
-  bool exact = ox_same_dims(&scale->type, x->type.rank - axis, x->type.dims + axis) && scale->type.dtype == x->type.dtype;
-  Emit e;
-  Node *r = ox_begin(im, &e, OP_RMS_NORM, exact ? 2 : 1, in);
-  ir_set_int(im->g, r, "axis", axis);
-  ir_set_float(im->g, r, "eps", eps);
-  Val *y = ox_emit1(im, &e);
-  return (n->out[0] = exact || !y ? y : ox_op2(im, OP_MUL, y, scale)) != NULL;
+  return (n->out[0] = ox_rms_norm_of(im, x, axis, eps, scale)) != NULL;
 }
 
 /* The added mask of com.microsoft Attention, [B, 1, 1, S] (or [B, 1, L,
@@ -196,7 +163,7 @@ bool ox_op_embed_layer_norm(Imp *im, ONode *n) {
   Val *sum = ox_op2(im, OP_ADD, ox_gather(im, word, ids, 0), ox_gather(im, pos, at, 0));
   if (seg) sum = ox_op2(im, OP_ADD, sum, ox_gather(im, seg, seg_ids, 0));
   if (!sum) return false;
-  n->out[0] = last_axis_norm(im, sum, false, eps, gamma, beta);
+  n->out[0] = ox_layernorm_of(im, sum, sum->type.rank - 1, eps, gamma, beta);
   if (n->n_out > 1) {
     /* without a mask, zeros, as onnxruntime gives them */
     Val *len = mask ? ox_reduce(im, OP_REDUCE_SUM, ox_cast(im, ox_op2s(im, OP_NOT_EQUAL, mask, 0), TY_I32), 1,

@@ -348,11 +348,10 @@ static bool run_time_trips(Imp *im, Val *vm, int64_t user_bound, double *trips, 
   if (!(*run_m = ox_reshape(im, ox_cast(im, vm, TY_I64), 0, NULL))) return false;
   if (!bounded) return *end_at = user_bound, true;
   *trips = (double)bound;
-  Val *fits = unless_skipped(im, ox_op2(im, OP_LESS_EQUAL, *run_m, ox_scalar(im, (double)bound, TY_I64)));
-  return fits && (*run_m = checked(im, *run_m, fits,
-                                   arena_printf(&im->c->arena, "%s: the trip count is above its bound, %" PRId64
-                                                               ", at run time",
-                                                where, bound)));
+  Val *fits = ox_op2(im, OP_LESS_EQUAL, *run_m, ox_scalar(im, (double)bound, TY_I64));
+  return fits && (*run_m = ox_check_at_run_time(im, *run_m, fits,
+                                                arena_printf(&im->c->arena, "%s: the trip count is above its bound, "
+                                                                            "%" PRId64 ", at run time", where, bound)));
 }
 
 /* step < the trip count of run time m, one bool. */

@@ -203,6 +203,13 @@ Val *ox_narrow(Imp *im, Val *y, DType dt);
 Val *ox_slice_axis(Imp *im, Val *x, int axis, int64_t start, int64_t end, int64_t step);
 Val *ox_concat(Imp *im, int n_in, Val **in, int axis);
 Val *ox_reduce(Imp *im, OpKind op, Val *x, int n_axes, const int64_t *axes, bool keep);
+/* gelu of x, approximate "none" (erf) or "tanh" (onnx_ops.c). */
+Val *ox_gelu(Imp *im, Val *x, const char *approximate);
+/* x normalized over its dims from axis with eps: one layernorm (or
+ * rms_norm, no bias), scale and bias its inputs where they have exactly
+ * the normalized dims, else a mul and an add after it (onnx_ops.c). */
+Val *ox_layernorm_of(Imp *im, Val *x, int axis, double eps, Val *scale, Val *bias);
+Val *ox_rms_norm_of(Imp *im, Val *x, int axis, double eps, Val *scale);
 /* The position of the first largest value along axis, as i64. */
 Val *ox_argmax(Imp *im, Val *x, int axis, bool keep);
 Val *ox_gather(Imp *im, Val *data, Val *idx, int axis);

@@ -41,13 +41,15 @@ bool ox_op_array_feature_extractor(Imp *im, ONode *n) {
 
 /* ---- post transforms, scalers and linear models ---- */
 
+/* The post transforms' names, by ML_POST_*. */
+static const char *const ml_post_names[] = {"NONE", "LOGISTIC", "SOFTMAX", "SOFTMAX_ZERO", "PROBIT"};
+
 /* post_transform's name as ML_POST_*. */
 bool ox_ml_post_attr(Imp *im, int *post) {
-  static const char *const names[] = {"NONE", "LOGISTIC", "SOFTMAX", "SOFTMAX_ZERO", "PROBIT"};
   const char *s;
   if (!ox_attr_str(im, "post_transform", "NONE", &s)) return false;
   for (int i = 0; i < 5; i++)
-    if (strcmp(s, names[i]) == 0) return (*post = i), true;
+    if (strcmp(s, ml_post_names[i]) == 0) return (*post = i), true;
   return ox_bad(im, "post_transform '%s' is not one of NONE, LOGISTIC, SOFTMAX, SOFTMAX_ZERO and PROBIT", s);
 }
 
@@ -430,9 +432,7 @@ bool ox_op_svm_classifier(Imp *im, ONode *n) {
                         ox_op2(im, OP_MATMUL, ox_op2s(im, OP_SUB, ox_op1(im, OP_NEG, above), -1), vj));
     label = ox_gather(im, ox_ints_val(im, (int)C, labels), ox_argmax(im, votes, 1, false), 0);
     if (C == 2 && post != ML_POST_NONE)
-      return ox_bad(im, "post_transform %s of a two-class SVM is not supported (NONE is)",
-                    post == ML_POST_LOGISTIC ? "LOGISTIC" : post == ML_POST_SOFTMAX ? "SOFTMAX"
-                    : post == ML_POST_PROBIT ? "PROBIT" : "SOFTMAX_ZERO");
+      return ox_bad(im, "post_transform %s of a two-class SVM is not supported (NONE is)", ml_post_names[post]);
     scores = C == 2 ? ox_concat(im, 2, (Val *[]){ox_op1(im, OP_NEG, scores), scores}, 1) : ox_ml_post(im, scores, post);
   } else {
     if (F > (1 << 30)) return ox_bad(im, "X's %" PRId64 " features are too many", F);

@@ -45,16 +45,21 @@ bool ox_op_leaky_relu(Imp *im, ONode *n) {
   return (n->out[0] = ox_op1f(im, OP_LEAKY_RELU, x, "alpha", alpha));
 }
 
+Val *ox_gelu(Imp *im, Val *x, const char *approximate) {
+  if (!x) return NULL;
+  Emit e;
+  Node *g = ox_begin(im, &e, OP_GELU, 1, &x);
+  ir_set_str(im->g, g, "approximate", approximate);
+  return ox_emit1(im, &e);
+}
+
 bool ox_op_gelu(Imp *im, ONode *n) {
   const char *approx;
   Val *x = ox_in_req(im, n, 0);
   if (!x || !ox_attr_str(im, "approximate", "none", &approx)) return false;
   if (strcmp(approx, "none") != 0 && strcmp(approx, "tanh") != 0)
     return ox_bad(im, "approximate='%s' is not supported (none or tanh)", approx);
-  Emit e;
-  Node *g = ox_begin(im, &e, OP_GELU, 1, &x);
-  ir_set_str(im->g, g, "approximate", approx);
-  return (n->out[0] = ox_emit1(im, &e));
+  return (n->out[0] = ox_gelu(im, x, approx));
 }
 
 /* alpha * (exp(min(x, 0) / scale) - 1): the negative side of Elu and Celu. */
@@ -961,15 +966,8 @@ static void moments(Imp *im, Val *x, int k, const int64_t *axes, double eps, Val
   *inv = ox_op1(im, OP_RSQRT, ox_op2s(im, OP_ADD, var, eps));
 }
 
-bool ox_op_layernorm(Imp *im, ONode *n) {
-  int64_t axis_attr;
-  double eps;
-  Val *x = ox_in_req(im, n, 0), *scale = ox_in_opt(n, 1), *bias = ox_in_opt(n, 2);
-  if (!x || !ox_attr_int(im, "axis", -1, &axis_attr) || !ox_attr_float(im, "epsilon", 1e-5, &eps) ||
-      !ox_attr_only(im, "stash_type", 1, 1) || !ox_need_float_in(im, x))
-    return false;
-  int axis;
-  if (!ox_norm_axis(im, axis_attr, x->type.rank, &axis)) return false;
+Val *ox_layernorm_of(Imp *im, Val *x, int axis, double eps, Val *scale, Val *bias) {
+  if (!x) return NULL;
   int r = x->type.rank;
   const int64_t *tail = x->type.dims + axis;
   bool exact_scale = !scale || ox_same_dims(&scale->type, r - axis, tail);
@@ -985,7 +983,20 @@ bool ox_op_layernorm(Imp *im, ONode *n) {
   Val *y = ox_emit1(im, &e);
   if (scale && !(exact_scale && exact_bias)) y = ox_op2(im, OP_MUL, y, scale);
   if (bias && (!exact_scale || !exact_bias || !scale)) y = ox_op2(im, OP_ADD, y, bias);
-  n->out[0] = y;
+  return y;
+}
+
+bool ox_op_layernorm(Imp *im, ONode *n) {
+  int64_t axis_attr;
+  double eps;
+  Val *x = ox_in_req(im, n, 0), *scale = ox_in_opt(n, 1), *bias = ox_in_opt(n, 2);
+  if (!x || !ox_attr_int(im, "axis", -1, &axis_attr) || !ox_attr_float(im, "epsilon", 1e-5, &eps) ||
+      !ox_attr_only(im, "stash_type", 1, 1) || !ox_need_float_in(im, x))
+    return false;
+  int axis;
+  if (!ox_norm_axis(im, axis_attr, x->type.rank, &axis)) return false;
+  int r = x->type.rank;
+  Val *y = n->out[0] = ox_layernorm_of(im, x, axis, eps, scale, bias);
   if ((n->n_out > 1 && n->want[1]) || (n->n_out > 2 && n->want[2])) {
     int64_t axes[DL_MAX_RANK];
     for (int d = axis; d < r; d++) axes[d - axis] = d;
@@ -994,9 +1005,21 @@ bool ox_op_layernorm(Imp *im, ONode *n) {
   return y != NULL;
 }
 
+Val *ox_rms_norm_of(Imp *im, Val *x, int axis, double eps, Val *scale) {
+  if (!x) return NULL;
+  bool exact = scale && ox_same_dims(&scale->type, x->type.rank - axis, x->type.dims + axis) &&
+               scale->type.dtype == x->type.dtype;
+  Val *in[2] = {x, scale};
+  Emit e;
+  Node *r = ox_begin(im, &e, OP_RMS_NORM, exact ? 2 : 1, in);
+  ir_set_int(im->g, r, "axis", axis);
+  ir_set_float(im->g, r, "eps", eps);
+  Val *y = ox_emit1(im, &e);
+  return scale && !exact && y ? ox_op2(im, OP_MUL, y, scale) : y;
+}
+
 /* X / sqrt(mean(X^2 over the dims from axis) + epsilon) * scale: one
- * rms_norm, the scale its weight when it has exactly the normalized
- * dims, else a mul after it (broadcasting). */
+ * rms_norm (ox_rms_norm_of). */
 bool ox_op_rms_norm(Imp *im, ONode *n) {
   int64_t axis_attr;
   double eps;
@@ -1006,16 +1029,7 @@ bool ox_op_rms_norm(Imp *im, ONode *n) {
     return false;
   int axis;
   if (!ox_norm_axis(im, axis_attr, x->type.rank, &axis)) return false;
-  bool exact = scale && ox_same_dims(&scale->type, x->type.rank - axis, x->type.dims + axis) &&
-               scale->type.dtype == x->type.dtype;
-  Val *in[2] = {x, scale};
-  Emit e;
-  Node *r = ox_begin(im, &e, OP_RMS_NORM, exact ? 2 : 1, in);
-  ir_set_int(im->g, r, "axis", axis);
-  ir_set_float(im->g, r, "eps", eps);
-  Val *y = ox_emit1(im, &e);
-  if (scale && !exact) y = ox_op2(im, OP_MUL, y, scale);
-  return (n->out[0] = y);
+  return (n->out[0] = ox_rms_norm_of(im, x, axis, eps, scale));
 }
 
 /* One group_norm; a scale and bias per group (opset 18) become one per

@@ -295,6 +295,11 @@ static Val *tree_leaves(Imp *im, Val *x, const Trees *t) {
   return cur ? ox_op2s(im, OP_SUB, cur, (double)t->n_nodes) : NULL;
 }
 
+/* Whether some tree reaches each target, [N, K], from hit [N, T, K]. */
+static Val *tree_reached(Imp *im, Val *hit) {
+  return ox_op2s(im, OP_GREATER, ox_reduce(im, OP_REDUCE_MAX, ox_cast(im, hit, TY_F32), 1, (int64_t[]){1}, false), 0);
+}
+
 /* The trees' values per sample and target, [N, K], from what each
  * (sample, tree) reached: w its weights and hit whether it names the
  * target, both [N, T, K] (w may be [N, T, 1] where one weight serves
@@ -311,8 +316,8 @@ static Val *tree_aggregate(Imp *im, Val *w, Val *hit, int64_t T, int64_t aggrega
   bool min = aggregate == TREE_MIN;
   Val *y = ox_reduce(im, min ? OP_REDUCE_MIN : OP_REDUCE_MAX, ox_where(im, hit, w, ox_scalar(im, min ? INFINITY : -INFINITY, dt)),
                      1, (int64_t[]){1}, false);
-  Val *reached = ox_reduce(im, OP_REDUCE_MAX, ox_cast(im, hit, TY_F32), 1, (int64_t[]){1}, false);
-  return y && reached ? ox_where(im, ox_op2s(im, OP_GREATER, reached, 0), y, ox_scalar(im, 0, dt)) : NULL;
+  Val *reached = tree_reached(im, hit);
+  return y && reached ? ox_where(im, reached, y, ox_scalar(im, 0, dt)) : NULL;
 }
 
 /* TreeEnsemble: the leaves' weights into their targets' columns.  Where
@@ -385,8 +390,9 @@ static int64_t legacy_find(const LegacyKey *keys, int64_t n, int64_t tree, int64
 
 /* An ensemble of the older ops, turned into TreeEnsemble's tables (the
  * LEAF nodes its leaves, a one-node tree a node whose sides both lead to
- * it) and, per leaf, its weights summed per target or class and whether
- * it names each: [leaves, K]. */
+ * it) and, per leaf, its weights per target or class (summed, or their
+ * min or max as the aggregate asks) and whether it names each: [leaves,
+ * K]. */
 typedef struct Legacy {
   Trees t;
   int64_t *ints;     /* the arrays t's int lists point into */
@@ -623,8 +629,7 @@ bool ox_op_tree_ensemble_regressor(Imp *im, ONode *n) {
       y = tree_aggregate(im, w, hit, l.t.n_trees, l.aggregate);
     if (y && l.n_base) y = ox_op2(im, OP_ADD, y, legacy_base(im, &l));
     if (y && l.K > 1) /* of several targets, one that no tree reaches is 0, its base value left out */
-      y = ox_where(im, ox_op2s(im, OP_GREATER, ox_reduce(im, OP_REDUCE_MAX, ox_cast(im, hit, TY_F32), 1, (int64_t[]){1}, false), 0),
-                   y, ox_scalar(im, 0, TY_F32));
+      y = ox_where(im, tree_reached(im, hit), y, ox_scalar(im, 0, TY_F32));
     if (y && (l.K > 1 || post == ML_POST_PROBIT)) y = ox_ml_post(im, y, post);
   }
   legacy_free(&l);
@@ -661,8 +666,7 @@ bool ox_op_tree_ensemble_classifier(Imp *im, ONode *n) {
   if (ok && l.n_base > 0 && l.n_base != l.K && !(l.K == 2 && l.n_base == 1))
     ok = ox_bad(im, "base_values has %" PRId64 " values for %" PRId64 " classes", l.n_base, l.K);
   Val *s = ok ? tree_aggregate(im, w, hit, l.t.n_trees, TREE_SUM) : NULL;
-  Val *has = ok ? ox_op2s(im, OP_GREATER, ox_reduce(im, OP_REDUCE_MAX, ox_cast(im, hit, TY_F32), 1, (int64_t[]){1}, false), 0)
-                : NULL;
+  Val *has = ok ? tree_reached(im, hit) : NULL;
   Val *base = s && l.n_base ? legacy_base(im, &l) : NULL;
   Val *f0 = ox_scalar(im, 0, TY_F32), *labels_v = ox_ints_val(im, (int)l.K, labels);
   if (s && has && l.K > 2) {
