@@ -378,14 +378,15 @@ bool ox_op_svm_classifier(Imp *im, ONode *n) {
   Val *x = ox_in_req(im, n, 0), *rows = x ? ml_rows(im, x) : NULL;
   SvmKernel k;
   int post;
-  int64_t C, n_prob, n_coef, n_rho, m = 0;
+  int64_t C, n_prob_a, n_prob_b, n_coef, n_rho, m = 0;
   const int64_t *labels, *per_class = NULL;
   const float *prob, *coef, *rho, *sv;
   if (!rows || !svm_kernel_attrs(im, &k) || !ox_ml_post_attr(im, &post) ||
-      !ox_ml_labels(im, "classlabels_ints", "classlabels_strings", &C, &labels) || !svm_floats(im, "prob_a", 0, &prob, &n_prob) ||
-      !svm_floats(im, "prob_b", 0, &prob, &n_prob) || !svm_floats(im, "rho", 1, &rho, &n_rho))
+      !ox_ml_labels(im, "classlabels_ints", "classlabels_strings", &C, &labels) ||
+      !svm_floats(im, "prob_a", 0, &prob, &n_prob_a) || !svm_floats(im, "prob_b", 0, &prob, &n_prob_b) ||
+      !svm_floats(im, "rho", 1, &rho, &n_rho))
     return false;
-  if (n_prob > 0)
+  if (n_prob_a > 0 || n_prob_b > 0)
     return ox_bad(im, "probability estimates (prob_a, prob_b) are not supported: libsvm's pairwise coupling iterates "
                       "to a tolerance; convert a model trained without probability=True");
   if (C < 2 || C > 4096) return ox_bad(im, "%" PRId64 " class labels: 2 to 4096 are supported", C);

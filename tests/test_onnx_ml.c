@@ -479,7 +479,6 @@ START_TEST(test_svm) {
   attr_fs(n, "coefficients", 4, (const float[]){1, 2, 3, 4});
   attr_fs(n, "rho", 1, (const float[]){0});
   attr_fs(n, "prob_a", 1, (const float[]){-1});
-  attr_fs(n, "prob_b", 1, (const float[]){0});
   add_output(b, "L");
   expect_error(import(b), "(SVMClassifier): probability estimates (prob_a, prob_b) are not supported");
 }
