@@ -99,6 +99,32 @@ static Model *tree_model(int64_t aggregate, int64_t feature1, bool back) {
  * split the false way) A's first leaf; B always adds 100 to target 0;
  * target 2 is never reached (0, as onnxruntime).  (On emu: the node
  * tests', tests/test_onnx_node.c's emu list.) */
+/* One TreeEnsemble tree of `levels` nodes over X [5, 2] (every node asks
+ * feature 0 <= 0), each side as the lists say, into `leaves` leaves of
+ * weights 1, 2, ... each its own target. */
+static Model *tree_chain(int levels, const int64_t *to_true, const int64_t *true_leaf, const int64_t *to_false,
+                         const int64_t *false_leaf, int leaves) {
+  int64_t *zero = mem(sizeof *zero * (size_t)levels), targets[2] = {0, 1};
+  double *zerod = mem(sizeof *zerod * (size_t)levels);
+  Model *b = model_new(17);
+  add_input(b, "X", 2, (const int64_t[]){5, 2});
+  Onnx__NodeProto *n = add_node(b, "TreeEnsemble", "X", "Y");
+  n->domain = str("ai.onnx.ml");
+  attr_is(n, "nodes_featureids", levels, zero);
+  attr_tensor(n, "nodes_modes", ONNX__TENSOR_PROTO__DATA_TYPE__UINT8, levels, zerod);
+  attr_tensor(n, "nodes_splits", ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT, levels, zerod);
+  attr_is(n, "nodes_truenodeids", levels, to_true);
+  attr_is(n, "nodes_trueleafs", levels, true_leaf);
+  attr_is(n, "nodes_falsenodeids", levels, to_false);
+  attr_is(n, "nodes_falseleafs", levels, false_leaf);
+  attr_is(n, "leaf_targetids", leaves, targets);
+  attr_tensor(n, "leaf_weights", ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT, leaves, (const double[]){1, 2});
+  attr_is(n, "tree_roots", 1, (const int64_t[]){0});
+  attr_i(n, "n_targets", leaves);
+  add_output(b, "Y");
+  return b;
+}
+
 START_TEST(test_tree_ensemble) {
   const float x[10] = {0, 5, 0, 3, 2, 2, 0, NAN, NAN, 2};
   static const double want[4][15] = {
@@ -114,54 +140,23 @@ START_TEST(test_tree_ensemble) {
   /* 60 levels whose sides both lead to the next: 2^60 paths, one tree of
    * depth 60, its depth found in linear time */
   enum { LEVELS = 60 };
-  int64_t feature[LEVELS] = {0}, next[LEVELS], leafs[LEVELS] = {0}, other[LEVELS];
-  double modes[LEVELS] = {0}, splits[LEVELS] = {0};
-  for (int i = 0; i < LEVELS; i++) next[i] = other[i] = i + 1;
-  next[LEVELS - 1] = 0, other[LEVELS - 1] = 1, leafs[LEVELS - 1] = 1;
-  Model *b = model_new(17);
-  add_input(b, "X", 2, (const int64_t[]){5, 2});
-  Onnx__NodeProto *n = add_node(b, "TreeEnsemble", "X", "Y");
-  n->domain = str("ai.onnx.ml");
-  attr_is(n, "nodes_featureids", LEVELS, feature);
-  attr_tensor(n, "nodes_modes", ONNX__TENSOR_PROTO__DATA_TYPE__UINT8, LEVELS, modes);
-  attr_tensor(n, "nodes_splits", ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT, LEVELS, splits);
-  attr_is(n, "nodes_truenodeids", LEVELS, next);
-  attr_is(n, "nodes_trueleafs", LEVELS, leafs);
-  attr_is(n, "nodes_falsenodeids", LEVELS, other);
-  attr_is(n, "nodes_falseleafs", LEVELS, leafs);
-  attr_is(n, "leaf_targetids", 2, (const int64_t[]){0, 1});
-  attr_tensor(n, "leaf_weights", ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT, 2, (const double[]){1, 2});
-  attr_is(n, "tree_roots", 1, (const int64_t[]){0});
-  attr_i(n, "n_targets", 2);
-  add_output(b, "Y");
-  Tensor y = run1(must_import(b), "X", 2, (const int64_t[]){5, 2}, x);
+  int64_t next[LEVELS], leafs[LEVELS] = {0};
+  for (int i = 0; i < LEVELS; i++) next[i] = i + 1;
+  next[LEVELS - 1] = 0, leafs[LEVELS - 1] = 1;
+  int64_t other[LEVELS];
+  memcpy(other, next, sizeof other), other[LEVELS - 1] = 1;
+  Tensor y = run1(must_import(tree_chain(LEVELS, next, leafs, other, leafs, 2)), "X", 2, (const int64_t[]){5, 2}, x);
   expect_values(&y, 10, (const double[]){1, 0, 1, 0, 0, 2, 1, 0, 0, 2}, "TreeEnsemble of shared subtrees");
   /* a chain deeper than the walk unrolls is refused (a crafted one of tens of thousands took minutes) */
   enum { DEEP = 4100 };
-  int64_t *dz = calloc(DEEP, sizeof *dz), *dnext = calloc(DEEP, sizeof *dnext), *dleaf = calloc(DEEP, sizeof *dleaf),
-          *dones = calloc(DEEP, sizeof *dones);
-  double *dmodes = calloc(DEEP, sizeof *dmodes), *dsplits = calloc(DEEP, sizeof *dsplits);
-  ck_assert(dz && dnext && dleaf && dones && dmodes && dsplits);
-  for (int i = 0; i < DEEP; i++) dnext[i] = i + 1, dones[i] = 1;
-  dnext[DEEP - 1] = 0, dleaf[DEEP - 1] = 1;
-  b = model_new(17);
-  add_input(b, "X", 2, (const int64_t[]){5, 2});
-  n = add_node(b, "TreeEnsemble", "X", "Y");
-  n->domain = str("ai.onnx.ml");
-  attr_is(n, "nodes_featureids", DEEP, dz);
-  attr_tensor(n, "nodes_modes", ONNX__TENSOR_PROTO__DATA_TYPE__UINT8, DEEP, dmodes);
-  attr_tensor(n, "nodes_splits", ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT, DEEP, dsplits);
-  attr_is(n, "nodes_truenodeids", DEEP, dz);
-  attr_is(n, "nodes_trueleafs", DEEP, dones);
-  attr_is(n, "nodes_falsenodeids", DEEP, dnext);
-  attr_is(n, "nodes_falseleafs", DEEP, dleaf);
-  attr_is(n, "leaf_targetids", 1, (const int64_t[]){0});
-  attr_tensor(n, "leaf_weights", ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT, 1, (const double[]){1});
-  attr_is(n, "tree_roots", 1, (const int64_t[]){0});
-  attr_i(n, "n_targets", 1);
-  add_output(b, "Y");
-  expect_error(import(b), "the deepest tree has 4100 levels, more than the 4096 dlcc walks");
-  free(dz), free(dnext), free(dleaf), free(dones), free(dmodes), free(dsplits);
+  int64_t *zero = calloc(DEEP, sizeof *zero), *ones = calloc(DEEP, sizeof *ones), *down = calloc(DEEP, sizeof *down),
+          *last = calloc(DEEP, sizeof *last);
+  ck_assert(zero && ones && down && last);
+  for (int i = 0; i < DEEP; i++) down[i] = i + 1, ones[i] = 1;
+  down[DEEP - 1] = 0, last[DEEP - 1] = 1;
+  expect_error(import(tree_chain(DEEP, zero, ones, down, last, 1)),
+               "the deepest tree has 4100 levels, more than the 4096 dlcc walks");
+  free(zero), free(ones), free(down), free(last);
   expect_error(import(tree_model(1, 2, false)), "(TreeEnsemble): node 1: feature 2 is out of range for X's 2 features");
   expect_error(import(tree_model(1, 1, true)), "node 0 of the tree at root 0 leads back to itself: a tree has no cycles");
 }
