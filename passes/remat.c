@@ -52,19 +52,47 @@ typedef struct Use {
   int operand;
 } Use;
 
-/* The uses of p's value by nodes after it, up to cap; -1 when one is not
+/* Every original node's readers, found once: scanning the rest of the
+ * graph for each node was quadratic (a 50,000-node chain took minutes).
+ * A reader's place in the graph is its order key; the copies this pass
+ * inserts right after their original p take p's place plus a fraction,
+ * so the readers come back in graph order, and the first one found
+ * keeps the original as before. */
+typedef struct UseLink {
+  Use use;
+  double order;
+  struct UseLink *next;
+} UseLink;
+
+typedef struct Readers {
+  UseLink **of; /* by node id */
+  double *order;
+} Readers;
+
+static void add_reader(Arena *a, Readers *r, Node *user, int operand, double order) {
+  const Node *d = user->in[operand]->def;
+  if (d->id < 0) return;
+  UseLink *l = ARENA_NEW(a, UseLink);
+  *l = (UseLink){{user, operand}, order, r->of[d->id]};
+  r->of[d->id] = l;
+}
+
+/* The uses of p's value, up to cap, in graph order; -1 when one is not
  * an inline reader, or (for a weight-only p) not weight-only itself. */
-static int inline_uses(Node *p, const bool *weight_only, Use *uses, int cap) {
+static int inline_uses(const Readers *r, Node *p, const bool *weight_only, Use *uses, int cap) {
   int n = 0;
+  double order[MAX_COPIES];
   bool weight = weight_only[p->id];
-  for (Node *u = p->next; u; u = u->next) {
-    for (int i = 0; i < u->n_in; i++) {
-      if (u->in[i] != &p->out[0]) continue;
-      /* Nodes made by this pass are after their original, and a copy is
-       * weight-only when its original is. */
-      if ((weight && u->id >= 0 && !weight_only[u->id]) || !reads_inline(u, i) || n == cap) return -1;
-      uses[n++] = (Use){u, i};
-    }
+  for (const UseLink *l = r->of[p->id]; l; l = l->next) {
+    Node *u = l->use.user;
+    int i = l->use.operand;
+    if (u->in[i] != &p->out[0]) continue;
+    /* Nodes made by this pass are after their original, and a copy is
+     * weight-only when its original is. */
+    if ((weight && u->id >= 0 && !weight_only[u->id]) || !reads_inline(u, i) || n == cap) return -1;
+    int k = n++;
+    for (; k > 0 && order[k - 1] > l->order; k--) uses[k] = uses[k - 1], order[k] = order[k - 1];
+    uses[k] = l->use, order[k] = l->order;
   }
   return n;
 }
@@ -121,14 +149,23 @@ bool pass_remat(Graph *g, PassCtx *pc) {
   bool *is_output = ARENA_ARRAY(a, bool, g->n_nodes + 1);
   int *last = ARENA_ARRAY(a, int, g->n_nodes + 1);
   for (int i = 0; i < g->n_outputs; i++) is_output[g->outputs[i]->def->id] = true;
-  for (Node *n = g->first; n; n = n->next)
+  Readers readers = {ARENA_ARRAY(a, UseLink *, g->n_nodes + 1), ARENA_ARRAY(a, double, g->n_nodes + 1)};
+  int place = 0;
+  for (Node *n = g->first; n; n = n->next) {
     for (int i = 0; i < n->n_in; i++) last[n->in[i]->def->id] = n->id;
+    place++;
+  }
+  for (Node *n = g->last; n; n = n->prev) {
+    place--;
+    if (n->id >= 0) readers.order[n->id] = place;
+    for (int i = n->n_in - 1; i >= 0; i--) add_reader(a, &readers, n, i, place);
+  }
   /* Backwards, so that a copy's operands, met later, count the copy
    * among their uses (and its reader's position as theirs). */
   for (Node *p = g->last; p; p = p->prev) {
     if (p->id < 0 || ir_ops[p->op].cls == K_SOURCE || !is_cheap(p) || is_output[p->id]) continue;
     Use uses[MAX_COPIES];
-    int n = inline_uses(p, weight_only, uses, MAX_COPIES);
+    int n = inline_uses(&readers, p, weight_only, uses, MAX_COPIES);
     if (n < 2 || copies + n - 1 > budget) continue;
     bool weight = weight_only[p->id];
     if (!weight && !worth_copying(p, is_output, last)) continue;
@@ -137,6 +174,9 @@ bool pass_remat(Graph *g, PassCtx *pc) {
       copy->keep_f32 = p->keep_f32;
       copy->id = -1;
       uses[k].user->in[uses[k].operand] = &copy->out[0];
+      /* Inserted after p ahead of the copies before it: c_{n-1} .. c_1. */
+      for (int i = p->n_in - 1; i >= 0; i--)
+        add_reader(a, &readers, copy, i, readers.order[p->id] + (double)(n - k) / (MAX_COPIES + 1));
       copies++;
       run_copies += !weight;
     }
