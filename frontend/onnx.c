@@ -300,7 +300,12 @@ static const OpEntry microsoft_ops[] = {
     {"EmbedLayerNormalization", ox_op_embed_layer_norm, NULL},
     {"FastGelu", ox_op_ms_gelu, "tanh approximation, optional bias"},
     {"Gelu", ox_op_ms_gelu, NULL},
+    {"GroupQueryAttention", ox_op_group_query_attention,
+     "KV cache, rotary, window, softcap, sinks, QK norms; total_sequence_length known at import; no quantized cache, "
+     "position_ids or query_seqlens"},
     {"MatMulNBits", ox_op_matmul_nbits, "2, 4 or 8 bits, packed zero points, no g_idx; weights dequantized at import"},
+    {"MultiHeadAttention", ox_op_multi_head_attention,
+     "packed or separate Q/K/V, past and present, padding masks, bias; no shared buffer or beam search"},
     {"QGemm", ox_op_qgemm, "INT8/UINT8, B per tensor or per column, an INT32 bias; y quantized or f32"},
     {"QLinearAdd", ox_op_qlinear_binary, "INT8/UINT8, one scale and zero point each"},
     {"QLinearAveragePool", ox_op_qlinear_unary, "as AveragePool; channels_last=0"},
@@ -310,6 +315,7 @@ static const OpEntry microsoft_ops[] = {
     {"QLinearMul", ox_op_qlinear_binary, NULL},
     {"QLinearSigmoid", ox_op_qlinear_unary, NULL},
     {"QuickGelu", ox_op_quick_gelu, NULL},
+    {"RotaryEmbedding", ox_op_ms_rotary, "position_ids [1] or [B, S]; no packed batching"},
     {"SkipLayerNormalization", ox_op_skip_layer_norm, "no mean or inverse deviation output"},
     {"SkipSimplifiedLayerNormalization", ox_op_skip_layer_norm, "no mean or inverse deviation output"},
 };
@@ -346,7 +352,8 @@ static const struct {
      " (of it, onnxruntime's QOperator ops QGemm, QLinearAdd, QLinearAveragePool, QLinearConcat, "
      "QLinearGlobalAveragePool, QLinearLeakyRelu, QLinearMul and QLinearSigmoid, and the fused ops of its transformer "
      "optimizer Attention, EmbedLayerNormalization, Gelu, BiasGelu, FastGelu, QuickGelu, SkipLayerNormalization and "
-     "SkipSimplifiedLayerNormalization, and MatMulNBits, are)",
+     "SkipSimplifiedLayerNormalization, the LLM exporters' GroupQueryAttention, MultiHeadAttention and RotaryEmbedding, "
+     "and MatMulNBits, are)",
      microsoft_ops, ARRAY_LEN(microsoft_ops)},
 };
 

@@ -11,7 +11,7 @@ libdlcc_core_la_SOURCES += frontend/onnx_internal.h frontend/onnx_tensor.c front
 	frontend/onnx_quant.c frontend/onnx_attention.c frontend/onnx_control.c \
 	frontend/onnx_newer.c frontend/onnx_einsum.c frontend/onnx_signal.c frontend/onnx_select.c \
 	frontend/onnx_seq.c frontend/onnx_text.c frontend/onnx_training.c \
-	frontend/onnx_ml.c frontend/onnx_trees.c frontend/onnx_contrib.c frontend/onnx_random.c
+	frontend/onnx_ml.c frontend/onnx_trees.c frontend/onnx_contrib.c frontend/onnx_kv_cache.c frontend/onnx_random.c
 noinst_LTLIBRARIES += libdlonnx_gen.la
 libdlonnx_gen_la_SOURCES = frontend/onnx.pb-c.c frontend/onnx.pb-c.h
 BUILT_SOURCES += frontend/onnx.pb-c.c frontend/onnx.pb-c.h

@@ -14,6 +14,7 @@
 
 typedef struct Attn {
   Val *q, *k, *v, *mask, *past_k, *past_v, *nonpad;
+  Val *sink; /* [heads] logits that join every row's softmax (onnxruntime's head_sink) */
   int64_t q_heads, kv_heads; /* for 3-d inputs; 0: 4-d */
   bool causal, has_scale;
   double scale, softcap;
@@ -139,7 +140,7 @@ static Val *softmax_last(Imp *im, Val *x) {
  * for Q, K and V). */
 static bool fits_op(const Attn *a, const ONode *n, DType dt, int64_t S) {
   bool qk_wanted = n->n_out > 3 && n->want[3];
-  if (a->softcap > 0 || a->left >= 0 || a->right >= 0 || a->nonpad || qk_wanted || a->softmax_dt != dt) return false;
+  if (a->softcap > 0 || a->sink || a->left >= 0 || a->right >= 0 || a->nonpad || qk_wanted || a->softmax_dt != dt) return false;
   if (a->causal && a->past_k) return false;
   const TensorType *m = a->mask ? &a->mask->type : NULL;
   return !m || (m->rank >= 1 && m->dims[m->rank - 1] == S && (m->dtype == TY_BOOL || ir_dtype_is_float(m->dtype)));
@@ -222,8 +223,18 @@ static bool attention_graph(Imp *im, const Attn *a, const ONode *n, AttnOut *out
   Val *bias = attention_bias(im, a, dt, B, L, S, past);
   Val *scores = bias ? ox_op2(im, OP_ADD, qk, bias) : qk;
   out->qk = a->mode == 2 ? scores : qk;
-  Val *p = softmax_last(im, ox_cast(im, scores, a->softmax_dt));
-  if (bias && p) {
+  Val *p;
+  if (a->sink) {
+    /* One more logit a row, the head's sink, in the softmax and then
+     * dropped: it takes its share of every row's mass. */
+    int64_t col[4] = {B, qh, L, 1};
+    Val *sink = ox_expand(im, ox_reshape(im, ox_cast(im, a->sink, a->softmax_dt), 4, (int64_t[]){1, qh, 1, 1}), 4, col);
+    Val *both[2] = {ox_cast(im, scores, a->softmax_dt), sink};
+    p = ox_slice_axis(im, softmax_last(im, ox_concat(im, 2, both, 3)), 3, 0, S, 1);
+  } else {
+    p = softmax_last(im, ox_cast(im, scores, a->softmax_dt));
+  }
+  if (bias && p && !a->sink) {
     /* A row the bias masks entirely has no key: 0, not softmax's NaN. */
     Val *masked = ox_op2s(im, OP_EQUAL, ox_reduce(im, OP_REDUCE_MAX, bias, 1, (int64_t[]){bias->type.rank - 1}, true),
                           -INFINITY);
@@ -244,6 +255,16 @@ Val *ox_attention_3d(Imp *im, Val *q, Val *k, Val *v, int64_t heads, Val *mask, 
   if (!q || !k || !v) return NULL;
   Attn a = {.q = q, .k = k, .v = v, .mask = mask, .q_heads = heads, .kv_heads = heads, .causal = causal,
             .has_scale = scale > 0, .scale = scale, .softmax_dt = q->type.dtype, .left = -1, .right = -1};
+  ONode y_only = {.n_out = 1, .want = (const bool[]){true}};
+  AttnOut out = {0};
+  return attention_graph(im, &a, &y_only, &out) ? out.y : NULL;
+}
+
+Val *ox_attention_heads(Imp *im, Val *q, Val *k, Val *v, Val *bias, double scale, double softcap, Val *sink,
+                        DType softmax_dt) {
+  if (!q || !k || !v) return NULL;
+  Attn a = {.q = q, .k = k, .v = v, .mask = bias, .sink = sink, .has_scale = scale > 0, .scale = scale,
+            .softcap = softcap, .softmax_dt = softmax_dt, .left = -1, .right = -1};
   ONode y_only = {.n_out = 1, .want = (const bool[]){true}};
   AttnOut out = {0};
   return attention_graph(im, &a, &y_only, &out) ? out.y : NULL;

@@ -329,8 +329,21 @@ Val *ox_check_at_run_time(Imp *im, Val *y, Val *ok, const char *msg);
  * mask (bool, or added to the scores) broadcast to [B, heads, L, S] or
  * NULL, scale (0: 1/sqrt(H)): Y [B, L, heads * H] (onnx_attention.c). */
 Val *ox_attention_3d(Imp *im, Val *q, Val *k, Val *v, int64_t heads, Val *mask, double scale, bool causal);
+/* Q [B, N, L, H] over K and V [B, Nk, S, H] (N a multiple of Nk, each K
+ * and V head serving N / Nk query heads), bias added to the scores
+ * (broadcast to [B, N, L, S]; NULL: none), scale (0: 1/sqrt(H)), soft
+ * cap (0: none), sink [N] (a logit a head that joins each row's softmax;
+ * NULL: none), the softmax in softmax_dt: Y [B, N, L, H]
+ * (onnx_attention.c). */
+Val *ox_attention_heads(Imp *im, Val *q, Val *k, Val *v, Val *bias, double scale, double softcap, Val *sink,
+                        DType softmax_dt);
+/* h [B, S, heads, D] with its first rdim values of each head rotated by
+ * the angles whose cos and sin are [B, S, rdim / 2]: halves, or even
+ * and odd elements when interleaved (onnx_newer.c). */
+Val *ox_rotate(Imp *im, Val *h, Val *cos_bs, Val *sin_bs, int64_t rdim, bool interleaved);
 OpFn ox_op_ms_gelu, ox_op_quick_gelu, ox_op_skip_layer_norm, ox_op_simplified_layer_norm, ox_op_ms_attention,
     ox_op_embed_layer_norm, ox_op_matmul_nbits; /* onnx_contrib.c */
+OpFn ox_op_group_query_attention, ox_op_multi_head_attention, ox_op_ms_rotary; /* onnx_kv_cache.c */
 OpFn ox_op_tree_ensemble, ox_op_tree_ensemble_regressor, ox_op_tree_ensemble_classifier; /* onnx_trees.c */
 /* The ML domain's post_transform (onnx_ml.c): its attribute, and a
  * [.., K] value's rows through it, as onnxruntime computes them. */

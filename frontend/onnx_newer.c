@@ -271,7 +271,7 @@ bool ox_op_rotary(Imp *im, ONode *n) {
     h = ox_reshape(im, x, 4, d4);
   }
   if (!h) return false;
-  int64_t B = h->type.dims[0], S = h->type.dims[1], H = h->type.dims[2], D = h->type.dims[3];
+  int64_t B = h->type.dims[0], S = h->type.dims[1], D = h->type.dims[3];
   if (rdim == 0) rdim = D;
   if (rdim < 0 || rdim > D || rdim % 2)
     return ox_bad(im, "rotary_embedding_dim=%" PRId64 " must be even and at most the head size %" PRId64, rdim, D);
@@ -289,9 +289,18 @@ bool ox_op_rotary(Imp *im, ONode *n) {
       return ox_bad(im, "the %s cache gives %d-d values per position where [%" PRId64 ", %" PRId64 ", %" PRId64
                     "] (batch, sequence, rotary_embedding_dim / 2) are needed",
                     i ? "sin" : "cos", ct->rank, B, S, half);
-    int64_t d4[4] = {B, S, 1, half};
-    cs[i] = ox_widen(im, ox_reshape(im, cs[i], 4, d4));
   }
+  Val *y = ox_rotate(im, h, cs[0], cs[1], rdim, interleaved != 0);
+  if (!y) return false;
+  return (n->out[0] = r == 4 ? ox_transpose(im, y, swap_hs) : ox_reshape(im, y, 3, xt->dims));
+}
+
+Val *ox_rotate(Imp *im, Val *h, Val *cos_bs, Val *sin_bs, int64_t rdim, bool interleaved) {
+  if (!h || !cos_bs || !sin_bs) return NULL;
+  int64_t B = h->type.dims[0], S = h->type.dims[1], H = h->type.dims[2], D = h->type.dims[3], half = rdim / 2;
+  Val *cs[2] = {cos_bs, sin_bs};
+  int64_t d4[4] = {B, S, 1, half};
+  for (int i = 0; i < 2; i++) cs[i] = ox_widen(im, ox_reshape(im, cs[i], 4, d4));
   Val *w = ox_widen(im, h);
   Val *xr = ox_slice_axis(im, w, 3, 0, rdim, 1);
   Val *x1 = interleaved ? ox_slice_axis(im, xr, 3, 0, rdim, 2) : ox_slice_axis(im, xr, 3, 0, half, 1);
@@ -301,9 +310,9 @@ bool ox_op_rotary(Imp *im, ONode *n) {
   Val *rot;
   if (interleaved) {
     /* real and imaginary parts side by side per pair: [.., dim/2, 2] */
-    int64_t d5[5] = {B, S, H, half, 1}, d4[4] = {B, S, H, rdim};
+    int64_t d5[5] = {B, S, H, half, 1}, dr[4] = {B, S, H, rdim};
     for (int i = 0; i < 2; i++) parts[i] = ox_reshape(im, parts[i], 5, d5);
-    rot = ox_reshape(im, ox_concat(im, 2, parts, 4), 4, d4);
+    rot = ox_reshape(im, ox_concat(im, 2, parts, 4), 4, dr);
   } else {
     rot = ox_concat(im, 2, parts, 3);
   }
@@ -311,9 +320,7 @@ bool ox_op_rotary(Imp *im, ONode *n) {
     Val *all[2] = {rot, ox_slice_axis(im, w, 3, rdim, D, 1)};
     rot = ox_concat(im, 2, all, 3);
   }
-  Val *y = ox_narrow(im, rot, xt->dtype);
-  if (!y) return false;
-  return (n->out[0] = r == 4 ? ox_transpose(im, y, swap_hs) : ox_reshape(im, y, 3, xt->dims));
+  return ox_narrow(im, rot, h->type.dtype);
 }
 
 /* CausalConvWithState: a depthwise 1-d convolution over [B, C, L] whose
