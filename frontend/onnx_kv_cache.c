@@ -107,6 +107,67 @@ static Val *gqa_bias(Imp *im, const Gqa *g, bool causal, int64_t window, DType d
   return ox_where(im, ok, ox_scalar(im, 0, dt), ox_scalar(im, -INFINITY, dt));
 }
 
+/* sliding_window_cache: past and present are windows of capacity C
+ * (past's length) holding, in rows [0, L(T)), an entry's L(T) most
+ * recent tokens of the T it has seen, where with W = local_window_size
+ * and G = C - W + 1, L(T) = T up to C and T - G ceil((T - C) / G) past
+ * it (eviction frees G rows at once).  [B, 1, 1, 1] i64. */
+static Val *resident(Imp *im, Val *t, int64_t C, int64_t W) {
+  int64_t G = C - W + 1;
+  Val *over = ox_op2s(im, OP_DIV, ox_op2s(im, OP_ADD, t, (double)(G - 1 - C)), (double)G);
+  Val *kept = ox_op2(im, OP_SUB, t, ox_op2s(im, OP_MUL, over, (double)G));
+  return ox_where(im, ox_op2s(im, OP_LESS_EQUAL, t, (double)C), t, kept);
+}
+
+/* The keys and values a windowed step reads, the past's C rows and this
+ * step's S after them ([B, Nk, C + S, H]), the bias [B, 1, S, C + S]
+ * that lets query i (position p = past_len + i) see the resident rows at
+ * positions in (p - W, p], and present: the rows of the L(total) most
+ * recent positions moved to the front, zeros after them. */
+typedef struct CacheView {
+  Val *keys, *values, *present_k, *present_v, *bias;
+} CacheView;
+
+static bool window_cache(Imp *im, const Gqa *g, int64_t W, Val *past_k, Val *past_v, Val *k, Val *v, DType dt,
+                         CacheView *out) {
+  int64_t C = past_k->type.dims[2], R = C + g->S;
+  if (C < W) return ox_bad(im, "a windowed cache of %" PRId64 " rows cannot hold local_window_size %" PRId64, C, W);
+  Val *before = resident(im, g->past_len, C, W), *after = resident(im, g->total_len, C, W);
+  Val *oldest = ox_op2(im, OP_SUB, g->past_len, before); /* the position of past row 0 */
+  Val *row = ox_iota_along(im, 4, 3, R);
+  /* Each row's position; a past row past the resident ones is none (-1). */
+  Val *in_past = ox_op2s(im, OP_LESS, row, (double)C);
+  Val *pos = ox_where(im, in_past, ox_op2(im, OP_ADD, oldest, row), ox_op2(im, OP_ADD, g->past_len, ox_op2s(im, OP_SUB, row, (double)C)));
+  Val *valid = ox_op2(im, OP_LOGICAL_AND, ox_op2(im, OP_LESS, pos, g->total_len),
+                      ox_op2(im, OP_LOGICAL_OR, ox_op2s(im, OP_GREATER_EQUAL, row, (double)C), ox_op2(im, OP_LESS, row, before)));
+  Val *qpos = ox_op2(im, OP_ADD, ox_iota_along(im, 4, 2, g->S), g->past_len);
+  Val *ok = ox_op2(im, OP_LOGICAL_AND, valid, ox_op2(im, OP_LESS_EQUAL, pos, qpos));
+  ok = ox_op2(im, OP_LOGICAL_AND, ok, ox_op2(im, OP_GREATER, pos, ox_op2s(im, OP_SUB, qpos, (double)W)));
+  out->bias = ox_where(im, ok, ox_scalar(im, 0, dt), ox_scalar(im, -INFINITY, dt));
+  out->keys = ox_concat(im, 2, (Val *[]){past_k, k}, 2);
+  out->values = ox_concat(im, 2, (Val *[]){past_v, v}, 2);
+  /* present row i holds position total - L + i: past row (that - oldest)
+   * or this step's row (that - past_len) after the C past rows. */
+  Val *i = ox_iota_along(im, 4, 2, C);
+  Val *at = ox_op2(im, OP_ADD, ox_op2(im, OP_SUB, g->total_len, after), i);
+  Val *src = ox_where(im, ox_op2(im, OP_LESS, at, g->past_len), ox_op2(im, OP_SUB, at, oldest),
+                      ox_op2s(im, OP_ADD, ox_op2(im, OP_SUB, at, g->past_len), (double)C));
+  src = ox_op2s(im, OP_MINIMUM, ox_op2s(im, OP_MAXIMUM, src, 0), (double)(R - 1));
+  Val *kept = ox_op2(im, OP_LESS, i, after);
+  int64_t dims[4] = {g->B, g->Nk, C, g->H};
+  Val *idx = ox_expand(im, src, 4, dims);
+  Val *both[2] = {out->keys, out->values}, *res[2];
+  for (int j = 0; j < 2; j++) {
+    Val *in[2] = {both[j], idx};
+    Emit e;
+    Node *ge = ox_begin(im, &e, OP_GATHER_ELEMENTS, 2, in);
+    ir_set_int(im->g, ge, "axis", 2);
+    res[j] = ox_where(im, kept, ox_emit1(im, &e), ox_scalar(im, 0, dt));
+  }
+  out->present_k = res[0], out->present_v = res[1];
+  return out->keys && out->values && res[0] && res[1] && out->bias;
+}
+
 static bool refuse_input(Imp *im, const ONode *n, int i, const char *what) {
   return ox_in_opt(n, i) ? ox_bad(im, "%s is not supported", what) : true;
 }
@@ -135,7 +196,8 @@ bool ox_op_group_query_attention(Imp *im, ONode *n) {
     return false;
   if (strcmp(kq, "NONE") != 0 || strcmp(vq, "NONE") != 0 || bits)
     return ox_bad(im, "a quantized cache is not supported");
-  if (sliding) return ox_bad(im, "sliding_window_cache is not supported");
+  if (sliding && (window <= 0 || !causal || !past_k))
+    return ox_bad(im, "sliding_window_cache needs local_window_size > 0, causal and past_key and past_value");
   if (qk_output && n->n_out > 3 && n->want[3]) return ox_bad(im, "output_qk is not supported");
   if (N < 1 || Nk < 1 || N % Nk) return ox_bad(im, "num_heads %" PRId64 " is not a multiple of kv_num_heads %" PRId64, N, Nk);
   if (causal != 0 && causal != 1) return ox_bad(im, "causal must be 0 or 1");
@@ -206,13 +268,22 @@ bool ox_op_group_query_attention(Imp *im, ONode *n) {
   }
   Val *qh = ox_transpose(im, q4, to_bnsh), *kh = ox_transpose(im, k4, to_bnsh),
       *vh = ox_transpose(im, heads_of(im, v, Nk, g.H), to_bnsh);
-  Val *present_k = present_of(im, &g, past_k, kh), *present_v = present_of(im, &g, past_v, vh);
-  if (!qh || !present_k || !present_v) return false;
-  Val *bias = gqa_bias(im, &g, causal != 0, window, dt);
+  CacheView win = {0};
+  if (sliding) {
+    if (!qh || !kh || !vh || !window_cache(im, &g, window, past_k, past_v, kh, vh, dt, &win)) return false;
+  } else {
+    win.keys = win.present_k = present_of(im, &g, past_k, kh);
+    win.values = win.present_v = present_of(im, &g, past_v, vh);
+    win.bias = gqa_bias(im, &g, causal != 0, window, dt);
+  }
+  if (!qh || !win.keys || !win.values || !win.bias) return false;
+  Val *bias = win.bias;
+  int64_t keys = win.keys->type.dims[2];
   if (bias_in) {
     const TensorType *bt = &bias_in->type;
-    if (bt->rank != 4 || bt->dims[3] > g.T) return ox_bad(im, "attention_bias must be 4-d, at most %" PRId64 " keys long", g.T);
-    bias = ox_op2(im, OP_ADD, bias, pad_end(im, ox_cast(im, bias_in, dt), 3, g.T - bt->dims[3]));
+    if (sliding) return ox_bad(im, "attention_bias with sliding_window_cache is not supported");
+    if (bt->rank != 4 || bt->dims[3] > keys) return ox_bad(im, "attention_bias must be 4-d, at most %" PRId64 " keys long", keys);
+    bias = ox_op2(im, OP_ADD, bias, pad_end(im, ox_cast(im, bias_in, dt), 3, keys - bt->dims[3]));
   }
   if (smooth && !sink) sink = ox_scalar(im, 0, TY_F32);
   if (sink) {
@@ -220,8 +291,8 @@ bool ox_op_group_query_attention(Imp *im, ONode *n) {
       return ox_bad(im, "head_sink must be [%" PRId64 "]", N);
     sink = ox_expand(im, ox_cast(im, sink, TY_F32), 1, &N);
   }
-  Val *y = ox_attention_heads(im, qh, present_k, present_v, bias, scale, softcap, sink, TY_F32);
-  Val *res[3] = {merge_heads(im, y), present_k, present_v};
+  Val *y = ox_attention_heads(im, qh, win.keys, win.values, bias, scale, softcap, sink, TY_F32);
+  Val *res[3] = {merge_heads(im, y), win.present_k, win.present_v};
   for (int i = 0; i < n->n_out && i < 3; i++) n->out[i] = res[i];
   return res[0] != NULL;
 }
