@@ -23,6 +23,12 @@ TESTS += tests/test_onnx_contrib
 tests_test_onnx_contrib_SOURCES = tests/test_onnx_contrib.c tests/onnxbuild.c tests/onnxbuild.h
 tests_test_onnx_contrib_CFLAGS = $(TEST_CFLAGS)
 tests_test_onnx_contrib_LDADD = $(TEST_LIBS)
+# onnxruntime's attention ops with a KV cache against its values.
+check_PROGRAMS += tests/test_onnx_kv_cache
+TESTS += tests/test_onnx_kv_cache
+tests_test_onnx_kv_cache_SOURCES = tests/test_onnx_kv_cache.c tests/onnxbuild.c tests/onnxbuild.h
+tests_test_onnx_kv_cache_CFLAGS = $(TEST_CFLAGS)
+tests_test_onnx_kv_cache_LDADD = $(TEST_LIBS)
 # The ML domain (trees, linear models, scalers) against onnxruntime's values.
 check_PROGRAMS += tests/test_onnx_ml
 TESTS += tests/test_onnx_ml

@@ -7,8 +7,10 @@ interpreter and emu), and compares the outputs (rtol 1e-4, atol 1e-4 of the
 output's largest magnitude).  An MLP and a CNN in onnxruntime's dynamic
 int8 format (quantize_dynamic), a volume's GridSample, RoiAlign,
 DeformConv, opset 8's batched Scan, a detector's post-processing
-(run-time lengths through Shape, TopK, Concat, If and NMS) and a Loop
-whose end is decided at run time are compared the same way.  The int8 QDQ form of the CNN (onnxruntime's
+(run-time lengths through Shape, TopK, Concat, If and NMS), a Loop
+whose end is decided at run time and onnxruntime's attention ops with a
+KV cache (GroupQueryAttention, a windowed one, MultiHeadAttention and
+RotaryEmbedding) are compared the same way.  The int8 QDQ form of the CNN (onnxruntime's
 quantize_static where it imports, else the same format made here) and
 its QOperator form (QLinearConv and onnxruntime's com.microsoft
 QLinearAdd, QLinearGlobalAveragePool and QGemm; quantize_static only)
@@ -912,6 +914,96 @@ def deform_conv():
     return m, feeds, []
 
 
+def ms_model(name, nodes, inputs, outputs, inits):
+    g = helper.make_graph(nodes, name, inputs, outputs, inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
+
+
+def gqa_decode():
+    """A decoding step as onnxruntime-genai writes a Llama layer: one
+    token per entry of a batch of 2 whose caches hold 5 and 3 real tokens
+    of 5 (right padding), packed QKV from one MatMul, GroupQueryAttention
+    with 4 query heads over 2 KV heads and rotary at each entry's own
+    position, seqlens_k and total_sequence_length computed from the
+    attention mask as genai computes them."""
+    B, P, N, NK, H = 2, 5, 4, 2, 16
+    vi, f, ms = helper.make_tensor_value_info, TensorProto.FLOAT, "com.microsoft"
+    ang = rng.uniform(0, 6, (32, H // 2)).astype(np.float32)
+    w = rng.uniform(-0.2, 0.2, (N * H, (N + 2 * NK) * H)).astype(np.float32)
+    inits = [numpy_helper.from_array(w, "wqkv"), numpy_helper.from_array(np.cos(ang), "cos"),
+             numpy_helper.from_array(np.sin(ang), "sin"), numpy_helper.from_array(np.array([1], np.int64), "one"),
+             numpy_helper.from_array(np.array(1, np.int64), "axis1")]
+    nodes = [helper.make_node("MatMul", ["x", "wqkv"], ["qkv"]),
+             helper.make_node("ReduceSum", ["mask", "one"], ["count"], keepdims=0),
+             helper.make_node("Sub", ["count", "one"], ["last"]),
+             helper.make_node("Cast", ["last"], ["seqlens"], to=TensorProto.INT32),
+             helper.make_node("Shape", ["mask"], ["mshape"]),
+             helper.make_node("Gather", ["mshape", "axis1"], ["tot64"], axis=0),
+             helper.make_node("Cast", ["tot64"], ["total"], to=TensorProto.INT32),
+             helper.make_node("GroupQueryAttention", ["qkv", "", "", "past_k", "past_v", "seqlens", "total", "cos", "sin"],
+                              ["y", "present_k", "present_v"], domain=ms, num_heads=N, kv_num_heads=NK, do_rotary=1)]
+    mask = np.ones((B, P + 1), np.int64)
+    mask[1, 3:5] = 0  # entry 1: 3 tokens in its cache, then padding, then this step's
+    feeds = {"x": rng.standard_normal((B, 1, N * H)).astype(np.float32), "mask": mask,
+             "past_k": rng.standard_normal((B, NK, P, H)).astype(np.float32),
+             "past_v": rng.standard_normal((B, NK, P, H)).astype(np.float32)}
+    m = ms_model("gqa_decode", nodes, [vi("x", f, [B, 1, N * H]), vi("mask", TensorProto.INT64, [B, P + 1]),
+                                       vi("past_k", f, [B, NK, P, H]), vi("past_v", f, [B, NK, P, H])],
+                 [vi("y", f, None), vi("present_k", f, None), vi("present_v", f, None)], inits)
+    return m, feeds, []
+
+
+def gqa_window():
+    """GroupQueryAttention over a windowed cache (sliding_window_cache, as
+    genai writes Gemma's local layers): a prompt of 3 after 9 tokens of
+    which the 6-row cache holds the 6 most recent (window 4, so 3 rows
+    are freed at a time), soft cap and a smooth softmax; present holds
+    the 6 most recent of 12."""
+    S, C, N, NK, H, W, T = 3, 6, 2, 1, 16, 4, 12
+    vi, f = helper.make_tensor_value_info, TensorProto.FLOAT
+    inits = [numpy_helper.from_array(np.array([T - 1], np.int32), "seqlens"),
+             numpy_helper.from_array(np.array(T, np.int32), "total")]
+    nodes = [helper.make_node("GroupQueryAttention", ["q", "k", "v", "past_k", "past_v", "seqlens", "total"],
+                              ["y", "present_k", "present_v"], domain="com.microsoft", num_heads=N, kv_num_heads=NK,
+                              local_window_size=W, sliding_window_cache=1, softcap=4.0, smooth_softmax=1)]
+    shapes = {"q": (1, S, N * H), "k": (1, S, NK * H), "v": (1, S, NK * H), "past_k": (1, NK, C, H),
+              "past_v": (1, NK, C, H)}
+    feeds = {n: rng.standard_normal(d).astype(np.float32) for n, d in shapes.items()}
+    m = ms_model("gqa_window", nodes, [vi(n, f, list(d)) for n, d in shapes.items()],
+                 [vi("y", f, None), vi("present_k", f, None), vi("present_v", f, None)], inits)
+    return m, feeds, []
+
+
+def mha_decoder():
+    """MultiHeadAttention as onnxruntime's optimizer writes a decoder's
+    self-attention step: the input projections' bias in the op, a past of
+    3, causal, a 2-d key padding mask (entry 1's first key is padding)
+    and an attention bias; com.microsoft RotaryEmbedding on the query
+    first, its positions from a scalar offset."""
+    B, S, P, N, H = 2, 2, 3, 2, 8
+    D = N * H
+    vi, f, ms = helper.make_tensor_value_info, TensorProto.FLOAT, "com.microsoft"
+    ang = rng.uniform(0, 6, (16, H // 2)).astype(np.float32)
+    inits = [numpy_helper.from_array(np.cos(ang), "cos"), numpy_helper.from_array(np.sin(ang), "sin"),
+             numpy_helper.from_array(np.array([P], np.int64), "offset"),
+             numpy_helper.from_array(rng.standard_normal(3 * D).astype(np.float32), "bias")]
+    nodes = [helper.make_node("RotaryEmbedding", ["q", "offset", "cos", "sin"], ["qr"], domain=ms, num_heads=N,
+                              rotary_embedding_dim=H),
+             helper.make_node("MultiHeadAttention", ["qr", "k", "v", "bias", "pad", "ab", "past_k", "past_v"],
+                              ["y", "present_k", "present_v"], domain=ms, num_heads=N, unidirectional=1)]
+    pad = np.ones((B, P + S), np.int32)
+    pad[1, 0] = 0
+    feeds = {"q": rng.standard_normal((B, S, D)), "k": rng.standard_normal((B, S, D)),
+             "v": rng.standard_normal((B, S, D)), "ab": rng.standard_normal((1, N, S, P + S)),
+             "past_k": rng.standard_normal((B, N, P, H)), "past_v": rng.standard_normal((B, N, P, H))}
+    feeds = {n: a.astype(np.float32) for n, a in feeds.items()}
+    feeds["pad"] = pad
+    m = ms_model("mha_decoder", nodes,
+                 [vi(n, TensorProto.INT32 if n == "pad" else f, list(a.shape)) for n, a in feeds.items()],
+                 [vi("y", f, None), vi("present_k", f, None), vi("present_v", f, None)], inits)
+    return m, feeds, []
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--dlcc", required=True)
@@ -923,7 +1015,8 @@ def main():
     failures = 0
     for build in (resnet, recurrent, unrolled, encoder, resnet_qdq, resnet_qop, qoperator_ops, mlp_dynamic, cnn_dynamic,
                   video3d, resize, grid_sample3d, roi_align, deform_conv, scan8, ts_encoder, attention23,
-                  control, loop_run_time, while_loop, nested_while, runtime_operands, run_time_lengths, detector_post):
+                  control, loop_run_time, while_loop, nested_while, runtime_operands, run_time_lengths, detector_post,
+                  gqa_decode, gqa_window, mha_decoder):
         if build is attention23 and onnx.defs.onnx_opset_version() < 23:
             print(f"skip attention23: onnx {onnx.__version__} has no opset 23")
             continue
