@@ -381,7 +381,9 @@ def dictionaries():
     save("onnx", onnx_ops + ["location", "offset", "length", "ext.bin", "ai.onnx", "ai.onnx.ml", "com.microsoft",
                              "axis", "axes",
                              "perm", "pads", "strides", "kernel_shape", "dilations", "group", "auto_pad", "SAME_UPPER",
-                             "to", "value", "then_branch", "else_branch", "body", "N"],
+                             "to", "value", "then_branch", "else_branch", "body", "N", "num_heads", "kv_num_heads",
+                             "do_rotary", "local_window_size", "sliding_window_cache", "softcap", "smooth_softmax",
+                             "unidirectional", "mask_filter_value"],
          "ONNX op types the importer knows, attribute names, external data keys")
 
 
