@@ -695,6 +695,12 @@ Val *ox_reverse_axis(Imp *im, Val *x, int axis) {
 
 /* 0, 1, .., len-1 along axis of a rank-r i64 tensor (1 in the other dims). */
 Val *ox_iota_along(Imp *im, int r, int axis, int64_t len) {
+  /* A length from a model's attribute or initializer must not become a
+   * table of any size. */
+  if (len > im->fold_max)
+    return ox_bad(im, "an index of %" PRId64 " positions is more than dlcc builds at import (%" PRId64 ")", len,
+                  im->fold_max),
+           NULL;
   int64_t dims[DL_MAX_RANK];
   for (int d = 0; d < r; d++) dims[d] = d == axis ? len : 1;
   TensorType t = ir_type_make(TY_I64, r, dims);

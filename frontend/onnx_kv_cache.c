@@ -225,6 +225,7 @@ bool ox_op_group_query_attention(Imp *im, ONode *n) {
     v = ox_slice_axis(im, q, 2, (N + Nk) * g.H, (N + 2 * Nk) * g.H, 1);
     q = ox_slice_axis(im, q, 2, 0, N * g.H, 1);
   }
+  if (g.H < 1) return ox_bad(im, "the heads are empty");
   int64_t P = 0;
   if (past_k) {
     int64_t pd[4] = {g.B, Nk, past_k->type.dims[2], g.H};
@@ -236,10 +237,13 @@ bool ox_op_group_query_attention(Imp *im, ONode *n) {
   }
   if (seqlens->type.rank != 1 || seqlens->type.dims[0] != g.B || ir_dtype_is_float(seqlens->type.dtype))
     return ox_bad(im, "seqlens_k must be [%" PRId64 "] integers", g.B);
-  if (!ox_const_scalar(im, total_in, "total_sequence_length (it fixes present's length: give the inputs' shapes)", &total))
+  if (!ox_const_scalar(im, total_in, "total_sequence_length (present's length)", &total))
     return false;
   g.total = (int64_t)total;
   if (g.total < 1 || (double)g.total != total) return ox_bad(im, "total_sequence_length %g is not a positive count", total);
+  if (g.total > im->fold_max)
+    return ox_bad(im, "total_sequence_length %" PRId64 " is more than dlcc builds at import (%" PRId64 ")", g.total,
+                  im->fold_max);
   g.T = g.total > P ? g.total : P;
   g.first = g.S == g.total;
   if (!g.first && g.S > 1 && g.B != 1)
@@ -330,6 +334,7 @@ static bool mha_inputs(Imp *im, Val *q, Val *k, Val *v, Val *bias, int64_t N, Mh
   if (qt->rank != 3 || qt->dims[2] % N)
     return ox_bad(im, "query must be [batch, sequence, hidden] with hidden a multiple of %" PRId64 " heads, or packed 5-d", N);
   int64_t D = qt->dims[2], H = D / N;
+  if (H < 1) return ox_bad(im, "the heads are empty");
   if (!k) return ox_bad(im, "key is needed unless query packs Q, K and V");
   if (bias && (bias->type.rank != 1 || bias->type.dims[0] < 2 * D))
     return ox_bad(im, "bias must be 1-d [q + k + v hidden sizes]");
@@ -368,9 +373,11 @@ static bool mha_inputs(Imp *im, Val *q, Val *k, Val *v, Val *bias, int64_t N, Mh
  * to keep. */
 static Val *mha_keep(Imp *im, Val *mask, int64_t B, int64_t S, int64_t T) {
   const TensorType *t = &mask->type;
+  if (ir_dtype_is_float(t->dtype)) return ox_bad(im, "key_padding_mask must be integers"), NULL;
+  mask = ox_cast(im, mask, TY_I64);
   if (t->rank == 1 && t->dims[0] == B)
     return ox_op2(im, OP_LESS, ox_iota_along(im, 4, 3, T),
-                  ox_reshape(im, ox_cast(im, mask, TY_I64), 4, (int64_t[]){B, 1, 1, 1}));
+                  ox_reshape(im, mask, 4, (int64_t[]){B, 1, 1, 1}));
   if (t->rank == 2 && t->dims[0] == B && t->dims[1] == T)
     return ox_reshape(im, ox_op2s(im, OP_NOT_EQUAL, mask, 0), 4, (int64_t[]){B, 1, 1, T});
   if (t->rank == 3 && t->dims[0] == B && t->dims[1] == S && t->dims[2] == T)
@@ -460,6 +467,7 @@ bool ox_op_ms_rotary(Imp *im, ONode *n) {
   const TensorType *xt = &x->type;
   if (cos_c->type.rank != 2) return ox_bad(im, "cos_cache must be 2-d [positions, rotary_embedding_dim / 2]");
   int64_t half = cos_c->type.dims[1];
+  if (half < 1) return ox_bad(im, "cos_cache is empty");
   if (rdim == 0) rdim = 2 * half;
   Val *h;
   if (xt->rank == 4) {

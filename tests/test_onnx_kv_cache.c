@@ -231,7 +231,19 @@ START_TEST(test_ms_rotary_and_refusals) {
   attr_i(n, "num_heads", 2);
   attr_i(n, "kv_num_heads", 1);
   add_output(b, "Y");
-  expect_error(import(b), "total_sequence_length (it fixes present's length");
+  expect_error(import(b), "total_sequence_length (present's length) computed at run time is not supported");
+  /* nor can a malicious one make present (and the tables of its
+   * positions) as long as it likes */
+  b = model_new(17);
+  add_input(b, "Q", 3, (const int64_t[]){1, 1, 32});
+  add_i32(b, "SL", 1, (const int64_t[]){1}, 1, (const int32_t[]){0});
+  add_i32(b, "TOT", 0, NULL, 1, (const int32_t[]){2147483647});
+  add_init_f32(b, "PK", 4, (const int64_t[]){1, 1, 1, 8}, 8, pattern(8, 1, 0));
+  n = ms_node(b, "GroupQueryAttention", "Q,,,PK,PK,SL,TOT", "Y");
+  attr_i(n, "num_heads", 2);
+  attr_i(n, "kv_num_heads", 1);
+  add_output(b, "Y");
+  expect_error(import(b), "total_sequence_length 2147483647 is more than dlcc builds at import");
   /* a quantized cache */
   b = model_new(17);
   add_input(b, "Q", 3, (const int64_t[]){1, 1, 32});
