@@ -299,6 +299,9 @@ static const OpEntry microsoft_ops[] = {
     {"BiasGelu", ox_op_ms_gelu, NULL},
     {"EmbedLayerNormalization", ox_op_embed_layer_norm, NULL},
     {"FastGelu", ox_op_ms_gelu, "tanh approximation, optional bias"},
+    {"FusedConv", ox_op_fused_conv, "Relu, Tanh, Sigmoid, LeakyRelu, Clip or HardSigmoid; Z added"},
+    {"FusedGemm", ox_op_fused_gemm, "Relu, Tanh, Sigmoid, LeakyRelu, Clip or HardSigmoid"},
+    {"FusedMatMul", ox_op_fused_matmul, NULL},
     {"Gelu", ox_op_ms_gelu, NULL},
     {"GroupQueryAttention", ox_op_group_query_attention,
      "KV cache, rotary, window, softcap, sinks, QK norms; total_sequence_length known at import; no quantized cache, "
@@ -318,6 +321,7 @@ static const OpEntry microsoft_ops[] = {
     {"RotaryEmbedding", ox_op_ms_rotary, "position_ids [1] or [B, S]; no packed batching"},
     {"SkipLayerNormalization", ox_op_skip_layer_norm, "no mean or inverse deviation output"},
     {"SkipSimplifiedLayerNormalization", ox_op_skip_layer_norm, "no mean or inverse deviation output"},
+    {"TransposeMatMul", ox_op_fused_matmul, NULL},
 };
 static const OpEntry ml_ops[] = {
     {"ArrayFeatureExtractor", ox_op_array_feature_extractor, NULL},
@@ -352,7 +356,8 @@ static const struct {
      " (of it, onnxruntime's QOperator ops QGemm, QLinearAdd, QLinearAveragePool, QLinearConcat, "
      "QLinearGlobalAveragePool, QLinearLeakyRelu, QLinearMul and QLinearSigmoid, and the fused ops of its transformer "
      "optimizer Attention, EmbedLayerNormalization, Gelu, BiasGelu, FastGelu, QuickGelu, SkipLayerNormalization and "
-     "SkipSimplifiedLayerNormalization, the LLM exporters' GroupQueryAttention, MultiHeadAttention and RotaryEmbedding, "
+     "SkipSimplifiedLayerNormalization, its graph optimizer's FusedConv, FusedGemm, FusedMatMul and TransposeMatMul, "
+     "the LLM exporters' GroupQueryAttention, MultiHeadAttention and RotaryEmbedding, "
      "and MatMulNBits, are)",
      microsoft_ops, ARRAY_LEN(microsoft_ops)},
 };

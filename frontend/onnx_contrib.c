@@ -2,12 +2,14 @@
  * models (onnxruntime.transformers.optimizer, Hugging Face Optimum's
  * ORTOptimizer): the fused activations and the skip-connection layer
  * norms of the com.microsoft domain, and SimplifiedLayerNormalization,
- * which onnxruntime registers in the ONNX domain.  Each is the ops it
+ * which onnxruntime registers in the ONNX domain; and those its graph
+ * optimizer saves (FusedConv, FusedGemm, FusedMatMul).  Each is the ops it
  * fuses, which dlcc's own fusion puts back together.  Takes one node's
  * operands, returns its results. */
 #include "config.h"
 
 #include <inttypes.h>
+#include <math.h>
 #include <string.h>
 
 #include "frontend/onnx_internal.h"
@@ -222,4 +224,110 @@ bool ox_op_matmul_nbits(Imp *im, ONode *n) {
     }
   Val *y = ox_op2(im, OP_MATMUL, a, ox_cast(im, w, a->type.dtype));
   return (n->out[0] = bias && y ? ox_op2(im, OP_ADD, y, bias) : y) != NULL;
+}
+
+/* ---- the fused ops of onnxruntime's graph optimizer ----
+ * What a model saved with SessionOptions.optimized_model_filepath at the
+ * extended level holds: FusedConv and FusedGemm (Conv or Gemm, then an
+ * activation), FusedMatMul (MatMul of transposed operands, scaled). */
+
+/* x through the activation named act (empty: none), with its
+ * parameters: LeakyRelu alpha, Clip min and max, HardSigmoid alpha and
+ * beta, as onnxruntime's fused kernels read them. */
+static Val *fused_activation(Imp *im, Val *x, const char *act, int n_params, const double *p) {
+  if (!x || !*act) return x;
+  static const struct {
+    const char *name;
+    int params;
+  } acts[] = {{"Relu", 0}, {"Tanh", 0}, {"Sigmoid", 0}, {"LeakyRelu", 1}, {"Clip", 2}, {"HardSigmoid", 2}};
+  size_t k = 0;
+  while (k < ARRAY_LEN(acts) && strcmp(acts[k].name, act) != 0) k++;
+  if (k == ARRAY_LEN(acts))
+    return ox_bad(im, "activation '%s' is not supported (Relu, Tanh, Sigmoid, LeakyRelu, Clip, HardSigmoid)", act),
+           NULL;
+  if (n_params < acts[k].params)
+    return ox_bad(im, "activation %s needs %d parameters, got %d", act, acts[k].params, n_params), NULL;
+  switch (k) {
+  case 0: return ox_op1(im, OP_RELU, x);
+  case 1: return ox_op1(im, OP_TANH, x);
+  case 2: return ox_op1(im, OP_SIGMOID, x);
+  case 3: return ox_op1f(im, OP_LEAKY_RELU, x, "alpha", p[0]);
+  case 4: return ox_clip_of(im, x, p[0], p[1]);
+  default: return ox_narrow(im, ox_hardsigmoid_of(im, ox_widen(im, x), p[0], p[1]), x->type.dtype);
+  }
+}
+
+/* The node's first n_in inputs as a node of their own, imported by fn
+ * (the plain op, which reads the same attributes): its one output. */
+static Val *plain_op(Imp *im, ONode *n, int n_in, OpFn *fn) {
+  Val *out = NULL;
+  ONode sub = {.n_in = n->n_in < n_in ? n->n_in : n_in, .in = n->in, .n_out = 1, .out = &out,
+               .want = (const bool[]){true}};
+  return fn(im, &sub) ? out : NULL;
+}
+
+/* FusedConv: Conv, plus Z (a residual) when given, then the activation. */
+bool ox_op_fused_conv(Imp *im, ONode *n) {
+  const char *act;
+  int n_params = 0;
+  const float *fp = NULL;
+  const Onnx__AttributeProto *a = ox_find_attr(im, "activation_params");
+  if (!ox_attr_str(im, "activation", "", &act)) return false;
+  if (a) n_params = (int)a->n_floats, fp = a->floats;
+  double p[2] = {0, 0};
+  for (int i = 0; i < n_params && i < 2; i++) p[i] = fp[i];
+  Val *y = plain_op(im, n, 3, ox_op_conv), *z = ox_in_opt(n, 3);
+  if (y && z) y = ox_op2(im, OP_ADD, y, z);
+  return (n->out[0] = fused_activation(im, y, act, n_params, p)) != NULL;
+}
+
+/* FusedGemm: Gemm, then the activation (activation_alpha and _beta its
+ * parameters; leaky_relu_alpha, the older name, LeakyRelu's). */
+bool ox_op_fused_gemm(Imp *im, ONode *n) {
+  const char *act;
+  double p[3], leaky;
+  if (!ox_attr_str(im, "activation", "", &act) || !ox_attr_float(im, "activation_alpha", NAN, &p[0]) ||
+      !ox_attr_float(im, "activation_beta", NAN, &p[1]) || !ox_attr_float(im, "activation_gamma", NAN, &p[2]) ||
+      !ox_attr_float(im, "leaky_relu_alpha", 0.01, &leaky))
+    return false;
+  if (strcmp(act, "LeakyRelu") == 0 && isnan(p[0])) p[0] = leaky;
+  int n_params = isnan(p[0]) ? 0 : isnan(p[1]) ? 1 : 2;
+  return (n->out[0] = fused_activation(im, plain_op(im, n, 3, ox_op_gemm), act, n_params, p)) != NULL;
+}
+
+/* A FusedMatMul operand: with trans_batch its first dim moved after the
+ * batch dims (before the last), then with trans its last two swapped. */
+static Val *fused_operand(Imp *im, Val *x, int64_t trans_batch, int64_t trans, const char *what) {
+  int r = x->type.rank;
+  if (trans && r < 2) return ox_bad(im, "%s is transposed but 1-d", what), NULL;
+  int64_t perm[DL_MAX_RANK];
+  for (int d = 0; d < r; d++) perm[d] = d;
+  if (trans_batch) {
+    for (int d = 0; d < r - 2; d++) perm[d] = d + 1;
+    perm[r - 2] = 0;
+  }
+  if (trans) {
+    int64_t t = perm[r - 1];
+    perm[r - 1] = perm[r - 2], perm[r - 2] = t;
+  }
+  for (int d = 0; d < r; d++)
+    if (perm[d] != d) return ox_transpose(im, x, perm);
+  return x;
+}
+
+/* FusedMatMul (and TransposeMatMul, its older name): alpha times the
+ * numpy matmul of the operands as fused_operand arranges them. */
+bool ox_op_fused_matmul(Imp *im, ONode *n) {
+  Val *a = ox_in_req(im, n, 0), *b = ox_in_req(im, n, 1);
+  int64_t ta, tb, tba, tbb;
+  double alpha;
+  if (!a || !b || !ox_attr_int(im, "transA", 0, &ta) || !ox_attr_int(im, "transB", 0, &tb) ||
+      !ox_attr_int(im, "transBatchA", 0, &tba) || !ox_attr_int(im, "transBatchB", 0, &tbb) ||
+      !ox_attr_float(im, "alpha", 1.0, &alpha) || !ox_need_float_in(im, a))
+    return false;
+  if ((tba || tbb) && (a->type.rank < 3 || a->type.rank != b->type.rank))
+    return ox_bad(im, "transBatchA and transBatchB need A and B of one rank, 3 or more");
+  Val *y = ox_op2(im, OP_MATMUL, fused_operand(im, a, tba, ta, "A"), fused_operand(im, b, tbb, tb, "B"));
+  if (y && alpha != 1) y = ox_narrow(im, ox_op2s(im, OP_MUL, ox_widen(im, y), alpha), y->type.dtype);
+  return (n->out[0] = y) != NULL;
 }

@@ -248,6 +248,8 @@ OpFn ox_op_unary, ox_op_leaky_relu, ox_op_gelu, ox_op_elu_family, ox_op_hardsigm
     ox_op_nll_loss, ox_op_softmax_ce_loss, ox_op_reduce, ox_op_argmax, ox_op_hardmax;
 Val *ox_neg_exp_side(Imp *im, Val *x, double alpha, double scale);
 Val *ox_hardsigmoid_of(Imp *im, Val *x, double alpha, double beta);
+/* x clipped to [lo, hi] (infinities: no bound; lo > hi: everything hi). */
+Val *ox_clip_of(Imp *im, Val *x, double lo, double hi);
 Val *ox_softplus_of(Imp *im, Val *x);
 Val *ox_softsign_of(Imp *im, Val *x);
 Val *ox_where(Imp *im, Val *cond, Val *a, Val *b);
@@ -342,7 +344,7 @@ Val *ox_attention_heads(Imp *im, Val *q, Val *k, Val *v, Val *bias, double scale
  * and odd elements when interleaved (onnx_newer.c). */
 Val *ox_rotate(Imp *im, Val *h, Val *cos_bs, Val *sin_bs, int64_t rdim, bool interleaved);
 OpFn ox_op_ms_gelu, ox_op_quick_gelu, ox_op_skip_layer_norm, ox_op_simplified_layer_norm, ox_op_ms_attention,
-    ox_op_embed_layer_norm, ox_op_matmul_nbits; /* onnx_contrib.c */
+    ox_op_embed_layer_norm, ox_op_matmul_nbits, ox_op_fused_conv, ox_op_fused_gemm, ox_op_fused_matmul; /* onnx_contrib.c */
 OpFn ox_op_group_query_attention, ox_op_multi_head_attention, ox_op_ms_rotary; /* onnx_kv_cache.c */
 OpFn ox_op_tree_ensemble, ox_op_tree_ensemble_regressor, ox_op_tree_ensemble_classifier; /* onnx_trees.c */
 /* The ML domain's post_transform (onnx_ml.c): its attribute, and a

@@ -186,6 +186,11 @@ bool ox_op_clip(Imp *im, ONode *n) {
     if (vlo && !ox_const_scalar(im, vlo, "Clip's min", &lo)) return false;
     if (vhi && !ox_const_scalar(im, vhi, "Clip's max", &hi)) return false;
   }
+  return (n->out[0] = ox_clip_of(im, x, lo, hi));
+}
+
+Val *ox_clip_of(Imp *im, Val *x, double lo, double hi) {
+  if (!x) return NULL;
   /* ONNX's Clip is min(max(x, min), max): with min > max, every element is max. */
   if (lo > hi) lo = hi;
   Val *y = x;
@@ -199,7 +204,7 @@ bool ox_op_clip(Imp *im, ONode *n) {
     if (isfinite(lo)) y = ox_op2s(im, OP_MAXIMUM, y, lo);
     if (isfinite(hi)) y = ox_op2s(im, OP_MINIMUM, y, hi);
   }
-  return (n->out[0] = y);
+  return y;
 }
 
 bool ox_op_binary(Imp *im, ONode *n) {

@@ -1,8 +1,9 @@
 /* onnxruntime's contrib ops that its transformer optimizer writes
  * (frontend/onnx_contrib.c): FastGelu, BiasGelu, QuickGelu,
  * SkipLayerNormalization, SkipSimplifiedLayerNormalization,
- * SimplifiedLayerNormalization, Attention, EmbedLayerNormalization and
- * MatMulNBits on
+ * SimplifiedLayerNormalization, Attention, EmbedLayerNormalization,
+ * MatMulNBits, and the graph optimizer's FusedConv, FusedGemm and
+ * FusedMatMul on
  * models built here with protobuf-c, run
  * by the reference interpreter, against onnxruntime 1.32's values on the
  * same models. */
@@ -214,6 +215,73 @@ START_TEST(test_matmul_nbits) {
 }
 END_TEST
 
+static float *pattern(int n, int a, int b) {
+  float *v = mem(sizeof(float) * (size_t)n);
+  for (int i = 0; i < n; i++) v[i] = (float)(((i * a + b) % 17) - 8) / 8;
+  return v;
+}
+
+/* What onnxruntime saves optimized (extended level): FusedConv (Clip
+ * after the conv plus Z), FusedGemm (LeakyRelu) and FusedMatMul
+ * (transBatchA: A's first dim moved after its batch dims; transB;
+ * alpha), against its values; inputs ((i a + b) mod 17 - 8) / 8. */
+START_TEST(test_fused_ops) {
+  static const double conv[8] = {0.4375, -0.421875, -0.5, 0.140625, 1, 0.234375, 0.84375, -0.421875};
+  static const double gemm[8] = {0.375, -0.05078125, 0.9453125, 0.6328125, 0.28125, -0.046875, 0.8046875, 0.8671875};
+  static const double mm[18] = {1.8125,  -0.15625, -1.59375, 0.125,    0.78125, -1.21875, -0.5,    -0.9375, 1.8125,
+                                0.59375, -1.125,   0.875,    0.40625,  -1.875,  -0.4375,  -0.84375, 1.625,  -1.21875};
+  Model *b = model_new(17);
+  add_input(b, "X", 4, (const int64_t[]){1, 2, 3, 3});
+  add_init_f32(b, "W", 4, (const int64_t[]){2, 2, 2, 2}, 16, pattern(16, 3, 2));
+  add_init_f32(b, "B", 1, (const int64_t[]){2}, 2, pattern(2, 7, 3));
+  add_init_f32(b, "Z", 4, (const int64_t[]){1, 2, 2, 2}, 8, pattern(8, 11, 4));
+  Onnx__NodeProto *n = add_node(b, "FusedConv", "X,W,B,Z", "Y");
+  n->domain = str("com.microsoft");
+  attr_s(n, "activation", "Clip");
+  attr_fs(n, "activation_params", 2, (const float[]){-0.5f, 1});
+  add_output(b, "Y");
+  Tensor y = onnxb_run1(must_import(b), "X", 4, (const int64_t[]){1, 2, 3, 3}, pattern(18, 5, 1));
+  onnxb_expect_values(&y, 8, conv, "FusedConv");
+
+  b = model_new(17);
+  add_input(b, "X", 2, (const int64_t[]){2, 3});
+  add_init_f32(b, "B", 2, (const int64_t[]){4, 3}, 12, pattern(12, 3, 7));
+  add_init_f32(b, "C", 1, (const int64_t[]){4}, 4, pattern(4, 2, 8));
+  n = add_node(b, "FusedGemm", "X,B,C", "Y");
+  n->domain = str("com.microsoft");
+  attr_i(n, "transB", 1);
+  attr_f(n, "alpha", 0.5f);
+  attr_s(n, "activation", "LeakyRelu");
+  attr_f(n, "activation_alpha", 0.25f);
+  add_output(b, "Y");
+  y = onnxb_run1(must_import(b), "X", 2, (const int64_t[]){2, 3}, pattern(6, 5, 6));
+  onnxb_expect_values(&y, 8, gemm, "FusedGemm");
+
+  b = model_new(17);
+  add_input(b, "X", 3, (const int64_t[]){3, 2, 2});
+  add_init_f32(b, "B", 3, (const int64_t[]){2, 3, 2}, 12, pattern(12, 5, 10));
+  n = add_node(b, "FusedMatMul", "X,B", "Y");
+  n->domain = str("com.microsoft");
+  attr_i(n, "transBatchA", 1);
+  attr_i(n, "transB", 1);
+  attr_f(n, "alpha", 2);
+  add_output(b, "Y");
+  y = onnxb_run1(must_import(b), "X", 3, (const int64_t[]){3, 2, 2}, pattern(12, 7, 9));
+  ck_assert(onnxb_same_dims(&y.type, 3, (const int64_t[]){2, 3, 3}));
+  onnxb_expect_values(&y, 18, mm, "FusedMatMul");
+
+  /* an activation onnxruntime's fused kernels do not have */
+  b = model_new(17);
+  add_input(b, "X", 2, (const int64_t[]){2, 3});
+  add_init_f32(b, "B", 2, (const int64_t[]){3, 4}, 12, pattern(12, 3, 7));
+  n = add_node(b, "FusedGemm", "X,B", "Y");
+  n->domain = str("com.microsoft");
+  attr_s(n, "activation", "Softplus");
+  add_output(b, "Y");
+  expect_error(import(b), "(FusedGemm): activation 'Softplus' is not supported");
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("onnx_contrib");
   TCase *tc = tcase_create("contrib");
@@ -221,6 +289,7 @@ int main(void) {
   tcase_add_test(tc, test_contrib_ops);
   tcase_add_test(tc, test_ms_attention_and_embeddings);
   tcase_add_test(tc, test_matmul_nbits);
+  tcase_add_test(tc, test_fused_ops);
   suite_add_tcase(s, tc);
   SRunner *r = srunner_create(s);
   srunner_run_all(r, CK_NORMAL);

@@ -10,7 +10,9 @@ DeformConv, opset 8's batched Scan, a detector's post-processing
 (run-time lengths through Shape, TopK, Concat, If and NMS), a Loop
 whose end is decided at run time and onnxruntime's attention ops with a
 KV cache (GroupQueryAttention, a windowed one, MultiHeadAttention and
-RotaryEmbedding) are compared the same way.  The int8 QDQ form of the CNN (onnxruntime's
+RotaryEmbedding) and the CNN and encoder as onnxruntime saves them
+optimized (FusedConv, FusedMatMul, SkipLayerNormalization) are compared
+the same way.  The int8 QDQ form of the CNN (onnxruntime's
 quantize_static where it imports, else the same format made here) and
 its QOperator form (QLinearConv and onnxruntime's com.microsoft
 QLinearAdd, QLinearGlobalAveragePool and QGemm; quantize_static only)
@@ -914,6 +916,32 @@ def deform_conv():
     return m, feeds, []
 
 
+def ort_saved(build, name):
+    """build()'s model as onnxruntime saves it optimized at the extended
+    level (SessionOptions.optimized_model_filepath), as users ship it:
+    Conv + Relu become com.microsoft FusedConv, MatMuls of transposes
+    FusedMatMul, the layer norms SkipLayerNormalization..."""
+    m, feeds, extra = build()[:3]
+    with tempfile.TemporaryDirectory() as tmp:
+        src, dst = os.path.join(tmp, "src.onnx"), os.path.join(tmp, "dst.onnx")
+        onnx.save(m, src)
+        so = ort.SessionOptions()
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
+        so.optimized_model_filepath = dst
+        ort.InferenceSession(src, so, providers=["CPUExecutionProvider"])
+        opt = onnx.load(dst)
+    opt.graph.name = name
+    return opt, feeds, extra
+
+
+def resnet_ort():
+    return ort_saved(resnet, "resnet_ort")
+
+
+def encoder_ort():
+    return ort_saved(encoder, "encoder_ort")
+
+
 def ms_model(name, nodes, inputs, outputs, inits):
     g = helper.make_graph(nodes, name, inputs, outputs, inits)
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
@@ -1016,7 +1044,7 @@ def main():
     for build in (resnet, recurrent, unrolled, encoder, resnet_qdq, resnet_qop, qoperator_ops, mlp_dynamic, cnn_dynamic,
                   video3d, resize, grid_sample3d, roi_align, deform_conv, scan8, ts_encoder, attention23,
                   control, loop_run_time, while_loop, nested_while, runtime_operands, run_time_lengths, detector_post,
-                  gqa_decode, gqa_window, mha_decoder):
+                  gqa_decode, gqa_window, mha_decoder, resnet_ort, encoder_ort):
         if build is attention23 and onnx.defs.onnx_opset_version() < 23:
             print(f"skip attention23: onnx {onnx.__version__} has no opset 23")
             continue
