@@ -295,3 +295,22 @@ void onnxb_expect_values(Tensor *t, int n, const double *want, const char *what)
                   want[i]);
   ir_tensor_free(t);
 }
+
+float *onnxb_pattern(int n, int a, int b) {
+  float *v = mem(sizeof(float) * (size_t)n);
+  for (int i = 0; i < n; i++) v[i] = (float)(((i * a + b) % 17) - 8) / 8;
+  return v;
+}
+
+int onnxb_run_suite(const char *name, int n, const TTest *const *tests) {
+  Suite *s = suite_create(name);
+  TCase *tc = tcase_create("core");
+  tcase_add_checked_fixture(tc, onnxb_setup, onnxb_teardown);
+  for (int i = 0; i < n; i++) tcase_add_test(tc, tests[i]);
+  suite_add_tcase(s, tc);
+  SRunner *r = srunner_create(s);
+  srunner_run_all(r, CK_NORMAL);
+  int failed = srunner_ntests_failed(r);
+  srunner_free(r);
+  return failed ? 1 : 0;
+}

@@ -8,6 +8,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "check_quiet.h"
+
 #include "frontend/onnx.h"
 #include "frontend/onnx.pb-c.h"
 
@@ -66,6 +68,12 @@ int onnxb_count_op(Graph *g, OpKind op);
 bool onnxb_same_dims(const TensorType *t, int rank, const int64_t *dims);
 /* Runs g on the reference interpreter with one f32 input: its first output. */
 Tensor onnxb_run1(Graph *g, const char *name, int rank, const int64_t *dims, const float *x);
+/* Runs the tests (a suite of one case with the import fixture): 0 when
+ * all pass, else 1, for main to return. */
+int onnxb_run_suite(const char *name, int n, const TTest *const *tests);
+/* n values ((i a + b) mod 17 - 8) / 8, exact in f32 (and in the
+ * numpy that computes a test's expected values), from the pool. */
+float *onnxb_pattern(int n, int a, int b);
 /* t holds n values, each within 1e-6 of want's; frees t. */
 void onnxb_expect_values(Tensor *t, int n, const double *want, const char *what);
 

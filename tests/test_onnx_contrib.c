@@ -20,6 +20,7 @@
 #define import(b) onnxb_import((b), NULL)
 #define expect_error onnxb_expect_error
 #define must_import onnxb_must_import
+#define pattern onnxb_pattern
 
 static const int64_t xd[3] = {1, 2, 4};
 static const float x[8] = {0.5f, -1, 2, 0.25f, 1.5f, 0, -0.75f, 3};
@@ -215,12 +216,6 @@ START_TEST(test_matmul_nbits) {
 }
 END_TEST
 
-static float *pattern(int n, int a, int b) {
-  float *v = mem(sizeof(float) * (size_t)n);
-  for (int i = 0; i < n; i++) v[i] = (float)(((i * a + b) % 17) - 8) / 8;
-  return v;
-}
-
 /* What onnxruntime saves optimized (extended level): FusedConv (Clip
  * after the conv plus Z), FusedGemm (LeakyRelu) and FusedMatMul
  * (transBatchA: A's first dim moved after its batch dims; transB;
@@ -283,17 +278,6 @@ START_TEST(test_fused_ops) {
 END_TEST
 
 int main(void) {
-  Suite *s = suite_create("onnx_contrib");
-  TCase *tc = tcase_create("contrib");
-  tcase_add_checked_fixture(tc, onnxb_setup, onnxb_teardown);
-  tcase_add_test(tc, test_contrib_ops);
-  tcase_add_test(tc, test_ms_attention_and_embeddings);
-  tcase_add_test(tc, test_matmul_nbits);
-  tcase_add_test(tc, test_fused_ops);
-  suite_add_tcase(s, tc);
-  SRunner *r = srunner_create(s);
-  srunner_run_all(r, CK_NORMAL);
-  int failed = srunner_ntests_failed(r);
-  srunner_free(r);
-  return failed ? 1 : 0;
+  const TTest *tests[] = {test_contrib_ops, test_ms_attention_and_embeddings, test_matmul_nbits, test_fused_ops};
+  return onnxb_run_suite("onnx_contrib", (int)ARRAY_LEN(tests), tests);
 }

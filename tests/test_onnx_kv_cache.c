@@ -20,14 +20,9 @@
 #define import(b) onnxb_import((b), NULL)
 #define expect_error onnxb_expect_error
 #define must_import onnxb_must_import
+#define pattern onnxb_pattern
 
 enum { MAX_VALUES = 64 };
-
-static float *pattern(int n, int a, int b) {
-  float *v = mem(sizeof(float) * (size_t)n);
-  for (int i = 0; i < n; i++) v[i] = (float)(((i * a + b) % 17) - 8) / 8;
-  return v;
-}
 
 static Onnx__NodeProto *ms_node(Model *b, const char *op, const char *ins, const char *outs) {
   Onnx__NodeProto *n = add_node(b, op, ins, outs);
@@ -112,16 +107,10 @@ START_TEST(test_gqa_decode) {
 }
 END_TEST
 
-/* GroupQueryAttention over a windowed cache (sliding_window_cache) of 4
- * rows, window 2, soft cap 3: a prompt of 2 after 4 tokens.  Before it
- * the cache holds positions 0..3; after it L(6) = 6 - 3 ceil(2 / 3) = 3
- * rows, positions 3, 4 and 5: past row 3, then the two new ones. */
-START_TEST(test_gqa_window) {
-  static const double want[16] = {0.262488037,  0.362511963,  0.0799952149, 0.18001914,  -0.102497607, -0.385014355,
-                                  -0.28499043,  -0.567507148, 0.0838933438, -0.210153386, 0.208893329,  -0.0851533785,
-                                  0.333893329,  -0.666106582, 0.458893329,  -0.541106582};
-  const float *q = pattern(16, 7, 3), *k = pattern(16, 2, 5), *v = pattern(16, 9, 6), *pk = pattern(32, 4, 7),
-              *pv = pattern(32, 6, 8);
+/* One head of 8 over a windowed cache of 4 rows (window W, soft cap 3):
+ * Q [1, 2, 8] the input, K and V of this step, the past, seqlens_k {5},
+ * total 6; outputs Y, PRK and PRV. */
+static Model *windowed_gqa(int64_t W, const float *k, const float *v, const float *pk, const float *pv) {
   const int64_t qd[3] = {1, 2, 8}, pd[4] = {1, 1, 4, 8};
   Model *b = model_new(17);
   add_input(b, "Q", 3, qd);
@@ -134,14 +123,28 @@ START_TEST(test_gqa_window) {
   Onnx__NodeProto *n = ms_node(b, "GroupQueryAttention", "Q,K,V,PK,PV,SL,TOT", "Y,PRK,PRV");
   attr_i(n, "num_heads", 1);
   attr_i(n, "kv_num_heads", 1);
-  attr_i(n, "local_window_size", 2);
+  attr_i(n, "local_window_size", W);
   attr_i(n, "sliding_window_cache", 1);
   attr_f(n, "softcap", 3);
   add_output(b, "Y");
   add_output(b, "PRK");
   add_output(b, "PRV");
+  return b;
+}
+
+/* GroupQueryAttention over a windowed cache (sliding_window_cache) of 4
+ * rows, window 2, soft cap 3: a prompt of 2 after 4 tokens.  Before it
+ * the cache holds positions 0..3; after it L(6) = 6 - 3 ceil(2 / 3) = 3
+ * rows, positions 3, 4 and 5: past row 3, then the two new ones. */
+START_TEST(test_gqa_window) {
+  static const double want[16] = {0.262488037,  0.362511963,  0.0799952149, 0.18001914,  -0.102497607, -0.385014355,
+                                  -0.28499043,  -0.567507148, 0.0838933438, -0.210153386, 0.208893329,  -0.0851533785,
+                                  0.333893329,  -0.666106582, 0.458893329,  -0.541106582};
+  const float *q = pattern(16, 7, 3), *k = pattern(16, 2, 5), *v = pattern(16, 9, 6), *pk = pattern(32, 4, 7),
+              *pv = pattern(32, 6, 8);
+  const int64_t qd[3] = {1, 2, 8}, pd[4] = {1, 1, 4, 8};
   Tensor out[3];
-  run(must_import(b), 3, qd, q, 3, out);
+  run(must_import(windowed_gqa(2, k, v, pk, pv)), 3, qd, q, 3, out);
   expect_values(&out[0], 16, want, "Y");
   for (int o = 1; o < 3; o++) {
     ck_assert(onnxb_same_dims(&out[o].type, 4, pd));
@@ -152,21 +155,7 @@ START_TEST(test_gqa_window) {
   }
   for (int o = 0; o < 3; o++) ir_tensor_free(&out[o]);
   /* A cache shorter than its window is refused. */
-  b = model_new(17);
-  add_input(b, "Q", 3, qd);
-  add_init_f32(b, "K", 3, qd, 16, k);
-  add_init_f32(b, "V", 3, qd, 16, v);
-  add_init_f32(b, "PK", 4, pd, 32, pk);
-  add_init_f32(b, "PV", 4, pd, 32, pv);
-  add_i32(b, "SL", 1, (const int64_t[]){1}, 1, (const int32_t[]){5});
-  add_i32(b, "TOT", 0, NULL, 1, (const int32_t[]){6});
-  n = ms_node(b, "GroupQueryAttention", "Q,K,V,PK,PV,SL,TOT", "Y");
-  attr_i(n, "num_heads", 1);
-  attr_i(n, "kv_num_heads", 1);
-  attr_i(n, "local_window_size", 5);
-  attr_i(n, "sliding_window_cache", 1);
-  add_output(b, "Y");
-  expect_error(import(b), "a windowed cache of 4 rows cannot hold local_window_size 5");
+  expect_error(import(windowed_gqa(5, k, v, pk, pv)), "a windowed cache of 4 rows cannot hold local_window_size 5");
 }
 END_TEST
 
@@ -206,6 +195,25 @@ START_TEST(test_mha_past) {
 }
 END_TEST
 
+/* GroupQueryAttention of packed Q [1, 1, 32] (2 query heads over one KV
+ * head of 8), seqlens_k {0}, total_sequence_length total (-1: a graph
+ * input), with a past of one row or none, and the int attribute extra
+ * set to 8 when given. */
+static Model *packed_gqa(int32_t total, bool past, const char *extra) {
+  Model *b = model_new(17);
+  add_input(b, "Q", 3, (const int64_t[]){1, 1, 32});
+  add_i32(b, "SL", 1, (const int64_t[]){1}, 1, (const int32_t[]){0});
+  if (total < 0) add_input_typed(b, "TOT", ONNX__TENSOR_PROTO__DATA_TYPE__INT32, 0, NULL);
+  else add_i32(b, "TOT", 0, NULL, 1, &total);
+  if (past) add_init_f32(b, "PK", 4, (const int64_t[]){1, 1, 1, 8}, 8, pattern(8, 1, 0));
+  Onnx__NodeProto *n = ms_node(b, "GroupQueryAttention", past ? "Q,,,PK,PK,SL,TOT" : "Q,,,,,SL,TOT", "Y");
+  attr_i(n, "num_heads", 2);
+  attr_i(n, "kv_num_heads", 1);
+  if (extra) attr_i(n, extra, 8);
+  add_output(b, "Y");
+  return b;
+}
+
 /* com.microsoft RotaryEmbedding, interleaved, positions from the offset
  * [1] {2}; and the refusals of what dlcc does not import. */
 START_TEST(test_ms_rotary_and_refusals) {
@@ -223,38 +231,14 @@ START_TEST(test_ms_rotary_and_refusals) {
   onnxb_expect_values(&y, 16, want, "Y");
 
   /* total_sequence_length fixes present's length: it must be known. */
-  b = model_new(17);
-  add_input(b, "Q", 3, (const int64_t[]){1, 1, 32});
-  add_input_typed(b, "TOT", ONNX__TENSOR_PROTO__DATA_TYPE__INT32, 0, NULL);
-  add_i32(b, "SL", 1, (const int64_t[]){1}, 1, (const int32_t[]){0});
-  Onnx__NodeProto *n = ms_node(b, "GroupQueryAttention", "Q,,,,,SL,TOT", "Y");
-  attr_i(n, "num_heads", 2);
-  attr_i(n, "kv_num_heads", 1);
-  add_output(b, "Y");
-  expect_error(import(b), "total_sequence_length (present's length) computed at run time is not supported");
+  expect_error(import(packed_gqa(-1, false, NULL)),
+               "total_sequence_length (present's length) computed at run time is not supported");
   /* nor can a malicious one make present (and the tables of its
    * positions) as long as it likes */
-  b = model_new(17);
-  add_input(b, "Q", 3, (const int64_t[]){1, 1, 32});
-  add_i32(b, "SL", 1, (const int64_t[]){1}, 1, (const int32_t[]){0});
-  add_i32(b, "TOT", 0, NULL, 1, (const int32_t[]){2147483647});
-  add_init_f32(b, "PK", 4, (const int64_t[]){1, 1, 1, 8}, 8, pattern(8, 1, 0));
-  n = ms_node(b, "GroupQueryAttention", "Q,,,PK,PK,SL,TOT", "Y");
-  attr_i(n, "num_heads", 2);
-  attr_i(n, "kv_num_heads", 1);
-  add_output(b, "Y");
-  expect_error(import(b), "total_sequence_length 2147483647 is more than dlcc builds at import");
-  /* a quantized cache */
-  b = model_new(17);
-  add_input(b, "Q", 3, (const int64_t[]){1, 1, 32});
-  add_i32(b, "SL", 1, (const int64_t[]){1}, 1, (const int32_t[]){0});
-  add_i32(b, "TOT", 0, NULL, 1, (const int32_t[]){1});
-  n = ms_node(b, "GroupQueryAttention", "Q,,,,,SL,TOT", "Y");
-  attr_i(n, "num_heads", 2);
-  attr_i(n, "kv_num_heads", 1);
-  attr_i(n, "kv_cache_bit_width", 8);
-  add_output(b, "Y");
-  expect_error(import(b), "(GroupQueryAttention): a quantized cache is not supported");
+  expect_error(import(packed_gqa(2147483647, true, NULL)),
+               "total_sequence_length 2147483647 is more than dlcc builds at import");
+  expect_error(import(packed_gqa(1, false, "kv_cache_bit_width")),
+               "(GroupQueryAttention): a quantized cache is not supported");
   /* a bias with packed K and V */
   b = model_new(17);
   add_input(b, "Q", 3, qd);
@@ -267,17 +251,6 @@ START_TEST(test_ms_rotary_and_refusals) {
 END_TEST
 
 int main(void) {
-  Suite *s = suite_create("onnx_kv_cache");
-  TCase *tc = tcase_create("core");
-  tcase_add_checked_fixture(tc, onnxb_setup, onnxb_teardown);
-  tcase_add_test(tc, test_gqa_decode);
-  tcase_add_test(tc, test_gqa_window);
-  tcase_add_test(tc, test_mha_past);
-  tcase_add_test(tc, test_ms_rotary_and_refusals);
-  suite_add_tcase(s, tc);
-  SRunner *r = srunner_create(s);
-  srunner_run_all(r, CK_NORMAL);
-  int failed = srunner_ntests_failed(r);
-  srunner_free(r);
-  return failed ? 1 : 0;
+  const TTest *tests[] = {test_gqa_decode, test_gqa_window, test_mha_past, test_ms_rotary_and_refusals};
+  return onnxb_run_suite("onnx_kv_cache", (int)ARRAY_LEN(tests), tests);
 }
