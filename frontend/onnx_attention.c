@@ -213,12 +213,15 @@ static bool attention_graph(Imp *im, const Attn *a, const ONode *n, AttnOut *out
     out->y = y;
     return y != NULL;
   }
-  /* Q and K each times sqrt(scale), as the reference and the function body. */
+  /* Q and K each times sqrt(scale), as the reference and the function
+   * body; a negative scale (onnxruntime's contrib ops use it as given)
+   * all on Q. */
   double scale = a->has_scale ? a->scale : 1 / sqrt((double)H);
-  Val *rs = ox_cast(im, ox_scalar(im, sqrt(scale), TY_F32), dt);
+  Val *rs_q = ox_cast(im, ox_scalar(im, scale < 0 ? scale : sqrt(scale), TY_F32), dt);
+  Val *rs_k = ox_cast(im, ox_scalar(im, scale < 0 ? 1 : sqrt(scale), TY_F32), dt);
   static const int64_t swap_last[4] = {0, 1, 3, 2};
-  Val *kt = ox_transpose(im, ox_op2(im, OP_MUL, repeat_heads(im, k, qh / kh), rs), swap_last);
-  Val *qk = ox_op2(im, OP_MATMUL, ox_op2(im, OP_MUL, q, rs), kt);
+  Val *kt = ox_transpose(im, ox_op2(im, OP_MUL, repeat_heads(im, k, qh / kh), rs_k), swap_last);
+  Val *qk = ox_op2(im, OP_MATMUL, ox_op2(im, OP_MUL, q, rs_q), kt);
   if (a->softcap > 0) qk = ox_op2s(im, OP_MUL, ox_op1(im, OP_TANH, ox_op2s(im, OP_DIV, qk, a->softcap)), a->softcap);
   Val *bias = attention_bias(im, a, dt, B, L, S, past);
   Val *scores = bias ? ox_op2(im, OP_ADD, qk, bias) : qk;
@@ -254,7 +257,7 @@ static bool attention_graph(Imp *im, const Attn *a, const ONode *n, AttnOut *out
 Val *ox_attention_3d(Imp *im, Val *q, Val *k, Val *v, int64_t heads, Val *mask, double scale, bool causal) {
   if (!q || !k || !v) return NULL;
   Attn a = {.q = q, .k = k, .v = v, .mask = mask, .q_heads = heads, .kv_heads = heads, .causal = causal,
-            .has_scale = scale > 0, .scale = scale, .softmax_dt = q->type.dtype, .left = -1, .right = -1};
+            .has_scale = scale != 0, .scale = scale, .softmax_dt = q->type.dtype, .left = -1, .right = -1};
   ONode y_only = {.n_out = 1, .want = (const bool[]){true}};
   AttnOut out = {0};
   return attention_graph(im, &a, &y_only, &out) ? out.y : NULL;
@@ -263,7 +266,7 @@ Val *ox_attention_3d(Imp *im, Val *q, Val *k, Val *v, int64_t heads, Val *mask, 
 Val *ox_attention_heads(Imp *im, Val *q, Val *k, Val *v, Val *bias, double scale, double softcap, Val *sink,
                         DType softmax_dt) {
   if (!q || !k || !v) return NULL;
-  Attn a = {.q = q, .k = k, .v = v, .mask = bias, .sink = sink, .has_scale = scale > 0, .scale = scale,
+  Attn a = {.q = q, .k = k, .v = v, .mask = bias, .sink = sink, .has_scale = scale != 0, .scale = scale,
             .softcap = softcap, .softmax_dt = softmax_dt, .left = -1, .right = -1};
   ONode y_only = {.n_out = 1, .want = (const bool[]){true}};
   AttnOut out = {0};

@@ -333,7 +333,8 @@ Val *ox_check_at_run_time(Imp *im, Val *y, Val *ok, const char *msg);
 Val *ox_attention_3d(Imp *im, Val *q, Val *k, Val *v, int64_t heads, Val *mask, double scale, bool causal);
 /* Q [B, N, L, H] over K and V [B, Nk, S, H] (N a multiple of Nk, each K
  * and V head serving N / Nk query heads), bias added to the scores
- * (broadcast to [B, N, L, S]; NULL: none), scale (0: 1/sqrt(H)), soft
+ * (broadcast to [B, N, L, S]; NULL: none), scale (0: 1/sqrt(H), as
+ * onnxruntime's attributes default; a negative one is used), soft
  * cap (0: none), sink [N] (a logit a head that joins each row's softmax;
  * NULL: none), the softmax in softmax_dt: Y [B, N, L, H]
  * (onnx_attention.c). */

@@ -22,6 +22,36 @@
 
 static const int64_t to_bnsh[4] = {0, 2, 1, 3};
 
+/* The longest cache (past, present) imported: a length from a small
+ * file must not make the import build tables of any size. */
+enum { KV_MAX_LENGTH = 1 << 20 };
+
+/* v (integers) through a run-time check that every element is in [lo,
+ * hi], the run failing with "NODE: what is out of range" where one is
+ * not (onnxruntime refuses such a run too). */
+static Val *in_range(Imp *im, Val *v, int64_t lo, int64_t hi, const char *what) {
+  if (!v) return NULL;
+  int r = v->type.rank;
+  int64_t all[DL_MAX_RANK];
+  for (int i = 0; i < r; i++) all[i] = i;
+  Val *w = ox_cast(im, v, TY_I64);
+  Val *ok = ox_op2(im, OP_LOGICAL_AND, ox_op2s(im, OP_GREATER_EQUAL, ox_reduce(im, OP_REDUCE_MIN, w, r, all, false), (double)lo),
+                   ox_op2s(im, OP_LESS_EQUAL, ox_reduce(im, OP_REDUCE_MAX, w, r, all, false), (double)hi));
+  char where[512];
+  ox_node_str(im, where, sizeof where);
+  return ok ? ox_check_at_run_time(im, v, ok,
+                                   arena_printf(&im->c->arena, "%s: %s is out of range at run time (each must be in [%" PRId64
+                                                ", %" PRId64 "])", where, what, lo, hi))
+            : NULL;
+}
+
+/* A float operand of x's dtype, or NULL after saying so. */
+static Val *same_float(Imp *im, Val *v, const Val *x, const char *what) {
+  if (v && v->type.dtype != x->type.dtype)
+    return ox_bad(im, "%s must have the input's dtype %s", what, ir_dtype_name(x->type.dtype)), NULL;
+  return v;
+}
+
 /* x with extra zeros after its end along axis. */
 static Val *pad_end(Imp *im, Val *x, int axis, int64_t extra) {
   if (!x || extra <= 0) return x;
@@ -46,6 +76,20 @@ static Val *merge_heads(Imp *im, Val *y) {
   const int64_t *d = y->type.dims;
   int64_t B = d[0], N = d[1], S = d[2], H = d[3];
   return ox_reshape(im, ox_transpose(im, y, to_bnsh), 3, (int64_t[]){B, S, N * H});
+}
+
+/* x's rows (axis 2) at idx [B, 1, R, 1], broadcast over x's heads and
+ * values: [B, heads, R, H]. */
+static Val *rows_at(Imp *im, Val *x, Val *idx) {
+  if (!x || !idx) return NULL;
+  const int64_t *d = x->type.dims;
+  int64_t dims[4] = {d[0], d[1], idx->type.dims[2], d[3]};
+  Val *in[2] = {x, ox_expand(im, idx, 4, dims)};
+  if (!in[1]) return NULL;
+  Emit e;
+  Node *ge = ox_begin(im, &e, OP_GATHER_ELEMENTS, 2, in);
+  ir_set_int(im->g, ge, "axis", 2);
+  return ox_emit1(im, &e);
 }
 
 /* The rows of a [positions, half] cache at pos [B, S]: [B, S, half]. */
@@ -81,12 +125,7 @@ static Val *present_of(Imp *im, const Gqa *g, Val *past, Val *now) {
   Val *t = ox_iota_along(im, 4, 2, g->T);
   Val *at = ox_op2(im, OP_SUB, t, g->past_len); /* [B, 1, T, 1]: the position in this step's */
   Val *row = ox_op2s(im, OP_MINIMUM, ox_op2s(im, OP_MAXIMUM, at, 0), (double)(g->S - 1));
-  int64_t dims[4] = {g->B, g->Nk, g->T, g->H};
-  Val *in[2] = {now, ox_expand(im, row, 4, dims)};
-  Emit e;
-  Node *ge = ox_begin(im, &e, OP_GATHER_ELEMENTS, 2, in);
-  ir_set_int(im->g, ge, "axis", 2);
-  Val *moved = ox_emit1(im, &e);
+  Val *moved = rows_at(im, now, ox_expand(im, row, 4, (int64_t[]){g->B, 1, g->T, 1}));
   Val *zero = ox_scalar(im, 0, now->type.dtype);
   Val *fresh = ox_where(im, ox_op2s(im, OP_LESS, at, (double)g->S), moved, zero);
   return ox_where(im, ox_op2(im, OP_LESS, t, g->past_len), old, fresh);
@@ -94,7 +133,8 @@ static Val *present_of(Imp *im, const Gqa *g, Val *past, Val *now) {
 
 /* The added bias [B, 1, S, T]: query i of entry b, at position
  * past_len[b] + i, sees the keys up to its own position, with a window
- * only the last local_window_size of them, and without causal every
+ * only the last local_window_size of them (none for 0, as onnxruntime:
+ * the row is then 0), and without causal every
  * key; never one at or past the entry's total (a padded prompt's rows
  * past it see the same keys as its last one). */
 static Val *gqa_bias(Imp *im, const Gqa *g, bool causal, int64_t window, DType dt) {
@@ -102,7 +142,7 @@ static Val *gqa_bias(Imp *im, const Gqa *g, bool causal, int64_t window, DType d
   Val *k = ox_iota_along(im, 4, 3, g->T);
   Val *ok = ox_op2(im, OP_LESS, k, g->total_len);
   if (causal) ok = ox_op2(im, OP_LOGICAL_AND, ok, ox_op2(im, OP_LESS_EQUAL, k, qpos));
-  if (causal && window > 0)
+  if (causal && window >= 0)
     ok = ox_op2(im, OP_LOGICAL_AND, ok, ox_op2(im, OP_GREATER, k, ox_op2s(im, OP_SUB, qpos, (double)window)));
   return ox_where(im, ok, ox_scalar(im, 0, dt), ox_scalar(im, -INFINITY, dt));
 }
@@ -154,16 +194,9 @@ static bool window_cache(Imp *im, const Gqa *g, int64_t W, Val *past_k, Val *pas
                       ox_op2s(im, OP_ADD, ox_op2(im, OP_SUB, at, g->past_len), (double)C));
   src = ox_op2s(im, OP_MINIMUM, ox_op2s(im, OP_MAXIMUM, src, 0), (double)(R - 1));
   Val *kept = ox_op2(im, OP_LESS, i, after);
-  int64_t dims[4] = {g->B, g->Nk, C, g->H};
-  Val *idx = ox_expand(im, src, 4, dims);
+  Val *idx = ox_expand(im, src, 4, (int64_t[]){g->B, 1, C, 1});
   Val *both[2] = {out->keys, out->values}, *res[2];
-  for (int j = 0; j < 2; j++) {
-    Val *in[2] = {both[j], idx};
-    Emit e;
-    Node *ge = ox_begin(im, &e, OP_GATHER_ELEMENTS, 2, in);
-    ir_set_int(im->g, ge, "axis", 2);
-    res[j] = ox_where(im, kept, ox_emit1(im, &e), ox_scalar(im, 0, dt));
-  }
+  for (int j = 0; j < 2; j++) res[j] = ox_where(im, kept, rows_at(im, both[j], idx), ox_scalar(im, 0, dt));
   out->present_k = res[0], out->present_v = res[1];
   return out->keys && out->values && res[0] && res[1] && out->bias;
 }
@@ -199,7 +232,9 @@ bool ox_op_group_query_attention(Imp *im, ONode *n) {
   if (sliding && (window <= 0 || !causal || !past_k))
     return ox_bad(im, "sliding_window_cache needs local_window_size > 0, causal and past_key and past_value");
   if (qk_output && n->n_out > 3 && n->want[3]) return ox_bad(im, "output_qk is not supported");
-  if (N < 1 || Nk < 1 || N % Nk) return ox_bad(im, "num_heads %" PRId64 " is not a multiple of kv_num_heads %" PRId64, N, Nk);
+  if (N < 1 || Nk < 1)
+    return ox_bad(im, "num_heads and kv_num_heads must be given, positive (got %" PRId64 " and %" PRId64 ")", N, Nk);
+  if (N % Nk) return ox_bad(im, "num_heads %" PRId64 " is not a multiple of kv_num_heads %" PRId64, N, Nk);
   if (causal != 0 && causal != 1) return ox_bad(im, "causal must be 0 or 1");
   if (!causal && window >= 0) return ox_bad(im, "local_window_size needs causal=1");
   const TensorType *qt = &q->type;
@@ -226,6 +261,13 @@ bool ox_op_group_query_attention(Imp *im, ONode *n) {
     q = ox_slice_axis(im, q, 2, 0, N * g.H, 1);
   }
   if (g.H < 1) return ox_bad(im, "the heads are empty");
+  if ((cos_c && (!same_float(im, cos_c, q, "cos_cache") || !same_float(im, sin_c, q, "sin_cache"))) ||
+      (bias_in && !ir_dtype_is_float(bias_in->type.dtype)) || (sink && !ir_dtype_is_float(sink->type.dtype)))
+    return ox_bad(im, "cos_cache, sin_cache, attention_bias and head_sink must be floats (the caches of query's dtype)");
+  if (q_norm && (q_norm->type.rank != 1 || q_norm->type.dims[0] != g.H || k_norm->type.rank != 1 ||
+                 k_norm->type.dims[0] != g.H || !same_float(im, q_norm, q, "q_norm_weight") ||
+                 !same_float(im, k_norm, q, "k_norm_weight")))
+    return ox_bad(im, "q_norm_weight and k_norm_weight must be [%" PRId64 "] of query's dtype", g.H);
   int64_t P = 0;
   if (past_k) {
     int64_t pd[4] = {g.B, Nk, past_k->type.dims[2], g.H};
@@ -234,6 +276,7 @@ bool ox_op_group_query_attention(Imp *im, ONode *n) {
       return ox_bad(im, "past_key and past_value must be [%" PRId64 ", %" PRId64 ", past, %" PRId64 "] of query's dtype",
                     g.B, Nk, g.H);
     P = pd[2];
+    if (P > KV_MAX_LENGTH) return ox_bad(im, "a past of %" PRId64 " is more than dlcc imports (%d)", P, KV_MAX_LENGTH);
   }
   if (seqlens->type.rank != 1 || seqlens->type.dims[0] != g.B || ir_dtype_is_float(seqlens->type.dtype))
     return ox_bad(im, "seqlens_k must be [%" PRId64 "] integers", g.B);
@@ -241,9 +284,8 @@ bool ox_op_group_query_attention(Imp *im, ONode *n) {
     return false;
   g.total = (int64_t)total;
   if (g.total < 1 || (double)g.total != total) return ox_bad(im, "total_sequence_length %g is not a positive count", total);
-  if (g.total > im->fold_max)
-    return ox_bad(im, "total_sequence_length %" PRId64 " is more than dlcc builds at import (%" PRId64 ")", g.total,
-                  im->fold_max);
+  if (g.total > KV_MAX_LENGTH)
+    return ox_bad(im, "total_sequence_length %" PRId64 " is more than dlcc imports (%d)", g.total, KV_MAX_LENGTH);
   g.T = g.total > P ? g.total : P;
   g.first = g.S == g.total;
   if (!g.first && g.S > 1 && g.B != 1)
@@ -251,7 +293,16 @@ bool ox_op_group_query_attention(Imp *im, ONode *n) {
   if (!g.first && !past_k)
     return ox_bad(im, "a sequence of %" PRId64 " of %" PRId64 " in all needs past_key and past_value", g.S, g.total);
   if (g.S > g.T) return ox_bad(im, "total_sequence_length %" PRId64 " is shorter than the query's %" PRId64, g.total, g.S);
+  /* As onnxruntime: a past is empty or a buffer holding the total on a
+   * first prompt, and holds what the total does not take from this
+   * step otherwise (a windowed cache holds the window alone). */
+  if (!sliding && g.first && P > 0 && P < g.total)
+    return ox_bad(im, "a first prompt's past of %" PRId64 " is neither empty nor a buffer of %" PRId64, P, g.total);
+  if (!sliding && !g.first && g.total > P + g.S)
+    return ox_bad(im, "total_sequence_length %" PRId64 " is more than the past's %" PRId64 " and this step's %" PRId64,
+                  g.total, P, g.S);
   /* Each entry's tokens before this step: seqlens_k + 1 is its total. */
+  seqlens = in_range(im, seqlens, g.first ? 0 : g.S - 1, g.total - 1, "seqlens_k");
   g.total_len = ox_reshape(im, ox_op2s(im, OP_ADD, ox_cast(im, seqlens, TY_I64), 1), 4, (int64_t[]){g.B, 1, 1, 1});
   g.past_len = g.first ? ox_scalar(im, 0, TY_I64) : ox_op2s(im, OP_SUB, g.total_len, (double)g.S);
   Val *q4 = heads_of(im, q, N, g.H), *k4 = heads_of(im, k, Nk, g.H);
@@ -261,7 +312,9 @@ bool ox_op_group_query_attention(Imp *im, ONode *n) {
   }
   if (rotary) {
     int64_t half = cos_c->type.rank == 2 ? cos_c->type.dims[1] : 0;
-    if (half < 1 || 2 * half > g.H) return ox_bad(im, "cos_cache must be [positions, at most head size / 2]");
+    if (half < 1 || 2 * half > g.H || cos_c->type.dims[0] < g.total || !ox_same_dims(&sin_c->type, 2, cos_c->type.dims))
+      return ox_bad(im, "cos_cache and sin_cache must be [at least %" PRId64 " positions, at most %" PRId64 "]", g.total,
+                    g.H / 2);
     Val *pos = ox_op2(im, OP_ADD, ox_iota_along(im, 2, 1, g.S),
                       g.first ? ox_scalar(im, 0, TY_I64) : ox_reshape(im, g.past_len, 2, (int64_t[]){g.B, 1}));
     pos = ox_expand(im, pos, 2, (int64_t[]){g.B, g.S});
@@ -286,7 +339,8 @@ bool ox_op_group_query_attention(Imp *im, ONode *n) {
   if (bias_in) {
     const TensorType *bt = &bias_in->type;
     if (sliding) return ox_bad(im, "attention_bias with sliding_window_cache is not supported");
-    if (bt->rank != 4 || bt->dims[3] > keys) return ox_bad(im, "attention_bias must be 4-d, at most %" PRId64 " keys long", keys);
+    if (bt->rank != 4 || bt->dims[3] != g.total)
+      return ox_bad(im, "attention_bias must be 4-d, %" PRId64 " keys long (total_sequence_length)", g.total);
     bias = ox_op2(im, OP_ADD, bias, pad_end(im, ox_cast(im, bias_in, dt), 3, keys - bt->dims[3]));
   }
   if (smooth && !sink) sink = ox_scalar(im, 0, TY_F32);
@@ -336,8 +390,8 @@ static bool mha_inputs(Imp *im, Val *q, Val *k, Val *v, Val *bias, int64_t N, Mh
   int64_t D = qt->dims[2], H = D / N;
   if (H < 1) return ox_bad(im, "the heads are empty");
   if (!k) return ox_bad(im, "key is needed unless query packs Q, K and V");
-  if (bias && (bias->type.rank != 1 || bias->type.dims[0] < 2 * D))
-    return ox_bad(im, "bias must be 1-d [q + k + v hidden sizes]");
+  if (bias && (bias->type.rank != 1 || bias->type.dims[0] < 2 * D || bias->type.dtype != qt->dtype))
+    return ox_bad(im, "bias must be 1-d [q + k + v hidden sizes] of query's dtype");
   Val *qb = bias ? ox_op2(im, OP_ADD, q, ox_slice_axis(im, bias, 0, 0, D, 1)) : q;
   m->q = ox_transpose(im, heads_of(im, qb, N, H), to_bnsh);
   const TensorType *kt = &k->type;
@@ -401,21 +455,29 @@ bool ox_op_multi_head_attention(Imp *im, ONode *n) {
       !refuse_input(im, n, 9, "cache_indirection (beam search)"))
     return false;
   if (n->n_out > 3 && n->want[3]) return ox_bad(im, "output qk is not supported");
-  if (N < 1) return ox_bad(im, "num_heads must be positive");
+  if (N < 1) return ox_bad(im, "num_heads must be given, positive");
+  if (causal != 0 && causal != 1) return ox_bad(im, "unidirectional must be 0 or 1");
   if ((past_k != NULL) != (past_v != NULL)) return ox_bad(im, "past_key and past_value go together");
   Mha m = {0};
   if (!mha_inputs(im, q, k, v, bias, N, &m)) return false;
   DType dt = q->type.dtype;
   if (m.k->type.dtype != dt || m.v->type.dtype != dt) return ox_bad(im, "query, key and value must have one dtype");
   int64_t B = m.q->type.dims[0], S = m.q->type.dims[2], H = m.q->type.dims[3], P = 0;
+  /* onnxruntime lines a causal mask up with the past only where this
+   * step brings as many keys as queries (its last row sees every key
+   * otherwise): anything else is refused rather than guessed. */
+  if (causal && m.k->type.dims[2] != S)
+    return ox_bad(im, "unidirectional with %" PRId64 " new keys for %" PRId64 " queries is not supported", m.k->type.dims[2],
+                  S);
   if (past_k) {
     if (m.kv_given) return ox_bad(im, "a past key and value do not combine with 4-d key and value");
-    int64_t pd[4] = {B, N, past_k->type.dims[2], H};
+    int64_t pd[4] = {B, N, past_k->type.dims[2], H}, vd[4] = {B, N, past_k->type.dims[2], m.v->type.dims[3]};
     if (past_k->type.rank != 4 || !ox_same_dims(&past_k->type, 4, pd) || past_v->type.rank != 4 ||
-        past_v->type.dims[2] != pd[2] || past_k->type.dtype != dt || past_v->type.dtype != dt)
+        !ox_same_dims(&past_v->type, 4, vd) || past_k->type.dtype != dt || past_v->type.dtype != dt)
       return ox_bad(im, "past_key and past_value must be [%" PRId64 ", %" PRId64 ", past, %" PRId64 "] of query's dtype", B,
                     N, H);
     P = pd[2];
+    if (P > KV_MAX_LENGTH) return ox_bad(im, "a past of %" PRId64 " is more than dlcc imports (%d)", P, KV_MAX_LENGTH);
     m.k = ox_concat(im, 2, (Val *[]){past_k, m.k}, 2);
     m.v = ox_concat(im, 2, (Val *[]){past_v, m.v}, 2);
     if (!m.k || !m.v) return false;
@@ -436,8 +498,8 @@ bool ox_op_multi_head_attention(Imp *im, ONode *n) {
   }
   if (attn_bias) {
     const TensorType *bt = &attn_bias->type;
-    if (bt->rank != 4 || bt->dims[2] != S || bt->dims[3] != T)
-      return ox_bad(im, "attention_bias must be [batch or 1, heads or 1, %" PRId64 ", %" PRId64 "]", S, T);
+    if (bt->rank != 4 || bt->dims[2] != S || bt->dims[3] != T || !ir_dtype_is_float(bt->dtype))
+      return ox_bad(im, "attention_bias must be floats [batch or 1, heads or 1, %" PRId64 ", %" PRId64 "]", S, T);
     Val *ab = ox_cast(im, attn_bias, dt);
     added = added ? ox_op2(im, OP_ADD, added, ab) : ab;
   }
@@ -463,16 +525,22 @@ bool ox_op_ms_rotary(Imp *im, ONode *n) {
     return false;
   if (packed) return ox_bad(im, "is_packed_batching is not supported");
   if (scale != 1.0) return ox_bad(im, "scale %g is not supported (1 is)", scale);
-  if (rdim && heads <= 0) return ox_bad(im, "rotary_embedding_dim needs num_heads");
+  if (heads < 0 || rdim < 0) return ox_bad(im, "num_heads and rotary_embedding_dim must not be negative");
+  if (rdim && heads == 0) return ox_bad(im, "rotary_embedding_dim needs num_heads");
   const TensorType *xt = &x->type;
-  if (cos_c->type.rank != 2) return ox_bad(im, "cos_cache must be 2-d [positions, rotary_embedding_dim / 2]");
+  if (cos_c->type.rank != 2 || !ox_same_dims(&sin_c->type, 2, cos_c->type.dims) || !same_float(im, cos_c, x, "cos_cache") ||
+      !same_float(im, sin_c, x, "sin_cache"))
+    return ox_bad(im, "cos_cache and sin_cache must be 2-d [positions, rotary_embedding_dim / 2] of the input's dtype");
   int64_t half = cos_c->type.dims[1];
   if (half < 1) return ox_bad(im, "cos_cache is empty");
+  bool given_rdim = rdim != 0;
   if (rdim == 0) rdim = 2 * half;
   Val *h;
   if (xt->rank == 4) {
     h = ox_transpose(im, x, to_bnsh);
   } else if (xt->rank == 3) {
+    if (heads > 0 && xt->dims[2] % heads)
+      return ox_bad(im, "hidden size %" PRId64 " is not a multiple of num_heads %" PRId64, xt->dims[2], heads);
     int64_t H = heads > 0 ? xt->dims[2] / heads : 2 * half;
     if (H < 1 || xt->dims[2] % H) return ox_bad(im, "hidden size %" PRId64 " does not split into heads of %" PRId64, xt->dims[2], H);
     h = heads_of(im, x, xt->dims[2] / H, H);
@@ -481,7 +549,7 @@ bool ox_op_ms_rotary(Imp *im, ONode *n) {
   }
   if (!h) return false;
   int64_t B = h->type.dims[0], S = h->type.dims[1], H = h->type.dims[3];
-  if (rdim != 2 * half || rdim > H)
+  if (rdim != 2 * half || rdim > H || (!given_rdim && rdim != H))
     return ox_bad(im, "rotary_embedding_dim %" PRId64 " must be twice the caches' %" PRId64 " and at most the head size %" PRId64,
                   rdim, half, H);
   const TensorType *pt = &pos->type;
@@ -492,6 +560,7 @@ bool ox_op_ms_rotary(Imp *im, ONode *n) {
                    (int64_t[]){B, S});
   else if (!(pt->rank == 2 && pt->dims[0] == B && pt->dims[1] == S))
     return ox_bad(im, "position_ids must be [1] or [%" PRId64 ", %" PRId64 "]", B, S);
+  at = in_range(im, at, 0, cos_c->type.dims[0] - 1, "position_ids");
   Val *c = cache_rows(im, cos_c, at, half, "cos_cache"), *s = cache_rows(im, sin_c, at, half, "sin_cache");
   if (!c || !s) return false;
   Val *y = ox_rotate(im, h, c, s, rdim, interleaved != 0);

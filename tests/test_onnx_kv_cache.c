@@ -198,8 +198,8 @@ END_TEST
 /* GroupQueryAttention of packed Q [1, 1, 32] (2 query heads over one KV
  * head of 8), seqlens_k {0}, total_sequence_length total (-1: a graph
  * input), with a past of one row or none, and the int attribute extra
- * set to 8 when given. */
-static Model *packed_gqa(int32_t total, bool past, const char *extra) {
+ * set to value when given. */
+static Model *packed_gqa(int32_t total, bool past, const char *extra, int64_t value) {
   Model *b = model_new(17);
   add_input(b, "Q", 3, (const int64_t[]){1, 1, 32});
   add_i32(b, "SL", 1, (const int64_t[]){1}, 1, (const int32_t[]){0});
@@ -209,7 +209,7 @@ static Model *packed_gqa(int32_t total, bool past, const char *extra) {
   Onnx__NodeProto *n = ms_node(b, "GroupQueryAttention", past ? "Q,,,PK,PK,SL,TOT" : "Q,,,,,SL,TOT", "Y");
   attr_i(n, "num_heads", 2);
   attr_i(n, "kv_num_heads", 1);
-  if (extra) attr_i(n, extra, 8);
+  if (extra) attr_i(n, extra, value);
   add_output(b, "Y");
   return b;
 }
@@ -231,13 +231,13 @@ START_TEST(test_ms_rotary_and_refusals) {
   onnxb_expect_values(&y, 16, want, "Y");
 
   /* total_sequence_length fixes present's length: it must be known. */
-  expect_error(import(packed_gqa(-1, false, NULL)),
+  expect_error(import(packed_gqa(-1, false, NULL, 0)),
                "total_sequence_length (present's length) computed at run time is not supported");
   /* nor can a malicious one make present (and the tables of its
    * positions) as long as it likes */
-  expect_error(import(packed_gqa(2147483647, true, NULL)),
-               "total_sequence_length 2147483647 is more than dlcc builds at import");
-  expect_error(import(packed_gqa(1, false, "kv_cache_bit_width")),
+  expect_error(import(packed_gqa(2147483647, true, NULL, 0)),
+               "total_sequence_length 2147483647 is more than dlcc imports (1048576)");
+  expect_error(import(packed_gqa(1, false, "kv_cache_bit_width", 8)),
                "(GroupQueryAttention): a quantized cache is not supported");
   /* a bias with packed K and V */
   b = model_new(17);
@@ -250,7 +250,45 @@ START_TEST(test_ms_rotary_and_refusals) {
 }
 END_TEST
 
+/* What onnxruntime does with odd but valid values, and what it refuses
+ * at run time: a window of 0 sees no key (Y is 0); seqlens_k past the
+ * total fails the run, naming the node and the input. */
+START_TEST(test_gqa_edges) {
+  Model *b = packed_gqa(1, false, "local_window_size", 0);
+  Tensor y = onnxb_run1(must_import(b), "Q", 3, (const int64_t[]){1, 1, 32}, pattern(32, 5, 1));
+  onnxb_expect_values(&y, 16, (const double[16]){0}, "Y");
+
+  b = model_new(17);
+  add_input(b, "Q", 3, (const int64_t[]){1, 1, 32});
+  add_input_typed(b, "SL", ONNX__TENSOR_PROTO__DATA_TYPE__INT32, 1, (const int64_t[]){1});
+  add_i32(b, "TOT", 0, NULL, 1, (const int32_t[]){1});
+  Onnx__NodeProto *n = ms_node(b, "GroupQueryAttention", "Q,,,,,SL,TOT", "Y");
+  attr_i(n, "num_heads", 2);
+  attr_i(n, "kv_num_heads", 1);
+  add_output(b, "Y");
+  Graph *g = must_import(b);
+  Tensor in[2] = {{ir_type_make(TY_F32, 3, (const int64_t[]){1, 1, 32}), pattern(32, 5, 1)},
+                  {ir_type_make(TY_I32, 1, (const int64_t[]){1}), (int32_t[]){7}}};
+  TensorMap inputs = {2, (const char *[]){"Q", "SL"}, in};
+  char err[512];
+  Tensor out;
+  ck_assert(!ir_eval(g, &inputs, &params, &out, err, sizeof err));
+  ck_assert_msg(strstr(err, "(GroupQueryAttention): seqlens_k is out of range at run time (each must be in [0, 0])"),
+                "%s", err);
+  /* MultiHeadAttention's causal mask where a step brings more keys than
+   * queries: onnxruntime's is irregular there, so it is refused. */
+  b = model_new(17);
+  add_input(b, "Q", 3, (const int64_t[]){1, 2, 8});
+  add_init_f32(b, "K", 3, (const int64_t[]){1, 3, 8}, 24, pattern(24, 3, 1));
+  n = ms_node(b, "MultiHeadAttention", "Q,K,K", "Y");
+  attr_i(n, "num_heads", 1);
+  attr_i(n, "unidirectional", 1);
+  add_output(b, "Y");
+  expect_error(import(b), "unidirectional with 3 new keys for 2 queries is not supported");
+}
+END_TEST
+
 int main(void) {
-  const TTest *tests[] = {test_gqa_decode, test_gqa_window, test_mha_past, test_ms_rotary_and_refusals};
+  const TTest *tests[] = {test_gqa_decode, test_gqa_window, test_mha_past, test_ms_rotary_and_refusals, test_gqa_edges};
   return onnxb_run_suite("onnx_kv_cache", (int)ARRAY_LEN(tests), tests);
 }
