@@ -297,6 +297,7 @@ static const OpEntry training_ops[] = {
 static const OpEntry microsoft_ops[] = {
     {"Attention", ox_op_ms_attention, "BERT's: no past or present, no rotary; mask_index 1-d lengths or 2-d"},
     {"BiasGelu", ox_op_ms_gelu, NULL},
+    {"DynamicQuantizeMatMul", ox_op_dynamic_quantize_matmul, "B INT8/UINT8 per tensor or per column"},
     {"EmbedLayerNormalization", ox_op_embed_layer_norm, NULL},
     {"FastGelu", ox_op_ms_gelu, "tanh approximation, optional bias"},
     {"FusedConv", ox_op_fused_conv, "Relu, Tanh, Sigmoid, LeakyRelu, Clip or HardSigmoid; Z added"},
@@ -306,6 +307,7 @@ static const OpEntry microsoft_ops[] = {
     {"GroupQueryAttention", ox_op_group_query_attention,
      "KV cache, rotary, window, softcap, sinks, QK norms; total_sequence_length known at import; no quantized cache, "
      "position_ids or query_seqlens"},
+    {"MatMulIntegerToFloat", ox_op_matmul_integer_to_float, "INT8/UINT8 codes"},
     {"MatMulNBits", ox_op_matmul_nbits, "2, 4 or 8 bits, packed zero points, no g_idx; weights dequantized at import"},
     {"MultiHeadAttention", ox_op_multi_head_attention,
      "packed or separate Q/K/V, past and present, padding masks, bias; no shared buffer or beam search"},
@@ -356,7 +358,8 @@ static const struct {
      " (of it, onnxruntime's QOperator ops QGemm, QLinearAdd, QLinearAveragePool, QLinearConcat, "
      "QLinearGlobalAveragePool, QLinearLeakyRelu, QLinearMul and QLinearSigmoid, and the fused ops of its transformer "
      "optimizer Attention, EmbedLayerNormalization, Gelu, BiasGelu, FastGelu, QuickGelu, SkipLayerNormalization and "
-     "SkipSimplifiedLayerNormalization, its graph optimizer's FusedConv, FusedGemm, FusedMatMul and TransposeMatMul, "
+     "SkipSimplifiedLayerNormalization, its graph optimizer's FusedConv, FusedGemm, FusedMatMul, TransposeMatMul, "
+     "DynamicQuantizeMatMul and MatMulIntegerToFloat, "
      "the LLM exporters' GroupQueryAttention, MultiHeadAttention and RotaryEmbedding, "
      "and MatMulNBits, are)",
      microsoft_ops, ARRAY_LEN(microsoft_ops)},

@@ -361,6 +361,7 @@ OpFn ox_op_rnn;
 /* onnx_quant.c: QDQ and QOperator int8 models. */
 OpFn ox_op_quantize_linear, ox_op_dequantize_linear, ox_op_dynamic_quantize_linear, ox_op_conv_integer,
     ox_op_qlinear_conv, ox_op_matmul_integer, ox_op_qlinear_matmul, ox_op_conv_qdq, ox_op_matmul_qdq,
-    ox_op_gemm_qdq, ox_op_qlinear_binary, ox_op_qlinear_unary, ox_op_qlinear_concat, ox_op_qgemm;
+    ox_op_gemm_qdq, ox_op_qlinear_binary, ox_op_qlinear_unary, ox_op_qlinear_concat, ox_op_qgemm,
+    ox_op_dynamic_quantize_matmul, ox_op_matmul_integer_to_float;
 
 #endif

@@ -1102,3 +1102,45 @@ bool ox_op_qlinear_concat(Imp *im, ONode *n) {
   Val *y = ox_concat(im, k, parts, a);
   return y && (n->out[0] = ms_quantize(im, y, ox_in_req(im, n, 0), ox_in_opt(n, 1), n->in[2]->type.dtype));
 }
+
+/* ---- onnxruntime's dynamic int8 products, fused ----
+ * What its graph optimizer makes of quantize_dynamic's
+ * DynamicQuantizeLinear -> MatMulInteger -> Cast -> Mul (-> Add), and
+ * saves: the same steps, so the same bits. */
+
+/* acc (an int32 product) in f32 times a_scale b_scale, plus bias. */
+static Val *scaled_product(Imp *im, Val *acc, Val *a_scale, Val *b_scale, Val *bias) {
+  if (!acc || !a_scale || !b_scale) return NULL;
+  if (!ox_need_float_in(im, b_scale) || (bias && !ox_need_float_in(im, bias))) return NULL;
+  Val *y = ox_op2(im, OP_MUL, ox_cast(im, acc, TY_F32), ox_op2(im, OP_MUL, a_scale, b_scale));
+  return bias ? ox_op2(im, OP_ADD, y, bias) : y;
+}
+
+/* MatMulInteger of a, b and their zero points (NULL: none). */
+static Val *integer_product(Imp *im, Val *a, Val *b, Val *a_zp, Val *b_zp) {
+  Val *in[4] = {a, b, a_zp, b_zp}, *out = NULL;
+  ONode mi = {.n_in = 4, .in = in, .n_out = 1, .out = &out, .want = (const bool[]){true}};
+  return a && b && ox_op_matmul_integer(im, &mi) ? out : NULL;
+}
+
+/* DynamicQuantizeMatMul: A (f32) quantized as DynamicQuantizeLinear
+ * does, times B (int8 or uint8 codes with b_scale and b_zero_point, per
+ * tensor or per column), plus bias. */
+bool ox_op_dynamic_quantize_matmul(Imp *im, ONode *n) {
+  Val *a = ox_in_req(im, n, 0), *b = ox_in_req(im, n, 1), *b_scale = ox_in_req(im, n, 2);
+  if (!a || !b || !b_scale) return false;
+  Val *q[3] = {NULL};
+  ONode dq = {.n_in = 1, .in = &a, .n_out = 3, .out = q, .want = (const bool[]){true, true, true}};
+  if (!ox_op_dynamic_quantize_linear(im, &dq)) return false;
+  Val *acc = integer_product(im, q[0], b, q[2], ox_in_opt(n, 3));
+  return (n->out[0] = scaled_product(im, acc, q[1], b_scale, ox_in_opt(n, 4))) != NULL;
+}
+
+/* MatMulIntegerToFloat: A and B codes with their scales and zero
+ * points, the product in f32, plus bias. */
+bool ox_op_matmul_integer_to_float(Imp *im, ONode *n) {
+  Val *a_scale = ox_in_req(im, n, 2), *b_scale = ox_in_req(im, n, 3);
+  if (!a_scale || !b_scale || !ox_need_float_in(im, a_scale)) return false;
+  Val *acc = integer_product(im, ox_in_req(im, n, 0), ox_in_req(im, n, 1), ox_in_opt(n, 4), ox_in_opt(n, 5));
+  return (n->out[0] = scaled_product(im, acc, a_scale, b_scale, ox_in_opt(n, 6))) != NULL;
+}

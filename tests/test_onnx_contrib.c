@@ -277,7 +277,28 @@ START_TEST(test_fused_ops) {
 }
 END_TEST
 
+/* quantize_dynamic's product as onnxruntime saves it fused:
+ * DynamicQuantizeMatMul (A quantized at run time, int8 B per column with
+ * zero points, a bias), against its values; the same codes, so within
+ * f32 rounding of them. */
+START_TEST(test_dynamic_quantize_matmul) {
+  static const double want[6] = {2.79827452, -0.538941145, 0.476156861, 3.24113727, -0.273098052, -0.673058867};
+  static const int8_t bq[8] = {-116, -79, -42, -5, 32, 69, 106, -112};
+  Model *b = model_new(17);
+  add_input(b, "X", 2, (const int64_t[]){3, 4});
+  add_init_raw(b, "B", ONNX__TENSOR_PROTO__DATA_TYPE__INT8, 2, (const int64_t[]){4, 2}, bq, 8);
+  add_init_f32(b, "S", 1, (const int64_t[]){2}, 2, (const float[]){0.01f, 0.02f});
+  add_init_raw(b, "Z", ONNX__TENSOR_PROTO__DATA_TYPE__INT8, 1, (const int64_t[]){2}, (const int8_t[]){1, -2}, 2);
+  add_init_f32(b, "BI", 1, (const int64_t[]){2}, 2, (const float[]){0.5f, -0.25f});
+  add_node(b, "DynamicQuantizeMatMul", "X,B,S,Z,BI", "Y")->domain = str("com.microsoft");
+  add_output(b, "Y");
+  Tensor y = onnxb_run1(must_import(b), "X", 2, (const int64_t[]){3, 4}, pattern(12, 5, 1));
+  onnxb_expect_values(&y, 6, want, "DynamicQuantizeMatMul");
+}
+END_TEST
+
 int main(void) {
-  const TTest *tests[] = {test_contrib_ops, test_ms_attention_and_embeddings, test_matmul_nbits, test_fused_ops};
+  const TTest *tests[] = {test_contrib_ops, test_ms_attention_and_embeddings, test_matmul_nbits, test_fused_ops,
+                          test_dynamic_quantize_matmul};
   return onnxb_run_suite("onnx_contrib", (int)ARRAY_LEN(tests), tests);
 }

@@ -942,6 +942,11 @@ def encoder_ort():
     return ort_saved(encoder, "encoder_ort")
 
 
+def mlp_dynamic_ort():
+    """quantize_dynamic's MLP saved optimized: DynamicQuantizeMatMul."""
+    return ort_saved(mlp_dynamic, "mlp_dyn_ort")
+
+
 def ms_model(name, nodes, inputs, outputs, inits):
     g = helper.make_graph(nodes, name, inputs, outputs, inits)
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
@@ -1044,7 +1049,8 @@ def main():
     for build in (resnet, recurrent, unrolled, encoder, resnet_qdq, resnet_qop, qoperator_ops, mlp_dynamic, cnn_dynamic,
                   video3d, resize, grid_sample3d, roi_align, deform_conv, scan8, ts_encoder, attention23,
                   control, loop_run_time, while_loop, nested_while, runtime_operands, run_time_lengths, detector_post,
-                  gqa_decode, gqa_window, mha_decoder, resnet_ort, encoder_ort):
+                  gqa_decode, gqa_window, mha_decoder, resnet_ort, encoder_ort,
+                  mlp_dynamic_ort):
         if build is attention23 and onnx.defs.onnx_opset_version() < 23:
             print(f"skip attention23: onnx {onnx.__version__} has no opset 23")
             continue
