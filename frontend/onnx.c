@@ -311,6 +311,8 @@ static const OpEntry microsoft_ops[] = {
     {"MatMulNBits", ox_op_matmul_nbits, "2, 4 or 8 bits, packed zero points, no g_idx; weights dequantized at import"},
     {"MultiHeadAttention", ox_op_multi_head_attention,
      "packed or separate Q/K/V, past and present, padding masks, bias; no shared buffer or beam search"},
+    {"QAttention", ox_op_qattention, "as Attention, of the input's and weight's int8 codes"},
+    {"QEmbedLayerNormalization", ox_op_qembed_layer_norm, "as EmbedLayerNormalization, of its tables' codes"},
     {"QGemm", ox_op_qgemm, "INT8/UINT8, B per tensor or per column, an INT32 bias; y quantized or f32"},
     {"QLinearAdd", ox_op_qlinear_binary, "INT8/UINT8, one scale and zero point each"},
     {"QLinearAveragePool", ox_op_qlinear_unary, "as AveragePool; channels_last=0"},
@@ -359,7 +361,7 @@ static const struct {
      "QLinearGlobalAveragePool, QLinearLeakyRelu, QLinearMul and QLinearSigmoid, and the fused ops of its transformer "
      "optimizer Attention, EmbedLayerNormalization, Gelu, BiasGelu, FastGelu, QuickGelu, SkipLayerNormalization and "
      "SkipSimplifiedLayerNormalization, its graph optimizer's FusedConv, FusedGemm, FusedMatMul, TransposeMatMul, "
-     "DynamicQuantizeMatMul and MatMulIntegerToFloat, "
+     "DynamicQuantizeMatMul and MatMulIntegerToFloat, quantize_dynamic's QAttention and QEmbedLayerNormalization, "
      "the LLM exporters' GroupQueryAttention, MultiHeadAttention and RotaryEmbedding, "
      "and MatMulNBits, are)",
      microsoft_ops, ARRAY_LEN(microsoft_ops)},

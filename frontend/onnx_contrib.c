@@ -106,20 +106,26 @@ static Val *ms_attention_mask(Imp *im, Val *mask_index, int64_t B, int64_t S, do
  * size), the mask_index's mask and an attention bias added; causal where
  * unidirectional.  No past or present (a decoder's cache), no rotary. */
 bool ox_op_ms_attention(Imp *im, ONode *n) {
-  Val *x = ox_in_req(im, n, 0), *w = ox_in_req(im, n, 1), *bias = ox_in_opt(n, 2), *mask_index = ox_in_opt(n, 3),
-      *past = ox_in_opt(n, 4), *attn_bias = ox_in_opt(n, 5);
+  Val *x = ox_in_req(im, n, 0), *w = ox_in_req(im, n, 1), *bias = ox_in_opt(n, 2);
+  if (!x || !w || !ox_need_float_in(im, x)) return false;
+  if (x->type.rank != 3 || w->type.rank != 2 || w->type.dims[0] != x->type.dims[2])
+    return ox_bad(im, "input must be [B, S, in] and weights [in, q + k + v]");
+  Val *proj = ox_op2(im, OP_MATMUL, x, w);
+  if (bias) proj = ox_op2(im, OP_ADD, proj, bias);
+  return ox_ms_attention_of(im, n, proj, ox_in_opt(n, 3), ox_in_opt(n, 4), ox_in_opt(n, 5));
+}
+
+bool ox_ms_attention_of(Imp *im, ONode *n, Val *proj, Val *mask_index, Val *past, Val *attn_bias) {
   int64_t heads, causal, rotary, rotary_dim, share;
   double filter, scale;
-  if (!x || !w || !ox_attr_int(im, "num_heads", 0, &heads) || !ox_attr_int(im, "unidirectional", 0, &causal) ||
+  if (!proj || !ox_attr_int(im, "num_heads", 0, &heads) || !ox_attr_int(im, "unidirectional", 0, &causal) ||
       !ox_attr_float(im, "mask_filter_value", -10000.0, &filter) || !ox_attr_float(im, "scale", 0, &scale) ||
       !ox_attr_int(im, "do_rotary", 0, &rotary) || !ox_attr_int(im, "rotary_embedding_dim", 0, &rotary_dim) ||
-      !ox_attr_int(im, "past_present_share_buffer", 0, &share) || !ox_need_float_in(im, x))
+      !ox_attr_int(im, "past_present_share_buffer", 0, &share))
     return false;
   if (past || (n->n_out > 1 && n->want[1])) return ox_bad(im, "past and present (a decoder's cache) are not supported");
   if (rotary) return ox_bad(im, "do_rotary is not supported");
-  if (x->type.rank != 3 || w->type.rank != 2 || w->type.dims[0] != x->type.dims[2])
-    return ox_bad(im, "input must be [B, S, in] and weights [in, q + k + v]");
-  int64_t B = x->type.dims[0], S = x->type.dims[1], total = w->type.dims[1], sizes[3];
+  int64_t B = proj->type.dims[0], S = proj->type.dims[1], total = proj->type.dims[2], sizes[3];
   int n_sizes;
   const int64_t *qkv;
   if (ox_find_attr(im, "qkv_hidden_sizes")) {
@@ -133,8 +139,6 @@ bool ox_op_ms_attention(Imp *im, ONode *n) {
       sizes[0] < 1)
     return ox_bad(im, "weights of %" PRId64 " columns do not split into Q, K and V of %" PRId64 " heads", total, heads);
   if (sizes[2] != sizes[0]) return ox_bad(im, "a V of another size than Q and K is not supported");
-  Val *proj = ox_op2(im, OP_MATMUL, x, w);
-  if (bias) proj = ox_op2(im, OP_ADD, proj, bias);
   Val *q = ox_slice_axis(im, proj, 2, 0, sizes[0], 1), *k = ox_slice_axis(im, proj, 2, sizes[0], 2 * sizes[0], 1),
       *v = ox_slice_axis(im, proj, 2, 2 * sizes[0], total, 1);
   Val *mask = mask_index ? ms_attention_mask(im, mask_index, B, S, filter) : NULL;

@@ -344,6 +344,10 @@ Val *ox_attention_heads(Imp *im, Val *q, Val *k, Val *v, Val *bias, double scale
  * the angles whose cos and sin are [B, S, rdim / 2]: halves, or even
  * and odd elements when interleaved (onnx_newer.c). */
 Val *ox_rotate(Imp *im, Val *h, Val *cos_bs, Val *sin_bs, int64_t rdim, bool interleaved);
+/* com.microsoft Attention's work after its input projection proj [B, S,
+ * q + k + v] (the bias added): heads, mask_index, attention bias,
+ * unidirectional, from the node's attributes (onnx_contrib.c). */
+bool ox_ms_attention_of(Imp *im, ONode *n, Val *proj, Val *mask_index, Val *past, Val *attn_bias);
 OpFn ox_op_ms_gelu, ox_op_quick_gelu, ox_op_skip_layer_norm, ox_op_simplified_layer_norm, ox_op_ms_attention,
     ox_op_embed_layer_norm, ox_op_matmul_nbits, ox_op_fused_conv, ox_op_fused_gemm, ox_op_fused_matmul; /* onnx_contrib.c */
 OpFn ox_op_group_query_attention, ox_op_multi_head_attention, ox_op_ms_rotary; /* onnx_kv_cache.c */
@@ -362,6 +366,6 @@ OpFn ox_op_rnn;
 OpFn ox_op_quantize_linear, ox_op_dequantize_linear, ox_op_dynamic_quantize_linear, ox_op_conv_integer,
     ox_op_qlinear_conv, ox_op_matmul_integer, ox_op_qlinear_matmul, ox_op_conv_qdq, ox_op_matmul_qdq,
     ox_op_gemm_qdq, ox_op_qlinear_binary, ox_op_qlinear_unary, ox_op_qlinear_concat, ox_op_qgemm,
-    ox_op_dynamic_quantize_matmul, ox_op_matmul_integer_to_float;
+    ox_op_dynamic_quantize_matmul, ox_op_matmul_integer_to_float, ox_op_qattention, ox_op_qembed_layer_norm;
 
 #endif

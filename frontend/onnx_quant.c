@@ -1144,3 +1144,47 @@ bool ox_op_matmul_integer_to_float(Imp *im, ONode *n) {
   Val *acc = integer_product(im, ox_in_req(im, n, 0), ox_in_req(im, n, 1), ox_in_opt(n, 4), ox_in_opt(n, 5));
   return (n->out[0] = scaled_product(im, acc, a_scale, b_scale, ox_in_opt(n, 6))) != NULL;
 }
+
+/* ---- what quantize_dynamic makes of onnxruntime's fused BERT ops ---- */
+
+/* QAttention: com.microsoft Attention whose input projection is the
+ * int8 product of the input's codes (DynamicQuantizeLinear's) and the
+ * weight's, scaled to f32 as DynamicQuantizeMatMul does, plus the bias. */
+bool ox_op_qattention(Imp *im, ONode *n) {
+  Val *x = ox_in_req(im, n, 0), *w = ox_in_req(im, n, 1), *bias = ox_in_req(im, n, 2),
+      *x_scale = ox_in_req(im, n, 3), *w_scale = ox_in_req(im, n, 4);
+  if (!x || !w || !bias || !x_scale || !w_scale || !ox_need_float_in(im, x_scale)) return false;
+  if (x->type.rank != 3 || w->type.rank != 2 || w->type.dims[0] != x->type.dims[2])
+    return ox_bad(im, "input must be [B, S, in] and weight [in, q + k + v]");
+  Val *acc = integer_product(im, x, w, ox_in_opt(n, 6), ox_in_opt(n, 7));
+  return ox_ms_attention_of(im, n, scaled_product(im, acc, x_scale, w_scale, bias), ox_in_opt(n, 5), ox_in_opt(n, 8),
+                            NULL);
+}
+
+/* codes (int8 or uint8) as f32: (q - zero point) times scale. */
+static Val *codes_f32(Imp *im, Val *q, Val *scale, Val *zp) {
+  if (!q) return NULL;
+  if (q->type.dtype != TY_U8 && q->type.dtype != TY_I8)
+    return ox_bad(im, "quantized tables must be UINT8 or INT8, got %s", ir_dtype_name(q->type.dtype)), NULL;
+  if (!scale || !ox_need_float_in(im, scale)) return NULL;
+  Val *x = ox_cast(im, q, TY_F32);
+  if (zp) x = ox_op2(im, OP_SUB, x, ox_cast(im, zp, TY_F32));
+  return ox_op2(im, OP_MUL, x, scale);
+}
+
+/* QEmbedLayerNormalization: EmbedLayerNormalization of its tables'
+ * codes dequantized. */
+bool ox_op_qembed_layer_norm(Imp *im, ONode *n) {
+  Val *in[8] = {ox_in_req(im, n, 0), ox_in_opt(n, 1), NULL, NULL, NULL, NULL, NULL, ox_in_opt(n, 7)};
+  static const int code[5] = {2, 3, 4, 5, 6}, scale[5] = {8, 9, 10, 11, 12}, zp[5] = {13, 14, 15, 16, 17};
+  for (int t = 0; t < 5; t++) {
+    Val *q = t == 2 ? ox_in_opt(n, code[t]) : ox_in_req(im, n, code[t]);
+    if (!q) {
+      if (t != 2) return false;
+      continue;
+    }
+    if (!(in[code[t]] = codes_f32(im, q, ox_in_req(im, n, scale[t]), ox_in_opt(n, zp[t])))) return false;
+  }
+  ONode e = {.n_in = 8, .in = in, .n_out = n->n_out < 2 ? n->n_out : 2, .out = n->out, .want = n->want};
+  return ox_op_embed_layer_norm(im, &e);
+}

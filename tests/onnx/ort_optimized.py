@@ -5,10 +5,21 @@ does): each exported by PyTorch's TorchScript exporter at opset 14 with
 eager attention (the form whose attention the optimizer fuses into
 com.microsoft Attention and EmbedLayerNormalization), optimized, then run
 by onnxruntime and by `dlcc run` on the same inputs (a padded batch) and
-compared (docs/onnx.md).  Not part of `make check`: it needs torch and
+compared (docs/onnx.md).  With --quantize, the optimized model then
+goes through onnxruntime's quantize_dynamic (int8 weights: QAttention,
+QEmbedLayerNormalization, DynamicQuantizeLinear and MatMulInteger, as
+its BERT tutorial does it) and, with --save-optimized, is saved by an
+onnxruntime session at the extended level (its own fusions:
+DynamicQuantizeMatMul, FusedMatMul...).  A dynamically quantized model
+rounds each activation to a code at run time, so a value one ulp away
+from onnxruntime's (the reference interpreter computes layer norms more
+exactly than f32 does) can land on the next code where it falls on a
+half: ViT's quantized form then differs on ref by one code's worth
+(4e-3 relative) and matches on emu, whose f32 arithmetic is
+onnxruntime's.  Not part of `make check`: it needs torch and
 transformers from PyPI.
 
-    ort_optimized.py [--dlcc BUILD/dlcc] [--backend ref|emu] [--out DIR] [NAME ...]
+    ort_optimized.py [--dlcc BUILD/dlcc] [--backend ref|emu] [--out DIR] [--quantize] [--save-optimized] [NAME ...]
 """
 import argparse, collections, os, subprocess, sys, urllib.parse, warnings
 warnings.filterwarnings("ignore")
@@ -77,6 +88,17 @@ def one(name, args):
                       dynamic_axes=dyn or None)
     o = optimizer.optimize_model(plain, model_type=kind, num_heads=4, hidden_size=64)
     o.save_model_to_file(opt)
+    if args.quantize:
+        from onnxruntime.quantization import QuantType, quantize_dynamic
+        q = os.path.join(d, "quantized.onnx")
+        quantize_dynamic(opt, q, weight_type=QuantType.QInt8, extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT})
+        opt = q
+    if args.save_optimized:
+        so = ort.SessionOptions()
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
+        so.optimized_model_filepath = os.path.join(d, "saved.onnx")
+        ort.InferenceSession(opt, so, providers=["CPUExecutionProvider"])
+        opt = so.optimized_model_filepath
     fused = sorted({n.op_type for n in onnx.load(opt).graph.node if n.domain == "com.microsoft"})
     sess = ort.InferenceSession(opt, providers=["CPUExecutionProvider"])
     want = sess.run(None, {k: v.numpy() for k, v in feeds.items()})
@@ -100,6 +122,8 @@ def main():
     ap.add_argument("--dlcc", default=os.path.join(os.path.dirname(__file__), "..", "..", "dlcc"))
     ap.add_argument("--backend", default="ref")
     ap.add_argument("--out", default="/tmp/dlcc-ort-optimized")
+    ap.add_argument("--quantize", action="store_true")
+    ap.add_argument("--save-optimized", action="store_true")
     args = ap.parse_args()
     bad = 0
     for name in args.names or list(MODELS):
