@@ -140,7 +140,9 @@ void add_init_i64(Model *b, const char *name, int n, const int64_t *data) {
 char **names(const char *list, size_t *n) {
   *n = 0;
   if (!*list) return NULL;
-  char **v = mem(sizeof(char *) * 16);
+  size_t count = 1;
+  for (const char *p = list; *p; p++) count += *p == ',';
+  char **v = mem(sizeof(char *) * count);
   for (const char *p = list;; p++) {
     size_t k = strcspn(p, ",");
     char *s = mem(k + 1);

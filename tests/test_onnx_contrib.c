@@ -297,8 +297,63 @@ START_TEST(test_dynamic_quantize_matmul) {
 }
 END_TEST
 
+/* quantize_dynamic's BERT ops against onnxruntime's values: QAttention
+ * (two heads, after a DynamicQuantizeLinear of X, weight codes
+ * ((29 i + 3) mod 255) - 127, a mask of lengths) and
+ * QEmbedLayerNormalization (uint8 tables). */
+START_TEST(test_quantized_bert_ops) {
+  static const double att[16] = {-1.64653301,  2.4330008,    2.22561121,   0.560137808, -3.44006467, 1.45663297,
+                                 1.8605864,    0.250601888,  -0.539000034, -0.101725519, -0.304450989, -2.6321764,
+                                 -0.539000034, -0.101725519, -0.304450989, -2.6321764};
+  static const double emb[12] = {-1.69557703, -0.223596171, 0.221394271, 1.89297128, -1.69557703, -0.223596141,
+                                 0.221394211, 1.89297116,   -1.69557726, -0.223596156, 0.221393973, 1.89297116};
+  int8_t w[48];
+  for (int i = 0; i < 48; i++) w[i] = (int8_t)((i * 29 + 3) % 255 - 127);
+  Model *b = model_new(17);
+  add_input(b, "X", 3, (const int64_t[]){2, 2, 4});
+  add_init_raw(b, "W", ONNX__TENSOR_PROTO__DATA_TYPE__INT8, 2, (const int64_t[]){4, 12}, w, 48);
+  add_init_f32(b, "BI", 1, (const int64_t[]){12}, 12, pattern(12, 3, 2));
+  add_init_f32(b, "WS", 0, NULL, 1, (const float[]){0.02f});
+  add_init_raw(b, "M", ONNX__TENSOR_PROTO__DATA_TYPE__INT32, 1, (const int64_t[]){2}, (const int32_t[]){2, 1}, 8);
+  add_node(b, "DynamicQuantizeLinear", "X", "XQ,XS,XZ");
+  Onnx__NodeProto *n = add_node(b, "QAttention", "XQ,W,BI,XS,WS,M,XZ", "Y");
+  n->domain = str("com.microsoft");
+  attr_i(n, "num_heads", 2);
+  add_output(b, "Y");
+  Tensor y = onnxb_run1(must_import(b), "X", 3, (const int64_t[]){2, 2, 4}, pattern(16, 5, 1));
+  onnxb_expect_values(&y, 16, att, "QAttention");
+
+  uint8_t word[20], pos[12];
+  for (int i = 0; i < 20; i++) word[i] = (uint8_t)((i * 7 + 1) % 256);
+  for (int i = 0; i < 12; i++) pos[i] = (uint8_t)((i * 11 + 5) % 256);
+  b = model_new(17);
+  add_input_typed(b, "I", ONNX__TENSOR_PROTO__DATA_TYPE__INT32, 2, (const int64_t[]){1, 3});
+  add_init_raw(b, "WE", ONNX__TENSOR_PROTO__DATA_TYPE__UINT8, 2, (const int64_t[]){5, 4}, word, 20);
+  add_init_raw(b, "PE", ONNX__TENSOR_PROTO__DATA_TYPE__UINT8, 2, (const int64_t[]){3, 4}, pos, 12);
+  add_init_raw(b, "G", ONNX__TENSOR_PROTO__DATA_TYPE__UINT8, 1, (const int64_t[]){4}, (const uint8_t[]){200, 100, 150, 250}, 4);
+  add_init_raw(b, "B", ONNX__TENSOR_PROTO__DATA_TYPE__UINT8, 1, (const int64_t[]){4}, (const uint8_t[]){10, 128, 90, 200}, 4);
+  static const char *const scales[4] = {"WS", "PS", "GS", "BS"}, *const zps[4] = {"WZ", "PZ", "GZ", "BZ"};
+  static const float scale[4] = {0.01f, 0.02f, 0.005f, 0.003f};
+  static const uint8_t zp[4] = {128, 100, 0, 128};
+  for (int i = 0; i < 4; i++) {
+    add_init_f32(b, scales[i], 0, NULL, 1, &scale[i]);
+    add_init_raw(b, zps[i], ONNX__TENSOR_PROTO__DATA_TYPE__UINT8, 0, NULL, &zp[i], 1);
+  }
+  n = add_node(b, "QEmbedLayerNormalization", "I,,WE,PE,,G,B,,WS,PS,,GS,BS,WZ,PZ,,GZ,BZ", "Y");
+  n->domain = str("com.microsoft");
+  attr_f(n, "epsilon", 1e-5f);
+  add_output(b, "Y");
+  Graph *g = must_import(b);
+  Tensor in = {ir_type_make(TY_I32, 2, (const int64_t[]){1, 3}), (int32_t[]){1, 4, 0}}, out;
+  TensorMap inputs = {1, (const char *[]){"I"}, &in};
+  char err[512];
+  ck_assert_msg(ir_eval(g, &inputs, &params, &out, err, sizeof err), "%s", err);
+  onnxb_expect_values(&out, 12, emb, "QEmbedLayerNormalization");
+}
+END_TEST
+
 int main(void) {
   const TTest *tests[] = {test_contrib_ops, test_ms_attention_and_embeddings, test_matmul_nbits, test_fused_ops,
-                          test_dynamic_quantize_matmul};
+                          test_dynamic_quantize_matmul, test_quantized_bert_ops};
   return onnxb_run_suite("onnx_contrib", (int)ARRAY_LEN(tests), tests);
 }
