@@ -55,12 +55,9 @@ bool driver_loop_bound(const char *text, int *out) {
 int driver_model_word(int argc, char **argv, int *i, const char *cmd, DriverModelWords *m) {
   const char *a = argv[*i];
   if (strncmp(a, "-D", 2) == 0) {
-    const char *def = a[2] ? a + 2 : (++*i < argc ? argv[*i] : NULL);
     Define d;
-    if (!def || m->api->n_defines == DRIVER_MAX_DEFINES || !driver_parse_define(def, &d)) {
-      fprintf(stderr, "dlcc: error: -D expects NAME=INTEGER, got '%s'\n", def ? def : "");
-      return 1;
-    }
+    int taken = 0;
+    if (!driver_take_define(argc, argv, i, &d, &taken, m->api->n_defines < DRIVER_MAX_DEFINES)) return 1;
     m->defines[m->api->n_defines++] = (dlc_define){d.name, d.value};
   } else if (a[0] == '-' && a[1] == 'O' && a[2] && !a[3]) {
     if (a[2] < '0' || a[2] > '2') {

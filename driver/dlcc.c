@@ -205,6 +205,17 @@ bool driver_parse_define(const char *text, Define *d) {
   return d->name != NULL;
 }
 
+bool driver_take_define(int argc, char **argv, int *i, Define *defs, int *n, int cap) {
+  const char *a = argv[*i], *def = a[2] ? a + 2 : (++*i < argc ? argv[*i] : NULL);
+  if (!def || *n >= cap || !driver_parse_define(def, &defs[*n])) {
+    fprintf(stderr, "dlcc: error: -D expects NAME=INTEGER, got '%s'%s\n", def ? def : "",
+            def && *n >= cap ? " (too many -D)" : "");
+    return false;
+  }
+  ++*n;
+  return true;
+}
+
 /* 1 when arg is a pass manager flag (stored in po), 0 when it is not, -1
  * after printing why it is malformed.  Names of passes are checked when
  * the pipeline starts, with a suggestion. */
@@ -429,13 +440,7 @@ static int parse_args(int argc, char **argv, Options *o) {
       }
       o->output = argv[i];
     } else if (strncmp(a, "-D", 2) == 0) {
-      const char *def = a[2] ? a + 2 : (++i < argc ? argv[i] : NULL);
-      if (!def || o->n_defines == (int)ARRAY_LEN(o->defines) ||
-          !driver_parse_define(def, &o->defines[o->n_defines])) {
-        fprintf(stderr, "dlcc: error: -D expects NAME=INTEGER, got '%s'\n", def ? def : "");
-        return 1;
-      }
-      o->n_defines++;
+      if (!driver_take_define(argc, argv, &i, o->defines, &o->n_defines, (int)ARRAY_LEN(o->defines))) return 1;
     } else if (strncmp(a, "--model=", 8) == 0) {
       o->model = a + 8;
     } else if (strncmp(a, "--loop-bound=", 13) == 0) {

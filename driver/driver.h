@@ -15,6 +15,10 @@
 
 /* "NAME=INTEGER" -> d (d->name malloc'd). */
 bool driver_parse_define(const char *text, Define *d);
+/* argv[*i] is -D: its NAME=INTEGER (joined, -DN=4, or the next word,
+ * where *i then moves) as defs[*n], *n counting it, at most cap; false
+ * after printing why not. */
+bool driver_take_define(int argc, char **argv, int *i, Define *defs, int *n, int cap);
 
 /* Words of a command line (args.c).  "--flag=value": the value, or NULL
  * when arg is another flag. */

@@ -148,12 +148,7 @@ static int parse_args(int argc, char **argv, PlanArgs *a) {
     } else if (strcmp(arg, "--data") == 0 || strncmp(arg, "--data=", 7) == 0) {
       if (!(a->data = driver_flag_value(argc, argv, &i, "--data"))) break;
     } else if (strncmp(arg, "-D", 2) == 0) {
-      const char *def = arg[2] ? arg + 2 : (++i < argc ? argv[i] : NULL);
-      if (!def || a->n_defines == DRIVER_MAX_DEFINES || !driver_parse_define(def, &a->defines[a->n_defines])) {
-        fprintf(stderr, "dlcc: error: -D expects NAME=INTEGER, got '%s'\n", def ? def : "");
-        return 1;
-      }
-      a->n_defines++;
+      if (!driver_take_define(argc, argv, &i, a->defines, &a->n_defines, DRIVER_MAX_DEFINES)) return 1;
     } else if (arg[0] == '-' && arg[1] == 'O' && arg[2] && !arg[3]) {
       /* the estimate always compiles at -O2, as dlcc train runs */
     } else if (ignored_flag(argc, argv, &i)) {
