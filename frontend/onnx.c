@@ -415,6 +415,62 @@ void fe_onnx_print_support(FILE *f) {
 
 /* ---- graphs ---- */
 
+/* A graph input whose value a -D fixes: `-D use_cache_branch=1` makes
+ * optimum's merged decoder the with-past one at import (its If then
+ * takes that branch, whose shapes differ from the other's), as a
+ * compiled plan's shapes must be fixed anyway. */
+struct FixedInput {
+  Val *input, *value;
+  const Define *define;
+  struct FixedInput *next;
+};
+
+/* input's value when a -D NAME=VALUE names it and it is one integer or
+ * bool element (else NULL: such a -D can still bind a dim of that name),
+ * noted so that each run checks it. */
+static const Tensor *fixed_input(Imp *im, Val *input, const char *name) {
+  const TensorType *t = &input->type;
+  if (!im->opt || ir_type_numel(t) != 1 || ir_dtype_is_float(t->dtype)) return NULL;
+  for (int j = 0; j < im->opt->n_defines; j++) {
+    const Define *d = &im->opt->defines[j];
+    if (strcmp(d->name, name) != 0) continue;
+    im->dims.define_used[j] = true;
+    Val *k = ox_known_new(im, t);
+    ir_tensor_set(k->k, 0, t->dtype == TY_BOOL ? d->value != 0 : (double)d->value);
+    struct FixedInput *f = ARENA_NEW(&im->c->arena, struct FixedInput);
+    *f = (struct FixedInput){input, k, d, im->fixed};
+    im->fixed = f;
+    return k->k;
+  }
+  return NULL;
+}
+
+/* The first tensor output through a check that each fixed input has
+ * its -D's value: what the import decided from it holds for this run
+ * only then. */
+static bool check_fixed_inputs(Imp *im, const Onnx__GraphProto *gp) {
+  if (!im->fixed) return true;
+  Val *ok = NULL;
+  char names[512] = "";
+  size_t used = 0;
+  for (const struct FixedInput *f = im->fixed; f; f = f->next) {
+    Val *same = ox_op2(im, OP_EQUAL, ox_reshape(im, f->input, 0, NULL), ox_reshape(im, f->value, 0, NULL));
+    ok = ok ? ox_op2(im, OP_LOGICAL_AND, ok, same) : same;
+    used += (size_t)snprintf(names + used, used < sizeof names ? sizeof names - used : 0, "%s-D %s=%lld", used ? ", " : "",
+                             f->define->name, (long long)f->define->value);
+    if (used >= sizeof names) used = sizeof names - 1;
+  }
+  for (size_t o = 0; o < gp->n_output; o++) {
+    const char *name = gp->output[o]->name;
+    Entry *e = name && *name ? ox_find_entry(im, name) : NULL;
+    if (!e || !e->val || e->val->kind != VK_TENSOR) continue;
+    const char *msg = arena_printf(&im->c->arena, "%s: the model was compiled for %s, and this run's inputs differ",
+                                   im->file, names);
+    return ok && (e->val = ox_check_at_run_time(im, e->val, ok, msg)) != NULL;
+  }
+  return true;
+}
+
 /* A graph input's type.  A dim that is not a dim_value >= 0 is free
  * (a dim_param, "?", -1 or unset): -D or the input's given shape binds it
  * (frontend/dims.c); "?" and an empty name are no symbol, so two such
@@ -706,6 +762,7 @@ static bool import_graph(Imp *im, const Onnx__ModelProto *m) {
     e->val->name = e->name;
     e->val->held = held;
     const Tensor *hint = im->opt && im->opt->known ? ir_tensor_map_find(im->opt->known, vi->name) : NULL;
+    if (!hint) hint = fixed_input(im, e->val, vi->name);
     if (hint && ir_type_eq(&hint->type, &t)) {
       e->val->hint = hint;
       e->val->hint_flows = !ir_dtype_is_float(t.dtype);
@@ -715,6 +772,7 @@ static bool import_graph(Imp *im, const Onnx__ModelProto *m) {
   im->np = NULL;
   im->loc = (SrcLoc){0};
   if (gp->n_output == 0) return ox_bad(im, "the graph has no outputs");
+  if (!check_fixed_inputs(im, gp)) return false;
   /* A sequence or optional output flattens to its tensors, so there may
    * be more IR outputs than ONNX ones, or fewer. */
   int n_out = 0, cap_out = (int)gp->n_output;

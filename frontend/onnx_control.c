@@ -249,12 +249,19 @@ bool ox_op_if(Imp *im, ONode *n) {
         (n->out[i] = empty_or_other(im, c, t[i], e[i])))
       continue;
     if (!ir_type_eq(&t[i]->type, &e[i]->type)) {
-      char a[IR_TYPE_STR_MAX], b[IR_TYPE_STR_MAX];
+      char a[IR_TYPE_STR_MAX], b[IR_TYPE_STR_MAX], fix[400] = "";
+      /* A graph input as the condition (optimum's merged decoders'
+       * use_cache_branch): a -D gives it its value at import. */
+      const char *cname = im->np->input[0];
+      const Entry *ce = cname && *cname ? ox_find_entry(im, cname) : NULL;
+      if (ce && ce->producer < 0 && ce->scope == 0 && !ce->val->k)
+        snprintf(fix, sizeof fix, "; -D %.100s=1 or -D %.100s=0 compiles the model for one value of input '%.60s'",
+                 cname, cname, cname);
       return ox_bad(im,
                     "output %d is %s in then_branch and %s in else_branch: with a condition computed at run "
                     "time both are computed and one is selected, which needs one type (a branch in the plan is "
-                    "not supported)",
-                    i + 1, ir_type_str(&t[i]->type, a, sizeof a), ir_type_str(&e[i]->type, b, sizeof b));
+                    "not supported)%s",
+                    i + 1, ir_type_str(&t[i]->type, a, sizeof a), ir_type_str(&e[i]->type, b, sizeof b), fix);
     }
     if (t[i]->held != e[i]->held)
       return ox_bad(im, "output %d is %s in one branch and not in the other", i + 1,

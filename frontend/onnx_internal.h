@@ -72,6 +72,9 @@ typedef struct Imp {
   const SrcFile *src;
   const OnnxOptions *opt;
   DimBinder dims; /* free input dims: -D and the given inputs' shapes */
+  /* One-element integer or bool graph inputs whose value a -D fixes at
+   * import (fixed_input, onnx.c): a run checks it gives that value. */
+  struct FixedInput *fixed;
   int64_t opset;
   const char *no_onnx_opset; /* the model imports only this preview domain: no ONNX op may appear */
   /* Every ONNX name, hashed; the table doubles as it fills, so that a

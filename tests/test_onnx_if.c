@@ -664,6 +664,72 @@ START_TEST(test_loop_bounded_by_user) {
 }
 END_TEST
 
+/* y = If(c, Concat(past, x), x) of x f32[3], past f32[2], c bool[1]:
+ * branches of different shapes, as optimum's merged decoders have
+ * (use_cache_branch).  Refused with the -D that fixes c named; with
+ * -D c=1 the then branch, and a run with c false fails its check, on
+ * the reference interpreter and on emu. */
+START_TEST(test_condition_fixed_by_define) {
+  Model *b = model_new(17);
+  add_input(b, "x", 1, (const int64_t[]){3});
+  add_input(b, "past", 1, (const int64_t[]){2});
+  add_input_typed(b, "c", ONNX__TENSOR_PROTO__DATA_TYPE__BOOL, 1, (const int64_t[]){1});
+  Model *with = model_new(17), *without = model_new(17);
+  attr_i(add_node(with, "Concat", "past,x", "y1"), "axis", 0);
+  add_output(with, "y1");
+  add_node(without, "Identity", "x", "y2");
+  add_output(without, "y2");
+  Onnx__NodeProto *n = add_node(b, "If", "c", "y");
+  attr(n, "then_branch", ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__GRAPH)->g = &with->g;
+  attr(n, "else_branch", ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__GRAPH)->g = &without->g;
+  add_output(b, "y");
+  ck_assert(onnxb_import(b, NULL) == NULL);
+  ck_assert_msg(strstr(diag_text(&ctx), "; -D c=1 or -D c=0 compiles the model for one value of input 'c'"), "%s",
+                diag_text(&ctx));
+  OnnxOptions o = {.n_defines = 1, .defines = (const Define[]){{"c", 1}}};
+  Graph *g = onnxb_import(b, &o);
+  ck_assert_msg(g != NULL, "import failed:\n%s", diag_text(&ctx));
+  static const float past[2] = {7, 8};
+  const char *want = "/tmp/model.onnx: the model was compiled for -D c=1, and this run's inputs differ";
+  char why[256];
+  RtDevice *dev = rt_emu_open(why, sizeof why);
+  if (dev) rt_device_close(dev);
+  CgResult cg;
+  if (dev) ck_assert_msg(cg_compile(g, &cg), "codegen: %s", diag_text(&ctx));
+  for (uint8_t c = 0; c < 2; c++) {
+    Tensor in[3] = {{ir_type_make(TY_F32, 1, (const int64_t[]){3}), (void *)xs},
+                    {ir_type_make(TY_F32, 1, (const int64_t[]){2}), (void *)past},
+                    {ir_type_make(TY_BOOL, 1, (const int64_t[]){1}), &c}};
+    TensorMap inputs = {3, (const char *[]){"x", "past", "c"}, in};
+    Tensor y, *out = NULL;
+    char err[1024];
+    bool ok = ir_eval(g, &inputs, &params, &y, err, sizeof err);
+    if (!c) {
+      ck_assert(!ok);
+      ck_assert_str_eq(err, want);
+    } else {
+      ck_assert_msg(ok, "eval: %s", err);
+      ck_assert_int_eq(ir_type_numel(&y.type), 5);
+      ck_assert_double_eq(ir_tensor_get(&y, 1), 8);
+      ck_assert_double_eq(ir_tensor_get(&y, 4), 4);
+      ir_tensor_free(&y);
+    }
+    if (!dev) continue;
+    int st = test_run_emu_status(cg.plan, &params, &inputs, &out, err, sizeof err);
+    if (!c) {
+      ck_assert_int_eq(st, DLRT_E_CHECK);
+      ck_assert_str_eq(err, want);
+    } else {
+      ck_assert_msg(st == DLRT_OK, "emu: %s", err);
+      ck_assert_double_eq(ir_tensor_get(&out[0], 0), 7);
+      ck_assert_double_eq(ir_tensor_get(&out[0], 2), 1);
+      ir_tensor_free(&out[0]);
+      free(out);
+    }
+  }
+}
+END_TEST
+
 static Suite *if_suite(void) {
   Suite *s = suite_create("onnx_if");
   TCase *tc = tcase_create("if");
@@ -678,6 +744,7 @@ static Suite *if_suite(void) {
   tcase_add_test(tc, test_loop_counts_at_run_time);
   tcase_add_test(tc, test_run_time_loops_refused);
   tcase_add_test(tc, test_loop_bounded_by_user);
+  tcase_add_test(tc, test_condition_fixed_by_define);
   suite_add_tcase(s, tc);
   return s;
 }
