@@ -456,8 +456,8 @@ static bool check_fixed_inputs(Imp *im, const Onnx__GraphProto *gp) {
   for (const struct FixedInput *f = im->fixed; f; f = f->next) {
     Val *same = ox_op2(im, OP_EQUAL, ox_reshape(im, f->input, 0, NULL), ox_reshape(im, f->value, 0, NULL));
     ok = ok ? ox_op2(im, OP_LOGICAL_AND, ok, same) : same;
-    used += (size_t)snprintf(names + used, used < sizeof names ? sizeof names - used : 0, "%s-D %s=%lld", used ? ", " : "",
-                             f->define->name, (long long)f->define->value);
+    used += (size_t)snprintf(names + used, used < sizeof names ? sizeof names - used : 0, "%s-D %s=%lld",
+                             used ? ", " : "", f->define->name, (long long)f->define->value);
     if (used >= sizeof names) used = sizeof names - 1;
   }
   for (size_t o = 0; o < gp->n_output; o++) {

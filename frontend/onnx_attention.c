@@ -140,7 +140,8 @@ static Val *softmax_last(Imp *im, Val *x) {
  * for Q, K and V). */
 static bool fits_op(const Attn *a, const ONode *n, DType dt, int64_t S) {
   bool qk_wanted = n->n_out > 3 && n->want[3];
-  if (a->softcap > 0 || a->sink || a->left >= 0 || a->right >= 0 || a->nonpad || qk_wanted || a->softmax_dt != dt) return false;
+  if (a->softcap > 0 || a->sink || a->left >= 0 || a->right >= 0 || a->nonpad || qk_wanted || a->softmax_dt != dt)
+    return false;
   if (a->causal && a->past_k) return false;
   const TensorType *m = a->mask ? &a->mask->type : NULL;
   return !m || (m->rank >= 1 && m->dims[m->rank - 1] == S && (m->dtype == TY_BOOL || ir_dtype_is_float(m->dtype)));

@@ -35,14 +35,14 @@ static Val *in_range(Imp *im, Val *v, int64_t lo, int64_t hi, const char *what) 
   int64_t all[DL_MAX_RANK];
   for (int i = 0; i < r; i++) all[i] = i;
   Val *w = ox_cast(im, v, TY_I64);
-  Val *ok = ox_op2(im, OP_LOGICAL_AND, ox_op2s(im, OP_GREATER_EQUAL, ox_reduce(im, OP_REDUCE_MIN, w, r, all, false), (double)lo),
-                   ox_op2s(im, OP_LESS_EQUAL, ox_reduce(im, OP_REDUCE_MAX, w, r, all, false), (double)hi));
+  Val *low = ox_reduce(im, OP_REDUCE_MIN, w, r, all, false), *high = ox_reduce(im, OP_REDUCE_MAX, w, r, all, false);
+  Val *ok = ox_op2(im, OP_LOGICAL_AND, ox_op2s(im, OP_GREATER_EQUAL, low, (double)lo),
+                   ox_op2s(im, OP_LESS_EQUAL, high, (double)hi));
   char where[512];
   ox_node_str(im, where, sizeof where);
-  return ok ? ox_check_at_run_time(im, v, ok,
-                                   arena_printf(&im->c->arena, "%s: %s is out of range at run time (each must be in [%" PRId64
-                                                ", %" PRId64 "])", where, what, lo, hi))
-            : NULL;
+  const char *msg = arena_printf(&im->c->arena, "%s: %s is out of range at run time (each must be in [%" PRId64
+                                 ", %" PRId64 "])", where, what, lo, hi);
+  return ok ? ox_check_at_run_time(im, v, ok, msg) : NULL;
 }
 
 /* A float operand of x's dtype, or NULL after saying so. */
@@ -175,11 +175,14 @@ static bool window_cache(Imp *im, const Gqa *g, int64_t W, Val *past_k, Val *pas
   Val *before = resident(im, g->past_len, C, W), *after = resident(im, g->total_len, C, W);
   Val *oldest = ox_op2(im, OP_SUB, g->past_len, before); /* the position of past row 0 */
   Val *row = ox_iota_along(im, 4, 3, R);
-  /* Each row's position; a past row past the resident ones is none (-1). */
+  /* Each row's position; a past row past the resident ones holds none
+   * (valid says which do). */
   Val *in_past = ox_op2s(im, OP_LESS, row, (double)C);
-  Val *pos = ox_where(im, in_past, ox_op2(im, OP_ADD, oldest, row), ox_op2(im, OP_ADD, g->past_len, ox_op2s(im, OP_SUB, row, (double)C)));
-  Val *valid = ox_op2(im, OP_LOGICAL_AND, ox_op2(im, OP_LESS, pos, g->total_len),
-                      ox_op2(im, OP_LOGICAL_OR, ox_op2s(im, OP_GREATER_EQUAL, row, (double)C), ox_op2(im, OP_LESS, row, before)));
+  Val *pos = ox_where(im, in_past, ox_op2(im, OP_ADD, oldest, row),
+                      ox_op2(im, OP_ADD, g->past_len, ox_op2s(im, OP_SUB, row, (double)C)));
+  Val *valid = ox_op2(
+      im, OP_LOGICAL_AND, ox_op2(im, OP_LESS, pos, g->total_len),
+      ox_op2(im, OP_LOGICAL_OR, ox_op2s(im, OP_GREATER_EQUAL, row, (double)C), ox_op2(im, OP_LESS, row, before)));
   Val *qpos = ox_op2(im, OP_ADD, ox_iota_along(im, 4, 2, g->S), g->past_len);
   Val *ok = ox_op2(im, OP_LOGICAL_AND, valid, ox_op2(im, OP_LESS_EQUAL, pos, qpos));
   ok = ox_op2(im, OP_LOGICAL_AND, ok, ox_op2(im, OP_GREATER, pos, ox_op2s(im, OP_SUB, qpos, (double)W)));
@@ -247,14 +250,17 @@ bool ox_op_group_query_attention(Imp *im, ONode *n) {
   Gqa g = {.B = qt->dims[0], .S = qt->dims[1], .N = N, .Nk = Nk};
   DType dt = qt->dtype;
   if (k) {
-    if (qt->dims[2] % N) return ox_bad(im, "query's hidden size %" PRId64 " is not a multiple of %" PRId64 " heads", qt->dims[2], N);
+    if (qt->dims[2] % N)
+      return ox_bad(im, "query's hidden size %" PRId64 " is not a multiple of %" PRId64 " heads", qt->dims[2], N);
     g.H = qt->dims[2] / N;
     int64_t kv[3] = {g.B, g.S, Nk * g.H};
     if (!ox_same_dims(&k->type, 3, kv) || !ox_same_dims(&v->type, 3, kv) || k->type.dtype != dt || v->type.dtype != dt)
-      return ox_bad(im, "key and value must be [%" PRId64 ", %" PRId64 ", %" PRId64 "] of query's dtype", kv[0], kv[1], kv[2]);
+      return ox_bad(im, "key and value must be [%" PRId64 ", %" PRId64 ", %" PRId64 "] of query's dtype", kv[0], kv[1],
+                    kv[2]);
   } else {
     if (qt->dims[2] % (N + 2 * Nk))
-      return ox_bad(im, "packed query's hidden size %" PRId64 " is not a multiple of %" PRId64 " heads", qt->dims[2], N + 2 * Nk);
+      return ox_bad(im, "packed query's hidden size %" PRId64 " is not a multiple of %" PRId64 " heads", qt->dims[2],
+                    N + 2 * Nk);
     g.H = qt->dims[2] / (N + 2 * Nk);
     k = ox_slice_axis(im, q, 2, N * g.H, (N + Nk) * g.H, 1);
     v = ox_slice_axis(im, q, 2, (N + Nk) * g.H, (N + 2 * Nk) * g.H, 1);
@@ -263,7 +269,8 @@ bool ox_op_group_query_attention(Imp *im, ONode *n) {
   if (g.H < 1) return ox_bad(im, "the heads are empty");
   if ((cos_c && (!same_float(im, cos_c, q, "cos_cache") || !same_float(im, sin_c, q, "sin_cache"))) ||
       (bias_in && !ir_dtype_is_float(bias_in->type.dtype)) || (sink && !ir_dtype_is_float(sink->type.dtype)))
-    return ox_bad(im, "cos_cache, sin_cache, attention_bias and head_sink must be floats (the caches of query's dtype)");
+    return ox_bad(im,
+                  "cos_cache, sin_cache, attention_bias and head_sink must be floats (the caches of query's dtype)");
   if (q_norm && (q_norm->type.rank != 1 || q_norm->type.dims[0] != g.H || k_norm->type.rank != 1 ||
                  k_norm->type.dims[0] != g.H || !same_float(im, q_norm, q, "q_norm_weight") ||
                  !same_float(im, k_norm, q, "k_norm_weight")))
@@ -273,7 +280,8 @@ bool ox_op_group_query_attention(Imp *im, ONode *n) {
     int64_t pd[4] = {g.B, Nk, past_k->type.dims[2], g.H};
     if (past_k->type.rank != 4 || !ox_same_dims(&past_k->type, 4, pd) || !ox_same_dims(&past_v->type, 4, pd) ||
         past_k->type.dtype != dt || past_v->type.dtype != dt)
-      return ox_bad(im, "past_key and past_value must be [%" PRId64 ", %" PRId64 ", past, %" PRId64 "] of query's dtype",
+      return ox_bad(im,
+                    "past_key and past_value must be [%" PRId64 ", %" PRId64 ", past, %" PRId64 "] of query's dtype",
                     g.B, Nk, g.H);
     P = pd[2];
     if (P > KV_MAX_LENGTH) return ox_bad(im, "a past of %" PRId64 " is more than dlcc imports (%d)", P, KV_MAX_LENGTH);
@@ -283,7 +291,8 @@ bool ox_op_group_query_attention(Imp *im, ONode *n) {
   if (!ox_const_scalar(im, total_in, "total_sequence_length (present's length)", &total))
     return false;
   g.total = (int64_t)total;
-  if (g.total < 1 || (double)g.total != total) return ox_bad(im, "total_sequence_length %g is not a positive count", total);
+  if (g.total < 1 || (double)g.total != total)
+    return ox_bad(im, "total_sequence_length %g is not a positive count", total);
   if (g.total > KV_MAX_LENGTH)
     return ox_bad(im, "total_sequence_length %" PRId64 " is more than dlcc imports (%d)", g.total, KV_MAX_LENGTH);
   g.T = g.total > P ? g.total : P;
@@ -292,7 +301,8 @@ bool ox_op_group_query_attention(Imp *im, ONode *n) {
     return ox_bad(im, "a prompt after a past (sequence %" PRId64 " of %" PRId64 " in all) needs batch 1", g.S, g.total);
   if (!g.first && !past_k)
     return ox_bad(im, "a sequence of %" PRId64 " of %" PRId64 " in all needs past_key and past_value", g.S, g.total);
-  if (g.S > g.T) return ox_bad(im, "total_sequence_length %" PRId64 " is shorter than the query's %" PRId64, g.total, g.S);
+  if (g.S > g.T)
+    return ox_bad(im, "total_sequence_length %" PRId64 " is shorter than the query's %" PRId64, g.total, g.S);
   /* As onnxruntime: a past is empty or a buffer holding the total on a
    * first prompt, and holds what the total does not take from this
    * step otherwise (a windowed cache holds the window alone). */
@@ -313,8 +323,8 @@ bool ox_op_group_query_attention(Imp *im, ONode *n) {
   if (rotary) {
     int64_t half = cos_c->type.rank == 2 ? cos_c->type.dims[1] : 0;
     if (half < 1 || 2 * half > g.H || cos_c->type.dims[0] < g.total || !ox_same_dims(&sin_c->type, 2, cos_c->type.dims))
-      return ox_bad(im, "cos_cache and sin_cache must be [at least %" PRId64 " positions, at most %" PRId64 "]", g.total,
-                    g.H / 2);
+      return ox_bad(im, "cos_cache and sin_cache must be [at least %" PRId64 " positions, at most %" PRId64 "]",
+                    g.total, g.H / 2);
     Val *pos = ox_op2(im, OP_ADD, ox_iota_along(im, 2, 1, g.S),
                       g.first ? ox_scalar(im, 0, TY_I64) : ox_reshape(im, g.past_len, 2, (int64_t[]){g.B, 1}));
     pos = ox_expand(im, pos, 2, (int64_t[]){g.B, g.S});
@@ -380,13 +390,15 @@ static bool mha_inputs(Imp *im, Val *q, Val *k, Val *v, Val *bias, int64_t N, Mh
   const TensorType *qt = &q->type;
   if (qt->rank == 5) {
     if (k || v || qt->dims[2] != N || qt->dims[3] != 3)
-      return ox_bad(im, "a 5-d query packs Q, K and V as [batch, sequence, %" PRId64 ", 3, head] with no key or value", N);
+      return ox_bad(im, "a 5-d query packs Q, K and V as [batch, sequence, %" PRId64 ", 3, head] with no key or value",
+                    N);
     if (bias) return ox_bad(im, "a bias with packed Q, K and V is not supported");
     m->q = unpack(im, q, 0), m->k = unpack(im, q, 1), m->v = unpack(im, q, 2);
     return m->q && m->k && m->v;
   }
   if (qt->rank != 3 || qt->dims[2] % N)
-    return ox_bad(im, "query must be [batch, sequence, hidden] with hidden a multiple of %" PRId64 " heads, or packed 5-d", N);
+    return ox_bad(
+        im, "query must be [batch, sequence, hidden] with hidden a multiple of %" PRId64 " heads, or packed 5-d", N);
   int64_t D = qt->dims[2], H = D / N;
   if (H < 1) return ox_bad(im, "the heads are empty");
   if (!k) return ox_bad(im, "key is needed unless query packs Q, K and V");
@@ -397,7 +409,8 @@ static bool mha_inputs(Imp *im, Val *q, Val *k, Val *v, Val *bias, int64_t N, Mh
   const TensorType *kt = &k->type;
   if (kt->rank == 5) {
     if (v || kt->dims[2] != N || kt->dims[3] != 2 || kt->dims[4] != H)
-      return ox_bad(im, "a 5-d key packs K and V as [batch, sequence, %" PRId64 ", 2, %" PRId64 "] with no value", N, H);
+      return ox_bad(im, "a 5-d key packs K and V as [batch, sequence, %" PRId64 ", 2, %" PRId64 "] with no value", N,
+                    H);
     if (bias) return ox_bad(im, "a bias with packed K and V is not supported");
     m->k = unpack(im, k, 0), m->v = unpack(im, k, 1);
     return m->q && m->k && m->v;
@@ -411,7 +424,8 @@ static bool mha_inputs(Imp *im, Val *q, Val *k, Val *v, Val *bias, int64_t N, Mh
   }
   const TensorType *vt = &v->type;
   if (kt->rank != 3 || kt->dims[2] != D || vt->dims[1] != kt->dims[1] || vt->dims[2] % N)
-    return ox_bad(im, "key must be [batch, kv_sequence, %" PRId64 "] and value [batch, kv_sequence, heads * v_head]", D);
+    return ox_bad(im, "key must be [batch, kv_sequence, %" PRId64 "] and value [batch, kv_sequence, heads * v_head]",
+                  D);
   if (bias) {
     if (bias->type.dims[0] != 2 * D + vt->dims[2]) return ox_bad(im, "bias must be [%" PRId64 "]", 2 * D + vt->dims[2]);
     k = ox_op2(im, OP_ADD, k, ox_slice_axis(im, bias, 0, D, 2 * D, 1));
@@ -437,8 +451,10 @@ static Val *mha_keep(Imp *im, Val *mask, int64_t B, int64_t S, int64_t T) {
   if (t->rank == 3 && t->dims[0] == B && t->dims[1] == S && t->dims[2] == T)
     return ox_reshape(im, ox_op2s(im, OP_NOT_EQUAL, mask, 0), 4, (int64_t[]){B, 1, S, T});
   char buf[IR_TYPE_STR_MAX];
-  return ox_bad(im, "key_padding_mask %s is not supported ([%" PRId64 "] lengths, [%" PRId64 ", %" PRId64 "] or [%" PRId64
-                ", %" PRId64 ", %" PRId64 "] are)", ir_type_str(t, buf, sizeof buf), B, B, T, B, S, T),
+  return ox_bad(im,
+                "key_padding_mask %s is not supported ([%" PRId64 "] lengths, [%" PRId64 ", %" PRId64 "] or [%" PRId64
+                ", %" PRId64 ", %" PRId64 "] are)",
+                ir_type_str(t, buf, sizeof buf), B, B, T, B, S, T),
          NULL;
 }
 
@@ -467,14 +483,15 @@ bool ox_op_multi_head_attention(Imp *im, ONode *n) {
    * step brings as many keys as queries (its last row sees every key
    * otherwise): anything else is refused rather than guessed. */
   if (causal && m.k->type.dims[2] != S)
-    return ox_bad(im, "unidirectional with %" PRId64 " new keys for %" PRId64 " queries is not supported", m.k->type.dims[2],
-                  S);
+    return ox_bad(im, "unidirectional with %" PRId64 " new keys for %" PRId64 " queries is not supported",
+                  m.k->type.dims[2], S);
   if (past_k) {
     if (m.kv_given) return ox_bad(im, "a past key and value do not combine with 4-d key and value");
     int64_t pd[4] = {B, N, past_k->type.dims[2], H}, vd[4] = {B, N, past_k->type.dims[2], m.v->type.dims[3]};
     if (past_k->type.rank != 4 || !ox_same_dims(&past_k->type, 4, pd) || past_v->type.rank != 4 ||
         !ox_same_dims(&past_v->type, 4, vd) || past_k->type.dtype != dt || past_v->type.dtype != dt)
-      return ox_bad(im, "past_key and past_value must be [%" PRId64 ", %" PRId64 ", past, %" PRId64 "] of query's dtype", B,
+      return ox_bad(im,
+                    "past_key and past_value must be [%" PRId64 ", %" PRId64 ", past, %" PRId64 "] of query's dtype", B,
                     N, H);
     P = pd[2];
     if (P > KV_MAX_LENGTH) return ox_bad(im, "a past of %" PRId64 " is more than dlcc imports (%d)", P, KV_MAX_LENGTH);
@@ -493,7 +510,8 @@ bool ox_op_multi_head_attention(Imp *im, ONode *n) {
     added = ox_where(im, keep, zero, fill);
   }
   if (causal) {
-    Val *ok = ox_op2(im, OP_LESS_EQUAL, ox_iota_along(im, 4, 3, T), ox_op2s(im, OP_ADD, ox_iota_along(im, 4, 2, S), (double)P));
+    Val *ok = ox_op2(im, OP_LESS_EQUAL, ox_iota_along(im, 4, 3, T),
+                     ox_op2s(im, OP_ADD, ox_iota_along(im, 4, 2, S), (double)P));
     added = ox_where(im, ok, added ? added : zero, ox_scalar(im, -INFINITY, dt));
   }
   if (attn_bias) {
@@ -528,8 +546,8 @@ bool ox_op_ms_rotary(Imp *im, ONode *n) {
   if (heads < 0 || rdim < 0) return ox_bad(im, "num_heads and rotary_embedding_dim must not be negative");
   if (rdim && heads == 0) return ox_bad(im, "rotary_embedding_dim needs num_heads");
   const TensorType *xt = &x->type;
-  if (cos_c->type.rank != 2 || !ox_same_dims(&sin_c->type, 2, cos_c->type.dims) || !same_float(im, cos_c, x, "cos_cache") ||
-      !same_float(im, sin_c, x, "sin_cache"))
+  if (cos_c->type.rank != 2 || !ox_same_dims(&sin_c->type, 2, cos_c->type.dims) ||
+      !same_float(im, cos_c, x, "cos_cache") || !same_float(im, sin_c, x, "sin_cache"))
     return ox_bad(im, "cos_cache and sin_cache must be 2-d [positions, rotary_embedding_dim / 2] of the input's dtype");
   int64_t half = cos_c->type.dims[1];
   if (half < 1) return ox_bad(im, "cos_cache is empty");
@@ -542,7 +560,8 @@ bool ox_op_ms_rotary(Imp *im, ONode *n) {
     if (heads > 0 && xt->dims[2] % heads)
       return ox_bad(im, "hidden size %" PRId64 " is not a multiple of num_heads %" PRId64, xt->dims[2], heads);
     int64_t H = heads > 0 ? xt->dims[2] / heads : 2 * half;
-    if (H < 1 || xt->dims[2] % H) return ox_bad(im, "hidden size %" PRId64 " does not split into heads of %" PRId64, xt->dims[2], H);
+    if (H < 1 || xt->dims[2] % H)
+      return ox_bad(im, "hidden size %" PRId64 " does not split into heads of %" PRId64, xt->dims[2], H);
     h = heads_of(im, x, xt->dims[2] / H, H);
   } else {
     return ox_bad(im, "input must be 3-d [batch, sequence, hidden] or 4-d [batch, heads, sequence, head]");
@@ -550,8 +569,9 @@ bool ox_op_ms_rotary(Imp *im, ONode *n) {
   if (!h) return false;
   int64_t B = h->type.dims[0], S = h->type.dims[1], H = h->type.dims[3];
   if (rdim != 2 * half || rdim > H || (!given_rdim && rdim != H))
-    return ox_bad(im, "rotary_embedding_dim %" PRId64 " must be twice the caches' %" PRId64 " and at most the head size %" PRId64,
-                  rdim, half, H);
+    return ox_bad(
+        im, "rotary_embedding_dim %" PRId64 " must be twice the caches' %" PRId64 " and at most the head size %" PRId64,
+        rdim, half, H);
   const TensorType *pt = &pos->type;
   if (ir_dtype_is_float(pt->dtype)) return ox_bad(im, "position_ids must be integers");
   Val *at = ox_cast(im, pos, TY_I64);

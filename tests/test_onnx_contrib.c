@@ -330,8 +330,10 @@ START_TEST(test_quantized_bert_ops) {
   add_input_typed(b, "I", ONNX__TENSOR_PROTO__DATA_TYPE__INT32, 2, (const int64_t[]){1, 3});
   add_init_raw(b, "WE", ONNX__TENSOR_PROTO__DATA_TYPE__UINT8, 2, (const int64_t[]){5, 4}, word, 20);
   add_init_raw(b, "PE", ONNX__TENSOR_PROTO__DATA_TYPE__UINT8, 2, (const int64_t[]){3, 4}, pos, 12);
-  add_init_raw(b, "G", ONNX__TENSOR_PROTO__DATA_TYPE__UINT8, 1, (const int64_t[]){4}, (const uint8_t[]){200, 100, 150, 250}, 4);
-  add_init_raw(b, "B", ONNX__TENSOR_PROTO__DATA_TYPE__UINT8, 1, (const int64_t[]){4}, (const uint8_t[]){10, 128, 90, 200}, 4);
+  add_init_raw(b, "G", ONNX__TENSOR_PROTO__DATA_TYPE__UINT8, 1, (const int64_t[]){4},
+               (const uint8_t[]){200, 100, 150, 250}, 4);
+  add_init_raw(b, "B", ONNX__TENSOR_PROTO__DATA_TYPE__UINT8, 1, (const int64_t[]){4},
+               (const uint8_t[]){10, 128, 90, 200}, 4);
   static const char *const scales[4] = {"WS", "PS", "GS", "BS"}, *const zps[4] = {"WZ", "PZ", "GZ", "BZ"};
   static const float scale[4] = {0.01f, 0.02f, 0.005f, 0.003f};
   static const uint8_t zp[4] = {128, 100, 0, 128};
