@@ -322,6 +322,7 @@ static const OpEntry microsoft_ops[] = {
     {"QLinearMul", ox_op_qlinear_binary, NULL},
     {"QLinearSigmoid", ox_op_qlinear_unary, NULL},
     {"QuickGelu", ox_op_quick_gelu, NULL},
+    {"RelativePositionBias", ox_op_relative_position_bias, "T5's; query_length = key_length, known at import"},
     {"RotaryEmbedding", ox_op_ms_rotary, "position_ids [1] or [B, S]; no packed batching"},
     {"SkipLayerNormalization", ox_op_skip_layer_norm, "no mean or inverse deviation output"},
     {"SkipSimplifiedLayerNormalization", ox_op_skip_layer_norm, "no mean or inverse deviation output"},
@@ -362,6 +363,7 @@ static const struct {
      "optimizer Attention, EmbedLayerNormalization, Gelu, BiasGelu, FastGelu, QuickGelu, SkipLayerNormalization and "
      "SkipSimplifiedLayerNormalization, its graph optimizer's FusedConv, FusedGemm, FusedMatMul, TransposeMatMul, "
      "DynamicQuantizeMatMul and MatMulIntegerToFloat, quantize_dynamic's QAttention and QEmbedLayerNormalization, "
+     "T5's RelativePositionBias, "
      "the LLM exporters' GroupQueryAttention, MultiHeadAttention and RotaryEmbedding, "
      "and MatMulNBits, are)",
      microsoft_ops, ARRAY_LEN(microsoft_ops)},

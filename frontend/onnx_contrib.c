@@ -335,3 +335,51 @@ bool ox_op_fused_matmul(Imp *im, ONode *n) {
   if (y && alpha != 1) y = ox_narrow(im, ox_op2s(im, OP_MUL, ox_widen(im, y), alpha), y->type.dtype);
   return (n->out[0] = y) != NULL;
 }
+
+/* T5's relative position bucket of a key j positions after its query
+ * (before it when negative), as onnxruntime's kernel computes it: half
+ * the buckets for each direction when bidirectional (|j| otherwise),
+ * exact below half of those, logarithmic up to max_distance, in f32. */
+static int64_t t5_bucket(int64_t rel, int64_t buckets, bool bidirectional, int64_t max_distance) {
+  int64_t bucket = 0;
+  if (bidirectional) {
+    buckets /= 2;
+    if (rel > 0) bucket += buckets;
+  }
+  rel = rel < 0 ? -rel : rel;
+  int64_t exact = buckets / 2;
+  if (rel < exact) return bucket + rel;
+  int64_t large = exact + (int64_t)(logf((float)rel / (float)exact) / logf((float)max_distance / (float)exact) *
+                                    (float)(buckets - exact));
+  return bucket + (large < buckets - 1 ? large : buckets - 1);
+}
+
+/* RelativePositionBias (T5 through onnxruntime's optimizer): [1, heads,
+ * L, L] of the bias table at each (query, key) pair's bucket.  The
+ * table is declared [buckets, heads] but its data is head-major, as
+ * onnxruntime's kernel reads it. */
+bool ox_op_relative_position_bias(Imp *im, ONode *n) {
+  Val *table = ox_in_req(im, n, 0), *qv = ox_in_req(im, n, 1), *kv = ox_in_req(im, n, 2);
+  int64_t max_distance, bidirectional;
+  double ql, kl;
+  if (!table || !qv || !kv || !ox_attr_int(im, "max_distance", 0, &max_distance) ||
+      !ox_attr_int(im, "is_bidirectional", 0, &bidirectional) || !ox_need_float_in(im, table) ||
+      !ox_const_scalar(im, qv, "query_length", &ql) || !ox_const_scalar(im, kv, "key_length", &kl))
+    return false;
+  const TensorType *t = &table->type;
+  if (t->rank != 2 || t->dims[0] < 2 || t->dims[1] < 1) return ox_bad(im, "bias_table must be [buckets, heads]");
+  int64_t buckets = t->dims[0], heads = t->dims[1], L = (int64_t)ql;
+  if (ql != kl) return ox_bad(im, "query_length %g and key_length %g differ (self attention only)", ql, kl);
+  if (ql < 1 || (double)L != ql || L > im->fold_max / L)
+    return ox_bad(im, "query_length %g is not a count dlcc builds a table for", ql);
+  if (max_distance <= buckets / (bidirectional ? 4 : 2))
+    return ox_bad(im, "max_distance %" PRId64 " must exceed the exact buckets (%" PRId64 ")", max_distance,
+                  buckets / (bidirectional ? 4 : 2));
+  TensorType it = ir_type_make(TY_I64, 2, (int64_t[]){L, L});
+  Val *idx = ox_known_new(im, &it);
+  for (int64_t i = 0; i < L; i++)
+    for (int64_t j = 0; j < L; j++)
+      ((int64_t *)idx->k->data)[i * L + j] = t5_bucket(j - i, buckets, bidirectional != 0, max_distance);
+  Val *per_head = ox_gather(im, ox_reshape(im, table, 2, (int64_t[]){heads, buckets}), idx, 1);
+  return (n->out[0] = ox_reshape(im, per_head, 4, (int64_t[]){1, heads, L, L})) != NULL;
+}

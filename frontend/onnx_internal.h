@@ -352,7 +352,8 @@ Val *ox_rotate(Imp *im, Val *h, Val *cos_bs, Val *sin_bs, int64_t rdim, bool int
  * unidirectional, from the node's attributes (onnx_contrib.c). */
 bool ox_ms_attention_of(Imp *im, ONode *n, Val *proj, Val *mask_index, Val *past, Val *attn_bias);
 OpFn ox_op_ms_gelu, ox_op_quick_gelu, ox_op_skip_layer_norm, ox_op_simplified_layer_norm, ox_op_ms_attention,
-    ox_op_embed_layer_norm, ox_op_matmul_nbits, ox_op_fused_conv, ox_op_fused_gemm, ox_op_fused_matmul;
+    ox_op_embed_layer_norm, ox_op_matmul_nbits, ox_op_fused_conv, ox_op_fused_gemm, ox_op_fused_matmul,
+    ox_op_relative_position_bias;
 /* (onnx_contrib.c, above; onnx_kv_cache.c, below) */
 OpFn ox_op_group_query_attention, ox_op_multi_head_attention, ox_op_ms_rotary; /* onnx_kv_cache.c */
 OpFn ox_op_tree_ensemble, ox_op_tree_ensemble_regressor, ox_op_tree_ensemble_classifier; /* onnx_trees.c */

@@ -354,8 +354,41 @@ START_TEST(test_quantized_bert_ops) {
 }
 END_TEST
 
+/* RelativePositionBias (T5 through onnxruntime's optimizer) over a
+ * head-major table whose value is 10 head + bucket, so the output shows
+ * each pair's bucket: Hugging Face's T5Attention._relative_position_bucket
+ * for 8 buckets, max_distance 10, L = 6 (bidirectional everywhere;
+ * causal where the key is not after the query, the part a decoder's
+ * mask leaves). */
+START_TEST(test_relative_position_bias) {
+  static const int64_t hf[2][36] = {
+      {0, 5, 6, 6, 6, 7, 1, 0, 5, 6, 6, 6, 2, 1, 0, 5, 6, 6, 2, 2, 1, 0, 5, 6, 2, 2, 2, 1, 0, 5, 3, 2, 2, 2, 1, 0},
+      {0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 2, 1, 0, 0, 0, 0, 3, 2, 1, 0, 0, 0, 4, 3, 2, 1, 0, 0, 4, 4, 3, 2, 1, 0}};
+  float table[16];
+  for (int i = 0; i < 16; i++) table[i] = (float)(10 * (i / 8) + i % 8);
+  for (int bidirectional = 1; bidirectional >= 0; bidirectional--) {
+    Model *b = model_new(17);
+    add_input(b, "T", 2, (const int64_t[]){8, 2});
+    add_init_i64(b, "L", 1, (const int64_t[]){6});
+    Onnx__NodeProto *n = add_node(b, "RelativePositionBias", "T,L,L", "Y");
+    n->domain = str("com.microsoft");
+    attr_i(n, "max_distance", 10);
+    attr_i(n, "is_bidirectional", bidirectional);
+    add_output(b, "Y");
+    Tensor y = onnxb_run1(must_import(b), "T", 2, (const int64_t[]){8, 2}, table);
+    ck_assert(onnxb_same_dims(&y.type, 4, (const int64_t[]){1, 2, 6, 6}));
+    for (int h = 0; h < 2; h++)
+      for (int i = 0; i < 6; i++)
+        for (int j = 0; j <= (bidirectional ? 5 : i); j++)
+          ck_assert_double_eq(ir_tensor_get(&y, (h * 6 + i) * 6 + j), 10 * h + hf[!bidirectional][i * 6 + j]);
+    ir_tensor_free(&y);
+  }
+}
+END_TEST
+
 int main(void) {
   const TTest *tests[] = {test_contrib_ops, test_ms_attention_and_embeddings, test_matmul_nbits, test_fused_ops,
-                          test_dynamic_quantize_matmul, test_quantized_bert_ops};
+                          test_dynamic_quantize_matmul, test_quantized_bert_ops,
+                          test_relative_position_bias};
   return onnxb_run_suite("onnx_contrib", (int)ARRAY_LEN(tests), tests);
 }
