@@ -372,9 +372,10 @@ bool ox_op_relative_position_bias(Imp *im, ONode *n) {
   if (ql != kl) return ox_bad(im, "query_length %g and key_length %g differ (self attention only)", ql, kl);
   if (ql < 1 || (double)L != ql || L > im->fold_max / L)
     return ox_bad(im, "query_length %g is not a count dlcc builds a table for", ql);
-  if (max_distance <= buckets / (bidirectional ? 4 : 2))
-    return ox_bad(im, "max_distance %" PRId64 " must exceed the exact buckets (%" PRId64 ")", max_distance,
-                  buckets / (bidirectional ? 4 : 2));
+  int64_t exact = buckets / (bidirectional ? 4 : 2);
+  if (exact < 1) return ox_bad(im, "%" PRId64 " buckets leave none exact", buckets);
+  if (max_distance <= exact)
+    return ox_bad(im, "max_distance %" PRId64 " must exceed the exact buckets (%" PRId64 ")", max_distance, exact);
   TensorType it = ir_type_make(TY_I64, 2, (int64_t[]){L, L});
   Val *idx = ox_known_new(im, &it);
   for (int64_t i = 0; i < L; i++)
