@@ -1166,10 +1166,10 @@ static Val *codes_f32(Imp *im, Val *q, Val *scale, Val *zp) {
   if (!q) return NULL;
   if (q->type.dtype != TY_U8 && q->type.dtype != TY_I8)
     return ox_bad(im, "quantized tables must be UINT8 or INT8, got %s", ir_dtype_name(q->type.dtype)), NULL;
-  if (!scale || !ox_need_float_in(im, scale)) return NULL;
-  Val *x = ox_cast(im, q, TY_F32);
-  if (zp) x = ox_op2(im, OP_SUB, x, ox_cast(im, zp, TY_F32));
-  return ox_op2(im, OP_MUL, x, scale);
+  if (!scale) return NULL;
+  if (scale->type.dtype != TY_F32)
+    return ox_bad(im, "quantized tables' scales must be FLOAT, got %s", ir_dtype_name(scale->type.dtype)), NULL;
+  return dequantize_elementwise(im, q, scale, zp);
 }
 
 /* QEmbedLayerNormalization: EmbedLayerNormalization of its tables'
