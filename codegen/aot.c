@@ -387,7 +387,7 @@ static void put_step(FILE *f, const RtStep *s, uint32_t *arg_at) {
       put_i64(f, g->stride_bias);
     }
     fputs("}},\n", f);
-  } else if (s->kind == RT_STEP_BRANCH) {
+  } else if (s->kind == RT_STEP_BRANCH || s->kind == RT_STEP_REPEAT) {
     fputs(",\n   .branch = {.cond = ", f);
     put_ref(f, s->branch.cond);
     fprintf(f, ", .when = %" PRIu32 "u, .skip = %" PRIu32 "u}},\n", s->branch.when, s->branch.skip);

@@ -789,6 +789,10 @@ const struct CgOptions *cg_options(CgBuild *b);
 
 /* lower_kernels.c: appends n's steps; false after reporting an error. */
 bool cg_lower_node(CgBuild *b, const Node *n);
+/* A loop_begin (its enter in memory, each init copied to its carried
+ * value) or a loop_end (each carried value copied to its result); the
+ * steps between are plan_build.c's (close_loop). */
+bool cg_lower_loop(CgBuild *b, const Node *n);
 /* matmul n's GEMMs writing rc, adding beta times what rc holds (0 or 1):
  * a sum of products accumulated in place (lower_gemm.c, for fuse_lower.c). */
 bool cg_lower_matmul_into(CgBuild *b, const Node *n, RtRef rc, float beta);

@@ -256,6 +256,8 @@ bool cg_lower_node(CgBuild *b, const Node *n) {
     case OP_UNIQUE: return lower_unique(b, n);
     case OP_IOTA: return lower_iota(b, n);
     case OP_CHECK: return lower_check(b, n);
+    case OP_LOOP_BEGIN:
+    case OP_LOOP_END: return cg_lower_loop(b, n);
     case OP_LSTM:
     case OP_GRU: return lower_rnn(b, n);
     case OP_LSTM_BPTT:

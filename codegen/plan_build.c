@@ -83,6 +83,9 @@ struct CgBuild {
   int open_step[MAX_BRANCH_DEPTH];
   int n_open;
   bool *done;
+  /* By node id: a loop_begin's loop_end (ir/loop.c), which a loop's
+   * frame closes with. */
+  const Node **loop_end_of;
 
   RtTensorDesc *weights, *inputs, *outputs;
   int n_weights, n_inputs;
@@ -590,7 +593,8 @@ static int step_refs(CgBuild *b, RtSpace space, StepRef *out) {
         ADD(st->copy.src);
         ADD(st->copy.dst);
         break;
-      case RT_STEP_BRANCH: ADD(st->branch.cond); break;
+      case RT_STEP_BRANCH:
+      case RT_STEP_REPEAT: ADD(st->branch.cond); break;
     }
   }
 #undef ADD
@@ -655,6 +659,17 @@ static void plan_memory(CgBuild *b) {
     CgBuffer *buf = &b->buffers[k];
     if (!used[k]) buf->lower = s, used[k] = true;
     buf->upper = s + 1;
+  }
+  /* What a loop's steps read and an earlier step wrote (its carried
+   * values, what its body reads from before it) lives until the loop's
+   * last step: every step of the loop reads it again.  Inner loops end
+   * first, so an outer one extends what they did. */
+  for (int r = 0; r < b->n_steps; r++) {
+    if (b->steps[r].kind != RT_STEP_REPEAT) continue;
+    int first = r - (int)b->steps[r].branch.skip;
+    for (int k = 0; k < nb; k++)
+      if (used[k] && b->buffers[k].lower < first && b->buffers[k].upper > first && b->buffers[k].upper < r + 1)
+        b->buffers[k].upper = r + 1;
   }
   int *parent = ARENA_ARRAY(a, int, nb + 1);
   int64_t *gu = ARENA_ARRAY(a, int64_t, nb + 1); /* a merged group's end, at its root */
@@ -803,7 +818,7 @@ bool cg_check_memory(const CgResult *r, char *err, size_t len) {
       if (st->gemm.epilogue) refs[nr++] = st->gemm.bias;
     }
     if (st->kind == RT_STEP_COPY || st->kind == RT_STEP_ALLREDUCE) refs[0] = st->copy.src, refs[1] = st->copy.dst, nr = 2;
-    if (st->kind == RT_STEP_BRANCH) refs[0] = st->branch.cond, nr = 1;
+    if (st->kind == RT_STEP_BRANCH || st->kind == RT_STEP_REPEAT) refs[0] = st->branch.cond, nr = 1;
     for (uint32_t q = 0; q < n_args + (uint32_t)nr && ok; q++) {
       RtRef ref;
       if (q < n_args) {
@@ -1702,19 +1717,26 @@ static const Guard *branchable(CgBuild *b, const Guard *gd) {
   const Guard *keep = gd;
   for (const Guard *f = gd; f; f = f->outer) {
     const Node *d = f->cond->def;
+    if (f->loop) continue; /* its loop_begin put enter in memory (cg_lower_loop) */
     bool ready = ir_ops[d->op].cls == K_SOURCE ? d->op != OP_CONST : b->done[d->id];
     if (!ready || !cg_has_ref(b, f->cond) || f->depth > MAX_BRANCH_DEPTH) keep = f->outer;
   }
   return keep;
 }
 
+static void rotate_steps(CgBuild *b, int mark, int k);
+static int close_loop(CgBuild *b, const Guard *f, int at, int end);
+
 /* Ends the open branches past the first keep: each skips the steps
- * from it up to step end. */
-static void close_branches(CgBuild *b, int keep, int end) {
+ * from it up to step end, a loop's after the steps that end its step
+ * (close_loop), put at end.  Returns where the steps at end now are. */
+static int close_branches(CgBuild *b, int keep, int end) {
   while (b->n_open > keep) {
     int at = b->open_step[--b->n_open];
+    if (b->open[b->n_open]->loop) end = close_loop(b, b->open[b->n_open], at, end);
     b->steps[at].branch.skip = (uint32_t)(end - at - 1);
   }
+  return end;
 }
 
 /* Steps [mark, n_steps) rotated by k: the last k first. */
@@ -1751,7 +1773,7 @@ static int place_in_branches(CgBuild *b, const Node *n, const CgGroup *grp, int 
   for (const Guard *f = gd; f; f = f->outer) chain[--i] = f;
   int keep = 0;
   while (keep < b->n_open && keep < depth && b->open[keep] == chain[keep]) keep++;
-  close_branches(b, keep, mark);
+  mark = close_branches(b, keep, mark);
   for (i = keep; i < depth; i++) {
     RtStep *s = add_step(b, RT_STEP_BRANCH, n, "branch");
     s->branch = (RtBranch){.cond = cg_ref(b, chain[i]->cond), .when = chain[i]->when};
@@ -1786,6 +1808,64 @@ static void lower_nodes(CgBuild *b, CgGroup **groups, bool init) {
     }
   }
   close_branches(b, 0, b->n_steps);
+}
+
+/* ---- loops of the plan (ir/loop.c): a branch on enter around the
+ * body's steps, which end with the next values' copies over the carried
+ * ones and a repeat while keep holds ---- */
+
+/* Refs of one buffer name the same bytes (before the planner, a ref is
+ * its buffer's slot and an offset in it). */
+static bool same_bytes(RtRef a, RtRef b) { return a.space == b.space && a.index == b.index && a.offset == b.offset; }
+
+/* v's bytes are one of loop_begin bg's carried values', which the step's
+ * copies overwrite. */
+static bool reads_carried(CgBuild *b, const Node *bg, const Value *v) {
+  RtRef r = cg_ref(b, v);
+  for (int i = 0; i < bg->n_out; i++)
+    if (same_bytes(r, cg_ref(b, &bg->out[i]))) return true;
+  return false;
+}
+
+/* The steps that end a step of loop frame f (BRANCH at step at), put at
+ * end: each next value over its carried value (a next that is itself a
+ * carried value, as a body that swaps two gives, through scratch first,
+ * and keep too), then the repeat, back to the step after at. */
+static int close_loop(CgBuild *b, const Guard *f, int at, int end) {
+  const Node *bg = f->loop, *e = b->loop_end_of[bg->id];
+  int k = e->n_out, from = b->n_steps;
+  RtRef *src = ARENA_ARRAY(&b->ctx->arena, RtRef, k + 2);
+  for (int i = 0; i <= k; i++) {
+    const Value *v = e->in[k + i]; /* keep, then the nexts */
+    src[i] = cg_ref(b, v);
+    if (reads_carried(b, bg, v) && !(i > 0 && v == &bg->out[i - 1])) {
+      RtRef s = cg_scratch(b, e, value_bytes(v));
+      cg_copy(b, e, "next", s, src[i], value_bytes(v));
+      src[i] = s;
+    }
+  }
+  for (int i = 0; i < k; i++) {
+    RtRef c = cg_ref(b, &bg->out[i]);
+    if (!same_bytes(c, src[1 + i])) cg_copy(b, e, "next", c, src[1 + i], value_bytes(&bg->out[i]));
+  }
+  RtStep *s = add_step(b, RT_STEP_REPEAT, e, "repeat");
+  int added = b->n_steps - from;
+  s->branch = (RtBranch){.cond = src[0], .when = 1, .skip = (uint32_t)(end + added - 1 - (at + 1))};
+  rotate_steps(b, end, added);
+  return end + added;
+}
+
+bool cg_lower_loop(CgBuild *b, const Node *n) {
+  if (n->op == OP_LOOP_BEGIN) {
+    cg_ref(b, n->in[0]); /* the branch into the body reads it, a const too */
+    for (int i = 0; i < n->n_out; i++)
+      cg_copy(b, n, "init", cg_ref(b, &n->out[i]), cg_ref(b, n->in[1 + i]), value_bytes(&n->out[i]));
+  } else {
+    const Node *bg = n->in[0]->def;
+    for (int i = 0; i < n->n_out; i++)
+      cg_copy(b, n, "result", cg_ref(b, &n->out[i]), cg_ref(b, &bg->out[i]), value_bytes(&n->out[i]));
+  }
+  return true;
 }
 
 /* Init steps see the weights, the derived region and arena values of
@@ -1833,6 +1913,9 @@ static bool build(Graph *g, const CgOptions *o, uint64_t chain_bound, CgResult *
   b->value = ARENA_ARRAY(&c->arena, const Value *, b->n_values + 1);
   b->unshaped = ARENA_ARRAY(&c->arena, const Value *, b->n_values + 1);
   b->done = ARENA_ARRAY(&c->arena, bool, (g->last ? g->last->id : 0) + 2);
+  b->loop_end_of = ARENA_ARRAY(&c->arena, const Node *, (g->last ? g->last->id : 0) + 2);
+  for (Node *n = g->first; n; n = n->next)
+    if (n->op == OP_LOOP_END) b->loop_end_of[n->in[0]->def->id] = n;
   for (Node *n = g->first; n; n = n->next)
     for (int i = 0; i < n->n_out; i++) {
       const Value *v = &n->out[i];

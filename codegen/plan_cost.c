@@ -216,7 +216,8 @@ static IrCost step_cost(const RtStep *s, const CgStepNote *note) {
     case RT_STEP_GEMM: return gemm_cost(&s->gemm);
     case RT_STEP_COPY:
     case RT_STEP_ALLREDUCE: return (IrCost){0, 2 * (double)s->copy.nbytes};
-    case RT_STEP_BRANCH: return (IrCost){0, 1}; /* the condition's byte */
+    case RT_STEP_BRANCH:
+    case RT_STEP_REPEAT: return (IrCost){0, 1}; /* the condition's byte */
     default: return (IrCost){0, note->bytes};
   }
 }

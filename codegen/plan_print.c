@@ -116,6 +116,12 @@ static void print_step(FILE *f, const RtPlan *p, const RtStep *s, const IrCost *
       fprintf(f, " is %s: skip %" PRIu32 " step%s", s->branch.when ? "true" : "false", s->branch.skip,
               s->branch.skip == 1 ? "" : "s");
       break;
+    case RT_STEP_REPEAT:
+      fputs("repeat while ", f);
+      cg_print_ref(f, s->branch.cond);
+      fprintf(f, " is %s: back %" PRIu32 " step%s", s->branch.when ? "true" : "false", s->branch.skip,
+              s->branch.skip == 1 ? "" : "s");
+      break;
     default: fprintf(f, "step kind %" PRIu32, s->kind);
   }
   /* A label may quote a model's names (a plan read from a model.so): one line, whatever they hold. */
@@ -202,6 +208,7 @@ static const char *step_note(Arena *a, const RtStep *s, IrCost c, bool init) {
                                               s->gemm.k);
       break;
     case RT_STEP_BRANCH: what = "branch"; break;
+    case RT_STEP_REPEAT: what = "repeat"; break;
     default:
       what = s->kind != RT_STEP_ALLREDUCE           ? "copy"
              : s->copy.reduce == RT_REDUCE_SUM ? "allreduce_sum"

@@ -125,6 +125,8 @@ static const OpCost op_cost[] = {
     [OP_LOGICAL_XOR] = {RULE_LINEAR, 0, 1},
     [OP_WHERE] = {RULE_LINEAR, 0, 1},
     [OP_CHECK] = {RULE_LINEAR, 0, 0},
+    [OP_LOOP_BEGIN] = {RULE_LINEAR, 0, 0}, /* copies; a step's body costs its own */
+    [OP_LOOP_END] = {RULE_LINEAR, 0, 0},
     /* A reduction combines each input element into its accumulator once;
      * a mean then divides each result. */
     [OP_REDUCE_SUM] = {RULE_LINEAR, 1, 0},

@@ -138,6 +138,10 @@ static bool eval_node(Eval *e, const Node *n, Tensor *const *in, Tensor *out,
     case OP_ISINF:
     case OP_LOGICAL_NOT: return eval_bool_unary(n, in[0], out);
     case OP_WHERE: return eval_where(in[0], in[1], in[2], out);
+    case OP_LOOP_BEGIN: /* the carried values' first step; eval_graph runs the body */
+      for (int i = 0; i < n->n_out; i++) memcpy(out[i].data, in[i + 1]->data, ir_tensor_nbytes(&out[i].type));
+      return true;
+    case OP_LOOP_END: break; /* eval_graph's */
     case OP_CHECK: /* the message is whole: no location or op name before it */
       if (get_i(in[1], 0) == 0) {
         snprintf(e->err, e->errlen, "%s", ir_attr_str(n, "message"));
@@ -243,6 +247,7 @@ static Slot *cond_slot(Slot *slots, int nvals, const Guard *f) {
  * steps. */
 static bool guard_holds(Slot *slots, int nvals, const Node *n) {
   for (const Guard *f = n->guard; f; f = f->outer) {
+    if (f->loop) continue; /* eval_graph enters loops */
     const Slot *s = cond_slot(slots, nvals, f);
     if (s && s->ready && s->t.data && (((const unsigned char *)s->t.data)[0] != 0) != f->when) return false;
   }
@@ -275,7 +280,7 @@ static bool check_node(Eval *e, const Node *n) {
       return fail(e, "result %d has an invalid type", i);
   }
   if (!info->shape) return true;
-  TensorType want[8];
+  TensorType want[IR_MAX_RESULTS];
   char msg[256];
   memset(want, 0, sizeof want);
   if (!info->shape(n, want, msg, sizeof msg)) return fail(e, "%s", msg);
@@ -311,30 +316,40 @@ static bool eval_graph(Graph *g, const TensorMap *inputs, const TensorMap *param
   Eval e = {.err = err, .errlen = errlen, .comm = comm};
   if (errlen) err[0] = 0;
   for (int i = 0; i < g->n_outputs; i++) outputs[i] = (Tensor){0};
-  ir_number(g);
+  /* Loops: each body in one piece before its loop_end, which sends the
+   * walk back to the body's first node while keep holds. */
+  IrLoops loops;
+  if (!ir_loops_order(g, &loops, err, errlen)) return false;
   int nvals = 0, nnodes = 0;
   for (Node *n = g->first; n; n = n->next) nvals += n->n_out, nnodes++;
   Slot *slots = calloc((size_t)nvals + 1, sizeof(Slot));
+  Node **at = calloc((size_t)nnodes + 1, sizeof *at);
+  int *loop_index = calloc((size_t)nnodes + 1, sizeof *loop_index); /* a loop_begin's or loop_end's loop */
+  bool *entered = calloc((size_t)loops.n + 1, sizeof *entered);
   TensorMapIndex in_ix, param_ix;
   bool indexed = ir_tensor_map_index(&in_ix, inputs);
   if (indexed && !ir_tensor_map_index(&param_ix, params)) {
     ir_tensor_map_index_free(&in_ix);
     indexed = false;
   }
-  if (!slots || !indexed) {
-    free(slots);
+  if (!slots || !at || !loop_index || !entered || !indexed) {
+    free(slots), free(at), free(loop_index), free(entered);
     if (indexed) ir_tensor_map_index_free(&in_ix), ir_tensor_map_index_free(&param_ix);
     return fail(&e, "out of memory");
   }
-  for (Node *n = g->first; n; n = n->next)
+  for (Node *n = g->first; n; n = n->next) {
+    at[n->id] = n;
     for (int i = 0; i < n->n_out; i++) {
       slots[n->out[i].id].v = &n->out[i];
       slots[n->out[i].id].last_use = -1;
     }
+  }
+  for (int l = 0; l < loops.n; l++) loop_index[loops.begin[l]->id] = loop_index[loops.end[l]->id] = l;
   bool ok = true;
-  /* Last uses, so intermediates die as soon as they can. */
-  int k = 0;
-  for (Node *n = g->first; n && ok; n = n->next, k++)
+  /* Last uses, so intermediates die as soon as they can: a value read
+   * in a loop's body that the body does not compute lives to the end
+   * of the loop (every step reads it). */
+  for (Node *n = g->first; n && ok; n = n->next)
     for (int i = 0; i < n->n_in; i++) {
       const Value *v = n->in[i];
       if (!v || v->id < 0 || v->id >= nvals || slots[v->id].v != v) {
@@ -342,13 +357,18 @@ static bool eval_graph(Graph *g, const TensorMap *inputs, const TensorMap *param
         ok = fail(&e, "operand %d is not defined in the graph", i);
         break;
       }
-      slots[v->id].last_use = k;
+      int last = n->id, d = v->def->id;
+      for (int l = loops.of[n->id]; l >= 0; l = loops.outer[l]) {
+        bool inside = false;
+        for (int m = loops.of[d]; m >= 0 && !inside; m = loops.outer[m]) inside = m == l;
+        if (!inside) last = loops.end[l]->id;
+      }
+      if (slots[v->id].last_use < last) slots[v->id].last_use = last;
     }
-  k = 0;
-  for (Node *n = g->first; n && ok; n = n->next, k++)
+  for (Node *n = g->first; n && ok; n = n->next)
     for (const Guard *f = n->guard; f; f = f->outer) {
       Slot *s = cond_slot(slots, nvals, f);
-      if (s && s->last_use < k) s->last_use = k;
+      if (s && s->last_use < n->id) s->last_use = n->id;
     }
   for (int i = 0; i < g->n_outputs && ok; i++) {
     const Value *v = g->outputs[i];
@@ -357,10 +377,55 @@ static bool eval_graph(Graph *g, const TensorMap *inputs, const TensorMap *param
     else
       slots[v->id].is_output = true;
   }
-  k = 0;
   Tensor *in[64], **inp = in;
-  for (Node *n = g->first; n && ok; n = n->next, k++) {
+  for (int k = 0; k < nnodes && ok; k++) {
+    Node *n = at[k];
     e.node = n;
+    if (n->op == OP_LOOP_END) {
+      /* The body's step is done: its next values become the carried
+       * ones; another step while keep holds, else the results. */
+      int l = loop_index[k];
+      Node *b = loops.begin[l];
+      bool again = false;
+      if (entered[l]) {
+        for (int i = 0; i < n->n_in && ok; i++)
+          if (!slots[n->in[i]->id].ready) ok = fail(&e, "operand %d is used before it is computed", i);
+        again = ok && get_i(&slots[n->in[n->n_out]->id].t, 0) != 0;
+        /* all at once: a next may be another carried value (a swap) */
+        Tensor *next = ok ? calloc((size_t)n->n_out, sizeof *next) : NULL;
+        if (ok && !next) ok = fail(&e, "out of memory");
+        for (int i = 0; ok && i < n->n_out; i++)
+          if (!ir_tensor_alloc(&next[i], &b->out[i].type))
+            ok = fail(&e, "out of memory");
+          else
+            memcpy(next[i].data, slots[n->in[n->n_out + 1 + i]->id].t.data, ir_tensor_nbytes(&b->out[i].type));
+        for (int i = 0; ok && i < n->n_out; i++)
+          memcpy(slots[b->out[i].id].t.data, next[i].data, ir_tensor_nbytes(&b->out[i].type));
+        for (int i = 0; next && i < n->n_out; i++) ir_tensor_free(&next[i]);
+        free(next);
+      }
+      if (!ok) break;
+      if (again) {
+        k = b->id; /* the body's first node next */
+        continue;
+      }
+      for (int i = 0; i < n->n_out && ok; i++) {
+        Slot *s = &slots[n->out[i].id];
+        slot_release(s);
+        if (!ir_tensor_alloc(&s->t, &n->out[i].type)) {
+          ok = fail(&e, "out of memory");
+          break;
+        }
+        memcpy(s->t.data, slots[b->out[i].id].t.data, ir_tensor_nbytes(&n->out[i].type));
+        s->ready = s->owned = true;
+        if (observe) observe(ud, &n->out[i], &s->t);
+      }
+      for (int i = 0; i < n->n_in && ok; i++) {
+        Slot *s = &slots[n->in[i]->id];
+        if (s->last_use == k && !s->is_output) slot_release(s);
+      }
+      continue;
+    }
     if (n->n_in > (int)ARRAY_LEN(in)) {
       inp = malloc(sizeof(Tensor *) * (size_t)n->n_in);
       if (!inp) {
@@ -374,8 +439,8 @@ static bool eval_graph(Graph *g, const TensorMap *inputs, const TensorMap *param
       inp[i] = &s->t;
     }
     if (ok) ok = check_node(&e, n);
-    if (ok && n->n_out > 8) ok = fail(&e, "too many results");
-    Tensor out[8];
+    if (ok && n->n_out > IR_MAX_RESULTS) ok = fail(&e, "too many results");
+    Tensor out[IR_MAX_RESULTS];
     int made = 0;
     bool source = n->op == OP_INPUT || n->op == OP_PARAM;
     for (; ok && !source && made < n->n_out; made++)
@@ -384,6 +449,11 @@ static bool eval_graph(Graph *g, const TensorMap *inputs, const TensorMap *param
         ok = fail(&e, "out of memory for %s", ir_type_str(&n->out[made].type, b, sizeof b));
       }
     if (ok && (source || guard_holds(slots, nvals, n))) ok = eval_node(&e, n, inp, out, &in_ix, &param_ix);
+    if (ok && n->op == OP_LOOP_BEGIN) {
+      int l = loop_index[k];
+      entered[l] = get_i(inp[0], 0) != 0;
+      if (!entered[l]) k = loops.end[l]->id - 1; /* straight to the loop_end */
+    }
     if (inp != in) free(inp);
     inp = in;
     if (!ok) {
@@ -392,6 +462,7 @@ static bool eval_graph(Graph *g, const TensorMap *inputs, const TensorMap *param
     }
     for (int i = 0; i < n->n_out; i++) {
       Slot *s = &slots[n->out[i].id];
+      slot_release(s); /* a loop's body's, from the step before */
       s->t = out[i];
       s->ready = true;
       s->owned = !source;
@@ -400,7 +471,7 @@ static bool eval_graph(Graph *g, const TensorMap *inputs, const TensorMap *param
     }
     for (int i = 0; i < n->n_in; i++) {
       Slot *s = &slots[n->in[i]->id];
-      if (s->last_use == k && !s->is_output) slot_release(s);
+      if (s->last_use == n->id && !s->is_output) slot_release(s);
     }
   }
   e.node = NULL;
@@ -419,7 +490,7 @@ static bool eval_graph(Graph *g, const TensorMap *inputs, const TensorMap *param
   if (!ok)
     for (int i = 0; i < g->n_outputs; i++) ir_tensor_free(&outputs[i]);
   for (int i = 0; i < nvals; i++) slot_release(&slots[i]);
-  free(slots);
+  free(slots), free(at), free(loop_index), free(entered);
   ir_tensor_map_index_free(&in_ix);
   ir_tensor_map_index_free(&param_ix);
   return ok;

@@ -1075,6 +1075,8 @@ static const char *lacks_layers(const Node *n) {
 #define GRAD_LOGICAL_XOR ZERO
 #define GRAD_WHERE VJP(vjp_where)
 #define GRAD_CHECK NONE /* an imported If's guard: not trained through */
+#define GRAD_LOOP_BEGIN NONE /* a loop of the plan: not trained through */
+#define GRAD_LOOP_END NONE
 #define GRAD_REDUCE_SUM VJP(vjp_reduce)
 #define GRAD_REDUCE_MEAN VJP(vjp_reduce)
 #define GRAD_REDUCE_MAX VJP(vjp_reduce)

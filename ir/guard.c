@@ -10,7 +10,7 @@
 
 const Guard *ir_guard_new(Graph *g, Value *cond, bool when, const Guard *outer) {
   Guard *f = ARENA_NEW(&g->ctx->arena, Guard);
-  *f = (Guard){cond, when, outer, outer ? outer->depth + 1 : 1};
+  *f = (Guard){cond, when, outer, outer ? outer->depth + 1 : 1, NULL};
   return f;
 }
 
@@ -45,12 +45,15 @@ static const Guard *trimmed(const Node *n, Node *const *by_id, int n_nodes) {
  * computed, or it is the merge of d's branch. */
 static bool reads_ok(const Node *d, const Node *user, int i) {
   if (ir_guard_within(user->guard, d->guard)) return true;
+  /* a loop's keep and next values, read when its body is done */
+  if (user->op == OP_LOOP_END && d->guard && d->guard->loop == user->in[0]->def) return true;
   const Guard *f = d->guard;
   return user->op == OP_WHERE && i > 0 && user->in[0] == f->cond && f->when == (i == 1) &&
          ir_guard_within(user->guard, f->outer);
 }
 
 void ir_guards_fix(Graph *g) {
+  ir_loops_guard(g);
   bool any = false;
   for (Node *n = g->first; n && !any; n = n->next) any = n->guard != NULL;
   if (!any) return;

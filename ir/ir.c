@@ -39,6 +39,12 @@ OpKind ir_op_from_name(const char *name) {
   return OP_COUNT;
 }
 
+int ir_op_results(OpKind op, int n_in) {
+  if (op == OP_LOOP_BEGIN) return n_in > 1 ? n_in - 1 : 0;
+  if (op == OP_LOOP_END) return n_in > 2 ? (n_in - 1) / 2 : 0;
+  return ir_ops[op].n_out;
+}
+
 const AttrSpec *ir_op_attr_spec(OpKind op, const char *name) {
   const OpInfo *info = &ir_ops[op];
   for (int i = 0; i < info->n_attrs; i++)
@@ -499,8 +505,8 @@ Node *ir_node_new(Graph *g, OpKind op, int n_in, Value *const *in, SrcLoc loc) {
   n->n_in = n_in;
   n->in = ARENA_ARRAY(a, Value *, n_in > 0 ? n_in : 1);
   for (int i = 0; i < n_in; i++) n->in[i] = in[i];
-  n->n_out = ir_ops[op].n_out;
-  n->out = ARENA_ARRAY(a, Value, n->n_out);
+  n->n_out = ir_op_results(op, n_in);
+  n->out = ARENA_ARRAY(a, Value, n->n_out > 0 ? n->n_out : 1);
   for (int i = 0; i < n->n_out; i++) {
     n->out[i].def = n;
     n->out[i].index = i;
@@ -522,8 +528,12 @@ bool ir_infer(const Node *n, char *err, size_t errlen) {
                info->max_in, n->n_in);
     return false;
   }
-  TensorType out[8];
+  TensorType out[IR_MAX_RESULTS];
   memset(out, 0, sizeof out);
+  if (n->n_out > IR_MAX_RESULTS) {
+    snprintf(err, errlen, "%s gives %d results, more than %d", info->name, n->n_out, IR_MAX_RESULTS);
+    return false;
+  }
   if (!info->shape(n, out, err, errlen)) return false;
   for (int i = 0; i < n->n_out; i++) {
     if (ir_type_numel(&out[i]) < 0) {

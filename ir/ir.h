@@ -22,6 +22,8 @@ enum {
    * over its members, so a hand-written group of a million would
    * overflow the stack.  The fuse pass makes groups of at most 64. */
   IR_MAX_GROUP = 256,
+  /* Results of one node: a loop's carried values are the most. */
+  IR_MAX_RESULTS = 64,
 };
 /* Largest tensor we accept, in elements: far above any real model, far
  * below where int64 byte counts could overflow. */
@@ -162,6 +164,9 @@ const char *ir_op_origin(const Node *n);
 
 /* Returns OP_COUNT when unknown. */
 OpKind ir_op_from_name(const char *name);
+/* How many results a node of op with n_in operands gives: the table's
+ * count, or for loop_begin n_in - 1 and for loop_end (n_in - 1) / 2. */
+int ir_op_results(OpKind op, int n_in);
 const AttrSpec *ir_op_attr_spec(OpKind op, const char *name);
 /* What an op's shape rule (ops.def's rule column) lets in, for the stages
  * that would otherwise keep lists of ops.  takes_ints: an elementwise op
@@ -301,6 +306,10 @@ struct Guard {
   bool when;
   const Guard *outer; /* NULL: the model's top level */
   int depth;          /* 1 at the top level */
+  /* A loop's frame (ir/loop.c): its loop_begin, whose enter is cond;
+   * the plan runs the frame's steps again while the loop's keep holds.
+   * NULL: an If's. */
+  const Node *loop;
 };
 const Guard *ir_guard_new(Graph *g, Value *cond, bool when, const Guard *outer);
 /* True when chain a lies inside chain b (b is a or one of a's outers). */
@@ -315,6 +324,33 @@ const Guard *ir_guard_common(const Guard *a, const Guard *b);
  * that moves or merges nodes (the importer's end, fusion's start), it
  * only ever drops guards, so a plan computes at worst both branches. */
 void ir_guards_fix(Graph *g);
+
+/* Loops (ir/loop.c, ops.def's loop_begin and loop_end).  of: by node id
+ * (ir_number), the innermost loop whose body holds the node, -1 for
+ * none (a loop_begin and its loop_end lie outside their own loop);
+ * begin, end, outer: by loop, in the order of the loop_begins. */
+typedef struct IrLoops {
+  int n;
+  Node **begin, **end;
+  int *outer; /* the loop holding the loop's loop_begin, or -1 */
+  int *of;
+} IrLoops;
+bool ir_has_loops(const Graph *g);
+/* Finds g's loops; false with a message when they are not well formed:
+ * a node reads two loops' bodies neither inside the other, a loop_end's
+ * first operands are not one loop_begin's results in order, a loop has
+ * no loop_end or two, a body's value is read after its loop_end or is a
+ * graph output. */
+bool ir_loops_find(Graph *g, IrLoops *out, char *err, size_t errlen);
+/* ir_loops_find, after putting each loop's body in one piece just
+ * before its loop_end (the nodes between that are not the body's move
+ * before it, in their order). */
+bool ir_loops_order(Graph *g, IrLoops *out, char *err, size_t errlen);
+/* ir_loops_order, then every body node's guard its loop's frame (If
+ * frames inside a body are dropped: both branches computed), and every
+ * other node's guard cut back to the frames outside the loops.  Called
+ * by ir_guards_fix. */
+void ir_loops_guard(Graph *g);
 
 /* Checks structure, operand order, arities, attributes and that every
  * result type equals what the shape rule infers.  Reports to g->ctx's

@@ -3,6 +3,7 @@ libdlcc_core_la_SOURCES += \
 	ir/diag.c ir/diag.h \
 	ir/ir.c ir/ir.h ir/ops.def \
 	ir/guard.c \
+	ir/loop.c \
 	ir/bounds.c \
 	ir/shape.c \
 	ir/verify.c \

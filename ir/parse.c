@@ -528,7 +528,7 @@ static void parse_node(Parser *p) {
     goto fail;
   }
   const OpInfo *info = &ir_ops[op];
-  if (n_res != info->n_out) {
+  if (info->n_out >= 0 && n_res != info->n_out) {
     error_at(p, results[0].pos, "%s gives %d result%s, but %d %s named", info->name, info->n_out,
              info->n_out == 1 ? "" : "s", n_res, n_res == 1 ? "is" : "are");
     goto fail;
@@ -561,6 +561,11 @@ static void parse_node(Parser *p) {
     }
   }
   Node *n = ir_node_new(p->g, op, n_in, ins, (SrcLoc){0});
+  if (n_res != n->n_out) { /* a loop's: one result per carried value */
+    error_at(p, results[0].pos, "%s of %d operands gives %d result%s, but %d %s named", info->name, n_in, n->n_out,
+             n->n_out == 1 ? "" : "s", n_res, n_res == 1 ? "is" : "are");
+    goto fail;
+  }
   skip_ws(p);
   if (p->line[p->pos] == '{') {
     p->pos++;
@@ -568,8 +573,8 @@ static void parse_node(Parser *p) {
   }
 
   if (!expect(p, ':', "':' and the result types")) goto fail;
-  TensorType types[8];
-  size_t type_at[8];
+  TensorType types[IR_MAX_RESULTS];
+  size_t type_at[IR_MAX_RESULTS];
   int n_types = 0;
   for (;;) {
     skip_ws(p);
@@ -619,9 +624,9 @@ static void parse_node(Parser *p) {
   }
   parse_loc_comment(p, &n->loc);
 
-  if (n_types != info->n_out) {
-    error_at(p, type_at[0], "%s gives %d result%s, but %d type%s written", info->name, info->n_out,
-             info->n_out == 1 ? "" : "s", n_types, n_types == 1 ? " is" : "s are");
+  if (n_types != n->n_out) {
+    error_at(p, type_at[0], "%s gives %d result%s, but %d type%s written", info->name, n->n_out,
+             n->n_out == 1 ? "" : "s", n_types, n_types == 1 ? " is" : "s are");
     goto fail;
   }
   char err[256] = "";

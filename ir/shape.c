@@ -430,6 +430,38 @@ bool shape_check(const Node *n, TensorType *out, char *err, size_t errlen) {
   return true;
 }
 
+/* ---- loops ---- */
+
+static bool need_one_bool(const Node *n, int i, const char *what, char *err, size_t errlen) {
+  const TensorType *t = in_type(n, i);
+  if (t->dtype != TY_BOOL || ir_type_numel(t) != 1)
+    return fail(err, errlen, "%s: %s must be one bool, not %s", op_name(n), what, ts(t).s);
+  return true;
+}
+
+bool shape_loop_begin(const Node *n, TensorType *out, char *err, size_t errlen) {
+  if (!operands_ok(n, err, errlen)) return false;
+  if (!need_one_bool(n, 0, "enter (operand 1)", err, errlen)) return false;
+  for (int i = 1; i < n->n_in; i++) out[i - 1] = *in_type(n, i);
+  return true;
+}
+
+bool shape_loop_end(const Node *n, TensorType *out, char *err, size_t errlen) {
+  if (!operands_ok(n, err, errlen)) return false;
+  int k = n->n_out;
+  if (n->n_in != 2 * k + 1)
+    return fail(err, errlen, "%s: takes the carried values, keep and as many next values: an odd count, not %d",
+                op_name(n), n->n_in);
+  if (!need_one_bool(n, k, "keep", err, errlen)) return false;
+  for (int i = 0; i < k; i++) {
+    if (!ir_type_eq(in_type(n, i), in_type(n, k + 1 + i)))
+      return fail(err, errlen, "%s: carried value %d is %s, its next %s", op_name(n), i + 1, ts(in_type(n, i)).s,
+                  ts(in_type(n, k + 1 + i)).s);
+    out[i] = *in_type(n, i);
+  }
+  return true;
+}
+
 /* ---- reductions and normalizations ---- */
 
 bool shape_reduce(const Node *n, TensorType *out, char *err, size_t errlen) {

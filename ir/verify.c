@@ -66,7 +66,7 @@ static bool set_add_str(PtrSet *s, const char *str) {
 
 /* Only then is out[] as long as n_out says. */
 static int n_results(const Node *n) {
-  if ((unsigned)n->op >= OP_COUNT || !n->out || n->n_out != ir_ops[n->op].n_out) return 0;
+  if ((unsigned)n->op >= OP_COUNT || !n->out || n->n_out != ir_op_results(n->op, n->n_in)) return 0;
   return n->n_out;
 }
 
@@ -193,8 +193,8 @@ static void check_node(Verifier *v, const Node *n, const PtrSet *defined, PtrSet
     return;
   }
   const OpInfo *info = &ir_ops[n->op];
-  if (n->n_out != info->n_out || !n->out) {
-    fail(v, n, "has %d results, %s gives %d", n->n_out, info->name, info->n_out);
+  if (n->n_out != ir_op_results(n->op, n->n_in) || !n->out) {
+    fail(v, n, "has %d results, %s gives %d", n->n_out, info->name, ir_op_results(n->op, n->n_in));
     return;
   }
   for (int i = 0; i < n->n_out; i++)
@@ -476,5 +476,10 @@ bool ir_verify(Graph *g) {
   for (int i = 0; i < g->n_outputs && v.ok; i++) check_update(&v, g, i);
   for (int i = 0; i < g->n_outputs && v.ok; i++) check_length(&v, g, i);
   if (v.ok) check_groups(&v, count);
+  if (v.ok && ir_has_loops(g)) {
+    IrLoops loops;
+    char err[256];
+    if (!ir_loops_find(g, &loops, err, sizeof err)) fail(&v, NULL, "%s", err);
+  }
   return v.ok;
 }

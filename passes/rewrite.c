@@ -123,7 +123,8 @@ bool *pass_weight_only(Graph *g) {
   bool *w = ARENA_ARRAY(&g->ctx->arena, bool, g->n_nodes + 1);
   for (Node *n = g->first; n; n = n->next) {
     bool only = (n->op == OP_PARAM && !is_updated(g, n)) || n->op == OP_CONST || n->op == OP_IOTA;
-    if (n->op != OP_INPUT && n->n_in > 0) {
+    /* a loop runs in a run's steps, whatever it reads (init steps do not branch) */
+    if (n->op != OP_INPUT && n->n_in > 0 && n->op != OP_LOOP_BEGIN && n->op != OP_LOOP_END) {
       only = true;
       for (int i = 0; i < n->n_in && only; i++) only = w[n->in[i]->def->id];
     }

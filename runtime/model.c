@@ -659,6 +659,16 @@ static DlrtStatus run_steps(DlrtModel *m, const RtStep *steps, uint32_t first, u
       if (!rc && (c != 0) != (st->branch.when != 0)) i += st->branch.skip;
       break;
     }
+    case RT_STEP_REPEAT: { /* a loop's next step, once this one is done */
+      unsigned char c = 0;
+      rc = d->ops->synchronize(d) || d->ops->download(d, &c, resolve(m, st->branch.cond), 1);
+      if (!rc && (c != 0) == (st->branch.when != 0)) {
+        if (st->branch.skip > i - first) /* the plan check holds it inside; a range cut it */
+          return set_error(m, DLRT_E_PLAN, "%s %" PRIu32 ": a loop's repeat goes back before the steps run", what, i);
+        i -= st->branch.skip + 1; /* the loop's first step next */
+      }
+      break;
+    }
     default:
       rc = st->copy.nbytes && !same_ref(st->copy.dst, st->copy.src)
                ? d->ops->copy(d, resolve(m, st->copy.dst), resolve(m, st->copy.src), st->copy.nbytes)
@@ -761,7 +771,7 @@ static DlrtStatus capture(DlrtModel *m) {
   uint32_t n = 0, outside = 0;
   char note[sizeof m->graph_note] = "", step_error[400] = "";
   for (uint32_t i = 0; i < p->n_steps; i++)
-    if (p->steps[i].kind == RT_STEP_BRANCH) {
+    if (p->steps[i].kind == RT_STEP_BRANCH || p->steps[i].kind == RT_STEP_REPEAT) {
       /* A graph would keep the branch taken when it was captured. */
       free(pieces);
       snprintf(m->graph_note, sizeof m->graph_note,

@@ -437,6 +437,17 @@ static int check_branch(Check *c, const RtBranch *k, uint32_t i, uint32_t n) {
   return 0;
 }
 
+/* A loop's repeat at step i: like a branch, but back, to a step at or
+ * after the run's first. */
+static int check_repeat(Check *c, const RtBranch *k, uint32_t i) {
+  if (c->init) return fail(c, "a loop among the init steps (they run whole)");
+  if (check_not_status(c, "loop condition", k->cond) || check_ref(c, "loop condition", k->cond, 1)) return -1;
+  if (k->cond.space == RT_SPACE_OUTPUT) return fail(c, "a loop condition in OUTPUT, which steps only write");
+  if (k->when > 1) return fail(c, "a loop repeated when its condition is %" PRIu32 " (a bool is 0 or 1)", k->when);
+  if (k->skip > i) return fail(c, "a loop goes back %" PRIu32 " steps, before the first (%" PRIu32 " precede)", k->skip, i);
+  return 0;
+}
+
 /* Output i: its own OUTPUT, or exactly one weight's bytes, which the run
  * then updates in place (state[] by weight; written[] too, so at most once). */
 static int check_output(Check *c, uint32_t i, bool *written, bool *state) {
@@ -618,6 +629,7 @@ int rt_plan_validate_in(const RtPlan *p, const RtRegion *regions, int n_regions,
           rc = fail(&c, "an all-reduce's reduction is %" PRIu32 " (0: mean, 1: sum)", s->copy.reduce);
         break;
       case RT_STEP_BRANCH: rc = check_branch(&c, &s->branch, i, n - p->n_update_steps); break;
+      case RT_STEP_REPEAT: rc = check_repeat(&c, &s->branch, i); break;
       default: rc = fail(&c, "unknown step kind %" PRIu32, s->kind);
       }
     }

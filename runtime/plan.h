@@ -37,7 +37,7 @@
 #include <stdint.h>
 
 #define RT_PLAN_MAGIC 0x444c4350u /* "DLCP" */
-#define RT_PLAN_VERSION 15u
+#define RT_PLAN_VERSION 16u
 #define RT_MAX_RANK 8
 
 typedef enum {
@@ -208,7 +208,7 @@ typedef struct RtCopy {
  * (dlrt_set_comm); without one, a copy.  One of 0 bytes waits for every
  * all-reduce started before it: codegen puts it before the first step
  * that reads a result, so the all-reduces overlap the steps between. */
-typedef enum { RT_STEP_LAUNCH, RT_STEP_GEMM, RT_STEP_COPY, RT_STEP_ALLREDUCE, RT_STEP_BRANCH } RtStepKind;
+typedef enum { RT_STEP_LAUNCH, RT_STEP_GEMM, RT_STEP_COPY, RT_STEP_ALLREDUCE, RT_STEP_BRANCH, RT_STEP_REPEAT } RtStepKind;
 
 /* RT_STEP_BRANCH (version 9): an ONNX If decided at run time.  The byte
  * at cond is a bool (0 or 1) that earlier steps computed; when it is not
@@ -220,6 +220,12 @@ typedef enum { RT_STEP_LAUNCH, RT_STEP_GEMM, RT_STEP_COPY, RT_STEP_ALLREDUCE, RT
  * uncaptured.  Whatever a skipped step would have written keeps stale
  * bytes, which only a `where` on the same condition reads (and does not
  * select). */
+/* RT_STEP_REPEAT (version 16): the end of a loop of the plan (the ops
+ * loop_begin and loop_end, docs/ir.md).  When the byte at cond is
+ * `when`, the run goes back `skip` steps, to the loop's first, and runs
+ * its steps again; else on.  The loop's steps are a branch's, entered
+ * when the loop's enter holds, so the same rules hold (the host reads
+ * the byte; a plan with loops runs uncaptured). */
 typedef struct RtBranch {
   RtRef cond;
   uint32_t when; /* 0 or 1 */
@@ -235,7 +241,7 @@ typedef struct RtStep {
   RtLaunch launch;
   RtGemm gemm;
   RtCopy copy;
-  RtBranch branch; /* version 9 */
+  RtBranch branch; /* version 9; RT_STEP_REPEAT's too */
 } RtStep;
 
 typedef struct RtKernel {

@@ -313,7 +313,7 @@ static void walk_steps(Walk *w, const RtStep *steps, uint32_t n, bool init) {
       put_ref(w, s->copy.src);
       put_u64(w, s->copy.nbytes);
       put_u32(w, s->copy.reduce);
-    } else if (s->kind == RT_STEP_BRANCH) {
+    } else if (s->kind == RT_STEP_BRANCH || s->kind == RT_STEP_REPEAT) {
       put_ref(w, s->branch.cond);
       put_u32(w, s->branch.when);
       put_u32(w, s->branch.skip);
