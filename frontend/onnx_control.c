@@ -332,7 +332,8 @@ static Val *checked_end(Imp *im, int i, Val *y, Val *ended, int64_t bound) {
  * bound at import in *trips (one that grows with the lengths,
  * ox_bounded_ints), checked at run time; or, without one, the user's
  * in *end_at (the loop's outputs are checked instead, checked_end). */
-static bool run_time_trips(Imp *im, Val *vm, int64_t user_bound, double *trips, Val **run_m, int64_t *end_at) {
+static bool run_time_trips(Imp *im, Val *vm, int64_t user_bound, bool plan_ok, double *trips, Val **run_m,
+                           int64_t *end_at) {
   Diag *d = &im->c->diag;
   size_t at = d->len;
   int errors = d->errors, count;
@@ -348,17 +349,97 @@ static bool run_time_trips(Imp *im, Val *vm, int64_t user_bound, double *trips, 
   const char *own = where + strlen(im->file) + 2;
   size_t w = strlen(own);
   const char *reason = strncmp(why, own, w) == 0 && strncmp(why + w, ": ", 2) == 0 ? why + w + 2 : why;
-  if (!bounded && !user_bound)
-    return ox_bad(im, "the trip count is computed at run time and has no bound at import%s%s%s: dlcc unrolls a loop, so "
-                      "give it one with --loop-bound=N (at most %d steps; a run that needs more fails)",
+  if (!bounded && !user_bound && !plan_ok)
+    return ox_bad(im, "the trip count is computed at run time and has no bound at import%s%s%s: a loop with scan "
+                      "outputs is unrolled, so give it one with --loop-bound=N (at most %d steps; a run that needs "
+                      "more fails)",
                   *reason ? " (" : "", reason, *reason ? ")" : "", (int)MAX_UNROLL);
   if (!(*run_m = ox_reshape(im, ox_cast(im, vm, TY_I64), 0, NULL))) return false;
+  if (!bounded && !user_bound) return true; /* a loop of the plan (plan_loop) */
   if (!bounded) return *end_at = user_bound, true;
   *trips = (double)bound;
   Val *fits = ox_op2(im, OP_LESS_EQUAL, *run_m, ox_scalar(im, (double)bound, TY_I64));
   return fits && (*run_m = ox_check_at_run_time(im, *run_m, fits,
                                                 arena_printf(&im->c->arena, "%s: the trip count is above its bound, "
                                                                             "%" PRId64 ", at run time", where, bound)));
+}
+
+/* A loop_begin or loop_end of in[0..n_in) into out: built as it is,
+ * never folded and with no hints, since a carried value is not its
+ * init (ox_finish would take it for one). */
+static bool loop_node(Imp *im, OpKind op, int n_in, Val **in, Val **out) {
+  Value **ops = ARENA_ARRAY(&im->c->arena, Value *, n_in);
+  for (int i = 0; i < n_in; i++)
+    if (!in[i] || !(ops[i] = ox_use(im, in[i]))) return false;
+  if (im->g->n_nodes >= im->max_nodes)
+    return ox_bad(im, "model too large: more than %d operations in the imported graph", im->max_nodes);
+  Node *nd = ir_node_new(im->g, op, n_in, ops, im->loc);
+  char err[512];
+  if (!ir_infer(nd, err, sizeof err)) return ox_bad(im, "%s", err);
+  nd->guard = im->guard;
+  ir_append(im->g, nd);
+  for (int i = 0; i < nd->n_out; i++) out[i] = ox_val_of(im, &nd->out[i]);
+  return true;
+}
+
+/* The rest of a Loop whose end is decided at run time with no bound,
+ * from step `step` on (the steps before it unrolled, state[2..] the
+ * carried values after them), as a loop of the plan (ir/loop.c): the
+ * body imported once, run while its condition holds and its step is
+ * below the trip count run_m (NULL: none).  enter: whether step `step`
+ * runs.  The step number is carried too; the body's condition input is
+ * true whenever the body runs. */
+static bool plan_loop(Imp *im, ONode *n, const Onnx__GraphProto *body, int64_t step, Val **state, int n_carried,
+                      Val *enter, Val *run_m) {
+  Arena *a = &im->c->arena;
+  int k = 1 + n_carried;
+  if (2 + n_carried > IR_MAX_RESULTS)
+    return ox_bad(im, "the loop carries %d values, more than the %d a loop decided at run time may", n_carried,
+                  IR_MAX_RESULTS - 2);
+  for (int i = 0; i < n_carried; i++)
+    if (state[2 + i]->kind != VK_TENSOR)
+      return ox_bad(im, "loop-carried value %d is %s: a loop whose end is decided at run time with no bound carries "
+                        "tensors only (--loop-bound=N unrolls it instead)", i + 1, ox_kind_name(state[2 + i]));
+  Val **in = ARENA_ARRAY(a, Val *, k + 1), **carry = ARENA_ARRAY(a, Val *, k);
+  in[0] = ox_reshape(im, ox_cast(im, enter, TY_BOOL), 0, NULL);
+  in[1] = ox_scalar(im, (double)step, TY_I64);
+  for (int i = 0; i < n_carried; i++) in[2 + i] = state[2 + i];
+  if (!loop_node(im, OP_LOOP_BEGIN, k + 1, in, carry)) return false;
+  Val **body_in = ARENA_ARRAY(a, Val *, k + 1), **outs = ARENA_ARRAY(a, Val *, body->n_output + 1);
+  body_in[0] = carry[0];
+  body_in[1] = ox_scalar(im, 1, TY_BOOL);
+  for (int i = 0; i < n_carried; i++) {
+    carry[1 + i]->held = state[2 + i]->held;
+    body_in[2 + i] = carry[1 + i];
+  }
+  if (!ox_import_subgraph(im, body, "the body", 2 + n_carried, body_in, outs)) return false;
+  if (outs[0]->kind != VK_TENSOR || ir_type_numel(&outs[0]->type) != 1)
+    return ox_bad(im, "the body's condition must be one value");
+  Val *next_step = ox_op2s(im, OP_ADD, carry[0], 1);
+  Val *keep = ox_reshape(im, ox_cast(im, outs[0], TY_BOOL), 0, NULL);
+  if (run_m && keep && next_step) keep = ox_op2(im, OP_LOGICAL_AND, keep, ox_op2(im, OP_LESS, next_step, run_m));
+  Val **end_in = ARENA_ARRAY(a, Val *, 2 * k + 1), **res = ARENA_ARRAY(a, Val *, k);
+  for (int i = 0; i < k; i++) end_in[i] = carry[i];
+  end_in[k] = keep;
+  end_in[k + 1] = next_step;
+  for (int i = 0; i < n_carried; i++) {
+    Val *next = outs[1 + i], *was = state[2 + i];
+    if (next->kind != VK_TENSOR || !ir_type_eq(&next->type, &was->type) || next->held != was->held) {
+      char t1[IR_TYPE_STR_MAX], t2[IR_TYPE_STR_MAX];
+      return ox_bad(im,
+                    "loop-carried value %d is %s before a step and %s after it: a loop whose end is decided at run "
+                    "time keeps one type",
+                    i + 1, ir_type_str(&was->type, t1, sizeof t1),
+                    next->kind == VK_TENSOR ? ir_type_str(&next->type, t2, sizeof t2) : ox_kind_name(next));
+    }
+    end_in[k + 2 + i] = next;
+  }
+  if (!loop_node(im, OP_LOOP_END, 2 * k + 1, end_in, res)) return false;
+  for (int i = 0; i < n_carried; i++) {
+    res[1 + i]->held = state[2 + i]->held;
+    n->out[i] = res[1 + i];
+  }
+  return true;
 }
 
 /* step < the trip count of run time m, one bool. */
@@ -400,7 +481,11 @@ bool ox_op_loop(Imp *im, ONode *n) {
                   (int)MAX_UNROLL);
   int64_t end_at = 0; /* > 0: the user's bound ends the unrolling there */
   Val *run_m = NULL;
-  if (vm && !known_scalar(vm, &trips) && !run_time_trips(im, vm, user_bound, &trips, &run_m, &end_at)) return false;
+  /* A loop with no bound runs in the plan (plan_loop), unless it stacks
+   * scan outputs (their length would have none) or the user bounded it. */
+  bool plan_ok = n_scan == 0 && !user_bound;
+  if (vm && !known_scalar(vm, &trips) && !run_time_trips(im, vm, user_bound, plan_ok, &trips, &run_m, &end_at))
+    return false;
   /* active: known (c) until the loop's course is decided at run time */
   Val *active = NULL;
   if (vc && !known_scalar(vc, &c) && !(active = ox_reshape(im, ox_cast(im, vc, TY_BOOL), 0, NULL))) return false;
@@ -419,9 +504,17 @@ bool ox_op_loop(Imp *im, ONode *n) {
     if (run_m && !(on = ox_op2(im, OP_LOGICAL_AND, on ? on : ox_scalar(im, 1, TY_BOOL), step_below(im, step, run_m))))
       return false;
     if (on && !guarded && !end_at && (!vm || trips > MAX_UNROLL)) {
+      if (plan_ok) {
+        /* a known trip count past 2^62 (TorchScript's INT64_MAX for a
+         * while loop) is never reached: none */
+        Val *m = run_m;
+        if (vm && !m && trips < 0x1p62 && !(m = ox_scalar(im, trips, TY_I64))) return false;
+        return plan_loop(im, n, body, step, state, n_carried, on, m);
+      }
       if (!user_bound && !vm)
-        return ox_bad(im, "the loop's end is decided at run time and it has no trip count: dlcc unrolls a loop, "
-                          "so give it a bound with --loop-bound=N (at most %d steps; a run that needs more fails)",
+        return ox_bad(im, "the loop's end is decided at run time and it has no trip count: a loop with scan outputs "
+                          "is unrolled, so give it a bound with --loop-bound=N (at most %d steps; a run that needs "
+                          "more fails)",
                       (int)MAX_UNROLL);
       if (!user_bound)
         return ox_bad(im,

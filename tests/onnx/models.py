@@ -464,6 +464,50 @@ def nested_while():
     return m, {"x": np.array([1, 2, 3], dtype=np.float32), "olim": np.array(2, dtype=np.int64)}, ["--loop-bound=3"]
 
 
+def plan_while():
+    """While loops with no bound, run as loops of the plan: TorchScript's
+    form (trip count INT64_MAX, a condition before and in the body)
+    taking 1,500 steps, more than dlcc unrolls; a Fibonacci pair whose
+    body swaps two carried values (a, b = b, a + b) under a trip count
+    given at run time; and the nested while loop above, without
+    --loop-bound."""
+    b = Builder()
+    f, i64 = TensorProto.FLOAT, TensorProto.INT64
+    vi = helper.make_tensor_value_info
+    body = helper.make_graph(
+        [helper.make_node("Add", ["v", "step"], ["v_out"]),
+         helper.make_node("Add", ["n", "one"], ["n_out"]),
+         helper.make_node("ReduceSum", ["v_out"], ["s"], keepdims=0),
+         helper.make_node("Less", ["s", "limit"], ["c_out"])],
+        "body", [vi("i", i64, []), vi("c", TensorProto.BOOL, []), vi("v", f, [2, 3]), vi("n", i64, [])],
+        [vi("c_out", TensorProto.BOOL, []), vi("v_out", f, [2, 3]), vi("n_out", i64, [])],
+        [numpy_helper.from_array(np.array(0.25, dtype=np.float32), "step"),
+         numpy_helper.from_array(np.array(1, dtype=np.int64), "one")])
+    go = b.op("Less", [b.op("ReduceSum", ["x"], keepdims=0), "limit"])
+    b.op("Loop", [b.init("trips", np.array(2**63 - 1, dtype=np.int64)), go, "x",
+                  b.init("zero", np.array(0, dtype=np.int64))], outs=["y", "n"], body=body)
+    fib = helper.make_graph(
+        [helper.make_node("Add", ["a", "b"], ["ab"]),
+         helper.make_node("Identity", ["b"], ["a_out"]),
+         helper.make_node("Identity", ["c"], ["c_out"])],
+        "fib", [vi("i", i64, []), vi("c", TensorProto.BOOL, []), vi("a", f, [3]), vi("b", f, [3])],
+        [vi("c_out", TensorProto.BOOL, []), vi("a_out", f, [3]), vi("ab", f, [3])])
+    b.op("Loop", ["count", "", b.init("a0", np.array([0, 1, 2], dtype=np.float32)),
+                  b.init("b0", np.array([1, 1, 3], dtype=np.float32))], outs=["fa", "fb"], body=fib)
+    m = b.model("plan_while", [vi("x", f, [2, 3]), vi("limit", f, []), vi("count", i64, [])],
+                [vi("y", f, [2, 3]), vi("n", i64, []), vi("fa", f, [3]), vi("fb", f, [3])])
+    x = np.array([[0.5, -0.25, 1], [0.75, 0.125, -0.5]], dtype=np.float32)
+    return m, {"x": x, "limit": np.array(2250, dtype=np.float32), "count": np.array(20, dtype=np.int64)}, []
+
+
+def plan_nested_while():
+    """nested_while with no bound: two loops of the plan, one inside the
+    other's body."""
+    m, feeds, _ = nested_while()
+    m.graph.name = "plan_nested_while"
+    return m, {**feeds, "olim": np.array(4, dtype=np.int64)}, []
+
+
 def runtime_operands():
     """Operands computed at run time: Clip's min from the data (the log
     mel floor of openWakeWord, max - 8), Pad's constant value and
@@ -1042,15 +1086,18 @@ def main():
     ap.add_argument("--dlcc", required=True)
     ap.add_argument("--backends", default="ref,emu")
     ap.add_argument("--keep")
+    ap.add_argument("--only", help="comma-separated model builders to run (all by default)")
     args = ap.parse_args()
     tmp = args.keep or tempfile.mkdtemp(prefix="dlcc-onnx-models-")
     os.makedirs(tmp, exist_ok=True)
     failures = 0
     for build in (resnet, recurrent, unrolled, encoder, resnet_qdq, resnet_qop, qoperator_ops, mlp_dynamic, cnn_dynamic,
                   video3d, resize, grid_sample3d, roi_align, deform_conv, scan8, ts_encoder, attention23,
-                  control, loop_run_time, while_loop, nested_while, runtime_operands, run_time_lengths, detector_post,
+                  control, loop_run_time, while_loop, nested_while, plan_while, plan_nested_while, runtime_operands, run_time_lengths, detector_post,
                   gqa_decode, gqa_window, mha_decoder, resnet_ort, encoder_ort,
                   mlp_dynamic_ort):
+        if args.only and build.__name__ not in args.only.split(","):
+            continue
         if build is attention23 and onnx.defs.onnx_opset_version() < 23:
             print(f"skip attention23: onnx {onnx.__version__} has no opset 23")
             continue
