@@ -491,6 +491,83 @@ START_TEST(test_run_time_loops_refused) {
 }
 END_TEST
 
+static int count_steps(const RtPlan *p, RtStepKind kind) {
+  int k = 0;
+  for (uint32_t i = 0; i < p->n_steps; i++) k += p->steps[i].kind == kind;
+  return k;
+}
+
+/* while_model without its scan outputs: the final v alone. */
+static Model *while_model_carried(void) {
+  Model *b = while_model(0);
+  Onnx__NodeProto *loop = b->nodes[b->g.n_node - 1];
+  loop->attribute[0]->g->n_output = 2; /* cond_out, v_out */
+  loop->output = names("v_final", &loop->n_output);
+  b->g.n_output = 1;
+  return b;
+}
+
+/* A loop with no bound and no scan outputs (a while loop, a trip count
+ * of INT64_MAX or given at run time) runs as a loop of the plan: the
+ * body imported once, one repeat step, as many steps as the run needs,
+ * far past the 1024 steps dlcc unrolls; ref and emu agree bit for bit. */
+START_TEST(test_plan_loop) {
+  for (int form = 0; form < 3; form++) {
+    Model *b = while_model_carried();
+    Onnx__NodeProto *loop = b->nodes[b->g.n_node - 1];
+    if (form == 0) {
+      const int64_t many = INT64_MAX;
+      memcpy(b->inits[b->g.n_initializer - 1]->raw_data.data, &many, sizeof many);
+    } else if (form == 1) {
+      loop->input = names(",go,x", &loop->n_input);
+    } else {
+      loop->input = names("n,go,x", &loop->n_input);
+      add_input_typed(b, "n", ONNX__TENSOR_PROTO__DATA_TYPE__INT64, 0, NULL);
+    }
+    Graph *g = onnxb_import(b, NULL);
+    ck_assert_msg(g != NULL, "import failed:\n%s", diag_text(&ctx));
+    int loops = 0;
+    for (Node *n = g->first; n; n = n->next) loops += n->op == OP_LOOP_BEGIN;
+    ck_assert_int_eq(loops, 1);
+    CgResult cg;
+    ck_assert_msg(cg_compile(ir_copy(g, "copy"), &cg), "codegen: %s", diag_text(&ctx));
+    ck_assert_int_eq(count_steps(cg.plan, RT_STEP_REPEAT), 1);
+    ck_assert_int_eq(count_steps(cg.plan, RT_STEP_BRANCH), 1);
+    /* the sum of v = (1 - 2 + 4) 2^steps: the run ends at the first sum
+     * at or past the limit; with a count, at n steps if sooner */
+    static const struct {
+      float limit;
+      uint8_t go;
+      int64_t n;
+      int steps;
+    } runs[] = {{0, 1, 99, 1},       {10, 1, 99, 2},     {1e30f, 1, 2000, 99}, /* 3 * 2^99 passes 1e30 */
+                {1000, 0, 2000, 0},  {1e30f, 1, 0, 0},   {1e30f, 1, 50, 50}};
+    for (size_t r = 0; r < sizeof runs / sizeof *runs; r++) {
+      if (form < 2 && runs[r].n != 99 && runs[r].n != 2000) continue;
+      int steps = runs[r].steps;
+      Tensor in[4] = {{ir_type_make(TY_F32, 1, (const int64_t[]){3}), (void *)xs},
+                      {ir_type_make(TY_F32, 0, NULL), (void *)&runs[r].limit},
+                      {ir_type_make(TY_BOOL, 0, NULL), (void *)&runs[r].go},
+                      {ir_type_make(TY_I64, 0, NULL), (void *)&runs[r].n}};
+      TensorMap inputs = {form == 2 ? 4 : 3, (const char *[]){"x", "limit", "go", "n"}, in};
+      Tensor *y = run_both(g, &inputs);
+      for (int j = 0; j < 3; j++) ck_assert_double_eq(ir_tensor_get(&y[0], j), xs[j] * ldexp(1, steps));
+      ir_tensor_free(&y[0]);
+      free(y);
+    }
+  }
+  /* a carried value that grows each step keeps no one type */
+  Model *b = while_model_carried();
+  b->nodes[b->g.n_node - 1]->input = names(",go,x", &b->nodes[b->g.n_node - 1]->n_input);
+  b->nodes[b->g.n_node - 1]->attribute[0]->g->node[0]->op_type = str("Concat");
+  attr_i(b->nodes[b->g.n_node - 1]->attribute[0]->g->node[0], "axis", 0);
+  ck_assert_ptr_null(onnxb_import(b, NULL));
+  ck_assert_msg(strstr(diag_text(&ctx), "(Loop): loop-carried value 1 is f32[3] before a step and f32[6] after it: a "
+                                        "loop whose end is decided at run time keeps one type"),
+                "%s", diag_text(&ctx));
+}
+END_TEST
+
 /* g on inputs fails its check with the message want, on the reference
  * interpreter and on emu. */
 static void expect_fails(Graph *g, const TensorMap *inputs, const char *want) {
@@ -549,7 +626,7 @@ START_TEST(test_loop_bounded_by_user) {
   add_input_typed(b, "n", ONNX__TENSOR_PROTO__DATA_TYPE__INT64, 0, NULL);
   ck_assert_ptr_null(onnxb_import(b, NULL));
   ck_assert_msg(strstr(diag_text(&ctx), "(Loop): the trip count is computed at run time and has no bound at import: "
-                                        "dlcc unrolls a loop, so give it one with --loop-bound=N"),
+                                        "a loop with scan outputs is unrolled, so give it one with --loop-bound=N"),
                 "%s", diag_text(&ctx));
   Graph *g = onnxb_import(b, &o);
   ck_assert_msg(g != NULL, "import failed:\n%s", diag_text(&ctx));
@@ -744,6 +821,7 @@ static Suite *if_suite(void) {
   tcase_add_test(tc, test_loop_counts_at_run_time);
   tcase_add_test(tc, test_run_time_loops_refused);
   tcase_add_test(tc, test_loop_bounded_by_user);
+  tcase_add_test(tc, test_plan_loop);
   tcase_add_test(tc, test_condition_fixed_by_define);
   suite_add_tcase(s, tc);
   return s;
