@@ -518,6 +518,11 @@ static Graph *build_every_op(Ctx *c, bool *covered) {
   ir_set_str(g, n, "message", "m.onnx: node 2 'If_0' (If): the \"else\" branch was chosen");
   add(g, n);
   add(g, NODE(g, OP_STAGE, x));
+  /* a loop of the plan: x doubled while go holds */
+  Value *go = input(g, "go", scalar(TY_BOOL));
+  Node *begin = add(g, NODE(g, OP_LOOP_BEGIN, go, x));
+  Value *twice = &add(g, NODE(g, OP_ADD, &begin->out[0], &begin->out[0]))->out[0];
+  add(g, NODE(g, OP_LOOP_END, &begin->out[0], go, twice));
   Node *nz = add(g, NODE(g, OP_NONZERO, x));
   Value *boxes = input(g, "boxes", TY(TY_F32, 1, 3, 4)), *scores = input(g, "scores", TY(TY_F32, 1, 2, 3));
   Value *most = &ir_const(g, 2, TY_I64, (SrcLoc){0})->out[0], *thr = &ir_const(g, 0.5, TY_F32, (SrcLoc){0})->out[0];
@@ -711,7 +716,9 @@ START_TEST(ops_table_in_docs) {
     if (o->max_in < 0) snprintf(count, sizeof count, "%d+", o->min_in);
     else if (o->max_in == o->min_in) snprintf(count, sizeof count, "%d", o->min_in);
     else snprintf(count, sizeof count, "%d-%d", o->min_in, o->max_in);
-    int len = snprintf(row, sizeof row, "| `%s` | %s | %d | ", o->name, count, o->n_out);
+    char results[16] = "1+"; /* a loop's: one per carried value */
+    if (o->n_out >= 0) snprintf(results, sizeof results, "%d", o->n_out);
+    int len = snprintf(row, sizeof row, "| `%s` | %s | %s | ", o->name, count, results);
     for (int a = 0; a < o->n_attrs; a++) {
       const AttrSpec *at = &o->attrs[a];
       const char *d = at->default_text;
