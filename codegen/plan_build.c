@@ -1742,6 +1742,7 @@ static int close_branches(CgBuild *b, int keep, int end) {
 /* Steps [mark, n_steps) rotated by k: the last k first. */
 static void rotate_steps(CgBuild *b, int mark, int k) {
   int n = b->n_steps - mark;
+  if (n <= 0) return;
   Arena *a = &b->ctx->arena;
   RtStep *st = ARENA_ARRAY(a, RtStep, n);
   CgStepNote *no = ARENA_ARRAY(a, CgStepNote, n);
@@ -1751,6 +1752,11 @@ static void rotate_steps(CgBuild *b, int mark, int k) {
     int from = mark + (i + n - k) % n;
     st[i] = b->steps[from], no[i] = b->notes[from], sn[i] = b->step_nodes[from], sk[i] = b->step_kernel[from];
   }
+  /* the launches' in-place hints follow their steps */
+  for (int h = 0; h < b->n_hints; h++)
+    if (b->hints[h].step >= mark) b->hints[h].step = mark + (b->hints[h].step - mark + k) % n;
+  for (int h = 0; h < b->n_update_hints; h++)
+    if (b->update_hints[h].step >= mark) b->update_hints[h].step = mark + (b->update_hints[h].step - mark + k) % n;
   memcpy(b->step_kernel + mark, sk, sizeof *sk * (size_t)n);
   memcpy(b->steps + mark, st, sizeof *st * (size_t)n);
   memcpy(b->notes + mark, no, sizeof *no * (size_t)n);

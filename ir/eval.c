@@ -318,8 +318,9 @@ static bool eval_graph(Graph *g, const TensorMap *inputs, const TensorMap *param
   for (int i = 0; i < g->n_outputs; i++) outputs[i] = (Tensor){0};
   /* Loops: each body in one piece before its loop_end, which sends the
    * walk back to the body's first node while keep holds. */
-  IrLoops loops;
-  if (!ir_loops_order(g, &loops, err, errlen)) return false;
+  IrLoops loops = {0}; /* found only where there are some: training steps evaluate many times */
+  if (ir_has_loops(g) && !ir_loops_order(g, &loops, err, errlen)) return false;
+  if (!loops.n) ir_number(g);
   int nvals = 0, nnodes = 0;
   for (Node *n = g->first; n; n = n->next) nvals += n->n_out, nnodes++;
   Slot *slots = calloc((size_t)nvals + 1, sizeof(Slot));
@@ -358,7 +359,7 @@ static bool eval_graph(Graph *g, const TensorMap *inputs, const TensorMap *param
         break;
       }
       int last = n->id, d = v->def->id;
-      for (int l = loops.of[n->id]; l >= 0; l = loops.outer[l]) {
+      for (int l = loops.n ? loops.of[n->id] : -1; l >= 0; l = loops.outer[l]) {
         bool inside = false;
         for (int m = loops.of[d]; m >= 0 && !inside; m = loops.outer[m]) inside = m == l;
         if (!inside) last = loops.end[l]->id;

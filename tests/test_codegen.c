@@ -1303,7 +1303,7 @@ START_TEST(plan_text) {
   fclose(f);
   ck_assert_str_eq(
       text,
-      "plan \"printed\" version 15\n"
+      "plan \"printed\" version 16\n"
       "weights 512 bytes, arena 256 bytes\n"
       "  input 0 \"x\" f32[2, 4] 32 bytes at in0+0\n"
       "  output 0 \"y\" f32[2, 3] 24 bytes at out0+0\n"

@@ -533,6 +533,20 @@ START_TEST(test_plan_loop) {
     ck_assert_msg(cg_compile(ir_copy(g, "copy"), &cg), "codegen: %s", diag_text(&ctx));
     ck_assert_int_eq(count_steps(cg.plan, RT_STEP_REPEAT), 1);
     ck_assert_int_eq(count_steps(cg.plan, RT_STEP_BRANCH), 1);
+    /* the loader refuses a repeat that goes back before the first step */
+    RtPlan p = *cg.plan;
+    RtStep *bad = malloc(sizeof *bad * p.n_steps);
+    memcpy(bad, cg.plan->steps, sizeof *bad * p.n_steps);
+    p.steps = bad;
+    uint32_t at = 0;
+    while (bad[at].kind != RT_STEP_REPEAT) at++;
+    bad[at].branch.skip = at + 1;
+    char err[512];
+    ck_assert_int_eq(rt_plan_validate(&p, err, sizeof err), -1);
+    ck_assert_msg(strstr(err, "a loop goes back"), "%s", err);
+    bad[at].branch.skip = at;
+    ck_assert_int_eq(rt_plan_validate(&p, err, sizeof err), 0);
+    free(bad);
     /* the sum of v = (1 - 2 + 4) 2^steps: the run ends at the first sum
      * at or past the limit; with a count, at n steps if sooner */
     static const struct {

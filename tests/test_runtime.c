@@ -261,7 +261,7 @@ END_TEST
 START_TEST(plan_wrong_version) {
   plan.version = 1; /* before init steps: its plan struct is shorter */
   ck_assert_int_eq(rt_plan_validate(&plan, err, sizeof err), -1);
-  ck_assert_str_eq(err, "plan: version 1, this runtime reads version 15: rebuild the model with this dlcc");
+  ck_assert_str_eq(err, "plan: version 1, this runtime reads version 16: rebuild the model with this dlcc");
 }
 END_TEST
 
@@ -491,7 +491,7 @@ START_TEST(open_refuses_foreign_plan) {
   DlrtModel *m = NULL;
   ck_assert_int_eq(dlrt_open(&plan, "emu", &m), DLRT_E_PLAN);
   ck_assert_ptr_nonnull(m);
-  ck_assert_str_eq(dlrt_error(m), "plan: version 16, this runtime reads version 15: rebuild the model with this dlcc");
+  ck_assert_str_eq(dlrt_error(m), "plan: version 17, this runtime reads version 16: rebuild the model with this dlcc");
   ck_assert_int_eq(dlrt_run(m), DLRT_E_STATE);
   ck_assert_str_eq(dlrt_backend(m), "");
   dlrt_close(m);
