@@ -1402,7 +1402,6 @@ void cg_gemm(CgBuild *b, const Node *n, const char *what, const RtGemm *g) {
   s->gemm.tf32 = g->dtype == RT_DT_F32 && cg_options(b)->tf32;
 }
 
-static bool same_ref(RtRef a, RtRef b) { return a.space == b.space && a.index == b.index && a.offset == b.offset; }
 
 bool cg_gemm_bias_grad(CgBuild *b, const Node *n) {
   if (n->op != OP_REDUCE_SUM) return false;
@@ -1424,7 +1423,7 @@ bool cg_gemm_bias_grad(CgBuild *b, const Node *n) {
   RtGemm *g = &s->gemm;
   if (s->kind != RT_STEP_GEMM || g->epilogue || g->batch != 1 || !g->trans_a || g->alpha != 1.0f ||
       g->beta != 0.0f || g->dtype != (uint32_t)xt->dtype || g->m != xt->dims[1] || g->k != xt->dims[0] ||
-      g->lda != xt->dims[1] || !same_ref(g->a, cg_ref(b, x)))
+      g->lda != xt->dims[1] || !cg_same_ref(g->a, cg_ref(b, x)))
     return false;
   /* The GEMM's A is x as this reduction reads it: no kernel between. */
   g->epilogue = RT_EPILOGUE_BGRAD;
@@ -1820,16 +1819,12 @@ static void lower_nodes(CgBuild *b, CgGroup **groups, bool init) {
  * body's steps, which end with the next values' copies over the carried
  * ones and a repeat while keep holds ---- */
 
-/* Refs of one buffer name the same bytes (before the planner, a ref is
- * its buffer's slot and an offset in it). */
-static bool same_bytes(RtRef a, RtRef b) { return a.space == b.space && a.index == b.index && a.offset == b.offset; }
-
 /* v's bytes are one of loop_begin bg's carried values', which the step's
  * copies overwrite. */
 static bool reads_carried(CgBuild *b, const Node *bg, const Value *v) {
   RtRef r = cg_ref(b, v);
   for (int i = 0; i < bg->n_out; i++)
-    if (same_bytes(r, cg_ref(b, &bg->out[i]))) return true;
+    if (cg_same_ref(r, cg_ref(b, &bg->out[i]))) return true;
   return false;
 }
 
@@ -1852,7 +1847,7 @@ static int close_loop(CgBuild *b, const Guard *f, int at, int end) {
   }
   for (int i = 0; i < k; i++) {
     RtRef c = cg_ref(b, &bg->out[i]);
-    if (!same_bytes(c, src[1 + i])) cg_copy(b, e, "next", c, src[1 + i], value_bytes(&bg->out[i]));
+    if (!cg_same_ref(c, src[1 + i])) cg_copy(b, e, "next", c, src[1 + i], value_bytes(&bg->out[i]));
   }
   RtStep *s = add_step(b, RT_STEP_REPEAT, e, "repeat");
   int added = b->n_steps - from;

@@ -111,17 +111,14 @@ static void print_step(FILE *f, const RtPlan *p, const RtStep *s, const IrCost *
       fprintf(f, " %" PRIu64 " bytes", s->copy.nbytes);
       break;
     case RT_STEP_BRANCH:
-      fputs("branch unless ", f);
+    case RT_STEP_REPEAT: {
+      bool back = s->kind == RT_STEP_REPEAT; /* a loop's end: back over its steps */
+      fputs(back ? "repeat while " : "branch unless ", f);
       cg_print_ref(f, s->branch.cond);
-      fprintf(f, " is %s: skip %" PRIu32 " step%s", s->branch.when ? "true" : "false", s->branch.skip,
-              s->branch.skip == 1 ? "" : "s");
+      fprintf(f, " is %s: %s %" PRIu32 " step%s", s->branch.when ? "true" : "false", back ? "back" : "skip",
+              s->branch.skip, s->branch.skip == 1 ? "" : "s");
       break;
-    case RT_STEP_REPEAT:
-      fputs("repeat while ", f);
-      cg_print_ref(f, s->branch.cond);
-      fprintf(f, " is %s: back %" PRIu32 " step%s", s->branch.when ? "true" : "false", s->branch.skip,
-              s->branch.skip == 1 ? "" : "s");
-      break;
+    }
     default: fprintf(f, "step kind %" PRIu32, s->kind);
   }
   /* A label may quote a model's names (a plan read from a model.so): one line, whatever they hold. */

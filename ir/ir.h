@@ -331,6 +331,7 @@ void ir_guards_fix(Graph *g);
  * begin, end, outer: by loop, in the order of the loop_begins. */
 typedef struct IrLoops {
   int n;
+  int n_nodes; /* of's length */
   Node **begin, **end;
   int *outer; /* the loop holding the loop's loop_begin, or -1 */
   int *of;

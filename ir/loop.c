@@ -28,12 +28,19 @@ static int innermost(const IrLoops *L, int x, int y) {
   return -2;
 }
 
+/* The loop value v lies in: a loop_begin's results in its own loop
+ * (begin_loop: by node id, a loop_begin's loop), others where their
+ * node does. */
+static int value_loop(const IrLoops *L, const int *begin_loop, const Value *v) {
+  return v->def->op == OP_LOOP_BEGIN ? begin_loop[v->def->id] : L->of[v->def->id];
+}
+
 bool ir_loops_find(Graph *g, IrLoops *out, char *err, size_t errlen) {
   Arena *a = &g->ctx->arena;
   ir_number(g);
   int n_nodes = g->last ? g->last->id + 1 : 0, n_loops = 0;
   for (Node *n = g->first; n; n = n->next) n_loops += n->op == OP_LOOP_BEGIN;
-  *out = (IrLoops){.n = n_loops};
+  *out = (IrLoops){.n = n_loops, .n_nodes = n_nodes};
   out->of = ARENA_ARRAY(a, int, n_nodes + 1);
   out->begin = ARENA_ARRAY(a, Node *, n_loops + 1);
   out->end = ARENA_ARRAY(a, Node *, n_loops + 1);
@@ -48,11 +55,8 @@ bool ir_loops_find(Graph *g, IrLoops *out, char *err, size_t errlen) {
     loop_of_begin[n->id] = -1;
     /* the loop a value lies in: a loop_begin's results lie in its loop */
     int of = -1;
-    for (int i = 0; i < n->n_in; i++) {
-      const Node *d = n->in[i]->def;
-      int c = d->op == OP_LOOP_BEGIN ? loop_of_begin[d->id] : out->of[d->id];
-      if (n->op == OP_LOOP_END) continue;
-      of = innermost(out, of, c);
+    for (int i = 0; i < n->n_in && n->op != OP_LOOP_END; i++) {
+      of = innermost(out, of, value_loop(out, loop_of_begin, n->in[i]));
       if (of == -2) {
         snprintf(err, errlen, "%s %%%d reads the bodies of two loops, neither inside the other",
                  ir_ops[n->op].name, n->out[0].id);
@@ -75,9 +79,7 @@ bool ir_loops_find(Graph *g, IrLoops *out, char *err, size_t errlen) {
         return false;
       }
       for (int i = n->n_out; i < n->n_in; i++) {
-        const Node *d = n->in[i]->def;
-        int c = d->op == OP_LOOP_BEGIN ? loop_of_begin[d->id] : out->of[d->id];
-        if (!loop_within(out, l, c)) {
+        if (!loop_within(out, l, value_loop(out, loop_of_begin, n->in[i]))) {
           snprintf(err, errlen, "loop_end %%%d: operand %d lies in a loop inside its own", n->out[0].id, i + 1);
           return false;
         }
@@ -149,8 +151,12 @@ bool ir_loops_order(Graph *g, IrLoops *out, char *err, size_t errlen) {
  * them. */
 static const Guard *outside_loops(const IrLoops *L, const Guard *gd) {
   const Guard *keep = gd;
-  for (const Guard *f = gd; f; f = f->outer)
-    if (f->loop || (f->cond && L->of[f->cond->def->id] >= 0)) keep = f->outer;
+  for (const Guard *f = gd; f; f = f->outer) {
+    /* a condition a pass removed keeps a stale id: dropping its frame
+     * only computes more */
+    int d = f->cond ? f->cond->def->id : -1;
+    if (f->loop || d < 0 || d >= L->n_nodes || L->of[d] >= 0) keep = f->outer;
+  }
   return keep;
 }
 
@@ -159,15 +165,14 @@ void ir_loops_guard(Graph *g) {
   char err[256];
   if (!ir_has_loops(g) || !ir_loops_order(g, &L, err, sizeof err)) return; /* the verifier says why */
   const Guard **frame = ARENA_ARRAY(&g->ctx->arena, const Guard *, L.n + 1);
+  int next_loop = 0; /* loops are numbered in their loop_begins' order */
   for (Node *n = g->first; n; n = n->next) {
     int of = L.of[n->id];
     n->guard = of >= 0 ? frame[of] : outside_loops(&L, n->guard);
     if (n->op == OP_LOOP_BEGIN) {
-      int l = 0;
-      while (L.begin[l] != n) l++;
       Guard *f = (Guard *)ir_guard_new(g, n->in[0], true, n->guard);
       f->loop = n;
-      frame[l] = f;
+      frame[next_loop++] = f;
     }
   }
 }

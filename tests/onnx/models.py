@@ -467,10 +467,9 @@ def nested_while():
 def plan_while():
     """While loops with no bound, run as loops of the plan: TorchScript's
     form (trip count INT64_MAX, a condition before and in the body)
-    taking 1,500 steps, more than dlcc unrolls; a Fibonacci pair whose
-    body swaps two carried values (a, b = b, a + b) under a trip count
-    given at run time; and the nested while loop above, without
-    --loop-bound."""
+    taking 1,500 steps, more than dlcc unrolls; and a Fibonacci pair
+    whose body swaps two carried values (a, b = b, a + b) under a trip
+    count given at run time."""
     b = Builder()
     f, i64 = TensorProto.FLOAT, TensorProto.INT64
     vi = helper.make_tensor_value_info
